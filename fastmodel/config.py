@@ -1,0 +1,131 @@
+"""One fully resolved configuration: specs + a legal plan + derived batches.
+
+:func:`resolve` applies every legality rule (plan, batch divisibility, batch
+consistency across components) and raises :class:`PlanError` naming the rule;
+:func:`structure_key` and :func:`llm_param_row` lower a configuration to the
+Program key and the numeric parameter row the kernels consume.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from fastmodel.errors import PlanError, SpecError
+from fastmodel.kernels.layout import N_LLM_COLUMNS, LLM_COLUMNS
+from fastmodel.lower import StructureKey
+from fastmodel.plans import Plan, check_plan, plan_factors
+from fastmodel.semantics import Semantics
+from fastmodel.spec_model import LLMSpec
+from fastmodel.spec_system import SystemSpec
+from fastmodel.spec_task import TaskSpec
+
+
+@dataclass(frozen=True)
+class Config:
+    """A legal configuration with local batches derived from its plan."""
+
+    model: LLMSpec
+    system: SystemSpec
+    task: TaskSpec
+    plan: Plan
+    semantics: Semantics
+    local_dense_batch: int
+    local_emb_batch: int
+    global_batch: int
+
+
+def resolve(model: LLMSpec, system: SystemSpec, task: TaskSpec, semantics: Semantics, plan: Plan | str | None = None) -> Config:
+    """Check legality and derive local batches; raise PlanError/SpecError if impossible."""
+    if plan is None:
+        plan = task.parsed_plan
+        if plan is None:
+            raise SpecError(None, "task.plan", f"task {task.name!r} leaves the plan open; give one with --plan, e.g. 'fsdp/ddp'")
+    elif isinstance(plan, str):
+        plan = Plan.parse(plan)
+    n, per_node = system.num_devices, system.devices_per_node
+    plan = plan.resolve(n, per_node)
+    check_plan(plan, n, per_node, model.family)
+    dense, emb = plan_factors(plan.dense), plan_factors(plan.emb)
+    if task.global_batch is not None:
+        global_batch = task.global_batch
+        for name, dup in (("dense", dense.duplicate), ("emb", emb.duplicate)):
+            if global_batch % dup:
+                raise PlanError(
+                    "batch_not_divisible",
+                    f"global batch {global_batch} does not divide over the {dup} {name} replicas of plan {plan.label}",
+                )
+        local_dense, local_emb = global_batch // dense.duplicate, global_batch // emb.duplicate
+    else:
+        local_dense, local_emb = task.local_batch.dense, task.local_batch.emb
+        global_dense, global_emb = local_dense * dense.duplicate, local_emb * emb.duplicate
+        if global_dense != global_emb:
+            raise PlanError(
+                "global_batch_mismatch",
+                f"dense part gives a global batch of {global_dense} ({local_dense} x {dense.duplicate}) but "
+                f"embeddings give {global_emb} ({local_emb} x {emb.duplicate})",
+            )
+        global_batch = global_emb
+    return Config(model, system, task, plan, semantics, local_dense, local_emb, global_batch)
+
+
+def structure_key(config: Config) -> StructureKey:
+    """The Program key of ``config``."""
+    task, model, sem = config.task, config.model, config.semantics
+    layers = model.num_layers
+    if task.kind == "finetune":
+        min_frozen = layers if task.min_frozen_layer is None else min(task.min_frozen_layer, layers)
+    else:
+        min_frozen = layers
+    return StructureKey(
+        family=model.family,
+        kind=task.kind,
+        dense=config.plan.dense_strategies,
+        emb=config.plan.emb_strategies,
+        num_layers=layers,
+        freeze_emb=task.freeze_emb,
+        freeze_dense=task.freeze_dense,
+        min_frozen_layer=min_frozen,
+        emb_ddp_grad_any_level=sem.emb_ddp_grad_any_level,
+        fsdp_backward=sem.llm_fsdp_backward,
+        bogus_prefetch_without_fsdp=sem.bogus_prefetch_without_fsdp,
+    )
+
+
+def llm_param_row(config: Config) -> np.ndarray:
+    """The parameter-table row (``layout.LLM_COLUMNS``) of ``config``."""
+    m, s, plan = config.model, config.system, config.plan
+    dense_deg = [lv.degree for lv in plan.dense] + [1]
+    emb_deg = [lv.degree for lv in plan.emb] + [1]
+    values = {
+        "num_layers": m.num_layers,
+        "hidden": m.hidden,
+        "ffn_hidden": m.ffn_hidden,
+        "seq_len": m.seq_len,
+        "vocab_size": m.vocab_size,
+        "bytes_per_dense_param": m.bytes_per_dense_param,
+        "bytes_per_emb_param": m.bytes_per_emb_param,
+        "peak_flop_per_s": s.peak_flop_per_s(m.bytes_per_dense_param),
+        "flops_util": s.device.flops_util,
+        "hbm_bandwidth_bytes_per_s": s.device.hbm_bandwidth_bytes_per_s,
+        "hbm_bandwidth_util": s.device.hbm_bandwidth_util,
+        "num_nodes": s.num_nodes,
+        "devices_per_node": s.devices_per_node,
+        "num_links": s.node.num_links,
+        "link_bandwidth_bytes_per_s": s.node.link_bandwidth_bytes_per_s,
+        "link_util": s.node.link_util,
+        "num_ports": s.network.num_ports,
+        "port_bandwidth_bytes_per_s": s.network.port_bandwidth_bytes_per_s,
+        "port_util": s.network.port_util,
+        "allreduce_intra_fraction": s.network.allreduce_intra_fraction,
+        "dense_degree0": dense_deg[0],
+        "dense_degree1": dense_deg[1],
+        "emb_degree0": emb_deg[0],
+        "emb_degree1": emb_deg[1],
+        "local_dense_batch": config.local_dense_batch,
+        "local_emb_batch": config.local_emb_batch,
+    }
+    row = np.array([values[name] for name in LLM_COLUMNS], dtype=np.float64)
+    assert row.shape == (N_LLM_COLUMNS,)
+    return row

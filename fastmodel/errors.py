@@ -1,0 +1,52 @@
+"""Exceptions that carry a one-line, user-facing reason.
+
+The CLI prints ``str(error)`` on one line and exits with status 2 for any
+:class:`FastmodelError`; anything else is an internal bug (exit 1, traceback).
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Iterable
+
+
+class FastmodelError(Exception):
+    """Base class of every error caused by user input."""
+
+
+class SpecError(FastmodelError):
+    """A spec file, field, value or combination of specs is invalid.
+
+    The message names the source (file or built-in name), the field path and
+    the reason, e.g. ``m.toml: model.hidden: must be > 0 (got -1)``.
+    """
+
+    def __init__(self, source: str | None, field: str | None, reason: str):
+        self.source = source
+        self.field = field
+        self.reason = reason
+        where = ": ".join(part for part in (source, field) if part)
+        super().__init__(f"{where}: {reason}" if where else reason)
+
+
+class PlanError(FastmodelError):
+    """A parallelization plan breaks a legality rule.
+
+    ``rule`` is a short key (e.g. ``product_ne_devices``) shared with the
+    status codes of sweeps; the message says which rule and why.
+    """
+
+    def __init__(self, rule: str, reason: str):
+        self.rule = rule
+        self.reason = reason
+        super().__init__(f"illegal plan ({rule}): {reason}")
+
+
+class SweepError(FastmodelError):
+    """A sweep definition is invalid or too large to hold in memory."""
+
+
+def nearest(word: str, choices: Iterable[str]) -> str:
+    """Return ``" (did you mean 'x'?)"`` for the closest choice, or ``""``."""
+    match = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.5)
+    return f" (did you mean '{match[0]}'?)" if match else ""

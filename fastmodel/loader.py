@@ -1,0 +1,186 @@
+"""Load specs from built-in names, TOML/JSON files or dicts, in either format.
+
+``load_model`` / ``load_system`` / ``load_task`` accept a spec object, a dict
+(fastmodel keys or the MAD-Max reference's keys, detected from the content),
+a path to a ``.toml`` or ``.json`` file, or the name of a built-in spec in
+``specs/``. Every error is a :class:`SpecError` naming the source, the field
+path and the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from fastmodel import madmax_format
+from fastmodel.errors import SpecError, nearest
+from fastmodel.spec_model import MODEL_FAMILIES, LLMSpec
+from fastmodel.spec_system import SystemSpec
+from fastmodel.spec_task import TaskSpec
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+KINDS = ("model", "system", "task")
+
+
+# --- built-in library -------------------------------------------------------
+
+def _library_dir(kind: str):
+    return resources.files("fastmodel.specs").joinpath(f"{kind}s")
+
+
+def builtin_names(kind: str) -> list[str]:
+    """Names of the built-in specs of ``kind`` (model, system or task)."""
+    folder = _library_dir(kind)
+    return sorted(p.name[: -len(".toml")] for p in folder.iterdir() if p.name.endswith(".toml"))
+
+
+def builtin_text(kind: str, name: str) -> str:
+    return _library_dir(kind).joinpath(f"{name}.toml").read_text()
+
+
+# --- validation helpers -----------------------------------------------------
+
+def _fields_at(cls: type[BaseModel], path: tuple) -> list[str]:
+    """Valid field names of the (nested) model reached by ``path`` from ``cls``."""
+    current: Any = cls
+    for part in path:
+        if not (isinstance(current, type) and issubclass(current, BaseModel)):
+            return []
+        field = current.model_fields.get(str(part))
+        if field is None:
+            return []
+        current = field.annotation
+        args = getattr(current, "__args__", ())
+        for arg in args:  # Optional[Sub] -> Sub
+            if isinstance(arg, type) and issubclass(arg, BaseModel):
+                current = arg
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return list(current.model_fields)
+    return []
+
+
+def validation_to_spec_error(error: ValidationError, cls: type[BaseModel], source: str | None, kind: str) -> SpecError:
+    """The first pydantic error as a one-line :class:`SpecError`."""
+    errors = error.errors()
+    first = errors[0]
+    loc = tuple(first["loc"])
+    field = ".".join([kind, *map(str, loc)]) if loc else kind
+    if first["type"] == "extra_forbidden":
+        reason = "unknown field" + nearest(str(loc[-1]), _fields_at(cls, loc[:-1]))
+    elif first["type"] == "missing":
+        reason = "required field missing"
+    else:
+        message = first["msg"]
+        if message.startswith("Value error, "):
+            message = message[len("Value error, "):]
+        reason = message
+        if "input" in first and first["type"] not in ("value_error",) and not isinstance(first["input"], dict):
+            reason += f" (got {first['input']!r})"
+    if len(errors) > 1:
+        reason += f" [and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''}]"
+    return SpecError(source, field, reason)
+
+
+def validate(cls: type[BaseModel], data: dict, source: str | None, kind: str):
+    try:
+        return cls.model_validate(data)
+    except ValidationError as error:
+        raise validation_to_spec_error(error, cls, source, kind) from None
+
+
+# --- reading ---------------------------------------------------------------
+
+def read_file(path: Path) -> dict:
+    """Parse a TOML or JSON file into a dict; errors name the file."""
+    source = str(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise SpecError(source, None, "no such file") from None
+    except OSError as error:
+        raise SpecError(source, None, f"cannot read: {error.strerror}") from None
+    try:
+        if path.suffix == ".json":
+            data = json.loads(text)
+        else:
+            data = tomllib.loads(text)
+    except json.JSONDecodeError as error:
+        raise SpecError(source, None, f"invalid JSON at line {error.lineno} column {error.colno}: {error.msg}") from None
+    except tomllib.TOMLDecodeError as error:
+        raise SpecError(source, None, f"invalid TOML: {error}") from None
+    if not isinstance(data, dict):
+        raise SpecError(source, None, "expected an object/table at the top level")
+    return data
+
+
+def _resolve_source(spec: Any, kind: str) -> tuple[dict | BaseModel, str | None]:
+    """Turn a name, path or dict into (data, source label)."""
+    if isinstance(spec, BaseModel) or isinstance(spec, dict):
+        return spec, None
+    if isinstance(spec, Path) or isinstance(spec, str):
+        text = str(spec)
+        path = Path(text)
+        if path.suffix in (".toml", ".json") or path.exists() or "/" in text:
+            return read_file(path), text
+        names = builtin_names(kind)
+        if text in names:
+            return tomllib.loads(builtin_text(kind, text)), text
+        raise SpecError(None, kind, f"unknown built-in {kind} {text!r}{nearest(text, names)}; "
+                        f"see 'fastmodel specs list' or pass a .toml/.json path")
+    raise SpecError(None, kind, f"expected a name, a path or a dict, got {type(spec).__name__}")
+
+
+def load_model(spec: Any) -> LLMSpec:
+    """A model spec from a name, path, dict (either format) or spec object."""
+    if isinstance(spec, tuple(MODEL_FAMILIES.values())):
+        return spec
+    data, source = _resolve_source(spec, "model")
+    if madmax_format.is_madmax_model(data):
+        data = madmax_format.model_to_spec(data, source, validate)
+    family = data.get("family")
+    if family not in MODEL_FAMILIES:
+        raise SpecError(source, "model.family", f"unknown family {family!r}; one of {', '.join(MODEL_FAMILIES)}{nearest(str(family), MODEL_FAMILIES)}")
+    return validate(MODEL_FAMILIES[family], data, source, "model")
+
+
+def load_system(spec: Any, num_nodes: int | None = None) -> SystemSpec:
+    """A system spec; ``num_nodes`` overrides the cluster size."""
+    if isinstance(spec, SystemSpec):
+        system = spec
+    else:
+        data, source = _resolve_source(spec, "system")
+        if madmax_format.is_madmax_system(data):
+            data = madmax_format.system_to_spec(data, source, validate)
+        system = validate(SystemSpec, data, source, "system")
+    if num_nodes is not None:
+        if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 1:
+            raise SpecError(None, "system.num_nodes", f"must be a positive integer (got {num_nodes!r})")
+        system = system.with_nodes(num_nodes)
+    return system
+
+
+def load_task(spec: Any) -> TaskSpec:
+    """A task spec from a name, path, dict (either format) or spec object."""
+    if isinstance(spec, TaskSpec):
+        return spec
+    data, source = _resolve_source(spec, "task")
+    if madmax_format.is_madmax_task(data):
+        data = madmax_format.task_to_spec(data, source, validate)
+    return validate(TaskSpec, data, source, "task")
+
+
+@lru_cache(maxsize=256)
+def load_cached(kind: str, text: str):
+    """Load a spec given as JSON text or a name (memoised, for batch mode)."""
+    value = json.loads(text) if text.startswith("{") else text
+    return {"model": load_model, "system": load_system, "task": load_task}[kind](value)

@@ -1,0 +1,77 @@
+"""Numbers with units in spec files.
+
+Spec fields are stored in SI base units (bytes, bytes/s, FLOP/s). A spec file
+may write them as plain numbers in those units (``1555e9``) or as strings with
+a unit (``"1555 GB/s"``, ``"312 TFLOP/s"``, ``"40 GiB"``). Plain numbers that are
+implausibly small for the field are rejected with a hint, because the most
+common mistake is writing ``1555`` meaning GB/s.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+from pydantic import BeforeValidator, Field
+
+_PREFIX = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
+_BINARY = {"Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50}
+
+_QUANTITY = re.compile(r"^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-z/]*)\s*$")
+
+# kind -> (accepted unit stems, plausibility floor for a plain number, example)
+_KINDS = {
+    "bytes": (("B",), 1e3, "'40 GB' or 40e9"),
+    "bytes_per_s": (("B/s", "Bps"), 1e6, "'1555 GB/s' or 1555e9"),
+    "flop_per_s": (("FLOP/s", "FLOPS", "OP/s", "OPS", "FLOP/S"), 1e6, "'312 TFLOP/s' or 312e12"),
+}
+
+
+def parse_quantity(value, kind: str) -> float:
+    """Convert ``value`` (number or unit string) of ``kind`` to SI base units."""
+    stems, floor, example = _KINDS[kind]
+    if isinstance(value, bool):
+        raise ValueError(f"expected a number in {kind.replace('_per_', '/')}, got a boolean")
+    if isinstance(value, (int, float)):
+        number = float(value)
+        if 0 < number < floor:
+            raise ValueError(
+                f"{value!r} is implausibly small for {kind.replace('_per_', '/')}; "
+                f"values are in SI base units: write e.g. {example}"
+            )
+        return number
+    if not isinstance(value, str):
+        raise ValueError(f"expected a number or a string with units, got {type(value).__name__}")
+    match = _QUANTITY.match(value)
+    if not match:
+        raise ValueError(f"cannot read {value!r} as a quantity; write e.g. {example}")
+    number, unit = float(match.group(1)), match.group(2)
+    if unit == "":
+        return parse_quantity(number, kind)
+    for stem in stems:
+        if unit.endswith(stem):
+            prefix = unit[: -len(stem)]
+            if prefix in _PREFIX:
+                return number * _PREFIX[prefix]
+            if prefix in _BINARY:
+                return number * _BINARY[prefix]
+    raise ValueError(f"unknown unit {unit!r} for {kind.replace('_per_', '/')}; write e.g. {example}")
+
+
+def _validator(kind: str):
+    return BeforeValidator(lambda value: parse_quantity(value, kind))
+
+
+Bytes = Annotated[float, _validator("bytes"), Field(gt=0)]
+BytesPerSecond = Annotated[float, _validator("bytes_per_s"), Field(gt=0)]
+FlopPerSecond = Annotated[float, _validator("flop_per_s"), Field(gt=0)]
+
+
+def _fraction(value):
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 1 < value <= 100:
+        raise ValueError(f"{value} looks like a percentage; utilizations are fractions in (0, 1], e.g. {value / 100:g}")
+    return value
+
+
+Utilization = Annotated[float, BeforeValidator(_fraction), Field(gt=0, le=1)]
+Fraction = Annotated[float, BeforeValidator(_fraction), Field(ge=0, le=1)]

@@ -1,0 +1,65 @@
+"""The registry of result variables: name, units, long name, description.
+
+Every dataset, JSON record and plot label comes from here, so a variable has
+one name and one unit everywhere. Units are SI (seconds, bytes, samples/s).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Variable:
+    name: str
+    units: str
+    long_name: str
+    description: str
+
+
+VARIABLES: tuple[Variable, ...] = (
+    Variable("iteration_time", "s", "iteration time", "End of the last op on either stream (forward only for inference)."),
+    Variable("throughput", "samples/s", "throughput", "Global batch / iteration time; a sample is one sequence for LLMs."),
+    Variable("global_batch", "samples", "global batch", "Samples per iteration."),
+    Variable("forward_time", "s", "forward-pass time", "Time at the forward/backward barrier (iteration time for inference)."),
+    Variable("time_gemm", "s", "GEMM time", "Sum of GEMM compute durations."),
+    Variable("time_emb", "s", "embedding time", "Sum of embedding-lookup durations."),
+    Variable("time_all2all", "s", "all-to-all time", "Sum of all-to-all durations (not wall time)."),
+    Variable("time_allreduce", "s", "allreduce time", "Sum of allreduce durations (not wall time)."),
+    Variable("time_allgather", "s", "allgather time", "Sum of allgather durations (not wall time)."),
+    Variable("time_reducescatter", "s", "reduce-scatter time", "Sum of reduce-scatter durations (not wall time)."),
+    Variable("time_compute", "s", "compute time", "time_gemm + time_emb."),
+    Variable("time_comm", "s", "communication time", "Sum of all collective durations."),
+    Variable("exposed_comm", "s", "exposed communication", "iteration_time - time_compute: idle time of the compute stream."),
+    Variable("overlapped_comm", "s", "overlapped communication", "time_comm - exposed_comm."),
+    Variable("weight_memory_dense", "bytes", "dense weights per device", "Non-embedding weights held per device (weights only)."),
+    Variable("weight_memory_emb", "bytes", "embedding weights per device", "Embedding weights held per device (weights only)."),
+    Variable("weight_memory", "bytes", "weights per device", "weight_memory_dense + weight_memory_emb."),
+    Variable("eff_flop_per_s", "FLOP/s", "effective FLOP/s", "Peak at the model's dense precision x flops_util."),
+    Variable("num_compute_ops", "1", "compute ops", "Ops on the compute stream in one iteration."),
+    Variable("num_comm_ops", "1", "communication ops", "Ops on the communication stream in one iteration."),
+)
+
+REGISTRY: dict[str, Variable] = {v.name: v for v in VARIABLES}
+NAMES: tuple[str, ...] = tuple(v.name for v in VARIABLES)
+
+
+def attrs(name: str) -> dict[str, str]:
+    """xarray attrs (units, long_name, description) of variable ``name``."""
+    var = REGISTRY[name]
+    return {"units": var.units, "long_name": var.long_name, "description": var.description}
+
+
+def derive(results: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Add the variables that follow from the kernel outputs (in place)."""
+    r = results
+    r["time_compute"] = r["time_gemm"] + r["time_emb"]
+    r["time_comm"] = r["time_all2all"] + r["time_allreduce"] + r["time_allgather"] + r["time_reducescatter"]
+    r["exposed_comm"] = r["iteration_time"] - r["time_compute"]
+    r["overlapped_comm"] = r["time_comm"] - r["exposed_comm"]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r["throughput"] = r["global_batch"] / r["iteration_time"]
+    r["weight_memory"] = r["weight_memory_dense"] + r["weight_memory_emb"]
+    return r

@@ -1,0 +1,88 @@
+"""Semantics: every modelling choice where the reference made one of several
+reasonable choices is a named field here; presets pick them.
+
+- ``madmax`` reproduces the public MAD-Max reference implementation
+  (ScaleExplorer ``madmax/``, commit 562db98) to 1e-9 relative, bugs included.
+- ``default`` is fastmodel's corrected model: the reference's plain bugs fixed.
+
+Fields that change the op graph are part of a Program's structure key; the
+others only change cost slots. See MADMAX_MODEL.md "Limitations".
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from fastmodel.errors import SpecError, nearest
+
+
+class Semantics(BaseModel):
+    """Named modelling choices (see each field's description)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = "custom"
+
+    ddp_grad_sharded_layer: bool = Field(
+        description="DDP gradient allreduce carries the layer shard each device holds "
+        "(params / total shard). False reproduces the reference's 'running shard' quirk: "
+        "the shard is divided level by level as the loop reaches tp/fsdp levels, so in "
+        "(tp, ddp) and (fsdp, ddp) the allreduce carries the full, unsharded layer "
+        "(MADMAX_MODEL.md 1.5, Limitation 7)."
+    )
+    emb_ddp_grad_any_level: bool = Field(
+        description="The embedding DDP gradient allreduce fires for a ddp level at any "
+        "position. False reproduces the reference, which fires it only when level 0 is "
+        "ddp, so a 2-D (mp, ddp) embedding plan syncs no embedding gradient (Limitation 9)."
+    )
+    llm_fsdp_backward: Literal["pre_optimized", "post_optimized"] = Field(
+        description="FSDP backward of the LLM family. 'pre_optimized' (the reference's "
+        "llm_tasks_preoptimized, used for LLM): each allgather waits for the previous "
+        "layer's backward compute and queues behind its reduce-scatter, so FSDP "
+        "communication is exposed. 'post_optimized' (the reference's llm_tasks): "
+        "allgathers are issued without dependencies one block ahead, hiding them."
+    )
+    bogus_prefetch_without_fsdp: bool = Field(
+        description="With 'post_optimized', issue the first-layer FC allgather even when "
+        "the plan has no fsdp (the reference's bug, Limitation 8; degree[0] times the "
+        "full layer). Only used by families/paths that run post_optimized."
+    )
+
+
+PRESETS: dict[str, Semantics] = {
+    "madmax": Semantics(
+        name="madmax",
+        ddp_grad_sharded_layer=False,
+        emb_ddp_grad_any_level=False,
+        llm_fsdp_backward="pre_optimized",
+        bogus_prefetch_without_fsdp=True,
+    ),
+    "default": Semantics(
+        name="default",
+        ddp_grad_sharded_layer=True,
+        emb_ddp_grad_any_level=True,
+        llm_fsdp_backward="post_optimized",
+        bogus_prefetch_without_fsdp=False,
+    ),
+}
+
+
+def get_semantics(semantics: "str | Semantics | dict") -> Semantics:
+    """Resolve a preset name, a dict of fields (optionally with ``base``), or a Semantics."""
+    if isinstance(semantics, Semantics):
+        return semantics
+    if isinstance(semantics, str):
+        if semantics not in PRESETS:
+            raise SpecError(None, "semantics", f"unknown preset {semantics!r}; choose one of {', '.join(PRESETS)}{nearest(semantics, PRESETS)}")
+        return PRESETS[semantics]
+    if isinstance(semantics, dict):
+        fields = dict(semantics)
+        base = get_semantics(fields.pop("base", "default"))
+        unknown = set(fields) - set(Semantics.model_fields)
+        if unknown:
+            key = sorted(unknown)[0]
+            raise SpecError(None, f"semantics.{key}", f"unknown field{nearest(key, Semantics.model_fields)}")
+        return Semantics(**{**base.model_dump(), "name": "custom", **fields})
+    raise SpecError(None, "semantics", f"expected a preset name or a dict, got {type(semantics).__name__}")

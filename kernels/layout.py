@@ -1,0 +1,107 @@
+"""Column layouts and integer codes shared by the kernels and the Python side.
+
+Numba treats module-level integers as compile-time constants, so kernels index
+rows by these names at no cost.
+"""
+
+# --- stream codes -----------------------------------------------------------
+STREAM_COMPUTE = 0
+STREAM_COMM = 1
+
+# --- op categories (busy-time accumulators) ---------------------------------
+CAT_GEMM = 0
+CAT_EMB = 1
+CAT_ALL2ALL = 2
+CAT_ALLREDUCE = 3
+CAT_ALLGATHER = 4
+CAT_REDUCESCATTER = 5
+N_CATEGORIES = 6
+CATEGORY_NAMES = ("gemm", "emb", "all2all", "allreduce", "allgather", "reducescatter")
+
+# --- strategy codes ---------------------------------------------------------
+STRAT_NONE = -1
+STRAT_DDP = 0
+STRAT_FSDP = 1
+STRAT_TP = 2
+STRAT_PP = 3
+STRAT_MP = 4
+STRATEGY_CODES = {"ddp": STRAT_DDP, "fsdp": STRAT_FSDP, "tp": STRAT_TP, "pp": STRAT_PP, "mp": STRAT_MP}
+
+# --- LLM parameter-table columns (one row per configuration) ---------------
+LLM_COLUMNS = (
+    "num_layers",            # L
+    "hidden",                # d, elements
+    "ffn_hidden",            # f, elements
+    "seq_len",               # s, tokens
+    "vocab_size",            # V
+    "bytes_per_dense_param",
+    "bytes_per_emb_param",
+    "peak_flop_per_s",       # at the dense precision
+    "flops_util",
+    "hbm_bandwidth_bytes_per_s",
+    "hbm_bandwidth_util",
+    "num_nodes",
+    "devices_per_node",
+    "num_links",
+    "link_bandwidth_bytes_per_s",
+    "link_util",
+    "num_ports",
+    "port_bandwidth_bytes_per_s",
+    "port_util",
+    "allreduce_intra_fraction",
+    "dense_degree0",
+    "dense_degree1",         # 1 when the dense plan has one level
+    "emb_degree0",
+    "emb_degree1",           # 1 when the embedding plan has one level
+    "local_dense_batch",     # samples per device
+    "local_emb_batch",
+)
+(
+    P_LAYERS, P_HIDDEN, P_FFN, P_SEQ, P_VOCAB, P_BYTES_DENSE, P_BYTES_EMB,
+    P_PEAK_FLOPS, P_FLOPS_UTIL, P_HBM_BW, P_HBM_BW_UTIL,
+    P_NODES, P_DEVICES_PER_NODE, P_LINKS, P_LINK_BW, P_LINK_UTIL,
+    P_PORTS, P_PORT_BW, P_PORT_UTIL, P_AR_INTRA,
+    P_DENSE_DEG0, P_DENSE_DEG1, P_EMB_DEG0, P_EMB_DEG1,
+    P_LOCAL_DENSE_BS, P_LOCAL_EMB_BS,
+) = range(len(LLM_COLUMNS))
+N_LLM_COLUMNS = len(LLM_COLUMNS)
+
+# --- LLM cost slots (durations in seconds) ----------------------------------
+LLM_SLOTS = (
+    "emb_lookup",         # lookup bytes per device / effective HBM bandwidth
+    "emb_all2all",        # 2 x lookup bytes / mp degree / all-to-all bandwidth
+    "emb_grad_allreduce", # lookup bytes / allreduce bandwidth (ddp embeddings)
+    "attn_fwd",
+    "fc_fwd",
+    "attn_bwd",           # 2 x forward
+    "fc_bwd",
+    "attn_allgather",     # FSDP weight gather
+    "fc_allgather",
+    "tp_allreduce",       # activations local_bs x s x d x B
+    "attn_grad_allreduce",
+    "fc_grad_allreduce",
+    "attn_reducescatter",
+    "fc_reducescatter",
+)
+(
+    S_EMB_LOOKUP, S_EMB_ALL2ALL, S_EMB_GRAD_AR, S_ATTN_FWD, S_FC_FWD, S_ATTN_BWD, S_FC_BWD,
+    S_ATTN_AG, S_FC_AG, S_TP_AR, S_ATTN_GRAD_AR, S_FC_GRAD_AR, S_ATTN_RS, S_FC_RS,
+) = range(len(LLM_SLOTS))
+N_LLM_SLOTS = len(LLM_SLOTS)
+
+# --- per-config terms the cost kernel computes besides durations ------------
+TERMS = ("global_batch", "weight_memory_dense", "weight_memory_emb", "eff_flop_per_s")
+T_GLOBAL_BATCH, T_WMEM_DENSE, T_WMEM_EMB, T_EFF_FLOPS = range(len(TERMS))
+N_TERMS = len(TERMS)
+
+# --- cost-only semantics flags (int array passed to cost kernels) -----------
+FLAGS = ("ddp_grad_sharded_layer",)
+F_DDP_GRAD_SHARDED = 0
+N_FLAGS = len(FLAGS)
+
+# --- scheduler outputs -------------------------------------------------------
+SCHEDULE_OUTPUTS = ("iteration_time", "forward_time") + tuple("time_" + c for c in CATEGORY_NAMES)
+O_ITERATION_TIME = 0
+O_FORWARD_TIME = 1
+O_CATEGORY0 = 2
+N_SCHEDULE_OUTPUTS = len(SCHEDULE_OUTPUTS)
