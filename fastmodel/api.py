@@ -49,7 +49,11 @@ def evaluate(model: Any, system: Any, task: Any, semantics: "str | Semantics | d
     plan (``'DENSE/EMB'``); ``num_nodes`` the system's cluster size. Raises
     :class:`~fastmodel.errors.SpecError` or :class:`~fastmodel.errors.PlanError`.
     """
-    config = make_config(model, system, task, semantics, plan, num_nodes)
+    return evaluate_config(make_config(model, system, task, semantics, plan, num_nodes))
+
+
+def evaluate_config(config: Config) -> xr.Dataset:
+    """Evaluate one resolved :class:`~fastmodel.config.Config` (0-d Dataset)."""
     results = evaluate_configs([config])
     data = {name: xr.Variable((), np.float64(results[name][0]), attrs=attrs(name)) for name in NAMES}
     return xr.Dataset(data, attrs=config_attrs(config))

@@ -1,0 +1,130 @@
+"""Batch evaluation: JSONL cases in, JSONL results out, one line per line, in order.
+
+Input line: ``{"case": id?, "model": name|path|dict, "system": ..., "task": ...,
+"semantics"?: preset|dict, "plan"?: str, "num_nodes"?: int}``. Output line:
+``case``, ``status`` (``"ok"`` or ``"error: <reason>"``), ``plan`` and every
+result variable of the registry (SI units). A bad line never stops the batch.
+Legal cases are grouped by Program structure and evaluated by the kernels in
+chunks, so throughput is that of the kernels plus JSON parsing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import IO, Iterable, Iterator
+
+from fastmodel.config import Config, resolve
+from fastmodel.engine import evaluate_configs
+from fastmodel.errors import FastmodelError
+from fastmodel.loader import load_cached
+from fastmodel.results import NAMES
+from fastmodel.semantics import get_semantics
+
+CASE_KEYS = ("case", "model", "system", "task", "semantics", "plan", "num_nodes")
+CHUNK_LINES = 20_000
+
+
+def _spec_text(value) -> str:
+    if isinstance(value, dict):
+        return json.dumps(value, sort_keys=True)
+    if isinstance(value, str) and value.startswith("{"):
+        raise FastmodelError(f"spec name {value!r} looks like JSON text; give a JSON object instead")
+    if not isinstance(value, str):
+        raise FastmodelError(f"expected a spec name, path or object, got {type(value).__name__}")
+    return value
+
+
+def parse_case(line: str, default_semantics) -> Config:
+    """One JSONL line -> a resolved Config; raises FastmodelError with a one-line reason."""
+    try:
+        case = json.loads(line)
+    except json.JSONDecodeError as error:
+        raise FastmodelError(f"invalid JSON: {error.msg} at column {error.colno}") from None
+    if not isinstance(case, dict):
+        raise FastmodelError("a case must be a JSON object")
+    unknown = [k for k in case if k not in CASE_KEYS and k != "expected" and k != "rule"]
+    if unknown:
+        from fastmodel.errors import nearest
+        raise FastmodelError(f"unknown key {unknown[0]!r}{nearest(unknown[0], CASE_KEYS)}")
+    for key in ("model", "system", "task"):
+        if key not in case:
+            raise FastmodelError(f"missing key {key!r}")
+    model = load_cached("model", _spec_text(case["model"]))
+    system = load_cached("system", _spec_text(case["system"]))
+    if case.get("num_nodes") is not None:
+        num_nodes = case["num_nodes"]
+        if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 1:
+            raise FastmodelError(f"num_nodes must be a positive integer (got {num_nodes!r})")
+        system = system.with_nodes(num_nodes)
+    task = load_cached("task", _spec_text(case["task"]))
+    semantics = get_semantics(case["semantics"]) if "semantics" in case else default_semantics
+    return resolve(model, system, task, semantics, case.get("plan"))
+
+
+def _case_id(line: str, number: int):
+    try:
+        value = json.loads(line)
+        if isinstance(value, dict) and "case" in value:
+            return value["case"]
+    except json.JSONDecodeError:
+        pass
+    return number
+
+
+def _one_line(reason: str) -> str:
+    return " ".join(str(reason).split())
+
+
+def run_batch(lines: Iterable[str], semantics="madmax") -> Iterator[dict]:
+    """Yield one result record per input line, in order."""
+    default_semantics = get_semantics(semantics)
+    chunk: list[tuple[int, str]] = []
+    for number, line in enumerate(lines, start=1):
+        chunk.append((number, line))
+        if len(chunk) >= CHUNK_LINES:
+            yield from _run_chunk(chunk, default_semantics)
+            chunk = []
+    if chunk:
+        yield from _run_chunk(chunk, default_semantics)
+
+
+def _run_chunk(chunk: list[tuple[int, str]], default_semantics) -> Iterator[dict]:
+    records: list[dict] = []
+    configs: list[Config] = []
+    positions: list[int] = []
+    for number, line in chunk:
+        record = {"case": _case_id(line, number)}
+        records.append(record)
+        if not line.strip():
+            record["status"] = "error: empty line"
+            continue
+        try:
+            config = parse_case(line, default_semantics)
+        except FastmodelError as error:
+            record["status"] = "error: " + _one_line(error)
+            continue
+        record["status"] = "ok"
+        record["plan"] = config.plan.label
+        configs.append(config)
+        positions.append(len(records) - 1)
+    if configs:
+        results = evaluate_configs(configs)
+        for j, position in enumerate(positions):
+            record = records[position]
+            for name in NAMES:
+                value = float(results[name][j])
+                record[name] = value if math.isfinite(value) else None
+    yield from records
+
+
+def write_records(records: Iterable[dict], out: IO[str]) -> tuple[int, int]:
+    """Write records as JSONL; return (ok count, error count)."""
+    ok = bad = 0
+    for record in records:
+        out.write(json.dumps(record) + "\n")
+        if record["status"] == "ok":
+            ok += 1
+        else:
+            bad += 1
+    return ok, bad
