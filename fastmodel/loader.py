@@ -71,7 +71,7 @@ def _fields_at(cls: type[BaseModel], path: tuple) -> list[str]:
 
 def validation_to_spec_error(error: ValidationError, cls: type[BaseModel], source: str | None, kind: str) -> SpecError:
     """The first pydantic error as a one-line :class:`SpecError`."""
-    errors = error.errors()
+    errors = sorted(error.errors(), key=lambda e: e["type"] != "extra_forbidden")  # typos explain "missing"
     first = errors[0]
     loc = tuple(first["loc"])
     field = ".".join([kind, *map(str, loc)]) if loc else kind

@@ -1,0 +1,122 @@
+"""The command line, driven through click's runner (same process, real commands)."""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from fastmodel.cli import main
+
+from conftest import assert_matches_reference, dev_cases, illegal_cases
+
+RUN = ["run", "--model", "llama2-70b", "--system", "dc-a", "--nodes", "256", "--task", "llm-pretrain-fsdp"]
+
+
+@pytest.fixture
+def cli():
+    runner = CliRunner()
+
+    def invoke(*args, **kw):
+        return runner.invoke(main, list(args), catch_exceptions=False, **kw)
+
+    return invoke
+
+
+def test_run_report(cli):
+    result = cli(*RUN)
+    assert result.exit_code == 0
+    out = result.output
+    for text in ("LLaMA2-70B", "2048 devices", "fsdp2048/ddp2048", "GEMM", "allgather", "exposed",
+                 "iteration   7,275.72 ms", "throughput  281.48 samples/s", "weights"):
+        assert text in out, text
+
+
+def test_run_json(cli):
+    result = cli(*RUN, "--json")
+    data = json.loads(result.output)
+    assert data["plan"] == "fsdp2048/ddp2048"
+    assert data["iteration_time"] == pytest.approx(7.2757, rel=1e-4)
+    assert data["num_devices"] == 2048
+
+
+def test_run_madmax_json_files(cli, tmp_path):
+    case = dev_cases("LLM")[0]
+    paths = []
+    for kind in ("model", "system", "task"):
+        path = tmp_path / f"{kind}.json"
+        path.write_text(json.dumps(case[kind]))
+        paths += [f"--{kind}", str(path)]
+    result = cli("run", *paths, "--semantics", "madmax", "--json")
+    assert result.exit_code == 0
+    assert_matches_reference(json.loads(result.output), case["expected"], case["case"])
+
+
+@pytest.mark.parametrize(
+    "args, text",
+    [
+        (["run", "--model", "llama2-70c", "--system", "dc-a", "--task", "llm-pretrain-fsdp"], "did you mean 'llama2-70b'"),
+        (["run", "--model", "llama2-70b", "--system", "dc-a", "--task", "llm-pretrain"], "--plan"),
+        (["run", "--model", "llama2-70b", "--system", "dc-a", "--task", "llm-pretrain", "--plan", "tp4,ddp32/mp"],
+         "first_degree"),
+        (["run", "--model", "llama2-70b", "--system", "dc-a", "--task", "llm-pretrain", "--plan", "tp/"], "syntax"),
+        (["run", "--model", "nofile.toml", "--system", "dc-a", "--task", "llm-pretrain"], "nofile.toml: no such file"),
+    ],
+)
+def test_run_errors_are_one_line_exit_2(cli, args, text):
+    result = cli(*args)
+    assert result.exit_code == 2
+    assert text in result.output
+    assert result.output.startswith("error: ") and result.output.count("\n") == 1
+
+
+def test_run_nodes_must_be_positive(cli):
+    assert cli(*RUN[:-4], "--nodes", "0", "--task", "llm-pretrain-fsdp").exit_code == 2
+
+
+def test_batch_file(cli, tmp_path):
+    good = dev_cases("LLM")[:3]
+    bad = illegal_cases("LLM")[:2]
+    lines = [json.dumps(c) for c in good] + ["{not json", "", json.dumps({"model": "llama2-70b"})]
+    lines += [json.dumps(c) for c in bad]
+    lines.append(json.dumps({"case": "named", "model": "llama2-70b", "system": "dc-a", "task": "llm-pretrain",
+                             "plan": "tp,ddp/mp", "num_nodes": 4, "semantics": "default"}))
+    src = tmp_path / "cases.jsonl"
+    src.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "results.jsonl"
+    result = cli("batch", str(src), "-o", str(out))
+    assert result.exit_code == 0
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(records) == len(lines)
+    for record, case in zip(records[:3], good):
+        assert record["status"] == "ok"
+        assert_matches_reference(record, case["expected"], case["case"])
+    assert records[3]["status"].startswith("error: invalid JSON") and records[3]["case"] == 4
+    assert records[4]["status"] == "error: empty line"
+    assert records[5]["status"] == "error: missing key 'system'"
+    assert all(r["status"].startswith("error: ") for r in records[6:8])
+    assert records[8]["case"] == "named" and records[8]["status"] == "ok" and records[8]["plan"] == "tp8,ddp4/mp32"
+    assert not list(tmp_path.glob(".results.jsonl.*"))  # no temp file left behind
+
+
+def test_batch_missing_input(cli, tmp_path):
+    result = cli("batch", str(tmp_path / "none.jsonl"))
+    assert result.exit_code == 2 and "cannot read" in result.output
+
+
+def test_specs_commands(cli):
+    listed = cli("specs", "list").output
+    assert "llama2-70b" in listed and "dc-a" in listed and "llm-pretrain-fsdp" in listed
+    shown = cli("specs", "show", "llama2-70b").output
+    assert "hidden = 8192" in shown and "arXiv" in shown
+    missing = cli("specs", "show", "llama2-70")
+    assert missing.exit_code == 2 and "did you mean" in missing.output
+    for kind in ("model", "system", "task"):
+        schema = json.loads(cli("specs", "schema", kind).output)
+        assert "properties" in schema
+
+
+def test_plans_command(cli):
+    out = cli("plans", "--system", "dc-a", "--nodes", "16").output.splitlines()
+    assert len(out) == 52 and any("tp8,ddp16/mp128" in line for line in out)
+    single = cli("plans", "--system", "dc-a", "--nodes", "1").output.splitlines()
+    assert len(single) == 8
