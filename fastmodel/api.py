@@ -55,5 +55,5 @@ def evaluate(model: Any, system: Any, task: Any, semantics: "str | Semantics | d
 def evaluate_config(config: Config) -> xr.Dataset:
     """Evaluate one resolved :class:`~fastmodel.config.Config` (0-d Dataset)."""
     results = evaluate_configs([config])
-    data = {name: xr.Variable((), np.float64(results[name][0]), attrs=attrs(name)) for name in NAMES}
+    data = {name: ((), np.float64(results[name][0]), attrs(name)) for name in NAMES}
     return xr.Dataset(data, attrs=config_attrs(config))

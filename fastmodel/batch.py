@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+from functools import lru_cache
 from typing import IO, Iterable, Iterator
 
 from fastmodel.config import Config, resolve
@@ -20,6 +21,7 @@ from fastmodel.errors import FastmodelError
 from fastmodel.loader import load_cached
 from fastmodel.results import NAMES
 from fastmodel.semantics import get_semantics
+from fastmodel.spec_system import SystemSpec
 
 CASE_KEYS = ("case", "model", "system", "task", "semantics", "plan", "num_nodes")
 CHUNK_LINES = 20_000
@@ -27,7 +29,7 @@ CHUNK_LINES = 20_000
 
 def _spec_text(value) -> str:
     if isinstance(value, dict):
-        return json.dumps(value, sort_keys=True)
+        return json.dumps(value)
     if isinstance(value, str) and value.startswith("{"):
         raise FastmodelError(f"spec name {value!r} looks like JSON text; give a JSON object instead")
     if not isinstance(value, str):
@@ -35,12 +37,22 @@ def _spec_text(value) -> str:
     return value
 
 
-def parse_case(line: str, default_semantics) -> Config:
-    """One JSONL line -> a resolved Config; raises FastmodelError with a one-line reason."""
+@lru_cache(maxsize=1024)
+def _system_with_nodes(text: str, num_nodes) -> SystemSpec:
+    system = load_cached("system", text)
+    return system if num_nodes is None else system.with_nodes(num_nodes)
+
+
+def _load_json(line: str):
     try:
-        case = json.loads(line)
+        return json.loads(line)
     except json.JSONDecodeError as error:
         raise FastmodelError(f"invalid JSON: {error.msg} at column {error.colno}") from None
+
+
+def parse_case(line: "str | dict", default_semantics) -> Config:
+    """One JSONL line (or its parsed dict) -> a resolved Config; raises FastmodelError."""
+    case = _load_json(line) if isinstance(line, str) else line
     if not isinstance(case, dict):
         raise FastmodelError("a case must be a JSON object")
     unknown = [k for k in case if k not in CASE_KEYS and k != "expected" and k != "rule"]
@@ -51,25 +63,13 @@ def parse_case(line: str, default_semantics) -> Config:
         if key not in case:
             raise FastmodelError(f"missing key {key!r}")
     model = load_cached("model", _spec_text(case["model"]))
-    system = load_cached("system", _spec_text(case["system"]))
-    if case.get("num_nodes") is not None:
-        num_nodes = case["num_nodes"]
-        if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 1:
-            raise FastmodelError(f"num_nodes must be a positive integer (got {num_nodes!r})")
-        system = system.with_nodes(num_nodes)
+    num_nodes = case.get("num_nodes")
+    if num_nodes is not None and (isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 1):
+        raise FastmodelError(f"num_nodes must be a positive integer (got {num_nodes!r})")
+    system = _system_with_nodes(_spec_text(case["system"]), num_nodes)
     task = load_cached("task", _spec_text(case["task"]))
     semantics = get_semantics(case["semantics"]) if "semantics" in case else default_semantics
     return resolve(model, system, task, semantics, case.get("plan"))
-
-
-def _case_id(line: str, number: int):
-    try:
-        value = json.loads(line)
-        if isinstance(value, dict) and "case" in value:
-            return value["case"]
-    except json.JSONDecodeError:
-        pass
-    return number
 
 
 def _one_line(reason: str) -> str:
@@ -94,13 +94,16 @@ def _run_chunk(chunk: list[tuple[int, str]], default_semantics) -> Iterator[dict
     configs: list[Config] = []
     positions: list[int] = []
     for number, line in chunk:
-        record = {"case": _case_id(line, number)}
+        record = {"case": number}
         records.append(record)
         if not line.strip():
             record["status"] = "error: empty line"
             continue
         try:
-            config = parse_case(line, default_semantics)
+            case = _load_json(line)
+            if isinstance(case, dict) and "case" in case:
+                record["case"] = case["case"]
+            config = parse_case(case, default_semantics)
         except FastmodelError as error:
             record["status"] = "error: " + _one_line(error)
             continue

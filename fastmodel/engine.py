@@ -17,12 +17,17 @@ from fastmodel.kernels.layout import (
     CATEGORY_NAMES, N_FLAGS, O_CATEGORY0, O_FORWARD_TIME, O_ITERATION_TIME, STRAT_NONE, STRATEGY_CODES,
     T_EFF_FLOPS, T_GLOBAL_BATCH, T_WMEM_DENSE, T_WMEM_EMB, F_DDP_GRAD_SHARDED,
 )
-from fastmodel.kernels.llm_costs import llm_costs
-from fastmodel.kernels.schedule import schedule_many, schedule_trace
+from fastmodel.kernels.llm_costs import llm_costs, llm_costs_serial
+from fastmodel.kernels.schedule import schedule_many, schedule_many_serial, schedule_trace
 from fastmodel.lower import StructureKey, lower
 from fastmodel.program import Program
 from fastmodel.results import NAMES, derive
 from fastmodel.semantics import Semantics
+
+
+#: below this many rows the single-threaded kernels are used: waking the
+#: thread pool costs about a millisecond, far more than a few configs take.
+PARALLEL_MIN_ROWS = 256
 
 
 def strategy_codes(strategies: tuple[str, ...]) -> np.ndarray:
@@ -41,7 +46,8 @@ def semantics_flags(semantics: Semantics) -> np.ndarray:
 
 def cost_slots(key: StructureKey, semantics: Semantics, params: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Slot durations and terms of a parameter table (family cost kernel)."""
-    return llm_costs(
+    kernel = llm_costs if params.shape[0] >= PARALLEL_MIN_ROWS else llm_costs_serial
+    return kernel(
         np.ascontiguousarray(params, dtype=np.float64),
         strategy_codes(key.dense), len(key.dense),
         strategy_codes(key.emb), len(key.emb),
@@ -53,7 +59,8 @@ def evaluate_table(key: StructureKey, semantics: Semantics, params: np.ndarray) 
     """Evaluate every row of ``params`` (one structure) -> result arrays."""
     program = lower(key)
     slots, terms = cost_slots(key, semantics, params)
-    sched = schedule_many(*program.arrays(), slots)
+    scheduler = schedule_many if slots.shape[0] >= PARALLEL_MIN_ROWS else schedule_many_serial
+    sched = scheduler(*program.arrays(), slots)
     n = params.shape[0]
     results = {
         "iteration_time": sched[:, O_ITERATION_TIME],

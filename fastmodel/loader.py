@@ -38,14 +38,24 @@ def _library_dir(kind: str):
     return resources.files("fastmodel.specs").joinpath(f"{kind}s")
 
 
+@lru_cache(maxsize=None)
+def _builtin_names(kind: str) -> tuple[str, ...]:
+    folder = _library_dir(kind)
+    return tuple(sorted(p.name[: -len(".toml")] for p in folder.iterdir() if p.name.endswith(".toml")))
+
+
 def builtin_names(kind: str) -> list[str]:
     """Names of the built-in specs of ``kind`` (model, system or task)."""
-    folder = _library_dir(kind)
-    return sorted(p.name[: -len(".toml")] for p in folder.iterdir() if p.name.endswith(".toml"))
+    return list(_builtin_names(kind))
 
 
 def builtin_text(kind: str, name: str) -> str:
     return _library_dir(kind).joinpath(f"{name}.toml").read_text()
+
+
+@lru_cache(maxsize=None)
+def _builtin_data(kind: str, name: str) -> dict:
+    return tomllib.loads(builtin_text(kind, name))
 
 
 # --- validation helpers -----------------------------------------------------
@@ -132,9 +142,9 @@ def _resolve_source(spec: Any, kind: str) -> tuple[dict | BaseModel, str | None]
         path = Path(text)
         if path.suffix in (".toml", ".json") or path.exists() or "/" in text:
             return read_file(path), text
-        names = builtin_names(kind)
+        names = _builtin_names(kind)
         if text in names:
-            return tomllib.loads(builtin_text(kind, text)), text
+            return _builtin_data(kind, text), text
         raise SpecError(None, kind, f"unknown built-in {kind} {text!r}{nearest(text, names)}; "
                         f"see 'fastmodel specs list' or pass a .toml/.json path")
     raise SpecError(None, kind, f"expected a name, a path or a dict, got {type(spec).__name__}")

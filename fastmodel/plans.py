@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 from fastmodel.errors import PlanError, nearest
 
@@ -68,6 +69,12 @@ class Plan:
         """Parse ``DENSE/EMB``; raises :class:`PlanError` (rule ``syntax``)."""
         if not isinstance(text, str):
             raise PlanError("syntax", f"a plan is a string like 'tp8,ddp16/mp128', got {text!r}")
+        return _parse_plan(text)
+
+    @classmethod
+    def _parse_uncached(cls, text: str) -> "Plan":
+        if not isinstance(text, str):
+            raise PlanError("syntax", f"a plan is a string like 'tp8,ddp16/mp128', got {text!r}")
         parts = text.replace(" ", "").split("/")
         if len(parts) != 2 or not parts[0] or not parts[1]:
             raise PlanError("syntax", f"cannot parse plan {text!r}: write DENSE/EMB, e.g. 'tp8,ddp16/mp128' or 'fsdp/ddp'")
@@ -90,10 +97,23 @@ class Plan:
 
     def resolve(self, num_devices: int, devices_per_node: int) -> "Plan":
         """Fill omitted degrees: 1 level -> all devices; 2 levels -> [per node, rest]."""
+        return _resolve_plan(self, num_devices, devices_per_node)
+
+    def _resolve_uncached(self, num_devices: int, devices_per_node: int) -> "Plan":
         return Plan(
             _resolve(self.dense, num_devices, devices_per_node),
             _resolve(self.emb, num_devices, devices_per_node),
         )
+
+
+@lru_cache(maxsize=4096)
+def _parse_plan(text: str) -> Plan:
+    return Plan._parse_uncached(text)
+
+
+@lru_cache(maxsize=65536)
+def _resolve_plan(plan: Plan, num_devices: int, devices_per_node: int) -> Plan:
+    return plan._resolve_uncached(num_devices, devices_per_node)
 
 
 def _parse_levels(text: str, whole: str) -> tuple[Level, ...]:

@@ -134,3 +134,14 @@ def llm_costs(params, dense_codes, num_dense, emb_codes, num_emb, flags):
     for i in prange(n):
         llm_costs_row(params[i], dense_codes, num_dense, emb_codes, num_emb, flags, slots[i], terms[i])
     return slots, terms
+
+
+@njit(cache=True)
+def llm_costs_serial(params, dense_codes, num_dense, emb_codes, num_emb, flags):
+    """:func:`llm_costs` on one thread: for a few rows, where waking threads costs more."""
+    n = params.shape[0]
+    slots = np.empty((n, N_LLM_SLOTS))
+    terms = np.empty((n, N_TERMS))
+    for i in range(n):
+        llm_costs_row(params[i], dense_codes, num_dense, emb_codes, num_emb, flags, slots[i], terms[i])
+    return slots, terms

@@ -65,6 +65,19 @@ def schedule_many(op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx,
 
 
 @njit(cache=True)
+def schedule_many_serial(op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx, slots):
+    """:func:`schedule_many` on one thread: for a few rows, where waking threads costs more."""
+    n = slots.shape[0]
+    n_ops = op_stream.shape[0]
+    out = np.empty((n, N_SCHEDULE_OUTPUTS))
+    op_start = np.empty(n_ops)
+    op_end = np.empty(n_ops)
+    for i in range(n):
+        schedule_row(op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx, slots[i], op_start, op_end, out[i])
+    return out
+
+
+@njit(cache=True)
 def schedule_trace(op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx, slots_row):
     """Per-op start and end times (seconds) of one configuration, for timelines."""
     n_ops = op_stream.shape[0]

@@ -1,0 +1,168 @@
+"""Benchmark: batch evaluation and single-config latency, next to a plain-Python baseline.
+
+Prints, in one run:
+  * numba compile time (cold cache, in a subprocess) and cache-load time;
+  * configs/s of `fastmodel batch` (JSONL in -> JSONL out, in process) on 10,000
+    LLaMA2-70B pretrain configurations varying plan, global batch, node count and
+    system numbers (FLOP utilization, link and network bandwidth);
+  * per-config latency of `run` (the Python API `evaluate`, after warm-up);
+  * the same programs evaluated per config by the kernels' own Python code
+    (`.py_func`, no numba) on a sample -- the baseline;
+  * peak RSS.
+It writes the figures to bench/results/bench_evaluate.json.
+
+    python bench/bench_evaluate.py [--configs 10000] [--seed 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import platform
+import random
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+COLD_COMPILE = """
+import time, fastmodel
+t = time.perf_counter()
+fastmodel.evaluate("llama-7b", "dc-a", "llm-pretrain", plan="tp,ddp/mp", num_nodes=2)
+print(time.perf_counter() - t)
+"""
+
+
+def make_cases(n: int, seed: int) -> list[str]:
+    """n JSONL lines: LLaMA2-70B pretrain with varied plans, batches and systems."""
+    from fastmodel.loader import load_system
+    from fastmodel.plans import enumerate_plan_shapes
+
+    rng = random.Random(seed)
+    base = load_system("dc-a").model_dump()
+    systems = []
+    for _ in range(64):  # a pool of hardware what-ifs
+        s = json.loads(json.dumps(base))
+        s["device"]["flops_util"] = round(rng.uniform(0.4, 0.8), 3)
+        s["node"]["link_bandwidth_bytes_per_s"] = rng.choice([25e9, 50e9, 100e9])
+        s["network"]["port_bandwidth_bytes_per_s"] = rng.choice([12.5e9, 25e9, 50e9])
+        systems.append(s)
+    shapes = [p.shape for p in enumerate_plan_shapes(2, 8)]
+    lines = []
+    for i in range(n):
+        nodes = rng.choice([16, 32, 64, 128, 256])
+        lines.append(json.dumps({
+            "case": i,
+            "model": "llama2-70b",
+            "system": rng.choice(systems),
+            "num_nodes": nodes,
+            "task": {"name": "pretrain", "kind": "pretrain", "global_batch": rng.choice([2048, 4096, 8192])},
+            "plan": rng.choice(shapes),
+        }))
+    return lines
+
+
+def python_baseline(configs) -> float:
+    """Seconds per config with the kernels' code run by the Python interpreter."""
+    import numpy as np
+
+    from fastmodel.config import llm_param_row, structure_key
+    from fastmodel.engine import semantics_flags, strategy_codes
+    from fastmodel.kernels.layout import N_LLM_SLOTS, N_SCHEDULE_OUTPUTS, N_TERMS
+    from fastmodel.kernels.llm_costs import llm_costs_row
+    from fastmodel.kernels.schedule import schedule_row
+    from fastmodel.lower import lower
+
+    def one(config):
+        key = structure_key(config)
+        program = lower(key)
+        slots, terms = np.empty(N_LLM_SLOTS), np.empty(N_TERMS)
+        llm_costs_row.py_func(llm_param_row(config), strategy_codes(key.dense), len(key.dense),
+                              strategy_codes(key.emb), len(key.emb), semantics_flags(config.semantics), slots, terms)
+        n_ops = program.num_ops
+        schedule_row.py_func(*program.arrays(), slots, np.empty(n_ops), np.empty(n_ops), np.empty(N_SCHEDULE_OUTPUTS))
+
+    one(configs[0])  # warm-up: helper kernels called from Python compile or load once
+    t = time.perf_counter()
+    for config in configs:
+        one(config)
+    return (time.perf_counter() - t) / len(configs)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--configs", type=int, default=10_000)
+    parser.add_argument("--baseline-sample", type=int, default=100)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory() as cache:
+        env = dict(os.environ, NUMBA_CACHE_DIR=cache)
+        cold = float(subprocess.run([sys.executable, "-c", COLD_COMPILE], env=env, check=True,
+                                    capture_output=True, text=True).stdout.strip())
+
+    t = time.perf_counter()
+    import fastmodel
+    from fastmodel.batch import parse_case, run_batch, write_records
+    from fastmodel.semantics import get_semantics
+    import_s = time.perf_counter() - t
+
+    t = time.perf_counter()
+    fastmodel.evaluate("llama-7b", "dc-a", "llm-pretrain", plan="tp,ddp/mp", num_nodes=2)
+    warm_load = time.perf_counter() - t
+
+    lines = make_cases(args.configs, args.seed)
+    list(run_batch(lines[:200]))  # warm-up: every program structure of the sample lowered once
+    t = time.perf_counter()
+    sink = io.StringIO()
+    ok, bad = write_records(run_batch(lines), sink)
+    batch_s = time.perf_counter() - t
+
+    config = fastmodel.make_config("llama2-70b", "dc-a", "llm-pretrain-fsdp", num_nodes=256)
+    from fastmodel.api import evaluate_config
+    evaluate_config(config)
+    reps = 200
+    t = time.perf_counter()
+    for _ in range(reps):
+        fastmodel.evaluate("llama2-70b", "dc-a", "llm-pretrain-fsdp", num_nodes=256)
+    run_latency = (time.perf_counter() - t) / reps
+
+    sem = get_semantics("madmax")
+    sample = [parse_case(line, sem) for line in lines[: args.baseline_sample]]
+    baseline = python_baseline(sample)
+
+    peak_rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    record = {
+        "machine": f"{platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}",
+        "numba_threads": __import__("numba").get_num_threads(),
+        "compile_cold_s": cold,
+        "import_s": import_s,
+        "kernel_cache_load_s": warm_load,
+        "batch_configs": args.configs,
+        "batch_ok": ok,
+        "batch_errors": bad,
+        "batch_s": batch_s,
+        "batch_configs_per_s": args.configs / batch_s,
+        "run_latency_s": run_latency,
+        "baseline_python_s_per_config": baseline,
+        "baseline_python_configs_per_s": 1 / baseline,
+        "peak_rss_mib": peak_rss_mib,
+    }
+    print(f"machine                      {record['machine']}, numba threads {record['numba_threads']}")
+    print(f"numba compile (cold cache)   {cold:8.2f} s     (import {import_s:.2f} s, cached kernel load {warm_load:.2f} s)")
+    print(f"batch, {args.configs:,} configs       {args.configs / batch_s:10,.0f} configs/s   ({batch_s:.2f} s; {ok} ok, {bad} errors)")
+    print(f"run (evaluate), one config   {run_latency * 1e3:8.2f} ms/config  ({1 / run_latency:,.0f} configs/s)")
+    print(f"baseline: plain Python       {1 / baseline:10,.0f} configs/s   (same kernels' code run by CPython via .py_func; evaluation only, no JSON parsing; {args.baseline_sample} configs)")
+    print(f"speed-up of batch over baseline  {baseline * args.configs / batch_s:6.1f}x")
+    print(f"peak RSS                     {peak_rss_mib:8.0f} MiB")
+    out = Path(__file__).parent / "results"
+    out.mkdir(exist_ok=True)
+    (out / "bench_evaluate.json").write_text(json.dumps(record, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
