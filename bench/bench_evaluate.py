@@ -84,7 +84,8 @@ def python_baseline(configs) -> float:
         llm_costs_row.py_func(llm_param_row(config), strategy_codes(key.dense), len(key.dense),
                               strategy_codes(key.emb), len(key.emb), semantics_flags(config.semantics), slots, terms)
         n_ops = program.num_ops
-        schedule_row.py_func(*program.arrays(), slots, np.empty(n_ops), np.empty(n_ops), np.empty(N_SCHEDULE_OUTPUTS))
+        schedule_row.py_func(*program.arrays(), *program.segment_arrays(), False,
+                             slots, np.empty(n_ops), np.empty(n_ops), np.empty(N_SCHEDULE_OUTPUTS))
 
     one(configs[0])  # warm-up: helper kernels called from Python compile or load once
     t = time.perf_counter()

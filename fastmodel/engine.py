@@ -55,12 +55,17 @@ def cost_slots(key: StructureKey, semantics: Semantics, params: np.ndarray) -> t
     )
 
 
-def evaluate_table(key: StructureKey, semantics: Semantics, params: np.ndarray) -> dict[str, np.ndarray]:
-    """Evaluate every row of ``params`` (one structure) -> result arrays."""
+def evaluate_table(key: StructureKey, semantics: Semantics, params: np.ndarray,
+                   extrapolate: bool = True) -> dict[str, np.ndarray]:
+    """Evaluate every row of ``params`` (one structure) -> result arrays.
+
+    ``extrapolate`` lets the scheduler jump over steady-state layers
+    (exact to ~1e-12 relative, see ``kernels/schedule.py``).
+    """
     program = lower(key)
     slots, terms = cost_slots(key, semantics, params)
     scheduler = schedule_many if slots.shape[0] >= PARALLEL_MIN_ROWS else schedule_many_serial
-    sched = scheduler(*program.arrays(), slots)
+    sched = scheduler(*program.arrays(), *program.segment_arrays(), extrapolate, slots)
     n = params.shape[0]
     results = {
         "iteration_time": sched[:, O_ITERATION_TIME],
@@ -77,7 +82,7 @@ def evaluate_table(key: StructureKey, semantics: Semantics, params: np.ndarray) 
     return derive(results)
 
 
-def evaluate_configs(configs: list[Config]) -> dict[str, np.ndarray]:
+def evaluate_configs(configs: list[Config], extrapolate: bool = True) -> dict[str, np.ndarray]:
     """Result arrays (registry names) for ``configs``, in input order."""
     out = {name: np.full(len(configs), np.nan) for name in NAMES}
     groups: dict[tuple, list[int]] = defaultdict(list)
@@ -85,7 +90,7 @@ def evaluate_configs(configs: list[Config]) -> dict[str, np.ndarray]:
         groups[(structure_key(config), config.semantics)].append(i)
     for (key, semantics), indices in groups.items():
         params = np.stack([llm_param_row(configs[i]) for i in indices])
-        results = evaluate_table(key, semantics, params)
+        results = evaluate_table(key, semantics, params, extrapolate)
         idx = np.asarray(indices)
         for name, values in results.items():
             out[name][idx] = values
@@ -97,5 +102,5 @@ def trace(config: Config) -> tuple[Program, np.ndarray, np.ndarray]:
     key = structure_key(config)
     program = lower(key)
     slots, _ = cost_slots(key, config.semantics, llm_param_row(config)[None, :])
-    start, end, _ = schedule_trace(*program.arrays(), slots[0])
+    start, end, _ = schedule_trace(*program.arrays(), *program.segment_arrays(), slots[0])
     return program, start, end

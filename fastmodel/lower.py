@@ -68,7 +68,9 @@ def _llm_forward(b: ProgramBuilder, key: StructureKey) -> None:
         if strategy == "mp":
             b.op(f"emb.f.a2a{lvl}", COMM, S_EMB_ALL2ALL, CAT_ALL2ALL, ["emb.f"])
             emb_comm.append(f"emb.f.a2a{lvl}")
+    b.begin_layers()
     for i in range(key.num_layers):
+        b.layer()
         if fsdp:
             b.op(f"attn{i}.f.ag", COMM, S_ATTN_AG, CAT_ALLGATHER, [f"attn{i - 1}.f"])
         waits = emb_comm if i == 0 else [f"fc{i - 1}.f", f"fc{i - 1}.f.tp_ar"]
@@ -80,6 +82,7 @@ def _llm_forward(b: ProgramBuilder, key: StructureKey) -> None:
         b.op(f"fc{i}.f", COMP, S_FC_FWD, CAT_GEMM, [f"attn{i}.f", f"attn{i}.f.tp_ar", f"fc{i}.f.ag"])
         if tp:
             b.op(f"fc{i}.f.tp_ar", COMM, S_TP_AR, CAT_ALLREDUCE, [f"fc{i}.f"])
+    b.end_layers()
 
 
 def _gradient_comms(b: ProgramBuilder, key: StructureKey, block: str, i: int, trainable: bool) -> None:
@@ -99,7 +102,9 @@ def _llm_backward(b: ProgramBuilder, key: StructureKey) -> None:
     fsdp = key.dense[0] == "fsdp"
     post = key.fsdp_backward == "post_optimized"
     last = key.num_layers - 1
+    b.begin_layers()
     for i in range(last, -1, -1):
+        b.layer()
         trainable = not key.freeze_dense and i < key.min_frozen_layer
         if post:
             if i == last and (fsdp or key.bogus_prefetch_without_fsdp):
@@ -117,6 +122,7 @@ def _llm_backward(b: ProgramBuilder, key: StructureKey) -> None:
             b.op(f"attn{i}.b.ag", COMM, S_ATTN_AG, CAT_ALLGATHER, [f"attn{i + 1}.b"])
         b.op(f"attn{i}.b", COMP, S_ATTN_BWD, CAT_GEMM, [f"fc{i}.b", f"fc{i}.b.tp_ar", f"attn{i}.b.ag"])
         _gradient_comms(b, key, "attn", i, trainable)
+    b.end_layers()
     if key.freeze_emb:
         return
     emb_comm = []

@@ -27,6 +27,11 @@ class Program:
     dep_ptr: np.ndarray       # int32 CSR row pointer, len n_ops + 1
     dep_idx: np.ndarray       # int32 indices of earlier ops
     op_names: tuple[str, ...] = field(repr=False)
+    # periodic segments (see find_segments): first op, ops per layer, layers, state window
+    seg_start: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32), repr=False)
+    seg_period: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32), repr=False)
+    seg_layers: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32), repr=False)
+    seg_window: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32), repr=False)
 
     @property
     def num_ops(self) -> int:
@@ -44,6 +49,10 @@ class Program:
         """The arrays in the scheduler kernel's argument order."""
         return (self.op_stream, self.op_slot, self.op_category, self.op_barrier, self.dep_ptr, self.dep_idx)
 
+    def segment_arrays(self) -> tuple[np.ndarray, ...]:
+        """Periodic-segment arrays in the extrapolating scheduler's argument order."""
+        return (self.seg_start, self.seg_period, self.seg_layers, self.seg_window)
+
     def category_name(self, index: int) -> str:
         return CATEGORY_NAMES[int(self.op_category[index])]
 
@@ -60,6 +69,19 @@ class ProgramBuilder:
         self._deps: list[list[int]] = []
         self._names: list[str] = []
         self._pending_barrier = False
+        self._layer_runs: list[list[int]] = []
+
+    def begin_layers(self) -> None:
+        """Start a run of layers (one per phase); mark each with :meth:`layer`."""
+        self._layer_runs.append([])
+
+    def layer(self) -> None:
+        """The next op starts a new layer of the current run."""
+        self._layer_runs[-1].append(len(self._names))
+
+    def end_layers(self) -> None:
+        """The current run of layers ends before the next op."""
+        self._layer_runs[-1].append(len(self._names))
 
     def has(self, key: str) -> bool:
         return key in self._index
@@ -94,4 +116,71 @@ class ProgramBuilder:
             dep_ptr=ptr,
             dep_idx=idx,
         )
-        return Program(**arrays, op_names=tuple(self._names))
+        segments = find_segments(arrays["op_stream"], arrays["op_slot"], arrays["op_category"], arrays["op_barrier"],
+                                 ptr, idx, self._layer_runs)
+        seg = {name: np.array([s[k] for s in segments], dtype=np.int32)
+               for k, name in enumerate(("seg_start", "seg_period", "seg_layers", "seg_window"))}
+        return Program(**arrays, op_names=tuple(self._names), **seg)
+
+
+def _same_layer_shifted(stream, slot, cat, barrier, dep_ptr, dep_idx, a: int, b: int, period: int) -> bool:
+    """True if ops b..b+period equal ops a..a+period with every dependency shifted by b - a."""
+    shift = b - a
+    for k in range(period):
+        i, j = a + k, b + k
+        if stream[i] != stream[j] or slot[i] != slot[j] or cat[i] != cat[j] or barrier[i] or barrier[j]:
+            return False
+        di = dep_idx[dep_ptr[i]:dep_ptr[i + 1]]
+        dj = dep_idx[dep_ptr[j]:dep_ptr[j + 1]]
+        if di.shape != dj.shape or not np.array_equal(di + shift, dj):
+            return False
+    return True
+
+
+def find_segments(stream, slot, cat, barrier, dep_ptr, dep_idx, layer_runs) -> list[tuple[int, int, int, int]]:
+    """Maximal runs of identical layers, verified op by op: (first op, period, layers, window).
+
+    A run qualifies when each layer equals the previous one shifted by the
+    period (streams, slots, categories, dependencies) and has no barrier. The
+    window is the number of trailing layers whose op end times, with the two
+    stream cursors, form the schedule state: enough for the next layer's
+    dependencies and for every later op that depends into the run. The
+    scheduler may extrapolate a run once that state advances uniformly.
+    """
+    n_ops = len(stream)
+    segments = []
+    for bounds in layer_runs:
+        starts, end = bounds[:-1], bounds[-1]
+        j = 1
+        while j < len(starts):
+            period = (starts[j + 1] if j + 1 < len(starts) else end) - starts[j]
+            first = j - 1
+            if period <= 0 or starts[j] - starts[first] != period:
+                j += 1
+                continue
+            last = first
+            while last + 1 < len(starts):
+                nxt = starts[last + 1]
+                nxt_end = starts[last + 2] if last + 2 < len(starts) else end
+                if nxt_end - nxt != period or not _same_layer_shifted(stream, slot, cat, barrier, dep_ptr, dep_idx,
+                                                                      starts[last], nxt, period):
+                    break
+                last += 1
+            layers = last - first + 1
+            if layers >= 4:
+                seg_start = starts[first]
+                seg_end = seg_start + layers * period
+                lookback = 1
+                for op in range(seg_start + period, seg_end):
+                    for d in dep_idx[dep_ptr[op]:dep_ptr[op + 1]]:
+                        lookback = max(lookback, (op - seg_start) // period - (int(d) - seg_start) // period)
+                tail = 1
+                for op in range(seg_end, n_ops):
+                    for d in dep_idx[dep_ptr[op]:dep_ptr[op + 1]]:
+                        if seg_start <= d < seg_end:
+                            tail = max(tail, layers - (int(d) - seg_start) // period)
+                window = max(lookback, tail)
+                if window < layers - 1:
+                    segments.append((seg_start, period, layers, window))
+            j = last + 2
+    return segments

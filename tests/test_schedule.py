@@ -26,13 +26,13 @@ def _program():
 def test_hand_schedule():
     program = _program()
     slots = np.array([[2.0, 3.0, 4.0]])
-    out = schedule_many(*program.arrays(), slots)[0]
+    out = schedule_many(*program.arrays(), *program.segment_arrays(), True, slots)[0]
     assert out[O_ITERATION_TIME] == 16.0
     assert out[O_FORWARD_TIME] == 9.0
     assert out[O_CATEGORY0 + CAT_GEMM] == 9.0
     assert out[O_CATEGORY0 + CAT_ALLREDUCE] == 8.0
     assert out[O_CATEGORY0 + CAT_ALLGATHER] == 2.0
-    start, end, _ = schedule_trace(*program.arrays(), slots[0])
+    start, end, _ = schedule_trace(*program.arrays(), *program.segment_arrays(), slots[0])
     assert start.tolist() == [0, 2, 5, 5, 9, 12]
     assert end.tolist() == [2, 5, 9, 8, 12, 16]
 
@@ -41,9 +41,9 @@ def test_many_rows_equal_single_rows():
     program = _program()
     rng = np.random.default_rng(0)
     slots = rng.uniform(0, 1, size=(1000, 3))
-    many = schedule_many(*program.arrays(), slots)
+    many = schedule_many(*program.arrays(), *program.segment_arrays(), True, slots)
     for i in range(0, 1000, 97):
-        _, end, out = schedule_trace(*program.arrays(), slots[i])
+        _, end, out = schedule_trace(*program.arrays(), *program.segment_arrays(), slots[i])
         assert many[i].tolist() == out.tolist()
 
 
@@ -54,3 +54,82 @@ def test_deps_must_be_earlier_and_unique_keys():
     assert program.dep_ptr.tolist() == [0, 0]
     with pytest.raises(ValueError):
         b.op("a", COMP, 0, CAT_GEMM)
+
+
+# --- steady-state extrapolation: agreement with the full schedule ------------------
+
+from fastmodel.kernels.layout import N_SCHEDULE_OUTPUTS  # noqa: E402
+from fastmodel.kernels.schedule import schedule_row  # noqa: E402
+
+
+def _random_layered_program(rng, layers):
+    """Prologue, `layers` identical layers (random streams/deps into this or the two
+    previous layers), a barrier, a second run of layers, and an epilogue."""
+    b = ProgramBuilder()
+    n_slots = 8
+    b.op("pro0", COMP, 0, CAT_GEMM)
+    b.op("pro1", COMM, 1, CAT_ALLREDUCE, ["pro0"])
+    shape = [(int(rng.integers(0, 2)), int(rng.integers(0, n_slots))) for _ in range(int(rng.integers(2, 6)))]
+    deps = [[(int(rng.integers(0, 3)), int(rng.integers(0, len(shape)))) for _ in range(int(rng.integers(0, 3)))]
+            for _ in shape]
+    for phase in ("f", "b"):
+        if phase == "b":
+            b.barrier()
+        b.begin_layers()
+        for layer in range(layers):
+            b.layer()
+            for k, (stream, slot) in enumerate(shape):
+                names = []
+                for back, target in deps[k]:
+                    if back == 0 and target >= k:
+                        continue
+                    names.append(f"{phase}{layer - back}.{target}" if layer - back >= 0 else "pro1")
+                b.op(f"{phase}{layer}.{k}", stream, slot, CAT_GEMM if stream == COMP else CAT_ALLGATHER, names)
+        b.end_layers()
+    b.op("epi", COMM, 2, CAT_ALLREDUCE, [f"b{layers - 1}.0", f"b{layers - 2}.1"])
+    return b.build(), n_slots
+
+
+def test_extrapolation_matches_full_schedule_on_random_programs():
+    rng = np.random.default_rng(7)
+    checked = 0
+    for _ in range(300):
+        layers = int(rng.integers(5, 120))
+        program, n_slots = _random_layered_program(rng, layers)
+        slots = rng.choice([rng.uniform(0, 1, (64, n_slots)), rng.integers(0, 4, (64, n_slots)).astype(float)])
+        full = schedule_many(*program.arrays(), *program.segment_arrays(), False, slots)
+        fast = schedule_many(*program.arrays(), *program.segment_arrays(), True, slots)
+        np.testing.assert_allclose(fast, full, rtol=1e-12, atol=0)
+        checked += len(program.seg_start) > 0
+    assert checked > 200  # most random programs do have periodic segments
+
+
+def test_extrapolation_really_skips_layers():
+    from fastmodel.lower import StructureKey, lower
+
+    program = lower(StructureKey("llm", "pretrain", ("fsdp",), ("ddp",), 80, min_frozen_layer=80))
+    slots = np.linspace(1.0, 2.0, 14)
+    n = program.num_ops
+    start, end = np.full(n, np.nan), np.full(n, np.nan)
+    out_fast = np.empty(N_SCHEDULE_OUTPUTS)
+    schedule_row(*program.arrays(), *program.segment_arrays(), True, slots, start, end, out_fast)
+    middle = program.seg_start[0] + 40 * program.seg_period[0]
+    assert np.isnan(end[middle])  # never scheduled: extrapolated over
+    _, _, out_full = schedule_trace(*program.arrays(), *program.segment_arrays(), slots)
+    np.testing.assert_allclose(out_fast, out_full, rtol=1e-12)
+
+
+def test_extrapolation_matches_full_schedule_on_reference_cases():
+    import fastmodel
+    from fastmodel.engine import evaluate_configs
+
+    from conftest import dev_cases
+
+    configs = [fastmodel.make_config(c["model"], c["system"], c["task"]) for c in dev_cases("LLM")]
+    fast = evaluate_configs(configs, extrapolate=True)
+    full = evaluate_configs(configs, extrapolate=False)
+    for name in fast:
+        if name in ("exposed_comm", "overlapped_comm"):  # differences of near-equal sums: scale by T
+            assert np.all(np.abs(fast[name] - full[name]) <= 1e-12 * full["iteration_time"]), name
+        else:
+            np.testing.assert_allclose(fast[name], full[name], rtol=1e-12, atol=0, err_msg=name)
