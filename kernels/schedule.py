@@ -30,9 +30,11 @@ EXTRAPOLATION_RTOL = 4e-15
 
 
 @njit(cache=True, inline="always")
-def _run_op(i, op_stream, op_slot, op_category, dep_ptr, dep_idx, slots, op_start, op_end, cursors, out):
+def _run_op(i, op_stream, op_slot, op_category, dep_ptr, dep_idx, slots, op_start, op_end, cursor_before,
+            cursors, out):
     stream = op_stream[i]
     start = cursors[stream]
+    cursor_before[i] = start
     for k in range(dep_ptr[i], dep_ptr[i + 1]):
         dep_end = op_end[dep_idx[k]]
         if dep_end > start:
@@ -46,6 +48,41 @@ def _run_op(i, op_stream, op_slot, op_category, dep_ptr, dep_idx, slots, op_star
 
 
 @njit(cache=True)
+def _layer_is_stable(base, period, window, dep_ptr, dep_idx, op_start, op_end, cursor_before, inc_cursor,
+                     prev_inc_cursor, tol):
+    """True if layer ``base`` (with the ``window`` layers before it) is in an affine steady state.
+
+    Every op's start advances (vs the previous layer) by the largest advance
+    among its candidates (stream cursor, dependency ends), achieved by a
+    candidate that wins the max; the window ops and the cursors advance as in
+    the layer after them. Then all later layers repeat these advances exactly.
+    """
+    for c in range(2):
+        if abs(inc_cursor[c] - prev_inc_cursor[c]) > tol:
+            return False
+    for i in range(base, base + period):
+        prev = i - period
+        inc_op = op_start[i] - op_start[prev]
+        inc = cursor_before[i] - cursor_before[prev]
+        if inc > inc_op + tol:
+            return False
+        winner = inc >= inc_op - tol and cursor_before[i] >= op_start[i] - tol
+        for k in range(dep_ptr[i], dep_ptr[i + 1]):
+            d = dep_idx[k]
+            inc = op_end[d] - op_end[d - period]
+            if inc > inc_op + tol:
+                return False
+            if inc >= inc_op - tol and op_end[d] >= op_start[i] - tol:
+                winner = True
+        if not winner:
+            return False
+    for i in range(base - (window - 1) * period, base):
+        if abs((op_end[i] - op_end[i - period]) - (op_end[i + period] - op_end[i])) > tol:
+            return False
+    return True
+
+
+@njit(cache=True)
 def schedule_row(op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx,
                  seg_start, seg_period, seg_layers, seg_window, extrapolate,
                  slots, op_start, op_end, out):
@@ -55,12 +92,16 @@ def schedule_row(op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx,
     pass; the iteration time if there is none) and busy time per category.
     With ``extrapolate``, ops of skipped layers keep no start/end times.
     """
+    n_ops = op_stream.shape[0]
     cursors = np.zeros(2)
+    cursor_before = np.empty(n_ops)
     forward_time = -1.0
     for c in range(N_CATEGORIES):
         out[O_CATEGORY0 + c] = 0.0
     layer_busy = np.zeros(N_CATEGORIES)
-    n_ops = op_stream.shape[0]
+    prev_cursors = np.zeros(2)
+    inc_cursor = np.zeros(2)
+    prev_inc_cursor = np.zeros(2)
     n_seg = seg_start.shape[0] if extrapolate else 0
     seg = 0
     i = 0
@@ -76,8 +117,8 @@ def schedule_row(op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx,
             period = seg_period[seg]
             layers = seg_layers[seg]
             window = seg_window[seg]
-            prev0 = cursors[0]
-            prev1 = cursors[1]
+            prev_cursors[:] = cursors
+            inc_cursor[:] = 0.0
             j = 0
             while j < layers:
                 base = first + j * period
@@ -85,37 +126,36 @@ def schedule_row(op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx,
                     layer_busy[c] = out[O_CATEGORY0 + c]
                 for k in range(period):
                     _run_op(base + k, op_stream, op_slot, op_category, dep_ptr, dep_idx, slots,
-                            op_start, op_end, cursors, out)
-                if j >= window and j < layers - 1:
-                    delta = cursors[0] - prev0
-                    scale = max(cursors[0], cursors[1])
-                    tol = EXTRAPOLATION_RTOL * scale
-                    uniform = abs(cursors[1] - prev1 - delta) <= tol
-                    lo = base + period - window * period
-                    for op in range(lo, base + period):
-                        if not uniform:
-                            break
-                        if abs(op_end[op] - op_end[op - period] - delta) > tol:
-                            uniform = False
-                    if uniform:
+                            op_start, op_end, cursor_before, cursors, out)
+                prev_inc_cursor[:] = inc_cursor
+                inc_cursor[0] = cursors[0] - prev_cursors[0]
+                inc_cursor[1] = cursors[1] - prev_cursors[1]
+                prev_cursors[:] = cursors
+                if j >= window and j >= 2 and j < layers - 1:
+                    tol = EXTRAPOLATION_RTOL * max(cursors[0], cursors[1])
+                    if _layer_is_stable(base, period, window, dep_ptr, dep_idx, op_start, op_end, cursor_before,
+                                        inc_cursor, prev_inc_cursor, tol):
                         skip = layers - 1 - j
-                        shift = skip * delta
                         last_end = first + layers * period
-                        for op in range(last_end - 1, last_end - 1 - window * period, -1):
-                            op_start[op] = op_start[op - skip * period] + shift
-                            op_end[op] = op_end[op - skip * period] + shift
-                        cursors[0] += shift
-                        cursors[1] += shift
+                        # the last `window` layers (those after layer j) get layer j-k's times + skip x advance
+                        lowest = max(last_end - window * period, base + period)
+                        for op in range(last_end - 1, lowest - 1, -1):
+                            src = op - skip * period
+                            twin = base + (op - first) % period
+                            inc = op_end[twin] - op_end[twin - period]
+                            op_start[op] = op_start[src] + skip * inc
+                            op_end[op] = op_end[src] + skip * inc
+                        cursors[0] += skip * inc_cursor[0]
+                        cursors[1] += skip * inc_cursor[1]
                         for c in range(N_CATEGORIES):
                             out[O_CATEGORY0 + c] += skip * (out[O_CATEGORY0 + c] - layer_busy[c])
                         break
-                prev0 = cursors[0]
-                prev1 = cursors[1]
                 j += 1
             i = first + layers * period
             seg += 1
             continue
-        _run_op(i, op_stream, op_slot, op_category, dep_ptr, dep_idx, slots, op_start, op_end, cursors, out)
+        _run_op(i, op_stream, op_slot, op_category, dep_ptr, dep_idx, slots, op_start, op_end, cursor_before,
+                cursors, out)
         i += 1
     total = max(cursors[0], cursors[1])
     out[O_ITERATION_TIME] = total
