@@ -72,7 +72,7 @@ def python_baseline(configs) -> float:
 
     from fastmodel.config import llm_param_row, structure_key
     from fastmodel.engine import semantics_flags, strategy_codes
-    from fastmodel.kernels.layout import N_LLM_SLOTS, N_SCHEDULE_OUTPUTS, N_TERMS
+    from fastmodel.kernels.layout import N_LLM_SLOTS, N_SCHEDULE_OUTPUTS, N_TERMS, N_WORK
     from fastmodel.kernels.llm_costs import llm_costs_row
     from fastmodel.kernels.schedule import schedule_row
     from fastmodel.lower import lower
@@ -84,8 +84,8 @@ def python_baseline(configs) -> float:
         llm_costs_row.py_func(llm_param_row(config), strategy_codes(key.dense), len(key.dense),
                               strategy_codes(key.emb), len(key.emb), semantics_flags(config.semantics), slots, terms)
         n_ops = program.num_ops
-        schedule_row.py_func(*program.arrays(), *program.segment_arrays(), False,
-                             slots, np.empty(n_ops), np.empty(n_ops), np.empty(N_SCHEDULE_OUTPUTS))
+        schedule_row.py_func(*program.arrays(), *program.segment_arrays(), False, slots, np.empty(n_ops),
+                             np.empty(n_ops), np.empty(n_ops), np.empty(N_WORK), np.empty(N_SCHEDULE_OUTPUTS))
 
     one(configs[0])  # warm-up: helper kernels called from Python compile or load once
     t = time.perf_counter()

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from fastmodel.errors import PlanError, SpecError
-from fastmodel.kernels.layout import N_LLM_COLUMNS, LLM_COLUMNS
 from fastmodel.lower import StructureKey
+from fastmodel.params import llm_table
 from fastmodel.plans import Plan, check_plan, plan_factors
 from fastmodel.semantics import Semantics
 from fastmodel.spec_model import LLMSpec
@@ -70,9 +70,8 @@ def resolve(model: LLMSpec, system: SystemSpec, task: TaskSpec, semantics: Seman
     return Config(model, system, task, plan, semantics, local_dense, local_emb, global_batch)
 
 
-def structure_key(config: Config) -> StructureKey:
-    """The Program key of ``config``."""
-    task, model, sem = config.task, config.model, config.semantics
+def structure_key_for(model: LLMSpec, task: TaskSpec, plan: Plan, semantics: Semantics) -> StructureKey:
+    """The Program key of a model/task/plan/semantics combination."""
     layers = model.num_layers
     if task.kind == "finetune":
         min_frozen = layers if task.min_frozen_layer is None else min(task.min_frozen_layer, layers)
@@ -81,51 +80,25 @@ def structure_key(config: Config) -> StructureKey:
     return StructureKey(
         family=model.family,
         kind=task.kind,
-        dense=config.plan.dense_strategies,
-        emb=config.plan.emb_strategies,
+        dense=plan.dense_strategies,
+        emb=plan.emb_strategies,
         num_layers=layers,
         freeze_emb=task.freeze_emb,
         freeze_dense=task.freeze_dense,
         min_frozen_layer=min_frozen,
-        emb_ddp_grad_any_level=sem.emb_ddp_grad_any_level,
-        fsdp_backward=sem.llm_fsdp_backward,
-        bogus_prefetch_without_fsdp=sem.bogus_prefetch_without_fsdp,
+        emb_ddp_grad_any_level=semantics.emb_ddp_grad_any_level,
+        fsdp_backward=semantics.llm_fsdp_backward,
+        bogus_prefetch_without_fsdp=semantics.bogus_prefetch_without_fsdp,
     )
 
 
+def structure_key(config: Config) -> StructureKey:
+    """The Program key of ``config``."""
+    return structure_key_for(config.model, config.task, config.plan, config.semantics)
+
+
 def llm_param_row(config: Config) -> np.ndarray:
-    """The parameter-table row (``layout.LLM_COLUMNS``) of ``config``."""
-    m, s, plan = config.model, config.system, config.plan
-    dense_deg = [lv.degree for lv in plan.dense] + [1]
-    emb_deg = [lv.degree for lv in plan.emb] + [1]
-    values = {
-        "num_layers": m.num_layers,
-        "hidden": m.hidden,
-        "ffn_hidden": m.ffn_hidden,
-        "seq_len": m.seq_len,
-        "vocab_size": m.vocab_size,
-        "bytes_per_dense_param": m.bytes_per_dense_param,
-        "bytes_per_emb_param": m.bytes_per_emb_param,
-        "peak_flop_per_s": s.peak_flop_per_s(m.bytes_per_dense_param),
-        "flops_util": s.device.flops_util,
-        "hbm_bandwidth_bytes_per_s": s.device.hbm_bandwidth_bytes_per_s,
-        "hbm_bandwidth_util": s.device.hbm_bandwidth_util,
-        "num_nodes": s.num_nodes,
-        "devices_per_node": s.devices_per_node,
-        "num_links": s.node.num_links,
-        "link_bandwidth_bytes_per_s": s.node.link_bandwidth_bytes_per_s,
-        "link_util": s.node.link_util,
-        "num_ports": s.network.num_ports,
-        "port_bandwidth_bytes_per_s": s.network.port_bandwidth_bytes_per_s,
-        "port_util": s.network.port_util,
-        "allreduce_intra_fraction": s.network.allreduce_intra_fraction,
-        "dense_degree0": dense_deg[0],
-        "dense_degree1": dense_deg[1],
-        "emb_degree0": emb_deg[0],
-        "emb_degree1": emb_deg[1],
-        "local_dense_batch": config.local_dense_batch,
-        "local_emb_batch": config.local_emb_batch,
-    }
-    row = np.array([values[name] for name in LLM_COLUMNS], dtype=np.float64)
-    assert row.shape == (N_LLM_COLUMNS,)
-    return row
+    """The parameter-table row (``layout.LLM_COLUMNS``) of ``config`` (via ``params.llm_table``)."""
+    table, status = llm_table(config.model, config.system, config.task, config.plan)
+    assert status[0] == 0, "resolve() admitted a configuration that llm_table rejects"
+    return table[0]

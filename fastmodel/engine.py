@@ -1,9 +1,10 @@
 """The evaluation engine: configurations -> result arrays, through the kernels only.
 
-Configurations are grouped by Program structure; each group is lowered once,
-its parameter table goes through the family's cost kernel and the generic
-scheduler kernel, and results are scattered back in input order. One config
-and a million take the same path.
+Configurations are grouped by Program structure; each group is lowered once
+and its parameter table goes through the fused kernel (``kernels.evaluate``:
+family cost kernel + generic scheduler + derived variables). One config and a
+million take the same path; sweeps call :func:`evaluate_into` to write a chunk
+straight into its region of the grid.
 """
 
 from __future__ import annotations
@@ -13,19 +14,18 @@ from collections import defaultdict
 import numpy as np
 
 from fastmodel.config import Config, llm_param_row, structure_key
-from fastmodel.kernels.layout import (
-    CATEGORY_NAMES, N_FLAGS, O_CATEGORY0, O_FORWARD_TIME, O_ITERATION_TIME, STRAT_NONE, STRATEGY_CODES,
-    T_EFF_FLOPS, T_GLOBAL_BATCH, T_WMEM_DENSE, T_WMEM_EMB, F_DDP_GRAD_SHARDED,
-)
-from fastmodel.kernels.llm_costs import llm_costs, llm_costs_serial
-from fastmodel.kernels.schedule import schedule_many, schedule_many_serial, schedule_trace
+from fastmodel.kernels.evaluate import llm_evaluate, llm_evaluate_serial
+from fastmodel.kernels.layout import F_DDP_GRAD_SHARDED, N_FLAGS, N_RESULTS, RESULTS, STRAT_NONE, STRATEGY_CODES
+from fastmodel.kernels.llm_costs import llm_costs_serial
+from fastmodel.kernels.schedule import schedule_trace
 from fastmodel.lower import StructureKey, lower
 from fastmodel.program import Program
-from fastmodel.results import NAMES, derive
+from fastmodel.results import NAMES
 from fastmodel.semantics import Semantics
 
+assert tuple(RESULTS) == tuple(NAMES), "kernels.layout.RESULTS and results.VARIABLES must list the same variables"
 
-#: below this many rows the single-threaded kernels are used: waking the
+#: below this many rows the single-threaded kernel is used: waking the
 #: thread pool costs about a millisecond, far more than a few configs take.
 PARALLEL_MIN_ROWS = 256
 
@@ -44,42 +44,34 @@ def semantics_flags(semantics: Semantics) -> np.ndarray:
     return flags
 
 
-def cost_slots(key: StructureKey, semantics: Semantics, params: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Slot durations and terms of a parameter table (family cost kernel)."""
-    kernel = llm_costs if params.shape[0] >= PARALLEL_MIN_ROWS else llm_costs_serial
-    return kernel(
-        np.ascontiguousarray(params, dtype=np.float64),
-        strategy_codes(key.dense), len(key.dense),
-        strategy_codes(key.emb), len(key.emb),
-        semantics_flags(semantics),
+def evaluate_into(key: StructureKey, semantics: Semantics, params: np.ndarray, status: np.ndarray,
+                  out: np.ndarray, offset: int = 0, mask_infeasible: bool = False, extrapolate: bool = True) -> None:
+    """Evaluate rows of ``params`` (one structure) into ``out[:, offset:offset + n]``.
+
+    Rows with a non-zero ``status`` get NaN. With ``mask_infeasible``, legal
+    rows that do not fit in memory get status ``does_not_fit`` and keep only
+    their memory variables (sweeps); otherwise they keep every value.
+    ``extrapolate`` lets the scheduler jump over steady-state layers (exact to
+    ~1e-12 relative, see ``kernels/schedule.py``).
+    """
+    program = lower(key)
+    kernel = llm_evaluate if params.shape[0] >= PARALLEL_MIN_ROWS else llm_evaluate_serial
+    kernel(
+        np.ascontiguousarray(params, dtype=np.float64), status,
+        strategy_codes(key.dense), len(key.dense), strategy_codes(key.emb), len(key.emb), semantics_flags(semantics),
+        *program.arrays(), *program.segment_arrays(), extrapolate,
+        float(semantics.memory_weight_factor), mask_infeasible,
+        float(program.num_compute_ops), float(program.num_comm_ops), out, offset,
     )
 
 
 def evaluate_table(key: StructureKey, semantics: Semantics, params: np.ndarray,
                    extrapolate: bool = True) -> dict[str, np.ndarray]:
-    """Evaluate every row of ``params`` (one structure) -> result arrays.
-
-    ``extrapolate`` lets the scheduler jump over steady-state layers
-    (exact to ~1e-12 relative, see ``kernels/schedule.py``).
-    """
-    program = lower(key)
-    slots, terms = cost_slots(key, semantics, params)
-    scheduler = schedule_many if slots.shape[0] >= PARALLEL_MIN_ROWS else schedule_many_serial
-    sched = scheduler(*program.arrays(), *program.segment_arrays(), extrapolate, slots)
+    """Evaluate every row of ``params`` (one structure, all legal) -> result arrays by name."""
     n = params.shape[0]
-    results = {
-        "iteration_time": sched[:, O_ITERATION_TIME],
-        "forward_time": sched[:, O_FORWARD_TIME],
-        "global_batch": terms[:, T_GLOBAL_BATCH],
-        "weight_memory_dense": terms[:, T_WMEM_DENSE],
-        "weight_memory_emb": terms[:, T_WMEM_EMB],
-        "eff_flop_per_s": terms[:, T_EFF_FLOPS],
-        "num_compute_ops": np.full(n, float(program.num_compute_ops)),
-        "num_comm_ops": np.full(n, float(program.num_comm_ops)),
-    }
-    for c, name in enumerate(CATEGORY_NAMES):
-        results["time_" + name] = sched[:, O_CATEGORY0 + c]
-    return derive(results)
+    out = np.empty((N_RESULTS, n))
+    evaluate_into(key, semantics, params, np.zeros(n, dtype=np.int8), out, 0, False, extrapolate)
+    return {name: out[v] for v, name in enumerate(RESULTS)}
 
 
 def evaluate_configs(configs: list[Config], extrapolate: bool = True) -> dict[str, np.ndarray]:
@@ -101,6 +93,10 @@ def trace(config: Config) -> tuple[Program, np.ndarray, np.ndarray]:
     """The Program of one configuration with each op's start and end (seconds)."""
     key = structure_key(config)
     program = lower(key)
-    slots, _ = cost_slots(key, config.semantics, llm_param_row(config)[None, :])
+    params = llm_param_row(config)[None, :]
+    from fastmodel.kernels.layout import N_LLM_SLOTS, N_TERMS  # noqa: F401
+
+    slots, _ = llm_costs_serial(params, strategy_codes(key.dense), len(key.dense), strategy_codes(key.emb),
+                                len(key.emb), semantics_flags(config.semantics))
     start, end, _ = schedule_trace(*program.arrays(), *program.segment_arrays(), slots[0])
     return program, start, end

@@ -145,24 +145,20 @@ def _resolve(levels: tuple[Level, ...], num_devices: int, devices_per_node: int)
     return tuple(Level(lv.strategy, lv.degree if lv.degree is not None else d) for lv, d in zip(levels, implied))
 
 
-def check_plan(plan: Plan, num_devices: int, devices_per_node: int, family: str = "llm") -> None:
-    """Raise :class:`PlanError` unless ``plan`` (degrees resolved) is legal.
+def check_plan_static(plan: Plan) -> None:
+    """Raise :class:`PlanError` if the strategies break a rule on any cluster.
 
-    Rules (MADMAX_MODEL.md 1.4, ``restrict2d``): known strategies; no strategy
-    twice in a component; ``fsdp`` only at level 0; every degree > 1; the
-    product of degrees equals the device count for each component; at most two
-    levels, and level 0 spans one node or all devices.
+    Known strategies per component, none repeated, ``fsdp`` only at level 0,
+    at most two levels (MADMAX_MODEL.md 1.4, ``restrict2d``).
     """
     for name, levels, allowed in (("dense", plan.dense, DENSE_STRATEGIES), ("emb", plan.emb, EMB_STRATEGIES)):
-        rule_suffix = "dense" if name == "dense" else "emb"
         if not levels:
             raise PlanError("empty", f"{name} component has no parallelism level")
         seen: set[str] = set()
-        product = 1
         for index, level in enumerate(levels):
             if level.strategy not in allowed:
                 raise PlanError(
-                    f"unknown_strategy_{rule_suffix}",
+                    f"unknown_strategy_{name}",
                     f"{name} strategy {level.strategy!r} is not one of {', '.join(allowed)}{nearest(level.strategy, allowed)}",
                 )
             if level.strategy in seen:
@@ -170,6 +166,22 @@ def check_plan(plan: Plan, num_devices: int, devices_per_node: int, family: str 
             if level.strategy == "fsdp" and index != 0:
                 raise PlanError("fsdp_not_first", f"fsdp must be the first {name} level (got {plan.label})")
             seen.add(level.strategy)
+        if len(levels) > 2:
+            raise PlanError("more_than_2_levels", f"{name} has {len(levels)} levels; at most 2 are modelled")
+
+
+def check_plan(plan: Plan, num_devices: int, devices_per_node: int, family: str = "llm") -> None:
+    """Raise :class:`PlanError` unless ``plan`` (degrees resolved) is legal on the cluster.
+
+    The static rules of :func:`check_plan_static`, then: every degree > 1, the
+    product of degrees equals the device count for each component, and level 0
+    spans one node or all devices. (``params.llm_table`` applies the same
+    numeric rules vectorized, as status codes.)
+    """
+    check_plan_static(plan)
+    for name, levels in (("dense", plan.dense), ("emb", plan.emb)):
+        product = 1
+        for level in levels:
             if level.degree is None or level.degree <= 1:
                 raise PlanError("degree_le_1", f"{name} level {level} has degree {level.degree}; every degree must be > 1")
             product *= level.degree
@@ -178,8 +190,6 @@ def check_plan(plan: Plan, num_devices: int, devices_per_node: int, family: str 
                 "product_ne_devices",
                 f"{name} degrees multiply to {product}, not the {num_devices} devices of the system",
             )
-        if len(levels) > 2:
-            raise PlanError("more_than_2_levels", f"{name} has {len(levels)} levels; at most 2 are modelled")
         if levels[0].degree not in (devices_per_node, num_devices):
             raise PlanError(
                 "first_degree",

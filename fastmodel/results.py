@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 
 @dataclass(frozen=True)
 class Variable:
@@ -37,6 +35,10 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("weight_memory_dense", "bytes", "dense weights per device", "Non-embedding weights held per device (weights only)."),
     Variable("weight_memory_emb", "bytes", "embedding weights per device", "Embedding weights held per device (weights only)."),
     Variable("weight_memory", "bytes", "weights per device", "weight_memory_dense + weight_memory_emb."),
+    Variable("memory_per_device", "bytes", "memory per device",
+             "memory_weight_factor x weight_memory (3 x weights, the paper's cloud-study feasibility rule)."),
+    Variable("hbm_capacity", "bytes", "HBM capacity", "HBM capacity of one device."),
+    Variable("fits_memory", "1", "fits in HBM", "1 if memory_per_device <= hbm_capacity, else 0."),
     Variable("eff_flop_per_s", "FLOP/s", "effective FLOP/s", "Peak at the model's dense precision x flops_util."),
     Variable("num_compute_ops", "1", "compute ops", "Ops on the compute stream in one iteration."),
     Variable("num_comm_ops", "1", "communication ops", "Ops on the communication stream in one iteration."),
@@ -50,16 +52,3 @@ def attrs(name: str) -> dict[str, str]:
     """xarray attrs (units, long_name, description) of variable ``name``."""
     var = REGISTRY[name]
     return {"units": var.units, "long_name": var.long_name, "description": var.description}
-
-
-def derive(results: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Add the variables that follow from the kernel outputs (in place)."""
-    r = results
-    r["time_compute"] = r["time_gemm"] + r["time_emb"]
-    r["time_comm"] = r["time_all2all"] + r["time_allreduce"] + r["time_allgather"] + r["time_reducescatter"]
-    r["exposed_comm"] = r["iteration_time"] - r["time_compute"]
-    r["overlapped_comm"] = r["time_comm"] - r["exposed_comm"]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        r["throughput"] = r["global_batch"] / r["iteration_time"]
-    r["weight_memory"] = r["weight_memory_dense"] + r["weight_memory_emb"]
-    return r

@@ -49,6 +49,12 @@ class Semantics(BaseModel):
         "the plan has no fsdp (the reference's bug, Limitation 8; degree[0] times the "
         "full layer). Only used by families/paths that run post_optimized."
     )
+    memory_weight_factor: float = Field(
+        3.0, gt=0,
+        description="memory_per_device = this x weights per device. MAD-Max counts weights only; "
+        "its cloud study (Figs. 1, 16) calls a configuration feasible when 3 x weights fits in HBM, "
+        "which both presets use for fits_memory.",
+    )
 
 
 PRESETS: dict[str, Semantics] = {

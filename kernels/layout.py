@@ -55,6 +55,7 @@ LLM_COLUMNS = (
     "emb_degree1",           # 1 when the embedding plan has one level
     "local_dense_batch",     # samples per device
     "local_emb_batch",
+    "hbm_capacity_bytes",    # not used by the kernels; kept for the memory check
 )
 (
     P_LAYERS, P_HIDDEN, P_FFN, P_SEQ, P_VOCAB, P_BYTES_DENSE, P_BYTES_EMB,
@@ -62,7 +63,7 @@ LLM_COLUMNS = (
     P_NODES, P_DEVICES_PER_NODE, P_LINKS, P_LINK_BW, P_LINK_UTIL,
     P_PORTS, P_PORT_BW, P_PORT_UTIL, P_AR_INTRA,
     P_DENSE_DEG0, P_DENSE_DEG1, P_EMB_DEG0, P_EMB_DEG1,
-    P_LOCAL_DENSE_BS, P_LOCAL_EMB_BS,
+    P_LOCAL_DENSE_BS, P_LOCAL_EMB_BS, P_HBM_CAPACITY,
 ) = range(len(LLM_COLUMNS))
 N_LLM_COLUMNS = len(LLM_COLUMNS)
 
@@ -105,3 +106,34 @@ O_ITERATION_TIME = 0
 O_FORWARD_TIME = 1
 O_CATEGORY0 = 2
 N_SCHEDULE_OUTPUTS = len(SCHEDULE_OUTPUTS)
+
+# --- result variables written by the evaluation kernels (registry order) ----
+RESULTS = (
+    "iteration_time", "throughput", "global_batch", "forward_time",
+    "time_gemm", "time_emb", "time_all2all", "time_allreduce", "time_allgather", "time_reducescatter",
+    "time_compute", "time_comm", "exposed_comm", "overlapped_comm",
+    "weight_memory_dense", "weight_memory_emb", "weight_memory", "memory_per_device", "hbm_capacity",
+    "fits_memory", "eff_flop_per_s", "num_compute_ops", "num_comm_ops",
+)
+(
+    R_ITERATION_TIME, R_THROUGHPUT, R_GLOBAL_BATCH, R_FORWARD_TIME,
+    R_TIME_GEMM, R_TIME_EMB, R_TIME_ALL2ALL, R_TIME_ALLREDUCE, R_TIME_ALLGATHER, R_TIME_REDUCESCATTER,
+    R_TIME_COMPUTE, R_TIME_COMM, R_EXPOSED_COMM, R_OVERLAPPED_COMM,
+    R_WMEM_DENSE, R_WMEM_EMB, R_WMEM, R_MEMORY_PER_DEVICE, R_HBM_CAPACITY,
+    R_FITS_MEMORY, R_EFF_FLOPS, R_NUM_COMPUTE_OPS, R_NUM_COMM_OPS,
+) = range(len(RESULTS))
+N_RESULTS = len(RESULTS)
+#: results kept for points that are legal but do not fit in memory
+MEMORY_RESULTS = (R_WMEM_DENSE, R_WMEM_EMB, R_WMEM, R_MEMORY_PER_DEVICE, R_HBM_CAPACITY, R_FITS_MEMORY)
+
+# --- status codes (see fastmodel.params.STATUS_NAMES) -----------------------
+STATUS_OK = 0
+STATUS_DOES_NOT_FIT = 6
+
+# --- scheduler scratch: small state vector layout ---------------------------
+W_CURSORS = 0          # 2: compute, comm
+W_PREV_CURSORS = 2     # 2
+W_INC_CURSOR = 4       # 2
+W_PREV_INC_CURSOR = 6  # 2
+W_LAYER_BUSY = 8       # N_CATEGORIES
+N_WORK = 8 + N_CATEGORIES

@@ -24,7 +24,10 @@ random programs). Runs that never settle are scheduled op by op.
 import numpy as np
 from numba import njit, prange
 
-from fastmodel.kernels.layout import N_CATEGORIES, N_SCHEDULE_OUTPUTS, O_CATEGORY0, O_FORWARD_TIME, O_ITERATION_TIME
+from fastmodel.kernels.layout import (
+    N_CATEGORIES, N_SCHEDULE_OUTPUTS, N_WORK, O_CATEGORY0, O_FORWARD_TIME, O_ITERATION_TIME,
+    W_CURSORS, W_INC_CURSOR, W_LAYER_BUSY, W_PREV_CURSORS, W_PREV_INC_CURSOR,
+)
 
 EXTRAPOLATION_RTOL = 4e-15
 
@@ -85,23 +88,25 @@ def _layer_is_stable(base, period, window, dep_ptr, dep_idx, op_start, op_end, c
 @njit(cache=True)
 def schedule_row(op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx,
                  seg_start, seg_period, seg_layers, seg_window, extrapolate,
-                 slots, op_start, op_end, out):
+                 slots, op_start, op_end, cursor_before, work, out):
     """Schedule one configuration; fill per-op start/end and ``out``.
 
     ``out`` receives iteration time, time at the first barrier (the forward
     pass; the iteration time if there is none) and busy time per category.
-    With ``extrapolate``, ops of skipped layers keep no start/end times.
+    ``cursor_before`` (n_ops) and ``work`` (N_WORK) are scratch space. With
+    ``extrapolate``, ops of skipped layers keep no start/end times.
     """
     n_ops = op_stream.shape[0]
-    cursors = np.zeros(2)
-    cursor_before = np.empty(n_ops)
+    cursors = work[W_CURSORS:W_CURSORS + 2]
+    prev_cursors = work[W_PREV_CURSORS:W_PREV_CURSORS + 2]
+    inc_cursor = work[W_INC_CURSOR:W_INC_CURSOR + 2]
+    prev_inc_cursor = work[W_PREV_INC_CURSOR:W_PREV_INC_CURSOR + 2]
+    layer_busy = work[W_LAYER_BUSY:W_LAYER_BUSY + N_CATEGORIES]
+    cursors[0] = 0.0
+    cursors[1] = 0.0
     forward_time = -1.0
     for c in range(N_CATEGORIES):
         out[O_CATEGORY0 + c] = 0.0
-    layer_busy = np.zeros(N_CATEGORIES)
-    prev_cursors = np.zeros(2)
-    inc_cursor = np.zeros(2)
-    prev_inc_cursor = np.zeros(2)
     n_seg = seg_start.shape[0] if extrapolate else 0
     seg = 0
     i = 0
@@ -117,8 +122,10 @@ def schedule_row(op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx,
             period = seg_period[seg]
             layers = seg_layers[seg]
             window = seg_window[seg]
-            prev_cursors[:] = cursors
-            inc_cursor[:] = 0.0
+            prev_cursors[0] = cursors[0]
+            prev_cursors[1] = cursors[1]
+            inc_cursor[0] = 0.0
+            inc_cursor[1] = 0.0
             j = 0
             while j < layers:
                 base = first + j * period
@@ -127,10 +134,12 @@ def schedule_row(op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx,
                 for k in range(period):
                     _run_op(base + k, op_stream, op_slot, op_category, dep_ptr, dep_idx, slots,
                             op_start, op_end, cursor_before, cursors, out)
-                prev_inc_cursor[:] = inc_cursor
+                prev_inc_cursor[0] = inc_cursor[0]
+                prev_inc_cursor[1] = inc_cursor[1]
                 inc_cursor[0] = cursors[0] - prev_cursors[0]
                 inc_cursor[1] = cursors[1] - prev_cursors[1]
-                prev_cursors[:] = cursors
+                prev_cursors[0] = cursors[0]
+                prev_cursors[1] = cursors[1]
                 if j >= window and j >= 2 and j < layers - 1:
                     tol = EXTRAPOLATION_RTOL * max(cursors[0], cursors[1])
                     if _layer_is_stable(base, period, window, dep_ptr, dep_idx, op_start, op_end, cursor_before,
@@ -162,38 +171,6 @@ def schedule_row(op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx,
     out[O_FORWARD_TIME] = total if forward_time < 0.0 else forward_time
 
 
-@njit(cache=True, parallel=True)
-def schedule_many(op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx,
-                  seg_start, seg_period, seg_layers, seg_window, extrapolate, slots):
-    """Schedule every row of ``slots`` (n_configs x n_slots) through one Program."""
-    n = slots.shape[0]
-    n_ops = op_stream.shape[0]
-    out = np.empty((n, N_SCHEDULE_OUTPUTS))
-    for i in prange(n):
-        op_start = np.empty(n_ops)
-        op_end = np.empty(n_ops)
-        schedule_row(op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx,
-                     seg_start, seg_period, seg_layers, seg_window, extrapolate,
-                     slots[i], op_start, op_end, out[i])
-    return out
-
-
-@njit(cache=True)
-def schedule_many_serial(op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx,
-                         seg_start, seg_period, seg_layers, seg_window, extrapolate, slots):
-    """:func:`schedule_many` on one thread: for a few rows, where waking threads costs more."""
-    n = slots.shape[0]
-    n_ops = op_stream.shape[0]
-    out = np.empty((n, N_SCHEDULE_OUTPUTS))
-    op_start = np.empty(n_ops)
-    op_end = np.empty(n_ops)
-    for i in range(n):
-        schedule_row(op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx,
-                     seg_start, seg_period, seg_layers, seg_window, extrapolate,
-                     slots[i], op_start, op_end, out[i])
-    return out
-
-
 @njit(cache=True)
 def schedule_trace(op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx,
                    seg_start, seg_period, seg_layers, seg_window, slots_row):
@@ -203,5 +180,26 @@ def schedule_trace(op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx
     op_end = np.empty(n_ops)
     out = np.empty(N_SCHEDULE_OUTPUTS)
     schedule_row(op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx,
-                 seg_start, seg_period, seg_layers, seg_window, False, slots_row, op_start, op_end, out)
+                 seg_start, seg_period, seg_layers, seg_window, False, slots_row,
+                 op_start, op_end, np.empty(n_ops), np.empty(N_WORK), out)
     return op_start, op_end, out
+
+
+@njit(cache=True, parallel=True)
+def schedule_many(op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx,
+                  seg_start, seg_period, seg_layers, seg_window, extrapolate, slots):
+    """Schedule every row of ``slots`` (n_configs x n_slots) through one Program (for tests and tools)."""
+    n = slots.shape[0]
+    n_ops = op_stream.shape[0]
+    out = np.empty((n, N_SCHEDULE_OUTPUTS))
+    n_chunks = min(n, 64)
+    for chunk in prange(n_chunks):
+        op_start = np.empty(n_ops)
+        op_end = np.empty(n_ops)
+        cursor_before = np.empty(n_ops)
+        work = np.empty(N_WORK)
+        for i in range(chunk * n // n_chunks, (chunk + 1) * n // n_chunks):
+            schedule_row(op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx,
+                         seg_start, seg_period, seg_layers, seg_window, extrapolate,
+                         slots[i], op_start, op_end, cursor_before, work, out[i])
+    return out

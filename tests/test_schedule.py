@@ -58,7 +58,7 @@ def test_deps_must_be_earlier_and_unique_keys():
 
 # --- steady-state extrapolation: agreement with the full schedule ------------------
 
-from fastmodel.kernels.layout import N_SCHEDULE_OUTPUTS  # noqa: E402
+from fastmodel.kernels.layout import N_SCHEDULE_OUTPUTS, N_WORK  # noqa: E402
 from fastmodel.kernels.schedule import schedule_row  # noqa: E402
 
 
@@ -112,7 +112,8 @@ def test_extrapolation_really_skips_layers():
     n = program.num_ops
     start, end = np.full(n, np.nan), np.full(n, np.nan)
     out_fast = np.empty(N_SCHEDULE_OUTPUTS)
-    schedule_row(*program.arrays(), *program.segment_arrays(), True, slots, start, end, out_fast)
+    schedule_row(*program.arrays(), *program.segment_arrays(), True, slots, start, end, np.empty(n),
+                 np.empty(N_WORK), out_fast)
     middle = program.seg_start[0] + 40 * program.seg_period[0]
     assert np.isnan(end[middle])  # never scheduled: extrapolated over
     _, _, out_full = schedule_trace(*program.arrays(), *program.segment_arrays(), slots)

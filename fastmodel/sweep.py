@@ -1,0 +1,579 @@
+"""Sweeps: a Cartesian grid of spec fields and plans, evaluated into a labeled Dataset.
+
+The grid has one dimension per axis, in the order given. Axes that change
+the op graph (plan, layer count, precision, task kind, freezing) are
+*structural*; each combination of them is one Program. The remaining
+(numeric) axes are cut into hyper-rectangular *units* of at most
+``unit_configs`` points; a unit is evaluated as one parameter table through
+the kernels and written into its region of the grid. Units are the unit of
+work everywhere: in memory, streamed into a zarr store (one zarr chunk per
+unit, a ``unit_done`` flag written after the data, so an interrupted sweep
+resumes exactly where it stopped), and as Dask distributed tasks.
+
+Illegal and infeasible points stay in the grid: their result variables are
+NaN and ``status`` says why (``params.STATUS_NAMES``); memory variables are
+kept for ``does_not_fit`` points so one can see by how much they miss.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import xarray as xr
+
+from fastmodel import __version__
+from fastmodel.config import structure_key_for
+from fastmodel.engine import evaluate_into
+from fastmodel.kernels.layout import N_RESULTS, R_FITS_MEMORY, RESULTS
+from fastmodel.errors import FastmodelError, SpecError, SweepError
+from fastmodel.loader import load_model, load_system, load_task, validate
+from fastmodel.params import STATUS, STATUS_NAMES, llm_table
+from fastmodel.plans import Plan
+from fastmodel.results import NAMES, attrs as variable_attrs
+from fastmodel.semantics import get_semantics
+from fastmodel.spec_model import MODEL_FAMILIES
+from fastmodel.spec_system import SystemSpec
+from fastmodel.spec_task import TaskSpec
+from fastmodel.sweep_axes import FIELDS, STRUCTURAL, axis_dim, axis_path, axis_values, plan_values
+
+#: default size of a unit of work, in configurations
+UNIT_CONFIGS = 1 << 18
+#: result variables stored as float64 (fits_memory and status are stored as bool / int8)
+FLOAT_VARIABLES = tuple(n for n in NAMES if n != "fits_memory")
+
+
+@dataclass(frozen=True)
+class Axis:
+    name: str            # dataset dimension
+    path: str            # spec field path, or "plan"
+    values: np.ndarray   # coordinate values (plan labels for the plan axis)
+    structural: bool
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One rectangle of the grid: fixed structural indices, a block of each numeric axis."""
+
+    index: int
+    structural: tuple[int, ...]        # index into each structural axis
+    blocks: tuple[slice, ...]          # slice of each numeric axis
+
+    @property
+    def size(self) -> int:
+        return math.prod(b.stop - b.start for b in self.blocks)
+
+
+def _set_path(data: dict, path: str, value) -> None:
+    parts = path.split(".")[1:]
+    node = data
+    for part in parts[:-1]:
+        node = node.setdefault(part, {}) if node.get(part) is not None else node.setdefault(part, {})
+        if node is None:
+            node = {}
+    node[parts[-1]] = value
+
+
+class Sweep:
+    """A sweep definition: base specs, semantics and axes, with its grid layout."""
+
+    def __init__(self, model: Any, system: Any, task: Any, axes: dict[str, Any],
+                 semantics: Any = "madmax", unit_configs: int = UNIT_CONFIGS):
+        self.model = load_model(model)
+        self.system = load_system(system)
+        self.task = load_task(task)
+        self.semantics = get_semantics(semantics)
+        self.unit_configs = int(unit_configs)
+        if not isinstance(axes, dict) or not axes:
+            raise SweepError("a sweep needs at least one axis (e.g. plan = 'all')")
+        self.axes = self._resolve_axes(axes)
+        self.shape = tuple(len(a.values) for a in self.axes)
+        self.dims = tuple(a.name for a in self.axes)
+        self.num_configs = math.prod(self.shape)
+        self.structural_axes = [i for i, a in enumerate(self.axes) if a.structural]
+        self.numeric_axes = [i for i, a in enumerate(self.axes) if not a.structural]
+        self.block = self._block_shape()
+        # a result variable that is also an axis (global_batch) is the coordinate itself
+        self.float_variables = tuple(n for n in FLOAT_VARIABLES if n not in self.dims)
+        self._combos = self._structural_combinations()
+
+    # --- definition -----------------------------------------------------------
+
+    def _resolve_axes(self, axes: dict[str, Any]) -> list[Axis]:
+        resolved: list[Axis] = []
+        seen: dict[str, str] = {}
+        plan_spec = None
+        for name, spec in axes.items():
+            path = axis_path(str(name))
+            if path in seen:
+                raise SweepError(f"axes {seen[path]!r} and {name!r} are the same field {path}")
+            seen[path] = str(name)
+            if path == "plan":
+                plan_spec = spec
+                resolved.append(Axis("plan", "plan", np.array([], dtype=object), True))
+                continue
+            values = axis_values(path, spec)
+            self._validate_values(path, values)
+            resolved.append(Axis(axis_dim(path), path, values, path in STRUCTURAL))
+        clusters = self._clusters(resolved)
+        if plan_spec is not None:
+            plans = plan_values(plan_spec, clusters)
+            self.plans = plans
+            labels = np.array([p.shape if p.dense[0].degree is None and p.emb[0].degree is None else p.label
+                               for p in plans], dtype=object)
+            resolved = [Axis("plan", "plan", labels, True) if a.path == "plan" else a for a in resolved]
+        else:
+            if self.task.plan is None:
+                raise SweepError(f"task {self.task.name!r} leaves the plan open: add a 'plan' axis (e.g. plan = 'all')")
+            self.plans = [self.task.parsed_plan]
+            try:
+                from fastmodel.plans import check_plan_static
+                check_plan_static(self.plans[0])
+            except FastmodelError as error:
+                raise SweepError(f"task plan: {error}") from None
+        return resolved
+
+    def _validate_values(self, path: str, values: np.ndarray) -> None:
+        """Every axis value must make a valid spec on its own (ranges, units, rules)."""
+        root = path.split(".")[0]
+        base = {"model": self.model, "system": self.system, "task": self.task}[root]
+        cls = type(base)
+        for value in values:
+            data = base.model_dump()
+            value = value.item() if isinstance(value, np.generic) else value
+            if path == "task.global_batch":
+                data["local_batch"] = None
+            _set_path(data, path, value)
+            try:
+                validate(cls, data, None, root)
+            except SpecError as error:
+                raise SweepError(f"axis {axis_dim(path)} = {value!r}: {error}") from None
+
+    def _clusters(self, axes: list[Axis]) -> list[tuple[int, int]]:
+        by_path = {a.path: a.values for a in axes}
+        nodes = by_path.get("system.num_nodes", [self.system.num_nodes])
+        per_node = by_path.get("system.devices_per_node", [self.system.devices_per_node])
+        return [(int(n), int(d)) for n in nodes for d in per_node]
+
+    def _block_shape(self) -> tuple[int, ...]:
+        """Block size along each numeric axis: trailing axes whole, the first split."""
+        sizes = [self.shape[i] for i in self.numeric_axes]
+        block = [1] * len(sizes)
+        room = max(1, self.unit_configs)
+        for k in range(len(sizes) - 1, -1, -1):
+            take = min(sizes[k], max(1, room))
+            block[k] = take
+            room //= max(1, take)
+            if take < sizes[k]:
+                break
+        return tuple(block)
+
+    def _structural_combinations(self) -> list[tuple[int, ...]]:
+        return list(itertools.product(*(range(self.shape[i]) for i in self.structural_axes)))
+
+    def units(self) -> Iterator[Unit]:
+        """Every unit of work, in a fixed order (unit.index counts from 0)."""
+        numeric_sizes = [self.shape[i] for i in self.numeric_axes]
+        starts = [range(0, size, b) for size, b in zip(numeric_sizes, self.block)]
+        index = 0
+        for combo in self._combos:
+            for corner in itertools.product(*starts):
+                blocks = tuple(slice(c, min(c + b, size)) for c, b, size in zip(corner, self.block, numeric_sizes))
+                yield Unit(index, combo, blocks)
+                index += 1
+
+    @property
+    def num_units(self) -> int:
+        per_combo = math.prod(math.ceil(self.shape[i] / b) for i, b in zip(self.numeric_axes, self.block))
+        return len(self._combos) * per_combo
+
+    def region(self, unit: Unit) -> tuple:
+        """Index of the unit's region in the full grid (ints for structural dims)."""
+        index: list[Any] = [None] * len(self.axes)
+        for axis, value in zip(self.structural_axes, unit.structural):
+            index[axis] = value
+        for axis, block in zip(self.numeric_axes, unit.blocks):
+            index[axis] = block
+        return tuple(index)
+
+    def definition(self) -> dict:
+        """JSON-able definition that recreates this sweep (stored in the dataset attrs)."""
+        axes = {}
+        for axis in self.axes:
+            values = axis.values.tolist()
+            axes[axis.name if axis.path == "plan" or axis_path(axis.name) == axis.path else axis.path] = values
+        return {
+            "model": self.model.model_dump(),
+            "system": self.system.model_dump(),
+            "task": self.task.model_dump(),
+            "semantics": self.semantics.model_dump(),
+            "axes": axes,
+            "unit_configs": self.unit_configs,
+        }
+
+    @classmethod
+    def from_definition(cls, definition: dict) -> "Sweep":
+        semantics = dict(definition["semantics"])
+        semantics.pop("name", None)
+        return cls(definition["model"], definition["system"], definition["task"], definition["axes"],
+                   {"base": "madmax", **semantics}, definition.get("unit_configs", UNIT_CONFIGS))
+
+    # --- evaluation -------------------------------------------------------------
+
+    def _combo_specs(self, combo: tuple[int, ...]):
+        model_data, task_data = None, None
+        plan = self.plans[0]
+        for axis_index, value_index in zip(self.structural_axes, combo):
+            axis = self.axes[axis_index]
+            if axis.path == "plan":
+                plan = self.plans[value_index]
+                continue
+            value = axis.values[value_index]
+            value = value.item() if isinstance(value, np.generic) else value
+            if axis.path.startswith("model."):
+                model_data = model_data or self.model.model_dump()
+                _set_path(model_data, axis.path, value)
+            else:
+                task_data = task_data or self.task.model_dump()
+                _set_path(task_data, axis.path, value)
+        model = self.model if model_data is None else _validate_combo(MODEL_FAMILIES[self.model.family], model_data, "model")
+        task = self.task if task_data is None else _validate_combo(TaskSpec, task_data, "task")
+        return model, task, plan
+
+    def unit_offset(self, unit: Unit) -> int:
+        """Flat offset of the unit in the internal layout (structural axes first, then numeric)."""
+        numeric_sizes = [self.shape[i] for i in self.numeric_axes]
+        numeric_size = math.prod(numeric_sizes)
+        combo_flat = int(np.ravel_multi_index(unit.structural, [self.shape[i] for i in self.structural_axes])) \
+            if self.structural_axes else 0
+        corner = [b.start for b in unit.blocks]
+        corner_flat = int(np.ravel_multi_index(corner, numeric_sizes)) if numeric_sizes else 0
+        return combo_flat * numeric_size + corner_flat
+
+    def evaluate_unit(self, unit: Unit, out: np.ndarray, status: np.ndarray, offset: int) -> None:
+        """Evaluate one unit into ``out[:, offset:offset + size]`` and ``status[offset:offset + size]``.
+
+        Rows come in C order over the unit's numeric block, which is a
+        contiguous range of the internal layout.
+        """
+        model, task, plan = self._combo_specs(unit.structural)
+        block_values = [self.axes[i].values[b] for i, b in zip(self.numeric_axes, unit.blocks)]
+        n = unit.size
+        grids = np.meshgrid(*block_values, indexing="ij", copy=False) if block_values else []
+        values = {self.axes[i].path: np.broadcast_to(g, g.shape).reshape(-1) for i, g in zip(self.numeric_axes, grids)}
+        if "task.global_batch" in values and task.local_batch is not None:
+            task = task.model_copy(update={"local_batch": None, "global_batch": 1})
+        table, unit_status = llm_table(model, self.system, task, plan, values, n)
+        status[offset:offset + n] = unit_status
+        key = structure_key_for(model, task, plan, self.semantics)
+        evaluate_into(key, self.semantics, table, status[offset:offset + n], out, offset, mask_infeasible=True)
+
+    @property
+    def internal_dims(self) -> tuple[str, ...]:
+        return tuple(self.axes[i].name for i in (*self.structural_axes, *self.numeric_axes))
+
+    @property
+    def internal_shape(self) -> tuple[int, ...]:
+        return tuple(self.shape[i] for i in (*self.structural_axes, *self.numeric_axes))
+
+    # --- datasets -----------------------------------------------------------------
+
+    def coords(self) -> dict[str, Any]:
+        coords = {}
+        for axis in self.axes:
+            attrs = {"field": axis.path}
+            values = axis.values.astype(str) if axis.values.dtype == object else axis.values
+            coords[axis.name] = xr.Variable(axis.name, values, attrs=attrs)
+        return coords
+
+    def variable_attrs(self, name: str) -> dict:
+        if name == "status":
+            return {
+                "long_name": "status",
+                "units": "1",
+                "description": "Why a point has no result: " + ", ".join(
+                    f"{code}={label}" for code, label in enumerate(STATUS_NAMES)),
+                "flag_values": list(range(len(STATUS_NAMES))),
+                "flag_meanings": " ".join(STATUS_NAMES),
+            }
+        return variable_attrs(name)
+
+    def dataset_attrs(self) -> dict:
+        return {
+            "model": json.dumps(self.model.model_dump()),
+            "system": json.dumps(self.system.model_dump()),
+            "task": json.dumps(self.task.model_dump()),
+            "semantics": json.dumps(self.semantics.model_dump()),
+            "sweep": json.dumps(self.definition()),
+            "fastmodel_version": __version__,
+        }
+
+    def result_bytes(self) -> int:
+        """Bytes of the result arrays in memory."""
+        return self.num_configs * (8 * len(self.float_variables) + 2)
+
+
+def _validate_combo(cls, data: dict, kind: str):
+    try:
+        return validate(cls, data, None, kind)
+    except SpecError as error:
+        raise SweepError(f"structural axes give an invalid {kind}: {error}") from None
+
+
+@lru_cache(maxsize=8)
+def _sweep_from_json(definition_json: str) -> Sweep:
+    return Sweep.from_definition(json.loads(definition_json))
+
+
+# --- runners ----------------------------------------------------------------------
+
+def available_memory_bytes() -> int:
+    """MemAvailable from /proc/meminfo (Linux), else total physical memory."""
+    try:
+        with open("/proc/meminfo") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def _summarise_status(counts: np.ndarray, total: int) -> str:
+    parts = [f"{100 * c / total:.0f}% {STATUS_NAMES[k]}" for k, c in enumerate(counts) if c and k != 0]
+    return ", ".join(parts)
+
+
+def run_in_memory(sweep: Sweep, progress: Callable[[int], None] | None = None) -> xr.Dataset:
+    """Evaluate every unit into one result matrix; return the Dataset (views, no copies)."""
+    need = sweep.result_bytes()
+    have = available_memory_bytes()
+    if need > have // 2:
+        raise SweepError(
+            f"the result grid needs about {need / 2**30:.1f} GiB ({sweep.num_configs:,} configurations) but only "
+            f"{have / 2**30:.1f} GiB is available; write it to a zarr store with -o out.zarr"
+        )
+    out = np.empty((N_RESULTS, sweep.num_configs))
+    status = np.zeros(sweep.num_configs, dtype=np.int8)
+    for unit in sweep.units():
+        sweep.evaluate_unit(unit, out, status, sweep.unit_offset(unit))
+        if progress:
+            progress(unit.size)
+    counts = np.bincount(status, minlength=len(STATUS_NAMES))
+    if counts[STATUS["ok"]] == 0 and sweep.num_configs:
+        raise SweepError(f"every point of the sweep is illegal or infeasible: {_summarise_status(counts, sweep.num_configs)}")
+    return _assemble(sweep, out, status)
+
+
+def _assemble(sweep: Sweep, out: np.ndarray, status: np.ndarray) -> xr.Dataset:
+    shape, dims = sweep.internal_shape, sweep.internal_dims
+    data = {}
+    for v, name in enumerate(RESULTS):
+        if name == "fits_memory":
+            values = out[v].reshape(shape) > 0.5
+        elif name in sweep.float_variables:
+            values = out[v].reshape(shape)
+        else:
+            continue
+        data[name] = xr.Variable(dims, values, sweep.variable_attrs(name)).transpose(*sweep.dims)
+    data["status"] = xr.Variable(dims, status.reshape(shape), sweep.variable_attrs("status")).transpose(*sweep.dims)
+    return xr.Dataset(data, coords=sweep.coords(), attrs=sweep.dataset_attrs())
+
+
+# --- zarr stores --------------------------------------------------------------------
+
+def _chunks(sweep: Sweep) -> tuple[int, ...]:
+    chunks = [1] * len(sweep.axes)
+    for axis, block in zip(sweep.numeric_axes, sweep.block):
+        chunks[axis] = block
+    return tuple(chunks)
+
+
+def create_store(sweep: Sweep, path: str) -> None:
+    """Write the store's metadata, coordinates and an all-false ``unit_done`` flag."""
+    import dask.array as da
+
+    chunks = _chunks(sweep)
+    data = {}
+    for name in sweep.float_variables:
+        data[name] = (sweep.dims, da.full(sweep.shape, np.nan, chunks=chunks), sweep.variable_attrs(name))
+    data["fits_memory"] = (sweep.dims, da.zeros(sweep.shape, dtype=bool, chunks=chunks), sweep.variable_attrs("fits_memory"))
+    data["status"] = (sweep.dims, da.zeros(sweep.shape, dtype=np.int8, chunks=chunks), sweep.variable_attrs("status"))
+    data["unit_done"] = (("sweep_unit",), da.zeros(sweep.num_units, dtype=bool, chunks=1),
+                         {"long_name": "unit of work written", "units": "1"})
+    ds = xr.Dataset(data, coords=sweep.coords(), attrs=sweep.dataset_attrs())
+    ds.to_zarr(path, mode="w", compute=False, consolidated=True)
+
+
+def open_store_for_resume(sweep: Sweep, path: str) -> np.ndarray:
+    """The ``unit_done`` flags of an existing store made by the same sweep."""
+    import zarr
+
+    try:
+        group = zarr.open_group(path, mode="r")
+    except Exception:  # noqa: BLE001 - any unreadable store is a user-facing error
+        raise SweepError(f"{path}: not a fastmodel sweep store; run without --resume to create it") from None
+    stored = group.attrs.get("sweep")
+    if stored is None or "unit_done" not in group:
+        raise SweepError(f"{path}: not a fastmodel sweep store; run without --resume to create it")
+    if json.loads(stored) != json.loads(json.dumps(sweep.definition())):
+        raise SweepError(f"{path}: the store was made by a different sweep definition; cannot resume it")
+    return np.asarray(group["unit_done"][:], dtype=bool)
+
+
+def write_units(sweep: Sweep, path: str, units: list[Unit], progress: Callable[[int], None] | None = None) -> int:
+    """Evaluate ``units`` and write each into the store; the done flag goes last."""
+    import zarr
+
+    group = zarr.open_group(path, mode="r+")
+    names = [n for n in RESULTS if n in sweep.float_variables or n == "fits_memory"]
+    arrays = {name: group[name] for name in (*names, "status")}
+    done = group["unit_done"]
+    written = 0
+    for unit in units:
+        n = unit.size
+        out = np.empty((N_RESULTS, n))
+        status = np.zeros(n, dtype=np.int8)
+        sweep.evaluate_unit(unit, out, status, 0)
+        region = sweep.region(unit)
+        block_shape = tuple(b.stop - b.start for b in unit.blocks)
+        for v, name in enumerate(RESULTS):
+            if name in arrays:
+                values = out[v] > 0.5 if name == "fits_memory" else out[v]
+                arrays[name][region] = values.reshape(block_shape)
+        arrays["status"][region] = status.reshape(block_shape)
+        done[unit.index] = True
+        written += n
+        if progress:
+            progress(n)
+    return written
+
+
+def _write_units_task(definition_json: str, path: str, unit_indices: list[int]) -> int:
+    """Dask task: rebuild the sweep in the worker and write some units."""
+    sweep = _sweep_from_json(definition_json)
+    wanted = set(unit_indices)
+    units = [u for u in sweep.units() if u.index in wanted]
+    return write_units(sweep, path, units)
+
+
+def run_to_store(sweep: Sweep, path: str, resume: bool = False, progress: Callable[[int], None] | None = None,
+                 client=None) -> xr.Dataset:
+    """Stream the sweep into a zarr store (resumable); return the opened Dataset."""
+    if resume and Path(path).exists():
+        done = open_store_for_resume(sweep, path)
+    else:
+        if resume:
+            raise SweepError(f"{path}: nothing to resume (no such store)")
+        create_store(sweep, path)
+        done = np.zeros(sweep.num_units, dtype=bool)
+    todo = [u for u in sweep.units() if not done[u.index]]
+    if progress:
+        progress(sum(u.size for u in sweep.units() if done[u.index]))
+    if client is None:
+        write_units(sweep, path, todo, progress)
+    else:
+        definition_json = json.dumps(sweep.definition())
+        per_task = max(1, len(todo) // (8 * max(1, len(client.scheduler_info().get("workers", {})))))
+        batches = [todo[k:k + per_task] for k in range(0, len(todo), per_task)]
+        futures = [client.submit(_write_units_task, definition_json, path, [u.index for u in batch], pure=False)
+                   for batch in batches]
+        from distributed import as_completed
+
+        for future in as_completed(futures):
+            written = future.result()
+            if progress:
+                progress(written)
+    import zarr
+
+    zarr.consolidate_metadata(path)
+    ds = xr.open_zarr(path)
+    counts = np.bincount(ds["status"].values.reshape(-1), minlength=len(STATUS_NAMES)) if sweep.num_configs <= 50_000_000 else None
+    if counts is not None and counts[STATUS["ok"]] == 0 and sweep.num_configs:
+        raise SweepError(f"every point of the sweep is illegal or infeasible: {_summarise_status(counts, sweep.num_configs)}")
+    return ds
+
+
+# --- the API --------------------------------------------------------------------------
+
+class Progress:
+    """A one-line progress bar on a terminal (configs done, configs/s, ETA); silent otherwise."""
+
+    def __init__(self, total: int, stream=None, enabled: bool | None = None, min_interval_s: float = 0.2):
+        import sys
+
+        self.total = total
+        self.stream = stream or sys.stderr
+        self.enabled = self.stream.isatty() if enabled is None else enabled
+        self.done = 0
+        self.start = time.perf_counter()
+        self.last = 0.0
+        self.min_interval_s = min_interval_s
+
+    def __call__(self, configs: int) -> None:
+        self.done += configs
+        now = time.perf_counter()
+        if self.enabled and (now - self.last >= self.min_interval_s or self.done >= self.total):
+            self.last = now
+            elapsed = max(now - self.start, 1e-9)
+            rate = self.done / elapsed
+            eta = (self.total - self.done) / rate if rate > 0 else float("inf")
+            pct = 100 * self.done / self.total if self.total else 100
+            self.stream.write(f"\r{self.done:,}/{self.total:,} configs ({pct:5.1f}%)  {rate:,.0f} configs/s  "
+                              f"ETA {eta:,.0f} s   ")
+            self.stream.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def sweep(model: Any, system: Any, task: Any, axes: dict[str, Any], semantics: Any = "madmax",
+          store: str | None = None, resume: bool = False, workers: int | None = None, scheduler: str | None = None,
+          progress: bool | None = False, unit_configs: int = UNIT_CONFIGS) -> xr.Dataset:
+    """Evaluate a grid of configurations; a labeled Dataset with one dimension per axis.
+
+    ``axes`` maps field names (short or dotted) or ``plan`` to values: a list,
+    a scalar, or a range ``{start, stop, num|step, scale='linear'|'log'}``;
+    ``plan`` takes ``'all'``, a list of plan strings, or rules
+    ``{dense=[...], emb=[...], max_levels=1|2}``. With ``store`` (a ``.zarr``
+    path) results stream to disk chunk by chunk (``resume`` completes an
+    interrupted store); ``workers`` / ``scheduler`` run the chunks on a Dask
+    distributed cluster (needs ``store``).
+    """
+    definition = Sweep(model, system, task, axes, semantics, unit_configs)
+    bar = Progress(definition.num_configs, enabled=progress) if progress is not False else None
+    try:
+        if workers is not None or scheduler is not None:
+            if store is None:
+                raise SweepError("a distributed sweep writes a zarr store: give store='out.zarr' (-o out.zarr)")
+            from distributed import Client, LocalCluster
+
+            if scheduler is not None:
+                client = Client(scheduler)
+                cluster = None
+            else:
+                cluster = LocalCluster(n_workers=int(workers), threads_per_worker=1, processes=True,
+                                       dashboard_address=None)
+                client = Client(cluster)
+            try:
+                return run_to_store(definition, store, resume, bar, client)
+            finally:
+                client.close()
+                if cluster is not None:
+                    cluster.close()
+        if store is not None:
+            return run_to_store(definition, store, resume, bar)
+        return run_in_memory(definition, bar)
+    finally:
+        if bar is not None:
+            bar.close()

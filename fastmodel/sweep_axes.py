@@ -1,0 +1,251 @@
+"""Sweep axes: which spec fields can be swept, by which names, with which values.
+
+Any numeric or categorical leaf field of the model, system or task spec is an
+axis, by full path (``system.network.port_bandwidth_bytes_per_s``) or by its
+leaf name when that is unambiguous (``port_bandwidth_bytes_per_s``,
+``num_nodes``, ``flops_util``). ``plan`` is the plan axis. Fields that change
+the op graph (layer count, precision, task kind, freezing, plan) are
+*structural*: the engine loops over them; the others are evaluated as vectors.
+"""
+
+from __future__ import annotations
+
+import math
+import types
+from dataclasses import dataclass
+from typing import Annotated, Any, Union, get_args, get_origin
+
+import numpy as np
+from pydantic import BaseModel
+
+from fastmodel.errors import PlanError, SweepError, nearest
+from fastmodel.plans import (
+    DENSE_STRATEGIES, EMB_STRATEGIES, Level, Plan, check_plan_static, enumerate_plan_shapes,
+)
+from fastmodel.quantity import parse_quantity
+from fastmodel.spec_model import LLMSpec
+from fastmodel.spec_system import SystemSpec
+from fastmodel.spec_task import TaskSpec
+
+#: fields whose value changes the Program (looped over, not vectorized)
+STRUCTURAL = {
+    "model.num_layers", "model.bytes_per_dense_param", "task.kind", "task.freeze_emb", "task.freeze_dense",
+    "task.min_frozen_layer",
+}
+#: fields that are labels, not quantities
+_NOT_SWEEPABLE = {"family", "name"}
+
+
+@dataclass(frozen=True)
+class FieldInfo:
+    path: str
+    kind: str          # "int" | "float" | "bool" | "choice"
+    choices: tuple = ()
+    quantity: str | None = None   # unit kind for strings with units
+
+
+def _leaves(cls: type[BaseModel], prefix: str):
+    for name, field in cls.model_fields.items():
+        if name in _NOT_SWEEPABLE:
+            continue
+        annotation = field.annotation
+        is_union = get_origin(annotation) in (Union, types.UnionType)
+        args = [a for a in get_args(annotation) if a is not type(None)] if is_union else []
+        inner = args[0] if len(args) == 1 else annotation
+        if get_origin(inner) is Annotated:
+            inner = get_args(inner)[0]
+        path = f"{prefix}.{name}"
+        if isinstance(inner, type) and issubclass(inner, BaseModel):
+            yield from _leaves(inner, path)
+            continue
+        if inner is bool:
+            yield FieldInfo(path, "bool")
+        elif get_origin(inner) is not None and str(get_origin(inner)).endswith("Literal"):
+            choices = get_args(inner)
+            yield FieldInfo(path, "int" if all(isinstance(c, int) for c in choices) else "choice", choices)
+        elif inner is int:
+            yield FieldInfo(path, "int")
+        elif inner is str:
+            continue
+        else:
+            if "peak_flop_per_s" in path:
+                quantity = "flop_per_s"
+            elif name.endswith("_bytes_per_s"):
+                quantity = "bytes_per_s"
+            elif name.endswith("_bytes"):
+                quantity = "bytes"
+            else:
+                quantity = None
+            yield FieldInfo(path, "float", quantity=quantity)
+
+
+def _registry() -> dict[str, FieldInfo]:
+    fields = {}
+    for cls, root in ((LLMSpec, "model"), (SystemSpec, "system"), (TaskSpec, "task")):
+        for info in _leaves(cls, root):
+            fields[info.path] = info
+    fields.pop("task.plan", None)
+    return fields
+
+
+FIELDS: dict[str, FieldInfo] = _registry()
+_SHORT: dict[str, list[str]] = {}
+for _path in FIELDS:
+    _SHORT.setdefault(_path.rsplit(".", 1)[1], []).append(_path)
+SHORT_NAMES = {short: paths[0] for short, paths in _SHORT.items() if len(paths) == 1}
+
+
+def axis_path(name: str) -> str:
+    """Full field path of axis ``name`` (short or full); SweepError with suggestions if unknown."""
+    if name == "plan" or name in FIELDS:
+        return name
+    if name in SHORT_NAMES:
+        return SHORT_NAMES[name]
+    if name in _SHORT:
+        raise SweepError(f"axis {name!r} is ambiguous: use one of {', '.join(_SHORT[name])}")
+    valid = ["plan", *SHORT_NAMES, *FIELDS]
+    raise SweepError(f"unknown axis {name!r}{nearest(name, valid)}; sweepable: plan, {', '.join(sorted(SHORT_NAMES))}")
+
+
+def axis_dim(path: str) -> str:
+    """The dataset dimension name of an axis: its short name when unambiguous."""
+    if path == "plan":
+        return "plan"
+    short = path.rsplit(".", 1)[1]
+    return short if SHORT_NAMES.get(short) == path else path.replace(".", "_")
+
+
+def _expand(name: str, spec: Any) -> list:
+    """Axis values from a list, a scalar, or a range table {start, stop, num|step, scale}."""
+    if isinstance(spec, dict):
+        unknown = set(spec) - {"start", "stop", "num", "step", "scale"}
+        if unknown:
+            key = sorted(unknown)[0]
+            raise SweepError(f"axis {name}: unknown range key {key!r}{nearest(key, ['start', 'stop', 'num', 'step', 'scale'])}")
+        try:
+            start, stop = float(spec["start"]), float(spec["stop"])
+        except (KeyError, TypeError, ValueError):
+            raise SweepError(f"axis {name}: a range needs numeric 'start' and 'stop'") from None
+        scale = spec.get("scale", "linear")
+        if "num" in spec:
+            num = spec["num"]
+            if not isinstance(num, int) or num < 1:
+                raise SweepError(f"axis {name}: 'num' must be a positive integer (got {num!r})")
+            if scale == "log":
+                if start <= 0 or stop <= 0:
+                    raise SweepError(f"axis {name}: a log range needs positive start and stop")
+                return list(np.geomspace(start, stop, num))
+            if scale != "linear":
+                raise SweepError(f"axis {name}: scale must be 'linear' or 'log' (got {scale!r})")
+            return list(np.linspace(start, stop, num))
+        if "step" in spec:
+            step = float(spec["step"])
+            if step == 0 or (stop - start) / step < 0:
+                raise SweepError(f"axis {name}: step {step} does not go from {start} to {stop}")
+            if scale == "log":  # multiplicative step
+                if step <= 1 or start <= 0:
+                    raise SweepError(f"axis {name}: a log step must be > 1 with positive start")
+                count = int(math.floor(math.log(stop / start) / math.log(step) + 1e-9)) + 1
+                return [start * step**k for k in range(count)]
+            count = int(math.floor((stop - start) / step + 1e-9)) + 1
+            return [start + k * step for k in range(count)]
+        raise SweepError(f"axis {name}: a range needs 'num' or 'step'")
+    if isinstance(spec, (list, tuple, np.ndarray)):
+        return list(spec)
+    return [spec]
+
+
+def axis_values(path: str, spec: Any) -> np.ndarray:
+    """Validated, typed values of a field axis (SweepError on bad input)."""
+    info = FIELDS[path]
+    raw = _expand(path, spec)
+    if not raw:
+        raise SweepError(f"axis {axis_dim(path)} is empty")
+    out = []
+    for value in raw:
+        if isinstance(value, np.generic):
+            value = value.item()
+        if info.kind == "bool":
+            if not isinstance(value, bool):
+                raise SweepError(f"axis {axis_dim(path)}: {value!r} is not true/false")
+        elif info.kind == "choice":
+            if value not in info.choices:
+                raise SweepError(f"axis {axis_dim(path)}: {value!r} is not one of {', '.join(map(str, info.choices))}")
+        else:
+            if isinstance(value, str) and info.quantity:
+                try:
+                    value = parse_quantity(value, info.quantity)
+                except ValueError as error:
+                    raise SweepError(f"axis {axis_dim(path)}: {error}") from None
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise SweepError(f"axis {axis_dim(path)}: {value!r} is not a number")
+            if not math.isfinite(value):
+                raise SweepError(f"axis {axis_dim(path)}: {value!r} is not finite")
+            if info.kind == "int":
+                if value != int(value):
+                    raise SweepError(f"axis {axis_dim(path)}: {value!r} is not an integer")
+                value = int(value)
+                if info.choices and value not in info.choices:
+                    raise SweepError(f"axis {axis_dim(path)}: {value!r} is not one of {', '.join(map(str, info.choices))}")
+        out.append(value)
+    if len(set(out)) != len(out):
+        dup = next(v for v in out if out.count(v) > 1)
+        raise SweepError(f"axis {axis_dim(path)}: duplicate value {dup!r}")
+    if info.kind in ("int",):
+        return np.array(out, dtype=np.int64)
+    if info.kind == "float":
+        return np.array(out, dtype=np.float64)
+    return np.array(out, dtype=object if info.kind == "choice" else bool)
+
+
+def plan_values(spec: Any, clusters: list[tuple[int, int]]) -> list[Plan]:
+    """Plans of the plan axis: 'all', a list of plan strings, or a rule set.
+
+    ``clusters`` are the (num_nodes, devices_per_node) pairs of the grid;
+    'all' and rule sets give the plan shapes legal on at least one of them.
+    """
+    if spec == "all" or isinstance(spec, dict):
+        rules = {} if spec == "all" else dict(spec)
+        unknown = set(rules) - {"dense", "emb", "max_levels"}
+        if unknown:
+            key = sorted(unknown)[0]
+            raise SweepError(f"plan rule {key!r} unknown{nearest(key, ['dense', 'emb', 'max_levels'])}; "
+                             "use dense = [...], emb = [...], max_levels = 1|2")
+        dense_ok = set(rules.get("dense", DENSE_STRATEGIES))
+        emb_ok = set(rules.get("emb", EMB_STRATEGIES))
+        for name, allowed, pool in (("dense", dense_ok, DENSE_STRATEGIES), ("emb", emb_ok, EMB_STRATEGIES)):
+            for strategy in allowed:
+                if strategy not in pool:
+                    raise SweepError(f"plan rule {name}: unknown strategy {strategy!r}{nearest(str(strategy), pool)}")
+        max_levels = rules.get("max_levels", 2)
+        if max_levels not in (1, 2):
+            raise SweepError(f"plan rule max_levels must be 1 or 2 (got {max_levels!r})")
+        shapes: dict[str, Plan] = {}
+        for nodes, per_node in clusters:
+            for plan in enumerate_plan_shapes(nodes, per_node):
+                if (set(plan.dense_strategies) <= dense_ok and set(plan.emb_strategies) <= emb_ok
+                        and len(plan.dense) <= max_levels and len(plan.emb) <= max_levels):
+                    shapes.setdefault(plan.shape, plan)
+        order = {s: i for i, s in enumerate(p.shape for p in enumerate_plan_shapes(2, 2))}
+        plans = sorted(shapes.values(), key=lambda p: order.get(p.shape, 0))
+        if not plans:
+            raise SweepError("the plan rules admit no legal plan on any cluster of the sweep")
+        return plans
+    texts = _expand("plan", spec)
+    if not texts:
+        raise SweepError("axis plan is empty")
+    plans = []
+    for text in texts:
+        try:
+            plan = Plan.parse(text)
+            check_plan_static(plan)
+        except PlanError as error:
+            raise SweepError(f"axis plan: {error}") from None
+        plans.append(plan)
+    labels = [p.label for p in plans]
+    if len(set(labels)) != len(labels):
+        raise SweepError(f"axis plan: duplicate plan {next(l for l in labels if labels.count(l) > 1)!r}")
+    return plans
+
+
+__all__ = ["FIELDS", "SHORT_NAMES", "STRUCTURAL", "axis_dim", "axis_path", "axis_values", "plan_values", "Level"]

@@ -1,0 +1,130 @@
+"""Fused evaluation: parameter rows -> every result variable, in one pass per row.
+
+For each legal row: the family's cost kernel fills the cost slots, the generic
+scheduler runs the Program, and the derived variables (throughput, exposed
+communication, memory per device, fits) are written straight into the
+caller's output matrix (``out[variable, offset + row]``), so a sweep chunk
+lands in its region of the grid without copies. Rows are split into chunks,
+one ``prange`` iteration each, so scratch space is allocated once per chunk.
+Rows whose status is not ok get NaN; legal rows that do not fit in memory get
+``STATUS_DOES_NOT_FIT`` and keep only their memory variables.
+"""
+
+import numpy as np
+from numba import njit, prange
+
+from fastmodel.kernels.layout import (
+    CAT_ALL2ALL, CAT_ALLGATHER, CAT_ALLREDUCE, CAT_EMB, CAT_GEMM, CAT_REDUCESCATTER, MEMORY_RESULTS,
+    N_LLM_SLOTS, N_RESULTS, N_SCHEDULE_OUTPUTS, N_TERMS, N_WORK, O_CATEGORY0, O_FORWARD_TIME, O_ITERATION_TIME,
+    P_HBM_CAPACITY, R_EFF_FLOPS, R_EXPOSED_COMM, R_FITS_MEMORY, R_FORWARD_TIME, R_GLOBAL_BATCH, R_HBM_CAPACITY,
+    R_ITERATION_TIME, R_MEMORY_PER_DEVICE, R_NUM_COMM_OPS, R_NUM_COMPUTE_OPS, R_OVERLAPPED_COMM, R_THROUGHPUT,
+    R_TIME_ALL2ALL, R_TIME_ALLGATHER, R_TIME_ALLREDUCE, R_TIME_COMM, R_TIME_COMPUTE, R_TIME_EMB, R_TIME_GEMM,
+    R_TIME_REDUCESCATTER, R_WMEM, R_WMEM_DENSE, R_WMEM_EMB, STATUS_DOES_NOT_FIT, STATUS_OK,
+    T_EFF_FLOPS, T_GLOBAL_BATCH, T_WMEM_DENSE, T_WMEM_EMB,
+)
+from fastmodel.kernels.llm_costs import llm_costs_row
+from fastmodel.kernels.schedule import schedule_row
+
+#: rows per prange chunk (scratch is allocated once per chunk)
+CHUNK_ROWS = 512
+
+
+@njit(cache=True)
+def _llm_rows(lo, hi, params, status, dense_codes, num_dense, emb_codes, num_emb, flags,
+              op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx,
+              seg_start, seg_period, seg_layers, seg_window, extrapolate,
+              memory_factor, mask_infeasible, num_compute_ops, num_comm_ops, out, offset):
+    n_ops = op_stream.shape[0]
+    slots = np.empty(N_LLM_SLOTS)
+    terms = np.empty(N_TERMS)
+    sched = np.empty(N_SCHEDULE_OUTPUTS)
+    op_start = np.empty(n_ops)
+    op_end = np.empty(n_ops)
+    cursor_before = np.empty(n_ops)
+    work = np.empty(N_WORK)
+    for r in range(lo, hi):
+        col = offset + r
+        if status[r] != STATUS_OK:
+            for v in range(N_RESULTS):
+                out[v, col] = np.nan
+            out[R_FITS_MEMORY, col] = 0.0
+            continue
+        row = params[r]
+        llm_costs_row(row, dense_codes, num_dense, emb_codes, num_emb, flags, slots, terms)
+        schedule_row(op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx,
+                     seg_start, seg_period, seg_layers, seg_window, extrapolate,
+                     slots, op_start, op_end, cursor_before, work, sched)
+        t = sched[O_ITERATION_TIME]
+        gemm = sched[O_CATEGORY0 + CAT_GEMM]
+        emb = sched[O_CATEGORY0 + CAT_EMB]
+        a2a = sched[O_CATEGORY0 + CAT_ALL2ALL]
+        ar = sched[O_CATEGORY0 + CAT_ALLREDUCE]
+        ag = sched[O_CATEGORY0 + CAT_ALLGATHER]
+        rs = sched[O_CATEGORY0 + CAT_REDUCESCATTER]
+        compute = gemm + emb
+        comm = a2a + ar + ag + rs
+        exposed = t - compute
+        weights = terms[T_WMEM_DENSE] + terms[T_WMEM_EMB]
+        memory = memory_factor * weights
+        capacity = row[P_HBM_CAPACITY]
+        out[R_ITERATION_TIME, col] = t
+        out[R_THROUGHPUT, col] = terms[T_GLOBAL_BATCH] / t
+        out[R_GLOBAL_BATCH, col] = terms[T_GLOBAL_BATCH]
+        out[R_FORWARD_TIME, col] = sched[O_FORWARD_TIME]
+        out[R_TIME_GEMM, col] = gemm
+        out[R_TIME_EMB, col] = emb
+        out[R_TIME_ALL2ALL, col] = a2a
+        out[R_TIME_ALLREDUCE, col] = ar
+        out[R_TIME_ALLGATHER, col] = ag
+        out[R_TIME_REDUCESCATTER, col] = rs
+        out[R_TIME_COMPUTE, col] = compute
+        out[R_TIME_COMM, col] = comm
+        out[R_EXPOSED_COMM, col] = exposed
+        out[R_OVERLAPPED_COMM, col] = comm - exposed
+        out[R_WMEM_DENSE, col] = terms[T_WMEM_DENSE]
+        out[R_WMEM_EMB, col] = terms[T_WMEM_EMB]
+        out[R_WMEM, col] = weights
+        out[R_MEMORY_PER_DEVICE, col] = memory
+        out[R_HBM_CAPACITY, col] = capacity
+        out[R_FITS_MEMORY, col] = 1.0 if memory <= capacity else 0.0
+        out[R_EFF_FLOPS, col] = terms[T_EFF_FLOPS]
+        out[R_NUM_COMPUTE_OPS, col] = num_compute_ops
+        out[R_NUM_COMM_OPS, col] = num_comm_ops
+        if mask_infeasible and memory > capacity:
+            status[r] = STATUS_DOES_NOT_FIT
+            for v in range(N_RESULTS):
+                keep = False
+                for m in MEMORY_RESULTS:
+                    if v == m:
+                        keep = True
+                if not keep:
+                    out[v, col] = np.nan
+
+
+@njit(cache=True, parallel=True)
+def llm_evaluate(params, status, dense_codes, num_dense, emb_codes, num_emb, flags,
+                 op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx,
+                 seg_start, seg_period, seg_layers, seg_window, extrapolate,
+                 memory_factor, mask_infeasible, num_compute_ops, num_comm_ops, out, offset):
+    """Evaluate every row of ``params`` into ``out[:, offset:offset + n]`` (threads over chunks)."""
+    n = params.shape[0]
+    n_chunks = (n + CHUNK_ROWS - 1) // CHUNK_ROWS
+    for chunk in prange(n_chunks):
+        lo = chunk * CHUNK_ROWS
+        hi = min(n, lo + CHUNK_ROWS)
+        _llm_rows(lo, hi, params, status, dense_codes, num_dense, emb_codes, num_emb, flags,
+                  op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx,
+                  seg_start, seg_period, seg_layers, seg_window, extrapolate,
+                  memory_factor, mask_infeasible, num_compute_ops, num_comm_ops, out, offset)
+
+
+@njit(cache=True)
+def llm_evaluate_serial(params, status, dense_codes, num_dense, emb_codes, num_emb, flags,
+                        op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx,
+                        seg_start, seg_period, seg_layers, seg_window, extrapolate,
+                        memory_factor, mask_infeasible, num_compute_ops, num_comm_ops, out, offset):
+    """:func:`llm_evaluate` on one thread: for a few rows, where waking threads costs more."""
+    _llm_rows(0, params.shape[0], params, status, dense_codes, num_dense, emb_codes, num_emb, flags,
+              op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx,
+              seg_start, seg_period, seg_layers, seg_window, extrapolate,
+              memory_factor, mask_infeasible, num_compute_ops, num_comm_ops, out, offset)
