@@ -17,6 +17,7 @@ from fastmodel.errors import FastmodelError
 from fastmodel.semantics import PRESETS
 
 KIND_CHOICE = click.Choice(["model", "system", "task"])
+LIST_CHOICE = click.Choice(["model", "system", "task", "sweep"])
 
 
 def _friendly(func):
@@ -100,19 +101,124 @@ def _open_input(path: str):
         raise FastmodelError(f"{path}: cannot read: {error.strerror}") from None
 
 
+@main.command("sweep")
+@click.argument("sweep_file", type=click.Path(dir_okay=False))
+@click.option("--output", "-o", required=True, type=click.Path(),
+              help="Result: a .zarr store (streamed, resumable) or a .nc file (in memory, written atomically).")
+@click.option("--resume", is_flag=True, help="Complete an interrupted .zarr store of the same sweep.")
+@click.option("--force", is_flag=True, help="Overwrite an existing output.")
+@click.option("--workers", type=click.IntRange(min=1), help="Run units on a local Dask cluster of N worker processes.")
+@click.option("--scheduler", help="Run units on an existing Dask cluster (tcp://host:port).")
+@click.option("--unit-configs", type=click.IntRange(min=1), help="Configurations per unit of work (and zarr chunk).")
+@click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a terminal only).")
+@_friendly
+def sweep_command(sweep_file, output, resume, force, workers, scheduler, unit_configs, progress):
+    """Evaluate a sweep file (TOML) into a labeled dataset."""
+    import shutil
+    from pathlib import Path
+
+    from fastmodel.atomic import atomic_write  # noqa: F401
+    from fastmodel.errors import SweepError
+    from fastmodel.sweep import Progress, run_in_memory, run_to_store
+    from fastmodel.sweep_file import load_sweep_file
+
+    sweep = load_sweep_file(sweep_file, unit_configs)
+    out = Path(output)
+    is_zarr = out.suffix == ".zarr"
+    if not is_zarr and out.suffix != ".nc":
+        raise SweepError(f"{output}: the output must end in .zarr or .nc")
+    if out.exists() and not resume:
+        if not force:
+            raise SweepError(f"{output} exists; pass --resume to complete it or --force to overwrite it")
+        shutil.rmtree(out) if out.is_dir() else out.unlink()
+    if resume and not is_zarr:
+        raise SweepError("--resume needs a .zarr store")
+    if (workers or scheduler) and not is_zarr:
+        raise SweepError("a distributed sweep writes a .zarr store: use -o out.zarr")
+    bar = Progress(sweep.num_configs, enabled=progress)
+    click.echo(f"{sweep.num_configs:,} configurations in {sweep.num_units:,} units -> {output}", err=True)
+    try:
+        if is_zarr:
+            client = cluster = None
+            if workers or scheduler:
+                from distributed import Client, LocalCluster
+
+                if scheduler:
+                    client = Client(scheduler)
+                else:
+                    cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                           dashboard_address=None)
+                    client = Client(cluster)
+            try:
+                ds = run_to_store(sweep, output, resume, bar, client)
+            except KeyboardInterrupt:
+                bar.close()
+                click.echo(f"interrupted: {output} holds every finished unit; rerun with --resume to complete it",
+                           err=True)
+                sys.exit(130)
+            finally:
+                if client is not None:
+                    client.close()
+                if cluster is not None:
+                    cluster.close()
+        else:
+            ds = run_in_memory(sweep, bar)
+            _write_netcdf(ds, out)
+    finally:
+        bar.close()
+    ok = int((ds["status"] == 0).sum())
+    click.echo(f"done: {ok:,} of {sweep.num_configs:,} configurations legal and feasible", err=True)
+
+
+def _write_netcdf(ds, path):
+    import os
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent if str(path.parent) else ".")
+    os.close(fd)
+    try:
+        ds.to_netcdf(tmp, engine="scipy")
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+@main.command("best")
+@click.argument("result", type=click.Path())
+@click.option("--by", required=True, help="Variable to rank by, e.g. throughput.")
+@click.option("--top", default=10, show_default=True, type=int, help="How many rows.")
+@click.option("--where", "where", multiple=True,
+              help="Filter (repeatable): fits_memory, status=ok, num_nodes=256, throughput>100, plan=tp,ddp/mp.")
+@click.option("--ascending", is_flag=True, help="Smallest first (e.g. --by iteration_time).")
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False), help="Also write the table as CSV (atomically).")
+@_friendly
+def best_command(result, by, top, where, ascending, csv_path):
+    """Top-k configurations of a sweep result by any variable."""
+    from fastmodel.atomic import atomic_write
+    from fastmodel.best import best, open_result
+
+    table = best(open_result(result), by, top, list(where), ascending)
+    click.echo(table.to_string(index=False))
+    if csv_path:
+        with atomic_write(csv_path) as handle:
+            table.to_csv(handle, index=False)
+
+
 @main.group()
 def specs():
     """List, show and describe spec files."""
 
 
 @specs.command("list")
-@click.argument("kind", required=False, type=KIND_CHOICE)
+@click.argument("kind", required=False, type=LIST_CHOICE)
 @_friendly
 def specs_list(kind):
     """List built-in specs (of one KIND, or all)."""
     from fastmodel.loader import builtin_names
 
-    for k in [kind] if kind else ["model", "system", "task"]:
+    for k in [kind] if kind else ["model", "system", "task", "sweep"]:
         click.echo(f"{k}s:")
         for name in builtin_names(k):
             click.echo(f"  {name}")

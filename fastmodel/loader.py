@@ -29,7 +29,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-KINDS = ("model", "system", "task")
+KINDS = ("model", "system", "task", "sweep")
 
 
 # --- built-in library -------------------------------------------------------

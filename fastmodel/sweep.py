@@ -410,7 +410,7 @@ def create_store(sweep: Sweep, path: str) -> None:
     data["unit_done"] = (("sweep_unit",), da.zeros(sweep.num_units, dtype=bool, chunks=1),
                          {"long_name": "unit of work written", "units": "1"})
     ds = xr.Dataset(data, coords=sweep.coords(), attrs=sweep.dataset_attrs())
-    ds.to_zarr(path, mode="w", compute=False, consolidated=True)
+    ds.to_zarr(path, mode="w", compute=False, consolidated=True, zarr_format=2)
 
 
 def open_store_for_resume(sweep: Sweep, path: str) -> np.ndarray:
@@ -494,7 +494,7 @@ def run_to_store(sweep: Sweep, path: str, resume: bool = False, progress: Callab
                 progress(written)
     import zarr
 
-    zarr.consolidate_metadata(path)
+    zarr.consolidate_metadata(path, zarr_format=2)
     ds = xr.open_zarr(path)
     counts = np.bincount(ds["status"].values.reshape(-1), minlength=len(STATUS_NAMES)) if sweep.num_configs <= 50_000_000 else None
     if counts is not None and counts[STATUS["ok"]] == 0 and sweep.num_configs:

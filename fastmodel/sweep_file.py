@@ -1,0 +1,62 @@
+"""Sweep files: TOML that mirrors :func:`fastmodel.sweep` (model, system, task, semantics, axes).
+
+    model = "llama2-70b"          # built-in name, path (relative to this file) or inline table
+    system = "dc-a"
+    task = "llm-pretrain"
+    semantics = "madmax"          # or a table of Semantics fields with 'base'
+    [axes]
+    num_nodes = [16, 32, 64, 128, 256]
+    flops_util = { start = 0.4, stop = 0.8, num = 9 }
+    plan = "all"
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+from fastmodel.errors import FastmodelError, SpecError, SweepError, nearest
+from fastmodel.loader import builtin_names, read_file
+from fastmodel.sweep import UNIT_CONFIGS, Sweep
+
+KEYS = ("model", "system", "task", "semantics", "axes", "unit_configs", "description")
+
+
+def _spec_ref(value, base: Path):
+    """A name stays a name; a relative path is taken relative to the sweep file."""
+    if isinstance(value, str) and (value.endswith((".toml", ".json")) or "/" in value):
+        path = Path(value)
+        return str(path if path.is_absolute() else base / path)
+    return value
+
+
+def load_sweep_file(path: str, unit_configs: int | None = None) -> Sweep:
+    """Read and validate a sweep file (or a built-in sweep name); errors name the file."""
+    if not Path(path).exists() and path in builtin_names("sweep"):
+        path = str(resources.files("fastmodel.specs").joinpath("sweeps", f"{path}.toml"))
+    elif not Path(path).exists() and not path.endswith(".toml"):
+        raise SpecError(path, None, f"no such sweep file or built-in sweep{nearest(path, builtin_names('sweep'))}")
+    data = read_file(Path(path))
+    source = str(path)
+    unknown = [k for k in data if k not in KEYS]
+    if unknown:
+        raise SpecError(source, unknown[0], f"unknown key{nearest(unknown[0], KEYS)}")
+    for key in ("model", "system", "task", "axes"):
+        if key not in data:
+            raise SpecError(source, key, "required key missing")
+    if not isinstance(data["axes"], dict):
+        raise SpecError(source, "axes", "must be a table of axis = values")
+    base = Path(path).parent
+    try:
+        return Sweep(
+            _spec_ref(data["model"], base),
+            _spec_ref(data["system"], base),
+            _spec_ref(data["task"], base),
+            data["axes"],
+            data.get("semantics", "madmax"),
+            unit_configs or data.get("unit_configs", UNIT_CONFIGS),
+        )
+    except SweepError as error:
+        raise SweepError(f"{source}: {error}") from None
+    except FastmodelError:
+        raise
