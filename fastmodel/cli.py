@@ -122,8 +122,12 @@ def sweep_command(sweep_file, output, resume, force, workers, scheduler, unit_co
     from fastmodel.sweep import Progress, run_in_memory, run_to_store
     from fastmodel.sweep_file import load_sweep_file
 
-    sweep = load_sweep_file(sweep_file, unit_configs)
     out = Path(output)
+    if resume and unit_configs is None and out.is_dir():
+        from fastmodel.sweep import stored_unit_configs
+
+        unit_configs = stored_unit_configs(output)
+    sweep = load_sweep_file(sweep_file, unit_configs)
     is_zarr = out.suffix == ".zarr"
     if not is_zarr and out.suffix != ".nc":
         raise SweepError(f"{output}: the output must end in .zarr or .nc")

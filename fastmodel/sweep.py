@@ -413,6 +413,16 @@ def create_store(sweep: Sweep, path: str) -> None:
     ds.to_zarr(path, mode="w", compute=False, consolidated=True, zarr_format=2)
 
 
+def stored_unit_configs(path: str) -> int | None:
+    """The unit size a store was made with (so --resume needs no --unit-configs)."""
+    import zarr
+
+    try:
+        return json.loads(zarr.open_group(path, mode="r").attrs["sweep"]).get("unit_configs")
+    except Exception:  # noqa: BLE001 - not a store: open_store_for_resume reports it
+        return None
+
+
 def open_store_for_resume(sweep: Sweep, path: str) -> np.ndarray:
     """The ``unit_done`` flags of an existing store made by the same sweep."""
     import zarr

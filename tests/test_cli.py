@@ -120,3 +120,50 @@ def test_plans_command(cli):
     assert len(out) == 52 and any("tp8,ddp16/mp128" in line for line in out)
     single = cli("plans", "--system", "dc-a", "--nodes", "1").output.splitlines()
     assert len(single) == 8
+
+
+def test_sweep_and_best_commands(cli, tmp_path):
+    sweep_file = tmp_path / "s.toml"
+    sweep_file.write_text('model = "llama-7b"\nsystem = "dc-a"\ntask = "llm-pretrain"\n'
+                          '[axes]\nnum_nodes = [2, 4]\nplan = ["fsdp/ddp", "tp,ddp/mp"]\n')
+    out = tmp_path / "r.nc"
+    result = cli("sweep", str(sweep_file), "-o", str(out))
+    assert result.exit_code == 0, result.output
+    assert out.exists() and not list(tmp_path.glob(".r.nc.*"))
+    again = cli("sweep", str(sweep_file), "-o", str(out))
+    assert again.exit_code == 2 and "--force" in again.output
+    table = cli("best", str(out), "--by", "throughput", "--top", "2", "--csv", str(tmp_path / "t.csv"))
+    assert table.exit_code == 0 and "plan" in table.output
+    assert (tmp_path / "t.csv").read_text().startswith("num_nodes,plan,throughput")
+    zarr_out = tmp_path / "r.zarr"
+    assert cli("sweep", str(sweep_file), "-o", str(zarr_out), "--unit-configs", "1").exit_code == 0
+    assert cli("best", str(zarr_out), "--by", "iteration_time", "--ascending").exit_code == 0
+    resumed = cli("sweep", str(sweep_file), "-o", str(zarr_out), "--resume")
+    assert resumed.exit_code == 0
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ('model = "llama-7b"\nsystem = "dc-a"\ntask = "llm-pretrain"\n[axes]\nnum_nodez = [2]\n', "did you mean 'num_nodes'"),
+        ('model = "llama-7b"\nsystem = "dc-a"\n[axes]\nplan = "all"\n', "task: required key missing"),
+        ('modle = "llama-7b"\n', "did you mean 'model'"),
+        ('model = "llama-7b"\nsystem = "dc-a"\ntask = "llm-pretrain"\n[axes]\nplan = ["tp8;ddp/mp"]\n', "cannot parse"),
+    ],
+)
+def test_sweep_file_errors(cli, tmp_path, text, message):
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    result = cli("sweep", str(path), "-o", str(tmp_path / "o.nc"))
+    assert result.exit_code == 2 and message in result.output
+    assert result.output.startswith("error: ") and result.output.count("\n") == 1
+
+
+def test_builtin_sweeps_load():
+    from fastmodel.loader import builtin_names
+    from fastmodel.sweep_file import load_sweep_file
+
+    names = builtin_names("sweep")
+    assert {"llama2_70b_plans", "llama2_70b_codesign"} <= set(names)
+    for name in names:
+        assert load_sweep_file(name).num_configs > 0

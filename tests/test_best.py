@@ -1,0 +1,49 @@
+"""Top-k tables and filters over sweep results."""
+
+import numpy as np
+import pytest
+
+from fastmodel.best import best, where_mask
+from fastmodel.errors import SweepError
+from fastmodel.sweep import sweep
+
+
+@pytest.fixture(scope="module")
+def ds():
+    return sweep("llama-13b", "dc-a", "llm-pretrain",
+                 {"num_nodes": [2, 8], "global_batch": [256, 1024], "plan": "all"})
+
+
+def test_top_k_equals_brute_force(ds):
+    table = best(ds, "throughput", top=7, where=["fits_memory"])
+    flat = ds.throughput.where(ds.fits_memory).values.reshape(-1)
+    expected = np.sort(flat[np.isfinite(flat)])[::-1][:7]
+    np.testing.assert_array_equal(table["throughput"].to_numpy(), expected)
+    assert list(table.columns[:3]) == ["num_nodes", "global_batch", "plan"]
+    assert (table["status"] == "ok").all()
+
+
+def test_filters_and_ascending(ds):
+    table = best(ds, "iteration_time", top=3, where=["num_nodes=8", "status=ok", "plan!=fsdp/ddp"], ascending=True)
+    assert (table["num_nodes"] == 8).all() and "fsdp/ddp" not in set(table["plan"])
+    assert list(table["iteration_time"]) == sorted(table["iteration_time"])
+    mask = where_mask(ds, ["global_batch>=1024", "!fits_memory"])
+    assert bool(((ds.global_batch >= 1024) | ~mask).all())
+    assert bool((mask & ~ds.fits_memory).sum() == mask.sum())
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"by": "thruput"}, "did you mean 'throughput'"),
+        ({"by": "throughput", "where": ["num_node=8"]}, "did you mean 'num_nodes'"),
+        ({"by": "throughput", "where": ["status=fine"]}, "status 'fine' unknown"),
+        ({"by": "throughput", "where": ["num_nodes"]}, "needs a comparison"),
+        ({"by": "throughput", "where": ["num_nodes=999"]}, "no configuration passes"),
+        ({"by": "throughput", "top": 0}, "at least 1"),
+        ({"by": "throughput", "where": ["num_nodes=>8"]}, "numeric"),
+    ],
+)
+def test_errors(ds, kwargs, message):
+    with pytest.raises(SweepError, match=message):
+        best(ds, **kwargs)
