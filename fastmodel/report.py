@@ -73,6 +73,8 @@ def render(config: Config, ds: xr.Dataset) -> str:
         f"allreduce {r['allreduce_bandwidth'] / 1e9:,.1f} GB/s per device",
         f"  batch       {r['global_batch']:,.0f} samples/iteration; per device {r['local_dense_batch']} dense, {r['local_emb_batch']} embedding",
         f"  weights     {_gb(r['weight_memory'])} per device ({_gb(r['weight_memory_dense'])} dense + {_gb(r['weight_memory_emb'])} embedding; weights only)",
+        f"  memory      {_gb(r['memory_per_device'])} per device ({config.semantics.memory_weight_factor:g} x weights) of "
+        f"{_gb(r['hbm_capacity'])} HBM: {'fits' if r['fits_memory'] else 'DOES NOT FIT'}",
         "",
         f"  compute     GEMM {_ms(r['time_gemm'])}   embedding {_ms(r['time_emb'])}",
         f"  comm        all-to-all {_ms(r['time_all2all'])}   allreduce {_ms(r['time_allreduce'])}   "
