@@ -28,7 +28,7 @@ MADMAX_MODEL_TYPES = {
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class MadmaxLLMModel(_Strict):

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
 
 
 class _Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class LLMSpec(_Spec):
@@ -26,17 +26,18 @@ class LLMSpec(_Spec):
 
     family: Literal["llm"] = "llm"
     name: str = Field(description="Human-readable model name.")
-    num_layers: PositiveInt = Field(description="Transformer layers L.")
-    hidden: PositiveInt = Field(description="Model width d (attention_dim), elements.")
-    ffn_hidden: PositiveInt = Field(description="FC hidden width f (transformer_fc_dim), elements.")
-    num_heads: PositiveInt = Field(description="Attention heads (not used by the MAD-Max cost model).")
-    seq_len: PositiveInt = Field(description="Sequence length s, tokens per sample.")
-    vocab_size: PositiveInt = Field(description="Vocabulary size V (word-embedding rows).")
+    # upper bounds keep every count exact in float64 and the op graph small; far above real models
+    num_layers: PositiveInt = Field(le=10_000, description="Transformer layers L.")
+    hidden: PositiveInt = Field(le=1 << 20, description="Model width d (attention_dim), elements.")
+    ffn_hidden: PositiveInt = Field(le=1 << 22, description="FC hidden width f (transformer_fc_dim), elements.")
+    num_heads: PositiveInt = Field(le=1 << 16, description="Attention heads (not used by the MAD-Max cost model).")
+    seq_len: PositiveInt = Field(le=1 << 30, description="Sequence length s, tokens per sample.")
+    vocab_size: PositiveInt = Field(le=1 << 34, description="Vocabulary size V (word-embedding rows).")
     bytes_per_dense_param: Literal[1, 2, 4, 8] = Field(
         description="Bytes per non-embedding parameter; also selects the peak FLOP/s "
         "(8: fp64, 4: fp32/tf32, 2: fp16/bf16, 1: int8)."
     )
-    bytes_per_emb_param: PositiveFloat = Field(description="Bytes per embedding parameter.")
+    bytes_per_emb_param: PositiveFloat = Field(le=64, description="Bytes per embedding parameter.")
 
     # --- derived per-sample quantities (MADMAX_MODEL.md 1.2) ---
     @property

@@ -14,7 +14,7 @@ from fastmodel.quantity import Bytes, BytesPerSecond, FlopPerSecond, Fraction, U
 
 
 class _Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class PeakFlops(_Spec):
@@ -40,7 +40,7 @@ class DeviceSpec(_Spec):
 class NodeSpec(_Spec):
     """Intra-node links (NVLink-class) of one device."""
 
-    num_links: PositiveInt = Field(description="Links per device.")
+    num_links: PositiveInt = Field(le=4096, description="Links per device.")
     link_bandwidth_bytes_per_s: BytesPerSecond = Field(description="Bidirectional bandwidth of one link.")
     link_util: Utilization
 
@@ -48,7 +48,7 @@ class NodeSpec(_Spec):
 class NetworkSpec(_Spec):
     """Inter-node network (IB/RoCE) of one node."""
 
-    num_ports: PositiveInt = Field(description="Network ports per node.")
+    num_ports: PositiveInt = Field(le=4096, description="Network ports per node.")
     port_bandwidth_bytes_per_s: BytesPerSecond = Field(description="Bidirectional bandwidth of one port.")
     port_util: Utilization
     allreduce_intra_fraction: Fraction = Field(
@@ -61,8 +61,8 @@ class SystemSpec(_Spec):
     """A cluster of ``num_nodes`` nodes with ``devices_per_node`` devices each."""
 
     name: str
-    num_nodes: PositiveInt = Field(description="Nodes in the cluster (a parameter: --nodes).")
-    devices_per_node: PositiveInt
+    num_nodes: PositiveInt = Field(le=1 << 24, description="Nodes in the cluster (a parameter: --nodes).")
+    devices_per_node: PositiveInt = Field(le=1 << 12)
     device: DeviceSpec
     node: NodeSpec
     network: NetworkSpec
@@ -98,5 +98,11 @@ class SystemSpec(_Spec):
         return (1 - frac) * self.inter_bandwidth + frac * self.intra_bandwidth
 
     def with_nodes(self, num_nodes: int) -> "SystemSpec":
-        """The same cluster with another node count."""
-        return self.model_copy(update={"num_nodes": int(num_nodes)})
+        """The same cluster with another node count (validated: raises SpecError)."""
+        from fastmodel.errors import SpecError
+
+        limit = type(self).model_fields["num_nodes"].metadata
+        bound = next((m.le for m in limit if hasattr(m, "le")), None)
+        if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 1 or (bound and num_nodes > bound):
+            raise SpecError(None, "system.num_nodes", f"must be an integer in 1..{bound} (got {num_nodes!r})")
+        return self.model_copy(update={"num_nodes": num_nodes})

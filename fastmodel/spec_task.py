@@ -14,8 +14,8 @@ class LocalBatch(BaseModel):
     """Per-device batch of each component (MAD-Max ``local_*_bs``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    dense: PositiveInt = Field(description="Samples per device in the transformer/MLP part.")
-    emb: PositiveInt = Field(description="Samples per device in the embedding part.")
+    dense: PositiveInt = Field(le=1 << 32, description="Samples per device in the transformer/MLP part.")
+    emb: PositiveInt = Field(le=1 << 32, description="Samples per device in the embedding part.")
 
 
 class TaskSpec(BaseModel):
@@ -31,7 +31,7 @@ class TaskSpec(BaseModel):
     name: str
     kind: Literal["pretrain", "finetune", "inference"]
     plan: str | None = Field(None, description="Plan 'DENSE/EMB', e.g. 'fsdp/ddp' or 'tp8,ddp16/mp128'.")
-    global_batch: PositiveInt | None = Field(None, description="Samples per iteration.")
+    global_batch: PositiveInt | None = Field(None, le=1 << 40, description="Samples per iteration.")
     local_batch: LocalBatch | None = None
     freeze_emb: bool = Field(False, description="finetune: embeddings get no gradient (no backward).")
     freeze_dense: bool = Field(False, description="finetune: no dense layer gets a gradient update.")
