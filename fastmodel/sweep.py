@@ -73,12 +73,13 @@ class Unit:
 
 
 def _set_path(data: dict, path: str, value) -> None:
+    """Set a dotted spec path (``system.device.flops_util``) in a spec's dict."""
     parts = path.split(".")[1:]
     node = data
     for part in parts[:-1]:
-        node = node.setdefault(part, {}) if node.get(part) is not None else node.setdefault(part, {})
-        if node is None:
-            node = {}
+        if not isinstance(node.get(part), dict):
+            node[part] = {}
+        node = node[part]
     node[parts[-1]] = value
 
 

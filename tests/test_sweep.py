@@ -174,3 +174,28 @@ def test_dask_local_cluster_matches_local(tmp_path):
         xr.testing.assert_identical(distributed[name].load().drop_attrs(), local[name].drop_attrs())
     with pytest.raises(SweepError, match="zarr store"):
         sweep("llama-7b", "dc-a", "llm-pretrain", AXES, workers=2)
+
+
+def test_progress_bar_only_when_enabled():
+    import io
+
+    from fastmodel.sweep import Progress
+
+    stream = io.StringIO()
+    bar = Progress(100, stream=stream, enabled=True, min_interval_s=0.0)
+    bar(40)
+    bar(60)
+    bar.close()
+    text = stream.getvalue()
+    assert "100/100 configs" in text and "configs/s" in text and "ETA" in text
+    quiet = io.StringIO()
+    silent = Progress(100, stream=quiet)  # StringIO is not a terminal
+    silent(100)
+    silent.close()
+    assert quiet.getvalue() == ""
+
+
+def test_local_batch_task_sweeps_global_batch():
+    task = {"name": "t", "kind": "pretrain", "local_batch": {"dense": 1, "emb": 1}}
+    ds = sweep("llama-7b", "dc-a", task, {"num_nodes": [2], "global_batch": [16, 32], "plan": ["fsdp/ddp"]})
+    assert int((ds.status == 0).sum()) == 2
