@@ -140,7 +140,7 @@ def schedule_row(op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx,
                 inc_cursor[1] = cursors[1] - prev_cursors[1]
                 prev_cursors[0] = cursors[0]
                 prev_cursors[1] = cursors[1]
-                if j >= window and j >= 2 and j < layers - 1:
+                if j >= window and j < layers - 1:
                     tol = EXTRAPOLATION_RTOL * max(cursors[0], cursors[1])
                     if _layer_is_stable(base, period, window, dep_ptr, dep_idx, op_start, op_end, cursor_before,
                                         inc_cursor, prev_inc_cursor, tol):
