@@ -76,6 +76,18 @@ def _one_line(reason: str) -> str:
     return " ".join(str(reason).split())
 
 
+def decode_lines(binary: IO[bytes]) -> Iterator[str]:
+    """Lines of a binary stream as text; a line that is not UTF-8 becomes an error marker."""
+    for raw in binary:
+        try:
+            yield raw.decode("utf-8").rstrip("\r\n")
+        except UnicodeDecodeError:
+            yield NOT_UTF8
+
+
+NOT_UTF8 = "\x00not-utf-8"
+
+
 def run_batch(lines: Iterable[str], semantics="madmax") -> Iterator[dict]:
     """Yield one result record per input line, in order."""
     default_semantics = get_semantics(semantics)
@@ -99,13 +111,19 @@ def _run_chunk(chunk: list[tuple[int, str]], default_semantics) -> Iterator[dict
         if not line.strip():
             record["status"] = "error: empty line"
             continue
+        if line == NOT_UTF8:
+            record["status"] = "error: line is not UTF-8 text"
+            continue
         try:
-            case = _load_json(line)
+            case = _load_json(line.lstrip("\ufeff"))
             if isinstance(case, dict) and "case" in case:
                 record["case"] = case["case"]
             config = parse_case(case, default_semantics)
         except FastmodelError as error:
             record["status"] = "error: " + _one_line(error)
+            continue
+        except Exception as error:  # noqa: BLE001 - a bad line must never stop the batch
+            record["status"] = f"error: internal error ({type(error).__name__}: {_one_line(error)}); please report it"
             continue
         record["status"] = "ok"
         record["plan"] = config.plan.label

@@ -16,8 +16,44 @@ from fastmodel import __version__
 from fastmodel.errors import FastmodelError
 from fastmodel.semantics import PRESETS
 
-KIND_CHOICE = click.Choice(["model", "system", "task"])
-LIST_CHOICE = click.Choice(["model", "system", "task", "sweep"])
+class Choice(click.Choice):
+    """click.Choice that suggests the nearest valid value."""
+
+    def convert(self, value, param, ctx):
+        try:
+            return super().convert(value, param, ctx)
+        except click.BadParameter:
+            from fastmodel.errors import nearest
+
+            self.fail(f"{value!r} is not one of {', '.join(map(str, self.choices))}{nearest(str(value), self.choices)}",
+                      param, ctx)
+
+
+class OneLineGroup(click.Group):
+    """A group whose usage errors are one line (``error: ...``, exit 2) like every other error."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        try:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.exceptions.NoArgsIsHelpError as error:
+            click.echo(error.ctx.get_help())
+            sys.exit(0)
+        except click.UsageError as error:
+            hint = f" (see '{error.ctx.command_path} --help')" if error.ctx is not None else ""
+            click.echo(f"error: {' '.join(error.format_message().split())}{hint}", err=True)
+            sys.exit(2)
+        except click.ClickException as error:
+            click.echo(f"error: {' '.join(error.format_message().split())}", err=True)
+            sys.exit(error.exit_code)
+        except click.exceptions.Abort:
+            click.echo("interrupted", err=True)
+            sys.exit(130)
+        except click.exceptions.Exit as error:
+            sys.exit(error.exit_code)
+
+
+KIND_CHOICE = Choice(["model", "system", "task"])
+LIST_CHOICE = Choice(["model", "system", "task", "sweep"])
 
 
 def _friendly(func):
@@ -33,17 +69,24 @@ def _friendly(func):
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             sys.exit(130)
+        except BrokenPipeError:  # e.g. piped into `head`
+            sys.stderr.close()
+            sys.exit(0)
+        except OSError as error:
+            where = f"{error.filename}: " if error.filename else ""
+            click.echo(f"error: {where}{error.strerror or error}", err=True)
+            sys.exit(2)
 
     return wrapper
 
 
 semantics_option = click.option(
-    "--semantics", default="madmax", show_default=True, type=click.Choice(sorted(PRESETS)),
+    "--semantics", default="madmax", show_default=True, type=Choice(sorted(PRESETS)),
     help="Modelling preset: 'madmax' reproduces the reference, 'default' fixes its bugs.",
 )
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=OneLineGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="fastmodel")
 def main():
     """Predict iteration time and memory of large models on GPU clusters (MAD-Max model)."""
@@ -82,10 +125,11 @@ def batch(cases, output, semantics):
     from fastmodel.atomic import atomic_write
     from fastmodel.batch import run_batch, write_records
 
-    source = sys.stdin if cases == "-" else _open_input(cases)
+    from fastmodel.batch import decode_lines
+
+    source = sys.stdin.buffer if cases == "-" else _open_input(cases)
     with source:
-        lines = (line.rstrip("\n") for line in source)
-        records = run_batch(lines, semantics)
+        records = run_batch(decode_lines(source), semantics)
         if output == "-":
             ok, bad = write_records(records, sys.stdout)
         else:
@@ -96,7 +140,7 @@ def batch(cases, output, semantics):
 
 def _open_input(path: str):
     try:
-        return open(path)
+        return open(path, "rb")
     except OSError as error:
         raise FastmodelError(f"{path}: cannot read: {error.strerror}") from None
 

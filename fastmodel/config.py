@@ -38,15 +38,24 @@ class Config:
 
 def resolve(model: LLMSpec, system: SystemSpec, task: TaskSpec, semantics: Semantics, plan: Plan | str | None = None) -> Config:
     """Check legality and derive local batches; raise PlanError/SpecError if impossible."""
+    where = "plan"
     if plan is None:
         plan = task.parsed_plan
+        where = f"{task.source}: task.plan"
         if plan is None:
             raise SpecError(None, "task.plan", f"task {task.name!r} leaves the plan open; give one with --plan, e.g. 'fsdp/ddp'")
-    elif isinstance(plan, str):
+    elif not isinstance(plan, Plan):
         plan = Plan.parse(plan)
     n, per_node = system.num_devices, system.devices_per_node
-    plan = plan.resolve(n, per_node)
-    check_plan(plan, n, per_node, model.family)
+    try:
+        given = plan
+        plan = plan.resolve(n, per_node)
+        check_plan(plan, n, per_node, model.family)
+    except PlanError as error:
+        implied = any(level.degree is None for level in (*given.dense, *given.emb))
+        if implied and error.rule in ("degree_le_1", "first_degree", "product_ne_devices") and "implied" not in error.reason:
+            error = PlanError(error.rule, f"{error.reason} (degrees implied for {n} devices, {per_node} per node)")
+        raise error.located(where) from None
     dense, emb = plan_factors(plan.dense), plan_factors(plan.emb)
     if task.global_batch is not None:
         global_batch = task.global_batch
@@ -55,6 +64,7 @@ def resolve(model: LLMSpec, system: SystemSpec, task: TaskSpec, semantics: Seman
                 raise PlanError(
                     "batch_not_divisible",
                     f"global batch {global_batch} does not divide over the {dup} {name} replicas of plan {plan.label}",
+                    f"{task.source}: task.global_batch",
                 )
         local_dense, local_emb = global_batch // dense.duplicate, global_batch // emb.duplicate
     else:

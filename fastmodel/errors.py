@@ -36,10 +36,15 @@ class PlanError(FastmodelError):
     status codes of sweeps; the message says which rule and why.
     """
 
-    def __init__(self, rule: str, reason: str):
+    def __init__(self, rule: str, reason: str, where: str | None = None):
         self.rule = rule
         self.reason = reason
-        super().__init__(f"illegal plan ({rule}): {reason}")
+        self.where = where
+        super().__init__(f"{where + ': ' if where else ''}illegal plan ({rule}): {reason}")
+
+    def located(self, where: str) -> "PlanError":
+        """The same error, saying where the plan came from (``t.toml: task.plan``)."""
+        return PlanError(self.rule, self.reason, where)
 
 
 class SweepError(FastmodelError):

@@ -10,6 +10,7 @@ path and the reason.
 from __future__ import annotations
 
 import json
+import numbers
 import sys
 from functools import lru_cache
 from importlib import resources
@@ -117,8 +118,11 @@ def read_file(path: Path) -> dict:
         text = path.read_text()
     except FileNotFoundError:
         raise SpecError(source, None, "no such file") from None
+    except UnicodeDecodeError:
+        raise SpecError(source, None, "not UTF-8 text") from None
     except OSError as error:
         raise SpecError(source, None, f"cannot read: {error.strerror}") from None
+    text = text.lstrip("\ufeff")
     try:
         if path.suffix == ".json":
             data = json.loads(text)
@@ -140,12 +144,16 @@ def _resolve_source(spec: Any, kind: str) -> tuple[dict | BaseModel, str | None]
     if isinstance(spec, Path) or isinstance(spec, str):
         text = str(spec)
         path = Path(text)
-        if path.suffix in (".toml", ".json") or path.exists() or "/" in text:
-            return read_file(path), text
         names = _builtin_names(kind)
-        if text in names:
+        if path.suffix in (".toml", ".json") or "/" in text or "\\" in text:
+            return read_file(path), text
+        if text in names:  # a bare name means the built-in, even if a file of that name is here
             return _builtin_data(kind, text), text
-        raise SpecError(None, kind, f"unknown built-in {kind} {text!r}{nearest(text, names)}; "
+        if path.exists():
+            return read_file(path), text
+        other = [k for k in ("model", "system", "task", "sweep") if k != kind and text in _builtin_names(k)]
+        hint = f"; {text!r} is a built-in {other[0]}" if other else nearest(text, names)
+        raise SpecError(None, kind, f"unknown built-in {kind} {text!r}{hint}; "
                         f"see 'fastmodel specs list' or pass a .toml/.json path")
     raise SpecError(None, kind, f"expected a name, a path or a dict, got {type(spec).__name__}")
 
@@ -158,8 +166,12 @@ def load_model(spec: Any) -> LLMSpec:
     if madmax_format.is_madmax_model(data):
         data = madmax_format.model_to_spec(data, source, validate)
     family = data.get("family")
-    if family not in MODEL_FAMILIES:
-        raise SpecError(source, "model.family", f"unknown family {family!r}; one of {', '.join(MODEL_FAMILIES)}{nearest(str(family), MODEL_FAMILIES)}")
+    if family is None:
+        raise SpecError(source, "model.family", f"required field missing (one of {', '.join(MODEL_FAMILIES)})"
+                        + ("; the spec is empty" if not data else ""))
+    if not isinstance(family, str) or family not in MODEL_FAMILIES:
+        raise SpecError(source, "model.family", f"unknown family {family!r}; one of {', '.join(MODEL_FAMILIES)}"
+                        f"{nearest(str(family), MODEL_FAMILIES)}")
     return validate(MODEL_FAMILIES[family], data, source, "model")
 
 
@@ -173,8 +185,8 @@ def load_system(spec: Any, num_nodes: int | None = None) -> SystemSpec:
             data = madmax_format.system_to_spec(data, source, validate)
         system = validate(SystemSpec, data, source, "system")
     if num_nodes is not None:
-        if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 1:
-            raise SpecError(None, "system.num_nodes", f"must be a positive integer (got {num_nodes!r})")
+        if isinstance(num_nodes, numbers.Integral) and not isinstance(num_nodes, bool):
+            num_nodes = int(num_nodes)
         system = system.with_nodes(num_nodes)
     return system
 
@@ -186,7 +198,9 @@ def load_task(spec: Any) -> TaskSpec:
     data, source = _resolve_source(spec, "task")
     if madmax_format.is_madmax_task(data):
         data = madmax_format.task_to_spec(data, source, validate)
-    return validate(TaskSpec, data, source, "task")
+    task = validate(TaskSpec, data, source, "task")
+    task._source = source
+    return task
 
 
 @lru_cache(maxsize=256)

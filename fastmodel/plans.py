@@ -123,6 +123,8 @@ def _parse_levels(text: str, whole: str) -> tuple[Level, ...]:
         if not match:
             raise PlanError("syntax", f"cannot parse level {token!r} of plan {whole!r}: write e.g. 'tp8' or 'tp'")
         strategy, degree = match.group(1).lower(), match.group(2)
+        if degree and int(degree) < 1:
+            raise PlanError("degree_le_1", f"level {token!r} of plan {whole!r} has degree {int(degree)}; every degree must be > 1")
         levels.append(Level(strategy, int(degree) if degree else None))
     return tuple(levels)
 
@@ -137,9 +139,15 @@ def _resolve(levels: tuple[Level, ...], num_devices: int, devices_per_node: int)
         if known[0] is None and known[1] is None:
             implied = [devices_per_node, num_devices // devices_per_node]
         elif known[0] is None:
-            implied = [num_devices // known[1] if known[1] and num_devices % known[1] == 0 else devices_per_node, known[1]]
+            if num_devices % known[1]:
+                raise PlanError("product_ne_devices",
+                                f"level {levels[1]} does not divide the {num_devices} devices, so level 0 cannot be implied")
+            implied = [num_devices // known[1], known[1]]
         else:
-            implied = [known[0], num_devices // known[0] if num_devices % known[0] == 0 else 0]
+            if num_devices % known[0]:
+                raise PlanError("product_ne_devices",
+                                f"level {levels[0]} does not divide the {num_devices} devices, so level 1 cannot be implied")
+            implied = [known[0], num_devices // known[0]]
     else:
         raise PlanError("more_than_2_levels", f"cannot imply degrees for {len(levels)} levels; give each degree")
     return tuple(Level(lv.strategy, lv.degree if lv.degree is not None else d) for lv, d in zip(levels, implied))

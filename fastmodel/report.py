@@ -63,7 +63,8 @@ def render(config: Config, ds: xr.Dataset) -> str:
     comm = r["time_comm"]
     tokens = r["throughput"] * m.seq_len if r["throughput"] else 0.0
     lines = [
-        f"{r['model']} on {r['system']} ({r['num_nodes']} nodes x {r['devices_per_node']} = {r['num_devices']} devices)",
+        f"{r['model']} on {r['system']} ({r['num_nodes']} node{'s' if r['num_nodes'] != 1 else ''} x "
+        f"{r['devices_per_node']} = {r['num_devices']} device{'s' if r['num_devices'] != 1 else ''})",
         f"task {r['task']} ({r['kind']}), plan {r['plan']}, semantics {r['semantics']}",
         "",
         f"  model       {r['model_params'] / 1e9:,.2f} B params ({r['model_dense_params'] / 1e9:,.2f} B dense, "

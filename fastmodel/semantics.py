@@ -90,5 +90,12 @@ def get_semantics(semantics: "str | Semantics | dict") -> Semantics:
         if unknown:
             key = sorted(unknown)[0]
             raise SpecError(None, f"semantics.{key}", f"unknown field{nearest(key, Semantics.model_fields)}")
-        return Semantics(**{**base.model_dump(), "name": "custom", **fields})
+        from pydantic import ValidationError
+
+        from fastmodel.loader import validation_to_spec_error
+
+        try:
+            return Semantics(**{**base.model_dump(), "name": "custom", **fields})
+        except ValidationError as error:
+            raise validation_to_spec_error(error, Semantics, None, "semantics") from None
     raise SpecError(None, "semantics", f"expected a preset name or a dict, got {type(semantics).__name__}")

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
 
 
 class _Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
 
 
 class LLMSpec(_Spec):

@@ -14,7 +14,7 @@ from fastmodel.quantity import Bytes, BytesPerSecond, FlopPerSecond, Fraction, U
 
 
 class _Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
 
 
 class PeakFlops(_Spec):

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, field_validator, model_validator
+from pydantic import (
+    BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, PrivateAttr, field_validator, model_validator,
+)
 
 from fastmodel.errors import PlanError
 from fastmodel.plans import Plan
@@ -13,7 +15,7 @@ from fastmodel.plans import Plan
 class LocalBatch(BaseModel):
     """Per-device batch of each component (MAD-Max ``local_*_bs``)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
     dense: PositiveInt = Field(le=1 << 32, description="Samples per device in the transformer/MLP part.")
     emb: PositiveInt = Field(le=1 << 32, description="Samples per device in the embedding part.")
 
@@ -26,7 +28,7 @@ class TaskSpec(BaseModel):
     reference does). ``plan`` may be left open; sweeps and ``--plan`` fill it.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     name: str
     kind: Literal["pretrain", "finetune", "inference"]
@@ -38,6 +40,11 @@ class TaskSpec(BaseModel):
     min_frozen_layer: NonNegativeInt | None = Field(
         None, description="finetune: layers with index >= this get no gradient update (None: none by index)."
     )
+    _source: str | None = PrivateAttr(default=None)  # file or built-in name it was loaded from
+
+    @property
+    def source(self) -> str:
+        return self._source or f"task {self.name!r}"
 
     @field_validator("plan")
     @classmethod

@@ -63,7 +63,7 @@ def _llm_rows(lo, hi, params, status, dense_codes, num_dense, emb_codes, num_emb
         rs = sched[O_CATEGORY0 + CAT_REDUCESCATTER]
         compute = gemm + emb
         comm = a2a + ar + ag + rs
-        exposed = t - compute
+        exposed = max(t - compute, 0.0)  # rounding noise can make these -1e-14
         weights = terms[T_WMEM_DENSE] + terms[T_WMEM_EMB]
         memory = memory_factor * weights
         capacity = row[P_HBM_CAPACITY]
@@ -80,7 +80,7 @@ def _llm_rows(lo, hi, params, status, dense_codes, num_dense, emb_codes, num_emb
         out[R_TIME_COMPUTE, col] = compute
         out[R_TIME_COMM, col] = comm
         out[R_EXPOSED_COMM, col] = exposed
-        out[R_OVERLAPPED_COMM, col] = comm - exposed
+        out[R_OVERLAPPED_COMM, col] = max(comm - exposed, 0.0)
         out[R_WMEM_DENSE, col] = terms[T_WMEM_DENSE]
         out[R_WMEM_EMB, col] = terms[T_WMEM_EMB]
         out[R_WMEM, col] = weights

@@ -1,0 +1,131 @@
+"""Inputs a hurried user produces: each is one line and exit 2 (or one error status), never a crash."""
+
+import json
+import os
+import stat
+
+import pytest
+from click.testing import CliRunner
+
+import fastmodel
+from fastmodel.atomic import atomic_write
+from fastmodel.cli import main
+from fastmodel.errors import FastmodelError
+
+
+def run(*args, **kw):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False, **kw)
+
+
+def one_line_error(result, text=""):
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("error: ") and result.output.count("\n") == 1, result.output
+    assert text in result.output, result.output
+
+
+@pytest.mark.parametrize("plan, text", [("tp0,ddp/mp", "degree 0"), ("tp3,ddp/mp", "does not divide the 128"),
+                                        ("tp,ddp128/mp", "implied")])
+def test_bad_degrees(plan, text):
+    one_line_error(run("run", "-m", "llama2-70b", "-s", "dc-a", "-t", "llm-pretrain", "--plan", plan), text)
+
+
+@pytest.mark.parametrize(
+    "args, text",
+    [
+        (["run", "-m", "llama2-70b", "-s", "dc-a", "-t", "llm-pretrain-fsdp", "--semantics", "madmx"], "did you mean 'madmax'"),
+        (["run", "-m", "llama2-70b", "-s", "dc-a", "-t", "llm-pretrain-fsdp", "--plann", "x"], "--plan"),
+        (["run", "-m", "llama2-70b", "-s", "dc-a"], "--task"),
+        (["bogus"], "No such command"),
+        (["specs", "list", "systems"], "did you mean 'system'"),
+        (["run", "-m", "dc-a", "-s", "dc-a", "-t", "llm-pretrain-fsdp"], "'dc-a' is a built-in system"),
+    ],
+)
+def test_usage_errors_are_one_line(args, text):
+    one_line_error(run(*args), text)
+
+
+def test_group_without_command_prints_help():
+    result = run("specs")
+    assert result.exit_code == 0 and "list" in result.output
+
+
+def test_plan_error_names_task_source(tmp_path):
+    path = tmp_path / "t.toml"
+    path.write_text('name = "t"\nkind = "pretrain"\nglobal_batch = 2048\nplan = "tp,ddp/mpp"\n')
+    one_line_error(run("run", "-m", "llama2-70b", "-s", "dc-a", "-t", str(path)), f"{path}: task.plan: illegal plan")
+
+
+def test_non_utf8_and_empty_files(tmp_path):
+    binary = tmp_path / "bin.toml"
+    binary.write_bytes(b"\xff\xfe\x00")
+    one_line_error(run("run", "-m", str(binary), "-s", "dc-a", "-t", "llm-pretrain-fsdp"), "not UTF-8")
+    empty = tmp_path / "empty.toml"
+    empty.write_text("")
+    one_line_error(run("run", "-m", str(empty), "-s", "dc-a", "-t", "llm-pretrain-fsdp"), "empty")
+
+
+def test_builtin_name_wins_over_a_file_of_that_name(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "dc-a").write_text("garbage = 1\n")
+    assert run("run", "-m", "llama2-70b", "-s", "dc-a", "-t", "llm-pretrain-fsdp").exit_code == 0
+
+
+def test_strict_types():
+    base = {"name": "t", "kind": "finetune", "global_batch": 2048}
+    for bad in ({"freeze_emb": "yes"}, {"freeze_emb": 1}, {"global_batch": "2048"}, {"global_batch": 2048.0}):
+        with pytest.raises(FastmodelError):
+            fastmodel.loader.load_task({**base, **bad})
+
+
+def test_numpy_integers_are_node_counts():
+    import numpy as np
+
+    ds = fastmodel.evaluate("llama-7b", "dc-a", "llm-pretrain-fsdp", num_nodes=np.int64(4))
+    assert float(ds.iteration_time) > 0
+
+
+def test_batch_lines_that_used_to_crash(tmp_path):
+    lines = [
+        {"case": "plan-int", "model": "llama2-70b", "system": "dc-a", "task": "llm-pretrain", "plan": 5},
+        {"case": "plan-list", "model": "llama2-70b", "system": "dc-a", "task": "llm-pretrain", "plan": ["fsdp", "ddp"]},
+        {"case": "sem", "model": "llama2-70b", "system": "dc-a", "task": "llm-pretrain-fsdp",
+         "semantics": {"llm_fsdp_backward": "x"}},
+        {"case": "fam", "model": {"family": ["llm"]}, "system": "dc-a", "task": "llm-pretrain-fsdp"},
+        {"case": "zero", "model": "llama2-70b", "system": "dc-a", "task": "llm-pretrain", "plan": "tp0,ddp/mp"},
+        {"case": "ok", "model": "llama2-70b", "system": "dc-a", "task": "llm-pretrain-fsdp"},
+    ]
+    src = tmp_path / "in.jsonl"
+    src.write_bytes(b"\n".join([json.dumps(x).encode() for x in lines] + [b"\xff\xfe", "\ufeff".encode() +
+                                json.dumps(lines[-1]).encode()]) + b"\n")
+    out = tmp_path / "out.jsonl"
+    assert run("batch", str(src), "-o", str(out)).exit_code == 0
+    records = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [r["status"].startswith("error: ") for r in records] == [True] * 5 + [False, True, False]
+    assert records[6]["status"] == "error: line is not UTF-8 text"
+    assert all("internal error" not in r["status"] for r in records)
+
+
+def test_output_paths(tmp_path):
+    src = tmp_path / "in.jsonl"
+    src.write_text(json.dumps({"model": "llama-7b", "system": "dc-a", "task": "llm-pretrain-fsdp"}) + "\n")
+    one_line_error(run("batch", str(src), "-o", str(tmp_path / "nodir" / "out.jsonl")), "cannot write")
+    # permissions are kept, a symlink stays a symlink, a special file is written, not replaced
+    target = tmp_path / "target.jsonl"
+    target.write_text("old\n")
+    os.chmod(target, 0o644)
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(target)
+    assert run("batch", str(src), "-o", str(link)).exit_code == 0
+    assert link.is_symlink() and "iteration_time" in target.read_text()
+    assert stat.S_IMODE(target.stat().st_mode) == 0o644
+    with atomic_write(os.devnull) as handle:
+        handle.write("x")
+    assert stat.S_ISCHR(os.stat(os.devnull).st_mode)
+
+
+def test_overlapped_comm_never_negative():
+    from conftest import dev_cases
+
+    case = next(c for c in dev_cases("LLM") if c["case"] == "dev-0048-LLM-inference-fsdp+tp-mp")
+    ds = fastmodel.evaluate(case["model"], case["system"], case["task"])
+    assert float(ds.overlapped_comm) >= 0.0 and float(ds.exposed_comm) >= 0.0
