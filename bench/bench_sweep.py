@@ -78,7 +78,7 @@ def baseline(sweep, sample: int) -> float:
         values = {sweep.axes[i].path: sweep.axes[i].values[b][0] for i, b in zip(sweep.numeric_axes, unit.blocks)}
         table, status = llm_table(model, sweep.system, task, plan, values, 1)
         if status[0] == 0:
-            jobs.append((structure_key_for(model, task, plan, sweep.semantics), table[0]))
+            jobs.append((structure_key_for(model, task, plan, sweep.semantics), table[:, 0]))
 
     def one(key, row):
         program = lower(key)

@@ -111,4 +111,4 @@ def llm_param_row(config: Config) -> np.ndarray:
     """The parameter-table row (``layout.LLM_COLUMNS``) of ``config`` (via ``params.llm_table``)."""
     table, status = llm_table(config.model, config.system, config.task, config.plan)
     assert status[0] == 0, "resolve() admitted a configuration that llm_table rejects"
-    return table[0]
+    return table[:, 0]

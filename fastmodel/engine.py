@@ -16,7 +16,7 @@ import numpy as np
 from fastmodel.config import Config, llm_param_row, structure_key
 from fastmodel.kernels.evaluate import llm_evaluate, llm_evaluate_serial
 from fastmodel.kernels.layout import F_DDP_GRAD_SHARDED, N_FLAGS, N_RESULTS, RESULTS, STRAT_NONE, STRATEGY_CODES
-from fastmodel.kernels.llm_costs import llm_costs_serial
+from fastmodel.kernels.llm_costs import llm_costs
 from fastmodel.kernels.schedule import schedule_trace
 from fastmodel.lower import StructureKey, lower
 from fastmodel.program import Program
@@ -46,7 +46,7 @@ def semantics_flags(semantics: Semantics) -> np.ndarray:
 
 def evaluate_into(key: StructureKey, semantics: Semantics, params: np.ndarray, status: np.ndarray,
                   out: np.ndarray, offset: int = 0, mask_infeasible: bool = False, extrapolate: bool = True) -> None:
-    """Evaluate rows of ``params`` (one structure) into ``out[:, offset:offset + n]``.
+    """Evaluate the configs of ``params`` (one structure; LLM_COLUMNS x n) into ``out[:, offset:offset + n]``.
 
     Rows with a non-zero ``status`` get NaN. With ``mask_infeasible``, legal
     rows that do not fit in memory get status ``does_not_fit`` and keep only
@@ -55,7 +55,7 @@ def evaluate_into(key: StructureKey, semantics: Semantics, params: np.ndarray, s
     ~1e-12 relative, see ``kernels/schedule.py``).
     """
     program = lower(key)
-    kernel = llm_evaluate if params.shape[0] >= PARALLEL_MIN_ROWS else llm_evaluate_serial
+    kernel = llm_evaluate if params.shape[1] >= PARALLEL_MIN_ROWS else llm_evaluate_serial
     kernel(
         np.ascontiguousarray(params, dtype=np.float64), status,
         strategy_codes(key.dense), len(key.dense), strategy_codes(key.emb), len(key.emb), semantics_flags(semantics),
@@ -67,8 +67,8 @@ def evaluate_into(key: StructureKey, semantics: Semantics, params: np.ndarray, s
 
 def evaluate_table(key: StructureKey, semantics: Semantics, params: np.ndarray,
                    extrapolate: bool = True) -> dict[str, np.ndarray]:
-    """Evaluate every row of ``params`` (one structure, all legal) -> result arrays by name."""
-    n = params.shape[0]
+    """Evaluate every config of ``params`` (one structure, all legal; LLM_COLUMNS x n) -> arrays by name."""
+    n = params.shape[1]
     out = np.empty((N_RESULTS, n))
     evaluate_into(key, semantics, params, np.zeros(n, dtype=np.int8), out, 0, False, extrapolate)
     return {name: out[v] for v, name in enumerate(RESULTS)}
@@ -81,7 +81,7 @@ def evaluate_configs(configs: list[Config], extrapolate: bool = True) -> dict[st
     for i, config in enumerate(configs):
         groups[(structure_key(config), config.semantics)].append(i)
     for (key, semantics), indices in groups.items():
-        params = np.stack([llm_param_row(configs[i]) for i in indices])
+        params = np.stack([llm_param_row(configs[i]) for i in indices], axis=1)
         results = evaluate_table(key, semantics, params, extrapolate)
         idx = np.asarray(indices)
         for name, values in results.items():
@@ -93,10 +93,8 @@ def trace(config: Config) -> tuple[Program, np.ndarray, np.ndarray]:
     """The Program of one configuration with each op's start and end (seconds)."""
     key = structure_key(config)
     program = lower(key)
-    params = llm_param_row(config)[None, :]
-    from fastmodel.kernels.layout import N_LLM_SLOTS, N_TERMS  # noqa: F401
-
-    slots, _ = llm_costs_serial(params, strategy_codes(key.dense), len(key.dense), strategy_codes(key.emb),
+    params = llm_param_row(config)[:, None]
+    slots, _ = llm_costs(params, strategy_codes(key.dense), len(key.dense), strategy_codes(key.emb),
                                 len(key.emb), semantics_flags(config.semantics))
     start, end, _ = schedule_trace(*program.arrays(), *program.segment_arrays(), slots[0])
     return program, start, end

@@ -85,7 +85,7 @@ def _replicas(levels, degrees):
 
 def llm_table(model: LLMSpec, system: SystemSpec, task: TaskSpec, plan: Plan,
               values: Mapping[str, Any] | None = None, n: int = 1) -> tuple[np.ndarray, np.ndarray]:
-    """Parameter table (n x LLM_COLUMNS) and status codes (int8) for ``n`` configs.
+    """Parameter table (LLM_COLUMNS x n, one row per column) and status codes (int8) for ``n`` configs.
 
     ``values`` maps dotted field paths to scalars or length-``n`` arrays that
     override the base specs (a sweep chunk); the plan's strategies are fixed
@@ -100,7 +100,7 @@ def llm_table(model: LLMSpec, system: SystemSpec, task: TaskSpec, plan: Plan,
     def get_int(path: str) -> np.ndarray:
         return get(path).astype(np.int64)
 
-    table = np.empty((n, N_LLM_COLUMNS))
+    table = np.empty((N_LLM_COLUMNS, n))  # column-major: one contiguous row per column
     col = {name: i for i, name in enumerate(LLM_COLUMNS)}
     status = np.zeros(n, dtype=np.int8)
 
@@ -121,25 +121,25 @@ def llm_table(model: LLMSpec, system: SystemSpec, task: TaskSpec, plan: Plan,
         ("port_util", "system.network.port_util"),
         ("allreduce_intra_fraction", "system.network.allreduce_intra_fraction"),
     ):
-        table[:, col[name]] = get(path)
-    table[:, col["bytes_per_dense_param"]] = bytes_dense
-    table[:, col["peak_flop_per_s"]] = get(f"system.device.peak_flop_per_s.{_PRECISION[bytes_dense]}")
+        table[col[name], :] = get(path)
+    table[col["bytes_per_dense_param"], :] = bytes_dense
+    table[col["peak_flop_per_s"], :] = get(f"system.device.peak_flop_per_s.{_PRECISION[bytes_dense]}")
 
     nodes = get_int("system.num_nodes")
     per_node = get_int("system.devices_per_node")
     num_devices = nodes * per_node
-    table[:, col["num_nodes"]] = nodes
-    table[:, col["devices_per_node"]] = per_node
+    table[col["num_nodes"], :] = nodes
+    table[col["devices_per_node"], :] = per_node
 
     dense_deg = _degrees(plan.dense, num_devices, per_node, nodes)
     emb_deg = _degrees(plan.emb, num_devices, per_node, nodes)
     _plan_status(plan.dense, dense_deg, num_devices, per_node, status)
     _plan_status(plan.emb, emb_deg, num_devices, per_node, status)
     one = np.ones(n, dtype=np.int64)
-    table[:, col["dense_degree0"]] = dense_deg[0]
-    table[:, col["dense_degree1"]] = dense_deg[1] if len(dense_deg) > 1 else one
-    table[:, col["emb_degree0"]] = emb_deg[0]
-    table[:, col["emb_degree1"]] = emb_deg[1] if len(emb_deg) > 1 else one
+    table[col["dense_degree0"], :] = dense_deg[0]
+    table[col["dense_degree1"], :] = dense_deg[1] if len(dense_deg) > 1 else one
+    table[col["emb_degree0"], :] = emb_deg[0]
+    table[col["emb_degree1"], :] = emb_deg[1] if len(emb_deg) > 1 else one
 
     dense_dup = np.maximum(_replicas(plan.dense, dense_deg), 1)
     emb_dup = np.maximum(_replicas(plan.emb, emb_deg), 1)
@@ -151,6 +151,6 @@ def llm_table(model: LLMSpec, system: SystemSpec, task: TaskSpec, plan: Plan,
     else:
         local_dense, local_emb = get_int("task.local_batch.dense"), get_int("task.local_batch.emb")
         status[(status == 0) & (local_dense * dense_dup != local_emb * emb_dup)] = STATUS["global_batch_mismatch"]
-    table[:, col["local_dense_batch"]] = local_dense
-    table[:, col["local_emb_batch"]] = local_emb
+    table[col["local_dense_batch"], :] = local_dense
+    table[col["local_emb_batch"], :] = local_emb
     return table, status

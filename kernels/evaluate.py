@@ -1,4 +1,7 @@
-"""Fused evaluation: parameter rows -> every result variable, in one pass per row.
+"""Fused evaluation: parameter tables -> every result variable, in one pass per config.
+
+``params`` is column-major (``LLM_COLUMNS`` x n: one contiguous row per
+column), as ``params.llm_table`` builds it.
 
 For each legal row: the family's cost kernel fills the cost slots, the generic
 scheduler runs the Program, and the derived variables (throughput, exposed
@@ -49,7 +52,7 @@ def _llm_rows(lo, hi, params, status, dense_codes, num_dense, emb_codes, num_emb
                 out[v, col] = np.nan
             out[R_FITS_MEMORY, col] = 0.0
             continue
-        row = params[r]
+        row = params[:, r]
         llm_costs_row(row, dense_codes, num_dense, emb_codes, num_emb, flags, slots, terms)
         schedule_row(op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx,
                      seg_start, seg_period, seg_layers, seg_window, extrapolate,
@@ -106,8 +109,8 @@ def llm_evaluate(params, status, dense_codes, num_dense, emb_codes, num_emb, fla
                  op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx,
                  seg_start, seg_period, seg_layers, seg_window, extrapolate,
                  memory_factor, mask_infeasible, num_compute_ops, num_comm_ops, out, offset):
-    """Evaluate every row of ``params`` into ``out[:, offset:offset + n]`` (threads over chunks)."""
-    n = params.shape[0]
+    """Evaluate every config (column) of ``params`` into ``out[:, offset:offset + n]`` (threads over chunks)."""
+    n = params.shape[1]
     n_chunks = (n + CHUNK_ROWS - 1) // CHUNK_ROWS
     for chunk in prange(n_chunks):
         lo = chunk * CHUNK_ROWS
@@ -124,7 +127,7 @@ def llm_evaluate_serial(params, status, dense_codes, num_dense, emb_codes, num_e
                         seg_start, seg_period, seg_layers, seg_window, extrapolate,
                         memory_factor, mask_infeasible, num_compute_ops, num_comm_ops, out, offset):
     """:func:`llm_evaluate` on one thread: for a few rows, where waking threads costs more."""
-    _llm_rows(0, params.shape[0], params, status, dense_codes, num_dense, emb_codes, num_emb, flags,
+    _llm_rows(0, params.shape[1], params, status, dense_codes, num_dense, emb_codes, num_emb, flags,
               op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx,
               seg_start, seg_period, seg_layers, seg_window, extrapolate,
               memory_factor, mask_infeasible, num_compute_ops, num_comm_ops, out, offset)

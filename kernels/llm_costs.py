@@ -6,7 +6,7 @@ per device, effective FLOP/s). The Program decides which slots are used.
 """
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from fastmodel.kernels.collectives import KIND_ALL2ALL, KIND_ALLGATHER, KIND_ALLREDUCE, collective_bandwidth
 from fastmodel.kernels.layout import (
@@ -125,23 +125,12 @@ def llm_costs_row(row, dense_codes, num_dense, emb_codes, num_emb, flags, slots,
     terms[T_EFF_FLOPS] = eff_flops
 
 
-@njit(cache=True, parallel=True)
-def llm_costs(params, dense_codes, num_dense, emb_codes, num_emb, flags):
-    """Cost slots and terms for every row of ``params`` (n_configs x N_LLM_COLUMNS)."""
-    n = params.shape[0]
-    slots = np.empty((n, N_LLM_SLOTS))
-    terms = np.empty((n, N_TERMS))
-    for i in prange(n):
-        llm_costs_row(params[i], dense_codes, num_dense, emb_codes, num_emb, flags, slots[i], terms[i])
-    return slots, terms
-
-
 @njit(cache=True)
-def llm_costs_serial(params, dense_codes, num_dense, emb_codes, num_emb, flags):
-    """:func:`llm_costs` on one thread: for a few rows, where waking threads costs more."""
-    n = params.shape[0]
+def llm_costs(params, dense_codes, num_dense, emb_codes, num_emb, flags):
+    """Cost slots and terms of every config of a column-major table (N_LLM_COLUMNS x n), for tools."""
+    n = params.shape[1]
     slots = np.empty((n, N_LLM_SLOTS))
     terms = np.empty((n, N_TERMS))
     for i in range(n):
-        llm_costs_row(params[i], dense_codes, num_dense, emb_codes, num_emb, flags, slots[i], terms[i])
+        llm_costs_row(params[:, i], dense_codes, num_dense, emb_codes, num_emb, flags, slots[i], terms[i])
     return slots, terms
