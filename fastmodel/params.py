@@ -47,110 +47,122 @@ def spec_value(model: LLMSpec, system: SystemSpec, task: TaskSpec, path: str) ->
 
 
 def _degrees(levels: tuple[Level, ...], num_devices, per_node, nodes):
-    """Per-level degree arrays, implying omitted degrees as Plan.resolve does."""
+    """Per-level degrees (broadcastable arrays), implying omitted degrees as Plan.resolve does."""
     known = [lv.degree for lv in levels]
     if len(levels) == 1:
-        return [num_devices if known[0] is None else np.full_like(num_devices, known[0])]
+        return [num_devices if known[0] is None else np.asarray(known[0])]
     if len(levels) == 2:
         if known[0] is None and known[1] is None:
             return [per_node, nodes]
         if known[0] is None:
-            d1 = np.full_like(num_devices, known[1])
-            return [np.where(num_devices % d1 == 0, num_devices // d1, per_node), d1]
-        d0 = np.full_like(num_devices, known[0])
+            return [np.where(num_devices % known[1] == 0, num_devices // known[1], 0), np.asarray(known[1])]
         if known[1] is None:
-            return [d0, np.where(num_devices % d0 == 0, num_devices // d0, 0)]
-        return [d0, np.full_like(num_devices, known[1])]
-    return [np.full_like(num_devices, k if k is not None else 0) for k in known]
+            return [np.asarray(known[0]), np.where(num_devices % known[0] == 0, num_devices // known[0], 0)]
+        return [np.asarray(known[0]), np.asarray(known[1])]
+    return [np.asarray(k if k is not None else 0) for k in known]
 
 
-def _plan_status(levels, degrees, num_devices, per_node, status):
+def _flag(status, condition, name):
+    """Set ``name`` where ``condition`` holds and no earlier rule failed (broadcasting)."""
+    return np.where((status == 0) & condition, np.int8(STATUS[name]), status).astype(np.int8)
+
+
+def _plan_status(degrees, num_devices, per_node, status):
     """Numeric legality of one component (MADMAX_MODEL.md 1.4), in rule order."""
-    product = np.ones_like(num_devices)
+    product = np.asarray(1)
     for degree in degrees:
-        status[(status == 0) & (degree <= 1)] = STATUS["degree_le_1"]
+        status = _flag(status, degree <= 1, "degree_le_1")
         product = product * degree
-    status[(status == 0) & (product != num_devices)] = STATUS["product_ne_devices"]
+    status = _flag(status, product != num_devices, "product_ne_devices")
     first = degrees[0]
-    status[(status == 0) & (first != per_node) & (first != num_devices)] = STATUS["first_degree"]
+    return _flag(status, (first != per_node) & (first != num_devices), "first_degree")
 
 
 def _replicas(levels, degrees):
-    dup = np.ones_like(degrees[0])
+    dup = np.asarray(1)
     for level, degree in zip(levels, degrees):
         if level.strategy in ("ddp", "fsdp"):
             dup = dup * degree
     return dup
 
 
-def llm_table(model: LLMSpec, system: SystemSpec, task: TaskSpec, plan: Plan,
-              values: Mapping[str, Any] | None = None, n: int = 1) -> tuple[np.ndarray, np.ndarray]:
-    """Parameter table (LLM_COLUMNS x n, one row per column) and status codes (int8) for ``n`` configs.
+_DIRECT_COLUMNS = (
+    ("num_layers", "model.num_layers"), ("hidden", "model.hidden"), ("ffn_hidden", "model.ffn_hidden"),
+    ("seq_len", "model.seq_len"), ("vocab_size", "model.vocab_size"),
+    ("bytes_per_emb_param", "model.bytes_per_emb_param"),
+    ("flops_util", "system.device.flops_util"),
+    ("hbm_bandwidth_bytes_per_s", "system.device.hbm_bandwidth_bytes_per_s"),
+    ("hbm_bandwidth_util", "system.device.hbm_bandwidth_util"),
+    ("hbm_capacity_bytes", "system.device.hbm_capacity_bytes"),
+    ("num_links", "system.node.num_links"),
+    ("link_bandwidth_bytes_per_s", "system.node.link_bandwidth_bytes_per_s"),
+    ("link_util", "system.node.link_util"),
+    ("num_ports", "system.network.num_ports"),
+    ("port_bandwidth_bytes_per_s", "system.network.port_bandwidth_bytes_per_s"),
+    ("port_util", "system.network.port_util"),
+    ("allreduce_intra_fraction", "system.network.allreduce_intra_fraction"),
+)
+_COL = {name: i for i, name in enumerate(LLM_COLUMNS)}
 
-    ``values`` maps dotted field paths to scalars or length-``n`` arrays that
-    override the base specs (a sweep chunk); the plan's strategies are fixed
-    and its omitted degrees are implied per row from the cluster size.
+
+def llm_table(model: LLMSpec, system: SystemSpec, task: TaskSpec, plan: Plan,
+              values: Mapping[str, Any] | None = None, shape: tuple[int, ...] = (1,)) -> tuple[np.ndarray, np.ndarray]:
+    """Parameter table (LLM_COLUMNS x n, one row per column) and status codes (int8) of a block of configs.
+
+    The block is the C-ordered grid ``shape`` (n = its size). ``values`` maps
+    dotted field paths to arrays that broadcast to ``shape`` (a sweep axis is
+    shaped (1, .., k, .., 1)) and override the base specs. Every derived
+    quantity and legality rule is computed on the broadcast shapes, so the
+    per-config work is one broadcast copy per column. The plan's strategies are
+    fixed; its omitted degrees are implied from the cluster size.
     """
     values = values or {}
+    shape = tuple(shape)
+    n = int(np.prod(shape))
 
     def get(path: str) -> np.ndarray:
-        value = values[path] if path in values else spec_value(model, system, task, path)
-        return np.broadcast_to(np.asarray(value), (n,))
+        return np.asarray(values[path] if path in values else spec_value(model, system, task, path))
 
     def get_int(path: str) -> np.ndarray:
         return get(path).astype(np.int64)
 
     table = np.empty((N_LLM_COLUMNS, n))  # column-major: one contiguous row per column
-    col = {name: i for i, name in enumerate(LLM_COLUMNS)}
-    status = np.zeros(n, dtype=np.int8)
+    grid = table.reshape((N_LLM_COLUMNS, *shape))
 
-    bytes_dense = int(get("model.bytes_per_dense_param")[0])  # structural: one value per table
-    for name, path in (
-        ("num_layers", "model.num_layers"), ("hidden", "model.hidden"), ("ffn_hidden", "model.ffn_hidden"),
-        ("seq_len", "model.seq_len"), ("vocab_size", "model.vocab_size"),
-        ("bytes_per_emb_param", "model.bytes_per_emb_param"),
-        ("flops_util", "system.device.flops_util"),
-        ("hbm_bandwidth_bytes_per_s", "system.device.hbm_bandwidth_bytes_per_s"),
-        ("hbm_bandwidth_util", "system.device.hbm_bandwidth_util"),
-        ("hbm_capacity_bytes", "system.device.hbm_capacity_bytes"),
-        ("num_links", "system.node.num_links"),
-        ("link_bandwidth_bytes_per_s", "system.node.link_bandwidth_bytes_per_s"),
-        ("link_util", "system.node.link_util"),
-        ("num_ports", "system.network.num_ports"),
-        ("port_bandwidth_bytes_per_s", "system.network.port_bandwidth_bytes_per_s"),
-        ("port_util", "system.network.port_util"),
-        ("allreduce_intra_fraction", "system.network.allreduce_intra_fraction"),
-    ):
-        table[col[name], :] = get(path)
-    table[col["bytes_per_dense_param"], :] = bytes_dense
-    table[col["peak_flop_per_s"], :] = get(f"system.device.peak_flop_per_s.{_PRECISION[bytes_dense]}")
+    def put(name: str, value) -> None:
+        grid[_COL[name]] = value
+
+    bytes_dense = int(get("model.bytes_per_dense_param").flat[0])  # structural: one value per table
+    for name, path in _DIRECT_COLUMNS:
+        put(name, get(path))
+    put("bytes_per_dense_param", bytes_dense)
+    put("peak_flop_per_s", get(f"system.device.peak_flop_per_s.{_PRECISION[bytes_dense]}"))
 
     nodes = get_int("system.num_nodes")
     per_node = get_int("system.devices_per_node")
     num_devices = nodes * per_node
-    table[col["num_nodes"], :] = nodes
-    table[col["devices_per_node"], :] = per_node
+    put("num_nodes", nodes)
+    put("devices_per_node", per_node)
 
+    status = np.zeros((), dtype=np.int8)
     dense_deg = _degrees(plan.dense, num_devices, per_node, nodes)
     emb_deg = _degrees(plan.emb, num_devices, per_node, nodes)
-    _plan_status(plan.dense, dense_deg, num_devices, per_node, status)
-    _plan_status(plan.emb, emb_deg, num_devices, per_node, status)
-    one = np.ones(n, dtype=np.int64)
-    table[col["dense_degree0"], :] = dense_deg[0]
-    table[col["dense_degree1"], :] = dense_deg[1] if len(dense_deg) > 1 else one
-    table[col["emb_degree0"], :] = emb_deg[0]
-    table[col["emb_degree1"], :] = emb_deg[1] if len(emb_deg) > 1 else one
+    status = _plan_status(dense_deg, num_devices, per_node, status)
+    status = _plan_status(emb_deg, num_devices, per_node, status)
+    put("dense_degree0", dense_deg[0])
+    put("dense_degree1", dense_deg[1] if len(dense_deg) > 1 else 1)
+    put("emb_degree0", emb_deg[0])
+    put("emb_degree1", emb_deg[1] if len(emb_deg) > 1 else 1)
 
     dense_dup = np.maximum(_replicas(plan.dense, dense_deg), 1)
     emb_dup = np.maximum(_replicas(plan.emb, emb_deg), 1)
     if "task.global_batch" in values or task.global_batch is not None:
         global_batch = get_int("task.global_batch")
-        bad = (global_batch % dense_dup != 0) | (global_batch % emb_dup != 0)
-        status[(status == 0) & bad] = STATUS["batch_not_divisible"]
+        status = _flag(status, (global_batch % dense_dup != 0) | (global_batch % emb_dup != 0), "batch_not_divisible")
         local_dense, local_emb = global_batch // dense_dup, global_batch // emb_dup
     else:
         local_dense, local_emb = get_int("task.local_batch.dense"), get_int("task.local_batch.emb")
-        status[(status == 0) & (local_dense * dense_dup != local_emb * emb_dup)] = STATUS["global_batch_mismatch"]
-    table[col["local_dense_batch"], :] = local_dense
-    table[col["local_emb_batch"], :] = local_emb
-    return table, status
+        status = _flag(status, local_dense * dense_dup != local_emb * emb_dup, "global_batch_mismatch")
+    put("local_dense_batch", local_dense)
+    put("local_emb_batch", local_emb)
+    return table, np.broadcast_to(status, shape).reshape(n).astype(np.int8)

@@ -267,12 +267,14 @@ class Sweep:
         """
         model, task, plan = self._combo_specs(unit.structural)
         block_values = [self.axes[i].values[b] for i, b in zip(self.numeric_axes, unit.blocks)]
+        shape = tuple(len(v) for v in block_values) or (1,)
         n = unit.size
-        grids = np.meshgrid(*block_values, indexing="ij", copy=False) if block_values else []
-        values = {self.axes[i].path: np.broadcast_to(g, g.shape).reshape(-1) for i, g in zip(self.numeric_axes, grids)}
+        values = {}
+        for k, (axis, block) in enumerate(zip(self.numeric_axes, block_values)):
+            values[self.axes[axis].path] = block.reshape([-1 if j == k else 1 for j in range(len(shape))])
         if "task.global_batch" in values and task.local_batch is not None:
             task = task.model_copy(update={"local_batch": None, "global_batch": 1})
-        table, unit_status = llm_table(model, self.system, task, plan, values, n)
+        table, unit_status = llm_table(model, self.system, task, plan, values, shape)
         status[offset:offset + n] = unit_status
         key = structure_key_for(model, task, plan, self.semantics)
         evaluate_into(key, self.semantics, table, status[offset:offset + n], out, offset, mask_infeasible=True)
