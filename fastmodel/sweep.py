@@ -33,17 +33,15 @@ import xarray as xr
 from fastmodel import __version__
 from fastmodel.config import structure_key_for
 from fastmodel.engine import evaluate_into
-from fastmodel.kernels.layout import N_RESULTS, R_FITS_MEMORY, RESULTS
+from fastmodel.kernels.layout import N_RESULTS, RESULTS
 from fastmodel.errors import FastmodelError, SpecError, SweepError
 from fastmodel.loader import load_model, load_system, load_task, validate
 from fastmodel.params import STATUS, STATUS_NAMES, llm_table
-from fastmodel.plans import Plan
 from fastmodel.results import NAMES, attrs as variable_attrs
 from fastmodel.semantics import get_semantics
 from fastmodel.spec_model import MODEL_FAMILIES
-from fastmodel.spec_system import SystemSpec
 from fastmodel.spec_task import TaskSpec
-from fastmodel.sweep_axes import FIELDS, STRUCTURAL, axis_dim, axis_path, axis_values, plan_values
+from fastmodel.sweep_axes import STRUCTURAL, axis_dim, axis_path, axis_values, plan_values
 
 #: default size of a unit of work, in configurations
 UNIT_CONFIGS = 1 << 18
