@@ -161,7 +161,6 @@ def sweep_command(sweep_file, output, resume, force, workers, scheduler, unit_co
     import shutil
     from pathlib import Path
 
-    from fastmodel.atomic import atomic_write  # noqa: F401
     from fastmodel.errors import SweepError
     from fastmodel.sweep import Progress, run_in_memory, run_to_store
     from fastmodel.sweep_file import load_sweep_file
@@ -175,14 +174,15 @@ def sweep_command(sweep_file, output, resume, force, workers, scheduler, unit_co
     is_zarr = out.suffix == ".zarr"
     if not is_zarr and out.suffix != ".nc":
         raise SweepError(f"{output}: the output must end in .zarr or .nc")
-    if out.exists() and not resume:
-        if not force:
-            raise SweepError(f"{output} exists; pass --resume to complete it or --force to overwrite it")
-        shutil.rmtree(out) if out.is_dir() else out.unlink()
     if resume and not is_zarr:
         raise SweepError("--resume needs a .zarr store")
     if (workers or scheduler) and not is_zarr:
         raise SweepError("a distributed sweep writes a .zarr store: use -o out.zarr")
+    if out.exists() and not resume:
+        if not force:
+            raise SweepError(f"{output} exists; pass --resume to complete it or --force to overwrite it")
+        if is_zarr:  # a .nc file is replaced atomically at the end instead
+            shutil.rmtree(out) if out.is_dir() else out.unlink()
     bar = Progress(sweep.num_configs, enabled=progress)
     click.echo(f"{sweep.num_configs:,} configurations in {sweep.num_units:,} units -> {output}", err=True)
     try:

@@ -147,6 +147,10 @@ def llm_table(model: LLMSpec, system: SystemSpec, task: TaskSpec, plan: Plan,
     status = np.zeros((), dtype=np.int8)
     dense_deg = _degrees(plan.dense, num_devices, per_node, nodes)
     emb_deg = _degrees(plan.emb, num_devices, per_node, nodes)
+    # an implied degree is 0 when the given one does not divide the devices (Plan.resolve's product rule)
+    for degrees in (dense_deg, emb_deg):
+        for degree in degrees:
+            status = _flag(status, degree == 0, "product_ne_devices")
     status = _plan_status(dense_deg, num_devices, per_node, status)
     status = _plan_status(emb_deg, num_devices, per_node, status)
     put("dense_degree0", dense_deg[0])

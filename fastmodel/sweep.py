@@ -103,6 +103,8 @@ class Sweep:
         # a result variable that is also an axis (global_batch) is the coordinate itself
         self.float_variables = tuple(n for n in FLOAT_VARIABLES if n not in self.dims)
         self._combos = self._structural_combinations()
+        for combo in self._combos:  # every structural combination must make valid specs, before any work
+            self._combo_specs(combo)
 
     # --- definition -----------------------------------------------------------
 
@@ -126,7 +128,7 @@ class Sweep:
         if plan_spec is not None:
             plans = plan_values(plan_spec, clusters)
             self.plans = plans
-            labels = np.array([p.shape if p.dense[0].degree is None and p.emb[0].degree is None else p.label
+            labels = np.array([p.shape if all(lv.degree is None for lv in (*p.dense, *p.emb)) else p.label
                                for p in plans], dtype=object)
             resolved = [Axis("plan", "plan", labels, True) if a.path == "plan" else a for a in resolved]
         else:

@@ -9,12 +9,14 @@ end of the last op on either stream. Busy time is summed per category.
 Steady-state extrapolation. Layers are identical, so inside a periodic segment
 (``Program.seg_*``: runs of layers that are equal op by op up to a shift) the
 schedule state -- the two cursors and the end times of the ops in the last
-``window`` layers -- is a max-plus function of the previous state. That map is
-monotone, homogeneous (F(S + c) = F(S) + c) and non-expansive in the sup norm.
-So once the state after layer j equals the state after layer j-1 plus one
-scalar delta in every component (within ``tol``), every later layer of the
-segment advances it by the same delta, with an error of at most ``tol`` per
-skipped layer; the scheduler then jumps to the last layer. ``tol`` is
+``window`` layers -- is a max-plus function of the previous state, monotone
+and non-expansive in the sup norm. Once, at some layer j past the window, every
+op started exactly as late as the largest advance among its candidates (stream
+cursor, dependency ends) and that candidate won the max, and the state advanced
+by the same per-component amounts as one layer earlier, every later layer of
+the segment repeats those advances (each max keeps its winner); the scheduler
+then jumps to the last layer, with an error of at most ``tol`` per skipped
+layer. ``tol`` is
 ``EXTRAPOLATION_RTOL`` times the largest state value, so with at most ~100
 skipped layers the result agrees with the full schedule to about 1e-12
 relative (tests/test_schedule.py checks this on the reference cases and on
@@ -140,7 +142,8 @@ def schedule_row(op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx,
                 inc_cursor[1] = cursors[1] - prev_cursors[1]
                 prev_cursors[0] = cursors[0]
                 prev_cursors[1] = cursors[1]
-                if j >= window and j < layers - 1:
+                # j > window: every dependency and its one-layer-earlier twin lie inside the segment
+                if j > window and j < layers - 1:
                     tol = EXTRAPOLATION_RTOL * max(cursors[0], cursors[1])
                     if _layer_is_stable(base, period, window, dep_ptr, dep_idx, op_start, op_end, cursor_before,
                                         inc_cursor, prev_inc_cursor, tol):

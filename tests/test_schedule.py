@@ -134,3 +134,23 @@ def test_extrapolation_matches_full_schedule_on_reference_cases():
             assert np.all(np.abs(fast[name] - full[name]) <= 1e-12 * full["iteration_time"]), name
         else:
             np.testing.assert_allclose(fast[name], full[name], rtol=1e-12, atol=0, err_msg=name)
+
+
+def test_extrapolation_counterexample_found_in_review():
+    """A program where checking at the first in-window layer compared against the prologue (70 vs 84)."""
+    b = ProgramBuilder()
+    b.op("pro0", COMM, 0, CAT_ALLGATHER)   # 4
+    b.op("pro1", COMM, 1, CAT_ALLGATHER)   # 3
+    b.begin_layers()
+    for i in range(12):
+        b.layer()
+        b.op(f"{i}.0", COMM, 1, CAT_ALLGATHER)                       # 3
+        b.op(f"{i}.1", COMP, 1, CAT_GEMM, [f"{i - 1}.2"])            # 3, waits on the previous layer
+        b.op(f"{i}.2", COMM, 2, CAT_ALLGATHER)                       # 1
+        b.op(f"{i}.3", COMM, 2, CAT_ALLGATHER)                       # 1
+    b.end_layers()
+    program = b.build()
+    slots = np.array([[4.0, 3.0, 1.0]])
+    full = schedule_many(*program.arrays(), *program.segment_arrays(), False, slots)[0]
+    fast = schedule_many(*program.arrays(), *program.segment_arrays(), True, slots)[0]
+    assert full[0] == fast[0]

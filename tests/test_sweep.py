@@ -199,3 +199,18 @@ def test_local_batch_task_sweeps_global_batch():
     task = {"name": "t", "kind": "pretrain", "local_batch": {"dense": 1, "emb": 1}}
     ds = sweep("llama-7b", "dc-a", task, {"num_nodes": [2], "global_batch": [16, 32], "plan": ["fsdp/ddp"]})
     assert int((ds.status == 0).sum()) == 2
+
+
+def test_review_regressions():
+    partial = Sweep("llama-7b", "dc-a", "llm-pretrain", {"num_nodes": [2, 4], "plan": ["tp,ddp4/mp", "tp,ddp2/mp"]})
+    assert list(partial.axes[-1].values) == ["tp,ddp4/mp", "tp,ddp2/mp"]
+    rebuilt = Sweep.from_definition(partial.definition())
+    assert [p.label for p in rebuilt.plans] == [p.label for p in partial.plans]
+    finetune = {"name": "f", "kind": "finetune", "global_batch": 256}
+    with pytest.raises(SweepError, match="all_frozen"):
+        Sweep("llama-7b", "dc-a", finetune, {"freeze_emb": [False, True], "freeze_dense": [False, True],
+                                            "plan": ["fsdp/ddp"]})
+    ds = sweep("llama-7b", "dc-a", {"name": "t", "kind": "pretrain", "global_batch": 48},
+               {"num_nodes": [3], "devices_per_node": [8],
+                                                   "plan": ["tp16,ddp/mp", "fsdp/ddp"]})
+    assert int(ds.status.sel(plan="tp16,ddp/mp").squeeze()) == STATUS["product_ne_devices"]
