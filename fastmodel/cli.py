@@ -219,18 +219,10 @@ def sweep_command(sweep_file, output, resume, force, workers, scheduler, unit_co
 
 
 def _write_netcdf(ds, path):
-    import os
-    import tempfile
+    from fastmodel.atomic import atomic_path
 
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent if str(path.parent) else ".")
-    os.close(fd)
-    try:
+    with atomic_path(path) as tmp:
         ds.to_netcdf(tmp, engine="scipy")
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 @main.command("best")

@@ -73,8 +73,6 @@ class Plan:
 
     @classmethod
     def _parse_uncached(cls, text: str) -> "Plan":
-        if not isinstance(text, str):
-            raise PlanError("syntax", f"a plan is a string like 'tp8,ddp16/mp128', got {text!r}")
         parts = text.replace(" ", "").split("/")
         if len(parts) != 2 or not parts[0] or not parts[1]:
             raise PlanError("syntax", f"cannot parse plan {text!r}: write DENSE/EMB, e.g. 'tp8,ddp16/mp128' or 'fsdp/ddp'")

@@ -320,8 +320,8 @@ class Sweep:
         }
 
     def result_bytes(self) -> int:
-        """Bytes of the result arrays in memory."""
-        return self.num_configs * (8 * len(self.float_variables) + 2)
+        """Bytes of the result matrix (every result variable) and status in memory."""
+        return self.num_configs * (8 * N_RESULTS + 1)
 
 
 def _validate_combo(cls, data: dict, kind: str):
@@ -545,9 +545,11 @@ class Progress:
             self.stream.flush()
 
     def close(self) -> None:
+        """End the bar's line (once; later calls do nothing)."""
         if self.enabled:
             self.stream.write("\n")
             self.stream.flush()
+            self.enabled = False
 
 
 def sweep(model: Any, system: Any, task: Any, axes: dict[str, Any], semantics: Any = "madmax",
