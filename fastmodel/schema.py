@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Annotated, Union
+
+from pydantic import Field, TypeAdapter
+
 from fastmodel.spec_model import MODEL_FAMILIES
 from fastmodel.spec_system import SystemSpec
 from fastmodel.spec_task import TaskSpec
@@ -10,15 +14,8 @@ from fastmodel.spec_task import TaskSpec
 def json_schema(kind: str) -> dict:
     """The JSON Schema of ``kind`` ('model', 'system' or 'task')."""
     if kind == "model":
-        families = list(MODEL_FAMILIES.values())
-        if len(families) == 1:
-            schema = families[0].model_json_schema()
-        else:  # pragma: no cover - once more families exist
-            from typing import Annotated, Union
-
-            from pydantic import Field, TypeAdapter
-
-            schema = TypeAdapter(Annotated[Union[tuple(families)], Field(discriminator="family")]).json_schema()
+        families = tuple(MODEL_FAMILIES.values())
+        schema = TypeAdapter(Annotated[Union[families], Field(discriminator="family")]).json_schema()
     elif kind == "system":
         schema = SystemSpec.model_json_schema()
     elif kind == "task":

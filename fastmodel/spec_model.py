@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
+import math
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
 
 
 class _Spec(BaseModel):
@@ -74,7 +76,190 @@ class LLMSpec(_Spec):
         return 2.0 * self.seq_len * self.hidden * self.bytes_per_emb_param
 
 
-#: family name -> spec class; later families register here.
-MODEL_FAMILIES: dict[str, type[_Spec]] = {"llm": LLMSpec}
+class _Experts(_Spec):
+    """Mixture-of-experts fields shared by the MoE families."""
 
-ModelSpec = LLMSpec
+    num_experts: PositiveInt = Field(le=1 << 16, description="Experts X per MoE layer (parameters scale by X).")
+    num_active_experts: PositiveInt = Field(le=1 << 16, description="Experts k each sample uses (FLOPs scale by k).")
+
+    @model_validator(mode="after")
+    def _active_le_experts(self):
+        if self.num_active_experts > self.num_experts:
+            raise ValueError(f"num_active_experts ({self.num_active_experts}) exceeds num_experts ({self.num_experts})")
+        return self
+
+
+class LLMMoESpec(LLMSpec, _Experts):
+    """Decoder-only transformer whose FC block is a mixture of experts (MAD-Max ``LLM_MoE``).
+
+    Expert weights: X·2·d·f per layer; FLOPs of the FC block scale by k.
+    """
+
+    family: Literal["llm-moe"] = "llm-moe"
+
+    @property
+    def fc_params(self) -> float:
+        """Weights of one MoE FC block: X·2·d·f."""
+        return self.num_experts * 2.0 * self.hidden * self.ffn_hidden
+
+    @property
+    def flops_per_sample(self) -> float:
+        """Forward FLOPs per sample: L·(2·4d²·s + k·2·2df·s)."""
+        active_fc = self.num_active_experts * 2.0 * self.hidden * self.ffn_hidden
+        return self.num_layers * 2.0 * self.seq_len * (self.attention_params + active_fc)
+
+
+class ViTSpec(_Spec):
+    """Vision transformer (MAD-Max ``ViT``): an LLM over image patches.
+
+    Sequence length s = ceil(image / patch)²; the patch projection plays the
+    embedding table with 3·p² rows ("vocabulary"), plus s position rows.
+    """
+
+    family: Literal["vit"] = "vit"
+    name: str = Field(description="Human-readable model name.")
+    num_layers: PositiveInt = Field(le=10_000, description="Transformer layers L.")
+    hidden: PositiveInt = Field(le=1 << 20, description="Model width d, elements.")
+    ffn_hidden: PositiveInt = Field(le=1 << 22, description="MLP hidden width f, elements.")
+    num_heads: PositiveInt = Field(le=1 << 16, description="Attention heads (not used by the MAD-Max cost model).")
+    image_size: PositiveInt = Field(le=1 << 16, description="Image side, pixels.")
+    patch_size: PositiveInt = Field(le=1 << 12, description="Patch side, pixels.")
+    bytes_per_dense_param: Literal[1, 2, 4, 8] = Field(description="Bytes per non-embedding parameter (selects the peak).")
+    bytes_per_emb_param: PositiveFloat = Field(le=64, description="Bytes per patch-projection parameter.")
+
+    @property
+    def seq_len(self) -> int:
+        """Patches per image: ceil(image / patch)²."""
+        return math.ceil(self.image_size / self.patch_size) ** 2
+
+    @property
+    def vocab_size(self) -> int:
+        """Rows of the patch projection: 3·p² (RGB pixels of one patch)."""
+        return 3 * self.patch_size * self.patch_size
+
+    attention_params = LLMSpec.attention_params
+    fc_params = LLMSpec.fc_params
+    dense_params = LLMSpec.dense_params
+    emb_params = LLMSpec.emb_params
+    total_params = LLMSpec.total_params
+    flops_per_sample = LLMSpec.flops_per_sample
+    lookup_bytes_per_sample = LLMSpec.lookup_bytes_per_sample
+
+
+class DLRMSpec(_Spec):
+    """Deep learning recommendation model (MAD-Max ``DLRM``).
+
+    Bottom and top MLPs of square ``mlp_dim`` x ``mlp_dim`` layers without bias
+    (2·m² FLOPs per sample per layer) and ``num_tables`` embedding tables read
+    with ``pooling`` lookups per sample. Feature interaction and the lookups
+    themselves are not FLOP-counted.
+    """
+
+    family: Literal["dlrm"] = "dlrm"
+    name: str = Field(description="Human-readable model name.")
+    num_bottom_layers: PositiveInt = Field(le=10_000, description="Bottom-MLP layers Lb.")
+    num_top_layers: PositiveInt = Field(le=10_000, description="Top-MLP layers Lt.")
+    mlp_dim: PositiveInt = Field(le=1 << 20, description="Width m of every (square) MLP layer, elements.")
+    num_tables: PositiveInt = Field(le=1 << 24, description="Embedding tables T.")
+    rows_per_table: PositiveInt = Field(le=1 << 40, description="Rows E of each table.")
+    emb_dim: PositiveInt = Field(le=1 << 16, description="Embedding dimension e.")
+    pooling: PositiveFloat = Field(le=1 << 20, description="Lookups per table per sample (pooling factor).")
+    bytes_per_dense_param: Literal[1, 2, 4, 8] = Field(description="Bytes per MLP parameter (selects the peak).")
+    bytes_per_emb_param: PositiveFloat = Field(le=64, description="Bytes per embedding parameter.")
+
+    @property
+    def mlp_layer_params(self) -> float:
+        return float(self.mlp_dim) * self.mlp_dim
+
+    @property
+    def bottom_params(self) -> float:
+        return self.num_bottom_layers * self.mlp_layer_params
+
+    @property
+    def top_params(self) -> float:
+        return self.num_top_layers * self.mlp_layer_params
+
+    @property
+    def dense_params(self) -> float:
+        return self.bottom_params + self.top_params
+
+    @property
+    def emb_params(self) -> float:
+        """T·E·e."""
+        return float(self.num_tables) * self.rows_per_table * self.emb_dim
+
+    @property
+    def total_params(self) -> float:
+        return self.dense_params + self.emb_params
+
+    @property
+    def flops_per_sample(self) -> float:
+        """Forward FLOPs per sample: 2·m² per MLP layer."""
+        return 2.0 * self.mlp_layer_params * (self.num_bottom_layers + self.num_top_layers)
+
+    @property
+    def lookup_bytes_per_sample(self) -> float:
+        """Embedding bytes read per sample: T·pooling·e·B_emb."""
+        return self.num_tables * self.pooling * self.emb_dim * self.bytes_per_emb_param
+
+
+class DLRMMoESpec(DLRMSpec, _Experts):
+    """DLRM whose top MLP is a mixture of experts (MAD-Max ``DLRM_MoE``).
+
+    Top-MLP weights X·Lt·m²; top-MLP FLOPs 2·k·m² per layer and sample.
+    """
+
+    family: Literal["dlrm-moe"] = "dlrm-moe"
+
+    @property
+    def top_params(self) -> float:
+        return self.num_experts * self.num_top_layers * self.mlp_layer_params
+
+    @property
+    def flops_per_sample(self) -> float:
+        layer = 2.0 * self.mlp_layer_params
+        return layer * (self.num_bottom_layers + self.num_active_experts * self.num_top_layers)
+
+
+class DLRMTransformerSpec(DLRMSpec):
+    """DLRM with transformer layers between the bottom and top MLPs (MAD-Max ``DLRM_Transformer``).
+
+    The transformer layers are counted as in the LLM family (4·d² + 2·d·f
+    weights per layer, 2·(4d² + 2df)·s FLOPs per sample) over ``seq_len`` tokens.
+    """
+
+    family: Literal["dlrm-transformer"] = "dlrm-transformer"
+    num_layers: PositiveInt = Field(le=10_000, description="Transformer layers L.")
+    hidden: PositiveInt = Field(le=1 << 20, description="Transformer width d, elements.")
+    ffn_hidden: PositiveInt = Field(le=1 << 22, description="Transformer FC width f, elements.")
+    num_heads: PositiveInt = Field(le=1 << 16, description="Attention heads (not used by the cost model).")
+    seq_len: PositiveInt = Field(le=1 << 20, description="Tokens per sample seen by the transformer.")
+
+    attention_params = LLMSpec.attention_params
+    fc_params = LLMSpec.fc_params
+
+    @property
+    def transformer_params(self) -> float:
+        return self.num_layers * (self.attention_params + self.fc_params)
+
+    @property
+    def dense_params(self) -> float:
+        return self.bottom_params + self.top_params + self.transformer_params
+
+    @property
+    def flops_per_sample(self) -> float:
+        return DLRMSpec.flops_per_sample.fget(self) + self.num_layers * 2.0 * self.seq_len * (
+            self.attention_params + self.fc_params)
+
+
+#: family name -> spec class.
+MODEL_FAMILIES: dict[str, type[_Spec]] = {
+    "llm": LLMSpec, "llm-moe": LLMMoESpec, "vit": ViTSpec,
+    "dlrm": DLRMSpec, "dlrm-moe": DLRMMoESpec, "dlrm-transformer": DLRMTransformerSpec,
+}
+#: families whose dense part is a stack of transformer layers
+TRANSFORMER_FAMILIES = ("llm", "llm-moe", "vit")
+#: families whose dense part is bottom/top MLPs
+DLRM_FAMILIES = ("dlrm", "dlrm-moe", "dlrm-transformer")
+
+ModelSpec = LLMSpec | LLMMoESpec | ViTSpec | DLRMSpec | DLRMMoESpec | DLRMTransformerSpec

@@ -8,7 +8,7 @@ blends intra- and inter-node links by ``allreduce_intra_fraction``.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
 
 from fastmodel.quantity import Bytes, BytesPerSecond, FlopPerSecond, Fraction, Utilization
 
@@ -66,6 +66,10 @@ class SystemSpec(_Spec):
     device: DeviceSpec
     node: NodeSpec
     network: NetworkSpec
+    price_usd_per_device_hour: PositiveFloat | None = Field(
+        None, le=1e6, description="Price of one device for one hour, USD (cloud on-demand rate); enables cost.")
+    node_tdp_watts: PositiveFloat | None = Field(
+        None, le=1e7, description="Thermal design power of one whole node (GPUs, CPUs, NICs), W; enables energy.")
 
     @property
     def num_devices(self) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import (
-    BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, PrivateAttr, field_validator, model_validator,
+    BaseModel, ConfigDict, Field, NonNegativeInt, PositiveFloat, PositiveInt, PrivateAttr, field_validator, model_validator,
 )
 
 from fastmodel.errors import PlanError
@@ -18,6 +18,8 @@ class LocalBatch(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
     dense: PositiveInt = Field(le=1 << 32, description="Samples per device in the transformer/MLP part.")
     emb: PositiveInt = Field(le=1 << 32, description="Samples per device in the embedding part.")
+    transformer: PositiveInt | None = Field(
+        None, le=1 << 32, description="Samples per device in the transformer part (dlrm-transformer only).")
 
 
 class TaskSpec(BaseModel):
@@ -36,10 +38,15 @@ class TaskSpec(BaseModel):
     global_batch: PositiveInt | None = Field(None, le=1 << 40, description="Samples per iteration.")
     local_batch: LocalBatch | None = None
     freeze_emb: bool = Field(False, description="finetune: embeddings get no gradient (no backward).")
-    freeze_dense: bool = Field(False, description="finetune: no dense layer gets a gradient update.")
+    freeze_dense: bool = Field(False, description="finetune: no transformer layer gets a gradient update.")
+    freeze_top_mlp: bool = Field(
+        False, description="finetune, DLRM families: top-MLP backward still runs but its gradients are not synchronised.")
+    freeze_bottom_mlp: bool = Field(False, description="finetune, DLRM families: the bottom-MLP backward is skipped.")
     min_frozen_layer: NonNegativeInt | None = Field(
         None, description="finetune: layers with index >= this get no gradient update (None: none by index)."
     )
+    train_samples: PositiveFloat | None = Field(
+        None, le=1e18, description="Samples to train on; enables train_time, gpu_hours, cost and energy.")
     _source: str | None = PrivateAttr(default=None)  # file or built-in name it was loaded from
 
     @property
@@ -60,9 +67,10 @@ class TaskSpec(BaseModel):
     def _consistent(self):
         if (self.global_batch is None) == (self.local_batch is None):
             raise ValueError("give exactly one of global_batch or local_batch")
-        if self.kind != "finetune" and (self.freeze_emb or self.freeze_dense or self.min_frozen_layer is not None):
-            raise ValueError(f"freeze_emb, freeze_dense and min_frozen_layer apply to finetune only, not {self.kind}")
-        if self.kind == "finetune" and self.freeze_emb and self.freeze_dense:
+        freezes = (self.freeze_emb, self.freeze_dense, self.freeze_top_mlp, self.freeze_bottom_mlp)
+        if self.kind != "finetune" and (any(freezes) or self.min_frozen_layer is not None):
+            raise ValueError("freeze_* and min_frozen_layer apply to finetune only, not " + self.kind)
+        if self.kind == "finetune" and self.freeze_emb and (self.freeze_dense or (self.freeze_top_mlp and self.freeze_bottom_mlp)):
             raise ValueError("finetune with every component frozen trains nothing (all_frozen)")
         return self
 

@@ -164,5 +164,8 @@ def test_batch_not_divisible_and_open_plan():
 def test_json_schema(kind):
     schema = json_schema(kind)
     assert schema["$schema"].startswith("https://json-schema.org/")
+    if kind == "model":  # one schema per family, chosen by "family"
+        assert set(schema["discriminator"]["mapping"]) == {"llm", "llm-moe", "vit", "dlrm", "dlrm-moe", "dlrm-transformer"}
+        schema = schema["$defs"]["DLRMSpec"]
     assert "properties" in schema
     json.dumps(schema)
