@@ -2,7 +2,7 @@
 
 :func:`resolve` applies every legality rule (plan, batch divisibility, batch
 consistency across components) and raises :class:`PlanError` naming the rule;
-:func:`structure_key` and :func:`llm_param_row` lower a configuration to the
+:func:`structure_key` and :func:`param_row` lower a configuration to the
 Program key and the numeric parameter row the kernels consume.
 """
 
@@ -14,10 +14,10 @@ import numpy as np
 
 from fastmodel.errors import PlanError, SpecError
 from fastmodel.lower import StructureKey
-from fastmodel.params import llm_table
-from fastmodel.plans import Plan, check_plan, plan_factors
+from fastmodel.params import param_table
+from fastmodel.plans import Plan, check_plan, check_plan_for_model, plan_factors
 from fastmodel.semantics import Semantics
-from fastmodel.spec_model import LLMSpec
+from fastmodel.spec_model import DLRM_FAMILIES, ModelSpec
 from fastmodel.spec_system import SystemSpec
 from fastmodel.spec_task import TaskSpec
 
@@ -26,7 +26,7 @@ from fastmodel.spec_task import TaskSpec
 class Config:
     """A legal configuration with local batches derived from its plan."""
 
-    model: LLMSpec
+    model: ModelSpec
     system: SystemSpec
     task: TaskSpec
     plan: Plan
@@ -34,71 +34,104 @@ class Config:
     local_dense_batch: int
     local_emb_batch: int
     global_batch: int
+    local_transformer_batch: int | None = None   # dlrm-transformer only
 
 
-def resolve(model: LLMSpec, system: SystemSpec, task: TaskSpec, semantics: Semantics, plan: Plan | str | None = None) -> Config:
+def _check_task_fits_family(model: ModelSpec, task: TaskSpec) -> None:
+    """Finetune flags and batches that the model's family has no use for are errors, not silently ignored."""
+    where = task.source
+    if model.family not in DLRM_FAMILIES and (task.freeze_top_mlp or task.freeze_bottom_mlp):
+        raise SpecError(where, "task.freeze_top_mlp" if task.freeze_top_mlp else "task.freeze_bottom_mlp",
+                        f"applies to the DLRM families only, not to {model.family} model {model.name!r}")
+    if model.family in ("dlrm", "dlrm-moe") and (task.freeze_dense or task.min_frozen_layer is not None):
+        raise SpecError(where, "task.freeze_dense" if task.freeze_dense else "task.min_frozen_layer",
+                        f"{model.family} has no transformer layers; use freeze_top_mlp / freeze_bottom_mlp")
+    if model.family in DLRM_FAMILIES and task.kind == "finetune" and task.freeze_emb and task.freeze_top_mlp \
+            and task.freeze_bottom_mlp and (model.family != "dlrm-transformer" or task.freeze_dense):
+        raise SpecError(where, "task.freeze_emb", "finetune with every component frozen trains nothing (all_frozen)")
+    if task.local_batch is not None:
+        has_tr = task.local_batch.transformer is not None
+        if model.family == "dlrm-transformer" and not has_tr:
+            raise SpecError(where, "task.local_batch.transformer", "required for dlrm-transformer (or give global_batch)")
+        if model.family != "dlrm-transformer" and has_tr:
+            raise SpecError(where, "task.local_batch.transformer", f"applies to dlrm-transformer only, not {model.family}")
+
+
+def resolve(model: ModelSpec, system: SystemSpec, task: TaskSpec, semantics: Semantics, plan: Plan | str | None = None) -> Config:
     """Check legality and derive local batches; raise PlanError/SpecError if impossible."""
+    _check_task_fits_family(model, task)
     where = "plan"
     if plan is None:
         plan = task.parsed_plan
         where = f"{task.source}: task.plan"
         if plan is None:
-            raise SpecError(None, "task.plan", f"task {task.name!r} leaves the plan open; give one with --plan, e.g. 'fsdp/ddp'")
+            example = "'ddp/mp/fsdp'" if model.family == "dlrm-transformer" else "'fsdp/ddp'"
+            raise SpecError(None, "task.plan", f"task {task.name!r} leaves the plan open; give one with --plan, e.g. {example}")
     elif not isinstance(plan, Plan):
         plan = Plan.parse(plan)
     n, per_node = system.num_devices, system.devices_per_node
     try:
         given = plan
+        check_plan_for_model(plan, model)
         plan = plan.resolve(n, per_node)
-        check_plan(plan, n, per_node, model.family)
+        check_plan(plan, n, per_node, model)
     except PlanError as error:
-        implied = any(level.degree is None for level in (*given.dense, *given.emb))
+        implied = any(level.degree is None for level in given.levels)
         if implied and error.rule in ("degree_le_1", "first_degree", "product_ne_devices") and "implied" not in error.reason:
             error = PlanError(error.rule, f"{error.reason} (degrees implied for {n} devices, {per_node} per node)")
         raise error.located(where) from None
-    dense, emb = plan_factors(plan.dense), plan_factors(plan.emb)
+    duplicates = {name: plan_factors(levels).duplicate for name, levels in plan.components}
     if task.global_batch is not None:
         global_batch = task.global_batch
-        for name, dup in (("dense", dense.duplicate), ("emb", emb.duplicate)):
+        for name, dup in duplicates.items():
             if global_batch % dup:
                 raise PlanError(
                     "batch_not_divisible",
                     f"global batch {global_batch} does not divide over the {dup} {name} replicas of plan {plan.label}",
                     f"{task.source}: task.global_batch",
                 )
-        local_dense, local_emb = global_batch // dense.duplicate, global_batch // emb.duplicate
+        local = {name: global_batch // dup for name, dup in duplicates.items()}
     else:
-        local_dense, local_emb = task.local_batch.dense, task.local_batch.emb
-        global_dense, global_emb = local_dense * dense.duplicate, local_emb * emb.duplicate
-        if global_dense != global_emb:
-            raise PlanError(
-                "global_batch_mismatch",
-                f"dense part gives a global batch of {global_dense} ({local_dense} x {dense.duplicate}) but "
-                f"embeddings give {global_emb} ({local_emb} x {emb.duplicate})",
-            )
-        global_batch = global_emb
-    return Config(model, system, task, plan, semantics, local_dense, local_emb, global_batch)
+        local = {name: getattr(task.local_batch, name) for name in duplicates}
+        globals_ = {name: local[name] * dup for name, dup in duplicates.items()}
+        global_batch = globals_["emb"]
+        for name, value in globals_.items():
+            if value != global_batch:
+                raise PlanError(
+                    "global_batch_mismatch",
+                    f"{name} part gives a global batch of {value} ({local[name]} x {duplicates[name]}) but "
+                    f"embeddings give {global_batch} ({local['emb']} x {duplicates['emb']})",
+                )
+    return Config(model, system, task, plan, semantics, local["dense"], local["emb"], global_batch,
+                  local.get("transformer"))
 
 
-def structure_key_for(model: LLMSpec, task: TaskSpec, plan: Plan, semantics: Semantics) -> StructureKey:
+def structure_key_for(model: ModelSpec, task: TaskSpec, plan: Plan, semantics: Semantics) -> StructureKey:
     """The Program key of a model/task/plan/semantics combination."""
-    layers = model.num_layers
+    layers = getattr(model, "num_layers", 0)
     if task.kind == "finetune":
         min_frozen = layers if task.min_frozen_layer is None else min(task.min_frozen_layer, layers)
     else:
         min_frozen = layers
+    vit = model.family == "vit"
     return StructureKey(
         family=model.family,
         kind=task.kind,
         dense=plan.dense_strategies,
         emb=plan.emb_strategies,
+        transformer=plan.transformer_strategies,
         num_layers=layers,
+        num_bottom_layers=getattr(model, "num_bottom_layers", 0),
+        num_top_layers=getattr(model, "num_top_layers", 0),
         freeze_emb=task.freeze_emb,
         freeze_dense=task.freeze_dense,
+        freeze_top_mlp=task.freeze_top_mlp,
+        freeze_bottom_mlp=task.freeze_bottom_mlp,
         min_frozen_layer=min_frozen,
         emb_ddp_grad_any_level=semantics.emb_ddp_grad_any_level,
-        fsdp_backward=semantics.llm_fsdp_backward,
+        fsdp_backward=semantics.vit_fsdp_backward if vit else semantics.llm_fsdp_backward,
         bogus_prefetch_without_fsdp=semantics.bogus_prefetch_without_fsdp,
+        dlrm_bottom_prefetch=semantics.dlrm_bottom_fsdp_prefetch,
     )
 
 
@@ -107,8 +140,8 @@ def structure_key(config: Config) -> StructureKey:
     return structure_key_for(config.model, config.task, config.plan, config.semantics)
 
 
-def llm_param_row(config: Config) -> np.ndarray:
-    """The parameter-table row (``layout.LLM_COLUMNS``) of ``config`` (via ``params.llm_table``)."""
-    table, status = llm_table(config.model, config.system, config.task, config.plan)
-    assert status[0] == 0, "resolve() admitted a configuration that llm_table rejects"
+def param_row(config: Config) -> np.ndarray:
+    """The parameter-table row (``layout.COLUMNS``) of ``config`` (via ``params.param_table``)."""
+    table, status = param_table(config.model, config.system, config.task, config.plan)
+    assert status[0] == 0, "resolve() admitted a configuration that param_table rejects"
     return table[:, 0]

@@ -13,10 +13,12 @@ from collections import defaultdict
 
 import numpy as np
 
-from fastmodel.config import Config, llm_param_row, structure_key
-from fastmodel.kernels.evaluate import llm_evaluate, llm_evaluate_serial
-from fastmodel.kernels.layout import F_DDP_GRAD_SHARDED, N_FLAGS, N_RESULTS, RESULTS, STRAT_NONE, STRATEGY_CODES
-from fastmodel.kernels.llm_costs import llm_costs
+from fastmodel.config import Config, param_row, structure_key
+from fastmodel.kernels.evaluate import evaluate_parallel, evaluate_serial
+from fastmodel.kernels.layout import (
+    F_DDP_GRAD_SHARDED, FAMILY_CODES, N_FLAGS, N_RESULTS, RESULTS, STRAT_NONE, STRATEGY_CODES,
+)
+from fastmodel.kernels.costs import costs
 from fastmodel.kernels.schedule import schedule_trace
 from fastmodel.lower import StructureKey, lower
 from fastmodel.program import Program
@@ -44,9 +46,15 @@ def semantics_flags(semantics: Semantics) -> np.ndarray:
     return flags
 
 
+def plan_arguments(key: StructureKey) -> tuple:
+    """Family code and (codes, levels) of each plan component, in the kernels' argument order."""
+    return (FAMILY_CODES[key.family], strategy_codes(key.dense), len(key.dense), strategy_codes(key.emb), len(key.emb),
+            strategy_codes(key.transformer), len(key.transformer))
+
+
 def evaluate_into(key: StructureKey, semantics: Semantics, params: np.ndarray, status: np.ndarray,
                   out: np.ndarray, offset: int = 0, mask_infeasible: bool = False, extrapolate: bool = True) -> None:
-    """Evaluate the configs of ``params`` (one structure; LLM_COLUMNS x n) into ``out[:, offset:offset + n]``.
+    """Evaluate the configs of ``params`` (one structure; COLUMNS x n) into ``out[:, offset:offset + n]``.
 
     Rows with a non-zero ``status`` get NaN. With ``mask_infeasible``, legal
     rows that do not fit in memory get status ``does_not_fit`` and keep only
@@ -55,10 +63,9 @@ def evaluate_into(key: StructureKey, semantics: Semantics, params: np.ndarray, s
     ~1e-12 relative, see ``kernels/schedule.py``).
     """
     program = lower(key)
-    kernel = llm_evaluate if params.shape[1] >= PARALLEL_MIN_ROWS else llm_evaluate_serial
+    kernel = evaluate_parallel if params.shape[1] >= PARALLEL_MIN_ROWS else evaluate_serial
     kernel(
-        np.ascontiguousarray(params, dtype=np.float64), status,
-        strategy_codes(key.dense), len(key.dense), strategy_codes(key.emb), len(key.emb), semantics_flags(semantics),
+        np.ascontiguousarray(params, dtype=np.float64), status, *plan_arguments(key), semantics_flags(semantics),
         *program.arrays(), *program.segment_arrays(), extrapolate,
         float(semantics.memory_weight_factor), mask_infeasible,
         float(program.num_compute_ops), float(program.num_comm_ops), out, offset,
@@ -67,7 +74,7 @@ def evaluate_into(key: StructureKey, semantics: Semantics, params: np.ndarray, s
 
 def evaluate_table(key: StructureKey, semantics: Semantics, params: np.ndarray,
                    extrapolate: bool = True) -> dict[str, np.ndarray]:
-    """Evaluate every config of ``params`` (one structure, all legal; LLM_COLUMNS x n) -> arrays by name."""
+    """Evaluate every config of ``params`` (one structure, all legal; COLUMNS x n) -> arrays by name."""
     n = params.shape[1]
     out = np.empty((N_RESULTS, n))
     evaluate_into(key, semantics, params, np.zeros(n, dtype=np.int8), out, 0, False, extrapolate)
@@ -81,7 +88,7 @@ def evaluate_configs(configs: list[Config], extrapolate: bool = True) -> dict[st
     for i, config in enumerate(configs):
         groups[(structure_key(config), config.semantics)].append(i)
     for (key, semantics), indices in groups.items():
-        params = np.stack([llm_param_row(configs[i]) for i in indices], axis=1)
+        params = np.stack([param_row(configs[i]) for i in indices], axis=1)
         results = evaluate_table(key, semantics, params, extrapolate)
         idx = np.asarray(indices)
         for name, values in results.items():
@@ -93,8 +100,7 @@ def trace(config: Config) -> tuple[Program, np.ndarray, np.ndarray]:
     """The Program of one configuration with each op's start and end (seconds)."""
     key = structure_key(config)
     program = lower(key)
-    params = llm_param_row(config)[:, None]
-    slots, _ = llm_costs(params, strategy_codes(key.dense), len(key.dense), strategy_codes(key.emb),
-                                len(key.emb), semantics_flags(config.semantics))
+    params = param_row(config)[:, None]
+    slots, _ = costs(plan_arguments(key)[0], params, *plan_arguments(key)[1:], semantics_flags(config.semantics))
     start, end, _ = schedule_trace(*program.arrays(), *program.segment_arrays(), slots[0])
     return program, start, end

@@ -16,14 +16,14 @@ from fastmodel.errors import PlanError, SpecError, nearest
 from fastmodel.plans import Plan
 from fastmodel.quantity import BytesPerSecond, Bytes, FlopPerSecond, Fraction, Utilization
 
-#: reference model types and the fastmodel family each maps to (None: not yet supported)
+#: reference model types and the fastmodel family each maps to
 MADMAX_MODEL_TYPES = {
     "LLM": "llm",
-    "LLM_MoE": None,
-    "ViT": None,
-    "DLRM": None,
-    "DLRM_MoE": None,
-    "DLRM_Transformer": None,
+    "LLM_MoE": "llm-moe",
+    "ViT": "vit",
+    "DLRM": "dlrm",
+    "DLRM_MoE": "dlrm-moe",
+    "DLRM_Transformer": "dlrm-transformer",
 }
 
 
@@ -31,17 +31,65 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
-class MadmaxLLMModel(_Strict):
+class _MadmaxModel(_Strict):
     name: str
     type: str
     bytes_per_nonemb_param: int
     bytes_per_emb_param: float
+
+
+class _MadmaxTransformer(_MadmaxModel):
+    num_transformer_layers: PositiveInt
+    num_transformer_heads: PositiveInt
+    attention_dim: PositiveInt
+    transformer_fc_dim: PositiveInt
+
+
+class _MadmaxExperts(_Strict):
+    num_experts: PositiveInt
+    num_active_experts: PositiveInt
+
+
+class MadmaxLLMModel(_MadmaxTransformer):
     entries_per_table: PositiveInt
+    transformer_seq_len: PositiveInt
+
+
+class MadmaxLLMMoEModel(MadmaxLLMModel, _MadmaxExperts):
+    pass
+
+
+class MadmaxViTModel(_MadmaxTransformer):
+    image_size: PositiveInt
+    patch_dim: PositiveInt
+
+
+class MadmaxDLRMModel(_MadmaxModel):
+    num_bot_mlp_layers: PositiveInt
+    num_top_mlp_layers: PositiveInt
+    mlp_dim: PositiveInt
+    num_tables: PositiveInt
+    entries_per_table: PositiveInt
+    emb_dim: PositiveInt
+    pooling_size: float
+
+
+class MadmaxDLRMMoEModel(MadmaxDLRMModel, _MadmaxExperts):
+    pass
+
+
+class MadmaxDLRMTransformerModel(MadmaxDLRMModel):
     num_transformer_layers: PositiveInt
     num_transformer_heads: PositiveInt
     attention_dim: PositiveInt
     transformer_fc_dim: PositiveInt
     transformer_seq_len: PositiveInt
+
+
+_MODEL_CLASSES = {
+    "LLM": MadmaxLLMModel, "LLM_MoE": MadmaxLLMMoEModel, "ViT": MadmaxViTModel,
+    "DLRM": MadmaxDLRMModel, "DLRM_MoE": MadmaxDLRMMoEModel, "DLRM_Transformer": MadmaxDLRMTransformerModel,
+}
 
 
 class MadmaxSystem(_Strict):
@@ -102,23 +150,31 @@ def model_to_spec(data: dict, source: str, validate) -> dict:
     mtype = data.get("type")
     if mtype not in MADMAX_MODEL_TYPES:
         raise SpecError(source, "model.type", f"unknown model type {mtype!r}{nearest(str(mtype), MADMAX_MODEL_TYPES)}")
-    if MADMAX_MODEL_TYPES[mtype] is None:
-        raise SpecError(source, "model.type", f"model family {mtype!r} is not supported yet (supported: LLM)")
-    m = validate(MadmaxLLMModel, data, source, "model")
+    m = validate(_MODEL_CLASSES[mtype], data, source, "model")
     if m.bytes_per_nonemb_param not in (1, 2, 4, 8):
         raise SpecError(source, "model.bytes_per_nonemb_param", f"must be 1, 2, 4 or 8 (got {m.bytes_per_nonemb_param})")
-    return {
-        "family": "llm",
+    out: dict[str, Any] = {
+        "family": MADMAX_MODEL_TYPES[mtype],
         "name": m.name,
-        "num_layers": m.num_transformer_layers,
-        "hidden": m.attention_dim,
-        "ffn_hidden": m.transformer_fc_dim,
-        "num_heads": m.num_transformer_heads,
-        "seq_len": m.transformer_seq_len,
-        "vocab_size": m.entries_per_table,
         "bytes_per_dense_param": m.bytes_per_nonemb_param,
         "bytes_per_emb_param": m.bytes_per_emb_param,
     }
+    if hasattr(m, "num_transformer_layers"):
+        out.update(num_layers=m.num_transformer_layers, hidden=m.attention_dim, ffn_hidden=m.transformer_fc_dim,
+                   num_heads=m.num_transformer_heads)
+    if hasattr(m, "transformer_seq_len"):
+        out["seq_len"] = m.transformer_seq_len
+    if mtype in ("LLM", "LLM_MoE"):
+        out["vocab_size"] = m.entries_per_table
+    if mtype == "ViT":
+        out.update(image_size=m.image_size, patch_size=m.patch_dim)
+    if mtype.startswith("DLRM"):
+        out.update(num_bottom_layers=m.num_bot_mlp_layers, num_top_layers=m.num_top_mlp_layers, mlp_dim=m.mlp_dim,
+                   num_tables=m.num_tables, rows_per_table=m.entries_per_table, emb_dim=m.emb_dim,
+                   pooling=float(m.pooling_size))
+    if hasattr(m, "num_experts"):
+        out.update(num_experts=m.num_experts, num_active_experts=m.num_active_experts)
+    return out
 
 
 def system_to_spec(data: dict, source: str, validate) -> dict:
@@ -152,26 +208,48 @@ def system_to_spec(data: dict, source: str, validate) -> dict:
 
 
 def task_to_spec(data: dict, source: str, validate) -> dict:
-    """Reference task dict (LLM family keys) -> fastmodel task dict."""
+    """Reference task dict -> fastmodel task dict.
+
+    The keys tell the family: ``mlp_parallel`` (DLRM families; with
+    ``transformer_parallel`` too, DLRM_Transformer) or ``transformer_parallel``
+    (LLM, LLM_MoE, ViT).
+    """
     t = validate(MadmaxTask, data, source, "task")
     if t.type not in ("pretrain", "finetune", "inference"):
         raise SpecError(source, "task.type", f"unknown task type {t.type!r}{nearest(t.type, ('pretrain', 'finetune', 'inference'))}")
-    required = ["emb_parallel", "emb_parallel_degree", "transformer_parallel", "transformer_parallel_degree",
-                "local_emb_bs", "local_transformer_bs"]
+    mlp = t.mlp_parallel is not None or t.mlp_parallel_degree is not None
+    transformer = t.transformer_parallel is not None or t.transformer_parallel_degree is not None
+    required = ["emb_parallel", "emb_parallel_degree", "local_emb_bs"]
+    if mlp:
+        required += ["mlp_parallel", "mlp_parallel_degree", "local_mlp_bs"]
+    if transformer or not mlp:
+        required += ["transformer_parallel", "transformer_parallel_degree", "local_transformer_bs"]
     if t.type == "finetune":
-        required += ["freeze_emb", "freeze_transformer", "min_frozen_layer"]
+        required += ["freeze_emb"]
+        required += ["freeze_top_mlp", "freeze_bot_mlp"] if mlp else []
+        required += ["freeze_transformer"] if transformer else []
+        required += ["min_frozen_layer"] if transformer and not mlp else []
     for key in required:
         if getattr(t, key) is None:
             raise SpecError(source, f"task.{key}", "required field missing")
-    plan = Plan.from_lists(t.transformer_parallel, t.transformer_parallel_degree, t.emb_parallel, t.emb_parallel_degree)
-    out: dict[str, Any] = {
-        "name": t.name,
-        "kind": t.type,
-        "plan": plan.label,
-        "local_batch": {"dense": t.local_transformer_bs, "emb": t.local_emb_bs},
-    }
+    if mlp:
+        plan = Plan.from_lists(t.mlp_parallel, t.mlp_parallel_degree, t.emb_parallel, t.emb_parallel_degree,
+                               t.transformer_parallel or (), t.transformer_parallel_degree or ())
+        local = {"dense": t.local_mlp_bs, "emb": t.local_emb_bs}
+        if transformer:
+            local["transformer"] = t.local_transformer_bs
+    else:
+        plan = Plan.from_lists(t.transformer_parallel, t.transformer_parallel_degree, t.emb_parallel, t.emb_parallel_degree)
+        local = {"dense": t.local_transformer_bs, "emb": t.local_emb_bs}
+    out: dict[str, Any] = {"name": t.name, "kind": t.type, "plan": plan.label, "local_batch": local}
     if t.type == "finetune":
-        out.update(freeze_emb=t.freeze_emb, freeze_dense=t.freeze_transformer, min_frozen_layer=t.min_frozen_layer)
+        out["freeze_emb"] = t.freeze_emb
+        if mlp:
+            out.update(freeze_top_mlp=t.freeze_top_mlp, freeze_bottom_mlp=t.freeze_bot_mlp)
+        if transformer:
+            out["freeze_dense"] = t.freeze_transformer
+        if transformer and not mlp:
+            out["min_frozen_layer"] = t.min_frozen_layer
     return out
 
 

@@ -1,6 +1,6 @@
 """Parameter tables: specs (+ per-config overrides) -> the kernels' numeric columns.
 
-:func:`llm_table` is the one place where spec fields become kernel inputs, for
+:func:`param_table` is the one place where spec fields become kernel inputs, for
 a single configuration and for a sweep chunk alike: it takes base specs, a
 plan (degrees may be implied) and optional arrays of overridden field values,
 and returns the parameter table with a status code per row. Legality that
@@ -15,9 +15,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from fastmodel.kernels.layout import LLM_COLUMNS, N_LLM_COLUMNS
+from fastmodel.kernels.layout import COLUMNS, N_COLUMNS
 from fastmodel.plans import Level, Plan
-from fastmodel.spec_model import LLMSpec
+from fastmodel.spec_model import DLRM_FAMILIES, ModelSpec
 from fastmodel.spec_system import SystemSpec
 from fastmodel.spec_task import TaskSpec
 
@@ -31,13 +31,15 @@ STATUS_NAMES = (
     "global_batch_mismatch",  # local batches give different global batches
     "does_not_fit",           # legal, but memory per device exceeds HBM
     "illegal_plan",           # strategies break a rule on every cluster
+    "tp_odd_layers",          # DLRM MLP tensor parallelism with an odd layer count
+    "devices_not_divisible",  # num_devices axis not a multiple of the system's devices per node
 )
 STATUS = {name: code for code, name in enumerate(STATUS_NAMES)}
 
 _PRECISION = {8: "fp64", 4: "fp32", 2: "fp16", 1: "int8"}
 
 
-def spec_value(model: LLMSpec, system: SystemSpec, task: TaskSpec, path: str) -> Any:
+def spec_value(model: ModelSpec, system: SystemSpec, task: TaskSpec, path: str) -> Any:
     """The value of a dotted field path (``system.device.flops_util``) in the base specs."""
     root, *parts = path.split(".")
     obj: Any = {"model": model, "system": system, "task": task}[root]
@@ -86,9 +88,8 @@ def _replicas(levels, degrees):
     return dup
 
 
-_DIRECT_COLUMNS = (
-    ("num_layers", "model.num_layers"), ("hidden", "model.hidden"), ("ffn_hidden", "model.ffn_hidden"),
-    ("seq_len", "model.seq_len"), ("vocab_size", "model.vocab_size"),
+#: columns read straight from a spec field, for every family
+_SYSTEM_COLUMNS = (
     ("bytes_per_emb_param", "model.bytes_per_emb_param"),
     ("flops_util", "system.device.flops_util"),
     ("hbm_bandwidth_bytes_per_s", "system.device.hbm_bandwidth_bytes_per_s"),
@@ -101,13 +102,28 @@ _DIRECT_COLUMNS = (
     ("port_bandwidth_bytes_per_s", "system.network.port_bandwidth_bytes_per_s"),
     ("port_util", "system.network.port_util"),
     ("allreduce_intra_fraction", "system.network.allreduce_intra_fraction"),
+    ("price_usd_per_device_hour", "system.price_usd_per_device_hour"),
+    ("node_tdp_watts", "system.node_tdp_watts"),
+    ("train_samples", "task.train_samples"),
 )
-_COL = {name: i for i, name in enumerate(LLM_COLUMNS)}
+_TRANSFORMER = ("num_layers", "hidden", "ffn_hidden")
+_DLRM = ("num_bottom_layers", "num_top_layers", "mlp_dim", "num_tables", "rows_per_table", "emb_dim", "pooling")
+_EXPERTS = ("num_experts", "num_active_experts")
+#: model columns per family (same name as the spec field); the rest are 0 (experts: 1)
+_MODEL_COLUMNS = {
+    "llm": (*_TRANSFORMER, "seq_len", "vocab_size"),
+    "llm-moe": (*_TRANSFORMER, "seq_len", "vocab_size", *_EXPERTS),
+    "vit": _TRANSFORMER,  # seq_len and vocab_size derived from image and patch size
+    "dlrm": _DLRM,
+    "dlrm-moe": (*_DLRM, *_EXPERTS),
+    "dlrm-transformer": (*_DLRM, *_TRANSFORMER, "seq_len"),
+}
+_COL = {name: i for i, name in enumerate(COLUMNS)}
 
 
-def llm_table(model: LLMSpec, system: SystemSpec, task: TaskSpec, plan: Plan,
-              values: Mapping[str, Any] | None = None, shape: tuple[int, ...] = (1,)) -> tuple[np.ndarray, np.ndarray]:
-    """Parameter table (LLM_COLUMNS x n, one row per column) and status codes (int8) of a block of configs.
+def param_table(model: ModelSpec, system: SystemSpec, task: TaskSpec, plan: Plan,
+                values: Mapping[str, Any] | None = None, shape: tuple[int, ...] = (1,)) -> tuple[np.ndarray, np.ndarray]:
+    """Parameter table (COLUMNS x n, one row per column) and status codes (int8) of a block of configs.
 
     The block is the C-ordered grid ``shape`` (n = its size). ``values`` maps
     dotted field paths to arrays that broadcast to ``shape`` (a sweep axis is
@@ -121,52 +137,75 @@ def llm_table(model: LLMSpec, system: SystemSpec, task: TaskSpec, plan: Plan,
     n = int(np.prod(shape))
 
     def get(path: str) -> np.ndarray:
-        return np.asarray(values[path] if path in values else spec_value(model, system, task, path))
+        value = values[path] if path in values else spec_value(model, system, task, path)
+        return np.asarray(np.nan if value is None else value)
 
     def get_int(path: str) -> np.ndarray:
         return get(path).astype(np.int64)
 
-    table = np.empty((N_LLM_COLUMNS, n))  # column-major: one contiguous row per column
-    grid = table.reshape((N_LLM_COLUMNS, *shape))
+    table = np.zeros((N_COLUMNS, n))  # column-major: one contiguous row per column
+    grid = table.reshape((N_COLUMNS, *shape))
 
     def put(name: str, value) -> None:
         grid[_COL[name]] = value
 
+    family = model.family
     bytes_dense = int(get("model.bytes_per_dense_param").flat[0])  # structural: one value per table
-    for name, path in _DIRECT_COLUMNS:
+    for name, path in _SYSTEM_COLUMNS:
         put(name, get(path))
+    put("num_experts", 1)
+    put("num_active_experts", 1)
+    for name in _MODEL_COLUMNS[family]:
+        put(name, get(f"model.{name}"))
+    if family == "vit":
+        patch = get("model.patch_size")
+        put("seq_len", np.ceil(get("model.image_size") / patch) ** 2)
+        put("vocab_size", 3 * patch * patch)
     put("bytes_per_dense_param", bytes_dense)
     put("peak_flop_per_s", get(f"system.device.peak_flop_per_s.{_PRECISION[bytes_dense]}"))
 
-    nodes = get_int("system.num_nodes")
+    status = np.zeros((), dtype=np.int8)
     per_node = get_int("system.devices_per_node")
+    if "system.num_devices" in values:  # cluster size in devices: nodes follow from each system's node size
+        wanted = np.asarray(values["system.num_devices"]).astype(np.int64)
+        status = _flag(status, wanted % per_node != 0, "devices_not_divisible")
+        nodes = np.maximum(wanted // per_node, 1)
+    else:
+        nodes = get_int("system.num_nodes")
     num_devices = nodes * per_node
     put("num_nodes", nodes)
     put("devices_per_node", per_node)
 
-    status = np.zeros((), dtype=np.int8)
-    dense_deg = _degrees(plan.dense, num_devices, per_node, nodes)
-    emb_deg = _degrees(plan.emb, num_devices, per_node, nodes)
+    components = [(name, levels, _degrees(levels, num_devices, per_node, nodes)) for name, levels in plan.components]
     # an implied degree is 0 when the given one does not divide the devices (Plan.resolve's product rule)
-    for degrees in (dense_deg, emb_deg):
+    for _, _, degrees in components:
         for degree in degrees:
             status = _flag(status, degree == 0, "product_ne_devices")
-    status = _plan_status(dense_deg, num_devices, per_node, status)
-    status = _plan_status(emb_deg, num_devices, per_node, status)
-    put("dense_degree0", dense_deg[0])
-    put("dense_degree1", dense_deg[1] if len(dense_deg) > 1 else 1)
-    put("emb_degree0", emb_deg[0])
-    put("emb_degree1", emb_deg[1] if len(emb_deg) > 1 else 1)
+    for _, _, degrees in components:
+        status = _plan_status(degrees, num_devices, per_node, status)
+    if family in DLRM_FAMILIES and "tp" in plan.dense_strategies:
+        odd = (get_int("model.num_bottom_layers") % 2 != 0) | (get_int("model.num_top_layers") % 2 != 0)
+        status = _flag(status, odd, "tp_odd_layers")
+    column = {"dense": "dense_degree", "emb": "emb_degree", "transformer": "transformer_degree"}
+    for name, _, degrees in components:
+        put(f"{column[name]}0", degrees[0])
+        put(f"{column[name]}1", degrees[1] if len(degrees) > 1 else 1)
 
-    dense_dup = np.maximum(_replicas(plan.dense, dense_deg), 1)
-    emb_dup = np.maximum(_replicas(plan.emb, emb_deg), 1)
+    replicas = {name: np.maximum(_replicas(levels, degrees), 1) for name, levels, degrees in components}
+    local_column = {"dense": "local_dense_batch", "emb": "local_emb_batch", "transformer": "local_transformer_batch"}
     if "task.global_batch" in values or task.global_batch is not None:
         global_batch = get_int("task.global_batch")
-        status = _flag(status, (global_batch % dense_dup != 0) | (global_batch % emb_dup != 0), "batch_not_divisible")
-        local_dense, local_emb = global_batch // dense_dup, global_batch // emb_dup
+        for dup in replicas.values():
+            status = _flag(status, global_batch % dup != 0, "batch_not_divisible")
+        for name, dup in replicas.items():
+            put(local_column[name], global_batch // dup)
     else:
-        local_dense, local_emb = get_int("task.local_batch.dense"), get_int("task.local_batch.emb")
-        status = _flag(status, local_dense * dense_dup != local_emb * emb_dup, "global_batch_mismatch")
-    put("local_dense_batch", local_dense)
-    put("local_emb_batch", local_emb)
+        global_batch = None
+        for name, dup in replicas.items():
+            local = get_int(f"task.local_batch.{name}")
+            put(local_column[name], local)
+            if global_batch is None:
+                global_batch = local * dup
+            else:
+                status = _flag(status, local * dup != global_batch, "global_batch_mismatch")
     return table, np.broadcast_to(status, shape).reshape(n).astype(np.int8)

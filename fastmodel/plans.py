@@ -1,7 +1,9 @@
 """Parallelization plans: per component, an ordered list of (strategy, degree).
 
 A plan is written ``DENSE/EMB``, each side a comma-separated list of levels
-``<strategy><degree>``, outermost-last, e.g. ``tp8,ddp16/mp128``. A degree may be
+``<strategy><degree>``, outermost-last, e.g. ``tp8,ddp16/mp128``. The
+dlrm-transformer family has a third component, its transformer layers:
+``MLP/EMB/TRANSFORMER``, e.g. ``ddp/mp/fsdp``. A degree may be
 omitted: under the MAD-Max 1-D/2-D rules a one-level component spans all
 devices and a two-level one is ``[devices_per_node, num_nodes]``, so
 ``tp,ddp/mp`` names the same plan shape on any cluster size.
@@ -38,20 +40,32 @@ class Level:
 
 @dataclass(frozen=True)
 class Plan:
-    """Strategies per component: ``dense`` (transformer/MLP) and ``emb`` (embeddings)."""
+    """Strategies per component: ``dense`` (transformer/MLP), ``emb`` (embeddings) and,
+    for dlrm-transformer only, ``transformer`` (empty otherwise)."""
 
     dense: tuple[Level, ...]
     emb: tuple[Level, ...]
+    transformer: tuple[Level, ...] = ()
+
+    @property
+    def components(self) -> tuple[tuple[str, tuple[Level, ...]], ...]:
+        """(name, levels) of each component present."""
+        parts = (("dense", self.dense), ("emb", self.emb))
+        return parts + ((("transformer", self.transformer),) if self.transformer else ())
+
+    @property
+    def levels(self) -> tuple[Level, ...]:
+        return (*self.dense, *self.emb, *self.transformer)
 
     @property
     def label(self) -> str:
         """The plan as text, ``tp8,ddp16/mp128``."""
-        return ",".join(map(str, self.dense)) + "/" + ",".join(map(str, self.emb))
+        return "/".join(",".join(map(str, levels)) for _, levels in self.components)
 
     @property
     def shape(self) -> str:
         """The plan without degrees, ``tp,ddp/mp``."""
-        return ",".join(lv.strategy for lv in self.dense) + "/" + ",".join(lv.strategy for lv in self.emb)
+        return "/".join(",".join(lv.strategy for lv in levels) for _, levels in self.components)
 
     def __str__(self) -> str:
         return self.label
@@ -64,6 +78,10 @@ class Plan:
     def emb_strategies(self) -> tuple[str, ...]:
         return tuple(lv.strategy for lv in self.emb)
 
+    @property
+    def transformer_strategies(self) -> tuple[str, ...]:
+        return tuple(lv.strategy for lv in self.transformer)
+
     @classmethod
     def parse(cls, text: str) -> "Plan":
         """Parse ``DENSE/EMB``; raises :class:`PlanError` (rule ``syntax``)."""
@@ -74,24 +92,25 @@ class Plan:
     @classmethod
     def _parse_uncached(cls, text: str) -> "Plan":
         parts = text.replace(" ", "").split("/")
-        if len(parts) != 2 or not parts[0] or not parts[1]:
-            raise PlanError("syntax", f"cannot parse plan {text!r}: write DENSE/EMB, e.g. 'tp8,ddp16/mp128' or 'fsdp/ddp'")
-        return cls(_parse_levels(parts[0], text), _parse_levels(parts[1], text))
+        if len(parts) not in (2, 3) or not all(parts):
+            raise PlanError("syntax", f"cannot parse plan {text!r}: write DENSE/EMB, e.g. 'tp8,ddp16/mp128' or 'fsdp/ddp' "
+                                      "(dlrm-transformer: MLP/EMB/TRANSFORMER)")
+        return cls(*(_parse_levels(part, text) for part in parts))
 
     @classmethod
-    def from_lists(cls, dense: list, dense_degrees: list, emb: list, emb_degrees: list) -> "Plan":
+    def from_lists(cls, dense: list, dense_degrees: list, emb: list, emb_degrees: list,
+                   transformer: list = (), transformer_degrees: list = ()) -> "Plan":
         """Build from MAD-Max style parallel lists of strategies and degrees."""
-        if len(dense) != len(dense_degrees):
-            raise PlanError("len_mismatch", f"dense strategies {dense} and degrees {dense_degrees} differ in length")
-        if len(emb) != len(emb_degrees):
-            raise PlanError("len_mismatch", f"embedding strategies {emb} and degrees {emb_degrees} differ in length")
-        for deg in list(dense_degrees) + list(emb_degrees):
-            if isinstance(deg, bool) or not isinstance(deg, int):
-                raise PlanError("syntax", f"degrees must be integers, got {deg!r}")
-        return cls(
-            tuple(Level(str(s), int(d)) for s, d in zip(dense, dense_degrees)),
-            tuple(Level(str(s), int(d)) for s, d in zip(emb, emb_degrees)),
-        )
+        parts = []
+        for name, strategies, degrees in (("dense", dense, dense_degrees), ("embedding", emb, emb_degrees),
+                                          ("transformer", transformer, transformer_degrees)):
+            if len(strategies) != len(degrees):
+                raise PlanError("len_mismatch", f"{name} strategies {list(strategies)} and degrees {list(degrees)} differ in length")
+            for deg in degrees:
+                if isinstance(deg, bool) or not isinstance(deg, int):
+                    raise PlanError("syntax", f"degrees must be integers, got {deg!r}")
+            parts.append(tuple(Level(str(s), int(d)) for s, d in zip(strategies, degrees)))
+        return cls(*parts)
 
     def resolve(self, num_devices: int, devices_per_node: int) -> "Plan":
         """Fill omitted degrees: 1 level -> all devices; 2 levels -> [per node, rest]."""
@@ -101,6 +120,7 @@ class Plan:
         return Plan(
             _resolve(self.dense, num_devices, devices_per_node),
             _resolve(self.emb, num_devices, devices_per_node),
+            _resolve(self.transformer, num_devices, devices_per_node) if self.transformer else (),
         )
 
 
@@ -157,7 +177,8 @@ def check_plan_static(plan: Plan) -> None:
     Known strategies per component, none repeated, ``fsdp`` only at level 0,
     at most two levels (MADMAX_MODEL.md 1.4, ``restrict2d``).
     """
-    for name, levels, allowed in (("dense", plan.dense, DENSE_STRATEGIES), ("emb", plan.emb, EMB_STRATEGIES)):
+    for name, levels in plan.components:
+        allowed = EMB_STRATEGIES if name == "emb" else DENSE_STRATEGIES
         if not levels:
             raise PlanError("empty", f"{name} component has no parallelism level")
         seen: set[str] = set()
@@ -176,16 +197,35 @@ def check_plan_static(plan: Plan) -> None:
             raise PlanError("more_than_2_levels", f"{name} has {len(levels)} levels; at most 2 are modelled")
 
 
-def check_plan(plan: Plan, num_devices: int, devices_per_node: int, family: str = "llm") -> None:
+def check_plan_for_model(plan: Plan, model) -> None:
+    """Rules that depend on the model: the component set of its family, and
+    DLRM-family ``tp`` only with even bottom and top layer counts (the TP
+    allreduce fires once per layer pair)."""
+    wants_transformer = model.family == "dlrm-transformer"
+    if wants_transformer and not plan.transformer:
+        raise PlanError("components", f"a {model.family} plan has three components MLP/EMB/TRANSFORMER, e.g. "
+                                      f"'ddp/mp/fsdp' (got {plan.label})")
+    if not wants_transformer and plan.transformer:
+        raise PlanError("components", f"a {model.family} plan has two components DENSE/EMB (got {plan.label})")
+    if model.family.startswith("dlrm") and "tp" in plan.dense_strategies and (
+            model.num_bottom_layers % 2 or model.num_top_layers % 2):
+        raise PlanError("tp_odd_layers", f"MLP tensor parallelism needs even bottom and top layer counts "
+                                         f"(got {model.num_bottom_layers} and {model.num_top_layers})")
+
+
+def check_plan(plan: Plan, num_devices: int, devices_per_node: int, model=None) -> None:
     """Raise :class:`PlanError` unless ``plan`` (degrees resolved) is legal on the cluster.
 
-    The static rules of :func:`check_plan_static`, then: every degree > 1, the
-    product of degrees equals the device count for each component, and level 0
-    spans one node or all devices. (``params.llm_table`` applies the same
-    numeric rules vectorized, as status codes.)
+    The static rules of :func:`check_plan_static` (and :func:`check_plan_for_model`
+    when ``model`` is given), then: every degree > 1, the product of degrees
+    equals the device count for each component, and level 0 spans one node or
+    all devices. (``params.param_table`` applies the same numeric rules
+    vectorized, as status codes.)
     """
     check_plan_static(plan)
-    for name, levels in (("dense", plan.dense), ("emb", plan.emb)):
+    if model is not None:
+        check_plan_for_model(plan, model)
+    for name, levels in plan.components:
         product = 1
         for level in levels:
             if level.degree is None or level.degree <= 1:
@@ -226,8 +266,9 @@ def plan_factors(levels: tuple[Level, ...]) -> PlanFactors:
     return PlanFactors(duplicate, shard, tp)
 
 
-def enumerate_plan_shapes(num_nodes: int, devices_per_node: int) -> list[Plan]:
-    """Every legal 1-D/2-D plan shape (degrees omitted) for the given cluster."""
+def enumerate_plan_shapes(num_nodes: int, devices_per_node: int, transformer: bool = False) -> list[Plan]:
+    """Every legal 1-D/2-D plan shape (degrees omitted) for the given cluster
+    (with ``transformer``: also every shape of a third, transformer component)."""
     num_devices = num_nodes * devices_per_node
     dense_shapes: list[tuple[str, ...]] = []
     emb_shapes: list[tuple[str, ...]] = []
@@ -239,14 +280,17 @@ def enumerate_plan_shapes(num_nodes: int, devices_per_node: int) -> list[Plan]:
             (a, b) for a in DENSE_STRATEGIES for b in DENSE_STRATEGIES if a != b and b != "fsdp"
         ]
         emb_shapes += [(a, b) for a in EMB_STRATEGIES for b in EMB_STRATEGIES if a != b]
+    third = dense_shapes if transformer else [()]
     return [
-        Plan(tuple(Level(s) for s in dense), tuple(Level(s) for s in emb))
+        Plan(tuple(Level(s) for s in dense), tuple(Level(s) for s in emb), tuple(Level(s) for s in tr))
         for dense in dense_shapes
         for emb in emb_shapes
+        for tr in third
     ]
 
 
-def enumerate_plans(num_nodes: int, devices_per_node: int) -> list[Plan]:
+def enumerate_plans(num_nodes: int, devices_per_node: int, transformer: bool = False) -> list[Plan]:
     """Every legal plan of the cluster with its degrees resolved."""
     num_devices = num_nodes * devices_per_node
-    return [shape.resolve(num_devices, devices_per_node) for shape in enumerate_plan_shapes(num_nodes, devices_per_node)]
+    return [shape.resolve(num_devices, devices_per_node)
+            for shape in enumerate_plan_shapes(num_nodes, devices_per_node, transformer)]

@@ -42,6 +42,12 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("eff_flop_per_s", "FLOP/s", "effective FLOP/s", "Peak at the model's dense precision x flops_util."),
     Variable("num_compute_ops", "1", "compute ops", "Ops on the compute stream in one iteration."),
     Variable("num_comm_ops", "1", "communication ops", "Ops on the communication stream in one iteration."),
+    Variable("train_time", "s", "time to train", "task.train_samples / throughput (NaN without train_samples)."),
+    Variable("gpu_hours", "GPU h", "GPU-hours", "train_time x devices / 3600 s."),
+    Variable("cost", "USD", "cost", "gpu_hours x system.price_usd_per_device_hour (NaN without a price)."),
+    Variable("energy", "J", "energy",
+             "gpu_hours x 3600 s x system.node_tdp_watts / devices per node: node TDP shared by its devices "
+             "(NaN without a TDP)."),
 )
 
 REGISTRY: dict[str, Variable] = {v.name: v for v in VARIABLES}

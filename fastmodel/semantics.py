@@ -44,10 +44,23 @@ class Semantics(BaseModel):
         "communication is exposed. 'post_optimized' (the reference's llm_tasks): "
         "allgathers are issued without dependencies one block ahead, hiding them."
     )
+    vit_fsdp_backward: Literal["pre_optimized", "post_optimized"] = Field(
+        "post_optimized",
+        description="FSDP backward of the ViT family; the reference's vit_tasks is a copy of the "
+        "post-optimized LLM backward, so both presets use 'post_optimized'."
+    )
+    dlrm_bottom_fsdp_prefetch: Literal["reference", "two_ahead"] = Field(
+        "two_ahead",
+        description="FSDP allgathers of the DLRM bottom MLP in the backward pass. 'two_ahead': each "
+        "waits for the backward compute two layers later in backward order (the top MLP's layers 1 "
+        "and 0 for the last two bottom layers), as in the forward pass. 'reference': the reference "
+        "discards those dependencies (a literal name is passed; Limitation 10), so the first two "
+        "bottom allgathers wait on nothing and queue right behind the top MLP's communication."
+    )
     bogus_prefetch_without_fsdp: bool = Field(
         description="With 'post_optimized', issue the first-layer FC allgather even when "
         "the plan has no fsdp (the reference's bug, Limitation 8; degree[0] times the "
-        "full layer). Only used by families/paths that run post_optimized."
+        "full layer). Under madmax this hits every ViT plan without fsdp."
     )
     memory_weight_factor: float = Field(
         3.0, gt=0,
@@ -63,6 +76,8 @@ PRESETS: dict[str, Semantics] = {
         ddp_grad_sharded_layer=False,
         emb_ddp_grad_any_level=False,
         llm_fsdp_backward="pre_optimized",
+        vit_fsdp_backward="post_optimized",
+        dlrm_bottom_fsdp_prefetch="reference",
         bogus_prefetch_without_fsdp=True,
     ),
     "default": Semantics(
@@ -70,6 +85,8 @@ PRESETS: dict[str, Semantics] = {
         ddp_grad_sharded_layer=True,
         emb_ddp_grad_any_level=True,
         llm_fsdp_backward="post_optimized",
+        vit_fsdp_backward="post_optimized",
+        dlrm_bottom_fsdp_prefetch="two_ahead",
         bogus_prefetch_without_fsdp=False,
     ),
 }

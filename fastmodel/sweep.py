@@ -34,14 +34,14 @@ from fastmodel import __version__
 from fastmodel.config import structure_key_for
 from fastmodel.engine import evaluate_into
 from fastmodel.kernels.layout import N_RESULTS, RESULTS
-from fastmodel.errors import FastmodelError, SpecError, SweepError
+from fastmodel.errors import FastmodelError, SpecError, SweepError, nearest
 from fastmodel.loader import load_model, load_system, load_task, validate
-from fastmodel.params import STATUS, STATUS_NAMES, llm_table
+from fastmodel.params import STATUS, STATUS_NAMES, param_table
 from fastmodel.results import NAMES, attrs as variable_attrs
 from fastmodel.semantics import get_semantics
 from fastmodel.spec_model import MODEL_FAMILIES
 from fastmodel.spec_task import TaskSpec
-from fastmodel.sweep_axes import STRUCTURAL, axis_dim, axis_path, axis_values, plan_values
+from fastmodel.sweep_axes import NUM_DEVICES, SPEC_AXES, STRUCTURAL, axis_dim, axis_path, axis_values, plan_values
 
 #: default size of a unit of work, in configurations
 UNIT_CONFIGS = 1 << 18
@@ -52,7 +52,7 @@ FLOAT_VARIABLES = tuple(n for n in NAMES if n != "fits_memory")
 @dataclass(frozen=True)
 class Axis:
     name: str            # dataset dimension
-    path: str            # spec field path, or "plan"
+    path: str            # spec field path, or "plan", "model", "system"
     values: np.ndarray   # coordinate values (plan labels for the plan axis)
     structural: bool
 
@@ -89,6 +89,8 @@ class Sweep:
         self.model = load_model(model)
         self.system = load_system(system)
         self.task = load_task(task)
+        self.models = [self.model]      # one per value of a model axis
+        self.systems = [self.system]    # one per value of a system axis
         self.semantics = get_semantics(semantics)
         self.unit_configs = int(unit_configs)
         if not isinstance(axes, dict) or not axes:
@@ -121,14 +123,24 @@ class Sweep:
                 plan_spec = spec
                 resolved.append(Axis("plan", "plan", np.array([], dtype=object), True))
                 continue
+            if path in SPEC_AXES:
+                resolved.append(Axis(path, path, self._load_spec_axis(path, spec), True))
+                continue
+            if path == NUM_DEVICES and any(a == "system.num_nodes" for a in seen):
+                raise SweepError("give either a num_devices or a num_nodes axis, not both")
+            if path == "system.num_nodes" and NUM_DEVICES in seen:
+                raise SweepError("give either a num_devices or a num_nodes axis, not both")
             values = axis_values(path, spec)
             self._validate_values(path, values)
             resolved.append(Axis(axis_dim(path), path, values, path in STRUCTURAL))
         clusters = self._clusters(resolved)
+        families = {m.family for m in self.models}
+        if "dlrm-transformer" in families and len(families) > 1:
+            raise SweepError("a model axis cannot mix dlrm-transformer (three plan components) with other families")
         if plan_spec is not None:
-            plans = plan_values(plan_spec, clusters)
+            plans = plan_values(plan_spec, clusters, transformer="dlrm-transformer" in families)
             self.plans = plans
-            labels = np.array([p.shape if all(lv.degree is None for lv in (*p.dense, *p.emb)) else p.label
+            labels = np.array([p.shape if all(lv.degree is None for lv in p.levels) else p.label
                                for p in plans], dtype=object)
             resolved = [Axis("plan", "plan", labels, True) if a.path == "plan" else a for a in resolved]
         else:
@@ -140,29 +152,69 @@ class Sweep:
                 check_plan_static(self.plans[0])
             except FastmodelError as error:
                 raise SweepError(f"task plan: {error}") from None
+        want_three = "dlrm-transformer" in families
+        for plan in self.plans:
+            if bool(plan.transformer) != want_three:
+                raise SweepError(f"plan {plan.label!r}: a {'/'.join(sorted(families))} plan has "
+                                 f"{'three components MLP/EMB/TRANSFORMER' if want_three else 'two components DENSE/EMB'}")
         return resolved
+
+    def _load_spec_axis(self, path: str, spec: Any) -> np.ndarray:
+        """Names of a model or system axis, each loaded (and checked) now."""
+        names = spec if isinstance(spec, (list, tuple)) else [spec]
+        if not names:
+            raise SweepError(f"axis {path} is empty")
+        if len(set(map(str, names))) != len(names):
+            raise SweepError(f"axis {path}: duplicate name")
+        loader = load_model if path == "model" else load_system
+        try:
+            specs = [loader(name) for name in names]
+        except FastmodelError as error:
+            raise SweepError(f"axis {path}: {error}") from None
+        if path == "model":
+            self.models = specs
+            self.model = specs[0]
+        else:
+            self.systems = specs
+            self.system = specs[0]
+        return np.array([str(name) for name in names], dtype=object)
 
     def _validate_values(self, path: str, values: np.ndarray) -> None:
         """Every axis value must make a valid spec on its own (ranges, units, rules)."""
+        if path == NUM_DEVICES:
+            if any(v < 1 for v in values):
+                raise SweepError(f"axis num_devices: every value must be a positive integer (got {values.tolist()})")
+            return
         root = path.split(".")[0]
-        base = {"model": self.model, "system": self.system, "task": self.task}[root]
-        cls = type(base)
-        for value in values:
-            data = base.model_dump()
-            value = value.item() if isinstance(value, np.generic) else value
-            if path == "task.global_batch":
-                data["local_batch"] = None
-            _set_path(data, path, value)
-            try:
-                validate(cls, data, None, root)
-            except SpecError as error:
-                raise SweepError(f"axis {axis_dim(path)} = {value!r}: {error}") from None
+        bases = {"model": self.models, "system": self.systems, "task": [self.task]}[root]
+        for base in bases:
+            cls = type(base)
+            if root == "model" and path.split(".")[1] not in cls.model_fields:
+                raise SweepError(f"axis {axis_dim(path)}: {base.family} model {base.name!r} has no field "
+                                 f"{path.split('.', 1)[1]!r}{nearest(path.split('.')[1], cls.model_fields)}")
+            for value in values:
+                data = base.model_dump()
+                value = value.item() if isinstance(value, np.generic) else value
+                if path == "task.global_batch":
+                    data["local_batch"] = None
+                _set_path(data, path, value)
+                try:
+                    validate(cls, data, None, root)
+                except SpecError as error:
+                    raise SweepError(f"axis {axis_dim(path)} = {value!r}: {error}") from None
 
     def _clusters(self, axes: list[Axis]) -> list[tuple[int, int]]:
         by_path = {a.path: a.values for a in axes}
-        nodes = by_path.get("system.num_nodes", [self.system.num_nodes])
-        per_node = by_path.get("system.devices_per_node", [self.system.devices_per_node])
-        return [(int(n), int(d)) for n in nodes for d in per_node]
+        clusters = []
+        for system in self.systems:
+            per_node = by_path.get("system.devices_per_node", [system.devices_per_node])
+            for d in per_node:
+                if NUM_DEVICES in by_path:
+                    nodes = [n // d for n in by_path[NUM_DEVICES] if n % d == 0 and n >= d]
+                else:
+                    nodes = by_path.get("system.num_nodes", [system.num_nodes])
+                clusters += [(int(n), int(d)) for n in nodes]
+        return clusters
 
     def _block_shape(self) -> tuple[int, ...]:
         """Block size along each numeric axis: trailing axes whole, the first split."""
@@ -232,22 +284,34 @@ class Sweep:
     def _combo_specs(self, combo: tuple[int, ...]):
         model_data, task_data = None, None
         plan = self.plans[0]
+        base_model, system = self.model, self.system
         for axis_index, value_index in zip(self.structural_axes, combo):
             axis = self.axes[axis_index]
             if axis.path == "plan":
                 plan = self.plans[value_index]
                 continue
+            if axis.path == "model":
+                base_model = self.models[value_index]
+                continue
+            if axis.path == "system":
+                system = self.systems[value_index]
+                continue
             value = axis.values[value_index]
             value = value.item() if isinstance(value, np.generic) else value
             if axis.path.startswith("model."):
-                model_data = model_data or self.model.model_dump()
-                _set_path(model_data, axis.path, value)
+                model_data = model_data if model_data is not None else {}
+                model_data[axis.path] = value
             else:
                 task_data = task_data or self.task.model_dump()
                 _set_path(task_data, axis.path, value)
-        model = self.model if model_data is None else _validate_combo(MODEL_FAMILIES[self.model.family], model_data, "model")
+        model = base_model
+        if model_data is not None:
+            data = base_model.model_dump()
+            for path, value in model_data.items():
+                _set_path(data, path, value)
+            model = _validate_combo(MODEL_FAMILIES[base_model.family], data, "model")
         task = self.task if task_data is None else _validate_combo(TaskSpec, task_data, "task")
-        return model, task, plan
+        return model, system, task, plan
 
     def unit_offset(self, unit: Unit) -> int:
         """Flat offset of the unit in the internal layout (structural axes first, then numeric)."""
@@ -265,7 +329,7 @@ class Sweep:
         Rows come in C order over the unit's numeric block, which is a
         contiguous range of the internal layout.
         """
-        model, task, plan = self._combo_specs(unit.structural)
+        model, system, task, plan = self._combo_specs(unit.structural)
         block_values = [self.axes[i].values[b] for i, b in zip(self.numeric_axes, unit.blocks)]
         shape = tuple(len(v) for v in block_values) or (1,)
         n = unit.size
@@ -274,7 +338,7 @@ class Sweep:
             values[self.axes[axis].path] = block.reshape([-1 if j == k else 1 for j in range(len(shape))])
         if "task.global_batch" in values and task.local_batch is not None:
             task = task.model_copy(update={"local_batch": None, "global_batch": 1})
-        table, unit_status = llm_table(model, self.system, task, plan, values, shape)
+        table, unit_status = param_table(model, system, task, plan, values, shape)
         status[offset:offset + n] = unit_status
         key = structure_key_for(model, task, plan, self.semantics)
         evaluate_into(key, self.semantics, table, status[offset:offset + n], out, offset, mask_infeasible=True)

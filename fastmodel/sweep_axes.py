@@ -3,8 +3,11 @@
 Any numeric or categorical leaf field of the model, system or task spec is an
 axis, by full path (``system.network.port_bandwidth_bytes_per_s``) or by its
 leaf name when that is unambiguous (``port_bandwidth_bytes_per_s``,
-``num_nodes``, ``flops_util``). ``plan`` is the plan axis. Fields that change
-the op graph (layer count, precision, task kind, freezing, plan) are
+``num_nodes``, ``flops_util``). ``plan`` is the plan axis; ``model`` and
+``system`` take spec names (built-in or files), e.g. the cloud instances of a
+study; ``num_devices`` sets the cluster size in devices (``num_nodes`` =
+devices / devices per node of each system). Fields that change the op graph
+(layer counts, precision, task kind, freezing, plan, model, system) are
 *structural*: the engine loops over them; the others are evaluated as vectors.
 """
 
@@ -23,15 +26,19 @@ from fastmodel.plans import (
     DENSE_STRATEGIES, EMB_STRATEGIES, Level, Plan, check_plan_static, enumerate_plan_shapes,
 )
 from fastmodel.quantity import parse_quantity
-from fastmodel.spec_model import LLMSpec
+from fastmodel.spec_model import MODEL_FAMILIES
 from fastmodel.spec_system import SystemSpec
 from fastmodel.spec_task import TaskSpec
 
 #: fields whose value changes the Program (looped over, not vectorized)
 STRUCTURAL = {
-    "model.num_layers", "model.bytes_per_dense_param", "task.kind", "task.freeze_emb", "task.freeze_dense",
-    "task.min_frozen_layer",
+    "model.num_layers", "model.num_bottom_layers", "model.num_top_layers", "model.bytes_per_dense_param",
+    "task.kind", "task.freeze_emb", "task.freeze_dense", "task.freeze_top_mlp", "task.freeze_bottom_mlp",
+    "task.min_frozen_layer", "model", "system",
 }
+#: axes that are not a single spec field
+SPEC_AXES = ("model", "system")    # values: spec names or paths
+NUM_DEVICES = "system.num_devices"  # devices in the cluster; sets num_nodes per system
 #: fields that are labels, not quantities
 _NOT_SWEEPABLE = {"family", "name"}
 
@@ -81,10 +88,12 @@ def _leaves(cls: type[BaseModel], prefix: str):
 
 def _registry() -> dict[str, FieldInfo]:
     fields = {}
-    for cls, root in ((LLMSpec, "model"), (SystemSpec, "system"), (TaskSpec, "task")):
+    classes = [(cls, "model") for cls in MODEL_FAMILIES.values()] + [(SystemSpec, "system"), (TaskSpec, "task")]
+    for cls, root in classes:
         for info in _leaves(cls, root):
-            fields[info.path] = info
+            fields.setdefault(info.path, info)
     fields.pop("task.plan", None)
+    fields[NUM_DEVICES] = FieldInfo(NUM_DEVICES, "int")
     return fields
 
 
@@ -97,20 +106,21 @@ SHORT_NAMES = {short: paths[0] for short, paths in _SHORT.items() if len(paths) 
 
 def axis_path(name: str) -> str:
     """Full field path of axis ``name`` (short or full); SweepError with suggestions if unknown."""
-    if name == "plan" or name in FIELDS:
+    if name in ("plan", *SPEC_AXES) or name in FIELDS:
         return name
     if name in SHORT_NAMES:
         return SHORT_NAMES[name]
     if name in _SHORT:
         raise SweepError(f"axis {name!r} is ambiguous: use one of {', '.join(_SHORT[name])}")
-    valid = ["plan", *SHORT_NAMES, *FIELDS]
-    raise SweepError(f"unknown axis {name!r}{nearest(name, valid)}; sweepable: plan, {', '.join(sorted(SHORT_NAMES))}")
+    valid = ["plan", *SPEC_AXES, *SHORT_NAMES, *FIELDS]
+    raise SweepError(f"unknown axis {name!r}{nearest(name, valid)}; sweepable: plan, model, system, "
+                     f"{', '.join(sorted(SHORT_NAMES))}")
 
 
 def axis_dim(path: str) -> str:
     """The dataset dimension name of an axis: its short name when unambiguous."""
-    if path == "plan":
-        return "plan"
+    if path in ("plan", *SPEC_AXES):
+        return path
     short = path.rsplit(".", 1)[1]
     return short if SHORT_NAMES.get(short) == path else path.replace(".", "_")
 
@@ -198,11 +208,12 @@ def axis_values(path: str, spec: Any) -> np.ndarray:
     return np.array(out, dtype=object if info.kind == "choice" else bool)
 
 
-def plan_values(spec: Any, clusters: list[tuple[int, int]]) -> list[Plan]:
+def plan_values(spec: Any, clusters: list[tuple[int, int]], transformer: bool = False) -> list[Plan]:
     """Plans of the plan axis: 'all', a list of plan strings, or a rule set.
 
     ``clusters`` are the (num_nodes, devices_per_node) pairs of the grid;
-    'all' and rule sets give the plan shapes legal on at least one of them.
+    'all' and rule sets give the plan shapes legal on at least one of them
+    (``transformer``: with the third component of dlrm-transformer).
     """
     if spec == "all" or isinstance(spec, dict):
         rules = {} if spec == "all" else dict(spec)
@@ -222,11 +233,12 @@ def plan_values(spec: Any, clusters: list[tuple[int, int]]) -> list[Plan]:
             raise SweepError(f"plan rule max_levels must be 1 or 2 (got {max_levels!r})")
         shapes: dict[str, Plan] = {}
         for nodes, per_node in clusters:
-            for plan in enumerate_plan_shapes(nodes, per_node):
+            for plan in enumerate_plan_shapes(nodes, per_node, transformer):
                 if (set(plan.dense_strategies) <= dense_ok and set(plan.emb_strategies) <= emb_ok
-                        and len(plan.dense) <= max_levels and len(plan.emb) <= max_levels):
+                        and set(plan.transformer_strategies) <= dense_ok
+                        and all(len(levels) <= max_levels for _, levels in plan.components)):
                     shapes.setdefault(plan.shape, plan)
-        order = {s: i for i, s in enumerate(p.shape for p in enumerate_plan_shapes(2, 2))}
+        order = {s: i for i, s in enumerate(p.shape for p in enumerate_plan_shapes(2, 2, transformer))}
         plans = sorted(shapes.values(), key=lambda p: order.get(p.shape, 0))
         if not plans:
             raise SweepError("the plan rules admit no legal plan on any cluster of the sweep")

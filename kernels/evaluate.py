@@ -1,9 +1,9 @@
 """Fused evaluation: parameter tables -> every result variable, in one pass per config.
 
-``params`` is column-major (``LLM_COLUMNS`` x n: one contiguous row per
-column), as ``params.llm_table`` builds it.
+``params`` is column-major (``COLUMNS`` x n: one contiguous row per
+column), as ``params.param_table`` builds it.
 
-For each legal row: the family's cost kernel fills the cost slots, the generic
+For each legal row: the cost kernel fills the family's cost slots, the generic
 scheduler runs the Program, and the derived variables (throughput, exposed
 communication, memory per device, fits) are written straight into the
 caller's output matrix (``out[variable, offset + row]``), so a sweep chunk
@@ -18,14 +18,15 @@ from numba import njit, prange
 
 from fastmodel.kernels.layout import (
     CAT_ALL2ALL, CAT_ALLGATHER, CAT_ALLREDUCE, CAT_EMB, CAT_GEMM, CAT_REDUCESCATTER, MEMORY_RESULTS,
-    N_LLM_SLOTS, N_RESULTS, N_SCHEDULE_OUTPUTS, N_TERMS, N_WORK, O_CATEGORY0, O_FORWARD_TIME, O_ITERATION_TIME,
-    P_HBM_CAPACITY, R_EFF_FLOPS, R_EXPOSED_COMM, R_FITS_MEMORY, R_FORWARD_TIME, R_GLOBAL_BATCH, R_HBM_CAPACITY,
+    N_SLOTS, N_RESULTS, N_SCHEDULE_OUTPUTS, N_TERMS, N_WORK, O_CATEGORY0, O_FORWARD_TIME, O_ITERATION_TIME,
+    P_DEVICES_PER_NODE, P_HBM_CAPACITY, P_NODE_TDP, P_NODES, P_PRICE, P_TRAIN_SAMPLES,
+    R_COST, R_ENERGY, R_GPU_HOURS, R_TRAIN_TIME, R_EFF_FLOPS, R_EXPOSED_COMM, R_FITS_MEMORY, R_FORWARD_TIME, R_GLOBAL_BATCH, R_HBM_CAPACITY,
     R_ITERATION_TIME, R_MEMORY_PER_DEVICE, R_NUM_COMM_OPS, R_NUM_COMPUTE_OPS, R_OVERLAPPED_COMM, R_THROUGHPUT,
     R_TIME_ALL2ALL, R_TIME_ALLGATHER, R_TIME_ALLREDUCE, R_TIME_COMM, R_TIME_COMPUTE, R_TIME_EMB, R_TIME_GEMM,
     R_TIME_REDUCESCATTER, R_WMEM, R_WMEM_DENSE, R_WMEM_EMB, STATUS_DOES_NOT_FIT, STATUS_OK,
     T_EFF_FLOPS, T_GLOBAL_BATCH, T_WMEM_DENSE, T_WMEM_EMB,
 )
-from fastmodel.kernels.llm_costs import llm_costs_row
+from fastmodel.kernels.costs import costs_row
 from fastmodel.kernels.schedule import schedule_row
 
 #: rows per prange chunk (scratch is allocated once per chunk)
@@ -33,12 +34,12 @@ CHUNK_ROWS = 512
 
 
 @njit(cache=True)
-def _llm_rows(lo, hi, params, status, dense_codes, num_dense, emb_codes, num_emb, flags,
+def _evaluate_rows(lo, hi, params, status, family, dense_codes, num_dense, emb_codes, num_emb, tr_codes, num_tr, flags,
               op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx,
               seg_start, seg_period, seg_layers, seg_window, extrapolate,
               memory_factor, mask_infeasible, num_compute_ops, num_comm_ops, out, offset):
     n_ops = op_stream.shape[0]
-    slots = np.empty(N_LLM_SLOTS)
+    slots = np.empty(N_SLOTS)
     terms = np.empty(N_TERMS)
     sched = np.empty(N_SCHEDULE_OUTPUTS)
     op_start = np.empty(n_ops)
@@ -53,7 +54,7 @@ def _llm_rows(lo, hi, params, status, dense_codes, num_dense, emb_codes, num_emb
             out[R_FITS_MEMORY, col] = 0.0
             continue
         row = params[:, r]
-        llm_costs_row(row, dense_codes, num_dense, emb_codes, num_emb, flags, slots, terms)
+        costs_row(family, row, dense_codes, num_dense, emb_codes, num_emb, tr_codes, num_tr, flags, slots, terms)
         schedule_row(op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx,
                      seg_start, seg_period, seg_layers, seg_window, extrapolate,
                      slots, op_start, op_end, cursor_before, work, sched)
@@ -93,6 +94,13 @@ def _llm_rows(lo, hi, params, status, dense_codes, num_dense, emb_codes, num_emb
         out[R_EFF_FLOPS, col] = terms[T_EFF_FLOPS]
         out[R_NUM_COMPUTE_OPS, col] = num_compute_ops
         out[R_NUM_COMM_OPS, col] = num_comm_ops
+        # time to train train_samples, device-hours, cost and energy (NaN when not given)
+        train_time = row[P_TRAIN_SAMPLES] / out[R_THROUGHPUT, col]
+        gpu_hours = train_time * row[P_NODES] * row[P_DEVICES_PER_NODE] / 3600.0
+        out[R_TRAIN_TIME, col] = train_time
+        out[R_GPU_HOURS, col] = gpu_hours
+        out[R_COST, col] = gpu_hours * row[P_PRICE]
+        out[R_ENERGY, col] = gpu_hours * 3600.0 * row[P_NODE_TDP] / row[P_DEVICES_PER_NODE]
         if mask_infeasible and memory > capacity:
             status[r] = STATUS_DOES_NOT_FIT
             for v in range(N_RESULTS):
@@ -105,7 +113,7 @@ def _llm_rows(lo, hi, params, status, dense_codes, num_dense, emb_codes, num_emb
 
 
 @njit(cache=True, parallel=True)
-def llm_evaluate(params, status, dense_codes, num_dense, emb_codes, num_emb, flags,
+def evaluate_parallel(params, status, family, dense_codes, num_dense, emb_codes, num_emb, tr_codes, num_tr, flags,
                  op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx,
                  seg_start, seg_period, seg_layers, seg_window, extrapolate,
                  memory_factor, mask_infeasible, num_compute_ops, num_comm_ops, out, offset):
@@ -115,19 +123,19 @@ def llm_evaluate(params, status, dense_codes, num_dense, emb_codes, num_emb, fla
     for chunk in prange(n_chunks):
         lo = chunk * CHUNK_ROWS
         hi = min(n, lo + CHUNK_ROWS)
-        _llm_rows(lo, hi, params, status, dense_codes, num_dense, emb_codes, num_emb, flags,
+        _evaluate_rows(lo, hi, params, status, family, dense_codes, num_dense, emb_codes, num_emb, tr_codes, num_tr, flags,
                   op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx,
                   seg_start, seg_period, seg_layers, seg_window, extrapolate,
                   memory_factor, mask_infeasible, num_compute_ops, num_comm_ops, out, offset)
 
 
 @njit(cache=True)
-def llm_evaluate_serial(params, status, dense_codes, num_dense, emb_codes, num_emb, flags,
+def evaluate_serial(params, status, family, dense_codes, num_dense, emb_codes, num_emb, tr_codes, num_tr, flags,
                         op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx,
                         seg_start, seg_period, seg_layers, seg_window, extrapolate,
                         memory_factor, mask_infeasible, num_compute_ops, num_comm_ops, out, offset):
-    """:func:`llm_evaluate` on one thread: for a few rows, where waking threads costs more."""
-    _llm_rows(0, params.shape[1], params, status, dense_codes, num_dense, emb_codes, num_emb, flags,
+    """:func:`evaluate_parallel` on one thread: for a few rows, where waking threads costs more."""
+    _evaluate_rows(0, params.shape[1], params, status, family, dense_codes, num_dense, emb_codes, num_emb, tr_codes, num_tr, flags,
               op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx,
               seg_start, seg_period, seg_layers, seg_window, extrapolate,
               memory_factor, mask_infeasible, num_compute_ops, num_comm_ops, out, offset)

@@ -27,13 +27,20 @@ STRAT_PP = 3
 STRAT_MP = 4
 STRATEGY_CODES = {"ddp": STRAT_DDP, "fsdp": STRAT_FSDP, "tp": STRAT_TP, "pp": STRAT_PP, "mp": STRAT_MP}
 
-# --- LLM parameter-table columns (one row per configuration) ---------------
-LLM_COLUMNS = (
-    "num_layers",            # L
+# --- family codes (which cost formulas a Program's configs use) -----------
+FAMILY_TRANSFORMER = 0        # llm, llm-moe, vit: transformer layers + embedding
+FAMILY_DLRM = 1               # dlrm, dlrm-moe: bottom/top MLPs + embedding tables
+FAMILY_DLRM_TRANSFORMER = 2   # dlrm-transformer: both parts, three plan components
+FAMILY_CODES = {"llm": FAMILY_TRANSFORMER, "llm-moe": FAMILY_TRANSFORMER, "vit": FAMILY_TRANSFORMER,
+                "dlrm": FAMILY_DLRM, "dlrm-moe": FAMILY_DLRM, "dlrm-transformer": FAMILY_DLRM_TRANSFORMER}
+
+# --- parameter-table columns (one row per configuration, every family) -----
+COLUMNS = (
+    "num_layers",            # L transformer layers (0 for dlrm)
     "hidden",                # d, elements
     "ffn_hidden",            # f, elements
-    "seq_len",               # s, tokens
-    "vocab_size",            # V
+    "seq_len",               # s, tokens (vit: ceil(image / patch)^2)
+    "vocab_size",            # V (vit: 3 p^2)
     "bytes_per_dense_param",
     "bytes_per_emb_param",
     "peak_flop_per_s",       # at the dense precision
@@ -55,7 +62,22 @@ LLM_COLUMNS = (
     "emb_degree1",           # 1 when the embedding plan has one level
     "local_dense_batch",     # samples per device
     "local_emb_batch",
-    "hbm_capacity_bytes",    # not used by the kernels; kept for the memory check
+    "hbm_capacity_bytes",    # not used by the cost kernels; kept for the memory check
+    "num_experts",           # X (1 without MoE)
+    "num_active_experts",    # k (1 without MoE)
+    "num_bottom_layers",     # dlrm: Lb
+    "num_top_layers",        # dlrm: Lt
+    "mlp_dim",               # dlrm: m
+    "num_tables",            # dlrm: T
+    "rows_per_table",        # dlrm: E
+    "emb_dim",               # dlrm: e
+    "pooling",               # dlrm: lookups per table per sample
+    "transformer_degree0",   # dlrm-transformer: transformer plan
+    "transformer_degree1",
+    "local_transformer_batch",
+    "price_usd_per_device_hour",  # NaN when the system has no price
+    "node_tdp_watts",             # NaN when the system has no TDP
+    "train_samples",              # NaN when the task gives none
 )
 (
     P_LAYERS, P_HIDDEN, P_FFN, P_SEQ, P_VOCAB, P_BYTES_DENSE, P_BYTES_EMB,
@@ -64,11 +86,14 @@ LLM_COLUMNS = (
     P_PORTS, P_PORT_BW, P_PORT_UTIL, P_AR_INTRA,
     P_DENSE_DEG0, P_DENSE_DEG1, P_EMB_DEG0, P_EMB_DEG1,
     P_LOCAL_DENSE_BS, P_LOCAL_EMB_BS, P_HBM_CAPACITY,
-) = range(len(LLM_COLUMNS))
-N_LLM_COLUMNS = len(LLM_COLUMNS)
+    P_EXPERTS, P_ACTIVE_EXPERTS, P_BOT_LAYERS, P_TOP_LAYERS, P_MLP_DIM,
+    P_TABLES, P_ROWS, P_EMB_DIM, P_POOLING,
+    P_TR_DEG0, P_TR_DEG1, P_LOCAL_TR_BS, P_PRICE, P_NODE_TDP, P_TRAIN_SAMPLES,
+) = range(len(COLUMNS))
+N_COLUMNS = len(COLUMNS)
 
-# --- LLM cost slots (durations in seconds) ----------------------------------
-LLM_SLOTS = (
+# --- cost slots (durations in seconds), shared by every family --------------
+SLOTS = (
     "emb_lookup",         # lookup bytes per device / effective HBM bandwidth
     "emb_all2all",        # 2 x lookup bytes / mp degree / all-to-all bandwidth
     "emb_grad_allreduce", # lookup bytes / allreduce bandwidth (ddp embeddings)
@@ -83,12 +108,27 @@ LLM_SLOTS = (
     "fc_grad_allreduce",
     "attn_reducescatter",
     "fc_reducescatter",
+    "moe_all2all",        # transformer MoE: local_bs x s x d x B / X
+    "bot_fwd",            # dlrm bottom-MLP layer
+    "top_fwd",            # dlrm top-MLP layer (x k active experts for MoE)
+    "bot_bwd",
+    "top_bwd",
+    "bot_allgather",
+    "top_allgather",
+    "bot_grad_allreduce",
+    "top_grad_allreduce",
+    "bot_reducescatter",
+    "top_reducescatter",
+    "mlp_tp_allreduce",   # dlrm activations local_bs x m x B
+    "mlp_moe_all2all",    # dlrm MoE: local_bs x m x B / X
 )
 (
     S_EMB_LOOKUP, S_EMB_ALL2ALL, S_EMB_GRAD_AR, S_ATTN_FWD, S_FC_FWD, S_ATTN_BWD, S_FC_BWD,
-    S_ATTN_AG, S_FC_AG, S_TP_AR, S_ATTN_GRAD_AR, S_FC_GRAD_AR, S_ATTN_RS, S_FC_RS,
-) = range(len(LLM_SLOTS))
-N_LLM_SLOTS = len(LLM_SLOTS)
+    S_ATTN_AG, S_FC_AG, S_TP_AR, S_ATTN_GRAD_AR, S_FC_GRAD_AR, S_ATTN_RS, S_FC_RS, S_MOE_A2A,
+    S_BOT_FWD, S_TOP_FWD, S_BOT_BWD, S_TOP_BWD, S_BOT_AG, S_TOP_AG, S_BOT_GRAD_AR, S_TOP_GRAD_AR,
+    S_BOT_RS, S_TOP_RS, S_MLP_TP_AR, S_MLP_MOE_A2A,
+) = range(len(SLOTS))
+N_SLOTS = len(SLOTS)
 
 # --- per-config terms the cost kernel computes besides durations ------------
 TERMS = ("global_batch", "weight_memory_dense", "weight_memory_emb", "eff_flop_per_s")
@@ -114,6 +154,7 @@ RESULTS = (
     "time_compute", "time_comm", "exposed_comm", "overlapped_comm",
     "weight_memory_dense", "weight_memory_emb", "weight_memory", "memory_per_device", "hbm_capacity",
     "fits_memory", "eff_flop_per_s", "num_compute_ops", "num_comm_ops",
+    "train_time", "gpu_hours", "cost", "energy",
 )
 (
     R_ITERATION_TIME, R_THROUGHPUT, R_GLOBAL_BATCH, R_FORWARD_TIME,
@@ -121,6 +162,7 @@ RESULTS = (
     R_TIME_COMPUTE, R_TIME_COMM, R_EXPOSED_COMM, R_OVERLAPPED_COMM,
     R_WMEM_DENSE, R_WMEM_EMB, R_WMEM, R_MEMORY_PER_DEVICE, R_HBM_CAPACITY,
     R_FITS_MEMORY, R_EFF_FLOPS, R_NUM_COMPUTE_OPS, R_NUM_COMM_OPS,
+    R_TRAIN_TIME, R_GPU_HOURS, R_COST, R_ENERGY,
 ) = range(len(RESULTS))
 N_RESULTS = len(RESULTS)
 #: results kept for points that are legal but do not fit in memory

@@ -48,6 +48,8 @@ def test_builtin_specs_reproduce_reference_anchor():
     anchor = next(c for c in read_cases("madmax_cases_dev.jsonl") if c["case"] == "anchor-llama2_70b-dc_A_2048-llm_train")
     ds = fastmodel.evaluate("llama2-70b", "dc-a", "llm-pretrain-fsdp", semantics="madmax", num_nodes=256)
     for key, name in EXPECTED_TO_VARIABLE.items():
+        if key not in anchor["expected"]:
+            continue
         assert float(ds[name]) == pytest.approx(anchor["expected"][key], rel=1e-9), name
 
 

@@ -22,10 +22,15 @@ def run(plan, semantics, nodes=16, task="llm-pretrain"):
     return fastmodel.evaluate("llama2-70b", "dc-a", task, semantics=semantics, plan=plan, num_nodes=nodes)
 
 
-def test_presets_differ_in_every_field():
+#: fields both presets share: the weight-memory factor of the paper's cloud study, and the ViT
+#: backward, where the reference already uses the better (post-optimized) variant
+SHARED_FIELDS = ("name", "memory_weight_factor", "vit_fsdp_backward")
+
+
+def test_presets_differ_in_every_bug_field():
     madmax, default = PRESETS["madmax"], PRESETS["default"]
     for field in Semantics.model_fields:
-        if field not in ("name", "memory_weight_factor"):
+        if field not in SHARED_FIELDS:
             assert getattr(madmax, field) != getattr(default, field), field
 
 

@@ -1,0 +1,225 @@
+"""Cost slots of every family (MADMAX_MODEL.md 1.2-1.5).
+
+``costs_row`` maps one parameter-table row to the duration of every cost slot
+(``layout.SLOTS``) and to the per-config terms (global batch, weight memory
+per device, effective FLOP/s). A family uses some of the parts below; the
+Program decides which slots are scheduled.
+
+- embedding part (every family): lookups, EMB all-to-all, EMB ddp allreduce;
+- transformer part (llm, llm-moe, vit; dlrm-transformer with its own plan):
+  attention and FC blocks, FSDP gathers, TP and MoE activation collectives;
+- MLP part (dlrm families): bottom and top MLP layers, the top one optionally
+  a mixture of experts.
+"""
+
+import numpy as np
+from numba import njit
+
+from fastmodel.kernels.collectives import KIND_ALL2ALL, KIND_ALLGATHER, KIND_ALLREDUCE, collective_bandwidth
+from fastmodel.kernels.layout import (
+    F_DDP_GRAD_SHARDED, FAMILY_DLRM, FAMILY_TRANSFORMER, N_SLOTS, N_TERMS,
+    P_ACTIVE_EXPERTS, P_BOT_LAYERS, P_BYTES_DENSE, P_BYTES_EMB, P_DENSE_DEG0, P_DENSE_DEG1, P_EMB_DEG0,
+    P_EMB_DEG1, P_EMB_DIM, P_EXPERTS, P_FFN, P_FLOPS_UTIL, P_HBM_BW, P_HBM_BW_UTIL, P_HIDDEN, P_LAYERS,
+    P_LOCAL_DENSE_BS, P_LOCAL_EMB_BS, P_LOCAL_TR_BS, P_MLP_DIM, P_PEAK_FLOPS, P_POOLING, P_ROWS, P_SEQ,
+    P_TABLES, P_TOP_LAYERS, P_TR_DEG0, P_TR_DEG1, P_VOCAB,
+    S_ATTN_AG, S_ATTN_BWD, S_ATTN_FWD, S_ATTN_GRAD_AR, S_ATTN_RS, S_BOT_AG, S_BOT_BWD, S_BOT_FWD,
+    S_BOT_GRAD_AR, S_BOT_RS, S_EMB_ALL2ALL, S_EMB_GRAD_AR, S_EMB_LOOKUP, S_FC_AG, S_FC_BWD, S_FC_FWD,
+    S_FC_GRAD_AR, S_FC_RS, S_MLP_MOE_A2A, S_MLP_TP_AR, S_MOE_A2A, S_TOP_AG, S_TOP_BWD, S_TOP_FWD,
+    S_TOP_GRAD_AR, S_TOP_RS, S_TP_AR,
+    STRAT_DDP, STRAT_FSDP, STRAT_MP, STRAT_TP,
+    T_EFF_FLOPS, T_GLOBAL_BATCH, T_WMEM_DENSE, T_WMEM_EMB,
+)
+
+
+@njit(cache=True)
+def plan_factors(codes, num_levels, deg0, deg1):
+    """(duplicate, shard, tp degree, tp level, ddp level) of one component (1.4).
+
+    ddp duplicates, fsdp duplicates and shards, tp/pp/mp shard; levels are -1 when absent.
+    """
+    dup = 1.0
+    shard = 1.0
+    tp_deg = 1.0
+    tp_level = -1
+    ddp_level = -1
+    for lvl in range(num_levels):
+        code = codes[lvl]
+        deg = deg0 if lvl == 0 else deg1
+        if code == STRAT_DDP:
+            dup *= deg
+            ddp_level = lvl
+        elif code == STRAT_FSDP:
+            dup *= deg
+            shard *= deg
+        else:  # tp, pp, mp
+            shard *= deg
+            if code == STRAT_TP:
+                tp_deg = deg
+                tp_level = lvl
+    return dup, shard, tp_deg, tp_level, ddp_level
+
+
+@njit(cache=True)
+def ddp_gradient_shard(codes, ddp_level, deg0, shard, sharded_layer):
+    """Shard of the layer a DDP gradient allreduce carries.
+
+    ``sharded_layer``: the shard each device holds. Otherwise the reference's
+    running shard: the total shard divided by the tp/fsdp degrees of the levels
+    before the ddp level (Limitation 7). With at most two levels only level 0
+    can precede it.
+    """
+    if sharded_layer or ddp_level == 0:
+        return shard
+    if codes[0] == STRAT_TP or codes[0] == STRAT_FSDP:
+        return shard / deg0
+    return shard
+
+
+@njit(cache=True)
+def _embedding(row, family, emb_codes, num_emb, slots):
+    """Embedding slots; returns (weights per device in bytes, duplicate factor)."""
+    emb_dup, emb_shard, _, _, _ = plan_factors(emb_codes, num_emb, row[P_EMB_DEG0], row[P_EMB_DEG1])
+    if family == FAMILY_TRANSFORMER:  # word + position rows read per token
+        lookup_per_sample = 2.0 * row[P_SEQ] * row[P_HIDDEN] * row[P_BYTES_EMB]
+        params = (row[P_VOCAB] + row[P_SEQ]) * row[P_HIDDEN]
+    else:  # tables x pooled lookups
+        lookup_per_sample = row[P_TABLES] * row[P_POOLING] * row[P_EMB_DIM] * row[P_BYTES_EMB]
+        params = row[P_TABLES] * row[P_ROWS] * row[P_EMB_DIM]
+    lookup_bytes = lookup_per_sample * row[P_LOCAL_EMB_BS] / emb_shard
+    slots[S_EMB_LOOKUP] = lookup_bytes / (row[P_HBM_BW] * row[P_HBM_BW_UTIL])
+    slots[S_EMB_ALL2ALL] = 0.0
+    slots[S_EMB_GRAD_AR] = 0.0
+    for lvl in range(num_emb):  # each level's op carries its own slot value only if it exists in the Program
+        deg = row[P_EMB_DEG0] if lvl == 0 else row[P_EMB_DEG1]
+        if emb_codes[lvl] == STRAT_MP:
+            slots[S_EMB_ALL2ALL] = 2.0 * (lookup_bytes / deg) / collective_bandwidth(row, KIND_ALL2ALL, num_emb, lvl)
+        else:
+            slots[S_EMB_GRAD_AR] = lookup_bytes / collective_bandwidth(row, KIND_ALLREDUCE, num_emb, lvl)
+    return params * row[P_BYTES_EMB] / emb_shard, emb_dup
+
+
+@njit(cache=True)
+def _transformer(row, codes, num_levels, deg0, deg1, local_bs, eff_flops, sharded_grad, slots):
+    """Attention/FC slots of a transformer stack; returns its weights per device (bytes)."""
+    d = row[P_HIDDEN]
+    s = row[P_SEQ]
+    b = row[P_BYTES_DENSE]
+    experts = row[P_EXPERTS]
+    attn_params = 4.0 * d * d
+    fc_params = experts * 2.0 * d * row[P_FFN]           # X experts hold weights
+    fc_active = row[P_ACTIVE_EXPERTS] * 2.0 * d * row[P_FFN]  # k experts compute
+    _, shard, tp_deg, tp_level, ddp_level = plan_factors(codes, num_levels, deg0, deg1)
+
+    attn_flops = 2.0 * attn_params * s * local_bs / tp_deg
+    fc_flops = 2.0 * fc_active * s * local_bs / tp_deg
+    slots[S_ATTN_FWD] = attn_flops / eff_flops
+    slots[S_FC_FWD] = fc_flops / eff_flops
+    slots[S_ATTN_BWD] = 2.0 * attn_flops / eff_flops
+    slots[S_FC_BWD] = 2.0 * fc_flops / eff_flops
+
+    # FSDP weight allgather: layer / total shard x degree[0], at the level-0 bandwidth
+    ag_bw = collective_bandwidth(row, KIND_ALLGATHER, num_levels, 0)
+    slots[S_ATTN_AG] = attn_params / shard * deg0 * b / ag_bw
+    slots[S_FC_AG] = fc_params / shard * deg0 * b / ag_bw
+
+    slots[S_TP_AR] = 0.0
+    slots[S_MOE_A2A] = 0.0
+    if tp_level >= 0:
+        act_bytes = local_bs * s * d * b
+        slots[S_TP_AR] = act_bytes / collective_bandwidth(row, KIND_ALLREDUCE, num_levels, tp_level)
+        slots[S_MOE_A2A] = act_bytes / experts / collective_bandwidth(row, KIND_ALL2ALL, num_levels, tp_level)
+
+    slots[S_ATTN_GRAD_AR] = 0.0
+    slots[S_FC_GRAD_AR] = 0.0
+    if ddp_level >= 0:
+        grad_shard = ddp_gradient_shard(codes, ddp_level, deg0, shard, sharded_grad)
+        ar_bw = collective_bandwidth(row, KIND_ALLREDUCE, num_levels, ddp_level)
+        slots[S_ATTN_GRAD_AR] = attn_params / grad_shard * b / ar_bw
+        slots[S_FC_GRAD_AR] = fc_params / grad_shard * b / ar_bw
+    slots[S_ATTN_RS] = 0.0
+    slots[S_FC_RS] = 0.0
+    if num_levels > 0 and codes[0] == STRAT_FSDP:
+        rs_bw = collective_bandwidth(row, KIND_ALLGATHER, num_levels, 0)
+        slots[S_ATTN_RS] = attn_params / (shard / deg0) * b / rs_bw
+        slots[S_FC_RS] = fc_params / (shard / deg0) * b / rs_bw
+    return row[P_LAYERS] * (attn_params + fc_params) * b / shard
+
+
+@njit(cache=True)
+def _mlps(row, codes, num_levels, deg0, deg1, local_bs, eff_flops, sharded_grad, slots):
+    """Bottom/top MLP slots of a DLRM; returns the MLP weights per device (bytes)."""
+    m = row[P_MLP_DIM]
+    b = row[P_BYTES_DENSE]
+    experts = row[P_EXPERTS]
+    layer = m * m
+    bot_params = layer
+    top_params = experts * layer                 # X experts hold weights
+    _, shard, tp_deg, tp_level, ddp_level = plan_factors(codes, num_levels, deg0, deg1)
+
+    bot_flops = 2.0 * layer * local_bs / tp_deg
+    top_flops = 2.0 * row[P_ACTIVE_EXPERTS] * layer * local_bs / tp_deg
+    slots[S_BOT_FWD] = bot_flops / eff_flops
+    slots[S_TOP_FWD] = top_flops / eff_flops
+    slots[S_BOT_BWD] = 2.0 * bot_flops / eff_flops
+    slots[S_TOP_BWD] = 2.0 * top_flops / eff_flops
+
+    ag_bw = collective_bandwidth(row, KIND_ALLGATHER, num_levels, 0)
+    slots[S_BOT_AG] = bot_params / shard * deg0 * b / ag_bw
+    slots[S_TOP_AG] = top_params / shard * deg0 * b / ag_bw
+
+    slots[S_MLP_TP_AR] = 0.0
+    slots[S_MLP_MOE_A2A] = 0.0
+    if tp_level >= 0:
+        act_bytes = local_bs * m * b
+        slots[S_MLP_TP_AR] = act_bytes / collective_bandwidth(row, KIND_ALLREDUCE, num_levels, tp_level)
+        slots[S_MLP_MOE_A2A] = act_bytes / experts / collective_bandwidth(row, KIND_ALL2ALL, num_levels, tp_level)
+
+    slots[S_BOT_GRAD_AR] = 0.0
+    slots[S_TOP_GRAD_AR] = 0.0
+    if ddp_level >= 0:
+        grad_shard = ddp_gradient_shard(codes, ddp_level, deg0, shard, sharded_grad)
+        ar_bw = collective_bandwidth(row, KIND_ALLREDUCE, num_levels, ddp_level)
+        slots[S_BOT_GRAD_AR] = bot_params / grad_shard * b / ar_bw
+        slots[S_TOP_GRAD_AR] = top_params / grad_shard * b / ar_bw
+    slots[S_BOT_RS] = 0.0
+    slots[S_TOP_RS] = 0.0
+    if num_levels > 0 and codes[0] == STRAT_FSDP:
+        rs_bw = collective_bandwidth(row, KIND_ALLGATHER, num_levels, 0)
+        slots[S_BOT_RS] = bot_params / (shard / deg0) * b / rs_bw
+        slots[S_TOP_RS] = top_params / (shard / deg0) * b / rs_bw
+    return (row[P_BOT_LAYERS] * bot_params + row[P_TOP_LAYERS] * top_params) * b / shard
+
+
+@njit(cache=True)
+def costs_row(family, row, dense_codes, num_dense, emb_codes, num_emb, tr_codes, num_tr, flags, slots, terms):
+    """Fill ``slots`` (seconds) and ``terms`` for one configuration ``row`` of ``family``."""
+    for k in range(N_SLOTS):
+        slots[k] = 0.0
+    eff_flops = row[P_PEAK_FLOPS] * row[P_FLOPS_UTIL]
+    sharded_grad = flags[F_DDP_GRAD_SHARDED] != 0
+    emb_weights, emb_dup = _embedding(row, family, emb_codes, num_emb, slots)
+    if family == FAMILY_TRANSFORMER:
+        dense_weights = _transformer(row, dense_codes, num_dense, row[P_DENSE_DEG0], row[P_DENSE_DEG1],
+                                     row[P_LOCAL_DENSE_BS], eff_flops, sharded_grad, slots)
+    else:
+        dense_weights = _mlps(row, dense_codes, num_dense, row[P_DENSE_DEG0], row[P_DENSE_DEG1],
+                              row[P_LOCAL_DENSE_BS], eff_flops, sharded_grad, slots)
+        if family != FAMILY_DLRM:
+            dense_weights += _transformer(row, tr_codes, num_tr, row[P_TR_DEG0], row[P_TR_DEG1],
+                                          row[P_LOCAL_TR_BS], eff_flops, sharded_grad, slots)
+    terms[T_GLOBAL_BATCH] = row[P_LOCAL_EMB_BS] * emb_dup
+    terms[T_WMEM_DENSE] = dense_weights
+    terms[T_WMEM_EMB] = emb_weights
+    terms[T_EFF_FLOPS] = eff_flops
+
+
+@njit(cache=True)
+def costs(family, params, dense_codes, num_dense, emb_codes, num_emb, tr_codes, num_tr, flags):
+    """Cost slots and terms of every config of a column-major table (N_COLUMNS x n), for tools."""
+    n = params.shape[1]
+    slots = np.empty((n, N_SLOTS))
+    terms = np.empty((n, N_TERMS))
+    for i in range(n):
+        costs_row(family, params[:, i], dense_codes, num_dense, emb_codes, num_emb, tr_codes, num_tr, flags,
+                  slots[i], terms[i])
+    return slots, terms
