@@ -61,14 +61,17 @@ def render(config: Config, ds: xr.Dataset) -> str:
     precision = _PRECISION[m.bytes_per_dense_param]
     T = r["iteration_time"]
     comm = r["time_comm"]
-    tokens = r["throughput"] * m.seq_len if r["throughput"] else 0.0
+    seq_len = getattr(m, "seq_len", None) if m.family in ("llm", "llm-moe", "vit") else None
+    per_token = f" ({r['throughput'] * seq_len:,.0f} tokens/s)" if seq_len and r["throughput"] else ""
+    flops = r["flops_per_sample"]
+    flops_text = f"{flops / 1e12:,.1f} TFLOP" if flops >= 1e11 else f"{flops / 1e9:,.3f} GFLOP"
     lines = [
         f"{r['model']} on {r['system']} ({r['num_nodes']} node{'s' if r['num_nodes'] != 1 else ''} x "
         f"{r['devices_per_node']} = {r['num_devices']} device{'s' if r['num_devices'] != 1 else ''})",
         f"task {r['task']} ({r['kind']}), plan {r['plan']}, semantics {r['semantics']}",
         "",
         f"  model       {r['model_params'] / 1e9:,.2f} B params ({r['model_dense_params'] / 1e9:,.2f} B dense, "
-        f"{r['model_emb_params'] / 1e9:,.2f} B embedding); {r['flops_per_sample'] / 1e12:,.1f} TFLOP/sample forward",
+        f"{r['model_emb_params'] / 1e9:,.2f} B embedding); {flops_text}/sample forward",
         f"  system      {r['eff_flop_per_s'] / 1e12:,.1f} TFLOP/s effective ({precision}), HBM {r['eff_hbm_bandwidth'] / 1e9:,.0f} GB/s; "
         f"intra-node {r['intra_bandwidth'] / 1e9:,.1f} GB/s, inter-node {r['inter_bandwidth'] / 1e9:,.2f} GB/s, "
         f"allreduce {r['allreduce_bandwidth'] / 1e9:,.1f} GB/s per device",
@@ -84,6 +87,15 @@ def render(config: Config, ds: xr.Dataset) -> str:
         f"overlapped {_ms(r['overlapped_comm'])} ({_pct(r['overlapped_comm'], comm)})",
         "",
         f"  iteration   {_ms(T)}" + (f"   (forward {_ms(r['forward_time'])})" if config.task.kind != "inference" else ""),
-        f"  throughput  {r['throughput']:,.2f} samples/s ({tokens:,.0f} tokens/s)",
+        f"  throughput  {r['throughput']:,.2f} samples/s{per_token}",
     ]
+    if r["train_time"] is not None:
+        samples = config.task.train_samples
+        extra = []
+        if r["cost"] is not None:
+            extra.append(f"${r['cost']:,.0f}")
+        if r["energy"] is not None:
+            extra.append(f"{r['energy'] / 3.6e9:,.2f} MWh")
+        lines.append(f"  to train    {samples:,.3g} samples: {r['train_time'] / 3600:,.2f} h, "
+                     f"{r['gpu_hours']:,.0f} GPU-hours" + "".join(f", {e}" for e in extra))
     return "\n".join(lines)

@@ -8,6 +8,9 @@
     num_nodes = [16, 32, 64, 128, 256]
     flops_util = { start = 0.4, stop = 0.8, num = 9 }
     plan = "all"
+
+``model`` and ``system`` may instead be axes (lists of spec names); then the
+top-level key may be left out.
 """
 
 from __future__ import annotations
@@ -41,18 +44,25 @@ def load_sweep_file(path: str, unit_configs: int | None = None) -> Sweep:
     unknown = [k for k in data if k not in KEYS]
     if unknown:
         raise SpecError(source, unknown[0], f"unknown key{nearest(unknown[0], KEYS)}")
-    for key in ("model", "system", "task", "axes"):
+    if not isinstance(data.get("axes"), dict):
+        raise SpecError(source, "axes", "required: a table of axis = values")
+    base = Path(path).parent
+    axes = dict(data["axes"])
+    for key in ("model", "system"):  # spec axes: paths relative to this file, first value as the base spec
+        if key in axes:
+            values = axes[key] if isinstance(axes[key], list) else [axes[key]]
+            axes[key] = [_spec_ref(v, base) for v in values]
+            if key not in data and axes[key]:
+                data[key] = axes[key][0]
+    for key in ("model", "system", "task"):
         if key not in data:
             raise SpecError(source, key, "required key missing")
-    if not isinstance(data["axes"], dict):
-        raise SpecError(source, "axes", "must be a table of axis = values")
-    base = Path(path).parent
     try:
         return Sweep(
             _spec_ref(data["model"], base),
             _spec_ref(data["system"], base),
             _spec_ref(data["task"], base),
-            data["axes"],
+            axes,
             data.get("semantics", "madmax"),
             unit_configs or data.get("unit_configs", UNIT_CONFIGS),
         )
