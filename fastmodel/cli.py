@@ -297,18 +297,31 @@ def specs_schema(kind):
 @main.command()
 @click.option("--system", "-s", required=True, help="Built-in name or path.")
 @click.option("--nodes", "num_nodes", type=click.IntRange(min=1), help="Cluster size in nodes.")
+@click.option("--model", "-m", help="Model (built-in name or path): plans of its family, e.g. the three "
+              "components MLP/EMB/TRANSFORMER of dlrm-transformer, minus rules it breaks (DLRM tp with odd layers).")
 @_friendly
-def plans(system, num_nodes):
+def plans(system, num_nodes, model):
     """List every legal 1-D/2-D plan of a system."""
-    from fastmodel.loader import load_system
-    from fastmodel.plans import enumerate_plans
+    from fastmodel.errors import PlanError
+    from fastmodel.loader import load_model, load_system
+    from fastmodel.plans import check_plan_for_model, enumerate_plans
 
     sys_spec = load_system(system, num_nodes=num_nodes)
-    found = enumerate_plans(sys_spec.num_nodes, sys_spec.devices_per_node)
+    model_spec = load_model(model) if model else None
+    three = model_spec is not None and model_spec.family == "dlrm-transformer"
+    found = enumerate_plans(sys_spec.num_nodes, sys_spec.devices_per_node, transformer=three)
+    if model_spec is not None:
+        def legal(plan):
+            try:
+                check_plan_for_model(plan, model_spec)
+                return True
+            except PlanError:
+                return False
+        found = [plan for plan in found if legal(plan)]
     if not found:
         raise FastmodelError(f"{sys_spec.name} with {sys_spec.num_devices} device(s) has no legal plan (every degree must be > 1)")
     for plan in found:
-        click.echo(f"{plan.shape:<12} {plan.label}")
+        click.echo(f"{plan.shape:<{20 if three else 12}} {plan.label}")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -65,7 +65,8 @@ def resolve(model: ModelSpec, system: SystemSpec, task: TaskSpec, semantics: Sem
         plan = task.parsed_plan
         where = f"{task.source}: task.plan"
         if plan is None:
-            example = "'ddp/mp/fsdp'" if model.family == "dlrm-transformer" else "'fsdp/ddp'"
+            example = {"dlrm-transformer": "'ddp/mp/fsdp'", "dlrm": "'fsdp/mp'", "dlrm-moe": "'tp,ddp/mp'"}.get(
+                model.family, "'fsdp/ddp'")
             raise SpecError(None, "task.plan", f"task {task.name!r} leaves the plan open; give one with --plan, e.g. {example}")
     elif not isinstance(plan, Plan):
         plan = Plan.parse(plan)

@@ -120,6 +120,8 @@ def test_plans_command(cli):
     assert len(out) == 52 and any("tp8,ddp16/mp128" in line for line in out)
     single = cli("plans", "--system", "dc-a", "--nodes", "1").output.splitlines()
     assert len(single) == 8
+    three = cli("plans", "--system", "dc-a", "--nodes", "2", "--model", "dlrm-a-transformer").output.splitlines()
+    assert len(three) == 13 * 4 * 13 and any("tp8,ddp2/mp16/fsdp16" in line for line in three)
 
 
 def test_sweep_and_best_commands(cli, tmp_path):
