@@ -157,3 +157,19 @@ def test_dlrm_tp_needs_even_layer_counts():
     with pytest.raises(PlanError, match="tp_odd_layers"):
         fastmodel.evaluate(model, "dc-a", task, plan="tp/mp", num_nodes=2)
     assert fastmodel.evaluate(model, "dc-a", task, plan="ddp/mp", num_nodes=2).iteration_time.item() > 0
+
+
+def test_dlrm_tp_ddp_gradient_allreduce_running_shard_vs_sharded():
+    """MADMAX_MODEL.md 1.5: DLRM-A (tp8, ddp16) allreduces 21.27 ms of full-layer gradients
+    plus 6.54 ms of activations under madmax; with the fix the gradients are the tp8 shard."""
+    kw = dict(plan="tp,ddp/mp", num_nodes=16)
+    madmax = fastmodel.evaluate("dlrm-a", "dc-a", "dlrm-pretrain", semantics="madmax", **kw)
+    fixed = fastmodel.evaluate("dlrm-a", "dc-a", "dlrm-pretrain",
+                               semantics={"base": "madmax", "ddp_grad_sharded_layer": True}, **kw)
+    assert madmax.time_allreduce.item() == pytest.approx(27.81e-3, abs=0.01e-3)
+    # by hand: 20 layers x 3994^2 x 4 bytes over the 60.0 GB/s allreduce bandwidth; 10 TP ARs per pass
+    ar_bw = 0.2746 * 12 * 25e9 * 0.6667 + 0.7254 * 8 * 12.5e9 * 0.56 / 8
+    gradients = 20 * 3994**2 * 4 / ar_bw
+    activations = 2 * 10 * 4096 * 3994 * 4 / (12 * 25e9 * 0.6667)    # tp level 0: intra-node bandwidth
+    assert madmax.time_allreduce.item() == pytest.approx(gradients + activations, rel=1e-9)
+    assert fixed.time_allreduce.item() == pytest.approx(gradients / 8 + activations, rel=1e-9)
