@@ -126,9 +126,7 @@ class Sweep:
             if path in SPEC_AXES:
                 resolved.append(Axis(path, path, self._load_spec_axis(path, spec), True))
                 continue
-            if path == NUM_DEVICES and any(a == "system.num_nodes" for a in seen):
-                raise SweepError("give either a num_devices or a num_nodes axis, not both")
-            if path == "system.num_nodes" and NUM_DEVICES in seen:
+            if {NUM_DEVICES, "system.num_nodes"} <= set(seen):
                 raise SweepError("give either a num_devices or a num_nodes axis, not both")
             values = axis_values(path, spec)
             self._validate_values(path, values)
