@@ -37,7 +37,7 @@ class Config:
     local_transformer_batch: int | None = None   # dlrm-transformer only
 
 
-def _check_task_fits_family(model: ModelSpec, task: TaskSpec) -> None:
+def check_task_fits_family(model: ModelSpec, task: TaskSpec) -> None:
     """Finetune flags and batches that the model's family has no use for are errors, not silently ignored."""
     where = task.source
     if model.family not in DLRM_FAMILIES and (task.freeze_top_mlp or task.freeze_bottom_mlp):
@@ -46,8 +46,11 @@ def _check_task_fits_family(model: ModelSpec, task: TaskSpec) -> None:
     if model.family in ("dlrm", "dlrm-moe") and (task.freeze_dense or task.min_frozen_layer is not None):
         raise SpecError(where, "task.freeze_dense" if task.freeze_dense else "task.min_frozen_layer",
                         f"{model.family} has no transformer layers; use freeze_top_mlp / freeze_bottom_mlp")
-    if model.family in DLRM_FAMILIES and task.kind == "finetune" and task.freeze_emb and task.freeze_top_mlp \
-            and task.freeze_bottom_mlp and (model.family != "dlrm-transformer" or task.freeze_dense):
+    if model.family in DLRM_FAMILIES:
+        parts = [task.freeze_top_mlp, task.freeze_bottom_mlp] + ([task.freeze_dense] if model.family == "dlrm-transformer" else [])
+    else:
+        parts = [task.freeze_dense]
+    if task.kind == "finetune" and task.freeze_emb and all(parts):
         raise SpecError(where, "task.freeze_emb", "finetune with every component frozen trains nothing (all_frozen)")
     if task.local_batch is not None:
         has_tr = task.local_batch.transformer is not None
@@ -59,7 +62,7 @@ def _check_task_fits_family(model: ModelSpec, task: TaskSpec) -> None:
 
 def resolve(model: ModelSpec, system: SystemSpec, task: TaskSpec, semantics: Semantics, plan: Plan | str | None = None) -> Config:
     """Check legality and derive local batches; raise PlanError/SpecError if impossible."""
-    _check_task_fits_family(model, task)
+    check_task_fits_family(model, task)
     where = "plan"
     if plan is None:
         plan = task.parsed_plan

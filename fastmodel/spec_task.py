@@ -70,8 +70,6 @@ class TaskSpec(BaseModel):
         freezes = (self.freeze_emb, self.freeze_dense, self.freeze_top_mlp, self.freeze_bottom_mlp)
         if self.kind != "finetune" and (any(freezes) or self.min_frozen_layer is not None):
             raise ValueError("freeze_* and min_frozen_layer apply to finetune only, not " + self.kind)
-        if self.kind == "finetune" and self.freeze_emb and (self.freeze_dense or (self.freeze_top_mlp and self.freeze_bottom_mlp)):
-            raise ValueError("finetune with every component frozen trains nothing (all_frozen)")
         return self
 
     @property

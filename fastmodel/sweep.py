@@ -31,7 +31,7 @@ import numpy as np
 import xarray as xr
 
 from fastmodel import __version__
-from fastmodel.config import structure_key_for
+from fastmodel.config import check_task_fits_family, structure_key_for
 from fastmodel.engine import evaluate_into
 from fastmodel.kernels.layout import N_RESULTS, RESULTS
 from fastmodel.errors import FastmodelError, SpecError, SweepError, nearest
@@ -309,6 +309,10 @@ class Sweep:
                 _set_path(data, path, value)
             model = _validate_combo(MODEL_FAMILIES[base_model.family], data, "model")
         task = self.task if task_data is None else _validate_combo(TaskSpec, task_data, "task")
+        try:
+            check_task_fits_family(model, task)
+        except SpecError as error:
+            raise SweepError(f"structural axes give an invalid task for {model.name}: {error}") from None
         return model, system, task, plan
 
     def unit_offset(self, unit: Unit) -> int:

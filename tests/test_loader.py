@@ -146,8 +146,17 @@ def test_task_rules():
         load_task({"name": "t", "kind": "pretrain"})
     with pytest.raises(SpecError, match="finetune only"):
         load_task({"name": "t", "kind": "pretrain", "global_batch": 8, "freeze_emb": True})
+    frozen = {"name": "t", "kind": "finetune", "global_batch": 2048, "freeze_emb": True, "freeze_dense": True}
+    with pytest.raises(SpecError, match="all_frozen"):  # what "every component" means depends on the family
+        fastmodel.evaluate("llama-7b", "dc-a", frozen, plan="fsdp/ddp", num_nodes=2)
+    trains_top = fastmodel.evaluate("dlrm-a-small-transformer", "dc-a", frozen, plan="ddp/mp/ddp", num_nodes=2)
+    assert trains_top.time_allreduce.item() > 0      # the top MLP's gradients
     with pytest.raises(SpecError, match="all_frozen"):
-        load_task({"name": "t", "kind": "finetune", "global_batch": 8, "freeze_emb": True, "freeze_dense": True})
+        fastmodel.evaluate("dlrm-a-small", "dc-a", {**frozen, "freeze_dense": False, "freeze_top_mlp": True,
+                                                    "freeze_bottom_mlp": True}, plan="ddp/mp", num_nodes=2)
+    with pytest.raises(SpecError, match="task.freeze_top_mlp: applies to the DLRM families only"):
+        fastmodel.evaluate("llama-7b", "dc-a", {**frozen, "freeze_emb": False, "freeze_top_mlp": True},
+                           plan="fsdp/ddp", num_nodes=2)
     with pytest.raises(SpecError, match="task.plan: cannot parse plan"):
         load_task({"name": "t", "kind": "pretrain", "global_batch": 8, "plan": "fsdp"})
     with pytest.raises(SpecError, match="task.kind"):
