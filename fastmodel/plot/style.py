@@ -157,7 +157,12 @@ def fmt_coord(value) -> str:
 
 def unit_formatter(factor: float):
     """A tick formatter dividing by ``factor`` (values stay in SI units, labels in display units)."""
-    return FuncFormatter(lambda v, _pos: fmt_number(v / factor))
+    return FuncFormatter(lambda v, _pos: fmt_tick(v / factor))
+
+
+def fmt_tick(value: float) -> str:
+    """Tick label: up to 6 significant digits, thousands separators, no float noise."""
+    return f"{value:,.6g}" if abs(value) < 1e7 else f"{value:.3g}"
 
 
 def label(name: str, units: str | None) -> str:
