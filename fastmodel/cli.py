@@ -311,5 +311,10 @@ def plans(system, num_nodes):
         click.echo(f"{plan.shape:<12} {plan.label}")
 
 
+from fastmodel.cli_plot import plot  # noqa: E402
+
+main.add_command(plot)
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()
