@@ -105,9 +105,7 @@ def _scale(da, image, cmap, log):
 def _cmap(name):
     import matplotlib
 
-    cmap = matplotlib.colormaps[name].copy()
-    cmap.set_bad("#ffffff", 0.0)  # masked cells are drawn by the overlay patches
-    return cmap
+    return matplotlib.colormaps[name].with_extremes(bad=(1.0, 1.0, 1.0, 0.0))  # overlays draw masked cells
 
 
 def _categorical(values):
@@ -119,8 +117,8 @@ def _categorical(values):
     for i, name in enumerate(labels):
         codes[values.astype(str) == name] = i
     base = matplotlib.colormaps["tab20" if len(labels) > 10 else "tab10"]
-    cmap = mcolors.ListedColormap([base(i % base.N) for i in range(max(1, len(labels)))])
-    cmap.set_bad("#ffffff", 0.0)
+    cmap = mcolors.ListedColormap([base(i % base.N) for i in range(max(1, len(labels)))]).with_extremes(
+        bad=(1.0, 1.0, 1.0, 0.0))
     norm = mcolors.BoundaryNorm(np.arange(-0.5, max(1, len(labels)) + 0.5), cmap.N)
     return np.ma.masked_less(codes, 0), list(range(len(labels))), labels, cmap, norm
 

@@ -93,8 +93,15 @@ def save(fig, path: str | Path, dpi: int = 300) -> Path:
     metadata = {"png": {"Software": None}, "pdf": {"CreationDate": None, "ModDate": None, "Producer": None},
                 "svg": {"Date": None}}[fmt]
     metadata["Creator"] = "fastmodel"
+    engine = fig.get_layout_engine()
     with paper_rc(), atomic_path(path) as tmp:
-        fig.savefig(tmp, format=fmt, dpi=dpi, metadata=metadata)
+        for _ in range(2):  # settle the layout (tick labels change it once), then save it as it is
+            fig.draw_without_rendering()
+        fig.set_layout_engine("none")
+        try:
+            fig.savefig(tmp, format=fmt, dpi=dpi, metadata=metadata)
+        finally:
+            fig.set_layout_engine(engine)
     return path
 
 
