@@ -52,14 +52,14 @@ def schedule(config) -> Schedule:
                     np.asarray(start, dtype=float), np.asarray(end, dtype=float), barrier)
 
 
-def merge_ops(sched: Schedule, stream: int, category: int) -> np.ndarray:
-    """(start, end) of the ops of one stream and category, back-to-back ops merged into one bar."""
+def merge_ops(sched: Schedule, stream: int, category: int, gap: float = 0.0) -> np.ndarray:
+    """(start, end) of the ops of one stream and category; ops less than ``gap`` seconds apart share a bar."""
     on = (sched.stream == stream) & (sched.category == category)
     order = np.argsort(sched.start[on], kind="stable")
     starts, ends = sched.start[on][order], sched.end[on][order]
     if starts.size == 0:
         return np.zeros((0, 2))
-    tol = 1e-9 * max(sched.iteration_time, 1e-30)
+    tol = max(gap, 1e-9 * sched.iteration_time)
     breaks = np.flatnonzero(starts[1:] > ends[:-1] + tol) + 1
     first = np.concatenate([[0], breaks])
     return np.stack([starts[first], np.maximum.reduceat(ends, first)], axis=1)
@@ -71,8 +71,8 @@ def timeline(config=None, *, model=None, system=None, task=None, semantics="madm
     """Gantt chart of one configuration's two streams, coloured by op category; returns ``(fig, ax)``.
 
     Pass a resolved ``config`` (``fastmodel.make_config``) or the make_config
-    arguments. One bar per op; ``aggregate=True`` merges back-to-back ops of the
-    same category (readable for 80-layer models); ``window=(t0, t1)`` in seconds
+    arguments. One bar per op; ``aggregate=True`` merges ops of one category less
+    than 1/1000 of the window apart, i.e. closer than a pixel (readable for 80-layer models); ``window=(t0, t1)`` in seconds
     draws only the ops overlapping that window. Idle time of the compute stream
     (the exposed communication) is drawn in the ``exposed`` colour; iteration
     time and exposed communication are annotated.
@@ -99,7 +99,7 @@ def timeline(config=None, *, model=None, system=None, task=None, semantics="madm
                 on = (sched.stream == stream) & (sched.category == code)
                 if not on.any():
                     continue
-                bars = merge_ops(sched, stream, code) if aggregate else np.stack([sched.start[on], sched.end[on]], 1)
+                bars = merge_ops(sched, stream, code, (hi - lo) / 1000) if aggregate else np.stack([sched.start[on], sched.end[on]], 1)
                 bars = bars[(bars[:, 1] >= lo) & (bars[:, 0] <= hi)]
                 if bars.size == 0:
                     continue
