@@ -56,15 +56,16 @@ def frontier(data, x: str, y: str, *, x_dir: str | None = None, y_dir: str | Non
     xs, ys = D.get_var(ds, x), D.get_var(ds, y)
     import xarray as xr
 
-    xs, ys = xr.broadcast(xs, ys)
     if where is not None:
+        where = D.select(where, {k: v for k, v in (sel or {}).items() if k in where.dims})
         xs, ys = xs.where(where), ys.where(where)
+    xs, ys = xr.broadcast(xs, ys)
     dims = xs.dims
     xv = np.asarray(xs.transpose(*dims).values, dtype=float).ravel()
     yv = np.asarray(ys.transpose(*dims).values, dtype=float).ravel()
     columns = {}
     if dims:
-        grids = np.meshgrid(*[ds[d].values for d in dims], indexing="ij")
+        grids = np.meshgrid(*[xs[d].values for d in dims], indexing="ij")
         columns = {d: g.ravel() for d, g in zip(dims, grids)}
     finite = np.isfinite(xv) & np.isfinite(yv)
     if not finite.any():
@@ -112,12 +113,17 @@ def pareto(data, x: str, y: str, *, x_dir: str | None = None, y_dir: str | None 
         ax.scatter(rest[x], rest[y], s=6, color="0.6", alpha=0.35, linewidths=0, label="dominated", gid="dominated")
         ax.scatter(front[x], front[y], s=14, color=S.PALETTE["gemm"], zorder=3, linewidths=0, label="Pareto frontier",
                    gid="frontier")
-        step = "post" if (table.attrs["x_dir"] == "min") == (table.attrs["y_dir"] == "min") else "pre"
+        step = "post" if table.attrs["x_dir"] == "min" else "pre"  # the edge of the dominated region
         ax.step(front[x], front[y], where=step, color=S.PALETTE["gemm"], linewidth=0.9, zorder=2)
         for axis, values, name in (("x", xv, x), ("y", yv, y)):
-            use_log = log if log is not None else (np.all(values > 0) and values.max() / values.min() >= 50)
+            levels = np.unique(values)
+            geometric = name in table.attrs["dims"] and S.is_geometric(levels)
+            use_log = log if log is not None else (geometric or (np.all(values > 0) and values.max() / values.min() >= 50))
             if use_log:
-                (ax.set_xscale if axis == "x" else ax.set_yscale)("log", base=2 if name in dims else 10)
+                base = 2 if geometric and all(S.is_power_of_two(v) for v in levels) else 10
+                (ax.set_xscale if axis == "x" else ax.set_yscale)("log", base=base)
+                if geometric and levels.size <= 12:
+                    (ax.set_xticks if axis == "x" else ax.set_yticks)(levels, labels=[S.fmt_coord(v) for v in levels])
         ax.xaxis.set_major_formatter(S.unit_formatter(xf))
         ax.yaxis.set_major_formatter(S.unit_formatter(yf))
         ax.xaxis.set_minor_formatter("")
