@@ -324,5 +324,10 @@ def plans(system, num_nodes, model):
         click.echo(f"{plan.shape:<{20 if three else 12}} {plan.label}")
 
 
+from fastmodel.cli_plot import plot  # noqa: E402
+
+main.add_command(plot)
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

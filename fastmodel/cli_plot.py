@@ -1,0 +1,213 @@
+"""``fastmodel plot ...``: figures from sweep results (heatmap, breakdown, pareto, scaling) and configs (timeline).
+
+Every command writes one figure (format from the ``-o`` suffix: .png, .pdf or
+.svg) atomically; bad input is one line naming what is wrong, exit 2.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+import click
+
+SIZE_CHOICE = click.Choice(["single", "double"])
+
+
+def _friendly(func):
+    """The CLI's one-line error handling (imported lazily: fastmodel.cli imports this module)."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        from fastmodel.cli import _friendly as friendly
+
+        return friendly(func)(*args, **kwargs)
+
+    return wrapper
+
+
+def _figure_options(size_default: str):
+    def decorate(func):
+        for option in reversed([
+            click.option("--output", "-o", required=True, type=click.Path(dir_okay=False),
+                         help="Figure file: .png, .pdf or .svg (written atomically)."),
+            click.option("--dpi", default=300, show_default=True, type=click.IntRange(10, 2400),
+                         help="Resolution of PNG output (and of images inside PDF/SVG)."),
+            click.option("--size", default=size_default, show_default=True, type=SIZE_CHOICE,
+                         help="Width preset: one column (3.5 in) or the full page width (7.16 in)."),
+            click.option("--title", help="Title (default: the fixed coordinates or the configuration)."),
+        ]):
+            func = option(func)
+        return func
+
+    return decorate
+
+
+_sel_option = click.option("--sel", "sel", multiple=True, metavar="DIM=VALUE",
+                           help="Fix a dimension (repeatable; repeat a DIM to keep several values).")
+_reduce_option = click.option("--reduce", "reduce", multiple=True, metavar="HOW:DIM",
+                              help="Reduce a dimension: max|min|argmax|argmin, e.g. max:global_batch (repeatable).")
+
+
+def _open(path):
+    from fastmodel.best import open_result
+
+    return open_result(path)
+
+
+def _sel(texts):
+    from fastmodel.plot.data import parse_sel, sel_from_texts
+
+    return sel_from_texts(parse_sel(texts))
+
+
+def _save(fig, output, dpi):
+    from fastmodel.plot import save
+
+    save(fig, output, dpi)
+    click.echo(f"wrote {output}", err=True)
+
+
+def _check_suffix(output):
+    from fastmodel.plot.data import PlotError
+
+    if not str(output).lower().endswith((".png", ".pdf", ".svg")):
+        raise PlotError(f"{output}: the figure must end in .png, .pdf or .svg")
+
+
+@click.group("plot")
+def plot():
+    """Figures for papers: heatmap, timeline, breakdown, pareto, scaling."""
+
+
+@plot.command("heatmap")
+@click.argument("result", type=click.Path())
+@click.option("--x", "x", required=True, help="Dimension along the columns, e.g. num_nodes.")
+@click.option("--y", "y", required=True, help="Dimension along the rows, e.g. plan.")
+@click.option("--var", default="throughput", show_default=True, help="Variable to colour by.")
+@_sel_option
+@_reduce_option
+@click.option("--relative-to", "relative_to", metavar="PLAN", help="Show the gain over this plan (>1 better; diverging).")
+@click.option("--annotate", is_flag=True, help="Write each cell's value.")
+@click.option("--best", default="auto", show_default=True, type=click.Choice(["auto", "max", "min", "none"]),
+              help="Mark the best cell (auto: max for rates, min for times, memory, cost).")
+@click.option("--log/--linear", "log", default=None, help="Colour scale (default: log when values span 2 decades).")
+@_figure_options("single")
+@_friendly
+def heatmap_command(result, x, y, var, sel, reduce, relative_to, annotate, best, log, output, dpi, size, title):
+    """Heatmap of VAR over two dimensions of a sweep RESULT (.zarr or .nc)."""
+    from fastmodel.plot import heatmap
+    from fastmodel.plot.data import parse_reduce
+
+    _check_suffix(output)
+    fig, _ = heatmap(_open(result), x, y, var=var, sel=_sel(sel), reduce=parse_reduce(reduce), relative_to=relative_to,
+                     annotate=annotate, best=None if best == "none" else best, log=log, size=size, title=title)
+    _save(fig, output, dpi)
+
+
+_TIME = re.compile(r"^\s*([0-9.eE+-]+)\s*(s|ms|us|µs)?\s*$")
+
+
+def parse_window(text: str | None) -> tuple[float, float] | None:
+    """``'0.5:1.2'`` (seconds) or ``'100ms:300ms'`` -> (start, end) in seconds."""
+    from fastmodel.plot.data import PlotError
+
+    if text is None:
+        return None
+    parts = text.split(":")
+    values = []
+    for part in parts:
+        match = _TIME.match(part)
+        if len(parts) != 2 or not match:
+            raise PlotError(f"cannot parse --window {text!r}; write START:END in seconds, e.g. 0:0.5 or 100ms:300ms")
+        try:
+            number = float(match.group(1))
+        except ValueError:
+            raise PlotError(f"cannot parse --window {text!r}: {part!r} is not a number") from None
+        values.append(number * {"s": 1.0, None: 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6}[match.group(2)])
+    return values[0], values[1]
+
+
+@plot.command("timeline")
+@click.option("--model", "-m", required=True, help="Built-in name or path.")
+@click.option("--system", "-s", required=True, help="Built-in name or path.")
+@click.option("--task", "-t", required=True, help="Built-in name or path.")
+@click.option("--nodes", "num_nodes", type=click.IntRange(min=1), help="Cluster size in nodes.")
+@click.option("--plan", "-p", help="Plan 'DENSE/EMB' (overrides the task's).")
+@click.option("--semantics", default="madmax", show_default=True, help="Modelling preset (madmax or default).")
+@click.option("--window", metavar="START:END", help="Only this time window, e.g. 0:0.5 or 100ms:300ms.")
+@click.option("--aggregate", is_flag=True, help="Merge back-to-back ops of one category into one bar.")
+@_figure_options("double")
+@_friendly
+def timeline_command(model, system, task, num_nodes, plan, semantics, window, aggregate, output, dpi, size, title):
+    """Gantt chart of the compute and communication streams of one configuration."""
+    from fastmodel.api import make_config
+    from fastmodel.plot import timeline
+
+    _check_suffix(output)
+    config = make_config(model, system, task, semantics, plan, num_nodes)
+    fig, _ = timeline(config, window=parse_window(window), aggregate=aggregate, size=size, title=title)
+    _save(fig, output, dpi)
+
+
+@plot.command("breakdown")
+@click.argument("result", type=click.Path())
+@_sel_option
+@_figure_options("single")
+@_friendly
+def breakdown_command(result, sel, output, dpi, size, title):
+    """Serialized vs overlapped time per configuration (one dimension may stay, e.g. several plans)."""
+    from fastmodel.plot import breakdown
+
+    _check_suffix(output)
+    fig, _ = breakdown(_open(result), _sel(sel), size=size, title=title)
+    _save(fig, output, dpi)
+
+
+@plot.command("pareto")
+@click.argument("result", type=click.Path())
+@click.option("--x", "x", required=True, help="Variable or coordinate on x, e.g. iteration_time or cost.")
+@click.option("--y", "y", required=True, help="Variable or coordinate on y.")
+@click.option("--x-dir", type=click.Choice(["min", "max"]), help="Better direction on x (default by name).")
+@click.option("--y-dir", type=click.Choice(["min", "max"]), help="Better direction on y (default by name).")
+@_sel_option
+@click.option("--where", "where", multiple=True, help="Keep points passing a filter, as in 'best' (repeatable).")
+@click.option("--label", "label", multiple=True, help="Dimension(s) naming frontier points (default: plan).")
+@_figure_options("single")
+@_friendly
+def pareto_command(result, x, y, x_dir, y_dir, sel, where, label, output, dpi, size, title):
+    """Pareto frontier of two variables; prints the frontier and draws every point."""
+    from fastmodel.best import where_mask
+    from fastmodel.plot import pareto
+
+    _check_suffix(output)
+    ds = _open(result)
+    mask = where_mask(ds, list(where)) if where else None
+    fig, ax = pareto(ds, x, y, x_dir=x_dir, y_dir=y_dir, sel=_sel(sel), where=mask, label=list(label) or None,
+                     size=size, title=title)
+    table = ax.frontier
+    front = table[table.on_frontier].drop(columns="on_frontier").sort_values(x)
+    click.echo(front.to_string(index=False))
+    _save(fig, output, dpi)
+    click.echo(f"{len(front)} of {len(table)} points on the frontier", err=True)
+
+
+@plot.command("scaling")
+@click.argument("result", type=click.Path())
+@click.option("--x", "x", required=True, help="Dimension on x, e.g. num_nodes or flops_util.")
+@click.option("--var", default="throughput", show_default=True, help="Variable on y.")
+@click.option("--hue", help="One line per value of this dimension, e.g. plan.")
+@_sel_option
+@_reduce_option
+@click.option("--top", type=click.IntRange(min=1), help="Keep the TOP lines with the best values.")
+@_figure_options("single")
+@_friendly
+def scaling_command(result, x, var, hue, sel, reduce, top, output, dpi, size, title):
+    """A variable against one dimension, one line per value of another."""
+    from fastmodel.plot import scaling
+    from fastmodel.plot.data import parse_reduce
+
+    _check_suffix(output)
+    fig, _ = scaling(_open(result), x, var=var, hue=hue, sel=_sel(sel), reduce=parse_reduce(reduce), top=top,
+                     size=size, title=title)
+    _save(fig, output, dpi)

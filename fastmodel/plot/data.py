@@ -1,0 +1,245 @@
+"""Preparing sweep data for a figure: selection, reduction, ratios, status, directions, labels.
+
+Shared by every plot kind and by the CLI, so ``--sel``/``--reduce`` mean the
+same thing everywhere and every error is one line naming what is wrong.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+import xarray as xr
+
+from fastmodel.errors import FastmodelError, nearest
+from fastmodel.params import STATUS, STATUS_NAMES
+from fastmodel.results import REGISTRY
+
+#: status codes of points that are legal but do not fit in memory, and of illegal points
+INFEASIBLE = (STATUS["does_not_fit"],)
+ILLEGAL = tuple(code for code, name in enumerate(STATUS_NAMES) if name not in ("ok", "does_not_fit"))
+REDUCTIONS = ("max", "min", "argmax", "argmin")
+
+_MAXIMIZE = ("throughput", "flop_per_s", "util", "speedup", "gain", "fits_memory", "tokens_per_s", "mfu",
+             "bandwidth", "efficiency")
+_QUANTITY_UNITS = {"flop_per_s": "FLOP/s", "bytes_per_s": "B/s", "bytes": "bytes"}
+
+
+class PlotError(FastmodelError):
+    """A figure cannot be made from the given data and options."""
+
+
+def direction(name: str) -> str:
+    """Default optimisation direction of a variable: ``'max'`` for rates and gains, else ``'min'``.
+
+    Times, costs, energy, GPU-hours and memory are minimised; throughput,
+    FLOP/s, utilisations, speedups and ``fits_memory`` maximised.
+    """
+    lowered = name.lower()
+    return "max" if any(key in lowered for key in _MAXIMIZE) else "min"
+
+
+def check_direction(value: str | None, name: str) -> str:
+    if value is None:
+        return direction(name)
+    if value not in ("min", "max"):
+        raise PlotError(f"direction for {name} must be 'min' or 'max' (got {value!r})")
+    return value
+
+
+def names_of(ds: xr.Dataset) -> list[str]:
+    return [*ds.data_vars, *ds.coords]
+
+
+def get_var(ds: xr.Dataset, name: str) -> xr.DataArray:
+    """``ds[name]`` (a variable or a coordinate); one-line error with the nearest name."""
+    if name not in ds.variables:
+        choices = [n for n in names_of(ds) if n != "status"]
+        raise PlotError(f"unknown variable {name!r}{nearest(name, choices)}; variables: {', '.join(ds.data_vars)}")
+    return ds[name]
+
+
+def check_dim(dims: Iterable[str], name: str, what: str = "dimension") -> str:
+    dims = list(dims)
+    if name not in dims:
+        raise PlotError(f"unknown {what} {name!r}{nearest(name, dims)}; dimensions: {', '.join(dims) or '(none)'}")
+    return name
+
+
+def units_of(obj: xr.DataArray) -> str:
+    """Units of a variable or coordinate: its attrs, the registry, or the spec field's quantity."""
+    if obj.attrs.get("units"):
+        return str(obj.attrs["units"])
+    if obj.name in REGISTRY:
+        return REGISTRY[obj.name].units
+    field = obj.attrs.get("field", "")
+    if field:
+        from fastmodel.sweep_axes import FIELDS
+
+        info = FIELDS.get(field)
+        if info is not None and info.quantity:
+            return _QUANTITY_UNITS[info.quantity]
+    return ""
+
+
+def long_name_of(obj: xr.DataArray) -> str:
+    if obj.attrs.get("long_name"):
+        return str(obj.attrs["long_name"])
+    if obj.name in REGISTRY:
+        return REGISTRY[obj.name].long_name
+    return str(obj.name).replace("_", " ")
+
+
+# --- --sel ---------------------------------------------------------------------------------
+
+
+def parse_sel(items: Iterable[str]) -> dict[str, list[str]]:
+    """``['num_nodes=256', 'plan=tp,ddp/mp', 'plan=fsdp/ddp']`` -> ``{dim: [texts]}`` (repeats add values)."""
+    out: dict[str, list[str]] = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        if not sep or not name.strip() or not text.strip():
+            raise PlotError(f"cannot parse --sel {item!r}; write DIM=VALUE, e.g. num_nodes=256 or plan=tp,ddp/mp")
+        out.setdefault(name.strip(), []).append(text.strip())
+    return out
+
+
+def _coord_value(coord: xr.DataArray, value):
+    """The coordinate value equal to ``value`` (text or number); one-line error with the valid values."""
+    values = coord.values
+    dim = coord.name
+    shown = ", ".join(map(str, values[:12])) + (" ..." if values.size > 12 else "")
+    if values.dtype.kind in "USO":
+        text = str(value).strip("'\"")
+        if text not in set(map(str, values)):
+            raise PlotError(f"{dim}={text!r} is not in the data{nearest(text, map(str, values))}; values: {shown}")
+        return text
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise PlotError(f"{dim} is numeric, cannot select {value!r}; values: {shown}") from None
+    match = np.flatnonzero(np.isclose(values.astype(float), number, rtol=1e-9, atol=0.0))
+    if match.size == 0:
+        raise PlotError(f"{dim}={value} is not in the data; values: {shown}")
+    return values[match[0]]
+
+
+def select(obj, sel: Mapping[str, object] | None):
+    """``obj.sel`` with values matched exactly (numbers within 1e-9); a list keeps the dimension."""
+    if not sel:
+        return obj
+    indexers = {}
+    for dim, value in sel.items():
+        check_dim(obj.dims, dim)
+        many = isinstance(value, (list, tuple, np.ndarray))
+        values = [_coord_value(obj[dim], v) for v in (value if many else [value])]
+        indexers[dim] = values if many and len(values) > 1 else values[0]
+    return obj.sel(indexers)
+
+
+def sel_from_texts(texts: Mapping[str, list[str]]) -> dict[str, object]:
+    """CLI ``--sel`` texts -> a selection mapping (one value stays scalar, repeats become a list)."""
+    return {dim: values[0] if len(values) == 1 else values for dim, values in texts.items()}
+
+
+# --- reductions and status -----------------------------------------------------------------
+
+
+def parse_reduce(items: Iterable[str]) -> list[tuple[str, str]]:
+    """``['max:plan', 'argmax:global_batch']`` (or ``'max over plan'``) -> [(how, dim)]."""
+    out = []
+    for item in items:
+        match = re.match(r"^\s*(\w+)\s*(?::|\s+over\s+)\s*(\S+)\s*$", item)
+        if not match:
+            raise PlotError(f"cannot parse --reduce {item!r}; write HOW:DIM, e.g. max:plan (HOW: {'|'.join(REDUCTIONS)})")
+        how, dim = match.groups()
+        if how not in REDUCTIONS:
+            raise PlotError(f"unknown reduction {how!r}{nearest(how, REDUCTIONS)}; one of {', '.join(REDUCTIONS)}")
+        out.append((how, dim))
+    return out
+
+
+def reduce_status(status: xr.DataArray, dim: str) -> xr.DataArray:
+    """Status of a reduced cell: ok if any point is ok, else does-not-fit if any, else the first reason."""
+    rank = xr.where(status == 0, -2, xr.where(status == STATUS["does_not_fit"], -1, status))
+    best = rank.min(dim)
+    return xr.where(best == -2, 0, xr.where(best == -1, STATUS["does_not_fit"], best)).astype(np.int8)
+
+
+def reduce_one(da: xr.DataArray, how: str, dim: str) -> xr.DataArray:
+    """max/min over ``dim`` (NaN where all NaN), or argmax/argmin: the ``dim`` coordinate of the extreme."""
+    check_dim(da.dims, dim)
+    if how in ("max", "min"):
+        out = getattr(da, how)(dim, skipna=True, keep_attrs=True)
+        out.attrs["long_name"] = f"{how} {long_name_of(da)} over {dim}"
+        out.attrs.setdefault("units", units_of(da))
+        return out
+    values = da.astype(float)
+    empty = values.isnull().all(dim)
+    fill = -np.inf if how == "argmax" else np.inf
+    index = getattr(values.fillna(fill), how)(dim)
+    coord = da[dim]
+    picked = coord.values[index.values]
+    if coord.dtype.kind in "USO":
+        picked = np.where(empty.values, "", picked.astype(str)).astype(object)
+    else:
+        picked = np.where(empty.values, np.nan, picked.astype(float))
+    kind = "max" if how == "argmax" else "min"
+    return xr.DataArray(picked, dims=index.dims, coords={d: index[d] for d in index.dims},
+                        attrs={"long_name": f"{dim} of {kind} {long_name_of(da)}", "units": units_of(coord)},
+                        name=f"{how}_{da.name}_{dim}")
+
+
+def relative(da: xr.DataArray, baseline, dim: str = "plan", maximize: bool | None = None) -> xr.DataArray:
+    """Gain over the ``baseline`` value of ``dim``: ``da / base`` if larger is better, else ``base / da``."""
+    check_dim(da.dims, dim)
+    value = _coord_value(da[dim], baseline)
+    base = da.sel({dim: value}, drop=True)
+    maximize = direction(str(da.name)) == "max" if maximize is None else maximize
+    out = (da / base) if maximize else (base / da)
+    out.attrs = {"long_name": f"{long_name_of(da)}: gain over {value}", "units": "×", "ratio": 1,
+                 "description": f">1: better than {dim}={value}"}
+    out.name = f"{da.name}_gain"
+    return out
+
+
+def prepare(data, var: str | None = None, sel=None, reduce=(), relative_to=None, relative_dim: str = "plan",
+            status=None) -> tuple[xr.DataArray, xr.DataArray | None]:
+    """(values, status) of one variable after selection, gain over a baseline and reductions.
+
+    ``data`` is a Dataset (``var`` names the variable; its ``status`` is used)
+    or a DataArray (``status`` may be passed). ``reduce`` is a list of
+    ``(how, dim)`` with how in max|min|argmax|argmin.
+    """
+    if isinstance(data, xr.Dataset):
+        if var is None:
+            raise PlotError("name the variable to plot (var=...)")
+        da = get_var(data, var)
+        if status is None and "status" in data:
+            status = data["status"]
+    elif isinstance(data, xr.DataArray):
+        da = data
+    else:
+        raise PlotError(f"expected an xarray Dataset or DataArray, got {type(data).__name__}")
+    da = select(da, sel)
+    if status is not None:
+        status = select(status, {k: v for k, v in (sel or {}).items() if k in status.dims})
+    if relative_to is not None:
+        da = relative(da, relative_to, relative_dim)
+    for how, dim in reduce or ():
+        check_dim(da.dims, dim)
+        da = reduce_one(da, how, dim)
+        if status is not None:
+            status = reduce_status(status, dim)
+    da = da.load() if hasattr(da, "load") else da
+    if status is not None:
+        status = status.broadcast_like(da).transpose(*da.dims).load()
+    if da.size == 0:
+        raise PlotError("the selection is empty")
+    return da, status
+
+
+def status_legend(codes: Iterable[int]) -> str:
+    """Reasons for a legend entry: ``'product_ne_devices, first_degree'``."""
+    return ", ".join(STATUS_NAMES[int(c)] for c in sorted({int(c) for c in codes}))

@@ -1,0 +1,144 @@
+"""Pareto frontier over any two variables, each minimised or maximised."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fastmodel.plot import data as D
+from fastmodel.plot import style as S
+
+
+def pareto_mask(x, y, x_dir: str = "min", y_dir: str = "min") -> np.ndarray:
+    """Boolean mask of the non-dominated points of (x, y) (NaN points are never on the frontier).
+
+    A point is dominated when another is at least as good on both axes and
+    strictly better on one; equal points do not dominate each other. O(n log n).
+    """
+    x = np.asarray(x, dtype=float).ravel()
+    y = np.asarray(y, dtype=float).ravel()
+    if x.shape != y.shape:
+        raise ValueError("x and y must have the same size")
+    for way in (x_dir, y_dir):
+        if way not in ("min", "max"):
+            raise ValueError(f"direction must be 'min' or 'max' (got {way!r})")
+    ok = np.isfinite(x) & np.isfinite(y)
+    a = np.where(x_dir == "min", x, -x)[ok]
+    b = np.where(y_dir == "min", y, -y)[ok]
+    mask = np.zeros(x.shape, dtype=bool)
+    if a.size == 0:
+        return mask
+    order = np.lexsort((b, a))  # by a, then b
+    a_s, b_s = a[order], b[order]
+    new_group = np.concatenate([[True], a_s[1:] != a_s[:-1]])
+    group = np.cumsum(new_group) - 1
+    starts = np.flatnonzero(new_group)
+    group_min = b_s[starts]                      # sorted by b within a group: its first is its minimum
+    before = np.concatenate([[np.inf], np.minimum.accumulate(group_min)[:-1]])  # best b at strictly smaller a
+    keep = (b_s == group_min[group]) & (b_s < before[group])
+    idx = np.flatnonzero(ok)[order[keep]]
+    mask[idx] = True
+    return mask
+
+
+def frontier(data, x: str, y: str, *, x_dir: str | None = None, y_dir: str | None = None, sel=None,
+             where=None, label=None):
+    """The points of ``data`` as a DataFrame (coordinates, x, y, ``on_frontier``), frontier first by x.
+
+    ``x``/``y``: any variable or coordinate; directions default by name (time,
+    cost, memory: min; throughput: max). ``where``: a boolean mask (e.g.
+    ``ds.fits_memory``) restricting the points.
+    """
+    import pandas as pd
+
+    x_dir = D.check_direction(x_dir, x)
+    y_dir = D.check_direction(y_dir, y)
+    ds = D.select(data, sel)
+    xs, ys = D.get_var(ds, x), D.get_var(ds, y)
+    import xarray as xr
+
+    if where is not None:
+        where = D.select(where, {k: v for k, v in (sel or {}).items() if k in where.dims})
+        xs, ys = xs.where(where), ys.where(where)
+    xs, ys = xr.broadcast(xs, ys)
+    dims = xs.dims
+    xv = np.asarray(xs.transpose(*dims).values, dtype=float).ravel()
+    yv = np.asarray(ys.transpose(*dims).values, dtype=float).ravel()
+    columns = {}
+    if dims:
+        grids = np.meshgrid(*[xs[d].values for d in dims], indexing="ij")
+        columns = {d: g.ravel() for d, g in zip(dims, grids)}
+    finite = np.isfinite(xv) & np.isfinite(yv)
+    if not finite.any():
+        raise D.PlotError(f"no point has finite {x} and {y}")
+    table = pd.DataFrame({**columns, x: xv, y: yv} if x != y else {**columns, x: xv})
+    table["on_frontier"] = pareto_mask(xv, yv, x_dir, y_dir)
+    table = table[finite].reset_index(drop=True)
+    table.attrs.update(x=x, y=y, x_dir=x_dir, y_dir=y_dir, dims=list(dims),
+                       x_units=D.units_of(xs), y_units=D.units_of(ys),
+                       x_name=D.long_name_of(xs), y_name=D.long_name_of(ys))
+    return table
+
+
+def _label_dims(table, label):
+    import pandas as pd
+
+    dims = table.attrs["dims"]
+    if label is not None:
+        for d in ([label] if isinstance(label, str) else label):
+            D.check_dim(dims, d, "label dimension")
+        return [label] if isinstance(label, str) else list(label)
+    varying = [d for d in dims if table[d].nunique() > 1]
+    text = [d for d in varying if not pd.api.types.is_numeric_dtype(table[d])]
+    return text or varying
+
+
+def pareto(data, x: str, y: str, *, x_dir: str | None = None, y_dir: str | None = None, sel=None, where=None,
+           label=None, max_labels: int = 16, log: bool | None = None, size="single", height: float | None = None,
+           title: str | None = None, ax=None):
+    """Scatter of every point, dominated ones faded, the frontier drawn and its points labelled.
+
+    Labels name the point's plan (or other string coordinates, else the
+    varying dimensions; ``label=`` picks). Returns ``(fig, ax)``; the frontier
+    table (:func:`frontier`) is ``ax.frontier``.
+    """
+    table = frontier(data, x, y, x_dir=x_dir, y_dir=y_dir, sel=sel, where=where, label=label)
+    dims = _label_dims(table, label)
+    front = table[table.on_frontier].sort_values([x, y])
+    rest = table[~table.on_frontier]
+    xv, yv = table[x].to_numpy(), table[y].to_numpy() if x != y else table[x].to_numpy()
+    xf, xu = S.display_unit(table.attrs["x_units"], xv)
+    yf, yu = S.display_unit(table.attrs["y_units"], yv)
+    with S.paper_rc():
+        fig, ax = S.new_axes(size, height, ax)
+        ax.scatter(rest[x], rest[y], s=6, color="0.6", alpha=0.35, linewidths=0, label="dominated", gid="dominated")
+        ax.scatter(front[x], front[y], s=14, color=S.PALETTE["gemm"], zorder=3, linewidths=0, label="Pareto frontier",
+                   gid="frontier")
+        step = "post" if table.attrs["x_dir"] == "min" else "pre"  # the edge of the dominated region
+        ax.step(front[x], front[y], where=step, color=S.PALETTE["gemm"], linewidth=0.9, zorder=2)
+        for axis, values, name in (("x", xv, x), ("y", yv, y)):
+            levels = np.unique(values)
+            geometric = name in table.attrs["dims"] and S.is_geometric(levels)
+            use_log = log if log is not None else (geometric or (np.all(values > 0) and values.max() / values.min() >= 50))
+            if use_log:
+                base = 2 if geometric and all(S.is_power_of_two(v) for v in levels) else 10
+                (ax.set_xscale if axis == "x" else ax.set_yscale)("log", base=base)
+                if geometric and levels.size <= 12:
+                    (ax.set_xticks if axis == "x" else ax.set_yticks)(levels, labels=[S.fmt_coord(v) for v in levels])
+        ax.xaxis.set_major_formatter(S.unit_formatter(xf))
+        ax.yaxis.set_major_formatter(S.unit_formatter(yf))
+        ax.xaxis.set_minor_formatter("")
+        ax.yaxis.set_minor_formatter("")
+        ax.set_xlabel(S.label(f"{table.attrs['x_name']} ({table.attrs['x_dir']}.)", xu))
+        ax.set_ylabel(S.label(f"{table.attrs['y_name']} ({table.attrs['y_dir']}.)", yu))
+        chosen = front if len(front) <= max_labels else front.iloc[np.linspace(0, len(front) - 1, max_labels).round()
+                                                                   .astype(int)]
+        for _, row in chosen.iterrows():
+            text = ", ".join(S.fmt_coord(row[d]) for d in dims)
+            if text:
+                ax.annotate(text, (row[x], row[y]), xytext=(3, 3), textcoords="offset points", fontsize=5.5,
+                            color="0.15", gid="frontier-label")
+        fig.legend(loc="outside upper center", ncol=2)
+        if title is not None:
+            ax.set_title(title)
+    ax.frontier = table
+    return fig, ax

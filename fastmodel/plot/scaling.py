@@ -1,0 +1,74 @@
+"""Scaling curves: one variable against one axis, one line per value of another."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fastmodel.plot import data as D
+from fastmodel.plot import style as S
+
+
+def scaling(data, x: str, *, var: str | None = None, hue: str | None = None, sel=None, reduce=(), top: int | None = None,
+            logx: bool | None = None, logy: bool | None = None, size="single", height: float | None = None,
+            title: str | None = None, ax=None):
+    """Plot ``var`` against dimension ``x``, one line per ``hue`` value; returns ``(fig, ax)``.
+
+    Every other dimension must be fixed (``sel``) or reduced (``reduce``).
+    ``top``: keep the ``top`` hue values with the best value anywhere (by the
+    variable's direction). A geometric x axis is drawn on a log scale (base 2 for
+    powers of two); y goes log when it spans two decades (``logx``/``logy`` force).
+    """
+    da, _ = D.prepare(data, var, sel, reduce)
+    D.check_dim(da.dims, x)
+    if hue is not None:
+        D.check_dim(da.dims, hue)
+        if hue == x:
+            raise D.PlotError(f"x and hue are both {x!r}")
+    keep = {x} | ({hue} if hue else set())
+    extra = [d for d in da.dims if d not in keep]
+    if extra:
+        raise D.PlotError(f"fix or reduce the other dimensions with --sel/--reduce: {', '.join(extra)}")
+    if da.dtype.kind not in "iufb":
+        raise D.PlotError(f"{da.name} is not numeric")
+    da = da.transpose(*([hue] if hue else []), x).astype(float)
+    rows = da.values if hue else da.values[None, :]
+    names = [S.fmt_coord(v) for v in da[hue].values] if hue else [None]
+    if top is not None and hue:
+        way = D.direction(str(da.name))
+        signed = rows if way == "max" else -rows
+        score = np.where(np.isnan(signed), -np.inf, signed).max(axis=1)
+        order = np.argsort(-score, kind="stable")[:top]
+        order = np.sort(order)
+        rows, names = rows[order], [names[i] for i in order]
+    xv = da[x].values
+    categorical = xv.dtype.kind in "USO"
+    xpos = np.arange(xv.size) if categorical else xv.astype(float)
+    units = D.units_of(da)
+    factor, shown = S.display_unit(units, rows)
+    xfactor, xshown = (1.0, "") if categorical else S.display_unit(D.units_of(da[x]), xpos)
+    with S.paper_rc():
+        fig, ax = S.new_axes(size, height, ax)
+        for row, name in zip(rows, names):
+            ax.plot(xpos, row, marker="o", label=name, gid=f"line:{name}")
+        if categorical:
+            ax.set_xticks(xpos, labels=[str(v) for v in xv], rotation=45, ha="right")
+        else:
+            if logx if logx is not None else S.is_geometric(xpos):
+                base = 2 if all(S.is_power_of_two(v) for v in xpos) else 10
+                ax.set_xscale("log", base=base)
+            if xv.size <= 12:
+                ax.set_xticks(xpos, labels=[S.fmt_coord(v) if xfactor == 1 else S.fmt_tick(v / xfactor) for v in xpos])
+                ax.xaxis.set_minor_formatter("")
+                ax.set_xticks([], minor=True)
+        finite = rows[np.isfinite(rows)]
+        if logy if logy is not None else (finite.size and np.all(finite > 0) and finite.max() / finite.min() >= 100):
+            ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(S.unit_formatter(factor))
+        ax.yaxis.set_minor_formatter("")
+        ax.set_xlabel(S.label(x, xshown))
+        ax.set_ylabel(S.label(D.long_name_of(da), shown))
+        if hue:
+            fig.legend(title=hue, loc="outside right upper", handlelength=1.5, ncol=2 if len(names) > 16 else 1)
+        if title is not None:
+            ax.set_title(title)
+    return fig, ax

@@ -1,0 +1,191 @@
+"""Paper style: one palette, figure-size presets, number formats, deterministic saving.
+
+Figures are made on the non-interactive Agg canvas (no display needed) inside
+:func:`paper_rc`, so fonts and line widths survive shrinking to a column; they are
+saved by :func:`save` with fixed metadata (no dates, fixed SVG hash salt) so the
+same figure gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg", force=False)  # never require a display
+
+import matplotlib as mpl
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter
+
+from fastmodel.errors import FastmodelError, nearest
+
+#: one colour per op category, the same in every figure (colour-blind-safe Okabe-Ito + grey)
+PALETTE: dict[str, str] = {
+    "gemm": "#0072B2",
+    "emb": "#56B4E9",
+    "all2all": "#CC79A7",
+    "allreduce": "#009E73",
+    "allgather": "#E69F00",
+    "reducescatter": "#F0E442",
+    "exposed": "#D55E00",
+}
+CATEGORY_LABELS: dict[str, str] = {
+    "gemm": "GEMM", "emb": "embedding", "all2all": "all-to-all", "allreduce": "allreduce",
+    "allgather": "allgather", "reducescatter": "reduce-scatter", "exposed": "exposed comm.",
+}
+#: figure widths in inches: one column (ACM/IEEE ~3.33-3.5 in) and the full page width
+SIZES: dict[str, float] = {"single": 3.5, "double": 7.16}
+FORMATS = ("png", "pdf", "svg")
+
+PAPER_RC = {
+    "font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "xtick.labelsize": 7, "ytick.labelsize": 7,
+    "legend.fontsize": 7, "legend.frameon": False, "axes.linewidth": 0.6, "lines.linewidth": 1.2,
+    "lines.markersize": 3.5, "xtick.major.width": 0.6, "ytick.major.width": 0.6, "xtick.minor.width": 0.4,
+    "ytick.minor.width": 0.4, "patch.linewidth": 0.5, "hatch.linewidth": 0.6, "axes.spines.top": False,
+    "axes.spines.right": False, "figure.dpi": 100, "savefig.dpi": 300, "savefig.bbox": "tight",
+    "savefig.pad_inches": 0.02, "pdf.fonttype": 42, "ps.fonttype": 42, "svg.fonttype": "none",
+    "svg.hashsalt": "fastmodel", "path.simplify": False, "image.interpolation": "nearest",
+}
+
+
+@contextlib.contextmanager
+def paper_rc():
+    """rcParams for paper figures (small, legible fonts; thin lines; editable text in PDF/SVG)."""
+    with mpl.rc_context(PAPER_RC):
+        yield
+
+
+def figure_size(size: str | tuple[float, float], height: float | None = None) -> tuple[float, float]:
+    """(width, height) in inches from a preset name (``single``/``double``) or a (w, h) pair."""
+    if isinstance(size, str):
+        if size not in SIZES:
+            raise FastmodelError(f"unknown figure size {size!r}; one of {', '.join(SIZES)}{nearest(size, SIZES)}")
+        width = SIZES[size]
+        return width, height if height is not None else round(width * 0.72 if size == "single" else 2.8, 2)
+    width, h = size
+    return float(width), float(h)
+
+
+def new_axes(size="single", height: float | None = None, ax=None):
+    """A new (fig, ax) on the Agg canvas, or ``ax``'s figure when an axes is given."""
+    if ax is not None:
+        return ax.figure, ax
+    fig = Figure(figsize=figure_size(size, height), layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig, fig.add_subplot()
+
+
+def save(fig, path: str | Path, dpi: int = 300) -> Path:
+    """Write ``fig`` to ``path`` (format from the suffix: .png/.pdf/.svg) atomically, bytes reproducible."""
+    from fastmodel.atomic import atomic_path
+
+    path = Path(path)
+    fmt = path.suffix.lower().lstrip(".")
+    if fmt not in FORMATS:
+        raise FastmodelError(f"{path}: unknown figure format {path.suffix or '(none)'!r}; use .png, .pdf or .svg")
+    if dpi < 10 or dpi > 2400:
+        raise FastmodelError(f"dpi must be between 10 and 2400 (got {dpi})")
+    metadata = {"png": {"Software": None}, "pdf": {"CreationDate": None, "ModDate": None, "Producer": None},
+                "svg": {"Date": None}}[fmt]
+    metadata["Creator"] = "fastmodel"
+    engine = fig.get_layout_engine()
+    with paper_rc(), atomic_path(path) as tmp:
+        for _ in range(2):  # settle the layout (tick labels change it once), then save it as it is
+            fig.draw_without_rendering()
+        fig.set_layout_engine("none")
+        try:
+            fig.savefig(tmp, format=fmt, dpi=dpi, metadata=metadata)
+        finally:
+            fig.set_layout_engine(engine)
+    return path
+
+
+# --- units and numbers ---------------------------------------------------------------
+
+_SCALES = {
+    "s": [(1.0, "s"), (1e-3, "ms"), (1e-6, "µs")],
+    "bytes": [(1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "kB"), (1.0, "bytes")],
+    "FLOP/s": [(1e15, "PFLOP/s"), (1e12, "TFLOP/s"), (1e9, "GFLOP/s"), (1.0, "FLOP/s")],
+    "B/s": [(1e12, "TB/s"), (1e9, "GB/s"), (1e6, "MB/s"), (1.0, "B/s")],
+}
+
+
+def display_unit(units: str | None, values) -> tuple[float, str]:
+    """(factor, units) that show ``values`` with 1-3 digits before the point (s -> ms, bytes -> GB ...)."""
+    units = units or ""
+    if units not in _SCALES:
+        return 1.0, units
+    arr = np.abs(np.asarray(values, dtype=float))
+    arr = arr[np.isfinite(arr) & (arr > 0)]
+    if arr.size == 0:
+        return _SCALES[units][-1] if units != "s" else (1.0, "s")
+    top = float(arr.max())
+    for factor, name in _SCALES[units]:
+        if top >= factor:
+            return factor, name
+    return _SCALES[units][-1]
+
+
+def fmt_number(value: float) -> str:
+    """Compact, readable number: thousands separators, 3 significant digits, no needless exponent."""
+    if value is None or not np.isfinite(value):
+        return ""
+    a = abs(value)
+    if a == 0:
+        return "0"
+    if 1e-3 <= a < 1e7:
+        if a >= 100 or float(value).is_integer():
+            return f"{value:,.0f}"
+        digits = max(0, 2 - math.floor(math.log10(a)))
+        return f"{value:,.{digits}f}"
+    return f"{value:.2e}".replace("e+0", "e").replace("e-0", "e-").replace("e+", "e")
+
+
+def is_power_of_two(value: float) -> bool:
+    return value > 0 and float(value).is_integer() and (int(value) & (int(value) - 1)) == 0
+
+
+def fmt_coord(value) -> str:
+    """Tick label of a coordinate value: strings as they are; integers exact (2^k from 2^14 up)."""
+    if isinstance(value, (str, np.str_, bytes)):
+        return str(value)
+    value = float(value)
+    if value.is_integer():
+        if is_power_of_two(value) and value >= 2 ** 14:
+            return f"$2^{{{int(math.log2(value))}}}$"
+        return f"{int(value)}"
+    return f"{value:g}"
+
+
+def unit_formatter(factor: float):
+    """A tick formatter dividing by ``factor`` (values stay in SI units, labels in display units)."""
+    return FuncFormatter(lambda v, _pos: fmt_tick(v / factor))
+
+
+def fmt_tick(value: float) -> str:
+    """Tick label: up to 6 significant digits, thousands separators, no float noise."""
+    return f"{value:,.6g}" if abs(value) < 1e7 else f"{value:.3g}"
+
+
+def label(name: str, units: str | None) -> str:
+    """Axis/colorbar label ``name [units]`` (no brackets for dimensionless)."""
+    return f"{name} [{units}]" if units and units != "1" else name
+
+
+def is_geometric(values) -> bool:
+    """True when positive numeric values (>= 3) grow by a constant ratio (log axis fits)."""
+    arr = np.asarray(values)
+    if arr.dtype.kind not in "iuf" or arr.size < 3 or np.any(arr <= 0):
+        return False
+    ratios = arr[1:] / arr[:-1]
+    return bool(np.all(ratios > 1.0) and np.allclose(ratios, ratios[0], rtol=1e-6) and ratios[0] >= 1.5)
+
+
+def luminance(rgba) -> float:
+    r, g, b = rgba[:3]
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b

@@ -1,0 +1,111 @@
+"""`fastmodel plot ...` through click's runner: figures written in each format, one-line errors with exit 2."""
+
+import pytest
+from click.testing import CliRunner
+from plot_data import synthetic_sweep
+
+from fastmodel.cli import main
+from fastmodel.cli_plot import parse_window
+from fastmodel.plot.data import PlotError
+
+MAGIC = {".png": b"\x89PNG", ".pdf": b"%PDF", ".svg": b"<?xml"}
+
+
+@pytest.fixture(scope="module")
+def result_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("sweep") / "out.nc"
+    synthetic_sweep().to_netcdf(path, engine="scipy")
+    return str(path)
+
+
+@pytest.fixture
+def cli():
+    runner = CliRunner()
+
+    def invoke(*args):
+        return runner.invoke(main, list(args), catch_exceptions=False)
+
+    return invoke
+
+
+@pytest.mark.parametrize("args, suffix", [
+    (["heatmap", "{r}", "--x", "num_nodes", "--y", "plan", "--var", "throughput", "--sel", "global_batch=2048"],
+     ".png"),
+    (["heatmap", "{r}", "--x", "num_nodes", "--y", "global_batch", "--reduce", "argmax:plan"], ".svg"),
+    (["heatmap", "{r}", "--x", "num_nodes", "--y", "plan", "--sel", "global_batch=1024", "--relative-to", "fsdp/ddp",
+      "--annotate", "--size", "double"], ".pdf"),
+    (["breakdown", "{r}", "--sel", "num_nodes=64", "--sel", "global_batch=2048", "--sel", "plan=fsdp/ddp",
+      "--sel", "plan=tp,ddp/mp"], ".svg"),
+    (["pareto", "{r}", "--x", "iteration_time", "--y", "memory_per_device", "--where", "fits_memory"], ".pdf"),
+    (["scaling", "{r}", "--x", "num_nodes", "--var", "throughput", "--hue", "plan", "--sel", "global_batch=2048"],
+     ".png"),
+])
+def test_each_kind_writes_each_format(cli, result_file, tmp_path, args, suffix):
+    out = tmp_path / f"fig{suffix}"
+    result = cli("plot", *[a.format(r=result_file) for a in args], "-o", str(out), "--dpi", "80")
+    assert result.exit_code == 0, result.output
+    assert out.read_bytes().startswith(MAGIC[suffix])
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary left behind
+
+
+def test_svg_carries_the_labels(cli, result_file, tmp_path):
+    out = tmp_path / "h.svg"
+    cli("plot", "heatmap", result_file, "--x", "num_nodes", "--y", "plan", "--var", "iteration_time",
+        "--sel", "global_batch=2048", "-o", str(out))
+    svg = out.read_text()
+    for text in ("iteration time [s]", "does not fit in memory", "illegal: product_ne_devices", "best (min)"):
+        assert text in svg, text
+
+
+def test_pareto_prints_the_frontier(cli, result_file, tmp_path):
+    result = cli("plot", "pareto", result_file, "--x", "iteration_time", "--y", "throughput",
+                 "--sel", "num_nodes=64", "-o", str(tmp_path / "p.png"))
+    assert result.exit_code == 0
+    assert "iteration_time" in result.output and "points on the frontier" in result.output
+
+
+@pytest.mark.parametrize("args, text", [
+    (["heatmap", "{r}", "--x", "num_nodes", "--y", "plan", "--var", "thruput", "--sel", "global_batch=512"],
+     "did you mean 'throughput'"),
+    (["heatmap", "{r}", "--x", "num_nodes", "--y", "plan", "--sel", "global_batch=500"], "global_batch=500"),
+    (["heatmap", "{r}", "--x", "num_nodes", "--y", "plan", "--sel", "global_batch"], "DIM=VALUE"),
+    (["heatmap", "{r}", "--x", "num_nodes", "--y", "plan"], "global_batch"),
+    (["heatmap", "{r}", "--x", "num_node", "--y", "plan", "--sel", "global_batch=512"], "did you mean 'num_nodes'"),
+    (["heatmap", "{r}", "--x", "num_nodes", "--y", "plan", "--reduce", "mx:global_batch"], "did you mean 'max'"),
+    (["scaling", "{r}", "--x", "num_nodes", "--hue", "plan", "--sel", "plan=tp,dp/mp"], "did you mean 'tp,ddp/mp'"),
+    (["breakdown", "{r}", "--sel", "num_nodes=64"], "--sel"),
+    (["pareto", "{r}", "--x", "cost", "--y", "throughput"], "unknown variable 'cost'"),
+    (["pareto", "missing.nc", "--x", "iteration_time", "--y", "throughput"], "no such file"),
+])
+def test_errors_are_one_line_exit_2(cli, result_file, tmp_path, args, text):
+    out = tmp_path / "x.png"
+    result = cli("plot", *[a.format(r=result_file) for a in args], "-o", str(out))
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and text in lines[0], result.output
+    assert not out.exists()
+
+
+def test_bad_suffix(cli, result_file, tmp_path):
+    result = cli("plot", "breakdown", result_file, "--sel", "num_nodes=64", "--sel", "global_batch=2048",
+                 "-o", str(tmp_path / "fig.jpg"))
+    assert result.exit_code == 2 and ".png, .pdf or .svg" in result.output
+
+
+def test_parse_window():
+    assert parse_window("0:0.5") == (0.0, 0.5)
+    assert parse_window("100ms:300ms") == pytest.approx((0.1, 0.3))
+    with pytest.raises(PlotError, match="START:END"):
+        parse_window("0.5")
+
+
+def test_timeline_command(cli, tmp_path):
+    out = tmp_path / "t.svg"
+    result = cli("plot", "timeline", "--model", "llama2-70b", "--system", "dc-a", "--nodes", "256",
+                 "--task", "llm-pretrain-fsdp", "--window", "0:200ms", "--aggregate", "-o", str(out))
+    assert result.exit_code == 0, result.output
+    svg = out.read_text()
+    assert "fsdp2048/ddp2048" in svg and "time [ms]" in svg
+    bad = cli("plot", "timeline", "--model", "llama2-70c", "--system", "dc-a", "--task", "llm-pretrain-fsdp",
+              "-o", str(tmp_path / "u.png"))
+    assert bad.exit_code == 2 and "did you mean 'llama2-70b'" in bad.output

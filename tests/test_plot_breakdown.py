@@ -1,0 +1,63 @@
+"""Breakdown: stacked bars are the dataset's components; the overlapped bar sums to the iteration time."""
+
+import numpy as np
+import pytest
+from plot_data import PLANS, synthetic_sweep
+
+import fastmodel.plot as P
+from fastmodel.plot.breakdown import OVERLAPPED, SERIALIZED
+from fastmodel.plot.data import PlotError
+
+
+@pytest.fixture(scope="module")
+def ds():
+    return synthetic_sweep()
+
+
+def _heights(ax):
+    return {p.get_gid(): (p.get_y(), p.get_height()) for p in ax.patches if p.get_gid()}
+
+
+def test_bars_equal_components_side_by_side(ds, tmp_path):
+    plans = ["fsdp/ddp", "ddp/ddp"]
+    fig, ax = P.breakdown(ds, sel={"num_nodes": 64, "global_batch": 2048, "plan": plans})
+    bars = _heights(ax)
+    point = ds.sel(num_nodes=64, global_batch=2048)
+    for i, plan in enumerate(plans):
+        row = point.sel(plan=plan)
+        for kind, parts in (("Serialized", SERIALIZED), ("Overlapped", OVERLAPPED)):
+            bottom = 0.0
+            for part in parts:
+                component = "exposed" if part == "exposed_comm" else part.removeprefix("time_")
+                y, h = bars[f"{kind}:{component}:{i}"]
+                assert y == pytest.approx(bottom) and h == pytest.approx(float(row[part]))
+                bottom += h
+            if kind == "Overlapped":
+                assert bottom == pytest.approx(float(row.iteration_time), rel=1e-12)
+            else:
+                assert bottom == pytest.approx(float(row.time_gemm + row.time_emb + row.time_allreduce
+                                                     + row.time_allgather + row.time_reducescatter))
+    P.save(fig, tmp_path / "b.svg")
+    svg = (tmp_path / "b.svg").read_text()
+    for text in ("fsdp/ddp", "ddp/ddp", "ser.", "ovl.", "exposed comm.", "GEMM", "time per iteration [s]"):
+        assert text in svg, text
+
+
+def test_one_configuration_and_a_list_of_results(ds):
+    one = ds.sel(num_nodes=32, global_batch=1024, plan="fsdp/ddp")
+    fig, ax = P.breakdown(one)
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["Serialized", "Overlapped"]
+    two = [ds.sel(num_nodes=32, global_batch=1024, plan=p) for p in PLANS[:2]]
+    fig, ax = P.breakdown(two, labels=["A", "B"])
+    assert len([p for p in ax.patches if p.get_gid()]) == 2 * (len(SERIALIZED) + len(OVERLAPPED))
+    assert {t.get_text() for t in ax.texts} >= {"A", "B"}
+
+
+def test_errors(ds):
+    with pytest.raises(PlotError, match="fix the others with --sel"):
+        P.breakdown(ds, sel={"num_nodes": 64})
+    with pytest.raises(PlotError, match="for plan=ddp/ddp"):
+        P.breakdown(ds, sel={"num_nodes": 16, "global_batch": 1024})
+    with pytest.raises(PlotError, match="did you mean 'plan'"):
+        P.breakdown(ds, sel={"plans": "fsdp/ddp"})
+    assert np.isfinite(ds.iteration_time.sel(num_nodes=16, global_batch=1024, plan="fsdp/ddp"))

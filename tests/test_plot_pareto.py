@@ -1,0 +1,76 @@
+"""Pareto: the frontier is exactly the brute-force non-dominated set, for any directions."""
+
+import numpy as np
+import pytest
+from plot_data import synthetic_sweep
+
+import fastmodel.plot as P
+from fastmodel.plot.data import PlotError, direction
+from fastmodel.plot.pareto import pareto_mask
+
+
+def brute_force(x, y, x_dir, y_dir):
+    a = np.where(x_dir == "min", x, -x)
+    b = np.where(y_dir == "min", y, -y)
+    ok = np.isfinite(a) & np.isfinite(b)
+    out = np.zeros(a.size, dtype=bool)
+    for i in np.flatnonzero(ok):
+        others = ok & (a <= a[i]) & (b <= b[i]) & ((a < a[i]) | (b < b[i]))
+        out[i] = not others.any()
+    return out
+
+
+@pytest.mark.parametrize("x_dir, y_dir", [("min", "min"), ("min", "max"), ("max", "min"), ("max", "max")])
+@pytest.mark.parametrize("seed", range(4))
+def test_mask_equals_brute_force(x_dir, y_dir, seed):
+    rng = np.random.default_rng(seed)
+    n = 300
+    x = rng.integers(0, 25, n).astype(float)   # many ties on each axis and duplicate points
+    y = rng.integers(0, 25, n).astype(float)
+    x[rng.random(n) < 0.05] = np.nan
+    y[rng.random(n) < 0.05] = np.inf
+    np.testing.assert_array_equal(pareto_mask(x, y, x_dir, y_dir), brute_force(x, y, x_dir, y_dir))
+
+
+def test_default_directions():
+    assert [direction(n) for n in ("throughput", "iteration_time", "cost", "memory_per_device", "gpu_hours",
+                                   "energy", "train_time", "eff_flop_per_s", "flops_util")] == \
+        ["max", "min", "min", "min", "min", "min", "min", "max", "max"]
+
+
+def test_figure_marks_exactly_the_frontier_and_labels_it(tmp_path):
+    ds = synthetic_sweep()
+    fig, ax = P.pareto(ds, "iteration_time", "throughput", sel={"num_nodes": 64})
+    point = ds.sel(num_nodes=64)
+    x, y = point.iteration_time.values.ravel(), point.throughput.values.ravel()
+    want = brute_force(x, y, "min", "max")
+    (front,) = [c for c in ax.collections if c.get_gid() == "frontier"]
+    (dominated,) = [c for c in ax.collections if c.get_gid() == "dominated"]
+    got = {tuple(p) for p in front.get_offsets()}
+    assert got == {(a, b) for a, b in zip(x[want], y[want])}
+    assert len(dominated.get_offsets()) == int(np.isfinite(x).sum() - want.sum())
+    plans = np.broadcast_to(point.plan.values, point.iteration_time.shape).ravel()
+    labels = sorted(t.get_text() for t in ax.texts if t.get_gid() == "frontier-label")
+    assert labels == sorted(plans[want])
+    assert ax.frontier.on_frontier.sum() == want.sum()
+    P.save(fig, tmp_path / "p.svg")
+    svg = (tmp_path / "p.svg").read_text()
+    assert "iteration time (min.) [s]" in svg and "throughput (max.) [samples/s]" in svg
+
+
+def test_direction_override_and_where(tmp_path):
+    ds = synthetic_sweep()
+    _, ax = P.pareto(ds, "iteration_time", "memory_per_device", x_dir="max", where=ds.fits_memory)
+    table = ax.frontier
+    ok = ds.fits_memory.values.ravel()
+    x, y = ds.iteration_time.values.ravel(), ds.memory_per_device.values.ravel()
+    want = brute_force(np.where(ok, x, np.nan), y, "max", "min")
+    assert table.on_frontier.sum() == want.sum() and len(table) == int(ok.sum())
+
+
+def test_errors():
+    ds = synthetic_sweep()
+    with pytest.raises(PlotError, match="did you mean 'iteration_time'"):
+        P.pareto(ds, "iteration_tim", "throughput")
+    with pytest.raises(PlotError, match="'min' or 'max'"):
+        P.pareto(ds, "iteration_time", "throughput", x_dir="up")
