@@ -7,7 +7,11 @@ Prints, in one run:
     system numbers (FLOP utilization, link and network bandwidth);
   * per-config latency of `run` (the Python API `evaluate`, after warm-up);
   * the same programs evaluated per config by the kernels' own Python code
-    (`.py_func`, no numba) on a sample -- the baseline;
+    (`.py_func`, no numba) on a sample -- the baseline -- and the speed-up of
+    batch over it;
+  * the same three figures (batch configs/s, `run` latency, baseline) for 10,000
+    DLRM-A pretrain configurations (plans, global batches 16,384-131,072, 8-128
+    nodes, the same system what-ifs) on the DLRM-A line;
   * peak RSS.
 It writes the figures to bench/results/bench_evaluate.json.
 
@@ -37,8 +41,15 @@ print(time.perf_counter() - t)
 """
 
 
-def make_cases(n: int, seed: int) -> list[str]:
-    """n JSONL lines: LLaMA2-70B pretrain with varied plans, batches and systems."""
+#: batch workloads: model, cluster sizes, global batches
+WORKLOADS = {
+    "llama2-70b": ([16, 32, 64, 128, 256], [2048, 4096, 8192]),
+    "dlrm-a": ([8, 16, 32, 64, 128], [16384, 32768, 65536, 131072]),
+}
+
+
+def make_cases(n: int, seed: int, model: str = "llama2-70b") -> list[str]:
+    """n JSONL lines: ``model`` pretrain with varied plans, batches and systems."""
     from fastmodel.loader import load_system
     from fastmodel.plans import enumerate_plan_shapes
 
@@ -54,13 +65,13 @@ def make_cases(n: int, seed: int) -> list[str]:
     shapes = [p.shape for p in enumerate_plan_shapes(2, 8)]
     lines = []
     for i in range(n):
-        nodes = rng.choice([16, 32, 64, 128, 256])
+        nodes = rng.choice(WORKLOADS[model][0])
         lines.append(json.dumps({
             "case": i,
-            "model": "llama2-70b",
+            "model": model,
             "system": rng.choice(systems),
             "num_nodes": nodes,
-            "task": {"name": "pretrain", "kind": "pretrain", "global_batch": rng.choice([2048, 4096, 8192])},
+            "task": {"name": "pretrain", "kind": "pretrain", "global_batch": rng.choice(WORKLOADS[model][1])},
             "plan": rng.choice(shapes),
         }))
     return lines
@@ -70,19 +81,19 @@ def python_baseline(configs) -> float:
     """Seconds per config with the kernels' code run by the Python interpreter."""
     import numpy as np
 
-    from fastmodel.config import llm_param_row, structure_key
-    from fastmodel.engine import semantics_flags, strategy_codes
-    from fastmodel.kernels.layout import N_LLM_SLOTS, N_SCHEDULE_OUTPUTS, N_TERMS, N_WORK
-    from fastmodel.kernels.llm_costs import llm_costs_row
+    from fastmodel.config import param_row, structure_key
+    from fastmodel.engine import plan_arguments, semantics_flags
+    from fastmodel.kernels.costs import costs_row
+    from fastmodel.kernels.layout import N_SCHEDULE_OUTPUTS, N_SLOTS, N_TERMS, N_WORK
     from fastmodel.kernels.schedule import schedule_row
     from fastmodel.lower import lower
 
     def one(config):
         key = structure_key(config)
         program = lower(key)
-        slots, terms = np.empty(N_LLM_SLOTS), np.empty(N_TERMS)
-        llm_costs_row.py_func(llm_param_row(config), strategy_codes(key.dense), len(key.dense),
-                              strategy_codes(key.emb), len(key.emb), semantics_flags(config.semantics), slots, terms)
+        slots, terms = np.empty(N_SLOTS), np.empty(N_TERMS)
+        family, *plan_args = plan_arguments(key)
+        costs_row.py_func(family, param_row(config), *plan_args, semantics_flags(config.semantics), slots, terms)
         n_ops = program.num_ops
         schedule_row.py_func(*program.arrays(), *program.segment_arrays(), False, slots, np.empty(n_ops),
                              np.empty(n_ops), np.empty(n_ops), np.empty(N_WORK), np.empty(N_SCHEDULE_OUTPUTS))
@@ -116,25 +127,45 @@ def main() -> None:
     fastmodel.evaluate("llama-7b", "dc-a", "llm-pretrain", plan="tp,ddp/mp", num_nodes=2)
     warm_load = time.perf_counter() - t
 
-    lines = make_cases(args.configs, args.seed)
-    list(run_batch(lines[:200]))  # warm-up: every program structure of the sample lowered once
-    t = time.perf_counter()
-    sink = io.StringIO()
-    ok, bad = write_records(run_batch(lines), sink)
-    batch_s = time.perf_counter() - t
-
-    config = fastmodel.make_config("llama2-70b", "dc-a", "llm-pretrain-fsdp", num_nodes=256)
     from fastmodel.api import evaluate_config
-    evaluate_config(config)
-    reps = 200
-    t = time.perf_counter()
-    for _ in range(reps):
-        fastmodel.evaluate("llama2-70b", "dc-a", "llm-pretrain-fsdp", num_nodes=256)
-    run_latency = (time.perf_counter() - t) / reps
+    from fastmodel.errors import FastmodelError
 
     sem = get_semantics("madmax")
-    sample = [parse_case(line, sem) for line in lines[: args.baseline_sample]]
-    baseline = python_baseline(sample)
+
+    def measure(model: str, task: str, num_nodes: int) -> dict:
+        """Batch configs/s, run latency and the plain-Python baseline for one model."""
+        lines = make_cases(args.configs, args.seed, model)
+        list(run_batch(lines[:200]))  # warm-up: every program structure of the sample lowered once
+        t = time.perf_counter()
+        sink = io.StringIO()
+        ok, bad = write_records(run_batch(lines), sink)
+        batch_s = time.perf_counter() - t
+
+        evaluate_config(fastmodel.make_config(model, "dc-a", task, num_nodes=num_nodes))
+        reps = 200
+        t = time.perf_counter()
+        for _ in range(reps):
+            fastmodel.evaluate(model, "dc-a", task, num_nodes=num_nodes)
+        run_latency = (time.perf_counter() - t) / reps
+
+        sample = []
+        for line in lines:  # the first baseline_sample legal cases
+            if len(sample) == args.baseline_sample:
+                break
+            try:
+                sample.append(parse_case(line, sem))
+            except FastmodelError:
+                pass
+        baseline = python_baseline(sample)
+        return {"batch_ok": ok, "batch_errors": bad, "batch_s": batch_s, "batch_configs_per_s": args.configs / batch_s,
+                "run_latency_s": run_latency, "run_config": f"{model} dc-a {task} num_nodes={num_nodes}",
+                "baseline_python_s_per_config": baseline, "baseline_python_configs_per_s": 1 / baseline,
+                "baseline_sample": len(sample)}
+
+    llm = measure("llama2-70b", "llm-pretrain-fsdp", 256)
+    dlrm = measure("dlrm-a", "dlrm-pretrain", 16)
+    ok, bad, batch_s, run_latency, baseline = (llm["batch_ok"], llm["batch_errors"], llm["batch_s"],
+                                               llm["run_latency_s"], llm["baseline_python_s_per_config"])
 
     peak_rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     record = {
@@ -151,14 +182,20 @@ def main() -> None:
         "run_latency_s": run_latency,
         "baseline_python_s_per_config": baseline,
         "baseline_python_configs_per_s": 1 / baseline,
+        "dlrm_a": dlrm,
         "peak_rss_mib": peak_rss_mib,
     }
     print(f"machine                      {record['machine']}, numba threads {record['numba_threads']}")
     print(f"numba compile (cold cache)   {cold:8.2f} s     (import {import_s:.2f} s, cached kernel load {warm_load:.2f} s)")
     print(f"batch, {args.configs:,} configs       {args.configs / batch_s:10,.0f} configs/s   ({batch_s:.2f} s; {ok} ok, {bad} errors)")
     print(f"run (evaluate), one config   {run_latency * 1e3:8.2f} ms/config  ({1 / run_latency:,.0f} configs/s)")
-    print(f"baseline: plain Python       {1 / baseline:10,.0f} configs/s   (same kernels' code run by CPython via .py_func; evaluation only, no JSON parsing; {args.baseline_sample} configs)")
+    print(f"baseline: plain Python       {1 / baseline:10,.0f} configs/s   (same kernels' code run by CPython via .py_func; evaluation only, no JSON parsing; {llm['baseline_sample']} configs)")
     print(f"speed-up of batch over baseline  {baseline * args.configs / batch_s:6.1f}x")
+    d = dlrm
+    print(f"DLRM-A: batch, {args.configs:,} configs {d['batch_configs_per_s']:8,.0f} configs/s   ({d['batch_s']:.2f} s; "
+          f"{d['batch_ok']} ok, {d['batch_errors']} errors); run {d['run_latency_s'] * 1e3:.2f} ms/config; "
+          f"baseline {d['baseline_python_configs_per_s']:,.0f} configs/s ({d['baseline_sample']} configs); "
+          f"speed-up {d['baseline_python_s_per_config'] * args.configs / d['batch_s']:.1f}x")
     print(f"peak RSS                     {peak_rss_mib:8.0f} MiB")
     out = Path(__file__).parent / "results"
     out.mkdir(exist_ok=True)
