@@ -79,6 +79,24 @@ def frontier(data, x: str, y: str, *, x_dir: str | None = None, y_dir: str | Non
     return table
 
 
+def _label_points(ax, chosen, x, y, dims, gap_pt: float = 7.0) -> None:
+    """Label frontier points to their upper right, pushing a label down when it would
+    overlap the one above it (greedy, in display points)."""
+    fig = ax.figure
+    fig.canvas.draw()  # final limits and scales, so data -> display is exact
+    to_pt = 72.0 / fig.dpi
+    rows = [(row, ax.transData.transform((row[x], row[y]))[1] * to_pt) for _, row in chosen.iterrows()]
+    last = np.inf
+    for row, y_pt in sorted(rows, key=lambda item: -item[1]):
+        text = ", ".join(S.fmt_coord(row[d]) for d in dims)
+        if not text:
+            continue
+        target = min(y_pt + 3.0, last - gap_pt)
+        ax.annotate(text, (row[x], row[y]), xytext=(3, target - y_pt), textcoords="offset points", fontsize=5.5,
+                    color="0.15", gid="frontier-label")
+        last = target
+
+
 def _label_dims(table, label):
     import pandas as pd
 
@@ -128,15 +146,12 @@ def pareto(data, x: str, y: str, *, x_dir: str | None = None, y_dir: str | None 
         ax.yaxis.set_major_formatter(S.unit_formatter(yf))
         ax.xaxis.set_minor_formatter("")
         ax.yaxis.set_minor_formatter("")
-        ax.set_xlabel(S.label(f"{table.attrs['x_name']} ({table.attrs['x_dir']}.)", xu))
-        ax.set_ylabel(S.label(f"{table.attrs['y_name']} ({table.attrs['y_dir']}.)", yu))
+        better = {"min": "lower is better", "max": "higher is better"}
+        ax.set_xlabel(S.label(f"{table.attrs['x_name']} ({better[table.attrs['x_dir']]})", xu))
+        ax.set_ylabel(S.label(f"{table.attrs['y_name']} ({better[table.attrs['y_dir']]})", yu))
         chosen = front if len(front) <= max_labels else front.iloc[np.linspace(0, len(front) - 1, max_labels).round()
                                                                    .astype(int)]
-        for _, row in chosen.iterrows():
-            text = ", ".join(S.fmt_coord(row[d]) for d in dims)
-            if text:
-                ax.annotate(text, (row[x], row[y]), xytext=(3, 3), textcoords="offset points", fontsize=5.5,
-                            color="0.15", gid="frontier-label")
+        _label_points(ax, chosen, x, y, dims)
         fig.legend(loc="outside upper center", ncol=2)
         if title is not None:
             ax.set_title(title)
