@@ -68,6 +68,10 @@ def main() -> int:
     fig, _ = P.heatmap(ds, x="num_devices", y="system", var="cost", sel=budget, reduce=[("min", "plan")], annotate=True,
                        title="DLRM-A, 5 B samples: cost of the cheapest plan (USD)")
     write(fig, "heatmap_cloud_dlrm_a_cost.png")
+
+    config = fastmodel.make_config("dlrm-a", "dc-a", "dlrm-pretrain", num_nodes=16)
+    fig, _ = P.timeline(config)
+    write(fig, "timeline_dlrm_a_fsdp.png")
     return 0
 
 
