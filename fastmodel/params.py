@@ -143,7 +143,8 @@ def param_table(model: ModelSpec, system: SystemSpec, task: TaskSpec, plan: Plan
     def get_int(path: str) -> np.ndarray:
         return get(path).astype(np.int64)
 
-    table = np.zeros((N_COLUMNS, n))  # column-major: one contiguous row per column
+    # column-major: one contiguous row per column; columns the family never reads stay unset
+    table = np.empty((N_COLUMNS, n))
     grid = table.reshape((N_COLUMNS, *shape))
 
     def put(name: str, value) -> None:
