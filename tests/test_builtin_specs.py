@@ -143,6 +143,7 @@ TASKS = {
     "dlrm-inference": ("inference", "ddp/mp", 65536),
     "dlrm-cloud-train": ("pretrain", None, 65536),
     "dlrm-moe-pretrain": ("pretrain", "tp,ddp/mp", 65536),
+    "dlrm-transformer-pretrain": ("pretrain", "ddp/mp/ddp", 65536),
     "llm-moe-pretrain": ("pretrain", "tp,ddp/ddp", 2048),
     "vit-pretrain": ("pretrain", "fsdp/ddp", 2048),
     "vit-inference": ("inference", "fsdp/ddp", 2048),
@@ -178,3 +179,24 @@ def test_every_builtin_loads_by_name():
         load_system(name)
     for name in names["task"]:
         load_task(name)
+
+
+#: a model of the right family for each built-in task, and a plan for tasks that leave it open
+RUNS = {
+    "dlrm-pretrain": ("dlrm-a", None), "dlrm-finetune": ("dlrm-i", "ddp/mp"), "dlrm-inference": ("dlrm-f", None),
+    "dlrm-cloud-train": ("dlrm-a-small", "tp,ddp/mp"), "dlrm-moe-pretrain": ("dlrm-a-moe", None),
+    "dlrm-transformer-pretrain": ("dlrm-a-transformer", None), "llm-moe-pretrain": ("gpt4-1.8t-moe", None),
+    "vit-pretrain": ("vit-l", None), "vit-inference": ("dinov2-g", None),
+}
+
+
+@pytest.mark.parametrize("task", sorted(RUNS))
+def test_every_new_task_runs_end_to_end(task):
+    import math
+
+    import fastmodel
+
+    model, plan = RUNS[task]
+    ds = fastmodel.evaluate(model, "dc-a", task, plan=plan, num_nodes=16)
+    assert math.isfinite(ds.iteration_time.item()) and ds.iteration_time.item() > 0
+    assert ds.global_batch.item() == load_task(task).global_batch
