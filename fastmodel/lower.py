@@ -280,7 +280,8 @@ def _lower_dlrm(key: StructureKey) -> Program:
         for n in range(nb - 1, -1, -1):
             if fsdp:
                 if key.dlrm_bottom_prefetch == "two_ahead" and n >= nb - 2:
-                    ahead = after_top[0] if n == nb - 2 else ("attn1.b" if with_transformer else "top1.b")
+                    # two computes earlier in backward order: top1/top0, or fc0/attn0 with a transformer
+                    ahead = after_top[0] if n == nb - 2 else ("fc0.b" if with_transformer else "top1.b")
                 else:
                     ahead = f"bot{n + 2}.b"
                 b.op(f"bot{n}.b.ag", COMM, S_BOT_AG, CAT_ALLGATHER, [ahead])

@@ -38,7 +38,8 @@ class Semantics(BaseModel):
         "ddp, so a 2-D (mp, ddp) embedding plan syncs no embedding gradient (Limitation 9)."
     )
     llm_fsdp_backward: Literal["pre_optimized", "post_optimized"] = Field(
-        description="FSDP backward of the LLM family. 'pre_optimized' (the reference's "
+        description="FSDP backward of the transformer stacks of llm, llm-moe and dlrm-transformer. "
+        "'pre_optimized' (the reference's "
         "llm_tasks_preoptimized, used for LLM): each allgather waits for the previous "
         "layer's backward compute and queues behind its reduce-scatter, so FSDP "
         "communication is exposed. 'post_optimized' (the reference's llm_tasks): "
@@ -52,8 +53,9 @@ class Semantics(BaseModel):
     dlrm_bottom_fsdp_prefetch: Literal["reference", "two_ahead"] = Field(
         "two_ahead",
         description="FSDP allgathers of the DLRM bottom MLP in the backward pass. 'two_ahead': each "
-        "waits for the backward compute two layers later in backward order (the top MLP's layers 1 "
-        "and 0 for the last two bottom layers), as in the forward pass. 'reference': the reference "
+        "waits for the backward compute two ops earlier in backward order (for the last two bottom "
+        "layers: the top MLP's layers 1 and 0, or in dlrm-transformer the first FC and attention "
+        "blocks), as in the forward pass. 'reference': the reference "
         "discards those dependencies (a literal name is passed; Limitation 10), so the first two "
         "bottom allgathers wait on nothing and queue right behind the top MLP's communication."
     )

@@ -85,7 +85,8 @@ class Sweep:
     """A sweep definition: base specs, semantics and axes, with its grid layout."""
 
     def __init__(self, model: Any, system: Any, task: Any, axes: dict[str, Any],
-                 semantics: Any = "madmax", unit_configs: int = UNIT_CONFIGS):
+                 semantics: Any = "madmax", unit_configs: int = UNIT_CONFIGS,
+                 axis_specs: dict[str, list[dict]] | None = None):
         self.model = load_model(model)
         self.system = load_system(system)
         self.task = load_task(task)
@@ -93,6 +94,7 @@ class Sweep:
         self.systems = [self.system]    # one per value of a system axis
         self.semantics = get_semantics(semantics)
         self.unit_configs = int(unit_configs)
+        self._axis_specs = axis_specs or {}  # model/system axes: the specs themselves (from a stored definition)
         if not isinstance(axes, dict) or not axes:
             raise SweepError("a sweep needs at least one axis (e.g. plan = 'all')")
         self.axes = self._resolve_axes(axes)
@@ -165,8 +167,11 @@ class Sweep:
         if len(set(map(str, names))) != len(names):
             raise SweepError(f"axis {path}: duplicate name")
         loader = load_model if path == "model" else load_system
+        stored = self._axis_specs.get(path)
+        if stored is not None and len(stored) != len(names):
+            raise SweepError(f"axis {path}: {len(names)} names but {len(stored)} stored specs")
         try:
-            specs = [loader(name) for name in names]
+            specs = [loader(spec) for spec in (stored if stored is not None else names)]
         except FastmodelError as error:
             raise SweepError(f"axis {path}: {error}") from None
         if path == "model":
@@ -261,7 +266,7 @@ class Sweep:
         for axis in self.axes:
             values = axis.values.tolist()
             axes[axis.name if axis.path == "plan" or axis_path(axis.name) == axis.path else axis.path] = values
-        return {
+        definition = {
             "model": self.model.model_dump(),
             "system": self.system.model_dump(),
             "task": self.task.model_dump(),
@@ -269,13 +274,21 @@ class Sweep:
             "axes": axes,
             "unit_configs": self.unit_configs,
         }
+        # model/system axes keep their names as coordinates and the specs themselves here, so a worker
+        # or a resume rebuilds the same sweep wherever it runs, and an edited spec file is noticed
+        specs = {axis.path: [spec.model_dump() for spec in (self.models if axis.path == "model" else self.systems)]
+                 for axis in self.axes if axis.path in SPEC_AXES}
+        if specs:
+            definition["axis_specs"] = specs
+        return definition
 
     @classmethod
     def from_definition(cls, definition: dict) -> "Sweep":
         semantics = dict(definition["semantics"])
         semantics.pop("name", None)
         return cls(definition["model"], definition["system"], definition["task"], definition["axes"],
-                   {"base": "madmax", **semantics}, definition.get("unit_configs", UNIT_CONFIGS))
+                   {"base": "madmax", **semantics}, definition.get("unit_configs", UNIT_CONFIGS),
+                   definition.get("axis_specs"))
 
     # --- evaluation -------------------------------------------------------------
 

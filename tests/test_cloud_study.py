@@ -1,6 +1,8 @@
 """The paper's cloud-provider study as one sweep: system and num_devices axes, the
 3 x weights feasibility rule, and train time / GPU-hours / cost / energy."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -91,3 +93,22 @@ def test_best_answers_cheapest_for_a_deadline(cloud, tmp_path):
     cost = sub.cost.where(sub.train_time <= 7200)
     best = cost.where(cost == cost.min(), drop=True)
     assert str(best.system.values.ravel()[0]) in result.output
+
+
+def test_spec_axes_round_trip_through_the_stored_definition(tmp_path):
+    """Workers and --resume rebuild a sweep from its definition: spec axes carry the specs, not just names."""
+    import json
+
+    from fastmodel.sweep import Sweep
+
+    spec = tmp_path / "mine.toml"
+    spec.write_text((Path(__file__).parents[1] / "specs" / "systems" / "cloud-a-h100-80gb.toml").read_text()
+                    .replace('name = "cloud-a-h100-80gb"', 'name = "mine"'))
+    original = Sweep("dlrm-a", "dc-a", "dlrm-cloud-train",
+                     {"system": [str(spec), "dc-a"], "num_devices": [64], "plan": ["ddp/mp"]})
+    definition = json.loads(json.dumps(original.definition()))
+    spec.unlink()  # elsewhere (another directory, another machine) the file is not there
+    rebuilt = Sweep.from_definition(definition)
+    assert [s.name for s in rebuilt.systems] == ["mine", "dc-a"]
+    again = rebuilt.definition()
+    assert {k: v for k, v in again.items() if k != "semantics"} == {k: v for k, v in definition.items() if k != "semantics"}

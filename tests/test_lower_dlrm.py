@@ -119,6 +119,8 @@ def test_dlrm_transformer_order_and_documented_choices():
     assert names.index("top0.b") < names.index("fc1.b") < names.index("attn0.b") < names.index("emb.b.a2a0")
     assert deps(p, "fc1.b") == ["fc1.b.ag", "top0.b"]
     assert deps(p, "bot1.b") == ["attn0.b"]
+    fixed = lower(tr_key(dense=("fsdp",), dlrm_bottom_prefetch="two_ahead"))
+    assert (deps(fixed, "bot1.b.ag"), deps(fixed, "bot0.b.ag")) == (["fc0.b"], ["attn0.b"])
 
 
 def test_dlrm_transformer_skips_transformer_backward_when_nothing_below_trains():
