@@ -21,7 +21,7 @@ from pydantic import BaseModel, ValidationError
 
 from fastmodel import madmax_format
 from fastmodel.errors import SpecError, nearest
-from fastmodel.spec_model import MODEL_FAMILIES, LLMSpec
+from fastmodel.spec_model import MODEL_FAMILIES, ModelSpec
 from fastmodel.spec_system import SystemSpec
 from fastmodel.spec_task import TaskSpec
 
@@ -158,7 +158,7 @@ def _resolve_source(spec: Any, kind: str) -> tuple[dict | BaseModel, str | None]
     raise SpecError(None, kind, f"expected a name, a path or a dict, got {type(spec).__name__}")
 
 
-def load_model(spec: Any) -> LLMSpec:
+def load_model(spec: Any) -> ModelSpec:
     """A model spec from a name, path, dict (either format) or spec object."""
     if isinstance(spec, tuple(MODEL_FAMILIES.values())):
         return spec

@@ -44,6 +44,7 @@ from fastmodel.kernels.layout import (
     STREAM_COMM as COMM, STREAM_COMPUTE as COMP,
 )
 from fastmodel.program import Program, ProgramBuilder
+from fastmodel.spec_model import DLRM_FAMILIES, TRANSFORMER_FAMILIES
 
 
 @dataclass(frozen=True)
@@ -72,9 +73,9 @@ class StructureKey:
 @lru_cache(maxsize=4096)
 def lower(key: StructureKey) -> Program:
     """The Program of ``key`` (cached)."""
-    if key.family in ("llm", "llm-moe", "vit"):
+    if key.family in TRANSFORMER_FAMILIES:
         return _lower_transformer_model(key)
-    if key.family in ("dlrm", "dlrm-moe", "dlrm-transformer"):
+    if key.family in DLRM_FAMILIES:
         return _lower_dlrm(key)
     raise ValueError(f"no lowering for family {key.family!r}")
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from fastmodel.errors import PlanError, nearest
+from fastmodel.spec_model import DLRM_FAMILIES
 
 #: strategies of the dense part (transformer layers / MLPs)
 DENSE_STRATEGIES = ("ddp", "fsdp", "tp", "pp")
@@ -207,7 +208,7 @@ def check_plan_for_model(plan: Plan, model) -> None:
                                       f"'ddp/mp/fsdp' (got {plan.label})")
     if not wants_transformer and plan.transformer:
         raise PlanError("components", f"a {model.family} plan has two components DENSE/EMB (got {plan.label})")
-    if model.family.startswith("dlrm") and "tp" in plan.dense_strategies and (
+    if model.family in DLRM_FAMILIES and "tp" in plan.dense_strategies and (
             model.num_bottom_layers % 2 or model.num_top_layers % 2):
         raise PlanError("tp_odd_layers", f"MLP tensor parallelism needs even bottom and top layer counts "
                                          f"(got {model.num_bottom_layers} and {model.num_top_layers})")

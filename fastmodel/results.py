@@ -19,7 +19,7 @@ class Variable:
 
 VARIABLES: tuple[Variable, ...] = (
     Variable("iteration_time", "s", "iteration time", "End of the last op on either stream (forward only for inference)."),
-    Variable("throughput", "samples/s", "throughput", "Global batch / iteration time; a sample is one sequence for LLMs."),
+    Variable("throughput", "samples/s", "throughput", "Global batch / iteration time; a sample is one sequence (LLM), one image (ViT) or one query (DLRM)."),
     Variable("global_batch", "samples", "global batch", "Samples per iteration."),
     Variable("forward_time", "s", "forward-pass time", "Time at the forward/backward barrier (iteration time for inference)."),
     Variable("time_gemm", "s", "GEMM time", "Sum of GEMM compute durations."),

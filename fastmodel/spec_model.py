@@ -8,11 +8,10 @@ ISCA 2024, arXiv 2310.02784), see ``docs``/MADMAX_MODEL.md section 1.2.
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
-import math
-
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationInfo, field_validator
 
 
 class _Spec(BaseModel):
@@ -82,11 +81,13 @@ class _Experts(_Spec):
     num_experts: PositiveInt = Field(le=1 << 16, description="Experts X per MoE layer (parameters scale by X).")
     num_active_experts: PositiveInt = Field(le=1 << 16, description="Experts k each sample uses (FLOPs scale by k).")
 
-    @model_validator(mode="after")
-    def _active_le_experts(self):
-        if self.num_active_experts > self.num_experts:
-            raise ValueError(f"num_active_experts ({self.num_active_experts}) exceeds num_experts ({self.num_experts})")
-        return self
+    @field_validator("num_active_experts")
+    @classmethod
+    def _active_le_experts(cls, value, info: ValidationInfo):
+        experts = info.data.get("num_experts")
+        if experts is not None and value > experts:
+            raise ValueError(f"{value} active experts exceed num_experts ({experts})")
+        return value
 
 
 class LLMMoESpec(LLMSpec, _Experts):
