@@ -113,3 +113,14 @@ def test_svg_text_and_deterministic_bytes(ds, tmp_path):
 def test_errors_name_what_is_wrong(ds, kwargs, text):
     with pytest.raises(PlotError, match=re.escape(text)):
         P.heatmap(ds, **kwargs)
+
+
+def test_one_value_axes_need_no_sel_and_missing_inputs_are_an_error(ds):
+    one_batch = ds.sel(global_batch=[1024])            # a sweep axis with a single value
+    fig, ax = P.heatmap(one_batch, x="num_nodes", y="plan", var="throughput")
+    _, array = _image(ax)
+    expected = ds.throughput.sel(global_batch=1024).transpose("plan", "num_nodes").values
+    np.testing.assert_array_equal(array.compressed(), expected[~np.isnan(expected)])
+    no_price = ds.assign(cost=ds.throughput * np.nan).assign(status=ds.status * 0)
+    with pytest.raises(PlotError, match="cost has no finite value"):
+        P.heatmap(no_price, x="num_nodes", y="plan", var="cost", sel={"global_batch": 1024})

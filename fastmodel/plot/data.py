@@ -205,12 +205,15 @@ def relative(da: xr.DataArray, baseline, dim: str = "plan", maximize: bool | Non
 
 
 def prepare(data, var: str | None = None, sel=None, reduce=(), relative_to=None, relative_dim: str = "plan",
-            status=None) -> tuple[xr.DataArray, xr.DataArray | None]:
+            status=None, keep=()) -> tuple[xr.DataArray, xr.DataArray | None]:
     """(values, status) of one variable after selection, gain over a baseline and reductions.
 
     ``data`` is a Dataset (``var`` names the variable; its ``status`` is used)
     or a DataArray (``status`` may be passed). ``reduce`` is a list of
-    ``(how, dim)`` with how in max|min|argmax|argmin.
+    ``(how, dim)`` with how in max|min|argmax|argmin. Dimensions of size 1 not
+    in ``keep`` are dropped (a one-value axis needs no ``--sel``). A variable
+    with no finite value where every status is ok (e.g. cost on a system
+    without a price) is an error rather than an empty figure.
     """
     if isinstance(data, xr.Dataset):
         if var is None:
@@ -237,6 +240,13 @@ def prepare(data, var: str | None = None, sel=None, reduce=(), relative_to=None,
         status = status.broadcast_like(da).transpose(*da.dims).load()
     if da.size == 0:
         raise PlotError("the selection is empty")
+    single = [d for d in da.dims if da.sizes[d] == 1 and d not in keep]
+    if single:
+        da = da.isel({d: 0 for d in single}, drop=True)
+        status = status.isel({d: 0 for d in single}, drop=True) if status is not None else None
+    if da.dtype.kind in "fc" and not np.isfinite(da.values).any() and (status is None or not (status.values != 0).any()):
+        raise PlotError(f"{da.name} has no finite value in this selection (is an input it needs missing, "
+                        "e.g. a price, TDP or train_samples for cost and energy?)")
     return da, status
 
 

@@ -30,7 +30,7 @@ def heatmap(data, x: str | None = None, y: str | None = None, *, var: str | None
     ``'min'``, ``'auto'`` (from the variable's name) or None to mark no cell.
     The image array is the data slice itself (SI units; ticks show scaled units).
     """
-    da, st = D.prepare(data, var, sel, reduce, relative_to, relative_dim, status)
+    da, st = D.prepare(data, var, sel, reduce, relative_to, relative_dim, status, keep=(x, y))
     if da.ndim != 2:
         extra = [d for d in da.dims if d not in (x, y)]
         raise D.PlotError(f"a heatmap needs 2 dimensions, the data has {da.ndim} ({', '.join(da.dims)}); "

@@ -18,7 +18,7 @@ def scaling(data, x: str, *, var: str | None = None, hue: str | None = None, sel
     variable's direction). A geometric x axis is drawn on a log scale (base 2 for
     powers of two); y goes log when it spans two decades (``logx``/``logy`` force).
     """
-    da, _ = D.prepare(data, var, sel, reduce)
+    da, _ = D.prepare(data, var, sel, reduce, keep=(x, hue))
     D.check_dim(da.dims, x)
     if hue is not None:
         D.check_dim(da.dims, hue)
