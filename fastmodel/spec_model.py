@@ -227,6 +227,11 @@ class DLRMTransformerSpec(DLRMSpec):
 
     The transformer layers are counted as in the LLM family (4·d² + 2·d·f
     weights per layer, 2·(4d² + 2df)·s FLOPs per sample) over ``seq_len`` tokens.
+    The reference's module for this family fails at import, so there are no
+    reference numbers; the op graph is what its code intends, with the choices
+    listed in ``fastmodel/lower.py`` (and README, "Model families"): plans have
+    a third component for the transformer layers, which get their own local
+    batch; embeddings are the DLRM tables (no position embedding).
     """
 
     family: Literal["dlrm-transformer"] = "dlrm-transformer"

@@ -7,7 +7,7 @@ import pytest
 
 import fastmodel
 from fastmodel.batch import run_batch
-from fastmodel.errors import FastmodelError
+from fastmodel.errors import FastmodelError, PlanError, SpecError
 
 from conftest import assert_matches_reference, dev_cases, illegal_cases
 
@@ -39,12 +39,34 @@ def test_dev_cases_through_batch_in_order():
         assert_matches_reference(record, case["expected"], case["case"])
 
 
+#: the reference's rule (prefix of each case's "rule") -> how fastmodel must reject it:
+#: a PlanError with this rule, or a SpecError naming a field that starts with this path
+REJECTED_BY = {
+    "first_degree": PlanError, "global_batch_mismatch": PlanError, "len_mismatch": PlanError, "repeat": PlanError,
+    "fsdp_not_first": PlanError, "degree_le_1": PlanError, "product_ne_devices": PlanError,
+    "more_than_2_levels": PlanError, "dlrm_tp_odd": ("tp_odd_layers", PlanError),
+    "unknown_strategy_dense": PlanError, "unknown_strategy_emb": PlanError,
+    "bad_bytes_per_param": "model.bytes_per_nonemb_param", "moe_active_gt_experts": "model.num_active_experts",
+    "all_frozen": "task.freeze_emb", "single_node_ar_perc": "system.ar_perc_intra",
+    "devices_not_divisible": "system.num_devices", "unknown_model_type": "model.type",
+    "unknown_system_type": "system.type", "unknown_task_type": "task.type", "missing_freeze_flags": "task.freeze_",
+    "zero_layers": "model.num_",
+}
+
+
 @pytest.mark.parametrize("case", ILLEGAL, ids=[c["case"] for c in ILLEGAL])
 def test_illegal_case_rejected_single(case):
+    """Rejected for the reference's reason, in one line."""
     with pytest.raises(FastmodelError) as info:
         fastmodel.evaluate(case["model"], case["system"], case["task"])
     message = str(info.value)
     assert "\n" not in message and message
+    expected = REJECTED_BY[case["rule"].split(":")[0]]
+    if expected is PlanError or isinstance(expected, tuple):
+        rule = expected[0] if isinstance(expected, tuple) else case["rule"].split(":")[0]
+        assert isinstance(info.value, PlanError) and info.value.rule == rule, message
+    else:
+        assert isinstance(info.value, SpecError) and info.value.field.startswith(expected), message
 
 
 def test_illegal_cases_rejected_in_batch():
