@@ -22,10 +22,8 @@ from fastmodel.kernels.layout import (
     P_EMB_DEG1, P_EMB_DIM, P_EXPERTS, P_FFN, P_FLOPS_UTIL, P_HBM_BW, P_HBM_BW_UTIL, P_HIDDEN, P_LAYERS,
     P_LOCAL_DENSE_BS, P_LOCAL_EMB_BS, P_LOCAL_TR_BS, P_MLP_DIM, P_PEAK_FLOPS, P_POOLING, P_ROWS, P_SEQ,
     P_TABLES, P_TOP_LAYERS, P_TR_DEG0, P_TR_DEG1, P_VOCAB,
-    S_ATTN_AG, S_ATTN_BWD, S_ATTN_FWD, S_ATTN_GRAD_AR, S_ATTN_RS, S_BOT_AG, S_BOT_BWD, S_BOT_FWD,
-    S_BOT_GRAD_AR, S_BOT_RS, S_EMB_ALL2ALL, S_EMB_GRAD_AR, S_EMB_LOOKUP, S_FC_AG, S_FC_BWD, S_FC_FWD,
-    S_FC_GRAD_AR, S_FC_RS, S_MLP_MOE_A2A, S_MLP_TP_AR, S_MOE_A2A, S_TOP_AG, S_TOP_BWD, S_TOP_FWD,
-    S_TOP_GRAD_AR, S_TOP_RS, S_TP_AR,
+    PAIR_AG, PAIR_BWD, PAIR_FWD, PAIR_GRAD_AR, PAIR_MOE_A2A, PAIR_RS, PAIR_TP_AR,
+    S_ATTN_FWD, S_BOT_FWD, S_EMB_ALL2ALL, S_EMB_GRAD_AR, S_EMB_LOOKUP,
     STRAT_DDP, STRAT_FSDP, STRAT_MP, STRAT_TP,
     T_EFF_FLOPS, T_GLOBAL_BATCH, T_WMEM_DENSE, T_WMEM_EMB,
 )
@@ -99,95 +97,62 @@ def _embedding(row, family, emb_codes, num_emb, slots):
 
 
 @njit(cache=True)
+def _block_pair(row, codes, num_levels, deg0, deg1, sharded_grad, eff_flops, params_a, params_b,
+                flops_a, flops_b, act_bytes, base, slots):
+    """Slots of two kinds of layer block sharing one plan component (attention and FC, or
+    bottom and top MLP layers), written at ``base`` in the PAIR_* layout; returns the shard.
+
+    ``params_*``: weights of one block; ``flops_*``: its forward FLOPs for the local batch;
+    ``act_bytes``: the activations a TP allreduce carries (1.5).
+    """
+    b = row[P_BYTES_DENSE]
+    _, shard, tp_deg, tp_level, ddp_level = plan_factors(codes, num_levels, deg0, deg1)
+    ag_bw = collective_bandwidth(row, KIND_ALLGATHER, num_levels, 0)
+    fsdp = num_levels > 0 and codes[0] == STRAT_FSDP
+    for k in range(2):
+        params = params_a if k == 0 else params_b
+        flops = (flops_a if k == 0 else flops_b) / tp_deg     # only tp divides compute
+        slots[base + PAIR_FWD + k] = flops / eff_flops
+        slots[base + PAIR_BWD + k] = 2.0 * flops / eff_flops  # backward = 2 x forward
+        # FSDP weight allgather: block / total shard x degree[0], at the level-0 bandwidth
+        slots[base + PAIR_AG + k] = params / shard * deg0 * b / ag_bw
+        if ddp_level >= 0:
+            grad_shard = ddp_gradient_shard(codes, ddp_level, deg0, shard, sharded_grad)
+            slots[base + PAIR_GRAD_AR + k] = params / grad_shard * b / collective_bandwidth(
+                row, KIND_ALLREDUCE, num_levels, ddp_level)
+        if fsdp:  # reduce-scatter of the gradient shard left after the fsdp level
+            slots[base + PAIR_RS + k] = params / (shard / deg0) * b / ag_bw
+    if tp_level >= 0:
+        slots[base + PAIR_TP_AR] = act_bytes / collective_bandwidth(row, KIND_ALLREDUCE, num_levels, tp_level)
+        slots[base + PAIR_MOE_A2A] = act_bytes / row[P_EXPERTS] / collective_bandwidth(
+            row, KIND_ALL2ALL, num_levels, tp_level)
+    return shard
+
+
+@njit(cache=True)
 def _transformer(row, codes, num_levels, deg0, deg1, local_bs, eff_flops, sharded_grad, slots):
     """Attention/FC slots of a transformer stack; returns its weights per device (bytes)."""
     d = row[P_HIDDEN]
     s = row[P_SEQ]
-    b = row[P_BYTES_DENSE]
-    experts = row[P_EXPERTS]
     attn_params = 4.0 * d * d
-    fc_params = experts * 2.0 * d * row[P_FFN]           # X experts hold weights
-    fc_active = row[P_ACTIVE_EXPERTS] * 2.0 * d * row[P_FFN]  # k experts compute
-    _, shard, tp_deg, tp_level, ddp_level = plan_factors(codes, num_levels, deg0, deg1)
-
-    attn_flops = 2.0 * attn_params * s * local_bs / tp_deg
-    fc_flops = 2.0 * fc_active * s * local_bs / tp_deg
-    slots[S_ATTN_FWD] = attn_flops / eff_flops
-    slots[S_FC_FWD] = fc_flops / eff_flops
-    slots[S_ATTN_BWD] = 2.0 * attn_flops / eff_flops
-    slots[S_FC_BWD] = 2.0 * fc_flops / eff_flops
-
-    # FSDP weight allgather: layer / total shard x degree[0], at the level-0 bandwidth
-    ag_bw = collective_bandwidth(row, KIND_ALLGATHER, num_levels, 0)
-    slots[S_ATTN_AG] = attn_params / shard * deg0 * b / ag_bw
-    slots[S_FC_AG] = fc_params / shard * deg0 * b / ag_bw
-
-    slots[S_TP_AR] = 0.0
-    slots[S_MOE_A2A] = 0.0
-    if tp_level >= 0:
-        act_bytes = local_bs * s * d * b
-        slots[S_TP_AR] = act_bytes / collective_bandwidth(row, KIND_ALLREDUCE, num_levels, tp_level)
-        slots[S_MOE_A2A] = act_bytes / experts / collective_bandwidth(row, KIND_ALL2ALL, num_levels, tp_level)
-
-    slots[S_ATTN_GRAD_AR] = 0.0
-    slots[S_FC_GRAD_AR] = 0.0
-    if ddp_level >= 0:
-        grad_shard = ddp_gradient_shard(codes, ddp_level, deg0, shard, sharded_grad)
-        ar_bw = collective_bandwidth(row, KIND_ALLREDUCE, num_levels, ddp_level)
-        slots[S_ATTN_GRAD_AR] = attn_params / grad_shard * b / ar_bw
-        slots[S_FC_GRAD_AR] = fc_params / grad_shard * b / ar_bw
-    slots[S_ATTN_RS] = 0.0
-    slots[S_FC_RS] = 0.0
-    if num_levels > 0 and codes[0] == STRAT_FSDP:
-        rs_bw = collective_bandwidth(row, KIND_ALLGATHER, num_levels, 0)
-        slots[S_ATTN_RS] = attn_params / (shard / deg0) * b / rs_bw
-        slots[S_FC_RS] = fc_params / (shard / deg0) * b / rs_bw
-    return row[P_LAYERS] * (attn_params + fc_params) * b / shard
+    fc_params = row[P_EXPERTS] * 2.0 * d * row[P_FFN]          # X experts hold weights
+    fc_active = row[P_ACTIVE_EXPERTS] * 2.0 * d * row[P_FFN]   # k experts compute
+    shard = _block_pair(row, codes, num_levels, deg0, deg1, sharded_grad, eff_flops, attn_params, fc_params,
+                        2.0 * attn_params * s * local_bs, 2.0 * fc_active * s * local_bs,
+                        local_bs * s * d * row[P_BYTES_DENSE], S_ATTN_FWD, slots)
+    return row[P_LAYERS] * (attn_params + fc_params) * row[P_BYTES_DENSE] / shard
 
 
 @njit(cache=True)
 def _mlps(row, codes, num_levels, deg0, deg1, local_bs, eff_flops, sharded_grad, slots):
     """Bottom/top MLP slots of a DLRM; returns the MLP weights per device (bytes)."""
     m = row[P_MLP_DIM]
-    b = row[P_BYTES_DENSE]
-    experts = row[P_EXPERTS]
     layer = m * m
-    bot_params = layer
-    top_params = experts * layer                 # X experts hold weights
-    _, shard, tp_deg, tp_level, ddp_level = plan_factors(codes, num_levels, deg0, deg1)
-
-    bot_flops = 2.0 * layer * local_bs / tp_deg
-    top_flops = 2.0 * row[P_ACTIVE_EXPERTS] * layer * local_bs / tp_deg
-    slots[S_BOT_FWD] = bot_flops / eff_flops
-    slots[S_TOP_FWD] = top_flops / eff_flops
-    slots[S_BOT_BWD] = 2.0 * bot_flops / eff_flops
-    slots[S_TOP_BWD] = 2.0 * top_flops / eff_flops
-
-    ag_bw = collective_bandwidth(row, KIND_ALLGATHER, num_levels, 0)
-    slots[S_BOT_AG] = bot_params / shard * deg0 * b / ag_bw
-    slots[S_TOP_AG] = top_params / shard * deg0 * b / ag_bw
-
-    slots[S_MLP_TP_AR] = 0.0
-    slots[S_MLP_MOE_A2A] = 0.0
-    if tp_level >= 0:
-        act_bytes = local_bs * m * b
-        slots[S_MLP_TP_AR] = act_bytes / collective_bandwidth(row, KIND_ALLREDUCE, num_levels, tp_level)
-        slots[S_MLP_MOE_A2A] = act_bytes / experts / collective_bandwidth(row, KIND_ALL2ALL, num_levels, tp_level)
-
-    slots[S_BOT_GRAD_AR] = 0.0
-    slots[S_TOP_GRAD_AR] = 0.0
-    if ddp_level >= 0:
-        grad_shard = ddp_gradient_shard(codes, ddp_level, deg0, shard, sharded_grad)
-        ar_bw = collective_bandwidth(row, KIND_ALLREDUCE, num_levels, ddp_level)
-        slots[S_BOT_GRAD_AR] = bot_params / grad_shard * b / ar_bw
-        slots[S_TOP_GRAD_AR] = top_params / grad_shard * b / ar_bw
-    slots[S_BOT_RS] = 0.0
-    slots[S_TOP_RS] = 0.0
-    if num_levels > 0 and codes[0] == STRAT_FSDP:
-        rs_bw = collective_bandwidth(row, KIND_ALLGATHER, num_levels, 0)
-        slots[S_BOT_RS] = bot_params / (shard / deg0) * b / rs_bw
-        slots[S_TOP_RS] = top_params / (shard / deg0) * b / rs_bw
-    return (row[P_BOT_LAYERS] * bot_params + row[P_TOP_LAYERS] * top_params) * b / shard
+    top_params = row[P_EXPERTS] * layer                       # X experts hold weights
+    shard = _block_pair(row, codes, num_levels, deg0, deg1, sharded_grad, eff_flops, layer, top_params,
+                        2.0 * layer * local_bs, 2.0 * row[P_ACTIVE_EXPERTS] * layer * local_bs,
+                        local_bs * m * row[P_BYTES_DENSE], S_BOT_FWD, slots)
+    return (row[P_BOT_LAYERS] * layer + row[P_TOP_LAYERS] * top_params) * row[P_BYTES_DENSE] / shard
 
 
 @njit(cache=True)

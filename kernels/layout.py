@@ -97,37 +97,33 @@ SLOTS = (
     "emb_lookup",         # lookup bytes per device / effective HBM bandwidth
     "emb_all2all",        # 2 x lookup bytes / mp degree / all-to-all bandwidth
     "emb_grad_allreduce", # lookup bytes / allreduce bandwidth (ddp embeddings)
-    "attn_fwd",
-    "fc_fwd",
-    "attn_bwd",           # 2 x forward
-    "fc_bwd",
-    "attn_allgather",     # FSDP weight gather
-    "fc_allgather",
+    # transformer blocks: attention (a) and FC (b); the group's layout is the PAIR_* one below
+    "attn_fwd", "fc_fwd",
+    "attn_bwd", "fc_bwd",                       # 2 x forward
+    "attn_allgather", "fc_allgather",           # FSDP weight gather
+    "attn_grad_allreduce", "fc_grad_allreduce",
+    "attn_reducescatter", "fc_reducescatter",
     "tp_allreduce",       # activations local_bs x s x d x B
-    "attn_grad_allreduce",
-    "fc_grad_allreduce",
-    "attn_reducescatter",
-    "fc_reducescatter",
     "moe_all2all",        # transformer MoE: local_bs x s x d x B / X
-    "bot_fwd",            # dlrm bottom-MLP layer
-    "top_fwd",            # dlrm top-MLP layer (x k active experts for MoE)
-    "bot_bwd",
-    "top_bwd",
-    "bot_allgather",
-    "top_allgather",
-    "bot_grad_allreduce",
-    "top_grad_allreduce",
-    "bot_reducescatter",
-    "top_reducescatter",
+    # DLRM MLP layers: bottom (a) and top (b, x k active experts for MoE), same layout
+    "bot_fwd", "top_fwd",
+    "bot_bwd", "top_bwd",
+    "bot_allgather", "top_allgather",
+    "bot_grad_allreduce", "top_grad_allreduce",
+    "bot_reducescatter", "top_reducescatter",
     "mlp_tp_allreduce",   # dlrm activations local_bs x m x B
     "mlp_moe_all2all",    # dlrm MoE: local_bs x m x B / X
 )
 (
-    S_EMB_LOOKUP, S_EMB_ALL2ALL, S_EMB_GRAD_AR, S_ATTN_FWD, S_FC_FWD, S_ATTN_BWD, S_FC_BWD,
-    S_ATTN_AG, S_FC_AG, S_TP_AR, S_ATTN_GRAD_AR, S_FC_GRAD_AR, S_ATTN_RS, S_FC_RS, S_MOE_A2A,
+    S_EMB_LOOKUP, S_EMB_ALL2ALL, S_EMB_GRAD_AR,
+    S_ATTN_FWD, S_FC_FWD, S_ATTN_BWD, S_FC_BWD, S_ATTN_AG, S_FC_AG, S_ATTN_GRAD_AR, S_FC_GRAD_AR,
+    S_ATTN_RS, S_FC_RS, S_TP_AR, S_MOE_A2A,
     S_BOT_FWD, S_TOP_FWD, S_BOT_BWD, S_TOP_BWD, S_BOT_AG, S_TOP_AG, S_BOT_GRAD_AR, S_TOP_GRAD_AR,
     S_BOT_RS, S_TOP_RS, S_MLP_TP_AR, S_MLP_MOE_A2A,
 ) = range(len(SLOTS))
+#: offsets inside a pair group (two kinds of layer block sharing one plan component)
+PAIR_FWD, PAIR_BWD, PAIR_AG, PAIR_GRAD_AR, PAIR_RS, PAIR_TP_AR, PAIR_MOE_A2A = 0, 2, 4, 6, 8, 10, 11
+assert S_MOE_A2A - S_ATTN_FWD == S_MLP_MOE_A2A - S_BOT_FWD == PAIR_MOE_A2A
 N_SLOTS = len(SLOTS)
 
 # --- per-config terms the cost kernel computes besides durations ------------
