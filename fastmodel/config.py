@@ -76,9 +76,9 @@ def resolve(model: ModelSpec, system: SystemSpec, task: TaskSpec, semantics: Sem
     n, per_node = system.num_devices, system.devices_per_node
     try:
         given = plan
-        check_plan_for_model(plan, model)
+        check_plan_for_model(plan, model)  # before degrees are implied: its rules do not depend on them
         plan = plan.resolve(n, per_node)
-        check_plan(plan, n, per_node, model)
+        check_plan(plan, n, per_node)
     except PlanError as error:
         implied = any(level.degree is None for level in given.levels)
         if implied and error.rule in ("degree_le_1", "first_degree", "product_ne_devices") and "implied" not in error.reason:

@@ -101,6 +101,7 @@ def trace(config: Config) -> tuple[Program, np.ndarray, np.ndarray]:
     key = structure_key(config)
     program = lower(key)
     params = param_row(config)[:, None]
-    slots, _ = costs(plan_arguments(key)[0], params, *plan_arguments(key)[1:], semantics_flags(config.semantics))
+    family, *components = plan_arguments(key)
+    slots, _ = costs(family, params, *components, semantics_flags(config.semantics))
     start, end, _ = schedule_trace(*program.arrays(), *program.segment_arrays(), slots[0])
     return program, start, end

@@ -78,11 +78,7 @@ class MadmaxDLRMMoEModel(MadmaxDLRMModel, _MadmaxExperts):
     pass
 
 
-class MadmaxDLRMTransformerModel(MadmaxDLRMModel):
-    num_transformer_layers: PositiveInt
-    num_transformer_heads: PositiveInt
-    attention_dim: PositiveInt
-    transformer_fc_dim: PositiveInt
+class MadmaxDLRMTransformerModel(MadmaxDLRMModel, _MadmaxTransformer):
     transformer_seq_len: PositiveInt
 
 

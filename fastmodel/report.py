@@ -40,6 +40,7 @@ def summary(config: Config, ds: xr.Dataset) -> dict:
         "num_devices": s.num_devices,
         "local_dense_batch": config.local_dense_batch,
         "local_emb_batch": config.local_emb_batch,
+        "local_transformer_batch": config.local_transformer_batch,
         "model_params": m.total_params,
         "model_dense_params": m.dense_params,
         "model_emb_params": m.emb_params,
@@ -76,7 +77,8 @@ def render(config: Config, ds: xr.Dataset) -> str:
         f"  system      {r['eff_flop_per_s'] / 1e12:,.1f} TFLOP/s effective ({precision}), HBM {r['eff_hbm_bandwidth'] / 1e9:,.0f} GB/s; "
         f"intra-node {r['intra_bandwidth'] / 1e9:,.1f} GB/s, inter-node {r['inter_bandwidth'] / 1e9:,.2f} GB/s, "
         f"allreduce {r['allreduce_bandwidth'] / 1e9:,.1f} GB/s per device",
-        f"  batch       {r['global_batch']:,.0f} samples/iteration; per device {r['local_dense_batch']} dense, {r['local_emb_batch']} embedding",
+        f"  batch       {r['global_batch']:,.0f} samples/iteration; per device {r['local_dense_batch']} dense, {r['local_emb_batch']} embedding"
+        + (f", {r['local_transformer_batch']} transformer" if r["local_transformer_batch"] is not None else ""),
         f"  weights     {_gb(r['weight_memory'])} per device ({_gb(r['weight_memory_dense'])} dense + {_gb(r['weight_memory_emb'])} embedding; weights only)",
         f"  memory      {_gb(r['memory_per_device'])} per device ({config.semantics.memory_weight_factor:g} x weights) of "
         f"{_gb(r['hbm_capacity'])} HBM: {'fits' if r['fits_memory'] else 'DOES NOT FIT'}",
