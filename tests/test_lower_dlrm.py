@@ -52,7 +52,7 @@ def test_bottom_backward_allgather_dependencies(prefetch, expected):
     assert deps(p, "bot1.b.ag") == ["bot3.b"]
 
 
-def test_bottom_prefetch_fix_changes_time_only_when_it_should():
+def test_bottom_prefetch_fix_can_only_delay_and_keeps_collective_sizes():
     kw = dict(plan="fsdp/mp", num_nodes=16)
     ref = fastmodel.evaluate("dlrm-a", "dc-a", "dlrm-pretrain", semantics={"base": "madmax"}, **kw)
     fixed = fastmodel.evaluate("dlrm-a", "dc-a", "dlrm-pretrain",
