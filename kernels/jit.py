@@ -14,6 +14,6 @@ __all__ = ["njit", "prange"]
 def njit(*args, **options):
     """``numba.njit`` with ``cache=True`` unless the caller says otherwise."""
     options.setdefault("cache", True)
-    if args and callable(args[0]) and not options.get("_decorated"):
+    if len(args) == 1 and callable(args[0]):
         return _numba_njit(**options)(args[0])
     return _numba_njit(*args, **options)
