@@ -1,0 +1,189 @@
+"""The registry of the real-world LM model (``default`` semantics): parameter columns, codes, results.
+
+Declared once, dependency-free. ``kernels/lm_layout.py`` derives the integer
+column and result indices the kernels use from these tuples; datasets, run
+records, ``validate`` and calibration read names, units and bounds from here.
+
+A *column* is one numeric input of a configuration (one row of the parameter
+table): a model dimension, a plan degree, an execution choice (as an integer
+code) or a device / network constant. SI units throughout (s, bytes, bytes/s,
+FLOP/s). ``fittable`` columns are physical efficiencies that ``calibrate`` may
+fit; their bounds are the physical range.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    units: str
+    default: float
+    doc: str
+    group: str = "model"          # model | plan | device | network
+    lo: float = 0.0
+    hi: float = float("inf")
+    fittable: bool = False
+
+
+def _cols(group: str, *rows: tuple) -> tuple[Column, ...]:
+    return tuple(Column(*row[:4], group, *row[4:]) for row in rows)
+
+
+# --- integer codes -----------------------------------------------------------
+SHARDING_CODES = {"ddp": 0, "zero1": 1, "distopt": 1, "zero2": 2, "fsdp": 3, "hsdp": 3}
+RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2, "partial_layers": 3}
+PRECISION_CODES = {"bf16": 0, "fp16": 0, "fp8": 1}
+OPTIMIZER_CODES = {"adam": 0, "adamw": 0, "sgd": 1, "adafactor": 2}
+PIPELINE_SCHEDULES = {"1f1b": 0, "interleaved": 1, "gpipe": 2}
+
+MODEL_COLUMNS = _cols(
+    "model",
+    ("layers", "1", 32, "Transformer layers L (excluding MTP layers).", 1, 4096),
+    ("hidden", "1", 4096, "Model width h.", 1, 1 << 20),
+    ("ffn", "1", 11008, "Dense MLP width (intermediate size).", 1, 1 << 22),
+    ("heads", "1", 32, "Query heads a.", 1, 4096),
+    ("kv_heads", "1", 32, "Key/value heads (GQA: < heads; MQA: 1).", 1, 4096),
+    ("head_dim", "1", 128, "Per-head width d_head (may differ from h / a).", 1, 4096),
+    ("vocab", "1", 32000, "Vocabulary size V.", 1, 1 << 24),
+    ("seq_len", "tokens", 4096, "Sequence length s.", 1, 1 << 24),
+    ("gated_mlp", "1", 1, "1: gated 3-matrix MLP (SwiGLU/GeGLU); 0: 2-matrix MLP.", 0, 1),
+    ("causal", "1", 1, "1: causal attention (half the score FLOPs executed by flash kernels).", 0, 1),
+    ("tied_embeddings", "1", 0, "1: LM head shares the embedding matrix.", 0, 1),
+    ("moe_experts", "1", 0, "Routed experts E (0 = dense).", 0, 1 << 16),
+    ("moe_topk", "1", 0, "Routed experts per token k.", 0, 1024),
+    ("moe_ffn", "1", 0, "Per-expert MLP width.", 0, 1 << 22),
+    ("moe_shared_experts", "1", 0, "Shared (always-on) experts, each moe_ffn wide.", 0, 1024),
+    ("dense_layers", "1", 0, "Leading dense layers of a MoE model.", 0, 4096),
+    ("moe_capacity_factor", "1", 0, "Token capacity factor (0 = dropless).", 0, 64),
+    ("mla", "1", 0, "1: multi-head latent attention (DeepSeek).", 0, 1),
+    ("q_lora_rank", "1", 0, "MLA query low-rank width (0 = full-rank query).", 0, 1 << 20),
+    ("kv_lora_rank", "1", 0, "MLA compressed KV width.", 0, 1 << 20),
+    ("qk_nope_head_dim", "1", 0, "MLA per-head non-rotary QK width.", 0, 4096),
+    ("qk_rope_head_dim", "1", 0, "MLA per-head rotary QK width.", 0, 4096),
+    ("v_head_dim", "1", 0, "MLA per-head value width.", 0, 4096),
+    ("sliding_window", "tokens", 0, "Sliding-window attention span (0 = none).", 0, 1 << 24),
+    ("sliding_window_layers", "1", 0, "Layers using the sliding window.", 0, 4096),
+    ("mtp_layers", "1", 0, "Multi-token-prediction layers (DeepSeek-V3).", 0, 64),
+)
+
+PLAN_COLUMNS = _cols(
+    "plan",
+    ("tp", "1", 1, "Tensor-parallel degree.", 1, 1 << 16),
+    ("pp", "1", 1, "Pipeline-parallel stages.", 1, 1 << 16),
+    ("vp", "1", 1, "Virtual stages per pipeline rank (interleaved 1F1B; 1 = none).", 1, 1024),
+    ("cp", "1", 1, "Context-parallel degree.", 1, 1 << 16),
+    ("ep", "1", 1, "Expert-parallel degree (carved out of dp).", 1, 1 << 16),
+    ("etp", "1", 1, "Expert tensor-parallel degree.", 1, 1 << 16),
+    ("dp", "1", 1, "Data-parallel degree = devices / (tp pp cp).", 1, 1 << 24),
+    ("sharding", "code", 1, "SHARDING_CODES: 0 ddp, 1 zero1/distopt, 2 zero2, 3 fsdp/hsdp.", 0, 3),
+    ("shard_degree", "1", 0, "Devices one parameter shard group spans (FSDP/HSDP; 0 = all of dp).", 0, 1 << 24),
+    ("micro_batch", "sequences", 1, "Sequences per micro-batch per data-parallel rank.", 1, 1 << 20),
+    ("global_batch", "sequences", 1, "Sequences per optimizer step.", 1, 1 << 30),
+    ("recompute", "code", 0, "RECOMPUTE_CODES: 0 none, 1 selective, 2 full, 3 partial layers.", 0, 3),
+    ("recompute_fraction", "1", 0, "Share of layers fully recomputed under partial recompute.", 0, 1),
+    ("sequence_parallel", "1", 0, "1: Megatron sequence parallelism with TP (RS+AG instead of AR).", 0, 1),
+    ("tp_comm_overlap", "1", 0, "1: TP communication overlapped with GEMMs (userbuffers).", 0, 1),
+    ("precision", "code", 0, "PRECISION_CODES: 0 bf16/fp16, 1 fp8 GEMMs.", 0, 1),
+    ("grad_reduce_bytes", "bytes", 4, "Bytes per gradient element in the data-parallel reduction.", 1, 8),
+    ("optimizer", "code", 0, "OPTIMIZER_CODES: 0 Adam(W), 1 SGD-momentum, 2 Adafactor.", 0, 2),
+    ("fp8_params", "1", 0, "1: FP8 weight copies kept (no BF16 weight copy).", 0, 1),
+    ("pipeline_schedule", "code", 0, "PIPELINE_SCHEDULES: 0 1F1B, 1 interleaved, 2 GPipe.", 0, 2),
+    ("overlap_grad_reduce", "1", 1, "1: gradient reduction overlaps the last backward pass.", 0, 1),
+    ("overlap_param_gather", "1", 1, "1: distributed-optimizer parameter gather overlaps the next forward.", 0, 1),
+    ("activation_offload", "1", 0, "Share of activations offloaded to host memory.", 0, 1),
+)
+
+DEVICE_COLUMNS = _cols(
+    "device",
+    ("peak_flops_16", "FLOP/s", 989e12, "Dense BF16/FP16 tensor peak (datasheet).", 1e9, 1e18),
+    ("peak_flops_8", "FLOP/s", 1979e12, "Dense FP8 tensor peak (datasheet; 0 = unsupported).", 0, 1e18),
+    ("hbm_bytes", "bytes", 80 * 2**30, "HBM capacity.", 1e8, 1e14),
+    ("hbm_bw", "bytes/s", 3.35e12, "HBM bandwidth (datasheet).", 1e9, 1e15),
+    ("gemm_eff_16", "1", 0.75, "Attainable fraction of the 16-bit peak for large GEMMs (microbenchmarks).", 0.05, 1, True),
+    ("gemm_eff_8", "1", 0.65, "Attainable fraction of the FP8 peak for large GEMMs (microbenchmarks).", 0.05, 1, True),
+    ("attn_eff", "1", 0.55, "Attainable fraction of the 16-bit peak for flash-attention kernels.", 0.05, 1, True),
+    ("hbm_eff", "1", 0.80, "Attainable fraction of HBM bandwidth for memory-bound kernels.", 0.05, 1, True),
+    ("sm_count", "1", 132, "Streaming multiprocessors (wave quantization).", 1, 1024),
+    ("gemm_tile_m", "1", 128, "Output-tile rows of the GEMM library's main kernel.", 1, 1024),
+    ("gemm_tile_n", "1", 256, "Output-tile columns of the GEMM library's main kernel.", 1, 1024),
+    ("gemm_k_half", "1", 512, "Reduction length at which a GEMM reaches half its pipeline efficiency "
+     "(prologue/epilogue amortisation).", 0, 1 << 16, True),
+    ("kernel_overhead_s", "s", 4e-6, "Launch + tail per kernel.", 0, 1e-3, True),
+    ("usable_hbm_fraction", "1", 0.95, "Share of HBM usable by the framework.", 0.1, 1),
+    ("framework_memory_bytes", "bytes", 3 * 2**30, "Per-device constant: CUDA context, NCCL, allocator reserve.",
+     0, 1e12),
+)
+
+NETWORK_COLUMNS = _cols(
+    "network",
+    ("n_gpus", "1", 8, "Devices in the job.", 1, 1 << 24),
+    ("gpus_per_node", "1", 8, "Devices per server.", 1, 1 << 16),
+    ("domain_size", "1", 8, "Devices per NVLink domain (tier 1; 72 for NVL72).", 1, 1 << 16),
+    ("intra_bw", "bytes/s", 450e9, "Tier-1 (NVLink) bandwidth per device, one direction.", 1e8, 1e14),
+    ("intra_latency", "s", 5e-6, "Tier-1 per-step latency of a collective.", 0, 1e-2, True),
+    ("intra_eff", "1", 0.80, "Attainable fraction of tier-1 bandwidth (NCCL bus bandwidth / link rate).",
+     0.05, 1, True),
+    ("inter_bw", "bytes/s", 50e9, "Tier-2 (scale-out NIC) bandwidth per device, one direction.", 1e7, 1e14),
+    ("inter_latency", "s", 12e-6, "Tier-2 per-step latency of a collective.", 0, 1e-2, True),
+    ("inter_eff", "1", 0.85, "Attainable fraction of tier-2 bandwidth.", 0.05, 1, True),
+    ("step_overhead_s", "s", 0.0, "Framework time per optimizer step outside the model (data, logging).",
+     0, 100, True),
+)
+
+COLUMNS: tuple[Column, ...] = MODEL_COLUMNS + PLAN_COLUMNS + DEVICE_COLUMNS + NETWORK_COLUMNS
+COLUMN_INDEX: dict[str, int] = {c.name: i for i, c in enumerate(COLUMNS)}
+
+
+@dataclass(frozen=True)
+class Result:
+    name: str
+    units: str
+    better: str     # "min" | "max" | ""
+    doc: str
+
+
+MEMORY_KINDS = ("weights", "gradients", "optimizer", "activations", "kv_cache", "buffers", "overhead")
+
+RESULTS: tuple[Result, ...] = (
+    Result("step_time", "s", "min", "Time of one optimizer step (the iteration time)."),
+    Result("tokens_per_s", "tokens/s", "max", "global_batch x seq_len / step_time."),
+    Result("tokens_per_s_per_gpu", "tokens/s", "max", "tokens_per_s / n_gpus."),
+    Result("mfu", "1", "max", "Model FLOPs (6 N + attention, RUNS.md mfu_std convention) / (step_time x peak)."),
+    Result("hfu", "1", "max", "Executed FLOPs including recompute / (step_time x peak)."),
+    Result("flops_per_token", "FLOP", "", "Model training FLOPs per token (RUNS.md mfu_std convention)."),
+    Result("time_gemm", "s", "min", "Per-step GEMM time on the busiest device (incl. recompute)."),
+    Result("time_attention", "s", "min", "Per-step attention-kernel time (scores, softmax, PV; incl. recompute)."),
+    Result("time_memory_bound", "s", "min", "Per-step memory-bound kernels (norms, activations, rotary, loss)."),
+    Result("time_recompute", "s", "min", "Part of the compute times spent recomputing activations."),
+    Result("time_optimizer", "s", "min", "Optimizer step on the local shard."),
+    Result("pipeline_bubble", "s", "min", "Idle time of a pipeline stage per step."),
+    Result("comm_tp", "s", "min", "Tensor/sequence-parallel communication per step."),
+    Result("comm_cp", "s", "min", "Context-parallel communication per step."),
+    Result("comm_ep", "s", "min", "Expert-parallel all-to-all per step."),
+    Result("comm_pp", "s", "min", "Pipeline point-to-point per step on the critical path."),
+    Result("comm_dp", "s", "min", "Data-parallel / sharding collectives per step."),
+    Result("exposed_tp", "s", "min", "TP communication not hidden behind compute."),
+    Result("exposed_cp", "s", "min", "CP communication not hidden behind compute."),
+    Result("exposed_ep", "s", "min", "EP communication not hidden behind compute."),
+    Result("exposed_pp", "s", "min", "PP communication not hidden behind compute."),
+    Result("exposed_dp", "s", "min", "DP communication not hidden behind compute."),
+    Result("memory_weights", "bytes", "min", "Weights per device (incl. gathered FSDP buffers' owners)."),
+    Result("memory_gradients", "bytes", "min", "Gradients per device."),
+    Result("memory_optimizer", "bytes", "min", "Optimizer states and master weights per device."),
+    Result("memory_activations", "bytes", "min", "Activations held for backward on the most loaded rank."),
+    Result("memory_kv_cache", "bytes", "min", "KV cache (serving)."),
+    Result("memory_buffers", "bytes", "min", "Communication and gather buffers, logits workspace."),
+    Result("memory_overhead", "bytes", "min", "Framework constant (CUDA context, allocator)."),
+    Result("memory_per_device", "bytes", "min", "Sum of the memory kinds: the peak on the most loaded rank."),
+    Result("fits_memory", "1", "max", "1 if memory_per_device <= usable HBM."),
+)
+RESULT_INDEX: dict[str, int] = {r.name: i for i, r in enumerate(RESULTS)}
+MEMORY_RESULTS = tuple("memory_" + k for k in MEMORY_KINDS)
+
+
+def column_defaults() -> list[float]:
+    """Default value of every column, in column order."""
+    return [float(c.default) for c in COLUMNS]
