@@ -328,6 +328,11 @@ from fastmodel.cli_plot import plot  # noqa: E402
 
 main.add_command(plot)
 
+from fastmodel.cli_validate import validate as _validate  # noqa: E402
+
+_validate.callback = _friendly(_validate.callback)
+main.add_command(_validate)
+
 
 if __name__ == "__main__":  # pragma: no cover
     main()

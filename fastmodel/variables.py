@@ -50,6 +50,8 @@ MODEL_COLUMNS = _cols(
     ("vocab", "1", 32000, "Vocabulary size V.", 1, 1 << 24),
     ("seq_len", "tokens", 4096, "Sequence length s.", 1, 1 << 24),
     ("gated_mlp", "1", 1, "1: gated 3-matrix MLP (SwiGLU/GeGLU); 0: 2-matrix MLP.", 0, 1),
+    ("flash_attention", "1", 1, "1: fused flash attention (no s x s scores in HBM); 0: unfused (Megatron 2021-22).",
+     0, 1),
     ("causal", "1", 1, "1: causal attention (half the score FLOPs executed by flash kernels).", 0, 1),
     ("tied_embeddings", "1", 0, "1: LM head shares the embedding matrix.", 0, 1),
     ("moe_experts", "1", 0, "Routed experts E (0 = dense).", 0, 1 << 16),

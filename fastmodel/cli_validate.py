@@ -1,0 +1,46 @@
+"""``fastmodel validate RUNS.jsonl``: the real-world model against measured runs (see fastmodel.validate)."""
+
+from __future__ import annotations
+
+import click
+
+
+@click.command("validate")
+@click.argument("runs", type=click.Path(dir_okay=False))
+@click.option("--output", "-o", type=click.Path(dir_okay=False),
+              help="Write one row per run (.csv), atomically; refuses to replace RUNS.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
+              help="Draw predicted vs measured step time (.png/.pdf/.svg).")
+def validate(runs, output, plot_path):
+    """Predict every run record of RUNS (JSONL, RUNS.md schema) and print the step-time error tables
+    beside the constant-MFU baselines at 0.40 and 0.50."""
+    from pathlib import Path
+
+    from fastmodel.errors import SpecError
+    from fastmodel.runs import read_records
+    from fastmodel.validate import format_report, rows
+
+    for target in (output, plot_path):
+        if target and Path(target).resolve() == Path(runs).resolve():
+            raise SpecError(target, "", "is the input file; choose another output")
+    table = rows(read_records(runs))
+    click.echo(format_report(table))
+    if output:
+        _write_rows(table, output)
+    if plot_path:
+        from fastmodel.plot.validation import predicted_vs_measured
+        from fastmodel.plot.style import save
+
+        fig, _ = predicted_vs_measured(table)
+        save(fig, plot_path)
+
+
+def _write_rows(table: list[dict], path: str) -> None:
+    import csv
+
+    from fastmodel.atomic import atomic_write
+
+    with atomic_write(path) as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(table[0]))
+        writer.writeheader()
+        writer.writerows(table)

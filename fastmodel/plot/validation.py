@@ -1,0 +1,43 @@
+"""Predicted vs measured step time of ``fastmodel validate`` (one marker per run, colour by source)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fastmodel.plot.style import new_axes
+
+#: the shaded band: the issue's dense-run accuracy bar
+BAND = 0.15
+
+
+def predicted_vs_measured(table: list[dict], size="single", ax=None):
+    """Log-log scatter of predicted against measured step time, the identity line and a +/-15 % band."""
+    fig, ax = new_axes(size, ax=ax)
+    measured = np.array([r["measured_step_time_s"] for r in table], dtype=float)
+    predicted = np.array([r["predicted_step_time_s"] for r in table], dtype=float)
+    ok = np.isfinite(measured) & np.isfinite(predicted) & (measured > 0) & (predicted > 0)
+    if not ok.any():
+        from fastmodel.errors import FastmodelError
+        raise FastmodelError("no run has both a measured and a predicted step time to plot")
+    lo = min(measured[ok].min(), predicted[ok].min()) / 1.5
+    hi = max(measured[ok].max(), predicted[ok].max()) * 1.5
+    line = np.array([lo, hi])
+    ax.fill_between(line, line * (1 - BAND), line * (1 + BAND), color="0.9", lw=0, label=f"±{BAND:.0%}")
+    ax.plot(line, line, color="0.4", lw=0.8, label="predicted = measured")
+    sources = sorted({r["source"] for r in table})
+    markers = "os^vD<>phX*"
+    for i, source in enumerate(sources):
+        pick = ok & np.array([r["source"] == source for r in table])
+        if pick.any():
+            ax.scatter(measured[pick], predicted[pick], s=14, marker=markers[i % len(markers)], label=source,
+                       zorder=3)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
+    ax.set_xlabel("measured step time (s)")
+    ax.set_ylabel("predicted step time (s)")
+    errors = predicted[ok] / measured[ok] - 1
+    ax.set_title(f"{ok.sum()} runs, step-time MAPE {100 * np.mean(np.abs(errors)):.1f}%")
+    ax.legend(fontsize="x-small", loc="upper left")
+    return fig, ax
