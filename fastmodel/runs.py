@@ -18,7 +18,8 @@ Fill-in rules (docs/model.md §R7), each an execution fact, never a fit:
 - frameworks that predate FlashAttention (2022) and Megatron's overlapped
   gradient reduction (2023) -- records without ``framework`` (the Megatron
   papers), Megatron-DeepSpeed and PyTorch 1.x -- run unfused attention and
-  reduce gradients after the backward pass.
+  reduce gradients after the backward pass; their ZeRO-3 (DeepSpeed) moves
+  parameters and gradients in buckets of 5e7 elements.
 """
 
 from __future__ import annotations
@@ -217,6 +218,10 @@ def lower_record(data: dict, source: str | None = None) -> RunRecord:
         values["flash_attention"] = 0.0
         values["overlap_grad_reduce"] = 0.0
         values["overlap_param_gather"] = 0.0
+        if sharding == "fsdp":
+            # ZeRO-3 of that era is DeepSpeed's: parameters are fetched in prefetch buckets of
+            # stage3_prefetch_bucket_size = 5e7 elements (DeepSpeed configuration docs), 16-bit
+            values["collective_bucket_bytes"] = 5e7 * 2.0
     if values["precision"] == 1 and values["peak_flops_8"] <= 0:
         raise SpecError(source, "system.peak_flops_fp8", "plan.precision is fp8 but the device has no FP8 peak")
 

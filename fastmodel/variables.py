@@ -96,6 +96,9 @@ PLAN_COLUMNS = _cols(
     ("overlap_grad_reduce", "1", 1, "1: gradient reduction overlaps the last backward pass.", 0, 1),
     ("overlap_param_gather", "1", 1, "1: distributed-optimizer parameter gather overlaps the next forward.", 0, 1),
     ("activation_offload", "1", 0, "Share of activations offloaded to host memory.", 0, 1),
+    ("collective_bucket_bytes", "bytes", 0, "Largest message of a sharded-data-parallel collective: a layer's "
+     "gather or reduction is issued in buckets of this size, each paying the ring latency (DeepSpeed ZeRO-3 "
+     "prefetch bucket 5e7 elements; 0 = one collective per layer).", 0, 1e12),
 )
 
 DEVICE_COLUMNS = _cols(

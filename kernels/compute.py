@@ -2,8 +2,8 @@
 
 - GEMMs: ``max(FLOPs / (peak x gemm_eff x quantization x depth), bytes / (HBM bw x hbm_eff))`` plus a
   launch overhead. *Quantization* is the tile and wave quantization of NVIDIA's GEMM performance guide
-  (output tiles of ``gemm_tile_m x gemm_tile_n``, one wave = ``sm_count`` tiles): the share of launched
-  tile slots doing useful work. *Depth* ``K / (K + gemm_k_half)`` amortises each tile's prologue and
+  (output tiles of up to ``gemm_tile_m x gemm_tile_n``, one wave = ``sm_count`` tiles, split-K for
+  grids under one wave): the share of launched tensor-core work that is useful. *Depth* ``K / (K + gemm_k_half)`` amortises each tile's prologue and
   epilogue over its reduction length.
 - Flash attention: FLOPs / (16-bit peak x attn_eff).
 - Memory-bound kernels: bytes / (HBM bw x hbm_eff).
@@ -21,14 +21,28 @@ from fastmodel.kernels.lm_layout import (
 
 
 @njit(inline="always")
-def tile_quantization(row, groups, m, n):
-    """Useful share of the launched tile slots of ``groups`` (m x n) outputs scheduled together:
-    groups m n / (waves x sm_count x tile_m x tile_n)."""
-    tm = row[C_GEMM_TILE_M]
-    tn = row[C_GEMM_TILE_N]
+def tile_size(extent, largest):
+    """The library's tile along one dimension: the largest tile, or the power of two >= the extent (>= 16)."""
+    return min(largest, 2.0 ** math.ceil(math.log2(max(extent, 16.0))))
+
+
+@njit(inline="always")
+def tile_quantization(row, groups, m, n, k):
+    """Useful share of the tensor-core work launched for ``groups`` (m x n) outputs scheduled together.
+
+    Padding: the output is cut into tiles (``gemm_tile_m x gemm_tile_n``, smaller for small extents).
+    Waves: tiles run ``sm_count`` at a time; a grid smaller than one wave is split along K (split-K,
+    while each split keeps >= 256 of K) to fill the SMs.
+    """
+    tm = tile_size(m, row[C_GEMM_TILE_M])
+    tn = tile_size(n, row[C_GEMM_TILE_N])
     tiles = groups * math.ceil(m / tm) * math.ceil(n / tn)
-    waves = math.ceil(tiles / row[C_SM_COUNT])
-    return (groups * m * n) / (waves * row[C_SM_COUNT] * tm * tn)
+    padding = (groups * m * n) / (tiles * tm * tn)
+    sms = row[C_SM_COUNT]
+    if tiles < sms:
+        split = max(1.0, min(math.floor(sms / tiles), math.floor(k / 256.0)))
+        return padding * tiles * split / sms
+    return padding * tiles / (math.ceil(tiles / sms) * sms)
 
 
 @njit(inline="always")
@@ -46,7 +60,7 @@ def grouped_gemm_time(row, groups, m, n, k, fp8):
     if groups <= 0.0 or m <= 0.0 or n <= 0.0 or k <= 0.0:
         return 0.0
     flops = 2.0 * groups * m * n * k
-    efficiency = tile_quantization(row, groups, m, n) * k / (k + row[C_GEMM_K_HALF])
+    efficiency = tile_quantization(row, groups, m, n, k) * k / (k + row[C_GEMM_K_HALF])
     compute = flops / (gemm_peak(row, fp8) * efficiency)
     element = 1.0 if fp8 else 2.0
     traffic = groups * (element * (m * k + k * n) + 2.0 * m * n)

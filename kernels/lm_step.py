@@ -21,7 +21,7 @@ import math
 from fastmodel.kernels.compute import attention_time, gemm_time, grouped_gemm_time, memory_bound_time
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm_layout import (
-    C_ACTIVATION_OFFLOAD, C_CAUSAL, C_CP, C_DENSE_LAYERS, C_DP, C_EP, C_ETP, C_FFN, C_FLASH_ATTENTION, C_FP8_PARAMS,
+    C_CAUSAL, C_COLLECTIVE_BUCKET_BYTES, C_CP, C_DENSE_LAYERS, C_DP, C_EP, C_ETP, C_FFN, C_FLASH_ATTENTION, C_FP8_PARAMS,
     C_GATED_MLP, C_GLOBAL_BATCH, C_GRAD_REDUCE_BYTES, C_HBM_BW, C_HBM_EFF, C_HEAD_DIM, C_HEADS, C_HIDDEN,
     C_KV_HEADS, C_KV_LORA_RANK, C_LAYERS, C_MICRO_BATCH, C_MLA, C_MOE_CAPACITY_FACTOR, C_MOE_EXPERTS, C_MOE_FFN,
     C_MOE_SHARED_EXPERTS, C_MOE_TOPK, C_MTP_LAYERS, C_N_GPUS, C_OPTIMIZER, C_OVERLAP_GRAD_REDUCE,
@@ -35,7 +35,9 @@ from fastmodel.kernels.lm_layout import (
     RECOMPUTE_FULL, RECOMPUTE_NONE, RECOMPUTE_PARTIAL_LAYERS, RECOMPUTE_SELECTIVE, SHARD_DDP, SHARD_FSDP,
     SHARD_ZERO1, SHARD_ZERO2,
 )
-from fastmodel.kernels.network import allgather_time, allreduce_time, alltoall_time, p2p_time
+from fastmodel.kernels.network import (
+    allgather_time, allreduce_time, alltoall_time, bucketed_allgather_time, p2p_time,
+)
 
 # --- per-layer work slots (scratch vector filled by layer_costs) ------------
 W_GEMM = 0            # forward GEMM seconds of one layer, one micro-batch
@@ -302,6 +304,7 @@ def step_row(row, work, out):
     fsdp = row[C_SHARDING] == SHARD_FSDP
     shard_group = row[C_SHARD_DEGREE] if row[C_SHARD_DEGREE] > 0.0 else d
     grad_bytes = row[C_GRAD_REDUCE_BYTES]
+    bucket = row[C_COLLECTIVE_BUCKET_BYTES]
 
     # per-layer averages over the layer mix, one micro-batch
     counts = layer_mix(row)
@@ -330,8 +333,8 @@ def step_row(row, work, out):
         fsdp_left = 0.0
         fsdp_here = 0.0
         if fsdp:
-            gather = allgather_time(row, work[W_PARAMS] * param_bytes(row), shard_group, t * c)
-            reduce = allgather_time(row, work[W_PARAMS] * grad_bytes, shard_group, t * c)
+            gather = bucketed_allgather_time(row, work[W_PARAMS] * param_bytes(row), shard_group, t * c, bucket)
+            reduce = bucketed_allgather_time(row, work[W_PARAMS] * grad_bytes, shard_group, t * c, bucket)
             fsdp_here = 2.0 * gather + reduce
             fsdp_left = exposed(gather, forward) + exposed(gather + reduce, backward + again)
         gemm += weight * g * (3.0 + full)
@@ -369,8 +372,8 @@ def step_row(row, work, out):
     # FSDP: the first gather of a micro-batch and the last reduce-scatter are never hidden
     fsdp_edges = 0.0
     if fsdp:
-        fsdp_edges = allgather_time(row, params * param_bytes(row), shard_group, t * c) \
-            + allgather_time(row, params * grad_bytes, shard_group, t * c)
+        fsdp_edges = bucketed_allgather_time(row, params * param_bytes(row), shard_group, t * c, bucket) \
+            + bucketed_allgather_time(row, params * grad_bytes, shard_group, t * c, bucket)
     fsdp_exposed_step = micro_batches * (per_stage * fsdp_exposed + fsdp_edges)
     fsdp_comm_step = micro_batches * per_stage * fsdp_comm
 

@@ -95,3 +95,13 @@ def p2p_time(row, nbytes, stride):
     if stride < row[C_DOMAIN_SIZE]:
         return nbytes / (row[C_INTRA_BW] * row[C_INTRA_EFF]) + row[C_INTRA_LATENCY]
     return nbytes / (row[C_INTER_BW] * row[C_INTER_EFF]) + row[C_INTER_LATENCY]
+
+
+@njit
+def bucketed_allgather_time(row, nbytes, size, stride, bucket):
+    """All-gather (or reduce-scatter) of ``nbytes`` issued as ``ceil(nbytes / bucket)`` equal collectives,
+    each paying the ring latency (``bucket`` <= 0: one collective)."""
+    if bucket <= 0.0 or nbytes <= bucket:
+        return allgather_time(row, nbytes, size, stride)
+    buckets = math.ceil(nbytes / bucket)
+    return buckets * allgather_time(row, nbytes / buckets, size, stride)

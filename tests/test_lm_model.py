@@ -1,0 +1,182 @@
+"""The real-world LM model: hand-derived terms and the run-record path (docs/model.md §R)."""
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fastmodel.errors import SpecError
+from fastmodel.kernels.compute import gemm_time, grouped_gemm_time, memory_bound_time
+from fastmodel.kernels.network import allgather_time, allreduce_time, alltoall_time, bus_bandwidth
+from fastmodel.lm_engine import evaluate_table
+from fastmodel.lm_table import row, table
+from fastmodel.runs import lower_record, read_records
+
+DATA = Path(__file__).parent / "data"
+RUNS = DATA / "runs_dev.jsonl"
+
+H100 = dict(peak_flops_16=989e12, gemm_eff_16=0.75, sm_count=132, gemm_tile_m=128, gemm_tile_n=256,
+            gemm_k_half=128, kernel_overhead_s=4e-6, hbm_bw=3.35e12, hbm_eff=0.8)
+NET = dict(domain_size=8, intra_bw=450e9, intra_eff=0.8, intra_latency=3e-6, inter_bw=50e9, inter_eff=0.85,
+           inter_latency=8e-6)
+
+
+def test_flops_per_token_match_the_mfu_std_convention_on_every_dev_row():
+    records = read_records(RUNS)
+    results = evaluate_table(np.stack([r.columns for r in records], axis=1))
+    expected = np.array([r.measured["flops_per_token_std"] for r in records])
+    assert np.max(np.abs(results["flops_per_token"] / expected - 1)) < 1e-3
+
+
+def test_large_gemm_time_is_peak_times_efficiency_quantization_and_depth():
+    r = row(**H100)
+    n = 8192.0
+    tiles = (n / 128) * (n / 256)                   # 2048 output tiles
+    waves = math.ceil(tiles / 132)                  # 16 waves on 132 SMs
+    quantization = tiles / (waves * 132)
+    depth = n / (n + 128)
+    expected = 2 * n**3 / (989e12 * 0.75 * quantization * depth) + 4e-6
+    assert gemm_time(r, n, n, n, False) == pytest.approx(expected, rel=1e-12)
+
+
+def test_skinny_gemm_is_memory_bound():
+    r = row(**H100)
+    m, n, k = 1.0, 8192.0, 8192.0                   # one token: a matrix-vector product
+    weights = 2 * (m * k + k * n) + 2 * m * n
+    assert gemm_time(r, m, n, k, False) == pytest.approx(weights / (3.35e12 * 0.8) + 4e-6, rel=1e-12)
+
+
+def test_batched_gemms_quantize_over_all_their_tiles():
+    r = row(**H100)
+    # 264 GEMMs of one 128x256 tile each: exactly two full waves, no quantization loss
+    one = grouped_gemm_time(r, 264.0, 128.0, 256.0, 4096.0, False)
+    flops = 2 * 264 * 128 * 256 * 4096
+    wave = 1.0
+    expected = max(flops / (989e12 * 0.75 * wave * 4096 / (4096 + 128)),
+                   264 * (2 * (128 * 4096 + 4096 * 256) + 2 * 128 * 256) / (3.35e12 * 0.8)) + 4e-6
+    assert one == pytest.approx(expected, rel=1e-12)
+
+
+def test_memory_bound_time_is_bytes_over_effective_bandwidth():
+    assert memory_bound_time(row(**H100), 2.68e9) == pytest.approx(2.68e9 / (3.35e12 * 0.8), rel=1e-12)
+
+
+def test_allreduce_inside_a_node_is_ring_bandwidth_plus_tree_latency():
+    r = row(**NET)
+    size = 64e6
+    expected = 2 * 7 / 8 * size / (450e9 * 0.8) + 2 * math.ceil(math.log2(8)) * 3e-6
+    assert allreduce_time(r, size, 8.0, 1.0) == pytest.approx(expected, rel=1e-12)
+
+
+def test_cross_node_ring_uses_one_nic_per_member_in_the_node():
+    r = row(**NET)
+    # data-parallel group of 16 with tp=8 inside each node: one member per node, one NIC
+    assert bus_bandwidth(r, 16.0, 8.0) == pytest.approx(50e9 * 0.85)
+    # group of 64 contiguous devices: 8 members per node, 8 NICs, capped by NVLink
+    assert bus_bandwidth(r, 64.0, 1.0) == pytest.approx(min(450e9 * 0.8, 8 * 50e9 * 0.85))
+    # reduce-scatter over 16 nodes x 1: 15/16 of the buffer at one NIC, 16 inter-node ring steps
+    size = 1e9
+    expected = 15 / 16 * size / (50e9 * 0.85) + 16 * 8e-6
+    assert allgather_time(r, size, 16.0, 8.0) == pytest.approx(expected, rel=1e-12)
+
+
+def test_ring_latency_grows_with_the_group_so_large_groups_stop_scaling():
+    r = row(**NET)
+    small = allgather_time(r, 1e6, 64.0, 1.0)
+    large = allgather_time(r, 1e6, 1536.0, 1.0)
+    # 1536 members over 192 nodes: 1344 NVLink steps + 192 InfiniBand steps
+    assert large - 1535 / 1536 * 1e6 / min(360e9, 8 * 42.5e9) == pytest.approx(1344 * 3e-6 + 192 * 8e-6, rel=1e-9)
+    assert large > 10 * small
+
+
+def test_alltoall_across_nodes_is_limited_by_the_remote_share_through_the_nic():
+    r = row(**NET)
+    nbytes = 1e8
+    # 16 experts groups over 2 nodes (8 + 8): half the data leaves the node
+    expected = max(nbytes * 7 / 16 / (450e9 * 0.8), nbytes * 8 / 16 / (50e9 * 0.85)) + 8e-6
+    assert alltoall_time(r, nbytes, 16.0, 1.0) == pytest.approx(expected, rel=1e-12)
+
+
+LLAMA70B = dict(layers=80, hidden=8192, ffn=28672, heads=64, kv_heads=8, head_dim=128, vocab=128256, seq_len=8192,
+                gated_mlp=1, n_gpus=256, micro_batch=1, global_batch=512, tp=8, pp=4, dp=8, sequence_parallel=1,
+                **H100, **NET)
+
+
+def one(**values):
+    return {k: v[0] for k, v in evaluate_table(table(1, **values)).items()}
+
+
+def test_interleaving_divides_the_bubble_by_the_virtual_stages():
+    plain = one(**LLAMA70B)
+    interleaved = one(**{**LLAMA70B, "vp": 4})
+    assert plain["pipeline_bubble"] > 0
+    assert interleaved["pipeline_bubble"] == pytest.approx(plain["pipeline_bubble"] / 4, rel=1e-12)
+
+
+def test_no_pipeline_no_bubble():
+    assert one(**{**LLAMA70B, "pp": 1, "dp": 32})["pipeline_bubble"] == 0.0
+
+
+def test_full_recompute_repeats_the_forward_pass_and_selective_only_the_attention_core():
+    base = one(**LLAMA70B, recompute="none")
+    full = one(**LLAMA70B, recompute="full")
+    selective = one(**LLAMA70B, recompute="selective")
+    assert base["time_recompute"] == 0.0
+    # full recompute adds each layer's forward pass (GEMMs, attention, memory-bound) once more
+    added = sum(full[k] - base[k] for k in ("time_gemm", "time_attention", "time_memory_bound"))
+    assert added == pytest.approx(full["time_recompute"], rel=1e-9)
+    assert full["time_gemm"] - base["time_gemm"] < base["time_gemm"] / 3        # the LM head is not recomputed
+    assert 0 < selective["time_recompute"] < 0.2 * full["time_recompute"]
+    assert base["step_time"] < selective["step_time"] < full["step_time"]
+
+
+def test_fp8_speeds_up_gemms_but_not_memory_bound_work():
+    bf16 = one(**LLAMA70B, peak_flops_8=1979e12, gemm_eff_8=0.65)
+    fp8 = one(**LLAMA70B, peak_flops_8=1979e12, gemm_eff_8=0.65, precision="fp8")
+    assert fp8["time_gemm"] < 0.75 * bf16["time_gemm"]
+    assert fp8["time_memory_bound"] > bf16["time_memory_bound"]     # casts
+    assert fp8["time_attention"] == pytest.approx(bf16["time_attention"], rel=1e-12)
+    assert fp8["step_time"] > 0.5 * bf16["step_time"]
+
+
+def test_throughput_and_mfu_follow_from_step_time():
+    r = one(**LLAMA70B)
+    tokens = 512 * 8192
+    assert r["tokens_per_s"] * r["step_time"] == pytest.approx(tokens, rel=1e-12)
+    assert r["mfu"] == pytest.approx(r["flops_per_token"] * tokens / (r["step_time"] * 256 * 989e12), rel=1e-12)
+    assert 0 < r["mfu"] < 0.75
+
+
+def test_zero3_stops_scaling_when_gathers_dominate():
+    gpt175 = dict(layers=96, hidden=12288, ffn=49152, heads=96, kv_heads=96, head_dim=128, vocab=51200,
+                  seq_len=2048, gated_mlp=0, tp=1, pp=1, sharding="fsdp", micro_batch=1, recompute="full",
+                  peak_flops_16=312e12, hbm_bw=2.039e12, intra_bw=300e9, inter_bw=25e9, sm_count=108)
+    # DeepSpeed ZeRO-3 moves parameters in 100 MB buckets, each paying the ring latency over all ranks
+    gpt175["collective_bucket_bytes"] = 1e8
+    t768 = one(**gpt175, n_gpus=768, dp=768, shard_degree=768, global_batch=1536)["step_time"]
+    t1536 = one(**gpt175, n_gpus=1536, dp=1536, shard_degree=1536, global_batch=1536)["step_time"]
+    assert t1536 > 0.6 * t768            # twice the GPUs, far less than twice as fast
+
+
+def test_run_record_errors_name_the_field():
+    record = json.loads(RUNS.read_text().splitlines()[0])
+    del record["model"]["hidden"]
+    with pytest.raises(SpecError, match="model.hidden"):
+        lower_record(record, "x.jsonl:1")
+    record = json.loads(RUNS.read_text().splitlines()[0])
+    record["plan"]["tp"] = 3
+    with pytest.raises(SpecError, match="plan.dp"):
+        lower_record(record, "x.jsonl:1")
+    record = json.loads(RUNS.read_text().splitlines()[0])
+    record["plan"]["sharding"] = "fdsp"
+    with pytest.raises(SpecError, match="did you mean 'fsdp'"):
+        lower_record(record, "x.jsonl:1")
+
+
+def test_measured_values_are_never_read_for_prediction():
+    record = json.loads(RUNS.read_text().splitlines()[0])
+    a = lower_record(record).columns
+    record["measured"] = {"step_time_s": 1e9}
+    assert np.array_equal(a, lower_record(record).columns)
