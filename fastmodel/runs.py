@@ -20,6 +20,8 @@ Fill-in rules (docs/model.md §R7), each an execution fact, never a fit:
   papers), Megatron-DeepSpeed and PyTorch 1.x -- run unfused attention and
   reduce gradients after the backward pass; their ZeRO-3 (DeepSpeed) moves
   parameters and gradients in buckets of 5e7 elements.
+- PyTorch-native frameworks (TorchTitan, PyTorch FSDP) run the model's element-wise
+  ops eagerly, one kernel per op; Megatron, NeMo and Meta's stack fuse them.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ except ModuleNotFoundError:  # pragma: no cover - python < 3.11
 
 RECORD_BLOCKS = ("model", "system", "plan")
 LEGACY_FRAMEWORK_MARKERS = ("megatron-deepspeed", "pytorch 1.")
+EAGER_FRAMEWORK_MARKERS = ("pytorch", "torchtitan")
 
 
 @dataclass(frozen=True)
@@ -222,6 +225,8 @@ def lower_record(data: dict, source: str | None = None) -> RunRecord:
             # ZeRO-3 of that era is DeepSpeed's: parameters are fetched in prefetch buckets of
             # stage3_prefetch_bucket_size = 5e7 elements (DeepSpeed configuration docs), 16-bit
             values["collective_bucket_bytes"] = 5e7 * 2.0
+    if framework is not None and any(m in framework.lower() for m in EAGER_FRAMEWORK_MARKERS):
+        values["fused_kernels"] = 0.0
     if values["precision"] == 1 and values["peak_flops_8"] <= 0:
         raise SpecError(source, "system.peak_flops_fp8", "plan.precision is fp8 but the device has no FP8 peak")
 

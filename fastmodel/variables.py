@@ -96,6 +96,8 @@ PLAN_COLUMNS = _cols(
     ("overlap_grad_reduce", "1", 1, "1: gradient reduction overlaps the last backward pass.", 0, 1),
     ("overlap_param_gather", "1", 1, "1: distributed-optimizer parameter gather overlaps the next forward.", 0, 1),
     ("activation_offload", "1", 0, "Share of activations offloaded to host memory.", 0, 1),
+    ("fused_kernels", "1", 1, "1: fused element-wise kernels (Megatron, Transformer Engine, torch.compile); "
+     "0: eager PyTorch, one kernel per op in FP32.", 0, 1),
     ("collective_bucket_bytes", "bytes", 0, "Largest message of a sharded-data-parallel collective: a layer's "
      "gather or reduction is issued in buckets of this size, each paying the ring latency (DeepSpeed ZeRO-3 "
      "prefetch bucket 5e7 elements; 0 = one collective per layer).", 0, 1e12),
@@ -116,6 +118,8 @@ DEVICE_COLUMNS = _cols(
     ("gemm_tile_n", "1", 256, "Output-tile columns of the GEMM library's main kernel.", 1, 1024),
     ("gemm_k_half", "1", 512, "Reduction length at which a GEMM reaches half its pipeline efficiency "
      "(prologue/epilogue amortisation).", 0, 1 << 16, True),
+    ("comm_sm_share", "1", 0.15, "Share of compute throughput lost while a collective overlaps it (NCCL runs one "
+     "SM per channel, 16-24 channels, and competes for HBM).", 0, 0.9, True),
     ("kernel_overhead_s", "s", 4e-6, "Launch + tail per kernel.", 0, 1e-3, True),
     ("usable_hbm_fraction", "1", 0.95, "Share of HBM usable by the framework.", 0.1, 1),
     ("framework_memory_bytes", "bytes", 3 * 2**30, "Per-device constant: CUDA context, NCCL, allocator reserve.",

@@ -21,7 +21,7 @@ import math
 from fastmodel.kernels.compute import attention_time, gemm_time, grouped_gemm_time, memory_bound_time
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm_layout import (
-    C_CAUSAL, C_COLLECTIVE_BUCKET_BYTES, C_CP, C_DENSE_LAYERS, C_DP, C_EP, C_ETP, C_FFN, C_FLASH_ATTENTION, C_FP8_PARAMS,
+    C_CAUSAL, C_COLLECTIVE_BUCKET_BYTES, C_COMM_SM_SHARE, C_CP, C_DENSE_LAYERS, C_DP, C_EP, C_ETP, C_FFN, C_FLASH_ATTENTION, C_FP8_PARAMS, C_FUSED_KERNELS,
     C_GATED_MLP, C_GLOBAL_BATCH, C_GRAD_REDUCE_BYTES, C_HBM_BW, C_HBM_EFF, C_HEAD_DIM, C_HEADS, C_HIDDEN,
     C_KV_HEADS, C_KV_LORA_RANK, C_LAYERS, C_MICRO_BATCH, C_MLA, C_MOE_CAPACITY_FACTOR, C_MOE_EXPERTS, C_MOE_FFN,
     C_MOE_SHARED_EXPERTS, C_MOE_TOPK, C_MTP_LAYERS, C_N_GPUS, C_OPTIMIZER, C_OVERLAP_GRAD_REDUCE,
@@ -120,6 +120,26 @@ def attention_context(row, sliding):
 
 
 @njit
+def elementwise_bytes(row, hidden_elements, mlp_elements, rotary_elements):
+    """HBM bytes of one layer's element-wise kernels in the forward pass.
+
+    Per element of the hidden state: 2 norms and 2 residual adds; of the MLP's intermediate: the activation;
+    of the query/key heads: rotary embedding. Fused kernels (Megatron/Transformer Engine, torch.compile) read
+    and write each tensor once: norm 2+2 B, residual add 2+2+2 B, SwiGLU 2+2+2 B (GELU 2+2 B), rotary 2+2 B.
+    Eager PyTorch runs the reference implementations op by op in FP32: RMSNorm as float() 2+4, pow 4+4,
+    mean 4, mul 4+4, type_as 4+2, weight mul 2+2 = 36 B; SwiGLU as silu 2+2 then mul 2+2+2 = 10 B; complex
+    rotary as float() 2+4, complex mul 4+4+4, type_as 4+2 = 24 B.
+    """
+    gated = row[C_GATED_MLP] > 0.0
+    if row[C_FUSED_KERNELS] > 0.0:
+        norm, activation, rotary = 4.0, (6.0 if gated else 4.0), 4.0
+    else:
+        norm, activation, rotary = 36.0, (10.0 if gated else 4.0), 24.0
+    residual = 6.0
+    return hidden_elements * 2.0 * (norm + residual) + mlp_elements * activation + rotary_elements * rotary
+
+
+@njit
 def layer_costs(row, moe, sliding, work):
     """Forward costs of one transformer layer for one micro-batch on one device (into ``work``)."""
     h = row[C_HIDDEN]
@@ -186,9 +206,7 @@ def layer_costs(row, moe, sliding, work):
         core_mem = memory_bound_time(row, 7.0 * tokens * row[C_SEQ_LEN] * a / t)
     # memory-bound kernels: 2 norms + 2 residual adds (replicated over TP unless SP), activation, rotary
     norm_tokens = tokens / t if sp else tokens
-    nbytes = ACT_BYTES * norm_tokens * h * (4.0 + 6.0)
-    nbytes += ACT_BYTES * mlp_out * (nm if nm > 2.0 else 2.0)
-    nbytes += ACT_BYTES * 4.0 * tokens * (a + row[C_KV_HEADS]) * dqk / t
+    nbytes = elementwise_bytes(row, norm_tokens * h, mlp_out, tokens * (a + row[C_KV_HEADS]) * dqk / t)
     if fp8:
         # FP8 casts of the GEMM inputs (read 2 B, write 1 B) for forward and transposed backward copies
         nbytes += 2.0 * 3.0 * tokens * (2.0 * h / (t if sp else 1.0) + a * dv / t + mlp_out / tokens)
@@ -254,9 +272,11 @@ def head_costs(row, work):
 
 
 @njit
-def exposed(comm, window):
-    """Communication left on the critical path when it overlaps ``window`` seconds of compute."""
-    return max(0.0, comm - window)
+def exposed(row, comm, window):
+    """Time a collective adds to the critical path when it overlaps ``window`` seconds of compute: what does
+    not fit in the window, plus the compute slowed while they share the GPU (``comm_sm_share`` of its
+    throughput goes to the communication kernels during the overlap)."""
+    return max(0.0, comm - window) + row[C_COMM_SM_SHARE] * min(comm, window)
 
 
 @njit
@@ -301,7 +321,10 @@ def step_row(row, work, out):
     per_stage = layers / p
     full, selective = recompute_share(row)
     overlap_tp = row[C_TP_COMM_OVERLAP] > 0.0
-    fsdp = row[C_SHARDING] == SHARD_FSDP
+    # ZeRO-3/FSDP gathers each layer per micro-batch; under pipeline parallelism frameworks keep the gathered
+    # stage across the step's micro-batches instead (TorchTitan's default with PP; Llama 3 paper sec. 3.3.2)
+    sharded = row[C_SHARDING] == SHARD_FSDP
+    fsdp = sharded and p <= 1.0
     shard_group = row[C_SHARD_DEGREE] if row[C_SHARD_DEGREE] > 0.0 else d
     grad_bytes = row[C_GRAD_REDUCE_BYTES]
     bucket = row[C_COLLECTIVE_BUCKET_BYTES]
@@ -328,15 +351,15 @@ def step_row(row, work, out):
         tp = work[W_TP] * (2.0 + full)
         cp = work[W_CP] * (3.0 + full)
         ep = work[W_EP] * (2.0 + full)
-        tp_left = exposed(tp, g * (3.0 + full)) if overlap_tp else tp
-        cp_left = exposed(cp, a_ * (3.5 + full))
+        tp_left = exposed(row, tp, g * (3.0 + full)) if overlap_tp else tp
+        cp_left = exposed(row, cp, a_ * (3.5 + full))
         fsdp_left = 0.0
         fsdp_here = 0.0
         if fsdp:
             gather = bucketed_allgather_time(row, work[W_PARAMS] * param_bytes(row), shard_group, t * c, bucket)
             reduce = bucketed_allgather_time(row, work[W_PARAMS] * grad_bytes, shard_group, t * c, bucket)
             fsdp_here = 2.0 * gather + reduce
-            fsdp_left = exposed(gather, forward) + exposed(gather + reduce, backward + again)
+            fsdp_left = exposed(row, gather, forward) + exposed(row, gather + reduce, backward + again)
         gemm += weight * g * (3.0 + full)
         attn += weight * a_ * (3.5 + full + selective)
         mem += weight * (m_ * (3.0 + full) + selective * work[W_ATTN_CORE_MEM])
@@ -396,22 +419,28 @@ def step_row(row, work, out):
     dp_comm = 0.0
     dp_exposed = 0.0
     sharding = row[C_SHARDING]
-    if fsdp:
+    if sharded:
+        if not fsdp:
+            reduce = bucketed_allgather_time(row, stage_params * grad_bytes, shard_group, t * c, bucket)
+            gather = bucketed_allgather_time(row, stage_params * param_bytes(row), shard_group, t * c, bucket)
+            dp_comm = reduce + gather
+            dp_exposed = exposed(row, reduce, last_backward) + exposed(row, gather, first_forward)
         replicas = d / shard_group
         if replicas > 1.0:
-            dp_comm = allreduce_time(row, stage_params * grad_bytes / shard_group, replicas, t * c * shard_group)
-            dp_exposed = exposed(dp_comm, last_backward)
+            replica = allreduce_time(row, stage_params * grad_bytes / shard_group, replicas, t * c * shard_group)
+            dp_comm += replica
+            dp_exposed += exposed(row, replica, last_backward)
         local_params = stage_params / shard_group
     elif d > 1.0:
         if sharding == SHARD_DDP:
             dp_comm = allreduce_time(row, stage_params * grad_bytes, d, t * c)
-            dp_exposed = exposed(dp_comm, last_backward) if row[C_OVERLAP_GRAD_REDUCE] > 0.0 else dp_comm
+            dp_exposed = exposed(row, dp_comm, last_backward) if row[C_OVERLAP_GRAD_REDUCE] > 0.0 else dp_comm
         else:
             reduce = allgather_time(row, stage_params * grad_bytes, d, t * c)
             gather = allgather_time(row, stage_params * param_bytes(row), d, t * c)
             dp_comm = reduce + gather
-            dp_exposed = exposed(reduce, last_backward) if row[C_OVERLAP_GRAD_REDUCE] > 0.0 else reduce
-            dp_exposed += exposed(gather, first_forward) if row[C_OVERLAP_PARAM_GATHER] > 0.0 else gather
+            dp_exposed = exposed(row, reduce, last_backward) if row[C_OVERLAP_GRAD_REDUCE] > 0.0 else reduce
+            dp_exposed += exposed(row, gather, first_forward) if row[C_OVERLAP_PARAM_GATHER] > 0.0 else gather
         local_params = stage_params / d if sharding != SHARD_DDP else stage_params
     else:
         local_params = stage_params
