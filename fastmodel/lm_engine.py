@@ -11,11 +11,15 @@ PARALLEL_MIN_ROWS = 256
 
 
 def evaluate_into(params: np.ndarray, status: np.ndarray, out: np.ndarray) -> None:
-    """Evaluate a ``(N_COLUMNS, n)`` table into ``out`` (``N_RESULTS`` x n); rows with status != 0 get NaN."""
+    """Evaluate a ``(N_COLUMNS, n)`` table into ``out`` (``N_RESULTS`` x n, may be a view); rows with
+    status != 0 get NaN. A Fortran-ordered table (one contiguous vector per configuration) is fastest."""
     from fastmodel.kernels.lm_evaluate import evaluate_parallel, evaluate_serial
 
     kernel = evaluate_parallel if params.shape[1] >= PARALLEL_MIN_ROWS else evaluate_serial
-    kernel(np.ascontiguousarray(params, dtype=np.float64), status, out)
+    params = np.asarray(params, dtype=np.float64)
+    if not (params.flags.c_contiguous or params.flags.f_contiguous):
+        params = np.ascontiguousarray(params)
+    kernel(params, status, out)
 
 
 def evaluate_table(params: np.ndarray) -> dict[str, np.ndarray]:

@@ -193,6 +193,29 @@ RESULT_INDEX: dict[str, int] = {r.name: i for i, r in enumerate(RESULTS)}
 MEMORY_RESULTS = tuple("memory_" + k for k in MEMORY_KINDS)
 
 
+@dataclass(frozen=True)
+class Status:
+    name: str
+    message: str
+
+
+#: status codes of a real-world grid point (index = code); 0 is a legal point that was evaluated
+STATUSES: tuple[Status, ...] = (
+    Status("ok", "evaluated"),
+    Status("devices_not_divisible", "n_gpus is not a multiple of tp x pp x cp"),
+    Status("heads_not_divisible", "attention heads (or kv heads) not divisible by tp"),
+    Status("layers_not_divisible", "layers not divisible by pp x vp"),
+    Status("tp_beyond_domain", "tp spans more GPUs than one NVLink domain"),
+    Status("batch_not_divisible", "global_batch is not a multiple of micro_batch x dp"),
+    Status("too_few_microbatches", "fewer micro-batches than pipeline stages"),
+    Status("experts_not_divisible", "experts not divisible by ep, or ep does not divide dp"),
+    Status("sequence_not_divisible", "seq_len not divisible by 2 x cp"),
+    Status("ep_without_experts", "ep > 1 on a dense model"),
+    Status("does_not_fit", "memory per device exceeds usable HBM"),
+)
+STATUS_CODES: dict[str, int] = {s.name: i for i, s in enumerate(STATUSES)}
+
+
 def column_defaults() -> list[float]:
     """Default value of every column, in column order."""
     return [float(c.default) for c in COLUMNS]

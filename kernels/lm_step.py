@@ -325,7 +325,7 @@ def step_row(row, work, out):
     # stage across the step's micro-batches instead (TorchTitan's default with PP; Llama 3 paper sec. 3.3.2)
     sharded = row[C_SHARDING] == SHARD_FSDP
     fsdp = sharded and p <= 1.0
-    shard_group = row[C_SHARD_DEGREE] if row[C_SHARD_DEGREE] > 0.0 else d
+    shard_group = min(row[C_SHARD_DEGREE], d) if row[C_SHARD_DEGREE] > 0.0 else d
     grad_bytes = row[C_GRAD_REDUCE_BYTES]
     bucket = row[C_COLLECTIVE_BUCKET_BYTES]
 
