@@ -9,7 +9,7 @@ Two kinds of helper, in the spirit of ``xarray.testing``:
   overlapped communication to 1e-9 x the iteration time, the same number of ops
   on each stream. :func:`dev_cases` and :func:`illegal_cases` read the case files.
 - **Invariants** that hold for every legal configuration of every family, plan
-  and task kind, whatever the numbers (``docs/model.md`` §6):
+  and task kind, whatever the numbers (docs/model.md §7):
   :func:`invariant_violations` lists the broken ones, :func:`assert_invariants`
   raises. They take anything indexable by result-variable name: the dict of
   :func:`fastmodel.engine.evaluate_configs`, a JSON record of ``fastmodel
@@ -126,7 +126,7 @@ def _legal(results: Mapping[str, Any]) -> dict[str, np.ndarray]:
 def invariant_violations(results: Mapping[str, Any], rtol: float = 1e-9) -> list[str]:
     """Names of the invariants ``results`` breaks (empty when all hold).
 
-    Each holds by construction of the model (``docs/model.md`` §6), for every
+    Each holds by construction of the model (docs/model.md §7), for every
     family, plan and task kind:
 
     - parts sum to totals: time_compute = time_gemm + time_emb, time_comm = the

@@ -1,4 +1,4 @@
-"""Table-driven invariants over family x plan shape x task kind x semantics (docs/model.md §6).
+"""Table-driven invariants over family x plan shape x task kind x semantics (docs/model.md §7).
 
 Each row sweeps one built-in model of a family under one task kind over every
 plan shape (``plan = "all"``), three cluster sizes and two global batches, so
