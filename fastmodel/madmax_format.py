@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, NonNegativeInt, PositiveInt, StrictB
 
 from fastmodel.errors import PlanError, SpecError, nearest
 from fastmodel.plans import Plan
-from fastmodel.quantity import BytesPerSecond, Bytes, FlopPerSecond, Fraction, Utilization
+from fastmodel.quantity import Bytes, BytesPerSecond, FlopPerSecond, Fraction, Utilization
 
 #: reference model types and the fastmodel family each maps to
 MADMAX_MODEL_TYPES = {
