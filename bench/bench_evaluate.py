@@ -189,7 +189,8 @@ def main() -> None:
     print(f"numba compile (cold cache)   {cold:8.2f} s     (import {import_s:.2f} s, cached kernel load {warm_load:.2f} s)")
     print(f"batch, {args.configs:,} configs       {args.configs / batch_s:10,.0f} configs/s   ({batch_s:.2f} s; {ok} ok, {bad} errors)")
     print(f"run (evaluate), one config   {run_latency * 1e3:8.2f} ms/config  ({1 / run_latency:,.0f} configs/s)")
-    print(f"baseline: plain Python       {1 / baseline:10,.0f} configs/s   (same kernels' code run by CPython via .py_func; evaluation only, no JSON parsing; {llm['baseline_sample']} configs)")
+    print(f"baseline: plain Python       {1 / baseline:10,.0f} configs/s   (same kernels' code run by CPython via "
+          f".py_func; evaluation only, no JSON parsing; {llm['baseline_sample']} configs)")
     print(f"speed-up of batch over baseline  {baseline * args.configs / batch_s:6.1f}x")
     d = dlrm
     print(f"DLRM-A: batch, {args.configs:,} configs {d['batch_configs_per_s']:8,.0f} configs/s   ({d['batch_s']:.2f} s; "

@@ -1,4 +1,4 @@
-"""Regenerate the README's figure gallery: ``python docs/make_gallery.py`` (writes docs/gallery/*.png).
+"""Regenerate the figure gallery of docs/usage.md: ``python docs/make_gallery.py`` (writes docs/gallery/*.png).
 
 Runs the LLaMA2-70B plan sweep (1,300 configurations) in memory and one
 trace, and the cloud-provider study (``specs/sweeps/cloud_dlrm_a.toml``, 336

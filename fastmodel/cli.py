@@ -16,6 +16,7 @@ from fastmodel import __version__
 from fastmodel.errors import FastmodelError
 from fastmodel.semantics import PRESETS
 
+
 class Choice(click.Choice):
     """click.Choice that suggests the nearest valid value."""
 
@@ -123,9 +124,7 @@ def run(model, system, task, num_nodes, plan, semantics, as_json):
 def batch(cases, output, semantics):
     """Evaluate every case of a JSONL file; one result line per input line."""
     from fastmodel.atomic import atomic_write
-    from fastmodel.batch import run_batch, write_records
-
-    from fastmodel.batch import decode_lines
+    from fastmodel.batch import decode_lines, run_batch, write_records
 
     source = sys.stdin.buffer if cases == "-" else _open_input(cases)
     with source:

@@ -4,7 +4,7 @@ The structure key holds everything that shapes the graph (family, task kind,
 plan strategies, layer counts, what is frozen, graph-changing semantics);
 numbers that only change durations go to the parameter table instead.
 Programs are cached by key, so a sweep lowers each structure once. Emission
-order and dependencies follow the reference (MADMAX_MODEL.md 1.6); a
+order and dependencies follow the reference (docs/model.md §4); a
 dependency on an op that does not exist is dropped, as the reference's
 substring matching does.
 

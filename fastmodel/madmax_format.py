@@ -3,7 +3,7 @@
 The reference (ScaleExplorer ``madmax/``) takes a model, a system and a task
 dict with its own keys and units (bytes/s, FLOP/s). These pydantic models
 validate those dicts and convert them to fastmodel specs; errors name the
-reference's own keys. Semantics of each key: MADMAX_MODEL.md section 1.1.
+reference's own keys. Semantics of each key: docs/model.md §2.4.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, NonNegativeInt, PositiveInt, StrictB
 
 from fastmodel.errors import PlanError, SpecError, nearest
 from fastmodel.plans import Plan
-from fastmodel.quantity import BytesPerSecond, Bytes, FlopPerSecond, Fraction, Utilization
+from fastmodel.quantity import Bytes, BytesPerSecond, FlopPerSecond, Fraction, Utilization
 
 #: reference model types and the fastmodel family each maps to
 MADMAX_MODEL_TYPES = {

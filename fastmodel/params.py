@@ -70,7 +70,7 @@ def _flag(status, condition, name):
 
 
 def _plan_status(degrees, num_devices, per_node, status):
-    """Numeric legality of one component (MADMAX_MODEL.md 1.4), in rule order."""
+    """Numeric legality of one component (docs/model.md §3.3), in rule order."""
     product = np.asarray(1)
     for degree in degrees:
         status = _flag(status, degree <= 1, "degree_le_1")

@@ -8,7 +8,7 @@ omitted: under the MAD-Max 1-D/2-D rules a one-level component spans all
 devices and a two-level one is ``[devices_per_node, num_nodes]``, so
 ``tp,ddp/mp`` names the same plan shape on any cluster size.
 
-Legality rules live here and only here (MADMAX_MODEL.md section 1.4).
+Legality rules live here and only here (docs/model.md §3).
 """
 
 from __future__ import annotations
@@ -176,7 +176,7 @@ def check_plan_static(plan: Plan) -> None:
     """Raise :class:`PlanError` if the strategies break a rule on any cluster.
 
     Known strategies per component, none repeated, ``fsdp`` only at level 0,
-    at most two levels (MADMAX_MODEL.md 1.4, ``restrict2d``).
+    at most two levels (docs/model.md §3.3, ``restrict2d``).
     """
     for name, levels in plan.components:
         allowed = EMB_STRATEGIES if name == "emb" else DENSE_STRATEGIES
@@ -247,7 +247,7 @@ def check_plan(plan: Plan, num_devices: int, devices_per_node: int, model=None) 
 
 @dataclass(frozen=True)
 class PlanFactors:
-    """How a component is replicated and sharded (MADMAX_MODEL.md 1.4)."""
+    """How a component is replicated and sharded (docs/model.md §3.2)."""
 
     duplicate: int
     shard: int

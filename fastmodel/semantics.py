@@ -6,7 +6,7 @@ reasonable choices is a named field here; presets pick them.
 - ``default`` is fastmodel's corrected model: the reference's plain bugs fixed.
 
 Fields that change the op graph are part of a Program's structure key; the
-others only change cost slots. See MADMAX_MODEL.md "Limitations".
+others only change cost slots. See docs/model.md §10.
 """
 
 from __future__ import annotations
@@ -30,12 +30,12 @@ class Semantics(BaseModel):
         "(params / total shard). False reproduces the reference's 'running shard' quirk: "
         "the shard is divided level by level as the loop reaches tp/fsdp levels, so in "
         "(tp, ddp) and (fsdp, ddp) the allreduce carries the full, unsharded layer "
-        "(MADMAX_MODEL.md 1.5, Limitation 7)."
+        "(docs/model.md §10.1)."
     )
     emb_ddp_grad_any_level: bool = Field(
         description="The embedding DDP gradient allreduce fires for a ddp level at any "
         "position. False reproduces the reference, which fires it only when level 0 is "
-        "ddp, so a 2-D (mp, ddp) embedding plan syncs no embedding gradient (Limitation 9)."
+        "ddp, so a 2-D (mp, ddp) embedding plan syncs no embedding gradient (docs/model.md §10.2)."
     )
     llm_fsdp_backward: Literal["pre_optimized", "post_optimized"] = Field(
         description="FSDP backward of the transformer stacks of llm, llm-moe and dlrm-transformer. "
@@ -56,12 +56,12 @@ class Semantics(BaseModel):
         "waits for the backward compute two ops earlier in backward order (for the last two bottom "
         "layers: the top MLP's layers 1 and 0, or in dlrm-transformer the first FC and attention "
         "blocks), as in the forward pass. 'reference': the reference "
-        "discards those dependencies (a literal name is passed; Limitation 10), so the first two "
+        "discards those dependencies (a literal name is passed; docs/model.md §10.5), so the first two "
         "bottom allgathers wait on nothing and queue right behind the top MLP's communication."
     )
     bogus_prefetch_without_fsdp: bool = Field(
         description="With 'post_optimized', issue the first-layer FC allgather even when "
-        "the plan has no fsdp (the reference's bug, Limitation 8; degree[0] times the "
+        "the plan has no fsdp (the reference's bug, docs/model.md §10.6; degree[0] times the "
         "full layer). Under madmax this hits every ViT plan without fsdp."
     )
     memory_weight_factor: float = Field(

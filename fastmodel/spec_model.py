@@ -3,7 +3,7 @@
 One class per model family, selected by the ``family`` field. Fields are in
 natural units (layers, widths, tokens, bytes per parameter). Derived counts
 (parameters, FLOPs, lookup bytes) follow the MAD-Max model (Hsia et al.,
-ISCA 2024, arXiv 2310.02784), see ``docs``/MADMAX_MODEL.md section 1.2.
+ISCA 2024, arXiv 2310.02784), see docs/model.md §2.1.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ class LLMSpec(_Spec):
     )
     bytes_per_emb_param: PositiveFloat = Field(le=64, description="Bytes per embedding parameter.")
 
-    # --- derived per-sample quantities (MADMAX_MODEL.md 1.2) ---
+    # --- derived per-sample quantities (docs/model.md §2.1) ---
     @property
     def attention_params(self) -> float:
         """Weights of one attention block: 4·d²."""
@@ -229,7 +229,7 @@ class DLRMTransformerSpec(DLRMSpec):
     weights per layer, 2·(4d² + 2df)·s FLOPs per sample) over ``seq_len`` tokens.
     The reference's module for this family fails at import, so there are no
     reference numbers; the op graph is what its code intends, with the choices
-    listed in ``fastmodel/lower.py`` (and README, "Model families"): plans have
+    listed in ``fastmodel/lower.py`` (and docs/model.md §4.4): plans have
     a third component for the transformer layers, which get their own local
     batch; embeddings are the DLRM tables (no position embedding).
     """

@@ -1,6 +1,6 @@
 """System specs: a cluster of identical GPU nodes.
 
-Effective rates follow MAD-Max (MADMAX_MODEL.md section 1.3): peak × utilization,
+Effective rates follow MAD-Max (docs/model.md §2.2): peak × utilization,
 links counted per direction (bidirectional bandwidth / 2), the inter-node
 bandwidth of a node shared by its devices, and an allreduce bandwidth that
 blends intra- and inter-node links by ``allreduce_intra_fraction``.
@@ -75,7 +75,7 @@ class SystemSpec(_Spec):
     def num_devices(self) -> int:
         return self.num_nodes * self.devices_per_node
 
-    # --- effective rates (MADMAX_MODEL.md 1.3) ---
+    # --- effective rates (docs/model.md §2.2) ---
     def peak_flop_per_s(self, bytes_per_param: int) -> float:
         """Peak at the precision of ``bytes_per_param`` (8/4/2/1 bytes)."""
         peaks = self.device.peak_flop_per_s

@@ -33,11 +33,12 @@ import xarray as xr
 from fastmodel import __version__
 from fastmodel.config import check_task_fits_family, structure_key_for
 from fastmodel.engine import evaluate_into
-from fastmodel.kernels.layout import N_RESULTS, RESULTS
 from fastmodel.errors import FastmodelError, SpecError, SweepError, nearest
+from fastmodel.kernels.layout import N_RESULTS, RESULTS
 from fastmodel.loader import load_model, load_system, load_task, validate
 from fastmodel.params import STATUS, STATUS_NAMES, param_table
-from fastmodel.results import NAMES, attrs as variable_attrs
+from fastmodel.results import NAMES
+from fastmodel.results import attrs as variable_attrs
 from fastmodel.semantics import get_semantics
 from fastmodel.spec_model import MODEL_FAMILIES
 from fastmodel.spec_task import TaskSpec

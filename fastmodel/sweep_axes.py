@@ -256,7 +256,7 @@ def plan_values(spec: Any, clusters: list[tuple[int, int]], transformer: bool = 
         plans.append(plan)
     labels = [p.label for p in plans]
     if len(set(labels)) != len(labels):
-        raise SweepError(f"axis plan: duplicate plan {next(l for l in labels if labels.count(l) > 1)!r}")
+        raise SweepError(f"axis plan: duplicate plan {next(label for label in labels if labels.count(label) > 1)!r}")
     return plans
 
 

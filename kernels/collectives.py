@@ -1,6 +1,6 @@
 """Effective link bandwidths and the per-level bandwidth of each collective.
 
-MAD-Max (MADMAX_MODEL.md 1.3): a multi-node system has two bandwidth entries
+MAD-Max (docs/model.md §5.3): a multi-node system has two bandwidth entries
 per collective, ``[level 0 (intra-node), level 1]``; a single node has one. A
 collective at level ``lvl`` of a component with ``n`` levels uses entry
 ``[-n + lvl]``: the intra-node entry only for level 0 of a 2-level plan.

@@ -1,4 +1,4 @@
-"""Cost slots of every family (MADMAX_MODEL.md 1.2-1.5).
+"""Cost slots of every family (docs/model.md §5).
 
 ``costs_row`` maps one parameter-table row to the duration of every cost slot
 (``layout.SLOTS``) and to the per-config terms (global batch, weight memory
@@ -31,7 +31,7 @@ from fastmodel.kernels.layout import (
 
 @njit(cache=True)
 def plan_factors(codes, num_levels, deg0, deg1):
-    """(duplicate, shard, tp degree, tp level, ddp level) of one component (1.4).
+    """(duplicate, shard, tp degree, tp level, ddp level) of one component (docs/model.md §3.2).
 
     ddp duplicates, fsdp duplicates and shards, tp/pp/mp shard; levels are -1 when absent.
     """
@@ -63,7 +63,7 @@ def ddp_gradient_shard(codes, ddp_level, deg0, shard, sharded_layer):
 
     ``sharded_layer``: the shard each device holds. Otherwise the reference's
     running shard: the total shard divided by the tp/fsdp degrees of the levels
-    before the ddp level (Limitation 7). With at most two levels only level 0
+    before the ddp level (docs/model.md §10.1). With at most two levels only level 0
     can precede it.
     """
     if sharded_layer or ddp_level == 0:
@@ -103,7 +103,7 @@ def _block_pair(row, codes, num_levels, deg0, deg1, sharded_grad, eff_flops, par
     bottom and top MLP layers), written at ``base`` in the PAIR_* layout; returns the shard.
 
     ``params_*``: weights of one block; ``flops_*``: its forward FLOPs for the local batch;
-    ``act_bytes``: the activations a TP allreduce carries (1.5).
+    ``act_bytes``: the activations a TP allreduce carries (docs/model.md §5.4).
     """
     b = row[P_BYTES_DENSE]
     _, shard, tp_deg, tp_level, ddp_level = plan_factors(codes, num_levels, deg0, deg1)

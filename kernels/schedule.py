@@ -1,4 +1,4 @@
-"""The generic two-stream list scheduler (MADMAX_MODEL.md 1.6).
+"""The generic two-stream list scheduler (docs/model.md §6).
 
 A Program is a list of ops in emission order. Each op runs on one stream
 (compute or communication) and starts at max(its stream's cursor, the end of

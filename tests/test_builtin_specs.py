@@ -3,10 +3,10 @@
 The expected values are written here by hand from outside our code, so a wrong
 field in a spec file (or a wrong formula) cannot agree with itself:
 
-- models: MADMAX_MODEL.md section 2.1, numbers computed with the reference
+- models: docs/model.md §A.1, numbers computed with the reference
   implementation's own formulas, compared to the precision the table prints
   (half a unit in the last printed digit);
-- systems: MADMAX_MODEL.md section 2.2 (effective intra-node, inter-node and
+- systems: docs/model.md §A.2 (effective intra-node, inter-node and
   1-D allreduce bandwidth per GPU, GB/s), same precision rule; prices and node
   TDPs from the MAD-Max artifact's cloud instance table
   (shared/data/cloud_gpu_instances_madmax.csv), typed in, not parsed.
@@ -29,7 +29,7 @@ def near(text: str, scale: float):
     return pytest.approx(float(value) * scale, abs=float(half_ulp) * scale * (1 + 1e-9))
 
 
-# --- models (MADMAX_MODEL.md 2.1) -------------------------------------------
+# --- models (docs/model.md §A.1) -------------------------------------------
 # name: (family, total params [B], dense params [B] or None where the table
 #        gives none, forward FLOPs per sample, lookup bytes per sample [MB])
 MODELS = {
@@ -89,7 +89,7 @@ def test_model_shapes_kept_from_madmax():
         assert (moe.num_experts, moe.num_active_experts) == (16, 2)
 
 
-# --- systems (MADMAX_MODEL.md 2.2 and the cloud instance table) -------------
+# --- systems (docs/model.md §A.2 and the cloud instance table) -------------
 # name: (GPUs per node, HBM GB, effective intra / inter / 1-D allreduce GB/s per GPU,
 #        inter-node GB/s per GPU = bandwidth of one port, USD per GPU-hour, node TDP W)
 SYSTEMS = {

@@ -6,8 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from fastmodel.cli import main
-
-from conftest import assert_matches_reference, dev_cases, illegal_cases
+from fastmodel.testing import assert_matches_reference, dev_cases, illegal_cases
 
 RUN = ["run", "--model", "llama2-70b", "--system", "dc-a", "--nodes", "256", "--task", "llm-pretrain-fsdp"]
 

@@ -1,5 +1,5 @@
 """kernels/costs.py against the spec classes' own counts (spec_model.py): the two write the
-MAD-Max formulas (MADMAX_MODEL.md 1.2-1.5) independently, so each checks the other for every
+MAD-Max formulas (docs/model.md §2.1, §5) independently, so each checks the other for every
 family, including dlrm-transformer, which has no reference cases."""
 
 import pytest

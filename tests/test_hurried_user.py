@@ -124,7 +124,7 @@ def test_output_paths(tmp_path):
 
 
 def test_overlapped_comm_never_negative():
-    from conftest import dev_cases
+    from fastmodel.testing import dev_cases
 
     case = next(c for c in dev_cases("LLM") if c["case"] == "dev-0048-LLM-inference-fsdp+tp-mp")
     ds = fastmodel.evaluate(case["model"], case["system"], case["task"])

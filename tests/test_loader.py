@@ -9,8 +9,7 @@ from fastmodel.errors import PlanError, SpecError
 from fastmodel.loader import builtin_names, load_model, load_system, load_task
 from fastmodel.quantity import parse_quantity
 from fastmodel.schema import json_schema
-
-from conftest import EXPECTED_TO_VARIABLE, read_cases
+from fastmodel.testing import EXPECTED_TO_VARIABLE, read_cases
 
 GOOD_MODEL = """
 family = "llm"

@@ -1,4 +1,4 @@
-"""LLM lowering: op counts and the dependency structure of MADMAX_MODEL.md 1.6."""
+"""LLM lowering: op counts and the dependency structure of docs/model.md §4.2."""
 
 from fastmodel.lower import StructureKey, lower
 

@@ -1,4 +1,4 @@
-"""DLRM-family, MoE and ViT lowering: dependency structure (MADMAX_MODEL.md 1.6) and the
+"""DLRM-family, MoE and ViT lowering: dependency structure (docs/model.md §4.3) and the
 dlrm-transformer choices documented in fastmodel/lower.py."""
 
 import pytest
@@ -46,7 +46,7 @@ def test_bottom_mlp_backward_overlaps_embedding_backward_all2all():
 
 @pytest.mark.parametrize("prefetch, expected", [("reference", ([], [])), ("two_ahead", (["top1.b"], ["top0.b"]))])
 def test_bottom_backward_allgather_dependencies(prefetch, expected):
-    """Limitation 10: the reference drops the deps of the first two bottom allgathers."""
+    """docs/model.md §10.5: the reference drops the deps of the first two bottom allgathers."""
     p = lower(key(dlrm_bottom_prefetch=prefetch))
     assert (deps(p, "bot3.b.ag"), deps(p, "bot2.b.ag")) == expected
     assert deps(p, "bot1.b.ag") == ["bot3.b"]
@@ -89,7 +89,7 @@ def test_llm_moe_all2alls_around_the_fc_block():
 
 
 def test_vit_bogus_allgather_madmax_only():
-    """Limitation 8: the post-optimized backward gathers the last FC layer even without FSDP."""
+    """docs/model.md §10.6: the post-optimized backward gathers the last FC layer even without FSDP."""
     kw = dict(plan="ddp/ddp", num_nodes=16)
     madmax = fastmodel.evaluate("vit-10b", "dc-a", "vit-pretrain", semantics="madmax", **kw)
     default = fastmodel.evaluate("vit-10b", "dc-a", "vit-pretrain", semantics="default", **kw)
@@ -162,7 +162,7 @@ def test_dlrm_tp_needs_even_layer_counts():
 
 
 def test_dlrm_tp_ddp_gradient_allreduce_running_shard_vs_sharded():
-    """MADMAX_MODEL.md 1.5: DLRM-A (tp8, ddp16) allreduces 21.27 ms of full-layer gradients
+    """docs/model.md §10.1: DLRM-A (tp8, ddp16) allreduces 21.27 ms of full-layer gradients
     plus 6.54 ms of activations under madmax; with the fix the gradients are the tp8 shard."""
     kw = dict(plan="tp,ddp/mp", num_nodes=16)
     madmax = fastmodel.evaluate("dlrm-a", "dc-a", "dlrm-pretrain", semantics="madmax", **kw)

@@ -2,10 +2,10 @@
 
 import numpy as np
 import pytest
-from fastmodel.kernels.layout import CATEGORY_NAMES, STREAM_COMPUTE
 
 import fastmodel
 import fastmodel.plot as P
+from fastmodel.kernels.layout import CATEGORY_NAMES, STREAM_COMPUTE
 from fastmodel.plot.data import PlotError
 from fastmodel.plot.timeline import schedule
 

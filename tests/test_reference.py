@@ -8,8 +8,7 @@ import pytest
 import fastmodel
 from fastmodel.batch import run_batch
 from fastmodel.errors import FastmodelError, PlanError, SpecError
-
-from conftest import assert_matches_reference, dev_cases, illegal_cases
+from fastmodel.testing import assert_matches_reference, dev_cases, illegal_cases
 
 DEV = dev_cases()
 #: the reference cannot run DLRM_Transformer at all (its module fails at import), so those

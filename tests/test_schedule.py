@@ -124,7 +124,7 @@ def test_extrapolation_matches_full_schedule_on_reference_cases():
     import fastmodel
     from fastmodel.engine import evaluate_configs
 
-    from conftest import dev_cases
+    from fastmodel.testing import dev_cases
 
     configs = [fastmodel.make_config(c["model"], c["system"], c["task"]) for c in dev_cases()]  # every family
     fast = evaluate_configs(configs, extrapolate=True)

@@ -6,7 +6,7 @@ import fastmodel
 from fastmodel.errors import SpecError
 from fastmodel.semantics import PRESETS, Semantics, get_semantics
 
-# dc-a bandwidths derived by hand (MADMAX_MODEL.md 1.3):
+# dc-a bandwidths derived by hand (docs/model.md §2.2):
 INTRA = 12 * (50e9 / 2) * 0.6667            # 200.01 GB/s
 INTER = 8 * (25e9 / 2) * 0.56 / 8           # 7.0 GB/s
 BLEND = (1 - 0.2746) * INTER + 0.2746 * INTRA
@@ -61,7 +61,7 @@ def test_embedding_gradient_allreduce_for_mp_ddp():
 
 
 def test_fsdp_backward_choice_matches_reference_post_optimized_numbers():
-    # MADMAX_MODEL.md 1.6: LLaMA2-70B on 2048 GPUs, FSDP: pre-optimized 7,275.7 ms with
+    # docs/model.md §10.3: LLaMA2-70B on 2048 GPUs, FSDP: pre-optimized 7,275.7 ms with
     # 1,676.9 ms exposed; post-optimized (llm_tasks.py) 5,615.9 ms with ~17 ms exposed.
     pre = run("fsdp/ddp", "madmax", nodes=256)
     post = run("fsdp/ddp", only(llm_fsdp_backward="post_optimized"), nodes=256)
@@ -73,7 +73,7 @@ def test_fsdp_backward_choice_matches_reference_post_optimized_numbers():
 
 
 def test_bogus_prefetch_only_when_its_field_says_so():
-    # MADMAX_MODEL.md Limitation 8: LLaMA2-70B with DDP gets a 12.2 s allgather and a 17.8 s iteration.
+    # docs/model.md §10.6: LLaMA2-70B with DDP gets a 12.2 s allgather and a 17.8 s iteration.
     with_bug = run("ddp/ddp", only(llm_fsdp_backward="post_optimized"), nodes=256)
     without = run("ddp/ddp", only(llm_fsdp_backward="post_optimized", bogus_prefetch_without_fsdp=False), nodes=256)
     bogus_bytes = 2 * D * F * 2048 * 2        # FC layer x degree[0] x 2 bytes
