@@ -28,8 +28,8 @@ def validate(runs, output, plot_path):
     if output:
         _write_rows(table, output)
     if plot_path:
-        from fastmodel.plot.validation import predicted_vs_measured
         from fastmodel.plot.style import save
+        from fastmodel.plot.validation import predicted_vs_measured
 
         fig, _ = predicted_vs_measured(table)
         save(fig, plot_path)

@@ -62,6 +62,12 @@ def check_task_fits_family(model: ModelSpec, task: TaskSpec) -> None:
 
 def resolve(model: ModelSpec, system: SystemSpec, task: TaskSpec, semantics: Semantics, plan: Plan | str | None = None) -> Config:
     """Check legality and derive local batches; raise PlanError/SpecError if impossible."""
+    from fastmodel.spec_lm import ClusterSpec, LMSpec
+
+    if isinstance(model, LMSpec) or isinstance(system, ClusterSpec):
+        which = f"model {model.name!r}" if isinstance(model, LMSpec) else f"system {system.name!r}"
+        raise SpecError(None, "semantics", f"{which} is a real-world spec: evaluate it under semantics 'default', "
+                        "not the MAD-Max model")
     check_task_fits_family(model, task)
     where = "plan"
     if plan is None:

@@ -12,7 +12,13 @@ import numpy as np
 
 from fastmodel.errors import SpecError, nearest
 from fastmodel.variables import (
-    COLUMN_INDEX, COLUMNS, OPTIMIZER_CODES, PIPELINE_SCHEDULES, PRECISION_CODES, RECOMPUTE_CODES, SHARDING_CODES,
+    COLUMN_INDEX,
+    COLUMNS,
+    OPTIMIZER_CODES,
+    PIPELINE_SCHEDULES,
+    PRECISION_CODES,
+    RECOMPUTE_CODES,
+    SHARDING_CODES,
 )
 
 CODE_TABLES = {"sharding": SHARDING_CODES, "recompute": RECOMPUTE_CODES, "precision": PRECISION_CODES,

@@ -160,12 +160,17 @@ def _resolve_source(spec: Any, kind: str) -> tuple[dict | BaseModel, str | None]
 
 def load_model(spec: Any) -> ModelSpec:
     """A model spec from a name, path, dict (either format) or spec object."""
-    if isinstance(spec, tuple(MODEL_FAMILIES.values())):
+    from fastmodel.spec_lm import LMSpec
+
+    if isinstance(spec, (*MODEL_FAMILIES.values(), LMSpec)):
         return spec
     data, source = _resolve_source(spec, "model")
     if madmax_format.is_madmax_model(data):
         data = madmax_format.model_to_spec(data, source, validate)
     family = data.get("family")
+    if family == "lm":
+        from fastmodel.spec_lm import LMSpec
+        return validate(LMSpec, data, source, "model")
     if family is None:
         raise SpecError(source, "model.family", f"required field missing (one of {', '.join(MODEL_FAMILIES)})"
                         + ("; the spec is empty" if not data else ""))
@@ -177,10 +182,18 @@ def load_model(spec: Any) -> ModelSpec:
 
 def load_system(spec: Any, num_nodes: int | None = None) -> SystemSpec:
     """A system spec; ``num_nodes`` overrides the cluster size."""
+    from fastmodel.spec_lm import ClusterSpec
+
+    if isinstance(spec, ClusterSpec):
+        from fastmodel.lm_load import load_cluster
+        return load_cluster(spec, num_nodes)
     if isinstance(spec, SystemSpec):
         system = spec
     else:
         data, source = _resolve_source(spec, "system")
+        if isinstance(data, dict) and data.get("kind") == "cluster":
+            from fastmodel.lm_load import load_cluster
+            return load_cluster(data if source is None else spec, num_nodes)
         if madmax_format.is_madmax_system(data):
             data = madmax_format.system_to_spec(data, source, validate)
         system = validate(SystemSpec, data, source, "system")

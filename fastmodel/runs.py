@@ -7,7 +7,7 @@ come from the built-in device files (``specs/devices/*.toml``) matched on
 ``system.gpu``; the record's own datasheet numbers (peaks, HBM, link rates)
 win over them. ``measured`` is never read for prediction.
 
-Fill-in rules (docs/model.md §R7), each an execution fact, never a fit:
+Fill-in rules (docs/model.md §11.8), each an execution fact, never a fit:
 
 - ``micro_batch`` absent: ``global_batch / (dp x grad_accum)``, or 1 when
   ``grad_accum`` is absent too (Megatron's recommended size for large models);

@@ -1,4 +1,4 @@
-"""Device compute times of the real-world model: a roofline per kernel (docs/model.md §R2).
+"""Device compute times of the real-world model: a roofline per kernel (docs/model.md §11.3).
 
 - GEMMs: ``max(FLOPs / (peak x gemm_eff x quantization x depth), bytes / (HBM bw x hbm_eff))`` plus a
   launch overhead. *Quantization* is the tile and wave quantization of NVIDIA's GEMM performance guide

@@ -1,4 +1,4 @@
-"""Legality rules of real-world plans, per configuration (the one rule table; docs/model.md §R8).
+"""Legality rules of real-world plans, per configuration (the one rule table; docs/model.md §11.9).
 
 ``plan_status_row`` returns the code (``fastmodel.variables.STATUSES``) of the
 first rule a configuration breaks, 0 when it is legal. Grids call it inside

@@ -1,12 +1,12 @@
-"""Step time of decoder-LM training under the real-world model (docs/model.md §R).
+"""Step time of decoder-LM training under the real-world model (docs/model.md §11.7).
 
 One configuration is one column vector ``row`` (``fastmodel.variables`` columns).
 The step is composed in closed form from per-layer costs of one micro-batch on
 one pipeline stage:
 
-    t_layer   = GEMMs + attention + memory-bound + recompute + exposed TP/CP/EP + exposed FSDP   (§R3, §R5)
-    t_mb      = layers_per_stage x t_layer + LM head and loss on the last stage                 (§R3.4)
-    step      = m x t_mb + bubble + exposed PP + exposed DP + optimizer + framework overhead     (§R6)
+    t_layer   = GEMMs + attention + memory-bound + recompute + exposed TP/CP/EP + exposed FSDP   (docs/model.md §11.4, §11.6)
+    t_mb      = layers_per_stage x t_layer + LM head and loss on the last stage                 (docs/model.md §11.4)
+    step      = m x t_mb + bubble + exposed PP + exposed DP + optimizer + framework overhead     (docs/model.md §11.7)
     bubble    = (pp - 1) / vp x t_mb(average stage)                                              (Narayanan et al. 2021, eq. 1-2)
 
 where m = global_batch / (micro_batch x dp) micro-batches per step. Backward GEMMs
@@ -16,13 +16,12 @@ cost twice the forward (data and weight gradients); flash-attention backward
 not hidden behind the compute it overlaps with.
 """
 
-import math
 
 from fastmodel.kernels.compute import attention_time, gemm_time, grouped_gemm_time, memory_bound_time
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm_layout import (
     C_CAUSAL, C_COLLECTIVE_BUCKET_BYTES, C_COMM_SM_SHARE, C_CP, C_DENSE_LAYERS, C_DP, C_EP, C_ETP, C_FFN, C_FLASH_ATTENTION, C_FP8_PARAMS, C_FUSED_KERNELS,
-    C_GATED_MLP, C_GLOBAL_BATCH, C_GRAD_REDUCE_BYTES, C_HBM_BW, C_HBM_EFF, C_HEAD_DIM, C_HEADS, C_HIDDEN,
+    C_GATED_MLP, C_GLOBAL_BATCH, C_GRAD_REDUCE_BYTES, C_HEAD_DIM, C_HEADS, C_HIDDEN,
     C_KV_HEADS, C_KV_LORA_RANK, C_LAYERS, C_MICRO_BATCH, C_MLA, C_MOE_CAPACITY_FACTOR, C_MOE_EXPERTS, C_MOE_FFN,
     C_MOE_SHARED_EXPERTS, C_MOE_TOPK, C_MTP_LAYERS, C_N_GPUS, C_OPTIMIZER, C_OVERLAP_GRAD_REDUCE,
     C_OVERLAP_PARAM_GATHER, C_PEAK_FLOPS_16, C_PEAK_FLOPS_8, C_PP, C_PRECISION, C_Q_LORA_RANK, C_QK_NOPE_HEAD_DIM,
@@ -32,8 +31,7 @@ from fastmodel.kernels.lm_layout import (
     R_COMM_EP, R_COMM_PP, R_COMM_TP, R_EXPOSED_CP, R_EXPOSED_DP, R_EXPOSED_EP, R_EXPOSED_PP, R_EXPOSED_TP,
     R_FLOPS_PER_TOKEN, R_HFU, R_MFU, R_PIPELINE_BUBBLE, R_STEP_TIME, R_TIME_ATTENTION, R_TIME_GEMM,
     R_TIME_MEMORY_BOUND, R_TIME_OPTIMIZER, R_TIME_RECOMPUTE, R_TOKENS_PER_S, R_TOKENS_PER_S_PER_GPU,
-    RECOMPUTE_FULL, RECOMPUTE_NONE, RECOMPUTE_PARTIAL_LAYERS, RECOMPUTE_SELECTIVE, SHARD_DDP, SHARD_FSDP,
-    SHARD_ZERO1, SHARD_ZERO2,
+    RECOMPUTE_FULL, RECOMPUTE_PARTIAL_LAYERS, RECOMPUTE_SELECTIVE, SHARD_DDP, SHARD_FSDP,
 )
 from fastmodel.kernels.network import (
     allgather_time, allreduce_time, alltoall_time, bucketed_allgather_time, p2p_time,
@@ -255,7 +253,6 @@ def head_costs(row, work):
     """Forward costs of the LM head and vocab-parallel cross-entropy on the last stage (into ``work``)."""
     h = row[C_HIDDEN]
     t = row[C_TP]
-    fp8 = row[C_PRECISION] == PRECISION_FP8
     tokens = row[C_MICRO_BATCH] * row[C_SEQ_LEN] / row[C_CP]
     vocab = row[C_VOCAB] / t
     # the LM head runs in 16-bit in FP8 recipes (Transformer Engine keeps first/last layers in BF16)

@@ -1,4 +1,4 @@
-"""Collective times over network tiers (docs/model.md §R4): latency + bandwidth per algorithm.
+"""Collective times over network tiers (docs/model.md §11.5): latency + bandwidth per algorithm.
 
 A process group is ``size`` devices laid out with ``stride`` devices between
 neighbours in the device mesh (Megatron order: tp innermost, then cp, then dp,

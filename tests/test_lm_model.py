@@ -1,4 +1,4 @@
-"""The real-world LM model: hand-derived terms and the run-record path (docs/model.md §R)."""
+"""The real-world LM model: hand-derived terms and the run-record path (docs/model.md §11)."""
 
 import json
 import math
