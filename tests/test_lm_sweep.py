@@ -103,8 +103,8 @@ def test_throughput_identity_holds_for_every_legal_point(grid):
 def test_table_path_and_grid_path_agree():
     ds = lm_sweep("llama3-8b", "dgx-a100-80gb", "llm-pretrain", num_nodes=8, axes={"plan": ["tp2.pp2"]},
                   execution={"sharding": "fsdp"})
-    from fastmodel.lm_sweep import base_columns
     from fastmodel.lm_load import load_cluster, load_execution, load_lm_model
+    from fastmodel.lm_sweep import base_columns
     from fastmodel.variables import COLUMN_INDEX
 
     base = base_columns(load_lm_model("llama3-8b"), load_cluster("dgx-a100-80gb", 8),
