@@ -1,0 +1,101 @@
+"""Benchmark: real-world (`default`) sweep throughput next to the `madmax` sweep, in one run.
+
+The issue-10 bar: ``fm.sweep(model="llama3.1-70b", system="dgx-h100", task="llm-pretrain",
+axes={"num_nodes": [...], "global_batch": [...], "plan": "all"})`` under the real-world model
+evaluates >= 1,000,000 configurations per second end to end, in a grid of >= 1 M points.
+Prints, each from its own subprocess (own peak RSS):
+
+  (default) LLaMA-3.1-70B on DGX H100: num_nodes x global_batch x micro_batch x plan="all";
+  (madmax)  LLaMA2-70B on DC-A: the 2,132,000-config grid of bench_sweep.py (a), madmax semantics;
+
+each as configs/s (best and median of --repeats), legal share and peak RSS, after a
+warm-up call that loads (or compiles) the kernels. Writes bench/results/bench_lm_sweep.json.
+
+    python bench/bench_lm_sweep.py [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+NODES = [4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048]
+BATCHES = [64 * i for i in range(1, 129)]
+MICRO = [1, 2, 4, 8]
+
+
+def run_default(repeats: int) -> dict:
+    from fastmodel.lm_sweep import lm_sweep
+
+    axes = {"num_nodes": NODES, "global_batch": BATCHES, "micro_batch": MICRO, "plan": "all"}
+    t0 = time.perf_counter()
+    lm_sweep("llama3.1-70b", "dgx-h100", "llm-pretrain", axes={"plan": ["tp8"], "num_nodes": [4]})
+    warm = time.perf_counter() - t0
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        ds = lm_sweep("llama3.1-70b", "dgx-h100", "llm-pretrain", axes=axes)
+        times.append(time.perf_counter() - t0)
+    n = int(ds.status.size)
+    return {"sweep": "default llama3.1-70b/dgx-h100", "configs": n, "legal": int((ds.status == 0).sum()),
+            "warmup_s": warm, "best_configs_per_s": n / min(times), "median_configs_per_s": n / sorted(times)[len(times) // 2],
+            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def run_madmax(repeats: int) -> dict:
+    import fastmodel
+
+    axes = {
+        "num_nodes": [16, 32, 64, 128, 256],
+        "global_batch": [256, 512, 1024, 2048, 4096, 8192, 16384, 32768],
+        "flops_util": {"start": 0.4, "stop": 0.8, "num": 41},
+        "port_bandwidth_bytes_per_s": {"start": 12.5e9, "stop": 50e9, "num": 25},
+        "plan": "all",
+    }
+    t0 = time.perf_counter()
+    fastmodel.sweep("llama2-70b", "dc-a", "llm-pretrain", {"plan": "all", "num_nodes": [16]}, semantics="madmax")
+    warm = time.perf_counter() - t0
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        ds = fastmodel.sweep("llama2-70b", "dc-a", "llm-pretrain", axes, semantics="madmax")
+        times.append(time.perf_counter() - t0)
+    n = int(ds.status.size)
+    return {"sweep": "madmax llama2-70b/dc-a", "configs": n, "legal": int((ds.status == 0).sum()),
+            "warmup_s": warm, "best_configs_per_s": n / min(times), "median_configs_per_s": n / sorted(times)[len(times) // 2],
+            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--child", choices=["default", "madmax"])
+    args = parser.parse_args()
+    if args.child:
+        result = (run_default if args.child == "default" else run_madmax)(args.repeats)
+        print(json.dumps(result))
+        return
+    print(f"machine: {platform.machine()} {os.cpu_count()} cores, python {platform.python_version()}")
+    results = []
+    for child in ("default", "madmax"):
+        out = subprocess.run([sys.executable, __file__, "--child", child, "--repeats", str(args.repeats)],
+                             capture_output=True, text=True, check=True)
+        results.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    print(f"{'sweep':34s} {'configs':>11s} {'legal':>10s} {'best/s':>12s} {'median/s':>12s} {'warm-up s':>10s} {'RSS MiB':>8s}")
+    for r in results:
+        print(f"{r['sweep']:34s} {r['configs']:11,d} {r['legal']:10,d} {r['best_configs_per_s']:12,.0f} "
+              f"{r['median_configs_per_s']:12,.0f} {r['warmup_s']:10.1f} {r['peak_rss_mib']:8.0f}")
+    target = Path(__file__).parent / "results" / "bench_lm_sweep.json"
+    target.parent.mkdir(exist_ok=True)
+    target.write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
