@@ -172,7 +172,7 @@ RESULTS: tuple[Result, ...] = (
     Result("comm_tp", "s", "min", "Tensor/sequence-parallel communication per step."),
     Result("comm_cp", "s", "min", "Context-parallel communication per step."),
     Result("comm_ep", "s", "min", "Expert-parallel all-to-all per step."),
-    Result("comm_pp", "s", "min", "Pipeline point-to-point per step on the critical path."),
+    Result("comm_pp", "s", "min", "Pipeline point-to-point sends on the schedule's critical path, overlapped or not."),
     Result("comm_dp", "s", "min", "Data-parallel / sharding collectives per step."),
     Result("exposed_tp", "s", "min", "TP communication not hidden behind compute."),
     Result("exposed_cp", "s", "min", "CP communication not hidden behind compute."),

@@ -405,7 +405,7 @@ def step_row(row, work, out):
         if row[C_SEQUENCE_PARALLEL] > 0.0:
             nbytes = nbytes / t
         send = p2p_time(row, nbytes, t * c * d)
-        pp_comm = 2.0 * micro_batches * v * send
+        pp_comm = 2.0 * (micro_batches * v + p - 1.0) * send      # every send of the schedule's critical path
         pp_exposed = 2.0 * (p - 1.0) * send + (2.0 * micro_batches * send if v <= 1.0 else 0.0)
 
     # data parallelism once per step: gradient reduction and (sharded optimizers) parameter gather

@@ -1,0 +1,72 @@
+"""Python API of the real-world model for one configuration: specs or a run record -> 0-d Dataset."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+from fastmodel.errors import PlanError
+from fastmodel.variables import RESULTS, STATUSES
+
+
+def evaluate_lm(model: Any, system: Any, task: Any = None, plan: str | None = None, execution: Any = None,
+                num_nodes: int | None = None, global_batch: int | None = None) -> xr.Dataset:
+    """Evaluate one real-world configuration (``plan``: a mesh like ``"tp8.pp4"``; dp fills the cluster).
+
+    Raises PlanError for an illegal plan, SpecError for bad specs. Same path as a sweep of one point.
+    """
+    from fastmodel.lm_sweep import lm_sweep
+
+    ds = lm_sweep(model, system, task, axes={"plan": [plan or "dp"]}, execution=execution,
+                  global_batch=global_batch, num_nodes=num_nodes).isel(plan=0)
+    code = int(ds.status)
+    if code:
+        raise PlanError(STATUSES[code].name, STATUSES[code].message, f"plan {plan or 'dp'!r}")
+    return ds
+
+
+def evaluate_record(record: dict, source: str | None = None) -> xr.Dataset:
+    """Evaluate one run record (RUNS.md schema; ``measured`` is ignored) into a 0-d Dataset."""
+    from fastmodel.lm_engine import evaluate_table
+    from fastmodel.lm_rules import check_plan
+    from fastmodel.runs import lower_record
+
+    lowered = lower_record(record, source)
+    check_plan(lowered.columns, f"{source + ': ' if source else ''}plan")
+    results = evaluate_table(lowered.columns[:, None])
+    data = {r.name: ((), np.float64(results[r.name][0]), {"units": r.units, "description": r.doc})
+            for r in RESULTS}
+    return xr.Dataset(data, attrs={"id": lowered.id, "semantics": "default", "notes": "; ".join(lowered.notes)})
+
+
+def format_report(ds: xr.Dataset, title: str = "") -> str:
+    """The one-configuration report of ``fastmodel run`` under the real-world model."""
+    def value(name):
+        return float(ds[name])
+
+    step = value("step_time")
+    lines = [title] if title else []
+    lines += [
+        f"step time            {step:,.3f} s",
+        f"tokens/s             {value('tokens_per_s'):,.0f}  ({value('tokens_per_s_per_gpu'):,.0f} per GPU)",
+        f"MFU / HFU            {100 * value('mfu'):.1f}% / {100 * value('hfu'):.1f}%",
+        "compute (busiest stage, whole step)",
+    ]
+    for name, label in (("time_gemm", "GEMMs"), ("time_attention", "attention"),
+                        ("time_memory_bound", "memory-bound"), ("time_recompute", "  of which recompute"),
+                        ("time_optimizer", "optimizer"), ("pipeline_bubble", "pipeline bubble")):
+        lines.append(f"  {label:20s} {value(name):10.3f} s  {100 * value(name) / step:5.1f}%")
+    lines.append("communication: total / exposed")
+    for group in ("tp", "cp", "ep", "pp", "dp"):
+        total, exposed = value(f"comm_{group}"), value(f"exposed_{group}")
+        if total > 0:
+            lines.append(f"  {group:20s} {total:10.3f} s  {exposed:8.3f} s exposed ({100 * exposed / step:.1f}%)")
+    memory = [r.name for r in RESULTS if r.name.startswith("memory_") and r.name != "memory_per_device"]
+    if np.isfinite(value("memory_per_device")):
+        lines.append(f"memory per device    {value('memory_per_device') / 2**30:,.1f} GiB")
+        for name in memory:
+            if value(name) > 0:
+                lines.append(f"  {name[len('memory_'):]:20s} {value(name) / 2**30:10.2f} GiB")
+    return "\n".join(lines)
