@@ -344,7 +344,10 @@ def step_row(row, work, out):
         g, a_, m_ = work[W_GEMM], work[W_ATTN], work[W_MEM]
         forward = g + a_ + m_
         backward = 2.0 * g + 2.5 * a_ + 2.0 * m_
-        again = full * forward + selective * (a_ + work[W_ATTN_CORE_MEM])
+        # selective recompute: Megatron re-runs the attention core; op-level checkpointing in eager
+        # PyTorch (TorchTitan) keeps matmul and attention outputs and re-runs the element-wise ops
+        cheap = a_ + work[W_ATTN_CORE_MEM] if row[C_FUSED_KERNELS] > 0.0 else m_
+        again = full * forward + selective * cheap
         tp = work[W_TP] * (2.0 + full)
         cp = work[W_CP] * (3.0 + full)
         ep = work[W_EP] * (2.0 + full)
@@ -358,8 +361,9 @@ def step_row(row, work, out):
             fsdp_here = 2.0 * gather + reduce
             fsdp_left = exposed(row, gather, forward) + exposed(row, gather + reduce, backward + again)
         gemm += weight * g * (3.0 + full)
-        attn += weight * a_ * (3.5 + full + selective)
-        mem += weight * (m_ * (3.0 + full) + selective * work[W_ATTN_CORE_MEM])
+        fused = row[C_FUSED_KERNELS] > 0.0
+        attn += weight * a_ * (3.5 + full + (selective if fused else 0.0))
+        mem += weight * (m_ * (3.0 + full) + selective * (work[W_ATTN_CORE_MEM] if fused else m_))
         recompute += weight * again
         tp_comm += weight * tp
         cp_comm += weight * cp
