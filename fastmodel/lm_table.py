@@ -12,8 +12,10 @@ import numpy as np
 
 from fastmodel.errors import SpecError, nearest
 from fastmodel.variables import (
+    COLLECTIVE_ALGORITHMS,
     COLUMN_INDEX,
     COLUMNS,
+    CP_ALGORITHMS,
     OPTIMIZER_CODES,
     PIPELINE_SCHEDULES,
     PRECISION_CODES,
@@ -22,7 +24,8 @@ from fastmodel.variables import (
 )
 
 CODE_TABLES = {"sharding": SHARDING_CODES, "recompute": RECOMPUTE_CODES, "precision": PRECISION_CODES,
-               "optimizer": OPTIMIZER_CODES, "pipeline_schedule": PIPELINE_SCHEDULES}
+               "optimizer": OPTIMIZER_CODES, "pipeline_schedule": PIPELINE_SCHEDULES, "cp_algorithm": CP_ALGORITHMS,
+               "collective_algorithm": COLLECTIVE_ALGORITHMS}
 
 
 def encode(name: str, value):

@@ -38,6 +38,8 @@ RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2, "partial_layers": 3}
 PRECISION_CODES = {"bf16": 0, "fp16": 0, "fp8": 1}
 OPTIMIZER_CODES = {"adam": 0, "adamw": 0, "sgd": 1, "adafactor": 2}
 PIPELINE_SCHEDULES = {"1f1b": 0, "interleaved": 1, "gpipe": 2}
+CP_ALGORITHMS = {"ring": 0, "alltoall": 1}
+COLLECTIVE_ALGORITHMS = {"auto": 0, "ring": 1, "tree": 2}
 
 MODEL_COLUMNS = _cols(
     "model",
@@ -98,6 +100,10 @@ PLAN_COLUMNS = _cols(
     ("activation_offload", "1", 0, "Share of activations offloaded to host memory.", 0, 1),
     ("fused_kernels", "1", 1, "1: fused element-wise kernels (Megatron, Transformer Engine, torch.compile); "
      "0: eager PyTorch, one kernel per op in FP32.", 0, 1),
+    ("cp_algorithm", "code", 0, "CP_ALGORITHMS: 0 ring attention (K/V blocks passed around, overlapped with "
+     "attention), 1 all-to-all (DeepSpeed-Ulysses: heads scattered over cp, exposed).", 0, 1),
+    ("collective_algorithm", "code", 0, "COLLECTIVE_ALGORITHMS for allreduce: 0 the faster of ring and tree (as "
+     "NCCL's tuner picks), 1 ring, 2 tree.", 0, 2),
     ("collective_bucket_bytes", "bytes", 0, "Largest message of a sharded-data-parallel collective: a layer's "
      "gather or reduction is issued in buckets of this size, each paying the ring latency (DeepSpeed ZeRO-3 "
      "prefetch bucket 5e7 elements; 0 = one collective per layer).", 0, 1e12),

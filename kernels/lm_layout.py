@@ -9,7 +9,7 @@ rows by name at no cost; nothing here is written by hand twice.
 """
 
 from fastmodel.variables import (
-    COLUMNS, MEMORY_KINDS, OPTIMIZER_CODES, PIPELINE_SCHEDULES, PRECISION_CODES, RECOMPUTE_CODES, RESULTS,
+    COLLECTIVE_ALGORITHMS, COLUMNS, CP_ALGORITHMS, MEMORY_KINDS, OPTIMIZER_CODES, PIPELINE_SCHEDULES, PRECISION_CODES, RECOMPUTE_CODES, RESULTS,
     SHARDING_CODES,
 )
 
@@ -22,7 +22,8 @@ _constants.update({"C_" + c.name.upper(): i for i, c in enumerate(COLUMNS)})
 _constants.update({"R_" + r.name.upper(): i for i, r in enumerate(RESULTS)})
 _constants.update({"M_" + k.upper(): i for i, k in enumerate(MEMORY_KINDS)})
 for _prefix, _codes in (("SHARD_", SHARDING_CODES), ("RECOMPUTE_", RECOMPUTE_CODES), ("PRECISION_", PRECISION_CODES),
-                        ("OPT_", OPTIMIZER_CODES), ("SCHED_", PIPELINE_SCHEDULES)):
+                        ("OPT_", OPTIMIZER_CODES), ("SCHED_", PIPELINE_SCHEDULES),
+                        ("CP_", CP_ALGORITHMS), ("ALGO_", COLLECTIVE_ALGORITHMS)):
     for _name, _code in _codes.items():
         _constants.setdefault(_prefix + _name.upper(), _code)
 globals().update(_constants)

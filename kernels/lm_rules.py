@@ -10,7 +10,7 @@ import numpy as np
 
 from fastmodel.kernels.jit import njit, prange
 from fastmodel.kernels.lm_layout import (
-    C_CP, C_DOMAIN_SIZE, C_DP, C_EP, C_GLOBAL_BATCH, C_HEADS, C_KV_HEADS, C_LAYERS, C_MICRO_BATCH, C_MOE_EXPERTS,
+    C_CP, C_CP_ALGORITHM, CP_ALLTOALL, C_DOMAIN_SIZE, C_DP, C_EP, C_GLOBAL_BATCH, C_HEADS, C_KV_HEADS, C_LAYERS, C_MICRO_BATCH, C_MOE_EXPERTS,
     C_N_GPUS, C_PP, C_SEQ_LEN, C_TP, C_VP,
 )
 from fastmodel.variables import STATUS_CODES
@@ -42,6 +42,8 @@ def plan_status_row(row):
     if not _multiple(row[C_N_GPUS], tp * pp * cp) or abs(tp * pp * cp * dp - row[C_N_GPUS]) > 0.5 or dp < 1.0:
         return ST_DEVICES
     if not _multiple(row[C_HEADS], tp) or (not _multiple(row[C_KV_HEADS], tp) and not _multiple(tp, row[C_KV_HEADS])):
+        return ST_HEADS
+    if cp > 1.0 and row[C_CP_ALGORITHM] == CP_ALLTOALL and not _multiple(row[C_HEADS], tp * cp):
         return ST_HEADS
     if not _multiple(row[C_LAYERS], pp * row[C_VP]):
         return ST_LAYERS

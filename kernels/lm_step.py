@@ -20,14 +20,16 @@ not hidden behind the compute it overlaps with.
 from fastmodel.kernels.compute import attention_time, gemm_time, grouped_gemm_time, memory_bound_time
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm_layout import (
-    C_CAUSAL, C_COLLECTIVE_BUCKET_BYTES, C_COMM_SM_SHARE, C_CP, C_DENSE_LAYERS, C_DP, C_EP, C_ETP, C_FFN, C_FLASH_ATTENTION, C_FP8_PARAMS, C_FUSED_KERNELS,
+    C_CAUSAL, C_COLLECTIVE_BUCKET_BYTES, C_COMM_SM_SHARE, C_CP_ALGORITHM, C_CP, C_DENSE_LAYERS, C_DP, C_EP,
+    C_ETP, C_FFN, C_FLASH_ATTENTION, C_FP8_PARAMS, C_FUSED_KERNELS,
     C_GATED_MLP, C_GLOBAL_BATCH, C_GRAD_REDUCE_BYTES, C_HEAD_DIM, C_HEADS, C_HIDDEN,
     C_KV_HEADS, C_KV_LORA_RANK, C_LAYERS, C_MICRO_BATCH, C_MLA, C_MOE_CAPACITY_FACTOR, C_MOE_EXPERTS, C_MOE_FFN,
     C_MOE_SHARED_EXPERTS, C_MOE_TOPK, C_MTP_LAYERS, C_N_GPUS, C_OPTIMIZER, C_OVERLAP_GRAD_REDUCE,
     C_OVERLAP_PARAM_GATHER, C_PEAK_FLOPS_16, C_PEAK_FLOPS_8, C_PP, C_PRECISION, C_Q_LORA_RANK, C_QK_NOPE_HEAD_DIM,
     C_QK_ROPE_HEAD_DIM, C_RECOMPUTE, C_RECOMPUTE_FRACTION, C_SEQ_LEN, C_SEQUENCE_PARALLEL, C_SHARD_DEGREE,
     C_SHARDING, C_SLIDING_WINDOW, C_SLIDING_WINDOW_LAYERS, C_STEP_OVERHEAD_S, C_TIED_EMBEDDINGS, C_TP,
-    C_TP_COMM_OVERLAP, C_V_HEAD_DIM, C_VOCAB, C_VP, OPT_ADAM, OPT_SGD, PRECISION_FP8, R_COMM_CP, R_COMM_DP,
+    C_TP_COMM_OVERLAP, C_V_HEAD_DIM, C_VOCAB, C_VP, CP_ALLTOALL, OPT_ADAM, OPT_SGD, PRECISION_FP8, R_COMM_CP,
+    R_COMM_DP,
     R_COMM_EP, R_COMM_PP, R_COMM_TP, R_EXPOSED_CP, R_EXPOSED_DP, R_EXPOSED_EP, R_EXPOSED_PP, R_EXPOSED_TP,
     R_FLOPS_PER_TOKEN, R_HFU, R_MFU, R_PIPELINE_BUBBLE, R_STEP_TIME, R_TIME_ATTENTION, R_TIME_GEMM,
     R_TIME_MEMORY_BOUND, R_TIME_OPTIMIZER, R_TIME_RECOMPUTE, R_TOKENS_PER_S, R_TOKENS_PER_S_PER_GPU,
@@ -218,7 +220,12 @@ def layer_costs(row, moe, sliding, work):
         else:
             tp = 2.0 * allreduce_time(row, tp_bytes, t, 1.0)
     cp = 0.0
-    if c > 1.0:
+    if c > 1.0 and row[C_CP_ALGORITHM] == CP_ALLTOALL:
+        # DeepSpeed-Ulysses: Q, K, V scattered by heads and the output gathered back, one all-to-all each
+        heads_width = (a + 2.0 * row[C_KV_HEADS]) * dqk / t + a * dv / t
+        cp = alltoall_time(row, ACT_BYTES * tokens * heads_width, c, t)
+    elif c > 1.0:
+        # ring attention: c - 1 exchanges of this rank's K and V blocks with its ring neighbour
         kv_block = 2.0 * ACT_BYTES * tokens * row[C_KV_HEADS] * row[C_HEAD_DIM] / t
         cp = (c - 1.0) * allgather_time(row, kv_block * 2.0, 2.0, t)
     ep = 0.0
@@ -352,7 +359,10 @@ def step_row(row, work, out):
         cp = work[W_CP] * (3.0 + full)
         ep = work[W_EP] * (2.0 + full)
         tp_left = exposed(row, tp, g * (3.0 + full)) if overlap_tp else tp
-        cp_left = exposed(row, cp, a_ * (3.5 + full))
+        if row[C_CP_ALGORITHM] == CP_ALLTOALL:
+            cp_left = cp                    # the all-to-alls sit between the projections and attention
+        else:
+            cp_left = exposed(row, cp, a_ * (3.5 + full))
         fsdp_left = 0.0
         fsdp_here = 0.0
         if fsdp:

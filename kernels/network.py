@@ -14,7 +14,8 @@ the scale-out network, one NIC per device.
 - ring latency: one step per member, ``(size - g_out) x intra_latency +
   g_out x inter_latency`` (reduce-scatter and all-gather are ring-only in NCCL);
   allreduce takes the better of ring (2 passes) and tree (``2 log2(size)`` steps
-  at the slowest tier's latency), as NCCL's tuner does.
+  at the slowest tier's latency), as NCCL's tuner does, unless the
+  ``collective_algorithm`` column fixes one.
 
 Sizes are the bytes of the whole (unsharded) buffer; times are seconds.
 """
@@ -23,7 +24,7 @@ import math
 
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm_layout import (
-    C_DOMAIN_SIZE, C_INTER_BW, C_INTER_EFF, C_INTER_LATENCY, C_INTRA_BW, C_INTRA_EFF, C_INTRA_LATENCY,
+    ALGO_RING, ALGO_TREE, C_COLLECTIVE_ALGORITHM, C_DOMAIN_SIZE, C_INTER_BW, C_INTER_EFF, C_INTER_LATENCY, C_INTRA_BW, C_INTRA_EFF, C_INTRA_LATENCY,
 )
 
 
@@ -71,6 +72,11 @@ def allreduce_time(row, nbytes, size, stride):
     g_in = members_per_domain(row, size, stride)
     slowest = row[C_INTRA_LATENCY] if g_in >= size else row[C_INTER_LATENCY]
     tree = 2.0 * math.ceil(math.log2(size)) * slowest
+    algorithm = row[C_COLLECTIVE_ALGORITHM]
+    if algorithm == ALGO_RING:
+        return transfer + ring
+    if algorithm == ALGO_TREE:
+        return transfer + tree
     return transfer + min(ring, tree)
 
 

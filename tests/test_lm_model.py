@@ -180,3 +180,25 @@ def test_measured_values_are_never_read_for_prediction():
     a = lower_record(record).columns
     record["measured"] = {"step_time_s": 1e9}
     assert np.array_equal(a, lower_record(record).columns)
+
+
+def test_collective_algorithm_can_be_fixed_to_ring_or_tree():
+    size = 1e6
+    transfer = 2 * 7 / 8 * size / (450e9 * 0.8)
+    ring = row(**NET, collective_algorithm="ring")
+    tree = row(**NET, collective_algorithm="tree")
+    assert allreduce_time(ring, size, 8.0, 1.0) == pytest.approx(transfer + 2 * 7 * 3e-6, rel=1e-12)
+    assert allreduce_time(tree, size, 8.0, 1.0) == pytest.approx(transfer + 2 * 3 * 3e-6, rel=1e-12)
+
+
+def test_ulysses_context_parallelism_is_exposed_and_needs_heads_divisible_by_tp_cp():
+    from fastmodel.lm_rules import plan_status
+    from fastmodel.variables import STATUS_CODES
+
+    long = {**LLAMA70B, "seq_len": 131072, "cp": 4, "tp": 8, "pp": 1, "dp": 8, "global_batch": 64}
+    ring = one(**long)
+    ulysses = one(**long, cp_algorithm="alltoall")
+    assert ulysses["exposed_cp"] == pytest.approx(ulysses["comm_cp"], rel=1e-12)
+    assert ring["exposed_cp"] < ring["comm_cp"]
+    bad = table(1, **{**long, "cp": 16, "dp": 2}, cp_algorithm="alltoall")     # 64 heads over tp8 x cp16
+    assert plan_status(bad)[0] == STATUS_CODES["heads_not_divisible"]
