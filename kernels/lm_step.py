@@ -384,14 +384,15 @@ def step_row(row, work, out):
         fsdp_exposed += weight * fsdp_left
         params += weight * work[W_PARAMS]
         flops += weight * work[W_FLOPS]
-        layer_time += weight * (forward + backward + again + tp_left + cp_left + ep + fsdp_left)
+        layer_time += weight * (forward + backward + again + tp_left + cp_left + ep)   # FSDP: per step below
         forward_time += weight * forward
         backward_time += weight * (backward + again)
     layer_flops_executed = 3.0 * flops + full * flops
 
     # LM head and loss on the last stage (not recomputed)
     head_costs(row, work)
-    head_time = 3.0 * work[W_GEMM] + 2.0 * work[W_MEM] + 2.0 * work[W_TP]
+    head_tp = 2.0 * work[W_TP]
+    head_time = 3.0 * work[W_GEMM] + 2.0 * work[W_MEM] + head_tp
     head_params = work[W_PARAMS]
     head_flops = 3.0 * work[W_FLOPS]
     head_gemm = 3.0 * work[W_GEMM]
@@ -478,12 +479,12 @@ def step_row(row, work, out):
     out[R_TIME_RECOMPUTE] = micro_batches * per_stage * recompute
     out[R_TIME_OPTIMIZER] = optimizer
     out[R_PIPELINE_BUBBLE] = bubble
-    out[R_COMM_TP] = micro_batches * per_stage * tp_comm
+    out[R_COMM_TP] = micro_batches * (per_stage * tp_comm + head_tp)
     out[R_COMM_CP] = micro_batches * per_stage * cp_comm
     out[R_COMM_EP] = micro_batches * per_stage * ep_comm
     out[R_COMM_PP] = pp_comm
     out[R_COMM_DP] = dp_comm + fsdp_comm_step
-    out[R_EXPOSED_TP] = micro_batches * per_stage * tp_exposed
+    out[R_EXPOSED_TP] = micro_batches * (per_stage * tp_exposed + head_tp)
     out[R_EXPOSED_CP] = micro_batches * per_stage * cp_exposed
     out[R_EXPOSED_EP] = micro_batches * per_stage * ep_comm
     out[R_EXPOSED_PP] = pp_exposed

@@ -202,3 +202,17 @@ def test_ulysses_context_parallelism_is_exposed_and_needs_heads_divisible_by_tp_
     assert ring["exposed_cp"] < ring["comm_cp"]
     bad = table(1, **{**long, "cp": 16, "dp": 2}, cp_algorithm="alltoall")     # 64 heads over tp8 x cp16
     assert plan_status(bad)[0] == STATUS_CODES["heads_not_divisible"]
+
+
+@pytest.mark.parametrize("variant", [
+    {}, {"sharding": "fsdp", "tp": 1, "pp": 1, "dp": 256, "shard_degree": 256},
+    {"sharding": "fsdp", "shard_degree": 8}, {"recompute": "full"}, {"recompute": "selective", "fused_kernels": 0},
+    {"tp_comm_overlap": 1}, {"vp": 2}, {"cp": 2, "dp": 4, "seq_len": 65536}, {"sharding": "ddp", "pp": 1, "dp": 32},
+])
+def test_step_time_is_the_sum_of_its_parts(variant):
+    r = one(**{**LLAMA70B, **variant})
+    parts = (r["time_gemm"] + r["time_attention"] + r["time_memory_bound"] + r["pipeline_bubble"]
+             + r["time_optimizer"] + sum(r[f"exposed_{g}"] for g in ("tp", "cp", "ep", "pp", "dp")))
+    assert r["step_time"] == pytest.approx(parts, rel=1e-12)
+    for group in ("tp", "cp", "ep", "pp", "dp"):
+        assert 0.0 <= r[f"exposed_{group}"] <= r[f"comm_{group}"] * (1 + 1e-12) + 1e-15 or group == "dp"
