@@ -67,6 +67,8 @@ MODEL_COLUMNS = _cols(
     ("sliding_window", "tokens", 0, "Sliding-window attention span (0 = none).", 0, 1 << 24),
     ("sliding_window_layers", "1", 0, "Layers using the sliding window.", 0, 4096),
     ("mtp_layers", "1", 0, "Multi-token-prediction layers (DeepSeek-V3).", 0, 64),
+    ("dropout", "1", 0, "1: hidden and attention dropout on (GPT-3/Megatron 2022: 1-byte masks stored for backward); "
+     "0: no dropout (Llama-style pretraining).", 0, 1),
 )
 
 PLAN_COLUMNS = _cols(
@@ -94,6 +96,8 @@ PLAN_COLUMNS = _cols(
     ("overlap_grad_reduce", "1", 1, "1: gradient reduction overlaps the last backward pass.", 0, 1),
     ("overlap_param_gather", "1", 1, "1: distributed-optimizer parameter gather overlaps the next forward.", 0, 1),
     ("activation_offload", "1", 0, "Share of activations offloaded to host memory.", 0, 1),
+    ("flash_attention", "1", 1, "1: flash-style fused attention (no s^2 scores stored); 0: unfused softmax "
+     "attention (Megatron 2022, Korthikanti et al.).", 0, 1),
 )
 
 DEVICE_COLUMNS = _cols(
