@@ -143,9 +143,8 @@ def expert_shard_group(row):
 
 
 @njit
-def sharded_params(row, stage):
+def sharded_params(row, non_expert, expert):
     """Parameters per device divided by their shard groups (what ZeRO/FSDP keeps of them)."""
-    non_expert, expert = stage_params(row, stage)
     return non_expert / shard_group(row) + expert / expert_shard_group(row)
 
 
@@ -167,7 +166,7 @@ def weight_bytes_per_param(row):
 
 
 @njit
-def weights_bytes(row, stage):
+def weights_bytes(row, non_expert, expert):
     """Weights held on the device.
 
     DDP, ZeRO-1/2, distributed optimizer: every local parameter (after TP/PP/EP) at ``weight_bytes_per_param``
@@ -177,13 +176,12 @@ def weights_bytes(row, stage):
     gathered BF16 copies are buffers (``fsdp_gather_buffer_bytes``).
     """
     if int(row[C_SHARDING]) == SHARD_FSDP:
-        return B32 * sharded_params(row, stage)
-    non_expert, expert = stage_params(row, stage)
+        return B32 * sharded_params(row, non_expert, expert)
     return weight_bytes_per_param(row) * (non_expert + expert)
 
 
 @njit
-def gradients_bytes(row, stage):
+def gradients_bytes(row, non_expert, expert):
     """Gradients at ``grad_reduce_bytes`` per parameter.
 
     Replicated under DDP, ZeRO-1 and the Megatron distributed optimizer: Megatron accumulates into a
@@ -194,8 +192,7 @@ def gradients_bytes(row, stage):
     """
     gb = row[C_GRAD_REDUCE_BYTES]
     if int(row[C_SHARDING]) >= SHARD_ZERO2:
-        return gb * sharded_params(row, stage)
-    non_expert, expert = stage_params(row, stage)
+        return gb * sharded_params(row, non_expert, expert)
     return gb * (non_expert + expert)
 
 
@@ -239,7 +236,7 @@ def adafactor_factored_bytes(row, stage):
 
 
 @njit
-def optimizer_bytes(row, stage):
+def optimizer_bytes(row, stage, non_expert, expert):
     """Optimizer states: ``optimizer_bytes_per_param`` per parameter (+ Adafactor's factors).
 
     Replicated under DDP; sharded by the shard group under ZeRO-1 / distributed optimizer, ZeRO-2 and
@@ -248,8 +245,7 @@ def optimizer_bytes(row, stage):
     per = optimizer_bytes_per_param(row)
     factored = adafactor_factored_bytes(row, stage)
     if int(row[C_SHARDING]) >= SHARD_ZERO1:
-        return per * sharded_params(row, stage) + factored / shard_group(row)
-    non_expert, expert = stage_params(row, stage)
+        return per * sharded_params(row, non_expert, expert) + factored / shard_group(row)
     return per * (non_expert + expert) + factored
 
 
@@ -411,10 +407,16 @@ def checkpoint_bytes(row):
 
 
 @njit
-def stored_layer_bytes(row, moe):
-    """What one layer keeps per micro-batch under the recompute mode.
+def kept_mode(row):
+    """The recompute mode a layer that is not fully recomputed stores under: selective or none."""
+    return RECOMPUTE_SELECTIVE if int(row[C_RECOMPUTE]) == RECOMPUTE_SELECTIVE else RECOMPUTE_NONE
 
-    none / selective: ``layer_activation_bytes``; full: ``checkpoint_bytes``; partial layers: a share
+
+@njit
+def stored_layer_bytes(row, layer_bytes):
+    """What one layer keeps per micro-batch, given its ``layer_activation_bytes`` under ``kept_mode``.
+
+    none / selective: all of them; full: ``checkpoint_bytes``; partial layers: a share
     ``recompute_fraction`` of layers keeps the checkpoint, the others everything (Megatron
     ``--recompute-num-layers``, the remaining layers are not recomputed).
     """
@@ -423,24 +425,19 @@ def stored_layer_bytes(row, moe):
         return checkpoint_bytes(row)
     if mode == RECOMPUTE_PARTIAL_LAYERS:
         r = row[C_RECOMPUTE_FRACTION]
-        return r * checkpoint_bytes(row) + (1.0 - r) * layer_activation_bytes(row, moe, RECOMPUTE_NONE)
-    return layer_activation_bytes(row, moe, mode)
+        return r * checkpoint_bytes(row) + (1.0 - r) * layer_bytes
+    return layer_bytes
 
 
 @njit
-def recompute_working_bytes(row):
+def recompute_working_bytes(row, largest_layer_bytes):
     """While a checkpointed layer is recomputed in backward, its full activations for one micro-batch are
-    live again: one layer of ``layer_activation_bytes`` (the larger of dense and MoE) under full or
-    partial recompute (Chen et al. 2016, Sec. 3)."""
+    live again: one layer of ``layer_activation_bytes`` (the larger of dense and MoE,
+    ``largest_layer_bytes``) under full or partial recompute (Chen et al. 2016, Sec. 3)."""
     mode = int(row[C_RECOMPUTE])
-    if mode != RECOMPUTE_FULL and mode != RECOMPUTE_PARTIAL_LAYERS:
-        return 0.0
-    if mode == RECOMPUTE_PARTIAL_LAYERS and row[C_RECOMPUTE_FRACTION] <= 0:
-        return 0.0
-    dense = layer_activation_bytes(row, False, RECOMPUTE_NONE)
-    if is_moe(row):
-        return max(dense, layer_activation_bytes(row, True, RECOMPUTE_NONE))
-    return dense
+    if mode == RECOMPUTE_FULL or (mode == RECOMPUTE_PARTIAL_LAYERS and row[C_RECOMPUTE_FRACTION] > 0):
+        return largest_layer_bytes
+    return 0.0
 
 
 @njit
@@ -491,21 +488,21 @@ def head_activation_bytes(row):
 
 
 @njit
-def activations_bytes(row, stage):
+def activations_bytes(row, stage, dense_layer, moe_layer, working):
     """Activations held on pipeline rank ``stage`` at its peak.
 
-    ``in_flight * sum over the rank's layers of stored_layer_bytes`` + one layer's recompute working set +
-    the embedding (first rank) or head (last rank) inputs per micro-batch in flight, times
-    ``1 - activation_offload`` (the share offloaded to host memory, e.g. NeMo CPU activation offloading).
+    ``in_flight * sum over the rank's layers of stored_layer_bytes`` (``dense_layer`` / ``moe_layer`` per
+    layer) + one layer's recompute working set (``working``) + the embedding (first rank) or head (last rank)
+    inputs per micro-batch in flight, times ``1 - activation_offload`` (the share offloaded to host memory,
+    e.g. NeMo CPU activation offloading).
     """
     dense, moe, mtp = stage_layers(row, stage)
-    per_mb = (dense * stored_layer_bytes(row, False) + moe * stored_layer_bytes(row, True)
-              + mtp * stored_layer_bytes(row, is_moe(row)))
+    per_mb = dense * dense_layer + (moe + mtp) * moe_layer if is_moe(row) else (dense + mtp) * dense_layer
     if stage == 0:
         per_mb += embedding_activation_bytes(row)
     if stage == row[C_PP] - 1:
         per_mb += head_activation_bytes(row)
-    held = microbatches_in_flight(row, stage) * per_mb + recompute_working_bytes(row)
+    held = microbatches_in_flight(row, stage) * per_mb + working
     return held * (1.0 - row[C_ACTIVATION_OFFLOAD])
 
 
@@ -590,9 +587,9 @@ def logits_workspace_bytes(row):
 
 
 @njit
-def buffers_bytes(row, stage):
-    """Gather, communication and logits buffers of pipeline rank ``stage``."""
-    total = fsdp_gather_buffer_bytes(row) + comm_buffer_bytes(row)
+def buffers_bytes(row, stage, shared):
+    """Gather and communication buffers (``shared`` by every rank) plus the logits workspace of the last."""
+    total = shared
     if stage == row[C_PP] - 1:
         total += logits_workspace_bytes(row)
     return total
@@ -601,10 +598,14 @@ def buffers_bytes(row, stage):
 # --- per device -------------------------------------------------------------------------------------------------------
 
 @njit
-def stage_memory(row, stage):
-    """(weights, gradients, optimizer, activations, buffers) of pipeline rank ``stage``."""
-    return (weights_bytes(row, stage), gradients_bytes(row, stage), optimizer_bytes(row, stage),
-            activations_bytes(row, stage), buffers_bytes(row, stage))
+def stage_memory(row, stage, dense_layer, moe_layer, working, shared_buffers):
+    """(weights, gradients, optimizer, activations, buffers) of pipeline rank ``stage``, given the
+    stage-independent per-layer activations and buffers."""
+    non_expert, expert = stage_params(row, stage)
+    return (weights_bytes(row, non_expert, expert), gradients_bytes(row, non_expert, expert),
+            optimizer_bytes(row, stage, non_expert, expert),
+            activations_bytes(row, stage, dense_layer, moe_layer, working),
+            buffers_bytes(row, stage, shared_buffers))
 
 
 @njit
@@ -615,10 +616,17 @@ def memory_row(row, out):
     in training; ``overhead`` is the column ``framework_memory_bytes`` (CUDA context, NCCL, allocator
     reserve).
     """
-    w, g, o, a, b = stage_memory(row, 0.0)
+    kept = kept_mode(row)
+    dense_all = layer_activation_bytes(row, False, kept)
+    moe_all = layer_activation_bytes(row, True, kept) if is_moe(row) else 0.0
+    dense_layer = stored_layer_bytes(row, dense_all)
+    moe_layer = stored_layer_bytes(row, moe_all)
+    working = recompute_working_bytes(row, max(dense_all, moe_all))
+    shared = fsdp_gather_buffer_bytes(row) + comm_buffer_bytes(row)
+    w, g, o, a, b = stage_memory(row, 0.0, dense_layer, moe_layer, working, shared)
     last = row[C_PP] - 1.0
     if last > 0:
-        w2, g2, o2, a2, b2 = stage_memory(row, last)
+        w2, g2, o2, a2, b2 = stage_memory(row, last, dense_layer, moe_layer, working, shared)
         if w2 + g2 + o2 + a2 + b2 > w + g + o + a + b:
             w, g, o, a, b = w2, g2, o2, a2, b2
     out[M_WEIGHTS] = w
