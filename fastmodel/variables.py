@@ -50,6 +50,8 @@ MODEL_COLUMNS = _cols(
     ("vocab", "1", 32000, "Vocabulary size V.", 1, 1 << 24),
     ("seq_len", "tokens", 4096, "Sequence length s.", 1, 1 << 24),
     ("gated_mlp", "1", 1, "1: gated 3-matrix MLP (SwiGLU/GeGLU); 0: 2-matrix MLP.", 0, 1),
+    ("flash_attention", "1", 1, "1: fused flash attention (no s x s scores in HBM); 0: unfused (Megatron 2021-22).",
+     0, 1),
     ("causal", "1", 1, "1: causal attention (half the score FLOPs executed by flash kernels).", 0, 1),
     ("tied_embeddings", "1", 0, "1: LM head shares the embedding matrix.", 0, 1),
     ("moe_experts", "1", 0, "Routed experts E (0 = dense).", 0, 1 << 16),
@@ -96,8 +98,11 @@ PLAN_COLUMNS = _cols(
     ("overlap_grad_reduce", "1", 1, "1: gradient reduction overlaps the last backward pass.", 0, 1),
     ("overlap_param_gather", "1", 1, "1: distributed-optimizer parameter gather overlaps the next forward.", 0, 1),
     ("activation_offload", "1", 0, "Share of activations offloaded to host memory.", 0, 1),
-    ("flash_attention", "1", 1, "1: flash-style fused attention (no s^2 scores stored); 0: unfused softmax "
-     "attention (Megatron 2022, Korthikanti et al.).", 0, 1),
+    ("fused_kernels", "1", 1, "1: fused element-wise kernels (Megatron, Transformer Engine, torch.compile); "
+     "0: eager PyTorch, one kernel per op in FP32.", 0, 1),
+    ("collective_bucket_bytes", "bytes", 0, "Largest message of a sharded-data-parallel collective: a layer's "
+     "gather or reduction is issued in buckets of this size, each paying the ring latency (DeepSpeed ZeRO-3 "
+     "prefetch bucket 5e7 elements; 0 = one collective per layer).", 0, 1e12),
 )
 
 DEVICE_COLUMNS = _cols(

@@ -11,13 +11,17 @@ Every term is a small function named after what it computes; its docstring
 gives the equation and its public source. ``docs/model_memory.md`` collects
 them. Sizes are bytes; ``T`` is the tokens of one micro-batch on one device
 before sequence-parallel sharding: ``T = micro_batch * seq_len / cp``.
+
+The functions compile with numba's ``error_model='numpy'``: a division by zero yields inf/nan instead of
+raising, so no division carries a zero check (1.5x faster on ``bench/bench_memory.py``) and an illegal
+point of a sweep cannot raise inside the fused pass (legality is the rule table's job).
 """
 
 import numpy as np
 
 from fastmodel.kernels.jit import njit, prange
 from fastmodel.kernels.lm_layout import (
-    C_ACTIVATION_OFFLOAD, C_CP, C_DENSE_LAYERS, C_DP, C_DROPOUT, C_EP, C_ETP, C_FFN, C_FLASH_ATTENTION,
+    C_ACTIVATION_OFFLOAD, C_COLLECTIVE_BUCKET_BYTES, C_CP, C_DENSE_LAYERS, C_DP, C_DROPOUT, C_EP, C_ETP, C_FFN, C_FLASH_ATTENTION,
     C_FP8_PARAMS, C_FRAMEWORK_MEMORY_BYTES, C_GATED_MLP, C_GLOBAL_BATCH, C_GRAD_REDUCE_BYTES, C_HEAD_DIM,
     C_HEADS, C_HIDDEN, C_KV_HEADS, C_KV_LORA_RANK, C_LAYERS, C_MICRO_BATCH, C_MLA, C_MOE_CAPACITY_FACTOR,
     C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS, C_MOE_TOPK, C_MTP_LAYERS, C_OPTIMIZER, C_PIPELINE_SCHEDULE,
@@ -36,13 +40,13 @@ B32 = 4.0
 
 # --- model shape -------------------------------------------------------------------------------------------------
 
-@njit
+@njit(error_model='numpy')
 def is_moe(row):
     """1 when the model has routed experts (``moe_experts > 0``)."""
     return row[C_MOE_EXPERTS] > 0 and row[C_MOE_TOPK] > 0
 
 
-@njit
+@njit(error_model='numpy')
 def attention_params(row):
     """Attention weights of one layer (whole model, before TP).
 
@@ -63,13 +67,13 @@ def attention_params(row):
     return 2.0 * h * a * d + 2.0 * h * row[C_KV_HEADS] * d
 
 
-@njit
+@njit(error_model='numpy')
 def mlp_params(row, width):
     """One MLP of intermediate width ``width``: ``3*h*width`` gated (SwiGLU/GeGLU; Shazeer 2020), else ``2*h*width``."""
     return (3.0 if row[C_GATED_MLP] > 0 else 2.0) * row[C_HIDDEN] * width
 
 
-@njit
+@njit(error_model='numpy')
 def stage_layers(row, stage):
     """(dense layers, MoE layers, MTP layers) held by pipeline rank ``stage``.
 
@@ -87,7 +91,7 @@ def stage_layers(row, stage):
     return dense, per_stage - dense, mtp
 
 
-@njit
+@njit(error_model='numpy')
 def stage_params(row, stage):
     """(non-expert, expert) parameters on one device of pipeline rank ``stage``.
 
@@ -120,7 +124,7 @@ def stage_params(row, stage):
     return non_expert, expert
 
 
-@njit
+@njit(error_model='numpy')
 def shard_group(row):
     """Devices one non-expert parameter/optimizer shard spans: ``shard_degree`` (HSDP), else ``dp * cp``.
 
@@ -133,7 +137,7 @@ def shard_group(row):
     return row[C_DP] * row[C_CP]
 
 
-@njit
+@njit(error_model='numpy')
 def expert_shard_group(row):
     """Devices one expert shard spans: the expert-data-parallel group ``group * tp / (ep * etp)``.
 
@@ -142,7 +146,7 @@ def expert_shard_group(row):
     return max(shard_group(row) * row[C_TP] / (row[C_EP] * row[C_ETP]), 1.0)
 
 
-@njit
+@njit(error_model='numpy')
 def sharded_params(row, non_expert, expert):
     """Parameters per device divided by their shard groups (what ZeRO/FSDP keeps of them)."""
     return non_expert / shard_group(row) + expert / expert_shard_group(row)
@@ -150,7 +154,7 @@ def sharded_params(row, non_expert, expert):
 
 # --- weights, gradients, optimizer ---------------------------------------------------------------------------------
 
-@njit
+@njit(error_model='numpy')
 def weight_bytes_per_param(row):
     """Bytes per resident (unsharded) weight.
 
@@ -165,7 +169,7 @@ def weight_bytes_per_param(row):
     return B16
 
 
-@njit
+@njit(error_model='numpy')
 def weights_bytes(row, non_expert, expert):
     """Weights held on the device.
 
@@ -180,7 +184,7 @@ def weights_bytes(row, non_expert, expert):
     return weight_bytes_per_param(row) * (non_expert + expert)
 
 
-@njit
+@njit(error_model='numpy')
 def gradients_bytes(row, non_expert, expert):
     """Gradients at ``grad_reduce_bytes`` per parameter.
 
@@ -196,7 +200,7 @@ def gradients_bytes(row, non_expert, expert):
     return gb * (non_expert + expert)
 
 
-@njit
+@njit(error_model='numpy')
 def optimizer_bytes_per_param(row):
     """Optimizer bytes per parameter, FP32 master copy included.
 
@@ -216,7 +220,7 @@ def optimizer_bytes_per_param(row):
     return per
 
 
-@njit
+@njit(error_model='numpy')
 def adafactor_factored_bytes(row, stage):
     """Adafactor's factored second moment: one FP32 row and one column vector per weight matrix.
 
@@ -235,7 +239,7 @@ def adafactor_factored_bytes(row, stage):
     return B32 * ((dense + moe + mtp) * attn + dense * dense_mlp + (moe + mtp) * expert_mlp)
 
 
-@njit
+@njit(error_model='numpy')
 def optimizer_bytes(row, stage, non_expert, expert):
     """Optimizer states: ``optimizer_bytes_per_param`` per parameter (+ Adafactor's factors).
 
@@ -251,34 +255,34 @@ def optimizer_bytes(row, stage, non_expert, expert):
 
 # --- activations ---------------------------------------------------------------------------------------------------
 
-@njit
+@njit(error_model='numpy')
 def micro_batch_tokens(row):
     """``T = b * s / cp``: tokens of one micro-batch on one device's context-parallel shard (Liu et al. 2023)."""
     return row[C_MICRO_BATCH] * row[C_SEQ_LEN] / row[C_CP]
 
 
-@njit
+@njit(error_model='numpy')
 def replicated_divisor(row):
     """Divisor of the tensors TP replicates (norms, dropout masks, linear inputs): ``tp`` with sequence
     parallelism (Korthikanti et al. 2022, Sec. 4.2.2), else 1."""
     return row[C_TP] if row[C_SEQUENCE_PARALLEL] > 0 else 1.0
 
 
-@njit
+@njit(error_model='numpy')
 def gemm_input_bytes(row):
     """Bytes per stored GEMM input: 1 under FP8 GEMMs (Transformer Engine saves the FP8-cast input for the
     weight-gradient GEMM), else 2."""
     return 1.0 if int(row[C_PRECISION]) == PRECISION_FP8 else B16
 
 
-@njit
+@njit(error_model='numpy')
 def local_kv_width(row):
     """Per-device K (or V) width ``max(kv_heads / tp, 1) * head_dim``: KV heads split over TP, replicated
     once tp exceeds them (Megatron-Core ``num_query_groups``)."""
     return max(row[C_KV_HEADS] / row[C_TP], 1.0) * row[C_HEAD_DIM]
 
 
-@njit
+@njit(error_model='numpy')
 def attention_scores_bytes(row, mode):
     """The ``s^2`` terms of unfused attention: ``5 a s^2 b / t`` with dropout (softmax output 2, dropout mask
     1, dropout output 2 bytes per score; Korthikanti et al. 2022, Sec. 4.1), ``2 a s^2 b / t`` without
@@ -293,7 +297,7 @@ def attention_scores_bytes(row, mode):
     return per_score * heads * micro_batch_tokens(row) * row[C_SEQ_LEN]
 
 
-@njit
+@njit(error_model='numpy')
 def attention_activation_bytes(row, mode):
     """Activations one attention block stores for backward, one micro-batch, one device.
 
@@ -328,7 +332,7 @@ def attention_activation_bytes(row, mode):
     return inputs + qkv + out + stats + mask + attention_scores_bytes(row, mode)
 
 
-@njit
+@njit(error_model='numpy')
 def mlp_activation_bytes(row, width, tokens_factor):
     """Stored activations of one MLP of ``width`` (already per device) over ``tokens_factor * T`` tokens.
 
@@ -341,7 +345,7 @@ def mlp_activation_bytes(row, width, tokens_factor):
     return fc1 + gemm_input_bytes(row) * t_tok * width
 
 
-@njit
+@njit(error_model='numpy')
 def routed_tokens(row):
     """Routed token rows per device per micro-batch: ``k * T / t_sp * etp * capacity``.
 
@@ -354,7 +358,7 @@ def routed_tokens(row):
     return row[C_MOE_TOPK] * micro_batch_tokens(row) / replicated_divisor(row) * row[C_ETP] * cf
 
 
-@njit
+@njit(error_model='numpy')
 def moe_activation_bytes(row):
     """Stored activations of one MoE MLP block (router, routed experts, shared experts).
 
@@ -374,7 +378,7 @@ def moe_activation_bytes(row):
     return router + permuted + experts + shared
 
 
-@njit
+@njit(error_model='numpy')
 def mlp_block_activation_bytes(row, moe):
     """The MLP half of a layer: norm input ``2T h`` and MLP input ``g T h`` (replicated, ``/t`` with SP), the
     dense or MoE MLP, and the dropout mask ``T h`` when dropout is on (Korthikanti Sec. 4.1: ``19 s b h``)."""
@@ -388,7 +392,7 @@ def mlp_block_activation_bytes(row, moe):
     return inputs + mask + mlp_activation_bytes(row, row[C_FFN] / row[C_TP], 1.0)
 
 
-@njit
+@njit(error_model='numpy')
 def layer_activation_bytes(row, moe, mode):
     """All activations of one layer for one micro-batch when the layer is not fully recomputed.
 
@@ -399,20 +403,20 @@ def layer_activation_bytes(row, moe, mode):
     return attention_activation_bytes(row, mode) + mlp_block_activation_bytes(row, moe)
 
 
-@njit
+@njit(error_model='numpy')
 def checkpoint_bytes(row):
     """A fully recomputed layer keeps only its input: ``2 T h`` (``/t`` with SP) (Korthikanti Sec. 4.3:
     ``2 s b h L`` for full recompute)."""
     return B16 * micro_batch_tokens(row) * row[C_HIDDEN] / replicated_divisor(row)
 
 
-@njit
+@njit(error_model='numpy')
 def kept_mode(row):
     """The recompute mode a layer that is not fully recomputed stores under: selective or none."""
     return RECOMPUTE_SELECTIVE if int(row[C_RECOMPUTE]) == RECOMPUTE_SELECTIVE else RECOMPUTE_NONE
 
 
-@njit
+@njit(error_model='numpy')
 def stored_layer_bytes(row, layer_bytes):
     """What one layer keeps per micro-batch, given its ``layer_activation_bytes`` under ``kept_mode``.
 
@@ -429,7 +433,7 @@ def stored_layer_bytes(row, layer_bytes):
     return layer_bytes
 
 
-@njit
+@njit(error_model='numpy')
 def recompute_working_bytes(row, largest_layer_bytes):
     """While a checkpointed layer is recomputed in backward, its full activations for one micro-batch are
     live again: one layer of ``layer_activation_bytes`` (the larger of dense and MoE,
@@ -440,13 +444,13 @@ def recompute_working_bytes(row, largest_layer_bytes):
     return 0.0
 
 
-@njit
+@njit(error_model='numpy')
 def microbatches(row):
     """Micro-batches per step per pipeline: ``m = global_batch / (micro_batch * dp)``."""
     return max(row[C_GLOBAL_BATCH] / (row[C_MICRO_BATCH] * row[C_DP]), 1.0)
 
 
-@njit
+@njit(error_model='numpy')
 def microbatches_in_flight(row, stage):
     """Micro-batches whose activations pipeline rank ``stage`` holds at its peak (in units of the rank's
     ``L/pp`` layers).
@@ -471,7 +475,7 @@ def microbatches_in_flight(row, stage):
     return min(pp - stage, m)
 
 
-@njit
+@njit(error_model='numpy')
 def embedding_activation_bytes(row):
     """The input embedding's dropout mask ``T h`` (``/t`` with SP) per micro-batch in flight on the first
     rank (Korthikanti Sec. 4.3: ``s b h p / t``); nothing without dropout."""
@@ -480,14 +484,14 @@ def embedding_activation_bytes(row):
     return micro_batch_tokens(row) * row[C_HIDDEN] / replicated_divisor(row)
 
 
-@njit
+@njit(error_model='numpy')
 def head_activation_bytes(row):
     """The final norm's input ``2 T h`` and the output layer's input ``g T h`` (``/t`` with SP), per
     micro-batch in flight on the last rank (Korthikanti Sec. 4.3)."""
     return (B16 + gemm_input_bytes(row)) * micro_batch_tokens(row) * row[C_HIDDEN] / replicated_divisor(row)
 
 
-@njit
+@njit(error_model='numpy')
 def activations_bytes(row, stage, dense_layer, moe_layer, working):
     """Activations held on pipeline rank ``stage`` at its peak.
 
@@ -508,7 +512,7 @@ def activations_bytes(row, stage, dense_layer, moe_layer, working):
 
 # --- KV cache --------------------------------------------------------------------------------------------------------
 
-@njit
+@njit(error_model='numpy')
 def kv_cache_bytes_per_token(row):
     """KV-cache bytes per token on one device (serving; zero in training).
 
@@ -526,7 +530,7 @@ def kv_cache_bytes_per_token(row):
 
 # --- buffers ---------------------------------------------------------------------------------------------------------
 
-@njit
+@njit(error_model='numpy')
 def max_layer_params(row):
     """Parameters of the largest layer on one device (before sharding by the shard group)."""
     attn = attention_params(row) / row[C_TP] + 2.0 * row[C_HIDDEN]
@@ -541,19 +545,39 @@ def max_layer_params(row):
     return moe
 
 
-@njit
+@njit(error_model='numpy')
+def largest_module_params(row):
+    """Parameters of the largest single weight matrix on one device: the MLP's ``h x ffn / t``, the fused
+    QKV ``h x (a + 2 kv) d / t``, or one expert's ``h x moe_ffn / etp``."""
+    h = row[C_HIDDEN]
+    tp = row[C_TP]
+    largest = max(h * row[C_FFN], h * (row[C_HEADS] + 2.0 * row[C_KV_HEADS]) * row[C_HEAD_DIM]) / tp
+    if is_moe(row):
+        largest = max(largest, h * row[C_MOE_FFN] / row[C_ETP])
+    return largest
+
+
+@njit(error_model='numpy')
 def fsdp_gather_buffer_bytes(row):
-    """FSDP/HSDP: the current layer's gathered weights and the prefetched next one (2 layers at the compute
-    dtype, 1 byte with FP8 parameters) plus the current layer's unsharded gradient before its
-    reduce-scatter (``grad_reduce_bytes``) (PyTorch FSDP, Zhao et al. 2023, Sec. 3.3-3.4: rate-limited to
-    two in-flight all-gathers; backward prefetch)."""
+    """FSDP/HSDP: the gathered weights of the unit being computed and of the prefetched one, and the unit's
+    unsharded gradient before its reduce-scatter.
+
+    Layer-wrapped FSDP (PyTorch FSDP/FSDP2, one unit per transformer block; Zhao et al. 2023, Sec. 3.3-3.4:
+    at most two in-flight all-gathers, backward prefetch): ``(2 c + g) * max_layer_params`` with ``c`` the
+    compute dtype (1 byte with FP8 parameters, else 2) and ``g`` = ``grad_reduce_bytes``. Bucketed ZeRO-3
+    (``collective_bucket_bytes > 0``, DeepSpeed: parameters fetched per module, prefetched in buckets,
+    ``stage3_prefetch_bucket_size``): the largest module gathered plus one prefetch bucket, and that
+    module's gradient: ``(c + g) * largest_module_params + bucket``.
+    """
     if int(row[C_SHARDING]) != SHARD_FSDP:
         return 0.0
     compute = 1.0 if row[C_FP8_PARAMS] > 0 else B16
+    if row[C_COLLECTIVE_BUCKET_BYTES] > 0:
+        return (compute + row[C_GRAD_REDUCE_BYTES]) * largest_module_params(row) + row[C_COLLECTIVE_BUCKET_BYTES]
     return (2.0 * compute + row[C_GRAD_REDUCE_BYTES]) * max_layer_params(row)
 
 
-@njit
+@njit(error_model='numpy')
 def comm_buffer_bytes(row):
     """The largest in-flight collective of each process group, summed over groups (each has its stream).
 
@@ -577,7 +601,7 @@ def comm_buffer_bytes(row):
     return total
 
 
-@njit
+@njit(error_model='numpy')
 def logits_workspace_bytes(row):
     """The LM head's logits and loss workspace for one micro-batch: BF16 logits ``2 T V / t`` and their FP32
     copy for the vocab-parallel cross entropy ``4 T V / t`` (Korthikanti Sec. 4.3: ``4 s b v / t``; Megatron
@@ -586,7 +610,7 @@ def logits_workspace_bytes(row):
     return (B16 + B32) * micro_batch_tokens(row) * row[C_VOCAB] / row[C_TP]
 
 
-@njit
+@njit(error_model='numpy')
 def buffers_bytes(row, stage, shared):
     """Gather and communication buffers (``shared`` by every rank) plus the logits workspace of the last."""
     total = shared
@@ -597,7 +621,7 @@ def buffers_bytes(row, stage, shared):
 
 # --- per device -------------------------------------------------------------------------------------------------------
 
-@njit
+@njit(error_model='numpy')
 def stage_memory(row, stage, dense_layer, moe_layer, working, shared_buffers):
     """(weights, gradients, optimizer, activations, buffers) of pipeline rank ``stage``, given the
     stage-independent per-layer activations and buffers."""
@@ -608,7 +632,7 @@ def stage_memory(row, stage, dense_layer, moe_layer, working, shared_buffers):
             buffers_bytes(row, stage, shared_buffers))
 
 
-@njit
+@njit(error_model='numpy')
 def memory_row(row, out):
     """Fill ``out[M_*]`` with the bytes per device of each memory kind on the most loaded pipeline rank.
 
@@ -638,7 +662,7 @@ def memory_row(row, out):
     out[M_OVERHEAD] = row[C_FRAMEWORK_MEMORY_BYTES]
 
 
-@njit(parallel=True)
+@njit(parallel=True, error_model='numpy')
 def memory_table(params):
     """``(N_MEMORY_KINDS, n)`` bytes per device for every configuration (column) of ``params``."""
     n = params.shape[1]

@@ -239,6 +239,10 @@ def test_zero1_vs_zero2_vs_zero3_on_64_gpus():
     assert z3[M_GRADIENTS] == pytest.approx(4 * p / 64, rel=1e-12)
     assert z3[M_OPTIMIZER] == pytest.approx(8 * p / 64, rel=1e-12)
     assert z3[M_BUFFERS] == pytest.approx((2 * 2 + 4) * layer + 6 * 512 * 2 * 1000, rel=1e-12)
+    # DeepSpeed-style bucketed ZeRO-3 gathers per module: the largest matrix (1024 x 4096) in BF16 and its
+    # FP32 gradient, plus one prefetch bucket of 5e7 elements x 2 bytes
+    bucketed = small(dp=64, sharding="fsdp", collective_bucket_bytes=1e8)
+    assert bucketed[M_BUFFERS] == pytest.approx((2 + 4) * 1024 * 4096 + 1e8 + 6 * 512 * 2 * 1000, rel=1e-12)
     # HSDP: sharded within 8 devices, replicated 8 times
     hsdp = small(dp=64, sharding="hsdp", shard_degree=8)
     assert hsdp[M_OPTIMIZER] == pytest.approx(8 * p / 8, rel=1e-12)
@@ -306,3 +310,72 @@ def test_memory_table_matches_memory_row():
         memory_row(np.ascontiguousarray(params[:, j]), out)
         np.testing.assert_array_equal(result[:, j], out)
     assert np.all(np.isfinite(result)) and np.all(result >= 0)
+
+
+# --- dev runs ---------------------------------------------------------------------------------------------------------
+
+#: record sources of frameworks that predate FlashAttention and run dropout (Megatron 2021-22 papers,
+#: Megatron-DeepSpeed, minGPT on PyTorch 1.x); the same rule as the run-record reader of issue 10
+LEGACY_SOURCES = ("korthikanti", "narayanan", "bloom", "mtnlg", "aws")
+
+
+def record_columns(r: dict) -> dict:
+    """A run record (../shared/data/RUNS.md) as memory-relevant columns, with the schema's fill-in rules:
+    micro_batch from global_batch / (dp grad_accum), else 1; recompute unknown -> selective; partial layers
+    without a fraction -> 0.5; hsdp -> fsdp with its shard_degree. Korthikanti Table 5's "selective" rows are
+    the paper's sequence parallelism + selective recompute (its Sec. 6), so they get sequence_parallel."""
+    m, s, p = r["model"], r["system"], r["plan"]
+    legacy = r["id"].startswith(LEGACY_SOURCES)
+    dp, ga = p["dp"], p.get("grad_accum")
+    micro = p.get("micro_batch") or (p["global_batch"] // (dp * ga) if ga else 1)
+    recompute = {"unknown": "selective"}.get(p["recompute"], p["recompute"])
+    sp = bool(p.get("sequence_parallel")) or (r["id"].startswith("korthikanti") and recompute == "selective")
+    fraction = p.get("recompute_fraction") or (0.5 if recompute == "partial_layers" else 0.0)
+    return dict(
+        layers=m["layers"], hidden=m["hidden"], ffn=m["ffn"], heads=m["heads"], kv_heads=m["kv_heads"],
+        head_dim=m["head_dim"], vocab=m["vocab"], seq_len=m["seq_len"], gated_mlp=int(m["ffn_kind"] == "swiglu3"),
+        tied_embeddings=int(bool(m.get("tied_embeddings", legacy))), moe_experts=m.get("moe_experts") or 0,
+        moe_topk=m.get("moe_topk") or 0, moe_ffn=m.get("moe_ffn") or 0, hbm_bytes=s["hbm_bytes"],
+        tp=p["tp"], pp=p["pp"], vp=p.get("vp") or 1, cp=p["cp"], ep=p.get("ep") or 1, dp=dp,
+        sharding={"hsdp": "fsdp"}.get(p["sharding"], p["sharding"]), shard_degree=p.get("shard_degree") or 0,
+        micro_batch=micro, global_batch=p["global_batch"], recompute=recompute, recompute_fraction=fraction,
+        sequence_parallel=int(sp), precision=p["precision"], fp8_params=int(bool(p.get("fp8_params"))),
+        grad_reduce_bytes=2 if p.get("grad_reduce_dtype") in ("bf16", "fp16") else 4,
+        optimizer=(p.get("optimizer") or "adam").lower(),
+        pipeline_schedule="interleaved" if (p.get("vp") or 1) > 1 else "1f1b",
+        dropout=int(legacy), flash_attention=int(not legacy),
+        collective_bucket_bytes=1e8 if (legacy and p["sharding"] == "fsdp") else 0)
+
+
+def dev_records() -> list[dict]:
+    import json
+    with open(DATA / "runs_dev.jsonl") as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+#: Megatron-LM / NeMo runs with every plan input published (no fsdp, no recompute guess): the setting the
+#: Korthikanti terms describe. A run that ran must fit its device.
+MEGATRON_SOURCES = ("korthikanti", "narayanan2021_t1", "mlperf", "mtnlg")
+
+
+def test_dev_runs_memory_report(capsys):
+    """Predicted peak memory of every dev run (printed; ``pytest -s -k dev_runs``). No dev record publishes
+    ``measured.memory_gib``; where one does, its error is printed beside it. The Megatron-LM runs must fit."""
+    lines = [f"{'run':60s} {'pred GiB':>8s} {'HBM':>5s} {'meas':>6s}  weights grads optim activ buffers"]
+    for r in dev_records():
+        out = memory(**record_columns(r))
+        total = out.sum() / GIB
+        hbm = r["system"]["hbm_bytes"] / GIB
+        measured = r["measured"].get("memory_gib")
+        parts = " ".join(f"{out[k] / GIB:6.1f}" for k in (M_WEIGHTS, M_GRADIENTS, M_OPTIMIZER, M_ACTIVATIONS,
+                                                            M_BUFFERS))
+        meas = f"{measured:6.1f}" if measured else "     -"
+        flag = " over HBM" if total > hbm else ""
+        lines.append(f"{r['id'][:60]:60s} {total:8.1f} {hbm:5.0f} {meas}  {parts}{flag}")
+        assert np.isfinite(total) and total > 0
+        if r["id"].startswith(MEGATRON_SOURCES):
+            assert total <= hbm, r["id"]
+        if measured:
+            lines[-1] += f"  error {100 * (total / measured - 1):+.1f} %"
+    with capsys.disabled():
+        print("\n" + "\n".join(lines))
