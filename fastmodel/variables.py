@@ -71,6 +71,8 @@ MODEL_COLUMNS = _cols(
     ("mtp_layers", "1", 0, "Multi-token-prediction layers (DeepSeek-V3).", 0, 64),
     ("dropout", "1", 0, "1: hidden and attention dropout on (GPT-3/Megatron 2022: 1-byte masks stored for backward); "
      "0: no dropout (Llama-style pretraining).", 0, 1),
+    ("rms_norm", "1", 1, "1: RMSNorm (Llama family; eager PyTorch composes it of element-wise ops); 0: LayerNorm "
+     "(GPT family; one kernel even in eager PyTorch).", 0, 1),
 )
 
 PLAN_COLUMNS = _cols(
@@ -103,6 +105,9 @@ PLAN_COLUMNS = _cols(
     ("collective_bucket_bytes", "bytes", 0, "Largest message of a sharded-data-parallel collective: a layer's "
      "gather or reduction is issued in buckets of this size, each paying the ring latency (DeepSpeed ZeRO-3 "
      "prefetch bucket 5e7 elements; 0 = one collective per layer).", 0, 1e12),
+    ("selective_policy", "1", 0, "What selective recompute keeps: 0 Megatron (recompute the attention core, "
+     "keep the rest); 1 op-level SAC as TorchTitan's 'op' mode (keep GEMM and attention outputs except every "
+     "second GEMM, recompute element-wise ops).", 0, 1),
 )
 
 DEVICE_COLUMNS = _cols(

@@ -21,15 +21,16 @@ import numpy as np
 
 from fastmodel.kernels.jit import njit, prange
 from fastmodel.kernels.lm_layout import (
-    C_ACTIVATION_OFFLOAD, C_COLLECTIVE_BUCKET_BYTES, C_CP, C_DENSE_LAYERS, C_DP, C_DROPOUT, C_EP, C_ETP, C_FFN, C_FLASH_ATTENTION,
-    C_FP8_PARAMS, C_FRAMEWORK_MEMORY_BYTES, C_GATED_MLP, C_GLOBAL_BATCH, C_GRAD_REDUCE_BYTES, C_HEAD_DIM,
-    C_HEADS, C_HIDDEN, C_KV_HEADS, C_KV_LORA_RANK, C_LAYERS, C_MICRO_BATCH, C_MLA, C_MOE_CAPACITY_FACTOR,
-    C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS, C_MOE_TOPK, C_MTP_LAYERS, C_OPTIMIZER, C_PIPELINE_SCHEDULE,
-    C_PP, C_PRECISION, C_Q_LORA_RANK, C_QK_NOPE_HEAD_DIM, C_QK_ROPE_HEAD_DIM, C_RECOMPUTE, C_RECOMPUTE_FRACTION,
-    C_SEQ_LEN, C_SEQUENCE_PARALLEL, C_SHARD_DEGREE, C_SHARDING, C_TIED_EMBEDDINGS, C_TP, C_V_HEAD_DIM, C_VOCAB,
-    C_VP, M_ACTIVATIONS, M_BUFFERS, M_GRADIENTS, M_KV_CACHE, M_OPTIMIZER, M_OVERHEAD, M_WEIGHTS, N_MEMORY_KINDS,
-    OPT_ADAFACTOR, OPT_SGD, PRECISION_FP8, RECOMPUTE_FULL, RECOMPUTE_NONE, RECOMPUTE_PARTIAL_LAYERS,
-    RECOMPUTE_SELECTIVE, SCHED_GPIPE, SCHED_INTERLEAVED, SHARD_FSDP, SHARD_ZERO1, SHARD_ZERO2,
+    C_ACTIVATION_OFFLOAD, C_COLLECTIVE_BUCKET_BYTES, C_CP, C_DENSE_LAYERS, C_DP, C_DROPOUT, C_EP, C_ETP, C_FFN,
+    C_FLASH_ATTENTION, C_FP8_PARAMS, C_FRAMEWORK_MEMORY_BYTES, C_FUSED_KERNELS, C_GATED_MLP, C_GLOBAL_BATCH,
+    C_GRAD_REDUCE_BYTES, C_HEADS, C_HEAD_DIM, C_HIDDEN, C_KV_HEADS, C_KV_LORA_RANK, C_LAYERS, C_MICRO_BATCH, C_MLA,
+    C_MOE_CAPACITY_FACTOR, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS, C_MOE_TOPK, C_MTP_LAYERS, C_OPTIMIZER,
+    C_PIPELINE_SCHEDULE, C_PP, C_PRECISION, C_QK_NOPE_HEAD_DIM, C_QK_ROPE_HEAD_DIM, C_Q_LORA_RANK, C_RECOMPUTE,
+    C_RECOMPUTE_FRACTION, C_RMS_NORM, C_SELECTIVE_POLICY, C_SEQUENCE_PARALLEL, C_SEQ_LEN, C_SHARDING,
+    C_SHARD_DEGREE, C_TIED_EMBEDDINGS, C_TP, C_VOCAB, C_VP, C_V_HEAD_DIM, M_ACTIVATIONS, M_BUFFERS, M_GRADIENTS,
+    M_KV_CACHE, M_OPTIMIZER, M_OVERHEAD, M_WEIGHTS, N_MEMORY_KINDS, OPT_ADAFACTOR, OPT_SGD, PRECISION_FP8,
+    RECOMPUTE_FULL, RECOMPUTE_NONE, RECOMPUTE_PARTIAL_LAYERS, RECOMPUTE_SELECTIVE, SCHED_GPIPE, SCHED_INTERLEAVED,
+    SHARD_FSDP, SHARD_ZERO1, SHARD_ZERO2,
 )
 
 #: bytes of a 16-bit activation / weight element (BF16 or FP16)
@@ -393,14 +394,77 @@ def mlp_block_activation_bytes(row, moe):
 
 
 @njit(error_model='numpy')
+def eager_elementwise_bytes(row, moe):
+    """Extra tensors eager PyTorch keeps when element-wise ops are not fused (``fused_kernels = 0``).
+
+    Each autograd node saves its own inputs: an RMSNorm (``rms_norm``) written as
+    ``x.float() * rsqrt(mean(x^2))`` keeps the FP32 copy of its input where a fused norm keeps the 16-bit
+    input, ``(4 - 2) T h / t_sp`` more per norm (two per layer; LayerNorm is one ATen kernel even in eager
+    mode and keeps its 16-bit input), and ``silu(w1 x) * w3 x`` keeps the SiLU output for the product besides the gate
+    output, ``2 T f / t`` (PyTorch autograd saved-tensor semantics; TorchTitan's Llama modules). Fused
+    kernels (Megatron, Transformer Engine, torch.compile) keep neither.
+    """
+    if row[C_FUSED_KERNELS] > 0:
+        return 0.0
+    t_tok = micro_batch_tokens(row)
+    norms = 0.0
+    if row[C_RMS_NORM] > 0:
+        norms = 2.0 * (B32 - B16) * t_tok * row[C_HIDDEN] / replicated_divisor(row)
+    if row[C_GATED_MLP] <= 0:
+        return norms
+    if moe:
+        width = routed_tokens(row) / t_tok * row[C_MOE_FFN] / row[C_ETP] + \
+            row[C_MOE_SHARED_EXPERTS] * row[C_MOE_FFN] / row[C_TP]
+    else:
+        width = row[C_FFN] / row[C_TP]
+    return norms + B16 * t_tok * width
+
+
+@njit(error_model='numpy')
+def op_checkpoint_layer_bytes(row, moe):
+    """What one layer keeps under op-level selective checkpointing (``selective_policy = 1``).
+
+    TorchTitan's ``op`` mode saves the outputs of every GEMM except every second one, and of the attention
+    kernel, and recomputes everything else from the block input (TorchTitan ``apply_ac``: ``_save_list`` of
+    ``aten.mm`` and SDPA, "except every second mm"). In a Llama block the GEMMs run wq, wk, wv, wo, w1, w3, w2:
+    kept are the block input ``2 T h / t_sp``, the wq output ``2 T a d / t``, the wv output
+    ``2 T kv d / t``, the attention output ``2 T a d / t`` with its FP32 log-sum-exp ``4 T a / t``, the w1
+    output ``2 T f / t`` and the w2 output ``2 T h / t_sp``. Routed experts run grouped GEMMs, which the
+    policy does not save; shared experts count as a dense MLP.
+    """
+    t_tok = micro_batch_tokens(row)
+    rep = replicated_divisor(row)
+    h = row[C_HIDDEN]
+    heads = row[C_HEADS] / row[C_TP]
+    if row[C_MLA] > 0:
+        q_width = heads * (row[C_QK_NOPE_HEAD_DIM] + row[C_QK_ROPE_HEAD_DIM])
+        v_width = heads * row[C_V_HEAD_DIM]
+        out_width = v_width
+    else:
+        q_width = heads * row[C_HEAD_DIM]
+        v_width = local_kv_width(row)
+        out_width = q_width
+    attention = B16 * t_tok * (q_width + v_width + out_width) + B32 * t_tok * heads
+    if moe:
+        width = row[C_MOE_SHARED_EXPERTS] * row[C_MOE_FFN] / row[C_TP]
+    else:
+        width = row[C_FFN] / row[C_TP]
+    return 2.0 * B16 * t_tok * h / rep + attention + B16 * t_tok * width
+
+
+@njit(error_model='numpy')
 def layer_activation_bytes(row, moe, mode):
     """All activations of one layer for one micro-batch when the layer is not fully recomputed.
 
     Korthikanti et al. 2022, Table 2: ``s b h (34 + 5 a s / h)`` without parallelism,
     ``s b h (10 + 24/t + 5 a s/(h t))`` with TP, ``s b h/t (34 + 5 a s / h)`` with TP + SP, and the ``s^2``
-    terms dropped by selective recompute (``mode``).
+    terms dropped by selective recompute (``mode``); plus ``eager_elementwise_bytes`` without fused kernels.
+    Op-level selective checkpointing keeps ``op_checkpoint_layer_bytes`` instead.
     """
-    return attention_activation_bytes(row, mode) + mlp_block_activation_bytes(row, moe)
+    if mode == RECOMPUTE_SELECTIVE and row[C_SELECTIVE_POLICY] > 0:
+        return op_checkpoint_layer_bytes(row, moe)
+    return (attention_activation_bytes(row, mode) + mlp_block_activation_bytes(row, moe)
+            + eager_elementwise_bytes(row, moe))
 
 
 @njit(error_model='numpy')
@@ -436,11 +500,17 @@ def stored_layer_bytes(row, layer_bytes):
 @njit(error_model='numpy')
 def recompute_working_bytes(row, largest_layer_bytes):
     """While a checkpointed layer is recomputed in backward, its full activations for one micro-batch are
-    live again: one layer of ``layer_activation_bytes`` (the larger of dense and MoE,
-    ``largest_layer_bytes``) under full or partial recompute (Chen et al. 2016, Sec. 3)."""
+    live again (Chen et al. 2016, Sec. 3): under full or partial recompute one layer of
+    ``layer_activation_bytes`` (the larger of dense and MoE, ``largest_layer_bytes``, computed without
+    recompute); under op-level selective checkpointing the same, computed here."""
     mode = int(row[C_RECOMPUTE])
     if mode == RECOMPUTE_FULL or (mode == RECOMPUTE_PARTIAL_LAYERS and row[C_RECOMPUTE_FRACTION] > 0):
         return largest_layer_bytes
+    if mode == RECOMPUTE_SELECTIVE and row[C_SELECTIVE_POLICY] > 0:
+        dense = layer_activation_bytes(row, False, RECOMPUTE_NONE)
+        if is_moe(row):
+            return max(dense, layer_activation_bytes(row, True, RECOMPUTE_NONE))
+        return dense
     return 0.0
 
 

@@ -140,6 +140,33 @@ def test_activations_gqa_gated_mlp_flash():
     assert mha[M_ACTIVATIONS] - out[M_ACTIVATIONS] == pytest.approx(layers * 4 * t_tok * (a - kv) * d, rel=1e-12)
 
 
+def test_op_level_selective_checkpointing_and_eager_kernels():
+    """The GQA/SwiGLU layer above (T = 4096, h 4096, a 32, kv 8, d 128, f 14336), two layers.
+    Op-level SAC keeps the block input 2 T h, wq output 2 T a d, wv output 2 T kv d, attention output
+    2 T a d and its log-sum-exp 4 T a, w1 output 2 T f, w2 output 2 T h; while one block is recomputed its
+    full activations (8 T h + 4 T a d + 4 T kv d + 4 T a + 6 T f) are live again. Eager kernels keep both
+    norm inputs in FP32 instead of BF16 (2 x 2 T h more) and the SiLU output 2 T f."""
+    s, h, a, kv, d, f, layers = 4096, 4096, 32, 8, 128, 14336, 2
+    t_tok = s
+    full_layer = 8 * t_tok * h + 4 * t_tok * a * d + 4 * t_tok * kv * d + 4 * t_tok * a + 6 * t_tok * f
+    kept = (2 * t_tok * h + 2 * t_tok * a * d + 2 * t_tok * kv * d + 2 * t_tok * a * d + 4 * t_tok * a
+            + 2 * t_tok * f + 2 * t_tok * h)
+    head = 4 * t_tok * h
+    llama = dict(layers=layers, hidden=h, ffn=f, heads=a, kv_heads=kv, head_dim=d, vocab=128256, seq_len=s,
+                 gated_mlp=1, micro_batch=1, global_batch=1, dp=1)
+    op_sac = memory(**llama, recompute="selective", selective_policy=1)
+    assert op_sac[M_ACTIVATIONS] == pytest.approx(layers * kept + full_layer + head, rel=1e-12)
+    # Megatron's selective under flash attention keeps everything but the log-sum-exp
+    megatron = memory(**llama, recompute="selective")
+    assert megatron[M_ACTIVATIONS] == pytest.approx(layers * (full_layer - 4 * t_tok * a) + head, rel=1e-12)
+    eager = memory(**llama, fused_kernels=0)
+    eager_layer = full_layer + 2 * 2 * t_tok * h + 2 * t_tok * f
+    assert eager[M_ACTIVATIONS] == pytest.approx(layers * eager_layer + head, rel=1e-12)
+    # LayerNorm is one kernel even in eager mode: only the SiLU output is extra
+    layernorm = memory(**llama, fused_kernels=0, rms_norm=0)
+    assert layernorm[M_ACTIVATIONS] == pytest.approx(layers * (full_layer + 2 * t_tok * f) + head, rel=1e-12)
+
+
 def test_activations_context_parallel_divides_tokens():
     one = small(flash_attention=1, dropout=0, seq_len=8192)[M_ACTIVATIONS]
     four = small(flash_attention=1, dropout=0, seq_len=8192, cp=4)[M_ACTIVATIONS]
@@ -166,7 +193,7 @@ def test_partial_layer_recompute_and_offload():
     assert offloaded[M_ACTIVATIONS] == pytest.approx(0.75 * (layers * full_layer + edges), rel=1e-12)
 
 
-# --- hand-derived: pipeline schedules ----------------------------------------------------------------------------------
+# --- hand-derived: pipeline schedules ---------------------------------------------------------------------------------
 
 def _peak_activations(schedule, vp, pp=4, m=8):
     # untied + large vocab would move the peak to the last rank; a tiny vocab keeps it on the first
@@ -203,7 +230,7 @@ def test_most_loaded_rank_is_the_last_with_a_large_lm_head():
     assert out[M_BUFFERS] == pytest.approx(logits + pp_buffers, rel=1e-12)
 
 
-# --- hand-derived: weights, gradients, optimizer by sharding stage -----------------------------------------------------
+# --- hand-derived: weights, gradients, optimizer by sharding stage -------------------------------------------------
 
 def _small_params():
     h, f, v, layers = 1024, 4096, 1000, 4
@@ -322,10 +349,14 @@ LEGACY_SOURCES = ("korthikanti", "narayanan", "bloom", "mtnlg", "aws")
 def record_columns(r: dict) -> dict:
     """A run record (../shared/data/RUNS.md) as memory-relevant columns, with the schema's fill-in rules:
     micro_batch from global_batch / (dp grad_accum), else 1; recompute unknown -> selective; partial layers
-    without a fraction -> 0.5; hsdp -> fsdp with its shard_degree. Korthikanti Table 5's "selective" rows are
-    the paper's sequence parallelism + selective recompute (its Sec. 6), so they get sequence_parallel."""
+    without a fraction -> 0.5; hsdp -> fsdp with its shard_degree; PyTorch-native frameworks run eager
+    element-wise kernels; TorchTitan's "op-level" selective AC is op-level checkpointing; the norm is the
+    record's ``normalization``, else RMSNorm for gated-MLP models and LayerNorm for GPT-style ones.
+    Korthikanti Table 5's "selective" rows are the paper's sequence parallelism + selective recompute (its
+    Sec. 6), so they get sequence_parallel."""
     m, s, p = r["model"], r["system"], r["plan"]
     legacy = r["id"].startswith(LEGACY_SOURCES)
+    framework = (r.get("framework") or "").lower()
     dp, ga = p["dp"], p.get("grad_accum")
     micro = p.get("micro_batch") or (p["global_batch"] // (dp * ga) if ga else 1)
     recompute = {"unknown": "selective"}.get(p["recompute"], p["recompute"])
@@ -344,7 +375,10 @@ def record_columns(r: dict) -> dict:
         optimizer=(p.get("optimizer") or "adam").lower(),
         pipeline_schedule="interleaved" if (p.get("vp") or 1) > 1 else "1f1b",
         dropout=int(legacy), flash_attention=int(not legacy),
-        collective_bucket_bytes=1e8 if (legacy and p["sharding"] == "fsdp") else 0)
+        collective_bucket_bytes=1e8 if (legacy and p["sharding"] == "fsdp") else 0,
+        fused_kernels=0 if any(k in framework for k in ("pytorch", "torchtitan")) else 1,
+        selective_policy=int("op-level" in (p.get("recompute_detail") or "")),
+        rms_norm=int("rms" in m.get("normalization", "rmsnorm" if m["ffn_kind"] == "swiglu3" else "layernorm")))
 
 
 def dev_records() -> list[dict]:
