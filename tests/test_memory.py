@@ -230,6 +230,34 @@ def test_most_loaded_rank_is_the_last_with_a_large_lm_head():
     assert out[M_BUFFERS] == pytest.approx(logits + pp_buffers, rel=1e-12)
 
 
+def test_communication_buffers_and_logits_workspace():
+    """tp = 2 with SP, cp = 2, pp = 2, m = 1 (T = b s / cp = 512 tokens): the TP all-gather 2 T h, the CP ring's
+    K and V sent and received 2 x 2 x 2 T (kv/t) d, one PP activation sent and one received 2 x 2 T h / t; the
+    last rank (head inputs, head weights) is the most loaded and adds the logits workspace 6 T V / t."""
+    t_tok, h, kv_width, v = 512, 1024, 8 * 64, 8
+    expected = 2 * t_tok * h + 8 * t_tok * kv_width + 4 * t_tok * h / 2 + 6 * t_tok * v / 2
+    out = small(vocab=v, tp=2, sequence_parallel=1, cp=2, pp=2, global_batch=2, flash_attention=1)
+    assert out[M_BUFFERS] == pytest.approx(expected, rel=1e-12)
+
+
+def test_moe_layer_activations_and_dispatch_buffer():
+    """One MoE layer, 8 experts of 512 (SwiGLU), top-2, ep = 2, T = 128 tokens, h = 256, 4 heads of 64,
+    flash, no dropout. Attention as in a dense layer (norm and QKV inputs 4 T h, Q K V O 8 T h, log-sum-exp
+    4 T a); the MLP block keeps norm and router
+    inputs 4 T h, FP32 router logits and probabilities 2 x 4 T E, the permuted rows and expert outputs
+    (2 + 2) R h and the experts' gate/up 4 R f_e and product 2 R f_e over R = k T = 256 rows. The EP dispatch
+    holds its send and receive buffers 2 x 2 R h."""
+    t_tok, h, a, e, k, fe = 128, 256, 4, 8, 2, 512
+    rows = k * t_tok
+    attention = 4 * t_tok * h + 8 * t_tok * h + 4 * t_tok * a
+    mlp = 4 * t_tok * h + 2 * 4 * t_tok * e + 4 * rows * h + 4 * rows * fe + 2 * rows * fe
+    head = 4 * t_tok * h
+    out = memory(layers=1, hidden=h, ffn=1024, heads=a, kv_heads=a, head_dim=64, vocab=100, seq_len=t_tok,
+                 gated_mlp=1, moe_experts=e, moe_topk=k, moe_ffn=fe, micro_batch=1, global_batch=2, dp=2, ep=2)
+    assert out[M_ACTIVATIONS] == pytest.approx(attention + mlp + head, rel=1e-12)
+    assert out[M_BUFFERS] == pytest.approx(2 * 2 * rows * h + 6 * t_tok * 100, rel=1e-12)
+
+
 # --- hand-derived: weights, gradients, optimizer by sharding stage -------------------------------------------------
 
 def _small_params():
