@@ -90,6 +90,9 @@ PLAN_COLUMNS = _cols(
     ("global_batch", "sequences", 1, "Sequences per optimizer step.", 1, 1 << 30),
     ("recompute", "code", 0, "RECOMPUTE_CODES: 0 none, 1 selective, 2 full, 3 partial layers.", 0, 3),
     ("recompute_fraction", "1", 0, "Share of layers fully recomputed under partial recompute.", 0, 1),
+    ("selective_policy", "1", 0, "What selective recompute keeps: 0 Megatron (recompute the attention core, "
+     "keep the rest); 1 op-level SAC as TorchTitan's 'op' mode (keep GEMM and attention outputs except every "
+     "second GEMM, recompute element-wise ops).", 0, 1),
     ("sequence_parallel", "1", 0, "1: Megatron sequence parallelism with TP (RS+AG instead of AR).", 0, 1),
     ("tp_comm_overlap", "1", 0, "1: TP communication overlapped with GEMMs (userbuffers).", 0, 1),
     ("precision", "code", 0, "PRECISION_CODES: 0 bf16/fp16, 1 fp8 GEMMs.", 0, 1),
@@ -105,9 +108,6 @@ PLAN_COLUMNS = _cols(
     ("collective_bucket_bytes", "bytes", 0, "Largest message of a sharded-data-parallel collective: a layer's "
      "gather or reduction is issued in buckets of this size, each paying the ring latency (DeepSpeed ZeRO-3 "
      "prefetch bucket 5e7 elements; 0 = one collective per layer).", 0, 1e12),
-    ("selective_policy", "1", 0, "What selective recompute keeps: 0 Megatron (recompute the attention core, "
-     "keep the rest); 1 op-level SAC as TorchTitan's 'op' mode (keep GEMM and attention outputs except every "
-     "second GEMM, recompute element-wise ops).", 0, 1),
 )
 
 DEVICE_COLUMNS = _cols(
