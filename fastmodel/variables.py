@@ -71,6 +71,10 @@ MODEL_COLUMNS = _cols(
     ("sliding_window", "tokens", 0, "Sliding-window attention span (0 = none).", 0, 1 << 24),
     ("sliding_window_layers", "1", 0, "Layers using the sliding window.", 0, 4096),
     ("mtp_layers", "1", 0, "Multi-token-prediction layers (DeepSeek-V3).", 0, 64),
+    ("dropout", "1", 0, "1: hidden and attention dropout on (GPT-3/Megatron 2022: 1-byte masks stored for backward); "
+     "0: no dropout (Llama-style pretraining).", 0, 1),
+    ("rms_norm", "1", 1, "1: RMSNorm (Llama family; eager PyTorch composes it of element-wise ops); 0: LayerNorm "
+     "(GPT family; one kernel even in eager PyTorch).", 0, 1),
 )
 
 PLAN_COLUMNS = _cols(
@@ -88,6 +92,9 @@ PLAN_COLUMNS = _cols(
     ("global_batch", "sequences", 1, "Sequences per optimizer step.", 1, 1 << 30),
     ("recompute", "code", 0, "RECOMPUTE_CODES: 0 none, 1 selective, 2 full, 3 partial layers.", 0, 3),
     ("recompute_fraction", "1", 0, "Share of layers fully recomputed under partial recompute.", 0, 1),
+    ("selective_policy", "1", 0, "What selective recompute keeps: 0 Megatron (recompute the attention core, "
+     "keep the rest); 1 op-level SAC as TorchTitan's 'op' mode (keep GEMM and attention outputs except every "
+     "second GEMM, recompute element-wise ops).", 0, 1),
     ("sequence_parallel", "1", 0, "1: Megatron sequence parallelism with TP (RS+AG instead of AR).", 0, 1),
     ("tp_comm_overlap", "1", 0, "1: TP communication overlapped with GEMMs (userbuffers).", 0, 1),
     ("precision", "code", 0, "PRECISION_CODES: 0 bf16/fp16, 1 fp8 GEMMs.", 0, 1),
