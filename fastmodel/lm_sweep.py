@@ -27,7 +27,7 @@ from fastmodel.errors import SweepError
 from fastmodel.lm_load import load_cluster, load_execution, load_lm_model
 from fastmodel.lm_table import CODE_TABLES, encode
 from fastmodel.runs import lower_record
-from fastmodel.variables import COLUMN_INDEX, COLUMNS, RESULTS, STATUSES
+from fastmodel.variables import COLUMN_INDEX, COLUMNS, MEMORY_KINDS, MEMORY_RESULTS, RESULTS, STATUSES
 
 #: grid size refused without ``max_points``
 MAX_POINTS = 2_000_000_000
@@ -113,8 +113,12 @@ def _axis_values(name: str, values: Any, model, cluster, max_gpus: int) -> tuple
 
 
 def lm_sweep(model: Any, system: Any, task: Any = None, axes: dict | None = None, execution: Any = None,
-             global_batch: int | None = None, num_nodes: int | None = None) -> xr.Dataset:
-    """Evaluate the Cartesian product of ``axes`` under the real-world model (see module docstring)."""
+             global_batch: int | None = None, num_nodes: int | None = None, only_fitting: bool = False) -> xr.Dataset:
+    """Evaluate the Cartesian product of ``axes`` under the real-world model (see module docstring).
+
+    ``only_fitting``: legal points whose memory per device exceeds usable HBM get status ``does_not_fit``
+    (``fits_memory`` says the same for every point either way).
+    """
     model = load_lm_model(model)
     cluster = load_cluster(system, num_nodes)
     execution = load_execution(execution)
@@ -146,7 +150,7 @@ def lm_sweep(model: Any, system: Any, task: Any = None, axes: dict | None = None
     from fastmodel.kernels.lm_grid import evaluate_grid
 
     evaluate_grid(base, axis_columns, axis_values, np.array(shape or (1,), dtype=np.int64),
-                  execution.shard_degree is None, status, out)
+                  execution.shard_degree is None, bool(only_fitting), status, out)
     return _dataset(names, labels, shape, out, status, model, cluster, execution, global_batch)
 
 
@@ -191,12 +195,20 @@ def _dataset(names, labels, shape, out, status, model, cluster, execution, globa
     coords = {name: (name, np.array(coord) if name != MESH_AXIS else np.array(coord, dtype=object))
               for name, coord in zip(names, labels)}
     data = {}
+    kinds = []
     for i, result in enumerate(RESULTS):
         values = out[i].reshape(shape)
-        if result.name == "fits_memory":
+        if result.name in MEMORY_RESULTS:
+            kinds.append(values)
             continue
+        if result.name == "fits_memory":
+            values = np.where(np.isnan(values), False, values == 1.0)
         data[result.name] = (dims, values, {"units": result.units, "description": result.doc,
                                             "better": result.better})
+    data["memory"] = ((*dims, "memory_kind"), np.stack(kinds, axis=-1), {
+        "units": "bytes", "better": "min",
+        "description": "Bytes per device by kind on the most loaded rank; they sum to memory_per_device."})
+    coords["memory_kind"] = ("memory_kind", np.array(MEMORY_KINDS))
     data["status"] = (dims, status.reshape(shape), {
         "flag_values": list(range(len(STATUSES))),
         "flag_meanings": " ".join(s.name for s in STATUSES),

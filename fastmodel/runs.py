@@ -21,7 +21,10 @@ Fill-in rules (docs/model.md §11.8), each an execution fact, never a fit:
   reduce gradients after the backward pass; their ZeRO-3 (DeepSpeed) moves
   parameters and gradients in buckets of 5e7 elements.
 - PyTorch-native frameworks (TorchTitan, PyTorch FSDP) run the model's element-wise
-  ops eagerly, one kernel per op; Megatron, NeMo and Meta's stack fuse them.
+  ops eagerly, one kernel per op, and their selective recompute is op-level
+  (matmul outputs kept); Megatron, NeMo and Meta's stack fuse them.
+- frameworks that predate FlashAttention also train with dropout (GPT-3 recipe);
+  RMSNorm unless ``model.normalization`` says otherwise, for gated-MLP models.
 """
 
 from __future__ import annotations
@@ -217,7 +220,13 @@ def lower_record(data: dict, source: str | None = None) -> RunRecord:
     if values["vp"] > 1:
         values["pipeline_schedule"] = encode("pipeline_schedule", "interleaved")
     framework = data.get("framework")
+    normalization = str(model.get("normalization", "")).lower()
+    if normalization:
+        values["rms_norm"] = 1.0 if "rms" in normalization else 0.0
+    else:
+        values["rms_norm"] = values["gated_mlp"]       # Llama-style gated models use RMSNorm, GPT-style LayerNorm
     if _legacy(framework):
+        values["dropout"] = 1.0
         values["flash_attention"] = 0.0
         values["overlap_grad_reduce"] = 0.0
         values["overlap_param_gather"] = 0.0
@@ -227,6 +236,7 @@ def lower_record(data: dict, source: str | None = None) -> RunRecord:
             values["collective_bucket_bytes"] = 5e7 * 2.0
     if framework is not None and any(m in framework.lower() for m in EAGER_FRAMEWORK_MARKERS):
         values["fused_kernels"] = 0.0
+        values["selective_policy"] = 1.0          # op-level checkpointing (TorchTitan) rather than Megatron's
     if values["precision"] == 1 and values["peak_flops_8"] <= 0:
         raise SpecError(source, "system.peak_flops_fp8", "plan.precision is fp8 but the device has no FP8 peak")
 

@@ -12,9 +12,15 @@ legal points are evaluated. Chunks of points run in parallel (``prange``).
 import numpy as np
 
 from fastmodel.kernels.jit import njit, prange
-from fastmodel.kernels.lm_layout import C_CP, C_DP, C_N_GPUS, C_PP, C_SHARD_DEGREE, C_TP, N_COLUMNS, N_RESULTS
+from fastmodel.kernels.lm_evaluate import evaluate_row
+from fastmodel.kernels.lm_layout import (
+    C_CP, C_DP, C_N_GPUS, C_PP, C_SHARD_DEGREE, C_TP, N_COLUMNS, N_MEMORY_KINDS, N_RESULTS, R_FITS_MEMORY,
+)
 from fastmodel.kernels.lm_rules import plan_status_row
-from fastmodel.kernels.lm_step import N_WORK, step_row
+from fastmodel.kernels.lm_step import N_WORK
+from fastmodel.variables import STATUS_CODES
+
+ST_DOES_NOT_FIT = STATUS_CODES["does_not_fit"]
 
 #: grid points per prange chunk
 CHUNK_POINTS = 1024
@@ -39,31 +45,36 @@ def _grid_point(flat, base, axis_columns, axis_values, shape, auto_shard, row):
 
 
 @njit
-def _evaluate_points(lo, hi, base, axis_columns, axis_values, shape, auto_shard, status, out):
+def _evaluate_points(lo, hi, base, axis_columns, axis_values, shape, auto_shard, only_fitting, status, out):
     row = np.empty(N_COLUMNS)
     work = np.empty(N_WORK)
+    memory = np.empty(N_MEMORY_KINDS)
     result = np.empty(N_RESULTS)
     for flat in range(lo, hi):
         _grid_point(flat, base, axis_columns, axis_values, shape, auto_shard, row)
         code = plan_status_row(row)
-        status[flat] = code
         for v in range(N_RESULTS):
             result[v] = np.nan
         if code == 0:
-            step_row(row, work, result)
+            evaluate_row(row, work, memory, result)
+            if only_fitting and result[R_FITS_MEMORY] == 0.0:
+                code = ST_DOES_NOT_FIT
+        status[flat] = code
         for v in range(N_RESULTS):
             out[v, flat] = result[v]
 
 
 @njit(parallel=True)
-def evaluate_grid(base, axis_columns, axis_values, shape, auto_shard, status, out):
-    """Status and every result of each point of the grid (``status``: int8[n], ``out``: [N_RESULTS, n])."""
+def evaluate_grid(base, axis_columns, axis_values, shape, auto_shard, only_fitting, status, out):
+    """Status and every result of each point of the grid (``status``: int8[n], ``out``: [N_RESULTS, n]).
+    With ``only_fitting``, legal points that do not fit in memory get status ``does_not_fit`` (their results
+    stay, so the memory breakdown shows why)."""
     n = status.shape[0]
     chunks = (n + CHUNK_POINTS - 1) // CHUNK_POINTS
     for chunk in prange(chunks):
         lo = chunk * CHUNK_POINTS
         _evaluate_points(lo, min(n, lo + CHUNK_POINTS), base, axis_columns, axis_values, shape, auto_shard,
-                         status, out)
+                         only_fitting, status, out)
 
 
 @njit

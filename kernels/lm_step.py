@@ -26,7 +26,7 @@ from fastmodel.kernels.lm_layout import (
     C_KV_HEADS, C_KV_LORA_RANK, C_LAYERS, C_MICRO_BATCH, C_MLA, C_MOE_CAPACITY_FACTOR, C_MOE_EXPERTS, C_MOE_FFN,
     C_MOE_SHARED_EXPERTS, C_MOE_TOPK, C_MTP_LAYERS, C_N_GPUS, C_OPTIMIZER, C_OVERLAP_GRAD_REDUCE,
     C_OVERLAP_PARAM_GATHER, C_PEAK_FLOPS_16, C_PEAK_FLOPS_8, C_PP, C_PRECISION, C_Q_LORA_RANK, C_QK_NOPE_HEAD_DIM,
-    C_QK_ROPE_HEAD_DIM, C_RECOMPUTE, C_RECOMPUTE_FRACTION, C_SEQ_LEN, C_SEQUENCE_PARALLEL, C_SHARD_DEGREE,
+    C_QK_ROPE_HEAD_DIM, C_RECOMPUTE, C_RECOMPUTE_FRACTION, C_SEQ_LEN, C_SELECTIVE_POLICY, C_SEQUENCE_PARALLEL, C_SHARD_DEGREE,
     C_SHARDING, C_SLIDING_WINDOW, C_SLIDING_WINDOW_LAYERS, C_STEP_OVERHEAD_S, C_TIED_EMBEDDINGS, C_TP,
     C_TP_COMM_OVERLAP, C_V_HEAD_DIM, C_VOCAB, C_VP, CP_ALLTOALL, OPT_ADAM, OPT_SGD, PRECISION_FP8, R_COMM_CP,
     R_COMM_DP,
@@ -351,9 +351,10 @@ def step_row(row, work, out):
         g, a_, m_ = work[W_GEMM], work[W_ATTN], work[W_MEM]
         forward = g + a_ + m_
         backward = 2.0 * g + 2.5 * a_ + 2.0 * m_
-        # selective recompute: Megatron re-runs the attention core; op-level checkpointing in eager
-        # PyTorch (TorchTitan) keeps matmul and attention outputs and re-runs the element-wise ops
-        cheap = a_ + work[W_ATTN_CORE_MEM] if row[C_FUSED_KERNELS] > 0.0 else m_
+        # selective recompute: Megatron re-runs the attention core; op-level checkpointing (TorchTitan,
+        # selective_policy 1) keeps attention and every other matmul output and re-runs the rest
+        megatron = row[C_SELECTIVE_POLICY] <= 0.0
+        cheap = a_ + work[W_ATTN_CORE_MEM] if megatron else 0.5 * g + m_
         again = full * forward + selective * cheap
         tp = work[W_TP] * (2.0 + full)
         cp = work[W_CP] * (3.0 + full)
@@ -370,10 +371,9 @@ def step_row(row, work, out):
             reduce = bucketed_allgather_time(row, work[W_PARAMS] * grad_bytes, shard_group, t * c, bucket)
             fsdp_here = 2.0 * gather + reduce
             fsdp_left = exposed(row, gather, forward) + exposed(row, gather + reduce, backward + again)
-        gemm += weight * g * (3.0 + full)
-        fused = row[C_FUSED_KERNELS] > 0.0
-        attn += weight * a_ * (3.5 + full + (selective if fused else 0.0))
-        mem += weight * (m_ * (3.0 + full) + selective * (work[W_ATTN_CORE_MEM] if fused else m_))
+        gemm += weight * g * (3.0 + full + (0.0 if megatron else 0.5 * selective))
+        attn += weight * a_ * (3.5 + full + (selective if megatron else 0.0))
+        mem += weight * (m_ * (3.0 + full) + selective * (work[W_ATTN_CORE_MEM] if megatron else m_))
         recompute += weight * again
         tp_comm += weight * tp
         cp_comm += weight * cp

@@ -5,16 +5,25 @@ derived by hand below from the equations in docs/model_memory.md; no expectation
 """
 
 import csv
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from fastmodel.kernels.lm_layout import (
-    M_ACTIVATIONS, M_BUFFERS, M_GRADIENTS, M_KV_CACHE, M_OPTIMIZER, M_OVERHEAD, M_WEIGHTS, N_MEMORY_KINDS,
+    M_ACTIVATIONS,
+    M_BUFFERS,
+    M_GRADIENTS,
+    M_KV_CACHE,
+    M_OPTIMIZER,
+    M_OVERHEAD,
+    M_WEIGHTS,
+    N_MEMORY_KINDS,
 )
 from fastmodel.kernels.memory import kv_cache_bytes_per_token, memory_row, memory_table
 from fastmodel.lm_table import row, table
-from tests.conftest import DATA
+
+DATA = Path(__file__).parent / "data"
 
 GIB = 2.0 ** 30
 
