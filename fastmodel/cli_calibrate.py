@@ -28,9 +28,8 @@ def calibrate(runs, output, folds, loss, prior, seed):
 
     from fastmodel import __version__
     from fastmodel.calibrate.fit import fit, objective_text
-    from fastmodel.calibrate.overlay import to_toml, write_calibration
+    from fastmodel.calibrate.overlay import apply_calibration, to_toml, write_calibration
     from fastmodel.calibrate.report import cross_validate, format_report, toml_annotations
-    from fastmodel.calibrate.overlay import apply_calibration
     from fastmodel.errors import FastmodelError, SpecError
     from fastmodel.runs import read_records
     from fastmodel.validate import group_scores, rows

@@ -5,11 +5,12 @@ import dataclasses
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from conftest import DATA
 
 from fastmodel.calibrate import apply_calibration, parse_calibration, read_calibration
 from fastmodel.calibrate import fit as fit_module
 from fastmodel.calibrate.fit import fit
-from fastmodel.calibrate.overlay import canonical_device, to_toml
+from fastmodel.calibrate.overlay import DEVICE_FIELDS, FRAMEWORK_FIELDS, canonical_device, to_toml
 from fastmodel.calibrate.report import cross_validate, fold_of
 from fastmodel.cli import main
 from fastmodel.errors import SpecError
@@ -17,8 +18,7 @@ from fastmodel.lm_engine import evaluate_table
 from fastmodel.runs import lower_record, read_records
 from fastmodel.validate import group_scores, rows
 from fastmodel.variables import COLUMN_INDEX as C
-
-from conftest import DATA
+from fastmodel.variables import COLUMNS
 
 RUNS = DATA / "runs_dev.jsonl"
 A100, H100 = "A100-SXM4-80GB", "H100-SXM-80GB"
@@ -100,6 +100,26 @@ def test_each_coarse_stage_is_one_engine_call(records, monkeypatch):
     fit_module.coarse_search(problem, chosen, theta, 3, 9, 50, np.random.default_rng(0))
     assert len(calls) == 3
     assert calls[0] == len(records) * (1 + 9 * len(chosen) + 50)
+
+
+def test_memory_residuals_only_where_measured_and_predicted(records):
+    subset = [dataclasses.replace(r, measured=dict(r.measured, memory_gib=40.0)) if i % 2 == 0 else r
+              for i, r in enumerate(records[:10])]
+    params = fit_module.candidate_parameters(subset)
+    problem = fit_module.Problem(subset, params)
+    predicted = evaluate_table(np.stack([r.columns for r in subset], axis=1))["memory_per_device"]
+    expected = [i for i in range(len(subset)) if i % 2 == 0 and np.isfinite(predicted[i])]
+    assert list(problem.mem_rows) == expected      # a NaN memory prediction is skipped
+    r = problem.residuals(np.array([p.start for p in params]))[0]
+    assert r.size == len(subset) + len(expected)
+    assert r[len(subset):] == pytest.approx(np.log(predicted[expected] / (40.0 * 2 ** 30)))
+
+
+def test_every_fittable_column_has_one_overlay_field():
+    fittable = {c.name for c in COLUMNS if c.fittable}
+    assert set(DEVICE_FIELDS) | set(FRAMEWORK_FIELDS) == fittable
+    assert not set(DEVICE_FIELDS) & set(FRAMEWORK_FIELDS)
+    assert len(set(DEVICE_FIELDS.values())) == len(DEVICE_FIELDS)
 
 
 def test_no_calibration_applies_nothing(records):

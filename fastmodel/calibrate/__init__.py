@@ -7,7 +7,6 @@
 Nothing fitted is applied unless a calibration is passed explicitly (``--calibration``).
 """
 
-from fastmodel.calibrate.overlay import (Calibration, apply_calibration, parse_calibration,  # noqa: F401
-                                         read_calibration)
+from fastmodel.calibrate.overlay import Calibration, apply_calibration, parse_calibration, read_calibration  # noqa: F401
 
 __all__ = ["Calibration", "apply_calibration", "parse_calibration", "read_calibration"]

@@ -33,8 +33,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fastmodel.calibrate.overlay import (DEVICE_FIELDS, FRAMEWORK_FIELDS, Calibration, canonical_device,
-                                         device_aliases)
+from fastmodel.calibrate.overlay import DEVICE_FIELDS, FRAMEWORK_FIELDS, Calibration, canonical_device, device_aliases
 from fastmodel.errors import FastmodelError
 from fastmodel.variables import COLUMN_INDEX as C
 from fastmodel.variables import COLUMNS
@@ -128,7 +127,7 @@ class Problem:
 
     def _evaluate(self, thetas: np.ndarray) -> dict[str, np.ndarray]:
         m = thetas.shape[0]
-        table = np.tile(self.base, (1, m))
+        table = np.asfortranarray(np.tile(self.base, (1, m)))   # one contiguous vector per configuration
         offsets = np.arange(m)[:, None] * self.n
         for j, p in enumerate(self.parameters):
             idx = (offsets + p.rows[None, :]).ravel()
@@ -411,8 +410,12 @@ def fit(records, *, min_effect: float = 0.005, min_independence: float = 0.5, st
     if fitted:
         rng = np.random.default_rng(seed)
         start = theta.copy()
-        theta = coarse_search(problem, fitted, theta, stages, sweep_points, random_points, rng, loss, f_scale,
-                              prior)
+        coarse = coarse_search(problem, fitted, theta, stages, sweep_points, random_points, rng, loss, f_scale,
+                               prior)
+        # devices' picks come from different candidates: keep the coarse point only if it beats the start
+        cost = robust_cost(problem.residuals(np.stack([theta, coarse])), loss, f_scale).sum(axis=1)
+        cost += ((prior * (coarse - start) / problem.scales) ** 2).sum() * np.array([0.0, 1.0])
+        theta = coarse if cost[1] <= cost[0] else theta
         theta = refine(problem, fitted, theta, max_nfev, loss, f_scale, prior, start)
     for j, p in enumerate(params):
         p.value = float(theta[j]) if p.fitted else p.start

@@ -48,23 +48,21 @@ except ModuleNotFoundError:  # pragma: no cover - python < 3.11
 
 FORMAT = 1
 
-#: registry column -> field path inside a ``[device."NAME"]`` table
-DEVICE_FIELDS: dict[str, str] = {
+#: registry column -> field of the ``[framework]`` table (applies to every run)
+FRAMEWORK_FIELDS: dict[str, str] = {"step_overhead_s": "step_overhead_s"}
+#: readable field paths of fittable columns; any other fittable column keeps its registry name
+_FIELD_PATHS = {
     "gemm_eff_16": "gemm_eff.bf16",
     "gemm_eff_8": "gemm_eff.fp8",
-    "attn_eff": "attn_eff",
-    "hbm_eff": "hbm_eff",
-    "gemm_k_half": "gemm_k_half",
-    "kernel_overhead_s": "kernel_overhead_s",
     "intra_eff": "intra.eff",
     "intra_latency": "intra.latency_s",
     "inter_eff": "inter.eff",
     "inter_latency": "inter.latency_s",
 }
-#: registry column -> field of the ``[framework]`` table (applies to every run)
-FRAMEWORK_FIELDS: dict[str, str] = {"step_overhead_s": "step_overhead_s"}
-#: precision names of a run record -> the GEMM-efficiency column they use
-PRECISION_COLUMNS = {"bf16": "gemm_eff_16", "fp16": "gemm_eff_16", "fp8": "gemm_eff_8"}
+#: registry column -> field path inside a ``[device."NAME"]`` table: every fittable column (registry order)
+#: except the framework ones
+DEVICE_FIELDS: dict[str, str] = {c.name: _FIELD_PATHS.get(c.name, c.name) for c in COLUMNS
+                                 if c.fittable and c.name not in FRAMEWORK_FIELDS}
 
 HEADER_FIELDS = {
     "format": int, "fitted_on": str, "runs": int, "fitted_at": str, "sha256": str, "fastmodel": str,
@@ -72,16 +70,6 @@ HEADER_FIELDS = {
     "step_time_mape_after": float, "note": str,
 }
 HEADER_REQUIRED = ("format", "fitted_on", "fitted_at")
-
-
-def _check_registry() -> None:
-    fittable = {c.name for c in COLUMNS if c.fittable}
-    mapped = set(DEVICE_FIELDS) | set(FRAMEWORK_FIELDS)
-    if fittable != mapped:  # pragma: no cover - guards a registry edit
-        raise RuntimeError(f"calibration overlay does not map fittable columns {sorted(fittable ^ mapped)}")
-
-
-_check_registry()
 
 
 @lru_cache(maxsize=None)
