@@ -14,8 +14,9 @@ import click
               help="k-fold cross-validated error in the report (0: off).")
 @click.option("--loss", type=click.Choice(["soft_l1", "linear"]), default="soft_l1", show_default=True,
               help="soft_l1: robust to runs the model misses; linear: plain least squares.")
-@click.option("--prior", type=float, default=0.0, show_default=True,
-              help="Weight pulling each fitted value toward its physical one, per scale (0: none).")
+@click.option("--prior", default="0.5", show_default=True,
+              help="Weight pulling each fitted value toward its physical one, per scale (0: none), or 'cv': "
+                   "chosen among 0, 0.5, 1, 2, 4 by 3-fold cross-validation on RUNS.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the coarse search's random points.")
 def calibrate(runs, output, folds, loss, prior, seed):
     """Fit the fittable efficiencies (GEMM by precision, attention, HBM, network tiers, step overhead) of
@@ -27,7 +28,8 @@ def calibrate(runs, output, folds, loss, prior, seed):
     from pathlib import Path
 
     from fastmodel import __version__
-    from fastmodel.calibrate.fit import fit, objective_text
+    from fastmodel.calibrate.fit import calibrate as fit_runs
+    from fastmodel.calibrate.fit import objective_text
     from fastmodel.calibrate.overlay import apply_calibration, to_toml, write_calibration
     from fastmodel.calibrate.report import cross_validate, format_report, toml_annotations
     from fastmodel.errors import FastmodelError, SpecError
@@ -40,9 +42,15 @@ def calibrate(runs, output, folds, loss, prior, seed):
     if folds and not 2 <= folds <= len(records):
         raise FastmodelError(f"--folds: must be 0 or between 2 and the number of runs ({len(records)}), "
                              f"got {folds}")
-    if prior < 0:
-        raise FastmodelError(f"--prior: must be >= 0, got {prior}")
-    result = fit(records, loss=loss, prior=prior, seed=seed)
+    if prior != "cv":
+        try:
+            weight = float(prior)
+        except ValueError:
+            weight = -1.0
+        if not weight >= 0:
+            raise FastmodelError(f"--prior: must be a number >= 0 or 'cv', got {prior!r}")
+        prior = weight
+    result = fit_runs(records, loss=loss, prior=prior, seed=seed)
     cal = result.calibration()
     before, after = rows(records), rows(apply_calibration(records, cal))
     cv = cross_validate(records, folds, loss=loss, prior=prior, seed=seed) if folds else None
@@ -57,7 +65,8 @@ def calibrate(runs, output, folds, loss, prior, seed):
         "format": 1, "fitted_on": str(runs), "runs": len(records),
         "sha256": hashlib.sha256(Path(runs).read_bytes()).hexdigest(),
         "fitted_at": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "fastmodel": __version__, "objective": objective_text(loss, prior=prior),
+        "fastmodel": __version__,
+        "objective": objective_text(loss, prior=result.prior) + (", chosen by cross-validation" if prior == "cv" else ""),
         "step_time_mape_before": mape(before), "step_time_mape_after": mape(after),
     }
     if cv:

@@ -1,17 +1,17 @@
 """Calibration: recovery of known parameters, held-out improvement on dev runs, the overlay file, the CLI."""
 
 import dataclasses
+from pathlib import Path
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from conftest import DATA
 
 from fastmodel.calibrate import apply_calibration, parse_calibration, read_calibration
 from fastmodel.calibrate import fit as fit_module
-from fastmodel.calibrate.fit import fit
+from fastmodel.calibrate.fit import calibrate, fit, fold_of
 from fastmodel.calibrate.overlay import DEVICE_FIELDS, FRAMEWORK_FIELDS, canonical_device, to_toml
-from fastmodel.calibrate.report import cross_validate, fold_of
+from fastmodel.calibrate.report import cross_validate
 from fastmodel.cli import main
 from fastmodel.errors import SpecError
 from fastmodel.lm_engine import evaluate_table
@@ -20,7 +20,7 @@ from fastmodel.validate import group_scores, rows
 from fastmodel.variables import COLUMN_INDEX as C
 from fastmodel.variables import COLUMNS
 
-RUNS = DATA / "runs_dev.jsonl"
+RUNS = Path(__file__).parent / "data" / "runs_dev.jsonl"
 A100, H100 = "A100-SXM4-80GB", "H100-SXM-80GB"
 
 
@@ -47,7 +47,7 @@ def fitted(result):
 def test_synthetic_runs_recover_the_parameters_that_made_them(records):
     # built-in values: A100 gemm_eff_16 0.80, inter_eff 0.85; H100 gemm_eff_8 0.65 (specs/devices)
     truth = {(A100, "gemm_eff_16"): 0.66, (A100, "inter_eff"): 0.60, (H100, "gemm_eff_8"): 0.55}
-    result = fit(synthetic(records, truth))
+    result = fit(synthetic(records, truth), prior=0.0)
     got = fitted(result)
     for key, value in truth.items():
         assert key in got, f"{key} not fitted: {[p.status for p in result.parameters if (p.device, p.column) == key]}"
@@ -59,14 +59,24 @@ def test_synthetic_runs_recover_the_parameters_that_made_them(records):
     assert result.cost_after < 1e-8 < result.cost_before
 
 
-def test_pull_toward_physical_values_biases_gently(records):
-    truth = {(A100, "gemm_eff_16"): 0.66}
-    got = fitted(fit(synthetic(records, truth), prior=0.25))
-    assert got[(A100, "gemm_eff_16")].value == pytest.approx(0.66, rel=0.01)
+def test_default_pull_toward_physical_values_keeps_recovery_close_to_the_truth(records):
+    truth = {(A100, "gemm_eff_16"): 0.66, (A100, "inter_eff"): 0.60, (H100, "gemm_eff_8"): 0.55}
+    got = fitted(fit(synthetic(records, truth)))          # default pull 0.5
+    for key, value in truth.items():
+        p = got[key]
+        assert min(value, p.start) <= p.value <= max(value, p.start), key       # between truth and physical
+        assert abs(p.value - value) < 0.25 * abs(p.start - value), key           # and much nearer the truth
+
+
+def test_pull_chosen_by_cross_validation_is_zero_for_runs_the_model_fits_exactly(records):
+    truth = {(A100, "gemm_eff_16"): 0.66, (A100, "inter_eff"): 0.60}
+    result = calibrate(synthetic(records, truth)[:30], prior="cv")
+    assert result.prior == 0.0 and set(result.prior_scores) == {0.0, 0.5, 1.0, 2.0, 4.0}
+    assert result.prior_scores[0.0] < min(result.prior_scores[w] for w in (0.5, 1.0, 2.0, 4.0))
 
 
 def test_calibrating_on_half_of_the_dev_runs_improves_the_other_half(records):
-    train, test = records[0::2], records[1::2]           # alternating rows of the runs sorted by id
+    train, test = records[1::2], records[0::2]           # alternating rows of the runs sorted by id
     cal = fit(train).calibration()
     before = group_scores(rows(test), None)[0][1]
     after = group_scores(rows(apply_calibration(test, cal)), None)[0][1]
@@ -246,6 +256,8 @@ def test_cli_calibrate_refuses_its_input_and_bad_folds(small_runs):
     assert small_runs.read_bytes() == before
     result = runner.invoke(main, ["calibrate", str(small_runs), "--folds", "1"])
     assert result.exit_code == 2 and result.stderr.count("\n") == 1 and "--folds" in result.stderr
+    result = runner.invoke(main, ["calibrate", str(small_runs), "--prior", "strong"])
+    assert result.exit_code == 2 and "--prior: must be a number >= 0 or 'cv', got 'strong'" in result.stderr
 
 
 def test_runs_without_a_measured_step_time_are_refused(records):

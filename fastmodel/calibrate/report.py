@@ -8,24 +8,14 @@ and tier.
 
 from __future__ import annotations
 
-import numpy as np
-
-from fastmodel.calibrate.fit import FitResult, fit
+from fastmodel.calibrate.fit import PRIOR_FOLDS, FitResult, calibrate, fold_of
 from fastmodel.calibrate.overlay import apply_calibration
 from fastmodel.validate import GROUP_KEYS, group_scores, rows
 
 
-def fold_of(records, folds: int) -> np.ndarray:
-    """Fold index of every record: alternating over the records sorted by id (a fixed, reproducible split)."""
-    order = sorted(range(len(records)), key=lambda i: (records[i].id, i))
-    fold = np.empty(len(records), dtype=np.int64)
-    for rank, i in enumerate(order):
-        fold[i] = rank % folds
-    return fold
-
-
 def cross_validate(records, folds: int, **fit_kwargs) -> list[dict]:
-    """Validation rows of every record predicted by a calibration fitted on the other folds."""
+    """Validation rows of every record predicted by a calibration fitted on the other folds (the whole
+    ``calibrate``, prior choice included)."""
     if folds < 2 or folds > len(records):
         raise ValueError(f"folds must be in [2, {len(records)}], got {folds}")
     fold = fold_of(records, folds)
@@ -33,7 +23,7 @@ def cross_validate(records, folds: int, **fit_kwargs) -> list[dict]:
     for k in range(folds):
         train = [r for r, f in zip(records, fold) if f != k]
         test = [r for r, f in zip(records, fold) if f == k]
-        cal = fit(train, **fit_kwargs).calibration()
+        cal = calibrate(train, **fit_kwargs).calibration()
         out += rows(apply_calibration(test, cal))
     return out
 
@@ -101,6 +91,12 @@ def format_report(result: FitResult, before: list[dict], after: list[dict], cv: 
     head = [f"calibrated {n_fit} of {len(result.parameters)} parameters on {result.n_runs} runs"
             f" ({result.n_memory} with measured memory); objective {result.cost_before:.4g} -> "
             f"{result.cost_after:.4g} (sum of squared log step-time errors)"]
+    if result.prior_scores:
+        tried = ", ".join(f"{k:g}: {v:.4g}" for k, v in result.prior_scores.items())
+        head.append(f"pull toward physical values: {result.prior:g}, chosen by {PRIOR_FOLDS}-fold cross-validation "
+                    f"(held-out cost per run {tried})")
+    else:
+        head.append(f"pull toward physical values: {result.prior:g}")
     if calibration_line:
         head.append(calibration_line)
     cv_line = (f"cross-validated: {folds}-fold, each fold predicted by a calibration fitted on the others"
