@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from fastmodel.calibrate import apply_calibration, parse_calibration, read_calibration
+from fastmodel.calibrate import Calibration, apply_calibration, parse_calibration, read_calibration
 from fastmodel.calibrate import fit as fit_module
 from fastmodel.calibrate.fit import calibrate, fit, fold_of
 from fastmodel.calibrate.overlay import DEVICE_FIELDS, FRAMEWORK_FIELDS, canonical_device, to_toml
@@ -171,6 +171,14 @@ def test_custom_device_is_written_and_read_back(records, tmp_path):
     path = tmp_path / "cal.toml"
     path.write_text(to_toml(cal))
     assert read_calibration(path).devices["MyGPU-1"] == pytest.approx(cal.devices["MyGPU-1"], rel=1e-5)
+
+
+def test_device_with_nothing_fitted_reads_back(tmp_path):
+    cal = Calibration(header={"format": 1, "fitted_on": "x", "fitted_at": "now"})
+    path = tmp_path / "cal.toml"
+    path.write_text(to_toml(cal, device_notes={"MyGPU-1": ["left physical: attn_eff"], H100: ["left physical"]}))
+    back = read_calibration(path)
+    assert back.devices == {"MyGPU-1": {}, H100: {}} and back.custom == {"MyGPU-1"}
 
 
 GOOD = """[calibration]

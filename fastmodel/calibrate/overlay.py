@@ -299,7 +299,7 @@ def to_toml(cal: Calibration, comments: dict[tuple[str | None, str], str] | None
     names = sorted(set(cal.devices) | {d for d in device_notes if d is not None})
     for name in names:
         lines += ["", f"[device.{_quote(name)}]"]
-        if name in cal.custom:
+        if name in cal.custom or name.lower() not in device_aliases():
             lines.append("custom = true")
         for column, path in DEVICE_FIELDS.items():
             if column in cal.devices.get(name, {}):
