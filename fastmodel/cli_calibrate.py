@@ -10,8 +10,8 @@ import click
 @click.argument("runs", type=click.Path(dir_okay=False))
 @click.option("--output", "-o", type=click.Path(dir_okay=False),
               help="Write the calibration overlay (.toml), atomically; refuses to replace RUNS.")
-@click.option("--folds", "-k", type=int, default=5, show_default=True,
-              help="k-fold cross-validated error in the report (0: off).")
+@click.option("--folds", "-k", type=int, default=None,
+              help="k-fold cross-validated error in the report (0: off)  [default: 5, or one fold per run below 5 runs]")
 @click.option("--loss", type=click.Choice(["soft_l1", "linear"]), default="soft_l1", show_default=True,
               help="soft_l1: robust to runs the model misses; linear: plain least squares.")
 @click.option("--prior", default="0.5", show_default=True,
@@ -39,6 +39,8 @@ def calibrate(runs, output, folds, loss, prior, seed):
     if output and Path(output).resolve() == Path(runs).resolve():
         raise SpecError(output, "", "is the input file; choose another output")
     records = read_records(runs)
+    if folds is None:
+        folds = min(5, len(records)) if len(records) >= 2 else 0
     if folds and not 2 <= folds <= len(records):
         raise FastmodelError(f"--folds: must be 0 or between 2 and the number of runs ({len(records)}), "
                              f"got {folds}")

@@ -267,6 +267,13 @@ def test_cli_calibrate_refuses_its_input_and_bad_folds(small_runs):
     assert result.exit_code == 2 and "--prior: must be a number >= 0 or 'cv', got 'strong'" in result.stderr
 
 
+def test_cli_calibrate_on_three_runs_cross_validates_one_run_per_fold(tmp_path):
+    path = tmp_path / "three.jsonl"
+    path.write_text("\n".join(RUNS.read_text().splitlines()[:3]) + "\n")
+    result = CliRunner().invoke(main, ["calibrate", str(path)], catch_exceptions=False)
+    assert result.exit_code == 0 and "cross-validated: 3-fold" in result.output
+
+
 def test_runs_without_a_measured_step_time_are_refused(records):
     broken = [dataclasses.replace(records[0], measured={})] + list(records[1:4])
     with pytest.raises(Exception, match="no positive measured.step_time_s"):
