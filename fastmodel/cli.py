@@ -332,6 +332,11 @@ from fastmodel.cli_validate import validate as _validate  # noqa: E402
 _validate.callback = _friendly(_validate.callback)
 main.add_command(_validate)
 
+from fastmodel.cli_calibrate import calibrate as _calibrate  # noqa: E402
+
+_calibrate.callback = _friendly(_calibrate.callback)
+main.add_command(_calibrate)
+
 
 if __name__ == "__main__":  # pragma: no cover
     main()

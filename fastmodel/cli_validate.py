@@ -11,7 +11,9 @@ import click
               help="Write one row per run (.csv), atomically; refuses to replace RUNS.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
               help="Draw predicted vs measured step time (.png/.pdf/.svg).")
-def validate(runs, output, plot_path):
+@click.option("--calibration", type=click.Path(dir_okay=False),
+              help="Apply a calibration overlay (.toml from `fastmodel calibrate`); default: physical values.")
+def validate(runs, output, plot_path, calibration):
     """Predict every run record of RUNS (JSONL, RUNS.md schema) and print the step-time error tables
     beside the constant-MFU baselines at 0.40 and 0.50."""
     from pathlib import Path
@@ -23,7 +25,14 @@ def validate(runs, output, plot_path):
     for target in (output, plot_path):
         if target and Path(target).resolve() == Path(runs).resolve():
             raise SpecError(target, "", "is the input file; choose another output")
-    table = rows(read_records(runs))
+    records = read_records(runs)
+    if calibration:  # nothing fitted is applied unless asked for
+        from fastmodel.calibrate import apply_calibration, read_calibration
+
+        cal = read_calibration(calibration)
+        records = apply_calibration(records, cal)
+        click.echo(cal.describe())
+    table = rows(records)
     click.echo(format_report(table))
     if output:
         _write_rows(table, output)

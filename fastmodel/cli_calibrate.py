@@ -1,0 +1,79 @@
+"""``fastmodel calibrate RUNS.jsonl -o cal.toml``: fit device and network efficiencies to measured runs
+(see fastmodel.calibrate)."""
+
+from __future__ import annotations
+
+import click
+
+
+@click.command("calibrate")
+@click.argument("runs", type=click.Path(dir_okay=False))
+@click.option("--output", "-o", type=click.Path(dir_okay=False),
+              help="Write the calibration overlay (.toml), atomically; refuses to replace RUNS.")
+@click.option("--folds", "-k", type=int, default=None,
+              help="k-fold cross-validated error in the report (0: off)  [default: 5, or one fold per run below 5 runs]")
+@click.option("--loss", type=click.Choice(["soft_l1", "linear"]), default="soft_l1", show_default=True,
+              help="soft_l1: robust to runs the model misses; linear: plain least squares.")
+@click.option("--prior", default="0.5", show_default=True,
+              help="Weight pulling each fitted value toward its physical one, per scale (0: none), or 'cv': "
+                   "chosen among 0, 0.5, 1, 2, 4 by 3-fold cross-validation on RUNS.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the coarse search's random points.")
+def calibrate(runs, output, folds, loss, prior, seed):
+    """Fit the fittable efficiencies (GEMM by precision, attention, HBM, network tiers, step overhead) of
+    every device, precision and network tier appearing in RUNS (JSONL, RUNS.md schema, with measured step
+    times), print before / after / cross-validated errors and the fitted values, and write them as a TOML
+    overlay to apply with --calibration."""
+    import datetime
+    import hashlib
+    from pathlib import Path
+
+    from fastmodel import __version__
+    from fastmodel.calibrate.fit import calibrate as fit_runs
+    from fastmodel.calibrate.fit import objective_text
+    from fastmodel.calibrate.overlay import apply_calibration, to_toml, write_calibration
+    from fastmodel.calibrate.report import cross_validate, format_report, toml_annotations
+    from fastmodel.errors import FastmodelError, SpecError
+    from fastmodel.runs import read_records
+    from fastmodel.validate import group_scores, rows
+
+    if output and Path(output).resolve() == Path(runs).resolve():
+        raise SpecError(output, "", "is the input file; choose another output")
+    records = read_records(runs)
+    if folds is None:
+        folds = min(5, len(records)) if len(records) >= 2 else 0
+    if folds and not 2 <= folds <= len(records):
+        raise FastmodelError(f"--folds: must be 0 or between 2 and the number of runs ({len(records)}), "
+                             f"got {folds}")
+    if prior != "cv":
+        try:
+            weight = float(prior)
+        except ValueError:
+            weight = -1.0
+        if not weight >= 0:
+            raise FastmodelError(f"--prior: must be a number >= 0 or 'cv', got {prior!r}")
+        prior = weight
+    result = fit_runs(records, loss=loss, prior=prior, seed=seed)
+    cal = result.calibration()
+    before, after = rows(records), rows(apply_calibration(records, cal))
+    cv = cross_validate(records, folds, loss=loss, prior=prior, seed=seed) if folds else None
+    click.echo(format_report(result, before, after, cv, folds))
+    if not output:
+        return
+
+    def mape(table):
+        return round(group_scores(table, None)[0][1].mape, 6)
+
+    header = {
+        "format": 1, "fitted_on": str(runs), "runs": len(records),
+        "sha256": hashlib.sha256(Path(runs).read_bytes()).hexdigest(),
+        "fitted_at": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "fastmodel": __version__,
+        "objective": objective_text(loss, prior=result.prior) + (", chosen by cross-validation" if prior == "cv" else ""),
+        "step_time_mape_before": mape(before), "step_time_mape_after": mape(after),
+    }
+    if cv:
+        header.update(folds=folds, cv_step_time_mape=mape(cv))
+    comments, notes = toml_annotations(result)
+    text = to_toml(result.calibration(header), comments, notes, result.precision_names)
+    write_calibration(text, output)
+    click.echo(f"\nwrote {output}")
