@@ -151,7 +151,9 @@ def lm_sweep(model: Any, system: Any, task: Any = None, axes: dict | None = None
 
     evaluate_grid(base, axis_columns, axis_values, np.array(shape or (1,), dtype=np.int64),
                   execution.shard_degree is None, bool(only_fitting), status, out)
-    return _dataset(names, labels, shape, out, status, model, cluster, execution, global_batch)
+    ds = _dataset(names, labels, shape, out, status, model, cluster, execution, global_batch)
+    ds.attrs["usable_hbm_bytes"] = float(base[COLUMN_INDEX["usable_hbm_fraction"]] * base[COLUMN_INDEX["hbm_bytes"]])
+    return ds
 
 
 def _task_global_batch(task: Any) -> int:
