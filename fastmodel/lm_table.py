@@ -12,11 +12,12 @@ import numpy as np
 
 from fastmodel.errors import SpecError, nearest
 from fastmodel.variables import (
-    COLUMN_INDEX, COLUMNS, OPTIMIZER_CODES, PIPELINE_SCHEDULES, PRECISION_CODES, RECOMPUTE_CODES, SHARDING_CODES,
+    COLUMN_INDEX, COLUMNS, LOAD_MODES, OPTIMIZER_CODES, PIPELINE_SCHEDULES, PRECISION_CODES, RECOMPUTE_CODES, SHARDING_CODES,
 )
 
 CODE_TABLES = {"sharding": SHARDING_CODES, "recompute": RECOMPUTE_CODES, "precision": PRECISION_CODES,
-               "optimizer": OPTIMIZER_CODES, "pipeline_schedule": PIPELINE_SCHEDULES}
+               "optimizer": OPTIMIZER_CODES, "pipeline_schedule": PIPELINE_SCHEDULES,
+               "load_mode": LOAD_MODES}
 
 
 def encode(name: str, value):
