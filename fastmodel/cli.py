@@ -333,6 +333,11 @@ from fastmodel.cli_validate import validate as _validate  # noqa: E402
 _validate.callback = _friendly(_validate.callback)
 main.add_command(_validate)
 
+from fastmodel.cli_serve import serve as _serve  # noqa: E402
+
+_serve.callback = _friendly(_serve.callback)
+main.add_command(_serve)
+
 
 if __name__ == "__main__":  # pragma: no cover
     main()

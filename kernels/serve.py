@@ -489,7 +489,7 @@ def serve_row(row, out):
         decode = steps * step
         e2e = ttft + decode
         throughput = batch / step
-    kv_memory = kv_request * batch / p
+    kv_memory = kv_request * batch
     memory = weights + kv_memory + workspace + overhead
     if mode == LOAD_MAX_THROUGHPUT:
         fits = 1.0 if kv_memory <= capacity else 0.0
