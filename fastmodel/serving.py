@@ -30,8 +30,6 @@ PRECISIONS = {"bf16": (0, 2.0), "fp16": (0, 2.0), "fp8": (1, 1.0), "int8": (0, 1
 KV_PRECISIONS = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
 #: sweep axes other than columns, in the order of the Dataset's dimensions
 SPECIAL_AXES = ("device", "precision", "kv_precision")
-#: rows per evaluation unit of a sweep (bounds the parameter table's memory)
-UNIT_ROWS = 1 << 16
 #: below this many rows the single-threaded kernel is used
 PARALLEL_MIN_ROWS = 256
 
@@ -169,15 +167,19 @@ def sweep(model, device: str | Sequence[str] = "H100", precision: str | Sequence
     shape = tuple(len(coords[d]) for d in dims)
     total = int(np.prod(shape))
     out = np.empty((len(SERVE_RESULTS), total))
-    status = np.empty(total, dtype=np.int8)
-    for lo in range(0, total, UNIT_ROWS):
-        hi = min(total, lo + UNIT_ROWS)
-        params = np.repeat(base[:, None], hi - lo, axis=1)
-        index = np.unravel_index(np.arange(lo, hi), shape)
-        for (cols, table), idx in zip(blocks, index):
-            params[cols] = table[:, idx]
-        _fill_derived(params, [d for d in dims], fixed)
-        out[:, lo:hi], status[lo:hi] = evaluate_table(params)
+    status = np.zeros(total, dtype=np.int8)
+    if total:
+        from fastmodel.kernels.serve import serve_grid
+
+        sizes = np.array([len(block[0]) for block in blocks], dtype=np.int64)
+        col_start = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        axis_cols = np.concatenate([block[0] for block in blocks]).astype(np.int64)
+        flat = [block[1].ravel() for block in blocks]             # (columns x values), column-major by value
+        val_start = np.concatenate([[0], np.cumsum([f.size for f in flat])]).astype(np.int64)
+        derive = np.array(["n_gpus" not in dims and "n_gpus" not in fixed,
+                           "seq_len" not in dims and "seq_len" not in fixed], dtype=np.bool_)
+        serve_grid(base, axis_cols, col_start, np.concatenate(flat).astype(np.float64), val_start,
+                   np.array(shape, dtype=np.int64), derive, status, out)
     # a result named like a swept column (batch_size under a fixed-batch sweep) is stored as effective_<name>
     data = {(f"effective_{r.name}" if r.name in dims else r.name):
             (dims, out[i].reshape(shape), {"units": r.units, "long_name": r.name.replace("_", " "),
@@ -214,11 +216,3 @@ def _axis_block(name: str, values: list, own_kv: bool) -> tuple[np.ndarray, np.n
         return np.array([COLUMN_INDEX[name]]), np.array([[float(encode(name, v)) for v in values]])
     return np.array([COLUMN_INDEX[k] for k in keys]), np.array([[r[k] for r in rows] for k in keys], dtype=float)
 
-
-def _fill_derived(params: np.ndarray, dims: list[str], fixed: Mapping[str, float]) -> None:
-    """Columns implied by swept ones: n_gpus = tp x pp, seq_len = input_len + output_len."""
-    c = COLUMN_INDEX
-    if "n_gpus" not in dims and "n_gpus" not in fixed:
-        params[c["n_gpus"]] = params[c["tp"]] * params[c["pp"]]
-    if "seq_len" not in dims and "seq_len" not in fixed:
-        params[c["seq_len"]] = params[c["input_len"]] + params[c["output_len"]]

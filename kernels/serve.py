@@ -41,9 +41,9 @@ from fastmodel.kernels.lm_layout import (
     C_ATTN_EFF, C_BATCH_SIZE, C_EP, C_FFN, C_FRAMEWORK_MEMORY_BYTES, C_GATED_MLP, C_GEMM_K_HALF, C_HBM_BW,
     C_HBM_BYTES, C_HBM_EFF, C_HEAD_DIM, C_HEADS, C_HIDDEN, C_INPUT_LEN, C_INSTANCES, C_KERNEL_OVERHEAD_S,
     C_KV_BYTES, C_KV_CACHE_MEM_FRACTION, C_KV_HEADS, C_KV_LORA_RANK, C_LAYERS, C_LOAD_MODE, C_MAX_BATCH_SIZE,
-    C_MAX_NUM_TOKENS, C_MLA, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS, C_MOE_TOPK, C_OUTPUT_LEN,
+    C_MAX_NUM_TOKENS, C_MLA, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS, C_MOE_TOPK, C_N_GPUS, C_OUTPUT_LEN,
     C_PEAK_FLOPS_16, C_PEAK_FLOPS_8, C_PP, C_PRECISION, C_Q_LORA_RANK, C_QK_NOPE_HEAD_DIM, C_QK_ROPE_HEAD_DIM,
-    C_SERVE_STEP_OVERHEAD_S, C_SLIDING_WINDOW, C_TIED_EMBEDDINGS, C_TP, C_USABLE_HBM_FRACTION, C_V_HEAD_DIM,
+    C_SEQ_LEN, C_SERVE_STEP_OVERHEAD_S, C_SLIDING_WINDOW, C_TIED_EMBEDDINGS, C_TP, C_USABLE_HBM_FRACTION, C_V_HEAD_DIM,
     C_VOCAB, C_WEIGHT_BYTES, LOAD_BATCH, LOAD_MAX_THROUGHPUT, N_SERVE_RESULTS, PRECISION_FP8, S_ACTIVATION_MEMORY, S_BATCH_SIZE,
     S_CLUSTER_OUTPUT_TOKENS_PER_S, S_DECODE_ATTENTION, S_DECODE_COMM, S_DECODE_GEMM, S_DECODE_MEMORY_BOUND,
     S_DECODE_OVERHEAD, S_E2E_LATENCY, S_EXPERTS_TOUCHED, S_FITS_MEMORY, S_KV_BYTES_PER_TOKEN, S_KV_CACHE_CAPACITY,
@@ -79,14 +79,15 @@ def _fp8(row):
     return row[C_PRECISION] == PRECISION_FP8
 
 
-@njit
+@njit(inline="always")
 def weight_gemm(row, groups, m, n, k, wbytes, launch):
     """Roofline seconds of ``groups`` (m x k) @ (k x n) GEMMs against weights of ``wbytes`` per element:
-    ``max(FLOPs / (peak x quantization x depth), (weights + activations) / HBM)`` (kernels/compute.py terms)."""
+    ``max(FLOPs / (peak x quantization x depth), (weights + activations) / HBM)`` (kernels/compute.py terms;
+    depth = k / (k + gemm_k_half))."""
     if groups <= 0.0 or m <= 0.0 or n <= 0.0 or k <= 0.0:
         return 0.0
-    efficiency = tile_quantization(row, groups, m, n, k) * k / (k + row[C_GEMM_K_HALF])
-    compute = 2.0 * groups * m * n * k / (gemm_peak(row, _fp8(row)) * efficiency)
+    quantization = tile_quantization(row, groups, m, n, k)
+    compute = 2.0 * groups * m * n * (k + row[C_GEMM_K_HALF]) / (gemm_peak(row, _fp8(row)) * quantization)
     traffic = groups * (wbytes * n * k + ACT_BYTES * (m * k + m * n))
     memory = traffic / (row[C_HBM_BW] * row[C_HBM_EFF])
     return max(compute, memory) + (row[C_KERNEL_OVERHEAD_S] if launch else 0.0)
@@ -335,13 +336,14 @@ def prefill_attention_time(row, prompts, length):
 # --- phases --------------------------------------------------------------------
 
 @njit
-def prefill_costs(row, prompts, costs):
+def prefill_costs(row, prompts, costs, part):
     """Prefill of ``prompts`` prompts of input_len tokens in chunks of <= max_num_tokens tokens (into ``costs``);
     returns the seconds."""
     tokens = prompts * row[C_INPUT_LEN]
     chunks = max(1.0, math.ceil(tokens / row[C_MAX_NUM_TOKENS]))
     m = tokens / chunks
-    part = np.zeros(4)
+    for k in range(4):
+        part[k] = 0.0
     body_costs(row, m, True, part)
     head_costs(row, prompts / chunks, True, part)
     for k in range(4):
@@ -412,15 +414,21 @@ def activation_memory(row, requests):
 
 # --- one configuration ---------------------------------------------------------------
 
+@njit(inline="always")
+def _divides(d, x):
+    """True when the whole number ``d`` divides ``x`` (floor instead of fmod: cheaper in sweeps)."""
+    return x == d * math.floor(x / d)
+
+
 @njit
 def check(row):
     """Status code of a serving configuration (0 legal)."""
     t = row[C_TP]
-    if row[C_HEADS] % t != 0.0 or (row[C_KV_HEADS] > t and row[C_KV_HEADS] % t != 0.0):
+    if not _divides(t, row[C_HEADS]) or (row[C_KV_HEADS] > t and not _divides(t, row[C_KV_HEADS])):
         return ST_HEADS
-    if row[C_LAYERS] % row[C_PP] != 0.0:
+    if not _divides(row[C_PP], row[C_LAYERS]):
         return ST_LAYERS
-    if row[C_MOE_EXPERTS] > 0.0 and (t % row[C_EP] != 0.0 or row[C_MOE_EXPERTS] % row[C_EP] != 0.0):
+    if row[C_MOE_EXPERTS] > 0.0 and not (_divides(row[C_EP], t) and _divides(row[C_EP], row[C_MOE_EXPERTS])):
         return ST_EP
     if _fp8(row) and row[C_PEAK_FLOPS_8] <= 0.0:
         return ST_FP8
@@ -428,8 +436,9 @@ def check(row):
 
 
 @njit
-def serve_row(row, out):
-    """Every serving result of one configuration into ``out`` (SERVE_RESULTS indices); returns its status."""
+def serve_row(row, out, scratch):
+    """Every serving result of one configuration into ``out`` (SERVE_RESULTS indices); returns its status.
+    ``scratch``: a (3, 4) work array."""
     status = check(row)
     if status != ST_OK:
         return status
@@ -459,11 +468,14 @@ def serve_row(row, out):
     capacity = max(0.0, row[C_KV_CACHE_MEM_FRACTION] * (row[C_HBM_BYTES] - weights - workspace - overhead))
     n = batch / p                                     # requests per pipeline micro-batch
 
-    pre = np.zeros(4)
-    dec = np.zeros(4)
+    pre = scratch[0]
+    dec = scratch[1]
+    for k in range(4):
+        pre[k] = 0.0
+        dec[k] = 0.0
     host = row[C_SERVE_STEP_OVERHEAD_S]
     if mode == LOAD_BATCH:
-        ttft = prefill_costs(row, batch, pre) + host
+        ttft = prefill_costs(row, batch, pre, scratch[2]) + host
         touched = decode_fixed_costs(row, n, dec)
         for k in range(4):
             dec[k] *= steps
@@ -474,7 +486,7 @@ def serve_row(row, out):
         throughput = batch * outp / e2e
     else:
         # stationary continuous-batching step: n slots, n (O-1)/O decoding and n/O prompts being prefilled
-        ttft = prefill_costs(row, 1.0, pre) + host
+        ttft = prefill_costs(row, 1.0, pre, scratch[2]) + host
         decoding = n * steps / outp
         m = decoding + n * inp / outp
         touched = body_costs(row, m, False, dec)
@@ -533,13 +545,22 @@ CHUNK_ROWS = 256
 @njit
 def _serve_rows(params, status, out, lo, hi):
     result = np.empty(N_SERVE_RESULTS)
+    scratch = np.empty((3, 4))
+    row = np.empty(params.shape[0])
     for r in range(lo, hi):
-        for v in range(N_SERVE_RESULTS):
-            result[v] = np.nan
-        code = serve_row(params[:, r], result)
-        status[r] = code
-        for v in range(N_SERVE_RESULTS):
-            out[v, r] = result[v] if code == ST_OK else np.nan
+        for k in range(params.shape[0]):
+            row[k] = params[k, r]
+        _emit(row, result, scratch, status, out, r)
+
+
+@njit(inline="always")
+def _emit(row, result, scratch, status, out, r):
+    for v in range(N_SERVE_RESULTS):
+        result[v] = np.nan
+    code = serve_row(row, result, scratch)
+    status[r] = code
+    for v in range(N_SERVE_RESULTS):
+        out[v, r] = result[v] if code == ST_OK else np.nan
 
 
 @njit(parallel=True)
@@ -556,3 +577,40 @@ def serve_parallel(params, status, out):
 def serve_serial(params, status, out):
     """Single-threaded :func:`serve_parallel` for small tables."""
     _serve_rows(params, status, out, 0, params.shape[1])
+
+
+@njit
+def _grid_rows(base, axis_cols, col_start, axis_vals, val_start, shape, derive, status, out, lo, hi):
+    result = np.empty(N_SERVE_RESULTS)
+    scratch = np.empty((3, 4))
+    row = np.empty(base.shape[0])
+    axes = shape.shape[0]
+    for r in range(lo, hi):
+        for k in range(base.shape[0]):
+            row[k] = base[k]
+        rest = r
+        for a in range(axes - 1, -1, -1):
+            size = shape[a]
+            i = rest % size
+            rest //= size
+            for j in range(col_start[a], col_start[a + 1]):
+                row[axis_cols[j]] = axis_vals[val_start[a] + (j - col_start[a]) * size + i]
+        if derive[0]:
+            row[C_N_GPUS] = row[C_TP] * row[C_PP]
+        if derive[1]:
+            row[C_SEQ_LEN] = row[C_INPUT_LEN] + row[C_OUTPUT_LEN]
+        _emit(row, result, scratch, status, out, r)
+
+
+@njit(parallel=True)
+def serve_grid(base, axis_cols, col_start, axis_vals, val_start, shape, derive, status, out):
+    """Evaluate a Cartesian grid without materialising its parameter table: row r is ``base`` with, for every
+    axis a (C order, last fastest), the columns ``axis_cols[col_start[a]:col_start[a+1]]`` set to that axis's
+    values at index i_a (``axis_vals[val_start[a] + j * shape[a] + i_a]`` for its j-th column); then
+    ``derive`` (n_gpus = tp x pp, seq_len = input_len + output_len). Results into ``out`` and ``status``."""
+    n = out.shape[1]
+    chunks = (n + CHUNK_ROWS - 1) // CHUNK_ROWS
+    for chunk in prange(chunks):
+        lo = chunk * CHUNK_ROWS
+        _grid_rows(base, axis_cols, col_start, axis_vals, val_start, shape, derive, status, out, lo,
+                   min(n, lo + CHUNK_ROWS))
