@@ -265,3 +265,25 @@ def test_cli_serve_and_validate_serving_records(tmp_path):
     assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
     result = runner.invoke(main, ["serve", "-m", "llama3.1-8b", "--json", "--max-throughput"])
     assert result.exit_code == 0 and json.loads(result.output)["batch_size"] >= 1
+
+
+def test_serving_pareto_frontier_figure(tmp_path):
+    from fastmodel.plot.pareto import pareto_mask
+    from fastmodel.plot.serving import serving_pareto
+    from fastmodel.plot.style import save
+
+    ds = sweep("llama3.1-70b", device=["H100", "H200", "A100"], precision="fp8", tp=[4, 8],
+               batch_size=[1, 4, 16, 64, 256], input_len=1024, output_len=256, load_mode="concurrency")
+    fig, ax = serving_pareto(ds, curve="device")
+    assert set(ax.frontiers) == {"H100", "H200"}          # A100 has no FP8: every point illegal, no curve
+    xs, ys, labels = ax.frontiers["H200"]
+    # a frontier: per-user speed rises while per-GPU throughput falls, and no H200 point dominates it
+    assert np.all(np.diff(xs) > 0) and np.all(np.diff(ys) < 0)
+    part = ds.sel(device="H200")
+    ok = (part.status == 0) & (part.fits_memory > 0)
+    x_all = part.output_tokens_per_s_per_user.where(ok).values.ravel()
+    y_all = part.output_tokens_per_s_per_gpu.where(ok).values.ravel()
+    assert pareto_mask(x_all, y_all, "max", "max").sum() == len(xs)
+    assert all("batch_size=" in label for label in labels)
+    path = save(fig, tmp_path / "pareto.png")
+    assert path.stat().st_size > 10_000
