@@ -555,12 +555,14 @@ def _serve_rows(params, status, out, lo, hi):
 
 @njit(inline="always")
 def _emit(row, result, scratch, status, out, r):
-    for v in range(N_SERVE_RESULTS):
-        result[v] = np.nan
     code = serve_row(row, result, scratch)
     status[r] = code
-    for v in range(N_SERVE_RESULTS):
-        out[v, r] = result[v] if code == ST_OK else np.nan
+    if code == ST_OK:
+        for v in range(N_SERVE_RESULTS):
+            out[v, r] = result[v]
+    else:
+        for v in range(N_SERVE_RESULTS):
+            out[v, r] = np.nan
 
 
 @njit(parallel=True)
@@ -583,16 +585,18 @@ def serve_serial(params, status, out):
 def _grid_rows(base, axis_cols, col_start, axis_vals, val_start, shape, derive, status, out, lo, hi):
     result = np.empty(N_SERVE_RESULTS)
     scratch = np.empty((3, 4))
-    row = np.empty(base.shape[0])
+    row = base.copy()
     axes = shape.shape[0]
+    index = np.empty(axes, dtype=np.int64)
+    rest = lo
+    for a in range(axes - 1, -1, -1):          # the first row's grid index; later rows count up (odometer)
+        index[a] = rest % shape[a]
+        rest //= shape[a]
+    changed = 0                                # axes >= changed were set for this row
     for r in range(lo, hi):
-        for k in range(base.shape[0]):
-            row[k] = base[k]
-        rest = r
-        for a in range(axes - 1, -1, -1):
+        for a in range(changed, axes):
             size = shape[a]
-            i = rest % size
-            rest //= size
+            i = index[a]
             for j in range(col_start[a], col_start[a + 1]):
                 row[axis_cols[j]] = axis_vals[val_start[a] + (j - col_start[a]) * size + i]
         if derive[0]:
@@ -600,6 +604,13 @@ def _grid_rows(base, axis_cols, col_start, axis_vals, val_start, shape, derive, 
         if derive[1]:
             row[C_SEQ_LEN] = row[C_INPUT_LEN] + row[C_OUTPUT_LEN]
         _emit(row, result, scratch, status, out, r)
+        if axes == 0:
+            continue
+        changed = axes - 1
+        while changed > 0 and index[changed] + 1 == shape[changed]:
+            index[changed] = 0
+            changed -= 1
+        index[changed] += 1
 
 
 @njit(parallel=True)
