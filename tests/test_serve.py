@@ -287,3 +287,18 @@ def test_serving_pareto_frontier_figure(tmp_path):
     assert all("batch_size=" in label for label in labels)
     path = save(fig, tmp_path / "pareto.png")
     assert path.stat().st_size > 10_000
+
+
+def test_validate_serving_records_without_measurements_is_a_one_line_error(tmp_path):
+    from click.testing import CliRunner
+
+    from fastmodel.cli import main
+
+    record = json.loads(json.dumps(RECORD))
+    del record["measured"]
+    path = tmp_path / "serve.jsonl"
+    path.write_text(json.dumps(record) + "\n")
+    result = CliRunner().invoke(main, ["validate", str(path)])
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == ["error: no serving record carries measured output_tokens_per_s, "
+                                                  "ttft_s or tpot_s"]
