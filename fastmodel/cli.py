@@ -336,6 +336,10 @@ from fastmodel.cli_calibrate import calibrate as _calibrate  # noqa: E402
 
 _calibrate.callback = _friendly(_calibrate.callback)
 main.add_command(_calibrate)
+from fastmodel.cli_serve import serve as _serve  # noqa: E402
+
+_serve.callback = _friendly(_serve.callback)
+main.add_command(_serve)
 
 
 if __name__ == "__main__":  # pragma: no cover

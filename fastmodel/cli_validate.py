@@ -15,7 +15,8 @@ import click
               help="Apply a calibration overlay (.toml from `fastmodel calibrate`); default: physical values.")
 def validate(runs, output, plot_path, calibration):
     """Predict every run record of RUNS (JSONL, RUNS.md schema) and print the step-time error tables
-    beside the constant-MFU baselines at 0.40 and 0.50."""
+    beside the constant-MFU baselines at 0.40 and 0.50. Serving records (SERVE_RUNS.md) with measurements
+    get throughput, TTFT and TPOT error tables."""
     from pathlib import Path
 
     from fastmodel.errors import SpecError
@@ -25,6 +26,20 @@ def validate(runs, output, plot_path, calibration):
     for target in (output, plot_path):
         if target and Path(target).resolve() == Path(runs).resolve():
             raise SpecError(target, "", "is the input file; choose another output")
+    from fastmodel.serve_runs import file_has_serve_records
+
+    if file_has_serve_records(runs):      # serving records (SERVE_RUNS.md): fastmodel.serve_validate
+        from fastmodel.serve_runs import read_serve_records
+        from fastmodel.serve_validate import format_report as serve_report
+        from fastmodel.serve_validate import rows as serve_rows
+
+        if plot_path:
+            raise SpecError(plot_path, "", "--plot draws step times of run records, not serving records")
+        table = serve_rows(read_serve_records(runs))
+        click.echo(serve_report(table))
+        if output:
+            _write_rows(table, output)
+        return
     records = read_records(runs)
     if calibration:  # nothing fitted is applied unless asked for
         from fastmodel.calibrate import apply_calibration, read_calibration

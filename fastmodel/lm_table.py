@@ -16,6 +16,7 @@ from fastmodel.variables import (
     COLUMN_INDEX,
     COLUMNS,
     CP_ALGORITHMS,
+    LOAD_MODES,
     OPTIMIZER_CODES,
     PIPELINE_SCHEDULES,
     PRECISION_CODES,
@@ -25,7 +26,7 @@ from fastmodel.variables import (
 
 CODE_TABLES = {"sharding": SHARDING_CODES, "recompute": RECOMPUTE_CODES, "precision": PRECISION_CODES,
                "optimizer": OPTIMIZER_CODES, "pipeline_schedule": PIPELINE_SCHEDULES, "cp_algorithm": CP_ALGORITHMS,
-               "collective_algorithm": COLLECTIVE_ALGORITHMS}
+               "collective_algorithm": COLLECTIVE_ALGORITHMS, "load_mode": LOAD_MODES}
 
 
 def encode(name: str, value):

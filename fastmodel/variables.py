@@ -40,6 +40,7 @@ OPTIMIZER_CODES = {"adam": 0, "adamw": 0, "sgd": 1, "adafactor": 2}
 PIPELINE_SCHEDULES = {"1f1b": 0, "interleaved": 1, "gpipe": 2}
 CP_ALGORITHMS = {"ring": 0, "alltoall": 1}
 COLLECTIVE_ALGORITHMS = {"auto": 0, "ring": 1, "tree": 2}
+LOAD_MODES = {"batch": 0, "concurrency": 1, "max_throughput": 2}
 
 MODEL_COLUMNS = _cols(
     "model",
@@ -155,7 +156,27 @@ NETWORK_COLUMNS = _cols(
      0, 100, True),
 )
 
-COLUMNS: tuple[Column, ...] = MODEL_COLUMNS + PLAN_COLUMNS + DEVICE_COLUMNS + NETWORK_COLUMNS
+SERVE_COLUMNS = _cols(
+    "serve",
+    ("input_len", "tokens", 1024, "Prompt tokens per request.", 1, 1 << 24),
+    ("output_len", "tokens", 128, "Generated tokens per request (the first comes from the prefill).", 1, 1 << 24),
+    ("load_mode", "code", 0, "LOAD_MODES: 0 fixed batch (static), 1 concurrency (continuous batching), "
+     "2 max_throughput (as many requests as the KV cache holds).", 0, 2),
+    ("batch_size", "requests", 1, "Requests decoded together (load_mode 0) or in flight (load_mode 1).", 1, 1 << 24),
+    ("max_batch_size", "requests", 2048, "Most requests the engine schedules at once (max_num_seqs; caps "
+     "max_throughput).", 1, 1 << 24),
+    ("max_num_tokens", "tokens", 8192, "Token budget of one engine step (prefill chunk size).", 1, 1 << 24),
+    ("kv_cache_mem_fraction", "1", 0.9, "Share of the HBM left after weights, workspace and framework given "
+     "to the KV cache.", 0.01, 1),
+    ("weight_bytes", "bytes", 2, "Bytes per weight element (2 BF16/FP16, 1 FP8/INT8, 0.5 INT4 weight-only).",
+     0.25, 4),
+    ("kv_bytes", "bytes", 2, "Bytes per KV-cache element (2 BF16/FP16, 1 FP8).", 0.25, 4),
+    ("instances", "1", 1, "Serving instances in the cluster (each tp x pp devices).", 1, 1 << 24),
+    ("serve_step_overhead_s", "s", 0.0, "Host time per engine step not overlapped with the GPU (scheduler, "
+     "sampling).", 0, 1, True),
+)
+
+COLUMNS: tuple[Column, ...] = MODEL_COLUMNS + PLAN_COLUMNS + DEVICE_COLUMNS + NETWORK_COLUMNS + SERVE_COLUMNS
 COLUMN_INDEX: dict[str, int] = {c.name: i for i, c in enumerate(COLUMNS)}
 
 
@@ -227,6 +248,45 @@ STATUSES: tuple[Status, ...] = (
     Status("does_not_fit", "memory per device exceeds usable HBM"),
 )
 STATUS_CODES: dict[str, int] = {s.name: i for i, s in enumerate(STATUSES)}
+SERVE_RESULTS: tuple[Result, ...] = (
+    Result("ttft", "s", "min", "Time to first token: the prefill of the prompt (its request's share of the batch)."),
+    Result("tpot", "s", "min", "Time per output token of one request (mean inter-token latency)."),
+    Result("e2e_latency", "s", "min", "ttft + (output_len - 1) x tpot: one request from arrival to last token."),
+    Result("output_tokens_per_s", "tokens/s", "max", "Output tokens per second of one instance."),
+    Result("output_tokens_per_s_per_gpu", "tokens/s", "max", "output_tokens_per_s / (tp x pp)."),
+    Result("output_tokens_per_s_per_user", "tokens/s", "max", "1 / tpot."),
+    Result("cluster_output_tokens_per_s", "tokens/s", "max", "output_tokens_per_s x instances."),
+    Result("batch_size", "requests", "", "Requests in flight (the chosen one under max_throughput)."),
+    Result("kv_bytes_per_token", "bytes", "min", "KV-cache bytes of one token on one device (all its layers)."),
+    Result("kv_cache_memory", "bytes", "min", "KV cache of the batch at full length on one device."),
+    Result("kv_cache_capacity", "bytes", "", "KV-cache budget: kv_cache_mem_fraction x free HBM per device."),
+    Result("weight_memory", "bytes", "min", "Weights on the most loaded device."),
+    Result("activation_memory", "bytes", "min", "Activation workspace of one engine step (max_num_tokens)."),
+    Result("memory_per_device", "bytes", "min", "weights + KV cache + activations + framework constant."),
+    Result("fits_memory", "1", "max", "1 if memory_per_device <= usable HBM."),
+    Result("experts_touched", "1", "", "Routed experts read per MoE layer per decode step (0 for dense)."),
+    Result("prefill_gemm", "s", "min", "Prefill: GEMM time of one request's ttft."),
+    Result("prefill_attention", "s", "min", "Prefill: attention-kernel time."),
+    Result("prefill_memory_bound", "s", "min", "Prefill: norms, activations, rotary."),
+    Result("prefill_comm", "s", "min", "Prefill: TP/EP/PP communication."),
+    Result("decode_gemm", "s", "min", "Decode: GEMM time summed over a request's output tokens."),
+    Result("decode_attention", "s", "min", "Decode: attention (KV-cache reads) summed over output tokens."),
+    Result("decode_memory_bound", "s", "min", "Decode: norms, activations, rotary summed over output tokens."),
+    Result("decode_comm", "s", "min", "Decode: TP/EP/PP communication summed over output tokens."),
+    Result("decode_overhead", "s", "min", "Decode: host step overhead summed over output tokens."),
+)
+SERVE_RESULT_INDEX: dict[str, int] = {r.name: i for i, r in enumerate(SERVE_RESULTS)}
+
+#: status of a serving configuration (sweeps keep illegal points with these codes; results are NaN)
+SERVE_STATUS_NAMES = (
+    "ok",
+    "heads_not_divisible_by_tp",     # query heads (or KV heads > tp) do not split over tp
+    "layers_not_divisible_by_pp",
+    "ep_not_dividing",               # ep must divide tp and the routed experts
+    "no_fp8",                        # FP8 compute on a device without an FP8 peak
+    "no_kv_room",                    # max_throughput: not one request's KV cache fits
+)
+SERVE_STATUS = {name: code for code, name in enumerate(SERVE_STATUS_NAMES)}
 
 
 def column_defaults() -> list[float]:

@@ -23,7 +23,10 @@ from fastmodel.kernels.lm_layout import (
 @njit(inline="always")
 def tile_size(extent, largest):
     """The library's tile along one dimension: the largest tile, or the power of two >= the extent (>= 16)."""
-    return min(largest, 2.0 ** math.ceil(math.log2(max(extent, 16.0))))
+    tile = 16.0
+    while tile < extent and tile < largest:     # doubling: exact, and cheaper than log2/pow in sweeps
+        tile *= 2.0
+    return min(largest, tile)
 
 
 @njit(inline="always")

@@ -1,0 +1,88 @@
+"""Benchmark: serving-sweep throughput (configs/s) of ``fastmodel.serving.sweep``.
+
+One in-memory sweep (grid definition -> labeled Dataset) of Llama-3.1-70B serving:
+5 devices (A100-80GB, H100, H200, GH200, L40S) x 3 precisions (bf16, fp8, int4) x
+4 TP degrees (1, 2, 4, 8) x 68 batch sizes (1..32, then geometric to 2048) x 16 input lengths
+(128..20000) x 16 output lengths (128..20000) = 1,044,480 configs, in each of the
+three load modes (batch, concurrency, max_throughput). Prints compile time (first,
+small sweep), then per mode the best and median wall-clock configs/s of --repeats
+runs, the CPU time per config (summed over threads: what an idle machine's cores would each
+deliver), the share of points with status ok, and that a sampled grid point equals the
+single-config ``fastmodel.serving.evaluate`` exactly. Writes bench/results/bench_serve.json.
+
+    python bench/bench_serve.py [--repeats 3] [--modes batch,concurrency,max_throughput]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+AXES = {
+    "device": ["A100-80GB", "H100", "H200", "GH200", "L40S"],
+    "precision": ["bf16", "fp8", "int4"],
+    "tp": [1, 2, 4, 8],
+    "batch_size": list(range(1, 33)) + np.geomspace(36, 2048, 36).round().astype(int).tolist(),
+    "input_len": np.geomspace(128, 20000, 16).round().tolist(),
+    "output_len": np.geomspace(128, 20000, 16).round().tolist(),
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--modes", default="batch,concurrency,max_throughput")
+    args = parser.parse_args()
+    from fastmodel.serving import evaluate, sweep
+
+    axes = AXES
+    size = int(np.prod([len(v) for v in axes.values()]))
+    start = time.perf_counter()
+    sweep("llama3.1-70b", device=["H100"], precision=["bf16"], tp=[1, 2], batch_size=[1, 2], input_len=[128],
+          output_len=[128])
+    compile_s = time.perf_counter() - start
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"compile + first small sweep: {compile_s:.1f} s   cores: {os.cpu_count()}   load average (1 min): "
+          f"{load:.1f}")
+    print(f"grid: {' x '.join(str(len(v)) for v in axes.values())} = {size:,} configs "
+          f"({', '.join(axes)})")
+    results = {"configs": size, "compile_s": compile_s, "modes": {}}
+    for mode in args.modes.split(","):
+        times = []
+        cpu = []
+        for _ in range(args.repeats):
+            start, start_cpu = time.perf_counter(), time.process_time()
+            ds = sweep("llama3.1-70b", load_mode=mode, **axes)
+            times.append(time.perf_counter() - start)
+            cpu.append(time.process_time() - start_cpu)
+        ok = float((ds.status.values == 0).mean())
+        point = dict(device="H200", precision="fp8", tp=4, batch_size=axes["batch_size"][40],
+                     input_len=axes["input_len"][5], output_len=axes["output_len"][9])
+        load = {"batch": {"batch_size": point["batch_size"]}, "concurrency": {"concurrency": point["batch_size"]},
+                "max_throughput": {"max_throughput": True}}[mode]
+        single = evaluate("llama3.1-70b", point["device"], precision="fp8", tp=4, input_len=point["input_len"],
+                          output_len=point["output_len"], **load)
+        swept = ds.sel(**point)
+        same = all(float(swept[k]) == single[k] for k in ("ttft", "tpot", "output_tokens_per_s"))
+        best, median = size / min(times), size / float(np.median(times))
+        per_cpu = size / min(cpu)
+        print(f"{mode:15s} best {best:,.0f} configs/s   median {median:,.0f} configs/s   "
+              f"({min(times):.2f} s best of {len(times)})   {per_cpu:,.0f} configs per CPU-second (all threads)   "
+              f"ok {100 * ok:.1f}%   sampled point == evaluate: {same}")
+        results["modes"][mode] = {"best_configs_per_s": best, "median_configs_per_s": median,
+                                  "configs_per_cpu_s": per_cpu, "times_s": times, "cpu_s": cpu, "ok_share": ok,
+                                  "sample_equal": same}
+    out = Path(__file__).parent / "results" / "bench_serve.json"
+    out.parent.mkdir(exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(results, indent=1))
+    os.replace(tmp, out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,98 @@
+"""``fastmodel serve``: one serving configuration, or every record of a serving-record file, with its
+latency, throughput, memory and prefill/decode breakdown (see fastmodel.serving)."""
+
+from __future__ import annotations
+
+import math
+
+import click
+
+from fastmodel.serving import KV_PRECISIONS, PRECISIONS
+
+TIME_KEYS = ("ttft", "tpot", "e2e_latency")
+RATE_KEYS = ("output_tokens_per_s", "output_tokens_per_s_per_gpu", "output_tokens_per_s_per_user")
+MEMORY_KEYS = ("weight_memory", "kv_cache_memory", "activation_memory", "memory_per_device", "kv_cache_capacity")
+BREAKDOWN = ("gemm", "attention", "memory_bound", "comm")
+
+
+@click.command("serve")
+@click.argument("records", required=False, type=click.Path(dir_okay=False))
+@click.option("--model", "-m", help="Built-in serving model (llama3.1-8b/70b/405b, mistral-7b, mixtral-8x7b).")
+@click.option("--device", "-d", default="H100", show_default=True, help="Built-in device (specs/devices).")
+@click.option("--tp", default=1, show_default=True, type=click.IntRange(min=1))
+@click.option("--pp", default=1, show_default=True, type=click.IntRange(min=1))
+@click.option("--ep", default=1, show_default=True, type=click.IntRange(min=1))
+@click.option("--precision", default="bf16", show_default=True, type=click.Choice(list(PRECISIONS)))
+@click.option("--kv-precision", type=click.Choice(list(KV_PRECISIONS)), help="Default: fp8 with fp8 weights, else bf16.")
+@click.option("--input-len", default=1024, show_default=True, type=click.IntRange(min=1))
+@click.option("--output-len", default=128, show_default=True, type=click.IntRange(min=1))
+@click.option("--batch-size", type=click.IntRange(min=1), help="Static batch of N requests.")
+@click.option("--concurrency", type=click.IntRange(min=1), help="N requests in flight (continuous batching).")
+@click.option("--max-throughput", is_flag=True, help="As many requests as the KV cache holds.")
+@click.option("--kv-cache-mem-fraction", default=0.9, show_default=True, type=click.FloatRange(0.01, 1.0))
+@click.option("--instances", default=1, show_default=True, type=click.IntRange(min=1))
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object per configuration.")
+def serve(records, model, device, tp, pp, ep, precision, kv_precision, input_len, output_len, batch_size,
+          concurrency, max_throughput, kv_cache_mem_fraction, instances, as_json):
+    """Predict LLM serving: TTFT, TPOT, throughput, KV cache and memory, prefill/decode breakdown.
+
+    Give RECORDS (JSONL, SERVE_RUNS.md schema) or --model with one load mode."""
+    import json
+
+    from fastmodel.errors import FastmodelError
+    from fastmodel.serving import columns, evaluate_table
+    from fastmodel.variables import SERVE_RESULTS, SERVE_STATUS_NAMES
+
+    if records and model:
+        raise FastmodelError("give RECORDS or --model, not both")
+    if records:
+        from fastmodel.serve_runs import read_serve_records
+
+        found = read_serve_records(records)
+        labels = [r.id or f"record {i + 1}" for i, r in enumerate(found)]
+        import numpy as np
+
+        params = np.stack([r.columns for r in found], axis=1)
+    elif model:
+        if batch_size is None and concurrency is None and not max_throughput:
+            batch_size = 1
+        params = columns(model, device, precision=precision, kv_precision=kv_precision, batch_size=batch_size,
+                         concurrency=concurrency, max_throughput=max_throughput, tp=tp, pp=pp, ep=ep,
+                         input_len=input_len, output_len=output_len, kv_cache_mem_fraction=kv_cache_mem_fraction,
+                         instances=instances)[:, None]
+        labels = [f"{model} on {tp * pp}x {device}"]
+    else:
+        raise FastmodelError("give a serving-record file or --model (see fastmodel serve --help)")
+    out, status = evaluate_table(params)
+    for i, label in enumerate(labels):
+        result = {r.name: float(out[k, i]) for k, r in enumerate(SERVE_RESULTS)}
+        state = SERVE_STATUS_NAMES[int(status[i])]
+        if as_json:
+            click.echo(json.dumps({"id": label, "status": state,
+                                   **{k: (v if math.isfinite(v) else None) for k, v in result.items()}}))
+        else:
+            click.echo(render(label, state, result))
+
+
+def render(label: str, status: str, r: dict) -> str:
+    """A serving report a person reads in ten seconds."""
+    if status != "ok":
+        return f"{label}: not evaluated ({status})"
+    lines = [f"{label}: batch {r['batch_size']:g} requests, {'fits' if r['fits_memory'] else 'does NOT fit'} "
+             f"in memory"]
+    lines.append(f"  ttft {1e3 * r['ttft']:,.2f} ms   tpot {1e3 * r['tpot']:,.3f} ms   "
+                 f"e2e {r['e2e_latency']:,.3f} s")
+    lines.append(f"  output tokens/s {r['output_tokens_per_s']:,.1f} per instance, "
+                 f"{r['output_tokens_per_s_per_gpu']:,.1f} per GPU, {r['output_tokens_per_s_per_user']:,.1f} per user")
+    lines.append("  memory per device: " + ", ".join(
+        f"{k.replace('_memory', '').replace('memory_per_device', 'total')} {r[k] / 2**30:,.2f} GiB"
+        for k in MEMORY_KEYS[:4]) + f"  (KV budget {r['kv_cache_capacity'] / 2**30:,.2f} GiB, "
+        f"{r['kv_bytes_per_token'] / 1024:,.1f} KiB/token)")
+    for phase, total in (("prefill", r["ttft"]), ("decode", r["e2e_latency"] - r["ttft"])):
+        parts = [(k, r[f"{phase}_{k}"]) for k in BREAKDOWN]
+        text = ", ".join(f"{k} {1e3 * v:,.2f} ms ({100 * v / total:.0f}%)" if total > 0 else f"{k} 0"
+                         for k, v in parts)
+        lines.append(f"  {phase}: {text}")
+    if r["experts_touched"] > 0:
+        lines.append(f"  experts read per MoE layer per decode step: {r['experts_touched']:.2f}")
+    return "\n".join(lines)

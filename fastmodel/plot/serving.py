@@ -1,0 +1,84 @@
+"""The throughput-latency frontier of LLM serving: tokens/s per GPU against tokens/s per user.
+
+The standard figure of serving papers: for every curve (a device, a plan, a
+precision: any dimension of a serving sweep), the Pareto frontier over every
+other swept dimension (batch size or concurrency, TP, lengths ...) of
+``output_tokens_per_s_per_gpu`` (y, higher is better) against
+``output_tokens_per_s_per_user`` = 1 / tpot (x, higher is better). Points that do
+not fit in memory or are illegal (``status`` != 0) are left out.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fastmodel.plot import data as D
+from fastmodel.plot import style as S
+from fastmodel.plot.pareto import pareto_mask
+
+X = "output_tokens_per_s_per_user"
+Y = "output_tokens_per_s_per_gpu"
+#: Okabe-Ito colours, one per curve
+COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000")
+MARKERS = "os^vD<>p"
+AXIS_NAMES = {X: "output tokens/s per user", Y: "output tokens/s per GPU"}
+
+
+def serving_frontiers(ds, curve: str = "device", x: str = X, y: str = Y, sel=None) -> dict:
+    """``{curve value: (x, y, labels)}``: each curve's frontier points sorted by x, labelled with the
+    swept values (e.g. ``batch_size=64``) of the other dimensions that vary along it."""
+    ds = D.select(ds, sel)
+    D.check_dim(list(ds.dims), curve, "curve dimension")
+    ok = ds["status"] == 0
+    if "fits_memory" in ds:
+        ok = ok & (ds["fits_memory"] > 0)
+    out = {}
+    for value in ds[curve].values:
+        part = ds.sel({curve: value})
+        keep = ok.sel({curve: value})
+        xs = part[x].where(keep)
+        ys = part[y].where(keep)
+        dims = xs.dims
+        xv = np.asarray(xs.values, dtype=float).ravel()
+        yv = np.asarray(ys.transpose(*dims).values, dtype=float).ravel()
+        mask = pareto_mask(xv, yv, "max", "max")
+        if not mask.any():
+            continue
+        index = np.flatnonzero(mask)
+        order = index[np.argsort(xv[index])]
+        grids = np.unravel_index(order, xs.shape)
+        varying = [d for d in dims if part.sizes[d] > 1]
+        labels = [", ".join(f"{d}={S.fmt_coord(part[d].values[g[k]])}" for d, g in zip(dims, grids)
+                            if d in varying) for k in range(order.size)]
+        out[value.item() if hasattr(value, "item") else value] = (xv[order], yv[order], labels)
+    if not out:
+        raise D.PlotError(f"no point of the sweep is legal and fits in memory (status 0) for a {curve} frontier")
+    return out
+
+
+def serving_pareto(ds, curve: str = "device", x: str = X, y: str = Y, sel=None, label_points: bool = True,
+                   size="single", height: float | None = None, title: str | None = None, ax=None):
+    """One frontier per value of ``curve``: tokens/s per GPU (y) against tokens/s per user (x), log-log,
+    frontier points labelled with the batch (or whichever dimensions vary along the curve).
+    Returns ``(fig, ax)``; the frontiers are ``ax.frontiers``."""
+    frontiers = serving_frontiers(ds, curve, x, y, sel)
+    with S.paper_rc():
+        fig, ax = S.new_axes(size, height, ax)
+        for i, (value, (xv, yv, labels)) in enumerate(frontiers.items()):
+            colour = COLOURS[i % len(COLOURS)]
+            ax.plot(xv, yv, color=colour, marker=MARKERS[i % len(MARKERS)], markersize=3, linewidth=1.0,
+                    label=S.fmt_coord(value), gid=f"frontier-{value}")
+            if label_points:
+                step = max(1, len(labels) // 6)
+                for k in range(0, len(labels), step):
+                    ax.annotate(labels[k].replace("batch_size=", "b="), (xv[k], yv[k]), xytext=(2, 2),
+                                textcoords="offset points", fontsize=5, color=colour)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel(f"{AXIS_NAMES.get(x, x.replace('_', ' '))} (higher is better)")
+        ax.set_ylabel(f"{AXIS_NAMES.get(y, y.replace('_', ' '))} (higher is better)")
+        ax.legend(title=curve, loc="best")
+        if title is not None:
+            ax.set_title(title)
+    ax.frontiers = frontiers
+    return fig, ax
