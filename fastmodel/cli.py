@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sys
 
 import click
@@ -118,15 +119,16 @@ def run(model, system, task, num_nodes, plan, semantics, as_json):
 @click.argument("cases", type=click.Path(dir_okay=False, allow_dash=True))
 @click.option("--output", "-o", default="-", show_default=True, type=click.Path(dir_okay=False, allow_dash=True),
               help="Output JSONL ('-' for stdout); written atomically.")
+@click.option("--force", is_flag=True, help="Replace an existing output file (never the input).")
 @semantics_option
 @_friendly
-def batch(cases, output, semantics):
+def batch(cases, output, force, semantics):
     """Evaluate every case of a JSONL file; one result line per input line."""
     from fastmodel.atomic import atomic_write
-    from fastmodel.batch import run_batch, write_records
+    from fastmodel.batch import decode_lines, run_batch, write_records
+    from fastmodel.outputs import check_output
 
-    from fastmodel.batch import decode_lines
-
+    check_output(output, "text", inputs=(cases,), force=force)
     source = sys.stdin.buffer if cases == "-" else _open_input(cases)
     with source:
         records = run_batch(decode_lines(source), semantics)
@@ -150,55 +152,59 @@ def _open_input(path: str):
 @click.option("--output", "-o", required=True, type=click.Path(),
               help="Result: a .zarr store (streamed, resumable) or a .nc file (in memory, written atomically).")
 @click.option("--resume", is_flag=True, help="Complete an interrupted .zarr store of the same sweep.")
-@click.option("--force", is_flag=True, help="Overwrite an existing output.")
+@click.option("--force", is_flag=True, help="Replace an existing output of the same kind (a sweep store or .nc file).")
 @click.option("--workers", type=click.IntRange(min=1), help="Run units on a local Dask cluster of N worker processes.")
 @click.option("--scheduler", help="Run units on an existing Dask cluster (tcp://host:port).")
 @click.option("--unit-configs", type=click.IntRange(min=1), help="Configurations per unit of work (and zarr chunk).")
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a terminal only).")
+@click.option("--yes", "confirm_large", is_flag=True,
+              help="Run a sweep estimated as very large (over 10^10 configurations, or more disk than is free).")
 @_friendly
-def sweep_command(sweep_file, output, resume, force, workers, scheduler, unit_configs, progress):
+def sweep_command(sweep_file, output, resume, force, workers, scheduler, unit_configs, progress, confirm_large):
     """Evaluate a sweep file (TOML) into a labeled dataset."""
-    import shutil
     from pathlib import Path
 
     from fastmodel.errors import SweepError
-    from fastmodel.sweep import Progress, run_in_memory, run_to_store
+    from fastmodel.outputs import is_kind
+    from fastmodel.store import is_sweep_store
+    from fastmodel.sweep import Progress, check_size, run_in_memory, run_to_store
     from fastmodel.sweep_file import load_sweep_file
 
     out = Path(output)
+    is_zarr = out.suffix == ".zarr"
+    if not is_zarr and out.suffix != ".nc":
+        raise SweepError(f"{output}: the output must end in .zarr or .nc")
+    if resume and not is_zarr:
+        raise SweepError("--resume needs a .zarr store (a .nc file is written whole at the end)")
+    if resume and force:
+        raise SweepError("give --resume (complete the store) or --force (replace it), not both")
+    if (workers or scheduler) and not is_zarr:
+        raise SweepError("a distributed sweep writes a .zarr store: use -o out.zarr")
+    if os.path.lexists(out) and not resume:
+        ours = is_sweep_store(out) if is_zarr else (out.is_file() and is_kind(out, "netcdf"))
+        if not ours:
+            raise SweepError(f"{output} exists and is not a {'fastmodel sweep store' if is_zarr else 'netCDF file'}; "
+                             "refusing to replace it (even with --force): choose another output")
+        if not force:
+            hint = "pass --resume to complete it or --force to replace it" if is_zarr else "pass --force to replace it"
+            raise SweepError(f"{output} exists; {hint}")
     if resume and unit_configs is None and out.is_dir():
         from fastmodel.sweep import stored_unit_configs
 
         unit_configs = stored_unit_configs(output)
     sweep = load_sweep_file(sweep_file, unit_configs)
-    is_zarr = out.suffix == ".zarr"
-    if not is_zarr and out.suffix != ".nc":
-        raise SweepError(f"{output}: the output must end in .zarr or .nc")
-    if resume and not is_zarr:
-        raise SweepError("--resume needs a .zarr store")
-    if (workers or scheduler) and not is_zarr:
-        raise SweepError("a distributed sweep writes a .zarr store: use -o out.zarr")
-    if out.exists() and not resume:
-        if not force:
-            raise SweepError(f"{output} exists; pass --resume to complete it or --force to overwrite it")
-        if is_zarr:  # a .nc file is replaced atomically at the end instead
-            shutil.rmtree(out) if out.is_dir() else out.unlink()
+    click.echo(f"{sweep.num_configs:,} configurations in {sweep.num_units:,} units -> {output} "
+               f"({check_size(sweep, output, is_zarr, confirm_large)})", err=True)
     bar = Progress(sweep.num_configs, enabled=progress)
-    click.echo(f"{sweep.num_configs:,} configurations in {sweep.num_units:,} units -> {output}", err=True)
     try:
         if is_zarr:
             client = cluster = None
             if workers or scheduler:
-                from distributed import Client, LocalCluster
+                from fastmodel.sweep import connect
 
-                if scheduler:
-                    client = Client(scheduler)
-                else:
-                    cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                           dashboard_address=None)
-                    client = Client(cluster)
+                client, cluster = connect(scheduler, workers)
             try:
-                ds = run_to_store(sweep, output, resume, bar, client)
+                ds = run_to_store(sweep, output, resume, bar, client, overwrite=force)
             except KeyboardInterrupt:
                 bar.close()
                 click.echo(f"interrupted: {output} holds every finished unit; rerun with --resume to complete it",
@@ -233,12 +239,16 @@ def _write_netcdf(ds, path):
               help="Filter (repeatable): fits_memory, status=ok, num_nodes=256, throughput>100, plan=tp,ddp/mp.")
 @click.option("--ascending", is_flag=True, help="Smallest first (e.g. --by iteration_time).")
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False), help="Also write the table as CSV (atomically).")
+@click.option("--force", is_flag=True, help="Replace an existing CSV file.")
 @_friendly
-def best_command(result, by, top, where, ascending, csv_path):
+def best_command(result, by, top, where, ascending, csv_path, force):
     """Top-k configurations of a sweep result by any variable."""
     from fastmodel.atomic import atomic_write
     from fastmodel.best import best, open_result
+    from fastmodel.outputs import check_output
 
+    if csv_path:
+        check_output(csv_path, "text", inputs=(result,), force=force, what="CSV")
     table = best(open_result(result), by, top, list(where), ascending)
     click.echo(table.to_string(index=False))
     if csv_path:

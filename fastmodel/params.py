@@ -33,6 +33,9 @@ STATUS_NAMES = (
     "illegal_plan",           # strategies break a rule on every cluster
     "tp_odd_layers",          # DLRM MLP tensor parallelism with an odd layer count
     "devices_not_divisible",  # num_devices axis not a multiple of the system's devices per node
+    "not_computed",           # zarr store: the point's unit of work has not been written (yet)
+    "pp_gt_layers",           # default semantics: pipeline degree above the model's layer count
+    "tp_gt_heads",            # default semantics: tensor-parallel degree above the model's head count
 )
 STATUS = {name: code for code, name in enumerate(STATUS_NAMES)}
 
@@ -210,3 +213,8 @@ def param_table(model: ModelSpec, system: SystemSpec, task: TaskSpec, plan: Plan
             else:
                 status = _flag(status, local * dup != global_batch, "global_batch_mismatch")
     return table, np.broadcast_to(status, shape).reshape(n).astype(np.int8)
+
+from fastmodel.kernels.layout import STATUS_DOES_NOT_FIT, STATUS_NOT_COMPUTED, STATUS_OK  # noqa: E402
+
+assert (STATUS["ok"], STATUS["does_not_fit"], STATUS["not_computed"]) == (
+    STATUS_OK, STATUS_DOES_NOT_FIT, STATUS_NOT_COMPUTED), "status codes of params.py and kernels/layout.py differ"
