@@ -166,7 +166,7 @@ def sweep_command(sweep_file, output, resume, force, workers, scheduler, unit_co
 
     from fastmodel.errors import SweepError
     from fastmodel.outputs import is_kind
-    from fastmodel.store import is_sweep_store
+    from fastmodel.store import is_sweep_store, lock_owner
     from fastmodel.sweep import Progress, check_size, run_in_memory, run_to_store
     from fastmodel.sweep_file import load_sweep_file
 
@@ -180,6 +180,9 @@ def sweep_command(sweep_file, output, resume, force, workers, scheduler, unit_co
         raise SweepError("give --resume (complete the store) or --force (replace it), not both")
     if (workers or scheduler) and not is_zarr:
         raise SweepError("a distributed sweep writes a .zarr store: use -o out.zarr")
+    owner = lock_owner(out) if is_zarr else None
+    if owner:
+        raise SweepError(f"{output} is being written by {owner}; wait for it to finish, or stop it")
     if os.path.lexists(out) and not resume:
         ours = is_sweep_store(out) if is_zarr else (out.is_file() and is_kind(out, "netcdf"))
         if not ours:
@@ -188,6 +191,11 @@ def sweep_command(sweep_file, output, resume, force, workers, scheduler, unit_co
         if not force:
             hint = "pass --resume to complete it or --force to replace it" if is_zarr else "pass --force to replace it"
             raise SweepError(f"{output} exists; {hint}")
+    if resume and not os.path.lexists(out):
+        raise SweepError(f"{output}: nothing to resume (no such store); run without --resume to create it")
+    if resume and not is_sweep_store(out):
+        raise SweepError(f"{output} is not a fastmodel sweep store, so there is nothing to resume; choose another "
+                         "output (fastmodel never deletes it, even with --force)")
     if resume and unit_configs is None and out.is_dir():
         from fastmodel.sweep import stored_unit_configs
 

@@ -1,0 +1,249 @@
+"""Regression tests of issue 15: no lost data, no silent wrong answers, no tracebacks."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import xarray as xr
+from click.testing import CliRunner
+
+from fastmodel.best import best, open_result, where_mask
+from fastmodel.cli import main
+from fastmodel.errors import FastmodelError, SweepError
+from fastmodel.params import STATUS
+from fastmodel.store import writer_lock
+from fastmodel.sweep import Sweep, create_store, run_in_memory, run_to_store, write_units
+from fastmodel.sweep_axes import MAX_AXIS_VALUES, axis_values
+
+AXES = {"num_nodes": [2, 4], "flops_util": {"start": 0.4, "stop": 0.8, "num": 9}, "plan": ["fsdp/ddp", "tp,ddp/mp"]}
+SWEEP_TOML = ('model = "llama-7b"\nsystem = "dc-a"\ntask = "llm-pretrain"\n'
+              '[axes]\nnum_nodes = [2, 4]\nflops_util = { start = 0.4, stop = 0.8, num = 9 }\n'
+              'plan = ["fsdp/ddp", "tp,ddp/mp"]\n')
+
+
+def cli(*args, **kw):
+    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False, **kw)
+
+
+def one_line_error(result, text):
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("error: ") and result.output.count("\n") == 1, result.output
+    assert text in result.output, result.output
+
+
+@pytest.fixture
+def sweep_file(tmp_path):
+    path = tmp_path / "s.toml"
+    path.write_text(SWEEP_TOML)
+    return path
+
+
+# --- item 2: decimal range coordinates, tolerant equality ------------------------------------------------
+
+def test_range_coordinates_are_the_decimals_written():
+    values = axis_values("system.device.flops_util", {"start": 0.4, "stop": 0.8, "num": 9})
+    assert values.tolist() == [0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8]
+    assert axis_values("system.device.flops_util", {"start": 0.1, "stop": 0.3, "step": 0.1}).tolist() == [0.1, 0.2, 0.3]
+    logs = axis_values("system.network.port_bandwidth_bytes_per_s", {"start": 1e9, "stop": 1e12, "num": 4, "scale": "log"})
+    assert logs.tolist() == [1e9, 1e10, 1e11, 1e12]
+
+
+def test_best_where_equality_matches_a_range_value():
+    ds = run_in_memory(Sweep("llama-7b", "dc-a", "llm-pretrain", AXES))
+    table = best(ds, "throughput", top=50, where=["flops_util=0.6"])
+    assert len(table) and set(table.flops_util) == {0.6}
+    # a coordinate computed the old way (0.6000000000000001) still matches, as plot --sel does
+    da = xr.Dataset({"x": ("u", [1.0, 2.0])}, coords={"u": [0.4 + 0.2 * 1.0000000000000002, 0.7]})
+    assert da.u.values[0] != 0.6
+    assert where_mask(da, ["u=0.6"]).values.tolist() == [True, False]
+    assert where_mask(da, ["u!=0.6"]).values.tolist() == [False, True]
+    assert where_mask(da, ["u<=0.6"]).values.tolist() == [True, False]
+    assert where_mask(da, ["u>0.6"]).values.tolist() == [False, True]
+
+
+# --- item 3: incomplete stores -------------------------------------------------------------------------------
+
+def test_incomplete_store_is_marked_and_refused(tmp_path):
+    definition = Sweep("llama-7b", "dc-a", "llm-pretrain", AXES, unit_configs=4)
+    path = str(tmp_path / "s.zarr")
+    create_store(definition, path)
+    units = list(definition.units())
+    write_units(definition, path, units[:2])
+    raw = xr.open_zarr(path)
+    status = raw.status.values
+    assert (status == STATUS["not_computed"]).sum() == sum(u.size for u in units[2:])
+    assert not (status[status != STATUS["not_computed"]] == STATUS["not_computed"]).any()
+    with pytest.raises(FastmodelError, match=f"{len(units) - 2:,} of {len(units):,} units .* not computed"):
+        open_result(path)
+    one_line_error(cli("best", path, "--by", "throughput"), "not computed")
+    one_line_error(cli("plot", "heatmap", path, "--x", "num_nodes", "--y", "plan", "--sel", "flops_util=0.6",
+                       "-o", tmp_path / "f.png"), "not computed")
+    run_to_store(definition, path, resume=True)
+    assert len(best(open_result(path), "throughput", top=3)) == 3
+
+
+def test_store_being_written_names_its_writer(tmp_path):
+    definition = Sweep("llama-7b", "dc-a", "llm-pretrain", AXES, unit_configs=4)
+    path = str(tmp_path / "s.zarr")
+    create_store(definition, path)
+    with writer_lock(path):
+        with pytest.raises(SweepError, match=f"being written by pid {os.getpid()}"):
+            run_to_store(definition, path, resume=True)
+        code = f"from fastmodel.best import open_result; open_result({path!r})"
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        assert f"still being written by pid {os.getpid()}" in done.stderr
+    run_to_store(definition, path, resume=True)  # the lock is free again
+    assert not os.path.exists(path + ".lock")
+
+
+# --- item 4: outputs never destroy data -------------------------------------------------------------------
+
+def test_sweep_force_never_deletes_what_is_not_a_sweep_store(tmp_path, sweep_file):
+    precious = tmp_path / "data.zarr"
+    precious.mkdir()
+    (precious / "thesis.tex").write_text("years of work")
+    one_line_error(cli("sweep", sweep_file, "-o", precious, "--force"), "not a fastmodel sweep store")
+    assert (precious / "thesis.tex").read_text() == "years of work"
+    one_line_error(cli("sweep", sweep_file, "-o", precious, "--resume"), "not a fastmodel sweep store")
+    notnc = tmp_path / "notes.nc"
+    notnc.write_text("my notes")
+    one_line_error(cli("sweep", sweep_file, "-o", notnc, "--force"), "not a netCDF file")
+    assert notnc.read_text() == "my notes"
+    store = tmp_path / "r.zarr"
+    assert cli("sweep", sweep_file, "-o", store).exit_code == 0
+    assert cli("sweep", sweep_file, "-o", store, "--force").exit_code == 0  # our own store: replaced
+
+
+def test_best_csv_never_replaces_a_dataset_or_its_input(tmp_path, sweep_file):
+    result = tmp_path / "plans.nc"
+    assert cli("sweep", sweep_file, "-o", result).exit_code == 0
+    before = result.read_bytes()
+    one_line_error(cli("best", result, "--by", "throughput", "--csv", result), "also an input")
+    other = tmp_path / "other.nc"
+    other.write_bytes(before)
+    one_line_error(cli("best", result, "--by", "throughput", "--csv", other, "--force"), "not a text file")
+    assert result.read_bytes() == before and other.read_bytes() == before
+    csv = tmp_path / "t.csv"
+    assert cli("best", result, "--by", "throughput", "--csv", csv).exit_code == 0
+    one_line_error(cli("best", result, "--by", "throughput", "--csv", csv), "pass --force")
+    assert cli("best", result, "--by", "throughput", "--csv", csv, "--force").exit_code == 0
+
+
+def test_batch_never_replaces_its_input(tmp_path):
+    cases = tmp_path / "c.jsonl"
+    text = json.dumps({"model": "llama-7b", "system": "dc-a", "task": "llm-pretrain-fsdp"}) + "\n"
+    cases.write_text(text)
+    one_line_error(cli("batch", cases, "-o", cases), "also an input")
+    one_line_error(cli("batch", cases, "-o", cases, "--force"), "also an input")
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(cases)
+    one_line_error(cli("batch", cases, "-o", link, "--force"), "also an input")
+    assert cases.read_text() == text
+    out = tmp_path / "o.jsonl"
+    out.write_text("old results\n")
+    one_line_error(cli("batch", cases, "-o", out), "pass --force")
+    assert cli("batch", cases, "-o", out, "--force").exit_code == 0
+
+
+def test_figure_never_replaces_a_file_of_another_kind(tmp_path, sweep_file):
+    result = tmp_path / "r.nc"
+    assert cli("sweep", sweep_file, "-o", result).exit_code == 0
+    fake = tmp_path / "fig.png"
+    fake.write_text("not a picture")
+    args = ["plot", "heatmap", result, "--x", "num_nodes", "--y", "plan", "--sel", "flops_util=0.6", "--dpi", "30"]
+    one_line_error(cli(*args, "-o", fake), "not a png file")
+    assert fake.read_text() == "not a picture"
+    good = tmp_path / "good.png"
+    assert cli(*args, "-o", good).exit_code == 0
+    assert cli(*args, "-o", good).exit_code == 0  # a figure replaces the previous figure (documented)
+
+
+# --- item 5: atomic creation and the writer lock -------------------------------------------------------------
+
+def test_interrupted_creation_leaves_no_store(tmp_path, monkeypatch):
+    definition = Sweep("llama-7b", "dc-a", "llm-pretrain", AXES, unit_configs=4)
+    path = tmp_path / "s.zarr"
+    import zarr
+
+    real = zarr.open_group
+
+    def interrupted(*args, **kwargs):  # Ctrl-C after the metadata is written, before the status fill
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(zarr, "open_group", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_to_store(definition, str(path))
+    monkeypatch.setattr(zarr, "open_group", real)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no store, no temporary, no lock
+    with pytest.raises(SweepError, match="nothing to resume"):
+        run_to_store(definition, str(path), resume=True)
+    ds = run_to_store(definition, str(path))
+    assert bool(ds.unit_done.all())
+
+
+def test_second_writer_is_refused_with_the_owner(tmp_path, sweep_file):
+    path = tmp_path / "s.zarr"
+    with writer_lock(path):
+        result = cli("sweep", sweep_file, "-o", path)
+        one_line_error(result, "is being written by pid")
+        assert not path.exists()
+
+
+# --- item 6: relative store paths on Dask workers with another working directory ----------------------------
+
+def test_relative_store_path_with_workers_elsewhere(tmp_path, monkeypatch):
+    distributed = pytest.importorskip("distributed")
+    definition = Sweep("llama-7b", "dc-a", "llm-pretrain", AXES, unit_configs=6)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(tmp_path)
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client:
+        client.run(os.chdir, str(elsewhere))
+        ds = run_to_store(definition, "rel.zarr", client=client)
+        xr.testing.assert_identical(ds.throughput.load().drop_attrs(),
+                                    run_in_memory(definition).throughput.drop_attrs())
+        assert not (elsewhere / "rel.zarr").exists()
+
+        class Blind:  # a cluster whose workers do not mount the store's filesystem
+            def run(self, func, *args):
+                return {"tcp://10.0.0.9:1234": False}
+
+        with pytest.raises(SweepError, match="1 of 1 Dask workers cannot see the store"):
+            run_to_store(definition, "blind.zarr", client=Blind())
+
+
+# --- item 7: size guards before anything is materialized -----------------------------------------------------
+
+@pytest.mark.parametrize("spec, message", [
+    ({"start": 0.1, "stop": 1.0, "num": 10**14}, "100,000,000,000,000 values"),
+    ({"start": 0.1, "stop": 1.0, "step": 1e-15}, "values; an axis may have at most"),
+    ({"start": 0.1, "stop": 1.0, "num": 3, "step": 0.1}, "either 'num' or 'step'"),
+    ({"start": 0.1, "stop": 1.0, "num": 2.5}, "positive integer"),
+    ({"start": 0.1, "stop": float("inf"), "num": 2}, "finite"),
+])
+def test_range_sizes_are_checked_first(spec, message):
+    with pytest.raises(SweepError, match=message):
+        axis_values("system.device.flops_util", spec)
+    assert MAX_AXIS_VALUES >= 100_000
+
+
+def test_huge_sweep_prints_an_estimate_and_needs_confirmation(tmp_path):
+    path = tmp_path / "big.toml"
+    path.write_text('model = "llama-7b"\nsystem = "dc-a"\ntask = "llm-pretrain-fsdp"\n[axes]\n'
+                    'flops_util = { start = 0.01, stop = 1.0, num = 3000 }\n'
+                    'hbm_bandwidth_util = { start = 0.01, stop = 1.0, num = 3000 }\n'
+                    'link_util = { start = 0.01, stop = 1.0, num = 3000 }\n')
+    result = cli("sweep", path, "-o", tmp_path / "big.zarr")
+    one_line_error(result, "27,000,000,000 configurations")
+    assert "pass --yes" in result.output and "TB" in result.output
+    assert not (tmp_path / "big.zarr").exists()
+
+
+def test_sweep_prints_its_size_estimate(tmp_path, sweep_file):
+    result = cli("sweep", sweep_file, "-o", tmp_path / "r.nc")
+    assert result.exit_code == 0
+    assert "36 configurations in" in result.output and "uncompressed" in result.output
