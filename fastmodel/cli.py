@@ -54,6 +54,7 @@ class OneLineGroup(click.Group):
 
 
 KIND_CHOICE = Choice(["model", "system", "task"])
+SHOW_CHOICE = Choice(["model", "system", "task", "sweep"])
 LIST_CHOICE = Choice(["model", "system", "task", "sweep"])
 
 
@@ -284,16 +285,16 @@ def specs_list(kind):
 
 @specs.command("show")
 @click.argument("name")
-@click.option("--kind", type=KIND_CHOICE, help="Which kind NAME is (needed only if ambiguous).")
+@click.option("--kind", type=SHOW_CHOICE, help="Which kind NAME is (needed only if ambiguous).")
 @_friendly
 def specs_show(name, kind):
     """Print a built-in spec file."""
     from fastmodel.errors import SpecError, nearest
     from fastmodel.loader import builtin_names, builtin_text
 
-    kinds = [kind] if kind else [k for k in ("model", "system", "task") if name in builtin_names(k)]
+    kinds = [kind] if kind else [k for k in ("model", "system", "task", "sweep") if name in builtin_names(k)]
     if not kinds:
-        every = [n for k in ("model", "system", "task") for n in builtin_names(k)]
+        every = [n for k in ("model", "system", "task", "sweep") for n in builtin_names(k)]
         raise SpecError(None, None, f"no built-in spec {name!r}{nearest(name, every)}")
     if len(kinds) > 1:
         raise SpecError(None, None, f"{name!r} is a {' and a '.join(kinds)}; pass --kind")

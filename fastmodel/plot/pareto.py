@@ -54,6 +54,12 @@ def frontier(data, x: str, y: str, *, x_dir: str | None = None, y_dir: str | Non
     y_dir = D.check_direction(y_dir, y)
     ds = D.select(data, sel)
     xs, ys = D.get_var(ds, x), D.get_var(ds, y)
+    for name, var in ((x, xs), (y, ys)):
+        if var.dtype.kind not in "iufb":
+            numeric = [n for n in D.names_of(ds) if ds[n].dtype.kind in "iuf" and n != "status"]
+            raise D.PlotError(f"{name} is not numeric ({'labels' if var.dtype.kind in 'USO' else var.dtype}); "
+                              f"a Pareto axis needs numbers, e.g. {', '.join(numeric[:6])}; "
+                              f"use --label {name} to name the points")
     import xarray as xr
 
     if where is not None:
