@@ -201,17 +201,21 @@ def sweep_command(sweep_file, output, resume, force, workers, scheduler, unit_co
         from fastmodel.sweep import stored_unit_configs
 
         unit_configs = stored_unit_configs(output)
+    if scheduler:
+        from fastmodel.sweep import check_scheduler_address
+
+        check_scheduler_address(scheduler)
     sweep = load_sweep_file(sweep_file, unit_configs)
-    click.echo(f"{sweep.num_configs:,} configurations in {sweep.num_units:,} units -> {output} "
-               f"({check_size(sweep, output, is_zarr, confirm_large)})", err=True)
+    estimate = check_size(sweep, output, is_zarr, confirm_large)
+    client = cluster = None
+    if workers or scheduler:
+        from fastmodel.sweep import connect
+
+        client, cluster = connect(scheduler, workers)
+    click.echo(f"{sweep.num_configs:,} configurations in {sweep.num_units:,} units -> {output} ({estimate})", err=True)
     bar = Progress(sweep.num_configs, enabled=progress)
     try:
         if is_zarr:
-            client = cluster = None
-            if workers or scheduler:
-                from fastmodel.sweep import connect
-
-                client, cluster = connect(scheduler, workers)
             try:
                 ds = run_to_store(sweep, output, resume, bar, client, overwrite=force)
             except KeyboardInterrupt:

@@ -360,7 +360,7 @@ class Sweep:
             values[self.axes[axis].path] = block.reshape([-1 if j == k else 1 for j in range(len(shape))])
         if "task.global_batch" in values and task.local_batch is not None:
             task = task.model_copy(update={"local_batch": None, "global_batch": 1})
-        table, unit_status = param_table(model, system, task, plan, values, shape)
+        table, unit_status = param_table(model, system, task, plan, values, shape, self.semantics)
         status[offset:offset + n] = unit_status
         key = structure_key_for(model, task, plan, self.semantics)
         evaluate_into(key, self.semantics, table, status[offset:offset + n], out, offset, mask_infeasible=True)
@@ -653,15 +653,19 @@ def _write_units_task(definition_json: str, path: str, unit_indices: list[int]) 
     return write_units(sweep, path, units)
 
 
+def check_scheduler_address(scheduler: str) -> None:
+    import re
+
+    if not re.match(r"^(tcp|tls|ucx|ws|wss)://[^\s:/]+(:\d+)?/?$", str(scheduler)):
+        raise SweepError(f"--scheduler {scheduler!r} is not a scheduler address; write e.g. tcp://host:8786")
+
+
 def connect(scheduler: str | None = None, workers: int | None = None):
     """(client, cluster) for a Dask scheduler address or a local cluster of ``workers`` processes."""
     from distributed import Client, LocalCluster
 
     if scheduler is not None:
-        import re
-
-        if not re.match(r"^(tcp|tls|ucx|ws|wss)://[^\s:/]+(:\d+)?/?$", str(scheduler)):
-            raise SweepError(f"--scheduler {scheduler!r} is not a scheduler address; write e.g. tcp://host:8786")
+        check_scheduler_address(scheduler)
         try:
             return Client(scheduler, timeout=10), None
         except (OSError, TimeoutError, ValueError) as error:

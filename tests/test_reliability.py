@@ -247,3 +247,95 @@ def test_sweep_prints_its_size_estimate(tmp_path, sweep_file):
     result = cli("sweep", sweep_file, "-o", tmp_path / "r.nc")
     assert result.exit_code == 0
     assert "36 configurations in" in result.output and "uncompressed" in result.output
+
+
+# --- item 8: tracebacks and misleading messages ---------------------------------------------------------------
+
+def test_messages_that_were_tracebacks_or_misleading(tmp_path, sweep_file):
+    result = tmp_path / "r.nc"
+    assert cli("sweep", sweep_file, "-o", result).exit_code == 0
+    one_line_error(cli("plot", "pareto", result, "--x", "plan", "--y", "throughput", "-o", tmp_path / "p.png"),
+                   "plan is not numeric")
+    one_line_error(cli("sweep", sweep_file, "-o", tmp_path / "d.zarr", "--scheduler", "notaurl"),
+                   "not a scheduler address")
+    for name, text in (("c.jsonl", '{"a": 1}\n'), ("f.png", "\x89PNG....")):
+        path = tmp_path / name
+        path.write_text(text)
+        result_ = cli("best", path, "--by", "throughput")
+        one_line_error(result_, "not a netCDF file")
+        assert "netcdf4" not in result_.output
+    again = cli("sweep", sweep_file, "-o", result)
+    one_line_error(again, "pass --force")
+    assert "--resume" not in again.output  # a .nc cannot resume
+    one_line_error(cli("sweep", sweep_file, "-o", tmp_path / "none.zarr", "--resume"), "run without --resume")
+    shown = cli("specs", "show", "cloud_dlrm_a")
+    assert shown.exit_code == 0 and "[axes]" in shown.output
+    one_line_error(cli("run", "-m", "", "-s", "dc-a", "-t", "llm-pretrain"), "empty model")
+    inline = tmp_path / "inline.toml"
+    inline.write_text('model = { family = "llm", name = "x", num_layers = -1 }\nsystem = "dc-a"\n'
+                      'task = "llm-pretrain"\n[axes]\nplan = ["fsdp/ddp"]\n')
+    one_line_error(cli("sweep", inline, "-o", tmp_path / "i.nc"), f"{inline}: model.num_layers")
+    semantics = tmp_path / "sem.toml"
+    semantics.write_text('model = "llama-7b"\nsystem = "dc-a"\ntask = "llm-pretrain"\n'
+                         'semantics = { base = "madmax", bogus = 1 }\n[axes]\nplan = ["fsdp/ddp"]\n')
+    one_line_error(cli("sweep", semantics, "-o", tmp_path / "s.nc"), f"{semantics}: semantics.bogus")
+
+
+# --- item 9: figures of categorical data and of nothing ----------------------------------------------------------
+
+def test_status_and_boolean_heatmaps_are_categorical():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from fastmodel.plot import heatmap
+
+    ds = run_in_memory(Sweep("llama-7b", "dc-a", "llm-pretrain",
+                             {"num_nodes": [1, 4], "plan": ["fsdp/ddp", "tp,ddp/mp", "ddp,pp/mp,ddp"]}))
+    assert {int(s) for s in ds.status.values.ravel()} > {STATUS["ok"]}  # some cells are illegal
+    for var, labels in (("status", {"ok", "degree_le_1"}), ("fits_memory", {"fits", "does not fit"})):
+        fig, ax = heatmap(ds, "num_nodes", "plan", var=var)
+        colorbar = fig.axes[-1]
+        ticks = {t.get_text() for t in colorbar.get_yticklabels()}
+        assert ticks and ticks <= labels | set(ds.status.attrs["flag_meanings"].split()), ticks
+        assert not any(p.get_gid() == "best" for p in ax.patches)  # no "best" of a category
+
+
+def test_all_nan_variable_is_refused_even_with_illegal_cells(tmp_path):
+    ds = run_in_memory(Sweep("llama-7b", "dc-a", "llm-pretrain",
+                             {"num_nodes": [1, 4], "plan": ["fsdp/ddp", "tp,ddp/mp", "ddp,pp/mp,ddp"]}))
+    path = tmp_path / "r.nc"
+    ds.to_netcdf(path, engine="scipy")
+    one_line_error(cli("plot", "heatmap", path, "--x", "num_nodes", "--y", "plan", "--var", "cost",
+                       "-o", tmp_path / "c.png"), "cost has no finite value")
+    assert not (tmp_path / "c.png").exists()
+
+
+# --- item 10: implausible inputs ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("field, value", [
+    ("hbm_capacity_bytes", 1e300), ("hbm_capacity_bytes", "1e30 GB"), ("hbm_bandwidth_bytes_per_s", 1e25),
+])
+def test_implausibly_large_quantities_are_rejected(field, value):
+    import fastmodel
+
+    system = fastmodel.make_config("llama-7b", "dc-a", "llm-pretrain-fsdp").system.model_dump()
+    system["device"][field] = value
+    with pytest.raises(fastmodel.SpecError, match=f"system.device.{field}: .*implausibly large"):
+        fastmodel.evaluate("llama-7b", system, "llm-pretrain-fsdp")
+
+
+def test_default_semantics_bounds_pp_by_layers_and_tp_by_heads():
+    import fastmodel
+
+    for plan, rule in (("pp2048/mp", "pp_gt_layers"), ("tp2048/mp", "tp_gt_heads")):
+        with pytest.raises(fastmodel.PlanError, match=rule):
+            fastmodel.evaluate("llama2-70b", "dc-a", "llm-pretrain", plan=plan, num_nodes=256, semantics="default")
+        fastmodel.evaluate("llama2-70b", "dc-a", "llm-pretrain", plan=plan, num_nodes=256, semantics="madmax")
+    ds = run_in_memory(Sweep("llama-7b", "dc-a", "llm-pretrain", {"num_nodes": [2, 8], "num_heads": [8, 32],
+                                                                   "plan": ["pp/mp", "tp/mp"]}, semantics="default"))
+    status = ds.status.transpose("plan", "num_nodes", "num_heads").values
+    # llama-7b has 32 layers: pp16 fits, pp64 does not; tp16 > 8 heads, tp64 > 32 heads
+    assert status[0, 0].tolist() == [STATUS["ok"], STATUS["ok"]]
+    assert status[0, 1].tolist() == [STATUS["pp_gt_layers"]] * 2
+    assert status[1, 0].tolist() == [STATUS["tp_gt_heads"], STATUS["ok"]]
+    assert status[1, 1].tolist() == [STATUS["tp_gt_heads"]] * 2

@@ -244,9 +244,11 @@ def prepare(data, var: str | None = None, sel=None, reduce=(), relative_to=None,
     if single:
         da = da.isel({d: 0 for d in single}, drop=True)
         status = status.isel({d: 0 for d in single}, drop=True) if status is not None else None
-    if da.dtype.kind in "fc" and not np.isfinite(da.values).any() and (status is None or not (status.values != 0).any()):
-        raise PlotError(f"{da.name} has no finite value in this selection (is an input it needs missing, "
-                        "e.g. a price, TDP or train_samples for cost and energy?)")
+    if da.dtype.kind in "fc" and not np.isfinite(da.values).any():
+        bad = int((status.values != 0).sum()) if status is not None else 0
+        why = f" ({bad:,} of {da.size:,} points illegal or infeasible, the rest NaN)" if bad else ""
+        raise PlotError(f"{da.name} has no finite value in this selection{why}; is an input it needs missing, "
+                        "e.g. a price, TDP or train_samples for cost and energy?")
     return da, status
 
 

@@ -46,6 +46,7 @@ def heatmap(data, x: str | None = None, y: str | None = None, *, var: str | None
         height = round(min(9.0, max(S.figure_size(size)[1], 0.9 + 0.13 * ny)), 2)
     with S.paper_rc():
         fig, ax = S.new_axes(size, height, ax)
+        da = _as_labels(da)
         categorical = da.dtype.kind in "USO"
         if categorical:
             image, cbar_ticks, cbar_labels, cmap_obj, norm = _categorical(da.values)
@@ -82,6 +83,22 @@ def heatmap(data, x: str | None = None, y: str | None = None, *, var: str | None
         for spine in ax.spines.values():
             spine.set_visible(False)
     return fig, ax
+
+
+def _as_labels(da):
+    """Status codes and booleans are categories, not quantities: their names, for a categorical map."""
+    from fastmodel.params import STATUS_NAMES
+
+    if da.name == "status" or "flag_meanings" in da.attrs:
+        names = np.array(da.attrs.get("flag_meanings", " ".join(STATUS_NAMES)).split(), dtype=object)
+        codes = np.asarray(da.values).astype(int)
+        labels = np.where((codes >= 0) & (codes < len(names)), names[np.clip(codes, 0, len(names) - 1)], "")
+        return da.copy(data=labels.astype(object))
+    if da.dtype.kind == "b":
+        name = str(da.name)
+        yes, no = ("fits", "does not fit") if name == "fits_memory" else (name, f"not {name}")
+        return da.copy(data=np.where(np.asarray(da.values), yes, no).astype(object))
+    return da
 
 
 def _few_decades(norm) -> bool:
