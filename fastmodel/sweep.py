@@ -562,6 +562,11 @@ def create_store(sweep: Sweep, path: str) -> None:
     data["unit_done"] = (("sweep_unit",), da.zeros(sweep.num_units, dtype=bool, chunks=1),
                          {"long_name": "unit of work written", "units": "1"})
     ds = xr.Dataset(data, coords=sweep.coords(), attrs=sweep.dataset_attrs())
+    import shutil
+
+    for stale in target.parent.glob(f".{target.name}.creating-*"):  # left by a creator that was killed; we hold
+        if stale.is_dir() and not stale.is_symlink():                 # the writer lock, so none is in progress
+            shutil.rmtree(stale, ignore_errors=True)
     try:
         tmp = tempfile.mkdtemp(prefix=f".{target.name}.creating-", dir=target.parent)
     except OSError as error:
@@ -574,8 +579,6 @@ def create_store(sweep: Sweep, path: str) -> None:
             status[sweep.region(unit)] = np.full(block_shape, STATUS["not_computed"], dtype=np.int8)
         os.rename(tmp, target)
     except BaseException:
-        import shutil
-
         shutil.rmtree(tmp, ignore_errors=True)
         raise
 
@@ -727,9 +730,8 @@ def run_to_store(sweep: Sweep, path: str, resume: bool = False, progress: Callab
                 written = future.result()
                 if progress:
                     progress(written)
-        import zarr
-
-        zarr.consolidate_metadata(path, zarr_format=2)
+        # no metadata changes after creation (its consolidated metadata was written before the rename), so there
+        # is no finalization step to interrupt: the last unit's done flag completes the store
     ds = xr.open_zarr(path)
     counts = np.bincount(ds["status"].values.reshape(-1), minlength=len(STATUS_NAMES)) if sweep.num_configs <= 50_000_000 else None
     if counts is not None and counts[STATUS["ok"]] == 0 and sweep.num_configs:
