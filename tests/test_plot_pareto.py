@@ -1,6 +1,7 @@
 """Pareto: the frontier is exactly the brute-force non-dominated set, for any directions."""
 
 import numpy as np
+import xarray as xr
 import pytest
 from plot_data import synthetic_sweep
 
@@ -49,9 +50,12 @@ def test_figure_marks_exactly_the_frontier_and_labels_it(tmp_path):
     got = {tuple(p) for p in front.get_offsets()}
     assert got == {(a, b) for a, b in zip(x[want], y[want])}
     assert len(dominated.get_offsets()) == int(np.isfinite(x).sum() - want.sum())
-    plans = np.broadcast_to(point.plan.values, point.iteration_time.shape).ravel()
+    dims = point.iteration_time.dims
+    plans, batches = (c.transpose(*dims).values.ravel()
+                      for c in xr.broadcast(point.plan, point.global_batch, point.iteration_time)[:2])
     labels = sorted(t.get_text() for t in ax.texts if t.get_gid() == "frontier-label")
-    assert labels == sorted(plans[want])
+    # every varying dimension is named: the plan, and the global batch that tells its points apart
+    assert labels == sorted(f"{p}, global_batch={int(b)}" for p, b in zip(plans[want], batches[want]))
     assert ax.frontier.on_frontier.sum() == want.sum()
     P.save(fig, tmp_path / "p.svg")
     svg = (tmp_path / "p.svg").read_text()

@@ -67,6 +67,10 @@ def heatmap(data, x: str | None = None, y: str | None = None, *, var: str | None
             cbar.ax.yaxis.set_major_formatter(S.unit_formatter(factor))
             if isinstance(norm, mcolors.LogNorm):  # label minor ticks only when few major ones show
                 cbar.ax.yaxis.set_minor_formatter(S.unit_formatter(factor) if _few_decades(norm) else "")
+            if da.attrs.get("ratio") and image.count():  # 1 stays white; the bar shows only the range of the data
+                lo, hi = float(image.min()), float(image.max())
+                if hi > lo:
+                    cbar.ax.set_ylim(max(lo, norm.vmin), min(hi, norm.vmax))
             cbar.set_label(S.label(D.long_name_of(da), shown))
         _ticks(ax, da, x, y)
         handles = _missing_cells(ax, image if not categorical else np.ma.masked_equal(image, -1), st)
@@ -218,4 +222,4 @@ def _mark_best(ax, da, image, best, factor, shown):
 
 def _default_title(da, sel):
     fixed = {k: v for k, v in da.coords.items() if k not in da.dims and v.ndim == 0}
-    return ", ".join(f"{k}={S.fmt_coord(v.values.item())}" for k, v in fixed.items())
+    return ", ".join(f"{k}={S.fmt_quantity(v.values.item(), D.units_of(v))}" for k, v in fixed.items())

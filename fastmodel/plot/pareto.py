@@ -94,7 +94,8 @@ def _label_points(ax, chosen, x, y, dims, gap_pt: float = 7.0) -> None:
     rows = [(row, ax.transData.transform((row[x], row[y]))[1] * to_pt) for _, row in chosen.iterrows()]
     last = np.inf
     for row, y_pt in sorted(rows, key=lambda item: -item[1]):
-        text = ", ".join(S.fmt_coord(row[d]) for d in dims)
+        text = ", ".join(S.fmt_coord(row[d]) if isinstance(row[d], str) else f"{d}={S.fmt_coord(row[d])}"
+                         for d in dims)
         if not text:
             continue
         target = min(y_pt + 3.0, last - gap_pt)
@@ -111,9 +112,9 @@ def _label_dims(table, label):
         for d in ([label] if isinstance(label, str) else label):
             D.check_dim(dims, d, "label dimension")
         return [label] if isinstance(label, str) else list(label)
-    varying = [d for d in dims if table[d].nunique() > 1]
+    varying = [d for d in dims if table[d].nunique() > 1]  # every dimension that tells frontier points apart
     text = [d for d in varying if not pd.api.types.is_numeric_dtype(table[d])]
-    return text or varying
+    return text + [d for d in varying if d not in text]
 
 
 def pareto(data, x: str, y: str, *, x_dir: str | None = None, y_dir: str | None = None, sel=None, where=None,

@@ -162,6 +162,16 @@ def fmt_coord(value) -> str:
     return f"{value:g}"
 
 
+def fmt_quantity(value, units: str | None) -> str:
+    """A coordinate value with its units, scaled for reading: ``25 GB/s``, ``40 GB``, ``312 TFLOP/s``, ``0.6``."""
+    if isinstance(value, (str, np.str_, bytes)) or not units or units == "1":
+        return fmt_coord(value)
+    factor, shown = display_unit(units, [float(value)])
+    scaled = float(value) / factor
+    text = fmt_coord(scaled) if factor == 1.0 else fmt_number(scaled)
+    return f"{text} {shown}"
+
+
 def unit_formatter(factor: float):
     """A tick formatter dividing by ``factor`` (values stay in SI units, labels in display units)."""
     return FuncFormatter(lambda v, _pos: fmt_tick(v / factor))
