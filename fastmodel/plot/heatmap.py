@@ -198,13 +198,14 @@ def _missing_cells(ax, image, status):
 def _annotate(ax, im, image, factor):
     ny, nx = image.shape
     fontsize = 6 if nx * ny <= 80 else 5
+    fmt = S.fixed_formatter(image.compressed() / factor)  # one format for every cell
     for r in range(ny):
         for c in range(nx):
             if image.mask is not np.ma.nomask and np.ma.getmaskarray(image)[r, c]:
                 continue
             value = float(image[r, c])
             color = "white" if S.luminance(im.cmap(im.norm(value))) < 0.45 else "black"
-            ax.text(c, r, S.fmt_number(value / factor), ha="center", va="center", fontsize=fontsize, color=color)
+            ax.text(c, r, fmt(value / factor), ha="center", va="center", fontsize=fontsize, color=color)
 
 
 def _mark_best(ax, da, image, best, factor, shown):

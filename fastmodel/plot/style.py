@@ -146,6 +146,18 @@ def fmt_number(value: float) -> str:
     return f"{value:.2e}".replace("e+0", "e").replace("e-0", "e-").replace("e+", "e")
 
 
+def fixed_formatter(values):
+    """One format for every number of a figure's annotations: the decimals that give the largest 3 significant
+    digits, the same for all (``0.87``, ``1.05``, ``12.40`` side by side, not ``0.87``, ``1.05``, ``12.4``)."""
+    arr = np.abs(np.asarray(values, dtype=float))
+    arr = arr[np.isfinite(arr) & (arr > 0)]
+    top = float(arr.max()) if arr.size else 1.0
+    if not 1e-3 <= top < 1e7:
+        return fmt_number
+    digits = max(0, 2 - math.floor(math.log10(top)))
+    return lambda value: "" if value is None or not np.isfinite(value) else f"{value:,.{digits}f}"
+
+
 def is_power_of_two(value: float) -> bool:
     return value > 0 and float(value).is_integer() and (int(value) & (int(value) - 1)) == 0
 
