@@ -206,6 +206,10 @@ def sweep_command(sweep_file, output, resume, force, workers, scheduler, unit_co
 
         check_scheduler_address(scheduler)
     sweep = load_sweep_file(sweep_file, unit_configs)
+    if resume:  # a store of another sweep, or a damaged one, is reported before any work
+        from fastmodel.sweep import open_store_for_resume
+
+        open_store_for_resume(sweep, output)
     estimate = check_size(sweep, output, is_zarr, confirm_large)
     client = cluster = None
     if workers or scheduler:

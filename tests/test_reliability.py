@@ -339,3 +339,15 @@ def test_default_semantics_bounds_pp_by_layers_and_tp_by_heads():
     assert status[0, 1].tolist() == [STATUS["pp_gt_layers"]] * 2
     assert status[1, 0].tolist() == [STATUS["tp_gt_heads"], STATUS["ok"]]
     assert status[1, 1].tolist() == [STATUS["tp_gt_heads"]] * 2
+
+
+def test_damaged_store_resume_says_force_and_force_replaces_it(tmp_path, sweep_file):
+    import shutil
+
+    store = tmp_path / "r.zarr"
+    assert cli("sweep", sweep_file, "-o", store, "--unit-configs", "4").exit_code == 0
+    shutil.rmtree(store / "status")  # a store that lost an array (e.g. made by an older, non-atomic version)
+    (store / ".zmetadata").unlink()
+    one_line_error(cli("sweep", sweep_file, "-o", store, "--resume"), "damaged")
+    assert cli("sweep", sweep_file, "-o", store, "--force").exit_code == 0
+    assert len(best(open_result(str(store)), "throughput", top=2)) == 2
