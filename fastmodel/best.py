@@ -107,6 +107,9 @@ def best(ds: xr.Dataset, by: str, top: int = 10, where: list[str] | None = None,
         raise SweepError(f"unknown variable {by!r}{nearest(by, list(ds.data_vars))}")
     if top < 1:
         raise SweepError(f"--top must be at least 1 (got {top})")
+    if by == "status" or "flag_meanings" in ds[by].attrs or ds[by].dtype.kind not in "iuf":
+        raise SweepError(f"--by {by}: {by} is categorical, not a quantity to rank by; filter on it with "
+                         f"--where (e.g. --where status=ok) and rank by a quantity such as throughput")
     variable = ds[by]
     mask = where_mask(ds, where or [])
     values = variable.where(mask).transpose(*variable.dims).values.astype(np.float64)

@@ -351,3 +351,17 @@ def test_damaged_store_resume_says_force_and_force_replaces_it(tmp_path, sweep_f
     one_line_error(cli("sweep", sweep_file, "-o", store, "--resume"), "damaged")
     assert cli("sweep", sweep_file, "-o", store, "--force").exit_code == 0
     assert len(best(open_result(str(store)), "throughput", top=2)) == 2
+
+
+def test_categorical_variables_are_not_ranked_or_drawn_as_quantities(tmp_path, sweep_file):
+    result = tmp_path / "r.nc"
+    assert cli("sweep", sweep_file, "-o", result).exit_code == 0
+    one_line_error(cli("best", result, "--by", "status"), "categorical")
+    one_line_error(cli("best", result, "--by", "fits_memory"), "categorical")
+    figure = tmp_path / "f.png"
+    one_line_error(cli("plot", "scaling", result, "--x", "num_nodes", "--var", "status", "--hue", "plan",
+                       "--sel", "flops_util=0.6", "-o", figure), "categorical")
+    one_line_error(cli("plot", "pareto", result, "--x", "status", "--y", "throughput", "-o", figure), "categorical")
+    one_line_error(cli("plot", "heatmap", result, "--x", "num_nodes", "--y", "plan", "--var", "status",
+                       "--sel", "flops_util=0.6", "--relative-to", "fsdp/ddp", "-o", figure), "categorical")
+    assert not figure.exists()

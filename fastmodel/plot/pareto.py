@@ -55,11 +55,13 @@ def frontier(data, x: str, y: str, *, x_dir: str | None = None, y_dir: str | Non
     ds = D.select(data, sel)
     xs, ys = D.get_var(ds, x), D.get_var(ds, y)
     for name, var in ((x, xs), (y, ys)):
-        if var.dtype.kind not in "iufb":
+        if var.dtype.kind in "iuf":
+            D.check_quantity(var, "a Pareto axis")
+        if var.dtype.kind not in "iuf":
             numeric = [n for n in D.names_of(ds) if ds[n].dtype.kind in "iuf" and n != "status"]
             raise D.PlotError(f"{name} is not numeric ({'labels' if var.dtype.kind in 'USO' else var.dtype}); "
-                              f"a Pareto axis needs numbers, e.g. {', '.join(numeric[:6])}; "
-                              f"use --label {name} to name the points")
+                              f"a Pareto axis needs numbers, e.g. {', '.join(numeric[:6])}"
+                              + (f"; use --label {name} to name the points" if name in ds.dims else ""))
     import xarray as xr
 
     if where is not None:

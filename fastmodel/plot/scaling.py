@@ -40,6 +40,7 @@ def scaling(data, x: str, *, var: str | None = None, hue: str | None = None, sel
     linear-scaling line from the best value at the smallest x.
     """
     da, _ = D.prepare(data, var, sel, reduce, keep=(x, hue))
+    D.check_quantity(da, "a scaling line")
     D.check_dim(da.dims, x)
     if hue is not None:
         D.check_dim(da.dims, hue)
