@@ -78,3 +78,15 @@ def test_errors():
         P.pareto(ds, "iteration_tim", "throughput")
     with pytest.raises(PlotError, match="'min' or 'max'"):
         P.pareto(ds, "iteration_time", "throughput", x_dir="up")
+
+
+def test_a_dimension_constant_on_the_frontier_is_named_once_in_the_legend():
+    ds = synthetic_sweep()
+    fig, ax = P.pareto(ds, "iteration_time", "throughput", sel={"plan": "fsdp/ddp"})
+    table = ax.frontier
+    front_nodes = set(table[table.on_frontier].num_nodes)
+    assert len(front_nodes) == 1 and table.num_nodes.nunique() > 1  # varies, but not along the frontier
+    (front,) = [c for c in ax.collections if c.get_gid() == "frontier"]
+    assert front.get_label() == f"Pareto frontier (num_nodes={front_nodes.pop()})"
+    labels = sorted(t.get_text() for t in ax.texts if t.get_gid() == "frontier-label")
+    assert labels == sorted(f"global_batch={b}" for b in table[table.on_frontier].global_batch)

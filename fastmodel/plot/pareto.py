@@ -160,7 +160,16 @@ def pareto(data, x: str, y: str, *, x_dir: str | None = None, y_dir: str | None 
         ax.set_ylabel(S.label(f"{table.attrs['y_name']} ({better[table.attrs['y_dir']]})", yu))
         chosen = front if len(front) <= max_labels else front.iloc[np.linspace(0, len(front) - 1, max_labels).round()
                                                                    .astype(int)]
-        _label_points(ax, chosen, x, y, dims)
+        # a dimension with one value on the whole frontier is named once, in the legend, not on every point
+        same = [d for d in dims if len(front) > 1 and front[d].nunique() == 1]
+        _label_points(ax, chosen, x, y, [d for d in dims if d not in same])
+        if same:
+            first = front.iloc[0]
+            text = ", ".join(S.fmt_coord(first[d]) if isinstance(first[d], str) else f"{d}={S.fmt_coord(first[d])}"
+                             for d in same)
+            for collection in ax.collections:
+                if collection.get_gid() == "frontier":
+                    collection.set_label(f"Pareto frontier ({text})")
         fig.legend(loc="outside upper center", ncol=2)
         if title is not None:
             ax.set_title(title)

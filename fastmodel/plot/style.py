@@ -155,6 +155,9 @@ def fixed_formatter(values):
     if not 1e-3 <= top < 1e7:
         return fmt_number
     digits = max(0, 2 - math.floor(math.log10(top)))
+    digits = max(digits, -math.floor(math.log10(float(arr.min())))) if arr.size else digits  # no non-zero shows 0
+    if digits > 4:  # values spanning many decades: 3 significant digits each, still one rule for all
+        return fmt_number
     return lambda value: "" if value is None or not np.isfinite(value) else f"{value:,.{digits}f}"
 
 
