@@ -179,6 +179,11 @@ def sweep_command(sweep_file, output, resume, force, workers, scheduler, unit_co
         raise SweepError("--resume needs a .zarr store (a .nc file is written whole at the end)")
     if resume and force:
         raise SweepError("give --resume (complete the store) or --force (replace it), not both")
+    parent = out.absolute().parent
+    if not parent.is_dir():
+        raise SweepError(f"{output}: no such directory {parent}")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise SweepError(f"{output}: cannot write in {parent} (permission denied)")
     if (workers or scheduler) and not is_zarr:
         raise SweepError("a distributed sweep writes a .zarr store: use -o out.zarr")
     owner = lock_owner(out) if is_zarr else None

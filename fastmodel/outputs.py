@@ -75,7 +75,11 @@ def check_output(path: str, kind: str, inputs: tuple[str, ...] = (), force: bool
     target = Path(os.path.realpath(path))
     try:
         info = target.stat()
-    except FileNotFoundError:
+    except FileNotFoundError:  # a new file: its folder must exist and take files, checked before any work
+        if not target.parent.is_dir():
+            raise OutputError(f"{path}: cannot write: no such directory {target.parent}") from None
+        if not os.access(target.parent, os.W_OK | os.X_OK):
+            raise OutputError(f"{path}: cannot write in {target.parent}: permission denied") from None
         return
     except OSError as error:
         raise OutputError(f"{path}: cannot write: {error.strerror}") from None

@@ -365,3 +365,15 @@ def test_categorical_variables_are_not_ranked_or_drawn_as_quantities(tmp_path, s
     one_line_error(cli("plot", "heatmap", result, "--x", "num_nodes", "--y", "plan", "--var", "status",
                        "--sel", "flops_util=0.6", "--relative-to", "fsdp/ddp", "-o", figure), "categorical")
     assert not figure.exists()
+
+
+def test_an_output_folder_that_does_not_exist_is_reported_before_any_work(tmp_path, sweep_file):
+    result = tmp_path / "r.nc"
+    assert cli("sweep", sweep_file, "-o", result).exit_code == 0
+    missing = tmp_path / "nodir"
+    one_line_error(cli("sweep", sweep_file, "-o", missing / "x.zarr"), "no such directory")
+    one_line_error(cli("sweep", sweep_file, "-o", missing / "x.nc"), "no such directory")
+    one_line_error(cli("best", result, "--by", "throughput", "--csv", missing / "t.csv"), "no such directory")
+    one_line_error(cli("plot", "heatmap", result, "--x", "num_nodes", "--y", "plan", "--sel", "flops_util=0.6",
+                       "-o", missing / "f.png"), "no such directory")
+    assert not missing.exists()
