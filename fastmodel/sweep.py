@@ -708,7 +708,8 @@ def run_to_store(sweep: Sweep, path: str, resume: bool = False, progress: Callab
                 raise SweepError(f"{path}: nothing to resume (no such store)")
             if exists:
                 if not overwrite:
-                    raise SweepError(f"{path} exists")
+                    raise SweepError(f"{path} exists; complete it (--resume, resume=True) or replace it "
+                                     "(--force, overwrite=True)")
                 remove_store(path)
             create_store(sweep, path)
             done = np.zeros(sweep.num_units, dtype=bool)
@@ -778,7 +779,7 @@ class Progress:
 
 def sweep(model: Any, system: Any, task: Any, axes: dict[str, Any], semantics: Any = "madmax",
           store: str | None = None, resume: bool = False, workers: int | None = None, scheduler: str | None = None,
-          progress: bool | None = False, unit_configs: int = UNIT_CONFIGS) -> xr.Dataset:
+          progress: bool | None = False, unit_configs: int = UNIT_CONFIGS, overwrite: bool = False) -> xr.Dataset:
     """Evaluate a grid of configurations; a labeled Dataset with one dimension per axis.
 
     ``axes`` maps field names (short or dotted) or ``plan`` to values: a list,
@@ -786,7 +787,8 @@ def sweep(model: Any, system: Any, task: Any, axes: dict[str, Any], semantics: A
     ``plan`` takes ``'all'``, a list of plan strings, or rules
     ``{dense=[...], emb=[...], max_levels=1|2}``. With ``store`` (a ``.zarr``
     path) results stream to disk chunk by chunk (``resume`` completes an
-    interrupted store); ``workers`` / ``scheduler`` run the chunks on a Dask
+    interrupted store, ``overwrite`` replaces an existing sweep store and
+    nothing else); ``workers`` / ``scheduler`` run the chunks on a Dask
     distributed cluster (needs ``store``).
     """
     definition = Sweep(model, system, task, axes, semantics, unit_configs)
@@ -797,13 +799,13 @@ def sweep(model: Any, system: Any, task: Any, axes: dict[str, Any], semantics: A
                 raise SweepError("a distributed sweep writes a zarr store: give store='out.zarr' (-o out.zarr)")
             client, cluster = connect(scheduler, workers)
             try:
-                return run_to_store(definition, store, resume, bar, client)
+                return run_to_store(definition, store, resume, bar, client, overwrite)
             finally:
                 client.close()
                 if cluster is not None:
                     cluster.close()
         if store is not None:
-            return run_to_store(definition, store, resume, bar)
+            return run_to_store(definition, store, resume, bar, overwrite=overwrite)
         return run_in_memory(definition, bar)
     finally:
         if bar is not None:

@@ -377,3 +377,14 @@ def test_an_output_folder_that_does_not_exist_is_reported_before_any_work(tmp_pa
     one_line_error(cli("plot", "heatmap", result, "--x", "num_nodes", "--y", "plan", "--sel", "flops_util=0.6",
                        "-o", missing / "f.png"), "no such directory")
     assert not missing.exists()
+
+
+def test_api_store_is_never_overwritten_silently(tmp_path):
+    from fastmodel import sweep
+
+    path = str(tmp_path / "s.zarr")
+    sweep("llama-7b", "dc-a", "llm-pretrain", AXES, store=path)
+    with pytest.raises(SweepError, match="exists; complete it"):
+        sweep("llama-7b", "dc-a", "llm-pretrain", AXES, store=path)
+    again = sweep("llama-7b", "dc-a", "llm-pretrain", AXES, store=path, overwrite=True)
+    assert bool(again.unit_done.all())
