@@ -98,7 +98,7 @@ def machine_stalls(seconds: float = 5.0) -> tuple[float, float]:
     Runs a ~11 ms numba loop repeatedly; time beyond the median is time the
     (virtual) CPU was not ours. Returns (stall share, median loop seconds).
     """
-    from numba import njit
+    from fastmodel.kernels.jit import njit
 
     @njit(cache=True)
     def spin(a):

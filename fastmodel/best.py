@@ -15,16 +15,34 @@ _EXPR = re.compile(r"^\s*(!?)([A-Za-z_][\w.]*)\s*(?:(==|=|!=|>=|<=|>|<)\s*(.+?))
 
 
 def open_result(path: str) -> xr.Dataset:
-    """Open a sweep result (.zarr store or .nc file)."""
+    """Open a sweep result (.zarr store or .nc file); an incomplete store is refused."""
+    from fastmodel.store import check_complete
+
     p = Path(path)
-    if not p.exists():
-        raise FastmodelError(f"{path}: no such file or store")
+    if not path or not p.exists():
+        raise FastmodelError(f"{path or repr(path)}: no such file or store")
+    if p.is_dir() or p.suffix == ".zarr":
+        try:
+            ds = xr.open_zarr(path)
+        except Exception as error:  # noqa: BLE001 - unreadable input is a user error
+            raise FastmodelError(f"{path}: cannot open as a sweep result (not a zarr store: "
+                                 f"{type(error).__name__}: {' '.join(str(error).split())})") from None
+        check_complete(path, ds)
+        return ds
     try:
-        if p.is_dir() or p.suffix == ".zarr":
-            return xr.open_zarr(path)
+        with open(p, "rb") as handle:
+            magic = handle.read(4)
+    except OSError as error:
+        raise FastmodelError(f"{path}: cannot read: {error.strerror}") from None
+    if magic[:3] != b"CDF":
+        what = "an HDF5/netCDF-4 file (fastmodel writes netCDF-3)" if magic == b"\x89HDF" else "not a netCDF file"
+        raise FastmodelError(f"{path}: cannot open as a sweep result: {what}; give a .nc file or .zarr store "
+                             "written by 'fastmodel sweep'")
+    try:
         return xr.open_dataset(path, engine="scipy")
     except Exception as error:  # noqa: BLE001 - unreadable input is a user error
-        raise FastmodelError(f"{path}: cannot open as a sweep result ({type(error).__name__}: {error})") from None
+        raise FastmodelError(f"{path}: cannot open as a sweep result ({type(error).__name__}: "
+                             f"{' '.join(str(error).split())})") from None
 
 
 def _value(ds: xr.Dataset, name: str, text: str):
@@ -40,6 +58,21 @@ def _value(ds: xr.Dataset, name: str, text: str):
         return float(text)
     except ValueError:
         raise SweepError(f"where: {name} is numeric, cannot compare with {text!r}") from None
+
+
+#: relative tolerance of comparisons with a float variable or coordinate (as ``plot --sel``)
+RTOL = 1e-9
+
+
+def _compare(var: xr.DataArray, op: str, value) -> xr.DataArray:
+    """``var OP value``; on floats equal means within RTOL, and the bounds of < > <= >= move by it."""
+    if var.dtype.kind == "f" and isinstance(value, float):
+        tol = RTOL * abs(value)
+        close = abs(var - value) <= tol
+        return {"=": close, "==": close, "!=": ~close, ">=": var >= value - tol, "<=": var <= value + tol,
+                ">": var > value + tol, "<": var < value - tol}[op]
+    return {"=": var == value, "==": var == value, "!=": var != value, ">=": var >= value,
+            "<=": var <= value, ">": var > value, "<": var < value}[op]
 
 
 def where_mask(ds: xr.Dataset, expressions: list[str]) -> xr.DataArray:
@@ -60,8 +93,7 @@ def where_mask(ds: xr.Dataset, expressions: list[str]) -> xr.DataArray:
             cond = var.astype(bool)
         else:
             value = _value(ds, name, text)
-            cond = {"=": var == value, "==": var == value, "!=": var != value, ">=": var >= value,
-                    "<=": var <= value, ">": var > value, "<": var < value}[op]
+            cond = _compare(var, op, value)
         mask = mask & (~cond if negate else cond)
     return mask
 
@@ -75,6 +107,9 @@ def best(ds: xr.Dataset, by: str, top: int = 10, where: list[str] | None = None,
         raise SweepError(f"unknown variable {by!r}{nearest(by, list(ds.data_vars))}")
     if top < 1:
         raise SweepError(f"--top must be at least 1 (got {top})")
+    if by == "status" or "flag_meanings" in ds[by].attrs or ds[by].dtype.kind not in "iuf":
+        raise SweepError(f"--by {by}: {by} is categorical, not a quantity to rank by; filter on it with "
+                         f"--where (e.g. --where status=ok) and rank by a quantity such as throughput")
     variable = ds[by]
     mask = where_mask(ds, where or [])
     values = variable.where(mask).transpose(*variable.dims).values.astype(np.float64)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sys
 
 import click
@@ -54,6 +55,7 @@ class OneLineGroup(click.Group):
 
 
 KIND_CHOICE = Choice(["model", "system", "task"])
+SHOW_CHOICE = Choice(["model", "system", "task", "sweep"])
 LIST_CHOICE = Choice(["model", "system", "task", "sweep"])
 
 
@@ -119,13 +121,16 @@ def run(model, system, task, num_nodes, plan, semantics, as_json):
 @click.argument("cases", type=click.Path(dir_okay=False, allow_dash=True))
 @click.option("--output", "-o", default="-", show_default=True, type=click.Path(dir_okay=False, allow_dash=True),
               help="Output JSONL ('-' for stdout); written atomically.")
+@click.option("--force", is_flag=True, help="Replace an existing output file (never the input).")
 @semantics_option
 @_friendly
-def batch(cases, output, semantics):
+def batch(cases, output, force, semantics):
     """Evaluate every case of a JSONL file; one result line per input line."""
     from fastmodel.atomic import atomic_write
     from fastmodel.batch import decode_lines, run_batch, write_records
+    from fastmodel.outputs import check_output
 
+    check_output(output, "text", inputs=(cases,), force=force)
     source = sys.stdin.buffer if cases == "-" else _open_input(cases)
     with source:
         records = run_batch(decode_lines(source), semantics)
@@ -149,55 +154,80 @@ def _open_input(path: str):
 @click.option("--output", "-o", required=True, type=click.Path(),
               help="Result: a .zarr store (streamed, resumable) or a .nc file (in memory, written atomically).")
 @click.option("--resume", is_flag=True, help="Complete an interrupted .zarr store of the same sweep.")
-@click.option("--force", is_flag=True, help="Overwrite an existing output.")
+@click.option("--force", is_flag=True, help="Replace an existing output of the same kind (a sweep store or .nc file).")
 @click.option("--workers", type=click.IntRange(min=1), help="Run units on a local Dask cluster of N worker processes.")
 @click.option("--scheduler", help="Run units on an existing Dask cluster (tcp://host:port).")
 @click.option("--unit-configs", type=click.IntRange(min=1), help="Configurations per unit of work (and zarr chunk).")
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a terminal only).")
+@click.option("--yes", "confirm_large", is_flag=True,
+              help="Run a sweep estimated as very large (over 10^10 configurations, or more disk than is free).")
 @_friendly
-def sweep_command(sweep_file, output, resume, force, workers, scheduler, unit_configs, progress):
+def sweep_command(sweep_file, output, resume, force, workers, scheduler, unit_configs, progress, confirm_large):
     """Evaluate a sweep file (TOML) into a labeled dataset."""
-    import shutil
     from pathlib import Path
 
     from fastmodel.errors import SweepError
-    from fastmodel.sweep import Progress, run_in_memory, run_to_store
+    from fastmodel.outputs import is_kind
+    from fastmodel.store import is_sweep_store, lock_owner
+    from fastmodel.sweep import Progress, check_size, run_in_memory, run_to_store
     from fastmodel.sweep_file import load_sweep_file
 
     out = Path(output)
-    if resume and unit_configs is None and out.is_dir():
-        from fastmodel.sweep import stored_unit_configs
-
-        unit_configs = stored_unit_configs(output)
-    sweep = load_sweep_file(sweep_file, unit_configs)
     is_zarr = out.suffix == ".zarr"
     if not is_zarr and out.suffix != ".nc":
         raise SweepError(f"{output}: the output must end in .zarr or .nc")
     if resume and not is_zarr:
-        raise SweepError("--resume needs a .zarr store")
+        raise SweepError("--resume needs a .zarr store (a .nc file is written whole at the end)")
+    if resume and force:
+        raise SweepError("give --resume (complete the store) or --force (replace it), not both")
+    parent = out.absolute().parent
+    if not parent.is_dir():
+        raise SweepError(f"{output}: no such directory {parent}")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise SweepError(f"{output}: cannot write in {parent} (permission denied)")
     if (workers or scheduler) and not is_zarr:
         raise SweepError("a distributed sweep writes a .zarr store: use -o out.zarr")
-    if out.exists() and not resume:
+    owner = lock_owner(out) if is_zarr else None
+    if owner:
+        raise SweepError(f"{output} is being written by {owner}; wait for it to finish, or stop it")
+    if os.path.lexists(out) and not resume:
+        ours = is_sweep_store(out) if is_zarr else (out.is_file() and is_kind(out, "netcdf"))
+        if not ours:
+            raise SweepError(f"{output} exists and is not a {'fastmodel sweep store' if is_zarr else 'netCDF file'}; "
+                             "refusing to replace it (even with --force): choose another output")
         if not force:
-            raise SweepError(f"{output} exists; pass --resume to complete it or --force to overwrite it")
-        if is_zarr:  # a .nc file is replaced atomically at the end instead
-            shutil.rmtree(out) if out.is_dir() else out.unlink()
+            hint = "pass --resume to complete it or --force to replace it" if is_zarr else "pass --force to replace it"
+            raise SweepError(f"{output} exists; {hint}")
+    if resume and not os.path.lexists(out):
+        raise SweepError(f"{output}: nothing to resume (no such store); run without --resume to create it")
+    if resume and not is_sweep_store(out):
+        raise SweepError(f"{output} is not a fastmodel sweep store, so there is nothing to resume; choose another "
+                         "output (fastmodel never deletes it, even with --force)")
+    if resume and unit_configs is None and out.is_dir():
+        from fastmodel.sweep import stored_unit_configs
+
+        unit_configs = stored_unit_configs(output)
+    if scheduler:
+        from fastmodel.sweep import check_scheduler_address
+
+        check_scheduler_address(scheduler)
+    sweep = load_sweep_file(sweep_file, unit_configs)
+    if resume:  # a store of another sweep, or a damaged one, is reported before any work
+        from fastmodel.sweep import open_store_for_resume
+
+        open_store_for_resume(sweep, output)
+    estimate = check_size(sweep, output, is_zarr, confirm_large)
+    client = cluster = None
+    if workers or scheduler:
+        from fastmodel.sweep import connect
+
+        client, cluster = connect(scheduler, workers)
+    click.echo(f"{sweep.num_configs:,} configurations in {sweep.num_units:,} units -> {output} ({estimate})", err=True)
     bar = Progress(sweep.num_configs, enabled=progress)
-    click.echo(f"{sweep.num_configs:,} configurations in {sweep.num_units:,} units -> {output}", err=True)
     try:
         if is_zarr:
-            client = cluster = None
-            if workers or scheduler:
-                from distributed import Client, LocalCluster
-
-                if scheduler:
-                    client = Client(scheduler)
-                else:
-                    cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                           dashboard_address=None)
-                    client = Client(cluster)
             try:
-                ds = run_to_store(sweep, output, resume, bar, client)
+                ds = run_to_store(sweep, output, resume, bar, client, overwrite=force)
             except KeyboardInterrupt:
                 bar.close()
                 click.echo(f"interrupted: {output} holds every finished unit; rerun with --resume to complete it",
@@ -232,12 +262,16 @@ def _write_netcdf(ds, path):
               help="Filter (repeatable): fits_memory, status=ok, num_nodes=256, throughput>100, plan=tp,ddp/mp.")
 @click.option("--ascending", is_flag=True, help="Smallest first (e.g. --by iteration_time).")
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False), help="Also write the table as CSV (atomically).")
+@click.option("--force", is_flag=True, help="Replace an existing CSV file.")
 @_friendly
-def best_command(result, by, top, where, ascending, csv_path):
+def best_command(result, by, top, where, ascending, csv_path, force):
     """Top-k configurations of a sweep result by any variable."""
     from fastmodel.atomic import atomic_write
     from fastmodel.best import best, open_result
+    from fastmodel.outputs import check_output
 
+    if csv_path:
+        check_output(csv_path, "text", inputs=(result,), force=force, what="CSV")
     table = best(open_result(result), by, top, list(where), ascending)
     click.echo(table.to_string(index=False))
     if csv_path:
@@ -265,16 +299,16 @@ def specs_list(kind):
 
 @specs.command("show")
 @click.argument("name")
-@click.option("--kind", type=KIND_CHOICE, help="Which kind NAME is (needed only if ambiguous).")
+@click.option("--kind", type=SHOW_CHOICE, help="Which kind NAME is (needed only if ambiguous).")
 @_friendly
 def specs_show(name, kind):
     """Print a built-in spec file."""
     from fastmodel.errors import SpecError, nearest
     from fastmodel.loader import builtin_names, builtin_text
 
-    kinds = [kind] if kind else [k for k in ("model", "system", "task") if name in builtin_names(k)]
+    kinds = [kind] if kind else [k for k in ("model", "system", "task", "sweep") if name in builtin_names(k)]
     if not kinds:
-        every = [n for k in ("model", "system", "task") for n in builtin_names(k)]
+        every = [n for k in ("model", "system", "task", "sweep") for n in builtin_names(k)]
         raise SpecError(None, None, f"no built-in spec {name!r}{nearest(name, every)}")
     if len(kinds) > 1:
         raise SpecError(None, None, f"{name!r} is a {' and a '.join(kinds)}; pass --kind")

@@ -68,11 +68,14 @@ def _save(fig, output, dpi):
     click.echo(f"wrote {output}", err=True)
 
 
-def _check_suffix(output):
+def _check_suffix(output, *inputs):
+    """The figure's format from its suffix; an existing file is replaced only if it is a figure of that format."""
+    from fastmodel.outputs import check_output
     from fastmodel.plot.data import PlotError
 
     if not str(output).lower().endswith((".png", ".pdf", ".svg")):
         raise PlotError(f"{output}: the figure must end in .png, .pdf or .svg")
+    check_output(str(output), str(output).lower()[-3:], inputs=inputs, replace_ok=True, what="figure")
 
 
 @click.group("plot")
@@ -99,7 +102,7 @@ def heatmap_command(result, x, y, var, sel, reduce, relative_to, annotate, best,
     from fastmodel.plot import heatmap
     from fastmodel.plot.data import parse_reduce
 
-    _check_suffix(output)
+    _check_suffix(output, result)
     fig, _ = heatmap(_open(result), x, y, var=var, sel=_sel(sel), reduce=parse_reduce(reduce), relative_to=relative_to,
                      annotate=annotate, best=None if best == "none" else best, log=log, size=size, title=title)
     _save(fig, output, dpi)
@@ -159,7 +162,7 @@ def breakdown_command(result, sel, output, dpi, size, title):
     """Serialized vs overlapped time per configuration (one dimension may stay, e.g. several plans)."""
     from fastmodel.plot import breakdown
 
-    _check_suffix(output)
+    _check_suffix(output, result)
     fig, _ = breakdown(_open(result), _sel(sel), size=size, title=title)
     _save(fig, output, dpi)
 
@@ -180,7 +183,7 @@ def pareto_command(result, x, y, x_dir, y_dir, sel, where, label, output, dpi, s
     from fastmodel.best import where_mask
     from fastmodel.plot import pareto
 
-    _check_suffix(output)
+    _check_suffix(output, result)
     ds = _open(result)
     mask = where_mask(ds, list(where)) if where else None
     fig, ax = pareto(ds, x, y, x_dir=x_dir, y_dir=y_dir, sel=_sel(sel), where=mask, label=list(label) or None,
@@ -207,7 +210,7 @@ def scaling_command(result, x, var, hue, sel, reduce, top, output, dpi, size, ti
     from fastmodel.plot import scaling
     from fastmodel.plot.data import parse_reduce
 
-    _check_suffix(output)
+    _check_suffix(output, result)
     fig, _ = scaling(_open(result), x, var=var, hue=hue, sel=_sel(sel), reduce=parse_reduce(reduce), top=top,
                      size=size, title=title)
     _save(fig, output, dpi)

@@ -15,7 +15,7 @@ import numpy as np
 from fastmodel.errors import PlanError, SpecError
 from fastmodel.lower import StructureKey
 from fastmodel.params import param_table
-from fastmodel.plans import Plan, check_plan, check_plan_for_model, plan_factors
+from fastmodel.plans import Plan, check_degree_limits, check_plan, check_plan_for_model, plan_factors
 from fastmodel.semantics import Semantics
 from fastmodel.spec_model import DLRM_FAMILIES, ModelSpec
 from fastmodel.spec_system import SystemSpec
@@ -85,6 +85,8 @@ def resolve(model: ModelSpec, system: SystemSpec, task: TaskSpec, semantics: Sem
         check_plan_for_model(plan, model)  # before degrees are implied: its rules do not depend on them
         plan = plan.resolve(n, per_node)
         check_plan(plan, n, per_node)
+        if semantics.degree_limits:
+            check_degree_limits(plan, model)
     except PlanError as error:
         implied = any(level.degree is None for level in given.levels)
         if implied and error.rule in ("degree_le_1", "first_degree", "product_ne_devices") and "implied" not in error.reason:
@@ -152,6 +154,6 @@ def structure_key(config: Config) -> StructureKey:
 
 def param_row(config: Config) -> np.ndarray:
     """The parameter-table row (``layout.COLUMNS``) of ``config`` (via ``params.param_table``)."""
-    table, status = param_table(config.model, config.system, config.task, config.plan)
+    table, status = param_table(config.model, config.system, config.task, config.plan, semantics=config.semantics)
     assert status[0] == 0, "resolve() admitted a configuration that param_table rejects"
     return table[:, 0]

@@ -143,6 +143,9 @@ def _resolve_source(spec: Any, kind: str) -> tuple[dict | BaseModel, str | None]
         return spec, None
     if isinstance(spec, Path) or isinstance(spec, str):
         text = str(spec)
+        if not text.strip():
+            raise SpecError(None, kind, f"empty {kind}: give a built-in name (see 'fastmodel specs list {kind}') "
+                            "or a .toml/.json path")
         path = Path(text)
         names = _builtin_names(kind)
         if path.suffix in (".toml", ".json") or "/" in text or "\\" in text:

@@ -33,6 +33,9 @@ STATUS_NAMES = (
     "illegal_plan",           # strategies break a rule on every cluster
     "tp_odd_layers",          # DLRM MLP tensor parallelism with an odd layer count
     "devices_not_divisible",  # num_devices axis not a multiple of the system's devices per node
+    "not_computed",           # zarr store: the point's unit of work has not been written (yet)
+    "pp_gt_layers",           # default semantics: pipeline degree above the model's layer count
+    "tp_gt_heads",            # default semantics: tensor-parallel degree above the model's head count
 )
 STATUS = {name: code for code, name in enumerate(STATUS_NAMES)}
 
@@ -121,8 +124,19 @@ _MODEL_COLUMNS = {
 _COL = {name: i for i, name in enumerate(COLUMNS)}
 
 
+def _degree_limit_arrays(model: ModelSpec, component: str, get_int):
+    """plans.degree_limits with swept layer and head counts (arrays broadcasting over the block)."""
+    family = model.family
+    if family in ("llm", "llm-moe", "vit") or (family == "dlrm-transformer" and component == "transformer"):
+        return get_int("model.num_layers"), get_int("model.num_heads")
+    if component == "dense" and family in DLRM_FAMILIES:
+        return get_int("model.num_bottom_layers") + get_int("model.num_top_layers"), None
+    return None, None
+
+
 def param_table(model: ModelSpec, system: SystemSpec, task: TaskSpec, plan: Plan,
-                values: Mapping[str, Any] | None = None, shape: tuple[int, ...] = (1,)) -> tuple[np.ndarray, np.ndarray]:
+                values: Mapping[str, Any] | None = None, shape: tuple[int, ...] = (1,),
+                semantics=None) -> tuple[np.ndarray, np.ndarray]:
     """Parameter table (COLUMNS x n, one row per column) and status codes (int8) of a block of configs.
 
     The block is the C-ordered grid ``shape`` (n = its size). ``values`` maps
@@ -187,6 +201,14 @@ def param_table(model: ModelSpec, system: SystemSpec, task: TaskSpec, plan: Plan
     if family in DLRM_FAMILIES and "tp" in plan.dense_strategies:
         odd = (get_int("model.num_bottom_layers") % 2 != 0) | (get_int("model.num_top_layers") % 2 != 0)
         status = _flag(status, odd, "tp_odd_layers")
+    if semantics is not None and semantics.degree_limits:  # pp <= layers, tp <= heads (plans.degree_limits)
+        for name, levels, degrees in components:
+            layers, heads = _degree_limit_arrays(model, name, get_int)
+            for level, degree in zip(levels, degrees):
+                if level.strategy == "pp" and layers is not None:
+                    status = _flag(status, degree > layers, "pp_gt_layers")
+                if level.strategy == "tp" and heads is not None:
+                    status = _flag(status, degree > heads, "tp_gt_heads")
     column = {"dense": "dense_degree", "emb": "emb_degree", "transformer": "transformer_degree"}
     for name, _, degrees in components:
         put(f"{column[name]}0", degrees[0])
@@ -210,3 +232,8 @@ def param_table(model: ModelSpec, system: SystemSpec, task: TaskSpec, plan: Plan
             else:
                 status = _flag(status, local * dup != global_batch, "global_batch_mismatch")
     return table, np.broadcast_to(status, shape).reshape(n).astype(np.int8)
+
+from fastmodel.kernels.layout import STATUS_DOES_NOT_FIT, STATUS_NOT_COMPUTED, STATUS_OK  # noqa: E402
+
+assert (STATUS["ok"], STATUS["does_not_fit"], STATUS["not_computed"]) == (
+    STATUS_OK, STATUS_DOES_NOT_FIT, STATUS_NOT_COMPUTED), "status codes of params.py and kernels/layout.py differ"

@@ -214,6 +214,33 @@ def check_plan_for_model(plan: Plan, model) -> None:
                                          f"(got {model.num_bottom_layers} and {model.num_top_layers})")
 
 
+def degree_limits(model, component: str) -> tuple[int | None, int | None]:
+    """(most pipeline stages, most tensor-parallel shards) of one plan component of ``model``.
+
+    Transformer stacks split layers (pp) and attention heads (tp); the DLRM
+    MLPs split their bottom + top layers (pp) and have no head limit.
+    """
+    family = model.family
+    if family in ("llm", "llm-moe", "vit") or (family == "dlrm-transformer" and component == "transformer"):
+        return model.num_layers, model.num_heads
+    if component == "dense" and family in DLRM_FAMILIES:
+        return model.num_bottom_layers + model.num_top_layers, None
+    return None, None
+
+
+def check_degree_limits(plan: Plan, model) -> None:
+    """PlanError when a resolved plan pipelines over more stages than layers or splits more heads than exist."""
+    for name, levels in plan.components:
+        layers, heads = degree_limits(model, name)
+        for level in levels:
+            if level.strategy == "pp" and layers is not None and level.degree > layers:
+                raise PlanError("pp_gt_layers", f"pp{level.degree} pipelines {name} layers over more stages than "
+                                                f"the model's {layers} layers")
+            if level.strategy == "tp" and heads is not None and level.degree > heads:
+                raise PlanError("tp_gt_heads", f"tp{level.degree} splits {name} attention over more devices than "
+                                               f"the model's {heads} heads")
+
+
 def check_plan(plan: Plan, num_devices: int, devices_per_node: int, model=None) -> None:
     """Raise :class:`PlanError` unless ``plan`` (degrees resolved) is legal on the cluster.
 

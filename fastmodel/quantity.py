@@ -25,6 +25,16 @@ _KINDS = {
     "bytes_per_s": (("B/s", "Bps"), 1e6, "'1555 GB/s' or 1555e9"),
     "flop_per_s": (("FLOP/s", "FLOPS", "OP/s", "OPS", "FLOP/S"), 1e6, "'312 TFLOP/s' or 312e12"),
 }
+#: kind -> largest plausible value of one device, node link or port (1000x beyond today's hardware)
+CEILINGS = {"bytes": 1e16, "bytes_per_s": 1e16, "flop_per_s": 1e19}
+_CEILING_TEXT = {"bytes": "10 PB", "bytes_per_s": "10 PB/s", "flop_per_s": "10 EFLOP/s"}
+
+
+def _bounded(number: float, kind: str, value) -> float:
+    if number > CEILINGS[kind]:
+        raise ValueError(f"{value!r} is implausibly large for {kind.replace('_per_', '/')} "
+                         f"(at most {_CEILING_TEXT[kind]}); values are in SI base units")
+    return number
 
 
 def parse_quantity(value, kind: str) -> float:
@@ -39,7 +49,7 @@ def parse_quantity(value, kind: str) -> float:
                 f"{value!r} is implausibly small for {kind.replace('_per_', '/')}; "
                 f"values are in SI base units: write e.g. {example}"
             )
-        return number
+        return _bounded(number, kind, value)
     if not isinstance(value, str):
         raise ValueError(f"expected a number or a string with units, got {type(value).__name__}")
     match = _QUANTITY.match(value)
@@ -52,9 +62,9 @@ def parse_quantity(value, kind: str) -> float:
         if unit.endswith(stem):
             prefix = unit[: -len(stem)]
             if prefix in _PREFIX:
-                return number * _PREFIX[prefix]
+                return _bounded(number * _PREFIX[prefix], kind, value)
             if prefix in _BINARY:
-                return number * _BINARY[prefix]
+                return _bounded(number * _BINARY[prefix], kind, value)
     raise ValueError(f"unknown unit {unit!r} for {kind.replace('_per_', '/')}; write e.g. {example}")
 
 

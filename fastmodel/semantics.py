@@ -64,6 +64,13 @@ class Semantics(BaseModel):
         "the plan has no fsdp (the reference's bug, docs/model.md §10.6; degree[0] times the "
         "full layer). Under madmax this hits every ViT plan without fsdp."
     )
+    degree_limits: bool = Field(
+        False,
+        description="A plan is illegal when a pipeline degree exceeds the layers it splits (status pp_gt_layers) "
+        "or a tensor-parallel degree exceeds the attention heads it splits (tp_gt_heads): transformer layers "
+        "and heads for llm, llm-moe, vit and the transformer part of dlrm-transformer, bottom + top MLP layers "
+        "for the DLRM MLPs. False reproduces the reference, which accepts any degree.",
+    )
     memory_weight_factor: float = Field(
         3.0, gt=0,
         description="memory_per_device = this x weights per device. MAD-Max counts weights only; "
@@ -90,6 +97,7 @@ PRESETS: dict[str, Semantics] = {
         vit_fsdp_backward="post_optimized",
         dlrm_bottom_fsdp_prefetch="two_ahead",
         bogus_prefetch_without_fsdp=False,
+        degree_limits=True,
     ),
 }
 

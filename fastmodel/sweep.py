@@ -46,6 +46,8 @@ from fastmodel.sweep_axes import NUM_DEVICES, SPEC_AXES, STRUCTURAL, axis_dim, a
 
 #: default size of a unit of work, in configurations
 UNIT_CONFIGS = 1 << 18
+#: most combinations of structural axes (plans x models x layer counts ...), each checked and lowered up front
+MAX_STRUCTURAL_COMBINATIONS = 1_000_000
 #: result variables stored as float64 (fits_memory and status are stored as bool / int8)
 FLOAT_VARIABLES = tuple(n for n in NAMES if n != "fits_memory")
 
@@ -104,6 +106,11 @@ class Sweep:
         self.num_configs = math.prod(self.shape)
         self.structural_axes = [i for i, a in enumerate(self.axes) if a.structural]
         self.numeric_axes = [i for i, a in enumerate(self.axes) if not a.structural]
+        programs = math.prod(self.shape[i] for i in self.structural_axes)
+        if programs > MAX_STRUCTURAL_COMBINATIONS:
+            raise SweepError(f"the structural axes ({', '.join(self.axes[i].name for i in self.structural_axes)}) "
+                             f"make {programs:,} combinations, each its own program; at most "
+                             f"{MAX_STRUCTURAL_COMBINATIONS:,}")
         self.block = self._block_shape()
         # a result variable that is also an axis (global_batch) is the coordinate itself
         self.float_variables = tuple(n for n in FLOAT_VARIABLES if n not in self.dims)
@@ -354,7 +361,7 @@ class Sweep:
             values[self.axes[axis].path] = block.reshape([-1 if j == k else 1 for j in range(len(shape))])
         if "task.global_batch" in values and task.local_batch is not None:
             task = task.model_copy(update={"local_batch": None, "global_batch": 1})
-        table, unit_status = param_table(model, system, task, plan, values, shape)
+        table, unit_status = param_table(model, system, task, plan, values, shape, self.semantics)
         status[offset:offset + n] = unit_status
         key = structure_key_for(model, task, plan, self.semantics)
         evaluate_into(key, self.semantics, table, status[offset:offset + n], out, offset, mask_infeasible=True)
@@ -435,6 +442,58 @@ def _summarise_status(counts: np.ndarray, total: int) -> str:
     return ", ".join(parts)
 
 
+#: configurations per second assumed for the up-front estimate (bench/bench_sweep.py streams ~1.1 M/s to zarr)
+ESTIMATE_CONFIGS_PER_S = 1e6
+#: sweeps above this many configurations need confirmation (--yes)
+CONFIRM_CONFIGS = 10**10
+
+
+def _human_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB", "PB"):
+        if n < 1000 or unit == "PB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1000
+    return f"{n} B"
+
+
+def _human_seconds(s: float) -> str:
+    if s < 120:
+        return f"{s:.0f} s"
+    if s < 7200:
+        return f"{s / 60:.0f} min"
+    if s < 172800:
+        return f"{s / 3600:.1f} h"
+    return f"{s / 86400:,.0f} days"
+
+
+def check_size(sweep: Sweep, output: str, to_store: bool, confirmed: bool = False) -> str:
+    """The sweep's size estimate as text; SweepError for an absurd size unless ``confirmed``.
+
+    Disk is the uncompressed size of every stored variable (an upper bound;
+    zarr compresses NaN regions of illegal points well); time assumes
+    ESTIMATE_CONFIGS_PER_S.
+    """
+    import shutil
+
+    per_config = 8 * len(sweep.float_variables) + 2
+    need = sweep.num_configs * per_config
+    seconds = sweep.num_configs / ESTIMATE_CONFIGS_PER_S
+    text = (f"about {_human_bytes(need)} {'on disk' if to_store else 'of output'} uncompressed, "
+            f"~{_human_seconds(seconds)} at {ESTIMATE_CONFIGS_PER_S / 1e6:g} M configs/s")
+    if confirmed:
+        return text
+    try:
+        free = shutil.disk_usage(Path(os.path.abspath(output)).parent).free
+    except OSError:
+        free = None
+    if sweep.num_configs > CONFIRM_CONFIGS:
+        raise SweepError(f"{sweep.num_configs:,} configurations: {text}; pass --yes to run it anyway")
+    if to_store and free is not None and need > free:
+        raise SweepError(f"{sweep.num_configs:,} configurations need up to {_human_bytes(need)} but only "
+                         f"{_human_bytes(free)} is free there; pass --yes to run it anyway (zarr compresses)")
+    return text
+
+
 def run_in_memory(sweep: Sweep, progress: Callable[[int], None] | None = None) -> xr.Dataset:
     """Evaluate every unit into one result matrix; return the Dataset (views, no copies)."""
     need = sweep.result_bytes()
@@ -481,9 +540,20 @@ def _chunks(sweep: Sweep) -> tuple[int, ...]:
 
 
 def create_store(sweep: Sweep, path: str) -> None:
-    """Write the store's metadata, coordinates and an all-false ``unit_done`` flag."""
-    import dask.array as da
+    """Create the store atomically: metadata, coordinates, every status ``not_computed``, ``unit_done`` all false.
 
+    The store is built under a temporary name beside ``path`` and renamed onto
+    it when complete, so an interruption (Ctrl-C, SIGKILL, a full disk) leaves
+    either no store or a whole one, never a half-made one.
+    """
+    import tempfile
+
+    import dask.array as da
+    import zarr
+
+    target = Path(os.path.abspath(path))
+    if target.exists():
+        raise SweepError(f"{path} exists")
     chunks = _chunks(sweep)
     data = {}
     for name in sweep.float_variables:
@@ -493,7 +563,25 @@ def create_store(sweep: Sweep, path: str) -> None:
     data["unit_done"] = (("sweep_unit",), da.zeros(sweep.num_units, dtype=bool, chunks=1),
                          {"long_name": "unit of work written", "units": "1"})
     ds = xr.Dataset(data, coords=sweep.coords(), attrs=sweep.dataset_attrs())
-    ds.to_zarr(path, mode="w", compute=False, consolidated=True, zarr_format=2)
+    import shutil
+
+    for stale in target.parent.glob(f".{target.name}.creating-*"):  # left by a creator that was killed; we hold
+        if stale.is_dir() and not stale.is_symlink():                 # the writer lock, so none is in progress
+            shutil.rmtree(stale, ignore_errors=True)
+    try:
+        tmp = tempfile.mkdtemp(prefix=f".{target.name}.creating-", dir=target.parent)
+    except OSError as error:
+        raise SweepError(f"{path}: cannot create: {error.strerror}") from None
+    try:
+        ds.to_zarr(tmp, mode="w", compute=False, consolidated=True, zarr_format=2)
+        status = zarr.open_group(tmp, mode="r+")["status"]
+        for unit in sweep.units():  # every point starts as not computed; a unit's write replaces its region
+            block_shape = tuple(b.stop - b.start for b in unit.blocks)
+            status[sweep.region(unit)] = np.full(block_shape, STATUS["not_computed"], dtype=np.int8)
+        os.rename(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 def stored_unit_configs(path: str) -> int | None:
@@ -510,16 +598,27 @@ def open_store_for_resume(sweep: Sweep, path: str) -> np.ndarray:
     """The ``unit_done`` flags of an existing store made by the same sweep."""
     import zarr
 
+    from fastmodel.store import is_sweep_store
+
+    if not is_sweep_store(path):
+        raise SweepError(f"{path} is not a fastmodel sweep store, so there is nothing to resume; choose another "
+                         "output (fastmodel never deletes it, even with --force)")
     try:
         group = zarr.open_group(path, mode="r")
-    except Exception:  # noqa: BLE001 - any unreadable store is a user-facing error
-        raise SweepError(f"{path}: not a fastmodel sweep store; run without --resume to create it") from None
-    stored = group.attrs.get("sweep")
-    if stored is None or "unit_done" not in group:
-        raise SweepError(f"{path}: not a fastmodel sweep store; run without --resume to create it")
-    if json.loads(stored) != json.loads(json.dumps(sweep.definition())):
-        raise SweepError(f"{path}: the store was made by a different sweep definition; cannot resume it")
-    return np.asarray(group["unit_done"][:], dtype=bool)
+        stored = json.loads(group.attrs["sweep"])
+        done = np.asarray(group["unit_done"][:], dtype=bool)
+        for name in ("status", *sweep.float_variables):
+            group[name]
+    except Exception as error:  # noqa: BLE001 - a damaged store is a user-facing error
+        raise SweepError(f"{path}: the sweep store is damaged ({type(error).__name__}: {error}); "
+                         "pass --force instead of --resume to replace it") from None
+    if stored != json.loads(json.dumps(sweep.definition())):
+        raise SweepError(f"{path}: the store was made by a different sweep definition; cannot resume it "
+                         "(pass --force instead of --resume to replace it)")
+    if done.shape != (sweep.num_units,):
+        raise SweepError(f"{path}: the sweep store is damaged (unit_done has {done.size} units, the sweep "
+                         f"{sweep.num_units}); pass --force instead of --resume to replace it")
+    return done
 
 
 def write_units(sweep: Sweep, path: str, units: list[Unit], progress: Callable[[int], None] | None = None) -> int:
@@ -558,36 +657,83 @@ def _write_units_task(definition_json: str, path: str, unit_indices: list[int]) 
     return write_units(sweep, path, units)
 
 
+def check_scheduler_address(scheduler: str) -> None:
+    import re
+
+    if not re.match(r"^(tcp|tls|ucx|ws|wss)://[^\s:/]+(:\d+)?/?$", str(scheduler)):
+        raise SweepError(f"--scheduler {scheduler!r} is not a scheduler address; write e.g. tcp://host:8786")
+
+
+def connect(scheduler: str | None = None, workers: int | None = None):
+    """(client, cluster) for a Dask scheduler address or a local cluster of ``workers`` processes."""
+    from distributed import Client, LocalCluster
+
+    if scheduler is not None:
+        check_scheduler_address(scheduler)
+        try:
+            return Client(scheduler, timeout=10), None
+        except (OSError, TimeoutError, ValueError) as error:
+            raise SweepError(f"--scheduler {scheduler}: cannot connect ({' '.join(str(error).split()) or type(error).__name__})") \
+                from None
+    cluster = LocalCluster(n_workers=int(workers), threads_per_worker=1, processes=True, dashboard_address=None)
+    return Client(cluster), cluster
+
+
+def _check_workers_see(client, path: str) -> None:
+    """Every worker must see the store (same path on a shared filesystem), or nothing is written."""
+    seen = client.run(os.path.isdir, path)
+    blind = sorted(worker for worker, ok in seen.items() if not ok)
+    if blind:
+        raise SweepError(f"{path}: {len(blind)} of {len(seen)} Dask workers cannot see the store (e.g. {blind[0]}); "
+                         "write it on a filesystem every worker mounts at the same path")
+
+
 def run_to_store(sweep: Sweep, path: str, resume: bool = False, progress: Callable[[int], None] | None = None,
-                 client=None) -> xr.Dataset:
-    """Stream the sweep into a zarr store (resumable); return the opened Dataset."""
-    if resume and Path(path).exists():
-        done = open_store_for_resume(sweep, path)
-    else:
-        if resume:
-            raise SweepError(f"{path}: nothing to resume (no such store)")
-        create_store(sweep, path)
-        done = np.zeros(sweep.num_units, dtype=bool)
-    todo = [u for u in sweep.units() if not done[u.index]]
-    if progress:
-        progress(sum(u.size for u in sweep.units() if done[u.index]))
-    if client is None:
-        write_units(sweep, path, todo, progress)
-    else:
-        definition_json = json.dumps(sweep.definition())
-        per_task = max(1, len(todo) // (8 * max(1, len(client.scheduler_info().get("workers", {})))))
-        batches = [todo[k:k + per_task] for k in range(0, len(todo), per_task)]
-        futures = [client.submit(_write_units_task, definition_json, path, [u.index for u in batch], pure=False)
-                   for batch in batches]
-        from distributed import as_completed
+                 client=None, overwrite: bool = False) -> xr.Dataset:
+    """Stream the sweep into a zarr store (resumable); return the opened Dataset.
 
-        for future in as_completed(futures):
-            written = future.result()
-            if progress:
-                progress(written)
-    import zarr
+    Holds the store's writer lock throughout. ``overwrite`` replaces an
+    existing sweep store (never anything else); ``resume`` completes one made
+    by the same definition. The path is made absolute, so Dask workers with
+    another working directory write the same store.
+    """
+    from fastmodel.store import remove_store, writer_lock
 
-    zarr.consolidate_metadata(path, zarr_format=2)
+    path = os.path.abspath(path)
+    with writer_lock(path):
+        exists = os.path.lexists(path)
+        if resume and exists:
+            done = open_store_for_resume(sweep, path)
+        else:
+            if resume:
+                raise SweepError(f"{path}: nothing to resume (no such store)")
+            if exists:
+                if not overwrite:
+                    raise SweepError(f"{path} exists; complete it (--resume, resume=True) or replace it "
+                                     "(--force, overwrite=True)")
+                remove_store(path)
+            create_store(sweep, path)
+            done = np.zeros(sweep.num_units, dtype=bool)
+        todo = [u for u in sweep.units() if not done[u.index]]
+        if progress:
+            progress(sum(u.size for u in sweep.units() if done[u.index]))
+        if client is None:
+            write_units(sweep, path, todo, progress)
+        else:
+            _check_workers_see(client, path)
+            definition_json = json.dumps(sweep.definition())
+            per_task = max(1, len(todo) // (8 * max(1, len(client.scheduler_info().get("workers", {})))))
+            batches = [todo[k:k + per_task] for k in range(0, len(todo), per_task)]
+            futures = [client.submit(_write_units_task, definition_json, path, [u.index for u in batch], pure=False)
+                       for batch in batches]
+            from distributed import as_completed
+
+            for future in as_completed(futures):
+                written = future.result()
+                if progress:
+                    progress(written)
+        # no metadata changes after creation (its consolidated metadata was written before the rename), so there
+        # is no finalization step to interrupt: the last unit's done flag completes the store
     ds = xr.open_zarr(path)
     counts = np.bincount(ds["status"].values.reshape(-1), minlength=len(STATUS_NAMES)) if sweep.num_configs <= 50_000_000 else None
     if counts is not None and counts[STATUS["ok"]] == 0 and sweep.num_configs:
@@ -634,7 +780,7 @@ class Progress:
 
 def sweep(model: Any, system: Any, task: Any, axes: dict[str, Any], semantics: Any = "madmax",
           store: str | None = None, resume: bool = False, workers: int | None = None, scheduler: str | None = None,
-          progress: bool | None = False, unit_configs: int = UNIT_CONFIGS) -> xr.Dataset:
+          progress: bool | None = False, unit_configs: int = UNIT_CONFIGS, overwrite: bool = False) -> xr.Dataset:
     """Evaluate a grid of configurations; a labeled Dataset with one dimension per axis.
 
     ``axes`` maps field names (short or dotted) or ``plan`` to values: a list,
@@ -642,7 +788,8 @@ def sweep(model: Any, system: Any, task: Any, axes: dict[str, Any], semantics: A
     ``plan`` takes ``'all'``, a list of plan strings, or rules
     ``{dense=[...], emb=[...], max_levels=1|2}``. With ``store`` (a ``.zarr``
     path) results stream to disk chunk by chunk (``resume`` completes an
-    interrupted store); ``workers`` / ``scheduler`` run the chunks on a Dask
+    interrupted store, ``overwrite`` replaces an existing sweep store and
+    nothing else); ``workers`` / ``scheduler`` run the chunks on a Dask
     distributed cluster (needs ``store``).
     """
     definition = Sweep(model, system, task, axes, semantics, unit_configs)
@@ -651,23 +798,15 @@ def sweep(model: Any, system: Any, task: Any, axes: dict[str, Any], semantics: A
         if workers is not None or scheduler is not None:
             if store is None:
                 raise SweepError("a distributed sweep writes a zarr store: give store='out.zarr' (-o out.zarr)")
-            from distributed import Client, LocalCluster
-
-            if scheduler is not None:
-                client = Client(scheduler)
-                cluster = None
-            else:
-                cluster = LocalCluster(n_workers=int(workers), threads_per_worker=1, processes=True,
-                                       dashboard_address=None)
-                client = Client(cluster)
+            client, cluster = connect(scheduler, workers)
             try:
-                return run_to_store(definition, store, resume, bar, client)
+                return run_to_store(definition, store, resume, bar, client, overwrite)
             finally:
                 client.close()
                 if cluster is not None:
                     cluster.close()
         if store is not None:
-            return run_to_store(definition, store, resume, bar)
+            return run_to_store(definition, store, resume, bar, overwrite=overwrite)
         return run_in_memory(definition, bar)
     finally:
         if bar is not None:

@@ -68,5 +68,9 @@ def load_sweep_file(path: str, unit_configs: int | None = None) -> Sweep:
         )
     except SweepError as error:
         raise SweepError(f"{source}: {error}") from None
+    except SpecError as error:
+        if error.source is None:  # an inline model/system/task table or the semantics table: name this file
+            raise SpecError(source, error.field, error.reason) from None
+        raise
     except FastmodelError:
         raise

@@ -7,7 +7,7 @@ collective at level ``lvl`` of a component with ``n`` levels uses entry
 Collective time is bytes / bandwidth (no latency, no group-size factor).
 """
 
-from numba import njit
+from fastmodel.kernels.jit import njit
 
 from fastmodel.kernels.layout import (
     P_AR_INTRA, P_DEVICES_PER_NODE, P_LINK_BW, P_LINK_UTIL, P_LINKS, P_NODES,

@@ -13,7 +13,7 @@ Program decides which slots are scheduled.
 """
 
 import numpy as np
-from numba import njit
+from fastmodel.kernels.jit import njit
 
 from fastmodel.kernels.collectives import KIND_ALL2ALL, KIND_ALLGATHER, KIND_ALLREDUCE, collective_bandwidth
 from fastmodel.kernels.layout import (

@@ -14,7 +14,7 @@ Rows whose status is not ok get NaN; legal rows that do not fit in memory get
 """
 
 import numpy as np
-from numba import njit, prange
+from fastmodel.kernels.jit import njit, prange
 
 from fastmodel.kernels.layout import (
     CAT_ALL2ALL, CAT_ALLGATHER, CAT_ALLREDUCE, CAT_EMB, CAT_GEMM, CAT_REDUCESCATTER, MEMORY_RESULTS,

@@ -167,6 +167,7 @@ MEMORY_RESULTS = (R_WMEM_DENSE, R_WMEM_EMB, R_WMEM, R_MEMORY_PER_DEVICE, R_HBM_C
 # --- status codes (see fastmodel.params.STATUS_NAMES) -----------------------
 STATUS_OK = 0
 STATUS_DOES_NOT_FIT = 6
+STATUS_NOT_COMPUTED = 10   # a zarr store's point whose unit is not written yet (never produced by a kernel)
 
 # --- scheduler scratch: small state vector layout ---------------------------
 W_CURSORS = 0          # 2: compute, comm

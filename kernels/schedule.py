@@ -24,7 +24,7 @@ random programs). Runs that never settle are scheduled op by op.
 """
 
 import numpy as np
-from numba import njit, prange
+from fastmodel.kernels.jit import njit, prange
 
 from fastmodel.kernels.layout import (
     N_CATEGORIES, N_SCHEDULE_OUTPUTS, N_WORK, O_CATEGORY0, O_FORWARD_TIME, O_ITERATION_TIME,

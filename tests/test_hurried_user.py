@@ -115,7 +115,7 @@ def test_output_paths(tmp_path):
     os.chmod(target, 0o644)
     link = tmp_path / "link.jsonl"
     link.symlink_to(target)
-    assert run("batch", str(src), "-o", str(link)).exit_code == 0
+    assert run("batch", str(src), "-o", str(link), "--force").exit_code == 0
     assert link.is_symlink() and "iteration_time" in target.read_text()
     assert stat.S_IMODE(target.stat().st_mode) == 0o644
     with atomic_write(os.devnull) as handle:

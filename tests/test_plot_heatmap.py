@@ -124,3 +124,29 @@ def test_one_value_axes_need_no_sel_and_missing_inputs_are_an_error(ds):
     no_price = ds.assign(cost=ds.throughput * np.nan).assign(status=ds.status * 0)
     with pytest.raises(PlotError, match="cost has no finite value"):
         P.heatmap(no_price, x="num_nodes", y="plan", var="cost", sel={"global_batch": 1024})
+
+
+def test_annotations_share_one_format(ds):
+    _, ax = P.heatmap(ds, x="num_nodes", y="plan", var="iteration_time", sel={"global_batch": 2048}, annotate=True)
+    numbers = [t.get_text() for t in ax.texts if re.fullmatch(r"[\d,.]+", t.get_text())]
+    decimals = {len(text.partition(".")[2]) for text in numbers}
+    assert len(numbers) > 1 and len(decimals) == 1, numbers
+
+
+def test_title_prints_quantities_with_units():
+    import xarray as xr
+
+    da = xr.DataArray(np.arange(4.0).reshape(2, 2), dims=("a", "b"), coords={"a": [1, 2], "b": [3, 4]},
+                      name="throughput")
+    da = da.assign_coords(port_bandwidth_bytes_per_s=xr.DataArray(25e9, attrs={"units": "B/s"}))
+    _, ax = P.heatmap(da, x="b", y="a")
+    assert ax.get_title() == "port_bandwidth_bytes_per_s=25 GB/s"
+
+
+def test_relative_to_colour_bar_spans_the_data(ds):
+    fig, _ = P.heatmap(ds, x="num_nodes", y="plan", var="throughput", sel={"global_batch": 2048},
+                       relative_to="fsdp/ddp")
+    colorbar = fig.axes[-1]
+    gains = (ds.throughput.sel(global_batch=2048) / ds.throughput.sel(global_batch=2048, plan="fsdp/ddp")).values
+    lo, hi = np.nanmin(gains), np.nanmax(gains)
+    np.testing.assert_allclose(sorted(colorbar.get_ylim()), [lo, hi], rtol=1e-12)

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+import xarray as xr
 from plot_data import synthetic_sweep
 
 import fastmodel.plot as P
@@ -49,9 +50,12 @@ def test_figure_marks_exactly_the_frontier_and_labels_it(tmp_path):
     got = {tuple(p) for p in front.get_offsets()}
     assert got == {(a, b) for a, b in zip(x[want], y[want])}
     assert len(dominated.get_offsets()) == int(np.isfinite(x).sum() - want.sum())
-    plans = np.broadcast_to(point.plan.values, point.iteration_time.shape).ravel()
+    dims = point.iteration_time.dims
+    plans, batches = (c.transpose(*dims).values.ravel()
+                      for c in xr.broadcast(point.plan, point.global_batch, point.iteration_time)[:2])
     labels = sorted(t.get_text() for t in ax.texts if t.get_gid() == "frontier-label")
-    assert labels == sorted(plans[want])
+    # every varying dimension is named: the plan, and the global batch that tells its points apart
+    assert labels == sorted(f"{p}, global_batch={int(b)}" for p, b in zip(plans[want], batches[want]))
     assert ax.frontier.on_frontier.sum() == want.sum()
     P.save(fig, tmp_path / "p.svg")
     svg = (tmp_path / "p.svg").read_text()
@@ -74,3 +78,15 @@ def test_errors():
         P.pareto(ds, "iteration_tim", "throughput")
     with pytest.raises(PlotError, match="'min' or 'max'"):
         P.pareto(ds, "iteration_time", "throughput", x_dir="up")
+
+
+def test_a_dimension_constant_on_the_frontier_is_named_once_in_the_legend():
+    ds = synthetic_sweep()
+    fig, ax = P.pareto(ds, "iteration_time", "throughput", sel={"plan": "fsdp/ddp"})
+    table = ax.frontier
+    front_nodes = set(table[table.on_frontier].num_nodes)
+    assert len(front_nodes) == 1 and table.num_nodes.nunique() > 1  # varies, but not along the frontier
+    (front,) = [c for c in ax.collections if c.get_gid() == "frontier"]
+    assert front.get_label() == f"Pareto frontier (num_nodes={front_nodes.pop()})"
+    labels = sorted(t.get_text() for t in ax.texts if t.get_gid() == "frontier-label")
+    assert labels == sorted(f"global_batch={b}" for b in table[table.on_frontier].global_batch)

@@ -15,7 +15,7 @@ def ds():
 
 def test_lines_are_the_data(ds, tmp_path):
     fig, ax = P.scaling(ds, "num_nodes", var="throughput", hue="plan", sel={"global_batch": 2048})
-    lines = {line.get_label(): line for line in ax.get_lines()}
+    lines = {line.get_label(): line for line in ax.get_lines() if line.get_gid() != "ideal"}
     assert list(lines) == PLANS
     for plan, line in lines.items():
         np.testing.assert_array_equal(line.get_xdata(), ds.num_nodes.values)
@@ -29,7 +29,7 @@ def test_lines_are_the_data(ds, tmp_path):
 
 def test_top_and_reduce(ds):
     _, ax = P.scaling(ds, "num_nodes", var="throughput", hue="plan", reduce=[("max", "global_batch")], top=1)
-    (line,) = ax.get_lines()
+    (line,) = [line for line in ax.get_lines() if line.get_gid() != "ideal"]
     best = ds.throughput.max("global_batch")
     winner = str(best.max("num_nodes").idxmax("plan").values)
     assert line.get_label() == winner
@@ -47,3 +47,22 @@ def test_errors(ds):
         P.scaling(ds, "num_nodes", var="throughput", hue="plan")
     with pytest.raises(PlotError, match="did you mean 'plan'"):
         P.scaling(ds, "num_nodes", var="throughput", hue="plna", sel={"global_batch": 512})
+
+
+def test_lines_differ_in_marker_and_style_and_ideal_scaling_is_linear(ds):
+    _, ax = P.scaling(ds, "num_nodes", var="throughput", hue="plan", sel={"global_batch": 2048})
+    lines = [line for line in ax.get_lines() if line.get_gid() != "ideal"]
+    styles = [(line.get_marker(), line.get_linestyle(), line.get_markerfacecolor()) for line in lines]
+    assert len(set(styles)) == len(styles)  # overlapping lines stay distinguishable
+    (ideal,) = [line for line in ax.get_lines() if line.get_gid() == "ideal"]
+    values = ds.throughput.sel(global_batch=2048).transpose("plan", "num_nodes").values
+    first = np.flatnonzero(np.isfinite(values).any(axis=0))[0]
+    start = np.nanmax(values[:, first])  # best plan at the smallest cluster, then x-fold on x-fold nodes
+    nodes = ds.num_nodes.values.astype(float)
+    np.testing.assert_allclose(ideal.get_ydata(), start * nodes / nodes[first], rtol=1e-12)
+    _, ax = P.scaling(ds, "num_nodes", var="iteration_time", hue="plan", sel={"global_batch": 2048})
+    (ideal,) = [line for line in ax.get_lines() if line.get_gid() == "ideal"]
+    times = ds.iteration_time.sel(global_batch=2048).transpose("plan", "num_nodes").values
+    np.testing.assert_allclose(ideal.get_ydata(), np.nanmin(times[:, first]) * nodes[first] / nodes, rtol=1e-12)
+    _, ax = P.scaling(ds, "global_batch", var="throughput", hue="plan", sel={"num_nodes": 32})
+    assert not [line for line in ax.get_lines() if line.get_gid() == "ideal"]  # not a hardware axis

@@ -42,6 +42,7 @@ def test_one_bar_per_op_and_busy_time_per_category(config, result):
     assert exposed[:, 2].sum() == pytest.approx(float(result.exposed_comm), rel=1e-9)
     title = ax.get_title(loc="left")
     assert "iteration 7.28 s" in title and "exposed comm. 1.68 s" in title
+    assert "(23.0% of iteration)" in title  # 1,676.89 / 7,275.72 ms (README's report), the denominator named
 
 
 def test_aggregate_merges_ops_closer_than_a_pixel(config):

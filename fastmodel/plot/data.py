@@ -60,6 +60,18 @@ def get_var(ds: xr.Dataset, name: str) -> xr.DataArray:
     return ds[name]
 
 
+def is_categorical(obj: xr.DataArray) -> bool:
+    """Status codes, true/false flags and labels: categories, not quantities."""
+    return obj.name == "status" or "flag_meanings" in obj.attrs or obj.dtype.kind in "bUSO"
+
+
+def check_quantity(obj: xr.DataArray, what: str) -> None:
+    """PlotError unless ``obj`` is a quantity (a line, an axis or a ratio of status codes is meaningless)."""
+    if is_categorical(obj):
+        raise PlotError(f"{obj.name} is categorical, not a quantity: {what} needs numbers; "
+                        f"draw it with 'plot heatmap --var {obj.name}' or filter on it with --where")
+
+
 def check_dim(dims: Iterable[str], name: str, what: str = "dimension") -> str:
     dims = list(dims)
     if name not in dims:
@@ -229,6 +241,7 @@ def prepare(data, var: str | None = None, sel=None, reduce=(), relative_to=None,
     if status is not None:
         status = select(status, {k: v for k, v in (sel or {}).items() if k in status.dims})
     if relative_to is not None:
+        check_quantity(da, "--relative-to")
         da = relative(da, relative_to, relative_dim)
     for how, dim in reduce or ():
         check_dim(da.dims, dim)
@@ -244,9 +257,11 @@ def prepare(data, var: str | None = None, sel=None, reduce=(), relative_to=None,
     if single:
         da = da.isel({d: 0 for d in single}, drop=True)
         status = status.isel({d: 0 for d in single}, drop=True) if status is not None else None
-    if da.dtype.kind in "fc" and not np.isfinite(da.values).any() and (status is None or not (status.values != 0).any()):
-        raise PlotError(f"{da.name} has no finite value in this selection (is an input it needs missing, "
-                        "e.g. a price, TDP or train_samples for cost and energy?)")
+    if da.dtype.kind in "fc" and not np.isfinite(da.values).any():
+        bad = int((status.values != 0).sum()) if status is not None else 0
+        why = f" ({bad:,} of {da.size:,} points illegal or infeasible, the rest NaN)" if bad else ""
+        raise PlotError(f"{da.name} has no finite value in this selection{why}; is an input it needs missing, "
+                        "e.g. a price, TDP or train_samples for cost and energy?")
     return da, status
 
 

@@ -46,6 +46,7 @@ def heatmap(data, x: str | None = None, y: str | None = None, *, var: str | None
         height = round(min(9.0, max(S.figure_size(size)[1], 0.9 + 0.13 * ny)), 2)
     with S.paper_rc():
         fig, ax = S.new_axes(size, height, ax)
+        da = _as_labels(da)
         categorical = da.dtype.kind in "USO"
         if categorical:
             image, cbar_ticks, cbar_labels, cmap_obj, norm = _categorical(da.values)
@@ -66,6 +67,10 @@ def heatmap(data, x: str | None = None, y: str | None = None, *, var: str | None
             cbar.ax.yaxis.set_major_formatter(S.unit_formatter(factor))
             if isinstance(norm, mcolors.LogNorm):  # label minor ticks only when few major ones show
                 cbar.ax.yaxis.set_minor_formatter(S.unit_formatter(factor) if _few_decades(norm) else "")
+            if da.attrs.get("ratio") and image.count():  # 1 stays white; the bar shows only the range of the data
+                lo, hi = float(image.min()), float(image.max())
+                if hi > lo:
+                    cbar.ax.set_ylim(max(lo, norm.vmin), min(hi, norm.vmax))
             cbar.set_label(S.label(D.long_name_of(da), shown))
         _ticks(ax, da, x, y)
         handles = _missing_cells(ax, image if not categorical else np.ma.masked_equal(image, -1), st)
@@ -82,6 +87,22 @@ def heatmap(data, x: str | None = None, y: str | None = None, *, var: str | None
         for spine in ax.spines.values():
             spine.set_visible(False)
     return fig, ax
+
+
+def _as_labels(da):
+    """Status codes and booleans are categories, not quantities: their names, for a categorical map."""
+    from fastmodel.params import STATUS_NAMES
+
+    if da.name == "status" or "flag_meanings" in da.attrs:
+        names = np.array(da.attrs.get("flag_meanings", " ".join(STATUS_NAMES)).split(), dtype=object)
+        codes = np.asarray(da.values).astype(int)
+        labels = np.where((codes >= 0) & (codes < len(names)), names[np.clip(codes, 0, len(names) - 1)], "")
+        return da.copy(data=labels.astype(object))
+    if da.dtype.kind == "b":
+        name = str(da.name)
+        yes, no = ("fits", "does not fit") if name == "fits_memory" else (name, f"not {name}")
+        return da.copy(data=np.where(np.asarray(da.values), yes, no).astype(object))
+    return da
 
 
 def _few_decades(norm) -> bool:
@@ -177,13 +198,14 @@ def _missing_cells(ax, image, status):
 def _annotate(ax, im, image, factor):
     ny, nx = image.shape
     fontsize = 6 if nx * ny <= 80 else 5
+    fmt = S.fixed_formatter(image.compressed() / factor)  # one format for every cell
     for r in range(ny):
         for c in range(nx):
             if image.mask is not np.ma.nomask and np.ma.getmaskarray(image)[r, c]:
                 continue
             value = float(image[r, c])
             color = "white" if S.luminance(im.cmap(im.norm(value))) < 0.45 else "black"
-            ax.text(c, r, S.fmt_number(value / factor), ha="center", va="center", fontsize=fontsize, color=color)
+            ax.text(c, r, fmt(value / factor), ha="center", va="center", fontsize=fontsize, color=color)
 
 
 def _mark_best(ax, da, image, best, factor, shown):
@@ -201,4 +223,4 @@ def _mark_best(ax, da, image, best, factor, shown):
 
 def _default_title(da, sel):
     fixed = {k: v for k, v in da.coords.items() if k not in da.dims and v.ndim == 0}
-    return ", ".join(f"{k}={S.fmt_coord(v.values.item())}" for k, v in fixed.items())
+    return ", ".join(f"{k}={S.fmt_quantity(v.values.item(), D.units_of(v))}" for k, v in fixed.items())

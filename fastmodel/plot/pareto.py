@@ -54,6 +54,14 @@ def frontier(data, x: str, y: str, *, x_dir: str | None = None, y_dir: str | Non
     y_dir = D.check_direction(y_dir, y)
     ds = D.select(data, sel)
     xs, ys = D.get_var(ds, x), D.get_var(ds, y)
+    for name, var in ((x, xs), (y, ys)):
+        if var.dtype.kind in "iuf":
+            D.check_quantity(var, "a Pareto axis")
+        if var.dtype.kind not in "iuf":
+            numeric = [n for n in D.names_of(ds) if ds[n].dtype.kind in "iuf" and n != "status"]
+            raise D.PlotError(f"{name} is not numeric ({'labels' if var.dtype.kind in 'USO' else var.dtype}); "
+                              f"a Pareto axis needs numbers, e.g. {', '.join(numeric[:6])}"
+                              + (f"; use --label {name} to name the points" if name in ds.dims else ""))
     import xarray as xr
 
     if where is not None:
@@ -88,7 +96,8 @@ def _label_points(ax, chosen, x, y, dims, gap_pt: float = 7.0) -> None:
     rows = [(row, ax.transData.transform((row[x], row[y]))[1] * to_pt) for _, row in chosen.iterrows()]
     last = np.inf
     for row, y_pt in sorted(rows, key=lambda item: -item[1]):
-        text = ", ".join(S.fmt_coord(row[d]) for d in dims)
+        text = ", ".join(S.fmt_coord(row[d]) if isinstance(row[d], str) else f"{d}={S.fmt_coord(row[d])}"
+                         for d in dims)
         if not text:
             continue
         target = min(y_pt + 3.0, last - gap_pt)
@@ -105,9 +114,9 @@ def _label_dims(table, label):
         for d in ([label] if isinstance(label, str) else label):
             D.check_dim(dims, d, "label dimension")
         return [label] if isinstance(label, str) else list(label)
-    varying = [d for d in dims if table[d].nunique() > 1]
+    varying = [d for d in dims if table[d].nunique() > 1]  # every dimension that tells frontier points apart
     text = [d for d in varying if not pd.api.types.is_numeric_dtype(table[d])]
-    return text or varying
+    return text + [d for d in varying if d not in text]
 
 
 def pareto(data, x: str, y: str, *, x_dir: str | None = None, y_dir: str | None = None, sel=None, where=None,
@@ -151,7 +160,16 @@ def pareto(data, x: str, y: str, *, x_dir: str | None = None, y_dir: str | None 
         ax.set_ylabel(S.label(f"{table.attrs['y_name']} ({better[table.attrs['y_dir']]})", yu))
         chosen = front if len(front) <= max_labels else front.iloc[np.linspace(0, len(front) - 1, max_labels).round()
                                                                    .astype(int)]
-        _label_points(ax, chosen, x, y, dims)
+        # a dimension with one value on the whole frontier is named once, in the legend, not on every point
+        same = [d for d in dims if len(front) > 1 and front[d].nunique() == 1]
+        _label_points(ax, chosen, x, y, [d for d in dims if d not in same])
+        if same:
+            first = front.iloc[0]
+            text = ", ".join(S.fmt_coord(first[d]) if isinstance(first[d], str) else f"{d}={S.fmt_coord(first[d])}"
+                             for d in same)
+            for collection in ax.collections:
+                if collection.get_gid() == "frontier":
+                    collection.set_label(f"Pareto frontier ({text})")
         fig.legend(loc="outside upper center", ncol=2)
         if title is not None:
             ax.set_title(title)

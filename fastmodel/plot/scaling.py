@@ -7,18 +7,39 @@ import numpy as np
 from fastmodel.plot import data as D
 from fastmodel.plot import style as S
 
+#: markers and line styles cycled over the lines, so lines that overlap stay distinguishable
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "*")
+LINESTYLES = ("-", "--", ":", "-.")
+#: dimensions that count hardware: an ideal (linear) scaling line is drawn against them
+SIZE_DIMS = ("num_nodes", "num_devices")
+
+
+def ideal_line(x, rows, maximize: bool):
+    """Linear scaling from the best value at the smallest x: a rate grows with x, a time shrinks (NaN if none)."""
+    x = np.asarray(x, dtype=float)
+    for j in range(x.size):
+        column = rows[:, j]
+        if np.isfinite(column).any():
+            start = np.nanmax(column) if maximize else np.nanmin(column)
+            return start * (x / x[j]) if maximize else start * (x[j] / x)
+    return np.full(x.shape, np.nan)
+
 
 def scaling(data, x: str, *, var: str | None = None, hue: str | None = None, sel=None, reduce=(), top: int | None = None,
-            logx: bool | None = None, logy: bool | None = None, size="single", height: float | None = None,
-            title: str | None = None, ax=None):
+            logx: bool | None = None, logy: bool | None = None, ideal: bool | None = None, size="single",
+            height: float | None = None, title: str | None = None, ax=None):
     """Plot ``var`` against dimension ``x``, one line per ``hue`` value; returns ``(fig, ax)``.
 
     Every other dimension must be fixed (``sel``) or reduced (``reduce``).
     ``top``: keep the ``top`` hue values with the best value anywhere (by the
     variable's direction). A geometric x axis is drawn on a log scale (base 2 for
     powers of two); y goes log when it spans two decades (``logx``/``logy`` force).
+    Lines cycle markers and line styles. ``ideal`` (default: when x is
+    num_nodes or num_devices and the variable is a rate or a time) adds the
+    linear-scaling line from the best value at the smallest x.
     """
     da, _ = D.prepare(data, var, sel, reduce, keep=(x, hue))
+    D.check_quantity(da, "a scaling line")
     D.check_dim(da.dims, x)
     if hue is not None:
         D.check_dim(da.dims, hue)
@@ -48,8 +69,15 @@ def scaling(data, x: str, *, var: str | None = None, hue: str | None = None, sel
     xfactor, xshown = (1.0, "") if categorical else S.display_unit(D.units_of(da[x]), xpos)
     with S.paper_rc():
         fig, ax = S.new_axes(size, height, ax)
-        for row, name in zip(rows, names):
-            ax.plot(xpos, row, marker="o", label=name, gid=f"line:{name}")
+        for k, (row, name) in enumerate(zip(rows, names)):
+            ax.plot(xpos, row, marker=MARKERS[k % len(MARKERS)], linestyle=LINESTYLES[(k // len(MARKERS) + k) % len(LINESTYLES)],
+                    markersize=3.5, markerfacecolor="none" if k % 2 else None, label=name, gid=f"line:{name}")
+        name = str(da.name)
+        rate_or_time = D.direction(name) == "max" or units == "s"
+        if (ideal if ideal is not None else (x in SIZE_DIMS and rate_or_time and not categorical)) and xv.size > 1:
+            line = ideal_line(xpos, rows, D.direction(name) == "max")
+            ax.plot(xpos, line, color="0.45", linestyle=(0, (4, 2)), linewidth=0.8, marker=None, zorder=1,
+                    label="ideal (linear)", gid="ideal")
         if categorical:
             ax.set_xticks(xpos, labels=[str(v) for v in xv], rotation=45, ha="right")
         else:
@@ -67,8 +95,8 @@ def scaling(data, x: str, *, var: str | None = None, hue: str | None = None, sel
         ax.yaxis.set_minor_formatter("")
         ax.set_xlabel(S.label(x, xshown))
         ax.set_ylabel(S.label(D.long_name_of(da), shown))
-        if hue:
-            fig.legend(title=hue, loc="outside right upper", handlelength=1.5, ncol=2 if len(names) > 16 else 1)
+        if hue or ax.get_legend_handles_labels()[1]:
+            fig.legend(title=hue, loc="outside right upper", handlelength=2.2, ncol=2 if len(names) > 16 else 1)
         if title is not None:
             ax.set_title(title)
     return fig, ax

@@ -146,6 +146,21 @@ def fmt_number(value: float) -> str:
     return f"{value:.2e}".replace("e+0", "e").replace("e-0", "e-").replace("e+", "e")
 
 
+def fixed_formatter(values):
+    """One format for every number of a figure's annotations: the decimals that give the largest 3 significant
+    digits, the same for all (``0.87``, ``1.05``, ``12.40`` side by side, not ``0.87``, ``1.05``, ``12.4``)."""
+    arr = np.abs(np.asarray(values, dtype=float))
+    arr = arr[np.isfinite(arr) & (arr > 0)]
+    top = float(arr.max()) if arr.size else 1.0
+    if not 1e-3 <= top < 1e7:
+        return fmt_number
+    digits = max(0, 2 - math.floor(math.log10(top)))
+    digits = max(digits, -math.floor(math.log10(float(arr.min())))) if arr.size else digits  # no non-zero shows 0
+    if digits > 4:  # values spanning many decades: 3 significant digits each, still one rule for all
+        return fmt_number
+    return lambda value: "" if value is None or not np.isfinite(value) else f"{value:,.{digits}f}"
+
+
 def is_power_of_two(value: float) -> bool:
     return value > 0 and float(value).is_integer() and (int(value) & (int(value) - 1)) == 0
 
@@ -160,6 +175,16 @@ def fmt_coord(value) -> str:
             return f"$2^{{{int(math.log2(value))}}}$"
         return f"{int(value)}"
     return f"{value:g}"
+
+
+def fmt_quantity(value, units: str | None) -> str:
+    """A coordinate value with its units, scaled for reading: ``25 GB/s``, ``40 GB``, ``312 TFLOP/s``, ``0.6``."""
+    if isinstance(value, (str, np.str_, bytes)) or not units or units == "1":
+        return fmt_coord(value)
+    factor, shown = display_unit(units, [float(value)])
+    scaled = float(value) / factor
+    text = fmt_coord(scaled) if factor == 1.0 else fmt_number(scaled)
+    return f"{text} {shown}"
 
 
 def unit_formatter(factor: float):

@@ -131,7 +131,7 @@ def timeline(config=None, *, model=None, system=None, task=None, semantics="madm
         share = exposed / total if total > 0 else 0.0
         tfac, tunit = S.display_unit("s", [total])
         note = (f"iteration {S.fmt_number(total / tfac)} {tunit}; exposed comm. "
-                f"{S.fmt_number(exposed / tfac)} {tunit} ({share:.1%})")
+                f"{S.fmt_number(exposed / tfac)} {tunit} ({share:.1%} of iteration)")
         ax.set_title(title if title is not None else f"{config.model.name}, {config.plan.label}: {note}", loc="left")
         fig.legend(handles=handles, loc="outside right upper", handlelength=1.2)
     return fig, ax

@@ -1,0 +1,180 @@
+"""Fault injection: a sweep killed or interrupted in every window resumes to the bytes of an uninterrupted run.
+
+Each fault runs `fastmodel sweep` in a subprocess that kills itself (SIGKILL) or
+interrupts itself (SIGINT, as Ctrl-C) at a chosen point: while the store is
+created, in the middle of a unit (some variables of a unit written, not its done
+flag), and on the last unit's done flag. Then `--resume` (or a plain rerun when
+no store was left) must complete it, and every variable must equal the
+uninterrupted run bit for bit. Also: two writers at once, and a full disk.
+"""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import xarray as xr
+
+SWEEP = ('model = "llama-7b"\nsystem = "dc-a"\ntask = "llm-pretrain"\nunit_configs = 8\n'
+         '[axes]\nnum_nodes = [1, 2, 4]\nflops_util = { start = 0.4, stop = 0.8, num = 5 }\n'
+         'global_batch = [512, 1024]\nplan = ["fsdp/ddp", "tp,ddp/mp", "ddp,pp/mp,ddp"]\n')
+
+# runs the CLI with a fault planted at POINT, signalled with SIG, the COUNT-th time the point is reached
+DRIVER = textwrap.dedent("""
+    import os, signal, sys
+    import xarray as xr, zarr
+    import fastmodel.sweep as S
+    from fastmodel.cli import main
+
+    point, sig, count = sys.argv[1], getattr(signal, sys.argv[2]), int(sys.argv[3])
+    seen = [0]
+
+    def fire():
+        seen[0] += 1
+        if seen[0] == count:
+            os.kill(os.getpid(), sig)
+
+    if point == "creation":  # after the metadata, before the status fill and the rename
+        real = xr.Dataset.to_zarr
+        def to_zarr(self, *a, **k):
+            out = real(self, *a, **k)
+            fire()
+            return out
+        xr.Dataset.to_zarr = to_zarr
+    else:
+        from zarr.core.array import Array
+        created = [False]
+        real_rename = os.rename
+        def rename(*a, **k):  # the store exists under its name: units are written from now on
+            real_rename(*a, **k)
+            created[0] = True
+        os.rename = rename
+        real = Array.__setitem__
+        def setitem(self, key, value):
+            name = self.path.rsplit("/", 1)[-1]
+            if created[0] and ((point == "mid-unit" and name == "status") or (point == "done-flag" and name == "unit_done")):
+                fire()  # mid-unit: float variables of the unit written, status and done flag not yet
+            return real(self, key, value)
+        Array.__setitem__ = setitem
+    main(["sweep", sys.argv[4], "-o", sys.argv[5], "--no-progress"])
+""")
+
+
+def _cli(*args, cwd):
+    """The CLI in this process (fast); returns (exit code, output)."""
+    from click.testing import CliRunner
+
+    from fastmodel.cli import main
+
+    old = os.getcwd()
+    os.chdir(cwd)
+    try:
+        result = CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+    finally:
+        os.chdir(old)
+    return result.exit_code, result.output
+
+
+def _assert_same(path, reference):
+    got = xr.open_zarr(path)
+    assert bool(got.unit_done.all())
+    for name in reference.data_vars:
+        if name == "unit_done":
+            continue
+        a, b = got[name].values, reference[name].values
+        assert a.dtype == b.dtype and a.shape == b.shape, name
+        assert a.tobytes() == b.tobytes(), name  # bit for bit, NaN payloads included
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("reference")
+    (folder / "s.toml").write_text(SWEEP)
+    code, output = _cli("sweep", "s.toml", "-o", "ref.zarr", "--no-progress", cwd=folder)
+    assert code == 0, output
+    return xr.open_zarr(folder / "ref.zarr").load()
+
+
+def _leftovers(folder):
+    return sorted(p.name for p in folder.iterdir() if p.name.startswith(".") or p.name.endswith(".lock"))
+
+
+@pytest.mark.parametrize("point, count, sig", [
+    ("creation", 1, "SIGKILL"),    # metadata written under the temporary name, not renamed yet
+    ("mid-unit", 3, "SIGKILL"),    # third unit: float variables written, its status and done flag not
+    ("mid-unit", 3, "SIGINT"),     # the same as Ctrl-C: exit 130, one line
+    ("done-flag", 18, "SIGKILL"),  # on the last unit's done flag: every value written, the flag not
+])
+def test_interrupted_sweep_resumes_bit_identical(tmp_path, reference, point, count, sig):
+    (tmp_path / "s.toml").write_text(SWEEP)
+    killed = subprocess.run([sys.executable, "-c", DRIVER, point, sig, str(count), "s.toml", "out.zarr"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    if sig == "SIGKILL":
+        assert killed.returncode == -signal.SIGKILL, killed.stderr
+    else:
+        assert killed.returncode == 130, killed.stderr
+        assert "Traceback" not in killed.stderr and "rerun with --resume" in killed.stderr
+    store = tmp_path / "out.zarr"
+    if point == "creation":
+        assert not store.exists()  # no half-made store: a plain rerun starts over, --resume says so
+        code, output = _cli("sweep", "s.toml", "-o", "out.zarr", "--resume", cwd=tmp_path)
+        assert code == 2 and "run without --resume" in output
+        code, output = _cli("sweep", "s.toml", "-o", "out.zarr", "--no-progress", cwd=tmp_path)
+    else:
+        assert store.exists()
+        code, output = _cli("best", "out.zarr", "--by", "throughput", cwd=tmp_path)
+        assert code == 2 and "not computed" in output, output  # readers refuse the incomplete store
+        code, output = _cli("sweep", "s.toml", "-o", "out.zarr", cwd=tmp_path)
+        assert code == 2 and "--resume" in output
+        code, output = _cli("sweep", "s.toml", "-o", "out.zarr", "--resume", "--no-progress", cwd=tmp_path)
+    assert code == 0, output
+    _assert_same(store, reference)
+    assert _leftovers(tmp_path) == []
+
+
+def test_two_concurrent_writers(tmp_path, reference):
+    (tmp_path / "s.toml").write_text(SWEEP)
+    for flags in ([], ["--force"]):
+        runs = [subprocess.Popen([sys.executable, "-m", "fastmodel.cli", "sweep", "s.toml", "-o", "out.zarr",
+                                  "--no-progress", *flags], cwd=tmp_path, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        results = [(p.wait(timeout=600), p.stderr.read()) for p in runs]
+        codes = sorted(code for code, _ in results)
+        assert codes[0] == 0 and codes[1] in (0, 2), results
+        for code, err in results:
+            assert "Traceback" not in err, err
+            if code == 2:
+                assert err.strip().startswith("error: ") and err.strip().count("\n") == 0 or \
+                    err.strip().splitlines()[-1].startswith("error: "), err
+                assert "being written by pid" in err or "exists" in err, err
+        _assert_same(tmp_path / "out.zarr", reference)
+    assert _leftovers(tmp_path) == []
+
+
+def test_disk_full_then_resume(tmp_path, reference):
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a small tmpfs needs root")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=160k", "tmpfs", str(disk)], capture_output=True).returncode:
+        pytest.skip("this platform does not allow mounting a tmpfs")
+    try:
+        (disk / "s.toml").write_text(SWEEP)
+        code, output = _cli("sweep", "s.toml", "-o", "out.zarr", "--no-progress", cwd=disk)
+        assert code == 2 and output.splitlines()[-1].startswith("error: "), output
+        assert "No space left on device" in output, output
+        store = disk / "out.zarr"
+        if store.exists():  # the units that fit are kept; readers refuse the store until it is complete
+            code, output = _cli("best", "out.zarr", "--by", "throughput", cwd=disk)
+            assert code == 2 and "not computed" in output, output
+        subprocess.run(["mount", "-o", "remount,size=64m", str(disk)], check=True)
+        flags = ["--resume"] if store.exists() else []
+        code, output = _cli("sweep", "s.toml", "-o", "out.zarr", "--no-progress", *flags, cwd=disk)
+        assert code == 0, output
+        _assert_same(store, reference)
+        assert [p for p in os.listdir(disk) if p.startswith(".")] == []
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True)

@@ -1,0 +1,82 @@
+"""Compiled kernels are cached per user, keyed by version and kernel source, never inside the package."""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import fastmodel.kernels
+from fastmodel.kernels import jit
+
+KERNELS = Path(fastmodel.kernels.__file__).resolve().parent
+
+_PROBE = """
+import numpy as np, sys
+from fastmodel.kernels import jit
+from fastmodel.kernels.collectives import collective_bandwidth
+from fastmodel.kernels.layout import N_COLUMNS
+row = np.ones(N_COLUMNS)
+collective_bandwidth(row, 1, 1, 0)
+print(jit.cache_dir())
+"""
+
+
+def _run_probe(tmp_path, **env_over):
+    env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR", "XDG_CACHE_HOME")}
+    env.update(env_over)
+    done = subprocess.run([sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True, timeout=600,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    return Path(done.stdout.strip().splitlines()[-1])
+
+
+def _index_files(folder: Path) -> set[Path]:
+    return set(folder.rglob("*.nbi"))
+
+
+def test_kernel_cache_lands_in_the_user_cache_not_in_the_package(tmp_path):
+    before = _index_files(KERNELS)
+    where = _run_probe(tmp_path, XDG_CACHE_HOME=str(tmp_path / "xdg"))
+    assert where.is_relative_to(tmp_path / "xdg" / "fastmodel")
+    assert jit.kernel_source_key() in where.name
+    assert any(p.name.startswith("collectives.collective_bandwidth") for p in _index_files(where))
+    assert _index_files(KERNELS) == before  # nothing new inside the installed package
+
+
+def test_numba_cache_dir_is_honoured(tmp_path):
+    where = _run_probe(tmp_path, NUMBA_CACHE_DIR=str(tmp_path / "mine"), XDG_CACHE_HOME=str(tmp_path / "xdg"))
+    assert where.is_relative_to(tmp_path / "mine")
+    assert _index_files(where)
+    assert not (tmp_path / "xdg").exists()
+
+
+def test_editing_any_kernel_file_changes_the_cache_key(tmp_path):
+    copy = tmp_path / "kernels"
+    shutil.copytree(KERNELS, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    key = jit.kernel_source_key(copy)
+    assert key == jit.kernel_source_key(KERNELS)
+    for name in ("layout.py", "costs.py", "schedule.py", "collectives.py"):  # helpers, not only the entry file
+        path = copy / name
+        original = path.read_bytes()
+        path.write_bytes(original.replace(b"\n", b"\n\n", 1))
+        assert jit.kernel_source_key(copy) != key, name
+        path.write_bytes(original)
+        assert jit.kernel_source_key(copy) == key
+
+
+def test_every_kernel_module_compiles_through_the_project_decorator():
+    for path in [*KERNELS.glob("*.py"), *(Path(__file__).resolve().parent.parent / "bench").glob("*.py")]:
+        if path.name == "jit.py":
+            continue
+        text = path.read_text()
+        assert "from numba import njit" not in text and "from numba import prange" not in text, path
+
+
+def test_editing_the_registry_the_kernels_compile_in_changes_the_cache_key(tmp_path):
+    registry = tmp_path / "variables.py"
+    registry.write_bytes(Path(jit._constant_sources()[0]).read_bytes())
+    key = jit.kernel_source_key(KERNELS, [registry])
+    assert key == jit.kernel_source_key(KERNELS)
+    registry.write_bytes(registry.read_bytes().replace(b"\n", b"\n\n", 1))
+    assert jit.kernel_source_key(KERNELS, [registry]) != key
