@@ -30,10 +30,14 @@ from fastmodel.batch_kinds import internal_error, one_line
 from fastmodel.errors import FastmodelError
 
 CASE_KEYS = ("case", "model", "system", "task", "semantics", "plan", "num_nodes")
-#: bytes of input read per chunk (about 60,000 lines of built-in names)
+#: input read per chunk: at most this many bytes (about 7,000 lines of inline MAD-Max dicts) ...
 CHUNK_BYTES = 8 << 20
-#: at most this many lines per chunk (a file of tiny lines)
-CHUNK_LINES = 100_000
+#: ... and at most this many lines (memory grows with both)
+CHUNK_LINES = 20_000
+#: a structure with fewer rows in a chunk runs on the single-threaded kernel: waking the
+#: thread pool for each of a chunk's many small groups costs more than it saves, the
+#: more so on a busy machine (bench/bench_batch.py)
+PARALLEL_MIN_ROWS = 8192
 
 
 # --- one line, the exact single-configuration path --------------------------
@@ -140,27 +144,44 @@ def evaluate_chunk(raw_lines: list[bytes], first_line: int, default_semantics, k
     kind_of: list = [None] * n
     per_kind: list[tuple[list[int], list[dict]]] = [([], []) for _ in kinds]
     loads = orjson.loads
-    single = kinds[0] if len(kinds) == 1 else None
-    for i, raw in enumerate(raw_lines):
-        try:
-            case = loads(raw)
-        except orjson.JSONDecodeError:
-            case = _parse_slow(raw)
-            if type(case) is _Bad:
-                status[i] = str(case)
+    if len(kinds) == 1:  # the common case: no claims to ask
+        positions, dicts = per_kind[0]
+        add_position, add_dict = positions.append, dicts.append
+        for i, raw in enumerate(raw_lines):
+            try:
+                case = loads(raw)
+            except orjson.JSONDecodeError:
+                case = _parse_slow(raw)
+                if type(case) is _Bad:
+                    status[i] = str(case)
+                    continue
+            if type(case) is not dict:
+                status[i] = "a case must be a JSON object"
                 continue
-        if type(case) is not dict:
-            status[i] = "a case must be a JSON object"
-            continue
-        if "case" in case:
-            cases[i] = case["case"]
-        if single is not None:
-            k = 0
-        else:
+            if "case" in case:
+                cases[i] = case["case"]
+            add_position(i)
+            add_dict(case)
+        for i in positions:
+            kind_of[i] = 0
+    else:
+        for i, raw in enumerate(raw_lines):
+            try:
+                case = loads(raw)
+            except orjson.JSONDecodeError:
+                case = _parse_slow(raw)
+                if type(case) is _Bad:
+                    status[i] = str(case)
+                    continue
+            if type(case) is not dict:
+                status[i] = "a case must be a JSON object"
+                continue
+            if "case" in case:
+                cases[i] = case["case"]
             k = next(j for j, kind in enumerate(kinds) if kind.claims(case))
-        kind_of[i] = k
-        per_kind[k][0].append(i)
-        per_kind[k][1].append(case)
+            kind_of[i] = k
+            per_kind[k][0].append(i)
+            per_kind[k][1].append(case)
 
     columns: dict[str, list] = {}
     for kind in kinds:
@@ -188,7 +209,8 @@ def evaluate_chunk(raw_lines: list[bytes], first_line: int, default_semantics, k
         rows = np.concatenate([r for _, r in parts]) if len(parts) > 1 else parts[0][1]
         out = np.empty((N_RESULTS, len(rows)))
         try:
-            evaluate_into(key, semantics, params, np.zeros(len(rows), dtype=np.int8), out, 0, False, True)
+            evaluate_into(key, semantics, params, np.zeros(len(rows), dtype=np.int8), out, 0, False, True,
+                          PARALLEL_MIN_ROWS)
         except Exception as error:  # noqa: BLE001 - a structure that fails must not stop the batch
             reason = internal_error(error)
             for r in rows.tolist():

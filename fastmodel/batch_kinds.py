@@ -107,9 +107,41 @@ class _Base:
     key: Any = None               # StructureKey
     max_nodes: int | None = None  # system.num_nodes bound
 
+    #: per node count seen: its parameter column, status and plan label (the count's index in ``index``)
+    index: dict = field(default_factory=dict)
+    table: Any = None
+    status: Any = None
+    labels: list = field(default_factory=list)
+
     @property
     def fast(self) -> bool:
         return self.key is not None
+
+    def columns_for(self, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray, list]:
+        """Parameter columns (COLUMNS x k), status codes and plan labels of distinct node ``counts``.
+
+        Each count is computed once (``params.param_table`` over the new
+        counts at once) and kept, so a chunk's table is one gather.
+        """
+        from fastmodel.params import STATUS, param_table
+
+        if len(self.index) > 65536:  # bounded memory
+            self.index, self.table, self.status, self.labels = {}, None, None, []
+        new = [int(n) for n in counts.tolist() if n not in self.index]
+        if new:
+            values = np.asarray(new, dtype=np.int64)
+            table, status = param_table(self.model, self.system, self.task, self.plan,
+                                        values={"system.num_nodes": values}, shape=(len(new),))
+            if self.max_nodes is not None:  # beyond the system's bound: with_nodes' error, on the slow path
+                status = np.where(values > self.max_nodes, np.int8(STATUS["product_ne_devices"]), status)
+            per_node = self.system.devices_per_node
+            for n, code in zip(new, status.tolist()):
+                self.index[n] = len(self.labels)
+                self.labels.append(self.plan.resolve(n * per_node, per_node).label if code == 0 else None)
+            self.table = table if self.table is None else np.concatenate([self.table, table], axis=1)
+            self.status = status if self.status is None else np.concatenate([self.status, status])
+        where = np.fromiter((self.index[n] for n in counts.tolist()), dtype=np.int64, count=len(counts))
+        return self.table[:, where], self.status[where], [self.labels[i] for i in where.tolist()]
 
 
 class SpecCases:
@@ -179,33 +211,30 @@ class SpecCases:
 
     # -- a group of lines -------------------------------------------------
     def prepare(self, cases: list[dict], default_semantics) -> Prepared:
-        from fastmodel.params import param_table
-
         out = Prepared()
         errors = out.errors
         plans: list = [None] * len(cases)
         out.columns["plan"] = plans
-        allowed = self.ALLOWED
+        allowed = self.ALLOWED.issuperset
         groups: dict[tuple, tuple[list[int], list]] = {}
         slow: list[int] = []
-        get = dict.get
+        add_slow = slow.append
+        find = groups.get
         for i, case in enumerate(cases):
-            if not allowed.issuperset(case):
-                slow.append(i)
-                continue
-            nodes = get(case, "num_nodes")
-            if nodes is not None and (type(nodes) is not int or nodes < 1):
-                slow.append(i)
+            get = case.get
+            nodes = get("num_nodes")
+            if not allowed(case) or (nodes is not None and (type(nodes) is not int or nodes < 1)):
+                add_slow(i)
                 continue
             try:
-                key = (case["model"], case["system"], case["task"], get(case, "plan"), get(case, "semantics", _MISSING))
-                group = groups.get(key)
+                key = (case["model"], case["system"], case["task"], get("plan"), get("semantics", _MISSING))
+                group = find(key)
             except KeyError:
-                slow.append(i)
+                add_slow(i)
                 continue
             except TypeError:  # an inline spec (dict): keyed by its canonical content
                 key = tuple(_content_key(value) for value in key)
-                group = groups.get(key)
+                group = find(key)
             if group is None:
                 group = groups[key] = ([], [])
             group[0].append(i)
@@ -222,18 +251,15 @@ class SpecCases:
             rows = np.asarray(positions, dtype=np.int64)
             own = base.system.num_nodes
             counts = np.fromiter((own if n is None else n for n in nodes), dtype=np.int64, count=len(nodes))
-            legal = np.ones(len(rows), dtype=bool) if base.max_nodes is None else counts <= base.max_nodes
-            table, status = param_table(base.model, base.system, base.task, base.plan,
-                                        values={"system.num_nodes": counts}, shape=(len(rows),))
-            legal &= status == 0
+            unique, inverse = np.unique(counts, return_inverse=True)
+            columns, status, labels = base.columns_for(unique)
+            legal = status[inverse] == 0
             if not legal.all():
                 slow.extend(rows[~legal].tolist())
-                table, rows, counts = table[:, legal], rows[legal], counts[legal]
+                rows, inverse = rows[legal], inverse[legal]
             if not len(rows):
                 continue
-            per_node = base.system.devices_per_node
-            unique, inverse = np.unique(counts, return_inverse=True)
-            labels = [base.plan.resolve(int(n) * per_node, per_node).label for n in unique]
+            table = columns[:, inverse]
             for position, which in zip(rows.tolist(), inverse.tolist()):
                 plans[position] = labels[which]
             fast_tables.setdefault((base.key, base.semantics), []).append((table, rows))

@@ -12,6 +12,7 @@ output (or the old file), never a partial one.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import IO
@@ -189,24 +190,37 @@ def writer_for(output: str):
     return WRITERS.get(Path(output).suffix.lower(), JsonlWriter) if output != "-" else JsonlWriter
 
 
-def run_to_output(source: IO[bytes], output: str, semantics="madmax", progress: bool | None = None) -> tuple[int, int]:
-    """Evaluate every line of ``source`` into ``output`` ('-': stdout); return (ok, errors)."""
+def run_to_output(source: IO[bytes], output: str, semantics="madmax", progress: bool | None = None,
+                  formatter: bool | None = None) -> tuple[int, int]:
+    """Evaluate every line of ``source`` into ``output`` ('-': stdout); return (ok, errors).
+
+    ``formatter``: format JSONL in a second process while this one evaluates
+    the next chunk (default: for JSONL inputs of more than two chunks, on a
+    machine with more than one core).
+    """
     from fastmodel.atomic import atomic_write
+    from fastmodel.batch import CHUNK_BYTES
     from fastmodel.progress_bar import LineProgress
 
     writer_class = writer_for(output)
     total = _size(source)
+    if formatter is None:
+        formatter = (writer_class is JsonlWriter and (os.cpu_count() or 1) > 1
+                     and (total is None or total > 2 * CHUNK_BYTES))
     bar = LineProgress(total, enabled=progress)
     counts = [0, 0]
 
+    def count(chunk: Chunk) -> None:
+        bad = sum(1 for s in chunk.status if s is not None)
+        counts[0] += len(chunk) - bad
+        counts[1] += bad
+
     def run(handle: IO[bytes]) -> None:
-        writer = writer_class(handle)
+        writer = writer_class(handle) if not formatter else _FormatterProcess(handle)
         try:
             for chunk in run_chunks(read_chunks(source), semantics, bar):
                 writer.write(chunk)
-                bad = sum(1 for s in chunk.status if s is not None)
-                counts[0] += len(chunk) - bad
-                counts[1] += bad
+                count(chunk)
                 if handle is sys.stdout.buffer:
                     handle.flush()
         except BaseException:
@@ -224,6 +238,71 @@ def run_to_output(source: IO[bytes], output: str, semantics="madmax", progress: 
     finally:
         bar.close()
     return counts[0], counts[1]
+
+
+class _FormatterProcess:
+    """A JSONL writer whose formatting runs in a child process, one chunk behind the evaluation.
+
+    The child is forked when the batch starts (before the kernels load) and
+    only formats: chunk k is sent, the next chunk is evaluated meanwhile, then
+    k's text is received and written -- so output stays in order and at most
+    one chunk is in flight. One pipe each way; the parent always receives
+    before it sends again, so neither blocks the other.
+    """
+
+    def __init__(self, handle: IO[bytes]):
+        import multiprocessing
+
+        context = multiprocessing.get_context("fork")
+        self.handle = handle
+        child_in, self.to_child = context.Pipe(duplex=False)
+        self.from_child, child_out = context.Pipe(duplex=False)
+        self.process = context.Process(target=_format_loop, args=(child_in, child_out), daemon=True)
+        self.process.start()
+        child_in.close()
+        child_out.close()
+        self.pending = False
+
+    def _receive(self) -> None:
+        if self.pending:
+            self.pending = False
+            try:
+                text = self.from_child.recv_bytes()
+            except EOFError:
+                raise RuntimeError("the JSONL formatter process died") from None
+            if text[:1] == b"!":
+                raise RuntimeError(f"JSONL formatting failed: {text[1:].decode(errors='replace')}")
+            self.handle.write(text[1:])
+
+    def write(self, chunk: Chunk) -> None:
+        self._receive()
+        self.to_child.send(chunk)
+        self.pending = True
+
+    def close(self) -> None:
+        self._receive()
+        self.to_child.send(None)
+        self.process.join()
+
+    def abandon(self) -> None:
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join()
+
+
+def _format_loop(source, sink) -> None:
+    """The formatter child: chunks in, ``b"+" + JSONL`` (or ``b"!" + reason``) out, until None."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    while True:
+        chunk = source.recv()
+        if chunk is None:
+            return
+        try:
+            sink.send_bytes(b"+" + jsonl(chunk))
+        except Exception as error:  # noqa: BLE001 - reported by the parent
+            sink.send_bytes(b"!" + f"{type(error).__name__}: {error}".encode())
 
 
 def _size(source) -> int | None:

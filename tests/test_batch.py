@@ -194,3 +194,31 @@ def test_a_new_kind_claims_its_lines_and_shares_the_kernels(monkeypatch):
     assert records[1]["plan"] == "fsdp32/ddp32" and "toy_nodes" not in records[1]
     assert {k: v for k, v in records[0].items() if k in NAMES} == {k: v for k, v in records[1].items() if k in NAMES}
     assert records[2]["status"] == "error: toy: illegal"
+
+
+def test_formatter_process_writes_the_same_bytes_and_leaves_nothing_when_interrupted(tmp_path, monkeypatch):
+    from fastmodel.batch_output import run_to_output
+
+    src = write_input(tmp_path, varied_lines(400, seed=7))
+    monkeypatch.setattr(batch_module, "CHUNK_LINES", 60)
+    for formatter in (False, True):
+        with open(src, "rb") as source:
+            assert run_to_output(source, str(tmp_path / f"{formatter}.jsonl"), formatter=formatter)[0] > 0
+    assert (tmp_path / "True.jsonl").read_bytes() == (tmp_path / "False.jsonl").read_bytes()
+
+    real = batch_module.evaluate_chunk
+    calls = []
+
+    def interrupted(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(batch_module, "evaluate_chunk", interrupted)
+    with open(src, "rb") as source, pytest.raises(KeyboardInterrupt):
+        run_to_output(source, str(tmp_path / "cut.jsonl"), formatter=True)
+    assert not (tmp_path / "cut.jsonl").exists() and not list(tmp_path.glob(".cut.jsonl.*"))
+    import multiprocessing
+
+    assert multiprocessing.active_children() == []
