@@ -80,7 +80,8 @@ class Release:
         self.where = where
 
     def run(self, args: list[str], stdin=None, stdout=subprocess.DEVNULL) -> tuple[float, float]:
-        """(wall seconds, peak RSS bytes) of one `fastmodel ARGS` process."""
+        """(wall seconds, peak RSS bytes) of one `fastmodel ARGS` process (RSS: its largest process;
+        CPU seconds, its own and its children's, go to ``self.cpu``)."""
         start = time.perf_counter()
         process = subprocess.Popen([sys.executable, "-c", ENTRY, *args], env=self.env, stdin=stdin, stdout=stdout,
                                    stderr=subprocess.PIPE, cwd=CWD)
@@ -90,6 +91,7 @@ class Release:
         _, status, usage = os.wait4(process.pid, 0)
         wall = time.perf_counter() - start
         reader.join()
+        self.cpu = usage.ru_utime + usage.ru_stime
         process.returncode = os.waitstatus_to_exitcode(status)
         if process.returncode != 0:
             raise SystemExit(f"{self.name}: fastmodel {' '.join(args)} failed: {stderr[0].decode()[-2000:]}")
@@ -123,7 +125,8 @@ def write(path: Path, lines: list[bytes]) -> Path:
 
 def batch_rate(release: Release, path: Path, lines: int, out: Path) -> dict:
     wall, rss = release.run(["batch", str(path), "-o", str(out), "--semantics", "madmax"])
-    return {"lines": lines, "wall_s": wall, "lines_per_s": lines / wall, "peak_rss_mib": rss / 2**20}
+    return {"lines": lines, "wall_s": wall, "cpu_s": release.cpu, "lines_per_s": lines / wall,
+            "peak_rss_mib": rss / 2**20}
 
 
 def same_results(a: Path, b: Path, every: int) -> int:
@@ -155,7 +158,8 @@ def huge_rss(release: Release, lines: list[bytes], count: int) -> dict:
     with os.fdopen(read, "rb") as source:
         wall, rss = release.run(["batch", "-", "-o", os.devnull, "--semantics", "madmax"], stdin=source)
     feeder.join()
-    return {"lines": count, "wall_s": wall, "lines_per_s": count / wall, "peak_rss_mib": rss / 2**20}
+    return {"lines": count, "wall_s": wall, "cpu_s": release.cpu, "lines_per_s": count / wall,
+            "peak_rss_mib": rss / 2**20}
 
 
 def walls(release: Release, args: list[str], repeats: int) -> dict:
@@ -178,7 +182,7 @@ def main() -> None:
     previous = Release(f"previous release {args.previous}", previous_release(args.previous))
     releases = (current, previous)
     record: dict = {"machine": f"{platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}",
-                    "previous": args.previous}
+                    "previous": args.previous, "load_average_at_start": os.getloadavg()}
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         names = names_lines(args.lines)
@@ -220,7 +224,8 @@ def main() -> None:
 
 def report(r: dict, args) -> None:
     prev = f"previous release {args.previous}"
-    print(f"machine {r['machine']}; previous release = {args.previous} (warm-up of both numba caches "
+    print(f"machine {r['machine']}, load average {r['load_average_at_start'][0]:.1f} at start (other users' "
+          f"processes share the cores); previous release = {args.previous} (warm-up of both numba caches "
           f"{r['warm_up_s']:.0f} s)")
     print(f"{'':58} {'this tree':>16} {prev:>30}  bar")
 
@@ -231,12 +236,14 @@ def report(r: dict, args) -> None:
         c, p = r[key]["current"], r[key]["previous"]
         line(f"{label} ({c['lines']:,} / {p['lines']:,} lines)", f"{c['lines_per_s']:,.0f}",
              f"{p['lines_per_s']:,.0f}", f">= {bar:,}", c["lines_per_s"] >= bar)
-        print(f"{'':8}wall {c['wall_s']:.2f} s vs {p['wall_s']:.2f} s; speed-up {c['lines_per_s'] / p['lines_per_s']:.1f}x;"
-              f" same results on {r[key]['identical_lines_checked']:,} sampled lines")
+        print(f"{'':8}wall {c['wall_s']:.2f} s (CPU {c['cpu_s']:.2f} s) vs {p['wall_s']:.2f} s (CPU {p['cpu_s']:.2f} s);"
+              f" speed-up {c['lines_per_s'] / p['lines_per_s']:.1f}x; same results on "
+              f"{r[key]['identical_lines_checked']:,} sampled lines")
     c, p = r["huge"]["current"], r["huge"]["previous"]
     line(f"(3) peak RSS MiB ({c['lines']:,} / {p['lines']:,} lines)", f"{c['peak_rss_mib']:,.0f}",
          f"{p['peak_rss_mib']:,.0f}", "< 1,024", c["peak_rss_mib"] < 1024)
-    print(f"{'':8}{c['lines_per_s']:,.0f} lines/s from a pipe ({c['wall_s']:.1f} s) vs {p['lines_per_s']:,.0f} lines/s")
+    print(f"{'':8}{c['lines_per_s']:,.0f} lines/s from a pipe ({c['wall_s']:.1f} s, CPU {c['cpu_s']:.1f} s) vs "
+          f"{p['lines_per_s']:,.0f} lines/s")
     for key, label, bar in (("run", "(4) `fastmodel run`, one config, warm cache, s", 0.8),
                             ("help", "(5) `fastmodel --help`, s", 0.3)):
         c, p = r[key]["this tree"], r[key][prev]

@@ -62,8 +62,9 @@ _LINE = b'{"case":%b' + b"".join(b',"%b":%%b' % name.encode() for name in NAMES)
 def jsonl(chunk: Chunk) -> bytes:
     """The JSONL text of a chunk's records (non-finite numbers are ``null``).
 
-    orjson formats numbers a column at a time and the heads of the records in
-    one call (a call per line costs more than its formatting): the list's
+    orjson formats the chunk's numbers in one call and the heads of its
+    records in another (a call per line costs more than its formatting); each
+    line is then one ``%`` of its pieces into the keyed template. The list's
     separators ``},{"case":`` cannot occur inside a JSON string (the quote
     would be escaped), so splitting on them is exact as long as no case id
     is itself a list or object -- such a chunk takes a call per line.
@@ -85,10 +86,9 @@ def jsonl(chunk: Chunk) -> bytes:
     lines: list = [None] * n if len(ok) < n else []
     if ok:
         values = chunk.values if len(ok) == n else chunk.values[:, ok]
-        numbers = [_DUMPS(np.ascontiguousarray(values[v]), option=_NUMPY)[1:-1].split(b",")
-                   for v in range(len(NAMES))]
+        rows = _DUMPS(np.ascontiguousarray(values.T), option=_NUMPY)[2:-2].split(b"],[")  # numbers only
         head_text = _DUMPS(heads)[len(b'[{"case":'):-2].split(_SEPARATOR)
-        formatted = [_LINE % parts for parts in zip(head_text, *numbers)]
+        formatted = [_LINE % (head, *row.split(b",")) for head, row in zip(head_text, rows)]
         if len(ok) == n:
             lines = formatted
         else:
