@@ -67,6 +67,7 @@ def internal_error(error: BaseException) -> str:
 
 _MISSING = object()
 _SORT = orjson.OPT_SORT_KEYS
+_DUMPS = orjson.dumps
 
 
 def _content_key(value) -> object:
@@ -232,8 +233,8 @@ class SpecCases:
             except KeyError:
                 add_slow(i)
                 continue
-            except TypeError:  # an inline spec (dict): keyed by its canonical content
-                key = tuple(_content_key(value) for value in key)
+            except TypeError:  # an inline spec (dict): keyed by its canonical content, one orjson call
+                key = _DUMPS((*key[:4], None if key[4] is _MISSING else key[4], key[4] is _MISSING), option=_SORT)
                 group = find(key)
             if group is None:
                 group = groups[key] = ([], [])

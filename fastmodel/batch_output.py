@@ -20,7 +20,7 @@ from typing import IO
 import numpy as np
 import orjson
 
-from fastmodel.batch import Chunk, read_chunks, run_chunks
+from fastmodel.batch import Chunk, no_cyclic_gc, read_chunks, run_chunks
 from fastmodel import batch_kinds
 from fastmodel.results import NAMES
 
@@ -43,7 +43,9 @@ class JsonlWriter:
         self.handle = handle
 
     def write(self, chunk: Chunk) -> None:
-        self.handle.write(jsonl(chunk))
+        with no_cyclic_gc():
+            text = jsonl(chunk)
+        self.handle.write(text)
 
     def close(self) -> None:
         pass
@@ -300,7 +302,9 @@ def _format_loop(source, sink) -> None:
         if chunk is None:
             return
         try:
-            sink.send_bytes(b"+" + jsonl(chunk))
+            with no_cyclic_gc():
+                text = jsonl(chunk)
+            sink.send_bytes(b"+" + text)
         except Exception as error:  # noqa: BLE001 - reported by the parent
             sink.send_bytes(b"!" + f"{type(error).__name__}: {error}".encode())
 
