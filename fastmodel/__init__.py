@@ -2,17 +2,43 @@
 
 Implements the MAD-Max performance model (Hsia et al., ISCA 2024) on numba
 kernels. Start with :func:`evaluate`.
+
+The public names below are imported on first use (module ``__getattr__``), so
+``import fastmodel`` -- and every CLI command that needs neither -- loads
+neither numba nor xarray.
 """
 
 __version__ = "0.1.0"
 
-from fastmodel.api import evaluate, make_config  # noqa: E402
-from fastmodel.errors import FastmodelError, PlanError, SpecError, SweepError  # noqa: E402
-from fastmodel.plans import Plan, enumerate_plans  # noqa: E402
-from fastmodel.semantics import PRESETS, Semantics, get_semantics  # noqa: E402
-from fastmodel.sweep import sweep  # noqa: E402
+#: public name -> module that defines it
+_LAZY = {
+    "evaluate": "fastmodel.api",
+    "make_config": "fastmodel.api",
+    "FastmodelError": "fastmodel.errors",
+    "PlanError": "fastmodel.errors",
+    "SpecError": "fastmodel.errors",
+    "SweepError": "fastmodel.errors",
+    "Plan": "fastmodel.plans",
+    "enumerate_plans": "fastmodel.plans",
+    "PRESETS": "fastmodel.semantics",
+    "Semantics": "fastmodel.semantics",
+    "get_semantics": "fastmodel.semantics",
+    "sweep": "fastmodel.sweep",
+}
 
-__all__ = [
-    "__version__", "evaluate", "make_config", "FastmodelError", "PlanError", "SpecError", "SweepError",
-    "Plan", "enumerate_plans", "PRESETS", "Semantics", "get_semantics", "sweep",
-]
+__all__ = ["__version__", *_LAZY]
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fastmodel' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))

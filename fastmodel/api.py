@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import xarray as xr
 
 from fastmodel import __version__
 from fastmodel.config import Config, resolve
@@ -14,6 +13,9 @@ from fastmodel.engine import evaluate_configs
 from fastmodel.loader import load_model, load_system, load_task
 from fastmodel.results import NAMES, attrs
 from fastmodel.semantics import Semantics, get_semantics
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 
 def make_config(model: Any, system: Any, task: Any, semantics: "str | Semantics | dict" = "madmax",
@@ -41,7 +43,7 @@ def config_attrs(config: Config) -> dict[str, str]:
 
 
 def evaluate(model: Any, system: Any, task: Any, semantics: "str | Semantics | dict" = "madmax",
-             plan: str | None = None, num_nodes: int | None = None) -> xr.Dataset:
+             plan: str | None = None, num_nodes: int | None = None) -> "xr.Dataset":
     """Evaluate one configuration; a 0-d Dataset of every registry variable.
 
     ``model``, ``system``, ``task``: built-in name, path (.toml/.json), dict in
@@ -52,8 +54,10 @@ def evaluate(model: Any, system: Any, task: Any, semantics: "str | Semantics | d
     return evaluate_config(make_config(model, system, task, semantics, plan, num_nodes))
 
 
-def evaluate_config(config: Config) -> xr.Dataset:
+def evaluate_config(config: Config) -> "xr.Dataset":
     """Evaluate one resolved :class:`~fastmodel.config.Config` (0-d Dataset)."""
+    import xarray as xr  # here, not at the top: make_config must stay cheap to import (CLI start-up)
+
     results = evaluate_configs([config])
     data = {name: ((), np.float64(results[name][0]), attrs(name)) for name in NAMES}
     return xr.Dataset(data, attrs=config_attrs(config))

@@ -1,31 +1,48 @@
-"""Batch evaluation: JSONL cases in, JSONL results out, one line per line, in order.
+"""Batch evaluation: JSONL lines in, one result per line out, in order, streamed in chunks.
 
-Input line: ``{"case": id?, "model": name|path|dict, "system": ..., "task": ...,
-"semantics"?: preset|dict, "plan"?: str, "num_nodes"?: int}``. Output line:
-``case``, ``status`` (``"ok"`` or ``"error: <reason>"``), ``plan`` and every
-result variable of the registry (SI units). A bad line never stops the batch.
-Legal cases are grouped by Program structure and evaluated by the kernels in
-chunks, so throughput is that of the kernels plus JSON parsing.
+Input line (kind :class:`~fastmodel.batch_kinds.SpecCases`): ``{"case": id?,
+"model": name|path|dict, "system": ..., "task": ..., "semantics"?: preset|dict,
+"plan"?: str, "num_nodes"?: int}``. Result: ``case`` (the line's own id, else
+its line number), ``status`` (``"ok"`` or ``"error: <reason>"``), the kind's
+columns (``plan``) and every result variable of the registry (SI units).
+
+The path is streaming and vectorized: lines are read a chunk at a time,
+parsed with orjson, handed to the kind that claims them
+(:mod:`fastmodel.batch_kinds`: each distinct spec validated once, parameter
+tables built per group with numpy), and every structure of the chunk goes
+through the fused kernels once. Memory is bounded by the chunk size, whatever
+the input's length. A bad line never stops the batch: it gets its own
+``error:`` status.
 """
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
-import math
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import IO, Iterable, Iterator
 
-from fastmodel.config import Config, resolve
-from fastmodel.engine import evaluate_configs
+import numpy as np
+import orjson
+
+from fastmodel import batch_kinds
+from fastmodel.batch_kinds import internal_error, one_line
 from fastmodel.errors import FastmodelError
-from fastmodel.loader import load_cached
-from fastmodel.results import NAMES
-from fastmodel.semantics import get_semantics
-from fastmodel.spec_system import SystemSpec
 
 CASE_KEYS = ("case", "model", "system", "task", "semantics", "plan", "num_nodes")
+#: input read per chunk: at most this many bytes (about 7,000 lines of inline MAD-Max dicts) ...
+CHUNK_BYTES = 8 << 20
+#: ... and at most this many lines (memory grows with both)
 CHUNK_LINES = 20_000
+#: a structure with fewer rows in a chunk runs on the single-threaded kernel: waking the
+#: thread pool for each of a chunk's many small groups costs more than it saves, the
+#: more so on a busy machine (bench/bench_batch.py)
+PARALLEL_MIN_ROWS = 8192
 
+
+# --- one line, the exact single-configuration path --------------------------
 
 def _spec_text(value) -> str:
     if isinstance(value, dict):
@@ -38,7 +55,9 @@ def _spec_text(value) -> str:
 
 
 @lru_cache(maxsize=1024)
-def _system_with_nodes(text: str, num_nodes) -> SystemSpec:
+def _system_with_nodes(text: str, num_nodes):
+    from fastmodel.loader import load_cached
+
     system = load_cached("system", text)
     return system if num_nodes is None else system.with_nodes(num_nodes)
 
@@ -50,8 +69,16 @@ def _load_json(line: str):
         raise FastmodelError(f"invalid JSON: {error.msg} at column {error.colno}") from None
 
 
-def parse_case(line: "str | dict", default_semantics) -> Config:
-    """One JSONL line (or its parsed dict) -> a resolved Config; raises FastmodelError."""
+def parse_case(line: "str | dict", default_semantics):
+    """One JSONL line (or its parsed dict) -> a resolved Config; raises FastmodelError.
+
+    This is what ``fastmodel run`` does for one configuration; the batch takes
+    it for every line its vectorized path does not admit, so reasons match.
+    """
+    from fastmodel.config import resolve
+    from fastmodel.loader import load_cached
+    from fastmodel.semantics import get_semantics
+
     case = _load_json(line) if isinstance(line, str) else line
     if not isinstance(case, dict):
         raise FastmodelError("a case must be a JSON object")
@@ -72,77 +99,238 @@ def parse_case(line: "str | dict", default_semantics) -> Config:
     return resolve(model, system, task, semantics, case.get("plan"))
 
 
-def _one_line(reason: str) -> str:
-    return " ".join(str(reason).split())
+def _parse_slow(raw: bytes):
+    """A line orjson refused: the value, or the line's error reason (str) -- json's rules and messages."""
+    try:
+        text = raw.decode("utf-8").rstrip("\r\n")
+    except UnicodeDecodeError:
+        return _Bad("line is not UTF-8 text")
+    if not text.strip():
+        return _Bad("empty line")
+    try:
+        return _load_json(text.lstrip("\ufeff"))
+    except FastmodelError as error:
+        return _Bad(one_line(error))
 
 
-def decode_lines(binary: IO[bytes]) -> Iterator[str]:
-    """Lines of a binary stream as text; a line that is not UTF-8 becomes an error marker."""
-    for raw in binary:
+class _Bad(str):
+    """A line's error reason, where its parsed value would be."""
+
+
+# --- a chunk of lines -------------------------------------------------------
+
+@dataclass
+class Chunk:
+    """Results of consecutive lines: ``status`` None for ok, else the reason."""
+
+    first_line: int
+    cases: list              # the line's own "case" id, else its line number
+    status: list             # None (ok) or reason
+    kinds: list              # index into KINDS per line (None: not parsed)
+    columns: dict            # kind output column -> value per line
+    values: np.ndarray       # N_RESULTS x n (NaN where not ok)
+
+    def __len__(self) -> int:
+        return len(self.cases)
+
+
+@contextlib.contextmanager
+def no_cyclic_gc():
+    """Pause the cyclic garbage collector: a chunk allocates a dict per line, all alive until the chunk is
+    done, and the collector would traverse them again and again (up to half of parsing time). Freed by
+    reference counting; any cycle is collected once the collector runs again, after the chunk."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def evaluate_chunk(raw_lines: list[bytes], first_line: int, default_semantics, kinds=None) -> Chunk:
+    """Parse, validate and evaluate a chunk of raw input lines."""
+    with no_cyclic_gc():
+        return _evaluate_chunk(raw_lines, first_line, default_semantics, kinds)
+
+
+def _evaluate_chunk(raw_lines: list[bytes], first_line: int, default_semantics, kinds) -> Chunk:
+    from fastmodel.engine import evaluate_into
+    from fastmodel.kernels.layout import N_RESULTS
+
+    kinds = batch_kinds.KINDS if kinds is None else kinds
+    n = len(raw_lines)
+    cases = list(range(first_line, first_line + n))
+    status: list = [None] * n
+    kind_of: list = [None] * n
+    per_kind: list[tuple[list[int], list[dict]]] = [([], []) for _ in kinds]
+    loads = orjson.loads
+    if len(kinds) == 1:  # the common case: no claims to ask
+        positions, dicts = per_kind[0]
+        add_position, add_dict = positions.append, dicts.append
+        for i, raw in enumerate(raw_lines):
+            try:
+                case = loads(raw)
+            except orjson.JSONDecodeError:
+                case = _parse_slow(raw)
+                if type(case) is _Bad:
+                    status[i] = str(case)
+                    continue
+            if type(case) is not dict:
+                status[i] = "a case must be a JSON object"
+                continue
+            if "case" in case:
+                cases[i] = case["case"]
+            add_position(i)
+            add_dict(case)
+        for i in positions:
+            kind_of[i] = 0
+    else:
+        for i, raw in enumerate(raw_lines):
+            try:
+                case = loads(raw)
+            except orjson.JSONDecodeError:
+                case = _parse_slow(raw)
+                if type(case) is _Bad:
+                    status[i] = str(case)
+                    continue
+            if type(case) is not dict:
+                status[i] = "a case must be a JSON object"
+                continue
+            if "case" in case:
+                cases[i] = case["case"]
+            k = next(j for j, kind in enumerate(kinds) if kind.claims(case))
+            kind_of[i] = k
+            per_kind[k][0].append(i)
+            per_kind[k][1].append(case)
+
+    columns: dict[str, list] = {}
+    for kind in kinds:
+        for name in kind.columns:
+            columns.setdefault(name, [None] * n)
+    groups: dict[tuple, list[tuple[np.ndarray, np.ndarray]]] = {}
+    for kind, (positions, dicts) in zip(kinds, per_kind):
+        if not positions:
+            continue
+        prepared = _prepare(kind, dicts, default_semantics)
+        for j, reason in prepared.errors.items():
+            status[positions[j]] = reason
+        for name, values in prepared.columns.items():
+            column = columns[name]
+            for j, value in enumerate(values):
+                if value is not None:
+                    column[positions[j]] = value
+        where = np.asarray(positions, dtype=np.int64)
+        for table in prepared.tables:
+            groups.setdefault((table.key, table.semantics), []).append((table.params, where[table.rows]))
+
+    values = np.full((N_RESULTS, n), np.nan)
+    for (key, semantics), parts in groups.items():
+        params = np.concatenate([p for p, _ in parts], axis=1) if len(parts) > 1 else parts[0][0]
+        rows = np.concatenate([r for _, r in parts]) if len(parts) > 1 else parts[0][1]
+        out = np.empty((N_RESULTS, len(rows)))
         try:
-            yield raw.decode("utf-8").rstrip("\r\n")
-        except UnicodeDecodeError:
-            yield NOT_UTF8
+            evaluate_into(key, semantics, params, np.zeros(len(rows), dtype=np.int8), out, 0, False, True,
+                          PARALLEL_MIN_ROWS)
+        except Exception as error:  # noqa: BLE001 - a structure that fails must not stop the batch
+            reason = internal_error(error)
+            for r in rows.tolist():
+                status[r] = reason
+            continue
+        values[:, rows] = out
+    return Chunk(first_line, cases, status, kind_of, columns, values)
 
 
-NOT_UTF8 = "\x00not-utf-8"
+def _prepare(kind, dicts: list[dict], default_semantics):
+    """``kind.prepare``; if it fails as a whole, line by line, so only the lines at fault get an internal error."""
+    from fastmodel.batch_kinds import Prepared, Table
+
+    try:
+        return kind.prepare(dicts, default_semantics)
+    except Exception:  # noqa: BLE001 - retried line by line below
+        pass
+    merged = Prepared()
+    for j, case in enumerate(dicts):
+        try:
+            one = kind.prepare([case], default_semantics)
+        except Exception as error:  # noqa: BLE001
+            merged.errors[j] = internal_error(error)
+            continue
+        if one.errors:
+            merged.errors[j] = next(iter(one.errors.values()))
+        for name, values in one.columns.items():
+            merged.columns.setdefault(name, [None] * len(dicts))[j] = values[0]
+        merged.tables += [Table(t.key, t.semantics, t.params, np.full(len(t.rows), j, dtype=np.int64))
+                          for t in one.tables]
+    return merged
 
 
-def run_batch(lines: Iterable[str], semantics="madmax") -> Iterator[dict]:
-    """Yield one result record per input line, in order."""
+# --- streams ----------------------------------------------------------------
+
+def read_chunks(binary: IO[bytes], chunk_bytes: int = CHUNK_BYTES) -> Iterator[list[bytes]]:
+    """Lists of raw lines (newline kept) of about ``chunk_bytes`` each."""
+    while True:
+        lines = binary.readlines(chunk_bytes)
+        if not lines:
+            return
+        for start in range(0, len(lines), CHUNK_LINES):
+            yield lines[start:start + CHUNK_LINES]
+
+
+def run_chunks(chunks: Iterable[list[bytes]], semantics="madmax", progress=None) -> Iterator[Chunk]:
+    """Evaluate chunks of raw lines in order; ``progress(lines, bytes)`` after each."""
+    from fastmodel.semantics import get_semantics
+
     default_semantics = get_semantics(semantics)
-    chunk: list[tuple[int, str]] = []
-    for number, line in enumerate(lines, start=1):
-        chunk.append((number, line))
-        if len(chunk) >= CHUNK_LINES:
-            yield from _run_chunk(chunk, default_semantics)
-            chunk = []
-    if chunk:
-        yield from _run_chunk(chunk, default_semantics)
+    first = 1
+    for raw_lines in chunks:
+        chunk = evaluate_chunk(raw_lines, first, default_semantics)
+        first += len(raw_lines)
+        if progress is not None:
+            progress(len(raw_lines), sum(map(len, raw_lines)))
+        yield chunk
 
 
-def _run_chunk(chunk: list[tuple[int, str]], default_semantics) -> Iterator[dict]:
-    records: list[dict] = []
-    configs: list[Config] = []
-    positions: list[int] = []
-    for number, line in chunk:
-        record = {"case": number}
-        records.append(record)
-        if not line.strip():
-            record["status"] = "error: empty line"
+def records(chunk: Chunk) -> Iterator[dict]:
+    """The result records (dicts, JSON-ready) of a chunk, in order."""
+    from fastmodel.results import NAMES
+
+    rows = chunk.values.T.tolist()
+    kinds = batch_kinds.KINDS
+    column_names = [tuple(kind.columns) for kind in kinds]
+    for i, case in enumerate(chunk.cases):
+        reason = chunk.status[i]
+        if reason is not None:
+            yield {"case": case, "status": "error: " + reason}
             continue
-        if line == NOT_UTF8:
-            record["status"] = "error: line is not UTF-8 text"
-            continue
-        try:
-            case = _load_json(line.lstrip("\ufeff"))
-            if isinstance(case, dict) and "case" in case:
-                record["case"] = case["case"]
-            config = parse_case(case, default_semantics)
-        except FastmodelError as error:
-            record["status"] = "error: " + _one_line(error)
-            continue
-        except Exception as error:  # noqa: BLE001 - a bad line must never stop the batch
-            record["status"] = f"error: internal error ({type(error).__name__}: {_one_line(error)}); please report it"
-            continue
-        record["status"] = "ok"
-        record["plan"] = config.plan.label
-        configs.append(config)
-        positions.append(len(records) - 1)
-    if configs:
-        results = evaluate_configs(configs)
-        for j, position in enumerate(positions):
-            record = records[position]
-            for name in NAMES:
-                value = float(results[name][j])
-                record[name] = value if math.isfinite(value) else None
-    yield from records
+        record = {"case": case, "status": "ok"}
+        for name in column_names[chunk.kinds[i]]:
+            record[name] = chunk.columns[name][i]
+        for name, value in zip(NAMES, rows[i]):
+            record[name] = value if value == value and value not in (float("inf"), float("-inf")) else None
+        yield record
 
 
-def write_records(records: Iterable[dict], out: IO[str]) -> tuple[int, int]:
-    """Write records as JSONL; return (ok count, error count)."""
+def run_batch(lines: Iterable["str | bytes"], semantics="madmax") -> Iterator[dict]:
+    """Yield one result record per input line (text or bytes, no newline needed), in order."""
+    def chunks():
+        chunk: list[bytes] = []
+        for line in lines:
+            chunk.append(line.encode("utf-8", "surrogateescape") if isinstance(line, str) else line)
+            if len(chunk) >= CHUNK_LINES:
+                yield chunk
+                chunk = []
+        if chunk:
+            yield chunk
+
+    for chunk in run_chunks(chunks(), semantics):
+        yield from records(chunk)
+
+
+def write_records(records_: Iterable[dict], out: IO[str]) -> tuple[int, int]:
+    """Write records as JSONL text; return (ok count, error count)."""
     ok = bad = 0
-    for record in records:
+    for record in records_:
         out.write(json.dumps(record) + "\n")
         if record["status"] == "ok":
             ok += 1

@@ -15,7 +15,6 @@ import click
 
 from fastmodel import __version__
 from fastmodel.errors import FastmodelError
-from fastmodel.semantics import PRESETS
 
 
 class Choice(click.Choice):
@@ -54,6 +53,23 @@ class OneLineGroup(click.Group):
             sys.exit(error.exit_code)
 
 
+class PresetChoice(Choice):
+    """The semantics presets, read from ``fastmodel.semantics`` (pydantic) only when parsed or shown."""
+
+    def __init__(self):
+        super().__init__([])
+
+    @property
+    def choices(self):
+        from fastmodel.semantics import PRESETS
+
+        return sorted(PRESETS)
+
+    @choices.setter
+    def choices(self, value):  # click.Choice.__init__ assigns it
+        pass
+
+
 KIND_CHOICE = Choice(["model", "system", "task"])
 SHOW_CHOICE = Choice(["model", "system", "task", "sweep"])
 LIST_CHOICE = Choice(["model", "system", "task", "sweep"])
@@ -84,7 +100,7 @@ def _friendly(func):
 
 
 semantics_option = click.option(
-    "--semantics", default="madmax", show_default=True, type=Choice(sorted(PRESETS)),
+    "--semantics", default="madmax", show_default=True, type=PresetChoice(),
     help="Modelling preset: 'madmax' reproduces the reference, 'default' fixes its bugs.",
 )
 
@@ -107,10 +123,11 @@ def main():
 def run(model, system, task, num_nodes, plan, semantics, as_json):
     """Evaluate one configuration and print a report."""
     from fastmodel import report
-    from fastmodel.api import evaluate_config, make_config
+    from fastmodel.api import make_config
+    from fastmodel.engine import evaluate_configs
 
     config = make_config(model, system, task, semantics, plan, num_nodes)
-    ds = evaluate_config(config)
+    ds = {name: values[0] for name, values in evaluate_configs([config]).items()}  # no xarray: start-up
     if as_json:
         click.echo(json.dumps(report.summary(config, ds)))
     else:
@@ -120,25 +137,21 @@ def run(model, system, task, num_nodes, plan, semantics, as_json):
 @main.command()
 @click.argument("cases", type=click.Path(dir_okay=False, allow_dash=True))
 @click.option("--output", "-o", default="-", show_default=True, type=click.Path(dir_okay=False, allow_dash=True),
-              help="Output JSONL ('-' for stdout); written atomically.")
-@click.option("--force", is_flag=True, help="Replace an existing output file (never the input).")
+              help="Output by extension: .csv, .parquet, else JSONL ('-' for stdout); written atomically.")
+@click.option("--force", is_flag=True, help="Replace an existing output file of the same kind (never the input).")
 @semantics_option
+@click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a terminal only).")
 @_friendly
-def batch(cases, output, force, semantics):
-    """Evaluate every case of a JSONL file; one result line per input line."""
-    from fastmodel.atomic import atomic_write
-    from fastmodel.batch import decode_lines, run_batch, write_records
+def batch(cases, output, force, semantics, progress):
+    """Evaluate every line of a JSONL file; one result per input line, in order."""
+    from fastmodel.batch_output import run_to_output
     from fastmodel.outputs import check_output
 
-    check_output(output, "text", inputs=(cases,), force=force)
+    kind = "parquet" if str(output).lower().endswith(".parquet") else "text"
+    check_output(output, kind, inputs=(cases,), force=force)
     source = sys.stdin.buffer if cases == "-" else _open_input(cases)
     with source:
-        records = run_batch(decode_lines(source), semantics)
-        if output == "-":
-            ok, bad = write_records(records, sys.stdout)
-        else:
-            with atomic_write(output) as out:
-                ok, bad = write_records(records, out)
+        ok, bad = run_to_output(source, output, semantics, progress)
     click.echo(f"{ok} ok, {bad} errors", err=True)
 
 

@@ -53,17 +53,19 @@ def plan_arguments(key: StructureKey) -> tuple:
 
 
 def evaluate_into(key: StructureKey, semantics: Semantics, params: np.ndarray, status: np.ndarray,
-                  out: np.ndarray, offset: int = 0, mask_infeasible: bool = False, extrapolate: bool = True) -> None:
+                  out: np.ndarray, offset: int = 0, mask_infeasible: bool = False, extrapolate: bool = True,
+                  parallel_min_rows: int = PARALLEL_MIN_ROWS) -> None:
     """Evaluate the configs of ``params`` (one structure; COLUMNS x n) into ``out[:, offset:offset + n]``.
 
     Rows with a non-zero ``status`` get NaN. With ``mask_infeasible``, legal
     rows that do not fit in memory get status ``does_not_fit`` and keep only
     their memory variables (sweeps); otherwise they keep every value.
     ``extrapolate`` lets the scheduler jump over steady-state layers (exact to
-    ~1e-12 relative, see ``kernels/schedule.py``).
+    ~1e-12 relative, see ``kernels/schedule.py``). Below ``parallel_min_rows``
+    rows the single-threaded kernel runs.
     """
     program = lower(key)
-    kernel = evaluate_parallel if params.shape[1] >= PARALLEL_MIN_ROWS else evaluate_serial
+    kernel = evaluate_parallel if params.shape[1] >= parallel_min_rows else evaluate_serial
     kernel(
         np.ascontiguousarray(params, dtype=np.float64), status, *plan_arguments(key), semantics_flags(semantics),
         *program.arrays(), *program.segment_arrays(), extrapolate,

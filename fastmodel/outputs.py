@@ -24,6 +24,7 @@ _SIGNATURES = {
     "png": (b"\x89PNG",),
     "pdf": (b"%PDF",),
     "netcdf": (b"CDF\x01", b"CDF\x02"),
+    "parquet": (b"PAR1",),
 }
 
 
@@ -47,7 +48,7 @@ def _head(path: Path, size: int = 4096) -> bytes:
 
 
 def is_kind(path: str | os.PathLike, kind: str) -> bool:
-    """Whether the existing file at ``path`` looks like a ``kind`` file (text, png, pdf, svg, netcdf)."""
+    """Whether the existing file at ``path`` looks like a ``kind`` file (text, png, pdf, svg, netcdf, parquet)."""
     head = _head(Path(path))
     if not head:
         return True  # an empty file holds nothing to lose

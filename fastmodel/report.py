@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import math
-
-import xarray as xr
+from typing import Mapping
 
 from fastmodel.config import Config
 from fastmodel.results import NAMES
@@ -25,8 +24,12 @@ def _pct(part: float, whole: float) -> str:
     return f"{100 * part / whole:.1f}%" if whole > 0 else "-"
 
 
-def summary(config: Config, ds: xr.Dataset) -> dict:
-    """Everything the report shows, as plain JSON-ready values."""
+def summary(config: Config, ds: Mapping) -> dict:
+    """Everything the report shows, as plain JSON-ready values.
+
+    ``ds``: the results by variable name -- a 0-d Dataset or a plain mapping of
+    numbers (``fastmodel run`` passes the latter and never imports xarray).
+    """
     m, s = config.model, config.system
     out = {
         "model": m.name,
@@ -56,7 +59,7 @@ def summary(config: Config, ds: xr.Dataset) -> dict:
     return out
 
 
-def render(config: Config, ds: xr.Dataset) -> str:
+def render(config: Config, ds: Mapping) -> str:
     """A report a person reads in ten seconds."""
     r = summary(config, ds)
     m = config.model

@@ -21,6 +21,7 @@ import itertools
 import json
 import math
 import os
+import sys
 import time
 from dataclasses import dataclass
 from functools import lru_cache
@@ -811,3 +812,14 @@ def sweep(model: Any, system: Any, task: Any, axes: dict[str, Any], semantics: A
     finally:
         if bar is not None:
             bar.close()
+
+
+class _CallableModule(type(sys.modules[__name__])):
+    """``fastmodel.sweep`` is this module (``import fastmodel.sweep`` gives it) and also calls
+    :func:`sweep`, so ``fastmodel.sweep(...)`` works whichever of the two the package attribute holds."""
+
+    def __call__(self, *args, **kwargs):
+        return sweep(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
