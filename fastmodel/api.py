@@ -10,6 +10,7 @@ import numpy as np
 from fastmodel import __version__
 from fastmodel.config import Config, resolve
 from fastmodel.engine import evaluate_configs
+from fastmodel.errors import SpecError
 from fastmodel.loader import load_model, load_system, load_task
 from fastmodel.results import NAMES, attrs
 from fastmodel.semantics import Semantics, get_semantics
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
     import xarray as xr
 
 
-def make_config(model: Any, system: Any, task: Any, semantics: "str | Semantics | dict" = "madmax",
+def make_config(model: Any, system: Any, task: Any, semantics: "str | Semantics | dict" = "default",
                 plan: str | None = None, num_nodes: int | None = None) -> Config:
     """Load the three specs, apply overrides and resolve a legal configuration."""
     return resolve(
@@ -42,16 +43,40 @@ def config_attrs(config: Config) -> dict[str, str]:
     }
 
 
-def evaluate(model: Any, system: Any, task: Any, semantics: "str | Semantics | dict" = "madmax",
-             plan: str | None = None, num_nodes: int | None = None) -> "xr.Dataset":
+def evaluate(model: Any, system: Any, task: Any, semantics: "str | Semantics | dict" = "default",
+             plan: str | None = None, num_nodes: int | None = None, execution: Any = None) -> "xr.Dataset":
     """Evaluate one configuration; a 0-d Dataset of every registry variable.
 
     ``model``, ``system``, ``task``: built-in name, path (.toml/.json), dict in
     fastmodel or MAD-Max format, or spec object. ``plan`` overrides the task's
-    plan (``'DENSE/EMB'``); ``num_nodes`` the system's cluster size. Raises
+    plan (MAD-Max specs: ``'DENSE/EMB'``; real-world specs: a mesh ``'tp8.pp4'``);
+    ``num_nodes`` the system's cluster size; ``execution`` (real-world specs) how the
+    run executes (precision, sharding, recompute, micro_batch, ...). Under the
+    ``default`` semantics a real-world model (``family = "lm"``) goes through the
+    real-world model (docs/model.md §11). Raises
     :class:`~fastmodel.errors.SpecError` or :class:`~fastmodel.errors.PlanError`.
     """
+    real = real_world_model(model, semantics)
+    if real is not None:
+        from fastmodel.lm_api import evaluate_lm
+
+        return evaluate_lm(real, system, task, plan=plan, execution=execution, num_nodes=num_nodes)
     return evaluate_config(make_config(model, system, task, semantics, plan, num_nodes))
+
+
+def real_world_model(model: Any, semantics: "str | Semantics | dict"):
+    """The LM spec when ``model`` is a real-world model and ``semantics`` evaluates those; else None.
+    A real-world model under a MAD-Max-only preset is a SpecError naming the preset to use."""
+    from fastmodel.spec_lm import LMSpec
+
+    loaded = load_model(model)
+    if not isinstance(loaded, LMSpec):
+        return None
+    chosen = get_semantics(semantics)
+    if not chosen.real_world:
+        raise SpecError(None, "semantics", f"model {loaded.name!r} is a real-world spec: evaluate it under "
+                        f"semantics 'default' (not {chosen.name!r}, which is the MAD-Max model only)")
+    return loaded
 
 
 def evaluate_config(config: Config) -> "xr.Dataset":

@@ -277,7 +277,7 @@ def read_chunks(binary: IO[bytes], chunk_bytes: int = CHUNK_BYTES) -> Iterator[l
             yield lines[start:start + CHUNK_LINES]
 
 
-def run_chunks(chunks: Iterable[list[bytes]], semantics="madmax", progress=None) -> Iterator[Chunk]:
+def run_chunks(chunks: Iterable[list[bytes]], semantics="default", progress=None) -> Iterator[Chunk]:
     """Evaluate chunks of raw lines in order; ``progress(lines, bytes)`` after each."""
     from fastmodel.semantics import get_semantics
 
@@ -311,7 +311,7 @@ def records(chunk: Chunk) -> Iterator[dict]:
         yield record
 
 
-def run_batch(lines: Iterable["str | bytes"], semantics="madmax") -> Iterator[dict]:
+def run_batch(lines: Iterable["str | bytes"], semantics="default") -> Iterator[dict]:
     """Yield one result record per input line (text or bytes, no newline needed), in order."""
     def chunks():
         chunk: list[bytes] = []

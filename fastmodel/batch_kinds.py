@@ -229,7 +229,10 @@ class SpecCases:
                 add_slow(i)
                 continue
             try:
-                key = (case["model"], case["system"], case["task"], get("plan"), get("semantics", _MISSING))
+                # a line without semantics takes the batch's default: part of the key, since the validated
+                # bases are kept across chunks and batches
+                key = (case["model"], case["system"], case["task"], get("plan"),
+                       get("semantics", default_semantics.model_dump()))
                 group = find(key)
             except KeyError:
                 add_slow(i)

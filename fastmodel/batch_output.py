@@ -192,7 +192,7 @@ def writer_for(output: str):
     return WRITERS.get(Path(output).suffix.lower(), JsonlWriter) if output != "-" else JsonlWriter
 
 
-def run_to_output(source: IO[bytes], output: str, semantics="madmax", progress: bool | None = None,
+def run_to_output(source: IO[bytes], output: str, semantics="default", progress: bool | None = None,
                   formatter: bool | None = None) -> tuple[int, int]:
     """Evaluate every line of ``source`` into ``output`` ('-': stdout); return (ok, errors).
 

@@ -100,8 +100,9 @@ def _friendly(func):
 
 
 semantics_option = click.option(
-    "--semantics", default="madmax", show_default=True, type=PresetChoice(),
-    help="Modelling preset: 'madmax' reproduces the reference, 'default' fixes its bugs.",
+    "--semantics", default="default", show_default=True, type=PresetChoice(),
+    help="Modelling preset: 'default' (real-world model for real-world specs, the bug-fixed MAD-Max model "
+    "otherwise), 'madmax-fixed', or 'madmax' (the reference, bugs included).",
 )
 
 
@@ -112,26 +113,81 @@ def main():
 
 
 @main.command()
-@click.option("--model", "-m", required=True, help="Built-in name, .toml/.json path (fastmodel or MAD-Max format).")
-@click.option("--system", "-s", required=True, help="Built-in name or path.")
-@click.option("--task", "-t", required=True, help="Built-in name or path.")
+@click.option("--model", "-m", required=True,
+              help="Built-in name, .toml/.json path (fastmodel or MAD-Max format), or a run record (.json, RUNS.md).")
+@click.option("--system", "-s", help="Built-in name or path (not needed for a run record).")
+@click.option("--task", "-t", help="Built-in name or path (not needed for a run record).")
 @click.option("--nodes", "num_nodes", type=click.IntRange(min=1), help="Cluster size in nodes (overrides the system's).")
-@click.option("--plan", "-p", help="Plan 'DENSE/EMB', e.g. 'fsdp/ddp' or 'tp8,ddp16/mp128' (overrides the task's).")
+@click.option("--plan", "-p", help="MAD-Max specs: 'DENSE/EMB', e.g. 'fsdp/ddp' or 'tp8,ddp16/mp128' (overrides the "
+              "task's); real-world specs: a mesh, e.g. 'tp8.pp4' or 'tp4.pp8.cp2' (dp fills the cluster).")
 @semantics_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the report.")
 @_friendly
 def run(model, system, task, num_nodes, plan, semantics, as_json):
     """Evaluate one configuration and print a report."""
+    if _run_real_world(model, system, task, num_nodes, plan, semantics, as_json):
+        return
     from fastmodel import report
     from fastmodel.api import make_config
     from fastmodel.engine import evaluate_configs
 
+    if system is None or task is None:
+        raise click.UsageError("--system and --task are required (unless --model is a run record)")
     config = make_config(model, system, task, semantics, plan, num_nodes)
     ds = {name: values[0] for name, values in evaluate_configs([config]).items()}  # no xarray: start-up
     if as_json:
         click.echo(json.dumps(report.summary(config, ds)))
     else:
         click.echo(report.render(config, ds))
+
+
+def _run_real_world(model, system, task, num_nodes, plan, semantics, as_json) -> bool:
+    """``fastmodel run`` of a run record or a real-world model under a real-world preset; False otherwise."""
+    from pathlib import Path
+
+    from fastmodel.semantics import get_semantics
+
+    if not get_semantics(semantics).real_world:
+        return False
+    if model.endswith(".json") and Path(model).is_file():
+        from fastmodel.runs import is_run_record
+
+        try:
+            data = json.loads(Path(model).read_text(encoding="utf-8-sig"))
+        except (OSError, ValueError):
+            data = None
+        if is_run_record(data):
+            from fastmodel.lm_api import evaluate_record
+
+            ds = evaluate_record(data, model)
+            title = f"{data.get('id') or model} (run record; measured values ignored)"
+            _print_real_world(ds, title, as_json)
+            return True
+    from fastmodel.api import real_world_model
+
+    real = real_world_model(model, semantics)
+    if real is None:
+        return False
+    if system is None or task is None:
+        raise click.UsageError("--system and --task are required (unless --model is a run record)")
+    from fastmodel.lm_api import evaluate_lm
+
+    ds = evaluate_lm(real, system, task, plan=plan, num_nodes=num_nodes)
+    _print_real_world(ds, f"{real.name} on {system}" + (f" x {num_nodes} nodes" if num_nodes else "")
+                      + f", plan {plan or 'dp'}, semantics {semantics}", as_json)
+    return True
+
+
+def _print_real_world(ds, title: str, as_json: bool) -> None:
+    from fastmodel.lm_api import format_report
+
+    if as_json:
+        record = {name: float(ds[name]) for name in ds.data_vars if ds[name].ndim == 0 and ds[name].dtype.kind in "fb"}
+        if "memory" in ds:
+            record.update({f"memory_{k}": float(v) for k, v in zip(ds.memory_kind.values, ds.memory.values)})
+        click.echo(json.dumps({"title": title, **record}))
+    else:
+        click.echo(format_report(ds, title))
 
 
 @main.command()

@@ -137,7 +137,7 @@ def parse_window(text: str | None) -> tuple[float, float] | None:
 @click.option("--task", "-t", required=True, help="Built-in name or path.")
 @click.option("--nodes", "num_nodes", type=click.IntRange(min=1), help="Cluster size in nodes.")
 @click.option("--plan", "-p", help="Plan 'DENSE/EMB' (overrides the task's).")
-@click.option("--semantics", default="madmax", show_default=True, help="Modelling preset (madmax or default).")
+@click.option("--semantics", default="default", show_default=True, help="Modelling preset (default, madmax-fixed or madmax).")
 @click.option("--window", metavar="START:END", help="Only this time window, e.g. 0:0.5 or 100ms:300ms.")
 @click.option("--aggregate", is_flag=True, help="Merge back-to-back ops of one category into one bar.")
 @_figure_options("double")

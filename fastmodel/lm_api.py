@@ -8,7 +8,7 @@ import numpy as np
 import xarray as xr
 
 from fastmodel.errors import PlanError
-from fastmodel.variables import RESULTS, STATUSES
+from fastmodel.variables import MEMORY_KINDS, MEMORY_RESULTS, RESULTS, STATUSES
 
 
 def evaluate_lm(model: Any, system: Any, task: Any = None, plan: str | None = None, execution: Any = None,
@@ -37,8 +37,12 @@ def evaluate_record(record: dict, source: str | None = None) -> xr.Dataset:
     check_plan(lowered.columns, f"{source + ': ' if source else ''}plan")
     results = evaluate_table(lowered.columns[:, None])
     data = {r.name: ((), np.float64(results[r.name][0]), {"units": r.units, "description": r.doc})
-            for r in RESULTS}
-    return xr.Dataset(data, attrs={"id": lowered.id, "semantics": "default", "notes": "; ".join(lowered.notes)})
+            for r in RESULTS if r.name not in MEMORY_RESULTS}
+    data["fits_memory"] = ((), bool(results["fits_memory"][0] == 1.0), data["fits_memory"][2])
+    data["memory"] = (("memory_kind",), np.array([results[name][0] for name in MEMORY_RESULTS]),
+                      {"units": "bytes", "description": "Bytes per device by kind; they sum to memory_per_device."})
+    return xr.Dataset(data, coords={"memory_kind": list(MEMORY_KINDS)},
+                      attrs={"id": lowered.id, "semantics": "default", "notes": "; ".join(lowered.notes)})
 
 
 def format_report(ds: xr.Dataset, title: str = "") -> str:
@@ -63,10 +67,10 @@ def format_report(ds: xr.Dataset, title: str = "") -> str:
         total, exposed = value(f"comm_{group}"), value(f"exposed_{group}")
         if total > 0:
             lines.append(f"  {group:20s} {total:10.3f} s  {exposed:8.3f} s exposed ({100 * exposed / step:.1f}%)")
-    memory = [r.name for r in RESULTS if r.name.startswith("memory_") and r.name != "memory_per_device"]
     if np.isfinite(value("memory_per_device")):
-        lines.append(f"memory per device    {value('memory_per_device') / 2**30:,.1f} GiB")
-        for name in memory:
-            if value(name) > 0:
-                lines.append(f"  {name[len('memory_'):]:20s} {value(name) / 2**30:10.2f} GiB")
+        fits = "fits" if bool(ds["fits_memory"]) else "does NOT fit"
+        lines.append(f"memory per device    {value('memory_per_device') / 2**30:,.1f} GiB ({fits} in usable HBM)")
+        for kind, amount in zip(ds["memory_kind"].values, ds["memory"].values):
+            if amount > 0:
+                lines.append(f"  {str(kind):20s} {amount / 2**30:10.2f} GiB")
     return "\n".join(lines)

@@ -3,7 +3,10 @@ reasonable choices is a named field here; presets pick them.
 
 - ``madmax`` reproduces the public MAD-Max reference implementation
   (ScaleExplorer ``madmax/``, commit 562db98) to 1e-9 relative, bugs included.
-- ``default`` is fastmodel's corrected model: the reference's plain bugs fixed.
+- ``madmax-fixed`` is the reference's model with its plain bugs fixed.
+- ``default`` is ``madmax-fixed`` for MAD-Max family specs, and the real-world
+  model (docs/model.md §11) for real-world specs (``family = "lm"`` models,
+  ``kind = "cluster"`` systems, run records).
 
 Fields that change the op graph are part of a Program's structure key; the
 others only change cost slots. See docs/model.md §10.
@@ -71,6 +74,12 @@ class Semantics(BaseModel):
         "and heads for llm, llm-moe, vit and the transformer part of dlrm-transformer, bottom + top MLP layers "
         "for the DLRM MLPs. False reproduces the reference, which accepts any degree.",
     )
+    real_world: bool = Field(
+        False,
+        description="Evaluate real-world specs (family = \"lm\" models, kind = \"cluster\" systems, run records) "
+        "with the real-world model of docs/model.md §11; MAD-Max family specs keep the MAD-Max model with this "
+        "preset's fixes. False (madmax, madmax-fixed): real-world specs are refused.",
+    )
     memory_weight_factor: float = Field(
         3.0, gt=0,
         description="memory_per_device = this x weights per device. MAD-Max counts weights only; "
@@ -89,6 +98,16 @@ PRESETS: dict[str, Semantics] = {
         dlrm_bottom_fsdp_prefetch="reference",
         bogus_prefetch_without_fsdp=True,
     ),
+    "madmax-fixed": Semantics(
+        name="madmax-fixed",
+        ddp_grad_sharded_layer=True,
+        emb_ddp_grad_any_level=True,
+        llm_fsdp_backward="post_optimized",
+        vit_fsdp_backward="post_optimized",
+        dlrm_bottom_fsdp_prefetch="two_ahead",
+        bogus_prefetch_without_fsdp=False,
+        degree_limits=True,
+    ),
     "default": Semantics(
         name="default",
         ddp_grad_sharded_layer=True,
@@ -98,6 +117,7 @@ PRESETS: dict[str, Semantics] = {
         dlrm_bottom_fsdp_prefetch="two_ahead",
         bogus_prefetch_without_fsdp=False,
         degree_limits=True,
+        real_world=True,
     ),
 }
 

@@ -89,7 +89,7 @@ class Sweep:
     """A sweep definition: base specs, semantics and axes, with its grid layout."""
 
     def __init__(self, model: Any, system: Any, task: Any, axes: dict[str, Any],
-                 semantics: Any = "madmax", unit_configs: int = UNIT_CONFIGS,
+                 semantics: Any = "default", unit_configs: int = UNIT_CONFIGS,
                  axis_specs: dict[str, list[dict]] | None = None):
         self.model = load_model(model)
         self.system = load_system(system)
@@ -779,9 +779,10 @@ class Progress:
             self.enabled = False
 
 
-def sweep(model: Any, system: Any, task: Any, axes: dict[str, Any], semantics: Any = "madmax",
+def sweep(model: Any, system: Any, task: Any, axes: dict[str, Any], semantics: Any = "default",
           store: str | None = None, resume: bool = False, workers: int | None = None, scheduler: str | None = None,
-          progress: bool | None = False, unit_configs: int = UNIT_CONFIGS, overwrite: bool = False) -> xr.Dataset:
+          progress: bool | None = False, unit_configs: int = UNIT_CONFIGS, overwrite: bool = False,
+          execution: Any = None, only_fitting: bool = False) -> xr.Dataset:
     """Evaluate a grid of configurations; a labeled Dataset with one dimension per axis.
 
     ``axes`` maps field names (short or dotted) or ``plan`` to values: a list,
@@ -792,7 +793,21 @@ def sweep(model: Any, system: Any, task: Any, axes: dict[str, Any], semantics: A
     interrupted store, ``overwrite`` replaces an existing sweep store and
     nothing else); ``workers`` / ``scheduler`` run the chunks on a Dask
     distributed cluster (needs ``store``).
+
+    Under the ``default`` semantics a real-world model (``family = "lm"``) is swept by the real-world
+    model instead (``fastmodel.lm_sweep``: axes are registry columns, ``num_nodes``, ``global_batch`` and
+    ``plan`` meshes; ``execution`` and ``only_fitting`` apply; the result is in memory).
     """
+    from fastmodel.api import real_world_model
+
+    real = real_world_model(model, semantics) if not isinstance(model, (list, tuple)) else None
+    if real is not None:
+        if store is not None or workers is not None or scheduler is not None:
+            raise SweepError("real-world sweeps run in memory: leave out store/workers/scheduler and save the "
+                             "result with ds.to_netcdf(...)")
+        from fastmodel.lm_sweep import lm_sweep
+
+        return lm_sweep(real, system, task, axes=axes, execution=execution, only_fitting=only_fitting)
     definition = Sweep(model, system, task, axes, semantics, unit_configs)
     bar = Progress(definition.num_configs, enabled=progress) if progress is not False else None
     try:

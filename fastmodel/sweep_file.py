@@ -3,7 +3,7 @@
     model = "llama2-70b"          # built-in name, path (relative to this file) or inline table
     system = "dc-a"
     task = "llm-pretrain"
-    semantics = "madmax"          # or a table of Semantics fields with 'base'
+    semantics = "default"         # or "madmax", or a table of Semantics fields with 'base'
     [axes]
     num_nodes = [16, 32, 64, 128, 256]
     flops_util = { start = 0.4, stop = 0.8, num = 9 }
@@ -63,7 +63,7 @@ def load_sweep_file(path: str, unit_configs: int | None = None) -> Sweep:
             _spec_ref(data["system"], base),
             _spec_ref(data["task"], base),
             axes,
-            data.get("semantics", "madmax"),
+            data.get("semantics", "default"),
             unit_configs or data.get("unit_configs", UNIT_CONFIGS),
         )
     except SweepError as error:

@@ -17,7 +17,7 @@ def test_dataset_variables_units_and_attrs():
         assert ds[name].attrs["long_name"]
     assert ds.attrs["plan"] == "tp8,ddp4/mp32"
     assert json.loads(ds.attrs["model"])["name"] == "LLaMA-7B"
-    assert json.loads(ds.attrs["semantics"])["name"] == "madmax"
+    assert json.loads(ds.attrs["semantics"])["name"] == "default"   # the API default
     assert ds.attrs["fastmodel_version"] == fastmodel.__version__
 
 

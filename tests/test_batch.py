@@ -47,7 +47,7 @@ def varied_lines(count: int, seed: int = 1) -> list[dict]:
 def single(line: dict):
     """What `fastmodel run` computes for one line: (plan label, results by name) or the error text."""
     try:
-        config = make_config(line["model"], line["system"], line["task"], line.get("semantics", "madmax"),
+        config = make_config(line["model"], line["system"], line["task"], line.get("semantics", "default"),
                              line.get("plan"), line.get("num_nodes"))
     except FastmodelError as error:
         return " ".join(str(error).split())

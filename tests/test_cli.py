@@ -1,6 +1,7 @@
 """The command line, driven through click's runner (same process, real commands)."""
 
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -8,7 +9,8 @@ from click.testing import CliRunner
 from fastmodel.cli import main
 from fastmodel.testing import assert_matches_reference, dev_cases, illegal_cases
 
-RUN = ["run", "--model", "llama2-70b", "--system", "dc-a", "--nodes", "256", "--task", "llm-pretrain-fsdp"]
+RUN = ["run", "--model", "llama2-70b", "--system", "dc-a", "--nodes", "256", "--task", "llm-pretrain-fsdp",
+       "--semantics", "madmax"]
 
 
 @pytest.fixture
@@ -168,3 +170,25 @@ def test_builtin_sweeps_load():
     assert {"llama2_70b_plans", "llama2_70b_codesign"} <= set(names)
     for name in names:
         assert load_sweep_file(name).num_configs > 0
+
+
+def test_run_real_world_model_and_run_record(cli, tmp_path):
+    result = cli("run", "-m", "llama3.1-70b", "-s", "dgx-h100", "-t", "llm-pretrain", "--nodes", "16", "--plan",
+                 "tp8.pp4")
+    assert result.exit_code == 0, result.output
+    for text in ("step time", "MFU / HFU", "pipeline bubble", "exposed", "memory per device", "activations"):
+        assert text in result.output, text
+    record = (Path(__file__).parent / "data" / "runs_dev.jsonl").read_text().splitlines()[0]
+    path = tmp_path / "run.json"
+    path.write_text(record)
+    data = json.loads(cli("run", "-m", str(path), "--json").output)
+    assert data["flops_per_token"] == pytest.approx(json.loads(record)["measured"]["flops_per_token_std"], rel=1e-3)
+    assert data["step_time"] > 0
+
+
+def test_run_real_world_errors_are_one_line(cli):
+    result = cli("run", "-m", "llama3.1-70b", "-s", "dgx-h100", "-t", "llm-pretrain", "--plan", "tp3")
+    assert result.exit_code == 2 and "devices_not_divisible" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    result = cli("run", "-m", "llama3.1-70b", "-s", "dgx-h100", "-t", "llm-pretrain", "--semantics", "madmax")
+    assert result.exit_code == 2 and "semantics 'default'" in result.output

@@ -137,7 +137,7 @@ DLRM_T = {"family": "dlrm-transformer", "name": "t", "num_bottom_layers": 2, "nu
 
 def test_dlrm_transformer_end_to_end_needs_three_components():
     task = {"name": "t", "kind": "pretrain", "global_batch": 1024}
-    ds = fastmodel.evaluate(DLRM_T, "dc-a", task, plan="ddp/mp/tp,ddp", num_nodes=2)
+    ds = fastmodel.evaluate(DLRM_T, "dc-a", task, plan="ddp/mp/tp,ddp", num_nodes=2, semantics="madmax")
     assert ds.iteration_time.item() > 0
     # by hand, 16 devices: MLPs ddp16 -> 64 samples per device; transformer tp8 x ddp2 -> 512 samples
     # per replica, GEMMs split 8 ways; 2 layers x (attention + FC), x3 with the backward (2x forward)

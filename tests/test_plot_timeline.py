@@ -12,7 +12,7 @@ from fastmodel.plot.timeline import schedule
 
 @pytest.fixture(scope="module")
 def config():
-    return fastmodel.make_config("llama2-70b", "dc-a", "llm-pretrain-fsdp", num_nodes=256)
+    return fastmodel.make_config("llama2-70b", "dc-a", "llm-pretrain-fsdp", "madmax", num_nodes=256)
 
 
 @pytest.fixture(scope="module")

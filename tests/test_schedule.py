@@ -126,7 +126,7 @@ def test_extrapolation_matches_full_schedule_on_reference_cases():
 
     from fastmodel.testing import dev_cases
 
-    configs = [fastmodel.make_config(c["model"], c["system"], c["task"]) for c in dev_cases()]  # every family
+    configs = [fastmodel.make_config(c["model"], c["system"], c["task"], "madmax") for c in dev_cases()]  # every family
     fast = evaluate_configs(configs, extrapolate=True)
     full = evaluate_configs(configs, extrapolate=False)
     for name in fast:

@@ -50,7 +50,7 @@ def test_every_point_equals_single_config_run(small):
                     system = system.model_copy(update={"device": system.device.model_copy(update={"flops_util": util})})
                     try:
                         single = fastmodel.evaluate("llama-7b", system, dict(task, global_batch=batch), plan=plan,
-                                                    num_nodes=nodes)
+                                                    num_nodes=nodes, semantics="madmax")
                     except fastmodel.FastmodelError:
                         assert int(point.status) != STATUS["ok"]
                         assert np.isnan(float(point.iteration_time))

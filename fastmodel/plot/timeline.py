@@ -65,7 +65,7 @@ def merge_ops(sched: Schedule, stream: int, category: int, gap: float = 0.0) -> 
     return np.stack([starts[first], np.maximum.reduceat(ends, first)], axis=1)
 
 
-def timeline(config=None, *, model=None, system=None, task=None, semantics="madmax", plan: str | None = None,
+def timeline(config=None, *, model=None, system=None, task=None, semantics="default", plan: str | None = None,
              num_nodes: int | None = None, window: tuple[float, float] | None = None, aggregate: bool = False,
              size="double", height: float | None = 1.9, title: str | None = None, ax=None):
     """Gantt chart of one configuration's two streams, coloured by op category; returns ``(fig, ax)``.
