@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
+from collections import defaultdict
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import IO, Iterable, Iterator
@@ -30,7 +31,10 @@ import orjson
 from fastmodel import batch_kinds
 from fastmodel.batch_kinds import internal_error, one_line
 from fastmodel.errors import FastmodelError
+from fastmodel.results import NAMES
 
+#: row of each result variable in the values matrix
+RESULT_ROW = {name: i for i, name in enumerate(NAMES)}
 CASE_KEYS = ("case", "model", "system", "task", "semantics", "plan", "num_nodes")
 #: input read per chunk: at most this many bytes (about 7,000 lines of inline MAD-Max dicts) ...
 CHUNK_BYTES = 8 << 20
@@ -209,6 +213,7 @@ def _evaluate_chunk(raw_lines: list[bytes], first_line: int, default_semantics, 
         for name in kind.columns:
             columns.setdefault(name, [None] * n)
     groups: dict[tuple, list[tuple[np.ndarray, np.ndarray]]] = {}
+    own: dict[str, list] = defaultdict(list)      # results kinds computed themselves: name -> (line, value)
     for kind, (positions, dicts) in zip(kinds, per_kind):
         if not positions:
             continue
@@ -223,8 +228,13 @@ def _evaluate_chunk(raw_lines: list[bytes], first_line: int, default_semantics, 
         where = np.asarray(positions, dtype=np.int64)
         for table in prepared.tables:
             groups.setdefault((table.key, table.semantics), []).append((table.params, where[table.rows]))
+        for name, given in prepared.results.items():
+            own[name].extend((positions[j], value) for j, value in enumerate(given) if value is not None)
 
     values = np.full((N_RESULTS, n), np.nan)
+    for name, pairs in own.items():
+        for i, value in pairs:
+            values[RESULT_ROW[name], i] = value
     for (key, semantics), parts in groups.items():
         params = np.concatenate([p for p, _ in parts], axis=1) if len(parts) > 1 else parts[0][0]
         rows = np.concatenate([r for _, r in parts]) if len(parts) > 1 else parts[0][1]

@@ -46,6 +46,8 @@ class Prepared:
     errors: dict[int, str] = field(default_factory=dict)        # position -> one-line reason
     columns: dict[str, list] = field(default_factory=dict)      # kind's output column -> value per position
     tables: list[Table] = field(default_factory=list)
+    results: dict[str, list] = field(default_factory=dict)      # result variable -> value per position, for
+                                                                # kinds that evaluate their lines themselves
 
 
 class Kind(Protocol):
@@ -289,4 +291,11 @@ class SpecCases:
 
 
 #: every kind, in claim order (the first that claims a line gets it); SpecCases claims the rest
-KINDS: list[Kind] = [SpecCases()]
+def _record_kinds() -> list:
+    from fastmodel.batch_records import RunRecords, ServeRecords
+
+    return [RunRecords(), ServeRecords()]
+
+
+#: line kinds in the order they are asked to claim a line; SpecCases claims every remaining line
+KINDS: list[Kind] = [*_record_kinds(), SpecCases()]

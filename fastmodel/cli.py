@@ -156,6 +156,11 @@ def _run_real_world(model, system, task, num_nodes, plan, semantics, as_json) ->
             data = json.loads(Path(model).read_text(encoding="utf-8-sig"))
         except (OSError, ValueError):
             data = None
+        from fastmodel.serve_runs import is_serve_record
+
+        if is_serve_record(data):
+            _run_serve_record(data, model, as_json)
+            return True
         if is_run_record(data):
             from fastmodel.lm_api import evaluate_record
 
@@ -176,6 +181,27 @@ def _run_real_world(model, system, task, num_nodes, plan, semantics, as_json) ->
     _print_real_world(ds, f"{real.name} on {system}" + (f" x {num_nodes} nodes" if num_nodes else "")
                       + f", plan {plan or 'dp'}, semantics {semantics}", as_json)
     return True
+
+
+def _run_serve_record(data: dict, source: str, as_json: bool) -> None:
+    """``fastmodel run`` of one serving record (SERVE_RUNS.md): the report of ``fastmodel serve``."""
+    import math
+
+    from fastmodel.cli_serve import render
+    from fastmodel.serve_runs import lower_serve_record
+    from fastmodel.serving import evaluate_table
+    from fastmodel.variables import SERVE_RESULTS, SERVE_STATUS_NAMES
+
+    record = lower_serve_record(data, source)
+    out, status = evaluate_table(record.columns[:, None])
+    result = {r.name: float(out[k, 0]) for k, r in enumerate(SERVE_RESULTS)}
+    state = SERVE_STATUS_NAMES[int(status[0])]
+    label = f"{record.id or source} (serving record; measured values ignored)"
+    if as_json:
+        click.echo(json.dumps({"id": label, "status": state,
+                               **{k: (v if math.isfinite(v) else None) for k, v in result.items()}}))
+    else:
+        click.echo(render(label, state, result))
 
 
 def _print_real_world(ds, title: str, as_json: bool) -> None:

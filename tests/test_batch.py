@@ -98,7 +98,11 @@ def test_csv_and_parquet_hold_the_jsonl_results(tmp_path):
         rows = list(csv.DictReader(handle))
     table = pq.read_table(tmp_path / "out.parquet").to_pylist()
     assert len(records) == len(rows) == len(table) == 201
-    assert list(rows[0]) == list(table[0]) == ["case", "status", "plan", *NAMES]
+    from fastmodel.batch_output import kind_columns
+
+    # every kind's columns on every row (run and serving records add theirs), then the results
+    assert list(rows[0]) == list(table[0]) == ["case", "status", *kind_columns(), *NAMES]
+    assert "plan" in kind_columns()
     for record, row, entry in zip(records, rows, table):
         assert row["case"] == entry["case"] == str(record["case"])
         assert row["status"] == entry["status"] == record["status"]
