@@ -27,7 +27,7 @@ from fastmodel.errors import SweepError
 from fastmodel.lm_load import load_cluster, load_execution, load_lm_model
 from fastmodel.lm_table import CODE_TABLES, encode
 from fastmodel.runs import lower_record
-from fastmodel.variables import COLUMN_INDEX, COLUMNS, MEMORY_KINDS, MEMORY_RESULTS, RESULTS, STATUSES
+from fastmodel.variables import COLUMN_INDEX, MEMORY_KINDS, MEMORY_RESULTS, RESULTS, STATUSES
 
 #: grid size refused without ``max_points``
 MAX_POINTS = 2_000_000_000
@@ -225,4 +225,4 @@ def _dataset(names, labels, shape, out, status, model, cluster, execution, globa
     return xr.Dataset(data, coords=coords, attrs=attrs)
 
 
-__all__ = ["lm_sweep", "all_meshes", "parse_mesh", "mesh_label", "COLUMNS"]
+__all__ = ["lm_sweep", "all_meshes", "parse_mesh", "mesh_label"]

@@ -250,23 +250,32 @@ def lower_record(data: dict, source: str | None = None) -> RunRecord:
     )
 
 
-def read_records(path: str | Path) -> list[RunRecord]:
-    """Every record of a JSONL file; a bad line is a SpecError naming the file and line."""
+def read_jsonl(path: str | Path, lower, what: str, whole_object: bool = False) -> list:
+    """``lower(data, "file:line")`` of every line of a JSONL file (with ``whole_object``, also of a file holding
+    one JSON object over several lines); a bad line is a SpecError naming the file and line."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8-sig")
     except OSError as error:
         raise SpecError(str(path), "", f"cannot read: {error.strerror or error}") from None
+    stripped = text.strip()
+    if whole_object and stripped.startswith("{") and "\n{" not in stripped:
+        lines = [(1, stripped)]
+    else:
+        lines = [(n, line) for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
     records = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
+    for number, line in lines:
         where = f"{path}:{number}"
         try:
             data = json.loads(line)
         except json.JSONDecodeError as error:
             raise SpecError(where, "", f"invalid JSON: {error.msg}") from None
-        records.append(lower_record(data, where))
+        records.append(lower(data, where))
     if not records:
-        raise SpecError(str(path), "", "no run records in the file")
+        raise SpecError(str(path), "", f"no {what} in the file")
     return records
+
+
+def read_records(path: str | Path) -> list[RunRecord]:
+    """Every record of a JSONL file; a bad line is a SpecError naming the file and line."""
+    return read_jsonl(path, lower_record, "run records")

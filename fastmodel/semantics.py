@@ -108,18 +108,9 @@ PRESETS: dict[str, Semantics] = {
         bogus_prefetch_without_fsdp=False,
         degree_limits=True,
     ),
-    "default": Semantics(
-        name="default",
-        ddp_grad_sharded_layer=True,
-        emb_ddp_grad_any_level=True,
-        llm_fsdp_backward="post_optimized",
-        vit_fsdp_backward="post_optimized",
-        dlrm_bottom_fsdp_prefetch="two_ahead",
-        bogus_prefetch_without_fsdp=False,
-        degree_limits=True,
-        real_world=True,
-    ),
 }
+#: default = madmax-fixed for MAD-Max family specs, plus the real-world model for real-world specs
+PRESETS["default"] = PRESETS["madmax-fixed"].model_copy(update={"name": "default", "real_world": True})
 
 
 def get_semantics(semantics: "str | Semantics | dict") -> Semantics:

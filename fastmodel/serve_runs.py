@@ -127,27 +127,9 @@ def lower_serve_record(data: dict, source: str | None = None) -> ServeRecord:
 
 def read_serve_records(path: str | Path) -> list[ServeRecord]:
     """Every serving record of a JSONL file (or one JSON object); a bad line is a SpecError naming it."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except OSError as error:
-        raise SpecError(str(path), "", f"cannot read: {error.strerror or error}") from None
-    stripped = text.strip()
-    if stripped.startswith("{") and "\n{" not in stripped:
-        lines = [(1, stripped)]
-    else:
-        lines = [(n, line) for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
-    records = []
-    for number, line in lines:
-        where = f"{path}:{number}"
-        try:
-            data = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise SpecError(where, "", f"invalid JSON: {error.msg}") from None
-        records.append(lower_serve_record(data, where))
-    if not records:
-        raise SpecError(str(path), "", "no serving records in the file")
-    return records
+    from fastmodel.runs import read_jsonl
+
+    return read_jsonl(path, lower_serve_record, "serving records", whole_object=True)
 
 
 def file_has_serve_records(path: str | Path) -> bool:
