@@ -132,25 +132,77 @@ def parse_window(text: str | None) -> tuple[float, float] | None:
 
 
 @plot.command("timeline")
-@click.option("--model", "-m", required=True, help="Built-in name or path.")
-@click.option("--system", "-s", required=True, help="Built-in name or path.")
-@click.option("--task", "-t", required=True, help="Built-in name or path.")
+@click.option("--model", "-m", required=True, help="Built-in name or path, or a run record (.json, RUNS.md schema).")
+@click.option("--system", "-s", help="Built-in name or path (not needed for a run record).")
+@click.option("--task", "-t", help="Built-in name or path (not needed for a run record).")
 @click.option("--nodes", "num_nodes", type=click.IntRange(min=1), help="Cluster size in nodes.")
-@click.option("--plan", "-p", help="Plan 'DENSE/EMB' (overrides the task's).")
+@click.option("--plan", "-p", help="MAD-Max specs: 'DENSE/EMB'; real-world models: a mesh like 'tp8.pp4' "
+              "(overrides the task's).")
 @click.option("--semantics", default="default", show_default=True, help="Modelling preset (default, madmax-fixed or madmax).")
 @click.option("--window", metavar="START:END", help="Only this time window, e.g. 0:0.5 or 100ms:300ms.")
 @click.option("--aggregate", is_flag=True, help="Merge back-to-back ops of one category into one bar.")
 @_figure_options("double")
 @_friendly
 def timeline_command(model, system, task, num_nodes, plan, semantics, window, aggregate, output, dpi, size, title):
-    """Gantt chart of the compute and communication streams of one configuration."""
+    """Gantt chart of the compute and communication streams of one configuration.
+
+    Real-world models (and run records) draw the busiest pipeline stage's step, op by op, with one row per
+    process group (docs/model.md section 11.12); MAD-Max specs draw the MAD-Max schedule."""
+    _check_suffix(output)
+    lm = _real_world_timeline(model, system, task, num_nodes, plan, semantics)
+    if lm is not None:
+        from fastmodel.plot.timeline_lm import lm_timeline_figure
+
+        timeline_ops, label = lm
+        fig, _ = lm_timeline_figure(timeline_ops, window=parse_window(window), aggregate=aggregate, size=size,
+                                    title=title if title is not None else label)
+        _save(fig, output, dpi)
+        return
+    if system is None or task is None:
+        raise click.UsageError("--system and --task are required (unless --model is a run record)")
     from fastmodel.api import make_config
     from fastmodel.plot import timeline
 
-    _check_suffix(output)
     config = make_config(model, system, task, semantics, plan, num_nodes)
     fig, _ = timeline(config, window=parse_window(window), aggregate=aggregate, size=size, title=title)
     _save(fig, output, dpi)
+
+
+def _real_world_timeline(model, system, task, num_nodes, plan, semantics):
+    """(Timeline, title) for a run record or a real-world model under a real-world preset; else None."""
+    import json
+    from pathlib import Path
+
+    from fastmodel.semantics import get_semantics
+
+    if not get_semantics(semantics).real_world:
+        return None
+    from fastmodel.lm_timeline import timeline
+
+    if model.endswith(".json") and Path(model).is_file():
+        from fastmodel.runs import is_run_record, lower_record
+
+        try:
+            data = json.loads(Path(model).read_text(encoding="utf-8-sig"))
+        except (OSError, ValueError):
+            data = None
+        if is_run_record(data):
+            from fastmodel.lm_rules import check_plan
+
+            record = lower_record(data, model)
+            check_plan(record.columns, f"{model}: plan")
+            return timeline(record.columns), record.id or Path(model).stem
+    from fastmodel.api import real_world_model
+
+    real = real_world_model(model, semantics)
+    if real is None:
+        return None
+    if system is None or task is None:
+        raise click.UsageError("--system and --task are required (unless --model is a run record)")
+    from fastmodel.lm_sweep import point_columns
+
+    columns = point_columns(real, system, task, plan=plan, num_nodes=num_nodes)
+    return timeline(columns), f"{real.name}, {plan or 'dp'}"
 
 
 @plot.command("breakdown")

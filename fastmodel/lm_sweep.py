@@ -156,6 +156,27 @@ def lm_sweep(model: Any, system: Any, task: Any = None, axes: dict | None = None
     return ds
 
 
+def point_columns(model: Any, system: Any, task: Any = None, plan: str | None = None, execution: Any = None,
+                  num_nodes: int | None = None, global_batch: int | None = None) -> np.ndarray:
+    """The column vector of one configuration, built as the grid kernel builds a sweep point (mesh degrees,
+    ``dp = n_gpus / (tp pp cp)``, the FSDP shard group = dp unless the execution spec sets it); a PlanError
+    for an illegal plan."""
+    from fastmodel.lm_rules import check_plan
+
+    model = load_lm_model(model)
+    cluster = load_cluster(system, num_nodes)
+    execution = load_execution(execution)
+    columns = base_columns(model, cluster, execution, global_batch or _task_global_batch(task))
+    for key, value in parse_mesh(plan or "dp").items():
+        columns[COLUMN_INDEX[key]] = value
+    columns[COLUMN_INDEX["dp"]] = columns[COLUMN_INDEX["n_gpus"]] / (
+        columns[COLUMN_INDEX["tp"]] * columns[COLUMN_INDEX["pp"]] * columns[COLUMN_INDEX["cp"]])
+    if execution.shard_degree is None:
+        columns[COLUMN_INDEX["shard_degree"]] = columns[COLUMN_INDEX["dp"]]
+    check_plan(columns, f"plan {plan or 'dp'!r}")
+    return columns
+
+
 def _task_global_batch(task: Any) -> int:
     if task is None:
         raise SweepError("give a task (e.g. 'llm-pretrain') or global_batch")

@@ -19,7 +19,9 @@ Fill-in rules (docs/model.md §11.8), each an execution fact, never a fit:
   gradient reduction (2023) -- records without ``framework`` (the Megatron
   papers), Megatron-DeepSpeed and PyTorch 1.x -- run unfused attention and
   reduce gradients after the backward pass; their ZeRO-3 (DeepSpeed) moves
-  parameters and gradients in buckets of 5e7 elements.
+  parameters and gradients in buckets of 5e7 elements, unoverlapped. PyTorch
+  1.x FSDP gathers each layer when it runs (no prefetch by default) and
+  overlaps its reduce-scatter.
 - PyTorch-native frameworks (TorchTitan, PyTorch FSDP) run the model's element-wise
   ops eagerly, one kernel per op, and their selective recompute is op-level
   (matmul outputs kept); Megatron, NeMo and Meta's stack fuse them.
@@ -230,7 +232,11 @@ def lower_record(data: dict, source: str | None = None) -> RunRecord:
         values["flash_attention"] = 0.0
         values["overlap_grad_reduce"] = 0.0
         values["overlap_param_gather"] = 0.0
-        if sharding == "fsdp":
+        if sharding == "fsdp" and framework is not None and "pytorch 1." in framework.lower():
+            # PyTorch 1.x FSDP gathers each wrapped layer when it runs (backward_prefetch defaulted to None,
+            # forward_prefetch came in 1.13) and reduce-scatters on its own post-backward stream
+            values["overlap_grad_reduce"] = 1.0
+        elif sharding == "fsdp":
             # ZeRO-3 of that era is DeepSpeed's: parameters are fetched in prefetch buckets of
             # stage3_prefetch_bucket_size = 5e7 elements (DeepSpeed configuration docs), 16-bit
             values["collective_bucket_bytes"] = 5e7 * 2.0

@@ -284,6 +284,20 @@ def exposed(row, comm, window):
 
 
 @njit
+def fsdp_layer_exposed(row, gather, reduce, forward, backward):
+    """ZeRO-3/FSDP time one layer adds to the critical path: its forward gather overlaps the forward compute
+    and its backward gather and gradient reduce-scatter the backward compute, each only where the framework
+    prefetches parameters (``overlap_param_gather``) or overlaps the reduction (``overlap_grad_reduce``);
+    otherwise the collective runs between the layers' kernels (DeepSpeed's ``overlap_comm`` was off by default)."""
+    overlap_gather = row[C_OVERLAP_PARAM_GATHER] > 0.0
+    overlap_reduce = row[C_OVERLAP_GRAD_REDUCE] > 0.0
+    hidden_forward = gather if overlap_gather else 0.0
+    hidden_backward = (gather if overlap_gather else 0.0) + (reduce if overlap_reduce else 0.0)
+    serial = (2.0 * gather + reduce) - hidden_forward - hidden_backward
+    return serial + exposed(row, hidden_forward, forward) + exposed(row, hidden_backward, backward)
+
+
+@njit
 def layer_mix(row):
     """Counts of the four layer kinds: (dense full, dense sliding, MoE full, MoE sliding)."""
     layers = row[C_LAYERS]
@@ -370,7 +384,7 @@ def step_row(row, work, out):
             gather = bucketed_allgather_time(row, work[W_PARAMS] * param_bytes(row), shard_group, t * c, bucket)
             reduce = bucketed_allgather_time(row, work[W_PARAMS] * grad_bytes, shard_group, t * c, bucket)
             fsdp_here = 2.0 * gather + reduce
-            fsdp_left = exposed(row, gather, forward) + exposed(row, gather + reduce, backward + again)
+            fsdp_left = fsdp_layer_exposed(row, gather, reduce, forward, backward + again)
         gemm += weight * g * (3.0 + full + (0.0 if megatron else 0.5 * selective))
         attn += weight * a_ * (3.5 + full + (selective if megatron else 0.0))
         mem += weight * (m_ * (3.0 + full) + selective * (work[W_ATTN_CORE_MEM] if megatron else m_))
@@ -406,7 +420,7 @@ def step_row(row, work, out):
 
     # FSDP: the first gather of a micro-batch and the last reduce-scatter are never hidden
     fsdp_edges = 0.0
-    if fsdp:
+    if fsdp and row[C_OVERLAP_PARAM_GATHER] > 0.0 and row[C_OVERLAP_GRAD_REDUCE] > 0.0:
         fsdp_edges = bucketed_allgather_time(row, params * param_bytes(row), shard_group, t * c, bucket) \
             + bucketed_allgather_time(row, params * grad_bytes, shard_group, t * c, bucket)
     fsdp_exposed_step = micro_batches * (per_stage * fsdp_exposed + fsdp_edges)

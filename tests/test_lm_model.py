@@ -76,9 +76,10 @@ def test_cross_node_ring_uses_one_nic_per_member_in_the_node():
     assert bus_bandwidth(r, 16.0, 8.0) == pytest.approx(50e9 * 0.85)
     # group of 64 contiguous devices: 8 members per node, 8 NICs, capped by NVLink
     assert bus_bandwidth(r, 64.0, 1.0) == pytest.approx(min(450e9 * 0.8, 8 * 50e9 * 0.85))
-    # reduce-scatter over 16 nodes x 1: 15/16 of the buffer at one NIC, 16 inter-node ring steps
+    # reduce-scatter over 16 nodes x 1: 15/16 of the buffer at one NIC, 16 inter-node ring steps, Simple
+    # protocol (8.4 us base latency) for a buffer this large
     size = 1e9
-    expected = 15 / 16 * size / (50e9 * 0.85) + 16 * 8e-6
+    expected = 8.4e-6 + 15 / 16 * size / (50e9 * 0.85) + 16 * 8e-6
     assert allgather_time(r, size, 16.0, 8.0) == pytest.approx(expected, rel=1e-12)
 
 
@@ -86,9 +87,31 @@ def test_ring_latency_grows_with_the_group_so_large_groups_stop_scaling():
     r = row(**NET)
     small = allgather_time(r, 1e6, 64.0, 1.0)
     large = allgather_time(r, 1e6, 1536.0, 1.0)
-    # 1536 members over 192 nodes: 1344 NVLink steps + 192 InfiniBand steps
-    assert large - 1535 / 1536 * 1e6 / min(360e9, 8 * 42.5e9) == pytest.approx(1344 * 3e-6 + 192 * 8e-6, rel=1e-9)
+    # 1536 members over 192 nodes: 1344 NVLink steps + 192 InfiniBand steps. A 1 MB buffer over so many
+    # ranks is latency-bound, so NCCL runs LL: 3.6 us base, NVLink hop 3 us x .47/3.4 x 1.8, network hop
+    # 8 us x 2.7/9.6, a quarter of the bus bandwidth
+    bus = min(360e9, 8 * 42.5e9)
+    ll = 3.6e-6 + 1344 * 3e-6 * 0.47 / 3.4 * 1.8 + 192 * 8e-6 * 2.7 / 9.6 + 1535 / 1536 * 1e6 / (bus / 4)
+    simple = 8.4e-6 + 1344 * 3e-6 + 192 * 8e-6 + 1535 / 1536 * 1e6 / bus
+    assert ll < simple
+    assert large == pytest.approx(ll, rel=1e-9)
     assert large > 10 * small
+
+
+def test_nccl_runs_the_fastest_protocol_simple_for_large_buffers_ll128_in_between():
+    r = row(**NET)
+    bus = min(360e9, 8 * 42.5e9)
+
+    def protocol(base, intra_hop, inter_hop, bandwidth, nbytes):
+        return base + 1344 * 3e-6 * intra_hop + 192 * 8e-6 * inter_hop + 1535 / 1536 * nbytes / (bus * bandwidth)
+
+    for nbytes in (1e5, 1e7, 1e8, 1e10, 1e11):
+        times = [protocol(8.4e-6, 1.0, 1.0, 1.0, nbytes),                           # Simple
+                 protocol(10.0e-6, 1.9 / 3.4, 4.0 / 9.6, 0.92, nbytes),             # LL128
+                 protocol(3.6e-6, 0.47 / 3.4 * 1.8, 2.7 / 9.6, 0.25, nbytes)]        # LL
+        assert allgather_time(r, nbytes, 1536.0, 1.0) == pytest.approx(min(times), rel=1e-9)
+    assert allgather_time(r, 1e11, 1536.0, 1.0) == pytest.approx(protocol(8.4e-6, 1, 1, 1, 1e11), rel=1e-9)
+    assert allgather_time(r, 1e10, 1536.0, 1.0) == pytest.approx(protocol(10.0e-6, 1.9 / 3.4, 4.0 / 9.6, 0.92, 1e10), rel=1e-9)
 
 
 def test_alltoall_across_nodes_is_limited_by_the_remote_share_through_the_nic():
@@ -187,7 +210,13 @@ def test_collective_algorithm_can_be_fixed_to_ring_or_tree():
     transfer = 2 * 7 / 8 * size / (450e9 * 0.8)
     ring = row(**NET, collective_algorithm="ring")
     tree = row(**NET, collective_algorithm="tree")
-    assert allreduce_time(ring, size, 8.0, 1.0) == pytest.approx(transfer + 2 * 7 * 3e-6, rel=1e-12)
+    # a 1 MB ring allreduce inside one node runs NCCL's LL (3.6 us base, NVLink hop 3 us x .47/3.4, a quarter
+    # of the bandwidth), faster than LL128 (10 us, hop x 1.9/3.4, 92%) or Simple (8.4 us, 3 us hops)
+    simple = 8.4e-6 + transfer + 2 * 7 * 3e-6
+    ll128 = 10.0e-6 + transfer / 0.92 + 2 * 7 * 3e-6 * 1.9 / 3.4
+    ll = 3.6e-6 + transfer / 0.25 + 2 * 7 * 3e-6 * 0.47 / 3.4
+    assert ll < ll128 < simple
+    assert allreduce_time(ring, size, 8.0, 1.0) == pytest.approx(ll, rel=1e-12)
     assert allreduce_time(tree, size, 8.0, 1.0) == pytest.approx(transfer + 2 * 3 * 3e-6, rel=1e-12)
 
 
@@ -216,3 +245,21 @@ def test_step_time_is_the_sum_of_its_parts(variant):
     assert r["step_time"] == pytest.approx(parts, rel=1e-12)
     for group in ("tp", "cp", "ep", "pp", "dp"):
         assert 0.0 <= r[f"exposed_{group}"] <= r[f"comm_{group}"] * (1 + 1e-12) + 1e-15 or group == "dp"
+
+
+def test_zero3_layer_collectives_are_exposed_where_the_framework_does_not_overlap_them():
+    from fastmodel.kernels.lm_step import fsdp_layer_exposed
+    gather, reduce, forward, backward = 0.010, 0.020, 0.050, 0.100
+    overlapped = row(**NET, overlap_param_gather=1, overlap_grad_reduce=1, comm_sm_share=0.15)
+    # each collective hides behind its pass and slows it by 15% of the overlapped time
+    assert fsdp_layer_exposed(overlapped, gather, reduce, forward, backward) == pytest.approx(
+        0.15 * gather + 0.15 * (gather + reduce), rel=1e-12)
+    # DeepSpeed's overlap_comm off (legacy frameworks): the reduce-scatter runs between the layers' kernels
+    gathers_only = row(**NET, overlap_param_gather=1, overlap_grad_reduce=0, comm_sm_share=0.15)
+    assert fsdp_layer_exposed(gathers_only, gather, reduce, forward, backward) == pytest.approx(
+        reduce + 0.15 * gather + 0.15 * gather, rel=1e-12)
+    serial = row(**NET, overlap_param_gather=0, overlap_grad_reduce=0, comm_sm_share=0.15)
+    assert fsdp_layer_exposed(serial, gather, reduce, forward, backward) == pytest.approx(2 * gather + reduce)
+    # a collective longer than its window shows the remainder
+    assert fsdp_layer_exposed(overlapped, 0.080, reduce, forward, backward) == pytest.approx(
+        (0.080 - forward) + 0.15 * forward + 0.15 * (0.080 + reduce), rel=1e-12)

@@ -1,0 +1,104 @@
+"""Timeline of one real-world configuration: the busiest stage's compute stream and one row per process group."""
+
+from __future__ import annotations
+
+import numpy as np
+from matplotlib.patches import Patch
+
+from fastmodel.lm_timeline import KINDS, STREAMS, Timeline
+from fastmodel.plot import data as D
+from fastmodel.plot import style as S
+
+BAR_HEIGHT = 0.6
+#: colour-blind-safe (Okabe-Ito) colours per op kind; communication rows share the comm colours of the MAD-Max
+#: timeline, bubble and host time are greys
+KIND_COLOURS = {
+    "gemm": "#0072B2", "attention": "#56B4E9", "memory_bound": "#999999", "recompute": "#CC79A7",
+    "head": "#332288", "bubble": "#DDDDDD", "optimizer": "#882255", "overhead": "#444444",
+    "tp": "#009E73", "cp": "#E69F00", "ep": "#CC79A7", "pp": "#F0E442", "dp": "#E69F00",
+}
+KIND_LABELS = {
+    "gemm": "GEMM", "attention": "attention", "memory_bound": "memory-bound", "recompute": "recompute",
+    "head": "LM head", "bubble": "pipeline bubble", "optimizer": "optimizer", "overhead": "host overhead",
+    "tp": "TP comm.", "cp": "CP comm.", "ep": "EP comm.", "pp": "PP comm.", "dp": "DP comm.",
+}
+
+
+def lm_timeline_figure(tl: Timeline, *, window: tuple[float, float] | None = None, aggregate: bool = False,
+                       size="double", height: float | None = None, title: str = "", ax=None):
+    """Gantt chart of ``tl`` (``fastmodel.lm_timeline.timeline``): compute on top, a row per communicating
+    process group below; waits of the compute stream for communication in the ``exposed`` colour.
+    ``aggregate`` merges back-to-back ops of one kind closer than 1/1000 of the window; returns ``(fig, ax)``."""
+    total = tl.step_time
+    lo, hi = (0.0, total) if window is None else (float(window[0]), float(window[1]))
+    if not hi > lo or lo < 0:
+        raise D.PlotError(f"window must be 0 <= start < end (got {lo:g}:{hi:g})")
+    if lo >= total:
+        raise D.PlotError(f"window starts at {lo:g} s, after the step ends ({total:g} s)")
+    used = [s for s in range(len(STREAMS)) if np.any(tl.stream == s)]
+    rows = {s: float(len(used) - 1 - i) for i, s in enumerate(used)}
+    factor, unit = S.display_unit("s", [hi - lo])
+    with S.paper_rc():
+        fig, ax = S.new_axes(size, height if height is not None else 0.45 * len(used) + 0.9, ax)
+        handles = {}
+        for stream in used:
+            on = tl.stream == stream
+            kinds, starts, ends = tl.kind[on], tl.start[on], tl.end[on]
+            if aggregate:
+                kinds, starts, ends = _merge(kinds, starts, ends, (hi - lo) / 1000)
+            for code, kind in enumerate(KINDS):
+                mine = kinds == code
+                if not mine.any():
+                    continue
+                bars = np.stack([starts[mine], ends[mine]], axis=1)
+                bars = bars[(bars[:, 1] >= lo) & (bars[:, 0] <= hi)]
+                if bars.size == 0:
+                    continue
+                ax.broken_barh(list(zip(bars[:, 0], bars[:, 1] - bars[:, 0])),
+                               (rows[stream] - BAR_HEIGHT / 2, BAR_HEIGHT), facecolors=KIND_COLOURS[kind],
+                               edgecolor="none", linewidth=0, gid=f"ops:{STREAMS[stream]}:{kind}")
+                handles.setdefault(kind, Patch(facecolor=KIND_COLOURS[kind], label=KIND_LABELS[kind]))
+        waits = _compute_waits(tl)
+        waits = waits[(waits[:, 1] >= lo) & (waits[:, 0] <= hi)]
+        if waits.size:
+            top = rows[STREAMS.index("compute")]
+            ax.broken_barh(list(zip(waits[:, 0], waits[:, 1] - waits[:, 0])), (top - BAR_HEIGHT / 2, BAR_HEIGHT),
+                           facecolors=S.PALETTE["exposed"], edgecolor="none", linewidth=0, gid="exposed")
+            handles["exposed"] = Patch(facecolor=S.PALETTE["exposed"], label=S.CATEGORY_LABELS["exposed"])
+        ax.set_xlim(lo, min(hi, total) if window is None else hi)
+        ax.set_ylim(-0.5, len(used) - 0.5)
+        ax.set_yticks([rows[s] for s in used], labels=[STREAMS[s] for s in used])
+        ax.tick_params(axis="y", length=0)
+        ax.spines["left"].set_visible(False)
+        ax.xaxis.set_major_formatter(S.unit_formatter(factor))
+        ax.set_xlabel(S.label("time", unit))
+        exposed = tl.exposed()
+        tfac, tunit = S.display_unit("s", [total])
+        note = (f"step {S.fmt_number(total / tfac)} {tunit}; exposed comm. {S.fmt_number(exposed / tfac)} {tunit} "
+                f"({exposed / total:.1%})" if total > 0 else "")
+        ax.set_title(f"{title}: {note}" if title else note, loc="left")
+        fig.legend(handles=list(handles.values()), loc="outside right upper", handlelength=1.2)
+    return fig, ax
+
+
+def _merge(kinds, starts, ends, gap):
+    """Merge runs of back-to-back ops of one kind (less than ``gap`` apart, no other op between them)."""
+    order = np.argsort(starts, kind="stable")
+    kinds, starts, ends = kinds[order], starts[order], ends[order]
+    if kinds.size == 0:
+        return kinds, starts, ends
+    new_run = np.ones(kinds.size, dtype=bool)
+    new_run[1:] = (kinds[1:] != kinds[:-1]) | (starts[1:] > ends[:-1] + gap)
+    first = np.flatnonzero(new_run)
+    return kinds[first], starts[first], np.maximum.reduceat(ends, first)
+
+
+def _compute_waits(tl: Timeline) -> np.ndarray:
+    """(start, end) of the gaps in the compute stream: where it waits for communication."""
+    on = tl.stream == STREAMS.index("compute")
+    order = np.argsort(tl.start[on], kind="stable")
+    starts, ends = tl.start[on][order], tl.end[on][order]
+    lo = np.concatenate([[0.0], ends])
+    hi = np.concatenate([starts, [tl.step_time]])
+    keep = hi - lo > 1e-9 * max(tl.step_time, 1e-30)
+    return np.stack([lo[keep], hi[keep]], axis=1)
