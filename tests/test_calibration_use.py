@@ -241,3 +241,13 @@ def test_cli_sweep_of_madmax_specs_refuses_a_calibration(tmp_path, h100_half_hbm
                                        "--calibration", str(h100_half_hbm)])
     assert result.exit_code == 2
     assert result.stderr.startswith("error: calibration: applies to the real-world model")
+
+
+def test_cli_validate_warns_about_devices_the_calibration_does_not_cover(tmp_path):
+    cal = write(tmp_path, '[device."H100-SXM-80GB"]\nhbm_eff = 0.5\nintra.eff = 0.8\ninter.eff = 0.85\n')
+    result = CliRunner().invoke(main, ["validate", str(RUNS), "--calibration", str(cal)])
+    assert result.exit_code == 0, result.output
+    warned = [line for line in result.stderr.splitlines() if line.startswith("warning: ")]
+    assert warned == [f'warning: {cal}: no [device."{name}"] table (calibrated devices: H100-SXM-80GB); the '
+                      f"efficiencies of {gpu} keep their physical values"
+                      for name, gpu in (("A100-SXM4-40GB", "A100-SXM4-40GB"), ("A100-SXM4-80GB", "A100-SXM4-80GB"))]

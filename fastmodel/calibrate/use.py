@@ -19,8 +19,7 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
-from fastmodel.calibrate.overlay import (DEVICE_FIELDS, FRAMEWORK_FIELDS, Calibration, canonical_device,
-                                         overlay_columns)
+from fastmodel.calibrate.overlay import DEVICE_FIELDS, FRAMEWORK_FIELDS, Calibration, canonical_device, overlay_columns
 from fastmodel.variables import COLUMN_INDEX as C
 
 TIERS = {"intra": ("intra_eff", "intra_latency"), "inter": ("inter_eff", "inter_latency")}
