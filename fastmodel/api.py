@@ -44,7 +44,8 @@ def config_attrs(config: Config) -> dict[str, str]:
 
 
 def evaluate(model: Any, system: Any, task: Any, semantics: "str | Semantics | dict" = "default",
-             plan: str | None = None, num_nodes: int | None = None, execution: Any = None) -> "xr.Dataset":
+             plan: str | None = None, num_nodes: int | None = None, execution: Any = None,
+             calibration: Any = None) -> "xr.Dataset":
     """Evaluate one configuration; a 0-d Dataset of every registry variable.
 
     ``model``, ``system``, ``task``: built-in name, path (.toml/.json), dict in
@@ -53,14 +54,19 @@ def evaluate(model: Any, system: Any, task: Any, semantics: "str | Semantics | d
     ``num_nodes`` the system's cluster size; ``execution`` (real-world specs) how the
     run executes (precision, sharding, recompute, micro_batch, ...). Under the
     ``default`` semantics a real-world model (``family = "lm"``) goes through the
-    real-world model (docs/model.md §11). Raises
+    real-world model (docs/model.md §11); ``calibration`` (a ``fastmodel calibrate`` TOML path or
+    ``Calibration``) applies to it only (a SpecError for a MAD-Max model). Raises
     :class:`~fastmodel.errors.SpecError` or :class:`~fastmodel.errors.PlanError`.
     """
     real = real_world_model(model, semantics)
     if real is not None:
         from fastmodel.lm_api import evaluate_lm
 
-        return evaluate_lm(real, system, task, plan=plan, execution=execution, num_nodes=num_nodes)
+        return evaluate_lm(real, system, task, plan=plan, execution=execution, num_nodes=num_nodes,
+                           calibration=calibration)
+    from fastmodel.calibrate.use import not_for_madmax
+
+    not_for_madmax(calibration)
     return evaluate_config(make_config(model, system, task, semantics, plan, num_nodes))
 
 

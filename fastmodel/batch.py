@@ -287,18 +287,26 @@ def read_chunks(binary: IO[bytes], chunk_bytes: int = CHUNK_BYTES) -> Iterator[l
             yield lines[start:start + CHUNK_LINES]
 
 
-def run_chunks(chunks: Iterable[list[bytes]], semantics="default", progress=None) -> Iterator[Chunk]:
-    """Evaluate chunks of raw lines in order; ``progress(lines, bytes)`` after each."""
+def run_chunks(chunks: Iterable[list[bytes]], semantics="default", progress=None,
+               calibration=None) -> Iterator[Chunk]:
+    """Evaluate chunks of raw lines in order; ``progress(lines, bytes)`` after each. ``calibration`` (TOML
+    path or ``Calibration``) applies to run-record lines; after the last chunk, a device or tier of them it
+    does not cover is a ``CalibrationWarning``."""
+    from fastmodel.calibrate.overlay import as_calibration
     from fastmodel.semantics import get_semantics
 
     default_semantics = get_semantics(semantics)
+    kinds = batch_kinds.kinds_for(as_calibration(calibration))
     first = 1
     for raw_lines in chunks:
-        chunk = evaluate_chunk(raw_lines, first, default_semantics)
+        chunk = evaluate_chunk(raw_lines, first, default_semantics, kinds)
         first += len(raw_lines)
         if progress is not None:
             progress(len(raw_lines), sum(map(len, raw_lines)))
         yield chunk
+    for kind in kinds:
+        if hasattr(kind, "finish"):
+            kind.finish()
 
 
 def records(chunk: Chunk) -> Iterator[dict]:
@@ -321,8 +329,9 @@ def records(chunk: Chunk) -> Iterator[dict]:
         yield record
 
 
-def run_batch(lines: Iterable["str | bytes"], semantics="default") -> Iterator[dict]:
-    """Yield one result record per input line (text or bytes, no newline needed), in order."""
+def run_batch(lines: Iterable["str | bytes"], semantics="default", calibration=None) -> Iterator[dict]:
+    """Yield one result record per input line (text or bytes, no newline needed), in order.
+    ``calibration``: a calibration overlay (TOML path or ``Calibration``) for run-record lines."""
     def chunks():
         chunk: list[bytes] = []
         for line in lines:
@@ -333,7 +342,7 @@ def run_batch(lines: Iterable["str | bytes"], semantics="default") -> Iterator[d
         if chunk:
             yield chunk
 
-    for chunk in run_chunks(chunks(), semantics):
+    for chunk in run_chunks(chunks(), semantics, calibration=calibration):
         yield from records(chunk)
 
 

@@ -299,3 +299,13 @@ def _record_kinds() -> list:
 
 #: line kinds in the order they are asked to claim a line; SpecCases claims every remaining line
 KINDS: list[Kind] = [*_record_kinds(), SpecCases()]
+
+
+def kinds_for(calibration) -> list:
+    """The line kinds of a batch under ``calibration`` (a ``Calibration`` or None): KINDS itself without one;
+    with one, fresh kinds in KINDS' order whose run records (the real-world model) are calibrated."""
+    if calibration is None:
+        return KINDS
+    from fastmodel.batch_records import RunRecords, ServeRecords
+
+    return [RunRecords(calibration), ServeRecords(), SpecCases()]

@@ -193,8 +193,9 @@ def writer_for(output: str):
 
 
 def run_to_output(source: IO[bytes], output: str, semantics="default", progress: bool | None = None,
-                  formatter: bool | None = None) -> tuple[int, int]:
+                  formatter: bool | None = None, calibration=None) -> tuple[int, int]:
     """Evaluate every line of ``source`` into ``output`` ('-': stdout); return (ok, errors).
+    ``calibration``: a calibration overlay (TOML path or ``Calibration``) for run-record lines.
 
     ``formatter``: format JSONL in a second process while this one evaluates
     the next chunk (default: for JSONL inputs of more than two chunks, on a
@@ -220,7 +221,7 @@ def run_to_output(source: IO[bytes], output: str, semantics="default", progress:
     def run(handle: IO[bytes]) -> None:
         writer = writer_class(handle) if not formatter else _FormatterProcess(handle)
         try:
-            for chunk in run_chunks(read_chunks(source), semantics, bar):
+            for chunk in run_chunks(read_chunks(source), semantics, bar, calibration):
                 writer.write(chunk)
                 count(chunk)
                 if handle is sys.stdout.buffer:

@@ -36,6 +36,17 @@ class RunRecords:
     name = "run_record"
     columns = {"id": "string", **{name: "float64" for name in RUN_COLUMNS}}
 
+    def __init__(self, calibration=None):
+        self.calibration = calibration       # a Calibration overlay for every record (None: physical values)
+        self.seen: dict[str, set] = {}       # device -> network tiers used by the records evaluated so far
+
+    def finish(self) -> None:
+        """After the last chunk: a ``CalibrationWarning`` per device or tier the calibration does not cover."""
+        if self.calibration is not None:
+            from fastmodel.calibrate.use import check
+
+            check(self.calibration, self.seen)
+
     def claims(self, case: dict) -> bool:
         from fastmodel.runs import is_run_record
 
@@ -51,6 +62,14 @@ class RunRecords:
         out = Prepared(errors=errors)
         if not lowered:
             return out
+        if self.calibration is not None:
+            from fastmodel.calibrate.overlay import apply_calibration
+            from fastmodel.calibrate.use import tiers_used
+
+            for _, record in lowered:
+                self.seen.setdefault(record.gpu, set()).update(tiers_used(record.columns))
+            calibrated = apply_calibration([record for _, record in lowered], self.calibration)
+            lowered = [(j, record) for (j, _), record in zip(lowered, calibrated)]
         params = np.stack([record.columns for _, record in lowered], axis=1)
         status = plan_status(params)
         results = evaluate_table(params)

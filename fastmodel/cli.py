@@ -106,6 +106,22 @@ semantics_option = click.option(
 )
 
 
+calibration_option = click.option(
+    "--calibration", type=click.Path(dir_okay=False),
+    help="Apply a calibration overlay (.toml from 'fastmodel calibrate') to the real-world model "
+    "(run records, family = \"lm\" specs); default: physical (datasheet) values.",
+)
+
+
+def _read_calibration(path):
+    """The calibration file of ``--calibration`` (None without one); a bad file is a one-line error."""
+    if path is None:
+        return None
+    from fastmodel.calibrate import read_calibration
+
+    return read_calibration(path)
+
+
 @click.group(cls=OneLineGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="fastmodel")
 def main():
@@ -121,12 +137,20 @@ def main():
 @click.option("--plan", "-p", help="MAD-Max specs: 'DENSE/EMB', e.g. 'fsdp/ddp' or 'tp8,ddp16/mp128' (overrides the "
               "task's); real-world specs: a mesh, e.g. 'tp8.pp4' or 'tp4.pp8.cp2' (dp fills the cluster).")
 @semantics_option
+@calibration_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the report.")
 @_friendly
-def run(model, system, task, num_nodes, plan, semantics, as_json):
+def run(model, system, task, num_nodes, plan, semantics, calibration, as_json):
     """Evaluate one configuration and print a report."""
-    if _run_real_world(model, system, task, num_nodes, plan, semantics, as_json):
-        return
+    from fastmodel.calibrate.use import cli_warnings
+
+    cal = _read_calibration(calibration)
+    with cli_warnings():
+        if _run_real_world(model, system, task, num_nodes, plan, semantics, as_json, cal):
+            return
+    from fastmodel.calibrate.use import not_for_madmax
+
+    not_for_madmax(cal)
     from fastmodel import report
     from fastmodel.api import make_config
     from fastmodel.engine import evaluate_configs
@@ -141,7 +165,7 @@ def run(model, system, task, num_nodes, plan, semantics, as_json):
         click.echo(report.render(config, ds))
 
 
-def _run_real_world(model, system, task, num_nodes, plan, semantics, as_json) -> bool:
+def _run_real_world(model, system, task, num_nodes, plan, semantics, as_json, cal=None) -> bool:
     """``fastmodel run`` of a run record or a real-world model under a real-world preset; False otherwise."""
     from pathlib import Path
 
@@ -159,13 +183,16 @@ def _run_real_world(model, system, task, num_nodes, plan, semantics, as_json) ->
         from fastmodel.serve_runs import is_serve_record
 
         if is_serve_record(data):
+            if cal is not None:
+                raise FastmodelError(f"--calibration: {model} is a serving record; calibrations apply to "
+                                     "training runs (the real-world training model)")
             _run_serve_record(data, model, as_json)
             return True
         if is_run_record(data):
             from fastmodel.lm_api import evaluate_record
 
-            ds = evaluate_record(data, model)
-            title = f"{data.get('id') or model} (run record; measured values ignored)"
+            ds = evaluate_record(data, model, calibration=cal)
+            title = f"{data.get('id') or model} (run record; measured values ignored)" + _calibrated(cal)
             _print_real_world(ds, title, as_json)
             return True
     from fastmodel.api import real_world_model
@@ -177,10 +204,19 @@ def _run_real_world(model, system, task, num_nodes, plan, semantics, as_json) ->
         raise click.UsageError("--system and --task are required (unless --model is a run record)")
     from fastmodel.lm_api import evaluate_lm
 
-    ds = evaluate_lm(real, system, task, plan=plan, num_nodes=num_nodes)
+    ds = evaluate_lm(real, system, task, plan=plan, num_nodes=num_nodes, calibration=cal)
     _print_real_world(ds, f"{real.name} on {system}" + (f" x {num_nodes} nodes" if num_nodes else "")
-                      + f", plan {plan or 'dp'}, semantics {semantics}", as_json)
+                      + f", plan {plan or 'dp'}, semantics {semantics}" + _calibrated(cal), as_json)
     return True
+
+
+def _calibrated(cal) -> str:
+    """Title suffix naming the calibration applied (empty without one)."""
+    if cal is None:
+        return ""
+    from pathlib import Path
+
+    return f", calibration {Path(cal.source).name} (sha256 {cal.fingerprint()[:12]})"
 
 
 def _run_serve_record(data: dict, source: str, as_json: bool) -> None:
@@ -209,6 +245,7 @@ def _print_real_world(ds, title: str, as_json: bool) -> None:
 
     if as_json:
         record = {name: float(ds[name]) for name in ds.data_vars if ds[name].ndim == 0 and ds[name].dtype.kind in "fb"}
+        record.update({k: v for k, v in ds.attrs.items() if k.startswith("calibration")})
         if "memory" in ds:
             record.update({f"memory_{k}": float(v) for k, v in zip(ds.memory_kind.values, ds.memory.values)})
         click.echo(json.dumps({"title": title, **record}))
@@ -222,18 +259,24 @@ def _print_real_world(ds, title: str, as_json: bool) -> None:
               help="Output by extension: .csv, .parquet, else JSONL ('-' for stdout); written atomically.")
 @click.option("--force", is_flag=True, help="Replace an existing output file of the same kind (never the input).")
 @semantics_option
+@calibration_option
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a terminal only).")
 @_friendly
-def batch(cases, output, force, semantics, progress):
-    """Evaluate every line of a JSONL file; one result per input line, in order."""
+def batch(cases, output, force, semantics, calibration, progress):
+    """Evaluate every line of a JSONL file; one result per input line, in order. --calibration applies to
+    run-record lines (the real-world model)."""
     from fastmodel.batch_output import run_to_output
+    from fastmodel.calibrate.use import cli_warnings
     from fastmodel.outputs import check_output
 
     kind = "parquet" if str(output).lower().endswith(".parquet") else "text"
     check_output(output, kind, inputs=(cases,), force=force)
+    cal = _read_calibration(calibration)
+    if cal is not None:
+        click.echo(cal.describe(), err=True)
     source = sys.stdin.buffer if cases == "-" else _open_input(cases)
-    with source:
-        ok, bad = run_to_output(source, output, semantics, progress)
+    with source, cli_warnings():
+        ok, bad = run_to_output(source, output, semantics, progress, calibration=cal)
     click.echo(f"{ok} ok, {bad} errors", err=True)
 
 
@@ -256,9 +299,12 @@ def _open_input(path: str):
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a terminal only).")
 @click.option("--yes", "confirm_large", is_flag=True,
               help="Run a sweep estimated as very large (over 10^10 configurations, or more disk than is free).")
+@calibration_option
 @_friendly
-def sweep_command(sweep_file, output, resume, force, workers, scheduler, unit_configs, progress, confirm_large):
-    """Evaluate a sweep file (TOML) into a labeled dataset."""
+def sweep_command(sweep_file, output, resume, force, workers, scheduler, unit_configs, progress, confirm_large,
+                  calibration):
+    """Evaluate a sweep file (TOML) into a labeled dataset. A real-world sweep (family = "lm" model) runs in
+    memory into a .nc file; --calibration applies to it."""
     from pathlib import Path
 
     from fastmodel.errors import SweepError
@@ -298,6 +344,16 @@ def sweep_command(sweep_file, output, resume, force, workers, scheduler, unit_co
     if resume and not is_sweep_store(out):
         raise SweepError(f"{output} is not a fastmodel sweep store, so there is nothing to resume; choose another "
                          "output (fastmodel never deletes it, even with --force)")
+    from fastmodel.sweep_file import real_world_sweep
+
+    real = real_world_sweep(sweep_file)
+    if real is not None:
+        _sweep_real_world(real, out, is_zarr, resume, workers or scheduler, calibration)
+        return
+    if calibration is not None:
+        from fastmodel.calibrate.use import not_for_madmax
+
+        not_for_madmax(_read_calibration(calibration))
     if resume and unit_configs is None and out.is_dir():
         from fastmodel.sweep import stored_unit_configs
 
@@ -340,6 +396,25 @@ def sweep_command(sweep_file, output, resume, force, workers, scheduler, unit_co
         bar.close()
     ok = int((ds["status"] == 0).sum())
     click.echo(f"done: {ok:,} of {sweep.num_configs:,} configurations legal and feasible", err=True)
+
+
+def _sweep_real_world(arguments: dict, out, is_zarr: bool, resume: bool, distributed, calibration) -> None:
+    """``fastmodel sweep`` of a real-world sweep file: ``fastmodel.sweep`` in memory, written as .nc."""
+    from fastmodel.calibrate.use import cli_warnings
+    from fastmodel.errors import SweepError
+    from fastmodel.sweep import sweep
+
+    if is_zarr or resume or distributed:
+        raise SweepError("a real-world sweep (family = \"lm\" model) runs in memory: write a .nc file "
+                         "(-o out.nc), without --resume, --workers or --scheduler")
+    cal = _read_calibration(calibration)
+    if cal is not None:
+        click.echo(cal.describe(), err=True)
+    with cli_warnings():
+        ds = sweep(**arguments, calibration=cal)
+    _write_netcdf(ds, out)
+    ok = int((ds["status"] == 0).sum())
+    click.echo(f"done: {ok:,} of {ds['status'].size:,} configurations legal -> {out}", err=True)
 
 
 def _write_netcdf(ds, path):

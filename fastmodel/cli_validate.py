@@ -43,8 +43,14 @@ def validate(runs, output, plot_path, calibration):
     records = read_records(runs)
     if calibration:  # nothing fitted is applied unless asked for
         from fastmodel.calibrate import apply_calibration, read_calibration
+        from fastmodel.calibrate.use import check, cli_warnings, tiers_used
 
         cal = read_calibration(calibration)
+        seen: dict[str, set] = {}
+        for record in records:
+            seen.setdefault(record.gpu, set()).update(tiers_used(record.columns))
+        with cli_warnings():
+            check(cal, seen)
         records = apply_calibration(records, cal)
         click.echo(cal.describe())
     table = rows(records)

@@ -12,28 +12,39 @@ from fastmodel.variables import MEMORY_KINDS, MEMORY_RESULTS, RESULTS, STATUSES
 
 
 def evaluate_lm(model: Any, system: Any, task: Any = None, plan: str | None = None, execution: Any = None,
-                num_nodes: int | None = None, global_batch: int | None = None) -> xr.Dataset:
+                num_nodes: int | None = None, global_batch: int | None = None, calibration: Any = None) -> xr.Dataset:
     """Evaluate one real-world configuration (``plan``: a mesh like ``"tp8.pp4"``; dp fills the cluster).
 
+    ``calibration``: a calibration overlay (TOML path or ``Calibration``) applied as in ``lm_sweep``.
     Raises PlanError for an illegal plan, SpecError for bad specs. Same path as a sweep of one point.
     """
     from fastmodel.lm_sweep import lm_sweep
 
     ds = lm_sweep(model, system, task, axes={"plan": [plan or "dp"]}, execution=execution,
-                  global_batch=global_batch, num_nodes=num_nodes).isel(plan=0)
+                  global_batch=global_batch, num_nodes=num_nodes, calibration=calibration).isel(plan=0)
     code = int(ds.status)
     if code:
         raise PlanError(STATUSES[code].name, STATUSES[code].message, f"plan {plan or 'dp'!r}")
     return ds
 
 
-def evaluate_record(record: dict, source: str | None = None) -> xr.Dataset:
-    """Evaluate one run record (RUNS.md schema; ``measured`` is ignored) into a 0-d Dataset."""
+def evaluate_record(record: dict, source: str | None = None, calibration: Any = None) -> xr.Dataset:
+    """Evaluate one run record (RUNS.md schema; ``measured`` is ignored) into a 0-d Dataset.
+
+    ``calibration``: a calibration overlay (TOML path or ``Calibration``) for the record's device; the attrs
+    record it; a device or tier it does not cover is a ``CalibrationWarning``."""
+    from fastmodel.calibrate.overlay import apply_calibration, as_calibration
     from fastmodel.lm_engine import evaluate_table
     from fastmodel.lm_rules import check_plan
     from fastmodel.runs import lower_record
 
     lowered = lower_record(record, source)
+    cal = as_calibration(calibration)
+    if cal is not None:
+        from fastmodel.calibrate import use
+
+        use.check(cal, {lowered.gpu: use.tiers_used(lowered.columns)})
+        lowered = apply_calibration([lowered], cal)[0]
     check_plan(lowered.columns, f"{source + ': ' if source else ''}plan")
     results = evaluate_table(lowered.columns[:, None])
     data = {r.name: ((), np.float64(results[r.name][0]), {"units": r.units, "description": r.doc})
@@ -41,8 +52,10 @@ def evaluate_record(record: dict, source: str | None = None) -> xr.Dataset:
     data["fits_memory"] = ((), bool(results["fits_memory"][0] == 1.0), data["fits_memory"][2])
     data["memory"] = (("memory_kind",), np.array([results[name][0] for name in MEMORY_RESULTS]),
                       {"units": "bytes", "description": "Bytes per device by kind; they sum to memory_per_device."})
-    return xr.Dataset(data, coords={"memory_kind": list(MEMORY_KINDS)},
-                      attrs={"id": lowered.id, "semantics": "default", "notes": "; ".join(lowered.notes)})
+    attrs = {"id": lowered.id, "semantics": "default", "notes": "; ".join(lowered.notes)}
+    if cal is not None:
+        attrs.update(use.attrs(cal, [lowered.gpu]))
+    return xr.Dataset(data, coords={"memory_kind": list(MEMORY_KINDS)}, attrs=attrs)
 
 
 def format_report(ds: xr.Dataset, title: str = "") -> str:

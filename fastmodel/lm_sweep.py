@@ -113,12 +113,19 @@ def _axis_values(name: str, values: Any, model, cluster, max_gpus: int) -> tuple
 
 
 def lm_sweep(model: Any, system: Any, task: Any = None, axes: dict | None = None, execution: Any = None,
-             global_batch: int | None = None, num_nodes: int | None = None, only_fitting: bool = False) -> xr.Dataset:
+             global_batch: int | None = None, num_nodes: int | None = None, only_fitting: bool = False,
+             calibration: Any = None) -> xr.Dataset:
     """Evaluate the Cartesian product of ``axes`` under the real-world model (see module docstring).
 
     ``only_fitting``: legal points whose memory per device exceeds usable HBM get status ``does_not_fit``
-    (``fits_memory`` says the same for every point either way).
+    (``fits_memory`` says the same for every point either way). ``calibration``: a calibration overlay
+    (``fastmodel calibrate``'s TOML path or a ``Calibration``) applied to the base table after the cluster's
+    own ``efficiency`` overrides (an axis over a fitted column still sets it per point); the dataset's attrs
+    record it; a device or tier it does not cover is a ``CalibrationWarning``.
     """
+    from fastmodel.calibrate.overlay import as_calibration
+
+    cal = as_calibration(calibration)
     model = load_lm_model(model)
     cluster = load_cluster(system, num_nodes)
     execution = load_execution(execution)
@@ -144,6 +151,13 @@ def lm_sweep(model: Any, system: Any, task: Any = None, axes: dict | None = None
     if total == 0:
         raise SweepError("the grid is empty")
     base = base_columns(model, cluster, execution, global_batch)
+    if cal is not None:
+        from fastmodel.calibrate import use
+
+        base = use.overlay(base, cal, cluster.gpu)
+        widest = base.copy()
+        widest[COLUMN_INDEX["n_gpus"]] = max_gpus
+        use.check(cal, {cluster.gpu: use.tiers_used(widest)})
     axis_columns, axis_values = _axis_arrays(names, numeric, meshes, cluster.gpus_per_node)
     out = np.empty((len(RESULTS), total))
     status = np.empty(total, dtype=np.int8)
@@ -153,6 +167,8 @@ def lm_sweep(model: Any, system: Any, task: Any = None, axes: dict | None = None
                   execution.shard_degree is None, bool(only_fitting), status, out)
     ds = _dataset(names, labels, shape, out, status, model, cluster, execution, global_batch)
     ds.attrs["usable_hbm_bytes"] = float(base[COLUMN_INDEX["usable_hbm_fraction"]] * base[COLUMN_INDEX["hbm_bytes"]])
+    if cal is not None:
+        ds.attrs.update(use.attrs(cal, [cluster.gpu]))
     return ds
 
 

@@ -782,7 +782,7 @@ class Progress:
 def sweep(model: Any, system: Any, task: Any, axes: dict[str, Any], semantics: Any = "default",
           store: str | None = None, resume: bool = False, workers: int | None = None, scheduler: str | None = None,
           progress: bool | None = False, unit_configs: int = UNIT_CONFIGS, overwrite: bool = False,
-          execution: Any = None, only_fitting: bool = False) -> xr.Dataset:
+          execution: Any = None, only_fitting: bool = False, calibration: Any = None) -> xr.Dataset:
     """Evaluate a grid of configurations; a labeled Dataset with one dimension per axis.
 
     ``axes`` maps field names (short or dotted) or ``plan`` to values: a list,
@@ -796,7 +796,8 @@ def sweep(model: Any, system: Any, task: Any, axes: dict[str, Any], semantics: A
 
     Under the ``default`` semantics a real-world model (``family = "lm"``) is swept by the real-world
     model instead (``fastmodel.lm_sweep``: axes are registry columns, ``num_nodes``, ``global_batch`` and
-    ``plan`` meshes; ``execution`` and ``only_fitting`` apply; the result is in memory).
+    ``plan`` meshes; ``execution``, ``only_fitting`` and ``calibration`` -- a ``fastmodel calibrate`` TOML
+    path or ``Calibration`` -- apply; the result is in memory). A calibration for a MAD-Max model is a SpecError.
     """
     from fastmodel.api import real_world_model
 
@@ -807,7 +808,11 @@ def sweep(model: Any, system: Any, task: Any, axes: dict[str, Any], semantics: A
                              "result with ds.to_netcdf(...)")
         from fastmodel.lm_sweep import lm_sweep
 
-        return lm_sweep(real, system, task, axes=axes, execution=execution, only_fitting=only_fitting)
+        return lm_sweep(real, system, task, axes=axes, execution=execution, only_fitting=only_fitting,
+                        calibration=calibration)
+    from fastmodel.calibrate.use import not_for_madmax
+
+    not_for_madmax(calibration)
     definition = Sweep(model, system, task, axes, semantics, unit_configs)
     bar = Progress(definition.num_configs, enabled=progress) if progress is not False else None
     try:

@@ -33,8 +33,8 @@ def _spec_ref(value, base: Path):
     return value
 
 
-def load_sweep_file(path: str, unit_configs: int | None = None) -> Sweep:
-    """Read and validate a sweep file (or a built-in sweep name); errors name the file."""
+def _read(path: str) -> tuple[str, dict, dict]:
+    """(source, data with model/system/task resolved relative to the file, axes) of a sweep file."""
     if not Path(path).exists() and path in builtin_names("sweep"):
         path = str(resources.files("fastmodel.specs").joinpath("sweeps", f"{path}.toml"))
     elif not Path(path).exists() and not path.endswith(".toml"):
@@ -48,6 +48,9 @@ def load_sweep_file(path: str, unit_configs: int | None = None) -> Sweep:
         raise SpecError(source, "axes", "required: a table of axis = values")
     base = Path(path).parent
     axes = dict(data["axes"])
+    for key in ("model", "system", "task"):
+        if key in data:
+            data[key] = _spec_ref(data[key], base)
     for key in ("model", "system"):  # spec axes: paths relative to this file, first value as the base spec
         if key in axes:
             values = axes[key] if isinstance(axes[key], list) else [axes[key]]
@@ -57,11 +60,40 @@ def load_sweep_file(path: str, unit_configs: int | None = None) -> Sweep:
     for key in ("model", "system", "task"):
         if key not in data:
             raise SpecError(source, key, "required key missing")
+    return source, data, axes
+
+
+def real_world_sweep(path: str) -> dict | None:
+    """Keyword arguments of :func:`fastmodel.sweep.sweep` when the sweep file's model is a real-world spec
+    (``family = "lm"``) under its semantics; None for a MAD-Max sweep (or a model axis)."""
+    from fastmodel.api import real_world_model
+
+    source, data, axes = _read(path)
+    if "model" in axes or "system" in axes:
+        return None
+    try:
+        real = real_world_model(data["model"], data.get("semantics", "default"))
+    except SpecError as error:
+        if error.source is None:
+            raise SpecError(source, error.field, error.reason) from None
+        raise
+    if real is None:
+        return None
+    unknown = [k for k in ("unit_configs",) if k in data]
+    if unknown:
+        raise SpecError(source, unknown[0], "a real-world sweep runs in memory in one call: leave it out")
+    return {"model": real, "system": data["system"], "task": data["task"], "axes": axes,
+            "semantics": data.get("semantics", "default")}
+
+
+def load_sweep_file(path: str, unit_configs: int | None = None) -> Sweep:
+    """Read and validate a sweep file (or a built-in sweep name); errors name the file."""
+    source, data, axes = _read(path)
     try:
         return Sweep(
-            _spec_ref(data["model"], base),
-            _spec_ref(data["system"], base),
-            _spec_ref(data["task"], base),
+            data["model"],
+            data["system"],
+            data["task"],
             axes,
             data.get("semantics", "default"),
             unit_configs or data.get("unit_configs", UNIT_CONFIGS),

@@ -97,12 +97,21 @@ class Calibration:
     framework: dict[str, float] = field(default_factory=dict)
     custom: frozenset = frozenset()          # device names without a built-in file
     source: str = ""
+    digest: str = ""                         # sha256 of the file's bytes (read_calibration)
 
     def values_for(self, gpu: str) -> dict[str, float]:
         """Column values the calibration sets for a run on ``gpu`` (framework values included)."""
         out = dict(self.framework)
         out.update(self.devices.get(canonical_device(gpu), {}))
         return out
+
+    def fingerprint(self) -> str:
+        """sha256 of the file it was read from, else of its TOML text (an in-memory calibration)."""
+        if self.digest:
+            return self.digest
+        import hashlib
+
+        return hashlib.sha256(to_toml(self).encode("utf-8")).hexdigest()
 
     def describe(self) -> str:
         """One line: where it came from and what it was fitted on."""
@@ -214,16 +223,21 @@ def parse_calibration(data: dict, source: str = "<calibration>") -> Calibration:
 
 def read_calibration(path: str | Path) -> Calibration:
     """Read and check a calibration TOML file."""
+    import hashlib
+
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except OSError as error:
         raise SpecError(str(path), "", f"cannot read: {error.strerror or error}") from None
     try:
-        data = tomllib.loads(text)
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise SpecError(str(path), "", "not UTF-8 text") from None
     except tomllib.TOMLDecodeError as error:
         raise SpecError(str(path), "", f"invalid TOML: {error}") from None
-    return parse_calibration(data, str(path))
+    cal = parse_calibration(data, str(path))
+    return dataclasses.replace(cal, digest=hashlib.sha256(raw).hexdigest())
 
 
 def as_calibration(calibration: "Calibration | str | Path | None") -> Calibration | None:
