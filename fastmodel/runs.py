@@ -24,7 +24,8 @@ Fill-in rules (docs/model.md §11.8), each an execution fact, never a fit:
   overlaps its reduce-scatter.
 - PyTorch-native frameworks (TorchTitan, PyTorch FSDP) run the model's element-wise
   ops eagerly, one kernel per op, and their selective recompute is op-level
-  (matmul outputs kept); Megatron, NeMo and Meta's stack fuse them.
+  (matmul outputs kept); Megatron, NeMo and Meta's stack fuse them. FSDP2
+  (TorchTitan) copies each gathered layer out of the all-gather buffer.
 - frameworks that predate FlashAttention also train with dropout (GPT-3 recipe);
   RMSNorm unless ``model.normalization`` says otherwise, for gated-MLP models.
 """
@@ -52,6 +53,7 @@ except ModuleNotFoundError:  # pragma: no cover - python < 3.11
 RECORD_BLOCKS = ("model", "system", "plan")
 LEGACY_FRAMEWORK_MARKERS = ("megatron-deepspeed", "pytorch 1.")
 EAGER_FRAMEWORK_MARKERS = ("pytorch", "torchtitan")
+FSDP2_FRAMEWORK_MARKERS = ("fsdp2", "torchtitan")
 
 
 @dataclass(frozen=True)
@@ -240,6 +242,8 @@ def lower_record(data: dict, source: str | None = None) -> RunRecord:
             # ZeRO-3 of that era is DeepSpeed's: parameters are fetched in prefetch buckets of
             # stage3_prefetch_bucket_size = 5e7 elements (DeepSpeed configuration docs), 16-bit
             values["collective_bucket_bytes"] = 5e7 * 2.0
+    if framework is not None and any(m in framework.lower() for m in FSDP2_FRAMEWORK_MARKERS):
+        values["fsdp_copy_out"] = 1.0             # per-parameter sharding: gathered layers are copied out
     if framework is not None and any(m in framework.lower() for m in EAGER_FRAMEWORK_MARKERS):
         values["fused_kernels"] = 0.0
         values["selective_policy"] = 1.0          # op-level checkpointing (TorchTitan) rather than Megatron's

@@ -21,7 +21,7 @@ from fastmodel.kernels.compute import attention_time, gemm_time, grouped_gemm_ti
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm_layout import (
     C_CAUSAL, C_COLLECTIVE_BUCKET_BYTES, C_COMM_SM_SHARE, C_CP_ALGORITHM, C_CP, C_DENSE_LAYERS, C_DP, C_EP,
-    C_ETP, C_FFN, C_FLASH_ATTENTION, C_FP8_PARAMS, C_FUSED_KERNELS,
+    C_ETP, C_FFN, C_FLASH_ATTENTION, C_FSDP_COPY_OUT, C_FP8_PARAMS, C_FUSED_KERNELS,
     C_GATED_MLP, C_GLOBAL_BATCH, C_GRAD_REDUCE_BYTES, C_HEAD_DIM, C_HEADS, C_HIDDEN,
     C_KV_HEADS, C_KV_LORA_RANK, C_LAYERS, C_MICRO_BATCH, C_MLA, C_MOE_CAPACITY_FACTOR, C_MOE_EXPERTS, C_MOE_FFN,
     C_MOE_SHARED_EXPERTS, C_MOE_TOPK, C_MTP_LAYERS, C_N_GPUS, C_OPTIMIZER, C_OVERLAP_GRAD_REDUCE,
@@ -284,6 +284,15 @@ def exposed(row, comm, window):
 
 
 @njit
+def fsdp_copy_out_time(row, layer_params):
+    """FSDP2 copy-out of one gathered layer: its parameters read from the all-gather buffer and written to
+    their own tensors, memory-bound on the compute stream (0 unless ``fsdp_copy_out``)."""
+    if row[C_FSDP_COPY_OUT] <= 0.0:
+        return 0.0
+    return memory_bound_time(row, 2.0 * layer_params * param_bytes(row))
+
+
+@njit
 def fsdp_layer_exposed(row, gather, reduce, forward, backward):
     """ZeRO-3/FSDP time one layer adds to the critical path: its forward gather overlaps the forward compute
     and its backward gather and gradient reduce-scatter the backward compute, each only where the framework
@@ -370,6 +379,9 @@ def step_row(row, work, out):
         megatron = row[C_SELECTIVE_POLICY] <= 0.0
         cheap = a_ + work[W_ATTN_CORE_MEM] if megatron else 0.5 * g + m_
         again = full * forward + selective * cheap
+        copy = fsdp_copy_out_time(row, work[W_PARAMS]) if fsdp else 0.0
+        forward += copy
+        backward += copy
         tp = work[W_TP] * (2.0 + full)
         cp = work[W_CP] * (3.0 + full)
         ep = work[W_EP] * (2.0 + full)
@@ -387,7 +399,7 @@ def step_row(row, work, out):
             fsdp_left = fsdp_layer_exposed(row, gather, reduce, forward, backward + again)
         gemm += weight * g * (3.0 + full + (0.0 if megatron else 0.5 * selective))
         attn += weight * a_ * (3.5 + full + (selective if megatron else 0.0))
-        mem += weight * (m_ * (3.0 + full) + selective * (work[W_ATTN_CORE_MEM] if megatron else m_))
+        mem += weight * (m_ * (3.0 + full) + selective * (work[W_ATTN_CORE_MEM] if megatron else m_) + 2.0 * copy)
         recompute += weight * again
         tp_comm += weight * tp
         cp_comm += weight * cp

@@ -263,3 +263,20 @@ def test_zero3_layer_collectives_are_exposed_where_the_framework_does_not_overla
     # a collective longer than its window shows the remainder
     assert fsdp_layer_exposed(overlapped, 0.080, reduce, forward, backward) == pytest.approx(
         (0.080 - forward) + 0.15 * forward + 0.15 * (0.080 + reduce), rel=1e-12)
+
+
+def test_fsdp2_copies_each_gathered_layer_out_on_the_compute_stream():
+    from fastmodel.kernels.lm_step import fsdp_copy_out_time
+    # a 218M-parameter layer in BF16: read and write 436 MB at 3.35 TB/s x 0.8
+    params = 218e6
+    assert fsdp_copy_out_time(row(**H100, fsdp_copy_out=1), params) == pytest.approx(
+        2 * params * 2 / (3.35e12 * 0.8), rel=1e-12)
+    assert fsdp_copy_out_time(row(**H100, fsdp_copy_out=0), params) == 0.0
+    # in a step: two copies per layer and micro-batch (forward and backward gathers) on the memory-bound line
+    base = {**LLAMA70B, "tp": 1, "pp": 1, "dp": 256, "sharding": "fsdp", "shard_degree": 256}
+    with_copy, without = one(**base, fsdp_copy_out=1), one(**base, fsdp_copy_out=0)
+    layer_params = (8192 * (64 + 2 * 8) * 128 + 64 * 128 * 8192 + 3 * 8192 * 28672)
+    micro_batches = 512 / 256
+    copies = micro_batches * 80 * 2 * fsdp_copy_out_time(row(**H100, fsdp_copy_out=1), layer_params)
+    assert with_copy["time_memory_bound"] - without["time_memory_bound"] == pytest.approx(copies, rel=1e-3)
+    assert with_copy["step_time"] > without["step_time"]
