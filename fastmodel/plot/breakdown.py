@@ -6,6 +6,7 @@ import numpy as np
 import xarray as xr
 from matplotlib.patches import Patch
 
+from fastmodel.errors import nearest
 from fastmodel.kernels.layout import CATEGORY_NAMES
 from fastmodel.plot import data as D
 from fastmodel.plot import style as S
@@ -55,10 +56,30 @@ def breakdown_table(data, sel=None, labels=None) -> tuple[list[str], dict[str, n
     return names, values
 
 
-def breakdown(data, sel=None, labels=None, *, size="single", height: float | None = None,
+#: what a breakdown can stack
+QUANTITIES = ("time", "memory")
+
+
+def breakdown(data, sel=None, labels=None, *, quantity: str = "time", size="single", height: float | None = None,
               title: str | None = None, ax=None):
-    """Stacked bars per configuration: "Serialized" (GEMM + embedding + every collective) next to
-    "Overlapped" (GEMM + embedding + exposed communication = iteration time); returns ``(fig, ax)``."""
+    """Stacked bars per configuration; returns ``(fig, ax)``.
+
+    ``quantity="time"``: "Serialized" (GEMM + embedding + every collective) next to "Overlapped" (GEMM +
+    embedding + exposed communication = iteration time). ``quantity="memory"`` (real-world results): memory
+    per device by kind with the usable-HBM line (:func:`fastmodel.plot.memory.memory_bars`).
+    """
+    if quantity not in QUANTITIES:
+        raise D.PlotError(f"unknown quantity {quantity!r}{nearest(quantity, QUANTITIES)}; one of "
+                          f"{', '.join(QUANTITIES)}")
+    if quantity == "memory":
+        from fastmodel.plot.memory import memory_bars
+
+        if labels is not None or isinstance(data, (list, tuple)):
+            raise D.PlotError("a memory breakdown takes one Dataset (a real-world result), not a list or labels")
+        return memory_bars(data, sel=sel, size=size, height=height, title=title, ax=ax)
+    if isinstance(data, xr.Dataset) and "memory" in data and not all(n in data for n in SERIALIZED):
+        raise D.PlotError("the time breakdown needs MAD-Max results (time_gemm, time_emb, the collectives, "
+                          "exposed_comm); for a real-world result stack memory instead (--quantity memory)")
     names, values = breakdown_table(data, sel, labels)
     factor, unit = S.display_unit("s", np.concatenate([[values["time_gemm"].max()], values["iteration_time"]]))
     single = len(names) == 1
