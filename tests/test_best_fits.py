@@ -101,3 +101,17 @@ def test_cli_says_the_filter_applied_and_how_many_were_dropped(result_file, oom)
     assert every.stdout.splitlines()[1].split()[0] in over
     none = runner.invoke(main, ["best", result_file, "--by", "tokens_per_s_per_gpu", "--where", "plan=dp"])
     assert none.exit_code == 2 and none.output.count("\n") == 1 and "--include-oom" in none.output
+
+
+def test_serving_results_rank_only_batches_that_fit():
+    from fastmodel.serving import sweep as serving_sweep
+
+    ds = serving_sweep("llama3.1-70b", device=["H100"], precision="bf16", tp=[1, 2, 4, 8], batch_size=[16, 256],
+                       input_len=1024, output_len=256, load_mode="batch")
+    rate = ds.output_tokens_per_s_per_gpu.values
+    fits = ds.fits_memory.values == 1.0
+    assert (np.isfinite(rate) & ~fits).any()               # tp1 at batch 256: 70B in BF16 alone is 140 GB
+    table = best(ds, "output_tokens_per_s_per_gpu", top=20)
+    assert len(table) == int((np.isfinite(rate) & fits).sum())
+    assert table.attrs["fits_filter"]["dropped"] == int((np.isfinite(rate) & ~fits).sum())
+    assert table.output_tokens_per_s_per_gpu.iloc[0] == np.nanmax(np.where(fits, rate, np.nan))
