@@ -158,8 +158,8 @@ def timeline_command(model, system, task, num_nodes, plan, semantics, window, ag
 @click.argument("result", type=click.Path())
 @_sel_option
 @click.option("--quantity", default="time", show_default=True, type=click.Choice(["time", "memory"]),
-              help="Stack time (serialized vs overlapped; MAD-Max results) or memory per device by kind with the "
-              "usable-HBM line (real-world results).")
+              help="Stack time (serialized vs overlapped) or memory per device by kind with the usable-HBM line "
+              "(real-world results).")
 @click.option("--memory", "memory", is_flag=True, help="Same as --quantity memory.")
 @_figure_options("single")
 @_friendly

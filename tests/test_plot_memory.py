@@ -91,7 +91,7 @@ def test_python_errors(two_dims):
         memory_bars(two_dims, dim="plans", sel={"num_nodes": 16})
     with pytest.raises(PlotError, match="did you mean 'memory'"):
         P.breakdown(two_dims, quantity="memroy")
-    with pytest.raises(PlotError, match="--quantity memory"):
+    with pytest.raises(PlotError, match=r"no result \(illegal\) for plan=tp3"):
         P.breakdown(two_dims, sel={"num_nodes": 16})
     with pytest.raises(PlotError, match="real-world result"):
         memory_bars(synthetic_sweep())
@@ -113,6 +113,7 @@ MAGIC = {".png": b"\x89PNG", ".pdf": b"%PDF", ".svg": b"<?xml"}
     (["memory", "{r}", "--sel", "plan=tp8.pp4", "--size", "double"], ".pdf"),
     (["breakdown", "{r}", "--memory", "--sel", "num_nodes=32", "--sel", "plan=dp", "--sel", "plan=tp4.pp4"], ".svg"),
     (["breakdown", "{r}", "--quantity", "memory", "--sel", "num_nodes=32"], ".png"),
+    (["breakdown", "{r}", "--sel", "num_nodes=32", "--sel", "plan=dp", "--sel", "plan=tp8.pp4"], ".svg"),
 ])
 def test_cli_writes_the_figure_atomically(files, tmp_path, args, suffix):
     out = tmp_path / f"fig{suffix}"
@@ -129,7 +130,7 @@ def test_cli_writes_the_figure_atomically(files, tmp_path, args, suffix):
     (["memory", "{r}", "--sel", "num_nodes=64"], "num_nodes=64 is not in the data"),
     (["memory", "{m}", "--sel", "num_nodes=16"], "real-world result"),
     (["breakdown", "{m}", "--memory", "--sel", "num_nodes=16"], "real-world result"),
-    (["breakdown", "{r}", "--sel", "num_nodes=16"], "--quantity memory"),
+    (["breakdown", "{r}", "--sel", "num_nodes=16"], "no result (illegal) for plan=tp3"),
     (["breakdown", "{r}", "--quantity", "mem", "--sel", "num_nodes=16"], "'mem' is not one of"),
     (["memory", "missing.nc"], "no such file"),
 ])
@@ -141,3 +142,26 @@ def test_cli_bad_input_is_one_line_exit_2(files, tmp_path, args, text):
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and text in lines[0], result.output
     assert not out.exists()
+
+
+def test_time_breakdown_of_a_real_world_result_stacks_to_the_step_time(two_dims):
+    from fastmodel.plot.breakdown import REAL_COMPUTE
+
+    plans = ["tp8.pp4", "tp4.pp4", "dp"]
+    fig, ax = P.breakdown(two_dims, sel={"num_nodes": 32, "plan": plans})
+    bars = {p.get_gid(): (p.get_y(), p.get_height()) for p in ax.patches if p.get_gid()}
+    for i, plan in enumerate(plans):
+        row = two_dims.sel(num_nodes=32, plan=plan)
+        for kind, prefix in (("Serialized", "comm_"), ("Overlapped", "exposed_")):
+            parts = [*REAL_COMPUTE, *(prefix + g for g in ("tp", "cp", "ep", "pp", "dp"))]
+            bottom = 0.0
+            for part in parts:
+                component = {"pipeline_bubble": "bubble"}.get(part, part.split("_", 1)[1])
+                y, h = bars[f"{kind}:{component}:{i}"]
+                assert y == pytest.approx(bottom) and h == pytest.approx(float(row[part]))
+                bottom += h
+            if kind == "Overlapped":
+                assert bottom == pytest.approx(float(row.step_time), rel=1e-9)
+    assert float(two_dims.exposed_tp.sel(num_nodes=32, plan="tp8.pp4")) > 0      # the TP share is drawn
+    assert "TP comm." in [t.get_text() for t in fig.legends[0].get_texts()]
+    assert ax.get_ylabel() == "time per step [s]"
