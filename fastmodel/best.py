@@ -9,7 +9,7 @@ import numpy as np
 import xarray as xr
 
 from fastmodel.errors import FastmodelError, SweepError, nearest
-from fastmodel.params import STATUS, STATUS_NAMES
+from fastmodel.params import STATUS_NAMES
 
 _EXPR = re.compile(r"^\s*(!?)([A-Za-z_][\w.]*)\s*(?:(==|=|!=|>=|<=|>|<)\s*(.+?))?\s*$")
 
@@ -45,11 +45,19 @@ def open_result(path: str) -> xr.Dataset:
                              f"{' '.join(str(error).split())})") from None
 
 
+def status_names(ds: xr.Dataset) -> list[str]:
+    """Names of the status codes of ``ds``: its ``flag_meanings`` (real-world and serving datasets have their
+    own codes), else MAD-Max's."""
+    meanings = str(ds["status"].attrs.get("flag_meanings", "")).split() if "status" in ds else []
+    return meanings or list(STATUS_NAMES)
+
+
 def _value(ds: xr.Dataset, name: str, text: str):
-    if name == "status" and text in STATUS:
-        return STATUS[text]
+    names = status_names(ds) if name == "status" else []
+    if name == "status" and text in names:
+        return names.index(text)
     if name == "status" and not re.match(r"^-?\d+$", text):
-        raise SweepError(f"status {text!r} unknown; one of {', '.join(STATUS_NAMES)}{nearest(text, STATUS_NAMES)}")
+        raise SweepError(f"status {text!r} unknown; one of {', '.join(names)}{nearest(text, names)}")
     if ds[name].dtype.kind in "US O".replace(" ", ""):
         return text.strip("'\"")
     if ds[name].dtype.kind == "b":
@@ -98,9 +106,36 @@ def where_mask(ds: xr.Dataset, expressions: list[str]) -> xr.DataArray:
     return mask
 
 
+def fits_filter_applies(ds: xr.Dataset) -> bool:
+    """Whether :func:`best` keeps only configurations that fit by default: datasets with ``fits_memory`` from
+    the real-world memory model (training, serving). MAD-Max sweeps (their ``semantics`` attribute is the
+    preset as a JSON object) keep their own rule: ``fits_memory`` is the paper's 3 x weights <= HBM, and
+    their ``does_not_fit`` points already have no result but memory."""
+    if "fits_memory" not in ds.data_vars or ds["fits_memory"].dtype.kind not in "biuf":
+        return False
+    return not str(ds.attrs.get("semantics", "")).lstrip().startswith("{")
+
+
+def _names_fits_memory(where: list[str]) -> bool:
+    """Whether a filter of ``where`` is about ``fits_memory`` (the user's own choice replaces the default)."""
+    for expression in where:
+        match = _EXPR.match(expression)
+        if match and match.group(2) == "fits_memory":
+            return True
+    return False
+
+
 def best(ds: xr.Dataset, by: str, top: int = 10, where: list[str] | None = None, ascending: bool = False,
-         columns: tuple[str, ...] = ("throughput", "iteration_time", "exposed_comm", "memory_per_device")):
-    """The ``top`` configurations by ``by`` (largest first unless ``ascending``) as a pandas DataFrame."""
+         columns: tuple[str, ...] = ("throughput", "iteration_time", "exposed_comm", "step_time", "tokens_per_s_per_gpu",
+                                     "mfu", "memory_per_device"),
+         include_oom: bool = False):
+    """The ``top`` configurations by ``by`` (largest first unless ``ascending``) as a pandas DataFrame.
+
+    On datasets of the real-world memory model (:func:`fits_filter_applies`) only configurations that fit in
+    usable HBM are ranked unless ``include_oom`` or a ``where`` filter names ``fits_memory``; the table's
+    ``attrs["fits_filter"]`` says whether that filter applied (``applied``) and how many of the ``of``
+    candidates (finite ``by`` passing ``where``) it dropped (``dropped``).
+    """
     import pandas as pd
 
     if by not in ds.data_vars:
@@ -112,6 +147,17 @@ def best(ds: xr.Dataset, by: str, top: int = 10, where: list[str] | None = None,
                          f"--where (e.g. --where status=ok) and rank by a quantity such as throughput")
     variable = ds[by]
     mask = where_mask(ds, where or [])
+    applied = not include_oom and fits_filter_applies(ds) and not _names_fits_memory(where or [])
+    dropped = ranked = 0
+    if applied:
+        fits_grid = (ds["fits_memory"] > 0.5).broadcast_like(variable).transpose(*variable.dims)
+        candidates = np.isfinite(variable.where(mask).transpose(*variable.dims).values.astype(np.float64))
+        fits = fits_grid.values
+        dropped, ranked = int((candidates & ~fits).sum()), int(candidates.sum())
+        if dropped and not (candidates & fits).any():
+            raise SweepError(f"none of the {dropped:,} ranked configurations fits in usable HBM (memory_per_device); "
+                             "pass --include-oom (include_oom=True) to rank them anyway")
+        mask = mask & fits_grid
     values = variable.where(mask).transpose(*variable.dims).values.astype(np.float64)
     flat = values.reshape(-1)
     finite = np.flatnonzero(np.isfinite(flat))
@@ -125,8 +171,14 @@ def best(ds: xr.Dataset, by: str, top: int = 10, where: list[str] | None = None,
     rows = {}
     for dim, idx in zip(variable.dims, index):
         rows[dim] = ds[dim].values[idx]
+    if include_oom and fits_filter_applies(ds):
+        columns = (*columns, "fits_memory")
     for name in dict.fromkeys((by, *[c for c in columns if c in ds.data_vars])):
         rows[name] = ds[name].transpose(*variable.dims).values[index]
     if "status" in ds:
-        rows["status"] = [STATUS_NAMES[int(s)] for s in ds["status"].transpose(*variable.dims).values[index]]
-    return pd.DataFrame(rows)
+        names = status_names(ds)
+        rows["status"] = [names[int(s)] if 0 <= int(s) < len(names) else str(int(s))
+                          for s in ds["status"].transpose(*variable.dims).values[index]]
+    table = pd.DataFrame(rows)
+    table.attrs["fits_filter"] = {"applied": applied, "dropped": dropped, "of": ranked}
+    return table

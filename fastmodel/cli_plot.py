@@ -1,4 +1,5 @@
-"""``fastmodel plot ...``: figures from sweep results (heatmap, breakdown, pareto, scaling) and configs (timeline).
+"""``fastmodel plot ...``: figures from sweep results (heatmap, breakdown, memory, pareto, scaling) and configs
+(timeline).
 
 Every command writes one figure (format from the ``-o`` suffix: .png, .pdf or
 .svg) atomically; bad input is one line naming what is wrong, exit 2.
@@ -80,7 +81,7 @@ def _check_suffix(output, *inputs):
 
 @click.group("plot")
 def plot():
-    """Figures for papers: heatmap, timeline, breakdown, pareto, scaling."""
+    """Figures for papers: heatmap, timeline, breakdown, memory, pareto, scaling."""
 
 
 @plot.command("heatmap")
@@ -208,14 +209,33 @@ def _real_world_timeline(model, system, task, num_nodes, plan, semantics):
 @plot.command("breakdown")
 @click.argument("result", type=click.Path())
 @_sel_option
+@click.option("--quantity", default="time", show_default=True, type=click.Choice(["time", "memory"]),
+              help="Stack time (serialized vs overlapped) or memory per device by kind with the usable-HBM line "
+              "(real-world results).")
+@click.option("--memory", "memory", is_flag=True, help="Same as --quantity memory.")
 @_figure_options("single")
 @_friendly
-def breakdown_command(result, sel, output, dpi, size, title):
-    """Serialized vs overlapped time per configuration (one dimension may stay, e.g. several plans)."""
+def breakdown_command(result, sel, quantity, memory, output, dpi, size, title):
+    """Where the time (or memory) of each configuration goes (one dimension may stay, e.g. several plans)."""
     from fastmodel.plot import breakdown
 
     _check_suffix(output, result)
-    fig, _ = breakdown(_open(result), _sel(sel), size=size, title=title)
+    fig, _ = breakdown(_open(result), _sel(sel), quantity="memory" if memory else quantity, size=size, title=title)
+    _save(fig, output, dpi)
+
+
+@plot.command("memory")
+@click.argument("result", type=click.Path())
+@_sel_option
+@click.option("--dim", help="Dimension along the bars (default: the one left with several values, e.g. plan).")
+@_figure_options("single")
+@_friendly
+def memory_command(result, sel, dim, output, dpi, size, title):
+    """Memory per device by kind across plans (stacked bars) with the usable-HBM line; real-world results."""
+    from fastmodel.plot.memory import memory_bars
+
+    _check_suffix(output, result)
+    fig, _ = memory_bars(_open(result), dim=dim, sel=_sel(sel), size=size, title=title)
     _save(fig, output, dpi)
 
 

@@ -1,4 +1,5 @@
-"""Figures for papers: heatmaps, timelines, breakdowns, Pareto frontiers and scaling curves.
+"""Figures for papers: heatmaps, timelines, breakdowns (time or memory), memory by kind, Pareto frontiers and
+scaling curves.
 
 Every function takes xarray data (or, for :func:`timeline`, a configuration),
 draws on the non-interactive Agg canvas in the paper style and returns
@@ -9,10 +10,11 @@ reproducible bytes.
 from fastmodel.plot.breakdown import breakdown
 from fastmodel.plot.data import PlotError, direction
 from fastmodel.plot.heatmap import heatmap
+from fastmodel.plot.memory import memory_bars
 from fastmodel.plot.pareto import frontier, pareto, pareto_mask
 from fastmodel.plot.scaling import scaling
 from fastmodel.plot.style import PALETTE, SIZES, paper_rc, save
 from fastmodel.plot.timeline import timeline
 
-__all__ = ["PALETTE", "SIZES", "PlotError", "breakdown", "direction", "frontier", "heatmap", "paper_rc", "pareto",
-           "pareto_mask", "save", "scaling", "timeline"]
+__all__ = ["PALETTE", "SIZES", "PlotError", "breakdown", "direction", "frontier", "heatmap", "memory_bars", "paper_rc",
+           "pareto", "pareto_mask", "save", "scaling", "timeline"]

@@ -1,4 +1,5 @@
-"""Breakdown: stacked bars of where the time goes, serialized vs overlapped (the paper's validation figure)."""
+"""Breakdown: stacked bars of where the time goes, serialized vs overlapped (the paper's validation figure),
+for MAD-Max and real-world results; or of memory by kind (real-world results, ``quantity="memory"``)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import numpy as np
 import xarray as xr
 from matplotlib.patches import Patch
 
+from fastmodel.errors import nearest
 from fastmodel.kernels.layout import CATEGORY_NAMES
 from fastmodel.plot import data as D
 from fastmodel.plot import style as S
@@ -14,9 +16,31 @@ from fastmodel.plot import style as S
 SERIALIZED = tuple(f"time_{c}" for c in CATEGORY_NAMES)
 OVERLAPPED = ("time_gemm", "time_emb", "exposed_comm")
 
+#: the real-world model's step (kernels/lm_step.py): compute on the busiest device + optimizer + pipeline bubble
+#: + exposed communication per process group = step_time exactly; "Serialized" has each group's whole time
+GROUPS = ("tp", "cp", "ep", "pp", "dp")
+REAL_COMPUTE = ("time_gemm", "time_attention", "time_memory_bound", "time_optimizer", "pipeline_bubble")
+REAL_SERIALIZED = (*REAL_COMPUTE, *(f"comm_{g}" for g in GROUPS))
+REAL_OVERLAPPED = (*REAL_COMPUTE, *(f"exposed_{g}" for g in GROUPS))
+#: colour and legend label of each real-world component (Okabe-Ito + greys; a group's exposed and whole
+#: communication share its colour)
+REAL_STYLE = {
+    "gemm": ("#0072B2", "GEMM"), "attention": ("#56B4E9", "attention"), "memory_bound": ("#999999", "memory-bound"),
+    "optimizer": ("#555555", "optimizer"), "bubble": ("#DDDDDD", "pipeline bubble"), "tp": ("#009E73", "TP comm."),
+    "cp": ("#E69F00", "CP comm."), "ep": ("#CC79A7", "EP comm."), "pp": ("#F0E442", "PP comm."),
+    "dp": ("#D55E00", "DP comm."),
+}
+
 
 def _component(name: str) -> str:
-    return "exposed" if name == "exposed_comm" else name.removeprefix("time_")
+    if name in ("exposed_comm", "pipeline_bubble"):
+        return {"exposed_comm": "exposed", "pipeline_bubble": "bubble"}[name]
+    return name.removeprefix("time_").removeprefix("comm_").removeprefix("exposed_")
+
+
+def is_real_world(data) -> bool:
+    """A real-world training result (step_time and its components) rather than a MAD-Max one."""
+    return isinstance(data, xr.Dataset) and all(n in data for n in (*REAL_SERIALIZED, *REAL_OVERLAPPED, "step_time"))
 
 
 def breakdown_table(data, sel=None, labels=None) -> tuple[list[str], dict[str, np.ndarray]]:
@@ -24,7 +48,11 @@ def breakdown_table(data, sel=None, labels=None) -> tuple[list[str], dict[str, n
 
     ``data``: a Dataset with at most one dimension left after ``sel`` (one bar
     pair per value), or a list of 0-d Datasets (e.g. from ``fastmodel.evaluate``).
+    A real-world result's values are keyed as MAD-Max's totals: its ``step_time``
+    is returned as ``iteration_time``.
     """
+    if is_real_world(data):
+        return _real_world_table(data, sel, labels)
     if isinstance(data, (list, tuple)):
         if not data:
             raise D.PlotError("breakdown needs at least one configuration")
@@ -55,11 +83,55 @@ def breakdown_table(data, sel=None, labels=None) -> tuple[list[str], dict[str, n
     return names, values
 
 
-def breakdown(data, sel=None, labels=None, *, size="single", height: float | None = None,
+def _real_world_table(data, sel, labels) -> tuple[list[str], dict[str, np.ndarray]]:
+    names = list(dict.fromkeys((*REAL_SERIALIZED, *REAL_OVERLAPPED, "step_time")))
+    data = D.select(data[names], sel)
+    if data.step_time.ndim > 1:
+        raise D.PlotError(f"breakdown shows configurations along one dimension; fix the others with --sel: "
+                          f"{', '.join(data.step_time.dims)}")
+    data = data.load()
+    if data.step_time.ndim == 0:
+        data = data.expand_dims(config=[labels[0] if labels else "configuration"])
+    dim = data.step_time.dims[0]
+    if data[dim].size == 0:
+        raise D.PlotError("the selection is empty")
+    shown = list(labels) if labels is not None else [S.fmt_coord(v) for v in data[dim].values]
+    values = {n: np.asarray(data[n].values, dtype=float) for n in names}
+    values["iteration_time"] = values.pop("step_time")
+    if not np.all(np.isfinite(values["iteration_time"])):
+        bad = [shown[i] for i in np.flatnonzero(~np.isfinite(values["iteration_time"]))]
+        raise D.PlotError(f"no result (illegal) for {dim}={', '.join(bad)}")
+    return shown, values
+
+
+#: what a breakdown can stack
+QUANTITIES = ("time", "memory")
+
+
+def breakdown(data, sel=None, labels=None, *, quantity: str = "time", size="single", height: float | None = None,
               title: str | None = None, ax=None):
-    """Stacked bars per configuration: "Serialized" (GEMM + embedding + every collective) next to
-    "Overlapped" (GEMM + embedding + exposed communication = iteration time); returns ``(fig, ax)``."""
+    """Stacked bars per configuration; returns ``(fig, ax)``.
+
+    ``quantity="time"``: "Serialized" (GEMM + embedding + every collective) next to "Overlapped" (GEMM +
+    embedding + exposed communication = iteration time); for a real-world training result, compute (GEMM,
+    attention, memory-bound) + optimizer + pipeline bubble + each process group's whole ("Serialized") or
+    exposed ("Overlapped" = step time) communication. ``quantity="memory"`` (real-world results): memory
+    per device by kind with the usable-HBM line (:func:`fastmodel.plot.memory.memory_bars`).
+    """
+    if quantity not in QUANTITIES:
+        raise D.PlotError(f"unknown quantity {quantity!r}{nearest(quantity, QUANTITIES)}; one of "
+                          f"{', '.join(QUANTITIES)}")
+    if quantity == "memory":
+        from fastmodel.plot.memory import memory_bars
+
+        if labels is not None or isinstance(data, (list, tuple)):
+            raise D.PlotError("a memory breakdown takes one Dataset (a real-world result), not a list or labels")
+        return memory_bars(data, sel=sel, size=size, height=height, title=title, ax=ax)
+    real = is_real_world(data)
     names, values = breakdown_table(data, sel, labels)
+    serialized, overlapped = (REAL_SERIALIZED, REAL_OVERLAPPED) if real else (SERIALIZED, OVERLAPPED)
+    colours = {c: colour for c, (colour, _) in REAL_STYLE.items()} if real else S.PALETTE
+    legend = {c: text for c, (_, text) in REAL_STYLE.items()} if real else S.CATEGORY_LABELS
     factor, unit = S.display_unit("s", np.concatenate([[values["time_gemm"].max()], values["iteration_time"]]))
     single = len(names) == 1
     with S.paper_rc():
@@ -67,13 +139,13 @@ def breakdown(data, sel=None, labels=None, *, size="single", height: float | Non
         width, positions, ticklabels = 0.38, [], []
         used = []
         for i, _ in enumerate(names):
-            for j, (kind, parts) in enumerate((("Serialized", SERIALIZED), ("Overlapped", OVERLAPPED))):
+            for j, (kind, parts) in enumerate((("Serialized", serialized), ("Overlapped", overlapped))):
                 x = i + (j - 0.5) * (width + 0.04)
                 bottom = 0.0
                 for part in parts:
                     height_ = float(values[part][i])
                     component = _component(part)
-                    ax.bar(x, height_, width, bottom=bottom, color=S.PALETTE[component], linewidth=0,
+                    ax.bar(x, height_, width, bottom=bottom, color=colours[component], linewidth=0,
                            gid=f"{kind}:{component}:{i}")
                     if height_ > 0 and component not in used:
                         used.append(component)
@@ -89,10 +161,10 @@ def breakdown(data, sel=None, labels=None, *, size="single", height: float | Non
                 ax.annotate(name, (i, 0), xycoords=("data", "axes fraction"), xytext=(0, -14),
                             textcoords="offset points", ha="center", va="top", fontsize=6)
         ax.yaxis.set_major_formatter(S.unit_formatter(factor))
-        ax.set_ylabel(S.label("time per iteration", unit))
+        ax.set_ylabel(S.label("time per step" if real else "time per iteration", unit))
         ax.margins(y=0.08)
-        order = [c for c in (*CATEGORY_NAMES, "exposed") if c in used]
-        fig.legend(handles=[Patch(facecolor=S.PALETTE[c], label=S.CATEGORY_LABELS[c]) for c in order],
+        order = [c for c in (REAL_STYLE if real else (*CATEGORY_NAMES, "exposed")) if c in used]
+        fig.legend(handles=[Patch(facecolor=colours[c], label=legend[c]) for c in order],
                    loc="outside right upper", handlelength=1.2)
         if title is not None:
             ax.set_title(title)

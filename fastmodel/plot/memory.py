@@ -13,27 +13,59 @@ KIND_COLOURS = {
 }
 
 
-def memory_bars(ds, dim: str = "plan", size="single", title: str | None = None, ax=None):
-    """Stacked bars of ``ds.memory`` (a real-world sweep with one remaining dimension ``dim``) by
-    ``memory_kind``, in GiB, with the usable HBM of the system as a dashed line. Returns ``(fig, ax)``."""
+def memory_table(ds, dim: str | None = None, sel=None):
+    """(the dimension along the bars, ``memory`` as [configuration, memory_kind]) after ``sel``.
+
+    ``dim`` is the one dimension left with more than one value once ``sel`` is applied (dimensions of size
+    one are dropped); naming it keeps it even at size one. Any other varying dimension is a one-line error.
+    """
+    from fastmodel.plot import data as D
+
+    if not hasattr(ds, "data_vars") or "memory" not in ds or "memory_kind" not in ds["memory"].dims:
+        raise D.PlotError("a memory breakdown needs a real-world result (a 'memory' variable with a memory_kind "
+                          "dimension, from the default semantics' model); MAD-Max results hold weights only")
+    memory = D.select(ds["memory"], sel)
+    dims = [d for d in memory.dims if d != "memory_kind"]
+    if dim is not None:
+        D.check_dim(dims, dim)
+    varying = [d for d in dims if memory.sizes[d] > 1 and d != dim]
+    if dim is None and len(varying) == 1:
+        dim, varying = varying[0], []
+    if varying:
+        keep = f"only '{dim}' may vary" if dim else "one dimension may vary"
+        raise D.PlotError(f"the memory breakdown shows configurations along one dimension ({keep}); fix the others "
+                          f"with --sel (ds.sel in Python): {', '.join(varying)}")
+    fixed = [f"{d}={S.fmt_coord(memory[d].values[0])}" for d in dims if d != dim and d in memory.coords]
+    fixed += [f"{d}={S.fmt_coord(memory[d].values.item())}" for d in memory.coords
+              if d not in memory.dims and memory[d].ndim == 0 and d != "memory_kind"]
+    memory = memory.isel({d: 0 for d in dims if d != dim}, drop=True)
+    if dim is None:
+        dim = "configuration"
+        memory = memory.drop_vars([c for c in memory.coords if c != "memory_kind"])
+        memory = memory.expand_dims({dim: [", ".join(fixed) or "configuration"]})
+    memory = memory.transpose(dim, "memory_kind").load()
+    if memory.sizes[dim] == 0:
+        raise D.PlotError("the selection is empty")
+    return dim, memory
+
+
+def memory_bars(ds, dim: str | None = None, sel=None, size="single", height: float | None = None,
+                title: str | None = None, ax=None):
+    """Stacked bars of ``ds.memory`` (a real-world result) by ``memory_kind``, in GiB, one bar per value
+    of the one dimension ``dim`` left after ``sel``, with the usable HBM of the system as a dashed line.
+    Configurations without a result (illegal) are left out. Returns ``(fig, ax)``."""
     from fastmodel.plot.data import PlotError
 
-    if "memory" not in ds or "memory_kind" not in ds["memory"].dims:
-        raise PlotError("memory_bars needs a real-world sweep (a 'memory' variable with a memory_kind dimension)")
-    memory = ds["memory"]
-    extra = [d for d in memory.dims if d not in (dim, "memory_kind") and memory.sizes[d] > 1]
-    if extra:
-        raise PlotError(f"select one value of {', '.join(extra)} first (ds.sel(...)); only '{dim}' may vary")
-    memory = memory.squeeze(drop=True).transpose(dim, "memory_kind") if dim in memory.dims else \
-        memory.expand_dims(dim).transpose(dim, "memory_kind")
+    dim, memory = memory_table(ds, dim, sel)
     values = memory.values / 2**30
     keep = np.isfinite(values).all(axis=1)
     if not keep.any():
         raise PlotError("no configuration has a memory result (all illegal)")
-    labels = [S.fmt_coord(v) for v in np.asarray(memory[dim].values)[keep]]
+    coords = np.asarray(memory[dim].values) if dim in memory.coords else np.arange(memory.sizes[dim])
+    labels = [S.fmt_coord(v) for v in coords[keep]]
     values = values[keep]
     with S.paper_rc():
-        fig, ax = S.new_axes(size, ax=ax)
+        fig, ax = S.new_axes(size, height, ax)
         x = np.arange(len(labels))
         bottom = np.zeros(len(labels))
         for k, kind in enumerate(np.asarray(memory["memory_kind"].values)):
@@ -45,10 +77,15 @@ def memory_bars(ds, dim: str = "plan", size="single", title: str | None = None, 
         if "usable_hbm_bytes" in ds.attrs:
             usable = float(ds.attrs["usable_hbm_bytes"]) / 2**30
             ax.axhline(usable, color="0.2", linestyle="--", linewidth=0.8, gid="hbm")
-            ax.annotate(f"usable HBM {usable:.0f} GiB", (len(labels) - 0.5, usable), ha="right", va="bottom",
-                        fontsize=6, color="0.2")
-        ax.set_xticks(x, labels, rotation=90 if len(labels) > 6 else 0)
-        ax.set_xlabel(dim)
+            ax.annotate(f"usable HBM {usable:.0f} GiB", (1.0, usable), xycoords=("axes fraction", "data"),
+                        ha="right", va="bottom", fontsize=6, color="0.2")
+        # many bars: smaller tick labels so that rotated ones stay apart (~1.3 x the font size each, on the
+        # ~3/4 of the figure's width the axes get beside the legend), never below 2.5 pt
+        room = 0.75 * 72.0 * fig.get_figwidth() / (1.3 * len(labels))
+        ax.set_xticks(x, labels, rotation=90 if len(labels) > 6 else 0,
+                      fontsize=None if room >= 6.0 else max(2.5, room))
+        if dim != "configuration":
+            ax.set_xlabel(dim)
         ax.set_ylabel(S.label("memory per device", "GiB"))
         if title is not None:
             ax.set_title(title, loc="left")
