@@ -9,7 +9,7 @@ import numpy as np
 import xarray as xr
 
 from fastmodel.errors import FastmodelError, SweepError, nearest
-from fastmodel.params import STATUS, STATUS_NAMES
+from fastmodel.params import STATUS_NAMES
 
 _EXPR = re.compile(r"^\s*(!?)([A-Za-z_][\w.]*)\s*(?:(==|=|!=|>=|<=|>|<)\s*(.+?))?\s*$")
 
@@ -45,11 +45,20 @@ def open_result(path: str) -> xr.Dataset:
                              f"{' '.join(str(error).split())})") from None
 
 
+def status_names(ds: xr.Dataset) -> list[str]:
+    """The status code names of a result: its ``flag_meanings`` (MAD-Max, real-world and serving sweeps
+    differ), else the MAD-Max names."""
+    if "status" in ds and ds["status"].attrs.get("flag_meanings"):
+        return str(ds["status"].attrs["flag_meanings"]).split()
+    return list(STATUS_NAMES)
+
+
 def _value(ds: xr.Dataset, name: str, text: str):
-    if name == "status" and text in STATUS:
-        return STATUS[text]
+    names = status_names(ds) if name == "status" else []
+    if name == "status" and text in names:
+        return names.index(text)
     if name == "status" and not re.match(r"^-?\d+$", text):
-        raise SweepError(f"status {text!r} unknown; one of {', '.join(STATUS_NAMES)}{nearest(text, STATUS_NAMES)}")
+        raise SweepError(f"status {text!r} unknown; one of {', '.join(names)}{nearest(text, names)}")
     if ds[name].dtype.kind in "US O".replace(" ", ""):
         return text.strip("'\"")
     if ds[name].dtype.kind == "b":
@@ -99,7 +108,8 @@ def where_mask(ds: xr.Dataset, expressions: list[str]) -> xr.DataArray:
 
 
 def best(ds: xr.Dataset, by: str, top: int = 10, where: list[str] | None = None, ascending: bool = False,
-         columns: tuple[str, ...] = ("throughput", "iteration_time", "exposed_comm", "memory_per_device")):
+         columns: tuple[str, ...] = ("throughput", "iteration_time", "exposed_comm", "step_time", "mfu", "tpot",
+                                     "output_tokens_per_s_per_user", "memory_per_device")):
     """The ``top`` configurations by ``by`` (largest first unless ``ascending``) as a pandas DataFrame."""
     import pandas as pd
 
@@ -128,5 +138,7 @@ def best(ds: xr.Dataset, by: str, top: int = 10, where: list[str] | None = None,
     for name in dict.fromkeys((by, *[c for c in columns if c in ds.data_vars])):
         rows[name] = ds[name].transpose(*variable.dims).values[index]
     if "status" in ds:
-        rows["status"] = [STATUS_NAMES[int(s)] for s in ds["status"].transpose(*variable.dims).values[index]]
+        names = status_names(ds)
+        rows["status"] = [names[int(s)] if 0 <= int(s) < len(names) else str(int(s))
+                          for s in ds["status"].transpose(*variable.dims).values[index]]
     return pd.DataFrame(rows)

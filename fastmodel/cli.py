@@ -306,6 +306,12 @@ def sweep_command(sweep_file, output, resume, force, workers, scheduler, unit_co
         from fastmodel.sweep import check_scheduler_address
 
         check_scheduler_address(scheduler)
+    from fastmodel.sweep_real_run import load_real_sweep_file
+
+    real = load_real_sweep_file(sweep_file, unit_configs)
+    if real is not None:  # real-world LM or serving sweep (fastmodel.sweep_real)
+        _run_real_sweep(real, output, is_zarr, resume, force, progress, confirm_large, workers or scheduler)
+        return
     sweep = load_sweep_file(sweep_file, unit_configs)
     if resume:  # a store of another sweep, or a damaged one, is reported before any work
         from fastmodel.sweep import open_store_for_resume
@@ -340,6 +346,29 @@ def sweep_command(sweep_file, output, resume, force, workers, scheduler, unit_co
         bar.close()
     ok = int((ds["status"] == 0).sum())
     click.echo(f"done: {ok:,} of {sweep.num_configs:,} configurations legal and feasible", err=True)
+
+
+def _run_real_sweep(real, output, is_zarr, resume, force, progress, confirm_large, distributed):
+    from fastmodel.errors import SweepError
+    from fastmodel.sweep import Progress
+    from fastmodel.sweep_real_run import check_real_size, run_real
+
+    if distributed:
+        raise SweepError("real-world and serving sweeps run in this process: leave out --workers/--scheduler")
+    estimate = check_real_size(real, output, is_zarr, confirm_large)
+    click.echo(f"{real.num_configs:,} configurations ({real.kind}) -> {output} ({estimate})", err=True)
+    bar = Progress(real.num_configs, enabled=progress)
+    try:
+        ds = run_real(real, output, is_zarr, resume, force, bar)
+    except KeyboardInterrupt:
+        bar.close()
+        click.echo(f"interrupted{f': {output} holds every finished unit; rerun with --resume' if is_zarr else ''}",
+                   err=True)
+        sys.exit(130)
+    finally:
+        bar.close()
+    ok = int((ds["status"] == 0).sum())
+    click.echo(f"done: {ok:,} of {real.num_configs:,} configurations legal and feasible", err=True)
 
 
 def _write_netcdf(ds, path):

@@ -33,12 +33,18 @@ def _spec_ref(value, base: Path):
     return value
 
 
+def locate(path: str) -> str:
+    """The file of a sweep path or built-in sweep name."""
+    if not Path(path).exists() and path in builtin_names("sweep"):
+        return str(resources.files("fastmodel.specs").joinpath("sweeps", f"{path}.toml"))
+    if not Path(path).exists() and not path.endswith(".toml"):
+        raise SpecError(path, None, f"no such sweep file or built-in sweep{nearest(path, builtin_names('sweep'))}")
+    return path
+
+
 def load_sweep_file(path: str, unit_configs: int | None = None) -> Sweep:
     """Read and validate a sweep file (or a built-in sweep name); errors name the file."""
-    if not Path(path).exists() and path in builtin_names("sweep"):
-        path = str(resources.files("fastmodel.specs").joinpath("sweeps", f"{path}.toml"))
-    elif not Path(path).exists() and not path.endswith(".toml"):
-        raise SpecError(path, None, f"no such sweep file or built-in sweep{nearest(path, builtin_names('sweep'))}")
+    path = locate(path)
     data = read_file(Path(path))
     source = str(path)
     unknown = [k for k in data if k not in KEYS]

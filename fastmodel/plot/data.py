@@ -174,9 +174,11 @@ def parse_reduce(items: Iterable[str]) -> list[tuple[str, str]]:
 
 def reduce_status(status: xr.DataArray, dim: str) -> xr.DataArray:
     """Status of a reduced cell: ok if any point is ok, else does-not-fit if any, else the first reason."""
-    rank = xr.where(status == 0, -2, xr.where(status == STATUS["does_not_fit"], -1, status))
+    names = str(status.attrs.get("flag_meanings", "")).split() or list(STATUS_NAMES)
+    does_not_fit = names.index("does_not_fit") if "does_not_fit" in names else -3  # real-world sweeps: code 10
+    rank = xr.where(status == 0, -2, xr.where(status == does_not_fit, -1, status))
     best = rank.min(dim)
-    return xr.where(best == -2, 0, xr.where(best == -1, STATUS["does_not_fit"], best)).astype(np.int8)
+    return xr.where(best == -2, 0, xr.where(best == -1, does_not_fit, best)).astype(np.int8)
 
 
 def reduce_one(da: xr.DataArray, how: str, dim: str) -> xr.DataArray:
