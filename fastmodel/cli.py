@@ -355,6 +355,10 @@ def _run_real_sweep(real, output, is_zarr, resume, force, progress, confirm_larg
 
     if distributed:
         raise SweepError("real-world and serving sweeps run in this process: leave out --workers/--scheduler")
+    if resume:  # a store of another sweep is reported before any work
+        from fastmodel.sweep_real_run import check_resumable
+
+        check_resumable(real, os.path.abspath(output))
     estimate = check_real_size(real, output, is_zarr, confirm_large)
     click.echo(f"{real.num_configs:,} configurations ({real.kind}) -> {output} ({estimate})", err=True)
     bar = Progress(real.num_configs, enabled=progress)

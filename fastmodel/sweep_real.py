@@ -75,7 +75,6 @@ def _raw(spec: Any, kind: str) -> Any:
 
 def is_real_sweep(data: dict, base: Path) -> bool:
     """Whether a parsed sweep file is evaluated by the real-world model (not the MAD-Max ``Sweep``)."""
-    from fastmodel.semantics import get_semantics
     from fastmodel.spec_serve import is_serve_task
     from fastmodel.sweep_file import _spec_ref
 
@@ -84,12 +83,11 @@ def is_real_sweep(data: dict, base: Path) -> bool:
         return True
     model = data.get("model")
     model = _raw(_spec_ref(model, base), "model") if isinstance(model, (str, dict)) else None
-    if not (isinstance(model, dict) and model.get("family") == "lm"):
-        return False
-    try:
-        return bool(get_semantics(data.get("semantics", "default")).real_world)
-    except FastmodelError:
-        return False
+    system = data.get("system")
+    system = _raw(_spec_ref(system, base), "system") if isinstance(system, (str, dict)) else None
+    # a real-world model or a cluster system: LMSweep evaluates it or says which spec does not fit
+    return (isinstance(model, dict) and model.get("family") == "lm") or \
+        (isinstance(system, dict) and system.get("kind") == "cluster")
 
 
 class RealSweep:
@@ -139,7 +137,7 @@ class RealSweep:
     # --- store support --------------------------------------------------------------
 
     def definition(self) -> dict:
-        return {"kind": self.kind, "source": self.source, "specs": self._specs(),
+        return {"kind": self.kind, "specs": self._specs(),
                 "axes": {d: self.coords[d] for d in self.dims}, "unit_configs": self.unit_configs}
 
 
@@ -149,6 +147,7 @@ class LMSweep(RealSweep):
     def _setup(self, data: dict, base: Path, axes: dict) -> None:
         from fastmodel.lm_load import load_cluster, load_execution, load_lm_model
         from fastmodel.lm_sweep import MESH_AXIS, _axis_values, all_meshes, mesh_label, parse_mesh
+        from fastmodel.semantics import get_semantics
         from fastmodel.sweep_file import _spec_ref
         from fastmodel.variables import COLUMN_INDEX
 
@@ -159,11 +158,19 @@ class LMSweep(RealSweep):
         for key in ("model", "system", "task"):
             if key not in data:
                 raise SpecError(source, key, "required key missing")
+        semantics = data.get("semantics", "default")
         try:
-            self.model = load_lm_model(_spec_ref(data["model"], base))
-            self.cluster = load_cluster(_spec_ref(data["system"], base))
+            real_world = get_semantics(semantics).real_world
         except SpecError as error:
-            raise error if error.source else SpecError(source, error.field, error.reason) from None
+            raise SpecError(source, "semantics", error.reason) from None
+        if not real_world:
+            raise SpecError(source, "semantics", f"real-world specs (family \"lm\" models, kind \"cluster\" "
+                            f"systems) are evaluated under 'default', not {semantics!r} (the MAD-Max model only)")
+        for key, loader in (("model", load_lm_model), ("system", load_cluster)):
+            try:
+                setattr(self, "model" if key == "model" else "cluster", loader(_spec_ref(data[key], base)))
+            except SpecError as error:  # this file's key, then the spec's own source, field and reason
+                raise SpecError(source, key, str(error)) from None
         if "execution" in data and not isinstance(data["execution"], dict):
             raise SpecError(source, "execution", "expected a table of execution fields (precision, sharding, ...)")
         try:
@@ -283,7 +290,8 @@ class ServeSweep(RealSweep):
                 raise
             raise SpecError(self.source, "model", f"{error.reason}; serving models: {', '.join(SERVE_MODELS)}"
                             ) from None
-        vector = base_columns(model, load_cluster("dgx-h100"), ExecutionSpec(), 1)
+        cluster = load_cluster("dgx-h100")  # any cluster: only the model's columns are kept
+        vector = base_columns(model, cluster, ExecutionSpec(), cluster.n_gpus)
         model_cols = [c.name for c in COLUMNS[:COLUMN_INDEX["tp"]] if c.name != "seq_len"]
         return model.name, {name: float(vector[COLUMN_INDEX[name]]) for name in model_cols}
 

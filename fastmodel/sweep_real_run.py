@@ -135,8 +135,7 @@ def create_real_store(sweep: RealSweep, path: str, template: xr.Dataset) -> None
     target = Path(os.path.abspath(path))
     block = block_shape(sweep)
     boxes = units(sweep)
-    coords = {d: (d, np.array(sweep.coords[d], dtype=object if isinstance(sweep.coords[d][0], str) else None))
-              for d in sweep.dims}
+    coords = {d: (d, np.array(sweep.coords[d])) for d in sweep.dims}  # strings as fixed-width unicode
     data = {}
     for name, var in template.data_vars.items():
         shape = tuple(sweep.shape[sweep.dims.index(d)] if d in sweep.dims else var.sizes[d] for d in var.dims)
@@ -175,7 +174,8 @@ def _write_box(group, sweep: RealSweep, index: int, box: tuple[slice, ...], ds: 
     group["unit_done"][index] = True
 
 
-def _stored_done(sweep: RealSweep, path: str) -> np.ndarray:
+def check_resumable(sweep: RealSweep, path: str) -> np.ndarray:
+    """The ``unit_done`` flags of a store made by this same sweep; SweepError otherwise."""
     import zarr
 
     from fastmodel.store import is_sweep_store
@@ -212,7 +212,7 @@ def run_real_to_store(sweep: RealSweep, path: str, resume: bool = False, overwri
         exists = os.path.lexists(path)
         first = None
         if resume and exists:
-            done = _stored_done(sweep, path)
+            done = check_resumable(sweep, path)
         else:
             if resume:
                 raise SweepError(f"{path}: nothing to resume (no such store)")
