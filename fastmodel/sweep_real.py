@@ -269,7 +269,7 @@ class ServeSweep(RealSweep):
             self.dims.append(name)
         if "batch_size" in axes and "concurrency" in axes:
             raise SpecError(source, "axes.concurrency", "sweep batch_size or concurrency, not both")
-        self.device = self._device(data.get("system"))
+        self.device = self._device(data.get("system"), base)
         self._check_values()
 
     def _model(self, spec, base: Path) -> tuple[str, dict]:
@@ -295,21 +295,21 @@ class ServeSweep(RealSweep):
         model_cols = [c.name for c in COLUMNS[:COLUMN_INDEX["tp"]] if c.name != "seq_len"]
         return model.name, {name: float(vector[COLUMN_INDEX[name]]) for name in model_cols}
 
-    def _device(self, system) -> str:
+    def _device(self, system, base: Path) -> str:
         from fastmodel.serving import device_columns
 
         if system is None:
             if "device" not in self.coords:
                 raise SpecError(self.source, "system", "required: a device (e.g. \"H100\") or a device axis")
             return self.coords["device"][0]
-        name = system
-        if isinstance(system, str) and not system.endswith((".toml", ".json")) and "/" not in system:
-            from fastmodel.runs import device_table
+        from fastmodel.runs import device_table
+        from fastmodel.sweep_file import _spec_ref
 
-            if system.lower() not in device_table():
-                data = _raw(system, "system")
-                if isinstance(data, dict) and data.get("kind") == "cluster":
-                    name = data["gpu"]
+        name = system
+        if not (isinstance(system, str) and system.lower() in device_table()):
+            data = _raw(_spec_ref(system, base), "system") if isinstance(system, (str, dict)) else None
+            if isinstance(data, dict) and data.get("kind") == "cluster" and isinstance(data.get("gpu"), str):
+                name = data["gpu"]
         try:
             device_columns(name)
         except SpecError as error:
