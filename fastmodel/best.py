@@ -117,17 +117,20 @@ def fits_filter_applies(ds: xr.Dataset) -> bool:
 
 
 def _names_fits_memory(where: list[str]) -> bool:
-    """Whether a filter of ``where`` is about ``fits_memory`` (the user's own choice replaces the default)."""
+    """Whether a filter of ``where`` is about fitting in memory: ``fits_memory`` or a ``status`` filter naming
+    ``does_not_fit`` (the user's own choice replaces the default)."""
     for expression in where:
         match = _EXPR.match(expression)
         if match and match.group(2) == "fits_memory":
+            return True
+        if match and match.group(2) == "status" and "does_not_fit" in (match.group(4) or ""):
             return True
     return False
 
 
 def best(ds: xr.Dataset, by: str, top: int = 10, where: list[str] | None = None, ascending: bool = False,
          columns: tuple[str, ...] = ("throughput", "iteration_time", "exposed_comm", "step_time", "tokens_per_s_per_gpu",
-                                     "mfu", "memory_per_device"),
+                                     "mfu", "tpot", "output_tokens_per_s_per_user", "memory_per_device"),
          include_oom: bool = False):
     """The ``top`` configurations by ``by`` (largest first unless ``ascending``) as a pandas DataFrame.
 

@@ -344,16 +344,6 @@ def sweep_command(sweep_file, output, resume, force, workers, scheduler, unit_co
     if resume and not is_sweep_store(out):
         raise SweepError(f"{output} is not a fastmodel sweep store, so there is nothing to resume; choose another "
                          "output (fastmodel never deletes it, even with --force)")
-    from fastmodel.sweep_file import real_world_sweep
-
-    real = real_world_sweep(sweep_file)
-    if real is not None:
-        _sweep_real_world(real, out, is_zarr, resume, workers or scheduler, calibration)
-        return
-    if calibration is not None:
-        from fastmodel.calibrate.use import not_for_madmax
-
-        not_for_madmax(_read_calibration(calibration))
     if resume and unit_configs is None and out.is_dir():
         from fastmodel.sweep import stored_unit_configs
 
@@ -362,6 +352,17 @@ def sweep_command(sweep_file, output, resume, force, workers, scheduler, unit_co
         from fastmodel.sweep import check_scheduler_address
 
         check_scheduler_address(scheduler)
+    from fastmodel.sweep_real_run import load_real_sweep_file
+
+    real = load_real_sweep_file(sweep_file, unit_configs)
+    if real is not None:  # real-world LM or serving sweep (fastmodel.sweep_real)
+        _run_real_sweep(real, output, is_zarr, resume, force, progress, confirm_large, workers or scheduler,
+                        calibration)
+        return
+    if calibration is not None:
+        from fastmodel.calibrate.use import not_for_madmax
+
+        not_for_madmax(_read_calibration(calibration))
     sweep = load_sweep_file(sweep_file, unit_configs)
     if resume:  # a store of another sweep, or a damaged one, is reported before any work
         from fastmodel.sweep import open_store_for_resume
@@ -398,23 +399,39 @@ def sweep_command(sweep_file, output, resume, force, workers, scheduler, unit_co
     click.echo(f"done: {ok:,} of {sweep.num_configs:,} configurations legal and feasible", err=True)
 
 
-def _sweep_real_world(arguments: dict, out, is_zarr: bool, resume: bool, distributed, calibration) -> None:
-    """``fastmodel sweep`` of a real-world sweep file: ``fastmodel.sweep`` in memory, written as .nc."""
+def _run_real_sweep(real, output, is_zarr, resume, force, progress, confirm_large, distributed, calibration):
     from fastmodel.calibrate.use import cli_warnings
     from fastmodel.errors import SweepError
-    from fastmodel.sweep import sweep
+    from fastmodel.sweep import Progress
+    from fastmodel.sweep_real_run import check_real_size, run_real
 
-    if is_zarr or resume or distributed:
-        raise SweepError("a real-world sweep (family = \"lm\" model) runs in memory: write a .nc file "
-                         "(-o out.nc), without --resume, --workers or --scheduler")
+    if distributed:
+        raise SweepError("real-world and serving sweeps run in this process: leave out --workers/--scheduler")
     cal = _read_calibration(calibration)
     if cal is not None:
+        if real.kind != "lm":
+            raise SweepError("--calibration applies to training sweeps of the real-world model, not to serving")
+        real.calibration = cal
         click.echo(cal.describe(), err=True)
-    with cli_warnings():
-        ds = sweep(**arguments, calibration=cal)
-    _write_netcdf(ds, out)
+    if resume:  # a store of another sweep is reported before any work
+        from fastmodel.sweep_real_run import check_resumable
+
+        check_resumable(real, os.path.abspath(output))
+    estimate = check_real_size(real, output, is_zarr, confirm_large)
+    click.echo(f"{real.num_configs:,} configurations ({real.kind}) -> {output} ({estimate})", err=True)
+    bar = Progress(real.num_configs, enabled=progress)
+    try:
+        with cli_warnings():
+            ds = run_real(real, output, is_zarr, resume, force, bar)
+    except KeyboardInterrupt:
+        bar.close()
+        click.echo(f"interrupted{f': {output} holds every finished unit; rerun with --resume' if is_zarr else ''}",
+                   err=True)
+        sys.exit(130)
+    finally:
+        bar.close()
     ok = int((ds["status"] == 0).sum())
-    click.echo(f"done: {ok:,} of {ds['status'].size:,} configurations legal -> {out}", err=True)
+    click.echo(f"done: {ok:,} of {real.num_configs:,} configurations legal and feasible", err=True)
 
 
 def _write_netcdf(ds, path):

@@ -241,23 +241,36 @@ def memory_command(result, sel, dim, output, dpi, size, title):
 
 @plot.command("pareto")
 @click.argument("result", type=click.Path())
-@click.option("--x", "x", required=True, help="Variable or coordinate on x, e.g. iteration_time or cost.")
-@click.option("--y", "y", required=True, help="Variable or coordinate on y.")
+@click.option("--x", "x", help="Variable or coordinate on x, e.g. iteration_time or cost (serving sweeps: "
+              "default output_tokens_per_s_per_user).")
+@click.option("--y", "y", help="Variable or coordinate on y (serving sweeps: default output_tokens_per_s_per_gpu).")
 @click.option("--x-dir", type=click.Choice(["min", "max"]), help="Better direction on x (default by name).")
 @click.option("--y-dir", type=click.Choice(["min", "max"]), help="Better direction on y (default by name).")
 @_sel_option
 @click.option("--where", "where", multiple=True, help="Keep points passing a filter, as in 'best' (repeatable).")
 @click.option("--label", "label", multiple=True, help="Dimension(s) naming frontier points (default: plan).")
+@click.option("--curve", help="One frontier per value of this dimension (e.g. device, tp, precision): the "
+              "serving throughput-latency figure; the default for serving sweeps is device.")
 @_figure_options("single")
 @_friendly
-def pareto_command(result, x, y, x_dir, y_dir, sel, where, label, output, dpi, size, title):
-    """Pareto frontier of two variables; prints the frontier and draws every point."""
+def pareto_command(result, x, y, x_dir, y_dir, sel, where, label, curve, output, dpi, size, title):
+    """Pareto frontier of two variables; prints the frontier and draws every point.
+
+    On a serving sweep (or with --curve): tokens/s per GPU against tokens/s per user, one frontier per
+    value of --curve, points that do not fit or are illegal left out."""
     from fastmodel.best import where_mask
     from fastmodel.plot import pareto
 
     _check_suffix(output, result)
     ds = _open(result)
     mask = where_mask(ds, list(where)) if where else None
+    if curve is not None or ds.attrs.get("fastmodel_task") == "serve":
+        _serving_pareto(ds, curve, x, y, sel, mask, output, dpi, size, title)
+        return
+    if x is None or y is None:
+        from fastmodel.plot.data import PlotError
+
+        raise PlotError("give --x and --y (only serving sweeps have default axes)")
     fig, ax = pareto(ds, x, y, x_dir=x_dir, y_dir=y_dir, sel=_sel(sel), where=mask, label=list(label) or None,
                      size=size, title=title)
     table = ax.frontier
@@ -265,6 +278,21 @@ def pareto_command(result, x, y, x_dir, y_dir, sel, where, label, output, dpi, s
     click.echo(front.to_string(index=False))
     _save(fig, output, dpi)
     click.echo(f"{len(front)} of {len(table)} points on the frontier", err=True)
+
+
+def _serving_pareto(ds, curve, x, y, sel, mask, output, dpi, size, title):
+    from fastmodel.plot.serving import X, Y, serving_pareto
+
+    if curve is None:
+        curve = "device" if "device" in ds.dims else next(iter(ds["status"].dims), "device")
+    if mask is not None:  # filtered-out points leave the frontier as illegal points do
+        ds = ds.assign(status=ds["status"].where(mask, 1).astype(ds["status"].dtype))
+    fig, ax = serving_pareto(ds, curve, x or X, y or Y, sel=_sel(sel), size=size, title=title)
+    for value, (xv, yv, labels) in ax.frontiers.items():
+        click.echo(f"{curve} = {value}:")
+        for a, b, text in zip(xv, yv, labels):
+            click.echo(f"  {a:12.4g} {b:12.4g}  {text}")
+    _save(fig, output, dpi)
 
 
 @plot.command("scaling")

@@ -212,6 +212,9 @@ def load_task(spec: Any) -> TaskSpec:
     if isinstance(spec, TaskSpec):
         return spec
     data, source = _resolve_source(spec, "task")
+    if isinstance(data, dict) and data.get("kind") == "serve":
+        raise SpecError(source, "task.kind", "a serving task (kind = \"serve\"): sweep it from a sweep file "
+                        "('fastmodel sweep FILE.toml') or evaluate one configuration with 'fastmodel serve'")
     if madmax_format.is_madmax_task(data):
         data = madmax_format.task_to_spec(data, source, validate)
     task = validate(TaskSpec, data, source, "task")

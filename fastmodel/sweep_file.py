@@ -33,12 +33,18 @@ def _spec_ref(value, base: Path):
     return value
 
 
+def locate(path: str) -> str:
+    """The file of a sweep path or built-in sweep name."""
+    if not Path(path).exists() and path in builtin_names("sweep"):
+        return str(resources.files("fastmodel.specs").joinpath("sweeps", f"{path}.toml"))
+    if not Path(path).exists() and not path.endswith(".toml"):
+        raise SpecError(path, None, f"no such sweep file or built-in sweep{nearest(path, builtin_names('sweep'))}")
+    return path
+
+
 def _read(path: str) -> tuple[str, dict, dict]:
     """(source, data with model/system/task resolved relative to the file, axes) of a sweep file."""
-    if not Path(path).exists() and path in builtin_names("sweep"):
-        path = str(resources.files("fastmodel.specs").joinpath("sweeps", f"{path}.toml"))
-    elif not Path(path).exists() and not path.endswith(".toml"):
-        raise SpecError(path, None, f"no such sweep file or built-in sweep{nearest(path, builtin_names('sweep'))}")
+    path = locate(path)
     data = read_file(Path(path))
     source = str(path)
     unknown = [k for k in data if k not in KEYS]
@@ -61,29 +67,6 @@ def _read(path: str) -> tuple[str, dict, dict]:
         if key not in data:
             raise SpecError(source, key, "required key missing")
     return source, data, axes
-
-
-def real_world_sweep(path: str) -> dict | None:
-    """Keyword arguments of :func:`fastmodel.sweep.sweep` when the sweep file's model is a real-world spec
-    (``family = "lm"``) under its semantics; None for a MAD-Max sweep (or a model axis)."""
-    from fastmodel.api import real_world_model
-
-    source, data, axes = _read(path)
-    if "model" in axes or "system" in axes:
-        return None
-    try:
-        real = real_world_model(data["model"], data.get("semantics", "default"))
-    except SpecError as error:
-        if error.source is None:
-            raise SpecError(source, error.field, error.reason) from None
-        raise
-    if real is None:
-        return None
-    unknown = [k for k in ("unit_configs",) if k in data]
-    if unknown:
-        raise SpecError(source, unknown[0], "a real-world sweep runs in memory in one call: leave it out")
-    return {"model": real, "system": data["system"], "task": data["task"], "axes": axes,
-            "semantics": data.get("semantics", "default")}
 
 
 def load_sweep_file(path: str, unit_configs: int | None = None) -> Sweep:

@@ -177,8 +177,16 @@ def test_every_builtin_loads_by_name():
         load_model(name)
     for name in names["system"]:
         load_system(name)
+    from fastmodel.errors import SpecError
+    from fastmodel.spec_serve import load_serve_task
+
     for name in names["task"]:
-        load_task(name)
+        if name.startswith("serve-"):  # serving tasks (kind = "serve") are for sweep files, not load_task
+            assert load_serve_task(name).kind == "serve"
+            with pytest.raises(SpecError, match="a serving task"):
+                load_task(name)
+        else:
+            load_task(name)
 
 
 #: a model of the right family for each built-in task, and a plan for tasks that leave it open

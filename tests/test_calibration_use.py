@@ -232,8 +232,18 @@ def test_cli_sweep_of_real_world_specs_applies_the_calibration(tmp_path, h100_ha
         assert cal.time_memory_bound.values == pytest.approx(2 * base.time_memory_bound.values, rel=1e-12)
         assert cal.attrs["calibration_sha256"] == hashlib.sha256(h100_half_hbm.read_bytes()).hexdigest()
         assert "calibration" not in base.attrs
-    result = runner.invoke(main, ["sweep", str(sweep_file), "-o", str(tmp_path / "x.zarr")])
-    assert result.exit_code == 2 and "runs in memory: write a .nc file" in result.stderr
+        base_values = base.time_memory_bound.values
+    # a streamed store records the calibration too, and refuses to resume under another one
+    result = runner.invoke(main, ["sweep", str(sweep_file), "-o", str(tmp_path / "x.zarr"),
+                                  "--calibration", str(h100_half_hbm)])
+    assert result.exit_code == 0, result.output
+    with xr.open_zarr(tmp_path / "x.zarr") as store:
+        assert store.time_memory_bound.values == pytest.approx(2 * base_values, rel=1e-12)
+    result = runner.invoke(main, ["sweep", str(sweep_file), "-o", str(tmp_path / "x.zarr"), "--resume"])
+    assert result.exit_code == 2
+    result = runner.invoke(main, ["sweep", "llama3.1_70b_serving", "-o", str(tmp_path / "s.nc"),
+                                  "--calibration", str(h100_half_hbm)])
+    assert result.exit_code == 2 and "not to serving" in result.stderr
 
 
 def test_cli_sweep_of_madmax_specs_refuses_a_calibration(tmp_path, h100_half_hbm):

@@ -6,7 +6,7 @@ import pytest
 
 import fastmodel
 from fastmodel.errors import PlanError, SpecError
-from fastmodel.loader import builtin_names, load_model, load_system, load_task
+from fastmodel.loader import _builtin_data, builtin_names, load_model, load_system, load_task
 from fastmodel.quantity import parse_quantity
 from fastmodel.schema import json_schema
 from fastmodel.testing import EXPECTED_TO_VARIABLE, read_cases
@@ -36,8 +36,13 @@ def test_every_builtin_loads():
         load_model(name)
     for name in builtin_names("system"):
         load_system(name)
+    from fastmodel.spec_serve import is_serve_task, load_serve_task
+
     for name in builtin_names("task"):
-        load_task(name)
+        if is_serve_task(_builtin_data("task", name)):
+            assert load_serve_task(name).kind == "serve"
+        else:
+            load_task(name)
     assert {"llama-7b", "llama-13b", "llama-30b", "llama-65b", "llama2-70b", "gpt3-175b"} <= set(builtin_names("model"))
     assert {"llm-pretrain", "llm-pretrain-fsdp", "llm-inference"} <= set(builtin_names("task"))
 

@@ -174,9 +174,11 @@ def parse_reduce(items: Iterable[str]) -> list[tuple[str, str]]:
 
 def reduce_status(status: xr.DataArray, dim: str) -> xr.DataArray:
     """Status of a reduced cell: ok if any point is ok, else does-not-fit if any, else the first reason."""
-    rank = xr.where(status == 0, -2, xr.where(status == STATUS["does_not_fit"], -1, status))
+    names = str(status.attrs.get("flag_meanings", "")).split() or list(STATUS_NAMES)
+    does_not_fit = names.index("does_not_fit") if "does_not_fit" in names else -3  # real-world sweeps: code 10
+    rank = xr.where(status == 0, -2, xr.where(status == does_not_fit, -1, status))
     best = rank.min(dim)
-    return xr.where(best == -2, 0, xr.where(best == -1, STATUS["does_not_fit"], best)).astype(np.int8)
+    return xr.where(best == -2, 0, xr.where(best == -1, does_not_fit, best)).astype(np.int8)
 
 
 def reduce_one(da: xr.DataArray, how: str, dim: str) -> xr.DataArray:
@@ -238,6 +240,7 @@ def prepare(data, var: str | None = None, sel=None, reduce=(), relative_to=None,
     else:
         raise PlotError(f"expected an xarray Dataset or DataArray, got {type(data).__name__}")
     da = select(da, sel)
+    status_attrs = dict(status.attrs) if status is not None else {}  # its code names, kept through reductions
     if status is not None:
         status = select(status, {k: v for k, v in (sel or {}).items() if k in status.dims})
     if relative_to is not None:
@@ -257,6 +260,8 @@ def prepare(data, var: str | None = None, sel=None, reduce=(), relative_to=None,
     if single:
         da = da.isel({d: 0 for d in single}, drop=True)
         status = status.isel({d: 0 for d in single}, drop=True) if status is not None else None
+    if status is not None:
+        status.attrs.update(status_attrs)
     if da.dtype.kind in "fc" and not np.isfinite(da.values).any():
         bad = int((status.values != 0).sum()) if status is not None else 0
         why = f" ({bad:,} of {da.size:,} points illegal or infeasible, the rest NaN)" if bad else ""
@@ -265,6 +270,13 @@ def prepare(data, var: str | None = None, sel=None, reduce=(), relative_to=None,
     return da, status
 
 
-def status_legend(codes: Iterable[int]) -> str:
+def status_names_of(status) -> list[str]:
+    """Code names of a status array (``flag_meanings``: MAD-Max, real-world and serving sweeps differ)."""
+    names = str(status.attrs.get("flag_meanings", "")).split() if status is not None else []
+    return names or list(STATUS_NAMES)
+
+
+def status_legend(codes: Iterable[int], names: list[str] | None = None) -> str:
     """Reasons for a legend entry: ``'product_ne_devices, first_degree'``."""
-    return ", ".join(STATUS_NAMES[int(c)] for c in sorted({int(c) for c in codes}))
+    names = names or list(STATUS_NAMES)
+    return ", ".join(names[int(c)] if 0 <= int(c) < len(names) else str(int(c)) for c in sorted({int(c) for c in codes}))

@@ -53,6 +53,13 @@ def heatmap(data, x: str | None = None, y: str | None = None, *, var: str | None
         else:
             values = np.asarray(da.values, dtype=float)
             image = np.ma.masked_invalid(values)
+            if st is not None:  # real-world sweeps keep results of points that do not fit: only memory shows them
+                codes = np.asarray(st.values).astype(int)
+                names = D.status_names_of(st)
+                hide = codes != 0
+                if "does_not_fit" in names and "memory" in str(da.name):
+                    hide &= codes != names.index("does_not_fit")
+                image = np.ma.masked_where(hide | np.ma.getmaskarray(image), values)
             cmap_obj, norm = _scale(da, image, cmap, log)
         im = ax.imshow(image, cmap=cmap_obj, norm=norm, origin="lower", aspect="auto",
                        extent=(-0.5, nx - 0.5, -0.5, ny - 0.5), interpolation="nearest")
@@ -172,8 +179,10 @@ def _missing_cells(ax, image, status):
         groups.append(("no result (NaN)", masked, NORESULT_STYLE, None))
     else:
         codes = np.asarray(status.values).astype(int)
-        infeasible = masked & np.isin(codes, D.INFEASIBLE)
-        illegal = masked & np.isin(codes, D.ILLEGAL)
+        names = D.status_names_of(status)
+        dnf = names.index("does_not_fit") if "does_not_fit" in names else -1
+        infeasible = masked & (codes == dnf)
+        illegal = masked & (codes != 0) & (codes != dnf)
         other = masked & ~infeasible & ~illegal
         groups.append(("does not fit in memory", infeasible, INFEASIBLE_STYLE, None))
         groups.append(("illegal: ", illegal, ILLEGAL_STYLE, codes))
@@ -183,7 +192,7 @@ def _missing_cells(ax, image, status):
         if not cells.any():
             continue
         if codes is not None:
-            text += D.status_legend(codes[cells])
+            text += D.status_legend(codes[cells], names)
         rows, cols = np.nonzero(cells)
         rects = [Rectangle((c - 0.5, r - 0.5), 1, 1) for r, c in zip(rows, cols)]
         collection = PatchCollection(rects, facecolor=style["facecolor"], edgecolor=style["edgecolor"],
