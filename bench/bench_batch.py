@@ -41,7 +41,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-ENTRY = "import sys; from fastmodel.cli import main; sys.argv[0] = 'fastmodel'; main()"
+#: what the `fastmodel` console script runs: cli.entry where the release has it (it interprets `run`), else cli.main
+ENTRY = ("import sys; from fastmodel import cli; sys.argv[0] = 'fastmodel'; "
+         "(getattr(cli, 'entry', None) or cli.main)()")
 WHERE = "import fastmodel, sys; print(fastmodel.__file__)"
 #: working directory of every process: not the repository, whose fastmodel/ `python -c` would import first
 CWD = tempfile.gettempdir()

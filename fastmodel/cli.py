@@ -75,6 +75,16 @@ SHOW_CHOICE = Choice(["model", "system", "task", "sweep"])
 LIST_CHOICE = Choice(["model", "system", "task", "sweep"])
 
 
+def entry() -> None:
+    """The ``fastmodel`` console script. ``fastmodel run`` evaluates one configuration with the kernels
+    interpreted (``FASTMODEL_JIT=0``, kernels/jit.py): loading numba and the compiled kernels takes about 1.5 s,
+    interpreting one row a few milliseconds, and the numbers are the same (tests/test_cli_run_fast.py). Every
+    other command uses the compiled kernels."""
+    if len(sys.argv) > 1 and sys.argv[1] == "run":
+        os.environ.setdefault("FASTMODEL_JIT", "0")
+    main()
+
+
 def _friendly(func):
     """Turn user errors into one line + exit 2, and Ctrl-C into exit 130."""
 
@@ -189,11 +199,11 @@ def _run_real_world(model, system, task, num_nodes, plan, semantics, as_json, ca
             _run_serve_record(data, model, as_json)
             return True
         if is_run_record(data):
-            from fastmodel.lm_api import evaluate_record
+            from fastmodel.lm_api import record_values
 
-            ds = evaluate_record(data, model, calibration=cal)
+            values, attrs = record_values(data, model, calibration=cal)
             title = f"{data.get('id') or model} (run record; measured values ignored)" + _calibrated(cal)
-            _print_real_world(ds, title, as_json)
+            _print_real_world(values, attrs, title, as_json)
             return True
     from fastmodel.api import real_world_model
 
@@ -202,11 +212,17 @@ def _run_real_world(model, system, task, num_nodes, plan, semantics, as_json, ca
         return False
     if system is None or task is None:
         raise click.UsageError("--system and --task are required (unless --model is a run record)")
-    from fastmodel.lm_api import evaluate_lm
+    title = (f"{real.name} on {system}" + (f" x {num_nodes} nodes" if num_nodes else "")
+             + f", plan {plan or 'dp'}, semantics {semantics}" + _calibrated(cal))
+    if cal is None:  # no xarray: the report needs only the numbers
+        from fastmodel.lm_api import config_values
+
+        _print_real_world(config_values(real, system, task, plan=plan, num_nodes=num_nodes), {}, title, as_json)
+        return True
+    from fastmodel.lm_api import evaluate_lm, report_values
 
     ds = evaluate_lm(real, system, task, plan=plan, num_nodes=num_nodes, calibration=cal)
-    _print_real_world(ds, f"{real.name} on {system}" + (f" x {num_nodes} nodes" if num_nodes else "")
-                      + f", plan {plan or 'dp'}, semantics {semantics}" + _calibrated(cal), as_json)
+    _print_real_world(report_values(ds), ds.attrs, title, as_json)
     return True
 
 
@@ -240,17 +256,15 @@ def _run_serve_record(data: dict, source: str, as_json: bool) -> None:
         click.echo(render(label, state, result))
 
 
-def _print_real_world(ds, title: str, as_json: bool) -> None:
+def _print_real_world(values: dict, attrs: dict, title: str, as_json: bool) -> None:
     from fastmodel.lm_api import format_report
 
     if as_json:
-        record = {name: float(ds[name]) for name in ds.data_vars if ds[name].ndim == 0 and ds[name].dtype.kind in "fb"}
-        record.update({k: v for k, v in ds.attrs.items() if k.startswith("calibration")})
-        if "memory" in ds:
-            record.update({f"memory_{k}": float(v) for k, v in zip(ds.memory_kind.values, ds.memory.values)})
+        record = {name: float(v) for name, v in values.items()}
+        record.update({k: v for k, v in attrs.items() if k.startswith("calibration")})
         click.echo(json.dumps({"title": title, **record}))
     else:
-        click.echo(format_report(ds, title))
+        click.echo(format_report(values, title))
 
 
 @main.command()

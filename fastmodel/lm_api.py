@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
-import xarray as xr
 
 from fastmodel.errors import PlanError
 from fastmodel.variables import MEMORY_KINDS, MEMORY_RESULTS, RESULTS, STATUSES
 
+if TYPE_CHECKING:
+    import xarray as xr
+
 
 def evaluate_lm(model: Any, system: Any, task: Any = None, plan: str | None = None, execution: Any = None,
-                num_nodes: int | None = None, global_batch: int | None = None, calibration: Any = None) -> xr.Dataset:
+                num_nodes: int | None = None, global_batch: int | None = None, calibration: Any = None) -> "xr.Dataset":
     """Evaluate one real-world configuration (``plan``: a mesh like ``"tp8.pp4"``; dp fills the cluster).
 
     ``calibration``: a calibration overlay (TOML path or ``Calibration``) applied as in ``lm_sweep``.
@@ -28,11 +30,9 @@ def evaluate_lm(model: Any, system: Any, task: Any = None, plan: str | None = No
     return ds
 
 
-def evaluate_record(record: dict, source: str | None = None, calibration: Any = None) -> xr.Dataset:
-    """Evaluate one run record (RUNS.md schema; ``measured`` is ignored) into a 0-d Dataset.
-
-    ``calibration``: a calibration overlay (TOML path or ``Calibration``) for the record's device; the attrs
-    record it; a device or tier it does not cover is a ``CalibrationWarning``."""
+def record_values(record: dict, source: str | None = None, calibration: Any = None) -> tuple[dict, dict]:
+    """(results, attrs) of one run record without xarray: every result name (``memory_*`` by kind included)
+    -> a float (``fits_memory`` a bool), and the record's id, notes and calibration attrs. See evaluate_record."""
     from fastmodel.calibrate.overlay import apply_calibration, as_calibration
     from fastmodel.lm_engine import evaluate_table
     from fastmodel.lm_rules import check_plan
@@ -46,22 +46,57 @@ def evaluate_record(record: dict, source: str | None = None, calibration: Any = 
         use.check(cal, {lowered.gpu: use.tiers_used(lowered.columns)})
         lowered = apply_calibration([lowered], cal)[0]
     check_plan(lowered.columns, f"{source + ': ' if source else ''}plan")
-    results = evaluate_table(lowered.columns[:, None])
-    data = {r.name: ((), np.float64(results[r.name][0]), {"units": r.units, "description": r.doc})
-            for r in RESULTS if r.name not in MEMORY_RESULTS}
-    data["fits_memory"] = ((), bool(results["fits_memory"][0] == 1.0), data["fits_memory"][2])
-    data["memory"] = (("memory_kind",), np.array([results[name][0] for name in MEMORY_RESULTS]),
-                      {"units": "bytes", "description": "Bytes per device by kind; they sum to memory_per_device."})
+    results = {name: float(v[0]) for name, v in evaluate_table(lowered.columns[:, None]).items()}
+    results["fits_memory"] = results["fits_memory"] == 1.0
     attrs = {"id": lowered.id, "semantics": "default", "notes": "; ".join(lowered.notes)}
     if cal is not None:
         attrs.update(use.attrs(cal, [lowered.gpu]))
+    return results, attrs
+
+
+def config_values(model: Any, system: Any, task: Any = None, plan: str | None = None,
+                  num_nodes: int | None = None) -> dict:
+    """Results of one real-world configuration without xarray (as :func:`record_values`); the same point a
+    sweep evaluates (``lm_sweep.point_columns``); a PlanError for an illegal plan."""
+    from fastmodel.lm_engine import evaluate_table
+    from fastmodel.lm_sweep import point_columns
+
+    columns = point_columns(model, system, task, plan=plan, num_nodes=num_nodes)
+    results = {name: float(v[0]) for name, v in evaluate_table(columns[:, None]).items()}
+    results["fits_memory"] = results["fits_memory"] == 1.0
+    return results
+
+
+def evaluate_record(record: dict, source: str | None = None, calibration: Any = None) -> "xr.Dataset":
+    """Evaluate one run record (RUNS.md schema; ``measured`` is ignored) into a 0-d Dataset.
+
+    ``calibration``: a calibration overlay (TOML path or ``Calibration``) for the record's device; the attrs
+    record it; a device or tier it does not cover is a ``CalibrationWarning``."""
+    import xarray as xr
+
+    results, attrs = record_values(record, source, calibration)
+    data = {r.name: ((), np.float64(results[r.name]), {"units": r.units, "description": r.doc})
+            for r in RESULTS if r.name not in MEMORY_RESULTS}
+    data["fits_memory"] = ((), bool(results["fits_memory"]), data["fits_memory"][2])
+    data["memory"] = (("memory_kind",), np.array([results[name] for name in MEMORY_RESULTS]),
+                      {"units": "bytes", "description": "Bytes per device by kind; they sum to memory_per_device."})
     return xr.Dataset(data, coords={"memory_kind": list(MEMORY_KINDS)}, attrs=attrs)
 
 
-def format_report(ds: xr.Dataset, title: str = "") -> str:
-    """The one-configuration report of ``fastmodel run`` under the real-world model."""
+def report_values(ds: "xr.Dataset") -> dict:
+    """A 0-d real-world Dataset as :func:`record_values`' plain mapping (``memory_*`` by kind)."""
+    values = {name: float(ds[name]) for name in ds.data_vars if ds[name].ndim == 0 and ds[name].dtype.kind in "fiu"}
+    values["fits_memory"] = bool(ds["fits_memory"])
+    if "memory" in ds:
+        values.update({f"memory_{k}": float(v) for k, v in zip(ds.memory_kind.values, ds.memory.values)})
+    return values
+
+
+def format_report(values: Mapping, title: str = "") -> str:
+    """The one-configuration report of ``fastmodel run`` under the real-world model, from
+    :func:`record_values` / :func:`config_values` (or :func:`report_values` of a Dataset)."""
     def value(name):
-        return float(ds[name])
+        return float(values[name])
 
     step = value("step_time")
     lines = [title] if title else []
@@ -81,9 +116,10 @@ def format_report(ds: xr.Dataset, title: str = "") -> str:
         if total > 0:
             lines.append(f"  {group:20s} {total:10.3f} s  {exposed:8.3f} s exposed ({100 * exposed / step:.1f}%)")
     if np.isfinite(value("memory_per_device")):
-        fits = "fits" if bool(ds["fits_memory"]) else "does NOT fit"
+        fits = "fits" if values["fits_memory"] else "does NOT fit"
         lines.append(f"memory per device    {value('memory_per_device') / 2**30:,.1f} GiB ({fits} in usable HBM)")
-        for kind, amount in zip(ds["memory_kind"].values, ds["memory"].values):
+        for kind in MEMORY_KINDS:
+            amount = value(f"memory_{kind}")
             if amount > 0:
                 lines.append(f"  {str(kind):20s} {amount / 2**30:10.2f} GiB")
     return "\n".join(lines)

@@ -18,16 +18,18 @@ keep their status code (``STATUSES``) and NaN results.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import xarray as xr
 
 from fastmodel.errors import SweepError
 from fastmodel.lm_load import load_cluster, load_execution, load_lm_model
 from fastmodel.lm_table import CODE_TABLES, encode
 from fastmodel.runs import lower_record
 from fastmodel.variables import COLUMN_INDEX, MEMORY_KINDS, MEMORY_RESULTS, RESULTS, STATUSES
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 #: grid size refused without ``max_points``
 MAX_POINTS = 2_000_000_000
@@ -114,7 +116,7 @@ def _axis_values(name: str, values: Any, model, cluster, max_gpus: int) -> tuple
 
 def lm_sweep(model: Any, system: Any, task: Any = None, axes: dict | None = None, execution: Any = None,
              global_batch: int | None = None, num_nodes: int | None = None, only_fitting: bool = False,
-             calibration: Any = None) -> xr.Dataset:
+             calibration: Any = None) -> "xr.Dataset":
     """Evaluate the Cartesian product of ``axes`` under the real-world model (see module docstring).
 
     ``only_fitting``: legal points whose memory per device exceeds usable HBM get status ``does_not_fit``
@@ -225,7 +227,7 @@ def _axis_arrays(names, numeric, meshes, gpus_per_node) -> tuple[np.ndarray, np.
     return columns, values
 
 
-def _dataset(names, labels, shape, out, status, model, cluster, execution, global_batch) -> xr.Dataset:
+def _dataset(names, labels, shape, out, status, model, cluster, execution, global_batch) -> "xr.Dataset":
     import json
 
     from fastmodel import __version__
@@ -259,6 +261,8 @@ def _dataset(names, labels, shape, out, status, model, cluster, execution, globa
         "semantics": "default", "fastmodel_version": __version__,
         "codes": json.dumps({k: v for k, v in CODE_TABLES.items()}),
     }
+    import xarray as xr
+
     return xr.Dataset(data, coords=coords, attrs=attrs)
 
 

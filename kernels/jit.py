@@ -24,11 +24,19 @@ import os
 import tempfile
 from pathlib import Path
 
-from numba import config as _numba_config
-from numba import njit as _numba_njit
-from numba import prange
+#: ``FASTMODEL_JIT=0``: kernels run as plain Python (numba is not imported). The ``fastmodel run`` console
+#: command sets it for its one configuration, where loading numba and its compiled kernels (about 1.5 s)
+#: costs far more than interpreting one row.
+INTERPRETED = os.environ.get("FASTMODEL_JIT", "1") == "0"
 
-__all__ = ["njit", "prange", "cache_dir", "kernel_source_key"]
+if INTERPRETED:
+    prange = range
+else:
+    from numba import config as _numba_config
+    from numba import njit as _numba_njit
+    from numba import prange
+
+__all__ = ["njit", "prange", "cache_dir", "kernel_source_key", "INTERPRETED"]
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -95,11 +103,14 @@ def cache_dir() -> Path | None:
     return next((c for c in candidates if _writable(c)), None)
 
 
-_CACHE_DIR = cache_dir()
+_CACHE_DIR = None if INTERPRETED else cache_dir()
 
 
 def njit(*args, **options):
-    """``numba.njit`` with ``cache=True`` (in :func:`cache_dir`) unless the caller says otherwise."""
+    """``numba.njit`` with ``cache=True`` (in :func:`cache_dir`) unless the caller says otherwise; the plain
+    function when :data:`INTERPRETED`."""
+    if INTERPRETED:
+        return args[0] if len(args) == 1 and callable(args[0]) else (lambda func: func)
     options.setdefault("cache", _CACHE_DIR is not None)
     if not options["cache"]:
         return _numba_njit(*args, **options) if not (len(args) == 1 and callable(args[0])) \
