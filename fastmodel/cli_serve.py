@@ -7,7 +7,7 @@ import math
 
 import click
 
-from fastmodel.serving import KV_PRECISIONS, PRECISIONS
+from fastmodel.serve_precisions import KV_PRECISIONS, PRECISIONS
 
 TIME_KEYS = ("ttft", "tpot", "e2e_latency")
 RATE_KEYS = ("output_tokens_per_s", "output_tokens_per_s_per_gpu", "output_tokens_per_s_per_user")

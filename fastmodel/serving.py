@@ -23,11 +23,9 @@ import numpy as np
 from fastmodel.errors import SpecError, nearest
 from fastmodel.lm_table import encode
 from fastmodel.serve_models import serve_model
+from fastmodel.serve_precisions import KV_PRECISIONS, PRECISIONS  # noqa: F401 - part of this module's API
 from fastmodel.variables import COLUMN_INDEX, COLUMNS, SERVE_RESULTS, SERVE_STATUS_NAMES
 
-#: precision name -> (compute precision code, bytes per weight element)
-PRECISIONS = {"bf16": (0, 2.0), "fp16": (0, 2.0), "fp8": (1, 1.0), "int8": (0, 1.0), "int4": (0, 0.5)}
-KV_PRECISIONS = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
 #: sweep axes other than columns, in the order of the Dataset's dimensions
 SPECIAL_AXES = ("device", "precision", "kv_precision")
 #: below this many rows the single-threaded kernel is used
