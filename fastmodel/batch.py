@@ -190,6 +190,9 @@ def _evaluate_chunk(raw_lines: list[bytes], first_line: int, default_semantics, 
         for i in positions:
             kind_of[i] = 0
     else:
+        # kinds that claim only lines whose "model" is an object are not asked about the others
+        plain = [j for j, kind in enumerate(kinds) if not getattr(kind, "model_block", False)]
+        first_plain = plain[0] if plain else None
         for i, raw in enumerate(raw_lines):
             try:
                 case = loads(raw)
@@ -203,7 +206,10 @@ def _evaluate_chunk(raw_lines: list[bytes], first_line: int, default_semantics, 
                 continue
             if "case" in case:
                 cases[i] = case["case"]
-            k = next(j for j, kind in enumerate(kinds) if kind.claims(case))
+            if first_plain is not None and type(case.get("model")) is not dict and kinds[first_plain].claims(case):
+                k = first_plain
+            else:
+                k = next(j for j, kind in enumerate(kinds) if kind.claims(case))
             kind_of[i] = k
             per_kind[k][0].append(i)
             per_kind[k][1].append(case)

@@ -224,6 +224,10 @@ class SpecCases:
         slow: list[int] = []
         add_slow = slow.append
         find = groups.get
+        # a line without semantics takes the batch's default: part of the key, since the validated bases are
+        # kept across chunks and batches; hashable (its canonical JSON) so such lines group by a dict lookup
+        default_dump = default_semantics.model_dump()
+        default_key = _DUMPS(default_dump, option=_SORT)
         for i, case in enumerate(cases):
             get = case.get
             nodes = get("num_nodes")
@@ -231,16 +235,14 @@ class SpecCases:
                 add_slow(i)
                 continue
             try:
-                # a line without semantics takes the batch's default: part of the key, since the validated
-                # bases are kept across chunks and batches
-                key = (case["model"], case["system"], case["task"], get("plan"),
-                       get("semantics", default_semantics.model_dump()))
+                semantics = get("semantics", default_key)
+                key = (case["model"], case["system"], case["task"], get("plan"), semantics)
                 group = find(key)
             except KeyError:
                 add_slow(i)
                 continue
             except TypeError:  # an inline spec (dict): keyed by its canonical content, one orjson call
-                key = _DUMPS((*key[:4], None if key[4] is _MISSING else key[4], key[4] is _MISSING), option=_SORT)
+                key = _DUMPS((*key[:4], default_dump if semantics is default_key else semantics), option=_SORT)
                 group = find(key)
             if group is None:
                 group = groups[key] = ([], [])
@@ -262,7 +264,16 @@ class SpecCases:
             columns, status, labels = base.columns_for(unique)
             legal = status[inverse] == 0
             if not legal.all():
-                slow.extend(rows[~legal].tolist())
+                # lines illegal at a cluster size share its reason: ask the single-configuration path once per
+                # size (the first such line), the rest of them copy it
+                for which in np.unique(inverse[~legal]).tolist():
+                    same = rows[inverse == which].tolist()
+                    reason, _ = self._slow_line(cases[same[0]], default_semantics)
+                    if reason is None:                      # legal after all: each line its own way
+                        slow.extend(same)
+                        continue
+                    for position in same:
+                        errors[position] = reason
                 rows, inverse = rows[legal], inverse[legal]
             if not len(rows):
                 continue

@@ -34,6 +34,7 @@ class RunRecords:
     """Lines in the RUNS.md schema: the real-world model (docs/model.md §11)."""
 
     name = "run_record"
+    model_block = True   # claims only lines whose "model" is an object (batch.py skips it for the others)
     columns = {"id": "string", **{name: "float64" for name in RUN_COLUMNS}}
 
     def __init__(self, calibration=None):
@@ -48,6 +49,8 @@ class RunRecords:
             check(self.calibration, self.seen)
 
     def claims(self, case: dict) -> bool:
+        if type(case.get("model")) is not dict:      # spec lines name their model: no import, no walk
+            return False
         from fastmodel.runs import is_run_record
 
         return is_run_record(case)
@@ -95,9 +98,12 @@ class ServeRecords:
     """Lines in the SERVE_RUNS.md schema: the serving model (kernels/serve.py)."""
 
     name = "serve_record"
+    model_block = True
     columns = {"id": "string", **{name: "float64" for name in SERVE_COLUMNS}}
 
     def claims(self, case: dict) -> bool:
+        if type(case.get("model")) is not dict:
+            return False
         from fastmodel.serve_runs import is_serve_record
 
         return is_serve_record(case)

@@ -18,7 +18,7 @@ the scale-out network, one NIC per device.
   ``collective_algorithm`` column fixes one.
 - protocol: NCCL times every ring under its three protocols (Simple, LL128, LL)
   as base latency + steps x per-hop latency + bytes / bandwidth and runs the
-  fastest (``NCCL_PROTOCOLS`` below); the device's ``intra_latency`` and
+  fastest (the ``PROTO_*`` tables below); the device's ``intra_latency`` and
   ``inter_latency`` are the Simple per-hop latencies, the other protocols scale
   them by NCCL's own ratios. Large buffers run Simple; small buckets over
   thousands of ranks run LL128 or LL, whose hops are 2-4x faster.
@@ -35,7 +35,7 @@ from fastmodel.kernels.lm_layout import (
 
 
 # NCCL's tuning model (NVIDIA/nccl src/graph/tuning.cc, ncclTopoTuneModel, 2.8-2.18): per protocol, the base
-# latency (us) of a ring collective, its per-hop latency on NVLink and on the network relative to Simple's
+# latency (s) of a ring collective, its per-hop latency on NVLink and on the network relative to Simple's
 # (NVLink ring hwLat .47 / 1.9 / 3.4 us, network 2.7 / 4.0 / 9.6 us; LL's NVLink hop x1.8 across nodes) and
 # its bandwidth relative to Simple's (LL128 x0.92; LL x1/4 across nodes, x1/3 for gathers inside one).
 SIMPLE, LL128, LL = 0, 1, 2
