@@ -49,7 +49,7 @@ class RunRecords:
             check(self.calibration, self.seen)
 
     def claims(self, case: dict) -> bool:
-        if type(case.get("model")) is not dict:      # spec lines name their model: no import, no walk
+        if type(case.get("model")) is not dict or type(case.get("plan")) is not dict:   # spec lines: no walk
             return False
         from fastmodel.runs import is_run_record
 
@@ -102,7 +102,7 @@ class ServeRecords:
     columns = {"id": "string", **{name: "float64" for name in SERVE_COLUMNS}}
 
     def claims(self, case: dict) -> bool:
-        if type(case.get("model")) is not dict:
+        if type(case.get("model")) is not dict or type(case.get("serve")) is not dict:
             return False
         from fastmodel.serve_runs import is_serve_record
 
