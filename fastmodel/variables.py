@@ -115,6 +115,9 @@ PLAN_COLUMNS = _cols(
     ("collective_bucket_bytes", "bytes", 0, "Largest message of a sharded-data-parallel collective: a layer's "
      "gather or reduction is issued in buckets of this size, each paying the ring latency (DeepSpeed ZeRO-3 "
      "prefetch bucket 5e7 elements; 0 = one collective per layer).", 0, 1e12),
+    ("uneven_stages", "1", 0, "1: the layer count need not divide pp x vp (Llama 3: 126 layers on 16 stages, "
+     "DeepSeek-V3: 61 on 16); the busiest pipeline rank holds ceil(L / (pp vp)) layers per virtual stage. 0: the "
+     "rule layers_not_divisible applies (sweeps).", 0, 1),
     ("fsdp_copy_out", "1", 0, "1: ZeRO-3/FSDP copies each gathered layer out of the all-gather buffer into its "
      "parameters on the compute stream, a memory-bound read + write per gather (PyTorch FSDP2 per-parameter "
      "sharding; FSDP1's flat parameters are views of the buffer).", 0, 1),

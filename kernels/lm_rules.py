@@ -11,7 +11,7 @@ import numpy as np
 from fastmodel.kernels.jit import njit, prange
 from fastmodel.kernels.lm_layout import (
     C_CP, C_CP_ALGORITHM, CP_ALLTOALL, C_DOMAIN_SIZE, C_DP, C_EP, C_GLOBAL_BATCH, C_HEADS, C_KV_HEADS, C_LAYERS, C_MICRO_BATCH, C_MOE_EXPERTS,
-    C_N_GPUS, C_PP, C_SEQ_LEN, C_TP, C_VP,
+    C_N_GPUS, C_PP, C_SEQ_LEN, C_TP, C_UNEVEN_STAGES, C_VP,
 )
 from fastmodel.variables import STATUS_CODES
 
@@ -45,7 +45,7 @@ def plan_status_row(row):
         return ST_HEADS
     if cp > 1.0 and row[C_CP_ALGORITHM] == CP_ALLTOALL and not _multiple(row[C_HEADS], tp * cp):
         return ST_HEADS
-    if not _multiple(row[C_LAYERS], pp * row[C_VP]):
+    if not _multiple(row[C_LAYERS], pp * row[C_VP]) and row[C_UNEVEN_STAGES] <= 0.0:
         return ST_LAYERS
     if tp > row[C_DOMAIN_SIZE]:
         return ST_DOMAIN

@@ -35,6 +35,7 @@ from fastmodel.kernels.lm_layout import (
     R_TIME_MEMORY_BOUND, R_TIME_OPTIMIZER, R_TIME_RECOMPUTE, R_TOKENS_PER_S, R_TOKENS_PER_S_PER_GPU,
     RECOMPUTE_FULL, RECOMPUTE_PARTIAL_LAYERS, RECOMPUTE_SELECTIVE, SHARD_DDP, SHARD_FSDP,
 )
+from fastmodel.kernels.memory import layers_per_stage
 from fastmodel.kernels.network import (
     allgather_time, allreduce_time, alltoall_time, bucketed_allgather_time, p2p_time,
 )
@@ -345,7 +346,7 @@ def step_row(row, work, out):
     d = row[C_DP]
     b = row[C_MICRO_BATCH]
     micro_batches = row[C_GLOBAL_BATCH] / (b * d)
-    per_stage = layers / p
+    per_stage = layers_per_stage(row)       # the busiest rank's layers (uneven stages: a layer more than average)
     full, selective = recompute_share(row)
     overlap_tp = row[C_TP_COMM_OVERLAP] > 0.0
     # ZeRO-3/FSDP gathers each layer per micro-batch; under pipeline parallelism frameworks keep the gathered

@@ -17,6 +17,8 @@ raising, so no division carries a zero check (1.5x faster on ``bench/bench_memor
 point of a sweep cannot raise inside the fused pass (legality is the rule table's job).
 """
 
+import math
+
 import numpy as np
 
 from fastmodel.kernels.jit import njit, prange
@@ -27,7 +29,7 @@ from fastmodel.kernels.lm_layout import (
     C_MOE_CAPACITY_FACTOR, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS, C_MOE_TOPK, C_MTP_LAYERS, C_OPTIMIZER,
     C_PIPELINE_SCHEDULE, C_PP, C_PRECISION, C_QK_NOPE_HEAD_DIM, C_QK_ROPE_HEAD_DIM, C_Q_LORA_RANK, C_RECOMPUTE,
     C_RECOMPUTE_FRACTION, C_RMS_NORM, C_SELECTIVE_POLICY, C_SEQUENCE_PARALLEL, C_SEQ_LEN, C_SHARDING,
-    C_SHARD_DEGREE, C_TIED_EMBEDDINGS, C_TP, C_VOCAB, C_VP, C_V_HEAD_DIM, M_ACTIVATIONS, M_BUFFERS, M_GRADIENTS,
+    C_SHARD_DEGREE, C_TIED_EMBEDDINGS, C_TP, C_UNEVEN_STAGES, C_VOCAB, C_VP, C_V_HEAD_DIM, M_ACTIVATIONS, M_BUFFERS, M_GRADIENTS,
     M_KV_CACHE, M_OPTIMIZER, M_OVERHEAD, M_WEIGHTS, N_MEMORY_KINDS, OPT_ADAFACTOR, OPT_SGD, PRECISION_FP8,
     RECOMPUTE_FULL, RECOMPUTE_NONE, RECOMPUTE_PARTIAL_LAYERS, RECOMPUTE_SELECTIVE, SCHED_GPIPE, SCHED_INTERLEAVED,
     SHARD_FSDP, SHARD_ZERO1, SHARD_ZERO2,
@@ -75,6 +77,17 @@ def mlp_params(row, width):
 
 
 @njit(error_model='numpy')
+def layers_per_stage(row):
+    """Layers on the busiest pipeline rank: ``L / pp``, or with ``uneven_stages`` ``ceil(L / (pp vp)) x vp``
+    (the ranks that hold a layer more than the average; Llama 3 paper sec. 3.3.2, DeepSeek-V3 report sec. 3.2)."""
+    pp = row[C_PP]
+    if row[C_UNEVEN_STAGES] > 0.0:
+        vp = max(row[C_VP], 1.0)
+        return math.ceil(row[C_LAYERS] / (pp * vp) - 1e-9) * vp
+    return row[C_LAYERS] / pp
+
+
+@njit(error_model='numpy')
 def stage_layers(row, stage):
     """(dense layers, MoE layers, MTP layers) held by pipeline rank ``stage``.
 
@@ -82,7 +95,7 @@ def stage_layers(row, stage):
     the first rank(s); DeepSeek-V3's MTP modules sit after the last layer, on the last rank.
     """
     pp = row[C_PP]
-    per_stage = row[C_LAYERS] / pp
+    per_stage = layers_per_stage(row)
     if not is_moe(row):
         dense = per_stage
     else:

@@ -280,3 +280,38 @@ def test_fsdp2_copies_each_gathered_layer_out_on_the_compute_stream():
     copies = micro_batches * 80 * 2 * fsdp_copy_out_time(row(**H100, fsdp_copy_out=1), layer_params)
     assert with_copy["time_memory_bound"] - without["time_memory_bound"] == pytest.approx(copies, rel=1e-3)
     assert with_copy["step_time"] > without["step_time"]
+
+
+def test_uneven_pipeline_stages_put_a_layer_more_on_the_busiest_rank():
+    from fastmodel.kernels.memory import layers_per_stage
+    from fastmodel.lm_rules import plan_status
+    from fastmodel.variables import STATUS_CODES
+
+    # Llama 3 405B: 126 layers over 16 stages; the busiest ranks hold ceil(126/16) = 8 layers
+    uneven = {**LLAMA70B, "layers": 126, "pp": 16, "tp": 8, "dp": 2}
+    assert layers_per_stage(row(**uneven, uneven_stages=1)) == 8.0
+    assert layers_per_stage(row(**uneven, uneven_stages=1, vp=2)) == 2 * math.ceil(126 / 32)
+    assert layers_per_stage(row(**{**uneven, "layers": 128}, uneven_stages=0)) == 8.0
+    # sweeps keep the divisibility rule unless uneven stages are asked for
+    assert plan_status(table(1, **uneven, uneven_stages=0))[0] == STATUS_CODES["layers_not_divisible"]
+    assert plan_status(table(1, **uneven, uneven_stages=1))[0] == 0
+    # 126 layers on 16 uneven stages take as long per micro-batch as 128 on 16 even ones
+    a = one(**uneven, uneven_stages=1)
+    b = one(**{**uneven, "layers": 128})
+    assert a["time_gemm"] == pytest.approx(b["time_gemm"], rel=1e-12)
+
+
+def test_a_run_record_with_uneven_stages_runs(tmp_path):
+    from click.testing import CliRunner
+
+    from fastmodel.cli import main
+    from fastmodel.variables import COLUMN_INDEX
+
+    line = next(line for line in RUNS.read_text().splitlines() if "llama3-paper-405b-s8192-n8192" in line)
+    lowered = next(r for r in read_records(RUNS) if r.id == "llama3-paper-405b-s8192-n8192")
+    assert lowered.columns[COLUMN_INDEX["uneven_stages"]] == 1.0        # 126 layers, pp 16
+    path = tmp_path / "llama3.json"
+    path.write_text(line)
+    result = CliRunner().invoke(main, ["run", "-m", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "step time" in result.output
