@@ -81,3 +81,12 @@ def test_cli_timeline_errors_are_one_line_exit_2(tmp_path):
     result = CliRunner().invoke(main, ["plot", "timeline", "-m", "llama3.1-8b", "-o", str(tmp_path / "x.png")])
     assert result.exit_code == 2
     assert not (tmp_path / "x.png").exists()
+
+
+def test_every_op_kind_has_its_own_colour():
+    from fastmodel.plot import style as S
+    from fastmodel.plot.timeline_lm import KIND_COLOURS, KIND_LABELS
+
+    assert set(KIND_COLOURS) == set(KINDS) == set(KIND_LABELS)
+    colours = list(KIND_COLOURS.values()) + [S.PALETTE["exposed"]]
+    assert len(set(colours)) == len(colours)

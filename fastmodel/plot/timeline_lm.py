@@ -10,12 +10,12 @@ from fastmodel.plot import data as D
 from fastmodel.plot import style as S
 
 BAR_HEIGHT = 0.6
-#: colour-blind-safe (Okabe-Ito) colours per op kind; communication rows share the comm colours of the MAD-Max
-#: timeline, bubble and host time are greys
+#: colour-blind-safe colours per op kind (Okabe-Ito, completed from Paul Tol's palette), one per kind;
+#: bubble and host time are greys
 KIND_COLOURS = {
     "gemm": "#0072B2", "attention": "#56B4E9", "memory_bound": "#999999", "recompute": "#CC79A7",
-    "head": "#332288", "bubble": "#DDDDDD", "optimizer": "#882255", "overhead": "#444444",
-    "tp": "#009E73", "cp": "#E69F00", "ep": "#CC79A7", "pp": "#F0E442", "dp": "#E69F00",
+    "head": "#332288", "bubble": "#DDDDDD", "optimizer": "#117733", "overhead": "#444444",
+    "tp": "#009E73", "cp": "#E69F00", "ep": "#882255", "pp": "#F0E442", "dp": "#44AA99",
 }
 KIND_LABELS = {
     "gemm": "GEMM", "attention": "attention", "memory_bound": "memory-bound", "recompute": "recompute",
