@@ -169,50 +169,28 @@ def _evaluate_chunk(raw_lines: list[bytes], first_line: int, default_semantics, 
     kind_of: list = [None] * n
     per_kind: list[tuple[list[int], list[dict]]] = [([], []) for _ in kinds]
     loads = orjson.loads
-    if len(kinds) == 1:  # the common case: no claims to ask
-        positions, dicts = per_kind[0]
-        add_position, add_dict = positions.append, dicts.append
-        for i, raw in enumerate(raw_lines):
-            try:
-                case = loads(raw)
-            except orjson.JSONDecodeError:
-                case = _parse_slow(raw)
-                if type(case) is _Bad:
-                    status[i] = str(case)
-                    continue
-            if type(case) is not dict:
-                status[i] = "a case must be a JSON object"
+    # the last kind claims every line the others leave (SpecCases): with one kind, no claim is asked
+    claims = [kind.claims for kind in kinds]
+    last = len(kinds) - 1
+    for i, raw in enumerate(raw_lines):
+        try:
+            case = loads(raw)
+        except orjson.JSONDecodeError:
+            case = _parse_slow(raw)
+            if type(case) is _Bad:
+                status[i] = str(case)
                 continue
-            if "case" in case:
-                cases[i] = case["case"]
-            add_position(i)
-            add_dict(case)
-        for i in positions:
-            kind_of[i] = 0
-    else:
-        # kinds that claim only lines whose "model" is an object are not asked about the others
-        plain = [j for j, kind in enumerate(kinds) if not getattr(kind, "model_block", False)]
-        first_plain = plain[0] if plain else None
-        for i, raw in enumerate(raw_lines):
-            try:
-                case = loads(raw)
-            except orjson.JSONDecodeError:
-                case = _parse_slow(raw)
-                if type(case) is _Bad:
-                    status[i] = str(case)
-                    continue
-            if type(case) is not dict:
-                status[i] = "a case must be a JSON object"
-                continue
-            if "case" in case:
-                cases[i] = case["case"]
-            if first_plain is not None and type(case.get("model")) is not dict and kinds[first_plain].claims(case):
-                k = first_plain
-            else:
-                k = next(j for j, kind in enumerate(kinds) if kind.claims(case))
-            kind_of[i] = k
-            per_kind[k][0].append(i)
-            per_kind[k][1].append(case)
+        if type(case) is not dict:
+            status[i] = "a case must be a JSON object"
+            continue
+        if "case" in case:
+            cases[i] = case["case"]
+        k = 0
+        while k < last and not claims[k](case):
+            k += 1
+        kind_of[i] = k
+        per_kind[k][0].append(i)
+        per_kind[k][1].append(case)
 
     columns: dict[str, list] = {}
     for kind in kinds:

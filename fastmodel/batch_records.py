@@ -34,7 +34,6 @@ class RunRecords:
     """Lines in the RUNS.md schema: the real-world model (docs/model.md §11)."""
 
     name = "run_record"
-    model_block = True   # claims only lines whose "model" is an object (batch.py skips it for the others)
     columns = {"id": "string", **{name: "float64" for name in RUN_COLUMNS}}
 
     def __init__(self, calibration=None):
@@ -98,7 +97,6 @@ class ServeRecords:
     """Lines in the SERVE_RUNS.md schema: the serving model (kernels/serve.py)."""
 
     name = "serve_record"
-    model_block = True
     columns = {"id": "string", **{name: "float64" for name in SERVE_COLUMNS}}
 
     def claims(self, case: dict) -> bool:

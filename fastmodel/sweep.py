@@ -547,10 +547,8 @@ def create_store(sweep: Sweep, path: str) -> None:
     it when complete, so an interruption (Ctrl-C, SIGKILL, a full disk) leaves
     either no store or a whole one, never a half-made one.
     """
-    import tempfile
 
     import dask.array as da
-    import zarr
 
     target = Path(os.path.abspath(path))
     if target.exists():
@@ -564,10 +562,27 @@ def create_store(sweep: Sweep, path: str) -> None:
     data["unit_done"] = (("sweep_unit",), da.zeros(sweep.num_units, dtype=bool, chunks=1),
                          {"long_name": "unit of work written", "units": "1"})
     ds = xr.Dataset(data, coords=sweep.coords(), attrs=sweep.dataset_attrs())
-    import shutil
 
-    for stale in target.parent.glob(f".{target.name}.creating-*"):  # left by a creator that was killed; we hold
-        if stale.is_dir() and not stale.is_symlink():                 # the writer lock, so none is in progress
+    def not_computed(status) -> None:  # every point starts as not computed; a unit's write replaces its region
+        for unit in sweep.units():
+            block_shape = tuple(b.stop - b.start for b in unit.blocks)
+            status[sweep.region(unit)] = np.full(block_shape, STATUS["not_computed"], dtype=np.int8)
+
+    create_store_atomically(ds, path, not_computed)
+
+
+def create_store_atomically(ds: xr.Dataset, path: str, mark_status) -> None:
+    """Write ``ds``'s metadata as a zarr store at ``path`` (no data computed), let ``mark_status(status)`` fill
+    the ``status`` array, then rename it into place: an interruption (Ctrl-C, SIGKILL, a full disk) leaves no
+    store or a whole one. The caller holds the writer lock, so leftovers of a killed creator are removed."""
+    import shutil
+    import tempfile
+
+    import zarr
+
+    target = Path(os.path.abspath(path))
+    for stale in target.parent.glob(f".{target.name}.creating-*"):
+        if stale.is_dir() and not stale.is_symlink():
             shutil.rmtree(stale, ignore_errors=True)
     try:
         tmp = tempfile.mkdtemp(prefix=f".{target.name}.creating-", dir=target.parent)
@@ -575,10 +590,7 @@ def create_store(sweep: Sweep, path: str) -> None:
         raise SweepError(f"{path}: cannot create: {error.strerror}") from None
     try:
         ds.to_zarr(tmp, mode="w", compute=False, consolidated=True, zarr_format=2)
-        status = zarr.open_group(tmp, mode="r+")["status"]
-        for unit in sweep.units():  # every point starts as not computed; a unit's write replaces its region
-            block_shape = tuple(b.stop - b.start for b in unit.blocks)
-            status[sweep.region(unit)] = np.full(block_shape, STATUS["not_computed"], dtype=np.int8)
+        mark_status(zarr.open_group(tmp, mode="r+")["status"])
         os.rename(tmp, target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

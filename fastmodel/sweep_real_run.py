@@ -15,7 +15,6 @@ import json
 import math
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Callable
 
@@ -130,9 +129,7 @@ def create_real_store(sweep: RealSweep, path: str, template: xr.Dataset) -> None
     """Create the store atomically (temporary name, then rename): full-grid variables shaped like ``template``
     (one box), every status ``NOT_COMPUTED``, every ``unit_done`` false."""
     import dask.array as da
-    import zarr
 
-    target = Path(os.path.abspath(path))
     block = block_shape(sweep)
     boxes = units(sweep)
     coords = {d: (d, np.array(sweep.coords[d])) for d in sweep.dims}  # strings as fixed-width unicode
@@ -150,22 +147,14 @@ def create_real_store(sweep: RealSweep, path: str, template: xr.Dataset) -> None
     data["unit_done"] = (("sweep_unit",), da.zeros(len(boxes), dtype=bool, chunks=1),
                          {"long_name": "unit of work written", "units": "1"})
     ds = xr.Dataset(data, coords=coords, attrs=dict(template.attrs))
-    for stale in target.parent.glob(f".{target.name}.creating-*"):  # left by a killed creator; we hold the lock
-        if stale.is_dir() and not stale.is_symlink():
-            shutil.rmtree(stale, ignore_errors=True)
-    try:
-        tmp = tempfile.mkdtemp(prefix=f".{target.name}.creating-", dir=target.parent)
-    except OSError as error:
-        raise SweepError(f"{path}: cannot create: {error.strerror}") from None
-    try:
-        ds.to_zarr(tmp, mode="w", compute=False, consolidated=True, zarr_format=2)
-        status = zarr.open_group(tmp, mode="r+")["status"]
+
+    def not_computed(status) -> None:
         for box in boxes:
             status[_region(template["status"], sweep.dims, box)] = NOT_COMPUTED
-        os.rename(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+
+    from fastmodel.sweep import create_store_atomically
+
+    create_store_atomically(ds, path, not_computed)
 
 
 def _write_box(group, sweep: RealSweep, index: int, box: tuple[slice, ...], ds: xr.Dataset) -> None:
