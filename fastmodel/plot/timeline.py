@@ -33,12 +33,29 @@ class Schedule:
     def idle_compute(self) -> np.ndarray:
         """(start, end) intervals where the compute stream waits: the exposed communication."""
         on = self.stream == STREAM_COMPUTE
-        order = np.argsort(self.start[on], kind="stable")
-        starts, ends = self.start[on][order], self.end[on][order]
-        edges_lo = np.concatenate([[0.0], ends])
-        edges_hi = np.concatenate([starts, [self.iteration_time]])
-        keep = edges_hi - edges_lo > 1e-12 * max(self.iteration_time, 1e-30)
-        return np.stack([edges_lo[keep], edges_hi[keep]], axis=1)
+        return idle_intervals(self.start[on], self.end[on], self.iteration_time, 1e-12)
+
+
+def window_bounds(window: tuple[float, float] | None, total: float, what: str) -> tuple[float, float]:
+    """(start, end) in seconds of the drawn window (None: all of ``what``, which lasts ``total``); PlotError
+    for a window that is empty, negative or starts after the end."""
+    lo, hi = (0.0, total) if window is None else (float(window[0]), float(window[1]))
+    if not hi > lo or lo < 0:
+        raise D.PlotError(f"window must be 0 <= start < end (got {window[0]}:{window[1]})")
+    if lo >= total:
+        raise D.PlotError(f"window starts at {lo:g} s, after the {what} ends ({total:g} s)")
+    return lo, hi
+
+
+def idle_intervals(starts: np.ndarray, ends: np.ndarray, total: float, rel_tol: float) -> np.ndarray:
+    """(start, end) of the gaps between the ops of one stream over [0, total], gaps shorter than
+    ``rel_tol x total`` left out."""
+    order = np.argsort(starts, kind="stable")
+    starts, ends = starts[order], ends[order]
+    lo = np.concatenate([[0.0], ends])
+    hi = np.concatenate([starts, [total]])
+    keep = hi - lo > rel_tol * max(total, 1e-30)
+    return np.stack([lo[keep], hi[keep]], axis=1)
 
 
 def schedule(config) -> Schedule:
@@ -85,11 +102,7 @@ def timeline(config=None, *, model=None, system=None, task=None, semantics="defa
         config = make_config(model, system, task, semantics, plan, num_nodes)
     sched = schedule(config)
     total = sched.iteration_time
-    lo, hi = (0.0, total) if window is None else (float(window[0]), float(window[1]))
-    if not hi > lo or lo < 0:
-        raise D.PlotError(f"window must be 0 <= start < end (got {window[0]}:{window[1]})")
-    if lo >= total:
-        raise D.PlotError(f"window starts at {lo:g} s, after the iteration ends ({total:g} s)")
+    lo, hi = window_bounds(window, total, "iteration")
     factor, unit = S.display_unit("s", [hi - lo])
     with S.paper_rc():
         fig, ax = S.new_axes(size, height, ax)

@@ -6,8 +6,8 @@ import numpy as np
 from matplotlib.patches import Patch
 
 from fastmodel.lm_timeline import KINDS, STREAMS, Timeline
-from fastmodel.plot import data as D
 from fastmodel.plot import style as S
+from fastmodel.plot.timeline import idle_intervals, window_bounds
 
 BAR_HEIGHT = 0.6
 #: colour-blind-safe colours per op kind (Okabe-Ito, completed from Paul Tol's palette), one per kind;
@@ -30,11 +30,7 @@ def lm_timeline_figure(tl: Timeline, *, window: tuple[float, float] | None = Non
     process group below; waits of the compute stream for communication in the ``exposed`` colour.
     ``aggregate`` merges back-to-back ops of one kind closer than 1/1000 of the window; returns ``(fig, ax)``."""
     total = tl.step_time
-    lo, hi = (0.0, total) if window is None else (float(window[0]), float(window[1]))
-    if not hi > lo or lo < 0:
-        raise D.PlotError(f"window must be 0 <= start < end (got {lo:g}:{hi:g})")
-    if lo >= total:
-        raise D.PlotError(f"window starts at {lo:g} s, after the step ends ({total:g} s)")
+    lo, hi = window_bounds(window, total, "step")
     used = [s for s in range(len(STREAMS)) if np.any(tl.stream == s)]
     rows = {s: float(len(used) - 1 - i) for i, s in enumerate(used)}
     factor, unit = S.display_unit("s", [hi - lo])
@@ -96,9 +92,4 @@ def _merge(kinds, starts, ends, gap):
 def _compute_waits(tl: Timeline) -> np.ndarray:
     """(start, end) of the gaps in the compute stream: where it waits for communication."""
     on = tl.stream == STREAMS.index("compute")
-    order = np.argsort(tl.start[on], kind="stable")
-    starts, ends = tl.start[on][order], tl.end[on][order]
-    lo = np.concatenate([[0.0], ends])
-    hi = np.concatenate([starts, [tl.step_time]])
-    keep = hi - lo > 1e-9 * max(tl.step_time, 1e-30)
-    return np.stack([lo[keep], hi[keep]], axis=1)
+    return idle_intervals(tl.start[on], tl.end[on], tl.step_time, 1e-9)
