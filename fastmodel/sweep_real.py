@@ -110,6 +110,15 @@ class RealSweep:
         self.shape = tuple(len(self.coords[d]) for d in self.dims)
         self.num_configs = math.prod(self.shape)
 
+    def _check_keys(self, data: dict, allowed, required) -> None:
+        """SpecError for the first top-level key not in ``allowed`` (with the nearest one) or ``required`` missing."""
+        unknown = [k for k in data if k not in allowed]
+        if unknown:
+            raise SpecError(self.source, unknown[0], f"unknown key{nearest(unknown[0], allowed)}")
+        for key in required:
+            if key not in data:
+                raise SpecError(self.source, key, "required key missing")
+
     # --- grid -------------------------------------------------------------------
 
     def _expand(self, name: str, spec: Any) -> list:
@@ -153,12 +162,7 @@ class LMSweep(RealSweep):
         from fastmodel.variables import COLUMN_INDEX
 
         source = self.source
-        unknown = [k for k in data if k not in LM_KEYS]
-        if unknown:
-            raise SpecError(source, unknown[0], f"unknown key{nearest(unknown[0], LM_KEYS)}")
-        for key in ("model", "system", "task"):
-            if key not in data:
-                raise SpecError(source, key, "required key missing")
+        self._check_keys(data, LM_KEYS, ("model", "system", "task"))
         semantics = data.get("semantics", "default")
         try:
             real_world = get_semantics(semantics).real_world
@@ -250,12 +254,7 @@ class ServeSweep(RealSweep):
         from fastmodel.variables import COLUMN_INDEX
 
         source = self.source
-        unknown = [k for k in data if k not in SERVE_KEYS]
-        if unknown:
-            raise SpecError(source, unknown[0], f"unknown key{nearest(unknown[0], SERVE_KEYS)}")
-        for key in ("model", "task"):
-            if key not in data:
-                raise SpecError(source, key, "required key missing")
+        self._check_keys(data, SERVE_KEYS, ("model", "task"))
         if data.get("semantics", "default") != "default":
             raise SpecError(source, "semantics", "serving sweeps run under the 'default' semantics only")
         try:
