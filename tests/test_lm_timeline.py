@@ -90,3 +90,16 @@ def test_every_op_kind_has_its_own_colour():
     assert set(KIND_COLOURS) == set(KINDS) == set(KIND_LABELS)
     colours = list(KIND_COLOURS.values()) + [S.PALETTE["exposed"]]
     assert len(set(colours)) == len(colours)
+
+
+@pytest.mark.parametrize("plan", ["tp8.pp4", "tp4.cp2", "dp"])
+def test_point_columns_build_the_point_a_sweep_evaluates(plan):
+    """``fastmodel run`` and the timeline build one configuration in Python (lm_sweep.point_columns); the grid
+    kernel builds the same point from its index: every result must agree."""
+    from fastmodel.lm_api import config_values, evaluate_lm
+
+    direct = config_values("llama3.1-70b", "dgx-h100", "llm-pretrain", plan=plan, num_nodes=8)
+    grid = evaluate_lm("llama3.1-70b", "dgx-h100", "llm-pretrain", plan=plan, num_nodes=8)
+    for name in ("step_time", "mfu", "exposed_dp", "memory_per_device"):
+        assert direct[name] == pytest.approx(float(grid[name]), rel=1e-12), name
+    assert direct["fits_memory"] == bool(grid["fits_memory"])

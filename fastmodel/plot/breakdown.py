@@ -65,38 +65,34 @@ def breakdown_table(data, sel=None, labels=None) -> tuple[list[str], dict[str, n
     missing = [n for n in (*SERIALIZED, "exposed_comm", "iteration_time") if n not in data]
     if missing:
         raise D.PlotError(f"breakdown needs the variables {', '.join(missing)}")
-    data = D.select(data[[*SERIALIZED, "exposed_comm", "iteration_time"]], sel)
-    if data.iteration_time.ndim > 1:
-        raise D.PlotError(f"breakdown shows configurations along one dimension; fix the others with --sel: "
-                          f"{', '.join(data.iteration_time.dims)}")
-    data = data.load()
-    if data.iteration_time.ndim == 0:
-        data = data.expand_dims(config=[labels[0] if labels else "configuration"])
-    dim = data.iteration_time.dims[0]
-    if data[dim].size == 0:
-        raise D.PlotError("the selection is empty")
-    names = list(labels) if labels is not None else [S.fmt_coord(v) for v in data[dim].values]
-    values = {n: np.asarray(data[n].values, dtype=float) for n in (*SERIALIZED, "exposed_comm", "iteration_time")}
+    names, dim, values = _one_dimension(data, [*SERIALIZED, "exposed_comm", "iteration_time"], "iteration_time",
+                                        sel, labels)
     if not np.all(np.isfinite(values["iteration_time"])):
         bad = [names[i] for i in np.flatnonzero(~np.isfinite(values["iteration_time"]))]
         raise D.PlotError(f"no result (illegal or does not fit) for {dim}={', '.join(bad)}")
     return names, values
 
 
-def _real_world_table(data, sel, labels) -> tuple[list[str], dict[str, np.ndarray]]:
-    names = list(dict.fromkeys((*REAL_SERIALIZED, *REAL_OVERLAPPED, "step_time")))
+def _one_dimension(data, names: list[str], total: str, sel, labels) -> tuple[list[str], str, dict[str, np.ndarray]]:
+    """(bar labels, the dimension, variable -> values) of ``names`` after ``sel``: the configurations must lie
+    along one dimension (or be a single one)."""
     data = D.select(data[names], sel)
-    if data.step_time.ndim > 1:
+    if data[total].ndim > 1:
         raise D.PlotError(f"breakdown shows configurations along one dimension; fix the others with --sel: "
-                          f"{', '.join(data.step_time.dims)}")
+                          f"{', '.join(data[total].dims)}")
     data = data.load()
-    if data.step_time.ndim == 0:
+    if data[total].ndim == 0:
         data = data.expand_dims(config=[labels[0] if labels else "configuration"])
-    dim = data.step_time.dims[0]
+    dim = data[total].dims[0]
     if data[dim].size == 0:
         raise D.PlotError("the selection is empty")
     shown = list(labels) if labels is not None else [S.fmt_coord(v) for v in data[dim].values]
-    values = {n: np.asarray(data[n].values, dtype=float) for n in names}
+    return shown, dim, {n: np.asarray(data[n].values, dtype=float) for n in names}
+
+
+def _real_world_table(data, sel, labels) -> tuple[list[str], dict[str, np.ndarray]]:
+    names = list(dict.fromkeys((*REAL_SERIALIZED, *REAL_OVERLAPPED, "step_time")))
+    shown, dim, values = _one_dimension(data, names, "step_time", sel, labels)
     values["iteration_time"] = values.pop("step_time")
     if not np.all(np.isfinite(values["iteration_time"])):
         bad = [shown[i] for i in np.flatnonzero(~np.isfinite(values["iteration_time"]))]
