@@ -26,7 +26,7 @@ from fastmodel.errors import SweepError
 from fastmodel.lm_load import load_cluster, load_execution, load_lm_model
 from fastmodel.lm_table import CODE_TABLES, encode
 from fastmodel.runs import lower_record
-from fastmodel.variables import COLUMN_INDEX, MEMORY_KINDS, MEMORY_RESULTS, RESULTS, STATUSES
+from fastmodel.variables import COLUMN_INDEX, COLUMNS, MEMORY_KINDS, MEMORY_RESULTS, RESULTS, STATUSES
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -111,6 +111,12 @@ def _axis_values(name: str, values: Any, model, cluster, max_gpus: int) -> tuple
     numeric = np.array([float(encode(name, v)) for v in values])
     if not np.all(np.isfinite(numeric)):
         raise SweepError(f"axis {name!r}: values must be finite")
+    if name in COLUMN_INDEX:
+        column = COLUMNS[COLUMN_INDEX[name]]
+        outside = [v for v, x in zip(values, numeric) if not column.lo <= x <= column.hi]
+        if outside:
+            raise SweepError(f"axis {name!r}: {outside[0]!r} is outside [{column.lo:g}, {column.hi:g}]"
+                             f"{' ' + column.units if column.units not in ('1', 'code') else ''}")
     return list(values), numeric
 
 

@@ -113,3 +113,13 @@ def test_table_path_and_grid_path_agree():
         base[COLUMN_INDEX[key]] = value
     alone = evaluate_table(base[:, None])
     assert float(ds.step_time.squeeze()) == pytest.approx(alone["step_time"][0], rel=1e-12)
+
+
+def test_a_column_axis_outside_the_registry_bounds_is_refused():
+    from fastmodel.errors import SweepError
+    from fastmodel.lm_sweep import lm_sweep
+
+    with pytest.raises(SweepError, match=r"axis 'uneven_stages': 2 is outside \[0, 1\]"):
+        lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", axes={"uneven_stages": [0, 2]})
+    with pytest.raises(SweepError, match=r"axis 'gemm_eff_16': 1.5 is outside \[0.05, 1\]"):
+        lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", axes={"gemm_eff_16": [1.5]})
