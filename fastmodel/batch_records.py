@@ -39,13 +39,14 @@ class RunRecords:
     def __init__(self, calibration=None):
         self.calibration = calibration       # a Calibration overlay for every record (None: physical values)
         self.seen: dict[str, set] = {}       # device -> network tiers used by the records evaluated so far
+        self.frameworks: set = set()         # the records' framework texts (their software stacks)
 
     def finish(self) -> None:
         """After the last chunk: a ``CalibrationWarning`` per device or tier the calibration does not cover."""
         if self.calibration is not None:
             from fastmodel.calibrate.use import check
 
-            check(self.calibration, self.seen)
+            check(self.calibration, self.seen, frameworks=self.frameworks)
 
     def claims(self, case: dict) -> bool:
         if type(case.get("model")) is not dict or type(case.get("plan")) is not dict:   # spec lines: no walk
@@ -70,6 +71,7 @@ class RunRecords:
 
             for _, record in lowered:
                 self.seen.setdefault(record.gpu, set()).update(tiers_used(record.columns))
+                self.frameworks.add(record.raw.get("framework"))
             calibrated = apply_calibration([record for _, record in lowered], self.calibration)
             lowered = [(j, record) for (j, _), record in zip(lowered, calibrated)]
         params = np.stack([record.columns for _, record in lowered], axis=1)

@@ -50,7 +50,7 @@ def validate(runs, output, plot_path, calibration):
         for record in records:
             seen.setdefault(record.gpu, set()).update(tiers_used(record.columns))
         with cli_warnings():
-            check(cal, seen)
+            check(cal, seen, frameworks={record.raw.get("framework") for record in records})
         records = apply_calibration(records, cal)
         click.echo(cal.describe())
     table = rows(records)

@@ -43,14 +43,15 @@ def record_values(record: dict, source: str | None = None, calibration: Any = No
     if cal is not None:
         from fastmodel.calibrate import use
 
-        use.check(cal, {lowered.gpu: use.tiers_used(lowered.columns)})
+        use.check(cal, {lowered.gpu: use.tiers_used(lowered.columns)},
+                  frameworks=[lowered.raw.get("framework")])
         lowered = apply_calibration([lowered], cal)[0]
     check_plan(lowered.columns, f"{source + ': ' if source else ''}plan")
     results = {name: float(v[0]) for name, v in evaluate_table(lowered.columns[:, None]).items()}
     results["fits_memory"] = results["fits_memory"] == 1.0
     attrs = {"id": lowered.id, "semantics": "default", "notes": "; ".join(lowered.notes)}
     if cal is not None:
-        attrs.update(use.attrs(cal, [lowered.gpu]))
+        attrs.update(use.attrs(cal, [lowered.gpu], [lowered.raw.get("framework")]))
     return results, attrs
 
 

@@ -162,10 +162,10 @@ def lm_sweep(model: Any, system: Any, task: Any = None, axes: dict | None = None
     if cal is not None:
         from fastmodel.calibrate import use
 
-        base = use.overlay(base, cal, cluster.gpu)
+        base = use.overlay(base, cal, cluster.gpu, execution.framework)
         widest = base.copy()
         widest[COLUMN_INDEX["n_gpus"]] = max_gpus
-        use.check(cal, {cluster.gpu: use.tiers_used(widest)})
+        use.check(cal, {cluster.gpu: use.tiers_used(widest)}, frameworks=[execution.framework])
     axis_columns, axis_values = _axis_arrays(names, numeric, meshes, cluster.gpus_per_node)
     out = np.empty((len(RESULTS), total))
     status = np.empty(total, dtype=np.int8)
@@ -176,7 +176,7 @@ def lm_sweep(model: Any, system: Any, task: Any = None, axes: dict | None = None
     ds = _dataset(names, labels, shape, out, status, model, cluster, execution, global_batch)
     ds.attrs["usable_hbm_bytes"] = float(base[COLUMN_INDEX["usable_hbm_fraction"]] * base[COLUMN_INDEX["hbm_bytes"]])
     if cal is not None:
-        ds.attrs.update(use.attrs(cal, [cluster.gpu]))
+        ds.attrs.update(use.attrs(cal, [cluster.gpu], [execution.framework]))
     return ds
 
 

@@ -160,6 +160,9 @@ NETWORK_COLUMNS = _cols(
     ("inter_eff", "1", 0.85, "Attainable fraction of tier-2 bandwidth.", 0.05, 1, True),
     ("step_overhead_s", "s", 0.0, "Framework time per optimizer step outside the model (data, logging).",
      0, 100, True),
+    ("stack_compute_eff", "1", 1.0, "Share of the modelled kernel speed the software stack attains (divides every "
+     "GEMM, attention and memory-bound kernel time). 1 = the device files' microbenchmark efficiencies; only a "
+     "calibration's [stack.\"NAME\"] table sets another value.", 0.5, 2.0, True),
 )
 
 SERVE_COLUMNS = _cols(

@@ -7,6 +7,8 @@
   epilogue over its reduction length.
 - Flash attention: FLOPs / (16-bit peak x attn_eff).
 - Memory-bound kernels: bytes / (HBM bw x hbm_eff).
+- Every kernel time is divided by ``stack_compute_eff`` (1 unless a calibration's ``[stack."NAME"]`` table
+  sets the share of the modelled speed a software stack attains; docs/calibration.md).
 
 All functions take the configuration's column vector ``row`` and return seconds.
 """
@@ -16,7 +18,7 @@ import math
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm_layout import (
     C_ATTN_EFF, C_GEMM_EFF_16, C_GEMM_EFF_8, C_GEMM_K_HALF, C_GEMM_TILE_M, C_GEMM_TILE_N, C_HBM_BW, C_HBM_EFF,
-    C_KERNEL_OVERHEAD_S, C_PEAK_FLOPS_16, C_PEAK_FLOPS_8, C_SM_COUNT,
+    C_KERNEL_OVERHEAD_S, C_PEAK_FLOPS_16, C_PEAK_FLOPS_8, C_SM_COUNT, C_STACK_COMPUTE_EFF,
 )
 
 
@@ -68,7 +70,7 @@ def grouped_gemm_time(row, groups, m, n, k, fp8):
     element = 1.0 if fp8 else 2.0
     traffic = groups * (element * (m * k + k * n) + 2.0 * m * n)
     memory = traffic / (row[C_HBM_BW] * row[C_HBM_EFF])
-    return max(compute, memory) + row[C_KERNEL_OVERHEAD_S]
+    return (max(compute, memory) + row[C_KERNEL_OVERHEAD_S]) / row[C_STACK_COMPUTE_EFF]
 
 
 @njit
@@ -82,7 +84,7 @@ def attention_time(row, flops):
     """Seconds for flash-attention kernels executing ``flops``."""
     if flops <= 0.0:
         return 0.0
-    return flops / (row[C_PEAK_FLOPS_16] * row[C_ATTN_EFF]) + row[C_KERNEL_OVERHEAD_S]
+    return (flops / (row[C_PEAK_FLOPS_16] * row[C_ATTN_EFF]) + row[C_KERNEL_OVERHEAD_S]) / row[C_STACK_COMPUTE_EFF]
 
 
 @njit
@@ -90,4 +92,4 @@ def memory_bound_time(row, nbytes):
     """Seconds to stream ``nbytes`` through HBM."""
     if nbytes <= 0.0:
         return 0.0
-    return nbytes / (row[C_HBM_BW] * row[C_HBM_EFF])
+    return nbytes / (row[C_HBM_BW] * row[C_HBM_EFF]) / row[C_STACK_COMPUTE_EFF]

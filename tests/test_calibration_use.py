@@ -81,6 +81,23 @@ def test_evaluate_lm_applies_the_calibration_as_derived_by_hand(h100_half_hbm):
     assert "calibration" not in base.attrs
 
 
+def test_a_stack_table_slows_every_kernel_of_its_framework_only(tmp_path, a100_record):
+    # the built-in execution spec names framework "Megatron-Core": stack "megatron-core"
+    path = write(tmp_path, '[stack."megatron-core"]\ncompute_eff = 0.8\n')
+    base = evaluate_lm("llama3-8b", "dgx-h100", "llm-pretrain", plan="tp8")
+    with pytest.warns(CalibrationWarning, match=r'no \[device."H100-SXM-80GB"\] table'):
+        cal = evaluate_lm("llama3-8b", "dgx-h100", "llm-pretrain", plan="tp8", calibration=path)
+    for name in ("time_gemm", "time_attention", "time_memory_bound", "time_optimizer"):
+        assert float(cal[name]) == pytest.approx(float(base[name]) / 0.8, rel=1e-12), name
+    assert float(cal.step_time) > float(base.step_time)
+    assert json.loads(cal.attrs["calibration_values"]) == {'stack."megatron-core".compute_eff': 0.8}
+    # a run record of another (or no) framework keeps the modelled speed, and is told so
+    with pytest.warns(CalibrationWarning, match=r"no \[stack\]|no \[stack\.") as caught:
+        other = evaluate_record(a100_record, calibration=path)
+    assert any("calibrated stacks: megatron-core" in str(w.message) for w in caught)
+    assert float(other.step_time) == float(evaluate_record(a100_record).step_time)
+
+
 def test_step_overhead_adds_exactly_its_seconds(tmp_path):
     path = write(tmp_path, "[framework]\nstep_overhead_s = 2.0\n")
     base = evaluate("llama3-8b", "dgx-h100", "llm-pretrain", plan="tp8")
@@ -185,6 +202,10 @@ def test_cli_run_record_with_a_calibration(tmp_path, a100_record):
 @pytest.mark.parametrize("body, expected", [
     ('[device."H100-SXM-80GB"]\nhbm_eff = 2.0\n', 'device."H100-SXM-80GB".hbm_eff: 2.0 outside the physical range'),
     ('[device."H100-SXM-80GB"]\nhbm_ef = 0.5\n', "hbm_ef: unknown field (did you mean 'hbm_eff'?)"),
+    ('[stack."nemo"]\ncompute_ef = 0.9\n', "stack.\"nemo\".compute_ef: unknown field (did you mean 'compute_eff'?)"),
+    ('[stack."NeMo 24.07"]\ncompute_eff = 0.9\n', 'stack."NeMo 24.07": a stack name is lower case without '
+                                                 'versions or parentheses: write "nemo"'),
+    ('[stack."nemo"]\ncompute_eff = 3.0\n', 'stack."nemo".compute_eff: 3.0 outside the physical range [0.5, 2]'),
 ])
 @pytest.mark.parametrize("command", [
     ["run", "-m", "llama3-8b", "-s", "dgx-h100", "-t", "llm-pretrain"],

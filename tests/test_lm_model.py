@@ -63,6 +63,18 @@ def test_memory_bound_time_is_bytes_over_effective_bandwidth():
     assert memory_bound_time(row(**H100), 2.68e9) == pytest.approx(2.68e9 / (3.35e12 * 0.8), rel=1e-12)
 
 
+def test_stack_compute_eff_divides_every_kernel_time():
+    from fastmodel.kernels.compute import attention_time
+
+    base, slow = row(**H100), row(**H100, stack_compute_eff=0.8)    # a stack at 80% of the modelled speed
+    n = 8192.0
+    assert gemm_time(slow, n, n, n, False) == pytest.approx(gemm_time(base, n, n, n, False) / 0.8, rel=1e-12)
+    assert memory_bound_time(slow, 2.68e9) == pytest.approx(2.68e9 / (3.35e12 * 0.8) / 0.8, rel=1e-12)
+    flops = 1e15
+    assert attention_time(slow, flops) == pytest.approx(attention_time(base, flops) / 0.8, rel=1e-12)
+    assert gemm_time(row(**H100, stack_compute_eff=1.0), n, n, n, False) == gemm_time(base, n, n, n, False)
+
+
 def test_allreduce_inside_a_node_is_ring_bandwidth_plus_tree_latency():
     r = row(**NET)
     size = 64e6

@@ -11,8 +11,10 @@ chooses it by cross-validation).
 Parameters (``Parameter``): one per fittable column and group that appears in
 the runs -- device x precision for the GEMM efficiency, device for the other
 device efficiencies, device x network tier (``intra``: the NVLink domain,
-``inter``: scale-out) for bandwidth efficiency and latency, and one framework
-overhead per step shared by every run. Built-in (physical) values are the
+``inter``: scale-out) for bandwidth efficiency and latency, one framework
+overhead per step shared by every run, and per software stack (the runs'
+``framework`` reduced by ``stack_name``) the share of the modelled kernel speed
+it attains (``stack_compute_eff``); runs that name no framework get none. Built-in (physical) values are the
 starting point.
 
 1. Identifiability. A parameter is fitted only if the runs constrain it: no run
@@ -37,7 +39,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fastmodel.calibrate.overlay import DEVICE_FIELDS, FRAMEWORK_FIELDS, Calibration, canonical_device, device_aliases
+from fastmodel.calibrate.overlay import (
+    DEVICE_FIELDS,
+    FRAMEWORK_FIELDS,
+    STACK_FIELDS,
+    STACK_GROUP,
+    Calibration,
+    canonical_device,
+    device_aliases,
+    stack_name,
+)
 from fastmodel.errors import FastmodelError
 from fastmodel.variables import COLUMN_INDEX as C
 from fastmodel.variables import COLUMNS
@@ -52,7 +63,8 @@ TIER_COLUMNS = {"intra": ("intra_eff", "intra_latency"), "inter": ("inter_eff", 
 
 @dataclass
 class Parameter:
-    """One fitted quantity: a column's value on every run of a device (or every run: device None)."""
+    """One fitted quantity: a column's value on every run of a device, of a software stack, or (both None)
+    on every run."""
     device: str | None
     column: str
     rows: np.ndarray
@@ -63,9 +75,17 @@ class Parameter:
     value: float = float("nan")
     status: str = ""              # "fitted" or why it kept its physical value
     sensitivity: float = 0.0      # largest |change of log step time| of a PROBE x scale change
+    stack: str | None = None      # the software stack whose runs it applies to (device is then None)
+
+    @property
+    def group(self) -> str | None:
+        """The runs it applies to: a device name, ``stack:NAME``, or None (every run)."""
+        return STACK_GROUP + self.stack if self.stack is not None else self.device
 
     @property
     def label(self) -> str:
+        if self.stack is not None:
+            return f'stack."{self.stack}".{STACK_FIELDS[self.column]}'
         if self.device is None:
             return f"framework.{FRAMEWORK_FIELDS[self.column]}"
         return f'device."{self.device}".{DEVICE_FIELDS[self.column]}'
@@ -91,17 +111,20 @@ class FitResult:
         """The fitted parameters as a calibration overlay (parameters left physical are not in it)."""
         devices: dict[str, dict[str, float]] = {}
         framework: dict[str, float] = {}
+        stacks: dict[str, dict[str, float]] = {}
         for p in self.parameters:
             if not p.fitted:
                 continue
-            if p.device is None:
+            if p.stack is not None:
+                stacks.setdefault(p.stack, {})[p.column] = p.value
+            elif p.device is None:
                 framework[p.column] = p.value
             else:
                 devices.setdefault(p.device, {})[p.column] = p.value
         known = set(device_aliases().values())
         custom = frozenset(d for d in devices if d not in known)
         return Calibration(header=dict(header or {}), devices=devices, framework=framework, custom=custom,
-                           source=source)
+                           source=source, stacks=stacks)
 
 
 def measured_step_times(records) -> np.ndarray:
@@ -177,7 +200,7 @@ def candidate_parameters(records) -> list[Parameter]:
     median_step = float(np.nanmedian(measured_step_times(records)))
     params: list[Parameter] = []
 
-    def make(device, column, rows, status=""):
+    def make(device, column, rows, status="", stack=None):
         col = COLUMNS[C[column]]
         rows = np.asarray(rows, dtype=np.int64)
         values = np.array([records[i].columns[C[column]] for i in rows]) if rows.size else np.array([col.default])
@@ -186,7 +209,8 @@ def candidate_parameters(records) -> list[Parameter]:
             scale = max(start, 0.05 * median_step)
         else:
             scale = start if start > 0 else max(col.default, 1e-6)
-        params.append(Parameter(device, column, rows, start, col.lo, col.hi, scale, value=start, status=status))
+        params.append(Parameter(device, column, rows, start, col.lo, col.hi, scale, value=start, status=status,
+                                stack=stack))
 
     for device in sorted(by_device):
         rows = by_device[device]
@@ -204,6 +228,14 @@ def candidate_parameters(records) -> list[Parameter]:
             make(device, column, rows, status)
     for column in FRAMEWORK_FIELDS:
         make(None, column, np.arange(len(records)))
+    by_stack: dict[str, list[int]] = {}
+    for i, r in enumerate(records):
+        stack = stack_name(r.raw.get("framework"))
+        if stack is not None:
+            by_stack.setdefault(stack, []).append(i)
+    for stack in sorted(by_stack):
+        for column in STACK_FIELDS:
+            make(None, column, by_stack[stack], stack=stack)
     return params
 
 
@@ -230,11 +262,12 @@ def select_identifiable(problem: Problem, params: list[Parameter], min_effect: f
     delta = r[1:] - r[0]                                 # change of each residual for each probe
     block_runs: dict[str | None, int] = {}
     for p in params:
-        block_runs[p.device] = p.rows.size
+        block_runs[p.group] = p.rows.size
     fitted_in_block: dict[str | None, int] = {}
     basis: list[np.ndarray] = []
     owners: list[int] = []
-    order = sorted(range(len(open_)), key=lambda k: -np.linalg.norm(delta[k]))
+    # software stacks first: a device's efficiency is fitted only on what its runs' stacks leave unexplained
+    order = sorted(range(len(open_)), key=lambda k: (params[open_[k]].stack is None, -np.linalg.norm(delta[k])))
     for k in order:
         p = params[open_[k]]
         p.sensitivity = float(np.max(np.abs(delta[k]))) if delta.shape[1] else 0.0
@@ -251,13 +284,13 @@ def select_identifiable(problem: Problem, params: list[Parameter], min_effect: f
             twin = params[owners[int(np.argmax(np.abs(coefs)))]].label
             p.status = f"not separable from {twin} in these runs"
             continue
-        limit = max(1, block_runs[p.device] // runs_per_parameter)
-        if fitted_in_block.get(p.device, 0) >= limit:
-            p.status = f"too few runs: {block_runs[p.device]} runs pin at most {limit} parameter(s)"
+        limit = max(1, block_runs[p.group] // runs_per_parameter)
+        if fitted_in_block.get(p.group, 0) >= limit:
+            p.status = f"too few runs: {block_runs[p.group]} runs pin at most {limit} parameter(s)"
             continue
         basis.append(v / np.linalg.norm(v))
         owners.append(open_[k])
-        fitted_in_block[p.device] = fitted_in_block.get(p.device, 0) + 1
+        fitted_in_block[p.group] = fitted_in_block.get(p.group, 0) + 1
         p.status = "fitted"
 
 

@@ -20,16 +20,27 @@ its physical, built-in value (``specs/devices/*.toml``). Layout::
     [framework]
     step_overhead_s = 0.05                 # every run, every device
 
+    [stack."megatron-lm"]                  # runs whose framework names this software stack
+    compute_eff = 0.93                     # share of the modelled kernel speed the stack attains
+
 A device without a built-in file is allowed when its table says
 ``custom = true`` (otherwise an unknown name is a typo and an error). Every
 value is checked against the registry bounds; errors name file, field path and
 reason, with the nearest valid key.
+
+A *stack* is the software a run used, named by its framework text (a run
+record's ``framework``, an execution spec's ``framework``) reduced by
+:func:`stack_name`: lower case, up to the first ``(`` or ``,``, version numbers
+dropped -- ``"PyTorch 1.10 FSDP (minGPT)"`` and ``"PyTorch FSDP"`` are both
+``pytorch fsdp``. A ``[stack."NAME"]`` table applies only to evaluations whose
+framework reduces to NAME.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
@@ -59,10 +70,12 @@ _FIELD_PATHS = {
     "inter_eff": "inter.eff",
     "inter_latency": "inter.latency_s",
 }
+#: registry column -> field of a ``[stack."NAME"]`` table (applies to runs of that software stack)
+STACK_FIELDS: dict[str, str] = {"stack_compute_eff": "compute_eff"}
 #: registry column -> field path inside a ``[device."NAME"]`` table: every fittable column (registry order)
-#: except the framework ones
+#: except the framework and stack ones
 DEVICE_FIELDS: dict[str, str] = {c.name: _FIELD_PATHS.get(c.name, c.name) for c in COLUMNS
-                                 if c.fittable and c.name not in FRAMEWORK_FIELDS}
+                                 if c.fittable and c.name not in FRAMEWORK_FIELDS and c.name not in STACK_FIELDS}
 
 HEADER_FIELDS = {
     "format": int, "fitted_on": str, "runs": int, "fitted_at": str, "sha256": str, "fastmodel": str,
@@ -84,6 +97,20 @@ def device_aliases() -> dict[str, str]:
     return aliases
 
 
+_VERSION = re.compile(r"\bv?\d[\w.]*")
+
+
+def stack_name(framework: str | None) -> str | None:
+    """The software stack a framework text names: lower case, up to the first ``(`` or ``,``, version
+    numbers dropped, spaces collapsed (``"PyTorch 1.10 FSDP (minGPT)"`` -> ``"pytorch fsdp"``); None when
+    the text is missing or names nothing."""
+    if not isinstance(framework, str):
+        return None
+    head = re.split(r"[(,;]", framework, maxsplit=1)[0].lower()
+    name = " ".join(_VERSION.sub(" ", head).split())
+    return name or None
+
+
 def canonical_device(gpu: str) -> str:
     """The canonical built-in name of ``gpu`` (its device file's first name), or ``gpu`` itself."""
     return device_aliases().get(gpu.lower(), gpu)
@@ -91,18 +118,22 @@ def canonical_device(gpu: str) -> str:
 
 @dataclass(frozen=True)
 class Calibration:
-    """Fitted values by device (canonical name -> column -> value) and for every run (``framework``)."""
+    """Fitted values by device (canonical name -> column -> value), for every run (``framework``) and by
+    software stack (:func:`stack_name` -> column -> value)."""
     header: dict = field(default_factory=dict)
     devices: dict[str, dict[str, float]] = field(default_factory=dict)
     framework: dict[str, float] = field(default_factory=dict)
+    stacks: dict[str, dict[str, float]] = field(default_factory=dict)
     custom: frozenset = frozenset()          # device names without a built-in file
     source: str = ""
     digest: str = ""                         # sha256 of the file's bytes (read_calibration)
 
-    def values_for(self, gpu: str) -> dict[str, float]:
-        """Column values the calibration sets for a run on ``gpu`` (framework values included)."""
+    def values_for(self, gpu: str, framework: str | None = None) -> dict[str, float]:
+        """Column values the calibration sets for a run on ``gpu`` with software ``framework`` (its
+        ``[framework]`` values and its ``[stack]`` table for that framework's stack included)."""
         out = dict(self.framework)
         out.update(self.devices.get(canonical_device(gpu), {}))
+        out.update(self.stacks.get(stack_name(framework) or "", {}))
         return out
 
     def fingerprint(self) -> str:
@@ -150,7 +181,7 @@ def _quote(name: str) -> str:
 
 def parse_calibration(data: dict, source: str = "<calibration>") -> Calibration:
     """Check a parsed calibration document; raises SpecError naming ``source``, field path and reason."""
-    top = ("calibration", "device", "framework")
+    top = ("calibration", "device", "framework", "stack")
     for key in data:
         if key not in top:
             raise SpecError(source, key, f"unknown table{nearest(key, top)}; expected one of {', '.join(top)}")
@@ -218,7 +249,31 @@ def parse_calibration(data: dict, source: str = "<calibration>") -> Calibration:
             raise SpecError(source, f"framework.{path}", f"unknown field{nearest(path, FRAMEWORK_FIELDS.values())}")
         framework[column] = _bounded(value, column, f"framework.{path}", source)
     return Calibration(header=dict(header), devices=devices, framework=framework, custom=frozenset(custom),
-                       source=source)
+                       source=source, stacks=_parse_stacks(data.get("stack", {}), source))
+
+
+def _parse_stacks(block: Any, source: str) -> dict[str, dict[str, float]]:
+    """``[stack."NAME"]`` tables: NAME as :func:`stack_name` reduces it, fields of ``STACK_FIELDS``."""
+    if not isinstance(block, dict):
+        raise SpecError(source, "stack", 'expected tables [stack."NAME"]')
+    by_path = {p: c for c, p in STACK_FIELDS.items()}
+    stacks: dict[str, dict[str, float]] = {}
+    for name, table in block.items():
+        where = f"stack.{_quote(name)}"
+        if not isinstance(table, dict):
+            raise SpecError(source, where, f"expected a table, got {table!r}")
+        key = stack_name(name)
+        if key != name:
+            raise SpecError(source, where, f"a stack name is lower case without versions or parentheses: "
+                                           f"write {_quote(key) if key else 'a framework name'}")
+        values: dict[str, float] = {}
+        for path, value in _flatten(table).items():
+            column = by_path.get(path)
+            if column is None:
+                raise SpecError(source, f"{where}.{path}", f"unknown field{nearest(path, STACK_FIELDS.values())}")
+            values[column] = _bounded(value, column, f"{where}.{path}", source)
+        stacks[key] = values
+    return stacks
 
 
 def read_calibration(path: str | Path) -> Calibration:
@@ -259,7 +314,7 @@ def apply_calibration(records: list, calibration: "Calibration | str | Path | No
         return list(records)
     out = []
     for record in records:
-        values = cal.values_for(record.gpu)
+        values = cal.values_for(record.gpu, record.raw.get("framework"))
         if not values:
             out.append(record)
             continue
@@ -288,6 +343,10 @@ def _toml_value(value: Any) -> str:
         return repr(float(f"{value:.6g}"))
     text = str(value).replace("\\", "\\\\").replace('"', '\\"')
     return f'"{text}"'
+
+
+#: prefix of a stack's key in ``to_toml``'s ``comments`` / ``device_notes`` (device names never start so)
+STACK_GROUP = "stack:"
 
 
 def to_toml(cal: Calibration, comments: dict[tuple[str | None, str], str] | None = None,
@@ -327,6 +386,14 @@ def to_toml(cal: Calibration, comments: dict[tuple[str | None, str], str] | None
             if column in cal.framework:
                 lines.append(value_line(path, cal.framework[column], comments.get((None, column))))
         lines += [f"# {note}" for note in device_notes.get(None, [])]
+    for name in sorted(set(cal.stacks) | {g[len(STACK_GROUP):] for g in device_notes
+                                          if isinstance(g, str) and g.startswith(STACK_GROUP)}):
+        group = STACK_GROUP + name
+        lines += ["", f"[stack.{_quote(name)}]"]
+        for column, path in STACK_FIELDS.items():
+            if column in cal.stacks.get(name, {}):
+                lines.append(value_line(path, cal.stacks[name][column], comments.get((group, column))))
+        lines += [f"# {note}" for note in device_notes.get(group, [])]
     return "\n".join(lines) + "\n"
 
 

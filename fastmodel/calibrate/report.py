@@ -77,10 +77,10 @@ def toml_annotations(result: FitResult):
     comments, notes = {}, {}
     for p in result.parameters:
         if p.fitted:
-            comments[(p.device, p.column)] = f"physical {_fmt(p.start)}, bounds [{p.lo:g}, {p.hi:g}]"
+            comments[(p.group, p.column)] = f"physical {_fmt(p.start)}, bounds [{p.lo:g}, {p.hi:g}]"
         else:
-            name = p.label.split(".", 2)[-1] if p.device is not None else p.label.split(".", 1)[1]
-            notes.setdefault(p.device, []).append(f"left physical ({_fmt(p.start)}): {name}: {p.status}")
+            name = p.label.split(".", 2)[-1] if p.group is not None else p.label.split(".", 1)[1]
+            notes.setdefault(p.group, []).append(f"left physical ({_fmt(p.start)}): {name}: {p.status}")
     return comments, notes
 
 

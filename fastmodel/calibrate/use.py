@@ -19,7 +19,15 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
-from fastmodel.calibrate.overlay import DEVICE_FIELDS, FRAMEWORK_FIELDS, Calibration, canonical_device, overlay_columns
+from fastmodel.calibrate.overlay import (
+    DEVICE_FIELDS,
+    FRAMEWORK_FIELDS,
+    STACK_FIELDS,
+    Calibration,
+    canonical_device,
+    overlay_columns,
+    stack_name,
+)
 from fastmodel.variables import COLUMN_INDEX as C
 
 TIERS = {"intra": ("intra_eff", "intra_latency"), "inter": ("inter_eff", "inter_latency")}
@@ -29,11 +37,12 @@ class CalibrationWarning(UserWarning):
     """A calibration leaves part of an evaluation at its physical values (device or tier not calibrated)."""
 
 
-def overlay(columns: np.ndarray, cal: Calibration | None, gpu: str) -> np.ndarray:
-    """A copy of ``columns`` (a column vector, or a table columns-first) with ``cal``'s values for ``gpu``."""
+def overlay(columns: np.ndarray, cal: Calibration | None, gpu: str, framework: str | None = None) -> np.ndarray:
+    """A copy of ``columns`` (a column vector, or a table columns-first) with ``cal``'s values for ``gpu``
+    and the software stack of ``framework``."""
     if cal is None:
         return columns
-    return overlay_columns(columns, cal.values_for(gpu))
+    return overlay_columns(columns, cal.values_for(gpu, framework))
 
 
 def tiers_used(columns: np.ndarray) -> set[str]:
@@ -48,28 +57,44 @@ def tiers_used(columns: np.ndarray) -> set[str]:
     return used
 
 
-def applied(cal: Calibration, gpus: Iterable[str]) -> dict[str, float]:
-    """The calibration values applied to runs on ``gpus``, by the calibration file's field path."""
+def applied(cal: Calibration, gpus: Iterable[str], frameworks: Iterable[str | None] = ()) -> dict[str, float]:
+    """The calibration values applied to runs on ``gpus`` with software ``frameworks``, by the calibration
+    file's field path."""
     out = {f"framework.{FRAMEWORK_FIELDS[c]}": v for c, v in cal.framework.items()}
     for device in sorted({canonical_device(g) for g in gpus}):
         for column, value in cal.devices.get(device, {}).items():
             out[f'device."{device}".{DEVICE_FIELDS[column]}'] = value
+    for stack in sorted({s for s in map(stack_name, frameworks) if s is not None}):
+        for column, value in cal.stacks.get(stack, {}).items():
+            out[f'stack."{stack}".{STACK_FIELDS[column]}'] = value
     return out
 
 
-def attrs(cal: Calibration | None, gpus: Iterable[str]) -> dict[str, str]:
+def attrs(cal: Calibration | None, gpus: Iterable[str], frameworks: Iterable[str | None] = ()) -> dict[str, str]:
     """Dataset attrs recording the calibration (none without one)."""
     if cal is None:
         return {}
     return {"calibration": Path(cal.source).name if cal.source else "(in memory)",
             "calibration_sha256": cal.fingerprint(),
-            "calibration_values": json.dumps(applied(cal, gpus))}
+            "calibration_values": json.dumps(applied(cal, gpus, frameworks))}
 
 
-def mismatches(cal: Calibration, tiers_by_gpu: Mapping[str, set[str]]) -> list[str]:
-    """One line per evaluated device the calibration does not cover, and per tier used it sets nothing for."""
+def mismatches(cal: Calibration, tiers_by_gpu: Mapping[str, set[str]],
+               frameworks: Iterable[str | None] = ()) -> list[str]:
+    """One line per evaluated device the calibration does not cover, per tier used it sets nothing for, and
+    (when it has ``[stack]`` tables) per evaluated framework whose stack it has no table for."""
     name = cal.source or "calibration (in memory)"
     lines = []
+    if cal.stacks:
+        have = ", ".join(sorted(cal.stacks))
+        for framework in sorted(set(frameworks), key=str):
+            stack = stack_name(framework)
+            if stack is None:
+                lines.append(f"{name}: the evaluation names no framework, so no [stack] table applies "
+                             f"(calibrated stacks: {have}); its kernels keep their modelled speed")
+            elif stack not in cal.stacks:
+                lines.append(f"{name}: no [stack.\"{stack}\"] table for framework {framework!r} (calibrated "
+                             f"stacks: {have}); its kernels keep their modelled speed")
     for gpu in sorted(tiers_by_gpu):
         device = canonical_device(gpu)
         table = cal.devices.get(device)
@@ -87,11 +112,13 @@ def mismatches(cal: Calibration, tiers_by_gpu: Mapping[str, set[str]]) -> list[s
     return lines
 
 
-def check(cal: Calibration | None, tiers_by_gpu: Mapping[str, set[str]], stacklevel: int = 3) -> None:
-    """Warn (:class:`CalibrationWarning`) about every mismatch of ``cal`` and the evaluated devices / tiers."""
+def check(cal: Calibration | None, tiers_by_gpu: Mapping[str, set[str]], stacklevel: int = 3,
+          frameworks: Iterable[str | None] = ()) -> None:
+    """Warn (:class:`CalibrationWarning`) about every mismatch of ``cal`` and the evaluated devices, tiers and
+    software stacks."""
     if cal is None:
         return
-    for line in mismatches(cal, tiers_by_gpu):
+    for line in mismatches(cal, tiers_by_gpu, frameworks):
         warnings.warn(line, CalibrationWarning, stacklevel=stacklevel)
 
 
