@@ -223,7 +223,7 @@ def lower_record(data: dict, source: str | None = None) -> RunRecord:
         values["optimizer"] = encode("optimizer", name if name in CODE_TABLES["optimizer"] else "adam")
     if values["vp"] > 1:
         values["pipeline_schedule"] = encode("pipeline_schedule", "interleaved")
-    if values["layers"] % (values["pp"] * values["vp"]):
+    if values["layers"] % (values["pp"] * values["vp"]) or plan.get("uneven_stages") is True:
         values["uneven_stages"] = 1.0             # the run balanced its layers unevenly over the stages
     framework = data.get("framework")
     normalization = str(model.get("normalization", "")).lower()

@@ -127,6 +127,8 @@ class ExecutionSpec(_Spec):
     fp8_params: bool = False
     grad_reduce_dtype: Literal["fp32", "bf16", "fp16"] = "fp32"
     optimizer: Literal["adam", "adamw", "sgd", "adafactor"] = "adam"
+    uneven_stages: bool = Field(False, description="Allow layers not divisible by pp x vp: the busiest stage "
+                                                   "holds ceil(layers / (pp x vp)) x vp layers.")
     framework: str | None = Field("Megatron-Core", description="Selects fused kernels and overlap (runs.py rules).")
 
     def plan_block(self, **degrees) -> dict:

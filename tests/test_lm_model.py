@@ -327,3 +327,15 @@ def test_a_run_record_with_uneven_stages_runs(tmp_path):
     result = CliRunner().invoke(main, ["run", "-m", str(path)])
     assert result.exit_code == 0, result.output
     assert "step time" in result.output
+
+
+def test_an_execution_spec_allows_uneven_stages():
+    from fastmodel.errors import PlanError
+    from fastmodel.lm_api import evaluate_lm
+
+    # DeepSeek-V3 has 61 layers: 16 pipeline stages cannot hold them evenly
+    with pytest.raises(PlanError, match="uneven_stages"):
+        evaluate_lm("deepseek-v3", "dgx-h100", "llm-pretrain", plan="tp1.pp16.ep64", num_nodes=128)
+    ds = evaluate_lm("deepseek-v3", "dgx-h100", "llm-pretrain", plan="tp1.pp16.ep64", num_nodes=128,
+                     execution={"uneven_stages": True})
+    assert int(ds.status) == 0 and 0 < float(ds.step_time) < float("inf")
