@@ -217,6 +217,8 @@ def candidate_parameters(records) -> list[Parameter]:
         precisions = {int(records[i].columns[C["precision"]]) for i in rows}
         tiers = set().union(*(_tiers_used(records[i].columns) for i in rows))
         for column in DEVICE_FIELDS:
+            if COLUMNS[C[column]].group == "serve":      # serving-engine columns: no training step uses them
+                continue
             status = ""
             if column == "gemm_eff_8" and 1 not in precisions:
                 status = "no FP8 run on this device"
