@@ -140,9 +140,9 @@ def stall_free_seconds(sweep, repeats: int) -> float:
             best = min(best, time.perf_counter() - t)
         total += best
     t = time.perf_counter()
-    from fastmodel.sweep import _assemble
+    from fastmodel.sweep.dataset import assemble
 
-    _assemble(sweep, out, status)
+    assemble(sweep, out, status)
     return total + (time.perf_counter() - t)
 
 

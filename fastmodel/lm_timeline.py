@@ -8,7 +8,7 @@ and the backward of each layer (recompute first), then the cool-down bubble, the
 once-per-step data-parallel reduction, the optimizer step and the host overhead.
 
 Durations come from the kernel's own results (``lm_engine.evaluate_table``)
-and its per-layer terms (``kernels/lm_step.head_costs``, ``recompute_share``),
+and its per-layer terms (``kernels/lm_layer.head_costs``, ``recompute_share``),
 so the timeline ends exactly at the predicted step time. A collective ends
 where its exposed part ends: the compute stream waits for that part (a gap) and
 the rest overlaps the layer's compute. Within a layer the forward / backward
@@ -74,7 +74,7 @@ class _Builder:
 
 def timeline(columns: np.ndarray) -> Timeline:
     """The per-op timeline of the configuration ``columns`` (a registry column vector)."""
-    from fastmodel.kernels.lm_step import N_WORK, W_GEMM, W_MEM, W_TP, head_costs, recompute_share
+    from fastmodel.kernels.lm_layer import N_WORK, W_GEMM, W_MEM, W_TP, head_costs, recompute_share
     from fastmodel.lm_engine import evaluate_table
 
     columns = np.asarray(columns, dtype=np.float64)

@@ -53,12 +53,12 @@ def bytes_per_config(sweep: RealSweep) -> int:
 def check_real_size(sweep: RealSweep, output: str, to_store: bool, confirmed: bool = False) -> str:
     """Size estimate as text; SweepError over 10^10 points, more disk than is free or (in memory) more than half
     the available memory, unless ``confirmed`` (the last is refused even then: write a .zarr store)."""
-    from fastmodel.sweep import CONFIRM_CONFIGS, _human_bytes, available_memory_bytes
+    from fastmodel.sweep.size import CONFIRM_CONFIGS, available_memory_bytes, human_bytes
 
     need = sweep.num_configs * bytes_per_config(sweep)
-    text = f"about {_human_bytes(need)} {'on disk' if to_store else 'of output'} uncompressed"
+    text = f"about {human_bytes(need)} {'on disk' if to_store else 'of output'} uncompressed"
     if not to_store and need > available_memory_bytes() // 2:
-        raise SweepError(f"{sweep.num_configs:,} configurations need about {_human_bytes(need)} in memory, more than "
+        raise SweepError(f"{sweep.num_configs:,} configurations need about {human_bytes(need)} in memory, more than "
                          "half of what is available; write a .zarr store (-o out.zarr) instead")
     if confirmed:
         return text
@@ -69,8 +69,8 @@ def check_real_size(sweep: RealSweep, output: str, to_store: bool, confirmed: bo
     except OSError:
         free = None
     if free is not None and need > free:
-        raise SweepError(f"{sweep.num_configs:,} configurations need up to {_human_bytes(need)} but only "
-                         f"{_human_bytes(free)} is free there; pass --yes to run it anyway")
+        raise SweepError(f"{sweep.num_configs:,} configurations need up to {human_bytes(need)} but only "
+                         f"{human_bytes(free)} is free there; pass --yes to run it anyway")
     return text
 
 

@@ -13,7 +13,8 @@ from fastmodel.kernels.lm_layout import (
     C_HBM_BYTES, C_USABLE_HBM_FRACTION, N_MEMORY_KINDS, N_RESULTS, R_FITS_MEMORY, R_MEMORY_PER_DEVICE,
     R_MEMORY_WEIGHTS,
 )
-from fastmodel.kernels.lm_step import N_WORK, step_row
+from fastmodel.kernels.lm_layer import N_WORK
+from fastmodel.kernels.lm_step import step_row
 from fastmodel.kernels.memory import memory_row
 
 #: rows per prange chunk

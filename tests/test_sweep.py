@@ -141,7 +141,7 @@ def test_structural_axes_layers_and_kind():
 
 
 def test_too_large_without_store(monkeypatch):
-    monkeypatch.setattr(sweep_module, "available_memory_bytes", lambda: 1 << 20)
+    monkeypatch.setattr(importlib.import_module("fastmodel.sweep.size"), "available_memory_bytes", lambda: 1 << 20)
     with pytest.raises(SweepError, match="GiB .* zarr"):
         sweep("llama-7b", "dc-a", "llm-pretrain-fsdp", {"flops_util": {"start": 0.1, "stop": 1.0, "num": 10_000}})
 

@@ -1,0 +1,61 @@
+"""The one Dask client helper: scheduler addresses, connecting, and running a store's units on workers."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Callable
+
+from fastmodel.errors import SweepError
+from fastmodel.sweep.definition import Sweep
+from fastmodel.sweep.grid import Unit
+from fastmodel.sweep.store import write_units_task
+
+
+def check_scheduler_address(scheduler: str) -> None:
+    """SweepError unless ``scheduler`` reads as a Dask scheduler address (``tcp://host:8786``)."""
+    import re
+
+    if not re.match(r"^(tcp|tls|ucx|ws|wss)://[^\s:/]+(:\d+)?/?$", str(scheduler)):
+        raise SweepError(f"--scheduler {scheduler!r} is not a scheduler address; write e.g. tcp://host:8786")
+
+
+def connect(scheduler: str | None = None, workers: int | None = None):
+    """(client, cluster) for a Dask scheduler address or a local cluster of ``workers`` processes."""
+    from distributed import Client, LocalCluster
+
+    if scheduler is not None:
+        check_scheduler_address(scheduler)
+        try:
+            return Client(scheduler, timeout=10), None
+        except (OSError, TimeoutError, ValueError) as error:
+            raise SweepError(f"--scheduler {scheduler}: cannot connect ({' '.join(str(error).split()) or type(error).__name__})") \
+                from None
+    cluster = LocalCluster(n_workers=int(workers), threads_per_worker=1, processes=True, dashboard_address=None)
+    return Client(cluster), cluster
+
+
+def _check_workers_see(client, path: str) -> None:
+    """Every worker must see the store (same path on a shared filesystem), or nothing is written."""
+    seen = client.run(os.path.isdir, path)
+    blind = sorted(worker for worker, ok in seen.items() if not ok)
+    if blind:
+        raise SweepError(f"{path}: {len(blind)} of {len(seen)} Dask workers cannot see the store (e.g. {blind[0]}); "
+                         "write it on a filesystem every worker mounts at the same path")
+
+
+def write_units_on_cluster(client, sweep: Sweep, path: str, todo: list[Unit],
+                           progress: Callable[[int], None] | None = None) -> None:
+    """Write ``todo`` into the store at ``path`` with the workers of ``client`` (about 8 tasks per worker)."""
+    _check_workers_see(client, path)
+    definition_json = json.dumps(sweep.definition())
+    per_task = max(1, len(todo) // (8 * max(1, len(client.scheduler_info().get("workers", {})))))
+    batches = [todo[k:k + per_task] for k in range(0, len(todo), per_task)]
+    futures = [client.submit(write_units_task, definition_json, path, [u.index for u in batch], pure=False)
+               for batch in batches]
+    from distributed import as_completed
+
+    for future in as_completed(futures):
+        written = future.result()
+        if progress:
+            progress(written)

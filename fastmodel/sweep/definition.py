@@ -1,0 +1,222 @@
+"""A sweep definition: base specs, semantics and axes; their checks; its JSON round trip.
+
+:class:`Sweep` resolves the axes (every value must make a valid spec, before
+any work), and is the object every runner works on: its grid layout
+(:mod:`.grid`), the evaluation of a unit (:mod:`.evaluation`) and the labels
+of its results (:mod:`.dataset`) are its base classes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from fastmodel.errors import FastmodelError, SpecError, SweepError, nearest
+from fastmodel.loader import load_model, load_system, load_task, validate
+from fastmodel.results import NAMES
+from fastmodel.semantics import get_semantics
+from fastmodel.sweep.dataset import DatasetLabels
+from fastmodel.sweep.evaluation import UnitEvaluation, set_path
+from fastmodel.sweep.grid import GridLayout
+from fastmodel.sweep_axes import NUM_DEVICES, SPEC_AXES, STRUCTURAL, axis_dim, axis_path, axis_values, plan_values
+
+#: default size of a unit of work, in configurations
+UNIT_CONFIGS = 1 << 18
+#: most combinations of structural axes (plans x models x layer counts ...), each checked and lowered up front
+MAX_STRUCTURAL_COMBINATIONS = 1_000_000
+#: result variables stored as float64 (fits_memory and status are stored as bool / int8)
+FLOAT_VARIABLES = tuple(n for n in NAMES if n != "fits_memory")
+
+
+@dataclass(frozen=True)
+class Axis:
+    name: str            # dataset dimension
+    path: str            # spec field path, or "plan", "model", "system"
+    values: np.ndarray   # coordinate values (plan labels for the plan axis)
+    structural: bool
+
+
+class Sweep(GridLayout, UnitEvaluation, DatasetLabels):
+    """A sweep definition: base specs, semantics and axes (each value checked), with its grid layout, unit
+    evaluation and result labels (the base classes)."""
+
+    def __init__(self, model: Any, system: Any, task: Any, axes: dict[str, Any],
+                 semantics: Any = "default", unit_configs: int = UNIT_CONFIGS,
+                 axis_specs: dict[str, list[dict]] | None = None):
+        self.model = load_model(model)
+        self.system = load_system(system)
+        self.task = load_task(task)
+        self.models = [self.model]      # one per value of a model axis
+        self.systems = [self.system]    # one per value of a system axis
+        self.semantics = get_semantics(semantics)
+        self.unit_configs = int(unit_configs)
+        self._axis_specs = axis_specs or {}  # model/system axes: the specs themselves (from a stored definition)
+        if not isinstance(axes, dict) or not axes:
+            raise SweepError("a sweep needs at least one axis (e.g. plan = 'all')")
+        self.axes = self._resolve_axes(axes)
+        self.shape = tuple(len(a.values) for a in self.axes)
+        self.dims = tuple(a.name for a in self.axes)
+        self.num_configs = math.prod(self.shape)
+        self.structural_axes = [i for i, a in enumerate(self.axes) if a.structural]
+        self.numeric_axes = [i for i, a in enumerate(self.axes) if not a.structural]
+        programs = math.prod(self.shape[i] for i in self.structural_axes)
+        if programs > MAX_STRUCTURAL_COMBINATIONS:
+            raise SweepError(f"the structural axes ({', '.join(self.axes[i].name for i in self.structural_axes)}) "
+                             f"make {programs:,} combinations, each its own program; at most "
+                             f"{MAX_STRUCTURAL_COMBINATIONS:,}")
+        self.block = self._block_shape()
+        # a result variable that is also an axis (global_batch) is the coordinate itself
+        self.float_variables = tuple(n for n in FLOAT_VARIABLES if n not in self.dims)
+        self._combos = self._structural_combinations()
+        for combo in self._combos:  # every structural combination must make valid specs, before any work
+            self._combo_specs(combo)
+
+    # --- definition -----------------------------------------------------------
+
+    def _resolve_axes(self, axes: dict[str, Any]) -> list[Axis]:
+        resolved: list[Axis] = []
+        seen: dict[str, str] = {}
+        plan_spec = None
+        for name, spec in axes.items():
+            path = axis_path(str(name))
+            if path in seen:
+                raise SweepError(f"axes {seen[path]!r} and {name!r} are the same field {path}")
+            seen[path] = str(name)
+            if path == "plan":
+                plan_spec = spec
+                resolved.append(Axis("plan", "plan", np.array([], dtype=object), True))
+                continue
+            if path in SPEC_AXES:
+                resolved.append(Axis(path, path, self._load_spec_axis(path, spec), True))
+                continue
+            if {NUM_DEVICES, "system.num_nodes"} <= set(seen):
+                raise SweepError("give either a num_devices or a num_nodes axis, not both")
+            values = axis_values(path, spec)
+            self._validate_values(path, values)
+            resolved.append(Axis(axis_dim(path), path, values, path in STRUCTURAL))
+        clusters = self._clusters(resolved)
+        families = {m.family for m in self.models}
+        if "dlrm-transformer" in families and len(families) > 1:
+            raise SweepError("a model axis cannot mix dlrm-transformer (three plan components) with other families")
+        if plan_spec is not None:
+            plans = plan_values(plan_spec, clusters, transformer="dlrm-transformer" in families)
+            self.plans = plans
+            labels = np.array([p.shape if all(lv.degree is None for lv in p.levels) else p.label
+                               for p in plans], dtype=object)
+            resolved = [Axis("plan", "plan", labels, True) if a.path == "plan" else a for a in resolved]
+        else:
+            if self.task.plan is None:
+                raise SweepError(f"task {self.task.name!r} leaves the plan open: add a 'plan' axis (e.g. plan = 'all')")
+            self.plans = [self.task.parsed_plan]
+            try:
+                from fastmodel.plans import check_plan_static
+                check_plan_static(self.plans[0])
+            except FastmodelError as error:
+                raise SweepError(f"task plan: {error}") from None
+        want_three = "dlrm-transformer" in families
+        for plan in self.plans:
+            if bool(plan.transformer) != want_three:
+                raise SweepError(f"plan {plan.label!r}: a {'/'.join(sorted(families))} plan has "
+                                 f"{'three components MLP/EMB/TRANSFORMER' if want_three else 'two components DENSE/EMB'}")
+        return resolved
+
+    def _load_spec_axis(self, path: str, spec: Any) -> np.ndarray:
+        """Names of a model or system axis, each loaded (and checked) now."""
+        names = spec if isinstance(spec, (list, tuple)) else [spec]
+        if not names:
+            raise SweepError(f"axis {path} is empty")
+        if len(set(map(str, names))) != len(names):
+            raise SweepError(f"axis {path}: duplicate name")
+        loader = load_model if path == "model" else load_system
+        stored = self._axis_specs.get(path)
+        if stored is not None and len(stored) != len(names):
+            raise SweepError(f"axis {path}: {len(names)} names but {len(stored)} stored specs")
+        try:
+            specs = [loader(spec) for spec in (stored if stored is not None else names)]
+        except FastmodelError as error:
+            raise SweepError(f"axis {path}: {error}") from None
+        if path == "model":
+            self.models = specs
+            self.model = specs[0]
+        else:
+            self.systems = specs
+            self.system = specs[0]
+        return np.array([str(name) for name in names], dtype=object)
+
+    def _validate_values(self, path: str, values: np.ndarray) -> None:
+        """Every axis value must make a valid spec on its own (ranges, units, rules)."""
+        if path == NUM_DEVICES:
+            if any(v < 1 for v in values):
+                raise SweepError(f"axis num_devices: every value must be a positive integer (got {values.tolist()})")
+            return
+        root = path.split(".")[0]
+        bases = {"model": self.models, "system": self.systems, "task": [self.task]}[root]
+        for base in bases:
+            cls = type(base)
+            if root == "model" and path.split(".")[1] not in cls.model_fields:
+                raise SweepError(f"axis {axis_dim(path)}: {base.family} model {base.name!r} has no field "
+                                 f"{path.split('.', 1)[1]!r}{nearest(path.split('.')[1], cls.model_fields)}")
+            for value in values:
+                data = base.model_dump()
+                value = value.item() if isinstance(value, np.generic) else value
+                if path == "task.global_batch":
+                    data["local_batch"] = None
+                set_path(data, path, value)
+                try:
+                    validate(cls, data, None, root)
+                except SpecError as error:
+                    raise SweepError(f"axis {axis_dim(path)} = {value!r}: {error}") from None
+
+    def _clusters(self, axes: list[Axis]) -> list[tuple[int, int]]:
+        by_path = {a.path: a.values for a in axes}
+        clusters = []
+        for system in self.systems:
+            per_node = by_path.get("system.devices_per_node", [system.devices_per_node])
+            for d in per_node:
+                if NUM_DEVICES in by_path:
+                    nodes = [n // d for n in by_path[NUM_DEVICES] if n % d == 0 and n >= d]
+                else:
+                    nodes = by_path.get("system.num_nodes", [system.num_nodes])
+                clusters += [(int(n), int(d)) for n in nodes]
+        return clusters
+
+    def definition(self) -> dict:
+        """JSON-able definition that recreates this sweep (stored in the dataset attrs)."""
+        axes = {}
+        for axis in self.axes:
+            values = axis.values.tolist()
+            axes[axis.name if axis.path == "plan" or axis_path(axis.name) == axis.path else axis.path] = values
+        definition = {
+            "model": self.model.model_dump(),
+            "system": self.system.model_dump(),
+            "task": self.task.model_dump(),
+            "semantics": self.semantics.model_dump(),
+            "axes": axes,
+            "unit_configs": self.unit_configs,
+        }
+        # model/system axes keep their names as coordinates and the specs themselves here, so a worker
+        # or a resume rebuilds the same sweep wherever it runs, and an edited spec file is noticed
+        specs = {axis.path: [spec.model_dump() for spec in (self.models if axis.path == "model" else self.systems)]
+                 for axis in self.axes if axis.path in SPEC_AXES}
+        if specs:
+            definition["axis_specs"] = specs
+        return definition
+
+    @classmethod
+    def from_definition(cls, definition: dict) -> "Sweep":
+        semantics = dict(definition["semantics"])
+        semantics.pop("name", None)
+        return cls(definition["model"], definition["system"], definition["task"], definition["axes"],
+                   {"base": "madmax", **semantics}, definition.get("unit_configs", UNIT_CONFIGS),
+                   definition.get("axis_specs"))
+
+
+@lru_cache(maxsize=8)
+def sweep_from_json(definition_json: str) -> Sweep:
+    """The sweep of a JSON definition, cached (a Dask worker rebuilds it once for all its tasks)."""
+    return Sweep.from_definition(json.loads(definition_json))

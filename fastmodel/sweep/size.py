@@ -1,0 +1,94 @@
+"""A sweep's size before it runs: memory for an in-memory grid, disk and time estimates, confirmation."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from fastmodel.errors import SweepError
+from fastmodel.params import STATUS_NAMES
+
+
+def available_memory_bytes() -> int:
+    """MemAvailable from /proc/meminfo (Linux), else total physical memory."""
+    try:
+        with open("/proc/meminfo") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def summarise_status(counts: np.ndarray, total: int) -> str:
+    """"40% illegal_plan, 10% does_not_fit": the share of each status other than ok among ``total`` points."""
+    parts = [f"{100 * c / total:.0f}% {STATUS_NAMES[k]}" for k, c in enumerate(counts) if c and k != 0]
+    return ", ".join(parts)
+
+
+#: configurations per second assumed for the up-front estimate (bench/bench_sweep.py streams ~1.1 M/s to zarr)
+ESTIMATE_CONFIGS_PER_S = 1e6
+#: sweeps above this many configurations need confirmation (--yes)
+CONFIRM_CONFIGS = 10**10
+
+
+def human_bytes(n: float) -> str:
+    """Bytes in decimal units, e.g. ``"1.5 GB"``."""
+    for unit in ("B", "KB", "MB", "GB", "TB", "PB"):
+        if n < 1000 or unit == "PB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1000
+    return f"{n} B"
+
+
+def human_seconds(s: float) -> str:
+    """Seconds as s, min, h or days, whichever reads best."""
+    if s < 120:
+        return f"{s:.0f} s"
+    if s < 7200:
+        return f"{s / 60:.0f} min"
+    if s < 172800:
+        return f"{s / 3600:.1f} h"
+    return f"{s / 86400:,.0f} days"
+
+
+def check_size(sweep, output: str, to_store: bool, confirmed: bool = False) -> str:
+    """The sweep's size estimate as text; SweepError for an absurd size unless ``confirmed``.
+
+    Disk is the uncompressed size of every stored variable (an upper bound;
+    zarr compresses NaN regions of illegal points well); time assumes
+    ESTIMATE_CONFIGS_PER_S.
+    """
+    import shutil
+
+    per_config = 8 * len(sweep.float_variables) + 2
+    need = sweep.num_configs * per_config
+    seconds = sweep.num_configs / ESTIMATE_CONFIGS_PER_S
+    text = (f"about {human_bytes(need)} {'on disk' if to_store else 'of output'} uncompressed, "
+            f"~{human_seconds(seconds)} at {ESTIMATE_CONFIGS_PER_S / 1e6:g} M configs/s")
+    if confirmed:
+        return text
+    try:
+        free = shutil.disk_usage(Path(os.path.abspath(output)).parent).free
+    except OSError:
+        free = None
+    if sweep.num_configs > CONFIRM_CONFIGS:
+        raise SweepError(f"{sweep.num_configs:,} configurations: {text}; pass --yes to run it anyway")
+    if to_store and free is not None and need > free:
+        raise SweepError(f"{sweep.num_configs:,} configurations need up to {human_bytes(need)} but only "
+                         f"{human_bytes(free)} is free there; pass --yes to run it anyway (zarr compresses)")
+    return text
+
+
+def check_memory(sweep) -> None:
+    """SweepError when the in-memory result grid would take more than half of the available memory."""
+    need = sweep.result_bytes()
+    have = available_memory_bytes()
+    if need > have // 2:
+        raise SweepError(
+            f"the result grid needs about {need / 2**30:.1f} GiB ({sweep.num_configs:,} configurations) but only "
+            f"{have / 2**30:.1f} GiB is available; write it to a zarr store with -o out.zarr"
+        )
