@@ -3,7 +3,9 @@ op-by-op reference written here, on random programs whose layers sometimes diffe
 
 import numpy as np
 
-from fastmodel.kernels.layout import CAT_ALLGATHER, CAT_GEMM, STREAM_COMM as COMM, STREAM_COMPUTE as COMP
+from fastmodel.kernels.layout import CAT_ALLGATHER, CAT_GEMM
+from fastmodel.kernels.layout import STREAM_COMM as COMM
+from fastmodel.kernels.layout import STREAM_COMPUTE as COMP
 from fastmodel.program import ProgramBuilder
 
 
