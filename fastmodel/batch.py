@@ -124,18 +124,62 @@ class _Bad(str):
 # --- a chunk of lines -------------------------------------------------------
 
 @dataclass
+class Distinct:
+    """Results of a chunk's distinct lines (byte for byte): ``status`` None for ok, else the reason."""
+
+    named: list              # per distinct line: whether it gives its own "case" id ...
+    given: list              # ... and that id (None where it gives none: its line number is its id)
+    status: list             # None (ok) or reason
+    kinds: list              # index into KINDS (None: not parsed)
+    columns: dict            # kind output column -> value per distinct line
+    values: np.ndarray       # N_RESULTS x distinct lines (NaN where not ok)
+
+
+@dataclass
 class Chunk:
-    """Results of consecutive lines: ``status`` None for ok, else the reason."""
+    """Results of consecutive lines: each line is a row of ``distinct`` (``inverse``: its row, per line; None
+    when every line is distinct and row i is line i). Identical lines are parsed and evaluated once; the
+    per-line views (``cases``, ``status``, ``kinds``, ``columns``, ``values``) are built on each call."""
 
     first_line: int
-    cases: list              # the line's own "case" id, else its line number
-    status: list             # None (ok) or reason
-    kinds: list              # index into KINDS per line (None: not parsed)
-    columns: dict            # kind output column -> value per line
-    values: np.ndarray       # N_RESULTS x n (NaN where not ok)
+    size: int
+    distinct: Distinct
+    inverse: "np.ndarray | None"     # int64 per line
 
     def __len__(self) -> int:
-        return len(self.cases)
+        return self.size
+
+    def _each(self, values: list) -> list:
+        return values if self.inverse is None else list(map(values.__getitem__, self.inverse.tolist()))
+
+    @property
+    def cases(self) -> list:
+        """The line's own "case" id, else its line number."""
+        d = self.distinct
+        rows = range(len(d.named)) if self.inverse is None else self.inverse.tolist()
+        return [d.given[j] if d.named[j] else self.first_line + i for i, j in enumerate(rows)]
+
+    @property
+    def status(self) -> list:
+        return self._each(self.distinct.status)
+
+    @property
+    def kinds(self) -> list:
+        return self._each(self.distinct.kinds)
+
+    @property
+    def columns(self) -> dict:
+        return {name: self._each(values) for name, values in self.distinct.columns.items()}
+
+    @property
+    def values(self) -> np.ndarray:
+        return self.distinct.values if self.inverse is None else self.distinct.values[:, self.inverse]
+
+    def error_count(self) -> int:
+        bad = np.array([s is not None for s in self.distinct.status], dtype=bool)
+        if self.inverse is None:
+            return int(bad.sum())
+        return int(np.bincount(self.inverse, minlength=len(bad))[bad].sum())
 
 
 @contextlib.contextmanager
@@ -153,18 +197,24 @@ def no_cyclic_gc():
 
 
 def evaluate_chunk(raw_lines: list[bytes], first_line: int, default_semantics, kinds=None) -> Chunk:
-    """Parse, validate and evaluate a chunk of raw input lines."""
+    """Parse, validate and evaluate a chunk of raw input lines (each distinct line once)."""
     with no_cyclic_gc():
-        return _evaluate_chunk(raw_lines, first_line, default_semantics, kinds)
+        distinct = list(dict.fromkeys(raw_lines))
+        inverse = None
+        if len(distinct) < len(raw_lines):
+            row = dict(zip(distinct, range(len(distinct))))
+            inverse = np.fromiter(map(row.__getitem__, raw_lines), dtype=np.int64, count=len(raw_lines))
+        return Chunk(first_line, len(raw_lines), _evaluate_distinct(distinct, default_semantics, kinds), inverse)
 
 
-def _evaluate_chunk(raw_lines: list[bytes], first_line: int, default_semantics, kinds) -> Chunk:
+def _evaluate_distinct(raw_lines: list[bytes], default_semantics, kinds) -> Distinct:
     from fastmodel.engine import evaluate_into
     from fastmodel.kernels.layout import N_RESULTS
 
     kinds = batch_kinds.KINDS if kinds is None else kinds
     n = len(raw_lines)
-    cases = list(range(first_line, first_line + n))
+    named = [False] * n
+    case_ids: list = [None] * n
     status: list = [None] * n
     kind_of: list = [None] * n
     per_kind: list[tuple[list[int], list[dict]]] = [([], []) for _ in kinds]
@@ -184,7 +234,8 @@ def _evaluate_chunk(raw_lines: list[bytes], first_line: int, default_semantics, 
             status[i] = "a case must be a JSON object"
             continue
         if "case" in case:
-            cases[i] = case["case"]
+            named[i] = True
+            case_ids[i] = case["case"]
         k = 0
         while k < last and not claims[k](case):
             k += 1
@@ -232,7 +283,7 @@ def _evaluate_chunk(raw_lines: list[bytes], first_line: int, default_semantics, 
                 status[r] = reason
             continue
         values[:, rows] = out
-    return Chunk(first_line, cases, status, kind_of, columns, values)
+    return Distinct(named, case_ids, status, kind_of, columns, values)
 
 
 def _prepare(kind, dicts: list[dict], default_semantics):
@@ -298,16 +349,16 @@ def records(chunk: Chunk) -> Iterator[dict]:
     from fastmodel.results import NAMES
 
     rows = chunk.values.T.tolist()
-    kinds = batch_kinds.KINDS
-    column_names = [tuple(kind.columns) for kind in kinds]
+    status, kind_of, columns = chunk.status, chunk.kinds, chunk.columns
+    column_names = [tuple(kind.columns) for kind in batch_kinds.KINDS]
     for i, case in enumerate(chunk.cases):
-        reason = chunk.status[i]
+        reason = status[i]
         if reason is not None:
             yield {"case": case, "status": "error: " + reason}
             continue
         record = {"case": case, "status": "ok"}
-        for name in column_names[chunk.kinds[i]]:
-            record[name] = chunk.columns[name][i]
+        for name in column_names[kind_of[i]]:
+            record[name] = columns[name][i]
         for name, value in zip(NAMES, rows[i]):
             record[name] = value if value == value and value not in (float("inf"), float("-inf")) else None
         yield record
