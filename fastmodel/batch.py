@@ -196,15 +196,68 @@ def no_cyclic_gc():
             gc.enable()
 
 
-def evaluate_chunk(raw_lines: list[bytes], first_line: int, default_semantics, kinds=None) -> Chunk:
-    """Parse, validate and evaluate a chunk of raw input lines (each distinct line once)."""
+def evaluate_chunk(raw_lines: list[bytes], first_line: int, default_semantics, kinds=None, memo=None) -> Chunk:
+    """Parse, validate and evaluate a chunk of raw input lines (each distinct line once; with ``memo``, a
+    :class:`LineMemo` of the batch, each distinct line of the batch once while the memo holds it)."""
     with no_cyclic_gc():
         distinct = list(dict.fromkeys(raw_lines))
         inverse = None
         if len(distinct) < len(raw_lines):
             row = dict(zip(distinct, range(len(distinct))))
             inverse = np.fromiter(map(row.__getitem__, raw_lines), dtype=np.int64, count=len(raw_lines))
-        return Chunk(first_line, len(raw_lines), _evaluate_distinct(distinct, default_semantics, kinds), inverse)
+        if memo is None:
+            results = _evaluate_distinct(distinct, default_semantics, kinds)
+        else:
+            results = memo.evaluate(distinct, default_semantics, kinds)
+        return Chunk(first_line, len(raw_lines), results, inverse)
+
+
+class LineMemo:
+    """Results of the distinct lines a batch has evaluated, by their raw bytes, for the later chunks that
+    repeat them (a line's result depends on its bytes alone, given the batch's default semantics and kinds).
+    Bounded: past ``size`` lines, the oldest half is forgotten."""
+
+    def __init__(self, size: int = 16384):
+        self.size = size
+        self.rows: dict[bytes, tuple] = {}
+
+    def evaluate(self, distinct: list[bytes], default_semantics, kinds) -> Distinct:
+        rows = self.rows
+        known = [rows.get(raw) for raw in distinct]
+        missing = [j for j, row in enumerate(known) if row is None]
+        if len(missing) == len(distinct):
+            fresh = _evaluate_distinct(distinct, default_semantics, kinds)
+            self._keep(distinct, fresh, range(len(distinct)))
+            return fresh
+        if missing:
+            fresh = _evaluate_distinct([distinct[j] for j in missing], default_semantics, kinds)
+            self._keep([distinct[j] for j in missing], fresh, range(len(missing)))
+            for k, j in enumerate(missing):
+                known[j] = self._row(fresh, k)
+        names = [name for kind in (batch_kinds.KINDS if kinds is None else kinds) for name in kind.columns]
+        u = len(distinct)
+        out = Distinct([False] * u, [None] * u, [None] * u, [None] * u, {name: [None] * u for name in names},
+                       np.empty((len(known[0][5]), u)))
+        for j, (named, case_id, status, kind, columns, values) in enumerate(known):
+            out.named[j], out.given[j], out.status[j], out.kinds[j] = named, case_id, status, kind
+            for name, value in columns:
+                out.columns[name][j] = value
+            out.values[:, j] = values
+        return out
+
+    @staticmethod
+    def _row(d: Distinct, k: int) -> tuple:
+        columns = tuple((name, values[k]) for name, values in d.columns.items() if values[k] is not None)
+        return d.named[k], d.given[k], d.status[k], d.kinds[k], columns, d.values[:, k].copy()
+
+    def _keep(self, raw_lines: list[bytes], d: Distinct, positions) -> None:
+        rows = self.rows
+        if len(rows) + len(raw_lines) > self.size:
+            for raw in list(rows)[:len(rows) // 2 + 1]:
+                del rows[raw]
+        for k in positions:
+            if len(rows) < self.size:
+                rows[raw_lines[k]] = self._row(d, k)
 
 
 def _evaluate_distinct(raw_lines: list[bytes], default_semantics, kinds) -> Distinct:
@@ -333,11 +386,12 @@ def run_chunks(chunks: Iterable[list[bytes]], semantics="default", progress=None
     default_semantics = get_semantics(semantics)
     kinds = batch_kinds.kinds_for(as_calibration(calibration))
     first = 1
+    memo = LineMemo()
     for raw_lines in chunks:
-        chunk = evaluate_chunk(raw_lines, first, default_semantics, kinds)
+        chunk = evaluate_chunk(raw_lines, first, default_semantics, kinds, memo)
         first += len(raw_lines)
         if progress is not None:
-            progress(len(raw_lines), sum(map(len, raw_lines)))
+            progress(len(raw_lines), sum(map(len, raw_lines)) if getattr(progress, "enabled", True) else 0)
         yield chunk
     for kind in kinds:
         if hasattr(kind, "finish"):

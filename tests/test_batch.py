@@ -83,9 +83,18 @@ def test_chunks_do_not_change_results(monkeypatch):
 
 
 def test_repeated_lines_are_evaluated_once_and_each_keeps_its_own_case(monkeypatch):
+    from fastmodel.batch_output import jsonl
+    from fastmodel.semantics import get_semantics
+
     lines = [json.dumps(line) for line in varied_lines(120, seed=9)]
     lines = lines + lines[::-1] + ["not json", "[1]", "not json", '{"case": 5, "model": "nope"}'] * 2
     repeated = lines + [lines[3]] * 50
+    default = get_semantics("default")
+    # each line alone, in a chunk of its own, no memo: nothing shared
+    alone = [next(batch_module.records(batch_module.evaluate_chunk([line.encode()], i + 1, default)))
+             for i, line in enumerate(repeated)]
+    assert [r["case"] for r in alone[-50:]] == list(range(len(lines) + 1, len(repeated) + 1))
+
     evaluated = []
     real = batch_module._evaluate_distinct
 
@@ -94,18 +103,26 @@ def test_repeated_lines_are_evaluated_once_and_each_keeps_its_own_case(monkeypat
         return real(raw_lines, *args)
 
     monkeypatch.setattr(batch_module, "_evaluate_distinct", counting)
-    together = list(run_batch(repeated))
+    assert list(run_batch(repeated)) == alone
     assert evaluated == [len(set(repeated))] and len(set(repeated)) < len(repeated) / 2
-    monkeypatch.setattr(batch_module, "CHUNK_LINES", 1)   # one line per chunk: nothing to share
-    alone = list(run_batch(repeated))
-    assert together == alone
-    assert [r["case"] for r in together[-50:]] == list(range(len(lines) + 1, len(repeated) + 1))
-    from fastmodel.batch_output import jsonl
-    from fastmodel.semantics import get_semantics
+    chunk = batch_module.evaluate_chunk([(line + "\n").encode() for line in repeated], 1, default)
+    assert [json.loads(x) for x in jsonl(chunk).decode().splitlines()] == alone
+    assert chunk.error_count() == sum(r["status"] != "ok" for r in alone)
 
-    chunk = batch_module.evaluate_chunk([(line + "\n").encode() for line in repeated], 1, get_semantics("default"))
-    assert [json.loads(x) for x in jsonl(chunk).decode().splitlines()] == together
-    assert chunk.error_count() == sum(r["status"] != "ok" for r in together)
+    # across chunks, the batch's memo evaluates each distinct line once; a small memo forgets and re-evaluates
+    monkeypatch.setattr(batch_module, "CHUNK_LINES", 7)
+    evaluated.clear()
+    assert list(run_batch(repeated)) == alone
+    assert sum(evaluated) == len(set(repeated))
+
+    class Small(batch_module.LineMemo):
+        def __init__(self):
+            super().__init__(size=10)
+
+    monkeypatch.setattr(batch_module, "LineMemo", Small)
+    evaluated.clear()
+    assert list(run_batch(repeated)) == alone
+    assert sum(evaluated) > len(set(repeated))
 
 
 def write_input(tmp_path, lines) -> str:
