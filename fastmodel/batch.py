@@ -6,13 +6,16 @@ Input line (kind :class:`~fastmodel.batch_kinds.SpecCases`): ``{"case": id?,
 its line number), ``status`` (``"ok"`` or ``"error: <reason>"``), the kind's
 columns (``plan``) and every result variable of the registry (SI units).
 
-The path is streaming and vectorized: lines are read a chunk at a time,
-parsed with orjson, handed to the kind that claims them
+The path is streaming and vectorized: lines are read a chunk at a time;
+identical lines (byte for byte) are parsed and evaluated once -- within a
+chunk, and across chunks while the batch's :class:`LineMemo` holds them --
+and each line gets its distinct line's result with its own ``case``. Distinct
+lines are parsed with orjson, handed to the kind that claims them
 (:mod:`fastmodel.batch_kinds`: each distinct spec validated once, parameter
 tables built per group with numpy), and every structure of the chunk goes
-through the fused kernels once. Memory is bounded by the chunk size, whatever
-the input's length. A bad line never stops the batch: it gets its own
-``error:`` status.
+through the fused kernels once. Memory is bounded by the chunk size and the
+memo's size, whatever the input's length. A bad line never stops the batch:
+it gets its own ``error:`` status.
 """
 
 from __future__ import annotations

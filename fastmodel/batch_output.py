@@ -7,7 +7,9 @@ JSONL keeps each line's ``case`` id as given and leaves the kind's columns and
 results off error lines; CSV and Parquet hold every column on every row
 (``case`` as text, empty/null where a line has no value). A non-finite value
 is ``null``. Files are written atomically: an interrupted batch leaves no
-output (or the old file), never a partial one.
+output (or the old file), never a partial one. JSONL text is formatted once
+per distinct line of a chunk and written by a background thread while the
+next chunk is evaluated.
 """
 
 from __future__ import annotations
