@@ -22,7 +22,7 @@ import sys
 MAX_DISTINCT = 256
 #: files past this size keep the compiled kernels (counting their lines would cost more than it saves)
 MAX_BYTES = 256 << 20
-_BLOCK = 8 << 20
+_BLOCK = 1 << 20   # read per step: an input of many distinct lines stops after a block or two
 
 
 def few_distinct_lines(path: str, max_distinct: int = MAX_DISTINCT, max_bytes: int = MAX_BYTES) -> bool:
