@@ -6,13 +6,16 @@ Input line (kind :class:`~fastmodel.batch_kinds.SpecCases`): ``{"case": id?,
 its line number), ``status`` (``"ok"`` or ``"error: <reason>"``), the kind's
 columns (``plan``) and every result variable of the registry (SI units).
 
-The path is streaming and vectorized: lines are read a chunk at a time,
-parsed with orjson, handed to the kind that claims them
+The path is streaming and vectorized: lines are read a chunk at a time;
+identical lines (byte for byte) are parsed and evaluated once -- within a
+chunk, and across chunks while the batch's :class:`LineMemo` holds them --
+and each line gets its distinct line's result with its own ``case``. Distinct
+lines are parsed with orjson, handed to the kind that claims them
 (:mod:`fastmodel.batch_kinds`: each distinct spec validated once, parameter
 tables built per group with numpy), and every structure of the chunk goes
-through the fused kernels once. Memory is bounded by the chunk size, whatever
-the input's length. A bad line never stops the batch: it gets its own
-``error:`` status.
+through the fused kernels once. Memory is bounded by the chunk size and the
+memo's size, whatever the input's length. A bad line never stops the batch:
+it gets its own ``error:`` status.
 """
 
 from __future__ import annotations
@@ -124,18 +127,62 @@ class _Bad(str):
 # --- a chunk of lines -------------------------------------------------------
 
 @dataclass
+class Distinct:
+    """Results of a chunk's distinct lines (byte for byte): ``status`` None for ok, else the reason."""
+
+    named: list              # per distinct line: whether it gives its own "case" id ...
+    given: list              # ... and that id (None where it gives none: its line number is its id)
+    status: list             # None (ok) or reason
+    kinds: list              # index into KINDS (None: not parsed)
+    columns: dict            # kind output column -> value per distinct line
+    values: np.ndarray       # N_RESULTS x distinct lines (NaN where not ok)
+
+
+@dataclass
 class Chunk:
-    """Results of consecutive lines: ``status`` None for ok, else the reason."""
+    """Results of consecutive lines: each line is a row of ``distinct`` (``inverse``: its row, per line; None
+    when every line is distinct and row i is line i). Identical lines are parsed and evaluated once; the
+    per-line views (``cases``, ``status``, ``kinds``, ``columns``, ``values``) are built on each call."""
 
     first_line: int
-    cases: list              # the line's own "case" id, else its line number
-    status: list             # None (ok) or reason
-    kinds: list              # index into KINDS per line (None: not parsed)
-    columns: dict            # kind output column -> value per line
-    values: np.ndarray       # N_RESULTS x n (NaN where not ok)
+    size: int
+    distinct: Distinct
+    inverse: "np.ndarray | None"     # int64 per line
 
     def __len__(self) -> int:
-        return len(self.cases)
+        return self.size
+
+    def _each(self, values: list) -> list:
+        return values if self.inverse is None else list(map(values.__getitem__, self.inverse.tolist()))
+
+    @property
+    def cases(self) -> list:
+        """The line's own "case" id, else its line number."""
+        d = self.distinct
+        rows = range(len(d.named)) if self.inverse is None else self.inverse.tolist()
+        return [d.given[j] if d.named[j] else self.first_line + i for i, j in enumerate(rows)]
+
+    @property
+    def status(self) -> list:
+        return self._each(self.distinct.status)
+
+    @property
+    def kinds(self) -> list:
+        return self._each(self.distinct.kinds)
+
+    @property
+    def columns(self) -> dict:
+        return {name: self._each(values) for name, values in self.distinct.columns.items()}
+
+    @property
+    def values(self) -> np.ndarray:
+        return self.distinct.values if self.inverse is None else self.distinct.values[:, self.inverse]
+
+    def error_count(self) -> int:
+        bad = np.array([s is not None for s in self.distinct.status], dtype=bool)
+        if self.inverse is None:
+            return int(bad.sum())
+        return int(np.bincount(self.inverse, minlength=len(bad))[bad].sum())
 
 
 @contextlib.contextmanager
@@ -152,19 +199,78 @@ def no_cyclic_gc():
             gc.enable()
 
 
-def evaluate_chunk(raw_lines: list[bytes], first_line: int, default_semantics, kinds=None) -> Chunk:
-    """Parse, validate and evaluate a chunk of raw input lines."""
+def evaluate_chunk(raw_lines: list[bytes], first_line: int, default_semantics, kinds=None, memo=None) -> Chunk:
+    """Parse, validate and evaluate a chunk of raw input lines (each distinct line once; with ``memo``, a
+    :class:`LineMemo` of the batch, each distinct line of the batch once while the memo holds it)."""
     with no_cyclic_gc():
-        return _evaluate_chunk(raw_lines, first_line, default_semantics, kinds)
+        distinct = list(dict.fromkeys(raw_lines))
+        inverse = None
+        if len(distinct) < len(raw_lines):
+            row = dict(zip(distinct, range(len(distinct))))
+            inverse = np.fromiter(map(row.__getitem__, raw_lines), dtype=np.int64, count=len(raw_lines))
+        if memo is None:
+            results = _evaluate_distinct(distinct, default_semantics, kinds)
+        else:
+            results = memo.evaluate(distinct, default_semantics, kinds)
+        return Chunk(first_line, len(raw_lines), results, inverse)
 
 
-def _evaluate_chunk(raw_lines: list[bytes], first_line: int, default_semantics, kinds) -> Chunk:
+class LineMemo:
+    """Results of the distinct lines a batch has evaluated, by their raw bytes, for the later chunks that
+    repeat them (a line's result depends on its bytes alone, given the batch's default semantics and kinds).
+    Bounded: past ``size`` lines, the oldest half is forgotten."""
+
+    def __init__(self, size: int = 16384):
+        self.size = size
+        self.rows: dict[bytes, tuple] = {}
+
+    def evaluate(self, distinct: list[bytes], default_semantics, kinds) -> Distinct:
+        rows = self.rows
+        known = [rows.get(raw) for raw in distinct]
+        missing = [j for j, row in enumerate(known) if row is None]
+        if len(missing) == len(distinct):
+            fresh = _evaluate_distinct(distinct, default_semantics, kinds)
+            self._keep(distinct, fresh, range(len(distinct)))
+            return fresh
+        if missing:
+            fresh = _evaluate_distinct([distinct[j] for j in missing], default_semantics, kinds)
+            self._keep([distinct[j] for j in missing], fresh, range(len(missing)))
+            for k, j in enumerate(missing):
+                known[j] = self._row(fresh, k)
+        names = [name for kind in (batch_kinds.KINDS if kinds is None else kinds) for name in kind.columns]
+        u = len(distinct)
+        out = Distinct([False] * u, [None] * u, [None] * u, [None] * u, {name: [None] * u for name in names},
+                       np.empty((len(known[0][5]), u)))
+        for j, (named, case_id, status, kind, columns, values) in enumerate(known):
+            out.named[j], out.given[j], out.status[j], out.kinds[j] = named, case_id, status, kind
+            for name, value in columns:
+                out.columns[name][j] = value
+            out.values[:, j] = values
+        return out
+
+    @staticmethod
+    def _row(d: Distinct, k: int) -> tuple:
+        columns = tuple((name, values[k]) for name, values in d.columns.items() if values[k] is not None)
+        return d.named[k], d.given[k], d.status[k], d.kinds[k], columns, d.values[:, k].copy()
+
+    def _keep(self, raw_lines: list[bytes], d: Distinct, positions) -> None:
+        rows = self.rows
+        if len(rows) + len(raw_lines) > self.size:
+            for raw in list(rows)[:len(rows) // 2 + 1]:
+                del rows[raw]
+        for k in positions:
+            if len(rows) < self.size:
+                rows[raw_lines[k]] = self._row(d, k)
+
+
+def _evaluate_distinct(raw_lines: list[bytes], default_semantics, kinds) -> Distinct:
     from fastmodel.engine import evaluate_into
     from fastmodel.kernels.layout import N_RESULTS
 
     kinds = batch_kinds.KINDS if kinds is None else kinds
     n = len(raw_lines)
-    cases = list(range(first_line, first_line + n))
+    named = [False] * n
+    case_ids: list = [None] * n
     status: list = [None] * n
     kind_of: list = [None] * n
     per_kind: list[tuple[list[int], list[dict]]] = [([], []) for _ in kinds]
@@ -184,7 +290,8 @@ def _evaluate_chunk(raw_lines: list[bytes], first_line: int, default_semantics, 
             status[i] = "a case must be a JSON object"
             continue
         if "case" in case:
-            cases[i] = case["case"]
+            named[i] = True
+            case_ids[i] = case["case"]
         k = 0
         while k < last and not claims[k](case):
             k += 1
@@ -232,7 +339,7 @@ def _evaluate_chunk(raw_lines: list[bytes], first_line: int, default_semantics, 
                 status[r] = reason
             continue
         values[:, rows] = out
-    return Chunk(first_line, cases, status, kind_of, columns, values)
+    return Distinct(named, case_ids, status, kind_of, columns, values)
 
 
 def _prepare(kind, dicts: list[dict], default_semantics):
@@ -282,11 +389,12 @@ def run_chunks(chunks: Iterable[list[bytes]], semantics="default", progress=None
     default_semantics = get_semantics(semantics)
     kinds = batch_kinds.kinds_for(as_calibration(calibration))
     first = 1
+    memo = LineMemo()
     for raw_lines in chunks:
-        chunk = evaluate_chunk(raw_lines, first, default_semantics, kinds)
+        chunk = evaluate_chunk(raw_lines, first, default_semantics, kinds, memo)
         first += len(raw_lines)
         if progress is not None:
-            progress(len(raw_lines), sum(map(len, raw_lines)))
+            progress(len(raw_lines), sum(map(len, raw_lines)) if getattr(progress, "enabled", True) else 0)
         yield chunk
     for kind in kinds:
         if hasattr(kind, "finish"):
@@ -298,16 +406,16 @@ def records(chunk: Chunk) -> Iterator[dict]:
     from fastmodel.results import NAMES
 
     rows = chunk.values.T.tolist()
-    kinds = batch_kinds.KINDS
-    column_names = [tuple(kind.columns) for kind in kinds]
+    status, kind_of, columns = chunk.status, chunk.kinds, chunk.columns
+    column_names = [tuple(kind.columns) for kind in batch_kinds.KINDS]
     for i, case in enumerate(chunk.cases):
-        reason = chunk.status[i]
+        reason = status[i]
         if reason is not None:
             yield {"case": case, "status": "error: " + reason}
             continue
         record = {"case": case, "status": "ok"}
-        for name in column_names[chunk.kinds[i]]:
-            record[name] = chunk.columns[name][i]
+        for name in column_names[kind_of[i]]:
+            record[name] = columns[name][i]
         for name, value in zip(NAMES, rows[i]):
             record[name] = value if value == value and value not in (float("inf"), float("-inf")) else None
         yield record

@@ -7,7 +7,9 @@ JSONL keeps each line's ``case`` id as given and leaves the kind's columns and
 results off error lines; CSV and Parquet hold every column on every row
 (``case`` as text, empty/null where a line has no value). A non-finite value
 is ``null``. Files are written atomically: an interrupted batch leaves no
-output (or the old file), never a partial one.
+output (or the old file), never a partial one. JSONL text is formatted once
+per distinct line of a chunk and written by a background thread while the
+next chunk is evaluated.
 """
 
 from __future__ import annotations
@@ -37,82 +39,181 @@ def kind_columns() -> dict[str, str]:
 
 
 class JsonlWriter:
-    """One JSON object per line: ``case``, ``status``, the kind's columns, then the results."""
+    """One JSON object per line: ``case``, ``status``, the kind's columns, then the results.
 
-    def __init__(self, handle: IO[bytes]):
+    With ``background``, a thread writes each chunk's text while the next
+    chunk is evaluated (:class:`_BackgroundWrites`); otherwise the caller's
+    thread writes it.
+    """
+
+    def __init__(self, handle: IO[bytes], background: bool = False):
         self.handle = handle
+        self.background = _BackgroundWrites(handle) if background else None
 
     def write(self, chunk: Chunk) -> None:
         with no_cyclic_gc():
-            text = jsonl(chunk)
-        self.handle.write(text)
+            pieces = jsonl_pieces(chunk)
+        if self.background is not None:
+            self.background.put(pieces)
+        else:
+            self.handle.write(b"".join(pieces))
+            self.handle.flush()  # stdout: each chunk as soon as it is done
 
     def close(self) -> None:
-        pass
+        if self.background is not None:
+            self.background.close()
 
     def abandon(self) -> None:
-        pass
+        if self.background is not None:
+            self.background.abandon()
 
 
-_SCALARS = (int, str, float, bool, type(None))
-_SEPARATOR = b'},{"case":'
+class _BackgroundWrites:
+    """A thread that joins and writes the text of one chunk after another, in order.
+
+    Copying a chunk's text into the kernel (and the disk writing it out)
+    releases the GIL, so it overlaps the evaluation of the next chunk. At most
+    one chunk waits in the queue, so memory stays bounded. A write that fails
+    is raised in the caller's thread at its next ``put`` or at ``close``. On a
+    regular file each written chunk is handed to the kernel's writeback at
+    once (``POSIX_FADV_DONTNEED``), so the final ``fsync`` of the atomic
+    output has little left to wait for.
+    """
+
+    def __init__(self, handle: IO[bytes]):
+        import queue
+        import threading
+
+        self.handle = handle
+        self.queue: queue.Queue = queue.Queue(maxsize=1)
+        self.error: BaseException | None = None
+        self.stop = False
+        self.fd = _regular_fd(handle)
+        self.thread = threading.Thread(target=self._run, name="fastmodel-batch-writer", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while True:
+            pieces = self.queue.get()
+            if pieces is None:
+                return
+            if self.stop or self.error is not None:
+                continue
+            try:
+                self.handle.write(b"".join(pieces))
+                self.handle.flush()
+                if self.fd is not None:
+                    os.posix_fadvise(self.fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            except BaseException as error:  # noqa: BLE001 - raised in the caller's thread
+                self.error = error
+
+    def _raise(self) -> None:
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise error
+
+    def put(self, pieces: list[bytes]) -> None:
+        self._raise()
+        self.queue.put(pieces)
+
+    def close(self) -> None:
+        self.queue.put(None)
+        self.thread.join()
+        self._raise()
+
+    def abandon(self) -> None:
+        """Stop after the write under way (if any); nothing more is written."""
+        self.stop = True
+        self.queue.put(None)
+        self.thread.join()
+
+
+def _regular_fd(handle) -> int | None:
+    """The file descriptor of ``handle`` if it is a regular file and writeback hints exist, else None."""
+    import stat
+
+    if not hasattr(os, "posix_fadvise"):
+        return None
+    try:
+        fd = handle.fileno()
+        return fd if stat.S_ISREG(os.fstat(fd).st_mode) else None
+    except (OSError, AttributeError, ValueError):
+        return None
+
+
 _NUMPY = orjson.OPT_SERIALIZE_NUMPY
-#: the line of an ok record: its head (``"case":..,"status":"ok","plan":..``), then each result with its key
-_LINE = b'{"case":%b' + b"".join(b',"%b":%%b' % name.encode() for name in NAMES) + b"}"
+_SEPARATOR = b'},{"status":'
+#: the rest of an ok record after its ``"case":..,``: its head (``"status":"ok","plan":..``), then each result
+_TAIL = b'"status":%b' + b"".join(b',"%b":%%b' % name.encode() for name in NAMES) + b"}"
 
 
 def jsonl(chunk: Chunk) -> bytes:
-    """The JSONL text of a chunk's records (non-finite numbers are ``null``).
+    """The JSONL text of a chunk's records (non-finite numbers are ``null``)."""
+    return b"".join(jsonl_pieces(chunk))
 
-    orjson formats the chunk's numbers in one call and the heads of its
-    records in another (a call per line costs more than its formatting); each
-    line is then one ``%`` of its pieces into the keyed template. The list's
-    separators ``},{"case":`` cannot occur inside a JSON string (the quote
-    would be escaped), so splitting on them is exact as long as no case id
-    is itself a list or object -- such a chunk takes a call per line.
+
+def jsonl_pieces(chunk: Chunk) -> list[bytes]:
+    """The JSONL text of a chunk's records, as pieces to join.
+
+    Each distinct line's record is formatted once (:func:`_tails`: all but its
+    ``case``); a line is then its case id and its distinct line's text. A line
+    that gives no ``case`` id takes its line number: one ``%`` per line for
+    ``{"case":N,`` and the shared rest; a line that gives one shares its whole
+    text with its duplicates.
     """
     n = len(chunk)
     if n == 0:
-        return b""
-    status, cases, kinds, columns = chunk.status, chunk.cases, chunk.kinds, chunk.columns
-    ok = [i for i in range(n) if status[i] is None]
+        return []
+    d = chunk.distinct
+    tails = [tail + b"\n" for tail in _tails(d)]
+    rows = range(len(tails)) if chunk.inverse is None else chunk.inverse.tolist()
+    named, first = d.named, chunk.first_line
+    if not any(named):
+        pieces: list = [None] * (2 * n)
+        pieces[0::2] = map(b'{"case":%d,'.__mod__, range(first, first + n))
+        pieces[1::2] = map(tails.__getitem__, rows)
+        return pieces
+    whole = [b'{"case":%b,%b' % (_DUMPS(case), tail) if own else None for own, case, tail in zip(named, d.given, tails)]
+    if all(named):
+        return list(map(whole.__getitem__, rows))
+    return [whole[j] if named[j] else b'{"case":%d,%b' % (first + i, tails[j]) for i, j in enumerate(rows)]
+
+
+def _tails(d) -> list[bytes]:
+    """Per distinct line, its record's text after ``{"case":..,`` (through the closing brace).
+
+    orjson formats the numbers of every ok line in one call and the heads of
+    their records in another (a call per line costs more than its
+    formatting); each tail is then one ``%`` of its pieces into the keyed
+    template. A head's values are strings and numbers, so the list's
+    separators ``},{"status":`` occur only between heads (a quote inside a
+    string is escaped); if a kind's column held anything else, the count
+    would differ and each head takes its own call.
+    """
+    status, kinds, columns = d.status, d.kinds, d.columns
+    n = len(status)
+    ok = [j for j in range(n) if status[j] is None]
+    tails: list = [None] * n
+    for j in range(n):
+        if status[j] is not None:
+            tails[j] = _DUMPS({"status": "error: " + status[j]})[1:]
+    if not ok:
+        return tails
     kind_list = batch_kinds.KINDS
     heads = []
-    for i in ok:
-        head = {"case": cases[i], "status": "ok"}
-        for name in kind_list[kinds[i]].columns:
-            head[name] = columns[name][i]
+    for j in ok:
+        head = {"status": "ok"}
+        for name in kind_list[kinds[j]].columns:
+            head[name] = columns[name][j]
         heads.append(head)
-    if not all(type(case) in _SCALARS for case in cases):
-        return b"".join(_DUMPS(record, option=orjson.OPT_APPEND_NEWLINE) for record in _records(chunk, ok, heads))
-    lines: list = [None] * n if len(ok) < n else []
-    if ok:
-        values = chunk.values if len(ok) == n else chunk.values[:, ok]
-        rows = _DUMPS(np.ascontiguousarray(values.T), option=_NUMPY)[2:-2].split(b"],[")  # numbers only
-        head_text = _DUMPS(heads)[len(b'[{"case":'):-2].split(_SEPARATOR)
-        formatted = [_LINE % (head, *row.split(b",")) for head, row in zip(head_text, rows)]
-        if len(ok) == n:
-            lines = formatted
-        else:
-            for i, line in zip(ok, formatted):
-                lines[i] = line
-    if len(ok) < n:
-        for i in range(n):
-            if status[i] is not None:
-                lines[i] = _DUMPS({"case": cases[i], "status": "error: " + status[i]})
-    lines.append(b"")
-    return b"\n".join(lines)
-
-
-def _records(chunk: Chunk, ok: list[int], heads: list[dict]):
-    """Records as dicts, in order (the per-line path)."""
-    rows = chunk.values.T.tolist()
-    heads_at = dict(zip(ok, heads))
-    for i, case in enumerate(chunk.cases):
-        if chunk.status[i] is not None:
-            yield {"case": case, "status": "error: " + chunk.status[i]}
-        else:
-            yield {**heads_at[i], **dict(zip(NAMES, rows[i]))}
+    head_text = _DUMPS(heads)[len(b'[{"status":'):-2].split(_SEPARATOR)
+    if len(head_text) != len(heads):
+        head_text = [_DUMPS(head)[len(b'{"status":'):-1] for head in heads]
+    values = d.values if len(ok) == n else d.values[:, ok]
+    numbers = _DUMPS(np.ascontiguousarray(values.T), option=_NUMPY)[2:-2].split(b"],[")
+    for j, head, row in zip(ok, head_text, numbers):
+        tails[j] = _TAIL % (head, *row.split(b","))
+    return tails
 
 
 class _ArrowWriter:
@@ -193,39 +294,33 @@ def writer_for(output: str):
 
 
 def run_to_output(source: IO[bytes], output: str, semantics="default", progress: bool | None = None,
-                  formatter: bool | None = None, calibration=None) -> tuple[int, int]:
+                  background: bool | None = None, calibration=None) -> tuple[int, int]:
     """Evaluate every line of ``source`` into ``output`` ('-': stdout); return (ok, errors).
     ``calibration``: a calibration overlay (TOML path or ``Calibration``) for run-record lines.
 
-    ``formatter``: format JSONL in a second process while this one evaluates
-    the next chunk (default: for JSONL inputs of more than two chunks, on a
-    machine with more than one core).
+    ``background``: JSONL is written by a second thread while this one
+    evaluates the next chunk (default: on a machine with more than one core).
     """
     from fastmodel.atomic import atomic_write
-    from fastmodel.batch import CHUNK_BYTES
     from fastmodel.progress_bar import LineProgress
 
     writer_class = writer_for(output)
-    total = _size(source)
-    if formatter is None:
-        formatter = (writer_class is JsonlWriter and (os.cpu_count() or 1) > 1
-                     and (total is None or total > 2 * CHUNK_BYTES))
-    bar = LineProgress(total, enabled=progress)
+    if background is None:
+        background = (os.cpu_count() or 1) > 1
+    bar = LineProgress(_size(source), enabled=progress)
     counts = [0, 0]
 
     def count(chunk: Chunk) -> None:
-        bad = sum(1 for s in chunk.status if s is not None)
+        bad = chunk.error_count()
         counts[0] += len(chunk) - bad
         counts[1] += bad
 
     def run(handle: IO[bytes]) -> None:
-        writer = writer_class(handle) if not formatter else _FormatterProcess(handle)
+        writer = JsonlWriter(handle, background) if writer_class is JsonlWriter else writer_class(handle)
         try:
             for chunk in run_chunks(read_chunks(source), semantics, bar, calibration):
                 writer.write(chunk)
                 count(chunk)
-                if handle is sys.stdout.buffer:
-                    handle.flush()
         except BaseException:
             writer.abandon()  # the temporary file goes; nothing may write to it later
             raise
@@ -241,73 +336,6 @@ def run_to_output(source: IO[bytes], output: str, semantics="default", progress:
     finally:
         bar.close()
     return counts[0], counts[1]
-
-
-class _FormatterProcess:
-    """A JSONL writer whose formatting runs in a child process, one chunk behind the evaluation.
-
-    The child is forked when the batch starts (before the kernels load) and
-    only formats: chunk k is sent, the next chunk is evaluated meanwhile, then
-    k's text is received and written -- so output stays in order and at most
-    one chunk is in flight. One pipe each way; the parent always receives
-    before it sends again, so neither blocks the other.
-    """
-
-    def __init__(self, handle: IO[bytes]):
-        import multiprocessing
-
-        context = multiprocessing.get_context("fork")
-        self.handle = handle
-        child_in, self.to_child = context.Pipe(duplex=False)
-        self.from_child, child_out = context.Pipe(duplex=False)
-        self.process = context.Process(target=_format_loop, args=(child_in, child_out), daemon=True)
-        self.process.start()
-        child_in.close()
-        child_out.close()
-        self.pending = False
-
-    def _receive(self) -> None:
-        if self.pending:
-            self.pending = False
-            try:
-                text = self.from_child.recv_bytes()
-            except EOFError:
-                raise RuntimeError("the JSONL formatter process died") from None
-            if text[:1] == b"!":
-                raise RuntimeError(f"JSONL formatting failed: {text[1:].decode(errors='replace')}")
-            self.handle.write(text[1:])
-
-    def write(self, chunk: Chunk) -> None:
-        self._receive()
-        self.to_child.send(chunk)
-        self.pending = True
-
-    def close(self) -> None:
-        self._receive()
-        self.to_child.send(None)
-        self.process.join()
-
-    def abandon(self) -> None:
-        if self.process.is_alive():
-            self.process.kill()
-        self.process.join()
-
-
-def _format_loop(source, sink) -> None:
-    """The formatter child: chunks in, ``b"+" + JSONL`` (or ``b"!" + reason``) out, until None."""
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    while True:
-        chunk = source.recv()
-        if chunk is None:
-            return
-        try:
-            with no_cyclic_gc():
-                text = jsonl(chunk)
-            sink.send_bytes(b"+" + text)
-        except Exception as error:  # noqa: BLE001 - reported by the parent
-            sink.send_bytes(b"!" + f"{type(error).__name__}: {error}".encode())
 
 
 def _size(source) -> int | None:

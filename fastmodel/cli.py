@@ -78,11 +78,18 @@ LIST_CHOICE = Choice(["model", "system", "task", "sweep"])
 def entry() -> None:
     """The ``fastmodel`` console script. ``fastmodel run`` evaluates one configuration with the kernels
     interpreted (``FASTMODEL_JIT=0``, kernels/jit.py): loading numba and the compiled kernels takes about 1.5 s,
-    interpreting one row a few milliseconds, and the numbers are the same (tests/test_cli_run_fast.py). Every
-    other command uses the compiled kernels."""
+    interpreting one row a few milliseconds, and the numbers are the same (tests/test_cli_run_fast.py). So does
+    ``batch`` when its input file holds few distinct lines (fastmodel/batch_jit.py). Every other command uses
+    the compiled kernels."""
+    global _CONSOLE
+    _CONSOLE = True
     if len(sys.argv) > 1 and sys.argv[1] == "run":
         os.environ.setdefault("FASTMODEL_JIT", "0")
     main()
+
+
+#: set by :func:`entry`: this process is the console command (``batch`` may then choose interpreted kernels)
+_CONSOLE = False
 
 
 def _friendly(func):
@@ -279,6 +286,10 @@ def _print_real_world(values: dict, attrs: dict, title: str, as_json: bool) -> N
 def batch(cases, output, force, semantics, calibration, progress):
     """Evaluate every line of a JSONL file; one result per input line, in order. --calibration applies to
     run-record lines (the real-world model)."""
+    if _CONSOLE:  # few distinct lines: interpret the kernels rather than load numba (fastmodel/batch_jit.py)
+        from fastmodel.batch_jit import interpret_if_few
+
+        interpret_if_few(cases)
     from fastmodel.batch_output import run_to_output
     from fastmodel.calibrate.use import cli_warnings
     from fastmodel.outputs import check_output

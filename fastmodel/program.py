@@ -123,18 +123,42 @@ class ProgramBuilder:
         return Program(**arrays, op_names=tuple(self._names), **seg)
 
 
-def _same_layer_shifted(stream, slot, cat, barrier, dep_ptr, dep_idx, a: int, b: int, period: int) -> bool:
-    """True if ops b..b+period equal ops a..a+period with every dependency shifted by b - a."""
-    shift = b - a
-    for k in range(period):
-        i, j = a + k, b + k
-        if stream[i] != stream[j] or slot[i] != slot[j] or cat[i] != cat[j] or barrier[i] or barrier[j]:
-            return False
-        di = dep_idx[dep_ptr[i]:dep_ptr[i + 1]]
-        dj = dep_idx[dep_ptr[j]:dep_ptr[j + 1]]
-        if di.shape != dj.shape or not np.array_equal(di + shift, dj):
-            return False
-    return True
+def _ranges(first: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """first[0]..first[0]+lengths[0]-1, first[1].., ... concatenated (int64)."""
+    total = int(lengths.sum())
+    offsets = np.repeat(first - (np.cumsum(lengths) - lengths), lengths)
+    return offsets + np.arange(total, dtype=np.int64)
+
+
+def _same_as_next(stream, slot, cat, barrier, dep_ptr, dep_idx, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Per pair of adjacent layers (i, i+1): layer i+1 equals layer i shifted by its length -- same length,
+    streams, slots and categories op by op, no barrier, every dependency shifted. All pairs at once."""
+    result = (lengths[:-1] == lengths[1:]) & (lengths[:-1] > 0)
+    pairs = np.flatnonzero(result)
+    if not len(pairs):
+        return result
+    period = lengths[pairs]
+    ops = _ranges(starts[pairs], period)
+    shift = np.repeat(period, period)
+    other = ops + shift
+    good = ((stream[ops] == stream[other]) & (slot[ops] == slot[other]) & (cat[ops] == cat[other])
+            & ~barrier[ops] & ~barrier[other])
+    count = (dep_ptr[ops + 1] - dep_ptr[ops]).astype(np.int64)
+    good &= count == dep_ptr[other + 1] - dep_ptr[other]
+    count = np.where(good, count, 0)           # equal counts: the two ops' dependency lists line up
+    owner = np.repeat(np.arange(len(ops)), count)
+    entry = _ranges(np.zeros(len(ops), dtype=np.int64), count)
+    mismatch = dep_idx[dep_ptr[ops][owner] + entry] + shift[owner] != dep_idx[dep_ptr[other][owner] + entry]
+    good[owner[mismatch]] = False
+    failures = np.bincount(np.repeat(np.arange(len(pairs)), period)[~good], minlength=len(pairs))
+    result[pairs] = failures == 0
+    return result
+
+
+def _entries(dep_ptr, first: int, last: int) -> tuple[np.ndarray, np.ndarray]:
+    """(op, entry in dep_idx) of every dependency of ops first..last-1 (int64, in order)."""
+    counts = np.diff(dep_ptr[first:last + 1]).astype(np.int64)
+    return np.repeat(np.arange(first, last, dtype=np.int64), counts), np.arange(dep_ptr[first], dep_ptr[last])
 
 
 def find_segments(stream, slot, cat, barrier, dep_ptr, dep_idx, layer_runs) -> list[tuple[int, int, int, int]]:
@@ -146,41 +170,32 @@ def find_segments(stream, slot, cat, barrier, dep_ptr, dep_idx, layer_runs) -> l
     stream cursors, form the schedule state: enough for the next layer's
     dependencies and for every later op that depends into the run. The
     scheduler may extrapolate a run once that state advances uniformly.
+    Each run of layers is compared in a few whole-array operations.
     """
     n_ops = len(stream)
     segments = []
     for bounds in layer_runs:
-        starts, end = bounds[:-1], bounds[-1]
-        j = 1
-        while j < len(starts):
-            period = (starts[j + 1] if j + 1 < len(starts) else end) - starts[j]
-            first = j - 1
-            if period <= 0 or starts[j] - starts[first] != period:
-                j += 1
+        if len(bounds) < 3:   # fewer than two layers
+            continue
+        starts = np.asarray(bounds[:-1], dtype=np.int64)
+        lengths = np.diff(np.asarray(bounds, dtype=np.int64))
+        same = np.concatenate(([0], _same_as_next(stream, slot, cat, barrier, dep_ptr, dep_idx, starts, lengths),
+                               [0])).astype(np.int8)
+        edges = np.diff(same)
+        for first, stop in zip(np.flatnonzero(edges == 1).tolist(), np.flatnonzero(edges == -1).tolist()):
+            layers = stop - first + 1           # pairs first..stop-1 hold: layers first..stop
+            if layers < 4:
                 continue
-            last = first
-            while last + 1 < len(starts):
-                nxt = starts[last + 1]
-                nxt_end = starts[last + 2] if last + 2 < len(starts) else end
-                if nxt_end - nxt != period or not _same_layer_shifted(stream, slot, cat, barrier, dep_ptr, dep_idx,
-                                                                      starts[last], nxt, period):
-                    break
-                last += 1
-            layers = last - first + 1
-            if layers >= 4:
-                seg_start = starts[first]
-                seg_end = seg_start + layers * period
-                lookback = 1
-                for op in range(seg_start + period, seg_end):
-                    for d in dep_idx[dep_ptr[op]:dep_ptr[op + 1]]:
-                        lookback = max(lookback, (op - seg_start) // period - (int(d) - seg_start) // period)
-                tail = 1
-                for op in range(seg_end, n_ops):
-                    for d in dep_idx[dep_ptr[op]:dep_ptr[op + 1]]:
-                        if seg_start <= d < seg_end:
-                            tail = max(tail, layers - (int(d) - seg_start) // period)
-                window = max(lookback, tail)
-                if window < layers - 1:
-                    segments.append((seg_start, period, layers, window))
-            j = last + 2
+            seg_start, period = int(starts[first]), int(lengths[first])
+            seg_end = seg_start + layers * period
+            ops, entries = _entries(dep_ptr, seg_start + period, seg_end)
+            deps = dep_idx[entries].astype(np.int64)
+            lookback = max(1, int(((ops - seg_start) // period - (deps - seg_start) // period).max(initial=1)))
+            _, entries = _entries(dep_ptr, seg_end, n_ops)
+            deps = dep_idx[entries].astype(np.int64)
+            deps = deps[(seg_start <= deps) & (deps < seg_end)]
+            tail = max(1, int((layers - (deps - seg_start) // period).max(initial=1)))
+            window = max(lookback, tail)
+            if window < layers - 1:
+                segments.append((seg_start, period, layers, window))
     return segments

@@ -1,6 +1,7 @@
 """Batch: results equal `run` line for line; formats, chunking, interruption, progress, kinds."""
 
 import csv
+import io
 import json
 import math
 import random
@@ -79,6 +80,49 @@ def test_chunks_do_not_change_results(monkeypatch):
     whole = list(run_batch(lines))
     monkeypatch.setattr(batch_module, "CHUNK_LINES", 37)
     assert list(run_batch(lines)) == whole
+
+
+def test_repeated_lines_are_evaluated_once_and_each_keeps_its_own_case(monkeypatch):
+    from fastmodel.batch_output import jsonl
+    from fastmodel.semantics import get_semantics
+
+    lines = [json.dumps(line) for line in varied_lines(120, seed=9)]
+    lines = lines + lines[::-1] + ["not json", "[1]", "not json", '{"case": 5, "model": "nope"}'] * 2
+    repeated = lines + [lines[3]] * 50
+    default = get_semantics("default")
+    # each line alone, in a chunk of its own, no memo: nothing shared
+    alone = [next(batch_module.records(batch_module.evaluate_chunk([line.encode()], i + 1, default)))
+             for i, line in enumerate(repeated)]
+    assert [r["case"] for r in alone[-50:]] == list(range(len(lines) + 1, len(repeated) + 1))
+
+    evaluated = []
+    real = batch_module._evaluate_distinct
+
+    def counting(raw_lines, *args):
+        evaluated.append(len(raw_lines))
+        return real(raw_lines, *args)
+
+    monkeypatch.setattr(batch_module, "_evaluate_distinct", counting)
+    assert list(run_batch(repeated)) == alone
+    assert evaluated == [len(set(repeated))] and len(set(repeated)) < len(repeated) / 2
+    chunk = batch_module.evaluate_chunk([(line + "\n").encode() for line in repeated], 1, default)
+    assert [json.loads(x) for x in jsonl(chunk).decode().splitlines()] == alone
+    assert chunk.error_count() == sum(r["status"] != "ok" for r in alone)
+
+    # across chunks, the batch's memo evaluates each distinct line once; a small memo forgets and re-evaluates
+    monkeypatch.setattr(batch_module, "CHUNK_LINES", 7)
+    evaluated.clear()
+    assert list(run_batch(repeated)) == alone
+    assert sum(evaluated) == len(set(repeated))
+
+    class Small(batch_module.LineMemo):
+        def __init__(self):
+            super().__init__(size=10)
+
+    monkeypatch.setattr(batch_module, "LineMemo", Small)
+    evaluated.clear()
+    assert list(run_batch(repeated)) == alone
+    assert sum(evaluated) > len(set(repeated))
 
 
 def write_input(tmp_path, lines) -> str:
@@ -200,15 +244,19 @@ def test_a_new_kind_claims_its_lines_and_shares_the_kernels(monkeypatch):
     assert records[2]["status"] == "error: toy: illegal"
 
 
-def test_formatter_process_writes_the_same_bytes_and_leaves_nothing_when_interrupted(tmp_path, monkeypatch):
+def test_background_writes_give_the_same_bytes_and_leave_nothing_when_interrupted(tmp_path, monkeypatch):
+    import threading
+
     from fastmodel.batch_output import run_to_output
 
-    src = write_input(tmp_path, varied_lines(400, seed=7))
+    src = write_input(tmp_path, varied_lines(400, seed=7) * 2)   # duplicated lines share their distinct line
     monkeypatch.setattr(batch_module, "CHUNK_LINES", 60)
-    for formatter in (False, True):
+    for background in (False, True):
         with open(src, "rb") as source:
-            assert run_to_output(source, str(tmp_path / f"{formatter}.jsonl"), formatter=formatter)[0] > 0
+            assert run_to_output(source, str(tmp_path / f"{background}.jsonl"), background=background)[0] > 0
     assert (tmp_path / "True.jsonl").read_bytes() == (tmp_path / "False.jsonl").read_bytes()
+    expected = list(run_batch(open(src).read().splitlines()))
+    assert [json.loads(line) for line in (tmp_path / "True.jsonl").read_text().splitlines()] == expected
 
     real = batch_module.evaluate_chunk
     calls = []
@@ -221,8 +269,22 @@ def test_formatter_process_writes_the_same_bytes_and_leaves_nothing_when_interru
 
     monkeypatch.setattr(batch_module, "evaluate_chunk", interrupted)
     with open(src, "rb") as source, pytest.raises(KeyboardInterrupt):
-        run_to_output(source, str(tmp_path / "cut.jsonl"), formatter=True)
+        run_to_output(source, str(tmp_path / "cut.jsonl"), background=True)
     assert not (tmp_path / "cut.jsonl").exists() and not list(tmp_path.glob(".cut.jsonl.*"))
-    import multiprocessing
+    assert not [t for t in threading.enumerate() if t.name == "fastmodel-batch-writer"]
 
-    assert multiprocessing.active_children() == []
+
+def test_a_failed_background_write_is_raised_in_the_batch(tmp_path, monkeypatch):
+    from fastmodel.batch_output import JsonlWriter
+
+    class Full(io.BytesIO):
+        def write(self, data):
+            raise OSError(28, "No space left on device")
+
+    src = write_input(tmp_path, varied_lines(200, seed=8))
+    monkeypatch.setattr(batch_module, "CHUNK_LINES", 50)
+    writer = JsonlWriter(Full(), background=True)
+    with open(src, "rb") as source, pytest.raises(OSError, match="No space left"):
+        for chunk in batch_module.run_chunks(batch_module.read_chunks(source)):
+            writer.write(chunk)
+        writer.close()
