@@ -5,7 +5,7 @@ from click.testing import CliRunner
 from plot_data import synthetic_sweep
 
 from fastmodel.cli import main
-from fastmodel.cli_plot import parse_window
+from fastmodel.cli.plot import parse_window
 from fastmodel.plot.data import PlotError
 
 MAGIC = {".png": b"\x89PNG", ".pdf": b"%PDF", ".svg": b"<?xml"}

@@ -7,6 +7,7 @@ import math
 
 import click
 
+from fastmodel.cli.common import friendly
 from fastmodel.serve_precisions import KV_PRECISIONS, PRECISIONS
 
 TIME_KEYS = ("ttft", "tpot", "e2e_latency")
@@ -32,6 +33,7 @@ BREAKDOWN = ("gemm", "attention", "memory_bound", "comm")
 @click.option("--kv-cache-mem-fraction", default=0.9, show_default=True, type=click.FloatRange(0.01, 1.0))
 @click.option("--instances", default=1, show_default=True, type=click.IntRange(min=1))
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per configuration.")
+@friendly
 def serve(records, model, device, tp, pp, ep, precision, kv_precision, input_len, output_len, batch_size,
           concurrency, max_throughput, kv_cache_mem_fraction, instances, as_json):
     """Predict LLM serving: TTFT, TPOT, throughput, KV cache and memory, prefill/decode breakdown.

@@ -7,24 +7,13 @@ Every command writes one figure (format from the ``-o`` suffix: .png, .pdf or
 
 from __future__ import annotations
 
-import functools
 import re
 
 import click
 
+from fastmodel.cli.common import friendly
+
 SIZE_CHOICE = click.Choice(["single", "double"])
-
-
-def _friendly(func):
-    """The CLI's one-line error handling (imported lazily: fastmodel.cli imports this module)."""
-
-    @functools.wraps(func)
-    def wrapper(*args, **kwargs):
-        from fastmodel.cli import _friendly as friendly
-
-        return friendly(func)(*args, **kwargs)
-
-    return wrapper
 
 
 def _figure_options(size_default: str):
@@ -97,7 +86,7 @@ def plot():
               help="Mark the best cell (auto: max for rates, min for times, memory, cost).")
 @click.option("--log/--linear", "log", default=None, help="Colour scale (default: log when values span 2 decades).")
 @_figure_options("single")
-@_friendly
+@friendly
 def heatmap_command(result, x, y, var, sel, reduce, relative_to, annotate, best, log, output, dpi, size, title):
     """Heatmap of VAR over two dimensions of a sweep RESULT (.zarr or .nc)."""
     from fastmodel.plot import heatmap
@@ -143,7 +132,7 @@ def parse_window(text: str | None) -> tuple[float, float] | None:
 @click.option("--window", metavar="START:END", help="Only this time window, e.g. 0:0.5 or 100ms:300ms.")
 @click.option("--aggregate", is_flag=True, help="Merge back-to-back ops of one category into one bar.")
 @_figure_options("double")
-@_friendly
+@friendly
 def timeline_command(model, system, task, num_nodes, plan, semantics, window, aggregate, output, dpi, size, title):
     """Gantt chart of the compute and communication streams of one configuration.
 
@@ -214,7 +203,7 @@ def _real_world_timeline(model, system, task, num_nodes, plan, semantics):
               "(real-world results).")
 @click.option("--memory", "memory", is_flag=True, help="Same as --quantity memory.")
 @_figure_options("single")
-@_friendly
+@friendly
 def breakdown_command(result, sel, quantity, memory, output, dpi, size, title):
     """Where the time (or memory) of each configuration goes (one dimension may stay, e.g. several plans)."""
     from fastmodel.plot import breakdown
@@ -229,7 +218,7 @@ def breakdown_command(result, sel, quantity, memory, output, dpi, size, title):
 @_sel_option
 @click.option("--dim", help="Dimension along the bars (default: the one left with several values, e.g. plan).")
 @_figure_options("single")
-@_friendly
+@friendly
 def memory_command(result, sel, dim, output, dpi, size, title):
     """Memory per device by kind across plans (stacked bars) with the usable-HBM line; real-world results."""
     from fastmodel.plot.memory import memory_bars
@@ -252,7 +241,7 @@ def memory_command(result, sel, dim, output, dpi, size, title):
 @click.option("--curve", help="One frontier per value of this dimension (e.g. device, tp, precision): the "
               "serving throughput-latency figure; the default for serving sweeps is device.")
 @_figure_options("single")
-@_friendly
+@friendly
 def pareto_command(result, x, y, x_dir, y_dir, sel, where, label, curve, output, dpi, size, title):
     """Pareto frontier of two variables; prints the frontier and draws every point.
 
@@ -304,7 +293,7 @@ def _serving_pareto(ds, curve, x, y, sel, mask, output, dpi, size, title):
 @_reduce_option
 @click.option("--top", type=click.IntRange(min=1), help="Keep the TOP lines with the best values.")
 @_figure_options("single")
-@_friendly
+@friendly
 def scaling_command(result, x, var, hue, sel, reduce, top, output, dpi, size, title):
     """A variable against one dimension, one line per value of another."""
     from fastmodel.plot import scaling

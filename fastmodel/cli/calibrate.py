@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import click
 
+from fastmodel.cli.common import friendly
+
 
 @click.command("calibrate")
 @click.argument("runs", type=click.Path(dir_okay=False))
@@ -18,6 +20,7 @@ import click
               help="Weight pulling each fitted value toward its physical one, per scale (0: none), or 'cv': "
                    "chosen among 0, 0.5, 1, 2, 4 by 3-fold cross-validation on RUNS.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the coarse search's random points.")
+@friendly
 def calibrate(runs, output, folds, loss, prior, seed):
     """Fit the fittable efficiencies (GEMM by precision, attention, HBM, network tiers, step overhead) of
     every device, precision and network tier appearing in RUNS (JSONL, RUNS.md schema, with measured step

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from fastmodel.cli.common import friendly
+
 
 @click.command("validate")
 @click.argument("runs", type=click.Path(dir_okay=False))
@@ -13,6 +15,7 @@ import click
               help="Draw predicted vs measured step time (.png/.pdf/.svg).")
 @click.option("--calibration", type=click.Path(dir_okay=False),
               help="Apply a calibration overlay (.toml from `fastmodel calibrate`); default: physical values.")
+@friendly
 def validate(runs, output, plot_path, calibration):
     """Predict every run record of RUNS (JSONL, RUNS.md schema) and print the step-time error tables
     beside the constant-MFU baselines at 0.40 and 0.50. Serving records (SERVE_RUNS.md) with measurements

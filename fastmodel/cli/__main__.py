@@ -1,0 +1,5 @@
+"""``python -m fastmodel.cli``: the ``fastmodel`` command."""
+
+from fastmodel.cli import entry
+
+entry()

@@ -1,0 +1,29 @@
+"""The ``fastmodel`` command group and console entry point; command modules add their commands to ``main``."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from fastmodel import __version__
+from fastmodel.cli.common import ConsoleState, OneLineGroup
+
+
+def entry() -> None:
+    """The ``fastmodel`` console script. ``fastmodel run`` evaluates one configuration with the kernels
+    interpreted (``FASTMODEL_JIT=0``, kernels/jit.py): loading numba and the compiled kernels takes about 1.5 s,
+    interpreting one row a few milliseconds, and the numbers are the same (tests/test_cli_run_fast.py). So does
+    ``batch`` when its input file holds few distinct lines (fastmodel/batch_jit.py). Every other command uses
+    the compiled kernels."""
+    ConsoleState.console = True
+    if len(sys.argv) > 1 and sys.argv[1] == "run":
+        os.environ.setdefault("FASTMODEL_JIT", "0")
+    main()
+
+
+@click.group(cls=OneLineGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="fastmodel")
+def main():
+    """Predict step time and memory of large models on GPU clusters: one plan, or millions in a sweep."""

@@ -1,0 +1,49 @@
+"""``fastmodel batch``: a JSONL file of configurations and records, evaluated in chunks, written in order."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from fastmodel.cli.app import main
+from fastmodel.cli.common import ConsoleState, calibration_option, friendly, read_calibration, semantics_option
+from fastmodel.errors import FastmodelError
+
+
+@main.command()
+@click.argument("cases", type=click.Path(dir_okay=False, allow_dash=True))
+@click.option("--output", "-o", default="-", show_default=True, type=click.Path(dir_okay=False, allow_dash=True),
+              help="Output by extension: .csv, .parquet, else JSONL ('-' for stdout); written atomically.")
+@click.option("--force", is_flag=True, help="Replace an existing output file of the same kind (never the input).")
+@semantics_option
+@calibration_option
+@click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a terminal only).")
+@friendly
+def batch(cases, output, force, semantics, calibration, progress):
+    """Evaluate every line of a JSONL file; one result per input line, in order. --calibration applies to
+    run-record lines (the real-world model)."""
+    if ConsoleState.console:  # few distinct lines: interpret the kernels rather than load numba (fastmodel/batch_jit.py)
+        from fastmodel.batch_jit import interpret_if_few
+
+        interpret_if_few(cases)
+    from fastmodel.batch_output import run_to_output
+    from fastmodel.calibrate.use import cli_warnings
+    from fastmodel.outputs import check_output
+
+    kind = "parquet" if str(output).lower().endswith(".parquet") else "text"
+    check_output(output, kind, inputs=(cases,), force=force)
+    cal = read_calibration(calibration)
+    if cal is not None:
+        click.echo(cal.describe(), err=True)
+    source = sys.stdin.buffer if cases == "-" else _open_input(cases)
+    with source, cli_warnings():
+        ok, bad = run_to_output(source, output, semantics, progress, calibration=cal)
+    click.echo(f"{ok} ok, {bad} errors", err=True)
+
+
+def _open_input(path: str):
+    try:
+        return open(path, "rb")
+    except OSError as error:
+        raise FastmodelError(f"{path}: cannot read: {error.strerror}") from None

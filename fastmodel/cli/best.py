@@ -1,0 +1,42 @@
+"""``fastmodel best``: the top configurations of a result by one variable."""
+
+from __future__ import annotations
+
+import click
+
+from fastmodel.cli.app import main
+from fastmodel.cli.common import friendly
+
+
+@main.command("best")
+@click.argument("result", type=click.Path())
+@click.option("--by", required=True, help="Variable to rank by, e.g. throughput.")
+@click.option("--top", default=10, show_default=True, type=int, help="How many rows.")
+@click.option("--where", "where", multiple=True,
+              help="Filter (repeatable): fits_memory, status=ok, num_nodes=256, throughput>100, plan=tp,ddp/mp.")
+@click.option("--ascending", is_flag=True, help="Smallest first (e.g. --by iteration_time).")
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False), help="Also write the table as CSV (atomically).")
+@click.option("--force", is_flag=True, help="Replace an existing CSV file.")
+@click.option("--include-oom", is_flag=True,
+              help="Also rank plans that do not fit in usable HBM (real-world datasets rank only plans that fit).")
+@friendly
+def best_command(result, by, top, where, ascending, csv_path, force, include_oom):
+    """Top-k configurations of a sweep result by any variable (real-world datasets: only plans that fit)."""
+    from fastmodel.atomic import atomic_write
+    from fastmodel.best import best, open_result
+    from fastmodel.outputs import check_output
+
+    if csv_path:
+        check_output(csv_path, "text", inputs=(result,), force=force, what="CSV")
+    ds = open_result(result)
+    table = best(ds, by, top, list(where), ascending, include_oom=include_oom)
+    fits = table.attrs["fits_filter"]
+    if fits["applied"]:
+        usable = ds.attrs.get("usable_hbm_bytes")
+        hbm = f" of {float(usable) / 2**30:.1f} GiB" if usable is not None else ""
+        click.echo(f"only plans that fit: dropped {fits['dropped']:,} of {fits['of']:,} configurations "
+                   f"(memory_per_device over usable HBM{hbm}); --include-oom keeps them", err=True)
+    click.echo(table.to_string(index=False))
+    if csv_path:
+        with atomic_write(csv_path) as handle:
+            table.to_csv(handle, index=False)

@@ -1,0 +1,125 @@
+"""What every command of the ``fastmodel`` command line shares: one-line errors, choices, options.
+
+User errors print one line (``error: ...``) and exit 2; Ctrl-C exits 130;
+anything else is an internal bug and shows a traceback (exit 1).
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+
+import click
+
+from fastmodel.errors import FastmodelError
+
+
+class Choice(click.Choice):
+    """click.Choice that suggests the nearest valid value."""
+
+    def convert(self, value, param, ctx):
+        try:
+            return super().convert(value, param, ctx)
+        except click.BadParameter:
+            from fastmodel.errors import nearest
+
+            self.fail(f"{value!r} is not one of {', '.join(map(str, self.choices))}{nearest(str(value), self.choices)}",
+                      param, ctx)
+
+
+class OneLineGroup(click.Group):
+    """A group whose usage errors are one line (``error: ...``, exit 2) like every other error."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        try:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.exceptions.NoArgsIsHelpError as error:
+            click.echo(error.ctx.get_help())
+            sys.exit(0)
+        except click.UsageError as error:
+            hint = f" (see '{error.ctx.command_path} --help')" if error.ctx is not None else ""
+            click.echo(f"error: {' '.join(error.format_message().split())}{hint}", err=True)
+            sys.exit(2)
+        except click.ClickException as error:
+            click.echo(f"error: {' '.join(error.format_message().split())}", err=True)
+            sys.exit(error.exit_code)
+        except click.exceptions.Abort:
+            click.echo("interrupted", err=True)
+            sys.exit(130)
+        except click.exceptions.Exit as error:
+            sys.exit(error.exit_code)
+
+
+class PresetChoice(Choice):
+    """The semantics presets, read from ``fastmodel.semantics`` (pydantic) only when parsed or shown."""
+
+    def __init__(self):
+        super().__init__([])
+
+    @property
+    def choices(self):
+        from fastmodel.semantics import PRESETS
+
+        return sorted(PRESETS)
+
+    @choices.setter
+    def choices(self, value):  # click.Choice.__init__ assigns it
+        pass
+
+
+KIND_CHOICE = Choice(["model", "system", "task"])
+SHOW_CHOICE = Choice(["model", "system", "task", "sweep"])
+LIST_CHOICE = Choice(["model", "system", "task", "sweep"])
+
+
+def friendly(func):
+    """Turn user errors into one line + exit 2, and Ctrl-C into exit 130."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except FastmodelError as error:
+            click.echo(f"error: {' '.join(str(error).split())}", err=True)
+            sys.exit(2)
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            sys.exit(130)
+        except BrokenPipeError:  # e.g. piped into `head`
+            sys.stderr.close()
+            sys.exit(0)
+        except OSError as error:
+            where = f"{error.filename}: " if error.filename else ""
+            click.echo(f"error: {where}{error.strerror or error}", err=True)
+            sys.exit(2)
+
+    return wrapper
+
+
+semantics_option = click.option(
+    "--semantics", default="default", show_default=True, type=PresetChoice(),
+    help="Modelling preset: 'default' (real-world model for real-world specs, the bug-fixed MAD-Max model "
+    "otherwise), 'madmax-fixed', or 'madmax' (the reference, bugs included).",
+)
+
+
+calibration_option = click.option(
+    "--calibration", type=click.Path(dir_okay=False),
+    help="Apply a calibration overlay (.toml from 'fastmodel calibrate') to the real-world model "
+    "(run records, family = \"lm\" specs); default: physical (datasheet) values.",
+)
+
+
+def read_calibration(path):
+    """The calibration file of ``--calibration`` (None without one); a bad file is a one-line error."""
+    if path is None:
+        return None
+    from fastmodel.calibrate import read_calibration
+
+    return read_calibration(path)
+
+
+class ConsoleState:
+    """``console``: set by :func:`fastmodel.cli.entry` -- this process is the console command (``batch`` may
+    then choose interpreted kernels, fastmodel/batch_jit.py)."""
+    console = False

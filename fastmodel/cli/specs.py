@@ -1,0 +1,89 @@
+"""``fastmodel specs list|show|schema`` and ``fastmodel plans``: the built-in specs and the plans of a system."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from fastmodel.cli.app import main
+from fastmodel.cli.common import KIND_CHOICE, LIST_CHOICE, SHOW_CHOICE, friendly
+from fastmodel.errors import FastmodelError
+
+
+@main.group()
+def specs():
+    """List, show and describe spec files."""
+
+
+@specs.command("list")
+@click.argument("kind", required=False, type=LIST_CHOICE)
+@friendly
+def specs_list(kind):
+    """List built-in specs (of one KIND, or all)."""
+    from fastmodel.loader import builtin_names
+
+    for k in [kind] if kind else ["model", "system", "task", "sweep"]:
+        click.echo(f"{k}s:")
+        for name in builtin_names(k):
+            click.echo(f"  {name}")
+
+
+@specs.command("show")
+@click.argument("name")
+@click.option("--kind", type=SHOW_CHOICE, help="Which kind NAME is (needed only if ambiguous).")
+@friendly
+def specs_show(name, kind):
+    """Print a built-in spec file."""
+    from fastmodel.errors import SpecError, nearest
+    from fastmodel.loader import builtin_names, builtin_text
+
+    kinds = [kind] if kind else [k for k in ("model", "system", "task", "sweep") if name in builtin_names(k)]
+    if not kinds:
+        every = [n for k in ("model", "system", "task", "sweep") for n in builtin_names(k)]
+        raise SpecError(None, None, f"no built-in spec {name!r}{nearest(name, every)}")
+    if len(kinds) > 1:
+        raise SpecError(None, None, f"{name!r} is a {' and a '.join(kinds)}; pass --kind")
+    if name not in builtin_names(kinds[0]):
+        raise SpecError(None, None, f"no built-in {kinds[0]} {name!r}{nearest(name, builtin_names(kinds[0]))}")
+    click.echo(builtin_text(kinds[0], name).rstrip())
+
+
+@specs.command("schema")
+@click.argument("kind", type=KIND_CHOICE)
+@friendly
+def specs_schema(kind):
+    """Print the JSON Schema of a spec KIND (for editor completion and checks)."""
+    from fastmodel.schema import json_schema
+
+    click.echo(json.dumps(json_schema(kind), indent=2))
+
+
+@main.command()
+@click.option("--system", "-s", required=True, help="Built-in name or path.")
+@click.option("--nodes", "num_nodes", type=click.IntRange(min=1), help="Cluster size in nodes.")
+@click.option("--model", "-m", help="Model (built-in name or path): plans of its family, e.g. the three "
+              "components MLP/EMB/TRANSFORMER of dlrm-transformer, minus rules it breaks (DLRM tp with odd layers).")
+@friendly
+def plans(system, num_nodes, model):
+    """List every legal 1-D/2-D plan of a system."""
+    from fastmodel.errors import PlanError
+    from fastmodel.loader import load_model, load_system
+    from fastmodel.plans import check_plan_for_model, enumerate_plans
+
+    sys_spec = load_system(system, num_nodes=num_nodes)
+    model_spec = load_model(model) if model else None
+    three = model_spec is not None and model_spec.family == "dlrm-transformer"
+    found = enumerate_plans(sys_spec.num_nodes, sys_spec.devices_per_node, transformer=three)
+    if model_spec is not None:
+        def legal(plan):
+            try:
+                check_plan_for_model(plan, model_spec)
+                return True
+            except PlanError:
+                return False
+        found = [plan for plan in found if legal(plan)]
+    if not found:
+        raise FastmodelError(f"{sys_spec.name} with {sys_spec.num_devices} device(s) has no legal plan (every degree must be > 1)")
+    for plan in found:
+        click.echo(f"{plan.shape:<{20 if three else 12}} {plan.label}")
