@@ -128,11 +128,13 @@ def _names_fits_memory(where: list[str]) -> bool:
     return False
 
 
-def best(ds: xr.Dataset, by: str, top: int = 10, where: list[str] | None = None, ascending: bool = False,
+def best(ds: xr.Dataset, by: str, top: int = 10, where: list[str] | None = None, ascending: bool | None = None,
          columns: tuple[str, ...] = ("throughput", "iteration_time", "exposed_comm", "step_time", "tokens_per_s_per_gpu",
                                      "mfu", "tpot", "output_tokens_per_s_per_user", "memory_per_device"),
          include_oom: bool = False):
-    """The ``top`` configurations by ``by`` (largest first unless ``ascending``) as a pandas DataFrame.
+    """The ``top`` configurations by ``by`` as a pandas DataFrame, best first: smallest first for a variable
+    that improves downward (``better = "min"`` in its attrs or the registry: times, costs, memory), largest
+    first otherwise; ``ascending`` True / False forces the order.
 
     On datasets of the real-world memory model (:func:`fits_filter_applies`) only configurations that fit in
     usable HBM are ranked unless ``include_oom`` or a ``where`` filter names ``fits_memory``; the table's
@@ -149,6 +151,10 @@ def best(ds: xr.Dataset, by: str, top: int = 10, where: list[str] | None = None,
         raise SweepError(f"--by {by}: {by} is categorical, not a quantity to rank by; filter on it with "
                          f"--where (e.g. --where status=ok) and rank by a quantity such as throughput")
     variable = ds[by]
+    if ascending is None:
+        from fastmodel.results import better
+
+        ascending = better(by, dict(variable.attrs)) == "min"
     mask = where_mask(ds, where or [])
     applied = not include_oom and fits_filter_applies(ds) and not _names_fits_memory(where or [])
     dropped = ranked = 0

@@ -13,39 +13,41 @@ from dataclasses import dataclass
 class Variable:
     name: str
     units: str
+    better: str          # "min" | "max" | "" (no direction: a batch size, a capacity, a count)
     long_name: str
     description: str
 
 
 VARIABLES: tuple[Variable, ...] = (
-    Variable("iteration_time", "s", "iteration time", "End of the last op on either stream (forward only for inference)."),
-    Variable("throughput", "samples/s", "throughput", "Global batch / iteration time; a sample is one sequence (LLM), one image (ViT) or one query (DLRM)."),
-    Variable("global_batch", "samples", "global batch", "Samples per iteration."),
-    Variable("forward_time", "s", "forward-pass time", "Time at the forward/backward barrier (iteration time for inference)."),
-    Variable("time_gemm", "s", "GEMM time", "Sum of GEMM compute durations."),
-    Variable("time_emb", "s", "embedding time", "Sum of embedding-lookup durations."),
-    Variable("time_all2all", "s", "all-to-all time", "Sum of all-to-all durations (not wall time)."),
-    Variable("time_allreduce", "s", "allreduce time", "Sum of allreduce durations (not wall time)."),
-    Variable("time_allgather", "s", "allgather time", "Sum of allgather durations (not wall time)."),
-    Variable("time_reducescatter", "s", "reduce-scatter time", "Sum of reduce-scatter durations (not wall time)."),
-    Variable("time_compute", "s", "compute time", "time_gemm + time_emb."),
-    Variable("time_comm", "s", "communication time", "Sum of all collective durations."),
-    Variable("exposed_comm", "s", "exposed communication", "iteration_time - time_compute: idle time of the compute stream."),
-    Variable("overlapped_comm", "s", "overlapped communication", "time_comm - exposed_comm."),
-    Variable("weight_memory_dense", "bytes", "dense weights per device", "Non-embedding weights held per device (weights only)."),
-    Variable("weight_memory_emb", "bytes", "embedding weights per device", "Embedding weights held per device (weights only)."),
-    Variable("weight_memory", "bytes", "weights per device", "weight_memory_dense + weight_memory_emb."),
-    Variable("memory_per_device", "bytes", "memory per device",
+    Variable("iteration_time", "s", "min", "iteration time", "End of the last op on either stream (forward only for inference)."),
+    Variable("throughput", "samples/s", "max", "throughput",
+             "Global batch / iteration time; a sample is one sequence (LLM), one image (ViT) or one query (DLRM)."),
+    Variable("global_batch", "samples", "", "global batch", "Samples per iteration."),
+    Variable("forward_time", "s", "min", "forward-pass time", "Time at the forward/backward barrier (iteration time for inference)."),
+    Variable("time_gemm", "s", "min", "GEMM time", "Sum of GEMM compute durations."),
+    Variable("time_emb", "s", "min", "embedding time", "Sum of embedding-lookup durations."),
+    Variable("time_all2all", "s", "min", "all-to-all time", "Sum of all-to-all durations (not wall time)."),
+    Variable("time_allreduce", "s", "min", "allreduce time", "Sum of allreduce durations (not wall time)."),
+    Variable("time_allgather", "s", "min", "allgather time", "Sum of allgather durations (not wall time)."),
+    Variable("time_reducescatter", "s", "min", "reduce-scatter time", "Sum of reduce-scatter durations (not wall time)."),
+    Variable("time_compute", "s", "min", "compute time", "time_gemm + time_emb."),
+    Variable("time_comm", "s", "min", "communication time", "Sum of all collective durations."),
+    Variable("exposed_comm", "s", "min", "exposed communication", "iteration_time - time_compute: idle time of the compute stream."),
+    Variable("overlapped_comm", "s", "", "overlapped communication", "time_comm - exposed_comm."),
+    Variable("weight_memory_dense", "bytes", "min", "dense weights per device", "Non-embedding weights held per device (weights only)."),
+    Variable("weight_memory_emb", "bytes", "min", "embedding weights per device", "Embedding weights held per device (weights only)."),
+    Variable("weight_memory", "bytes", "min", "weights per device", "weight_memory_dense + weight_memory_emb."),
+    Variable("memory_per_device", "bytes", "min", "memory per device",
              "memory_weight_factor x weight_memory (3 x weights, the paper's cloud-study feasibility rule)."),
-    Variable("hbm_capacity", "bytes", "HBM capacity", "HBM capacity of one device."),
-    Variable("fits_memory", "1", "fits in HBM", "1 if memory_per_device <= hbm_capacity, else 0."),
-    Variable("eff_flop_per_s", "FLOP/s", "effective FLOP/s", "Peak at the model's dense precision x flops_util."),
-    Variable("num_compute_ops", "1", "compute ops", "Ops on the compute stream in one iteration."),
-    Variable("num_comm_ops", "1", "communication ops", "Ops on the communication stream in one iteration."),
-    Variable("train_time", "s", "time to train", "task.train_samples / throughput (NaN without train_samples)."),
-    Variable("gpu_hours", "GPU h", "GPU-hours", "train_time x devices / 3600 s."),
-    Variable("cost", "USD", "cost", "gpu_hours x system.price_usd_per_device_hour (NaN without a price)."),
-    Variable("energy", "J", "energy",
+    Variable("hbm_capacity", "bytes", "", "HBM capacity", "HBM capacity of one device."),
+    Variable("fits_memory", "1", "max", "fits in HBM", "1 if memory_per_device <= hbm_capacity, else 0."),
+    Variable("eff_flop_per_s", "FLOP/s", "max", "effective FLOP/s", "Peak at the model's dense precision x flops_util."),
+    Variable("num_compute_ops", "1", "", "compute ops", "Ops on the compute stream in one iteration."),
+    Variable("num_comm_ops", "1", "", "communication ops", "Ops on the communication stream in one iteration."),
+    Variable("train_time", "s", "min", "time to train", "task.train_samples / throughput (NaN without train_samples)."),
+    Variable("gpu_hours", "GPU h", "min", "GPU-hours", "train_time x devices / 3600 s."),
+    Variable("cost", "USD", "min", "cost", "gpu_hours x system.price_usd_per_device_hour (NaN without a price)."),
+    Variable("energy", "J", "min", "energy",
              "gpu_hours x 3600 s x system.node_tdp_watts / devices per node: node TDP shared by its devices "
              "(NaN without a TDP)."),
 )
@@ -55,6 +57,26 @@ NAMES: tuple[str, ...] = tuple(v.name for v in VARIABLES)
 
 
 def attrs(name: str) -> dict[str, str]:
-    """xarray attrs (units, long_name, description) of variable ``name``."""
+    """xarray attrs (units, long_name, description, and ``better`` where the variable has a direction) of
+    variable ``name``."""
     var = REGISTRY[name]
-    return {"units": var.units, "long_name": var.long_name, "description": var.description}
+    out = {"units": var.units, "long_name": var.long_name, "description": var.description}
+    if var.better:
+        out["better"] = var.better
+    return out
+
+
+def better(name: str, attrs: dict | None = None) -> str:
+    """Which way variable ``name`` improves: ``"min"``, ``"max"`` or ``""`` (no direction, or not a registry
+    variable). A dataset variable's own ``better`` attr wins; then the MAD-Max registry (this module), the
+    real-world and serving registries (``fastmodel.variables``) and the real-world memory kinds."""
+    if attrs and attrs.get("better") in ("min", "max"):
+        return str(attrs["better"])
+    if name in REGISTRY:
+        return REGISTRY[name].better
+    from fastmodel.variables import MEMORY_RESULTS, RESULTS, SERVE_RESULTS
+
+    for result in (*RESULTS, *SERVE_RESULTS):
+        if result.name == name:
+            return result.better
+    return "min" if name in MEMORY_RESULTS or name == "memory" else ""

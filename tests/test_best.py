@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from fastmodel.best import best, where_mask
+from fastmodel.best import best, open_result, where_mask
 from fastmodel.errors import SweepError
 from fastmodel.sweep import sweep
 
@@ -47,3 +47,28 @@ def test_filters_and_ascending(ds):
 def test_errors(ds, kwargs, message):
     with pytest.raises(SweepError, match=message):
         best(ds, **kwargs)
+
+
+def test_default_order_is_best_first_by_the_registry_direction(ds):
+    flat_time = ds.iteration_time.values.reshape(-1)
+    flat_time = np.sort(flat_time[np.isfinite(flat_time)])
+    assert best(ds, "iteration_time", top=3).iteration_time.tolist() == flat_time[:3].tolist()     # min: smallest
+    assert best(ds, "iteration_time", top=3, ascending=False).iteration_time.tolist() == flat_time[::-1][:3].tolist()
+    flat_rate = np.sort(ds.throughput.values[np.isfinite(ds.throughput.values)].reshape(-1))
+    assert best(ds, "throughput", top=3).throughput.tolist() == flat_rate[::-1][:3].tolist()       # max: largest
+    assert ds.iteration_time.attrs["better"] == "min" and ds.throughput.attrs["better"] == "max"
+
+
+def test_cli_best_descending_overrides_the_registry_direction(tmp_path, ds):
+    from click.testing import CliRunner
+
+    from fastmodel.cli import main
+
+    path = tmp_path / "r.nc"
+    ds.to_netcdf(path)
+    fastest = CliRunner().invoke(main, ["best", str(path), "--by", "iteration_time", "--top", "1"])
+    slowest = CliRunner().invoke(main, ["best", str(path), "--by", "iteration_time", "--top", "1", "--descending"])
+    assert fastest.exit_code == 0 and slowest.exit_code == 0
+    stored = open_result(str(path))
+    assert fastest.output.strip() == best(stored, "iteration_time", top=1, ascending=True).to_string(index=False).strip()
+    assert slowest.output.strip() == best(stored, "iteration_time", top=1, ascending=False).to_string(index=False).strip()

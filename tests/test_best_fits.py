@@ -73,11 +73,11 @@ def test_status_filter_uses_the_datasets_names():
 def test_madmax_results_are_unchanged():
     ds = sweep("llama2-70b", "dc-a", "llm-pretrain", {"num_nodes": [1, 2], "plan": "all"})
     assert not fits_filter_applies(ds)
-    table = best(ds, "memory_per_device", top=5)
+    table = best(ds, "memory_per_device", top=5, ascending=False)
     flat = ds.memory_per_device.values.reshape(-1)
     np.testing.assert_array_equal(table.memory_per_device.to_numpy(), np.sort(flat[np.isfinite(flat)])[::-1][:5])
     assert "does_not_fit" in set(table.status)             # MAD-Max keeps ranking them by memory, as before
-    assert table.equals(best(ds, "memory_per_device", top=5, include_oom=True))
+    assert table.equals(best(ds, "memory_per_device", top=5, include_oom=True, ascending=False))
     assert table.attrs["fits_filter"]["applied"] is False
 
 

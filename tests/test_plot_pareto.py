@@ -39,6 +39,13 @@ def test_default_directions():
         ["max", "min", "min", "min", "min", "min", "min", "max", "max"]
 
 
+def test_directions_come_from_the_registries_before_the_name():
+    # hfu (real-world), ttft (serving), memory_activations (memory kind): the names alone would guess min/min/min
+    assert [direction(n) for n in ("hfu", "ttft", "memory_activations", "mfu")] == ["max", "min", "min", "max"]
+    assert direction("my_gain_column") == "max"                       # not registered: the name decides
+    assert direction("iteration_time", {"better": "max"}) == "max"    # a dataset's own attr wins
+
+
 def test_figure_marks_exactly_the_frontier_and_labels_it(tmp_path):
     ds = synthetic_sweep()
     fig, ax = P.pareto(ds, "iteration_time", "throughput", sel={"num_nodes": 64})

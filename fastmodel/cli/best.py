@@ -14,14 +14,16 @@ from fastmodel.cli.common import friendly
 @click.option("--top", default=10, show_default=True, type=int, help="How many rows.")
 @click.option("--where", "where", multiple=True,
               help="Filter (repeatable): fits_memory, status=ok, num_nodes=256, throughput>100, plan=tp,ddp/mp.")
-@click.option("--ascending", is_flag=True, help="Smallest first (e.g. --by iteration_time).")
+@click.option("--ascending/--descending", default=None,
+              help="Smallest / largest first (default: best first: smallest for times, costs and memory, "
+                   "largest for throughputs, from the variable's registry direction).")
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False), help="Also write the table as CSV (atomically).")
 @click.option("--force", is_flag=True, help="Replace an existing CSV file.")
 @click.option("--include-oom", is_flag=True,
               help="Also rank plans that do not fit in usable HBM (real-world datasets rank only plans that fit).")
 @friendly
 def best_command(result, by, top, where, ascending, csv_path, force, include_oom):
-    """Top-k configurations of a sweep result by any variable (real-world datasets: only plans that fit)."""
+    """Top-k configurations of a sweep result by any variable, best first (real-world datasets: only plans that fit)."""
     from fastmodel.atomic import atomic_write
     from fastmodel.best import best, open_result
     from fastmodel.outputs import check_output

@@ -30,19 +30,23 @@ class PlotError(FastmodelError):
     """A figure cannot be made from the given data and options."""
 
 
-def direction(name: str) -> str:
-    """Default optimisation direction of a variable: ``'max'`` for rates and gains, else ``'min'``.
-
-    Times, costs, energy, GPU-hours and memory are minimised; throughput,
-    FLOP/s, utilisations, speedups and ``fits_memory`` maximised.
+def direction(name: str, attrs: dict | None = None) -> str:
+    """Default optimisation direction of a variable: its ``better`` attr or registry entry
+    (:func:`fastmodel.results.better`); for a name no registry has (a derived variable, a coordinate),
+    ``'max'`` for rates and gains, else ``'min'``.
     """
+    from fastmodel.results import better
+
+    registered = better(name, attrs)
+    if registered:
+        return registered
     lowered = name.lower()
     return "max" if any(key in lowered for key in _MAXIMIZE) else "min"
 
 
-def check_direction(value: str | None, name: str) -> str:
+def check_direction(value: str | None, name: str, attrs: dict | None = None) -> str:
     if value is None:
-        return direction(name)
+        return direction(name, attrs)
     if value not in ("min", "max"):
         raise PlotError(f"direction for {name} must be 'min' or 'max' (got {value!r})")
     return value
@@ -210,7 +214,7 @@ def relative(da: xr.DataArray, baseline, dim: str = "plan", maximize: bool | Non
     check_dim(da.dims, dim)
     value = _coord_value(da[dim], baseline)
     base = da.sel({dim: value}, drop=True)
-    maximize = direction(str(da.name)) == "max" if maximize is None else maximize
+    maximize = direction(str(da.name), da.attrs) == "max" if maximize is None else maximize
     out = (da / base) if maximize else (base / da)
     out.attrs = {"long_name": f"{long_name_of(da)}: gain over {value}", "units": "×", "ratio": 1,
                  "description": f">1: better than {dim}={value}"}

@@ -218,7 +218,7 @@ def _annotate(ax, im, image, factor):
 
 
 def _mark_best(ax, da, image, best, factor, shown):
-    way = D.direction(str(da.name)) if best == "auto" else best
+    way = D.direction(str(da.name), da.attrs) if best == "auto" else best
     if way not in ("max", "min"):
         raise D.PlotError(f"best must be 'max', 'min', 'auto' or None (got {best!r})")
     if da.attrs.get("ratio"):

@@ -44,16 +44,16 @@ def frontier(data, x: str, y: str, *, x_dir: str | None = None, y_dir: str | Non
              where=None, label=None):
     """The points of ``data`` as a DataFrame (coordinates, x, y, ``on_frontier``), frontier first by x.
 
-    ``x``/``y``: any variable or coordinate; directions default by name (time,
-    cost, memory: min; throughput: max). ``where``: a boolean mask (e.g.
+    ``x``/``y``: any variable or coordinate; directions default to the variable's ``better``
+    (registry; time, cost, memory: min; throughput: max). ``where``: a boolean mask (e.g.
     ``ds.fits_memory``) restricting the points.
     """
     import pandas as pd
 
-    x_dir = D.check_direction(x_dir, x)
-    y_dir = D.check_direction(y_dir, y)
     ds = D.select(data, sel)
     xs, ys = D.get_var(ds, x), D.get_var(ds, y)
+    x_dir = D.check_direction(x_dir, x, xs.attrs)
+    y_dir = D.check_direction(y_dir, y, ys.attrs)
     for name, var in ((x, xs), (y, ys)):
         if var.dtype.kind in "iuf":
             D.check_quantity(var, "a Pareto axis")

@@ -55,7 +55,7 @@ def scaling(data, x: str, *, var: str | None = None, hue: str | None = None, sel
     rows = da.values if hue else da.values[None, :]
     names = [S.fmt_coord(v) for v in da[hue].values] if hue else [None]
     if top is not None and hue:
-        way = D.direction(str(da.name))
+        way = D.direction(str(da.name), da.attrs)
         signed = rows if way == "max" else -rows
         score = np.where(np.isnan(signed), -np.inf, signed).max(axis=1)
         order = np.argsort(-score, kind="stable")[:top]
@@ -73,9 +73,9 @@ def scaling(data, x: str, *, var: str | None = None, hue: str | None = None, sel
             ax.plot(xpos, row, marker=MARKERS[k % len(MARKERS)], linestyle=LINESTYLES[(k // len(MARKERS) + k) % len(LINESTYLES)],
                     markersize=3.5, markerfacecolor="none" if k % 2 else None, label=name, gid=f"line:{name}")
         name = str(da.name)
-        rate_or_time = D.direction(name) == "max" or units == "s"
+        rate_or_time = D.direction(name, da.attrs) == "max" or units == "s"
         if (ideal if ideal is not None else (x in SIZE_DIMS and rate_or_time and not categorical)) and xv.size > 1:
-            line = ideal_line(xpos, rows, D.direction(name) == "max")
+            line = ideal_line(xpos, rows, D.direction(name, da.attrs) == "max")
             ax.plot(xpos, line, color="0.45", linestyle=(0, (4, 2)), linewidth=0.8, marker=None, zorder=1,
                     label="ideal (linear)", gid="ideal")
         if categorical:
