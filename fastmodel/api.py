@@ -90,5 +90,6 @@ def evaluate_config(config: Config) -> "xr.Dataset":
     import xarray as xr  # here, not at the top: make_config must stay cheap to import (CLI start-up)
 
     results = evaluate_configs([config])
-    data = {name: ((), np.float64(results[name][0]), attrs(name)) for name in NAMES}
+    data = {name: ((), np.bool_(results[name][0] > 0.5) if name == "fits_memory" else np.float64(results[name][0]),
+                   attrs(name)) for name in NAMES}            # fits_memory a bool, as in sweeps
     return xr.Dataset(data, attrs=config_attrs(config))

@@ -38,3 +38,12 @@ def test_inference_forward_only():
     # tp8 x ddp256: 2048 / 256 = 8 samples per replica, each GEMM split over 8 tp ranks
     flops_per_device = 80 * 2 * 4096 * (4 * 8192**2 + 2 * 8192 * 21846) * 8 / 8
     assert float(ds.time_gemm) == pytest.approx(flops_per_device / (312e12 * 0.705), rel=1e-12)
+
+
+def test_fits_memory_is_a_bool_in_evaluate_as_in_sweeps():
+    import fastmodel as fm
+
+    one = fm.evaluate("llama2-70b", "dc-a", "llm-pretrain", plan="fsdp/ddp")
+    grid = fm.sweep("llama2-70b", "dc-a", "llm-pretrain", {"num_nodes": [2, 4], "plan": ["fsdp/ddp"]})
+    assert one.fits_memory.dtype == bool and grid.fits_memory.dtype == bool
+    assert list(one.data_vars)[:2] == ["iteration_time", "throughput"]
