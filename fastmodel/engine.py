@@ -25,7 +25,6 @@ from fastmodel.program import Program
 from fastmodel.results import NAMES
 from fastmodel.semantics import Semantics
 
-assert tuple(RESULTS) == tuple(NAMES), "kernels.layout.RESULTS and results.VARIABLES must list the same variables"
 
 #: below this many rows the single-threaded kernel is used: waking the
 #: thread pool costs about a millisecond, far more than a few configs take.

@@ -17,27 +17,10 @@ import numpy as np
 
 from fastmodel.kernels.layout import COLUMNS, N_COLUMNS
 from fastmodel.plans import Level, Plan
+from fastmodel.results import STATUS, STATUS_NAMES  # noqa: F401 (the registry; re-exported)
 from fastmodel.spec_model import DLRM_FAMILIES, ModelSpec
 from fastmodel.spec_system import SystemSpec
 from fastmodel.spec_task import TaskSpec
-
-#: status codes of a configuration (sweep grids keep illegal points with these)
-STATUS_NAMES = (
-    "ok",
-    "degree_le_1",            # a plan level with degree <= 1 on this cluster
-    "product_ne_devices",     # degrees do not multiply to the device count
-    "first_degree",           # level 0 neither one node nor all devices
-    "batch_not_divisible",    # global batch does not divide over the replicas
-    "global_batch_mismatch",  # local batches give different global batches
-    "does_not_fit",           # legal, but memory per device exceeds HBM
-    "illegal_plan",           # strategies break a rule on every cluster
-    "tp_odd_layers",          # DLRM MLP tensor parallelism with an odd layer count
-    "devices_not_divisible",  # num_devices axis not a multiple of the system's devices per node
-    "not_computed",           # zarr store: the point's unit of work has not been written (yet)
-    "pp_gt_layers",           # default semantics: pipeline degree above the model's layer count
-    "tp_gt_heads",            # default semantics: tensor-parallel degree above the model's head count
-)
-STATUS = {name: code for code, name in enumerate(STATUS_NAMES)}
 
 _PRECISION = {8: "fp64", 4: "fp32", 2: "fp16", 1: "int8"}
 
@@ -232,8 +215,3 @@ def param_table(model: ModelSpec, system: SystemSpec, task: TaskSpec, plan: Plan
             else:
                 status = _flag(status, local * dup != global_batch, "global_batch_mismatch")
     return table, np.broadcast_to(status, shape).reshape(n).astype(np.int8)
-
-from fastmodel.kernels.layout import STATUS_DOES_NOT_FIT, STATUS_NOT_COMPUTED, STATUS_OK  # noqa: E402
-
-assert (STATUS["ok"], STATUS["does_not_fit"], STATUS["not_computed"]) == (
-    STATUS_OK, STATUS_DOES_NOT_FIT, STATUS_NOT_COMPUTED), "status codes of params.py and kernels/layout.py differ"

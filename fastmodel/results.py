@@ -1,7 +1,11 @@
-"""The registry of result variables: name, units, long name, description.
+"""The registry of the MAD-Max engine: result variables and status codes.
 
+Result variables: name, units, direction (``better``), long name, description.
 Every dataset, JSON record and plot label comes from here, so a variable has
 one name and one unit everywhere. Units are SI (seconds, bytes, samples/s).
+Status codes: name and message, in code order. ``kernels/layout.py`` derives the
+kernels' integer indices (``R_*``, ``STATUS_*``) from these tuples; nothing is
+listed twice. (The real-world model's registry is ``fastmodel/variables.py``.)
 """
 
 from __future__ import annotations
@@ -53,6 +57,32 @@ VARIABLES: tuple[Variable, ...] = (
 )
 
 REGISTRY: dict[str, Variable] = {v.name: v for v in VARIABLES}
+
+
+@dataclass(frozen=True)
+class Status:
+    name: str
+    message: str
+
+
+#: status codes of a configuration, in code order (sweep grids keep illegal points with these)
+STATUSES: tuple[Status, ...] = (
+    Status("ok", "legal, and fits in memory"),
+    Status("degree_le_1", "a plan level with degree <= 1 on this cluster"),
+    Status("product_ne_devices", "degrees do not multiply to the device count"),
+    Status("first_degree", "level 0 neither one node nor all devices"),
+    Status("batch_not_divisible", "global batch does not divide over the replicas"),
+    Status("global_batch_mismatch", "local batches give different global batches"),
+    Status("does_not_fit", "legal, but memory per device exceeds HBM"),
+    Status("illegal_plan", "strategies break a rule on every cluster"),
+    Status("tp_odd_layers", "DLRM MLP tensor parallelism with an odd layer count"),
+    Status("devices_not_divisible", "num_devices axis not a multiple of the system's devices per node"),
+    Status("not_computed", "zarr store: the point's unit of work has not been written (yet)"),
+    Status("pp_gt_layers", "default semantics: pipeline degree above the model's layer count"),
+    Status("tp_gt_heads", "default semantics: tensor-parallel degree above the model's head count"),
+)
+STATUS_NAMES: tuple[str, ...] = tuple(s.name for s in STATUSES)
+STATUS: dict[str, int] = {name: code for code, name in enumerate(STATUS_NAMES)}
 NAMES: tuple[str, ...] = tuple(v.name for v in VARIABLES)
 
 

@@ -1,8 +1,11 @@
 """Column layouts and integer codes shared by the kernels and the Python side.
 
 Numba treats module-level integers as compile-time constants, so kernels index
-rows by these names at no cost.
+rows by these names at no cost. Result indices (``R_<NAME>``) and status codes
+(``STATUS_<NAME>``) are derived from the registry, ``fastmodel/results.py``.
 """
+
+from fastmodel import results as _results
 
 # --- stream codes -----------------------------------------------------------
 STREAM_COMPUTE = 0
@@ -143,31 +146,17 @@ O_FORWARD_TIME = 1
 O_CATEGORY0 = 2
 N_SCHEDULE_OUTPUTS = len(SCHEDULE_OUTPUTS)
 
-# --- result variables written by the evaluation kernels (registry order) ----
-RESULTS = (
-    "iteration_time", "throughput", "global_batch", "forward_time",
-    "time_gemm", "time_emb", "time_all2all", "time_allreduce", "time_allgather", "time_reducescatter",
-    "time_compute", "time_comm", "exposed_comm", "overlapped_comm",
-    "weight_memory_dense", "weight_memory_emb", "weight_memory", "memory_per_device", "hbm_capacity",
-    "fits_memory", "eff_flop_per_s", "num_compute_ops", "num_comm_ops",
-    "train_time", "gpu_hours", "cost", "energy",
-)
-(
-    R_ITERATION_TIME, R_THROUGHPUT, R_GLOBAL_BATCH, R_FORWARD_TIME,
-    R_TIME_GEMM, R_TIME_EMB, R_TIME_ALL2ALL, R_TIME_ALLREDUCE, R_TIME_ALLGATHER, R_TIME_REDUCESCATTER,
-    R_TIME_COMPUTE, R_TIME_COMM, R_EXPOSED_COMM, R_OVERLAPPED_COMM,
-    R_WMEM_DENSE, R_WMEM_EMB, R_WMEM, R_MEMORY_PER_DEVICE, R_HBM_CAPACITY,
-    R_FITS_MEMORY, R_EFF_FLOPS, R_NUM_COMPUTE_OPS, R_NUM_COMM_OPS,
-    R_TRAIN_TIME, R_GPU_HOURS, R_COST, R_ENERGY,
-) = range(len(RESULTS))
+# --- result variables and status codes: derived from the registry (fastmodel/results.py) ----
+RESULTS = _results.NAMES
 N_RESULTS = len(RESULTS)
+globals().update({"R_" + _name.upper(): _index for _index, _name in enumerate(RESULTS)})
+globals().update({"STATUS_" + _name.upper(): _code for _code, _name in enumerate(_results.STATUS_NAMES)})
+# short names the kernels use for four long ones
+R_WMEM_DENSE, R_WMEM_EMB, R_WMEM, R_EFF_FLOPS = (R_WEIGHT_MEMORY_DENSE, R_WEIGHT_MEMORY_EMB,  # noqa: F821
+                                                 R_WEIGHT_MEMORY, R_EFF_FLOP_PER_S)  # noqa: F821
 #: results kept for points that are legal but do not fit in memory
-MEMORY_RESULTS = (R_WMEM_DENSE, R_WMEM_EMB, R_WMEM, R_MEMORY_PER_DEVICE, R_HBM_CAPACITY, R_FITS_MEMORY)
-
-# --- status codes (see fastmodel.params.STATUS_NAMES) -----------------------
-STATUS_OK = 0
-STATUS_DOES_NOT_FIT = 6
-STATUS_NOT_COMPUTED = 10   # a zarr store's point whose unit is not written yet (never produced by a kernel)
+MEMORY_RESULTS = tuple(RESULTS.index(n) for n in ("weight_memory_dense", "weight_memory_emb", "weight_memory",
+                                                  "memory_per_device", "hbm_capacity", "fits_memory"))
 
 # --- scheduler scratch: small state vector layout ---------------------------
 W_CURSORS = 0          # 2: compute, comm
