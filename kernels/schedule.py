@@ -35,26 +35,27 @@ EXTRAPOLATION_RTOL = 4e-15
 
 
 @njit(cache=True, inline="always")
-def _run_op(i, op_stream, op_slot, op_category, dep_ptr, dep_idx, slots, op_start, op_end, cursor_before,
-            cursors, out):
-    stream = op_stream[i]
+def _run_op(i, program, slots, op_start, op_end, cursor_before, cursors, out):
+    dep_ptr = program.dep_ptr
+    dep_idx = program.dep_idx
+    stream = program.op_stream[i]
     start = cursors[stream]
     cursor_before[i] = start
     for k in range(dep_ptr[i], dep_ptr[i + 1]):
         dep_end = op_end[dep_idx[k]]
         if dep_end > start:
             start = dep_end
-    duration = slots[op_slot[i]]
+    duration = slots[program.op_slot[i]]
     end = start + duration
     op_start[i] = start
     op_end[i] = end
     cursors[stream] = end
-    out[O_CATEGORY0 + op_category[i]] += duration
+    out[O_CATEGORY0 + program.op_category[i]] += duration
 
 
 @njit(cache=True)
-def _layer_is_stable(base, period, window, dep_ptr, dep_idx, op_start, op_end, cursor_before, inc_cursor,
-                     prev_inc_cursor, tol):
+def _layer_is_stable(base, period, window, program, op_start, op_end, cursor_before, inc_cursor, prev_inc_cursor,
+                     tol):
     """True if layer ``base`` (with the ``window`` layers before it) is in an affine steady state.
 
     Every op's start advances (vs the previous layer) by the largest advance
@@ -62,6 +63,8 @@ def _layer_is_stable(base, period, window, dep_ptr, dep_idx, op_start, op_end, c
     candidate that wins the max; the window ops and the cursors advance as in
     the layer after them. Then all later layers repeat these advances exactly.
     """
+    dep_ptr = program.dep_ptr
+    dep_idx = program.dep_idx
     for c in range(2):
         if abs(inc_cursor[c] - prev_inc_cursor[c]) > tol:
             return False
@@ -88,17 +91,17 @@ def _layer_is_stable(base, period, window, dep_ptr, dep_idx, op_start, op_end, c
 
 
 @njit(cache=True)
-def schedule_row(op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx,
-                 seg_start, seg_period, seg_layers, seg_window, extrapolate,
-                 slots, op_start, op_end, cursor_before, work, out):
-    """Schedule one configuration; fill per-op start/end and ``out``.
+def schedule_row(program, extrapolate, slots, op_start, op_end, cursor_before, work, out):
+    """Schedule one configuration of ``program`` (an ``args.ProgramArrays``); fill per-op start/end and ``out``.
 
     ``out`` receives iteration time, time at the first barrier (the forward
     pass; the iteration time if there is none) and busy time per category.
     ``cursor_before`` (n_ops) and ``work`` (N_WORK) are scratch space. With
     ``extrapolate``, ops of skipped layers keep no start/end times.
     """
-    n_ops = op_stream.shape[0]
+    op_barrier = program.op_barrier
+    seg_start = program.seg_start
+    n_ops = program.op_stream.shape[0]
     cursors = work[W_CURSORS:W_CURSORS + 2]
     prev_cursors = work[W_PREV_CURSORS:W_PREV_CURSORS + 2]
     inc_cursor = work[W_INC_CURSOR:W_INC_CURSOR + 2]
@@ -121,9 +124,9 @@ def schedule_row(op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx,
             cursors[1] = phase_end
         if seg < n_seg and i == seg_start[seg]:
             first = seg_start[seg]
-            period = seg_period[seg]
-            layers = seg_layers[seg]
-            window = seg_window[seg]
+            period = program.seg_period[seg]
+            layers = program.seg_layers[seg]
+            window = program.seg_window[seg]
             prev_cursors[0] = cursors[0]
             prev_cursors[1] = cursors[1]
             inc_cursor[0] = 0.0
@@ -134,8 +137,7 @@ def schedule_row(op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx,
                 for c in range(N_CATEGORIES):
                     layer_busy[c] = out[O_CATEGORY0 + c]
                 for k in range(period):
-                    _run_op(base + k, op_stream, op_slot, op_category, dep_ptr, dep_idx, slots,
-                            op_start, op_end, cursor_before, cursors, out)
+                    _run_op(base + k, program, slots, op_start, op_end, cursor_before, cursors, out)
                 prev_inc_cursor[0] = inc_cursor[0]
                 prev_inc_cursor[1] = inc_cursor[1]
                 inc_cursor[0] = cursors[0] - prev_cursors[0]
@@ -145,7 +147,7 @@ def schedule_row(op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx,
                 # j > window: every dependency and its one-layer-earlier twin lie inside the segment
                 if j > window and j < layers - 1:
                     tol = EXTRAPOLATION_RTOL * max(cursors[0], cursors[1])
-                    if _layer_is_stable(base, period, window, dep_ptr, dep_idx, op_start, op_end, cursor_before,
+                    if _layer_is_stable(base, period, window, program, op_start, op_end, cursor_before,
                                         inc_cursor, prev_inc_cursor, tol):
                         skip = layers - 1 - j
                         last_end = first + layers * period
@@ -166,8 +168,7 @@ def schedule_row(op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx,
             i = first + layers * period
             seg += 1
             continue
-        _run_op(i, op_stream, op_slot, op_category, dep_ptr, dep_idx, slots, op_start, op_end, cursor_before,
-                cursors, out)
+        _run_op(i, program, slots, op_start, op_end, cursor_before, cursors, out)
         i += 1
     total = max(cursors[0], cursors[1])
     out[O_ITERATION_TIME] = total
@@ -175,25 +176,21 @@ def schedule_row(op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx,
 
 
 @njit(cache=True)
-def schedule_trace(op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx,
-                   seg_start, seg_period, seg_layers, seg_window, slots_row):
+def schedule_trace(program, slots_row):
     """Per-op start and end times (seconds) of one configuration, for timelines (no extrapolation)."""
-    n_ops = op_stream.shape[0]
+    n_ops = program.op_stream.shape[0]
     op_start = np.empty(n_ops)
     op_end = np.empty(n_ops)
     out = np.empty(N_SCHEDULE_OUTPUTS)
-    schedule_row(op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx,
-                 seg_start, seg_period, seg_layers, seg_window, False, slots_row,
-                 op_start, op_end, np.empty(n_ops), np.empty(N_WORK), out)
+    schedule_row(program, False, slots_row, op_start, op_end, np.empty(n_ops), np.empty(N_WORK), out)
     return op_start, op_end, out
 
 
 @njit(cache=True, parallel=True)
-def schedule_many(op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx,
-                  seg_start, seg_period, seg_layers, seg_window, extrapolate, slots):
+def schedule_many(program, extrapolate, slots):
     """Schedule every row of ``slots`` (n_configs x n_slots) through one Program (for tests and tools)."""
     n = slots.shape[0]
-    n_ops = op_stream.shape[0]
+    n_ops = program.op_stream.shape[0]
     out = np.empty((n, N_SCHEDULE_OUTPUTS))
     n_chunks = min(n, 64)
     for chunk in prange(n_chunks):
@@ -202,7 +199,5 @@ def schedule_many(op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx,
         cursor_before = np.empty(n_ops)
         work = np.empty(N_WORK)
         for i in range(chunk * n // n_chunks, (chunk + 1) * n // n_chunks):
-            schedule_row(op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx,
-                         seg_start, seg_period, seg_layers, seg_window, extrapolate,
-                         slots[i], op_start, op_end, cursor_before, work, out[i])
+            schedule_row(program, extrapolate, slots[i], op_start, op_end, cursor_before, work, out[i])
     return out
