@@ -10,6 +10,7 @@ straight into its region of the grid.
 from __future__ import annotations
 
 from collections import defaultdict
+from functools import lru_cache
 
 import numpy as np
 
@@ -47,8 +48,10 @@ def semantics_flags(semantics: Semantics) -> np.ndarray:
     return flags
 
 
+@lru_cache(maxsize=4096)
 def plan_codes(key: StructureKey, semantics: Semantics) -> PlanCodes:
-    """The kernels' plan bundle: family code, (codes, levels) of each plan component, semantics flags."""
+    """The kernels' plan bundle: family code, (codes, levels) of each plan component, semantics flags
+    (immutable; built once per structure and semantics)."""
     return make_plan_codes(FAMILY_CODES[key.family], strategy_codes(key.dense), len(key.dense),
                            strategy_codes(key.emb), len(key.emb), strategy_codes(key.transformer),
                            len(key.transformer), semantics_flags(semantics))

@@ -39,16 +39,20 @@ class ProgramArrays(NamedTuple):
 
 
 class PlanCodes(NamedTuple):
-    """Family code, plan strategy codes per component (padded to 2 levels) and semantics flags."""
+    """Family code, plan strategy codes per component (padded to 2 levels) and semantics flags.
 
-    family: int              # layout.FAMILY_*
-    dense_codes: np.ndarray  # int64 (2): layout.STRAT_* per level, STRAT_NONE past num_dense
+    Scalars and tuples of ints only, no arrays: the cost kernel reads them for every row, and reading an
+    array out of a tuple costs numba a reference-count update.
+    """
+
+    family: int                   # layout.FAMILY_*
+    dense_codes: tuple[int, int]  # layout.STRAT_* per level, STRAT_NONE past num_dense
     num_dense: int
-    emb_codes: np.ndarray    # int64 (2)
+    emb_codes: tuple[int, int]
     num_emb: int
-    tr_codes: np.ndarray     # int64 (2): the transformer component of dlrm-transformer
+    tr_codes: tuple[int, int]     # the transformer component of dlrm-transformer
     num_tr: int
-    flags: np.ndarray        # int64 (layout.N_FLAGS): layout.F_* semantics switches
+    flags: tuple[int, ...]        # layout.N_FLAGS switches, indexed by layout.F_*
 
 
 class EvalOptions(NamedTuple):
@@ -71,13 +75,18 @@ def make_program_arrays(*arrays) -> ProgramArrays:
     return ProgramArrays(*(np.ascontiguousarray(a, dtype=t) for a, t in zip(arrays, _PROGRAM_DTYPES)))
 
 
+def _codes(codes) -> tuple[int, int]:
+    pair = tuple(int(c) for c in codes)
+    if len(pair) != 2:
+        raise ValueError(f"make_plan_codes: strategy codes of 2 levels expected (padded), got {len(pair)}")
+    return pair
+
+
 def make_plan_codes(family: int, dense_codes, num_dense: int, emb_codes, num_emb: int, tr_codes, num_tr: int,
                     flags) -> PlanCodes:
-    """A :class:`PlanCodes` with int scalars and int64 arrays."""
-    return PlanCodes(int(family), np.ascontiguousarray(dense_codes, dtype=np.int64), int(num_dense),
-                     np.ascontiguousarray(emb_codes, dtype=np.int64), int(num_emb),
-                     np.ascontiguousarray(tr_codes, dtype=np.int64), int(num_tr),
-                     np.ascontiguousarray(flags, dtype=np.int64))
+    """A :class:`PlanCodes` of Python ints (numba: int64) and pairs of them; ``flags`` as a tuple of ints."""
+    return PlanCodes(int(family), _codes(dense_codes), int(num_dense), _codes(emb_codes), int(num_emb),
+                     _codes(tr_codes), int(num_tr), tuple(int(f) for f in flags))
 
 
 def make_eval_options(extrapolate: bool, memory_factor: float, mask_infeasible: bool, num_compute_ops: float,

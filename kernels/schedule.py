@@ -35,27 +35,28 @@ EXTRAPOLATION_RTOL = 4e-15
 
 
 @njit(cache=True, inline="always")
-def _run_op(i, program, slots, op_start, op_end, cursor_before, cursors, out):
-    dep_ptr = program.dep_ptr
-    dep_idx = program.dep_idx
-    stream = program.op_stream[i]
+def _run_op(i, op_stream, op_slot, op_category, dep_ptr, dep_idx, slots, op_start, op_end, cursor_before,
+            cursors, out):
+    # the Program's arrays come one by one (not the bundle): this body is inlined into the per-op loop, where
+    # reading a bundle field would add reference-count updates for every op
+    stream = op_stream[i]
     start = cursors[stream]
     cursor_before[i] = start
     for k in range(dep_ptr[i], dep_ptr[i + 1]):
         dep_end = op_end[dep_idx[k]]
         if dep_end > start:
             start = dep_end
-    duration = slots[program.op_slot[i]]
+    duration = slots[op_slot[i]]
     end = start + duration
     op_start[i] = start
     op_end[i] = end
     cursors[stream] = end
-    out[O_CATEGORY0 + program.op_category[i]] += duration
+    out[O_CATEGORY0 + op_category[i]] += duration
 
 
 @njit(cache=True)
-def _layer_is_stable(base, period, window, program, op_start, op_end, cursor_before, inc_cursor, prev_inc_cursor,
-                     tol):
+def _layer_is_stable(base, period, window, dep_ptr, dep_idx, op_start, op_end, cursor_before, inc_cursor,
+                     prev_inc_cursor, tol):
     """True if layer ``base`` (with the ``window`` layers before it) is in an affine steady state.
 
     Every op's start advances (vs the previous layer) by the largest advance
@@ -63,8 +64,6 @@ def _layer_is_stable(base, period, window, program, op_start, op_end, cursor_bef
     candidate that wins the max; the window ops and the cursors advance as in
     the layer after them. Then all later layers repeat these advances exactly.
     """
-    dep_ptr = program.dep_ptr
-    dep_idx = program.dep_idx
     for c in range(2):
         if abs(inc_cursor[c] - prev_inc_cursor[c]) > tol:
             return False
@@ -99,9 +98,10 @@ def schedule_row(program, extrapolate, slots, op_start, op_end, cursor_before, w
     ``cursor_before`` (n_ops) and ``work`` (N_WORK) are scratch space. With
     ``extrapolate``, ops of skipped layers keep no start/end times.
     """
-    op_barrier = program.op_barrier
-    seg_start = program.seg_start
-    n_ops = program.op_stream.shape[0]
+    # unpacked once: fields read inside the loops would cost reference-count updates per op
+    op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx, seg_start, seg_period, seg_layers, seg_window = \
+        program
+    n_ops = op_stream.shape[0]
     cursors = work[W_CURSORS:W_CURSORS + 2]
     prev_cursors = work[W_PREV_CURSORS:W_PREV_CURSORS + 2]
     inc_cursor = work[W_INC_CURSOR:W_INC_CURSOR + 2]
@@ -124,9 +124,9 @@ def schedule_row(program, extrapolate, slots, op_start, op_end, cursor_before, w
             cursors[1] = phase_end
         if seg < n_seg and i == seg_start[seg]:
             first = seg_start[seg]
-            period = program.seg_period[seg]
-            layers = program.seg_layers[seg]
-            window = program.seg_window[seg]
+            period = seg_period[seg]
+            layers = seg_layers[seg]
+            window = seg_window[seg]
             prev_cursors[0] = cursors[0]
             prev_cursors[1] = cursors[1]
             inc_cursor[0] = 0.0
@@ -137,7 +137,8 @@ def schedule_row(program, extrapolate, slots, op_start, op_end, cursor_before, w
                 for c in range(N_CATEGORIES):
                     layer_busy[c] = out[O_CATEGORY0 + c]
                 for k in range(period):
-                    _run_op(base + k, program, slots, op_start, op_end, cursor_before, cursors, out)
+                    _run_op(base + k, op_stream, op_slot, op_category, dep_ptr, dep_idx, slots,
+                            op_start, op_end, cursor_before, cursors, out)
                 prev_inc_cursor[0] = inc_cursor[0]
                 prev_inc_cursor[1] = inc_cursor[1]
                 inc_cursor[0] = cursors[0] - prev_cursors[0]
@@ -147,7 +148,7 @@ def schedule_row(program, extrapolate, slots, op_start, op_end, cursor_before, w
                 # j > window: every dependency and its one-layer-earlier twin lie inside the segment
                 if j > window and j < layers - 1:
                     tol = EXTRAPOLATION_RTOL * max(cursors[0], cursors[1])
-                    if _layer_is_stable(base, period, window, program, op_start, op_end, cursor_before,
+                    if _layer_is_stable(base, period, window, dep_ptr, dep_idx, op_start, op_end, cursor_before,
                                         inc_cursor, prev_inc_cursor, tol):
                         skip = layers - 1 - j
                         last_end = first + layers * period
@@ -168,7 +169,8 @@ def schedule_row(program, extrapolate, slots, op_start, op_end, cursor_before, w
             i = first + layers * period
             seg += 1
             continue
-        _run_op(i, program, slots, op_start, op_end, cursor_before, cursors, out)
+        _run_op(i, op_stream, op_slot, op_category, dep_ptr, dep_idx, slots, op_start, op_end, cursor_before,
+                cursors, out)
         i += 1
     total = max(cursors[0], cursors[1])
     out[O_ITERATION_TIME] = total

@@ -64,8 +64,9 @@ def test_engine_builds_the_bundles_once_per_program_with_fixed_types():
                        num_bottom_layers=2, num_top_layers=2)
     semantics = get_semantics("madmax")
     plan = plan_codes(key, semantics)
-    assert [type(v) for v in plan] == [int, np.ndarray, int, np.ndarray, int, np.ndarray, int, np.ndarray]
-    assert all(a.dtype == np.int64 for a in (plan.dense_codes, plan.emb_codes, plan.tr_codes, plan.flags))
+    assert [type(v) for v in plan] == [int, tuple, int, tuple, int, tuple, int, tuple]
+    assert all(type(c) is int for codes in (plan.dense_codes, plan.emb_codes, plan.tr_codes, plan.flags) for c in codes)
+    assert len(plan.dense_codes) == len(plan.emb_codes) == len(plan.tr_codes) == 2  # padded: one numba type
     assert (plan.num_dense, plan.num_emb, plan.num_tr) == (1, 2, 2)
     program = lower(key)
     assert program.kernel_arrays is program.kernel_arrays  # built once per Program
