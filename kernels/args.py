@@ -39,20 +39,24 @@ class ProgramArrays(NamedTuple):
 
 
 class PlanCodes(NamedTuple):
-    """Family code, plan strategy codes per component (padded to 2 levels) and semantics flags.
+    """Family code, plan strategy codes per component (2 levels, STRAT_NONE past the used ones), semantics flags.
 
-    Scalars and tuples of ints only, no arrays: the cost kernel reads them for every row, and reading an
-    array out of a tuple costs numba a reference-count update.
+    Scalars only. No arrays: the cost kernel reads the codes for every row, and reading an array out of a
+    tuple costs numba a reference-count update (an atomic shared by every thread). No nested tuples: the
+    parallel pass hands its captured variables to numba's gufunc builder, which takes scalars and arrays only.
     """
 
-    family: int                   # layout.FAMILY_*
-    dense_codes: tuple[int, int]  # layout.STRAT_* per level, STRAT_NONE past num_dense
-    num_dense: int
-    emb_codes: tuple[int, int]
+    family: int       # layout.FAMILY_*
+    dense_code0: int  # layout.STRAT_* of the dense component's level 0
+    dense_code1: int
+    num_dense: int    # levels used
+    emb_code0: int
+    emb_code1: int
     num_emb: int
-    tr_codes: tuple[int, int]     # the transformer component of dlrm-transformer
+    tr_code0: int     # the transformer component of dlrm-transformer
+    tr_code1: int
     num_tr: int
-    flags: tuple[int, ...]        # layout.N_FLAGS switches, indexed by layout.F_*
+    flags: int        # bit layout.F_* set: that semantics switch is on
 
 
 class EvalOptions(NamedTuple):
@@ -75,7 +79,7 @@ def make_program_arrays(*arrays) -> ProgramArrays:
     return ProgramArrays(*(np.ascontiguousarray(a, dtype=t) for a, t in zip(arrays, _PROGRAM_DTYPES)))
 
 
-def _codes(codes) -> tuple[int, int]:
+def _pair(codes) -> tuple[int, int]:
     pair = tuple(int(c) for c in codes)
     if len(pair) != 2:
         raise ValueError(f"make_plan_codes: strategy codes of 2 levels expected (padded), got {len(pair)}")
@@ -84,9 +88,13 @@ def _codes(codes) -> tuple[int, int]:
 
 def make_plan_codes(family: int, dense_codes, num_dense: int, emb_codes, num_emb: int, tr_codes, num_tr: int,
                     flags) -> PlanCodes:
-    """A :class:`PlanCodes` of Python ints (numba: int64) and pairs of them; ``flags`` as a tuple of ints."""
-    return PlanCodes(int(family), _codes(dense_codes), int(num_dense), _codes(emb_codes), int(num_emb),
-                     _codes(tr_codes), int(num_tr), tuple(int(f) for f in flags))
+    """A :class:`PlanCodes` of Python ints (numba: int64); ``*_codes``: the 2 padded levels of a component,
+    ``flags``: one 0/1 value per layout.F_* switch, packed into bits."""
+    bits = 0
+    for bit, value in enumerate(flags):
+        bits |= (1 << bit) if int(value) else 0
+    return PlanCodes(int(family), *_pair(dense_codes), int(num_dense), *_pair(emb_codes), int(num_emb),
+                     *_pair(tr_codes), int(num_tr), bits)
 
 
 def make_eval_options(extrapolate: bool, memory_factor: float, mask_infeasible: bool, num_compute_ops: float,

@@ -77,7 +77,7 @@ def ddp_gradient_shard(codes, ddp_level, deg0, shard, sharded_layer):
 def _embedding(row, plan, slots):
     """Embedding slots; returns (weights per device in bytes, duplicate factor)."""
     family = plan.family
-    emb_codes = plan.emb_codes
+    emb_codes = (plan.emb_code0, plan.emb_code1)
     num_emb = plan.num_emb
     emb_dup, emb_shard, _, _, _ = plan_factors(emb_codes, num_emb, row[P_EMB_DEG0], row[P_EMB_DEG1])
     if family == FAMILY_TRANSFORMER:  # word + position rows read per token
@@ -104,7 +104,7 @@ def _block_pair(row, component, sharded_grad, eff_flops, block_params, block_flo
     """Slots of two kinds of layer block sharing one plan component (attention and FC, or
     bottom and top MLP layers), written at ``base`` in the PAIR_* layout; returns the shard.
 
-    ``component``: (strategy codes, levels, degree 0, degree 1) of the plan component;
+    ``component``: ((code of level 0, of level 1), levels, degree 0, degree 1) of the plan component;
     ``block_params[k]``: weights of one block of kind k; ``block_flops[k]``: its forward
     FLOPs for the local batch; ``act_bytes``: the activations a TP allreduce carries
     (docs/model.md §5.4).
@@ -167,15 +167,15 @@ def costs_row(row, plan, slots, terms):
         slots[k] = 0.0
     family = plan.family
     eff_flops = row[P_PEAK_FLOPS] * row[P_FLOPS_UTIL]
-    sharded_grad = plan.flags[F_DDP_GRAD_SHARDED] != 0
+    sharded_grad = ((plan.flags >> F_DDP_GRAD_SHARDED) & 1) != 0
     emb_weights, emb_dup = _embedding(row, plan, slots)
-    dense = (plan.dense_codes, plan.num_dense, row[P_DENSE_DEG0], row[P_DENSE_DEG1])
+    dense = ((plan.dense_code0, plan.dense_code1), plan.num_dense, row[P_DENSE_DEG0], row[P_DENSE_DEG1])
     if family == FAMILY_TRANSFORMER:
         dense_weights = _transformer(row, dense, row[P_LOCAL_DENSE_BS], eff_flops, sharded_grad, slots)
     else:
         dense_weights = _mlps(row, dense, row[P_LOCAL_DENSE_BS], eff_flops, sharded_grad, slots)
         if family != FAMILY_DLRM:
-            transformer = (plan.tr_codes, plan.num_tr, row[P_TR_DEG0], row[P_TR_DEG1])
+            transformer = ((plan.tr_code0, plan.tr_code1), plan.num_tr, row[P_TR_DEG0], row[P_TR_DEG1])
             dense_weights += _transformer(row, transformer, row[P_LOCAL_TR_BS], eff_flops, sharded_grad, slots)
     terms[T_GLOBAL_BATCH] = row[P_LOCAL_EMB_BS] * emb_dup
     terms[T_WMEM_DENSE] = dense_weights

@@ -57,6 +57,7 @@ def test_bundles_have_fixed_dtypes():
 
 def test_engine_builds_the_bundles_once_per_program_with_fixed_types():
     from fastmodel.engine import eval_options, plan_codes
+    from fastmodel.kernels.layout import F_DDP_GRAD_SHARDED, STRAT_NONE, STRATEGY_CODES
     from fastmodel.lower import StructureKey, lower
     from fastmodel.semantics import get_semantics
 
@@ -64,13 +65,37 @@ def test_engine_builds_the_bundles_once_per_program_with_fixed_types():
                        num_bottom_layers=2, num_top_layers=2)
     semantics = get_semantics("madmax")
     plan = plan_codes(key, semantics)
-    assert [type(v) for v in plan] == [int, tuple, int, tuple, int, tuple, int, tuple]
-    assert all(type(c) is int for codes in (plan.dense_codes, plan.emb_codes, plan.tr_codes, plan.flags) for c in codes)
-    assert len(plan.dense_codes) == len(plan.emb_codes) == len(plan.tr_codes) == 2  # padded: one numba type
+    assert all(type(v) is int for v in plan)  # scalars only: one numba type, nothing the parallel pass refuses
     assert (plan.num_dense, plan.num_emb, plan.num_tr) == (1, 2, 2)
+    assert (plan.dense_code0, plan.dense_code1) == (STRATEGY_CODES["ddp"], STRAT_NONE)
+    assert (plan.emb_code0, plan.emb_code1) == (STRATEGY_CODES["mp"], STRATEGY_CODES["ddp"])
+    assert (plan.tr_code0, plan.tr_code1) == (STRATEGY_CODES["tp"], STRATEGY_CODES["fsdp"])
+    sharded = get_semantics("default")
+    assert sharded.ddp_grad_sharded_layer != semantics.ddp_grad_sharded_layer
+    assert {plan.flags, plan_codes(key, sharded).flags} == {0, 1 << F_DDP_GRAD_SHARDED}
     program = lower(key)
     assert program.kernel_arrays is program.kernel_arrays  # built once per Program
     np.testing.assert_array_equal(program.kernel_arrays.dep_idx, program.dep_idx)
     options = eval_options(program, semantics, mask_infeasible=True, extrapolate=False)
     assert options == (False, float(semantics.memory_weight_factor), True, float(program.num_compute_ops),
                        float(program.num_comm_ops))
+
+
+def test_parallel_and_serial_passes_agree_bit_for_bit():
+    """The threaded pass (taken from PARALLEL_MIN_ROWS rows) gets the same bundles as the serial one."""
+    import fastmodel
+    from fastmodel.config import param_row, structure_key
+    from fastmodel.engine import evaluate_into
+    from fastmodel.kernels.layout import N_RESULTS
+
+    for model, task, plan in (("llama2-70b", "llm-pretrain", "fsdp/ddp"), ("dlrm-a", "dlrm-pretrain", "ddp/mp")):
+        config = fastmodel.make_config(model, "dc-a", task, "madmax", plan=plan)
+        table = np.repeat(param_row(config)[:, None], 600, axis=1)
+        outs = []
+        for min_rows in (1, 10**9):  # parallel, then serial
+            out = np.full((N_RESULTS, 600), -1.0)
+            evaluate_into(structure_key(config), config.semantics, table, np.zeros(600, dtype=np.int8), out, 0,
+                          True, True, min_rows)
+            outs.append(out)
+        assert np.isfinite(outs[0]).any()
+        np.testing.assert_array_equal(outs[0], outs[1])
