@@ -82,7 +82,7 @@ def python_baseline(configs) -> float:
     import numpy as np
 
     from fastmodel.config import param_row, structure_key
-    from fastmodel.engine import plan_arguments, semantics_flags
+    from fastmodel.engine import plan_codes
     from fastmodel.kernels.costs import costs_row
     from fastmodel.kernels.layout import N_SCHEDULE_OUTPUTS, N_SLOTS, N_TERMS, N_WORK
     from fastmodel.kernels.schedule import schedule_row
@@ -92,11 +92,10 @@ def python_baseline(configs) -> float:
         key = structure_key(config)
         program = lower(key)
         slots, terms = np.empty(N_SLOTS), np.empty(N_TERMS)
-        family, *plan_args = plan_arguments(key)
-        costs_row.py_func(family, param_row(config), *plan_args, semantics_flags(config.semantics), slots, terms)
+        costs_row.py_func(param_row(config), plan_codes(key, config.semantics), slots, terms)
         n_ops = program.num_ops
-        schedule_row.py_func(*program.arrays(), *program.segment_arrays(), False, slots, np.empty(n_ops),
-                             np.empty(n_ops), np.empty(n_ops), np.empty(N_WORK), np.empty(N_SCHEDULE_OUTPUTS))
+        schedule_row.py_func(program.kernel_arrays, False, slots, np.empty(n_ops), np.empty(n_ops), np.empty(n_ops),
+                             np.empty(N_WORK), np.empty(N_SCHEDULE_OUTPUTS))
 
     one(configs[0])  # warm-up: helper kernels called from Python compile or load once
     t = time.perf_counter()

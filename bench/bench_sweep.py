@@ -21,11 +21,21 @@ and for each of them, side by side:
   * peak RSS of the process that ran the sweep (each sweep runs in its own
     subprocess, so each figure is that sweep's own).
 It also prints numba compile time (+ a small first sweep), measured first.
+
+Next to the previous release (commit --previous, default 5fe7193; `none` skips
+it): its files are extracted with `git archive` into a temp dir kept between
+runs (bench_batch.previous_release) and its own bench_sweep.py measures each
+sweep in a subprocess with PYTHONPATH pointing at it, right after this tree's
+run of the same sweep. The script prints both configs/s (and their ratio), the
+cold-cache numba compile time of both (each into an empty NUMBA_CACHE_DIR), and
+checks that both give bit-identical datasets on small sweeps of the three
+models (every plan shape; every result variable and the status codes).
+
 With --zarr-configs N it also streams an N-configuration LLaMA2-70B sweep
 into a zarr store in a subprocess and reports its configs/s and peak RSS.
 Writes the figures to bench/results/bench_sweep.json.
 
-    python bench/bench_sweep.py [--zarr-configs 200000000] [--only llama2-70b,dlrm-a,vit-10b]
+    python bench/bench_sweep.py [--zarr-configs 200000000] [--only llama2-70b,dlrm-a,vit-10b] [--previous 5fe7193]
 """
 
 from __future__ import annotations
@@ -92,6 +102,87 @@ print(json.dumps({"configs": s.num_configs, "seconds": dt,
 """
 
 
+#: cold-cache compile (+ one small sweep), run in a fresh process of either release
+COMPILE_CHILD = r"""
+import json, time
+t = time.perf_counter()
+from fastmodel.sweep import Sweep, run_in_memory
+run_in_memory(Sweep("llama2-70b", "dc-a", "llm-pretrain", {"num_nodes": [16], "flops_util": [0.5], "plan": "all"},
+                    semantics="madmax"))
+print(json.dumps({"seconds": time.perf_counter() - t}))
+"""
+
+#: small sweeps of the three models whose every data variable is saved, to compare the releases bit for bit
+IDENTITY_CHILD = r"""
+import sys
+import numpy as np
+from fastmodel.sweep import Sweep, run_in_memory
+arrays = {}
+for model, task in (("llama2-70b", "llm-pretrain"), ("dlrm-a", "dlrm-pretrain"), ("vit-10b", "vit-pretrain")):
+    axes = {"plan": "all", "num_nodes": [8, 64], "flops_util": [0.45, 0.7],
+            "port_bandwidth_bytes_per_s": [12.5e9, 50e9]}
+    ds = run_in_memory(Sweep(model, "dc-a", task, axes, semantics="madmax"))
+    for name, var in ds.data_vars.items():
+        arrays[model + "/" + name] = np.asarray(var.values)
+np.savez(sys.argv[1], **arrays)
+"""
+
+
+def previous_tree(commit: str):
+    """(environment, bench_sweep.py) of the previous release, its import location checked."""
+    from bench_batch import Release, previous_release
+
+    home = previous_release(commit)
+    return Release(f"previous release {commit}", home).env, home / "tree" / "bench" / "bench_sweep.py"
+
+
+def cold_compile_s(env: dict) -> float:
+    """Seconds of COMPILE_CHILD in a fresh process with an empty numba cache."""
+    with tempfile.TemporaryDirectory() as cache:
+        result = subprocess.run([sys.executable, "-c", COMPILE_CHILD], env={**env, "NUMBA_CACHE_DIR": cache},
+                                capture_output=True, text=True, cwd=tempfile.gettempdir())
+    if result.returncode:
+        sys.stderr.write(result.stderr)
+        raise SystemExit("cold compile run failed")
+    return json.loads(result.stdout.strip().splitlines()[-1])["seconds"]
+
+
+def identical_to_previous(previous_env: dict) -> tuple[int, int]:
+    """(data variables, values) of IDENTITY_CHILD equal bit for bit in both releases; raises if any differs."""
+    with tempfile.TemporaryDirectory() as tmp:
+        files = []
+        for name, env in (("current", _current_env()), ("previous", previous_env)):
+            path = Path(tmp) / f"{name}.npz"
+            subprocess.run([sys.executable, "-c", IDENTITY_CHILD, str(path)], env=env, check=True,
+                           cwd=tempfile.gettempdir())
+            files.append(np.load(path))
+        now, before = files
+        common = sorted(set(now.files) & set(before.files))
+        values = 0
+        for name in common:
+            a, b = now[name], before[name]
+            if a.shape != b.shape or a.dtype != b.dtype or a.tobytes() != b.tobytes():
+                raise SystemExit(f"{name}: this tree and the previous release differ")
+            values += a.size
+        return len(common), values
+
+
+def _current_env() -> dict:
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    return env
+
+
+def run_child(script: Path, key: str, flags: list[str], env: dict | None = None) -> dict:
+    """The figures one bench_sweep.py --child run prints (this tree's script, or the previous release's)."""
+    result = subprocess.run([sys.executable, str(script), "--child", key, *flags], capture_output=True, text=True,
+                            env=env)
+    if result.returncode:
+        sys.stderr.write(result.stderr)
+        raise SystemExit(f"sweep {key} failed ({script})")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
 def machine_stalls(seconds: float = 5.0) -> tuple[float, float]:
     """Share of wall time this machine takes away from a fixed single-threaded loop.
 
@@ -149,7 +240,7 @@ def stall_free_seconds(sweep, repeats: int) -> float:
 def baseline(sweep, sample: int) -> float:
     """Configs/s of the same Programs evaluated per config by CPython (no numba)."""
     from fastmodel.config import structure_key_for
-    from fastmodel.engine import plan_arguments, semantics_flags
+    from fastmodel.engine import plan_codes
     from fastmodel.kernels.costs import costs_row
     from fastmodel.kernels.layout import N_SCHEDULE_OUTPUTS, N_SLOTS, N_TERMS, N_WORK
     from fastmodel.kernels.schedule import schedule_row
@@ -174,11 +265,10 @@ def baseline(sweep, sample: int) -> float:
     def one(key, row):
         program = lower(key)
         slots, terms = np.empty(N_SLOTS), np.empty(N_TERMS)
-        costs_row.py_func(plan_arguments(key)[0], row, *plan_arguments(key)[1:], semantics_flags(sweep.semantics),
-                          slots, terms)
+        costs_row.py_func(row, plan_codes(key, sweep.semantics), slots, terms)
         n = program.num_ops
-        schedule_row.py_func(*program.arrays(), *program.segment_arrays(), False, slots, np.empty(n), np.empty(n),
-                             np.empty(n), np.empty(N_WORK), np.empty(N_SCHEDULE_OUTPUTS))
+        schedule_row.py_func(program.kernel_arrays, False, slots, np.empty(n), np.empty(n), np.empty(n),
+                             np.empty(N_WORK), np.empty(N_SCHEDULE_OUTPUTS))
 
     one(*jobs[0])
     t = time.perf_counter()
@@ -307,6 +397,8 @@ def main() -> None:
     parser.add_argument("--unit-repeats", type=int, default=7, help="runs per unit for the stall-free figure")
     parser.add_argument("--zarr-configs", type=float, default=0, help="also stream a sweep of this size to zarr")
     parser.add_argument("--only", default=",".join(SWEEPS), help="comma-separated sweeps to run: " + ", ".join(SWEEPS))
+    parser.add_argument("--previous", default="5fe7193",
+                        help="commit of the previous release measured next to this tree ('none': skip)")
     parser.add_argument("--child", help=argparse.SUPPRESS)  # run one sweep in this process, print its JSON
     args = parser.parse_args()
 
@@ -334,14 +426,27 @@ def main() -> None:
     }
     print(f"machine                         {record['machine']}, numba threads {record['numba_threads']}")
     print(f"compile (+ a small first sweep) {compile_s:8.2f} s")
+    previous_env = previous_script = None
+    if args.previous.lower() != "none":
+        previous_env, previous_script = previous_tree(args.previous)
+        record["previous"] = args.previous
+        record["cold_compile_s"] = {"current": cold_compile_s(_current_env()), "previous": cold_compile_s(previous_env)}
+        print(f"numba compile, cold cache (+ one small sweep): this tree {record['cold_compile_s']['current']:.2f} s, "
+              f"previous release {args.previous} {record['cold_compile_s']['previous']:.2f} s")
+        variables, values = identical_to_previous(previous_env)
+        record["identical_to_previous"] = {"variables": variables, "values": values}
+        print(f"identical to previous release {args.previous}: {variables} data variables, {values:,} values of "
+              f"small sweeps of the three models, bit for bit")
     for key in keys:
         flags = ["--repeats", str(args.repeats), "--unit-repeats", str(args.unit_repeats),
                  "--baseline-sample", str(args.baseline_sample), "--identical-samples", str(args.identical_samples)]
-        result = subprocess.run([sys.executable, __file__, "--child", key, *flags], capture_output=True, text=True)
-        if result.returncode:
-            sys.stderr.write(result.stderr)
-            raise SystemExit(f"sweep {key} failed")
-        figures = json.loads(result.stdout.strip().splitlines()[-1])
+        figures = run_child(Path(__file__), key, flags)
+        if previous_env is not None:  # right after, same flags (fewer baseline and identity samples: not compared)
+            flags_prev = ["--repeats", str(args.repeats), "--unit-repeats", str(args.unit_repeats),
+                          "--baseline-sample", "20", "--identical-samples", "0"]
+            old = run_child(previous_script, key, flags_prev, previous_env)
+            figures["previous"] = {k: old[k] for k in ("seconds", "configs_per_s_best", "configs_per_s_median",
+                                                       "configs_per_s_stall_free", "machine_stall_share")}
         prefix = SWEEPS[key][5]
         if prefix == "a":  # flat keys, as before, so older results stay comparable
             record.update({
@@ -358,6 +463,15 @@ def main() -> None:
             })
         record[{"a": "a_llama2_70b", "b": "b_dlrm_a", "c_prime": "c_prime_vit_10b"}[prefix]] = figures
         print_one(key, figures, args.unit_repeats)
+        if previous_env is not None:
+            p = figures["previous"]
+            print(f"       previous release {args.previous}: {p['configs_per_s_best']:,.0f} configs/s wall, best; "
+                  f"{p['configs_per_s_median']:,.0f} median; {p['configs_per_s_stall_free']:,.0f} stall-free "
+                  f"(runs: {', '.join(f'{x:.2f}' for x in p['seconds'])} s; machine stalls "
+                  f"{100 * p['machine_stall_share']:.0f} %)")
+            print(f"       this tree / previous release: {figures['configs_per_s_best'] / p['configs_per_s_best']:.3f} "
+                  f"best, {figures['configs_per_s_median'] / p['configs_per_s_median']:.3f} median, "
+                  f"{figures['configs_per_s_stall_free'] / p['configs_per_s_stall_free']:.3f} stall-free")
 
     if args.zarr_configs:
         with tempfile.TemporaryDirectory(dir=os.environ.get("FASTMODEL_BENCH_TMP")) as tmp:

@@ -10,10 +10,12 @@ straight into its region of the grid.
 from __future__ import annotations
 
 from collections import defaultdict
+from functools import lru_cache
 
 import numpy as np
 
 from fastmodel.config import Config, param_row, structure_key
+from fastmodel.kernels.args import EvalOptions, PlanCodes, make_eval_options, make_plan_codes
 from fastmodel.kernels.evaluate import evaluate_parallel, evaluate_serial
 from fastmodel.kernels.layout import (
     F_DDP_GRAD_SHARDED, FAMILY_CODES, N_FLAGS, N_RESULTS, RESULTS, STRAT_NONE, STRATEGY_CODES,
@@ -45,10 +47,20 @@ def semantics_flags(semantics: Semantics) -> np.ndarray:
     return flags
 
 
-def plan_arguments(key: StructureKey) -> tuple:
-    """Family code and (codes, levels) of each plan component, in the kernels' argument order."""
-    return (FAMILY_CODES[key.family], strategy_codes(key.dense), len(key.dense), strategy_codes(key.emb), len(key.emb),
-            strategy_codes(key.transformer), len(key.transformer))
+@lru_cache(maxsize=4096)
+def plan_codes(key: StructureKey, semantics: Semantics) -> PlanCodes:
+    """The kernels' plan bundle: family code, (codes, levels) of each plan component, semantics flags
+    (immutable; built once per structure and semantics)."""
+    return make_plan_codes(FAMILY_CODES[key.family], strategy_codes(key.dense), len(key.dense),
+                           strategy_codes(key.emb), len(key.emb), strategy_codes(key.transformer),
+                           len(key.transformer), semantics_flags(semantics))
+
+
+def eval_options(program: Program, semantics: Semantics, mask_infeasible: bool = False,
+                 extrapolate: bool = True) -> EvalOptions:
+    """The fused pass's options bundle for ``program`` under ``semantics``."""
+    return make_eval_options(extrapolate, semantics.memory_weight_factor, mask_infeasible,
+                             program.num_compute_ops, program.num_comm_ops)
 
 
 def evaluate_into(key: StructureKey, semantics: Semantics, params: np.ndarray, status: np.ndarray,
@@ -65,12 +77,8 @@ def evaluate_into(key: StructureKey, semantics: Semantics, params: np.ndarray, s
     """
     program = lower(key)
     kernel = evaluate_parallel if params.shape[1] >= parallel_min_rows else evaluate_serial
-    kernel(
-        np.ascontiguousarray(params, dtype=np.float64), status, *plan_arguments(key), semantics_flags(semantics),
-        *program.arrays(), *program.segment_arrays(), extrapolate,
-        float(semantics.memory_weight_factor), mask_infeasible,
-        float(program.num_compute_ops), float(program.num_comm_ops), out, offset,
-    )
+    kernel(np.ascontiguousarray(params, dtype=np.float64), status, plan_codes(key, semantics), program.kernel_arrays,
+           eval_options(program, semantics, mask_infeasible, extrapolate), out, offset)
 
 
 def evaluate_table(key: StructureKey, semantics: Semantics, params: np.ndarray,
@@ -102,7 +110,6 @@ def trace(config: Config) -> tuple[Program, np.ndarray, np.ndarray]:
     key = structure_key(config)
     program = lower(key)
     params = param_row(config)[:, None]
-    family, *components = plan_arguments(key)
-    slots, _ = costs(family, params, *components, semantics_flags(config.semantics))
-    start, end, _ = schedule_trace(*program.arrays(), *program.segment_arrays(), slots[0])
+    slots, _ = costs(params, plan_codes(key, config.semantics))
+    start, end, _ = schedule_trace(program.kernel_arrays, slots[0])
     return program, start, end

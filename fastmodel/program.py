@@ -10,9 +10,11 @@ a dependency on a key that was never emitted is dropped, as in the reference
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
+from fastmodel.kernels.args import ProgramArrays, make_program_arrays
 from fastmodel.kernels.layout import CATEGORY_NAMES, STREAM_COMM, STREAM_COMPUTE
 
 
@@ -45,13 +47,10 @@ class Program:
     def num_comm_ops(self) -> int:
         return int(np.count_nonzero(self.op_stream == STREAM_COMM))
 
-    def arrays(self) -> tuple[np.ndarray, ...]:
-        """The arrays in the scheduler kernel's argument order."""
-        return (self.op_stream, self.op_slot, self.op_category, self.op_barrier, self.dep_ptr, self.dep_idx)
-
-    def segment_arrays(self) -> tuple[np.ndarray, ...]:
-        """Periodic-segment arrays in the extrapolating scheduler's argument order."""
-        return (self.seg_start, self.seg_period, self.seg_layers, self.seg_window)
+    @cached_property
+    def kernel_arrays(self) -> ProgramArrays:
+        """The op graph as the kernels' ``ProgramArrays`` bundle (built once per Program, fixed dtypes)."""
+        return make_program_arrays(*(getattr(self, name) for name in ProgramArrays._fields))
 
     def category_name(self, index: int) -> str:
         return CATEGORY_NAMES[int(self.op_category[index])]

@@ -74,8 +74,11 @@ def ddp_gradient_shard(codes, ddp_level, deg0, shard, sharded_layer):
 
 
 @njit(cache=True)
-def _embedding(row, family, emb_codes, num_emb, slots):
+def _embedding(row, plan, slots):
     """Embedding slots; returns (weights per device in bytes, duplicate factor)."""
+    family = plan.family
+    emb_codes = (plan.emb_code0, plan.emb_code1)
+    num_emb = plan.num_emb
     emb_dup, emb_shard, _, _, _ = plan_factors(emb_codes, num_emb, row[P_EMB_DEG0], row[P_EMB_DEG1])
     if family == FAMILY_TRANSFORMER:  # word + position rows read per token
         lookup_per_sample = 2.0 * row[P_SEQ] * row[P_HIDDEN] * row[P_BYTES_EMB]
@@ -97,21 +100,23 @@ def _embedding(row, family, emb_codes, num_emb, slots):
 
 
 @njit(cache=True)
-def _block_pair(row, codes, num_levels, deg0, deg1, sharded_grad, eff_flops, params_a, params_b,
-                flops_a, flops_b, act_bytes, base, slots):
+def _block_pair(row, component, sharded_grad, eff_flops, block_params, block_flops, act_bytes, base, slots):
     """Slots of two kinds of layer block sharing one plan component (attention and FC, or
     bottom and top MLP layers), written at ``base`` in the PAIR_* layout; returns the shard.
 
-    ``params_*``: weights of one block; ``flops_*``: its forward FLOPs for the local batch;
-    ``act_bytes``: the activations a TP allreduce carries (docs/model.md §5.4).
+    ``component``: ((code of level 0, of level 1), levels, degree 0, degree 1) of the plan component;
+    ``block_params[k]``: weights of one block of kind k; ``block_flops[k]``: its forward
+    FLOPs for the local batch; ``act_bytes``: the activations a TP allreduce carries
+    (docs/model.md §5.4).
     """
+    codes, num_levels, deg0, deg1 = component
     b = row[P_BYTES_DENSE]
     _, shard, tp_deg, tp_level, ddp_level = plan_factors(codes, num_levels, deg0, deg1)
     ag_bw = collective_bandwidth(row, KIND_ALLGATHER, num_levels, 0)
     fsdp = num_levels > 0 and codes[0] == STRAT_FSDP
     for k in range(2):
-        params = params_a if k == 0 else params_b
-        flops = (flops_a if k == 0 else flops_b) / tp_deg     # only tp divides compute
+        params = block_params[k]
+        flops = block_flops[k] / tp_deg     # only tp divides compute
         slots[base + PAIR_FWD + k] = flops / eff_flops
         slots[base + PAIR_BWD + k] = 2.0 * flops / eff_flops  # backward = 2 x forward
         # FSDP weight allgather: block / total shard x degree[0], at the level-0 bandwidth
@@ -130,48 +135,48 @@ def _block_pair(row, codes, num_levels, deg0, deg1, sharded_grad, eff_flops, par
 
 
 @njit(cache=True)
-def _transformer(row, codes, num_levels, deg0, deg1, local_bs, eff_flops, sharded_grad, slots):
+def _transformer(row, component, local_bs, eff_flops, sharded_grad, slots):
     """Attention/FC slots of a transformer stack; returns its weights per device (bytes)."""
     d = row[P_HIDDEN]
     s = row[P_SEQ]
     attn_params = 4.0 * d * d
     fc_params = row[P_EXPERTS] * 2.0 * d * row[P_FFN]          # X experts hold weights
     fc_active = row[P_ACTIVE_EXPERTS] * 2.0 * d * row[P_FFN]   # k experts compute
-    shard = _block_pair(row, codes, num_levels, deg0, deg1, sharded_grad, eff_flops, attn_params, fc_params,
-                        2.0 * attn_params * s * local_bs, 2.0 * fc_active * s * local_bs,
+    shard = _block_pair(row, component, sharded_grad, eff_flops, (attn_params, fc_params),
+                        (2.0 * attn_params * s * local_bs, 2.0 * fc_active * s * local_bs),
                         local_bs * s * d * row[P_BYTES_DENSE], S_ATTN_FWD, slots)
     return row[P_LAYERS] * (attn_params + fc_params) * row[P_BYTES_DENSE] / shard
 
 
 @njit(cache=True)
-def _mlps(row, codes, num_levels, deg0, deg1, local_bs, eff_flops, sharded_grad, slots):
+def _mlps(row, component, local_bs, eff_flops, sharded_grad, slots):
     """Bottom/top MLP slots of a DLRM; returns the MLP weights per device (bytes)."""
     m = row[P_MLP_DIM]
     layer = m * m
     top_params = row[P_EXPERTS] * layer                       # X experts hold weights
-    shard = _block_pair(row, codes, num_levels, deg0, deg1, sharded_grad, eff_flops, layer, top_params,
-                        2.0 * layer * local_bs, 2.0 * row[P_ACTIVE_EXPERTS] * layer * local_bs,
+    shard = _block_pair(row, component, sharded_grad, eff_flops, (layer, top_params),
+                        (2.0 * layer * local_bs, 2.0 * row[P_ACTIVE_EXPERTS] * layer * local_bs),
                         local_bs * m * row[P_BYTES_DENSE], S_BOT_FWD, slots)
     return (row[P_BOT_LAYERS] * layer + row[P_TOP_LAYERS] * top_params) * row[P_BYTES_DENSE] / shard
 
 
 @njit(cache=True)
-def costs_row(family, row, dense_codes, num_dense, emb_codes, num_emb, tr_codes, num_tr, flags, slots, terms):
-    """Fill ``slots`` (seconds) and ``terms`` for one configuration ``row`` of ``family``."""
+def costs_row(row, plan, slots, terms):
+    """Fill ``slots`` (seconds) and ``terms`` for one configuration ``row`` of ``plan`` (an ``args.PlanCodes``)."""
     for k in range(N_SLOTS):
         slots[k] = 0.0
+    family = plan.family
     eff_flops = row[P_PEAK_FLOPS] * row[P_FLOPS_UTIL]
-    sharded_grad = flags[F_DDP_GRAD_SHARDED] != 0
-    emb_weights, emb_dup = _embedding(row, family, emb_codes, num_emb, slots)
+    sharded_grad = ((plan.flags >> F_DDP_GRAD_SHARDED) & 1) != 0
+    emb_weights, emb_dup = _embedding(row, plan, slots)
+    dense = ((plan.dense_code0, plan.dense_code1), plan.num_dense, row[P_DENSE_DEG0], row[P_DENSE_DEG1])
     if family == FAMILY_TRANSFORMER:
-        dense_weights = _transformer(row, dense_codes, num_dense, row[P_DENSE_DEG0], row[P_DENSE_DEG1],
-                                     row[P_LOCAL_DENSE_BS], eff_flops, sharded_grad, slots)
+        dense_weights = _transformer(row, dense, row[P_LOCAL_DENSE_BS], eff_flops, sharded_grad, slots)
     else:
-        dense_weights = _mlps(row, dense_codes, num_dense, row[P_DENSE_DEG0], row[P_DENSE_DEG1],
-                              row[P_LOCAL_DENSE_BS], eff_flops, sharded_grad, slots)
+        dense_weights = _mlps(row, dense, row[P_LOCAL_DENSE_BS], eff_flops, sharded_grad, slots)
         if family != FAMILY_DLRM:
-            dense_weights += _transformer(row, tr_codes, num_tr, row[P_TR_DEG0], row[P_TR_DEG1],
-                                          row[P_LOCAL_TR_BS], eff_flops, sharded_grad, slots)
+            transformer = ((plan.tr_code0, plan.tr_code1), plan.num_tr, row[P_TR_DEG0], row[P_TR_DEG1])
+            dense_weights += _transformer(row, transformer, row[P_LOCAL_TR_BS], eff_flops, sharded_grad, slots)
     terms[T_GLOBAL_BATCH] = row[P_LOCAL_EMB_BS] * emb_dup
     terms[T_WMEM_DENSE] = dense_weights
     terms[T_WMEM_EMB] = emb_weights
@@ -179,12 +184,11 @@ def costs_row(family, row, dense_codes, num_dense, emb_codes, num_emb, tr_codes,
 
 
 @njit(cache=True)
-def costs(family, params, dense_codes, num_dense, emb_codes, num_emb, tr_codes, num_tr, flags):
-    """Cost slots and terms of every config of a column-major table (N_COLUMNS x n), for tools."""
+def costs(params, plan):
+    """Cost slots and terms of every config of a column-major table (N_COLUMNS x n) of one ``plan``, for tools."""
     n = params.shape[1]
     slots = np.empty((n, N_SLOTS))
     terms = np.empty((n, N_TERMS))
     for i in range(n):
-        costs_row(family, params[:, i], dense_codes, num_dense, emb_codes, num_emb, tr_codes, num_tr, flags,
-                  slots[i], terms[i])
+        costs_row(params[:, i], plan, slots[i], terms[i])
     return slots, terms

@@ -1,7 +1,9 @@
 """Fused evaluation: parameter tables -> every result variable, in one pass per config.
 
 ``params`` is column-major (``COLUMNS`` x n: one contiguous row per
-column), as ``params.param_table`` builds it.
+column), as ``params.param_table`` builds it. Everything else the pass needs
+comes in three bundles (``kernels/args.py``): the plan codes, the Program's
+arrays and the evaluation options.
 
 For each legal row: the cost kernel fills the family's cost slots, the generic
 scheduler runs the Program, and the derived variables (throughput, exposed
@@ -34,11 +36,9 @@ CHUNK_ROWS = 512
 
 
 @njit(cache=True)
-def _evaluate_rows(lo, hi, params, status, family, dense_codes, num_dense, emb_codes, num_emb, tr_codes, num_tr, flags,
-              op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx,
-              seg_start, seg_period, seg_layers, seg_window, extrapolate,
-              memory_factor, mask_infeasible, num_compute_ops, num_comm_ops, out, offset):
-    n_ops = op_stream.shape[0]
+def _evaluate_rows(lo, hi, params, status, plan, program, options, out, offset):
+    n_ops = program.op_stream.shape[0]
+    memory_factor = options.memory_factor
     slots = np.empty(N_SLOTS)
     terms = np.empty(N_TERMS)
     sched = np.empty(N_SCHEDULE_OUTPUTS)
@@ -54,10 +54,8 @@ def _evaluate_rows(lo, hi, params, status, family, dense_codes, num_dense, emb_c
             out[R_FITS_MEMORY, col] = 0.0
             continue
         row = params[:, r]
-        costs_row(family, row, dense_codes, num_dense, emb_codes, num_emb, tr_codes, num_tr, flags, slots, terms)
-        schedule_row(op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx,
-                     seg_start, seg_period, seg_layers, seg_window, extrapolate,
-                     slots, op_start, op_end, cursor_before, work, sched)
+        costs_row(row, plan, slots, terms)
+        schedule_row(program, options.extrapolate, slots, op_start, op_end, cursor_before, work, sched)
         t = sched[O_ITERATION_TIME]
         gemm = sched[O_CATEGORY0 + CAT_GEMM]
         emb = sched[O_CATEGORY0 + CAT_EMB]
@@ -92,8 +90,8 @@ def _evaluate_rows(lo, hi, params, status, family, dense_codes, num_dense, emb_c
         out[R_HBM_CAPACITY, col] = capacity
         out[R_FITS_MEMORY, col] = 1.0 if memory <= capacity else 0.0
         out[R_EFF_FLOPS, col] = terms[T_EFF_FLOPS]
-        out[R_NUM_COMPUTE_OPS, col] = num_compute_ops
-        out[R_NUM_COMM_OPS, col] = num_comm_ops
+        out[R_NUM_COMPUTE_OPS, col] = options.num_compute_ops
+        out[R_NUM_COMM_OPS, col] = options.num_comm_ops
         # time to train train_samples, device-hours, cost and energy (NaN when not given)
         train_time = row[P_TRAIN_SAMPLES] / out[R_THROUGHPUT, col]
         gpu_hours = train_time * row[P_NODES] * row[P_DEVICES_PER_NODE] / 3600.0
@@ -101,7 +99,7 @@ def _evaluate_rows(lo, hi, params, status, family, dense_codes, num_dense, emb_c
         out[R_GPU_HOURS, col] = gpu_hours
         out[R_COST, col] = gpu_hours * row[P_PRICE]
         out[R_ENERGY, col] = gpu_hours * 3600.0 * row[P_NODE_TDP] / row[P_DEVICES_PER_NODE]
-        if mask_infeasible and memory > capacity:
+        if options.mask_infeasible and memory > capacity:
             status[r] = STATUS_DOES_NOT_FIT
             for v in range(N_RESULTS):
                 keep = False
@@ -113,29 +111,20 @@ def _evaluate_rows(lo, hi, params, status, family, dense_codes, num_dense, emb_c
 
 
 @njit(cache=True, parallel=True)
-def evaluate_parallel(params, status, family, dense_codes, num_dense, emb_codes, num_emb, tr_codes, num_tr, flags,
-                 op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx,
-                 seg_start, seg_period, seg_layers, seg_window, extrapolate,
-                 memory_factor, mask_infeasible, num_compute_ops, num_comm_ops, out, offset):
-    """Evaluate every config (column) of ``params`` into ``out[:, offset:offset + n]`` (threads over chunks)."""
+def evaluate_parallel(params, status, plan, program, options, out, offset):
+    """Evaluate every config (column) of ``params`` into ``out[:, offset:offset + n]`` (threads over chunks).
+
+    ``plan``, ``program``, ``options``: the bundles of ``kernels/args.py`` (PlanCodes, ProgramArrays, EvalOptions).
+    """
     n = params.shape[1]
     n_chunks = (n + CHUNK_ROWS - 1) // CHUNK_ROWS
     for chunk in prange(n_chunks):
         lo = chunk * CHUNK_ROWS
         hi = min(n, lo + CHUNK_ROWS)
-        _evaluate_rows(lo, hi, params, status, family, dense_codes, num_dense, emb_codes, num_emb, tr_codes, num_tr, flags,
-                  op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx,
-                  seg_start, seg_period, seg_layers, seg_window, extrapolate,
-                  memory_factor, mask_infeasible, num_compute_ops, num_comm_ops, out, offset)
+        _evaluate_rows(lo, hi, params, status, plan, program, options, out, offset)
 
 
 @njit(cache=True)
-def evaluate_serial(params, status, family, dense_codes, num_dense, emb_codes, num_emb, tr_codes, num_tr, flags,
-                        op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx,
-                        seg_start, seg_period, seg_layers, seg_window, extrapolate,
-                        memory_factor, mask_infeasible, num_compute_ops, num_comm_ops, out, offset):
+def evaluate_serial(params, status, plan, program, options, out, offset):
     """:func:`evaluate_parallel` on one thread: for a few rows, where waking threads costs more."""
-    _evaluate_rows(0, params.shape[1], params, status, family, dense_codes, num_dense, emb_codes, num_emb, tr_codes, num_tr, flags,
-              op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx,
-              seg_start, seg_period, seg_layers, seg_window, extrapolate,
-              memory_factor, mask_infeasible, num_compute_ops, num_comm_ops, out, offset)
+    _evaluate_rows(0, params.shape[1], params, status, plan, program, options, out, offset)

@@ -37,6 +37,8 @@ EXTRAPOLATION_RTOL = 4e-15
 @njit(cache=True, inline="always")
 def _run_op(i, op_stream, op_slot, op_category, dep_ptr, dep_idx, slots, op_start, op_end, cursor_before,
             cursors, out):
+    # the Program's arrays come one by one (not the bundle): this body is inlined into the per-op loop, where
+    # reading a bundle field would add reference-count updates for every op
     stream = op_stream[i]
     start = cursors[stream]
     cursor_before[i] = start
@@ -88,16 +90,17 @@ def _layer_is_stable(base, period, window, dep_ptr, dep_idx, op_start, op_end, c
 
 
 @njit(cache=True)
-def schedule_row(op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx,
-                 seg_start, seg_period, seg_layers, seg_window, extrapolate,
-                 slots, op_start, op_end, cursor_before, work, out):
-    """Schedule one configuration; fill per-op start/end and ``out``.
+def schedule_row(program, extrapolate, slots, op_start, op_end, cursor_before, work, out):
+    """Schedule one configuration of ``program`` (an ``args.ProgramArrays``); fill per-op start/end and ``out``.
 
     ``out`` receives iteration time, time at the first barrier (the forward
     pass; the iteration time if there is none) and busy time per category.
     ``cursor_before`` (n_ops) and ``work`` (N_WORK) are scratch space. With
     ``extrapolate``, ops of skipped layers keep no start/end times.
     """
+    # unpacked once: fields read inside the loops would cost reference-count updates per op
+    op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx, seg_start, seg_period, seg_layers, seg_window = \
+        program
     n_ops = op_stream.shape[0]
     cursors = work[W_CURSORS:W_CURSORS + 2]
     prev_cursors = work[W_PREV_CURSORS:W_PREV_CURSORS + 2]
@@ -175,25 +178,21 @@ def schedule_row(op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx,
 
 
 @njit(cache=True)
-def schedule_trace(op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx,
-                   seg_start, seg_period, seg_layers, seg_window, slots_row):
+def schedule_trace(program, slots_row):
     """Per-op start and end times (seconds) of one configuration, for timelines (no extrapolation)."""
-    n_ops = op_stream.shape[0]
+    n_ops = program.op_stream.shape[0]
     op_start = np.empty(n_ops)
     op_end = np.empty(n_ops)
     out = np.empty(N_SCHEDULE_OUTPUTS)
-    schedule_row(op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx,
-                 seg_start, seg_period, seg_layers, seg_window, False, slots_row,
-                 op_start, op_end, np.empty(n_ops), np.empty(N_WORK), out)
+    schedule_row(program, False, slots_row, op_start, op_end, np.empty(n_ops), np.empty(N_WORK), out)
     return op_start, op_end, out
 
 
 @njit(cache=True, parallel=True)
-def schedule_many(op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx,
-                  seg_start, seg_period, seg_layers, seg_window, extrapolate, slots):
+def schedule_many(program, extrapolate, slots):
     """Schedule every row of ``slots`` (n_configs x n_slots) through one Program (for tests and tools)."""
     n = slots.shape[0]
-    n_ops = op_stream.shape[0]
+    n_ops = program.op_stream.shape[0]
     out = np.empty((n, N_SCHEDULE_OUTPUTS))
     n_chunks = min(n, 64)
     for chunk in prange(n_chunks):
@@ -202,7 +201,5 @@ def schedule_many(op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx,
         cursor_before = np.empty(n_ops)
         work = np.empty(N_WORK)
         for i in range(chunk * n // n_chunks, (chunk + 1) * n // n_chunks):
-            schedule_row(op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx,
-                         seg_start, seg_period, seg_layers, seg_window, extrapolate,
-                         slots[i], op_start, op_end, cursor_before, work, out[i])
+            schedule_row(program, extrapolate, slots[i], op_start, op_end, cursor_before, work, out[i])
     return out

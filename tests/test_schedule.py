@@ -26,13 +26,13 @@ def _program():
 def test_hand_schedule():
     program = _program()
     slots = np.array([[2.0, 3.0, 4.0]])
-    out = schedule_many(*program.arrays(), *program.segment_arrays(), True, slots)[0]
+    out = schedule_many(program.kernel_arrays, True, slots)[0]
     assert out[O_ITERATION_TIME] == 16.0
     assert out[O_FORWARD_TIME] == 9.0
     assert out[O_CATEGORY0 + CAT_GEMM] == 9.0
     assert out[O_CATEGORY0 + CAT_ALLREDUCE] == 8.0
     assert out[O_CATEGORY0 + CAT_ALLGATHER] == 2.0
-    start, end, _ = schedule_trace(*program.arrays(), *program.segment_arrays(), slots[0])
+    start, end, _ = schedule_trace(program.kernel_arrays, slots[0])
     assert start.tolist() == [0, 2, 5, 5, 9, 12]
     assert end.tolist() == [2, 5, 9, 8, 12, 16]
 
@@ -41,9 +41,9 @@ def test_many_rows_equal_single_rows():
     program = _program()
     rng = np.random.default_rng(0)
     slots = rng.uniform(0, 1, size=(1000, 3))
-    many = schedule_many(*program.arrays(), *program.segment_arrays(), True, slots)
+    many = schedule_many(program.kernel_arrays, True, slots)
     for i in range(0, 1000, 97):
-        _, end, out = schedule_trace(*program.arrays(), *program.segment_arrays(), slots[i])
+        _, end, out = schedule_trace(program.kernel_arrays, slots[i])
         assert many[i].tolist() == out.tolist()
 
 
@@ -97,8 +97,8 @@ def test_extrapolation_matches_full_schedule_on_random_programs():
         layers = int(rng.integers(5, 120))
         program, n_slots = _random_layered_program(rng, layers)
         slots = rng.choice([rng.uniform(0, 1, (64, n_slots)), rng.integers(0, 4, (64, n_slots)).astype(float)])
-        full = schedule_many(*program.arrays(), *program.segment_arrays(), False, slots)
-        fast = schedule_many(*program.arrays(), *program.segment_arrays(), True, slots)
+        full = schedule_many(program.kernel_arrays, False, slots)
+        fast = schedule_many(program.kernel_arrays, True, slots)
         np.testing.assert_allclose(fast, full, rtol=1e-12, atol=0)
         checked += len(program.seg_start) > 0
     assert checked > 200  # most random programs do have periodic segments
@@ -112,11 +112,10 @@ def test_extrapolation_really_skips_layers():
     n = program.num_ops
     start, end = np.full(n, np.nan), np.full(n, np.nan)
     out_fast = np.empty(N_SCHEDULE_OUTPUTS)
-    schedule_row(*program.arrays(), *program.segment_arrays(), True, slots, start, end, np.empty(n),
-                 np.empty(N_WORK), out_fast)
+    schedule_row(program.kernel_arrays, True, slots, start, end, np.empty(n), np.empty(N_WORK), out_fast)
     middle = program.seg_start[0] + 40 * program.seg_period[0]
     assert np.isnan(end[middle])  # never scheduled: extrapolated over
-    _, _, out_full = schedule_trace(*program.arrays(), *program.segment_arrays(), slots)
+    _, _, out_full = schedule_trace(program.kernel_arrays, slots)
     np.testing.assert_allclose(out_fast, out_full, rtol=1e-12)
 
 
@@ -151,6 +150,6 @@ def test_extrapolation_counterexample_found_in_review():
     b.end_layers()
     program = b.build()
     slots = np.array([[4.0, 3.0, 1.0]])
-    full = schedule_many(*program.arrays(), *program.segment_arrays(), False, slots)[0]
-    fast = schedule_many(*program.arrays(), *program.segment_arrays(), True, slots)[0]
+    full = schedule_many(program.kernel_arrays, False, slots)[0]
+    fast = schedule_many(program.kernel_arrays, True, slots)[0]
     assert full[0] == fast[0]
