@@ -22,10 +22,10 @@ from fastmodel.kernels.layout import (
     CAT_ALL2ALL, CAT_ALLGATHER, CAT_ALLREDUCE, CAT_EMB, CAT_GEMM, CAT_REDUCESCATTER, MEMORY_RESULTS,
     N_SLOTS, N_RESULTS, N_SCHEDULE_OUTPUTS, N_TERMS, N_WORK, O_CATEGORY0, O_FORWARD_TIME, O_ITERATION_TIME,
     P_DEVICES_PER_NODE, P_HBM_CAPACITY, P_NODE_TDP, P_NODES, P_PRICE, P_TRAIN_SAMPLES,
-    R_COST, R_ENERGY, R_GPU_HOURS, R_TRAIN_TIME, R_EFF_FLOPS, R_EXPOSED_COMM, R_FITS_MEMORY, R_FORWARD_TIME, R_GLOBAL_BATCH, R_HBM_CAPACITY,
+    R_COST, R_ENERGY, R_GPU_HOURS, R_TRAIN_TIME, R_EFF_FLOP_PER_S, R_EXPOSED_COMM, R_FITS_MEMORY, R_FORWARD_TIME, R_GLOBAL_BATCH, R_HBM_CAPACITY,
     R_ITERATION_TIME, R_MEMORY_PER_DEVICE, R_NUM_COMM_OPS, R_NUM_COMPUTE_OPS, R_OVERLAPPED_COMM, R_THROUGHPUT,
     R_TIME_ALL2ALL, R_TIME_ALLGATHER, R_TIME_ALLREDUCE, R_TIME_COMM, R_TIME_COMPUTE, R_TIME_EMB, R_TIME_GEMM,
-    R_TIME_REDUCESCATTER, R_WMEM, R_WMEM_DENSE, R_WMEM_EMB, STATUS_DOES_NOT_FIT, STATUS_OK,
+    R_TIME_REDUCESCATTER, R_WEIGHT_MEMORY, R_WEIGHT_MEMORY_DENSE, R_WEIGHT_MEMORY_EMB, STATUS_DOES_NOT_FIT, STATUS_OK,
     T_EFF_FLOPS, T_GLOBAL_BATCH, T_WMEM_DENSE, T_WMEM_EMB,
 )
 from fastmodel.kernels.costs import costs_row
@@ -83,13 +83,13 @@ def _evaluate_rows(lo, hi, params, status, plan, program, options, out, offset):
         out[R_TIME_COMM, col] = comm
         out[R_EXPOSED_COMM, col] = exposed
         out[R_OVERLAPPED_COMM, col] = max(comm - exposed, 0.0)
-        out[R_WMEM_DENSE, col] = terms[T_WMEM_DENSE]
-        out[R_WMEM_EMB, col] = terms[T_WMEM_EMB]
-        out[R_WMEM, col] = weights
+        out[R_WEIGHT_MEMORY_DENSE, col] = terms[T_WMEM_DENSE]
+        out[R_WEIGHT_MEMORY_EMB, col] = terms[T_WMEM_EMB]
+        out[R_WEIGHT_MEMORY, col] = weights
         out[R_MEMORY_PER_DEVICE, col] = memory
         out[R_HBM_CAPACITY, col] = capacity
         out[R_FITS_MEMORY, col] = 1.0 if memory <= capacity else 0.0
-        out[R_EFF_FLOPS, col] = terms[T_EFF_FLOPS]
+        out[R_EFF_FLOP_PER_S, col] = terms[T_EFF_FLOPS]
         out[R_NUM_COMPUTE_OPS, col] = options.num_compute_ops
         out[R_NUM_COMM_OPS, col] = options.num_comm_ops
         # time to train train_samples, device-hours, cost and energy (NaN when not given)

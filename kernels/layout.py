@@ -151,9 +151,6 @@ RESULTS = _results.NAMES
 N_RESULTS = len(RESULTS)
 globals().update({"R_" + _name.upper(): _index for _index, _name in enumerate(RESULTS)})
 globals().update({"STATUS_" + _name.upper(): _code for _code, _name in enumerate(_results.STATUS_NAMES)})
-# short names the kernels use for four long ones
-R_WMEM_DENSE, R_WMEM_EMB, R_WMEM, R_EFF_FLOPS = (R_WEIGHT_MEMORY_DENSE, R_WEIGHT_MEMORY_EMB,  # noqa: F821
-                                                 R_WEIGHT_MEMORY, R_EFF_FLOP_PER_S)  # noqa: F821
 #: results kept for points that are legal but do not fit in memory
 MEMORY_RESULTS = tuple(RESULTS.index(n) for n in ("weight_memory_dense", "weight_memory_emb", "weight_memory",
                                                   "memory_per_device", "hbm_capacity", "fits_memory"))
