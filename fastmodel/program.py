@@ -15,14 +15,14 @@ from functools import cached_property
 import numpy as np
 
 from fastmodel.kernels.args import ProgramArrays, make_program_arrays
-from fastmodel.kernels.layout import CATEGORY_NAMES, STREAM_COMM, STREAM_COMPUTE
+from fastmodel.kernels.layout import CATEGORY_NAMES, MAX_STREAMS, STREAM_COMPUTE
 
 
 @dataclass(frozen=True, eq=False)
 class Program:
     """Dense op arrays of one program structure (shared by many configs)."""
 
-    op_stream: np.ndarray     # int8: 0 compute, 1 communication
+    op_stream: np.ndarray     # int8: 0 compute, 1.. communication streams (< layout.MAX_STREAMS)
     op_slot: np.ndarray       # int32: index into the family's cost slots
     op_category: np.ndarray   # int8: layout.CAT_*
     op_barrier: np.ndarray    # bool: both streams synchronise before this op
@@ -34,23 +34,57 @@ class Program:
     seg_period: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32), repr=False)
     seg_layers: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32), repr=False)
     seg_window: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32), repr=False)
+    # repeated phases (ProgramBuilder.begin_repeat): first op, one past the last, times it runs in a row
+    repeat_start: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32), repr=False)
+    repeat_end: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32), repr=False)
+    repeat_count: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32), repr=False)
 
     @property
     def num_ops(self) -> int:
         return int(self.op_stream.shape[0])
 
     @property
+    def n_streams(self) -> int:
+        """Streams the ops use: compute (0) and each communication stream up to the highest one used."""
+        return int(self.op_stream.max()) + 1 if self.num_ops else 1
+
+    @cached_property
+    def op_runs(self) -> np.ndarray:
+        """How many times each op runs in one iteration (its phase's repeat count; 1 outside repeated phases)."""
+        runs = np.ones(self.num_ops, dtype=np.int64)
+        for a, b, r in zip(self.repeat_start, self.repeat_end, self.repeat_count):
+            runs[a:b] = r
+        return runs
+
+    @property
     def num_compute_ops(self) -> int:
-        return int(np.count_nonzero(self.op_stream == STREAM_COMPUTE))
+        return int(self.op_runs[self.op_stream == STREAM_COMPUTE].sum())
 
     @property
     def num_comm_ops(self) -> int:
-        return int(np.count_nonzero(self.op_stream == STREAM_COMM))
+        return int(self.op_runs[self.op_stream != STREAM_COMPUTE].sum())
+
+    def phases(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(first op, one past the last, repeat count) of every phase, covering the ops in order: the repeated
+        phases and, between them, phases that run once."""
+        bounds, starts, ends, counts = 0, [], [], []
+        for a, b, r in zip(self.repeat_start.tolist(), self.repeat_end.tolist(), self.repeat_count.tolist()):
+            if a > bounds:
+                starts.append(bounds), ends.append(a), counts.append(1)
+            starts.append(a), ends.append(b), counts.append(r)
+            bounds = b
+        if bounds < self.num_ops or not starts:
+            starts.append(bounds), ends.append(self.num_ops), counts.append(1)
+        return (np.array(starts, dtype=np.int32), np.array(ends, dtype=np.int32), np.array(counts, dtype=np.int32))
 
     @cached_property
     def kernel_arrays(self) -> ProgramArrays:
         """The op graph as the kernels' ``ProgramArrays`` bundle (built once per Program, fixed dtypes)."""
-        return make_program_arrays(*(getattr(self, name) for name in ProgramArrays._fields))
+        if self.n_streams > MAX_STREAMS:
+            raise ValueError(f"a Program uses {self.n_streams} streams; the scheduler has room for {MAX_STREAMS}")
+        arrays = [self.op_stream, self.op_slot, self.op_category, self.op_barrier, self.dep_ptr, self.dep_idx,
+                  self.seg_start, self.seg_period, self.seg_layers, self.seg_window]
+        return make_program_arrays(*arrays, *self.phases(), self.n_streams)
 
     def category_name(self, index: int) -> str:
         return CATEGORY_NAMES[int(self.op_category[index])]
@@ -69,6 +103,7 @@ class ProgramBuilder:
         self._names: list[str] = []
         self._pending_barrier = False
         self._layer_runs: list[list[int]] = []
+        self._repeats: list[list[int]] = []     # [first op, one past the last (-1: open), count]
 
     def begin_layers(self) -> None:
         """Start a run of layers (one per phase); mark each with :meth:`layer`."""
@@ -81,6 +116,22 @@ class ProgramBuilder:
     def end_layers(self) -> None:
         """The current run of layers ends before the next op."""
         self._layer_runs[-1].append(len(self._names))
+
+    def begin_repeat(self, count: int) -> None:
+        """The ops up to :meth:`end_repeat` form a phase that runs ``count`` times in a row (e.g. the
+        per-micro-batch body of gradient accumulation); each run continues every stream's cursor, and a
+        dependency on an op of the phase refers to its latest run. Phases do not nest."""
+        if self._repeats and self._repeats[-1][1] < 0:
+            raise ValueError("begin_repeat inside a repeated phase: phases do not nest")
+        if int(count) < 1:
+            raise ValueError(f"repeat count must be >= 1, got {count}")
+        self._repeats.append([len(self._names), -1, int(count)])
+
+    def end_repeat(self) -> None:
+        """The current repeated phase ends before the next op."""
+        if not self._repeats or self._repeats[-1][1] >= 0:
+            raise ValueError("end_repeat without begin_repeat")
+        self._repeats[-1][1] = len(self._names)
 
     def has(self, key: str) -> bool:
         return key in self._index
@@ -119,7 +170,17 @@ class ProgramBuilder:
                                  ptr, idx, self._layer_runs)
         seg = {name: np.array([s[k] for s in segments], dtype=np.int32)
                for k, name in enumerate(("seg_start", "seg_period", "seg_layers", "seg_window"))}
-        return Program(**arrays, op_names=tuple(self._names), **seg)
+        if self._repeats and self._repeats[-1][1] < 0:
+            raise ValueError("a repeated phase is still open: call end_repeat")
+        repeats = [r for r in self._repeats if r[1] > r[0]]
+        for first, last, _ in repeats:     # a periodic segment lies inside one phase or outside every phase
+            for s0, period, layers, _w in segments:
+                s1 = s0 + period * layers
+                if s0 < last and s1 > first and not (first <= s0 and s1 <= last):
+                    raise ValueError(f"layers {s0}..{s1} straddle the repeated phase {first}..{last}")
+        rep = {name: np.array([r[k] for r in repeats], dtype=np.int32)
+               for k, name in enumerate(("repeat_start", "repeat_end", "repeat_count"))}
+        return Program(**arrays, op_names=tuple(self._names), **seg, **rep)
 
 
 def _ranges(first: np.ndarray, lengths: np.ndarray) -> np.ndarray:

@@ -36,6 +36,10 @@ class ProgramArrays(NamedTuple):
     seg_period: np.ndarray   # int32: ops per layer
     seg_layers: np.ndarray   # int32: layers in the segment
     seg_window: np.ndarray   # int32: trailing layers that form the schedule state
+    phase_start: np.ndarray  # int32 (n_phases): first op of each phase; phases cover the ops in order
+    phase_end: np.ndarray    # int32: one past the last op of each phase
+    phase_repeat: np.ndarray  # int32: times the phase runs in a row (micro-batches: > 1)
+    n_streams: int           # streams the ops use (<= layout.MAX_STREAMS): 0 compute, the others communication
 
 
 class PlanCodes(NamedTuple):
@@ -69,14 +73,17 @@ class EvalOptions(NamedTuple):
     num_comm_ops: float
 
 
-_PROGRAM_DTYPES = (np.int8, np.int32, np.int8, np.bool_, np.int32, np.int32, np.int32, np.int32, np.int32, np.int32)
+_PROGRAM_DTYPES = (np.int8, np.int32, np.int8, np.bool_, np.int32, np.int32, np.int32, np.int32, np.int32, np.int32,
+                   np.int32, np.int32, np.int32)
 
 
-def make_program_arrays(*arrays) -> ProgramArrays:
-    """A :class:`ProgramArrays` with every field contiguous in its fixed dtype (fields in order)."""
-    if len(arrays) != len(ProgramArrays._fields):
-        raise TypeError(f"make_program_arrays: {len(ProgramArrays._fields)} arrays expected, got {len(arrays)}")
-    return ProgramArrays(*(np.ascontiguousarray(a, dtype=t) for a, t in zip(arrays, _PROGRAM_DTYPES)))
+def make_program_arrays(*fields) -> ProgramArrays:
+    """A :class:`ProgramArrays` with every array contiguous in its fixed dtype and ``n_streams`` an int (fields
+    in order)."""
+    if len(fields) != len(ProgramArrays._fields):
+        raise TypeError(f"make_program_arrays: {len(ProgramArrays._fields)} fields expected, got {len(fields)}")
+    *arrays, n_streams = fields
+    return ProgramArrays(*(np.ascontiguousarray(a, dtype=t) for a, t in zip(arrays, _PROGRAM_DTYPES)), int(n_streams))
 
 
 def _pair(codes) -> tuple[int, int]:

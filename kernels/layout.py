@@ -156,9 +156,10 @@ MEMORY_RESULTS = tuple(RESULTS.index(n) for n in ("weight_memory_dense", "weight
                                                   "memory_per_device", "hbm_capacity", "fits_memory"))
 
 # --- scheduler scratch: small state vector layout ---------------------------
-W_CURSORS = 0          # 2: compute, comm
-W_PREV_CURSORS = 2     # 2
-W_INC_CURSOR = 4       # 2
-W_PREV_INC_CURSOR = 6  # 2
-W_LAYER_BUSY = 8       # N_CATEGORIES
-N_WORK = 8 + N_CATEGORIES
+MAX_STREAMS = 8        # compute + up to 7 communication streams (one per process group, point-to-point)
+W_CURSORS = 0                          # MAX_STREAMS: each stream's cursor
+W_PREV_CURSORS = MAX_STREAMS           # MAX_STREAMS
+W_INC_CURSOR = 2 * MAX_STREAMS         # MAX_STREAMS
+W_PREV_INC_CURSOR = 3 * MAX_STREAMS    # MAX_STREAMS
+W_LAYER_BUSY = 4 * MAX_STREAMS         # N_CATEGORIES
+N_WORK = 4 * MAX_STREAMS + N_CATEGORIES

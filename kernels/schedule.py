@@ -1,14 +1,18 @@
-"""The generic two-stream list scheduler (docs/model.md §6).
+"""The generic list scheduler over N streams and repeated phases (docs/model.md §6).
 
 A Program is a list of ops in emission order. Each op runs on one stream
-(compute or communication) and starts at max(its stream's cursor, the end of
-each dependency); ops flagged ``barrier`` first move both cursors to their
-maximum (the reference's forward/backward barrier). The iteration time is the
-end of the last op on either stream. Busy time is summed per category.
+(0 compute; 1.. communication: one per process group, point-to-point) and
+starts at max(its stream's cursor, the end of each dependency); ops flagged
+``barrier`` first move every cursor to their maximum (the reference's
+forward/backward barrier). Ops are grouped in phases that cover them in order;
+a phase runs ``phase_repeat`` times in a row (a per-micro-batch body of
+gradient accumulation; 1 for every Program the MAD-Max lowering emits, which
+therefore schedules exactly as the reference's two streams do). The iteration
+time is the end of the last op on any stream. Busy time is summed per category.
 
 Steady-state extrapolation. Layers are identical, so inside a periodic segment
 (``Program.seg_*``: runs of layers that are equal op by op up to a shift) the
-schedule state -- the two cursors and the end times of the ops in the last
+schedule state -- the stream cursors and the end times of the ops in the last
 ``window`` layers -- is a max-plus function of the previous state, monotone
 and non-expansive in the sup norm. Once, at some layer j past the window, every
 op started exactly as late as the largest advance among its candidates (stream
@@ -55,7 +59,7 @@ def _run_op(i, op_stream, op_slot, op_category, dep_ptr, dep_idx, slots, op_star
 
 
 @njit(cache=True)
-def _layer_is_stable(base, period, window, dep_ptr, dep_idx, op_start, op_end, cursor_before, inc_cursor,
+def _layer_is_stable(base, period, window, n_streams, dep_ptr, dep_idx, op_start, op_end, cursor_before, inc_cursor,
                      prev_inc_cursor, tol):
     """True if layer ``base`` (with the ``window`` layers before it) is in an affine steady state.
 
@@ -64,7 +68,7 @@ def _layer_is_stable(base, period, window, dep_ptr, dep_idx, op_start, op_end, c
     candidate that wins the max; the window ops and the cursors advance as in
     the layer after them. Then all later layers repeat these advances exactly.
     """
-    for c in range(2):
+    for c in range(n_streams):
         if abs(inc_cursor[c] - prev_inc_cursor[c]) > tol:
             return False
     for i in range(base, base + period):
@@ -89,90 +93,102 @@ def _layer_is_stable(base, period, window, dep_ptr, dep_idx, op_start, op_end, c
     return True
 
 
+@njit(cache=True, inline="always")
+def _latest(cursors, n_streams):
+    """The latest cursor of the streams (where a barrier moves them all)."""
+    latest = cursors[0]
+    for c in range(1, n_streams):
+        if cursors[c] > latest:
+            latest = cursors[c]
+    return latest
+
+
 @njit(cache=True)
 def schedule_row(program, extrapolate, slots, op_start, op_end, cursor_before, work, out):
     """Schedule one configuration of ``program`` (an ``args.ProgramArrays``); fill per-op start/end and ``out``.
 
-    ``out`` receives iteration time, time at the first barrier (the forward
-    pass; the iteration time if there is none) and busy time per category.
+    Streams: ``program.n_streams`` cursors (0 compute, the others communication). Phases run in order, each
+    ``phase_repeat`` times in a row, every stream's cursor carrying over; an op of a repeated phase keeps the
+    start/end of its last run. ``out`` receives iteration time, time at the first barrier (the forward
+    pass; the iteration time if there is none) and busy time per category (every run counted).
     ``cursor_before`` (n_ops) and ``work`` (N_WORK) are scratch space. With
     ``extrapolate``, ops of skipped layers keep no start/end times.
     """
     # unpacked once: fields read inside the loops would cost reference-count updates per op
-    op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx, seg_start, seg_period, seg_layers, seg_window = \
-        program
-    n_ops = op_stream.shape[0]
-    cursors = work[W_CURSORS:W_CURSORS + 2]
-    prev_cursors = work[W_PREV_CURSORS:W_PREV_CURSORS + 2]
-    inc_cursor = work[W_INC_CURSOR:W_INC_CURSOR + 2]
-    prev_inc_cursor = work[W_PREV_INC_CURSOR:W_PREV_INC_CURSOR + 2]
+    (op_stream, op_slot, op_category, op_barrier, dep_ptr, dep_idx, seg_start, seg_period, seg_layers, seg_window,
+     phase_start, phase_end, phase_repeat, n_streams) = program
+    cursors = work[W_CURSORS:W_CURSORS + n_streams]
+    prev_cursors = work[W_PREV_CURSORS:W_PREV_CURSORS + n_streams]
+    inc_cursor = work[W_INC_CURSOR:W_INC_CURSOR + n_streams]
+    prev_inc_cursor = work[W_PREV_INC_CURSOR:W_PREV_INC_CURSOR + n_streams]
     layer_busy = work[W_LAYER_BUSY:W_LAYER_BUSY + N_CATEGORIES]
-    cursors[0] = 0.0
-    cursors[1] = 0.0
+    for c in range(n_streams):
+        cursors[c] = 0.0
     forward_time = -1.0
     for c in range(N_CATEGORIES):
         out[O_CATEGORY0 + c] = 0.0
     n_seg = seg_start.shape[0] if extrapolate else 0
     seg = 0
-    i = 0
-    while i < n_ops:
-        if op_barrier[i]:
-            phase_end = max(cursors[0], cursors[1])
-            if forward_time < 0.0:
-                forward_time = phase_end
-            cursors[0] = phase_end
-            cursors[1] = phase_end
-        if seg < n_seg and i == seg_start[seg]:
-            first = seg_start[seg]
-            period = seg_period[seg]
-            layers = seg_layers[seg]
-            window = seg_window[seg]
-            prev_cursors[0] = cursors[0]
-            prev_cursors[1] = cursors[1]
-            inc_cursor[0] = 0.0
-            inc_cursor[1] = 0.0
-            j = 0
-            while j < layers:
-                base = first + j * period
-                for c in range(N_CATEGORIES):
-                    layer_busy[c] = out[O_CATEGORY0 + c]
-                for k in range(period):
-                    _run_op(base + k, op_stream, op_slot, op_category, dep_ptr, dep_idx, slots,
-                            op_start, op_end, cursor_before, cursors, out)
-                prev_inc_cursor[0] = inc_cursor[0]
-                prev_inc_cursor[1] = inc_cursor[1]
-                inc_cursor[0] = cursors[0] - prev_cursors[0]
-                inc_cursor[1] = cursors[1] - prev_cursors[1]
-                prev_cursors[0] = cursors[0]
-                prev_cursors[1] = cursors[1]
-                # j > window: every dependency and its one-layer-earlier twin lie inside the segment
-                if j > window and j < layers - 1:
-                    tol = EXTRAPOLATION_RTOL * max(cursors[0], cursors[1])
-                    if _layer_is_stable(base, period, window, dep_ptr, dep_idx, op_start, op_end, cursor_before,
-                                        inc_cursor, prev_inc_cursor, tol):
-                        skip = layers - 1 - j
-                        last_end = first + layers * period
-                        # the last `window` layers (those after layer j) get layer j-k's times + skip x advance
-                        lowest = max(last_end - window * period, base + period)
-                        for op in range(last_end - 1, lowest - 1, -1):
-                            src = op - skip * period
-                            twin = base + (op - first) % period
-                            inc = op_end[twin] - op_end[twin - period]
-                            op_start[op] = op_start[src] + skip * inc
-                            op_end[op] = op_end[src] + skip * inc
-                        cursors[0] += skip * inc_cursor[0]
-                        cursors[1] += skip * inc_cursor[1]
+    for phase in range(phase_start.shape[0]):
+        phase_seg = seg                          # the phase's first segment (segments lie inside one phase)
+        for _ in range(phase_repeat[phase]):
+            seg = phase_seg
+            i = phase_start[phase]
+            while i < phase_end[phase]:
+                if op_barrier[i]:
+                    latest = _latest(cursors, n_streams)
+                    if forward_time < 0.0:
+                        forward_time = latest
+                    for c in range(n_streams):
+                        cursors[c] = latest
+                if seg < n_seg and i == seg_start[seg]:
+                    first = seg_start[seg]
+                    period = seg_period[seg]
+                    layers = seg_layers[seg]
+                    window = seg_window[seg]
+                    for c in range(n_streams):
+                        prev_cursors[c] = cursors[c]
+                        inc_cursor[c] = 0.0
+                    j = 0
+                    while j < layers:
+                        base = first + j * period
                         for c in range(N_CATEGORIES):
-                            out[O_CATEGORY0 + c] += skip * (out[O_CATEGORY0 + c] - layer_busy[c])
-                        break
-                j += 1
-            i = first + layers * period
-            seg += 1
-            continue
-        _run_op(i, op_stream, op_slot, op_category, dep_ptr, dep_idx, slots, op_start, op_end, cursor_before,
-                cursors, out)
-        i += 1
-    total = max(cursors[0], cursors[1])
+                            layer_busy[c] = out[O_CATEGORY0 + c]
+                        for k in range(period):
+                            _run_op(base + k, op_stream, op_slot, op_category, dep_ptr, dep_idx, slots,
+                                    op_start, op_end, cursor_before, cursors, out)
+                        for c in range(n_streams):
+                            prev_inc_cursor[c] = inc_cursor[c]
+                            inc_cursor[c] = cursors[c] - prev_cursors[c]
+                            prev_cursors[c] = cursors[c]
+                        # j > window: every dependency and its one-layer-earlier twin lie inside the segment
+                        if j > window and j < layers - 1:
+                            tol = EXTRAPOLATION_RTOL * _latest(cursors, n_streams)
+                            if _layer_is_stable(base, period, window, n_streams, dep_ptr, dep_idx, op_start, op_end,
+                                                cursor_before, inc_cursor, prev_inc_cursor, tol):
+                                skip = layers - 1 - j
+                                last_end = first + layers * period
+                                # the last `window` layers (those after layer j) get layer j-k's times + skip x advance
+                                lowest = max(last_end - window * period, base + period)
+                                for op in range(last_end - 1, lowest - 1, -1):
+                                    src = op - skip * period
+                                    twin = base + (op - first) % period
+                                    inc = op_end[twin] - op_end[twin - period]
+                                    op_start[op] = op_start[src] + skip * inc
+                                    op_end[op] = op_end[src] + skip * inc
+                                for c in range(n_streams):
+                                    cursors[c] += skip * inc_cursor[c]
+                                for c in range(N_CATEGORIES):
+                                    out[O_CATEGORY0 + c] += skip * (out[O_CATEGORY0 + c] - layer_busy[c])
+                                break
+                        j += 1
+                    i = first + layers * period
+                    seg += 1
+                    continue
+                _run_op(i, op_stream, op_slot, op_category, dep_ptr, dep_idx, slots, op_start, op_end, cursor_before,
+                        cursors, out)
+                i += 1
+    total = _latest(cursors, n_streams)
     out[O_ITERATION_TIME] = total
     out[O_FORWARD_TIME] = total if forward_time < 0.0 else forward_time
 

@@ -46,9 +46,11 @@ def test_the_check_sees_long_signatures():
 
 def test_bundles_have_fixed_dtypes():
     """Fields get one dtype whatever the caller passes, so numba compiles one signature per kernel."""
-    program = make_program_arrays([0, 1], [3, 4], [0, 2], [False, True], [0, 0, 1], [0], [], [], [], [])
+    program = make_program_arrays([0, 1], [3, 4], [0, 2], [False, True], [0, 0, 1], [0], [], [], [], [],
+                                  [0], [2], [1], np.int64(2))
     assert isinstance(program, ProgramArrays)
-    assert [a.dtype for a in program] == [np.int8, np.int32, np.int8, np.bool_] + [np.int32] * 6
+    assert [a.dtype for a in program[:-1]] == [np.int8, np.int32, np.int8, np.bool_] + [np.int32] * 9
+    assert type(program.n_streams) is int
     options = make_eval_options(np.True_, 1, 0, np.int64(5), 3)
     assert isinstance(options, EvalOptions)
     assert [type(v) for v in options] == [bool, float, bool, float, float]

@@ -5,7 +5,7 @@ import pytest
 
 from fastmodel.kernels.layout import (
     CAT_ALLGATHER, CAT_ALLREDUCE, CAT_GEMM, O_CATEGORY0, O_FORWARD_TIME, O_ITERATION_TIME,
-    STREAM_COMM as COMM, STREAM_COMPUTE as COMP,
+    STREAM_COMM as COMM, STREAM_COMPUTE as COMP, CATEGORY_NAMES,
 )
 from fastmodel.kernels.schedule import schedule_many, schedule_trace
 from fastmodel.program import ProgramBuilder
@@ -153,3 +153,99 @@ def test_extrapolation_counterexample_found_in_review():
     full = schedule_many(program.kernel_arrays, False, slots)[0]
     fast = schedule_many(program.kernel_arrays, True, slots)[0]
     assert full[0] == fast[0]
+
+
+# --- N streams and repeated phases (hand derivations) ------------------------------------------
+
+def _schedule(program, slots):
+    n = program.num_ops
+    start, end, out = np.empty(n), np.empty(n), np.empty(N_SCHEDULE_OUTPUTS)
+    schedule_row(program.kernel_arrays, True, np.asarray(slots, dtype=np.float64), start, end, np.empty(n),
+                 np.empty(N_WORK), out)
+    return start, end, out
+
+
+def test_each_process_group_stream_runs_beside_the_others():
+    # a 2 s GEMM, then a 3 s allreduce on stream 1 and a 3 s allgather on stream 2, both after the GEMM:
+    # on their own streams they overlap (end 2 + 3 = 5); sharing one stream they would end at 2 + 3 + 3 = 8
+    b = ProgramBuilder()
+    b.op("gemm", COMP, 0, CAT_GEMM)
+    b.op("ar", 1, 1, CAT_ALLREDUCE, deps=["gemm"])
+    b.op("ag", 2, 1, CAT_ALLGATHER, deps=["gemm"])
+    program = b.build()
+    assert program.n_streams == 3 and program.num_comm_ops == 2
+    start, end, out = _schedule(program, [2.0, 3.0])
+    assert list(start) == [0.0, 2.0, 2.0] and out[O_ITERATION_TIME] == 5.0
+    shared = ProgramBuilder()
+    shared.op("gemm", COMP, 0, CAT_GEMM)
+    shared.op("ar", COMM, 1, CAT_ALLREDUCE, deps=["gemm"])
+    shared.op("ag", COMM, 1, CAT_ALLGATHER, deps=["gemm"])
+    assert _schedule(shared.build(), [2.0, 3.0])[2][O_ITERATION_TIME] == 8.0
+
+
+def test_a_barrier_moves_every_stream():
+    b = ProgramBuilder()
+    b.op("a", 2, 0, CAT_ALLGATHER)            # 4 s on stream 2
+    b.barrier()
+    b.op("b", COMP, 1, CAT_GEMM)              # after the barrier: starts at 4
+    start, end, out = _schedule(b.build(), [4.0, 1.0])
+    assert start[1] == 4.0 and out[O_ITERATION_TIME] == 5.0 and out[O_FORWARD_TIME] == 4.0
+
+
+def test_a_repeated_phase_runs_its_micro_batches_in_a_row():
+    # gradient accumulation: 3 micro-batches of [1 s forward+backward GEMM, then its 2 s gradient reduce on the
+    # communication stream], then a 0.5 s optimizer step after the last reduce.
+    # compute: 0-1, 1-2, 2-3; reduces (one stream, each after its GEMM): 1-3, 3-5, 5-7; optimizer 7-7.5
+    b = ProgramBuilder()
+    b.begin_repeat(3)
+    b.op("gemm", COMP, 0, CAT_GEMM)
+    b.op("reduce", COMM, 1, CAT_ALLREDUCE, deps=["gemm"])
+    b.end_repeat()
+    b.op("step", COMP, 2, CAT_GEMM, deps=["reduce"])
+    program = b.build()
+    assert program.num_compute_ops == 4 and program.num_comm_ops == 3
+    start, end, out = _schedule(program, [1.0, 2.0, 0.5])
+    assert (start[0], start[1]) == (2.0, 5.0)                 # the ops keep their last run's times
+    assert out[O_ITERATION_TIME] == 7.5
+    busy = dict(zip(CATEGORY_NAMES, out[O_CATEGORY0:O_CATEGORY0 + len(CATEGORY_NAMES)]))
+    assert busy["gemm"] == 3 * 1.0 + 0.5 and busy["allreduce"] == 3 * 2.0
+
+
+def test_repeated_layers_inside_a_phase_still_extrapolate():
+    # a phase repeated 4 times whose body is 30 identical layers: the extrapolating schedule equals the full one
+    b = ProgramBuilder()
+    b.begin_repeat(4)
+    b.begin_layers()
+    for layer in range(30):
+        b.layer()
+        b.op(f"f{layer}", COMP, 0, CAT_GEMM, deps=[f"f{layer - 1}"])
+        b.op(f"c{layer}", COMM, 1, CAT_ALLREDUCE, deps=[f"f{layer}", f"c{layer - 1}"])
+    b.end_layers()
+    b.end_repeat()
+    program = b.build()
+    assert program.seg_start.size == 1
+    slots = np.array([1.0, 1.5])
+    n = program.num_ops
+    fast, full = np.empty(N_SCHEDULE_OUTPUTS), np.empty(N_SCHEDULE_OUTPUTS)
+    for extrapolate, out in ((True, fast), (False, full)):
+        schedule_row(program.kernel_arrays, extrapolate, slots, np.empty(n), np.empty(n), np.empty(n),
+                     np.empty(N_WORK), out)
+    np.testing.assert_allclose(fast, full, rtol=1e-12)
+    # stream 1 is the bottleneck: 120 reduces of 1.5 s after the first GEMM (1 s)
+    assert full[O_ITERATION_TIME] == pytest.approx(1.0 + 120 * 1.5)
+
+
+def test_builder_refuses_bad_phases():
+    b = ProgramBuilder()
+    b.begin_repeat(2)
+    with pytest.raises(ValueError, match="do not nest"):
+        b.begin_repeat(2)
+    with pytest.raises(ValueError, match=">= 1"):
+        ProgramBuilder().begin_repeat(0)
+    with pytest.raises(ValueError, match="without begin_repeat"):
+        ProgramBuilder().end_repeat()
+    open_phase = ProgramBuilder()
+    open_phase.begin_repeat(2)
+    open_phase.op("a", COMP, 0, CAT_GEMM)
+    with pytest.raises(ValueError, match="still open"):
+        open_phase.build()
