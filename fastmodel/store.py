@@ -110,6 +110,34 @@ def remove_store(path: str | os.PathLike) -> None:
     shutil.rmtree(root)
 
 
+def resume_flags(path: str | os.PathLike, definition: dict, num_units: int, variables=()):
+    """The ``unit_done`` flags of the sweep store at ``path`` if the sweep ``definition`` (its JSON form,
+    ``Sweep.definition()``) made it with ``num_units`` units and it holds ``variables``; a one-line
+    SweepError otherwise (not a store, damaged, another sweep)."""
+    import numpy as np
+    import zarr
+
+    if not is_sweep_store(path):
+        raise SweepError(f"{path} is not a fastmodel sweep store, so there is nothing to resume; choose another "
+                         "output (fastmodel never deletes it, even with --force)")
+    try:
+        group = zarr.open_group(path, mode="r")
+        stored = json.loads(group.attrs["sweep"])
+        done = np.asarray(group["unit_done"][:], dtype=bool)
+        for name in variables:
+            group[name]
+    except Exception as error:  # noqa: BLE001 - a damaged store is a user-facing error
+        raise SweepError(f"{path}: the sweep store is damaged ({type(error).__name__}: {error}); "
+                         "pass --force instead of --resume to replace it") from None
+    if stored != json.loads(json.dumps(definition)):
+        raise SweepError(f"{path}: the store was made by a different sweep definition; cannot resume it "
+                         "(pass --force instead of --resume to replace it)")
+    if done.shape != (num_units,):
+        raise SweepError(f"{path}: the sweep store is damaged (unit_done has {done.size} units, the sweep "
+                         f"{num_units}); pass --force instead of --resume to replace it")
+    return done
+
+
 def missing_units(group) -> tuple[int, int]:
     """(units not written, all units) of an opened zarr group or Dataset with ``unit_done``."""
     import numpy as np

@@ -11,7 +11,6 @@ with every point ``not computed`` (status -1) and each box is written with its
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import os
 import shutil
@@ -164,27 +163,10 @@ def _write_box(group, sweep: RealSweep, index: int, box: tuple[slice, ...], ds: 
 
 
 def check_resumable(sweep: RealSweep, path: str) -> np.ndarray:
-    """The ``unit_done`` flags of a store made by this same sweep; SweepError otherwise."""
-    import zarr
+    """The ``unit_done`` flags of a store made by this same sweep; SweepError otherwise (``store.resume_flags``)."""
+    from fastmodel.store import resume_flags
 
-    from fastmodel.store import is_sweep_store
-
-    if not is_sweep_store(path):
-        raise SweepError(f"{path} is not a fastmodel sweep store, so there is nothing to resume")
-    try:
-        group = zarr.open_group(path, mode="r")
-        stored = json.loads(group.attrs["sweep"])
-        done = np.asarray(group["unit_done"][:], dtype=bool)
-    except Exception as error:  # noqa: BLE001 - a damaged store is a user-facing error
-        raise SweepError(f"{path}: the sweep store is damaged ({type(error).__name__}: {error}); "
-                         "pass --force instead of --resume to replace it") from None
-    if stored != json.loads(json.dumps(sweep.definition())):
-        raise SweepError(f"{path}: the store was made by a different sweep definition; cannot resume it "
-                         "(pass --force instead of --resume to replace it)")
-    if done.shape != (len(units(sweep)),):
-        raise SweepError(f"{path}: the sweep store is damaged (unit_done has {done.size} units, the sweep "
-                         f"{len(units(sweep))}); pass --force instead of --resume to replace it")
-    return done
+    return resume_flags(path, sweep.definition(), len(units(sweep)))
 
 
 def run_real_to_store(sweep: RealSweep, path: str, resume: bool = False, overwrite: bool = False,

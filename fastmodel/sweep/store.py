@@ -97,30 +97,10 @@ def stored_unit_configs(path: str) -> int | None:
 
 
 def open_store_for_resume(sweep: Sweep, path: str) -> np.ndarray:
-    """The ``unit_done`` flags of an existing store made by the same sweep."""
-    import zarr
+    """The ``unit_done`` flags of an existing store made by the same sweep (``store.resume_flags``)."""
+    from fastmodel.store import resume_flags
 
-    from fastmodel.store import is_sweep_store
-
-    if not is_sweep_store(path):
-        raise SweepError(f"{path} is not a fastmodel sweep store, so there is nothing to resume; choose another "
-                         "output (fastmodel never deletes it, even with --force)")
-    try:
-        group = zarr.open_group(path, mode="r")
-        stored = json.loads(group.attrs["sweep"])
-        done = np.asarray(group["unit_done"][:], dtype=bool)
-        for name in ("status", *sweep.float_variables):
-            group[name]
-    except Exception as error:  # noqa: BLE001 - a damaged store is a user-facing error
-        raise SweepError(f"{path}: the sweep store is damaged ({type(error).__name__}: {error}); "
-                         "pass --force instead of --resume to replace it") from None
-    if stored != json.loads(json.dumps(sweep.definition())):
-        raise SweepError(f"{path}: the store was made by a different sweep definition; cannot resume it "
-                         "(pass --force instead of --resume to replace it)")
-    if done.shape != (sweep.num_units,):
-        raise SweepError(f"{path}: the sweep store is damaged (unit_done has {done.size} units, the sweep "
-                         f"{sweep.num_units}); pass --force instead of --resume to replace it")
-    return done
+    return resume_flags(path, sweep.definition(), sweep.num_units, ("status", *sweep.float_variables))
 
 
 def write_units(sweep: Sweep, path: str, units: list[Unit], progress: Callable[[int], None] | None = None) -> int:
