@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fastmodel.variables import Status  # (name, message), as the real-world registry's statuses
+
 
 @dataclass(frozen=True)
 class Variable:
@@ -57,12 +59,6 @@ VARIABLES: tuple[Variable, ...] = (
 )
 
 REGISTRY: dict[str, Variable] = {v.name: v for v in VARIABLES}
-
-
-@dataclass(frozen=True)
-class Status:
-    name: str
-    message: str
 
 
 #: status codes of a configuration, in code order (sweep grids keep illegal points with these)
