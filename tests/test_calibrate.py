@@ -188,6 +188,15 @@ def test_stack_tables_round_trip_through_toml(records):
     assert all(r.columns[C["stack_compute_eff"]] == 1.0 for r in apply_calibration(other, back))
 
 
+def test_a_stack_left_physical_is_noted_under_its_stack_not_as_a_device():
+    cal = Calibration(header={"format": 1, "fitted_on": "x", "fitted_at": "now"})
+    text = to_toml(cal, device_notes={"stack:nemo": ["left physical (1): compute_eff: too weak"]})
+    assert '[stack."nemo"]\n# left physical (1): compute_eff: too weak' in text
+    assert "[device." not in text
+    back = parse_calibration(tomllib.loads(text))
+    assert back.devices == {} and back.stacks == {"nemo": {}}
+
+
 def test_no_calibration_applies_nothing(records):
     assert apply_calibration(records, None) == list(records)
 

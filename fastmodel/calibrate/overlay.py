@@ -369,7 +369,7 @@ def to_toml(cal: Calibration, comments: dict[tuple[str | None, str], str] | None
         text = f"{path} = {_toml_value(float(value))}"
         return f"{text:32s} # {comment}" if comment else text
 
-    names = sorted(set(cal.devices) | {d for d in device_notes if d is not None})
+    names = sorted(set(cal.devices) | {d for d in device_notes if d is not None and not d.startswith(STACK_GROUP)})
     for name in names:
         lines += ["", f"[device.{_quote(name)}]"]
         if name in cal.custom or name.lower() not in device_aliases():
