@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fastmodel.variables import Status  # (name, message), as the real-world registry's statuses
+from fastmodel.variables import MEMORY_RESULTS as LM_MEMORY_RESULTS
+from fastmodel.variables import RESULTS as LM_RESULTS
+from fastmodel.variables import SERVE_RESULTS, Status
 
 
 @dataclass(frozen=True)
@@ -100,9 +102,7 @@ def better(name: str, attrs: dict | None = None) -> str:
         return str(attrs["better"])
     if name in REGISTRY:
         return REGISTRY[name].better
-    from fastmodel.variables import MEMORY_RESULTS, RESULTS, SERVE_RESULTS
-
-    for result in (*RESULTS, *SERVE_RESULTS):
+    for result in (*LM_RESULTS, *SERVE_RESULTS):
         if result.name == name:
             return result.better
-    return "min" if name in MEMORY_RESULTS or name == "memory" else ""
+    return "min" if name in LM_MEMORY_RESULTS or name == "memory" else ""
