@@ -13,7 +13,7 @@ shadows the next install. The cache lives in a per-user directory
 of the bytes of every file of this package. numba itself keys its index only by
 the *entry* function's file, so an edit to a helper module (``layout``,
 ``costs``) or to the registry the layouts derive their indices from
-(``fastmodel/variables.py``) would otherwise load a stale kernel; here any edit
+(``fastmodel/variables.py``, ``fastmodel/results.py``) would otherwise load a stale kernel; here any edit
 selects a fresh folder.
 """
 
@@ -42,8 +42,9 @@ _PACKAGE_DIR = Path(__file__).resolve().parent
 
 
 #: modules outside the kernels package whose module-level constants the kernels compile in
-#: (the registry of the real-world model: column, result and status indices)
-_CONSTANT_MODULES = ("fastmodel.variables",)
+#: (the registries: the real-world model's columns, results and statuses; the MAD-Max results and statuses
+#: that kernels/layout.py derives its R_* and STATUS_* indices from)
+_CONSTANT_MODULES = ("fastmodel.variables", "fastmodel.results")
 
 
 def _constant_sources() -> list[Path]:

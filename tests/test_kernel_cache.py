@@ -74,9 +74,17 @@ def test_every_kernel_module_compiles_through_the_project_decorator():
 
 
 def test_editing_the_registry_the_kernels_compile_in_changes_the_cache_key(tmp_path):
-    registry = tmp_path / "variables.py"
-    registry.write_bytes(Path(jit._constant_sources()[0]).read_bytes())
-    key = jit.kernel_source_key(KERNELS, [registry])
+    sources = [Path(p) for p in jit._constant_sources()]
+    assert [p.name for p in sources] == ["variables.py", "results.py"]      # both registries layouts derive from
+    copies = []
+    for path in sources:
+        copy = tmp_path / path.name
+        copy.write_bytes(path.read_bytes())
+        copies.append(copy)
+    key = jit.kernel_source_key(KERNELS, copies)
     assert key == jit.kernel_source_key(KERNELS)
-    registry.write_bytes(registry.read_bytes().replace(b"\n", b"\n\n", 1))
-    assert jit.kernel_source_key(KERNELS, [registry]) != key
+    for copy in copies:
+        original = copy.read_bytes()
+        copy.write_bytes(original.replace(b"\n", b"\n\n", 1))
+        assert jit.kernel_source_key(KERNELS, copies) != key, copy.name
+        copy.write_bytes(original)
