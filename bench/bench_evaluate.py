@@ -50,8 +50,8 @@ WORKLOADS = {
 
 def make_cases(n: int, seed: int, model: str = "llama2-70b") -> list[str]:
     """n JSONL lines: ``model`` pretrain with varied plans, batches and systems."""
-    from fastmodel.loader import load_system
-    from fastmodel.plans import enumerate_plan_shapes
+    from fastmodel.parallel.plans import enumerate_plan_shapes
+    from fastmodel.spec.loader import load_system
 
     rng = random.Random(seed)
     base = load_system("dc-a").model_dump()
@@ -81,12 +81,12 @@ def python_baseline(configs) -> float:
     """Seconds per config with the kernels' code run by the Python interpreter."""
     import numpy as np
 
-    from fastmodel.config import param_row, structure_key
     from fastmodel.engine import plan_codes
     from fastmodel.kernels.costs import costs_row
     from fastmodel.kernels.layout import N_SCHEDULE_OUTPUTS, N_SLOTS, N_TERMS, N_WORK
     from fastmodel.kernels.schedule import schedule_row
-    from fastmodel.lower import lower
+    from fastmodel.lowering.config import param_row, structure_key
+    from fastmodel.lowering.graph import lower
 
     def one(config):
         key = structure_key(config)

@@ -239,13 +239,13 @@ def stall_free_seconds(sweep, repeats: int) -> float:
 
 def baseline(sweep, sample: int) -> float:
     """Configs/s of the same Programs evaluated per config by CPython (no numba)."""
-    from fastmodel.config import structure_key_for
     from fastmodel.engine import plan_codes
     from fastmodel.kernels.costs import costs_row
     from fastmodel.kernels.layout import N_SCHEDULE_OUTPUTS, N_SLOTS, N_TERMS, N_WORK
     from fastmodel.kernels.schedule import schedule_row
-    from fastmodel.lower import lower
-    from fastmodel.params import param_table
+    from fastmodel.lowering.config import structure_key_for
+    from fastmodel.lowering.graph import lower
+    from fastmodel.lowering.params import param_table
 
     rng = np.random.default_rng(0)
     units = list(sweep.units())
@@ -291,7 +291,7 @@ def check_identical(ds, sweep, samples: int = 50) -> int:
     system/model fields: each point's values are set on the sweep's base specs.
     """
     import fastmodel
-    from fastmodel.params import STATUS
+    from fastmodel.lowering.params import STATUS
 
     rng = np.random.default_rng(1)
     ok = np.argwhere(ds.status.values == STATUS["ok"])

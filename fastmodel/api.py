@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fastmodel import __version__
-from fastmodel.config import Config, resolve
 from fastmodel.engine import evaluate_configs
 from fastmodel.errors import SpecError
-from fastmodel.loader import load_model, load_system, load_task
+from fastmodel.lowering.config import Config, resolve
 from fastmodel.results import NAMES, attrs
 from fastmodel.semantics import Semantics, get_semantics
+from fastmodel.spec.loader import load_model, load_system, load_task
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -73,7 +73,7 @@ def evaluate(model: Any, system: Any, task: Any, semantics: "str | Semantics | d
 def real_world_model(model: Any, semantics: "str | Semantics | dict"):
     """The LM spec when ``model`` is a real-world model and ``semantics`` evaluates those; else None.
     A real-world model under a MAD-Max-only preset is a SpecError naming the preset to use."""
-    from fastmodel.spec_lm import LMSpec
+    from fastmodel.spec.lm import LMSpec
 
     loaded = load_model(model)
     if not isinstance(loaded, LMSpec):
@@ -86,7 +86,7 @@ def real_world_model(model: Any, semantics: "str | Semantics | dict"):
 
 
 def evaluate_config(config: Config) -> "xr.Dataset":
-    """Evaluate one resolved :class:`~fastmodel.config.Config` (0-d Dataset)."""
+    """Evaluate one resolved :class:`~fastmodel.lowering.config.Config` (0-d Dataset)."""
     import xarray as xr  # here, not at the top: make_config must stay cheap to import (CLI start-up)
 
     results = evaluate_configs([config])

@@ -63,7 +63,7 @@ def _spec_text(value) -> str:
 
 @lru_cache(maxsize=1024)
 def _system_with_nodes(text: str, num_nodes):
-    from fastmodel.loader import load_cached
+    from fastmodel.spec.loader import load_cached
 
     system = load_cached("system", text)
     return system if num_nodes is None else system.with_nodes(num_nodes)
@@ -82,9 +82,9 @@ def parse_case(line: "str | dict", default_semantics):
     This is what ``fastmodel run`` does for one configuration; the batch takes
     it for every line its vectorized path does not admit, so reasons match.
     """
-    from fastmodel.config import resolve
-    from fastmodel.loader import load_cached
+    from fastmodel.lowering.config import resolve
     from fastmodel.semantics import get_semantics
+    from fastmodel.spec.loader import load_cached
 
     case = _load_json(line) if isinstance(line, str) else line
     if not isinstance(case, dict):

@@ -126,7 +126,7 @@ class _Base:
         Each count is computed once (``params.param_table`` over the new
         counts at once) and kept, so a chunk's table is one gather.
         """
-        from fastmodel.params import STATUS, param_table
+        from fastmodel.lowering.params import STATUS, param_table
 
         if len(self.index) > 65536:  # bounded memory
             self.index, self.table, self.status, self.labels = {}, None, None, []
@@ -174,10 +174,10 @@ class SpecCases:
     # -- per distinct base ------------------------------------------------
     def _base(self, key, case: dict, default_semantics) -> _Base:
         from fastmodel.batch import _spec_text, _system_with_nodes
-        from fastmodel.config import check_task_fits_family, structure_key_for
-        from fastmodel.loader import load_cached
-        from fastmodel.plans import Plan, check_plan_for_model, check_plan_static
+        from fastmodel.lowering.config import check_task_fits_family, structure_key_for
+        from fastmodel.parallel.plans import Plan, check_plan_for_model, check_plan_static
         from fastmodel.semantics import get_semantics
+        from fastmodel.spec.loader import load_cached
 
         try:
             model = load_cached("model", _spec_text(case["model"]))
@@ -283,7 +283,7 @@ class SpecCases:
             fast_tables.setdefault((base.key, base.semantics), []).append((table, rows))
 
         if slow:
-            from fastmodel.config import param_row, structure_key
+            from fastmodel.lowering.config import param_row, structure_key
 
             for i in sorted(slow):
                 reason, config = self._slow_line(cases[i], default_semantics)

@@ -57,7 +57,7 @@ class RunRecords:
 
     def prepare(self, cases: list[dict], default_semantics) -> Prepared:
         from fastmodel.lm_engine import evaluate_table
-        from fastmodel.lm_rules import plan_status
+        from fastmodel.parallel.lm_rules import plan_status
         from fastmodel.runs import lower_record
         from fastmodel.variables import STATUSES
 

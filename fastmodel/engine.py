@@ -14,7 +14,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from fastmodel.config import Config, param_row, structure_key
+from fastmodel.lowering.config import Config, param_row, structure_key
 from fastmodel.kernels.args import EvalOptions, PlanCodes, make_eval_options, make_plan_codes
 from fastmodel.kernels.evaluate import evaluate_parallel, evaluate_serial
 from fastmodel.kernels.layout import (
@@ -22,8 +22,8 @@ from fastmodel.kernels.layout import (
 )
 from fastmodel.kernels.costs import costs
 from fastmodel.kernels.schedule import schedule_trace
-from fastmodel.lower import StructureKey, lower
-from fastmodel.program import Program
+from fastmodel.lowering.graph import StructureKey, lower
+from fastmodel.lowering.program import Program
 from fastmodel.results import NAMES
 from fastmodel.semantics import Semantics
 

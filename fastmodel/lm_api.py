@@ -35,7 +35,7 @@ def record_values(record: dict, source: str | None = None, calibration: Any = No
     -> a float (``fits_memory`` a bool), and the record's id, notes and calibration attrs. See evaluate_record."""
     from fastmodel.calibrate.overlay import apply_calibration, as_calibration
     from fastmodel.lm_engine import evaluate_table
-    from fastmodel.lm_rules import check_plan
+    from fastmodel.parallel.lm_rules import check_plan
     from fastmodel.runs import lower_record
 
     lowered = lower_record(record, source)

@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fastmodel.errors import SweepError
-from fastmodel.lm_load import load_cluster, load_execution, load_lm_model
 from fastmodel.lm_table import CODE_TABLES, encode
 from fastmodel.runs import lower_record
+from fastmodel.spec.lm_loader import load_cluster, load_execution, load_lm_model
 from fastmodel.variables import COLUMN_INDEX, COLUMNS, MEMORY_KINDS, MEMORY_RESULTS, RESULTS, STATUSES
 
 if TYPE_CHECKING:
@@ -185,7 +185,7 @@ def point_columns(model: Any, system: Any, task: Any = None, plan: str | None = 
     """The column vector of one configuration, built as the grid kernel builds a sweep point (mesh degrees,
     ``dp = n_gpus / (tp pp cp)``, the FSDP shard group = dp unless the execution spec sets it); a PlanError
     for an illegal plan."""
-    from fastmodel.lm_rules import check_plan
+    from fastmodel.parallel.lm_rules import check_plan
 
     model = load_lm_model(model)
     cluster = load_cluster(system, num_nodes)
@@ -204,7 +204,7 @@ def point_columns(model: Any, system: Any, task: Any = None, plan: str | None = 
 def _task_global_batch(task: Any) -> int:
     if task is None:
         raise SweepError("give a task (e.g. 'llm-pretrain') or global_batch")
-    from fastmodel.loader import load_task
+    from fastmodel.spec.loader import load_task
 
     spec = load_task(task)
     if spec.global_batch is None:

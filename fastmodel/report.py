@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 from typing import Mapping
 
-from fastmodel.config import Config
+from fastmodel.lowering.config import Config
 from fastmodel.results import NAMES
-from fastmodel.spec_model import TRANSFORMER_FAMILIES
+from fastmodel.spec.model import TRANSFORMER_FAMILIES
 
 _PRECISION = {8: "fp64", 4: "fp32", 2: "fp16/bf16", 1: "int8"}
 

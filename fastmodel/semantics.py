@@ -130,7 +130,7 @@ def get_semantics(semantics: "str | Semantics | dict") -> Semantics:
             raise SpecError(None, f"semantics.{key}", f"unknown field{nearest(key, Semantics.model_fields)}")
         from pydantic import ValidationError
 
-        from fastmodel.loader import validation_to_spec_error
+        from fastmodel.spec.loader import validation_to_spec_error
 
         try:
             return Semantics(**{**base.model_dump(), "name": "custom", **fields})

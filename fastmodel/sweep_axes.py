@@ -23,13 +23,13 @@ import numpy as np
 from pydantic import BaseModel
 
 from fastmodel.errors import PlanError, SweepError, nearest
-from fastmodel.plans import (
+from fastmodel.parallel.plans import (
     DENSE_STRATEGIES, EMB_STRATEGIES, Level, Plan, check_plan_static, enumerate_plan_shapes,
 )
-from fastmodel.quantity import parse_quantity
-from fastmodel.spec_model import MODEL_FAMILIES
-from fastmodel.spec_system import SystemSpec
-from fastmodel.spec_task import TaskSpec
+from fastmodel.spec.quantity import parse_quantity
+from fastmodel.spec.model import MODEL_FAMILIES
+from fastmodel.spec.system import SystemSpec
+from fastmodel.spec.task import TaskSpec
 
 #: fields whose value changes the Program (looped over, not vectorized)
 STRUCTURAL = {

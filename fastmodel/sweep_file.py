@@ -19,7 +19,7 @@ from importlib import resources
 from pathlib import Path
 
 from fastmodel.errors import FastmodelError, SpecError, SweepError, nearest
-from fastmodel.loader import builtin_names, read_file
+from fastmodel.spec.loader import builtin_names, read_file
 from fastmodel.sweep import UNIT_CONFIGS, Sweep
 
 KEYS = ("model", "system", "task", "semantics", "axes", "unit_configs", "description")

@@ -19,7 +19,7 @@ Training (task ``llm-pretrain``, a ``kind = "cluster"`` system)::
     micro_batch = [1, 2]
     recompute = ["none", "selective", "full"]
 
-Serving (a ``kind = "serve"`` task, ``fastmodel.spec_serve``)::
+Serving (a ``kind = "serve"`` task, ``fastmodel.spec.serve``)::
 
     model = "llama3.1-70b"               # a serving model name or a family-"lm" spec
     system = "H100"                      # a device (specs/devices) or a cluster spec (its gpu)
@@ -65,7 +65,7 @@ def _field(source: str, field: str, error: FastmodelError) -> SpecError:
 
 
 def _raw(spec: Any, kind: str) -> Any:
-    from fastmodel.loader import _resolve_source
+    from fastmodel.spec.loader import _resolve_source
 
     try:
         return _resolve_source(spec, kind)[0]
@@ -75,7 +75,7 @@ def _raw(spec: Any, kind: str) -> Any:
 
 def is_real_sweep(data: dict, base: Path) -> bool:
     """Whether a parsed sweep file is evaluated by the real-world model (not the MAD-Max ``Sweep``)."""
-    from fastmodel.spec_serve import is_serve_task
+    from fastmodel.spec.serve import is_serve_task
     from fastmodel.sweep_file import _spec_ref
 
     task = _raw(_spec_ref(data.get("task"), base), "task") if isinstance(data.get("task"), (str, dict)) else None
@@ -155,9 +155,9 @@ class LMSweep(RealSweep):
     kind = "lm"
 
     def _setup(self, data: dict, base: Path, axes: dict) -> None:
-        from fastmodel.lm_load import load_cluster, load_execution, load_lm_model
         from fastmodel.lm_sweep import MESH_AXIS, _axis_values, all_meshes, mesh_label, parse_mesh
         from fastmodel.semantics import get_semantics
+        from fastmodel.spec.lm_loader import load_cluster, load_execution, load_lm_model
         from fastmodel.sweep_file import _spec_ref
         from fastmodel.variables import COLUMN_INDEX
 
@@ -249,7 +249,7 @@ class ServeSweep(RealSweep):
     kind = "serve"
 
     def _setup(self, data: dict, base: Path, axes: dict) -> None:
-        from fastmodel.spec_serve import load_serve_task
+        from fastmodel.spec.serve import load_serve_task
         from fastmodel.sweep_file import _spec_ref
         from fastmodel.variables import COLUMN_INDEX
 
@@ -279,9 +279,9 @@ class ServeSweep(RealSweep):
 
         if isinstance(spec, str) and spec.lower() in SERVE_MODELS:
             return spec, serve_model(spec)
-        from fastmodel.lm_load import load_cluster, load_lm_model
         from fastmodel.lm_sweep import base_columns
-        from fastmodel.spec_lm import ExecutionSpec
+        from fastmodel.spec.lm import ExecutionSpec
+        from fastmodel.spec.lm_loader import load_cluster, load_lm_model
         from fastmodel.variables import COLUMN_INDEX, COLUMNS
 
         try:
@@ -377,7 +377,7 @@ class ServeSweep(RealSweep):
 
 def load_real_sweep(path: str, data: dict) -> RealSweep:
     """The real-world sweep of a parsed sweep file (``is_real_sweep(data)``); errors name the file."""
-    from fastmodel.spec_serve import is_serve_task
+    from fastmodel.spec.serve import is_serve_task
     from fastmodel.sweep_file import _spec_ref
 
     base = Path(path).parent

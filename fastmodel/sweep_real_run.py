@@ -29,7 +29,7 @@ NOT_COMPUTED = -1
 
 def load_real_sweep_file(path: str, unit_configs: int | None = None) -> RealSweep | None:
     """The real-world sweep of a sweep file, or None when it is a MAD-Max sweep (``sweep_file``)."""
-    from fastmodel.loader import read_file
+    from fastmodel.spec.loader import read_file
     from fastmodel.sweep_file import locate
     from fastmodel.sweep_real import is_real_sweep, load_real_sweep
 

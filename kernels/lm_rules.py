@@ -2,7 +2,7 @@
 
 ``plan_status_row`` returns the code (``fastmodel.variables.STATUSES``) of the
 first rule a configuration breaks, 0 when it is legal. Grids call it inside
-their fused pass; ``fastmodel.lm_rules`` applies it to tables and turns it into
+their fused pass; ``fastmodel.parallel.lm_rules`` applies it to tables and turns it into
 PlanErrors for single configurations.
 """
 

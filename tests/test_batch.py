@@ -17,7 +17,7 @@ from fastmodel.batch_kinds import KINDS, Prepared, Table
 from fastmodel.cli import main
 from fastmodel.engine import evaluate_configs
 from fastmodel.errors import FastmodelError
-from fastmodel.plans import enumerate_plan_shapes
+from fastmodel.parallel.plans import enumerate_plan_shapes
 from fastmodel.results import NAMES
 from fastmodel.testing import dev_cases
 
@@ -216,10 +216,10 @@ class ToyRuns:
         return "toy" in case
 
     def prepare(self, cases, default_semantics):
-        from fastmodel.config import structure_key_for
-        from fastmodel.loader import load_model, load_system, load_task
-        from fastmodel.params import param_table
-        from fastmodel.plans import Plan
+        from fastmodel.lowering.config import structure_key_for
+        from fastmodel.lowering.params import param_table
+        from fastmodel.parallel.plans import Plan
+        from fastmodel.spec.loader import load_model, load_system, load_task
 
         model, system, task = load_model("llama-7b"), load_system("dc-a"), load_task("llm-pretrain-fsdp")
         plan = Plan.parse("fsdp/ddp")

@@ -16,8 +16,8 @@ from decimal import Decimal
 
 import pytest
 
-from fastmodel.loader import builtin_names, load_model, load_system, load_task
-from fastmodel.plans import Plan
+from fastmodel.parallel.plans import Plan
+from fastmodel.spec.loader import builtin_names, load_model, load_system, load_task
 
 B, GF, TF, MB, GBps = 1e9, 1e9, 1e12, 1e6, 1e9
 
@@ -178,7 +178,7 @@ def test_every_builtin_loads_by_name():
     for name in names["system"]:
         load_system(name)
     from fastmodel.errors import SpecError
-    from fastmodel.spec_serve import load_serve_task
+    from fastmodel.spec.serve import load_serve_task
 
     for name in names["task"]:
         if name.startswith("serve-"):  # serving tasks (kind = "serve") are for sweep files, not load_task

@@ -163,7 +163,7 @@ def test_sweep_file_errors(cli, tmp_path, text, message):
 
 
 def test_builtin_sweeps_load():
-    from fastmodel.loader import builtin_names
+    from fastmodel.spec.loader import builtin_names
     from fastmodel.sweep_file import load_sweep_file
 
     names = builtin_names("sweep")

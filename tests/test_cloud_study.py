@@ -8,7 +8,7 @@ import pytest
 
 import fastmodel
 from fastmodel.errors import SweepError
-from fastmodel.params import STATUS
+from fastmodel.lowering.params import STATUS
 from fastmodel.sweep import run_in_memory, sweep
 from fastmodel.sweep_file import load_sweep_file
 

@@ -74,7 +74,7 @@ def test_strict_types():
     base = {"name": "t", "kind": "finetune", "global_batch": 2048}
     for bad in ({"freeze_emb": "yes"}, {"freeze_emb": 1}, {"global_batch": "2048"}, {"global_batch": 2048.0}):
         with pytest.raises(FastmodelError):
-            fastmodel.loader.load_task({**base, **bad})
+            fastmodel.spec.loader.load_task({**base, **bad})
 
 
 def test_numpy_integers_are_node_counts():

@@ -14,7 +14,7 @@ import pytest
 import fastmodel
 from fastmodel.batch import run_batch
 from fastmodel.engine import evaluate_configs
-from fastmodel.params import STATUS, STATUS_NAMES
+from fastmodel.lowering.params import STATUS, STATUS_NAMES
 from fastmodel.testing import assert_invariants, dev_cases, invariant_violations
 
 #: family -> built-in model (small members, so a row stays fast)

@@ -60,7 +60,7 @@ def test_bundles_have_fixed_dtypes():
 def test_engine_builds_the_bundles_once_per_program_with_fixed_types():
     from fastmodel.engine import eval_options, plan_codes
     from fastmodel.kernels.layout import F_DDP_GRAD_SHARDED, STRAT_NONE, STRATEGY_CODES
-    from fastmodel.lower import StructureKey, lower
+    from fastmodel.lowering.graph import StructureKey, lower
     from fastmodel.semantics import get_semantics
 
     key = StructureKey("dlrm-transformer", "pretrain", ("ddp",), ("mp", "ddp"), 4, transformer=("tp", "fsdp"),
@@ -86,9 +86,9 @@ def test_engine_builds_the_bundles_once_per_program_with_fixed_types():
 def test_parallel_and_serial_passes_agree_bit_for_bit():
     """The threaded pass (taken from PARALLEL_MIN_ROWS rows) gets the same bundles as the serial one."""
     import fastmodel
-    from fastmodel.config import param_row, structure_key
     from fastmodel.engine import evaluate_into
     from fastmodel.kernels.layout import N_RESULTS
+    from fastmodel.lowering.config import param_row, structure_key
 
     for model, task, plan in (("llama2-70b", "llm-pretrain", "fsdp/ddp"), ("dlrm-a", "dlrm-pretrain", "ddp/mp")):
         config = fastmodel.make_config(model, "dc-a", task, "madmax", plan=plan)

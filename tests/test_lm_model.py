@@ -233,7 +233,7 @@ def test_collective_algorithm_can_be_fixed_to_ring_or_tree():
 
 
 def test_ulysses_context_parallelism_is_exposed_and_needs_heads_divisible_by_tp_cp():
-    from fastmodel.lm_rules import plan_status
+    from fastmodel.parallel.lm_rules import plan_status
     from fastmodel.variables import STATUS_CODES
 
     long = {**LLAMA70B, "seq_len": 131072, "cp": 4, "tp": 8, "pp": 1, "dp": 8, "global_batch": 64}
@@ -296,7 +296,7 @@ def test_fsdp2_copies_each_gathered_layer_out_on_the_compute_stream():
 
 def test_uneven_pipeline_stages_put_a_layer_more_on_the_busiest_rank():
     from fastmodel.kernels.memory import layers_per_stage
-    from fastmodel.lm_rules import plan_status
+    from fastmodel.parallel.lm_rules import plan_status
     from fastmodel.variables import STATUS_CODES
 
     # Llama 3 405B: 126 layers over 16 stages; the busiest ranks hold ceil(126/16) = 8 layers

@@ -5,9 +5,9 @@ import pytest
 
 from fastmodel.errors import PlanError, SpecError, SweepError
 from fastmodel.lm_engine import evaluate_table
-from fastmodel.lm_rules import check_plan, plan_status
 from fastmodel.lm_sweep import all_meshes, lm_sweep, parse_mesh
 from fastmodel.lm_table import table
+from fastmodel.parallel.lm_rules import check_plan, plan_status
 from fastmodel.variables import STATUS_CODES
 
 AXES = {"num_nodes": [4, 8], "plan": ["tp8.pp2", "tp4.pp4", "tp8", "tp3", "tp16"], "micro_batch": [1, 2]}
@@ -65,7 +65,7 @@ def test_single_configuration_raises_the_first_broken_rule():
 
 
 def test_plan_all_enumerates_legal_meshes_only_from_the_rules():
-    from fastmodel.lm_load import load_cluster, load_lm_model
+    from fastmodel.spec.lm_loader import load_cluster, load_lm_model
 
     model, cluster = load_lm_model("mixtral-8x7b"), load_cluster("dgx-h100")
     meshes = all_meshes(model, cluster, 64)
@@ -103,8 +103,8 @@ def test_throughput_identity_holds_for_every_legal_point(grid):
 def test_table_path_and_grid_path_agree():
     ds = lm_sweep("llama3-8b", "dgx-a100-80gb", "llm-pretrain", num_nodes=8, axes={"plan": ["tp2.pp2"]},
                   execution={"sharding": "fsdp"})
-    from fastmodel.lm_load import load_cluster, load_execution, load_lm_model
     from fastmodel.lm_sweep import base_columns
+    from fastmodel.spec.lm_loader import load_cluster, load_execution, load_lm_model
     from fastmodel.variables import COLUMN_INDEX
 
     base = base_columns(load_lm_model("llama3-8b"), load_cluster("dgx-a100-80gb", 8),

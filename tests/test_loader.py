@@ -6,9 +6,9 @@ import pytest
 
 import fastmodel
 from fastmodel.errors import PlanError, SpecError
-from fastmodel.loader import _builtin_data, builtin_names, load_model, load_system, load_task
-from fastmodel.quantity import parse_quantity
-from fastmodel.schema import json_schema
+from fastmodel.spec.loader import _builtin_data, builtin_names, load_model, load_system, load_task
+from fastmodel.spec.quantity import parse_quantity
+from fastmodel.spec.schema import json_schema
 from fastmodel.testing import EXPECTED_TO_VARIABLE, read_cases
 
 GOOD_MODEL = """
@@ -36,7 +36,7 @@ def test_every_builtin_loads():
         load_model(name)
     for name in builtin_names("system"):
         load_system(name)
-    from fastmodel.spec_serve import is_serve_task, load_serve_task
+    from fastmodel.spec.serve import is_serve_task, load_serve_task
 
     for name in builtin_names("task"):
         if is_serve_task(_builtin_data("task", name)):

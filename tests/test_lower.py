@@ -1,6 +1,6 @@
 """LLM lowering: op counts and the dependency structure of docs/model.md §4.2."""
 
-from fastmodel.lower import StructureKey, lower
+from fastmodel.lowering.graph import StructureKey, lower
 
 
 def key(**kw):

@@ -1,11 +1,11 @@
 """DLRM-family, MoE and ViT lowering: dependency structure (docs/model.md §4.3) and the
-dlrm-transformer choices documented in fastmodel/lower.py."""
+dlrm-transformer choices documented in fastmodel/lowering/graph.py."""
 
 import pytest
 
 import fastmodel
 from fastmodel.errors import PlanError
-from fastmodel.lower import StructureKey, lower
+from fastmodel.lowering.graph import StructureKey, lower
 
 
 def key(**kw):

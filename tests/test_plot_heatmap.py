@@ -8,7 +8,7 @@ from matplotlib.colors import LogNorm
 from plot_data import synthetic_sweep
 
 import fastmodel.plot as P
-from fastmodel.params import STATUS
+from fastmodel.lowering.params import STATUS
 from fastmodel.plot.data import PlotError
 
 

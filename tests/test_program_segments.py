@@ -6,7 +6,7 @@ import numpy as np
 from fastmodel.kernels.layout import CAT_ALLGATHER, CAT_GEMM
 from fastmodel.kernels.layout import STREAM_COMM as COMM
 from fastmodel.kernels.layout import STREAM_COMPUTE as COMP
-from fastmodel.program import ProgramBuilder
+from fastmodel.lowering.program import ProgramBuilder
 
 
 def _reference_segments(p, layer_runs):

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from fastmodel.best import best, open_result, where_mask
 from fastmodel.cli import main
 from fastmodel.errors import FastmodelError, SweepError
-from fastmodel.params import STATUS
+from fastmodel.lowering.params import STATUS
 from fastmodel.store import writer_lock
 from fastmodel.sweep import Sweep, create_store, run_in_memory, run_to_store, write_units
 from fastmodel.sweep_axes import MAX_AXIS_VALUES, axis_values

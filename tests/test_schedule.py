@@ -8,7 +8,7 @@ from fastmodel.kernels.layout import (
     STREAM_COMM as COMM, STREAM_COMPUTE as COMP, CATEGORY_NAMES,
 )
 from fastmodel.kernels.schedule import schedule_many, schedule_trace
-from fastmodel.program import ProgramBuilder
+from fastmodel.lowering.program import ProgramBuilder
 
 
 def _program():
@@ -105,7 +105,7 @@ def test_extrapolation_matches_full_schedule_on_random_programs():
 
 
 def test_extrapolation_really_skips_layers():
-    from fastmodel.lower import StructureKey, lower
+    from fastmodel.lowering.graph import StructureKey, lower
 
     program = lower(StructureKey("llm", "pretrain", ("fsdp",), ("ddp",), 80, min_frozen_layer=80))
     slots = np.linspace(1.0, 2.0, 14)

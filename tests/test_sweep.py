@@ -9,7 +9,7 @@ import xarray as xr
 
 import fastmodel
 from fastmodel.errors import SweepError
-from fastmodel.params import STATUS
+from fastmodel.lowering.params import STATUS
 from fastmodel.sweep import Sweep, run_in_memory, run_to_store, sweep, write_units
 
 sweep_module = importlib.import_module("fastmodel.sweep")  # the package exports the function under this name

@@ -177,7 +177,7 @@ def _real_world_timeline(model, system, task, num_nodes, plan, semantics):
         except (OSError, ValueError):
             data = None
         if is_run_record(data):
-            from fastmodel.lm_rules import check_plan
+            from fastmodel.parallel.lm_rules import check_plan
 
             record = lower_record(data, model)
             check_plan(record.columns, f"{model}: plan")

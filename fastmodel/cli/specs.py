@@ -21,7 +21,7 @@ def specs():
 @friendly
 def specs_list(kind):
     """List built-in specs (of one KIND, or all)."""
-    from fastmodel.loader import builtin_names
+    from fastmodel.spec.loader import builtin_names
 
     for k in [kind] if kind else ["model", "system", "task", "sweep"]:
         click.echo(f"{k}s:")
@@ -36,7 +36,7 @@ def specs_list(kind):
 def specs_show(name, kind):
     """Print a built-in spec file."""
     from fastmodel.errors import SpecError, nearest
-    from fastmodel.loader import builtin_names, builtin_text
+    from fastmodel.spec.loader import builtin_names, builtin_text
 
     kinds = [kind] if kind else [k for k in ("model", "system", "task", "sweep") if name in builtin_names(k)]
     if not kinds:
@@ -54,7 +54,7 @@ def specs_show(name, kind):
 @friendly
 def specs_schema(kind):
     """Print the JSON Schema of a spec KIND (for editor completion and checks)."""
-    from fastmodel.schema import json_schema
+    from fastmodel.spec.schema import json_schema
 
     click.echo(json.dumps(json_schema(kind), indent=2))
 
@@ -68,8 +68,8 @@ def specs_schema(kind):
 def plans(system, num_nodes, model):
     """List every legal 1-D/2-D plan of a system."""
     from fastmodel.errors import PlanError
-    from fastmodel.loader import load_model, load_system
-    from fastmodel.plans import check_plan_for_model, enumerate_plans
+    from fastmodel.parallel.plans import check_plan_for_model, enumerate_plans
+    from fastmodel.spec.loader import load_model, load_system
 
     sys_spec = load_system(system, num_nodes=num_nodes)
     model_spec = load_model(model) if model else None

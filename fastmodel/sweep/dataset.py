@@ -10,7 +10,7 @@ import xarray as xr
 
 from fastmodel import __version__
 from fastmodel.kernels.layout import N_RESULTS, RESULTS
-from fastmodel.params import STATUS_NAMES
+from fastmodel.lowering.params import STATUS_NAMES
 from fastmodel.results import attrs as variable_attrs
 
 

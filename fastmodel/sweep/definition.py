@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 
 from fastmodel.errors import FastmodelError, SpecError, SweepError, nearest
-from fastmodel.loader import load_model, load_system, load_task, validate
 from fastmodel.results import NAMES
 from fastmodel.semantics import get_semantics
+from fastmodel.spec.loader import load_model, load_system, load_task, validate
 from fastmodel.sweep.dataset import DatasetLabels
 from fastmodel.sweep.evaluation import UnitEvaluation, set_path
 from fastmodel.sweep.grid import GridLayout
@@ -114,7 +114,7 @@ class Sweep(GridLayout, UnitEvaluation, DatasetLabels):
                 raise SweepError(f"task {self.task.name!r} leaves the plan open: add a 'plan' axis (e.g. plan = 'all')")
             self.plans = [self.task.parsed_plan]
             try:
-                from fastmodel.plans import check_plan_static
+                from fastmodel.parallel.plans import check_plan_static
                 check_plan_static(self.plans[0])
             except FastmodelError as error:
                 raise SweepError(f"task plan: {error}") from None

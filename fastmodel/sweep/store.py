@@ -17,7 +17,7 @@ import xarray as xr
 
 from fastmodel.errors import SweepError
 from fastmodel.kernels.layout import N_RESULTS, RESULTS
-from fastmodel.params import STATUS
+from fastmodel.lowering.params import STATUS
 from fastmodel.sweep.definition import Sweep, sweep_from_json
 from fastmodel.sweep.grid import Unit
 

@@ -6,7 +6,7 @@ plan (degrees may be implied) and optional arrays of overridden field values,
 and returns the parameter table with a status code per row. Legality that
 depends on numbers (degrees vs. device counts, batch divisibility) is checked
 here, vectorized; legality of the strategies themselves is checked once per
-plan by :func:`fastmodel.plans.check_plan_static`.
+plan by :func:`fastmodel.parallel.plans.check_plan_static`.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from typing import Any, Mapping
 import numpy as np
 
 from fastmodel.kernels.layout import COLUMNS, N_COLUMNS
-from fastmodel.plans import Level, Plan
+from fastmodel.parallel.plans import Level, Plan
 from fastmodel.results import STATUS, STATUS_NAMES  # noqa: F401 (the registry; re-exported)
-from fastmodel.spec_model import DLRM_FAMILIES, ModelSpec
-from fastmodel.spec_system import SystemSpec
-from fastmodel.spec_task import TaskSpec
+from fastmodel.spec.model import DLRM_FAMILIES, ModelSpec
+from fastmodel.spec.system import SystemSpec
+from fastmodel.spec.task import TaskSpec
 
 _PRECISION = {8: "fp64", 4: "fp32", 2: "fp16", 1: "int8"}
 

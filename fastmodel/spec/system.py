@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
 
-from fastmodel.quantity import Bytes, BytesPerSecond, FlopPerSecond, Fraction, Utilization
+from fastmodel.spec.quantity import Bytes, BytesPerSecond, FlopPerSecond, Fraction, Utilization
 
 
 class _Spec(BaseModel):

@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, model_validator
 
-from fastmodel.quantity import Bytes, BytesPerSecond, FlopPerSecond
+from fastmodel.spec.quantity import Bytes, BytesPerSecond, FlopPerSecond
 
 
 class _Spec(BaseModel):

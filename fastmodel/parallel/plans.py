@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from fastmodel.errors import PlanError, nearest
-from fastmodel.spec_model import DLRM_FAMILIES
+from fastmodel.spec.model import DLRM_FAMILIES
 
 #: strategies of the dense part (transformer layers / MLPs)
 DENSE_STRATEGIES = ("ddp", "fsdp", "tp", "pp")

@@ -67,7 +67,7 @@ def is_serve_task(data: Any) -> bool:
 
 def load_serve_task(spec: Any) -> ServeTaskSpec:
     """A serving task from a built-in name, a .toml/.json path, a dict or a spec object."""
-    from fastmodel.loader import _resolve_source, validate
+    from fastmodel.spec.loader import _resolve_source, validate
 
     if isinstance(spec, ServeTaskSpec):
         return spec

@@ -13,13 +13,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from fastmodel.errors import PlanError, SpecError
-from fastmodel.lower import StructureKey
-from fastmodel.params import param_table
-from fastmodel.plans import Plan, check_degree_limits, check_plan, check_plan_for_model, plan_factors
+from fastmodel.lowering.graph import StructureKey
+from fastmodel.lowering.params import param_table
+from fastmodel.parallel.plans import Plan, check_degree_limits, check_plan, check_plan_for_model, plan_factors
 from fastmodel.semantics import Semantics
-from fastmodel.spec_model import DLRM_FAMILIES, ModelSpec
-from fastmodel.spec_system import SystemSpec
-from fastmodel.spec_task import TaskSpec
+from fastmodel.spec.model import DLRM_FAMILIES, ModelSpec
+from fastmodel.spec.system import SystemSpec
+from fastmodel.spec.task import TaskSpec
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ def check_task_fits_family(model: ModelSpec, task: TaskSpec) -> None:
 
 def resolve(model: ModelSpec, system: SystemSpec, task: TaskSpec, semantics: Semantics, plan: Plan | str | None = None) -> Config:
     """Check legality and derive local batches; raise PlanError/SpecError if impossible."""
-    from fastmodel.spec_lm import ClusterSpec, LMSpec
+    from fastmodel.spec.lm import ClusterSpec, LMSpec
 
     if isinstance(model, LMSpec) or isinstance(system, ClusterSpec):
         which = f"model {model.name!r}" if isinstance(model, LMSpec) else f"system {system.name!r}"

@@ -43,8 +43,8 @@ from fastmodel.kernels.layout import (
     S_MLP_MOE_A2A, S_MLP_TP_AR, S_MOE_A2A, S_TOP_AG, S_TOP_BWD, S_TOP_FWD, S_TOP_GRAD_AR, S_TOP_RS, S_TP_AR,
     STREAM_COMM as COMM, STREAM_COMPUTE as COMP,
 )
-from fastmodel.program import Program, ProgramBuilder
-from fastmodel.spec_model import DLRM_FAMILIES, TRANSFORMER_FAMILIES
+from fastmodel.lowering.program import Program, ProgramBuilder
+from fastmodel.spec.model import DLRM_FAMILIES, TRANSFORMER_FAMILIES
 
 
 @dataclass(frozen=True)

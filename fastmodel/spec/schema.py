@@ -6,9 +6,9 @@ from typing import Annotated, Union
 
 from pydantic import Field, TypeAdapter
 
-from fastmodel.spec_model import MODEL_FAMILIES
-from fastmodel.spec_system import SystemSpec
-from fastmodel.spec_task import TaskSpec
+from fastmodel.spec.model import MODEL_FAMILIES
+from fastmodel.spec.system import SystemSpec
+from fastmodel.spec.task import TaskSpec
 
 
 def json_schema(kind: str) -> dict:

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from fastmodel.errors import SpecError
-from fastmodel.loader import _resolve_source, validate
-from fastmodel.spec_lm import ClusterSpec, ExecutionSpec, LMSpec
+from fastmodel.spec.lm import ClusterSpec, ExecutionSpec, LMSpec
+from fastmodel.spec.loader import _resolve_source, validate
 
 
 def load_lm_model(spec: Any) -> LMSpec:

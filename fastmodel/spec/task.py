@@ -9,7 +9,7 @@ from pydantic import (
 )
 
 from fastmodel.errors import PlanError
-from fastmodel.plans import Plan
+from fastmodel.parallel.plans import Plan
 
 
 class LocalBatch(BaseModel):

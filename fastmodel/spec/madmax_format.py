@@ -13,8 +13,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, NonNegativeInt, PositiveInt, StrictBool, StrictInt
 
 from fastmodel.errors import PlanError, SpecError, nearest
-from fastmodel.plans import Plan
-from fastmodel.quantity import Bytes, BytesPerSecond, FlopPerSecond, Fraction, Utilization
+from fastmodel.parallel.plans import Plan
+from fastmodel.spec.quantity import Bytes, BytesPerSecond, FlopPerSecond, Fraction, Utilization
 
 #: reference model types and the fastmodel family each maps to
 MADMAX_MODEL_TYPES = {

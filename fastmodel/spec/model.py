@@ -229,7 +229,7 @@ class DLRMTransformerSpec(DLRMSpec):
     weights per layer, 2·(4d² + 2df)·s FLOPs per sample) over ``seq_len`` tokens.
     The reference's module for this family fails at import, so there are no
     reference numbers; the op graph is what its code intends, with the choices
-    listed in ``fastmodel/lower.py`` (and docs/model.md §4.4): plans have
+    listed in ``fastmodel/lowering/graph.py`` (and docs/model.md §4.4): plans have
     a third component for the transformer layers, which get their own local
     batch; embeddings are the DLRM tables (no position embedding).
     """
