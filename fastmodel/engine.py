@@ -14,11 +14,12 @@ from functools import lru_cache
 
 import numpy as np
 
+from fastmodel.families import FAMILIES
 from fastmodel.lowering.config import Config, param_row, structure_key
 from fastmodel.kernels.args import EvalOptions, PlanCodes, make_eval_options, make_plan_codes
 from fastmodel.kernels.evaluate import evaluate_parallel, evaluate_serial
 from fastmodel.kernels.layout import (
-    F_DDP_GRAD_SHARDED, FAMILY_CODES, N_FLAGS, N_RESULTS, RESULTS, STRAT_NONE, STRATEGY_CODES,
+    F_DDP_GRAD_SHARDED, N_FLAGS, N_RESULTS, RESULTS, STRAT_NONE, STRATEGY_CODES,
 )
 from fastmodel.kernels.costs import costs
 from fastmodel.kernels.schedule import schedule_trace
@@ -51,7 +52,7 @@ def semantics_flags(semantics: Semantics) -> np.ndarray:
 def plan_codes(key: StructureKey, semantics: Semantics) -> PlanCodes:
     """The kernels' plan bundle: family code, (codes, levels) of each plan component, semantics flags
     (immutable; built once per structure and semantics)."""
-    return make_plan_codes(FAMILY_CODES[key.family], strategy_codes(key.dense), len(key.dense),
+    return make_plan_codes(FAMILIES[key.family].kernel_code, strategy_codes(key.dense), len(key.dense),
                            strategy_codes(key.emb), len(key.emb), strategy_codes(key.transformer),
                            len(key.transformer), semantics_flags(semantics))
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 from typing import Mapping
 
+from fastmodel.families import family_of
 from fastmodel.lowering.config import Config
 from fastmodel.results import NAMES
-from fastmodel.spec.model import TRANSFORMER_FAMILIES
 
 _PRECISION = {8: "fp64", 4: "fp32", 2: "fp16/bf16", 1: "int8"}
 
@@ -66,7 +66,7 @@ def render(config: Config, ds: Mapping) -> str:
     precision = _PRECISION[m.bytes_per_dense_param]
     T = r["iteration_time"]
     comm = r["time_comm"]
-    seq_len = m.seq_len if m.family in TRANSFORMER_FAMILIES else None
+    seq_len = m.seq_len if family_of(m).sample_is_sequence else None
     per_token = f" ({r['throughput'] * seq_len:,.0f} tokens/s)" if seq_len and r["throughput"] else ""
     flops = r["flops_per_sample"]
     flops_text = f"{flops / 1e12:,.1f} TFLOP" if flops >= 1e11 else f"{flops / 1e9:,.3f} GFLOP"

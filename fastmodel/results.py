@@ -80,6 +80,79 @@ STATUSES: tuple[Status, ...] = (
     Status("tp_gt_heads", "default semantics: tensor-parallel degree above the model's head count"),
 )
 STATUS_NAMES: tuple[str, ...] = tuple(s.name for s in STATUSES)
+
+@dataclass(frozen=True)
+class Column:
+    """One column of the MAD-Max parameter table (one row per configuration).
+
+    ``path`` is the dotted spec field the column is read from (its bounds are the
+    pydantic field's), or ``""`` when the column is derived (plan degrees, local
+    batches, the peak at the model's precision). ``needs`` says which families
+    fill it: ``"all"``, or a trait a family module lists in ``Family.traits``
+    (``fastmodel/families/``). Families without the trait write ``fill`` into
+    the column, or leave it unset when ``fill`` is None (their kernels never read it).
+    """
+
+    name: str
+    units: str
+    path: str
+    needs: str
+    doc: str
+    fill: float | None = None
+
+
+_M, _S, _D = "model.", "system.", ""
+#: the parameter-table columns, in kernel order (``kernels/layout.py`` derives ``COLUMNS`` and ``N_COLUMNS``)
+COLUMNS: tuple[Column, ...] = (
+    Column("num_layers", "1", _M + "num_layers", "transformer", "L transformer layers"),
+    Column("hidden", "elements", _M + "hidden", "transformer", "model width d"),
+    Column("ffn_hidden", "elements", _M + "ffn_hidden", "transformer", "FC hidden width f"),
+    Column("seq_len", "tokens", _M + "seq_len", "sequence", "s tokens per sample (vit: ceil(image / patch)^2)"),
+    Column("vocab_size", "rows", _M + "vocab_size", "vocabulary", "V word-embedding rows (vit: 3 p^2)"),
+    Column("bytes_per_dense_param", "bytes", _M + "bytes_per_dense_param", "all",
+           "bytes per non-embedding parameter (one value per table: it selects the peak)"),
+    Column("bytes_per_emb_param", "bytes", _M + "bytes_per_emb_param", "all", "bytes per embedding parameter"),
+    Column("peak_flop_per_s", "FLOP/s", _D, "all", "device peak at the dense precision (system.device.peak_flop_per_s.*)"),
+    Column("flops_util", "1", _S + "device.flops_util", "all", "achieved fraction of peak for every GEMM"),
+    Column("hbm_bandwidth_bytes_per_s", "bytes/s", _S + "device.hbm_bandwidth_bytes_per_s", "all", "HBM bandwidth"),
+    Column("hbm_bandwidth_util", "1", _S + "device.hbm_bandwidth_util", "all", "achieved fraction of HBM bandwidth"),
+    Column("num_nodes", "1", _D, "all", "nodes (system.num_nodes, or a num_devices axis / devices per node)"),
+    Column("devices_per_node", "1", _S + "devices_per_node", "all", "devices per node"),
+    Column("num_links", "1", _S + "node.num_links", "all", "intra-node links per device"),
+    Column("link_bandwidth_bytes_per_s", "bytes/s", _S + "node.link_bandwidth_bytes_per_s", "all",
+           "bidirectional bandwidth of one link"),
+    Column("link_util", "1", _S + "node.link_util", "all", "achieved fraction of link bandwidth"),
+    Column("num_ports", "1", _S + "network.num_ports", "all", "network ports per node"),
+    Column("port_bandwidth_bytes_per_s", "bytes/s", _S + "network.port_bandwidth_bytes_per_s", "all",
+           "bidirectional bandwidth of one port"),
+    Column("port_util", "1", _S + "network.port_util", "all", "achieved fraction of port bandwidth"),
+    Column("allreduce_intra_fraction", "1", _S + "network.allreduce_intra_fraction", "all",
+           "share of a multi-node allreduce on intra-node links"),
+    Column("dense_degree0", "devices", _D, "all", "degree of dense plan level 0"),
+    Column("dense_degree1", "devices", _D, "all", "degree of dense plan level 1 (1 with one level)"),
+    Column("emb_degree0", "devices", _D, "all", "degree of embedding plan level 0"),
+    Column("emb_degree1", "devices", _D, "all", "degree of embedding plan level 1 (1 with one level)"),
+    Column("local_dense_batch", "samples", _D, "all", "samples per device of the dense part"),
+    Column("local_emb_batch", "samples", _D, "all", "samples per device of the embeddings"),
+    Column("hbm_capacity_bytes", "bytes", _S + "device.hbm_capacity_bytes", "all", "HBM capacity (memory check only)"),
+    Column("num_experts", "1", _M + "num_experts", "experts", "X experts per MoE layer", fill=1.0),
+    Column("num_active_experts", "1", _M + "num_active_experts", "experts", "k experts per sample", fill=1.0),
+    Column("num_bottom_layers", "1", _M + "num_bottom_layers", "recommendation", "Lb bottom-MLP layers"),
+    Column("num_top_layers", "1", _M + "num_top_layers", "recommendation", "Lt top-MLP layers"),
+    Column("mlp_dim", "elements", _M + "mlp_dim", "recommendation", "m, width of every MLP layer"),
+    Column("num_tables", "1", _M + "num_tables", "recommendation", "T embedding tables"),
+    Column("rows_per_table", "rows", _M + "rows_per_table", "recommendation", "E rows per table"),
+    Column("emb_dim", "elements", _M + "emb_dim", "recommendation", "e, embedding dimension"),
+    Column("pooling", "lookups", _M + "pooling", "recommendation", "lookups per table per sample"),
+    Column("transformer_degree0", "devices", _D, "all", "degree of transformer plan level 0 (dlrm-transformer)"),
+    Column("transformer_degree1", "devices", _D, "all", "degree of transformer plan level 1"),
+    Column("local_transformer_batch", "samples", _D, "all", "samples per device of the transformer layers"),
+    Column("price_usd_per_device_hour", "USD/h", _S + "price_usd_per_device_hour", "all", "price (NaN: none)"),
+    Column("node_tdp_watts", "W", _S + "node_tdp_watts", "all", "node TDP (NaN: none)"),
+    Column("train_samples", "samples", "task.train_samples", "all", "samples to train (NaN: none)"),
+)
+COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)
+
 STATUS: dict[str, int] = {name: code for code, name in enumerate(STATUS_NAMES)}
 NAMES: tuple[str, ...] = tuple(v.name for v in VARIABLES)
 

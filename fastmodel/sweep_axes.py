@@ -27,7 +27,7 @@ from fastmodel.parallel.plans import (
     DENSE_STRATEGIES, EMB_STRATEGIES, Level, Plan, check_plan_static, enumerate_plan_shapes,
 )
 from fastmodel.spec.quantity import parse_quantity
-from fastmodel.spec.model import MODEL_FAMILIES
+from fastmodel.families import MODEL_FAMILIES
 from fastmodel.spec.system import SystemSpec
 from fastmodel.spec.task import TaskSpec
 

@@ -34,65 +34,29 @@ STRATEGY_CODES = {"ddp": STRAT_DDP, "fsdp": STRAT_FSDP, "tp": STRAT_TP, "pp": ST
 FAMILY_TRANSFORMER = 0        # llm, llm-moe, vit: transformer layers + embedding
 FAMILY_DLRM = 1               # dlrm, dlrm-moe: bottom/top MLPs + embedding tables
 FAMILY_DLRM_TRANSFORMER = 2   # dlrm-transformer: both parts, three plan components
-FAMILY_CODES = {"llm": FAMILY_TRANSFORMER, "llm-moe": FAMILY_TRANSFORMER, "vit": FAMILY_TRANSFORMER,
-                "dlrm": FAMILY_DLRM, "dlrm-moe": FAMILY_DLRM, "dlrm-transformer": FAMILY_DLRM_TRANSFORMER}
+# each family module (fastmodel/families/) names its code: Family.kernel_code
 
 # --- parameter-table columns (one row per configuration, every family) -----
-COLUMNS = (
-    "num_layers",            # L transformer layers (0 for dlrm)
-    "hidden",                # d, elements
-    "ffn_hidden",            # f, elements
-    "seq_len",               # s, tokens (vit: ceil(image / patch)^2)
-    "vocab_size",            # V (vit: 3 p^2)
-    "bytes_per_dense_param",
-    "bytes_per_emb_param",
-    "peak_flop_per_s",       # at the dense precision
-    "flops_util",
-    "hbm_bandwidth_bytes_per_s",
-    "hbm_bandwidth_util",
-    "num_nodes",
-    "devices_per_node",
-    "num_links",
-    "link_bandwidth_bytes_per_s",
-    "link_util",
-    "num_ports",
-    "port_bandwidth_bytes_per_s",
-    "port_util",
-    "allreduce_intra_fraction",
-    "dense_degree0",
-    "dense_degree1",         # 1 when the dense plan has one level
-    "emb_degree0",
-    "emb_degree1",           # 1 when the embedding plan has one level
-    "local_dense_batch",     # samples per device
-    "local_emb_batch",
-    "hbm_capacity_bytes",    # not used by the cost kernels; kept for the memory check
-    "num_experts",           # X (1 without MoE)
-    "num_active_experts",    # k (1 without MoE)
-    "num_bottom_layers",     # dlrm: Lb
-    "num_top_layers",        # dlrm: Lt
-    "mlp_dim",               # dlrm: m
-    "num_tables",            # dlrm: T
-    "rows_per_table",        # dlrm: E
-    "emb_dim",               # dlrm: e
-    "pooling",               # dlrm: lookups per table per sample
-    "transformer_degree0",   # dlrm-transformer: transformer plan
-    "transformer_degree1",
-    "local_transformer_batch",
-    "price_usd_per_device_hour",  # NaN when the system has no price
-    "node_tdp_watts",             # NaN when the system has no TDP
-    "train_samples",              # NaN when the task gives none
-)
-(
-    P_LAYERS, P_HIDDEN, P_FFN, P_SEQ, P_VOCAB, P_BYTES_DENSE, P_BYTES_EMB,
-    P_PEAK_FLOPS, P_FLOPS_UTIL, P_HBM_BW, P_HBM_BW_UTIL,
-    P_NODES, P_DEVICES_PER_NODE, P_LINKS, P_LINK_BW, P_LINK_UTIL,
-    P_PORTS, P_PORT_BW, P_PORT_UTIL, P_AR_INTRA,
-    P_DENSE_DEG0, P_DENSE_DEG1, P_EMB_DEG0, P_EMB_DEG1,
-    P_LOCAL_DENSE_BS, P_LOCAL_EMB_BS, P_HBM_CAPACITY,
-    P_EXPERTS, P_ACTIVE_EXPERTS, P_BOT_LAYERS, P_TOP_LAYERS, P_MLP_DIM,
-    P_TABLES, P_ROWS, P_EMB_DIM, P_POOLING,
-    P_TR_DEG0, P_TR_DEG1, P_LOCAL_TR_BS, P_PRICE, P_NODE_TDP, P_TRAIN_SAMPLES,
-) = range(len(COLUMNS))
+#: derived from the registry (fastmodel/results.py COLUMNS: spec path, units, which families fill it)
+COLUMNS = _results.COLUMN_NAMES
+#: the kernels' short names of the columns (``P_LAYERS`` = the index of ``num_layers``), looked up by name
+_COLUMN_SHORT_NAMES = {
+    "P_LAYERS": "num_layers", "P_HIDDEN": "hidden", "P_FFN": "ffn_hidden", "P_SEQ": "seq_len",
+    "P_VOCAB": "vocab_size", "P_BYTES_DENSE": "bytes_per_dense_param", "P_BYTES_EMB": "bytes_per_emb_param",
+    "P_PEAK_FLOPS": "peak_flop_per_s", "P_FLOPS_UTIL": "flops_util", "P_HBM_BW": "hbm_bandwidth_bytes_per_s",
+    "P_HBM_BW_UTIL": "hbm_bandwidth_util", "P_NODES": "num_nodes", "P_DEVICES_PER_NODE": "devices_per_node",
+    "P_LINKS": "num_links", "P_LINK_BW": "link_bandwidth_bytes_per_s", "P_LINK_UTIL": "link_util",
+    "P_PORTS": "num_ports", "P_PORT_BW": "port_bandwidth_bytes_per_s", "P_PORT_UTIL": "port_util",
+    "P_AR_INTRA": "allreduce_intra_fraction", "P_DENSE_DEG0": "dense_degree0", "P_DENSE_DEG1": "dense_degree1",
+    "P_EMB_DEG0": "emb_degree0", "P_EMB_DEG1": "emb_degree1", "P_LOCAL_DENSE_BS": "local_dense_batch",
+    "P_LOCAL_EMB_BS": "local_emb_batch", "P_HBM_CAPACITY": "hbm_capacity_bytes", "P_EXPERTS": "num_experts",
+    "P_ACTIVE_EXPERTS": "num_active_experts", "P_BOT_LAYERS": "num_bottom_layers", "P_TOP_LAYERS": "num_top_layers",
+    "P_MLP_DIM": "mlp_dim", "P_TABLES": "num_tables", "P_ROWS": "rows_per_table", "P_EMB_DIM": "emb_dim",
+    "P_POOLING": "pooling", "P_TR_DEG0": "transformer_degree0", "P_TR_DEG1": "transformer_degree1",
+    "P_LOCAL_TR_BS": "local_transformer_batch", "P_PRICE": "price_usd_per_device_hour",
+    "P_NODE_TDP": "node_tdp_watts", "P_TRAIN_SAMPLES": "train_samples",
+}
+globals().update({_short: COLUMNS.index(_name) for _short, _name in _COLUMN_SHORT_NAMES.items()})
 N_COLUMNS = len(COLUMNS)
 
 # --- cost slots (durations in seconds), shared by every family --------------

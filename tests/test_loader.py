@@ -158,9 +158,11 @@ def test_task_rules():
     with pytest.raises(SpecError, match="all_frozen"):
         fastmodel.evaluate("dlrm-a-small", "dc-a", {**frozen, "freeze_dense": False, "freeze_top_mlp": True,
                                                     "freeze_bottom_mlp": True}, plan="ddp/mp", num_nodes=2)
-    with pytest.raises(SpecError, match="task.freeze_top_mlp: applies to the DLRM families only"):
+    with pytest.raises(SpecError, match="task.freeze_top_mlp: does not apply to llm model .*freezes freeze_dense"):
         fastmodel.evaluate("llama-7b", "dc-a", {**frozen, "freeze_emb": False, "freeze_top_mlp": True},
                            plan="fsdp/ddp", num_nodes=2)
+    with pytest.raises(SpecError, match="task.freeze_dense: does not apply to dlrm model .*freeze_top_mlp / freeze_bottom"):
+        fastmodel.evaluate("dlrm-a-small", "dc-a", {**frozen, "freeze_emb": False}, plan="ddp/mp", num_nodes=2)
     with pytest.raises(SpecError, match="task.plan: cannot parse plan"):
         load_task({"name": "t", "kind": "pretrain", "global_batch": 8, "plan": "fsdp"})
     with pytest.raises(SpecError, match="task.kind"):

@@ -68,12 +68,13 @@ def specs_schema(kind):
 def plans(system, num_nodes, model):
     """List every legal 1-D/2-D plan of a system."""
     from fastmodel.errors import PlanError
+    from fastmodel.families import family_of
     from fastmodel.parallel.plans import check_plan_for_model, enumerate_plans
     from fastmodel.spec.loader import load_model, load_system
 
     sys_spec = load_system(system, num_nodes=num_nodes)
     model_spec = load_model(model) if model else None
-    three = model_spec is not None and model_spec.family == "dlrm-transformer"
+    three = model_spec is not None and family_of(model_spec).has_transformer_component
     found = enumerate_plans(sys_spec.num_nodes, sys_spec.devices_per_node, transformer=three)
     if model_spec is not None:
         def legal(plan):

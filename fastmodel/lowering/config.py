@@ -13,11 +13,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from fastmodel.errors import PlanError, SpecError
+from fastmodel.families import ModelSpec, family_of
 from fastmodel.lowering.graph import StructureKey
 from fastmodel.lowering.params import param_table
 from fastmodel.parallel.plans import Plan, check_degree_limits, check_plan, check_plan_for_model, plan_factors
 from fastmodel.semantics import Semantics
-from fastmodel.spec.model import DLRM_FAMILIES, ModelSpec
 from fastmodel.spec.system import SystemSpec
 from fastmodel.spec.task import TaskSpec
 
@@ -38,26 +38,26 @@ class Config:
 
 
 def check_task_fits_family(model: ModelSpec, task: TaskSpec) -> None:
-    """Finetune flags and batches that the model's family has no use for are errors, not silently ignored."""
+    """Finetune flags and batches that the model's family has no use for are errors, not silently ignored
+    (which apply: ``Family.freeze_fields``; a transformer local batch: ``Family.components``)."""
     where = task.source
-    if model.family not in DLRM_FAMILIES and (task.freeze_top_mlp or task.freeze_bottom_mlp):
-        raise SpecError(where, "task.freeze_top_mlp" if task.freeze_top_mlp else "task.freeze_bottom_mlp",
-                        f"applies to the DLRM families only, not to {model.family} model {model.name!r}")
-    if model.family in ("dlrm", "dlrm-moe") and (task.freeze_dense or task.min_frozen_layer is not None):
-        raise SpecError(where, "task.freeze_dense" if task.freeze_dense else "task.min_frozen_layer",
-                        f"{model.family} has no transformer layers; use freeze_top_mlp / freeze_bottom_mlp")
-    if model.family in DLRM_FAMILIES:
-        parts = [task.freeze_top_mlp, task.freeze_bottom_mlp] + ([task.freeze_dense] if model.family == "dlrm-transformer" else [])
-    else:
-        parts = [task.freeze_dense]
+    family = family_of(model)
+    for name in ("freeze_top_mlp", "freeze_bottom_mlp", "freeze_dense", "min_frozen_layer"):
+        value = getattr(task, name)
+        if name not in family.freeze_fields and value not in (None, False):
+            fits = " / ".join(f for f in family.freeze_fields if f != "min_frozen_layer")
+            raise SpecError(where, f"task.{name}", f"does not apply to {model.family} model {model.name!r}: "
+                                                   f"its family freezes {fits} (and freeze_emb)")
+    parts = [getattr(task, name) for name in family.freeze_fields if name != "min_frozen_layer"]
     if task.kind == "finetune" and task.freeze_emb and all(parts):
         raise SpecError(where, "task.freeze_emb", "finetune with every component frozen trains nothing (all_frozen)")
     if task.local_batch is not None:
         has_tr = task.local_batch.transformer is not None
-        if model.family == "dlrm-transformer" and not has_tr:
-            raise SpecError(where, "task.local_batch.transformer", "required for dlrm-transformer (or give global_batch)")
-        if model.family != "dlrm-transformer" and has_tr:
-            raise SpecError(where, "task.local_batch.transformer", f"applies to dlrm-transformer only, not {model.family}")
+        if family.has_transformer_component and not has_tr:
+            raise SpecError(where, "task.local_batch.transformer", f"required for {model.family} (or give global_batch)")
+        if not family.has_transformer_component and has_tr:
+            raise SpecError(where, "task.local_batch.transformer", f"applies to families with transformer plan "
+                                                                   f"components only, not {model.family}")
 
 
 def resolve(model: ModelSpec, system: SystemSpec, task: TaskSpec, semantics: Semantics, plan: Plan | str | None = None) -> Config:
@@ -74,8 +74,7 @@ def resolve(model: ModelSpec, system: SystemSpec, task: TaskSpec, semantics: Sem
         plan = task.parsed_plan
         where = f"{task.source}: task.plan"
         if plan is None:
-            example = {"dlrm-transformer": "'ddp/mp/fsdp'", "dlrm": "'fsdp/mp'", "dlrm-moe": "'tp,ddp/mp'"}.get(
-                model.family, "'fsdp/ddp'")
+            example = family_of(model).plan_example
             raise SpecError(None, "task.plan", f"task {task.name!r} leaves the plan open; give one with --plan, e.g. {example}")
     elif not isinstance(plan, Plan):
         plan = Plan.parse(plan)
@@ -120,12 +119,12 @@ def resolve(model: ModelSpec, system: SystemSpec, task: TaskSpec, semantics: Sem
 
 def structure_key_for(model: ModelSpec, task: TaskSpec, plan: Plan, semantics: Semantics) -> StructureKey:
     """The Program key of a model/task/plan/semantics combination."""
-    layers = getattr(model, "num_layers", 0)
+    family = family_of(model)
+    layers = family.structure_fields(model)["num_layers"]
     if task.kind == "finetune":
         min_frozen = layers if task.min_frozen_layer is None else min(task.min_frozen_layer, layers)
     else:
         min_frozen = layers
-    vit = model.family == "vit"
     return StructureKey(
         family=model.family,
         kind=task.kind,
@@ -133,15 +132,15 @@ def structure_key_for(model: ModelSpec, task: TaskSpec, plan: Plan, semantics: S
         emb=plan.emb_strategies,
         transformer=plan.transformer_strategies,
         num_layers=layers,
-        num_bottom_layers=getattr(model, "num_bottom_layers", 0),
-        num_top_layers=getattr(model, "num_top_layers", 0),
+        num_bottom_layers=family.structure_fields(model)["num_bottom_layers"],
+        num_top_layers=family.structure_fields(model)["num_top_layers"],
         freeze_emb=task.freeze_emb,
         freeze_dense=task.freeze_dense,
         freeze_top_mlp=task.freeze_top_mlp,
         freeze_bottom_mlp=task.freeze_bottom_mlp,
         min_frozen_layer=min_frozen,
         emb_ddp_grad_any_level=semantics.emb_ddp_grad_any_level,
-        fsdp_backward=semantics.vit_fsdp_backward if vit else semantics.llm_fsdp_backward,
+        fsdp_backward=getattr(semantics, family.fsdp_backward_field),
         bogus_prefetch_without_fsdp=semantics.bogus_prefetch_without_fsdp,
         dlrm_bottom_prefetch=semantics.dlrm_bottom_fsdp_prefetch,
     )

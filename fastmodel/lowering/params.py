@@ -15,10 +15,11 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from fastmodel.families import FAMILIES, ModelSpec
 from fastmodel.kernels.layout import COLUMNS, N_COLUMNS
 from fastmodel.parallel.plans import Level, Plan
+from fastmodel.results import COLUMNS as PARAM_COLUMNS
 from fastmodel.results import STATUS, STATUS_NAMES  # noqa: F401 (the registry; re-exported)
-from fastmodel.spec.model import DLRM_FAMILIES, ModelSpec
 from fastmodel.spec.system import SystemSpec
 from fastmodel.spec.task import TaskSpec
 
@@ -74,47 +75,18 @@ def _replicas(levels, degrees):
     return dup
 
 
-#: columns read straight from a spec field, for every family
-_SYSTEM_COLUMNS = (
-    ("bytes_per_emb_param", "model.bytes_per_emb_param"),
-    ("flops_util", "system.device.flops_util"),
-    ("hbm_bandwidth_bytes_per_s", "system.device.hbm_bandwidth_bytes_per_s"),
-    ("hbm_bandwidth_util", "system.device.hbm_bandwidth_util"),
-    ("hbm_capacity_bytes", "system.device.hbm_capacity_bytes"),
-    ("num_links", "system.node.num_links"),
-    ("link_bandwidth_bytes_per_s", "system.node.link_bandwidth_bytes_per_s"),
-    ("link_util", "system.node.link_util"),
-    ("num_ports", "system.network.num_ports"),
-    ("port_bandwidth_bytes_per_s", "system.network.port_bandwidth_bytes_per_s"),
-    ("port_util", "system.network.port_util"),
-    ("allreduce_intra_fraction", "system.network.allreduce_intra_fraction"),
-    ("price_usd_per_device_hour", "system.price_usd_per_device_hour"),
-    ("node_tdp_watts", "system.node_tdp_watts"),
-    ("train_samples", "task.train_samples"),
-)
-_TRANSFORMER = ("num_layers", "hidden", "ffn_hidden")
-_DLRM = ("num_bottom_layers", "num_top_layers", "mlp_dim", "num_tables", "rows_per_table", "emb_dim", "pooling")
-_EXPERTS = ("num_experts", "num_active_experts")
-#: model columns per family (same name as the spec field); the rest are 0 (experts: 1)
-_MODEL_COLUMNS = {
-    "llm": (*_TRANSFORMER, "seq_len", "vocab_size"),
-    "llm-moe": (*_TRANSFORMER, "seq_len", "vocab_size", *_EXPERTS),
-    "vit": _TRANSFORMER,  # seq_len and vocab_size derived from image and patch size
-    "dlrm": _DLRM,
-    "dlrm-moe": (*_DLRM, *_EXPERTS),
-    "dlrm-transformer": (*_DLRM, *_TRANSFORMER, "seq_len"),
-}
+#: columns read straight from a spec field by every family (bytes_per_dense_param: structural, put below)
+_SPEC_COLUMNS = tuple((c.name, c.path) for c in PARAM_COLUMNS if c.needs == "all" and c.path)
+#: columns read from a spec field by the families with the column's trait; the others write ``fill`` (if any)
+_TRAIT_COLUMNS = tuple(c for c in PARAM_COLUMNS if c.needs != "all")
 _COL = {name: i for i, name in enumerate(COLUMNS)}
 
 
 def _degree_limit_arrays(model: ModelSpec, component: str, get_int):
     """plans.degree_limits with swept layer and head counts (arrays broadcasting over the block)."""
-    family = model.family
-    if family in ("llm", "llm-moe", "vit") or (family == "dlrm-transformer" and component == "transformer"):
-        return get_int("model.num_layers"), get_int("model.num_heads")
-    if component == "dense" and family in DLRM_FAMILIES:
-        return get_int("model.num_bottom_layers") + get_int("model.num_top_layers"), None
-    return None, None
+    layer_paths, head_path = FAMILIES[model.family].degree_limits.get(component, ((), None))
+    layers = sum(get_int(path) for path in layer_paths) if layer_paths else None
+    return layers, (get_int(head_path) if head_path else None)
 
 
 def param_table(model: ModelSpec, system: SystemSpec, task: TaskSpec, plan: Plan,
@@ -147,18 +119,18 @@ def param_table(model: ModelSpec, system: SystemSpec, task: TaskSpec, plan: Plan
     def put(name: str, value) -> None:
         grid[_COL[name]] = value
 
-    family = model.family
+    family = FAMILIES[model.family]
     bytes_dense = int(get("model.bytes_per_dense_param").flat[0])  # structural: one value per table
-    for name, path in _SYSTEM_COLUMNS:
+    for name, path in _SPEC_COLUMNS:
         put(name, get(path))
-    put("num_experts", 1)
-    put("num_active_experts", 1)
-    for name in _MODEL_COLUMNS[family]:
-        put(name, get(f"model.{name}"))
-    if family == "vit":
-        patch = get("model.patch_size")
-        put("seq_len", np.ceil(get("model.image_size") / patch) ** 2)
-        put("vocab_size", 3 * patch * patch)
+    for column in _TRAIT_COLUMNS:  # the family's own columns (results.COLUMNS, Family.traits)
+        if column.needs in family.traits:
+            put(column.name, get(column.path))
+        elif column.fill is not None:
+            put(column.name, column.fill)
+    if family.derive_columns is not None:
+        for name, value in family.derive_columns(get).items():
+            put(name, value)
     put("bytes_per_dense_param", bytes_dense)
     put("peak_flop_per_s", get(f"system.device.peak_flop_per_s.{_PRECISION[bytes_dense]}"))
 
@@ -181,7 +153,7 @@ def param_table(model: ModelSpec, system: SystemSpec, task: TaskSpec, plan: Plan
             status = _flag(status, degree == 0, "product_ne_devices")
     for _, _, degrees in components:
         status = _plan_status(degrees, num_devices, per_node, status)
-    if family in DLRM_FAMILIES and "tp" in plan.dense_strategies:
+    if "tp_odd_layers" in family.rules and "tp" in plan.dense_strategies:
         odd = (get_int("model.num_bottom_layers") % 2 != 0) | (get_int("model.num_top_layers") % 2 != 0)
         status = _flag(status, odd, "tp_odd_layers")
     if semantics is not None and semantics.degree_limits:  # pp <= layers, tp <= heads (plans.degree_limits)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from fastmodel.errors import PlanError, nearest
-from fastmodel.spec.model import DLRM_FAMILIES
+from fastmodel.families import FAMILIES
 
 #: strategies of the dense part (transformer layers / MLPs)
 DENSE_STRATEGIES = ("ddp", "fsdp", "tp", "pp")
@@ -202,30 +202,27 @@ def check_plan_for_model(plan: Plan, model) -> None:
     """Rules that depend on the model: the component set of its family, and
     DLRM-family ``tp`` only with even bottom and top layer counts (the TP
     allreduce fires once per layer pair)."""
-    wants_transformer = model.family == "dlrm-transformer"
+    family = FAMILIES[model.family]
+    wants_transformer = family.has_transformer_component
     if wants_transformer and not plan.transformer:
         raise PlanError("components", f"a {model.family} plan has three components MLP/EMB/TRANSFORMER, e.g. "
                                       f"'ddp/mp/fsdp' (got {plan.label})")
     if not wants_transformer and plan.transformer:
         raise PlanError("components", f"a {model.family} plan has two components DENSE/EMB (got {plan.label})")
-    if model.family in DLRM_FAMILIES and "tp" in plan.dense_strategies and (
+    if "tp_odd_layers" in family.rules and "tp" in plan.dense_strategies and (
             model.num_bottom_layers % 2 or model.num_top_layers % 2):
         raise PlanError("tp_odd_layers", f"MLP tensor parallelism needs even bottom and top layer counts "
                                          f"(got {model.num_bottom_layers} and {model.num_top_layers})")
 
 
 def degree_limits(model, component: str) -> tuple[int | None, int | None]:
-    """(most pipeline stages, most tensor-parallel shards) of one plan component of ``model``.
-
-    Transformer stacks split layers (pp) and attention heads (tp); the DLRM
-    MLPs split their bottom + top layers (pp) and have no head limit.
-    """
-    family = model.family
-    if family in ("llm", "llm-moe", "vit") or (family == "dlrm-transformer" and component == "transformer"):
-        return model.num_layers, model.num_heads
-    if component == "dense" and family in DLRM_FAMILIES:
-        return model.num_bottom_layers + model.num_top_layers, None
-    return None, None
+    """(most pipeline stages, most tensor-parallel shards) of one plan component of ``model``:
+    the family's ``degree_limits`` (transformer stacks: layers and heads; DLRM MLPs: bottom + top
+    layers and no head limit; embeddings: none)."""
+    layer_paths, head_path = FAMILIES[model.family].degree_limits.get(component, ((), None))
+    layers = sum(getattr(model, path.split(".", 1)[1]) for path in layer_paths) if layer_paths else None
+    heads = getattr(model, head_path.split(".", 1)[1]) if head_path else None
+    return layers, heads
 
 
 def check_degree_limits(plan: Plan, model) -> None:

@@ -20,8 +20,8 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from fastmodel.errors import SpecError, nearest
+from fastmodel.families import MODEL_FAMILIES, ModelSpec
 from fastmodel.spec import madmax_format
-from fastmodel.spec.model import MODEL_FAMILIES, ModelSpec
 from fastmodel.spec.system import SystemSpec
 from fastmodel.spec.task import TaskSpec
 

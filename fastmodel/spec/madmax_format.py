@@ -13,18 +13,12 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, NonNegativeInt, PositiveInt, StrictBool, StrictInt
 
 from fastmodel.errors import PlanError, SpecError, nearest
+from fastmodel.families import REFERENCE_NAMES
 from fastmodel.parallel.plans import Plan
 from fastmodel.spec.quantity import Bytes, BytesPerSecond, FlopPerSecond, Fraction, Utilization
 
-#: reference model types and the fastmodel family each maps to
-MADMAX_MODEL_TYPES = {
-    "LLM": "llm",
-    "LLM_MoE": "llm-moe",
-    "ViT": "vit",
-    "DLRM": "dlrm",
-    "DLRM_MoE": "dlrm-moe",
-    "DLRM_Transformer": "dlrm-transformer",
-}
+#: reference model types and the fastmodel family each maps to (each family module names its own)
+MADMAX_MODEL_TYPES = REFERENCE_NAMES
 
 
 class _Strict(BaseModel):

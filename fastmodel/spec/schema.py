@@ -6,7 +6,7 @@ from typing import Annotated, Union
 
 from pydantic import Field, TypeAdapter
 
-from fastmodel.spec.model import MODEL_FAMILIES
+from fastmodel.families import MODEL_FAMILIES
 from fastmodel.spec.system import SystemSpec
 from fastmodel.spec.task import TaskSpec
 

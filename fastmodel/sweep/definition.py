@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from fastmodel.errors import FastmodelError, SpecError, SweepError, nearest
+from fastmodel.families import FAMILIES
 from fastmodel.results import NAMES
 from fastmodel.semantics import get_semantics
 from fastmodel.spec.loader import load_model, load_system, load_task, validate
@@ -101,10 +102,12 @@ class Sweep(GridLayout, UnitEvaluation, DatasetLabels):
             resolved.append(Axis(axis_dim(path), path, values, path in STRUCTURAL))
         clusters = self._clusters(resolved)
         families = {m.family for m in self.models}
-        if "dlrm-transformer" in families and len(families) > 1:
-            raise SweepError("a model axis cannot mix dlrm-transformer (three plan components) with other families")
+        want_three = any(FAMILIES[name].has_transformer_component for name in families)
+        if want_three and len(families) > 1:
+            three = sorted(name for name in families if FAMILIES[name].has_transformer_component)
+            raise SweepError(f"a model axis cannot mix {', '.join(three)} (three plan components) with other families")
         if plan_spec is not None:
-            plans = plan_values(plan_spec, clusters, transformer="dlrm-transformer" in families)
+            plans = plan_values(plan_spec, clusters, transformer=want_three)
             self.plans = plans
             labels = np.array([p.shape if all(lv.degree is None for lv in p.levels) else p.label
                                for p in plans], dtype=object)
@@ -118,7 +121,6 @@ class Sweep(GridLayout, UnitEvaluation, DatasetLabels):
                 check_plan_static(self.plans[0])
             except FastmodelError as error:
                 raise SweepError(f"task plan: {error}") from None
-        want_three = "dlrm-transformer" in families
         for plan in self.plans:
             if bool(plan.transformer) != want_three:
                 raise SweepError(f"plan {plan.label!r}: a {'/'.join(sorted(families))} plan has "

@@ -6,10 +6,10 @@ import numpy as np
 
 from fastmodel.engine import evaluate_into
 from fastmodel.errors import SpecError, SweepError
+from fastmodel.families import MODEL_FAMILIES
 from fastmodel.lowering.config import check_task_fits_family, structure_key_for
 from fastmodel.lowering.params import param_table
 from fastmodel.spec.loader import validate
-from fastmodel.spec.model import MODEL_FAMILIES
 from fastmodel.spec.task import TaskSpec
 from fastmodel.sweep.grid import Unit
 
