@@ -105,10 +105,7 @@ def sweep_command(sweep_file, output, resume, force, workers, scheduler, unit_co
             try:
                 ds = run_to_store(sweep, output, resume, bar, client, overwrite=force)
             except KeyboardInterrupt:
-                bar.close()
-                click.echo(f"interrupted: {output} holds every finished unit; rerun with --resume to complete it",
-                           err=True)
-                sys.exit(130)
+                _interrupted(bar, output, resumable=True)
             finally:
                 if client is not None:
                     client.close()
@@ -119,8 +116,20 @@ def sweep_command(sweep_file, output, resume, force, workers, scheduler, unit_co
             _write_netcdf(ds, out)
     finally:
         bar.close()
+    _done(ds, sweep.num_configs)
+
+
+def _interrupted(bar, output, resumable: bool) -> None:
+    """Ctrl-C: close the progress bar, say what is on disk, exit 130 (the shell's code for SIGINT)."""
+    bar.close()
+    click.echo(f"interrupted{f': {output} holds every finished unit; rerun with --resume to complete it' if resumable else ''}",
+               err=True)
+    sys.exit(130)
+
+
+def _done(ds, num_configs: int) -> None:
     ok = int((ds["status"] == 0).sum())
-    click.echo(f"done: {ok:,} of {sweep.num_configs:,} configurations legal and feasible", err=True)
+    click.echo(f"done: {ok:,} of {num_configs:,} configurations legal and feasible", err=True)
 
 
 def _run_real_sweep(real, output, is_zarr, resume, force, progress, confirm_large, distributed, calibration):
@@ -148,14 +157,10 @@ def _run_real_sweep(real, output, is_zarr, resume, force, progress, confirm_larg
         with cli_warnings():
             ds = run_real(real, output, is_zarr, resume, force, bar)
     except KeyboardInterrupt:
-        bar.close()
-        click.echo(f"interrupted{f': {output} holds every finished unit; rerun with --resume' if is_zarr else ''}",
-                   err=True)
-        sys.exit(130)
+        _interrupted(bar, output, resumable=is_zarr)
     finally:
         bar.close()
-    ok = int((ds["status"] == 0).sum())
-    click.echo(f"done: {ok:,} of {real.num_configs:,} configurations legal and feasible", err=True)
+    _done(ds, real.num_configs)
 
 
 def _write_netcdf(ds, path):
