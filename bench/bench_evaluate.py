@@ -118,7 +118,7 @@ def main() -> None:
 
     t = time.perf_counter()
     import fastmodel
-    from fastmodel.batch import parse_case, run_batch, write_records
+    from fastmodel.io.batch import parse_case, run_batch, write_records
     from fastmodel.semantics import get_semantics
     import_s = time.perf_counter() - t
 

@@ -24,10 +24,10 @@ def main() -> None:
 
     import numpy as np
 
+    from fastmodel.analysis.validate import group_scores, rows
     from fastmodel.calibrate.fit import calibrate
     from fastmodel.calibrate.overlay import apply_calibration
-    from fastmodel.runs import read_records
-    from fastmodel.validate import group_scores, rows
+    from fastmodel.spec.runs import read_records
 
     def score(records):
         s = group_scores(rows(records), None)[0][1]

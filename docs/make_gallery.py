@@ -13,7 +13,7 @@ from pathlib import Path
 import fastmodel
 import fastmodel.plot as P
 from fastmodel.sweep import run_in_memory
-from fastmodel.sweep_file import load_sweep_file
+from fastmodel.sweep.file import load_sweep_file
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "gallery"

@@ -36,7 +36,7 @@ def record_values(record: dict, source: str | None = None, calibration: Any = No
     from fastmodel.calibrate.overlay import apply_calibration, as_calibration
     from fastmodel.lm_engine import evaluate_table
     from fastmodel.parallel.lm_rules import check_plan
-    from fastmodel.runs import lower_record
+    from fastmodel.spec.runs import lower_record
 
     lowered = lower_record(record, source)
     cal = as_calibration(calibration)

@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from fastmodel import batch as batch_module
 from fastmodel.api import make_config
-from fastmodel.batch import run_batch
-from fastmodel.batch_kinds import KINDS, Prepared, Table
 from fastmodel.cli import main
 from fastmodel.engine import evaluate_configs
 from fastmodel.errors import FastmodelError
+from fastmodel.io import batch as batch_module
+from fastmodel.io.batch import run_batch
+from fastmodel.io.batch_kinds import KINDS, Prepared, Table
 from fastmodel.parallel.plans import enumerate_plan_shapes
 from fastmodel.results import NAMES
 from fastmodel.testing import dev_cases
@@ -83,7 +83,7 @@ def test_chunks_do_not_change_results(monkeypatch):
 
 
 def test_repeated_lines_are_evaluated_once_and_each_keeps_its_own_case(monkeypatch):
-    from fastmodel.batch_output import jsonl
+    from fastmodel.io.batch_output import jsonl
     from fastmodel.semantics import get_semantics
 
     lines = [json.dumps(line) for line in varied_lines(120, seed=9)]
@@ -142,7 +142,7 @@ def test_csv_and_parquet_hold_the_jsonl_results(tmp_path):
         rows = list(csv.DictReader(handle))
     table = pq.read_table(tmp_path / "out.parquet").to_pylist()
     assert len(records) == len(rows) == len(table) == 201
-    from fastmodel.batch_output import kind_columns
+    from fastmodel.io.batch_output import kind_columns
 
     # every kind's columns on every row (run and serving records add theirs), then the results
     assert list(rows[0]) == list(table[0]) == ["case", "status", *kind_columns(), *NAMES]
@@ -196,8 +196,8 @@ def test_case_ids_that_are_objects_and_strings_that_look_like_separators():
     ]
     import io
 
-    from fastmodel.batch import read_chunks, run_chunks
-    from fastmodel.batch_output import jsonl
+    from fastmodel.io.batch import read_chunks, run_chunks
+    from fastmodel.io.batch_output import jsonl
 
     text = b"".join(jsonl(chunk) for chunk in run_chunks(read_chunks(io.BytesIO(
         "".join(json.dumps(line) + "\n" for line in lines).encode()))))
@@ -234,7 +234,7 @@ class ToyRuns:
 
 
 def test_a_new_kind_claims_its_lines_and_shares_the_kernels(monkeypatch):
-    monkeypatch.setattr("fastmodel.batch_kinds.KINDS", [ToyRuns(), *KINDS])
+    monkeypatch.setattr("fastmodel.io.batch_kinds.KINDS", [ToyRuns(), *KINDS])
     lines = [{"toy": 4}, {"model": "llama-7b", "system": "dc-a", "task": "llm-pretrain-fsdp", "num_nodes": 4},
              {"toy": 0}]
     records = list(run_batch([json.dumps(line) for line in lines]))
@@ -247,7 +247,7 @@ def test_a_new_kind_claims_its_lines_and_shares_the_kernels(monkeypatch):
 def test_background_writes_give_the_same_bytes_and_leave_nothing_when_interrupted(tmp_path, monkeypatch):
     import threading
 
-    from fastmodel.batch_output import run_to_output
+    from fastmodel.io.batch_output import run_to_output
 
     src = write_input(tmp_path, varied_lines(400, seed=7) * 2)   # duplicated lines share their distinct line
     monkeypatch.setattr(batch_module, "CHUNK_LINES", 60)
@@ -275,7 +275,7 @@ def test_background_writes_give_the_same_bytes_and_leave_nothing_when_interrupte
 
 
 def test_a_failed_background_write_is_raised_in_the_batch(tmp_path, monkeypatch):
-    from fastmodel.batch_output import JsonlWriter
+    from fastmodel.io.batch_output import JsonlWriter
 
     class Full(io.BytesIO):
         def write(self, data):

@@ -1,5 +1,5 @@
 """The console's `fastmodel batch` interprets the kernels when its input file holds few distinct lines
-(fastmodel/batch_jit.py), with the compiled kernels' results to the last bit; otherwise it compiles."""
+(fastmodel/io/batch_jit.py), with the compiled kernels' results to the last bit; otherwise it compiles."""
 
 import json
 import os
@@ -8,8 +8,8 @@ import sys
 
 from click.testing import CliRunner
 
-from fastmodel.batch_jit import MAX_DISTINCT, few_distinct_lines, interpret_if_few
 from fastmodel.cli import main
+from fastmodel.io.batch_jit import MAX_DISTINCT, few_distinct_lines, interpret_if_few
 from fastmodel.testing import dev_cases
 
 

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from fastmodel.batch import run_batch
 from fastmodel.cli import main
+from fastmodel.io.batch import run_batch
 from fastmodel.lm_api import evaluate_record
 
 RUNS = Path(__file__).parent / "data" / "runs_dev.jsonl"

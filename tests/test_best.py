@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from fastmodel.best import best, open_result, where_mask
+from fastmodel.analysis.best import best, open_result, where_mask
 from fastmodel.errors import SweepError
 from fastmodel.sweep import sweep
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from fastmodel.best import best, fits_filter_applies
+from fastmodel.analysis.best import best, fits_filter_applies
 from fastmodel.cli import main
 from fastmodel.errors import SweepError
 from fastmodel.lm_sweep import lm_sweep

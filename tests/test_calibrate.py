@@ -8,6 +8,7 @@ import pytest
 import tomllib
 from click.testing import CliRunner
 
+from fastmodel.analysis.validate import group_scores, rows
 from fastmodel.calibrate import Calibration, apply_calibration, parse_calibration, read_calibration
 from fastmodel.calibrate import fit as fit_module
 from fastmodel.calibrate.fit import calibrate, fit, fold_of
@@ -23,8 +24,7 @@ from fastmodel.calibrate.report import cross_validate
 from fastmodel.cli import main
 from fastmodel.errors import SpecError
 from fastmodel.lm_engine import evaluate_table
-from fastmodel.runs import lower_record, read_records
-from fastmodel.validate import group_scores, rows
+from fastmodel.spec.runs import lower_record, read_records
 from fastmodel.variables import COLUMN_INDEX as C
 from fastmodel.variables import COLUMNS
 

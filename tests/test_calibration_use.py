@@ -17,11 +17,11 @@ import xarray as xr
 from click.testing import CliRunner
 
 from fastmodel.api import evaluate
-from fastmodel.batch import run_batch
 from fastmodel.calibrate import read_calibration
 from fastmodel.calibrate.use import CalibrationWarning
 from fastmodel.cli import main
 from fastmodel.errors import SpecError
+from fastmodel.io.batch import run_batch
 from fastmodel.lm_api import evaluate_lm, evaluate_record
 from fastmodel.sweep import sweep
 

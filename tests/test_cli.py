@@ -164,11 +164,11 @@ def test_sweep_file_errors(cli, tmp_path, text, message):
 
 def test_builtin_sweeps_load():
     from fastmodel.spec.loader import builtin_names
-    from fastmodel.sweep_file import load_sweep_file
+    from fastmodel.sweep.file import load_sweep_file
 
     names = builtin_names("sweep")
     assert {"llama2_70b_plans", "llama2_70b_codesign"} <= set(names)
-    from fastmodel.sweep_real_run import load_real_sweep_file
+    from fastmodel.sweep.real_run import load_real_sweep_file
 
     for name in names:  # real-world and serving sweeps (sweep_real) or MAD-Max sweeps (sweep_file)
         assert (load_real_sweep_file(name) or load_sweep_file(name)).num_configs > 0

@@ -10,7 +10,7 @@ import fastmodel
 from fastmodel.errors import SweepError
 from fastmodel.lowering.params import STATUS
 from fastmodel.sweep import run_in_memory, sweep
-from fastmodel.sweep_file import load_sweep_file
+from fastmodel.sweep.file import load_sweep_file
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,9 @@ import pytest
 from click.testing import CliRunner
 
 import fastmodel
-from fastmodel.atomic import atomic_write
 from fastmodel.cli import main
 from fastmodel.errors import FastmodelError
+from fastmodel.io.atomic import atomic_write
 
 
 def run(*args, **kw):

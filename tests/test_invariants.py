@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import fastmodel
-from fastmodel.batch import run_batch
 from fastmodel.engine import evaluate_configs
+from fastmodel.io.batch import run_batch
 from fastmodel.lowering.params import STATUS, STATUS_NAMES
 from fastmodel.testing import assert_invariants, dev_cases, invariant_violations
 

@@ -12,7 +12,7 @@ from fastmodel.kernels.compute import gemm_time, grouped_gemm_time, memory_bound
 from fastmodel.kernels.network import allgather_time, allreduce_time, alltoall_time, bus_bandwidth
 from fastmodel.lm_engine import evaluate_table
 from fastmodel.lm_table import row, table
-from fastmodel.runs import lower_record, read_records
+from fastmodel.spec.runs import lower_record, read_records
 
 DATA = Path(__file__).parent / "data"
 RUNS = DATA / "runs_dev.jsonl"

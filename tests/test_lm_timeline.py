@@ -9,7 +9,7 @@ from click.testing import CliRunner
 from fastmodel.cli import main
 from fastmodel.lm_engine import evaluate_table
 from fastmodel.lm_timeline import KINDS, STREAMS, timeline
-from fastmodel.runs import read_records
+from fastmodel.spec.runs import read_records
 from fastmodel.variables import COLUMN_INDEX
 
 DATA = Path(__file__).parent / "data"

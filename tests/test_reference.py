@@ -6,8 +6,8 @@ from collections import Counter
 import pytest
 
 import fastmodel
-from fastmodel.batch import run_batch
 from fastmodel.errors import FastmodelError, PlanError, SpecError
+from fastmodel.io.batch import run_batch
 from fastmodel.testing import assert_matches_reference, dev_cases, illegal_cases
 
 DEV = dev_cases()

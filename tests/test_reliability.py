@@ -9,13 +9,13 @@ import pytest
 import xarray as xr
 from click.testing import CliRunner
 
-from fastmodel.best import best, open_result, where_mask
+from fastmodel.analysis.best import best, open_result, where_mask
 from fastmodel.cli import main
 from fastmodel.errors import FastmodelError, SweepError
+from fastmodel.io.store import writer_lock
 from fastmodel.lowering.params import STATUS
-from fastmodel.store import writer_lock
 from fastmodel.sweep import Sweep, create_store, run_in_memory, run_to_store, write_units
-from fastmodel.sweep_axes import MAX_AXIS_VALUES, axis_values
+from fastmodel.sweep.axes import MAX_AXIS_VALUES, axis_values
 
 AXES = {"num_nodes": [2, 4], "flops_util": {"start": 0.4, "stop": 0.8, "num": 9}, "plan": ["fsdp/ddp", "tp,ddp/mp"]}
 SWEEP_TOML = ('model = "llama-7b"\nsystem = "dc-a"\ntask = "llm-pretrain"\n'
@@ -91,7 +91,7 @@ def test_store_being_written_names_its_writer(tmp_path):
     with writer_lock(path):
         with pytest.raises(SweepError, match=f"being written by pid {os.getpid()}"):
             run_to_store(definition, path, resume=True)
-        code = f"from fastmodel.best import open_result; open_result({path!r})"
+        code = f"from fastmodel.analysis.best import open_result; open_result({path!r})"
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
         assert f"still being written by pid {os.getpid()}" in done.stderr
     run_to_store(definition, path, resume=True)  # the lock is free again

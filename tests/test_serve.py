@@ -226,7 +226,7 @@ RECORD = {
 
 
 def test_serve_record_lowers_like_the_api():
-    from fastmodel.serve_runs import is_serve_record, lower_serve_record
+    from fastmodel.spec.serve_runs import is_serve_record, lower_serve_record
 
     assert is_serve_record(RECORD)
     record = lower_serve_record(RECORD)
@@ -238,7 +238,7 @@ def test_serve_record_lowers_like_the_api():
 
 
 def test_serve_record_errors_name_the_field():
-    from fastmodel.serve_runs import lower_serve_record
+    from fastmodel.spec.serve_runs import lower_serve_record
 
     bad = json.loads(json.dumps(RECORD))
     bad["serve"]["input_lenn"] = 3

@@ -1,4 +1,4 @@
-"""`fastmodel sweep FILE.toml` on real-world LM sweep files and serving sweep files (fastmodel.sweep_real):
+"""`fastmodel sweep FILE.toml` on real-world LM sweep files and serving sweep files (fastmodel.sweep.real):
 end to end through the CLI, the same numbers as the engines they reuse, resumable stores, one-line errors."""
 
 from __future__ import annotations

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from fastmodel.analysis.validate import baseline_step_time, group_scores, rows, score
 from fastmodel.cli import main
-from fastmodel.runs import read_records
-from fastmodel.validate import baseline_step_time, group_scores, rows, score
+from fastmodel.spec.runs import read_records
 
 DATA = Path(__file__).parent / "data"
 RUNS = DATA / "runs_dev.jsonl"

@@ -305,7 +305,7 @@ def as_calibration(calibration: "Calibration | str | Path | None") -> Calibratio
 # --- applying ------------------------------------------------------------------------------------
 
 def apply_calibration(records: list, calibration: "Calibration | str | Path | None") -> list:
-    """Run records (``fastmodel.runs.RunRecord``) with the calibration's values in their columns.
+    """Run records (``fastmodel.spec.runs.RunRecord``) with the calibration's values in their columns.
 
     ``None`` returns the records unchanged: nothing fitted is applied unless asked for.
     """
@@ -399,7 +399,7 @@ def to_toml(cal: Calibration, comments: dict[tuple[str | None, str], str] | None
 
 def write_calibration(text: str, path: str | Path) -> None:
     """Write calibration TOML text atomically (checked by reading it back first)."""
-    from fastmodel.atomic import atomic_write
+    from fastmodel.io.atomic import atomic_write
 
     parse_calibration(tomllib.loads(text), str(path))
     with atomic_write(path) as handle:

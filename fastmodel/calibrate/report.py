@@ -1,6 +1,6 @@
 """The calibration report: errors before / after / k-fold cross-validated, and the fitted values.
 
-Error figures come from ``fastmodel.validate`` (``rows`` and ``group_scores``), so
+Error figures come from ``fastmodel.analysis.validate`` (``rows`` and ``group_scores``), so
 they mean exactly what ``fastmodel validate`` prints: step-time MAPE, median
 absolute error and mean signed error (bias), by source, GPU, parallelism kind
 and tier.
@@ -8,9 +8,9 @@ and tier.
 
 from __future__ import annotations
 
+from fastmodel.analysis.validate import GROUP_KEYS, group_scores, rows
 from fastmodel.calibrate.fit import PRIOR_FOLDS, FitResult, calibrate, fold_of
 from fastmodel.calibrate.overlay import apply_calibration
-from fastmodel.validate import GROUP_KEYS, group_scores, rows
 
 
 def cross_validate(records, folds: int, **fit_kwargs) -> list[dict]:

@@ -15,7 +15,7 @@ def entry() -> None:
     """The ``fastmodel`` console script. ``fastmodel run`` evaluates one configuration with the kernels
     interpreted (``FASTMODEL_JIT=0``, kernels/jit.py): loading numba and the compiled kernels takes about 1.5 s,
     interpreting one row a few milliseconds, and the numbers are the same (tests/test_cli_run_fast.py). So does
-    ``batch`` when its input file holds few distinct lines (fastmodel/batch_jit.py). Every other command uses
+    ``batch`` when its input file holds few distinct lines (fastmodel/io/batch_jit.py). Every other command uses
     the compiled kernels."""
     ConsoleState.console = True
     if len(sys.argv) > 1 and sys.argv[1] == "run":

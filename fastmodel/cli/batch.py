@@ -23,13 +23,13 @@ from fastmodel.errors import FastmodelError
 def batch(cases, output, force, semantics, calibration, progress):
     """Evaluate every line of a JSONL file; one result per input line, in order. --calibration applies to
     run-record lines (the real-world model)."""
-    if ConsoleState.console:  # few distinct lines: interpret the kernels rather than load numba (fastmodel/batch_jit.py)
-        from fastmodel.batch_jit import interpret_if_few
+    if ConsoleState.console:  # few distinct lines: interpret the kernels rather than load numba (fastmodel/io/batch_jit.py)
+        from fastmodel.io.batch_jit import interpret_if_few
 
         interpret_if_few(cases)
-    from fastmodel.batch_output import run_to_output
     from fastmodel.calibrate.use import cli_warnings
-    from fastmodel.outputs import check_output
+    from fastmodel.io.batch_output import run_to_output
+    from fastmodel.io.outputs import check_output
 
     kind = "parquet" if str(output).lower().endswith(".parquet") else "text"
     check_output(output, kind, inputs=(cases,), force=force)

@@ -24,9 +24,9 @@ from fastmodel.cli.common import friendly
 @friendly
 def best_command(result, by, top, where, ascending, csv_path, force, include_oom):
     """Top-k configurations of a sweep result by any variable, best first (real-world datasets: only plans that fit)."""
-    from fastmodel.atomic import atomic_write
-    from fastmodel.best import best, open_result
-    from fastmodel.outputs import check_output
+    from fastmodel.analysis.best import best, open_result
+    from fastmodel.io.atomic import atomic_write
+    from fastmodel.io.outputs import check_output
 
     if csv_path:
         check_output(csv_path, "text", inputs=(result,), force=force, what="CSV")

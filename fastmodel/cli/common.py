@@ -121,5 +121,5 @@ def read_calibration(path):
 
 class ConsoleState:
     """``console``: set by :func:`fastmodel.cli.entry` -- this process is the console command (``batch`` may
-    then choose interpreted kernels, fastmodel/batch_jit.py)."""
+    then choose interpreted kernels, fastmodel/io/batch_jit.py)."""
     console = False

@@ -40,7 +40,7 @@ _reduce_option = click.option("--reduce", "reduce", multiple=True, metavar="HOW:
 
 
 def _open(path):
-    from fastmodel.best import open_result
+    from fastmodel.analysis.best import open_result
 
     return open_result(path)
 
@@ -60,7 +60,7 @@ def _save(fig, output, dpi):
 
 def _check_suffix(output, *inputs):
     """The figure's format from its suffix; an existing file is replaced only if it is a figure of that format."""
-    from fastmodel.outputs import check_output
+    from fastmodel.io.outputs import check_output
     from fastmodel.plot.data import PlotError
 
     if not str(output).lower().endswith((".png", ".pdf", ".svg")):
@@ -170,7 +170,7 @@ def _real_world_timeline(model, system, task, num_nodes, plan, semantics):
     from fastmodel.lm_timeline import timeline
 
     if model.endswith(".json") and Path(model).is_file():
-        from fastmodel.runs import is_run_record, lower_record
+        from fastmodel.spec.runs import is_run_record, lower_record
 
         try:
             data = json.loads(Path(model).read_text(encoding="utf-8-sig"))
@@ -247,7 +247,7 @@ def pareto_command(result, x, y, x_dir, y_dir, sel, where, label, curve, output,
 
     On a serving sweep (or with --curve): tokens/s per GPU against tokens/s per user, one frontier per
     value of --curve, points that do not fit or are illegal left out."""
-    from fastmodel.best import where_mask
+    from fastmodel.analysis.best import where_mask
     from fastmodel.plot import pareto
 
     _check_suffix(output, result)

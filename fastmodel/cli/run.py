@@ -34,7 +34,7 @@ def run(model, system, task, num_nodes, plan, semantics, calibration, as_json):
     from fastmodel.calibrate.use import not_for_madmax
 
     not_for_madmax(cal)
-    from fastmodel import report
+    from fastmodel.analysis import report
     from fastmodel.api import make_config
     from fastmodel.engine import evaluate_configs
 
@@ -57,13 +57,13 @@ def _run_real_world(model, system, task, num_nodes, plan, semantics, as_json, ca
     if not get_semantics(semantics).real_world:
         return False
     if model.endswith(".json") and Path(model).is_file():
-        from fastmodel.runs import is_run_record
+        from fastmodel.spec.runs import is_run_record
 
         try:
             data = json.loads(Path(model).read_text(encoding="utf-8-sig"))
         except (OSError, ValueError):
             data = None
-        from fastmodel.serve_runs import is_serve_record
+        from fastmodel.spec.serve_runs import is_serve_record
 
         if is_serve_record(data):
             if cal is not None:
@@ -113,8 +113,8 @@ def _run_serve_record(data: dict, source: str, as_json: bool) -> None:
     import math
 
     from fastmodel.cli.serve import render
-    from fastmodel.serve_runs import lower_serve_record
     from fastmodel.serving import evaluate_table
+    from fastmodel.spec.serve_runs import lower_serve_record
     from fastmodel.variables import SERVE_RESULTS, SERVE_STATUS_NAMES
 
     record = lower_serve_record(data, source)

@@ -48,7 +48,7 @@ def serve(records, model, device, tp, pp, ep, precision, kv_precision, input_len
     if records and model:
         raise FastmodelError("give RECORDS or --model, not both")
     if records:
-        from fastmodel.serve_runs import read_serve_records
+        from fastmodel.spec.serve_runs import read_serve_records
 
         found = read_serve_records(records)
         labels = [r.id or f"record {i + 1}" for i, r in enumerate(found)]

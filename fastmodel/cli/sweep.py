@@ -32,10 +32,10 @@ def sweep_command(sweep_file, output, resume, force, workers, scheduler, unit_co
     from pathlib import Path
 
     from fastmodel.errors import SweepError
-    from fastmodel.outputs import is_kind
-    from fastmodel.store import is_sweep_store, lock_owner
+    from fastmodel.io.outputs import is_kind
+    from fastmodel.io.store import is_sweep_store, lock_owner
     from fastmodel.sweep import Progress, check_size, run_in_memory, run_to_store
-    from fastmodel.sweep_file import load_sweep_file
+    from fastmodel.sweep.file import load_sweep_file
 
     out = Path(output)
     is_zarr = out.suffix == ".zarr"
@@ -76,10 +76,10 @@ def sweep_command(sweep_file, output, resume, force, workers, scheduler, unit_co
         from fastmodel.sweep import check_scheduler_address
 
         check_scheduler_address(scheduler)
-    from fastmodel.sweep_real_run import load_real_sweep_file
+    from fastmodel.sweep.real_run import load_real_sweep_file
 
     real = load_real_sweep_file(sweep_file, unit_configs)
-    if real is not None:  # real-world LM or serving sweep (fastmodel.sweep_real)
+    if real is not None:  # real-world LM or serving sweep (fastmodel.sweep.real)
         _run_real_sweep(real, output, is_zarr, resume, force, progress, confirm_large, workers or scheduler,
                         calibration)
         return
@@ -136,7 +136,7 @@ def _run_real_sweep(real, output, is_zarr, resume, force, progress, confirm_larg
     from fastmodel.calibrate.use import cli_warnings
     from fastmodel.errors import SweepError
     from fastmodel.sweep import Progress
-    from fastmodel.sweep_real_run import check_real_size, run_real
+    from fastmodel.sweep.real_run import check_real_size, run_real
 
     if distributed:
         raise SweepError("real-world and serving sweeps run in this process: leave out --workers/--scheduler")
@@ -147,7 +147,7 @@ def _run_real_sweep(real, output, is_zarr, resume, force, progress, confirm_larg
         real.calibration = cal
         click.echo(cal.describe(), err=True)
     if resume:  # a store of another sweep is reported before any work
-        from fastmodel.sweep_real_run import check_resumable
+        from fastmodel.sweep.real_run import check_resumable
 
         check_resumable(real, os.path.abspath(output))
     estimate = check_real_size(real, output, is_zarr, confirm_large)
@@ -164,7 +164,7 @@ def _run_real_sweep(real, output, is_zarr, resume, force, progress, confirm_larg
 
 
 def _write_netcdf(ds, path):
-    from fastmodel.atomic import atomic_path
+    from fastmodel.io.atomic import atomic_path
 
     with atomic_path(path) as tmp:
         ds.to_netcdf(tmp, engine="scipy")

@@ -1,4 +1,4 @@
-"""``fastmodel validate RUNS.jsonl``: the real-world model against measured runs (see fastmodel.validate)."""
+"""``fastmodel validate RUNS.jsonl``: the real-world model against measured runs (see fastmodel.analysis.validate)."""
 
 from __future__ import annotations
 
@@ -22,19 +22,19 @@ def validate(runs, output, plot_path, calibration):
     get throughput, TTFT and TPOT error tables."""
     from pathlib import Path
 
+    from fastmodel.analysis.validate import format_report, rows
     from fastmodel.errors import SpecError
-    from fastmodel.runs import read_records
-    from fastmodel.validate import format_report, rows
+    from fastmodel.spec.runs import read_records
 
     for target in (output, plot_path):
         if target and Path(target).resolve() == Path(runs).resolve():
             raise SpecError(target, "", "is the input file; choose another output")
-    from fastmodel.serve_runs import file_has_serve_records
+    from fastmodel.spec.serve_runs import file_has_serve_records
 
-    if file_has_serve_records(runs):      # serving records (SERVE_RUNS.md): fastmodel.serve_validate
-        from fastmodel.serve_runs import read_serve_records
-        from fastmodel.serve_validate import format_report as serve_report
-        from fastmodel.serve_validate import rows as serve_rows
+    if file_has_serve_records(runs):      # serving records (SERVE_RUNS.md): fastmodel.analysis.serve_validate
+        from fastmodel.analysis.serve_validate import format_report as serve_report
+        from fastmodel.analysis.serve_validate import rows as serve_rows
+        from fastmodel.spec.serve_runs import read_serve_records
 
         if plot_path:
             raise SpecError(plot_path, "", "--plot draws step times of run records, not serving records")
@@ -71,7 +71,7 @@ def validate(runs, output, plot_path, calibration):
 def _write_rows(table: list[dict], path: str) -> None:
     import csv
 
-    from fastmodel.atomic import atomic_write
+    from fastmodel.io.atomic import atomic_write
 
     with atomic_write(path) as handle:
         writer = csv.DictWriter(handle, fieldnames=list(table[0]))

@@ -91,7 +91,7 @@ def units_of(obj: xr.DataArray) -> str:
         return REGISTRY[obj.name].units
     field = obj.attrs.get("field", "")
     if field:
-        from fastmodel.sweep_axes import FIELDS
+        from fastmodel.sweep.axes import FIELDS
 
         info = FIELDS.get(field)
         if info is not None and info.quantity:

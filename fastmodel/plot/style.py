@@ -82,7 +82,7 @@ def new_axes(size="single", height: float | None = None, ax=None):
 
 def save(fig, path: str | Path, dpi: int = 300) -> Path:
     """Write ``fig`` to ``path`` (format from the suffix: .png/.pdf/.svg) atomically, bytes reproducible."""
-    from fastmodel.atomic import atomic_path
+    from fastmodel.io.atomic import atomic_path
 
     path = Path(path)
     fmt = path.suffix.lower().lstrip(".")

@@ -21,10 +21,10 @@ from fastmodel.families import FAMILIES
 from fastmodel.results import NAMES
 from fastmodel.semantics import get_semantics
 from fastmodel.spec.loader import load_model, load_system, load_task, validate
+from fastmodel.sweep.axes import NUM_DEVICES, SPEC_AXES, STRUCTURAL, axis_dim, axis_path, axis_values, plan_values
 from fastmodel.sweep.dataset import DatasetLabels
 from fastmodel.sweep.evaluation import UnitEvaluation, set_path
 from fastmodel.sweep.grid import GridLayout
-from fastmodel.sweep_axes import NUM_DEVICES, SPEC_AXES, STRUCTURAL, axis_dim, axis_path, axis_values, plan_values
 
 #: default size of a unit of work, in configurations
 UNIT_CONFIGS = 1 << 18

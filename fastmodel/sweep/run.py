@@ -42,7 +42,7 @@ def run_to_store(sweep: Sweep, path: str, resume: bool = False, progress: Callab
     by the same definition. The path is made absolute, so Dask workers with
     another working directory write the same store.
     """
-    from fastmodel.store import remove_store, writer_lock
+    from fastmodel.io.store import remove_store, writer_lock
 
     path = os.path.abspath(path)
     with writer_lock(path):

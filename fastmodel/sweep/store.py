@@ -98,7 +98,7 @@ def stored_unit_configs(path: str) -> int | None:
 
 def open_store_for_resume(sweep: Sweep, path: str) -> np.ndarray:
     """The ``unit_done`` flags of an existing store made by the same sweep (``store.resume_flags``)."""
-    from fastmodel.store import resume_flags
+    from fastmodel.io.store import resume_flags
 
     return resume_flags(path, sweep.definition(), sweep.num_units, ("status", *sweep.float_variables))
 

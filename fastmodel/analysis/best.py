@@ -16,7 +16,7 @@ _EXPR = re.compile(r"^\s*(!?)([A-Za-z_][\w.]*)\s*(?:(==|=|!=|>=|<=|>|<)\s*(.+?))
 
 def open_result(path: str) -> xr.Dataset:
     """Open a sweep result (.zarr store or .nc file); an incomplete store is refused."""
-    from fastmodel.store import check_complete
+    from fastmodel.io.store import check_complete
 
     p = Path(path)
     if not path or not p.exists():

@@ -2,7 +2,7 @@
 
 A sweep file whose model is a real-world spec (``family = "lm"``) under the
 ``default`` semantics, or whose task is a serving task (``kind = "serve"``), is
-read here instead of by ``fastmodel.sweep_file``; ``fastmodel sweep`` runs it
+read here instead of by ``fastmodel.sweep.file``; ``fastmodel sweep`` runs it
 with the same output, size guard and store machinery (``sweep_real_run``).
 
 Training (task ``llm-pretrain``, a ``kind = "cluster"`` system)::
@@ -76,7 +76,7 @@ def _raw(spec: Any, kind: str) -> Any:
 def is_real_sweep(data: dict, base: Path) -> bool:
     """Whether a parsed sweep file is evaluated by the real-world model (not the MAD-Max ``Sweep``)."""
     from fastmodel.spec.serve import is_serve_task
-    from fastmodel.sweep_file import _spec_ref
+    from fastmodel.sweep.file import _spec_ref
 
     task = _raw(_spec_ref(data.get("task"), base), "task") if isinstance(data.get("task"), (str, dict)) else None
     if is_serve_task(task):
@@ -122,7 +122,7 @@ class RealSweep:
     # --- grid -------------------------------------------------------------------
 
     def _expand(self, name: str, spec: Any) -> list:
-        from fastmodel.sweep_axes import _expand
+        from fastmodel.sweep.axes import _expand
 
         try:
             values = _expand(name, spec)
@@ -158,7 +158,7 @@ class LMSweep(RealSweep):
         from fastmodel.lm_sweep import MESH_AXIS, _axis_values, all_meshes, mesh_label, parse_mesh
         from fastmodel.semantics import get_semantics
         from fastmodel.spec.lm_loader import load_cluster, load_execution, load_lm_model
-        from fastmodel.sweep_file import _spec_ref
+        from fastmodel.sweep.file import _spec_ref
         from fastmodel.variables import COLUMN_INDEX
 
         source = self.source
@@ -250,7 +250,7 @@ class ServeSweep(RealSweep):
 
     def _setup(self, data: dict, base: Path, axes: dict) -> None:
         from fastmodel.spec.serve import load_serve_task
-        from fastmodel.sweep_file import _spec_ref
+        from fastmodel.sweep.file import _spec_ref
         from fastmodel.variables import COLUMN_INDEX
 
         source = self.source
@@ -275,7 +275,7 @@ class ServeSweep(RealSweep):
 
     def _model(self, spec, base: Path) -> tuple[str, dict]:
         from fastmodel.serve_models import SERVE_MODELS, serve_model
-        from fastmodel.sweep_file import _spec_ref
+        from fastmodel.sweep.file import _spec_ref
 
         if isinstance(spec, str) and spec.lower() in SERVE_MODELS:
             return spec, serve_model(spec)
@@ -303,8 +303,8 @@ class ServeSweep(RealSweep):
             if "device" not in self.coords:
                 raise SpecError(self.source, "system", "required: a device (e.g. \"H100\") or a device axis")
             return self.coords["device"][0]
-        from fastmodel.runs import device_table
-        from fastmodel.sweep_file import _spec_ref
+        from fastmodel.spec.runs import device_table
+        from fastmodel.sweep.file import _spec_ref
 
         name = system
         if not (isinstance(system, str) and system.lower() in device_table()):
@@ -378,7 +378,7 @@ class ServeSweep(RealSweep):
 def load_real_sweep(path: str, data: dict) -> RealSweep:
     """The real-world sweep of a parsed sweep file (``is_real_sweep(data)``); errors name the file."""
     from fastmodel.spec.serve import is_serve_task
-    from fastmodel.sweep_file import _spec_ref
+    from fastmodel.sweep.file import _spec_ref
 
     base = Path(path).parent
     task = _raw(_spec_ref(data.get("task"), base), "task") if isinstance(data.get("task"), (str, dict)) else None

@@ -1,7 +1,7 @@
 """Kinds of batch lines: each kind claims lines by their content and turns a
 group of its lines into parameter tables for the fused kernels.
 
-The batch driver (:mod:`fastmodel.batch`) parses a chunk of lines, asks each
+The batch driver (:mod:`fastmodel.io.batch`) parses a chunk of lines, asks each
 kind in :data:`KINDS` (first match wins) whether it claims a line, and hands
 each kind all of its lines of the chunk at once. A kind returns a
 :class:`Prepared`: a reason per bad line, its own output columns (e.g.
@@ -156,7 +156,7 @@ class SpecCases:
     content -- is validated once; its lines' node counts become one vectorized
     parameter table (``params.param_table``). A line that is not legal (any
     rule, any spec error) takes the exact single-configuration path
-    (:func:`fastmodel.batch.parse_case`, memoised per distinct line content), so
+    (:func:`fastmodel.io.batch.parse_case`, memoised per distinct line content), so
     its reason is the one ``fastmodel run`` gives.
     """
 
@@ -173,7 +173,7 @@ class SpecCases:
 
     # -- per distinct base ------------------------------------------------
     def _base(self, key, case: dict, default_semantics) -> _Base:
-        from fastmodel.batch import _spec_text, _system_with_nodes
+        from fastmodel.io.batch import _spec_text, _system_with_nodes
         from fastmodel.lowering.config import check_task_fits_family, structure_key_for
         from fastmodel.parallel.plans import Plan, check_plan_for_model, check_plan_static
         from fastmodel.semantics import get_semantics
@@ -199,7 +199,7 @@ class SpecCases:
 
     def _slow_line(self, case: dict, default_semantics):
         """(reason, None) or (None, Config) of one line, by the single-configuration path (memoised)."""
-        from fastmodel.batch import parse_case
+        from fastmodel.io.batch import parse_case
 
         key = tuple((k, _content_key(v)) for k, v in case.items() if k not in ("case", "expected", "rule"))
         found = self._slow.get(key)
@@ -303,7 +303,7 @@ class SpecCases:
 
 #: every kind, in claim order (the first that claims a line gets it); SpecCases claims the rest
 def _record_kinds() -> list:
-    from fastmodel.batch_records import RunRecords, ServeRecords
+    from fastmodel.io.batch_records import RunRecords, ServeRecords
 
     return [RunRecords(), ServeRecords()]
 
@@ -317,6 +317,6 @@ def kinds_for(calibration) -> list:
     with one, fresh kinds in KINDS' order whose run records (the real-world model) are calibrated."""
     if calibration is None:
         return KINDS
-    from fastmodel.batch_records import RunRecords, ServeRecords
+    from fastmodel.io.batch_records import RunRecords, ServeRecords
 
     return [RunRecords(calibration), ServeRecords(), SpecCases()]

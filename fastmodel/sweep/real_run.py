@@ -1,4 +1,4 @@
-"""Running a real-world sweep file (``fastmodel.sweep_real``) into a ``.nc`` file or a resumable ``.zarr`` store.
+"""Running a real-world sweep file (``fastmodel.sweep.real``) into a ``.nc`` file or a resumable ``.zarr`` store.
 
 ``.nc``: the grid is evaluated in memory and written atomically. ``.zarr``: the
 grid is cut into boxes of at most ``unit_configs`` points (trailing axes whole,
@@ -21,7 +21,7 @@ import numpy as np
 import xarray as xr
 
 from fastmodel.errors import SweepError
-from fastmodel.sweep_real import RealSweep
+from fastmodel.sweep.real import RealSweep
 
 #: status of a point of a store whose unit is not written yet
 NOT_COMPUTED = -1
@@ -30,8 +30,8 @@ NOT_COMPUTED = -1
 def load_real_sweep_file(path: str, unit_configs: int | None = None) -> RealSweep | None:
     """The real-world sweep of a sweep file, or None when it is a MAD-Max sweep (``sweep_file``)."""
     from fastmodel.spec.loader import read_file
-    from fastmodel.sweep_file import locate
-    from fastmodel.sweep_real import is_real_sweep, load_real_sweep
+    from fastmodel.sweep.file import locate
+    from fastmodel.sweep.real import is_real_sweep, load_real_sweep
 
     path = locate(path)
     data = read_file(Path(path))
@@ -85,7 +85,7 @@ def _check_some_ok(ds: xr.Dataset, sweep: RealSweep) -> None:
 
 def run_real_to_netcdf(sweep: RealSweep, path: str, progress: Callable[[int], None] | None = None) -> xr.Dataset:
     """Evaluate the whole grid in memory and write it atomically as netCDF-3."""
-    from fastmodel.atomic import atomic_path
+    from fastmodel.io.atomic import atomic_path
 
     ds = sweep.evaluate()
     _check_some_ok(ds, sweep)
@@ -164,7 +164,7 @@ def _write_box(group, sweep: RealSweep, index: int, box: tuple[slice, ...], ds: 
 
 def check_resumable(sweep: RealSweep, path: str) -> np.ndarray:
     """The ``unit_done`` flags of a store made by this same sweep; SweepError otherwise (``store.resume_flags``)."""
-    from fastmodel.store import resume_flags
+    from fastmodel.io.store import resume_flags
 
     return resume_flags(path, sweep.definition(), len(units(sweep)))
 
@@ -174,7 +174,7 @@ def run_real_to_store(sweep: RealSweep, path: str, resume: bool = False, overwri
     """Stream the grid into a zarr store box by box under the store's writer lock; return the opened store."""
     import zarr
 
-    from fastmodel.store import remove_store, writer_lock
+    from fastmodel.io.store import remove_store, writer_lock
 
     path = os.path.abspath(path)
     boxes = units(sweep)

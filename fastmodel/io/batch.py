@@ -1,6 +1,6 @@
 """Batch evaluation: JSONL lines in, one result per line out, in order, streamed in chunks.
 
-Input line (kind :class:`~fastmodel.batch_kinds.SpecCases`): ``{"case": id?,
+Input line (kind :class:`~fastmodel.io.batch_kinds.SpecCases`): ``{"case": id?,
 "model": name|path|dict, "system": ..., "task": ..., "semantics"?: preset|dict,
 "plan"?: str, "num_nodes"?: int}``. Result: ``case`` (the line's own id, else
 its line number), ``status`` (``"ok"`` or ``"error: <reason>"``), the kind's
@@ -11,7 +11,7 @@ identical lines (byte for byte) are parsed and evaluated once -- within a
 chunk, and across chunks while the batch's :class:`LineMemo` holds them --
 and each line gets its distinct line's result with its own ``case``. Distinct
 lines are parsed with orjson, handed to the kind that claims them
-(:mod:`fastmodel.batch_kinds`: each distinct spec validated once, parameter
+(:mod:`fastmodel.io.batch_kinds`: each distinct spec validated once, parameter
 tables built per group with numpy), and every structure of the chunk goes
 through the fused kernels once. Memory is bounded by the chunk size and the
 memo's size, whatever the input's length. A bad line never stops the batch:
@@ -31,9 +31,9 @@ from typing import IO, Iterable, Iterator
 import numpy as np
 import orjson
 
-from fastmodel import batch_kinds
-from fastmodel.batch_kinds import internal_error, one_line
 from fastmodel.errors import FastmodelError
+from fastmodel.io import batch_kinds
+from fastmodel.io.batch_kinds import internal_error, one_line
 from fastmodel.results import NAMES
 
 #: row of each result variable in the values matrix
@@ -344,7 +344,7 @@ def _evaluate_distinct(raw_lines: list[bytes], default_semantics, kinds) -> Dist
 
 def _prepare(kind, dicts: list[dict], default_semantics):
     """``kind.prepare``; if it fails as a whole, line by line, so only the lines at fault get an internal error."""
-    from fastmodel.batch_kinds import Prepared, Table
+    from fastmodel.io.batch_kinds import Prepared, Table
 
     try:
         return kind.prepare(dicts, default_semantics)

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from fastmodel.analysis.validate import score
 from fastmodel.errors import FastmodelError
-from fastmodel.serve_runs import ServeRecord
-from fastmodel.validate import score
+from fastmodel.spec.serve_runs import ServeRecord
 
 #: measured key -> predicted result
 METRICS = {"output_tokens_per_s": "output_tokens_per_s", "ttft_s": "ttft", "tpot_s": "tpot"}

@@ -1,6 +1,6 @@
 """Whether a ``fastmodel batch`` process interprets its kernels: when its input holds few distinct lines.
 
-The batch evaluates each distinct line once (:mod:`fastmodel.batch`), so an
+The batch evaluates each distinct line once (:mod:`fastmodel.io.batch`), so an
 input of 100,000 lines cycling 65 cases evaluates 65 configurations. Loading
 numba and the compiled kernels costs about 1.5 s of start-up, interpreting a
 configuration about a millisecond (as ``fastmodel run`` does for its one:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from fastmodel.batch_kinds import Prepared, one_line
 from fastmodel.errors import FastmodelError
+from fastmodel.io.batch_kinds import Prepared, one_line
 
 RUN_COLUMNS = ("step_time", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "hfu", "flops_per_token",
                "pipeline_bubble", "exposed_tp", "exposed_dp")
@@ -51,14 +51,14 @@ class RunRecords:
     def claims(self, case: dict) -> bool:
         if type(case.get("model")) is not dict or type(case.get("plan")) is not dict:   # spec lines: no walk
             return False
-        from fastmodel.runs import is_run_record
+        from fastmodel.spec.runs import is_run_record
 
         return is_run_record(case)
 
     def prepare(self, cases: list[dict], default_semantics) -> Prepared:
         from fastmodel.lm_engine import evaluate_table
         from fastmodel.parallel.lm_rules import plan_status
-        from fastmodel.runs import lower_record
+        from fastmodel.spec.runs import lower_record
         from fastmodel.variables import STATUSES
 
         lowered, errors = _lower_all(cases, lower_record)
@@ -104,13 +104,13 @@ class ServeRecords:
     def claims(self, case: dict) -> bool:
         if type(case.get("model")) is not dict or type(case.get("serve")) is not dict:
             return False
-        from fastmodel.serve_runs import is_serve_record
+        from fastmodel.spec.serve_runs import is_serve_record
 
         return is_serve_record(case)
 
     def prepare(self, cases: list[dict], default_semantics) -> Prepared:
-        from fastmodel.serve_runs import lower_serve_record
         from fastmodel.serving import evaluate_table
+        from fastmodel.spec.serve_runs import lower_serve_record
         from fastmodel.variables import SERVE_RESULT_INDEX, SERVE_STATUS_NAMES
 
         lowered, errors = _lower_all(cases, lower_serve_record)

@@ -3,7 +3,7 @@
 A serving record has the ``model`` and ``system`` blocks of a run record
 (``RUNS.md``) and a ``serve`` block (plan, precisions, lengths, one load mode).
 Detected by content: a dict with ``model``, ``system`` and ``serve`` blocks. The
-model and system blocks are lowered by ``fastmodel.runs`` (same checks, same
+model and system blocks are lowered by ``fastmodel.spec.runs`` (same checks, same
 device files); datasheet fields a record leaves out are taken from the built-in
 device file of ``system.gpu``. ``measured`` is never read for prediction.
 
@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 
 from fastmodel.errors import SpecError, nearest
-from fastmodel.runs import _number, device_table, lower_record
 from fastmodel.serving import KV_PRECISIONS, PRECISIONS, precision_columns
+from fastmodel.spec.runs import _number, device_table, lower_record
 from fastmodel.variables import COLUMN_INDEX, LOAD_MODES
 
 SERVE_BLOCKS = ("model", "system", "serve")
@@ -127,7 +127,7 @@ def lower_serve_record(data: dict, source: str | None = None) -> ServeRecord:
 
 def read_serve_records(path: str | Path) -> list[ServeRecord]:
     """Every serving record of a JSONL file (or one JSON object); a bad line is a SpecError naming it."""
-    from fastmodel.runs import read_jsonl
+    from fastmodel.spec.runs import read_jsonl
 
     return read_jsonl(path, lower_serve_record, "serving records", whole_object=True)
 

@@ -22,8 +22,8 @@ from typing import IO
 import numpy as np
 import orjson
 
-from fastmodel import batch_kinds
-from fastmodel.batch import Chunk, no_cyclic_gc, read_chunks, run_chunks
+from fastmodel.io import batch_kinds
+from fastmodel.io.batch import Chunk, no_cyclic_gc, read_chunks, run_chunks
 from fastmodel.results import NAMES
 
 _DUMPS = orjson.dumps
@@ -301,7 +301,7 @@ def run_to_output(source: IO[bytes], output: str, semantics="default", progress:
     ``background``: JSONL is written by a second thread while this one
     evaluates the next chunk (default: on a machine with more than one core).
     """
-    from fastmodel.atomic import atomic_write
+    from fastmodel.io.atomic import atomic_write
     from fastmodel.progress_bar import LineProgress
 
     writer_class = writer_for(output)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fastmodel.runs import RunRecord
+from fastmodel.spec.runs import RunRecord
 
 BASELINE_MFUS = (0.40, 0.50)
 GROUP_KEYS = ("source", "gpu", "parallelism_kind", "tier")
