@@ -15,8 +15,9 @@ times exactly:
   layers it holds (:func:`chunk_layers`); the forward is a third of a chunk, the backward two
   thirds (GEMMs 1 : 2), a choice the makespan does not depend on in the cases the tests prove.
 
-Point-to-point sends, data-parallel, optimizer and host time are outside the pipeline: the
-comparison is of the compute and bubble part ``m t_mb + bubble`` alone.
+Data-parallel, optimizer and host time are outside the pipeline: the comparison is of the
+compute and bubble part ``m t_mb + bubble`` alone, and, with sends (:func:`send_time`, each on
+its stage's send stream), of what the sends add against the closed form's ``exposed_pp``.
 """
 
 from __future__ import annotations
@@ -120,8 +121,21 @@ def stage_times(columns: np.ndarray, uniform: bool = False, schedule: str | None
                       r["pipeline_bubble"])
 
 
-def exact_pipeline(times: StageTimes) -> PipelineTimes:
-    """The pipeline of ``times`` scheduled op by op (a Program with one stream per stage)."""
-    program = pipeline_program(times.stages, times.micro_batches, times.schedule, times.virtual_stages)
+def send_time(columns: np.ndarray) -> float:
+    """Seconds of one point-to-point send of the configuration ``columns``: the kernel's ``comm_pp`` counts
+    2 (m v + p - 1) sends (``kernels/lm_parallel.pipeline_p2p``)."""
+    from fastmodel.lm_engine import evaluate_table
+
+    columns = np.asarray(columns, dtype=np.float64)
+    p, v = _col(columns, "pp"), max(_col(columns, "vp"), 1.0)
+    m = _col(columns, "global_batch") / (_col(columns, "micro_batch") * _col(columns, "dp"))
+    return float(evaluate_table(columns[:, None])["comm_pp"][0]) / (2.0 * (m * v + p - 1.0))
+
+
+def exact_pipeline(times: StageTimes, send: float | None = None) -> PipelineTimes:
+    """The pipeline of ``times`` scheduled op by op (a Program with one stream per stage); with ``send``
+    seconds, each stage's sends on a stream of its own (``pipeline_program(sends=True)``)."""
+    program = pipeline_program(times.stages, times.micro_batches, times.schedule, times.virtual_stages,
+                               sends=send is not None)
     return schedule_pipeline(program, pipeline_slots(times.forward, times.backward, times.stages,
-                                                     times.virtual_stages))
+                                                     times.virtual_stages, send or 0.0))

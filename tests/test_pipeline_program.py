@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from fastmodel.kernels.layout import MAX_STREAMS
-from fastmodel.lm_pipeline import chunk_layers, exact_pipeline, stage_times
+from fastmodel.lm_engine import evaluate_table
+from fastmodel.lm_pipeline import chunk_layers, exact_pipeline, send_time, stage_times
 from fastmodel.lowering.pipeline import pipeline_program, pipeline_slots, schedule_pipeline, stage_order
 from fastmodel.runs import read_records
 from fastmodel.variables import COLUMN_INDEX
@@ -88,9 +89,46 @@ def test_ops_respect_the_cross_stage_dependencies():
         assert np.all(times.start[on][1:] >= times.end[on][:-1])
 
 
+def test_two_stage_1f1b_with_sends_traced_by_hand():
+    # As above with a send of 0.5 after every op that feeds the other stage, on the sender's send stream:
+    # S0.F0 0-1, its send 1-1.5; S1.F0 1.5-2.5; S1.B0 2.5-4.5, send 4.5-5; S0.F1 1-2, send 2-2.5;
+    # S1.F1 4.5-5.5; S1.B1 5.5-7.5, send 7.5-8; S0.B0 5-7; S0.B1 8-10. Makespan 10 = 9 + 2 (p - 1) x 0.5.
+    program = pipeline_program(2, 2, "1f1b", sends=True)
+    times = schedule_pipeline(program, pipeline_slots(1.0, 2.0, 2, send=0.5))
+    got = {name: (s, e) for name, s, e in zip(program.op_names, times.start, times.end)}
+    assert got == {"F0.0": (0, 1), "SF0.0": (1, 1.5), "F0.1": (1, 2), "SF0.1": (2, 2.5), "F1.0": (1.5, 2.5),
+                   "B1.0": (2.5, 4.5), "SB1.0": (4.5, 5), "F1.1": (4.5, 5.5), "B1.1": (5.5, 7.5),
+                   "SB1.1": (7.5, 8), "B0.0": (5, 7), "B0.1": (8, 10)}
+    assert program.n_streams == 4 and times.busy.tolist() == [6.0, 6.0] and times.idle.tolist() == [4.0, 4.0]
+
+
+@pytest.mark.parametrize("p, m", [(2, 4), (3, 9), (4, 8), (4, 16)])
+@pytest.mark.parametrize("t_f, t_b, c", [(1.0, 2.0, 0.1), (1.0, 1.0, 0.3)])
+def test_what_sends_add_to_uniform_schedules(p, m, t_f, t_b, c):
+    def makespan(schedule, micro_batches, v=1):
+        program = pipeline_program(p, micro_batches, schedule, v, sends=True)
+        return schedule_pipeline(program, pipeline_slots(t_f, t_b, p, v, send=c)).makespan
+
+    # GPipe: the first forward crosses p - 1 sends to reach the last stage, whose forwards then run back to
+    # back (each arrives a send after the previous stage finished it, no later than the last stage is free);
+    # the last backward crosses p - 1 sends back: every other send overlaps compute.
+    assert makespan("gpipe", m) == pytest.approx((m + p - 1) * (t_f + t_b) + 2 * (p - 1) * c, rel=1e-12)
+    # 1F1B, steady state: the cycle B(p-1, j) -> ... -> B(0, j) -> F(0, j + p) -> ... -> F(p-1, j + p) runs
+    # through every stage's forward and backward and 2 (p - 1) sends per p micro-batches
+    assert makespan("1f1b", m + p) - makespan("1f1b", m) == pytest.approx(p * (t_f + t_b) + 2 * (p - 1) * c,
+                                                                        rel=1e-12)
+    # interleaved, sends short against a chunk: the first micro-batch's forward crosses all p v - 1 virtual
+    # stage boundaries before its backward starts back, and the uniform schedule has no slack on that chain
+    v = 2
+    assert makespan("interleaved", m, v) == pytest.approx(m * (t_f + t_b) + (p - 1) * (t_f + t_b) / v
+                                                         + 2 * (p * v - 1) * c, rel=1e-12)
+
+
 def test_bad_pipelines_are_refused():
     with pytest.raises(ValueError, match="streams"):
         pipeline_program(MAX_STREAMS + 1, 16)
+    with pytest.raises(ValueError, match="streams"):
+        pipeline_program(MAX_STREAMS // 2 + 1, 16, sends=True)
     with pytest.raises(ValueError, match="multiple"):
         pipeline_program(4, 6, "interleaved", 2)
     with pytest.raises(ValueError, match="interleaved"):
@@ -187,3 +225,30 @@ def test_uneven_stages_make_the_closed_form_an_upper_bound(record_id, layers):
     exact = exact_pipeline(times)
     assert exact.makespan < times.closed - (p - 1) / (p * v) * times.head * (1.0 - 1e-9)
     assert times.closed - exact.makespan <= times.micro_batches * times.head + times.closed_bubble
+
+
+@pytest.mark.parametrize("record_id, changes", [
+    ("narayanan2021_t1-GPT-39.1B-n512-tp8pp2-full", {}),
+    ("narayanan2021_t1-GPT-76.1B-n1024-tp8pp4-full", {}),
+    ("korthikanti2022_t5-GPT-175B-n64-tp8pp8-selective", {"pp": 4}),   # 96 layers on 4 x 3 virtual stages
+    ("mlperf-v40-gpt3-175b-eos_n64_ngc24.04_nemo", {"pp": 4}),
+])
+def test_sends_against_the_closed_form(record_id, changes):
+    # With each stage's sends on a stream of their own (asynchronous), 1F1B hides most sends behind the
+    # compute: the closed form's 2 (p - 1) + 2 m exposed sends (blocking sends) are above the exact path.
+    # Interleaved, the warm-up chain crosses p v - 1 boundaries each way, more than the closed form's
+    # 2 (p - 1) exposed sends: there the closed form is below.
+    columns = _columns(record_id, **changes)
+    times = stage_times(columns)
+    send = send_time(columns)
+    p, v, m = times.stages, times.virtual_stages, times.micro_batches
+    added = exact_pipeline(times, send).makespan - exact_pipeline(times).makespan
+    closed = float(evaluate_table(columns[:, None])["exposed_pp"][0])
+    assert send > 0.0 and p <= 4
+    if v == 1:
+        assert closed == pytest.approx((2 * (p - 1) + 2 * m) * send, rel=1e-12)
+        assert 2 * (p - 1) * send <= added < closed
+    else:
+        assert closed == pytest.approx(2 * (p - 1) * send, rel=1e-12)
+        assert added == pytest.approx(2 * (p * v - 1) * send, rel=1e-9)
+        assert added > closed

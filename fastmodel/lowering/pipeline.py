@@ -12,10 +12,14 @@ generic scheduler (``kernels/schedule.py``) can time it exactly and test the clo
   order that keeps every stage's order, so the list scheduler starts an op at the end of the
   stage's previous op or of its dependencies, whichever is later.
 
-Point-to-point sends take no time here: the closed form adds them separately (``exposed_pp``).
+Point-to-point sends are optional (``sends=True``): each stage then has a second stream, p + s,
+for its outgoing sends, so a send overlaps the stage's next op and the stage's sends leave in
+its order (``stages <= MAX_STREAMS / 2``); ``F(k + 1, j)`` waits for the send after ``F(k, j)``,
+``B(k - 1, j)`` for the send after ``B(k, j)``. Without them a send takes no time (the closed
+form adds ``exposed_pp`` separately).
 
-Cost slots: forward of virtual stage k is slot k, its backward slot ``p v + k``
-(:func:`pipeline_slots` builds the row from per-stage seconds).
+Cost slots: forward of virtual stage k is slot k, its backward slot ``p v + k``, a send slot
+``2 p v`` (:func:`pipeline_slots` builds the row from per-stage seconds).
 
 No repeated phase (``ProgramBuilder.begin_repeat``) is used: in the 1F1B steady state stage
 s - 1 runs one micro-batch ahead of stage s, so the forward of a steady-state round depends on
@@ -29,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fastmodel.kernels.layout import CAT_GEMM, MAX_STREAMS
+from fastmodel.kernels.layout import CAT_ALL2ALL, CAT_GEMM, MAX_STREAMS
 from fastmodel.lowering.program import Program, ProgramBuilder
 
 SCHEDULES = ("1f1b", "interleaved", "gpipe")
@@ -72,15 +76,17 @@ def stage_order(schedule: str, stages: int, micro_batches: int, stage: int,
     return order + backwards[len(forwards) - warmup:]
 
 
-def _check(schedule: str, stages: int, micro_batches: int, virtual_stages: int) -> None:
+def _check(schedule: str, stages: int, micro_batches: int, virtual_stages: int, sends: bool) -> None:
     if schedule not in SCHEDULES:
         raise ValueError(f"unknown pipeline schedule {schedule!r}; choose from {', '.join(SCHEDULES)}")
     if stages < 1 or micro_batches < 1 or virtual_stages < 1:
         raise ValueError(f"stages, micro_batches and virtual_stages must be >= 1, got {stages}, {micro_batches}, "
                          f"{virtual_stages}")
-    if stages > MAX_STREAMS:
-        raise ValueError(f"a pipeline Program has one stream per stage: {stages} stages exceed the scheduler's "
-                         f"{MAX_STREAMS} streams (kernels/layout.py MAX_STREAMS)")
+    streams = 2 * stages if sends else stages
+    if streams > MAX_STREAMS:
+        raise ValueError(f"a pipeline Program has one stream per stage{' and one for its sends' if sends else ''}: "
+                         f"{stages} stages need {streams} streams, more than the scheduler's {MAX_STREAMS} "
+                         f"(kernels/layout.py MAX_STREAMS)")
     if schedule == "interleaved":
         if virtual_stages < 2:
             raise ValueError("the interleaved schedule needs virtual_stages >= 2")
@@ -95,16 +101,18 @@ def _key(kind: str, virtual: int, micro_batch: int) -> str:
     return f"{kind}{virtual}.{micro_batch}"
 
 
-def pipeline_program(stages: int, micro_batches: int, schedule: str = "1f1b", virtual_stages: int = 1) -> Program:
+def pipeline_program(stages: int, micro_batches: int, schedule: str = "1f1b", virtual_stages: int = 1,
+                     sends: bool = False) -> Program:
     """The Program of one training step's pipeline: stream s runs stage s's forwards and backwards in the
-    order of ``schedule`` (:func:`stage_order`); slots as :func:`pipeline_slots` lays them out.
+    order of ``schedule`` (:func:`stage_order`), stream p + s its sends (``sends``); slots as
+    :func:`pipeline_slots` lays them out.
 
-    Raises ValueError for an unknown schedule, more stages than ``layout.MAX_STREAMS``, virtual stages
+    Raises ValueError for an unknown schedule, more streams than ``layout.MAX_STREAMS``, virtual stages
     without the interleaved schedule, or an interleaved schedule whose micro-batches are not a multiple
     of the stages.
     """
     p, m, v = int(stages), int(micro_batches), int(virtual_stages)
-    _check(schedule, p, m, v)
+    _check(schedule, p, m, v, sends)
     orders = [stage_order(schedule, p, m, s, v) for s in range(p)]
     last = p * v - 1
     builder = ProgramBuilder()
@@ -116,14 +124,18 @@ def pipeline_program(stages: int, micro_batches: int, schedule: str = "1f1b", vi
             while cursor[s] < len(orders[s]):
                 kind, j, chunk = orders[s][cursor[s]]
                 k = chunk * p + s
+                arrive = "S" if sends else ""      # a stage waits for its neighbour's send, or its op
                 if kind == "F":
-                    deps = [_key("F", k - 1, j)] if k > 0 else []
+                    deps = [_key(arrive + "F", k - 1, j)] if k > 0 else []
                 else:
-                    deps = [_key("F", k, j)] + ([_key("B", k + 1, j)] if k < last else [])
+                    deps = [_key("F", k, j)] + ([_key(arrive + "B", k + 1, j)] if k < last else [])
                 if not all(builder.has(d) for d in deps):
                     break
                 slot = k if kind == "F" else p * v + k
                 builder.op(_key(kind, k, j), s, slot, CAT_GEMM, deps)
+                if sends and (k < last if kind == "F" else k > 0):
+                    # no point-to-point category exists: ALL2ALL labels the busy-time sum, which this path skips
+                    builder.op(_key("S" + kind, k, j), p + s, 2 * p * v, CAT_ALL2ALL, [_key(kind, k, j)])
                 cursor[s] += 1
                 remaining -= 1
                 progress = True
@@ -132,9 +144,10 @@ def pipeline_program(stages: int, micro_batches: int, schedule: str = "1f1b", vi
     return builder.build()
 
 
-def pipeline_slots(forward, backward, stages: int, virtual_stages: int = 1) -> np.ndarray:
+def pipeline_slots(forward, backward, stages: int, virtual_stages: int = 1, send: float = 0.0) -> np.ndarray:
     """The cost-slot row of a pipeline Program: ``forward`` and ``backward`` seconds per virtual stage, each a
-    scalar (every stage alike), shape (p,) (per stage; each chunk 1/v of it) or (v, p) (per chunk and stage)."""
+    scalar (every stage alike), shape (p,) (per stage; each chunk 1/v of it) or (v, p) (per chunk and stage);
+    then ``send``, the seconds of one point-to-point send (read only by a Program with sends)."""
     p, v = int(stages), int(virtual_stages)
 
     def per_virtual(seconds) -> np.ndarray:
@@ -145,7 +158,7 @@ def pipeline_slots(forward, backward, stages: int, virtual_stages: int = 1) -> n
             raise ValueError(f"per-stage seconds: a scalar, shape ({p},) or ({v}, {p}) expected, got {a.shape}")
         return a.reshape(-1)      # virtual stage k = chunk x p + stage
 
-    return np.concatenate([per_virtual(forward), per_virtual(backward)])
+    return np.concatenate([per_virtual(forward), per_virtual(backward), [float(send)]])
 
 
 @dataclass(frozen=True)
@@ -153,7 +166,7 @@ class PipelineTimes:
     """One scheduled pipeline step (seconds): per op start and end, per stage busy and idle time."""
 
     makespan: float
-    busy: np.ndarray      # (p,) seconds each stage computes
+    busy: np.ndarray      # (p,) seconds each stage computes (sends not counted)
     idle: np.ndarray      # (p,) makespan - busy: the stage's bubble
     start: np.ndarray     # (n_ops,) in the Program's op order
     end: np.ndarray
@@ -170,5 +183,6 @@ def schedule_pipeline(program: Program, slots) -> PipelineTimes:
     from fastmodel.engine import schedule
 
     start, end, makespan = schedule(program, slots)
-    busy = np.bincount(program.op_stream.astype(np.int64), weights=end - start, minlength=program.n_streams)
+    compute = program.op_category == CAT_GEMM
+    busy = np.bincount(program.op_stream[compute].astype(np.int64), weights=(end - start)[compute])
     return PipelineTimes(makespan, busy, makespan - busy, start, end)
