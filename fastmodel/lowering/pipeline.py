@@ -1,7 +1,7 @@
 """The exact pipeline path: a pipeline schedule as a Program with one stream per stage (docs/model.md §11.7.1).
 
 The real-world model composes a training step in closed form (``kernels/lm_step.py``:
-``m x t_mb + (p - 1)/v x t_mb``). This module builds the same step op by op so the
+``m x t_mb + (p - 1)/v x t_avg``, slowest and average stage). This module builds the same step op by op so the
 generic scheduler (``kernels/schedule.py``) can time it exactly and test the closed form:
 
 - one stream per pipeline stage (stream s = stage s), so ``stages <= layout.MAX_STREAMS``;
