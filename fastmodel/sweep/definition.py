@@ -114,8 +114,8 @@ class Sweep(GridLayout, UnitEvaluation, DatasetLabels):
                 raise SweepError(f"task {self.task.name!r} leaves the plan open: add a 'plan' axis (e.g. plan = 'all')")
             self.plans = [self.task.parsed_plan]
             try:
-                from fastmodel.parallel.plans import check_plan_static
-                check_plan_static(self.plans[0])
+                from fastmodel.parallel.rules import check_plan_shape
+                check_plan_shape(self.plans[0])
             except FastmodelError as error:
                 raise SweepError(f"task plan: {error}") from None
         want_three = "dlrm-transformer" in families
