@@ -5,11 +5,21 @@ import pytest
 
 import fastmodel
 from fastmodel.errors import PlanError
+from fastmodel.kernels.layout import COLUMNS
 from fastmodel.lm_sweep import parse_mesh
 from fastmodel.lowering.config import param_row, resolve
-from fastmodel.kernels.layout import COLUMNS
 from fastmodel.parallel.mesh import (
-    DEVICE, NODE, REPLICATE, REPLICATE_SHARD, SHARD, Axis, Factors, Mesh, Use, implied_degrees, lm_mesh,
+    DEVICE,
+    NODE,
+    REPLICATE,
+    REPLICATE_SHARD,
+    SHARD,
+    Axis,
+    Factors,
+    Mesh,
+    Use,
+    implied_degrees,
+    lm_mesh,
 )
 from fastmodel.parallel.plans import Plan
 from fastmodel.semantics import get_semantics

@@ -33,7 +33,7 @@ from fastmodel.results import STATUS
 # ---------------------------------------------------------------------------------------------------
 # Family facts: the only place rules read what a model family is made of.
 # (Repoint these at the family registry, fastmodel/families/, when it exists.)
-from fastmodel.spec.model import DLRM_FAMILIES  # noqa: E402
+from fastmodel.spec.model import DLRM_FAMILIES
 
 
 def family_components(family: str) -> tuple[str, ...]:
@@ -355,10 +355,8 @@ def row_failure(x: RowInputs) -> tuple[str, str] | None:
         if not rule.applies(x, c, lv):
             continue
         broken = rule.broken(x, c, lv)
-        if isinstance(broken, (bool, np.bool_)):
-            if not broken:
-                continue
-            broken = np.asarray(broken)
+        if isinstance(broken, (bool, np.bool_)) and not broken:  # scalar inputs: the common case, kept cheap
+            continue
         broken = np.asarray(broken)
         if broken.any():
             index = int(np.flatnonzero(broken)[0])
