@@ -5,7 +5,8 @@ import itertools
 import pytest
 
 from fastmodel.errors import PlanError
-from fastmodel.parallel.plans import Level, Plan, check_plan, enumerate_plan_shapes, enumerate_plans, plan_factors
+from fastmodel.parallel.plans import Level, Plan, enumerate_plan_shapes, enumerate_plans, plan_factors
+from fastmodel.parallel.rules import check_plan
 
 
 def test_parse_and_label_round_trip():

@@ -69,7 +69,8 @@ def plans(system, num_nodes, model):
     """List every legal 1-D/2-D plan of a system."""
     from fastmodel.errors import PlanError
     from fastmodel.families import family_of
-    from fastmodel.parallel.plans import check_plan_for_model, enumerate_plans
+    from fastmodel.parallel.plans import enumerate_plans
+    from fastmodel.parallel.rules import check_plan
     from fastmodel.spec.loader import load_model, load_system
 
     sys_spec = load_system(system, num_nodes=num_nodes)
@@ -79,7 +80,7 @@ def plans(system, num_nodes, model):
     if model_spec is not None:
         def legal(plan):
             try:
-                check_plan_for_model(plan, model_spec)
+                check_plan(plan, sys_spec.num_devices, sys_spec.devices_per_node, model_spec)
                 return True
             except PlanError:
                 return False

@@ -175,7 +175,8 @@ class SpecCases:
     def _base(self, key, case: dict, default_semantics) -> _Base:
         from fastmodel.io.batch import _spec_text, _system_with_nodes
         from fastmodel.lowering.config import check_task_fits_family, structure_key_for
-        from fastmodel.parallel.plans import Plan, check_plan_for_model, check_plan_static
+        from fastmodel.parallel.plans import Plan
+        from fastmodel.parallel.rules import check_plan_shape
         from fastmodel.semantics import get_semantics
         from fastmodel.spec.loader import load_cached
 
@@ -189,8 +190,7 @@ class SpecCases:
             plan = task.parsed_plan if plan_value is None else Plan.parse(plan_value)
             if plan is None:
                 return self._bases.put(key, _Base())
-            check_plan_for_model(plan, model)
-            check_plan_static(plan)
+            check_plan_shape(plan, model.family)  # the row rules run in param_table, as status codes
             structure = structure_key_for(model, task, plan, semantics)
         except FastmodelError:
             return self._bases.put(key, _Base())  # every line of it takes the slow path, for its exact reason

@@ -1,7 +1,9 @@
-"""One fully resolved configuration: specs + a legal plan + derived batches.
+"""One fully resolved configuration: specs + a legal plan (and its device mesh) + derived batches.
 
 :func:`resolve` applies every legality rule (plan, batch divisibility, batch
-consistency across components) and raises :class:`PlanError` naming the rule;
+consistency across components) -- the rule table of ``parallel.rules`` on one
+row, the same rows ``params.param_table`` flags in sweeps -- and raises
+:class:`PlanError` naming the first broken rule;
 :func:`structure_key` and :func:`param_row` lower a configuration to the
 Program key and the numeric parameter row the kernels consume.
 """
@@ -15,8 +17,10 @@ import numpy as np
 from fastmodel.errors import PlanError, SpecError
 from fastmodel.families import ModelSpec, family_of
 from fastmodel.lowering.graph import StructureKey
-from fastmodel.lowering.params import param_table
-from fastmodel.parallel.plans import Plan, check_degree_limits, check_plan, check_plan_for_model, plan_factors
+from fastmodel.lowering.params import param_table, rule_inputs
+from fastmodel.parallel.mesh import Mesh
+from fastmodel.parallel.plans import Plan
+from fastmodel.parallel.rules import check_plan_shape, check_rows
 from fastmodel.semantics import Semantics
 from fastmodel.spec.system import SystemSpec
 from fastmodel.spec.task import TaskSpec
@@ -35,6 +39,7 @@ class Config:
     local_emb_batch: int
     global_batch: int
     local_transformer_batch: int | None = None   # dlrm-transformer only
+    mesh: Mesh | None = None                      # the plan on the cluster's [device, node] axes
 
 
 def check_task_fits_family(model: ModelSpec, task: TaskSpec) -> None:
@@ -79,42 +84,31 @@ def resolve(model: ModelSpec, system: SystemSpec, task: TaskSpec, semantics: Sem
     elif not isinstance(plan, Plan):
         plan = Plan.parse(plan)
     n, per_node = system.num_devices, system.devices_per_node
+    given = plan
     try:
-        given = plan
-        check_plan_for_model(plan, model)  # before degrees are implied: its rules do not depend on them
-        plan = plan.resolve(n, per_node)
-        check_plan(plan, n, per_node)
-        if semantics.degree_limits:
-            check_degree_limits(plan, model)
+        check_plan_shape(plan, model.family)
+        rules = rule_inputs(model, system, task, plan, semantics)
+        check_rows(rules)
     except PlanError as error:
+        if error.rule == "batch_not_divisible":
+            raise error.located(f"{task.source}: task.global_batch") from None
+        if error.rule == "global_batch_mismatch":
+            raise
         implied = any(level.degree is None for level in given.levels)
         if implied and error.rule in ("degree_le_1", "first_degree", "product_ne_devices") and "implied" not in error.reason:
             error = PlanError(error.rule, f"{error.reason} (degrees implied for {n} devices, {per_node} per node)")
         raise error.located(where) from None
-    duplicates = {name: plan_factors(levels).duplicate for name, levels in plan.components}
+    plan = plan.resolve(n, per_node)
+    mesh = plan.to_mesh(n, per_node)
+    duplicates = {name: mesh.factors(name).duplicate for name in mesh.component_names}
     if task.global_batch is not None:
         global_batch = task.global_batch
-        for name, dup in duplicates.items():
-            if global_batch % dup:
-                raise PlanError(
-                    "batch_not_divisible",
-                    f"global batch {global_batch} does not divide over the {dup} {name} replicas of plan {plan.label}",
-                    f"{task.source}: task.global_batch",
-                )
         local = {name: global_batch // dup for name, dup in duplicates.items()}
     else:
         local = {name: getattr(task.local_batch, name) for name in duplicates}
-        globals_ = {name: local[name] * dup for name, dup in duplicates.items()}
-        global_batch = globals_["emb"]
-        for name, value in globals_.items():
-            if value != global_batch:
-                raise PlanError(
-                    "global_batch_mismatch",
-                    f"{name} part gives a global batch of {value} ({local[name]} x {duplicates[name]}) but "
-                    f"embeddings give {global_batch} ({local['emb']} x {duplicates['emb']})",
-                )
+        global_batch = local["emb"] * duplicates["emb"]
     return Config(model, system, task, plan, semantics, local["dense"], local["emb"], global_batch,
-                  local.get("transformer"))
+                  local.get("transformer"), mesh)
 
 
 def structure_key_for(model: ModelSpec, task: TaskSpec, plan: Plan, semantics: Semantics) -> StructureKey:

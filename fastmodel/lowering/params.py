@@ -5,8 +5,11 @@ a single configuration and for a sweep chunk alike: it takes base specs, a
 plan (degrees may be implied) and optional arrays of overridden field values,
 and returns the parameter table with a status code per row. Legality that
 depends on numbers (degrees vs. device counts, batch divisibility) is checked
-here, vectorized; legality of the strategies themselves is checked once per
-plan by :func:`fastmodel.parallel.plans.check_plan_static`.
+here by running the row rules of ``fastmodel.parallel.rules`` (the one rule
+table) on broadcast arrays; degrees are implied on the plan's mesh axes
+(``fastmodel.parallel.mesh``). Legality of the strategies themselves is
+checked once per plan (``rules.check_plan_shape``). :func:`rule_inputs` gives
+``lowering.config.resolve`` the same inputs for one configuration.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ import numpy as np
 
 from fastmodel.families import FAMILIES, ModelSpec
 from fastmodel.kernels.layout import COLUMNS, N_COLUMNS
-from fastmodel.parallel.plans import Level, Plan
+from fastmodel.parallel.plans import Plan
+from fastmodel.parallel.rules import RowInputs, row_inputs, row_status
 from fastmodel.results import COLUMNS as PARAM_COLUMNS
 from fastmodel.results import STATUS, STATUS_NAMES  # noqa: F401 (the registry; re-exported)
 from fastmodel.spec.system import SystemSpec
@@ -35,44 +39,40 @@ def spec_value(model: ModelSpec, system: SystemSpec, task: TaskSpec, path: str) 
     return obj
 
 
-def _degrees(levels: tuple[Level, ...], num_devices, per_node, nodes):
-    """Per-level degrees (broadcastable arrays), implying omitted degrees as Plan.resolve does."""
-    known = [lv.degree for lv in levels]
-    if len(levels) == 1:
-        return [num_devices if known[0] is None else np.asarray(known[0])]
-    if len(levels) == 2:
-        if known[0] is None and known[1] is None:
-            return [per_node, nodes]
-        if known[0] is None:
-            return [np.where(num_devices % known[1] == 0, num_devices // known[1], 0), np.asarray(known[1])]
-        if known[1] is None:
-            return [np.asarray(known[0]), np.where(num_devices % known[0] == 0, num_devices // known[0], 0)]
-        return [np.asarray(known[0]), np.asarray(known[1])]
-    return [np.asarray(k if k is not None else 0) for k in known]
+def _getters(model: ModelSpec, system: SystemSpec, task: TaskSpec, values: Mapping[str, Any]):
+    """(get, get_int): a field path's value as an array, overridden by ``values`` (None -> NaN)."""
+
+    def get(path: str) -> np.ndarray:
+        value = values[path] if path in values else spec_value(model, system, task, path)
+        return np.asarray(np.nan if value is None else value)
+
+    def get_int(path: str) -> np.ndarray:
+        return get(path).astype(np.int64)
+
+    return get, get_int
 
 
-def _flag(status, condition, name):
-    """Set ``name`` where ``condition`` holds and no earlier rule failed (broadcasting)."""
-    return np.where((status == 0) & condition, np.int8(STATUS[name]), status).astype(np.int8)
-
-
-def _plan_status(degrees, num_devices, per_node, status):
-    """Numeric legality of one component (docs/model.md §3.3), in rule order."""
-    product = np.asarray(1)
-    for degree in degrees:
-        status = _flag(status, degree <= 1, "degree_le_1")
-        product = product * degree
-    status = _flag(status, product != num_devices, "product_ne_devices")
-    first = degrees[0]
-    return _flag(status, (first != per_node) & (first != num_devices), "first_degree")
-
-
-def _replicas(levels, degrees):
-    dup = np.asarray(1)
-    for level, degree in zip(levels, degrees):
-        if level.strategy in ("ddp", "fsdp"):
-            dup = dup * degree
-    return dup
+def rule_inputs(model: ModelSpec, system: SystemSpec, task: TaskSpec, plan: Plan, semantics=None,
+                values: Mapping[str, Any] | None = None) -> RowInputs:
+    """The inputs of the plan rules (``parallel.rules``) for specs + overridden ``values`` (arrays that
+    broadcast over a block; none: one configuration, 0-d arrays)."""
+    values = values or {}
+    _, get_int = _getters(model, system, task, values)
+    per_node = get_int("system.devices_per_node")
+    wanted = None
+    if "system.num_devices" in values:  # cluster size in devices: nodes follow from each system's node size
+        wanted = np.asarray(values["system.num_devices"]).astype(np.int64)
+        nodes = np.maximum(wanted // per_node, 1)
+    else:
+        nodes = get_int("system.num_nodes")
+    global_batch = local = None
+    if "task.global_batch" in values or task.global_batch is not None:
+        global_batch = get_int("task.global_batch")
+    else:
+        local = {name: get_int(f"task.local_batch.{name}") for name, _ in plan.components}
+    return row_inputs(plan, nodes * per_node, per_node, nodes, family=model.family, get_int=get_int,
+                      degree_limits=bool(semantics is not None and semantics.degree_limits),
+                      wanted_devices=wanted, global_batch=global_batch, local_batch=local)
 
 
 #: columns read straight from a spec field by every family (bytes_per_dense_param: structural, put below)
@@ -80,13 +80,6 @@ _SPEC_COLUMNS = tuple((c.name, c.path) for c in PARAM_COLUMNS if c.needs == "all
 #: columns read from a spec field by the families with the column's trait; the others write ``fill`` (if any)
 _TRAIT_COLUMNS = tuple(c for c in PARAM_COLUMNS if c.needs != "all")
 _COL = {name: i for i, name in enumerate(COLUMNS)}
-
-
-def _degree_limit_arrays(model: ModelSpec, component: str, get_int):
-    """plans.degree_limits with swept layer and head counts (arrays broadcasting over the block)."""
-    layer_paths, head_path = FAMILIES[model.family].degree_limits.get(component, ((), None))
-    layers = sum(get_int(path) for path in layer_paths) if layer_paths else None
-    return layers, (get_int(head_path) if head_path else None)
 
 
 def param_table(model: ModelSpec, system: SystemSpec, task: TaskSpec, plan: Plan,
@@ -104,13 +97,7 @@ def param_table(model: ModelSpec, system: SystemSpec, task: TaskSpec, plan: Plan
     values = values or {}
     shape = tuple(shape)
     n = int(np.prod(shape))
-
-    def get(path: str) -> np.ndarray:
-        value = values[path] if path in values else spec_value(model, system, task, path)
-        return np.asarray(np.nan if value is None else value)
-
-    def get_int(path: str) -> np.ndarray:
-        return get(path).astype(np.int64)
+    get, get_int = _getters(model, system, task, values)
 
     # column-major: one contiguous row per column; columns the family never reads stay unset
     table = np.empty((N_COLUMNS, n))
@@ -134,56 +121,16 @@ def param_table(model: ModelSpec, system: SystemSpec, task: TaskSpec, plan: Plan
     put("bytes_per_dense_param", bytes_dense)
     put("peak_flop_per_s", get(f"system.device.peak_flop_per_s.{_PRECISION[bytes_dense]}"))
 
-    status = np.zeros((), dtype=np.int8)
-    per_node = get_int("system.devices_per_node")
-    if "system.num_devices" in values:  # cluster size in devices: nodes follow from each system's node size
-        wanted = np.asarray(values["system.num_devices"]).astype(np.int64)
-        status = _flag(status, wanted % per_node != 0, "devices_not_divisible")
-        nodes = np.maximum(wanted // per_node, 1)
-    else:
-        nodes = get_int("system.num_nodes")
-    num_devices = nodes * per_node
-    put("num_nodes", nodes)
-    put("devices_per_node", per_node)
-
-    components = [(name, levels, _degrees(levels, num_devices, per_node, nodes)) for name, levels in plan.components]
-    # an implied degree is 0 when the given one does not divide the devices (Plan.resolve's product rule)
-    for _, _, degrees in components:
-        for degree in degrees:
-            status = _flag(status, degree == 0, "product_ne_devices")
-    for _, _, degrees in components:
-        status = _plan_status(degrees, num_devices, per_node, status)
-    if "tp_odd_layers" in family.rules and "tp" in plan.dense_strategies:
-        odd = (get_int("model.num_bottom_layers") % 2 != 0) | (get_int("model.num_top_layers") % 2 != 0)
-        status = _flag(status, odd, "tp_odd_layers")
-    if semantics is not None and semantics.degree_limits:  # pp <= layers, tp <= heads (plans.degree_limits)
-        for name, levels, degrees in components:
-            layers, heads = _degree_limit_arrays(model, name, get_int)
-            for level, degree in zip(levels, degrees):
-                if level.strategy == "pp" and layers is not None:
-                    status = _flag(status, degree > layers, "pp_gt_layers")
-                if level.strategy == "tp" and heads is not None:
-                    status = _flag(status, degree > heads, "tp_gt_heads")
+    # legality: the row rules of parallel.rules, on the block's broadcast arrays
+    rules = rule_inputs(model, system, task, plan, semantics, values)
+    status = row_status(rules)
+    put("num_nodes", rules.nodes)
+    put("devices_per_node", rules.per_node)
     column = {"dense": "dense_degree", "emb": "emb_degree", "transformer": "transformer_degree"}
-    for name, _, degrees in components:
+    local_column = {"dense": "local_dense_batch", "emb": "local_emb_batch", "transformer": "local_transformer_batch"}
+    for name, degrees, replicas in zip(rules.names, rules.degrees, rules.replicas):
         put(f"{column[name]}0", degrees[0])
         put(f"{column[name]}1", degrees[1] if len(degrees) > 1 else 1)
-
-    replicas = {name: np.maximum(_replicas(levels, degrees), 1) for name, levels, degrees in components}
-    local_column = {"dense": "local_dense_batch", "emb": "local_emb_batch", "transformer": "local_transformer_batch"}
-    if "task.global_batch" in values or task.global_batch is not None:
-        global_batch = get_int("task.global_batch")
-        for dup in replicas.values():
-            status = _flag(status, global_batch % dup != 0, "batch_not_divisible")
-        for name, dup in replicas.items():
-            put(local_column[name], global_batch // dup)
-    else:
-        global_batch = None
-        for name, dup in replicas.items():
-            local = get_int(f"task.local_batch.{name}")
-            put(local_column[name], local)
-            if global_batch is None:
-                global_batch = local * dup
-            else:
-                status = _flag(status, local * dup != global_batch, "global_batch_mismatch")
+        local = rules.global_batch // replicas if rules.global_batch is not None else rules.local_batch[name]
+        put(local_column[name], local)
     return table, np.broadcast_to(status, shape).reshape(n).astype(np.int8)

@@ -8,22 +8,28 @@ omitted: under the MAD-Max 1-D/2-D rules a one-level component spans all
 devices and a two-level one is ``[devices_per_node, num_nodes]``, so
 ``tp,ddp/mp`` names the same plan shape on any cluster size.
 
-Legality rules live here and only here (docs/model.md §3).
+A plan is a front-end onto a device mesh (:meth:`Plan.to_mesh`,
+``fastmodel.parallel.mesh``); its legality rules are one table in
+``fastmodel.parallel.rules`` (docs/model.md §3).
 """
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-from fastmodel.errors import PlanError, nearest
-from fastmodel.families import FAMILIES
+from fastmodel.errors import PlanError
+from fastmodel.parallel.mesh import Factors, Mesh, factors, implied_degrees, madmax_mesh
+from fastmodel.parallel.rules import STRATEGIES, check_plan, shape_failure
 
 #: strategies of the dense part (transformer layers / MLPs)
-DENSE_STRATEGIES = ("ddp", "fsdp", "tp", "pp")
+DENSE_STRATEGIES = STRATEGIES["dense"]
 #: strategies of the embedding tables
-EMB_STRATEGIES = ("ddp", "mp")
+EMB_STRATEGIES = STRATEGIES["emb"]
+#: how a component is replicated and sharded (``mesh.Factors``)
+PlanFactors = Factors
 
 _LEVEL = re.compile(r"^([A-Za-z_]+)(\d*)$")
 
@@ -117,6 +123,18 @@ class Plan:
         """Fill omitted degrees: 1 level -> all devices; 2 levels -> [per node, rest]."""
         return _resolve_plan(self, num_devices, devices_per_node)
 
+    def to_mesh(self, num_devices: int, devices_per_node: int) -> Mesh:
+        """The device mesh of this plan on the cluster (degrees implied); PlanError if it is illegal there."""
+        check_plan(self, num_devices, devices_per_node)
+        plan = self.resolve(num_devices, devices_per_node)
+        return madmax_mesh([(name, [(lv.strategy, lv.degree) for lv in levels]) for name, levels in plan.components],
+                           devices_per_node, num_devices // devices_per_node)
+
+    @classmethod
+    def from_mesh(cls, mesh: Mesh) -> "Plan":
+        """The MAD-Max plan (degrees resolved) of a mesh from :meth:`to_mesh`."""
+        return cls(*(tuple(Level(use.strategy, use.degree) for use in uses) for _, uses in mesh.components))
+
     def _resolve_uncached(self, num_devices: int, devices_per_node: int) -> "Plan":
         return Plan(
             _resolve(self.dense, num_devices, devices_per_node),
@@ -151,160 +169,36 @@ def _parse_levels(text: str, whole: str) -> tuple[Level, ...]:
 def _resolve(levels: tuple[Level, ...], num_devices: int, devices_per_node: int) -> tuple[Level, ...]:
     if all(lv.degree is not None for lv in levels):
         return levels
-    if len(levels) == 1:
-        implied = [num_devices]
-    elif len(levels) == 2:
-        known = [lv.degree for lv in levels]
-        if known[0] is None and known[1] is None:
-            implied = [devices_per_node, num_devices // devices_per_node]
-        elif known[0] is None:
-            if num_devices % known[1]:
-                raise PlanError("product_ne_devices",
-                                f"level {levels[1]} does not divide the {num_devices} devices, so level 0 cannot be implied")
-            implied = [num_devices // known[1], known[1]]
-        else:
-            if num_devices % known[0]:
-                raise PlanError("product_ne_devices",
-                                f"level {levels[0]} does not divide the {num_devices} devices, so level 1 cannot be implied")
-            implied = [known[0], num_devices // known[0]]
-    else:
+    if len(levels) > 2:
         raise PlanError("more_than_2_levels", f"cannot imply degrees for {len(levels)} levels; give each degree")
-    return tuple(Level(lv.strategy, lv.degree if lv.degree is not None else d) for lv, d in zip(levels, implied))
+    implied = implied_degrees([lv.degree for lv in levels], num_devices, devices_per_node,
+                              num_devices // devices_per_node)
+    for index, degree in enumerate(implied):
+        if degree == 0:
+            given = levels[1 - index]
+            raise PlanError("product_ne_devices", f"level {given} does not divide the {num_devices} devices, "
+                                                  f"so level {index} cannot be implied")
+    return tuple(Level(lv.strategy, int(d)) for lv, d in zip(levels, implied))
 
 
-def check_plan_static(plan: Plan) -> None:
-    """Raise :class:`PlanError` if the strategies break a rule on any cluster.
-
-    Known strategies per component, none repeated, ``fsdp`` only at level 0,
-    at most two levels (docs/model.md §3.3, ``restrict2d``).
-    """
-    for name, levels in plan.components:
-        allowed = EMB_STRATEGIES if name == "emb" else DENSE_STRATEGIES
-        if not levels:
-            raise PlanError("empty", f"{name} component has no parallelism level")
-        seen: set[str] = set()
-        for index, level in enumerate(levels):
-            if level.strategy not in allowed:
-                raise PlanError(
-                    f"unknown_strategy_{name}",
-                    f"{name} strategy {level.strategy!r} is not one of {', '.join(allowed)}{nearest(level.strategy, allowed)}",
-                )
-            if level.strategy in seen:
-                raise PlanError("repeat", f"{name} strategy {level.strategy!r} appears twice")
-            if level.strategy == "fsdp" and index != 0:
-                raise PlanError("fsdp_not_first", f"fsdp must be the first {name} level (got {plan.label})")
-            seen.add(level.strategy)
-        if len(levels) > 2:
-            raise PlanError("more_than_2_levels", f"{name} has {len(levels)} levels; at most 2 are modelled")
-
-
-def check_plan_for_model(plan: Plan, model) -> None:
-    """Rules that depend on the model: the component set of its family, and
-    DLRM-family ``tp`` only with even bottom and top layer counts (the TP
-    allreduce fires once per layer pair)."""
-    family = FAMILIES[model.family]
-    wants_transformer = family.has_transformer_component
-    if wants_transformer and not plan.transformer:
-        raise PlanError("components", f"a {model.family} plan has three components MLP/EMB/TRANSFORMER, e.g. "
-                                      f"'ddp/mp/fsdp' (got {plan.label})")
-    if not wants_transformer and plan.transformer:
-        raise PlanError("components", f"a {model.family} plan has two components DENSE/EMB (got {plan.label})")
-    if "tp_odd_layers" in family.rules and "tp" in plan.dense_strategies and (
-            model.num_bottom_layers % 2 or model.num_top_layers % 2):
-        raise PlanError("tp_odd_layers", f"MLP tensor parallelism needs even bottom and top layer counts "
-                                         f"(got {model.num_bottom_layers} and {model.num_top_layers})")
-
-
-def degree_limits(model, component: str) -> tuple[int | None, int | None]:
-    """(most pipeline stages, most tensor-parallel shards) of one plan component of ``model``:
-    the family's ``degree_limits`` (transformer stacks: layers and heads; DLRM MLPs: bottom + top
-    layers and no head limit; embeddings: none)."""
-    layer_paths, head_path = FAMILIES[model.family].degree_limits.get(component, ((), None))
-    layers = sum(getattr(model, path.split(".", 1)[1]) for path in layer_paths) if layer_paths else None
-    heads = getattr(model, head_path.split(".", 1)[1]) if head_path else None
-    return layers, heads
-
-
-def check_degree_limits(plan: Plan, model) -> None:
-    """PlanError when a resolved plan pipelines over more stages than layers or splits more heads than exist."""
-    for name, levels in plan.components:
-        layers, heads = degree_limits(model, name)
-        for level in levels:
-            if level.strategy == "pp" and layers is not None and level.degree > layers:
-                raise PlanError("pp_gt_layers", f"pp{level.degree} pipelines {name} layers over more stages than "
-                                                f"the model's {layers} layers")
-            if level.strategy == "tp" and heads is not None and level.degree > heads:
-                raise PlanError("tp_gt_heads", f"tp{level.degree} splits {name} attention over more devices than "
-                                               f"the model's {heads} heads")
-
-
-def check_plan(plan: Plan, num_devices: int, devices_per_node: int, model=None) -> None:
-    """Raise :class:`PlanError` unless ``plan`` (degrees resolved) is legal on the cluster.
-
-    The static rules of :func:`check_plan_static` (and :func:`check_plan_for_model`
-    when ``model`` is given), then: every degree > 1, the product of degrees
-    equals the device count for each component, and level 0 spans one node or
-    all devices. (``params.param_table`` applies the same numeric rules
-    vectorized, as status codes.)
-    """
-    check_plan_static(plan)
-    if model is not None:
-        check_plan_for_model(plan, model)
-    for name, levels in plan.components:
-        product = 1
-        for level in levels:
-            if level.degree is None or level.degree <= 1:
-                raise PlanError("degree_le_1", f"{name} level {level} has degree {level.degree}; every degree must be > 1")
-            product *= level.degree
-        if product != num_devices:
-            raise PlanError(
-                "product_ne_devices",
-                f"{name} degrees multiply to {product}, not the {num_devices} devices of the system",
-            )
-        if levels[0].degree not in (devices_per_node, num_devices):
-            raise PlanError(
-                "first_degree",
-                f"{name} level 0 degree {levels[0].degree} must be the devices per node ({devices_per_node}) "
-                f"or all devices ({num_devices})",
-            )
-
-
-@dataclass(frozen=True)
-class PlanFactors:
-    """How a component is replicated and sharded (docs/model.md §3.2)."""
-
-    duplicate: int
-    shard: int
-    tp_degree: int
-
-
-def plan_factors(levels: tuple[Level, ...]) -> PlanFactors:
-    """ddp: duplicate; fsdp: duplicate and shard; tp/pp/mp: shard."""
-    duplicate = shard = tp = 1
-    for level in levels:
-        if level.strategy in ("ddp", "fsdp"):
-            duplicate *= level.degree
-        if level.strategy in ("fsdp", "tp", "pp", "mp"):
-            shard *= level.degree
-        if level.strategy == "tp":
-            tp = level.degree
-    return PlanFactors(duplicate, shard, tp)
+def plan_factors(levels: tuple[Level, ...]) -> Factors:
+    """ddp: duplicate; fsdp: duplicate and shard; tp/pp/mp: shard (the roles of ``mesh.ROLES``)."""
+    duplicate, shard, tp = factors([lv.strategy for lv in levels], [lv.degree for lv in levels])
+    return Factors(duplicate, shard, tp)
 
 
 def enumerate_plan_shapes(num_nodes: int, devices_per_node: int, transformer: bool = False) -> list[Plan]:
-    """Every legal 1-D/2-D plan shape (degrees omitted) for the given cluster
-    (with ``transformer``: also every shape of a third, transformer component)."""
+    """Every legal 1-D/2-D plan shape (degrees omitted) for the given cluster (with ``transformer``: also
+    every shape of a third, transformer component): the candidates the shape rules admit."""
     num_devices = num_nodes * devices_per_node
     dense_shapes: list[tuple[str, ...]] = []
     emb_shapes: list[tuple[str, ...]] = []
     if num_devices > 1:
-        dense_shapes += [(s,) for s in DENSE_STRATEGIES]
-        emb_shapes += [(s,) for s in EMB_STRATEGIES]
+        dense_shapes += _legal_shapes("dense", 1)
+        emb_shapes += _legal_shapes("emb", 1)
     if num_nodes > 1 and devices_per_node > 1:
-        dense_shapes += [
-            (a, b) for a in DENSE_STRATEGIES for b in DENSE_STRATEGIES if a != b and b != "fsdp"
-        ]
-        emb_shapes += [(a, b) for a in EMB_STRATEGIES for b in EMB_STRATEGIES if a != b]
+        dense_shapes += _legal_shapes("dense", 2)
+        emb_shapes += _legal_shapes("emb", 2)
     third = dense_shapes if transformer else [()]
     return [
         Plan(tuple(Level(s) for s in dense), tuple(Level(s) for s in emb), tuple(Level(s) for s in tr))
@@ -312,6 +206,18 @@ def enumerate_plan_shapes(num_nodes: int, devices_per_node: int, transformer: bo
         for emb in emb_shapes
         for tr in third
     ]
+
+
+def _legal_shapes(component: str, levels: int) -> list[tuple[str, ...]]:
+    """Strategy tuples of ``levels`` levels that break no shape rule, in strategy order."""
+    pool = STRATEGIES[component]
+    shapes = []
+    for names in itertools.product(pool, repeat=levels):
+        parts = {"dense": ("ddp",), "emb": ("ddp",)}
+        parts[component] = names
+        if shape_failure(Plan(tuple(map(Level, parts["dense"])), tuple(map(Level, parts["emb"])))) is None:
+            shapes.append(names)
+    return shapes
 
 
 def enumerate_plans(num_nodes: int, devices_per_node: int, transformer: bool = False) -> list[Plan]:

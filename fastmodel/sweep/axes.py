@@ -23,9 +23,8 @@ import numpy as np
 from pydantic import BaseModel
 
 from fastmodel.errors import PlanError, SweepError, nearest
-from fastmodel.parallel.plans import (
-    DENSE_STRATEGIES, EMB_STRATEGIES, Level, Plan, check_plan_static, enumerate_plan_shapes,
-)
+from fastmodel.parallel.plans import DENSE_STRATEGIES, EMB_STRATEGIES, Level, Plan, enumerate_plan_shapes
+from fastmodel.parallel.rules import check_plan_shape
 from fastmodel.spec.quantity import parse_quantity
 from fastmodel.families import MODEL_FAMILIES
 from fastmodel.spec.system import SystemSpec
@@ -307,7 +306,7 @@ def plan_values(spec: Any, clusters: list[tuple[int, int]], transformer: bool = 
     for text in texts:
         try:
             plan = Plan.parse(text)
-            check_plan_static(plan)
+            check_plan_shape(plan)
         except PlanError as error:
             raise SweepError(f"axis plan: {error}") from None
         plans.append(plan)

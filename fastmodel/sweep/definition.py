@@ -117,14 +117,17 @@ class Sweep(GridLayout, UnitEvaluation, DatasetLabels):
                 raise SweepError(f"task {self.task.name!r} leaves the plan open: add a 'plan' axis (e.g. plan = 'all')")
             self.plans = [self.task.parsed_plan]
             try:
-                from fastmodel.parallel.plans import check_plan_static
-                check_plan_static(self.plans[0])
+                from fastmodel.parallel.rules import check_plan_shape
+                check_plan_shape(self.plans[0])
             except FastmodelError as error:
                 raise SweepError(f"task plan: {error}") from None
+        from fastmodel.parallel.rules import check_plan_shape
         for plan in self.plans:
-            if bool(plan.transformer) != want_three:
-                raise SweepError(f"plan {plan.label!r}: a {'/'.join(sorted(families))} plan has "
-                                 f"{'three components MLP/EMB/TRANSFORMER' if want_three else 'two components DENSE/EMB'}")
+            for family in sorted(families):
+                try:
+                    check_plan_shape(plan, family)  # the family's components (parallel.rules)
+                except FastmodelError as error:
+                    raise SweepError(f"plan {plan.label!r}: {error}") from None
         return resolved
 
     def _load_spec_axis(self, path: str, spec: Any) -> np.ndarray:
