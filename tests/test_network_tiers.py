@@ -121,6 +121,7 @@ def _third_tier(d):
 
 
 @pytest.mark.parametrize("mutate, path, reason", [
+    (lambda d: d["tiers"][0].update(domain_size=8192), "system.tiers.0.domain_size", "at most 4096 devices"),
     (lambda d: d["tiers"][1].update(domain_size=4), "system.tiers.1.domain_size", "domains must increase"),
     (lambda d: d["tiers"][1].update(domain_size=8), "system.tiers.1.domain_size", "domains must increase"),
     (lambda d: d["tiers"][1].update(domain_size=12), "system.tiers.1.domain_size", "multiple of tier 0"),

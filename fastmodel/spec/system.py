@@ -67,6 +67,9 @@ class NetworkSpec(_Spec):
     )
 
 
+_MAX_DEVICES_PER_NODE = 1 << 12
+
+
 class SystemSpec(_Spec):
     """A cluster of ``num_nodes`` nodes with ``devices_per_node`` devices each.
 
@@ -86,7 +89,7 @@ class SystemSpec(_Spec):
     name: str
     num_nodes: PositiveInt = Field(le=1 << 24, description="Nodes in the cluster (a parameter: --nodes).")
     devices_per_node: PositiveInt | None = Field(
-        None, le=1 << 12, description="Devices per node; with [[tiers]], tier 0's domain_size (may be left out).")
+        None, le=_MAX_DEVICES_PER_NODE, description="Devices per node; with [[tiers]], tier 0's domain_size (may be left out).")
     device: DeviceSpec
     node: NodeSpec | None = Field(None, description="Intra-node links (MAD-Max form; or give [[tiers]]).")
     network: NetworkSpec | None = Field(None, description="Inter-node network (MAD-Max form; or give [[tiers]]).")
@@ -137,6 +140,9 @@ class SystemSpec(_Spec):
             raise FieldValueError(("allreduce_intra_fraction",), "required field missing (with [[tiers]]: the "
                                   "madmax reading's allreduce blend, MAD-Max ar_perc_intra)")
         per_node = tiers[0].domain_size
+        if per_node > _MAX_DEVICES_PER_NODE:
+            raise FieldValueError(("tiers", 0, "domain_size"), f"tier 0 is the node in the madmax reading: at most "
+                                  f"{_MAX_DEVICES_PER_NODE} devices (got {per_node})")
         if self.devices_per_node is not None and self.devices_per_node != per_node:
             raise FieldValueError(("devices_per_node",), f"tier 0 is the node in the madmax reading, but its "
                                   f"domain_size is {per_node}, not {self.devices_per_node}")
