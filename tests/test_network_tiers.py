@@ -6,6 +6,7 @@ reference's own runs (tests/data/madmax_cases_dev.jsonl).
 """
 
 import copy
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,6 +20,7 @@ from fastmodel.spec.network import NetworkTier
 from fastmodel.spec.schema import json_schema
 from fastmodel.testing import assert_matches_reference, dev_cases
 
+ROOT_SPECS = Path(__file__).resolve().parent.parent / "specs" / "systems"
 #: dc-a is the same hardware as zionex written in MAD-Max's [node] + [network] form
 LEGACY = copy.deepcopy(_builtin_data("system", "dc-a"))
 TIERS = {
@@ -240,3 +242,21 @@ def test_specs_show_prints_the_tiers():
     assert "#   tier 1: domain 128 devices (the whole cluster), 12.5 GB/s per device, efficiency 0.56" in out
     out = CliRunner().invoke(main, ["specs", "show", "gb200-nvl72"]).output
     assert "#   tier 0: domain 72 devices" in out
+
+
+def test_a_bad_tier_file_is_one_line_and_exit_2(tmp_path):
+    from click.testing import CliRunner
+
+    from fastmodel.cli import main
+
+    text = (ROOT_SPECS / "zionex.toml").read_text().replace('domain_size = 8', 'domain_size = 6\ndomain_size_ = 1')
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    result = CliRunner().invoke(main, ["plans", "--system", str(path)])
+    assert result.exit_code == 2
+    line = result.output.strip()
+    assert "\n" not in line and f"{path}: system.tiers.0.domain_size_: unknown field" in line, line
+    path.write_text(text.replace("\ndomain_size_ = 1", "").replace('= "12.5 GB/s"', '= "12.5 Gb/S"'))
+    result = CliRunner().invoke(main, ["plans", "--system", str(path)])
+    assert result.exit_code == 2 and "\n" not in result.output.strip()
+    assert f"{path}: system.tiers.1.bandwidth_per_device_bytes_per_s: unknown unit 'Gb/S'" in result.output

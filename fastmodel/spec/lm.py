@@ -105,7 +105,8 @@ class ClusterSpec(_Spec):
     def tiers(self) -> tuple:
         """The network as tiers (``fastmodel/spec/network.py``): tier 0 the NVLink domain
         (``nvlink_domain_size``, default a node), tier 1 the scale-out network spanning the cluster;
-        efficiencies and latencies from the device file (``specs/devices``), then ``efficiency``."""
+        efficiencies and latencies from the device file (``specs/devices``), then ``efficiency`` (a view, built
+        without re-validating: it shows the cluster's numbers as the kernels get them)."""
         from fastmodel.runs import device_table
         from fastmodel.spec.network import NetworkTier
         from fastmodel.variables import COLUMN_INDEX, COLUMNS
@@ -116,10 +117,10 @@ class ClusterSpec(_Spec):
             return float(self.efficiency.get(name, device.get(name, COLUMNS[COLUMN_INDEX[name]].default)))
 
         return (
-            NetworkTier(domain_size=self.nvlink_domain_size or self.gpus_per_node,
+            NetworkTier.model_construct(domain_size=self.nvlink_domain_size or self.gpus_per_node,
                         bandwidth_per_device_bytes_per_s=self.intra_node_bw_bytes_s_per_gpu,
                         latency_s=column("intra_latency"), efficiency=column("intra_eff")),
-            NetworkTier(domain_size=self.n_gpus, bandwidth_per_device_bytes_per_s=self.inter_node_bw_bytes_s_per_gpu,
+            NetworkTier.model_construct(domain_size=self.n_gpus, bandwidth_per_device_bytes_per_s=self.inter_node_bw_bytes_s_per_gpu,
                         latency_s=column("inter_latency"), efficiency=column("inter_eff")),
         )
 

@@ -198,12 +198,13 @@ class SystemSpec(_Spec):
 
 
 def madmax_tiers(node: NodeSpec, network: NetworkSpec, devices_per_node: int, num_nodes: int):
-    """The madmax reading backwards: MAD-Max's node and network as two tiers (docs/model.md §2.2.1)."""
+    """The madmax reading: MAD-Max's node and network as two tiers (docs/model.md §2.2.1). Built from
+    validated fields without re-validating (a derived view; its bounds are the fields' own)."""
     return (
-        NetworkTier(domain_size=devices_per_node,
+        NetworkTier.model_construct(domain_size=devices_per_node, latency_s=0.0,
                     bandwidth_per_device_bytes_per_s=node.num_links * node.link_bandwidth_bytes_per_s / 2,
                     efficiency=node.link_util),
-        NetworkTier(domain_size=num_nodes * devices_per_node,
+        NetworkTier.model_construct(domain_size=num_nodes * devices_per_node, latency_s=0.0,
                     bandwidth_per_device_bytes_per_s=(network.num_ports * network.port_bandwidth_bytes_per_s
                                                       / 2 / devices_per_node),
                     efficiency=network.port_util),
@@ -211,7 +212,7 @@ def madmax_tiers(node: NodeSpec, network: NetworkSpec, devices_per_node: int, nu
 
 
 def madmax_node_network(tiers, devices_per_node: int, allreduce_intra_fraction: float):
-    """The madmax reading of two tiers: one link per device of twice tier 0's bandwidth (links are
+    """The madmax reading backwards, for a system written as tiers: one link per device of twice tier 0's bandwidth (links are
     bidirectional), one port per node of twice the node's share of tier 1 (docs/model.md §2.2.1)."""
     first, last = tiers
     try:
