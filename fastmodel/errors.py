@@ -29,6 +29,15 @@ class SpecError(FastmodelError):
         super().__init__(f"{where}: {reason}" if where else reason)
 
 
+class FieldValueError(ValueError):
+    """Raised inside a spec's pydantic validator to blame a nested field: ``path`` (e.g.
+    ``("tiers", 1, "domain_size")``) extends the field path of the one-line :class:`SpecError`."""
+
+    def __init__(self, path: tuple, reason: str):
+        super().__init__(reason)
+        self.path = tuple(path)
+
+
 class PlanError(FastmodelError):
     """A parallelization plan breaks a legality rule.
 

@@ -58,7 +58,7 @@ def parse_mesh(text: str) -> dict[str, int]:
 def all_meshes(model, cluster, max_gpus: int) -> list[dict[str, int]]:
     """Meshes worth evaluating: tp a power of two within an NVLink domain dividing the heads, pp dividing the
     layers, cp a power of two up to 16 dividing the sequence, ep dividing the experts; product <= max_gpus."""
-    domain = cluster.nvlink_domain_size or cluster.gpus_per_node
+    domain = cluster.tiers[0].domain_size
     tps = [t for t in _powers(min(domain, model.heads)) if model.heads % t == 0]
     pps = [p for p in range(1, min(model.layers, 128) + 1) if model.layers % p == 0]
     cps = [c for c in _powers(16) if c == 1 or model.seq_len % (2 * c) == 0]
@@ -79,6 +79,12 @@ def _powers(limit: int) -> list[int]:
     return [1 << i for i in range(int(math.log2(max(limit, 1))) + 1)]
 
 
+#: the kernels' columns of tier 0 and tier 1 (domain size, bandwidth, efficiency, latency); tier 1's domain
+#: is the whole job (``n_gpus``)
+TIER_COLUMNS = (("domain_size", "intra_bw", "intra_eff", "intra_latency"),
+                (None, "inter_bw", "inter_eff", "inter_latency"))
+
+
 def base_columns(model, cluster, execution, global_batch: int) -> np.ndarray:
     """The column vector of the specs with a trivial mesh (tp = pp = cp = ep = 1)."""
     record = {
@@ -93,6 +99,11 @@ def base_columns(model, cluster, execution, global_batch: int) -> np.ndarray:
             from fastmodel.errors import SpecError, nearest
             raise SpecError(cluster.name, f"efficiency.{name}", f"unknown column{nearest(name, COLUMN_INDEX)}")
         columns[COLUMN_INDEX[name]] = value
+    for tier, names in zip(cluster.tiers, TIER_COLUMNS):  # the network columns come from the tier list
+        for name, value in zip(names, (tier.domain_size, tier.bandwidth_per_device_bytes_per_s, tier.efficiency,
+                                       tier.latency_s)):
+            if name is not None:
+                columns[COLUMN_INDEX[name]] = value
     return columns
 
 

@@ -47,6 +47,20 @@ def specs_show(name, kind):
     if name not in builtin_names(kinds[0]):
         raise SpecError(None, None, f"no built-in {kinds[0]} {name!r}{nearest(name, builtin_names(kinds[0]))}")
     click.echo(builtin_text(kinds[0], name).rstrip())
+    if kinds[0] == "system":
+        for line in tier_lines(name):
+            click.echo(line)
+
+
+def tier_lines(name: str) -> list[str]:
+    """TOML comments listing a system's network tiers as loaded (so ``specs show`` output stays a spec file)."""
+    from fastmodel.spec.loader import load_system
+
+    system = load_system(name)
+    devices = getattr(system, "num_devices", None) or system.n_gpus
+    lines = [f"# network tiers as loaded, {devices} devices (fastmodel/spec/network.py):"]
+    lines += [f"#   tier {i}: {tier.describe(devices)}" for i, tier in enumerate(system.tiers)]
+    return lines
 
 
 @specs.command("schema")

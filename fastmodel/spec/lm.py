@@ -77,7 +77,7 @@ class LMSpec(_Spec):
 
 
 class ClusterSpec(_Spec):
-    """Identical GPU servers, an NVLink domain (tier 1) and a scale-out network (tier 2)."""
+    """Identical GPU servers, an NVLink domain and a scale-out network (``tiers``: tier 0 and tier 1)."""
 
     kind: Literal["cluster"] = "cluster"
     name: str
@@ -100,6 +100,29 @@ class ClusterSpec(_Spec):
     @property
     def n_gpus(self) -> int:
         return self.num_nodes * self.gpus_per_node
+
+    @property
+    def tiers(self) -> tuple:
+        """The network as tiers (``fastmodel/spec/network.py``): tier 0 the NVLink domain
+        (``nvlink_domain_size``, default a node), tier 1 the scale-out network spanning the cluster;
+        efficiencies and latencies from the device file (``specs/devices``), then ``efficiency`` (a view, built
+        without re-validating: it shows the cluster's numbers as the kernels get them)."""
+        from fastmodel.spec.network import NetworkTier
+        from fastmodel.spec.runs import device_table
+        from fastmodel.variables import COLUMN_INDEX, COLUMNS
+
+        device = device_table().get(self.gpu.lower(), {})
+
+        def column(name: str) -> float:
+            return float(self.efficiency.get(name, device.get(name, COLUMNS[COLUMN_INDEX[name]].default)))
+
+        return (
+            NetworkTier.model_construct(domain_size=self.nvlink_domain_size or self.gpus_per_node,
+                        bandwidth_per_device_bytes_per_s=self.intra_node_bw_bytes_s_per_gpu,
+                        latency_s=column("intra_latency"), efficiency=column("intra_eff")),
+            NetworkTier.model_construct(domain_size=self.n_gpus, bandwidth_per_device_bytes_per_s=self.inter_node_bw_bytes_s_per_gpu,
+                        latency_s=column("inter_latency"), efficiency=column("inter_eff")),
+        )
 
     def record_block(self) -> dict:
         """The ``system`` block of a run record (RUNS.md) for this cluster."""

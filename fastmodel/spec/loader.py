@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from fastmodel.errors import SpecError, nearest
+from fastmodel.errors import FieldValueError, SpecError, nearest
 from fastmodel.families import MODEL_FAMILIES, ModelSpec
 from fastmodel.spec import madmax_format
 from fastmodel.spec.system import SystemSpec
@@ -61,23 +61,31 @@ def _builtin_data(kind: str, name: str) -> dict:
 
 # --- validation helpers -----------------------------------------------------
 
+def _model_in(annotation) -> type[BaseModel] | None:
+    """The spec class inside an annotation (``Sub``, ``Sub | None``, ``tuple[Sub, ...]``, ``Annotated[...]``)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    origin = getattr(annotation, "__origin__", None)
+    for inner in (*getattr(annotation, "__args__", ()), origin):
+        found = _model_in(inner) if inner is not None and inner is not annotation else None
+        if found is not None:
+            return found
+    return None
+
+
 def _fields_at(cls: type[BaseModel], path: tuple) -> list[str]:
-    """Valid field names of the (nested) model reached by ``path`` from ``cls``."""
+    """Valid field names of the (nested) model reached by ``path`` from ``cls`` (list indices skipped)."""
     current: Any = cls
     for part in path:
-        if not (isinstance(current, type) and issubclass(current, BaseModel)):
+        if isinstance(part, int):
+            continue
+        if current is None:
             return []
         field = current.model_fields.get(str(part))
         if field is None:
             return []
-        current = field.annotation
-        args = getattr(current, "__args__", ())
-        for arg in args:  # Optional[Sub] -> Sub
-            if isinstance(arg, type) and issubclass(arg, BaseModel):
-                current = arg
-    if isinstance(current, type) and issubclass(current, BaseModel):
-        return list(current.model_fields)
-    return []
+        current = _model_in(field.annotation)
+    return list(current.model_fields) if current is not None else []
 
 
 def validation_to_spec_error(error: ValidationError, cls: type[BaseModel], source: str | None, kind: str) -> SpecError:
@@ -85,6 +93,9 @@ def validation_to_spec_error(error: ValidationError, cls: type[BaseModel], sourc
     errors = sorted(error.errors(), key=lambda e: e["type"] != "extra_forbidden")  # typos explain "missing"
     first = errors[0]
     loc = tuple(first["loc"])
+    blamed = first.get("ctx", {}).get("error")
+    if isinstance(blamed, FieldValueError):  # a model validator pointing at a nested field
+        loc += blamed.path
     field = ".".join([kind, *map(str, loc)]) if loc else kind
     if first["type"] == "extra_forbidden":
         reason = "unknown field" + nearest(str(loc[-1]), _fields_at(cls, loc[:-1]))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from pydantic import BeforeValidator, Field
+from pydantic import BeforeValidator, Field, WithJsonSchema
 
 _PREFIX = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
 _BINARY = {"Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50}
@@ -24,10 +24,13 @@ _KINDS = {
     "bytes": (("B",), 1e3, "'40 GB' or 40e9"),
     "bytes_per_s": (("B/s", "Bps"), 1e6, "'1555 GB/s' or 1555e9"),
     "flop_per_s": (("FLOP/s", "FLOPS", "OP/s", "OPS", "FLOP/S"), 1e6, "'312 TFLOP/s' or 312e12"),
+    "seconds": (("s",), 0.0, "'3.4 us' or 3.4e-6"),
 }
+#: prefixes below one, accepted for seconds only (``"3.4 us"``; ``"25 mB/s"`` stays an error)
+_SUBUNIT = {"m": 1e3, "u": 1e6, "n": 1e9}  # divisors: 3.4 / 1e6 is exactly 3.4e-6
 #: kind -> largest plausible value of one device, node link or port (1000x beyond today's hardware)
-CEILINGS = {"bytes": 1e16, "bytes_per_s": 1e16, "flop_per_s": 1e19}
-_CEILING_TEXT = {"bytes": "10 PB", "bytes_per_s": "10 PB/s", "flop_per_s": "10 EFLOP/s"}
+CEILINGS = {"bytes": 1e16, "bytes_per_s": 1e16, "flop_per_s": 1e19, "seconds": 1.0}
+_CEILING_TEXT = {"bytes": "10 PB", "bytes_per_s": "10 PB/s", "flop_per_s": "10 EFLOP/s", "seconds": "1 s"}
 
 
 def _bounded(number: float, kind: str, value) -> float:
@@ -52,7 +55,7 @@ def parse_quantity(value, kind: str) -> float:
         return _bounded(number, kind, value)
     if not isinstance(value, str):
         raise ValueError(f"expected a number or a string with units, got {type(value).__name__}")
-    match = _QUANTITY.match(value)
+    match = _QUANTITY.match(value.replace("\u00b5", "u"))
     if not match:
         raise ValueError(f"cannot read {value!r} as a quantity; write e.g. {example}")
     number, unit = float(match.group(1)), match.group(2)
@@ -65,6 +68,8 @@ def parse_quantity(value, kind: str) -> float:
                 return _bounded(number * _PREFIX[prefix], kind, value)
             if prefix in _BINARY:
                 return _bounded(number * _BINARY[prefix], kind, value)
+            if kind == "seconds" and prefix in _SUBUNIT:
+                return _bounded(number / _SUBUNIT[prefix], kind, value)
     raise ValueError(f"unknown unit {unit!r} for {kind.replace('_per_', '/')}; write e.g. {example}")
 
 
@@ -72,9 +77,18 @@ def _validator(kind: str):
     return BeforeValidator(lambda value: parse_quantity(value, kind))
 
 
-Bytes = Annotated[float, _validator("bytes"), Field(gt=0)]
-BytesPerSecond = Annotated[float, _validator("bytes_per_s"), Field(gt=0)]
-FlopPerSecond = Annotated[float, _validator("flop_per_s"), Field(gt=0)]
+def _schema(kind: str, bound: str):
+    """JSON Schema of a quantity: a number in SI base units or a string with a unit."""
+    example = _KINDS[kind][2]
+    return WithJsonSchema({"anyOf": [{"type": "number", bound: 0},
+                                     {"type": "string", "description": f"a number with a unit, e.g. {example}"}]})
+
+
+Bytes = Annotated[float, _validator("bytes"), Field(gt=0), _schema("bytes", "exclusiveMinimum")]
+BytesPerSecond = Annotated[float, _validator("bytes_per_s"), Field(gt=0), _schema("bytes_per_s", "exclusiveMinimum")]
+FlopPerSecond = Annotated[float, _validator("flop_per_s"), Field(gt=0), _schema("flop_per_s", "exclusiveMinimum")]
+#: a latency (one hop of a collective), seconds; 0 allowed
+Latency = Annotated[float, _validator("seconds"), Field(ge=0), _schema("seconds", "minimum")]
 
 
 def _fraction(value):

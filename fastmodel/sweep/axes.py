@@ -53,7 +53,7 @@ class FieldInfo:
 
 def _leaves(cls: type[BaseModel], prefix: str):
     for name, field in cls.model_fields.items():
-        if name in _NOT_SWEEPABLE:
+        if name in _NOT_SWEEPABLE or field.exclude:  # excluded: an input spelling (SystemSpec.tiers), not a field
             continue
         annotation = field.annotation
         is_union = get_origin(annotation) in (Union, types.UnionType)
