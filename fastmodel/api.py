@@ -11,7 +11,7 @@ from fastmodel import __version__
 from fastmodel.engine import evaluate_configs
 from fastmodel.errors import SpecError
 from fastmodel.lowering.config import Config, resolve
-from fastmodel.results import NAMES, attrs
+from fastmodel.registry.madmax import NAMES, attrs
 from fastmodel.semantics import Semantics, get_semantics
 from fastmodel.spec.loader import load_model, load_system, load_task
 

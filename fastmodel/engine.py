@@ -25,7 +25,7 @@ from fastmodel.kernels.costs import costs
 from fastmodel.kernels.schedule import schedule_trace
 from fastmodel.lowering.graph import StructureKey, lower
 from fastmodel.lowering.program import Program
-from fastmodel.results import NAMES
+from fastmodel.registry.madmax import NAMES
 from fastmodel.semantics import Semantics
 
 

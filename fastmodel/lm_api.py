@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 import numpy as np
 
 from fastmodel.errors import PlanError
-from fastmodel.variables import MEMORY_KINDS, MEMORY_RESULTS, RESULTS, STATUSES
+from fastmodel.registry.lm import MEMORY_KINDS, MEMORY_RESULTS, RESULTS, STATUSES
 
 if TYPE_CHECKING:
     import xarray as xr

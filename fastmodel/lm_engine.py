@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fastmodel.variables import RESULTS
+from fastmodel.registry.lm import RESULTS
 
 #: below this many rows the single-threaded kernel is used (waking the thread pool costs ~1 ms)
 PARALLEL_MIN_ROWS = 256

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fastmodel.lowering.pipeline import PipelineTimes, pipeline_program, pipeline_slots, schedule_pipeline
-from fastmodel.variables import COLUMN_INDEX, PIPELINE_SCHEDULES
+from fastmodel.registry.lm import COLUMN_INDEX, PIPELINE_SCHEDULES
 
 FORWARD_SHARE = 1.0 / 3.0   # forward : backward of a layer's GEMMs, 1 : 2
 

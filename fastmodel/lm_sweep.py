@@ -24,9 +24,9 @@ import numpy as np
 
 from fastmodel.errors import SweepError
 from fastmodel.lm_table import CODE_TABLES, encode
+from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS, MEMORY_KINDS, MEMORY_RESULTS, RESULTS, STATUSES
 from fastmodel.spec.lm_loader import load_cluster, load_execution, load_lm_model
 from fastmodel.spec.runs import lower_record
-from fastmodel.variables import COLUMN_INDEX, COLUMNS, MEMORY_KINDS, MEMORY_RESULTS, RESULTS, STATUSES
 
 if TYPE_CHECKING:
     import xarray as xr

@@ -2,7 +2,7 @@
 
 ``table(n, **values)`` builds a ``(N_COLUMNS, n)`` float64 array, column-major
 like the MAD-Max tables: every column starts at its registry default
-(``fastmodel.variables``) and ``values`` (scalars or length-``n`` arrays) replace
+(``fastmodel.registry.lm``) and ``values`` (scalars or length-``n`` arrays) replace
 them by name. Codes may be given by name (``sharding="fsdp"``).
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from fastmodel.errors import SpecError, nearest
-from fastmodel.variables import (
+from fastmodel.registry.lm import (
     COLLECTIVE_ALGORITHMS,
     COLUMN_INDEX,
     COLUMNS,

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fastmodel.lm_table import CODE_TABLES
-from fastmodel.variables import COLUMN_INDEX
+from fastmodel.registry.lm import COLUMN_INDEX
 
 STREAMS = ("compute", "tp", "cp", "ep", "pp", "dp")
 KINDS = ("gemm", "attention", "memory_bound", "recompute", "head", "bubble", "optimizer", "overhead",

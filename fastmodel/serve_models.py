@@ -1,4 +1,4 @@
-"""Decoder LMs that serving commands know by name, as model columns (``fastmodel.variables``).
+"""Decoder LMs that serving commands know by name, as model columns (``fastmodel.registry.lm``).
 
 Each entry is the model's published ``config.json`` (Hugging Face model cards of
 meta-llama/Llama-3.1-8B, -70B, -405B, mistralai/Mistral-7B-v0.3 and

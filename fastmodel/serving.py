@@ -5,7 +5,7 @@
     >>> ds = sweep("llama3.1-8b", device=["H100", "H200"], tp=[1, 2], precision=["bf16", "fp8"],
     ...            batch_size=[1, 8, 64], input_len=[128, 2048], output_len=[128])
 
-A configuration is a column vector of the real-world model (``fastmodel.variables``):
+A configuration is a column vector of the real-world model (``fastmodel.registry.lm``):
 model columns (a built-in name of ``fastmodel.serve_models`` or a dict of columns), a
 device's datasheet and efficiencies (``specs/devices/*.toml``), the instance's plan and
 the serving columns. ``precision`` sets the compute and weight format (bf16/fp16,
@@ -22,9 +22,9 @@ import numpy as np
 
 from fastmodel.errors import SpecError, nearest
 from fastmodel.lm_table import encode
+from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS, SERVE_RESULTS, SERVE_STATUS_NAMES
 from fastmodel.serve_models import serve_model
 from fastmodel.serve_precisions import KV_PRECISIONS, PRECISIONS  # noqa: F401 - part of this module's API
-from fastmodel.variables import COLUMN_INDEX, COLUMNS, SERVE_RESULTS, SERVE_STATUS_NAMES
 
 #: sweep axes other than columns, in the order of the Dataset's dimensions
 SPECIAL_AXES = ("device", "precision", "kv_precision")

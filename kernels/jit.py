@@ -13,7 +13,7 @@ shadows the next install. The cache lives in a per-user directory
 of the bytes of every file of this package. numba itself keys its index only by
 the *entry* function's file, so an edit to a helper module (``layout``,
 ``costs``) or to the registry the layouts derive their indices from
-(``fastmodel/variables.py``, ``fastmodel/results.py``) would otherwise load a stale kernel; here any edit
+(``fastmodel/registry/lm.py``, ``fastmodel/registry/madmax.py``) would otherwise load a stale kernel; here any edit
 selects a fresh folder.
 """
 
@@ -44,7 +44,7 @@ _PACKAGE_DIR = Path(__file__).resolve().parent
 #: modules outside the kernels package whose module-level constants the kernels compile in
 #: (the registries: the real-world model's columns, results and statuses; the MAD-Max results and statuses
 #: that kernels/layout.py derives its R_* and STATUS_* indices from)
-_CONSTANT_MODULES = ("fastmodel.variables", "fastmodel.results")
+_CONSTANT_MODULES = ("fastmodel.registry.lm", "fastmodel.registry.madmax")
 
 
 def _constant_sources() -> list[Path]:

@@ -2,10 +2,10 @@
 
 Numba treats module-level integers as compile-time constants, so kernels index
 rows by these names at no cost. Result indices (``R_<NAME>``) and status codes
-(``STATUS_<NAME>``) are derived from the registry, ``fastmodel/results.py``.
+(``STATUS_<NAME>``) are derived from the registry, ``fastmodel/registry/madmax.py``.
 """
 
-from fastmodel import results as _results
+from fastmodel.registry import madmax as _results
 
 # --- stream codes -----------------------------------------------------------
 STREAM_COMPUTE = 0
@@ -37,7 +37,7 @@ FAMILY_DLRM_TRANSFORMER = 2   # dlrm-transformer: both parts, three plan compone
 # each family module (fastmodel/families/) names its code: Family.kernel_code
 
 # --- parameter-table columns (one row per configuration, every family) -----
-#: derived from the registry (fastmodel/results.py COLUMNS: spec path, units, which families fill it)
+#: derived from the registry (fastmodel/registry/madmax.py COLUMNS: spec path, units, which families fill it)
 COLUMNS = _results.COLUMN_NAMES
 #: the kernels' short names of the columns (``P_LAYERS`` = the index of ``num_layers``), looked up by name
 _COLUMN_SHORT_NAMES = {
@@ -110,7 +110,7 @@ O_FORWARD_TIME = 1
 O_CATEGORY0 = 2
 N_SCHEDULE_OUTPUTS = len(SCHEDULE_OUTPUTS)
 
-# --- result variables and status codes: derived from the registry (fastmodel/results.py) ----
+# --- result variables and status codes: derived from the registry (fastmodel/registry/madmax.py) ----
 RESULTS = _results.NAMES
 N_RESULTS = len(RESULTS)
 globals().update({"R_" + _name.upper(): _index for _index, _name in enumerate(RESULTS)})

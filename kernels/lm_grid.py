@@ -18,7 +18,7 @@ from fastmodel.kernels.lm_layout import (
 )
 from fastmodel.kernels.lm_rules import plan_status_row
 from fastmodel.kernels.lm_layer import N_WORK
-from fastmodel.variables import STATUS_CODES
+from fastmodel.registry.lm import STATUS_CODES
 
 ST_DOES_NOT_FIT = STATUS_CODES["does_not_fit"]
 

@@ -1,4 +1,4 @@
-"""Integer indices of the real-world LM model, derived from ``fastmodel.variables``.
+"""Integer indices of the real-world LM model, derived from ``fastmodel.registry.lm``.
 
 For every column ``name`` this module defines ``C_<NAME>`` (its row index in the
 parameter table), for every result ``R_<NAME>``, for every memory kind
@@ -8,7 +8,7 @@ Numba reads module-level integers as compile-time constants, so kernels index
 rows by name at no cost; nothing here is written by hand twice.
 """
 
-from fastmodel.variables import (
+from fastmodel.registry.lm import (
     COLLECTIVE_ALGORITHMS, COLUMNS, CP_ALGORITHMS, LOAD_MODES, MEMORY_KINDS, OPTIMIZER_CODES, PIPELINE_SCHEDULES,
     PRECISION_CODES, RECOMPUTE_CODES, RESULTS, SERVE_RESULTS, SHARDING_CODES,
 )

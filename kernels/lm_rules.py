@@ -1,6 +1,6 @@
 """Legality rules of real-world plans, per configuration (the one rule table; docs/model.md §11.9).
 
-``plan_status_row`` returns the code (``fastmodel.variables.STATUSES``) of the
+``plan_status_row`` returns the code (``fastmodel.registry.lm.STATUSES``) of the
 first rule a configuration breaks, 0 when it is legal. Grids call it inside
 their fused pass; ``fastmodel.parallel.lm_rules`` applies it to tables and turns it into
 PlanErrors for single configurations.
@@ -13,7 +13,7 @@ from fastmodel.kernels.lm_layout import (
     C_CP, C_CP_ALGORITHM, CP_ALLTOALL, C_DOMAIN_SIZE, C_DP, C_EP, C_GLOBAL_BATCH, C_HEADS, C_KV_HEADS, C_LAYERS, C_MICRO_BATCH, C_MOE_EXPERTS,
     C_N_GPUS, C_PP, C_SEQ_LEN, C_TP, C_UNEVEN_STAGES, C_VP,
 )
-from fastmodel.variables import STATUS_CODES
+from fastmodel.registry.lm import STATUS_CODES
 
 ST_DEVICES = STATUS_CODES["devices_not_divisible"]
 ST_HEADS = STATUS_CODES["heads_not_divisible"]

@@ -1,6 +1,6 @@
 """Step time of decoder-LM training under the real-world model (docs/model.md §11.7).
 
-One configuration is one column vector ``row`` (``fastmodel.variables`` columns).
+One configuration is one column vector ``row`` (``fastmodel.registry.lm`` columns).
 The step is composed in closed form from per-layer costs of one micro-batch on
 one pipeline stage:
 

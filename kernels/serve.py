@@ -1,6 +1,6 @@
 """LLM serving: prefill, decode, KV cache and the largest batch that fits (docs/model_serving.md).
 
-One configuration is one column vector ``row`` (``fastmodel.variables`` columns,
+One configuration is one column vector ``row`` (``fastmodel.registry.lm`` columns,
 ``SERVE_COLUMNS`` included). Times are whole-model times of one device of the TP
 group (every layer, weights sharded over ``tp``); with ``pp`` stages the batch is
 cut into ``pp`` micro-batches that keep every stage busy, so a request sees the
@@ -60,7 +60,7 @@ from fastmodel.kernels.serve_memory import weight_memory, activation_memory
 from fastmodel.kernels.serve_attention import attention_lines, sum_max_lines, sum_window  # noqa: F401
 from fastmodel.kernels.serve_costs import experts_touched  # noqa: F401
 
-# status codes (fastmodel.variables.SERVE_STATUS_NAMES)
+# status codes (fastmodel.registry.lm.SERVE_STATUS_NAMES)
 ST_OK = 0
 ST_HEADS = 1
 ST_LAYERS = 2

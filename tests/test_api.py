@@ -5,7 +5,7 @@ import json
 import pytest
 
 import fastmodel
-from fastmodel.results import NAMES, REGISTRY
+from fastmodel.registry.madmax import NAMES, REGISTRY
 
 
 def test_dataset_variables_units_and_attrs():

@@ -18,7 +18,7 @@ from fastmodel.io import batch as batch_module
 from fastmodel.io.batch import run_batch
 from fastmodel.io.batch_kinds import KINDS, Prepared, Table
 from fastmodel.parallel.plans import enumerate_plan_shapes
-from fastmodel.results import NAMES
+from fastmodel.registry.madmax import NAMES
 from fastmodel.testing import dev_cases
 
 MODELS = [("llama2-70b", "llm-pretrain"), ("llama-7b", "llm-pretrain"), ("dlrm-a", "dlrm-pretrain"),

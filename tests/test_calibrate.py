@@ -24,9 +24,9 @@ from fastmodel.calibrate.report import cross_validate
 from fastmodel.cli import main
 from fastmodel.errors import SpecError
 from fastmodel.lm_engine import evaluate_table
+from fastmodel.registry.lm import COLUMN_INDEX as C
+from fastmodel.registry.lm import COLUMNS
 from fastmodel.spec.runs import lower_record, read_records
-from fastmodel.variables import COLUMN_INDEX as C
-from fastmodel.variables import COLUMNS
 
 RUNS = Path(__file__).parent / "data" / "runs_dev.jsonl"
 A100, H100 = "A100-SXM4-80GB", "H100-SXM-80GB"

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 import fastmodel
-from fastmodel import results
 from fastmodel.families import FAMILIES, MODEL_FAMILIES, REFERENCE_NAMES, family_of
 from fastmodel.kernels import layout
 from fastmodel.lowering.graph import lower
 from fastmodel.lowering.params import param_table
 from fastmodel.parallel.plans import Plan
+from fastmodel.registry import madmax as results
 from fastmodel.spec.loader import load_model, load_system, load_task
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]

@@ -234,7 +234,7 @@ def test_collective_algorithm_can_be_fixed_to_ring_or_tree():
 
 def test_ulysses_context_parallelism_is_exposed_and_needs_heads_divisible_by_tp_cp():
     from fastmodel.parallel.lm_rules import plan_status
-    from fastmodel.variables import STATUS_CODES
+    from fastmodel.registry.lm import STATUS_CODES
 
     long = {**LLAMA70B, "seq_len": 131072, "cp": 4, "tp": 8, "pp": 1, "dp": 8, "global_batch": 64}
     ring = one(**long)
@@ -297,7 +297,7 @@ def test_fsdp2_copies_each_gathered_layer_out_on_the_compute_stream():
 def test_uneven_pipeline_stages_put_a_layer_more_on_the_busiest_rank():
     from fastmodel.kernels.memory import layers_per_stage
     from fastmodel.parallel.lm_rules import plan_status
-    from fastmodel.variables import STATUS_CODES
+    from fastmodel.registry.lm import STATUS_CODES
 
     # Llama 3 405B: 126 layers over 16 stages; the busiest ranks hold ceil(126/16) = 8 layers
     uneven = {**LLAMA70B, "layers": 126, "pp": 16, "tp": 8, "dp": 2}
@@ -317,7 +317,7 @@ def test_a_run_record_with_uneven_stages_runs(tmp_path):
     from click.testing import CliRunner
 
     from fastmodel.cli import main
-    from fastmodel.variables import COLUMN_INDEX
+    from fastmodel.registry.lm import COLUMN_INDEX
 
     line = next(line for line in RUNS.read_text().splitlines() if "llama3-paper-405b-s8192-n8192" in line)
     lowered = next(r for r in read_records(RUNS) if r.id == "llama3-paper-405b-s8192-n8192")

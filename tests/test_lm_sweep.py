@@ -8,7 +8,7 @@ from fastmodel.lm_engine import evaluate_table
 from fastmodel.lm_sweep import all_meshes, lm_sweep, parse_mesh
 from fastmodel.lm_table import table
 from fastmodel.parallel.lm_rules import check_plan, plan_status
-from fastmodel.variables import STATUS_CODES
+from fastmodel.registry.lm import STATUS_CODES
 
 AXES = {"num_nodes": [4, 8], "plan": ["tp8.pp2", "tp4.pp4", "tp8", "tp3", "tp16"], "micro_batch": [1, 2]}
 
@@ -104,8 +104,8 @@ def test_table_path_and_grid_path_agree():
     ds = lm_sweep("llama3-8b", "dgx-a100-80gb", "llm-pretrain", num_nodes=8, axes={"plan": ["tp2.pp2"]},
                   execution={"sharding": "fsdp"})
     from fastmodel.lm_sweep import base_columns
+    from fastmodel.registry.lm import COLUMN_INDEX
     from fastmodel.spec.lm_loader import load_cluster, load_execution, load_lm_model
-    from fastmodel.variables import COLUMN_INDEX
 
     base = base_columns(load_lm_model("llama3-8b"), load_cluster("dgx-a100-80gb", 8),
                         load_execution({"sharding": "fsdp"}), 2048)

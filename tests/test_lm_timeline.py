@@ -9,8 +9,8 @@ from click.testing import CliRunner
 from fastmodel.cli import main
 from fastmodel.lm_engine import evaluate_table
 from fastmodel.lm_timeline import KINDS, STREAMS, timeline
+from fastmodel.registry.lm import COLUMN_INDEX
 from fastmodel.spec.runs import read_records
-from fastmodel.variables import COLUMN_INDEX
 
 DATA = Path(__file__).parent / "data"
 RECORDS = {r.id: r for r in read_records(DATA / "runs_dev.jsonl")}

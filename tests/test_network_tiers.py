@@ -15,7 +15,7 @@ import fastmodel
 from fastmodel.errors import SpecError
 from fastmodel.families import FAMILIES
 from fastmodel.lowering.params import _COL, param_table
-from fastmodel.results import COLUMNS
+from fastmodel.registry.madmax import COLUMNS
 from fastmodel.spec.lm_loader import load_cluster
 from fastmodel.spec.loader import _builtin_data, load_model, load_system, load_task
 from fastmodel.spec.network import NetworkTier
@@ -216,10 +216,10 @@ def test_real_world_columns_come_from_the_tiers_unchanged():
     """lm_sweep.base_columns routes the network columns through ClusterSpec.tiers: the same numbers as
     the run-record lowering, so no real-world prediction moves."""
     from fastmodel.lm_sweep import base_columns
+    from fastmodel.registry.lm import COLUMN_INDEX
     from fastmodel.spec.lm import ExecutionSpec
     from fastmodel.spec.lm_loader import load_lm_model
     from fastmodel.spec.runs import lower_record
-    from fastmodel.variables import COLUMN_INDEX
 
     model = load_lm_model("llama3.1-8b")
     for name in ("dgx-h100", "gb200-nvl72", "dgx-a100-40gb"):

@@ -12,7 +12,7 @@ from fastmodel.lowering.config import resolve
 from fastmodel.lowering.params import param_table, rule_inputs
 from fastmodel.parallel.plans import Level, Plan, enumerate_plan_shapes
 from fastmodel.parallel.rules import ROW_RULES, SHAPE_RULES, check_plan_shape, check_rows, shape_failure
-from fastmodel.results import STATUS
+from fastmodel.registry.madmax import STATUS
 from fastmodel.semantics import get_semantics
 from fastmodel.spec.loader import load_model, load_system, load_task
 

@@ -15,8 +15,8 @@ from fastmodel.kernels.layout import MAX_STREAMS
 from fastmodel.lm_engine import evaluate_table
 from fastmodel.lm_pipeline import chunk_layers, exact_pipeline, send_time, stage_times
 from fastmodel.lowering.pipeline import pipeline_program, pipeline_slots, schedule_pipeline, stage_order
+from fastmodel.registry.lm import COLUMN_INDEX
 from fastmodel.spec.runs import read_records
-from fastmodel.variables import COLUMN_INDEX
 
 RECORDS = {r.id: r for r in read_records(Path(__file__).parent / "data" / "runs_dev.jsonl")}
 

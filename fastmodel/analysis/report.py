@@ -7,7 +7,7 @@ from typing import Mapping
 
 from fastmodel.families import family_of
 from fastmodel.lowering.config import Config
-from fastmodel.results import NAMES
+from fastmodel.registry.madmax import NAMES
 
 _PRECISION = {8: "fp64", 4: "fp32", 2: "fp16/bf16", 1: "int8"}
 

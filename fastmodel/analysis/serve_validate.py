@@ -21,8 +21,8 @@ GROUP_KEYS = ("gpu", "load_mode")
 
 def rows(records: list[ServeRecord]) -> list[dict]:
     """One dict per record: ids, groups, measured and predicted values and their errors."""
+    from fastmodel.registry.lm import SERVE_RESULT_INDEX, SERVE_STATUS_NAMES
     from fastmodel.serving import evaluate_table
-    from fastmodel.variables import SERVE_RESULT_INDEX, SERVE_STATUS_NAMES
 
     if not any(any(k in r.measured for k in METRICS) for r in records):
         raise FastmodelError("no serving record carries measured output_tokens_per_s, ttft_s or tpot_s")

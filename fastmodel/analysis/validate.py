@@ -38,7 +38,7 @@ def predict_records(records: list[RunRecord]) -> dict[str, np.ndarray]:
 
 def baseline_step_time(records: list[RunRecord], flops_per_token: np.ndarray, mfu: float) -> np.ndarray:
     """Step time of the constant-MFU formula: flops_per_token x tokens / (n_gpus x peak x mfu)."""
-    from fastmodel.variables import COLUMN_INDEX as C
+    from fastmodel.registry.lm import COLUMN_INDEX as C
 
     out = np.empty(len(records))
     for i, r in enumerate(records):

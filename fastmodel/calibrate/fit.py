@@ -51,8 +51,8 @@ from fastmodel.calibrate.overlay import (
 )
 from fastmodel.calibrate.search import Box, coarse_search, refine, robust_cost  # noqa: F401 (re-exported)
 from fastmodel.errors import FastmodelError
-from fastmodel.variables import COLUMN_INDEX as C
-from fastmodel.variables import COLUMNS
+from fastmodel.registry.lm import COLUMN_INDEX as C
+from fastmodel.registry.lm import COLUMNS
 
 #: relative change of a parameter (of its scale) used to probe sensitivity
 PROBE = 0.25

@@ -1,7 +1,7 @@
 """The calibration file: a human-readable TOML overlay on the built-in device and network values.
 
 A calibration names, per device, the fitted values of the registry's
-``fittable`` columns (``fastmodel.variables``); everything it leaves out keeps
+``fittable`` columns (``fastmodel.registry.lm``); everything it leaves out keeps
 its physical, built-in value (``specs/devices/*.toml``). Layout::
 
     [calibration]                          # what it was fitted on, and when
@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 
 from fastmodel.errors import SpecError, nearest
-from fastmodel.variables import COLUMN_INDEX, COLUMNS
+from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
 
 try:
     import tomllib

@@ -28,7 +28,7 @@ from fastmodel.calibrate.overlay import (
     overlay_columns,
     stack_name,
 )
-from fastmodel.variables import COLUMN_INDEX as C
+from fastmodel.registry.lm import COLUMN_INDEX as C
 
 TIERS = {"intra": ("intra_eff", "intra_latency"), "inter": ("inter_eff", "inter_latency")}
 

@@ -113,9 +113,9 @@ def _run_serve_record(data: dict, source: str, as_json: bool) -> None:
     import math
 
     from fastmodel.cli.serve import render
+    from fastmodel.registry.lm import SERVE_RESULTS, SERVE_STATUS_NAMES
     from fastmodel.serving import evaluate_table
     from fastmodel.spec.serve_runs import lower_serve_record
-    from fastmodel.variables import SERVE_RESULTS, SERVE_STATUS_NAMES
 
     record = lower_serve_record(data, source)
     out, status = evaluate_table(record.columns[:, None])

@@ -42,8 +42,8 @@ def serve(records, model, device, tp, pp, ep, precision, kv_precision, input_len
     import json
 
     from fastmodel.errors import FastmodelError
+    from fastmodel.registry.lm import SERVE_RESULTS, SERVE_STATUS_NAMES
     from fastmodel.serving import columns, evaluate_table
-    from fastmodel.variables import SERVE_RESULTS, SERVE_STATUS_NAMES
 
     if records and model:
         raise FastmodelError("give RECORDS or --model, not both")

@@ -34,7 +34,7 @@ import orjson
 from fastmodel.errors import FastmodelError
 from fastmodel.io import batch_kinds
 from fastmodel.io.batch_kinds import internal_error, one_line
-from fastmodel.results import NAMES
+from fastmodel.registry.madmax import NAMES
 
 #: row of each result variable in the values matrix
 RESULT_ROW = {name: i for i, name in enumerate(NAMES)}
@@ -403,7 +403,7 @@ def run_chunks(chunks: Iterable[list[bytes]], semantics="default", progress=None
 
 def records(chunk: Chunk) -> Iterator[dict]:
     """The result records (dicts, JSON-ready) of a chunk, in order."""
-    from fastmodel.results import NAMES
+    from fastmodel.registry.madmax import NAMES
 
     rows = chunk.values.T.tolist()
     status, kind_of, columns = chunk.status, chunk.kinds, chunk.columns

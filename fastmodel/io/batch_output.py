@@ -24,7 +24,7 @@ import orjson
 
 from fastmodel.io import batch_kinds
 from fastmodel.io.batch import Chunk, no_cyclic_gc, read_chunks, run_chunks
-from fastmodel.results import NAMES
+from fastmodel.registry.madmax import NAMES
 
 _DUMPS = orjson.dumps
 

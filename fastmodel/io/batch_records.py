@@ -58,8 +58,8 @@ class RunRecords:
     def prepare(self, cases: list[dict], default_semantics) -> Prepared:
         from fastmodel.lm_engine import evaluate_table
         from fastmodel.parallel.lm_rules import plan_status
+        from fastmodel.registry.lm import STATUSES
         from fastmodel.spec.runs import lower_record
-        from fastmodel.variables import STATUSES
 
         lowered, errors = _lower_all(cases, lower_record)
         out = Prepared(errors=errors)
@@ -109,9 +109,9 @@ class ServeRecords:
         return is_serve_record(case)
 
     def prepare(self, cases: list[dict], default_semantics) -> Prepared:
+        from fastmodel.registry.lm import SERVE_RESULT_INDEX, SERVE_STATUS_NAMES
         from fastmodel.serving import evaluate_table
         from fastmodel.spec.serve_runs import lower_serve_record
-        from fastmodel.variables import SERVE_RESULT_INDEX, SERVE_STATUS_NAMES
 
         lowered, errors = _lower_all(cases, lower_serve_record)
         out = Prepared(errors=errors)

@@ -22,8 +22,8 @@ from fastmodel.families import FAMILIES, ModelSpec
 from fastmodel.kernels.layout import COLUMNS, N_COLUMNS
 from fastmodel.parallel.plans import Plan
 from fastmodel.parallel.rules import RowInputs, row_inputs, row_status
-from fastmodel.results import COLUMNS as PARAM_COLUMNS
-from fastmodel.results import STATUS, STATUS_NAMES  # noqa: F401 (the registry; re-exported)
+from fastmodel.registry.madmax import COLUMNS as PARAM_COLUMNS
+from fastmodel.registry.madmax import STATUS, STATUS_NAMES  # noqa: F401 (the registry; re-exported)
 from fastmodel.spec.system import SystemSpec
 from fastmodel.spec.task import TaskSpec
 

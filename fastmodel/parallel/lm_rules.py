@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from fastmodel.errors import PlanError
-from fastmodel.variables import STATUSES
+from fastmodel.registry.lm import STATUSES
 
 
 def plan_status(params: np.ndarray) -> np.ndarray:

@@ -33,7 +33,7 @@ from fastmodel.errors import PlanError, nearest
 # fastmodel/families/).
 from fastmodel.families import FAMILIES
 from fastmodel.parallel.mesh import factors, implied_degrees
-from fastmodel.results import STATUS
+from fastmodel.registry.madmax import STATUS
 
 
 def family_components(family: str) -> tuple[str, ...]:

@@ -14,7 +14,7 @@ import xarray as xr
 
 from fastmodel.errors import FastmodelError, nearest
 from fastmodel.lowering.params import STATUS, STATUS_NAMES
-from fastmodel.results import REGISTRY
+from fastmodel.registry.madmax import REGISTRY
 
 #: status codes of points that are legal but do not fit in memory, and of illegal points
 INFEASIBLE = (STATUS["does_not_fit"],)
@@ -32,10 +32,10 @@ class PlotError(FastmodelError):
 
 def direction(name: str, attrs: dict | None = None) -> str:
     """Default optimisation direction of a variable: its ``better`` attr or registry entry
-    (:func:`fastmodel.results.better`); for a name no registry has (a derived variable, a coordinate),
+    (:func:`fastmodel.registry.madmax.better`); for a name no registry has (a derived variable, a coordinate),
     ``'max'`` for rates and gains, else ``'min'``.
     """
-    from fastmodel.results import better
+    from fastmodel.registry.madmax import better
 
     registered = better(name, attrs)
     if registered:

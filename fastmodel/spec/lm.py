@@ -107,9 +107,9 @@ class ClusterSpec(_Spec):
         (``nvlink_domain_size``, default a node), tier 1 the scale-out network spanning the cluster;
         efficiencies and latencies from the device file (``specs/devices``), then ``efficiency`` (a view, built
         without re-validating: it shows the cluster's numbers as the kernels get them)."""
+        from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
         from fastmodel.spec.network import NetworkTier
         from fastmodel.spec.runs import device_table
-        from fastmodel.variables import COLUMN_INDEX, COLUMNS
 
         device = device_table().get(self.gpu.lower(), {})
 

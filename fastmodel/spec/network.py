@@ -10,7 +10,7 @@ so domain sizes increase and each divides the next. The last tier may leave
 
 Both system kinds describe their network this way (``SystemSpec.tiers``,
 ``ClusterSpec.tiers``); how each engine reads the list is docs/model.md §2.2.1
-(the ``madmax`` reading) and the real-world columns of ``fastmodel/variables.py``.
+(the ``madmax`` reading) and the real-world columns of ``fastmodel/registry/lm.py``.
 """
 
 from __future__ import annotations

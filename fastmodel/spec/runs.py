@@ -2,7 +2,7 @@
 
 A run record describes a model, a system and a plan in natural units; this
 module checks it, fills the optional fields the schema's invariants imply, and
-lowers it to one column vector (``fastmodel.variables``). Device efficiencies
+lowers it to one column vector (``fastmodel.registry.lm``). Device efficiencies
 come from the built-in device files (``specs/devices/*.toml``) matched on
 ``system.gpu``; the record's own datasheet numbers (peaks, HBM, link rates)
 win over them. ``measured`` is never read for prediction.
@@ -43,7 +43,7 @@ import numpy as np
 
 from fastmodel.errors import SpecError, nearest
 from fastmodel.lm_table import CODE_TABLES, encode
-from fastmodel.variables import COLUMN_INDEX, COLUMNS
+from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
 
 try:
     import tomllib

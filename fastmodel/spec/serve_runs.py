@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 
 from fastmodel.errors import SpecError, nearest
+from fastmodel.registry.lm import COLUMN_INDEX, LOAD_MODES
 from fastmodel.serving import KV_PRECISIONS, PRECISIONS, precision_columns
 from fastmodel.spec.runs import _number, device_table, lower_record
-from fastmodel.variables import COLUMN_INDEX, LOAD_MODES
 
 SERVE_BLOCKS = ("model", "system", "serve")
 #: record system field <- device-file column

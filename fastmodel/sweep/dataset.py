@@ -11,7 +11,7 @@ import xarray as xr
 from fastmodel import __version__
 from fastmodel.kernels.layout import N_RESULTS, RESULTS
 from fastmodel.lowering.params import STATUS_NAMES
-from fastmodel.results import attrs as variable_attrs
+from fastmodel.registry.madmax import attrs as variable_attrs
 
 
 class DatasetLabels:

@@ -18,7 +18,7 @@ import numpy as np
 
 from fastmodel.errors import FastmodelError, SpecError, SweepError, nearest
 from fastmodel.families import FAMILIES
-from fastmodel.results import NAMES
+from fastmodel.registry.madmax import NAMES
 from fastmodel.semantics import get_semantics
 from fastmodel.spec.loader import load_model, load_system, load_task, validate
 from fastmodel.sweep.axes import NUM_DEVICES, SPEC_AXES, STRUCTURAL, axis_dim, axis_path, axis_values, plan_values

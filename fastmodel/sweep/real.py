@@ -156,10 +156,10 @@ class LMSweep(RealSweep):
 
     def _setup(self, data: dict, base: Path, axes: dict) -> None:
         from fastmodel.lm_sweep import MESH_AXIS, _axis_values, all_meshes, mesh_label, parse_mesh
+        from fastmodel.registry.lm import COLUMN_INDEX
         from fastmodel.semantics import get_semantics
         from fastmodel.spec.lm_loader import load_cluster, load_execution, load_lm_model
         from fastmodel.sweep.file import _spec_ref
-        from fastmodel.variables import COLUMN_INDEX
 
         source = self.source
         self._check_keys(data, LM_KEYS, ("model", "system", "task"))
@@ -249,9 +249,9 @@ class ServeSweep(RealSweep):
     kind = "serve"
 
     def _setup(self, data: dict, base: Path, axes: dict) -> None:
+        from fastmodel.registry.lm import COLUMN_INDEX
         from fastmodel.spec.serve import load_serve_task
         from fastmodel.sweep.file import _spec_ref
-        from fastmodel.variables import COLUMN_INDEX
 
         source = self.source
         self._check_keys(data, SERVE_KEYS, ("model", "task"))
@@ -280,9 +280,9 @@ class ServeSweep(RealSweep):
         if isinstance(spec, str) and spec.lower() in SERVE_MODELS:
             return spec, serve_model(spec)
         from fastmodel.lm_sweep import base_columns
+        from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
         from fastmodel.spec.lm import ExecutionSpec
         from fastmodel.spec.lm_loader import load_cluster, load_lm_model
-        from fastmodel.variables import COLUMN_INDEX, COLUMNS
 
         try:
             model = load_lm_model(_spec_ref(spec, base))

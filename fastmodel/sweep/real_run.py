@@ -44,7 +44,7 @@ def load_real_sweep_file(path: str, unit_configs: int | None = None) -> RealSwee
 
 def bytes_per_config(sweep: RealSweep) -> int:
     """Output bytes per grid point: float64 results (the memory breakdown counts 7) and the status byte."""
-    from fastmodel.variables import RESULTS, SERVE_RESULTS
+    from fastmodel.registry.lm import RESULTS, SERVE_RESULTS
 
     return 8 * (len(RESULTS) if sweep.kind == "lm" else len(SERVE_RESULTS)) + 1
 

@@ -1,20 +1,20 @@
-"""The registry of the MAD-Max engine: result variables and status codes.
+"""The registry of the MAD-Max engine: result variables, status codes and parameter columns.
 
 Result variables: name, units, direction (``better``), long name, description.
 Every dataset, JSON record and plot label comes from here, so a variable has
 one name and one unit everywhere. Units are SI (seconds, bytes, samples/s).
 Status codes: name and message, in code order. ``kernels/layout.py`` derives the
 kernels' integer indices (``R_*``, ``STATUS_*``) from these tuples; nothing is
-listed twice. (The real-world model's registry is ``fastmodel/variables.py``.)
+listed twice. (The real-world model's registry is ``fastmodel/registry/lm.py``.)
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fastmodel.variables import MEMORY_RESULTS as LM_MEMORY_RESULTS
-from fastmodel.variables import RESULTS as LM_RESULTS
-from fastmodel.variables import SERVE_RESULTS, Status
+from fastmodel.registry.lm import MEMORY_RESULTS as LM_MEMORY_RESULTS
+from fastmodel.registry.lm import RESULTS as LM_RESULTS
+from fastmodel.registry.lm import SERVE_RESULTS, Status
 
 
 @dataclass(frozen=True)
@@ -170,7 +170,7 @@ def attrs(name: str) -> dict[str, str]:
 def better(name: str, attrs: dict | None = None) -> str:
     """Which way variable ``name`` improves: ``"min"``, ``"max"`` or ``""`` (no direction, or not a registry
     variable). A dataset variable's own ``better`` attr wins; then the MAD-Max registry (this module), the
-    real-world and serving registries (``fastmodel.variables``) and the real-world memory kinds."""
+    real-world and serving registries (``fastmodel.registry.lm``) and the real-world memory kinds."""
     if attrs and attrs.get("better") in ("min", "max"):
         return str(attrs["better"])
     if name in REGISTRY:
