@@ -1,5 +1,5 @@
 """fastmodel/families/: one module and one Family object per MAD-Max family, and the column registry
-(results.COLUMNS) the families fill by trait."""
+(registry.madmax.COLUMNS) the families fill by trait."""
 
 from __future__ import annotations
 

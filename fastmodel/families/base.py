@@ -4,7 +4,7 @@ A family module (``fastmodel/families/<name>.py``) defines the family's spec
 class and one :class:`Family` object; ``fastmodel/families/__init__.py``
 registers it with one line. Everything family-specific on the Python side is
 read from that object: the spec class, the plan components, which parameter
-columns it fills (``traits``, matched against ``results.COLUMNS[...].needs``),
+columns it fills (``traits``, matched against ``registry.madmax.COLUMNS[...].needs``),
 the structure-key fields, the lowering, the kernels' integer family code,
 degree limits and family rules, finetuning fields, the reference's type name.
 """
@@ -37,7 +37,7 @@ class Family:
     plan_example: str
     #: per plan component, (spec paths whose sum bounds its pp degree, spec path bounding its tp degree or None)
     degree_limits: dict[str, tuple[tuple[str, ...], str | None]] = field(default_factory=dict)
-    #: family legality rules beyond the plan-shape ones (status names of ``results.STATUSES``)
+    #: family legality rules beyond the plan-shape ones (status names of ``registry.madmax.STATUSES``)
     rules: tuple[str, ...] = ()
     #: finetuning fields of the task that apply (``freeze_*``, ``min_frozen_layer``)
     freeze_fields: tuple[str, ...] = ()

@@ -110,7 +110,7 @@ def param_table(model: ModelSpec, system: SystemSpec, task: TaskSpec, plan: Plan
     bytes_dense = int(get("model.bytes_per_dense_param").flat[0])  # structural: one value per table
     for name, path in _SPEC_COLUMNS:
         put(name, get(path))
-    for column in _TRAIT_COLUMNS:  # the family's own columns (results.COLUMNS, Family.traits)
+    for column in _TRAIT_COLUMNS:  # the family's own columns (registry.madmax.COLUMNS, Family.traits)
         if column.needs in family.traits:
             put(column.name, get(column.path))
         elif column.fill is not None:

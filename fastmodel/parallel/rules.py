@@ -67,7 +67,7 @@ MAX_LEVELS = 2
 
 @dataclass(frozen=True)
 class Rule:
-    """One rule: its name (a PlanError rule; for row rules a ``results.STATUSES`` name), its scope
+    """One rule: its name (a PlanError rule; for row rules a ``registry.madmax.STATUSES`` name), its scope
     (``plan``: once; ``component``: per component; ``level``: per level of each component), whether it
     is broken, the message, when it applies (structural, per plan) and its block (see :func:`_walk`)."""
 
