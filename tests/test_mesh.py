@@ -137,3 +137,24 @@ def test_real_world_plan_on_the_same_mesh_type():
     assert dense.roles("layers")["dp"] == REPLICATE_SHARD and dense.factors("layers") == Factors(16, 64, 4)
     with pytest.raises(ValueError):
         lm_mesh(parse_mesh("tp8.pp3"), 64)
+
+
+@pytest.mark.parametrize("nodes, per_node", [(1, 8), (4, 8), (16, 8), (3, 4)])
+def test_cost_kernel_factors_equal_the_mesh_on_every_plan(nodes, per_node):
+    """kernels/costs.plan_factors (the numba twin the cost kernel reads) and Mesh.factors agree on every
+    legal plan of the cluster, every component (duplicate, shard, tp degree)."""
+    from fastmodel.engine import strategy_codes
+    from fastmodel.kernels.costs import plan_factors as kernel_factors
+    from fastmodel.parallel.plans import enumerate_plans
+
+    plans = enumerate_plans(nodes, per_node, transformer=True)
+    assert plans
+    for plan in plans:
+        mesh = plan.to_mesh(nodes * per_node, per_node)
+        for name, levels in plan.components:
+            degrees = mesh.degrees(name)
+            dup, shard, tp, _, _ = kernel_factors.py_func(strategy_codes(tuple(lv.strategy for lv in levels)),
+                                                          len(levels), float(degrees[0]),
+                                                          float(degrees[1]) if len(degrees) > 1 else 1.0)
+            expected = mesh.factors(name)
+            assert (dup, shard, tp) == (expected.duplicate, expected.shard, expected.tp_degree), (plan.label, name)
