@@ -2,8 +2,8 @@
 
 A process group is ``size`` devices laid out with ``stride`` devices between
 neighbours in the device mesh (Megatron order: tp innermost, then cp, then dp,
-pp outermost). Tier 1 is an NVLink domain of ``domain_size`` devices; tier 2 is
-the scale-out network, one NIC per device.
+pp outermost). Tier 0 (a cluster's ``.tiers[0]``) is an NVLink domain of
+``domain_size`` devices; tier 1 is the scale-out network, one NIC per device.
 
 - members per domain ``g_in = min(size, max(1, domain_size / stride))``,
   domains spanned ``g_out = size / g_in``;
@@ -65,7 +65,7 @@ def bus_bandwidth(row, size, stride):
 
 @njit
 def ring_latency(row, size, stride, protocol=SIMPLE):
-    """Latency of one ring pass under ``protocol``: a step per member, inter-domain steps at tier-2 latency."""
+    """Latency of one ring pass under ``protocol``: a step per member, inter-domain steps at the scale-out (tier 1) latency."""
     g_in = members_per_domain(row, size, stride)
     g_out = size / g_in
     intra = row[C_INTRA_LATENCY] * PROTO_INTRA_HOP[protocol]

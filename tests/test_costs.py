@@ -1,4 +1,4 @@
-"""kernels/costs.py against the spec classes' own counts (spec_model.py): the two write the
+"""kernels/costs.py against the spec classes' own counts (fastmodel/families/*.py): the two write the
 MAD-Max formulas (docs/model.md §2.1, §5) independently, so each checks the other for every
 family, including dlrm-transformer, which has no reference cases."""
 

@@ -105,3 +105,10 @@ def test_moe_flag_comes_from_the_family():
     assert int(np.sum(moe.op_category == layout.CAT_ALL2ALL)) == 8
     assert int(np.sum(dense.op_category == layout.CAT_ALL2ALL)) == 0
     assert moe.num_ops == dense.num_ops + 8
+
+
+def test_every_registry_column_has_a_kernel_short_name():
+    """kernels/layout.py maps each registry column to a ``P_*`` name by column name: a new column without a
+    short name would be invisible to the cost kernels."""
+    assert set(layout._COLUMN_SHORT_NAMES.values()) == set(layout.COLUMNS)
+    assert len(set(layout._COLUMN_SHORT_NAMES.values())) == len(layout._COLUMN_SHORT_NAMES)

@@ -186,3 +186,10 @@ def test_json_schema(kind):
         schema = schema["$defs"]["DLRMSpec"]
     assert "properties" in schema
     json.dumps(schema)
+
+
+def test_min_frozen_layer_zero_is_refused_for_families_without_layers():
+    """0 is a value (it freezes every layer), not an absent field: a dlrm task that gives it is an error."""
+    task = {"name": "t", "kind": "finetune", "global_batch": 2048, "freeze_emb": False, "min_frozen_layer": 0}
+    with pytest.raises(SpecError, match="task.min_frozen_layer: does not apply to dlrm model"):
+        fastmodel.evaluate("dlrm-a-small", "dc-a", task, plan="ddp/mp", num_nodes=2)

@@ -49,7 +49,7 @@ def check_task_fits_family(model: ModelSpec, task: TaskSpec) -> None:
     family = family_of(model)
     for name in ("freeze_top_mlp", "freeze_bottom_mlp", "freeze_dense", "min_frozen_layer"):
         value = getattr(task, name)
-        if name not in family.freeze_fields and value not in (None, False):
+        if name not in family.freeze_fields and value is not None and value is not False:  # 0 is a value
             fits = " / ".join(f for f in family.freeze_fields if f != "min_frozen_layer")
             raise SpecError(where, f"task.{name}", f"does not apply to {model.family} model {model.name!r}: "
                                                    f"its family freezes {fits} (and freeze_emb)")
@@ -80,7 +80,7 @@ def resolve(model: ModelSpec, system: SystemSpec, task: TaskSpec, semantics: Sem
         where = f"{task.source}: task.plan"
         if plan is None:
             example = family_of(model).plan_example
-            raise SpecError(None, "task.plan", f"task {task.name!r} leaves the plan open; give one with --plan, e.g. {example}")
+            raise SpecError(task.source, "task.plan", f"task {task.name!r} leaves the plan open; give one with --plan, e.g. {example}")
     elif not isinstance(plan, Plan):
         plan = Plan.parse(plan)
     n, per_node = system.num_devices, system.devices_per_node
@@ -93,13 +93,13 @@ def resolve(model: ModelSpec, system: SystemSpec, task: TaskSpec, semantics: Sem
         if error.rule == "batch_not_divisible":
             raise error.located(f"{task.source}: task.global_batch") from None
         if error.rule == "global_batch_mismatch":
-            raise
+            raise error.located(f"{task.source}: task.local_batch") from None
         implied = any(level.degree is None for level in given.levels)
         if implied and error.rule in ("degree_le_1", "first_degree", "product_ne_devices") and "implied" not in error.reason:
             error = PlanError(error.rule, f"{error.reason} (degrees implied for {n} devices, {per_node} per node)")
         raise error.located(where) from None
     plan = plan.resolve(n, per_node)
-    mesh = plan.to_mesh(n, per_node)
+    mesh = plan.to_mesh(n, per_node, checked=True)  # the rule table ran above
     duplicates = {name: mesh.factors(name).duplicate for name in mesh.component_names}
     if task.global_batch is not None:
         global_batch = task.global_batch
@@ -114,7 +114,8 @@ def resolve(model: ModelSpec, system: SystemSpec, task: TaskSpec, semantics: Sem
 def structure_key_for(model: ModelSpec, task: TaskSpec, plan: Plan, semantics: Semantics) -> StructureKey:
     """The Program key of a model/task/plan/semantics combination."""
     family = family_of(model)
-    layers = family.structure_fields(model)["num_layers"]
+    fields = family.structure_fields(model)
+    layers = fields["num_layers"]
     if task.kind == "finetune":
         min_frozen = layers if task.min_frozen_layer is None else min(task.min_frozen_layer, layers)
     else:
@@ -126,8 +127,8 @@ def structure_key_for(model: ModelSpec, task: TaskSpec, plan: Plan, semantics: S
         emb=plan.emb_strategies,
         transformer=plan.transformer_strategies,
         num_layers=layers,
-        num_bottom_layers=family.structure_fields(model)["num_bottom_layers"],
-        num_top_layers=family.structure_fields(model)["num_top_layers"],
+        num_bottom_layers=fields["num_bottom_layers"],
+        num_top_layers=fields["num_top_layers"],
         freeze_emb=task.freeze_emb,
         freeze_dense=task.freeze_dense,
         freeze_top_mlp=task.freeze_top_mlp,

@@ -28,8 +28,6 @@ from fastmodel.parallel.rules import STRATEGIES, check_plan, shape_failure
 DENSE_STRATEGIES = STRATEGIES["dense"]
 #: strategies of the embedding tables
 EMB_STRATEGIES = STRATEGIES["emb"]
-#: how a component is replicated and sharded (``mesh.Factors``)
-PlanFactors = Factors
 
 _LEVEL = re.compile(r"^([A-Za-z_]+)(\d*)$")
 
@@ -123,9 +121,11 @@ class Plan:
         """Fill omitted degrees: 1 level -> all devices; 2 levels -> [per node, rest]."""
         return _resolve_plan(self, num_devices, devices_per_node)
 
-    def to_mesh(self, num_devices: int, devices_per_node: int) -> Mesh:
-        """The device mesh of this plan on the cluster (degrees implied); PlanError if it is illegal there."""
-        check_plan(self, num_devices, devices_per_node)
+    def to_mesh(self, num_devices: int, devices_per_node: int, checked: bool = False) -> Mesh:
+        """The device mesh of this plan on the cluster (degrees implied); PlanError if it is illegal there
+        (``checked``: the caller already ran the rule table on this plan and cluster)."""
+        if not checked:
+            check_plan(self, num_devices, devices_per_node)
         plan = self.resolve(num_devices, devices_per_node)
         return madmax_mesh([(name, [(lv.strategy, lv.degree) for lv in levels]) for name, levels in plan.components],
                            devices_per_node, num_devices // devices_per_node)

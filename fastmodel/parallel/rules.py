@@ -50,8 +50,10 @@ def degree_limit_paths(family: str, component: str) -> tuple[tuple[str, ...], st
 
 def odd_layer_paths(family: str) -> tuple[str, ...]:
     """Layer counts that must be even when the dense part uses tp (the family rule ``tp_odd_layers``: the
-    DLRM MLPs' tp allreduce fires once per layer pair); empty where the family has no such rule."""
-    return ("model.num_bottom_layers", "model.num_top_layers") if "tp_odd_layers" in FAMILIES[family].rules else ()
+    DLRM MLPs' tp allreduce fires once per layer pair): the dense component's layer counts
+    (``Family.degree_limits``); empty where the family has no such rule."""
+    spec = FAMILIES[family]
+    return spec.degree_limits["dense"][0] if "tp_odd_layers" in spec.rules else ()
 # ---------------------------------------------------------------------------------------------------
 
 

@@ -11,8 +11,9 @@ One package, one module per engine (each under 450 lines):
   kinds, statuses. ``kernels/lm_layout.py`` derives ``C_*``, ``R_*`` and codes.
 
 Datasets, JSON records, plots (direction, units, labels), ``best`` and
-calibration read these. ``better(name)`` and ``attrs(name)`` look a result up in
-either engine. The kernels' on-disk cache is keyed by both modules' bytes
+calibration read these. ``better(name)`` looks a result's direction up in either
+engine; ``attrs(name)`` gives a MAD-Max variable's xarray attrs (the real-world
+engine builds its attrs from ``registry.lm.RESULTS``). The kernels' on-disk cache is keyed by both modules' bytes
 (``kernels/jit.py``).
 """
 

@@ -106,7 +106,9 @@ class ClusterSpec(_Spec):
         """The network as tiers (``fastmodel/spec/network.py``): tier 0 the NVLink domain
         (``nvlink_domain_size``, default a node), tier 1 the scale-out network spanning the cluster;
         efficiencies and latencies from the device file (``specs/devices``), then ``efficiency`` (a view, built
-        without re-validating: it shows the cluster's numbers as the kernels get them)."""
+        without re-validating: it shows the cluster's numbers as the kernels get them, so a job smaller than
+        its NVLink domain, e.g. 8 GPUs of an NVL72, shows tier 0 larger than tier 1: the job sits inside one
+        domain)."""
         from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
         from fastmodel.spec.network import NetworkTier
         from fastmodel.spec.runs import device_table

@@ -74,7 +74,8 @@ def check_tiers(tiers: Sequence[NetworkTier], path: tuple = ("tiers",)) -> None:
 
 
 def resolved(tiers: Sequence[NetworkTier], total_devices: int) -> tuple[NetworkTier, ...]:
-    """The tiers with the last tier's omitted domain set to ``total_devices``."""
+    """The tiers with the last tier's omitted domain set to ``total_devices``. A view of a loaded system,
+    not re-checked by :func:`check_tiers`: on one node the last tier's domain equals the node's."""
     out = list(tiers)
     if out and out[-1].domain_size is None:
         out[-1] = out[-1].model_copy(update={"domain_size": int(total_devices)})

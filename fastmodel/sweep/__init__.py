@@ -11,7 +11,7 @@ unit, a ``unit_done`` flag written after the data, so an interrupted sweep
 resumes exactly where it stopped), and as Dask distributed tasks.
 
 Illegal and infeasible points stay in the grid: their result variables are
-NaN and ``status`` says why (``params.STATUS_NAMES``); memory variables are
+NaN and ``status`` says why (``registry.madmax.STATUS_NAMES``); memory variables are
 kept for ``does_not_fit`` points so one can see by how much they miss.
 
 One module per job:

@@ -18,6 +18,7 @@ import numpy as np
 
 from fastmodel.errors import FastmodelError, SpecError, SweepError, nearest
 from fastmodel.families import FAMILIES
+from fastmodel.parallel.rules import check_plan_shape
 from fastmodel.registry.madmax import NAMES
 from fastmodel.semantics import get_semantics
 from fastmodel.spec.loader import load_model, load_system, load_task, validate
@@ -117,11 +118,9 @@ class Sweep(GridLayout, UnitEvaluation, DatasetLabels):
                 raise SweepError(f"task {self.task.name!r} leaves the plan open: add a 'plan' axis (e.g. plan = 'all')")
             self.plans = [self.task.parsed_plan]
             try:
-                from fastmodel.parallel.rules import check_plan_shape
                 check_plan_shape(self.plans[0])
             except FastmodelError as error:
                 raise SweepError(f"task plan: {error}") from None
-        from fastmodel.parallel.rules import check_plan_shape
         for plan in self.plans:
             for family in sorted(families):
                 try:

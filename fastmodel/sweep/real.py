@@ -3,7 +3,7 @@
 A sweep file whose model is a real-world spec (``family = "lm"``) under the
 ``default`` semantics, or whose task is a serving task (``kind = "serve"``), is
 read here instead of by ``fastmodel.sweep.file``; ``fastmodel sweep`` runs it
-with the same output, size guard and store machinery (``sweep_real_run``).
+with the same output, size guard and store machinery (``sweep.real_run``).
 
 Training (task ``llm-pretrain``, a ``kind = "cluster"`` system)::
 

@@ -28,7 +28,7 @@ NOT_COMPUTED = -1
 
 
 def load_real_sweep_file(path: str, unit_configs: int | None = None) -> RealSweep | None:
-    """The real-world sweep of a sweep file, or None when it is a MAD-Max sweep (``sweep_file``)."""
+    """The real-world sweep of a sweep file, or None when it is a MAD-Max sweep (``sweep.file``)."""
     from fastmodel.spec.loader import read_file
     from fastmodel.sweep.file import locate
     from fastmodel.sweep.real import is_real_sweep, load_real_sweep
