@@ -52,6 +52,19 @@ def _describe(text: str) -> str:
         return "another process"
 
 
+def _owner(handle, wait_s: float = 1.0) -> str:
+    """The lock holder named from the lock file. Its holder writes its pid right after taking the lock, so
+    an empty file means it is between the two steps: read again for up to ``wait_s`` before saying
+    "another process"."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        handle.seek(0)
+        text = handle.read()
+        if text or time.monotonic() >= deadline:
+            return _describe(text)
+        time.sleep(0.02)
+
+
 @contextlib.contextmanager
 def writer_lock(path: str | os.PathLike):
     """Hold the exclusive writer lock of the store at ``path``; SweepError naming the owner if taken."""
@@ -65,7 +78,7 @@ def writer_lock(path: str | os.PathLike):
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            owner = _describe(handle.read())
+            owner = _owner(handle)
             handle.close()
             raise SweepError(f"{path} is being written by {owner} (lock {lock}); wait for it to finish, or stop it") \
                 from None
