@@ -112,7 +112,7 @@ def trace(config: Config) -> tuple[Program, np.ndarray, np.ndarray]:
     program = lower(key)
     params = param_row(config)[:, None]
     slots, _ = costs(params, plan_codes(key, config.semantics))
-    start, end, _ = schedule_trace(program.kernel_arrays, slots[0])
+    start, end, _ = schedule(program, slots[0])
     return program, start, end
 
 

@@ -75,8 +75,12 @@ def rule_inputs(model: ModelSpec, system: SystemSpec, task: TaskSpec, plan: Plan
                       wanted_devices=wanted, global_batch=global_batch, local_batch=local)
 
 
-#: columns read straight from a spec field by every family (bytes_per_dense_param: structural, put below)
-_SPEC_COLUMNS = tuple((c.name, c.path) for c in PARAM_COLUMNS if c.needs == "all" and c.path)
+#: columns param_table writes itself: the structural precision (one value per table) and the node size
+#: the rule inputs already read (a num_devices axis sets the node count from it)
+_WRITTEN_BELOW = ("bytes_per_dense_param", "devices_per_node")
+#: columns read straight from a spec field by every family
+_SPEC_COLUMNS = tuple((c.name, c.path) for c in PARAM_COLUMNS
+                      if c.needs == "all" and c.path and c.name not in _WRITTEN_BELOW)
 #: columns read from a spec field by the families with the column's trait; the others write ``fill`` (if any)
 _TRAIT_COLUMNS = tuple(c for c in PARAM_COLUMNS if c.needs != "all")
 _COL = {name: i for i, name in enumerate(COLUMNS)}
