@@ -102,7 +102,7 @@ class Release:
 
 def names_lines(count: int, seed: int = 0) -> list[bytes]:
     sys.path.insert(0, str(ROOT))
-    from fastmodel.parallel.plans import enumerate_plan_shapes
+    from fastmodel.madmax.parallel.plans import enumerate_plan_shapes
 
     rng = random.Random(seed)
     shapes = [p.label for p in enumerate_plan_shapes(2, 8)]

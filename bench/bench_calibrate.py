@@ -49,11 +49,11 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
-    from fastmodel.analysis.validate import group_scores, rows
-    from fastmodel.calibrate.fit import fit
-    from fastmodel.calibrate.overlay import apply_calibration
-    from fastmodel.calibrate.report import cross_validate
-    from fastmodel.spec.runs import lower_record
+    from fastmodel.lm.calibrate.fit import fit
+    from fastmodel.lm.calibrate.overlay import apply_calibration
+    from fastmodel.lm.calibrate.report import cross_validate
+    from fastmodel.lm.records import lower_record
+    from fastmodel.lm.validate import group_scores, rows
 
     records = [lower_record(run, f"run {i}") for i, run in enumerate(replicated(args.runs, args.seed))]
     start = time.perf_counter()

@@ -50,7 +50,7 @@ WORKLOADS = {
 
 def make_cases(n: int, seed: int, model: str = "llama2-70b") -> list[str]:
     """n JSONL lines: ``model`` pretrain with varied plans, batches and systems."""
-    from fastmodel.parallel.plans import enumerate_plan_shapes
+    from fastmodel.madmax.parallel.plans import enumerate_plan_shapes
     from fastmodel.spec.loader import load_system
 
     rng = random.Random(seed)
@@ -81,12 +81,12 @@ def python_baseline(configs) -> float:
     """Seconds per config with the kernels' code run by the Python interpreter."""
     import numpy as np
 
-    from fastmodel.engine import plan_codes
-    from fastmodel.kernels.costs import costs_row
-    from fastmodel.kernels.layout import N_SCHEDULE_OUTPUTS, N_SLOTS, N_TERMS, N_WORK
+    from fastmodel.kernels.madmax.costs import costs_row
+    from fastmodel.kernels.madmax.layout import N_SCHEDULE_OUTPUTS, N_SLOTS, N_TERMS, N_WORK
     from fastmodel.kernels.schedule import schedule_row
-    from fastmodel.lowering.config import param_row, structure_key
-    from fastmodel.lowering.graph import lower
+    from fastmodel.madmax.engine import plan_codes
+    from fastmodel.madmax.lowering.config import param_row, structure_key
+    from fastmodel.madmax.lowering.graph import lower
 
     def one(config):
         key = structure_key(config)

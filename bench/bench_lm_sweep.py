@@ -32,7 +32,7 @@ MICRO = [1, 2, 4, 8]
 
 
 def run_default(repeats: int) -> dict:
-    from fastmodel.lm_sweep import lm_sweep
+    from fastmodel.lm.sweep import lm_sweep
 
     axes = {"num_nodes": NODES, "global_batch": BATCHES, "micro_batch": MICRO, "plan": "all"}
     t0 = time.perf_counter()

@@ -1,4 +1,4 @@
-"""Benchmark: the memory kernel alone (kernels/memory.py), configurations per second.
+"""Benchmark: the memory kernel alone (kernels/lm/memory.py), configurations per second.
 
 Evaluates ``memory_table`` on a grid of Llama-3-70B-shaped training configurations that vary the plan
 degrees, pipeline schedule, sharding stage, recompute mode and micro-batch (so every branch of the
@@ -18,8 +18,8 @@ import time
 import numba
 import numpy as np
 
-from fastmodel.kernels.memory import memory_table
-from fastmodel.lm_table import table
+from fastmodel.kernels.lm.memory import memory_table
+from fastmodel.lm.table import table
 
 
 def grid(n: int) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""Benchmark: serving-sweep throughput (configs/s) of ``fastmodel.serving.sweep``.
+"""Benchmark: serving-sweep throughput (configs/s) of ``fastmodel.serve.api.sweep``.
 
 One in-memory sweep (grid definition -> labeled Dataset) of Llama-3.1-70B serving:
 5 devices (A100-80GB, H100, H200, GH200, L40S) x 3 precisions (bf16, fp8, int4) x
@@ -8,7 +8,7 @@ three load modes (batch, concurrency, max_throughput). Prints compile time (firs
 small sweep), then per mode the best and median wall-clock configs/s of --repeats
 runs, the CPU time per config (summed over threads: what an idle machine's cores would each
 deliver), the share of points with status ok, and that a sampled grid point equals the
-single-config ``fastmodel.serving.evaluate`` exactly. Writes bench/results/bench_serve.json.
+single-config ``fastmodel.serve.api.evaluate`` exactly. Writes bench/results/bench_serve.json.
 
     python bench/bench_serve.py [--repeats 3] [--modes batch,concurrency,max_throughput]
 """
@@ -38,7 +38,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--modes", default="batch,concurrency,max_throughput")
     args = parser.parse_args()
-    from fastmodel.serving import evaluate, sweep
+    from fastmodel.serve.api import evaluate, sweep
 
     axes = AXES
     size = int(np.prod([len(v) for v in axes.values()]))

@@ -217,7 +217,7 @@ def stall_free_seconds(sweep, repeats: int) -> float:
     slice -> parameter table -> kernels -> its region of the result) is run
     ``repeats`` times back to back and its fastest run counted, plus the rest of
     run_in_memory (definition, assembly) timed once."""
-    from fastmodel.kernels.layout import N_RESULTS
+    from fastmodel.kernels.madmax.layout import N_RESULTS
 
     out = np.empty((N_RESULTS, sweep.num_configs))
     status = np.zeros(sweep.num_configs, dtype=np.int8)
@@ -239,13 +239,13 @@ def stall_free_seconds(sweep, repeats: int) -> float:
 
 def baseline(sweep, sample: int) -> float:
     """Configs/s of the same Programs evaluated per config by CPython (no numba)."""
-    from fastmodel.engine import plan_codes
-    from fastmodel.kernels.costs import costs_row
-    from fastmodel.kernels.layout import N_SCHEDULE_OUTPUTS, N_SLOTS, N_TERMS, N_WORK
+    from fastmodel.kernels.madmax.costs import costs_row
+    from fastmodel.kernels.madmax.layout import N_SCHEDULE_OUTPUTS, N_SLOTS, N_TERMS, N_WORK
     from fastmodel.kernels.schedule import schedule_row
-    from fastmodel.lowering.config import structure_key_for
-    from fastmodel.lowering.graph import lower
-    from fastmodel.lowering.params import param_table
+    from fastmodel.madmax.engine import plan_codes
+    from fastmodel.madmax.lowering.config import structure_key_for
+    from fastmodel.madmax.lowering.graph import lower
+    from fastmodel.madmax.lowering.params import param_table
 
     rng = np.random.default_rng(0)
     units = list(sweep.units())
@@ -291,7 +291,7 @@ def check_identical(ds, sweep, samples: int = 50) -> int:
     system/model fields: each point's values are set on the sweep's base specs.
     """
     import fastmodel
-    from fastmodel.lowering.params import STATUS
+    from fastmodel.madmax.lowering.params import STATUS
 
     rng = np.random.default_rng(1)
     ok = np.argwhere(ds.status.values == STATUS["ok"])

@@ -24,10 +24,10 @@ def main() -> None:
 
     import numpy as np
 
-    from fastmodel.analysis.validate import group_scores, rows
-    from fastmodel.calibrate.fit import calibrate
-    from fastmodel.calibrate.overlay import apply_calibration
-    from fastmodel.spec.runs import read_records
+    from fastmodel.lm.calibrate.fit import calibrate
+    from fastmodel.lm.calibrate.overlay import apply_calibration
+    from fastmodel.lm.records import read_records
+    from fastmodel.lm.validate import group_scores, rows
 
     def score(records):
         s = group_scores(rows(records), None)[0][1]

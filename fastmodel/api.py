@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fastmodel import __version__
-from fastmodel.engine import evaluate_configs
 from fastmodel.errors import SpecError
-from fastmodel.lowering.config import Config, resolve
+from fastmodel.madmax.engine import evaluate_configs
+from fastmodel.madmax.lowering.config import Config, resolve
 from fastmodel.registry.madmax import NAMES, attrs
 from fastmodel.semantics import Semantics, get_semantics
 from fastmodel.spec.loader import load_model, load_system, load_task
@@ -60,11 +60,11 @@ def evaluate(model: Any, system: Any, task: Any, semantics: "str | Semantics | d
     """
     real = real_world_model(model, semantics)
     if real is not None:
-        from fastmodel.lm_api import evaluate_lm
+        from fastmodel.lm.api import evaluate_lm
 
         return evaluate_lm(real, system, task, plan=plan, execution=execution, num_nodes=num_nodes,
                            calibration=calibration)
-    from fastmodel.calibrate.use import not_for_madmax
+    from fastmodel.lm.calibrate.use import not_for_madmax
 
     not_for_madmax(calibration)
     return evaluate_config(make_config(model, system, task, semantics, plan, num_nodes))
@@ -73,7 +73,7 @@ def evaluate(model: Any, system: Any, task: Any, semantics: "str | Semantics | d
 def real_world_model(model: Any, semantics: "str | Semantics | dict"):
     """The LM spec when ``model`` is a real-world model and ``semantics`` evaluates those; else None.
     A real-world model under a MAD-Max-only preset is a SpecError naming the preset to use."""
-    from fastmodel.spec.lm import LMSpec
+    from fastmodel.lm.spec import LMSpec
 
     loaded = load_model(model)
     if not isinstance(loaded, LMSpec):
@@ -86,7 +86,7 @@ def real_world_model(model: Any, semantics: "str | Semantics | dict"):
 
 
 def evaluate_config(config: Config) -> "xr.Dataset":
-    """Evaluate one resolved :class:`~fastmodel.lowering.config.Config` (0-d Dataset)."""
+    """Evaluate one resolved :class:`~fastmodel.madmax.lowering.config.Config` (0-d Dataset)."""
     import xarray as xr  # here, not at the top: make_config must stay cheap to import (CLI start-up)
 
     results = evaluate_configs([config])

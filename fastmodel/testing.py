@@ -12,7 +12,7 @@ Two kinds of helper, in the spirit of ``xarray.testing``:
   and task kind, whatever the numbers (docs/model.md §7):
   :func:`invariant_violations` lists the broken ones, :func:`assert_invariants`
   raises. They take anything indexable by result-variable name: the dict of
-  :func:`fastmodel.engine.evaluate_configs`, a JSON record of ``fastmodel
+  :func:`fastmodel.madmax.engine.evaluate_configs`, a JSON record of ``fastmodel
   batch``, or an ``xarray.Dataset`` (0-d from :func:`fastmodel.evaluate`, or a
   sweep grid, whose non-``ok`` points are skipped).
 

@@ -1,7 +1,7 @@
 """Argument bundles of the MAD-Max kernels: named tuples numba passes as one argument each.
 
-Three bundles carry what the fused pass (``kernels/evaluate.py``), the cost
-kernel (``kernels/costs.py``) and the scheduler (``kernels/schedule.py``) need
+Three bundles carry what the fused pass (``kernels/madmax/evaluate.py``), the cost
+kernel (``kernels/madmax/costs.py``) and the scheduler (``kernels/schedule.py``) need
 besides the parameter table and their outputs:
 
 - :class:`ProgramArrays`: the op graph of one structure (``Program.kernel_arrays()``);

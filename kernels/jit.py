@@ -41,30 +41,51 @@ __all__ = ["njit", "prange", "cache_dir", "kernel_source_key", "INTERPRETED"]
 _PACKAGE_DIR = Path(__file__).resolve().parent
 
 
-#: modules outside the kernels package whose module-level constants the kernels compile in
-#: (the registries: the real-world model's columns, results and statuses; the MAD-Max results and statuses
-#: that kernels/layout.py derives its R_* and STATUS_* indices from)
-_CONSTANT_MODULES = ("fastmodel.registry.lm", "fastmodel.registry.madmax")
+#: engine -> (its kernel subfolders, the registry modules whose module-level constants its kernels compile
+#: in). Each engine's kernels are cached in a folder of their own, keyed by the shared kernel files (this
+#: folder's top level), its subfolders and its registries, so an edit to an lm kernel recompiles the lm and
+#: serving kernels and leaves the MAD-Max ones cached. Serving compiles in the lm layer shape.
+ENGINES = {
+    "madmax": (("madmax",), ("fastmodel.registry.madmax", "fastmodel.registry.lm")),
+    "lm": (("lm",), ("fastmodel.registry.lm",)),
+    "serve": (("lm", "serve"), ("fastmodel.registry.lm",)),
+}
+#: the key of the shared kernels (schedule, roofline, nccl) when compiled on their own
+SHARED = "shared"
 
 
-def _constant_sources() -> list[Path]:
+def engine_of(module: str) -> str:
+    """The engine a kernel module belongs to (``fastmodel.kernels.lm.step`` -> ``lm``), else :data:`SHARED`."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 3 and parts[:2] == ["fastmodel", "kernels"] and parts[2] in ENGINES \
+        else SHARED
+
+
+def _constant_sources(engine: str = SHARED) -> list[Path]:
     from importlib.util import find_spec
 
+    names = sorted({n for _, regs in ENGINES.values() for n in regs}) if engine == SHARED else ENGINES[engine][1]
     paths = []
-    for name in _CONSTANT_MODULES:
+    for name in names:
         spec = find_spec(name)
         if spec is not None and spec.origin:
             paths.append(Path(spec.origin))
     return paths
 
 
-def kernel_source_key(folder: str | os.PathLike = _PACKAGE_DIR, constant_sources=None) -> str:
-    """Hash of the names and bytes of every ``.py`` file in ``folder`` (the kernels package) and of the
-    registry modules whose constants the kernels compile in (``constant_sources``; default: the installed ones)."""
+def kernel_source_key(folder: str | os.PathLike = _PACKAGE_DIR, constant_sources=None, engine: str = SHARED) -> str:
+    """Hash of the names and bytes of the kernel files ``engine`` compiles in (the shared top level of
+    ``folder`` and the engine's subfolders; :data:`SHARED`: the top level only) and of the registry modules
+    whose constants they read (``constant_sources``; default: the installed ones)."""
     digest = hashlib.sha256()
-    extra = _constant_sources() if constant_sources is None else [Path(p) for p in constant_sources]
-    for path in [*sorted(Path(folder).glob("*.py")), *extra]:
-        digest.update(path.name.encode())
+    folder = Path(folder)
+    extra = _constant_sources(engine) if constant_sources is None else [Path(p) for p in constant_sources]
+    files = sorted(folder.glob("*.py"))
+    for sub in ENGINES[engine][0] if engine != SHARED else ():
+        files += sorted((folder / sub).glob("*.py"))
+    for path in [*files, *extra]:
+        digest.update(path.relative_to(folder).as_posix().encode() if path.is_relative_to(folder)
+                      else path.name.encode())
         digest.update(b"\0")
         digest.update(path.read_bytes())
         digest.update(b"\0")
@@ -97,14 +118,21 @@ def _writable(path: Path) -> bool:
         return False
 
 
-def cache_dir() -> Path | None:
-    """The folder compiled kernels are cached in, created if needed; None when no folder is writable."""
-    key = f"numba-{_version()}-{kernel_source_key()}"
+def cache_dir(engine: str = SHARED) -> Path | None:
+    """The folder ``engine``'s compiled kernels are cached in, created if needed; None when no folder is
+    writable."""
+    key = f"numba-{_version()}-{engine}-{kernel_source_key(engine=engine)}"
     candidates = [_base_dir() / key, Path(tempfile.gettempdir()) / f"fastmodel-{os.getuid()}" / key]
     return next((c for c in candidates if _writable(c)), None)
 
 
-_CACHE_DIR = None if INTERPRETED else cache_dir()
+_CACHE_DIRS: dict[str, Path | None] = {}
+
+
+def _engine_cache_dir(engine: str) -> Path | None:
+    if engine not in _CACHE_DIRS:
+        _CACHE_DIRS[engine] = cache_dir(engine)
+    return _CACHE_DIRS[engine]
 
 
 def njit(*args, **options):
@@ -112,25 +140,22 @@ def njit(*args, **options):
     function when :data:`INTERPRETED`."""
     if INTERPRETED:
         return args[0] if len(args) == 1 and callable(args[0]) else (lambda func: func)
-    options.setdefault("cache", _CACHE_DIR is not None)
+    if len(args) == 1 and callable(args[0]):
+        return _decorate(args[0], (), options)
+    return lambda func: _decorate(func, args, options)
+
+
+def _decorate(func, args, options):
+    """``func`` compiled with numba, cached in its engine's folder (:func:`engine_of` its module)."""
+    folder = _engine_cache_dir(engine_of(func.__module__))
+    options = {**options}
+    options.setdefault("cache", folder is not None)
     if not options["cache"]:
-        return _numba_njit(*args, **options) if not (len(args) == 1 and callable(args[0])) \
-            else _numba_njit(**options)(args[0])
+        return _numba_njit(*args, **options)(func)
     # numba picks the cache folder when the function is decorated: point it at ours for that moment only
     saved = _numba_config.CACHE_DIR
-    _numba_config.CACHE_DIR = str(_CACHE_DIR)
+    _numba_config.CACHE_DIR = str(folder)
     try:
-        if len(args) == 1 and callable(args[0]):
-            return _numba_njit(**options)(args[0])
-        decorate = _numba_njit(*args, **options)
-
-        def apply(func):
-            _numba_config.CACHE_DIR = str(_CACHE_DIR)
-            try:
-                return decorate(func)
-            finally:
-                _numba_config.CACHE_DIR = saved
-
-        return apply
+        return _numba_njit(*args, **options)(func)
     finally:
         _numba_config.CACHE_DIR = saved

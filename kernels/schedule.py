@@ -30,7 +30,7 @@ random programs). Runs that never settle are scheduled op by op.
 import numpy as np
 from fastmodel.kernels.jit import njit, prange
 
-from fastmodel.kernels.layout import (
+from fastmodel.kernels.streams import (
     N_CATEGORIES, N_SCHEDULE_OUTPUTS, N_WORK, O_CATEGORY0, O_FORWARD_TIME, O_ITERATION_TIME,
     W_CURSORS, W_INC_CURSOR, W_LAYER_BUSY, W_PREV_CURSORS, W_PREV_INC_CURSOR,
 )

@@ -3,7 +3,7 @@
 import numpy as np
 import xarray as xr
 
-from fastmodel.lowering.params import STATUS, STATUS_NAMES
+from fastmodel.madmax.lowering.params import STATUS, STATUS_NAMES
 from fastmodel.registry.madmax import attrs
 
 PLANS = ["fsdp/ddp", "tp,ddp/mp", "ddp/ddp"]

@@ -9,7 +9,7 @@ import numpy as np
 import xarray as xr
 
 from fastmodel.errors import FastmodelError, SweepError, nearest
-from fastmodel.lowering.params import STATUS_NAMES
+from fastmodel.madmax.lowering.params import STATUS_NAMES
 
 _EXPR = re.compile(r"^\s*(!?)([A-Za-z_][\w.]*)\s*(?:(==|=|!=|>=|<=|>|<)\s*(.+?))?\s*$")
 

@@ -27,9 +27,9 @@ def batch(cases, output, force, semantics, calibration, progress):
         from fastmodel.io.batch_jit import interpret_if_few
 
         interpret_if_few(cases)
-    from fastmodel.calibrate.use import cli_warnings
     from fastmodel.io.batch_output import run_to_output
     from fastmodel.io.outputs import check_output
+    from fastmodel.lm.calibrate.use import cli_warnings
 
     kind = "parquet" if str(output).lower().endswith(".parquet") else "text"
     check_output(output, kind, inputs=(cases,), force=force)

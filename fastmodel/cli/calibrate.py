@@ -1,5 +1,5 @@
 """``fastmodel calibrate RUNS.jsonl -o cal.toml``: fit device and network efficiencies to measured runs
-(see fastmodel.calibrate)."""
+(see fastmodel.lm.calibrate)."""
 
 from __future__ import annotations
 
@@ -31,13 +31,13 @@ def calibrate(runs, output, folds, loss, prior, seed):
     from pathlib import Path
 
     from fastmodel import __version__
-    from fastmodel.analysis.validate import group_scores, rows
-    from fastmodel.calibrate.fit import calibrate as fit_runs
-    from fastmodel.calibrate.fit import objective_text
-    from fastmodel.calibrate.overlay import apply_calibration, to_toml, write_calibration
-    from fastmodel.calibrate.report import cross_validate, format_report, toml_annotations
     from fastmodel.errors import FastmodelError, SpecError
-    from fastmodel.spec.runs import read_records
+    from fastmodel.lm.calibrate.fit import calibrate as fit_runs
+    from fastmodel.lm.calibrate.fit import objective_text
+    from fastmodel.lm.calibrate.overlay import apply_calibration, to_toml, write_calibration
+    from fastmodel.lm.calibrate.report import cross_validate, format_report, toml_annotations
+    from fastmodel.lm.records import read_records
+    from fastmodel.lm.validate import group_scores, rows
 
     if output and Path(output).resolve() == Path(runs).resolve():
         raise SpecError(output, "", "is the input file; choose another output")

@@ -114,7 +114,7 @@ def read_calibration(path):
     """The calibration file of ``--calibration`` (None without one); a bad file is a one-line error."""
     if path is None:
         return None
-    from fastmodel.calibrate import read_calibration
+    from fastmodel.lm.calibrate import read_calibration
 
     return read_calibration(path)
 

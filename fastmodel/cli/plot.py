@@ -167,17 +167,17 @@ def _real_world_timeline(model, system, task, num_nodes, plan, semantics):
 
     if not get_semantics(semantics).real_world:
         return None
-    from fastmodel.lm_timeline import timeline
+    from fastmodel.lm.timeline import timeline
 
     if model.endswith(".json") and Path(model).is_file():
-        from fastmodel.spec.runs import is_run_record, lower_record
+        from fastmodel.lm.records import is_run_record, lower_record
 
         try:
             data = json.loads(Path(model).read_text(encoding="utf-8-sig"))
         except (OSError, ValueError):
             data = None
         if is_run_record(data):
-            from fastmodel.parallel.lm_rules import check_plan
+            from fastmodel.lm.rules import check_plan
 
             record = lower_record(data, model)
             check_plan(record.columns, f"{model}: plan")
@@ -189,7 +189,7 @@ def _real_world_timeline(model, system, task, num_nodes, plan, semantics):
         return None
     if system is None or task is None:
         raise click.UsageError("--system and --task are required (unless --model is a run record)")
-    from fastmodel.lm_sweep import point_columns
+    from fastmodel.lm.sweep import point_columns
 
     columns = point_columns(real, system, task, plan=plan, num_nodes=num_nodes)
     return timeline(columns), f"{real.name}, {plan or 'dp'}"

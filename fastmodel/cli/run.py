@@ -25,18 +25,18 @@ from fastmodel.errors import FastmodelError
 @friendly
 def run(model, system, task, num_nodes, plan, semantics, calibration, as_json):
     """Evaluate one configuration and print a report."""
-    from fastmodel.calibrate.use import cli_warnings
+    from fastmodel.lm.calibrate.use import cli_warnings
 
     cal = read_calibration(calibration)
     with cli_warnings():
         if _run_real_world(model, system, task, num_nodes, plan, semantics, as_json, cal):
             return
-    from fastmodel.calibrate.use import not_for_madmax
+    from fastmodel.lm.calibrate.use import not_for_madmax
 
     not_for_madmax(cal)
-    from fastmodel.analysis import report
     from fastmodel.api import make_config
-    from fastmodel.engine import evaluate_configs
+    from fastmodel.madmax import report
+    from fastmodel.madmax.engine import evaluate_configs
 
     if system is None or task is None:
         raise click.UsageError("--system and --task are required (unless --model is a run record)")
@@ -57,13 +57,13 @@ def _run_real_world(model, system, task, num_nodes, plan, semantics, as_json, ca
     if not get_semantics(semantics).real_world:
         return False
     if model.endswith(".json") and Path(model).is_file():
-        from fastmodel.spec.runs import is_run_record
+        from fastmodel.lm.records import is_run_record
 
         try:
             data = json.loads(Path(model).read_text(encoding="utf-8-sig"))
         except (OSError, ValueError):
             data = None
-        from fastmodel.spec.serve_runs import is_serve_record
+        from fastmodel.serve.records import is_serve_record
 
         if is_serve_record(data):
             if cal is not None:
@@ -72,7 +72,7 @@ def _run_real_world(model, system, task, num_nodes, plan, semantics, as_json, ca
             _run_serve_record(data, model, as_json)
             return True
         if is_run_record(data):
-            from fastmodel.lm_api import record_values
+            from fastmodel.lm.api import record_values
 
             values, attrs = record_values(data, model, calibration=cal)
             title = f"{data.get('id') or model} (run record; measured values ignored)" + _calibrated(cal)
@@ -88,11 +88,11 @@ def _run_real_world(model, system, task, num_nodes, plan, semantics, as_json, ca
     title = (f"{real.name} on {system}" + (f" x {num_nodes} nodes" if num_nodes else "")
              + f", plan {plan or 'dp'}, semantics {semantics}" + _calibrated(cal))
     if cal is None:  # no xarray: the report needs only the numbers
-        from fastmodel.lm_api import config_values
+        from fastmodel.lm.api import config_values
 
         _print_real_world(config_values(real, system, task, plan=plan, num_nodes=num_nodes), {}, title, as_json)
         return True
-    from fastmodel.lm_api import evaluate_lm, report_values
+    from fastmodel.lm.api import evaluate_lm, report_values
 
     ds = evaluate_lm(real, system, task, plan=plan, num_nodes=num_nodes, calibration=cal)
     _print_real_world(report_values(ds), ds.attrs, title, as_json)
@@ -114,8 +114,8 @@ def _run_serve_record(data: dict, source: str, as_json: bool) -> None:
 
     from fastmodel.cli.serve import render
     from fastmodel.registry.lm import SERVE_RESULTS, SERVE_STATUS_NAMES
-    from fastmodel.serving import evaluate_table
-    from fastmodel.spec.serve_runs import lower_serve_record
+    from fastmodel.serve.api import evaluate_table
+    from fastmodel.serve.records import lower_serve_record
 
     record = lower_serve_record(data, source)
     out, status = evaluate_table(record.columns[:, None])
@@ -130,7 +130,7 @@ def _run_serve_record(data: dict, source: str, as_json: bool) -> None:
 
 
 def _print_real_world(values: dict, attrs: dict, title: str, as_json: bool) -> None:
-    from fastmodel.lm_api import format_report
+    from fastmodel.lm.api import format_report
 
     if as_json:
         record = {name: float(v) for name, v in values.items()}

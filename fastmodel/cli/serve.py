@@ -1,5 +1,5 @@
 """``fastmodel serve``: one serving configuration, or every record of a serving-record file, with its
-latency, throughput, memory and prefill/decode breakdown (see fastmodel.serving)."""
+latency, throughput, memory and prefill/decode breakdown (see fastmodel.serve.api)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 import click
 
 from fastmodel.cli.common import friendly
-from fastmodel.serve_precisions import KV_PRECISIONS, PRECISIONS
+from fastmodel.serve.precisions import KV_PRECISIONS, PRECISIONS
 
 TIME_KEYS = ("ttft", "tpot", "e2e_latency")
 RATE_KEYS = ("output_tokens_per_s", "output_tokens_per_s_per_gpu", "output_tokens_per_s_per_user")
@@ -43,12 +43,12 @@ def serve(records, model, device, tp, pp, ep, precision, kv_precision, input_len
 
     from fastmodel.errors import FastmodelError
     from fastmodel.registry.lm import SERVE_RESULTS, SERVE_STATUS_NAMES
-    from fastmodel.serving import columns, evaluate_table
+    from fastmodel.serve.api import columns, evaluate_table
 
     if records and model:
         raise FastmodelError("give RECORDS or --model, not both")
     if records:
-        from fastmodel.spec.serve_runs import read_serve_records
+        from fastmodel.serve.records import read_serve_records
 
         found = read_serve_records(records)
         labels = [r.id or f"record {i + 1}" for i, r in enumerate(found)]

@@ -68,7 +68,7 @@ def tier_lines(name: str) -> list[str]:
 @friendly
 def specs_schema(kind):
     """Print the JSON Schema of a spec KIND (for editor completion and checks)."""
-    from fastmodel.spec.schema import json_schema
+    from fastmodel.madmax.spec.schema import json_schema
 
     click.echo(json.dumps(json_schema(kind), indent=2))
 
@@ -82,9 +82,9 @@ def specs_schema(kind):
 def plans(system, num_nodes, model):
     """List every legal 1-D/2-D plan of a system."""
     from fastmodel.errors import PlanError
-    from fastmodel.families import family_of
-    from fastmodel.parallel.plans import enumerate_plans
-    from fastmodel.parallel.rules import check_plan
+    from fastmodel.madmax.families import family_of
+    from fastmodel.madmax.parallel.plans import enumerate_plans
+    from fastmodel.madmax.parallel.rules import check_plan
     from fastmodel.spec.loader import load_model, load_system
 
     sys_spec = load_system(system, num_nodes=num_nodes)

@@ -84,7 +84,7 @@ def sweep_command(sweep_file, output, resume, force, workers, scheduler, unit_co
                         calibration)
         return
     if calibration is not None:
-        from fastmodel.calibrate.use import not_for_madmax
+        from fastmodel.lm.calibrate.use import not_for_madmax
 
         not_for_madmax(read_calibration(calibration))
     sweep = load_sweep_file(sweep_file, unit_configs)
@@ -133,8 +133,8 @@ def _done(ds, num_configs: int) -> None:
 
 
 def _run_real_sweep(real, output, is_zarr, resume, force, progress, confirm_large, distributed, calibration):
-    from fastmodel.calibrate.use import cli_warnings
     from fastmodel.errors import SweepError
+    from fastmodel.lm.calibrate.use import cli_warnings
     from fastmodel.sweep import Progress
     from fastmodel.sweep.real_run import check_real_size, run_real
 

@@ -1,4 +1,4 @@
-"""``fastmodel validate RUNS.jsonl``: the real-world model against measured runs (see fastmodel.analysis.validate)."""
+"""``fastmodel validate RUNS.jsonl``: the real-world model against measured runs (see fastmodel.lm.validate)."""
 
 from __future__ import annotations
 
@@ -22,19 +22,19 @@ def validate(runs, output, plot_path, calibration):
     get throughput, TTFT and TPOT error tables."""
     from pathlib import Path
 
-    from fastmodel.analysis.validate import format_report, rows
     from fastmodel.errors import SpecError
-    from fastmodel.spec.runs import read_records
+    from fastmodel.lm.records import read_records
+    from fastmodel.lm.validate import format_report, rows
 
     for target in (output, plot_path):
         if target and Path(target).resolve() == Path(runs).resolve():
             raise SpecError(target, "", "is the input file; choose another output")
-    from fastmodel.spec.serve_runs import file_has_serve_records
+    from fastmodel.serve.records import file_has_serve_records
 
-    if file_has_serve_records(runs):      # serving records (SERVE_RUNS.md): fastmodel.analysis.serve_validate
-        from fastmodel.analysis.serve_validate import format_report as serve_report
-        from fastmodel.analysis.serve_validate import rows as serve_rows
-        from fastmodel.spec.serve_runs import read_serve_records
+    if file_has_serve_records(runs):      # serving records (SERVE_RUNS.md): fastmodel.serve.validate
+        from fastmodel.serve.records import read_serve_records
+        from fastmodel.serve.validate import format_report as serve_report
+        from fastmodel.serve.validate import rows as serve_rows
 
         if plot_path:
             raise SpecError(plot_path, "", "--plot draws step times of run records, not serving records")
@@ -45,8 +45,8 @@ def validate(runs, output, plot_path, calibration):
         return
     records = read_records(runs)
     if calibration:  # nothing fitted is applied unless asked for
-        from fastmodel.calibrate import apply_calibration, read_calibration
-        from fastmodel.calibrate.use import check, cli_warnings, tiers_used
+        from fastmodel.lm.calibrate import apply_calibration, read_calibration
+        from fastmodel.lm.calibrate.use import check, cli_warnings, tiers_used
 
         cal = read_calibration(calibration)
         seen: dict[str, set] = {}

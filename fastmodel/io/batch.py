@@ -82,7 +82,7 @@ def parse_case(line: "str | dict", default_semantics):
     This is what ``fastmodel run`` does for one configuration; the batch takes
     it for every line its vectorized path does not admit, so reasons match.
     """
-    from fastmodel.lowering.config import resolve
+    from fastmodel.madmax.lowering.config import resolve
     from fastmodel.semantics import get_semantics
     from fastmodel.spec.loader import load_cached
 
@@ -264,8 +264,8 @@ class LineMemo:
 
 
 def _evaluate_distinct(raw_lines: list[bytes], default_semantics, kinds) -> Distinct:
-    from fastmodel.engine import evaluate_into
-    from fastmodel.kernels.layout import N_RESULTS
+    from fastmodel.kernels.madmax.layout import N_RESULTS
+    from fastmodel.madmax.engine import evaluate_into
 
     kinds = batch_kinds.KINDS if kinds is None else kinds
     n = len(raw_lines)
@@ -383,7 +383,7 @@ def run_chunks(chunks: Iterable[list[bytes]], semantics="default", progress=None
     """Evaluate chunks of raw lines in order; ``progress(lines, bytes)`` after each. ``calibration`` (TOML
     path or ``Calibration``) applies to run-record lines; after the last chunk, a device or tier of them it
     does not cover is a ``CalibrationWarning``."""
-    from fastmodel.calibrate.overlay import as_calibration
+    from fastmodel.lm.calibrate.overlay import as_calibration
     from fastmodel.semantics import get_semantics
 
     default_semantics = get_semantics(semantics)

@@ -126,7 +126,7 @@ class _Base:
         Each count is computed once (``params.param_table`` over the new
         counts at once) and kept, so a chunk's table is one gather.
         """
-        from fastmodel.lowering.params import STATUS, param_table
+        from fastmodel.madmax.lowering.params import STATUS, param_table
 
         if len(self.index) > 65536:  # bounded memory
             self.index, self.table, self.status, self.labels = {}, None, None, []
@@ -174,9 +174,9 @@ class SpecCases:
     # -- per distinct base ------------------------------------------------
     def _base(self, key, case: dict, default_semantics) -> _Base:
         from fastmodel.io.batch import _spec_text, _system_with_nodes
-        from fastmodel.lowering.config import check_task_fits_family, structure_key_for
-        from fastmodel.parallel.plans import Plan
-        from fastmodel.parallel.rules import check_plan_shape
+        from fastmodel.madmax.lowering.config import check_task_fits_family, structure_key_for
+        from fastmodel.madmax.parallel.plans import Plan
+        from fastmodel.madmax.parallel.rules import check_plan_shape
         from fastmodel.semantics import get_semantics
         from fastmodel.spec.loader import load_cached
 
@@ -283,7 +283,7 @@ class SpecCases:
             fast_tables.setdefault((base.key, base.semantics), []).append((table, rows))
 
         if slow:
-            from fastmodel.lowering.config import param_row, structure_key
+            from fastmodel.madmax.lowering.config import param_row, structure_key
 
             for i in sorted(slow):
                 reason, config = self._slow_line(cases[i], default_semantics)

@@ -44,30 +44,30 @@ class RunRecords:
     def finish(self) -> None:
         """After the last chunk: a ``CalibrationWarning`` per device or tier the calibration does not cover."""
         if self.calibration is not None:
-            from fastmodel.calibrate.use import check
+            from fastmodel.lm.calibrate.use import check
 
             check(self.calibration, self.seen, frameworks=self.frameworks)
 
     def claims(self, case: dict) -> bool:
         if type(case.get("model")) is not dict or type(case.get("plan")) is not dict:   # spec lines: no walk
             return False
-        from fastmodel.spec.runs import is_run_record
+        from fastmodel.lm.records import is_run_record
 
         return is_run_record(case)
 
     def prepare(self, cases: list[dict], default_semantics) -> Prepared:
-        from fastmodel.lm_engine import evaluate_table
-        from fastmodel.parallel.lm_rules import plan_status
+        from fastmodel.lm.engine import evaluate_table
+        from fastmodel.lm.records import lower_record
+        from fastmodel.lm.rules import plan_status
         from fastmodel.registry.lm import STATUSES
-        from fastmodel.spec.runs import lower_record
 
         lowered, errors = _lower_all(cases, lower_record)
         out = Prepared(errors=errors)
         if not lowered:
             return out
         if self.calibration is not None:
-            from fastmodel.calibrate.overlay import apply_calibration
-            from fastmodel.calibrate.use import tiers_used
+            from fastmodel.lm.calibrate.overlay import apply_calibration
+            from fastmodel.lm.calibrate.use import tiers_used
 
             for _, record in lowered:
                 self.seen.setdefault(record.gpu, set()).update(tiers_used(record.columns))
@@ -96,7 +96,7 @@ class RunRecords:
 
 
 class ServeRecords:
-    """Lines in the SERVE_RUNS.md schema: the serving model (kernels/serve.py)."""
+    """Lines in the SERVE_RUNS.md schema: the serving model (kernels/serve/evaluate.py)."""
 
     name = "serve_record"
     columns = {"id": "string", **{name: "float64" for name in SERVE_COLUMNS}}
@@ -104,14 +104,14 @@ class ServeRecords:
     def claims(self, case: dict) -> bool:
         if type(case.get("model")) is not dict or type(case.get("serve")) is not dict:
             return False
-        from fastmodel.spec.serve_runs import is_serve_record
+        from fastmodel.serve.records import is_serve_record
 
         return is_serve_record(case)
 
     def prepare(self, cases: list[dict], default_semantics) -> Prepared:
         from fastmodel.registry.lm import SERVE_RESULT_INDEX, SERVE_STATUS_NAMES
-        from fastmodel.serving import evaluate_table
-        from fastmodel.spec.serve_runs import lower_serve_record
+        from fastmodel.serve.api import evaluate_table
+        from fastmodel.serve.records import lower_serve_record
 
         lowered, errors = _lower_all(cases, lower_serve_record)
         out = Prepared(errors=errors)

@@ -8,7 +8,7 @@ import xarray as xr
 from matplotlib.patches import Patch
 
 from fastmodel.errors import nearest
-from fastmodel.kernels.layout import CATEGORY_NAMES
+from fastmodel.kernels.madmax.layout import CATEGORY_NAMES
 from fastmodel.plot import data as D
 from fastmodel.plot import style as S
 
@@ -16,7 +16,7 @@ from fastmodel.plot import style as S
 SERIALIZED = tuple(f"time_{c}" for c in CATEGORY_NAMES)
 OVERLAPPED = ("time_gemm", "time_emb", "exposed_comm")
 
-#: the real-world model's step (kernels/lm_step.py): compute on the busiest device + optimizer + pipeline bubble
+#: the real-world model's step (kernels/lm/step.py): compute on the busiest device + optimizer + pipeline bubble
 #: + exposed communication per process group = step_time exactly; "Serialized" has each group's whole time
 GROUPS = ("tp", "cp", "ep", "pp", "dp")
 REAL_COMPUTE = ("time_gemm", "time_attention", "time_memory_bound", "time_optimizer", "pipeline_bubble")

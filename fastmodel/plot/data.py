@@ -13,7 +13,7 @@ import numpy as np
 import xarray as xr
 
 from fastmodel.errors import FastmodelError, nearest
-from fastmodel.lowering.params import STATUS, STATUS_NAMES
+from fastmodel.madmax.lowering.params import STATUS, STATUS_NAMES
 from fastmodel.registry.madmax import REGISTRY
 
 #: status codes of points that are legal but do not fit in memory, and of illegal points

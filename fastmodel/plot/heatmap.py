@@ -98,7 +98,7 @@ def heatmap(data, x: str | None = None, y: str | None = None, *, var: str | None
 
 def _as_labels(da):
     """Status codes and booleans are categories, not quantities: their names, for a categorical map."""
-    from fastmodel.lowering.params import STATUS_NAMES
+    from fastmodel.madmax.lowering.params import STATUS_NAMES
 
     if da.name == "status" or "flag_meanings" in da.attrs:
         names = np.array(da.attrs.get("flag_meanings", " ".join(STATUS_NAMES)).split(), dtype=object)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 from matplotlib.patches import Patch
 
-from fastmodel.kernels.layout import CATEGORY_NAMES, STREAM_COMM, STREAM_COMPUTE
+from fastmodel.kernels.madmax.layout import CATEGORY_NAMES, STREAM_COMM, STREAM_COMPUTE
 from fastmodel.plot import data as D
 from fastmodel.plot import style as S
 
@@ -60,7 +60,7 @@ def idle_intervals(starts: np.ndarray, ends: np.ndarray, total: float, rel_tol: 
 
 def schedule(config) -> Schedule:
     """The full per-op schedule of a resolved Config (through ``engine.trace``)."""
-    from fastmodel.engine import trace
+    from fastmodel.madmax.engine import trace
 
     program, start, end = trace(config)
     barrier_ops = np.flatnonzero(program.op_barrier)

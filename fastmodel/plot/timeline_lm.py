@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.patches import Patch
 
-from fastmodel.lm_timeline import KINDS, STREAMS, Timeline
+from fastmodel.lm.timeline import KINDS, STREAMS, Timeline
 from fastmodel.plot import style as S
 from fastmodel.plot.timeline import idle_intervals, window_bounds
 
@@ -26,7 +26,7 @@ KIND_LABELS = {
 
 def lm_timeline_figure(tl: Timeline, *, window: tuple[float, float] | None = None, aggregate: bool = False,
                        size="double", height: float | None = None, title: str = "", ax=None):
-    """Gantt chart of ``tl`` (``fastmodel.lm_timeline.timeline``): compute on top, a row per communicating
+    """Gantt chart of ``tl`` (``fastmodel.lm.timeline.timeline``): compute on top, a row per communicating
     process group below; waits of the compute stream for communication in the ``exposed`` colour.
     ``aggregate`` merges back-to-back ops of one kind closer than 1/1000 of the window; returns ``(fig, ax)``."""
     total = tl.step_time

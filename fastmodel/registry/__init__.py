@@ -4,11 +4,11 @@ One package, one module per engine (each under 450 lines):
 
 - ``registry.madmax`` -- the MAD-Max engine: result variables (units, ``better``,
   long name, description), status codes with messages, parameter columns (spec
-  path, units, the family trait that fills them). ``kernels/layout.py`` derives
+  path, units, the family trait that fills them). ``kernels/madmax/layout.py`` derives
   ``R_*``, ``STATUS_*``, ``COLUMNS`` and ``P_*`` from it.
 - ``registry.lm`` -- the real-world model and serving: parameter columns (units,
   bounds, ``fittable``), integer codes, result variables (``better``), memory
-  kinds, statuses. ``kernels/lm_layout.py`` derives ``C_*``, ``R_*`` and codes.
+  kinds, statuses. ``kernels/lm/layout.py`` derives ``C_*``, ``R_*`` and codes.
 
 Datasets, JSON records, plots (direction, units, labels), ``best`` and
 calibration read these. ``better(name)`` looks a result's direction up in either

@@ -1,6 +1,6 @@
 """The registry of the real-world LM model (``default`` semantics): parameter columns, codes, results.
 
-Declared once, dependency-free. ``kernels/lm_layout.py`` derives the integer
+Declared once, dependency-free. ``kernels/lm/layout.py`` derives the integer
 column and result indices the kernels use from these tuples; datasets, run
 records, ``validate`` and calibration read names, units and bounds from here.
 

@@ -3,7 +3,7 @@
 Result variables: name, units, direction (``better``), long name, description.
 Every dataset, JSON record and plot label comes from here, so a variable has
 one name and one unit everywhere. Units are SI (seconds, bytes, samples/s).
-Status codes: name and message, in code order. ``kernels/layout.py`` derives the
+Status codes: name and message, in code order. ``kernels/madmax/layout.py`` derives the
 kernels' integer indices (``R_*``, ``STATUS_*``) from these tuples; nothing is
 listed twice. (The real-world model's registry is ``fastmodel/registry/lm.py``.)
 """
@@ -89,7 +89,7 @@ class Column:
     pydantic field's), or ``""`` when the column is derived (plan degrees, local
     batches, the peak at the model's precision). ``needs`` says which families
     fill it: ``"all"``, or a trait a family module lists in ``Family.traits``
-    (``fastmodel/families/``). Families without the trait write ``fill`` into
+    (``fastmodel/madmax/families/``). Families without the trait write ``fill`` into
     the column, or leave it unset when ``fill`` is None (their kernels never read it).
     """
 
@@ -102,7 +102,7 @@ class Column:
 
 
 _M, _S, _D = "model.", "system.", ""
-#: the parameter-table columns, in kernel order (``kernels/layout.py`` derives ``COLUMNS`` and ``N_COLUMNS``)
+#: the parameter-table columns, in kernel order (``kernels/madmax/layout.py`` derives ``COLUMNS`` and ``N_COLUMNS``)
 COLUMNS: tuple[Column, ...] = (
     Column("num_layers", "1", _M + "num_layers", "transformer", "L transformer layers"),
     Column("hidden", "elements", _M + "hidden", "transformer", "model width d"),

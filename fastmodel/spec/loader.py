@@ -20,10 +20,10 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from fastmodel.errors import FieldValueError, SpecError, nearest
-from fastmodel.families import MODEL_FAMILIES, ModelSpec
-from fastmodel.spec import madmax_format
-from fastmodel.spec.system import SystemSpec
-from fastmodel.spec.task import TaskSpec
+from fastmodel.madmax.families import MODEL_FAMILIES, ModelSpec
+from fastmodel.madmax.spec import madmax_format
+from fastmodel.madmax.spec.system import SystemSpec
+from fastmodel.madmax.spec.task import TaskSpec
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -174,7 +174,7 @@ def _resolve_source(spec: Any, kind: str) -> tuple[dict | BaseModel, str | None]
 
 def load_model(spec: Any) -> ModelSpec:
     """A model spec from a name, path, dict (either format) or spec object."""
-    from fastmodel.spec.lm import LMSpec
+    from fastmodel.lm.spec import LMSpec
 
     if isinstance(spec, (*MODEL_FAMILIES.values(), LMSpec)):
         return spec
@@ -183,7 +183,7 @@ def load_model(spec: Any) -> ModelSpec:
         data = madmax_format.model_to_spec(data, source, validate)
     family = data.get("family")
     if family == "lm":
-        from fastmodel.spec.lm import LMSpec
+        from fastmodel.lm.spec import LMSpec
         return validate(LMSpec, data, source, "model")
     if family is None:
         raise SpecError(source, "model.family", f"required field missing (one of {', '.join(MODEL_FAMILIES)})"
@@ -196,17 +196,17 @@ def load_model(spec: Any) -> ModelSpec:
 
 def load_system(spec: Any, num_nodes: int | None = None) -> SystemSpec:
     """A system spec; ``num_nodes`` overrides the cluster size."""
-    from fastmodel.spec.lm import ClusterSpec
+    from fastmodel.lm.spec import ClusterSpec
 
     if isinstance(spec, ClusterSpec):
-        from fastmodel.spec.lm_loader import load_cluster
+        from fastmodel.lm.loader import load_cluster
         return load_cluster(spec, num_nodes)
     if isinstance(spec, SystemSpec):
         system = spec
     else:
         data, source = _resolve_source(spec, "system")
         if isinstance(data, dict) and data.get("kind") == "cluster":
-            from fastmodel.spec.lm_loader import load_cluster
+            from fastmodel.lm.loader import load_cluster
             return load_cluster(data if source is None else spec, num_nodes)
         if madmax_format.is_madmax_system(data):
             data = madmax_format.system_to_spec(data, source, validate)

@@ -29,7 +29,7 @@ def sweep(model: Any, system: Any, task: Any, axes: dict[str, Any], semantics: A
     distributed cluster (needs ``store``).
 
     Under the ``default`` semantics a real-world model (``family = "lm"``) is swept by the real-world
-    model instead (``fastmodel.lm_sweep``: axes are registry columns, ``num_nodes``, ``global_batch`` and
+    model instead (``fastmodel.lm.sweep``: axes are registry columns, ``num_nodes``, ``global_batch`` and
     ``plan`` meshes; ``execution``, ``only_fitting`` and ``calibration`` -- a ``fastmodel calibrate`` TOML
     path or ``Calibration`` -- apply; the result is in memory). A calibration for a MAD-Max model is a SpecError.
     """
@@ -40,11 +40,11 @@ def sweep(model: Any, system: Any, task: Any, axes: dict[str, Any], semantics: A
         if store is not None or workers is not None or scheduler is not None:
             raise SweepError("real-world sweeps run in memory: leave out store/workers/scheduler and save the "
                              "result with ds.to_netcdf(...)")
-        from fastmodel.lm_sweep import lm_sweep
+        from fastmodel.lm.sweep import lm_sweep
 
         return lm_sweep(real, system, task, axes=axes, execution=execution, only_fitting=only_fitting,
                         calibration=calibration)
-    from fastmodel.calibrate.use import not_for_madmax
+    from fastmodel.lm.calibrate.use import not_for_madmax
 
     not_for_madmax(calibration)
     definition = Sweep(model, system, task, axes, semantics, unit_configs)

@@ -23,12 +23,12 @@ import numpy as np
 from pydantic import BaseModel
 
 from fastmodel.errors import PlanError, SweepError, nearest
-from fastmodel.parallel.plans import DENSE_STRATEGIES, EMB_STRATEGIES, Level, Plan, enumerate_plan_shapes
-from fastmodel.parallel.rules import check_plan_shape
+from fastmodel.madmax.parallel.plans import DENSE_STRATEGIES, EMB_STRATEGIES, Level, Plan, enumerate_plan_shapes
+from fastmodel.madmax.parallel.rules import check_plan_shape
 from fastmodel.spec.quantity import parse_quantity
-from fastmodel.families import MODEL_FAMILIES
-from fastmodel.spec.system import SystemSpec
-from fastmodel.spec.task import TaskSpec
+from fastmodel.madmax.families import MODEL_FAMILIES
+from fastmodel.madmax.spec.system import SystemSpec
+from fastmodel.madmax.spec.task import TaskSpec
 
 #: fields whose value changes the Program (looped over, not vectorized)
 STRUCTURAL = {

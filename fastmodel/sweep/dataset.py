@@ -9,8 +9,8 @@ import numpy as np
 import xarray as xr
 
 from fastmodel import __version__
-from fastmodel.kernels.layout import N_RESULTS, RESULTS
-from fastmodel.lowering.params import STATUS_NAMES
+from fastmodel.kernels.madmax.layout import N_RESULTS, RESULTS
+from fastmodel.madmax.lowering.params import STATUS_NAMES
 from fastmodel.registry.madmax import attrs as variable_attrs
 
 

@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 
 from fastmodel.errors import FastmodelError, SpecError, SweepError, nearest
-from fastmodel.families import FAMILIES
-from fastmodel.parallel.rules import check_plan_shape
+from fastmodel.madmax.families import FAMILIES
+from fastmodel.madmax.parallel.rules import check_plan_shape
 from fastmodel.registry.madmax import NAMES
 from fastmodel.semantics import get_semantics
 from fastmodel.spec.loader import load_model, load_system, load_task, validate

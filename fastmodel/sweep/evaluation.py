@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from fastmodel.engine import evaluate_into
 from fastmodel.errors import SpecError, SweepError
-from fastmodel.families import MODEL_FAMILIES
-from fastmodel.lowering.config import check_task_fits_family, structure_key_for
-from fastmodel.lowering.params import param_table
+from fastmodel.madmax.engine import evaluate_into
+from fastmodel.madmax.families import MODEL_FAMILIES
+from fastmodel.madmax.lowering.config import check_task_fits_family, structure_key_for
+from fastmodel.madmax.lowering.params import param_table
+from fastmodel.madmax.spec.task import TaskSpec
 from fastmodel.spec.loader import validate
-from fastmodel.spec.task import TaskSpec
 from fastmodel.sweep.grid import Unit
 
 

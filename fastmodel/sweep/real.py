@@ -19,7 +19,7 @@ Training (task ``llm-pretrain``, a ``kind = "cluster"`` system)::
     micro_batch = [1, 2]
     recompute = ["none", "selective", "full"]
 
-Serving (a ``kind = "serve"`` task, ``fastmodel.spec.serve``)::
+Serving (a ``kind = "serve"`` task, ``fastmodel.serve.spec``)::
 
     model = "llama3.1-70b"               # a serving model name or a family-"lm" spec
     system = "H100"                      # a device (specs/devices) or a cluster spec (its gpu)
@@ -75,7 +75,7 @@ def _raw(spec: Any, kind: str) -> Any:
 
 def is_real_sweep(data: dict, base: Path) -> bool:
     """Whether a parsed sweep file is evaluated by the real-world model (not the MAD-Max ``Sweep``)."""
-    from fastmodel.spec.serve import is_serve_task
+    from fastmodel.serve.spec import is_serve_task
     from fastmodel.sweep.file import _spec_ref
 
     task = _raw(_spec_ref(data.get("task"), base), "task") if isinstance(data.get("task"), (str, dict)) else None
@@ -155,10 +155,10 @@ class LMSweep(RealSweep):
     kind = "lm"
 
     def _setup(self, data: dict, base: Path, axes: dict) -> None:
-        from fastmodel.lm_sweep import MESH_AXIS, _axis_values, all_meshes, mesh_label, parse_mesh
+        from fastmodel.lm.loader import load_cluster, load_execution, load_lm_model
+        from fastmodel.lm.sweep import MESH_AXIS, _axis_values, all_meshes, mesh_label, parse_mesh
         from fastmodel.registry.lm import COLUMN_INDEX
         from fastmodel.semantics import get_semantics
-        from fastmodel.spec.lm_loader import load_cluster, load_execution, load_lm_model
         from fastmodel.sweep.file import _spec_ref
 
         source = self.source
@@ -186,7 +186,7 @@ class LMSweep(RealSweep):
         if not isinstance(self.only_fitting, bool):
             raise SpecError(source, "only_fitting", f"expected true or false, got {self.only_fitting!r}")
         self.task_name = _spec_ref(data["task"], base)
-        from fastmodel.lm_sweep import _task_global_batch
+        from fastmodel.lm.sweep import _task_global_batch
 
         try:
             self.global_batch = _task_global_batch(self.task_name)
@@ -236,7 +236,7 @@ class LMSweep(RealSweep):
                 **({"calibration": self.calibration.fingerprint()} if self.calibration is not None else {})}
 
     def _evaluate(self, sub: dict) -> xr.Dataset:
-        from fastmodel.lm_sweep import lm_sweep
+        from fastmodel.lm.sweep import lm_sweep
 
         ds = lm_sweep(self.model, self.cluster, axes=sub, execution=self.execution, global_batch=self.global_batch,
                       only_fitting=self.only_fitting, calibration=self.calibration)
@@ -250,7 +250,7 @@ class ServeSweep(RealSweep):
 
     def _setup(self, data: dict, base: Path, axes: dict) -> None:
         from fastmodel.registry.lm import COLUMN_INDEX
-        from fastmodel.spec.serve import load_serve_task
+        from fastmodel.serve.spec import load_serve_task
         from fastmodel.sweep.file import _spec_ref
 
         source = self.source
@@ -274,15 +274,15 @@ class ServeSweep(RealSweep):
         self._check_values()
 
     def _model(self, spec, base: Path) -> tuple[str, dict]:
-        from fastmodel.serve_models import SERVE_MODELS, serve_model
+        from fastmodel.serve.models import SERVE_MODELS, serve_model
         from fastmodel.sweep.file import _spec_ref
 
         if isinstance(spec, str) and spec.lower() in SERVE_MODELS:
             return spec, serve_model(spec)
-        from fastmodel.lm_sweep import base_columns
+        from fastmodel.lm.loader import load_cluster, load_lm_model
+        from fastmodel.lm.spec import ExecutionSpec
+        from fastmodel.lm.sweep import base_columns
         from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
-        from fastmodel.spec.lm import ExecutionSpec
-        from fastmodel.spec.lm_loader import load_cluster, load_lm_model
 
         try:
             model = load_lm_model(_spec_ref(spec, base))
@@ -297,13 +297,13 @@ class ServeSweep(RealSweep):
         return model.name, {name: float(vector[COLUMN_INDEX[name]]) for name in model_cols}
 
     def _device(self, system, base: Path) -> str:
-        from fastmodel.serving import device_columns
+        from fastmodel.serve.api import device_columns
 
         if system is None:
             if "device" not in self.coords:
                 raise SpecError(self.source, "system", "required: a device (e.g. \"H100\") or a device axis")
             return self.coords["device"][0]
-        from fastmodel.spec.runs import device_table
+        from fastmodel.lm.records import device_table
         from fastmodel.sweep.file import _spec_ref
 
         name = system
@@ -318,8 +318,8 @@ class ServeSweep(RealSweep):
         return name
 
     def _check_values(self) -> None:
-        from fastmodel.lm_table import encode
-        from fastmodel.serving import device_columns, precision_columns
+        from fastmodel.lm.table import encode
+        from fastmodel.serve.api import device_columns, precision_columns
 
         for name in self.dims:
             for value in self.coords[name]:
@@ -346,7 +346,7 @@ class ServeSweep(RealSweep):
                 "task": self.task.model_dump()}
 
     def _evaluate(self, sub: dict) -> xr.Dataset:
-        from fastmodel.serving import sweep
+        from fastmodel.serve.api import sweep
 
         task = self.task
         mode = "concurrency" if "concurrency" in sub else "batch" if "batch_size" in sub else task.load_mode
@@ -377,7 +377,7 @@ class ServeSweep(RealSweep):
 
 def load_real_sweep(path: str, data: dict) -> RealSweep:
     """The real-world sweep of a parsed sweep file (``is_real_sweep(data)``); errors name the file."""
-    from fastmodel.spec.serve import is_serve_task
+    from fastmodel.serve.spec import is_serve_task
     from fastmodel.sweep.file import _spec_ref
 
     base = Path(path).parent

@@ -9,8 +9,8 @@ import numpy as np
 import xarray as xr
 
 from fastmodel.errors import SweepError
-from fastmodel.kernels.layout import N_RESULTS
-from fastmodel.lowering.params import STATUS, STATUS_NAMES
+from fastmodel.kernels.madmax.layout import N_RESULTS
+from fastmodel.madmax.lowering.params import STATUS, STATUS_NAMES
 from fastmodel.sweep.cluster import write_units_on_cluster
 from fastmodel.sweep.dataset import assemble
 from fastmodel.sweep.definition import Sweep

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from fastmodel.errors import SweepError
-from fastmodel.lowering.params import STATUS_NAMES
+from fastmodel.madmax.lowering.params import STATUS_NAMES
 
 
 def available_memory_bytes() -> int:

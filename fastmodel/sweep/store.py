@@ -16,8 +16,8 @@ import numpy as np
 import xarray as xr
 
 from fastmodel.errors import SweepError
-from fastmodel.kernels.layout import N_RESULTS, RESULTS
-from fastmodel.lowering.params import STATUS
+from fastmodel.kernels.madmax.layout import N_RESULTS, RESULTS
+from fastmodel.madmax.lowering.params import STATUS
 from fastmodel.sweep.definition import Sweep, sweep_from_json
 from fastmodel.sweep.grid import Unit
 

@@ -6,8 +6,8 @@ Run only when the real-world model changes on purpose: ``python tests/data/pin_r
 import json
 from pathlib import Path
 
-from fastmodel.analysis.validate import rows
-from fastmodel.spec.runs import read_records
+from fastmodel.lm.records import read_records
+from fastmodel.lm.validate import rows
 
 HERE = Path(__file__).parent
 table = rows(read_records(HERE / "runs_dev.jsonl"))

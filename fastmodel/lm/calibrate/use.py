@@ -1,0 +1,152 @@
+"""Using a calibration where configurations are evaluated (``run``, ``batch``, ``sweep``, the Python API).
+
+- ``overlay``: a parameter table with the calibration's values for its device.
+- ``attrs``: what a dataset records about the calibration (file name, sha256 of its content, the values applied).
+- ``check``: a calibration that does not cover the evaluated device, or a network tier the evaluation uses,
+  is reported as a :class:`CalibrationWarning` (one line): those values keep their physical (built-in) values.
+  A warning, not an error: a calibration may name several devices and a batch may mix devices; the
+  evaluation is still right, only uncalibrated where the warning says.
+- ``cli_warnings``: prints those warnings as ``warning: ...`` lines on stderr (the CLI).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import warnings
+from pathlib import Path
+from typing import Iterable, Mapping
+
+import numpy as np
+
+from fastmodel.lm.calibrate.overlay import (
+    DEVICE_FIELDS,
+    FRAMEWORK_FIELDS,
+    STACK_FIELDS,
+    Calibration,
+    canonical_device,
+    overlay_columns,
+    stack_name,
+)
+from fastmodel.registry.lm import COLUMN_INDEX as C
+
+TIERS = {"intra": ("intra_eff", "intra_latency"), "inter": ("inter_eff", "inter_latency")}
+
+
+class CalibrationWarning(UserWarning):
+    """A calibration leaves part of an evaluation at its physical values (device or tier not calibrated)."""
+
+
+def overlay(columns: np.ndarray, cal: Calibration | None, gpu: str, framework: str | None = None) -> np.ndarray:
+    """A copy of ``columns`` (a column vector, or a table columns-first) with ``cal``'s values for ``gpu``
+    and the software stack of ``framework``."""
+    if cal is None:
+        return columns
+    return overlay_columns(columns, cal.values_for(gpu, framework))
+
+
+def tiers_used(columns: np.ndarray) -> set[str]:
+    """Network tiers a column vector or table (columns first) communicates over."""
+    table = np.asarray(columns, dtype=np.float64).reshape(len(columns), -1)
+    n_gpus, domain = table[C["n_gpus"]], table[C["domain_size"]]
+    used = set()
+    if np.any(np.minimum(domain, n_gpus) > 1):
+        used.add("intra")
+    if np.any(n_gpus > domain):
+        used.add("inter")
+    return used
+
+
+def applied(cal: Calibration, gpus: Iterable[str], frameworks: Iterable[str | None] = ()) -> dict[str, float]:
+    """The calibration values applied to runs on ``gpus`` with software ``frameworks``, by the calibration
+    file's field path."""
+    out = {f"framework.{FRAMEWORK_FIELDS[c]}": v for c, v in cal.framework.items()}
+    for device in sorted({canonical_device(g) for g in gpus}):
+        for column, value in cal.devices.get(device, {}).items():
+            out[f'device."{device}".{DEVICE_FIELDS[column]}'] = value
+    for stack in sorted({s for s in map(stack_name, frameworks) if s is not None}):
+        for column, value in cal.stacks.get(stack, {}).items():
+            out[f'stack."{stack}".{STACK_FIELDS[column]}'] = value
+    return out
+
+
+def attrs(cal: Calibration | None, gpus: Iterable[str], frameworks: Iterable[str | None] = ()) -> dict[str, str]:
+    """Dataset attrs recording the calibration (none without one)."""
+    if cal is None:
+        return {}
+    return {"calibration": Path(cal.source).name if cal.source else "(in memory)",
+            "calibration_sha256": cal.fingerprint(),
+            "calibration_values": json.dumps(applied(cal, gpus, frameworks))}
+
+
+def mismatches(cal: Calibration, tiers_by_gpu: Mapping[str, set[str]],
+               frameworks: Iterable[str | None] = ()) -> list[str]:
+    """One line per evaluated device the calibration does not cover, per tier used it sets nothing for, and
+    (when it has ``[stack]`` tables) per evaluated framework whose stack it has no table for."""
+    name = cal.source or "calibration (in memory)"
+    lines = []
+    if cal.stacks:
+        have = ", ".join(sorted(cal.stacks))
+        for framework in sorted(set(frameworks), key=str):
+            stack = stack_name(framework)
+            if stack is None:
+                lines.append(f"{name}: the evaluation names no framework, so no [stack] table applies "
+                             f"(calibrated stacks: {have}); its kernels keep their modelled speed")
+            elif stack not in cal.stacks:
+                lines.append(f"{name}: no [stack.\"{stack}\"] table for framework {framework!r} (calibrated "
+                             f"stacks: {have}); its kernels keep their modelled speed")
+    for gpu in sorted(tiers_by_gpu):
+        device = canonical_device(gpu)
+        table = cal.devices.get(device)
+        if table is None:
+            have = ", ".join(sorted(cal.devices)) or "none"
+            lines.append(f"{name}: no [device.\"{device}\"] table (calibrated devices: {have}); the efficiencies "
+                         f"of {gpu} keep their physical values")
+            continue
+        bare = [tier for tier in TIERS if tier in tiers_by_gpu[gpu] and not any(c in table for c in TIERS[tier])]
+        if bare:
+            fields = ", ".join(f"{tier}.eff, {tier}.latency_s" for tier in bare)
+            lines.append(f"{name}: device.\"{device}\" sets no value of the {' and '.join(bare)} network "
+                         f"tier{'s' if len(bare) > 1 else ''} used here ({fields}); "
+                         f"{'they keep their' if len(bare) > 1 else 'it keeps its'} physical values")
+    return lines
+
+
+def check(cal: Calibration | None, tiers_by_gpu: Mapping[str, set[str]], stacklevel: int = 3,
+          frameworks: Iterable[str | None] = ()) -> None:
+    """Warn (:class:`CalibrationWarning`) about every mismatch of ``cal`` and the evaluated devices, tiers and
+    software stacks."""
+    if cal is None:
+        return
+    for line in mismatches(cal, tiers_by_gpu, frameworks):
+        warnings.warn(line, CalibrationWarning, stacklevel=stacklevel)
+
+
+def not_for_madmax(calibration) -> None:
+    """A calibration given for a MAD-Max-model evaluation: a SpecError (it has no fitted columns)."""
+    if calibration is not None:
+        from fastmodel.errors import SpecError
+
+        raise SpecError(None, "calibration", "applies to the real-world model (family = \"lm\" specs and run "
+                                             "records); the MAD-Max model has no fitted efficiencies")
+
+
+@contextlib.contextmanager
+def cli_warnings():
+    """Print calibration warnings raised inside as one ``warning: ...`` line each on stderr."""
+    import click
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", CalibrationWarning)
+        try:
+            yield
+        finally:
+            seen = set()
+            for w in caught:
+                if issubclass(w.category, CalibrationWarning):
+                    text = " ".join(str(w.message).split())
+                    if text not in seen:
+                        seen.add(text)
+                        click.echo(f"warning: {text}", err=True)
+                else:
+                    warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)

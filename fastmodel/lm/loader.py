@@ -1,0 +1,50 @@
+"""Load the real-world specs (``family = "lm"`` models, ``kind = "cluster"`` systems, executions)
+from built-in names, TOML/JSON paths, dicts or spec objects; errors name source, field and reason."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastmodel.errors import SpecError
+from fastmodel.lm.spec import ClusterSpec, ExecutionSpec, LMSpec
+from fastmodel.spec.loader import _resolve_source, validate
+
+
+def load_lm_model(spec: Any) -> LMSpec:
+    """An LM spec; MAD-Max-family models are refused with a pointer to the real-world built-ins."""
+    if isinstance(spec, LMSpec):
+        return spec
+    data, source = _resolve_source(spec, "model")
+    if isinstance(data, dict) and data.get("family", "lm") != "lm":
+        raise SpecError(source, "model.family", f"{data.get('family')!r} is a MAD-Max model; the real-world model "
+                        "needs a family = \"lm\" spec (e.g. llama3.1-70b; 'fastmodel specs list model') "
+                        "or semantics 'madmax' / 'madmax-fixed'")
+    return validate(LMSpec, data, source, "model")
+
+
+def load_cluster(spec: Any, num_nodes: int | None = None) -> ClusterSpec:
+    """A cluster spec; ``num_nodes`` overrides its size."""
+    if isinstance(spec, ClusterSpec):
+        cluster = spec
+    else:
+        data, source = _resolve_source(spec, "system")
+        if isinstance(data, dict) and data.get("kind") != "cluster":
+            raise SpecError(source, "system.kind", "a MAD-Max system; the real-world model needs a kind = "
+                            "\"cluster\" spec (e.g. dgx-h100; 'fastmodel specs list system') or semantics 'madmax'")
+        cluster = validate(ClusterSpec, data, source, "system")
+    if num_nodes is not None:
+        if isinstance(num_nodes, bool) or int(num_nodes) != num_nodes or num_nodes < 1:
+            raise SpecError(None, "system.num_nodes", f"must be a positive integer (got {num_nodes!r})")
+        cluster = cluster.model_copy(update={"num_nodes": int(num_nodes)})
+    return cluster
+
+
+def load_execution(spec: Any) -> ExecutionSpec:
+    """An execution spec from a dict or spec object (None: the defaults)."""
+    if spec is None:
+        return ExecutionSpec()
+    if isinstance(spec, ExecutionSpec):
+        return spec
+    if not isinstance(spec, dict):
+        raise SpecError(None, "execution", f"expected a dict of execution fields, got {type(spec).__name__}")
+    return validate(ExecutionSpec, spec, None, "execution")

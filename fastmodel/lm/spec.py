@@ -1,0 +1,161 @@
+"""Specs of the real-world model: a decoder LM (``family = "lm"``), a GPU cluster with network tiers
+(``kind = "cluster"``) and how a run executes (``ExecutionSpec``).
+
+Field names follow the run-record schema (``RUNS.md``: the ``model`` and ``system``
+blocks), so a built-in spec and a measured run describe a model the same way.
+Quantities are SI (bytes, bytes/s, FLOP/s) and may be written with units
+(``"3.35 TB/s"``). Device efficiencies come from ``specs/devices/*.toml`` by
+``gpu`` name; a cluster may override any of them in its ``[efficiency]`` table.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, model_validator
+
+from fastmodel.spec.quantity import Bytes, BytesPerSecond, FlopPerSecond
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
+
+
+class LMSpec(_Spec):
+    """A dense or mixture-of-experts decoder language model as it is really built."""
+
+    family: Literal["lm"] = "lm"
+    name: str
+    source: str = Field("", description="Where the dimensions come from (model card, paper).")
+    layers: PositiveInt = Field(le=4096)
+    hidden: PositiveInt = Field(le=1 << 20)
+    ffn: PositiveInt = Field(le=1 << 22, description="Dense MLP intermediate width.")
+    heads: PositiveInt = Field(le=4096)
+    kv_heads: PositiveInt | None = Field(None, le=4096, description="Key/value heads (GQA); default: heads.")
+    head_dim: PositiveInt | None = Field(None, le=4096, description="Per-head width; default: hidden / heads.")
+    vocab: PositiveInt = Field(le=1 << 24)
+    seq_len: PositiveInt = Field(le=1 << 24, description="Training sequence length, tokens.")
+    ffn_kind: Literal["gelu2", "swiglu3"] = Field(description="gelu2: 2-matrix MLP; swiglu3: gated 3-matrix MLP.")
+    tied_embeddings: bool = False
+    moe_experts: NonNegativeInt = Field(0, le=1 << 16)
+    moe_topk: NonNegativeInt = Field(0, le=1024)
+    moe_ffn: NonNegativeInt = Field(0, le=1 << 22)
+    moe_shared_experts: NonNegativeInt = Field(0, le=1024)
+    dense_layers: NonNegativeInt = Field(0, le=4096, description="Leading dense layers of a MoE model.")
+    attention: Literal["mha", "mla"] = "mha"
+    q_lora_rank: NonNegativeInt = Field(0, le=1 << 20)
+    kv_lora_rank: NonNegativeInt = Field(0, le=1 << 20)
+    qk_nope_head_dim: NonNegativeInt = Field(0, le=4096)
+    qk_rope_head_dim: NonNegativeInt = Field(0, le=4096)
+    v_head_dim: NonNegativeInt = Field(0, le=4096)
+    sliding_window: NonNegativeInt = Field(0, le=1 << 24)
+    sliding_window_layers: NonNegativeInt = Field(0, le=4096)
+    mtp_layers: NonNegativeInt = Field(0, le=64)
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        if (self.moe_experts > 0) != (self.moe_topk > 0):
+            raise ValueError("moe_experts and moe_topk must both be 0 (dense) or both > 0")
+        if self.moe_experts and not self.moe_ffn:
+            raise ValueError("moe_ffn is required when moe_experts > 0")
+        if self.moe_topk > self.moe_experts:
+            raise ValueError(f"moe_topk {self.moe_topk} exceeds moe_experts {self.moe_experts}")
+        if self.dense_layers > self.layers:
+            raise ValueError(f"dense_layers {self.dense_layers} exceeds layers {self.layers}")
+        if self.attention == "mla" and not (self.kv_lora_rank and self.qk_rope_head_dim and self.v_head_dim):
+            raise ValueError("attention = 'mla' needs kv_lora_rank, qk_rope_head_dim and v_head_dim")
+        return self
+
+    def record_block(self) -> dict:
+        """The ``model`` block of a run record (RUNS.md) describing this model."""
+        data = self.model_dump(exclude={"family", "source"})
+        if self.attention != "mla":
+            for key in ("attention", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
+                        "v_head_dim"):
+                data.pop(key)
+        return data
+
+
+class ClusterSpec(_Spec):
+    """Identical GPU servers, an NVLink domain and a scale-out network (``tiers``: tier 0 and tier 1)."""
+
+    kind: Literal["cluster"] = "cluster"
+    name: str
+    source: str = Field("", description="Datasheets the numbers come from.")
+    gpu: str = Field(description="Device name; selects specs/devices/*.toml efficiencies.")
+    num_nodes: PositiveInt = Field(le=1 << 20)
+    gpus_per_node: PositiveInt = Field(le=1024)
+    nvlink_domain_size: PositiveInt | None = Field(None, le=1 << 16,
+                                                   description="GPUs per NVLink domain (NVL72: 72); default a node.")
+    peak_flops_bf16: FlopPerSecond
+    peak_flops_fp8: FlopPerSecond | None = None
+    hbm_bytes: Bytes
+    hbm_bw_bytes_s: BytesPerSecond
+    intra_node_bw_bytes_s_per_gpu: BytesPerSecond = Field(description="NVLink bandwidth per GPU, one direction.")
+    inter_node_bw_bytes_s_per_gpu: BytesPerSecond = Field(description="Scale-out NIC bandwidth per GPU, one direction.")
+    price_usd_per_gpu_hour: float | None = Field(None, gt=0, le=1e6)
+    efficiency: dict[str, float] = Field(default_factory=dict,
+                                         description="Overrides of device/network efficiency columns by name.")
+
+    @property
+    def n_gpus(self) -> int:
+        return self.num_nodes * self.gpus_per_node
+
+    @property
+    def tiers(self) -> tuple:
+        """The network as tiers (``fastmodel/spec/network.py``): tier 0 the NVLink domain
+        (``nvlink_domain_size``, default a node), tier 1 the scale-out network spanning the cluster;
+        efficiencies and latencies from the device file (``specs/devices``), then ``efficiency`` (a view, built
+        without re-validating: it shows the cluster's numbers as the kernels get them, so a job smaller than
+        its NVLink domain, e.g. 8 GPUs of an NVL72, shows tier 0 larger than tier 1: the job sits inside one
+        domain)."""
+        from fastmodel.lm.records import device_table
+        from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
+        from fastmodel.spec.network import NetworkTier
+
+        device = device_table().get(self.gpu.lower(), {})
+
+        def column(name: str) -> float:
+            return float(self.efficiency.get(name, device.get(name, COLUMNS[COLUMN_INDEX[name]].default)))
+
+        return (
+            NetworkTier.model_construct(domain_size=self.nvlink_domain_size or self.gpus_per_node,
+                        bandwidth_per_device_bytes_per_s=self.intra_node_bw_bytes_s_per_gpu,
+                        latency_s=column("intra_latency"), efficiency=column("intra_eff")),
+            NetworkTier.model_construct(domain_size=self.n_gpus, bandwidth_per_device_bytes_per_s=self.inter_node_bw_bytes_s_per_gpu,
+                        latency_s=column("inter_latency"), efficiency=column("inter_eff")),
+        )
+
+    def record_block(self) -> dict:
+        """The ``system`` block of a run record (RUNS.md) for this cluster."""
+        data = self.model_dump(exclude={"kind", "name", "source", "num_nodes", "price_usd_per_gpu_hour",
+                                        "efficiency", "nvlink_domain_size"})
+        data["n_gpus"] = self.n_gpus
+        if self.nvlink_domain_size is not None:
+            data["nvlink_domain_size"] = self.nvlink_domain_size
+        if data["peak_flops_fp8"] is None:
+            data.pop("peak_flops_fp8")
+        return data
+
+
+class ExecutionSpec(_Spec):
+    """How a training run executes: the ``plan`` block of a run record without its degrees."""
+
+    precision: Literal["bf16", "fp16", "fp8"] = "bf16"
+    sharding: Literal["ddp", "zero1", "distopt", "zero2", "fsdp", "hsdp"] = "distopt"
+    shard_degree: PositiveInt | None = None
+    micro_batch: PositiveInt = Field(1, le=1 << 20)
+    recompute: Literal["none", "selective", "full", "partial_layers"] = "selective"
+    recompute_fraction: float | None = Field(None, ge=0, le=1)
+    sequence_parallel: bool = True
+    tp_comm_overlap: bool = False
+    fp8_params: bool = False
+    grad_reduce_dtype: Literal["fp32", "bf16", "fp16"] = "fp32"
+    optimizer: Literal["adam", "adamw", "sgd", "adafactor"] = "adam"
+    uneven_stages: bool = Field(False, description="Allow layers not divisible by pp x vp: the busiest stage "
+                                                   "holds ceil(layers / (pp x vp)) x vp layers.")
+    framework: str | None = Field("Megatron-Core", description="Selects fused kernels and overlap (runs.py rules).")
+
+    def plan_block(self, **degrees) -> dict:
+        data = self.model_dump(exclude={"framework"})
+        return {k: v for k, v in {**data, **degrees}.items() if v is not None}

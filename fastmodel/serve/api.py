@@ -1,0 +1,216 @@
+"""LLM serving from Python: one configuration, or a labeled grid sweep (docs/model_serving.md).
+
+    >>> from fastmodel.serve.api import evaluate, sweep
+    >>> evaluate("llama3.1-70b", "H100", tp=4, input_len=128, output_len=128, batch_size=1)["tpot"]
+    >>> ds = sweep("llama3.1-8b", device=["H100", "H200"], tp=[1, 2], precision=["bf16", "fp8"],
+    ...            batch_size=[1, 8, 64], input_len=[128, 2048], output_len=[128])
+
+A configuration is a column vector of the real-world model (``fastmodel.registry.lm``):
+model columns (a built-in name of ``fastmodel.serve.models`` or a dict of columns), a
+device's datasheet and efficiencies (``specs/devices/*.toml``), the instance's plan and
+the serving columns. ``precision`` sets the compute and weight format (bf16/fp16,
+fp8; int8/int4 are weight-only with 16-bit compute); ``kv_precision`` the KV cache.
+One load mode: ``batch_size`` (static batch), ``concurrency`` (continuous batching) or
+``max_throughput=True``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from fastmodel.errors import SpecError, nearest
+from fastmodel.lm.table import encode
+from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS, SERVE_RESULTS, SERVE_STATUS_NAMES
+from fastmodel.serve.models import serve_model
+from fastmodel.serve.precisions import KV_PRECISIONS, PRECISIONS  # noqa: F401 - part of this module's API
+
+#: sweep axes other than columns, in the order of the Dataset's dimensions
+SPECIAL_AXES = ("device", "precision", "kv_precision")
+#: below this many rows the single-threaded kernel is used
+PARALLEL_MIN_ROWS = 256
+
+
+def device_columns(name: str) -> dict[str, float]:
+    """Datasheet and efficiency columns of a built-in device (``specs/devices``), by any of its names."""
+    from fastmodel.lm.records import device_table
+
+    table = device_table()
+    found = table.get(str(name).lower())
+    if found is None:
+        raise SpecError(None, "device", f"unknown device {name!r}{nearest(str(name).lower(), table)}")
+    missing = [k for k in ("peak_flops_16", "hbm_bytes", "hbm_bw") if k not in found]
+    if missing:
+        raise SpecError(None, "device", f"{name!r} has no datasheet values ({', '.join(missing)})")
+    return dict(found)
+
+
+def model_columns(model: str | Mapping[str, float]) -> dict[str, float]:
+    """Model columns from a built-in name or a mapping of column names."""
+    if isinstance(model, str):
+        return serve_model(model)
+    values = dict(model)
+    for key in values:
+        if key not in COLUMN_INDEX:
+            raise SpecError(None, f"model.{key}", f"unknown column{nearest(key, COLUMN_INDEX)}")
+    return values
+
+
+def precision_columns(precision: str, kv_precision: str | None = None) -> dict[str, float]:
+    """``precision``, ``weight_bytes`` and ``kv_bytes`` columns of a weight/compute and a KV format
+    (the KV cache follows the weights' format when ``kv_precision`` is None: fp8 -> fp8, else 16-bit)."""
+    if precision not in PRECISIONS:
+        raise SpecError(None, "precision", f"unknown value {precision!r}; choose one of {', '.join(PRECISIONS)}"
+                        f"{nearest(str(precision), PRECISIONS)}")
+    kv = kv_precision or ("fp8" if precision == "fp8" else "bf16")
+    if kv not in KV_PRECISIONS:
+        raise SpecError(None, "kv_precision", f"unknown value {kv!r}; choose one of {', '.join(KV_PRECISIONS)}"
+                        f"{nearest(str(kv), KV_PRECISIONS)}")
+    code, wbytes = PRECISIONS[precision]
+    return {"precision": code, "weight_bytes": wbytes, "kv_bytes": KV_PRECISIONS[kv]}
+
+
+def load_columns(batch_size=None, concurrency=None, max_throughput: bool = False) -> dict[str, float]:
+    """``load_mode`` and ``batch_size`` of exactly one load mode."""
+    given = [k for k, v in (("batch_size", batch_size), ("concurrency", concurrency),
+                            ("max_throughput", max_throughput or None)) if v is not None]
+    if len(given) != 1:
+        raise SpecError(None, "load", "give exactly one of batch_size, concurrency, max_throughput"
+                        + (f" (got {', '.join(given)})" if given else ""))
+    if max_throughput:
+        return {"load_mode": encode("load_mode", "max_throughput")}
+    value = batch_size if batch_size is not None else concurrency
+    return {"load_mode": encode("load_mode", "batch" if batch_size is not None else "concurrency"),
+            "batch_size": value}
+
+
+def columns(model, device: str, *, precision: str = "bf16", kv_precision: str | None = None, batch_size=None,
+            concurrency=None, max_throughput: bool = False, **values) -> np.ndarray:
+    """One configuration's column vector. ``values``: any column by name (tp, pp, ep, input_len, ...)."""
+    merged: dict[str, Any] = {}
+    merged.update(device_columns(device))
+    merged.update(model_columns(model))
+    merged["seq_len"] = values.get("input_len", COLUMNS[COLUMN_INDEX["input_len"]].default) \
+        + values.get("output_len", COLUMNS[COLUMN_INDEX["output_len"]].default)
+    merged.update(precision_columns(precision, kv_precision))
+    merged.update(load_columns(batch_size, concurrency, max_throughput))
+    merged["n_gpus"] = values.get("tp", 1) * values.get("pp", 1)
+    for key, value in values.items():
+        if key not in COLUMN_INDEX:
+            raise SpecError(None, key, f"unknown column{nearest(key, COLUMN_INDEX)}")
+        merged[key] = encode(key, value)
+    vector = np.array([float(c.default) for c in COLUMNS])
+    for key, value in merged.items():
+        vector[COLUMN_INDEX[key]] = float(value)
+    return vector
+
+
+def evaluate_table(params: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(results ``N_SERVE_RESULTS`` x n, status int8 n) of a ``(N_COLUMNS, n)`` table."""
+    from fastmodel.kernels.serve.evaluate import serve_parallel, serve_serial
+
+    params = np.ascontiguousarray(params, dtype=np.float64)
+    n = params.shape[1]
+    out = np.empty((len(SERVE_RESULTS), n))
+    status = np.zeros(n, dtype=np.int8)
+    (serve_parallel if n >= PARALLEL_MIN_ROWS else serve_serial)(params, status, out)
+    return out, status
+
+
+def evaluate(model, device: str, **kwargs) -> dict[str, float | str]:
+    """Every serving result of one configuration (see :func:`columns`), plus its ``status`` name."""
+    out, status = evaluate_table(columns(model, device, **kwargs)[:, None])
+    result: dict[str, float | str] = {r.name: float(out[i, 0]) for i, r in enumerate(SERVE_RESULTS)}
+    result["status"] = SERVE_STATUS_NAMES[int(status[0])]
+    return result
+
+
+def _axis_values(name: str, values) -> list:
+    values = list(values) if isinstance(values, (list, tuple, np.ndarray, range)) else [values]
+    if not values:
+        raise SpecError(None, name, "empty sweep axis")
+    return values
+
+
+def sweep(model, device: str | Sequence[str] = "H100", precision: str | Sequence[str] = "bf16",
+          kv_precision: str | Sequence[str] | None = None, load_mode: str = "batch", **axes):
+    """A labeled grid of serving configurations: an ``xarray.Dataset`` with one dimension per axis given as a
+    list (device, precision, kv_precision and any column: tp, batch_size, input_len, ...), every
+    ``SERVE_RESULTS`` variable with its units, and ``status`` (``SERVE_STATUS_NAMES``). Scalars are fixed
+    values. ``load_mode``: batch | concurrency (``batch_size`` is the concurrency) | max_throughput."""
+    import xarray as xr
+
+    base = columns(model, _first(device), precision=_first(precision), kv_precision=_first(kv_precision),
+                   max_throughput=True)
+    base[COLUMN_INDEX["load_mode"]] = encode("load_mode", load_mode)
+    special = {"device": _axis_values("device", device), "precision": _axis_values("precision", precision)}
+    if kv_precision is not None:
+        special["kv_precision"] = _axis_values("kv_precision", kv_precision)
+    dims: list[str] = []
+    coords: dict[str, list] = {}
+    fixed: dict[str, float] = {}
+    for name, value in {**special, **axes}.items():
+        if name not in special and name not in COLUMN_INDEX:
+            raise SpecError(None, name, f"unknown sweep axis{nearest(name, [*COLUMN_INDEX, *SPECIAL_AXES])}")
+        if name in special or isinstance(value, (list, tuple, np.ndarray, range)):
+            dims.append(name)
+            coords[name] = _axis_values(name, value)
+        else:
+            fixed[name] = float(encode(name, value))
+    for name, value in fixed.items():
+        base[COLUMN_INDEX[name]] = value
+    # per-axis column blocks: for each axis value, the columns it sets
+    blocks = [_axis_block(name, coords[name], kv_precision is not None) for name in dims]
+    shape = tuple(len(coords[d]) for d in dims)
+    total = int(np.prod(shape))
+    out = np.empty((len(SERVE_RESULTS), total))
+    status = np.zeros(total, dtype=np.int8)
+    if total:
+        from fastmodel.kernels.serve.evaluate import serve_grid
+
+        sizes = np.array([len(block[0]) for block in blocks], dtype=np.int64)
+        col_start = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        axis_cols = np.concatenate([block[0] for block in blocks]).astype(np.int64)
+        flat = [block[1].ravel() for block in blocks]             # (columns x values), column-major by value
+        val_start = np.concatenate([[0], np.cumsum([f.size for f in flat])]).astype(np.int64)
+        derive = np.array(["n_gpus" not in dims and "n_gpus" not in fixed,
+                           "seq_len" not in dims and "seq_len" not in fixed], dtype=np.bool_)
+        serve_grid(base, axis_cols, col_start, np.concatenate(flat).astype(np.float64), val_start,
+                   np.array(shape, dtype=np.int64), derive, status, out)
+    # a result named like a swept column (batch_size under a fixed-batch sweep) is stored as effective_<name>
+    data = {(f"effective_{r.name}" if r.name in dims else r.name):
+            (dims, out[i].reshape(shape), {"units": r.units, "long_name": r.name.replace("_", " "),
+                                           "description": r.doc})
+            for i, r in enumerate(SERVE_RESULTS)}
+    data["status"] = (dims, status.reshape(shape), {
+        "flag_values": list(range(len(SERVE_STATUS_NAMES))), "flag_meanings": " ".join(SERVE_STATUS_NAMES)})
+    name = model if isinstance(model, str) else "custom"
+    return xr.Dataset(data, coords={d: coords[d] for d in dims},
+                      attrs={"model": name, "load_mode": load_mode, "fastmodel_task": "serve"})
+
+
+def _first(value):
+    if isinstance(value, (list, tuple, np.ndarray, range)):
+        return value[0] if len(value) else None
+    return value
+
+
+def _axis_block(name: str, values: list, own_kv: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(column indices, table columns x len(values)) an axis sets for each of its values."""
+    if name == "device":
+        rows = [device_columns(v) for v in values]
+        keys = sorted(set().union(*rows))
+        # a device without a column keeps the registry default
+        table = np.array([[r.get(k, COLUMNS[COLUMN_INDEX[k]].default) for r in rows] for k in keys], dtype=float)
+        return np.array([COLUMN_INDEX[k] for k in keys]), table
+    if name == "precision":
+        rows = [precision_columns(v) for v in values]
+        keys = ["precision", "weight_bytes"] if own_kv else ["precision", "weight_bytes", "kv_bytes"]
+    elif name == "kv_precision":
+        rows = [precision_columns("bf16", v) for v in values]
+        keys = ["kv_bytes"]
+    else:
+        return np.array([COLUMN_INDEX[name]]), np.array([[float(encode(name, v)) for v in values]])
+    return np.array([COLUMN_INDEX[k] for k in keys]), np.array([[r[k] for r in rows] for k in keys], dtype=float)
+

@@ -1,0 +1,78 @@
+"""Serving task specs (``kind = "serve"``): one LLM serving workload for ``fastmodel sweep`` files.
+
+    name = "chat-1k-128"
+    kind = "serve"
+    input_len = 1024
+    output_len = 128
+    batch_size = 64            # or concurrency = 64, or max_throughput = true (or leave it to a sweep axis)
+    precision = "bf16"         # bf16 | fp16 | fp8 | int8 | int4 (weight-only)
+    tp = 4
+
+The fields are the serving columns of ``fastmodel.serve.api`` (docs/model_serving.md);
+a sweep axis of the same name overrides the task's value.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+
+from fastmodel.errors import SpecError
+
+
+class ServeTaskSpec(BaseModel):
+    """An LLM serving workload: lengths, at most one load mode, precisions and the instance's plan."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    name: str
+    kind: Literal["serve"]
+    description: str = ""
+    input_len: PositiveInt = Field(le=1 << 24, description="Prompt tokens per request.")
+    output_len: PositiveInt = Field(le=1 << 24, description="Generated tokens per request.")
+    batch_size: PositiveInt | None = Field(None, le=1 << 24, description="Static batch of requests.")
+    concurrency: PositiveInt | None = Field(None, le=1 << 24, description="Requests in flight (continuous batching).")
+    max_throughput: bool = Field(False, description="As many requests as the KV cache holds.")
+    precision: Literal["bf16", "fp16", "fp8", "int8", "int4"] = "bf16"
+    kv_precision: Literal["bf16", "fp16", "fp8"] | None = Field(None, description="Default: fp8 with fp8, else bf16.")
+    kv_cache_mem_fraction: float = Field(0.9, gt=0, le=1, description="Share of free HBM for the KV cache.")
+    tp: PositiveInt = Field(1, le=1024)
+    pp: PositiveInt = Field(1, le=1024)
+    ep: PositiveInt = Field(1, le=1024)
+    instances: PositiveInt = Field(1, le=1 << 20, description="Serving instances in the cluster.")
+
+    @model_validator(mode="after")
+    def _one_load_mode(self):
+        given = [k for k in ("batch_size", "concurrency") if getattr(self, k) is not None]
+        if self.max_throughput:
+            given.append("max_throughput")
+        if len(given) > 1:
+            raise ValueError(f"give at most one load mode of batch_size, concurrency, max_throughput (got "
+                             f"{', '.join(given)})")
+        return self
+
+    @property
+    def load_mode(self) -> str | None:
+        if self.batch_size is not None:
+            return "batch"
+        if self.concurrency is not None:
+            return "concurrency"
+        return "max_throughput" if self.max_throughput else None
+
+
+def is_serve_task(data: Any) -> bool:
+    return isinstance(data, dict) and data.get("kind") == "serve"
+
+
+def load_serve_task(spec: Any) -> ServeTaskSpec:
+    """A serving task from a built-in name, a .toml/.json path, a dict or a spec object."""
+    from fastmodel.spec.loader import _resolve_source, validate
+
+    if isinstance(spec, ServeTaskSpec):
+        return spec
+    data, source = _resolve_source(spec, "task")
+    if not is_serve_task(data):
+        raise SpecError(source, "task.kind", f"{data.get('kind') if isinstance(data, dict) else data!r} is not a "
+                        "serving task (kind = \"serve\")")
+    return validate(ServeTaskSpec, data, source, "task")

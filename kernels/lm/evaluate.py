@@ -1,0 +1,68 @@
+"""Fused evaluation of the real-world LM model: parameter table -> every result (time and memory), one pass
+per config.
+
+``params`` is column-major (``N_COLUMNS`` x n), as ``fastmodel.lm.table`` builds
+it. Rows are cut into chunks, one ``prange`` iteration each, so scratch vectors
+are allocated once per chunk. Rows whose ``status`` is not 0 get NaN.
+"""
+
+import numpy as np
+
+from fastmodel.kernels.jit import njit, prange
+from fastmodel.kernels.lm.layout import (
+    C_HBM_BYTES, C_USABLE_HBM_FRACTION, N_MEMORY_KINDS, N_RESULTS, R_FITS_MEMORY, R_MEMORY_PER_DEVICE,
+    R_MEMORY_WEIGHTS,
+)
+from fastmodel.kernels.lm.layer import N_WORK
+from fastmodel.kernels.lm.step import step_row
+from fastmodel.kernels.lm.memory import memory_row
+
+#: rows per prange chunk
+CHUNK_ROWS = 256
+
+
+@njit
+def evaluate_row(row, work, memory, result):
+    """Every result of one legal configuration: step time (kernels/lm/step.py) and memory per device by kind
+    (kernels/lm/memory.py; their sum is the peak, ``fits_memory`` compares it with usable HBM)."""
+    step_row(row, work, result)
+    memory_row(row, memory)
+    total = 0.0
+    for k in range(N_MEMORY_KINDS):
+        result[R_MEMORY_WEIGHTS + k] = memory[k]
+        total += memory[k]
+    result[R_MEMORY_PER_DEVICE] = total
+    result[R_FITS_MEMORY] = 1.0 if total <= row[C_USABLE_HBM_FRACTION] * row[C_HBM_BYTES] else 0.0
+
+
+@njit
+def _evaluate_rows(params, status, out, lo, hi):
+    work = np.empty(N_WORK)
+    memory = np.empty(N_MEMORY_KINDS)
+    result = np.empty(N_RESULTS)
+    for r in range(lo, hi):
+        if status[r] != 0:
+            for v in range(N_RESULTS):
+                out[v, r] = np.nan
+            continue
+        for v in range(N_RESULTS):
+            result[v] = np.nan
+        evaluate_row(params[:, r], work, memory, result)
+        for v in range(N_RESULTS):
+            out[v, r] = result[v]
+
+
+@njit(parallel=True)
+def evaluate_parallel(params, status, out):
+    """Evaluate every row of ``params`` into ``out`` (``N_RESULTS`` x n), chunks in parallel."""
+    n = params.shape[1]
+    chunks = (n + CHUNK_ROWS - 1) // CHUNK_ROWS
+    for chunk in prange(chunks):
+        lo = chunk * CHUNK_ROWS
+        _evaluate_rows(params, status, out, lo, min(n, lo + CHUNK_ROWS))
+
+
+@njit
+def evaluate_serial(params, status, out):
+    """Single-threaded :func:`evaluate_parallel` for small tables."""
+    _evaluate_rows(params, status, out, 0, params.shape[1])

@@ -1,0 +1,85 @@
+"""Fused grid evaluation of the real-world LM model: grid index -> configuration -> rules -> results.
+
+No parameter table is materialised. Point ``flat`` of a grid of ``shape``
+(C order) starts from the ``base`` configuration; axis ``a`` at index ``i``
+writes ``axis_values[a, j, i]`` into column ``axis_columns[a, j]`` for each of
+its columns (-1 ends the list; the ``plan`` axis sets tp, pp, cp and ep
+together). Then the derived columns are filled (``dp = n_gpus / (tp pp cp)``;
+the FSDP shard group defaults to dp), the rule table gives the status, and
+legal points are evaluated. Chunks of points run in parallel (``prange``).
+"""
+
+import numpy as np
+
+from fastmodel.kernels.jit import njit, prange
+from fastmodel.kernels.lm.evaluate import evaluate_row
+from fastmodel.kernels.lm.layout import (
+    C_CP, C_DP, C_N_GPUS, C_PP, C_SHARD_DEGREE, C_TP, N_COLUMNS, N_MEMORY_KINDS, N_RESULTS, R_FITS_MEMORY,
+)
+from fastmodel.kernels.lm.rules import plan_status_row
+from fastmodel.kernels.lm.layer import N_WORK
+from fastmodel.registry.lm import STATUS_CODES
+
+ST_DOES_NOT_FIT = STATUS_CODES["does_not_fit"]
+
+#: grid points per prange chunk
+CHUNK_POINTS = 1024
+
+
+@njit(inline="always")
+def _grid_point(flat, base, axis_columns, axis_values, shape, auto_shard, row):
+    for c in range(N_COLUMNS):
+        row[c] = base[c]
+    rest = flat
+    for axis in range(shape.shape[0] - 1, -1, -1):
+        index = rest % shape[axis]
+        rest //= shape[axis]
+        for j in range(axis_columns.shape[1]):
+            column = axis_columns[axis, j]
+            if column < 0:
+                break
+            row[column] = axis_values[axis, j, index]
+    row[C_DP] = row[C_N_GPUS] / (row[C_TP] * row[C_PP] * row[C_CP])
+    if auto_shard:
+        row[C_SHARD_DEGREE] = row[C_DP]
+
+
+@njit
+def _evaluate_points(lo, hi, base, axis_columns, axis_values, shape, auto_shard, only_fitting, status, out):
+    row = np.empty(N_COLUMNS)
+    work = np.empty(N_WORK)
+    memory = np.empty(N_MEMORY_KINDS)
+    result = np.empty(N_RESULTS)
+    for flat in range(lo, hi):
+        _grid_point(flat, base, axis_columns, axis_values, shape, auto_shard, row)
+        code = plan_status_row(row)
+        for v in range(N_RESULTS):
+            result[v] = np.nan
+        if code == 0:
+            evaluate_row(row, work, memory, result)
+            if only_fitting and result[R_FITS_MEMORY] == 0.0:
+                code = ST_DOES_NOT_FIT
+        status[flat] = code
+        for v in range(N_RESULTS):
+            out[v, flat] = result[v]
+
+
+@njit(parallel=True)
+def evaluate_grid(base, axis_columns, axis_values, shape, auto_shard, only_fitting, status, out):
+    """Status and every result of each point of the grid (``status``: int8[n], ``out``: [N_RESULTS, n]).
+    With ``only_fitting``, legal points that do not fit in memory get status ``does_not_fit`` (their results
+    stay, so the memory breakdown shows why)."""
+    n = status.shape[0]
+    chunks = (n + CHUNK_POINTS - 1) // CHUNK_POINTS
+    for chunk in prange(chunks):
+        lo = chunk * CHUNK_POINTS
+        _evaluate_points(lo, min(n, lo + CHUNK_POINTS), base, axis_columns, axis_values, shape, auto_shard,
+                         only_fitting, status, out)
+
+
+@njit
+def grid_configuration(flat, base, axis_columns, axis_values, shape, auto_shard):
+    """The column vector of one grid point (for reports and tests)."""
+    row = np.empty(N_COLUMNS)
+    _grid_point(flat, base, axis_columns, axis_values, shape, auto_shard, row)
+    return row

@@ -1,0 +1,203 @@
+"""Memory per device of the real-world LM model (``default`` semantics), by memory kind.
+
+``memory_row(row, out)`` fills ``out[M_<KIND>]`` (bytes per device) for one
+configuration, on the most loaded pipeline rank: the first stage (most
+micro-batches in flight, the input embedding) or the last stage (LM head, its
+logits workspace, MTP layers), whichever holds more in total. It allocates
+nothing, so the fused pass can call it per configuration inside ``prange``.
+``memory_table(params)`` evaluates a whole ``(N_COLUMNS, n)`` table.
+
+Every term is a small function named after what it computes; its docstring
+gives the equation and its public source. ``docs/model_memory.md`` collects
+them. The terms live by concern: ``memory_states`` (parameters per stage, shard
+groups, weights, gradients, optimizer states), ``memory_activations`` (what a
+rank stores for backward, recompute, micro-batches in flight), and this module
+(KV cache, communication and gather buffers, the per-device assembly). Sizes are bytes; ``T`` is the tokens of one micro-batch on one device
+before sequence-parallel sharding: ``T = micro_batch * seq_len / cp``.
+
+The functions compile with numba's ``error_model='numpy'``: a division by zero yields inf/nan instead of
+raising, so no division carries a zero check (1.5x faster on ``bench/bench_memory.py``) and an illegal
+point of a sweep cannot raise inside the fused pass (legality is the rule table's job).
+"""
+
+import numpy as np
+
+from fastmodel.kernels.jit import njit, prange
+from fastmodel.kernels.lm.layout import (
+    C_COLLECTIVE_BUCKET_BYTES, C_CP, C_DENSE_LAYERS, C_EP, C_ETP, C_FFN, C_FP8_PARAMS, C_FRAMEWORK_MEMORY_BYTES,
+    C_GRAD_REDUCE_BYTES, C_HEADS, C_HEAD_DIM, C_HIDDEN, C_KV_HEADS, C_KV_LORA_RANK, C_LAYERS, C_MLA, C_MOE_EXPERTS,
+    C_MOE_FFN, C_MOE_SHARED_EXPERTS, C_PP, C_PRECISION, C_QK_ROPE_HEAD_DIM, C_SEQUENCE_PARALLEL, C_SHARDING, C_TP,
+    C_VOCAB, M_ACTIVATIONS, M_BUFFERS, M_GRADIENTS, M_KV_CACHE, M_OPTIMIZER, M_OVERHEAD, M_WEIGHTS, N_MEMORY_KINDS,
+    PRECISION_FP8, SHARD_FSDP,
+)
+from fastmodel.kernels.lm.memory_activations import (
+    micro_batch_tokens, replicated_divisor, local_kv_width, routed_tokens, layer_activation_bytes, kept_mode,
+    stored_layer_bytes, recompute_working_bytes, activations_bytes,
+)
+from fastmodel.kernels.lm.memory_states import (
+    is_moe, attention_params, mlp_params, stage_params, weights_bytes, gradients_bytes, optimizer_bytes, B16, B32,
+)
+from fastmodel.kernels.lm.memory_states import layers_per_stage  # noqa: F401 - re-exported for callers of the old layout
+
+
+# --- KV cache --------------------------------------------------------------------------------------------------------
+
+@njit(error_model='numpy')
+def kv_cache_bytes_per_token(row):
+    """KV-cache bytes per token on one device (serving; zero in training).
+
+    ``2 * L/pp * max(kv_heads/tp, 1) * head_dim * bytes`` (K and V of every layer; Pope et al. 2022,
+    Sec. 3.1; KV heads replicated once tp exceeds them, as vLLM does). MLA caches the compressed latent and
+    the shared rotary key, ``(kv_lora_rank + qk_rope_head_dim) * L/pp * bytes``, the same on every TP rank
+    (DeepSeek-V2 report, Sec. 2.1.2). ``bytes`` = 1 under FP8, else 2.
+    """
+    per = 1.0 if int(row[C_PRECISION]) == PRECISION_FP8 else B16
+    layers = row[C_LAYERS] / row[C_PP]
+    if row[C_MLA] > 0:
+        return (row[C_KV_LORA_RANK] + row[C_QK_ROPE_HEAD_DIM]) * layers * per
+    return 2.0 * layers * local_kv_width(row) * per
+
+
+# --- buffers ---------------------------------------------------------------------------------------------------------
+
+@njit(error_model='numpy')
+def max_layer_params(row):
+    """Parameters of the largest layer on one device (before sharding by the shard group)."""
+    attn = attention_params(row) / row[C_TP] + 2.0 * row[C_HIDDEN]
+    dense = attn + mlp_params(row, row[C_FFN]) / row[C_TP]
+    if not is_moe(row):
+        return dense
+    experts = row[C_MOE_EXPERTS] * mlp_params(row, row[C_MOE_FFN]) / (row[C_EP] * row[C_ETP])
+    shared = mlp_params(row, row[C_MOE_SHARED_EXPERTS] * row[C_MOE_FFN]) / row[C_TP]
+    moe = attn + experts + shared + row[C_HIDDEN] * row[C_MOE_EXPERTS]
+    if row[C_DENSE_LAYERS] > 0:
+        return max(dense, moe)
+    return moe
+
+
+@njit(error_model='numpy')
+def largest_module_params(row):
+    """Parameters of the largest single weight matrix on one device: the MLP's ``h x ffn / t``, the fused
+    QKV ``h x (a + 2 kv) d / t``, or one expert's ``h x moe_ffn / etp``."""
+    h = row[C_HIDDEN]
+    tp = row[C_TP]
+    largest = max(h * row[C_FFN], h * (row[C_HEADS] + 2.0 * row[C_KV_HEADS]) * row[C_HEAD_DIM]) / tp
+    if is_moe(row):
+        largest = max(largest, h * row[C_MOE_FFN] / row[C_ETP])
+    return largest
+
+
+@njit(error_model='numpy')
+def fsdp_gather_buffer_bytes(row):
+    """FSDP/HSDP: the gathered weights of the unit being computed and of the prefetched one, and the unit's
+    unsharded gradient before its reduce-scatter.
+
+    Layer-wrapped FSDP (PyTorch FSDP/FSDP2, one unit per transformer block; Zhao et al. 2023, Sec. 3.3-3.4:
+    at most two in-flight all-gathers, backward prefetch): ``(2 c + g) * max_layer_params`` with ``c`` the
+    compute dtype (1 byte with FP8 parameters, else 2) and ``g`` = ``grad_reduce_bytes``. Bucketed ZeRO-3
+    (``collective_bucket_bytes > 0``, DeepSpeed: parameters fetched per module, prefetched in buckets,
+    ``stage3_prefetch_bucket_size``): the largest module gathered plus one prefetch bucket, and that
+    module's gradient: ``(c + g) * largest_module_params + bucket``.
+    """
+    if int(row[C_SHARDING]) != SHARD_FSDP:
+        return 0.0
+    compute = 1.0 if row[C_FP8_PARAMS] > 0 else B16
+    if row[C_COLLECTIVE_BUCKET_BYTES] > 0:
+        return (compute + row[C_GRAD_REDUCE_BYTES]) * largest_module_params(row) + row[C_COLLECTIVE_BUCKET_BYTES]
+    return (2.0 * compute + row[C_GRAD_REDUCE_BYTES]) * max_layer_params(row)
+
+
+@njit(error_model='numpy')
+def comm_buffer_bytes(row):
+    """The largest in-flight collective of each process group, summed over groups (each has its stream).
+
+    TP with SP: the all-gathered sequence ``2 T h`` (Megatron's global all-gather buffer); EP: dispatch
+    send + receive ``2 * 2 R h``; CP ring: K and V chunks being sent and received ``2 * 2 * 2 T kv d / t``
+    (Liu et al. 2023); PP: one activation sent and one received ``2 * 2 T h / t_sp``. DP gradient buckets
+    are views of the gradient buffer (Megatron-Core DDP) and cost nothing extra; FSDP's are in
+    ``fsdp_gather_buffer_bytes``.
+    """
+    t_tok = micro_batch_tokens(row)
+    h = row[C_HIDDEN]
+    total = 0.0
+    if row[C_TP] > 1 and row[C_SEQUENCE_PARALLEL] > 0:
+        total += B16 * t_tok * h
+    if is_moe(row) and row[C_EP] > 1:
+        total += 2.0 * B16 * routed_tokens(row) * h
+    if row[C_CP] > 1:
+        total += 2.0 * 2.0 * B16 * t_tok * local_kv_width(row)
+    if row[C_PP] > 1:
+        total += 2.0 * B16 * t_tok * h / replicated_divisor(row)
+    return total
+
+
+@njit(error_model='numpy')
+def logits_workspace_bytes(row):
+    """The LM head's logits and loss workspace for one micro-batch: BF16 logits ``2 T V / t`` and their FP32
+    copy for the vocab-parallel cross entropy ``4 T V / t`` (Korthikanti Sec. 4.3: ``4 s b v / t``; Megatron
+    ``vocab_parallel_cross_entropy`` upcasts to FP32), live at once at the peak; one set per micro-batch,
+    since the last rank runs each micro-batch's backward right after its forward."""
+    return (B16 + B32) * micro_batch_tokens(row) * row[C_VOCAB] / row[C_TP]
+
+
+@njit(error_model='numpy')
+def buffers_bytes(row, stage, shared):
+    """Gather and communication buffers (``shared`` by every rank) plus the logits workspace of the last."""
+    total = shared
+    if stage == row[C_PP] - 1:
+        total += logits_workspace_bytes(row)
+    return total
+
+
+# --- per device -------------------------------------------------------------------------------------------------------
+
+@njit(error_model='numpy')
+def stage_memory(row, stage, dense_layer, moe_layer, working, shared_buffers):
+    """(weights, gradients, optimizer, activations, buffers) of pipeline rank ``stage``, given the
+    stage-independent per-layer activations and buffers."""
+    non_expert, expert = stage_params(row, stage)
+    return (weights_bytes(row, non_expert, expert), gradients_bytes(row, non_expert, expert),
+            optimizer_bytes(row, stage, non_expert, expert),
+            activations_bytes(row, stage, dense_layer, moe_layer, working),
+            buffers_bytes(row, stage, shared_buffers))
+
+
+@njit(error_model='numpy')
+def memory_row(row, out):
+    """Fill ``out[M_*]`` with the bytes per device of each memory kind on the most loaded pipeline rank.
+
+    The first and the last rank are evaluated; the one with the larger total is reported. KV cache is zero
+    in training; ``overhead`` is the column ``framework_memory_bytes`` (CUDA context, NCCL, allocator
+    reserve).
+    """
+    kept = kept_mode(row)
+    dense_all = layer_activation_bytes(row, False, kept)
+    moe_all = layer_activation_bytes(row, True, kept) if is_moe(row) else 0.0
+    dense_layer = stored_layer_bytes(row, dense_all)
+    moe_layer = stored_layer_bytes(row, moe_all)
+    working = recompute_working_bytes(row, max(dense_all, moe_all))
+    shared = fsdp_gather_buffer_bytes(row) + comm_buffer_bytes(row)
+    w, g, o, a, b = stage_memory(row, 0.0, dense_layer, moe_layer, working, shared)
+    last = row[C_PP] - 1.0
+    if last > 0:
+        w2, g2, o2, a2, b2 = stage_memory(row, last, dense_layer, moe_layer, working, shared)
+        if w2 + g2 + o2 + a2 + b2 > w + g + o + a + b:
+            w, g, o, a, b = w2, g2, o2, a2, b2
+    out[M_WEIGHTS] = w
+    out[M_GRADIENTS] = g
+    out[M_OPTIMIZER] = o
+    out[M_ACTIVATIONS] = a
+    out[M_KV_CACHE] = 0.0
+    out[M_BUFFERS] = b
+    out[M_OVERHEAD] = row[C_FRAMEWORK_MEMORY_BYTES]
+
+
+@njit(parallel=True, error_model='numpy')
+def memory_table(params):
+    """``(N_MEMORY_KINDS, n)`` bytes per device for every configuration (column) of ``params``."""
+    n = params.shape[1]
+    result = np.empty((N_MEMORY_KINDS, n))
+    for j in prange(n):
+        out = result[:, j]
+        memory_row(params[:, j], out)
+    return result

@@ -1,0 +1,344 @@
+"""Memory of the real-world LM model, part 2: the activations a pipeline rank holds for backward.
+
+Per layer and micro-batch (attention, dense and MoE MLPs, unfused element-wise ops, op-level checkpointing),
+what recompute keeps of them, and how many micro-batches are in flight on a rank under each pipeline
+schedule. ``T`` is the tokens of one micro-batch on one device before sequence-parallel sharding:
+``T = micro_batch * seq_len / cp``. Compiled with ``error_model='numpy'`` (see kernels/lm/memory.py).
+"""
+
+from fastmodel.kernels.jit import njit
+from fastmodel.kernels.lm.layout import (
+    C_ACTIVATION_OFFLOAD, C_CP, C_DP, C_DROPOUT, C_ETP, C_FFN, C_FLASH_ATTENTION, C_FUSED_KERNELS, C_GATED_MLP,
+    C_GLOBAL_BATCH, C_HEADS, C_HEAD_DIM, C_HIDDEN, C_KV_HEADS, C_KV_LORA_RANK, C_MICRO_BATCH, C_MLA,
+    C_MOE_CAPACITY_FACTOR, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS, C_MOE_TOPK, C_PIPELINE_SCHEDULE, C_PP,
+    C_PRECISION, C_QK_NOPE_HEAD_DIM, C_QK_ROPE_HEAD_DIM, C_Q_LORA_RANK, C_RECOMPUTE, C_RECOMPUTE_FRACTION, C_RMS_NORM,
+    C_SELECTIVE_POLICY, C_SEQUENCE_PARALLEL, C_SEQ_LEN, C_TP, C_VP, C_V_HEAD_DIM, PRECISION_FP8, RECOMPUTE_FULL,
+    RECOMPUTE_NONE, RECOMPUTE_PARTIAL_LAYERS, RECOMPUTE_SELECTIVE, SCHED_GPIPE, SCHED_INTERLEAVED,
+)
+from fastmodel.kernels.lm.memory_states import B16, B32, is_moe, stage_layers
+
+
+# --- activations ---------------------------------------------------------------------------------------------------
+
+@njit(error_model='numpy')
+def micro_batch_tokens(row):
+    """``T = b * s / cp``: tokens of one micro-batch on one device's context-parallel shard (Liu et al. 2023)."""
+    return row[C_MICRO_BATCH] * row[C_SEQ_LEN] / row[C_CP]
+
+
+@njit(error_model='numpy')
+def replicated_divisor(row):
+    """Divisor of the tensors TP replicates (norms, dropout masks, linear inputs): ``tp`` with sequence
+    parallelism (Korthikanti et al. 2022, Sec. 4.2.2), else 1."""
+    return row[C_TP] if row[C_SEQUENCE_PARALLEL] > 0 else 1.0
+
+
+@njit(error_model='numpy')
+def gemm_input_bytes(row):
+    """Bytes per stored GEMM input: 1 under FP8 GEMMs (Transformer Engine saves the FP8-cast input for the
+    weight-gradient GEMM), else 2."""
+    return 1.0 if int(row[C_PRECISION]) == PRECISION_FP8 else B16
+
+
+@njit(error_model='numpy')
+def local_kv_width(row):
+    """Per-device K (or V) width ``max(kv_heads / tp, 1) * head_dim``: KV heads split over TP, replicated
+    once tp exceeds them (Megatron-Core ``num_query_groups``)."""
+    return max(row[C_KV_HEADS] / row[C_TP], 1.0) * row[C_HEAD_DIM]
+
+
+@njit(error_model='numpy')
+def attention_scores_bytes(row, mode):
+    """The ``s^2`` terms of unfused attention: ``5 a s^2 b / t`` with dropout (softmax output 2, dropout mask
+    1, dropout output 2 bytes per score; Korthikanti et al. 2022, Sec. 4.1), ``2 a s^2 b / t`` without
+    dropout (softmax output only). Zero under flash attention (Dao et al. 2022: scores are recomputed in
+    backward) and under selective recompute (Korthikanti Sec. 5). With CP each device holds ``s/cp`` query rows
+    against all ``s`` keys.
+    """
+    if row[C_FLASH_ATTENTION] > 0 or mode != RECOMPUTE_NONE:
+        return 0.0
+    per_score = 5.0 if row[C_DROPOUT] > 0 else B16
+    heads = row[C_HEADS] / row[C_TP]
+    return per_score * heads * micro_batch_tokens(row) * row[C_SEQ_LEN]
+
+
+@njit(error_model='numpy')
+def attention_activation_bytes(row, mode):
+    """Activations one attention block stores for backward, one micro-batch, one device.
+
+    Korthikanti et al. 2022, Sec. 4.1 (``11 s b h + 5 a s^2 b``), generalised to GQA/MLA widths:
+    norm input ``2T h`` and QKV input ``g T h`` (replicated, ``/t`` with SP; ``g`` = ``gemm_input_bytes``);
+    Q ``2T a d/t``, K and V ``2T kv d/t`` each; the output-projection input (= flash output O) ``2T a d/t``
+    (+ an FP8 copy ``T a d/t`` under FP8); the ``s^2`` scores (``attention_scores_bytes``); flash's FP32
+    log-sum-exp ``4 T a/t`` (Dao et al. 2022), dropped by selective recompute; the dropout mask ``T h``
+    (replicated) when dropout is on.
+    """
+    tp = row[C_TP]
+    t_tok = micro_batch_tokens(row)
+    rep = replicated_divisor(row)
+    h = row[C_HIDDEN]
+    g = gemm_input_bytes(row)
+    heads = row[C_HEADS] / tp
+    inputs = (B16 + g) * t_tok * h / rep
+    if row[C_MLA] > 0:
+        qk = row[C_QK_NOPE_HEAD_DIM] + row[C_QK_ROPE_HEAD_DIM]
+        latent = g * t_tok * (row[C_Q_LORA_RANK] + row[C_KV_LORA_RANK] + row[C_QK_ROPE_HEAD_DIM])
+        qkv = B16 * t_tok * heads * (2.0 * qk + row[C_V_HEAD_DIM]) + latent
+        out_width = heads * row[C_V_HEAD_DIM]
+    else:
+        qkv = B16 * t_tok * (heads * row[C_HEAD_DIM] + 2.0 * local_kv_width(row))
+        out_width = heads * row[C_HEAD_DIM]
+    flash = row[C_FLASH_ATTENTION] > 0
+    out = (B16 if (flash or g == B16) else g) * t_tok * out_width
+    if flash and g < B16:
+        out += g * t_tok * out_width
+    stats = B32 * t_tok * heads if (flash and mode == RECOMPUTE_NONE) else 0.0
+    mask = t_tok * h / rep if row[C_DROPOUT] > 0 else 0.0
+    return inputs + qkv + out + stats + mask + attention_scores_bytes(row, mode)
+
+
+@njit(error_model='numpy')
+def mlp_activation_bytes(row, width, tokens_factor):
+    """Stored activations of one MLP of ``width`` (already per device) over ``tokens_factor * T`` tokens.
+
+    2-matrix: the activation input ``2T f`` and its output ``g T f`` (Korthikanti Sec. 4.1: ``8sbh + 8sbh``
+    for f = 4h). Gated: the fused gate+up output ``4T f`` and the product ``g T f`` (Megatron-Core SwiGLU
+    saves its input for backward).
+    """
+    t_tok = tokens_factor * micro_batch_tokens(row)
+    fc1 = (2.0 * B16 if row[C_GATED_MLP] > 0 else B16) * t_tok * width
+    return fc1 + gemm_input_bytes(row) * t_tok * width
+
+
+@njit(error_model='numpy')
+def routed_tokens(row):
+    """Routed token rows per device per micro-batch: ``k * T / t_sp * etp * capacity``.
+
+    Tokens enter the dispatch sequence-parallel-sharded (Megatron-Core requires SP for MoE with TP), each
+    goes to ``k`` experts; with expert-TP the rows are gathered over ``etp`` ranks; a capacity factor pads
+    every expert to ``cf`` times its balanced share (Fedus et al. 2021); dropless (0) counts the balanced
+    average.
+    """
+    cf = row[C_MOE_CAPACITY_FACTOR] if row[C_MOE_CAPACITY_FACTOR] > 0 else 1.0
+    return row[C_MOE_TOPK] * micro_batch_tokens(row) / replicated_divisor(row) * row[C_ETP] * cf
+
+
+@njit(error_model='numpy')
+def moe_activation_bytes(row):
+    """Stored activations of one MoE MLP block (router, routed experts, shared experts).
+
+    Router logits and probabilities in FP32 ``2 * 4 T E / t_sp``; the permuted expert input ``g R h`` and
+    expert output ``2 R h`` (kept for the combine's probability gradient); each expert's MLP over its rows
+    (``mlp_activation_bytes`` at ``moe_ffn / etp``); shared experts as a dense MLP of width
+    ``shared * moe_ffn / t`` (Megatron-Core MoE; DeepSeek-V3 report, Sec. 2.1).
+    """
+    t_tok = micro_batch_tokens(row)
+    rep = replicated_divisor(row)
+    h = row[C_HIDDEN]
+    rows = routed_tokens(row)
+    router = 2.0 * B32 * t_tok * row[C_MOE_EXPERTS] / rep
+    permuted = (gemm_input_bytes(row) + B16) * rows * h
+    experts = mlp_activation_bytes(row, row[C_MOE_FFN] / row[C_ETP], rows / t_tok)
+    shared = mlp_activation_bytes(row, row[C_MOE_SHARED_EXPERTS] * row[C_MOE_FFN] / row[C_TP], 1.0)
+    return router + permuted + experts + shared
+
+
+@njit(error_model='numpy')
+def mlp_block_activation_bytes(row, moe):
+    """The MLP half of a layer: norm input ``2T h`` and MLP input ``g T h`` (replicated, ``/t`` with SP), the
+    dense or MoE MLP, and the dropout mask ``T h`` when dropout is on (Korthikanti Sec. 4.1: ``19 s b h``)."""
+    t_tok = micro_batch_tokens(row)
+    rep = replicated_divisor(row)
+    h = row[C_HIDDEN]
+    inputs = (B16 + gemm_input_bytes(row)) * t_tok * h / rep
+    mask = t_tok * h / rep if row[C_DROPOUT] > 0 else 0.0
+    if moe:
+        return inputs + mask + moe_activation_bytes(row)
+    return inputs + mask + mlp_activation_bytes(row, row[C_FFN] / row[C_TP], 1.0)
+
+
+@njit(error_model='numpy')
+def eager_elementwise_bytes(row, moe):
+    """Extra tensors eager PyTorch keeps when element-wise ops are not fused (``fused_kernels = 0``).
+
+    Each autograd node saves its own inputs: an RMSNorm (``rms_norm``) written as
+    ``x.float() * rsqrt(mean(x^2))`` keeps the FP32 copy of its input where a fused norm keeps the 16-bit
+    input, ``(4 - 2) T h / t_sp`` more per norm (two per layer; LayerNorm is one ATen kernel even in eager
+    mode and keeps its 16-bit input), and ``silu(w1 x) * w3 x`` keeps the SiLU output for the product besides the gate
+    output, ``2 T f / t`` (PyTorch autograd saved-tensor semantics; TorchTitan's Llama modules). Fused
+    kernels (Megatron, Transformer Engine, torch.compile) keep neither.
+    """
+    if row[C_FUSED_KERNELS] > 0:
+        return 0.0
+    t_tok = micro_batch_tokens(row)
+    norms = 0.0
+    if row[C_RMS_NORM] > 0:
+        norms = 2.0 * (B32 - B16) * t_tok * row[C_HIDDEN] / replicated_divisor(row)
+    if row[C_GATED_MLP] <= 0:
+        return norms
+    if moe:
+        width = routed_tokens(row) / t_tok * row[C_MOE_FFN] / row[C_ETP] + \
+            row[C_MOE_SHARED_EXPERTS] * row[C_MOE_FFN] / row[C_TP]
+    else:
+        width = row[C_FFN] / row[C_TP]
+    return norms + B16 * t_tok * width
+
+
+@njit(error_model='numpy')
+def op_checkpoint_layer_bytes(row, moe):
+    """What one layer keeps under op-level selective checkpointing (``selective_policy = 1``).
+
+    TorchTitan's ``op`` mode saves the outputs of every GEMM except every second one, and of the attention
+    kernel, and recomputes everything else from the block input (TorchTitan ``apply_ac``: ``_save_list`` of
+    ``aten.mm`` and SDPA, "except every second mm"). In a Llama block the GEMMs run wq, wk, wv, wo, w1, w3, w2:
+    kept are the block input ``2 T h / t_sp``, the wq output ``2 T a d / t``, the wv output
+    ``2 T kv d / t``, the attention output ``2 T a d / t`` with its FP32 log-sum-exp ``4 T a / t``, the w1
+    output ``2 T f / t`` and the w2 output ``2 T h / t_sp``. Routed experts run grouped GEMMs, which the
+    policy does not save; shared experts count as a dense MLP.
+    """
+    t_tok = micro_batch_tokens(row)
+    rep = replicated_divisor(row)
+    h = row[C_HIDDEN]
+    heads = row[C_HEADS] / row[C_TP]
+    if row[C_MLA] > 0:
+        q_width = heads * (row[C_QK_NOPE_HEAD_DIM] + row[C_QK_ROPE_HEAD_DIM])
+        v_width = heads * row[C_V_HEAD_DIM]
+        out_width = v_width
+    else:
+        q_width = heads * row[C_HEAD_DIM]
+        v_width = local_kv_width(row)
+        out_width = q_width
+    attention = B16 * t_tok * (q_width + v_width + out_width) + B32 * t_tok * heads
+    if moe:
+        width = row[C_MOE_SHARED_EXPERTS] * row[C_MOE_FFN] / row[C_TP]
+    else:
+        width = row[C_FFN] / row[C_TP]
+    return 2.0 * B16 * t_tok * h / rep + attention + B16 * t_tok * width
+
+
+@njit(error_model='numpy')
+def layer_activation_bytes(row, moe, mode):
+    """All activations of one layer for one micro-batch when the layer is not fully recomputed.
+
+    Korthikanti et al. 2022, Table 2: ``s b h (34 + 5 a s / h)`` without parallelism,
+    ``s b h (10 + 24/t + 5 a s/(h t))`` with TP, ``s b h/t (34 + 5 a s / h)`` with TP + SP, and the ``s^2``
+    terms dropped by selective recompute (``mode``); plus ``eager_elementwise_bytes`` without fused kernels.
+    Op-level selective checkpointing keeps ``op_checkpoint_layer_bytes`` instead.
+    """
+    if mode == RECOMPUTE_SELECTIVE and row[C_SELECTIVE_POLICY] > 0:
+        return op_checkpoint_layer_bytes(row, moe)
+    return (attention_activation_bytes(row, mode) + mlp_block_activation_bytes(row, moe)
+            + eager_elementwise_bytes(row, moe))
+
+
+@njit(error_model='numpy')
+def checkpoint_bytes(row):
+    """A fully recomputed layer keeps only its input: ``2 T h`` (``/t`` with SP) (Korthikanti Sec. 4.3:
+    ``2 s b h L`` for full recompute)."""
+    return B16 * micro_batch_tokens(row) * row[C_HIDDEN] / replicated_divisor(row)
+
+
+@njit(error_model='numpy')
+def kept_mode(row):
+    """The recompute mode a layer that is not fully recomputed stores under: selective or none."""
+    return RECOMPUTE_SELECTIVE if int(row[C_RECOMPUTE]) == RECOMPUTE_SELECTIVE else RECOMPUTE_NONE
+
+
+@njit(error_model='numpy')
+def stored_layer_bytes(row, layer_bytes):
+    """What one layer keeps per micro-batch, given its ``layer_activation_bytes`` under ``kept_mode``.
+
+    none / selective: all of them; full: ``checkpoint_bytes``; partial layers: a share
+    ``recompute_fraction`` of layers keeps the checkpoint, the others everything (Megatron
+    ``--recompute-num-layers``, the remaining layers are not recomputed).
+    """
+    mode = int(row[C_RECOMPUTE])
+    if mode == RECOMPUTE_FULL:
+        return checkpoint_bytes(row)
+    if mode == RECOMPUTE_PARTIAL_LAYERS:
+        r = row[C_RECOMPUTE_FRACTION]
+        return r * checkpoint_bytes(row) + (1.0 - r) * layer_bytes
+    return layer_bytes
+
+
+@njit(error_model='numpy')
+def recompute_working_bytes(row, largest_layer_bytes):
+    """While a checkpointed layer is recomputed in backward, its full activations for one micro-batch are
+    live again (Chen et al. 2016, Sec. 3): under full or partial recompute one layer of
+    ``layer_activation_bytes`` (the larger of dense and MoE, ``largest_layer_bytes``, computed without
+    recompute); under op-level selective checkpointing the same, computed here."""
+    mode = int(row[C_RECOMPUTE])
+    if mode == RECOMPUTE_FULL or (mode == RECOMPUTE_PARTIAL_LAYERS and row[C_RECOMPUTE_FRACTION] > 0):
+        return largest_layer_bytes
+    if mode == RECOMPUTE_SELECTIVE and row[C_SELECTIVE_POLICY] > 0:
+        dense = layer_activation_bytes(row, False, RECOMPUTE_NONE)
+        if is_moe(row):
+            return max(dense, layer_activation_bytes(row, True, RECOMPUTE_NONE))
+        return dense
+    return 0.0
+
+
+@njit(error_model='numpy')
+def microbatches(row):
+    """Micro-batches per step per pipeline: ``m = global_batch / (micro_batch * dp)``."""
+    return max(row[C_GLOBAL_BATCH] / (row[C_MICRO_BATCH] * row[C_DP]), 1.0)
+
+
+@njit(error_model='numpy')
+def microbatches_in_flight(row, stage):
+    """Micro-batches whose activations pipeline rank ``stage`` holds at its peak (in units of the rank's
+    ``L/pp`` layers).
+
+    1F1B: ``min(pp - stage, m)`` (Narayanan et al. 2021, Sec. 2.2.1). Interleaved with ``v`` chunks:
+    Megatron warms up ``2 (pp - stage - 1) + (v - 1) pp`` chunks and holds one more, each ``1/v`` of the
+    rank's layers: ``min(2 (pp - stage - 1) + (v - 1) pp + 1, m v) / v``; on the first rank this is
+    ``pp (1 + (pp - 1)/(pp v))`` (Korthikanti Sec. 4.2.3). GPipe: all ``m`` (Huang et al. 2019). Without
+    a pipeline, micro-batches run one after the other: 1.
+    """
+    pp = row[C_PP]
+    m = microbatches(row)
+    if pp <= 1:
+        return 1.0
+    schedule = int(row[C_PIPELINE_SCHEDULE])
+    if schedule == SCHED_GPIPE:
+        return m
+    v = row[C_VP]
+    if schedule == SCHED_INTERLEAVED and v > 1:
+        chunks = 2.0 * (pp - stage - 1.0) + (v - 1.0) * pp + 1.0
+        return min(chunks, m * v) / v
+    return min(pp - stage, m)
+
+
+@njit(error_model='numpy')
+def embedding_activation_bytes(row):
+    """The input embedding's dropout mask ``T h`` (``/t`` with SP) per micro-batch in flight on the first
+    rank (Korthikanti Sec. 4.3: ``s b h p / t``); nothing without dropout."""
+    if row[C_DROPOUT] <= 0:
+        return 0.0
+    return micro_batch_tokens(row) * row[C_HIDDEN] / replicated_divisor(row)
+
+
+@njit(error_model='numpy')
+def head_activation_bytes(row):
+    """The final norm's input ``2 T h`` and the output layer's input ``g T h`` (``/t`` with SP), per
+    micro-batch in flight on the last rank (Korthikanti Sec. 4.3)."""
+    return (B16 + gemm_input_bytes(row)) * micro_batch_tokens(row) * row[C_HIDDEN] / replicated_divisor(row)
+
+
+@njit(error_model='numpy')
+def activations_bytes(row, stage, dense_layer, moe_layer, working):
+    """Activations held on pipeline rank ``stage`` at its peak.
+
+    ``in_flight * sum over the rank's layers of stored_layer_bytes`` (``dense_layer`` / ``moe_layer`` per
+    layer) + one layer's recompute working set (``working``) + the embedding (first rank) or head (last rank)
+    inputs per micro-batch in flight, times ``1 - activation_offload`` (the share offloaded to host memory,
+    e.g. NeMo CPU activation offloading).
+    """
+    dense, moe, mtp = stage_layers(row, stage)
+    per_mb = dense * dense_layer + (moe + mtp) * moe_layer if is_moe(row) else (dense + mtp) * dense_layer
+    if stage == 0:
+        per_mb += embedding_activation_bytes(row)
+    if stage == row[C_PP] - 1:
+        per_mb += head_activation_bytes(row)
+    held = microbatches_in_flight(row, stage) * per_mb + working
+    return held * (1.0 - row[C_ACTIVATION_OFFLOAD])

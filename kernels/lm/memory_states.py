@@ -1,0 +1,249 @@
+"""Memory of the real-world LM model, part 1: what a device holds of the parameters.
+
+The model's shape per pipeline rank (layers and parameters of each stage, dense and expert), the groups that
+shard them (ZeRO/FSDP), and the bytes of weights, gradients and optimizer states (kernels/lm/memory.py assembles
+them with activations and buffers; docs/model_memory.md collects the equations). Compiled with
+``error_model='numpy'`` (see kernels/lm/memory.py).
+"""
+
+import math
+
+from fastmodel.kernels.jit import njit
+from fastmodel.kernels.lm.layout import (
+    C_CP, C_DENSE_LAYERS, C_DP, C_EP, C_ETP, C_FFN, C_FP8_PARAMS, C_GATED_MLP, C_GRAD_REDUCE_BYTES, C_HEADS, C_HEAD_DIM,
+    C_HIDDEN, C_KV_HEADS, C_KV_LORA_RANK, C_LAYERS, C_MLA, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS, C_MOE_TOPK,
+    C_MTP_LAYERS, C_OPTIMIZER, C_PP, C_PRECISION, C_QK_NOPE_HEAD_DIM, C_QK_ROPE_HEAD_DIM, C_Q_LORA_RANK, C_SHARDING,
+    C_SHARD_DEGREE, C_TIED_EMBEDDINGS, C_TP, C_UNEVEN_STAGES, C_VOCAB, C_VP, C_V_HEAD_DIM, OPT_ADAFACTOR, OPT_SGD,
+    PRECISION_FP8, SHARD_FSDP, SHARD_ZERO1, SHARD_ZERO2,
+)
+
+#: bytes of a 16-bit activation / weight element (BF16 or FP16)
+B16 = 2.0
+#: bytes of an FP32 element (master weights, optimizer moments, softmax statistics, fp32 logits)
+B32 = 4.0
+
+
+# --- model shape -------------------------------------------------------------------------------------------------
+
+@njit(error_model='numpy')
+def is_moe(row):
+    """1 when the model has routed experts (``moe_experts > 0``)."""
+    return row[C_MOE_EXPERTS] > 0 and row[C_MOE_TOPK] > 0
+
+
+@njit(error_model='numpy')
+def attention_params(row):
+    """Attention weights of one layer (whole model, before TP).
+
+    Standard/GQA: ``h*a*d (Q) + 2*h*kv*d (K, V) + a*d*h (O)`` (Ainslie et al. 2023, GQA).
+    MLA (DeepSeek-V2/V3 report, Sec. 2.1): ``h*q_lora + q_lora*a*(nope+rope)`` (or ``h*a*(nope+rope)``
+    without a query low rank) ``+ h*(kv_lora+rope) + kv_lora*a*(nope+v) + a*v*h`` plus the two latent norms.
+    """
+    h = row[C_HIDDEN]
+    a = row[C_HEADS]
+    if row[C_MLA] > 0:
+        qk = row[C_QK_NOPE_HEAD_DIM] + row[C_QK_ROPE_HEAD_DIM]
+        q_lora = row[C_Q_LORA_RANK]
+        kv_lora = row[C_KV_LORA_RANK]
+        q = h * q_lora + q_lora * a * qk if q_lora > 0 else h * a * qk
+        kv = h * (kv_lora + row[C_QK_ROPE_HEAD_DIM]) + kv_lora * a * (row[C_QK_NOPE_HEAD_DIM] + row[C_V_HEAD_DIM])
+        return q + kv + a * row[C_V_HEAD_DIM] * h + q_lora + kv_lora
+    d = row[C_HEAD_DIM]
+    return 2.0 * h * a * d + 2.0 * h * row[C_KV_HEADS] * d
+
+
+@njit(error_model='numpy')
+def mlp_params(row, width):
+    """One MLP of intermediate width ``width``: ``3*h*width`` gated (SwiGLU/GeGLU; Shazeer 2020), else ``2*h*width``."""
+    return (3.0 if row[C_GATED_MLP] > 0 else 2.0) * row[C_HIDDEN] * width
+
+
+@njit(error_model='numpy')
+def layers_per_stage(row):
+    """Layers on the busiest pipeline rank: ``L / pp``, or with ``uneven_stages`` ``ceil(L / (pp vp)) x vp``
+    (the ranks that hold a layer more than the average; Llama 3 paper sec. 3.3.2, DeepSeek-V3 report sec. 3.2)."""
+    pp = row[C_PP]
+    if row[C_UNEVEN_STAGES] > 0.0:
+        vp = max(row[C_VP], 1.0)
+        return math.ceil(row[C_LAYERS] / (pp * vp) - 1e-9) * vp
+    return row[C_LAYERS] / pp
+
+
+@njit(error_model='numpy')
+def stage_layers(row, stage):
+    """(dense layers, MoE layers, MTP layers) held by pipeline rank ``stage``.
+
+    Layers are split evenly, ``L/pp`` per rank, in order: the leading dense layers of a MoE model sit on
+    the first rank(s); DeepSeek-V3's MTP modules sit after the last layer, on the last rank.
+    """
+    pp = row[C_PP]
+    per_stage = layers_per_stage(row)
+    if not is_moe(row):
+        dense = per_stage
+    else:
+        first = stage * per_stage
+        dense = min(max(row[C_DENSE_LAYERS] - first, 0.0), per_stage)
+    mtp = row[C_MTP_LAYERS] if stage == pp - 1 else 0.0
+    return dense, per_stage - dense, mtp
+
+
+@njit(error_model='numpy')
+def stage_params(row, stage):
+    """(non-expert, expert) parameters on one device of pipeline rank ``stage``.
+
+    Non-expert weights split over TP (Megatron column/row-parallel linears, Shoeybi et al. 2019), norms and
+    the router replicated; the word embedding is vocab-parallel on the first rank and the LM head on the
+    last (a second copy of a tied embedding when ``pp > 1``, Narayanan et al. 2021, Sec. 3). Routed experts
+    split over ``ep * etp`` (Megatron-Core MoE docs). An MTP module is one MoE/dense layer plus a ``2h x h``
+    projection (DeepSeek-V3 report, Sec. 2.2).
+    """
+    h = row[C_HIDDEN]
+    tp = row[C_TP]
+    dense, moe, mtp = stage_layers(row, stage)
+    attn = attention_params(row) / tp + 2.0 * h
+    dense_layer = attn + mlp_params(row, row[C_FFN]) / tp
+    moe_layer = attn + mlp_params(row, row[C_MOE_SHARED_EXPERTS] * row[C_MOE_FFN]) / tp + h * row[C_MOE_EXPERTS]
+    expert_layer = row[C_MOE_EXPERTS] * mlp_params(row, row[C_MOE_FFN]) / (row[C_EP] * row[C_ETP])
+    non_expert = dense * dense_layer + moe * moe_layer
+    expert = moe * expert_layer
+    if mtp > 0:
+        non_expert += mtp * ((moe_layer if is_moe(row) else dense_layer) + 2.0 * h * h / tp + 2.0 * h)
+        expert += mtp * expert_layer if is_moe(row) else 0.0
+    embedding = row[C_VOCAB] * h / tp
+    last = stage == row[C_PP] - 1
+    if stage == 0:
+        non_expert += embedding
+    if last:
+        non_expert += h
+        if row[C_TIED_EMBEDDINGS] == 0 or row[C_PP] > 1:
+            non_expert += embedding
+    return non_expert, expert
+
+
+@njit(error_model='numpy')
+def shard_group(row):
+    """Devices one non-expert parameter/optimizer shard spans: ``shard_degree`` (HSDP), else ``dp * cp``.
+
+    Megatron's distributed optimizer and TorchTitan's FSDP both shard over the data-parallel group
+    including the context-parallel ranks (Megatron-Core ``data_parallel_group_with_cp``; TorchTitan
+    ``dp_shard_cp`` mesh).
+    """
+    if row[C_SHARD_DEGREE] > 0:
+        return row[C_SHARD_DEGREE]
+    return row[C_DP] * row[C_CP]
+
+
+@njit(error_model='numpy')
+def expert_shard_group(row):
+    """Devices one expert shard spans: the expert-data-parallel group ``group * tp / (ep * etp)``.
+
+    Megatron-Core carves EP out of DP: expert DP size = tp * cp * dp / (ep * etp) (Megatron-Core MoE docs).
+    """
+    return max(shard_group(row) * row[C_TP] / (row[C_EP] * row[C_ETP]), 1.0)
+
+
+@njit(error_model='numpy')
+def sharded_params(row, non_expert, expert):
+    """Parameters per device divided by their shard groups (what ZeRO/FSDP keeps of them)."""
+    return non_expert / shard_group(row) + expert / expert_shard_group(row)
+
+
+# --- weights, gradients, optimizer ---------------------------------------------------------------------------------
+
+@njit(error_model='numpy')
+def weight_bytes_per_param(row):
+    """Bytes per resident (unsharded) weight.
+
+    BF16/FP16 weights: 2. FP8 GEMMs with BF16 weights (Transformer Engine without FP8 parameters): 2 + 1,
+    the FP8 cast is cached across micro-batches (TE ``is_first_microbatch``). FP8 parameters
+    (``fp8_params``, TE ``fp8_model_init``): 1, the high-precision master stays in the optimizer.
+    """
+    if row[C_FP8_PARAMS] > 0:
+        return 1.0
+    if int(row[C_PRECISION]) == PRECISION_FP8:
+        return B16 + 1.0
+    return B16
+
+
+@njit(error_model='numpy')
+def weights_bytes(row, non_expert, expert):
+    """Weights held on the device.
+
+    DDP, ZeRO-1/2, distributed optimizer: every local parameter (after TP/PP/EP) at ``weight_bytes_per_param``
+    (Rajbhandari et al. 2020, ZeRO, Sec. 5: 2 bytes/param of fp16 weights). FSDP/HSDP (ZeRO-3): the sharded
+    parameters, kept in FP32 between forward and backward (PyTorch FSDP ``MixedPrecision``: "the sharded
+    parameters are kept in full precision"; Zhao et al. 2023), i.e. ``4 * params / shard_group``; the
+    gathered BF16 copies are buffers (``fsdp_gather_buffer_bytes``).
+    """
+    if int(row[C_SHARDING]) == SHARD_FSDP:
+        return B32 * sharded_params(row, non_expert, expert)
+    return weight_bytes_per_param(row) * (non_expert + expert)
+
+
+@njit(error_model='numpy')
+def gradients_bytes(row, non_expert, expert):
+    """Gradients at ``grad_reduce_bytes`` per parameter.
+
+    Replicated under DDP, ZeRO-1 and the Megatron distributed optimizer: Megatron accumulates into a
+    contiguous FP32 ``main_grad`` buffer for BF16 training and reduce-scatters it in place (Megatron-LM
+    ``docs/distrib_optimizer.md``: bf16 params with fp32 grads take ``6 + 12/d`` bytes per parameter, i.e.
+    the 4-byte gradient is not divided by d). Sharded by the shard group under ZeRO-2 and FSDP/HSDP
+    (ZeRO paper, Sec. 5.2).
+    """
+    gb = row[C_GRAD_REDUCE_BYTES]
+    if int(row[C_SHARDING]) >= SHARD_ZERO2:
+        return gb * sharded_params(row, non_expert, expert)
+    return gb * (non_expert + expert)
+
+
+@njit(error_model='numpy')
+def optimizer_bytes_per_param(row):
+    """Optimizer bytes per parameter, FP32 master copy included.
+
+    Adam(W): 4 (master) + 4 (m) + 4 (v) = 12 (ZeRO paper, Sec. 3.1, K = 12). SGD with momentum: 4 + 4 = 8.
+    Adafactor without momentum (Shazeer & Stern 2018; beta1 = 0 default): 4 (master) plus the factored
+    second moment (``adafactor_factored_bytes``). Under FSDP the sharded FP32 parameters are the master
+    copy, so 4 bytes less.
+    """
+    opt = int(row[C_OPTIMIZER])
+    per = 12.0
+    if opt == OPT_SGD:
+        per = 8.0
+    elif opt == OPT_ADAFACTOR:
+        per = 4.0
+    if int(row[C_SHARDING]) == SHARD_FSDP:
+        per -= B32
+    return per
+
+
+@njit(error_model='numpy')
+def adafactor_factored_bytes(row, stage):
+    """Adafactor's factored second moment: one FP32 row and one column vector per weight matrix.
+
+    ``4 * (rows + cols)`` per matrix (Shazeer & Stern 2018, Sec. 3); per layer the attention's four
+    ``h x a*d`` matrices and the MLP's two or three ``h x ffn`` matrices, on the local TP shard.
+    """
+    if int(row[C_OPTIMIZER]) != OPT_ADAFACTOR:
+        return 0.0
+    h = row[C_HIDDEN]
+    tp = row[C_TP]
+    dense, moe, mtp = stage_layers(row, stage)
+    n_mlp = 3.0 if row[C_GATED_MLP] > 0 else 2.0
+    attn = 4.0 * (h + row[C_HEADS] * row[C_HEAD_DIM] / tp)
+    dense_mlp = n_mlp * (h + row[C_FFN] / tp)
+    expert_mlp = row[C_MOE_EXPERTS] / row[C_EP] * n_mlp * (h + row[C_MOE_FFN] / row[C_ETP])
+    return B32 * ((dense + moe + mtp) * attn + dense * dense_mlp + (moe + mtp) * expert_mlp)
+
+
+@njit(error_model='numpy')
+def optimizer_bytes(row, stage, non_expert, expert):
+    """Optimizer states: ``optimizer_bytes_per_param`` per parameter (+ Adafactor's factors).
+
+    Replicated under DDP; sharded by the shard group under ZeRO-1 / distributed optimizer, ZeRO-2 and
+    FSDP/HSDP (ZeRO paper, Sec. 5.1; Megatron-LM ``docs/distrib_optimizer.md``: ``12/d`` bytes per parameter).
+    """
+    per = optimizer_bytes_per_param(row)
+    factored = adafactor_factored_bytes(row, stage)
+    if int(row[C_SHARDING]) >= SHARD_ZERO1:
+        return per * sharded_params(row, non_expert, expert) + factored / shard_group(row)
+    return per * (non_expert + expert) + factored

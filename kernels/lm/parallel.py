@@ -1,0 +1,120 @@
+"""Communication of the parallel dimensions around the layer: overlap, FSDP per layer, pipeline sends and the
+data-parallel step of decoder-LM training under the real-world model (docs/model.md §11.6-§11.7).
+
+Every collective is a ``kernels.network`` time on its own process group and stream; "exposed" is the part not
+hidden behind the compute it overlaps with (:func:`exposed`).
+"""
+
+from fastmodel.kernels.roofline import memory_bound_time
+from fastmodel.kernels.jit import njit
+from fastmodel.kernels.lm.layer import ACT_BYTES
+from fastmodel.kernels.lm.layout import (
+    C_COLLECTIVE_BUCKET_BYTES, C_COMM_SM_SHARE, C_CP, C_DP, C_FP8_PARAMS, C_FSDP_COPY_OUT, C_GRAD_REDUCE_BYTES,
+    C_HIDDEN, C_MICRO_BATCH, C_OVERLAP_GRAD_REDUCE, C_OVERLAP_PARAM_GATHER, C_PP, C_SEQUENCE_PARALLEL, C_SEQ_LEN,
+    C_SHARDING, C_TP, C_VP, SHARD_DDP, SHARD_FSDP,
+)
+from fastmodel.kernels.nccl import allgather_time, allreduce_time, bucketed_allgather_time, p2p_time
+
+
+@njit
+def exposed(row, comm, window):
+    """Time a collective adds to the critical path when it overlaps ``window`` seconds of compute: what does
+    not fit in the window, plus the compute slowed while they share the GPU (``comm_sm_share`` of its
+    throughput goes to the communication kernels during the overlap)."""
+    return max(0.0, comm - window) + row[C_COMM_SM_SHARE] * min(comm, window)
+
+
+@njit
+def fsdp_copy_out_time(row, layer_params):
+    """FSDP2 copy-out of one gathered layer: its parameters read from the all-gather buffer and written to
+    their own tensors, memory-bound on the compute stream (0 unless ``fsdp_copy_out``)."""
+    if row[C_FSDP_COPY_OUT] <= 0.0:
+        return 0.0
+    return memory_bound_time(row, 2.0 * layer_params * param_bytes(row))
+
+
+@njit
+def fsdp_layer_exposed(row, gather, reduce, forward, backward):
+    """ZeRO-3/FSDP time one layer adds to the critical path: its forward gather overlaps the forward compute
+    and its backward gather and gradient reduce-scatter the backward compute, each only where the framework
+    prefetches parameters (``overlap_param_gather``) or overlaps the reduction (``overlap_grad_reduce``);
+    otherwise the collective runs between the layers' kernels (DeepSpeed's ``overlap_comm`` was off by default)."""
+    overlap_gather = row[C_OVERLAP_PARAM_GATHER] > 0.0
+    overlap_reduce = row[C_OVERLAP_GRAD_REDUCE] > 0.0
+    hidden_forward = gather if overlap_gather else 0.0
+    hidden_backward = (gather if overlap_gather else 0.0) + (reduce if overlap_reduce else 0.0)
+    serial = (2.0 * gather + reduce) - hidden_forward - hidden_backward
+    return serial + exposed(row, hidden_forward, forward) + exposed(row, hidden_backward, backward)
+
+
+@njit
+def param_bytes(row):
+    """Bytes per gathered weight element: 1 with FP8 weight copies, else 2."""
+    return 1.0 if row[C_FP8_PARAMS] > 0.0 else 2.0
+
+
+@njit
+def pipeline_p2p(row, micro_batches):
+    """(seconds, exposed seconds) of the pipeline's point-to-point sends in one step: a micro-batch's activations
+    forward and gradients backward at every virtual-stage boundary; what is exposed are the sends of the
+    warm-up and cool-down, and without interleaving also one pair per micro-batch."""
+    t = row[C_TP]
+    p = row[C_PP]
+    v = row[C_VP]
+    c = row[C_CP]
+    d = row[C_DP]
+    b = row[C_MICRO_BATCH]
+    pp_comm = 0.0
+    pp_exposed = 0.0
+    if p > 1.0:
+        nbytes = ACT_BYTES * b * row[C_SEQ_LEN] / c * row[C_HIDDEN]
+        if row[C_SEQUENCE_PARALLEL] > 0.0:
+            nbytes = nbytes / t
+        send = p2p_time(row, nbytes, t * c * d)
+        pp_comm = 2.0 * (micro_batches * v + p - 1.0) * send      # every send of the schedule's critical path
+        pp_exposed = 2.0 * (p - 1.0) * send + (2.0 * micro_batches * send if v <= 1.0 else 0.0)
+    return pp_comm, pp_exposed
+
+
+@njit
+def data_parallel(row, stage_params, last_backward, first_forward, shard_group):
+    """(seconds, exposed seconds, parameters the optimizer steps per device) of the data-parallel work once
+    per step: gradient reduction (allreduce under DDP; reduce-scatter and parameter all-gather under sharded
+    optimizers and ZeRO-3 with pipelining; the replica allreduce of HSDP), each hidden behind the last
+    backward or first forward where the framework overlaps it. Per-layer FSDP collectives are in the layer loop."""
+    t = row[C_TP]
+    c = row[C_CP]
+    d = row[C_DP]
+    sharded = row[C_SHARDING] == SHARD_FSDP
+    fsdp = sharded and row[C_PP] <= 1.0
+    grad_bytes = row[C_GRAD_REDUCE_BYTES]
+    bucket = row[C_COLLECTIVE_BUCKET_BYTES]
+    dp_comm = 0.0
+    dp_exposed = 0.0
+    sharding = row[C_SHARDING]
+    if sharded:
+        if not fsdp:
+            reduce = bucketed_allgather_time(row, stage_params * grad_bytes, shard_group, t * c, bucket)
+            gather = bucketed_allgather_time(row, stage_params * param_bytes(row), shard_group, t * c, bucket)
+            dp_comm = reduce + gather
+            dp_exposed = exposed(row, reduce, last_backward) + exposed(row, gather, first_forward)
+        replicas = d / shard_group
+        if replicas > 1.0:
+            replica = allreduce_time(row, stage_params * grad_bytes / shard_group, replicas, t * c * shard_group)
+            dp_comm += replica
+            dp_exposed += exposed(row, replica, last_backward)
+        local_params = stage_params / shard_group
+    elif d > 1.0:
+        if sharding == SHARD_DDP:
+            dp_comm = allreduce_time(row, stage_params * grad_bytes, d, t * c)
+            dp_exposed = exposed(row, dp_comm, last_backward) if row[C_OVERLAP_GRAD_REDUCE] > 0.0 else dp_comm
+        else:
+            reduce = allgather_time(row, stage_params * grad_bytes, d, t * c)
+            gather = allgather_time(row, stage_params * param_bytes(row), d, t * c)
+            dp_comm = reduce + gather
+            dp_exposed = exposed(row, reduce, last_backward) if row[C_OVERLAP_GRAD_REDUCE] > 0.0 else reduce
+            dp_exposed += exposed(row, gather, first_forward) if row[C_OVERLAP_PARAM_GATHER] > 0.0 else gather
+        local_params = stage_params / d if sharding != SHARD_DDP else stage_params
+    else:
+        local_params = stage_params
+    return dp_comm, dp_exposed, local_params

@@ -1,0 +1,71 @@
+"""Legality rules of real-world plans, per configuration (the one rule table; docs/model.md §11.9).
+
+``plan_status_row`` returns the code (``fastmodel.registry.lm.STATUSES``) of the
+first rule a configuration breaks, 0 when it is legal. Grids call it inside
+their fused pass; ``fastmodel.lm.rules`` applies it to tables and turns it into
+PlanErrors for single configurations.
+"""
+
+import numpy as np
+
+from fastmodel.kernels.jit import njit, prange
+from fastmodel.kernels.lm.layout import (
+    C_CP, C_CP_ALGORITHM, CP_ALLTOALL, C_DOMAIN_SIZE, C_DP, C_EP, C_GLOBAL_BATCH, C_HEADS, C_KV_HEADS, C_LAYERS, C_MICRO_BATCH, C_MOE_EXPERTS,
+    C_N_GPUS, C_PP, C_SEQ_LEN, C_TP, C_UNEVEN_STAGES, C_VP,
+)
+from fastmodel.registry.lm import STATUS_CODES
+
+ST_DEVICES = STATUS_CODES["devices_not_divisible"]
+ST_HEADS = STATUS_CODES["heads_not_divisible"]
+ST_LAYERS = STATUS_CODES["layers_not_divisible"]
+ST_DOMAIN = STATUS_CODES["tp_beyond_domain"]
+ST_BATCH = STATUS_CODES["batch_not_divisible"]
+ST_MICROBATCHES = STATUS_CODES["too_few_microbatches"]
+ST_EXPERTS = STATUS_CODES["experts_not_divisible"]
+ST_SEQUENCE = STATUS_CODES["sequence_not_divisible"]
+ST_EP_DENSE = STATUS_CODES["ep_without_experts"]
+
+
+@njit(inline="always")
+def _multiple(a, b):
+    return abs(a - b * np.floor(a / b + 0.5)) <= 1e-9 * max(1.0, abs(a))
+
+
+@njit
+def plan_status_row(row):
+    """Code of the first broken rule of one configuration (0: legal)."""
+    tp = row[C_TP]
+    pp = row[C_PP]
+    cp = row[C_CP]
+    ep = row[C_EP]
+    dp = row[C_DP]
+    if not _multiple(row[C_N_GPUS], tp * pp * cp) or abs(tp * pp * cp * dp - row[C_N_GPUS]) > 0.5 or dp < 1.0:
+        return ST_DEVICES
+    if not _multiple(row[C_HEADS], tp) or (not _multiple(row[C_KV_HEADS], tp) and not _multiple(tp, row[C_KV_HEADS])):
+        return ST_HEADS
+    if cp > 1.0 and row[C_CP_ALGORITHM] == CP_ALLTOALL and not _multiple(row[C_HEADS], tp * cp):
+        return ST_HEADS
+    if not _multiple(row[C_LAYERS], pp * row[C_VP]) and row[C_UNEVEN_STAGES] <= 0.0:
+        return ST_LAYERS
+    if tp > row[C_DOMAIN_SIZE]:
+        return ST_DOMAIN
+    micro_batches = row[C_GLOBAL_BATCH] / (row[C_MICRO_BATCH] * dp)
+    if micro_batches < 1.0 or not _multiple(micro_batches, 1.0):
+        return ST_BATCH
+    if pp > 1.0 and micro_batches < pp:
+        return ST_MICROBATCHES
+    experts = row[C_MOE_EXPERTS]
+    if experts > 0.0 and (not _multiple(experts, ep) or not _multiple(dp, ep)):
+        return ST_EXPERTS
+    if cp > 1.0 and not _multiple(row[C_SEQ_LEN], 2.0 * cp):
+        return ST_SEQUENCE
+    if experts <= 0.0 and ep > 1.0:
+        return ST_EP_DENSE
+    return 0
+
+
+@njit(parallel=True)
+def plan_status_table(params, status):
+    """``plan_status_row`` of every configuration (column) of ``params`` into ``status``."""
+    for r in prange(params.shape[1]):
+        status[r] = plan_status_row(params[:, r])

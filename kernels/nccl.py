@@ -1,0 +1,156 @@
+"""Collective times over network tiers (docs/model.md §11.5): latency + bandwidth per algorithm.
+
+A process group is ``size`` devices laid out with ``stride`` devices between
+neighbours in the device mesh (Megatron order: tp innermost, then cp, then dp,
+pp outermost). Tier 0 (a cluster's ``.tiers[0]``) is an NVLink domain of
+``domain_size`` devices; tier 1 is the scale-out network, one NIC per device.
+
+- members per domain ``g_in = min(size, max(1, domain_size / stride))``,
+  domains spanned ``g_out = size / g_in``;
+- bus bandwidth: ``intra_bw x intra_eff`` inside one domain; across domains
+  the ring's inter-domain hops run as ``g_in`` parallel channels, one NIC each,
+  so ``min(intra_bw x intra_eff, g_in x inter_bw x inter_eff)`` (NCCL rings; the
+  same bound holds for the hierarchical algorithm);
+- ring latency: one step per member, ``(size - g_out) x intra_latency +
+  g_out x inter_latency`` (reduce-scatter and all-gather are ring-only in NCCL);
+  allreduce takes the better of ring (2 passes) and tree (``2 log2(size)`` steps
+  at the slowest tier's latency), as NCCL's tuner does, unless the
+  ``collective_algorithm`` column fixes one.
+- protocol: NCCL times every ring under its three protocols (Simple, LL128, LL)
+  as base latency + steps x per-hop latency + bytes / bandwidth and runs the
+  fastest (the ``PROTO_*`` tables below); the device's ``intra_latency`` and
+  ``inter_latency`` are the Simple per-hop latencies, the other protocols scale
+  them by NCCL's own ratios. Large buffers run Simple; small buckets over
+  thousands of ranks run LL128 or LL, whose hops are 2-4x faster.
+
+Sizes are the bytes of the whole (unsharded) buffer; times are seconds.
+"""
+
+import math
+
+from fastmodel.kernels.jit import njit
+from fastmodel.kernels.lm.layout import (
+    ALGO_RING, ALGO_TREE, C_COLLECTIVE_ALGORITHM, C_DOMAIN_SIZE, C_INTER_BW, C_INTER_EFF, C_INTER_LATENCY, C_INTRA_BW, C_INTRA_EFF, C_INTRA_LATENCY,
+)
+
+
+# NCCL's tuning model (NVIDIA/nccl src/graph/tuning.cc, ncclTopoTuneModel, 2.8-2.18): per protocol, the base
+# latency (s) of a ring collective, its per-hop latency on NVLink and on the network relative to Simple's
+# (NVLink ring hwLat .47 / 1.9 / 3.4 us, network 2.7 / 4.0 / 9.6 us; LL's NVLink hop x1.8 across nodes) and
+# its bandwidth relative to Simple's (LL128 x0.92; LL x1/4 across nodes, x1/3 for gathers inside one).
+SIMPLE, LL128, LL = 0, 1, 2
+PROTO_BASE_LATENCY = (8.4e-6, 10.0e-6, 3.6e-6)
+PROTO_INTRA_HOP = (1.0, 1.9 / 3.4, 0.47 / 3.4)
+PROTO_INTER_HOP = (1.0, 4.0 / 9.6, 2.7 / 9.6)
+LL_INTRA_HOP_MULTI_NODE = 1.8
+PROTO_BANDWIDTH = (1.0, 0.92, 0.25)
+LL_BANDWIDTH_ONE_DOMAIN_GATHER = 1.0 / 3.0
+
+
+@njit(inline="always")
+def members_per_domain(row, size, stride):
+    per_domain = max(1.0, math.floor(row[C_DOMAIN_SIZE] / stride))
+    return min(size, per_domain)
+
+
+@njit
+def bus_bandwidth(row, size, stride):
+    """Bytes/s a ring collective of the group moves per device (NCCL bus bandwidth)."""
+    intra = row[C_INTRA_BW] * row[C_INTRA_EFF]
+    g_in = members_per_domain(row, size, stride)
+    if g_in >= size:
+        return intra
+    return min(intra, g_in * row[C_INTER_BW] * row[C_INTER_EFF])
+
+
+@njit
+def ring_latency(row, size, stride, protocol=SIMPLE):
+    """Latency of one ring pass under ``protocol``: a step per member, inter-domain steps at the scale-out (tier 1) latency."""
+    g_in = members_per_domain(row, size, stride)
+    g_out = size / g_in
+    intra = row[C_INTRA_LATENCY] * PROTO_INTRA_HOP[protocol]
+    if g_out <= 1.0:
+        return (size - 1.0) * intra
+    if protocol == LL:
+        intra *= LL_INTRA_HOP_MULTI_NODE
+    return (size - g_out) * intra + g_out * row[C_INTER_LATENCY] * PROTO_INTER_HOP[protocol]
+
+
+@njit
+def protocol_bandwidth(row, size, stride, protocol, gather):
+    """Bus bandwidth of a ring under ``protocol`` (LL moves 8-byte words of 4 data bytes plus flags)."""
+    factor = PROTO_BANDWIDTH[protocol]
+    if protocol == LL and gather and members_per_domain(row, size, stride) >= size:
+        factor = LL_BANDWIDTH_ONE_DOMAIN_GATHER
+    return bus_bandwidth(row, size, stride) * factor
+
+
+@njit
+def ring_time(row, volume, size, stride, passes, gather):
+    """Fastest protocol for ``passes`` ring passes moving ``volume`` bytes per device (NCCL's tuner)."""
+    best = math.inf
+    for protocol in range(3):
+        t = PROTO_BASE_LATENCY[protocol] + passes * ring_latency(row, size, stride, protocol) \
+            + volume / protocol_bandwidth(row, size, stride, protocol, gather)
+        best = min(best, t)
+    return best
+
+
+@njit
+def allgather_time(row, nbytes, size, stride):
+    """All-gather (or reduce-scatter) of an ``nbytes`` buffer over ``size`` devices: ring, fastest protocol."""
+    if size <= 1.0 or nbytes <= 0.0:
+        return 0.0
+    return ring_time(row, (size - 1.0) / size * nbytes, size, stride, 1.0, True)
+
+
+@njit
+def allreduce_time(row, nbytes, size, stride):
+    """Allreduce of ``nbytes``: 2 (n-1)/n bytes per device; ring (fastest protocol) or tree (Simple),
+    whichever is faster, unless ``collective_algorithm`` fixes one."""
+    if size <= 1.0 or nbytes <= 0.0:
+        return 0.0
+    volume = 2.0 * (size - 1.0) / size * nbytes
+    ring = ring_time(row, volume, size, stride, 2.0, False)
+    g_in = members_per_domain(row, size, stride)
+    slowest = row[C_INTRA_LATENCY] if g_in >= size else row[C_INTER_LATENCY]
+    tree = volume / bus_bandwidth(row, size, stride) + 2.0 * math.ceil(math.log2(size)) * slowest
+    algorithm = row[C_COLLECTIVE_ALGORITHM]
+    if algorithm == ALGO_RING:
+        return ring
+    if algorithm == ALGO_TREE:
+        return tree
+    return min(ring, tree)
+
+
+@njit
+def alltoall_time(row, nbytes, size, stride):
+    """All-to-all where each device sends ``nbytes`` spread evenly over the group."""
+    if size <= 1.0 or nbytes <= 0.0:
+        return 0.0
+    g_in = members_per_domain(row, size, stride)
+    local = nbytes * (g_in - 1.0) / size / (row[C_INTRA_BW] * row[C_INTRA_EFF])
+    if g_in >= size:
+        return local + row[C_INTRA_LATENCY]
+    remote = nbytes * (size - g_in) / size / (row[C_INTER_BW] * row[C_INTER_EFF])
+    return max(local, remote) + row[C_INTER_LATENCY]
+
+
+@njit
+def p2p_time(row, nbytes, stride):
+    """One point-to-point send between devices ``stride`` apart in the mesh."""
+    if nbytes <= 0.0:
+        return 0.0
+    if stride < row[C_DOMAIN_SIZE]:
+        return nbytes / (row[C_INTRA_BW] * row[C_INTRA_EFF]) + row[C_INTRA_LATENCY]
+    return nbytes / (row[C_INTER_BW] * row[C_INTER_EFF]) + row[C_INTER_LATENCY]
+
+
+@njit
+def bucketed_allgather_time(row, nbytes, size, stride, bucket):
+    """All-gather (or reduce-scatter) of ``nbytes`` issued as ``ceil(nbytes / bucket)`` equal collectives,
+    each paying the ring latency (``bucket`` <= 0: one collective)."""
+    if bucket <= 0.0 or nbytes <= bucket:
+        return allgather_time(row, nbytes, size, stride)
+    buckets = math.ceil(nbytes / bucket)
+    return buckets * allgather_time(row, nbytes / buckets, size, stride)

@@ -1,0 +1,95 @@
+"""Device compute times of the real-world model: a roofline per kernel (docs/model.md §11.3).
+
+- GEMMs: ``max(FLOPs / (peak x gemm_eff x quantization x depth), bytes / (HBM bw x hbm_eff))`` plus a
+  launch overhead. *Quantization* is the tile and wave quantization of NVIDIA's GEMM performance guide
+  (output tiles of up to ``gemm_tile_m x gemm_tile_n``, one wave = ``sm_count`` tiles, split-K for
+  grids under one wave): the share of launched tensor-core work that is useful. *Depth* ``K / (K + gemm_k_half)`` amortises each tile's prologue and
+  epilogue over its reduction length.
+- Flash attention: FLOPs / (16-bit peak x attn_eff).
+- Memory-bound kernels: bytes / (HBM bw x hbm_eff).
+- Every kernel time is divided by ``stack_compute_eff`` (1 unless a calibration's ``[stack."NAME"]`` table
+  sets the share of the modelled speed a software stack attains; docs/calibration.md).
+
+All functions take the configuration's column vector ``row`` and return seconds.
+"""
+
+import math
+
+from fastmodel.kernels.jit import njit
+from fastmodel.kernels.lm.layout import (
+    C_ATTN_EFF, C_GEMM_EFF_16, C_GEMM_EFF_8, C_GEMM_K_HALF, C_GEMM_TILE_M, C_GEMM_TILE_N, C_HBM_BW, C_HBM_EFF,
+    C_KERNEL_OVERHEAD_S, C_PEAK_FLOPS_16, C_PEAK_FLOPS_8, C_SM_COUNT, C_STACK_COMPUTE_EFF,
+)
+
+
+@njit(inline="always")
+def tile_size(extent, largest):
+    """The library's tile along one dimension: the largest tile, or the power of two >= the extent (>= 16)."""
+    tile = 16.0
+    while tile < extent and tile < largest:     # doubling: exact, and cheaper than log2/pow in sweeps
+        tile *= 2.0
+    return min(largest, tile)
+
+
+@njit(inline="always")
+def tile_quantization(row, groups, m, n, k):
+    """Useful share of the tensor-core work launched for ``groups`` (m x n) outputs scheduled together.
+
+    Padding: the output is cut into tiles (``gemm_tile_m x gemm_tile_n``, smaller for small extents).
+    Waves: tiles run ``sm_count`` at a time; a grid smaller than one wave is split along K (split-K,
+    while each split keeps >= 256 of K) to fill the SMs.
+    """
+    tm = tile_size(m, row[C_GEMM_TILE_M])
+    tn = tile_size(n, row[C_GEMM_TILE_N])
+    tiles = groups * math.ceil(m / tm) * math.ceil(n / tn)
+    padding = (groups * m * n) / (tiles * tm * tn)
+    sms = row[C_SM_COUNT]
+    if tiles < sms:
+        split = max(1.0, min(math.floor(sms / tiles), math.floor(k / 256.0)))
+        return padding * tiles * split / sms
+    return padding * tiles / (math.ceil(tiles / sms) * sms)
+
+
+@njit(inline="always")
+def gemm_peak(row, fp8):
+    """Attainable FLOP/s of a large GEMM: datasheet peak x measured large-GEMM efficiency."""
+    if fp8 and row[C_PEAK_FLOPS_8] > 0.0:
+        return row[C_PEAK_FLOPS_8] * row[C_GEMM_EFF_8]
+    return row[C_PEAK_FLOPS_16] * row[C_GEMM_EFF_16]
+
+
+@njit
+def grouped_gemm_time(row, groups, m, n, k, fp8):
+    """Seconds for ``groups`` equal (m x k) @ (k x n) GEMMs launched as one batched/grouped kernel
+    (attention heads, MoE experts); 0 when empty."""
+    if groups <= 0.0 or m <= 0.0 or n <= 0.0 or k <= 0.0:
+        return 0.0
+    flops = 2.0 * groups * m * n * k
+    efficiency = tile_quantization(row, groups, m, n, k) * k / (k + row[C_GEMM_K_HALF])
+    compute = flops / (gemm_peak(row, fp8) * efficiency)
+    element = 1.0 if fp8 else 2.0
+    traffic = groups * (element * (m * k + k * n) + 2.0 * m * n)
+    memory = traffic / (row[C_HBM_BW] * row[C_HBM_EFF])
+    return (max(compute, memory) + row[C_KERNEL_OVERHEAD_S]) / row[C_STACK_COMPUTE_EFF]
+
+
+@njit
+def gemm_time(row, m, n, k, fp8):
+    """Seconds for one (m x k) @ (k x n) GEMM; 0 for an empty one."""
+    return grouped_gemm_time(row, 1.0, m, n, k, fp8)
+
+
+@njit
+def attention_time(row, flops):
+    """Seconds for flash-attention kernels executing ``flops``."""
+    if flops <= 0.0:
+        return 0.0
+    return (flops / (row[C_PEAK_FLOPS_16] * row[C_ATTN_EFF]) + row[C_KERNEL_OVERHEAD_S]) / row[C_STACK_COMPUTE_EFF]
+
+
+@njit
+def memory_bound_time(row, nbytes):
+    """Seconds to stream ``nbytes`` through HBM."""
+    if nbytes <= 0.0:
+        return 0.0
+    return nbytes / (row[C_HBM_BW] * row[C_HBM_EFF]) / row[C_STACK_COMPUTE_EFF]

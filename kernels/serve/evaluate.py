@@ -1,0 +1,311 @@
+"""LLM serving: prefill, decode, KV cache and the largest batch that fits (docs/model_serving.md).
+
+One configuration is one column vector ``row`` (``fastmodel.registry.lm`` columns,
+``SERVE_COLUMNS`` included). Times are whole-model times of one device of the TP
+group (every layer, weights sharded over ``tp``); with ``pp`` stages the batch is
+cut into ``pp`` micro-batches that keep every stage busy, so a request sees the
+whole-model time at ``batch / pp`` requests per token and the instance emits
+``batch`` tokens in that time.
+
+- **Prefill** of ``r`` prompts of ``input_len`` tokens, in chunks of at most
+  ``max_num_tokens`` tokens: roofline GEMMs at ``m`` = chunk tokens (weights read
+  once per chunk), flash attention over the causal prompt, memory-bound kernels,
+  two TP allreduces per layer per chunk, the LM head on the last token of each prompt.
+- **Decode** step at ``n`` requests: GEMMs with ``m = n`` whose weights are read
+  once per step for the whole batch (memory-bound below the roofline crossover),
+  attention as a roofline of its own ``max(FLOPs / attention peak, (KV + Q + O bytes)
+  / HBM)``, which is affine in the context on each side of its crossover, and small
+  allreduces that pay their latency. No launch overhead: engines replay decode as
+  CUDA graphs.
+- The **sum over output tokens** of a static batch is exact: the step time is
+  ``D0 + sum_layers max(p0 + p1 c, q0 + q1 min(c, window))``; each sum is split at
+  its roofline crossover (and the window) and summed in closed form.
+- **Continuous batching** (concurrency, max_throughput) is a stationary step:
+  ``n`` slots, each step ``n (O-1)/O`` decode tokens plus ``n/O`` prompts of
+  prefill (chunked prefill), attention over the mean in-flight context.
+- **MoE decode**: a step of ``m`` tokens reads ``E (1 - (1 - k/E)^m)`` experts
+  per MoE layer (each token picks ``k`` of ``E`` uniformly).
+- **max_throughput**: the largest batch whose KV cache at full length
+  (``input_len + output_len``) fits ``kv_cache_mem_fraction`` of the HBM left
+  after weights, workspace and the framework constant, capped by
+  ``max_batch_size`` and by what the step token budget can feed.
+
+The terms live by concern: ``serve_costs`` (GEMMs, memory-bound kernels and
+collectives of the body and head), ``serve_attention`` (decode and prefill
+attention, KV cache per token), ``serve_memory`` (weights, workspace); this
+module holds the phases, the legality check, one configuration
+(:func:`serve_row`) and the fused passes.
+"""
+
+import math
+
+import numpy as np
+
+from fastmodel.kernels.jit import njit, prange
+from fastmodel.kernels.lm.layout import (
+    C_BATCH_SIZE, C_EP, C_FRAMEWORK_MEMORY_BYTES, C_HBM_BYTES, C_HEADS, C_INPUT_LEN, C_INSTANCES,
+    C_KV_CACHE_MEM_FRACTION, C_KV_HEADS, C_LAYERS, C_LOAD_MODE, C_MAX_BATCH_SIZE, C_MAX_NUM_TOKENS, C_MOE_EXPERTS,
+    C_N_GPUS, C_OUTPUT_LEN, C_PEAK_FLOPS_8, C_PP, C_SEQ_LEN, C_SERVE_STEP_OVERHEAD_S, C_TP, C_USABLE_HBM_FRACTION,
+    LOAD_BATCH, LOAD_MAX_THROUGHPUT, N_SERVE_RESULTS, S_ACTIVATION_MEMORY, S_BATCH_SIZE,
+    S_CLUSTER_OUTPUT_TOKENS_PER_S, S_DECODE_ATTENTION, S_DECODE_COMM, S_DECODE_GEMM, S_DECODE_MEMORY_BOUND,
+    S_DECODE_OVERHEAD, S_E2E_LATENCY, S_EXPERTS_TOUCHED, S_FITS_MEMORY, S_KV_BYTES_PER_TOKEN, S_KV_CACHE_CAPACITY,
+    S_KV_CACHE_MEMORY, S_MEMORY_PER_DEVICE, S_OUTPUT_TOKENS_PER_S, S_OUTPUT_TOKENS_PER_S_PER_GPU,
+    S_OUTPUT_TOKENS_PER_S_PER_USER, S_PREFILL_ATTENTION, S_PREFILL_COMM, S_PREFILL_GEMM, S_PREFILL_MEMORY_BOUND, S_TPOT,
+    S_TTFT, S_WEIGHT_MEMORY,
+)
+from fastmodel.kernels.serve.attention import kv_bytes_per_token, decode_attention_sum, prefill_attention_time
+from fastmodel.kernels.serve.costs import is_fp8, head_costs, body_costs, K_GEMM, K_ATTN, K_MEM, K_COMM
+from fastmodel.kernels.serve.memory import weight_memory, activation_memory
+# building blocks tests and callers use by their old address
+from fastmodel.kernels.serve.attention import attention_lines, sum_max_lines, sum_window  # noqa: F401
+from fastmodel.kernels.serve.costs import experts_touched  # noqa: F401
+
+# status codes (fastmodel.registry.lm.SERVE_STATUS_NAMES)
+ST_OK = 0
+ST_HEADS = 1
+ST_LAYERS = 2
+ST_EP = 3
+ST_FP8 = 4
+ST_NO_KV = 5
+
+
+# --- phases --------------------------------------------------------------------
+
+@njit
+def prefill_costs(row, prompts, costs, part):
+    """Prefill of ``prompts`` prompts of input_len tokens in chunks of <= max_num_tokens tokens (into ``costs``);
+    returns the seconds."""
+    tokens = prompts * row[C_INPUT_LEN]
+    chunks = max(1.0, math.ceil(tokens / row[C_MAX_NUM_TOKENS]))
+    m = tokens / chunks
+    for k in range(4):
+        part[k] = 0.0
+    body_costs(row, m, True, part)
+    head_costs(row, prompts / chunks, True, part)
+    for k in range(4):
+        costs[k] += chunks * part[k]
+    costs[K_ATTN] += prefill_attention_time(row, prompts, row[C_INPUT_LEN])
+    return costs[K_GEMM] + costs[K_ATTN] + costs[K_MEM] + costs[K_COMM]
+
+
+@njit
+def decode_fixed_costs(row, n, costs):
+    """Context-independent seconds of one decode step of ``n`` requests (weights, norms, comm, head)."""
+    touched = body_costs(row, n, False, costs)
+    head_costs(row, n, False, costs)
+    return touched
+
+
+# --- one configuration ---------------------------------------------------------------
+
+@njit(inline="always")
+def _divides(d, x):
+    """True when the whole number ``d`` divides ``x`` (floor instead of fmod: cheaper in sweeps)."""
+    return x == d * math.floor(x / d)
+
+
+@njit
+def check(row):
+    """Status code of a serving configuration (0 legal)."""
+    t = row[C_TP]
+    if not _divides(t, row[C_HEADS]) or (row[C_KV_HEADS] > t and not _divides(t, row[C_KV_HEADS])):
+        return ST_HEADS
+    if not _divides(row[C_PP], row[C_LAYERS]):
+        return ST_LAYERS
+    if row[C_MOE_EXPERTS] > 0.0 and not (_divides(row[C_EP], t) and _divides(row[C_EP], row[C_MOE_EXPERTS])):
+        return ST_EP
+    if is_fp8(row) and row[C_PEAK_FLOPS_8] <= 0.0:
+        return ST_FP8
+    return ST_OK
+
+
+@njit
+def serve_row(row, out, scratch):
+    """Every serving result of one configuration into ``out`` (SERVE_RESULTS indices); returns its status.
+    ``scratch``: a (3, 4) work array."""
+    status = check(row)
+    if status != ST_OK:
+        return status
+    p = row[C_PP]
+    gpus = row[C_TP] * p
+    inp = row[C_INPUT_LEN]
+    outp = row[C_OUTPUT_LEN]
+    mode = row[C_LOAD_MODE]
+    kv_token = kv_bytes_per_token(row)
+    kv_request = kv_token * (inp + outp)
+    weights = weight_memory(row)
+    overhead = row[C_FRAMEWORK_MEMORY_BYTES]
+    steps = outp - 1.0                              # decode steps after the prefill's first token
+
+    batch = row[C_BATCH_SIZE]
+    if mode == LOAD_MAX_THROUGHPUT:
+        workspace = activation_memory(row, row[C_MAX_BATCH_SIZE])
+        capacity = max(0.0, row[C_KV_CACHE_MEM_FRACTION] * (row[C_HBM_BYTES] - weights - workspace - overhead))
+        batch = min(math.floor(capacity / kv_request), row[C_MAX_BATCH_SIZE])
+        if batch < 1.0:
+            return ST_NO_KV
+    if mode != LOAD_BATCH:
+        # the step token budget feeds at most max_num_tokens x O / (I + O - 1) requests per micro-batch
+        feed = math.floor(p * row[C_MAX_NUM_TOKENS] * outp / (inp + steps))
+        batch = max(1.0, min(batch, feed))
+    workspace = activation_memory(row, batch)
+    capacity = max(0.0, row[C_KV_CACHE_MEM_FRACTION] * (row[C_HBM_BYTES] - weights - workspace - overhead))
+    n = batch / p                                     # requests per pipeline micro-batch
+
+    pre = scratch[0]
+    dec = scratch[1]
+    for k in range(4):
+        pre[k] = 0.0
+        dec[k] = 0.0
+    host = row[C_SERVE_STEP_OVERHEAD_S]
+    if mode == LOAD_BATCH:
+        ttft = prefill_costs(row, batch, pre, scratch[2]) + host
+        touched = decode_fixed_costs(row, n, dec)
+        for k in range(4):
+            dec[k] *= steps
+        dec[K_ATTN] = decode_attention_sum(row, n, inp + 1.0, inp + steps)
+        decode = dec[K_GEMM] + dec[K_ATTN] + dec[K_MEM] + dec[K_COMM] + steps * host
+        e2e = ttft + decode
+        tpot = decode / steps if steps > 0.0 else 0.0
+        throughput = batch * outp / e2e
+    else:
+        # stationary continuous-batching step: n slots, n (O-1)/O decoding and n/O prompts being prefilled
+        ttft = prefill_costs(row, 1.0, pre, scratch[2]) + host
+        decoding = n * steps / outp
+        m = decoding + n * inp / outp
+        touched = body_costs(row, m, False, dec)
+        head_costs(row, n, False, dec)
+        mean_attention = decode_attention_sum(row, decoding, inp + 1.0, inp + steps) / steps if steps > 0.0 \
+            else 0.0
+        dec[K_ATTN] = mean_attention + prefill_attention_time(row, n / outp, inp)
+        step = dec[K_GEMM] + dec[K_ATTN] + dec[K_MEM] + dec[K_COMM] + host
+        for k in range(4):
+            dec[k] *= steps
+        tpot = step
+        decode = steps * step
+        e2e = ttft + decode
+        throughput = batch / step
+    kv_memory = kv_request * batch
+    memory = weights + kv_memory + workspace + overhead
+    if mode == LOAD_MAX_THROUGHPUT:
+        fits = 1.0 if kv_memory <= capacity else 0.0
+    else:
+        fits = 1.0 if memory <= row[C_USABLE_HBM_FRACTION] * row[C_HBM_BYTES] else 0.0
+
+    out[S_TTFT] = ttft
+    out[S_TPOT] = tpot
+    out[S_E2E_LATENCY] = e2e
+    out[S_OUTPUT_TOKENS_PER_S] = throughput
+    out[S_OUTPUT_TOKENS_PER_S_PER_GPU] = throughput / gpus
+    out[S_OUTPUT_TOKENS_PER_S_PER_USER] = 1.0 / tpot if tpot > 0.0 else outp / e2e
+    out[S_CLUSTER_OUTPUT_TOKENS_PER_S] = throughput * row[C_INSTANCES]
+    out[S_BATCH_SIZE] = batch
+    out[S_KV_BYTES_PER_TOKEN] = kv_token
+    out[S_KV_CACHE_MEMORY] = kv_memory
+    out[S_KV_CACHE_CAPACITY] = capacity
+    out[S_WEIGHT_MEMORY] = weights
+    out[S_ACTIVATION_MEMORY] = workspace
+    out[S_MEMORY_PER_DEVICE] = memory
+    out[S_FITS_MEMORY] = fits
+    out[S_EXPERTS_TOUCHED] = touched
+    out[S_PREFILL_GEMM] = pre[K_GEMM]
+    out[S_PREFILL_ATTENTION] = pre[K_ATTN]
+    out[S_PREFILL_MEMORY_BOUND] = pre[K_MEM]
+    out[S_PREFILL_COMM] = pre[K_COMM]
+    out[S_DECODE_GEMM] = dec[K_GEMM]
+    out[S_DECODE_ATTENTION] = dec[K_ATTN]
+    out[S_DECODE_MEMORY_BOUND] = dec[K_MEM]
+    out[S_DECODE_COMM] = dec[K_COMM]
+    out[S_DECODE_OVERHEAD] = steps * host
+    return ST_OK
+
+
+# --- fused passes ------------------------------------------------------------------
+
+#: rows per prange chunk
+CHUNK_ROWS = 256
+
+
+@njit
+def _serve_rows(params, status, out, lo, hi):
+    result = np.empty(N_SERVE_RESULTS)
+    scratch = np.empty((3, 4))
+    row = np.empty(params.shape[0])
+    for r in range(lo, hi):
+        for k in range(params.shape[0]):
+            row[k] = params[k, r]
+        _emit(row, result, scratch, status, out, r)
+
+
+@njit(inline="always")
+def _emit(row, result, scratch, status, out, r):
+    code = serve_row(row, result, scratch)
+    status[r] = code
+    if code == ST_OK:
+        for v in range(N_SERVE_RESULTS):
+            out[v, r] = result[v]
+    else:
+        for v in range(N_SERVE_RESULTS):
+            out[v, r] = np.nan
+
+
+@njit(parallel=True)
+def serve_parallel(params, status, out):
+    """Evaluate every row of ``params`` (N_COLUMNS x n) into ``out`` (N_SERVE_RESULTS x n) and ``status``."""
+    n = params.shape[1]
+    chunks = (n + CHUNK_ROWS - 1) // CHUNK_ROWS
+    for chunk in prange(chunks):
+        lo = chunk * CHUNK_ROWS
+        _serve_rows(params, status, out, lo, min(n, lo + CHUNK_ROWS))
+
+
+@njit
+def serve_serial(params, status, out):
+    """Single-threaded :func:`serve_parallel` for small tables."""
+    _serve_rows(params, status, out, 0, params.shape[1])
+
+
+@njit
+def _grid_rows(base, axis_cols, col_start, axis_vals, val_start, shape, derive, status, out, lo, hi):
+    result = np.empty(N_SERVE_RESULTS)
+    scratch = np.empty((3, 4))
+    row = base.copy()
+    axes = shape.shape[0]
+    index = np.empty(axes, dtype=np.int64)
+    rest = lo
+    for a in range(axes - 1, -1, -1):          # the first row's grid index; later rows count up (odometer)
+        index[a] = rest % shape[a]
+        rest //= shape[a]
+    changed = 0                                # axes >= changed were set for this row
+    for r in range(lo, hi):
+        for a in range(changed, axes):
+            size = shape[a]
+            i = index[a]
+            for j in range(col_start[a], col_start[a + 1]):
+                row[axis_cols[j]] = axis_vals[val_start[a] + (j - col_start[a]) * size + i]
+        if derive[0]:
+            row[C_N_GPUS] = row[C_TP] * row[C_PP]
+        if derive[1]:
+            row[C_SEQ_LEN] = row[C_INPUT_LEN] + row[C_OUTPUT_LEN]
+        _emit(row, result, scratch, status, out, r)
+        if axes == 0:
+            continue
+        changed = axes - 1
+        while changed > 0 and index[changed] + 1 == shape[changed]:
+            index[changed] = 0
+            changed -= 1
+        index[changed] += 1
+
+
+@njit(parallel=True)
+def serve_grid(base, axis_cols, col_start, axis_vals, val_start, shape, derive, status, out):
+    """Evaluate a Cartesian grid without materialising its parameter table: row r is ``base`` with, for every
+    axis a (C order, last fastest), the columns ``axis_cols[col_start[a]:col_start[a+1]]`` set to that axis's
+    values at index i_a (``axis_vals[val_start[a] + j * shape[a] + i_a]`` for its j-th column); then
+    ``derive`` (n_gpus = tp x pp, seq_len = input_len + output_len). Results into ``out`` and ``status``."""
+    n = out.shape[1]
+    chunks = (n + CHUNK_ROWS - 1) // CHUNK_ROWS
+    for chunk in prange(chunks):
+        lo = chunk * CHUNK_ROWS
+        _grid_rows(base, axis_cols, col_start, axis_vals, val_start, shape, derive, status, out, lo,
+                   min(n, lo + CHUNK_ROWS))

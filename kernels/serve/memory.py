@@ -1,0 +1,63 @@
+"""Serving memory of one device: weights of its pipeline stage and the activation workspace of an engine step
+(the KV cache per token is in kernels/serve/attention.py; docs/model_serving.md).
+"""
+
+from fastmodel.kernels.jit import njit
+from fastmodel.kernels.lm.layer import attention_dims, attention_params, layer_mix, mlp_matrices
+from fastmodel.kernels.lm.layout import (
+    C_EP, C_FFN, C_HEADS, C_HIDDEN, C_INPUT_LEN, C_KV_HEADS, C_MAX_NUM_TOKENS, C_MOE_EXPERTS, C_MOE_FFN,
+    C_MOE_SHARED_EXPERTS, C_MOE_TOPK, C_PP, C_TIED_EMBEDDINGS, C_TP, C_VOCAB, C_WEIGHT_BYTES,
+)
+from fastmodel.kernels.serve.costs import expert_tp, ACT_BYTES
+
+
+# --- memory ----------------------------------------------------------------------
+
+@njit
+def layer_weight_params(row, moe):
+    """Weight elements of one layer held by one device."""
+    h = row[C_HIDDEN]
+    t = row[C_TP]
+    nm = mlp_matrices(row)
+    params = attention_params(row) / t
+    if moe:
+        experts = row[C_MOE_EXPERTS]
+        params += nm * h * row[C_MOE_FFN] * experts / (row[C_EP] * expert_tp(row))
+        params += nm * h * row[C_MOE_SHARED_EXPERTS] * row[C_MOE_FFN] / t
+    else:
+        params += nm * h * row[C_FFN] / t
+    return params
+
+
+@njit
+def weight_memory(row):
+    """Weight bytes of the most loaded device: its stage's layers at weight_bytes, the 16-bit embedding on
+    the first stage and the LM head on the last (both on one device without pp); router in 16 bits."""
+    dense_full, dense_slide, moe_full, moe_slide = layer_mix(row)
+    p = row[C_PP]
+    n_moe = moe_full + moe_slide
+    per_stage = ((dense_full + dense_slide) * layer_weight_params(row, False)
+                 + n_moe * layer_weight_params(row, True)) / p
+    router = n_moe / p * row[C_HIDDEN] * row[C_MOE_EXPERTS]
+    table = row[C_VOCAB] * row[C_HIDDEN] / row[C_TP] * ACT_BYTES
+    head = 0.0 if row[C_TIED_EMBEDDINGS] > 0.0 else table
+    edges = table + head if p <= 1.0 else max(table, head)
+    return per_stage * row[C_WEIGHT_BYTES] + router * ACT_BYTES + edges
+
+
+@njit
+def activation_memory(row, requests):
+    """Workspace of one engine step of up to max_num_tokens tokens: the widest layer's live activations
+    (residual, normed input, QKV, attention output, the MLP's nm - 1 inputs and its output) in 16 bits, and
+    the FP32 logits of ``requests`` sampled tokens."""
+    h = row[C_HIDDEN]
+    t = row[C_TP]
+    nm = mlp_matrices(row)
+    if row[C_MOE_EXPERTS] > 0.0:
+        width = (row[C_MOE_TOPK] + row[C_MOE_SHARED_EXPERTS]) * row[C_MOE_FFN] / t
+    else:
+        width = row[C_FFN] / t
+    dqk, dv = attention_dims(row)
+    per_token = ACT_BYTES * (3.0 * h + (row[C_HEADS] + 2.0 * row[C_KV_HEADS]) * dqk / t + nm * width)
+    tokens = min(row[C_MAX_NUM_TOKENS], max(requests, requests * row[C_INPUT_LEN]))
+    return tokens * per_token + requests * row[C_VOCAB] / t * 4.0

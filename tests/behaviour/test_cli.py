@@ -1,0 +1,196 @@
+"""The command line, driven through click's runner (same process, real commands)."""
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from fastmodel.cli import main
+from fastmodel.testing import assert_matches_reference, dev_cases, illegal_cases
+
+RUN = ["run", "--model", "llama2-70b", "--system", "dc-a", "--nodes", "256", "--task", "llm-pretrain-fsdp",
+       "--semantics", "madmax"]
+
+
+@pytest.fixture
+def cli():
+    runner = CliRunner()
+
+    def invoke(*args, **kw):
+        return runner.invoke(main, list(args), catch_exceptions=False, **kw)
+
+    return invoke
+
+
+def test_run_report(cli):
+    result = cli(*RUN)
+    assert result.exit_code == 0
+    out = result.output
+    for text in ("LLaMA2-70B", "2048 devices", "fsdp2048/ddp2048", "GEMM", "allgather", "exposed",
+                 "iteration   7,275.72 ms", "throughput  281.48 samples/s", "weights"):
+        assert text in out, text
+
+
+def test_run_json(cli):
+    result = cli(*RUN, "--json")
+    data = json.loads(result.output)
+    assert data["plan"] == "fsdp2048/ddp2048"
+    assert data["iteration_time"] == pytest.approx(7.2757, rel=1e-4)
+    assert data["num_devices"] == 2048
+
+
+def test_run_madmax_json_files(cli, tmp_path):
+    case = dev_cases("LLM")[0]
+    paths = []
+    for kind in ("model", "system", "task"):
+        path = tmp_path / f"{kind}.json"
+        path.write_text(json.dumps(case[kind]))
+        paths += [f"--{kind}", str(path)]
+    result = cli("run", *paths, "--semantics", "madmax", "--json")
+    assert result.exit_code == 0
+    assert_matches_reference(json.loads(result.output), case["expected"], case["case"])
+
+
+@pytest.mark.parametrize(
+    "args, text",
+    [
+        (["run", "--model", "llama2-70c", "--system", "dc-a", "--task", "llm-pretrain-fsdp"], "did you mean 'llama2-70b'"),
+        (["run", "--model", "llama2-70b", "--system", "dc-a", "--task", "llm-pretrain"], "--plan"),
+        (["run", "--model", "llama2-70b", "--system", "dc-a", "--task", "llm-pretrain", "--plan", "tp4,ddp32/mp"],
+         "first_degree"),
+        (["run", "--model", "llama2-70b", "--system", "dc-a", "--task", "llm-pretrain", "--plan", "tp/"], "syntax"),
+        (["run", "--model", "nofile.toml", "--system", "dc-a", "--task", "llm-pretrain"], "nofile.toml: no such file"),
+    ],
+)
+def test_run_errors_are_one_line_exit_2(cli, args, text):
+    result = cli(*args)
+    assert result.exit_code == 2
+    assert text in result.output
+    assert result.output.startswith("error: ") and result.output.count("\n") == 1
+
+
+def test_run_nodes_must_be_positive(cli):
+    assert cli(*RUN[:-4], "--nodes", "0", "--task", "llm-pretrain-fsdp").exit_code == 2
+
+
+def test_batch_file(cli, tmp_path):
+    good = dev_cases("LLM")[:3]
+    bad = illegal_cases("LLM")[:2]
+    lines = [json.dumps(c) for c in good] + ["{not json", "", json.dumps({"model": "llama2-70b"})]
+    lines += [json.dumps(c) for c in bad]
+    lines.append(json.dumps({"case": "named", "model": "llama2-70b", "system": "dc-a", "task": "llm-pretrain",
+                             "plan": "tp,ddp/mp", "num_nodes": 4, "semantics": "default"}))
+    src = tmp_path / "cases.jsonl"
+    src.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "results.jsonl"
+    result = cli("batch", str(src), "-o", str(out))
+    assert result.exit_code == 0
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(records) == len(lines)
+    for record, case in zip(records[:3], good):
+        assert record["status"] == "ok"
+        assert_matches_reference(record, case["expected"], case["case"])
+    assert records[3]["status"].startswith("error: invalid JSON") and records[3]["case"] == 4
+    assert records[4]["status"] == "error: empty line"
+    assert records[5]["status"] == "error: missing key 'system'"
+    assert all(r["status"].startswith("error: ") for r in records[6:8])
+    assert records[8]["case"] == "named" and records[8]["status"] == "ok" and records[8]["plan"] == "tp8,ddp4/mp32"
+    assert not list(tmp_path.glob(".results.jsonl.*"))  # no temp file left behind
+
+
+def test_batch_missing_input(cli, tmp_path):
+    result = cli("batch", str(tmp_path / "none.jsonl"))
+    assert result.exit_code == 2 and "cannot read" in result.output
+
+
+def test_specs_commands(cli):
+    listed = cli("specs", "list").output
+    assert "llama2-70b" in listed and "dc-a" in listed and "llm-pretrain-fsdp" in listed
+    shown = cli("specs", "show", "llama2-70b").output
+    assert "hidden = 8192" in shown and "arXiv" in shown
+    missing = cli("specs", "show", "llama2-70")
+    assert missing.exit_code == 2 and "did you mean" in missing.output
+    for kind in ("model", "system", "task"):
+        schema = json.loads(cli("specs", "schema", kind).output)
+        assert "properties" in (schema["$defs"]["LLMSpec"] if kind == "model" else schema)
+
+
+def test_plans_command(cli):
+    out = cli("plans", "--system", "dc-a", "--nodes", "16").output.splitlines()
+    assert len(out) == 52 and any("tp8,ddp16/mp128" in line for line in out)
+    single = cli("plans", "--system", "dc-a", "--nodes", "1").output.splitlines()
+    assert len(single) == 8
+    three = cli("plans", "--system", "dc-a", "--nodes", "2", "--model", "dlrm-a-transformer").output.splitlines()
+    assert len(three) == 13 * 4 * 13 and any("tp8,ddp2/mp16/fsdp16" in line for line in three)
+
+
+def test_sweep_and_best_commands(cli, tmp_path):
+    sweep_file = tmp_path / "s.toml"
+    sweep_file.write_text('model = "llama-7b"\nsystem = "dc-a"\ntask = "llm-pretrain"\n'
+                          '[axes]\nnum_nodes = [2, 4]\nplan = ["fsdp/ddp", "tp,ddp/mp"]\n')
+    out = tmp_path / "r.nc"
+    result = cli("sweep", str(sweep_file), "-o", str(out))
+    assert result.exit_code == 0, result.output
+    assert out.exists() and not list(tmp_path.glob(".r.nc.*"))
+    again = cli("sweep", str(sweep_file), "-o", str(out))
+    assert again.exit_code == 2 and "--force" in again.output
+    table = cli("best", str(out), "--by", "throughput", "--top", "2", "--csv", str(tmp_path / "t.csv"))
+    assert table.exit_code == 0 and "plan" in table.output
+    assert (tmp_path / "t.csv").read_text().startswith("num_nodes,plan,throughput")
+    zarr_out = tmp_path / "r.zarr"
+    assert cli("sweep", str(sweep_file), "-o", str(zarr_out), "--unit-configs", "1").exit_code == 0
+    assert cli("best", str(zarr_out), "--by", "iteration_time", "--ascending").exit_code == 0
+    resumed = cli("sweep", str(sweep_file), "-o", str(zarr_out), "--resume")
+    assert resumed.exit_code == 0
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ('model = "llama-7b"\nsystem = "dc-a"\ntask = "llm-pretrain"\n[axes]\nnum_nodez = [2]\n', "did you mean 'num_nodes'"),
+        ('model = "llama-7b"\nsystem = "dc-a"\n[axes]\nplan = "all"\n', "task: required key missing"),
+        ('modle = "llama-7b"\n', "did you mean 'model'"),
+        ('model = "llama-7b"\nsystem = "dc-a"\ntask = "llm-pretrain"\n[axes]\nplan = ["tp8;ddp/mp"]\n', "cannot parse"),
+    ],
+)
+def test_sweep_file_errors(cli, tmp_path, text, message):
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    result = cli("sweep", str(path), "-o", str(tmp_path / "o.nc"))
+    assert result.exit_code == 2 and message in result.output
+    assert result.output.startswith("error: ") and result.output.count("\n") == 1
+
+
+def test_builtin_sweeps_load():
+    from fastmodel.spec.loader import builtin_names
+    from fastmodel.sweep.file import load_sweep_file
+
+    names = builtin_names("sweep")
+    assert {"llama2_70b_plans", "llama2_70b_codesign"} <= set(names)
+    from fastmodel.sweep.real_run import load_real_sweep_file
+
+    for name in names:  # real-world and serving sweeps (sweep_real) or MAD-Max sweeps (sweep_file)
+        assert (load_real_sweep_file(name) or load_sweep_file(name)).num_configs > 0
+
+
+def test_run_real_world_model_and_run_record(cli, tmp_path):
+    result = cli("run", "-m", "llama3.1-70b", "-s", "dgx-h100", "-t", "llm-pretrain", "--nodes", "16", "--plan",
+                 "tp8.pp4")
+    assert result.exit_code == 0, result.output
+    for text in ("step time", "MFU / HFU", "pipeline bubble", "exposed", "memory per device", "activations"):
+        assert text in result.output, text
+    record = (Path(__file__).resolve().parents[1] / "data" / "runs_dev.jsonl").read_text().splitlines()[0]
+    path = tmp_path / "run.json"
+    path.write_text(record)
+    data = json.loads(cli("run", "-m", str(path), "--json").output)
+    assert data["flops_per_token"] == pytest.approx(json.loads(record)["measured"]["flops_per_token_std"], rel=1e-3)
+    assert data["step_time"] > 0
+
+
+def test_run_real_world_errors_are_one_line(cli):
+    result = cli("run", "-m", "llama3.1-70b", "-s", "dgx-h100", "-t", "llm-pretrain", "--plan", "tp3")
+    assert result.exit_code == 2 and "devices_not_divisible" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    result = cli("run", "-m", "llama3.1-70b", "-s", "dgx-h100", "-t", "llm-pretrain", "--semantics", "madmax")
+    assert result.exit_code == 2 and "semantics 'default'" in result.output

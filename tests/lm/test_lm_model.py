@@ -1,0 +1,341 @@
+"""The real-world LM model: hand-derived terms and the run-record path (docs/model.md §11)."""
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fastmodel.errors import SpecError
+from fastmodel.kernels.nccl import allgather_time, allreduce_time, alltoall_time, bus_bandwidth
+from fastmodel.kernels.roofline import gemm_time, grouped_gemm_time, memory_bound_time
+from fastmodel.lm.engine import evaluate_table
+from fastmodel.lm.records import lower_record, read_records
+from fastmodel.lm.table import row, table
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+RUNS = DATA / "runs_dev.jsonl"
+
+H100 = dict(peak_flops_16=989e12, gemm_eff_16=0.75, sm_count=132, gemm_tile_m=128, gemm_tile_n=256,
+            gemm_k_half=128, kernel_overhead_s=4e-6, hbm_bw=3.35e12, hbm_eff=0.8)
+NET = dict(domain_size=8, intra_bw=450e9, intra_eff=0.8, intra_latency=3e-6, inter_bw=50e9, inter_eff=0.85,
+           inter_latency=8e-6)
+
+
+def test_flops_per_token_match_the_mfu_std_convention_on_every_dev_row():
+    records = read_records(RUNS)
+    results = evaluate_table(np.stack([r.columns for r in records], axis=1))
+    expected = np.array([r.measured["flops_per_token_std"] for r in records])
+    assert np.max(np.abs(results["flops_per_token"] / expected - 1)) < 1e-3
+
+
+def test_large_gemm_time_is_peak_times_efficiency_quantization_and_depth():
+    r = row(**H100)
+    n = 8192.0
+    tiles = (n / 128) * (n / 256)                   # 2048 output tiles
+    waves = math.ceil(tiles / 132)                  # 16 waves on 132 SMs
+    quantization = tiles / (waves * 132)
+    depth = n / (n + 128)
+    expected = 2 * n**3 / (989e12 * 0.75 * quantization * depth) + 4e-6
+    assert gemm_time(r, n, n, n, False) == pytest.approx(expected, rel=1e-12)
+
+
+def test_skinny_gemm_is_memory_bound():
+    r = row(**H100)
+    m, n, k = 1.0, 8192.0, 8192.0                   # one token: a matrix-vector product
+    weights = 2 * (m * k + k * n) + 2 * m * n
+    assert gemm_time(r, m, n, k, False) == pytest.approx(weights / (3.35e12 * 0.8) + 4e-6, rel=1e-12)
+
+
+def test_batched_gemms_quantize_over_all_their_tiles():
+    r = row(**H100)
+    # 264 GEMMs of one 128x256 tile each: exactly two full waves, no quantization loss
+    one = grouped_gemm_time(r, 264.0, 128.0, 256.0, 4096.0, False)
+    flops = 2 * 264 * 128 * 256 * 4096
+    wave = 1.0
+    expected = max(flops / (989e12 * 0.75 * wave * 4096 / (4096 + 128)),
+                   264 * (2 * (128 * 4096 + 4096 * 256) + 2 * 128 * 256) / (3.35e12 * 0.8)) + 4e-6
+    assert one == pytest.approx(expected, rel=1e-12)
+
+
+def test_memory_bound_time_is_bytes_over_effective_bandwidth():
+    assert memory_bound_time(row(**H100), 2.68e9) == pytest.approx(2.68e9 / (3.35e12 * 0.8), rel=1e-12)
+
+
+def test_stack_compute_eff_divides_every_kernel_time():
+    from fastmodel.kernels.roofline import attention_time
+
+    base, slow = row(**H100), row(**H100, stack_compute_eff=0.8)    # a stack at 80% of the modelled speed
+    n = 8192.0
+    assert gemm_time(slow, n, n, n, False) == pytest.approx(gemm_time(base, n, n, n, False) / 0.8, rel=1e-12)
+    assert memory_bound_time(slow, 2.68e9) == pytest.approx(2.68e9 / (3.35e12 * 0.8) / 0.8, rel=1e-12)
+    flops = 1e15
+    assert attention_time(slow, flops) == pytest.approx(attention_time(base, flops) / 0.8, rel=1e-12)
+    assert gemm_time(row(**H100, stack_compute_eff=1.0), n, n, n, False) == gemm_time(base, n, n, n, False)
+
+
+def test_allreduce_inside_a_node_is_ring_bandwidth_plus_tree_latency():
+    r = row(**NET)
+    size = 64e6
+    expected = 2 * 7 / 8 * size / (450e9 * 0.8) + 2 * math.ceil(math.log2(8)) * 3e-6
+    assert allreduce_time(r, size, 8.0, 1.0) == pytest.approx(expected, rel=1e-12)
+
+
+def test_cross_node_ring_uses_one_nic_per_member_in_the_node():
+    r = row(**NET)
+    # data-parallel group of 16 with tp=8 inside each node: one member per node, one NIC
+    assert bus_bandwidth(r, 16.0, 8.0) == pytest.approx(50e9 * 0.85)
+    # group of 64 contiguous devices: 8 members per node, 8 NICs, capped by NVLink
+    assert bus_bandwidth(r, 64.0, 1.0) == pytest.approx(min(450e9 * 0.8, 8 * 50e9 * 0.85))
+    # reduce-scatter over 16 nodes x 1: 15/16 of the buffer at one NIC, 16 inter-node ring steps, Simple
+    # protocol (8.4 us base latency) for a buffer this large
+    size = 1e9
+    expected = 8.4e-6 + 15 / 16 * size / (50e9 * 0.85) + 16 * 8e-6
+    assert allgather_time(r, size, 16.0, 8.0) == pytest.approx(expected, rel=1e-12)
+
+
+def test_ring_latency_grows_with_the_group_so_large_groups_stop_scaling():
+    r = row(**NET)
+    small = allgather_time(r, 1e6, 64.0, 1.0)
+    large = allgather_time(r, 1e6, 1536.0, 1.0)
+    # 1536 members over 192 nodes: 1344 NVLink steps + 192 InfiniBand steps. A 1 MB buffer over so many
+    # ranks is latency-bound, so NCCL runs LL: 3.6 us base, NVLink hop 3 us x .47/3.4 x 1.8, network hop
+    # 8 us x 2.7/9.6, a quarter of the bus bandwidth
+    bus = min(360e9, 8 * 42.5e9)
+    ll = 3.6e-6 + 1344 * 3e-6 * 0.47 / 3.4 * 1.8 + 192 * 8e-6 * 2.7 / 9.6 + 1535 / 1536 * 1e6 / (bus / 4)
+    simple = 8.4e-6 + 1344 * 3e-6 + 192 * 8e-6 + 1535 / 1536 * 1e6 / bus
+    assert ll < simple
+    assert large == pytest.approx(ll, rel=1e-9)
+    assert large > 10 * small
+
+
+def test_nccl_runs_the_fastest_protocol_simple_for_large_buffers_ll128_in_between():
+    r = row(**NET)
+    bus = min(360e9, 8 * 42.5e9)
+
+    def protocol(base, intra_hop, inter_hop, bandwidth, nbytes):
+        return base + 1344 * 3e-6 * intra_hop + 192 * 8e-6 * inter_hop + 1535 / 1536 * nbytes / (bus * bandwidth)
+
+    for nbytes in (1e5, 1e7, 1e8, 1e10, 1e11):
+        times = [protocol(8.4e-6, 1.0, 1.0, 1.0, nbytes),                           # Simple
+                 protocol(10.0e-6, 1.9 / 3.4, 4.0 / 9.6, 0.92, nbytes),             # LL128
+                 protocol(3.6e-6, 0.47 / 3.4 * 1.8, 2.7 / 9.6, 0.25, nbytes)]        # LL
+        assert allgather_time(r, nbytes, 1536.0, 1.0) == pytest.approx(min(times), rel=1e-9)
+    assert allgather_time(r, 1e11, 1536.0, 1.0) == pytest.approx(protocol(8.4e-6, 1, 1, 1, 1e11), rel=1e-9)
+    assert allgather_time(r, 1e10, 1536.0, 1.0) == pytest.approx(protocol(10.0e-6, 1.9 / 3.4, 4.0 / 9.6, 0.92, 1e10), rel=1e-9)
+
+
+def test_alltoall_across_nodes_is_limited_by_the_remote_share_through_the_nic():
+    r = row(**NET)
+    nbytes = 1e8
+    # 16 experts groups over 2 nodes (8 + 8): half the data leaves the node
+    expected = max(nbytes * 7 / 16 / (450e9 * 0.8), nbytes * 8 / 16 / (50e9 * 0.85)) + 8e-6
+    assert alltoall_time(r, nbytes, 16.0, 1.0) == pytest.approx(expected, rel=1e-12)
+
+
+LLAMA70B = dict(layers=80, hidden=8192, ffn=28672, heads=64, kv_heads=8, head_dim=128, vocab=128256, seq_len=8192,
+                gated_mlp=1, n_gpus=256, micro_batch=1, global_batch=512, tp=8, pp=4, dp=8, sequence_parallel=1,
+                **H100, **NET)
+
+
+def one(**values):
+    return {k: v[0] for k, v in evaluate_table(table(1, **values)).items()}
+
+
+def test_interleaving_divides_the_bubble_by_the_virtual_stages():
+    plain = one(**LLAMA70B)
+    interleaved = one(**{**LLAMA70B, "vp": 4})
+    assert plain["pipeline_bubble"] > 0
+    assert interleaved["pipeline_bubble"] == pytest.approx(plain["pipeline_bubble"] / 4, rel=1e-12)
+
+
+def test_no_pipeline_no_bubble():
+    assert one(**{**LLAMA70B, "pp": 1, "dp": 32})["pipeline_bubble"] == 0.0
+
+
+def test_full_recompute_repeats_the_forward_pass_and_selective_only_the_attention_core():
+    base = one(**LLAMA70B, recompute="none")
+    full = one(**LLAMA70B, recompute="full")
+    selective = one(**LLAMA70B, recompute="selective")
+    assert base["time_recompute"] == 0.0
+    # full recompute adds each layer's forward pass (GEMMs, attention, memory-bound) once more
+    added = sum(full[k] - base[k] for k in ("time_gemm", "time_attention", "time_memory_bound"))
+    assert added == pytest.approx(full["time_recompute"], rel=1e-9)
+    assert full["time_gemm"] - base["time_gemm"] < base["time_gemm"] / 3        # the LM head is not recomputed
+    assert 0 < selective["time_recompute"] < 0.2 * full["time_recompute"]
+    assert base["step_time"] < selective["step_time"] < full["step_time"]
+
+
+def test_fp8_speeds_up_gemms_but_not_memory_bound_work():
+    bf16 = one(**LLAMA70B, peak_flops_8=1979e12, gemm_eff_8=0.65)
+    fp8 = one(**LLAMA70B, peak_flops_8=1979e12, gemm_eff_8=0.65, precision="fp8")
+    assert fp8["time_gemm"] < 0.75 * bf16["time_gemm"]
+    assert fp8["time_memory_bound"] > bf16["time_memory_bound"]     # casts
+    assert fp8["time_attention"] == pytest.approx(bf16["time_attention"], rel=1e-12)
+    assert fp8["step_time"] > 0.5 * bf16["step_time"]
+
+
+def test_throughput_and_mfu_follow_from_step_time():
+    r = one(**LLAMA70B)
+    tokens = 512 * 8192
+    assert r["tokens_per_s"] * r["step_time"] == pytest.approx(tokens, rel=1e-12)
+    assert r["mfu"] == pytest.approx(r["flops_per_token"] * tokens / (r["step_time"] * 256 * 989e12), rel=1e-12)
+    assert 0 < r["mfu"] < 0.75
+
+
+def test_zero3_stops_scaling_when_gathers_dominate():
+    gpt175 = dict(layers=96, hidden=12288, ffn=49152, heads=96, kv_heads=96, head_dim=128, vocab=51200,
+                  seq_len=2048, gated_mlp=0, tp=1, pp=1, sharding="fsdp", micro_batch=1, recompute="full",
+                  peak_flops_16=312e12, hbm_bw=2.039e12, intra_bw=300e9, inter_bw=25e9, sm_count=108)
+    # DeepSpeed ZeRO-3 moves parameters in 100 MB buckets, each paying the ring latency over all ranks
+    gpt175["collective_bucket_bytes"] = 1e8
+    t768 = one(**gpt175, n_gpus=768, dp=768, shard_degree=768, global_batch=1536)["step_time"]
+    t1536 = one(**gpt175, n_gpus=1536, dp=1536, shard_degree=1536, global_batch=1536)["step_time"]
+    assert t1536 > 0.6 * t768            # twice the GPUs, far less than twice as fast
+
+
+def test_run_record_errors_name_the_field():
+    record = json.loads(RUNS.read_text().splitlines()[0])
+    del record["model"]["hidden"]
+    with pytest.raises(SpecError, match="model.hidden"):
+        lower_record(record, "x.jsonl:1")
+    record = json.loads(RUNS.read_text().splitlines()[0])
+    record["plan"]["tp"] = 3
+    with pytest.raises(SpecError, match="plan.dp"):
+        lower_record(record, "x.jsonl:1")
+    record = json.loads(RUNS.read_text().splitlines()[0])
+    record["plan"]["sharding"] = "fdsp"
+    with pytest.raises(SpecError, match="did you mean 'fsdp'"):
+        lower_record(record, "x.jsonl:1")
+
+
+def test_measured_values_are_never_read_for_prediction():
+    record = json.loads(RUNS.read_text().splitlines()[0])
+    a = lower_record(record).columns
+    record["measured"] = {"step_time_s": 1e9}
+    assert np.array_equal(a, lower_record(record).columns)
+
+
+def test_collective_algorithm_can_be_fixed_to_ring_or_tree():
+    size = 1e6
+    transfer = 2 * 7 / 8 * size / (450e9 * 0.8)
+    ring = row(**NET, collective_algorithm="ring")
+    tree = row(**NET, collective_algorithm="tree")
+    # a 1 MB ring allreduce inside one node runs NCCL's LL (3.6 us base, NVLink hop 3 us x .47/3.4, a quarter
+    # of the bandwidth), faster than LL128 (10 us, hop x 1.9/3.4, 92%) or Simple (8.4 us, 3 us hops)
+    simple = 8.4e-6 + transfer + 2 * 7 * 3e-6
+    ll128 = 10.0e-6 + transfer / 0.92 + 2 * 7 * 3e-6 * 1.9 / 3.4
+    ll = 3.6e-6 + transfer / 0.25 + 2 * 7 * 3e-6 * 0.47 / 3.4
+    assert ll < ll128 < simple
+    assert allreduce_time(ring, size, 8.0, 1.0) == pytest.approx(ll, rel=1e-12)
+    assert allreduce_time(tree, size, 8.0, 1.0) == pytest.approx(transfer + 2 * 3 * 3e-6, rel=1e-12)
+
+
+def test_ulysses_context_parallelism_is_exposed_and_needs_heads_divisible_by_tp_cp():
+    from fastmodel.lm.rules import plan_status
+    from fastmodel.registry.lm import STATUS_CODES
+
+    long = {**LLAMA70B, "seq_len": 131072, "cp": 4, "tp": 8, "pp": 1, "dp": 8, "global_batch": 64}
+    ring = one(**long)
+    ulysses = one(**long, cp_algorithm="alltoall")
+    assert ulysses["exposed_cp"] == pytest.approx(ulysses["comm_cp"], rel=1e-12)
+    assert ring["exposed_cp"] < ring["comm_cp"]
+    bad = table(1, **{**long, "cp": 16, "dp": 2}, cp_algorithm="alltoall")     # 64 heads over tp8 x cp16
+    assert plan_status(bad)[0] == STATUS_CODES["heads_not_divisible"]
+
+
+@pytest.mark.parametrize("variant", [
+    {}, {"sharding": "fsdp", "tp": 1, "pp": 1, "dp": 256, "shard_degree": 256},
+    {"sharding": "fsdp", "shard_degree": 8}, {"recompute": "full"}, {"recompute": "selective", "fused_kernels": 0},
+    {"tp_comm_overlap": 1}, {"vp": 2}, {"cp": 2, "dp": 4, "seq_len": 65536}, {"sharding": "ddp", "pp": 1, "dp": 32},
+])
+def test_step_time_is_the_sum_of_its_parts(variant):
+    r = one(**{**LLAMA70B, **variant})
+    parts = (r["time_gemm"] + r["time_attention"] + r["time_memory_bound"] + r["pipeline_bubble"]
+             + r["time_optimizer"] + sum(r[f"exposed_{g}"] for g in ("tp", "cp", "ep", "pp", "dp")))
+    assert r["step_time"] == pytest.approx(parts, rel=1e-12)
+    for group in ("tp", "cp", "ep", "pp", "dp"):
+        assert 0.0 <= r[f"exposed_{group}"] <= r[f"comm_{group}"] * (1 + 1e-12) + 1e-15 or group == "dp"
+
+
+def test_zero3_layer_collectives_are_exposed_where_the_framework_does_not_overlap_them():
+    from fastmodel.kernels.lm.step import fsdp_layer_exposed
+    gather, reduce, forward, backward = 0.010, 0.020, 0.050, 0.100
+    overlapped = row(**NET, overlap_param_gather=1, overlap_grad_reduce=1, comm_sm_share=0.15)
+    # each collective hides behind its pass and slows it by 15% of the overlapped time
+    assert fsdp_layer_exposed(overlapped, gather, reduce, forward, backward) == pytest.approx(
+        0.15 * gather + 0.15 * (gather + reduce), rel=1e-12)
+    # DeepSpeed's overlap_comm off (legacy frameworks): the reduce-scatter runs between the layers' kernels
+    gathers_only = row(**NET, overlap_param_gather=1, overlap_grad_reduce=0, comm_sm_share=0.15)
+    assert fsdp_layer_exposed(gathers_only, gather, reduce, forward, backward) == pytest.approx(
+        reduce + 0.15 * gather + 0.15 * gather, rel=1e-12)
+    serial = row(**NET, overlap_param_gather=0, overlap_grad_reduce=0, comm_sm_share=0.15)
+    assert fsdp_layer_exposed(serial, gather, reduce, forward, backward) == pytest.approx(2 * gather + reduce)
+    # a collective longer than its window shows the remainder
+    assert fsdp_layer_exposed(overlapped, 0.080, reduce, forward, backward) == pytest.approx(
+        (0.080 - forward) + 0.15 * forward + 0.15 * (0.080 + reduce), rel=1e-12)
+
+
+def test_fsdp2_copies_each_gathered_layer_out_on_the_compute_stream():
+    from fastmodel.kernels.lm.step import fsdp_copy_out_time
+    # a 218M-parameter layer in BF16: read and write 436 MB at 3.35 TB/s x 0.8
+    params = 218e6
+    assert fsdp_copy_out_time(row(**H100, fsdp_copy_out=1), params) == pytest.approx(
+        2 * params * 2 / (3.35e12 * 0.8), rel=1e-12)
+    assert fsdp_copy_out_time(row(**H100, fsdp_copy_out=0), params) == 0.0
+    # in a step: two copies per layer and micro-batch (forward and backward gathers) on the memory-bound line
+    base = {**LLAMA70B, "tp": 1, "pp": 1, "dp": 256, "sharding": "fsdp", "shard_degree": 256}
+    with_copy, without = one(**base, fsdp_copy_out=1), one(**base, fsdp_copy_out=0)
+    layer_params = (8192 * (64 + 2 * 8) * 128 + 64 * 128 * 8192 + 3 * 8192 * 28672)
+    micro_batches = 512 / 256
+    copies = micro_batches * 80 * 2 * fsdp_copy_out_time(row(**H100, fsdp_copy_out=1), layer_params)
+    assert with_copy["time_memory_bound"] - without["time_memory_bound"] == pytest.approx(copies, rel=1e-3)
+    assert with_copy["step_time"] > without["step_time"]
+
+
+def test_uneven_pipeline_stages_put_a_layer_more_on_the_busiest_rank():
+    from fastmodel.kernels.lm.memory import layers_per_stage
+    from fastmodel.lm.rules import plan_status
+    from fastmodel.registry.lm import STATUS_CODES
+
+    # Llama 3 405B: 126 layers over 16 stages; the busiest ranks hold ceil(126/16) = 8 layers
+    uneven = {**LLAMA70B, "layers": 126, "pp": 16, "tp": 8, "dp": 2}
+    assert layers_per_stage(row(**uneven, uneven_stages=1)) == 8.0
+    assert layers_per_stage(row(**uneven, uneven_stages=1, vp=2)) == 2 * math.ceil(126 / 32)
+    assert layers_per_stage(row(**{**uneven, "layers": 128}, uneven_stages=0)) == 8.0
+    # sweeps keep the divisibility rule unless uneven stages are asked for
+    assert plan_status(table(1, **uneven, uneven_stages=0))[0] == STATUS_CODES["layers_not_divisible"]
+    assert plan_status(table(1, **uneven, uneven_stages=1))[0] == 0
+    # 126 layers on 16 uneven stages take as long per micro-batch as 128 on 16 even ones
+    a = one(**uneven, uneven_stages=1)
+    b = one(**{**uneven, "layers": 128})
+    assert a["time_gemm"] == pytest.approx(b["time_gemm"], rel=1e-12)
+
+
+def test_a_run_record_with_uneven_stages_runs(tmp_path):
+    from click.testing import CliRunner
+
+    from fastmodel.cli import main
+    from fastmodel.registry.lm import COLUMN_INDEX
+
+    line = next(line for line in RUNS.read_text().splitlines() if "llama3-paper-405b-s8192-n8192" in line)
+    lowered = next(r for r in read_records(RUNS) if r.id == "llama3-paper-405b-s8192-n8192")
+    assert lowered.columns[COLUMN_INDEX["uneven_stages"]] == 1.0        # 126 layers, pp 16
+    path = tmp_path / "llama3.json"
+    path.write_text(line)
+    result = CliRunner().invoke(main, ["run", "-m", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "step time" in result.output
+
+
+def test_an_execution_spec_allows_uneven_stages():
+    from fastmodel.errors import PlanError
+    from fastmodel.lm.api import evaluate_lm
+
+    # DeepSeek-V3 has 61 layers: 16 pipeline stages cannot hold them evenly
+    with pytest.raises(PlanError, match="uneven_stages"):
+        evaluate_lm("deepseek-v3", "dgx-h100", "llm-pretrain", plan="tp1.pp16.ep64", num_nodes=128)
+    ds = evaluate_lm("deepseek-v3", "dgx-h100", "llm-pretrain", plan="tp1.pp16.ep64", num_nodes=128,
+                     execution={"uneven_stages": True})
+    assert int(ds.status) == 0 and 0 < float(ds.step_time) < float("inf")

@@ -1,0 +1,125 @@
+"""Real-world sweeps: grid construction, the rule table and plan enumeration (docs/model.md §11.9)."""
+
+import numpy as np
+import pytest
+
+from fastmodel.errors import PlanError, SpecError, SweepError
+from fastmodel.lm.engine import evaluate_table
+from fastmodel.lm.rules import check_plan, plan_status
+from fastmodel.lm.sweep import all_meshes, lm_sweep, parse_mesh
+from fastmodel.lm.table import table
+from fastmodel.registry.lm import STATUS_CODES
+
+AXES = {"num_nodes": [4, 8], "plan": ["tp8.pp2", "tp4.pp4", "tp8", "tp3", "tp16"], "micro_batch": [1, 2]}
+
+
+@pytest.fixture(scope="module")
+def grid():
+    return lm_sweep("llama3.1-70b", "dgx-h100", "llm-pretrain", axes=AXES)
+
+
+def test_grid_has_one_dimension_per_axis_with_labels(grid):
+    assert grid.step_time.dims == ("num_nodes", "plan", "micro_batch")
+    assert list(grid.plan.values) == ["tp8.pp2", "tp4.pp4", "tp8", "tp3", "tp16"]
+    assert grid.step_time.attrs["units"] == "s"
+
+
+def test_illegal_points_keep_their_reason_and_nan(grid):
+    tp3 = grid.sel(plan="tp3")
+    assert (tp3.status == STATUS_CODES["devices_not_divisible"]).all()      # 32 and 64 GPUs
+    assert np.isnan(tp3.step_time).all()
+    assert (grid.sel(plan="tp16").status == STATUS_CODES["tp_beyond_domain"]).all()
+
+
+def test_every_grid_point_equals_the_same_configuration_evaluated_alone(grid):
+    for nodes in (4, 8):
+        for mb in (1, 2):
+            for plan in ("tp8.pp2", "tp4.pp4"):
+                mesh = parse_mesh(plan)
+                n = nodes * 8
+                dp = n // (mesh["tp"] * mesh["pp"])
+                alone = lm_sweep("llama3.1-70b", "dgx-h100", "llm-pretrain", num_nodes=nodes,
+                                 axes={"plan": [plan], "micro_batch": [mb]})
+                point = grid.sel(num_nodes=nodes, plan=plan, micro_batch=mb)
+                assert float(point.step_time) == float(alone.step_time.squeeze())
+                assert int(point.status) == int(alone.status.squeeze())
+                if int(point.status) == 0:
+                    assert float(point.tokens_per_s) * float(point.step_time) == pytest.approx(2048 * 8192)
+                    assert dp * mesh["tp"] * mesh["pp"] == n
+
+
+def test_rule_table_codes_match_hand_checks():
+    params = table(7, layers=80, heads=[64, 64, 64, 64, 64, 64, 36], kv_heads=8, n_gpus=64,
+                   tp=[8, 3, 8, 8, 16, 8, 8], pp=[2, 1, 3, 2, 1, 4, 1], cp=1, dp=[4, 64 / 3, 64 / 24, 4, 4, 2, 8],
+                   global_batch=[64, 64, 64, 6, 64, 2, 64], micro_batch=1, domain_size=8)
+    status = plan_status(params)
+    assert list(status) == [0, STATUS_CODES["devices_not_divisible"], STATUS_CODES["devices_not_divisible"],
+                            STATUS_CODES["batch_not_divisible"], STATUS_CODES["tp_beyond_domain"],
+                            STATUS_CODES["too_few_microbatches"], STATUS_CODES["heads_not_divisible"]]
+
+
+def test_single_configuration_raises_the_first_broken_rule():
+    column = table(1, layers=80, pp=3, n_gpus=24, tp=8, dp=1, heads=64, kv_heads=8, global_batch=24)[:, 0]
+    with pytest.raises(PlanError, match="layers_not_divisible"):
+        check_plan(column)
+
+
+def test_plan_all_enumerates_legal_meshes_only_from_the_rules():
+    from fastmodel.lm.loader import load_cluster, load_lm_model
+
+    model, cluster = load_lm_model("mixtral-8x7b"), load_cluster("dgx-h100")
+    meshes = all_meshes(model, cluster, 64)
+    assert {"tp": 8, "pp": 2, "cp": 1, "ep": 4} in meshes
+    assert all(m["tp"] <= 8 and 32 % m["tp"] == 0 and 32 % m["pp"] == 0 and 8 % m["ep"] == 0 for m in meshes)
+    assert all(m["tp"] * m["pp"] * m["cp"] * m["ep"] <= 64 * 8 for m in meshes)
+
+
+def test_moe_and_mla_models_evaluate():
+    ds = lm_sweep("deepseek-v3", "gb200-nvl72", "llm-pretrain", num_nodes=64,
+                  axes={"plan": ["tp4.ep32", "tp2.ep64"]}, execution={"precision": "fp8"})
+    ok = ds.status == 0
+    assert bool(ok.any())
+    assert np.isfinite(ds.step_time.where(ok)).any()
+    assert float(ds.comm_ep.where(ok).max()) > 0
+
+
+def test_bad_axes_are_one_line_errors():
+    with pytest.raises(SweepError, match="did you mean 'micro_batch'"):
+        lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", axes={"micro_bach": [1]})
+    with pytest.raises(SweepError, match="empty"):
+        lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", axes={"tp": []})
+    with pytest.raises(SweepError, match="not a degree"):
+        lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", axes={"plan": ["tq8"]})
+    with pytest.raises(SpecError, match="MAD-Max model"):
+        lm_sweep("llama2-70b", "dgx-h100", "llm-pretrain")
+
+
+def test_throughput_identity_holds_for_every_legal_point(grid):
+    ok = grid.status == 0
+    product = (grid.tokens_per_s * grid.step_time).where(ok)
+    assert np.allclose(product.values[np.isfinite(product.values)], 2048 * 8192)
+
+
+def test_table_path_and_grid_path_agree():
+    ds = lm_sweep("llama3-8b", "dgx-a100-80gb", "llm-pretrain", num_nodes=8, axes={"plan": ["tp2.pp2"]},
+                  execution={"sharding": "fsdp"})
+    from fastmodel.lm.loader import load_cluster, load_execution, load_lm_model
+    from fastmodel.lm.sweep import base_columns
+    from fastmodel.registry.lm import COLUMN_INDEX
+
+    base = base_columns(load_lm_model("llama3-8b"), load_cluster("dgx-a100-80gb", 8),
+                        load_execution({"sharding": "fsdp"}), 2048)
+    for key, value in {"tp": 2, "pp": 2, "dp": 16, "shard_degree": 16}.items():
+        base[COLUMN_INDEX[key]] = value
+    alone = evaluate_table(base[:, None])
+    assert float(ds.step_time.squeeze()) == pytest.approx(alone["step_time"][0], rel=1e-12)
+
+
+def test_a_column_axis_outside_the_registry_bounds_is_refused():
+    from fastmodel.errors import SweepError
+    from fastmodel.lm.sweep import lm_sweep
+
+    with pytest.raises(SweepError, match=r"axis 'uneven_stages': 2 is outside \[0, 1\]"):
+        lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", axes={"uneven_stages": [0, 2]})
+    with pytest.raises(SweepError, match=r"axis 'gemm_eff_16': 1.5 is outside \[0.05, 1\]"):
+        lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", axes={"gemm_eff_16": [1.5]})

@@ -1,0 +1,254 @@
+"""The exact pipeline path (lm/pipeline_program.py, lm/pipeline.py; docs/model.md §11.7.1).
+
+Golden values are hand-derived: a two-stage 1F1B schedule traced op by op, and the textbook
+makespans (m + p - 1)(t_f + t_b) for GPipe and 1F1B (Huang et al. 2019; Narayanan et al. 2021
+eq. 1) and m (t_f + t_b) + (p - 1)(t_f + t_b)/v for the interleaved schedule (eq. 2). Then the
+real-world closed form (kernels/lm/step.py) against the exact schedule of the same stage times.
+"""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fastmodel.kernels.madmax.layout import MAX_STREAMS
+from fastmodel.lm.engine import evaluate_table
+from fastmodel.lm.pipeline import chunk_layers, exact_pipeline, send_time, stage_times
+from fastmodel.lm.pipeline_program import pipeline_program, pipeline_slots, schedule_pipeline, stage_order
+from fastmodel.lm.records import read_records
+from fastmodel.registry.lm import COLUMN_INDEX
+
+RECORDS = {r.id: r for r in read_records(Path(__file__).resolve().parents[1] / "data" / "runs_dev.jsonl")}
+
+
+def test_two_stage_1f1b_traced_by_hand():
+    # p = 2, m = 2, t_f = 1, t_b = 2. Stage 0: F0 F1 B0 B1 (one warm-up forward); stage 1: F0 B0 F1 B1.
+    # S0.F0 0-1; S1.F0 1-2; S1.B0 2-4; S0.F1 1-2; S0.B0 waits for S1.B0: 4-6; S1.F1 4-5; S1.B1 5-7;
+    # S0.B1 waits for S1.B1: 7-9. Makespan 9 = (m + p - 1)(t_f + t_b); each stage idles 9 - 6 = 3.
+    program = pipeline_program(2, 2, "1f1b")
+    times = schedule_pipeline(program, pipeline_slots(1.0, 2.0, 2))
+    got = {name: (s, e) for name, s, e in zip(program.op_names, times.start, times.end)}
+    assert got == {"F0.0": (0, 1), "F0.1": (1, 2), "F1.0": (1, 2), "B1.0": (2, 4), "B0.0": (4, 6),
+                   "F1.1": (4, 5), "B1.1": (5, 7), "B0.1": (7, 9)}
+    assert times.makespan == 9.0
+    assert times.busy.tolist() == [6.0, 6.0] and times.idle.tolist() == [3.0, 3.0]
+    assert program.op_stream.tolist().count(0) == 4 and program.n_streams == 2
+
+
+def test_stage_orders_follow_the_schedules():
+    assert stage_order("gpipe", 3, 2, 0) == [("F", 0, 0), ("F", 1, 0), ("B", 0, 0), ("B", 1, 0)]
+    # 1F1B: stage s runs p - s - 1 warm-up forwards (at most m)
+    assert stage_order("1f1b", 4, 5, 0)[:4] == [("F", 0, 0), ("F", 1, 0), ("F", 2, 0), ("F", 3, 0)]
+    assert stage_order("1f1b", 4, 5, 0)[4] == ("B", 0, 0)
+    assert stage_order("1f1b", 4, 5, 3)[:3] == [("F", 0, 0), ("B", 0, 0), ("F", 1, 0)]
+    assert stage_order("1f1b", 4, 2, 0) == [("F", 0, 0), ("F", 1, 0), ("B", 0, 0), ("B", 1, 0)]
+    # interleaved, p = 2, v = 2, m = 4: stage 0 warms up with 2 (p - 1) + (v - 1) p = 4 forwards, chunk 0 for
+    # micro-batches 0, 1, then chunk 1 for them; backwards start at the last chunk
+    order = stage_order("interleaved", 2, 4, 0, 2)
+    assert order[:4] == [("F", 0, 0), ("F", 1, 0), ("F", 0, 1), ("F", 1, 1)]
+    assert order[4:8] == [("F", 2, 0), ("B", 0, 1), ("F", 3, 0), ("B", 1, 1)]
+    for schedule, v in (("gpipe", 1), ("1f1b", 1), ("interleaved", 3)):
+        for stage in range(4):
+            order = stage_order(schedule, 4, 8, stage, v)
+            assert sorted(order) == sorted((kind, j, c) for kind in "FB" for j in range(8) for c in range(v))
+
+
+SHAPES = [(schedule, v, p, m) for schedule, v in (("gpipe", 1), ("1f1b", 1), ("interleaved", 2), ("interleaved", 4))
+          for p, m in ((1, 3), (2, 4), (4, 4), (4, 8), (8, 16), (8, 24)) if v == 1 or p > 1]
+
+
+@pytest.mark.parametrize("schedule, v, p, m", SHAPES)
+@pytest.mark.parametrize("t_f, t_b", [(1.0, 2.0), (1.0, 1.0), (0.3, 1.7)])
+def test_uniform_stages_give_the_textbook_makespan(schedule, v, p, m, t_f, t_b):
+    program = pipeline_program(p, m, schedule, v)
+    times = schedule_pipeline(program, pipeline_slots(t_f, t_b, p, v))   # chunks of t_f / v, t_b / v
+    want = m * (t_f + t_b) + (p - 1) * (t_f + t_b) / v
+    assert times.makespan == pytest.approx(want, rel=1e-12)
+    assert times.idle == pytest.approx(np.full(p, (p - 1) * (t_f + t_b) / v), rel=1e-12, abs=1e-12)
+    assert times.bubble_fraction == pytest.approx(np.full(p, (p - 1) / (v * m)), rel=1e-12, abs=1e-12)
+    assert program.num_ops == 2 * m * v * p
+
+
+def test_ops_respect_the_cross_stage_dependencies():
+    p, m, v = 4, 8, 2
+    program = pipeline_program(p, m, "interleaved", v)
+    rng = np.random.default_rng(1)
+    times = schedule_pipeline(program, rng.uniform(0.5, 2.0, 2 * p * v))
+    at = {name: i for i, name in enumerate(program.op_names)}
+    for k in range(p * v):
+        for j in range(m):
+            f, b = at[f"F{k}.{j}"], at[f"B{k}.{j}"]
+            assert program.op_stream[f] == program.op_stream[b] == k % p
+            assert times.start[b] >= times.end[f]
+            if k:
+                assert times.start[f] >= times.end[at[f"F{k - 1}.{j}"]]
+            if k < p * v - 1:
+                assert times.start[b] >= times.end[at[f"B{k + 1}.{j}"]]
+    for s in range(p):   # one stage never runs two ops at once
+        on = np.flatnonzero(program.op_stream == s)
+        assert np.all(times.start[on][1:] >= times.end[on][:-1])
+
+
+def test_two_stage_1f1b_with_sends_traced_by_hand():
+    # As above with a send of 0.5 after every op that feeds the other stage, on the sender's send stream:
+    # S0.F0 0-1, its send 1-1.5; S1.F0 1.5-2.5; S1.B0 2.5-4.5, send 4.5-5; S0.F1 1-2, send 2-2.5;
+    # S1.F1 4.5-5.5; S1.B1 5.5-7.5, send 7.5-8; S0.B0 5-7; S0.B1 8-10. Makespan 10 = 9 + 2 (p - 1) x 0.5.
+    program = pipeline_program(2, 2, "1f1b", sends=True)
+    times = schedule_pipeline(program, pipeline_slots(1.0, 2.0, 2, send=0.5))
+    got = {name: (s, e) for name, s, e in zip(program.op_names, times.start, times.end)}
+    assert got == {"F0.0": (0, 1), "SF0.0": (1, 1.5), "F0.1": (1, 2), "SF0.1": (2, 2.5), "F1.0": (1.5, 2.5),
+                   "B1.0": (2.5, 4.5), "SB1.0": (4.5, 5), "F1.1": (4.5, 5.5), "B1.1": (5.5, 7.5),
+                   "SB1.1": (7.5, 8), "B0.0": (5, 7), "B0.1": (8, 10)}
+    assert program.n_streams == 4 and times.busy.tolist() == [6.0, 6.0] and times.idle.tolist() == [4.0, 4.0]
+
+
+@pytest.mark.parametrize("p, m", [(2, 4), (3, 9), (4, 8), (4, 16)])
+@pytest.mark.parametrize("t_f, t_b, c", [(1.0, 2.0, 0.1), (1.0, 1.0, 0.3)])
+def test_what_sends_add_to_uniform_schedules(p, m, t_f, t_b, c):
+    def makespan(schedule, micro_batches, v=1):
+        program = pipeline_program(p, micro_batches, schedule, v, sends=True)
+        return schedule_pipeline(program, pipeline_slots(t_f, t_b, p, v, send=c)).makespan
+
+    # GPipe: the first forward crosses p - 1 sends to reach the last stage, whose forwards then run back to
+    # back (each arrives a send after the previous stage finished it, no later than the last stage is free);
+    # the last backward crosses p - 1 sends back: every other send overlaps compute.
+    assert makespan("gpipe", m) == pytest.approx((m + p - 1) * (t_f + t_b) + 2 * (p - 1) * c, rel=1e-12)
+    # 1F1B, steady state: the cycle B(p-1, j) -> ... -> B(0, j) -> F(0, j + p) -> ... -> F(p-1, j + p) runs
+    # through every stage's forward and backward and 2 (p - 1) sends per p micro-batches
+    assert makespan("1f1b", m + p) - makespan("1f1b", m) == pytest.approx(p * (t_f + t_b) + 2 * (p - 1) * c,
+                                                                        rel=1e-12)
+    # interleaved, sends short against a chunk: the first micro-batch's forward crosses all p v - 1 virtual
+    # stage boundaries before its backward starts back, and the uniform schedule has no slack on that chain
+    v = 2
+    assert makespan("interleaved", m, v) == pytest.approx(m * (t_f + t_b) + (p - 1) * (t_f + t_b) / v
+                                                         + 2 * (p * v - 1) * c, rel=1e-12)
+
+
+def test_bad_pipelines_are_refused():
+    with pytest.raises(ValueError, match="streams"):
+        pipeline_program(MAX_STREAMS + 1, 16)
+    with pytest.raises(ValueError, match="streams"):
+        pipeline_program(MAX_STREAMS // 2 + 1, 16, sends=True)
+    with pytest.raises(ValueError, match="multiple"):
+        pipeline_program(4, 6, "interleaved", 2)
+    with pytest.raises(ValueError, match="interleaved"):
+        pipeline_program(4, 8, "1f1b", 2)
+    with pytest.raises(ValueError, match="virtual_stages >= 2"):
+        pipeline_program(4, 8, "interleaved", 1)
+    with pytest.raises(ValueError, match="unknown pipeline schedule"):
+        pipeline_program(4, 8, "zero-bubble")
+    with pytest.raises(ValueError, match="shape"):
+        pipeline_slots(np.ones(3), 1.0, 4)
+
+
+# --- the real-world closed form against the exact schedule -------------------------------------------------
+
+# pp <= MAX_STREAMS: 1F1B at pp 2, 4, 8 (the first three); interleaved at (pp, vp) = (8, 3), (8, 4), (8, 12), (6, 8)
+PIPELINED = [
+    "narayanan2021_t1-GPT-39.1B-n512-tp8pp2-full",
+    "narayanan2021_t1-GPT-76.1B-n1024-tp8pp4-full",
+    "narayanan2021_t1-GPT-145.6B-n1536-tp8pp8-full",
+    "korthikanti2022_t5-GPT-175B-n64-tp8pp8-selective",
+    "mlperf-v40-gpt3-175b-eos_n64_ngc24.04_nemo",
+    "mlperf-v31-gpt3-175b-nvidia-n512",
+    "mlperf-v40-gpt3-175b-eos-dfw_n1344_ngc24.04_nemo",
+]
+
+
+def _columns(record_id, **changes):
+    columns = RECORDS[record_id].columns.copy()
+    for name, value in changes.items():
+        columns[COLUMN_INDEX[name]] = value
+    return columns
+
+
+@pytest.mark.parametrize("record_id", PIPELINED)
+def test_the_closed_form_bubble_is_exact_for_uniform_stages(record_id):
+    times = stage_times(_columns(record_id), uniform=True)
+    p, v, m = times.stages, times.virtual_stages, times.micro_batches
+    assert p > 1 and times.head > 0.0
+    # the kernel's bubble is (p - 1)/v x the average stage (body + head / p)
+    average = times.stage_mb - times.head + times.head / p
+    assert times.closed_bubble == pytest.approx((p - 1) / v * average, rel=1e-12)
+    exact = exact_pipeline(times)
+    assert exact.makespan == pytest.approx(m * average + times.closed_bubble, rel=1e-9)
+    assert exact.idle == pytest.approx(np.full(p, times.closed_bubble), rel=1e-9)
+
+
+@pytest.mark.parametrize("record_id, gpipe", [(r, False) for r in PIPELINED] + [(r, True) for r in PIPELINED[:3]])
+def test_the_closed_form_overestimates_by_the_head_on_the_last_stage(record_id, gpipe):
+    # The last stage is the slowest (it holds the LM head), so it never waits once it has started: its first
+    # forward starts after (p - 1) chunk forwards, its last backward is followed by (p - 1) chunk backwards,
+    # so the exact makespan is m t_mb + (p - 1)/v (t_mb - t_head). The closed form charges the bubble with the
+    # average stage, (p - 1)/v (t_mb - t_head + t_head / p): (p - 1)/(p v) t_head too much.
+    columns = _columns(record_id, pipeline_schedule=2) if gpipe else _columns(record_id)
+    times = stage_times(columns)
+    assert times.schedule == ("gpipe" if gpipe else "1f1b" if times.virtual_stages == 1 else "interleaved")
+    p, v, m = times.stages, times.virtual_stages, times.micro_batches
+    exact = exact_pipeline(times)
+    body = times.stage_mb - times.head
+    assert exact.makespan == pytest.approx(m * times.stage_mb + (p - 1) / v * body, rel=1e-9)
+    assert times.closed - exact.makespan == pytest.approx((p - 1) / (p * v) * times.head, rel=1e-6)
+    assert 0.0 < times.closed / exact.makespan - 1.0 < 1e-3
+    assert exact.idle[-1] == pytest.approx((p - 1) / v * body, rel=1e-9)
+
+
+@pytest.mark.parametrize("forward_share", [0.2, 0.5])
+def test_the_forward_backward_split_does_not_move_the_makespan(forward_share, monkeypatch):
+    import fastmodel.lm.pipeline as lm_pipeline
+
+    record_id = "korthikanti2022_t5-GPT-175B-n64-tp8pp8-selective"
+    before = exact_pipeline(stage_times(_columns(record_id))).makespan
+    monkeypatch.setattr(lm_pipeline, "FORWARD_SHARE", forward_share)
+    assert exact_pipeline(stage_times(_columns(record_id))).makespan == pytest.approx(before, rel=1e-12)
+
+
+def test_chunk_layers_take_the_missing_layers_from_the_ends():
+    assert chunk_layers(60, 4).tolist() == [[15, 15, 15, 15]]
+    assert chunk_layers(62, 4).tolist() == [[15, 16, 16, 15]]
+    assert chunk_layers(63, 4).tolist() == [[15, 16, 16, 16]]
+    assert chunk_layers(126, 16).sum() == 126 and chunk_layers(126, 16).max() == 8      # Llama 3 405B
+    assert chunk_layers(45, 4, 3).tolist() == [[3, 3, 4, 4], [4, 4, 4, 4], [4, 4, 4, 3]]
+
+
+@pytest.mark.parametrize("record_id, layers", [("narayanan2021_t1-GPT-76.1B-n1024-tp8pp4-full", 62),
+                                               ("narayanan2021_t1-GPT-145.6B-n1536-tp8pp8-full", 77),
+                                               ("korthikanti2022_t5-GPT-175B-n64-tp8pp8-selective", 93)])
+def test_uneven_stages_make_the_closed_form_an_upper_bound(record_id, layers):
+    # With uneven stages the closed form charges every stage the busiest rank's layers; the exact schedule
+    # of the true layer counts is never slower (schedules are monotone in the durations), so the closed form
+    # overestimates, by more than the head term alone. At most by m t_head + bubble: some stage holds the
+    # busiest rank's layers, so the exact step is at least m (t_mb - t_head).
+    times = stage_times(_columns(record_id, layers=layers, uneven_stages=1))
+    p, v = times.stages, times.virtual_stages
+    assert chunk_layers(layers, p, v).min() < chunk_layers(layers, p, v).max()
+    exact = exact_pipeline(times)
+    assert exact.makespan < times.closed - (p - 1) / (p * v) * times.head * (1.0 - 1e-9)
+    assert times.closed - exact.makespan <= times.micro_batches * times.head + times.closed_bubble
+
+
+@pytest.mark.parametrize("record_id, changes", [
+    ("narayanan2021_t1-GPT-39.1B-n512-tp8pp2-full", {}),
+    ("narayanan2021_t1-GPT-76.1B-n1024-tp8pp4-full", {}),
+    ("korthikanti2022_t5-GPT-175B-n64-tp8pp8-selective", {"pp": 4}),   # 96 layers on 4 x 3 virtual stages
+    ("mlperf-v40-gpt3-175b-eos_n64_ngc24.04_nemo", {"pp": 4}),
+])
+def test_sends_against_the_closed_form(record_id, changes):
+    # With each stage's sends on a stream of their own (asynchronous), 1F1B hides most sends behind the
+    # compute: the closed form's 2 (p - 1) + 2 m exposed sends (blocking sends) are above the exact path.
+    # Interleaved, the warm-up chain crosses p v - 1 boundaries each way, more than the closed form's
+    # 2 (p - 1) exposed sends: there the closed form is below.
+    columns = _columns(record_id, **changes)
+    times = stage_times(columns)
+    send = send_time(columns)
+    p, v, m = times.stages, times.virtual_stages, times.micro_batches
+    added = exact_pipeline(times, send).makespan - exact_pipeline(times).makespan
+    closed = float(evaluate_table(columns[:, None])["exposed_pp"][0])
+    assert send > 0.0 and p <= 4
+    if v == 1:
+        assert closed == pytest.approx((2 * (p - 1) + 2 * m) * send, rel=1e-12)
+        assert 2 * (p - 1) * send <= added < closed
+    else:
+        assert closed == pytest.approx(2 * (p - 1) * send, rel=1e-12)
+        assert added == pytest.approx(2 * (p * v - 1) * send, rel=1e-9)
+        assert added > closed

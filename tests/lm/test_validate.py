@@ -1,0 +1,74 @@
+"""fastmodel validate: the real-world model against the 65 dev runs, next to constant-MFU baselines."""
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from fastmodel.cli import main
+from fastmodel.lm.records import read_records
+from fastmodel.lm.validate import baseline_step_time, group_scores, rows, score
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+RUNS = DATA / "runs_dev.jsonl"
+PINNED = DATA / "runs_dev_predictions.json"
+
+
+@pytest.fixture(scope="module")
+def table():
+    return rows(read_records(RUNS))
+
+
+def test_per_row_predictions_are_pinned(table):
+    """Regression pin of every dev run's predicted step time (regenerate with
+    ``python tests/data/pin_runs_dev.py`` when the model changes on purpose, and say why in the commit)."""
+    pinned = json.loads(PINNED.read_text())
+    assert {row["id"] for row in table} == set(pinned)
+    for row in table:
+        assert row["predicted_step_time_s"] == pytest.approx(pinned[row["id"]], rel=1e-9), row["id"]
+
+
+def test_baseline_is_the_constant_mfu_formula_by_hand():
+    record = read_records(RUNS)[0]             # GPT-22B, 8 A100s, 4 x 2048 tokens per step
+    flops = record.measured["flops_per_token_std"]
+    expected = flops * 4 * 2048 / (8 * 312e12 * 0.4)
+    assert baseline_step_time([record], np.array([flops]), 0.4)[0] == pytest.approx(expected, rel=1e-12)
+
+
+def test_scores_by_hand():
+    s = score(np.array([0.1, -0.3, 0.2]))
+    assert (s.n, s.mape, s.median, s.bias) == (3, pytest.approx(0.2), pytest.approx(0.2), pytest.approx(0.0))
+
+
+def test_model_beats_both_baselines_overall(table):
+    (_, model, b40, b50), = group_scores(table, None)
+    assert model.n == 65
+    assert model.mape < b40.mape and model.mape < b50.mape
+    assert model.median < 0.10
+
+
+def test_cli_prints_tables_writes_rows_and_figure(tmp_path):
+    out, fig = tmp_path / "rows.csv", tmp_path / "fig.png"
+    result = CliRunner().invoke(main, ["validate", str(RUNS), "-o", str(out), "--plot", str(fig)])
+    assert result.exit_code == 0, result.output
+    for heading in ("step time by all runs", "by source", "by gpu", "by parallelism_kind", "by tier",
+                    "MFU.40 MAPE", "MFU.50 MAPE"):
+        assert heading in result.output
+    with open(out) as handle:
+        assert len(list(csv.DictReader(handle))) == 65
+    assert fig.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_refuses_to_overwrite_its_input_and_reports_bad_lines(tmp_path):
+    runs = tmp_path / "runs.jsonl"
+    runs.write_text(RUNS.read_text())
+    result = CliRunner().invoke(main, ["validate", str(runs), "-o", str(runs)])
+    assert result.exit_code == 2 and "input file" in result.output
+    assert runs.read_text() == RUNS.read_text()
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(RUNS.read_text().splitlines()[0] + "\n{not json\n")
+    result = CliRunner().invoke(main, ["validate", str(bad)])
+    assert result.exit_code == 2 and "bad.jsonl:2" in result.output and len(result.output.strip().splitlines()) == 1

@@ -1,0 +1,52 @@
+"""Run records and serving records through batch and run, detected by content (issues 10 and 12)."""
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from fastmodel.cli import main
+from fastmodel.io.batch import run_batch
+from fastmodel.lm.api import evaluate_record
+
+RUNS = Path(__file__).resolve().parents[1] / "data" / "runs_dev.jsonl"
+SERVE = {"id": "s1", "model": {"name": "Llama-3.1-8B", "layers": 32, "hidden": 4096, "ffn": 14336, "heads": 32,
+                               "kv_heads": 8, "head_dim": 128, "vocab": 128256, "ffn_kind": "swiglu3",
+                               "moe_experts": 0, "moe_topk": 0},
+         "system": {"gpu": "H100-SXM-80GB", "n_gpus": 1, "gpus_per_node": 8, "peak_flops_bf16": 989e12,
+                    "peak_flops_fp8": 1979e12, "hbm_bytes": 85899345920, "hbm_bw_bytes_s": 3.35e12,
+                    "intra_node_bw_bytes_s_per_gpu": 450e9, "inter_node_bw_bytes_s_per_gpu": 50e9},
+         "serve": {"tp": 1, "pp": 1, "ep": 1, "precision": "bf16", "kv_precision": "bf16", "input_len": 128,
+                   "output_len": 128, "batch_size": 8}}
+
+
+def test_batch_reads_run_records_like_run():
+    lines = RUNS.read_text().splitlines()[:6]
+    records = list(run_batch(lines + ['{"model": {"layers": 1}, "system": {}, "plan": {"tp": 1}}']))
+    assert [r["status"] for r in records[:6]] == ["ok"] * 6
+    assert "model.hidden" in records[6]["status"]
+    for line, record in zip(lines, records):
+        alone = evaluate_record(json.loads(line))
+        assert record["iteration_time"] == float(alone.step_time)          # the step time under the usual key
+        assert record["memory_per_device"] == float(alone.memory_per_device)
+        assert record["mfu"] == float(alone.mfu)
+
+
+def test_batch_reads_serving_records_and_mixes_kinds():
+    lines = [json.dumps(SERVE), '{"model": "llama2-70b", "system": "dc-a", "task": "llm-pretrain", '
+             '"plan": "tp,ddp/mp", "num_nodes": 16}', RUNS.read_text().splitlines()[0]]
+    records = list(run_batch(lines))
+    assert [r["status"] for r in records] == ["ok"] * 3
+    assert records[0]["id"] == "s1" and records[0]["tpot"] > 0 and records[0]["ttft"] > 0
+    assert records[1]["plan"] == "tp8,ddp16/mp128" and records[1]["iteration_time"] > 0
+    assert records[2]["step_time"] == records[2]["iteration_time"]
+
+
+def test_run_reads_a_serving_record(tmp_path):
+    path = tmp_path / "serve.json"
+    path.write_text(json.dumps(SERVE))
+    result = CliRunner().invoke(main, ["run", "-m", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["status"] == "ok" and data["tpot"] == pytest.approx(data["e2e_latency"] / 128, rel=0.2)

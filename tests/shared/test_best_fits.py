@@ -1,0 +1,117 @@
+"""`best` answers "the fastest plan that fits" on real-world results; MAD-Max results keep their behaviour."""
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from fastmodel.analysis.best import best, fits_filter_applies
+from fastmodel.cli import main
+from fastmodel.errors import SweepError
+from fastmodel.lm.sweep import lm_sweep
+from fastmodel.sweep import sweep
+
+PLANS = ["dp", "cp2", "tp8.pp4", "tp4.pp4", "tp8.pp8", "tp2.pp8", "tp3"]
+
+
+@pytest.fixture(scope="module")
+def grid():
+    return lm_sweep("llama3.1-70b", "dgx-h100", "llm-pretrain", num_nodes=16, axes={"plan": PLANS})
+
+
+@pytest.fixture(scope="module")
+def oom(grid):
+    """Legal plans whose memory exceeds usable HBM, from memory_per_device and the dataset's usable HBM."""
+    legal = np.isfinite(grid.tokens_per_s_per_gpu.values)
+    over = grid.memory_per_device.values > grid.attrs["usable_hbm_bytes"]
+    return set(grid.plan.values[legal & over]), set(grid.plan.values[legal & ~over])
+
+
+def test_the_grid_has_both_kinds(grid, oom):
+    over, under = oom
+    assert "dp" in over and "tp8.pp4" in under            # 70B on one GPU's worth of dp: ~0.6 TB; tp8.pp4 fits
+    assert "tp3" not in over | under                       # illegal: 64 heads are not divisible by 3
+    assert fits_filter_applies(grid)
+
+
+def test_default_ranks_only_plans_that_fit(grid, oom):
+    over, under = oom
+    table = best(grid, "tokens_per_s_per_gpu", top=10)
+    assert set(table.plan) == under
+    assert table.attrs["fits_filter"] == {"applied": True, "dropped": len(over), "of": len(over) + len(under)}
+    fastest = max(under, key=lambda p: float(grid.tokens_per_s_per_gpu.sel(plan=p)))
+    assert table.plan.iloc[0] == fastest
+    assert list(table.status) == ["ok"] * len(table)      # the dataset's own status names
+
+
+def test_include_oom_ranks_everything_and_shows_fits_memory(grid, oom):
+    over, under = oom
+    table = best(grid, "tokens_per_s_per_gpu", top=10, include_oom=True)
+    assert set(table.plan) == over | under
+    assert table.plan.iloc[0] in over                      # without the filter an OOM plan would win
+    assert dict(zip(table.plan, table.fits_memory)) == {p: p in under for p in table.plan}
+    assert table.attrs["fits_filter"]["applied"] is False
+
+
+def test_a_fits_memory_filter_of_the_user_replaces_the_default(grid, oom):
+    over, _ = oom
+    table = best(grid, "tokens_per_s_per_gpu", top=10, where=["!fits_memory"])
+    assert set(table.plan) == over and table.attrs["fits_filter"]["applied"] is False
+
+
+def test_nothing_fits_is_one_error_naming_the_way_out(grid):
+    with pytest.raises(SweepError, match="none of the 1 ranked configurations fits.*include-oom"):
+        best(grid, "tokens_per_s_per_gpu", where=["plan=dp"])
+
+
+def test_status_filter_uses_the_datasets_names():
+    ds = lm_sweep("llama3.1-70b", "dgx-h100", "llm-pretrain", num_nodes=16, axes={"plan": ["dp", "tp8.pp4", "tp3"]},
+                  only_fitting=True)
+    table = best(ds, "memory_per_device", where=["status=does_not_fit"], include_oom=True)
+    assert list(table.plan) == ["dp"] and list(table.status) == ["does_not_fit"]
+
+
+def test_madmax_results_are_unchanged():
+    ds = sweep("llama2-70b", "dc-a", "llm-pretrain", {"num_nodes": [1, 2], "plan": "all"})
+    assert not fits_filter_applies(ds)
+    table = best(ds, "memory_per_device", top=5, ascending=False)
+    flat = ds.memory_per_device.values.reshape(-1)
+    np.testing.assert_array_equal(table.memory_per_device.to_numpy(), np.sort(flat[np.isfinite(flat)])[::-1][:5])
+    assert "does_not_fit" in set(table.status)             # MAD-Max keeps ranking them by memory, as before
+    assert table.equals(best(ds, "memory_per_device", top=5, include_oom=True, ascending=False))
+    assert table.attrs["fits_filter"]["applied"] is False
+
+
+@pytest.fixture
+def result_file(grid, tmp_path):
+    path = tmp_path / "plans.nc"
+    grid.to_netcdf(path)
+    return str(path)
+
+
+def test_cli_says_the_filter_applied_and_how_many_were_dropped(result_file, oom):
+    over, under = oom
+    runner = CliRunner()
+    result = runner.invoke(main, ["best", result_file, "--by", "tokens_per_s_per_gpu"], catch_exceptions=False)
+    assert result.exit_code == 0
+    assert (f"only plans that fit: dropped {len(over)} of {len(over) + len(under)} configurations"
+            in result.stderr) and "--include-oom" in result.stderr
+    assert "dp " not in result.stdout and "tp8.pp4" in result.stdout
+    every = runner.invoke(main, ["best", result_file, "--by", "tokens_per_s_per_gpu", "--include-oom"])
+    assert every.exit_code == 0 and every.stderr == "" and "fits_memory" in every.stdout
+    assert every.stdout.splitlines()[1].split()[0] in over
+    none = runner.invoke(main, ["best", result_file, "--by", "tokens_per_s_per_gpu", "--where", "plan=dp"])
+    assert none.exit_code == 2 and none.output.count("\n") == 1 and "--include-oom" in none.output
+
+
+def test_serving_results_rank_only_batches_that_fit():
+    from fastmodel.serve.api import sweep as serving_sweep
+
+    ds = serving_sweep("llama3.1-70b", device=["H100"], precision="bf16", tp=[1, 2, 4, 8], batch_size=[16, 256],
+                       input_len=1024, output_len=256, load_mode="batch")
+    rate = ds.output_tokens_per_s_per_gpu.values
+    fits = ds.fits_memory.values == 1.0
+    assert (np.isfinite(rate) & ~fits).any()               # tp1 at batch 256: 70B in BF16 alone is 140 GB
+    table = best(ds, "output_tokens_per_s_per_gpu", top=20)
+    assert len(table) == int((np.isfinite(rate) & fits).sum())
+    assert table.attrs["fits_filter"]["dropped"] == int((np.isfinite(rate) & ~fits).sum())
+    assert table.output_tokens_per_s_per_gpu.iloc[0] == np.nanmax(np.where(fits, rate, np.nan))

@@ -1,0 +1,152 @@
+"""Heatmaps: the image is the data slice, missing cells are masked and explained, the best cell is marked."""
+
+import re
+
+import numpy as np
+import pytest
+from matplotlib.colors import LogNorm
+from plot_data import synthetic_sweep
+
+import fastmodel.plot as P
+from fastmodel.madmax.lowering.params import STATUS
+from fastmodel.plot.data import PlotError
+
+
+@pytest.fixture(scope="module")
+def ds():
+    return synthetic_sweep()
+
+
+def _image(ax):
+    (image,) = ax.get_images()
+    return image, image.get_array()
+
+
+def test_image_is_the_slice_with_missing_cells_masked(ds):
+    fig, ax = P.heatmap(ds, x="num_nodes", y="plan", var="throughput", sel={"global_batch": 1024})
+    _, array = _image(ax)
+    expected = ds.throughput.sel(global_batch=1024).transpose("plan", "num_nodes").values
+    assert array.shape == expected.shape
+    np.testing.assert_array_equal(np.ma.getmaskarray(array), np.isnan(expected))
+    np.testing.assert_array_equal(array.compressed(), expected[~np.isnan(expected)])
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["16", "32", "64", "128"]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["fsdp/ddp", "tp,ddp/mp", "ddp/ddp"]
+
+
+def test_illegal_and_infeasible_cells_are_drawn_with_reasons(ds):
+    fig, ax = P.heatmap(ds, x="num_nodes", y="plan", var="throughput", sel={"global_batch": 2048})
+    status = ds.status.sel(global_batch=2048).transpose("plan", "num_nodes").values
+    groups = {c.get_label(): len(c.get_paths()) for c in ax.collections if c.get_gid() == "missing"}
+    assert groups == {"does not fit in memory": int((status == STATUS["does_not_fit"]).sum()),
+                      "illegal: product_ne_devices": int((status == STATUS["product_ne_devices"]).sum())}
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "does not fit in memory" in legend and "illegal: product_ne_devices" in legend
+
+
+def test_dataarray_without_status_marks_nan_as_no_result(ds):
+    fig, ax = P.heatmap(ds.throughput.sel(global_batch=2048), x="num_nodes", y="plan")
+    (group,) = [c for c in ax.collections if c.get_gid() == "missing"]
+    assert group.get_label() == "no result (NaN)"
+    assert len(group.get_paths()) == int(ds.throughput.sel(global_batch=2048).isnull().sum())
+
+
+@pytest.mark.parametrize("var, pick", [("throughput", np.nanargmax), ("iteration_time", np.nanargmin)])
+def test_best_cell_is_marked(ds, var, pick):
+    fig, ax = P.heatmap(ds, x="num_nodes", y="plan", var=var, sel={"global_batch": 1024})
+    values = ds[var].sel(global_batch=1024).transpose("plan", "num_nodes").values
+    r, c = np.unravel_index(pick(values), values.shape)
+    (box,) = [p for p in ax.patches if p.get_gid() == "best"]
+    assert box.get_xy() == (c - 0.5, r - 0.5)
+
+
+def test_relative_to_plan_is_a_diverging_gain(ds):
+    fig, ax = P.heatmap(ds, x="num_nodes", y="plan", var="iteration_time", sel={"global_batch": 2048},
+                        relative_to="fsdp/ddp")
+    image, array = _image(ax)
+    t = ds.iteration_time.sel(global_batch=2048).transpose("plan", "num_nodes")
+    expected = (t.sel(plan="fsdp/ddp") / t).transpose("plan", "num_nodes").values  # time: baseline / time
+    np.testing.assert_allclose(array.filled(np.nan), expected, equal_nan=True)
+    assert isinstance(image.norm, LogNorm) and image.norm.vmin * image.norm.vmax == pytest.approx(1.0)
+    assert image.cmap.name.startswith("RdBu")
+
+
+def test_reduce_max_and_argmax(ds):
+    fig, ax = P.heatmap(ds, x="num_nodes", y="global_batch", var="throughput", reduce=[("max", "plan")])
+    _, array = _image(ax)
+    np.testing.assert_allclose(array.filled(np.nan), ds.throughput.max("plan").transpose("global_batch", "num_nodes"))
+    fig, ax = P.heatmap(ds, x="num_nodes", y="global_batch", var="throughput", reduce=[("argmax", "plan")])
+    image, codes = _image(ax)
+    cbar_labels = [t.get_text() for t in image.colorbar.ax.get_yticklabels()]
+    best = ds.throughput.fillna(-1).argmax("plan").transpose("global_batch", "num_nodes").values
+    assert [[cbar_labels[int(k)] for k in row] for row in codes] == [[ds.plan.values[i] for i in row] for row in best]
+
+
+def test_annotations_one_per_finite_cell(ds):
+    fig, ax = P.heatmap(ds, x="num_nodes", y="plan", var="iteration_time", sel={"global_batch": 2048}, annotate=True)
+    values = ds.iteration_time.sel(global_batch=2048).values
+    numbers = [t for t in ax.texts if re.fullmatch(r"[\d,.]+", t.get_text())]
+    assert len(numbers) == int(np.isfinite(values).sum())
+
+
+def test_svg_text_and_deterministic_bytes(ds, tmp_path):
+    fig, _ = P.heatmap(ds, x="num_nodes", y="plan", var="iteration_time", sel={"global_batch": 2048}, best="min")
+    for suffix in ("svg", "pdf", "png"):
+        a, b = tmp_path / f"a.{suffix}", tmp_path / f"b.{suffix}"
+        P.save(fig, a, dpi=100)
+        P.save(fig, b, dpi=100)
+        assert a.read_bytes() == b.read_bytes(), suffix
+    svg = (tmp_path / "a.svg").read_text()
+    for text in ("iteration time [s]", "tp,ddp/mp", "num_nodes", "does not fit in memory", "global_batch=2048"):
+        assert text in svg, text
+    assert "<dc:date>" not in svg
+    assert b"CreationDate" not in (tmp_path / "a.pdf").read_bytes()
+
+
+@pytest.mark.parametrize("kwargs, text", [
+    ({"x": "num_nodes", "y": "plan", "var": "throughput"}, "global_batch"),
+    ({"x": "num_node", "y": "plan", "var": "throughput", "sel": {"global_batch": 512}}, "did you mean 'num_nodes'"),
+    ({"x": "num_nodes", "y": "plan", "var": "thruput"}, "did you mean 'throughput'"),
+    ({"x": "num_nodes", "y": "plan", "var": "throughput", "sel": {"global_batch": 500}}, "global_batch=500"),
+    ({"x": "num_nodes", "y": "plan", "var": "throughput", "sel": {"global_batch": 512}, "relative_to": "fsdp/dp"},
+     "did you mean 'fsdp/ddp'"),
+])
+def test_errors_name_what_is_wrong(ds, kwargs, text):
+    with pytest.raises(PlotError, match=re.escape(text)):
+        P.heatmap(ds, **kwargs)
+
+
+def test_one_value_axes_need_no_sel_and_missing_inputs_are_an_error(ds):
+    one_batch = ds.sel(global_batch=[1024])            # a sweep axis with a single value
+    fig, ax = P.heatmap(one_batch, x="num_nodes", y="plan", var="throughput")
+    _, array = _image(ax)
+    expected = ds.throughput.sel(global_batch=1024).transpose("plan", "num_nodes").values
+    np.testing.assert_array_equal(array.compressed(), expected[~np.isnan(expected)])
+    no_price = ds.assign(cost=ds.throughput * np.nan).assign(status=ds.status * 0)
+    with pytest.raises(PlotError, match="cost has no finite value"):
+        P.heatmap(no_price, x="num_nodes", y="plan", var="cost", sel={"global_batch": 1024})
+
+
+def test_annotations_share_one_format(ds):
+    _, ax = P.heatmap(ds, x="num_nodes", y="plan", var="iteration_time", sel={"global_batch": 2048}, annotate=True)
+    numbers = [t.get_text() for t in ax.texts if re.fullmatch(r"[\d,.]+", t.get_text())]
+    decimals = {len(text.partition(".")[2]) for text in numbers}
+    assert len(numbers) > 1 and len(decimals) == 1, numbers
+
+
+def test_title_prints_quantities_with_units():
+    import xarray as xr
+
+    da = xr.DataArray(np.arange(4.0).reshape(2, 2), dims=("a", "b"), coords={"a": [1, 2], "b": [3, 4]},
+                      name="throughput")
+    da = da.assign_coords(port_bandwidth_bytes_per_s=xr.DataArray(25e9, attrs={"units": "B/s"}))
+    _, ax = P.heatmap(da, x="b", y="a")
+    assert ax.get_title() == "port_bandwidth_bytes_per_s=25 GB/s"
+
+
+def test_relative_to_colour_bar_spans_the_data(ds):
+    fig, _ = P.heatmap(ds, x="num_nodes", y="plan", var="throughput", sel={"global_batch": 2048},
+                       relative_to="fsdp/ddp")
+    colorbar = fig.axes[-1]
+    gains = (ds.throughput.sel(global_batch=2048) / ds.throughput.sel(global_batch=2048, plan="fsdp/ddp")).values
+    lo, hi = np.nanmin(gains), np.nanmax(gains)
+    np.testing.assert_allclose(sorted(colorbar.get_ylim()), [lo, hi], rtol=1e-12)
