@@ -1,4 +1,3 @@
-"""Analysis of results: top-k tables (``best``), the human-readable report of one
-configuration (``report``), validation against measured runs (``validate``,
-``serve_validate``). Nothing is imported here.
+"""Analysis of results: top-k tables (``best``) and the rule that turns results that are not finite
+numbers into a status (``finite``). Nothing is imported here.
 """

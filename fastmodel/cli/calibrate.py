@@ -28,6 +28,7 @@ def calibrate(runs, output, folds, loss, prior, seed):
     overlay to apply with --calibration."""
     import datetime
     import hashlib
+    import math
     from pathlib import Path
 
     from fastmodel import __version__
@@ -41,20 +42,20 @@ def calibrate(runs, output, folds, loss, prior, seed):
 
     if output and Path(output).resolve() == Path(runs).resolve():
         raise SpecError(output, "", "is the input file; choose another output")
-    records = read_records(runs)
-    if folds is None:
-        folds = min(5, len(records)) if len(records) >= 2 else 0
-    if folds and not 2 <= folds <= len(records):
-        raise FastmodelError(f"--folds: must be 0 or between 2 and the number of runs ({len(records)}), "
-                             f"got {folds}")
     if prior != "cv":
         try:
             weight = float(prior)
         except ValueError:
             weight = -1.0
-        if not weight >= 0:
-            raise FastmodelError(f"--prior: must be a number >= 0 or 'cv', got {prior!r}")
+        if not (math.isfinite(weight) and weight >= 0):
+            raise FastmodelError(f"--prior: must be a finite number >= 0 or 'cv', got {prior!r}")
         prior = weight
+    records = _finite_records(read_records(runs), runs)
+    if folds is None:
+        folds = min(5, len(records)) if len(records) >= 2 else 0
+    if folds and not 2 <= folds <= len(records):
+        raise FastmodelError(f"--folds: must be 0 or between 2 and the number of runs ({len(records)}), "
+                             f"got {folds}")
     result = fit_runs(records, loss=loss, prior=prior, seed=seed)
     cal = result.calibration()
     before, after = rows(records), rows(apply_calibration(records, cal))
@@ -80,3 +81,18 @@ def calibrate(runs, output, folds, loss, prior, seed):
     text = to_toml(result.calibration(header), comments, notes, result.precision_names)
     write_calibration(text, output)
     click.echo(f"\nwrote {output}")
+
+
+def _finite_records(records: list, runs: str) -> list:
+    """The records ``validate`` scores (a finite prediction at physical values, at least one micro-batch); one
+    warning line names each one left out, a one-line error when none is left."""
+    from fastmodel.errors import FastmodelError
+    from fastmodel.lm.validate import rows, skipped_lines
+
+    table = rows(records)
+    for line in skipped_lines(table):
+        click.echo(f"warning: {runs}: {line.replace('the scores', 'the fit')}", err=True)
+    kept = [record for record, row in zip(records, table) if row["status"] == "ok"]
+    if not kept:
+        raise FastmodelError(f"{runs}: no run record can be predicted; nothing to calibrate")
+    return kept

@@ -181,7 +181,7 @@ def _real_world_timeline(model, system, task, num_nodes, plan, semantics):
 
             record = lower_record(data, model)
             check_plan(record.columns, f"{model}: plan")
-            return timeline(record.columns), record.id or Path(model).stem
+            return timeline(record.columns, f"{model}: {record.id or 'run record'}"), record.id or Path(model).stem
     from fastmodel.api import real_world_model
 
     real = real_world_model(model, semantics)
@@ -192,7 +192,7 @@ def _real_world_timeline(model, system, task, num_nodes, plan, semantics):
     from fastmodel.lm.sweep import point_columns
 
     columns = point_columns(real, system, task, plan=plan, num_nodes=num_nodes)
-    return timeline(columns), f"{real.name}, {plan or 'dp'}"
+    return timeline(columns, f"plan {plan or 'dp'!r}"), f"{real.name}, {plan or 'dp'}"
 
 
 @plot.command("breakdown")

@@ -128,8 +128,23 @@ def _interrupted(bar, output, resumable: bool) -> None:
 
 
 def _done(ds, num_configs: int) -> None:
-    ok = int((ds["status"] == 0).sum())
-    click.echo(f"done: {ok:,} of {num_configs:,} configurations legal and feasible", err=True)
+    fits, too_big = fit_counts(ds)
+    click.echo(f"done: {fits:,} of {num_configs:,} configurations legal and feasible (fit in memory), {too_big:,} "
+               f"legal but over memory, {num_configs - fits - too_big:,} illegal or not evaluated", err=True)
+
+
+def fit_counts(ds) -> tuple[int, int]:
+    """(legal points that fit in memory, legal points that do not) of a sweep result: status ``ok`` split by
+    ``fits_memory`` where the dataset has it (real-world sweeps without ``only_fitting`` keep such points ok),
+    plus the points of status ``does_not_fit``."""
+    status = ds["status"]
+    names = str(status.attrs.get("flag_meanings", "")).split()
+    ok = status == 0
+    fits = ok & (ds["fits_memory"] > 0) if "fits_memory" in ds else ok
+    over = int((ok & ~fits).sum())
+    if "does_not_fit" in names:
+        over += int((status == names.index("does_not_fit")).sum())
+    return int(fits.sum()), over
 
 
 def _run_real_sweep(real, output, is_zarr, resume, force, progress, confirm_large, distributed, calibration):

@@ -24,7 +24,7 @@ def validate(runs, output, plot_path, calibration):
 
     from fastmodel.errors import SpecError
     from fastmodel.lm.records import read_records
-    from fastmodel.lm.validate import format_report, rows
+    from fastmodel.lm.validate import format_report, rows, skipped_lines
 
     for target in (output, plot_path):
         if target and Path(target).resolve() == Path(runs).resolve():
@@ -57,6 +57,8 @@ def validate(runs, output, plot_path, calibration):
         records = apply_calibration(records, cal)
         click.echo(cal.describe())
     table = rows(records)
+    for line in skipped_lines(table):
+        click.echo(f"warning: {runs}: {line}", err=True)
     click.echo(format_report(table))
     if output:
         _write_rows(table, output)

@@ -76,13 +76,16 @@ class RunRecords:
             lowered = [(j, record) for (j, _), record in zip(lowered, calibrated)]
         params = np.stack([record.columns for _, record in lowered], axis=1)
         status = plan_status(params)
-        results = evaluate_table(params)
+        results = evaluate_table(params, finite := np.zeros(len(lowered), dtype=np.int8))
+        status = np.where(status == 0, finite, status)
         n = len(cases)
         columns = {name: [None] * n for name in self.columns}
         values = {"iteration_time": [None] * n, "memory_per_device": [None] * n, "fits_memory": [None] * n}
         for k, (j, record) in enumerate(lowered):
             if status[k]:
-                out.errors[j] = f"plan: illegal plan ({STATUSES[status[k]].name}): {STATUSES[status[k]].message}"
+                name, message = STATUSES[status[k]].name, STATUSES[status[k]].message
+                out.errors[j] = f"not_finite: {message}" if name == "not_finite" else \
+                    f"plan: illegal plan ({name}): {message}"
                 continue
             columns["id"][j] = record.id
             for name in RUN_COLUMNS:
@@ -109,7 +112,7 @@ class ServeRecords:
         return is_serve_record(case)
 
     def prepare(self, cases: list[dict], default_semantics) -> Prepared:
-        from fastmodel.registry.lm import SERVE_RESULT_INDEX, SERVE_STATUS_NAMES
+        from fastmodel.registry.lm import SERVE_RESULT_INDEX, SERVE_STATUS_NAMES, STATUS_CODES, STATUSES
         from fastmodel.serve.api import evaluate_table
         from fastmodel.serve.records import lower_serve_record
 
@@ -123,7 +126,9 @@ class ServeRecords:
         values = {"memory_per_device": [None] * n, "fits_memory": [None] * n}
         for k, (j, record) in enumerate(lowered):
             if status[k]:
-                out.errors[j] = f"illegal serving configuration ({SERVE_STATUS_NAMES[int(status[k])]})"
+                name = SERVE_STATUS_NAMES[int(status[k])]
+                out.errors[j] = f"not_finite: {STATUSES[STATUS_CODES[name]].message}" if name == "not_finite" else \
+                    f"illegal serving configuration ({name})"
                 continue
             columns["id"][j] = record.id
             for name in SERVE_COLUMNS:

@@ -192,8 +192,7 @@ def lower_record(data: dict, source: str | None = None) -> RunRecord:
         micro = 1
         notes.append("micro_batch and grad_accum unknown: micro_batch 1 assumed")
     values["micro_batch"] = num({"micro_batch": micro}, "micro_batch", "plan")
-    if values["global_batch"] / (values["micro_batch"] * values["dp"]) < 1 - 1e-9:
-        raise SpecError(source, "plan.global_batch", "smaller than micro_batch x dp")
+    # global_batch < micro_batch x dp is the rule table's batch_not_divisible (kernels/lm/rules.py), as in sweeps
 
     sharding = str(plan.get("sharding", "distopt"))
     values["sharding"] = encode("sharding", sharding)
@@ -249,8 +248,7 @@ def lower_record(data: dict, source: str | None = None) -> RunRecord:
     if framework is not None and any(m in framework.lower() for m in EAGER_FRAMEWORK_MARKERS):
         values["fused_kernels"] = 0.0
         values["selective_policy"] = 1.0          # op-level checkpointing (TorchTitan) rather than Megatron's
-    if values["precision"] == 1 and values["peak_flops_8"] <= 0:
-        raise SpecError(source, "system.peak_flops_fp8", "plan.precision is fp8 but the device has no FP8 peak")
+    # fp8 on a device without an FP8 peak is the rule table's no_fp8 (kernels/lm/rules.py), for sweeps and runs alike
 
     columns = np.array([c.default for c in COLUMNS], dtype=np.float64)
     for key, value in values.items():

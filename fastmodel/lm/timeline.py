@@ -72,13 +72,14 @@ class _Builder:
             self.op(name, stream, stream, max(window_start, gap_end - total), gap_end)
 
 
-def timeline(columns: np.ndarray) -> Timeline:
-    """The per-op timeline of the configuration ``columns`` (a registry column vector)."""
+def timeline(columns: np.ndarray, label: str = "the configuration") -> Timeline:
+    """The per-op timeline of the configuration ``columns`` (a registry column vector); a one-line
+    NotFiniteError naming ``label`` when its times are not finite numbers."""
     from fastmodel.kernels.lm.layer import N_WORK, W_GEMM, W_MEM, W_TP, head_costs, recompute_share
-    from fastmodel.lm.engine import evaluate_table
+    from fastmodel.lm.engine import evaluate_one
 
     columns = np.asarray(columns, dtype=np.float64)
-    r = {name: float(v[0]) for name, v in evaluate_table(columns[:, None]).items()}
+    r = evaluate_one(columns, label)
 
     def col(name):
         return float(columns[COLUMN_INDEX[name]])
