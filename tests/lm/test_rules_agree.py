@@ -80,3 +80,30 @@ def test_fp8_on_a100_is_the_same_status_in_a_sweep_and_a_run():
     assert _record_rule("llama3.1-8b", "dgx-a100-80gb", "dp", "fp8", 1, 1, 64) == "no_fp8"
     assert _record_rule("llama3.1-8b", "dgx-h100", "dp", "fp8", 1, 1, 64) == "ok"
     assert STATUS_CODES["no_fp8"] < STATUS_CODES["does_not_fit"]   # a rule, before the memory verdict
+
+
+def test_plans_of_a_cluster_lists_the_meshes_a_sweep_finds_legal():
+    """``fastmodel plans -s dgx-h100 --nodes 4`` was a traceback: a cluster's plans depend on the model, so
+    without one it is a one-line error; with one, the meshes listed are exactly those a sweep over every mesh
+    finds legal at the batch they are listed for."""
+    from click.testing import CliRunner
+
+    from fastmodel.cli import main
+    from fastmodel.lm.rules import legal_meshes
+    from fastmodel.lm.sweep import all_meshes, mesh_label
+
+    result = CliRunner().invoke(main, ["plans", "-s", "dgx-h100", "--nodes", "4"])
+    assert result.exit_code == 2 and result.output.count("\n") == 1 and "pass --model" in result.output
+    result = CliRunner().invoke(main, ["plans", "-s", "dgx-h100", "--nodes", "4", "-m", "mixtral-8x7b"])
+    assert result.exit_code == 0, result.output
+    listed = [line.split()[0] for line in result.output.splitlines()[1:]]
+    cluster = load_cluster("dgx-h100", 4)
+    found = legal_meshes(load_lm_model("mixtral-8x7b"), cluster)
+    assert listed == [mesh_label(mesh) for mesh, _ in found] and "tp8.ep4" in listed and "tp8.ep8" not in listed
+    for mesh, dp in found:
+        ds = lm_sweep("mixtral-8x7b", cluster, global_batch=32 * mesh["pp"], axes={"plan": [mesh_label(mesh)]})
+        assert int(ds.status.squeeze()) == 0 and dp * mesh["tp"] * mesh["pp"] * mesh["cp"] == 32
+    every = {mesh_label(m) for m in all_meshes(load_lm_model("mixtral-8x7b"), cluster, 32)}
+    assert set(listed) <= every
+    result = CliRunner().invoke(main, ["plans", "-s", "dc-a", "-m", "llama3.1-70b"])
+    assert result.exit_code == 2 and "kind = \"cluster\"" in result.output
