@@ -11,7 +11,8 @@ from fastmodel.cli.common import friendly
 @click.command("calibrate")
 @click.argument("runs", type=click.Path(dir_okay=False))
 @click.option("--output", "-o", type=click.Path(dir_okay=False),
-              help="Write the calibration overlay (.toml), atomically; refuses to replace RUNS.")
+              help="Write the calibration overlay (.toml), atomically; never onto RUNS.")
+@click.option("--force", is_flag=True, help="Replace an existing calibration file (a TOML file, never another kind).")
 @click.option("--folds", "-k", type=int, default=None,
               help="k-fold cross-validated error in the report (0: off)  [default: 5, or one fold per run below 5 runs]")
 @click.option("--loss", type=click.Choice(["soft_l1", "linear"]), default="soft_l1", show_default=True,
@@ -21,7 +22,7 @@ from fastmodel.cli.common import friendly
                    "chosen among 0, 0.5, 1, 2, 4 by 3-fold cross-validation on RUNS.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the coarse search's random points.")
 @friendly
-def calibrate(runs, output, folds, loss, prior, seed):
+def calibrate(runs, output, force, folds, loss, prior, seed):
     """Fit the fittable efficiencies (GEMM by precision, attention, HBM, network tiers, step overhead) of
     every device, precision and network tier appearing in RUNS (JSONL, RUNS.md schema, with measured step
     times), print before / after / cross-validated errors and the fitted values, and write them as a TOML
@@ -32,7 +33,8 @@ def calibrate(runs, output, folds, loss, prior, seed):
     from pathlib import Path
 
     from fastmodel import __version__
-    from fastmodel.errors import FastmodelError, SpecError
+    from fastmodel.errors import FastmodelError
+    from fastmodel.io.outputs import check_output, claim_output
     from fastmodel.lm.calibrate.fit import calibrate as fit_runs
     from fastmodel.lm.calibrate.fit import objective_text
     from fastmodel.lm.calibrate.overlay import apply_calibration, to_toml, write_calibration
@@ -40,8 +42,8 @@ def calibrate(runs, output, folds, loss, prior, seed):
     from fastmodel.lm.records import read_records
     from fastmodel.lm.validate import group_scores, rows
 
-    if output and Path(output).resolve() == Path(runs).resolve():
-        raise SpecError(output, "", "is the input file; choose another output")
+    if output:   # before any work: an earlier calibration is never replaced without --force
+        check_output(output, "toml", inputs=(runs,), force=force, what="calibration")
     if prior != "cv":
         try:
             weight = float(prior)
@@ -79,7 +81,8 @@ def calibrate(runs, output, folds, loss, prior, seed):
         header.update(folds=folds, cv_step_time_mape=mape(cv))
     comments, notes = toml_annotations(result)
     text = to_toml(result.calibration(header), comments, notes, result.precision_names)
-    write_calibration(text, output)
+    with claim_output(output, "toml", inputs=(runs,), force=force, what="calibration"):
+        write_calibration(text, output)
     click.echo(f"\nwrote {output}")
 
 

@@ -33,9 +33,12 @@ BREAKDOWN = ("gemm", "attention", "memory_bound", "comm")
 @click.option("--kv-cache-mem-fraction", default=0.9, show_default=True, type=click.FloatRange(0.01, 1.0))
 @click.option("--instances", default=1, show_default=True, type=click.IntRange(min=1))
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per configuration.")
+@click.option("--output", "-o", type=click.Path(dir_okay=False),
+              help="Also write one row per configuration: .csv, else JSON lines (atomically; never onto RECORDS).")
+@click.option("--force", is_flag=True, help="Replace an existing output of the same kind (never another kind).")
 @friendly
 def serve(records, model, device, tp, pp, ep, precision, kv_precision, input_len, output_len, batch_size,
-          concurrency, max_throughput, kv_cache_mem_fraction, instances, as_json):
+          concurrency, max_throughput, kv_cache_mem_fraction, instances, as_json, output, force):
     """Predict LLM serving: TTFT, TPOT, throughput, KV cache and memory, prefill/decode breakdown.
 
     Give RECORDS (JSONL, SERVE_RUNS.md schema) or --model with one load mode."""
@@ -47,6 +50,10 @@ def serve(records, model, device, tp, pp, ep, precision, kv_precision, input_len
 
     if records and model:
         raise FastmodelError("give RECORDS or --model, not both")
+    if output:
+        from fastmodel.io.outputs import check_output
+
+        check_output(output, "text", inputs=(records,) if records else (), force=force)
     if records:
         from fastmodel.serve.records import read_serve_records
 
@@ -66,14 +73,32 @@ def serve(records, model, device, tp, pp, ep, precision, kv_precision, input_len
     else:
         raise FastmodelError("give a serving-record file or --model (see fastmodel serve --help)")
     out, status = evaluate_table(params)
+    rows = []
     for i, label in enumerate(labels):
         result = {r.name: float(out[k, i]) for k, r in enumerate(SERVE_RESULTS)}
         state = SERVE_STATUS_NAMES[int(status[i])]
-        if as_json:
-            click.echo(json.dumps({"id": label, "status": state,
-                                   **{k: (v if math.isfinite(v) else None) for k, v in result.items()}}))
+        rows.append({"id": label, "status": state, **{k: (v if math.isfinite(v) else None) for k, v in result.items()}})
+        click.echo(json.dumps(rows[-1]) if as_json else render(label, state, result))
+    if output:
+        _write_rows(rows, output, records, force)
+
+
+def _write_rows(rows: list[dict], path: str, records, force: bool) -> None:
+    """One row per configuration: CSV for a .csv path, else JSON lines; under the output rule (io/outputs.py)."""
+    import csv
+    import json
+
+    from fastmodel.io.atomic import atomic_write
+    from fastmodel.io.outputs import claim_output, output_kind
+
+    with claim_output(path, "text", inputs=(records,) if records else (), force=force), atomic_write(path) as handle:
+        if output_kind(path, "text") == "csv":
+            writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
         else:
-            click.echo(render(label, state, result))
+            handle.writelines(json.dumps(row) + "\n" for row in rows)
+    click.echo(f"wrote {path}", err=True)
 
 
 def render(label: str, status: str, r: dict) -> str:

@@ -325,7 +325,7 @@ def test_cli_calibrate_refuses_its_input_and_bad_folds(small_runs):
     runner = CliRunner()
     before = small_runs.read_bytes()
     result = runner.invoke(main, ["calibrate", str(small_runs), "-o", str(small_runs)])
-    assert result.exit_code == 2 and "is the input file" in result.stderr
+    assert result.exit_code == 2 and "also an input" in result.stderr
     assert small_runs.read_bytes() == before
     result = runner.invoke(main, ["calibrate", str(small_runs), "--folds", "1"])
     assert result.exit_code == 2 and result.stderr.count("\n") == 1 and "--folds" in result.stderr
