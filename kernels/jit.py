@@ -55,8 +55,7 @@ SHARED = "shared"
 #: what each engine's kernels are, and about how long they take to compile on an empty cache
 #: (bench/bench_compile.py on the project's 2-core VM), for the first-use note
 LABELS = {"madmax": "MAD-Max", "lm": "real-world training", "serve": "serving", SHARED: "shared scheduling"}
-FIRST_USE = {"madmax": "about a minute", "lm": "about a minute", "serve": "about half a minute",
-             SHARED: "a few seconds"}
+FIRST_USE = {"madmax": "about 15 s", "lm": "about a minute", "serve": "about 20 s", SHARED: "a few seconds"}
 
 
 def engine_of(module: str) -> str:

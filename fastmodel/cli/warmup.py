@@ -55,8 +55,8 @@ def warm_madmax() -> None:
     from fastmodel.madmax.engine import trace
 
     fastmodel.evaluate("llama-7b", "dc-a", "llm-pretrain-fsdp", semantics="madmax")
-    fastmodel.sweep(model="llama-7b", system="dc-a", task="llm-pretrain", semantics="madmax",
-                    axes={"num_nodes": [1, 2, 4, 8], "flops_util": [0.4 + 0.01 * i for i in range(80)]})
+    fastmodel.sweep(model="llama-7b", system="dc-a", task="llm-pretrain-fsdp", semantics="madmax",
+                    axes={"num_nodes": [1, 2, 4, 8], "flops_util": [0.2 + 0.01 * i for i in range(75)]})
     trace(make_config("llama-7b", "dc-a", "llm-pretrain-fsdp", "madmax"))
 
 
