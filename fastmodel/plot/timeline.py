@@ -11,7 +11,7 @@ from fastmodel.kernels.madmax.layout import CATEGORY_NAMES, STREAM_COMM, STREAM_
 from fastmodel.plot import data as D
 from fastmodel.plot import style as S
 from fastmodel.plot.readable import make_readable
-from fastmodel.plot.timeline_rows import draw_row, in_window, is_dense
+from fastmodel.plot.timeline_rows import dense_columns, draw_row, in_window
 
 ROWS = {STREAM_COMPUTE: 1.0, STREAM_COMM: 0.0}
 BAR_HEIGHT = 0.6
@@ -118,7 +118,7 @@ def timeline(config=None, *, model=None, system=None, task=None, semantics="defa
                     rows.setdefault(stream, []).append((f"ops:{stream}:{name}", name, in_window(bars, lo, hi)))
         rows.setdefault(STREAM_COMPUTE, []).append(("exposed", "exposed", in_window(sched.idle_compute(), lo, hi)))
         exposed = float(np.sum(np.diff(sched.idle_compute(), axis=1)))
-        dense = not aggregate and is_dense([bars for layers in rows.values() for _, _, bars in layers], lo, hi)
+        dense = 0 if aggregate else dense_columns([[bars for _, _, bars in layers] for layers in rows.values()], lo, hi)
         shown = []
         for stream, layers in rows.items():
             drawn = draw_row(ax, ROWS[stream], BAR_HEIGHT, [(gid, S.PALETTE[name], bars) for gid, name, bars in layers],

@@ -9,7 +9,7 @@ from fastmodel.lm.timeline import KINDS, STREAMS, Timeline
 from fastmodel.plot import style as S
 from fastmodel.plot.readable import make_readable
 from fastmodel.plot.timeline import idle_intervals, window_bounds
-from fastmodel.plot.timeline_rows import draw_row, in_window, is_dense
+from fastmodel.plot.timeline_rows import dense_columns, draw_row, in_window
 
 BAR_HEIGHT = 0.6
 #: colour-blind-safe colours per op kind (Okabe-Ito, completed from Paul Tol's palette), one per kind;
@@ -52,7 +52,7 @@ def lm_timeline_figure(tl: Timeline, *, window: tuple[float, float] | None = Non
         compute = STREAMS.index("compute")
         if compute in rows:
             layers.setdefault(compute, []).append(("exposed", "exposed", in_window(_compute_waits(tl), lo, hi)))
-        dense = not aggregate and is_dense([bars for rows_ in layers.values() for _, _, bars in rows_], lo, hi)
+        dense = 0 if aggregate else dense_columns([[bars for _, _, bars in row] for row in layers.values()], lo, hi)
         handles = {}
         for stream, row in layers.items():
             colours = [(gid, KIND_COLOURS.get(kind, S.PALETTE.get(kind)), bars) for gid, kind, bars in row]

@@ -3,9 +3,10 @@ category per column once they are not (issue 25 item 9).
 
 A window of a long step holds thousands of ops narrower than a pixel: drawn as bars they vanish or cover
 each other by drawing order, so a category that takes a fifth of the window (the waits for communication)
-could show nowhere. A *dense* window is drawn as :data:`COLUMNS` columns instead; in each, the row's height
-is split between the categories in proportion to the time each takes in that column (stacked in drawing
-order, idle time left blank). Every category present in the window then shows, with the area it takes in
+could show nowhere. A *dense* window is drawn as columns instead (:func:`columns`: about two ops of the
+busiest row per column, so a periodic schedule does not beat against the columns, at most :data:`COLUMNS`);
+in each, the row's height is split between the categories in proportion to the time each takes in that
+column (stacked in drawing order, idle time left blank). Every category present in the window then shows, with the area it takes in
 time. A window whose typical op spans a few columns keeps one bar per op, and so does ``aggregate`` (ops of
 one kind closer than a column merged into one bar).
 """
@@ -15,8 +16,12 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.collections import PolyCollection
 
-#: columns of a dense window: about one per pixel of a double-column figure at 300 dpi
+#: the most columns of a dense window: about one per pixel of a double-column figure at 300 dpi
 COLUMNS = 1200
+#: the fewest columns of a dense window
+MIN_COLUMNS = 200
+#: ops of the busiest row per column of a dense window
+OPS_PER_COLUMN = 2.0
 #: a window is dense when its median op spans fewer columns than this
 DENSE_SPAN = 2.0
 
@@ -28,12 +33,15 @@ def in_window(bars, lo: float, hi: float) -> np.ndarray:
     return np.stack([np.maximum(bars[:, 0], lo), np.minimum(bars[:, 1], hi)], axis=1)
 
 
-def is_dense(layers: list[np.ndarray], lo: float, hi: float) -> bool:
-    """Whether the window's median op (over every layer's clipped bars) spans fewer than :data:`DENSE_SPAN`
-    columns."""
-    widths = np.concatenate([np.diff(bars, axis=1).ravel() for bars in layers] + [np.zeros(0)])
+def dense_columns(rows: list[list[np.ndarray]], lo: float, hi: float) -> int:
+    """Columns to draw the window in (0: exact bars): dense when its median op (over every row's clipped bars)
+    spans fewer than :data:`DENSE_SPAN` of :data:`COLUMNS` columns."""
+    widths = np.concatenate([np.diff(bars, axis=1).ravel() for row in rows for bars in row] + [np.zeros(0)])
     widths = widths[widths > 0]
-    return bool(widths.size) and float(np.median(widths)) < DENSE_SPAN * (hi - lo) / COLUMNS
+    if not widths.size or float(np.median(widths)) >= DENSE_SPAN * (hi - lo) / COLUMNS:
+        return 0
+    busiest = max(sum(len(bars) for bars in row) for row in rows)
+    return int(np.clip(busiest / OPS_PER_COLUMN, MIN_COLUMNS, COLUMNS))
 
 
 def covered(bars: np.ndarray, edges: np.ndarray) -> np.ndarray:
@@ -50,9 +58,10 @@ def covered(bars: np.ndarray, edges: np.ndarray) -> np.ndarray:
 
 
 def draw_row(ax, y: float, height: float, layers: list[tuple[str, str, np.ndarray]], lo: float, hi: float,
-             dense: bool) -> list[str]:
+             dense: int) -> list[str]:
     """Draw one row centred on ``y``: ``layers`` are (gid, colour, clipped bars), later ones on top; returns the
-    gids drawn. Dense: per column, each layer's share of the time stacked from the bottom of the row."""
+    gids drawn. ``dense`` (a number of columns, 0: exact bars): per column, each layer's share of the time
+    stacked from the bottom of the row."""
     drawn = []
     if not dense:
         for gid, colour, bars in layers:
@@ -61,9 +70,9 @@ def draw_row(ax, y: float, height: float, layers: list[tuple[str, str, np.ndarra
                                facecolors=colour, edgecolor="none", linewidth=0, gid=gid)
                 drawn.append(gid)
         return drawn
-    edges = np.linspace(lo, hi, COLUMNS + 1)
+    edges = np.linspace(lo, hi, dense + 1)
     width = edges[1] - edges[0]
-    bottom = np.full(COLUMNS, y - height / 2)
+    bottom = np.full(dense, y - height / 2)
     for gid, colour, bars in layers:
         used = (bottom - (y - height / 2)) / height
         room = np.maximum(1.0 - used, 0.0)       # merged (aggregated) bars may overlap: never above the row
