@@ -189,12 +189,13 @@ def _note_wanted() -> bool:
         return False
 
 
-def _on_compile(engine: str) -> None:
-    """A kernel of ``engine`` starts compiling (a cache miss): count it, and say so once per engine."""
+def _on_compile(engine: str, nested: bool = False) -> None:
+    """A kernel of ``engine`` starts compiling (a cache miss): count it, and say so once per engine. Helpers
+    compiled inside another kernel's compile (``nested``) are counted, not announced: the kernel was."""
     import sys
 
     _COMPILED[engine] = _COMPILED.get(engine, 0) + 1
-    if engine in _NOTED or not _note_wanted():
+    if nested or engine in _NOTED or not _note_wanted():
         return
     _NOTED.add(engine)
     print(f"compiling the {LABELS.get(engine, engine)} kernels for first use, {FIRST_USE.get(engine, 'a while')} "
@@ -208,11 +209,14 @@ if not INTERPRETED:
     class _CompileListener(_event.Listener):
         """numba's ``numba:compile`` event fires only when a signature is not in the disk cache."""
 
+        depth = 0
+
         def on_start(self, event):
             func = getattr(event.data.get("dispatcher"), "py_func", None)
-            _on_compile(engine_of(getattr(func, "__module__", "") or ""))
+            _on_compile(engine_of(getattr(func, "__module__", "") or ""), nested=self.depth > 0)
+            self.depth += 1
 
         def on_end(self, event):
-            pass
+            self.depth = max(0, self.depth - 1)
 
     _event.register("numba:compile", _CompileListener())
