@@ -1,4 +1,4 @@
-"""Analysis of results: top-k tables (``best``), the human-readable report of one
-configuration (``report``), validation against measured runs (``validate``,
-``serve_validate``). Nothing is imported here.
+"""Analysis of results shared by the engines: top-k tables (``best``) and the one-configuration report
+record every engine's report returns (``run_report``). Each engine's report and validation live in its wing.
+Nothing is imported here.
 """

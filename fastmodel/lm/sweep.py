@@ -44,13 +44,19 @@ def mesh_label(mesh: dict[str, int]) -> str:
 def parse_mesh(text: str) -> dict[str, int]:
     """``"tp8.pp4"`` -> ``{"tp": 8, "pp": 4, "cp": 1, "ep": 1}``; ``"dp"``: all 1."""
     mesh = {k: 1 for k in DEGREES}
-    if text.strip() in ("", "dp"):
+    if not text.strip():
+        raise SweepError("empty plan: give a mesh like 'tp8.pp4' (degrees left out are 1) or 'dp'")
+    if text.strip() == "dp":
         return mesh
+    seen = set()
     for part in text.replace(",", ".").split("."):
         key = part.rstrip("0123456789")
         digits = part[len(key):]
         if key not in DEGREES or not digits or int(digits) < 1:
             raise SweepError(f"plan {text!r}: {part!r} is not a degree like tp8, pp4, cp2 or ep8")
+        if key in seen:
+            raise SweepError(f"plan {text!r}: {key} is given twice")
+        seen.add(key)
         mesh[key] = int(digits)
     return mesh
 
@@ -202,7 +208,7 @@ def point_columns(model: Any, system: Any, task: Any = None, plan: str | None = 
     cluster = load_cluster(system, num_nodes)
     execution = load_execution(execution)
     columns = base_columns(model, cluster, execution, global_batch or _task_global_batch(task))
-    for key, value in parse_mesh(plan or "dp").items():
+    for key, value in parse_mesh("dp" if plan is None else plan).items():
         columns[COLUMN_INDEX[key]] = value
     columns[COLUMN_INDEX["dp"]] = columns[COLUMN_INDEX["n_gpus"]] / (
         columns[COLUMN_INDEX["tp"]] * columns[COLUMN_INDEX["pp"]] * columns[COLUMN_INDEX["cp"]])
@@ -215,12 +221,9 @@ def point_columns(model: Any, system: Any, task: Any = None, plan: str | None = 
 def _task_global_batch(task: Any) -> int:
     if task is None:
         raise SweepError("give a task (e.g. 'llm-pretrain') or global_batch")
-    from fastmodel.spec.loader import load_task
+    from fastmodel.lm.task import load_train_task
 
-    spec = load_task(task)
-    if spec.global_batch is None:
-        raise SweepError(f"task {spec.name!r} has no global_batch")
-    return int(spec.global_batch)
+    return int(load_train_task(task).global_batch)
 
 
 def _axis_arrays(names, numeric, meshes, gpus_per_node) -> tuple[np.ndarray, np.ndarray]:

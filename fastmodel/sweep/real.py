@@ -65,10 +65,10 @@ def _field(source: str, field: str, error: FastmodelError) -> SpecError:
 
 
 def _raw(spec: Any, kind: str) -> Any:
-    from fastmodel.spec.loader import _resolve_source
+    from fastmodel.spec.loader import resolve_source
 
     try:
-        return _resolve_source(spec, kind)[0]
+        return resolve_source(spec, kind)[0]
     except SpecError:
         return None
 

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from fastmodel.cli import main  # noqa: E402
-from fastmodel.spec.loader import load_model, load_system  # noqa: E402
+from fastmodel.engines import load_model, load_system  # noqa: E402
 
 FUZZ = settings(derandomize=True, database=None, deadline=None, max_examples=40,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
