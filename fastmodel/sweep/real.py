@@ -303,7 +303,7 @@ class ServeSweep(RealSweep):
             if "device" not in self.coords:
                 raise SpecError(self.source, "system", "required: a device (e.g. \"H100\") or a device axis")
             return self.coords["device"][0]
-        from fastmodel.lm.records import device_table
+        from fastmodel.spec.devices import device_table
         from fastmodel.sweep.file import _spec_ref
 
         name = system
