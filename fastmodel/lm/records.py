@@ -168,8 +168,9 @@ def measured_step_time(record: RunRecord) -> float:
         raise SpecError(where, problem.field, f"{label}: {problem.reason}") from None
 
 
-def with_measurements(records: list[RunRecord]) -> tuple[list[RunRecord], list[str]]:
-    """(records whose ``measured`` passes ``measured_step_time``, one line per record skipped)."""
+def with_measurements(records: list[RunRecord], path: str | Path) -> tuple[list[RunRecord], list[str]]:
+    """(records whose ``measured`` passes ``measured_step_time``, one line per record skipped); a SpecError
+    naming ``path`` when none is left."""
     kept, skipped = [], []
     for record in records:
         try:
@@ -178,6 +179,9 @@ def with_measurements(records: list[RunRecord]) -> tuple[list[RunRecord], list[s
             skipped.append(f"skipped: {error}")
             continue
         kept.append(record)
+    if not kept:
+        raise SpecError(str(path), "measured", "no run record has a positive, finite measured.step_time_s"
+                        + (f" ({skipped[0]})" if skipped else ""))
     return kept, skipped
 
 
