@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, NonNegativeInt, PositiveInt, model_validator
 
 from fastmodel.errors import FieldValueError
 from fastmodel.lm.stacks import STACK_NAMES
@@ -33,7 +33,16 @@ from fastmodel.registry.lm import (
 #: bytes per gradient element of the data-parallel reduction, by ``grad_reduce_dtype``
 GRAD_REDUCE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0}
 
-VirtualStages = Annotated[int, Field(ge=1, le=1024)]
+
+
+def _virtual_stages(value):
+    if value == "unknown" or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    raise ValueError(f"expected a whole number >= 1 or \"unknown\" (got {value!r})")
+
+
+#: virtual stages per pipeline rank: a count, or "unknown" (resolved by the stack's rule)
+VirtualStages = Annotated[Annotated[int, Field(ge=1, le=1024)] | Literal["unknown"], BeforeValidator(_virtual_stages)]
 
 
 def _names(codes: dict) -> type:
@@ -51,7 +60,7 @@ class ExecutionSpec(BaseModel):
         None, description="Stack profile by name (fastmodel/lm/stacks); default: the one `framework` names.")
     framework: str | None = Field("Megatron-Core", description="Framework text; picks the stack profile.")
     # pipeline
-    vp: VirtualStages | Literal["unknown"] = Field(
+    vp: VirtualStages = Field(
         1, description="Virtual stages per pipeline rank; \"unknown\": the stack's rule (interleaved).")
     pipeline_schedule: _names(PIPELINE_SCHEDULES) | None = Field(  # type: ignore[valid-type]
         None, description="Default: interleaved when vp > 1, else 1f1b.")

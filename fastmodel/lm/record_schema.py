@@ -42,8 +42,9 @@ def _bounds(column: str, default: Any = ..., **kw) -> Any:
     return Field(default, ge=spec.lo, le=spec.hi, **kw)
 
 
-def _drop_nulls(data: Any) -> Any:
-    return {k: v for k, v in data.items() if v is not None} if isinstance(data, dict) else data
+def _drop_nulls(data: Any, fields) -> Any:
+    """``data`` without the known fields set to null (an unknown key stays, to be refused even when null)."""
+    return {k: v for k, v in data.items() if v is not None or k not in fields} if isinstance(data, dict) else data
 
 
 class _Block(BaseModel):
@@ -52,7 +53,7 @@ class _Block(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _nulls_are_absent(cls, data):
-        return _drop_nulls(data)
+        return _drop_nulls(data, cls.model_fields)
 
 
 Text = Annotated[str, Field(max_length=100_000)]
@@ -72,7 +73,7 @@ class ModelBlock(LMSpec):
     @model_validator(mode="before")
     @classmethod
     def _nulls_are_absent(cls, data):
-        return _drop_nulls(data)
+        return _drop_nulls(data, cls.model_fields)
 
 
 class SystemBlock(_Block):
@@ -152,7 +153,7 @@ class RecordSchema(_Block):
     flags: TextOrList | None = None
     notes: TextOrList | None = None
     parallelism_kind: Text | None = None
-    tier: int | Text | None = None
+    tier: Literal[1, 2] | None = None
     tier2_reasons: TextOrList | None = None
 
     @model_validator(mode="after")
@@ -225,10 +226,10 @@ def record_error(error: ValidationError, source: str | None, prefix: tuple = ())
         reason = "required field missing"
     else:
         reason = first["msg"].removeprefix("Value error, ")
+        if first["type"] not in ("value_error", "model_type") and "input" in first:
+            reason += f" (got {first['input']!r:.100})"
         if first["type"] == "literal_error":
             reason += nearest(str(first.get("input")), re.findall(r"'([^']*)'", first["ctx"]["expected"]))
-        elif first["type"] not in ("value_error", "model_type") and "input" in first:
-            reason += f" (got {first['input']!r})"[:200]
     return SpecError(source, field, reason)
 
 

@@ -78,8 +78,13 @@ def parse_record(data: dict, source: str | None = None):
     """The record validated by its schema (``RecordSchema``); a one-line SpecError naming block and field."""
     from fastmodel.lm.record_schema import RecordSchema, record_error
 
-    if not is_run_record(data):
-        raise SpecError(source, "record", "not a run record (needs model, system and plan blocks, RUNS.md)")
+    if not isinstance(data, dict):
+        raise SpecError(source, "record", f"expected a JSON object (RUNS.md), got {type(data).__name__}")
+    for block in RECORD_BLOCKS:
+        if not isinstance(data.get(block), dict):
+            reason = "required block missing" if data.get(block) is None else \
+                f"expected an object (RUNS.md {block} block), got {type(data[block]).__name__}"
+            raise SpecError(source, block, reason)
     try:
         return RecordSchema.model_validate(data)
     except ValidationError as error:

@@ -66,6 +66,9 @@ class LMSpec(_Spec):
         kv_heads = self.kv_heads if self.kv_heads is not None else self.heads
         if kv_heads > self.heads or self.heads % kv_heads:
             raise FieldValueError(("kv_heads",), f"{kv_heads} kv heads must divide the {self.heads} query heads")
+        if self.head_dim is None and self.hidden % self.heads:
+            raise FieldValueError(("head_dim",), f"required when hidden ({self.hidden}) is not a multiple of heads "
+                                  f"({self.heads})")
         if self.sliding_window_layers is not None and self.sliding_window_layers > self.layers:
             raise FieldValueError(("sliding_window_layers",),
                                   f"{self.sliding_window_layers} exceeds the {self.layers} layers")
