@@ -27,15 +27,14 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from pydantic import ValidationError
 
 from fastmodel.errors import SpecError
+from fastmodel.spec.detect import RUN_RECORD_BLOCKS as RECORD_BLOCKS
+from fastmodel.spec.detect import is_run_record  # noqa: F401 - detection by content lives in spec/detect.py
 from fastmodel.spec.devices import device_table  # noqa: F401 - the serving wing's former import path
-
-RECORD_BLOCKS = ("model", "system", "plan")
 
 
 @dataclass(frozen=True)
@@ -51,11 +50,6 @@ class RunRecord:
     raw: dict
     stack: str = ""
     where: str = ""
-
-
-def is_run_record(data: Any) -> bool:
-    """True for a dict in the RUNS.md schema (detected by content: ``model``, ``system`` and ``plan`` blocks)."""
-    return isinstance(data, dict) and all(isinstance(data.get(k), dict) for k in RECORD_BLOCKS)
 
 
 def _number(block: dict, key: str, where: str, source: str | None, default=None, positive=True):
