@@ -36,12 +36,14 @@ def calibrate(runs, output, folds, loss, prior, seed):
     from fastmodel.lm.calibrate.fit import objective_text
     from fastmodel.lm.calibrate.overlay import apply_calibration, to_toml, write_calibration
     from fastmodel.lm.calibrate.report import cross_validate, format_report, toml_annotations
-    from fastmodel.lm.records import read_records
+    from fastmodel.lm.records import read_records, with_measurements
     from fastmodel.lm.validate import group_scores, rows
 
     if output and Path(output).resolve() == Path(runs).resolve():
         raise SpecError(output, "", "is the input file; choose another output")
-    records = read_records(runs)
+    records, skipped = with_measurements(read_records(runs), runs)   # measured is read only here
+    for line in skipped:
+        click.echo(line, err=True)
     if folds is None:
         folds = min(5, len(records)) if len(records) >= 2 else 0
     if folds and not 2 <= folds <= len(records):

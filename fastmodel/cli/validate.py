@@ -23,7 +23,7 @@ def validate(runs, output, plot_path, calibration):
     from pathlib import Path
 
     from fastmodel.errors import SpecError
-    from fastmodel.lm.records import read_records
+    from fastmodel.lm.records import read_records, with_measurements
     from fastmodel.lm.validate import format_report, rows
 
     for target in (output, plot_path):
@@ -43,7 +43,9 @@ def validate(runs, output, plot_path, calibration):
         if output:
             _write_rows(table, output)
         return
-    records = read_records(runs)
+    records, skipped = with_measurements(read_records(runs), runs)   # measured is read only here
+    for line in skipped:
+        click.echo(line, err=True)
     if calibration:  # nothing fitted is applied unless asked for
         from fastmodel.lm.calibrate import apply_calibration, read_calibration
         from fastmodel.lm.calibrate.use import check, cli_warnings, tiers_used

@@ -24,7 +24,7 @@ import numpy as np
 
 from fastmodel.errors import SweepError
 from fastmodel.lm.loader import load_cluster, load_execution, load_lm_model
-from fastmodel.lm.records import lower_record
+from fastmodel.lm.lowering import Mesh, lower
 from fastmodel.lm.table import CODE_TABLES, encode
 from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS, MEMORY_KINDS, MEMORY_RESULTS, RESULTS, STATUSES
 
@@ -85,32 +85,9 @@ def _powers(limit: int) -> list[int]:
     return [1 << i for i in range(int(math.log2(max(limit, 1))) + 1)]
 
 
-#: the kernels' columns of tier 0 and tier 1 (domain size, bandwidth, efficiency, latency); tier 1's domain
-#: is the whole job (``n_gpus``)
-TIER_COLUMNS = (("domain_size", "intra_bw", "intra_eff", "intra_latency"),
-                (None, "inter_bw", "inter_eff", "inter_latency"))
-
-
 def base_columns(model, cluster, execution, global_batch: int) -> np.ndarray:
-    """The column vector of the specs with a trivial mesh (tp = pp = cp = ep = 1)."""
-    record = {
-        "id": model.name, "framework": execution.framework,
-        "model": model.record_block(),
-        "system": cluster.record_block(),
-        "plan": execution.plan_block(tp=1, pp=1, cp=1, ep=1, dp=cluster.n_gpus, global_batch=global_batch),
-    }
-    columns = lower_record(record, model.name).columns.copy()
-    for name, value in cluster.efficiency.items():
-        if name not in COLUMN_INDEX:
-            from fastmodel.errors import SpecError, nearest
-            raise SpecError(cluster.name, f"efficiency.{name}", f"unknown column{nearest(name, COLUMN_INDEX)}")
-        columns[COLUMN_INDEX[name]] = value
-    for tier, names in zip(cluster.tiers, TIER_COLUMNS):  # the network columns come from the tier list
-        for name, value in zip(names, (tier.domain_size, tier.bandwidth_per_device_bytes_per_s, tier.efficiency,
-                                       tier.latency_s)):
-            if name is not None:
-                columns[COLUMN_INDEX[name]] = value
-    return columns
+    """The column vector of the specs with a trivial mesh (tp = pp = cp = ep = 1, dp = the cluster)."""
+    return lower(model, cluster, execution, Mesh(dp=cluster.n_gpus), global_batch, source=model.name)
 
 
 def _axis_values(name: str, values: Any, model, cluster, max_gpus: int) -> tuple[list, np.ndarray | None]:

@@ -5,7 +5,8 @@ the error is ``(predicted - measured) / measured``. Beside it, the one-line
 baseline ``step = flops_per_token x tokens / (n_gpus x peak x MFU)`` at a
 constant MFU of 0.40 and 0.50 (FLOPs per token in the record's ``mfu_std``
 convention, peak of the record's precision) shows whether the model earns its
-keep. Groups: source, GPU, parallelism kind and tier.
+keep. Groups: source, software stack (``fastmodel.lm.stacks``), GPU, parallelism kind and tier. Records whose
+``measured`` block has no positive, finite step time are skipped by name (``records.with_measurements``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import numpy as np
 from fastmodel.lm.records import RunRecord
 
 BASELINE_MFUS = (0.40, 0.50)
-GROUP_KEYS = ("source", "gpu", "parallelism_kind", "tier")
+GROUP_KEYS = ("source", "stack", "gpu", "parallelism_kind", "tier")
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,7 @@ def rows(records: list[RunRecord]) -> list[dict]:
     baselines = {mfu: baseline_step_time(records, results["flops_per_token"], mfu) for mfu in BASELINE_MFUS}
     for i, r in enumerate(records):
         row = {
-            "id": r.id, "source": r.source, "gpu": r.gpu, "parallelism_kind": r.parallelism_kind,
+            "id": r.id, "source": r.source, "stack": r.stack, "gpu": r.gpu, "parallelism_kind": r.parallelism_kind,
             "tier": str(r.raw.get("tier", "")),
             "measured_step_time_s": measured[i], "predicted_step_time_s": predicted[i],
             "error": predicted[i] / measured[i] - 1.0,

@@ -34,7 +34,7 @@ PARALLEL_MIN_ROWS = 256
 
 def device_columns(name: str) -> dict[str, float]:
     """Datasheet and efficiency columns of a built-in device (``specs/devices``), by any of its names."""
-    from fastmodel.lm.records import device_table
+    from fastmodel.spec.devices import device_table
 
     table = device_table()
     found = table.get(str(name).lower())
