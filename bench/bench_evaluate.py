@@ -51,7 +51,7 @@ WORKLOADS = {
 def make_cases(n: int, seed: int, model: str = "llama2-70b") -> list[str]:
     """n JSONL lines: ``model`` pretrain with varied plans, batches and systems."""
     from fastmodel.madmax.parallel.plans import enumerate_plan_shapes
-    from fastmodel.spec.loader import load_system
+    from fastmodel.madmax.spec.loader import load_system
 
     rng = random.Random(seed)
     base = load_system("dc-a").model_dump()
@@ -118,7 +118,8 @@ def main() -> None:
 
     t = time.perf_counter()
     import fastmodel
-    from fastmodel.io.batch import parse_case, run_batch, write_records
+    from fastmodel.io.batch import run_batch, write_records
+    from fastmodel.madmax.batch import parse_case
     from fastmodel.semantics import get_semantics
     import_s = time.perf_counter() - t
 
@@ -126,8 +127,8 @@ def main() -> None:
     fastmodel.evaluate("llama-7b", "dc-a", "llm-pretrain", plan="tp,ddp/mp", num_nodes=2)
     warm_load = time.perf_counter() - t
 
-    from fastmodel.api import evaluate_config
     from fastmodel.errors import FastmodelError
+    from fastmodel.madmax.api import evaluate_config
 
     sem = get_semantics("madmax")
 

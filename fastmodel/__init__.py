@@ -13,7 +13,8 @@ __version__ = "0.1.0"
 #: public name -> module that defines it
 _LAZY = {
     "evaluate": "fastmodel.api",
-    "make_config": "fastmodel.api",
+    "evaluate_record": "fastmodel.api",
+    "make_config": "fastmodel.madmax.api",
     "FastmodelError": "fastmodel.errors",
     "PlanError": "fastmodel.errors",
     "SpecError": "fastmodel.errors",

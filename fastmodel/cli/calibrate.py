@@ -39,7 +39,7 @@ def calibrate(runs, output, force, folds, loss, prior, seed):
     from fastmodel.lm.calibrate.fit import objective_text
     from fastmodel.lm.calibrate.overlay import apply_calibration, to_toml, write_calibration
     from fastmodel.lm.calibrate.report import cross_validate, format_report, toml_annotations
-    from fastmodel.lm.records import read_records
+    from fastmodel.lm.records import read_records, with_measurements
     from fastmodel.lm.validate import group_scores, rows
 
     if output:   # before any work: an earlier calibration is never replaced without --force
@@ -52,7 +52,10 @@ def calibrate(runs, output, force, folds, loss, prior, seed):
         if not (math.isfinite(weight) and weight >= 0):
             raise FastmodelError(f"--prior: must be a finite number >= 0 or 'cv', got {prior!r}")
         prior = weight
-    records = _finite_records(read_records(runs), runs)
+    records, skipped = with_measurements(read_records(runs), runs)   # measured is read only here
+    for line in skipped:
+        click.echo(line, err=True)
+    records = _finite_records(records, runs)
     if folds is None:
         folds = min(5, len(records)) if len(records) >= 2 else 0
     if folds and not 2 <= folds <= len(records):
@@ -87,8 +90,8 @@ def calibrate(runs, output, force, folds, loss, prior, seed):
 
 
 def _finite_records(records: list, runs: str) -> list:
-    """The records ``validate`` scores (a finite prediction at physical values, at least one micro-batch); one
-    warning line names each one left out, a one-line error when none is left."""
+    """The records ``validate`` scores (a finite prediction at physical values); one warning line names each
+    one left out, a one-line error when none is left."""
     from fastmodel.errors import FastmodelError
     from fastmodel.lm.validate import rows, skipped_lines
 

@@ -177,7 +177,7 @@ def timeline_command(model, system, task, num_nodes, plan, semantics, window, ag
         return
     if system is None or task is None:
         raise click.UsageError("--system and --task are required (unless --model is a run record)")
-    from fastmodel.api import make_config
+    from fastmodel.madmax.api import make_config
     from fastmodel.plot import timeline
 
     config = make_config(model, system, task, semantics, plan, num_nodes)
@@ -186,40 +186,25 @@ def timeline_command(model, system, task, num_nodes, plan, semantics, window, ag
 
 
 def _real_world_timeline(model, system, task, num_nodes, plan, semantics):
-    """(Timeline, title) for a run record or a real-world model under a real-world preset; else None."""
-    import json
-    from pathlib import Path
+    """(Timeline, title) of a run record or of real-world specs (fastmodel/engines.py chooses); None for
+    MAD-Max specs."""
+    from fastmodel import engines
+    from fastmodel.cli.run import _record_in
 
-    from fastmodel.semantics import get_semantics
+    record = _record_in(model)
+    if record is not None:
+        if engines.for_record(record) is not engines.LM:
+            raise click.UsageError(f"{model} is a serving record: timelines are drawn for training steps")
+        from fastmodel.lm.timeline import record_timeline
 
-    if not get_semantics(semantics).real_world:
-        return None
-    from fastmodel.lm.timeline import timeline
-
-    if model.endswith(".json") and Path(model).is_file():
-        from fastmodel.lm.records import is_run_record, lower_record
-
-        try:
-            data = json.loads(Path(model).read_text(encoding="utf-8-sig"))
-        except (OSError, ValueError):
-            data = None
-        if is_run_record(data):
-            from fastmodel.lm.rules import check_plan
-
-            record = lower_record(data, model)
-            check_plan(record.columns, f"{model}: plan")
-            return timeline(record.columns, f"{model}: {record.id or 'run record'}"), record.id or Path(model).stem
-    from fastmodel.api import real_world_model
-
-    real = real_world_model(model, semantics)
-    if real is None:
+        return record_timeline(record, model)
+    if engines.for_specs(model, semantics, system) is not engines.LM:
         return None
     if system is None or task is None:
         raise click.UsageError("--system and --task are required (unless --model is a run record)")
-    from fastmodel.lm.sweep import point_columns
+    from fastmodel.lm.timeline import spec_timeline
 
-    columns = point_columns(real, system, task, plan=plan, num_nodes=num_nodes)
-    return timeline(columns, f"plan {plan or 'dp'!r}"), f"{real.name}, {plan or 'dp'}"
+    return spec_timeline(model, system, task, plan=plan, num_nodes=num_nodes)
 
 
 @plot.command("breakdown")

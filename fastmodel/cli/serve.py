@@ -3,17 +3,11 @@ latency, throughput, memory and prefill/decode breakdown (see fastmodel.serve.ap
 
 from __future__ import annotations
 
-import math
-
 import click
 
 from fastmodel.cli.common import friendly
 from fastmodel.serve.precisions import KV_PRECISIONS, PRECISIONS
-
-TIME_KEYS = ("ttft", "tpot", "e2e_latency")
-RATE_KEYS = ("output_tokens_per_s", "output_tokens_per_s_per_gpu", "output_tokens_per_s_per_user")
-MEMORY_KEYS = ("weight_memory", "kv_cache_memory", "activation_memory", "memory_per_device", "kv_cache_capacity")
-BREAKDOWN = ("gemm", "attention", "memory_bound", "comm")
+from fastmodel.serve.report import render
 
 
 @click.command("serve")
@@ -72,12 +66,16 @@ def serve(records, model, device, tp, pp, ep, precision, kv_precision, input_len
         labels = [f"{model} on {tp * pp}x {device}"]
     else:
         raise FastmodelError("give a serving-record file or --model (see fastmodel serve --help)")
+    from fastmodel.serve.report import json_record
+
     out, status = evaluate_table(params)
     rows = []
     for i, label in enumerate(labels):
         result = {r.name: float(out[k, i]) for k, r in enumerate(SERVE_RESULTS)}
         state = SERVE_STATUS_NAMES[int(status[i])]
-        rows.append({"id": label, "status": state, **{k: (v if math.isfinite(v) else None) for k, v in result.items()}})
+        if not records and state != "ok":   # one configuration that cannot be evaluated: one line, exit 2
+            raise FastmodelError(render(label, state, result))
+        rows.append(json_record(label, state, result))
         click.echo(json.dumps(rows[-1]) if as_json else render(label, state, result))
     if output:
         _write_rows(rows, output, records, force)
@@ -99,31 +97,3 @@ def _write_rows(rows: list[dict], path: str, records, force: bool) -> None:
         else:
             handle.writelines(json.dumps(row) + "\n" for row in rows)
     click.echo(f"wrote {path}", err=True)
-
-
-def render(label: str, status: str, r: dict) -> str:
-    """A serving report a person reads in ten seconds."""
-    if status == "not_finite":
-        from fastmodel.registry.lm import STATUS_CODES, STATUSES
-
-        return f"{label}: not evaluated (not_finite: {STATUSES[STATUS_CODES[status]].message})"
-    if status != "ok":
-        return f"{label}: not evaluated ({status})"
-    lines = [f"{label}: batch {r['batch_size']:g} requests, {'fits' if r['fits_memory'] else 'does NOT fit'} "
-             f"in memory"]
-    lines.append(f"  ttft {1e3 * r['ttft']:,.2f} ms   tpot {1e3 * r['tpot']:,.3f} ms   "
-                 f"e2e {r['e2e_latency']:,.3f} s")
-    lines.append(f"  output tokens/s {r['output_tokens_per_s']:,.1f} per instance, "
-                 f"{r['output_tokens_per_s_per_gpu']:,.1f} per GPU, {r['output_tokens_per_s_per_user']:,.1f} per user")
-    lines.append("  memory per device: " + ", ".join(
-        f"{k.replace('_memory', '').replace('memory_per_device', 'total')} {r[k] / 2**30:,.2f} GiB"
-        for k in MEMORY_KEYS[:4]) + f"  (KV budget {r['kv_cache_capacity'] / 2**30:,.2f} GiB, "
-        f"{r['kv_bytes_per_token'] / 1024:,.1f} KiB/token)")
-    for phase, total in (("prefill", r["ttft"]), ("decode", r["e2e_latency"] - r["ttft"])):
-        parts = [(k, r[f"{phase}_{k}"]) for k in BREAKDOWN]
-        text = ", ".join(f"{k} {1e3 * v:,.2f} ms ({100 * v / total:.0f}%)" if total > 0 else f"{k} 0"
-                         for k, v in parts)
-        lines.append(f"  {phase}: {text}")
-    if r["experts_touched"] > 0:
-        lines.append(f"  experts read per MoE layer per decode step: {r['experts_touched']:.2f}")
-    return "\n".join(lines)

@@ -54,7 +54,7 @@ def specs_show(name, kind):
 
 def tier_lines(name: str) -> list[str]:
     """TOML comments listing a system's network tiers as loaded (so ``specs show`` output stays a spec file)."""
-    from fastmodel.spec.loader import load_system
+    from fastmodel.engines import load_system
 
     system = load_system(name)
     devices = getattr(system, "num_devices", None) or system.n_gpus
@@ -81,11 +81,11 @@ def specs_schema(kind):
 @friendly
 def plans(system, num_nodes, model):
     """List every legal 1-D/2-D plan of a system."""
+    from fastmodel.engines import load_model, load_system
     from fastmodel.errors import PlanError
     from fastmodel.madmax.families import family_of
     from fastmodel.madmax.parallel.plans import enumerate_plans
     from fastmodel.madmax.parallel.rules import check_plan
-    from fastmodel.spec.loader import load_model, load_system
 
     sys_spec = load_system(system, num_nodes=num_nodes)
     from fastmodel.lm.spec import ClusterSpec

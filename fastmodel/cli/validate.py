@@ -25,7 +25,7 @@ def validate(runs, output, plot_path, force, calibration):
     get throughput, TTFT and TPOT error tables."""
     from fastmodel.errors import SpecError
     from fastmodel.io.outputs import check_output
-    from fastmodel.lm.records import read_records
+    from fastmodel.lm.records import read_records, with_measurements
     from fastmodel.lm.validate import format_report, rows, skipped_lines
 
     if output:
@@ -46,7 +46,9 @@ def validate(runs, output, plot_path, force, calibration):
         if output:
             _write_rows(table, output, runs, force)
         return
-    records = read_records(runs)
+    records, skipped = with_measurements(read_records(runs), runs)   # measured is read only here
+    for line in skipped:
+        click.echo(line, err=True)
     if calibration:  # nothing fitted is applied unless asked for
         from fastmodel.lm.calibrate import apply_calibration, read_calibration
         from fastmodel.lm.calibrate.use import check, cli_warnings, tiers_used

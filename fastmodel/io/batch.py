@@ -1,10 +1,11 @@
 """Batch evaluation: JSONL lines in, one result per line out, in order, streamed in chunks.
 
-Input line (kind :class:`~fastmodel.io.batch_kinds.SpecCases`): ``{"case": id?,
-"model": name|path|dict, "system": ..., "task": ..., "semantics"?: preset|dict,
-"plan"?: str, "num_nodes"?: int}``. Result: ``case`` (the line's own id, else
-its line number), ``status`` (``"ok"`` or ``"error: <reason>"``), the kind's
-columns (``plan``) and every result variable of the registry (SI units).
+Input lines of every engine's kinds (fastmodel/engines.py): MAD-Max spec lines ``{"case": id?,
+"model": name|path|dict, "system": ..., "task": ..., "semantics"?: preset|dict, "plan"?: str,
+"num_nodes"?: int}`` (fastmodel/madmax/batch.py), real-world spec lines and run records
+(fastmodel/lm/batch.py), serving records (fastmodel/serve/batch.py), mixed in one file. Result: ``case``
+(the line's own id, else its line number), ``status`` (``"ok"`` or ``"error: <reason>"``), the kind's
+columns and the result variables (SI units).
 
 The path is streaming and vectorized: lines are read a chunk at a time;
 identical lines (byte for byte) are parsed and evaluated once -- within a
@@ -25,7 +26,6 @@ import gc
 import json
 from collections import defaultdict
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import IO, Iterable, Iterator
 
 import numpy as np
@@ -38,73 +38,13 @@ from fastmodel.registry.madmax import NAMES
 
 #: row of each result variable in the values matrix
 RESULT_ROW = {name: i for i, name in enumerate(NAMES)}
-CASE_KEYS = ("case", "model", "system", "task", "semantics", "plan", "num_nodes")
 #: input read per chunk: at most this many bytes (about 7,000 lines of inline MAD-Max dicts) ...
 CHUNK_BYTES = 8 << 20
 #: ... and at most this many lines (memory grows with both)
 CHUNK_LINES = 20_000
-#: a structure with fewer rows in a chunk runs on the single-threaded kernel: waking the
-#: thread pool for each of a chunk's many small groups costs more than it saves, the
-#: more so on a busy machine (bench/bench_batch.py)
-PARALLEL_MIN_ROWS = 8192
 
 
-# --- one line, the exact single-configuration path --------------------------
-
-def _spec_text(value) -> str:
-    if isinstance(value, dict):
-        return json.dumps(value)
-    if isinstance(value, str) and value.startswith("{"):
-        raise FastmodelError(f"spec name {value!r} looks like JSON text; give a JSON object instead")
-    if not isinstance(value, str):
-        raise FastmodelError(f"expected a spec name, path or object, got {type(value).__name__}")
-    return value
-
-
-@lru_cache(maxsize=1024)
-def _system_with_nodes(text: str, num_nodes):
-    from fastmodel.spec.loader import load_cached
-
-    system = load_cached("system", text)
-    return system if num_nodes is None else system.with_nodes(num_nodes)
-
-
-def _load_json(line: str):
-    try:
-        return json.loads(line)
-    except json.JSONDecodeError as error:
-        raise FastmodelError(f"invalid JSON: {error.msg} at column {error.colno}") from None
-
-
-def parse_case(line: "str | dict", default_semantics):
-    """One JSONL line (or its parsed dict) -> a resolved Config; raises FastmodelError.
-
-    This is what ``fastmodel run`` does for one configuration; the batch takes
-    it for every line its vectorized path does not admit, so reasons match.
-    """
-    from fastmodel.madmax.lowering.config import resolve
-    from fastmodel.semantics import get_semantics
-    from fastmodel.spec.loader import load_cached
-
-    case = _load_json(line) if isinstance(line, str) else line
-    if not isinstance(case, dict):
-        raise FastmodelError("a case must be a JSON object")
-    unknown = [k for k in case if k not in CASE_KEYS and k != "expected" and k != "rule"]
-    if unknown:
-        from fastmodel.errors import nearest
-        raise FastmodelError(f"unknown key {unknown[0]!r}{nearest(unknown[0], CASE_KEYS)}")
-    for key in ("model", "system", "task"):
-        if key not in case:
-            raise FastmodelError(f"missing key {key!r}")
-    model = load_cached("model", _spec_text(case["model"]))
-    num_nodes = case.get("num_nodes")
-    if num_nodes is not None and (isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 1):
-        raise FastmodelError(f"num_nodes must be a positive integer (got {num_nodes!r})")
-    system = _system_with_nodes(_spec_text(case["system"]), num_nodes)
-    task = load_cached("task", _spec_text(case["task"]))
-    semantics = get_semantics(case["semantics"]) if "semantics" in case else default_semantics
-    return resolve(model, system, task, semantics, case.get("plan"))
-
+# --- one line ----------------------------------------------------------------
 
 def _parse_slow(raw: bytes):
     """A line orjson refused: the value, or the line's error reason (str) -- json's rules and messages."""
@@ -115,7 +55,7 @@ def _parse_slow(raw: bytes):
     if not text.strip():
         return _Bad("empty line")
     try:
-        return _load_json(text.lstrip("\ufeff"))
+        return batch_kinds.load_json(text.lstrip("\ufeff"))
     except FastmodelError as error:
         return _Bad(one_line(error))
 
@@ -264,9 +204,6 @@ class LineMemo:
 
 
 def _evaluate_distinct(raw_lines: list[bytes], default_semantics, kinds) -> Distinct:
-    from fastmodel.kernels.madmax.layout import N_RESULTS
-    from fastmodel.madmax.engine import evaluate_into
-
     kinds = batch_kinds.KINDS if kinds is None else kinds
     n = len(raw_lines)
     named = [False] * n
@@ -305,7 +242,7 @@ def _evaluate_distinct(raw_lines: list[bytes], default_semantics, kinds) -> Dist
             columns.setdefault(name, [None] * n)
     groups: dict[tuple, list[tuple[np.ndarray, np.ndarray]]] = {}
     own: dict[str, list] = defaultdict(list)      # results kinds computed themselves: name -> (line, value)
-    for kind, (positions, dicts) in zip(kinds, per_kind):
+    for k, (kind, (positions, dicts)) in enumerate(zip(kinds, per_kind)):
         if not positions:
             continue
         prepared = _prepare(kind, dicts, default_semantics)
@@ -318,21 +255,20 @@ def _evaluate_distinct(raw_lines: list[bytes], default_semantics, kinds) -> Dist
                     column[positions[j]] = value
         where = np.asarray(positions, dtype=np.int64)
         for table in prepared.tables:
-            groups.setdefault((table.key, table.semantics), []).append((table.params, where[table.rows]))
+            groups.setdefault((k, table.key, table.semantics), []).append((table.params, where[table.rows]))
         for name, given in prepared.results.items():
             own[name].extend((positions[j], value) for j, value in enumerate(given) if value is not None)
 
-    values = np.full((N_RESULTS, n), np.nan)
+    values = np.full((len(NAMES), n), np.nan)
     for name, pairs in own.items():
         for i, value in pairs:
             values[RESULT_ROW[name], i] = value
-    for (key, semantics), parts in groups.items():
+    for (k, key, semantics), parts in groups.items():
         params = np.concatenate([p for p, _ in parts], axis=1) if len(parts) > 1 else parts[0][0]
         rows = np.concatenate([r for _, r in parts]) if len(parts) > 1 else parts[0][1]
-        out = np.empty((N_RESULTS, len(rows)))
+        out = np.empty((len(NAMES), len(rows)))
         try:
-            evaluate_into(key, semantics, params, np.zeros(len(rows), dtype=np.int8), out, 0, False, True,
-                          PARALLEL_MIN_ROWS)
+            kinds[k].evaluate_into(key, semantics, params, out)
         except Exception as error:  # noqa: BLE001 - a structure that fails must not stop the batch
             reason = internal_error(error)
             for r in rows.tolist():
@@ -387,7 +323,8 @@ def run_chunks(chunks: Iterable[list[bytes]], semantics="default", progress=None
     from fastmodel.semantics import get_semantics
 
     default_semantics = get_semantics(semantics)
-    kinds = batch_kinds.kinds_for(as_calibration(calibration))
+    cal = as_calibration(calibration)
+    kinds = batch_kinds.KINDS if cal is None else batch_kinds.kinds_for(cal)
     first = 1
     memo = LineMemo()
     for raw_lines in chunks:

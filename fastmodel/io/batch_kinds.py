@@ -1,5 +1,8 @@
 """Kinds of batch lines: each kind claims lines by their content and turns a
-group of its lines into parameter tables for the fused kernels.
+group of its lines into parameter tables for the fused kernels (or results).
+
+Each engine names its kinds (``Engine.batch_kinds``, fastmodel/engines.py; the
+classes live in the wings' ``batch`` modules); :func:`kinds_for` builds them.
 
 The batch driver (:mod:`fastmodel.io.batch`) parses a chunk of lines, asks each
 kind in :data:`KINDS` (first match wins) whether it claims a line, and hands
@@ -10,15 +13,17 @@ table (``layout.COLUMNS`` x m) built with numpy per group of lines, never per
 line. The driver merges tables of the same structure across kinds and runs
 each through the kernels once.
 
-To add a kind (e.g. measured run records): write a class with ``name``,
-``columns`` (its extra output columns and their types, ``{"plan": "string"}``), ``claims(case) -> bool`` (cheap: look
-at keys) and ``prepare(cases, default_semantics) -> Prepared``, and put an
-instance in :data:`KINDS` before :class:`SpecCases`, which claims every line
-no other kind claims (so a line with a missing key gets that reason).
+To add a kind: write a class with ``name``, ``columns`` (its extra output
+columns and their types, ``{"plan": "string"}``), ``claims(case) -> bool``
+(cheap: look at keys), ``prepare(cases, default_semantics) -> Prepared`` and,
+if it returns Tables, ``evaluate_into(key, semantics, params, out)``; name it
+in its engine's ``batch_kinds``. The MAD-Max spec lines come last and claim
+every line no other kind claims (so a line with a missing key gets that reason).
 """
 
 from __future__ import annotations
 
+import json
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -57,6 +62,17 @@ class Kind(Protocol):
     def claims(self, case: dict) -> bool: ...
 
     def prepare(self, cases: list[dict], default_semantics) -> Prepared: ...
+
+    # kinds that return Tables also evaluate them (one structure, all legal) into ``out`` (N_RESULTS x m):
+    # def evaluate_into(self, key, semantics, params, out) -> None: ...
+
+
+def load_json(line: str):
+    """One JSON value of a line; a FastmodelError with json's message and column."""
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as error:
+        raise FastmodelError(f"invalid JSON: {error.msg} at column {error.colno}") from None
 
 
 def one_line(reason: object) -> str:
@@ -98,225 +114,23 @@ class _LRU(OrderedDict):
         return value
 
 
-@dataclass
-class _Base:
-    """Everything of a line but its node count, validated once (None fields: the slow path decides)."""
+def kinds_for(calibration=None) -> list:
+    """The line kinds of a batch, every engine's (fastmodel/engines.py), in claim order: the MAD-Max spec
+    lines last, as they claim every line no other kind claims. Kinds that take a calibration (the
+    real-world model's run records) get ``calibration`` (a ``Calibration`` or None)."""
+    from fastmodel import engines
 
-    model: Any = None
-    system: Any = None
-    task: Any = None
-    semantics: Any = None
-    plan: Any = None              # unresolved Plan (degrees may be implied)
-    key: Any = None               # StructureKey
-    max_nodes: int | None = None  # system.num_nodes bound
-
-    #: per node count seen: its parameter column, status and plan label (the count's index in ``index``)
-    index: dict = field(default_factory=dict)
-    table: Any = None
-    status: Any = None
-    labels: list = field(default_factory=list)
-
-    @property
-    def fast(self) -> bool:
-        return self.key is not None
-
-    def columns_for(self, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray, list]:
-        """Parameter columns (COLUMNS x k), status codes and plan labels of distinct node ``counts``.
-
-        Each count is computed once (``params.param_table`` over the new
-        counts at once) and kept, so a chunk's table is one gather.
-        """
-        from fastmodel.madmax.lowering.params import STATUS, param_table
-
-        if len(self.index) > 65536:  # bounded memory
-            self.index, self.table, self.status, self.labels = {}, None, None, []
-        new = [int(n) for n in counts.tolist() if n not in self.index]
-        if new:
-            values = np.asarray(new, dtype=np.int64)
-            table, status = param_table(self.model, self.system, self.task, self.plan,
-                                        values={"system.num_nodes": values}, shape=(len(new),),
-                                        semantics=self.semantics)
-            if self.max_nodes is not None:  # beyond the system's bound: with_nodes' error, on the slow path
-                status = np.where(values > self.max_nodes, np.int8(STATUS["product_ne_devices"]), status)
-            per_node = self.system.devices_per_node
-            for n, code in zip(new, status.tolist()):
-                self.index[n] = len(self.labels)
-                self.labels.append(self.plan.resolve(n * per_node, per_node).label if code == 0 else None)
-            self.table = table if self.table is None else np.concatenate([self.table, table], axis=1)
-            self.status = status if self.status is None else np.concatenate([self.status, status])
-        where = np.fromiter((self.index[n] for n in counts.tolist()), dtype=np.int64, count=len(counts))
-        return self.table[:, where], self.status[where], [self.labels[i] for i in where.tolist()]
+    kinds = []
+    for engine in engines.ENGINES.values():
+        for cls in engine.batch_kind_classes():
+            kinds.append(cls(calibration) if getattr(cls, "takes_calibration", False) else cls())
+    return kinds
 
 
-class SpecCases:
-    """Lines ``{"case"?, "model", "system", "task", "semantics"?, "plan"?, "num_nodes"?}``: specs by
-    built-in name, path or inline dict (fastmodel or MAD-Max reference format).
-
-    Each distinct (model, system, task, semantics, plan) -- keyed by canonical
-    content -- is validated once; its lines' node counts become one vectorized
-    parameter table (``params.param_table``). A line that is not legal (any
-    rule, any spec error) takes the exact single-configuration path
-    (:func:`fastmodel.io.batch.parse_case`, memoised per distinct line content), so
-    its reason is the one ``fastmodel run`` gives.
-    """
-
-    name = "spec"
-    columns = {"plan": "string"}
-    ALLOWED = frozenset(("case", "model", "system", "task", "semantics", "plan", "num_nodes", "expected", "rule"))
-
-    def __init__(self, cache_size: int = 4096):
-        self._bases = _LRU(cache_size)
-        self._slow = _LRU(65536)
-
-    def claims(self, case: dict) -> bool:
-        return True
-
-    # -- per distinct base ------------------------------------------------
-    def _base(self, key, case: dict, default_semantics) -> _Base:
-        from fastmodel.io.batch import _spec_text, _system_with_nodes
-        from fastmodel.madmax.lowering.config import check_task_fits_family, structure_key_for
-        from fastmodel.madmax.parallel.plans import Plan
-        from fastmodel.madmax.parallel.rules import check_plan_shape
-        from fastmodel.semantics import get_semantics
-        from fastmodel.spec.loader import load_cached
-
-        try:
-            model = load_cached("model", _spec_text(case["model"]))
-            system = _system_with_nodes(_spec_text(case["system"]), None)
-            task = load_cached("task", _spec_text(case["task"]))
-            semantics = get_semantics(case["semantics"]) if "semantics" in case else default_semantics
-            check_task_fits_family(model, task)
-            plan_value = case.get("plan")
-            plan = task.parsed_plan if plan_value is None else Plan.parse(plan_value)
-            if plan is None:
-                return self._bases.put(key, _Base())
-            check_plan_shape(plan, model.family)  # the row rules run in param_table, as status codes
-            structure = structure_key_for(model, task, plan, semantics)
-        except FastmodelError:
-            return self._bases.put(key, _Base())  # every line of it takes the slow path, for its exact reason
-        bound = next((m.le for m in type(system).model_fields["num_nodes"].metadata if hasattr(m, "le")), None)
-        return self._bases.put(key, _Base(model, system, task, semantics, plan, structure, bound))
-
-    def _slow_line(self, case: dict, default_semantics):
-        """(reason, None) or (None, Config) of one line, by the single-configuration path (memoised)."""
-        from fastmodel.io.batch import parse_case
-
-        key = tuple((k, _content_key(v)) for k, v in case.items() if k not in ("case", "expected", "rule"))
-        found = self._slow.get(key)
-        if found is not None:
-            return found
-        try:
-            found = (None, parse_case(case, default_semantics))
-        except FastmodelError as error:
-            found = (one_line(error), None)
-        except Exception as error:  # noqa: BLE001 - a bad line must never stop the batch
-            found = (internal_error(error), None)
-        return self._slow.put(key, found)
-
-    # -- a group of lines -------------------------------------------------
-    def prepare(self, cases: list[dict], default_semantics) -> Prepared:
-        out = Prepared()
-        errors = out.errors
-        plans: list = [None] * len(cases)
-        out.columns["plan"] = plans
-        allowed = self.ALLOWED.issuperset
-        groups: dict[tuple, tuple[list[int], list]] = {}
-        slow: list[int] = []
-        add_slow = slow.append
-        find = groups.get
-        # a line without semantics takes the batch's default: part of the key, since the validated bases are
-        # kept across chunks and batches; hashable (its canonical JSON) so such lines group by a dict lookup
-        default_dump = default_semantics.model_dump()
-        default_key = _DUMPS(default_dump, option=_SORT)
-        for i, case in enumerate(cases):
-            get = case.get
-            nodes = get("num_nodes")
-            if not allowed(case) or (nodes is not None and (type(nodes) is not int or nodes < 1)):
-                add_slow(i)
-                continue
-            try:
-                semantics = get("semantics", default_key)
-                key = (case["model"], case["system"], case["task"], get("plan"), semantics)
-                group = find(key)
-            except KeyError:
-                add_slow(i)
-                continue
-            except TypeError:  # an inline spec (dict): keyed by its canonical content, one orjson call
-                key = _DUMPS((*key[:4], default_dump if semantics is default_key else semantics), option=_SORT)
-                group = find(key)
-            if group is None:
-                group = groups[key] = ([], [])
-            group[0].append(i)
-            group[1].append(nodes)
-
-        fast_tables: dict[tuple, list[tuple[np.ndarray, np.ndarray]]] = {}
-        for key, (positions, nodes) in groups.items():
-            base = self._bases.get(key)
-            if base is None:
-                base = self._base(key, cases[positions[0]], default_semantics)
-            if not base.fast:
-                slow.extend(positions)
-                continue
-            rows = np.asarray(positions, dtype=np.int64)
-            own = base.system.num_nodes
-            counts = np.fromiter((own if n is None else n for n in nodes), dtype=np.int64, count=len(nodes))
-            unique, inverse = np.unique(counts, return_inverse=True)
-            columns, status, labels = base.columns_for(unique)
-            legal = status[inverse] == 0
-            if not legal.all():
-                # lines illegal at a cluster size share its reason: ask the single-configuration path once per
-                # size (the first such line), the rest of them copy it
-                for which in np.unique(inverse[~legal]).tolist():
-                    same = rows[inverse == which].tolist()
-                    reason, _ = self._slow_line(cases[same[0]], default_semantics)
-                    if reason is None:                      # legal after all: each line its own way
-                        slow.extend(same)
-                        continue
-                    for position in same:
-                        errors[position] = reason
-                rows, inverse = rows[legal], inverse[legal]
-            if not len(rows):
-                continue
-            table = columns[:, inverse]
-            for position, which in zip(rows.tolist(), inverse.tolist()):
-                plans[position] = labels[which]
-            fast_tables.setdefault((base.key, base.semantics), []).append((table, rows))
-
-        if slow:
-            from fastmodel.madmax.lowering.config import param_row, structure_key
-
-            for i in sorted(slow):
-                reason, config = self._slow_line(cases[i], default_semantics)
-                if reason is not None:
-                    errors[i] = reason
-                    continue
-                plans[i] = config.plan.label
-                fast_tables.setdefault((structure_key(config), config.semantics), []).append(
-                    (param_row(config)[:, None], np.array([i], dtype=np.int64)))
-
-        for (key, semantics), parts in fast_tables.items():
-            params = parts[0][0] if len(parts) == 1 else np.concatenate([p for p, _ in parts], axis=1)
-            rows = parts[0][1] if len(parts) == 1 else np.concatenate([r for _, r in parts])
-            out.tables.append(Table(key, semantics, params, rows))
-        return out
-
-
-#: every kind, in claim order (the first that claims a line gets it); SpecCases claims the rest
-def _record_kinds() -> list:
-    from fastmodel.io.batch_records import RunRecords, ServeRecords
-
-    return [RunRecords(), ServeRecords()]
-
-
-#: line kinds in the order they are asked to claim a line; SpecCases claims every remaining line
-KINDS: list[Kind] = [*_record_kinds(), SpecCases()]
-
-
-def kinds_for(calibration) -> list:
-    """The line kinds of a batch under ``calibration`` (a ``Calibration`` or None): KINDS itself without one;
-    with one, fresh kinds in KINDS' order whose run records (the real-world model) are calibrated."""
-    if calibration is None:
-        return KINDS
-    from fastmodel.io.batch_records import RunRecords, ServeRecords
-
-    return [RunRecords(calibration), ServeRecords(), SpecCases()]
+def __getattr__(name: str):
+    """``KINDS``: the batch's default kinds (no calibration), built on first use."""
+    if name == "KINDS":
+        value = kinds_for(None)
+        globals()["KINDS"] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -13,6 +13,18 @@ if TYPE_CHECKING:
     import xarray as xr
 
 
+def evaluate(model: Any, system: Any, task: Any, *, semantics: Any = "default", plan: str | None = None,
+             num_nodes: int | None = None, execution: Any = None, calibration: Any = None) -> "xr.Dataset":
+    """The engine's door for ``fastmodel.evaluate``: one real-world configuration (``semantics`` was checked
+    by ``fastmodel.engines``; the task's mesh plan applies when ``plan`` is None)."""
+    from fastmodel.lm.task import load_train_task
+
+    if plan is None and task is not None:
+        plan = load_train_task(task).plan
+    return evaluate_lm(model, system, task, plan=plan, execution=execution, num_nodes=num_nodes,
+                       calibration=calibration)
+
+
 def evaluate_lm(model: Any, system: Any, task: Any = None, plan: str | None = None, execution: Any = None,
                 num_nodes: int | None = None, global_batch: int | None = None, calibration: Any = None) -> "xr.Dataset":
     """Evaluate one real-world configuration (``plan``: a mesh like ``"tp8.pp4"``; dp fills the cluster).
@@ -23,7 +35,7 @@ def evaluate_lm(model: Any, system: Any, task: Any = None, plan: str | None = No
     """
     from fastmodel.lm.sweep import lm_sweep
 
-    ds = lm_sweep(model, system, task, axes={"plan": [plan or "dp"]}, execution=execution,
+    ds = lm_sweep(model, system, task, axes={"plan": ["dp" if plan is None else plan]}, execution=execution,
                   global_batch=global_batch, num_nodes=num_nodes, calibration=calibration).isel(plan=0)
     code = int(ds.status)
     if code == STATUS_CODES["not_finite"]:
@@ -31,7 +43,7 @@ def evaluate_lm(model: Any, system: Any, task: Any = None, plan: str | None = No
 
         raise NotFiniteError(f"plan {plan or 'dp'!r}", STATUSES[code].message)
     if code:
-        raise PlanError(STATUSES[code].name, STATUSES[code].message, f"plan {plan or 'dp'!r}")
+        raise PlanError(STATUSES[code].name, STATUSES[code].message, f"plan {'dp' if plan is None else plan!r}")
     return ds
 
 
@@ -129,3 +141,18 @@ def format_report(values: Mapping, title: str = "") -> str:
             if amount > 0:
                 lines.append(f"  {str(kind):20s} {amount / 2**30:10.2f} GiB")
     return "\n".join(lines)
+
+
+def sweep(model: Any, system: Any, task: Any, axes: dict, *, semantics: Any = "default", store: str | None = None,
+          resume: bool = False, workers: int | None = None, scheduler: str | None = None, progress: Any = False,
+          unit_configs: Any = None, overwrite: bool = False, execution: Any = None, only_fitting: bool = False,
+          calibration: Any = None) -> "xr.Dataset":
+    """``fastmodel.sweep`` of a real-world model: in memory (``fastmodel.lm.sweep.lm_sweep``)."""
+    from fastmodel.errors import SweepError
+    from fastmodel.lm.sweep import lm_sweep
+
+    if store is not None or workers is not None or scheduler is not None:
+        raise SweepError("real-world sweeps run in memory: leave out store/workers/scheduler and save the "
+                         "result with ds.to_netcdf(...)")
+    return lm_sweep(model, system, task, axes=axes, execution=execution, only_fitting=only_fitting,
+                    calibration=calibration)

@@ -7,14 +7,14 @@ from typing import Any
 
 from fastmodel.errors import SpecError
 from fastmodel.lm.spec import ClusterSpec, ExecutionSpec, LMSpec
-from fastmodel.spec.loader import _resolve_source, validate
+from fastmodel.spec.loader import resolve_source, validate
 
 
 def load_lm_model(spec: Any) -> LMSpec:
     """An LM spec; MAD-Max-family models are refused with a pointer to the real-world built-ins."""
     if isinstance(spec, LMSpec):
         return spec
-    data, source = _resolve_source(spec, "model")
+    data, source = resolve_source(spec, "model")
     if isinstance(data, dict) and data.get("family", "lm") != "lm":
         raise SpecError(source, "model.family", f"{data.get('family')!r} is a MAD-Max model; the real-world model "
                         "needs a family = \"lm\" spec (e.g. llama3.1-70b; 'fastmodel specs list model') "
@@ -27,7 +27,7 @@ def load_cluster(spec: Any, num_nodes: int | None = None) -> ClusterSpec:
     if isinstance(spec, ClusterSpec):
         cluster = spec
     else:
-        data, source = _resolve_source(spec, "system")
+        data, source = resolve_source(spec, "system")
         if isinstance(data, dict) and data.get("kind") != "cluster":
             raise SpecError(source, "system.kind", "a MAD-Max system; the real-world model needs a kind = "
                             "\"cluster\" spec (e.g. dgx-h100; 'fastmodel specs list system') or semantics 'madmax'")

@@ -1,64 +1,45 @@
-"""Measured-run records (``RUNS.md`` schema) -> parameter tables of the real-world LM model.
+"""Measured-run records (``RUNS.md`` schema) -> the specs of the real-world model -> a column vector.
 
-A run record describes a model, a system and a plan in natural units; this
-module checks it, fills the optional fields the schema's invariants imply, and
-lowers it to one column vector (``fastmodel.registry.lm``). Device efficiencies
-come from the built-in device files (``specs/devices/*.toml``) matched on
-``system.gpu``; the record's own datasheet numbers (peaks, HBM, link rates)
-win over them. ``measured`` is never read for prediction.
+A run record describes a model, a system and a plan in natural units. It is validated by its typed schema
+(``fastmodel.lm.record_schema``: counts are integers, booleans are booleans, no unknown key, the registry's
+bounds, RUNS.md's invariants), turned into the same objects a spec evaluation uses -- an ``LMSpec``, a
+``ClusterSpec``, an ``ExecutionSpec`` (with the record's ``framework`` or ``stack``) and a ``Mesh`` -- and
+lowered by ``fastmodel.lm.lowering.lower``, the function sweeps use. ``measured`` is never read for
+prediction (``measured_step_time`` checks it for ``validate`` and ``calibrate``).
 
 Fill-in rules (docs/model.md §11.8), each an execution fact, never a fit:
 
-- ``micro_batch`` absent: ``global_batch / (dp x grad_accum)``, or 1 when
-  ``grad_accum`` is absent too (Megatron's recommended size for large models);
-  ``grad_accum`` absent: ``global_batch / (micro_batch x dp)``; ``vp``/``cp``/``ep``/``etp`` absent: 1.
-- ``sequence_parallel`` absent: false.
-- ``recompute = unknown``: selective (the middle mode); ``partial_layers``
-  without ``recompute_fraction``: 0.5 (every other block, TorchTitan's default).
-- frameworks that predate FlashAttention (2022) and Megatron's overlapped
-  gradient reduction (2023) -- records without ``framework`` (the Megatron
-  papers), Megatron-DeepSpeed and PyTorch 1.x -- run unfused attention and
-  reduce gradients after the backward pass; their ZeRO-3 (DeepSpeed) moves
-  parameters and gradients in buckets of 5e7 elements, unoverlapped. PyTorch
-  1.x FSDP gathers each layer when it runs (no prefetch by default) and
-  overlaps its reduce-scatter.
-- PyTorch-native frameworks (TorchTitan, PyTorch FSDP) run the model's element-wise
-  ops eagerly, one kernel per op, and their selective recompute is op-level
-  (matmul outputs kept); Megatron, NeMo and Meta's stack fuse them. FSDP2
-  (TorchTitan) copies each gathered layer out of the all-gather buffer.
-- frameworks that predate FlashAttention also train with dropout (GPT-3 recipe);
-  RMSNorm unless ``model.normalization`` says otherwise, for gated-MLP models.
+- ``micro_batch`` absent: ``global_batch / (dp x grad_accum)``, or 1 when ``grad_accum`` is absent too
+  (Megatron's recommended size for large models); ``vp``/``cp``/``ep``/``etp`` absent: 1; ``dp`` absent:
+  ``n_gpus / (tp pp cp)``; ``sequence_parallel`` absent: false; ``recompute`` absent: none.
+- ``recompute = unknown``: selective (the middle mode); ``partial_layers`` without ``recompute_fraction`` or
+  ``recompute_num_layers``: 0.5 (every other block, TorchTitan's default).
+- layers not divisible by ``pp x vp``: the run balanced its stages unevenly (``uneven_stages``).
+- ``activation_offload_layers``: that share of the layers' activations is held in host memory.
+- the framework's execution defaults (fused kernels, flash attention, dropout, overlap, buckets, FSDP
+  copy-out, ``vp = "unknown"``) come from its stack profile (``fastmodel.lm.stacks``).
+- normalization: RMSNorm unless ``model.normalization`` says otherwise, for gated-MLP models.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
-from functools import lru_cache
-from importlib import resources
 from pathlib import Path
-from typing import Any
 
 import numpy as np
+from pydantic import ValidationError
 
-from fastmodel.errors import SpecError, nearest
-from fastmodel.lm.table import CODE_TABLES, encode
-from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # pragma: no cover - python < 3.11
-    import tomli as tomllib
-
-RECORD_BLOCKS = ("model", "system", "plan")
-LEGACY_FRAMEWORK_MARKERS = ("megatron-deepspeed", "pytorch 1.")
-EAGER_FRAMEWORK_MARKERS = ("pytorch", "torchtitan")
-FSDP2_FRAMEWORK_MARKERS = ("fsdp2", "torchtitan")
+from fastmodel.errors import SpecError
+from fastmodel.spec.detect import RUN_RECORD_BLOCKS as RECORD_BLOCKS
+from fastmodel.spec.detect import is_run_record  # noqa: F401 - detection by content lives in spec/detect.py
+from fastmodel.spec.devices import device_table  # noqa: F401 - the serving wing's former import path
 
 
 @dataclass(frozen=True)
 class RunRecord:
-    """One run record, lowered: its id, column vector, measured values and notes."""
+    """One run record, lowered: its id, column vector, measured values, notes and where it was read."""
     id: str
     columns: np.ndarray
     measured: dict
@@ -67,38 +48,12 @@ class RunRecord:
     parallelism_kind: str
     notes: tuple[str, ...]
     raw: dict
-
-
-def is_run_record(data: Any) -> bool:
-    """True for a dict in the RUNS.md schema (detected by content: model, system and plan blocks with tp)."""
-    return (isinstance(data, dict) and all(isinstance(data.get(k), dict) for k in RECORD_BLOCKS)
-            and "tp" in data["plan"] and "layers" in data["model"])
-
-
-@lru_cache(maxsize=None)
-def device_table() -> dict[str, dict[str, float]]:
-    """Built-in device efficiency files, keyed by every name they list."""
-    table: dict[str, dict[str, float]] = {}
-    for entry in resources.files("fastmodel.specs").joinpath("devices").iterdir():
-        if not entry.name.endswith(".toml"):
-            continue
-        data = tomllib.loads(entry.read_text())
-        names = data.pop("names")
-        for key in data:
-            if key not in COLUMN_INDEX:
-                raise SpecError(f"specs/devices/{entry.name}", key, f"unknown column{nearest(key, COLUMN_INDEX)}")
-        for name in names:
-            table[name.lower()] = {k: float(v) for k, v in data.items()}
-    return table
-
-
-def _need(block: dict, key: str, where: str, source: str | None):
-    if key not in block or block[key] is None:
-        raise SpecError(source, f"{where}.{key}", "required field missing")
-    return block[key]
+    stack: str = ""
+    where: str = ""
 
 
 def _number(block: dict, key: str, where: str, source: str | None, default=None, positive=True):
+    """A number of a loosely-typed block (serving records): a SpecError naming ``where.key`` otherwise."""
     value = block.get(key, default)
     if value is None:
         value = default
@@ -113,151 +68,120 @@ def _number(block: dict, key: str, where: str, source: str | None, default=None,
     return float(value)
 
 
-def _legacy(framework: str | None) -> bool:
-    return framework is None or any(m in framework.lower() for m in LEGACY_FRAMEWORK_MARKERS)
+def parse_record(data: dict, source: str | None = None):
+    """The record validated by its schema (``RecordSchema``); a one-line SpecError naming block and field."""
+    from fastmodel.lm.record_schema import RecordSchema, record_error
+
+    if not isinstance(data, dict):
+        raise SpecError(source, "record", f"expected a JSON object (RUNS.md), got {type(data).__name__}")
+    for block in RECORD_BLOCKS:
+        if not isinstance(data.get(block), dict):
+            reason = "required block missing" if data.get(block) is None else \
+                f"expected an object (RUNS.md {block} block), got {type(data[block]).__name__}"
+            raise SpecError(source, block, reason)
+    try:
+        return RecordSchema.model_validate(data)
+    except ValidationError as error:
+        raise record_error(error, source) from None
+
+
+def record_specs(record, source: str | None = None, notes: list[str] | None = None):
+    """(model, cluster, execution, mesh, global_batch) of a validated record, the fill-in rules applied."""
+    from fastmodel.lm.lowering import Mesh
+    from fastmodel.lm.record_schema import EXECUTION_FIELDS, UNMODELLED, record_error
+    from fastmodel.lm.spec import ClusterSpec, ExecutionSpec
+    from fastmodel.lm.stacks import resolve
+
+    notes = [] if notes is None else notes
+    model, system, plan = record.model, record.system, record.plan
+    dp = system.n_gpus // (plan.tp * plan.pp * plan.cp)
+    mesh = Mesh(tp=plan.tp, pp=plan.pp, cp=plan.cp, ep=plan.ep, etp=plan.etp, dp=dp)
+    fields = {name: getattr(plan, name) for name in EXECUTION_FIELDS}
+    if plan.micro_batch is None and plan.grad_accum is not None:
+        fields["micro_batch"] = plan.global_batch // (dp * plan.grad_accum)
+        notes.append(f"micro_batch = global_batch / (dp x grad_accum) = {fields['micro_batch']}")
+    elif plan.micro_batch is None:
+        fields["micro_batch"] = 1
+        notes.append("micro_batch and grad_accum unknown: micro_batch 1 assumed")
+    if plan.recompute == "unknown":
+        fields["recompute"] = "selective"
+        notes.append("recompute unknown: selective assumed")
+    if plan.activation_offload_layers is not None:
+        fields["activation_offload"] = plan.activation_offload_layers / model.layers
+    try:
+        execution = ExecutionSpec.model_validate({**fields, "framework": record.framework, "stack": record.stack})
+        execution = resolve(execution, plan.pp, model.layers, notes)
+    except ValidationError as error:
+        raise record_error(error, source, ("plan",)) from None
+    except ValueError as error:
+        raise SpecError(source, "plan.vp", str(error)) from None
+    if model.layers % (plan.pp * execution.vp) and not execution.uneven_stages:
+        execution = execution.model_copy(update={"uneven_stages": True})   # the run balanced its stages unevenly
+    unmodelled = [f"plan.{k} = {getattr(plan, k)!r}" for k, assumed in UNMODELLED.items()
+                  if getattr(plan, k) is not None and getattr(plan, k) != assumed]
+    if unmodelled:
+        notes.append(f"{', '.join(unmodelled)}: recorded, not modelled")
+    cluster = ClusterSpec.model_construct(
+        name=str(record.id), gpu=system.gpu, num_nodes=max(1, math.ceil(system.n_gpus / system.gpus_per_node)),
+        gpus_per_node=system.gpus_per_node, nvlink_domain_size=system.nvlink_domain_size,
+        peak_flops_bf16=system.peak_flops_bf16, peak_flops_fp8=system.peak_flops_fp8 or None,
+        hbm_bytes=system.hbm_bytes, hbm_bw_bytes_s=system.hbm_bw_bytes_s,
+        intra_node_bw_bytes_s_per_gpu=system.intra_node_bw_bytes_s_per_gpu,
+        inter_node_bw_bytes_s_per_gpu=system.inter_node_bw_bytes_s_per_gpu, efficiency={})
+    return model, cluster, execution, mesh, plan.global_batch
 
 
 def lower_record(data: dict, source: str | None = None) -> RunRecord:
     """Check one run record and lower it to a column vector; raises SpecError naming the field."""
-    if not is_run_record(data):
-        raise SpecError(source, "record", "not a run record (needs model, system and plan blocks, RUNS.md)")
-    model, system, plan = data["model"], data["system"], data["plan"]
+    from fastmodel.lm.lowering import lower
+
+    record = parse_record(data, source)
     notes: list[str] = []
-    values: dict[str, float] = {}
-
-    def num(block, key, where, **kw):
-        return _number(block, key, where, source, **kw)
-
-    for key in ("layers", "hidden", "ffn", "heads", "vocab", "seq_len"):
-        values[key] = num(model, key, "model")
-    values["kv_heads"] = num(model, "kv_heads", "model", default=values["heads"])
-    values["head_dim"] = num(model, "head_dim", "model", default=values["hidden"] / values["heads"])
-    ffn_kind = model.get("ffn_kind", "gelu2")
-    if ffn_kind not in ("gelu2", "swiglu3"):
-        raise SpecError(source, "model.ffn_kind", f"unknown value {ffn_kind!r}; choose gelu2 or swiglu3"
-                        f"{nearest(str(ffn_kind), ('gelu2', 'swiglu3'))}")
-    values["gated_mlp"] = 1.0 if ffn_kind == "swiglu3" else 0.0
-    values["tied_embeddings"] = 1.0 if model.get("tied_embeddings") else 0.0
-    values["moe_experts"] = num(model, "moe_experts", "model", default=0, positive=False)
-    values["moe_topk"] = num(model, "moe_topk", "model", default=0, positive=False)
-    if values["moe_experts"] > 0:
-        if values["moe_topk"] <= 0:
-            raise SpecError(source, "model.moe_topk", "must be > 0 when moe_experts > 0")
-        values["moe_ffn"] = num(model, "moe_ffn", "model")
-        values["moe_shared_experts"] = num(model, "moe_shared_experts", "model", default=0, positive=False)
-        values["dense_layers"] = num(model, "dense_layers", "model", default=0, positive=False)
-        values["moe_capacity_factor"] = num(model, "moe_capacity_factor", "model", default=0, positive=False)
-    if model.get("attention") == "mla":
-        values["mla"] = 1.0
-        for key in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
-            values[key] = num(model, key, "model")
-        values["q_lora_rank"] = num(model, "q_lora_rank", "model", default=0, positive=False)
-    if model.get("sliding_window"):
-        values["sliding_window"] = num(model, "sliding_window", "model")
-        values["sliding_window_layers"] = num(model, "sliding_window_layers", "model", default=values["layers"])
-    values["mtp_layers"] = num(model, "mtp_layers", "model", default=0, positive=False)
-
-    gpu = str(_need(system, "gpu", "system", source))
-    device = device_table().get(gpu.lower())
-    if device is None:
-        notes.append(f"no built-in device file for {gpu!r}: generic efficiencies")
-    else:
-        values.update(device)
-    values["peak_flops_16"] = num(system, "peak_flops_bf16", "system")
-    values["peak_flops_8"] = num(system, "peak_flops_fp8", "system", default=0, positive=False)
-    values["hbm_bytes"] = num(system, "hbm_bytes", "system")
-    values["hbm_bw"] = num(system, "hbm_bw_bytes_s", "system")
-    values["intra_bw"] = num(system, "intra_node_bw_bytes_s_per_gpu", "system")
-    values["inter_bw"] = num(system, "inter_node_bw_bytes_s_per_gpu", "system")
-    values["n_gpus"] = num(system, "n_gpus", "system")
-    values["gpus_per_node"] = num(system, "gpus_per_node", "system")
-    values["domain_size"] = num(system, "nvlink_domain_size", "system", default=values["gpus_per_node"])
-
-    for key in ("tp", "pp"):
-        values[key] = num(plan, key, "plan")
-    for key in ("vp", "cp", "ep", "etp"):
-        values[key] = num(plan, key, "plan", default=1)
-    gpus_per_replica = values["tp"] * values["pp"] * values["cp"]
-    values["dp"] = num(plan, "dp", "plan", default=values["n_gpus"] / gpus_per_replica)
-    if abs(values["tp"] * values["pp"] * values["cp"] * values["dp"] - values["n_gpus"]) > 0.5:
-        raise SpecError(source, "plan.dp", f"tp*pp*cp*dp = {gpus_per_replica * values['dp']:g} but n_gpus = "
-                        f"{values['n_gpus']:g} (RUNS.md invariant)")
-    values["global_batch"] = num(plan, "global_batch", "plan")
-    micro = plan.get("micro_batch")
-    accum = plan.get("grad_accum")
-    if micro is None and accum is not None:
-        micro = values["global_batch"] / (values["dp"] * num(plan, "grad_accum", "plan"))
-        notes.append(f"micro_batch = global_batch / (dp x grad_accum) = {micro:g}")
-    elif micro is None:
-        micro = 1
-        notes.append("micro_batch and grad_accum unknown: micro_batch 1 assumed")
-    values["micro_batch"] = num({"micro_batch": micro}, "micro_batch", "plan")
-    # global_batch < micro_batch x dp is the rule table's batch_not_divisible (kernels/lm/rules.py), as in sweeps
-
-    sharding = str(plan.get("sharding", "distopt"))
-    values["sharding"] = encode("sharding", sharding)
-    if sharding in ("fsdp", "hsdp"):
-        values["shard_degree"] = num(plan, "shard_degree", "plan", default=values["dp"])
-    recompute = str(plan.get("recompute", "none"))
-    if recompute == "unknown":
-        recompute = "selective"
-        notes.append("recompute unknown: selective assumed")
-    values["recompute"] = encode("recompute", recompute)
-    if recompute == "partial_layers":
-        fraction = plan.get("recompute_fraction")
-        if fraction is None and plan.get("recompute_num_layers") is not None:
-            fraction = num(plan, "recompute_num_layers", "plan") / values["layers"]
-        if fraction is None:
-            fraction = 0.5
-            notes.append("recompute_fraction unknown: 0.5 assumed")
-        values["recompute_fraction"] = float(fraction)
-    values["sequence_parallel"] = 1.0 if plan.get("sequence_parallel") else 0.0
-    values["tp_comm_overlap"] = 1.0 if plan.get("tp_comm_overlap") else 0.0
-    values["fp8_params"] = 1.0 if plan.get("fp8_params") else 0.0
-    values["precision"] = encode("precision", str(plan.get("precision", "bf16")))
-    if plan.get("grad_reduce_dtype") in ("bf16", "fp16"):
-        values["grad_reduce_bytes"] = 2.0
-    if plan.get("optimizer"):
-        name = str(plan["optimizer"]).lower()
-        values["optimizer"] = encode("optimizer", name if name in CODE_TABLES["optimizer"] else "adam")
-    if values["vp"] > 1:
-        values["pipeline_schedule"] = encode("pipeline_schedule", "interleaved")
-    if values["layers"] % (values["pp"] * values["vp"]) or plan.get("uneven_stages") is True:
-        values["uneven_stages"] = 1.0             # the run balanced its layers unevenly over the stages
-    framework = data.get("framework")
-    normalization = str(model.get("normalization", "")).lower()
-    if normalization:
-        values["rms_norm"] = 1.0 if "rms" in normalization else 0.0
-    else:
-        values["rms_norm"] = values["gated_mlp"]       # Llama-style gated models use RMSNorm, GPT-style LayerNorm
-    if _legacy(framework):
-        values["dropout"] = 1.0
-        values["flash_attention"] = 0.0
-        values["overlap_grad_reduce"] = 0.0
-        values["overlap_param_gather"] = 0.0
-        if sharding == "fsdp" and framework is not None and "pytorch 1." in framework.lower():
-            # PyTorch 1.x FSDP gathers each wrapped layer when it runs (backward_prefetch defaulted to None,
-            # forward_prefetch came in 1.13) and reduce-scatters on its own post-backward stream
-            values["overlap_grad_reduce"] = 1.0
-        elif sharding == "fsdp":
-            # ZeRO-3 of that era is DeepSpeed's: parameters are fetched in prefetch buckets of
-            # stage3_prefetch_bucket_size = 5e7 elements (DeepSpeed configuration docs), 16-bit
-            values["collective_bucket_bytes"] = 5e7 * 2.0
-    if framework is not None and any(m in framework.lower() for m in FSDP2_FRAMEWORK_MARKERS):
-        values["fsdp_copy_out"] = 1.0             # per-parameter sharding: gathered layers are copied out
-    if framework is not None and any(m in framework.lower() for m in EAGER_FRAMEWORK_MARKERS):
-        values["fused_kernels"] = 0.0
-        values["selective_policy"] = 1.0          # op-level checkpointing (TorchTitan) rather than Megatron's
-    # fp8 on a device without an FP8 peak is the rule table's no_fp8 (kernels/lm/rules.py), for sweeps and runs alike
-
-    columns = np.array([c.default for c in COLUMNS], dtype=np.float64)
-    for key, value in values.items():
-        columns[COLUMN_INDEX[key]] = value
+    model, cluster, execution, mesh, global_batch = record_specs(record, source, notes)
+    if cluster.gpu.lower() not in device_table():
+        notes.append(f"no built-in device file for {cluster.gpu!r}: generic efficiencies")
+    columns = lower(model, cluster, execution, mesh, global_batch, notes, source)
+    measured = data.get("measured")
     return RunRecord(
-        id=str(data.get("id", "")), columns=columns, measured=dict(data.get("measured") or {}),
-        source=str(data.get("source", "")), gpu=gpu, parallelism_kind=str(data.get("parallelism_kind", "")),
-        notes=tuple(notes), raw=data,
+        id=str(record.id), columns=columns, measured=dict(measured) if isinstance(measured, dict) else {},
+        source=record.source, gpu=cluster.gpu, parallelism_kind=record.parallelism_kind or "",
+        notes=tuple(notes), raw=data, stack=execution.stack, where=source or "",
     )
+
+
+def measured_step_time(record: RunRecord) -> float:
+    """The record's measured step time, checked (``measured`` an object, ``step_time_s`` positive and
+    finite, ``memory_gib`` too when given); a SpecError naming the record otherwise."""
+    from fastmodel.lm.record_schema import MeasuredBlock, record_error
+
+    measured = record.raw.get("measured")
+    where = record.where or None
+    label = f"run {record.id!r}" if record.id else "run"
+    if not isinstance(measured, dict):
+        raise SpecError(where, "measured", f"{label}: expected an object with step_time_s, got "
+                                           f"{type(measured).__name__}")
+    try:
+        return MeasuredBlock.model_validate(measured).step_time_s
+    except ValidationError as error:
+        problem = record_error(error, where, ("measured",))
+        raise SpecError(where, problem.field, f"{label}: {problem.reason}") from None
+
+
+def with_measurements(records: list[RunRecord], path: str | Path) -> tuple[list[RunRecord], list[str]]:
+    """(records whose ``measured`` passes ``measured_step_time``, one line per record skipped); a SpecError
+    naming ``path`` when none is left."""
+    kept, skipped = [], []
+    for record in records:
+        try:
+            measured_step_time(record)
+        except SpecError as error:
+            skipped.append(f"skipped: {error}")
+            continue
+        kept.append(record)
+    if not kept:
+        raise SpecError(str(path), "measured", "no run record has a positive, finite measured.step_time_s"
+                        + (f" ({skipped[0]})" if skipped else ""))
+    return kept, skipped
 
 
 def read_jsonl(path: str | Path, lower, what: str, whole_object: bool = False) -> list:

@@ -1,5 +1,5 @@
 """Specs of the real-world model: a decoder LM (``family = "lm"``), a GPU cluster with network tiers
-(``kind = "cluster"``) and how a run executes (``ExecutionSpec``).
+(``kind = "cluster"``) and how a run executes (``ExecutionSpec``, defined in ``fastmodel.lm.execution``).
 
 Field names follow the run-record schema (``RUNS.md``: the ``model`` and ``system``
 blocks), so a built-in spec and a measured run describe a model the same way.
@@ -14,7 +14,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, model_validator
 
+from fastmodel.errors import FieldValueError
+from fastmodel.lm.execution import ExecutionSpec
 from fastmodel.spec.quantity import Bytes, BytesPerSecond, FlopPerSecond
+
+__all__ = ["LMSpec", "ClusterSpec", "ExecutionSpec"]
 
 
 class _Spec(BaseModel):
@@ -41,6 +45,7 @@ class LMSpec(_Spec):
     moe_topk: NonNegativeInt = Field(0, le=1024)
     moe_ffn: NonNegativeInt = Field(0, le=1 << 22)
     moe_shared_experts: NonNegativeInt = Field(0, le=1024)
+    moe_capacity_factor: float = Field(0.0, ge=0, le=64, description="Token capacity factor (0 = dropless).")
     dense_layers: NonNegativeInt = Field(0, le=4096, description="Leading dense layers of a MoE model.")
     attention: Literal["mha", "mla"] = "mha"
     q_lora_rank: NonNegativeInt = Field(0, le=1 << 20)
@@ -49,19 +54,32 @@ class LMSpec(_Spec):
     qk_rope_head_dim: NonNegativeInt = Field(0, le=4096)
     v_head_dim: NonNegativeInt = Field(0, le=4096)
     sliding_window: NonNegativeInt = Field(0, le=1 << 24)
-    sliding_window_layers: NonNegativeInt = Field(0, le=4096)
+    sliding_window_layers: PositiveInt | None = Field(None, le=4096,
+                                                      description="Layers using the window; default: all.")
     mtp_layers: NonNegativeInt = Field(0, le=64)
+    normalization: str | None = Field(None, max_length=64, description="e.g. \"rmsnorm\", \"layernorm\"; a name "
+                                      "containing 'rms' is RMSNorm, any other LayerNorm; default: RMSNorm for "
+                                      "gated MLPs (swiglu3), LayerNorm otherwise.")
 
     @model_validator(mode="after")
     def _consistent(self):
+        kv_heads = self.kv_heads if self.kv_heads is not None else self.heads
+        if kv_heads > self.heads or self.heads % kv_heads:
+            raise FieldValueError(("kv_heads",), f"{kv_heads} kv heads must divide the {self.heads} query heads")
+        if self.head_dim is None and self.hidden % self.heads:
+            raise FieldValueError(("head_dim",), f"required when hidden ({self.hidden}) is not a multiple of heads "
+                                  f"({self.heads})")
+        if self.sliding_window_layers is not None and self.sliding_window_layers > self.layers:
+            raise FieldValueError(("sliding_window_layers",),
+                                  f"{self.sliding_window_layers} exceeds the {self.layers} layers")
         if (self.moe_experts > 0) != (self.moe_topk > 0):
             raise ValueError("moe_experts and moe_topk must both be 0 (dense) or both > 0")
         if self.moe_experts and not self.moe_ffn:
-            raise ValueError("moe_ffn is required when moe_experts > 0")
+            raise FieldValueError(("moe_ffn",), "required when moe_experts > 0")
         if self.moe_topk > self.moe_experts:
-            raise ValueError(f"moe_topk {self.moe_topk} exceeds moe_experts {self.moe_experts}")
+            raise FieldValueError(("moe_topk",), f"{self.moe_topk} exceeds moe_experts {self.moe_experts}")
         if self.dense_layers > self.layers:
-            raise ValueError(f"dense_layers {self.dense_layers} exceeds layers {self.layers}")
+            raise FieldValueError(("dense_layers",), f"{self.dense_layers} exceeds layers {self.layers}")
         if self.attention == "mla" and not (self.kv_lora_rank and self.qk_rope_head_dim and self.v_head_dim):
             raise ValueError("attention = 'mla' needs kv_lora_rank, qk_rope_head_dim and v_head_dim")
         return self
@@ -109,8 +127,8 @@ class ClusterSpec(_Spec):
         without re-validating: it shows the cluster's numbers as the kernels get them, so a job smaller than
         its NVLink domain, e.g. 8 GPUs of an NVL72, shows tier 0 larger than tier 1: the job sits inside one
         domain)."""
-        from fastmodel.lm.records import device_table
         from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
+        from fastmodel.spec.devices import device_table
         from fastmodel.spec.network import NetworkTier
 
         device = device_table().get(self.gpu.lower(), {})
@@ -137,25 +155,3 @@ class ClusterSpec(_Spec):
             data.pop("peak_flops_fp8")
         return data
 
-
-class ExecutionSpec(_Spec):
-    """How a training run executes: the ``plan`` block of a run record without its degrees."""
-
-    precision: Literal["bf16", "fp16", "fp8"] = "bf16"
-    sharding: Literal["ddp", "zero1", "distopt", "zero2", "fsdp", "hsdp"] = "distopt"
-    shard_degree: PositiveInt | None = None
-    micro_batch: PositiveInt = Field(1, le=1 << 20)
-    recompute: Literal["none", "selective", "full", "partial_layers"] = "selective"
-    recompute_fraction: float | None = Field(None, ge=0, le=1)
-    sequence_parallel: bool = True
-    tp_comm_overlap: bool = False
-    fp8_params: bool = False
-    grad_reduce_dtype: Literal["fp32", "bf16", "fp16"] = "fp32"
-    optimizer: Literal["adam", "adamw", "sgd", "adafactor"] = "adam"
-    uneven_stages: bool = Field(False, description="Allow layers not divisible by pp x vp: the busiest stage "
-                                                   "holds ceil(layers / (pp x vp)) x vp layers.")
-    framework: str | None = Field("Megatron-Core", description="Selects fused kernels and overlap (runs.py rules).")
-
-    def plan_block(self, **degrees) -> dict:
-        data = self.model_dump(exclude={"framework"})
-        return {k: v for k, v in {**data, **degrees}.items() if v is not None}

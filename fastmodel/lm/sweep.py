@@ -24,7 +24,7 @@ import numpy as np
 
 from fastmodel.errors import SweepError
 from fastmodel.lm.loader import load_cluster, load_execution, load_lm_model
-from fastmodel.lm.records import lower_record
+from fastmodel.lm.lowering import Mesh, lower
 from fastmodel.lm.table import CODE_TABLES, encode
 from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS, MEMORY_KINDS, MEMORY_RESULTS, RESULTS, STATUSES
 
@@ -44,13 +44,19 @@ def mesh_label(mesh: dict[str, int]) -> str:
 def parse_mesh(text: str) -> dict[str, int]:
     """``"tp8.pp4"`` -> ``{"tp": 8, "pp": 4, "cp": 1, "ep": 1}``; ``"dp"``: all 1."""
     mesh = {k: 1 for k in DEGREES}
-    if text.strip() in ("", "dp"):
+    if not text.strip():
+        raise SweepError("empty plan: give a mesh like 'tp8.pp4' (degrees left out are 1) or 'dp'")
+    if text.strip() == "dp":
         return mesh
+    seen = set()
     for part in text.replace(",", ".").split("."):
         key = part.rstrip("0123456789")
         digits = part[len(key):]
         if key not in DEGREES or not digits or int(digits) < 1:
             raise SweepError(f"plan {text!r}: {part!r} is not a degree like tp8, pp4, cp2 or ep8")
+        if key in seen:
+            raise SweepError(f"plan {text!r}: {key} is given twice")
+        seen.add(key)
         mesh[key] = int(digits)
     return mesh
 
@@ -79,32 +85,9 @@ def _powers(limit: int) -> list[int]:
     return [1 << i for i in range(int(math.log2(max(limit, 1))) + 1)]
 
 
-#: the kernels' columns of tier 0 and tier 1 (domain size, bandwidth, efficiency, latency); tier 1's domain
-#: is the whole job (``n_gpus``)
-TIER_COLUMNS = (("domain_size", "intra_bw", "intra_eff", "intra_latency"),
-                (None, "inter_bw", "inter_eff", "inter_latency"))
-
-
 def base_columns(model, cluster, execution, global_batch: int) -> np.ndarray:
-    """The column vector of the specs with a trivial mesh (tp = pp = cp = ep = 1)."""
-    record = {
-        "id": model.name, "framework": execution.framework,
-        "model": model.record_block(),
-        "system": cluster.record_block(),
-        "plan": execution.plan_block(tp=1, pp=1, cp=1, ep=1, dp=cluster.n_gpus, global_batch=global_batch),
-    }
-    columns = lower_record(record, model.name).columns.copy()
-    for name, value in cluster.efficiency.items():
-        if name not in COLUMN_INDEX:
-            from fastmodel.errors import SpecError, nearest
-            raise SpecError(cluster.name, f"efficiency.{name}", f"unknown column{nearest(name, COLUMN_INDEX)}")
-        columns[COLUMN_INDEX[name]] = value
-    for tier, names in zip(cluster.tiers, TIER_COLUMNS):  # the network columns come from the tier list
-        for name, value in zip(names, (tier.domain_size, tier.bandwidth_per_device_bytes_per_s, tier.efficiency,
-                                       tier.latency_s)):
-            if name is not None:
-                columns[COLUMN_INDEX[name]] = value
-    return columns
+    """The column vector of the specs with a trivial mesh (tp = pp = cp = ep = 1, dp = the cluster)."""
+    return lower(model, cluster, execution, Mesh(dp=cluster.n_gpus), global_batch, source=model.name)
 
 
 def _axis_values(name: str, values: Any, model, cluster, max_gpus: int) -> tuple[list, np.ndarray | None]:
@@ -204,7 +187,7 @@ def point_columns(model: Any, system: Any, task: Any = None, plan: str | None = 
     cluster = load_cluster(system, num_nodes)
     execution = load_execution(execution)
     columns = base_columns(model, cluster, execution, global_batch or _task_global_batch(task))
-    for key, value in parse_mesh(plan or "dp").items():
+    for key, value in parse_mesh("dp" if plan is None else plan).items():
         columns[COLUMN_INDEX[key]] = value
     columns[COLUMN_INDEX["dp"]] = columns[COLUMN_INDEX["n_gpus"]] / (
         columns[COLUMN_INDEX["tp"]] * columns[COLUMN_INDEX["pp"]] * columns[COLUMN_INDEX["cp"]])
@@ -217,12 +200,9 @@ def point_columns(model: Any, system: Any, task: Any = None, plan: str | None = 
 def _task_global_batch(task: Any) -> int:
     if task is None:
         raise SweepError("give a task (e.g. 'llm-pretrain') or global_batch")
-    from fastmodel.spec.loader import load_task
+    from fastmodel.lm.task import load_train_task
 
-    spec = load_task(task)
-    if spec.global_batch is None:
-        raise SweepError(f"task {spec.name!r} has no global_batch")
-    return int(spec.global_batch)
+    return int(load_train_task(task).global_batch)
 
 
 def _axis_arrays(names, numeric, meshes, gpus_per_node) -> tuple[np.ndarray, np.ndarray]:

@@ -21,12 +21,14 @@ from fastmodel.registry.lm import (
     PIPELINE_SCHEDULES,
     PRECISION_CODES,
     RECOMPUTE_CODES,
+    SELECTIVE_POLICIES,
     SHARDING_CODES,
 )
 
 CODE_TABLES = {"sharding": SHARDING_CODES, "recompute": RECOMPUTE_CODES, "precision": PRECISION_CODES,
                "optimizer": OPTIMIZER_CODES, "pipeline_schedule": PIPELINE_SCHEDULES, "cp_algorithm": CP_ALGORITHMS,
-               "collective_algorithm": COLLECTIVE_ALGORITHMS, "load_mode": LOAD_MODES}
+               "collective_algorithm": COLLECTIVE_ALGORITHMS, "load_mode": LOAD_MODES,
+               "selective_policy": SELECTIVE_POLICIES}
 
 
 def encode(name: str, value):

@@ -174,3 +174,30 @@ def timeline(columns: np.ndarray, label: str = "the configuration") -> Timeline:
     b.op("host overhead", "compute", "overhead", t, t + max(0.0, overhead))
     return Timeline(tuple(b.names), np.array(b.stream, dtype=np.int8), np.array(b.kind, dtype=np.int8),
                     np.array(b.start), np.array(b.end), r["step_time"], per_layer)
+
+
+def record_timeline(data: dict, source: str | None = None) -> tuple["Timeline", str]:
+    """(timeline, title) of one run record (RUNS.md); an illegal plan is a PlanError."""
+    from pathlib import Path
+
+    from fastmodel.lm.records import lower_record
+    from fastmodel.lm.rules import check_plan
+
+    record = lower_record(data, source)
+    check_plan(record.columns, f"{source}: plan" if source else "plan")
+    label = record.id or (Path(source).stem if source else "run record")
+    return timeline(record.columns, f"{source}: {label}" if source else label), label
+
+
+def spec_timeline(model, system, task, plan: str | None = None, num_nodes: int | None = None) -> tuple["Timeline", str]:
+    """(timeline, title) of one real-world configuration given as specs (a task's mesh plan applies when
+    ``plan`` is None)."""
+    from fastmodel.lm.loader import load_lm_model
+    from fastmodel.lm.sweep import point_columns
+    from fastmodel.lm.task import load_train_task
+
+    spec = load_lm_model(model)
+    train = load_train_task(task)
+    plan = plan if plan is not None else train.plan
+    columns = point_columns(spec, system, train, plan=plan, num_nodes=num_nodes)
+    return timeline(columns, f"plan {plan or 'dp'!r}"), f"{spec.name}, {plan or 'dp'}"

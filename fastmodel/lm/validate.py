@@ -5,7 +5,8 @@ the error is ``(predicted - measured) / measured``. Beside it, the one-line
 baseline ``step = flops_per_token x tokens / (n_gpus x peak x MFU)`` at a
 constant MFU of 0.40 and 0.50 (FLOPs per token in the record's ``mfu_std``
 convention, peak of the record's precision) shows whether the model earns its
-keep. Groups: source, GPU, parallelism kind and tier.
+keep. Groups: source, software stack (``fastmodel.lm.stacks``), GPU, parallelism kind and tier. Records whose
+``measured`` block has no positive, finite step time are skipped by name (``records.with_measurements``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import numpy as np
 from fastmodel.lm.records import RunRecord
 
 BASELINE_MFUS = (0.40, 0.50)
-GROUP_KEYS = ("source", "gpu", "parallelism_kind", "tier")
+GROUP_KEYS = ("source", "stack", "gpu", "parallelism_kind", "tier")
 
 
 @dataclass(frozen=True)
@@ -61,24 +62,19 @@ def score(errors: np.ndarray) -> Scores:
 
 def rows(records: list[RunRecord]) -> list[dict]:
     """One dict per record: ids, groups, status (``ok``, or ``not_finite``: no prediction, left out of the
-    scores; ``batch_not_divisible``: a global batch below micro_batch x dp, which cannot have run), measured
-    and predicted step time, errors of model and baselines. A measured run is predicted even where its plan
-    breaks another sweep rule (e.g. fewer micro-batches than stages): it ran."""
-    from fastmodel.registry.lm import COLUMN_INDEX as C
-    from fastmodel.registry.lm import STATUS_CODES, STATUSES
+    scores), measured and predicted step time, errors of model and baselines. A measured run is predicted
+    even where its plan breaks a sweep rule (e.g. fewer micro-batches than stages): it ran."""
+    from fastmodel.registry.lm import STATUSES
 
     status = np.zeros(len(records), dtype=np.int8)
     results = predict_records(records, status)
-    params = np.stack([r.columns for r in records], axis=1)
-    micro_batches = params[C["global_batch"]] / (params[C["micro_batch"]] * params[C["dp"]])
-    status[micro_batches < 1 - 1e-9] = STATUS_CODES["batch_not_divisible"]   # less than one micro-batch
     measured = np.array([float(r.measured.get("step_time_s", np.nan)) for r in records])
     predicted = results["step_time"]
     table = []
     baselines = {mfu: baseline_step_time(records, results["flops_per_token"], mfu) for mfu in BASELINE_MFUS}
     for i, r in enumerate(records):
         row = {
-            "id": r.id, "source": r.source, "gpu": r.gpu, "parallelism_kind": r.parallelism_kind,
+            "id": r.id, "source": r.source, "stack": r.stack, "gpu": r.gpu, "parallelism_kind": r.parallelism_kind,
             "tier": str(r.raw.get("tier", "")), "status": STATUSES[status[i]].name,
             "measured_step_time_s": measured[i], "predicted_step_time_s": predicted[i],
             "error": predicted[i] / measured[i] - 1.0,

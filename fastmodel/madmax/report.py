@@ -105,3 +105,20 @@ def render(config: Config, ds: Mapping) -> str:
         lines.append(f"  to train    {samples:,.3g} samples: {r['train_time'] / 3600:,.2f} h, "
                      f"{r['gpu_hours']:,.0f} GPU-hours" + "".join(f", {e}" for e in extra))
     return "\n".join(lines)
+
+
+def run_one(model, system, task, *, semantics="default", plan=None, num_nodes=None, calibration=None):
+    """``fastmodel run`` of one MAD-Max configuration: a :class:`~fastmodel.analysis.run_report.RunReport`
+    (the results are read without xarray: start-up time)."""
+    from fastmodel.analysis.run_report import RunReport
+    from fastmodel.madmax.api import make_config
+    from fastmodel.madmax.engine import evaluate_configs
+
+    if calibration is not None:
+        from fastmodel.errors import SpecError
+
+        raise SpecError(None, "calibration", "applies to the real-world model (family = \"lm\" specs and run "
+                        "records); the MAD-Max model has no fitted efficiencies")
+    config = make_config(model, system, task, semantics, plan, num_nodes)
+    ds = {name: values[0] for name, values in evaluate_configs([config]).items()}
+    return RunReport(render(config, ds), summary(config, ds))

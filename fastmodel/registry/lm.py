@@ -38,6 +38,7 @@ RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2, "partial_layers": 3}
 PRECISION_CODES = {"bf16": 0, "fp16": 0, "fp8": 1}
 OPTIMIZER_CODES = {"adam": 0, "adamw": 0, "sgd": 1, "adafactor": 2}
 PIPELINE_SCHEDULES = {"1f1b": 0, "interleaved": 1, "gpipe": 2}
+SELECTIVE_POLICIES = {"megatron": 0, "op": 1}
 CP_ALGORITHMS = {"ring": 0, "alltoall": 1}
 COLLECTIVE_ALGORITHMS = {"auto": 0, "ring": 1, "tree": 2}
 LOAD_MODES = {"batch": 0, "concurrency": 1, "max_throughput": 2}
@@ -93,7 +94,7 @@ PLAN_COLUMNS = _cols(
     ("global_batch", "sequences", 1, "Sequences per optimizer step.", 1, 1 << 30),
     ("recompute", "code", 0, "RECOMPUTE_CODES: 0 none, 1 selective, 2 full, 3 partial layers.", 0, 3),
     ("recompute_fraction", "1", 0, "Share of layers fully recomputed under partial recompute.", 0, 1),
-    ("selective_policy", "1", 0, "What selective recompute keeps: 0 Megatron (recompute the attention core, "
+    ("selective_policy", "code", 0, "SELECTIVE_POLICIES, what selective recompute keeps: 0 Megatron (recompute the attention core, "
      "keep the rest); 1 op-level SAC as TorchTitan's 'op' mode (keep GEMM and attention outputs except every "
      "second GEMM, recompute element-wise ops).", 0, 1),
     ("sequence_parallel", "1", 0, "1: Megatron sequence parallelism with TP (RS+AG instead of AR).", 0, 1),

@@ -36,7 +36,7 @@ PARALLEL_MIN_ROWS = 256
 
 def device_columns(name: str) -> dict[str, float]:
     """Datasheet and efficiency columns of a built-in device (``specs/devices``), by any of its names."""
-    from fastmodel.lm.records import device_table
+    from fastmodel.spec.devices import device_table
 
     table = device_table()
     found = table.get(str(name).lower())
@@ -220,3 +220,21 @@ def _axis_block(name: str, values: list, own_kv: bool) -> tuple[np.ndarray, np.n
         return np.array([COLUMN_INDEX[name]]), np.array([[float(encode(name, v)) for v in values]])
     return np.array([COLUMN_INDEX[k] for k in keys]), np.array([[r[k] for r in rows] for k in keys], dtype=float)
 
+
+
+def evaluate_record(record: dict, source: str | None = None, calibration: Any = None):
+    """One serving record (SERVE_RUNS.md; ``measured`` is not read) as a 0-d ``xarray.Dataset`` of every
+    serving result, with its ``status``; a calibration is a SpecError (it applies to training runs)."""
+    import xarray as xr
+
+    from fastmodel.serve.records import lower_serve_record
+
+    if calibration is not None:
+        raise SpecError(source, "calibration", "applies to training runs (the real-world training model), not "
+                        "to serving records")
+    lowered = lower_serve_record(record, source)
+    out, status = evaluate_table(lowered.columns[:, None])
+    data = {r.name: ((), np.float64(out[i, 0]), {"units": r.units, "description": r.doc})
+            for i, r in enumerate(SERVE_RESULTS)}
+    return xr.Dataset(data, attrs={"id": lowered.id, "status": SERVE_STATUS_NAMES[int(status[0])],
+                                   "fastmodel_task": "serve"})

@@ -22,9 +22,10 @@ from typing import Any
 import numpy as np
 
 from fastmodel.errors import SpecError, nearest
-from fastmodel.lm.records import _number, device_table, lower_record
+from fastmodel.lm.records import _number, lower_record
 from fastmodel.registry.lm import COLUMN_INDEX, LOAD_MODES
 from fastmodel.serve.api import KV_PRECISIONS, PRECISIONS, precision_columns
+from fastmodel.spec.devices import device_table
 
 SERVE_BLOCKS = ("model", "system", "serve")
 #: record system field <- device-file column
@@ -34,6 +35,8 @@ DATASHEET_FIELDS = {"peak_flops_bf16": "peak_flops_16", "peak_flops_fp8": "peak_
 #: the scale-out NIC when neither the record nor the device file gives one: 400 Gb/s NDR InfiniBand
 DEFAULT_INTER_BW = 50e9
 LOAD_KEYS = ("batch_size", "concurrency", "max_throughput")
+#: SERVE_RUNS.md model/system fields the training record schema (RUNS.md) does not have: not read here
+SERVE_ONLY = {"model": ("attention_bias", "attention_sinks"), "system": ("peak_flops_fp4", "gpus_per_tray")}
 MEASURED_KEYS = ("output_tokens_per_s", "ttft_s", "tpot_s")
 
 
@@ -96,12 +99,15 @@ def lower_serve_record(data: dict, source: str | None = None) -> ServeRecord:
             notes.append(f"system.{field} from the device file of {gpu}")
     if system.get("inter_node_bw_bytes_s_per_gpu") is None:
         system["inter_node_bw_bytes_s_per_gpu"] = DEFAULT_INTER_BW
-    system.setdefault("gpus_per_node", max(8, tp * pp))
-    system["n_gpus"] = tp * pp
+    system.setdefault("gpus_per_node", max(8, _count(tp * pp)))
+    system["n_gpus"] = _count(tp * pp)
     model = dict(data["model"])
-    model.setdefault("seq_len", input_len + output_len)
-    run = {"model": model, "system": system, "framework": "serving",
-           "plan": {"tp": tp, "pp": pp, "ep": ep, "global_batch": 1, "micro_batch": 1}}
+    model.setdefault("seq_len", _count(input_len + output_len))
+    for block, keys in (("model", model), ("system", system)):
+        for key in SERVE_ONLY[block]:
+            keys.pop(key, None)
+    run = {"model": model, "system": system, "framework": "serving", "stack": "default",
+           "plan": {"tp": _count(tp), "pp": _count(pp), "ep": _count(ep), "global_batch": 1, "micro_batch": 1}}
     lowered = lower_record(run, source)
     columns = lowered.columns.copy()
     notes.extend(lowered.notes)
@@ -123,6 +129,12 @@ def lower_serve_record(data: dict, source: str | None = None) -> ServeRecord:
     measured = dict(data.get("measured") or {})
     return ServeRecord(id=str(data.get("id", "")), columns=columns, measured=measured,
                        source=str(data.get("source", "")), gpu=gpu, notes=tuple(notes), raw=data)
+
+
+def _count(value: float) -> int | float:
+    """A whole number as an int (the training record schema counts in integers); a fraction stays and is
+    refused there."""
+    return int(value) if float(value).is_integer() else value
 
 
 def read_serve_records(path: str | Path) -> list[ServeRecord]:

@@ -67,11 +67,11 @@ def is_serve_task(data: Any) -> bool:
 
 def load_serve_task(spec: Any) -> ServeTaskSpec:
     """A serving task from a built-in name, a .toml/.json path, a dict or a spec object."""
-    from fastmodel.spec.loader import _resolve_source, validate
+    from fastmodel.spec.loader import resolve_source, validate
 
     if isinstance(spec, ServeTaskSpec):
         return spec
-    data, source = _resolve_source(spec, "task")
+    data, source = resolve_source(spec, "task")
     if not is_serve_task(data):
         raise SpecError(source, "task.kind", f"{data.get('kind') if isinstance(data, dict) else data!r} is not a "
                         "serving task (kind = \"serve\")")

@@ -1,16 +1,15 @@
-"""Load specs from built-in names, TOML/JSON files or dicts, in either format.
+"""Reading specs, shared by every engine: built-in names, TOML/JSON files, dicts, and one-line errors.
 
-``load_model`` / ``load_system`` / ``load_task`` accept a spec object, a dict
-(fastmodel keys or the MAD-Max reference's keys, detected from the content),
-a path to a ``.toml`` or ``.json`` file, or the name of a built-in spec in
-``specs/``. Every error is a :class:`SpecError` naming the source, the field
-path and the reason.
+:func:`resolve_source` turns a built-in name (``specs/``), a ``.toml``/``.json`` path or a dict into
+(raw data, source label); :func:`validate` checks raw data against a pydantic spec class and turns its
+first problem into a :class:`SpecError` naming the source, the field path and the reason (with the nearest
+valid key for a typo). Each engine's loader builds on these (fastmodel/madmax/spec/loader.py,
+fastmodel/lm/loader.py, fastmodel/serve/spec.py); :mod:`fastmodel.engines` loads a spec of any engine.
 """
 
 from __future__ import annotations
 
 import json
-import numbers
 import sys
 from functools import lru_cache
 from importlib import resources
@@ -20,10 +19,6 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from fastmodel.errors import FieldValueError, SpecError, nearest
-from fastmodel.madmax.families import MODEL_FAMILIES, ModelSpec
-from fastmodel.madmax.spec import madmax_format
-from fastmodel.madmax.spec.system import SystemSpec
-from fastmodel.madmax.spec.task import TaskSpec
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -148,7 +143,7 @@ def read_file(path: Path) -> dict:
     return data
 
 
-def _resolve_source(spec: Any, kind: str) -> tuple[dict | BaseModel, str | None]:
+def resolve_source(spec: Any, kind: str) -> tuple[dict | BaseModel, str | None]:
     """Turn a name, path or dict into (data, source label)."""
     if isinstance(spec, BaseModel) or isinstance(spec, dict):
         return spec, None
@@ -170,71 +165,3 @@ def _resolve_source(spec: Any, kind: str) -> tuple[dict | BaseModel, str | None]
         raise SpecError(None, kind, f"unknown built-in {kind} {text!r}{hint}; "
                         f"see 'fastmodel specs list' or pass a .toml/.json path")
     raise SpecError(None, kind, f"expected a name, a path or a dict, got {type(spec).__name__}")
-
-
-def load_model(spec: Any) -> ModelSpec:
-    """A model spec from a name, path, dict (either format) or spec object."""
-    from fastmodel.lm.spec import LMSpec
-
-    if isinstance(spec, (*MODEL_FAMILIES.values(), LMSpec)):
-        return spec
-    data, source = _resolve_source(spec, "model")
-    if madmax_format.is_madmax_model(data):
-        data = madmax_format.model_to_spec(data, source, validate)
-    family = data.get("family")
-    if family == "lm":
-        from fastmodel.lm.spec import LMSpec
-        return validate(LMSpec, data, source, "model")
-    if family is None:
-        raise SpecError(source, "model.family", f"required field missing (one of {', '.join(MODEL_FAMILIES)})"
-                        + ("; the spec is empty" if not data else ""))
-    if not isinstance(family, str) or family not in MODEL_FAMILIES:
-        raise SpecError(source, "model.family", f"unknown family {family!r}; one of {', '.join(MODEL_FAMILIES)}"
-                        f"{nearest(str(family), MODEL_FAMILIES)}")
-    return validate(MODEL_FAMILIES[family], data, source, "model")
-
-
-def load_system(spec: Any, num_nodes: int | None = None) -> SystemSpec:
-    """A system spec; ``num_nodes`` overrides the cluster size."""
-    from fastmodel.lm.spec import ClusterSpec
-
-    if isinstance(spec, ClusterSpec):
-        from fastmodel.lm.loader import load_cluster
-        return load_cluster(spec, num_nodes)
-    if isinstance(spec, SystemSpec):
-        system = spec
-    else:
-        data, source = _resolve_source(spec, "system")
-        if isinstance(data, dict) and data.get("kind") == "cluster":
-            from fastmodel.lm.loader import load_cluster
-            return load_cluster(data if source is None else spec, num_nodes)
-        if madmax_format.is_madmax_system(data):
-            data = madmax_format.system_to_spec(data, source, validate)
-        system = validate(SystemSpec, data, source, "system")
-    if num_nodes is not None:
-        if isinstance(num_nodes, numbers.Integral) and not isinstance(num_nodes, bool):
-            num_nodes = int(num_nodes)
-        system = system.with_nodes(num_nodes)
-    return system
-
-
-def load_task(spec: Any) -> TaskSpec:
-    """A task spec from a name, path, dict (either format) or spec object."""
-    if isinstance(spec, TaskSpec):
-        return spec
-    data, source = _resolve_source(spec, "task")
-    if isinstance(data, dict) and data.get("kind") == "serve":
-        raise SpecError(source, "task.kind", "a serving task (kind = \"serve\"): sweep it from a sweep file "
-                        "('fastmodel sweep FILE.toml') or evaluate one configuration with 'fastmodel serve'")
-    if madmax_format.is_madmax_task(data):
-        data = madmax_format.task_to_spec(data, source, validate)
-    task = validate(TaskSpec, data, source, "task")
-    task._source = source
-    return task
-
-
-@lru_cache(maxsize=256)
-def load_cached(kind: str, text: str):
-    """Load a spec given as JSON text or a name (memoised, for batch mode)."""
-    value = json.loads(text) if text.startswith("{") else text
-    return {"model": load_model, "system": load_system, "task": load_task}[kind](value)

@@ -1,4 +1,5 @@
-"""``fastmodel.sweep(...)``: the one call that defines and runs a sweep (MAD-Max grid or real-world model)."""
+"""``fastmodel.sweep(...)``: the one call that defines and runs a sweep; :mod:`fastmodel.engines` chooses
+the engine (MAD-Max grid or real-world model) and the engine's door runs it."""
 
 from __future__ import annotations
 
@@ -33,20 +34,20 @@ def sweep(model: Any, system: Any, task: Any, axes: dict[str, Any], semantics: A
     ``plan`` meshes; ``execution``, ``only_fitting`` and ``calibration`` -- a ``fastmodel calibrate`` TOML
     path or ``Calibration`` -- apply; the result is in memory). A calibration for a MAD-Max model is a SpecError.
     """
-    from fastmodel.api import real_world_model
+    from fastmodel import engines
 
-    real = real_world_model(model, semantics) if not isinstance(model, (list, tuple)) else None
-    if real is not None:
-        if store is not None or workers is not None or scheduler is not None:
-            raise SweepError("real-world sweeps run in memory: leave out store/workers/scheduler and save the "
-                             "result with ds.to_netcdf(...)")
-        from fastmodel.lm.sweep import lm_sweep
+    engine = engines.MADMAX if isinstance(model, (list, tuple)) else engines.for_specs(model, semantics, system)
+    return engine.door().sweep(model, system, task, axes, semantics=semantics, store=store, resume=resume,
+                               workers=workers, scheduler=scheduler, progress=progress, unit_configs=unit_configs,
+                               overwrite=overwrite, execution=execution, only_fitting=only_fitting,
+                               calibration=calibration)
 
-        return lm_sweep(real, system, task, axes=axes, execution=execution, only_fitting=only_fitting,
-                        calibration=calibration)
-    from fastmodel.lm.calibrate.use import not_for_madmax
 
-    not_for_madmax(calibration)
+def grid_sweep(model: Any, system: Any, task: Any, axes: dict[str, Any], *, semantics: Any = "default",
+               store: str | None = None, resume: bool = False, workers: int | None = None,
+               scheduler: str | None = None, progress: bool | None = False, unit_configs: int = UNIT_CONFIGS,
+               overwrite: bool = False) -> xr.Dataset:
+    """A MAD-Max grid sweep in memory, into a zarr store, or on a Dask cluster (see :func:`sweep`)."""
     definition = Sweep(model, system, task, axes, semantics, unit_configs)
     bar = Progress(definition.num_configs, enabled=progress) if progress is not False else None
     try:

@@ -19,9 +19,10 @@ import numpy as np
 from fastmodel.errors import FastmodelError, SpecError, SweepError, nearest
 from fastmodel.madmax.families import FAMILIES
 from fastmodel.madmax.parallel.rules import check_plan_shape
+from fastmodel.madmax.spec.loader import load_model, load_system, load_task
 from fastmodel.registry.madmax import NAMES
 from fastmodel.semantics import get_semantics
-from fastmodel.spec.loader import load_model, load_system, load_task, validate
+from fastmodel.spec.loader import validate
 from fastmodel.sweep.axes import NUM_DEVICES, SPEC_AXES, STRUCTURAL, axis_dim, axis_path, axis_values, plan_values
 from fastmodel.sweep.dataset import DatasetLabels
 from fastmodel.sweep.evaluation import UnitEvaluation, set_path

@@ -65,10 +65,10 @@ def _field(source: str, field: str, error: FastmodelError) -> SpecError:
 
 
 def _raw(spec: Any, kind: str) -> Any:
-    from fastmodel.spec.loader import _resolve_source
+    from fastmodel.spec.loader import resolve_source
 
     try:
-        return _resolve_source(spec, kind)[0]
+        return resolve_source(spec, kind)[0]
     except SpecError:
         return None
 
@@ -279,10 +279,9 @@ class ServeSweep(RealSweep):
 
         if isinstance(spec, str) and spec.lower() in SERVE_MODELS:
             return spec, serve_model(spec)
-        from fastmodel.lm.loader import load_cluster, load_lm_model
-        from fastmodel.lm.spec import ExecutionSpec
-        from fastmodel.lm.sweep import base_columns
-        from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
+        from fastmodel.lm.loader import load_lm_model
+        from fastmodel.lm.lowering import model_values
+        from fastmodel.registry.lm import COLUMNS
 
         try:
             model = load_lm_model(_spec_ref(spec, base))
@@ -291,10 +290,9 @@ class ServeSweep(RealSweep):
                 raise
             raise SpecError(self.source, "model", f"{error.reason}; serving models: {', '.join(SERVE_MODELS)}"
                             ) from None
-        cluster = load_cluster("dgx-h100")  # any cluster: only the model's columns are kept
-        vector = base_columns(model, cluster, ExecutionSpec(), cluster.n_gpus)
-        model_cols = [c.name for c in COLUMNS[:COLUMN_INDEX["tp"]] if c.name != "seq_len"]
-        return model.name, {name: float(vector[COLUMN_INDEX[name]]) for name in model_cols}
+        values = model_values(model)       # the model's columns (the serving task sets seq_len)
+        return model.name, {c.name: float(values.get(c.name, c.default)) for c in COLUMNS
+                            if c.group == "model" and c.name != "seq_len"}
 
     def _device(self, system, base: Path) -> str:
         from fastmodel.serve.api import device_columns
@@ -303,7 +301,7 @@ class ServeSweep(RealSweep):
             if "device" not in self.coords:
                 raise SpecError(self.source, "system", "required: a device (e.g. \"H100\") or a device axis")
             return self.coords["device"][0]
-        from fastmodel.lm.records import device_table
+        from fastmodel.spec.devices import device_table
         from fastmodel.sweep.file import _spec_ref
 
         name = system

@@ -194,3 +194,28 @@ def test_run_real_world_errors_are_one_line(cli):
     assert len(result.output.strip().splitlines()) == 1
     result = cli("run", "-m", "llama3.1-70b", "-s", "dgx-h100", "-t", "llm-pretrain", "--semantics", "madmax")
     assert result.exit_code == 2 and "semantics 'default'" in result.output
+
+
+def test_options_that_do_not_apply_are_refused_not_ignored(cli, tmp_path):
+    record = (Path(__file__).resolve().parents[1] / "data" / "runs_dev.jsonl").read_text().splitlines()[0]
+    path = tmp_path / "run.json"
+    path.write_text(record)
+    for flags, name in ((("--plan", "tp8"), "--plan"), (("--nodes", "4"), "--nodes"), (("-s", "dgx-h100"), "--system"),
+                        (("-t", "llm-pretrain"), "--task"), (("--semantics", "madmax"), "--semantics")):
+        result = cli("run", "-m", str(path), *flags)
+        assert result.exit_code == 2 and result.output.startswith(f"error: {name}:"), (flags, result.output)
+        assert len(result.output.strip().splitlines()) == 1
+    result = cli("run", "-m", "llama3.1-70b", "-s", "dgx-h100", "-t", "llm-finetune")
+    assert result.exit_code == 2 and "task.kind" in result.output and "pretraining" in result.output
+    for plan, reason in (("tp8.tp2", "tp is given twice"), ("", "empty plan")):
+        result = cli("run", "-m", "llama3.1-70b", "-s", "dgx-h100", "-t", "llm-pretrain", "--plan", plan)
+        assert result.exit_code == 2 and reason in result.output, (plan, result.output)
+    result = cli("run", "-m", "llama2-70b", "-s", "dc-a", "-t", "llm-pretrain", "-p", "tp,ddp/mp",
+                 "--calibration", str(path))
+    assert result.exit_code == 2
+
+
+def test_serve_on_an_illegal_layout_is_an_error(cli):
+    result = cli("serve", "-m", "llama3.1-70b", "--tp", "3")
+    assert result.exit_code == 2 and "heads_not_divisible" in result.output
+    assert len(result.output.strip().splitlines()) == 1

@@ -1,4 +1,4 @@
-"""Property-based fuzzing of every user input: spec fields, plan strings, sweep axes, batch lines.
+"""Property-based fuzzing of every user input: spec fields, plan strings, sweep axes, batch lines, run records.
 
 Fixed seed (``derandomize``) and bounded example counts, so CI runs the same
 cases every time in well under a minute. For every input: no traceback (the
@@ -21,7 +21,11 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from fastmodel.cli import main  # noqa: E402
-from fastmodel.spec.loader import load_model, load_system  # noqa: E402
+from fastmodel.engines import load_model, load_system  # noqa: E402
+from fastmodel.errors import SpecError  # noqa: E402
+from fastmodel.lm.record_schema import BLOCKS  # noqa: E402
+from fastmodel.lm.records import lower_record  # noqa: E402
+from fastmodel.registry.lm import COLUMNS  # noqa: E402
 
 FUZZ = settings(derandomize=True, database=None, deadline=None, max_examples=40,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -198,3 +202,51 @@ def test_fuzz_batch_lines(tmp_path, lines):
     for record in records:
         assert record["status"] == "ok" or record["status"].startswith("error: "), record
         assert "internal error" not in record["status"], record
+
+
+DEV_RUNS = Path(__file__).resolve().parents[1] / "data" / "runs_dev.jsonl"
+RUN_RECORD = json.loads(next(line for line in DEV_RUNS.read_text().splitlines() if "405b-s131072" in line))
+RUN_PATHS = sorted(p for p in _leaf_paths(RUN_RECORD) if p[0] != "measured" or len(p) == 2)
+
+
+def _is_count(path) -> bool:
+    """A field of the record schema that holds a whole number (layers, heads, tp, micro_batch...)."""
+    block = BLOCKS.get(path[0] if len(path) == 2 else "")
+    field = block.model_fields.get(path[-1]) if block else None
+    text = str(field.annotation) if field else ""
+    return "int" in text and "float" not in text
+
+
+@FUZZ
+@given(index=st.integers(0, 200), value=WEIRD, action=st.sampled_from(["set", "set", "set", "delete", "typo", "extra"]))
+def test_fuzz_run_record_fields(tmp_path, index, value, action):
+    """Every field of a run record wrong-typed, out of bounds, missing or joined by an unknown key: a one-line
+    error naming the record's line and field, or a record whose every column is inside the registry's bounds;
+    a string or boolean is never read as a number, a fraction never as a count, an unknown key never ignored
+    (``measured`` is free-form but for the step time and memory that validate checks)."""
+    path = RUN_PATHS[index % len(RUN_PATHS)]
+    data = _mutate(RUN_RECORD, path, value, "set" if action == "extra" else action)
+    if action == "extra":
+        data = _mutate(RUN_RECORD, (*path[:-1], "bogus_field"), value, "set")
+    runs = tmp_path / "runs.jsonl"
+    runs.write_text(json.dumps(data) + "\n")
+    assert_clean(run("validate", runs))
+    try:
+        lowered = lower_record(data, "runs.jsonl:1")
+    except SpecError as error:
+        assert str(error).startswith("runs.jsonl:1: ") and "\n" not in str(error)
+        hypothesis.event("refused")
+        return
+    hypothesis.event("accepted")
+    assert action not in ("typo", "extra") or path[0] == "measured", "an unknown key was accepted"
+    original = RUN_RECORD
+    for key in path:
+        original = original[key]
+    if action == "set" and path[0] != "measured" and value is not None and original is not None:
+        if isinstance(original, bool):
+            assert isinstance(value, bool), f"{value!r} read as a boolean"
+        elif isinstance(original, (int, float)):
+            assert isinstance(value, (int, float)) and not isinstance(value, bool), f"{value!r} read as a number"
+            assert not _is_count(path) or isinstance(value, int), f"{value!r} read as a count"
+    for column, number in zip(COLUMNS, lowered.columns):
+        assert column.lo <= number <= column.hi, f"{column.name} = {number} outside [{column.lo}, {column.hi}]"

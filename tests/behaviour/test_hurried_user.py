@@ -8,6 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 import fastmodel
+import fastmodel.madmax.spec.loader
 from fastmodel.cli import main
 from fastmodel.errors import FastmodelError
 from fastmodel.io.atomic import atomic_write
@@ -74,7 +75,7 @@ def test_strict_types():
     base = {"name": "t", "kind": "finetune", "global_batch": 2048}
     for bad in ({"freeze_emb": "yes"}, {"freeze_emb": 1}, {"global_batch": "2048"}, {"global_batch": 2048.0}):
         with pytest.raises(FastmodelError):
-            fastmodel.spec.loader.load_task({**base, **bad})
+            fastmodel.madmax.spec.loader.load_task({**base, **bad})
 
 
 def test_numpy_integers_are_node_counts():

@@ -390,8 +390,13 @@ def record_columns(r: dict) -> dict:
     element-wise kernels; TorchTitan's "op-level" selective AC is op-level checkpointing; the norm is the
     record's ``normalization``, else RMSNorm for gated-MLP models and LayerNorm for GPT-style ones.
     Korthikanti Table 5's "selective" rows are the paper's sequence parallelism + selective recompute (its
-    Sec. 6), so they get sequence_parallel."""
+    Sec. 6), so they get sequence_parallel. ``vp = "unknown"`` takes the virtual stages the record reader's
+    stack rule gives (docs/model.md §11.8)."""
+    from fastmodel.lm.records import lower_record
+    from fastmodel.registry.lm import COLUMN_INDEX
+
     m, s, p = r["model"], r["system"], r["plan"]
+    vp = int(lower_record(r).columns[COLUMN_INDEX["vp"]]) if p.get("vp") == "unknown" else (p.get("vp") or 1)
     legacy = r["id"].startswith(LEGACY_SOURCES)
     framework = (r.get("framework") or "").lower()
     dp, ga = p["dp"], p.get("grad_accum")
@@ -404,13 +409,13 @@ def record_columns(r: dict) -> dict:
         head_dim=m["head_dim"], vocab=m["vocab"], seq_len=m["seq_len"], gated_mlp=int(m["ffn_kind"] == "swiglu3"),
         tied_embeddings=int(bool(m.get("tied_embeddings", legacy))), moe_experts=m.get("moe_experts") or 0,
         moe_topk=m.get("moe_topk") or 0, moe_ffn=m.get("moe_ffn") or 0, hbm_bytes=s["hbm_bytes"],
-        tp=p["tp"], pp=p["pp"], vp=p.get("vp") or 1, cp=p["cp"], ep=p.get("ep") or 1, dp=dp,
+        tp=p["tp"], pp=p["pp"], vp=vp, cp=p["cp"], ep=p.get("ep") or 1, dp=dp,
         sharding={"hsdp": "fsdp"}.get(p["sharding"], p["sharding"]), shard_degree=p.get("shard_degree") or 0,
         micro_batch=micro, global_batch=p["global_batch"], recompute=recompute, recompute_fraction=fraction,
         sequence_parallel=int(sp), precision=p["precision"], fp8_params=int(bool(p.get("fp8_params"))),
         grad_reduce_bytes=2 if p.get("grad_reduce_dtype") in ("bf16", "fp16") else 4,
         optimizer=(p.get("optimizer") or "adam").lower(),
-        pipeline_schedule="interleaved" if (p.get("vp") or 1) > 1 else "1f1b",
+        pipeline_schedule="interleaved" if vp > 1 else "1f1b",
         dropout=int(legacy), flash_attention=int(not legacy),
         collective_bucket_bytes=1e8 if (legacy and p["sharding"] == "fsdp") else 0,
         fused_kernels=0 if any(k in framework for k in ("pytorch", "torchtitan")) else 1,

@@ -5,7 +5,8 @@ family, including dlrm-transformer, which has no reference cases."""
 import pytest
 
 import fastmodel
-from fastmodel.spec.loader import builtin_names, load_model
+from fastmodel.engines import load_model
+from fastmodel.spec.loader import builtin_names
 
 #: the MAD-Max built-ins (family "lm" models belong to the real-world model, tests/test_lm_*.py)
 MODELS = sorted(name for name in builtin_names("model") if load_model(name).family != "lm")

@@ -15,8 +15,8 @@ from fastmodel.madmax.families import FAMILIES, MODEL_FAMILIES, REFERENCE_NAMES,
 from fastmodel.madmax.lowering.graph import lower
 from fastmodel.madmax.lowering.params import param_table
 from fastmodel.madmax.parallel.plans import Plan
+from fastmodel.madmax.spec.loader import load_model, load_system, load_task
 from fastmodel.registry import madmax as results
-from fastmodel.spec.loader import load_model, load_system, load_task
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 #: one built-in model per family

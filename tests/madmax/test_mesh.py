@@ -22,8 +22,8 @@ from fastmodel.madmax.parallel.mesh import (
     lm_mesh,
 )
 from fastmodel.madmax.parallel.plans import Plan
+from fastmodel.madmax.spec.loader import load_model, load_system, load_task
 from fastmodel.semantics import get_semantics
-from fastmodel.spec.loader import load_model, load_system, load_task
 
 
 def test_two_level_dense_one_level_emb_on_128_devices():

@@ -12,9 +12,9 @@ from fastmodel.madmax.lowering.config import resolve
 from fastmodel.madmax.lowering.params import param_table, rule_inputs
 from fastmodel.madmax.parallel.plans import Level, Plan, enumerate_plan_shapes
 from fastmodel.madmax.parallel.rules import ROW_RULES, SHAPE_RULES, check_plan_shape, check_rows, shape_failure
+from fastmodel.madmax.spec.loader import load_model, load_system, load_task
 from fastmodel.registry.madmax import STATUS
 from fastmodel.semantics import get_semantics
-from fastmodel.spec.loader import load_model, load_system, load_task
 
 MADMAX, DEFAULT = get_semantics("madmax"), get_semantics("default")
 

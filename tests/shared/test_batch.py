@@ -219,7 +219,7 @@ class ToyRuns:
         from fastmodel.madmax.lowering.config import structure_key_for
         from fastmodel.madmax.lowering.params import param_table
         from fastmodel.madmax.parallel.plans import Plan
-        from fastmodel.spec.loader import load_model, load_system, load_task
+        from fastmodel.madmax.spec.loader import load_model, load_system, load_task
 
         model, system, task = load_model("llama-7b"), load_system("dc-a"), load_task("llm-pretrain-fsdp")
         plan = Plan.parse("fsdp/ddp")
@@ -231,6 +231,11 @@ class ToyRuns:
         out.tables.append(Table(structure_key_for(model, task, plan, default_semantics), default_semantics,
                                 table[:, keep], np.flatnonzero(keep)))
         return out
+
+    def evaluate_into(self, key, semantics, params, out):
+        from fastmodel.madmax.engine import evaluate_into
+
+        evaluate_into(key, semantics, params, np.zeros(params.shape[1], dtype=np.int8), out)
 
 
 def test_a_new_kind_claims_its_lines_and_shares_the_kernels(monkeypatch):

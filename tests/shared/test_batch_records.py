@@ -50,3 +50,34 @@ def test_run_reads_a_serving_record(tmp_path):
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     assert data["status"] == "ok" and data["tpot"] == pytest.approx(data["e2e_latency"] / 128, rel=0.2)
+
+
+def test_batch_evaluates_every_input_kind_in_one_file_as_run_does(tmp_path):
+    """One line of each kind README lists: a MAD-Max spec, a real-world spec, a run record, a serving record."""
+    from fastmodel.lm.api import config_values
+
+    real = {"model": "llama3.1-70b", "system": "dgx-h100", "task": "llm-pretrain", "plan": "tp8.pp4", "num_nodes": 16}
+    lines = ['{"model": "llama2-70b", "system": "dc-a", "task": "llm-pretrain", "plan": "tp,ddp/mp", '
+             '"num_nodes": 16}', json.dumps(real), RUNS.read_text().splitlines()[0], json.dumps(SERVE)]
+    records = list(run_batch(lines))
+    assert [r["status"] for r in records] == ["ok"] * 4, records
+    alone = config_values("llama3.1-70b", "dgx-h100", "llm-pretrain", plan="tp8.pp4", num_nodes=16)
+    assert records[1]["iteration_time"] == alone["step_time"] and records[1]["plan"] == "tp8.pp4"
+    assert records[1]["mfu"] == alone["mfu"] and records[1]["memory_per_device"] == alone["memory_per_device"]
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    result = CliRunner().invoke(main, ["batch", str(path)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert [json.loads(line)["status"] for line in result.stdout.splitlines()] == ["ok"] * 4
+
+
+def test_real_world_spec_lines_give_run_s_one_line_reasons():
+    bad = [{"model": "llama3.1-70b", "system": "dgx-h100", "task": "llm-pretrain", "plan": "tp3"},
+           {"model": "llama3.1-70b", "system": "dgx-h100", "task": "llm-finetune"},
+           {"model": "llama3.1-70b", "system": "dgx-h100", "task": "llm-pretrain", "semantics": "madmax"},
+           {"model": "llama3.1-70b", "system": "dgx-h100", "task": "llm-pretrain", "plann": "tp8"}]
+    records = list(run_batch([json.dumps(line) for line in bad]))
+    assert "devices_not_divisible" in records[0]["status"]
+    assert "task.kind" in records[1]["status"] and "pretraining" in records[1]["status"]
+    assert "semantics 'default'" in records[2]["status"]
+    assert "unknown key 'plann'" in records[3]["status"] and "'plan'" in records[3]["status"]

@@ -16,8 +16,9 @@ from decimal import Decimal
 
 import pytest
 
+from fastmodel.engines import load_model, load_system, load_task
 from fastmodel.madmax.parallel.plans import Plan
-from fastmodel.spec.loader import builtin_names, load_model, load_system, load_task
+from fastmodel.spec.loader import builtin_names
 
 B, GF, TF, MB, GBps = 1e9, 1e9, 1e12, 1e6, 1e9
 
@@ -178,13 +179,14 @@ def test_every_builtin_loads_by_name():
     for name in names["system"]:
         load_system(name)
     from fastmodel.errors import SpecError
-    from fastmodel.serve.spec import load_serve_task
+    from fastmodel.madmax.spec.loader import load_task as load_madmax_task
+    from fastmodel.serve.spec import ServeTaskSpec, load_serve_task
 
     for name in names["task"]:
-        if name.startswith("serve-"):  # serving tasks (kind = "serve") are for sweep files, not load_task
-            assert load_serve_task(name).kind == "serve"
+        if name.startswith("serve-"):  # serving tasks (kind = "serve") belong to the serving engine
+            assert load_serve_task(name).kind == "serve" and isinstance(load_task(name), ServeTaskSpec)
             with pytest.raises(SpecError, match="a serving task"):
-                load_task(name)
+                load_madmax_task(name)
         else:
             load_task(name)
 

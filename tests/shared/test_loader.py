@@ -5,9 +5,10 @@ import json
 import pytest
 
 import fastmodel
+from fastmodel.engines import load_model, load_system, load_task
 from fastmodel.errors import PlanError, SpecError
 from fastmodel.madmax.spec.schema import json_schema
-from fastmodel.spec.loader import _builtin_data, builtin_names, load_model, load_system, load_task
+from fastmodel.spec.loader import _builtin_data, builtin_names
 from fastmodel.spec.quantity import parse_quantity
 from fastmodel.testing import EXPECTED_TO_VARIABLE, read_cases
 

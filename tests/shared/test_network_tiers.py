@@ -12,13 +12,14 @@ import numpy as np
 import pytest
 
 import fastmodel
+from fastmodel.engines import load_model, load_system, load_task
 from fastmodel.errors import SpecError
 from fastmodel.lm.loader import load_cluster
 from fastmodel.madmax.families import FAMILIES
 from fastmodel.madmax.lowering.params import _COL, param_table
 from fastmodel.madmax.spec.schema import json_schema
 from fastmodel.registry.madmax import COLUMNS
-from fastmodel.spec.loader import _builtin_data, load_model, load_system, load_task
+from fastmodel.spec.loader import _builtin_data
 from fastmodel.spec.network import NetworkTier
 from fastmodel.testing import assert_matches_reference, dev_cases
 

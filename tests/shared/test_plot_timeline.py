@@ -17,7 +17,7 @@ def config():
 
 @pytest.fixture(scope="module")
 def result(config):
-    from fastmodel.api import evaluate_config
+    from fastmodel.madmax.api import evaluate_config
 
     return evaluate_config(config)
 

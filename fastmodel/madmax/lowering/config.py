@@ -67,10 +67,9 @@ def check_task_fits_family(model: ModelSpec, task: TaskSpec) -> None:
 
 def resolve(model: ModelSpec, system: SystemSpec, task: TaskSpec, semantics: Semantics, plan: Plan | str | None = None) -> Config:
     """Check legality and derive local batches; raise PlanError/SpecError if impossible."""
-    from fastmodel.lm.spec import ClusterSpec, LMSpec
-
-    if isinstance(model, LMSpec) or isinstance(system, ClusterSpec):
-        which = f"model {model.name!r}" if isinstance(model, LMSpec) else f"system {system.name!r}"
+    real_model = getattr(model, "family", None) == "lm"     # a real-world spec (fastmodel/lm), by its content
+    if real_model or getattr(system, "kind", None) == "cluster":
+        which = f"model {model.name!r}" if real_model else f"system {system.name!r}"
         raise SpecError(None, "semantics", f"{which} is a real-world spec: evaluate it under semantics 'default', "
                         "not the MAD-Max model")
     check_task_fits_family(model, task)

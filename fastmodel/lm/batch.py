@@ -1,0 +1,194 @@
+"""``fastmodel batch`` lines of the real-world training engine: run records (RUNS.md) and spec lines.
+
+- :class:`RunRecords`: lines in the RUNS.md schema, detected by content; each record is lowered on its own
+  (a bad record gets its own one-line error) and a chunk's records are evaluated in one call.
+- :class:`SpecLines`: ``{"case"?, "model", "system", "task", "plan"?, "num_nodes"?, "execution"?}`` whose
+  model is a real-world spec (``family = "lm"``), as ``fastmodel run`` takes them.
+
+A line's ``iteration_time`` is its step time and ``memory_per_device`` its peak memory (the usual result
+keys); the real-world results come as the kind's own columns. ``measured`` is never read.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fastmodel.errors import FastmodelError
+from fastmodel.io.batch_kinds import Prepared, internal_error, one_line
+from fastmodel.spec.detect import is_real_world_model, is_run_record
+
+RUN_COLUMNS = ("step_time", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "hfu", "flops_per_token",
+               "pipeline_bubble", "exposed_tp", "exposed_dp")
+
+
+def _lower_all(cases, lower) -> tuple[list, dict[int, str]]:
+    lowered, errors = [], {}
+    for j, case in enumerate(cases):
+        try:
+            lowered.append((j, lower(case)))
+        except FastmodelError as error:
+            errors[j] = one_line(error)
+    return lowered, errors
+
+
+class RunRecords:
+    """Lines in the RUNS.md schema: the real-world model (docs/model.md §11)."""
+
+    name = "run_record"
+    columns = {"id": "string", **{name: "float64" for name in RUN_COLUMNS}}
+    takes_calibration = True
+
+    def __init__(self, calibration=None):
+        self.calibration = calibration       # a Calibration overlay for every record (None: physical values)
+        self.seen: dict[str, set] = {}       # device -> network tiers used by the records evaluated so far
+        self.frameworks: set = set()         # the records' framework texts (their software stacks)
+
+    def finish(self) -> None:
+        """After the last chunk: a ``CalibrationWarning`` per device or tier the calibration does not cover."""
+        if self.calibration is not None:
+            from fastmodel.lm.calibrate.use import check
+
+            check(self.calibration, self.seen, frameworks=self.frameworks)
+
+    def claims(self, case: dict) -> bool:
+        if type(case.get("model")) is not dict or type(case.get("plan")) is not dict:   # spec lines: no walk
+            return False
+        return is_run_record(case)
+
+    def prepare(self, cases: list[dict], default_semantics) -> Prepared:
+        from fastmodel.lm.engine import evaluate_table
+        from fastmodel.lm.records import lower_record
+        from fastmodel.lm.rules import plan_status
+
+        lowered, errors = _lower_all(cases, lower_record)
+        out = Prepared(errors=errors)
+        if not lowered:
+            return out
+        if self.calibration is not None:
+            from fastmodel.lm.calibrate.overlay import apply_calibration
+            from fastmodel.lm.calibrate.use import tiers_used
+
+            for _, record in lowered:
+                self.seen.setdefault(record.gpu, set()).update(tiers_used(record.columns))
+                self.frameworks.add(record.raw.get("framework"))
+            calibrated = apply_calibration([record for _, record in lowered], self.calibration)
+            lowered = [(j, record) for (j, _), record in zip(lowered, calibrated)]
+        params = np.stack([record.columns for _, record in lowered], axis=1)
+        status = plan_status(params)
+        results = evaluate_table(params, finite := np.zeros(len(lowered), dtype=np.int8))
+        status = np.where(status == 0, finite, status)         # not_finite: results that overflow
+        for k, (j, _) in enumerate(lowered):
+            if status[k]:
+                out.errors[j] = _status_error(int(status[k]))
+        legal = [(k, j, record.id) for k, (j, record) in enumerate(lowered) if not status[k]]
+        _fill(out, len(cases), self.columns, results, legal)
+        return out
+
+
+def _status_error(code: int) -> str:
+    """The error line of a batch line whose configuration got status ``code``."""
+    from fastmodel.registry.lm import STATUSES
+
+    name, message = STATUSES[code].name, STATUSES[code].message
+    return f"not_finite: {message}" if name == "not_finite" else f"plan: illegal plan ({name}): {message}"
+
+
+def _fill(out: Prepared, n: int, names: dict, results: dict, legal: list[tuple[int, int, str]]) -> None:
+    """``out``'s columns and results from the engine's ``results`` (by name, one value per evaluated
+    configuration k) for the lines ``j`` that were evaluated, each with its ``id`` (or plan label)."""
+    columns = {name: [None] * n for name in names}
+    values = {"iteration_time": [None] * n, "memory_per_device": [None] * n, "fits_memory": [None] * n}
+    first = next(iter(names))
+    for k, j, label in legal:
+        columns[first][j] = label
+        for name in RUN_COLUMNS:
+            columns[name][j] = float(results[name][k])
+        values["iteration_time"][j] = float(results["step_time"][k])
+        values["memory_per_device"][j] = float(results["memory_per_device"][k])
+        values["fits_memory"][j] = float(results["fits_memory"][k])
+    out.columns = columns
+    out.results = values
+
+
+class SpecLines:
+    """Lines whose model is a real-world spec (``family = "lm"``): ``{"case"?, "model", "system", "task",
+    "plan"?, "num_nodes"?, "semantics"?, "execution"?}`` -- the configuration ``fastmodel run`` evaluates
+    for the same options. Each distinct line is built once (its column vector, as a sweep point) and a
+    chunk's lines are evaluated in one call."""
+
+    name = "lm_spec"
+    columns = {"plan": "string", **{name: "float64" for name in RUN_COLUMNS}}
+    ALLOWED = frozenset(("case", "model", "system", "task", "plan", "num_nodes", "semantics", "execution"))
+
+    def __init__(self):
+        self._family: dict = {}
+
+    def claims(self, case: dict) -> bool:
+        model = case.get("model")
+        if type(model) is dict:
+            return is_real_world_model(model)
+        if type(model) is not str:
+            return False
+        found = self._family.get(model)
+        if found is None:
+            found = self._family[model] = _names_real_world_model(model)
+        return found
+
+    def _columns(self, case: dict, default_semantics):
+        from fastmodel import engines
+        from fastmodel.lm.sweep import point_columns
+
+        unknown = sorted(set(case) - self.ALLOWED - {"expected", "rule"})
+        if unknown:
+            from fastmodel.errors import nearest
+
+            raise FastmodelError(f"unknown key {unknown[0]!r}{nearest(unknown[0], self.ALLOWED)}")
+        for key in ("system", "task"):
+            if key not in case:
+                raise FastmodelError(f"missing key {key!r}")
+        engines.for_specs(case["model"], case.get("semantics", default_semantics), case["system"])
+        nodes = case.get("num_nodes")
+        if nodes is not None and (type(nodes) is not int or nodes < 1):
+            raise FastmodelError(f"num_nodes must be a positive integer (got {nodes!r})")
+        plan = case.get("plan")
+        if plan is None:
+            from fastmodel.lm.task import load_train_task
+
+            plan = load_train_task(case["task"]).plan
+        return point_columns(case["model"], case["system"], case["task"], plan=plan,
+                             execution=case.get("execution"), num_nodes=nodes), plan or "dp"
+
+    def prepare(self, cases: list[dict], default_semantics) -> Prepared:
+        from fastmodel.lm.engine import evaluate_table
+
+        out = Prepared()
+        built = []
+        for j, case in enumerate(cases):
+            try:
+                built.append((j, *self._columns(case, default_semantics)))
+            except FastmodelError as error:
+                out.errors[j] = one_line(error)
+            except Exception as error:  # noqa: BLE001 - a bad line must never stop the batch
+                out.errors[j] = internal_error(error)
+        if built:
+            status = np.zeros(len(built), dtype=np.int8)
+            results = evaluate_table(np.stack([columns for _, columns, _ in built], axis=1), status)
+            for k, (j, _, _) in enumerate(built):
+                if status[k]:
+                    out.errors[j] = _status_error(int(status[k]))
+            _fill(out, len(cases), self.columns, results,
+                  [(k, j, plan) for k, (j, _, plan) in enumerate(built) if not status[k]])
+        return out
+
+
+def _names_real_world_model(name: str) -> bool:
+    """Whether a model given by name or path is a real-world spec (False when it cannot be read: the MAD-Max
+    kind then reports why)."""
+    from fastmodel.spec.loader import resolve_source
+
+    try:
+        return is_real_world_model(resolve_source(name, "model")[0])
+    except Exception:  # noqa: BLE001 - not readable here: not ours to report
+        return False
+
+

@@ -1,0 +1,111 @@
+"""How a training run executes: ``ExecutionSpec``, every execution option of the real-world model once.
+
+A field whose name is a registry column (``fastmodel.registry.lm``) lowers to that column as it is (booleans
+as 0/1, code names through their code table); the few that are not columns (``vp = "unknown"``,
+``pipeline_schedule`` left to the virtual stages, ``grad_reduce_dtype``, ``recompute_num_layers``) are
+lowered by ``fastmodel.lm.lowering``. A field left ``None`` is decided by the run's software stack
+(``fastmodel.lm.stacks``: ``stack``, or the profile the ``framework`` text names), else the column's
+default. A run record's ``plan`` block accepts these same fields (``fastmodel.lm.record_schema``).
+
+To add an execution option: one field here (``None`` if stacks differ on it, with the profiles' defaults in
+``fastmodel/lm/stacks/``), its registry column, and its use in ``kernels/lm``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, NonNegativeInt, PositiveInt, model_validator
+
+from fastmodel.errors import FieldValueError
+from fastmodel.lm.stacks import STACK_NAMES
+from fastmodel.registry.lm import (
+    COLLECTIVE_ALGORITHMS,
+    CP_ALGORITHMS,
+    OPTIMIZER_CODES,
+    PIPELINE_SCHEDULES,
+    PRECISION_CODES,
+    RECOMPUTE_CODES,
+    SELECTIVE_POLICIES,
+    SHARDING_CODES,
+)
+
+#: bytes per gradient element of the data-parallel reduction, by ``grad_reduce_dtype``
+GRAD_REDUCE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0}
+
+
+
+def _virtual_stages(value):
+    if value == "unknown" or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    raise ValueError(f"expected a whole number >= 1 or \"unknown\" (got {value!r})")
+
+
+#: virtual stages per pipeline rank: a count, or "unknown" (resolved by the stack's rule)
+VirtualStages = Annotated[Annotated[int, Field(ge=1, le=1024)] | Literal["unknown"], BeforeValidator(_virtual_stages)]
+
+
+def _names(codes: dict) -> type:
+    """A Literal of a code table's names (so a code added to the registry is accepted at once)."""
+    return Literal[tuple(codes)]  # type: ignore[valid-type]
+
+
+class ExecutionSpec(BaseModel):
+    """How a training run executes: the ``plan`` block of a run record without its mesh degrees."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
+
+    # software stack
+    stack: _names(dict.fromkeys(STACK_NAMES)) | None = Field(  # type: ignore[valid-type]
+        None, description="Stack profile by name (fastmodel/lm/stacks); default: the one `framework` names.")
+    framework: str | None = Field("Megatron-Core", description="Framework text; picks the stack profile.")
+    # pipeline
+    vp: VirtualStages = Field(
+        1, description="Virtual stages per pipeline rank; \"unknown\": the stack's rule (interleaved).")
+    pipeline_schedule: _names(PIPELINE_SCHEDULES) | None = Field(  # type: ignore[valid-type]
+        None, description="Default: interleaved when vp > 1, else 1f1b.")
+    uneven_stages: bool = Field(False, description="Allow layers not divisible by pp x vp: the busiest stage "
+                                                   "holds ceil(layers / (pp x vp)) x vp layers.")
+    # data parallelism and sharding
+    sharding: _names(SHARDING_CODES) = "distopt"  # type: ignore[valid-type]
+    shard_degree: PositiveInt | None = Field(None, le=1 << 24, description="FSDP/HSDP shard group; default dp.")
+    overlap_grad_reduce: bool | None = None
+    overlap_param_gather: bool | None = None
+    collective_algorithm: _names(COLLECTIVE_ALGORITHMS) = "auto"  # type: ignore[valid-type]
+    collective_bucket_bytes: float | None = Field(None, ge=0, le=1e12)
+    fsdp_copy_out: bool | None = None
+    # tensor and context parallelism
+    sequence_parallel: bool = True
+    tp_comm_overlap: bool = False
+    cp_algorithm: _names(CP_ALGORITHMS) = "ring"  # type: ignore[valid-type]
+    # batch and recompute
+    micro_batch: PositiveInt = Field(1, le=1 << 20)
+    recompute: _names(RECOMPUTE_CODES) = "selective"  # type: ignore[valid-type]
+    recompute_fraction: float | None = Field(None, ge=0, le=1)
+    recompute_num_layers: NonNegativeInt | None = Field(None, le=4096)
+    selective_policy: _names(SELECTIVE_POLICIES) | None = None  # type: ignore[valid-type]
+    activation_offload: float = Field(0.0, ge=0, le=1, description="Share of activations held in host memory.")
+    # precision recipe and optimizer
+    precision: _names(PRECISION_CODES) = "bf16"  # type: ignore[valid-type]
+    fp8_params: bool = False
+    grad_reduce_dtype: _names(GRAD_REDUCE_BYTES) = "fp32"  # type: ignore[valid-type]
+    optimizer: _names(OPTIMIZER_CODES) = "adam"  # type: ignore[valid-type]
+    # kernels the stack sets
+    fused_kernels: bool | None = None
+    flash_attention: bool | None = None
+    dropout: bool | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        interleaved = self.vp == "unknown" or self.vp > 1
+        if self.pipeline_schedule == "interleaved" and not interleaved:
+            raise FieldValueError(("vp",), "pipeline_schedule 'interleaved' needs vp > 1 (or \"unknown\")")
+        if interleaved and self.pipeline_schedule in ("1f1b", "gpipe"):
+            raise FieldValueError(("pipeline_schedule",), f"{self.pipeline_schedule} runs one stage per rank; "
+                                  "vp > 1 needs an interleaved schedule")
+        return self
+
+    def plan_block(self, **degrees) -> dict:
+        """The ``plan`` block of a run record (RUNS.md) executing this way with mesh ``degrees``."""
+        data = self.model_dump(exclude={"framework", "stack"})
+        return {k: v for k, v in {**data, **degrees}.items() if v is not None}

@@ -1,0 +1,155 @@
+"""Specs -> the column vector of the real-world model (docs/model.md §11.1): the one lowering.
+
+``lower(model, cluster, execution, mesh, global_batch)`` builds one configuration's columns from an
+``LMSpec``, a ``ClusterSpec``, an ``ExecutionSpec`` and the mesh degrees. Sweeps lower their specs with a
+trivial mesh (``dp`` = the cluster) and overwrite axes per point; run records (``fastmodel.lm.records``)
+lower to the same four objects and then through this function.
+
+Order (later wins): registry defaults; the model; the device file of ``cluster.gpu``
+(``fastmodel.spec.devices``); the cluster's datasheet numbers; the mesh and the execution with its stack
+applied (``fastmodel.lm.stacks``); the cluster's ``efficiency`` overrides; the network tiers
+(``ClusterSpec.tiers``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from fastmodel.errors import SpecError, nearest
+from fastmodel.lm.execution import GRAD_REDUCE_BYTES
+from fastmodel.lm.table import encode
+from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
+from fastmodel.spec.devices import device_table
+
+#: the kernels' columns of tier 0 and tier 1 (domain size, bandwidth, efficiency, latency); tier 1's domain
+#: is the whole job (``n_gpus``)
+TIER_COLUMNS = (("domain_size", "intra_bw", "intra_eff", "intra_latency"),
+                (None, "inter_bw", "inter_eff", "inter_latency"))
+#: execution fields that are no column or need more than their value (lowered by ``execution_values``)
+SPECIAL_FIELDS = frozenset(("stack", "framework", "vp", "pipeline_schedule", "grad_reduce_dtype",
+                            "recompute_fraction", "recompute_num_layers", "shard_degree"))
+DEFAULT_RECOMPUTE_FRACTION = 0.5     # partial_layers without a fraction: every other block (TorchTitan)
+
+
+@dataclass(frozen=True)
+class Mesh:
+    """Degrees of one configuration; ``n_gpus = tp x pp x cp x dp`` (experts: ``etp x ep`` inside it)."""
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    ep: int = 1
+    etp: int = 1
+    dp: int = 1
+
+    @property
+    def n_gpus(self) -> int:
+        return self.tp * self.pp * self.cp * self.dp
+
+
+def model_values(model) -> dict[str, float]:
+    """The model columns of an ``LMSpec`` (MoE, MLA and sliding-window columns only where they apply)."""
+    values = {key: float(getattr(model, key)) for key in ("layers", "hidden", "ffn", "heads", "vocab", "seq_len")}
+    values["kv_heads"] = float(model.kv_heads if model.kv_heads is not None else model.heads)
+    values["head_dim"] = float(model.head_dim) if model.head_dim is not None else values["hidden"] / values["heads"]
+    values["gated_mlp"] = 1.0 if model.ffn_kind == "swiglu3" else 0.0
+    values["tied_embeddings"] = 1.0 if model.tied_embeddings else 0.0
+    values["moe_experts"] = float(model.moe_experts)
+    values["moe_topk"] = float(model.moe_topk)
+    if model.moe_experts > 0:
+        for key in ("moe_ffn", "moe_shared_experts", "dense_layers", "moe_capacity_factor"):
+            values[key] = float(getattr(model, key))
+    if model.attention == "mla":
+        values["mla"] = 1.0
+        for key in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "q_lora_rank"):
+            values[key] = float(getattr(model, key))
+    if model.sliding_window:
+        values["sliding_window"] = float(model.sliding_window)
+        layers = model.sliding_window_layers
+        values["sliding_window_layers"] = float(layers if layers is not None else model.layers)
+    values["mtp_layers"] = float(model.mtp_layers)
+    # Llama-style gated models use RMSNorm, GPT-style LayerNorm, unless the model says which
+    norm = model.normalization
+    values["rms_norm"] = values["gated_mlp"] if norm is None else (1.0 if "rms" in norm.lower() else 0.0)
+    return values
+
+
+def cluster_values(cluster) -> dict[str, float]:
+    """The device file of ``cluster.gpu`` overridden by the cluster's datasheet numbers."""
+    values = dict(device_table().get(cluster.gpu.lower(), {}))
+    values.update({
+        "peak_flops_16": cluster.peak_flops_bf16, "peak_flops_8": cluster.peak_flops_fp8 or 0.0,
+        "hbm_bytes": cluster.hbm_bytes, "hbm_bw": cluster.hbm_bw_bytes_s,
+        "intra_bw": cluster.intra_node_bw_bytes_s_per_gpu, "inter_bw": cluster.inter_node_bw_bytes_s_per_gpu,
+        "gpus_per_node": float(cluster.gpus_per_node),
+        "domain_size": float(cluster.nvlink_domain_size or cluster.gpus_per_node),
+    })
+    return values
+
+
+def execution_values(execution, model, mesh: Mesh, notes: list[str] | None = None) -> dict[str, float]:
+    """The plan columns of a resolved execution (its stack applied, ``vp`` a number) on ``mesh``."""
+    values = {key: float(getattr(mesh, key)) for key in ("tp", "pp", "cp", "ep", "etp", "dp")}
+    values["n_gpus"] = float(mesh.n_gpus)
+    for name in type(execution).model_fields:
+        value = getattr(execution, name)
+        if name not in SPECIAL_FIELDS and value is not None and name in COLUMN_INDEX:
+            values[name] = float(encode(name, value))
+    values["vp"] = float(execution.vp)
+    schedule = execution.pipeline_schedule or ("interleaved" if execution.vp > 1 else "1f1b")
+    values["pipeline_schedule"] = float(encode("pipeline_schedule", schedule))
+    values["grad_reduce_bytes"] = GRAD_REDUCE_BYTES[execution.grad_reduce_dtype]
+    if execution.sharding in ("fsdp", "hsdp"):
+        values["shard_degree"] = float(execution.shard_degree or mesh.dp)
+    if execution.recompute == "partial_layers":
+        values["recompute_fraction"] = recompute_fraction(execution, model.layers, notes)
+    return values
+
+
+def recompute_fraction(execution, layers: int, notes: list[str] | None = None) -> float:
+    """Share of layers fully recomputed under ``partial_layers``: the fraction given, else
+    ``recompute_num_layers / layers``, else 0.5 (with a note)."""
+    if execution.recompute_fraction is not None:
+        return float(execution.recompute_fraction)
+    if execution.recompute_num_layers is not None:
+        return execution.recompute_num_layers / float(layers)
+    if notes is not None:
+        notes.append(f"recompute_fraction unknown: {DEFAULT_RECOMPUTE_FRACTION} assumed")
+    return DEFAULT_RECOMPUTE_FRACTION
+
+
+def lower(model, cluster, execution, mesh: Mesh, global_batch: int, notes: list[str] | None = None,
+          source: str | None = None) -> np.ndarray:
+    """The column vector of ``model`` on ``cluster`` executed as ``execution`` on ``mesh`` with ``global_batch``
+    sequences per step. Notes of the stack and fill-in rules are appended to ``notes``; a SpecError (naming
+    ``source``) for what cannot run: an execution its stack cannot run (FP8 without an FP8 peak is the rule
+    table's ``no_fp8``)."""
+    from fastmodel.lm.stacks import resolve
+
+    try:
+        execution = resolve(execution, mesh.pp, model.layers, notes)
+    except ValueError as error:
+        raise SpecError(source, "execution.vp", str(error)) from None
+    if execution.recompute_num_layers is not None and execution.recompute_num_layers > model.layers:
+        raise SpecError(source, "execution.recompute_num_layers",
+                        f"{execution.recompute_num_layers} exceeds the model's {model.layers} layers")
+    values = model_values(model)
+    values.update(cluster_values(cluster))
+    values.update(execution_values(execution, model, mesh, notes))
+    values["global_batch"] = float(global_batch)
+    # FP8 on a device without an FP8 peak is the rule table's no_fp8 (kernels/lm/rules.py): a sweep marks the
+    # point, a single run or record raises the PlanError, the same rule either way
+    columns = np.array([c.default for c in COLUMNS], dtype=np.float64)
+    for key, value in values.items():
+        columns[COLUMN_INDEX[key]] = value
+    for name, value in cluster.efficiency.items():
+        if name not in COLUMN_INDEX:
+            raise SpecError(cluster.name, f"efficiency.{name}", f"unknown column{nearest(name, COLUMN_INDEX)}")
+        columns[COLUMN_INDEX[name]] = value
+    for tier, names in zip(cluster.tiers, TIER_COLUMNS):  # the network columns come from the tier list
+        for name, value in zip(names, (tier.domain_size, tier.bandwidth_per_device_bytes_per_s, tier.efficiency,
+                                       tier.latency_s)):
+            if name is not None:
+                columns[COLUMN_INDEX[name]] = value
+    return columns

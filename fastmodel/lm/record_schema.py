@@ -1,0 +1,240 @@
+"""The typed schema of a training run record (``RUNS.md``): its blocks, their bounds and invariants.
+
+Strict like spec files: counts are integers (a fractional layer count or TP degree is refused), booleans
+come only from JSON booleans (``"false"`` is an error, not true), strings are never read as numbers, keys
+outside the schema are refused with the nearest valid key, magnitudes stay inside the registry's column
+bounds (``fastmodel.registry.lm``), and RUNS.md's invariants hold (``check_invariants``). JSON ``null``
+means "absent". Informational fields (``source_ref``, ``assumptions``, ``flags``, ``notes``,
+``recompute_detail``, ``network``...) are accepted and not read. ``measured`` is not checked here: only
+``validate`` and ``calibrate`` read it (``MeasuredBlock``).
+
+The ``plan`` block accepts every ``ExecutionSpec`` field under its own name (``PlanBlock`` is derived from
+it), plus the mesh degrees and RUNS.md's batch and informational fields.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    PositiveInt,
+    ValidationError,
+    create_model,
+    model_validator,
+)
+
+from fastmodel.errors import FieldValueError, SpecError, nearest
+from fastmodel.lm.execution import ExecutionSpec
+from fastmodel.lm.spec import LMSpec
+from fastmodel.lm.stacks import STACK_NAMES
+from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS, PIPELINE_SCHEDULES, RECOMPUTE_CODES
+
+
+def _bounds(column: str, default: Any = ..., **kw) -> Any:
+    """A Field bounded like the registry column ``column``."""
+    spec = COLUMNS[COLUMN_INDEX[column]]
+    return Field(default, ge=spec.lo, le=spec.hi, **kw)
+
+
+def _drop_nulls(data: Any, fields) -> Any:
+    """``data`` without the known fields set to null (an unknown key stays, to be refused even when null)."""
+    return {k: v for k, v in data.items() if v is not None or k not in fields} if isinstance(data, dict) else data
+
+
+class _Block(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nulls_are_absent(cls, data):
+        return _drop_nulls(data, cls.model_fields)
+
+
+Text = Annotated[str, Field(max_length=100_000)]
+TextOrList = Text | list[Text]
+
+
+class ModelBlock(LMSpec):
+    """RUNS.md ``model``: an ``LMSpec`` (``name`` and ``ffn_kind`` optional) plus informational fields."""
+
+    name: str = ""
+    ffn_kind: Literal["gelu2", "swiglu3"] = "gelu2"
+    activation: Text | None = None
+    pos_emb: Text | None = None
+    embedding_layernorm: bool | None = None
+    moe_pad_to_capacity: bool | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nulls_are_absent(cls, data):
+        return _drop_nulls(data, cls.model_fields)
+
+
+class SystemBlock(_Block):
+    """RUNS.md ``system``: the device's datasheet numbers and the job's size, in SI units."""
+
+    gpu: str = Field(min_length=1, max_length=200)
+    n_gpus: int = _bounds("n_gpus")
+    gpus_per_node: int = _bounds("gpus_per_node")
+    nvlink_domain_size: int | None = _bounds("domain_size", None)
+    peak_flops_bf16: float = _bounds("peak_flops_16")
+    peak_flops_fp8: float | None = _bounds("peak_flops_8", None)
+    hbm_bytes: float = _bounds("hbm_bytes")
+    hbm_bw_bytes_s: float = _bounds("hbm_bw")
+    intra_node_bw_bytes_s_per_gpu: float = _bounds("intra_bw")
+    inter_node_bw_bytes_s_per_gpu: float = _bounds("inter_bw")
+    network: Text | None = None
+    inter_node_bw_assumed: bool | None = None
+    intra_node_bw_assumed: bool | None = None
+
+
+def _schedule_name(value: Any) -> Any:
+    """``"interleaved 1F1B, sync P2P (...)"`` -> ``"interleaved"``: a schedule name, then an optional remark."""
+    if isinstance(value, str):
+        head = re.split(r"[\s,;(]", value.strip(), maxsplit=1)[0].lower()
+        return head if head in PIPELINE_SCHEDULES else value
+    return value
+
+
+#: ExecutionSpec fields whose record default or type differs from an execution spec's (RUNS.md fill-ins)
+_PLAN_OVERRIDES: dict[str, tuple] = {
+    "sequence_parallel": (bool, False),
+    "recompute": (Literal[(*RECOMPUTE_CODES, "unknown")], "none"),  # type: ignore[misc]
+    "micro_batch": (PositiveInt | None, _bounds("micro_batch", None)),
+    "pipeline_schedule": (Annotated[Literal[tuple(PIPELINE_SCHEDULES)], BeforeValidator(_schedule_name)]  # type: ignore[misc]
+                          | None, None),
+}
+#: RUNS.md plan fields that are no execution option: the mesh, the batch, and informational fields
+_PLAN_FIELDS: dict[str, tuple] = {
+    "tp": (int, _bounds("tp")), "pp": (int, _bounds("pp")), "cp": (int, _bounds("cp", 1)),
+    "ep": (int, _bounds("ep", 1)), "etp": (int, _bounds("etp", 1)), "dp": (int | None, _bounds("dp", None)),
+    "global_batch": (int, _bounds("global_batch")), "grad_accum": (PositiveInt | None, Field(None, le=1 << 30)),
+    "replicate_degree": (PositiveInt | None, Field(None, le=1 << 24)),
+    "activation_offload_layers": (NonNegativeInt | None, Field(None, le=4096)),
+    "recompute_detail": (Text | None, None), "recompute_modules": (TextOrList | None, None),
+    "fp8_recipe": (Text | None, None), "cuda_graphs": (bool | None, None), "moe_a2a_overlap": (bool | None, None),
+    "moe_dispatcher": (Text | None, None), "moe_grouped_gemm": (bool | None, None),
+    "pipeline_layer_balance": (Text | None, None),
+}
+#: plan fields recorded but not modelled yet -> the value the model assumes (a note names any other value;
+#: None: every value is noted)
+UNMODELLED = {"cuda_graphs": False, "moe_a2a_overlap": False, "moe_grouped_gemm": None, "fp8_recipe": None,
+              "moe_dispatcher": "alltoall"}
+EXECUTION_FIELDS = tuple(name for name in ExecutionSpec.model_fields if name not in ("framework", "stack"))
+
+PlanBlock = create_model(
+    "PlanBlock", __base__=_Block, __doc__="RUNS.md ``plan``: the mesh, the batch and every execution option.",
+    **{**{name: (ExecutionSpec.model_fields[name].annotation, ExecutionSpec.model_fields[name])
+          for name in EXECUTION_FIELDS}, **_PLAN_OVERRIDES, **_PLAN_FIELDS},
+)
+
+
+class RecordSchema(_Block):
+    """One RUNS.md record: the three blocks, the software, and informational fields."""
+
+    id: str | int = ""
+    source: Text = ""
+    source_ref: Text | None = None
+    reliability: Text | None = None
+    workload: Text | None = None
+    framework: Text | None = None
+    stack: Literal[STACK_NAMES] | None = None  # type: ignore[valid-type]
+    model: ModelBlock
+    system: SystemBlock
+    plan: PlanBlock  # type: ignore[valid-type]
+    measured: Any = None
+    assumptions: TextOrList | None = None
+    flags: TextOrList | None = None
+    notes: TextOrList | None = None
+    parallelism_kind: Text | None = None
+    tier: Literal[1, 2] | None = None
+    tier2_reasons: TextOrList | None = None
+
+    @model_validator(mode="after")
+    def _invariants(self):
+        check_invariants(self.model, self.system, self.plan)
+        return self
+
+
+def check_invariants(model, system, plan) -> None:
+    """RUNS.md's cross-field invariants; a FieldValueError naming the field to fix."""
+    def fail(path: str, reason: str):
+        raise FieldValueError(tuple(path.split(".")), reason)
+
+    replica = plan.tp * plan.pp * plan.cp
+    if plan.dp is not None and replica * plan.dp != system.n_gpus:
+        fail("plan.dp", f"tp*pp*cp*dp = {replica * plan.dp} but system.n_gpus = {system.n_gpus} (RUNS.md invariant)")
+    if system.n_gpus % replica:
+        fail("plan.tp", f"tp*pp*cp = {replica} does not divide system.n_gpus = {system.n_gpus}")
+    dp = system.n_gpus // replica
+    if plan.micro_batch is not None and plan.grad_accum is not None \
+            and plan.micro_batch * dp * plan.grad_accum != plan.global_batch:
+        fail("plan.global_batch", f"{plan.global_batch} != micro_batch*dp*grad_accum = "
+             f"{plan.micro_batch}*{dp}*{plan.grad_accum} (RUNS.md invariant)")
+    if plan.micro_batch is None and plan.grad_accum is not None and plan.global_batch % (dp * plan.grad_accum):
+        fail("plan.grad_accum", f"global_batch {plan.global_batch} is not a multiple of dp*grad_accum = "
+             f"{dp * plan.grad_accum}: micro_batch would be fractional")
+    if plan.global_batch < (plan.micro_batch or 1) * dp:
+        fail("plan.global_batch", f"{plan.global_batch} is smaller than micro_batch x dp = {(plan.micro_batch or 1) * dp}")
+    if plan.shard_degree is not None and (plan.shard_degree > dp or dp % plan.shard_degree):
+        fail("plan.shard_degree", f"{plan.shard_degree} must divide dp = {dp}")
+    if plan.replicate_degree is not None and plan.shard_degree is not None \
+            and plan.replicate_degree * plan.shard_degree != dp:
+        fail("plan.replicate_degree", f"replicate_degree*shard_degree = {plan.replicate_degree * plan.shard_degree} "
+             f"but dp = {dp}")
+    if plan.vp != 1 and plan.pp == 1:
+        fail("plan.vp", f"vp = {plan.vp!r} needs pp > 1 (virtual stages interleave a pipeline)")
+    for key in ("recompute_num_layers", "activation_offload_layers"):
+        if (getattr(plan, key) or 0) > model.layers:
+            fail(f"plan.{key}", f"{getattr(plan, key)} exceeds the model's {model.layers} layers")
+
+
+class MeasuredBlock(BaseModel):
+    """RUNS.md ``measured``, as ``validate`` and ``calibrate`` read it: a positive, finite step time (and
+    memory when given); other keys are informational."""
+
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False, strict=True)
+    step_time_s: float = Field(gt=0, le=1e9)
+    memory_gib: float | None = Field(None, gt=0, le=1e6)
+
+
+#: the schema class of each block, to name the valid keys of a typo
+BLOCKS: dict[str, type[BaseModel]] = {"": RecordSchema, "model": ModelBlock, "system": SystemBlock,
+                                      "plan": PlanBlock, "measured": MeasuredBlock}
+
+
+def record_error(error: ValidationError, source: str | None, prefix: tuple = ()) -> SpecError:
+    """The first problem of a record's validation as one line ``source: block.field: reason``."""
+    errors = sorted(error.errors(), key=lambda e: e["type"] != "extra_forbidden")  # typos explain "missing"
+    first = errors[0]
+    loc = (*prefix, *first["loc"])
+    blamed = first.get("ctx", {}).get("error")
+    if isinstance(blamed, FieldValueError):
+        loc = (*loc, *blamed.path)
+    loc = _field_path(loc)
+    field = ".".join(map(str, loc)) or "record"
+    if first["type"] == "extra_forbidden":
+        block = BLOCKS.get(str(loc[0]) if len(loc) > 1 else "", RecordSchema)
+        reason = "unknown field" + nearest(str(loc[-1]), block.model_fields)
+    elif first["type"] == "missing":
+        reason = "required field missing"
+    else:
+        reason = first["msg"].removeprefix("Value error, ")
+        if first["type"] not in ("value_error", "model_type") and "input" in first:
+            reason += f" (got {first['input']!r:.100})"
+        if first["type"] == "literal_error":
+            reason += nearest(str(first.get("input")), re.findall(r"'([^']*)'", first["ctx"]["expected"]))
+    return SpecError(source, field, reason)
+
+
+def _field_path(loc: tuple) -> tuple:
+    """``loc`` cut after the field: union-member tags pydantic appends (``int``, ``literal['unknown']``) go."""
+    if loc and loc[0] in BLOCKS and loc[0] != "":
+        return tuple(loc[:2])
+    return tuple(loc[:1])

@@ -1,0 +1,54 @@
+"""``fastmodel run`` of the real-world training model: one configuration or one run record as a report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fastmodel.analysis.run_report import RunReport
+
+
+def calibrated_suffix(cal) -> str:
+    """Title suffix naming the calibration applied (empty without one)."""
+    if cal is None:
+        return ""
+    return f", calibration {Path(cal.source).name} (sha256 {cal.fingerprint()[:12]})"
+
+
+def _report(values: dict, attrs: dict, title: str) -> RunReport:
+    from fastmodel.lm.api import format_report
+
+    record = {"title": title, **{name: float(v) for name, v in values.items()}}
+    record.update({k: v for k, v in attrs.items() if k.startswith("calibration")})
+    return RunReport(format_report(values, title), record)
+
+
+def run_one(model: Any, system: Any, task: Any, *, semantics: Any = "default", plan: str | None = None,
+            num_nodes: int | None = None, calibration: Any = None) -> RunReport:
+    """One real-world configuration (a task's mesh plan applies when ``plan`` is None)."""
+    from fastmodel.lm.loader import load_lm_model
+    from fastmodel.lm.task import load_train_task
+
+    spec = load_lm_model(model)
+    train = load_train_task(task)
+    plan = plan if plan is not None else train.plan
+    name = semantics if isinstance(semantics, str) else getattr(semantics, "name", "custom")
+    title = (f"{spec.name} on {system}" + (f" x {num_nodes} nodes" if num_nodes else "")
+             + f", plan {plan or 'dp'}, semantics {name}" + calibrated_suffix(calibration))
+    if calibration is None:  # no xarray: the report needs only the numbers
+        from fastmodel.lm.api import config_values
+
+        return _report(config_values(spec, system, train, plan=plan, num_nodes=num_nodes), {}, title)
+    from fastmodel.lm.api import evaluate_lm, report_values
+
+    ds = evaluate_lm(spec, system, train, plan=plan, num_nodes=num_nodes, calibration=calibration)
+    return _report(report_values(ds), ds.attrs, title)
+
+
+def run_record(data: dict, source: str | None = None, calibration: Any = None) -> RunReport:
+    """One run record (RUNS.md); its ``measured`` block is not read."""
+    from fastmodel.lm.api import record_values
+
+    values, attrs = record_values(data, source, calibration=calibration)
+    title = f"{data.get('id') or source} (run record; measured values ignored)" + calibrated_suffix(calibration)
+    return _report(values, attrs, title)

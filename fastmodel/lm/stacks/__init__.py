@@ -1,0 +1,63 @@
+"""Framework stack profiles (docs/model.md §11.8): which software ran, and the execution defaults it sets.
+
+One module per profile: ``megatron_core`` (Megatron-Core / NeMo), ``megatron_2021`` (Megatron 2021-22 /
+Megatron-DeepSpeed), ``deepspeed`` (DeepSpeed ZeRO), ``pytorch_fsdp`` (FSDP1, 1.x and 2.x), ``torchtitan``
+(TorchTitan / FSDP2), ``meta`` (Meta internal), ``default`` (a framework text naming none); ``base`` holds
+the profile type and the parse of a ``framework`` string. An execution (``ExecutionSpec.stack``) or a run
+record (top-level ``stack``) may name a profile explicitly; otherwise its ``framework`` text picks one.
+
+To add a profile: a module with its ``PROFILE`` and a place in ``PROFILES`` (derived frameworks before
+their bases).
+"""
+
+from __future__ import annotations
+
+from fastmodel.lm.stacks import deepspeed, default, megatron_2021, megatron_core, meta, pytorch_fsdp, torchtitan
+from fastmodel.lm.stacks.base import StackProfile, tokens
+
+#: every profile, in the order a framework text is matched (derived frameworks before their bases)
+PROFILES: tuple[StackProfile, ...] = (
+    megatron_2021.PROFILE, torchtitan.PROFILE, pytorch_fsdp.PROFILE, deepspeed.PROFILE, meta.PROFILE,
+    megatron_core.PROFILE, default.PROFILE,
+)
+BY_NAME: dict[str, StackProfile] = {profile.name: profile for profile in PROFILES}
+STACK_NAMES: tuple[str, ...] = tuple(BY_NAME)
+#: the profile of an execution or record without a ``framework`` text
+ABSENT_FRAMEWORK = megatron_2021.PROFILE
+
+
+def profile_for(framework: str | None, stack: str | None = None) -> tuple[StackProfile, str | None]:
+    """(profile, note or None): the explicit ``stack`` if given, else the profile ``framework`` names
+    (``stacks.base`` documents the parse); no framework: Megatron 2021-22; a text naming none: ``default``."""
+    if stack is not None:
+        return BY_NAME[stack], None
+    if framework is None:
+        return ABSENT_FRAMEWORK, f"no framework: stack {ABSENT_FRAMEWORK.name} ({ABSENT_FRAMEWORK.title}) assumed"
+    text = tokens(framework)
+    for profile in PROFILES:
+        if profile.named_in(text):
+            return profile, None
+    return default.PROFILE, (f"framework {framework!r} names no known stack: profile 'default' "
+                             "(registry defaults) assumed")
+
+
+def resolve(execution, pp: int, layers: int, notes: list[str] | None = None):
+    """The execution with its stack applied: ``stack`` set, the fields it leaves ``None`` that its profile
+    decides filled in, and ``vp = "unknown"`` replaced by the profile's rule (a ValueError if the stack
+    cannot interleave). Notes (framework not recognised, the vp rule) are appended to ``notes``."""
+    profile, note = profile_for(execution.framework, execution.stack)
+    update = {"stack": profile.name}
+    for name, value in profile.defaults(execution, execution.framework).items():
+        if getattr(execution, name) is None:
+            update[name] = value
+    if execution.vp == "unknown":
+        vp, rule = profile.unknown_vp(pp, layers)
+        update["vp"] = vp
+        if notes is not None:
+            notes.append(f"vp unknown: {vp} ({rule})")
+    if note and notes is not None:
+        notes.append(note)
+    return execution.model_copy(update=update)
+
+
+__all__ = ["PROFILES", "STACK_NAMES", "BY_NAME", "StackProfile", "profile_for", "resolve", "tokens"]

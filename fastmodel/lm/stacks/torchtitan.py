@@ -1,0 +1,27 @@
+"""TorchTitan and PyTorch FSDP2 (per-parameter sharding): stack ``torchtitan``.
+
+Eager element-wise ops and op-level selective recompute as every PyTorch-native stack; FSDP2 copies each
+gathered layer out of the all-gather buffer into its parameter tensors, a read and a write of the layer's
+parameters per gather (pytorch/pytorch RFC #114299; FSDP1's flat parameters are views of the buffer).
+"""
+
+from fastmodel.lm.stacks.base import StackProfile
+
+
+def defaults(execution, framework: str | None) -> dict:
+    return {"fsdp_copy_out": True, "fused_kernels": False, "selective_policy": "op"}
+
+
+def unknown_vp(pp: int, layers: int) -> tuple[int, str]:
+    return 2, ("2 virtual stages per rank: TorchTitan's default for multi-stage (interleaved) schedules when "
+               "no split is given (torchtitan/distributed/pipeline.py, generate_split_points, 2025-04)")
+
+
+PROFILE = StackProfile(
+    name="torchtitan",
+    title="TorchTitan / FSDP2",
+    names=("torchtitan", "fsdp2"),
+    source="pytorch/pytorch RFC #114299 (FSDP2); torchtitan/distributed/pipeline.py",
+    defaults=defaults,
+    unknown_vp=unknown_vp,
+)

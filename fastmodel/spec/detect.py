@@ -1,0 +1,53 @@
+"""What an input is, read from its content alone: the cheap key checks every engine and loader share.
+
+Nothing here validates: it says which kind of input a dict (or spec object) is, so that
+:mod:`fastmodel.engines` can choose the engine before any wing is imported.
+
+- a run record (``RUNS.md``): ``model``, ``system`` and ``plan`` blocks (a record missing ``plan.tp`` is still a
+  record, so that its error names ``plan.tp``);
+- a serving record (``SERVE_RUNS.md``): ``model``, ``system`` and ``serve`` blocks;
+- a real-world model (``family = "lm"``), cluster (``kind = "cluster"``) or serving task (``kind = "serve"``);
+- anything else is a MAD-Max spec (fastmodel's family specs or the reference's JSON formats).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+RUN_RECORD_BLOCKS = ("model", "system", "plan")
+SERVE_RECORD_BLOCKS = ("model", "system", "serve")
+#: ``family`` of the real-world model's specs (fastmodel/lm/spec.py)
+REAL_WORLD_FAMILY = "lm"
+#: ``kind`` of the real-world model's system specs
+CLUSTER_KIND = "cluster"
+#: ``kind`` of serving task specs (fastmodel/serve/spec.py)
+SERVE_TASK_KIND = "serve"
+
+
+def is_run_record(data: Any) -> bool:
+    """True for a dict in the RUNS.md schema."""
+    return isinstance(data, dict) and all(isinstance(data.get(k), dict) for k in RUN_RECORD_BLOCKS)
+
+
+def is_serve_record(data: Any) -> bool:
+    """True for a dict in the SERVE_RUNS.md schema."""
+    return isinstance(data, dict) and all(isinstance(data.get(k), dict) for k in SERVE_RECORD_BLOCKS)
+
+
+def field(data: Any, name: str):
+    """``data[name]`` of a dict, or the attribute of a spec object; None when absent."""
+    if isinstance(data, dict):
+        return data.get(name)
+    return getattr(data, name, None)
+
+
+def is_real_world_model(data: Any) -> bool:
+    return field(data, "family") == REAL_WORLD_FAMILY
+
+
+def is_cluster(data: Any) -> bool:
+    return field(data, "kind") == CLUSTER_KIND
+
+
+def is_serve_task(data: Any) -> bool:
+    return field(data, "kind") == SERVE_TASK_KIND

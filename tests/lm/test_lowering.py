@@ -1,0 +1,98 @@
+"""Specs lower straight to columns (issue 21 item 2): one function for sweeps and run records."""
+
+import numpy as np
+import pytest
+
+from fastmodel.errors import SpecError
+from fastmodel.lm.execution import ExecutionSpec
+from fastmodel.lm.loader import load_cluster, load_lm_model
+from fastmodel.lm.lowering import Mesh, lower
+from fastmodel.lm.records import lower_record
+from fastmodel.lm.sweep import base_columns, point_columns
+from fastmodel.lm.table import encode
+from fastmodel.registry.lm import COLUMN_INDEX as C
+from fastmodel.registry.lm import COLUMNS
+
+EXECUTIONS = [
+    ExecutionSpec(),
+    ExecutionSpec(framework="TorchTitan (FSDP2)", sharding="fsdp", recompute="full", sequence_parallel=False),
+    ExecutionSpec(framework=None, sharding="fsdp", precision="fp16", recompute="partial_layers"),
+    ExecutionSpec(framework="PyTorch 1.10 FSDP", sharding="hsdp", shard_degree=2, grad_reduce_dtype="bf16"),
+    ExecutionSpec(stack="deepspeed", vp=2, micro_batch=2, tp_comm_overlap=True, optimizer="sgd",
+                  recompute="partial_layers", recompute_num_layers=8),
+]
+
+
+@pytest.mark.parametrize("model_name, cluster_name", [("llama3.1-8b", "dgx-h100"), ("deepseek-v3", "dgx-h100"),
+                                                      ("llama3.1-70b", "dgx-a100-40gb")])
+@pytest.mark.parametrize("execution", EXECUTIONS, ids=range(len(EXECUTIONS)))
+def test_a_spec_and_the_run_record_describing_it_lower_to_the_same_columns(model_name, cluster_name, execution):
+    model, cluster = load_lm_model(model_name), load_cluster(cluster_name, 2)
+    if execution.precision == "fp8" and not cluster.peak_flops_fp8:
+        pytest.skip("no FP8 peak")
+    mesh = Mesh(tp=2, pp=2, dp=cluster.n_gpus // 4)
+    record = {"id": "r", "framework": execution.framework, "stack": execution.stack,
+              "model": model.record_block(), "system": cluster.record_block(),
+              "plan": execution.plan_block(tp=2, pp=2, global_batch=64 * mesh.dp)}
+    got = lower(model, cluster, execution, mesh, 64 * mesh.dp)
+    want = lower_record(record).columns
+    if model.layers % (2 * (execution.vp if execution.vp != "unknown" else 2)):
+        want[C["uneven_stages"]] = 0.0           # a record that ran says so; the spec leaves it to the rules
+    np.testing.assert_array_equal(got, want)
+
+
+def test_a_sweep_base_is_the_lowering_with_a_trivial_mesh():
+    model, cluster = load_lm_model("llama3.1-70b"), load_cluster("dgx-h100", 4)
+    execution = ExecutionSpec(sharding="fsdp")
+    base = base_columns(model, cluster, execution, 512)
+    np.testing.assert_array_equal(base, lower(model, cluster, execution, Mesh(dp=32), 512))
+    assert (base[C["n_gpus"]], base[C["dp"]], base[C["shard_degree"]]) == (32, 32, 32)
+
+
+def test_one_point_is_the_base_with_its_mesh():
+    columns = point_columns("llama3.1-70b", "dgx-h100", "llm-pretrain", plan="tp8.pp4", num_nodes=16)
+    assert (columns[C["tp"]], columns[C["pp"]], columns[C["dp"]], columns[C["n_gpus"]]) == (8, 4, 4, 128)
+
+
+def test_every_execution_field_named_like_a_column_reaches_its_column():
+    model, cluster = load_lm_model("llama3.1-8b"), load_cluster("dgx-h100", 1)
+    changed = {"uneven_stages": True, "sharding": "zero2", "overlap_grad_reduce": False,
+               "overlap_param_gather": False, "collective_algorithm": "tree", "collective_bucket_bytes": 1e7,
+               "fsdp_copy_out": True, "sequence_parallel": True, "tp_comm_overlap": True, "cp_algorithm": "alltoall",
+               "micro_batch": 4, "recompute": "full", "selective_policy": "op", "activation_offload": 0.25,
+               "precision": "fp8", "fp8_params": True, "optimizer": "adafactor", "fused_kernels": False,
+               "flash_attention": False, "dropout": True}
+    columns = [name for name in ExecutionSpec.model_fields if name in C and name not in ("vp", "pipeline_schedule",
+                                                                                       "recompute_fraction",
+                                                                                       "shard_degree")]
+    assert sorted(columns) == sorted(changed)            # a new column-named field needs a value here
+    got = lower(model, cluster, ExecutionSpec(**changed), Mesh(dp=8), 64)
+    for name, value in changed.items():
+        assert got[C[name]] == float(encode(name, value)) != COLUMNS[C[name]].default, name
+
+
+def test_fields_lowered_by_rule():
+    model, cluster = load_lm_model("llama3.1-70b"), load_cluster("dgx-h100", 2)     # 80 layers
+
+    def col(name, **fields):
+        return lower(model, cluster, ExecutionSpec(**fields), Mesh(pp=4, dp=4), 64)[C[name]]
+
+    assert col("grad_reduce_bytes", grad_reduce_dtype="bf16") == 2 and col("grad_reduce_bytes") == 4
+    assert col("recompute_fraction", recompute="partial_layers", recompute_num_layers=20) == 0.25
+    assert col("recompute_fraction", recompute="partial_layers") == 0.5
+    assert col("recompute_fraction", recompute="full", recompute_fraction=0.3) == 0     # only partial_layers
+    assert col("pipeline_schedule", vp=4) == 1 and col("pipeline_schedule") == 0
+    assert col("vp", vp="unknown") == 2                   # Megatron-Core: the stack's rule
+    assert col("shard_degree", sharding="fsdp") == 4 and col("shard_degree", sharding="hsdp", shard_degree=2) == 2
+    assert col("shard_degree", sharding="distopt", shard_degree=2) == 0
+    with pytest.raises(SpecError, match="execution.recompute_num_layers: 81 exceeds the model's 80 layers"):
+        col("recompute_fraction", recompute="partial_layers", recompute_num_layers=81)
+    with pytest.raises(SpecError, match=r"execution\.vp: DeepSpeed's pipeline engine"):
+        col("vp", vp="unknown", stack="deepspeed")
+
+
+def test_an_execution_spec_is_strict():
+    for bad in ({"vp": 1.0}, {"sequence_parallel": "true"}, {"stack": "nemo"}, {"recompute_fraction": 2.0},
+                {"pipeline_schedule": "interleaved"}, {"vp": 2, "pipeline_schedule": "gpipe"}, {"sharding": "zero3"}):
+        with pytest.raises(ValueError):
+            ExecutionSpec(**bad)

@@ -1,0 +1,149 @@
+"""Run records (RUNS.md) validated like spec files: types, bounds, invariants, one-line errors (issue 25 item 1)."""
+
+import copy
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from fastmodel.cli import main
+from fastmodel.errors import SpecError
+from fastmodel.lm.records import lower_record, measured_step_time, read_records, with_measurements
+from fastmodel.registry.lm import COLUMN_INDEX as C
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+LINES = (DATA / "runs_dev.jsonl").read_text().splitlines()
+GPT22B = json.loads(LINES[0])                      # GPT-22B, 8 A100s, tp 8, no framework
+LLAMA3 = json.loads(next(line for line in LINES if "llama3-paper-405b-s8192-n8192" in line))
+
+
+def changed(record=GPT22B, **paths):
+    """A copy of ``record`` with ``block__field=value`` set (``value`` DELETE removes the field)."""
+    data = copy.deepcopy(record)
+    for path, value in paths.items():
+        *blocks, key = path.split("__")
+        node = data
+        for block in blocks:
+            node = node[block]
+        if value is DELETE:
+            node.pop(key)
+        else:
+            node[key] = value
+    return data
+
+
+DELETE = object()
+
+REFUSED = [
+    ({"plan__tp": DELETE}, "plan.tp: required field missing"),
+    ({"plan__sequence_parallel": "false"}, "plan.sequence_parallel: Input should be a valid boolean"),
+    ({"plan__sequence_paralel": True}, "plan.sequence_paralel: unknown field (did you mean 'sequence_parallel'?)"),
+    ({"framwork": "NeMo"}, "framwork: unknown field (did you mean 'framework'?)"),
+    ({"model__layers": 47.5}, "model.layers: Input should be a valid integer"),
+    ({"model__layers": 48.0}, "model.layers: Input should be a valid integer"),
+    ({"plan__micro_batch": 4.0}, "plan.micro_batch: Input should be a valid integer"),
+    ({"plan__tp": "8"}, "plan.tp: Input should be a valid integer"),
+    ({"model__kv_heads": 128}, "model.kv_heads: 128 kv heads must divide the 64 query heads"),
+    ({"model__kv_heads": 48}, "model.kv_heads: 48 kv heads must divide the 64 query heads"),
+    ({"model__moe_experts": 8, "model__moe_topk": 9, "model__moe_ffn": 1024}, "model.moe_topk: 9 exceeds moe_experts 8"),
+    ({"plan__sharding": "fsdp", "plan__shard_degree": 2}, "plan.shard_degree: 2 must divide dp = 1"),
+    ({"plan__vp": 2}, "plan.vp: vp = 2 needs pp > 1"),
+    ({"plan__vp": "unknown"}, "plan.vp: vp = 'unknown' needs pp > 1"),
+    ({"plan__vp": "x"}, "plan.vp: expected a whole number >= 1 or \"unknown\""),
+    ({"plan__global_batch": 8}, "plan.global_batch: 8 != micro_batch*dp*grad_accum = 4*1*1 (RUNS.md invariant)"),
+    ({"plan__dp": 2}, "plan.dp: tp*pp*cp*dp = 16 but system.n_gpus = 8 (RUNS.md invariant)"),
+    ({"plan__dp": DELETE, "plan__tp": 3}, "plan.tp: tp*pp*cp = 3 does not divide system.n_gpus = 8"),
+    ({"system__hbm_bytes": 1}, "system.hbm_bytes: Input should be greater than or equal to 100000000"),
+    ({"system__peak_flops_bf16": 1e300}, "system.peak_flops_bf16: Input should be less than or equal to 1e+18"),
+    ({"plan__sharding": "fdsp"}, "(did you mean 'fsdp'?)"),
+    ({"plan__recompute": "partial_layers", "plan__recompute_num_layers": 49},
+     "plan.recompute_num_layers: 49 exceeds the model's 48 layers"),
+    ({"plan__recompute_fraction": 5}, "plan.recompute_fraction: Input should be less than or equal to 1"),
+    ({"plan__recompute_fraction": -0.5}, "plan.recompute_fraction: Input should be greater than or equal to 0"),
+    ({"plan__micro_batch": DELETE, "plan__global_batch": 4, "plan__grad_accum": 3},
+     "plan.grad_accum: global_batch 4 is not a multiple of dp*grad_accum = 3"),
+    # fp8 on a device without an FP8 peak is the rule table's no_fp8, a PlanError as in sweeps
+    # (tests/lm/test_rules_agree.py), not a record error
+    ({"stack": "megatron-cor"}, "stack: Input should be"),
+    ({"model": [1]}, "model: expected an object (RUNS.md model block), got list"),
+    ({"system": DELETE}, "system: required block missing"),
+]
+
+
+@pytest.mark.parametrize("change, message", REFUSED, ids=[m.split(":")[0] for _, m in REFUSED])
+def test_a_bad_field_is_one_line_naming_file_line_block_and_field(change, message):
+    with pytest.raises(SpecError) as caught:
+        lower_record(changed(**change), "runs.jsonl:3")
+    text = str(caught.value)
+    assert text.startswith("runs.jsonl:3: ") and "\n" not in text
+    assert message in text.replace("1000000000000000000", "1e+18"), text
+
+
+def test_informational_fields_of_runs_md_are_accepted_and_not_read():
+    info = changed(source_ref="paper", assumptions=["a"], flags=["b"], notes="c", tier=2, tier2_reasons=["d"],
+                   reliability="A", workload="pretrain", parallelism_kind="tp_pp_dp", model__activation="gelu",
+                   system__network="IB", system__inter_node_bw_assumed=True, plan__recompute_detail="every layer",
+                   plan__recompute_modules=["core_attn"], plan__replicate_degree=1)
+    np.testing.assert_array_equal(lower_record(info).columns, lower_record(GPT22B).columns)
+
+
+def test_null_means_absent():
+    a = lower_record(changed(plan__micro_batch=None, plan__grad_accum=None, plan__global_batch=8))
+    b = lower_record(changed(plan__micro_batch=DELETE, plan__grad_accum=DELETE, plan__global_batch=8))
+    np.testing.assert_array_equal(a.columns, b.columns)
+    assert a.columns[C["micro_batch"]] == 1 and "micro_batch 1 assumed" in "; ".join(a.notes)
+
+
+def test_a_missing_plan_tp_is_reported_as_plan_tp_by_every_command(tmp_path):
+    path = tmp_path / "runs.jsonl"
+    path.write_text(json.dumps(GPT22B) + "\n" + json.dumps(GPT22B) + "\n" + json.dumps(changed(plan__tp=DELETE)) + "\n")
+    for args in (["validate", str(path)], ["calibrate", str(path)]):
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 2
+        assert result.output.strip() == f"error: {path}:3: plan.tp: required field missing"
+    single = tmp_path / "r.json"
+    single.write_text(json.dumps(changed(plan__tp=DELETE)))
+    result = CliRunner().invoke(main, ["run", "-m", str(single)])
+    assert result.exit_code == 2 and result.output.strip() == f"error: {single}: plan.tp: required field missing"
+
+
+def test_a_schedule_name_may_carry_a_remark():
+    record = changed(LLAMA3, plan__vp=2, plan__pipeline_schedule="interleaved 1F1B, sync P2P (VP_SIZE=2)")
+    assert lower_record(record).columns[C["pipeline_schedule"]] == 1
+
+
+def test_a_schedule_that_contradicts_the_virtual_stages_is_refused():
+    with pytest.raises(SpecError, match=r"plan\.pipeline_schedule: 1f1b runs one stage per rank"):
+        lower_record(changed(LLAMA3, plan__vp=2, plan__pipeline_schedule="1f1b"))
+
+
+def test_unmodelled_plan_fields_are_named_in_the_notes():
+    notes = "; ".join(lower_record(changed(plan__cuda_graphs=True, plan__fp8_recipe="delayed")).notes)
+    assert "plan.cuda_graphs = True" in notes and "plan.fp8_recipe = 'delayed'" in notes
+    assert "cuda_graphs" not in "; ".join(lower_record(changed(plan__cuda_graphs=False)).notes)
+
+
+def test_measured_is_checked_only_when_read():
+    for measured in ([1], "fast", {"step_time_s": -1.0}, {"step_time_s": "1.4"}, {}):
+        record = lower_record(changed(measured=measured), "runs.jsonl:7")     # prediction never reads it
+        with pytest.raises(SpecError) as caught:
+            measured_step_time(record)
+        assert str(caught.value).startswith("runs.jsonl:7: measured") and GPT22B["id"] in str(caught.value)
+    assert measured_step_time(lower_record(GPT22B)) == GPT22B["measured"]["step_time_s"]
+
+
+def test_validate_and_calibrate_name_the_records_they_skip(tmp_path):
+    lines = LINES[:6] + [json.dumps(changed(measured={"step_time_s": float("inf")}))]
+    path = tmp_path / "runs.jsonl"
+    path.write_text("\n".join(lines).replace("Infinity", "1e999") + "\n")
+    kept, skipped = with_measurements(read_records(path), path)
+    assert len(kept) == 6 and len(skipped) == 1
+    assert skipped[0].startswith(f"skipped: {path}:7: measured.step_time_s: run '{GPT22B['id']}'")
+    result = CliRunner().invoke(main, ["validate", str(path)])
+    assert result.exit_code == 0 and "skipped:" in result.output and "step time by all runs" in result.output
+    only_bad = tmp_path / "bad.jsonl"
+    only_bad.write_text(lines[-1].replace("Infinity", "1e999") + "\n")
+    result = CliRunner().invoke(main, ["validate", str(only_bad)])
+    assert result.exit_code == 2 and result.output.strip().splitlines()[-1].startswith(f"error: {only_bad}: measured")

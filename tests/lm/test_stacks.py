@@ -1,0 +1,129 @@
+"""Framework stack profiles (fastmodel/lm/stacks): the parse of a framework text, the defaults each sets
+(today's rules, moved unchanged), explicit stacks and the rule for vp = "unknown" (issue 26 item 4)."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fastmodel.lm.execution import ExecutionSpec
+from fastmodel.lm.records import lower_record
+from fastmodel.lm.stacks import BY_NAME, PROFILES, profile_for, resolve
+from fastmodel.lm.stacks.base import tokens
+from fastmodel.registry.lm import COLUMN_INDEX as C
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+
+# every framework text of the dev files, and the stack it names (by the documented parse, read by hand)
+FRAMEWORKS = [
+    ("TorchTitan (FSDP2), PyTorch nightly mid-2024", "torchtitan"),
+    ("PyTorch FSDP (post-2.2 nightly) + SDPA FlashAttention-2 (fms-fsdp)", "pytorch-fsdp"),
+    ("PyTorch 1.10 FSDP (minGPT), FP16, SGD", "pytorch-fsdp"),
+    ("Meta internal (4D parallel: TP/CP/PP/FSDP-DP)", "meta-internal"),
+    ("Megatron-DeepSpeed", "megatron-2021"),
+    ("Megatron-DeepSpeed (3D)", "megatron-2021"),
+    ("NeMo (MLPerf v4.0 NVIDIA submission, 24.04)", "megatron-core"),
+    ("NeMo (MLPerf v3.1 submission, NGC 23.09)", "megatron-core"),
+    # vTrain: the text names Megatron-LM and, as its codebase, the Megatron-DeepSpeed fork: the fork wins
+    ("Megatron-LM (vTrain ground truth, 2023-24; data/README: Megatron-DeepSpeed codebase)", "megatron-2021"),
+    # the B200 runs: "NGC PyTorch" is the container, not eager PyTorch (deliberate change from substring rules)
+    ("Megatron-LM (commit 23e00ed) + TransformerEngine 2.11.0, NGC PyTorch 26.01 family (SimuMax B200 release "
+     "v1.2 real runs)", "megatron-core"),
+    ("DeepSpeed ZeRO-3", "deepspeed"),
+    ("Megatron-Core 0.9", "megatron-core"),
+]
+
+
+@pytest.mark.parametrize("framework, stack", FRAMEWORKS)
+def test_a_framework_text_names_its_stack(framework, stack):
+    profile, note = profile_for(framework)
+    assert (profile.name, note) == (stack, None)
+
+
+def test_every_framework_text_of_the_dev_files_is_in_the_table_above():
+    seen = {json.loads(line).get("framework") for line in (DATA / "runs_dev.jsonl").read_text().splitlines()}
+    assert seen - {None} <= {framework for framework, _ in FRAMEWORKS}
+
+
+def test_names_match_whole_tokens_only():
+    assert tokens("Megatron-LM (commit 23e00ed) + TE 2.11.0.") == "megatron-lm commit 23e00ed te 2.11.0"
+    for text in ("NGC PyTorch 26.01", "PyTorch", "JAX on TPU", "deepspeedish", "Megatronic"):
+        profile, note = profile_for(text)
+        assert profile.name == "default" and repr(text) in note and "\n" not in note
+
+
+def test_no_framework_is_megatron_2021_with_a_note():
+    profile, note = profile_for(None)
+    assert profile.name == "megatron-2021" and "no framework" in note
+
+
+def test_an_explicit_stack_wins_over_the_framework_text():
+    assert profile_for("PyTorch 1.10 FSDP", "megatron-core") == (BY_NAME["megatron-core"], None)
+
+
+def test_every_profile_names_itself_and_has_a_source():
+    assert len({p.name for p in PROFILES}) == len(PROFILES) and PROFILES[-1].name == "default"
+    for profile in PROFILES:
+        assert profile.source and profile.title
+
+
+def resolved(framework, **fields):
+    return resolve(ExecutionSpec(framework=framework, **fields), pp=16, layers=126)
+
+
+def test_today_rules_are_the_profiles_defaults():
+    # Megatron 2021-22: unfused attention with dropout, DP communication after the backward pass
+    old = resolved(None, sharding="distopt")
+    assert (old.flash_attention, old.dropout, old.overlap_grad_reduce, old.overlap_param_gather) == (
+        False, True, False, False)
+    assert old.collective_bucket_bytes is None
+    assert resolved(None, sharding="fsdp").collective_bucket_bytes == 5e7 * 2     # DeepSpeed ZeRO-3 buckets
+    # PyTorch FSDP: eager element-wise ops, op-level selective recompute; 1.x FSDP overlaps its reduce-scatter
+    fsdp2x = resolved("PyTorch FSDP", sharding="fsdp")
+    assert (fsdp2x.fused_kernels, fsdp2x.selective_policy, fsdp2x.flash_attention) == (False, "op", None)
+    fsdp1x = resolved("PyTorch 1.10 FSDP", sharding="fsdp")
+    assert (fsdp1x.flash_attention, fsdp1x.overlap_grad_reduce, fsdp1x.overlap_param_gather) == (False, True, False)
+    assert resolved("PyTorch 1.10 FSDP", sharding="hsdp").overlap_grad_reduce is False
+    titan = resolved("TorchTitan")
+    assert (titan.fsdp_copy_out, titan.fused_kernels, titan.selective_policy) == (True, False, "op")
+    for framework in ("Megatron-Core", "NeMo", "Meta internal", "DeepSpeed", "something else"):
+        spec = resolved(framework)
+        assert all(getattr(spec, f) is None for f in ("fused_kernels", "flash_attention", "dropout",
+                                                     "overlap_grad_reduce", "fsdp_copy_out", "selective_policy"))
+
+
+def test_a_field_the_execution_sets_is_not_overridden_by_its_stack():
+    spec = resolved("TorchTitan", fused_kernels=True, selective_policy="megatron")
+    assert (spec.fused_kernels, spec.selective_policy, spec.fsdp_copy_out) == (True, "megatron", True)
+
+
+def test_unknown_virtual_stages_follow_the_stack_rule():
+    notes = []
+    assert resolve(ExecutionSpec(framework="Meta internal", vp="unknown"), 16, 126, notes).vp == 2
+    assert "TorchTitan" in notes[0] and "generate_split_points" in notes[0]
+    assert resolved("Megatron-Core", vp="unknown").vp == 2
+    with pytest.raises(ValueError, match="without interleaving"):
+        resolved("DeepSpeed", vp="unknown")
+
+
+def test_the_llama3_rows_resolve_vp_unknown_to_two_interleaved_stages():
+    line = next(x for x in (DATA / "runs_dev.jsonl").read_text().splitlines() if "405b-s8192-n8192" in x)
+    record = lower_record(json.loads(line))
+    assert json.loads(line)["plan"]["vp"] == "unknown" and record.stack == "meta-internal"
+    assert record.columns[C["vp"]] == 2 and record.columns[C["pipeline_schedule"]] == 1     # interleaved
+    assert record.columns[C["uneven_stages"]] == 1                                       # 126 layers, 32 stages
+    assert any(note.startswith("vp unknown: 2") for note in record.notes)
+
+
+def test_the_b200_runs_read_as_megatron_core_kernels():
+    """The one deliberate change of the stack parse: fused kernels and Megatron's selective recompute."""
+    line = (DATA / "runs_dev.jsonl").read_text().splitlines()[0]
+    record = json.loads(line)
+    record["framework"] = FRAMEWORKS[9][0]
+    columns = lower_record(record).columns
+    assert columns[C["fused_kernels"]] == 1 and columns[C["selective_policy"]] == 0
+    record["stack"] = "pytorch-fsdp"                      # an explicit stack picks the eager reading back
+    explicit = lower_record(record).columns
+    assert explicit[C["fused_kernels"]] == 0 and explicit[C["selective_policy"]] == 1
+    assert np.sum(explicit != columns) == 2

@@ -1,0 +1,63 @@
+"""fastmodel/engines.py: the one place an engine is chosen, from the input's content."""
+
+import pytest
+
+from fastmodel import engines
+from fastmodel.errors import SpecError
+from fastmodel.spec import detect
+
+RUN = {"model": {"layers": 2}, "system": {}, "plan": {"tp": 1}}
+SERVE = {"model": {"layers": 2}, "system": {}, "serve": {"tp": 1}}
+
+
+def test_specs_choose_by_family_and_semantics():
+    assert engines.for_specs("llama3.1-70b") is engines.LM
+    assert engines.for_specs("llama2-70b") is engines.MADMAX
+    assert engines.for_specs({"type": "llm"}) is engines.MADMAX               # the reference's format
+    assert engines.for_specs({"family": "lm", "name": "x"}, "default") is engines.LM
+    with pytest.raises(SpecError, match="semantics 'default'"):
+        engines.for_specs("llama3.1-70b", "madmax")
+    with pytest.raises(SpecError, match="real-world cluster"):
+        engines.for_specs("llama2-70b", "default", "dgx-h100")
+
+
+def test_records_choose_by_their_blocks():
+    assert engines.for_record(RUN) is engines.LM and detect.is_run_record(RUN)
+    assert engines.for_record(SERVE) is engines.SERVE and detect.is_serve_record(SERVE)
+    assert engines.for_record({"model": "llama2-70b"}) is None
+
+
+def test_loading_follows_the_content():
+    from fastmodel.lm.spec import LMSpec
+    from fastmodel.madmax.spec.system import SystemSpec
+    from fastmodel.serve.spec import ServeTaskSpec
+
+    assert isinstance(engines.load_model("llama3.1-70b"), LMSpec)
+    assert isinstance(engines.load_system("dc-a"), SystemSpec)
+    assert isinstance(engines.load_task("serve-chat"), ServeTaskSpec)
+    assert engines.load_system("dgx-h100", num_nodes=2).num_nodes == 2
+
+
+def test_every_engine_names_its_door_registry_and_batch_kinds():
+    import importlib
+
+    for engine in engines.ENGINES.values():
+        door = engine.door()
+        assert callable(getattr(door, "evaluate_record" if engine.reads_records else "evaluate"))
+        importlib.import_module(engine.registry)
+        assert engine.batch_kind_classes()
+        for kind in engine.batch_kind_classes():
+            assert hasattr(kind, "claims") and hasattr(kind, "prepare") and kind.columns
+
+
+def test_the_api_evaluates_a_record_of_either_engine():
+    import json
+    from pathlib import Path
+
+    from fastmodel.api import evaluate_record
+
+    data = Path(__file__).resolve().parents[1] / "data" / "runs_dev.jsonl"
+    run = evaluate_record(json.loads(data.read_text().splitlines()[0]))
+    assert float(run.step_time) > 0
+    with pytest.raises(SpecError, match="not a run record"):
+        evaluate_record({"model": "llama2-70b"})
