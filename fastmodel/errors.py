@@ -56,6 +56,15 @@ class PlanError(FastmodelError):
         return PlanError(self.rule, self.reason, where)
 
 
+class NotFiniteError(FastmodelError):
+    """A configuration's results are not finite numbers (status ``not_finite``): an input magnitude is out
+    of range. Sweeps and batches keep such points with that status; a single evaluation raises this."""
+
+    def __init__(self, where: str | None, reason: str):
+        self.where = where
+        super().__init__(f"{where + ': ' if where else ''}not_finite: {reason}")
+
+
 class SweepError(FastmodelError):
     """A sweep definition is invalid or too large to hold in memory."""
 

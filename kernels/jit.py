@@ -36,7 +36,7 @@ else:
     from numba import njit as _numba_njit
     from numba import prange
 
-__all__ = ["njit", "prange", "cache_dir", "kernel_source_key", "INTERPRETED"]
+__all__ = ["njit", "prange", "cache_dir", "kernel_source_key", "INTERPRETED", "compiled_engines", "LABELS"]
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -52,6 +52,10 @@ ENGINES = {
 }
 #: the key of the shared kernels (schedule, roofline, nccl) when compiled on their own
 SHARED = "shared"
+#: what each engine's kernels are, and about how long they take to compile on an empty cache
+#: (bench/bench_compile.py on the project's 2-core VM), for the first-use note
+LABELS = {"madmax": "MAD-Max", "lm": "real-world training", "serve": "serving", SHARED: "shared scheduling"}
+FIRST_USE = {"madmax": "about 15 s", "lm": "about a minute", "serve": "about 20 s", SHARED: "a few seconds"}
 
 
 def engine_of(module: str) -> str:
@@ -159,3 +163,60 @@ def _decorate(func, args, options):
         return _numba_njit(*args, **options)(func)
     finally:
         _numba_config.CACHE_DIR = saved
+
+
+# --- first use: a note when kernels compile (issue 25 item 7) ------------------------------------------------
+
+_COMPILED: dict[str, int] = {}
+_NOTED: set[str] = set()
+
+
+def compiled_engines() -> dict[str, int]:
+    """Kernel signatures compiled (not loaded from the cache) in this process, by engine."""
+    return dict(_COMPILED)
+
+
+def _note_wanted() -> bool:
+    """``FASTMODEL_COMPILE_NOTE=1``/``0`` says; otherwise only when stderr is a terminal (a person waits)."""
+    import sys
+
+    setting = os.environ.get("FASTMODEL_COMPILE_NOTE", "")
+    if setting in ("0", "1"):
+        return setting == "1"
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _on_compile(engine: str, nested: bool = False) -> None:
+    """A kernel of ``engine`` starts compiling (a cache miss): count it, and say so once per engine. Helpers
+    compiled inside another kernel's compile (``nested``) are counted, not announced: the kernel was."""
+    import sys
+
+    _COMPILED[engine] = _COMPILED.get(engine, 0) + 1
+    if nested or engine in _NOTED or not _note_wanted():
+        return
+    _NOTED.add(engine)
+    print(f"compiling the {LABELS.get(engine, engine)} kernels for first use, {FIRST_USE.get(engine, 'a while')} "
+          f"(once: later runs load them from the cache; 'fastmodel warmup' compiles every engine ahead)",
+          file=sys.stderr, flush=True)
+
+
+if not INTERPRETED:
+    from numba.core import event as _event
+
+    class _CompileListener(_event.Listener):
+        """numba's ``numba:compile`` event fires only when a signature is not in the disk cache."""
+
+        depth = 0
+
+        def on_start(self, event):
+            func = getattr(event.data.get("dispatcher"), "py_func", None)
+            _on_compile(engine_of(getattr(func, "__module__", "") or ""), nested=self.depth > 0)
+            self.depth += 1
+
+        def on_end(self, event):
+            self.depth = max(0, self.depth - 1)
+
+    _event.register("numba:compile", _CompileListener())

@@ -2,7 +2,7 @@
 
 - ``app``: the ``main`` group and the console ``entry``; ``common``: one-line errors (``friendly``, ``OneLineGroup``), choices, shared options;
 - ``run``, ``batch``, ``sweep``, ``best``, ``specs`` (``specs`` and ``plans``), ``plot``, ``validate``,
-  ``calibrate``, ``serve``: the commands.
+  ``calibrate``, ``serve``, ``warmup``: the commands.
 
 Command modules import lazily what they evaluate with, so ``fastmodel --help`` imports neither numba nor
 xarray (tests/test_startup.py).
@@ -18,8 +18,9 @@ from fastmodel.cli.calibrate import calibrate as _calibrate
 from fastmodel.cli.plot import plot
 from fastmodel.cli.serve import serve as _serve
 from fastmodel.cli.validate import validate as _validate
+from fastmodel.cli.warmup import warmup as _warmup
 
-for _command in (plot, _validate, _calibrate, _serve):
+for _command in (plot, _validate, _calibrate, _serve, _warmup):
     main.add_command(_command)
 
 __all__ = ["main", "entry"]

@@ -28,7 +28,7 @@ def batch(cases, output, force, semantics, calibration, progress):
 
         interpret_if_few(cases)
     from fastmodel.io.batch_output import run_to_output
-    from fastmodel.io.outputs import check_output
+    from fastmodel.io.outputs import check_output, claim_output
     from fastmodel.lm.calibrate.use import cli_warnings
 
     kind = "parquet" if str(output).lower().endswith(".parquet") else "text"
@@ -37,7 +37,7 @@ def batch(cases, output, force, semantics, calibration, progress):
     if cal is not None:
         click.echo(cal.describe(), err=True)
     source = sys.stdin.buffer if cases == "-" else _open_input(cases)
-    with source, cli_warnings():
+    with source, cli_warnings(), claim_output(output, kind, inputs=(cases,), force=force):  # io/outputs.py
         ok, bad = run_to_output(source, output, semantics, progress, calibration=cal)
     click.echo(f"{ok} ok, {bad} errors", err=True)
 

@@ -26,10 +26,10 @@ def best_command(result, by, top, where, ascending, csv_path, force, include_oom
     """Top-k configurations of a sweep result by any variable, best first (real-world datasets: only plans that fit)."""
     from fastmodel.analysis.best import best, open_result
     from fastmodel.io.atomic import atomic_write
-    from fastmodel.io.outputs import check_output
+    from fastmodel.io.outputs import check_output, claim_output
 
     if csv_path:
-        check_output(csv_path, "text", inputs=(result,), force=force, what="CSV")
+        check_output(csv_path, "csv", inputs=(result,), force=force, what="CSV")
     ds = open_result(result)
     table = best(ds, by, top, list(where), ascending, include_oom=include_oom)
     fits = table.attrs["fits_filter"]
@@ -40,5 +40,6 @@ def best_command(result, by, top, where, ascending, csv_path, force, include_oom
                    f"(memory_per_device over usable HBM{hbm}); --include-oom keeps them", err=True)
     click.echo(table.to_string(index=False))
     if csv_path:
-        with atomic_write(csv_path) as handle:
+        with claim_output(csv_path, "csv", inputs=(result,), force=force, what="CSV"), \
+                atomic_write(csv_path) as handle:
             table.to_csv(handle, index=False)

@@ -11,7 +11,8 @@ from fastmodel.cli.common import friendly
 @click.command("calibrate")
 @click.argument("runs", type=click.Path(dir_okay=False))
 @click.option("--output", "-o", type=click.Path(dir_okay=False),
-              help="Write the calibration overlay (.toml), atomically; refuses to replace RUNS.")
+              help="Write the calibration overlay (.toml), atomically; never onto RUNS.")
+@click.option("--force", is_flag=True, help="Replace an existing calibration file (a TOML file, never another kind).")
 @click.option("--folds", "-k", type=int, default=None,
               help="k-fold cross-validated error in the report (0: off)  [default: 5, or one fold per run below 5 runs]")
 @click.option("--loss", type=click.Choice(["soft_l1", "linear"]), default="soft_l1", show_default=True,
@@ -21,17 +22,19 @@ from fastmodel.cli.common import friendly
                    "chosen among 0, 0.5, 1, 2, 4 by 3-fold cross-validation on RUNS.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the coarse search's random points.")
 @friendly
-def calibrate(runs, output, folds, loss, prior, seed):
+def calibrate(runs, output, force, folds, loss, prior, seed):
     """Fit the fittable efficiencies (GEMM by precision, attention, HBM, network tiers, step overhead) of
     every device, precision and network tier appearing in RUNS (JSONL, RUNS.md schema, with measured step
     times), print before / after / cross-validated errors and the fitted values, and write them as a TOML
     overlay to apply with --calibration."""
     import datetime
     import hashlib
+    import math
     from pathlib import Path
 
     from fastmodel import __version__
-    from fastmodel.errors import FastmodelError, SpecError
+    from fastmodel.errors import FastmodelError
+    from fastmodel.io.outputs import check_output, claim_output
     from fastmodel.lm.calibrate.fit import calibrate as fit_runs
     from fastmodel.lm.calibrate.fit import objective_text
     from fastmodel.lm.calibrate.overlay import apply_calibration, to_toml, write_calibration
@@ -39,24 +42,25 @@ def calibrate(runs, output, folds, loss, prior, seed):
     from fastmodel.lm.records import read_records, with_measurements
     from fastmodel.lm.validate import group_scores, rows
 
-    if output and Path(output).resolve() == Path(runs).resolve():
-        raise SpecError(output, "", "is the input file; choose another output")
-    records, skipped = with_measurements(read_records(runs), runs)   # measured is read only here
-    for line in skipped:
-        click.echo(line, err=True)
-    if folds is None:
-        folds = min(5, len(records)) if len(records) >= 2 else 0
-    if folds and not 2 <= folds <= len(records):
-        raise FastmodelError(f"--folds: must be 0 or between 2 and the number of runs ({len(records)}), "
-                             f"got {folds}")
+    if output:   # before any work: an earlier calibration is never replaced without --force
+        check_output(output, "toml", inputs=(runs,), force=force, what="calibration")
     if prior != "cv":
         try:
             weight = float(prior)
         except ValueError:
             weight = -1.0
-        if not weight >= 0:
-            raise FastmodelError(f"--prior: must be a number >= 0 or 'cv', got {prior!r}")
+        if not (math.isfinite(weight) and weight >= 0):
+            raise FastmodelError(f"--prior: must be a finite number >= 0 or 'cv', got {prior!r}")
         prior = weight
+    records, skipped = with_measurements(read_records(runs), runs)   # measured is read only here
+    for line in skipped:
+        click.echo(line, err=True)
+    records = _finite_records(records, runs)
+    if folds is None:
+        folds = min(5, len(records)) if len(records) >= 2 else 0
+    if folds and not 2 <= folds <= len(records):
+        raise FastmodelError(f"--folds: must be 0 or between 2 and the number of runs ({len(records)}), "
+                             f"got {folds}")
     result = fit_runs(records, loss=loss, prior=prior, seed=seed)
     cal = result.calibration()
     before, after = rows(records), rows(apply_calibration(records, cal))
@@ -80,5 +84,21 @@ def calibrate(runs, output, folds, loss, prior, seed):
         header.update(folds=folds, cv_step_time_mape=mape(cv))
     comments, notes = toml_annotations(result)
     text = to_toml(result.calibration(header), comments, notes, result.precision_names)
-    write_calibration(text, output)
+    with claim_output(output, "toml", inputs=(runs,), force=force, what="calibration"):
+        write_calibration(text, output)
     click.echo(f"\nwrote {output}")
+
+
+def _finite_records(records: list, runs: str) -> list:
+    """The records ``validate`` scores (a finite prediction at physical values); one warning line names each
+    one left out, a one-line error when none is left."""
+    from fastmodel.errors import FastmodelError
+    from fastmodel.lm.validate import rows, skipped_lines
+
+    table = rows(records)
+    for line in skipped_lines(table):
+        click.echo(f"warning: {runs}: {line.replace('the scores', 'the fit')}", err=True)
+    kept = [record for record, row in zip(records, table) if row["status"] == "ok"]
+    if not kept:
+        raise FastmodelError(f"{runs}: no run record can be predicted; nothing to calibrate")
+    return kept

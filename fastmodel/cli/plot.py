@@ -2,7 +2,9 @@
 (timeline).
 
 Every command writes one figure (format from the ``-o`` suffix: .png, .pdf or
-.svg) atomically; bad input is one line naming what is wrong, exit 2.
+.svg) atomically; an existing file is replaced only with ``--force`` and only if
+it is a figure of that format (fastmodel/io/outputs.py); bad input is one line
+naming what is wrong, exit 2.
 """
 
 from __future__ import annotations
@@ -16,11 +18,24 @@ from fastmodel.cli.common import friendly
 SIZE_CHOICE = click.Choice(["single", "double"])
 
 
+def _remember_force(ctx, param, value):
+    ctx.meta["fastmodel.plot.force"] = bool(value)
+
+
+def _output_rule() -> tuple[bool, tuple]:
+    """(--force, the command's inputs) of the running plot command, for fastmodel.io.outputs."""
+    ctx = click.get_current_context(silent=True)
+    meta = ctx.meta if ctx is not None else {}
+    return bool(meta.get("fastmodel.plot.force")), tuple(meta.get("fastmodel.plot.inputs", ()))
+
+
 def _figure_options(size_default: str):
     def decorate(func):
         for option in reversed([
             click.option("--output", "-o", required=True, type=click.Path(dir_okay=False),
                          help="Figure file: .png, .pdf or .svg (written atomically)."),
+            click.option("--force", is_flag=True, expose_value=False, callback=_remember_force,
+                         help="Replace an existing figure of the same format (never a file of another kind)."),
             click.option("--dpi", default=300, show_default=True, type=click.IntRange(10, 2400),
                          help="Resolution of PNG output (and of images inside PDF/SVG)."),
             click.option("--size", default=size_default, show_default=True, type=SIZE_CHOICE,
@@ -52,20 +67,32 @@ def _sel(texts):
 
 
 def _save(fig, output, dpi):
+    from fastmodel.io.outputs import claim_output
     from fastmodel.plot import save
 
-    save(fig, output, dpi)
+    force, inputs = _output_rule()
+    with claim_output(str(output), _figure_kind(output), inputs=inputs, force=force, what="figure"):
+        save(fig, output, dpi)
     click.echo(f"wrote {output}", err=True)
 
 
-def _check_suffix(output, *inputs):
-    """The figure's format from its suffix; an existing file is replaced only if it is a figure of that format."""
-    from fastmodel.io.outputs import check_output
+def _figure_kind(output) -> str:
     from fastmodel.plot.data import PlotError
 
     if not str(output).lower().endswith((".png", ".pdf", ".svg")):
         raise PlotError(f"{output}: the figure must end in .png, .pdf or .svg")
-    check_output(str(output), str(output).lower()[-3:], inputs=inputs, replace_ok=True, what="figure")
+    return str(output).lower()[-3:]
+
+
+def _check_suffix(output, *inputs):
+    """The figure's format from its suffix, checked before any work: an existing file is replaced only with
+    --force, and only if it is a figure of that format (fastmodel/io/outputs.py)."""
+    from fastmodel.io.outputs import check_output
+
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:
+        ctx.meta["fastmodel.plot.inputs"] = inputs
+    check_output(str(output), _figure_kind(output), inputs=inputs, force=_output_rule()[0], what="figure")
 
 
 @click.group("plot")

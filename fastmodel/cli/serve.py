@@ -27,9 +27,12 @@ from fastmodel.serve.report import render
 @click.option("--kv-cache-mem-fraction", default=0.9, show_default=True, type=click.FloatRange(0.01, 1.0))
 @click.option("--instances", default=1, show_default=True, type=click.IntRange(min=1))
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per configuration.")
+@click.option("--output", "-o", type=click.Path(dir_okay=False),
+              help="Also write one row per configuration: .csv, else JSON lines (atomically; never onto RECORDS).")
+@click.option("--force", is_flag=True, help="Replace an existing output of the same kind (never another kind).")
 @friendly
 def serve(records, model, device, tp, pp, ep, precision, kv_precision, input_len, output_len, batch_size,
-          concurrency, max_throughput, kv_cache_mem_fraction, instances, as_json):
+          concurrency, max_throughput, kv_cache_mem_fraction, instances, as_json, output, force):
     """Predict LLM serving: TTFT, TPOT, throughput, KV cache and memory, prefill/decode breakdown.
 
     Give RECORDS (JSONL, SERVE_RUNS.md schema) or --model with one load mode."""
@@ -41,6 +44,10 @@ def serve(records, model, device, tp, pp, ep, precision, kv_precision, input_len
 
     if records and model:
         raise FastmodelError("give RECORDS or --model, not both")
+    if output:
+        from fastmodel.io.outputs import check_output
+
+        check_output(output, "text", inputs=(records,) if records else (), force=force)
     if records:
         from fastmodel.serve.records import read_serve_records
 
@@ -62,9 +69,31 @@ def serve(records, model, device, tp, pp, ep, precision, kv_precision, input_len
     from fastmodel.serve.report import json_record
 
     out, status = evaluate_table(params)
+    rows = []
     for i, label in enumerate(labels):
         result = {r.name: float(out[k, i]) for k, r in enumerate(SERVE_RESULTS)}
         state = SERVE_STATUS_NAMES[int(status[i])]
         if not records and state != "ok":   # one configuration that cannot be evaluated: one line, exit 2
             raise FastmodelError(render(label, state, result))
-        click.echo(json.dumps(json_record(label, state, result)) if as_json else render(label, state, result))
+        rows.append(json_record(label, state, result))
+        click.echo(json.dumps(rows[-1]) if as_json else render(label, state, result))
+    if output:
+        _write_rows(rows, output, records, force)
+
+
+def _write_rows(rows: list[dict], path: str, records, force: bool) -> None:
+    """One row per configuration: CSV for a .csv path, else JSON lines; under the output rule (io/outputs.py)."""
+    import csv
+    import json
+
+    from fastmodel.io.atomic import atomic_write
+    from fastmodel.io.outputs import claim_output, output_kind
+
+    with claim_output(path, "text", inputs=(records,) if records else (), force=force), atomic_write(path) as handle:
+        if output_kind(path, "text") == "csv":
+            writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+        else:
+            handle.writelines(json.dumps(row) + "\n" for row in rows)
+    click.echo(f"wrote {path}", err=True)

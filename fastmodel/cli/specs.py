@@ -88,7 +88,17 @@ def plans(system, num_nodes, model):
     from fastmodel.madmax.parallel.rules import check_plan
 
     sys_spec = load_system(system, num_nodes=num_nodes)
+    from fastmodel.lm.spec import ClusterSpec
+
+    if isinstance(sys_spec, ClusterSpec):
+        _real_world_plans(sys_spec, model)
+        return
     model_spec = load_model(model) if model else None
+    from fastmodel.lm.spec import LMSpec
+
+    if isinstance(model_spec, LMSpec):
+        raise FastmodelError(f"{model}: a real-world model: its plans are device meshes on a kind = \"cluster\" "
+                             "system (e.g. -s dgx-h100); 'fastmodel specs list system' lists them")
     three = model_spec is not None and family_of(model_spec).has_transformer_component
     found = enumerate_plans(sys_spec.num_nodes, sys_spec.devices_per_node, transformer=three)
     if model_spec is not None:
@@ -103,3 +113,22 @@ def plans(system, num_nodes, model):
         raise FastmodelError(f"{sys_spec.name} with {sys_spec.num_devices} device(s) has no legal plan (every degree must be > 1)")
     for plan in found:
         click.echo(f"{plan.shape:<{20 if three else 12}} {plan.label}")
+
+
+def _real_world_plans(cluster, model) -> None:
+    """``fastmodel plans`` of a real-world cluster: the device meshes the rule table allows for ``model``."""
+    if not model:
+        raise FastmodelError(f"{cluster.name}: a real-world cluster: its plans are device meshes (tp8.pp4) whose "
+                             "legality depends on the model; pass --model (e.g. -m llama3.1-70b)")
+    from fastmodel.lm.loader import load_lm_model
+    from fastmodel.lm.rules import legal_meshes
+    from fastmodel.lm.sweep import mesh_label
+
+    lm = load_lm_model(model)
+    found = legal_meshes(lm, cluster)
+    if not found:
+        raise FastmodelError(f"{lm.name} on {cluster.name} with {cluster.n_gpus} GPU(s) has no legal mesh")
+    click.echo(f"# {lm.name} on {cluster.n_gpus} GPUs of {cluster.name}: meshes the rule table allows "
+               "(dp fills the cluster; the global batch must still be a multiple of dp x micro_batch)")
+    for mesh, dp in found:
+        click.echo(f"{mesh_label(mesh):<16} dp{dp}")

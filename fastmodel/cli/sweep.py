@@ -32,7 +32,7 @@ def sweep_command(sweep_file, output, resume, force, workers, scheduler, unit_co
     from pathlib import Path
 
     from fastmodel.errors import SweepError
-    from fastmodel.io.outputs import is_kind
+    from fastmodel.io.outputs import check_output, claim_output
     from fastmodel.io.store import is_sweep_store, lock_owner
     from fastmodel.sweep import Progress, check_size, run_in_memory, run_to_store
     from fastmodel.sweep.file import load_sweep_file
@@ -52,17 +52,17 @@ def sweep_command(sweep_file, output, resume, force, workers, scheduler, unit_co
         raise SweepError(f"{output}: cannot write in {parent} (permission denied)")
     if (workers or scheduler) and not is_zarr:
         raise SweepError("a distributed sweep writes a .zarr store: use -o out.zarr")
-    owner = lock_owner(out) if is_zarr else None
+    owner = lock_owner(out)    # a .zarr store and a .nc file take the same writer lock (fastmodel/io/store.py)
     if owner:
         raise SweepError(f"{output} is being written by {owner}; wait for it to finish, or stop it")
-    if os.path.lexists(out) and not resume:
-        ours = is_sweep_store(out) if is_zarr else (out.is_file() and is_kind(out, "netcdf"))
-        if not ours:
-            raise SweepError(f"{output} exists and is not a {'fastmodel sweep store' if is_zarr else 'netCDF file'}; "
+    if not is_zarr:
+        check_output(output, "netcdf", inputs=(sweep_file,), force=force, what="dataset")
+    elif os.path.lexists(out) and not resume:
+        if not is_sweep_store(out):
+            raise SweepError(f"{output} exists and is not a fastmodel sweep store; "
                              "refusing to replace it (even with --force): choose another output")
         if not force:
-            hint = "pass --resume to complete it or --force to replace it" if is_zarr else "pass --force to replace it"
-            raise SweepError(f"{output} exists; {hint}")
+            raise SweepError(f"{output} exists; pass --resume to complete it or --force to replace it")
     if resume and not os.path.lexists(out):
         raise SweepError(f"{output}: nothing to resume (no such store); run without --resume to create it")
     if resume and not is_sweep_store(out):
@@ -112,24 +112,63 @@ def sweep_command(sweep_file, output, resume, force, workers, scheduler, unit_co
                 if cluster is not None:
                     cluster.close()
         else:
-            ds = run_in_memory(sweep, bar)
-            _write_netcdf(ds, out)
+            try:
+                with claim_output(output, "netcdf", inputs=(sweep_file,), force=force, what="dataset"):
+                    ds = run_in_memory(sweep, bar)
+                    _write_netcdf(ds, out)
+            except KeyboardInterrupt:
+                _interrupted(bar, output, resumable=False)
     finally:
         bar.close()
     _done(ds, sweep.num_configs)
 
 
 def _interrupted(bar, output, resumable: bool) -> None:
-    """Ctrl-C: close the progress bar, say what is on disk, exit 130 (the shell's code for SIGINT)."""
+    """Ctrl-C: close the progress bar, say what is on disk, exit 130 (the shell's code for SIGINT). A .zarr
+    store that exists holds every finished unit (--resume completes it); before it exists nothing was
+    written; a .nc file is written whole at the end, so an interrupted one was not written."""
+    from fastmodel.io.store import is_sweep_store
+
     bar.close()
-    click.echo(f"interrupted{f': {output} holds every finished unit; rerun with --resume to complete it' if resumable else ''}",
-               err=True)
+    if resumable and is_sweep_store(output):
+        said = f": {output} holds every finished unit; rerun with --resume to complete it"
+    elif resumable:
+        said = f" before {output} was created: nothing was written; rerun the same command to start again"
+    else:
+        said = f": {output} was not written (a .nc file is written whole at the end); rerun to start again"
+    click.echo(f"interrupted{said}", err=True)
     sys.exit(130)
 
 
+def _claim_netcdf(output, is_zarr, source, force):
+    """A .nc output's writer lock for the whole run (fastmodel/io/outputs.py); a .zarr store takes its own."""
+    import contextlib
+
+    from fastmodel.io.outputs import claim_output
+
+    if is_zarr:
+        return contextlib.nullcontext()
+    return claim_output(output, "netcdf", inputs=(source,), force=force, what="dataset")
+
+
 def _done(ds, num_configs: int) -> None:
-    ok = int((ds["status"] == 0).sum())
-    click.echo(f"done: {ok:,} of {num_configs:,} configurations legal and feasible", err=True)
+    fits, too_big = fit_counts(ds)
+    click.echo(f"done: {fits:,} of {num_configs:,} configurations legal and feasible (fit in memory), {too_big:,} "
+               f"legal but over memory, {num_configs - fits - too_big:,} illegal or not evaluated", err=True)
+
+
+def fit_counts(ds) -> tuple[int, int]:
+    """(legal points that fit in memory, legal points that do not) of a sweep result: status ``ok`` split by
+    ``fits_memory`` where the dataset has it (real-world sweeps without ``only_fitting`` keep such points ok),
+    plus the points of status ``does_not_fit``."""
+    status = ds["status"]
+    names = str(status.attrs.get("flag_meanings", "")).split()
+    ok = status == 0
+    fits = ok & (ds["fits_memory"] > 0) if "fits_memory" in ds else ok
+    over = int((ok & ~fits).sum())
+    if "does_not_fit" in names:
+        over += int((status == names.index("does_not_fit")).sum())
+    return int(fits.sum()), over
 
 
 def _run_real_sweep(real, output, is_zarr, resume, force, progress, confirm_large, distributed, calibration):
@@ -154,7 +193,7 @@ def _run_real_sweep(real, output, is_zarr, resume, force, progress, confirm_larg
     click.echo(f"{real.num_configs:,} configurations ({real.kind}) -> {output} ({estimate})", err=True)
     bar = Progress(real.num_configs, enabled=progress)
     try:
-        with cli_warnings():
+        with cli_warnings(), _claim_netcdf(output, is_zarr, real.source, force):
             ds = run_real(real, output, is_zarr, resume, force, bar)
     except KeyboardInterrupt:
         _interrupted(bar, output, resumable=is_zarr)

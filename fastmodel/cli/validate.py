@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from fastmodel.cli.common import friendly
@@ -10,25 +12,26 @@ from fastmodel.cli.common import friendly
 @click.command("validate")
 @click.argument("runs", type=click.Path(dir_okay=False))
 @click.option("--output", "-o", type=click.Path(dir_okay=False),
-              help="Write one row per run (.csv), atomically; refuses to replace RUNS.")
+              help="Write one row per run (.csv), atomically; never onto RUNS.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
               help="Draw predicted vs measured step time (.png/.pdf/.svg).")
+@click.option("--force", is_flag=True, help="Replace existing outputs of the same kind (a CSV file, a figure).")
 @click.option("--calibration", type=click.Path(dir_okay=False),
               help="Apply a calibration overlay (.toml from `fastmodel calibrate`); default: physical values.")
 @friendly
-def validate(runs, output, plot_path, calibration):
+def validate(runs, output, plot_path, force, calibration):
     """Predict every run record of RUNS (JSONL, RUNS.md schema) and print the step-time error tables
     beside the constant-MFU baselines at 0.40 and 0.50. Serving records (SERVE_RUNS.md) with measurements
     get throughput, TTFT and TPOT error tables."""
-    from pathlib import Path
-
     from fastmodel.errors import SpecError
+    from fastmodel.io.outputs import check_output
     from fastmodel.lm.records import read_records, with_measurements
-    from fastmodel.lm.validate import format_report, rows
+    from fastmodel.lm.validate import format_report, rows, skipped_lines
 
-    for target in (output, plot_path):
-        if target and Path(target).resolve() == Path(runs).resolve():
-            raise SpecError(target, "", "is the input file; choose another output")
+    if output:
+        check_output(output, "csv", inputs=(runs,), force=force, what="table")
+    if plot_path:
+        check_output(plot_path, _figure_kind(plot_path), inputs=(runs,), force=force, what="figure")
     from fastmodel.serve.records import file_has_serve_records
 
     if file_has_serve_records(runs):      # serving records (SERVE_RUNS.md): fastmodel.serve.validate
@@ -41,7 +44,7 @@ def validate(runs, output, plot_path, calibration):
         table = serve_rows(read_serve_records(runs))
         click.echo(serve_report(table))
         if output:
-            _write_rows(table, output)
+            _write_rows(table, output, runs, force)
         return
     records, skipped = with_measurements(read_records(runs), runs)   # measured is read only here
     for line in skipped:
@@ -59,23 +62,37 @@ def validate(runs, output, plot_path, calibration):
         records = apply_calibration(records, cal)
         click.echo(cal.describe())
     table = rows(records)
+    for line in skipped_lines(table):
+        click.echo(f"warning: {runs}: {line}", err=True)
     click.echo(format_report(table))
     if output:
-        _write_rows(table, output)
+        _write_rows(table, output, runs, force)
     if plot_path:
+        from fastmodel.io.outputs import claim_output
         from fastmodel.plot.style import save
         from fastmodel.plot.validation import predicted_vs_measured
 
         fig, _ = predicted_vs_measured(table)
-        save(fig, plot_path)
+        with claim_output(plot_path, _figure_kind(plot_path), inputs=(runs,), force=force, what="figure"):
+            save(fig, plot_path)
 
 
-def _write_rows(table: list[dict], path: str) -> None:
+def _figure_kind(path: str) -> str:
+    from fastmodel.errors import SpecError
+
+    suffix = Path(path).suffix.lower()
+    if suffix not in (".png", ".pdf", ".svg"):
+        raise SpecError(path, None, "--plot: the figure must end in .png, .pdf or .svg")
+    return suffix[1:]
+
+
+def _write_rows(table: list[dict], path: str, runs: str, force: bool) -> None:
     import csv
 
     from fastmodel.io.atomic import atomic_write
+    from fastmodel.io.outputs import claim_output
 
-    with atomic_write(path) as handle:
+    with claim_output(path, "csv", inputs=(runs,), force=force, what="table"), atomic_write(path) as handle:
         writer = csv.DictWriter(handle, fieldnames=list(table[0]))
         writer.writeheader()
         writer.writerows(table)

@@ -1,35 +1,46 @@
-"""Rules for output paths: never replace an input, nor anything that is not our own output of the same kind.
+"""The one rule for output files: never replace an input, never replace a file without ``--force``, never
+replace a file of another kind even then (issue 25 item 3).
 
-Every command that writes a file checks its output here before doing any work:
+Every command that writes a file checks its output here before doing any work
+(:func:`check_output`), then writes it under :func:`claim_output`:
 
 - an output that is one of the command's inputs is refused;
-- an existing regular file is replaced only with ``--force`` (``force``), except
-  figures, where replacing the previous figure is the convention (``replace_ok``);
-- even then, the existing file must be of the kind the command writes (its
-  first bytes say so): a dataset is never replaced by a CSV, nor a JSONL file
-  by a figure; a directory is never replaced;
-- special files (``/dev/null``, a FIFO, a terminal) are written as they are.
+- an existing regular file is replaced only with ``--force`` (``force``);
+- even then, the existing file must be of the kind the command writes, read
+  from its first bytes (:func:`content_kind`): a CSV never replaces a JSONL file
+  of runs, a TOML calibration never replaces a CSV, a figure never replaces
+  anything but a figure of its format, a netCDF file only a netCDF file; a
+  directory is never replaced;
+- special files (``/dev/null``, a FIFO, a terminal) are written as they are;
+- :func:`claim_output` holds the output's writer lock (``io.store.writer_lock``,
+  the lock of zarr stores) while the file is written and checks again under it,
+  so of two commands writing one file at once the second is refused (never both
+  "succeed" with the last silently winning); it removes the temporary files a
+  killed writer of that output left behind.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import stat
 from pathlib import Path
 
 from fastmodel.errors import FastmodelError
 
-#: first bytes of each kind of file fastmodel writes
+#: first bytes of each binary kind of file fastmodel writes (netCDF-3 classic and 64-bit offset)
 _SIGNATURES = {
     "png": (b"\x89PNG",),
     "pdf": (b"%PDF",),
     "netcdf": (b"CDF\x01", b"CDF\x02"),
     "parquet": (b"PAR1",),
 }
+_TOML_LINE = re.compile(r"""^(\[\[?\s*[\w".\- ]+\s*\]\]?|[\w".\-]+\s*=)""")
 
 
 class OutputError(FastmodelError):
-    """An output path would destroy an input or a file of another kind."""
+    """An output path would destroy an input, an existing file without --force, or a file of another kind."""
 
 
 def _same_file(a: str, b: str) -> bool:
@@ -47,26 +58,65 @@ def _head(path: Path, size: int = 4096) -> bytes:
         return b""
 
 
-def is_kind(path: str | os.PathLike, kind: str) -> bool:
-    """Whether the existing file at ``path`` looks like a ``kind`` file (text, png, pdf, svg, netcdf, parquet)."""
-    head = _head(Path(path))
-    if not head:
-        return True  # an empty file holds nothing to lose
-    if kind in _SIGNATURES:
-        return head.startswith(_SIGNATURES[kind])
-    if b"\0" in head or head.startswith(b"\x89HDF") or any(head.startswith(s) for sigs in _SIGNATURES.values() for s in sigs):
-        return False
-    text = head.decode("utf-8", errors="ignore")  # a multi-byte character may be cut at the end
+def content_kind(head: bytes) -> str:
+    """The kind of a file from its first bytes: ``empty``, ``png``, ``pdf``, ``netcdf``, ``parquet``, ``binary``
+    (anything else that is not UTF-8 text, HDF5 included), ``svg``, ``json`` (JSON or JSON lines), ``toml``,
+    ``csv`` (a first line with a comma or a tab) or ``text``."""
+    if not head.strip():
+        return "empty"
+    for kind, signatures in _SIGNATURES.items():
+        if head.startswith(signatures):
+            return kind
+    if b"\0" in head or head.startswith(b"\x89HDF"):
+        return "binary"
+    text = head.decode("utf-8", errors="ignore")   # a multi-byte character may be cut at the end
     if len(text.encode("utf-8")) < len(head) - 3:
-        return False  # not UTF-8 text
-    if kind == "svg":
-        return "<svg" in text
-    return kind == "text"
+        return "binary"
+    text = text.lstrip("\ufeff")
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if "<svg" in text and lines[0].startswith("<"):
+        return "svg"
+    significant = [line for line in lines if not line.startswith("#")]
+    if not significant:
+        return "toml"                               # comments only: a TOML file with nothing set
+    first = significant[0]
+    if first.startswith("{"):
+        return "json"
+    if _TOML_LINE.match(first):                     # a [table] header or a key = value line
+        return "csv" if "," in first.split("=", 1)[0] and not first.startswith("[") else "toml"
+    if first.startswith("["):
+        return "json"
+    return "csv" if ("," in first or "\t" in first) else "text"
+
+
+def output_kind(path: str, kind: str) -> str:
+    """The kind a command writes to ``path``: ``kind``, or for ``"text"`` (tables written by suffix, as
+    ``batch`` and ``serve`` do) CSV for a ``.csv`` path and JSON lines for any other."""
+    if kind != "text":
+        return kind
+    return "csv" if Path(str(path)).suffix.lower() in (".csv", ".tsv") else "json"
+
+
+def is_kind(path: str | os.PathLike, kind: str) -> bool:
+    """Whether the existing file at ``path`` may be replaced by a ``kind`` file (it holds nothing, or a file of
+    that kind; ``"text"``: any text file)."""
+    found = content_kind(_head(Path(path)))
+    if found == "empty":
+        return True
+    if kind == "text":
+        return found in ("csv", "json", "toml", "svg", "text")
+    return found == kind
+
+
+_NAMES = {"csv": "CSV", "json": "JSON/JSONL", "toml": "TOML", "png": "PNG", "pdf": "PDF", "svg": "SVG",
+          "netcdf": "netCDF", "parquet": "Parquet", "binary": "binary", "text": "plain-text"}
 
 
 def check_output(path: str, kind: str, inputs: tuple[str, ...] = (), force: bool = False,
-                 replace_ok: bool = False, what: str = "output") -> None:
-    """Refuse ``path`` if it is an input, or an existing file we may not replace (see the module doc)."""
+                 what: str = "output") -> None:
+    """Refuse ``path`` if it is an input, or an existing file we may not replace (see the module doc).
+    ``kind``: what the command writes (``csv``, ``json``, ``toml``, ``png``, ``pdf``, ``svg``, ``netcdf``,
+    ``parquet``; ``text``: by suffix, :func:`output_kind`)."""
     if path in ("-", ""):
         return
     for source in inputs:
@@ -88,8 +138,45 @@ def check_output(path: str, kind: str, inputs: tuple[str, ...] = (), force: bool
         raise OutputError(f"{path}: is a directory; refusing to replace it")
     if not stat.S_ISREG(info.st_mode):
         return  # /dev/null, a FIFO, a terminal: written directly, nothing replaced
-    if not is_kind(target, kind):
-        raise OutputError(f"{path} exists and is not a {kind} file; refusing to replace it "
-                          "(even with --force): choose another output")
-    if not (force or replace_ok):
+    want = output_kind(path, kind)
+    found = content_kind(_head(target))
+    if found not in ("empty", want):
+        raise OutputError(f"{path} exists and is a {_NAMES.get(found, found)} file, not the {_NAMES.get(want, want)} "
+                          f"{what} this command writes; refusing to replace it (even with --force): choose another "
+                          "output")
+    if not force:
         raise OutputError(f"{path} exists; pass --force to replace it")
+
+
+def _special(path: str) -> bool:
+    try:
+        return not stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def claim_output(path: str, kind: str, inputs: tuple[str, ...] = (), force: bool = False, what: str = "output"):
+    """Hold ``path``'s writer lock, check it again under the lock (:func:`check_output`: a file that appeared
+    since the first check is refused without --force) and remove temporary files a killed writer of it left;
+    the caller writes it atomically inside (``io.atomic``). Another process holding the lock: a one-line
+    error naming it. Standard output and special files are written without a lock."""
+    if path in ("-", "") or _special(path):
+        check_output(path, kind, inputs, force, what)
+        yield
+        return
+    from fastmodel.io.store import writer_lock
+
+    with writer_lock(path):
+        check_output(path, kind, inputs, force, what)
+        target = Path(os.path.realpath(path))
+        for stale in target.parent.glob(f".{glob_escape(target.name)}.*.tmp"):
+            if stale.is_file() and not stale.is_symlink():
+                with contextlib.suppress(OSError):
+                    stale.unlink()
+        yield
+
+
+def glob_escape(name: str) -> str:
+    """``name`` with glob metacharacters escaped (a file may be called ``a[1].csv``)."""
+    return re.sub(r"([*?\[])", r"[\1]", name)

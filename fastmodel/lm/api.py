@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 import numpy as np
 
 from fastmodel.errors import PlanError
-from fastmodel.registry.lm import MEMORY_KINDS, MEMORY_RESULTS, RESULTS, STATUSES
+from fastmodel.registry.lm import MEMORY_KINDS, MEMORY_RESULTS, RESULTS, STATUS_CODES, STATUSES
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -30,13 +30,18 @@ def evaluate_lm(model: Any, system: Any, task: Any = None, plan: str | None = No
     """Evaluate one real-world configuration (``plan``: a mesh like ``"tp8.pp4"``; dp fills the cluster).
 
     ``calibration``: a calibration overlay (TOML path or ``Calibration``) applied as in ``lm_sweep``.
-    Raises PlanError for an illegal plan, SpecError for bad specs. Same path as a sweep of one point.
+    Raises PlanError for an illegal plan, SpecError for bad specs, NotFiniteError when a result is not a
+    finite number. Same path as a sweep of one point.
     """
     from fastmodel.lm.sweep import lm_sweep
 
     ds = lm_sweep(model, system, task, axes={"plan": ["dp" if plan is None else plan]}, execution=execution,
                   global_batch=global_batch, num_nodes=num_nodes, calibration=calibration).isel(plan=0)
     code = int(ds.status)
+    if code == STATUS_CODES["not_finite"]:
+        from fastmodel.errors import NotFiniteError
+
+        raise NotFiniteError(f"plan {plan or 'dp'!r}", STATUSES[code].message)
     if code:
         raise PlanError(STATUSES[code].name, STATUSES[code].message, f"plan {'dp' if plan is None else plan!r}")
     return ds
@@ -46,7 +51,7 @@ def record_values(record: dict, source: str | None = None, calibration: Any = No
     """(results, attrs) of one run record without xarray: every result name (``memory_*`` by kind included)
     -> a float (``fits_memory`` a bool), and the record's id, notes and calibration attrs. See evaluate_record."""
     from fastmodel.lm.calibrate.overlay import apply_calibration, as_calibration
-    from fastmodel.lm.engine import evaluate_table
+    from fastmodel.lm.engine import evaluate_one
     from fastmodel.lm.records import lower_record
     from fastmodel.lm.rules import check_plan
 
@@ -59,7 +64,7 @@ def record_values(record: dict, source: str | None = None, calibration: Any = No
                   frameworks=[lowered.raw.get("framework")])
         lowered = apply_calibration([lowered], cal)[0]
     check_plan(lowered.columns, f"{source + ': ' if source else ''}plan")
-    results = {name: float(v[0]) for name, v in evaluate_table(lowered.columns[:, None]).items()}
+    results = evaluate_one(lowered.columns, f"{source + ': ' if source else ''}{lowered.id or 'run record'}")
     results["fits_memory"] = results["fits_memory"] == 1.0
     attrs = {"id": lowered.id, "semantics": "default", "notes": "; ".join(lowered.notes)}
     if cal is not None:
@@ -71,11 +76,11 @@ def config_values(model: Any, system: Any, task: Any = None, plan: str | None = 
                   num_nodes: int | None = None) -> dict:
     """Results of one real-world configuration without xarray (as :func:`record_values`); the same point a
     sweep evaluates (``lm_sweep.point_columns``); a PlanError for an illegal plan."""
-    from fastmodel.lm.engine import evaluate_table
+    from fastmodel.lm.engine import evaluate_one
     from fastmodel.lm.sweep import point_columns
 
     columns = point_columns(model, system, task, plan=plan, num_nodes=num_nodes)
-    results = {name: float(v[0]) for name, v in evaluate_table(columns[:, None]).items()}
+    results = evaluate_one(columns, f"plan {plan or 'dp'!r}")
     results["fits_memory"] = results["fits_memory"] == 1.0
     return results
 

@@ -59,7 +59,6 @@ class RunRecords:
         from fastmodel.lm.engine import evaluate_table
         from fastmodel.lm.records import lower_record
         from fastmodel.lm.rules import plan_status
-        from fastmodel.registry.lm import STATUSES
 
         lowered, errors = _lower_all(cases, lower_record)
         out = Prepared(errors=errors)
@@ -76,12 +75,22 @@ class RunRecords:
             lowered = [(j, record) for (j, _), record in zip(lowered, calibrated)]
         params = np.stack([record.columns for _, record in lowered], axis=1)
         status = plan_status(params)
+        results = evaluate_table(params, finite := np.zeros(len(lowered), dtype=np.int8))
+        status = np.where(status == 0, finite, status)         # not_finite: results that overflow
         for k, (j, _) in enumerate(lowered):
             if status[k]:
-                out.errors[j] = f"plan: illegal plan ({STATUSES[status[k]].name}): {STATUSES[status[k]].message}"
+                out.errors[j] = _status_error(int(status[k]))
         legal = [(k, j, record.id) for k, (j, record) in enumerate(lowered) if not status[k]]
-        _fill(out, len(cases), self.columns, evaluate_table(params), legal)
+        _fill(out, len(cases), self.columns, results, legal)
         return out
+
+
+def _status_error(code: int) -> str:
+    """The error line of a batch line whose configuration got status ``code``."""
+    from fastmodel.registry.lm import STATUSES
+
+    name, message = STATUSES[code].name, STATUSES[code].message
+    return f"not_finite: {message}" if name == "not_finite" else f"plan: illegal plan ({name}): {message}"
 
 
 def _fill(out: Prepared, n: int, names: dict, results: dict, legal: list[tuple[int, int, str]]) -> None:
@@ -162,8 +171,13 @@ class SpecLines:
             except Exception as error:  # noqa: BLE001 - a bad line must never stop the batch
                 out.errors[j] = internal_error(error)
         if built:
-            results = evaluate_table(np.stack([columns for _, columns, _ in built], axis=1))
-            _fill(out, len(cases), self.columns, results, [(k, j, plan) for k, (j, _, plan) in enumerate(built)])
+            status = np.zeros(len(built), dtype=np.int8)
+            results = evaluate_table(np.stack([columns for _, columns, _ in built], axis=1), status)
+            for k, (j, _, _) in enumerate(built):
+                if status[k]:
+                    out.errors[j] = _status_error(int(status[k]))
+            _fill(out, len(cases), self.columns, results,
+                  [(k, j, plan) for k, (j, _, plan) in enumerate(built) if not status[k]])
         return out
 
 

@@ -123,7 +123,8 @@ def lower(model, cluster, execution, mesh: Mesh, global_batch: int, notes: list[
           source: str | None = None) -> np.ndarray:
     """The column vector of ``model`` on ``cluster`` executed as ``execution`` on ``mesh`` with ``global_batch``
     sequences per step. Notes of the stack and fill-in rules are appended to ``notes``; a SpecError (naming
-    ``source``) for what cannot run: FP8 on a device without an FP8 peak, an execution its stack cannot run."""
+    ``source``) for what cannot run: an execution its stack cannot run (FP8 without an FP8 peak is the rule
+    table's ``no_fp8``)."""
     from fastmodel.lm.stacks import resolve
 
     try:
@@ -137,8 +138,8 @@ def lower(model, cluster, execution, mesh: Mesh, global_batch: int, notes: list[
     values.update(cluster_values(cluster))
     values.update(execution_values(execution, model, mesh, notes))
     values["global_batch"] = float(global_batch)
-    if values["precision"] == 1 and values["peak_flops_8"] <= 0:
-        raise SpecError(source, "system.peak_flops_fp8", "precision is fp8 but the device has no FP8 peak")
+    # FP8 on a device without an FP8 peak is the rule table's no_fp8 (kernels/lm/rules.py): a sweep marks the
+    # point, a single run or record raises the PlanError, the same rule either way
     columns = np.array([c.default for c in COLUMNS], dtype=np.float64)
     for key, value in values.items():
         columns[COLUMN_INDEX[key]] = value

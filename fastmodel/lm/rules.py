@@ -23,3 +23,29 @@ def check_plan(column: np.ndarray, label: str = "plan") -> None:
     code = int(plan_status(np.asarray(column, dtype=np.float64).reshape(-1, 1))[0])
     if code:
         raise PlanError(STATUSES[code].name, STATUSES[code].message, label)
+
+
+def legal_meshes(model, cluster) -> list[tuple[dict[str, int], int]]:
+    """(mesh, dp) of every mesh of ``lm.sweep.all_meshes`` that the rule table allows for ``model`` on all of
+    ``cluster`` with the default execution, at a global batch where the batch rules hold (n_gpus x pp x
+    micro_batch sequences: tp x pp x cp micro-batches per stage, at least pp); ``plan = "all"`` in a sweep
+    gives the other meshes a status."""
+    from fastmodel.lm.loader import load_execution
+    from fastmodel.lm.sweep import all_meshes, base_columns
+    from fastmodel.registry.lm import COLUMN_INDEX as C
+
+    execution = load_execution(None)
+    n = cluster.n_gpus
+    found = []
+    for mesh in all_meshes(model, cluster, n):
+        ranks = mesh["tp"] * mesh["pp"] * mesh["cp"]
+        if n % ranks:
+            continue
+        dp = n // ranks
+        columns = base_columns(model, cluster, execution, n * mesh["pp"] * execution.micro_batch)
+        for key, value in mesh.items():
+            columns[C[key]] = value
+        columns[C["dp"]] = columns[C["shard_degree"]] = dp
+        if plan_status(columns.reshape(-1, 1))[0] == 0:
+            found.append((mesh, dp))
+    return found

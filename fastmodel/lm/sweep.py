@@ -164,9 +164,11 @@ def lm_sweep(model: Any, system: Any, task: Any = None, axes: dict | None = None
     out = np.empty((len(RESULTS), total))
     status = np.empty(total, dtype=np.int8)
     from fastmodel.kernels.lm.grid import evaluate_grid
+    from fastmodel.lm.engine import EVALUATED, NOT_FINITE, mark_not_finite
 
     evaluate_grid(base, axis_columns, axis_values, np.array(shape or (1,), dtype=np.int64),
                   execution.shard_degree is None, bool(only_fitting), status, out)
+    mark_not_finite(status, out, NOT_FINITE, EVALUATED)   # issue 25 item 2: never a result of inf
     ds = _dataset(names, labels, shape, out, status, model, cluster, execution, global_batch)
     ds.attrs["usable_hbm_bytes"] = float(base[COLUMN_INDEX["usable_hbm_fraction"]] * base[COLUMN_INDEX["hbm_bytes"]])
     if cal is not None:

@@ -72,13 +72,14 @@ class _Builder:
             self.op(name, stream, stream, max(window_start, gap_end - total), gap_end)
 
 
-def timeline(columns: np.ndarray) -> Timeline:
-    """The per-op timeline of the configuration ``columns`` (a registry column vector)."""
+def timeline(columns: np.ndarray, label: str = "the configuration") -> Timeline:
+    """The per-op timeline of the configuration ``columns`` (a registry column vector); a one-line
+    NotFiniteError naming ``label`` when its times are not finite numbers."""
     from fastmodel.kernels.lm.layer import N_WORK, W_GEMM, W_MEM, W_TP, head_costs, recompute_share
-    from fastmodel.lm.engine import evaluate_table
+    from fastmodel.lm.engine import evaluate_one
 
     columns = np.asarray(columns, dtype=np.float64)
-    r = {name: float(v[0]) for name, v in evaluate_table(columns[:, None]).items()}
+    r = evaluate_one(columns, label)
 
     def col(name):
         return float(columns[COLUMN_INDEX[name]])
@@ -184,7 +185,8 @@ def record_timeline(data: dict, source: str | None = None) -> tuple["Timeline", 
 
     record = lower_record(data, source)
     check_plan(record.columns, f"{source}: plan" if source else "plan")
-    return timeline(record.columns), record.id or (Path(source).stem if source else "run record")
+    label = record.id or (Path(source).stem if source else "run record")
+    return timeline(record.columns, f"{source}: {label}" if source else label), label
 
 
 def spec_timeline(model, system, task, plan: str | None = None, num_nodes: int | None = None) -> tuple["Timeline", str]:
@@ -197,4 +199,5 @@ def spec_timeline(model, system, task, plan: str | None = None, num_nodes: int |
     spec = load_lm_model(model)
     train = load_train_task(task)
     plan = plan if plan is not None else train.plan
-    return timeline(point_columns(spec, system, train, plan=plan, num_nodes=num_nodes)), f"{spec.name}, {plan or 'dp'}"
+    columns = point_columns(spec, system, train, plan=plan, num_nodes=num_nodes)
+    return timeline(columns, f"plan {plan or 'dp'!r}"), f"{spec.name}, {plan or 'dp'}"

@@ -29,12 +29,13 @@ class Scores:
     bias: float          # mean signed error
 
 
-def predict_records(records: list[RunRecord]) -> dict[str, np.ndarray]:
-    """Every result variable of the real-world model for ``records`` (arrays by registry name)."""
+def predict_records(records: list[RunRecord], status: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """Every result variable of the real-world model for ``records`` (arrays by registry name); ``status``
+    (int8, zeros), if given, receives ``not_finite`` for records whose results are not finite (NaN)."""
     from fastmodel.lm.engine import evaluate_table
 
     params = np.stack([r.columns for r in records], axis=1)
-    return evaluate_table(params)
+    return evaluate_table(params, status)
 
 
 def baseline_step_time(records: list[RunRecord], flops_per_token: np.ndarray, mfu: float) -> np.ndarray:
@@ -60,8 +61,13 @@ def score(errors: np.ndarray) -> Scores:
 
 
 def rows(records: list[RunRecord]) -> list[dict]:
-    """One dict per record: ids, groups, measured and predicted step time, errors of model and baselines."""
-    results = predict_records(records)
+    """One dict per record: ids, groups, status (``ok``, or ``not_finite``: no prediction, left out of the
+    scores), measured and predicted step time, errors of model and baselines. A measured run is predicted
+    even where its plan breaks a sweep rule (e.g. fewer micro-batches than stages): it ran."""
+    from fastmodel.registry.lm import STATUSES
+
+    status = np.zeros(len(records), dtype=np.int8)
+    results = predict_records(records, status)
     measured = np.array([float(r.measured.get("step_time_s", np.nan)) for r in records])
     predicted = results["step_time"]
     table = []
@@ -69,7 +75,7 @@ def rows(records: list[RunRecord]) -> list[dict]:
     for i, r in enumerate(records):
         row = {
             "id": r.id, "source": r.source, "stack": r.stack, "gpu": r.gpu, "parallelism_kind": r.parallelism_kind,
-            "tier": str(r.raw.get("tier", "")),
+            "tier": str(r.raw.get("tier", "")), "status": STATUSES[status[i]].name,
             "measured_step_time_s": measured[i], "predicted_step_time_s": predicted[i],
             "error": predicted[i] / measured[i] - 1.0,
         }
@@ -83,11 +89,19 @@ def rows(records: list[RunRecord]) -> list[dict]:
     return table
 
 
+def skipped_lines(table: list[dict]) -> list[str]:
+    """One line per row left out of the scores (status other than ``ok``), naming its record and why."""
+    from fastmodel.registry.lm import STATUS_CODES, STATUSES
+
+    return [f"{row['id']}: {row['status']}: {STATUSES[STATUS_CODES[row['status']]].message}; left out of the "
+            "scores" for row in table if row["status"] != "ok"]
+
+
 def group_scores(table: list[dict], key: str | None) -> list[tuple[str, Scores, Scores, Scores]]:
     """(group, model, baseline 0.40, baseline 0.50) scores per value of ``key`` (None: all rows)."""
     groups: dict[str, list[dict]] = {}
     for row in table:
-        if not np.isfinite(row["error"]):
+        if row["status"] != "ok" or not np.isfinite(row["error"]):
             continue
         groups.setdefault("all" if key is None else str(row[key]), []).append(row)
     out = []

@@ -11,6 +11,7 @@ from fastmodel.errors import nearest
 from fastmodel.kernels.madmax.layout import CATEGORY_NAMES
 from fastmodel.plot import data as D
 from fastmodel.plot import style as S
+from fastmodel.plot.readable import make_readable
 
 #: "Serialized": every component summed; "Overlapped": compute + exposed comm = iteration time
 SERIALIZED = tuple(f"time_{c}" for c in CATEGORY_NAMES)
@@ -166,4 +167,5 @@ def breakdown(data, sel=None, labels=None, *, quantity: str = "time", size="sing
             ax.set_title(title)
         elif single:
             ax.set_title(names[0])
+    make_readable(fig)   # minimum font, no overlapping tick labels (plot/readable.py)
     return fig, ax

@@ -9,6 +9,7 @@ from matplotlib.patches import Patch, Rectangle
 
 from fastmodel.plot import data as D
 from fastmodel.plot import style as S
+from fastmodel.plot.readable import make_readable
 
 ILLEGAL_STYLE = {"facecolor": "#d9d9d9", "edgecolor": "#808080", "hatch": "xxx"}
 INFEASIBLE_STYLE = {"facecolor": "#f0f0f0", "edgecolor": "#a0a0a0", "hatch": "///"}
@@ -93,6 +94,7 @@ def heatmap(data, x: str | None = None, y: str | None = None, *, var: str | None
         ax.set_title(title if title is not None else _default_title(da, sel))
         for spine in ax.spines.values():
             spine.set_visible(False)
+    make_readable(fig)   # minimum font, no overlapping tick labels (plot/readable.py)
     return fig, ax
 
 

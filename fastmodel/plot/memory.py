@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from fastmodel.plot import style as S
+from fastmodel.plot.readable import make_readable
 
 #: one colour per memory kind (Okabe-Ito, colour-blind safe)
 KIND_COLOURS = {
@@ -79,15 +80,14 @@ def memory_bars(ds, dim: str | None = None, sel=None, size="single", height: flo
             ax.axhline(usable, color="0.2", linestyle="--", linewidth=0.8, gid="hbm")
             ax.annotate(f"usable HBM {usable:.0f} GiB", (1.0, usable), xycoords=("axes fraction", "data"),
                         ha="right", va="bottom", fontsize=6, color="0.2")
-        # many bars: smaller tick labels so that rotated ones stay apart (~1.3 x the font size each, on the
-        # ~3/4 of the figure's width the axes get beside the legend), never below 2.5 pt
-        room = 0.75 * 72.0 * fig.get_figwidth() / (1.3 * len(labels))
-        ax.set_xticks(x, labels, rotation=90 if len(labels) > 6 else 0,
-                      fontsize=None if room >= 6.0 else max(2.5, room))
+        # many bars: vertical labels at the usual size; make_readable thins them to every k-th bar when they
+        # would still touch (never a font below plot/readable.MIN_FONT_PT)
+        ax.set_xticks(x, labels, rotation=90 if len(labels) > 6 else 0)
         if dim != "configuration":
             ax.set_xlabel(dim)
         ax.set_ylabel(S.label("memory per device", "GiB"))
         if title is not None:
             ax.set_title(title, loc="left")
         fig.legend(*ax.get_legend_handles_labels(), loc="outside right upper", fontsize=6)
+    make_readable(fig)   # minimum font, no overlapping tick labels (plot/readable.py)
     return fig, ax

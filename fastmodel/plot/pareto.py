@@ -6,6 +6,7 @@ import numpy as np
 
 from fastmodel.plot import data as D
 from fastmodel.plot import style as S
+from fastmodel.plot.readable import make_readable
 
 
 def pareto_mask(x, y, x_dir: str = "min", y_dir: str = "min") -> np.ndarray:
@@ -174,4 +175,5 @@ def pareto(data, x: str, y: str, *, x_dir: str | None = None, y_dir: str | None 
         if title is not None:
             ax.set_title(title)
     ax.frontier = table
+    make_readable(fig)   # minimum font, no overlapping tick labels (plot/readable.py)
     return fig, ax

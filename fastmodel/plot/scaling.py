@@ -6,6 +6,7 @@ import numpy as np
 
 from fastmodel.plot import data as D
 from fastmodel.plot import style as S
+from fastmodel.plot.readable import make_readable
 
 #: markers and line styles cycled over the lines, so lines that overlap stay distinguishable
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "*")
@@ -99,4 +100,5 @@ def scaling(data, x: str, *, var: str | None = None, hue: str | None = None, sel
             fig.legend(title=hue, loc="outside right upper", handlelength=2.2, ncol=2 if len(names) > 16 else 1)
         if title is not None:
             ax.set_title(title)
+    make_readable(fig)   # minimum font, no overlapping tick labels (plot/readable.py)
     return fig, ax

@@ -15,6 +15,7 @@ import numpy as np
 from fastmodel.plot import data as D
 from fastmodel.plot import style as S
 from fastmodel.plot.pareto import pareto_mask
+from fastmodel.plot.readable import make_readable
 
 X = "output_tokens_per_s_per_user"
 Y = "output_tokens_per_s_per_gpu"
@@ -81,4 +82,5 @@ def serving_pareto(ds, curve: str = "device", x: str = X, y: str = Y, sel=None, 
         if title is not None:
             ax.set_title(title)
     ax.frontiers = frontiers
+    make_readable(fig)   # minimum font, no overlapping tick labels (plot/readable.py)
     return fig, ax

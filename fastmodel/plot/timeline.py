@@ -10,6 +10,8 @@ from matplotlib.patches import Patch
 from fastmodel.kernels.madmax.layout import CATEGORY_NAMES, STREAM_COMM, STREAM_COMPUTE
 from fastmodel.plot import data as D
 from fastmodel.plot import style as S
+from fastmodel.plot.readable import make_readable
+from fastmodel.plot.timeline_rows import dense_columns, draw_row, in_window
 
 ROWS = {STREAM_COMPUTE: 1.0, STREAM_COMM: 0.0}
 BAR_HEIGHT = 0.6
@@ -106,30 +108,23 @@ def timeline(config=None, *, model=None, system=None, task=None, semantics="defa
     factor, unit = S.display_unit("s", [hi - lo])
     with S.paper_rc():
         fig, ax = S.new_axes(size, height, ax)
-        handles = []
+        rows = {}
         for stream in (STREAM_COMPUTE, STREAM_COMM):
             for code, name in enumerate(CATEGORY_NAMES):
                 on = (sched.stream == stream) & (sched.category == code)
-                if not on.any():
-                    continue
-                bars = merge_ops(sched, stream, code, (hi - lo) / 1000) if aggregate else np.stack([sched.start[on], sched.end[on]], 1)
-                bars = bars[(bars[:, 1] >= lo) & (bars[:, 0] <= hi)]
-                if bars.size == 0:
-                    continue
-                ax.broken_barh(list(zip(bars[:, 0], bars[:, 1] - bars[:, 0])), (ROWS[stream] - BAR_HEIGHT / 2, BAR_HEIGHT),
-                               facecolors=S.PALETTE[name], edgecolor="none", linewidth=0, label=name,
-                               gid=f"ops:{stream}:{name}")
-                if name not in [h.get_label() for h in handles]:
-                    handles.append(Patch(facecolor=S.PALETTE[name], label=S.CATEGORY_LABELS[name]))
-        idle = sched.idle_compute()
-        idle = idle[(idle[:, 1] >= lo) & (idle[:, 0] <= hi)]
+                if on.any():
+                    bars = merge_ops(sched, stream, code, (hi - lo) / 1000) if aggregate else \
+                        np.stack([sched.start[on], sched.end[on]], 1)
+                    rows.setdefault(stream, []).append((f"ops:{stream}:{name}", name, in_window(bars, lo, hi)))
+        rows.setdefault(STREAM_COMPUTE, []).append(("exposed", "exposed", in_window(sched.idle_compute(), lo, hi)))
         exposed = float(np.sum(np.diff(sched.idle_compute(), axis=1)))
-        if idle.size:
-            ax.broken_barh(list(zip(idle[:, 0], idle[:, 1] - idle[:, 0])),
-                           (ROWS[STREAM_COMPUTE] - BAR_HEIGHT / 2, BAR_HEIGHT),
-                           facecolors=S.PALETTE["exposed"], edgecolor="none", linewidth=0, label="exposed",
-                           gid="exposed")
-            handles.append(Patch(facecolor=S.PALETTE["exposed"], label=S.CATEGORY_LABELS["exposed"]))
+        dense = 0 if aggregate else dense_columns([[bars for _, _, bars in layers] for layers in rows.values()], lo, hi)
+        shown = []
+        for stream, layers in rows.items():
+            drawn = draw_row(ax, ROWS[stream], BAR_HEIGHT, [(gid, S.PALETTE[name], bars) for gid, name, bars in layers],
+                             lo, hi, dense)
+            shown += [name for gid, name, _ in layers if gid in drawn and name not in shown]
+        handles = [Patch(facecolor=S.PALETTE[name], label=S.CATEGORY_LABELS[name]) for name in shown]
         if sched.barrier is not None and lo <= sched.barrier <= hi:
             ax.axvline(sched.barrier, color="0.3", linewidth=0.6, linestyle="--")
             ax.annotate("fwd | bwd", (sched.barrier, 1.5), ha="center", va="bottom", fontsize=6, color="0.3",
@@ -147,4 +142,5 @@ def timeline(config=None, *, model=None, system=None, task=None, semantics="defa
                 f"{S.fmt_number(exposed / tfac)} {tunit} ({share:.1%} of iteration)")
         ax.set_title(title if title is not None else f"{config.model.name}, {config.plan.label}: {note}", loc="left")
         fig.legend(handles=handles, loc="outside right upper", handlelength=1.2)
+    make_readable(fig)   # minimum font, no overlapping tick labels (plot/readable.py)
     return fig, ax

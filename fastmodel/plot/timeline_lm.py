@@ -7,7 +7,9 @@ from matplotlib.patches import Patch
 
 from fastmodel.lm.timeline import KINDS, STREAMS, Timeline
 from fastmodel.plot import style as S
+from fastmodel.plot.readable import make_readable
 from fastmodel.plot.timeline import idle_intervals, window_bounds
+from fastmodel.plot.timeline_rows import dense_columns, draw_row, in_window
 
 BAR_HEIGHT = 0.6
 #: colour-blind-safe colours per op kind (Okabe-Ito, completed from Paul Tol's palette), one per kind;
@@ -36,7 +38,7 @@ def lm_timeline_figure(tl: Timeline, *, window: tuple[float, float] | None = Non
     factor, unit = S.display_unit("s", [hi - lo])
     with S.paper_rc():
         fig, ax = S.new_axes(size, height if height is not None else 0.45 * len(used) + 0.9, ax)
-        handles = {}
+        layers = {}
         for stream in used:
             on = tl.stream == stream
             kinds, starts, ends = tl.kind[on], tl.start[on], tl.end[on]
@@ -44,23 +46,21 @@ def lm_timeline_figure(tl: Timeline, *, window: tuple[float, float] | None = Non
                 kinds, starts, ends = _merge(kinds, starts, ends, (hi - lo) / 1000)
             for code, kind in enumerate(KINDS):
                 mine = kinds == code
-                if not mine.any():
-                    continue
-                bars = np.stack([starts[mine], ends[mine]], axis=1)
-                bars = bars[(bars[:, 1] >= lo) & (bars[:, 0] <= hi)]
-                if bars.size == 0:
-                    continue
-                ax.broken_barh(list(zip(bars[:, 0], bars[:, 1] - bars[:, 0])),
-                               (rows[stream] - BAR_HEIGHT / 2, BAR_HEIGHT), facecolors=KIND_COLOURS[kind],
-                               edgecolor="none", linewidth=0, gid=f"ops:{STREAMS[stream]}:{kind}")
-                handles.setdefault(kind, Patch(facecolor=KIND_COLOURS[kind], label=KIND_LABELS[kind]))
-        waits = _compute_waits(tl)
-        waits = waits[(waits[:, 1] >= lo) & (waits[:, 0] <= hi)]
-        if waits.size:
-            top = rows[STREAMS.index("compute")]
-            ax.broken_barh(list(zip(waits[:, 0], waits[:, 1] - waits[:, 0])), (top - BAR_HEIGHT / 2, BAR_HEIGHT),
-                           facecolors=S.PALETTE["exposed"], edgecolor="none", linewidth=0, gid="exposed")
-            handles["exposed"] = Patch(facecolor=S.PALETTE["exposed"], label=S.CATEGORY_LABELS["exposed"])
+                if mine.any():
+                    bars = in_window(np.stack([starts[mine], ends[mine]], axis=1), lo, hi)
+                    layers.setdefault(stream, []).append((f"ops:{STREAMS[stream]}:{kind}", kind, bars))
+        compute = STREAMS.index("compute")
+        if compute in rows:
+            layers.setdefault(compute, []).append(("exposed", "exposed", in_window(_compute_waits(tl), lo, hi)))
+        dense = 0 if aggregate else dense_columns([[bars for _, _, bars in row] for row in layers.values()], lo, hi)
+        handles = {}
+        for stream, row in layers.items():
+            colours = [(gid, KIND_COLOURS.get(kind, S.PALETTE.get(kind)), bars) for gid, kind, bars in row]
+            drawn = draw_row(ax, rows[stream], BAR_HEIGHT, colours, lo, hi, dense)
+            for gid, kind, _ in row:
+                if gid in drawn and kind not in handles:
+                    label = S.CATEGORY_LABELS["exposed"] if kind == "exposed" else KIND_LABELS[kind]
+                    handles[kind] = Patch(facecolor=KIND_COLOURS.get(kind, S.PALETTE.get(kind)), label=label)
         ax.set_xlim(lo, min(hi, total) if window is None else hi)
         ax.set_ylim(-0.5, len(used) - 0.5)
         ax.set_yticks([rows[s] for s in used], labels=[STREAMS[s] for s in used])
@@ -74,6 +74,7 @@ def lm_timeline_figure(tl: Timeline, *, window: tuple[float, float] | None = Non
                 f"({exposed / total:.1%})" if total > 0 else "")
         ax.set_title(f"{title}: {note}" if title else note, loc="left")
         fig.legend(handles=list(handles.values()), loc="outside right upper", handlelength=1.2)
+    make_readable(fig)   # minimum font, no overlapping tick labels (plot/readable.py)
     return fig, ax
 
 

@@ -4,14 +4,21 @@ from __future__ import annotations
 
 import numpy as np
 
-from fastmodel.plot.style import new_axes
+from fastmodel.plot.readable import make_readable
+from fastmodel.plot.style import new_axes, paper_rc
 
 #: the shaded band: the issue's dense-run accuracy bar
 BAND = 0.15
 
 
 def predicted_vs_measured(table: list[dict], size="single", ax=None):
-    """Log-log scatter of predicted against measured step time, the identity line and a +/-15 % band."""
+    """Log-log scatter of predicted against measured step time, the identity line and a +/-15 % band; the
+    legend sits outside the axes, beside the data (issue 25 item 9)."""
+    with paper_rc():
+        return _draw(table, size, ax)
+
+
+def _draw(table, size, ax):
     fig, ax = new_axes(size, ax=ax)
     measured = np.array([r["measured_step_time_s"] for r in table], dtype=float)
     predicted = np.array([r["predicted_step_time_s"] for r in table], dtype=float)
@@ -38,6 +45,7 @@ def predicted_vs_measured(table: list[dict], size="single", ax=None):
     ax.set_xlabel("measured step time (s)")
     ax.set_ylabel("predicted step time (s)")
     errors = predicted[ok] / measured[ok] - 1
-    ax.set_title(f"{ok.sum()} runs, step-time MAPE {100 * np.mean(np.abs(errors)):.1f}%")
-    ax.legend(fontsize="x-small", loc="upper left")
+    ax.set_title(f"{ok.sum()} runs, MAPE {100 * np.mean(np.abs(errors)):.1f}%", loc="left")
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside right upper", handlelength=1.2)
+    make_readable(fig)   # minimum font, no overlapping tick labels (plot/readable.py)
     return fig, ax

@@ -255,7 +255,10 @@ STATUSES: tuple[Status, ...] = (
     Status("experts_not_divisible", "experts not divisible by ep, or ep does not divide dp"),
     Status("sequence_not_divisible", "seq_len not divisible by 2 x cp"),
     Status("ep_without_experts", "ep > 1 on a dense model"),
+    Status("no_fp8", "precision is fp8 but the device has no FP8 peak"),
     Status("does_not_fit", "memory per device exceeds usable HBM"),
+    Status("not_finite", "a result is not a finite number: an input magnitude is out of range (e.g. a "
+           "bandwidth of 1e-300 B/s)"),
 )
 STATUS_CODES: dict[str, int] = {s.name: i for i, s in enumerate(STATUSES)}
 SERVE_RESULTS: tuple[Result, ...] = (
@@ -295,6 +298,7 @@ SERVE_STATUS_NAMES = (
     "ep_not_dividing",               # ep must divide tp and the routed experts
     "no_fp8",                        # FP8 compute on a device without an FP8 peak
     "no_kv_room",                    # max_throughput: not one request's KV cache fits
+    "not_finite",                    # a result is not a finite number (an input magnitude out of range)
 )
 SERVE_STATUS = {name: code for code, name in enumerate(SERVE_STATUS_NAMES)}
 

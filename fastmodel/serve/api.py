@@ -20,14 +20,16 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from fastmodel.analysis.finite import mark_not_finite
 from fastmodel.errors import SpecError, nearest
 from fastmodel.lm.table import encode
-from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS, SERVE_RESULTS, SERVE_STATUS_NAMES
+from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS, SERVE_RESULTS, SERVE_STATUS, SERVE_STATUS_NAMES
 from fastmodel.serve.models import serve_model
 from fastmodel.serve.precisions import KV_PRECISIONS, PRECISIONS  # noqa: F401 - part of this module's API
 
 #: sweep axes other than columns, in the order of the Dataset's dimensions
 SPECIAL_AXES = ("device", "precision", "kv_precision")
+NOT_FINITE = SERVE_STATUS["not_finite"]
 #: below this many rows the single-threaded kernel is used
 PARALLEL_MIN_ROWS = 256
 
@@ -107,14 +109,17 @@ def columns(model, device: str, *, precision: str = "bf16", kv_precision: str | 
 
 
 def evaluate_table(params: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(results ``N_SERVE_RESULTS`` x n, status int8 n) of a ``(N_COLUMNS, n)`` table."""
+    """(results ``N_SERVE_RESULTS`` x n, status int8 n) of a ``(N_COLUMNS, n)`` table; a configuration whose
+    results are not all finite gets status ``not_finite`` and NaN results (``analysis.finite``)."""
     from fastmodel.kernels.serve.evaluate import serve_parallel, serve_serial
 
     params = np.ascontiguousarray(params, dtype=np.float64)
     n = params.shape[1]
     out = np.empty((len(SERVE_RESULTS), n))
     status = np.zeros(n, dtype=np.int8)
-    (serve_parallel if n >= PARALLEL_MIN_ROWS else serve_serial)(params, status, out)
+    with np.errstate(all="ignore"):  # interpreted kernels (FASTMODEL_JIT=0) overflow in numpy scalars
+        (serve_parallel if n >= PARALLEL_MIN_ROWS else serve_serial)(params, status, out)
+    mark_not_finite(status, out, NOT_FINITE)
     return out, status
 
 
@@ -178,6 +183,7 @@ def sweep(model, device: str | Sequence[str] = "H100", precision: str | Sequence
                            "seq_len" not in dims and "seq_len" not in fixed], dtype=np.bool_)
         serve_grid(base, axis_cols, col_start, np.concatenate(flat).astype(np.float64), val_start,
                    np.array(shape, dtype=np.int64), derive, status, out)
+        mark_not_finite(status, out, NOT_FINITE)
     # a result named like a swept column (batch_size under a fixed-batch sweep) is stored as effective_<name>
     data = {(f"effective_{r.name}" if r.name in dims else r.name):
             (dims, out[i].reshape(shape), {"units": r.units, "long_name": r.name.replace("_", " "),

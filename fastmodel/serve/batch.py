@@ -39,7 +39,7 @@ class ServeRecords:
         return is_serve_record(case)
 
     def prepare(self, cases: list[dict], default_semantics) -> Prepared:
-        from fastmodel.registry.lm import SERVE_RESULT_INDEX, SERVE_STATUS_NAMES
+        from fastmodel.registry.lm import SERVE_RESULT_INDEX, SERVE_STATUS_NAMES, STATUS_CODES, STATUSES
         from fastmodel.serve.api import evaluate_table
         from fastmodel.serve.records import lower_serve_record
 
@@ -53,7 +53,9 @@ class ServeRecords:
         values = {"memory_per_device": [None] * n, "fits_memory": [None] * n}
         for k, (j, record) in enumerate(lowered):
             if status[k]:
-                out.errors[j] = f"illegal serving configuration ({SERVE_STATUS_NAMES[int(status[k])]})"
+                name = SERVE_STATUS_NAMES[int(status[k])]
+                out.errors[j] = f"not_finite: {STATUSES[STATUS_CODES[name]].message}" if name == "not_finite" else \
+                    f"illegal serving configuration ({name})"
                 continue
             columns["id"][j] = record.id
             for name in SERVE_COLUMNS:

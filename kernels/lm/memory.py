@@ -61,13 +61,26 @@ def kv_cache_bytes_per_token(row):
 # --- buffers ---------------------------------------------------------------------------------------------------------
 
 @njit(error_model='numpy')
+def gathered_expert_split(row):
+    """Devices the routed experts of a layer are split over when FSDP gathers them, beside the shard group:
+    ``ep * etp``; without expert parallelism (``ep = 1``) the routed experts are tensor-parallel over the TP
+    group, ``max(tp, etp)`` (TorchTitan ``apply_moe_ep_tp``, torchtitan/models/llama4/infra/parallelize.py:
+    no EP mesh -> ``TensorParallel`` on the experts over the TP mesh), so the gathered layer shrinks with TP
+    like its dense part."""
+    if row[C_EP] <= 1.0:
+        return max(row[C_TP], row[C_ETP])
+    return row[C_EP] * row[C_ETP]
+
+
+@njit(error_model='numpy')
 def max_layer_params(row):
-    """Parameters of the largest layer on one device (before sharding by the shard group)."""
+    """Parameters of the largest layer on one device as FSDP gathers it (before sharding by the shard group):
+    attention and dense MLP split over TP, the routed experts over ``gathered_expert_split``."""
     attn = attention_params(row) / row[C_TP] + 2.0 * row[C_HIDDEN]
     dense = attn + mlp_params(row, row[C_FFN]) / row[C_TP]
     if not is_moe(row):
         return dense
-    experts = row[C_MOE_EXPERTS] * mlp_params(row, row[C_MOE_FFN]) / (row[C_EP] * row[C_ETP])
+    experts = row[C_MOE_EXPERTS] * mlp_params(row, row[C_MOE_FFN]) / gathered_expert_split(row)
     shared = mlp_params(row, row[C_MOE_SHARED_EXPERTS] * row[C_MOE_FFN]) / row[C_TP]
     moe = attn + experts + shared + row[C_HIDDEN] * row[C_MOE_EXPERTS]
     if row[C_DENSE_LAYERS] > 0:

@@ -11,7 +11,7 @@ import numpy as np
 from fastmodel.kernels.jit import njit, prange
 from fastmodel.kernels.lm.layout import (
     C_CP, C_CP_ALGORITHM, CP_ALLTOALL, C_DOMAIN_SIZE, C_DP, C_EP, C_GLOBAL_BATCH, C_HEADS, C_KV_HEADS, C_LAYERS, C_MICRO_BATCH, C_MOE_EXPERTS,
-    C_N_GPUS, C_PP, C_SEQ_LEN, C_TP, C_UNEVEN_STAGES, C_VP,
+    C_N_GPUS, C_PEAK_FLOPS_8, C_PP, C_PRECISION, C_SEQ_LEN, C_TP, C_UNEVEN_STAGES, C_VP, PRECISION_FP8,
 )
 from fastmodel.registry.lm import STATUS_CODES
 
@@ -24,6 +24,7 @@ ST_MICROBATCHES = STATUS_CODES["too_few_microbatches"]
 ST_EXPERTS = STATUS_CODES["experts_not_divisible"]
 ST_SEQUENCE = STATUS_CODES["sequence_not_divisible"]
 ST_EP_DENSE = STATUS_CODES["ep_without_experts"]
+ST_NO_FP8 = STATUS_CODES["no_fp8"]
 
 
 @njit(inline="always")
@@ -61,6 +62,8 @@ def plan_status_row(row):
         return ST_SEQUENCE
     if experts <= 0.0 and ep > 1.0:
         return ST_EP_DENSE
+    if row[C_PRECISION] == PRECISION_FP8 and row[C_PEAK_FLOPS_8] <= 0.0:
+        return ST_NO_FP8
     return 0
 
 

@@ -17,6 +17,13 @@ from fastmodel.kernels.nccl import allgather_time, allreduce_time, alltoall_time
 #: bytes per activation element and per embedding / LM-head weight (kept in 16 bits by quantized recipes)
 ACT_BYTES = 2.0
 
+#: flags passed as floats, not bools: numba types a constant bool argument as a literal and compiles one
+#: specialisation of the callee per value (and of everything it calls); a float flag compiles once
+DENSE = 0.0
+MOE = 1.0
+LAUNCH = 1.0      # every GEMM pays its launch overhead (prefill: one kernel per GEMM)
+NO_LAUNCH = 0.0   # launches hidden (decode steps run as a captured CUDA graph)
+
 # slots of a cost vector: (gemm, attention, memory-bound, communication)
 K_GEMM = 0
 K_ATTN = 1
@@ -36,14 +43,14 @@ def is_fp8(row):
 def weight_gemm(row, groups, m, n, k, wbytes, launch):
     """Roofline seconds of ``groups`` (m x k) @ (k x n) GEMMs against weights of ``wbytes`` per element:
     ``max(FLOPs / (peak x quantization x depth), (weights + activations) / HBM)`` (kernels/roofline.py terms;
-    depth = k / (k + gemm_k_half))."""
+    depth = k / (k + gemm_k_half)); ``launch`` (1.0 or 0.0) adds the kernel launch overhead."""
     if groups <= 0.0 or m <= 0.0 or n <= 0.0 or k <= 0.0:
         return 0.0
     quantization = tile_quantization(row, groups, m, n, k)
     compute = 2.0 * groups * m * n * (k + row[C_GEMM_K_HALF]) / (gemm_peak(row, is_fp8(row)) * quantization)
     traffic = groups * (wbytes * n * k + ACT_BYTES * (m * k + m * n))
     memory = traffic / (row[C_HBM_BW] * row[C_HBM_EFF])
-    return max(compute, memory) + (row[C_KERNEL_OVERHEAD_S] if launch else 0.0)
+    return max(compute, memory) + launch * row[C_KERNEL_OVERHEAD_S]
 
 
 @njit
@@ -157,14 +164,14 @@ def body_costs(row, m, launch, costs):
     n_dense = dense_full + dense_slide
     n_moe = moe_full + moe_slide
     if n_dense > 0.0:
-        costs[K_GEMM] += n_dense * layer_gemms(row, m, False, launch)
-        costs[K_MEM] += n_dense * layer_memory_bound(row, m, False)
-        costs[K_COMM] += n_dense * layer_comm(row, m, False)
+        costs[K_GEMM] += n_dense * layer_gemms(row, m, DENSE, launch)
+        costs[K_MEM] += n_dense * layer_memory_bound(row, m, DENSE)
+        costs[K_COMM] += n_dense * layer_comm(row, m, DENSE)
     touched = 0.0
     if n_moe > 0.0:
-        costs[K_GEMM] += n_moe * layer_gemms(row, m, True, launch)
-        costs[K_MEM] += n_moe * layer_memory_bound(row, m, True)
-        costs[K_COMM] += n_moe * layer_comm(row, m, True)
+        costs[K_GEMM] += n_moe * layer_gemms(row, m, MOE, launch)
+        costs[K_MEM] += n_moe * layer_memory_bound(row, m, MOE)
+        costs[K_COMM] += n_moe * layer_comm(row, m, MOE)
         touched = experts_touched(row[C_MOE_EXPERTS], row[C_MOE_TOPK], m)
     costs[K_COMM] += pipeline_comm(row, m)
     return touched

@@ -54,7 +54,7 @@ from fastmodel.kernels.lm.layout import (
     S_TTFT, S_WEIGHT_MEMORY,
 )
 from fastmodel.kernels.serve.attention import kv_bytes_per_token, decode_attention_sum, prefill_attention_time
-from fastmodel.kernels.serve.costs import is_fp8, head_costs, body_costs, K_GEMM, K_ATTN, K_MEM, K_COMM
+from fastmodel.kernels.serve.costs import is_fp8, head_costs, body_costs, K_GEMM, K_ATTN, K_MEM, K_COMM, LAUNCH, NO_LAUNCH
 from fastmodel.kernels.serve.memory import weight_memory, activation_memory
 # building blocks tests and callers use by their old address
 from fastmodel.kernels.serve.attention import attention_lines, sum_max_lines, sum_window  # noqa: F401
@@ -80,8 +80,8 @@ def prefill_costs(row, prompts, costs, part):
     m = tokens / chunks
     for k in range(4):
         part[k] = 0.0
-    body_costs(row, m, True, part)
-    head_costs(row, prompts / chunks, True, part)
+    body_costs(row, m, LAUNCH, part)
+    head_costs(row, prompts / chunks, LAUNCH, part)
     for k in range(4):
         costs[k] += chunks * part[k]
     costs[K_ATTN] += prefill_attention_time(row, prompts, row[C_INPUT_LEN])
@@ -91,8 +91,8 @@ def prefill_costs(row, prompts, costs, part):
 @njit
 def decode_fixed_costs(row, n, costs):
     """Context-independent seconds of one decode step of ``n`` requests (weights, norms, comm, head)."""
-    touched = body_costs(row, n, False, costs)
-    head_costs(row, n, False, costs)
+    touched = body_costs(row, n, NO_LAUNCH, costs)
+    head_costs(row, n, NO_LAUNCH, costs)
     return touched
 
 
@@ -173,8 +173,8 @@ def serve_row(row, out, scratch):
         ttft = prefill_costs(row, 1.0, pre, scratch[2]) + host
         decoding = n * steps / outp
         m = decoding + n * inp / outp
-        touched = body_costs(row, m, False, dec)
-        head_costs(row, n, False, dec)
+        touched = body_costs(row, m, NO_LAUNCH, dec)
+        head_costs(row, n, NO_LAUNCH, dec)
         mean_attention = decode_attention_sum(row, decoding, inp + 1.0, inp + steps) / steps if steps > 0.0 \
             else 0.0
         dec[K_ATTN] = mean_attention + prefill_attention_time(row, n / outp, inp)

@@ -8,7 +8,7 @@ from fastmodel.kernels.lm.layout import (
     C_EP, C_FFN, C_HEADS, C_HIDDEN, C_INPUT_LEN, C_KV_HEADS, C_MAX_NUM_TOKENS, C_MOE_EXPERTS, C_MOE_FFN,
     C_MOE_SHARED_EXPERTS, C_MOE_TOPK, C_PP, C_TIED_EMBEDDINGS, C_TP, C_VOCAB, C_WEIGHT_BYTES,
 )
-from fastmodel.kernels.serve.costs import expert_tp, ACT_BYTES
+from fastmodel.kernels.serve.costs import expert_tp, ACT_BYTES, DENSE, MOE
 
 
 # --- memory ----------------------------------------------------------------------
@@ -36,8 +36,8 @@ def weight_memory(row):
     dense_full, dense_slide, moe_full, moe_slide = layer_mix(row)
     p = row[C_PP]
     n_moe = moe_full + moe_slide
-    per_stage = ((dense_full + dense_slide) * layer_weight_params(row, False)
-                 + n_moe * layer_weight_params(row, True)) / p
+    per_stage = ((dense_full + dense_slide) * layer_weight_params(row, DENSE)
+                 + n_moe * layer_weight_params(row, MOE)) / p
     router = n_moe / p * row[C_HIDDEN] * row[C_MOE_EXPERTS]
     table = row[C_VOCAB] * row[C_HIDDEN] / row[C_TP] * ACT_BYTES
     head = 0.0 if row[C_TIED_EMBEDDINGS] > 0.0 else table

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 import xarray as xr
@@ -178,3 +179,109 @@ def test_disk_full_then_resume(tmp_path, reference):
         assert [p for p in os.listdir(disk) if p.startswith(".")] == []
     finally:
         subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
+# --- .nc writers (issue 25 item 3): the same lock as stores, atomic, and Ctrl-C says what is on disk ----------
+
+# runs the CLI and signals itself with SIG right after the dataset is written under its temporary name, or
+# ("pause") writes a file "writing" and waits 5 s before writing the dataset
+NC_DRIVER = textwrap.dedent("""
+    import os, signal, sys, time
+    import xarray as xr
+    from fastmodel.cli import main
+
+    action = sys.argv[1]
+    real = xr.Dataset.to_netcdf
+    def to_netcdf(self, *a, **k):
+        if action == "pause":
+            open("writing", "w").close()
+            time.sleep(5)
+            return real(self, *a, **k)
+        out = real(self, *a, **k)
+        os.kill(os.getpid(), getattr(signal, action))
+        return out
+    xr.Dataset.to_netcdf = to_netcdf
+    main(["sweep", sys.argv[2], "-o", sys.argv[3], "--no-progress"])
+""")
+
+REAL_SWEEP = ('model = "llama3.1-8b"\nsystem = "dgx-h100"\ntask = "llm-pretrain"\n'
+              '[axes]\nnum_nodes = [1, 2]\nplan = ["dp", "tp8", "tp4.pp2", "tp3"]\nmicro_batch = [1, 2]\n')
+
+
+@pytest.fixture(scope="module", params=["madmax", "real"])
+def nc_reference(request, tmp_path_factory):
+    folder = tmp_path_factory.mktemp(f"nc-{request.param}")
+    (folder / "s.toml").write_text(SWEEP if request.param == "madmax" else REAL_SWEEP)
+    code, output = _cli("sweep", "s.toml", "-o", "ref.nc", "--no-progress", cwd=folder)
+    assert code == 0, output
+    return folder / "s.toml", xr.open_dataset(folder / "ref.nc").load()
+
+
+def _assert_same_nc(path, reference):
+    got = xr.open_dataset(path).load()
+    assert set(got.data_vars) == set(reference.data_vars)
+    for name in reference.data_vars:
+        assert got[name].values.tobytes() == reference[name].values.tobytes(), name
+
+
+@pytest.mark.parametrize("sig", ["SIGKILL", "SIGINT"])
+def test_interrupted_nc_write_leaves_no_file_and_a_rerun_completes_it(tmp_path, nc_reference, sig):
+    sweep_file, reference = nc_reference
+    (tmp_path / "s.toml").write_text(sweep_file.read_text())
+    killed = subprocess.run([sys.executable, "-c", NC_DRIVER, sig, "s.toml", "out.nc"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=600)
+    if sig == "SIGKILL":
+        assert killed.returncode == -signal.SIGKILL, killed.stderr
+    else:   # Ctrl-C: one line saying nothing was written, never a hint at --resume (a .nc cannot resume)
+        assert killed.returncode == 130 and "Traceback" not in killed.stderr, killed.stderr
+        assert killed.stderr.splitlines()[-1] == ("interrupted: out.nc was not written (a .nc file is written whole "
+                                                  "at the end); rerun to start again"), killed.stderr
+        assert _leftovers(tmp_path) == []
+    assert not (tmp_path / "out.nc").exists()
+    code, output = _cli("sweep", "s.toml", "-o", "out.nc", "--no-progress", cwd=tmp_path)  # no --force needed
+    assert code == 0, output
+    _assert_same_nc(tmp_path / "out.nc", reference)
+    assert _leftovers(tmp_path) == []          # the killed writer's temporary file and lock are gone
+
+
+def test_two_concurrent_nc_writers_never_both_succeed(tmp_path, nc_reference):
+    sweep_file, reference = nc_reference
+    (tmp_path / "s.toml").write_text(sweep_file.read_text())
+    for flags in ([], ["--force"]):
+        runs = [subprocess.Popen([sys.executable, "-m", "fastmodel.cli", "sweep", "s.toml", "-o", "out.nc",
+                                  "--no-progress", *flags], cwd=tmp_path, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        results = [(p.wait(timeout=600), p.stderr.read()) for p in runs]
+        codes = sorted(code for code, _ in results)
+        if flags:       # both may replace the file in turn; never a traceback, the file whole
+            assert codes[0] == 0 and codes[1] in (0, 2), results
+        else:           # a second writer is refused: by the lock while the first runs, or as "exists" after it
+            assert codes == [0, 2], results
+        for code, err in results:
+            assert "Traceback" not in err, err
+            if code == 2:
+                assert err.strip().splitlines()[-1].startswith("error: "), err
+                assert "being written by pid" in err or "exists; pass --force" in err, err
+        _assert_same_nc(tmp_path / "out.nc", reference)
+    assert _leftovers(tmp_path) == []
+    # the race itself: a second writer that starts while the first computes (no file yet) is refused by the lock
+    (tmp_path / "out.nc").unlink()
+    first = subprocess.Popen([sys.executable, "-c", NC_DRIVER, "pause", "s.toml", "out.nc"], cwd=tmp_path,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    while not (tmp_path / "writing").exists():
+        assert first.poll() is None, first.stderr.read()
+        time.sleep(0.05)
+    code, output = _cli("sweep", "s.toml", "-o", "out.nc", "--no-progress", cwd=tmp_path)
+    assert code == 2 and "being written by pid" in output, output
+    assert first.wait(timeout=600) == 0, first.stderr.read()
+    _assert_same_nc(tmp_path / "out.nc", reference)
+
+
+def test_ctrl_c_before_a_store_exists_says_nothing_was_written(tmp_path):
+    (tmp_path / "s.toml").write_text(SWEEP)
+    killed = subprocess.run([sys.executable, "-c", DRIVER, "creation", "SIGINT", "1", "s.toml", "out.zarr"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert killed.returncode == 130 and "Traceback" not in killed.stderr, killed.stderr
+    last = killed.stderr.splitlines()[-1]
+    assert last.startswith("interrupted before ") and "nothing was written" in last and "--resume" not in last
+    assert not (tmp_path / "out.zarr").exists() and _leftovers(tmp_path) == []

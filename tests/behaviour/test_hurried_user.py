@@ -112,7 +112,9 @@ def test_output_paths(tmp_path):
     one_line_error(run("batch", str(src), "-o", str(tmp_path / "nodir" / "out.jsonl")), "cannot write")
     # permissions are kept, a symlink stays a symlink, a special file is written, not replaced
     target = tmp_path / "target.jsonl"
-    target.write_text("old\n")
+    target.write_text("old\n")        # plain text, not JSON lines: another kind, kept even with --force
+    one_line_error(run("batch", str(src), "-o", str(target), "--force"), "not the JSON/JSONL output")
+    target.write_text('{"old": 1}\n')
     os.chmod(target, 0o644)
     link = tmp_path / "link.jsonl"
     link.symlink_to(target)

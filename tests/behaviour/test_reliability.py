@@ -109,7 +109,7 @@ def test_sweep_force_never_deletes_what_is_not_a_sweep_store(tmp_path, sweep_fil
     one_line_error(cli("sweep", sweep_file, "-o", precious, "--resume"), "not a fastmodel sweep store")
     notnc = tmp_path / "notes.nc"
     notnc.write_text("my notes")
-    one_line_error(cli("sweep", sweep_file, "-o", notnc, "--force"), "not a netCDF file")
+    one_line_error(cli("sweep", sweep_file, "-o", notnc, "--force"), "not the netCDF dataset")
     assert notnc.read_text() == "my notes"
     store = tmp_path / "r.zarr"
     assert cli("sweep", sweep_file, "-o", store).exit_code == 0
@@ -123,7 +123,7 @@ def test_best_csv_never_replaces_a_dataset_or_its_input(tmp_path, sweep_file):
     one_line_error(cli("best", result, "--by", "throughput", "--csv", result), "also an input")
     other = tmp_path / "other.nc"
     other.write_bytes(before)
-    one_line_error(cli("best", result, "--by", "throughput", "--csv", other, "--force"), "not a text file")
+    one_line_error(cli("best", result, "--by", "throughput", "--csv", other, "--force"), "not the CSV")
     assert result.read_bytes() == before and other.read_bytes() == before
     csv = tmp_path / "t.csv"
     assert cli("best", result, "--by", "throughput", "--csv", csv).exit_code == 0
@@ -142,7 +142,7 @@ def test_batch_never_replaces_its_input(tmp_path):
     one_line_error(cli("batch", cases, "-o", link, "--force"), "also an input")
     assert cases.read_text() == text
     out = tmp_path / "o.jsonl"
-    out.write_text("old results\n")
+    out.write_text('{"case": 1, "status": "ok"}\n')
     one_line_error(cli("batch", cases, "-o", out), "pass --force")
     assert cli("batch", cases, "-o", out, "--force").exit_code == 0
 
@@ -153,11 +153,13 @@ def test_figure_never_replaces_a_file_of_another_kind(tmp_path, sweep_file):
     fake = tmp_path / "fig.png"
     fake.write_text("not a picture")
     args = ["plot", "heatmap", result, "--x", "num_nodes", "--y", "plan", "--sel", "flops_util=0.6", "--dpi", "30"]
-    one_line_error(cli(*args, "-o", fake), "not a png file")
+    one_line_error(cli(*args, "-o", fake), "not the PNG figure")
+    one_line_error(cli(*args, "-o", fake, "--force"), "not the PNG figure")
     assert fake.read_text() == "not a picture"
     good = tmp_path / "good.png"
     assert cli(*args, "-o", good).exit_code == 0
-    assert cli(*args, "-o", good).exit_code == 0  # a figure replaces the previous figure (documented)
+    one_line_error(cli(*args, "-o", good), "pass --force")   # issue 25: figures follow batch's rule too
+    assert cli(*args, "-o", good, "--force").exit_code == 0
 
 
 # --- item 5: atomic creation and the writer lock -------------------------------------------------------------

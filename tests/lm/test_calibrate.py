@@ -330,12 +330,15 @@ def test_cli_calibrate_refuses_its_input_and_bad_folds(small_runs):
     runner = CliRunner()
     before = small_runs.read_bytes()
     result = runner.invoke(main, ["calibrate", str(small_runs), "-o", str(small_runs)])
-    assert result.exit_code == 2 and "is the input file" in result.stderr
+    assert result.exit_code == 2 and "also an input" in result.stderr
     assert small_runs.read_bytes() == before
     result = runner.invoke(main, ["calibrate", str(small_runs), "--folds", "1"])
     assert result.exit_code == 2 and result.stderr.count("\n") == 1 and "--folds" in result.stderr
     result = runner.invoke(main, ["calibrate", str(small_runs), "--prior", "strong"])
-    assert result.exit_code == 2 and "--prior: must be a number >= 0 or 'cv', got 'strong'" in result.stderr
+    assert result.exit_code == 2 and "--prior: must be a finite number >= 0 or 'cv', got 'strong'" in result.stderr
+    for value in ("inf", "nan", "-1"):  # issue 25: --prior inf was a traceback
+        result = runner.invoke(main, ["calibrate", str(small_runs), "--prior", value])
+        assert result.exit_code == 2 and result.stderr.count("\n") == 1 and f"got '{value}'" in result.stderr
 
 
 def test_cli_calibrate_on_three_runs_cross_validates_one_run_per_fold(tmp_path):

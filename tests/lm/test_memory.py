@@ -455,3 +455,41 @@ def test_dev_runs_memory_report(capsys):
             lines[-1] += f"  error {100 * (total / measured - 1):+.1f} %"
     with capsys.disabled():
         print("\n" + "\n".join(lines))
+
+
+#: Mixtral 8x7B (Jiang et al. 2024, Table 1): h 4096, 32 heads of 128, 8 KV heads, 8 experts of 14336, top-2
+MIXTRAL = dict(layers=32, hidden=4096, ffn=14336, heads=32, kv_heads=8, head_dim=128, vocab=32000, seq_len=4096,
+               gated_mlp=1, moe_experts=8, moe_topk=2, moe_ffn=14336, micro_batch=1, global_batch=1024)
+
+
+def test_fsdp_gather_buffer_of_moe_layers_shards_with_tp():
+    """Issue 25 item 10: the gathered MoE layer of layer-wrapped FSDP is the device's part. Attention per
+    layer 2 h a d + 2 h kv d = 41,943,040 parameters over t plus two norms 2 h; router h E = 32,768; routed
+    experts E 3 h f = 1,409,286,144, over t without EP (TorchTitan puts them on the TP mesh), over ep etp
+    with EP. Buffer (2 x 2 + 4) bytes per parameter (two BF16 layers in flight, one FP32 gradient)."""
+    from fastmodel.kernels.lm.memory import fsdp_gather_buffer_bytes
+
+    attention, norms, router, experts = 41_943_040, 2 * 4096, 8 * 4096, 8 * 3 * 4096 * 14336
+
+    def buffer(**plan):
+        return fsdp_gather_buffer_bytes(row(**{**MIXTRAL, "sharding": "fsdp", "dp": 8, **plan}))
+
+    assert buffer(tp=1) == 8 * (attention + norms + router + experts)
+    assert buffer(tp=8) == 8 * (attention / 8 + norms + router + experts / 8) == 1_451_556_864
+    assert buffer(tp=8, ep=8) == 8 * (attention / 8 + norms + router + experts / 8)     # one expert each
+    assert buffer(tp=8, ep=2) == 8 * (attention / 8 + norms + router + experts / 2)     # etp 1: whole experts
+    assert buffer(tp=4, ep=2, etp=4) == 8 * (attention / 4 + norms + router + experts / 8)
+    assert buffer(tp=8, sharding="zero2") == 0.0
+
+
+def test_fsdp_needs_less_memory_than_zero2_for_mixtral_with_tp():
+    """The probe's case: Mixtral 8x7B, tp 8, 64 GPUs: FSDP keeps 4 + 4 + 8 bytes per parameter over the
+    shard group where ZeRO-2 keeps the BF16 weights whole; the gathered buffer no longer outweighs that."""
+    from fastmodel.lm.sweep import lm_sweep
+
+    ds = lm_sweep("mixtral-8x7b", "dgx-h100", "llm-pretrain", num_nodes=8,
+                  axes={"sharding": ["zero2", "fsdp"], "plan": ["tp8", "tp4", "tp8.pp4", "tp8.ep8"]})
+    total = ds.memory_per_device
+    assert (total.sel(sharding="fsdp") < total.sel(sharding="zero2")).all()
+    buffers = ds.memory.sel(memory_kind="buffers", sharding="fsdp")
+    assert float(buffers.sel(plan="tp8")) < 0.6 * float(buffers.sel(plan="tp4"))

@@ -66,7 +66,7 @@ def test_cli_refuses_to_overwrite_its_input_and_reports_bad_lines(tmp_path):
     runs = tmp_path / "runs.jsonl"
     runs.write_text(RUNS.read_text())
     result = CliRunner().invoke(main, ["validate", str(runs), "-o", str(runs)])
-    assert result.exit_code == 2 and "input file" in result.output
+    assert result.exit_code == 2 and "also an input" in result.output
     assert runs.read_text() == RUNS.read_text()
     bad = tmp_path / "bad.jsonl"
     bad.write_text(RUNS.read_text().splitlines()[0] + "\n{not json\n")

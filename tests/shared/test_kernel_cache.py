@@ -110,3 +110,54 @@ def test_editing_the_registry_the_kernels_compile_in_changes_the_cache_key(tmp_p
         assert jit.kernel_source_key(KERNELS, copies) != key, copy.name
         copy.write_bytes(original)
     assert [p.name for p in jit._constant_sources("lm")] == ["lm.py"]   # an engine's key reads its own registry
+
+
+# --- first use speaks (issue 25 item 7) -------------------------------------------------------------------------
+
+def test_a_cold_compile_says_so_once_and_a_cached_load_says_nothing(tmp_path):
+    """numba's compile event fires only on a cache miss: one note per engine on stderr, then silence."""
+    env = {"NUMBA_CACHE_DIR": str(tmp_path / "cache"), "FASTMODEL_COMPILE_NOTE": "1"}
+
+    def probe():
+        full = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR", "FASTMODEL_JIT")}
+        done = subprocess.run([sys.executable, "-c", _PROBE], env={**full, **env}, capture_output=True, text=True,
+                              timeout=600, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        return [line for line in done.stderr.splitlines() if line.startswith("compiling")]
+
+    first = probe()
+    assert first == [f"compiling the MAD-Max kernels for first use, {jit.FIRST_USE['madmax']} (once: later runs "
+                     "load them from the cache; 'fastmodel warmup' compiles every engine ahead)"]
+    assert probe() == []
+    env["FASTMODEL_COMPILE_NOTE"] = "0"
+    shutil.rmtree(tmp_path / "cache")
+    assert probe() == []          # silenced on request (and by default when stderr is not a terminal)
+
+
+_COMMANDS_AFTER_WARMUP = {
+    "serve": [["serve", "-m", "llama3.1-8b"], ["serve", "-m", "llama3.1-8b", "--max-throughput"]],
+    "lm": [["validate", str(Path(__file__).resolve().parents[1] / "data" / "runs_dev.jsonl")],
+           ["plot", "timeline", "-m", "llama3.1-8b", "-s", "dgx-h100", "-t", "llm-pretrain", "--nodes", "1",
+            "-p", "tp2.pp2", "-o", "t.png", "--dpi", "20"]],
+}
+
+
+def test_warmup_compiles_what_the_commands_use(tmp_path):
+    """After ``fastmodel warmup ENGINE`` the engine's commands, each in a fresh interpreter, compile nothing."""
+    env = {k: v for k, v in os.environ.items() if k not in ("FASTMODEL_JIT",)}
+    env["FASTMODEL_COMPILE_NOTE"] = "1"
+
+    def fastmodel(*args):
+        done = subprocess.run([sys.executable, "-m", "fastmodel.cli", *args], env=env, capture_output=True,
+                              text=True, timeout=900, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        return done
+
+    for engine, commands in _COMMANDS_AFTER_WARMUP.items():
+        done = fastmodel("warmup", engine)
+        assert done.stdout.startswith(f"{engine}: ") and " kernels ready in " in done.stdout, done.stdout
+        for args in commands:
+            assert "compiling" not in fastmodel(*args).stderr, args
+    result = subprocess.run([sys.executable, "-m", "fastmodel.cli", "warmup", "gpu"], env=env, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 and "'gpu' is not one of" in result.stderr

@@ -259,10 +259,24 @@ def test_serve_sweep_zarr_and_pareto(cli, tmp_path):
 
 
 def test_builtin_example_sweeps_run(cli, tmp_path):
-    for name in ("llama3_70b_h100_plans", "llama3.1_70b_serving"):
+    """The summary line counts points that fit and legal points over memory apart (issue 25 item 5: sweeps
+    without only_fitting keep the latter as status ok, and the line called them all feasible)."""
+    import re
+
+    for name in ("llama3_70b_h100_plans", "llama3.1_70b_serving", "llama2_70b_plans"):
         result = cli("sweep", name, "-o", tmp_path / f"{name}.nc")
         assert result.exit_code == 0, result.output
-        assert "legal and feasible" in result.output
+        found = re.search(r"done: ([\d,]+) of ([\d,]+) configurations legal and feasible \(fit in memory\), "
+                          r"([\d,]+) legal but over memory, ([\d,]+) illegal or not evaluated", result.output)
+        assert found, result.output
+        fits, total, over, rest = (int(g.replace(",", "")) for g in found.groups())
+        ds = xr.open_dataset(tmp_path / f"{name}.nc")
+        names = ds.status.attrs["flag_meanings"].split()
+        ok = ds.status.values == 0
+        fitting = ok & (ds.fits_memory.values > 0) if "fits_memory" in ds else ok
+        assert fits == int(fitting.sum()) and fits + over + rest == total == ds.status.size
+        dnf = (ds.status.values == names.index("does_not_fit")).sum() if "does_not_fit" in names else 0
+        assert over == int((ok & ~fitting).sum() + dnf) and over > 0
 
 
 def test_heatmap_of_real_world_sweep_names_its_statuses(cli, tmp_path):

@@ -133,20 +133,26 @@ def not_for_madmax(calibration) -> None:
 
 @contextlib.contextmanager
 def cli_warnings():
-    """Print calibration warnings raised inside as one ``warning: ...`` line each on stderr."""
+    """Print calibration warnings raised inside as one ``warning: ...`` line each on stderr; pass any other
+    warning on as it was.
+
+    The others are re-issued only after the recording context is left: re-issued inside it, each would be
+    recorded again into the list being read, and the loop would never end (issue 25 item 2)."""
     import click
 
-    with warnings.catch_warnings(record=True) as caught:
+    recorder = warnings.catch_warnings(record=True)
+    caught = recorder.__enter__()
+    try:
         warnings.simplefilter("always", CalibrationWarning)
-        try:
-            yield
-        finally:
-            seen = set()
-            for w in caught:
-                if issubclass(w.category, CalibrationWarning):
-                    text = " ".join(str(w.message).split())
-                    if text not in seen:
-                        seen.add(text)
-                        click.echo(f"warning: {text}", err=True)
-                else:
-                    warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        yield
+    finally:
+        recorder.__exit__(None, None, None)
+        seen = set()
+        for w in caught:
+            if issubclass(w.category, CalibrationWarning):
+                text = " ".join(str(w.message).split())
+                if text not in seen:
+                    seen.add(text)
+                    click.echo(f"warning: {text}", err=True)
+            else:
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)

@@ -1,0 +1,99 @@
+"""Figures readable at any size (issue 25 item 9): no text under a minimum size, no tick labels on top of
+each other.
+
+Every figure function ends with :func:`make_readable`:
+
+- every visible text of the figure (tick labels, annotations, legends, titles) is at least
+  :data:`MIN_FONT_PT` points;
+- on each axis whose ticks are fixed category labels (plans, systems, stream names), the labels are
+  measured as drawn: a crowded x axis is turned vertical, and labels that still overlap are thinned to
+  every k-th one, the smallest k that leaves :data:`GAP_PT` between neighbours (the first label stays, so
+  the order reads as before). Numeric axes keep matplotlib's own locators, which never overlap.
+"""
+
+from __future__ import annotations
+
+import math
+
+from matplotlib.text import Text
+from matplotlib.ticker import FixedLocator
+
+#: the smallest font of any figure, in points (a 3.5 in column printed at 100 %)
+MIN_FONT_PT = 5.0
+#: the least space between two neighbouring tick labels, in points
+GAP_PT = 1.0
+
+
+def make_readable(fig) -> None:
+    """Raise every text of ``fig`` to :data:`MIN_FONT_PT` and thin crowded category tick labels."""
+    enforce_min_font(fig)
+    fig.draw_without_rendering()            # lays the figure out: tick labels get their final places
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            if isinstance(axis.get_major_locator(), FixedLocator) and len(axis.get_majorticklocs()) > 1:
+                _separate(fig, axis)
+
+
+def enforce_min_font(fig) -> None:
+    for text in fig.findobj(Text):
+        if text.get_fontsize() < MIN_FONT_PT:
+            text.set_fontsize(MIN_FONT_PT)
+
+
+def visible_labels(axis) -> list:
+    """The tick labels of ``axis`` that show text, in tick order."""
+    lo, hi = sorted(axis.get_view_interval())
+    return [label for label, loc in zip(axis.get_majorticklabels(), axis.get_majorticklocs())
+            if label.get_visible() and label.get_text() and lo - 0.5 <= loc <= hi + 0.5]
+
+
+def crowded(axis, renderer, gap_pt: float = GAP_PT) -> bool:
+    """True when two neighbouring tick labels of ``axis`` come closer than ``gap_pt`` as drawn."""
+    gap = gap_pt * axis.figure.dpi / 72.0
+    boxes = [label.get_window_extent(renderer) for label in visible_labels(axis)]
+    horizontal = axis.axis_name == "x"
+    spans = sorted((b.x0, b.x1) if horizontal else (b.y0, b.y1) for b in boxes)
+    return any(nxt[0] - cur[1] < gap for cur, nxt in zip(spans, spans[1:]))
+
+
+def _separate(fig, axis) -> None:
+    renderer = fig.canvas.get_renderer()
+    if not crowded(axis, renderer):
+        return
+    if axis.axis_name == "x" and any(label.get_rotation() % 180 != 90 for label in axis.get_majorticklabels()):
+        for label in axis.get_majorticklabels():
+            label.set_rotation(90)
+            label.set_horizontalalignment("center")
+            label.set_rotation_mode("default")
+        fig.draw_without_rendering()
+        if not crowded(axis, renderer):
+            return
+    locs = list(axis.get_majorticklocs())
+    texts = [label.get_text() for label in axis.get_majorticklabels()]
+    style = axis.get_majorticklabels()[0]
+    rotation, align, size = style.get_rotation(), style.get_horizontalalignment(), style.get_fontsize()
+    step = max(2, _step_needed(axis, renderer, locs))
+    while step < len(locs):
+        axis.set_ticks(locs[::step], labels=texts[::step])
+        for label in axis.get_majorticklabels():
+            label.set_rotation(rotation)
+            label.set_horizontalalignment(align)
+            label.set_fontsize(size)
+        fig.draw_without_rendering()
+        if not crowded(axis, renderer):
+            return
+        step += 1
+    axis.set_ticks(locs[:1], labels=texts[:1])
+
+
+def _step_needed(axis, renderer, locs) -> int:
+    """Every how many labels fit: the widest label (along the axis) plus the gap over the tick spacing."""
+    boxes = [label.get_window_extent(renderer) for label in visible_labels(axis)]
+    if not boxes or len(locs) < 2:
+        return 1
+    horizontal = axis.axis_name == "x"
+    widest = max((b.width if horizontal else b.height) for b in boxes) + GAP_PT * axis.figure.dpi / 72.0
+    transform = axis.axes.transData
+    points = [transform.transform((loc, 0) if horizontal else (0, loc)) for loc in locs[:2]]
+    spacing = abs(points[1][0 if horizontal else 1] - points[0][0 if horizontal else 1])
+    return max(1, math.ceil(widest / max(spacing, 1e-9)))

@@ -1,0 +1,123 @@
+"""Outputs never destroy a file (issue 25 item 3): every command that writes follows one rule
+(fastmodel/io/outputs.py): an existing file is refused without --force, and a file of another kind is refused
+even with it. Each writer is tried on a file of its own kind and on files of every other kind."""
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from fastmodel.cli import main
+from fastmodel.io.outputs import content_kind
+
+RUNS = Path(__file__).resolve().parents[1] / "data" / "runs_dev.jsonl"
+
+#: a file of each kind, as the first bytes a user's file might have
+SAMPLES = {
+    "json": '{"id": "run-1", "model": {"layers": 80}}\n{"id": "run-2"}\n',
+    "csv": "id,step_time\nrun-1,1.5\n",
+    "toml": "# fastmodel calibration\n\n[calibration]\nformat = 1\n",
+    "png": b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR",
+    "svg": '<?xml version="1.0"?>\n<svg xmlns="http://www.w3.org/2000/svg"></svg>\n',
+    "netcdf": b"CDF\x01\0\0\0\0",
+    "text": "my notes\n",
+}
+
+
+def cli(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def one_line_error(result, text):
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("error: ") and result.output.count("\n") == 1, result.output
+    assert text in result.output, result.output
+
+
+def _write(path: Path, kind: str) -> bytes:
+    data = SAMPLES[kind]
+    path.write_bytes(data if isinstance(data, bytes) else data.encode())
+    return path.read_bytes()
+
+
+def test_content_kinds():
+    for kind, data in SAMPLES.items():
+        assert content_kind(data if isinstance(data, bytes) else data.encode()) == kind, kind
+    assert content_kind(b"") == content_kind(b"\n \n") == "empty"
+    assert content_kind(b"[[tiers]]\ndomain_size = 8\n") == "toml"
+    assert content_kind(b'[{"a": 1}]') == "json" and content_kind(b"\x89HDF\r\n\x1a\n") == "binary"
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    path = tmp_path_factory.mktemp("runs") / "runs.jsonl"
+    path.write_text("\n".join(RUNS.read_text().splitlines()[:3]) + "\n")
+    return path
+
+
+def _writers(runs):
+    """(command args without the output, how the output is given, the kind it writes, output suffix)."""
+    timeline = ["plot", "timeline", "-m", "llama3.1-8b", "-s", "dgx-h100", "-t", "llm-pretrain", "--nodes", "1",
+                "--dpi", "20"]
+    return [
+        (["validate", runs], "-o", "csv", ".csv"),
+        (["validate", runs], "--plot", "png", ".png"),
+        (["calibrate", runs, "--folds", "0"], "-o", "toml", ".toml"),
+        (["serve", "-m", "llama3.1-8b"], "-o", "json", ".jsonl"),
+        (["serve", "-m", "llama3.1-8b"], "-o", "csv", ".csv"),
+        (["batch", runs], "-o", "json", ".jsonl"),
+        (timeline, "-o", "png", ".png"),
+        (timeline, "-o", "svg", ".svg"),
+    ]
+
+
+def test_every_writer_refuses_an_existing_file_and_another_kind_even_with_force(tmp_path, runs):
+    for args, flag, kind, suffix in _writers(runs):
+        target = tmp_path / f"out{suffix}"
+        for other in SAMPLES:
+            if other == kind:
+                continue
+            before = _write(target, other)
+            one_line_error(cli(*args, flag, target, "--force"), "refusing to replace it (even with --force)")
+            assert target.read_bytes() == before, (args, other)
+        target.unlink()
+        first = cli(*args, flag, target)
+        assert first.exit_code == 0, (args, first.output)
+        made = target.read_bytes()
+        assert content_kind(made) == kind, (args, made[:40])
+        one_line_error(cli(*args, flag, target), "exists; pass --force to replace it")
+        assert target.read_bytes() == made
+        again = cli(*args, flag, target, "--force")
+        assert again.exit_code == 0, (args, again.output)
+        assert content_kind(target.read_bytes()) == kind
+        target.unlink()
+        assert not [p for p in tmp_path.iterdir() if p.name.startswith(".") or p.name.endswith(".lock")]
+
+
+def test_a_jsonl_of_runs_never_becomes_a_table_a_calibration_or_a_figure(tmp_path, runs):
+    """The cases of the issue: validate -o / --plot and calibrate -o onto a copy of the runs."""
+    for flag, name, extra in (("-o", "rows.csv", []), ("--plot", "v.png", []), ("-o", "cal.toml", ["--folds", "0"])):
+        copy = tmp_path / name
+        copy.write_bytes(runs.read_bytes())
+        command = "calibrate" if name.endswith(".toml") else "validate"
+        one_line_error(cli(command, runs, flag, copy, "--force", *extra), "is a JSON/JSONL file")
+        assert copy.read_bytes() == runs.read_bytes()
+
+
+def test_calibrate_never_silently_replaces_an_earlier_calibration(tmp_path, runs):
+    cal = tmp_path / "cal.toml"
+    assert cli("calibrate", runs, "-o", cal, "--folds", "0").exit_code == 0
+    earlier = cal.read_text()
+    result = cli("calibrate", runs, "-o", cal, "--folds", "0", "--prior", "2")
+    one_line_error(result, "exists; pass --force")
+    assert cal.read_text() == earlier
+    assert cli("calibrate", runs, "-o", cal, "--folds", "0", "--prior", "2", "--force").exit_code == 0
+    assert cal.read_text() != earlier
+
+
+def test_serve_writes_the_rows_it_prints(tmp_path):
+    out = tmp_path / "s.jsonl"
+    printed = cli("serve", "-m", "llama3.1-8b", "--json", "-o", out)
+    assert printed.exit_code == 0
+    assert json.loads(out.read_text()) == json.loads(printed.output.splitlines()[0])

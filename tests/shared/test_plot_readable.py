@@ -1,0 +1,103 @@
+"""Figures readable at any size (issue 25 item 9), measured on the rendered figures: no two tick labels of an
+axis overlap, no text is smaller than the minimum, legends sit outside the data, and a timeline window shows
+every category present in it with the area of its time."""
+
+import numpy as np
+import pytest
+import xarray as xr
+
+import fastmodel.plot as P
+from fastmodel.lm.sweep import lm_sweep, point_columns
+from fastmodel.lm.timeline import KINDS, timeline
+from fastmodel.plot.readable import GAP_PT, MIN_FONT_PT, crowded, visible_labels
+from fastmodel.plot.timeline_lm import lm_timeline_figure
+
+
+def _assert_readable(fig):
+    fig.draw_without_rendering()
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            labels = visible_labels(axis)
+            boxes = sorted((b.x0, b.x1) if axis.axis_name == "x" else (b.y0, b.y1)
+                           for b in (label.get_window_extent(renderer) for label in labels))
+            gap = GAP_PT * fig.dpi / 72.0
+            assert all(nxt[0] - cur[1] >= gap - 1e-6 for cur, nxt in zip(boxes, boxes[1:])), axis.axis_name
+            assert not crowded(axis, renderer)
+    texts = [t for t in fig.findobj(lambda a: hasattr(a, "get_fontsize") and hasattr(a, "get_text"))
+             if t.get_visible() and t.get_text()]
+    assert texts and min(t.get_fontsize() for t in texts) >= MIN_FONT_PT
+
+
+def test_a_heatmap_of_179_plans_thins_its_labels_instead_of_overlapping_them():
+    plans = [f"tp{t}.pp{p}.cp{c}" for t in (1, 2, 4, 8) for p in (1, 2, 4, 5, 8, 10, 16) for c in (1, 2, 4, 8, 16, 32, 64)]
+    plans = plans[:179]
+    values = np.random.default_rng(0).uniform(100, 1000, (4, len(plans)))
+    da = xr.DataArray(values, dims=("num_nodes", "plan"), coords={"num_nodes": [4, 8, 16, 32], "plan": plans},
+                      name="tokens_per_s_per_gpu", attrs={"units": "tokens/s"})
+    for size in ("single", "double"):
+        fig, ax = P.heatmap(da, x="num_nodes", y="plan", size=size)
+        _assert_readable(fig)
+        shown = [t.get_text() for t in visible_labels(ax.yaxis)]
+        assert 10 < len(shown) < len(plans) and shown[0] == plans[0]
+        step = plans.index(shown[1])
+        assert shown == plans[::step][:len(shown)]        # every k-th plan, in order
+        fig, ax = P.heatmap(da, x="plan", y="num_nodes", size=size)   # the long axis across: vertical, thinned
+        _assert_readable(fig)
+        assert {t.get_rotation() for t in visible_labels(ax.xaxis)} == {90.0}
+
+
+def test_a_memory_figure_of_many_plans_keeps_its_fonts():
+    ds = lm_sweep("llama3.1-70b", "dgx-h100", "llm-pretrain", num_nodes=16, axes={"plan": "all"})
+    assert ds.sizes["plan"] > 100
+    fig, ax = P.memory_bars(ds)
+    _assert_readable(fig)
+    assert all(t.get_fontsize() >= MIN_FONT_PT for t in ax.get_xticklabels())
+
+
+def test_the_validation_legend_sits_outside_the_data():
+    from fastmodel.plot.validation import predicted_vs_measured
+
+    table = [{"measured_step_time_s": m, "predicted_step_time_s": m * (1 + e), "source": f"source {i % 7}"}
+             for i, (m, e) in enumerate(zip(np.geomspace(0.5, 300, 40), np.linspace(-0.2, 0.2, 40)))]
+    fig, ax = predicted_vs_measured(table)
+    _assert_readable(fig)
+    renderer = fig.canvas.get_renderer()
+    legend = (fig.legends or [ax.get_legend()])[0].get_window_extent(renderer)
+    assert not legend.overlaps(ax.get_window_extent(renderer))
+
+
+@pytest.fixture(scope="module")
+def llama_timeline():
+    return timeline(point_columns("llama3.1-70b", "dgx-h100", "llm-pretrain", plan="tp8.pp4", num_nodes=8))
+
+
+def _drawn_seconds(ax, gid):
+    from fastmodel.plot.timeline_lm import BAR_HEIGHT
+
+    boxes = [np.array([p.get_extents().bounds for p in c.get_paths()]) for c in ax.collections if c.get_gid() == gid]
+    return float(sum(np.sum(b[:, 2] * b[:, 3]) for b in boxes) / BAR_HEIGHT)
+
+
+def test_a_timeline_window_shows_every_category_in_it_with_its_time(llama_timeline):
+    """The README's window: the first 3 s of a 266 s step, ops of ~1 ms. The waits for communication are a
+    fifth of the window; each category in the window takes the area of its time there, legend included."""
+    tl, lo, hi = llama_timeline, 0.0, 3.0
+    fig, ax = lm_timeline_figure(tl, window=(lo, hi))
+    _assert_readable(fig)
+    legend = {t.get_text() for t in fig.legends[0].get_texts()}
+    for code, kind in enumerate(KINDS):
+        on = tl.kind == code
+        seconds = float(np.sum(np.clip(np.minimum(tl.end[on], hi) - np.maximum(tl.start[on], lo), 0.0, None)))
+        drawn = sum(_drawn_seconds(ax, f"ops:{stream}:{kind}") for stream in ("compute", "tp", "cp", "ep", "pp", "dp"))
+        assert drawn == pytest.approx(seconds, rel=1e-6, abs=1e-9), kind
+        from fastmodel.plot.timeline_lm import KIND_LABELS
+
+        assert (KIND_LABELS[kind] in legend) == (seconds > 0), kind
+    from fastmodel.plot.timeline_lm import _compute_waits
+
+    waits = _compute_waits(tl)
+    waited = float(np.sum(np.clip(np.minimum(waits[:, 1], hi) - np.maximum(waits[:, 0], lo), 0.0, None)))
+    assert waited > 0.15 * (hi - lo) and "exposed comm." in legend
+    assert _drawn_seconds(ax, "exposed") == pytest.approx(waited, rel=1e-6)
+
