@@ -4,7 +4,7 @@ import numpy as np
 import xarray as xr
 
 from fastmodel.madmax.lowering.params import STATUS, STATUS_NAMES
-from fastmodel.registry.madmax import attrs
+from fastmodel.registry import attrs
 
 PLANS = ["fsdp/ddp", "tp,ddp/mp", "ddp/ddp"]
 NODES = [16, 32, 64, 128]

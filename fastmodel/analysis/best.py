@@ -152,7 +152,7 @@ def best(ds: xr.Dataset, by: str, top: int = 10, where: list[str] | None = None,
                          f"--where (e.g. --where status=ok) and rank by a quantity such as throughput")
     variable = ds[by]
     if ascending is None:
-        from fastmodel.registry.madmax import better
+        from fastmodel.registry import better
 
         ascending = better(by, dict(variable.attrs)) == "min"
     mask = where_mask(ds, where or [])

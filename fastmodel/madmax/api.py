@@ -12,7 +12,8 @@ from fastmodel.errors import SpecError
 from fastmodel.madmax.engine import evaluate_configs
 from fastmodel.madmax.lowering.config import Config, resolve
 from fastmodel.madmax.spec.loader import load_model, load_system, load_task
-from fastmodel.registry.madmax import NAMES, attrs
+from fastmodel.registry import attrs
+from fastmodel.registry.madmax import NAMES
 from fastmodel.semantics import Semantics, get_semantics
 
 if TYPE_CHECKING:

@@ -35,7 +35,7 @@ def direction(name: str, attrs: dict | None = None) -> str:
     (:func:`fastmodel.registry.madmax.better`); for a name no registry has (a derived variable, a coordinate),
     ``'max'`` for rates and gains, else ``'min'``.
     """
-    from fastmodel.registry.madmax import better
+    from fastmodel.registry import better
 
     registered = better(name, attrs)
     if registered:

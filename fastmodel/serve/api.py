@@ -22,8 +22,9 @@ import numpy as np
 
 from fastmodel.analysis.finite import mark_not_finite
 from fastmodel.errors import SpecError, nearest
-from fastmodel.lm.table import encode
-from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS, SERVE_RESULTS, SERVE_STATUS, SERVE_STATUS_NAMES
+from fastmodel.spec.columns import encode
+from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
+from fastmodel.registry.serve import SERVE_RESULTS, SERVE_STATUS, SERVE_STATUS_NAMES
 from fastmodel.serve.models import serve_model
 from fastmodel.serve.precisions import KV_PRECISIONS, PRECISIONS  # noqa: F401 - part of this module's API
 

@@ -50,7 +50,7 @@ def render(label: str, status: str, r: dict) -> str:
 def run_record(data: dict, source: str | None = None, calibration: Any = None) -> RunReport:
     """``fastmodel run`` of one serving record (SERVE_RUNS.md); ``measured`` is not read."""
     from fastmodel.errors import SpecError
-    from fastmodel.registry.lm import SERVE_RESULTS, SERVE_STATUS_NAMES
+    from fastmodel.registry.serve import SERVE_RESULTS, SERVE_STATUS_NAMES
     from fastmodel.serve.api import evaluate_table
     from fastmodel.serve.records import lower_serve_record
 
