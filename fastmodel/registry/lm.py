@@ -16,7 +16,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fastmodel.registry.variables import (
-    FITS_MEMORY, MEMORY_PER_DEVICE, NOT_COMPUTED, STEP_TIME, TIME_GEMM, Status, Variable, producer,
+    FITS_MEMORY,
+    MEMORY_PER_DEVICE,
+    NOT_COMPUTED,
+    STEP_TIME,
+    TIME_GEMM,
+    Breakdown,
+    Status,
+    Variable,
+    producer,
 )
 
 
@@ -247,6 +255,11 @@ MEMORY_RESULTS = tuple("memory_" + k for k in MEMORY_KINDS)
 #: the memory rows as one dataset variable with a ``memory_kind`` dimension (its parts: MEMORY_RESULTS)
 MEMORY = Result("memory", "bytes", "min", "Bytes per device by kind on the most loaded rank; they sum to "
                 "memory_per_device.", "memory by kind", dims=("memory_kind",))
+#: the step as stacked bars (kernels/lm/step.py): compute on the busiest device + optimizer + pipeline bubble +
+#: each process group's whole ("serialized") or exposed communication (= step_time exactly)
+_COMPUTE = ("time_gemm", "time_attention", "time_memory_bound", "time_optimizer", "pipeline_bubble")
+BREAKDOWN = Breakdown((*_COMPUTE, *(f"comm_{g}" for g in ("tp", "cp", "ep", "pp", "dp"))),
+                      (*_COMPUTE, *(f"exposed_{g}" for g in ("tp", "cp", "ep", "pp", "dp"))))
 #: dataset variables made of several result rows: (variable, its rows, one per coordinate of its dimension)
 GROUPED: tuple[tuple[Variable, tuple[str, ...]], ...] = ((MEMORY, MEMORY_RESULTS),)
 

@@ -13,7 +13,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fastmodel.registry.variables import (
-    FITS_MEMORY, MEMORY_PER_DEVICE, NOT_COMPUTED, STEP_TIME, TIME_GEMM, WEIGHT_MEMORY, Status, Variable, producer,
+    FITS_MEMORY,
+    MEMORY_PER_DEVICE,
+    NOT_COMPUTED,
+    STEP_TIME,
+    TIME_GEMM,
+    WEIGHT_MEMORY,
+    Breakdown,
+    Status,
+    Variable,
+    producer,
 )
 
 ENGINE = "madmax"
@@ -154,6 +163,10 @@ COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)
 
 STATUS: dict[str, int] = {name: code for code, name in enumerate(STATUS_NAMES)}
 NAMES: tuple[str, ...] = tuple(v.name for v in VARIABLES)
+
+#: the step as stacked bars: every op category's summed durations, or compute + the exposed communication
+BREAKDOWN = Breakdown(("time_gemm", "time_emb", "time_all2all", "time_allreduce", "time_allgather",
+                       "time_reducescatter"), ("time_gemm", "time_emb", "exposed_comm"))
 
 #: generic names the engine table (fastmodel/engines.py) and the shared services read
 RESULTS = VARIABLES

@@ -8,8 +8,15 @@ and ``fits_memory`` are the variables the other engines produce too (``registry/
 
 from __future__ import annotations
 
-from fastmodel.registry.variables import FITS_MEMORY, MEMORY_PER_DEVICE, NOT_COMPUTED, WEIGHT_MEMORY, Status, \
-    Variable, producer
+from fastmodel.registry.variables import (
+    FITS_MEMORY,
+    MEMORY_PER_DEVICE,
+    NOT_COMPUTED,
+    WEIGHT_MEMORY,
+    Status,
+    Variable,
+    producer,
+)
 
 ENGINE = "serve"
 Result = producer(ENGINE)
@@ -64,3 +71,4 @@ RESULTS = SERVE_RESULTS
 STATUSES = SERVE_STATUSES
 COORDS: dict[str, tuple[str, ...]] = {}
 GROUPED: tuple[tuple[Variable, tuple[str, ...]], ...] = ()
+BREAKDOWN = None      # a serving step has no breakdown figure (prefill/decode parts are their own variables)

@@ -50,6 +50,17 @@ class Status:
     message: str
 
 
+@dataclass(frozen=True)
+class Breakdown:
+    """How an engine's step time splits into components (``fastmodel plot breakdown``): ``serialized`` is every
+    component summed (compute and all communication), ``overlapped`` the compute and the communication left
+    exposed, which add up to ``total``."""
+
+    serialized: tuple[str, ...]
+    overlapped: tuple[str, ...]
+    total: str = "step_time"
+
+
 #: the status every engine's stores start a point with, until its unit of work is written
 NOT_COMPUTED = Status("not_computed", "zarr store: the point's unit of work has not been written (yet)")
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from fastmodel.analysis.scores import score
 from fastmodel.errors import FastmodelError
-from fastmodel.lm.validate import score
 from fastmodel.serve.records import ServeRecord
 
 #: measured key -> predicted result

@@ -262,7 +262,7 @@ def serve_serial(params, status, out):
 
 
 @njit
-def _grid_rows(base, axis_cols, col_start, axis_vals, val_start, shape, derive, status, out, lo, hi):
+def _grid_rows(base, axis_cols, col_start, axis_vals, val_start, shape, derive, status, out, lo, hi, offset):
     result = np.empty(N_SERVE_RESULTS)
     scratch = np.empty((3, 4))
     row = base.copy()
@@ -283,7 +283,7 @@ def _grid_rows(base, axis_cols, col_start, axis_vals, val_start, shape, derive, 
             row[C_N_GPUS] = row[C_TP] * row[C_PP]
         if derive[1]:
             row[C_SEQ_LEN] = row[C_INPUT_LEN] + row[C_OUTPUT_LEN]
-        _emit(row, result, scratch, status, out, r)
+        _emit(row, result, scratch, status, out, offset + r)
         if axes == 0:
             continue
         changed = axes - 1
@@ -294,14 +294,17 @@ def _grid_rows(base, axis_cols, col_start, axis_vals, val_start, shape, derive, 
 
 
 @njit(parallel=True)
-def serve_grid(base, axis_cols, col_start, axis_vals, val_start, shape, derive, status, out):
+def serve_grid(base, axis_cols, col_start, axis_vals, val_start, shape, derive, status, out, offset):
     """Evaluate a Cartesian grid without materialising its parameter table: row r is ``base`` with, for every
     axis a (C order, last fastest), the columns ``axis_cols[col_start[a]:col_start[a+1]]`` set to that axis's
     values at index i_a (``axis_vals[val_start[a] + j * shape[a] + i_a]`` for its j-th column); then
-    ``derive`` (n_gpus = tp x pp, seq_len = input_len + output_len). Results into ``out`` and ``status``."""
-    n = out.shape[1]
+    ``derive`` (n_gpus = tp x pp, seq_len = input_len + output_len). Results into ``out[:, offset + r]`` and
+    ``status[offset + r]``, so a sweep writes a unit of work straight into its place in a larger matrix."""
+    n = 1
+    for size in shape:
+        n *= size
     chunks = (n + CHUNK_ROWS - 1) // CHUNK_ROWS
     for chunk in prange(chunks):
         lo = chunk * CHUNK_ROWS
         _grid_rows(base, axis_cols, col_start, axis_vals, val_start, shape, derive, status, out, lo,
-                   min(n, lo + CHUNK_ROWS))
+                   min(n, lo + CHUNK_ROWS), offset)

@@ -1,7 +1,7 @@
 """The grid's layout into units of work: hyper-rectangles of at most ``unit_configs`` points.
 
-Axes that change the op graph are *structural*; each combination of their
-values is one Program. The numeric axes are cut into blocks (trailing axes
+Structural axes are looped over (MAD-Max: they change the op graph, so each
+combination of their values is one Program); the numeric axes are cut into blocks (trailing axes
 whole, the first one split), so a unit is one structural combination times one
 block of each numeric axis, a contiguous range of the internal layout
 (structural axes first, then numeric, C order).
@@ -31,7 +31,7 @@ class Unit:
 
 
 class GridLayout:
-    """The unit layout of a :class:`~fastmodel.sweep.definition.Sweep` (a base class of it): needs its
+    """The unit layout of a :class:`~fastmodel.sweeps.plan.SweepPlan` (a base class of it): needs its
     ``axes``, ``shape``, ``structural_axes``, ``numeric_axes``, ``unit_configs``, ``block`` and ``_combos``."""
 
     def _block_shape(self) -> tuple[int, ...]:
@@ -46,9 +46,6 @@ class GridLayout:
             if take < sizes[k]:
                 break
         return tuple(block)
-
-    def _structural_combinations(self) -> list[tuple[int, ...]]:
-        return list(itertools.product(*(range(self.shape[i]) for i in self.structural_axes)))
 
     def units(self) -> Iterator[Unit]:
         """Every unit of work, in a fixed order (unit.index counts from 0)."""

@@ -11,7 +11,7 @@ from fastmodel.madmax.lowering.config import check_task_fits_family, structure_k
 from fastmodel.madmax.lowering.params import param_table
 from fastmodel.madmax.spec.task import TaskSpec
 from fastmodel.spec.loader import validate
-from fastmodel.sweep.grid import Unit
+from fastmodel.sweeps.grid import Unit
 
 
 def set_path(data: dict, path: str, value) -> None:
