@@ -55,7 +55,7 @@ def previous_release(commit: str) -> Path:
                           check=True).stdout.strip()
     home = Path(tempfile.gettempdir()) / f"fastmodel-bench-{full[:12]}"
     package = home / "fastmodel"
-    if not (package / "kernels" / "evaluate.py").exists():
+    if not package.is_dir():
         tree = home / "tree"
         tree.mkdir(parents=True, exist_ok=True)
         archive = subprocess.run(["git", "-C", str(ROOT), "archive", full], capture_output=True, check=True).stdout

@@ -87,14 +87,16 @@ def _run(sweep_file, output, is_zarr, resume, force, workers, scheduler, unit_co
     from fastmodel.sweeps import Progress, check_size, connect, open_store_for_resume, run_in_memory, run_to_store
     from fastmodel.sweeps.file import load_sweep_file
 
+    plan = load_sweep_file(sweep_file, unit_configs, calibration)
     if calibration is not None:
         click.echo(calibration.describe(), err=True)
-    plan = load_sweep_file(sweep_file, unit_configs, calibration)
     if resume:  # a store of another sweep, or a damaged one, is reported before any work
         open_store_for_resume(plan, output)
     estimate = check_size(plan, output, is_zarr, confirm_large)
-    click.echo(f"{plan.num_configs:,} configurations ({plan.engine}) in {plan.num_units:,} units -> {output} "
-               f"({estimate})", err=True)
+    from fastmodel.engines import ENGINES
+
+    click.echo(f"{plan.num_configs:,} configurations in {plan.num_units:,} units ({ENGINES[plan.engine].title}) -> "
+               f"{output} ({estimate})", err=True)
     client = cluster = None
     if workers or scheduler:
         client, cluster = connect(scheduler, workers)

@@ -21,13 +21,16 @@ ALIAS_OF = "alias_of"
 
 
 def with_aliases(ds: "xr.Dataset") -> "xr.Dataset":
-    """``ds`` with every registry alias of its variables as a second name of the same data (in place; returned)."""
+    """``ds`` with every registry alias of its variables as a second name of the same data (in place; returned).
+    A file written before a variable took its one name holds it under the alias: that name is added too."""
     for alias, name in ALIASES.items():
+        if alias in ds.data_vars and name not in ds.variables:    # an older file: the one name from the alias
+            ds[name] = ds[alias].variable.copy(deep=False)
+            ds[alias].attrs = {**ds[alias].attrs, ALIAS_OF: name}
         if name in ds.data_vars and alias not in ds.variables:
             source = ds[name].variable
             ds[alias] = source.copy(deep=False)
-            ds[alias].attrs = {**source.attrs, ALIAS_OF: name,
-                               "long_name": f"{source.attrs.get('long_name', name)} ({name})"}
+            ds[alias].attrs = {**source.attrs, ALIAS_OF: name}
     return ds
 
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 import numpy as np
 
 from fastmodel.errors import PlanError
-from fastmodel.registry.lm import MEMORY_KINDS, MEMORY_RESULTS, RESULTS, STATUS_CODES, STATUSES
+from fastmodel.registry.lm import MEMORY_KINDS, STATUS_CODES, STATUSES
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -92,13 +92,18 @@ def evaluate_record(record: dict, source: str | None = None, calibration: Any = 
     record it; a device or tier it does not cover is a ``CalibrationWarning``."""
     import xarray as xr
 
+    from fastmodel.io.aliases import with_aliases
+    from fastmodel.registry import dataset_variables
+
     results, attrs = record_values(record, source, calibration)
-    data = {r.name: ((), np.float64(results[r.name]), {"units": r.units, "description": r.doc})
-            for r in RESULTS if r.name not in MEMORY_RESULTS}
-    data["fits_memory"] = ((), bool(results["fits_memory"]), data["fits_memory"][2])
-    data["memory"] = (("memory_kind",), np.array([results[name] for name in MEMORY_RESULTS]),
-                      {"units": "bytes", "description": "Bytes per device by kind; they sum to memory_per_device."})
-    return xr.Dataset(data, coords={"memory_kind": list(MEMORY_KINDS)}, attrs=attrs)
+    data = {}
+    for var, rows in dataset_variables("lm"):
+        if var.dims:
+            data[var.name] = (var.dims, np.array([results[row] for row in rows]), var.attrs())
+        else:
+            value = bool(results[var.name]) if var.dtype == "bool" else np.float64(results[var.name])
+            data[var.name] = ((), value, var.attrs())
+    return with_aliases(xr.Dataset(data, coords={"memory_kind": list(MEMORY_KINDS)}, attrs=attrs))
 
 
 def report_values(ds: "xr.Dataset") -> dict:

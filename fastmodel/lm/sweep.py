@@ -31,8 +31,6 @@ from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
 if TYPE_CHECKING:
     import xarray as xr
 
-#: grid size refused without ``max_points``
-MAX_POINTS = 2_000_000_000
 DEGREES = ("tp", "pp", "cp", "ep")
 MESH_AXIS = "plan"
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from fastmodel.errors import SweepError
-from fastmodel.lm.sweep import MAX_POINTS, MESH_AXIS, _axis_arrays, _axis_values, base_columns, parse_mesh
+from fastmodel.lm.sweep import MESH_AXIS, _axis_arrays, _axis_values, base_columns, parse_mesh
 from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS, STATUS_CODES
 from fastmodel.sweeps.plan import Axis, SweepPlan
 
@@ -48,10 +48,7 @@ class LMSweepPlan(SweepPlan):
             labels.append(coords)
             numeric.append(values_num)
         meshes = [parse_mesh(label) for label in labels[names.index(MESH_AXIS)]] if MESH_AXIS in names else None
-        total = int(np.prod([len(c) for c in labels], dtype=np.int64)) if labels else 1
-        if total > MAX_POINTS:
-            raise SweepError(f"{total:,} grid points is more than {MAX_POINTS:,}; split the sweep")
-        if total == 0:
+        if any(len(c) == 0 for c in labels):
             raise SweepError("the grid is empty")
         self.base = self._base(max_gpus)
         self.axis_columns, self.axis_values = _axis_arrays(names, numeric, meshes, cluster.gpus_per_node)

@@ -64,10 +64,12 @@ def evaluate_config(config: Config) -> "xr.Dataset":
     """Evaluate one resolved :class:`~fastmodel.madmax.lowering.config.Config` (0-d Dataset)."""
     import xarray as xr  # here, not at the top: make_config must stay cheap to import (CLI start-up)
 
+    from fastmodel.io.aliases import with_aliases
+
     results = evaluate_configs([config])
     data = {name: ((), np.bool_(results[name][0] > 0.5) if name == "fits_memory" else np.float64(results[name][0]),
                    attrs(name)) for name in NAMES}            # fits_memory a bool, as in sweeps
-    return xr.Dataset(data, attrs=config_attrs(config))
+    return with_aliases(xr.Dataset(data, attrs=config_attrs(config)))
 
 
 def sweep_plan(model: Any, system: Any, task: Any, axes: dict, *, semantics: Any = "default",

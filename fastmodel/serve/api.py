@@ -22,6 +22,7 @@ import numpy as np
 
 from fastmodel.analysis.finite import mark_not_finite
 from fastmodel.errors import SpecError, nearest
+from fastmodel.registry import status_attrs
 from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
 from fastmodel.registry.serve import SERVE_RESULTS, SERVE_STATUS, SERVE_STATUS_NAMES
 from fastmodel.serve.models import serve_model
@@ -185,13 +186,12 @@ def sweep(model, device: str | Sequence[str] = "H100", precision: str | Sequence
         serve_grid(base, axis_cols, col_start, np.concatenate(flat).astype(np.float64), val_start,
                    np.array(shape, dtype=np.int64), derive, status, out, 0)
         mark_not_finite(status, out, NOT_FINITE)
-    # a result named like a swept column (batch_size under a fixed-batch sweep) is stored as effective_<name>
+    # a result named like a swept column (batch_size under a fixed-batch sweep) is stored as effective_<name>;
+    # flags (fits_memory) as booleans, as in every engine's datasets
     data = {(f"effective_{r.name}" if r.name in dims else r.name):
-            (dims, out[i].reshape(shape), {"units": r.units, "long_name": r.name.replace("_", " "),
-                                           "description": r.doc})
+            (dims, out[i].reshape(shape) > 0.5 if r.dtype == "bool" else out[i].reshape(shape), r.attrs())
             for i, r in enumerate(SERVE_RESULTS)}
-    data["status"] = (dims, status.reshape(shape), {
-        "flag_values": list(range(len(SERVE_STATUS_NAMES))), "flag_meanings": " ".join(SERVE_STATUS_NAMES)})
+    data["status"] = (dims, status.reshape(shape), status_attrs("serve"))
     name = model if isinstance(model, str) else "custom"
     return xr.Dataset(data, coords={d: coords[d] for d in dims},
                       attrs={"model": name, "load_mode": load_mode, "fastmodel_task": "serve"})
@@ -235,7 +235,7 @@ def evaluate_record(record: dict, source: str | None = None, calibration: Any = 
                         "to serving records")
     lowered = lower_serve_record(record, source)
     out, status = evaluate_table(lowered.columns[:, None])
-    data = {r.name: ((), np.float64(out[i, 0]), {"units": r.units, "description": r.doc})
+    data = {r.name: ((), bool(out[i, 0] > 0.5) if r.dtype == "bool" else np.float64(out[i, 0]), r.attrs())
             for i, r in enumerate(SERVE_RESULTS)}
     return xr.Dataset(data, attrs={"id": lowered.id, "status": SERVE_STATUS_NAMES[int(status[0])],
                                    "fastmodel_task": "serve"})
