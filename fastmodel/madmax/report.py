@@ -83,7 +83,7 @@ def render(config: Config, ds: Mapping) -> str:
         f"  system      {r['eff_flop_per_s'] / 1e12:,.1f} TFLOP/s effective ({precision}), HBM {r['eff_hbm_bandwidth'] / 1e9:,.0f} GB/s; "
         f"intra-node {r['intra_bandwidth'] / 1e9:,.1f} GB/s, inter-node {r['inter_bandwidth'] / 1e9:,.2f} GB/s, "
         f"allreduce {r['allreduce_bandwidth'] / 1e9:,.1f} GB/s per device",
-        f"  batch       {r['global_batch']:,.0f} samples/iteration; per device {r['local_dense_batch']} dense, {r['local_emb_batch']} embedding"
+        f"  batch       {r['global_batch']:,.0f} samples/step; per device {r['local_dense_batch']} dense, {r['local_emb_batch']} embedding"
         + (f", {r['local_transformer_batch']} transformer" if r["local_transformer_batch"] is not None else ""),
         f"  weights     {_gb(r['weight_memory'])} per device ({_gb(r['weight_memory_dense'])} dense + {_gb(r['weight_memory_emb'])} embedding; weights only)",
         f"  memory      {_gb(r['memory_per_device'])} per device ({config.semantics.memory_weight_factor:g} x weights) of "

@@ -38,6 +38,9 @@ class Column:
     lo: float = 0.0
     hi: float = float("inf")
     fittable: bool = False
+    #: an execution option ``ExecutionSpec`` derives a field for (fastmodel/lm/execution.py): "flag" (true/false),
+    #: "number" (within lo..hi) or "code" (a name of its CODE_TABLES entry); "" for every other column
+    option: str = ""
 
 
 def _cols(group: str, *rows: tuple) -> tuple[Column, ...]:

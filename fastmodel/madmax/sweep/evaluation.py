@@ -26,7 +26,7 @@ def set_path(data: dict, path: str, value) -> None:
 
 
 class UnitEvaluation:
-    """Evaluation of units for a :class:`~fastmodel.sweep.definition.Sweep` (a base class of it): needs its
+    """Evaluation of units for a :class:`~fastmodel.madmax.sweep.definition.Sweep` (a base class of it): needs its
     base specs, ``plans``, ``models``, ``systems``, ``semantics`` and axes."""
 
     def _combo_specs(self, combo: tuple[int, ...]):
