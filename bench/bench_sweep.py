@@ -85,8 +85,11 @@ SWEEPS = {
 ZARR_CHILD = r"""
 import json, resource, sys, time
 import numpy as np
-from fastmodel.madmax.sweep.definition import Sweep
-from fastmodel.sweeps import run_to_store
+try:
+    from fastmodel.madmax.sweep.definition import Sweep
+    from fastmodel.sweeps import run_to_store
+except ImportError:   # a release before issue 21's shared sweep machinery
+    from fastmodel.sweep import Sweep, run_to_store
 n_target, path = int(sys.argv[1]), sys.argv[2]
 per_plan = max(1, n_target // 52)
 util = max(1, per_plan // (5 * 8 * 25))
@@ -107,8 +110,11 @@ print(json.dumps({"configs": s.num_configs, "seconds": dt,
 COMPILE_CHILD = r"""
 import json, time
 t = time.perf_counter()
-from fastmodel.madmax.sweep.definition import Sweep
-from fastmodel.sweeps import run_in_memory
+try:   # this tree: the MAD-Max plan in its wing, the shared machinery in fastmodel.sweeps
+    from fastmodel.madmax.sweep.definition import Sweep
+    from fastmodel.sweeps import run_in_memory
+except ImportError:   # a release before issue 21's shared sweep machinery
+    from fastmodel.sweep import Sweep, run_in_memory
 run_in_memory(Sweep("llama2-70b", "dc-a", "llm-pretrain", {"num_nodes": [16], "flops_util": [0.5], "plan": "all"},
                     semantics="madmax"))
 print(json.dumps({"seconds": time.perf_counter() - t}))
@@ -118,8 +124,11 @@ print(json.dumps({"seconds": time.perf_counter() - t}))
 IDENTITY_CHILD = r"""
 import sys
 import numpy as np
-from fastmodel.madmax.sweep.definition import Sweep
-from fastmodel.sweeps import run_in_memory
+try:   # this tree: the MAD-Max plan in its wing, the shared machinery in fastmodel.sweeps
+    from fastmodel.madmax.sweep.definition import Sweep
+    from fastmodel.sweeps import run_in_memory
+except ImportError:   # a release before issue 21's shared sweep machinery
+    from fastmodel.sweep import Sweep, run_in_memory
 arrays = {}
 for model, task in (("llama2-70b", "llm-pretrain"), ("dlrm-a", "dlrm-pretrain"), ("vit-10b", "vit-pretrain")):
     axes = {"plan": "all", "num_nodes": [8, 64], "flops_util": [0.45, 0.7],

@@ -110,12 +110,17 @@ def where_mask(ds: xr.Dataset, expressions: list[str]) -> xr.DataArray:
 
 
 def fits_filter_applies(ds: xr.Dataset) -> bool:
-    """Whether :func:`best` keeps only configurations that fit by default: datasets with ``fits_memory`` from
-    the real-world memory model (training, serving). MAD-Max sweeps (their ``semantics`` attribute is the
-    preset as a JSON object) keep their own rule: ``fits_memory`` is the paper's 3 x weights <= HBM, and
-    their ``does_not_fit`` points already have no result but memory."""
+    """Whether :func:`best` keeps only configurations that fit by default: the registry says so per engine
+    (``RANK_ONLY_FITTING``: the real-world training and serving memory models, not MAD-Max's 3 x weights rule),
+    the engine read from the dataset's ``fastmodel_engine`` attr (a file written before it had one: MAD-Max's
+    ``semantics`` attr is its preset as a JSON object)."""
+    from fastmodel.registry import ENGINES
+
     if "fits_memory" not in ds.data_vars or ds["fits_memory"].dtype.kind not in "biuf":
         return False
+    engine = ds.attrs.get("fastmodel_engine")
+    if engine in ENGINES:
+        return bool(ENGINES[engine].RANK_ONLY_FITTING)
     return not str(ds.attrs.get("semantics", "")).lstrip().startswith("{")
 
 

@@ -376,7 +376,11 @@ def records(chunk: Chunk) -> Iterator[dict]:
     values = chunk.values
     status, kind_of, columns = chunk.status, chunk.kinds, chunk.columns
     kinds = batch_kinds.KINDS
-    outputs = {kind.engine: engine_outputs(kind.engine) for kind in kinds}
+    outputs = {}        # engine -> (its output names, its rows' values line by line)
+    for kind in kinds:
+        if kind.engine not in outputs:
+            names, rows = engine_outputs(kind.engine)
+            outputs[kind.engine] = (names, values[list(rows)].T.tolist())
     for i, case in enumerate(chunk.cases):
         reason = status[i]
         if reason is not None:
@@ -386,8 +390,8 @@ def records(chunk: Chunk) -> Iterator[dict]:
         kind = kinds[kind_of[i]]
         for name in kind.columns:
             record[name] = columns[name][i]
-        names, rows = outputs[kind.engine]
-        for name, value in zip(names, values[list(rows), i].tolist()):
+        names, table = outputs[kind.engine]
+        for name, value in zip(names, table[i]):
             record[name] = value if value == value and value not in (float("inf"), float("-inf")) else None
         yield record
 

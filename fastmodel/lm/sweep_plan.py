@@ -30,6 +30,8 @@ class LMSweepPlan(SweepPlan):
     engine = "lm"
     #: bench/bench_lm_sweep.py: about 2.5 M configurations/s in memory (memory included)
     ESTIMATE_CONFIGS_PER_S = 2e6
+    #: in memory, 16 M points per kernel call (the kernel builds each point from its index: no table to hold)
+    MEMORY_UNIT_CONFIGS = 1 << 24
 
     def __init__(self, model: Any, cluster: Any, execution: Any, global_batch: int, axes: dict | None = None,
                  only_fitting: bool = False, calibration: Any = None, unit_configs: int | None = None):

@@ -258,6 +258,8 @@ MEMORY_RESULTS = tuple("memory_" + k for k in MEMORY_KINDS)
 #: the memory rows as one dataset variable with a ``memory_kind`` dimension (its parts: MEMORY_RESULTS)
 MEMORY = Result("memory", "bytes", "min", "Bytes per device by kind on the most loaded rank; they sum to "
                 "memory_per_device.", "memory by kind", dims=("memory_kind",))
+#: ``best`` ranks only points that fit in usable HBM by default (fits_memory comes from the memory model)
+RANK_ONLY_FITTING = True
 #: the step as stacked bars (kernels/lm/step.py): compute on the busiest device + optimizer + pipeline bubble +
 #: each process group's whole ("serialized") or exposed communication (= step_time exactly)
 _COMPUTE = ("time_gemm", "time_attention", "time_memory_bound", "time_optimizer", "pipeline_bubble")

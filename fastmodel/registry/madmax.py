@@ -168,6 +168,10 @@ NAMES: tuple[str, ...] = tuple(v.name for v in VARIABLES)
 BREAKDOWN = Breakdown(("time_gemm", "time_emb", "time_all2all", "time_allreduce", "time_allgather",
                        "time_reducescatter"), ("time_gemm", "time_emb", "exposed_comm"))
 
+#: whether ``best`` ranks only points whose ``fits_memory`` is true by default: no, MAD-Max's fits_memory is the
+#: paper's 3 x weights rule and its does_not_fit points already carry no result but memory
+RANK_ONLY_FITTING = False
+
 #: generic names the engine table (fastmodel/engines.py) and the shared services read
 RESULTS = VARIABLES
 COORDS: dict[str, tuple[str, ...]] = {}

@@ -71,4 +71,5 @@ RESULTS = SERVE_RESULTS
 STATUSES = SERVE_STATUSES
 COORDS: dict[str, tuple[str, ...]] = {}
 GROUPED: tuple[tuple[Variable, tuple[str, ...]], ...] = ()
+RANK_ONLY_FITTING = True   # best ranks only batches whose weights, KV cache and workspace fit usable HBM
 BREAKDOWN = None      # a serving step has no breakdown figure (prefill/decode parts are their own variables)

@@ -21,12 +21,10 @@ def json_record(label: str, status: str, result: dict) -> dict:
 
 def render(label: str, status: str, r: dict) -> str:
     """A serving report a person reads in ten seconds."""
-    if status == "not_finite":
-        from fastmodel.registry.lm import STATUS_CODES, STATUSES
-
-        return f"{label}: not evaluated (not_finite: {STATUSES[STATUS_CODES[status]].message})"
     if status != "ok":
-        return f"{label}: not evaluated ({status})"
+        from fastmodel.registry.serve import SERVE_STATUS, SERVE_STATUSES
+
+        return f"{label}: not evaluated ({status}: {SERVE_STATUSES[SERVE_STATUS[status]].message})"
     lines = [f"{label}: batch {r['batch_size']:g} requests, {'fits' if r['fits_memory'] else 'does NOT fit'} "
              f"in memory"]
     lines.append(f"  ttft {1e3 * r['ttft']:,.2f} ms   tpot {1e3 * r['tpot']:,.3f} ms   "

@@ -31,6 +31,8 @@ class ServeSweepPlan(SweepPlan):
     engine = "serve"
     #: bench/bench_serve.py: about 1.5 M configurations/s in each load mode
     ESTIMATE_CONFIGS_PER_S = 1.4e6
+    #: in memory, 16 M points per kernel call (the kernel builds each point from its index: no table to hold)
+    MEMORY_UNIT_CONFIGS = 1 << 24
 
     def __init__(self, model_name: str, model_columns: dict, device: str, task: Any, axes: dict[str, list],
                  unit_configs: int | None = None):

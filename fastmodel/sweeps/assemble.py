@@ -23,7 +23,8 @@ def assemble(plan, out: np.ndarray, status: np.ndarray) -> xr.Dataset:
         else:
             data[var.name] = xr.Variable(dims, values.reshape(shape), var.attrs).transpose(*plan.dims)
     data["status"] = xr.Variable(dims, status.reshape(shape), plan.status_attrs()).transpose(*plan.dims)
-    return with_aliases(xr.Dataset(data, coords=plan.coords(), attrs=plan.dataset_attrs()))
+    attrs = {**plan.dataset_attrs(), "fastmodel_engine": plan.engine}
+    return with_aliases(xr.Dataset(data, coords=plan.coords(), attrs=attrs))
 
 
 __all__ = ["assemble"]

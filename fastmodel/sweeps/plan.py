@@ -67,8 +67,11 @@ class SweepPlan(GridLayout):
     engine: str = ""
     #: configurations per second assumed for the up-front time estimate of ``fastmodel sweep``
     ESTIMATE_CONFIGS_PER_S: float = 1e6
-    #: default size of a unit of work, in configurations
+    #: default size of a unit of work, in configurations (and of a zarr chunk)
     UNIT_CONFIGS = 1 << 18
+    #: size of a unit of an in-memory run, where it differs (None: the plan's unit size): plans whose kernel builds
+    #: each point from its index (no parameter table) run in memory in few large units, as one kernel call each
+    MEMORY_UNIT_CONFIGS: int | None = None
 
     def set_axes(self, axes: list[Axis], unit_configs: int, max_structural: int | None = None) -> None:
         """The grid of ``axes`` (in dataset order) cut into units of at most ``unit_configs`` points."""

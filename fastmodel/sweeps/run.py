@@ -35,7 +35,7 @@ def run_in_memory(plan: SweepPlan, progress: Callable[[int], None] | None = None
     check_memory(plan)
     out = np.empty((plan.num_rows, plan.num_configs))
     status = np.zeros(plan.num_configs, dtype=np.int8)
-    for unit in plan.units():
+    for unit in plan.units(plan.MEMORY_UNIT_CONFIGS):
         plan.evaluate_unit(unit, out, status, plan.unit_offset(unit))
         if progress:
             progress(unit.size)
