@@ -308,3 +308,26 @@ def test_heatmap_of_real_world_sweep_names_its_statuses(cli, tmp_path):
     ok = ds.step_time.where(ds.status == 0).sel(micro_batch=1)
     assert any(f"{ok.min().item():,.0f}" in text or f"{ok.min().item():.3g}" in text for text in legend
                if text.startswith("best")), (legend, ok.min().item())
+
+
+def test_fastmodel_sweep_takes_a_serving_task_as_the_sweep_file_does(cli, tmp_path):
+    """From Python a serving task sweeps serving (fastmodel.engines.for_sweep), in memory or into a store, with
+    the values of the same sweep file."""
+    import fastmodel
+
+    axes = {"precision": ["bf16", "fp8"], "tp": [2, 4], "batch_size": [1, 16]}
+    grid = fastmodel.sweep("llama3.1-70b", "H100", "serve-chat", axes)
+    text = SERVE.replace('device = ["H100", "H200"]\n', "").replace("tp = [2, 3, 4]", "tp = [2, 4]").replace(
+        "batch_size = [1, 16, 64]", "batch_size = [1, 16]")
+    out = tmp_path / "s.nc"
+    assert cli("sweep", write(tmp_path, text), "-o", out).exit_code == 0
+    ds = xr.open_dataset(out, engine="scipy")
+    assert grid.attrs["fastmodel_engine"] == "serve" and dict(grid.sizes) == dict(ds.sizes)
+    for name in ("tpot", "ttft", "memory_per_device", "status", "fits_memory"):
+        np.testing.assert_array_equal(grid[name].values, ds[name].values)
+    stored = fastmodel.sweep("llama3.1-70b", "H100", "serve-chat", axes, store=str(tmp_path / "s.zarr"),
+                             unit_configs=3)
+    assert int(stored.unit_done.size) == 4
+    np.testing.assert_array_equal(stored.tpot.values, grid.tpot.values)
+    with pytest.raises(fastmodel.SpecError, match="calibration"):
+        fastmodel.sweep("llama3.1-70b", "H100", "serve-chat", axes, calibration="cal.toml")
