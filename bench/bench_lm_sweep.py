@@ -9,9 +9,11 @@ Prints, each from its own subprocess (own peak RSS):
   (madmax)  LLaMA2-70B on DC-A: the 2,132,000-config grid of bench_sweep.py (a), madmax semantics;
 
 each as configs/s (best and median of --repeats), legal share and peak RSS, after a
-warm-up call that loads (or compiles) the kernels. Writes bench/results/bench_lm_sweep.json.
+warm-up call that loads (or compiles) the kernels. With ``--previous COMMIT`` each sweep also runs, right
+after, in that commit's tree (extracted with ``git archive``, as bench_sweep.py does) and the ratio is printed.
+Writes bench/results/bench_lm_sweep.json.
 
-    python bench/bench_lm_sweep.py [--repeats 3]
+    python bench/bench_lm_sweep.py [--repeats 3] [--previous 781bc61]
 """
 
 from __future__ import annotations
@@ -77,21 +79,34 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--child", choices=["default", "madmax"])
+    parser.add_argument("--previous", default="none", help="a commit to measure next to this tree ('none': skip)")
     args = parser.parse_args()
     if args.child:
         result = (run_default if args.child == "default" else run_madmax)(args.repeats)
         print(json.dumps(result))
         return
     print(f"machine: {platform.machine()} {os.cpu_count()} cores, python {platform.python_version()}")
+    trees = [("this tree", None)]
+    if args.previous != "none":
+        sys.path.insert(0, str(Path(__file__).parent))
+        from bench_batch import Release, previous_release
+
+        trees.append((f"previous {args.previous}", Release(args.previous, previous_release(args.previous)).env))
     results = []
     for child in ("default", "madmax"):
-        out = subprocess.run([sys.executable, __file__, "--child", child, "--repeats", str(args.repeats)],
-                             capture_output=True, text=True, check=True)
-        results.append(json.loads(out.stdout.strip().splitlines()[-1]))
-    print(f"{'sweep':34s} {'configs':>11s} {'legal':>10s} {'best/s':>12s} {'median/s':>12s} {'warm-up s':>10s} {'RSS MiB':>8s}")
+        for name, env in trees:   # each sweep in both trees back to back, so the machine's load hits both alike
+            out = subprocess.run([sys.executable, __file__, "--child", child, "--repeats", str(args.repeats)],
+                                 capture_output=True, text=True, check=True, env=env)
+            results.append({**json.loads(out.stdout.strip().splitlines()[-1]), "tree": name})
+    print(f"{'sweep':34s} {'tree':18s} {'configs':>11s} {'legal':>10s} {'best/s':>12s} {'median/s':>12s} "
+          f"{'warm-up s':>10s} {'RSS MiB':>8s}")
     for r in results:
-        print(f"{r['sweep']:34s} {r['configs']:11,d} {r['legal']:10,d} {r['best_configs_per_s']:12,.0f} "
-              f"{r['median_configs_per_s']:12,.0f} {r['warmup_s']:10.1f} {r['peak_rss_mib']:8.0f}")
+        print(f"{r['sweep']:34s} {r['tree'][:18]:18s} {r['configs']:11,d} {r['legal']:10,d} "
+              f"{r['best_configs_per_s']:12,.0f} {r['median_configs_per_s']:12,.0f} {r['warmup_s']:10.1f} "
+              f"{r['peak_rss_mib']:8.0f}")
+    for now, before in zip(results[::len(trees)], results[1::len(trees)]) if len(trees) > 1 else ():
+        print(f"{now['sweep']}: this tree / previous = {now['best_configs_per_s'] / before['best_configs_per_s']:.3f} "
+              f"(best), {now['median_configs_per_s'] / before['median_configs_per_s']:.3f} (median)")
     target = Path(__file__).parent / "results" / "bench_lm_sweep.json"
     target.parent.mkdir(exist_ok=True)
     target.write_text(json.dumps(results, indent=1))

@@ -8,9 +8,13 @@ three load modes (batch, concurrency, max_throughput). Prints compile time (firs
 small sweep), then per mode the best and median wall-clock configs/s of --repeats
 runs, the CPU time per config (summed over threads: what an idle machine's cores would each
 deliver), the share of points with status ok, and that a sampled grid point equals the
-single-config ``fastmodel.serve.api.evaluate`` exactly. Writes bench/results/bench_serve.json.
+single-config ``fastmodel.serve.api.evaluate`` exactly. Then the same grid from a serving sweep file, as
+``fastmodel sweep`` runs it (the shared sweep machinery in this tree: ``fastmodel.sweeps``), in the ``batch``
+load mode. With ``--previous COMMIT`` every figure is measured again, right after, in that commit's tree
+(extracted with ``git archive``, as bench_sweep.py does) and the ratios are printed. Writes
+bench/results/bench_serve.json.
 
-    python bench/bench_serve.py [--repeats 3] [--modes batch,concurrency,max_throughput]
+    python bench/bench_serve.py [--repeats 3] [--modes batch,concurrency,max_throughput] [--previous 781bc61]
 """
 
 from __future__ import annotations
@@ -18,6 +22,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -33,11 +40,51 @@ AXES = {
 }
 
 
+SWEEP_FILE = """model = "llama3.1-70b"
+system = "H100"
+task = "serve-chat"
+[axes]
+""" + "".join(f"{name} = {json.dumps(list(values))}\n" for name, values in AXES.items())
+
+
+def sweep_file_rate(repeats: int) -> dict:
+    """Configs/s of the grid as a serving sweep file, loaded and run in memory the way ``fastmodel sweep`` does
+    (this tree: ``fastmodel.sweeps``; an older tree: its real-world sweep-file runner)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "serve.toml"
+        path.write_text(SWEEP_FILE)
+        try:
+            from fastmodel.sweeps import run_in_memory
+            from fastmodel.sweeps.file import load_sweep_file
+
+            def run():
+                return run_in_memory(load_sweep_file(str(path)))
+        except ImportError:   # a tree before the shared sweep machinery
+            from fastmodel.sweep.real_run import load_real_sweep_file
+
+            def run():
+                return load_real_sweep_file(str(path)).evaluate()
+        run()
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            ds = run()
+            times.append(time.perf_counter() - start)
+    size = int(ds.status.size)
+    return {"best_configs_per_s": size / min(times), "median_configs_per_s": size / float(np.median(times)),
+            "times_s": times}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--modes", default="batch,concurrency,max_throughput")
+    parser.add_argument("--previous", default="none", help="a commit to measure next to this tree ('none': skip)")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if not args.child:
+        compare(args)
+        return
     from fastmodel.serve.api import evaluate, sweep
 
     axes = AXES
@@ -77,10 +124,39 @@ def main() -> None:
         results["modes"][mode] = {"best_configs_per_s": best, "median_configs_per_s": median,
                                   "configs_per_cpu_s": per_cpu, "times_s": times, "cpu_s": cpu, "ok_share": ok,
                                   "sample_equal": same}
+    results["sweep_file"] = sweep_file_rate(args.repeats)
+    print(f"{'sweep file':15s} best {results['sweep_file']['best_configs_per_s']:,.0f} configs/s   median "
+          f"{results['sweep_file']['median_configs_per_s']:,.0f} configs/s (load mode batch, in memory)")
+    print("RESULT " + json.dumps(results))
+
+
+def compare(args) -> None:
+    """This tree's figures and, with ``--previous``, that commit's, each sweep measured in its own process."""
+    trees = [("this tree", None)]
+    if args.previous != "none":
+        sys.path.insert(0, str(Path(__file__).parent))
+        from bench_batch import Release, previous_release
+
+        trees.append((f"previous {args.previous}", Release(args.previous, previous_release(args.previous)).env))
+    figures = {}
+    for name, env in trees:
+        print(f"--- {name}")
+        out = subprocess.run([sys.executable, __file__, "--child", "--repeats", str(args.repeats), "--modes",
+                              args.modes], capture_output=True, text=True, check=True, env=env)
+        lines = out.stdout.strip().splitlines()
+        print("\n".join(line for line in lines if not line.startswith("RESULT ")))
+        figures[name] = json.loads(next(line for line in lines if line.startswith("RESULT "))[len("RESULT "):])
+    if len(trees) > 1:
+        now, before = (figures[name] for name, _ in trees)
+        for key in [*now["modes"], "sweep_file"]:
+            a = now["modes"][key] if key in now["modes"] else now[key]
+            b = before["modes"][key] if key in before["modes"] else before[key]
+            print(f"{key:15s} this tree / previous = {a['best_configs_per_s'] / b['best_configs_per_s']:.3f} (best), "
+                  f"{a['median_configs_per_s'] / b['median_configs_per_s']:.3f} (median)")
     out = Path(__file__).parent / "results" / "bench_serve.json"
     out.parent.mkdir(exist_ok=True)
     tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(results, indent=1))
+    tmp.write_text(json.dumps(figures, indent=1))
     os.replace(tmp, out)
 
 

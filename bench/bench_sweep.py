@@ -85,7 +85,11 @@ SWEEPS = {
 ZARR_CHILD = r"""
 import json, resource, sys, time
 import numpy as np
-from fastmodel.sweep import Sweep, run_to_store
+try:
+    from fastmodel.madmax.sweep.definition import Sweep
+    from fastmodel.sweeps import run_to_store
+except ImportError:   # a release before issue 21's shared sweep machinery
+    from fastmodel.sweep import Sweep, run_to_store
 n_target, path = int(sys.argv[1]), sys.argv[2]
 per_plan = max(1, n_target // 52)
 util = max(1, per_plan // (5 * 8 * 25))
@@ -106,7 +110,11 @@ print(json.dumps({"configs": s.num_configs, "seconds": dt,
 COMPILE_CHILD = r"""
 import json, time
 t = time.perf_counter()
-from fastmodel.sweep import Sweep, run_in_memory
+try:   # this tree: the MAD-Max plan in its wing, the shared machinery in fastmodel.sweeps
+    from fastmodel.madmax.sweep.definition import Sweep
+    from fastmodel.sweeps import run_in_memory
+except ImportError:   # a release before issue 21's shared sweep machinery
+    from fastmodel.sweep import Sweep, run_in_memory
 run_in_memory(Sweep("llama2-70b", "dc-a", "llm-pretrain", {"num_nodes": [16], "flops_util": [0.5], "plan": "all"},
                     semantics="madmax"))
 print(json.dumps({"seconds": time.perf_counter() - t}))
@@ -116,7 +124,11 @@ print(json.dumps({"seconds": time.perf_counter() - t}))
 IDENTITY_CHILD = r"""
 import sys
 import numpy as np
-from fastmodel.sweep import Sweep, run_in_memory
+try:   # this tree: the MAD-Max plan in its wing, the shared machinery in fastmodel.sweeps
+    from fastmodel.madmax.sweep.definition import Sweep
+    from fastmodel.sweeps import run_in_memory
+except ImportError:   # a release before issue 21's shared sweep machinery
+    from fastmodel.sweep import Sweep, run_in_memory
 arrays = {}
 for model, task in (("llama2-70b", "llm-pretrain"), ("dlrm-a", "dlrm-pretrain"), ("vit-10b", "vit-pretrain")):
     axes = {"plan": "all", "num_nodes": [8, 64], "flops_util": [0.45, 0.7],
@@ -231,7 +243,7 @@ def stall_free_seconds(sweep, repeats: int) -> float:
             best = min(best, time.perf_counter() - t)
         total += best
     t = time.perf_counter()
-    from fastmodel.sweep.dataset import assemble
+    from fastmodel.sweeps.assemble import assemble
 
     assemble(sweep, out, status)
     return total + (time.perf_counter() - t)
@@ -334,7 +346,8 @@ def grid_text(sweep) -> str:
 
 def bench_one(key: str, repeats: int, unit_repeats: int, baseline_sample: int, identical_samples: int) -> dict:
     """Every figure of one sweep of SWEEPS, measured in this process."""
-    from fastmodel.sweep import Sweep, run_in_memory
+    from fastmodel.madmax.sweep.definition import Sweep
+    from fastmodel.sweeps import run_in_memory
 
     _, model, system, task, axes, _ = SWEEPS[key]
     t = time.perf_counter()  # kernels loaded from numba's cache (or compiled), program lowered once per plan
@@ -412,7 +425,8 @@ def main() -> None:
         if k not in SWEEPS:
             parser.error(f"--only: unknown sweep {k!r} (choose from {', '.join(SWEEPS)})")
 
-    from fastmodel.sweep import Sweep, run_in_memory
+    from fastmodel.madmax.sweep.definition import Sweep
+    from fastmodel.sweeps import run_in_memory
 
     t = time.perf_counter()
     run_in_memory(Sweep("llama2-70b", "dc-a", "llm-pretrain",

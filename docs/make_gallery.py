@@ -12,8 +12,8 @@ from pathlib import Path
 
 import fastmodel
 import fastmodel.plot as P
-from fastmodel.sweep import run_in_memory
-from fastmodel.sweep.file import load_sweep_file
+from fastmodel.sweeps import run_in_memory
+from fastmodel.sweeps.file import load_sweep_file
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "gallery"

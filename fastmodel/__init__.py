@@ -24,7 +24,7 @@ _LAZY = {
     "PRESETS": "fastmodel.semantics",
     "Semantics": "fastmodel.semantics",
     "get_semantics": "fastmodel.semantics",
-    "sweep": "fastmodel.sweep",
+    "sweep": "fastmodel.api",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -1,7 +1,9 @@
-"""The Python API: evaluate one configuration, or one measured-run record, into a labeled xarray Dataset.
+"""The Python API: evaluate one configuration or one measured-run record into a labeled xarray Dataset, or
+sweep a grid of configurations.
 
 Each call asks :mod:`fastmodel.engines` which engine evaluates its input and calls that engine's door;
-no engine logic lives here.
+no engine logic lives here. ``fastmodel.sweep`` is :func:`sweep` (the shared machinery that runs it is the
+package ``fastmodel.sweeps``).
 """
 
 from __future__ import annotations
@@ -43,6 +45,33 @@ def evaluate_record(record: dict, source: str | None = None, calibration: Any = 
         raise SpecError(source, "record", "not a run record (RUNS.md: model, system and plan blocks) nor a "
                         "serving record (SERVE_RUNS.md: model, system and serve blocks)")
     return engine.evaluate_record(record, source, calibration)
+
+
+def sweep(model: Any, system: Any, task: Any, axes: dict[str, Any], semantics: Any = "default",
+          store: str | None = None, resume: bool = False, workers: int | None = None, scheduler: str | None = None,
+          progress: bool | None = False, unit_configs: int | None = None, overwrite: bool = False,
+          execution: Any = None, only_fitting: bool = False, calibration: Any = None) -> "xr.Dataset":
+    """Evaluate a grid of configurations; a labeled Dataset with one dimension per axis.
+
+    ``axes`` maps axis names to values: a list, a scalar, or a range ``{start, stop, num|step,
+    scale='linear'|'log'}``. Which axes exist is the engine's: MAD-Max specs sweep spec fields (short or dotted
+    names), ``plan`` (``'all'``, plan strings, or rules ``{dense=[...], emb=[...], max_levels=1|2}``),
+    ``model`` and ``system``; a real-world model (``family = "lm"``, under ``default``) sweeps registry columns,
+    ``num_nodes``, ``global_batch`` and ``plan`` meshes (``execution``, ``only_fitting`` and ``calibration`` --
+    a ``fastmodel calibrate`` TOML path or ``Calibration`` -- apply to it); a serving task (``kind = "serve"``)
+    sweeps ``device``, ``precision``, ``kv_precision``, ``concurrency`` and columns.
+
+    Every engine runs on the same machinery (``fastmodel.sweeps``): in memory, or with ``store`` (a ``.zarr``
+    path) streamed to disk unit by unit (``resume`` completes an interrupted store, ``overwrite`` replaces an
+    existing sweep store and nothing else); ``workers`` / ``scheduler`` run the units on a Dask distributed
+    cluster (needs ``store``); ``unit_configs`` points per unit (and zarr chunk).
+    """
+    from fastmodel.sweeps.run import run
+
+    engine = engines.for_sweep(model, system, task, semantics)
+    plan = engine.door().sweep_plan(model, system, task, axes, semantics=semantics, unit_configs=unit_configs,
+                                    execution=execution, only_fitting=only_fitting, calibration=calibration)
+    return run(plan, store, resume, workers, scheduler, progress, overwrite)
 
 
 def make_config(model: Any, system: Any, task: Any, semantics: "str | Semantics | dict" = "default",

@@ -30,7 +30,11 @@ class Engine:
 
     ``api`` names the wing's door module: ``evaluate(model, system, task, *, semantics, plan, num_nodes,
     execution, calibration)`` for specs and, where the engine reads records, ``evaluate_record(record,
-    source, calibration)`` and ``record_values(record, source, calibration)``. ``batch_kinds`` are
+    source, calibration)`` and ``record_values(record, source, calibration)``; for sweeps (``fastmodel.sweeps``)
+    ``sweep_plan(model, system, task, axes, *, semantics, unit_configs, execution, only_fitting, calibration)``,
+    ``sweep_plan_from_file(source, data, base, unit_configs)`` and ``sweep_plan_from_definition(definition)``;
+    for ``fastmodel.plot.timeline``, where the engine draws one, ``timeline(model, system, task, *, semantics,
+    plan, num_nodes)`` (a ``fastmodel.schedule.timeline.Timeline``). ``batch_kinds`` are
     ``"module:Class"`` line kinds of ``fastmodel batch`` (fastmodel/io/batch_kinds.py). ``registry`` is the
     module of its result variables and statuses; ``kernels`` its numba cache name (kernels/jit.py).
     """
@@ -68,7 +72,7 @@ MADMAX = Engine("madmax", "the MAD-Max model", "fastmodel.madmax.api", "fastmode
                 batch_kinds=("fastmodel.madmax.batch:SpecCases",))
 LM = Engine("lm", "the real-world training model", "fastmodel.lm.api", "fastmodel.registry.lm", "lm",
             batch_kinds=("fastmodel.lm.batch:RunRecords", "fastmodel.lm.batch:SpecLines"), reads_records=True)
-SERVE = Engine("serve", "the serving model", "fastmodel.serve.api", "fastmodel.registry.lm", "serve",
+SERVE = Engine("serve", "the serving model", "fastmodel.serve.api", "fastmodel.registry.serve", "serve",
                batch_kinds=("fastmodel.serve.batch:ServeRecords",), reads_records=True)
 
 #: every engine by name; batch asks their kinds in this order (MAD-Max's spec lines claim what is left)
@@ -109,6 +113,22 @@ def for_specs(model: Any, semantics: Any = "default", system: Any = None) -> Eng
     return LM
 
 
+def for_sweep(model: Any, system: Any = None, task: Any = None, semantics: Any = None) -> Engine:
+    """The engine of a sweep: ``serve`` for a serving task (``kind = "serve"``), else the engine of its specs
+    (:func:`for_specs`; a list of models, a model axis, is MAD-Max's). With ``semantics`` None (a sweep file,
+    whose engine checks its own ``semantics`` key) a real-world model or cluster is ``lm`` whatever the
+    preset."""
+    if detect.is_serve_task(_peek(task, "task")):
+        return SERVE
+    if isinstance(model, (list, tuple)):
+        return MADMAX
+    if semantics is not None:
+        return for_specs(model, semantics, system)
+    real = detect.is_real_world_model(_peek(model, "model")) or \
+        (system is not None and detect.is_cluster(_peek(system, "system")))
+    return LM if real else MADMAX
+
+
 def for_record(data: Any) -> Engine | None:
     """The engine of a measured-run record (``lm`` for RUNS.md, ``serve`` for SERVE_RUNS.md), else None."""
     if detect.is_run_record(data):
@@ -116,6 +136,22 @@ def for_record(data: Any) -> Engine | None:
     if detect.is_serve_record(data):
         return SERVE
     return None
+
+
+def timeline(config: Any = None, *, model: Any = None, system: Any = None, task: Any = None, record: Any = None,
+             source: str | None = None, semantics: Any = "default", plan: str | None = None,
+             num_nodes: int | None = None):
+    """The op-by-op step (``fastmodel.schedule.timeline.Timeline``) of one configuration, from the engine that
+    evaluates it: a resolved ``config`` (``fastmodel.make_config``) is MAD-Max's, a ``record`` its engine's,
+    specs :func:`for_specs`'. A SpecError for an engine without timelines (serving)."""
+    if config is not None:
+        return MADMAX.door().timeline(config=config)
+    engine = for_record(record) if record is not None else for_specs(model, semantics, system)
+    if engine is None or not hasattr(engine.door(), "timeline"):
+        what = "a serving record" if engine is SERVE else "not a run record"
+        raise SpecError(source, "model", f"{what}: timelines are drawn for training steps")
+    return engine.door().timeline(model, system, task, record=record, source=source, semantics=semantics,
+                                  plan=plan, num_nodes=num_nodes)
 
 
 def load_model(spec: Any):

@@ -1,5 +1,5 @@
 """One-line progress bars on a terminal (silent otherwise): :class:`TerminalBar` does the terminal part,
-:class:`LineProgress` counts the lines of ``fastmodel batch``; ``fastmodel.sweep.progress.Progress`` counts
+:class:`LineProgress` counts the lines of ``fastmodel batch``; ``fastmodel.sweeps.progress.Progress`` counts
 a sweep's configurations."""
 
 from __future__ import annotations

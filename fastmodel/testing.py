@@ -30,7 +30,7 @@ import numpy as np
 
 #: reference ``expected`` key -> fastmodel result variable
 EXPECTED_TO_VARIABLE: dict[str, str] = {
-    "iteration_time_s": "iteration_time",
+    "iteration_time_s": "step_time",
     "throughput_qps": "throughput",
     "t_gemm_s": "time_gemm",
     "t_emb_s": "time_emb",
@@ -103,20 +103,25 @@ _COMM_PARTS = ("time_all2all", "time_allreduce", "time_allgather", "time_reduces
 
 
 def _legal(results: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    """Flat float arrays of every variable, restricted to legal, evaluated points."""
-    names = [name for name in ("iteration_time", "throughput", "global_batch", "forward_time", "time_gemm",
-                               "time_emb", *_COMM_PARTS, "time_compute", "time_comm", "exposed_comm",
-                               "overlapped_comm", "weight_memory_dense", "weight_memory_emb", "weight_memory",
-                               "memory_per_device", "hbm_capacity", "fits_memory", "num_compute_ops",
-                               "num_comm_ops") if name in results]
+    """Flat float arrays of every variable, restricted to legal, evaluated points (a variable given under an
+    older name, ``iteration_time``, counts as its one name, ``step_time``)."""
+    from fastmodel.io.aliases import resolve
+
+    given = {name: resolve(results, name) for name in (
+        "step_time", "throughput", "global_batch", "forward_time", "time_gemm", "time_emb", *_COMM_PARTS,
+        "time_compute", "time_comm", "exposed_comm", "overlapped_comm", "weight_memory_dense", "weight_memory_emb",
+        "weight_memory", "memory_per_device", "hbm_capacity", "fits_memory", "num_compute_ops", "num_comm_ops")}
+    names = [name for name, key in given.items() if key in results]
+
     def flat(name: str) -> np.ndarray:
-        value = results[name]
+        value = results[given[name]]
         if hasattr(value, "broadcast_like"):  # xarray: a swept input (global_batch) is a coordinate
-            value = value.broadcast_like(results["iteration_time"]).transpose(*results["iteration_time"].dims)
+            time = results[given["step_time"]]
+            value = value.broadcast_like(time).transpose(*time.dims)
         return np.asarray(value, dtype=float).reshape(-1)
 
     arrays = {name: flat(name) for name in names}
-    keep = np.ones_like(arrays["iteration_time"], dtype=bool)
+    keep = np.ones_like(arrays["step_time"], dtype=bool)
     if "status" in results:  # a sweep grid: illegal and infeasible points carry NaN by design
         status = np.asarray(results["status"])
         keep = (status == 0).reshape(-1) if status.dtype.kind in "iub" else (status == "ok").reshape(-1)
@@ -131,18 +136,18 @@ def invariant_violations(results: Mapping[str, Any], rtol: float = 1e-9) -> list
 
     - parts sum to totals: time_compute = time_gemm + time_emb, time_comm = the
       four collective times, weight_memory = dense + embedding weights;
-    - exposed_comm = iteration_time - time_compute >= 0 and
+    - exposed_comm = step_time - time_compute >= 0 and
       overlapped_comm = time_comm - exposed_comm >= 0;
     - each stream is serial and neither is ever idle while the other waits on
-      nothing, so max(time_compute, time_comm) <= iteration_time <=
+      nothing, so max(time_compute, time_comm) <= step_time <=
       time_compute + time_comm;
-    - throughput x iteration_time = global_batch;
-    - 0 < forward_time <= iteration_time;
+    - throughput x step_time = global_batch;
+    - 0 < forward_time <= step_time;
     - fits_memory is 1 exactly when memory_per_device <= hbm_capacity;
     - every value is finite and there is at least one compute op.
     """
     r = _legal(results)
-    t = r["iteration_time"]
+    t = r["step_time"]
     scale = rtol * np.maximum(np.abs(t), 1e-300)
     bad: list[str] = []
 
@@ -155,18 +160,18 @@ def invariant_violations(results: Mapping[str, Any], rtol: float = 1e-9) -> list
     check("time_compute = time_gemm + time_emb", np.abs(r["time_compute"] - r["time_gemm"] - r["time_emb"]) <= scale)
     comm = sum(r[name] for name in _COMM_PARTS)
     check("time_comm = sum of the collective times", np.abs(r["time_comm"] - comm) <= scale)
-    check("exposed_comm = iteration_time - time_compute",
+    check("exposed_comm = step_time - time_compute",
           np.abs(r["exposed_comm"] - (t - r["time_compute"])) <= scale)
     check("exposed_comm >= 0", r["exposed_comm"] >= 0.0)
     check("overlapped_comm = time_comm - exposed_comm",
           np.abs(r["overlapped_comm"] - (r["time_comm"] - r["exposed_comm"])) <= scale)
     check("overlapped_comm >= 0", r["overlapped_comm"] >= 0.0)
-    check("iteration_time >= time_compute", t >= r["time_compute"] - scale)
-    check("iteration_time >= time_comm", t >= r["time_comm"] - scale)
-    check("iteration_time <= time_compute + time_comm", t <= r["time_compute"] + r["time_comm"] + scale)
-    check("throughput x iteration_time = global_batch",
+    check("step_time >= time_compute", t >= r["time_compute"] - scale)
+    check("step_time >= time_comm", t >= r["time_comm"] - scale)
+    check("step_time <= time_compute + time_comm", t <= r["time_compute"] + r["time_comm"] + scale)
+    check("throughput x step_time = global_batch",
           np.abs(r["throughput"] * t - r["global_batch"]) <= rtol * r["global_batch"])
-    check("0 < forward_time <= iteration_time", (r["forward_time"] > 0.0) & (r["forward_time"] <= t + scale))
+    check("0 < forward_time <= step_time", (r["forward_time"] > 0.0) & (r["forward_time"] <= t + scale))
     if "weight_memory" in r:
         check("weight_memory = dense + embedding weights",
               np.abs(r["weight_memory"] - r["weight_memory_dense"] - r["weight_memory_emb"])

@@ -13,7 +13,7 @@ shadows the next install. The cache lives in a per-user directory
 of the bytes of every file of this package. numba itself keys its index only by
 the *entry* function's file, so an edit to a helper module (``layout``,
 ``costs``) or to the registry the layouts derive their indices from
-(``fastmodel/registry/lm.py``, ``fastmodel/registry/madmax.py``) would otherwise load a stale kernel; here any edit
+(``fastmodel/registry/*.py``) would otherwise load a stale kernel; here any edit
 selects a fresh folder.
 """
 
@@ -46,9 +46,9 @@ _PACKAGE_DIR = Path(__file__).resolve().parent
 #: folder's top level), its subfolders and its registries, so an edit to an lm kernel recompiles the lm and
 #: serving kernels and leaves the MAD-Max ones cached. Serving compiles in the lm layer shape.
 ENGINES = {
-    "madmax": (("madmax",), ("fastmodel.registry.madmax", "fastmodel.registry.lm")),
-    "lm": (("lm",), ("fastmodel.registry.lm",)),
-    "serve": (("lm", "serve"), ("fastmodel.registry.lm",)),
+    "madmax": (("madmax",), ("fastmodel.registry.madmax", "fastmodel.registry.variables")),
+    "lm": (("lm",), ("fastmodel.registry.lm", "fastmodel.registry.variables")),
+    "serve": (("lm", "serve"), ("fastmodel.registry.lm", "fastmodel.registry.serve", "fastmodel.registry.variables")),
 }
 #: the key of the shared kernels (schedule, roofline, nccl) when compiled on their own
 SHARED = "shared"

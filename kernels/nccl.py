@@ -29,7 +29,7 @@ Sizes are the bytes of the whole (unsharded) buffer; times are seconds.
 import math
 
 from fastmodel.kernels.jit import njit
-from fastmodel.kernels.lm.layout import (
+from fastmodel.kernels.columns import (
     ALGO_RING, ALGO_TREE, C_COLLECTIVE_ALGORITHM, C_DOMAIN_SIZE, C_INTER_BW, C_INTER_EFF, C_INTER_LATENCY, C_INTRA_BW, C_INTRA_EFF, C_INTRA_LATENCY,
 )
 

@@ -16,7 +16,7 @@ All functions take the configuration's column vector ``row`` and return seconds.
 import math
 
 from fastmodel.kernels.jit import njit
-from fastmodel.kernels.lm.layout import (
+from fastmodel.kernels.columns import (
     C_ATTN_EFF, C_GEMM_EFF_16, C_GEMM_EFF_8, C_GEMM_K_HALF, C_GEMM_TILE_M, C_GEMM_TILE_N, C_HBM_BW, C_HBM_EFF,
     C_KERNEL_OVERHEAD_S, C_PEAK_FLOPS_16, C_PEAK_FLOPS_8, C_SM_COUNT, C_STACK_COMPUTE_EFF,
 )

@@ -3,8 +3,9 @@
 import numpy as np
 import xarray as xr
 
-from fastmodel.madmax.lowering.params import STATUS, STATUS_NAMES
-from fastmodel.registry.madmax import attrs
+from fastmodel.io.aliases import with_aliases
+from fastmodel.registry import attrs
+from fastmodel.registry.madmax import STATUS, STATUS_NAMES
 
 PLANS = ["fsdp/ddp", "tp,ddp/mp", "ddp/ddp"]
 NODES = [16, 32, 64, 128]
@@ -36,7 +37,7 @@ def synthetic_sweep(seed: int = 0) -> xr.Dataset:
     status[:, 0, 1] = STATUS["batch_not_divisible"]   # tp,ddp/mp at batch 512
     status[3, 2, 1] = STATUS["product_ne_devices"]
     bad = status != 0
-    values = {**parts, "exposed_comm": exposed, "overlapped_comm": comm - exposed, "iteration_time": iteration,
+    values = {**parts, "exposed_comm": exposed, "overlapped_comm": comm - exposed, "step_time": iteration,
               "throughput": batch / iteration, "memory_per_device": memory}
     dims = ("num_nodes", "global_batch", "plan")
     data = {}
@@ -52,4 +53,4 @@ def synthetic_sweep(seed: int = 0) -> xr.Dataset:
     coords = {"num_nodes": ("num_nodes", np.array(NODES, dtype=np.int32), {"field": "system.num_nodes"}),
               "global_batch": ("global_batch", np.array(BATCHES, dtype=np.int32), {"field": "task.global_batch"}),
               "plan": ("plan", np.array(PLANS, dtype=object), {"field": "plan"})}
-    return xr.Dataset(data, coords=coords)
+    return with_aliases(xr.Dataset(data, coords=coords))

@@ -9,13 +9,18 @@ import numpy as np
 import xarray as xr
 
 from fastmodel.errors import FastmodelError, SweepError, nearest
-from fastmodel.madmax.lowering.params import STATUS_NAMES
+from fastmodel.io.aliases import resolve, with_aliases
 
 _EXPR = re.compile(r"^\s*(!?)([A-Za-z_][\w.]*)\s*(?:(==|=|!=|>=|<=|>|<)\s*(.+?))?\s*$")
 
 
 def open_result(path: str) -> xr.Dataset:
-    """Open a sweep result (.zarr store or .nc file); an incomplete store is refused."""
+    """Open a sweep result (.zarr store or .nc file) of any engine, its variables' aliases added (files hold one
+    name per variable, ``fastmodel.io.aliases``); an incomplete store is refused."""
+    return with_aliases(_open(path))
+
+
+def _open(path: str) -> xr.Dataset:
     from fastmodel.io.store import check_complete
 
     p = Path(path)
@@ -46,10 +51,8 @@ def open_result(path: str) -> xr.Dataset:
 
 
 def status_names(ds: xr.Dataset) -> list[str]:
-    """Names of the status codes of ``ds``: its ``flag_meanings`` (real-world and serving datasets have their
-    own codes), else MAD-Max's."""
-    meanings = str(ds["status"].attrs.get("flag_meanings", "")).split() if "status" in ds else []
-    return meanings or list(STATUS_NAMES)
+    """Names of the status codes of ``ds``: its ``flag_meanings`` (each engine's registry ``STATUSES``)."""
+    return str(ds["status"].attrs.get("flag_meanings", "")).split() if "status" in ds else []
 
 
 def _value(ds: xr.Dataset, name: str, text: str):
@@ -107,12 +110,17 @@ def where_mask(ds: xr.Dataset, expressions: list[str]) -> xr.DataArray:
 
 
 def fits_filter_applies(ds: xr.Dataset) -> bool:
-    """Whether :func:`best` keeps only configurations that fit by default: datasets with ``fits_memory`` from
-    the real-world memory model (training, serving). MAD-Max sweeps (their ``semantics`` attribute is the
-    preset as a JSON object) keep their own rule: ``fits_memory`` is the paper's 3 x weights <= HBM, and
-    their ``does_not_fit`` points already have no result but memory."""
+    """Whether :func:`best` keeps only configurations that fit by default: the registry says so per engine
+    (``RANK_ONLY_FITTING``: the real-world training and serving memory models, not MAD-Max's 3 x weights rule),
+    the engine read from the dataset's ``fastmodel_engine`` attr (a file written before it had one: MAD-Max's
+    ``semantics`` attr is its preset as a JSON object)."""
+    from fastmodel.registry import ENGINES
+
     if "fits_memory" not in ds.data_vars or ds["fits_memory"].dtype.kind not in "biuf":
         return False
+    engine = ds.attrs.get("fastmodel_engine")
+    if engine in ENGINES:
+        return bool(ENGINES[engine].RANK_ONLY_FITTING)
     return not str(ds.attrs.get("semantics", "")).lstrip().startswith("{")
 
 
@@ -129,8 +137,8 @@ def _names_fits_memory(where: list[str]) -> bool:
 
 
 def best(ds: xr.Dataset, by: str, top: int = 10, where: list[str] | None = None, ascending: bool | None = None,
-         columns: tuple[str, ...] = ("throughput", "iteration_time", "exposed_comm", "step_time", "tokens_per_s_per_gpu",
-                                     "mfu", "tpot", "output_tokens_per_s_per_user", "memory_per_device"),
+         columns: tuple[str, ...] = ("throughput", "step_time", "exposed_comm", "tokens_per_s_per_gpu", "mfu", "tpot",
+                                     "output_tokens_per_s_per_user", "memory_per_device"),
          include_oom: bool = False):
     """The ``top`` configurations by ``by`` as a pandas DataFrame, best first: smallest first for a variable
     that improves downward (``better = "min"`` in its attrs or the registry: times, costs, memory), largest
@@ -143,6 +151,7 @@ def best(ds: xr.Dataset, by: str, top: int = 10, where: list[str] | None = None,
     """
     import pandas as pd
 
+    by = resolve(ds.data_vars, by)     # a variable's alias ranks by it too (iteration_time: step_time)
     if by not in ds.data_vars:
         raise SweepError(f"unknown variable {by!r}{nearest(by, list(ds.data_vars))}")
     if top < 1:
@@ -152,7 +161,7 @@ def best(ds: xr.Dataset, by: str, top: int = 10, where: list[str] | None = None,
                          f"--where (e.g. --where status=ok) and rank by a quantity such as throughput")
     variable = ds[by]
     if ascending is None:
-        from fastmodel.registry.madmax import better
+        from fastmodel.registry import better
 
         ascending = better(by, dict(variable.attrs)) == "min"
     mask = where_mask(ds, where or [])

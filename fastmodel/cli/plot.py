@@ -166,45 +166,21 @@ def timeline_command(model, system, task, num_nodes, plan, semantics, window, ag
     Real-world models (and run records) draw the busiest pipeline stage's step, op by op, with one row per
     process group (docs/model.md section 11.12); MAD-Max specs draw the MAD-Max schedule."""
     _check_suffix(output)
-    lm = _real_world_timeline(model, system, task, num_nodes, plan, semantics)
-    if lm is not None:
-        from fastmodel.plot.timeline_lm import lm_timeline_figure
-
-        timeline_ops, label = lm
-        fig, _ = lm_timeline_figure(timeline_ops, window=parse_window(window), aggregate=aggregate, size=size,
-                                    title=title if title is not None else label)
-        _save(fig, output, dpi)
-        return
-    if system is None or task is None:
-        raise click.UsageError("--system and --task are required (unless --model is a run record)")
-    from fastmodel.madmax.api import make_config
+    from fastmodel.cli.run import _record_in
     from fastmodel.plot import timeline
 
-    config = make_config(model, system, task, semantics, plan, num_nodes)
-    fig, _ = timeline(config, window=parse_window(window), aggregate=aggregate, size=size, title=title)
-    _save(fig, output, dpi)
-
-
-def _real_world_timeline(model, system, task, num_nodes, plan, semantics):
-    """(Timeline, title) of a run record or of real-world specs (fastmodel/engines.py chooses); None for
-    MAD-Max specs."""
-    from fastmodel import engines
-    from fastmodel.cli.run import _record_in
-
     record = _record_in(model)
-    if record is not None:
-        if engines.for_record(record) is not engines.LM:
-            raise click.UsageError(f"{model} is a serving record: timelines are drawn for training steps")
-        from fastmodel.lm.timeline import record_timeline
-
-        return record_timeline(record, model)
-    if engines.for_specs(model, semantics, system) is not engines.LM:
-        return None
-    if system is None or task is None:
+    if record is None and (system is None or task is None):
         raise click.UsageError("--system and --task are required (unless --model is a run record)")
-    from fastmodel.lm.timeline import spec_timeline
+    if record is not None:
+        from fastmodel import engines
 
-    return spec_timeline(model, system, task, plan=plan, num_nodes=num_nodes)
+        if engines.for_record(record) is engines.SERVE:
+            raise click.UsageError(f"{model} is a serving record: timelines are drawn for training steps")
+    fig, _ = timeline(model=None if record is not None else model, system=system, task=task, record=record,
+                      source=model if record is not None else None, semantics=semantics, plan=plan, num_nodes=num_nodes, window=parse_window(window),
+                      aggregate=aggregate, size=size, title=title)
+    _save(fig, output, dpi)
 
 
 @plot.command("breakdown")

@@ -39,7 +39,7 @@ def serve(records, model, device, tp, pp, ep, precision, kv_precision, input_len
     import json
 
     from fastmodel.errors import FastmodelError
-    from fastmodel.registry.lm import SERVE_RESULTS, SERVE_STATUS_NAMES
+    from fastmodel.registry.serve import SERVE_RESULTS, SERVE_STATUS_NAMES
     from fastmodel.serve.api import columns, evaluate_table
 
     if records and model:

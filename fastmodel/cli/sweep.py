@@ -27,15 +27,15 @@ from fastmodel.cli.common import calibration_option, friendly, read_calibration
 @friendly
 def sweep_command(sweep_file, output, resume, force, workers, scheduler, unit_configs, progress, confirm_large,
                   calibration):
-    """Evaluate a sweep file (TOML) into a labeled dataset. A real-world sweep (family = "lm" model) runs in
-    memory into a .nc file; --calibration applies to it."""
+    """Evaluate a sweep file (TOML) into a labeled dataset: MAD-Max, real-world training (family = "lm"
+    model; --calibration applies to it) or serving (a kind = "serve" task), each into a .nc file or a resumable
+    .zarr store, on Dask workers with --workers / --scheduler."""
     from pathlib import Path
 
     from fastmodel.errors import SweepError
-    from fastmodel.io.outputs import check_output, claim_output
+    from fastmodel.io.outputs import check_output
     from fastmodel.io.store import is_sweep_store, lock_owner
-    from fastmodel.sweep import Progress, check_size, run_in_memory, run_to_store
-    from fastmodel.sweep.file import load_sweep_file
+    from fastmodel.lm.calibrate.use import cli_warnings
 
     out = Path(output)
     is_zarr = out.suffix == ".zarr"
@@ -69,41 +69,42 @@ def sweep_command(sweep_file, output, resume, force, workers, scheduler, unit_co
         raise SweepError(f"{output} is not a fastmodel sweep store, so there is nothing to resume; choose another "
                          "output (fastmodel never deletes it, even with --force)")
     if resume and unit_configs is None and out.is_dir():
-        from fastmodel.sweep import stored_unit_configs
+        from fastmodel.sweeps import stored_unit_configs
 
         unit_configs = stored_unit_configs(output)
     if scheduler:
-        from fastmodel.sweep import check_scheduler_address
+        from fastmodel.sweeps import check_scheduler_address
 
         check_scheduler_address(scheduler)
-    from fastmodel.sweep.real_run import load_real_sweep_file
+    with cli_warnings():
+        _run(sweep_file, output, is_zarr, resume, force, workers, scheduler, unit_configs, progress, confirm_large,
+             read_calibration(calibration))
 
-    real = load_real_sweep_file(sweep_file, unit_configs)
-    if real is not None:  # real-world LM or serving sweep (fastmodel.sweep.real)
-        _run_real_sweep(real, output, is_zarr, resume, force, progress, confirm_large, workers or scheduler,
-                        calibration)
-        return
+
+def _run(sweep_file, output, is_zarr, resume, force, workers, scheduler, unit_configs, progress, confirm_large,
+         calibration):
+    """Load the sweep file's plan (any engine), check its size (and a store to resume), run it; the summary."""
+    from fastmodel.sweeps import Progress, check_size, connect, open_store_for_resume, run_in_memory, run_to_store
+    from fastmodel.sweeps.file import load_sweep_file
+
+    plan = load_sweep_file(sweep_file, unit_configs, calibration)
     if calibration is not None:
-        from fastmodel.lm.calibrate.use import not_for_madmax
-
-        not_for_madmax(read_calibration(calibration))
-    sweep = load_sweep_file(sweep_file, unit_configs)
+        click.echo(calibration.describe(), err=True)
     if resume:  # a store of another sweep, or a damaged one, is reported before any work
-        from fastmodel.sweep import open_store_for_resume
+        open_store_for_resume(plan, output)
+    estimate = check_size(plan, output, is_zarr, confirm_large)
+    from fastmodel.engines import ENGINES
 
-        open_store_for_resume(sweep, output)
-    estimate = check_size(sweep, output, is_zarr, confirm_large)
+    click.echo(f"{plan.num_configs:,} configurations in {plan.num_units:,} units ({ENGINES[plan.engine].title}) -> "
+               f"{output} ({estimate})", err=True)
     client = cluster = None
     if workers or scheduler:
-        from fastmodel.sweep import connect
-
         client, cluster = connect(scheduler, workers)
-    click.echo(f"{sweep.num_configs:,} configurations in {sweep.num_units:,} units -> {output} ({estimate})", err=True)
-    bar = Progress(sweep.num_configs, enabled=progress)
+    bar = Progress(plan.num_configs, enabled=progress)
     try:
         if is_zarr:
             try:
-                ds = run_to_store(sweep, output, resume, bar, client, overwrite=force)
+                ds = run_to_store(plan, output, resume, bar, client, overwrite=force)
             except KeyboardInterrupt:
                 _interrupted(bar, output, resumable=True)
             finally:
@@ -113,14 +114,14 @@ def sweep_command(sweep_file, output, resume, force, workers, scheduler, unit_co
                     cluster.close()
         else:
             try:
-                with claim_output(output, "netcdf", inputs=(sweep_file,), force=force, what="dataset"):
-                    ds = run_in_memory(sweep, bar)
-                    _write_netcdf(ds, out)
+                with _claim_netcdf(output, sweep_file, force):
+                    ds = run_in_memory(plan, bar)
+                    _write_netcdf(ds, output)
             except KeyboardInterrupt:
                 _interrupted(bar, output, resumable=False)
     finally:
         bar.close()
-    _done(ds, sweep.num_configs)
+    _done(ds, plan.num_configs)
 
 
 def _interrupted(bar, output, resumable: bool) -> None:
@@ -140,14 +141,10 @@ def _interrupted(bar, output, resumable: bool) -> None:
     sys.exit(130)
 
 
-def _claim_netcdf(output, is_zarr, source, force):
-    """A .nc output's writer lock for the whole run (fastmodel/io/outputs.py); a .zarr store takes its own."""
-    import contextlib
-
+def _claim_netcdf(output, source, force):
+    """A .nc output's writer lock for the whole run (fastmodel/io/outputs.py)."""
     from fastmodel.io.outputs import claim_output
 
-    if is_zarr:
-        return contextlib.nullcontext()
     return claim_output(output, "netcdf", inputs=(source,), force=force, what="dataset")
 
 
@@ -171,39 +168,10 @@ def fit_counts(ds) -> tuple[int, int]:
     return int(fits.sum()), over
 
 
-def _run_real_sweep(real, output, is_zarr, resume, force, progress, confirm_large, distributed, calibration):
-    from fastmodel.errors import SweepError
-    from fastmodel.lm.calibrate.use import cli_warnings
-    from fastmodel.sweep import Progress
-    from fastmodel.sweep.real_run import check_real_size, run_real
-
-    if distributed:
-        raise SweepError("real-world and serving sweeps run in this process: leave out --workers/--scheduler")
-    cal = read_calibration(calibration)
-    if cal is not None:
-        if real.kind != "lm":
-            raise SweepError("--calibration applies to training sweeps of the real-world model, not to serving")
-        real.calibration = cal
-        click.echo(cal.describe(), err=True)
-    if resume:  # a store of another sweep is reported before any work
-        from fastmodel.sweep.real_run import check_resumable
-
-        check_resumable(real, os.path.abspath(output))
-    estimate = check_real_size(real, output, is_zarr, confirm_large)
-    click.echo(f"{real.num_configs:,} configurations ({real.kind}) -> {output} ({estimate})", err=True)
-    bar = Progress(real.num_configs, enabled=progress)
-    try:
-        with cli_warnings(), _claim_netcdf(output, is_zarr, real.source, force):
-            ds = run_real(real, output, is_zarr, resume, force, bar)
-    except KeyboardInterrupt:
-        _interrupted(bar, output, resumable=is_zarr)
-    finally:
-        bar.close()
-    _done(ds, real.num_configs)
-
-
 def _write_netcdf(ds, path):
+    """The dataset as netCDF-3, written atomically, each variable under its one name (no aliases)."""
+    from fastmodel.io.aliases import without_aliases
     from fastmodel.io.atomic import atomic_path
 
     with atomic_path(path) as tmp:
-        ds.to_netcdf(tmp, engine="scipy")
+        without_aliases(ds).to_netcdf(tmp, engine="scipy")

@@ -5,7 +5,8 @@ Input lines of every engine's kinds (fastmodel/engines.py): MAD-Max spec lines `
 "num_nodes"?: int}`` (fastmodel/madmax/batch.py), real-world spec lines and run records
 (fastmodel/lm/batch.py), serving records (fastmodel/serve/batch.py), mixed in one file. Result: ``case``
 (the line's own id, else its line number), ``status`` (``"ok"`` or ``"error: <reason>"``), the kind's
-columns and the result variables (SI units).
+columns and the result variables of the line's engine (its registry ``RESULTS``, SI units, and their
+aliases), no other engine's.
 
 The path is streaming and vectorized: lines are read a chunk at a time;
 identical lines (byte for byte) are parsed and evaluated once -- within a
@@ -34,10 +35,24 @@ import orjson
 from fastmodel.errors import FastmodelError
 from fastmodel.io import batch_kinds
 from fastmodel.io.batch_kinds import internal_error, one_line
-from fastmodel.registry.madmax import NAMES
+from fastmodel.registry import ENGINES
 
+
+def _result_layout() -> tuple[tuple[str, ...], dict[str, tuple[int, ...]]]:
+    """(every engine's result names once, in engine order; engine -> the rows of its ``RESULTS``)."""
+    names: dict[str, int] = {}
+    rows = {}
+    for engine, module in ENGINES.items():
+        for result in module.RESULTS:
+            names.setdefault(result.name, len(names))
+        rows[engine] = tuple(names[r.name] for r in module.RESULTS)
+    return tuple(names), rows
+
+
+#: the rows of the values matrix: every engine's result variables (a shared variable once), and each engine's
+RESULT_NAMES, ENGINE_ROWS = _result_layout()
 #: row of each result variable in the values matrix
-RESULT_ROW = {name: i for i, name in enumerate(NAMES)}
+RESULT_ROW = {name: i for i, name in enumerate(RESULT_NAMES)}
 #: input read per chunk: at most this many bytes (about 7,000 lines of inline MAD-Max dicts) ...
 CHUNK_BYTES = 8 << 20
 #: ... and at most this many lines (memory grows with both)
@@ -75,7 +90,7 @@ class Distinct:
     status: list             # None (ok) or reason
     kinds: list              # index into KINDS (None: not parsed)
     columns: dict            # kind output column -> value per distinct line
-    values: np.ndarray       # N_RESULTS x distinct lines (NaN where not ok)
+    values: np.ndarray       # RESULT_NAMES x distinct lines (NaN where not ok or not the line's engine's)
 
 
 @dataclass
@@ -259,14 +274,15 @@ def _evaluate_distinct(raw_lines: list[bytes], default_semantics, kinds) -> Dist
         for name, given in prepared.results.items():
             own[name].extend((positions[j], value) for j, value in enumerate(given) if value is not None)
 
-    values = np.full((len(NAMES), n), np.nan)
+    values = np.full((len(RESULT_NAMES), n), np.nan)
     for name, pairs in own.items():
         for i, value in pairs:
             values[RESULT_ROW[name], i] = value
     for (k, key, semantics), parts in groups.items():
         params = np.concatenate([p for p, _ in parts], axis=1) if len(parts) > 1 else parts[0][0]
         rows = np.concatenate([r for _, r in parts]) if len(parts) > 1 else parts[0][1]
-        out = np.empty((len(NAMES), len(rows)))
+        mine = engine_rows(kinds[k].engine)
+        out = np.empty((len(ENGINE_ROWS[kinds[k].engine]), len(rows)))
         try:
             kinds[k].evaluate_into(key, semantics, params, out)
         except Exception as error:  # noqa: BLE001 - a structure that fails must not stop the batch
@@ -274,7 +290,10 @@ def _evaluate_distinct(raw_lines: list[bytes], default_semantics, kinds) -> Dist
             for r in rows.tolist():
                 status[r] = reason
             continue
-        values[:, rows] = out
+        if isinstance(mine, slice):
+            values[mine, rows] = out
+        else:
+            values[np.ix_(mine, rows)] = out
     return Distinct(named, case_ids, status, kind_of, columns, values)
 
 
@@ -319,12 +338,10 @@ def run_chunks(chunks: Iterable[list[bytes]], semantics="default", progress=None
     """Evaluate chunks of raw lines in order; ``progress(lines, bytes)`` after each. ``calibration`` (TOML
     path or ``Calibration``) applies to run-record lines; after the last chunk, a device or tier of them it
     does not cover is a ``CalibrationWarning``."""
-    from fastmodel.lm.calibrate.overlay import as_calibration
     from fastmodel.semantics import get_semantics
 
     default_semantics = get_semantics(semantics)
-    cal = as_calibration(calibration)
-    kinds = batch_kinds.KINDS if cal is None else batch_kinds.kinds_for(cal)
+    kinds = batch_kinds.KINDS if calibration is None else batch_kinds.kinds_for(calibration)
     first = 1
     memo = LineMemo()
     for raw_lines in chunks:
@@ -338,22 +355,43 @@ def run_chunks(chunks: Iterable[list[bytes]], semantics="default", progress=None
             kind.finish()
 
 
-def records(chunk: Chunk) -> Iterator[dict]:
-    """The result records (dicts, JSON-ready) of a chunk, in order."""
-    from fastmodel.registry.madmax import NAMES
+def engine_outputs(engine: str) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """(output keys, their rows of the values matrix) of a line of ``engine``: its result variables in registry
+    order, then their aliases (``iteration_time``: the row of ``step_time``)."""
+    results, rows = ENGINES[engine].RESULTS, ENGINE_ROWS[engine]
+    aliases = [(alias, row) for result, row in zip(results, rows) for alias in result.aliases]
+    return (*(r.name for r in results), *(a for a, _ in aliases)), (*rows, *(row for _, row in aliases))
 
-    rows = chunk.values.T.tolist()
+
+def engine_rows(engine: str):
+    """The rows of ``engine``'s results in the values matrix: a slice where they are consecutive (MAD-Max's,
+    the first), else their indices."""
+    rows = ENGINE_ROWS[engine]
+    return slice(rows[0], rows[0] + len(rows)) if rows == tuple(range(rows[0], rows[0] + len(rows))) else list(rows)
+
+
+def records(chunk: Chunk) -> Iterator[dict]:
+    """The result records (dicts, JSON-ready) of a chunk, in order: each line's kind columns and its engine's
+    results."""
+    values = chunk.values
     status, kind_of, columns = chunk.status, chunk.kinds, chunk.columns
-    column_names = [tuple(kind.columns) for kind in batch_kinds.KINDS]
+    kinds = batch_kinds.KINDS
+    outputs = {}        # engine -> (its output names, its rows' values line by line)
+    for kind in kinds:
+        if kind.engine not in outputs:
+            names, rows = engine_outputs(kind.engine)
+            outputs[kind.engine] = (names, values[list(rows)].T.tolist())
     for i, case in enumerate(chunk.cases):
         reason = status[i]
         if reason is not None:
             yield {"case": case, "status": "error: " + reason}
             continue
         record = {"case": case, "status": "ok"}
-        for name in column_names[kind_of[i]]:
+        kind = kinds[kind_of[i]]
+        for name in kind.columns:
             record[name] = columns[name][i]
-        for name, value in zip(NAMES, rows[i]):
+        names, table = outputs[kind.engine]
+        for name, value in zip(names, table[i]):
             record[name] = value if value == value and value not in (float("inf"), float("-inf")) else None
         yield record
 

@@ -10,11 +10,12 @@ each kind all of its lines of the chunk at once. A kind returns a
 :class:`Prepared`: a reason per bad line, its own output columns (e.g.
 ``plan``) and :class:`Table` s -- one structure key + semantics + a parameter
 table (``layout.COLUMNS`` x m) built with numpy per group of lines, never per
-line. The driver merges tables of the same structure across kinds and runs
+line -- or, for kinds that evaluate their lines themselves, results by registry name. The driver merges tables of the same structure across kinds and runs
 each through the kernels once.
 
-To add a kind: write a class with ``name``, ``columns`` (its extra output
-columns and their types, ``{"plan": "string"}``), ``claims(case) -> bool``
+To add a kind: write a class with ``name``, ``engine`` (the registry engine whose result variables its lines
+carry: ``madmax``, ``lm``, ``serve``), ``columns`` (its extra output columns and their types,
+``{"plan": "string"}``), ``claims(case) -> bool``
 (cheap: look at keys), ``prepare(cases, default_semantics) -> Prepared`` and,
 if it returns Tables, ``evaluate_into(key, semantics, params, out)``; name it
 in its engine's ``batch_kinds``. The MAD-Max spec lines come last and claim
@@ -57,13 +58,15 @@ class Prepared:
 
 class Kind(Protocol):
     name: str
+    engine: str                 # the registry engine whose result variables its lines carry
     columns: dict[str, str]     # output column -> its type: "string" or "float64"
 
     def claims(self, case: dict) -> bool: ...
 
     def prepare(self, cases: list[dict], default_semantics) -> Prepared: ...
 
-    # kinds that return Tables also evaluate them (one structure, all legal) into ``out`` (N_RESULTS x m):
+    # kinds that return Tables also evaluate them (one structure, all legal) into ``out`` (the rows of their
+    # engine's registry RESULTS x m):
     # def evaluate_into(self, key, semantics, params, out) -> None: ...
 
 

@@ -1,15 +1,15 @@
 """Writers of batch results, chosen by the output's extension, one chunk at a time.
 
-``.csv`` -> CSV, ``.parquet`` -> Parquet (one row group per chunk; both via
-pyarrow), anything else -> JSONL. Columns: ``case``, ``status``, the kinds'
-columns (``plan``), then every result variable of the registry (SI units).
-JSONL keeps each line's ``case`` id as given and leaves the kind's columns and
-results off error lines; CSV and Parquet hold every column on every row
-(``case`` as text, empty/null where a line has no value). A non-finite value
-is ``null``. Files are written atomically: an interrupted batch leaves no
-output (or the old file), never a partial one. JSONL text is formatted once
-per distinct line of a chunk and written by a background thread while the
-next chunk is evaluated.
+``.csv`` -> CSV, ``.parquet`` -> Parquet (via pyarrow), anything else -> JSONL. A line's record: ``case``,
+``status``, its kind's columns (``plan``, ``id``), then the result variables of its engine only (the
+registry's ``RESULTS`` of that engine, SI units, then their aliases: ``iteration_time`` repeats
+``step_time``). JSONL keeps each line's ``case`` id as given and leaves the kind's columns and results off
+error lines; CSV and Parquet take the union of the columns of the kinds present in the batch (``case`` as
+text, empty/null where a line has no value): each chunk's table is spooled to a temporary file and the
+union's columns are known when the last chunk is done. A non-finite value is ``null``. Files are written
+atomically: an interrupted batch leaves no output (or the old file), never a partial one. JSONL text is
+formatted once per distinct line of a chunk and written by a background thread while the next chunk is
+evaluated.
 """
 
 from __future__ import annotations
@@ -23,19 +23,10 @@ import numpy as np
 import orjson
 
 from fastmodel.io import batch_kinds
-from fastmodel.io.batch import Chunk, no_cyclic_gc, read_chunks, run_chunks
-from fastmodel.registry.madmax import NAMES
+from fastmodel.io.batch import ENGINE_ROWS, Chunk, engine_outputs, engine_rows, no_cyclic_gc, read_chunks, run_chunks
+from fastmodel.io.batch_tables import CsvWriter, ParquetWriter
 
 _DUMPS = orjson.dumps
-
-
-def kind_columns() -> dict[str, str]:
-    """Output columns of every kind (name -> type), in kind order."""
-    columns: dict[str, str] = {}
-    for kind in batch_kinds.KINDS:
-        for name, type_ in kind.columns.items():
-            columns.setdefault(name, type_)
-    return columns
 
 
 class JsonlWriter:
@@ -143,8 +134,18 @@ def _regular_fd(handle) -> int | None:
 
 _NUMPY = orjson.OPT_SERIALIZE_NUMPY
 _SEPARATOR = b'},{"status":'
-#: the rest of an ok record after its ``"case":..,``: its head (``"status":"ok","plan":..``), then each result
-_TAIL = b'"status":%b' + b"".join(b',"%b":%%b' % name.encode() for name in NAMES) + b"}"
+
+
+def _tail_template(engine: str) -> tuple[bytes, tuple[int, ...]]:
+    """The rest of an ok record of ``engine`` after its ``"case":..,``: its head (``"status":"ok","plan":..``),
+    then each of the engine's results and aliases; and which formatted result each alias repeats."""
+    names, rows = engine_outputs(engine)
+    own = len(ENGINE_ROWS[engine])
+    template = b'"status":%b' + b"".join(b',"%b":%%b' % name.encode() for name in names) + b"}"
+    return template, tuple(rows.index(row) for row in rows[own:])
+
+
+_TAILS: dict[str, tuple[bytes, tuple[int, ...]]] = {}
 
 
 def jsonl(chunk: Chunk) -> bytes:
@@ -182,107 +183,48 @@ def jsonl_pieces(chunk: Chunk) -> list[bytes]:
 def _tails(d) -> list[bytes]:
     """Per distinct line, its record's text after ``{"case":..,`` (through the closing brace).
 
-    orjson formats the numbers of every ok line in one call and the heads of
-    their records in another (a call per line costs more than its
-    formatting); each tail is then one ``%`` of its pieces into the keyed
-    template. A head's values are strings and numbers, so the list's
-    separators ``},{"status":`` occur only between heads (a quote inside a
-    string is escaped); if a kind's column held anything else, the count
-    would differ and each head takes its own call.
+    orjson formats the numbers of every ok line of an engine in one call and the heads of their records in
+    another (a call per line costs more than its formatting); each tail is then one ``%`` of its pieces into
+    the engine's keyed template. A head's values are strings and numbers, so the list's separators
+    ``},{"status":`` occur only between heads (a quote inside a string is escaped); if a kind's column held
+    anything else, the count would differ and each head takes its own call.
     """
     status, kinds, columns = d.status, d.kinds, d.columns
     n = len(status)
-    ok = [j for j in range(n) if status[j] is None]
     tails: list = [None] * n
+    by_engine: dict[str, list[int]] = {}
+    kind_list = batch_kinds.KINDS
     for j in range(n):
         if status[j] is not None:
             tails[j] = _DUMPS({"status": "error: " + status[j]})[1:]
-    if not ok:
-        return tails
-    kind_list = batch_kinds.KINDS
-    heads = []
-    for j in ok:
-        head = {"status": "ok"}
-        for name in kind_list[kinds[j]].columns:
-            head[name] = columns[name][j]
-        heads.append(head)
-    head_text = _DUMPS(heads)[len(b'[{"status":'):-2].split(_SEPARATOR)
-    if len(head_text) != len(heads):
-        head_text = [_DUMPS(head)[len(b'{"status":'):-1] for head in heads]
-    values = d.values if len(ok) == n else d.values[:, ok]
-    numbers = _DUMPS(np.ascontiguousarray(values.T), option=_NUMPY)[2:-2].split(b"],[")
-    for j, head, row in zip(ok, head_text, numbers):
-        tails[j] = _TAIL % (head, *row.split(b","))
+        else:
+            by_engine.setdefault(kind_list[kinds[j]].engine, []).append(j)
+    for engine, ok in by_engine.items():
+        heads = []
+        for j in ok:
+            head = {"status": "ok"}
+            for name in kind_list[kinds[j]].columns:
+                head[name] = columns[name][j]
+            heads.append(head)
+        head_text = _DUMPS(heads)[len(b'[{"status":'):-2].split(_SEPARATOR)
+        if len(head_text) != len(heads):
+            head_text = [_DUMPS(head)[len(b'{"status":'):-1] for head in heads]
+        values = d.values[engine_rows(engine)]
+        values = values if len(ok) == n else values[:, ok]
+        numbers = _DUMPS(np.ascontiguousarray(values.T), option=_NUMPY)[2:-2].split(b"],[")
+        if engine not in _TAILS:
+            _TAILS[engine] = _tail_template(engine)
+        template, repeats = _TAILS[engine]
+        if len(repeats) == 1:       # one alias (step_time's): the common case, without a generator per line
+            first = repeats[0]
+            for j, head, row in zip(ok, head_text, numbers):
+                pieces = row.split(b",")
+                tails[j] = template % (head, *pieces, pieces[first])
+            continue
+        for j, head, row in zip(ok, head_text, numbers):
+            pieces = row.split(b",")
+            tails[j] = template % (head, *pieces, *(pieces[r] for r in repeats))
     return tails
-
-
-class _ArrowWriter:
-    """A pyarrow table per chunk (subclasses pick the file format)."""
-
-    def __init__(self, handle: IO[bytes]):
-        import pyarrow as pa
-
-        self.pa = pa
-        self.handle = handle
-        self.extra = kind_columns()
-        types = {"string": pa.string(), "float64": pa.float64()}
-        self.schema = pa.schema([("case", pa.string()), ("status", pa.string())]
-                                + [(name, types[t]) for name, t in self.extra.items()]
-                                + [(name, pa.float64()) for name in NAMES])
-        self.writer = None
-
-    def abandon(self) -> None:
-        """Close the pyarrow writer now, while its file is open (it would otherwise try when collected)."""
-        if self.writer is not None:
-            try:
-                self.writer.close()
-            except Exception:  # noqa: BLE001 - the output is discarded anyway
-                pass
-            self.writer = None
-
-    def table(self, chunk: Chunk):
-        pa = self.pa
-        cases = [c if type(c) is str else orjson.dumps(c).decode() for c in chunk.cases]
-        status = ["ok" if s is None else "error: " + s for s in chunk.status]
-        arrays = [pa.array(cases, pa.string()), pa.array(status, pa.string())]
-        for name in self.extra:
-            arrays.append(pa.array(chunk.columns.get(name, [None] * len(chunk)), self.schema.field(name).type))
-        for v in range(len(NAMES)):
-            column = chunk.values[v]
-            arrays.append(pa.array(column, pa.float64(), mask=~np.isfinite(column)))
-        return pa.Table.from_arrays(arrays, schema=self.schema)
-
-
-class CsvWriter(_ArrowWriter):
-    def write(self, chunk: Chunk) -> None:
-        import pyarrow.csv as csv
-
-        if self.writer is None:
-            self.writer = csv.CSVWriter(self.handle, self.schema)
-        self.writer.write_table(self.table(chunk))
-
-    def close(self) -> None:
-        import pyarrow.csv as csv
-
-        if self.writer is None:  # no line at all: the header only
-            self.writer = csv.CSVWriter(self.handle, self.schema)
-        self.writer.close()
-
-
-class ParquetWriter(_ArrowWriter):
-    def write(self, chunk: Chunk) -> None:
-        import pyarrow.parquet as pq
-
-        if self.writer is None:
-            self.writer = pq.ParquetWriter(self.handle, self.schema)
-        self.writer.write_table(self.table(chunk))
-
-    def close(self) -> None:
-        import pyarrow.parquet as pq
-
-        if self.writer is None:
-            self.writer = pq.ParquetWriter(self.handle, self.schema)
-        self.writer.close()
 
 
 WRITERS = {".csv": CsvWriter, ".parquet": ParquetWriter}

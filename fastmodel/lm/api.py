@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 import numpy as np
 
 from fastmodel.errors import PlanError
-from fastmodel.registry.lm import MEMORY_KINDS, MEMORY_RESULTS, RESULTS, STATUS_CODES, STATUSES
+from fastmodel.registry.lm import MEMORY_KINDS, STATUS_CODES, STATUSES
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -92,13 +92,18 @@ def evaluate_record(record: dict, source: str | None = None, calibration: Any = 
     record it; a device or tier it does not cover is a ``CalibrationWarning``."""
     import xarray as xr
 
+    from fastmodel.io.aliases import with_aliases
+    from fastmodel.registry import dataset_variables
+
     results, attrs = record_values(record, source, calibration)
-    data = {r.name: ((), np.float64(results[r.name]), {"units": r.units, "description": r.doc})
-            for r in RESULTS if r.name not in MEMORY_RESULTS}
-    data["fits_memory"] = ((), bool(results["fits_memory"]), data["fits_memory"][2])
-    data["memory"] = (("memory_kind",), np.array([results[name] for name in MEMORY_RESULTS]),
-                      {"units": "bytes", "description": "Bytes per device by kind; they sum to memory_per_device."})
-    return xr.Dataset(data, coords={"memory_kind": list(MEMORY_KINDS)}, attrs=attrs)
+    data = {}
+    for var, rows in dataset_variables("lm"):
+        if var.dims:
+            data[var.name] = (var.dims, np.array([results[row] for row in rows]), var.attrs())
+        else:
+            value = bool(results[var.name]) if var.dtype == "bool" else np.float64(results[var.name])
+            data[var.name] = ((), value, var.attrs())
+    return with_aliases(xr.Dataset(data, coords={"memory_kind": list(MEMORY_KINDS)}, attrs=attrs))
 
 
 def report_values(ds: "xr.Dataset") -> dict:
@@ -143,16 +148,66 @@ def format_report(values: Mapping, title: str = "") -> str:
     return "\n".join(lines)
 
 
-def sweep(model: Any, system: Any, task: Any, axes: dict, *, semantics: Any = "default", store: str | None = None,
-          resume: bool = False, workers: int | None = None, scheduler: str | None = None, progress: Any = False,
-          unit_configs: Any = None, overwrite: bool = False, execution: Any = None, only_fitting: bool = False,
-          calibration: Any = None) -> "xr.Dataset":
-    """``fastmodel.sweep`` of a real-world model: in memory (``fastmodel.lm.sweep.lm_sweep``)."""
-    from fastmodel.errors import SweepError
-    from fastmodel.lm.sweep import lm_sweep
+def sweep_plan(model: Any, system: Any, task: Any, axes: dict, *, semantics: Any = "default",
+               unit_configs: int | None = None, execution: Any = None, only_fitting: bool = False,
+               calibration: Any = None):
+    """The engine's door for ``fastmodel.sweep``: the plan of a real-world grid (``semantics`` was checked by
+    ``fastmodel.engines``), run by the shared machinery in memory, into a zarr store or on Dask workers."""
+    from fastmodel.lm.sweep import sweep_plan as make_plan
 
-    if store is not None or workers is not None or scheduler is not None:
-        raise SweepError("real-world sweeps run in memory: leave out store/workers/scheduler and save the "
-                         "result with ds.to_netcdf(...)")
-    return lm_sweep(model, system, task, axes=axes, execution=execution, only_fitting=only_fitting,
-                    calibration=calibration)
+    return make_plan(model, system, task, axes, execution, only_fitting=only_fitting, calibration=calibration,
+                     unit_configs=unit_configs)
+
+
+def sweep_plan_from_definition(definition: dict):
+    """The plan of a stored definition (a zarr store's ``sweep`` attr: resume, Dask workers)."""
+    from fastmodel.lm.sweep_plan import LMSweepPlan
+
+    return LMSweepPlan.from_definition(definition)
+
+
+def sweep_plan_from_file(source: str, data: dict, base, unit_configs: int | None = None, calibration: Any = None):
+    """The plan of a real-world sweep file (``fastmodel.sweeps.file``); errors name the file."""
+    from fastmodel.lm.sweep_file import sweep_plan_from_file as from_file
+
+    return from_file(source, data, base, unit_configs, calibration)
+
+
+def model_columns(model: Any) -> tuple[str, dict[str, float]]:
+    """(name, every model column) of a real-world model spec (``family = "lm"``: built-in name, path, dict or
+    spec): the model in the column vector's terms, which the serving engine reads it by."""
+    from fastmodel.lm.loader import load_lm_model
+    from fastmodel.lm.lowering import model_values
+    from fastmodel.registry.lm import COLUMNS
+
+    spec = load_lm_model(model)
+    values = model_values(spec)
+    return spec.name, {c.name: float(values.get(c.name, c.default)) for c in COLUMNS if c.group == "model"}
+
+
+def record_columns(record: dict, source: str | None = None) -> tuple[np.ndarray, tuple[str, ...]]:
+    """(column vector, fill-in notes) of a run record's model, system and plan blocks (RUNS.md; ``measured``
+    is not read): the lowering the serving engine reads a serving record's model and system by."""
+    from fastmodel.lm.records import lower_record
+
+    lowered = lower_record(record, source)
+    return lowered.columns, lowered.notes
+
+
+def timeline(model: Any = None, system: Any = None, task: Any = None, *, record: dict | None = None,
+             source: str | None = None, semantics: Any = "default", plan: str | None = None,
+             num_nodes: int | None = None):
+    """The engine's door for ``fastmodel.plot.timeline``: one configuration (specs, or a run ``record``) laid
+    out op by op (``fastmodel.lm.timeline``) as a ``fastmodel.schedule.timeline.Timeline``: the busiest stage's
+    compute stream on top, one row per process group below."""
+    from fastmodel.lm.timeline import KINDS, STREAMS, record_timeline, spec_timeline
+    from fastmodel.schedule.timeline import Timeline
+
+    if record is not None:
+        tl, label = record_timeline(record, source)
+    else:
+        tl, label = spec_timeline(model, system, task, plan=plan, num_nodes=num_nodes)
+    return Timeline(STREAMS, KINDS, tuple(tl.names), np.asarray(tl.stream, dtype=np.int64),
+                    np.asarray(tl.kind, dtype=np.int64), np.asarray(tl.start, dtype=float),
+                    np.asarray(tl.end, dtype=float), float(tl.step_time), label,
+                    wait_row=STREAMS.index("compute"), wait_tol=1e-9)

@@ -5,8 +5,9 @@
 - :class:`SpecLines`: ``{"case"?, "model", "system", "task", "plan"?, "num_nodes"?, "execution"?}`` whose
   model is a real-world spec (``family = "lm"``), as ``fastmodel run`` takes them.
 
-A line's ``iteration_time`` is its step time and ``memory_per_device`` its peak memory (the usual result
-keys); the real-world results come as the kind's own columns. ``measured`` is never read.
+A line carries the engine's result variables (``registry.lm.RESULTS``: ``step_time``, its alias
+``iteration_time``, the memory kinds ``memory_<kind>``, ...) after its ``id`` or ``plan``; ``measured`` is
+never read.
 """
 
 from __future__ import annotations
@@ -16,9 +17,6 @@ import numpy as np
 from fastmodel.errors import FastmodelError
 from fastmodel.io.batch_kinds import Prepared, internal_error, one_line
 from fastmodel.spec.detect import is_real_world_model, is_run_record
-
-RUN_COLUMNS = ("step_time", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "hfu", "flops_per_token",
-               "pipeline_bubble", "exposed_tp", "exposed_dp")
 
 
 def _lower_all(cases, lower) -> tuple[list, dict[int, str]]:
@@ -35,11 +33,14 @@ class RunRecords:
     """Lines in the RUNS.md schema: the real-world model (docs/model.md §11)."""
 
     name = "run_record"
-    columns = {"id": "string", **{name: "float64" for name in RUN_COLUMNS}}
+    engine = "lm"
+    columns = {"id": "string"}
     takes_calibration = True
 
     def __init__(self, calibration=None):
-        self.calibration = calibration       # a Calibration overlay for every record (None: physical values)
+        from fastmodel.lm.calibrate.overlay import as_calibration
+
+        self.calibration = as_calibration(calibration)  # an overlay for every record (None: physical values)
         self.seen: dict[str, set] = {}       # device -> network tiers used by the records evaluated so far
         self.frameworks: set = set()         # the records' framework texts (their software stacks)
 
@@ -81,7 +82,7 @@ class RunRecords:
             if status[k]:
                 out.errors[j] = _status_error(int(status[k]))
         legal = [(k, j, record.id) for k, (j, record) in enumerate(lowered) if not status[k]]
-        _fill(out, len(cases), self.columns, results, legal)
+        _fill(out, len(cases), "id", results, legal)
         return out
 
 
@@ -93,20 +94,16 @@ def _status_error(code: int) -> str:
     return f"not_finite: {message}" if name == "not_finite" else f"plan: illegal plan ({name}): {message}"
 
 
-def _fill(out: Prepared, n: int, names: dict, results: dict, legal: list[tuple[int, int, str]]) -> None:
-    """``out``'s columns and results from the engine's ``results`` (by name, one value per evaluated
+def _fill(out: Prepared, n: int, label: str, results: dict, legal: list[tuple[int, int, str]]) -> None:
+    """``out``'s ``label`` column and results from the engine's ``results`` (by name, one value per evaluated
     configuration k) for the lines ``j`` that were evaluated, each with its ``id`` (or plan label)."""
-    columns = {name: [None] * n for name in names}
-    values = {"iteration_time": [None] * n, "memory_per_device": [None] * n, "fits_memory": [None] * n}
-    first = next(iter(names))
-    for k, j, label in legal:
-        columns[first][j] = label
-        for name in RUN_COLUMNS:
-            columns[name][j] = float(results[name][k])
-        values["iteration_time"][j] = float(results["step_time"][k])
-        values["memory_per_device"][j] = float(results["memory_per_device"][k])
-        values["fits_memory"][j] = float(results["fits_memory"][k])
-    out.columns = columns
+    labels: list = [None] * n
+    values: dict[str, list] = {name: [None] * n for name in results}
+    for k, j, text in legal:
+        labels[j] = text
+        for name, column in results.items():
+            values[name][j] = float(column[k])
+    out.columns = {label: labels}
     out.results = values
 
 
@@ -117,7 +114,8 @@ class SpecLines:
     chunk's lines are evaluated in one call."""
 
     name = "lm_spec"
-    columns = {"plan": "string", **{name: "float64" for name in RUN_COLUMNS}}
+    engine = "lm"
+    columns = {"plan": "string"}
     ALLOWED = frozenset(("case", "model", "system", "task", "plan", "num_nodes", "semantics", "execution"))
 
     def __init__(self):
@@ -176,7 +174,7 @@ class SpecLines:
             for k, (j, _, _) in enumerate(built):
                 if status[k]:
                     out.errors[j] = _status_error(int(status[k]))
-            _fill(out, len(cases), self.columns, results,
+            _fill(out, len(cases), "plan", results,
                   [(k, j, plan) for k, (j, _, plan) in enumerate(built) if not status[k]])
         return out
 

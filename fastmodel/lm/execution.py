@@ -7,20 +7,34 @@ lowered by ``fastmodel.lm.lowering``. A field left ``None`` is decided by the ru
 (``fastmodel.lm.stacks``: ``stack``, or the profile the ``framework`` text names), else the column's
 default. A run record's ``plan`` block accepts these same fields (``fastmodel.lm.record_schema``).
 
-To add an execution option: one field here (``None`` if stacks differ on it, with the profiles' defaults in
-``fastmodel/lm/stacks/``), its registry column, and its use in ``kernels/lm``.
+To add an execution option: its registry column with ``option`` set (``"flag"``, ``"number"`` or ``"code"``)
+and its use in ``kernels/lm``: :data:`ExecutionSpec` derives the field (``None``: the stack decides, else the
+column's default), run records accept it, sweeps take it as an axis. A field that needs more (a type of its
+own, a default other than the column's, a check) is declared here by hand, with the profiles' defaults in
+``fastmodel/lm/stacks/``.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, NonNegativeInt, PositiveInt, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    PositiveInt,
+    create_model,
+    model_validator,
+)
 
 from fastmodel.errors import FieldValueError
 from fastmodel.lm.stacks import STACK_NAMES
 from fastmodel.registry.lm import (
+    CODE_TABLES,
     COLLECTIVE_ALGORITHMS,
+    COLUMNS,
     CP_ALGORITHMS,
     OPTIMIZER_CODES,
     PIPELINE_SCHEDULES,
@@ -109,3 +123,27 @@ class ExecutionSpec(BaseModel):
         """The ``plan`` block of a run record (RUNS.md) executing this way with mesh ``degrees``."""
         data = self.model_dump(exclude={"framework", "stack"})
         return {k: v for k, v in {**data, **degrees}.items() if v is not None}
+
+
+def option_fields(columns) -> dict[str, tuple]:
+    """Pydantic fields of the registry columns marked as execution options (``Column.option``): true/false for a
+    ``flag``, a number within the column's bounds for a ``number``, a name of its code table for a ``code``;
+    each ``None`` by default (the stack decides, else the column's default)."""
+    fields = {}
+    for column in columns:
+        if not column.option:
+            continue
+        annotation = {"flag": bool, "code": _names(CODE_TABLES.get(column.name, {})),
+                      "number": Annotated[float, Field(ge=column.lo, le=column.hi)]}[column.option]
+        fields[column.name] = (annotation | None, Field(None, description=column.doc))
+    return fields
+
+
+def with_options(base: type[BaseModel], columns) -> type[BaseModel]:
+    """``base`` with a field for every execution-option column it does not declare itself."""
+    extra = {name: field for name, field in option_fields(columns).items() if name not in base.model_fields}
+    return create_model(base.__name__, __base__=base, __module__=base.__module__, **extra) if extra else base
+
+
+#: every execution option: the fields above and one per registry column marked ``option``
+ExecutionSpec = with_options(ExecutionSpec, COLUMNS)

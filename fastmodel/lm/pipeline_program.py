@@ -180,7 +180,7 @@ class PipelineTimes:
 def schedule_pipeline(program: Program, slots) -> PipelineTimes:
     """Schedule ``program`` (:func:`pipeline_program`) with the slot row ``slots`` (:func:`pipeline_slots`) on
     the generic scheduler (``engine.schedule``: ``kernels/schedule.py``, every op scheduled)."""
-    from fastmodel.madmax.engine import schedule
+    from fastmodel.schedule.run import schedule
 
     start, end, makespan = schedule(program, slots)
     compute = program.op_category == CAT_GEMM

@@ -23,7 +23,6 @@ Fill-in rules (docs/model.md §11.8), each an execution fact, never a fit:
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +34,8 @@ from fastmodel.errors import SpecError
 from fastmodel.spec.detect import RUN_RECORD_BLOCKS as RECORD_BLOCKS
 from fastmodel.spec.detect import is_run_record  # noqa: F401 - detection by content lives in spec/detect.py
 from fastmodel.spec.devices import device_table  # noqa: F401 - the serving wing's former import path
+from fastmodel.spec.records import number as _number  # noqa: F401 - this module's former helper
+from fastmodel.spec.records import read_jsonl
 
 
 @dataclass(frozen=True)
@@ -50,22 +51,6 @@ class RunRecord:
     raw: dict
     stack: str = ""
     where: str = ""
-
-
-def _number(block: dict, key: str, where: str, source: str | None, default=None, positive=True):
-    """A number of a loosely-typed block (serving records): a SpecError naming ``where.key`` otherwise."""
-    value = block.get(key, default)
-    if value is None:
-        value = default
-    if value is None:
-        raise SpecError(source, f"{where}.{key}", "required field missing")
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
-        raise SpecError(source, f"{where}.{key}", f"expected a number, got {value!r}")
-    if positive and value <= 0:
-        raise SpecError(source, f"{where}.{key}", f"must be > 0, got {value!r}")
-    if value < 0:
-        raise SpecError(source, f"{where}.{key}", f"must be >= 0, got {value!r}")
-    return float(value)
 
 
 def parse_record(data: dict, source: str | None = None):
@@ -182,32 +167,6 @@ def with_measurements(records: list[RunRecord], path: str | Path) -> tuple[list[
         raise SpecError(str(path), "measured", "no run record has a positive, finite measured.step_time_s"
                         + (f" ({skipped[0]})" if skipped else ""))
     return kept, skipped
-
-
-def read_jsonl(path: str | Path, lower, what: str, whole_object: bool = False) -> list:
-    """``lower(data, "file:line")`` of every line of a JSONL file (with ``whole_object``, also of a file holding
-    one JSON object over several lines); a bad line is a SpecError naming the file and line."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except OSError as error:
-        raise SpecError(str(path), "", f"cannot read: {error.strerror or error}") from None
-    stripped = text.strip()
-    if whole_object and stripped.startswith("{") and "\n{" not in stripped:
-        lines = [(1, stripped)]
-    else:
-        lines = [(n, line) for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
-    records = []
-    for number, line in lines:
-        where = f"{path}:{number}"
-        try:
-            data = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise SpecError(where, "", f"invalid JSON: {error.msg}") from None
-        records.append(lower(data, where))
-    if not records:
-        raise SpecError(str(path), "", f"no {what} in the file")
-    return records
 
 
 def read_records(path: str | Path) -> list[RunRecord]:

@@ -9,10 +9,10 @@ Every axis is a registry column (``tp``, ``micro_batch``, ``recompute``,
   count for pp) that can be legal on the largest cluster of the sweep;
 - ``global_batch``.
 
-The grid is the Cartesian product, evaluated by one fused kernel
-(``kernels/lm/grid.py``) that builds each point from its index, checks the rule
-table and evaluates it, so no parameter table is materialised. Illegal points
-keep their status code (``STATUSES``) and NaN results.
+The grid is the Cartesian product, cut into units of work (``fastmodel.lm.sweep_plan``) and evaluated by one
+fused kernel (``kernels/lm/grid.py``) that builds each point from its index, checks the rule table and
+evaluates it, so no parameter table is materialised. Illegal points keep their status code (``STATUSES``) and
+NaN results.
 """
 
 from __future__ import annotations
@@ -25,14 +25,12 @@ import numpy as np
 from fastmodel.errors import SweepError
 from fastmodel.lm.loader import load_cluster, load_execution, load_lm_model
 from fastmodel.lm.lowering import Mesh, lower
-from fastmodel.lm.table import CODE_TABLES, encode
-from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS, MEMORY_KINDS, MEMORY_RESULTS, RESULTS, STATUSES
+from fastmodel.lm.table import encode
+from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
 
 if TYPE_CHECKING:
     import xarray as xr
 
-#: grid size refused without ``max_points``
-MAX_POINTS = 2_000_000_000
 DEGREES = ("tp", "pp", "cp", "ep")
 MESH_AXIS = "plan"
 
@@ -116,64 +114,36 @@ def _axis_values(name: str, values: Any, model, cluster, max_gpus: int) -> tuple
 
 def lm_sweep(model: Any, system: Any, task: Any = None, axes: dict | None = None, execution: Any = None,
              global_batch: int | None = None, num_nodes: int | None = None, only_fitting: bool = False,
-             calibration: Any = None) -> "xr.Dataset":
-    """Evaluate the Cartesian product of ``axes`` under the real-world model (see module docstring).
+             calibration: Any = None, unit_configs: int | None = None) -> "xr.Dataset":
+    """Evaluate the Cartesian product of ``axes`` under the real-world model (see module docstring), in memory.
 
     ``only_fitting``: legal points whose memory per device exceeds usable HBM get status ``does_not_fit``
     (``fits_memory`` says the same for every point either way). ``calibration``: a calibration overlay
     (``fastmodel calibrate``'s TOML path or a ``Calibration``) applied to the base table after the cluster's
     own ``efficiency`` overrides (an axis over a fitted column still sets it per point); the dataset's attrs
-    record it; a device or tier it does not cover is a ``CalibrationWarning``.
+    record it; a device or tier it does not cover is a ``CalibrationWarning``. The plan
+    (``fastmodel.lm.sweep_plan``) runs on the shared machinery (``fastmodel.sweeps``), as ``fastmodel.sweep``
+    runs it into a zarr store or on Dask workers.
     """
-    from fastmodel.lm.calibrate.overlay import as_calibration
+    from fastmodel.sweeps.run import run_in_memory
 
-    cal = as_calibration(calibration)
+    plan = sweep_plan(model, system, task, axes, execution, global_batch, num_nodes, only_fitting, calibration,
+                      unit_configs)
+    return run_in_memory(plan, require_ok=False)
+
+
+def sweep_plan(model: Any, system: Any, task: Any = None, axes: dict | None = None, execution: Any = None,
+               global_batch: int | None = None, num_nodes: int | None = None, only_fitting: bool = False,
+               calibration: Any = None, unit_configs: int | None = None):
+    """The sweep plan of :func:`lm_sweep`'s arguments (``fastmodel.lm.sweep_plan.LMSweepPlan``)."""
+    from fastmodel.lm.sweep_plan import LMSweepPlan
+
     model = load_lm_model(model)
     cluster = load_cluster(system, num_nodes)
     execution = load_execution(execution)
     if global_batch is None:
         global_batch = _task_global_batch(task)
-    axes = dict(axes or {})
-    nodes = axes.get("num_nodes", [cluster.num_nodes])
-    max_gpus = int(max(nodes) * cluster.gpus_per_node) if len(nodes) else cluster.n_gpus
-    names, labels, numeric = [], [], []
-    for name, values in axes.items():
-        coords, values_num = _axis_values(name, values, model, cluster, max_gpus)
-        names.append(name)
-        labels.append(coords)
-        numeric.append(values_num)
-    if MESH_AXIS in names:
-        meshes = [parse_mesh(label) for label in labels[names.index(MESH_AXIS)]]
-    else:
-        meshes = None
-    shape = tuple(len(c) for c in labels)
-    total = int(np.prod(shape, dtype=np.int64)) if shape else 1
-    if total > MAX_POINTS:
-        raise SweepError(f"{total:,} grid points is more than {MAX_POINTS:,}; split the sweep")
-    if total == 0:
-        raise SweepError("the grid is empty")
-    base = base_columns(model, cluster, execution, global_batch)
-    if cal is not None:
-        from fastmodel.lm.calibrate import use
-
-        base = use.overlay(base, cal, cluster.gpu, execution.framework)
-        widest = base.copy()
-        widest[COLUMN_INDEX["n_gpus"]] = max_gpus
-        use.check(cal, {cluster.gpu: use.tiers_used(widest)}, frameworks=[execution.framework])
-    axis_columns, axis_values = _axis_arrays(names, numeric, meshes, cluster.gpus_per_node)
-    out = np.empty((len(RESULTS), total))
-    status = np.empty(total, dtype=np.int8)
-    from fastmodel.kernels.lm.grid import evaluate_grid
-    from fastmodel.lm.engine import EVALUATED, NOT_FINITE, mark_not_finite
-
-    evaluate_grid(base, axis_columns, axis_values, np.array(shape or (1,), dtype=np.int64),
-                  execution.shard_degree is None, bool(only_fitting), status, out)
-    mark_not_finite(status, out, NOT_FINITE, EVALUATED)   # issue 25 item 2: never a result of inf
-    ds = _dataset(names, labels, shape, out, status, model, cluster, execution, global_batch)
-    ds.attrs["usable_hbm_bytes"] = float(base[COLUMN_INDEX["usable_hbm_fraction"]] * base[COLUMN_INDEX["hbm_bytes"]])
-    if cal is not None:
-        ds.attrs.update(use.attrs(cal, [cluster.gpu], [execution.framework]))
-    return ds
+    return LMSweepPlan(model, cluster, execution, global_batch, axes, only_fitting, calibration, unit_configs)
 
 
 def point_columns(model: Any, system: Any, task: Any = None, plan: str | None = None, execution: Any = None,
@@ -226,43 +196,4 @@ def _axis_arrays(names, numeric, meshes, gpus_per_node) -> tuple[np.ndarray, np.
     return columns, values
 
 
-def _dataset(names, labels, shape, out, status, model, cluster, execution, global_batch) -> "xr.Dataset":
-    import json
-
-    from fastmodel import __version__
-
-    dims = tuple(names)
-    coords = {name: (name, np.array(coord) if name != MESH_AXIS else np.array(coord, dtype=object))
-              for name, coord in zip(names, labels)}
-    data = {}
-    kinds = []
-    for i, result in enumerate(RESULTS):
-        values = out[i].reshape(shape)
-        if result.name in MEMORY_RESULTS:
-            kinds.append(values)
-            continue
-        if result.name == "fits_memory":
-            values = np.where(np.isnan(values), False, values == 1.0)
-        data[result.name] = (dims, values, {"units": result.units, "description": result.doc,
-                                            "better": result.better})
-    data["memory"] = ((*dims, "memory_kind"), np.stack(kinds, axis=-1), {
-        "units": "bytes", "better": "min",
-        "description": "Bytes per device by kind on the most loaded rank; they sum to memory_per_device."})
-    coords["memory_kind"] = ("memory_kind", np.array(MEMORY_KINDS))
-    data["status"] = (dims, status.reshape(shape), {
-        "flag_values": list(range(len(STATUSES))),
-        "flag_meanings": " ".join(s.name for s in STATUSES),
-        "description": "; ".join(f"{i} {s.name}: {s.message}" for i, s in enumerate(STATUSES)),
-    })
-    attrs = {
-        "model": json.dumps(model.model_dump()), "system": json.dumps(cluster.model_dump()),
-        "execution": json.dumps(execution.model_dump()), "global_batch": int(global_batch),
-        "semantics": "default", "fastmodel_version": __version__,
-        "codes": json.dumps({k: v for k, v in CODE_TABLES.items()}),
-    }
-    import xarray as xr
-
-    return xr.Dataset(data, coords=coords, attrs=attrs)
-
-
-__all__ = ["lm_sweep", "all_meshes", "parse_mesh", "mesh_label"]
+__all__ = ["lm_sweep", "sweep_plan", "all_meshes", "parse_mesh", "mesh_label"]

@@ -11,34 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 from fastmodel.errors import SpecError, nearest
-from fastmodel.registry.lm import (
-    COLLECTIVE_ALGORITHMS,
-    COLUMN_INDEX,
-    COLUMNS,
-    CP_ALGORITHMS,
-    LOAD_MODES,
-    OPTIMIZER_CODES,
-    PIPELINE_SCHEDULES,
-    PRECISION_CODES,
-    RECOMPUTE_CODES,
-    SELECTIVE_POLICIES,
-    SHARDING_CODES,
-)
-
-CODE_TABLES = {"sharding": SHARDING_CODES, "recompute": RECOMPUTE_CODES, "precision": PRECISION_CODES,
-               "optimizer": OPTIMIZER_CODES, "pipeline_schedule": PIPELINE_SCHEDULES, "cp_algorithm": CP_ALGORITHMS,
-               "collective_algorithm": COLLECTIVE_ALGORITHMS, "load_mode": LOAD_MODES,
-               "selective_policy": SELECTIVE_POLICIES}
-
-
-def encode(name: str, value):
-    """A column value as a number: code names are looked up in their code table."""
-    codes = CODE_TABLES.get(name)
-    if codes is not None and isinstance(value, str):
-        if value not in codes:
-            raise SpecError(None, name, f"unknown value {value!r}; choose one of {', '.join(codes)}{nearest(value, codes)}")
-        return codes[value]
-    return value
+from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
+from fastmodel.spec.columns import CODE_TABLES, encode  # noqa: F401 - part of this module's API
 
 
 def table(n: int = 1, **values) -> np.ndarray:

@@ -11,22 +11,13 @@ keep. Groups: source, software stack (``fastmodel.lm.stacks``), GPU, parallelism
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
+from fastmodel.analysis.scores import Scores, score  # noqa: F401 - shared with serving's validate
 from fastmodel.lm.records import RunRecord
 
 BASELINE_MFUS = (0.40, 0.50)
 GROUP_KEYS = ("source", "stack", "gpu", "parallelism_kind", "tier")
-
-
-@dataclass(frozen=True)
-class Scores:
-    n: int
-    mape: float          # mean |error|
-    median: float        # median |error|
-    bias: float          # mean signed error
 
 
 def predict_records(records: list[RunRecord], status: np.ndarray | None = None) -> dict[str, np.ndarray]:
@@ -50,14 +41,6 @@ def baseline_step_time(records: list[RunRecord], flops_per_token: np.ndarray, mf
         tokens = col[C["global_batch"]] * col[C["seq_len"]]
         out[i] = flops_per_token[i] * tokens / (col[C["n_gpus"]] * peak * mfu)
     return out
-
-
-def score(errors: np.ndarray) -> Scores:
-    errors = np.asarray(errors, dtype=float)
-    if errors.size == 0:
-        return Scores(0, float("nan"), float("nan"), float("nan"))
-    return Scores(int(errors.size), float(np.mean(np.abs(errors))), float(np.median(np.abs(errors))),
-                  float(np.mean(errors)))
 
 
 def rows(records: list[RunRecord]) -> list[dict]:

@@ -12,7 +12,8 @@ from fastmodel.errors import SpecError
 from fastmodel.madmax.engine import evaluate_configs
 from fastmodel.madmax.lowering.config import Config, resolve
 from fastmodel.madmax.spec.loader import load_model, load_system, load_task
-from fastmodel.registry.madmax import NAMES, attrs
+from fastmodel.registry import attrs
+from fastmodel.registry.madmax import NAMES
 from fastmodel.semantics import Semantics, get_semantics
 
 if TYPE_CHECKING:
@@ -63,17 +64,20 @@ def evaluate_config(config: Config) -> "xr.Dataset":
     """Evaluate one resolved :class:`~fastmodel.madmax.lowering.config.Config` (0-d Dataset)."""
     import xarray as xr  # here, not at the top: make_config must stay cheap to import (CLI start-up)
 
+    from fastmodel.io.aliases import with_aliases
+
     results = evaluate_configs([config])
     data = {name: ((), np.bool_(results[name][0] > 0.5) if name == "fits_memory" else np.float64(results[name][0]),
                    attrs(name)) for name in NAMES}            # fits_memory a bool, as in sweeps
-    return xr.Dataset(data, attrs=config_attrs(config))
+    return with_aliases(xr.Dataset(data, attrs=config_attrs(config)))
 
 
-def sweep(model: Any, system: Any, task: Any, axes: dict, *, semantics: Any = "default", execution: Any = None,
-          only_fitting: bool = False, calibration: Any = None, **run) -> "xr.Dataset":
-    """``fastmodel.sweep`` of a MAD-Max grid (``run``: store, resume, workers, scheduler, progress,
-    unit_configs, overwrite; see :func:`fastmodel.sweep.api.sweep`)."""
-    from fastmodel.sweep.api import grid_sweep
+def sweep_plan(model: Any, system: Any, task: Any, axes: dict, *, semantics: Any = "default",
+               unit_configs: int | None = None, execution: Any = None, only_fitting: bool = False,
+               calibration: Any = None):
+    """The MAD-Max sweep plan of ``fastmodel.sweep`` (:class:`fastmodel.madmax.sweep.definition.Sweep`);
+    ``execution``, ``only_fitting`` and ``calibration`` belong to the real-world model: given, a SpecError."""
+    from fastmodel.madmax.sweep.definition import UNIT_CONFIGS, Sweep
 
     for name, value in (("execution", execution), ("calibration", calibration)):
         if value is not None:
@@ -84,4 +88,43 @@ def sweep(model: Any, system: Any, task: Any, axes: dict, *, semantics: Any = "d
     if only_fitting:
         raise SpecError(None, "only_fitting", "applies to real-world sweeps; MAD-Max sweeps keep every point "
                         "with fits_memory (filter with fastmodel best)")
-    return grid_sweep(model, system, task, axes, semantics=semantics, **run)
+    return Sweep(model, system, task, axes, semantics, unit_configs or UNIT_CONFIGS)
+
+
+def sweep_plan_from_definition(definition: dict):
+    """The MAD-Max sweep plan of a stored definition (resume, Dask workers)."""
+    from fastmodel.madmax.sweep.definition import Sweep
+
+    return Sweep.from_definition(definition)
+
+
+def sweep_plan_from_file(source: str, data: dict, base, unit_configs: int | None = None, calibration: Any = None):
+    """The MAD-Max sweep plan of a parsed sweep file (``fastmodel.sweeps.file``)."""
+    from fastmodel.madmax.sweep.file import sweep_plan_from_file as from_file
+
+    if calibration is not None:
+        raise SpecError(None, "calibration", "applies to the real-world model (family = \"lm\" specs and run "
+                        "records); the MAD-Max model has no fitted efficiencies")
+    return from_file(source, data, base, unit_configs)
+
+
+def timeline(model: Any = None, system: Any = None, task: Any = None, *, config: Config | None = None,
+             record: Any = None, source: str | None = None, semantics: Any = "default", plan: str | None = None,
+             num_nodes: int | None = None):
+    """The engine's door for ``fastmodel.plot.timeline``: one configuration's scheduled Program, op by op, as a
+    ``fastmodel.schedule.timeline.Timeline`` (a compute and a communication row, ops by category)."""
+    from fastmodel.kernels.streams import CATEGORY_NAMES, STREAM_COMM, STREAM_COMPUTE
+    from fastmodel.madmax.engine import trace
+    from fastmodel.schedule.timeline import Timeline
+
+    if config is None:
+        config = make_config(model, system, task, semantics, plan, num_nodes)
+    program, start, end = trace(config)
+    barrier_ops = np.flatnonzero(program.op_barrier)
+    rows = {STREAM_COMPUTE: 0, STREAM_COMM: 1}
+    start, end = np.asarray(start, dtype=float), np.asarray(end, dtype=float)
+    return Timeline(("compute", "comm."), CATEGORY_NAMES, tuple(program.op_names),
+                    np.array([rows[int(s)] for s in program.op_stream], dtype=np.int64),
+                    np.asarray(program.op_category, dtype=np.int64), start, end,
+                    float(end.max()) if end.size else 0.0, f"{config.model.name}, {config.plan.label}",
+                    float(start[barrier_ops[0]]) if barrier_ops.size else None)

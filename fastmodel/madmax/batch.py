@@ -141,6 +141,7 @@ class SpecCases:
     """
 
     name = "spec"
+    engine = "madmax"
     columns = {"plan": "string"}
     #: a structure with fewer rows in a chunk runs on the single-threaded kernel: waking the thread pool for
     #: each of a chunk's many small groups costs more than it saves, the more so on a busy machine

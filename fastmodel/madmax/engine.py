@@ -19,12 +19,12 @@ from fastmodel.madmax.lowering.config import Config, param_row, structure_key
 from fastmodel.kernels.args import EvalOptions, PlanCodes, make_eval_options, make_plan_codes
 from fastmodel.kernels.madmax.evaluate import evaluate_parallel, evaluate_serial
 from fastmodel.kernels.madmax.layout import (
-    F_DDP_GRAD_SHARDED, N_FLAGS, N_RESULTS, O_ITERATION_TIME, RESULTS, STRAT_NONE, STRATEGY_CODES,
+    F_DDP_GRAD_SHARDED, N_FLAGS, N_RESULTS, RESULTS, STRAT_NONE, STRATEGY_CODES,
 )
 from fastmodel.kernels.madmax.costs import costs
-from fastmodel.kernels.schedule import schedule_trace
 from fastmodel.madmax.lowering.graph import StructureKey, lower
 from fastmodel.schedule.program import Program
+from fastmodel.schedule.run import schedule
 from fastmodel.registry.madmax import NAMES
 from fastmodel.semantics import Semantics
 
@@ -114,10 +114,3 @@ def trace(config: Config) -> tuple[Program, np.ndarray, np.ndarray]:
     slots, _ = costs(params, plan_codes(key, config.semantics))
     start, end, _ = schedule(program, slots[0])
     return program, start, end
-
-
-def schedule(program: Program, slots_row: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
-    """Each op's start and end and the iteration time (seconds) of ``program`` under one row of cost-slot
-    durations, every op scheduled (e.g. a pipeline Program, ``lm/pipeline_program.py``)."""
-    start, end, out = schedule_trace(program.kernel_arrays, np.ascontiguousarray(slots_row, dtype=np.float64))
-    return start, end, float(out[O_ITERATION_TIME])

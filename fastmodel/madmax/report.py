@@ -7,7 +7,7 @@ from typing import Mapping
 
 from fastmodel.madmax.families import family_of
 from fastmodel.madmax.lowering.config import Config
-from fastmodel.registry.madmax import NAMES
+from fastmodel.registry.madmax import NAMES, REGISTRY
 
 _PRECISION = {8: "fp64", 4: "fp32", 2: "fp16/bf16", 1: "int8"}
 
@@ -56,6 +56,9 @@ def summary(config: Config, ds: Mapping) -> dict:
     for name in NAMES:
         value = float(ds[name])
         out[name] = value if math.isfinite(value) else None
+    for name in NAMES:   # a variable's older name (registry aliases: iteration_time for step_time) repeats it
+        for alias in REGISTRY[name].aliases:
+            out[alias] = out[name]
     return out
 
 
@@ -64,7 +67,7 @@ def render(config: Config, ds: Mapping) -> str:
     r = summary(config, ds)
     m = config.model
     precision = _PRECISION[m.bytes_per_dense_param]
-    T = r["iteration_time"]
+    T = r["step_time"]
     comm = r["time_comm"]
     seq_len = m.seq_len if family_of(m).sample_is_sequence else None
     per_token = f" ({r['throughput'] * seq_len:,.0f} tokens/s)" if seq_len and r["throughput"] else ""
@@ -80,7 +83,7 @@ def render(config: Config, ds: Mapping) -> str:
         f"  system      {r['eff_flop_per_s'] / 1e12:,.1f} TFLOP/s effective ({precision}), HBM {r['eff_hbm_bandwidth'] / 1e9:,.0f} GB/s; "
         f"intra-node {r['intra_bandwidth'] / 1e9:,.1f} GB/s, inter-node {r['inter_bandwidth'] / 1e9:,.2f} GB/s, "
         f"allreduce {r['allreduce_bandwidth'] / 1e9:,.1f} GB/s per device",
-        f"  batch       {r['global_batch']:,.0f} samples/iteration; per device {r['local_dense_batch']} dense, {r['local_emb_batch']} embedding"
+        f"  batch       {r['global_batch']:,.0f} samples/step; per device {r['local_dense_batch']} dense, {r['local_emb_batch']} embedding"
         + (f", {r['local_transformer_batch']} transformer" if r["local_transformer_batch"] is not None else ""),
         f"  weights     {_gb(r['weight_memory'])} per device ({_gb(r['weight_memory_dense'])} dense + {_gb(r['weight_memory_emb'])} embedding; weights only)",
         f"  memory      {_gb(r['memory_per_device'])} per device ({config.semantics.memory_weight_factor:g} x weights) of "
@@ -92,7 +95,7 @@ def render(config: Config, ds: Mapping) -> str:
         f"  overlap     exposed {_ms(r['exposed_comm'])} ({_pct(r['exposed_comm'], comm)} of comm), "
         f"overlapped {_ms(r['overlapped_comm'])} ({_pct(r['overlapped_comm'], comm)})",
         "",
-        f"  iteration   {_ms(T)}" + (f"   (forward {_ms(r['forward_time'])})" if config.task.kind != "inference" else ""),
+        f"  step        {_ms(T)}" + (f"   (forward {_ms(r['forward_time'])})" if config.task.kind != "inference" else ""),
         f"  throughput  {r['throughput']:,.2f} samples/s{per_token}",
     ]
     if r["train_time"] is not None:

@@ -1,5 +1,5 @@
-"""Breakdown: stacked bars of where the time goes, serialized vs overlapped (the paper's validation figure),
-for MAD-Max and real-world results; or of memory by kind (real-world results, ``quantity="memory"``)."""
+"""Breakdown: stacked bars of where the time goes, serialized vs overlapped (the paper's validation figure), of
+any engine whose registry declares a ``BREAKDOWN`` of its step; or of memory by kind (``quantity="memory"``)."""
 
 from __future__ import annotations
 
@@ -8,25 +8,15 @@ import xarray as xr
 from matplotlib.patches import Patch
 
 from fastmodel.errors import nearest
-from fastmodel.kernels.madmax.layout import CATEGORY_NAMES
 from fastmodel.plot import data as D
 from fastmodel.plot import style as S
 from fastmodel.plot.readable import make_readable
 
-#: "Serialized": every component summed; "Overlapped": compute + exposed comm = iteration time
-SERIALIZED = tuple(f"time_{c}" for c in CATEGORY_NAMES)
-OVERLAPPED = ("time_gemm", "time_emb", "exposed_comm")
-
-#: the real-world model's step (kernels/lm/step.py): compute on the busiest device + optimizer + pipeline bubble
-#: + exposed communication per process group = step_time exactly; "Serialized" has each group's whole time
-GROUPS = ("tp", "cp", "ep", "pp", "dp")
-REAL_COMPUTE = ("time_gemm", "time_attention", "time_memory_bound", "time_optimizer", "pipeline_bubble")
-REAL_SERIALIZED = (*REAL_COMPUTE, *(f"comm_{g}" for g in GROUPS))
-REAL_OVERLAPPED = (*REAL_COMPUTE, *(f"exposed_{g}" for g in GROUPS))
-#: colour and legend label of each real-world component (Okabe-Ito + greys; a group's exposed and whole
-#: communication share its colour)
-REAL_STYLE = {
-    "gemm": ("#0072B2", "GEMM"), "attention": ("#56B4E9", "attention"), "memory_bound": ("#999999", "memory-bound"),
+#: colour and legend label of each component a breakdown can stack (Okabe-Ito + greys; a process group's exposed
+#: and whole communication share its colour): the scheduler's op categories and the real-world model's terms
+STYLE = {
+    **{c: (S.PALETTE[c], S.CATEGORY_LABELS[c]) for c in S.PALETTE},
+    "attention": ("#56B4E9", "attention"), "memory_bound": ("#999999", "memory-bound"),
     "optimizer": ("#555555", "optimizer"), "bubble": ("#DDDDDD", "pipeline bubble"), "tp": ("#009E73", "TP comm."),
     "cp": ("#E69F00", "CP comm."), "ep": ("#CC79A7", "EP comm."), "pp": ("#F0E442", "PP comm."),
     "dp": ("#D55E00", "DP comm."),
@@ -39,21 +29,27 @@ def _component(name: str) -> str:
     return name.removeprefix("time_").removeprefix("comm_").removeprefix("exposed_")
 
 
-def is_real_world(data) -> bool:
-    """A real-world training result (step_time and its components) rather than a MAD-Max one."""
-    return isinstance(data, xr.Dataset) and all(n in data for n in (*REAL_SERIALIZED, *REAL_OVERLAPPED, "step_time"))
+def breakdown_of(data):
+    """The registry's breakdown (``registry.<engine>.BREAKDOWN``) whose components ``data`` holds; PlotError
+    naming what is missing otherwise."""
+    from fastmodel.registry import ENGINES
+
+    found = [b for b in (m.BREAKDOWN for m in ENGINES.values()) if b is not None]
+    names = set(data.variables) if isinstance(data, xr.Dataset) else set(data[0].variables) if data else set()
+    for candidate in found:
+        if {*candidate.serialized, *candidate.overlapped, candidate.total} <= names:
+            return candidate
+    missing = sorted({*found[0].serialized, *found[0].overlapped, found[0].total} - names)
+    raise D.PlotError(f"breakdown needs the variables {', '.join(missing)} (or another engine's step components)")
 
 
 def breakdown_table(data, sel=None, labels=None) -> tuple[list[str], dict[str, np.ndarray]]:
     """(config labels, {variable: values}) for the components of each configuration.
 
-    ``data``: a Dataset with at most one dimension left after ``sel`` (one bar
-    pair per value), or a list of 0-d Datasets (e.g. from ``fastmodel.evaluate``).
-    A real-world result's values are keyed as MAD-Max's totals: its ``step_time``
-    is returned as ``iteration_time``.
+    ``data``: a Dataset with at most one dimension left after ``sel`` (one bar pair per value), or a list of
+    0-d Datasets (e.g. from ``fastmodel.evaluate``). Its components are the engine's ``BREAKDOWN`` of the
+    registry; the total is ``step_time``.
     """
-    if is_real_world(data):
-        return _real_world_table(data, sel, labels)
     if isinstance(data, (list, tuple)):
         if not data:
             raise D.PlotError("breakdown needs at least one configuration")
@@ -63,15 +59,13 @@ def breakdown_table(data, sel=None, labels=None) -> tuple[list[str], dict[str, n
             if labels is None else data.assign_coords(config=list(labels))
     if not isinstance(data, xr.Dataset):
         raise D.PlotError(f"breakdown needs a Dataset or a list of Datasets, got {type(data).__name__}")
-    missing = [n for n in (*SERIALIZED, "exposed_comm", "iteration_time") if n not in data]
-    if missing:
-        raise D.PlotError(f"breakdown needs the variables {', '.join(missing)}")
-    names, dim, values = _one_dimension(data, [*SERIALIZED, "exposed_comm", "iteration_time"], "iteration_time",
-                                        sel, labels)
-    if not np.all(np.isfinite(values["iteration_time"])):
-        bad = [names[i] for i in np.flatnonzero(~np.isfinite(values["iteration_time"]))]
+    parts = breakdown_of(data)
+    names = list(dict.fromkeys((*parts.serialized, *parts.overlapped, parts.total)))
+    shown, dim, values = _one_dimension(data, names, parts.total, sel, labels)
+    if not np.all(np.isfinite(values[parts.total])):
+        bad = [shown[i] for i in np.flatnonzero(~np.isfinite(values[parts.total]))]
         raise D.PlotError(f"no result (illegal or does not fit) for {dim}={', '.join(bad)}")
-    return names, values
+    return shown, values
 
 
 def _one_dimension(data, names: list[str], total: str, sel, labels) -> tuple[list[str], str, dict[str, np.ndarray]]:
@@ -91,16 +85,6 @@ def _one_dimension(data, names: list[str], total: str, sel, labels) -> tuple[lis
     return shown, dim, {n: np.asarray(data[n].values, dtype=float) for n in names}
 
 
-def _real_world_table(data, sel, labels) -> tuple[list[str], dict[str, np.ndarray]]:
-    names = list(dict.fromkeys((*REAL_SERIALIZED, *REAL_OVERLAPPED, "step_time")))
-    shown, dim, values = _one_dimension(data, names, "step_time", sel, labels)
-    values["iteration_time"] = values.pop("step_time")
-    if not np.all(np.isfinite(values["iteration_time"])):
-        bad = [shown[i] for i in np.flatnonzero(~np.isfinite(values["iteration_time"]))]
-        raise D.PlotError(f"no result (illegal) for {dim}={', '.join(bad)}")
-    return shown, values
-
-
 #: what a breakdown can stack
 QUANTITIES = ("time", "memory")
 
@@ -109,10 +93,10 @@ def breakdown(data, sel=None, labels=None, *, quantity: str = "time", size="sing
               title: str | None = None, ax=None):
     """Stacked bars per configuration; returns ``(fig, ax)``.
 
-    ``quantity="time"``: "Serialized" (GEMM + embedding + every collective) next to "Overlapped" (GEMM +
-    embedding + exposed communication = iteration time); for a real-world training result, compute (GEMM,
-    attention, memory-bound) + optimizer + pipeline bubble + each process group's whole ("Serialized") or
-    exposed ("Overlapped" = step time) communication. ``quantity="memory"`` (real-world results): memory
+    ``quantity="time"``: "Serialized" (every component of the engine's ``BREAKDOWN`` in the registry summed)
+    next to "Overlapped" (compute + exposed communication = step time): MAD-Max GEMM + embedding + every
+    collective vs GEMM + embedding + exposed communication; the real-world model's compute (GEMM, attention,
+    memory-bound) + optimizer + pipeline bubble + each process group's whole or exposed communication. ``quantity="memory"`` (real-world results): memory
     per device by kind with the usable-HBM line (:func:`fastmodel.plot.memory.memory_bars`).
     """
     if quantity not in QUANTITIES:
@@ -124,12 +108,12 @@ def breakdown(data, sel=None, labels=None, *, quantity: str = "time", size="sing
         if labels is not None or isinstance(data, (list, tuple)):
             raise D.PlotError("a memory breakdown takes one Dataset (a real-world result), not a list or labels")
         return memory_bars(data, sel=sel, size=size, height=height, title=title, ax=ax)
-    real = is_real_world(data)
     names, values = breakdown_table(data, sel, labels)
-    serialized, overlapped = (REAL_SERIALIZED, REAL_OVERLAPPED) if real else (SERIALIZED, OVERLAPPED)
-    colours = {c: colour for c, (colour, _) in REAL_STYLE.items()} if real else S.PALETTE
-    legend = {c: text for c, (_, text) in REAL_STYLE.items()} if real else S.CATEGORY_LABELS
-    factor, unit = S.display_unit("s", np.concatenate([[values["time_gemm"].max()], values["iteration_time"]]))
+    parts = breakdown_of(data)
+    serialized, overlapped = parts.serialized, parts.overlapped
+    colours = {c: colour for c, (colour, _) in STYLE.items()}
+    legend = {c: text for c, (_, text) in STYLE.items()}
+    factor, unit = S.display_unit("s", np.concatenate([[values["time_gemm"].max()], values[parts.total]]))
     single = len(names) == 1
     with S.paper_rc():
         fig, ax = S.new_axes(size, height, ax)
@@ -158,9 +142,9 @@ def breakdown(data, sel=None, labels=None, *, quantity: str = "time", size="sing
                 ax.annotate(name, (i, 0), xycoords=("data", "axes fraction"), xytext=(0, -14),
                             textcoords="offset points", ha="center", va="top", fontsize=6)
         ax.yaxis.set_major_formatter(S.unit_formatter(factor))
-        ax.set_ylabel(S.label("time per step" if real else "time per iteration", unit))
+        ax.set_ylabel(S.label("time per step", unit))
         ax.margins(y=0.08)
-        order = [c for c in (REAL_STYLE if real else (*CATEGORY_NAMES, "exposed")) if c in used]
+        order = [c for c in dict.fromkeys(_component(p) for p in (*serialized, *overlapped)) if c in used]
         fig.legend(handles=[Patch(facecolor=colours[c], label=legend[c]) for c in order],
                    loc="outside right upper", handlelength=1.2)
         if title is not None:

@@ -13,17 +13,13 @@ import numpy as np
 import xarray as xr
 
 from fastmodel.errors import FastmodelError, nearest
-from fastmodel.madmax.lowering.params import STATUS, STATUS_NAMES
-from fastmodel.registry.madmax import REGISTRY
+from fastmodel.io.aliases import resolve
+from fastmodel.registry import variable
 
-#: status codes of points that are legal but do not fit in memory, and of illegal points
-INFEASIBLE = (STATUS["does_not_fit"],)
-ILLEGAL = tuple(code for code, name in enumerate(STATUS_NAMES) if name not in ("ok", "does_not_fit"))
 REDUCTIONS = ("max", "min", "argmax", "argmin")
 
 _MAXIMIZE = ("throughput", "flop_per_s", "util", "speedup", "gain", "fits_memory", "tokens_per_s", "mfu",
              "bandwidth", "efficiency")
-_QUANTITY_UNITS = {"flop_per_s": "FLOP/s", "bytes_per_s": "B/s", "bytes": "bytes"}
 
 
 class PlotError(FastmodelError):
@@ -32,10 +28,10 @@ class PlotError(FastmodelError):
 
 def direction(name: str, attrs: dict | None = None) -> str:
     """Default optimisation direction of a variable: its ``better`` attr or registry entry
-    (:func:`fastmodel.registry.madmax.better`); for a name no registry has (a derived variable, a coordinate),
+    (:func:`fastmodel.registry.better`); for a name no registry has (a derived variable, a coordinate),
     ``'max'`` for rates and gains, else ``'min'``.
     """
-    from fastmodel.registry.madmax import better
+    from fastmodel.registry import better
 
     registered = better(name, attrs)
     if registered:
@@ -57,7 +53,9 @@ def names_of(ds: xr.Dataset) -> list[str]:
 
 
 def get_var(ds: xr.Dataset, name: str) -> xr.DataArray:
-    """``ds[name]`` (a variable or a coordinate); one-line error with the nearest name."""
+    """``ds[name]`` (a variable or a coordinate, by its name or an alias of it); one-line error with the
+    nearest name."""
+    name = resolve(ds.variables, name)
     if name not in ds.variables:
         choices = [n for n in names_of(ds) if n != "status"]
         raise PlotError(f"unknown variable {name!r}{nearest(name, choices)}; variables: {', '.join(ds.data_vars)}")
@@ -84,26 +82,20 @@ def check_dim(dims: Iterable[str], name: str, what: str = "dimension") -> str:
 
 
 def units_of(obj: xr.DataArray) -> str:
-    """Units of a variable or coordinate: its attrs, the registry, or the spec field's quantity."""
+    """Units of a variable or coordinate: its attrs (a sweep gives its coordinates the units of the field they
+    set), else the registry's."""
     if obj.attrs.get("units"):
         return str(obj.attrs["units"])
-    if obj.name in REGISTRY:
-        return REGISTRY[obj.name].units
-    field = obj.attrs.get("field", "")
-    if field:
-        from fastmodel.sweep.axes import FIELDS
-
-        info = FIELDS.get(field)
-        if info is not None and info.quantity:
-            return _QUANTITY_UNITS[info.quantity]
-    return ""
+    found = variable(str(obj.name))
+    return found.units if found is not None else ""
 
 
 def long_name_of(obj: xr.DataArray) -> str:
     if obj.attrs.get("long_name"):
         return str(obj.attrs["long_name"])
-    if obj.name in REGISTRY:
-        return REGISTRY[obj.name].long_name
+    found = variable(str(obj.name))
+    if found is not None:
+        return found.attrs()["long_name"]
     return str(obj.name).replace("_", " ")
 
 
@@ -178,8 +170,8 @@ def parse_reduce(items: Iterable[str]) -> list[tuple[str, str]]:
 
 def reduce_status(status: xr.DataArray, dim: str) -> xr.DataArray:
     """Status of a reduced cell: ok if any point is ok, else does-not-fit if any, else the first reason."""
-    names = str(status.attrs.get("flag_meanings", "")).split() or list(STATUS_NAMES)
-    does_not_fit = names.index("does_not_fit") if "does_not_fit" in names else -3  # real-world sweeps: code 10
+    names = str(status.attrs.get("flag_meanings", "")).split()
+    does_not_fit = names.index("does_not_fit") if "does_not_fit" in names else -3  # engines without the code
     rank = xr.where(status == 0, -2, xr.where(status == does_not_fit, -1, status))
     best = rank.min(dim)
     return xr.where(best == -2, 0, xr.where(best == -1, does_not_fit, best)).astype(np.int8)
@@ -275,12 +267,11 @@ def prepare(data, var: str | None = None, sel=None, reduce=(), relative_to=None,
 
 
 def status_names_of(status) -> list[str]:
-    """Code names of a status array (``flag_meanings``: MAD-Max, real-world and serving sweeps differ)."""
-    names = str(status.attrs.get("flag_meanings", "")).split() if status is not None else []
-    return names or list(STATUS_NAMES)
+    """Code names of a status array: its ``flag_meanings`` (each engine's registry ``STATUSES``)."""
+    return str(status.attrs.get("flag_meanings", "")).split() if status is not None else []
 
 
 def status_legend(codes: Iterable[int], names: list[str] | None = None) -> str:
-    """Reasons for a legend entry: ``'product_ne_devices, first_degree'``."""
-    names = names or list(STATUS_NAMES)
+    """Reasons for a legend entry: ``'product_ne_devices, first_degree'`` (``names``: the status names)."""
+    names = names or []
     return ", ".join(names[int(c)] if 0 <= int(c) < len(names) else str(int(c)) for c in sorted({int(c) for c in codes}))

@@ -100,10 +100,8 @@ def heatmap(data, x: str | None = None, y: str | None = None, *, var: str | None
 
 def _as_labels(da):
     """Status codes and booleans are categories, not quantities: their names, for a categorical map."""
-    from fastmodel.madmax.lowering.params import STATUS_NAMES
-
     if da.name == "status" or "flag_meanings" in da.attrs:
-        names = np.array(da.attrs.get("flag_meanings", " ".join(STATUS_NAMES)).split(), dtype=object)
+        names = np.array(D.status_names_of(da) or ["ok"], dtype=object)
         codes = np.asarray(da.values).astype(int)
         labels = np.where((codes >= 0) & (codes < len(names)), names[np.clip(codes, 0, len(names) - 1)], "")
         return da.copy(data=labels.astype(object))

@@ -1,22 +1,112 @@
 """The registry: every name fastmodel outputs or reads, declared once, dependency-free.
 
-One package, one module per engine (each under 450 lines):
+One package, one module per engine (each under 450 lines), and what they share:
 
-- ``registry.madmax`` -- the MAD-Max engine: result variables (units, ``better``,
-  long name, description), status codes with messages, parameter columns (spec
-  path, units, the family trait that fills them). ``kernels/madmax/layout.py`` derives
-  ``R_*``, ``STATUS_*``, ``COLUMNS`` and ``P_*`` from it.
-- ``registry.lm`` -- the real-world model and serving: parameter columns (units,
-  bounds, ``fittable``), integer codes, result variables (``better``), memory
-  kinds, statuses. ``kernels/lm/layout.py`` derives ``C_*``, ``R_*`` and codes.
+- ``registry.variables`` -- what a result variable is (:class:`~.variables.Variable`: dims, dtype, units,
+  ``better``, the engines producing it, aliases) and what a status is; the variables several engines
+  produce (``step_time``, ``time_gemm``, ``weight_memory``, ``memory_per_device``, ``fits_memory``);
+- ``registry.madmax`` -- the MAD-Max engine: result variables, status codes with messages, parameter
+  columns (spec path, units, the family trait that fills them). ``kernels/madmax/layout.py`` derives
+  ``R_*``, ``STATUS_*``, ``COLUMNS`` and ``P_*`` from it;
+- ``registry.lm`` -- the real-world training model: parameter columns (units, bounds, ``fittable``; serving
+  columns too: one column vector for both), integer codes, result variables, memory kinds, statuses.
+  ``kernels/lm/layout.py`` derives ``C_*``, ``R_*`` and codes;
+- ``registry.serve`` -- serving: result variables and statuses (``kernels/serve/layout.py`` derives ``S_*``
+  and ``ST_*``).
 
-Datasets, JSON records, plots (direction, units, labels), ``best`` and
-calibration read these. ``better(name)`` looks a result's direction up in either
-engine; ``attrs(name)`` gives a MAD-Max variable's xarray attrs (the real-world
-engine builds its attrs from ``registry.lm.RESULTS``). The kernels' on-disk cache is keyed by both modules' bytes
-(``kernels/jit.py``).
+Each engine module names its ``ENGINE``, ``RESULTS`` (kernel rows, in order), ``STATUSES``, ``COORDS`` (the
+coordinates of dimensions beyond the grid) and ``GROUPED`` (dataset variables made of several rows, e.g.
+the real-world ``memory`` by ``memory_kind``). Datasets, JSON records, ``batch`` lines, plots (direction,
+units, labels) and ``best`` read them through the functions below. The kernels' on-disk cache is keyed by the
+modules each engine's kernels compile in (``kernels/jit.py``).
 """
 
-from fastmodel.registry.madmax import attrs, better
+from __future__ import annotations
 
-__all__ = ["attrs", "better"]
+from types import ModuleType
+
+from fastmodel.registry import lm, madmax, serve
+from fastmodel.registry.variables import ENGINE_NAMES, SHARED, Status, Variable
+
+#: each engine's registry module
+ENGINES: dict[str, ModuleType] = {"madmax": madmax, "lm": lm, "serve": serve}
+
+
+def engine_registry(engine: str) -> ModuleType:
+    """The registry module of ``engine`` (``madmax``, ``lm`` or ``serve``)."""
+    return ENGINES[engine]
+
+
+def dataset_variables(engine: str) -> tuple[tuple[Variable, tuple[str, ...]], ...]:
+    """``(variable, its result rows)`` of every dataset variable of ``engine``, in row order: a variable
+    with ``dims`` takes one row per coordinate (``GROUPED``), every other variable its own row."""
+    module = ENGINES[engine]
+    grouped = {row: (var, rows) for var, rows in module.GROUPED for row in rows}
+    out, seen = [], set()
+    for result in module.RESULTS:
+        if result.name in grouped:
+            var, rows = grouped[result.name]
+            if var.name not in seen:
+                seen.add(var.name)
+                out.append((var, rows))
+            continue
+        out.append((result, (result.name,)))
+    return tuple(out)
+
+
+def _catalogue() -> dict[str, Variable]:
+    found: dict[str, Variable] = {}
+    for engine in ENGINE_NAMES:
+        for var, _ in dataset_variables(engine):
+            found.setdefault(var.name, var)
+        for result in ENGINES[engine].RESULTS:
+            found.setdefault(result.name, result)
+    return found
+
+
+#: every variable of every engine by name (the real-world memory rows ``memory_<kind>`` included)
+VARIABLES: dict[str, Variable] = _catalogue()
+#: alias -> the variable's one name
+ALIASES: dict[str, str] = {alias: var.name for var in VARIABLES.values() for alias in var.aliases}
+
+
+def canonical(name: str) -> str:
+    """The one name of a variable given by its name or an alias (``iteration_time`` -> ``step_time``)."""
+    return ALIASES.get(name, name)
+
+
+def variable(name: str) -> Variable | None:
+    """The registry's variable of ``name`` (or of its alias), else None."""
+    return VARIABLES.get(canonical(name))
+
+
+def attrs(name: str) -> dict[str, str]:
+    """xarray attrs of variable ``name`` (units, long_name, description, ``better``)."""
+    return VARIABLES[canonical(name)].attrs()
+
+
+def better(name: str, attrs: dict | None = None) -> str:
+    """Which way variable ``name`` improves: ``"min"``, ``"max"`` or ``""`` (no direction, or no registry
+    variable). A dataset variable's own ``better`` attr wins, then the registry (aliases included)."""
+    if attrs and attrs.get("better") in ("min", "max"):
+        return str(attrs["better"])
+    found = variable(name)
+    return found.better if found is not None else ""
+
+
+def statuses(engine: str) -> tuple[Status, ...]:
+    """The status codes of ``engine``, in code order."""
+    return ENGINES[engine].STATUSES
+
+
+def status_attrs(engine: str) -> dict:
+    """xarray attrs of a ``status`` variable of ``engine``: its codes, names and messages."""
+    found = statuses(engine)
+    return {"long_name": "status", "units": "1",
+            "description": "Why a point has no result: " + "; ".join(
+                f"{code} {s.name}: {s.message}" for code, s in enumerate(found)),
+            "flag_values": list(range(len(found))), "flag_meanings": " ".join(s.name for s in found)}
+
+
+__all__ = ["ALIASES", "ENGINES", "SHARED", "VARIABLES", "Status", "Variable", "attrs", "better", "canonical",
+           "dataset_variables", "engine_registry", "status_attrs", "statuses", "variable"]

@@ -15,6 +15,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fastmodel.registry.variables import (
+    FITS_MEMORY,
+    MEMORY_PER_DEVICE,
+    NOT_COMPUTED,
+    STEP_TIME,
+    TIME_GEMM,
+    Breakdown,
+    Status,
+    Variable,
+    producer,
+)
+
 
 @dataclass(frozen=True)
 class Column:
@@ -26,6 +38,9 @@ class Column:
     lo: float = 0.0
     hi: float = float("inf")
     fittable: bool = False
+    #: an execution option ``ExecutionSpec`` derives a field for (fastmodel/lm/execution.py): "flag" (true/false),
+    #: "number" (within lo..hi) or "code" (a name of its CODE_TABLES entry); "" for every other column
+    option: str = ""
 
 
 def _cols(group: str, *rows: tuple) -> tuple[Column, ...]:
@@ -42,6 +57,12 @@ SELECTIVE_POLICIES = {"megatron": 0, "op": 1}
 CP_ALGORITHMS = {"ring": 0, "alltoall": 1}
 COLLECTIVE_ALGORITHMS = {"auto": 0, "ring": 1, "tree": 2}
 LOAD_MODES = {"batch": 0, "concurrency": 1, "max_throughput": 2}
+#: the code table of every coded column: a name in a spec, record or sweep axis -> its integer
+CODE_TABLES: dict[str, dict[str, int]] = {
+    "sharding": SHARDING_CODES, "recompute": RECOMPUTE_CODES, "precision": PRECISION_CODES,
+    "optimizer": OPTIMIZER_CODES, "pipeline_schedule": PIPELINE_SCHEDULES, "cp_algorithm": CP_ALGORITHMS,
+    "collective_algorithm": COLLECTIVE_ALGORITHMS, "load_mode": LOAD_MODES, "selective_policy": SELECTIVE_POLICIES,
+}
 
 MODEL_COLUMNS = _cols(
     "model",
@@ -190,24 +211,23 @@ COLUMNS: tuple[Column, ...] = MODEL_COLUMNS + PLAN_COLUMNS + DEVICE_COLUMNS + NE
 COLUMN_INDEX: dict[str, int] = {c.name: i for i, c in enumerate(COLUMNS)}
 
 
-@dataclass(frozen=True)
-class Result:
-    name: str
-    units: str
-    better: str     # "min" | "max" | ""
-    doc: str
-
+ENGINE = "lm"
+#: a result variable of the real-world training model (name, units, better, description)
+Result = producer(ENGINE)
 
 MEMORY_KINDS = ("weights", "gradients", "optimizer", "activations", "kv_cache", "buffers", "overhead")
+#: coordinates of the dimensions the engine's variables have beyond the grid's axes
+COORDS: dict[str, tuple[str, ...]] = {"memory_kind": MEMORY_KINDS}
 
-RESULTS: tuple[Result, ...] = (
-    Result("step_time", "s", "min", "Time of one optimizer step (the iteration time)."),
+#: result rows of the kernels, in order (``R_<NAME>``, kernels/lm/layout.py)
+RESULTS: tuple[Variable, ...] = (
+    STEP_TIME,
     Result("tokens_per_s", "tokens/s", "max", "global_batch x seq_len / step_time."),
     Result("tokens_per_s_per_gpu", "tokens/s", "max", "tokens_per_s / n_gpus."),
     Result("mfu", "1", "max", "Model FLOPs (6 N + attention, RUNS.md mfu_std convention) / (step_time x peak)."),
     Result("hfu", "1", "max", "Executed FLOPs including recompute / (step_time x peak)."),
     Result("flops_per_token", "FLOP", "", "Model training FLOPs per token (RUNS.md mfu_std convention)."),
-    Result("time_gemm", "s", "min", "Per-step GEMM time on the busiest device (incl. recompute)."),
+    TIME_GEMM,
     Result("time_attention", "s", "min", "Per-step attention-kernel time (scores, softmax, PV; incl. recompute)."),
     Result("time_memory_bound", "s", "min", "Per-step memory-bound kernels (norms, activations, rotary, loss)."),
     Result("time_recompute", "s", "min", "Part of the compute times spent recomputing activations."),
@@ -230,17 +250,23 @@ RESULTS: tuple[Result, ...] = (
     Result("memory_kv_cache", "bytes", "min", "KV cache (serving)."),
     Result("memory_buffers", "bytes", "min", "Communication and gather buffers, logits workspace."),
     Result("memory_overhead", "bytes", "min", "Framework constant (CUDA context, allocator)."),
-    Result("memory_per_device", "bytes", "min", "Sum of the memory kinds: the peak on the most loaded rank."),
-    Result("fits_memory", "1", "max", "1 if memory_per_device <= usable HBM."),
+    MEMORY_PER_DEVICE,
+    FITS_MEMORY,
 )
 RESULT_INDEX: dict[str, int] = {r.name: i for i, r in enumerate(RESULTS)}
 MEMORY_RESULTS = tuple("memory_" + k for k in MEMORY_KINDS)
-
-
-@dataclass(frozen=True)
-class Status:
-    name: str
-    message: str
+#: the memory rows as one dataset variable with a ``memory_kind`` dimension (its parts: MEMORY_RESULTS)
+MEMORY = Result("memory", "bytes", "min", "Bytes per device by kind on the most loaded rank; they sum to "
+                "memory_per_device.", "memory by kind", dims=("memory_kind",))
+#: ``best`` ranks only points that fit in usable HBM by default (fits_memory comes from the memory model)
+RANK_ONLY_FITTING = True
+#: the step as stacked bars (kernels/lm/step.py): compute on the busiest device + optimizer + pipeline bubble +
+#: each process group's whole ("serialized") or exposed communication (= step_time exactly)
+_COMPUTE = ("time_gemm", "time_attention", "time_memory_bound", "time_optimizer", "pipeline_bubble")
+BREAKDOWN = Breakdown((*_COMPUTE, *(f"comm_{g}" for g in ("tp", "cp", "ep", "pp", "dp"))),
+                      (*_COMPUTE, *(f"exposed_{g}" for g in ("tp", "cp", "ep", "pp", "dp"))))
+#: dataset variables made of several result rows: (variable, its rows, one per coordinate of its dimension)
+GROUPED: tuple[tuple[Variable, tuple[str, ...]], ...] = ((MEMORY, MEMORY_RESULTS),)
 
 
 #: status codes of a real-world grid point (index = code); 0 is a legal point that was evaluated
@@ -259,48 +285,9 @@ STATUSES: tuple[Status, ...] = (
     Status("does_not_fit", "memory per device exceeds usable HBM"),
     Status("not_finite", "a result is not a finite number: an input magnitude is out of range (e.g. a "
            "bandwidth of 1e-300 B/s)"),
+    NOT_COMPUTED,
 )
 STATUS_CODES: dict[str, int] = {s.name: i for i, s in enumerate(STATUSES)}
-SERVE_RESULTS: tuple[Result, ...] = (
-    Result("ttft", "s", "min", "Time to first token: the prefill of the prompt (its request's share of the batch)."),
-    Result("tpot", "s", "min", "Time per output token of one request (mean inter-token latency)."),
-    Result("e2e_latency", "s", "min", "ttft + (output_len - 1) x tpot: one request from arrival to last token."),
-    Result("output_tokens_per_s", "tokens/s", "max", "Output tokens per second of one instance."),
-    Result("output_tokens_per_s_per_gpu", "tokens/s", "max", "output_tokens_per_s / (tp x pp)."),
-    Result("output_tokens_per_s_per_user", "tokens/s", "max", "1 / tpot."),
-    Result("cluster_output_tokens_per_s", "tokens/s", "max", "output_tokens_per_s x instances."),
-    Result("batch_size", "requests", "", "Requests in flight (the chosen one under max_throughput)."),
-    Result("kv_bytes_per_token", "bytes", "min", "KV-cache bytes of one token on one device (all its layers)."),
-    Result("kv_cache_memory", "bytes", "min", "KV cache of the batch at full length on one device."),
-    Result("kv_cache_capacity", "bytes", "", "KV-cache budget: kv_cache_mem_fraction x free HBM per device."),
-    Result("weight_memory", "bytes", "min", "Weights on the most loaded device."),
-    Result("activation_memory", "bytes", "min", "Activation workspace of one engine step (max_num_tokens)."),
-    Result("memory_per_device", "bytes", "min", "weights + KV cache + activations + framework constant."),
-    Result("fits_memory", "1", "max", "1 if memory_per_device <= usable HBM."),
-    Result("experts_touched", "1", "", "Routed experts read per MoE layer per decode step (0 for dense)."),
-    Result("prefill_gemm", "s", "min", "Prefill: GEMM time of one request's ttft."),
-    Result("prefill_attention", "s", "min", "Prefill: attention-kernel time."),
-    Result("prefill_memory_bound", "s", "min", "Prefill: norms, activations, rotary."),
-    Result("prefill_comm", "s", "min", "Prefill: TP/EP/PP communication."),
-    Result("decode_gemm", "s", "min", "Decode: GEMM time summed over a request's output tokens."),
-    Result("decode_attention", "s", "min", "Decode: attention (KV-cache reads) summed over output tokens."),
-    Result("decode_memory_bound", "s", "min", "Decode: norms, activations, rotary summed over output tokens."),
-    Result("decode_comm", "s", "min", "Decode: TP/EP/PP communication summed over output tokens."),
-    Result("decode_overhead", "s", "min", "Decode: host step overhead summed over output tokens."),
-)
-SERVE_RESULT_INDEX: dict[str, int] = {r.name: i for i, r in enumerate(SERVE_RESULTS)}
-
-#: status of a serving configuration (sweeps keep illegal points with these codes; results are NaN)
-SERVE_STATUS_NAMES = (
-    "ok",
-    "heads_not_divisible_by_tp",     # query heads (or KV heads > tp) do not split over tp
-    "layers_not_divisible_by_pp",
-    "ep_not_dividing",               # ep must divide tp and the routed experts
-    "no_fp8",                        # FP8 compute on a device without an FP8 peak
-    "no_kv_room",                    # max_throughput: not one request's KV cache fits
-    "not_finite",                    # a result is not a finite number (an input magnitude out of range)
-)
-SERVE_STATUS = {name: code for code, name in enumerate(SERVE_STATUS_NAMES)}
 
 
 def column_defaults() -> list[float]:

@@ -22,10 +22,12 @@ import numpy as np
 
 from fastmodel.analysis.finite import mark_not_finite
 from fastmodel.errors import SpecError, nearest
-from fastmodel.lm.table import encode
-from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS, SERVE_RESULTS, SERVE_STATUS, SERVE_STATUS_NAMES
+from fastmodel.registry import status_attrs
+from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
+from fastmodel.registry.serve import SERVE_RESULTS, SERVE_STATUS, SERVE_STATUS_NAMES
 from fastmodel.serve.models import serve_model
 from fastmodel.serve.precisions import KV_PRECISIONS, PRECISIONS  # noqa: F401 - part of this module's API
+from fastmodel.spec.columns import encode
 
 #: sweep axes other than columns, in the order of the Dataset's dimensions
 SPECIAL_AXES = ("device", "precision", "kv_precision")
@@ -166,7 +168,7 @@ def sweep(model, device: str | Sequence[str] = "H100", precision: str | Sequence
     for name, value in fixed.items():
         base[COLUMN_INDEX[name]] = value
     # per-axis column blocks: for each axis value, the columns it sets
-    blocks = [_axis_block(name, coords[name], kv_precision is not None) for name in dims]
+    blocks = [axis_block(name, coords[name], kv_precision is not None) for name in dims]
     shape = tuple(len(coords[d]) for d in dims)
     total = int(np.prod(shape))
     out = np.empty((len(SERVE_RESULTS), total))
@@ -182,15 +184,14 @@ def sweep(model, device: str | Sequence[str] = "H100", precision: str | Sequence
         derive = np.array(["n_gpus" not in dims and "n_gpus" not in fixed,
                            "seq_len" not in dims and "seq_len" not in fixed], dtype=np.bool_)
         serve_grid(base, axis_cols, col_start, np.concatenate(flat).astype(np.float64), val_start,
-                   np.array(shape, dtype=np.int64), derive, status, out)
+                   np.array(shape, dtype=np.int64), derive, status, out, 0)
         mark_not_finite(status, out, NOT_FINITE)
-    # a result named like a swept column (batch_size under a fixed-batch sweep) is stored as effective_<name>
+    # a result named like a swept column (batch_size under a fixed-batch sweep) is stored as effective_<name>;
+    # flags (fits_memory) as booleans, as in every engine's datasets
     data = {(f"effective_{r.name}" if r.name in dims else r.name):
-            (dims, out[i].reshape(shape), {"units": r.units, "long_name": r.name.replace("_", " "),
-                                           "description": r.doc})
+            (dims, out[i].reshape(shape) > 0.5 if r.dtype == "bool" else out[i].reshape(shape), r.attrs())
             for i, r in enumerate(SERVE_RESULTS)}
-    data["status"] = (dims, status.reshape(shape), {
-        "flag_values": list(range(len(SERVE_STATUS_NAMES))), "flag_meanings": " ".join(SERVE_STATUS_NAMES)})
+    data["status"] = (dims, status.reshape(shape), status_attrs("serve"))
     name = model if isinstance(model, str) else "custom"
     return xr.Dataset(data, coords={d: coords[d] for d in dims},
                       attrs={"model": name, "load_mode": load_mode, "fastmodel_task": "serve"})
@@ -202,7 +203,7 @@ def _first(value):
     return value
 
 
-def _axis_block(name: str, values: list, own_kv: bool) -> tuple[np.ndarray, np.ndarray]:
+def axis_block(name: str, values: list, own_kv: bool) -> tuple[np.ndarray, np.ndarray]:
     """(column indices, table columns x len(values)) an axis sets for each of its values."""
     if name == "device":
         rows = [device_columns(v) for v in values]
@@ -234,7 +235,42 @@ def evaluate_record(record: dict, source: str | None = None, calibration: Any = 
                         "to serving records")
     lowered = lower_serve_record(record, source)
     out, status = evaluate_table(lowered.columns[:, None])
-    data = {r.name: ((), np.float64(out[i, 0]), {"units": r.units, "description": r.doc})
+    data = {r.name: ((), bool(out[i, 0] > 0.5) if r.dtype == "bool" else np.float64(out[i, 0]), r.attrs())
             for i, r in enumerate(SERVE_RESULTS)}
     return xr.Dataset(data, attrs={"id": lowered.id, "status": SERVE_STATUS_NAMES[int(status[0])],
                                    "fastmodel_task": "serve"})
+
+
+def sweep_plan(model: Any, system: Any, task: Any, axes: dict, *, semantics: Any = "default",
+               unit_configs: int | None = None, execution: Any = None, only_fitting: bool = False,
+               calibration: Any = None):
+    """The engine's door for ``fastmodel.sweep`` of a serving task (``kind = "serve"``): the plan of its grid
+    (axes: device, precision, kv_precision, concurrency or any column), run by the shared machinery."""
+    from pathlib import Path
+
+    from fastmodel.semantics import get_semantics
+    from fastmodel.serve.sweep_file import serve_plan
+
+    for name, value in (("execution", execution), ("calibration", calibration)):
+        if value is not None:
+            raise SpecError(None, name, "applies to training sweeps of the real-world model, not to serving")
+    if only_fitting:
+        raise SpecError(None, "only_fitting", "applies to training sweeps; serving sweeps keep fits_memory for "
+                        "every point (filter with fastmodel best)")
+    if not get_semantics(semantics).real_world:
+        raise SpecError(None, "semantics", "serving sweeps run under the 'default' semantics only")
+    return serve_plan(None, model, system, task, axes, Path.cwd(), unit_configs)
+
+
+def sweep_plan_from_file(source: str, data: dict, base, unit_configs: int | None = None, calibration: Any = None):
+    """The plan of a serving sweep file (``fastmodel.sweeps.file``); errors name the file."""
+    from fastmodel.serve.sweep_file import sweep_plan_from_file as from_file
+
+    return from_file(source, data, base, unit_configs, calibration)
+
+
+def sweep_plan_from_definition(definition: dict):
+    """The plan of a stored definition (a zarr store's ``sweep`` attr: resume, Dask workers)."""
+    from fastmodel.serve.sweep_plan import ServeSweepPlan
+
+    return ServeSweepPlan.from_definition(definition)

@@ -1,8 +1,8 @@
 """``fastmodel batch`` lines of the serving engine: serving records (SERVE_RUNS.md), detected by content.
 
 Each record of a chunk is lowered on its own (a bad record gets its own one-line error) and the chunk's
-records are evaluated in one call; the serving results come as the kind's own columns and
-``memory_per_device`` / ``fits_memory`` as the usual result keys. ``measured`` is never read.
+records are evaluated in one call; a line carries its ``id`` and the serving results
+(``registry.serve.SERVE_RESULTS``). ``measured`` is never read.
 """
 
 from __future__ import annotations
@@ -12,9 +12,6 @@ import numpy as np
 from fastmodel.errors import FastmodelError
 from fastmodel.io.batch_kinds import Prepared, one_line
 from fastmodel.spec.detect import is_serve_record
-
-SERVE_COLUMNS = ("ttft", "tpot", "e2e_latency", "output_tokens_per_s", "output_tokens_per_s_per_gpu",
-                 "batch_size", "kv_cache_memory")
 
 
 def _lower_all(cases, lower) -> tuple[list, dict[int, str]]:
@@ -31,7 +28,8 @@ class ServeRecords:
     """Lines in the SERVE_RUNS.md schema: the serving model (kernels/serve/evaluate.py)."""
 
     name = "serve_record"
-    columns = {"id": "string", **{name: "float64" for name in SERVE_COLUMNS}}
+    engine = "serve"
+    columns = {"id": "string"}
 
     def claims(self, case: dict) -> bool:
         if type(case.get("model")) is not dict or type(case.get("serve")) is not dict:
@@ -39,7 +37,7 @@ class ServeRecords:
         return is_serve_record(case)
 
     def prepare(self, cases: list[dict], default_semantics) -> Prepared:
-        from fastmodel.registry.lm import SERVE_RESULT_INDEX, SERVE_STATUS_NAMES, STATUS_CODES, STATUSES
+        from fastmodel.registry.serve import SERVE_RESULTS, SERVE_STATUSES
         from fastmodel.serve.api import evaluate_table
         from fastmodel.serve.records import lower_serve_record
 
@@ -49,19 +47,17 @@ class ServeRecords:
             return out
         results, status = evaluate_table(np.stack([record.columns for _, record in lowered], axis=1))
         n = len(cases)
-        columns = {name: [None] * n for name in self.columns}
-        values = {"memory_per_device": [None] * n, "fits_memory": [None] * n}
+        ids: list = [None] * n
+        values: dict[str, list] = {r.name: [None] * n for r in SERVE_RESULTS}
         for k, (j, record) in enumerate(lowered):
             if status[k]:
-                name = SERVE_STATUS_NAMES[int(status[k])]
-                out.errors[j] = f"not_finite: {STATUSES[STATUS_CODES[name]].message}" if name == "not_finite" else \
-                    f"illegal serving configuration ({name})"
+                state = SERVE_STATUSES[int(status[k])]
+                out.errors[j] = f"{state.name}: {state.message}" if state.name == "not_finite" else \
+                    f"illegal serving configuration ({state.name}): {state.message}"
                 continue
-            columns["id"][j] = record.id
-            for name in SERVE_COLUMNS:
-                columns[name][j] = float(results[SERVE_RESULT_INDEX[name], k])
-            values["memory_per_device"][j] = float(results[SERVE_RESULT_INDEX["memory_per_device"], k])
-            values["fits_memory"][j] = float(results[SERVE_RESULT_INDEX["fits_memory"], k])
-        out.columns = columns
+            ids[j] = record.id
+            for v, result in enumerate(SERVE_RESULTS):
+                values[result.name][j] = float(results[v, k])
+        out.columns = {"id": ids}
         out.results = values
         return out

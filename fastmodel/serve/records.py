@@ -3,9 +3,9 @@
 A serving record has the ``model`` and ``system`` blocks of a run record
 (``RUNS.md``) and a ``serve`` block (plan, precisions, lengths, one load mode).
 Detected by content: a dict with ``model``, ``system`` and ``serve`` blocks. The
-model and system blocks are lowered by ``fastmodel.lm.records`` (same checks, same
-device files); datasheet fields a record leaves out are taken from the built-in
-device file of ``system.gpu``. ``measured`` is never read for prediction.
+model and system blocks are lowered by the training engine's run-record lowering, reached through its door
+(``fastmodel.engines.LM``: same checks, same device files); datasheet fields a record leaves out are taken
+from the built-in device file of ``system.gpu``. ``measured`` is never read for prediction.
 
 Fill-in rules: ``pp``/``ep`` absent: 1; ``kv_precision`` absent: the weights'
 format (fp8 -> fp8, else 16-bit); ``kv_cache_mem_fraction`` absent: 0.9;
@@ -22,10 +22,11 @@ from typing import Any
 import numpy as np
 
 from fastmodel.errors import SpecError, nearest
-from fastmodel.lm.records import _number, lower_record
 from fastmodel.registry.lm import COLUMN_INDEX, LOAD_MODES
 from fastmodel.serve.api import KV_PRECISIONS, PRECISIONS, precision_columns
 from fastmodel.spec.devices import device_table
+from fastmodel.spec.records import number as _number
+from fastmodel.spec.records import read_jsonl
 
 SERVE_BLOCKS = ("model", "system", "serve")
 #: record system field <- device-file column
@@ -108,9 +109,11 @@ def lower_serve_record(data: dict, source: str | None = None) -> ServeRecord:
             keys.pop(key, None)
     run = {"model": model, "system": system, "framework": "serving", "stack": "default",
            "plan": {"tp": _count(tp), "pp": _count(pp), "ep": _count(ep), "global_batch": 1, "micro_batch": 1}}
-    lowered = lower_record(run, source)
-    columns = lowered.columns.copy()
-    notes.extend(lowered.notes)
+    from fastmodel import engines
+
+    lowered, lowered_notes = engines.LM.door().record_columns(run, source)
+    columns = lowered.copy()
+    notes.extend(lowered_notes)
 
     values: dict[str, float] = {"input_len": input_len, "output_len": output_len, "instances": 1}
     values.update(precision_columns(precision, None if kv_precision is None else str(kv_precision).lower()))
@@ -139,8 +142,6 @@ def _count(value: float) -> int | float:
 
 def read_serve_records(path: str | Path) -> list[ServeRecord]:
     """Every serving record of a JSONL file (or one JSON object); a bad line is a SpecError naming it."""
-    from fastmodel.lm.records import read_jsonl
-
     return read_jsonl(path, lower_serve_record, "serving records", whole_object=True)
 
 

@@ -21,12 +21,10 @@ def json_record(label: str, status: str, result: dict) -> dict:
 
 def render(label: str, status: str, r: dict) -> str:
     """A serving report a person reads in ten seconds."""
-    if status == "not_finite":
-        from fastmodel.registry.lm import STATUS_CODES, STATUSES
-
-        return f"{label}: not evaluated (not_finite: {STATUSES[STATUS_CODES[status]].message})"
     if status != "ok":
-        return f"{label}: not evaluated ({status})"
+        from fastmodel.registry.serve import SERVE_STATUS, SERVE_STATUSES
+
+        return f"{label}: not evaluated ({status}: {SERVE_STATUSES[SERVE_STATUS[status]].message})"
     lines = [f"{label}: batch {r['batch_size']:g} requests, {'fits' if r['fits_memory'] else 'does NOT fit'} "
              f"in memory"]
     lines.append(f"  ttft {1e3 * r['ttft']:,.2f} ms   tpot {1e3 * r['tpot']:,.3f} ms   "
@@ -50,7 +48,7 @@ def render(label: str, status: str, r: dict) -> str:
 def run_record(data: dict, source: str | None = None, calibration: Any = None) -> RunReport:
     """``fastmodel run`` of one serving record (SERVE_RUNS.md); ``measured`` is not read."""
     from fastmodel.errors import SpecError
-    from fastmodel.registry.lm import SERVE_RESULTS, SERVE_STATUS_NAMES
+    from fastmodel.registry.serve import SERVE_RESULTS, SERVE_STATUS_NAMES
     from fastmodel.serve.api import evaluate_table
     from fastmodel.serve.records import lower_serve_record
 

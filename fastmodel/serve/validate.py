@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from fastmodel.analysis.scores import score
 from fastmodel.errors import FastmodelError
-from fastmodel.lm.validate import score
 from fastmodel.serve.records import ServeRecord
 
 #: measured key -> predicted result
@@ -21,7 +21,7 @@ GROUP_KEYS = ("gpu", "load_mode")
 
 def rows(records: list[ServeRecord]) -> list[dict]:
     """One dict per record: ids, groups, measured and predicted values and their errors."""
-    from fastmodel.registry.lm import SERVE_RESULT_INDEX, SERVE_STATUS_NAMES
+    from fastmodel.registry.serve import SERVE_RESULT_INDEX, SERVE_STATUS_NAMES
     from fastmodel.serve.api import evaluate_table
 
     if not any(any(k in r.measured for k in METRICS) for r in records):

@@ -45,7 +45,7 @@ def _grid_point(flat, base, axis_columns, axis_values, shape, auto_shard, row):
 
 
 @njit
-def _evaluate_points(lo, hi, base, axis_columns, axis_values, shape, auto_shard, only_fitting, status, out):
+def _evaluate_points(lo, hi, base, axis_columns, axis_values, shape, auto_shard, only_fitting, status, out, offset):
     row = np.empty(N_COLUMNS)
     work = np.empty(N_WORK)
     memory = np.empty(N_MEMORY_KINDS)
@@ -59,22 +59,25 @@ def _evaluate_points(lo, hi, base, axis_columns, axis_values, shape, auto_shard,
             evaluate_row(row, work, memory, result)
             if only_fitting and result[R_FITS_MEMORY] == 0.0:
                 code = ST_DOES_NOT_FIT
-        status[flat] = code
+        status[offset + flat] = code
         for v in range(N_RESULTS):
-            out[v, flat] = result[v]
+            out[v, offset + flat] = result[v]
 
 
 @njit(parallel=True)
-def evaluate_grid(base, axis_columns, axis_values, shape, auto_shard, only_fitting, status, out):
-    """Status and every result of each point of the grid (``status``: int8[n], ``out``: [N_RESULTS, n]).
-    With ``only_fitting``, legal points that do not fit in memory get status ``does_not_fit`` (their results
-    stay, so the memory breakdown shows why)."""
-    n = status.shape[0]
+def evaluate_grid(base, axis_columns, axis_values, shape, auto_shard, only_fitting, status, out, offset):
+    """Status and every result of each point of the grid of ``shape`` into ``status[offset + i]`` (int8) and
+    ``out[:, offset + i]`` (N_RESULTS rows) for point ``i`` (C order), so a sweep writes a unit of work straight
+    into its place in a larger result matrix. With ``only_fitting``, legal points that do not fit in memory get
+    status ``does_not_fit`` (their results stay, so the memory breakdown shows why)."""
+    n = 1
+    for size in shape:
+        n *= size
     chunks = (n + CHUNK_POINTS - 1) // CHUNK_POINTS
     for chunk in prange(chunks):
         lo = chunk * CHUNK_POINTS
         _evaluate_points(lo, min(n, lo + CHUNK_POINTS), base, axis_columns, axis_values, shape, auto_shard,
-                         only_fitting, status, out)
+                         only_fitting, status, out, offset)
 
 
 @njit

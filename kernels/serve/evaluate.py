@@ -42,16 +42,19 @@ import math
 import numpy as np
 
 from fastmodel.kernels.jit import njit, prange
-from fastmodel.kernels.lm.layout import (
+from fastmodel.kernels.columns import (
     C_BATCH_SIZE, C_EP, C_FRAMEWORK_MEMORY_BYTES, C_HBM_BYTES, C_HEADS, C_INPUT_LEN, C_INSTANCES,
     C_KV_CACHE_MEM_FRACTION, C_KV_HEADS, C_LAYERS, C_LOAD_MODE, C_MAX_BATCH_SIZE, C_MAX_NUM_TOKENS, C_MOE_EXPERTS,
     C_N_GPUS, C_OUTPUT_LEN, C_PEAK_FLOPS_8, C_PP, C_SEQ_LEN, C_SERVE_STEP_OVERHEAD_S, C_TP, C_USABLE_HBM_FRACTION,
-    LOAD_BATCH, LOAD_MAX_THROUGHPUT, N_SERVE_RESULTS, S_ACTIVATION_MEMORY, S_BATCH_SIZE,
-    S_CLUSTER_OUTPUT_TOKENS_PER_S, S_DECODE_ATTENTION, S_DECODE_COMM, S_DECODE_GEMM, S_DECODE_MEMORY_BOUND,
-    S_DECODE_OVERHEAD, S_E2E_LATENCY, S_EXPERTS_TOUCHED, S_FITS_MEMORY, S_KV_BYTES_PER_TOKEN, S_KV_CACHE_CAPACITY,
-    S_KV_CACHE_MEMORY, S_MEMORY_PER_DEVICE, S_OUTPUT_TOKENS_PER_S, S_OUTPUT_TOKENS_PER_S_PER_GPU,
-    S_OUTPUT_TOKENS_PER_S_PER_USER, S_PREFILL_ATTENTION, S_PREFILL_COMM, S_PREFILL_GEMM, S_PREFILL_MEMORY_BOUND, S_TPOT,
-    S_TTFT, S_WEIGHT_MEMORY,
+    LOAD_BATCH, LOAD_MAX_THROUGHPUT,
+)
+from fastmodel.kernels.serve.layout import (
+    N_SERVE_RESULTS, ST_EP_NOT_DIVIDING, ST_HEADS_NOT_DIVISIBLE_BY_TP, ST_LAYERS_NOT_DIVISIBLE_BY_PP, ST_NO_FP8,
+    ST_NO_KV_ROOM, ST_OK, S_ACTIVATION_MEMORY, S_BATCH_SIZE, S_CLUSTER_OUTPUT_TOKENS_PER_S, S_DECODE_ATTENTION,
+    S_DECODE_COMM, S_DECODE_GEMM, S_DECODE_MEMORY_BOUND, S_DECODE_OVERHEAD, S_E2E_LATENCY, S_EXPERTS_TOUCHED,
+    S_FITS_MEMORY, S_KV_BYTES_PER_TOKEN, S_KV_CACHE_CAPACITY, S_KV_CACHE_MEMORY, S_MEMORY_PER_DEVICE,
+    S_OUTPUT_TOKENS_PER_S, S_OUTPUT_TOKENS_PER_S_PER_GPU, S_OUTPUT_TOKENS_PER_S_PER_USER, S_PREFILL_ATTENTION,
+    S_PREFILL_COMM, S_PREFILL_GEMM, S_PREFILL_MEMORY_BOUND, S_TPOT, S_TTFT, S_WEIGHT_MEMORY,
 )
 from fastmodel.kernels.serve.attention import kv_bytes_per_token, decode_attention_sum, prefill_attention_time
 from fastmodel.kernels.serve.costs import is_fp8, head_costs, body_costs, K_GEMM, K_ATTN, K_MEM, K_COMM, LAUNCH, NO_LAUNCH
@@ -60,13 +63,6 @@ from fastmodel.kernels.serve.memory import weight_memory, activation_memory
 from fastmodel.kernels.serve.attention import attention_lines, sum_max_lines, sum_window  # noqa: F401
 from fastmodel.kernels.serve.costs import experts_touched  # noqa: F401
 
-# status codes (fastmodel.registry.lm.SERVE_STATUS_NAMES)
-ST_OK = 0
-ST_HEADS = 1
-ST_LAYERS = 2
-ST_EP = 3
-ST_FP8 = 4
-ST_NO_KV = 5
 
 
 # --- phases --------------------------------------------------------------------
@@ -109,13 +105,13 @@ def check(row):
     """Status code of a serving configuration (0 legal)."""
     t = row[C_TP]
     if not _divides(t, row[C_HEADS]) or (row[C_KV_HEADS] > t and not _divides(t, row[C_KV_HEADS])):
-        return ST_HEADS
+        return ST_HEADS_NOT_DIVISIBLE_BY_TP
     if not _divides(row[C_PP], row[C_LAYERS]):
-        return ST_LAYERS
+        return ST_LAYERS_NOT_DIVISIBLE_BY_PP
     if row[C_MOE_EXPERTS] > 0.0 and not (_divides(row[C_EP], t) and _divides(row[C_EP], row[C_MOE_EXPERTS])):
-        return ST_EP
+        return ST_EP_NOT_DIVIDING
     if is_fp8(row) and row[C_PEAK_FLOPS_8] <= 0.0:
-        return ST_FP8
+        return ST_NO_FP8
     return ST_OK
 
 
@@ -143,7 +139,7 @@ def serve_row(row, out, scratch):
         capacity = max(0.0, row[C_KV_CACHE_MEM_FRACTION] * (row[C_HBM_BYTES] - weights - workspace - overhead))
         batch = min(math.floor(capacity / kv_request), row[C_MAX_BATCH_SIZE])
         if batch < 1.0:
-            return ST_NO_KV
+            return ST_NO_KV_ROOM
     if mode != LOAD_BATCH:
         # the step token budget feeds at most max_num_tokens x O / (I + O - 1) requests per micro-batch
         feed = math.floor(p * row[C_MAX_NUM_TOKENS] * outp / (inp + steps))
@@ -266,7 +262,7 @@ def serve_serial(params, status, out):
 
 
 @njit
-def _grid_rows(base, axis_cols, col_start, axis_vals, val_start, shape, derive, status, out, lo, hi):
+def _grid_rows(base, axis_cols, col_start, axis_vals, val_start, shape, derive, status, out, lo, hi, offset):
     result = np.empty(N_SERVE_RESULTS)
     scratch = np.empty((3, 4))
     row = base.copy()
@@ -287,7 +283,7 @@ def _grid_rows(base, axis_cols, col_start, axis_vals, val_start, shape, derive, 
             row[C_N_GPUS] = row[C_TP] * row[C_PP]
         if derive[1]:
             row[C_SEQ_LEN] = row[C_INPUT_LEN] + row[C_OUTPUT_LEN]
-        _emit(row, result, scratch, status, out, r)
+        _emit(row, result, scratch, status, out, offset + r)
         if axes == 0:
             continue
         changed = axes - 1
@@ -298,14 +294,17 @@ def _grid_rows(base, axis_cols, col_start, axis_vals, val_start, shape, derive, 
 
 
 @njit(parallel=True)
-def serve_grid(base, axis_cols, col_start, axis_vals, val_start, shape, derive, status, out):
+def serve_grid(base, axis_cols, col_start, axis_vals, val_start, shape, derive, status, out, offset):
     """Evaluate a Cartesian grid without materialising its parameter table: row r is ``base`` with, for every
     axis a (C order, last fastest), the columns ``axis_cols[col_start[a]:col_start[a+1]]`` set to that axis's
     values at index i_a (``axis_vals[val_start[a] + j * shape[a] + i_a]`` for its j-th column); then
-    ``derive`` (n_gpus = tp x pp, seq_len = input_len + output_len). Results into ``out`` and ``status``."""
-    n = out.shape[1]
+    ``derive`` (n_gpus = tp x pp, seq_len = input_len + output_len). Results into ``out[:, offset + r]`` and
+    ``status[offset + r]``, so a sweep writes a unit of work straight into its place in a larger matrix."""
+    n = 1
+    for size in shape:
+        n *= size
     chunks = (n + CHUNK_ROWS - 1) // CHUNK_ROWS
     for chunk in prange(chunks):
         lo = chunk * CHUNK_ROWS
         _grid_rows(base, axis_cols, col_start, axis_vals, val_start, shape, derive, status, out, lo,
-                   min(n, lo + CHUNK_ROWS))
+                   min(n, lo + CHUNK_ROWS), offset)

@@ -28,7 +28,7 @@ def test_run_report(cli):
     assert result.exit_code == 0
     out = result.output
     for text in ("LLaMA2-70B", "2048 devices", "fsdp2048/ddp2048", "GEMM", "allgather", "exposed",
-                 "iteration   7,275.72 ms", "throughput  281.48 samples/s", "weights"):
+                 "step        7,275.72 ms", "throughput  281.48 samples/s", "weights"):
         assert text in out, text
 
 
@@ -164,14 +164,14 @@ def test_sweep_file_errors(cli, tmp_path, text, message):
 
 def test_builtin_sweeps_load():
     from fastmodel.spec.loader import builtin_names
-    from fastmodel.sweep.file import load_sweep_file
+    from fastmodel.sweeps.file import load_sweep_file
 
     names = builtin_names("sweep")
     assert {"llama2_70b_plans", "llama2_70b_codesign"} <= set(names)
-    from fastmodel.sweep.real_run import load_real_sweep_file
-
-    for name in names:  # real-world and serving sweeps (sweep_real) or MAD-Max sweeps (sweep_file)
-        assert (load_real_sweep_file(name) or load_sweep_file(name)).num_configs > 0
+    engines = {load_sweep_file(name).engine for name in names}   # every engine's sweep files, one loader
+    assert engines == {"madmax", "lm", "serve"}
+    for name in names:
+        assert load_sweep_file(name).num_configs > 0
 
 
 def test_run_real_world_model_and_run_record(cli, tmp_path):

@@ -53,7 +53,7 @@ def test_svg_carries_the_labels(cli, result_file, tmp_path):
     cli("plot", "heatmap", result_file, "--x", "num_nodes", "--y", "plan", "--var", "iteration_time",
         "--sel", "global_batch=2048", "-o", str(out))
     svg = out.read_text()
-    for text in ("iteration time [s]", "does not fit in memory", "illegal: product_ne_devices", "best (min)"):
+    for text in ("step time [s]", "does not fit in memory", "illegal: product_ne_devices", "best (min)"):
         assert text in svg, text
 
 

@@ -178,7 +178,8 @@ def test_sweep_points_of_absurd_magnitude_get_the_status_not_finite():
 
     from fastmodel.lm.loader import load_cluster
     from fastmodel.lm.sweep import lm_sweep
-    from fastmodel.registry.lm import SERVE_STATUS, STATUS_CODES
+    from fastmodel.registry.lm import STATUS_CODES
+    from fastmodel.registry.serve import SERVE_STATUS
     from fastmodel.serve.api import sweep as serve_sweep
 
     slow = load_cluster("dgx-h100").model_copy(update={"intra_node_bw_bytes_s_per_gpu": 1e-300,

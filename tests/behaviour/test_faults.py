@@ -5,7 +5,8 @@ interrupts itself (SIGINT, as Ctrl-C) at a chosen point: while the store is
 created, in the middle of a unit (some variables of a unit written, not its done
 flag), and on the last unit's done flag. Then `--resume` (or a plain rerun when
 no store was left) must complete it, and every variable must equal the
-uninterrupted run bit for bit. Also: two writers at once, and a full disk.
+uninterrupted run bit for bit -- for a MAD-Max sweep and a real-world (lm) one, which share the store machinery
+(fastmodel/sweeps). Also: two writers at once, and a full disk.
 """
 
 import os
@@ -22,12 +23,16 @@ import xarray as xr
 SWEEP = ('model = "llama-7b"\nsystem = "dc-a"\ntask = "llm-pretrain"\nunit_configs = 8\n'
          '[axes]\nnum_nodes = [1, 2, 4]\nflops_util = { start = 0.4, stop = 0.8, num = 5 }\n'
          'global_batch = [512, 1024]\nplan = ["fsdp/ddp", "tp,ddp/mp", "ddp,pp/mp,ddp"]\n')
+#: a real-world training sweep: 2 x 4 x 2 points in 4 units of 4 (the plan axis split, micro_batch whole)
+LM_SWEEP = ('model = "llama3.1-8b"\nsystem = "dgx-h100"\ntask = "llm-pretrain"\nunit_configs = 4\n'
+            '[axes]\nnum_nodes = [1, 2]\nplan = ["dp", "tp8", "tp4.pp2", "tp3"]\nmicro_batch = [1, 2]\n')
+#: each engine's sweep file, its number of units and a variable to rank by
+SWEEPS = {"madmax": (SWEEP, 18, "throughput"), "lm": (LM_SWEEP, 4, "step_time")}
 
 # runs the CLI with a fault planted at POINT, signalled with SIG, the COUNT-th time the point is reached
 DRIVER = textwrap.dedent("""
     import os, signal, sys
     import xarray as xr, zarr
-    import fastmodel.sweep as S
     from fastmodel.cli import main
 
     point, sig, count = sys.argv[1], getattr(signal, sys.argv[2]), int(sys.argv[3])
@@ -90,27 +95,47 @@ def _assert_same(path, reference):
         assert a.tobytes() == b.tobytes(), name  # bit for bit, NaN payloads included
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("reference")
-    (folder / "s.toml").write_text(SWEEP)
+def _reference(folder, text):
+    (folder / "s.toml").write_text(text)
     code, output = _cli("sweep", "s.toml", "-o", "ref.zarr", "--no-progress", cwd=folder)
     assert code == 0, output
     return xr.open_zarr(folder / "ref.zarr").load()
+
+
+@pytest.fixture(scope="module")
+def references(tmp_path_factory):
+    """The uninterrupted store of each engine's sweep (built on first use)."""
+    made = {}
+
+    def get(engine):
+        if engine not in made:
+            made[engine] = _reference(tmp_path_factory.mktemp(f"reference-{engine}"), SWEEPS[engine][0])
+        return made[engine]
+
+    return get
+
+
+@pytest.fixture(scope="module")
+def reference(references):
+    return references("madmax")
 
 
 def _leftovers(folder):
     return sorted(p.name for p in folder.iterdir() if p.name.startswith(".") or p.name.endswith(".lock"))
 
 
+@pytest.mark.parametrize("engine", ["madmax", "lm"])
 @pytest.mark.parametrize("point, count, sig", [
     ("creation", 1, "SIGKILL"),    # metadata written under the temporary name, not renamed yet
     ("mid-unit", 3, "SIGKILL"),    # third unit: float variables written, its status and done flag not
     ("mid-unit", 3, "SIGINT"),     # the same as Ctrl-C: exit 130, one line
-    ("done-flag", 18, "SIGKILL"),  # on the last unit's done flag: every value written, the flag not
+    ("done-flag", -1, "SIGKILL"),  # on the last unit's done flag: every value written, the flag not
 ])
-def test_interrupted_sweep_resumes_bit_identical(tmp_path, reference, point, count, sig):
-    (tmp_path / "s.toml").write_text(SWEEP)
+def test_interrupted_sweep_resumes_bit_identical(tmp_path, references, engine, point, count, sig):
+    text, units, by = SWEEPS[engine]
+    reference = references(engine)
+    count = units if count < 0 else count
+    (tmp_path / "s.toml").write_text(text)
     killed = subprocess.run([sys.executable, "-c", DRIVER, point, sig, str(count), "s.toml", "out.zarr"],
                             cwd=tmp_path, capture_output=True, text=True, timeout=600)
     if sig == "SIGKILL":
@@ -126,7 +151,7 @@ def test_interrupted_sweep_resumes_bit_identical(tmp_path, reference, point, cou
         code, output = _cli("sweep", "s.toml", "-o", "out.zarr", "--no-progress", cwd=tmp_path)
     else:
         assert store.exists()
-        code, output = _cli("best", "out.zarr", "--by", "throughput", cwd=tmp_path)
+        code, output = _cli("best", "out.zarr", "--by", by, cwd=tmp_path)
         assert code == 2 and "not computed" in output, output  # readers refuse the incomplete store
         code, output = _cli("sweep", "s.toml", "-o", "out.zarr", cwd=tmp_path)
         assert code == 2 and "--resume" in output

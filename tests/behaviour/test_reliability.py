@@ -14,8 +14,9 @@ from fastmodel.cli import main
 from fastmodel.errors import FastmodelError, SweepError
 from fastmodel.io.store import writer_lock
 from fastmodel.madmax.lowering.params import STATUS
-from fastmodel.sweep import Sweep, create_store, run_in_memory, run_to_store, write_units
-from fastmodel.sweep.axes import MAX_AXIS_VALUES, axis_values
+from fastmodel.madmax.sweep.axes import MAX_AXIS_VALUES, axis_values
+from fastmodel.madmax.sweep.definition import Sweep
+from fastmodel.sweeps import create_store, run_in_memory, run_to_store, write_units
 
 AXES = {"num_nodes": [2, 4], "flops_util": {"start": 0.4, "stop": 0.8, "num": 9}, "plan": ["fsdp/ddp", "tp,ddp/mp"]}
 SWEEP_TOML = ('model = "llama-7b"\nsystem = "dc-a"\ntask = "llm-pretrain"\n'

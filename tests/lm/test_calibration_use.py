@@ -16,6 +16,7 @@ import pytest
 import xarray as xr
 from click.testing import CliRunner
 
+from fastmodel import sweep
 from fastmodel.api import evaluate
 from fastmodel.cli import main
 from fastmodel.errors import SpecError
@@ -23,7 +24,6 @@ from fastmodel.io.batch import run_batch
 from fastmodel.lm.api import evaluate_lm, evaluate_record
 from fastmodel.lm.calibrate import read_calibration
 from fastmodel.lm.calibrate.use import CalibrationWarning
-from fastmodel.sweep import sweep
 
 RUNS = Path(__file__).resolve().parents[1] / "data" / "runs_dev.jsonl"
 H100_HBM_EFF = 0.80          # specs/devices/h100-sxm.toml

@@ -84,12 +84,14 @@ def test_cli_timeline_errors_are_one_line_exit_2(tmp_path):
 
 
 def test_every_op_kind_has_its_own_colour():
+    from fastmodel.kernels.streams import CATEGORY_NAMES
     from fastmodel.plot import style as S
-    from fastmodel.plot.timeline_lm import KIND_COLOURS, KIND_LABELS
+    from fastmodel.plot.timeline import KIND_COLOURS, KIND_LABELS
 
-    assert set(KIND_COLOURS) == set(KINDS) == set(KIND_LABELS)
-    colours = list(KIND_COLOURS.values()) + [S.PALETTE["exposed"]]
-    assert len(set(colours)) == len(colours)
+    for kinds in (KINDS, CATEGORY_NAMES):          # each engine's op kinds: a colour and a label each
+        assert set(kinds) <= set(KIND_COLOURS) and set(kinds) <= set(KIND_LABELS)
+        colours = [KIND_COLOURS[k] for k in kinds] + [S.PALETTE["exposed"]]
+        assert len(set(colours)) == len(colours)
 
 
 @pytest.mark.parametrize("plan", ["tp8.pp4", "tp4.cp2", "dp"])

@@ -46,4 +46,5 @@ def test_fits_memory_is_a_bool_in_evaluate_as_in_sweeps():
     one = fm.evaluate("llama2-70b", "dc-a", "llm-pretrain", plan="fsdp/ddp")
     grid = fm.sweep("llama2-70b", "dc-a", "llm-pretrain", {"num_nodes": [2, 4], "plan": ["fsdp/ddp"]})
     assert one.fits_memory.dtype == bool and grid.fits_memory.dtype == bool
-    assert list(one.data_vars)[:2] == ["iteration_time", "throughput"]
+    assert list(one.data_vars)[:2] == ["step_time", "throughput"]
+    assert one.iteration_time.attrs["alias_of"] == "step_time" and float(one.iteration_time) == float(one.step_time)

@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 
 import fastmodel
+from fastmodel import sweep
 from fastmodel.errors import SweepError
 from fastmodel.madmax.lowering.params import STATUS
-from fastmodel.sweep import run_in_memory, sweep
-from fastmodel.sweep.file import load_sweep_file
+from fastmodel.sweeps import run_in_memory
+from fastmodel.sweeps.file import load_sweep_file
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +100,7 @@ def test_spec_axes_round_trip_through_the_stored_definition(tmp_path):
     """Workers and --resume rebuild a sweep from its definition: spec axes carry the specs, not just names."""
     import json
 
-    from fastmodel.sweep import Sweep
+    from fastmodel.madmax.sweep.definition import Sweep
 
     spec = tmp_path / "mine.toml"
     spec.write_text((Path(__file__).parents[2] / "specs" / "systems" / "cloud-a-h100-80gb.toml").read_text()

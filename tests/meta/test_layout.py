@@ -1,5 +1,5 @@
 """The package layout (issues 9 and 21): three wings with one door each, small modules and functions, no
-import cycle, ``fastmodel.sweep`` a callable package.
+import cycle, ``fastmodel.sweep`` a function (the shared sweep package is ``fastmodel.sweeps``).
 
 Wings (``fastmodel/madmax``, ``fastmodel/lm``, ``fastmodel/serve`` and their kernels under ``kernels/``)
 never import each other, except serving's use of the training wing's layer shape; shared services
@@ -7,9 +7,7 @@ never import each other, except serving's use of the training wing's layer shape
 import a wing; imports inside functions count."""
 
 import ast
-import importlib
 import pickle
-import types
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,7 +22,7 @@ WINGS = ("madmax", "lm", "serve")
 #: the modules the root of fastmodel/ may hold (no engine module sits there: each lives in its wing)
 ROOT_MODULES = {"__init__", "api", "engines", "errors", "semantics", "testing", "progress_bar"}
 #: the modules the root of kernels/ may hold: the kernels every engine shares
-SHARED_KERNELS = {"__init__", "jit", "args", "schedule", "streams", "roofline", "nccl"}
+SHARED_KERNELS = {"__init__", "jit", "args", "schedule", "streams", "roofline", "nccl", "columns"}
 
 #: source folder -> the package it is installed as (pyproject.toml [tool.setuptools.package-dir])
 PACKAGES = {"fastmodel": "fastmodel", "kernels": "fastmodel.kernels", "specs": "fastmodel.specs"}
@@ -128,28 +126,37 @@ def test_cycle_finder_finds_a_planted_cycle():
 
 def test_no_import_cycle():
     modules = _modules()
-    assert {"fastmodel.sweep", "fastmodel.sweep.store", "fastmodel.kernels.lm.memory"} <= set(modules)
+    assert {"fastmodel.sweeps", "fastmodel.sweeps.store", "fastmodel.kernels.lm.memory"} <= set(modules)
     assert _cycle(_import_graph(modules)) is None
 
 
-def test_sweep_is_a_callable_package():
-    import fastmodel
+def test_sweep_is_the_function_and_no_module_is_callable():
+    """``fastmodel.sweep`` is the function (fastmodel/api.py) however many submodules of the sweep package
+    ``fastmodel.sweeps`` are imported, and no module of the package reassigns a module's class."""
+    import subprocess
+    import sys
 
-    package = importlib.import_module("fastmodel.sweep")
-    assert isinstance(package, types.ModuleType) and package.__path__  # a package, not the function
-    from fastmodel.sweep.api import sweep
-
-    assert package.sweep is sweep and callable(package)
-    assert callable(fastmodel.sweep)
-    assert fastmodel.sweep is sweep or fastmodel.sweep is package
+    probe = """
+import types, fastmodel
+first = fastmodel.sweep
+import fastmodel.sweeps, fastmodel.sweeps.store, fastmodel.sweeps.run
+from fastmodel.api import sweep
+assert first is sweep and fastmodel.sweep is sweep and isinstance(sweep, types.FunctionType)
+assert type(fastmodel.sweeps) is types.ModuleType and not callable(fastmodel.sweeps)
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    assert done.stdout.strip() == "ok", done.stderr
+    for path in (ROOT / "fastmodel").rglob("*.py"):
+        assert "__class__ =" not in path.read_text(), f"{path}: a module's class is reassigned"
 
 
 def test_dask_task_pickles_by_module_path():
     """Workers import the store-writing task by its module path, so it must pickle as a reference."""
-    from fastmodel.sweep.store import write_units_task
+    from fastmodel.sweeps.store import write_units_task
 
     data = pickle.dumps(write_units_task)
-    assert b"fastmodel.sweep.store" in data and b"write_units_task" in data
+    assert b"fastmodel.sweeps.store" in data and b"write_units_task" in data
     assert pickle.loads(data) is write_units_task
 
 
@@ -166,50 +173,8 @@ def _part(module: str) -> str:
     return "shared"
 
 
-#: imports that break the wing rules today, each with the issue-21 item that removes it (must only shrink)
-KNOWN_CROSSINGS: set[tuple[str, str]] = {
-    ("fastmodel.analysis.best", "fastmodel.madmax.lowering.params"),
-    ("fastmodel.io.batch", "fastmodel.lm.calibrate.overlay"),
-    ("fastmodel.kernels.nccl", "fastmodel.kernels.lm.layout"),
-    ("fastmodel.kernels.roofline", "fastmodel.kernels.lm.layout"),
-    ("fastmodel.lm.pipeline_program", "fastmodel.madmax.engine"),
-    ("fastmodel.plot.breakdown", "fastmodel.kernels.madmax.layout"),
-    ("fastmodel.plot.data", "fastmodel.madmax.lowering.params"),
-    ("fastmodel.plot.heatmap", "fastmodel.madmax.lowering.params"),
-    ("fastmodel.plot.timeline", "fastmodel.kernels.madmax.layout"),
-    ("fastmodel.plot.timeline", "fastmodel.madmax.engine"),
-    ("fastmodel.plot.timeline_lm", "fastmodel.lm.timeline"),
-    ("fastmodel.serve.api", "fastmodel.lm.table"),
-    ("fastmodel.serve.records", "fastmodel.lm.records"),
-    ("fastmodel.serve.validate", "fastmodel.lm.validate"),
-    ("fastmodel.sweep.axes", "fastmodel.madmax.families"),
-    ("fastmodel.sweep.axes", "fastmodel.madmax.parallel.plans"),
-    ("fastmodel.sweep.axes", "fastmodel.madmax.parallel.rules"),
-    ("fastmodel.sweep.axes", "fastmodel.madmax.spec.system"),
-    ("fastmodel.sweep.axes", "fastmodel.madmax.spec.task"),
-    ("fastmodel.sweep.dataset", "fastmodel.kernels.madmax.layout"),
-    ("fastmodel.sweep.dataset", "fastmodel.madmax.lowering.params"),
-    ("fastmodel.sweep.definition", "fastmodel.madmax.families"),
-    ("fastmodel.sweep.definition", "fastmodel.madmax.parallel.rules"),
-    ("fastmodel.sweep.definition", "fastmodel.madmax.spec.loader"),
-    ("fastmodel.sweep.evaluation", "fastmodel.madmax.engine"),
-    ("fastmodel.sweep.evaluation", "fastmodel.madmax.families"),
-    ("fastmodel.sweep.evaluation", "fastmodel.madmax.lowering.config"),
-    ("fastmodel.sweep.evaluation", "fastmodel.madmax.lowering.params"),
-    ("fastmodel.sweep.evaluation", "fastmodel.madmax.spec.task"),
-    ("fastmodel.sweep.real", "fastmodel.lm.loader"),
-    ("fastmodel.sweep.real", "fastmodel.lm.lowering"),
-    ("fastmodel.sweep.real", "fastmodel.lm.sweep"),
-    ("fastmodel.sweep.real", "fastmodel.lm.table"),
-    ("fastmodel.sweep.real", "fastmodel.serve.api"),
-    ("fastmodel.sweep.real", "fastmodel.serve.models"),
-    ("fastmodel.sweep.real", "fastmodel.serve.spec"),
-    ("fastmodel.sweep.run", "fastmodel.kernels.madmax.layout"),
-    ("fastmodel.sweep.run", "fastmodel.madmax.lowering.params"),
-    ("fastmodel.sweep.size", "fastmodel.madmax.lowering.params"),
-    ("fastmodel.sweep.store", "fastmodel.kernels.madmax.layout"),
-    ("fastmodel.sweep.store", "fastmodel.madmax.lowering.params"),
-}
+#: imports that break the wing rules (issue 21 emptied it; keep it empty: share through fastmodel.engines instead)
+KNOWN_CROSSINGS: set[tuple[str, str]] = set()
 
 
 def _crossings() -> set[tuple[str, str]]:
@@ -247,7 +212,7 @@ def test_wings_never_import_each_other_and_shared_services_no_wing():
 
 def test_the_rule_finder_sees_a_crossing():
     assert _part("fastmodel.lm.sweep") == "lm" and _part("fastmodel.kernels.serve.costs") == "kernels.serve"
-    assert _part("fastmodel.kernels.roofline") == "kernels" and _part("fastmodel.sweep.store") == "shared"
+    assert _part("fastmodel.kernels.roofline") == "kernels" and _part("fastmodel.sweeps.store") == "shared"
     assert _part("fastmodel.engines") == "root" and _part("fastmodel.cli.run") == "root"
 
 

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from fastmodel.errors import SpecError
-from fastmodel.registry.lm import COLUMN_INDEX, SERVE_RESULT_INDEX
+from fastmodel.registry.lm import COLUMN_INDEX
+from fastmodel.registry.serve import SERVE_RESULT_INDEX
 from fastmodel.serve.api import columns, device_columns, evaluate, evaluate_table, sweep
 
 L70 = dict(layers=80, hidden=8192, ffn=28672, heads=64, kv_heads=8, head_dim=128, vocab=128256)
@@ -175,7 +176,7 @@ def test_illegal_points_keep_a_status():
         columns("llama3.1-8b", "H100", pp=3, batch_size=1),
         columns("mixtral-8x7b", "H100", tp=2, ep=4, batch_size=1),
     ], axis=1))
-    from fastmodel.registry.lm import SERVE_STATUS
+    from fastmodel.registry.serve import SERVE_STATUS
 
     assert list(status) == [SERVE_STATUS[k] for k in ("no_fp8", "heads_not_divisible_by_tp",
                                                       "layers_not_divisible_by_pp", "ep_not_dividing")]

@@ -81,3 +81,43 @@ def test_real_world_spec_lines_give_run_s_one_line_reasons():
     assert "task.kind" in records[1]["status"] and "pretraining" in records[1]["status"]
     assert "semantics 'default'" in records[2]["status"]
     assert "unknown key 'plann'" in records[3]["status"] and "'plan'" in records[3]["status"]
+
+
+def test_a_line_carries_only_its_engine_s_variables_and_tables_the_union_of_the_kinds_present(tmp_path):
+    """A run record's line holds the real-world model's variables (no MAD-Max key set to null), a MAD-Max line
+    MAD-Max's, a serving line serving's; CSV and Parquet take the union of the columns of the kinds present."""
+    pq = pytest.importorskip("pyarrow.parquet")
+    import csv
+
+    from fastmodel.io.batch import engine_outputs
+
+    madmax = '{"model": "llama2-70b", "system": "dc-a", "task": "llm-pretrain", "plan": "tp,ddp/mp", "num_nodes": 16}'
+    lines = [madmax, RUNS.read_text().splitlines()[0], json.dumps(SERVE)]
+    records = list(run_batch(lines))
+    for record, engine, label in zip(records, ("madmax", "lm", "serve"), ("plan", "id", "id")):
+        assert list(record) == ["case", "status", label, *engine_outputs(engine)[0]], engine
+        # null only where the engine has no value (MAD-Max: no train_samples, price or TDP in these specs)
+        assert {k for k, v in record.items() if v is None} <= {"train_time", "gpu_hours", "cost", "energy"}
+    assert "tokens_per_s" not in records[0] and "exposed_comm" not in records[1] and "step_time" not in records[2]
+    assert records[1]["memory_weights"] > 0 and records[1]["iteration_time"] == records[1]["step_time"]
+    source = tmp_path / "in.jsonl"
+    source.write_text("\n".join(lines) + "\n")
+    for name in ("out.csv", "out.parquet"):
+        assert CliRunner().invoke(main, ["batch", str(source), "-o", str(tmp_path / name)]).exit_code == 0
+    with open(tmp_path / "out.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    table = pq.read_table(tmp_path / "out.parquet").to_pylist()
+    union = list(dict.fromkeys(key for record in records for key in record))
+    # one fixed order: case, status, the kinds' columns in claim order, the engines' results in registry order
+    assert list(rows[0]) == list(table[0]) and sorted(rows[0]) == sorted(union)
+    assert list(rows[0])[:4] == ["case", "status", "id", "plan"] and list(rows[0])[4] == "step_time"
+    for record, row, entry in zip(records, rows, table):
+        for key in union:
+            value = record.get(key)
+            assert entry[key] == (str(value) if key == "case" else value), key
+            assert row[key] == ("" if value is None else str(value) if not isinstance(value, float) else row[key])
+    only_madmax = tmp_path / "madmax.jsonl"
+    only_madmax.write_text(madmax + "\n")
+    assert CliRunner().invoke(main, ["batch", str(only_madmax), "-o", str(tmp_path / "m.csv")]).exit_code == 0
+    with open(tmp_path / "m.csv", newline="") as handle:
+        assert next(csv.reader(handle)) == ["case", "status", "plan", *engine_outputs("madmax")[0]]

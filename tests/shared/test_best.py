@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
+from fastmodel import sweep
 from fastmodel.analysis.best import best, open_result, where_mask
 from fastmodel.errors import SweepError
-from fastmodel.sweep import sweep
 
 
 @pytest.fixture(scope="module")

@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from fastmodel import sweep
 from fastmodel.analysis.best import best, fits_filter_applies
 from fastmodel.cli import main
 from fastmodel.errors import SweepError
 from fastmodel.lm.sweep import lm_sweep
-from fastmodel.sweep import sweep
 
 PLANS = ["dp", "cp2", "tp8.pp4", "tp4.pp4", "tp8.pp8", "tp2.pp8", "tp3"]
 

@@ -96,7 +96,8 @@ def test_every_kernel_module_compiles_through_the_project_decorator():
 
 def test_editing_the_registry_the_kernels_compile_in_changes_the_cache_key(tmp_path):
     sources = [Path(p) for p in jit._constant_sources()]
-    assert [p.name for p in sources] == ["lm.py", "madmax.py"]      # the registry modules layouts derive from
+    # the registry modules the layouts derive from
+    assert [p.name for p in sources] == ["lm.py", "madmax.py", "serve.py", "variables.py"]
     copies = []
     for path in sources:
         copy = tmp_path / path.name
@@ -109,7 +110,8 @@ def test_editing_the_registry_the_kernels_compile_in_changes_the_cache_key(tmp_p
         copy.write_bytes(original.replace(b"\n", b"\n\n", 1))
         assert jit.kernel_source_key(KERNELS, copies) != key, copy.name
         copy.write_bytes(original)
-    assert [p.name for p in jit._constant_sources("lm")] == ["lm.py"]   # an engine's key reads its own registry
+    # an engine's key reads its own registry and the shared variables, not another engine's
+    assert [p.name for p in jit._constant_sources("lm")] == ["lm.py", "variables.py"]
 
 
 # --- first use speaks (issue 25 item 7) -------------------------------------------------------------------------

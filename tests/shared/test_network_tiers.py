@@ -179,7 +179,7 @@ def test_dump_is_the_madmax_form_and_round_trips():
 
 
 def test_sweep_axes_see_no_second_allreduce_fraction():
-    from fastmodel.sweep.axes import FIELDS, axis_path
+    from fastmodel.madmax.sweep.axes import FIELDS, axis_path
 
     assert axis_path("allreduce_intra_fraction") == "system.network.allreduce_intra_fraction"
     assert not any(path.startswith("system.tiers") for path in FIELDS)

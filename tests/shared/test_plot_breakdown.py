@@ -1,12 +1,15 @@
-"""Breakdown: stacked bars are the dataset's components; the overlapped bar sums to the iteration time."""
+"""Breakdown: stacked bars are the dataset's components (the registry's BREAKDOWN of its engine); the overlapped
+bar sums to the step time."""
 
 import numpy as np
 import pytest
 from plot_data import PLANS, synthetic_sweep
 
 import fastmodel.plot as P
-from fastmodel.plot.breakdown import OVERLAPPED, SERIALIZED
 from fastmodel.plot.data import PlotError
+from fastmodel.registry.madmax import BREAKDOWN
+
+SERIALIZED, OVERLAPPED = BREAKDOWN.serialized, BREAKDOWN.overlapped
 
 
 @pytest.fixture(scope="module")
@@ -33,13 +36,13 @@ def test_bars_equal_components_side_by_side(ds, tmp_path):
                 assert y == pytest.approx(bottom) and h == pytest.approx(float(row[part]))
                 bottom += h
             if kind == "Overlapped":
-                assert bottom == pytest.approx(float(row.iteration_time), rel=1e-12)
+                assert bottom == pytest.approx(float(row.step_time), rel=1e-12)
             else:
                 assert bottom == pytest.approx(float(row.time_gemm + row.time_emb + row.time_allreduce
                                                      + row.time_allgather + row.time_reducescatter))
     P.save(fig, tmp_path / "b.svg")
     svg = (tmp_path / "b.svg").read_text()
-    for text in ("fsdp/ddp", "ddp/ddp", "ser.", "ovl.", "exposed comm.", "GEMM", "time per iteration [s]"):
+    for text in ("fsdp/ddp", "ddp/ddp", "ser.", "ovl.", "exposed comm.", "GEMM", "time per step [s]"):
         assert text in svg, text
 
 

@@ -91,7 +91,7 @@ def test_python_errors(two_dims):
         memory_bars(two_dims, dim="plans", sel={"num_nodes": 16})
     with pytest.raises(PlotError, match="did you mean 'memory'"):
         P.breakdown(two_dims, quantity="memroy")
-    with pytest.raises(PlotError, match=r"no result \(illegal\) for plan=tp3"):
+    with pytest.raises(PlotError, match=r"no result \(illegal or does not fit\) for plan=tp3"):
         P.breakdown(two_dims, sel={"num_nodes": 16})
     with pytest.raises(PlotError, match="real-world result"):
         memory_bars(synthetic_sweep())
@@ -130,7 +130,7 @@ def test_cli_writes_the_figure_atomically(files, tmp_path, args, suffix):
     (["memory", "{r}", "--sel", "num_nodes=64"], "num_nodes=64 is not in the data"),
     (["memory", "{m}", "--sel", "num_nodes=16"], "real-world result"),
     (["breakdown", "{m}", "--memory", "--sel", "num_nodes=16"], "real-world result"),
-    (["breakdown", "{r}", "--sel", "num_nodes=16"], "no result (illegal) for plan=tp3"),
+    (["breakdown", "{r}", "--sel", "num_nodes=16"], "no result (illegal or does not fit) for plan=tp3"),
     (["breakdown", "{r}", "--quantity", "mem", "--sel", "num_nodes=16"], "'mem' is not one of"),
     (["memory", "missing.nc"], "no such file"),
 ])
@@ -145,7 +145,9 @@ def test_cli_bad_input_is_one_line_exit_2(files, tmp_path, args, text):
 
 
 def test_time_breakdown_of_a_real_world_result_stacks_to_the_step_time(two_dims):
-    from fastmodel.plot.breakdown import REAL_COMPUTE
+    from fastmodel.registry.lm import BREAKDOWN
+
+    compute = BREAKDOWN.overlapped[:5]      # GEMM, attention, memory-bound, optimizer, pipeline bubble
 
     plans = ["tp8.pp4", "tp4.pp4", "dp"]
     fig, ax = P.breakdown(two_dims, sel={"num_nodes": 32, "plan": plans})
@@ -153,7 +155,7 @@ def test_time_breakdown_of_a_real_world_result_stacks_to_the_step_time(two_dims)
     for i, plan in enumerate(plans):
         row = two_dims.sel(num_nodes=32, plan=plan)
         for kind, prefix in (("Serialized", "comm_"), ("Overlapped", "exposed_")):
-            parts = [*REAL_COMPUTE, *(prefix + g for g in ("tp", "cp", "ep", "pp", "dp"))]
+            parts = [*compute, *(prefix + g for g in ("tp", "cp", "ep", "pp", "dp"))]
             bottom = 0.0
             for part in parts:
                 component = {"pipeline_bubble": "bubble"}.get(part, part.split("_", 1)[1])

@@ -66,7 +66,7 @@ def test_figure_marks_exactly_the_frontier_and_labels_it(tmp_path):
     assert ax.frontier.on_frontier.sum() == want.sum()
     P.save(fig, tmp_path / "p.svg")
     svg = (tmp_path / "p.svg").read_text()
-    assert "iteration time (lower is better) [s]" in svg and "throughput (higher is better) [samples/s]" in svg
+    assert "step time (lower is better) [s]" in svg and "throughput (higher is better) [samples/s]" in svg
 
 
 def test_direction_override_and_where(tmp_path):

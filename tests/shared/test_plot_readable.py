@@ -7,10 +7,9 @@ import pytest
 import xarray as xr
 
 import fastmodel.plot as P
-from fastmodel.lm.sweep import lm_sweep, point_columns
-from fastmodel.lm.timeline import KINDS, timeline
+from fastmodel.lm.sweep import lm_sweep
 from fastmodel.plot.readable import GAP_PT, MIN_FONT_PT, crowded, visible_labels
-from fastmodel.plot.timeline_lm import lm_timeline_figure
+from fastmodel.plot.timeline import BAR_HEIGHT, KIND_LABELS, timeline_figure
 
 
 def _assert_readable(fig):
@@ -69,12 +68,13 @@ def test_the_validation_legend_sits_outside_the_data():
 
 @pytest.fixture(scope="module")
 def llama_timeline():
-    return timeline(point_columns("llama3.1-70b", "dgx-h100", "llm-pretrain", plan="tp8.pp4", num_nodes=8))
+    from fastmodel import engines
+
+    return engines.timeline(model="llama3.1-70b", system="dgx-h100", task="llm-pretrain", plan="tp8.pp4",
+                            num_nodes=8)
 
 
 def _drawn_seconds(ax, gid):
-    from fastmodel.plot.timeline_lm import BAR_HEIGHT
-
     boxes = [np.array([p.get_extents().bounds for p in c.get_paths()]) for c in ax.collections if c.get_gid() == gid]
     return float(sum(np.sum(b[:, 2] * b[:, 3]) for b in boxes) / BAR_HEIGHT)
 
@@ -83,20 +83,16 @@ def test_a_timeline_window_shows_every_category_in_it_with_its_time(llama_timeli
     """The README's window: the first 3 s of a 266 s step, ops of ~1 ms. The waits for communication are a
     fifth of the window; each category in the window takes the area of its time there, legend included."""
     tl, lo, hi = llama_timeline, 0.0, 3.0
-    fig, ax = lm_timeline_figure(tl, window=(lo, hi))
+    fig, ax = timeline_figure(tl, window=(lo, hi))
     _assert_readable(fig)
     legend = {t.get_text() for t in fig.legends[0].get_texts()}
-    for code, kind in enumerate(KINDS):
+    for code, kind in enumerate(tl.kinds):
         on = tl.kind == code
         seconds = float(np.sum(np.clip(np.minimum(tl.end[on], hi) - np.maximum(tl.start[on], lo), 0.0, None)))
-        drawn = sum(_drawn_seconds(ax, f"ops:{stream}:{kind}") for stream in ("compute", "tp", "cp", "ep", "pp", "dp"))
+        drawn = sum(_drawn_seconds(ax, f"ops:{stream}:{kind}") for stream in tl.rows)
         assert drawn == pytest.approx(seconds, rel=1e-6, abs=1e-9), kind
-        from fastmodel.plot.timeline_lm import KIND_LABELS
-
         assert (KIND_LABELS[kind] in legend) == (seconds > 0), kind
-    from fastmodel.plot.timeline_lm import _compute_waits
-
-    waits = _compute_waits(tl)
+    waits = tl.waits()
     waited = float(np.sum(np.clip(np.minimum(waits[:, 1], hi) - np.maximum(waits[:, 0], lo), 0.0, None)))
     assert waited > 0.15 * (hi - lo) and "exposed comm." in legend
     assert _drawn_seconds(ax, "exposed") == pytest.approx(waited, rel=1e-6)

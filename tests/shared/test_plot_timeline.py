@@ -1,13 +1,18 @@
-"""Timeline: one bar per op of the real LLaMA2-70B FSDP schedule, exposed time = the engine's exposed_comm."""
+"""Timeline: one bar per op of the real LLaMA2-70B FSDP schedule (the MAD-Max engine's door lays it out,
+``fastmodel.engines.timeline``), exposed time = the engine's exposed_comm."""
 
 import numpy as np
 import pytest
 
 import fastmodel
 import fastmodel.plot as P
-from fastmodel.kernels.madmax.layout import CATEGORY_NAMES, STREAM_COMPUTE
+from fastmodel import engines
 from fastmodel.plot.data import PlotError
-from fastmodel.plot.timeline import schedule
+
+
+def schedule(config):
+    """The MAD-Max step of ``config`` op by op (a ``fastmodel.schedule.timeline.Timeline``)."""
+    return engines.timeline(config)
 
 
 @pytest.fixture(scope="module")
@@ -39,25 +44,25 @@ def test_one_bar_per_op_and_busy_time_per_category(config, result):
     busy time, the waits the engine's exposed_comm; a window where ops are wide draws one bar per op."""
     fig, ax = P.timeline(config)
     sched = schedule(config)
-    assert len(sched.names) == 803
+    assert len(sched.names) == 803 and sched.rows == ("compute", "comm.")
     area = _area(ax)
     for gid, seconds in area.items():
-        _, stream, name = gid.split(":")
-        on = (sched.stream == int(stream)) & (sched.category == CATEGORY_NAMES.index(name))
+        _, row, name = gid.split(":")
+        on = (sched.row == sched.rows.index(row)) & (sched.kind == sched.kinds.index(name))
         np.testing.assert_allclose(seconds, float(result[f"time_{name}"]) if name in ("gemm", "emb")
                                    else np.sum(sched.end[on] - sched.start[on]), rtol=1e-6)
     assert _area(ax, "exposed")["exposed"] == pytest.approx(float(result.exposed_comm), rel=1e-6)
     title = ax.get_title(loc="left")
-    assert "iteration 7.28 s" in title and "exposed comm. 1.68 s" in title
-    assert "(23.0% of iteration)" in title  # 1,676.89 / 7,275.72 ms (README's report), the denominator named
+    assert "step 7.28 s" in title and "exposed comm. 1.68 s" in title
+    assert "(23.0% of the step)" in title  # 1,676.89 / 7,275.72 ms (README's report), the denominator named
     lo, hi = 1.0, 1.02
     _, ax = P.timeline(config, window=(lo, hi))
     bars = _bars(ax)
     inside = (sched.end > lo) & (sched.start < hi)
     assert sum(len(b) for b in bars.values()) == int(inside.sum()) >= 5
     for gid, boxes in bars.items():
-        _, stream, name = gid.split(":")
-        on = inside & (sched.stream == int(stream)) & (sched.category == CATEGORY_NAMES.index(name))
+        _, row, name = gid.split(":")
+        on = inside & (sched.row == sched.rows.index(row)) & (sched.kind == sched.kinds.index(name))
         assert len(boxes) == int(on.sum())
         clipped = np.minimum(sched.end[on], hi) - np.maximum(sched.start[on], lo)
         np.testing.assert_allclose(boxes[:, 2].sum(), clipped.sum(), rtol=1e-9)
@@ -68,11 +73,11 @@ def test_aggregate_merges_ops_closer_than_a_pixel(config):
     sched = schedule(config)
     _, ax_agg = P.timeline(config, aggregate=True)
     agg = _bars(ax_agg)
-    gap = sched.iteration_time / 1000
+    gap = sched.total / 1000
     assert sum(len(b) for b in agg.values()) < 0.8 * len(sched.names)
     for gid, boxes in agg.items():
-        _, stream, name = gid.split(":")
-        on = (sched.stream == int(stream)) & (sched.category == CATEGORY_NAMES.index(name))
+        _, row, name = gid.split(":")
+        on = (sched.row == sched.rows.index(row)) & (sched.kind == sched.kinds.index(name))
         merged = int(on.sum()) - len(boxes)
         busy = float(np.sum(sched.end[on] - sched.start[on]))
         assert busy - 1e-9 <= boxes[:, 2].sum() <= busy + merged * gap
@@ -93,13 +98,13 @@ def test_window_draws_only_overlapping_ops(config, tmp_path):
 
 def test_exposed_intervals_are_compute_idle_time(config):
     sched = schedule(config)
-    idle = sched.idle_compute()
-    busy = np.sum((sched.end - sched.start)[sched.stream == STREAM_COMPUTE])
-    assert np.diff(idle, axis=1).sum() + busy == pytest.approx(sched.iteration_time, rel=1e-12)
+    idle = sched.waits()
+    busy = np.sum((sched.end - sched.start)[sched.row == sched.wait_row])
+    assert np.diff(idle, axis=1).sum() + busy == pytest.approx(sched.total, rel=1e-12)
 
 
 def test_bad_window(config):
-    with pytest.raises(PlotError, match="after the iteration ends"):
+    with pytest.raises(PlotError, match="after the step ends"):
         P.timeline(config, window=(100.0, 200.0))
     with pytest.raises(PlotError, match="window must be"):
         P.timeline(config, window=(0.5, 0.1))

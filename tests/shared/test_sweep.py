@@ -8,11 +8,13 @@ import pytest
 import xarray as xr
 
 import fastmodel
+from fastmodel import sweep
 from fastmodel.errors import SweepError
 from fastmodel.madmax.lowering.params import STATUS
-from fastmodel.sweep import Sweep, run_in_memory, run_to_store, sweep, write_units
+from fastmodel.madmax.sweep.definition import Sweep
+from fastmodel.sweeps import run_in_memory, run_to_store, write_units
 
-sweep_module = importlib.import_module("fastmodel.sweep")  # the package exports the function under this name
+sweep_module = importlib.import_module("fastmodel.sweeps")  # the shared sweep machinery (fastmodel.sweep: the call)
 
 AXES = {
     "num_nodes": [1, 4, 16],
@@ -141,7 +143,7 @@ def test_structural_axes_layers_and_kind():
 
 
 def test_too_large_without_store(monkeypatch):
-    monkeypatch.setattr(importlib.import_module("fastmodel.sweep.size"), "available_memory_bytes", lambda: 1 << 20)
+    monkeypatch.setattr(importlib.import_module("fastmodel.sweeps.size"), "available_memory_bytes", lambda: 1 << 20)
     with pytest.raises(SweepError, match="GiB .* zarr"):
         sweep("llama-7b", "dc-a", "llm-pretrain-fsdp", {"flops_util": {"start": 0.1, "stop": 1.0, "num": 10_000}})
 
@@ -179,7 +181,7 @@ def test_dask_local_cluster_matches_local(tmp_path):
 def test_progress_bar_only_when_enabled():
     import io
 
-    from fastmodel.sweep import Progress
+    from fastmodel.sweeps import Progress
 
     stream = io.StringIO()
     bar = Progress(100, stream=stream, enabled=True, min_interval_s=0.0)

@@ -1,5 +1,6 @@
-"""`fastmodel sweep FILE.toml` on real-world LM sweep files and serving sweep files (fastmodel.sweep.real):
-end to end through the CLI, the same numbers as the engines they reuse, resumable stores, one-line errors."""
+"""`fastmodel sweep FILE.toml` on real-world LM sweep files and serving sweep files (their plans in the wings,
+run by the shared machinery of fastmodel/sweeps): end to end through the CLI, the same numbers as the engines
+they reuse, resumable stores and Dask workers as MAD-Max sweeps have, one-line errors."""
 
 from __future__ import annotations
 
@@ -152,9 +153,21 @@ def test_lm_sweep_file_errors_name_file_field_and_reason(cli, tmp_path, change, 
     assert not (tmp_path / "o.nc").exists()
 
 
-def test_lm_sweep_refuses_dask_and_huge_grids(cli, tmp_path):
+def test_lm_and_serving_sweeps_run_on_dask_workers_and_huge_grids_are_refused(cli, tmp_path):
+    """The store of a real-world and of a serving sweep written by two Dask workers equals the local one, value
+    for value (the workers rebuild the plan from the store's definition, fastmodel.engines)."""
+    for name, text in (("lm", LM), ("serve", SERVE)):
+        path = write(tmp_path, text, f"{name}.toml")
+        local, distributed = tmp_path / f"{name}.nc", tmp_path / f"{name}.zarr"
+        assert cli("sweep", path, "-o", local).exit_code == 0
+        result = cli("sweep", path, "-o", distributed, "--workers", "2", "--unit-configs", "4")
+        assert result.exit_code == 0, result.output
+        whole, stored = xr.open_dataset(local, engine="scipy"), xr.open_zarr(distributed)
+        assert bool(stored.unit_done.all()) and stored.unit_done.size > 2
+        for var in whole.data_vars:
+            np.testing.assert_array_equal(whole[var].values, stored[var].values)
     path = write(tmp_path, LM)
-    one_line_error(cli("sweep", path, "-o", tmp_path / "o.zarr", "--workers", "2"), "--workers")
+    one_line_error(cli("sweep", path, "-o", tmp_path / "o.nc", "--workers", "2"), ".zarr")
     huge = LM.replace("micro_batch = [1, 2]", "micro_batch = { start = 1, stop = 100000, num = 100000 }\n"
                       "global_batch = { start = 1, stop = 100000, num = 100000 }")
     one_line_error(cli("sweep", write(tmp_path, huge, "huge.toml"), "-o", tmp_path / "o.zarr"), "--yes")
@@ -295,3 +308,26 @@ def test_heatmap_of_real_world_sweep_names_its_statuses(cli, tmp_path):
     ok = ds.step_time.where(ds.status == 0).sel(micro_batch=1)
     assert any(f"{ok.min().item():,.0f}" in text or f"{ok.min().item():.3g}" in text for text in legend
                if text.startswith("best")), (legend, ok.min().item())
+
+
+def test_fastmodel_sweep_takes_a_serving_task_as_the_sweep_file_does(cli, tmp_path):
+    """From Python a serving task sweeps serving (fastmodel.engines.for_sweep), in memory or into a store, with
+    the values of the same sweep file."""
+    import fastmodel
+
+    axes = {"precision": ["bf16", "fp8"], "tp": [2, 4], "batch_size": [1, 16]}
+    grid = fastmodel.sweep("llama3.1-70b", "H100", "serve-chat", axes)
+    text = SERVE.replace('device = ["H100", "H200"]\n', "").replace("tp = [2, 3, 4]", "tp = [2, 4]").replace(
+        "batch_size = [1, 16, 64]", "batch_size = [1, 16]")
+    out = tmp_path / "s.nc"
+    assert cli("sweep", write(tmp_path, text), "-o", out).exit_code == 0
+    ds = xr.open_dataset(out, engine="scipy")
+    assert grid.attrs["fastmodel_engine"] == "serve" and dict(grid.sizes) == dict(ds.sizes)
+    for name in ("tpot", "ttft", "memory_per_device", "status", "fits_memory"):
+        np.testing.assert_array_equal(grid[name].values, ds[name].values)
+    stored = fastmodel.sweep("llama3.1-70b", "H100", "serve-chat", axes, store=str(tmp_path / "s.zarr"),
+                             unit_configs=3)
+    assert int(stored.unit_done.size) == 4
+    np.testing.assert_array_equal(stored.tpot.values, grid.tpot.values)
+    with pytest.raises(fastmodel.SpecError, match="calibration"):
+        fastmodel.sweep("llama3.1-70b", "H100", "serve-chat", axes, calibration="cal.toml")

@@ -1,17 +1,14 @@
-"""A sweep definition: base specs, semantics and axes; their checks; its JSON round trip.
+"""A MAD-Max sweep: base specs, semantics and axes; their checks; its JSON round trip.
 
-:class:`Sweep` resolves the axes (every value must make a valid spec, before
-any work), and is the object every runner works on: its grid layout
-(:mod:`.grid`), the evaluation of a unit (:mod:`.evaluation`) and the labels
-of its results (:mod:`.dataset`) are its base classes.
+:class:`Sweep` is the MAD-Max engine's sweep plan (``fastmodel.sweeps.plan.SweepPlan``): it resolves the
+axes (every value must make a valid spec, before any work) and evaluates a unit through the kernels
+(:mod:`.evaluation`, its other base class); the shared runners (``fastmodel.sweeps``) cut it into units, keep
+it in memory or stream it into a zarr store, on Dask workers too.
 """
 
 from __future__ import annotations
 
 import json
-import math
-from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -20,33 +17,36 @@ from fastmodel.errors import FastmodelError, SpecError, SweepError, nearest
 from fastmodel.madmax.families import FAMILIES
 from fastmodel.madmax.parallel.rules import check_plan_shape
 from fastmodel.madmax.spec.loader import load_model, load_system, load_task
-from fastmodel.registry.madmax import NAMES
+from fastmodel.madmax.sweep.axes import (
+    FIELDS,
+    NUM_DEVICES,
+    SPEC_AXES,
+    STRUCTURAL,
+    axis_dim,
+    axis_path,
+    axis_values,
+    plan_values,
+)
+from fastmodel.madmax.sweep.evaluation import UnitEvaluation, set_path
 from fastmodel.semantics import get_semantics
 from fastmodel.spec.loader import validate
-from fastmodel.sweep.axes import NUM_DEVICES, SPEC_AXES, STRUCTURAL, axis_dim, axis_path, axis_values, plan_values
-from fastmodel.sweep.dataset import DatasetLabels
-from fastmodel.sweep.evaluation import UnitEvaluation, set_path
-from fastmodel.sweep.grid import GridLayout
+from fastmodel.sweeps.plan import Axis, SweepPlan
 
 #: default size of a unit of work, in configurations
-UNIT_CONFIGS = 1 << 18
+UNIT_CONFIGS = SweepPlan.UNIT_CONFIGS
 #: most combinations of structural axes (plans x models x layer counts ...), each checked and lowered up front
 MAX_STRUCTURAL_COMBINATIONS = 1_000_000
-#: result variables stored as float64 (fits_memory and status are stored as bool / int8)
-FLOAT_VARIABLES = tuple(n for n in NAMES if n != "fits_memory")
+#: units of the spec quantities an axis may carry (``FieldInfo.quantity``), for its coordinate's attrs
+_QUANTITY_UNITS = {"flop_per_s": "FLOP/s", "bytes_per_s": "B/s", "bytes": "bytes"}
 
 
-@dataclass(frozen=True)
-class Axis:
-    name: str            # dataset dimension
-    path: str            # spec field path, or "plan", "model", "system"
-    values: np.ndarray   # coordinate values (plan labels for the plan axis)
-    structural: bool
+class Sweep(SweepPlan, UnitEvaluation):
+    """A MAD-Max sweep plan: base specs, semantics and axes (each value checked), and the evaluation of a
+    unit (:class:`~fastmodel.madmax.sweep.evaluation.UnitEvaluation`)."""
 
-
-class Sweep(GridLayout, UnitEvaluation, DatasetLabels):
-    """A sweep definition: base specs, semantics and axes (each value checked), with its grid layout, unit
-    evaluation and result labels (the base classes)."""
+    engine = "madmax"
+    #: bench/bench_sweep.py streams about 1.1 M configurations/s into a zarr store
+    ESTIMATE_CONFIGS_PER_S = 1e6
 
     def __init__(self, model: Any, system: Any, task: Any, axes: dict[str, Any],
                  semantics: Any = "default", unit_configs: int = UNIT_CONFIGS,
@@ -57,25 +57,10 @@ class Sweep(GridLayout, UnitEvaluation, DatasetLabels):
         self.models = [self.model]      # one per value of a model axis
         self.systems = [self.system]    # one per value of a system axis
         self.semantics = get_semantics(semantics)
-        self.unit_configs = int(unit_configs)
         self._axis_specs = axis_specs or {}  # model/system axes: the specs themselves (from a stored definition)
         if not isinstance(axes, dict) or not axes:
             raise SweepError("a sweep needs at least one axis (e.g. plan = 'all')")
-        self.axes = self._resolve_axes(axes)
-        self.shape = tuple(len(a.values) for a in self.axes)
-        self.dims = tuple(a.name for a in self.axes)
-        self.num_configs = math.prod(self.shape)
-        self.structural_axes = [i for i, a in enumerate(self.axes) if a.structural]
-        self.numeric_axes = [i for i, a in enumerate(self.axes) if not a.structural]
-        programs = math.prod(self.shape[i] for i in self.structural_axes)
-        if programs > MAX_STRUCTURAL_COMBINATIONS:
-            raise SweepError(f"the structural axes ({', '.join(self.axes[i].name for i in self.structural_axes)}) "
-                             f"make {programs:,} combinations, each its own program; at most "
-                             f"{MAX_STRUCTURAL_COMBINATIONS:,}")
-        self.block = self._block_shape()
-        # a result variable that is also an axis (global_batch) is the coordinate itself
-        self.float_variables = tuple(n for n in FLOAT_VARIABLES if n not in self.dims)
-        self._combos = self._structural_combinations()
+        self.set_axes(self._resolve_axes(axes), unit_configs, MAX_STRUCTURAL_COMBINATIONS)
         for combo in self._combos:  # every structural combination must make valid specs, before any work
             self._combo_specs(combo)
 
@@ -92,16 +77,16 @@ class Sweep(GridLayout, UnitEvaluation, DatasetLabels):
             seen[path] = str(name)
             if path == "plan":
                 plan_spec = spec
-                resolved.append(Axis("plan", "plan", np.array([], dtype=object), True))
+                resolved.append(Axis("plan", "plan", np.array([], dtype=object), True, {"field": "plan"}))
                 continue
             if path in SPEC_AXES:
-                resolved.append(Axis(path, path, self._load_spec_axis(path, spec), True))
+                resolved.append(Axis(path, path, self._load_spec_axis(path, spec), True, {"field": path}))
                 continue
             if {NUM_DEVICES, "system.num_nodes"} <= set(seen):
                 raise SweepError("give either a num_devices or a num_nodes axis, not both")
             values = axis_values(path, spec)
             self._validate_values(path, values)
-            resolved.append(Axis(axis_dim(path), path, values, path in STRUCTURAL))
+            resolved.append(Axis(axis_dim(path), path, values, path in STRUCTURAL, _coordinate_attrs(path)))
         clusters = self._clusters(resolved)
         families = {m.family for m in self.models}
         want_three = any(FAMILIES[name].has_transformer_component for name in families)
@@ -113,7 +98,8 @@ class Sweep(GridLayout, UnitEvaluation, DatasetLabels):
             self.plans = plans
             labels = np.array([p.shape if all(lv.degree is None for lv in p.levels) else p.label
                                for p in plans], dtype=object)
-            resolved = [Axis("plan", "plan", labels, True) if a.path == "plan" else a for a in resolved]
+            resolved = [Axis("plan", "plan", labels, True, {"field": "plan"}) if a.path == "plan" else a
+                        for a in resolved]
         else:
             if self.task.plan is None:
                 raise SweepError(f"task {self.task.name!r} leaves the plan open: add a 'plan' axis (e.g. plan = 'all')")
@@ -212,6 +198,18 @@ class Sweep(GridLayout, UnitEvaluation, DatasetLabels):
             definition["axis_specs"] = specs
         return definition
 
+    def dataset_attrs(self) -> dict:
+        from fastmodel import __version__
+
+        return {
+            "model": json.dumps(self.model.model_dump()),
+            "system": json.dumps(self.system.model_dump()),
+            "task": json.dumps(self.task.model_dump()),
+            "semantics": json.dumps(self.semantics.model_dump()),
+            "sweep": json.dumps(self.definition()),
+            "fastmodel_version": __version__,
+        }
+
     @classmethod
     def from_definition(cls, definition: dict) -> "Sweep":
         semantics = dict(definition["semantics"])
@@ -221,7 +219,8 @@ class Sweep(GridLayout, UnitEvaluation, DatasetLabels):
                    definition.get("axis_specs"))
 
 
-@lru_cache(maxsize=8)
-def sweep_from_json(definition_json: str) -> Sweep:
-    """The sweep of a JSON definition, cached (a Dask worker rebuilds it once for all its tasks)."""
-    return Sweep.from_definition(json.loads(definition_json))
+def _coordinate_attrs(path: str) -> dict:
+    """Attrs of a field axis' coordinate: the spec field it sets and, for a quantity, its units."""
+    info = FIELDS.get(path)
+    units = _QUANTITY_UNITS.get(info.quantity) if info is not None and info.quantity else None
+    return {"field": path, **({"units": units} if units else {})}

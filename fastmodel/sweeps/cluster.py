@@ -7,9 +7,9 @@ import os
 from typing import Callable
 
 from fastmodel.errors import SweepError
-from fastmodel.sweep.definition import Sweep
-from fastmodel.sweep.grid import Unit
-from fastmodel.sweep.store import write_units_task
+from fastmodel.sweeps.grid import Unit
+from fastmodel.sweeps.plan import SweepPlan
+from fastmodel.sweeps.store import write_units_task
 
 
 def check_scheduler_address(scheduler: str) -> None:
@@ -44,14 +44,15 @@ def _check_workers_see(client, path: str) -> None:
                          "write it on a filesystem every worker mounts at the same path")
 
 
-def write_units_on_cluster(client, sweep: Sweep, path: str, todo: list[Unit],
+def write_units_on_cluster(client, plan: SweepPlan, path: str, todo: list[Unit],
                            progress: Callable[[int], None] | None = None) -> None:
     """Write ``todo`` into the store at ``path`` with the workers of ``client`` (about 8 tasks per worker)."""
     _check_workers_see(client, path)
-    definition_json = json.dumps(sweep.definition())
+    definition_json = json.dumps(plan.definition())
     per_task = max(1, len(todo) // (8 * max(1, len(client.scheduler_info().get("workers", {})))))
     batches = [todo[k:k + per_task] for k in range(0, len(todo), per_task)]
-    futures = [client.submit(write_units_task, definition_json, path, [u.index for u in batch], pure=False)
+    futures = [client.submit(write_units_task, plan.engine, definition_json, path, [u.index for u in batch],
+                             pure=False)
                for batch in batches]
     from distributed import as_completed
 

@@ -11,7 +11,7 @@ from fastmodel.madmax.lowering.config import check_task_fits_family, structure_k
 from fastmodel.madmax.lowering.params import param_table
 from fastmodel.madmax.spec.task import TaskSpec
 from fastmodel.spec.loader import validate
-from fastmodel.sweep.grid import Unit
+from fastmodel.sweeps.grid import Unit
 
 
 def set_path(data: dict, path: str, value) -> None:
@@ -26,7 +26,7 @@ def set_path(data: dict, path: str, value) -> None:
 
 
 class UnitEvaluation:
-    """Evaluation of units for a :class:`~fastmodel.sweep.definition.Sweep` (a base class of it): needs its
+    """Evaluation of units for a :class:`~fastmodel.madmax.sweep.definition.Sweep` (a base class of it): needs its
     base specs, ``plans``, ``models``, ``systems``, ``semantics`` and axes."""
 
     def _combo_specs(self, combo: tuple[int, ...]):

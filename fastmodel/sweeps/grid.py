@@ -1,7 +1,7 @@
 """The grid's layout into units of work: hyper-rectangles of at most ``unit_configs`` points.
 
-Axes that change the op graph are *structural*; each combination of their
-values is one Program. The numeric axes are cut into blocks (trailing axes
+Structural axes are looped over (MAD-Max: they change the op graph, so each
+combination of their values is one Program); the numeric axes are cut into blocks (trailing axes
 whole, the first one split), so a unit is one structural combination times one
 block of each numeric axis, a contiguous range of the internal layout
 (structural axes first, then numeric, C order).
@@ -31,14 +31,15 @@ class Unit:
 
 
 class GridLayout:
-    """The unit layout of a :class:`~fastmodel.sweep.definition.Sweep` (a base class of it): needs its
+    """The unit layout of a :class:`~fastmodel.sweeps.plan.SweepPlan` (a base class of it): needs its
     ``axes``, ``shape``, ``structural_axes``, ``numeric_axes``, ``unit_configs``, ``block`` and ``_combos``."""
 
-    def _block_shape(self) -> tuple[int, ...]:
-        """Block size along each numeric axis: trailing axes whole, the first split."""
+    def _block_shape(self, unit_configs: int | None = None) -> tuple[int, ...]:
+        """Block size along each numeric axis for units of at most ``unit_configs`` points (default: the
+        plan's): trailing axes whole, the first split."""
         sizes = [self.shape[i] for i in self.numeric_axes]
         block = [1] * len(sizes)
-        room = max(1, self.unit_configs)
+        room = max(1, self.unit_configs if unit_configs is None else unit_configs)
         for k in range(len(sizes) - 1, -1, -1):
             take = min(sizes[k], max(1, room))
             block[k] = take
@@ -47,17 +48,16 @@ class GridLayout:
                 break
         return tuple(block)
 
-    def _structural_combinations(self) -> list[tuple[int, ...]]:
-        return list(itertools.product(*(range(self.shape[i]) for i in self.structural_axes)))
-
-    def units(self) -> Iterator[Unit]:
-        """Every unit of work, in a fixed order (unit.index counts from 0)."""
+    def units(self, unit_configs: int | None = None) -> Iterator[Unit]:
+        """Every unit of work, in a fixed order (unit.index counts from 0); with ``unit_configs``, units of that
+        size instead of the plan's (an in-memory run of a plan whose units build no table)."""
+        block = self.block if unit_configs is None else self._block_shape(unit_configs)
         numeric_sizes = [self.shape[i] for i in self.numeric_axes]
-        starts = [range(0, size, b) for size, b in zip(numeric_sizes, self.block)]
+        starts = [range(0, size, b) for size, b in zip(numeric_sizes, block)]
         index = 0
         for combo in self._combos:
             for corner in itertools.product(*starts):
-                blocks = tuple(slice(c, min(c + b, size)) for c, b, size in zip(corner, self.block, numeric_sizes))
+                blocks = tuple(slice(c, min(c + b, size)) for c, b, size in zip(corner, block, numeric_sizes))
                 yield Unit(index, combo, blocks)
                 index += 1
 

@@ -8,7 +8,6 @@ from pathlib import Path
 import numpy as np
 
 from fastmodel.errors import SweepError
-from fastmodel.madmax.lowering.params import STATUS_NAMES
 
 
 def available_memory_bytes() -> int:
@@ -23,14 +22,13 @@ def available_memory_bytes() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def summarise_status(counts: np.ndarray, total: int) -> str:
-    """"40% illegal_plan, 10% does_not_fit": the share of each status other than ok among ``total`` points."""
-    parts = [f"{100 * c / total:.0f}% {STATUS_NAMES[k]}" for k, c in enumerate(counts) if c and k != 0]
+def summarise_status(counts: np.ndarray, total: int, names) -> str:
+    """"40% illegal_plan, 10% does_not_fit": the share of each status other than ok among ``total`` points
+    (``names``: the status names of the engine, in code order)."""
+    parts = [f"{100 * c / total:.0f}% {names[k] if k < len(names) else k}" for k, c in enumerate(counts) if c and k]
     return ", ".join(parts)
 
 
-#: configurations per second assumed for the up-front estimate (bench/bench_sweep.py streams ~1.1 M/s to zarr)
-ESTIMATE_CONFIGS_PER_S = 1e6
 #: sweeps above this many configurations need confirmation (--yes)
 CONFIRM_CONFIGS = 10**10
 
@@ -55,40 +53,41 @@ def human_seconds(s: float) -> str:
     return f"{s / 86400:,.0f} days"
 
 
-def check_size(sweep, output: str, to_store: bool, confirmed: bool = False) -> str:
-    """The sweep's size estimate as text; SweepError for an absurd size unless ``confirmed``.
+def check_size(plan, output: str, to_store: bool, confirmed: bool = False) -> str:
+    """The sweep plan's size estimate as text; SweepError for an absurd size unless ``confirmed``; an in-memory
+    grid over half the available memory is refused even then (write a .zarr store).
 
-    Disk is the uncompressed size of every stored variable (an upper bound;
-    zarr compresses NaN regions of illegal points well); time assumes
-    ESTIMATE_CONFIGS_PER_S.
+    Disk is the uncompressed size of every stored variable (an upper bound; zarr compresses NaN regions of
+    illegal points well); time assumes the engine's ``ESTIMATE_CONFIGS_PER_S``.
     """
     import shutil
 
-    per_config = 8 * len(sweep.float_variables) + 2
-    need = sweep.num_configs * per_config
-    seconds = sweep.num_configs / ESTIMATE_CONFIGS_PER_S
+    need = plan.num_configs * plan.stored_bytes_per_config()
+    rate = plan.ESTIMATE_CONFIGS_PER_S
     text = (f"about {human_bytes(need)} {'on disk' if to_store else 'of output'} uncompressed, "
-            f"~{human_seconds(seconds)} at {ESTIMATE_CONFIGS_PER_S / 1e6:g} M configs/s")
+            f"~{human_seconds(plan.num_configs / rate)} at {rate / 1e6:g} M configs/s")
+    if not to_store:
+        check_memory(plan)
     if confirmed:
         return text
     try:
         free = shutil.disk_usage(Path(os.path.abspath(output)).parent).free
     except OSError:
         free = None
-    if sweep.num_configs > CONFIRM_CONFIGS:
-        raise SweepError(f"{sweep.num_configs:,} configurations: {text}; pass --yes to run it anyway")
+    if plan.num_configs > CONFIRM_CONFIGS:
+        raise SweepError(f"{plan.num_configs:,} configurations: {text}; pass --yes to run it anyway")
     if to_store and free is not None and need > free:
-        raise SweepError(f"{sweep.num_configs:,} configurations need up to {human_bytes(need)} but only "
+        raise SweepError(f"{plan.num_configs:,} configurations need up to {human_bytes(need)} but only "
                          f"{human_bytes(free)} is free there; pass --yes to run it anyway (zarr compresses)")
     return text
 
 
-def check_memory(sweep) -> None:
+def check_memory(plan) -> None:
     """SweepError when the in-memory result grid would take more than half of the available memory."""
-    need = sweep.result_bytes()
+    need = plan.result_bytes()
     have = available_memory_bytes()
     if need > have // 2:
         raise SweepError(
-            f"the result grid needs about {need / 2**30:.1f} GiB ({sweep.num_configs:,} configurations) but only "
+            f"the result grid needs about {need / 2**30:.1f} GiB ({plan.num_configs:,} configurations) but only "
             f"{have / 2**30:.1f} GiB is available; write it to a zarr store with -o out.zarr"
         )

@@ -1,0 +1,137 @@
+"""The real-world training model's sweep plan: named axes over one base configuration, evaluated unit by unit.
+
+Axes are registry columns, ``num_nodes``, ``global_batch`` and ``plan`` meshes (``fastmodel.lm.sweep``). A unit
+of work is a box of the grid (every axis numeric: trailing axes whole, the first one split); the fused kernel
+``kernels/lm/grid.py`` builds each point of the box from its index, checks the rule table, evaluates it and
+writes it straight into its place in the result matrix. The shared machinery (``fastmodel.sweeps``) runs the
+plan in memory, into a zarr store with resume, or on Dask workers, which rebuild it from
+:meth:`LMSweepPlan.definition`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+from fastmodel.errors import SweepError
+from fastmodel.lm.sweep import MESH_AXIS, _axis_arrays, _axis_values, base_columns, parse_mesh
+from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS, STATUS_CODES
+from fastmodel.sweeps.plan import Axis, SweepPlan
+
+#: statuses whose points were evaluated (``does_not_fit`` keeps its results)
+EVALUATED = (STATUS_CODES["ok"], STATUS_CODES["does_not_fit"])
+
+
+class LMSweepPlan(SweepPlan):
+    """A grid of real-world training configurations (see the module docstring)."""
+
+    engine = "lm"
+    #: bench/bench_lm_sweep.py: about 2.5 M configurations/s in memory (memory included)
+    ESTIMATE_CONFIGS_PER_S = 2e6
+    #: in memory, 16 M points per kernel call (the kernel builds each point from its index: no table to hold)
+    MEMORY_UNIT_CONFIGS = 1 << 24
+
+    def __init__(self, model: Any, cluster: Any, execution: Any, global_batch: int, axes: dict | None = None,
+                 only_fitting: bool = False, calibration: Any = None, unit_configs: int | None = None):
+        from fastmodel.lm.calibrate.overlay import as_calibration
+
+        self.model, self.cluster, self.execution = model, cluster, execution
+        self.global_batch, self.only_fitting = int(global_batch), bool(only_fitting)
+        self.calibration = as_calibration(calibration)
+        axes = dict(axes or {})
+        nodes = axes.get("num_nodes", [cluster.num_nodes])
+        max_gpus = int(max(nodes) * cluster.gpus_per_node) if len(nodes) else cluster.n_gpus
+        names, labels, numeric = [], [], []
+        for name, values in axes.items():
+            coords, values_num = _axis_values(name, values, model, cluster, max_gpus)
+            names.append(name)
+            labels.append(coords)
+            numeric.append(values_num)
+        meshes = [parse_mesh(label) for label in labels[names.index(MESH_AXIS)]] if MESH_AXIS in names else None
+        if any(len(c) == 0 for c in labels):
+            raise SweepError("the grid is empty")
+        self.base = self._base(max_gpus)
+        self.axis_columns, self.axis_values = _axis_arrays(names, numeric, meshes, cluster.gpus_per_node)
+        self.set_axes([Axis(name, name, np.array(coord, dtype=object if name == MESH_AXIS else None),
+                            attrs=_coordinate_attrs(name)) for name, coord in zip(names, labels)],
+                      unit_configs or self.UNIT_CONFIGS)
+
+    def _base(self, max_gpus: int) -> np.ndarray:
+        """The base column vector (trivial mesh), with the calibration's values overlaid and checked."""
+        base = base_columns(self.model, self.cluster, self.execution, self.global_batch)
+        if self.calibration is not None:
+            from fastmodel.lm.calibrate import use
+
+            base = use.overlay(base, self.calibration, self.cluster.gpu, self.execution.framework)
+            widest = base.copy()
+            widest[COLUMN_INDEX["n_gpus"]] = max_gpus
+            use.check(self.calibration, {self.cluster.gpu: use.tiers_used(widest)},
+                      frameworks=[self.execution.framework])
+        return base
+
+    def evaluate_unit(self, unit, out: np.ndarray, status: np.ndarray, offset: int) -> None:
+        """The box of ``unit`` into ``out[:, offset:offset + unit.size]`` (its points in C order)."""
+        from fastmodel.kernels.lm.grid import evaluate_grid
+        from fastmodel.lm.engine import NOT_FINITE, mark_not_finite
+
+        shape = np.array([b.stop - b.start for b in unit.blocks] or [1], dtype=np.int64)
+        values = np.zeros_like(self.axis_values[:, :, :max(1, int(shape.max()))])
+        for axis, block in enumerate(unit.blocks):
+            values[axis, :, :block.stop - block.start] = self.axis_values[axis, :, block]
+        evaluate_grid(self.base, self.axis_columns, values, shape, self.execution.shard_degree is None,
+                      self.only_fitting, status, out, offset)
+        end = offset + unit.size
+        mark_not_finite(status[offset:end], out[:, offset:end], NOT_FINITE, EVALUATED)  # never a result of inf
+
+    def definition(self) -> dict:
+        """JSON that rebuilds this plan (a zarr store's ``sweep`` attr; resume and Dask workers)."""
+        definition = {"model": self.model.model_dump(), "system": self.cluster.model_dump(),
+                      "execution": self.execution.model_dump(), "global_batch": self.global_batch,
+                      "only_fitting": self.only_fitting,
+                      "axes": {a.name: a.values.tolist() for a in self.axes}, "unit_configs": self.unit_configs}
+        if self.calibration is not None:
+            from fastmodel.lm.calibrate.overlay import to_toml
+
+            definition["calibration"] = to_toml(self.calibration)
+        return definition
+
+    @classmethod
+    def from_definition(cls, definition: dict) -> "LMSweepPlan":
+        from fastmodel.lm.loader import load_cluster, load_execution, load_lm_model
+
+        calibration = definition.get("calibration")
+        if calibration is not None:
+            from fastmodel.lm.calibrate.overlay import parse_calibration, tomllib
+
+            calibration = parse_calibration(tomllib.loads(calibration), "<sweep store>")
+        return cls(load_lm_model(definition["model"]), load_cluster(definition["system"]),
+                   load_execution(definition["execution"]), definition["global_batch"], definition["axes"],
+                   definition["only_fitting"], calibration, definition["unit_configs"])
+
+    def dataset_attrs(self) -> dict:
+        from fastmodel import __version__
+        from fastmodel.lm.table import CODE_TABLES
+
+        attrs = {
+            "model": json.dumps(self.model.model_dump()), "system": json.dumps(self.cluster.model_dump()),
+            "execution": json.dumps(self.execution.model_dump()), "global_batch": self.global_batch,
+            "semantics": "default", "fastmodel_version": __version__, "codes": json.dumps(CODE_TABLES),
+            "usable_hbm_bytes": float(self.base[COLUMN_INDEX["usable_hbm_fraction"]]
+                                      * self.base[COLUMN_INDEX["hbm_bytes"]]),
+            "fastmodel_task": "llm-pretrain", "sweep": json.dumps(self.definition()),
+        }
+        if self.calibration is not None:
+            from fastmodel.lm.calibrate import use
+
+            attrs.update(use.attrs(self.calibration, [self.cluster.gpu], [self.execution.framework]))
+        return attrs
+
+
+def _coordinate_attrs(name: str) -> dict:
+    """A coordinate's attrs: the column it sets and its units (counts and codes have none)."""
+    if name in COLUMN_INDEX:
+        units = COLUMNS[COLUMN_INDEX[name]].units
+        return {"field": name, **({"units": units} if units not in ("1", "code") else {})}
+    return {"field": name}

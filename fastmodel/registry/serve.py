@@ -1,0 +1,75 @@
+"""The registry of the serving engine: result variables and status codes (dependency-free).
+
+A serving configuration is a column vector of the real-world model (``registry/lm.py`` columns, its serving
+columns included); its results are the rows below, in the kernels' order (``kernels/serve/layout.py``
+derives ``S_<NAME>`` and the status codes ``ST_<NAME>`` from them). ``weight_memory``, ``memory_per_device``
+and ``fits_memory`` are the variables the other engines produce too (``registry/variables.py``).
+"""
+
+from __future__ import annotations
+
+from fastmodel.registry.variables import (
+    FITS_MEMORY,
+    MEMORY_PER_DEVICE,
+    NOT_COMPUTED,
+    WEIGHT_MEMORY,
+    Status,
+    Variable,
+    producer,
+)
+
+ENGINE = "serve"
+Result = producer(ENGINE)
+
+#: result rows of the serving kernels, in order
+SERVE_RESULTS: tuple[Variable, ...] = (
+    Result("ttft", "s", "min", "Time to first token: the prefill of the prompt (its request's share of the batch)."),
+    Result("tpot", "s", "min", "Time per output token of one request (mean inter-token latency)."),
+    Result("e2e_latency", "s", "min", "ttft + (output_len - 1) x tpot: one request from arrival to last token."),
+    Result("output_tokens_per_s", "tokens/s", "max", "Output tokens per second of one instance."),
+    Result("output_tokens_per_s_per_gpu", "tokens/s", "max", "output_tokens_per_s / (tp x pp)."),
+    Result("output_tokens_per_s_per_user", "tokens/s", "max", "1 / tpot."),
+    Result("cluster_output_tokens_per_s", "tokens/s", "max", "output_tokens_per_s x instances."),
+    Result("batch_size", "requests", "", "Requests in flight (the chosen one under max_throughput)."),
+    Result("kv_bytes_per_token", "bytes", "min", "KV-cache bytes of one token on one device (all its layers)."),
+    Result("kv_cache_memory", "bytes", "min", "KV cache of the batch at full length on one device."),
+    Result("kv_cache_capacity", "bytes", "", "KV-cache budget: kv_cache_mem_fraction x free HBM per device."),
+    WEIGHT_MEMORY,
+    Result("activation_memory", "bytes", "min", "Activation workspace of one engine step (max_num_tokens)."),
+    MEMORY_PER_DEVICE,
+    FITS_MEMORY,
+    Result("experts_touched", "1", "", "Routed experts read per MoE layer per decode step (0 for dense)."),
+    Result("prefill_gemm", "s", "min", "Prefill: GEMM time of one request's ttft."),
+    Result("prefill_attention", "s", "min", "Prefill: attention-kernel time."),
+    Result("prefill_memory_bound", "s", "min", "Prefill: norms, activations, rotary."),
+    Result("prefill_comm", "s", "min", "Prefill: TP/EP/PP communication."),
+    Result("decode_gemm", "s", "min", "Decode: GEMM time summed over a request's output tokens."),
+    Result("decode_attention", "s", "min", "Decode: attention (KV-cache reads) summed over output tokens."),
+    Result("decode_memory_bound", "s", "min", "Decode: norms, activations, rotary summed over output tokens."),
+    Result("decode_comm", "s", "min", "Decode: TP/EP/PP communication summed over output tokens."),
+    Result("decode_overhead", "s", "min", "Decode: host step overhead summed over output tokens."),
+)
+SERVE_RESULT_INDEX: dict[str, int] = {r.name: i for i, r in enumerate(SERVE_RESULTS)}
+
+#: status of a serving configuration, in code order (sweeps keep illegal points with these; their results are NaN)
+SERVE_STATUSES: tuple[Status, ...] = (
+    Status("ok", "evaluated"),
+    Status("heads_not_divisible_by_tp", "query heads (or KV heads, when more than tp) do not split over tp"),
+    Status("layers_not_divisible_by_pp", "layers not divisible by pp"),
+    Status("ep_not_dividing", "ep must divide tp and the routed experts"),
+    Status("no_fp8", "precision is fp8 but the device has no FP8 peak"),
+    Status("no_kv_room", "max_throughput: not one request's KV cache fits in the memory left"),
+    Status("not_finite", "a result is not a finite number: an input magnitude is out of range (e.g. a "
+           "bandwidth of 1e-300 B/s)"),
+    NOT_COMPUTED,
+)
+SERVE_STATUS_NAMES: tuple[str, ...] = tuple(s.name for s in SERVE_STATUSES)
+SERVE_STATUS: dict[str, int] = {name: code for code, name in enumerate(SERVE_STATUS_NAMES)}
+
+#: generic names the engine table (fastmodel/engines.py) and the shared services read
+RESULTS = SERVE_RESULTS
+STATUSES = SERVE_STATUSES
+COORDS: dict[str, tuple[str, ...]] = {}
+GROUPED: tuple[tuple[Variable, tuple[str, ...]], ...] = ()
+RANK_ONLY_FITTING = True   # best ranks only batches whose weights, KV cache and workspace fit usable HBM
+BREAKDOWN = None      # a serving step has no breakdown figure (prefill/decode parts are their own variables)

@@ -1,0 +1,132 @@
+"""Serving sweeps: a sweep file whose task has ``kind = "serve"``, or ``fastmodel.sweep`` of a serving task.
+
+    model = "llama3.1-70b"               # a serving model name or a family-"lm" spec
+    system = "H100"                      # a device (specs/devices) or a cluster spec (its gpu)
+    task = "serve-chat"
+    [axes]                               # device, precision, kv_precision, concurrency, or any column
+    device = ["H100", "H200"]
+    tp = [1, 2, 4, 8]
+    batch_size = [1, 4, 16, 64, 256]
+
+The grid is the Cartesian product of the axes, in the order written; each axis a list, a scalar or a range
+table. Every error names the file (or, from Python, the argument), the field and the reason.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from fastmodel.errors import SpecError, nearest
+from fastmodel.serve.sweep_plan import SPECIAL_AXES, ServeSweepPlan
+from fastmodel.sweeps.file import axis_values, check_keys, raw_spec, spec_ref
+
+KEYS = ("model", "system", "task", "semantics", "axes", "unit_configs", "description")
+#: axes whose every value must be a positive whole number
+_COUNTS = ("concurrency", "batch_size", "tp", "pp", "ep", "instances", "input_len", "output_len")
+
+
+def model_columns(source: str | None, spec: Any, base: Path) -> tuple[str, dict]:
+    """(name, model columns) of a serving model name or a family-"lm" model spec; the latter is read in the
+    training engine's terms through its door (``fastmodel.engines.LM``: the model description both share)."""
+    from fastmodel import engines
+    from fastmodel.serve.models import SERVE_MODELS, serve_model
+
+    if isinstance(spec, str) and spec.lower() in SERVE_MODELS:
+        return spec, serve_model(spec)
+    try:
+        name, values = engines.LM.door().model_columns(spec_ref(spec, base))
+    except SpecError as error:
+        if error.source:
+            raise
+        raise SpecError(source, "model", f"{error.reason}; serving models: {', '.join(SERVE_MODELS)}") from None
+    return name, {k: v for k, v in values.items() if k != "seq_len"}   # the serving task sets seq_len
+
+
+def device_of(source: str | None, system: Any, axes: dict, base: Path) -> str:
+    """The device of a ``system`` given as a device name or a cluster spec (its gpu); a device axis' first
+    value when there is no system."""
+    from fastmodel.serve.api import device_columns
+    from fastmodel.spec.devices import device_table
+
+    if system is None:
+        if "device" not in axes:
+            raise SpecError(source, "system", "required: a device (e.g. \"H100\") or a device axis")
+        return axes["device"][0]
+    name = system
+    if not (isinstance(system, str) and system.lower() in device_table()):
+        data = raw_spec(system, base, "system")
+        if isinstance(data, dict) and data.get("kind") == "cluster" and isinstance(data.get("gpu"), str):
+            name = data["gpu"]
+    try:
+        device_columns(name)
+    except SpecError as error:
+        raise SpecError(source, "system", error.reason) from None
+    return name
+
+
+def check_values(source: str | None, axes: dict[str, list]) -> None:
+    """Every axis value must name a device or precision, or be a non-negative number (counts positive whole)."""
+    from fastmodel.serve.api import device_columns, precision_columns
+    from fastmodel.spec.columns import encode
+
+    for name, values in axes.items():
+        for value in values:
+            try:
+                if name == "device":
+                    device_columns(value)
+                elif name == "precision":
+                    precision_columns(value)
+                elif name == "kv_precision":
+                    precision_columns("bf16", value)
+                else:
+                    number = encode(name, value)
+                    if isinstance(number, bool) or not isinstance(number, (int, float)) \
+                            or not math.isfinite(number) or number < 0:
+                        raise SpecError(None, name, f"{value!r} is not a non-negative number")
+                    if name in _COUNTS and (number < 1 or number != int(number)):
+                        raise SpecError(None, name, f"{value!r} is not a positive integer")
+            except SpecError as error:
+                raise SpecError(source, f"axes.{name}", error.reason) from None
+
+
+def serve_plan(source: str | None, model: Any, system: Any, task: Any, axes: dict, base: Path,
+               unit_configs: int | None = None) -> ServeSweepPlan:
+    """The serving plan of a model, system, serving task and raw axes; errors name ``source`` (a file)."""
+    from fastmodel.registry.lm import COLUMN_INDEX
+    from fastmodel.serve.spec import load_serve_task
+
+    if not isinstance(axes, dict) or not axes:
+        raise SpecError(source, "axes", "required: a table of axis = values (e.g. tp = [1, 2, 4])")
+    try:
+        task = load_serve_task(spec_ref(task, base))
+    except SpecError as error:
+        raise error if error.source else SpecError(source, error.field, error.reason) from None
+    name, columns = model_columns(source, model, base)
+    names = [*SPECIAL_AXES, *COLUMN_INDEX]
+    values = {}
+    for axis, spec in axes.items():
+        if axis not in names:
+            raise SpecError(source, f"axes.{axis}", f"unknown axis{nearest(axis, names)}")
+        values[axis] = axis_values(source, axis, spec)
+    if "batch_size" in values and "concurrency" in values:
+        raise SpecError(source, "axes.concurrency", "sweep batch_size or concurrency, not both")
+    device = device_of(source, system, values, base)
+    check_values(source, values)
+    try:
+        return ServeSweepPlan(name, columns, device, task, values, unit_configs)
+    except SpecError as error:
+        raise SpecError(source, error.field, error.reason) from None
+
+
+def sweep_plan_from_file(source: str, data: dict, base: Path, unit_configs: int | None = None,
+                         calibration: Any = None) -> ServeSweepPlan:
+    """The plan of a parsed serving sweep file; a calibration is refused (it applies to training)."""
+    check_keys(source, data, KEYS, ("model", "task"))
+    if calibration is not None:
+        raise SpecError(source, "calibration", "applies to training sweeps of the real-world model, not to serving")
+    if data.get("semantics", "default") != "default":
+        raise SpecError(source, "semantics", "serving sweeps run under the 'default' semantics only")
+    return serve_plan(source, data["model"], data.get("system"), data["task"], data.get("axes"), base,
+                      unit_configs or data.get("unit_configs"))

@@ -1,0 +1,113 @@
+"""The serving engine's sweep plan: a serving task over devices, precisions, load and any column, unit by unit.
+
+A configuration is the real-world column vector (``registry.lm`` columns, its serving columns included): the
+base vector holds the model, the fixed device and precisions and the task's fields; each axis sets its
+columns per value (a ``device`` axis a device file's datasheet and efficiencies, a ``precision`` axis the
+compute, weight and KV formats, ``concurrency`` the ``batch_size`` column under continuous batching). A unit of
+work is a box of the grid; the fused kernel ``kernels/serve/evaluate.py:serve_grid`` builds each point of the
+box from its index and writes it straight into its place in the result matrix. The shared machinery
+(``fastmodel.sweeps``) runs the plan in memory, into a zarr store with resume, or on Dask workers.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+from fastmodel.errors import SpecError
+from fastmodel.sweeps.plan import Axis, SweepPlan
+
+#: serving task fields fixed in every configuration unless an axis of the same name sweeps them
+SERVE_FIXED = ("input_len", "output_len", "tp", "pp", "ep", "instances", "kv_cache_mem_fraction")
+#: axes that set several columns, or a column by another name
+SPECIAL_AXES = ("device", "precision", "kv_precision", "concurrency")
+
+
+class ServeSweepPlan(SweepPlan):
+    """A grid of serving configurations of one model and serving task (see the module docstring)."""
+
+    engine = "serve"
+    #: bench/bench_serve.py: about 1.5 M configurations/s in each load mode
+    ESTIMATE_CONFIGS_PER_S = 1.4e6
+    #: in memory, 16 M points per kernel call (the kernel builds each point from its index: no table to hold)
+    MEMORY_UNIT_CONFIGS = 1 << 24
+
+    def __init__(self, model_name: str, model_columns: dict, device: str, task: Any, axes: dict[str, list],
+                 unit_configs: int | None = None):
+        from fastmodel.serve.api import axis_block, columns
+        from fastmodel.spec.columns import encode
+
+        self.model_name, self.model_columns, self.device, self.task = model_name, dict(model_columns), device, task
+        self.axis_lists = {name: list(values) for name, values in axes.items()}
+        self.load_mode = "concurrency" if "concurrency" in axes else "batch" if "batch_size" in axes else \
+            task.load_mode
+        if self.load_mode is None:
+            raise SpecError(None, "task", f"serving task {task.name!r} has no load mode: give batch_size, "
+                            "concurrency or max_throughput in the task, or a batch_size/concurrency axis")
+        fixed = {k: getattr(task, k) for k in SERVE_FIXED if k not in axes}
+        own_kv = "kv_precision" in axes or task.kv_precision is not None
+        self.base = columns(self.model_columns, self._fixed("device", device), max_throughput=True,
+                            precision=self._fixed("precision", task.precision),
+                            kv_precision=self._fixed("kv_precision", task.kv_precision), **fixed)
+        self.base[_column("load_mode")] = encode("load_mode", self.load_mode)
+        if self.load_mode != "max_throughput" and "batch_size" not in axes and "concurrency" not in axes:
+            self.base[_column("batch_size")] = task.batch_size if task.batch_size is not None else task.concurrency
+        blocks = [axis_block("batch_size" if name == "concurrency" else name, values, own_kv)
+                  for name, values in self.axis_lists.items()]
+        self.axis_cols = np.concatenate([b[0] for b in blocks] or [np.zeros(0)]).astype(np.int64)
+        self.col_start = np.concatenate([[0], np.cumsum([len(b[0]) for b in blocks])]).astype(np.int64)
+        self.tables = [np.asarray(b[1], dtype=np.float64) for b in blocks]
+        self.derive = np.array(["n_gpus" not in axes, "seq_len" not in axes], dtype=np.bool_)
+        self.set_axes([Axis(name, name, np.array(values, dtype=object if name in SPECIAL_AXES[:3] else None),
+                            attrs={"field": name}) for name, values in self.axis_lists.items()],
+                      unit_configs or self.UNIT_CONFIGS)
+
+    def _fixed(self, name: str, value):
+        """The value of a special axis in the base vector: the first of its axis values, else ``value``."""
+        return self.axis_lists[name][0] if name in self.axis_lists else value
+
+    def evaluate_unit(self, unit, out: np.ndarray, status: np.ndarray, offset: int) -> None:
+        """The box of ``unit`` into ``out[:, offset:offset + unit.size]`` (its points in C order)."""
+        from fastmodel.kernels.serve.evaluate import serve_grid
+        from fastmodel.serve.api import NOT_FINITE, mark_not_finite
+
+        sizes = [b.stop - b.start for b in unit.blocks]
+        flat = [table[:, block].ravel() for table, block in zip(self.tables, unit.blocks)]
+        val_start = np.concatenate([[0], np.cumsum([f.size for f in flat])]).astype(np.int64)
+        values = np.concatenate(flat).astype(np.float64) if flat else np.zeros(0)
+        with np.errstate(all="ignore"):  # interpreted kernels (FASTMODEL_JIT=0) overflow in numpy scalars
+            serve_grid(self.base, self.axis_cols, self.col_start, values, val_start, np.array(sizes, dtype=np.int64),
+                       self.derive, status, out, offset)
+        end = offset + unit.size
+        mark_not_finite(status[offset:end], out[:, offset:end], NOT_FINITE)
+
+    def scalar_coords(self) -> dict[str, Any]:
+        """The device and precisions the grid does not sweep, as 0-d coordinates."""
+        fixed = {"device": self.device, "precision": self.task.precision, "kv_precision": self.task.kv_precision}
+        return {k: v for k, v in fixed.items() if k not in self.axis_lists and v is not None}
+
+    def definition(self) -> dict:
+        return {"model": self.model_name, "model_columns": self.model_columns, "device": self.device,
+                "task": self.task.model_dump(), "axes": self.axis_lists, "unit_configs": self.unit_configs}
+
+    @classmethod
+    def from_definition(cls, definition: dict) -> "ServeSweepPlan":
+        from fastmodel.serve.spec import load_serve_task
+
+        return cls(definition["model"], definition["model_columns"], definition["device"],
+                   load_serve_task(definition["task"]), definition["axes"], definition["unit_configs"])
+
+    def dataset_attrs(self) -> dict:
+        from fastmodel import __version__
+
+        return {"model": self.model_name, "fastmodel_task": "serve", "task": json.dumps(self.task.model_dump()),
+                "semantics": "default", "load_mode": self.load_mode, "sweep": json.dumps(self.definition()),
+                "fastmodel_version": __version__}
+
+
+def _column(name: str) -> int:
+    from fastmodel.registry.lm import COLUMN_INDEX
+
+    return COLUMN_INDEX[name]

@@ -1,0 +1,25 @@
+"""Values of the real-world column vector written by name: a code name becomes its integer.
+
+Shared by the training and serving engines (one column vector, ``fastmodel.registry.lm``): a spec, a run
+record or a sweep axis may give a coded column by name (``sharding = "fsdp"``, ``load_mode = "concurrency"``);
+:func:`encode` looks it up in the registry's ``CODE_TABLES``.
+"""
+
+from __future__ import annotations
+
+from fastmodel.errors import SpecError, nearest
+from fastmodel.registry.lm import CODE_TABLES
+
+
+def encode(name: str, value):
+    """A column value as a number: code names are looked up in their code table (SpecError naming the
+    column and the nearest code otherwise); numbers pass through."""
+    codes = CODE_TABLES.get(name)
+    if codes is not None and isinstance(value, str):
+        if value not in codes:
+            raise SpecError(None, name, f"unknown value {value!r}; choose one of {', '.join(codes)}{nearest(value, codes)}")
+        return codes[value]
+    return value
+
+
+__all__ = ["CODE_TABLES", "encode"]

@@ -1,0 +1,56 @@
+"""Measured-run files shared by the engines that read them: JSON lines of records, loosely typed numbers.
+
+The training engine's records (``RUNS.md``) and the serving engine's (``SERVE_RUNS.md``) are JSON lines; each
+engine lowers one record with its own function and :func:`read_jsonl` names the file and line of a bad one.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from fastmodel.errors import SpecError
+
+
+def number(block: dict, key: str, where: str, source: str | None, default=None, positive=True):
+    """A number of a loosely-typed block (serving records): a SpecError naming ``where.key`` otherwise."""
+    value = block.get(key, default)
+    if value is None:
+        value = default
+    if value is None:
+        raise SpecError(source, f"{where}.{key}", "required field missing")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
+        raise SpecError(source, f"{where}.{key}", f"expected a number, got {value!r}")
+    if positive and value <= 0:
+        raise SpecError(source, f"{where}.{key}", f"must be > 0, got {value!r}")
+    if value < 0:
+        raise SpecError(source, f"{where}.{key}", f"must be >= 0, got {value!r}")
+    return float(value)
+
+
+def read_jsonl(path: str | Path, lower, what: str, whole_object: bool = False) -> list:
+    """``lower(data, "file:line")`` of every line of a JSONL file (with ``whole_object``, also of a file holding
+    one JSON object over several lines); a bad line is a SpecError naming the file and line."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except OSError as error:
+        raise SpecError(str(path), "", f"cannot read: {error.strerror or error}") from None
+    stripped = text.strip()
+    if whole_object and stripped.startswith("{") and "\n{" not in stripped:
+        lines = [(1, stripped)]
+    else:
+        lines = [(n, line) for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
+    records = []
+    for number, line in lines:
+        where = f"{path}:{number}"
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise SpecError(where, "", f"invalid JSON: {error.msg}") from None
+        records.append(lower(data, where))
+    if not records:
+        raise SpecError(str(path), "", f"no {what} in the file")
+    return records

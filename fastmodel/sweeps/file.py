@@ -1,0 +1,103 @@
+"""Sweep files of every engine: a TOML file (or a built-in sweep name) -> the engine's sweep plan.
+
+The file is read here, its engine chosen by content (``fastmodel.engines.for_sweep``: a ``kind = "serve"``
+task is serving, a ``family = "lm"`` model or ``kind = "cluster"`` system the real-world training model, else
+MAD-Max) and handed to that engine's door (``sweep_plan_from_file``), which checks its keys and axes and names
+the file in every error. Paths inside the file (model, system, task, spec axes) are relative to it.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fastmodel.errors import FastmodelError, SpecError, SweepError, nearest
+from fastmodel.spec.loader import builtin_names, read_file, resolve_source
+
+
+def spec_ref(value, base: Path):
+    """A name stays a name; a relative path is taken relative to the sweep file."""
+    if isinstance(value, str) and (value.endswith((".toml", ".json")) or "/" in value):
+        path = Path(value)
+        return str(path if path.is_absolute() else base / path)
+    return value
+
+
+def locate(path: str) -> str:
+    """The file of a sweep path or built-in sweep name."""
+    if not Path(path).exists() and path in builtin_names("sweep"):
+        return str(resources.files("fastmodel.specs").joinpath("sweeps", f"{path}.toml"))
+    if not Path(path).exists() and not path.endswith(".toml"):
+        raise SpecError(path, None, f"no such sweep file or built-in sweep{nearest(path, builtin_names('sweep'))}")
+    return path
+
+
+def raw_spec(value, base: Path, kind: str):
+    """The raw content of a model, system or task named in a sweep file (None when unreadable: the engine's
+    loader says why)."""
+    if not isinstance(value, (str, dict)):
+        return None
+    try:
+        return resolve_source(spec_ref(value, base), kind)[0]
+    except SpecError:
+        return None
+
+
+def check_keys(source: str, data: dict, allowed, required) -> None:
+    """SpecError for the first top-level key not in ``allowed`` (with the nearest one) or ``required`` missing."""
+    unknown = [k for k in data if k not in allowed]
+    if unknown:
+        raise SpecError(source, unknown[0], f"unknown key{nearest(unknown[0], allowed)}")
+    for key in required:
+        if key not in data:
+            raise SpecError(source, key, "required key missing")
+
+
+def field_error(source: str, field: str, error: FastmodelError) -> SpecError:
+    """An error of one part of a sweep file as ``file: field: reason`` (an ``axis NAME:`` prefix dropped)."""
+    reason = error.reason if isinstance(error, SpecError) else str(error)
+    for prefix in (f"axis {field.split('.')[-1]!r}: ", f"axis {field.split('.')[-1]}: "):
+        if reason.startswith(prefix):
+            reason = reason[len(prefix):]
+    return SpecError(source, field, reason)
+
+
+def axis_values(source: str, name: str, spec: Any) -> list:
+    """The values of axis ``name`` of a sweep file (a list, a scalar or a range table); SpecError naming
+    ``axes.NAME`` for an empty axis or a duplicate value."""
+    from fastmodel.sweeps.ranges import expand
+
+    try:
+        values = expand(name, spec)
+    except SweepError as error:
+        raise field_error(source, f"axes.{name}", error) from None
+    if not values:
+        raise SpecError(source, f"axes.{name}", "empty list")
+    keys = [json.dumps(v) if not isinstance(v, float) else repr(v) for v in values]
+    if len(set(keys)) != len(keys):
+        dup = next(v for v, k in zip(values, keys) if keys.count(k) > 1)
+        raise SpecError(source, f"axes.{name}", f"duplicate value {dup!r}")
+    return [v.item() if isinstance(v, np.generic) else v for v in values]
+
+
+def load_sweep_file(path: str, unit_configs: int | None = None, calibration: Any = None):
+    """The sweep plan of a sweep file or built-in sweep name (any engine); errors name the file.
+    ``calibration`` (a ``Calibration``) applies to engines with fitted efficiencies (a SpecError otherwise)."""
+    from fastmodel import engines
+
+    path = locate(path)
+    data = read_file(Path(path))
+    base = Path(path).parent
+    axes = data.get("axes") if isinstance(data.get("axes"), dict) else {}
+    model = data.get("model", (axes.get("model") or [None])[0] if isinstance(axes.get("model"), list)
+                     else axes.get("model"))
+    engine = engines.for_sweep(raw_spec(model, base, "model"), raw_spec(data.get("system"), base, "system"),
+                               raw_spec(data.get("task"), base, "task"))
+    return engine.door().sweep_plan_from_file(str(path), data, base, unit_configs, calibration)
+
+
+__all__ = ["axis_values", "check_keys", "field_error", "load_sweep_file", "locate", "raw_spec", "spec_ref"]

@@ -1,0 +1,113 @@
+"""Runners of a sweep plan of any engine: in memory, or streamed into a zarr store (locally or on Dask workers)."""
+
+from __future__ import annotations
+
+import os
+from typing import Callable
+
+import numpy as np
+import xarray as xr
+
+from fastmodel.errors import SweepError
+from fastmodel.io.aliases import with_aliases
+from fastmodel.sweeps.assemble import assemble
+from fastmodel.sweeps.cluster import connect, write_units_on_cluster
+from fastmodel.sweeps.plan import SweepPlan
+from fastmodel.sweeps.progress import Progress
+from fastmodel.sweeps.size import check_memory, summarise_status
+from fastmodel.sweeps.store import create_store, open_store_for_resume, write_units
+
+#: a store's status codes are counted (to say "every point is illegal") up to this many points
+COUNT_STATUS_CONFIGS = 50_000_000
+
+
+def _check_some_ok(plan: SweepPlan, status: np.ndarray) -> None:
+    counts = np.bincount(status.reshape(-1), minlength=len(plan.status_names()))
+    if plan.num_configs and counts[0] == 0:
+        raise SweepError("every point of the sweep is illegal or infeasible: "
+                         f"{summarise_status(counts, plan.num_configs, plan.status_names())}")
+
+
+def run_in_memory(plan: SweepPlan, progress: Callable[[int], None] | None = None,
+                  require_ok: bool = True) -> xr.Dataset:
+    """Evaluate every unit into one result matrix; return the Dataset (views, no copies). With ``require_ok``,
+    a grid without one legal, feasible point is a SweepError saying why."""
+    check_memory(plan)
+    out = np.empty((plan.num_rows, plan.num_configs))
+    status = np.zeros(plan.num_configs, dtype=np.int8)
+    for unit in plan.units(plan.MEMORY_UNIT_CONFIGS):
+        plan.evaluate_unit(unit, out, status, plan.unit_offset(unit))
+        if progress:
+            progress(unit.size)
+    if require_ok:
+        _check_some_ok(plan, status)
+    return assemble(plan, out, status)
+
+
+def run_to_store(plan: SweepPlan, path: str, resume: bool = False, progress: Callable[[int], None] | None = None,
+                 client=None, overwrite: bool = False) -> xr.Dataset:
+    """Stream the sweep into a zarr store (resumable); return the opened Dataset (aliases added).
+
+    Holds the store's writer lock throughout. ``overwrite`` replaces an existing sweep store (never anything
+    else); ``resume`` completes one made by the same definition. The path is made absolute, so Dask workers
+    with another working directory write the same store.
+    """
+    from fastmodel.io.store import remove_store, writer_lock
+
+    path = os.path.abspath(path)
+    with writer_lock(path):
+        exists = os.path.lexists(path)
+        if resume and exists:
+            done = open_store_for_resume(plan, path)
+        else:
+            if resume:
+                raise SweepError(f"{path}: nothing to resume (no such store)")
+            if exists:
+                if not overwrite:
+                    raise SweepError(f"{path} exists; complete it (--resume, resume=True) or replace it "
+                                     "(--force, overwrite=True)")
+                remove_store(path)
+            create_store(plan, path)
+            done = np.zeros(plan.num_units, dtype=bool)
+        todo = [u for u in plan.units() if not done[u.index]]
+        if progress:
+            progress(sum(u.size for u in plan.units() if done[u.index]))
+        if client is None:
+            write_units(plan, path, todo, progress)
+        else:
+            write_units_on_cluster(client, plan, path, todo, progress)
+        # no metadata changes after creation (its consolidated metadata was written before the rename), so there
+        # is no finalization step to interrupt: the last unit's done flag completes the store
+    ds = xr.open_zarr(path)
+    if plan.num_configs <= COUNT_STATUS_CONFIGS:
+        _check_some_ok(plan, ds["status"].values)
+    return with_aliases(ds)
+
+
+def run(plan: SweepPlan, store: str | None = None, resume: bool = False, workers: int | None = None,
+        scheduler: str | None = None, progress: bool | None = False, overwrite: bool = False) -> xr.Dataset:
+    """A sweep plan in memory, into a zarr store, or on a Dask cluster (``workers`` local processes or a
+    ``scheduler`` address; both need ``store``): the path ``fastmodel.sweep`` takes for every engine."""
+    bar = Progress(plan.num_configs, enabled=progress) if progress is not False else None
+    try:
+        if workers is not None or scheduler is not None:
+            if store is None:
+                raise SweepError("a distributed sweep writes a zarr store: give store='out.zarr' (-o out.zarr)")
+            client, cluster = connect(scheduler, workers)
+            try:
+                return run_to_store(plan, store, resume, bar, client, overwrite)
+            finally:
+                client.close()
+                if cluster is not None:
+                    cluster.close()
+        if store is not None:
+            return run_to_store(plan, store, resume, bar, overwrite=overwrite)
+        if resume:
+            raise SweepError("resume completes a zarr store: give store='out.zarr'")
+        return run_in_memory(plan, bar)
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+__all__ = ["run", "run_in_memory", "run_to_store"]
