@@ -236,3 +236,19 @@ print(" ".join(m for m in sys.modules if m.startswith(({prefixes}))))
                                                                                  **__import__("os").environ})
         assert done.returncode == 0, done.stderr
         assert done.stdout.split() == [], (call, done.stdout)
+
+
+def test_pyproject_lists_every_package():
+    """A non-editable install ships exactly the packages pyproject.toml lists: a package left out breaks
+    ``pip install .`` (CI's first step) while the editable checkout still works."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # pragma: no cover - python < 3.11
+        import tomli as tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {"fastmodel.specs"}
+    for folder, package in (("fastmodel", "fastmodel"), ("kernels", "fastmodel.kernels")):
+        for init in (ROOT / folder).rglob("__init__.py"):
+            found.add(".".join([package, *init.parent.relative_to(ROOT / folder).parts]))
+    assert listed == found, f"missing: {sorted(found - listed)}; stale: {sorted(listed - found)}"
