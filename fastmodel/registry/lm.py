@@ -285,6 +285,8 @@ STATUSES: tuple[Status, ...] = (
     Status("does_not_fit", "memory per device exceeds usable HBM"),
     Status("not_finite", "a result is not a finite number: an input magnitude is out of range (e.g. a "
            "bandwidth of 1e-300 B/s)"),
+    Status("schedule_not_runnable", "the pipeline schedule cannot run this pipeline: DualPipe needs an even pp and an "
+           "even number of micro-batches, at least 2 pp"),
     NOT_COMPUTED,
 )
 STATUS_CODES: dict[str, int] = {s.name: i for i, s in enumerate(STATUSES)}

@@ -12,16 +12,19 @@ their exposed communication; ``t = F + B + W``. With ``p`` stages, ``v`` chunks 
 
     GPipe, 1F1B        (p - 1) t                         Huang et al. 2019; Narayanan et al. 2021 eq. 1
     interleaved 1F1B   (p - 1) / v x t                   Narayanan et al. 2021 eq. 2
-    ZB-H1              (p - 1) (F + B - W)                Qi et al., ICLR 2024, sec. 3.1 (T_B: input part)
+    ZB-H1              (p - 1) (F + B - min(B, W))        Qi et al., ICLR 2024, sec. 3.1 (T_B: input part)
     DualPipe           (p/2 - 1) (F&B + B' - 3 W)         DeepSeek-V3 report Table 2 (B' = B + W the full
                                                           backward; F&B = F + B': the two overlapped chunks
                                                           share the GPU, the overlap hides communication)
 
 ZB-H1 derivation (uniform stages): stage s keeps 1F1B's order and in-flight count but sends its input
-gradient after B, before W, and defers s of its W passes to the end of the step. The backward chain of the
-last micro-batch then crosses the p - 1 boundaries at B each, and the last stage (which starts (p - 1) F
-late and never waits) finishes (p - 1) W earlier than its W-less chain would allow:
-``T = m t + (p - 1) F + (p - 1) B - (p - 1) W``. DualPipe: ``(p/2 - 1)(F + B' + B' - 3 W) = (p/2 - 1)(F + 2B - W)``.
+gradient after B, before W, and defers s of its W passes to the end of the step. The last stage starts
+(p - 1) F late and never waits; the backward chain of the last micro-batch crosses the p - 1 boundaries at
+B each, during which the deferred W passes run: ``T = m t + (p - 1) F + (p - 1) B - (p - 1) W`` while
+W <= B (the paper's case), ``m t + (p - 1) F`` beyond. The exact scheduler path
+(``fastmodel/lm/pipeline_program.py``) reproduces both for uniform stages. DualPipe:
+``(p/2 - 1)(F + B' + B' - 3 W) = (p/2 - 1)(F + 2B - W)``, exact for F = B = W (the report's Fig. 5); for
+other ratios the exact schedule differs by at most (p/2 - 1) F on the ratios tested.
 """
 
 from fastmodel.kernels.jit import njit
@@ -48,10 +51,10 @@ def pipeline_bubble(row, average, forward, weight):
     if p <= 1.0:
         return 0.0
     schedule = int(row[C_PIPELINE_SCHEDULE])
+    backward = average - forward - weight
     if schedule == SCHED_ZB_H1:
-        return (p - 1.0) * max(0.0, average - 2.0 * weight)
+        return (p - 1.0) * (forward + backward - min(backward, weight))
     if schedule == SCHED_DUALPIPE:
-        backward = average - forward - weight
         return (0.5 * p - 1.0) * max(0.0, forward + 2.0 * backward - weight)
     return (p - 1.0) / row[C_VP] * average
 
