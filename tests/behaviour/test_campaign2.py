@@ -130,3 +130,38 @@ def test_madmax_integer_axis_of_absurd_magnitude_is_one_line(tmp_path):
     path.write_text('model = "llama2-70b"\nsystem = "dc-a"\ntask = "llm-pretrain"\n[axes]\nnum_nodes = [1e300]\n'
                     'plan = ["fsdp/ddp"]\n')
     one_line_error(cli("sweep", path, "-o", tmp_path / "m.nc"), "axis num_nodes: 1e+300 is implausibly large")
+
+
+@pytest.mark.parametrize("args, name, text", [
+    (["batch", "{runs}"], "out.nc", "a .nc name, but this command writes JSON/JSONL here; name the output .jsonl"),
+    (["serve", "-m", "llama3.1-8b"], "out.parquet", "a .parquet name, but this command writes JSON/JSONL"),
+    (["calibrate", "{runs}", "--folds", "0"], "cal.json", "a .json name, but this command writes TOML here"),
+    (["validate", "{runs}"], "rows.jsonl", "a .jsonl name, but this command writes CSV here; name the table .csv"),
+    (["best", "{runs}", "--by", "throughput", "--csv"], "top.parquet", None),
+])
+def test_an_output_named_for_another_kind_is_refused(tmp_path, args, name, text):
+    """Was written: JSON lines into out.nc and out.parquet, a TOML calibration into cal.json, a CSV table into
+    rows.jsonl -- files a later command reads by their name."""
+    runs = tmp_path / "runs.jsonl"
+    runs.write_text("\n".join((DATA / "runs_dev.jsonl").read_text().splitlines()[:2]) + "\n")
+    argv = [a.replace("{runs}", str(runs)) for a in args]
+    flag = [] if argv[-1] == "--csv" else ["-o"]
+    result = cli(*argv, *flag, tmp_path / name)
+    if text is None:     # best reads a dataset first; the name is refused before any work all the same
+        assert result.exit_code == 2 and "a .parquet name" in result.output, result.output
+        return
+    one_line_error(result, text)
+    assert not (tmp_path / name).exists()
+    assert cli(*argv, *flag, tmp_path / "fine.txt").exit_code == 0      # a suffix that promises nothing
+
+
+def test_serving_expert_parallelism_on_a_dense_model_is_refused():
+    """Was silent: ``serve --ep 2`` on dense Llama 3.1 8B evaluated one GPU as if ep were 1; the training
+    model's rule table refuses ep > 1 on a dense model too (ep_without_experts)."""
+    one_line_error(cli("serve", "-m", "llama3.1-8b", "--ep", "2"), "ep_not_dividing", "a dense model has none")
+    from fastmodel.serve.api import sweep
+
+    ds = sweep("llama3.1-8b", device="H100", ep=[1, 2], tp=2, batch_size=1)
+    from fastmodel.registry.serve import SERVE_STATUS
+
+    assert ds.status.values.ravel().tolist() == [SERVE_STATUS["ok"], SERVE_STATUS["ep_not_dividing"]]
