@@ -165,3 +165,27 @@ def test_serving_expert_parallelism_on_a_dense_model_is_refused():
     from fastmodel.registry.serve import SERVE_STATUS
 
     assert ds.status.values.ravel().tolist() == [SERVE_STATUS["ok"], SERVE_STATUS["ep_not_dividing"]]
+
+
+@pytest.fixture(scope="module")
+def plans(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("plans")
+    (folder / "s.toml").write_text(LM_SWEEP.replace('plan = ["tp8"]', 'plan = ["tp8", "tp4.pp2", "dp"]\n'
+                                                    'num_nodes = [1, 2]'))
+    assert cli("sweep", folder / "s.toml", "-o", folder / "plans.nc").exit_code == 0
+    return folder / "plans.nc"
+
+
+def test_best_by_a_variable_per_memory_kind_says_what_to_rank_by(plans):
+    """Was a traceback (ValueError: Dimensions {'memory_kind'} do not exist)."""
+    one_line_error(cli("best", plans, "--by", "memory"), "--by memory: memory has one value per memory_kind",
+                   "rank by memory_per_device")
+
+
+@pytest.mark.parametrize("kind", ["heatmap", "scaling"])
+def test_heatmap_and_scaling_default_to_the_results_throughput(plans, tmp_path, kind):
+    """Was: "unknown variable 'throughput' (did you mean 'recompute'?)" on every real-world result without --var."""
+    axes = ["--x", "num_nodes", "--y", "plan"] if kind == "heatmap" else ["--x", "num_nodes", "--hue", "plan"]
+    result = cli("plot", kind, plans, *axes, "-o", tmp_path / "f.svg")
+    assert result.exit_code == 0, result.output
+    assert "tokens/s" in (tmp_path / "f.svg").read_text()         # tokens_per_s_per_gpu's units on the figure
