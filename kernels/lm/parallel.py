@@ -48,6 +48,16 @@ def fsdp_layer_exposed(row, gather, reduce, forward, backward):
 
 
 @njit
+def fsdp_first_layer_exposed(row, gather, reduce, backward):
+    """ZeRO-3/FSDP time the stage's first layer adds per micro-batch: its forward gather has no earlier layer's
+    compute to hide behind and its gradient reduce-scatter, the last of the backward pass, no later layer's;
+    only its backward gather (prefetched during the layer after it) overlaps compute. The other layers are
+    :func:`fsdp_layer_exposed`, so each layer's collectives are counted once."""
+    back_gather = exposed(row, gather, backward) if row[C_OVERLAP_PARAM_GATHER] > 0.0 else gather
+    return gather + back_gather + reduce
+
+
+@njit
 def param_bytes(row):
     """Bytes per gathered weight element: 1 with FP8 weight copies, else 2."""
     return 1.0 if row[C_FP8_PARAMS] > 0.0 else 2.0

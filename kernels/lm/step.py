@@ -28,7 +28,7 @@ from fastmodel.kernels.lm.layer import (
 )
 from fastmodel.kernels.lm.layout import (
     CP_ALLTOALL, C_COLLECTIVE_BUCKET_BYTES, C_CP, C_CP_ALGORITHM, C_DP, C_GLOBAL_BATCH, C_GRAD_REDUCE_BYTES, C_HIDDEN,
-    C_LAYERS, C_MICRO_BATCH, C_N_GPUS, C_OPTIMIZER, C_OVERLAP_GRAD_REDUCE, C_OVERLAP_PARAM_GATHER, C_PEAK_FLOPS_16,
+    C_LAYERS, C_MICRO_BATCH, C_N_GPUS, C_OPTIMIZER, C_PEAK_FLOPS_16,
     C_PEAK_FLOPS_8, C_PP, C_PRECISION, C_SELECTIVE_POLICY, C_SEQ_LEN, C_SHARDING, C_SHARD_DEGREE, C_STEP_OVERHEAD_S,
     C_TP, C_TP_COMM_OVERLAP, C_VOCAB, C_VP, OPT_ADAM, OPT_SGD, PRECISION_FP8, R_COMM_CP, R_COMM_DP, R_COMM_EP,
     R_COMM_PP, R_COMM_TP, R_EXPOSED_CP, R_EXPOSED_DP, R_EXPOSED_EP, R_EXPOSED_PP, R_EXPOSED_TP, R_FLOPS_PER_TOKEN,
@@ -36,7 +36,7 @@ from fastmodel.kernels.lm.layout import (
     R_TIME_RECOMPUTE, R_TOKENS_PER_S, R_TOKENS_PER_S_PER_GPU, SHARD_FSDP,
 )
 from fastmodel.kernels.lm.parallel import (
-    exposed, fsdp_copy_out_time, fsdp_layer_exposed, param_bytes, pipeline_p2p, data_parallel,
+    exposed, fsdp_copy_out_time, fsdp_first_layer_exposed, fsdp_layer_exposed, param_bytes, pipeline_p2p, data_parallel,
 )
 from fastmodel.kernels.lm.memory_states import layers_per_stage
 from fastmodel.kernels.nccl import bucketed_allgather_time
@@ -84,6 +84,7 @@ def step_row(row, work, out):
     tp_comm = cp_comm = ep_comm = 0.0
     tp_exposed = cp_exposed = 0.0
     fsdp_comm = fsdp_exposed = 0.0
+    fsdp_gather = fsdp_reduce = fsdp_window = 0.0     # the average layer's, for the stage's first layer
     params = 0.0
     flops = 0.0
     for kind in range(4):
@@ -117,6 +118,9 @@ def step_row(row, work, out):
             reduce = bucketed_allgather_time(row, work[W_PARAMS] * grad_bytes, shard_group, t * c, bucket)
             fsdp_here = 2.0 * gather + reduce
             fsdp_left = fsdp_layer_exposed(row, gather, reduce, forward, backward + again)
+            fsdp_gather += weight * gather
+            fsdp_reduce += weight * reduce
+            fsdp_window += weight * (backward + again)
         gemm += weight * g * (3.0 + full + (0.0 if megatron else 0.5 * selective))
         attn += weight * a_ * (3.5 + full + (selective if megatron else 0.0))
         mem += weight * (m_ * (3.0 + full) + selective * (work[W_ATTN_CORE_MEM] if megatron else m_) + 2.0 * copy)
@@ -150,12 +154,12 @@ def step_row(row, work, out):
     average_mb = per_stage * layer_time + head_time / p
     bubble = (p - 1.0) / v * average_mb if p > 1.0 else 0.0
 
-    # FSDP: the first gather of a micro-batch and the last reduce-scatter are never hidden
-    fsdp_edges = 0.0
-    if fsdp and row[C_OVERLAP_PARAM_GATHER] > 0.0 and row[C_OVERLAP_GRAD_REDUCE] > 0.0:
-        fsdp_edges = bucketed_allgather_time(row, params * param_bytes(row), shard_group, t * c, bucket) \
-            + bucketed_allgather_time(row, params * grad_bytes, shard_group, t * c, bucket)
-    fsdp_exposed_step = micro_batches * (per_stage * fsdp_exposed + fsdp_edges)
+    # FSDP: the stage's first layer exposes its forward gather and its reduce-scatter (nothing to hide behind);
+    # every other layer hides its collectives behind its neighbours' compute (each collective counted once)
+    fsdp_exposed_step = 0.0
+    if fsdp:
+        fsdp_exposed_step = micro_batches * ((per_stage - 1.0) * fsdp_exposed
+                                             + fsdp_first_layer_exposed(row, fsdp_gather, fsdp_reduce, fsdp_window))
     fsdp_comm_step = micro_batches * per_stage * fsdp_comm
 
     # pipeline point-to-point: activations forward, gradients backward, per virtual stage

@@ -249,6 +249,9 @@ def test_ulysses_context_parallelism_is_exposed_and_needs_heads_divisible_by_tp_
     {}, {"sharding": "fsdp", "tp": 1, "pp": 1, "dp": 256, "shard_degree": 256},
     {"sharding": "fsdp", "shard_degree": 8}, {"recompute": "full"}, {"recompute": "selective", "fused_kernels": 0},
     {"tp_comm_overlap": 1}, {"vp": 2}, {"cp": 2, "dp": 4, "seq_len": 65536}, {"sharding": "ddp", "pp": 1, "dp": 32},
+    # a communication-bound FSDP step: every collective is exposed, none may be counted twice
+    {"sharding": "fsdp", "tp": 1, "pp": 1, "dp": 256, "shard_degree": 256, "global_batch": 256, "seq_len": 128,
+     "inter_bw": 5e9},
 ])
 def test_step_time_is_the_sum_of_its_parts(variant):
     r = one(**{**LLAMA70B, **variant})
@@ -256,7 +259,18 @@ def test_step_time_is_the_sum_of_its_parts(variant):
              + r["time_optimizer"] + sum(r[f"exposed_{g}"] for g in ("tp", "cp", "ep", "pp", "dp")))
     assert r["step_time"] == pytest.approx(parts, rel=1e-12)
     for group in ("tp", "cp", "ep", "pp", "dp"):
-        assert 0.0 <= r[f"exposed_{group}"] <= r[f"comm_{group}"] * (1 + 1e-12) + 1e-15 or group == "dp"
+        assert 0.0 <= r[f"exposed_{group}"] <= r[f"comm_{group}"] * (1 + 1e-12) + 1e-15, group
+
+
+def test_fsdp_first_layer_exposes_its_forward_gather_and_last_reduce_scatter_once():
+    from fastmodel.kernels.lm.parallel import fsdp_first_layer_exposed
+    gather, reduce, backward = 0.010, 0.020, 0.100
+    overlapped = row(**NET, overlap_param_gather=1, overlap_grad_reduce=1, comm_sm_share=0.15)
+    # forward gather and reduce-scatter in full; the backward gather hides behind the next layer's backward
+    assert fsdp_first_layer_exposed(overlapped, gather, reduce, backward) == pytest.approx(
+        gather + 0.15 * gather + reduce, rel=1e-12)
+    serial = row(**NET, overlap_param_gather=0, overlap_grad_reduce=0, comm_sm_share=0.15)
+    assert fsdp_first_layer_exposed(serial, gather, reduce, backward) == pytest.approx(2 * gather + reduce)
 
 
 def test_zero3_layer_collectives_are_exposed_where_the_framework_does_not_overlap_them():
