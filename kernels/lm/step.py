@@ -28,7 +28,7 @@ from fastmodel.kernels.lm.layer import (
 )
 from fastmodel.kernels.lm.layout import (
     CP_ALLTOALL, C_COLLECTIVE_BUCKET_BYTES, C_CP, C_CP_ALGORITHM, C_DP, C_GLOBAL_BATCH, C_GRAD_REDUCE_BYTES, C_HIDDEN,
-    C_LAYERS, C_MICRO_BATCH, C_N_GPUS, C_OPTIMIZER, C_PEAK_FLOPS_16,
+    C_LAYERS, C_MICRO_BATCH, C_N_GPUS, C_OPTIMIZER, C_PARAM_FETCH_BW, C_PEAK_FLOPS_16,
     C_PEAK_FLOPS_8, C_PP, C_PRECISION, C_SELECTIVE_POLICY, C_SEQ_LEN, C_SHARDING, C_SHARD_DEGREE, C_STEP_OVERHEAD_S,
     C_TP, C_TP_COMM_OVERLAP, C_VOCAB, C_VP, OPT_ADAM, OPT_SGD, PRECISION_FP8, R_COMM_CP, R_COMM_DP, R_COMM_EP,
     R_COMM_PP, R_COMM_TP, R_EXPOSED_CP, R_EXPOSED_DP, R_EXPOSED_EP, R_EXPOSED_PP, R_EXPOSED_TP, R_FLOPS_PER_TOKEN,
@@ -36,7 +36,7 @@ from fastmodel.kernels.lm.layout import (
     R_TIME_RECOMPUTE, R_TOKENS_PER_S, R_TOKENS_PER_S_PER_GPU, SHARD_FSDP,
 )
 from fastmodel.kernels.lm.parallel import (
-    exposed, fsdp_copy_out_time, fsdp_first_layer_exposed, fsdp_layer_exposed, param_bytes, pipeline_p2p, data_parallel,
+    exposed, fsdp_copy_out_time, fsdp_first_layer_exposed, fsdp_layer_exposed, hook_fetch_time, param_bytes, pipeline_p2p, data_parallel,
 )
 from fastmodel.kernels.lm.memory_states import layers_per_stage
 from fastmodel.kernels.nccl import bucketed_allgather_time
@@ -84,7 +84,7 @@ def step_row(row, work, out):
     tp_comm = cp_comm = ep_comm = 0.0
     tp_exposed = cp_exposed = 0.0
     fsdp_comm = fsdp_exposed = 0.0
-    fsdp_gather = fsdp_reduce = fsdp_window = 0.0     # the average layer's, for the stage's first layer
+    fsdp_gather = fsdp_reduce = fsdp_window = fsdp_refetch = 0.0     # the average layer's, for the first layer
     params = 0.0
     flops = 0.0
     for kind in range(4):
@@ -115,9 +115,13 @@ def step_row(row, work, out):
         fsdp_here = 0.0
         if fsdp:
             gather = bucketed_allgather_time(row, work[W_PARAMS] * param_bytes(row), shard_group, t * c, bucket)
+            gather = hook_fetch_time(row, gather, work[W_PARAMS], shard_group)
             reduce = bucketed_allgather_time(row, work[W_PARAMS] * grad_bytes, shard_group, t * c, bucket)
-            fsdp_here = 2.0 * gather + reduce
-            fsdp_left = fsdp_layer_exposed(row, gather, reduce, forward, backward + again)
+            # a framework fetching per sub-module (hooks) gathers again for the recomputed forward, synchronously
+            refetch = full * gather if row[C_PARAM_FETCH_BW] > 0.0 else 0.0
+            fsdp_here = 2.0 * gather + reduce + refetch
+            fsdp_left = fsdp_layer_exposed(row, gather, reduce, forward, backward + again) + refetch
+            fsdp_refetch += weight * refetch
             fsdp_gather += weight * gather
             fsdp_reduce += weight * reduce
             fsdp_window += weight * (backward + again)
@@ -159,7 +163,8 @@ def step_row(row, work, out):
     fsdp_exposed_step = 0.0
     if fsdp:
         fsdp_exposed_step = micro_batches * ((per_stage - 1.0) * fsdp_exposed
-                                             + fsdp_first_layer_exposed(row, fsdp_gather, fsdp_reduce, fsdp_window))
+                                             + fsdp_first_layer_exposed(row, fsdp_gather, fsdp_reduce, fsdp_window)
+                                             + fsdp_refetch)
     fsdp_comm_step = micro_batches * per_stage * fsdp_comm
 
     # pipeline point-to-point: activations forward, gradients backward, per virtual stage
