@@ -15,14 +15,15 @@ Phases (``P_*``):
   micro-batch still in flight, the layer recomputed (recompute working set), the gradients of its
   activations (``backward_grad_bytes``).
 - ``P_EMBEDDING``: the first rank ends a micro-batch's backward at the word embedding: the other micro-batches
-  in flight, and the embedding's weight gradient (``embedding_grad_bytes``).
+  in flight (one micro-batch, or one ``1 / v`` chunk of it under the interleaved schedule, fewer than at the
+  peak), and the embedding's weight gradient (``embedding_grad_bytes``).
 - ``P_OPTIMIZER``: the optimizer step: no activations, the states and the optimizer's transient copies.
 """
 
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.layout import (
     C_ACTIVATION_OFFLOAD, C_DENSE_LAYERS, C_ETP, C_FFN, C_FP8_PARAMS, C_GATED_MLP, C_GRAD_REDUCE_BYTES, C_HIDDEN, C_MOE_FFN,
-    C_MOE_SHARED_EXPERTS, C_PP, C_SHARDING, C_TP, C_VOCAB, SHARD_FSDP,
+    C_MOE_SHARED_EXPERTS, C_PIPELINE_SCHEDULE, C_PP, C_SHARDING, C_TP, C_VOCAB, C_VP, SCHED_INTERLEAVED, SHARD_FSDP,
 )
 from fastmodel.kernels.lm.memory_activations import (
     micro_batch_tokens, microbatches_in_flight, replicated_divisor, routed_tokens, stage_microbatch_bytes,
@@ -125,7 +126,8 @@ def phase_kinds(row, stage, phase, dense_layer, moe_layer, working, gather, comm
         return w, g, o, (in_flight * per_mb + working) * kept, gather + comm + grad_work
     if not first:
         return w, g, o, 0.0, 0.0
-    held = max(in_flight - 1.0, 0.0) * per_mb * kept
+    chunk = 1.0 / row[C_VP] if (int(row[C_PIPELINE_SCHEDULE]) == SCHED_INTERLEAVED and row[C_VP] > 1) else 1.0
+    held = max(in_flight - chunk, 0.0) * per_mb * kept
     if int(row[C_SHARDING]) == SHARD_FSDP:
         return w, g, o, held, comm + embedding_grad_bytes(row)
     return w, g + embedding_grad_bytes(row), o, held, comm
