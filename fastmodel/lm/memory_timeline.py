@@ -145,5 +145,10 @@ def memory_timeline(columns: np.ndarray, title: str = "the configuration",
     allocated = out.sum() - out[KINDS.index("overhead")]
     hbm = float(row[C["hbm_bytes"]])
     margin = (1.0 - row[C["usable_hbm_fraction"]]) * hbm if memory_margin is None else float(memory_margin)
+    if not 0.0 <= margin < hbm:
+        from fastmodel.errors import SpecError
+
+        raise SpecError(None, "memory_margin", f"{margin / 2**30:.1f} GiB must be >= 0 and below the HBM of "
+                        f"{hbm / 2**30:.1f} GiB")
     reserved = allocated * (1.0 + row[C["allocator_cache_fraction"]]) + row[C["framework_memory_bytes"]]
     return MemoryTimeline(stages, KINDS, hbm, hbm - margin, float(reserved), title)
