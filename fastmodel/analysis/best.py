@@ -151,8 +151,9 @@ def best(ds: xr.Dataset, by: str, top: int = 10, where: list[str] | None = None,
     (``margin``: bytes of HBM kept free, ``source`` "default" -- the stack's reserve -- or "user" for
     ``memory_margin``, bytes; fastmodel/analysis/margin.py).
     """
-    from fastmodel.analysis.margin import describe, fits_under, margin
     import pandas as pd
+
+    from fastmodel.analysis.margin import describe, fits_under, margin
 
     by = resolve(ds.data_vars, by)     # a variable's alias ranks by it too (iteration_time: step_time)
     if by not in ds.data_vars:

@@ -55,7 +55,10 @@ class MemoryTimeline:
 def _terms(row: np.ndarray) -> dict:
     from fastmodel.kernels.lm.memory import comm_buffer_bytes, fsdp_gather_buffer_bytes, logits_workspace_bytes
     from fastmodel.kernels.lm.memory_activations import (
-        kept_mode, layer_activation_bytes, recompute_working_bytes, stored_layer_bytes,
+        kept_mode,
+        layer_activation_bytes,
+        recompute_working_bytes,
+        stored_layer_bytes,
     )
     from fastmodel.kernels.lm.memory_peak import backward_grad_bytes, embedding_grad_bytes
     from fastmodel.kernels.lm.memory_states import is_moe

@@ -12,7 +12,13 @@ import numpy as np
 import pytest
 
 from fastmodel.kernels.lm.layout import (
-    M_ACTIVATIONS, M_BUFFERS, M_GRADIENTS, M_OPTIMIZER, M_OVERHEAD, M_WEIGHTS, N_MEMORY_KINDS,
+    M_ACTIVATIONS,
+    M_BUFFERS,
+    M_GRADIENTS,
+    M_OPTIMIZER,
+    M_OVERHEAD,
+    M_WEIGHTS,
+    N_MEMORY_KINDS,
 )
 from fastmodel.kernels.lm.memory import memory_row
 from fastmodel.lm.table import row
