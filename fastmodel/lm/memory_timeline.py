@@ -13,8 +13,9 @@ that rank's peak (``tests/lm/test_memory_timeline.py`` checks it against ``memor
   word embedding's weight gradient is live (``P_EMBEDDING``);
 - the optimizer step ends the step (``P_OPTIMIZER``).
 
-``overhead`` is ``framework_memory_bytes`` (outside the allocator); the allocator's cache shows as the
-``reserved`` line, ``(1 + allocator_cache_fraction)`` times the peak allocated bytes.
+``overhead`` is ``framework_memory_bytes``; the allocator's cache shows as the ``reserved`` line, the peak
+allocated bytes times ``(1 + allocator_cache_fraction)`` plus the overhead (the cache is released on demand, so
+it does not decide what fits).
 """
 
 from __future__ import annotations
@@ -153,5 +154,5 @@ def memory_timeline(columns: np.ndarray, title: str = "the configuration",
 
         raise SpecError(None, "memory_margin", f"{margin / 2**30:.1f} GiB must be >= 0 and below the HBM of "
                         f"{hbm / 2**30:.1f} GiB")
-    reserved = allocated * (1.0 + row[C["allocator_cache_fraction"]]) + row[C["framework_memory_bytes"]]
+    reserved = allocated * (1.0 + row[C["allocator_cache_fraction"]]) + row[C["framework_memory_bytes"]]   # + overhead
     return MemoryTimeline(stages, KINDS, hbm, hbm - margin, float(reserved), title)

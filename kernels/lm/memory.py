@@ -26,7 +26,7 @@ import numpy as np
 
 from fastmodel.kernels.jit import njit, prange
 from fastmodel.kernels.lm.layout import (
-    C_ALLOCATOR_CACHE_FRACTION, C_COLLECTIVE_BUCKET_BYTES, C_CP, C_CP_ALGORITHM, C_DENSE_LAYERS, C_EP, C_ETP, C_FFN, C_FP8_PARAMS, C_FRAMEWORK_MEMORY_BYTES,
+    C_COLLECTIVE_BUCKET_BYTES, C_CP, C_CP_ALGORITHM, C_DENSE_LAYERS, C_EP, C_ETP, C_FFN, C_FP8_PARAMS, C_FRAMEWORK_MEMORY_BYTES,
     C_GRAD_REDUCE_BYTES, C_HEADS, C_HEAD_DIM, C_HIDDEN, C_KV_HEADS, C_KV_LORA_RANK, C_LAYERS, C_MLA, C_MOE_EXPERTS,
     C_MOE_FFN, C_MOE_SHARED_EXPERTS, C_PP, C_PRECISION, C_QK_ROPE_HEAD_DIM, C_SEQUENCE_PARALLEL, C_SHARDING, C_TP,
     C_VOCAB, M_ACTIVATIONS, M_BUFFERS, M_GRADIENTS, M_KV_CACHE, M_OPTIMIZER, M_OVERHEAD, M_WEIGHTS, N_MEMORY_KINDS,
@@ -184,8 +184,10 @@ def memory_row(row, out):
     The first and the last rank are evaluated (a middle rank holds fewer micro-batches than the first and no
     LM head); each rank's peak is the largest total over the phases of the step (kernels/lm/memory_peak.py),
     and the rank with the larger peak is reported, by kind at that moment. KV cache is zero in training;
-    ``overhead`` is what is not a tensor: ``framework_memory_bytes`` (CUDA context, NCCL) plus the caching
-    allocator's reserve, ``allocator_cache_fraction`` times the allocated bytes.
+    ``overhead`` is ``framework_memory_bytes``: what is not a live tensor (CUDA context, NCCL, the allocator's
+    fragmentation). The allocator's cache of free blocks is not counted: PyTorch's caching allocator releases
+    it and retries when a device allocation fails (``num_alloc_retries`` in ``torch.cuda.memory_stats``), so
+    it is reported as ``memory_reserved`` but does not decide what fits.
     """
     kept = kept_mode(row)
     dense_all = layer_activation_bytes(row, False, kept)
@@ -216,7 +218,7 @@ def memory_row(row, out):
     out[M_ACTIVATIONS] = a
     out[M_KV_CACHE] = 0.0
     out[M_BUFFERS] = b
-    out[M_OVERHEAD] = row[C_FRAMEWORK_MEMORY_BYTES] + row[C_ALLOCATOR_CACHE_FRACTION] * best
+    out[M_OVERHEAD] = row[C_FRAMEWORK_MEMORY_BYTES]
     return best_stage
 
 

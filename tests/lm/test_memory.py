@@ -292,10 +292,8 @@ def test_ddp_weights_gradients_adam():
     assert out[M_KV_CACHE] == 0
     assert out[M_OVERHEAD] == 0
     assert small(framework_memory_bytes=3e9)[M_OVERHEAD] == 3e9
-    # the allocator's cache: a share of the allocated bytes on top
-    cached = small(framework_memory_bytes=3e9, allocator_cache_fraction=0.05)
-    allocated = sum(cached[k] for k in (M_WEIGHTS, M_GRADIENTS, M_OPTIMIZER, M_ACTIVATIONS, M_BUFFERS))
-    assert cached[M_OVERHEAD] == pytest.approx(3e9 + 0.05 * allocated, rel=1e-12)
+    # the allocator's cache is released on demand: not overhead
+    assert small(framework_memory_bytes=3e9, allocator_cache_fraction=0.05)[M_OVERHEAD] == 3e9
 
 
 def test_zero1_vs_zero2_vs_zero3_on_64_gpus():

@@ -159,7 +159,8 @@ def test_every_kind_shards_over_the_groups_the_stack_uses():
 
 def test_allocated_reserved_and_per_device():
     """memory_allocated is the tensors (every kind but overhead), memory_reserved (1 + f) times it, and
-    memory_per_device adds framework_memory_bytes to the reserved bytes."""
+    memory_per_device adds framework_memory_bytes to the allocated bytes (the allocator's cache is released
+    when an allocation would fail)."""
     from fastmodel.lm.engine import evaluate_table
 
     columns = row(**GPT, layers=8, pp=4, micro_batch=2, global_batch=16, framework_memory_bytes=2**30,
@@ -169,7 +170,7 @@ def test_allocated_reserved_and_per_device():
     allocated = sum(out[k] for k in ALLOCATED)
     assert results["memory_allocated"][0] == pytest.approx(allocated, rel=1e-12)
     assert results["memory_reserved"][0] == pytest.approx(1.05 * allocated, rel=1e-12)
-    assert results["memory_per_device"][0] == pytest.approx(1.05 * allocated + 2**30, rel=1e-12)
+    assert results["memory_per_device"][0] == pytest.approx(allocated + 2**30, rel=1e-12)
     assert results["memory_peak_stage"][0] == stage == 0
 
 
