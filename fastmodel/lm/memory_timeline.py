@@ -10,7 +10,8 @@ that rank's peak (``tests/lm/test_memory_timeline.py`` checks it against ``memor
   the logits and loss workspace are live (``P_LOSS``);
 - at the start of a backward: the recompute working set and the layer's activation gradients
   (``P_BACKWARD``); after it, the micro-batch's activations are freed and, on the first rank at chunk 0, the
-  word embedding's weight gradient is live (``P_EMBEDDING``);
+  word embedding's weight gradient is live (``P_EMBEDDING``); under ZB-H1 the input-gradient pass ``I`` is
+  that start and the weight-gradient pass ``W`` frees the activations;
 - the optimizer step ends the step (``P_OPTIMIZER``).
 
 ``overhead`` is ``framework_memory_bytes``; the allocator's cache shows as the ``reserved`` line, the peak
@@ -79,15 +80,21 @@ def _schedule(row: np.ndarray) -> tuple[str, int]:
 
     names = {code: name for name, code in PIPELINE_SCHEDULES.items()}
     schedule = names[int(row[C["pipeline_schedule"]])]
+    if schedule == "dualpipe":
+        from fastmodel.errors import SpecError
+
+        raise SpecError(None, "pipeline_schedule", "dualpipe: the memory timeline draws 1f1b, interleaved, gpipe "
+                        "and zb_h1 schedules (DualPipe's two directions per rank are not laid out yet)")
     if schedule == "interleaved" and int(row[C["vp"]]) > 1:
         return schedule, int(row[C["vp"]])
-    return ("gpipe" if schedule == "gpipe" else "1f1b"), 1
+    return (schedule if schedule in ("gpipe", "zb_h1") else "1f1b"), 1
 
 
 def stage_memory(row: np.ndarray, stage: int, terms: dict | None = None) -> StageMemory:
     """The moments of pipeline rank ``stage`` over one step (see the module docstring)."""
-    from fastmodel.kernels.lm.memory_activations import microbatches, stage_microbatch_bytes
+    from fastmodel.kernels.lm.memory_activations import stage_microbatch_bytes
     from fastmodel.kernels.lm.memory_peak import P_OPTIMIZER, phase_kinds
+    from fastmodel.kernels.lm.pipeline import microbatches
     from fastmodel.lm.pipeline_program import stage_order
 
     t = _terms(row) if terms is None else terms
@@ -119,9 +126,12 @@ def stage_memory(row: np.ndarray, stage: int, terms: dict | None = None) -> Stag
             labels.append(f"F{micro_batch}")
             moment(held, t["gather"] + t["comm"] + (t["logits"] if loss else 0.0))
             continue
-        labels.append(f"B{micro_batch}")
-        moment(held + t["working"] * kept, t["gather"] + t["comm"] + t["grads"])
-        held = max(held - chunk, 0.0)
+        if kind in ("B", "I"):      # a backward (ZB-H1: its input-gradient pass) starts
+            labels.append(f"{kind}{micro_batch}")
+            moment(held + t["working"] * kept, t["gather"] + t["comm"] + t["grads"])
+            if kind == "I":
+                continue
+        held = max(held - chunk, 0.0)   # B, or ZB-H1's weight-gradient pass W, frees the micro-batch
         if stage == 0 and part == 0:
             labels.append(f"B{micro_batch} emb")
             if fsdp:
