@@ -45,7 +45,7 @@ class StageMemory:
 @dataclass(frozen=True)
 class MemoryTimeline:
     """Memory over one step on every pipeline rank (``stages``), the device's HBM, the usable HBM under the
-    memory margin, and the reserved peak of the worst rank."""
+    memory margin, and the worst rank's reserved peak plus the overhead (``reserved_bytes``)."""
     stages: tuple[StageMemory, ...]
     kinds: tuple[str, ...]
     hbm_bytes: float

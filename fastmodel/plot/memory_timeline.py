@@ -24,7 +24,8 @@ def memory_timeline(data=None, *, model=None, system=None, task=None, record=Non
                     num_nodes=None, memory_margin=None, size="double", title: str | None = None):
     """Stacked memory by kind (GiB) over one step, one panel per pipeline rank (at most ``MAX_PANELS``); ``data``
     is a ``MemoryTimeline`` (``fastmodel.engines.memory_timeline``), else it is built from the specs or
-    ``record``. Lines: the HBM, the usable HBM (HBM minus ``memory_margin``) and the worst rank's reserved peak.
+    ``record``. Lines: the HBM, the usable HBM (HBM minus ``memory_margin``) and the worst rank's reserved peak plus
+    the overhead (what the device shows in use with the allocator's cache).
     Returns ``(fig, axes)``."""
     if data is None:
         from fastmodel import engines
@@ -64,7 +65,7 @@ def memory_timeline(data=None, *, model=None, system=None, task=None, record=Non
                      xycoords=("axes fraction", "data"), ha="right", va="bottom", fontsize=6)
         top.annotate(f"usable {data.usable_bytes / gib:.0f}", (0.0, data.usable_bytes / gib),
                      xycoords=("axes fraction", "data"), ha="left", va="top", fontsize=6, color="0.2")
-        top.annotate(f"reserved peak {data.reserved_bytes / gib:.1f}", (1.0, data.reserved_bytes / gib),
+        top.annotate(f"reserved + overhead {data.reserved_bytes / gib:.1f}", (1.0, data.reserved_bytes / gib),
                      xycoords=("axes fraction", "data"), ha="right", va="bottom", fontsize=6, color="#D55E00")
         top.set_title(title if title is not None else f"memory over one step: {data.title}", loc="left")
         handles, labels = top.get_legend_handles_labels()
