@@ -36,7 +36,7 @@ from fastmodel.kernels.lm.memory_activations import (
     micro_batch_tokens, replicated_divisor, local_kv_width, routed_tokens, layer_activation_bytes, kept_mode,
     stored_layer_bytes, recompute_working_bytes,
 )
-from fastmodel.kernels.lm.memory_peak import N_PHASES, backward_grad_bytes, phase_kinds
+from fastmodel.kernels.lm.memory_peak import backward_grad_bytes, stage_peak
 from fastmodel.kernels.lm.memory_states import (
     is_moe, attention_params, mlp_params, B16, B32,
 )
@@ -204,14 +204,14 @@ def memory_row(row, out):
     w = g = o = a = b = 0.0
     last = row[C_PP] - 1.0
     for stage in (0.0, last):
-        for phase in range(N_PHASES):
-            w1, g1, o1, a1, b1 = phase_kinds(row, stage, phase, dense_layer, moe_layer, working, gather, comm,
-                                             grad_work, logits)
-            total = w1 + g1 + o1 + a1 + b1
-            if total > best:
-                best = total
-                best_stage = stage
-                w, g, o, a, b = w1, g1, o1, a1, b1
+        if stage == last and last == 0.0 and best >= 0.0:
+            break
+        w1, g1, o1, a1, b1 = stage_peak(row, stage, dense_layer, moe_layer, working, gather, comm, grad_work, logits)
+        total = w1 + g1 + o1 + a1 + b1
+        if total > best:
+            best = total
+            best_stage = stage
+            w, g, o, a, b = w1, g1, o1, a1, b1
     out[M_WEIGHTS] = w
     out[M_GRADIENTS] = g
     out[M_OPTIMIZER] = o

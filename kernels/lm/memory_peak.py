@@ -98,6 +98,37 @@ def optimizer_transient_bytes(row, non_expert, expert):
 
 
 @njit(error_model='numpy')
+def _phase(row, stage, phase, w, g, o, transient, per_mb, in_flight, working, gather, comm, grad_work, logits):
+    """(weights, gradients, optimizer, activations, buffers) at ``phase`` from the rank's states ``w, g, o``, its
+    optimizer ``transient``, what it keeps per micro-batch ``per_mb`` and its micro-batches ``in_flight``."""
+    kept = 1.0 - row[C_ACTIVATION_OFFLOAD]
+    if phase == P_OPTIMIZER:
+        return w, g, o + transient, 0.0, 0.0
+    if phase == P_LOSS:
+        if stage != row[C_PP] - 1:
+            return w, g, o, 0.0, 0.0
+        return w, g, o, in_flight * per_mb * kept, gather + comm + logits
+    if phase == P_BACKWARD:
+        return w, g, o, (in_flight * per_mb + working) * kept, gather + comm + grad_work
+    if stage != 0:
+        return w, g, o, 0.0, 0.0
+    chunk = 1.0 / row[C_VP] if (int(row[C_PIPELINE_SCHEDULE]) == SCHED_INTERLEAVED and row[C_VP] > 1) else 1.0
+    held = max(in_flight - chunk, 0.0) * per_mb * kept
+    if int(row[C_SHARDING]) == SHARD_FSDP:
+        return w, g, o, held, comm + embedding_grad_bytes(row)
+    return w, g + embedding_grad_bytes(row), o, held, comm
+
+
+@njit(error_model='numpy')
+def _stage_state(row, stage, dense_layer, moe_layer):
+    """(weights, gradients, optimizer, optimizer transient, per micro-batch, in flight) of rank ``stage``."""
+    non_expert, expert = stage_params(row, stage)
+    return (weights_bytes(row, non_expert, expert), gradients_bytes(row, non_expert, expert),
+            optimizer_bytes(row, stage, non_expert, expert), optimizer_transient_bytes(row, non_expert, expert),
+            stage_microbatch_bytes(row, stage, dense_layer, moe_layer), microbatches_in_flight(row, stage))
+
+
+@njit(error_model='numpy')
 def phase_kinds(row, stage, phase, dense_layer, moe_layer, working, gather, comm, grad_work, logits):
     """(weights, gradients, optimizer, activations, buffers) allocated on pipeline rank ``stage`` at ``phase``.
 
@@ -107,27 +138,22 @@ def phase_kinds(row, stage, phase, dense_layer, moe_layer, working, gather, comm
     A phase that does not happen on this rank (the loss off the last rank, the embedding off the first)
     returns the states alone.
     """
-    non_expert, expert = stage_params(row, stage)
-    w = weights_bytes(row, non_expert, expert)
-    g = gradients_bytes(row, non_expert, expert)
-    o = optimizer_bytes(row, stage, non_expert, expert)
-    kept = 1.0 - row[C_ACTIVATION_OFFLOAD]
-    first = stage == 0
-    last = stage == row[C_PP] - 1
-    if phase == P_OPTIMIZER:
-        return w, g, o + optimizer_transient_bytes(row, non_expert, expert), 0.0, 0.0
-    per_mb = stage_microbatch_bytes(row, stage, dense_layer, moe_layer)
-    in_flight = microbatches_in_flight(row, stage)
-    if phase == P_LOSS:
-        if not last:
-            return w, g, o, 0.0, 0.0
-        return w, g, o, in_flight * per_mb * kept, gather + comm + logits
-    if phase == P_BACKWARD:
-        return w, g, o, (in_flight * per_mb + working) * kept, gather + comm + grad_work
-    if not first:
-        return w, g, o, 0.0, 0.0
-    chunk = 1.0 / row[C_VP] if (int(row[C_PIPELINE_SCHEDULE]) == SCHED_INTERLEAVED and row[C_VP] > 1) else 1.0
-    held = max(in_flight - chunk, 0.0) * per_mb * kept
-    if int(row[C_SHARDING]) == SHARD_FSDP:
-        return w, g, o, held, comm + embedding_grad_bytes(row)
-    return w, g + embedding_grad_bytes(row), o, held, comm
+    w, g, o, transient, per_mb, in_flight = _stage_state(row, stage, dense_layer, moe_layer)
+    return _phase(row, stage, phase, w, g, o, transient, per_mb, in_flight, working, gather, comm, grad_work,
+                  logits)
+
+
+@njit(error_model='numpy')
+def stage_peak(row, stage, dense_layer, moe_layer, working, gather, comm, grad_work, logits):
+    """The kinds of rank ``stage`` at its largest phase (``phase_kinds`` of every phase, states computed once)."""
+    w, g, o, transient, per_mb, in_flight = _stage_state(row, stage, dense_layer, moe_layer)
+    best = -1.0
+    w0 = g0 = o0 = a0 = b0 = 0.0
+    for phase in range(N_PHASES):
+        w1, g1, o1, a1, b1 = _phase(row, stage, phase, w, g, o, transient, per_mb, in_flight, working, gather, comm,
+                                    grad_work, logits)
+        total = w1 + g1 + o1 + a1 + b1
+        if total > best:
+            best = total
+            w0, g0, o0, a0, b0 = w1, g1, o1, a1, b1
+    return w0, g0, o0, a0, b0
