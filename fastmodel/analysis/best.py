@@ -164,6 +164,12 @@ def best(ds: xr.Dataset, by: str, top: int = 10, where: list[str] | None = None,
         raise SweepError(f"--by {by}: {by} is categorical, not a quantity to rank by; filter on it with "
                          f"--where (e.g. --where status=ok) and rank by a quantity such as throughput")
     variable = ds[by]
+    extra = [dim for dim in variable.dims if "status" in ds and dim not in ds["status"].dims]
+    if extra:      # memory by memory_kind: one value per kind, not one per configuration
+        totals = [name for name in ds.data_vars if name.startswith(by) and name != by
+                  and set(ds[name].dims) <= set(variable.dims) - set(extra)]
+        raise SweepError(f"--by {by}: {by} has one value per {', '.join(extra)} (not one per configuration); "
+                         f"rank by {' or '.join(totals) or 'a variable without it'}")
     if ascending is None:
         from fastmodel.registry import better
 

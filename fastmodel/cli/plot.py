@@ -100,11 +100,24 @@ def plot():
     """Figures for papers: heatmap, timeline, memory-timeline, breakdown, memory, pareto, scaling."""
 
 
+#: the throughput variable of each engine's results, in the order looked for: MAD-Max, real-world, serving
+DEFAULT_VARS = ("throughput", "tokens_per_s_per_gpu", "output_tokens_per_s_per_gpu")
+_VAR_HELP = ", ".join(DEFAULT_VARS)
+
+
+def _default_var(ds, var: str | None) -> str:
+    """``var``, or the first of DEFAULT_VARS the result holds (was 'throughput', which real-world and serving
+    results do not have)."""
+    if var is not None:
+        return var
+    return next((name for name in DEFAULT_VARS if name in ds.data_vars), DEFAULT_VARS[0])
+
+
 @plot.command("heatmap")
 @click.argument("result", type=click.Path())
 @click.option("--x", "x", required=True, help="Dimension along the columns, e.g. num_nodes.")
 @click.option("--y", "y", required=True, help="Dimension along the rows, e.g. plan.")
-@click.option("--var", default="throughput", show_default=True, help="Variable to colour by.")
+@click.option("--var", help="Variable to colour by (default: the result's throughput: " + _VAR_HELP + ").")
 @_sel_option
 @_reduce_option
 @click.option("--relative-to", "relative_to", metavar="PLAN", help="Show the gain over this plan (>1 better; diverging).")
@@ -120,7 +133,8 @@ def heatmap_command(result, x, y, var, sel, reduce, relative_to, annotate, best,
     from fastmodel.plot.data import parse_reduce
 
     _check_suffix(output, result)
-    fig, _ = heatmap(_open(result), x, y, var=var, sel=_sel(sel), reduce=parse_reduce(reduce), relative_to=relative_to,
+    ds = _open(result)
+    fig, _ = heatmap(ds, x, y, var=_default_var(ds, var), sel=_sel(sel), reduce=parse_reduce(reduce), relative_to=relative_to,
                      annotate=annotate, best=None if best == "none" else best, log=log, size=size, title=title)
     _save(fig, output, dpi)
 
@@ -304,7 +318,7 @@ def _serving_pareto(ds, curve, x, y, sel, mask, output, dpi, size, title):
 @plot.command("scaling")
 @click.argument("result", type=click.Path())
 @click.option("--x", "x", required=True, help="Dimension on x, e.g. num_nodes or flops_util.")
-@click.option("--var", default="throughput", show_default=True, help="Variable on y.")
+@click.option("--var", help="Variable on y (default: the result's throughput: " + _VAR_HELP + ").")
 @click.option("--hue", help="One line per value of this dimension, e.g. plan.")
 @_sel_option
 @_reduce_option
@@ -317,6 +331,7 @@ def scaling_command(result, x, var, hue, sel, reduce, top, output, dpi, size, ti
     from fastmodel.plot.data import parse_reduce
 
     _check_suffix(output, result)
-    fig, _ = scaling(_open(result), x, var=var, hue=hue, sel=_sel(sel), reduce=parse_reduce(reduce), top=top,
+    ds = _open(result)
+    fig, _ = scaling(ds, x, var=_default_var(ds, var), hue=hue, sel=_sel(sel), reduce=parse_reduce(reduce), top=top,
                      size=size, title=title)
     _save(fig, output, dpi)
