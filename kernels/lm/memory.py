@@ -26,7 +26,7 @@ import numpy as np
 
 from fastmodel.kernels.jit import njit, prange
 from fastmodel.kernels.lm.layout import (
-    C_COLLECTIVE_BUCKET_BYTES, C_CP, C_CP_ALGORITHM, C_DENSE_LAYERS, C_EP, C_ETP, C_FFN, C_FP8_PARAMS, C_FRAMEWORK_MEMORY_BYTES,
+    C_COLLECTIVE_BUCKET_BYTES, C_CP, C_CP_ALGORITHM, C_DENSE_LAYERS, C_EP, C_ETP, C_FFN, C_FP8_PARAMS, C_FRAMEWORK_MEMORY_BYTES, C_FSDP_COPY_OUT,
     C_GRAD_REDUCE_BYTES, C_HEADS, C_HEAD_DIM, C_HIDDEN, C_KV_HEADS, C_KV_LORA_RANK, C_LAYERS, C_MLA, C_MOE_EXPERTS,
     C_MOE_FFN, C_MOE_SHARED_EXPERTS, C_PP, C_PRECISION, C_QK_ROPE_HEAD_DIM, C_SEQUENCE_PARALLEL, C_SHARDING, C_TP,
     C_VOCAB, M_ACTIVATIONS, M_BUFFERS, M_GRADIENTS, M_KV_CACHE, M_OPTIMIZER, M_OVERHEAD, M_WEIGHTS, N_MEMORY_KINDS,
@@ -114,13 +114,20 @@ def fsdp_gather_buffer_bytes(row):
     (``collective_bucket_bytes > 0``, DeepSpeed: parameters fetched per module, prefetched in buckets,
     ``stage3_prefetch_bucket_size``): the largest module gathered plus one prefetch bucket, and that
     module's gradient: ``(c + g) * largest_module_params + bucket``.
+
+    FSDP1 against FSDP2 (``fsdp_copy_out``): FSDP1's flat parameters are views of the all-gather output, so a
+    gathered layer is one buffer; FSDP2 (per-parameter sharding, pytorch/pytorch RFC #114299) copies the
+    all-gather output into each parameter's own tensor, so while the prefetched layer is copied out its
+    all-gather output and its parameters are live at once: one more ``c * max_layer_params``,
+    ``(3 c + g) * max_layer_params``.
     """
     if int(row[C_SHARDING]) != SHARD_FSDP:
         return 0.0
     compute = 1.0 if row[C_FP8_PARAMS] > 0 else B16
     if row[C_COLLECTIVE_BUCKET_BYTES] > 0:
         return (compute + row[C_GRAD_REDUCE_BYTES]) * largest_module_params(row) + row[C_COLLECTIVE_BUCKET_BYTES]
-    return (2.0 * compute + row[C_GRAD_REDUCE_BYTES]) * max_layer_params(row)
+    gathered = 3.0 if row[C_FSDP_COPY_OUT] > 0 else 2.0
+    return (gathered * compute + row[C_GRAD_REDUCE_BYTES]) * max_layer_params(row)
 
 
 @njit(error_model='numpy')
