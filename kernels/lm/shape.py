@@ -22,7 +22,7 @@ replays CUDA graphs).
 from fastmodel.kernels.columns import (
     C_DENSE_LAYERS, C_EP, C_ETP, C_FFN, C_FUSED_KERNELS, C_GATED_MLP, C_HEAD_DIM, C_HEADS, C_HIDDEN, C_KV_HEADS, C_KV_LORA_RANK,
     C_LAYERS, C_MLA, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS, C_QK_NOPE_HEAD_DIM, C_QK_ROPE_HEAD_DIM,
-    C_Q_LORA_RANK, C_SLIDING_WINDOW, C_SLIDING_WINDOW_LAYERS, C_TP, C_V_HEAD_DIM,
+    C_Q_LORA_RANK, C_SLIDING_WINDOW, C_SLIDING_WINDOW_LAYERS, C_STACK_COMPUTE_EFF, C_TP, C_V_HEAD_DIM,
 )
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.roofline import gemm_roofline
@@ -113,7 +113,7 @@ def layer_mix(row):
     return n_dense * (1.0 - sliding), n_dense * sliding, n_moe * (1.0 - sliding), n_moe * sliding
 
 
-@njit
+@njit(inline="always")
 def elementwise_bytes(row, hidden_elements, mlp_elements, rotary_elements):
     """HBM bytes of one layer's element-wise kernels in the forward pass.
 
@@ -133,9 +133,9 @@ def elementwise_bytes(row, hidden_elements, mlp_elements, rotary_elements):
     return hidden_elements * 2.0 * (norm + residual) + mlp_elements * activation + rotary_elements * rotary
 
 
-@njit
+@njit(inline="always")
 def attention_gemm_time(row, tokens, fp8, wbytes, launch):
-    """Seconds of the attention projections of one layer for ``tokens`` tokens on one TP rank: column-parallel
+    """Seconds (at the modelled speed) of the attention projections of one layer for ``tokens`` tokens on one TP rank: column-parallel
     Q, K, V (MLA: the query and key-value down and up projections), row-parallel output."""
     h = row[C_HIDDEN]
     a = row[C_HEADS]
@@ -159,9 +159,9 @@ def attention_gemm_time(row, tokens, fp8, wbytes, launch):
     return total
 
 
-@njit
+@njit(inline="always")
 def mlp_gemm_time(row, tokens, moe, expert_groups, expert_rows, etp, fp8, wbytes, launch):
-    """Seconds of one layer's MLP GEMMs for ``tokens`` tokens on one device: the dense MLP at TP width, or the
+    """Seconds (at the modelled speed) of one layer's MLP GEMMs for ``tokens`` tokens on one device: the dense MLP at TP width, or the
     router (16-bit), the routed experts as grouped GEMMs over ``expert_groups`` local experts of
     ``expert_rows`` rows each at width ``moe_ffn / etp``, and the shared experts at TP width."""
     h = row[C_HIDDEN]
@@ -181,8 +181,8 @@ def mlp_gemm_time(row, tokens, moe, expert_groups, expert_rows, etp, fp8, wbytes
         + gemm_roofline(row, 1.0, tokens, h, f, fp8, wbytes, launch)
 
 
-@njit
+@njit(inline="always")
 def layer_gemm_time(row, tokens, moe, expert_groups, expert_rows, etp, fp8, wbytes, launch):
-    """The GEMM list of one layer (attention projections, then the MLP), in seconds."""
-    return attention_gemm_time(row, tokens, fp8, wbytes, launch) + mlp_gemm_time(
-        row, tokens, moe, expert_groups, expert_rows, etp, fp8, wbytes, launch)
+    """The GEMM list of one layer (attention projections, then the MLP), in seconds over ``stack_compute_eff``."""
+    return (attention_gemm_time(row, tokens, fp8, wbytes, launch) + mlp_gemm_time(
+        row, tokens, moe, expert_groups, expert_rows, etp, fp8, wbytes, launch)) / row[C_STACK_COMPUTE_EFF]

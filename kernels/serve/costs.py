@@ -14,7 +14,7 @@ from fastmodel.kernels.roofline import gemm_roofline, memory_bound_time
 from fastmodel.kernels.lm.layout import (
     C_EP, C_FFN, C_HEADS, C_HIDDEN, C_KV_HEADS,
     C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS, C_MOE_TOPK, C_PP, C_PRECISION,
-    C_TP, C_VOCAB, C_WEIGHT_BYTES, PRECISION_FP8,
+    C_STACK_COMPUTE_EFF, C_TP, C_VOCAB, C_WEIGHT_BYTES, PRECISION_FP8,
 )
 from fastmodel.kernels.nccl import allgather_time, allreduce_time, alltoall_time, p2p_time
 
@@ -54,13 +54,13 @@ def layer_gemms(row, m, moe, launch):
     (``kernels/lm/shape.layer_gemm_time``) with the checkpoint's weight bytes, weights read once per call; the
     routed experts are those the step touches on this device (:func:`experts_touched` / ep), each at
     ``moe_ffn / (tp / ep)`` (``shape.expert_tp``), sharing the ``m top_k / ep`` routed rows."""
-    groups = 0.0
-    rows = 0.0
     if moe:
         ep = row[C_EP]
         groups = experts_touched(row[C_MOE_EXPERTS], row[C_MOE_TOPK], m) / ep
         rows = m * row[C_MOE_TOPK] / ep / max(groups, 1e-30)
-    return layer_gemm_time(row, m, moe, groups, rows, expert_tp(row, 1.0), is_fp8(row), row[C_WEIGHT_BYTES], launch)
+        return layer_gemm_time(row, m, MOE, groups, rows, expert_tp(row, 1.0), is_fp8(row), row[C_WEIGHT_BYTES],
+                               launch)
+    return layer_gemm_time(row, m, DENSE, 0.0, 0.0, 1.0, is_fp8(row), row[C_WEIGHT_BYTES], launch)
 
 
 @njit
@@ -97,7 +97,8 @@ def layer_comm(row, m, moe):
 def head_costs(row, r, launch, costs):
     """LM head on ``r`` tokens (vocab-parallel, 16-bit weights) and the gather of the logits, added to ``costs``."""
     t = row[C_TP]
-    costs[K_GEMM] += gemm_roofline(row, 1.0, r, row[C_VOCAB] / t, row[C_HIDDEN], False, ACT_BYTES, launch)
+    costs[K_GEMM] += gemm_roofline(row, 1.0, r, row[C_VOCAB] / t, row[C_HIDDEN], False, ACT_BYTES, launch) \
+        / row[C_STACK_COMPUTE_EFF]
     costs[K_COMM] += allgather_time(row, ACT_BYTES * r * row[C_VOCAB], t, 1.0) if t > 1.0 else 0.0
 
 

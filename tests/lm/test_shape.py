@@ -17,7 +17,7 @@ from fastmodel.kernels.lm.shape import (
     layer_gemm_time,
     norm_params,
 )
-from fastmodel.kernels.roofline import gemm_roofline
+from fastmodel.kernels.roofline import gemm_roofline, grouped_gemm_time
 from fastmodel.registry.lm import COLUMN_INDEX as C
 from fastmodel.serve.api import columns, evaluate
 
@@ -71,15 +71,17 @@ def test_the_element_wise_byte_model_by_hand():
 def test_one_gemm_model_by_hand():
     """m = 1, n = k = 4096, FP8 weights (1 B) and input (1 B), 2 B output: 16,777,216 + 4,096 + 8,192 bytes over
     3.35 TB/s x 0.8 = 6.2647 us; the compute side (1/16 of a 16 x 256 tile used, 8-way split-K over 128 of 132
-    SMs) takes 0.44 us, so the GEMM is memory-bound; + 4 us launch; over stack_compute_eff."""
+    SMs) takes 0.44 us, so the GEMM is memory-bound; + 4 us launch."""
     row = columns("llama3.1-8b", "H100", precision="fp8", batch_size=1)
     memory = (4096 * 4096 + 4096 + 2 * 4096) / (3.35e12 * 0.8)
     compute = 2.0 * 4096 * (4096 + 128) / (1979e12 * 0.65 * (1 / 16) * 128 / 132)
     assert compute < memory
     assert gemm_roofline(row, 1.0, 1.0, 4096.0, 4096.0, True, 1.0, 0.0) == pytest.approx(memory, rel=1e-12)
     assert gemm_roofline(row, 1.0, 1.0, 4096.0, 4096.0, True, 1.0, 1.0) == pytest.approx(memory + 4e-6, rel=1e-12)
+    # the modelled speed; a GEMM list (or training's single GEMM) is over stack_compute_eff
     row[C["stack_compute_eff"]] = 0.5
-    assert gemm_roofline(row, 1.0, 1.0, 4096.0, 4096.0, True, 1.0, 0.0) == pytest.approx(2.0 * memory, rel=1e-12)
+    assert gemm_roofline(row, 1.0, 1.0, 4096.0, 4096.0, True, 1.0, 0.0) == pytest.approx(memory, rel=1e-12)
+    assert grouped_gemm_time(row, 1.0, 1.0, 4096.0, 4096.0, True) == pytest.approx((memory + 4e-6) / 0.5, rel=1e-12)
 
 
 def test_serving_gains_the_stack_efficiency():
