@@ -29,7 +29,7 @@ from pydantic import (
     model_validator,
 )
 
-from fastmodel.errors import FieldValueError, SpecError, nearest
+from fastmodel.errors import FieldValueError, SpecError, UnsupportedError, nearest
 from fastmodel.lm.execution import ExecutionSpec
 from fastmodel.lm.spec import LMSpec
 from fastmodel.lm.stacks import STACK_NAMES
@@ -237,7 +237,8 @@ def record_error(error: ValidationError, source: str | None, prefix: tuple = ())
             reason += f" (got {first['input']!r:.100})"
         if first["type"] == "literal_error":
             reason += nearest(str(first.get("input")), re.findall(r"'([^']*)'", first["ctx"]["expected"]))
-    return SpecError(source, field, reason)
+    unsupported = first["type"] in ("extra_forbidden", "literal_error")
+    return (UnsupportedError if unsupported else SpecError)(source, field, reason)
 
 
 def _field_path(loc: tuple) -> tuple:
