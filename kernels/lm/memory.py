@@ -40,6 +40,7 @@ from fastmodel.kernels.lm.memory_peak import backward_grad_bytes, stage_peak
 from fastmodel.kernels.lm.memory_states import (
     is_moe, attention_params, mlp_params, B16, B32,
 )
+from fastmodel.kernels.lm.shape import norm_params
 from fastmodel.kernels.lm.memory_states import layers_per_stage  # noqa: F401 - re-exported for callers of the old layout
 
 
@@ -79,7 +80,7 @@ def gathered_expert_split(row):
 def max_layer_params(row):
     """Parameters of the largest layer on one device as FSDP gathers it (before sharding by the shard group):
     attention and dense MLP split over TP, the routed experts over ``gathered_expert_split``."""
-    attn = attention_params(row) / row[C_TP] + 2.0 * row[C_HIDDEN]
+    attn = attention_params(row) / row[C_TP] + norm_params(row)
     dense = attn + mlp_params(row, row[C_FFN]) / row[C_TP]
     if not is_moe(row):
         return dense
