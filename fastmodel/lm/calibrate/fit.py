@@ -54,6 +54,9 @@ from fastmodel.lm.calibrate.search import Box, coarse_search, refine, robust_cos
 from fastmodel.registry.lm import COLUMN_INDEX as C
 from fastmodel.registry.lm import COLUMNS
 
+#: scale of the host issue time per layer pass (it starts at 0, where it moves no run: the GPU runs ahead): 1 ms,
+#: the order of an eager layer forward of a few dozen operators
+HOST_LAYER_SCALE_S = 1e-3
 #: relative change of a parameter (of its scale) used to probe sensitivity
 PROBE = 0.25
 #: residual given to a run whose prediction is not finite for a candidate
@@ -208,6 +211,8 @@ def candidate_parameters(records) -> list[Parameter]:
         start = float(np.median(values))
         if column == "step_overhead_s":
             scale = max(start, 0.05 * median_step)
+        elif column == "host_layer_s":
+            scale = max(start, HOST_LAYER_SCALE_S)
         else:
             scale = start if start > 0 else max(col.default, 1e-6)
         params.append(Parameter(device, column, rows, start, col.lo, col.hi, scale, value=start, status=status,
