@@ -287,7 +287,8 @@ STATUSES: tuple[Status, ...] = (
     Status("layers_not_divisible", "layers not divisible by pp x vp (execution.uneven_stages = true allows it)"),
     Status("tp_beyond_domain", "tp spans more GPUs than one NVLink domain"),
     Status("batch_not_divisible", "global_batch is not a multiple of micro_batch x dp"),
-    Status("too_few_microbatches", "fewer micro-batches than pipeline stages"),
+    Status("too_few_microbatches", "fewer micro-batches than pipeline stages under an interleaved or split-backward "
+           "schedule (1F1B and GPipe run them, with a longer bubble)"),
     Status("experts_not_divisible", "experts not divisible by ep, or ep does not divide dp"),
     Status("sequence_not_divisible", "seq_len not divisible by 2 x cp"),
     Status("ep_without_experts", "ep > 1 on a dense model"),
