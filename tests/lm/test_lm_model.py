@@ -393,3 +393,40 @@ def test_an_execution_spec_allows_uneven_stages():
     ds = evaluate_lm("deepseek-v3", "dgx-h100", "llm-pretrain", plan="tp1.pp16.ep64", num_nodes=128,
                      execution={"uneven_stages": True})
     assert int(ds.status) == 0 and 0 < float(ds.step_time) < float("inf")
+
+
+def test_sliding_window_at_or_above_the_sequence_is_full_attention():
+    """Issue 25 item 10: a window w >= s masks nothing a causal mask does not: the step equals full attention's."""
+    full = one(**LLAMA70B)
+    for window in (8192, 8193, 1 << 20):
+        windowed = one(**LLAMA70B, sliding_window=window, sliding_window_layers=80)
+        for name in ("time_attention", "time_recompute", "step_time", "memory_per_device"):
+            assert windowed[name] == full[name], (window, name)
+
+
+def test_windowed_attention_cost_is_the_band_of_the_score_matrix():
+    """A causal window of w keys over s queries: query i sees min(i + 1, w) keys; in the continuous limit the
+    band is a w x w triangle plus (s - w) rows of w, w s - w^2 / 2 pairs, w - w^2 / (2 s) keys per query.
+    s = 8192: w = 4096 -> 4096 - 2048 = 3072 keys (3/4 of full causal's 4096), w = 1024 -> 1024 - 64 = 960;
+    without a causal mask a window covers w keys. The attention core scales with these key counts."""
+    from fastmodel.kernels.lm.layer import attention_context
+
+    base = row(**LLAMA70B)
+    assert attention_context(base, False) == 4096.0                        # full causal: s / 2
+    assert attention_context(row(**LLAMA70B, sliding_window=4096), True) == 3072.0
+    assert attention_context(row(**LLAMA70B, sliding_window=1024), True) == 960.0
+    assert attention_context(row(**LLAMA70B, sliding_window=1024), False) == 4096.0   # a full layer of the mix
+    assert attention_context(row(**LLAMA70B, sliding_window=1024, causal=0), True) == 1024.0
+    assert attention_context(row(**LLAMA70B, sliding_window=1024, flash_attention=0), True) == 8192.0
+    s, w = 8192, 1024   # the exact discrete count is within w / (2 s) of a key of the continuous one
+    assert sum(min(i + 1, w) for i in range(s)) / s == pytest.approx(960.0 + w / (2 * s), rel=1e-12)
+    # every layer windowed at s / 2: the attention core's FLOPs are 3/4 of full causal's, the GEMMs unchanged
+    # (no per-kernel launch overhead, so that attention time is proportional to its FLOPs)
+    no_overhead = {**LLAMA70B, "kernel_overhead_s": 0.0}
+    full, half = one(**no_overhead), one(**no_overhead, sliding_window=4096, sliding_window_layers=80)
+    assert half["time_gemm"] == full["time_gemm"]
+    assert half["time_attention"] == pytest.approx(0.75 * full["time_attention"], rel=1e-12)
+    assert half["step_time"] < full["step_time"]
+    # half the layers windowed: half the saving
+    mixed = one(**no_overhead, sliding_window=4096, sliding_window_layers=40)
+    assert mixed["time_attention"] == pytest.approx(0.875 * full["time_attention"], rel=1e-12)
