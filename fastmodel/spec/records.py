@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fastmodel.errors import SpecError
+from fastmodel.errors import NESTED_TOO_DEEP, SpecError
 
 
 def number(block: dict, key: str, where: str, source: str | None, default=None, positive=True):
@@ -50,6 +50,8 @@ def read_jsonl(path: str | Path, lower, what: str, whole_object: bool = False) -
             data = json.loads(line)
         except json.JSONDecodeError as error:
             raise SpecError(where, "", f"invalid JSON: {error.msg}") from None
+        except RecursionError:
+            raise SpecError(where, "", f"invalid JSON: {NESTED_TOO_DEEP}") from None
         records.append(lower(data, where))
     if not records:
         raise SpecError(str(path), "", f"no {what} in the file")

@@ -215,3 +215,22 @@ def test_ctrl_c_says_what_each_output_is(tmp_path, monkeypatch):
     assert result.exit_code == 130 and result.output.strip().splitlines()[-1] == f"interrupted: {out} left as it was"
     assert out.read_text() == '{"earlier": 1}\n'
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl", "runs.jsonl"]
+
+
+def test_json_and_toml_nested_thousands_deep_are_one_line(tmp_path):
+    """Was a traceback (RecursionError) in batch -- which stopped the whole batch -- run, validate, serve and
+    calibrate, and in the spec loader for TOML."""
+    deep = tmp_path / "deep.jsonl"
+    deep.write_text("[" * 100000 + "]" * 100000 + "\n" + (DATA / "runs_dev.jsonl").read_text().splitlines()[0] + "\n")
+    out = tmp_path / "out.jsonl"
+    assert cli("batch", deep, "-o", out).exit_code == 0
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert lines[0]["status"] == "error: invalid JSON: nested too deeply (no spec or record nests more than a few levels)"
+    assert lines[1]["status"] == "ok"
+    for command in ("validate", "serve", "calibrate"):
+        one_line_error(cli(command, deep), f"{deep}:1: invalid JSON: nested too deeply")
+    (tmp_path / "deep.json").write_text('{"a":' * 50000 + "1" + "}" * 50000)
+    one_line_error(cli("run", "-m", tmp_path / "deep.json"), "deep.json: invalid JSON: nested too deeply")
+    (tmp_path / "deep.toml").write_text("a = " + "[" * 5000 + "]" * 5000 + "\n")
+    one_line_error(cli("run", "-m", tmp_path / "deep.toml", "-s", "dgx-h100", "-t", "llm-pretrain"),
+                   "deep.toml: invalid TOML: nested too deeply")
