@@ -97,7 +97,7 @@ def _check_suffix(output, *inputs):
 
 @click.group("plot")
 def plot():
-    """Figures for papers: heatmap, timeline, breakdown, memory, pareto, scaling."""
+    """Figures for papers: heatmap, timeline, memory-timeline, breakdown, memory, pareto, scaling."""
 
 
 #: the throughput variable of each engine's results, in the order looked for: MAD-Max, real-world, serving
@@ -194,6 +194,35 @@ def timeline_command(model, system, task, num_nodes, plan, semantics, window, ag
     fig, _ = timeline(model=None if record is not None else model, system=system, task=task, record=record,
                       source=model if record is not None else None, semantics=semantics, plan=plan, num_nodes=num_nodes, window=parse_window(window),
                       aggregate=aggregate, size=size, title=title)
+    _save(fig, output, dpi)
+
+
+@plot.command("memory-timeline")
+@click.option("--model", "-m", required=True, help="Built-in name or path, or a run record (.json, RUNS.md schema).")
+@click.option("--system", "-s", help="Built-in name or path (not needed for a run record).")
+@click.option("--task", "-t", help="Built-in name or path (not needed for a run record).")
+@click.option("--nodes", "num_nodes", type=click.IntRange(min=1), help="Cluster size in nodes.")
+@click.option("--plan", "-p", help="A mesh like 'tp8.pp4' (overrides the task's).")
+@click.option("--memory-margin", "memory_margin", type=float, metavar="GIB",
+              help="HBM kept free, GiB (default: the stack's reserve, 1 - usable_hbm_fraction of the HBM).")
+@_figure_options("double")
+@friendly
+def memory_timeline_command(model, system, task, num_nodes, plan, memory_margin, output, dpi, size, title):
+    """Memory over one training step per pipeline rank, by kind, with the HBM line (real-world models).
+
+    Each panel is one pipeline rank's operations in schedule order (F j / B j: forward / backward of
+    micro-batch j); its highest point is the rank's peak (docs/model_memory.md)."""
+    _check_suffix(output)
+    from fastmodel.cli.run import _record_in
+    from fastmodel.plot.memory_timeline import memory_timeline
+
+    record = _record_in(model)
+    if record is None and (system is None or task is None):
+        raise click.UsageError("--system and --task are required (unless --model is a run record)")
+    margin = None if memory_margin is None else memory_margin * 2**30
+    fig, _ = memory_timeline(model=None if record is not None else model, system=system, task=task, record=record,
+                             source=model if record is not None else None, plan=plan, num_nodes=num_nodes,
+                             memory_margin=margin, size=size, title=title)
     _save(fig, output, dpi)
 
 

@@ -121,6 +121,7 @@ class LMSweepPlan(SweepPlan):
             "semantics": "default", "fastmodel_version": __version__, "codes": json.dumps(CODE_TABLES),
             "usable_hbm_bytes": float(self.base[COLUMN_INDEX["usable_hbm_fraction"]]
                                       * self.base[COLUMN_INDEX["hbm_bytes"]]),
+            "hbm_bytes": float(self.base[COLUMN_INDEX["hbm_bytes"]]),
             "fastmodel_task": "llm-pretrain", "sweep": json.dumps(self.definition()),
         }
         if self.calibration is not None:
