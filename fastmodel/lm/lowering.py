@@ -58,7 +58,8 @@ def model_values(model) -> dict[str, float]:
     values["moe_experts"] = float(model.moe_experts)
     values["moe_topk"] = float(model.moe_topk)
     if model.moe_experts > 0:
-        for key in ("moe_ffn", "moe_shared_experts", "dense_layers", "moe_capacity_factor"):
+        for key in ("moe_ffn", "moe_shared_experts", "dense_layers", "moe_capacity_factor", "moe_pad_to_capacity",
+                    "moe_layer_freq", "moe_max_nodes"):
             values[key] = float(getattr(model, key))
     if model.attention == "mla":
         values["mla"] = 1.0

@@ -7,17 +7,20 @@ the step and the serving kernels share: attention widths, matmul parameters, the
 token, and the recompute shares. ``kernels/lm/step.py`` composes them into a step.
 """
 
+import math
+
 from fastmodel.kernels.roofline import attention_time, gemm_time, grouped_gemm_time, memory_bound_time
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.layout import (
-    CP_ALLTOALL, C_CAUSAL, C_CP, C_CP_ALGORITHM, C_DENSE_LAYERS, C_EP, C_ETP, C_FFN, C_FLASH_ATTENTION, C_FUSED_KERNELS,
+    CP_ALLTOALL, C_CAUSAL, C_CP, C_CP_ALGORITHM, C_DENSE_LAYERS, C_EP, C_FFN, C_FLASH_ATTENTION, C_FUSED_KERNELS,
     C_GATED_MLP, C_HEADS, C_HEAD_DIM, C_HIDDEN, C_KV_HEADS, C_KV_LORA_RANK, C_LAYERS, C_MICRO_BATCH, C_MLA,
-    C_MOE_CAPACITY_FACTOR, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS, C_MOE_TOPK, C_MTP_LAYERS, C_PRECISION,
+    C_MOE_EXPERTS, C_MOE_LAYER_FREQ, C_MOE_FFN, C_MOE_SHARED_EXPERTS, C_MOE_TOPK, C_MTP_LAYERS, C_PRECISION,
     C_QK_NOPE_HEAD_DIM, C_QK_ROPE_HEAD_DIM, C_Q_LORA_RANK, C_RECOMPUTE, C_RECOMPUTE_FRACTION, C_SEQUENCE_PARALLEL,
     C_SEQ_LEN, C_SLIDING_WINDOW, C_SLIDING_WINDOW_LAYERS, C_TIED_EMBEDDINGS, C_TP, C_VOCAB, C_V_HEAD_DIM, PRECISION_FP8,
     RECOMPUTE_FULL, RECOMPUTE_PARTIAL_LAYERS, RECOMPUTE_SELECTIVE,
 )
 from fastmodel.kernels.nccl import allgather_time, allreduce_time, alltoall_time
+from fastmodel.kernels.lm.moe import dispatch_time, expert_tp, moe_compute
 
 # --- per-layer work slots (scratch vector filled by layer_costs) ------------
 W_GEMM = 0            # forward GEMM seconds of one layer, one micro-batch
@@ -29,7 +32,10 @@ W_CP = 5              # CP exchange seconds, forward
 W_EP = 6              # EP all-to-all seconds, forward
 W_PARAMS = 7          # parameters of the layer held per device (before data-parallel sharding)
 W_FLOPS = 8           # executed forward FLOPs of the layer per micro-batch per device
-N_WORK = 9
+W_EXPERT_PARAMS = 9   # routed-expert parameters of the layer per device (part of W_PARAMS; reduced over edp)
+W_SHARED = 10         # forward seconds of the shared experts (part of W_GEMM; may hide the dispatch)
+W_EP_REMOTE = 11      # part of W_EP of an expert-parallel group spanning NVLink domains
+N_WORK = 12
 
 #: bytes per element of activations and 16-bit weights
 ACT_BYTES = 2.0
@@ -65,10 +71,11 @@ def mlp_matrices(row):
 
 @njit
 def moe_layers(row):
-    """Layers with routed experts (0 for a dense model)."""
+    """Layers with routed experts (0 for a dense model): one every ``moe_layer_freq`` after the leading dense
+    layers (Megatron-Core ``--moe-layer-freq``, DeepSpeed-MoE's expert interval)."""
     if row[C_MOE_EXPERTS] <= 0.0:
         return 0.0
-    return row[C_LAYERS] - row[C_DENSE_LAYERS]
+    return math.floor((row[C_LAYERS] - row[C_DENSE_LAYERS]) / max(1.0, row[C_MOE_LAYER_FREQ]))
 
 
 @njit
@@ -148,22 +155,17 @@ def layer_costs(row, moe, sliding, work):
     gemm += gemm_time(row, tokens, h, a * dv / t, fp8)
     params = attention_params(row) / t
     flops += 2.0 * tokens * attention_params(row) / t
-    # MLP: dense, or router + shared experts + routed experts
+    # MLP: dense, or router + shared experts + routed experts (kernels/lm/moe.py)
+    expert_params = 0.0
+    shared_time = 0.0
+    moe_mem = 0.0
     if moe:
         experts = row[C_MOE_EXPERTS]
-        local_experts = experts / row[C_EP]
-        etp = row[C_ETP]
-        routed = tokens * row[C_MOE_TOPK] * max(1.0, row[C_MOE_CAPACITY_FACTOR])
-        rows_per_expert = routed * etp / local_experts
-        width = row[C_MOE_FFN] / etp
-        gemm += gemm_time(row, tokens, experts, h, False)
-        gemm += grouped_gemm_time(row, local_experts, rows_per_expert, (nm - 1.0) * width, h, fp8)
-        gemm += grouped_gemm_time(row, local_experts, rows_per_expert, h, width, fp8)
-        shared = row[C_MOE_SHARED_EXPERTS] * row[C_MOE_FFN]
-        gemm += gemm_time(row, tokens, (nm - 1.0) * shared / t, h, fp8) + gemm_time(row, tokens, h, shared / t, fp8)
-        params += nm * h * (experts * row[C_MOE_FFN] / (row[C_EP] * etp) + shared / t) + h * experts
-        flops += 2.0 * (routed * nm * h * row[C_MOE_FFN] + tokens * (nm * h * shared / t + h * experts))
-        mlp_out = routed * width + tokens * shared / t
+        moe_gemm, moe_mem, shared_time, moe_flops, mlp_out = moe_compute(row, fp8)
+        gemm += moe_gemm + shared_time
+        expert_params = nm * h * experts * row[C_MOE_FFN] / (row[C_EP] * expert_tp(row))
+        params += nm * h * row[C_MOE_SHARED_EXPERTS] * row[C_MOE_FFN] / t + h * experts + expert_params
+        flops += moe_flops
     else:
         f = row[C_FFN]
         gemm += gemm_time(row, tokens, (nm - 1.0) * f / t, h, fp8) + gemm_time(row, tokens, h, f / t, fp8)
@@ -190,7 +192,7 @@ def layer_costs(row, moe, sliding, work):
     if fp8:
         # FP8 casts of the GEMM inputs (read 2 B, write 1 B) for forward and transposed backward copies
         nbytes += 2.0 * 3.0 * tokens * (2.0 * h / (t if sp else 1.0) + a * dv / t + mlp_out / tokens)
-    mem = memory_bound_time(row, nbytes) + core_mem
+    mem = memory_bound_time(row, nbytes) + core_mem + moe_mem
     # communication of the layer, forward direction
     tp_bytes = ACT_BYTES * tokens * h
     tp = 0.0
@@ -209,8 +211,9 @@ def layer_costs(row, moe, sliding, work):
         kv_block = 2.0 * ACT_BYTES * tokens * row[C_KV_HEADS] * row[C_HEAD_DIM] / t
         cp = (c - 1.0) * allgather_time(row, kv_block * 2.0, 2.0, t)
     ep = 0.0
-    if moe and row[C_EP] > 1.0:
-        ep = 2.0 * alltoall_time(row, ACT_BYTES * tokens * row[C_MOE_TOPK] * h, row[C_EP], t * c)
+    ep_remote = 0.0
+    if moe:
+        ep, ep_remote = dispatch_time(row)
     work[W_GEMM] = gemm
     work[W_ATTN] = attn
     work[W_MEM] = mem
@@ -220,6 +223,9 @@ def layer_costs(row, moe, sliding, work):
     work[W_EP] = ep
     work[W_PARAMS] = params
     work[W_FLOPS] = flops
+    work[W_EXPERT_PARAMS] = expert_params
+    work[W_SHARED] = shared_time
+    work[W_EP_REMOTE] = ep_remote
 
 
 @njit
@@ -253,6 +259,9 @@ def head_costs(row, work):
     work[W_EP] = 0.0
     work[W_PARAMS] = row[C_VOCAB] * h / t * (1.0 if row[C_TIED_EMBEDDINGS] <= 0.0 else 0.0)
     work[W_FLOPS] = 2.0 * tokens * vocab * h
+    work[W_EXPERT_PARAMS] = 0.0
+    work[W_SHARED] = 0.0
+    work[W_EP_REMOTE] = 0.0
 
 
 @njit

@@ -9,9 +9,10 @@ them with activations and buffers; docs/model_memory.md collects the equations).
 import math
 
 from fastmodel.kernels.jit import njit
+from fastmodel.kernels.lm.moe import expert_tp
 from fastmodel.kernels.lm.layout import (
-    C_CP, C_DENSE_LAYERS, C_DP, C_EP, C_ETP, C_FFN, C_FP8_PARAMS, C_GATED_MLP, C_GRAD_REDUCE_BYTES, C_HEADS, C_HEAD_DIM,
-    C_HIDDEN, C_KV_HEADS, C_KV_LORA_RANK, C_LAYERS, C_MLA, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS, C_MOE_TOPK,
+    C_CP, C_DENSE_LAYERS, C_DP, C_EP, C_FFN, C_FP8_PARAMS, C_GATED_MLP, C_GRAD_REDUCE_BYTES, C_HEADS, C_HEAD_DIM,
+    C_HIDDEN, C_KV_HEADS, C_KV_LORA_RANK, C_LAYERS, C_MLA, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_LAYER_FREQ, C_MOE_SHARED_EXPERTS, C_MOE_TOPK,
     C_MTP_LAYERS, C_OPTIMIZER, C_PP, C_PRECISION, C_QK_NOPE_HEAD_DIM, C_QK_ROPE_HEAD_DIM, C_Q_LORA_RANK, C_SHARDING,
     C_SHARD_DEGREE, C_TIED_EMBEDDINGS, C_TP, C_UNEVEN_STAGES, C_VOCAB, C_VP, C_V_HEAD_DIM, OPT_ADAFACTOR, OPT_SGD,
     PRECISION_FP8, SHARD_FSDP, SHARD_ZERO1, SHARD_ZERO2,
@@ -83,6 +84,7 @@ def stage_layers(row, stage):
     else:
         first = stage * per_stage
         dense = min(max(row[C_DENSE_LAYERS] - first, 0.0), per_stage)
+        dense += (per_stage - dense) * (1.0 - 1.0 / max(1.0, row[C_MOE_LAYER_FREQ]))   # --moe-layer-freq N
     mtp = row[C_MTP_LAYERS] if stage == pp - 1 else 0.0
     return dense, per_stage - dense, mtp
 
@@ -103,7 +105,7 @@ def stage_params(row, stage):
     attn = attention_params(row) / tp + 2.0 * h
     dense_layer = attn + mlp_params(row, row[C_FFN]) / tp
     moe_layer = attn + mlp_params(row, row[C_MOE_SHARED_EXPERTS] * row[C_MOE_FFN]) / tp + h * row[C_MOE_EXPERTS]
-    expert_layer = row[C_MOE_EXPERTS] * mlp_params(row, row[C_MOE_FFN]) / (row[C_EP] * row[C_ETP])
+    expert_layer = row[C_MOE_EXPERTS] * mlp_params(row, row[C_MOE_FFN]) / (row[C_EP] * expert_tp(row))
     non_expert = dense * dense_layer + moe * moe_layer
     expert = moe * expert_layer
     if mtp > 0:
@@ -139,7 +141,7 @@ def expert_shard_group(row):
 
     Megatron-Core carves EP out of DP: expert DP size = tp * cp * dp / (ep * etp) (Megatron-Core MoE docs).
     """
-    return max(shard_group(row) * row[C_TP] / (row[C_EP] * row[C_ETP]), 1.0)
+    return max(shard_group(row) * row[C_TP] / (row[C_EP] * expert_tp(row)), 1.0)
 
 
 @njit(error_model='numpy')
@@ -231,7 +233,7 @@ def adafactor_factored_bytes(row, stage):
     n_mlp = 3.0 if row[C_GATED_MLP] > 0 else 2.0
     attn = 4.0 * (h + row[C_HEADS] * row[C_HEAD_DIM] / tp)
     dense_mlp = n_mlp * (h + row[C_FFN] / tp)
-    expert_mlp = row[C_MOE_EXPERTS] / row[C_EP] * n_mlp * (h + row[C_MOE_FFN] / row[C_ETP])
+    expert_mlp = row[C_MOE_EXPERTS] / row[C_EP] * n_mlp * (h + row[C_MOE_FFN] / expert_tp(row))
     return B32 * ((dense + moe + mtp) * attn + dense * dense_mlp + (moe + mtp) * expert_mlp)
 
 

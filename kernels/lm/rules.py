@@ -13,6 +13,7 @@ from fastmodel.kernels.lm.layout import (
     C_CP, C_CP_ALGORITHM, CP_ALLTOALL, C_DOMAIN_SIZE, C_DP, C_EP, C_GLOBAL_BATCH, C_HEADS, C_KV_HEADS, C_LAYERS, C_MICRO_BATCH, C_MOE_EXPERTS,
     C_N_GPUS, C_PEAK_FLOPS_8, C_PP, C_PRECISION, C_SEQ_LEN, C_TP, C_UNEVEN_STAGES, C_VP, PRECISION_FP8,
 )
+from fastmodel.kernels.lm.moe import expert_tp
 from fastmodel.registry.lm import STATUS_CODES
 
 ST_DEVICES = STATUS_CODES["devices_not_divisible"]
@@ -56,7 +57,8 @@ def plan_status_row(row):
     if pp > 1.0 and micro_batches < pp:
         return ST_MICROBATCHES
     experts = row[C_MOE_EXPERTS]
-    if experts > 0.0 and (not _multiple(experts, ep) or not _multiple(dp, ep)):
+    # MoE parallel folding: the expert mesh etp x ep x edp is the attention mesh tp x cp x dp refolded
+    if experts > 0.0 and (not _multiple(experts, ep) or not _multiple(tp * cp * dp, expert_tp(row) * ep)):
         return ST_EXPERTS
     if cp > 1.0 and not _multiple(row[C_SEQ_LEN], 2.0 * cp):
         return ST_SEQUENCE

@@ -24,10 +24,12 @@ from fastmodel.kernels.roofline import memory_bound_time
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.layer import (
     model_flops_per_token, layer_costs, recompute_share, head_costs, layer_mix, W_GEMM, W_ATTN, W_MEM, W_ATTN_CORE_MEM,
-    W_TP, W_CP, W_EP, W_PARAMS, W_FLOPS,
+    W_TP, W_CP, W_EP, W_PARAMS, W_FLOPS, W_EXPERT_PARAMS, W_SHARED,
 )
+from fastmodel.kernels.lm.moe import expert_dp, expert_tp
 from fastmodel.kernels.lm.layout import (
-    CP_ALLTOALL, C_COLLECTIVE_BUCKET_BYTES, C_CP, C_CP_ALGORITHM, C_DP, C_GLOBAL_BATCH, C_GRAD_REDUCE_BYTES, C_HIDDEN,
+    CP_ALLTOALL, C_COLLECTIVE_BUCKET_BYTES, C_CP, C_CP_ALGORITHM, C_DP, C_EP, C_MOE_A2A_OVERLAP,
+    C_MOE_SHARED_EXPERT_OVERLAP, C_GLOBAL_BATCH, C_GRAD_REDUCE_BYTES, C_HIDDEN,
     C_LAYERS, C_MICRO_BATCH, C_N_GPUS, C_OPTIMIZER, C_OVERLAP_GRAD_REDUCE, C_OVERLAP_PARAM_GATHER, C_PEAK_FLOPS_16,
     C_PEAK_FLOPS_8, C_PP, C_PRECISION, C_SELECTIVE_POLICY, C_SEQ_LEN, C_SHARDING, C_SHARD_DEGREE, C_STEP_OVERHEAD_S,
     C_TP, C_TP_COMM_OVERLAP, C_VOCAB, C_VP, OPT_ADAM, OPT_SGD, PRECISION_FP8, R_COMM_CP, R_COMM_DP, R_COMM_EP,
@@ -52,6 +54,29 @@ def optimizer_bytes_per_param(row):
     if row[C_OPTIMIZER] == OPT_SGD:
         return 8.0 + 8.0 + grad + 2.0
     return 8.0 + 2.0 + grad + 2.0   # Adafactor: factored second moment, no first moment
+
+
+@njit
+def expert_parallel_exposed(row, ep, shared, window, micro_batches):
+    """Seconds the expert-parallel dispatch and combine ``ep`` of one layer and micro-batch add to the critical
+    path (docs/model.md §11.10).
+
+    ``moe_a2a_overlap`` none (Megatron-Core's default): all of it, less the part hidden behind the shared
+    experts' ``shared`` seconds with ``moe_shared_expert_overlap``. Batch-level (Megatron-Core
+    ``--overlap-moe-expert-parallel-comm``) and DualPipe (DeepSeek-V3 report sec. 3.2.1) pair one micro-batch's
+    forward with another's backward and hide each one's communication behind the other's ``window`` of compute;
+    the first stage's ``max(1, pp - 1)`` warm-up forwards and cool-down backwards of the ``m`` micro-batches
+    have no partner and stay exposed.
+    """
+    if ep <= 0.0:
+        return 0.0
+    mode = row[C_MOE_A2A_OVERLAP]
+    if mode <= 0.0:
+        if row[C_MOE_SHARED_EXPERT_OVERLAP] > 0.0:
+            return exposed(row, ep, shared)
+        return ep
+    unpaired = min(1.0, max(1.0, row[C_PP] - 1.0) / micro_batches)
+    return unpaired * ep + (1.0 - unpaired) * exposed(row, ep, window)
 
 
 @njit
@@ -82,7 +107,8 @@ def step_row(row, work, out):
     forward_time = backward_time = 0.0
     gemm = attn = mem = recompute = 0.0
     tp_comm = cp_comm = ep_comm = 0.0
-    tp_exposed = cp_exposed = 0.0
+    tp_exposed = cp_exposed = ep_exposed = 0.0
+    expert_params = 0.0
     fsdp_comm = fsdp_exposed = 0.0
     params = 0.0
     flops = 0.0
@@ -105,6 +131,8 @@ def step_row(row, work, out):
         tp = work[W_TP] * (2.0 + full)
         cp = work[W_CP] * (3.0 + full)
         ep = work[W_EP] * (2.0 + full)
+        ep_left = expert_parallel_exposed(row, ep, work[W_SHARED] * (3.0 + full), forward + backward + again,
+                                          micro_batches)
         tp_left = exposed(row, tp, g * (3.0 + full)) if overlap_tp else tp
         if row[C_CP_ALGORITHM] == CP_ALLTOALL:
             cp_left = cp                    # the all-to-alls sit between the projections and attention
@@ -124,13 +152,15 @@ def step_row(row, work, out):
         tp_comm += weight * tp
         cp_comm += weight * cp
         ep_comm += weight * ep
+        ep_exposed += weight * ep_left
+        expert_params += weight * work[W_EXPERT_PARAMS]
         tp_exposed += weight * tp_left
         cp_exposed += weight * cp_left
         fsdp_comm += weight * fsdp_here
         fsdp_exposed += weight * fsdp_left
         params += weight * work[W_PARAMS]
         flops += weight * work[W_FLOPS]
-        layer_time += weight * (forward + backward + again + tp_left + cp_left + ep)   # FSDP: per step below
+        layer_time += weight * (forward + backward + again + tp_left + cp_left + ep_left)   # FSDP: per step below
         forward_time += weight * forward
         backward_time += weight * (backward + again)
     layer_flops_executed = 3.0 * flops + full * flops
@@ -162,11 +192,23 @@ def step_row(row, work, out):
     pp_comm, pp_exposed = pipeline_p2p(row, micro_batches)
 
     # data parallelism once per step: gradient reduction and (sharded optimizers) parameter gather
-    stage_params = per_stage * params + max(embedding_params if p > 1.0 else embedding_params + head_params,
-                                            head_params)
+    # (dense parameters over dp; routed experts over the expert-data-parallel group edp, kernels/lm/moe.py)
+    stage_params = per_stage * (params - expert_params) + max(embedding_params if p > 1.0 else
+                                                              embedding_params + head_params, head_params)
     last_backward = per_stage * backward_time
     first_forward = per_stage * forward_time
-    dp_comm, dp_exposed, local_params = data_parallel(row, stage_params, last_backward, first_forward, shard_group)
+    dp_comm, dp_exposed, local_params = data_parallel(row, stage_params, last_backward, first_forward, shard_group,
+                                                      d, t * c)
+    if expert_params > 0.0:
+        edp = expert_dp(row)
+        expert_group = max(1.0, shard_group * t * c / (expert_tp(row) * row[C_EP]))
+        left_backward = max(0.0, last_backward - dp_comm)
+        left_forward = max(0.0, first_forward - dp_comm)
+        e_comm, e_exposed, e_local = data_parallel(row, per_stage * expert_params, left_backward, left_forward,
+                                                   min(expert_group, edp), edp, expert_tp(row) * row[C_EP])
+        dp_comm += e_comm
+        dp_exposed += e_exposed
+        local_params += e_local
     optimizer = memory_bound_time(row, local_params * optimizer_bytes_per_param(row))
 
     step = micro_batches * stage_mb + bubble + fsdp_exposed_step + pp_exposed + dp_exposed + optimizer \
@@ -197,6 +239,6 @@ def step_row(row, work, out):
     out[R_COMM_DP] = dp_comm + fsdp_comm_step
     out[R_EXPOSED_TP] = micro_batches * (per_stage * tp_exposed + head_tp)
     out[R_EXPOSED_CP] = micro_batches * per_stage * cp_exposed
-    out[R_EXPOSED_EP] = micro_batches * per_stage * ep_comm
+    out[R_EXPOSED_EP] = micro_batches * per_stage * ep_exposed
     out[R_EXPOSED_PP] = pp_exposed
     out[R_EXPOSED_DP] = dp_exposed + fsdp_exposed_step
