@@ -1,4 +1,4 @@
-"""Mixture-of-experts terms of decoder-LM training under the real-world model (docs/model.md §11.10).
+"""Mixture-of-experts terms of decoder-LM training under the real-world model (docs/model.md §11.14).
 
 The expert mesh (Megatron-Core MoE parallel folding): expert layers run on their own mesh
 ``etp x ep x edp = tp x cp x dp`` laid out ``tp-ep-dp-pp`` (Megatron-LM megatron/core/transformer/moe/README.md,

@@ -59,7 +59,7 @@ def optimizer_bytes_per_param(row):
 @njit
 def expert_parallel_exposed(row, ep, shared, window, micro_batches):
     """Seconds the expert-parallel dispatch and combine ``ep`` of one layer and micro-batch add to the critical
-    path (docs/model.md §11.10).
+    path (docs/model.md §11.14).
 
     ``moe_a2a_overlap`` none (Megatron-Core's default): all of it, less the part hidden behind the shared
     experts' ``shared`` seconds with ``moe_shared_expert_overlap``. Batch-level (Megatron-Core

@@ -1,4 +1,4 @@
-"""Mixture-of-experts terms of the real-world model (kernels/lm/moe.py, docs/model.md §11.10), derived by hand."""
+"""Mixture-of-experts terms of the real-world model (kernels/lm/moe.py, docs/model.md §11.14), derived by hand."""
 
 import json
 from pathlib import Path
@@ -7,10 +7,16 @@ import numpy as np
 import pytest
 
 from fastmodel.kernels.lm.moe import (
-    FP8_DISPATCH_BYTES, dispatch_time, expert_dp, expert_flops, expert_rows, expert_tp, load_factor,
+    FP8_DISPATCH_BYTES,
+    dispatch_time,
+    expert_dp,
+    expert_flops,
+    expert_rows,
+    expert_tp,
+    load_factor,
 )
-from fastmodel.kernels.lm.step import expert_parallel_exposed
 from fastmodel.kernels.lm.parallel import exposed
+from fastmodel.kernels.lm.step import expert_parallel_exposed
 from fastmodel.lm.api import record_values
 from fastmodel.lm.engine import evaluate_table
 from fastmodel.lm.rules import plan_status
