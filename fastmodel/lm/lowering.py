@@ -35,12 +35,13 @@ DEFAULT_RECOMPUTE_FRACTION = 0.5     # partial_layers without a fraction: every 
 
 @dataclass(frozen=True)
 class Mesh:
-    """Degrees of one configuration; ``n_gpus = tp x pp x cp x dp`` (experts: ``etp x ep`` inside it)."""
+    """Degrees of one configuration; ``n_gpus = tp x pp x cp x dp`` (experts: ``etp x ep x edp = tp x cp x dp``;
+    ``etp`` 0 = tp, Megatron-Core's default)."""
     tp: int = 1
     pp: int = 1
     cp: int = 1
     ep: int = 1
-    etp: int = 1
+    etp: int = 0
     dp: int = 1
 
     @property

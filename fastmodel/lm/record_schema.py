@@ -144,7 +144,7 @@ _PLAN_OVERRIDES: dict[str, tuple] = {
 #: RUNS.md plan fields that are no execution option: the mesh, the batch, and informational fields
 _PLAN_FIELDS: dict[str, tuple] = {
     "tp": (int, _bounds("tp")), "pp": (int, _bounds("pp")), "cp": (int, _bounds("cp", 1)),
-    "ep": (int, _bounds("ep", 1)), "etp": (int, _bounds("etp", 1)), "dp": (int | None, _bounds("dp", None)),
+    "ep": (int, _bounds("ep", 1)), "etp": (int | None, _bounds("etp", None)), "dp": (int | None, _bounds("dp", None)),
     "global_batch": (int, _bounds("global_batch")), "grad_accum": (PositiveInt | None, Field(None, le=1 << 30)),
     "replicate_degree": (PositiveInt | None, Field(None, le=1 << 24)),
     "activation_offload_layers": (NonNegativeInt | None, Field(None, le=4096)),

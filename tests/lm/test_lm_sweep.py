@@ -69,7 +69,8 @@ def test_plan_all_enumerates_legal_meshes_only_from_the_rules():
 
     model, cluster = load_lm_model("mixtral-8x7b"), load_cluster("dgx-h100")
     meshes = all_meshes(model, cluster, 64)
-    assert {"tp": 8, "pp": 2, "cp": 1, "ep": 4} in meshes
+    assert {"tp": 8, "pp": 2, "cp": 1, "ep": 4, "etp": 0} in meshes
+    assert {"tp": 8, "pp": 2, "cp": 1, "ep": 4, "etp": 1} in meshes      # MoE parallel folding
     assert all(m["tp"] <= 8 and 32 % m["tp"] == 0 and 32 % m["pp"] == 0 and 8 % m["ep"] == 0 for m in meshes)
     assert all(m["tp"] * m["pp"] * m["cp"] * m["ep"] <= 64 * 8 for m in meshes)
 

@@ -179,3 +179,14 @@ def test_deepseek_v3_report_plan_against_180k_gpu_hours_per_trillion_tokens():
 def test_deepseek_v3_report_plan_within_15_percent():
     values, _ = record_values(_deepseek_v3())
     assert abs(values["step_time"] / (180_000 * 3_600 / 1e12 * 15_360 * 4_096 / 2_048) - 1) < 0.15
+
+
+def test_sweeps_take_etp_as_a_degree():
+    """``tp2.ep32.etp1`` on 32 GPUs is the folded mesh (legal); ``tp2.ep32`` keeps etp = tp = 2 and needs 64."""
+    from fastmodel.lm.sweep import lm_sweep, mesh_label, parse_mesh
+
+    assert parse_mesh("tp2.ep32.etp1") == {"tp": 2, "pp": 1, "cp": 1, "ep": 32, "etp": 1}
+    assert parse_mesh("tp2.ep32")["etp"] == 0 and mesh_label(parse_mesh("tp2.ep32.etp1")) == "tp2.ep32.etp1"
+    ds = lm_sweep("qwen3-30b-a3b", "dgx-h100", "llm-pretrain", num_nodes=4,
+                  axes={"plan": ["tp2.ep32.etp1", "tp2.ep32"]})
+    assert list(ds.status.values.ravel()) == [0, STATUS_CODES["experts_not_divisible"]]
