@@ -140,9 +140,10 @@ def _count(value: float) -> int | float:
     return int(value) if float(value).is_integer() else value
 
 
-def read_serve_records(path: str | Path) -> list[ServeRecord]:
-    """Every serving record of a JSONL file (or one JSON object); a bad line is a SpecError naming it."""
-    return read_jsonl(path, lower_serve_record, "serving records", whole_object=True)
+def read_serve_records(path: str | Path, refused: list | None = None) -> list[ServeRecord]:
+    """Every serving record of a JSONL file (or one JSON object); a bad line is a SpecError naming it (with a
+    ``refused`` list, appended to it instead: see ``fastmodel.spec.records.read_jsonl``)."""
+    return read_jsonl(path, lower_serve_record, "serving records", whole_object=True, refused=refused)
 
 
 def file_has_serve_records(path: str | Path) -> bool:

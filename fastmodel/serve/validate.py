@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from fastmodel.analysis.scores import score
+from fastmodel.analysis.splits import HIT_TOLERANCE, hit_rate
 from fastmodel.errors import FastmodelError
 from fastmodel.serve.records import ServeRecord
 
@@ -45,23 +46,56 @@ def rows(records: list[ServeRecord]) -> list[dict]:
     return table
 
 
-def format_report(table: list[dict]) -> str:
-    """Error tables per metric: overall, then by GPU and by load mode."""
+def refused_rows(refused: list) -> list[dict]:
+    """One row per serving record the engine refused (``fastmodel.spec.records.Refused``): its measured values,
+    no prediction, a miss for every metric it measured."""
+    table = []
+    for item in refused:
+        raw = item.raw
+        serve = raw.get("serve") if isinstance(raw.get("serve"), dict) else {}
+        measured = raw.get("measured") if isinstance(raw.get("measured"), dict) else {}
+        system = raw.get("system") if isinstance(raw.get("system"), dict) else {}
+        mode = next((k for k in ("batch_size", "concurrency", "max_throughput") if serve.get(k)), "")
+        row = {"id": item.id, "source": str(raw.get("source", "")), "gpu": str(system.get("gpu", "")),
+               "load_mode": mode, "status": "refused"}
+        for key in METRICS:
+            value = measured.get(key)
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and np.isfinite(value) and value > 0
+            row[f"measured_{key}"] = float(value) if ok else np.nan
+            row[f"predicted_{key}"] = np.nan
+            row[f"error_{key}"] = np.nan
+        row["notes"] = item.reason
+        table.append(row)
+    return table
+
+
+def format_report(table: list[dict], by_split: bool = False) -> str:
+    """Error tables per metric: overall, then by GPU and by load mode; ``miss``: records that measured the
+    metric but have no prediction (refused or not evaluated), counted against the hit rate; with
+    ``by_split``, every group twice, in-sample (``dev``) and ``held-out``."""
     lines = []
     for key in METRICS:
         errors_key = f"error_{key}"
-        if not any(np.isfinite(r[errors_key]) for r in table):
+        measured = [r for r in table if r[f"measured_{key}"] > 0]
+        if not measured:
             continue
         for group in (None, *GROUP_KEYS):
             lines.append("")
             lines.append(f"{key} by {group or 'all records'}")
-            lines.append(f"{'group':34s} {'n':>4s} {'MAPE':>7s} {'median':>7s} {'bias':>7s}")
-            groups: dict[str, list[float]] = {}
-            for r in table:
-                if np.isfinite(r[errors_key]):
-                    groups.setdefault("all" if group is None else str(r[group]), []).append(r[errors_key])
+            lines.append(f"{'group':40s} {'n':>4s} {'miss':>4s} {'MAPE':>7s} {'median':>7s} {'bias':>7s} "
+                         f"{'<=' + format(HIT_TOLERANCE, '.0%'):>6s}")
+            groups: dict[str, list[dict]] = {}
+            for r in measured:
+                name = "all" if group is None else str(r[group])
+                groups.setdefault(f"{name} [{r['split']}]" if by_split else name, []).append(r)
             for name in sorted(groups):
-                s = score(groups[name])
-                lines.append(f"{name[:34]:34s} {s.n:4d} {100 * s.mape:6.1f}% {100 * s.median:6.1f}% "
-                             f"{100 * s.bias:+6.1f}%")
+                errors = [r[errors_key] for r in groups[name] if np.isfinite(r[errors_key])]
+                misses = len(groups[name]) - len(errors)
+                hits = 100 * hit_rate(errors, len(groups[name]))
+                if not errors:
+                    lines.append(f"{name[:40]:40s} {0:4d} {misses:4d} {'-':>7s} {'-':>7s} {'-':>7s} {hits:5.0f}%")
+                    continue
+                s = score(errors)
+                lines.append(f"{name[:40]:40s} {s.n:4d} {misses:4d} {100 * s.mape:6.1f}% {100 * s.median:6.1f}% "
+                             f"{100 * s.bias:+6.1f}% {hits:5.0f}%")
     return "\n".join(lines).lstrip("\n")
