@@ -57,7 +57,7 @@ def optimizer_bytes_per_param(row):
 
 
 @njit
-def expert_parallel_exposed(row, ep, shared, window, micro_batches):
+def expert_parallel_exposed(row, ep, shared, window):
     """Seconds the expert-parallel dispatch and combine ``ep`` of one layer and micro-batch add to the critical
     path (docs/model.md §11.14).
 
@@ -70,6 +70,7 @@ def expert_parallel_exposed(row, ep, shared, window, micro_batches):
     """
     if ep <= 0.0:
         return 0.0
+    micro_batches = row[C_GLOBAL_BATCH] / (row[C_MICRO_BATCH] * row[C_DP])
     mode = row[C_MOE_A2A_OVERLAP]
     if mode <= 0.0:
         if row[C_MOE_SHARED_EXPERT_OVERLAP] > 0.0:
@@ -131,8 +132,7 @@ def step_row(row, work, out):
         tp = work[W_TP] * (2.0 + full)
         cp = work[W_CP] * (3.0 + full)
         ep = work[W_EP] * (2.0 + full)
-        ep_left = expert_parallel_exposed(row, ep, work[W_SHARED] * (3.0 + full), forward + backward + again,
-                                          micro_batches)
+        ep_left = expert_parallel_exposed(row, ep, work[W_SHARED] * (3.0 + full), forward + backward + again)
         tp_left = exposed(row, tp, g * (3.0 + full)) if overlap_tp else tp
         if row[C_CP_ALGORITHM] == CP_ALLTOALL:
             cp_left = cp                    # the all-to-alls sit between the projections and attention

@@ -128,14 +128,14 @@ def test_overlap_modes_hide_what_the_schedule_pairs():
     """none: all exposed (the shared experts hide the dispatch with moe_shared_expert_overlap); batch-level and
     DualPipe: with pp 4 and 12 micro-batches the 3 unpaired ones (warm-up, cool-down) stay exposed, the other
     9/12 hide behind the partner's compute (exposed = what does not fit + comm_sm_share x what does)."""
-    base = dict(MIXTRAL, pp=4, comm_sm_share=0.15)
+    base = dict(MIXTRAL, pp=4, comm_sm_share=0.15, global_batch=96, micro_batch=1, dp=8)     # m = 12
     ep, shared, window = 0.004, 0.001, 0.010
-    assert expert_parallel_exposed(row(**base), ep, shared, window, 12.0) == ep
-    assert expert_parallel_exposed(row(**base, moe_shared_expert_overlap=1), ep, shared, window, 12.0) == \
+    assert expert_parallel_exposed(row(**base), ep, shared, window) == ep
+    assert expert_parallel_exposed(row(**base, moe_shared_expert_overlap=1), ep, shared, window) == \
         pytest.approx(0.003 + 0.15 * 0.001, rel=1e-12)
     for mode in ("batch", "dualpipe"):
         r = row(**base, moe_a2a_overlap=mode)
-        assert expert_parallel_exposed(r, ep, shared, window, 12.0) == \
+        assert expert_parallel_exposed(r, ep, shared, window) == \
             pytest.approx(3 / 12 * ep + 9 / 12 * 0.15 * ep, rel=1e-12)
         assert exposed(r, ep, window) == pytest.approx(0.15 * ep, rel=1e-12)
 
