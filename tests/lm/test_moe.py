@@ -190,3 +190,21 @@ def test_sweeps_take_etp_as_a_degree():
     ds = lm_sweep("qwen3-30b-a3b", "dgx-h100", "llm-pretrain", num_nodes=4,
                   axes={"plan": ["tp2.ep32.etp1", "tp2.ep32"]})
     assert list(ds.status.values.ravel()) == [0, STATUS_CODES["experts_not_divisible"]]
+
+
+def test_timeline_draws_the_all_to_all_whole_and_waits_only_for_its_exposed_part():
+    """DeepSeek-V3's plan with and without DualPipe's overlap: the EP row holds comm_ep seconds either way; the
+    compute row waits for all of it without overlap and for little of it with DualPipe."""
+    from fastmodel.lm.api import timeline
+
+    record = _deepseek_v3()
+    seen = {}
+    for mode in ("none", "dualpipe"):
+        record["plan"]["moe_a2a_overlap"] = mode
+        t, (values, _) = timeline(record=record), record_values(record)
+        ep = np.asarray(t.row) == t.rows.index("ep")
+        assert float(np.sum((np.asarray(t.end) - np.asarray(t.start))[ep])) == pytest.approx(values["comm_ep"], rel=1e-6)
+        assert float(np.max(t.end)) == pytest.approx(values["step_time"], rel=1e-9)
+        seen[mode] = (t.exposed(), values["exposed_ep"])
+    assert seen["none"][1] == pytest.approx(values["comm_ep"], rel=1e-12)
+    assert seen["dualpipe"][0] < seen["none"][0] - 0.5 * values["comm_ep"]
