@@ -52,7 +52,7 @@ SHARDING_CODES = {"ddp": 0, "zero1": 1, "distopt": 1, "zero2": 2, "fsdp": 3, "hs
 RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2, "partial_layers": 3}
 PRECISION_CODES = {"bf16": 0, "fp16": 0, "fp8": 1}
 OPTIMIZER_CODES = {"adam": 0, "adamw": 0, "sgd": 1, "adafactor": 2}
-PIPELINE_SCHEDULES = {"1f1b": 0, "interleaved": 1, "gpipe": 2, "dualpipe": 3, "zero_bubble": 4}
+PIPELINE_SCHEDULES = {"1f1b": 0, "interleaved": 1, "gpipe": 2, "zb_h1": 3, "dualpipe": 4}
 #: token dispatchers of expert parallelism (Megatron-Core ``--moe-token-dispatcher-type``; ``flex`` is its
 #: DeepEP backend, ``deepep`` the same kernels as TorchTitan and DeepSeek name them)
 MOE_DISPATCHERS = {"alltoall": 0, "allgather": 1, "deepep": 2, "flex": 2}
@@ -139,8 +139,7 @@ PLAN_COLUMNS = _cols(
     ("grad_reduce_bytes", "bytes", 4, "Bytes per gradient element in the data-parallel reduction.", 1, 8),
     ("optimizer", "code", 0, "OPTIMIZER_CODES: 0 Adam(W), 1 SGD-momentum, 2 Adafactor.", 0, 2),
     ("fp8_params", "1", 0, "1: FP8 weight copies kept (no BF16 weight copy).", 0, 1),
-    ("pipeline_schedule", "code", 0, "PIPELINE_SCHEDULES: 0 1F1B, 1 interleaved, 2 GPipe, 3 DualPipe, "
-     "4 zero bubble (3 and 4: the 1F1B bubble until the pipeline-schedule kernel models them).", 0, 4),
+    ("pipeline_schedule", "code", 0, "PIPELINE_SCHEDULES: 0 1F1B, 1 interleaved, 2 GPipe, 3 ZB-H1, 4 DualPipe.", 0, 4),
     ("overlap_grad_reduce", "1", 1, "1: gradient reduction overlaps the last backward pass.", 0, 1),
     ("overlap_param_gather", "1", 1, "1: distributed-optimizer parameter gather overlaps the next forward.", 0, 1),
     ("activation_offload", "1", 0, "Share of activations offloaded to host memory.", 0, 1),
@@ -311,6 +310,8 @@ STATUSES: tuple[Status, ...] = (
     Status("does_not_fit", "memory per device exceeds usable HBM"),
     Status("not_finite", "a result is not a finite number: an input magnitude is out of range (e.g. a "
            "bandwidth of 1e-300 B/s)"),
+    Status("schedule_not_runnable", "the pipeline schedule cannot run this pipeline: DualPipe needs an even pp and an "
+           "even number of micro-batches, at least 2 pp"),
     NOT_COMPUTED,
 )
 STATUS_CODES: dict[str, int] = {s.name: i for i, s in enumerate(STATUSES)}

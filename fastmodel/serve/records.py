@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from fastmodel.errors import SpecError, nearest
+from fastmodel.errors import SpecError, UnsupportedError, nearest
 from fastmodel.registry.lm import COLUMN_INDEX, LOAD_MODES
 from fastmodel.serve.api import KV_PRECISIONS, PRECISIONS, precision_columns
 from fastmodel.spec.devices import device_table
@@ -73,7 +73,7 @@ def lower_serve_record(data: dict, source: str | None = None) -> ServeRecord:
         known = ("tp", "pp", "ep", "precision", "kv_precision", "input_len", "output_len", *LOAD_KEYS,
                  "num_requests", "kv_cache_mem_fraction")
         if key not in known:
-            raise SpecError(source, f"serve.{key}", f"unknown field{nearest(key, known)}")
+            raise UnsupportedError(source, f"serve.{key}", f"unknown field{nearest(key, known)}")
     tp, pp, ep = num("tp"), num("pp", 1), num("ep", 1)
     input_len, output_len = num("input_len"), num("output_len")
     given = [k for k in LOAD_KEYS if serve.get(k) not in (None, False)]
@@ -83,11 +83,11 @@ def lower_serve_record(data: dict, source: str | None = None) -> ServeRecord:
     mode = given[0]
     precision = str(serve.get("precision", "bf16")).lower()
     if precision not in PRECISIONS:
-        raise SpecError(source, "serve.precision", f"unknown value {precision!r}; choose one of "
+        raise UnsupportedError(source, "serve.precision", f"unknown value {precision!r}; choose one of "
                         f"{', '.join(PRECISIONS)}{nearest(precision, PRECISIONS)}")
     kv_precision = serve.get("kv_precision")
     if kv_precision is not None and str(kv_precision).lower() not in KV_PRECISIONS:
-        raise SpecError(source, "serve.kv_precision", f"unknown value {kv_precision!r}; choose one of "
+        raise UnsupportedError(source, "serve.kv_precision", f"unknown value {kv_precision!r}; choose one of "
                         f"{', '.join(KV_PRECISIONS)}{nearest(str(kv_precision).lower(), KV_PRECISIONS)}")
 
     # the model and system blocks through the run-record lowering (datasheet gaps from the device file)

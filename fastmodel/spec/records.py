@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fastmodel.errors import SpecError
+from fastmodel.errors import SpecError, UnsupportedError
 
 
 def number(block: dict, key: str, where: str, source: str | None, default=None, positive=True):
@@ -34,8 +34,9 @@ def number(block: dict, key: str, where: str, source: str | None, default=None, 
 def read_jsonl(path: str | Path, lower, what: str, whole_object: bool = False, refused: list | None = None) -> list:
     """``lower(data, "file:line")`` of every line of a JSONL file (with ``whole_object``, also of a file holding
     one JSON object over several lines); a bad line is a SpecError naming the file and line. With a
-    ``refused`` list, a line that is JSON but that ``lower`` refuses is appended to it as a :class:`Refused`
-    instead (``validate`` counts such records as misses); a file of refused lines only then returns []."""
+    ``refused`` list, a line whose field or value the engine does not take (:class:`UnsupportedError`) is
+    appended to it as a :class:`Refused` instead (``validate`` counts such records as misses); a file of
+    refused lines only then returns []. Malformed input (a wrong type, a bound, a missing field) stays an error."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8-sig")
@@ -55,7 +56,7 @@ def read_jsonl(path: str | Path, lower, what: str, whole_object: bool = False, r
             raise SpecError(where, "", f"invalid JSON: {error.msg}") from None
         try:
             records.append(lower(data, where))
-        except SpecError as error:
+        except UnsupportedError as error:
             if refused is None:
                 raise
             refused.append(Refused(where, data if isinstance(data, dict) else {}, str(error)))

@@ -13,7 +13,7 @@ from fastmodel.kernels.lm.layout import (
     C_HBM_BYTES, C_USABLE_HBM_FRACTION, N_MEMORY_KINDS, N_RESULTS, R_FITS_MEMORY, R_MEMORY_PER_DEVICE,
     R_MEMORY_WEIGHTS,
 )
-from fastmodel.kernels.lm.layer import N_WORK
+from fastmodel.kernels.lm.passes import N_WORK
 from fastmodel.kernels.lm.step import step_row
 from fastmodel.kernels.lm.memory import memory_row
 

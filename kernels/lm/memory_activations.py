@@ -9,14 +9,15 @@ schedule. ``T`` is the tokens of one micro-batch on one device before sequence-p
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.moe import expert_rows, expert_tp
 from fastmodel.kernels.lm.layout import (
-    C_ACTIVATION_OFFLOAD, C_CP, C_DP, C_DROPOUT, C_FFN, C_FLASH_ATTENTION, C_FUSED_KERNELS, C_GATED_MLP,
-    C_GLOBAL_BATCH, C_HEADS, C_HEAD_DIM, C_HIDDEN, C_KV_HEADS, C_KV_LORA_RANK, C_MICRO_BATCH, C_MLA,
-    C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS, C_PIPELINE_SCHEDULE, C_PP,
+    C_ACTIVATION_OFFLOAD, C_CP, C_DROPOUT, C_FFN, C_FLASH_ATTENTION, C_FUSED_KERNELS, C_GATED_MLP,
+    C_HEADS, C_HEAD_DIM, C_HIDDEN, C_KV_HEADS, C_KV_LORA_RANK, C_MICRO_BATCH, C_MLA,
+    C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS, C_PP,
     C_PRECISION, C_QK_NOPE_HEAD_DIM, C_QK_ROPE_HEAD_DIM, C_Q_LORA_RANK, C_RECOMPUTE, C_RECOMPUTE_FRACTION, C_RMS_NORM,
-    C_SELECTIVE_POLICY, C_SEQUENCE_PARALLEL, C_SEQ_LEN, C_TP, C_VP, C_V_HEAD_DIM, PRECISION_FP8, RECOMPUTE_FULL,
-    RECOMPUTE_NONE, RECOMPUTE_PARTIAL_LAYERS, RECOMPUTE_SELECTIVE, SCHED_GPIPE, SCHED_INTERLEAVED,
+    C_SELECTIVE_POLICY, C_SEQUENCE_PARALLEL, C_SEQ_LEN, C_TP, C_V_HEAD_DIM, PRECISION_FP8, RECOMPUTE_FULL,
+    RECOMPUTE_NONE, RECOMPUTE_PARTIAL_LAYERS, RECOMPUTE_SELECTIVE,
 )
 from fastmodel.kernels.lm.memory_states import B16, B32, is_moe, stage_layers
+from fastmodel.kernels.lm.pipeline import microbatches_in_flight
 
 
 # --- activations ---------------------------------------------------------------------------------------------------
@@ -273,37 +274,6 @@ def recompute_working_bytes(row, largest_layer_bytes):
             return max(dense, layer_activation_bytes(row, True, RECOMPUTE_NONE))
         return dense
     return 0.0
-
-
-@njit(error_model='numpy')
-def microbatches(row):
-    """Micro-batches per step per pipeline: ``m = global_batch / (micro_batch * dp)``."""
-    return max(row[C_GLOBAL_BATCH] / (row[C_MICRO_BATCH] * row[C_DP]), 1.0)
-
-
-@njit(error_model='numpy')
-def microbatches_in_flight(row, stage):
-    """Micro-batches whose activations pipeline rank ``stage`` holds at its peak (in units of the rank's
-    ``L/pp`` layers).
-
-    1F1B: ``min(pp - stage, m)`` (Narayanan et al. 2021, Sec. 2.2.1). Interleaved with ``v`` chunks:
-    Megatron warms up ``2 (pp - stage - 1) + (v - 1) pp`` chunks and holds one more, each ``1/v`` of the
-    rank's layers: ``min(2 (pp - stage - 1) + (v - 1) pp + 1, m v) / v``; on the first rank this is
-    ``pp (1 + (pp - 1)/(pp v))`` (Korthikanti Sec. 4.2.3). GPipe: all ``m`` (Huang et al. 2019). Without
-    a pipeline, micro-batches run one after the other: 1.
-    """
-    pp = row[C_PP]
-    m = microbatches(row)
-    if pp <= 1:
-        return 1.0
-    schedule = int(row[C_PIPELINE_SCHEDULE])
-    if schedule == SCHED_GPIPE:
-        return m
-    v = row[C_VP]
-    if schedule == SCHED_INTERLEAVED and v > 1:
-        chunks = 2.0 * (pp - stage - 1.0) + (v - 1.0) * pp + 1.0
-        return min(chunks, m * v) / v
-    return min(pp - stage, m)
 
 
 @njit(error_model='numpy')

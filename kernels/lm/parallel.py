@@ -7,13 +7,11 @@ hidden behind the compute it overlaps with (:func:`exposed`).
 
 from fastmodel.kernels.roofline import memory_bound_time
 from fastmodel.kernels.jit import njit
-from fastmodel.kernels.lm.layer import ACT_BYTES
 from fastmodel.kernels.lm.layout import (
-    C_COLLECTIVE_BUCKET_BYTES, C_COMM_SM_SHARE, C_CP, C_DP, C_FP8_PARAMS, C_FSDP_COPY_OUT, C_GRAD_REDUCE_BYTES,
-    C_HIDDEN, C_MICRO_BATCH, C_OVERLAP_GRAD_REDUCE, C_OVERLAP_PARAM_GATHER, C_PP, C_SEQUENCE_PARALLEL, C_SEQ_LEN,
-    C_SHARDING, C_TP, C_VP, SHARD_DDP, SHARD_FSDP,
+    C_COLLECTIVE_BUCKET_BYTES, C_COMM_SM_SHARE, C_FP8_PARAMS, C_FSDP_COPY_OUT, C_GRAD_REDUCE_BYTES,
+    C_OVERLAP_GRAD_REDUCE, C_OVERLAP_PARAM_GATHER, C_PP, C_SHARDING, SHARD_DDP, SHARD_FSDP,
 )
-from fastmodel.kernels.nccl import allgather_time, allreduce_time, bucketed_allgather_time, p2p_time
+from fastmodel.kernels.nccl import allgather_time, allreduce_time, bucketed_allgather_time
 
 
 @njit
@@ -51,29 +49,6 @@ def fsdp_layer_exposed(row, gather, reduce, forward, backward):
 def param_bytes(row):
     """Bytes per gathered weight element: 1 with FP8 weight copies, else 2."""
     return 1.0 if row[C_FP8_PARAMS] > 0.0 else 2.0
-
-
-@njit
-def pipeline_p2p(row, micro_batches):
-    """(seconds, exposed seconds) of the pipeline's point-to-point sends in one step: a micro-batch's activations
-    forward and gradients backward at every virtual-stage boundary; what is exposed are the sends of the
-    warm-up and cool-down, and without interleaving also one pair per micro-batch."""
-    t = row[C_TP]
-    p = row[C_PP]
-    v = row[C_VP]
-    c = row[C_CP]
-    d = row[C_DP]
-    b = row[C_MICRO_BATCH]
-    pp_comm = 0.0
-    pp_exposed = 0.0
-    if p > 1.0:
-        nbytes = ACT_BYTES * b * row[C_SEQ_LEN] / c * row[C_HIDDEN]
-        if row[C_SEQUENCE_PARALLEL] > 0.0:
-            nbytes = nbytes / t
-        send = p2p_time(row, nbytes, t * c * d)
-        pp_comm = 2.0 * (micro_batches * v + p - 1.0) * send      # every send of the schedule's critical path
-        pp_exposed = 2.0 * (p - 1.0) * send + (2.0 * micro_batches * send if v <= 1.0 else 0.0)
-    return pp_comm, pp_exposed
 
 
 @njit

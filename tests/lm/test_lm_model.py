@@ -260,7 +260,7 @@ def test_step_time_is_the_sum_of_its_parts(variant):
 
 
 def test_zero3_layer_collectives_are_exposed_where_the_framework_does_not_overlap_them():
-    from fastmodel.kernels.lm.step import fsdp_layer_exposed
+    from fastmodel.kernels.lm.parallel import fsdp_layer_exposed
     gather, reduce, forward, backward = 0.010, 0.020, 0.050, 0.100
     overlapped = row(**NET, overlap_param_gather=1, overlap_grad_reduce=1, comm_sm_share=0.15)
     # each collective hides behind its pass and slows it by 15% of the overlapped time
@@ -278,7 +278,7 @@ def test_zero3_layer_collectives_are_exposed_where_the_framework_does_not_overla
 
 
 def test_fsdp2_copies_each_gathered_layer_out_on_the_compute_stream():
-    from fastmodel.kernels.lm.step import fsdp_copy_out_time
+    from fastmodel.kernels.lm.parallel import fsdp_copy_out_time
     # a 218M-parameter layer in BF16: read and write 436 MB at 3.35 TB/s x 0.8
     params = 218e6
     assert fsdp_copy_out_time(row(**H100, fsdp_copy_out=1), params) == pytest.approx(
