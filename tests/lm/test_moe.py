@@ -222,3 +222,17 @@ def test_bad_moe_input_is_one_line_naming_the_field():
     record["model"]["moe_pad_to_capacity"] = True
     with pytest.raises(SpecError, match=r"model\.moe_pad_to_capacity: needs moe_capacity_factor > 0"):
         lower_record(record, "r.jsonl")
+
+
+@pytest.mark.parametrize("name, published", [("deepseek-v2", 236e9), ("kimi-k2", 1.04e12), ("gpt-oss-120b", 116.83e9),
+                                             ("llama4-maverick", 400e9)])
+def test_builtin_moe_models_hold_their_published_parameter_counts(name, published):
+    """Total parameters of the built-in MoE models from their public configs (the spec files cite them) against
+    the totals their publishers state: DeepSeek-V2 report 236B, Kimi K2 report 1.04T, gpt-oss model card
+    116.83B, Llama 4 model card 400B; within 2% (norm and bias vectors, rounding of the published totals)."""
+    from fastmodel.kernels.lm.memory_states import stage_params
+    from fastmodel.lm.loader import load_lm_model
+    from fastmodel.lm.lowering import model_values
+
+    non_expert, expert = stage_params(row(**model_values(load_lm_model(name))), 0.0)
+    assert (non_expert + expert) / published == pytest.approx(1.0, abs=0.02)
