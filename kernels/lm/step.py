@@ -22,7 +22,7 @@ hidden behind the compute it overlaps with (``kernels/lm/parallel.py``).
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.layer import W_FLOPS, W_GEMM, W_MEM, W_PARAMS, W_TP, model_flops_per_token, recompute_share
 from fastmodel.kernels.lm.layout import (
-    C_COLLECTIVE_BUCKET_BYTES, C_CP, C_DP, C_EP, C_GLOBAL_BATCH, C_GRAD_REDUCE_BYTES, C_HIDDEN, C_MICRO_BATCH, C_N_GPUS,
+    C_COLLECTIVE_BUCKET_BYTES, C_CP, C_DP, C_EP, C_GLOBAL_BATCH, C_MTP_LAYERS, C_GRAD_REDUCE_BYTES, C_HIDDEN, C_MICRO_BATCH, C_N_GPUS,
     C_OPTIMIZER, C_OVERLAP_GRAD_REDUCE, C_OVERLAP_PARAM_GATHER, C_PEAK_FLOPS_8, C_PEAK_FLOPS_16, C_PP, C_PRECISION,
     C_SEQ_LEN, C_STEP_OVERHEAD_S, C_TP, C_VOCAB, OPT_ADAM, OPT_SGD, PRECISION_FP8, R_COMM_CP, R_COMM_DP, R_COMM_EP,
     R_COMM_PP, R_COMM_TP, R_EXPOSED_CP, R_EXPOSED_DP, R_EXPOSED_EP, R_EXPOSED_PP, R_EXPOSED_TP, R_FLOPS_PER_TOKEN,
@@ -66,8 +66,11 @@ def stage_passes(row, work):
     t_layer = layer_time(work)
     head_f, head_b, head_w = head_passes(row, work)
     head = head_f + head_b + head_w
-    stage_mb = per_stage * t_layer + head / model_copies(row)    # DualPipe: the head on two ranks, half each
-    average_mb = per_stage * t_layer + head / p
+    # the last stage also runs the MTP modules: one transformer layer each (DeepSeek-V3 report sec. 2.2), as the
+    # average layer; their extra LM heads are in the head's passes
+    mtp = row[C_MTP_LAYERS] * t_layer
+    stage_mb = per_stage * t_layer + (head + mtp) / model_copies(row)    # DualPipe: on two ranks, half each
+    average_mb = per_stage * t_layer + (head + mtp) / p
     forward = per_stage * (work[A_FORWARD] + work[A_EXPOSED_F]) + head_f / p
     weight = per_stage * work[A_BACKWARD_WEIGHT] + head_w / p
     return stage_mb, average_mb, forward, weight
@@ -135,8 +138,8 @@ def step_row(row, work, out):
     passes (:func:`stage_passes`), then the step composition."""
     p = row[C_PP]
     micro_batches = row[C_GLOBAL_BATCH] / (row[C_MICRO_BATCH] * row[C_DP])
-    per_stage = layers_per_stage(row)
     stage_mb, average_mb, forward, weight = stage_passes(row, work)
+    per_stage = layers_per_stage(row) + row[C_MTP_LAYERS] / model_copies(row)   # the busiest rank's layers
     head_params = work[W_PARAMS]
     head_flops = 3.0 * work[W_FLOPS]
     head_gemm = (1.0 + BACKWARD_GEMM) * work[W_GEMM]      # the head's forward costs, left by stage_passes
@@ -144,8 +147,8 @@ def step_row(row, work, out):
     head_tp = (1.0 + TP_BACKWARD_PASSES) * work[W_TP]
     bubble = pipeline_bubble(row, average_mb, forward, weight)
     pp_comm, pp_exposed = pipeline_p2p(row, micro_batches)
-    outside = _data_parallel_step(row, work, per_stage, head_params, out)
-    fsdp_exposed = _fsdp_step(row, work, micro_batches, per_stage, out)
+    outside = _data_parallel_step(row, work, layers_per_stage(row), head_params, out)
+    fsdp_exposed = _fsdp_step(row, work, micro_batches, layers_per_stage(row), out)
     step = micro_batches * stage_mb + bubble + fsdp_exposed + pp_exposed + outside + row[C_STEP_OVERHEAD_S]
 
     full, _ = recompute_share(row)
