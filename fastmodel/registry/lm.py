@@ -268,6 +268,8 @@ RESULTS: tuple[Variable, ...] = (
     Result("exposed_ep", "s", "min", "EP communication not hidden behind compute."),
     Result("exposed_pp", "s", "min", "PP communication not hidden behind compute."),
     Result("exposed_dp", "s", "min", "DP communication not hidden behind compute."),
+    Result("comm_ep_scale_out", "s", "min", "Part of comm_ep's traffic on the scale-out tier (tier 1): the bytes "
+           "of dispatch and combine that cross the NICs at their bandwidth (0 inside one NVLink domain)."),
     Result("memory_weights", "bytes", "min", "Weights per device (incl. gathered FSDP buffers' owners)."),
     Result("memory_gradients", "bytes", "min", "Gradients per device."),
     Result("memory_optimizer", "bytes", "min", "Optimizer states and master weights per device."),

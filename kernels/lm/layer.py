@@ -34,7 +34,7 @@ W_PARAMS = 7          # parameters of the layer held per device (before data-par
 W_FLOPS = 8           # executed forward FLOPs of the layer per micro-batch per device
 W_EXPERT_PARAMS = 9   # routed-expert parameters of the layer per device (part of W_PARAMS; reduced over edp)
 W_SHARED = 10         # forward seconds of the shared experts (part of W_GEMM; may hide the dispatch)
-W_EP_REMOTE = 11      # part of W_EP of an expert-parallel group spanning NVLink domains
+W_EP_REMOTE = 11      # seconds of W_EP's traffic on the scale-out tier (kernels/lm/moe.py dispatch_time)
 N_WORK = 12
 
 #: bytes per element of activations and 16-bit weights

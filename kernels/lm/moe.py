@@ -148,7 +148,8 @@ def deepep_time(row, nbytes_per_copy, tokens, group, stride):
 
 @njit
 def dispatch_time(row):
-    """(seconds, scale-out seconds) of one micro-batch's dispatch + combine in the forward pass on one device.
+    """(seconds, scale-out seconds) of one micro-batch's dispatch + combine in the forward pass on one device;
+    the second is the time the bytes that cross the NICs (tier 1) take at its bandwidth.
 
     ``alltoall`` (Megatron-Core, TorchTitan default): an all-to-all over the ``ep`` ranks ``etp`` apart of
     every assignment ``T_r k x load`` (NCCL sends each copy; the remote share crosses the scale-out tier), then
@@ -163,25 +164,30 @@ def dispatch_time(row):
     tokens_r = rank_tokens(row)
     send = FP8_DISPATCH_BYTES if row[C_MOE_FP8_DISPATCH] > 0.0 else 2.0
     load = load_factor(row)
+    nic = row[C_INTER_BW] * row[C_INTER_EFF]
     mode = row[C_MOE_DISPATCHER]
     if mode == DISPATCH_ALLGATHER:
         group = ep * etp
         gathered = group * tokens_r * h
         total = allgather_time(row, gathered * send, group, 1.0) + allgather_time(row, gathered * 2.0, group, 1.0)
-        spans = members_per_domain(row, group, 1.0) < group
-        return total, total if spans else 0.0
-    if ep <= 1.0:
-        a2a = 0.0
-        remote = 0.0
-    elif mode == DISPATCH_DEEPEP:
-        a2a = deepep_time(row, h * send, tokens_r * load, ep, etp) + deepep_time(row, h * 2.0, tokens_r * load, ep, etp)
-        remote = a2a if members_per_domain(row, ep, etp) < ep else 0.0
-    else:
-        copies = tokens_r * row[C_MOE_TOPK] * load * h
-        a2a = alltoall_time(row, copies * send, ep, etp) + alltoall_time(row, copies * 2.0, ep, etp)
-        remote = a2a if members_per_domain(row, ep, etp) < ep else 0.0
+        g_in = members_per_domain(row, group, 1.0)
+        out = (group - 1.0) / group * gathered * (send + 2.0) / (g_in * nic) if g_in < group else 0.0
+        return total, out
+    a2a = 0.0
+    out = 0.0
+    if ep > 1.0:
+        g_in = members_per_domain(row, ep, etp)
+        if mode == DISPATCH_DEEPEP:
+            a2a = deepep_time(row, h * send, tokens_r * load, ep, etp) + deepep_time(row, h * 2.0, tokens_r * load, ep, etp)
+            if g_in < ep:
+                domains = ep / g_in
+                out = tokens_r * load * distinct_domains(row, domains) * (domains - 1.0) / domains * h * (send + 2.0) / nic
+        else:
+            copies = tokens_r * row[C_MOE_TOPK] * load * h
+            a2a = alltoall_time(row, copies * send, ep, etp) + alltoall_time(row, copies * 2.0, ep, etp)
+            out = copies * (send + 2.0) * (ep - g_in) / ep / nic
     gather = 0.0
     if etp > 1.0:
         rows = expert_rows(row) * h
         gather = allgather_time(row, rows * send, etp, 1.0) + allgather_time(row, rows * 2.0, etp, 1.0)
-    return a2a + gather, remote
+    return a2a + gather, out

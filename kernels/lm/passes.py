@@ -21,7 +21,7 @@ from fastmodel.kernels.lm.layer import (
     N_WORK as N_LAYER_WORK,
 )
 from fastmodel.kernels.lm.layer import (
-    W_ATTN, W_ATTN_CORE_MEM, W_CP, W_EP, W_EXPERT_PARAMS, W_FLOPS, W_GEMM, W_MEM, W_PARAMS, W_SHARED, W_TP, head_costs,
+    W_ATTN, W_ATTN_CORE_MEM, W_CP, W_EP, W_EP_REMOTE, W_EXPERT_PARAMS, W_FLOPS, W_GEMM, W_MEM, W_PARAMS, W_SHARED, W_TP, head_costs,
     layer_costs, layer_mix, recompute_share,
 )
 from fastmodel.kernels.lm.layout import (
@@ -64,7 +64,8 @@ A_PARAMS = A_FORWARD + 16         # parameters of the layer per device
 A_FLOPS = A_FORWARD + 17          # executed forward FLOPs of the layer
 A_EP_EXPOSED = A_FORWARD + 18     # EP dispatch and combine not hidden (kernels/lm/moe.py overlap modes)
 A_EXPERT_PARAMS = A_FORWARD + 19  # routed-expert parameters of the layer per device (reduced over edp)
-N_ACCUMULATORS = 20
+A_EP_SCALE_OUT = A_FORWARD + 20   # EP seconds of scale-out (tier-1) traffic, all passes
+N_ACCUMULATORS = 21
 #: scratch slots the step needs: per-layer costs, then the accumulators
 N_WORK = A_FORWARD + N_ACCUMULATORS
 
@@ -158,6 +159,7 @@ def _add_layer_kind(row, weight, full, selective, fsdp, work):
     work[A_EP_COMM] += weight * ep
     work[A_EP_EXPOSED] += weight * ep_left
     work[A_EXPERT_PARAMS] += weight * work[W_EXPERT_PARAMS]
+    work[A_EP_SCALE_OUT] += weight * work[W_EP_REMOTE] * (1.0 + EP_BACKWARD_PASSES + full)
     work[A_TP_EXPOSED] += weight * tp_left
     work[A_CP_EXPOSED] += weight * cp_left
     work[A_PARAMS] += weight * work[W_PARAMS]

@@ -97,7 +97,8 @@ def test_alltoall_dispatch_across_domains_splits_the_traffic_per_tier():
     nbytes = 2 * 4096 * 2 * 4096
     one = max(nbytes * 7 / 16 / 360e9, nbytes * 8 / 16 / 42.5e9) + 8e-6
     assert dispatch_time(r)[0] == pytest.approx(2 * one, rel=1e-12)
-    assert dispatch_time(r)[1] == dispatch_time(r)[0]
+    # scale-out tier: half of the dispatch's and the combine's bytes (2 + 2 per element) through the NIC
+    assert dispatch_time(r)[1] == pytest.approx(2 * nbytes * 8 / 16 / 42.5e9, rel=1e-12)
 
 
 def test_deepep_sends_a_token_once_per_remote_domain():
@@ -112,6 +113,7 @@ def test_deepep_sends_a_token_once_per_remote_domain():
 
     assert dispatch_time(row(**base))[0] == pytest.approx(2 * one(1.9921875 / 2), rel=1e-12)
     assert dispatch_time(row(**base, moe_max_nodes=1))[0] == pytest.approx(2 * one(0.5), rel=1e-12)
+    assert dispatch_time(row(**base))[1] == pytest.approx(tokens * 1.9921875 / 2 * h * 4 / 42.5e9, rel=1e-12)
 
 
 def test_allgather_dispatch_gathers_the_expert_group():
