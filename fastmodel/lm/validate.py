@@ -48,6 +48,7 @@ def rows(records: list[RunRecord]) -> list[dict]:
     """One dict per record: ids, groups, status (``ok``, or ``not_finite``: no prediction, left out of the
     scores), measured and predicted step time, errors of model and baselines. A measured run is predicted
     even where its plan breaks a sweep rule (e.g. fewer micro-batches than stages): it ran."""
+    from fastmodel.lm.validate_memory import memory_fields
     from fastmodel.registry.lm import STATUSES
 
     status = np.zeros(len(records), dtype=np.int8)
@@ -68,6 +69,7 @@ def rows(records: list[RunRecord]) -> list[dict]:
         for name in ("mfu", "time_gemm", "time_attention", "time_memory_bound", "pipeline_bubble",
                      "exposed_tp", "exposed_cp", "exposed_ep", "exposed_pp", "exposed_dp", "memory_per_device"):
             row[name] = results[name][i]
+        row.update(memory_fields(r, results, i))
         row["notes"] = "; ".join(r.notes)
         table.append(row)
     return table
@@ -155,4 +157,7 @@ def format_report(table: list[dict], by_split: bool = False) -> str:
     lines.append("")
     lines.append(f"n: runs answered; miss: runs refused or without a finite prediction; <={HIT_TOLERANCE:.0%}: share "
                  "of all runs of the group predicted within that error (misses count against it)")
-    return "\n".join(lines).lstrip("\n")
+    from fastmodel.lm.validate_memory import format_memory
+
+    lines.append(format_memory(table, by_split))
+    return "\n".join(lines).lstrip("\n").rstrip("\n")

@@ -168,6 +168,10 @@ PLAN_COLUMNS = _cols(
     ("fsdp_copy_out", "1", 0, "1: ZeRO-3/FSDP copies each gathered layer out of the all-gather buffer into its "
      "parameters on the compute stream, a memory-bound read + write per gather (PyTorch FSDP2 per-parameter "
      "sharding; FSDP1's flat parameters are views of the buffer).", 0, 1),
+    ("param_fetch_bw", "bytes/s", 0, "Throughput of a framework's own synchronous ZeRO-3 parameter fetch, bytes "
+     "received per device per second (DeepSpeed <= 0.4.1: ~21.8e9 on A100, DeepSpeed issue #1174); each gather "
+     "takes the longer of NCCL's time and this, and full recompute fetches the layer again. 0: NCCL's all-gather "
+     "alone (every other stack).", 0, 1e13, False, "number"),
 )
 
 DEVICE_COLUMNS = _cols(
@@ -189,8 +193,13 @@ DEVICE_COLUMNS = _cols(
      "SM per channel, 16-24 channels, and competes for HBM).", 0, 0.9, True),
     ("kernel_overhead_s", "s", 4e-6, "Launch + tail per kernel.", 0, 1e-3, True),
     ("usable_hbm_fraction", "1", 0.95, "Share of HBM usable by the framework.", 0.1, 1),
-    ("framework_memory_bytes", "bytes", 3 * 2**30, "Per-device constant: CUDA context, NCCL, allocator reserve.",
-     0, 1e12),
+    ("framework_memory_bytes", "bytes", 3 * 2**30, "Per-device memory that is not a live tensor: CUDA context, "
+     "NCCL communicator buffers, library handles, the caching allocator's fragmentation.", 0, 1e12),
+    ("allocator_cache_fraction", "1", 0.05, "Memory the caching allocator reserves beyond its peak allocated "
+     "bytes, as a share of them: memory_reserved = (1 + f) x memory_allocated (cached free blocks; "
+     "torch.cuda.memory_stats: reserved = allocated + cached). Reported, not used for fits_memory: the "
+     "allocator releases its cache and retries when a device allocation fails. 0.05: the Megatron-LM B200 runs of "
+     "runs_dev_b200.jsonl report max_memory_reserved / max_memory_allocated of 1.028-1.069.", 0, 1),
 )
 
 NETWORK_COLUMNS = _cols(
@@ -276,9 +285,16 @@ RESULTS: tuple[Variable, ...] = (
     Result("memory_activations", "bytes", "min", "Activations held for backward on the most loaded rank."),
     Result("memory_kv_cache", "bytes", "min", "KV cache (serving)."),
     Result("memory_buffers", "bytes", "min", "Communication and gather buffers, logits workspace."),
-    Result("memory_overhead", "bytes", "min", "Framework constant (CUDA context, allocator)."),
+    Result("memory_overhead", "bytes", "min", "Not a live tensor: framework_memory_bytes (CUDA context, NCCL, "
+           "allocator fragmentation)."),
     MEMORY_PER_DEVICE,
     FITS_MEMORY,
+    Result("memory_allocated", "bytes", "min", "Peak bytes of live tensors over one step on the worst rank, as "
+           "torch.cuda.max_memory_allocated reports: the memory kinds but overhead, at the rank's peak moment."),
+    Result("memory_reserved", "bytes", "min", "Peak bytes the caching allocator holds from the device: "
+           "memory_allocated x (1 + allocator_cache_fraction), as torch.cuda.max_memory_reserved reports (its "
+           "cache is released on demand, so memory_per_device = memory_allocated + overhead decides fits_memory)."),
+    Result("memory_peak_stage", "1", "", "Pipeline rank (0 = first) whose peak memory_per_device is reported."),
 )
 RESULT_INDEX: dict[str, int] = {r.name: i for i, r in enumerate(RESULTS)}
 MEMORY_RESULTS = tuple("memory_" + k for k in MEMORY_KINDS)

@@ -293,6 +293,19 @@ def head_activation_bytes(row):
 
 
 @njit(error_model='numpy')
+def stage_microbatch_bytes(row, stage, dense_layer, moe_layer):
+    """What pipeline rank ``stage`` keeps for one micro-batch in flight: its layers' ``stored_layer_bytes``
+    (``dense_layer`` / ``moe_layer`` per layer) plus the embedding (first rank) or head (last rank) inputs."""
+    dense, moe, mtp = stage_layers(row, stage)
+    per_mb = dense * dense_layer + (moe + mtp) * moe_layer if is_moe(row) else (dense + mtp) * dense_layer
+    if stage == 0:
+        per_mb += embedding_activation_bytes(row)
+    if stage == row[C_PP] - 1:
+        per_mb += head_activation_bytes(row)
+    return per_mb
+
+
+@njit(error_model='numpy')
 def activations_bytes(row, stage, dense_layer, moe_layer, working):
     """Activations held on pipeline rank ``stage`` at its peak.
 
@@ -301,11 +314,5 @@ def activations_bytes(row, stage, dense_layer, moe_layer, working):
     inputs per micro-batch in flight, times ``1 - activation_offload`` (the share offloaded to host memory,
     e.g. NeMo CPU activation offloading).
     """
-    dense, moe, mtp = stage_layers(row, stage)
-    per_mb = dense * dense_layer + (moe + mtp) * moe_layer if is_moe(row) else (dense + mtp) * dense_layer
-    if stage == 0:
-        per_mb += embedding_activation_bytes(row)
-    if stage == row[C_PP] - 1:
-        per_mb += head_activation_bytes(row)
-    held = microbatches_in_flight(row, stage) * per_mb + working
+    held = microbatches_in_flight(row, stage) * stage_microbatch_bytes(row, stage, dense_layer, moe_layer) + working
     return held * (1.0 - row[C_ACTIVATION_OFFLOAD])

@@ -9,7 +9,7 @@ from fastmodel.kernels.roofline import memory_bound_time
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.layout import (
     C_COLLECTIVE_BUCKET_BYTES, C_COMM_SM_SHARE, C_FP8_PARAMS, C_FSDP_COPY_OUT, C_GRAD_REDUCE_BYTES,
-    C_OVERLAP_GRAD_REDUCE, C_OVERLAP_PARAM_GATHER, C_PP, C_SHARDING, SHARD_DDP, SHARD_FSDP,
+    C_OVERLAP_GRAD_REDUCE, C_OVERLAP_PARAM_GATHER, C_PARAM_FETCH_BW, C_PP, C_SHARDING, SHARD_DDP, SHARD_FSDP,
 )
 from fastmodel.kernels.nccl import allgather_time, allreduce_time, bucketed_allgather_time
 
@@ -43,6 +43,30 @@ def fsdp_layer_exposed(row, gather, reduce, forward, backward):
     hidden_backward = (gather if overlap_gather else 0.0) + (reduce if overlap_reduce else 0.0)
     serial = (2.0 * gather + reduce) - hidden_forward - hidden_backward
     return serial + exposed(row, hidden_forward, forward) + exposed(row, hidden_backward, backward)
+
+
+@njit
+def hook_fetch_time(row, gather, layer_params, shard_group):
+    """One layer's ZeRO-3 parameter gather where the framework fetches each parameter itself
+    (``param_fetch_bw`` > 0, DeepSpeed <= 0.4.1: a device-wide synchronize before each parameter's all-gather,
+    a zero-filled buffer, a copy out of it and a debug-print norm per parameter, stage3.py and
+    partition_parameters.py at v0.3.15): the longer of NCCL's time ``gather`` and the bytes each device
+    receives at ``param_fetch_bw``."""
+    bw = row[C_PARAM_FETCH_BW]
+    if bw <= 0.0 or shard_group <= 1.0:
+        return gather
+    received = (shard_group - 1.0) / shard_group * layer_params * param_bytes(row)
+    return max(gather, received / bw)
+
+
+@njit
+def fsdp_first_layer_exposed(row, gather, reduce, backward):
+    """ZeRO-3/FSDP time the stage's first layer adds per micro-batch: its forward gather has no earlier layer's
+    compute to hide behind and its gradient reduce-scatter, the last of the backward pass, no later layer's;
+    only its backward gather (prefetched during the layer after it) overlaps compute. The other layers are
+    :func:`fsdp_layer_exposed`, so each layer's collectives are counted once."""
+    back_gather = exposed(row, gather, backward) if row[C_OVERLAP_PARAM_GATHER] > 0.0 else gather
+    return gather + back_gather + reduce
 
 
 @njit

@@ -25,11 +25,11 @@ from fastmodel.kernels.lm.layer import (
     layer_costs, layer_mix, recompute_share,
 )
 from fastmodel.kernels.lm.layout import (
-    CP_ALLTOALL, C_COLLECTIVE_BUCKET_BYTES, C_CP, C_CP_ALGORITHM, C_DP, C_GLOBAL_BATCH, C_GRAD_REDUCE_BYTES, C_LAYERS,
-    C_MICRO_BATCH, C_MOE_A2A_OVERLAP, C_MOE_SHARED_EXPERT_OVERLAP, C_PP, C_SELECTIVE_POLICY, C_SHARDING,
-    C_SHARD_DEGREE, C_TP, C_TP_COMM_OVERLAP, SHARD_FSDP,
+    CP_ALLTOALL, C_COLLECTIVE_BUCKET_BYTES, C_CP, C_CP_ALGORITHM, C_DP, C_GLOBAL_BATCH, C_GRAD_REDUCE_BYTES, C_LAYERS, C_MICRO_BATCH,
+    C_MOE_A2A_OVERLAP, C_MOE_SHARED_EXPERT_OVERLAP, C_PP,
+    C_PARAM_FETCH_BW, C_SELECTIVE_POLICY, C_SHARDING, C_SHARD_DEGREE, C_TP, C_TP_COMM_OVERLAP, SHARD_FSDP,
 )
-from fastmodel.kernels.lm.parallel import exposed, fsdp_copy_out_time, fsdp_layer_exposed, param_bytes
+from fastmodel.kernels.lm.parallel import exposed, fsdp_copy_out_time, fsdp_layer_exposed, hook_fetch_time, param_bytes
 from fastmodel.kernels.nccl import bucketed_allgather_time
 
 # --- pass ratios: backward seconds per forward second of each kernel kind -----------------------------------
@@ -62,10 +62,14 @@ A_FSDP_COMM = A_FORWARD + 14      # ZeRO-3/FSDP per-layer gathers and reduce-sca
 A_FSDP_EXPOSED = A_FORWARD + 15
 A_PARAMS = A_FORWARD + 16         # parameters of the layer per device
 A_FLOPS = A_FORWARD + 17          # executed forward FLOPs of the layer
-A_EP_EXPOSED = A_FORWARD + 18     # EP dispatch and combine not hidden (kernels/lm/moe.py overlap modes)
-A_EXPERT_PARAMS = A_FORWARD + 19  # routed-expert parameters of the layer per device (reduced over edp)
-A_EP_SCALE_OUT = A_FORWARD + 20   # EP seconds of scale-out (tier-1) traffic, all passes
-N_ACCUMULATORS = 21
+A_FSDP_GATHER = A_FORWARD + 18    # ZeRO-3/FSDP: one gather of the layer (s), for the stage's first layer
+A_FSDP_REDUCE = A_FORWARD + 19    # one reduce-scatter of the layer's gradients (s)
+A_FSDP_WINDOW = A_FORWARD + 20    # the layer's backward compute with recompute (s), its backward gather's window
+A_FSDP_REFETCH = A_FORWARD + 21   # the gather again for the recomputed forward (hooked fetches), serial (s)
+A_EP_EXPOSED = A_FORWARD + 22     # EP dispatch and combine not hidden (kernels/lm/moe.py overlap modes)
+A_EXPERT_PARAMS = A_FORWARD + 23  # routed-expert parameters of the layer per device (reduced over edp)
+A_EP_SCALE_OUT = A_FORWARD + 24   # EP seconds of scale-out (tier-1) traffic, all passes
+N_ACCUMULATORS = 25
 #: scratch slots the step needs: per-layer costs, then the accumulators
 N_WORK = A_FORWARD + N_ACCUMULATORS
 
@@ -135,10 +139,17 @@ def _add_layer_kind(row, weight, full, selective, fsdp, work):
         t, c = row[C_TP], row[C_CP]
         group, bucket = fsdp_shard_group(row), row[C_COLLECTIVE_BUCKET_BYTES]
         gather = bucketed_allgather_time(row, work[W_PARAMS] * param_bytes(row), group, t * c, bucket)
+        gather = hook_fetch_time(row, gather, work[W_PARAMS], group)
         reduce = bucketed_allgather_time(row, work[W_PARAMS] * row[C_GRAD_REDUCE_BYTES], group, t * c, bucket)
-        work[A_FSDP_COMM] += weight * ((1.0 + GATHER_BACKWARD_PASSES) * gather + reduce)
-        work[A_FSDP_EXPOSED] += weight * fsdp_layer_exposed(row, gather, reduce, forward,
-                                                            backward_input + backward_weight + again)
+        # a framework fetching per sub-module (hooks) gathers again for the recomputed forward, synchronously
+        refetch = full * gather if row[C_PARAM_FETCH_BW] > 0.0 else 0.0
+        window = backward_input + backward_weight + again
+        work[A_FSDP_COMM] += weight * ((1.0 + GATHER_BACKWARD_PASSES) * gather + reduce + refetch)
+        work[A_FSDP_EXPOSED] += weight * (fsdp_layer_exposed(row, gather, reduce, forward, window) + refetch)
+        work[A_FSDP_GATHER] += weight * gather
+        work[A_FSDP_REDUCE] += weight * reduce
+        work[A_FSDP_WINDOW] += weight * window
+        work[A_FSDP_REFETCH] += weight * refetch
     # the exposed collectives split over the passes in the ratio of their runs (forward : backward)
     comm_left = tp_left + cp_left + ep_left
     forward_runs = work[W_TP] * tp_left / tp if tp > 0.0 else 0.0

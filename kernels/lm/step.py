@@ -22,8 +22,8 @@ hidden behind the compute it overlaps with (``kernels/lm/parallel.py``).
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.layer import W_FLOPS, W_GEMM, W_MEM, W_PARAMS, W_TP, model_flops_per_token, recompute_share
 from fastmodel.kernels.lm.layout import (
-    C_COLLECTIVE_BUCKET_BYTES, C_CP, C_DP, C_EP, C_GLOBAL_BATCH, C_MTP_LAYERS, C_GRAD_REDUCE_BYTES, C_HIDDEN, C_MICRO_BATCH, C_N_GPUS,
-    C_OPTIMIZER, C_OVERLAP_GRAD_REDUCE, C_OVERLAP_PARAM_GATHER, C_PEAK_FLOPS_8, C_PEAK_FLOPS_16, C_PP, C_PRECISION,
+    C_CP, C_DP, C_EP, C_GLOBAL_BATCH, C_MTP_LAYERS, C_GRAD_REDUCE_BYTES, C_HIDDEN, C_MICRO_BATCH, C_N_GPUS,
+    C_OPTIMIZER, C_PEAK_FLOPS_8, C_PEAK_FLOPS_16, C_PP, C_PRECISION,
     C_SEQ_LEN, C_STEP_OVERHEAD_S, C_TP, C_VOCAB, OPT_ADAM, OPT_SGD, PRECISION_FP8, R_COMM_CP, R_COMM_DP, R_COMM_EP, R_COMM_EP_SCALE_OUT,
     R_COMM_PP, R_COMM_TP, R_EXPOSED_CP, R_EXPOSED_DP, R_EXPOSED_EP, R_EXPOSED_PP, R_EXPOSED_TP, R_FLOPS_PER_TOKEN,
     R_HFU, R_MFU, R_PIPELINE_BUBBLE, R_STEP_TIME, R_TIME_ATTENTION, R_TIME_GEMM, R_TIME_MEMORY_BOUND, R_TIME_OPTIMIZER,
@@ -31,15 +31,15 @@ from fastmodel.kernels.lm.layout import (
 )
 from fastmodel.kernels.lm.memory_states import layers_per_stage
 from fastmodel.kernels.lm.moe import expert_dp, expert_tp
-from fastmodel.kernels.lm.parallel import data_parallel, param_bytes
+from fastmodel.kernels.lm.parallel import data_parallel, fsdp_first_layer_exposed
 from fastmodel.kernels.lm.passes import (
     A_ATTN, A_BACKWARD_INPUT, A_BACKWARD_WEIGHT, A_CP_COMM, A_CP_EXPOSED, A_EP_COMM, A_EXPOSED_F, A_FLOPS, A_FORWARD,
-    A_EP_EXPOSED, A_EP_SCALE_OUT, A_EXPERT_PARAMS, A_FSDP_COMM, A_FSDP_EXPOSED, A_GEMM, A_MEM, A_PARAMS, A_RECOMPUTE, A_TP_COMM, A_TP_EXPOSED, BACKWARD_GEMM,
+    A_EP_EXPOSED, A_EP_SCALE_OUT, A_EXPERT_PARAMS, A_FSDP_COMM, A_FSDP_EXPOSED, A_FSDP_GATHER, A_FSDP_REDUCE, A_FSDP_REFETCH, A_FSDP_WINDOW, A_GEMM, A_MEM,
+    A_PARAMS, A_RECOMPUTE, A_TP_COMM, A_TP_EXPOSED, BACKWARD_GEMM,
     TP_BACKWARD_PASSES, fsdp_shard_group,
     head_passes, layer_passes, layer_time, per_layer_fsdp,
 )
 from fastmodel.kernels.lm.pipeline import model_copies, pipeline_bubble, pipeline_p2p
-from fastmodel.kernels.nccl import bucketed_allgather_time
 from fastmodel.kernels.roofline import memory_bound_time
 
 
@@ -116,17 +116,14 @@ def _data_parallel_step(row, work, per_stage, head_params, out):
 @njit
 def _fsdp_step(row, work, micro_batches, per_stage, out):
     """ZeRO-3/FSDP per-layer collectives over the step (added to ``out``'s data-parallel results); returns the
-    exposed seconds. The first gather of a micro-batch and the last reduce-scatter are never hidden."""
+    exposed seconds. Each layer's collectives are counted once: the stage's first layer exposes its forward
+    gather and its reduce-scatter, the last of the backward pass (``fsdp_first_layer_exposed``); every other
+    layer hides them behind its neighbours' compute where the framework overlaps them."""
     if not per_layer_fsdp(row):
         return 0.0
-    t, c = row[C_TP], row[C_CP]
-    group, bucket = fsdp_shard_group(row), row[C_COLLECTIVE_BUCKET_BYTES]
-    params = work[A_PARAMS]
-    edges = 0.0
-    if row[C_OVERLAP_PARAM_GATHER] > 0.0 and row[C_OVERLAP_GRAD_REDUCE] > 0.0:
-        edges = bucketed_allgather_time(row, params * param_bytes(row), group, t * c, bucket) \
-            + bucketed_allgather_time(row, params * row[C_GRAD_REDUCE_BYTES], group, t * c, bucket)
-    exposed_step = micro_batches * (per_stage * work[A_FSDP_EXPOSED] + edges)
+    first = fsdp_first_layer_exposed(row, work[A_FSDP_GATHER], work[A_FSDP_REDUCE], work[A_FSDP_WINDOW]) \
+        + work[A_FSDP_REFETCH]
+    exposed_step = micro_batches * ((per_stage - 1.0) * work[A_FSDP_EXPOSED] + first)
     out[R_COMM_DP] += micro_batches * per_stage * work[A_FSDP_COMM]
     out[R_EXPOSED_DP] += exposed_step
     return exposed_step
