@@ -118,7 +118,7 @@ class ExecutionSpec(BaseModel):
             raise FieldValueError(("moe_a2a_overlap",), "'dualpipe' overlaps the all-to-all inside DualPipe's "
                                   "chunk pairs: it needs pipeline_schedule = 'dualpipe' ('batch' is Megatron's "
                                   "overlap for the other schedules)")
-        if interleaved and self.pipeline_schedule in ("1f1b", "gpipe", "zb_h1", "dualpipe"):
+        if interleaved and self.pipeline_schedule not in (None, "interleaved"):
             raise FieldValueError(("pipeline_schedule",), f"{self.pipeline_schedule} runs one stage per rank; "
                                   "vp > 1 needs an interleaved schedule")
         return self

@@ -15,11 +15,12 @@ dispatchers (``dispatch_time``).
 
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.layout import (
-    C_CP, C_DP, C_EP, C_ETP, C_GATED_MLP, C_HIDDEN, C_INTER_BW, C_INTER_EFF, C_INTER_LATENCY, C_INTRA_BW,
+    C_CP, C_DP, C_EP, C_GATED_MLP, C_HIDDEN, C_INTER_BW, C_INTER_EFF, C_INTER_LATENCY, C_INTRA_BW,
     C_INTRA_EFF, C_INTRA_LATENCY, C_MICRO_BATCH, C_MOE_CAPACITY_FACTOR, C_MOE_DISPATCHER, C_MOE_EXPERTS, C_MOE_FFN,
     C_MOE_FP8_DISPATCH, C_MOE_IMBALANCE, C_MOE_MAX_NODES, C_MOE_PAD_TO_CAPACITY, C_MOE_SHARED_EXPERTS, C_MOE_TOPK,
     C_SEQ_LEN, C_TP, DISPATCH_ALLGATHER, DISPATCH_DEEPEP,
 )
+from fastmodel.kernels.lm.shape import expert_tp as shape_expert_tp
 from fastmodel.kernels.nccl import allgather_time, alltoall_time, members_per_domain
 from fastmodel.kernels.roofline import gemm_time, grouped_gemm_time, memory_bound_time
 
@@ -36,8 +37,9 @@ PERMUTE_BYTES_PER_ELEMENT = 8.0
 
 @njit(inline="always")
 def expert_tp(row):
-    """Expert tensor-parallel degree: ``etp``, or ``tp`` when 0 (Megatron-Core's default)."""
-    return row[C_ETP] if row[C_ETP] > 0.0 else row[C_TP]
+    """Expert tensor-parallel degree of training: ``etp``, or ``tp`` when 0 (Megatron-Core's default;
+    ``shape.expert_tp``, the one expert-sharding rule)."""
+    return shape_expert_tp(row, 0.0)
 
 
 @njit(inline="always")
