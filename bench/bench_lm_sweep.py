@@ -6,6 +6,7 @@ evaluates >= 1,000,000 configurations per second end to end, in a grid of >= 1 M
 Prints, each from its own subprocess (own peak RSS):
 
   (default) LLaMA-3.1-70B on DGX H100: num_nodes x global_batch x micro_batch x plan="all";
+  (default) Qwen3-30B-A3B (128 experts, top-8) on DGX H100: the same axes, ep among the plans;
   (madmax)  LLaMA2-70B on DC-A: the 2,132,000-config grid of bench_sweep.py (a), madmax semantics;
 
 each as configs/s (best and median of --repeats), legal share and peak RSS, after a
@@ -33,20 +34,20 @@ BATCHES = [64 * i for i in range(1, 129)]
 MICRO = [1, 2, 4, 8]
 
 
-def run_default(repeats: int) -> dict:
+def run_default(repeats: int, model: str = "llama3.1-70b") -> dict:
     from fastmodel.lm.sweep import lm_sweep
 
     axes = {"num_nodes": NODES, "global_batch": BATCHES, "micro_batch": MICRO, "plan": "all"}
     t0 = time.perf_counter()
-    lm_sweep("llama3.1-70b", "dgx-h100", "llm-pretrain", axes={"plan": ["tp8"], "num_nodes": [4]})
+    lm_sweep(model, "dgx-h100", "llm-pretrain", axes={"plan": ["tp8"], "num_nodes": [4]})
     warm = time.perf_counter() - t0
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        ds = lm_sweep("llama3.1-70b", "dgx-h100", "llm-pretrain", axes=axes)
+        ds = lm_sweep(model, "dgx-h100", "llm-pretrain", axes=axes)
         times.append(time.perf_counter() - t0)
     n = int(ds.status.size)
-    return {"sweep": "default llama3.1-70b/dgx-h100", "configs": n, "legal": int((ds.status == 0).sum()),
+    return {"sweep": f"default {model}/dgx-h100", "configs": n, "legal": int((ds.status == 0).sum()),
             "warmup_s": warm, "best_configs_per_s": n / min(times), "median_configs_per_s": n / sorted(times)[len(times) // 2],
             "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
@@ -78,11 +79,14 @@ def run_madmax(repeats: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--child", choices=["default", "madmax"])
+    parser.add_argument("--child", choices=["default", "moe", "madmax"])
     parser.add_argument("--previous", default="none", help="a commit to measure next to this tree ('none': skip)")
     args = parser.parse_args()
     if args.child:
-        result = (run_default if args.child == "default" else run_madmax)(args.repeats)
+        if args.child == "moe":       # issue 22: the MoE sweep (expert meshes, dispatch) beside the dense one
+            result = run_default(args.repeats, "qwen3-30b-a3b")
+        else:
+            result = (run_default if args.child == "default" else run_madmax)(args.repeats)
         print(json.dumps(result))
         return
     print(f"machine: {platform.machine()} {os.cpu_count()} cores, python {platform.python_version()}")
@@ -93,7 +97,7 @@ def main() -> None:
 
         trees.append((f"previous {args.previous}", Release(args.previous, previous_release(args.previous)).env))
     results = []
-    for child in ("default", "madmax"):
+    for child in ("default", "moe", "madmax"):
         for name, env in trees:   # each sweep in both trees back to back, so the machine's load hits both alike
             out = subprocess.run([sys.executable, __file__, "--child", child, "--repeats", str(args.repeats)],
                                  capture_output=True, text=True, check=True, env=env)

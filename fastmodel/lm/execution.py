@@ -114,6 +114,10 @@ class ExecutionSpec(BaseModel):
         interleaved = self.vp == "unknown" or self.vp > 1
         if self.pipeline_schedule == "interleaved" and not interleaved:
             raise FieldValueError(("vp",), "pipeline_schedule 'interleaved' needs vp > 1 (or \"unknown\")")
+        if getattr(self, "moe_a2a_overlap", None) == "dualpipe" and self.pipeline_schedule != "dualpipe":
+            raise FieldValueError(("moe_a2a_overlap",), "'dualpipe' overlaps the all-to-all inside DualPipe's "
+                                  "chunk pairs: it needs pipeline_schedule = 'dualpipe' ('batch' is Megatron's "
+                                  "overlap for the other schedules)")
         if interleaved and self.pipeline_schedule not in (None, "interleaved"):
             raise FieldValueError(("pipeline_schedule",), f"{self.pipeline_schedule} runs one stage per rank; "
                                   "vp > 1 needs an interleaved schedule")

@@ -35,12 +35,13 @@ DEFAULT_RECOMPUTE_FRACTION = 0.5     # partial_layers without a fraction: every 
 
 @dataclass(frozen=True)
 class Mesh:
-    """Degrees of one configuration; ``n_gpus = tp x pp x cp x dp`` (experts: ``etp x ep`` inside it)."""
+    """Degrees of one configuration; ``n_gpus = tp x pp x cp x dp`` (experts: ``etp x ep x edp = tp x cp x dp``;
+    ``etp`` 0 = tp, Megatron-Core's default)."""
     tp: int = 1
     pp: int = 1
     cp: int = 1
     ep: int = 1
-    etp: int = 1
+    etp: int = 0
     dp: int = 1
 
     @property
@@ -58,7 +59,8 @@ def model_values(model) -> dict[str, float]:
     values["moe_experts"] = float(model.moe_experts)
     values["moe_topk"] = float(model.moe_topk)
     if model.moe_experts > 0:
-        for key in ("moe_ffn", "moe_shared_experts", "dense_layers", "moe_capacity_factor"):
+        for key in ("moe_ffn", "moe_shared_experts", "dense_layers", "moe_capacity_factor", "moe_pad_to_capacity",
+                    "moe_layer_freq", "moe_max_nodes"):
             values[key] = float(getattr(model, key))
     if model.attention == "mla":
         values["mla"] = 1.0

@@ -33,7 +33,14 @@ from fastmodel.errors import FieldValueError, SpecError, UnsupportedError, neare
 from fastmodel.lm.execution import ExecutionSpec
 from fastmodel.lm.spec import LMSpec
 from fastmodel.lm.stacks import STACK_NAMES
-from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS, PIPELINE_SCHEDULES, RECOMPUTE_CODES
+from fastmodel.registry.lm import (
+    COLUMN_INDEX,
+    COLUMNS,
+    MOE_A2A_OVERLAPS,
+    OPTIMIZER_CODES,
+    PIPELINE_SCHEDULES,
+    RECOMPUTE_CODES,
+)
 
 
 def _bounds(column: str, default: Any = ..., **kw) -> Any:
@@ -68,11 +75,16 @@ class ModelBlock(LMSpec):
     activation: Text | None = None
     pos_emb: Text | None = None
     embedding_layernorm: bool | None = None
-    moe_pad_to_capacity: bool | None = None
+    moe_router: Text | None = None
+    qk_norm: bool | None = None
+    moe_min_capacity: NonNegativeInt | None = Field(None, le=1 << 30)
 
     @model_validator(mode="before")
     @classmethod
     def _nulls_are_absent(cls, data):
+        if isinstance(data, dict) and "moe_node_limited_routing_max_nodes" in data:   # RUNS.md's longer name
+            data = dict(data)
+            data.setdefault("moe_max_nodes", data.pop("moe_node_limited_routing_max_nodes"))
         return _drop_nulls(data, cls.model_fields)
 
 
@@ -91,7 +103,15 @@ class SystemBlock(_Block):
     inter_node_bw_bytes_s_per_gpu: float = _bounds("inter_bw")
     network: Text | None = None
     inter_node_bw_assumed: bool | None = None
+    intra_node_bw_measured_bytes_s_per_gpu: float | None = Field(None, gt=0, le=1e14)
     intra_node_bw_assumed: bool | None = None
+
+
+def _a2a_overlap_name(value: Any) -> Any:
+    """RUNS.md's older boolean ``moe_a2a_overlap``: true is Megatron's batch-level overlap, false none."""
+    if isinstance(value, bool):
+        return "batch" if value else "none"
+    return value
 
 
 #: names RUNS.md records use for a schedule: DeepSeek-V2's "zero-bubble" PP (report sec. 3.1.3, citing Qi et al.
@@ -109,6 +129,14 @@ def _schedule_name(value: Any) -> Any:
     return value
 
 
+def _optimizer_name(value: Any) -> Any:
+    """``"adamw (BF16 moments, FP32 master weights)"`` -> ``"adamw"``: an optimizer name, then a remark."""
+    if isinstance(value, str):
+        head = re.split(r"[\s,;(]", value.strip(), maxsplit=1)[0].lower()
+        return head if head in OPTIMIZER_CODES else value
+    return value
+
+
 #: ExecutionSpec fields whose record default or type differs from an execution spec's (RUNS.md fill-ins)
 _PLAN_OVERRIDES: dict[str, tuple] = {
     "sequence_parallel": (bool, False),
@@ -116,23 +144,26 @@ _PLAN_OVERRIDES: dict[str, tuple] = {
     "micro_batch": (PositiveInt | None, _bounds("micro_batch", None)),
     "pipeline_schedule": (Annotated[Literal[tuple(PIPELINE_SCHEDULES)], BeforeValidator(_schedule_name)]  # type: ignore[misc]
                           | None, None),
+    "optimizer": (Annotated[Literal[tuple(OPTIMIZER_CODES)], BeforeValidator(_optimizer_name)], "adam"),  # type: ignore[misc]
+    "moe_a2a_overlap": (Annotated[Literal[tuple(MOE_A2A_OVERLAPS)], BeforeValidator(_a2a_overlap_name)]  # type: ignore[misc]
+                        | None, None),
 }
 #: RUNS.md plan fields that are no execution option: the mesh, the batch, and informational fields
 _PLAN_FIELDS: dict[str, tuple] = {
     "tp": (int, _bounds("tp")), "pp": (int, _bounds("pp")), "cp": (int, _bounds("cp", 1)),
-    "ep": (int, _bounds("ep", 1)), "etp": (int, _bounds("etp", 1)), "dp": (int | None, _bounds("dp", None)),
+    "ep": (int, _bounds("ep", 1)), "etp": (int | None, _bounds("etp", None)), "dp": (int | None, _bounds("dp", None)),
     "global_batch": (int, _bounds("global_batch")), "grad_accum": (PositiveInt | None, Field(None, le=1 << 30)),
     "replicate_degree": (PositiveInt | None, Field(None, le=1 << 24)),
     "activation_offload_layers": (NonNegativeInt | None, Field(None, le=4096)),
     "recompute_detail": (Text | None, None), "recompute_modules": (TextOrList | None, None),
-    "fp8_recipe": (Text | None, None), "cuda_graphs": (bool | None, None), "moe_a2a_overlap": (bool | None, None),
-    "moe_dispatcher": (Text | None, None), "moe_grouped_gemm": (bool | None, None),
+    "fp8_recipe": (Text | None, None), "cuda_graphs": (bool | None, None),
+    "moe_dispatch_detail": (Text | None, None), "moe_grouped_gemm": (bool | None, None),
+    "torch_compile": (bool | None, None),
     "pipeline_layer_balance": (Text | None, None),
 }
 #: plan fields recorded but not modelled yet -> the value the model assumes (a note names any other value;
 #: None: every value is noted)
-UNMODELLED = {"cuda_graphs": False, "moe_a2a_overlap": False, "moe_grouped_gemm": None, "fp8_recipe": None,
-              "moe_dispatcher": "alltoall"}
+UNMODELLED = {"cuda_graphs": False, "moe_grouped_gemm": None, "fp8_recipe": None}
 EXECUTION_FIELDS = tuple(name for name in ExecutionSpec.model_fields if name not in ("framework", "stack"))
 
 PlanBlock = create_model(

@@ -80,7 +80,7 @@ def record_specs(record, source: str | None = None, notes: list[str] | None = No
     notes = [] if notes is None else notes
     model, system, plan = record.model, record.system, record.plan
     dp = system.n_gpus // (plan.tp * plan.pp * plan.cp)
-    mesh = Mesh(tp=plan.tp, pp=plan.pp, cp=plan.cp, ep=plan.ep, etp=plan.etp, dp=dp)
+    mesh = Mesh(tp=plan.tp, pp=plan.pp, cp=plan.cp, ep=plan.ep, etp=plan.etp or 0, dp=dp)   # etp absent: tp
     fields = {name: getattr(plan, name) for name in EXECUTION_FIELDS}
     if plan.micro_batch is None and plan.grad_accum is not None:
         fields["micro_batch"] = plan.global_batch // (dp * plan.grad_accum)

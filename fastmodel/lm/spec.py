@@ -46,6 +46,12 @@ class LMSpec(_Spec):
     moe_ffn: NonNegativeInt = Field(0, le=1 << 22)
     moe_shared_experts: NonNegativeInt = Field(0, le=1024)
     moe_capacity_factor: float = Field(0.0, ge=0, le=64, description="Token capacity factor (0 = dropless).")
+    moe_pad_to_capacity: bool = Field(False, description="Pad every expert's input to its capacity "
+                                      "(needs moe_capacity_factor > 0).")
+    moe_layer_freq: PositiveInt = Field(1, le=4096, description="One MoE layer every N layers after the "
+                                        "leading dense ones (DeepSpeed-MoE: 2).")
+    moe_max_nodes: NonNegativeInt = Field(0, le=1 << 16, description="Node-limited routing: nodes one token's "
+                                          "experts may span (DeepSeek-V3: 4; 0 = unlimited).")
     dense_layers: NonNegativeInt = Field(0, le=4096, description="Leading dense layers of a MoE model.")
     attention: Literal["mha", "mla"] = "mha"
     q_lora_rank: NonNegativeInt = Field(0, le=1 << 20)
@@ -78,6 +84,9 @@ class LMSpec(_Spec):
             raise FieldValueError(("moe_ffn",), "required when moe_experts > 0")
         if self.moe_topk > self.moe_experts:
             raise FieldValueError(("moe_topk",), f"{self.moe_topk} exceeds moe_experts {self.moe_experts}")
+        if self.moe_pad_to_capacity and not self.moe_capacity_factor:
+            raise FieldValueError(("moe_pad_to_capacity",), "needs moe_capacity_factor > 0 (dropless routing "
+                                  "has no capacity to pad to)")
         if self.dense_layers > self.layers:
             raise FieldValueError(("dense_layers",), f"{self.dense_layers} exceeds layers {self.layers}")
         if self.attention == "mla" and not (self.kv_lora_rank and self.qk_rope_head_dim and self.v_head_dim):
@@ -87,6 +96,9 @@ class LMSpec(_Spec):
     def record_block(self) -> dict:
         """The ``model`` block of a run record (RUNS.md) describing this model."""
         data = self.model_dump(exclude={"family", "source"})
+        if not self.moe_experts:
+            for key in ("moe_pad_to_capacity", "moe_layer_freq", "moe_max_nodes"):
+                data.pop(key)
         if self.attention != "mla":
             for key in ("attention", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
                         "v_head_dim"):

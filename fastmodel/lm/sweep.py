@@ -31,17 +31,20 @@ from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
 if TYPE_CHECKING:
     import xarray as xr
 
-DEGREES = ("tp", "pp", "cp", "ep")
+DEGREES = ("tp", "pp", "cp", "ep", "etp")
+#: a degree left out of a plan: 1, but etp 0 (= tp, Megatron-Core's --expert-tensor-parallel-size default)
+DEGREE_DEFAULTS = {"etp": 0}
 MESH_AXIS = "plan"
 
 
 def mesh_label(mesh: dict[str, int]) -> str:
-    return ".".join(f"{k}{mesh[k]}" for k in DEGREES if mesh.get(k, 1) != 1) or "dp"
+    return ".".join(f"{k}{mesh[k]}" for k in DEGREES
+                    if mesh.get(k, DEGREE_DEFAULTS.get(k, 1)) != DEGREE_DEFAULTS.get(k, 1)) or "dp"
 
 
 def parse_mesh(text: str) -> dict[str, int]:
-    """``"tp8.pp4"`` -> ``{"tp": 8, "pp": 4, "cp": 1, "ep": 1}``; ``"dp"``: all 1."""
-    mesh = {k: 1 for k in DEGREES}
+    """``"tp8.pp4"`` -> ``{"tp": 8, "pp": 4, "cp": 1, "ep": 1, "etp": 0}``; ``"dp"``: all 1 (etp 0: = tp)."""
+    mesh = {k: DEGREE_DEFAULTS.get(k, 1) for k in DEGREES}
     if not text.strip():
         raise SweepError("empty plan: give a mesh like 'tp8.pp4' (degrees left out are 1) or 'dp'")
     if text.strip() == "dp":
@@ -51,7 +54,7 @@ def parse_mesh(text: str) -> dict[str, int]:
         key = part.rstrip("0123456789")
         digits = part[len(key):]
         if key not in DEGREES or not digits or int(digits) < 1:
-            raise SweepError(f"plan {text!r}: {part!r} is not a degree like tp8, pp4, cp2 or ep8")
+            raise SweepError(f"plan {text!r}: {part!r} is not a degree like tp8, pp4, cp2, ep8 or etp1")
         if key in seen:
             raise SweepError(f"plan {text!r}: {key} is given twice")
         seen.add(key)
@@ -61,7 +64,9 @@ def parse_mesh(text: str) -> dict[str, int]:
 
 def all_meshes(model, cluster, max_gpus: int) -> list[dict[str, int]]:
     """Meshes worth evaluating: tp a power of two within an NVLink domain dividing the heads, pp dividing the
-    layers, cp a power of two up to 16 dividing the sequence, ep dividing the experts; product <= max_gpus."""
+    layers, cp a power of two up to 16 dividing the sequence, ep dividing the experts; product <= max_gpus.
+    With experts and tp > 1 each ep comes twice: etp = tp (Megatron-Core's default) and etp 1 (MoE parallel
+    folding: attention over TP, experts over EP alone)."""
     domain = cluster.tiers[0].domain_size
     tps = [t for t in _powers(min(domain, model.heads)) if model.heads % t == 0]
     pps = [p for p in range(1, min(model.layers, 128) + 1) if model.layers % p == 0]
@@ -75,7 +80,9 @@ def all_meshes(model, cluster, max_gpus: int) -> list[dict[str, int]]:
                     continue
                 for ep in eps:
                     if ep <= max_gpus // (tp * pp * cp):
-                        meshes.append({"tp": tp, "pp": pp, "cp": cp, "ep": ep})
+                        meshes.append({"tp": tp, "pp": pp, "cp": cp, "ep": ep, "etp": 0})
+                        if model.moe_experts and tp > 1:
+                            meshes.append({"tp": tp, "pp": pp, "cp": cp, "ep": ep, "etp": 1})
     return meshes
 
 

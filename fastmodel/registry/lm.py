@@ -53,6 +53,13 @@ RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2, "partial_layers": 3}
 PRECISION_CODES = {"bf16": 0, "fp16": 0, "fp8": 1}
 OPTIMIZER_CODES = {"adam": 0, "adamw": 0, "sgd": 1, "adafactor": 2}
 PIPELINE_SCHEDULES = {"1f1b": 0, "interleaved": 1, "gpipe": 2, "zb_h1": 3, "dualpipe": 4}
+#: token dispatchers of expert parallelism (Megatron-Core ``--moe-token-dispatcher-type``; ``flex`` is its
+#: DeepEP backend, ``deepep`` the same kernels as TorchTitan and DeepSeek name them)
+MOE_DISPATCHERS = {"alltoall": 0, "allgather": 1, "deepep": 2, "flex": 2}
+#: overlap of the expert-parallel dispatch and combine with compute: none (Megatron's default), batch-level
+#: (Megatron-Core ``--overlap-moe-expert-parallel-comm``: one micro-batch's all-to-all behind another's
+#: compute), dualpipe (DeepSeek-V3's forward/backward chunk pairs)
+MOE_A2A_OVERLAPS = {"none": 0, "batch": 1, "dualpipe": 2}
 SELECTIVE_POLICIES = {"megatron": 0, "op": 1}
 CP_ALGORITHMS = {"ring": 0, "alltoall": 1}
 COLLECTIVE_ALGORITHMS = {"auto": 0, "ring": 1, "tree": 2}
@@ -62,6 +69,7 @@ CODE_TABLES: dict[str, dict[str, int]] = {
     "sharding": SHARDING_CODES, "recompute": RECOMPUTE_CODES, "precision": PRECISION_CODES,
     "optimizer": OPTIMIZER_CODES, "pipeline_schedule": PIPELINE_SCHEDULES, "cp_algorithm": CP_ALGORITHMS,
     "collective_algorithm": COLLECTIVE_ALGORITHMS, "load_mode": LOAD_MODES, "selective_policy": SELECTIVE_POLICIES,
+    "moe_dispatcher": MOE_DISPATCHERS, "moe_a2a_overlap": MOE_A2A_OVERLAPS,
 }
 
 MODEL_COLUMNS = _cols(
@@ -85,6 +93,12 @@ MODEL_COLUMNS = _cols(
     ("moe_shared_experts", "1", 0, "Shared (always-on) experts, each moe_ffn wide.", 0, 1024),
     ("dense_layers", "1", 0, "Leading dense layers of a MoE model.", 0, 4096),
     ("moe_capacity_factor", "1", 0, "Token capacity factor (0 = dropless).", 0, 64),
+    ("moe_pad_to_capacity", "1", 0, "1: every expert's input padded to its capacity (Megatron-Core "
+     "--moe-pad-expert-input-to-capacity; needs moe_capacity_factor > 0).", 0, 1),
+    ("moe_layer_freq", "1", 1, "One MoE layer every moe_layer_freq layers after the leading dense ones "
+     "(Megatron-Core --moe-layer-freq N, DeepSpeed-MoE expert interval); the others are dense.", 1, 4096),
+    ("moe_max_nodes", "1", 0, "Node-limited routing: nodes one token's experts may span (DeepSeek-V3 M = 4; "
+     "0 = unlimited).", 0, 1 << 16),
     ("mla", "1", 0, "1: multi-head latent attention (DeepSeek).", 0, 1),
     ("q_lora_rank", "1", 0, "MLA query low-rank width (0 = full-rank query).", 0, 1 << 20),
     ("kv_lora_rank", "1", 0, "MLA compressed KV width.", 0, 1 << 20),
@@ -106,8 +120,9 @@ PLAN_COLUMNS = _cols(
     ("pp", "1", 1, "Pipeline-parallel stages.", 1, 1 << 16),
     ("vp", "1", 1, "Virtual stages per pipeline rank (interleaved 1F1B; 1 = none).", 1, 1024),
     ("cp", "1", 1, "Context-parallel degree.", 1, 1 << 16),
-    ("ep", "1", 1, "Expert-parallel degree (carved out of dp).", 1, 1 << 16),
-    ("etp", "1", 1, "Expert tensor-parallel degree.", 1, 1 << 16),
+    ("ep", "1", 1, "Expert-parallel degree (expert mesh etp x ep x edp = tp x cp x dp, MoE parallel folding).",
+     1, 1 << 16),
+    ("etp", "1", 0, "Expert tensor-parallel degree; 0 = tp (Megatron-Core's default).", 0, 1 << 16),
     ("dp", "1", 1, "Data-parallel degree = devices / (tp pp cp).", 1, 1 << 24),
     ("sharding", "code", 1, "SHARDING_CODES: 0 ddp, 1 zero1/distopt, 2 zero2, 3 fsdp/hsdp.", 0, 3),
     ("shard_degree", "1", 0, "Devices one parameter shard group spans (FSDP/HSDP; 0 = all of dp).", 0, 1 << 24),
@@ -141,6 +156,16 @@ PLAN_COLUMNS = _cols(
     ("uneven_stages", "1", 0, "1: the layer count need not divide pp x vp (Llama 3: 126 layers on 16 stages, "
      "DeepSeek-V3: 61 on 16); the busiest pipeline rank holds ceil(L / (pp vp)) layers per virtual stage. 0: the "
      "rule layers_not_divisible applies (sweeps).", 0, 1),
+    ("moe_dispatcher", "code", 0, "MOE_DISPATCHERS: 0 all-to-all, 1 all-gather (+ reduce-scatter), 2 DeepEP "
+     "(NVLink + RDMA two-hop kernels; Megatron-Core flex).", 0, 2, False, "code"),
+    ("moe_a2a_overlap", "code", 0, "MOE_A2A_OVERLAPS: 0 none, 1 batch-level (Megatron-Core EP A2A overlap), "
+     "2 DualPipe: dispatch and combine hidden behind another micro-batch's compute.", 0, 2, False, "code"),
+    ("moe_fp8_dispatch", "1", 0, "1: tokens dispatched in FP8 (1 byte + one FP32 scale per 128 elements; "
+     "DeepEP, DeepSeek-V3 report sec. 3.3); the combine stays BF16.", 0, 1, False, "flag"),
+    ("moe_shared_expert_overlap", "1", 0, "1: shared-expert compute overlaps the dispatch all-to-all "
+     "(Megatron-Core --moe-shared-expert-overlap).", 0, 1, False, "flag"),
+    ("moe_imbalance", "1", 1, "Dropless routing: routed tokens of the busiest expert-parallel rank / the mean "
+     "(1 = balanced, as forced balancing runs).", 1, 64, False, "number"),
     ("fsdp_copy_out", "1", 0, "1: ZeRO-3/FSDP copies each gathered layer out of the all-gather buffer into its "
      "parameters on the compute stream, a memory-bound read + write per gather (PyTorch FSDP2 per-parameter "
      "sharding; FSDP1's flat parameters are views of the buffer).", 0, 1),
@@ -259,6 +284,8 @@ RESULTS: tuple[Variable, ...] = (
     Result("exposed_ep", "s", "min", "EP communication not hidden behind compute."),
     Result("exposed_pp", "s", "min", "PP communication not hidden behind compute."),
     Result("exposed_dp", "s", "min", "DP communication not hidden behind compute."),
+    Result("comm_ep_scale_out", "s", "min", "Part of comm_ep's traffic on the scale-out tier (tier 1): the bytes "
+           "of dispatch and combine that cross the NICs at their bandwidth (0 inside one NVLink domain)."),
     Result("memory_weights", "bytes", "min", "Weights per device (incl. gathered FSDP buffers' owners)."),
     Result("memory_gradients", "bytes", "min", "Gradients per device."),
     Result("memory_optimizer", "bytes", "min", "Optimizer states and master weights per device."),
@@ -302,7 +329,7 @@ STATUSES: tuple[Status, ...] = (
     Status("batch_not_divisible", "global_batch is not a multiple of micro_batch x dp"),
     Status("too_few_microbatches", "fewer micro-batches than pipeline stages under an interleaved or split-backward "
            "schedule (1F1B and GPipe run them, with a longer bubble)"),
-    Status("experts_not_divisible", "experts not divisible by ep, or ep does not divide dp"),
+    Status("experts_not_divisible", "experts not divisible by ep, or etp x ep does not divide tp x cp x dp"),
     Status("sequence_not_divisible", "seq_len not divisible by 2 x cp"),
     Status("ep_without_experts", "ep > 1 on a dense model"),
     Status("no_fp8", "precision is fp8 but the device has no FP8 peak"),

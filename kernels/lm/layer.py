@@ -12,7 +12,7 @@ from fastmodel.kernels.roofline import attention_time, gemm_time, grouped_gemm_t
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.layout import (
     CP_ALLTOALL, C_CAUSAL, C_CP, C_CP_ALGORITHM, C_EP, C_FFN, C_FLASH_ATTENTION, C_HEADS, C_HEAD_DIM, C_HIDDEN,
-    C_KV_HEADS, C_LAYERS, C_MICRO_BATCH, C_MOE_CAPACITY_FACTOR, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS,
+    C_KV_HEADS, C_LAYERS, C_MICRO_BATCH, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS,
     C_MOE_TOPK, C_MTP_LAYERS, C_PRECISION, C_RECOMPUTE, C_RECOMPUTE_FRACTION, C_SEQUENCE_PARALLEL, C_SEQ_LEN,
     C_SLIDING_WINDOW, C_TIED_EMBEDDINGS, C_TP, C_VOCAB, PRECISION_FP8, RECOMPUTE_FULL, RECOMPUTE_PARTIAL_LAYERS,
     RECOMPUTE_SELECTIVE,
@@ -22,6 +22,7 @@ from fastmodel.kernels.lm.shape import (  # noqa: F401 - the shape terms, re-exp
     layer_mix, mlp_matrices, moe_layers,
 )
 from fastmodel.kernels.nccl import allgather_time, allreduce_time, alltoall_time
+from fastmodel.kernels.lm.moe import dispatch_time, expert_rows, moe_compute
 
 # --- per-layer work slots (scratch vector filled by layer_costs) ------------
 W_GEMM = 0            # forward GEMM seconds of one layer, one micro-batch
@@ -33,7 +34,10 @@ W_CP = 5              # CP exchange seconds, forward
 W_EP = 6              # EP all-to-all seconds, forward
 W_PARAMS = 7          # parameters of the layer held per device (before data-parallel sharding)
 W_FLOPS = 8           # executed forward FLOPs of the layer per micro-batch per device
-N_WORK = 9
+W_EXPERT_PARAMS = 9   # routed-expert parameters of the layer per device (part of W_PARAMS; reduced over edp)
+W_SHARED = 10         # forward seconds of the shared experts (part of W_GEMM; may hide the dispatch)
+W_EP_REMOTE = 11      # seconds of W_EP's traffic on the scale-out tier (kernels/lm/moe.py dispatch_time)
+N_WORK = 12
 
 
 @njit
@@ -87,18 +91,22 @@ def layer_costs(row, moe, sliding, work):
     nm = mlp_matrices(row)
     flops = 2.0 * tokens * attention_params(row) / t
     params = attention_params(row) / t
-    # MLP: dense, or router + shared experts + routed experts (balanced over the E / ep local experts)
+    # MLP: dense, or router + shared experts + routed experts: the busiest rank's rows over its E / ep local
+    # experts, the memory-bound router and permutation and the FLOPs from kernels/lm/moe.py
+    expert_params = 0.0
+    shared_time = 0.0
+    moe_mem = 0.0
     if moe:
         experts = row[C_MOE_EXPERTS]
         local_experts = experts / row[C_EP]
         etp = expert_tp(row, 0.0)
-        routed = tokens * row[C_MOE_TOPK] * max(1.0, row[C_MOE_CAPACITY_FACTOR])
-        rows_per_expert = routed * etp / local_experts
-        gemm = layer_gemm_time(row, tokens, 1.0, local_experts, rows_per_expert, etp, fp8, element, 1.0)
+        gemm = layer_gemm_time(row, tokens, 1.0, local_experts, expert_rows(row) / local_experts, etp, fp8, element,
+                               1.0)
+        _, moe_mem, shared_time, moe_flops, mlp_out = moe_compute(row, fp8)
         shared = row[C_MOE_SHARED_EXPERTS] * row[C_MOE_FFN]
-        params += expert_weight_params(row, etp) + nm * h * shared / t + h * experts
-        flops += 2.0 * (routed * nm * h * row[C_MOE_FFN] + tokens * (nm * h * shared / t + h * experts))
-        mlp_out = routed * row[C_MOE_FFN] / etp + tokens * shared / t
+        expert_params = expert_weight_params(row, etp)
+        params += expert_params + nm * h * shared / t + h * experts
+        flops += moe_flops
     else:
         f = row[C_FFN]
         gemm = layer_gemm_time(row, tokens, 0.0, 0.0, 0.0, 1.0, fp8, element, 1.0)
@@ -125,7 +133,7 @@ def layer_costs(row, moe, sliding, work):
     if fp8:
         # FP8 casts of the GEMM inputs (read 2 B, write 1 B) for forward and transposed backward copies
         nbytes += 2.0 * 3.0 * tokens * (2.0 * h / (t if sp else 1.0) + a * dv / t + mlp_out / tokens)
-    mem = memory_bound_time(row, nbytes) + core_mem
+    mem = memory_bound_time(row, nbytes) + core_mem + moe_mem
     # communication of the layer, forward direction
     tp_bytes = ACT_BYTES * tokens * h
     tp = 0.0
@@ -144,8 +152,9 @@ def layer_costs(row, moe, sliding, work):
         kv_block = 2.0 * ACT_BYTES * tokens * row[C_KV_HEADS] * row[C_HEAD_DIM] / t
         cp = (c - 1.0) * allgather_time(row, kv_block * 2.0, 2.0, t)
     ep = 0.0
-    if moe and row[C_EP] > 1.0:
-        ep = 2.0 * alltoall_time(row, ACT_BYTES * tokens * row[C_MOE_TOPK] * h, row[C_EP], t * c)
+    ep_remote = 0.0
+    if moe:
+        ep, ep_remote = dispatch_time(row)
     work[W_GEMM] = gemm
     work[W_ATTN] = attn
     work[W_MEM] = mem
@@ -155,6 +164,9 @@ def layer_costs(row, moe, sliding, work):
     work[W_EP] = ep
     work[W_PARAMS] = params
     work[W_FLOPS] = flops
+    work[W_EXPERT_PARAMS] = expert_params
+    work[W_SHARED] = shared_time
+    work[W_EP_REMOTE] = ep_remote
 
 
 @njit
@@ -188,5 +200,8 @@ def head_costs(row, work):
     work[W_EP] = 0.0
     work[W_PARAMS] = row[C_VOCAB] * h / t * (1.0 if row[C_TIED_EMBEDDINGS] <= 0.0 else 0.0)
     work[W_FLOPS] = 2.0 * tokens * vocab * h
+    work[W_EXPERT_PARAMS] = 0.0
+    work[W_SHARED] = 0.0
+    work[W_EP_REMOTE] = 0.0
 
 

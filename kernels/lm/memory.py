@@ -25,8 +25,9 @@ point of a sweep cannot raise inside the fused pass (legality is the rule table'
 import numpy as np
 
 from fastmodel.kernels.jit import njit, prange
+from fastmodel.kernels.lm.moe import expert_tp
 from fastmodel.kernels.lm.layout import (
-    C_COLLECTIVE_BUCKET_BYTES, C_CP, C_CP_ALGORITHM, C_DENSE_LAYERS, C_EP, C_ETP, C_FFN, C_FP8_PARAMS, C_FRAMEWORK_MEMORY_BYTES, C_FSDP_COPY_OUT,
+    C_COLLECTIVE_BUCKET_BYTES, C_CP, C_CP_ALGORITHM, C_DENSE_LAYERS, C_EP, C_FFN, C_FP8_PARAMS, C_FRAMEWORK_MEMORY_BYTES, C_FSDP_COPY_OUT,
     C_GRAD_REDUCE_BYTES, C_HEADS, C_HEAD_DIM, C_HIDDEN, C_KV_HEADS, C_KV_LORA_RANK, C_LAYERS, C_MLA, C_MOE_EXPERTS,
     C_MOE_FFN, C_MOE_SHARED_EXPERTS, C_PP, C_PRECISION, C_QK_ROPE_HEAD_DIM, C_SEQUENCE_PARALLEL, C_SHARDING, C_TP,
     C_VOCAB, M_ACTIVATIONS, M_BUFFERS, M_GRADIENTS, M_KV_CACHE, M_OPTIMIZER, M_OVERHEAD, M_WEIGHTS, N_MEMORY_KINDS,
@@ -72,8 +73,8 @@ def gathered_expert_split(row):
     no EP mesh -> ``TensorParallel`` on the experts over the TP mesh), so the gathered layer shrinks with TP
     like its dense part."""
     if row[C_EP] <= 1.0:
-        return max(row[C_TP], row[C_ETP])
-    return row[C_EP] * row[C_ETP]
+        return max(row[C_TP], expert_tp(row))
+    return row[C_EP] * expert_tp(row)
 
 
 @njit(error_model='numpy')
@@ -100,7 +101,7 @@ def largest_module_params(row):
     tp = row[C_TP]
     largest = max(h * row[C_FFN], h * (row[C_HEADS] + 2.0 * row[C_KV_HEADS]) * row[C_HEAD_DIM]) / tp
     if is_moe(row):
-        largest = max(largest, h * row[C_MOE_FFN] / row[C_ETP])
+        largest = max(largest, h * row[C_MOE_FFN] / expert_tp(row))
     return largest
 
 

@@ -7,10 +7,11 @@ schedule. ``T`` is the tokens of one micro-batch on one device before sequence-p
 """
 
 from fastmodel.kernels.jit import njit
+from fastmodel.kernels.lm.moe import expert_rows, expert_tp
 from fastmodel.kernels.lm.layout import (
-    C_ACTIVATION_OFFLOAD, C_CP, C_DROPOUT, C_ETP, C_FFN, C_FLASH_ATTENTION, C_FUSED_KERNELS, C_GATED_MLP,
+    C_ACTIVATION_OFFLOAD, C_CP, C_DROPOUT, C_FFN, C_FLASH_ATTENTION, C_FUSED_KERNELS, C_GATED_MLP,
     C_HEADS, C_HEAD_DIM, C_HIDDEN, C_KV_HEADS, C_KV_LORA_RANK, C_MICRO_BATCH, C_MLA,
-    C_MOE_CAPACITY_FACTOR, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS, C_MOE_TOPK, C_PP,
+    C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS, C_PP,
     C_PRECISION, C_QK_NOPE_HEAD_DIM, C_QK_ROPE_HEAD_DIM, C_Q_LORA_RANK, C_RECOMPUTE, C_RECOMPUTE_FRACTION, C_RMS_NORM,
     C_SELECTIVE_POLICY, C_SEQUENCE_PARALLEL, C_SEQ_LEN, C_TP, C_V_HEAD_DIM, PRECISION_FP8, RECOMPUTE_FULL,
     RECOMPUTE_NONE, RECOMPUTE_PARTIAL_LAYERS, RECOMPUTE_SELECTIVE,
@@ -113,15 +114,11 @@ def mlp_activation_bytes(row, width, tokens_factor):
 
 @njit(error_model='numpy')
 def routed_tokens(row):
-    """Routed token rows per device per micro-batch: ``k * T / t_sp * etp * capacity``.
-
-    Tokens enter the dispatch sequence-parallel-sharded (Megatron-Core requires SP for MoE with TP), each
-    goes to ``k`` experts; with expert-TP the rows are gathered over ``etp`` ranks; a capacity factor pads
-    every expert to ``cf`` times its balanced share (Fedus et al. 2021); dropless (0) counts the balanced
-    average.
-    """
-    cf = row[C_MOE_CAPACITY_FACTOR] if row[C_MOE_CAPACITY_FACTOR] > 0 else 1.0
-    return row[C_MOE_TOPK] * micro_batch_tokens(row) / replicated_divisor(row) * row[C_ETP] * cf
+    """Routed token rows per device per micro-batch on the busiest rank: ``kernels.lm.moe.expert_rows``,
+    ``T / (cp tp) x etp x k x load`` (tokens enter the dispatch sequence-parallel-sharded, Megatron-Core requires
+    SP for MoE with TP; an expert-TP group gathers its ``etp`` ranks' tokens; padded to capacity the load is
+    ``cf``, Fedus et al. 2021; dropless the busiest rank's ``moe_imbalance``)."""
+    return expert_rows(row)
 
 
 @njit(error_model='numpy')
@@ -139,7 +136,7 @@ def moe_activation_bytes(row):
     rows = routed_tokens(row)
     router = 2.0 * B32 * t_tok * row[C_MOE_EXPERTS] / rep
     permuted = (gemm_input_bytes(row) + B16) * rows * h
-    experts = mlp_activation_bytes(row, row[C_MOE_FFN] / row[C_ETP], rows / t_tok)
+    experts = mlp_activation_bytes(row, row[C_MOE_FFN] / expert_tp(row), rows / t_tok)
     shared = mlp_activation_bytes(row, row[C_MOE_SHARED_EXPERTS] * row[C_MOE_FFN] / row[C_TP], 1.0)
     return router + permuted + experts + shared
 
@@ -178,7 +175,7 @@ def eager_elementwise_bytes(row, moe):
     if row[C_GATED_MLP] <= 0:
         return norms
     if moe:
-        width = routed_tokens(row) / t_tok * row[C_MOE_FFN] / row[C_ETP] + \
+        width = routed_tokens(row) / t_tok * row[C_MOE_FFN] / expert_tp(row) + \
             row[C_MOE_SHARED_EXPERTS] * row[C_MOE_FFN] / row[C_TP]
     else:
         width = row[C_FFN] / row[C_TP]

@@ -21,8 +21,9 @@ Phases (``P_*``):
 """
 
 from fastmodel.kernels.jit import njit
+from fastmodel.kernels.lm.moe import expert_tp
 from fastmodel.kernels.lm.layout import (
-    C_ACTIVATION_OFFLOAD, C_DENSE_LAYERS, C_ETP, C_FFN, C_FP8_PARAMS, C_GATED_MLP, C_GRAD_REDUCE_BYTES, C_HIDDEN, C_MOE_FFN,
+    C_ACTIVATION_OFFLOAD, C_DENSE_LAYERS, C_FFN, C_FP8_PARAMS, C_GATED_MLP, C_GRAD_REDUCE_BYTES, C_HIDDEN, C_MOE_FFN,
     C_MOE_SHARED_EXPERTS, C_PIPELINE_SCHEDULE, C_PP, C_SHARDING, C_TP, C_VOCAB, C_VP, SCHED_INTERLEAVED, SHARD_FSDP,
 )
 from fastmodel.kernels.lm.memory_activations import (
@@ -64,7 +65,7 @@ def backward_grad_bytes(row):
     dense = mlp_grad_bytes(row, row[C_FFN] / row[C_TP], t_tok)
     if not is_moe(row):
         return incoming + dense
-    experts = mlp_grad_bytes(row, row[C_MOE_FFN] / row[C_ETP], routed_tokens(row)) + \
+    experts = mlp_grad_bytes(row, row[C_MOE_FFN] / expert_tp(row), routed_tokens(row)) + \
         mlp_grad_bytes(row, row[C_MOE_SHARED_EXPERTS] * row[C_MOE_FFN] / row[C_TP], t_tok)
     if row[C_DENSE_LAYERS] > 0:
         return incoming + max(dense, experts)

@@ -14,8 +14,8 @@ from fastmodel.kernels.lm.shape import (  # noqa: F401 - attention_params, mlp_p
     attention_params, expert_tp, expert_weight_params, mlp_params, norm_params,
 )
 from fastmodel.kernels.lm.layout import (
-    C_CP, C_DENSE_LAYERS, C_DP, C_EP, C_ETP, C_FFN, C_FP8_PARAMS, C_GATED_MLP, C_GRAD_REDUCE_BYTES, C_HEADS, C_HEAD_DIM,
-    C_HIDDEN, C_LAYERS, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS, C_MOE_TOPK,
+    C_CP, C_DENSE_LAYERS, C_DP, C_EP, C_FFN, C_FP8_PARAMS, C_GATED_MLP, C_GRAD_REDUCE_BYTES, C_HEADS, C_HEAD_DIM,
+    C_HIDDEN, C_LAYERS, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_LAYER_FREQ, C_MOE_SHARED_EXPERTS, C_MOE_TOPK,
     C_MTP_LAYERS, C_OPTIMIZER, C_PP, C_PRECISION, C_SHARDING,
     C_SHARD_DEGREE, C_TIED_EMBEDDINGS, C_TP, C_UNEVEN_STAGES, C_VOCAB, C_VP, OPT_ADAFACTOR, OPT_SGD,
     PRECISION_FP8, SHARD_FSDP, SHARD_ZERO1, SHARD_ZERO2,
@@ -60,6 +60,7 @@ def stage_layers(row, stage):
     else:
         first = stage * per_stage
         dense = min(max(row[C_DENSE_LAYERS] - first, 0.0), per_stage)
+        dense += (per_stage - dense) * (1.0 - 1.0 / max(1.0, row[C_MOE_LAYER_FREQ]))   # --moe-layer-freq N
     mtp = row[C_MTP_LAYERS] if stage == pp - 1 else 0.0
     return dense, per_stage - dense, mtp
 
@@ -130,7 +131,7 @@ def expert_shard_group(row):
 
     Megatron-Core carves EP out of DP: expert DP size = tp * cp * dp / (ep * etp) (Megatron-Core MoE docs).
     """
-    return max(shard_group(row) * row[C_TP] / (row[C_EP] * row[C_ETP]), 1.0)
+    return max(shard_group(row) * row[C_TP] / (row[C_EP] * expert_tp(row, 0.0)), 1.0)
 
 
 @njit(error_model='numpy')
@@ -222,7 +223,7 @@ def adafactor_factored_bytes(row, stage):
     n_mlp = 3.0 if row[C_GATED_MLP] > 0 else 2.0
     attn = 4.0 * (h + row[C_HEADS] * row[C_HEAD_DIM] / tp)
     dense_mlp = n_mlp * (h + row[C_FFN] / tp)
-    expert_mlp = row[C_MOE_EXPERTS] / row[C_EP] * n_mlp * (h + row[C_MOE_FFN] / row[C_ETP])
+    expert_mlp = row[C_MOE_EXPERTS] / row[C_EP] * n_mlp * (h + row[C_MOE_FFN] / expert_tp(row, 0.0))
     return B32 * ((dense + moe + mtp) * attn + dense * dense_mlp + (moe + mtp) * expert_mlp)
 
 

@@ -8,8 +8,8 @@ hidden behind the compute it overlaps with (:func:`exposed`).
 from fastmodel.kernels.roofline import memory_bound_time
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.layout import (
-    C_COLLECTIVE_BUCKET_BYTES, C_COMM_SM_SHARE, C_CP, C_DP, C_FP8_PARAMS, C_FSDP_COPY_OUT, C_GRAD_REDUCE_BYTES,
-    C_OVERLAP_GRAD_REDUCE, C_OVERLAP_PARAM_GATHER, C_PARAM_FETCH_BW, C_PP, C_SHARDING, C_TP, SHARD_DDP, SHARD_FSDP,
+    C_COLLECTIVE_BUCKET_BYTES, C_COMM_SM_SHARE, C_FP8_PARAMS, C_FSDP_COPY_OUT, C_GRAD_REDUCE_BYTES,
+    C_OVERLAP_GRAD_REDUCE, C_OVERLAP_PARAM_GATHER, C_PARAM_FETCH_BW, C_PP, C_SHARDING, SHARD_DDP, SHARD_FSDP,
 )
 from fastmodel.kernels.nccl import allgather_time, allreduce_time, bucketed_allgather_time
 
@@ -76,14 +76,13 @@ def param_bytes(row):
 
 
 @njit
-def data_parallel(row, stage_params, last_backward, first_forward, shard_group):
+def data_parallel(row, stage_params, last_backward, first_forward, shard_group, d, stride):
     """(seconds, exposed seconds, parameters the optimizer steps per device) of the data-parallel work once
     per step: gradient reduction (allreduce under DDP; reduce-scatter and parameter all-gather under sharded
     optimizers and ZeRO-3 with pipelining; the replica allreduce of HSDP), each hidden behind the last
-    backward or first forward where the framework overlaps it. Per-layer FSDP collectives are in the layer loop."""
-    t = row[C_TP]
-    c = row[C_CP]
-    d = row[C_DP]
+    backward or first forward where the framework overlaps it. Per-layer FSDP collectives are in the layer loop.
+    ``d`` devices ``stride`` apart hold replicas: the data-parallel group (``dp``, ``tp cp`` apart) for the dense
+    parameters, the expert-data-parallel group (``edp``, ``etp ep`` apart) for the routed experts."""
     sharded = row[C_SHARDING] == SHARD_FSDP
     fsdp = sharded and row[C_PP] <= 1.0
     grad_bytes = row[C_GRAD_REDUCE_BYTES]
@@ -93,23 +92,23 @@ def data_parallel(row, stage_params, last_backward, first_forward, shard_group):
     sharding = row[C_SHARDING]
     if sharded:
         if not fsdp:
-            reduce = bucketed_allgather_time(row, stage_params * grad_bytes, shard_group, t * c, bucket)
-            gather = bucketed_allgather_time(row, stage_params * param_bytes(row), shard_group, t * c, bucket)
+            reduce = bucketed_allgather_time(row, stage_params * grad_bytes, shard_group, stride, bucket)
+            gather = bucketed_allgather_time(row, stage_params * param_bytes(row), shard_group, stride, bucket)
             dp_comm = reduce + gather
             dp_exposed = exposed(row, reduce, last_backward) + exposed(row, gather, first_forward)
         replicas = d / shard_group
         if replicas > 1.0:
-            replica = allreduce_time(row, stage_params * grad_bytes / shard_group, replicas, t * c * shard_group)
+            replica = allreduce_time(row, stage_params * grad_bytes / shard_group, replicas, stride * shard_group)
             dp_comm += replica
             dp_exposed += exposed(row, replica, last_backward)
         local_params = stage_params / shard_group
     elif d > 1.0:
         if sharding == SHARD_DDP:
-            dp_comm = allreduce_time(row, stage_params * grad_bytes, d, t * c)
+            dp_comm = allreduce_time(row, stage_params * grad_bytes, d, stride)
             dp_exposed = exposed(row, dp_comm, last_backward) if row[C_OVERLAP_GRAD_REDUCE] > 0.0 else dp_comm
         else:
-            reduce = allgather_time(row, stage_params * grad_bytes, d, t * c)
-            gather = allgather_time(row, stage_params * param_bytes(row), d, t * c)
+            reduce = allgather_time(row, stage_params * grad_bytes, d, stride)
+            gather = allgather_time(row, stage_params * param_bytes(row), d, stride)
             dp_comm = reduce + gather
             dp_exposed = exposed(row, reduce, last_backward) if row[C_OVERLAP_GRAD_REDUCE] > 0.0 else reduce
             dp_exposed += exposed(row, gather, first_forward) if row[C_OVERLAP_PARAM_GATHER] > 0.0 else gather

@@ -21,11 +21,12 @@ from fastmodel.kernels.lm.layer import (
     N_WORK as N_LAYER_WORK,
 )
 from fastmodel.kernels.lm.layer import (
-    W_ATTN, W_ATTN_CORE_MEM, W_CP, W_EP, W_FLOPS, W_GEMM, W_MEM, W_PARAMS, W_TP, head_costs, layer_costs, layer_mix,
-    recompute_share,
+    W_ATTN, W_ATTN_CORE_MEM, W_CP, W_EP, W_EP_REMOTE, W_EXPERT_PARAMS, W_FLOPS, W_GEMM, W_MEM, W_PARAMS, W_SHARED, W_TP, head_costs,
+    layer_costs, layer_mix, recompute_share,
 )
 from fastmodel.kernels.lm.layout import (
-    CP_ALLTOALL, C_COLLECTIVE_BUCKET_BYTES, C_CP, C_CP_ALGORITHM, C_DP, C_GRAD_REDUCE_BYTES, C_LAYERS, C_PP,
+    CP_ALLTOALL, C_COLLECTIVE_BUCKET_BYTES, C_CP, C_CP_ALGORITHM, C_DP, C_GLOBAL_BATCH, C_GRAD_REDUCE_BYTES, C_LAYERS, C_MICRO_BATCH,
+    C_MOE_A2A_OVERLAP, C_MOE_SHARED_EXPERT_OVERLAP, C_PP,
     C_PARAM_FETCH_BW, C_SELECTIVE_POLICY, C_SHARDING, C_SHARD_DEGREE, C_TP, C_TP_COMM_OVERLAP, SHARD_FSDP,
 )
 from fastmodel.kernels.lm.parallel import exposed, fsdp_copy_out_time, fsdp_layer_exposed, hook_fetch_time, param_bytes
@@ -65,7 +66,10 @@ A_FSDP_GATHER = A_FORWARD + 18    # ZeRO-3/FSDP: one gather of the layer (s), fo
 A_FSDP_REDUCE = A_FORWARD + 19    # one reduce-scatter of the layer's gradients (s)
 A_FSDP_WINDOW = A_FORWARD + 20    # the layer's backward compute with recompute (s), its backward gather's window
 A_FSDP_REFETCH = A_FORWARD + 21   # the gather again for the recomputed forward (hooked fetches), serial (s)
-N_ACCUMULATORS = 22
+A_EP_EXPOSED = A_FORWARD + 22     # EP dispatch and combine not hidden (kernels/lm/moe.py overlap modes)
+A_EXPERT_PARAMS = A_FORWARD + 23  # routed-expert parameters of the layer per device (reduced over edp)
+A_EP_SCALE_OUT = A_FORWARD + 24   # EP seconds of scale-out (tier-1) traffic, all passes
+N_ACCUMULATORS = 25
 #: scratch slots the step needs: per-layer costs, then the accumulators
 N_WORK = A_FORWARD + N_ACCUMULATORS
 
@@ -85,6 +89,29 @@ def fsdp_shard_group(row):
 
 
 @njit
+def expert_parallel_exposed(row, ep, shared, window):
+    """Seconds the expert-parallel dispatch and combine ``ep`` of one layer and micro-batch add to the critical
+    path (docs/model.md §11.14).
+
+    ``moe_a2a_overlap`` none (Megatron-Core's default): all of it, less the part hidden behind the shared
+    experts' ``shared`` seconds with ``moe_shared_expert_overlap``. Batch-level (Megatron-Core
+    ``--overlap-moe-expert-parallel-comm``) and DualPipe (DeepSeek-V3 report sec. 3.2.1) pair one micro-batch's
+    forward with another's backward and hide each one's communication behind the other's ``window`` of compute;
+    the first stage's ``max(1, pp - 1)`` warm-up forwards and cool-down backwards of the ``m`` micro-batches
+    have no partner and stay exposed.
+    """
+    if ep <= 0.0:
+        return 0.0
+    micro_batches = row[C_GLOBAL_BATCH] / (row[C_MICRO_BATCH] * row[C_DP])
+    if row[C_MOE_A2A_OVERLAP] <= 0.0:
+        if row[C_MOE_SHARED_EXPERT_OVERLAP] > 0.0:
+            return exposed(row, ep, shared)
+        return ep
+    unpaired = min(1.0, max(1.0, row[C_PP] - 1.0) / micro_batches)
+    return unpaired * ep + (1.0 - unpaired) * exposed(row, ep, window)
+
+
+@njit
 def _add_layer_kind(row, weight, full, selective, fsdp, work):
     """Add one layer kind's passes (``work[W_*]`` filled by ``layer_costs``), weighted, to the accumulators."""
     g, a_, m_ = work[W_GEMM], work[W_ATTN], work[W_MEM]
@@ -101,6 +128,8 @@ def _add_layer_kind(row, weight, full, selective, fsdp, work):
     cp = work[W_CP] * (1.0 + CP_BACKWARD_PASSES + full)
     ep = work[W_EP] * (1.0 + EP_BACKWARD_PASSES + full)
     passes = 1.0 + BACKWARD_GEMM + full
+    ep_left = expert_parallel_exposed(row, ep, work[W_SHARED] * passes, forward + backward_input + backward_weight
+                                      + again)
     tp_left = exposed(row, tp, g * passes) if row[C_TP_COMM_OVERLAP] > 0.0 else tp
     if row[C_CP_ALGORITHM] == CP_ALLTOALL:
         cp_left = cp                    # the all-to-alls sit between the projections and attention
@@ -122,10 +151,10 @@ def _add_layer_kind(row, weight, full, selective, fsdp, work):
         work[A_FSDP_WINDOW] += weight * window
         work[A_FSDP_REFETCH] += weight * refetch
     # the exposed collectives split over the passes in the ratio of their runs (forward : backward)
-    comm_left = tp_left + cp_left + ep
+    comm_left = tp_left + cp_left + ep_left
     forward_runs = work[W_TP] * tp_left / tp if tp > 0.0 else 0.0
     forward_runs += work[W_CP] * cp_left / cp if cp > 0.0 else 0.0
-    forward_runs += work[W_EP]
+    forward_runs += work[W_EP] * ep_left / ep if ep > 0.0 else 0.0
     work[A_FORWARD] += weight * forward
     work[A_BACKWARD_INPUT] += weight * backward_input
     work[A_BACKWARD_WEIGHT] += weight * backward_weight
@@ -139,6 +168,9 @@ def _add_layer_kind(row, weight, full, selective, fsdp, work):
     work[A_TP_COMM] += weight * tp
     work[A_CP_COMM] += weight * cp
     work[A_EP_COMM] += weight * ep
+    work[A_EP_EXPOSED] += weight * ep_left
+    work[A_EXPERT_PARAMS] += weight * work[W_EXPERT_PARAMS]
+    work[A_EP_SCALE_OUT] += weight * work[W_EP_REMOTE] * (1.0 + EP_BACKWARD_PASSES + full)
     work[A_TP_EXPOSED] += weight * tp_left
     work[A_CP_EXPOSED] += weight * cp_left
     work[A_PARAMS] += weight * work[W_PARAMS]

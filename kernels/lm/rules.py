@@ -14,6 +14,7 @@ from fastmodel.kernels.lm.layout import (
     C_N_GPUS, C_PEAK_FLOPS_8, C_PIPELINE_SCHEDULE, C_PP, C_PRECISION, C_SEQ_LEN, C_TP, C_UNEVEN_STAGES, C_VP, PRECISION_FP8,
     SCHED_1F1B, SCHED_DUALPIPE, SCHED_GPIPE,
 )
+from fastmodel.kernels.lm.moe import expert_tp
 from fastmodel.registry.lm import STATUS_CODES
 
 ST_DEVICES = STATUS_CODES["devices_not_divisible"]
@@ -66,7 +67,8 @@ def plan_status_row(row):
             not _multiple(pp, 2.0) or not _multiple(micro_batches, 2.0) or micro_batches < 2.0 * pp):
         return ST_SCHEDULE      # deepseek-ai/DualPipe dualpipe.py step(): even ranks, even chunks >= 2 ranks
     experts = row[C_MOE_EXPERTS]
-    if experts > 0.0 and (not _multiple(experts, ep) or not _multiple(dp, ep)):
+    # MoE parallel folding: the expert mesh etp x ep x edp is the attention mesh tp x cp x dp refolded
+    if experts > 0.0 and (not _multiple(experts, ep) or not _multiple(tp * cp * dp, expert_tp(row) * ep)):
         return ST_EXPERTS
     if cp > 1.0 and not _multiple(row[C_SEQ_LEN], 2.0 * cp):
         return ST_SEQUENCE

@@ -21,9 +21,11 @@ replays CUDA graphs).
 
 from fastmodel.kernels.columns import (
     C_DENSE_LAYERS, C_EP, C_ETP, C_FFN, C_FUSED_KERNELS, C_GATED_MLP, C_HEAD_DIM, C_HEADS, C_HIDDEN, C_KV_HEADS, C_KV_LORA_RANK,
-    C_LAYERS, C_MLA, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS, C_QK_NOPE_HEAD_DIM, C_QK_ROPE_HEAD_DIM,
+    C_LAYERS, C_MLA, C_MOE_EXPERTS, C_MOE_LAYER_FREQ, C_MOE_FFN, C_MOE_SHARED_EXPERTS, C_QK_NOPE_HEAD_DIM, C_QK_ROPE_HEAD_DIM,
     C_Q_LORA_RANK, C_SLIDING_WINDOW, C_SLIDING_WINDOW_LAYERS, C_STACK_COMPUTE_EFF, C_TP, C_V_HEAD_DIM,
 )
+import math
+
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.roofline import gemm_roofline
 
@@ -83,10 +85,12 @@ def mlp_params(row, width):
 @njit(inline="always")
 def expert_tp(row, within_tp):
     """Devices one routed expert's weights are split over. Training: ``etp`` (Megatron-Core expert tensor
-    parallelism, experts over ``ep`` ranks of the data-parallel group). Serving (``within_tp`` 1.0): expert
+    parallelism; 0 = tp, its default), experts over ``ep`` ranks of the folded expert mesh (kernels/lm/moe.py). Serving (``within_tp`` 1.0): expert
     parallelism runs inside the TP group (vLLM ``--enable-expert-parallel``: EP size = TP x DP, here TP; the
     serving rule ``ep_not_dividing`` keeps ep | tp), so each expert is split over ``tp / ep``."""
-    return row[C_TP] / row[C_EP] if within_tp > 0.0 else row[C_ETP]
+    if within_tp > 0.0:
+        return row[C_TP] / row[C_EP]
+    return row[C_ETP] if row[C_ETP] > 0.0 else row[C_TP]     # etp 0: tp (Megatron-Core's default)
 
 
 @njit
@@ -97,10 +101,11 @@ def expert_weight_params(row, etp):
 
 @njit
 def moe_layers(row):
-    """Layers with routed experts (0 for a dense model)."""
+    """Layers with routed experts (0 for a dense model): one every ``moe_layer_freq`` after the leading dense
+    layers (Megatron-Core ``--moe-layer-freq``, DeepSpeed-MoE's expert interval)."""
     if row[C_MOE_EXPERTS] <= 0.0:
         return 0.0
-    return row[C_LAYERS] - row[C_DENSE_LAYERS]
+    return math.floor((row[C_LAYERS] - row[C_DENSE_LAYERS]) / max(1.0, row[C_MOE_LAYER_FREQ]))
 
 
 @njit

@@ -22,18 +22,19 @@ hidden behind the compute it overlaps with (``kernels/lm/parallel.py``).
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.layer import W_FLOPS, W_GEMM, W_MEM, W_PARAMS, W_TP, model_flops_per_token, recompute_share
 from fastmodel.kernels.lm.layout import (
-    C_DP, C_GLOBAL_BATCH, C_GRAD_REDUCE_BYTES, C_HIDDEN, C_MICRO_BATCH, C_N_GPUS,
+    C_CP, C_DP, C_EP, C_GLOBAL_BATCH, C_MTP_LAYERS, C_GRAD_REDUCE_BYTES, C_HIDDEN, C_MICRO_BATCH, C_N_GPUS,
     C_HOST_LAYER_S, C_OPTIMIZER, C_PEAK_FLOPS_8, C_PEAK_FLOPS_16, C_PP, C_PRECISION,
-    C_SEQ_LEN, C_STEP_OVERHEAD_S, C_TP, C_VOCAB, OPT_ADAM, OPT_SGD, PRECISION_FP8, R_COMM_CP, R_COMM_DP, R_COMM_EP,
+    C_SEQ_LEN, C_STEP_OVERHEAD_S, C_TP, C_VOCAB, OPT_ADAM, OPT_SGD, PRECISION_FP8, R_COMM_CP, R_COMM_DP, R_COMM_EP, R_COMM_EP_SCALE_OUT,
     R_COMM_PP, R_COMM_TP, R_EXPOSED_CP, R_EXPOSED_DP, R_EXPOSED_EP, R_EXPOSED_PP, R_EXPOSED_TP, R_FLOPS_PER_TOKEN,
     R_HFU, R_MFU, R_PIPELINE_BUBBLE, R_STEP_TIME, R_TIME_HOST_WAIT, R_TIME_ATTENTION, R_TIME_GEMM, R_TIME_MEMORY_BOUND, R_TIME_OPTIMIZER,
     R_TIME_RECOMPUTE, R_TOKENS_PER_S, R_TOKENS_PER_S_PER_GPU,
 )
 from fastmodel.kernels.lm.memory_states import layers_per_stage
+from fastmodel.kernels.lm.moe import expert_dp, expert_tp
 from fastmodel.kernels.lm.parallel import data_parallel, fsdp_first_layer_exposed
 from fastmodel.kernels.lm.passes import (
     A_ATTN, A_BACKWARD_INPUT, A_BACKWARD_WEIGHT, A_CP_COMM, A_CP_EXPOSED, A_EP_COMM, A_EXPOSED_F, A_FLOPS, A_FORWARD,
-    A_FSDP_COMM, A_FSDP_EXPOSED, A_FSDP_GATHER, A_FSDP_REDUCE, A_FSDP_REFETCH, A_FSDP_WINDOW, A_GEMM, A_MEM,
+    A_EP_EXPOSED, A_EP_SCALE_OUT, A_EXPERT_PARAMS, A_FSDP_COMM, A_FSDP_EXPOSED, A_FSDP_GATHER, A_FSDP_REDUCE, A_FSDP_REFETCH, A_FSDP_WINDOW, A_GEMM, A_MEM,
     A_PARAMS, A_RECOMPUTE, A_TP_COMM, A_TP_EXPOSED, BACKWARD_GEMM,
     TP_BACKWARD_PASSES, fsdp_shard_group,
     head_passes, layer_passes, layer_time, per_layer_fsdp,
@@ -65,8 +66,11 @@ def stage_passes(row, work):
     t_layer = layer_time(work)
     head_f, head_b, head_w = head_passes(row, work)
     head = head_f + head_b + head_w
-    stage_mb = per_stage * t_layer + head / model_copies(row)    # DualPipe: the head on two ranks, half each
-    average_mb = per_stage * t_layer + head / p
+    # the last stage also runs the MTP modules: one transformer layer each (DeepSeek-V3 report sec. 2.2), as the
+    # average layer; their extra LM heads are in the head's passes
+    mtp = row[C_MTP_LAYERS] * t_layer
+    stage_mb = per_stage * t_layer + (head + mtp) / model_copies(row)    # DualPipe: on two ranks, half each
+    average_mb = per_stage * t_layer + (head + mtp) / p
     forward = per_stage * (work[A_FORWARD] + work[A_EXPOSED_F]) + head_f / p
     weight = per_stage * work[A_BACKWARD_WEIGHT] + head_w / p
     return stage_mb, average_mb, forward, weight
@@ -80,15 +84,28 @@ def _data_parallel_step(row, work, per_stage, head_params, out):
     t = row[C_TP]
     params = work[A_PARAMS]
     embedding_params = row[C_VOCAB] * row[C_HIDDEN] / t
-    if model_copies(row) > 1.0:     # DualPipe: rank 0 holds stages 0 and p - 1 (embedding and head)
-        stage_params = 2.0 * per_stage * params + embedding_params + head_params
+    # dense parameters over dp; routed experts over the expert-data-parallel group edp (kernels/lm/moe.py)
+    experts = work[A_EXPERT_PARAMS]
+    copies = model_copies(row)      # DualPipe: rank 0 holds stages 0 and p - 1 (embedding and head)
+    if copies > 1.0:
+        stage_params = 2.0 * per_stage * (params - experts) + embedding_params + head_params
     else:
-        stage_params = per_stage * params + max(embedding_params if p > 1.0 else embedding_params + head_params,
-                                                head_params)
+        stage_params = per_stage * (params - experts) + max(embedding_params if p > 1.0 else
+                                                            embedding_params + head_params, head_params)
     last_backward = per_stage * (work[A_BACKWARD_INPUT] + work[A_BACKWARD_WEIGHT] + work[A_RECOMPUTE])
     first_forward = per_stage * work[A_FORWARD]
     shard_group = fsdp_shard_group(row)
-    dp_comm, dp_exposed, local_params = data_parallel(row, stage_params, last_backward, first_forward, shard_group)
+    dp_comm, dp_exposed, local_params = data_parallel(row, stage_params, last_backward, first_forward, shard_group,
+                                                      row[C_DP], t * row[C_CP])
+    if experts > 0.0:
+        edp = expert_dp(row)
+        stride = expert_tp(row) * row[C_EP]
+        expert_group = min(edp, max(1.0, shard_group * t * row[C_CP] / stride))
+        e_comm, e_exposed, e_local = data_parallel(row, copies * per_stage * experts, max(0.0, last_backward - dp_comm),
+                                                   max(0.0, first_forward - dp_comm), expert_group, edp, stride)
+        dp_comm += e_comm
+        dp_exposed += e_exposed
+        local_params += e_local
     optimizer = memory_bound_time(row, local_params * optimizer_bytes_per_param(row))
     out[R_COMM_DP] = dp_comm
     out[R_EXPOSED_DP] = dp_exposed
@@ -131,8 +148,8 @@ def step_row(row, work, out):
     passes (:func:`stage_passes`), then the step composition."""
     p = row[C_PP]
     micro_batches = row[C_GLOBAL_BATCH] / (row[C_MICRO_BATCH] * row[C_DP])
-    per_stage = layers_per_stage(row)
     stage_mb, average_mb, forward, weight = stage_passes(row, work)
+    per_stage = layers_per_stage(row) + row[C_MTP_LAYERS] / model_copies(row)   # the busiest rank's layers
     head_params = work[W_PARAMS]
     head_flops = 3.0 * work[W_FLOPS]
     head_gemm = (1.0 + BACKWARD_GEMM) * work[W_GEMM]      # the head's forward costs, left by stage_passes
@@ -140,8 +157,8 @@ def step_row(row, work, out):
     head_tp = (1.0 + TP_BACKWARD_PASSES) * work[W_TP]
     bubble = pipeline_bubble(row, average_mb, forward, weight)
     pp_comm, pp_exposed = pipeline_p2p(row, micro_batches)
-    outside = _data_parallel_step(row, work, per_stage, head_params, out)
-    fsdp_exposed = _fsdp_step(row, work, micro_batches, per_stage, out)
+    outside = _data_parallel_step(row, work, layers_per_stage(row), head_params, out)
+    fsdp_exposed = _fsdp_step(row, work, micro_batches, layers_per_stage(row), out)
     host_wait = micro_batches * host_wait_per_microbatch(row, per_stage, stage_mb)
     step = micro_batches * stage_mb + host_wait + bubble + fsdp_exposed + pp_exposed + outside \
         + row[C_STEP_OVERHEAD_S]
@@ -172,5 +189,6 @@ def step_row(row, work, out):
     out[R_COMM_PP] = pp_comm
     out[R_EXPOSED_TP] = micro_batches * (per_stage * work[A_TP_EXPOSED] + head_tp)
     out[R_EXPOSED_CP] = micro_batches * per_stage * work[A_CP_EXPOSED]
-    out[R_EXPOSED_EP] = micro_batches * per_stage * work[A_EP_COMM]
+    out[R_EXPOSED_EP] = micro_batches * per_stage * work[A_EP_EXPOSED]
+    out[R_COMM_EP_SCALE_OUT] = micro_batches * per_stage * work[A_EP_SCALE_OUT]
     out[R_EXPOSED_PP] = pp_exposed

@@ -490,8 +490,8 @@ def test_fsdp_gather_buffer_of_moe_layers_shards_with_tp():
 
     assert buffer(tp=1) == 8 * (attention + norms + router + experts)
     assert buffer(tp=8) == 8 * (attention / 8 + norms + router + experts / 8) == 1_451_556_864
-    assert buffer(tp=8, ep=8) == 8 * (attention / 8 + norms + router + experts / 8)     # one expert each
-    assert buffer(tp=8, ep=2) == 8 * (attention / 8 + norms + router + experts / 2)     # etp 1: whole experts
+    assert buffer(tp=8, ep=8, etp=1) == 8 * (attention / 8 + norms + router + experts / 8)     # one expert each
+    assert buffer(tp=8, ep=2, etp=1) == 8 * (attention / 8 + norms + router + experts / 2)     # etp 1: whole experts
     assert buffer(tp=4, ep=2, etp=4) == 8 * (attention / 4 + norms + router + experts / 8)
     assert buffer(tp=8, sharding="zero2") == 0.0
 

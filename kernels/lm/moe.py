@@ -1,0 +1,195 @@
+"""Mixture-of-experts terms of decoder-LM training under the real-world model (docs/model.md §11.14).
+
+The expert mesh (Megatron-Core MoE parallel folding): expert layers run on their own mesh
+``etp x ep x edp = tp x cp x dp`` laid out ``tp-ep-dp-pp`` (Megatron-LM megatron/core/transformer/moe/README.md,
+"MoE Parallel Folding"; ``--expert-tensor-parallel-size`` defaults to ``--tensor-model-parallel-size``), so an
+expert-parallel group is ``ep`` ranks ``etp`` apart and expert gradients and optimizer states are reduced and
+sharded over ``edp``. Tokens enter the MoE block sequence-parallel-sharded, ``b s / (cp tp)`` per rank
+(Megatron-Core requires sequence parallelism for MoE with TP, same README), are gathered over the ``etp`` ranks
+of an expert-TP group and sent to ``k`` experts each.
+
+Per device and micro-batch: the routed rows of the busiest rank (``expert_rows``), the grouped-GEMM, router,
+permutation and shared-expert compute (``moe_compute``) and the dispatch + combine communication of the three
+dispatchers (``dispatch_time``).
+"""
+
+from fastmodel.kernels.jit import njit
+from fastmodel.kernels.lm.layout import (
+    C_CP, C_DP, C_EP, C_GATED_MLP, C_HIDDEN, C_INTER_BW, C_INTER_EFF, C_INTER_LATENCY, C_INTRA_BW,
+    C_INTRA_EFF, C_INTRA_LATENCY, C_MICRO_BATCH, C_MOE_CAPACITY_FACTOR, C_MOE_DISPATCHER, C_MOE_EXPERTS, C_MOE_FFN,
+    C_MOE_FP8_DISPATCH, C_MOE_IMBALANCE, C_MOE_MAX_NODES, C_MOE_PAD_TO_CAPACITY, C_MOE_SHARED_EXPERTS, C_MOE_TOPK,
+    C_SEQ_LEN, C_TP, DISPATCH_ALLGATHER, DISPATCH_DEEPEP,
+)
+from fastmodel.kernels.lm.shape import expert_tp as shape_expert_tp
+from fastmodel.kernels.nccl import allgather_time, alltoall_time, members_per_domain
+from fastmodel.kernels.roofline import gemm_time, grouped_gemm_time, memory_bound_time
+
+#: bytes per dispatched element in FP8: 1 byte plus one FP32 scale per 128 elements (DeepEP's FP8 dispatch,
+#: DeepSeek-V3 report sec. 3.3: 1x128 activation tiles)
+FP8_DISPATCH_BYTES = 1.0 + 4.0 / 128.0
+#: HBM bytes per (token, expert) score of the router's memory-bound kernels: FP32 logits written (4) and read by
+#: the score function (4), scores written (4) and read by top-k and the auxiliary loss (4 + 4)
+ROUTER_BYTES_PER_SCORE = 20.0
+#: HBM bytes per hidden element of one routed row: permutation reads and writes it (2 + 2), unpermutation reads
+#: the expert output and writes the probability-weighted sum (2 + 2)
+PERMUTE_BYTES_PER_ELEMENT = 8.0
+
+
+@njit(inline="always")
+def expert_tp(row):
+    """Expert tensor-parallel degree of training: ``etp``, or ``tp`` when 0 (Megatron-Core's default;
+    ``shape.expert_tp``, the one expert-sharding rule)."""
+    return shape_expert_tp(row, 0.0)
+
+
+@njit(inline="always")
+def expert_dp(row):
+    """Expert data-parallel degree ``edp = tp cp dp / (etp ep)`` (MoE parallel folding)."""
+    return max(1.0, row[C_TP] * row[C_CP] * row[C_DP] / (expert_tp(row) * row[C_EP]))
+
+
+@njit(inline="always")
+def rank_tokens(row):
+    """Tokens one rank brings to a MoE block per micro-batch: ``b s / (cp tp)`` (sequence-parallel shard)."""
+    return row[C_MICRO_BATCH] * row[C_SEQ_LEN] / (row[C_CP] * row[C_TP])
+
+
+@njit
+def load_factor(row):
+    """Rows of the busiest expert-parallel rank over the balanced share ``k T``.
+
+    Padded to capacity: ``cf`` (every expert gets ``capacity = T k cf / E`` rows, Megatron-Core MoE README);
+    capacity without padding: the busiest rank's ``moe_imbalance`` cut at ``cf`` (tokens above capacity are
+    dropped); dropless (``cf = 0``): ``moe_imbalance``.
+    """
+    cf = row[C_MOE_CAPACITY_FACTOR]
+    imbalance = max(1.0, row[C_MOE_IMBALANCE])
+    if cf > 0.0 and row[C_MOE_PAD_TO_CAPACITY] > 0.0:
+        return cf
+    if cf > 0.0:
+        return min(imbalance, cf)
+    return imbalance
+
+
+@njit
+def expert_rows(row):
+    """Routed rows one device computes per micro-batch (busiest rank): ``T_r etp k x load_factor``.
+
+    An expert-TP group gathers its ``etp`` ranks' tokens; with balanced routing an expert-parallel group of
+    ``ep`` such groups sends each group ``etp T_r k`` of the ``ep etp T_r k`` assignments; every device of the
+    group computes them all at width ``moe_ffn / etp``, so the expert FLOPs per device do not depend on
+    ``etp`` or ``ep``.
+    """
+    return rank_tokens(row) * expert_tp(row) * row[C_MOE_TOPK] * load_factor(row)
+
+
+@njit
+def expert_flops(row):
+    """Forward FLOPs of the routed experts on one device per micro-batch: ``2 nm h (moe_ffn / etp) rows``."""
+    nm = 3.0 if row[C_GATED_MLP] > 0.0 else 2.0
+    return 2.0 * nm * row[C_HIDDEN] * row[C_MOE_FFN] / expert_tp(row) * expert_rows(row)
+
+
+@njit
+def moe_compute(row, fp8):
+    """(GEMM seconds, memory-bound seconds, shared-expert seconds, FLOPs, MLP-output elements) of one MoE
+    block's forward on one device per micro-batch.
+
+    Router: a ``T_r x h x E`` GEMM (16-bit). Routed experts: two grouped GEMMs over ``E / ep`` local experts of
+    ``rows / local`` rows each at width ``moe_ffn / etp`` (tile and wave quantization per expert,
+    ``roofline.grouped_gemm_time``). Shared experts: a dense MLP of width ``shared moe_ffn`` split over TP on
+    the TP group's ``b s / cp`` tokens (Megatron-Core: shared experts follow the dense layers' parallelism).
+    Memory-bound: router scores, top-k and auxiliary loss (``ROUTER_BYTES_PER_SCORE`` per token and expert),
+    permutation and unpermutation (``PERMUTE_BYTES_PER_ELEMENT`` per routed element).
+    """
+    h = row[C_HIDDEN]
+    t = row[C_TP]
+    nm = 3.0 if row[C_GATED_MLP] > 0.0 else 2.0
+    experts = row[C_MOE_EXPERTS]
+    local = experts / row[C_EP]
+    tokens_r = rank_tokens(row)
+    rows = expert_rows(row)
+    width = row[C_MOE_FFN] / expert_tp(row)
+    gemm = gemm_time(row, tokens_r, experts, h, False)
+    gemm += grouped_gemm_time(row, local, rows / local, (nm - 1.0) * width, h, fp8)
+    gemm += grouped_gemm_time(row, local, rows / local, h, width, fp8)
+    shared = row[C_MOE_SHARED_EXPERTS] * row[C_MOE_FFN]
+    tokens = tokens_r * t
+    shared_time = gemm_time(row, tokens, (nm - 1.0) * shared / t, h, fp8) + gemm_time(row, tokens, h, shared / t, fp8)
+    mem = memory_bound_time(row, ROUTER_BYTES_PER_SCORE * tokens_r * experts + PERMUTE_BYTES_PER_ELEMENT * rows * h)
+    flops = expert_flops(row) + 2.0 * tokens * nm * h * shared / t + 2.0 * tokens_r * h * experts
+    return gemm, mem, shared_time, flops, rows * width + tokens * shared / t
+
+
+@njit
+def distinct_domains(row, domains):
+    """Expected NVLink domains one token's ``k`` experts span among ``domains`` (uniform routing:
+    ``N (1 - (1 - 1/N)^k)``), at most ``moe_max_nodes`` under node-limited routing."""
+    spread = domains * (1.0 - (1.0 - 1.0 / domains) ** row[C_MOE_TOPK])
+    if row[C_MOE_MAX_NODES] > 0.0:
+        spread = min(spread, row[C_MOE_MAX_NODES])
+    return spread
+
+
+@njit
+def deepep_time(row, nbytes_per_copy, tokens, group, stride):
+    """One DeepEP dispatch or combine (DeepSeek-V3 report sec. 3.2.2; DeepEP "normal" kernels): a token
+    crosses the scale-out network once per remote domain that holds one of its experts, then NVLink forwards
+    it to each expert's GPU; the two hops run concurrently, the slower sets the time."""
+    g_in = members_per_domain(row, group, stride)
+    domains = group / g_in
+    k = row[C_MOE_TOPK]
+    nvlink = tokens * k * nbytes_per_copy * (g_in - 1.0) / group / (row[C_INTRA_BW] * row[C_INTRA_EFF])
+    if domains <= 1.0:
+        return nvlink + row[C_INTRA_LATENCY]
+    remote = distinct_domains(row, domains) * (domains - 1.0) / domains
+    network = tokens * remote * nbytes_per_copy / (row[C_INTER_BW] * row[C_INTER_EFF])
+    nvlink = tokens * k * nbytes_per_copy * (1.0 - 1.0 / group) / (row[C_INTRA_BW] * row[C_INTRA_EFF])
+    return max(nvlink, network) + row[C_INTER_LATENCY]
+
+
+@njit
+def dispatch_time(row):
+    """(seconds, scale-out seconds) of one micro-batch's dispatch + combine in the forward pass on one device;
+    the second is the time the bytes that cross the NICs (tier 1) take at its bandwidth.
+
+    ``alltoall`` (Megatron-Core, TorchTitan default): an all-to-all over the ``ep`` ranks ``etp`` apart of
+    every assignment ``T_r k x load`` (NCCL sends each copy; the remote share crosses the scale-out tier), then
+    an all-gather over ``etp``; the combine mirrors it (reduce-scatter, all-to-all) in 16-bit.
+    ``allgather``: the ``etp ep`` group all-gathers every rank's tokens and reduce-scatters the outputs.
+    ``deepep``: ``deepep_time`` per direction. Dispatch bytes are ``FP8_DISPATCH_BYTES`` per element with
+    ``moe_fp8_dispatch``, else 2.
+    """
+    ep = row[C_EP]
+    etp = expert_tp(row)
+    h = row[C_HIDDEN]
+    tokens_r = rank_tokens(row)
+    send = FP8_DISPATCH_BYTES if row[C_MOE_FP8_DISPATCH] > 0.0 else 2.0
+    load = load_factor(row)
+    nic = row[C_INTER_BW] * row[C_INTER_EFF]
+    mode = row[C_MOE_DISPATCHER]
+    if mode == DISPATCH_ALLGATHER:
+        group = ep * etp
+        gathered = group * tokens_r * h
+        total = allgather_time(row, gathered * send, group, 1.0) + allgather_time(row, gathered * 2.0, group, 1.0)
+        g_in = members_per_domain(row, group, 1.0)
+        out = (group - 1.0) / group * gathered * (send + 2.0) / (g_in * nic) if g_in < group else 0.0
+        return total, out
+    a2a = 0.0
+    out = 0.0
+    if ep > 1.0:
+        g_in = members_per_domain(row, ep, etp)
+        if mode == DISPATCH_DEEPEP:
+            a2a = deepep_time(row, h * send, tokens_r * load, ep, etp) + deepep_time(row, h * 2.0, tokens_r * load, ep, etp)
+            if g_in < ep:
+                domains = ep / g_in
+                out = tokens_r * load * distinct_domains(row, domains) * (domains - 1.0) / domains * h * (send + 2.0) / nic
+        else:
+            copies = tokens_r * row[C_MOE_TOPK] * load * h
+            a2a = alltoall_time(row, copies * send, ep, etp) + alltoall_time(row, copies * 2.0, ep, etp)
+            out = copies * (send + 2.0) * (ep - g_in) / ep / nic
+    gather = 0.0
+    if etp > 1.0:
+        rows = expert_rows(row) * h
+        gather = allgather_time(row, rows * send, etp, 1.0) + allgather_time(row, rows * 2.0, etp, 1.0)
+    return a2a + gather, out
