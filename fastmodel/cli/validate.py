@@ -18,8 +18,10 @@ from fastmodel.cli.common import friendly
 @click.option("--force", is_flag=True, help="Replace existing outputs of the same kind (a CSV file, a figure).")
 @click.option("--calibration", type=click.Path(dir_okay=False),
               help="Apply a calibration overlay (.toml from `fastmodel calibrate`); default: physical values.")
+@click.option("--heldout", is_flag=True,
+              help="Score the development rows and the frozen held-out rows (heldout.json beside RUNS) apart.")
 @friendly
-def validate(runs, output, plot_path, force, calibration):
+def validate(runs, output, plot_path, force, calibration, heldout):
     """Predict every run record of RUNS (JSONL, RUNS.md schema) and print the step-time error tables
     beside the constant-MFU baselines at 0.40 and 0.50. Serving records (SERVE_RUNS.md) with measurements
     get throughput, TTFT and TPOT error tables."""
@@ -41,7 +43,11 @@ def validate(runs, output, plot_path, force, calibration):
 
         if plot_path:
             raise SpecError(plot_path, "", "--plot draws step times of run records, not serving records")
-        table = serve_rows(read_serve_records(runs))
+        if calibration:
+            raise SpecError(calibration, "", "--calibration applies to run records, not serving records")
+        from fastmodel.analysis.heldout import heldout_ids
+
+        table = serve_rows(read_serve_records(runs, keep_refused=True), heldout_ids(runs) if heldout else None)
         click.echo(serve_report(table))
         if output:
             _write_rows(table, output, runs, force)
@@ -64,7 +70,16 @@ def validate(runs, output, plot_path, force, calibration):
     table = rows(records)
     for line in skipped_lines(table):
         click.echo(f"warning: {runs}: {line}", err=True)
-    click.echo(format_report(table))
+    if heldout:
+        from fastmodel.analysis.heldout import heldout_ids
+
+        held = heldout_ids(runs)
+        for name, part in (("development rows", [r for r in table if r["id"] not in held]),
+                           ("held-out rows", [r for r in table if r["id"] in held])):
+            click.echo(f"== {name} ({len(part)})")
+            click.echo(format_report(part) if part else "(none)")
+    else:
+        click.echo(format_report(table))
     if output:
         _write_rows(table, output, runs, force)
     if plot_path:

@@ -1,67 +1,122 @@
-"""``fastmodel validate`` for serving records: predicted vs measured throughput and latencies.
+"""``fastmodel validate`` for serving records: predicted vs measured TTFT, TPOT and throughput.
 
-For every serving record (``SERVE_RUNS.md``) with a ``measured`` block, the
-serving model predicts ``output_tokens_per_s`` (whole instance), ``ttft`` and
-``tpot``; the error is ``predicted / measured - 1``. The report gives MAPE,
-median |error| and bias per metric, overall and by GPU and load mode.
+For every serving record (``SERVE_RUNS.md``) the serving model predicts ``ttft``, ``tpot`` and
+``output_tokens_per_s`` (whole instance); the error is ``predicted / measured - 1``. Beside the model stands a
+naive baseline: a lone prefill for TTFT, the decode-only iteration at the running batch (a batch-size roofline)
+for TPOT. Tables give MAPE, median |error| and bias by engine, GPU and precision; a record the model refuses
+(``records.NotModelled``) is counted as a miss. With a held-out split (``fastmodel.analysis.heldout``) every
+table shows the development rows and the held-out rows side by side.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from fastmodel.analysis.heldout import split_name
 from fastmodel.analysis.scores import score
 from fastmodel.errors import FastmodelError
-from fastmodel.serve.records import ServeRecord
+from fastmodel.serve.profiles import parse_framework
+from fastmodel.serve.records import RefusedRecord, ServeRecord
 
 #: measured key -> predicted result
-METRICS = {"output_tokens_per_s": "output_tokens_per_s", "ttft_s": "ttft", "tpot_s": "tpot"}
-GROUP_KEYS = ("gpu", "load_mode")
+METRICS = {"ttft_s": "ttft", "tpot_s": "tpot", "output_tokens_per_s": "output_tokens_per_s"}
+GROUP_KEYS = ("engine", "gpu", "precision")
+ENGINE_TITLES = {"trtllm": "TensorRT-LLM", "vllm": "vLLM", "sglang": "SGLang", None: "other"}
+PREFILL = ("prefill_gemm", "prefill_attention", "prefill_memory_bound", "prefill_comm")
+NAIVE = {"ttft_s": "a lone prefill", "tpot_s": "the decode-only iteration at the running batch",
+         "output_tokens_per_s": "none"}
+DECODE = ("decode_gemm", "decode_attention", "decode_memory_bound", "decode_comm", "decode_overhead")
 
 
-def rows(records: list[ServeRecord]) -> list[dict]:
-    """One dict per record: ids, groups, measured and predicted values and their errors."""
-    from fastmodel.registry.serve import SERVE_RESULT_INDEX, SERVE_STATUS_NAMES
+def _measured(record) -> dict:
+    measured = record.raw.get("measured")
+    return measured if isinstance(measured, dict) else {}
+
+
+def rows(records: list, held: set[str] | None = None) -> list[dict]:
+    """One dict per record: ids, groups, split, status, measured, predicted and baseline values, errors."""
+    from fastmodel.registry.serve import SERVE_RESULT_INDEX as INDEX
+    from fastmodel.registry.serve import SERVE_STATUS_NAMES
     from fastmodel.serve.api import evaluate_table
 
-    if not any(any(k in r.measured for k in METRICS) for r in records):
+    if not any(any(_number(_measured(r).get(k)) for k in METRICS) for r in records):
         raise FastmodelError("no serving record carries measured output_tokens_per_s, ttft_s or tpot_s")
-    out, status = evaluate_table(np.stack([r.columns for r in records], axis=1))
+    answered = [r for r in records if isinstance(r, ServeRecord)]
+    out, status = evaluate_table(np.stack([r.columns for r in answered], axis=1)) if answered else (None, None)
+    position = {id(r): i for i, r in enumerate(answered)}
     table = []
-    for i, r in enumerate(records):
-        mode = next(k for k in ("batch_size", "concurrency", "max_throughput") if r.raw["serve"].get(k))
-        row = {"id": r.id, "source": r.source, "gpu": r.gpu, "load_mode": mode,
-               "status": SERVE_STATUS_NAMES[int(status[i])]}
+    for r in records:
+        serve = r.raw["serve"]
+        row = {"id": r.id, "engine": ENGINE_TITLES[parse_framework(r.raw.get("framework"))[0]],
+               "framework": r.raw.get("framework"), "gpu": str(r.raw["system"].get("gpu", "")),
+               "precision": serve.get("precision", "bf16"), "split": split_name(r.id, held),
+               "load_mode": next((k for k in ("batch_size", "concurrency", "max_throughput") if serve.get(k)), "")}
+        i = position.get(id(r))
+        row["status"] = r.reason if isinstance(r, RefusedRecord) else SERVE_STATUS_NAMES[int(status[i])]
+        predicted = {name: out[INDEX[name], i] for name in METRICS.values()} if i is not None else {}
+        baseline = {}
+        if i is not None:
+            steps = max(1.0, float(serve.get("output_len", 2)) - 1.0)
+            baseline = {"ttft": sum(out[INDEX[k], i] for k in PREFILL),
+                        "tpot": sum(out[INDEX[k], i] for k in DECODE) / steps}
         for key, name in METRICS.items():
-            measured = float(r.measured.get(key, np.nan))
-            predicted = out[SERVE_RESULT_INDEX[name], i]
+            measured = _number(_measured(r).get(key))
             row[f"measured_{key}"] = measured
-            row[f"predicted_{key}"] = predicted
-            row[f"error_{key}"] = predicted / measured - 1.0 if measured > 0 else np.nan
-        row["batch_size"] = out[SERVE_RESULT_INDEX["batch_size"], i]
-        row["memory_per_device"] = out[SERVE_RESULT_INDEX["memory_per_device"], i]
-        row["notes"] = "; ".join(r.notes)
+            row[f"predicted_{key}"] = predicted.get(name, np.nan)
+            row[f"error_{key}"] = predicted.get(name, np.nan) / measured - 1.0 if measured else np.nan
+            row[f"baseline_error_{key}"] = baseline[name] / measured - 1.0 if measured and name in baseline \
+                else np.nan
+        if i is not None:
+            row["batch_size"] = out[INDEX["batch_size"], i]
+            row["memory_per_device"] = out[INDEX["memory_per_device"], i]
+        row["notes"] = "; ".join(getattr(r, "notes", ()))
         table.append(row)
     return table
 
 
+def _number(value) -> float:
+    """A measured value when it is a positive finite number, else 0 (absent)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value) or value <= 0:
+        return 0.0
+    return float(value)
+
+
+def _cells(rows_: list[dict], key: str) -> str:
+    measured = [r for r in rows_ if r[f"measured_{key}"]]
+    if not measured:
+        return f"{'':>5s} {'':>4s} {'':>7s} {'':>7s} {'':>7s} {'':>7s}"
+    errors = [r[f"error_{key}"] for r in measured if np.isfinite(r[f"error_{key}"])]
+    refused = len(measured) - len(errors)
+    s = score(errors)
+    base = score([r[f"baseline_error_{key}"] for r in measured if np.isfinite(r[f"baseline_error_{key}"])])
+    return f"{len(measured):5d} {refused:4d} {100 * s.mape:6.1f}% {100 * s.median:6.1f}% {100 * s.bias:+6.1f}% " \
+           f"{100 * base.mape:6.1f}%"
+
+
 def format_report(table: list[dict]) -> str:
-    """Error tables per metric: overall, then by GPU and by load mode."""
+    """Error tables per metric: all records, then by engine, GPU and precision; dev and held-out side by side
+    when the rows carry a split. ``ref``: records refused (not in MAPE; the issue's "misses")."""
+    splits = sorted({r["split"] for r in table}, key=["all", "dev", "heldout"].index)
+    head = f"{'n':>5s} {'ref':>4s} {'MAPE':>7s} {'median':>7s} {'bias':>7s} {'naive':>7s}"
     lines = []
     for key in METRICS:
-        errors_key = f"error_{key}"
-        if not any(np.isfinite(r[errors_key]) for r in table):
+        if not any(r[f"measured_{key}"] for r in table):
             continue
+        lines.append("")
+        lines.append(f"{key}: model vs measured (naive: {NAIVE[key]})")
+        lines.append(f"{'group':30s} " + " | ".join(f"{s + ': ' + head:>{len(head) + 9}s}" for s in splits))
         for group in (None, *GROUP_KEYS):
-            lines.append("")
-            lines.append(f"{key} by {group or 'all records'}")
-            lines.append(f"{'group':34s} {'n':>4s} {'MAPE':>7s} {'median':>7s} {'bias':>7s}")
-            groups: dict[str, list[float]] = {}
-            for r in table:
-                if np.isfinite(r[errors_key]):
-                    groups.setdefault("all" if group is None else str(r[group]), []).append(r[errors_key])
-            for name in sorted(groups):
-                s = score(groups[name])
-                lines.append(f"{name[:34]:34s} {s.n:4d} {100 * s.mape:6.1f}% {100 * s.median:6.1f}% "
-                             f"{100 * s.bias:+6.1f}%")
+            names = sorted({"all" if group is None else str(r[group]) for r in table})
+            for name in names:
+                chosen = [r for r in table if group is None or str(r[group]) == name]
+                label = "all" if group is None else f"{group}={name}"
+                cells = [f"{' ' * 9}{_cells([r for r in chosen if r['split'] == s], key)}" for s in splits]
+                lines.append(f"{label[:30]:30s} " + " | ".join(cells))
+    refused = [r for r in table if not np.isfinite(r["error_ttft_s"]) and r["status"] != "ok"]
+    if refused:
+        reasons: dict[str, int] = {}
+        for r in refused:
+            reasons[r["status"]] = reasons.get(r["status"], 0) + 1
+        lines.append("")
+        lines.append("refused: " + "; ".join(f"{n} x {reason}" for reason, n in sorted(reasons.items())))
     return "\n".join(lines).lstrip("\n")

@@ -13,6 +13,7 @@ from fastmodel.kernels.lm.layout import (
     C_PEAK_FLOPS_16, C_PP, C_QK_ROPE_HEAD_DIM, C_SLIDING_WINDOW, C_TP,
 )
 from fastmodel.kernels.serve.costs import ACT_BYTES
+from fastmodel.kernels.columns import C_ATTENTION_DP
 
 
 # --- attention -----------------------------------------------------------------
@@ -48,7 +49,9 @@ def kv_bytes_per_token(row):
 @njit
 def attention_lines(row, n):
     """The decode attention roofline of one layer for ``n`` requests at context c, as two lines:
-    compute ``p1 c`` and memory ``q0 + q1 c`` (seconds)."""
+    compute ``p1 c`` and memory ``q0 + q1 c`` (seconds). Under attention DP the ``n`` requests are spread over
+    the attention_dp groups: one GPU attends over n / attention_dp of them."""
+    n = n / row[C_ATTENTION_DP]
     flops_key, kv_token, qo = decode_attention_dims(row)
     heads = row[C_HEADS] / row[C_TP]
     bw = row[C_HBM_BW] * row[C_HBM_EFF]

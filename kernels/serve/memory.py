@@ -8,14 +8,15 @@ from fastmodel.kernels.lm.layout import (
     C_EP, C_FFN, C_HEADS, C_HIDDEN, C_INPUT_LEN, C_KV_HEADS, C_MAX_NUM_TOKENS, C_MOE_EXPERTS, C_MOE_FFN,
     C_MOE_SHARED_EXPERTS, C_MOE_TOPK, C_PP, C_TIED_EMBEDDINGS, C_TP, C_VOCAB, C_WEIGHT_BYTES,
 )
-from fastmodel.kernels.serve.costs import expert_tp, ACT_BYTES, DENSE, MOE
+from fastmodel.kernels.serve.costs import expert_tp, ffn_tp, ACT_BYTES, DENSE, MOE
 
 
 # --- memory ----------------------------------------------------------------------
 
 @njit
 def layer_weight_params(row, moe):
-    """Weight elements of one layer held by one device."""
+    """Weight elements of one layer held by one device: attention split over tp (replicated over the attention-DP
+    groups), experts over ep x moe_tp, dense MLPs and shared experts over tp x attention_dp."""
     h = row[C_HIDDEN]
     t = row[C_TP]
     nm = mlp_matrices(row)
@@ -23,9 +24,9 @@ def layer_weight_params(row, moe):
     if moe:
         experts = row[C_MOE_EXPERTS]
         params += nm * h * row[C_MOE_FFN] * experts / (row[C_EP] * expert_tp(row))
-        params += nm * h * row[C_MOE_SHARED_EXPERTS] * row[C_MOE_FFN] / t
+        params += nm * h * row[C_MOE_SHARED_EXPERTS] * row[C_MOE_FFN] / ffn_tp(row)
     else:
-        params += nm * h * row[C_FFN] / t
+        params += nm * h * row[C_FFN] / ffn_tp(row)
     return params
 
 

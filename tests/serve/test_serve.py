@@ -139,11 +139,46 @@ def test_moe_decode_reads_the_expected_experts():
     assert one["decode_gemm"] < 0.45 * big["decode_gemm"]
 
 
-def test_continuous_batching_is_stationary():
-    r = evaluate("llama3.1-8b", "H100", input_len=512, output_len=256, concurrency=32)
+def test_closed_loop_obeys_littles_law():
+    """Without the overlap step a request's cycle is ttft + (O - 1) tpot: N = lambda x cycle (Little)."""
+    r = evaluate("llama3.1-8b", "H100", input_len=512, output_len=256, concurrency=32, overlap_step=0)
     assert r["batch_size"] == 32
-    assert r["output_tokens_per_s"] == pytest.approx(32 / r["tpot"])
     assert r["e2e_latency"] == pytest.approx(r["ttft"] + 255 * r["tpot"])
+    assert r["output_tokens_per_s"] == pytest.approx(32 * 256 / r["e2e_latency"], rel=1e-9)
+
+
+def test_closed_loop_of_one_request_is_a_lone_prefill_then_decode_only_steps():
+    """N = 1: nobody else's prompt interrupts, so ttft = the static prefill of one prompt and tpot = the
+    decode-only iteration (the static batch of one decodes at the same mean context)."""
+    alone = evaluate("llama3.1-70b", "H100", tp=4, input_len=1024, output_len=2, concurrency=1, overlap_step=0)
+    static = evaluate("llama3.1-70b", "H100", tp=4, input_len=1024, output_len=2, batch_size=1)
+    assert alone["ttft"] == pytest.approx(static["ttft"], rel=1e-12)
+    assert alone["tpot"] == pytest.approx(static["tpot"], rel=1e-9)
+    overlap = evaluate("llama3.1-70b", "H100", tp=4, input_len=1024, output_len=2, concurrency=1, overlap_step=1)
+    assert overlap["ttft"] == pytest.approx(alone["ttft"] + alone["tpot"], rel=1e-9)
+
+
+def test_closed_loop_queues_prompts_as_load_grows():
+    """More requests in flight: more prompts per second share the iterations, so ttft and tpot rise; prefill
+    iterations that stall the decodes (SGLang's default) give a longer tpot than mixed ones."""
+    kw = dict(tp=4, input_len=4096, output_len=256, precision="fp8")
+    runs = [evaluate("llama3.1-70b", "H100", concurrency=n, **kw) for n in (1, 8, 32)]
+    assert runs[0]["ttft"] < runs[1]["ttft"] < runs[2]["ttft"]
+    assert runs[0]["tpot"] < runs[1]["tpot"] < runs[2]["tpot"]
+    stalled = evaluate("llama3.1-70b", "H100", concurrency=32, mixed_prefill=0, **kw)
+    assert stalled["tpot"] > runs[2]["tpot"]
+
+
+def test_requests_beyond_the_kv_cache_wait_by_littles_law():
+    """A request that finds no KV room waits for (N - running) / lambda (Little's law over the queue)."""
+    kw = dict(tp=1, input_len=1024, output_len=8192, precision="fp8", overlap_step=0)
+    fits = evaluate("llama3.1-70b", "H200", concurrency=1024, **kw)
+    running = fits["batch_size"]
+    assert running < 1024
+    rate = fits["output_tokens_per_s"] / 8192                   # requests per second = tokens/s / O
+    base = evaluate("llama3.1-70b", "H200", concurrency=int(running), **kw)
+    assert base["batch_size"] == running
+    assert fits["ttft"] == pytest.approx(base["ttft"] + (1024 - running) / rate, rel=1e-9)
 
 
 def test_static_batch_throughput_and_latency_identities():
@@ -201,7 +236,7 @@ def test_unknown_names_are_spec_errors_with_suggestions():
     with pytest.raises(SpecError, match="exactly one"):
         evaluate("llama3.1-8b", "H100", batch_size=1, concurrency=2)
     with pytest.raises(SpecError, match="precision"):
-        evaluate("llama3.1-8b", "H100", batch_size=1, precision="fp4")
+        evaluate("llama3.1-8b", "H100", batch_size=1, precision="fp6")
 
 
 def test_device_files_carry_datasheets():

@@ -1,0 +1,157 @@
+"""Continuous batching under a closed loop of ``concurrency`` requests (docs/model_serving.md §S7).
+
+A benchmark client keeps N requests in flight: a finished request is replaced at once. The engine's scheduler
+re-forms the batch at every iteration (Orca): running requests decode one token per iteration, and new
+prompts are prefilled either inside the decode iterations (``mixed_prefill``: vLLM V1, TensorRT-LLM in-flight
+batching, with a token budget ``max_num_tokens`` shared with the decodes, Sarathi-Serve) or in prefill
+iterations of their own that stall the decodes (SGLang's default). The steady state is solved per
+configuration by a short fixed point, not a simulation:
+
+- decode-only iteration ``T_d`` at the running decode batch ``b`` (CUDA graphs: no launch overhead) and the
+  iteration ``T_m`` that also carries ``q`` prefill tokens (launches paid: mixed steps run eagerly or
+  piecewise);
+- the prefill station (one prompt's share of mixed iterations ``D = T_m I / q``; its own chunks
+  ``S = ceil(I / c) T_m``) in a closed network with the decode delay ``Z = (O - 1) TPOT``: mean-value analysis
+  with Schweitzer's approximation, ``R = S + D Q (N - 1) / N``, ``Q = lambda R``, ``lambda = N / (R + Z)``,
+  which is a quadratic in R (Reiser & Lavenberg 1980; Schweitzer 1979);
+- TPOT from the iteration mix a decoding request sees: the other requests' prompts arrive at
+  ``lambda' = lambda (N - 1) / N`` and take a share ``phi = lambda' D`` of time, so
+  ``TPOT = 1 / ((1 - phi) / T_d + lambda' I / q)`` when every iteration emits a token (mixing engines) and
+  ``T_d / (1 - phi)`` when prefill iterations stall the decodes (one request alone decodes at ``T_d``);
+- TTFT = R (+ one iteration when the scheduler overlaps CPU work with the GPU, ``overlap_step``) + the wait
+  for KV-cache room when fewer than N requests fit (Little's law over the waiting requests).
+"""
+
+import math
+
+from fastmodel.kernels.jit import njit
+from fastmodel.kernels.columns import (
+    C_ATTENTION_DP, C_CHUNKED_PREFILL, C_INPUT_LEN, C_MAX_NUM_TOKENS, C_MIXED_PREFILL, C_OUTPUT_LEN,
+    C_OVERLAP_STEP, C_PP, C_SERVE_STEP_OVERHEAD_S,
+)
+from fastmodel.kernels.serve.attention import decode_attention_sum, prefill_attention_time
+from fastmodel.kernels.serve.costs import K_ATTN, K_COMM, K_GEMM, K_MEM, LAUNCH, NO_LAUNCH, body_costs, head_costs
+
+#: fixed-point passes over the batch composition (decode batch, prompts per prefill iteration)
+PASSES = 2
+
+
+@njit
+def decode_iteration(row, n, costs):
+    """Seconds of a decode-only iteration of ``n`` requests at the mean context of their output tokens
+    (into ``costs``, zeroed first); returns the experts touched per MoE layer."""
+    for k in range(4):
+        costs[k] = 0.0
+    if n <= 0.0:
+        return 0.0
+    touched = body_costs(row, n, NO_LAUNCH, costs)
+    head_costs(row, n / row[C_ATTENTION_DP], NO_LAUNCH, costs)
+    inp = row[C_INPUT_LEN]
+    steps = row[C_OUTPUT_LEN] - 1.0
+    if steps > 0.0:
+        costs[K_ATTN] += decode_attention_sum(row, n, inp + 1.0, inp + steps) / steps
+    return touched
+
+
+@njit
+def prefill_iteration(row, n, q, costs):
+    """Seconds of an iteration carrying ``q`` prompt tokens and, when ``mixed_prefill``, the ``n`` decodes
+    (into ``costs``, zeroed first). The prompt's tokens sit on one attention-DP group; its attention is
+    its share ``q / I`` of the causal prompt's."""
+    for k in range(4):
+        costs[k] = 0.0
+    inp = row[C_INPUT_LEN]
+    dec = n if row[C_MIXED_PREFILL] > 0.0 else 0.0
+    mine = dec / row[C_ATTENTION_DP] + q
+    body_costs(row, dec + q, LAUNCH, costs, mine)
+    head_costs(row, dec / row[C_ATTENTION_DP] + q / inp, LAUNCH, costs)
+    steps = row[C_OUTPUT_LEN] - 1.0
+    if dec > 0.0 and steps > 0.0:
+        costs[K_ATTN] += decode_attention_sum(row, dec, inp + 1.0, inp + steps) / steps
+    costs[K_ATTN] += prefill_attention_time(row, q / inp, inp)
+    return costs[K_GEMM] + costs[K_ATTN] + costs[K_MEM] + costs[K_COMM]
+
+
+#: bisection steps of the loop's request rate (relative precision 2^-40)
+BISECTIONS = 40
+
+
+@njit(inline="always")
+def loop_state(lam, running, own, share, t_d, per_token, mixed, steps, overlap):
+    """(cycle seconds of one request, prefill response R, TPOT) at request rate ``lam``: Schweitzer's MVA
+    for the prefill station, R = own / (1 - lam share (N - 1) / N), and the iteration mix a decoding request
+    sees (the other requests' prompts arrive at lam (N - 1) / N)."""
+    seen = lam * (running - 1.0) / running
+    phi = seen * share
+    response = own / max(1e-12, 1.0 - phi)
+    if mixed:
+        tpot = 1.0 / ((1.0 - phi) / t_d + seen * per_token)
+    else:
+        tpot = t_d / max(1e-12, 1.0 - phi)
+    return response + (steps + overlap) * tpot, response, tpot
+
+
+@njit
+def solve_rate(running, own, share, t_d, per_token, mixed, steps, overlap):
+    """The closed loop's request rate: the root of lam x cycle(lam) = N (cycle grows with lam, so one root;
+    bisection between 0 and the smaller of N / (own + (O - 1 + overlap) T_d) and the prefill station's
+    saturation 1 / (share (N - 1) / N))."""
+    hi = running / (own + (steps + overlap) * t_d)
+    if running > 1.0:
+        hi = min(hi, running / ((running - 1.0) * share) * (1.0 - 1e-9))
+    lo = 0.0
+    for _ in range(BISECTIONS):
+        mid = 0.5 * (lo + hi)
+        cycle, _, _ = loop_state(mid, running, own, share, t_d, per_token, mixed, steps, overlap)
+        if mid * cycle < running:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+@njit
+def closed_loop(row, requests, running, scratch, out):
+    """Steady state of ``requests`` in flight of which ``running`` fit the KV cache. ``out`` receives
+    (ttft, tpot, requests per s, decode batch, experts touched, decode-iteration seconds); ``scratch[0]``
+    holds the decode iteration's cost parts, ``scratch[1]`` the prefill iteration's."""
+    inp = row[C_INPUT_LEN]
+    steps = row[C_OUTPUT_LEN] - 1.0
+    p = row[C_PP]
+    host = row[C_SERVE_STEP_OVERHEAD_S]
+    mixed = row[C_MIXED_PREFILL] > 0.0
+    overlap = 1.0 if row[C_OVERLAP_STEP] > 0.0 else 0.0
+    dec = scratch[0]
+    pre = scratch[1]
+    b = max(1.0, running * steps / (steps + 1.0))
+    others = (running - 1.0) / running               # a request sees the other requests' prompts and decodes
+    tpot = 0.0
+    ttft = 0.0
+    lam = 0.0
+    touched = 0.0
+    t_d = 0.0
+    q = inp
+    for _ in range(PASSES):
+        n = b / p
+        touched = decode_iteration(row, n, dec)
+        t_d = dec[K_GEMM] + dec[K_ATTN] + dec[K_MEM] + dec[K_COMM] + host
+        free = max(1.0, row[C_MAX_NUM_TOKENS] - (n if mixed else 0.0))
+        chunked = row[C_CHUNKED_PREFILL] > 0.0
+        chunk = min(inp, free) if chunked else inp
+        # prompts waiting at an iteration boundary enter together, up to the budget
+        q = max(chunk, min(lam * inp * max(tpot, t_d), free if chunked else max(free, inp)))
+        t_m = prefill_iteration(row, n * others, q, pre) + host
+        own = math.ceil(inp / chunk) * t_m
+        share = t_m * inp / q
+        lam = solve_rate(running, own, share, t_d, inp / q, mixed, steps, overlap)
+        _, ttft, tpot = loop_state(lam, running, own, share, t_d, inp / q, mixed, steps, overlap)
+        b = max(1.0, running * steps * tpot / (ttft + (steps + overlap) * tpot))
+    ttft += overlap * tpot
+    if requests > running:
+        ttft += (requests - running) / lam            # Little's law over the requests waiting for KV room
+    out[0] = ttft
+    out[1] = tpot
+    out[2] = lam
+    out[3] = b
+    out[4] = touched
+    out[5] = t_d
