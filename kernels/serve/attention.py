@@ -9,7 +9,7 @@ from fastmodel.kernels.roofline import attention_time
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.layer import attention_dims, layer_mix
 from fastmodel.kernels.lm.layout import (
-    C_ATTN_EFF, C_HBM_BW, C_HBM_EFF, C_HEADS, C_HEAD_DIM, C_KV_BYTES, C_KV_HEADS, C_KV_LORA_RANK, C_LAYERS, C_MLA,
+    C_ATTN_EFF, C_HBM_BW, C_HBM_EFF, C_HEADS, C_HEAD_DIM, C_KERNEL_OVERHEAD_S, C_KV_BYTES, C_KV_HEADS, C_KV_LORA_RANK, C_LAYERS, C_MLA,
     C_PEAK_FLOPS_16, C_PP, C_QK_ROPE_HEAD_DIM, C_SLIDING_WINDOW, C_TP,
 )
 from fastmodel.kernels.serve.costs import ACT_BYTES
@@ -111,6 +111,12 @@ def decode_attention_sum(row, n, lo, hi):
     if slide > 0.0:
         total += slide * sum_window(0.0, p1, q0, q1, lo, hi, row[C_SLIDING_WINDOW])
     return total
+
+
+@njit
+def attention_launches(row):
+    """Per-kernel overhead of one decode step's attention kernels: one per layer (``kernel_overhead_s``)."""
+    return row[C_LAYERS] / row[C_PP] * row[C_KERNEL_OVERHEAD_S]
 
 
 @njit

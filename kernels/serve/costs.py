@@ -22,8 +22,13 @@ ACT_BYTES = 2.0
 #: specialisation of the callee per value (and of everything it calls); a float flag compiles once
 DENSE = 0.0
 MOE = 1.0
-LAUNCH = 1.0      # every GEMM pays its launch overhead (prefill: one kernel per GEMM)
-NO_LAUNCH = 0.0   # launches hidden (decode steps run as a captured CUDA graph)
+LAUNCH = 1.0      # every kernel pays the device's per-kernel overhead (launch ramp + tail on the GPU)
+NO_LAUNCH = 0.0   # no per-kernel overhead (a bare roofline; kept for tests of the roofline terms)
+#: memory-bound kernels per layer that pay the per-kernel overhead: the two fused add+RMSNorm kernels, the gated
+#: activation and rotary embedding (TensorRT-LLM/vLLM fuse the residual add into the norm); an MoE layer adds the
+#: router's top-k/softmax, the token permute and the weighted un-permute (combine)
+MEM_KERNELS_DENSE = 4.0
+MEM_KERNELS_MOE = 3.0
 
 # slots of a cost vector: (gemm, attention, memory-bound, communication)
 K_GEMM = 0
@@ -200,6 +205,7 @@ def body_costs(row, m, launch, costs, m_rank=-1.0):
     n_dense = dense_full + dense_slide
     n_moe = moe_full + moe_slide
     mine = m_rank if m_rank >= 0.0 else m / row[C_ATTENTION_DP]
+    costs[K_MEM] += launch * row[C_KERNEL_OVERHEAD_S] * ((n_dense + n_moe) * MEM_KERNELS_DENSE + n_moe * MEM_KERNELS_MOE)
     if n_dense > 0.0:
         costs[K_GEMM] += n_dense * layer_gemms(row, m, DENSE, launch, mine)
         costs[K_MEM] += n_dense * layer_memory_bound(row, mine, DENSE)

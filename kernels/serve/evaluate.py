@@ -60,8 +60,8 @@ from fastmodel.kernels.serve.layout import (
     S_OUTPUT_TOKENS_PER_S, S_OUTPUT_TOKENS_PER_S_PER_GPU, S_OUTPUT_TOKENS_PER_S_PER_USER, S_PREFILL_ATTENTION,
     S_PREFILL_COMM, S_PREFILL_GEMM, S_PREFILL_MEMORY_BOUND, S_TPOT, S_TTFT, S_WEIGHT_MEMORY,
 )
-from fastmodel.kernels.serve.attention import kv_bytes_per_token, decode_attention_sum, prefill_attention_time
-from fastmodel.kernels.serve.costs import is_fp8, head_costs, body_costs, K_GEMM, K_ATTN, K_MEM, K_COMM, LAUNCH, NO_LAUNCH
+from fastmodel.kernels.serve.attention import attention_launches, kv_bytes_per_token, decode_attention_sum, prefill_attention_time
+from fastmodel.kernels.serve.costs import is_fp8, head_costs, body_costs, K_GEMM, K_ATTN, K_MEM, K_COMM, LAUNCH
 from fastmodel.kernels.serve.memory import weight_memory, activation_memory
 # building blocks tests and callers use by their old address
 from fastmodel.kernels.serve.attention import attention_lines, sum_max_lines, sum_window  # noqa: F401
@@ -91,8 +91,9 @@ def prefill_costs(row, prompts, costs, part):
 @njit
 def decode_fixed_costs(row, n, costs):
     """Context-independent seconds of one decode step of ``n`` requests (weights, norms, comm, head)."""
-    touched = body_costs(row, n, NO_LAUNCH, costs)
-    head_costs(row, n, NO_LAUNCH, costs)
+    touched = body_costs(row, n, LAUNCH, costs)
+    head_costs(row, n, LAUNCH, costs)
+    costs[K_ATTN] += attention_launches(row)
     return touched
 
 
@@ -173,7 +174,7 @@ def _fixed(row, batch, kv_token, weights, out, scratch):
         touched = decode_fixed_costs(row, n, dec)
         for k in range(4):
             dec[k] *= steps
-        dec[K_ATTN] = decode_attention_sum(row, n, inp + 1.0, inp + steps)
+        dec[K_ATTN] += decode_attention_sum(row, n, inp + 1.0, inp + steps)
         decode = dec[K_GEMM] + dec[K_ATTN] + dec[K_MEM] + dec[K_COMM] + steps * host
         e2e = ttft + decode
         tpot = decode / steps if steps > 0.0 else 0.0
@@ -183,11 +184,11 @@ def _fixed(row, batch, kv_token, weights, out, scratch):
         ttft = prefill_costs(row, 1.0, pre, scratch[2]) + host
         decoding = n * steps / outp
         m = decoding + n * inp / outp
-        touched = body_costs(row, m, NO_LAUNCH, dec)
-        head_costs(row, n, NO_LAUNCH, dec)
+        touched = body_costs(row, m, LAUNCH, dec)
+        head_costs(row, n, LAUNCH, dec)
         mean_attention = decode_attention_sum(row, decoding, inp + 1.0, inp + steps) / steps if steps > 0.0 \
             else 0.0
-        dec[K_ATTN] = mean_attention + prefill_attention_time(row, n / outp, inp)
+        dec[K_ATTN] = mean_attention + prefill_attention_time(row, n / outp, inp) + attention_launches(row)
         step = dec[K_GEMM] + dec[K_ATTN] + dec[K_MEM] + dec[K_COMM] + host
         for k in range(4):
             dec[k] *= steps

@@ -7,9 +7,9 @@ batching, with a token budget ``max_num_tokens`` shared with the decodes, Sarath
 iterations of their own that stall the decodes (SGLang's default). The steady state is solved per
 configuration by a short fixed point, not a simulation:
 
-- decode-only iteration ``T_d`` at the running decode batch ``b`` (CUDA graphs: no launch overhead) and the
-  iteration ``T_m`` that also carries ``q`` prefill tokens (launches paid: mixed steps run eagerly or
-  piecewise);
+- decode-only iteration ``T_d`` at the running decode batch ``b`` and the iteration ``T_m`` that also carries
+  ``q`` prefill tokens; every kernel of both pays the device's per-kernel overhead (CUDA graphs remove the host's
+  launch calls, not a kernel's ramp and tail on the GPU);
 - the prefill station (one prompt's share of mixed iterations ``D = T_m I / q``; its own chunks
   ``S = ceil(I / c) T_m``) in a closed network with the decode delay ``Z = (O - 1) TPOT``: mean-value analysis
   with Schweitzer's approximation, ``R = S + D Q (N - 1) / N``, ``Q = lambda R``, ``lambda = N / (R + Z)``,
@@ -29,8 +29,8 @@ from fastmodel.kernels.columns import (
     C_ATTENTION_DP, C_CHUNKED_PREFILL, C_INPUT_LEN, C_MAX_NUM_TOKENS, C_MIXED_PREFILL, C_OUTPUT_LEN,
     C_OVERLAP_STEP, C_PP, C_SERVE_STEP_OVERHEAD_S,
 )
-from fastmodel.kernels.serve.attention import decode_attention_sum, prefill_attention_time
-from fastmodel.kernels.serve.costs import K_ATTN, K_COMM, K_GEMM, K_MEM, LAUNCH, NO_LAUNCH, body_costs, head_costs
+from fastmodel.kernels.serve.attention import attention_launches, decode_attention_sum, prefill_attention_time
+from fastmodel.kernels.serve.costs import K_ATTN, K_COMM, K_GEMM, K_MEM, LAUNCH, body_costs, head_costs
 
 #: fixed-point passes over the batch composition (decode batch, prompts per prefill iteration)
 PASSES = 2
@@ -44,10 +44,11 @@ def decode_iteration(row, n, costs):
         costs[k] = 0.0
     if n <= 0.0:
         return 0.0
-    touched = body_costs(row, n, NO_LAUNCH, costs)
-    head_costs(row, n / row[C_ATTENTION_DP], NO_LAUNCH, costs)
+    touched = body_costs(row, n, LAUNCH, costs)
+    head_costs(row, n / row[C_ATTENTION_DP], LAUNCH, costs)
     inp = row[C_INPUT_LEN]
     steps = row[C_OUTPUT_LEN] - 1.0
+    costs[K_ATTN] += attention_launches(row)
     if steps > 0.0:
         costs[K_ATTN] += decode_attention_sum(row, n, inp + 1.0, inp + steps) / steps
     return touched
@@ -67,7 +68,7 @@ def prefill_iteration(row, n, q, costs):
     head_costs(row, dec / row[C_ATTENTION_DP] + q / inp, LAUNCH, costs)
     steps = row[C_OUTPUT_LEN] - 1.0
     if dec > 0.0 and steps > 0.0:
-        costs[K_ATTN] += decode_attention_sum(row, dec, inp + 1.0, inp + steps) / steps
+        costs[K_ATTN] += decode_attention_sum(row, dec, inp + 1.0, inp + steps) / steps + attention_launches(row)
     costs[K_ATTN] += prefill_attention_time(row, q / inp, inp)
     return costs[K_GEMM] + costs[K_ATTN] + costs[K_MEM] + costs[K_COMM]
 
