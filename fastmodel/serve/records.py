@@ -81,8 +81,8 @@ def lower_serve_record(data: dict, source: str | None = None) -> ServeRecord:
     record = parse_serve_record(data, source)
     serve = record.serve
     if serve.mode == "disagg":
-        raise NotModelled(source, "serve.mode", "disaggregated prefill/decode is not modelled yet "
-                          "(aggregated deployments only)")
+        raise NotModelled(source, "serve.mode", "a disaggregated deployment is two worker pools, evaluated by "
+                          "validate (fastmodel.serve.disagg), not one kernel configuration")
     notes: list[str] = []
     tp, pp, ep, adp = serve.tp, serve.pp, serve.ep, serve.attention_dp
     gpus = tp * adp * pp
@@ -151,14 +151,20 @@ def _count(value: float) -> int | float:
 
 def read_serve_records(path: str | Path, keep_refused: bool = False) -> list:
     """Every serving record of a JSONL file (or one JSON object); a bad line is a SpecError naming it. With
-    ``keep_refused``, a valid record the model does not evaluate yet is a ``RefusedRecord`` (validate)."""
+    ``keep_refused`` (validate), a disaggregated record is lowered to its two worker pools
+    (``fastmodel.serve.disagg``) and a valid record the model does not evaluate is a ``RefusedRecord``."""
     if not keep_refused:
         return read_jsonl(path, lower_serve_record, "serving records", whole_object=True)
 
     def lower(data, source):
+        from fastmodel.serve.disagg import lower_disagg
+        from fastmodel.serve.record_schema import parse_serve_record
+
         try:
             return lower_serve_record(data, source)
         except NotModelled as error:
+            if isinstance(data, dict) and isinstance(data.get("serve"), dict) and data["serve"].get("mode") == "disagg":
+                return lower_disagg(data, parse_serve_record(data, source), source)
             return RefusedRecord(str(data.get("id", "")), error.reason, data)
 
     return read_jsonl(path, lower, "serving records", whole_object=True)

@@ -2,10 +2,12 @@
 
 For every serving record (``SERVE_RUNS.md``) the serving model predicts ``ttft``, ``tpot`` and
 ``output_tokens_per_s`` (whole instance); the error is ``predicted / measured - 1``. Beside the model stands a
-naive baseline: a lone prefill for TTFT, the decode-only iteration at the running batch (a batch-size roofline)
-for TPOT. Tables give MAPE, median |error| and bias by engine, GPU and precision; a record the model refuses
-(``records.NotModelled``) is counted as a miss. With a held-out split (``fastmodel.analysis.heldout``) every
-table shows the development rows and the held-out rows side by side.
+naive baseline: a lone prefill for TTFT, the decode-only iteration at the running batch (a batch-size roofline) for
+TPOT. Tables give MAPE, median |error| and bias by engine, GPU and precision; a record the model refuses
+(``records.NotModelled``) is counted as a miss. Disaggregated records are evaluated as two worker pools
+(``fastmodel.serve.disagg``; naive baseline: the prefill worker's lone prefill and the decode worker's step). With
+a held-out split (``fastmodel.analysis.heldout``) every table shows the development rows and the held-out rows side
+by side.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from fastmodel.serve.records import RefusedRecord, ServeRecord
 
 #: measured key -> predicted result
 METRICS = {"ttft_s": "ttft", "tpot_s": "tpot", "output_tokens_per_s": "output_tokens_per_s"}
-GROUP_KEYS = ("engine", "gpu", "precision")
+GROUP_KEYS = ("engine", "gpu", "precision", "mode")
 ENGINE_TITLES = {"trtllm": "TensorRT-LLM", "vllm": "vLLM", "sglang": "SGLang", None: "other"}
 PREFILL = ("prefill_gemm", "prefill_attention", "prefill_memory_bound", "prefill_comm")
 NAIVE = {"ttft_s": "a lone prefill", "tpot_s": "the decode-only iteration at the running batch",
@@ -41,9 +43,13 @@ def rows(records: list, held: set[str] | None = None) -> list[dict]:
 
     if not any(any(_number(_measured(r).get(k)) for k in METRICS) for r in records):
         raise FastmodelError("no serving record carries measured output_tokens_per_s, ttft_s or tpot_s")
+    from fastmodel.serve.disagg import DisaggRecord, evaluate_disagg
+
     answered = [r for r in records if isinstance(r, ServeRecord)]
     out, status = evaluate_table(np.stack([r.columns for r in answered], axis=1)) if answered else (None, None)
     position = {id(r): i for i, r in enumerate(answered)}
+    pools = [r for r in records if isinstance(r, DisaggRecord)]
+    disagg = {id(r): result for r, result in zip(pools, evaluate_disagg(pools))}
     table = []
     for r in records:
         serve = r.raw["serve"]
@@ -52,9 +58,15 @@ def rows(records: list, held: set[str] | None = None) -> list[dict]:
                "precision": serve.get("precision", "bf16"), "split": split_name(r.id, held),
                "load_mode": next((k for k in ("batch_size", "concurrency", "max_throughput") if serve.get(k)), "")}
         i = position.get(id(r))
-        row["status"] = r.reason if isinstance(r, RefusedRecord) else SERVE_STATUS_NAMES[int(status[i])]
+        pooled = disagg.get(id(r))
+        row["status"] = r.reason if isinstance(r, RefusedRecord) else pooled["status"] if pooled is not None \
+            else SERVE_STATUS_NAMES[int(status[i])]
+        row["mode"] = "disagg" if pooled is not None else "aggregated"
         predicted = {name: out[INDEX[name], i] for name in METRICS.values()} if i is not None else {}
         baseline = {}
+        if pooled is not None and pooled["status"] == "ok":
+            predicted = {name: pooled[name] for name in METRICS.values()}
+            baseline = {"ttft": pooled["naive_ttft"], "tpot": pooled["naive_tpot"]}
         if i is not None:
             steps = max(1.0, float(serve.get("output_len", 2)) - 1.0)
             baseline = {"ttft": sum(out[INDEX[k], i] for k in PREFILL),
@@ -66,6 +78,9 @@ def rows(records: list, held: set[str] | None = None) -> list[dict]:
             row[f"error_{key}"] = predicted.get(name, np.nan) / measured - 1.0 if measured else np.nan
             row[f"baseline_error_{key}"] = baseline[name] / measured - 1.0 if measured and name in baseline \
                 else np.nan
+        if pooled is not None and pooled["status"] == "ok":
+            row["batch_size"] = pooled["batch_size"]
+            row["kv_transfer_s"] = pooled["kv_transfer_s"]
         if i is not None:
             row["batch_size"] = out[INDEX["batch_size"], i]
             row["memory_per_device"] = out[INDEX["memory_per_device"], i]

@@ -111,17 +111,19 @@ def test_every_dev_serving_point_is_answered():
     assert np.isfinite(out).all()
 
 
-def test_validate_reads_disaggregated_records_as_refused_and_splits_heldout():
+def test_validate_answers_every_disaggregated_record_and_splits_heldout():
     from fastmodel.analysis.heldout import heldout_ids
     from fastmodel.serve.validate import format_report, rows
 
     path = DATA / "serve_dev_disagg.jsonl"
     table = rows(read_serve_records(path, keep_refused=True), heldout_ids(path))
-    assert len(table) == 39 and all(not np.isfinite(r["error_ttft_s"]) for r in table)
+    assert len(table) == 39 and all(np.isfinite(r["error_ttft_s"]) and np.isfinite(r["error_tpot_s"]) for r in table)
     assert {r["split"] for r in table} == {"dev", "heldout"}
     assert sum(r["split"] == "heldout" for r in table) == 7
     report = format_report(table)
-    assert "refused: 39 x disaggregated" in report
+    assert "mode=disagg" in report and "refused" not in report.split("\n")[-1]
+    with pytest.raises(SpecError, match="two worker pools"):          # one kernel configuration cannot hold it
+        read_serve_records(path)
 
 
 @pytest.mark.parametrize("framework, engine, version", [
@@ -182,3 +184,37 @@ def test_attention_dp_splits_requests_and_kv_but_not_attention_weights():
     assert adp4["weight_memory"] > tp4["weight_memory"]
     bad = evaluate(model, "H100", tp=1, attention_dp=4, ep=4, moe_tp=2, **kw)
     assert bad["status"] == "ep_not_dividing"
+
+
+def _disagg_record(concurrency=1, input_len=8192):
+    record = json.loads(json.dumps(RECORD))
+    record["model"] = {"name": "llama-3.1-70b", "layers": 80, "hidden": 8192, "ffn": 28672, "heads": 64,
+                       "kv_heads": 8, "head_dim": 128, "vocab": 128256, "ffn_kind": "swiglu3"}
+    record["framework"] = "TensorRT-LLM 1.0.0"
+    record["system"] = {"gpu": "H100-SXM-80GB", "n_gpus": 16, "gpus_per_node": 8}
+    record["serve"] = {"mode": "disagg", "precision": "fp8", "input_len": input_len, "output_len": 128,
+                       "concurrency": concurrency}
+    record["disagg"] = {"prefill": {"workers": 2, "tp": 4}, "decode": {"workers": 1, "tp": 8}, "total_gpus": 16}
+    return record
+
+
+def test_disaggregated_request_alone_is_prefill_plus_kv_transfer_plus_first_decode_step():
+    """One request: no queue, so ttft = the prefill worker's prefill + the KV transfer + one decode step of the
+    decode worker. 16 GPUs exceed one 8-GPU node: the KV moves over the NICs, each of the prefill worker's 4 GPUs
+    sending its share: 2 x 80 x 8 x 128 x 1 B (FP8 KV) = 163,840 B per token (serving_facts §4.2)."""
+    from fastmodel.serve.disagg import evaluate_disagg, kv_bytes_per_prompt_token, kv_transfer_time, lower_disagg
+    from fastmodel.serve.record_schema import parse_serve_record
+
+    data = _disagg_record()
+    rec = lower_disagg(data, parse_serve_record(data), None)
+    assert kv_bytes_per_prompt_token(rec.prefill) == 163_840
+    d = device_columns("H100")
+    nic = 50e9 * d.get("inter_eff", 0.85)
+    assert kv_transfer_time(rec) == pytest.approx(163_840 * 8192 / (4 * nic), rel=1e-12)
+    [result] = evaluate_disagg([rec])
+    prefill = evaluate("llama3.1-70b", "H100", tp=4, precision="fp8", input_len=8192, output_len=2, batch_size=1,
+                       chunked_prefill=0, mixed_prefill=1, overlap_step=1, kv_on_demand=0)
+    assert result["prefill_s"] == pytest.approx(prefill["ttft"], rel=1e-9)
+    assert result["ttft"] == pytest.approx(result["prefill_s"] + result["kv_transfer_s"] + result["tpot"], rel=1e-12)
+    busy = evaluate_disagg([lower_disagg(d2 := _disagg_record(64), parse_serve_record(d2), None)])[0]
+    assert busy["ttft"] > result["ttft"] and busy["tpot"] > result["tpot"]
