@@ -24,7 +24,6 @@ from fastmodel.serve.records import RefusedRecord, ServeRecord
 METRICS = {"ttft_s": "ttft", "tpot_s": "tpot", "output_tokens_per_s": "output_tokens_per_s"}
 GROUP_KEYS = ("engine", "gpu", "precision", "mode")
 ENGINE_TITLES = {"trtllm": "TensorRT-LLM", "vllm": "vLLM", "sglang": "SGLang", None: "other"}
-PREFILL = ("prefill_gemm", "prefill_attention", "prefill_memory_bound", "prefill_comm")
 NAIVE = {"ttft_s": "a lone prefill", "tpot_s": "the decode-only iteration at the running batch",
          "output_tokens_per_s": "none"}
 DECODE = ("decode_gemm", "decode_attention", "decode_memory_bound", "decode_comm", "decode_overhead")
@@ -47,6 +46,7 @@ def rows(records: list, held: set[str] | None = None) -> list[dict]:
 
     answered = [r for r in records if isinstance(r, ServeRecord)]
     out, status = evaluate_table(np.stack([r.columns for r in answered], axis=1)) if answered else (None, None)
+    lone = _lone_prefill(answered)
     position = {id(r): i for i, r in enumerate(answered)}
     pools = [r for r in records if isinstance(r, DisaggRecord)]
     disagg = {id(r): result for r, result in zip(pools, evaluate_disagg(pools))}
@@ -69,8 +69,7 @@ def rows(records: list, held: set[str] | None = None) -> list[dict]:
             baseline = {"ttft": pooled["naive_ttft"], "tpot": pooled["naive_tpot"]}
         if i is not None:
             steps = max(1.0, float(serve.get("output_len", 2)) - 1.0)
-            baseline = {"ttft": sum(out[INDEX[k], i] for k in PREFILL),
-                        "tpot": sum(out[INDEX[k], i] for k in DECODE) / steps}
+            baseline = {"ttft": lone[i], "tpot": sum(out[INDEX[k], i] for k in DECODE) / steps}
         for key, name in METRICS.items():
             measured = _number(_measured(r).get(key))
             row[f"measured_{key}"] = measured
@@ -87,6 +86,21 @@ def rows(records: list, held: set[str] | None = None) -> list[dict]:
         row["notes"] = "; ".join(getattr(r, "notes", ()))
         table.append(row)
     return table
+
+
+def _lone_prefill(records: list) -> np.ndarray:
+    """TTFT of each record's prompt alone (one request in flight, no overlap step): the naive TTFT."""
+    from fastmodel.registry.lm import COLUMN_INDEX
+    from fastmodel.registry.serve import SERVE_RESULT_INDEX
+    from fastmodel.serve.api import evaluate_table
+
+    if not records:
+        return np.zeros(0)
+    table = np.stack([r.columns for r in records], axis=1).copy()
+    table[COLUMN_INDEX["batch_size"]] = table[COLUMN_INDEX["attention_dp"]]
+    table[COLUMN_INDEX["overlap_step"]] = 0.0
+    out, _ = evaluate_table(table)
+    return out[SERVE_RESULT_INDEX["ttft"]]
 
 
 def _number(value) -> float:

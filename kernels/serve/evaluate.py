@@ -221,14 +221,11 @@ def _concurrency(row, requests, kv_token, weights, out, scratch):
     if room < 1.0:
         return ST_NO_KV_ROOM
     running = min(requests, room, row[C_MAX_BATCH_SIZE])
-    pre = scratch[0]
     dec = scratch[1]
-    for k in range(4):
-        pre[k] = 0.0
     host = row[C_SERVE_STEP_OVERHEAD_S]
-    prefill_costs(row, 1.0, pre, scratch[2])           # the prompt's own prefill work (breakdown)
     state = scratch[5]
     closed_loop(row, requests, running, scratch[3:5], state)
+    pre = scratch[4]                                   # the iterations that carry the prompt (its own service)
     ttft, tpot, lam = state[0], state[1], state[2]
     steps = outp - 1.0
     for k in range(4):

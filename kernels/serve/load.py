@@ -32,33 +32,40 @@ from fastmodel.kernels.columns import (
 from fastmodel.kernels.serve.attention import attention_launches, decode_attention_sum, prefill_attention_time
 from fastmodel.kernels.serve.costs import K_ATTN, K_COMM, K_GEMM, K_MEM, LAUNCH, body_costs, head_costs
 
-#: fixed-point passes over the batch composition (decode batch, prompts per prefill iteration)
+#: fixed-point passes over the batch composition (decode batch, prompts per prefill iteration); a pass stops the
+#: loop when neither moved by more than REFRESH (relative), and an iteration time is recomputed only when its
+#: argument moved by more than that
 PASSES = 2
+REFRESH = 0.15
 
 
 @njit
 def decode_iteration(row, n, costs):
     """Seconds of a decode-only iteration of ``n`` requests at the mean context of their output tokens
-    (into ``costs``, zeroed first); returns the experts touched per MoE layer."""
+    (into ``costs``, zeroed first); returns (experts touched per MoE layer, decode attention of one request)."""
     for k in range(4):
         costs[k] = 0.0
     if n <= 0.0:
-        return 0.0
+        return 0.0, 0.0
     touched = body_costs(row, n, LAUNCH, costs)
     head_costs(row, n / row[C_ATTENTION_DP], LAUNCH, costs)
     inp = row[C_INPUT_LEN]
     steps = row[C_OUTPUT_LEN] - 1.0
     costs[K_ATTN] += attention_launches(row)
+    per_request = 0.0
     if steps > 0.0:
-        costs[K_ATTN] += decode_attention_sum(row, n, inp + 1.0, inp + steps) / steps
-    return touched
+        attention = decode_attention_sum(row, n, inp + 1.0, inp + steps) / steps
+        costs[K_ATTN] += attention
+        per_request = attention / n
+    return touched, per_request
 
 
 @njit
-def prefill_iteration(row, n, q, costs):
+def prefill_iteration(row, n, q, per_request, costs):
     """Seconds of an iteration carrying ``q`` prompt tokens and, when ``mixed_prefill``, the ``n`` decodes
-    (into ``costs``, zeroed first). The prompt's tokens sit on one attention-DP group; its attention is
-    its share ``q / I`` of the causal prompt's."""
+    (into ``costs``, zeroed first); ``per_request``: the decode attention of one request at the mean context
+    (attention is linear in the requests). The prompt's tokens sit on one attention-DP group; its attention
+    is its share ``q / I`` of the causal prompt's."""
     for k in range(4):
         costs[k] = 0.0
     inp = row[C_INPUT_LEN]
@@ -66,15 +73,14 @@ def prefill_iteration(row, n, q, costs):
     mine = dec / row[C_ATTENTION_DP] + q
     body_costs(row, dec + q, LAUNCH, costs, mine)
     head_costs(row, dec / row[C_ATTENTION_DP] + q / inp, LAUNCH, costs)
-    steps = row[C_OUTPUT_LEN] - 1.0
-    if dec > 0.0 and steps > 0.0:
-        costs[K_ATTN] += decode_attention_sum(row, dec, inp + 1.0, inp + steps) / steps + attention_launches(row)
+    if dec > 0.0:
+        costs[K_ATTN] += dec * per_request + attention_launches(row)
     costs[K_ATTN] += prefill_attention_time(row, q / inp, inp)
     return costs[K_GEMM] + costs[K_ATTN] + costs[K_MEM] + costs[K_COMM]
 
 
-#: bisection steps of the loop's request rate (relative precision 2^-40)
-BISECTIONS = 40
+#: most regula-falsi (Illinois) steps for the loop's request rate (it stops at |g| <= 1e-9 N, usually in < 10)
+ROOT_STEPS = 40
 
 
 @njit(inline="always")
@@ -94,28 +100,46 @@ def loop_state(lam, running, own, share, t_d, per_token, mixed, steps, overlap):
 
 @njit
 def solve_rate(running, own, share, t_d, per_token, mixed, steps, overlap):
-    """The closed loop's request rate: the root of lam x cycle(lam) = N (cycle grows with lam, so one root;
-    bisection between 0 and the smaller of N / (own + (O - 1 + overlap) T_d) and the prefill station's
-    saturation 1 / (share (N - 1) / N))."""
+    """The closed loop's request rate: the root of g(lam) = lam x cycle(lam) - N. g grows with lam, so the
+    root is unique between 0 (g = -N) and the smaller of N / (own + (O - 1 + overlap) T_d) and the prefill
+    station's saturation 1 / (share (N - 1) / N) (g >= 0 there); regula falsi with the Illinois step, stopped at
+    |g| <= 1e-9 N or after ROOT_STEPS steps."""
     hi = running / (own + (steps + overlap) * t_d)
     if running > 1.0:
         hi = min(hi, running / ((running - 1.0) * share) * (1.0 - 1e-9))
     lo = 0.0
-    for _ in range(BISECTIONS):
-        mid = 0.5 * (lo + hi)
-        cycle, _, _ = loop_state(mid, running, own, share, t_d, per_token, mixed, steps, overlap)
-        if mid * cycle < running:
-            lo = mid
+    g_lo = -running
+    cycle, _, _ = loop_state(hi, running, own, share, t_d, per_token, mixed, steps, overlap)
+    g_hi = hi * cycle - running
+    if g_hi <= 0.0:
+        return hi
+    side = 0
+    lam = hi
+    for _ in range(ROOT_STEPS):
+        lam = (lo * g_hi - hi * g_lo) / (g_hi - g_lo)
+        cycle, _, _ = loop_state(lam, running, own, share, t_d, per_token, mixed, steps, overlap)
+        g = lam * cycle - running
+        if abs(g) <= 1e-9 * running:
+            return lam
+        if g < 0.0:
+            lo, g_lo = lam, g
+            if side == -1:
+                g_hi *= 0.5
+            side = -1
         else:
-            hi = mid
-    return lo
+            hi, g_hi = lam, g
+            if side == 1:
+                g_lo *= 0.5
+            side = 1
+    return lam
 
 
 @njit
 def closed_loop(row, requests, running, scratch, out):
     """Steady state of ``requests`` in flight of which ``running`` fit the KV cache. ``out`` receives
     (ttft, tpot, requests per s, decode batch, experts touched, decode-iteration seconds); ``scratch[0]``
-    holds the decode iteration's cost parts, ``scratch[1]`` the prefill iteration's."""
+    holds the decode iteration's cost parts, ``scratch[1]`` those of the iterations that carry one prompt (its
+    own service S, the decodes riding with it included)."""
     inp = row[C_INPUT_LEN]
     steps = row[C_OUTPUT_LEN] - 1.0
     p = row[C_PP]
@@ -132,21 +156,36 @@ def closed_loop(row, requests, running, scratch, out):
     touched = 0.0
     t_d = 0.0
     q = inp
+    b_done = -1.0
+    q_done = -1.0
+    chunks = 1.0
+    t_m = 0.0
+    per_request = 0.0
     for _ in range(PASSES):
         n = b / p
-        touched = decode_iteration(row, n, dec)
-        t_d = dec[K_GEMM] + dec[K_ATTN] + dec[K_MEM] + dec[K_COMM] + host
+        fresh = abs(b - b_done) > REFRESH * b
+        if fresh:
+            touched, per_request = decode_iteration(row, n, dec)
+            t_d = dec[K_GEMM] + dec[K_ATTN] + dec[K_MEM] + dec[K_COMM] + host
+            b_done = b
         free = max(1.0, row[C_MAX_NUM_TOKENS] - (n if mixed else 0.0))
         chunked = row[C_CHUNKED_PREFILL] > 0.0
         chunk = min(inp, free) if chunked else inp
         # prompts waiting at an iteration boundary enter together, up to the budget
         q = max(chunk, min(lam * inp * max(tpot, t_d), free if chunked else max(free, inp)))
-        t_m = prefill_iteration(row, n * others, q, pre) + host
-        own = math.ceil(inp / chunk) * t_m
+        if fresh or abs(q - q_done) > REFRESH * q:
+            t_m = prefill_iteration(row, n * others, q, per_request, pre) + host
+            q_done = q
+        chunks = math.ceil(inp / chunk)
+        own = chunks * t_m
         share = t_m * inp / q
         lam = solve_rate(running, own, share, t_d, inp / q, mixed, steps, overlap)
         _, ttft, tpot = loop_state(lam, running, own, share, t_d, inp / q, mixed, steps, overlap)
         b = max(1.0, running * steps * tpot / (ttft + (steps + overlap) * tpot))
+        if abs(b - b_done) <= REFRESH * b and abs(q - q_done) <= REFRESH * q:
+            break
+    for k in range(4):
+        pre[k] *= chunks                              # the iterations that carry the prompt: its own service
     ttft += overlap * tpot
     if requests > running:
         ttft += (requests - running) / lam            # Little's law over the requests waiting for KV room
