@@ -29,6 +29,12 @@ class SpecError(FastmodelError):
         super().__init__(f"{where}: {reason}" if where else reason)
 
 
+class UnsupportedError(SpecError):
+    """A field or value the engine does not take (an unknown key, a choice outside its list): the input may be
+    right for a later version or another schema, so ``validate`` counts such a record as a miss instead of
+    stopping; every other command reports it like any SpecError."""
+
+
 class FieldValueError(ValueError):
     """Raised inside a spec's pydantic validator to blame a nested field: ``path`` (e.g.
     ``("tiers", 1, "domain_size")``) extends the field path of the one-line :class:`SpecError`."""

@@ -139,7 +139,7 @@ def _names_fits_memory(where: list[str]) -> bool:
 def best(ds: xr.Dataset, by: str, top: int = 10, where: list[str] | None = None, ascending: bool | None = None,
          columns: tuple[str, ...] = ("throughput", "step_time", "exposed_comm", "tokens_per_s_per_gpu", "mfu", "tpot",
                                      "output_tokens_per_s_per_user", "memory_per_device"),
-         include_oom: bool = False):
+         include_oom: bool = False, memory_margin: float | None = None):
     """The ``top`` configurations by ``by`` as a pandas DataFrame, best first: smallest first for a variable
     that improves downward (``better = "min"`` in its attrs or the registry: times, costs, memory), largest
     first otherwise; ``ascending`` True / False forces the order.
@@ -147,9 +147,13 @@ def best(ds: xr.Dataset, by: str, top: int = 10, where: list[str] | None = None,
     On datasets of the real-world memory model (:func:`fits_filter_applies`) only configurations that fit in
     usable HBM are ranked unless ``include_oom`` or a ``where`` filter names ``fits_memory``; the table's
     ``attrs["fits_filter"]`` says whether that filter applied (``applied``) and how many of the ``of``
-    candidates (finite ``by`` passing ``where``) it dropped (``dropped``).
+    candidates (finite ``by`` passing ``where``) it dropped (``dropped``), and the memory margin it used
+    (``margin``: bytes of HBM kept free, ``source`` "default" -- the stack's reserve -- or "user" for
+    ``memory_margin``, bytes; fastmodel/analysis/margin.py).
     """
     import pandas as pd
+
+    from fastmodel.analysis.margin import describe, fits_under, margin
 
     by = resolve(ds.data_vars, by)     # a variable's alias ranks by it too (iteration_time: step_time)
     if by not in ds.data_vars:
@@ -160,20 +164,28 @@ def best(ds: xr.Dataset, by: str, top: int = 10, where: list[str] | None = None,
         raise SweepError(f"--by {by}: {by} is categorical, not a quantity to rank by; filter on it with "
                          f"--where (e.g. --where status=ok) and rank by a quantity such as throughput")
     variable = ds[by]
+    extra = [dim for dim in variable.dims if "status" in ds and dim not in ds["status"].dims]
+    if extra:      # memory by memory_kind: one value per kind, not one per configuration
+        totals = [name for name in ds.data_vars if name.startswith(by) and name != by
+                  and set(ds[name].dims) <= set(variable.dims) - set(extra)]
+        raise SweepError(f"--by {by}: {by} has one value per {', '.join(extra)} (not one per configuration); "
+                         f"rank by {' or '.join(totals) or 'a variable without it'}")
     if ascending is None:
         from fastmodel.registry import better
 
         ascending = better(by, dict(variable.attrs)) == "min"
     mask = where_mask(ds, where or [])
+    kept_free = margin(ds, memory_margin)
     applied = not include_oom and fits_filter_applies(ds) and not _names_fits_memory(where or [])
     dropped = ranked = 0
     if applied:
-        fits_grid = (ds["fits_memory"] > 0.5).broadcast_like(variable).transpose(*variable.dims)
+        fits_grid = fits_under(ds, kept_free).broadcast_like(variable).transpose(*variable.dims)
         candidates = np.isfinite(variable.where(mask).transpose(*variable.dims).values.astype(np.float64))
         fits = fits_grid.values
         dropped, ranked = int((candidates & ~fits).sum()), int(candidates.sum())
         if dropped and not (candidates & fits).any():
-            raise SweepError(f"none of the {dropped:,} ranked configurations fits in usable HBM (memory_per_device); "
+            raise SweepError(f"none of the {dropped:,} ranked configurations fits in usable HBM (memory_per_device; "
+                             f"{describe(kept_free)}); "
                              "pass --include-oom (include_oom=True) to rank them anyway")
         mask = mask & fits_grid
     values = variable.where(mask).transpose(*variable.dims).values.astype(np.float64)
@@ -198,5 +210,5 @@ def best(ds: xr.Dataset, by: str, top: int = 10, where: list[str] | None = None,
         rows["status"] = [names[int(s)] if 0 <= int(s) < len(names) else str(int(s))
                           for s in ds["status"].transpose(*variable.dims).values[index]]
     table = pd.DataFrame(rows)
-    table.attrs["fits_filter"] = {"applied": applied, "dropped": dropped, "of": ranked}
+    table.attrs["fits_filter"] = {"applied": applied, "dropped": dropped, "of": ranked, "margin": kept_free}
     return table

@@ -21,8 +21,11 @@ from fastmodel.cli.common import friendly
 @click.option("--force", is_flag=True, help="Replace an existing CSV file.")
 @click.option("--include-oom", is_flag=True,
               help="Also rank plans that do not fit in usable HBM (real-world datasets rank only plans that fit).")
+@click.option("--memory-margin", "memory_margin", type=float, metavar="GIB",
+              help="HBM to keep free, GiB: a plan fits when memory_per_device <= HBM - margin (default: the "
+                   "stack's reserve, 1 - usable_hbm_fraction of the HBM).")
 @friendly
-def best_command(result, by, top, where, ascending, csv_path, force, include_oom):
+def best_command(result, by, top, where, ascending, csv_path, force, include_oom, memory_margin):
     """Top-k configurations of a sweep result by any variable, best first (real-world datasets: only plans that fit)."""
     from fastmodel.analysis.best import best, open_result
     from fastmodel.io.atomic import atomic_write
@@ -31,13 +34,14 @@ def best_command(result, by, top, where, ascending, csv_path, force, include_oom
     if csv_path:
         check_output(csv_path, "csv", inputs=(result,), force=force, what="CSV")
     ds = open_result(result)
-    table = best(ds, by, top, list(where), ascending, include_oom=include_oom)
+    from fastmodel.analysis.margin import describe
+
+    margin = None if memory_margin is None else memory_margin * 2**30
+    table = best(ds, by, top, list(where), ascending, include_oom=include_oom, memory_margin=margin)
     fits = table.attrs["fits_filter"]
     if fits["applied"]:
-        usable = ds.attrs.get("usable_hbm_bytes")
-        hbm = f" of {float(usable) / 2**30:.1f} GiB" if usable is not None else ""
         click.echo(f"only plans that fit: dropped {fits['dropped']:,} of {fits['of']:,} configurations "
-                   f"(memory_per_device over usable HBM{hbm}); --include-oom keeps them", err=True)
+                   f"(memory_per_device over {describe(fits['margin'])}); --include-oom keeps them", err=True)
     click.echo(table.to_string(index=False))
     if csv_path:
         with claim_output(csv_path, "csv", inputs=(result,), force=force, what="CSV"), \

@@ -97,14 +97,27 @@ def _check_suffix(output, *inputs):
 
 @click.group("plot")
 def plot():
-    """Figures for papers: heatmap, timeline, breakdown, memory, pareto, scaling."""
+    """Figures for papers: heatmap, timeline, memory-timeline, breakdown, memory, pareto, scaling."""
+
+
+#: the throughput variable of each engine's results, in the order looked for: MAD-Max, real-world, serving
+DEFAULT_VARS = ("throughput", "tokens_per_s_per_gpu", "output_tokens_per_s_per_gpu")
+_VAR_HELP = ", ".join(DEFAULT_VARS)
+
+
+def _default_var(ds, var: str | None) -> str:
+    """``var``, or the first of DEFAULT_VARS the result holds (was 'throughput', which real-world and serving
+    results do not have)."""
+    if var is not None:
+        return var
+    return next((name for name in DEFAULT_VARS if name in ds.data_vars), DEFAULT_VARS[0])
 
 
 @plot.command("heatmap")
 @click.argument("result", type=click.Path())
 @click.option("--x", "x", required=True, help="Dimension along the columns, e.g. num_nodes.")
 @click.option("--y", "y", required=True, help="Dimension along the rows, e.g. plan.")
-@click.option("--var", default="throughput", show_default=True, help="Variable to colour by.")
+@click.option("--var", help="Variable to colour by (default: the result's throughput: " + _VAR_HELP + ").")
 @_sel_option
 @_reduce_option
 @click.option("--relative-to", "relative_to", metavar="PLAN", help="Show the gain over this plan (>1 better; diverging).")
@@ -120,7 +133,8 @@ def heatmap_command(result, x, y, var, sel, reduce, relative_to, annotate, best,
     from fastmodel.plot.data import parse_reduce
 
     _check_suffix(output, result)
-    fig, _ = heatmap(_open(result), x, y, var=var, sel=_sel(sel), reduce=parse_reduce(reduce), relative_to=relative_to,
+    ds = _open(result)
+    fig, _ = heatmap(ds, x, y, var=_default_var(ds, var), sel=_sel(sel), reduce=parse_reduce(reduce), relative_to=relative_to,
                      annotate=annotate, best=None if best == "none" else best, log=log, size=size, title=title)
     _save(fig, output, dpi)
 
@@ -180,6 +194,35 @@ def timeline_command(model, system, task, num_nodes, plan, semantics, window, ag
     fig, _ = timeline(model=None if record is not None else model, system=system, task=task, record=record,
                       source=model if record is not None else None, semantics=semantics, plan=plan, num_nodes=num_nodes, window=parse_window(window),
                       aggregate=aggregate, size=size, title=title)
+    _save(fig, output, dpi)
+
+
+@plot.command("memory-timeline")
+@click.option("--model", "-m", required=True, help="Built-in name or path, or a run record (.json, RUNS.md schema).")
+@click.option("--system", "-s", help="Built-in name or path (not needed for a run record).")
+@click.option("--task", "-t", help="Built-in name or path (not needed for a run record).")
+@click.option("--nodes", "num_nodes", type=click.IntRange(min=1), help="Cluster size in nodes.")
+@click.option("--plan", "-p", help="A mesh like 'tp8.pp4' (overrides the task's).")
+@click.option("--memory-margin", "memory_margin", type=float, metavar="GIB",
+              help="HBM kept free, GiB (default: the stack's reserve, 1 - usable_hbm_fraction of the HBM).")
+@_figure_options("double")
+@friendly
+def memory_timeline_command(model, system, task, num_nodes, plan, memory_margin, output, dpi, size, title):
+    """Memory over one training step per pipeline rank, by kind, with the HBM line (real-world models).
+
+    Each panel is one pipeline rank's operations in schedule order (F j / B j: forward / backward of
+    micro-batch j); its highest point is the rank's peak (docs/model_memory.md)."""
+    _check_suffix(output)
+    from fastmodel.cli.run import _record_in
+    from fastmodel.plot.memory_timeline import memory_timeline
+
+    record = _record_in(model)
+    if record is None and (system is None or task is None):
+        raise click.UsageError("--system and --task are required (unless --model is a run record)")
+    margin = None if memory_margin is None else memory_margin * 2**30
+    fig, _ = memory_timeline(model=None if record is not None else model, system=system, task=task, record=record,
+                             source=model if record is not None else None, plan=plan, num_nodes=num_nodes,
+                             memory_margin=margin, size=size, title=title)
     _save(fig, output, dpi)
 
 
@@ -275,7 +318,7 @@ def _serving_pareto(ds, curve, x, y, sel, mask, output, dpi, size, title):
 @plot.command("scaling")
 @click.argument("result", type=click.Path())
 @click.option("--x", "x", required=True, help="Dimension on x, e.g. num_nodes or flops_util.")
-@click.option("--var", default="throughput", show_default=True, help="Variable on y.")
+@click.option("--var", help="Variable on y (default: the result's throughput: " + _VAR_HELP + ").")
 @click.option("--hue", help="One line per value of this dimension, e.g. plan.")
 @_sel_option
 @_reduce_option
@@ -288,6 +331,7 @@ def scaling_command(result, x, var, hue, sel, reduce, top, output, dpi, size, ti
     from fastmodel.plot.data import parse_reduce
 
     _check_suffix(output, result)
-    fig, _ = scaling(_open(result), x, var=var, hue=hue, sel=_sel(sel), reduce=parse_reduce(reduce), top=top,
+    ds = _open(result)
+    fig, _ = scaling(ds, x, var=_default_var(ds, var), hue=hue, sel=_sel(sel), reduce=parse_reduce(reduce), top=top,
                      size=size, title=title)
     _save(fig, output, dpi)

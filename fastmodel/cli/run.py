@@ -14,7 +14,7 @@ import click
 
 from fastmodel.cli.app import main
 from fastmodel.cli.common import calibration_option, friendly, read_calibration, semantics_option
-from fastmodel.errors import FastmodelError
+from fastmodel.errors import FastmodelError, SpecError
 
 #: engine -> its report module (``run_one`` for specs, ``run_record`` for records)
 REPORTS = {"madmax": "fastmodel.madmax.report", "lm": "fastmodel.lm.report", "serve": "fastmodel.serve.report"}
@@ -63,15 +63,26 @@ def run(model, system, task, num_nodes, plan, semantics, calibration, as_json):
 
 def _record_in(model: str) -> dict | None:
     """The run or serving record a ``.json`` file holds, else None (then ``model`` names a spec)."""
+    if model.endswith(".jsonl") and Path(model).is_file():
+        raise SpecError(model, None, "a JSON-lines file (one record or case per line): 'fastmodel run' takes one "
+                        "record (.json) or spec; evaluate every line with 'fastmodel batch' (or 'validate')")
     if not model.endswith(".json") or not Path(model).is_file():
         return None
-    from fastmodel.spec.detect import is_run_record, is_serve_record
+    from fastmodel.spec.detect import RUN_RECORD_BLOCKS, SERVE_RECORD_BLOCKS, is_run_record, is_serve_record
 
     try:
         data = json.loads(Path(model).read_text(encoding="utf-8-sig"))
     except (OSError, ValueError):
         return None
-    return data if is_run_record(data) or is_serve_record(data) else None
+    if is_run_record(data) or is_serve_record(data):
+        return data
+    if isinstance(data, dict) and any(set(blocks) <= set(data) for blocks in (RUN_RECORD_BLOCKS, SERVE_RECORD_BLOCKS)):
+        # the keys of a record with a block that is not an object ("plan": "tp8"): the record's schema says so
+        blocks = RUN_RECORD_BLOCKS if set(RUN_RECORD_BLOCKS) <= set(data) else SERVE_RECORD_BLOCKS
+        wrong = next(name for name in blocks if not isinstance(data[name], dict))
+        raise SpecError(model, wrong, f"a {'run' if blocks == RUN_RECORD_BLOCKS else 'serving'} record's "
+                        f"{wrong} block must be an object (got {data[wrong]!r:.40})")
+    return None
 
 
 def _refuse_with_record(model: str, **given) -> None:

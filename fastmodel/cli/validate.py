@@ -18,43 +18,52 @@ from fastmodel.cli.common import friendly
 @click.option("--force", is_flag=True, help="Replace existing outputs of the same kind (a CSV file, a figure).")
 @click.option("--calibration", type=click.Path(dir_okay=False),
               help="Apply a calibration overlay (.toml from `fastmodel calibrate`); default: physical values.")
-@click.option("--heldout", is_flag=True,
-              help="Score the development rows and the frozen held-out rows (heldout.json beside RUNS) apart.")
+@click.option("--heldout", "split_file", is_flag=False, flag_value="", default=None, metavar="[SPLIT.json]",
+              help="Score the frozen held-out runs beside the in-sample (dev) ones, every group twice; the "
+                   "split file defaults to heldout.json beside RUNS.")
 @friendly
-def validate(runs, output, plot_path, force, calibration, heldout):
+def validate(runs, output, plot_path, force, calibration, split_file):
     """Predict every run record of RUNS (JSONL, RUNS.md schema) and print the step-time error tables
     beside the constant-MFU baselines at 0.40 and 0.50. Serving records (SERVE_RUNS.md) with measurements
-    get throughput, TTFT and TPOT error tables."""
+    get throughput, TTFT and TPOT error tables. A record the model refuses is named on stderr and counted
+    as a miss (column miss; the hit rate counts it against the model)."""
     from fastmodel.errors import SpecError
     from fastmodel.io.outputs import check_output
     from fastmodel.lm.records import read_records, with_measurements
-    from fastmodel.lm.validate import format_report, rows, skipped_lines
+    from fastmodel.lm.validate import format_report, refused_rows, rows, skipped_lines
 
     if output:
         check_output(output, "csv", inputs=(runs,), force=force, what="table")
     if plot_path:
         check_output(plot_path, _figure_kind(plot_path), inputs=(runs,), force=force, what="figure")
+    from fastmodel.analysis.splits import heldout_ids, mark_split, split_file_for
     from fastmodel.serve.records import file_has_serve_records
 
+    heldout = None if split_file is None else heldout_ids(split_file_for(runs, split_file), runs)
+    refused: list = []
     if file_has_serve_records(runs):      # serving records (SERVE_RUNS.md): fastmodel.serve.validate
         from fastmodel.serve.records import read_serve_records
         from fastmodel.serve.validate import format_report as serve_report
+        from fastmodel.serve.validate import refused_rows as serve_refused
         from fastmodel.serve.validate import rows as serve_rows
 
         if plot_path:
             raise SpecError(plot_path, "", "--plot draws step times of run records, not serving records")
         if calibration:
             raise SpecError(calibration, "", "--calibration applies to run records, not serving records")
-        from fastmodel.analysis.heldout import heldout_ids
-
-        table = serve_rows(read_serve_records(runs, keep_refused=True), heldout_ids(runs) if heldout else None)
-        click.echo(serve_report(table))
+        records = read_serve_records(runs, refused)
+        _echo_refused(refused)
+        table = (serve_rows(records) if records else []) + serve_refused(refused)
+        click.echo(serve_report(table if heldout is None else mark_split(table, heldout), heldout is not None))
         if output:
             _write_rows(table, output, runs, force)
         return
-    records, skipped = with_measurements(read_records(runs), runs)   # measured is read only here
-    for line in skipped:
-        click.echo(line, err=True)
+    records = read_records(runs, refused)
+    _echo_refused(refused)
+    if records:
+        records, skipped = with_measurements(records, runs)   # measured is read only here
+        for line in skipped:
+            click.echo(line, err=True)
     if calibration:  # nothing fitted is applied unless asked for
         from fastmodel.lm.calibrate import apply_calibration, read_calibration
         from fastmodel.lm.calibrate.use import check, cli_warnings, tiers_used
@@ -67,19 +76,11 @@ def validate(runs, output, plot_path, force, calibration, heldout):
             check(cal, seen, frameworks={record.raw.get("framework") for record in records})
         records = apply_calibration(records, cal)
         click.echo(cal.describe())
-    table = rows(records)
+    table = (rows(records) if records else []) + refused_rows(refused)
     for line in skipped_lines(table):
-        click.echo(f"warning: {runs}: {line}", err=True)
-    if heldout:
-        from fastmodel.analysis.heldout import heldout_ids
-
-        held = heldout_ids(runs)
-        for name, part in (("development rows", [r for r in table if r["id"] not in held]),
-                           ("held-out rows", [r for r in table if r["id"] in held])):
-            click.echo(f"== {name} ({len(part)})")
-            click.echo(format_report(part) if part else "(none)")
-    else:
-        click.echo(format_report(table))
+        if not line.split(": ")[1].startswith("refused"):
+            click.echo(f"warning: {runs}: {line}", err=True)
+    click.echo(format_report(table if heldout is None else mark_split(table, heldout), heldout is not None))
     if output:
         _write_rows(table, output, runs, force)
     if plot_path:
@@ -90,6 +91,12 @@ def validate(runs, output, plot_path, force, calibration, heldout):
         fig, _ = predicted_vs_measured(table)
         with claim_output(plot_path, _figure_kind(plot_path), inputs=(runs,), force=force, what="figure"):
             save(fig, plot_path)
+
+
+def _echo_refused(refused: list) -> None:
+    """One stderr line per record the engine refused (a miss in the scores)."""
+    for item in refused:
+        click.echo(f"refused (a miss): {item.reason}", err=True)
 
 
 def _figure_kind(path: str) -> str:

@@ -112,6 +112,24 @@ _NAMES = {"csv": "CSV", "json": "JSON/JSONL", "toml": "TOML", "png": "PNG", "pdf
           "netcdf": "netCDF", "parquet": "Parquet", "binary": "binary", "text": "plain-text"}
 
 
+#: file-name suffixes that say which kind a file holds (a suffix not listed says nothing: out.txt, rows.dat)
+SUFFIX_KINDS = {".csv": "csv", ".tsv": "csv", ".json": "json", ".jsonl": "json", ".ndjson": "json",
+                ".toml": "toml", ".png": "png", ".pdf": "pdf", ".svg": "svg", ".nc": "netcdf", ".nc4": "netcdf",
+                ".cdf": "netcdf", ".parquet": "parquet", ".pq": "parquet", ".zarr": "zarr"}
+
+
+def _check_suffix(path: str, kind: str, what: str, by_suffix: bool = False) -> None:
+    """A name whose suffix promises another kind than the one written (JSON lines into ``out.nc``, a TOML
+    calibration into ``cal.json``) is refused: a later command would read the file by its name.
+    ``by_suffix``: the command writes CSV for ``.csv`` and JSON lines otherwise (batch, serve)."""
+    suffix = Path(str(path)).suffix.lower()
+    named = SUFFIX_KINDS.get(suffix)
+    if named is not None and named != kind:
+        fits = ".jsonl (or .csv)" if by_suffix else next(s for s, k in SUFFIX_KINDS.items() if k == kind)
+        raise OutputError(f"{path}: a {suffix} name, but this command writes {_NAMES.get(kind, kind)} here; "
+                          f"name the {what} {fits}")
+
+
 def check_output(path: str, kind: str, inputs: tuple[str, ...] = (), force: bool = False,
                  what: str = "output") -> None:
     """Refuse ``path`` if it is an input, or an existing file we may not replace (see the module doc).
@@ -131,6 +149,7 @@ def check_output(path: str, kind: str, inputs: tuple[str, ...] = (), force: bool
             raise OutputError(f"{path}: cannot write: no such directory {target.parent}") from None
         if not os.access(target.parent, os.W_OK | os.X_OK):
             raise OutputError(f"{path}: cannot write in {target.parent}: permission denied") from None
+        _check_suffix(path, output_kind(path, kind), what, by_suffix=kind == "text")
         return
     except OSError as error:
         raise OutputError(f"{path}: cannot write: {error.strerror}") from None
@@ -144,6 +163,7 @@ def check_output(path: str, kind: str, inputs: tuple[str, ...] = (), force: bool
         raise OutputError(f"{path} exists and is a {_NAMES.get(found, found)} file, not the {_NAMES.get(want, want)} "
                           f"{what} this command writes; refusing to replace it (even with --force): choose another "
                           "output")
+    _check_suffix(path, want, what, by_suffix=kind == "text")
     if not force:
         raise OutputError(f"{path} exists; pass --force to replace it")
 

@@ -211,3 +211,28 @@ def timeline(model: Any = None, system: Any = None, task: Any = None, *, record:
                     np.asarray(tl.kind, dtype=np.int64), np.asarray(tl.start, dtype=float),
                     np.asarray(tl.end, dtype=float), float(tl.step_time), label,
                     wait_row=STREAMS.index("compute"), wait_tol=1e-9)
+
+
+def memory_timeline(model: Any = None, system: Any = None, task: Any = None, *, record: dict | None = None,
+                    source: str | None = None, plan: str | None = None, num_nodes: int | None = None,
+                    memory_margin: float | None = None):
+    """The engine's door for ``fastmodel.plot.memory_timeline``: memory over one step on every pipeline rank, by
+    kind (``fastmodel.lm.memory_timeline.MemoryTimeline``), of specs or a run ``record``; ``memory_margin``
+    (bytes kept free of the HBM; default: the stack's reserve, ``1 - usable_hbm_fraction``)."""
+    from fastmodel.lm.memory_timeline import memory_timeline as build
+    from fastmodel.lm.records import lower_record
+    from fastmodel.lm.rules import check_plan
+    from fastmodel.lm.sweep import point_columns
+
+    if record is not None:
+        lowered = lower_record(record, source)
+        check_plan(lowered.columns, f"{source}: plan" if source else "plan")
+        return build(lowered.columns, lowered.id or "run record", memory_margin)
+    from fastmodel.lm.loader import load_lm_model
+    from fastmodel.lm.task import load_train_task
+
+    spec = load_lm_model(model)
+    train = load_train_task(task)
+    plan = plan if plan is not None else train.plan
+    columns = point_columns(spec, system, train, plan=plan, num_nodes=num_nodes)
+    return build(columns, f"{spec.name}, {plan or 'dp'}", memory_margin)

@@ -66,8 +66,9 @@ def model_values(model) -> dict[str, float]:
             values[key] = float(getattr(model, key))
     if model.sliding_window:
         values["sliding_window"] = float(model.sliding_window)
-        layers = model.sliding_window_layers
-        values["sliding_window_layers"] = float(layers if layers is not None else model.layers)
+    # the layers a window applies to (default all), also without a window: a sliding_window axis then applies
+    layers = model.sliding_window_layers
+    values["sliding_window_layers"] = float(layers if layers is not None else model.layers)
     values["mtp_layers"] = float(model.mtp_layers)
     # Llama-style gated models use RMSNorm, GPT-style LayerNorm, unless the model says which
     norm = model.normalization

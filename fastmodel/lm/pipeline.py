@@ -1,7 +1,8 @@
 """The real-world step's pipeline, op by op: the exact path that tests the closed form (docs/model.md §11.7.1).
 
-The closed form (``kernels/lm/step.py``) charges one step ``m t_mb + (p - 1)/v t_avg``:
-``t_mb`` is one micro-batch on the slowest (last) stage, ``t_avg`` on the average stage.
+The closed form (``kernels/lm/step.py``) charges one step ``m t_mb + bubble``: ``t_mb`` is one
+micro-batch on the slowest (last) stage, the bubble the schedule's (``kernels/lm/pipeline.py``), e.g.
+``(p - 1)/v t_avg`` for 1F1B with ``t_avg`` the average stage.
 Here the same per-micro-batch stage times, read back from the kernel's own results, become
 the cost slots of a pipeline Program (``lm/pipeline_program.py``), which the generic scheduler
 times exactly:
@@ -9,11 +10,12 @@ times exactly:
 - per micro-batch, stage body ``t_body = t_mb - t_head``: the stage's layers, forward and
   backward (with recompute and exposed TP/CP/EP), ``t_mb`` recovered from
   ``step_time - pipeline_bubble - exposed_pp - exposed_dp - time_optimizer - step_overhead_s``
-  over m; ``t_head`` the LM head and loss (``kernels/lm_layer.head_costs``), on the last
-  virtual stage only;
+  over m; ``t_head`` the LM head and loss (``kernels/lm/passes.head_passes``), on the last
+  virtual stage only (under DualPipe the last stage of each direction: half of it per micro-batch);
 - each virtual stage (chunk) holds ``t_body / v``; with ``uneven_stages``, in proportion to the
-  layers it holds (:func:`chunk_layers`); the forward is a third of a chunk, the backward two
-  thirds (GEMMs 1 : 2), a choice the makespan does not depend on in the cases the tests prove.
+  layers it holds (:func:`chunk_layers`); forward, backward and its weight-gradient part in the
+  kernel's pass ratios (:func:`pass_shares`), a split the 1F1B, GPipe and interleaved makespans do
+  not depend on in the cases the tests prove; ZB-H1 and DualPipe read it.
 
 Data-parallel, optimizer and host time are outside the pipeline: the comparison is of the
 compute and bubble part ``m t_mb + bubble`` alone, and, with sends (:func:`send_time`, each on
@@ -29,8 +31,6 @@ import numpy as np
 
 from fastmodel.lm.pipeline_program import PipelineTimes, pipeline_program, pipeline_slots, schedule_pipeline
 from fastmodel.registry.lm import COLUMN_INDEX, PIPELINE_SCHEDULES
-
-FORWARD_SHARE = 1.0 / 3.0   # forward : backward of a layer's GEMMs, 1 : 2
 
 
 def _col(columns: np.ndarray, name: str) -> float:
@@ -60,8 +60,9 @@ class StageTimes:
     virtual_stages: int
     micro_batches: int
     forward: np.ndarray          # (v, p): forward of one micro-batch on chunk c of stage s (head included)
-    backward: np.ndarray         # (v, p)
-    stage_mb: float              # the closed form's t_mb: the last stage, one micro-batch
+    backward: np.ndarray         # (v, p): full backward (inputs and weights)
+    weight: np.ndarray           # (v, p): its weight-gradient part (the W pass of split-backward schedules)
+    stage_mb: float              # the closed form's t_mb: the busiest stage, one micro-batch
     head: float                  # LM head and loss, forward and backward, one micro-batch
     closed_bubble: float         # the kernel's pipeline_bubble
 
@@ -79,15 +80,28 @@ class StageTimes:
 def _schedule(columns: np.ndarray, v: int) -> str:
     if v > 1:
         return "interleaved"     # the closed form divides the bubble by v whatever the schedule code
-    code = int(_col(columns, "pipeline_schedule"))
-    return "gpipe" if code == PIPELINE_SCHEDULES["gpipe"] else "1f1b"
+    name = {code: name for name, code in PIPELINE_SCHEDULES.items()}[int(_col(columns, "pipeline_schedule"))]
+    return "1f1b" if name == "interleaved" else name
+
+
+def pass_shares(columns: np.ndarray) -> tuple[float, float]:
+    """(forward, weight-gradient) shares of the average layer's critical-path time (``kernels/lm/passes.py``:
+    F + exposed forward communication, and W, over t_layer)."""
+    from fastmodel.kernels.lm.passes import A_BACKWARD_WEIGHT, A_EXPOSED_F, A_FORWARD, N_WORK, layer_passes, layer_time
+
+    work = np.zeros(N_WORK)
+    layer_passes(columns, work)
+    total = layer_time(work)
+    return (work[A_FORWARD] + work[A_EXPOSED_F]) / total, work[A_BACKWARD_WEIGHT] / total
 
 
 def stage_times(columns: np.ndarray, uniform: bool = False, schedule: str | None = None) -> StageTimes:
     """The per-micro-batch stage times of the configuration ``columns`` (a registry column vector, pp > 1),
-    from the kernel's results. ``uniform``: every stage runs the average stage (body + head / p, spread
-    over its chunks), the case where the closed form is exact."""
-    from fastmodel.kernels.lm.layer import N_WORK, W_GEMM, W_MEM, W_TP, head_costs
+    from the kernel's results, split into passes in the kernel's ratios (:func:`pass_shares`). ``uniform``:
+    every stage runs the average stage (body + head / p, spread over its chunks), the case where the closed
+    form is exact."""
+    from fastmodel.kernels.lm.passes import N_WORK, head_passes
+    from fastmodel.kernels.lm.pipeline import model_copies
     from fastmodel.lm.engine import evaluate_table
 
     columns = np.asarray(columns, dtype=np.float64)
@@ -100,25 +114,24 @@ def stage_times(columns: np.ndarray, uniform: bool = False, schedule: str | None
         raise ValueError(f"{m} micro-batches per step is not a whole number")
     outside = r["exposed_pp"] + r["exposed_dp"] + r["time_optimizer"] + _col(columns, "step_overhead_s")
     stage_mb = (r["step_time"] - r["pipeline_bubble"] - outside) / m
-    work = np.zeros(N_WORK)
-    head_costs(columns, work)
-    head_forward = work[W_GEMM] + work[W_MEM]
-    head_backward = 2.0 * work[W_GEMM] + work[W_MEM] + 2.0 * work[W_TP]
-    head = head_forward + head_backward
-    body = stage_mb - head
+    head_f, head_b, head_w = head_passes(columns, np.zeros(N_WORK))
+    head = head_f + head_b + head_w
+    body = stage_mb - head / model_copies(columns)
+    f_share, w_share = pass_shares(columns)
     if uniform:
         share = np.full((v, p), 1.0 / v)
-        forward = share * (FORWARD_SHARE * body + head / p)
-        backward = share * ((1.0 - FORWARD_SHARE) * body)
+        forward = share * (f_share * body + head_f / p)
+        backward = share * ((1.0 - f_share) * body + (head_b + head_w) / p)
+        weight = share * (w_share * body + head_w / p)
     else:
         layers = chunk_layers(int(round(_col(columns, "layers"))), p, v)
         share = layers / layers.max() / v         # the busiest rank's chunks hold body / v each
-        forward = share * FORWARD_SHARE * body
-        backward = share * (1.0 - FORWARD_SHARE) * body
-        forward[-1, -1] += head_forward
-        backward[-1, -1] += head_backward
-    return StageTimes(schedule or _schedule(columns, v), p, v, int(round(m)), forward, backward, stage_mb, head,
-                      r["pipeline_bubble"])
+        forward, backward, weight = share * f_share * body, share * (1.0 - f_share) * body, share * w_share * body
+        forward[-1, -1] += head_f                 # the last model stage (DualPipe: rank p - 1 and rank 0)
+        backward[-1, -1] += head_b + head_w
+        weight[-1, -1] += head_w
+    return StageTimes(schedule or _schedule(columns, v), p, v, int(round(m)), forward, backward, weight, stage_mb,
+                      head, r["pipeline_bubble"])
 
 
 def send_time(columns: np.ndarray) -> float:
@@ -138,4 +151,4 @@ def exact_pipeline(times: StageTimes, send: float | None = None) -> PipelineTime
     program = pipeline_program(times.stages, times.micro_batches, times.schedule, times.virtual_stages,
                                sends=send is not None)
     return schedule_pipeline(program, pipeline_slots(times.forward, times.backward, times.stages,
-                                                     times.virtual_stages, send or 0.0))
+                                                     times.virtual_stages, send or 0.0, times.weight))

@@ -29,7 +29,7 @@ from pydantic import (
     model_validator,
 )
 
-from fastmodel.errors import FieldValueError, SpecError, nearest
+from fastmodel.errors import FieldValueError, SpecError, UnsupportedError, nearest
 from fastmodel.lm.execution import ExecutionSpec
 from fastmodel.lm.spec import LMSpec
 from fastmodel.lm.stacks import STACK_NAMES
@@ -80,10 +80,17 @@ class SystemBlock(_Block):
     intra_node_bw_assumed: bool | None = None
 
 
+#: names RUNS.md records use for a schedule: DeepSeek-V2's "zero-bubble" PP (report sec. 3.1.3, citing Qi et al.
+#: 2024) is the handcrafted schedule at 1F1B's memory, ZB-H1
+SCHEDULE_ALIASES = {"zero_bubble": "zb_h1", "zero-bubble": "zb_h1", "zb-h1": "zb_h1", "zbh1": "zb_h1"}
+
+
 def _schedule_name(value: Any) -> Any:
-    """``"interleaved 1F1B, sync P2P (...)"`` -> ``"interleaved"``: a schedule name, then an optional remark."""
+    """``"interleaved 1F1B, sync P2P (...)"`` -> ``"interleaved"``: a schedule name (or an alias,
+    ``SCHEDULE_ALIASES``), then an optional remark."""
     if isinstance(value, str):
         head = re.split(r"[\s,;(]", value.strip(), maxsplit=1)[0].lower()
+        head = SCHEDULE_ALIASES.get(head, head)
         return head if head in PIPELINE_SCHEDULES else value
     return value
 
@@ -216,7 +223,8 @@ def record_error(error: ValidationError, source: str | None, prefix: tuple = ())
             reason += f" (got {first['input']!r:.100})"
         if first["type"] == "literal_error":
             reason += nearest(str(first.get("input")), re.findall(r"'([^']*)'", first["ctx"]["expected"]))
-    return SpecError(source, field, reason)
+    unsupported = first["type"] in ("extra_forbidden", "literal_error")
+    return (UnsupportedError if unsupported else SpecError)(source, field, reason)
 
 
 def _field_path(loc: tuple) -> tuple:

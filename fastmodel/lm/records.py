@@ -169,6 +169,7 @@ def with_measurements(records: list[RunRecord], path: str | Path) -> tuple[list[
     return kept, skipped
 
 
-def read_records(path: str | Path) -> list[RunRecord]:
-    """Every record of a JSONL file; a bad line is a SpecError naming the file and line."""
-    return read_jsonl(path, lower_record, "run records")
+def read_records(path: str | Path, refused: list | None = None) -> list[RunRecord]:
+    """Every record of a JSONL file; a bad line is a SpecError naming the file and line (with a ``refused``
+    list, appended to it instead: see ``fastmodel.spec.records.read_jsonl``)."""
+    return read_jsonl(path, lower_record, "run records", refused=refused)

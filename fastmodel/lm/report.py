@@ -51,4 +51,11 @@ def run_record(data: dict, source: str | None = None, calibration: Any = None) -
 
     values, attrs = record_values(data, source, calibration=calibration)
     title = f"{data.get('id') or source} (run record; measured values ignored)" + calibrated_suffix(calibration)
-    return _report(values, attrs, title)
+    report = _report(values, attrs, title)
+    notes = [note for note in attrs.get("notes", "").split("; ") if note]
+    if not notes:
+        return report
+    # what the model assumed where the record is silent (an unknown GPU or framework, vp "unknown", ...)
+    lines = report.text.splitlines()
+    text = "\n".join([lines[0], *(f"note: {note}" for note in notes), *lines[1:]])
+    return RunReport(text, {**report.record, "notes": notes})

@@ -25,7 +25,7 @@ import numpy as np
 from fastmodel.errors import SweepError
 from fastmodel.lm.loader import load_cluster, load_execution, load_lm_model
 from fastmodel.lm.lowering import Mesh, lower
-from fastmodel.lm.table import encode
+from fastmodel.lm.table import CODE_TABLES, encode
 from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
 
 if TYPE_CHECKING:
@@ -100,7 +100,11 @@ def _axis_values(name: str, values: Any, model, cluster, max_gpus: int) -> tuple
     if name not in ("num_nodes",) and name not in COLUMN_INDEX:
         from fastmodel.errors import nearest
         raise SweepError(f"unknown axis {name!r}{nearest(name, [*COLUMN_INDEX, 'num_nodes', MESH_AXIS])}")
-    numeric = np.array([float(encode(name, v)) for v in values])
+    if name == "dp":
+        raise SweepError("axis 'dp': derived for every point (dp = n_gpus / (tp pp cp) fills the cluster): sweep "
+                         "num_nodes and the plan (or the degrees tp, pp, cp) instead")
+    numeric = np.array([_axis_number(name, v) for v in values])
+    _check_model_axis(name, values, model)
     if not np.all(np.isfinite(numeric)):
         raise SweepError(f"axis {name!r}: values must be finite")
     if name in COLUMN_INDEX:
@@ -110,6 +114,60 @@ def _axis_values(name: str, values: Any, model, cluster, max_gpus: int) -> tuple
             raise SweepError(f"axis {name!r}: {outside[0]!r} is outside [{column.lo:g}, {column.hi:g}]"
                              f"{' ' + column.units if column.units not in ('1', 'code') else ''}")
     return list(values), numeric
+
+
+def check_degree_axes(names) -> None:
+    """A plan axis sets tp, pp, cp and ep together: an axis over one of them beside it would override the
+    plan's degree point by point."""
+    clash = [name for name in names if name in DEGREES]
+    if MESH_AXIS in names and clash:
+        raise SweepError(f"axis {clash[0]!r}: the plan axis sets {', '.join(DEGREES)}; sweep the degree in the "
+                         f"plans (plan = ['tp2', 'tp8', ...]) or drop the plan axis")
+
+
+def _check_model_axis(name: str, values: Any, model) -> None:
+    """An axis over a field of the model spec: each value must make a model the spec accepts (kv_heads
+    dividing heads, moe_topk with moe_experts, ...), as the same model in a spec file must."""
+    from pydantic import ValidationError
+
+    from fastmodel.lm.spec import LMSpec
+
+    if not isinstance(model, LMSpec) or name not in LMSpec.model_fields:
+        return
+    data = model.model_dump()
+    for value in values:
+        try:
+            LMSpec.model_validate({**data, name: value})
+        except ValidationError as error:
+            first = error.errors()[0]
+            where = ".".join(str(part) for part in first["loc"])
+            raise SweepError(f"axis {name!r}: {value!r} does not make a valid {model.name}: "
+                             f"{where + ': ' if where else ''}{first['msg'].removeprefix('Value error, ')}") from None
+
+
+#: column units -> the kind of quantity a unit string of it is read as (fastmodel/spec/quantity.py)
+QUANTITY_KINDS = {"bytes": "bytes", "bytes/s": "bytes_per_s", "FLOP/s": "flop_per_s", "s": "seconds"}
+
+
+def _axis_number(name: str, value: Any) -> float:
+    """One axis value as a number: a code name by its table, a unit string ('80 GB', '450 GB/s') of a
+    quantity column in SI units, a number as it is; anything else a one-line SweepError."""
+    from fastmodel.spec.quantity import parse_quantity
+
+    if isinstance(value, str) and name in CODE_TABLES:
+        return float(encode(name, value))
+    units = COLUMNS[COLUMN_INDEX[name]].units if name in COLUMN_INDEX else "1"
+    if isinstance(value, str) and units in QUANTITY_KINDS:
+        try:
+            return parse_quantity(value, QUANTITY_KINDS[units])
+        except ValueError as error:
+            raise SweepError(f"axis {name!r}: {error}") from None
+    column = COLUMNS[COLUMN_INDEX[name]] if name in COLUMN_INDEX else None
+    if isinstance(value, bool) and column is not None and (column.lo, column.hi) == (0, 1):
+        return float(value)                   # a switch (sequence_parallel = [true, false])
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise SweepError(f"axis {name!r}: {value!r} is not a number" + (f" of {units}" if units != "1" else ""))
+    return float(value)
 
 
 def lm_sweep(model: Any, system: Any, task: Any = None, axes: dict | None = None, execution: Any = None,

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from fastmodel.errors import SweepError
-from fastmodel.lm.sweep import MESH_AXIS, _axis_arrays, _axis_values, base_columns, parse_mesh
+from fastmodel.lm.sweep import MESH_AXIS, _axis_arrays, _axis_values, base_columns, check_degree_axes, parse_mesh
 from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS, STATUS_CODES
 from fastmodel.sweeps.plan import Axis, SweepPlan
 
@@ -43,6 +43,7 @@ class LMSweepPlan(SweepPlan):
         axes = dict(axes or {})
         nodes = axes.get("num_nodes", [cluster.num_nodes])
         max_gpus = int(max(nodes) * cluster.gpus_per_node) if len(nodes) else cluster.n_gpus
+        check_degree_axes(list(axes))
         names, labels, numeric = [], [], []
         for name, values in axes.items():
             coords, values_num = _axis_values(name, values, model, cluster, max_gpus)
@@ -120,6 +121,7 @@ class LMSweepPlan(SweepPlan):
             "semantics": "default", "fastmodel_version": __version__, "codes": json.dumps(CODE_TABLES),
             "usable_hbm_bytes": float(self.base[COLUMN_INDEX["usable_hbm_fraction"]]
                                       * self.base[COLUMN_INDEX["hbm_bytes"]]),
+            "hbm_bytes": float(self.base[COLUMN_INDEX["hbm_bytes"]]),
             "fastmodel_task": "llm-pretrain", "sweep": json.dumps(self.definition()),
         }
         if self.calibration is not None:

@@ -72,99 +72,125 @@ class _Builder:
             self.op(name, stream, stream, max(window_start, gap_end - total), gap_end)
 
 
-def timeline(columns: np.ndarray, label: str = "the configuration") -> Timeline:
-    """The per-op timeline of the configuration ``columns`` (a registry column vector); a one-line
-    NotFiniteError naming ``label`` when its times are not finite numbers."""
-    from fastmodel.kernels.lm.layer import N_WORK, W_GEMM, W_MEM, W_TP, head_costs, recompute_share
-    from fastmodel.lm.engine import evaluate_one
-
-    columns = np.asarray(columns, dtype=np.float64)
-    r = evaluate_one(columns, label)
+def _layer_terms(columns: np.ndarray, r: dict) -> dict:
+    """Per layer and micro-batch seconds of the average layer, recovered from the kernel's results with the
+    kernel's own pass ratios (``kernels/lm/passes.py``): forward and backward ops by kind, recompute, and per
+    process group the collective and its exposed part with the forward's share of its runs."""
+    from fastmodel.kernels.lm.layer import W_GEMM, W_MEM, W_TP, recompute_share
+    from fastmodel.kernels.lm.passes import (
+        BACKWARD_ATTN,
+        BACKWARD_GEMM,
+        BACKWARD_MEM,
+        CP_BACKWARD_PASSES,
+        EP_BACKWARD_PASSES,
+        GATHER_BACKWARD_PASSES,
+        N_WORK,
+        TP_BACKWARD_PASSES,
+        head_passes,
+    )
 
     def col(name):
         return float(columns[COLUMN_INDEX[name]])
 
-    pp, dp = col("pp"), col("dp")
-    m = col("global_batch") / (col("micro_batch") * dp)
+    pp, m = col("pp"), col("global_batch") / (col("micro_batch") * col("dp"))
     layers = col("layers") / pp
     full, _ = recompute_share(columns)
     work = np.zeros(N_WORK)
-    head_costs(columns, work)
-    head_gemm, head_mem, head_tp = work[W_GEMM], 2.0 * work[W_MEM], 2.0 * work[W_TP]
+    head_f, head_b, head_w = head_passes(columns, work)
+    head_gemm, head_mem, head_tp = work[W_GEMM], 2.0 * work[W_MEM], (1.0 + TP_BACKWARD_PASSES) * work[W_TP]
     fsdp = col("sharding") == CODE_TABLES["sharding"]["fsdp"] and pp <= 1.0
-
-    # per layer and micro-batch, averaged over the layer kinds
-    gemm = (r["time_gemm"] / m - 3.0 * head_gemm) / layers
+    gemm = (r["time_gemm"] / m - (1.0 + BACKWARD_GEMM) * head_gemm) / layers
     attn = r["time_attention"] / m / layers
     mem = (r["time_memory_bound"] / m - head_mem) / layers
     again = r["time_recompute"] / m / layers
     keep = 1.0 - again / (gemm + attn + mem) if gemm + attn + mem > 0.0 else 1.0
     gemm, attn, mem = gemm * keep, attn * keep, mem * keep
-    fwd = {"gemm": gemm / 3.0, "attention": attn / 3.5, "memory_bound": mem / 3.0}
-    bwd = {"gemm": 2.0 * gemm / 3.0, "attention": 2.5 * attn / 3.5, "memory_bound": 2.0 * mem / 3.0}
-    shares = {"tp": 1.0 / (2.0 + full), "cp": 1.0 / (3.0 + full), "ep": 1.0 / (2.0 + full), "dp": 1.0 / 3.0}
+    gemm_runs, attn_runs, mem_runs = 1.0 + BACKWARD_GEMM, 1.0 + BACKWARD_ATTN, 1.0 + BACKWARD_MEM
     groups = ["tp", "cp", "ep"] + (["dp"] if fsdp else [])
     comm = {g: r[f"comm_{g}"] / m for g in groups}
     hidden = {g: r[f"exposed_{g}"] / m for g in groups}
     comm["tp"] -= head_tp
     hidden["tp"] -= head_tp
-    comm = {g: max(0.0, v) / layers for g, v in comm.items()}
-    hidden = {g: max(0.0, v) / layers for g, v in hidden.items()}
+    backward_runs = {"tp": TP_BACKWARD_PASSES + full, "cp": CP_BACKWARD_PASSES + full, "ep": EP_BACKWARD_PASSES + full,
+                     "dp": GATHER_BACKWARD_PASSES + 1.0}           # ZeRO-3: gather, gather again, reduce-scatter
+    return {
+        "m": m, "layers": layers, "fsdp": fsdp, "groups": groups, "again": again, "head_tp": head_tp,
+        "head_f": head_f - work[W_TP], "head_b": head_b + head_w - work[W_TP] * TP_BACKWARD_PASSES,
+        "fwd": {"gemm": gemm / gemm_runs, "attention": attn / attn_runs, "memory_bound": mem / mem_runs},
+        "bwd": {"gemm": BACKWARD_GEMM * gemm / gemm_runs, "attention": BACKWARD_ATTN * attn / attn_runs,
+                "memory_bound": BACKWARD_MEM * mem / mem_runs},
+        "shares": {g: 1.0 / (1.0 + backward_runs[g]) for g in groups},
+        "comm": {g: max(0.0, v) / layers for g, v in comm.items()},
+        "hidden": {g: max(0.0, v) / layers for g, v in hidden.items()},
+    }
 
+
+def _layer_pass(b: _Builder, terms: dict, label: str, direction: str, t: float, scale: float) -> float:
+    """One layer's forward (``direction`` "f") or backward ops from ``t``; returns where the next starts."""
+    first = t
+    ops = terms["fwd"] if direction == "f" else terms["bwd"]
+    recompute = 0.0 if direction == "f" else terms["again"]
+    if recompute > 0.0:
+        b.op(f"{label} recompute", "compute", "recompute", t, t + recompute * scale)
+        t += recompute * scale
+    for kind, seconds in ops.items():
+        b.op(f"{label} {kind}", "compute", kind, t, t + seconds * scale)
+        t += seconds * scale
+    gap_start = gap_end = t
+    for g in terms["groups"]:
+        share = terms["shares"][g] if direction == "f" else 1.0 - terms["shares"][g]
+        exposed_here = terms["hidden"][g] * share * scale
+        b.comm(f"{label} {g}", g, terms["comm"][g] * share * scale, gap_start, gap_start + exposed_here, first)
+        gap_end += exposed_here
+    return gap_end
+
+
+def _micro_batch(b: _Builder, terms: dict, r: dict, i: int, repeat: int, per_layer: bool, t: float) -> float:
+    """Micro-batch ``i`` on the last stage: layer forwards, the LM head, its sends and the layer backwards."""
+    m, scale = terms["m"], terms["layers"] / repeat
+    head_f, head_b, head_tp = terms["head_f"], terms["head_b"], terms["head_tp"]
+    pp_gap, pp_send = r["exposed_pp"] / (2.0 * m), r["comm_pp"] / (2.0 * m)
+    mb = f"mb{i}"
+    for layer in range(repeat):
+        t = _layer_pass(b, terms, f"{mb} L{layer} fwd" if per_layer else f"{mb} layers fwd", "f", t, scale)
+    b.op(f"{mb} LM head fwd", "compute", "head", t, t + head_f)
+    t += head_f
+    b.op(f"{mb} LM head bwd", "compute", "head", t, t + head_b)
+    t_head_end = t + head_b
+    b.comm(f"{mb} LM head tp", "tp", head_tp, t_head_end, t_head_end + head_tp, t)
+    t = t_head_end + head_tp
+    b.comm(f"{mb} pp send fwd", "pp", pp_send, t, t + pp_gap, t - head_b)
+    t += pp_gap
+    for layer in reversed(range(repeat)):
+        t = _layer_pass(b, terms, f"{mb} L{layer} bwd" if per_layer else f"{mb} layers bwd", "b", t, scale)
+    b.comm(f"{mb} pp send bwd", "pp", pp_send, t, t + pp_gap, t)
+    return t + pp_gap
+
+
+def timeline(columns: np.ndarray, label: str = "the configuration") -> Timeline:
+    """The per-op timeline of the configuration ``columns`` (a registry column vector); a one-line
+    NotFiniteError naming ``label`` when its times are not finite numbers."""
+    from fastmodel.lm.engine import evaluate_one
+
+    columns = np.asarray(columns, dtype=np.float64)
+    r = evaluate_one(columns, label)
+    terms = _layer_terms(columns, r)
+    m, layers = terms["m"], terms["layers"]
     per_layer = layers * m <= MAX_LAYER_OPS
     repeat = max(1, int(round(layers))) if per_layer else 1
-    scale = layers / repeat              # layers each drawn layer stands for (uneven stages: not quite 1)
     b = _Builder()
-    head_f = head_gemm + head_mem / 2.0
-    head_b = 2.0 * head_gemm + head_mem / 2.0
-    compute_f = sum(fwd.values()) * layers + head_f
-    compute_b = (sum(bwd.values()) + again) * layers + head_b
+    compute_f = sum(terms["fwd"].values()) * layers + terms["head_f"]
+    compute_b = (sum(terms["bwd"].values()) + terms["again"]) * layers + terms["head_b"]
     bubble = r["pipeline_bubble"]
     warm = bubble * compute_f / (compute_f + compute_b) if compute_f + compute_b > 0.0 else 0.0
-    t = 0.0
-    b.op("pipeline warm-up", "compute", "bubble", t, t + warm)
-    t += warm
-    pp_gap = r["exposed_pp"] / (2.0 * m)
-    pp_send = r["comm_pp"] / (2.0 * m)
-
-    def layer_pass(label, ops, recompute, direction, t):
-        first = t
-        if recompute > 0.0:
-            b.op(f"{label} recompute", "compute", "recompute", t, t + recompute * scale)
-            t += recompute * scale
-        for kind, seconds in ops.items():
-            b.op(f"{label} {kind}", "compute", kind, t, t + seconds * scale)
-            t += seconds * scale
-        gap_start = t
-        gap = sum((hidden[g] * (shares[g] if direction == "f" else 1.0 - shares[g])) for g in groups) * scale
-        for g in groups:
-            share = shares[g] if direction == "f" else 1.0 - shares[g]
-            exposed_here = hidden[g] * share * scale
-            b.comm(f"{label} {g}", g, comm[g] * share * scale, gap_start, gap_start + exposed_here, first)
-        return t + gap
-
+    b.op("pipeline warm-up", "compute", "bubble", 0.0, warm)
+    t = warm
     for i in range(int(round(m))):
-        mb = f"mb{i}"
-        for layer in range(repeat):
-            name = f"{mb} L{layer} fwd" if per_layer else f"{mb} layers fwd"
-            t = layer_pass(name, fwd, 0.0, "f", t)
-        b.op(f"{mb} LM head fwd", "compute", "head", t, t + head_f)
-        t += head_f
-        b.op(f"{mb} LM head bwd", "compute", "head", t, t + head_b)
-        t_head_end = t + head_b
-        b.comm(f"{mb} LM head tp", "tp", head_tp, t_head_end, t_head_end + head_tp, t)
-        t = t_head_end + head_tp
-        b.comm(f"{mb} pp send fwd", "pp", pp_send, t, t + pp_gap, t - head_b)
-        t += pp_gap
-        for layer in reversed(range(repeat)):
-            name = f"{mb} L{layer} bwd" if per_layer else f"{mb} layers bwd"
-            t = layer_pass(name, bwd, again, "b", t)
-        b.comm(f"{mb} pp send bwd", "pp", pp_send, t, t + pp_gap, t)
-        t += pp_gap
-    last_backward_start = t - (compute_b - head_b + pp_gap)
+        t = _micro_batch(b, terms, r, i, repeat, per_layer, t)
+    last_backward_start = t - (compute_b - terms["head_b"] + r["exposed_pp"] / (2.0 * m))
     b.op("pipeline cool-down", "compute", "bubble", t, t + bubble - warm)
     t += bubble - warm
-    if not fsdp:
+    if not terms["fsdp"]:
         dp_gap = r["exposed_dp"]
         b.comm("dp gradient reduction", "dp", r["comm_dp"], t, t + dp_gap, last_backward_start)
         t += dp_gap

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from fastmodel.analysis.scores import Scores, score  # noqa: F401 - shared with serving's validate
+from fastmodel.analysis.splits import HIT_TOLERANCE, SPLITS, hit_rate
 from fastmodel.lm.records import RunRecord
 
 BASELINE_MFUS = (0.40, 0.50)
@@ -47,6 +48,7 @@ def rows(records: list[RunRecord]) -> list[dict]:
     """One dict per record: ids, groups, status (``ok``, or ``not_finite``: no prediction, left out of the
     scores), measured and predicted step time, errors of model and baselines. A measured run is predicted
     even where its plan breaks a sweep rule (e.g. fewer micro-batches than stages): it ran."""
+    from fastmodel.lm.validate_memory import memory_fields
     from fastmodel.registry.lm import STATUSES
 
     status = np.zeros(len(records), dtype=np.int8)
@@ -67,8 +69,24 @@ def rows(records: list[RunRecord]) -> list[dict]:
         for name in ("mfu", "time_gemm", "time_attention", "time_memory_bound", "pipeline_bubble",
                      "exposed_tp", "exposed_cp", "exposed_ep", "exposed_pp", "exposed_dp", "memory_per_device"):
             row[name] = results[name][i]
+        row.update(memory_fields(r, results, i))
         row["notes"] = "; ".join(r.notes)
         table.append(row)
+    return table
+
+
+def refused_rows(refused: list) -> list[dict]:
+    """One row per record the engine refused (``fastmodel.spec.records.Refused``): status ``refused``, no
+    prediction, a miss in every hit rate."""
+    table = []
+    for item in refused:
+        raw = item.raw
+        system = raw.get("system") if isinstance(raw.get("system"), dict) else {}
+        table.append({"id": item.id, "source": str(raw.get("source", "")), "stack": "(refused)",
+                      "gpu": str(system.get("gpu", "")), "parallelism_kind": str(raw.get("parallelism_kind", "")),
+                      "tier": str(raw.get("tier", "")), "status": "refused",
+                      "measured_step_time_s": np.nan, "predicted_step_time_s": np.nan, "error": np.nan,
+                      **{f"baseline_mfu{mfu:.2f}_error": np.nan for mfu in BASELINE_MFUS}, "notes": item.reason})
     return table
 
 
@@ -76,8 +94,10 @@ def skipped_lines(table: list[dict]) -> list[str]:
     """One line per row left out of the scores (status other than ``ok``), naming its record and why."""
     from fastmodel.registry.lm import STATUS_CODES, STATUSES
 
-    return [f"{row['id']}: {row['status']}: {STATUSES[STATUS_CODES[row['status']]].message}; left out of the "
-            "scores" for row in table if row["status"] != "ok"]
+    def why(row):
+        return row["notes"] if row["status"] == "refused" else STATUSES[STATUS_CODES[row["status"]]].message
+
+    return [f"{row['id']}: {row['status']}: {why(row)}; counted as a miss" for row in table if row["status"] != "ok"]
 
 
 def group_scores(table: list[dict], key: str | None) -> list[tuple[str, Scores, Scores, Scores]]:
@@ -95,16 +115,49 @@ def group_scores(table: list[dict], key: str | None) -> list[tuple[str, Scores, 
     return out
 
 
-def format_report(table: list[dict]) -> str:
-    """The validation tables as text: overall, then by source, GPU, parallelism kind and tier."""
+def _group_lines(table: list[dict], key: str | None, label: str) -> dict[str, str]:
+    """One line (by group name) per group of ``key``: answered n, misses (refused or not finite), model scores, hit rate
+    within HIT_TOLERANCE over every record of the group, baselines' MAPE."""
+    members: dict[str, list[dict]] = {}
+    for row in table:
+        members.setdefault("all" if key is None else str(row[key]), []).append(row)
+    scored = {name: rest for name, *rest in group_scores(table, key)}
+    lines = {}
+    for name in sorted(members):
+        rows_ = members[name]
+        misses = sum(row["status"] != "ok" for row in rows_)
+        hits = hit_rate([row["error"] for row in rows_ if row["status"] == "ok"], len(rows_))
+        title = f"{name} [{label}]" if label else name
+        if name not in scored:
+            lines[name] = f"{title[:40]:40s} {0:4d} {misses:4d} {'-':>7s} {'-':>7s} {'-':>7s} {100 * hits:5.0f}%"
+            continue
+        model, b40, b50 = scored[name]
+        lines[name] = (f"{title[:40]:40s} {model.n:4d} {misses:4d} {100 * model.mape:6.1f}% {100 * model.median:6.1f}% "
+                     f"{100 * model.bias:+6.1f}% {100 * hits:5.0f}%   {100 * b40.mape:10.1f}% {100 * b50.mape:10.1f}%")
+    return lines
+
+
+def format_report(table: list[dict], by_split: bool = False) -> str:
+    """The validation tables as text: overall, then by source, GPU, parallelism kind and tier; with
+    ``by_split``, every group twice, in-sample (``dev``) and ``held-out`` (rows marked by
+    ``fastmodel.analysis.splits.mark_split``)."""
     lines = []
-    header = (f"{'group':34s} {'n':>4s} {'MAPE':>7s} {'median':>7s} {'bias':>7s}   "
-              f"{'MFU.40 MAPE':>11s} {'MFU.50 MAPE':>11s}")
+    header = (f"{'group':40s} {'n':>4s} {'miss':>4s} {'MAPE':>7s} {'median':>7s} {'bias':>7s} "
+              f"{'<=' + format(HIT_TOLERANCE, '.0%'):>6s}   {'MFU.40 MAPE':>11s} {'MFU.50 MAPE':>11s}")
     for key in (None, *GROUP_KEYS):
         lines.append("")
         lines.append(f"step time by {key or 'all runs'}")
         lines.append(header)
-        for name, model, b40, b50 in group_scores(table, key):
-            lines.append(f"{name[:34]:34s} {model.n:4d} {100 * model.mape:6.1f}% {100 * model.median:6.1f}% "
-                         f"{100 * model.bias:+6.1f}%   {100 * b40.mape:10.1f}% {100 * b50.mape:10.1f}%")
-    return "\n".join(lines).lstrip("\n")
+        if not by_split:
+            lines += _group_lines(table, key, "").values()
+            continue
+        per_split = [_group_lines([row for row in table if row["split"] == split], key, split) for split in SPLITS]
+        for name in sorted(set().union(*per_split)):
+            lines += [split_lines[name] for split_lines in per_split if name in split_lines]
+    lines.append("")
+    lines.append(f"n: runs answered; miss: runs refused or without a finite prediction; <={HIT_TOLERANCE:.0%}: share "
+                 "of all runs of the group predicted within that error (misses count against it)")
+    from fastmodel.lm.validate_memory import format_memory
+
+    lines.append(format_memory(table, by_split))
+    return "\n".join(lines).lstrip("\n").rstrip("\n")

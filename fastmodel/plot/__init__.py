@@ -11,10 +11,12 @@ from fastmodel.plot.breakdown import breakdown
 from fastmodel.plot.data import PlotError, direction
 from fastmodel.plot.heatmap import heatmap
 from fastmodel.plot.memory import memory_bars
+from fastmodel.plot.memory_timeline import memory_timeline
 from fastmodel.plot.pareto import frontier, pareto, pareto_mask
 from fastmodel.plot.scaling import scaling
 from fastmodel.plot.style import PALETTE, SIZES, paper_rc, save
 from fastmodel.plot.timeline import timeline
 
-__all__ = ["PALETTE", "SIZES", "PlotError", "breakdown", "direction", "frontier", "heatmap", "memory_bars", "paper_rc",
+__all__ = ["PALETTE", "SIZES", "PlotError", "breakdown", "direction", "frontier", "heatmap", "memory_bars", "memory_timeline",
+           "paper_rc",
            "pareto", "pareto_mask", "save", "scaling", "timeline"]

@@ -52,7 +52,7 @@ SHARDING_CODES = {"ddp": 0, "zero1": 1, "distopt": 1, "zero2": 2, "fsdp": 3, "hs
 RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2, "partial_layers": 3}
 PRECISION_CODES = {"bf16": 0, "fp16": 0, "fp8": 1}
 OPTIMIZER_CODES = {"adam": 0, "adamw": 0, "sgd": 1, "adafactor": 2}
-PIPELINE_SCHEDULES = {"1f1b": 0, "interleaved": 1, "gpipe": 2}
+PIPELINE_SCHEDULES = {"1f1b": 0, "interleaved": 1, "gpipe": 2, "zb_h1": 3, "dualpipe": 4}
 SELECTIVE_POLICIES = {"megatron": 0, "op": 1}
 CP_ALGORITHMS = {"ring": 0, "alltoall": 1}
 COLLECTIVE_ALGORITHMS = {"auto": 0, "ring": 1, "tree": 2}
@@ -124,7 +124,7 @@ PLAN_COLUMNS = _cols(
     ("grad_reduce_bytes", "bytes", 4, "Bytes per gradient element in the data-parallel reduction.", 1, 8),
     ("optimizer", "code", 0, "OPTIMIZER_CODES: 0 Adam(W), 1 SGD-momentum, 2 Adafactor.", 0, 2),
     ("fp8_params", "1", 0, "1: FP8 weight copies kept (no BF16 weight copy).", 0, 1),
-    ("pipeline_schedule", "code", 0, "PIPELINE_SCHEDULES: 0 1F1B, 1 interleaved, 2 GPipe.", 0, 2),
+    ("pipeline_schedule", "code", 0, "PIPELINE_SCHEDULES: 0 1F1B, 1 interleaved, 2 GPipe, 3 ZB-H1, 4 DualPipe.", 0, 4),
     ("overlap_grad_reduce", "1", 1, "1: gradient reduction overlaps the last backward pass.", 0, 1),
     ("overlap_param_gather", "1", 1, "1: distributed-optimizer parameter gather overlaps the next forward.", 0, 1),
     ("activation_offload", "1", 0, "Share of activations offloaded to host memory.", 0, 1),
@@ -143,6 +143,10 @@ PLAN_COLUMNS = _cols(
     ("fsdp_copy_out", "1", 0, "1: ZeRO-3/FSDP copies each gathered layer out of the all-gather buffer into its "
      "parameters on the compute stream, a memory-bound read + write per gather (PyTorch FSDP2 per-parameter "
      "sharding; FSDP1's flat parameters are views of the buffer).", 0, 1),
+    ("param_fetch_bw", "bytes/s", 0, "Throughput of a framework's own synchronous ZeRO-3 parameter fetch, bytes "
+     "received per device per second (DeepSpeed <= 0.4.1: ~21.8e9 on A100, DeepSpeed issue #1174); each gather "
+     "takes the longer of NCCL's time and this, and full recompute fetches the layer again. 0: NCCL's all-gather "
+     "alone (every other stack).", 0, 1e13, False, "number"),
 )
 
 DEVICE_COLUMNS = _cols(
@@ -166,8 +170,13 @@ DEVICE_COLUMNS = _cols(
      "SM per channel, 16-24 channels, and competes for HBM).", 0, 0.9, True),
     ("kernel_overhead_s", "s", 4e-6, "Launch + tail per kernel.", 0, 1e-3, True),
     ("usable_hbm_fraction", "1", 0.95, "Share of HBM usable by the framework.", 0.1, 1),
-    ("framework_memory_bytes", "bytes", 3 * 2**30, "Per-device constant: CUDA context, NCCL, allocator reserve.",
-     0, 1e12),
+    ("framework_memory_bytes", "bytes", 3 * 2**30, "Per-device memory that is not a live tensor: CUDA context, "
+     "NCCL communicator buffers, library handles, the caching allocator's fragmentation.", 0, 1e12),
+    ("allocator_cache_fraction", "1", 0.05, "Memory the caching allocator reserves beyond its peak allocated "
+     "bytes, as a share of them: memory_reserved = (1 + f) x memory_allocated (cached free blocks; "
+     "torch.cuda.memory_stats: reserved = allocated + cached). Reported, not used for fits_memory: the "
+     "allocator releases its cache and retries when a device allocation fails. 0.05: the Megatron-LM B200 runs of "
+     "runs_dev_b200.jsonl report max_memory_reserved / max_memory_allocated of 1.028-1.069.", 0, 1),
 )
 
 NETWORK_COLUMNS = _cols(
@@ -266,9 +275,16 @@ RESULTS: tuple[Variable, ...] = (
     Result("memory_activations", "bytes", "min", "Activations held for backward on the most loaded rank."),
     Result("memory_kv_cache", "bytes", "min", "KV cache (serving)."),
     Result("memory_buffers", "bytes", "min", "Communication and gather buffers, logits workspace."),
-    Result("memory_overhead", "bytes", "min", "Framework constant (CUDA context, allocator)."),
+    Result("memory_overhead", "bytes", "min", "Not a live tensor: framework_memory_bytes (CUDA context, NCCL, "
+           "allocator fragmentation)."),
     MEMORY_PER_DEVICE,
     FITS_MEMORY,
+    Result("memory_allocated", "bytes", "min", "Peak bytes of live tensors over one step on the worst rank, as "
+           "torch.cuda.max_memory_allocated reports: the memory kinds but overhead, at the rank's peak moment."),
+    Result("memory_reserved", "bytes", "min", "Peak bytes the caching allocator holds from the device: "
+           "memory_allocated x (1 + allocator_cache_fraction), as torch.cuda.max_memory_reserved reports (its "
+           "cache is released on demand, so memory_per_device = memory_allocated + overhead decides fits_memory)."),
+    Result("memory_peak_stage", "1", "", "Pipeline rank (0 = first) whose peak memory_per_device is reported."),
 )
 RESULT_INDEX: dict[str, int] = {r.name: i for i, r in enumerate(RESULTS)}
 MEMORY_RESULTS = tuple("memory_" + k for k in MEMORY_KINDS)
@@ -302,6 +318,8 @@ STATUSES: tuple[Status, ...] = (
     Status("does_not_fit", "memory per device exceeds usable HBM"),
     Status("not_finite", "a result is not a finite number: an input magnitude is out of range (e.g. a "
            "bandwidth of 1e-300 B/s)"),
+    Status("schedule_not_runnable", "the pipeline schedule cannot run this pipeline: DualPipe needs an even pp and an "
+           "even number of micro-batches, at least 2 pp"),
     NOT_COMPUTED,
 )
 STATUS_CODES: dict[str, int] = {s.name: i for i, s in enumerate(STATUSES)}

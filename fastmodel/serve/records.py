@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from fastmodel.errors import SpecError
+from fastmodel.errors import SpecError, UnsupportedError
 from fastmodel.registry.lm import COLUMN_INDEX, LOAD_MODES
 from fastmodel.serve.api import precision_columns
 from fastmodel.serve.profiles import framework_profile
@@ -41,16 +41,9 @@ SERVE_ONLY = {"model": ("attention_bias", "attention_sinks"), "system": ("peak_f
 MEASURED_KEYS = ("output_tokens_per_s", "ttft_s", "tpot_s")
 
 
-class NotModelled(SpecError):
-    """A valid serving record of a kind the model does not evaluate yet (``validate`` counts it as refused)."""
-
-
-@dataclass(frozen=True)
-class RefusedRecord:
-    """A valid record the model refuses (``NotModelled``): its id, the reason and the raw record."""
-    id: str
-    reason: str
-    raw: dict
+class NotModelled(UnsupportedError):
+    """A valid serving record that is not one kernel configuration (a disaggregated deployment): ``validate``
+    lowers it to its worker pools (``fastmodel.serve.disagg``); other commands refuse it in one line."""
 
 
 @dataclass(frozen=True)
@@ -149,11 +142,12 @@ def _count(value: float) -> int | float:
     return int(value) if float(value).is_integer() else value
 
 
-def read_serve_records(path: str | Path, keep_refused: bool = False) -> list:
-    """Every serving record of a JSONL file (or one JSON object); a bad line is a SpecError naming it. With
-    ``keep_refused`` (validate), a disaggregated record is lowered to its two worker pools
-    (``fastmodel.serve.disagg``) and a valid record the model does not evaluate is a ``RefusedRecord``."""
-    if not keep_refused:
+def read_serve_records(path: str | Path, refused: list | None = None) -> list:
+    """Every serving record of a JSONL file (or one JSON object); a bad line is a SpecError naming it. With a
+    ``refused`` list (validate), a record with a field or value the engine does not take is appended to it
+    (``fastmodel.spec.records.read_jsonl``: a miss) and a disaggregated record is lowered to its two worker
+    pools (``fastmodel.serve.disagg.DisaggRecord``)."""
+    if refused is None:
         return read_jsonl(path, lower_serve_record, "serving records", whole_object=True)
 
     def lower(data, source):
@@ -162,12 +156,10 @@ def read_serve_records(path: str | Path, keep_refused: bool = False) -> list:
 
         try:
             return lower_serve_record(data, source)
-        except NotModelled as error:
-            if isinstance(data, dict) and isinstance(data.get("serve"), dict) and data["serve"].get("mode") == "disagg":
-                return lower_disagg(data, parse_serve_record(data, source), source)
-            return RefusedRecord(str(data.get("id", "")), error.reason, data)
+        except NotModelled:
+            return lower_disagg(data, parse_serve_record(data, source), source)
 
-    return read_jsonl(path, lower, "serving records", whole_object=True)
+    return read_jsonl(path, lower, "serving records", whole_object=True, refused=refused)
 
 
 def file_has_serve_records(path: str | Path) -> bool:

@@ -4,9 +4,9 @@ For every serving record (``SERVE_RUNS.md``) the serving model predicts ``ttft``
 ``output_tokens_per_s`` (whole instance); the error is ``predicted / measured - 1``. Beside the model stands a
 naive baseline: a lone prefill for TTFT, the decode-only iteration at the running batch (a batch-size roofline) for
 TPOT. Tables give MAPE, median |error| and bias by engine, GPU and precision; a record the model refuses
-(``records.NotModelled``) is counted as a miss. Disaggregated records are evaluated as two worker pools
+is counted as a miss. Disaggregated records are evaluated as two worker pools
 (``fastmodel.serve.disagg``; naive baseline: the prefill worker's lone prefill and the decode worker's step). With
-a held-out split (``fastmodel.analysis.heldout``) every table shows the development rows and the held-out rows side
+a held-out split (``fastmodel.analysis.splits``) every table shows the development rows and the held-out rows side
 by side.
 """
 
@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from fastmodel.analysis.heldout import split_name
 from fastmodel.analysis.scores import score
+from fastmodel.analysis.splits import HIT_TOLERANCE, hit_rate
 from fastmodel.errors import FastmodelError
 from fastmodel.serve.profiles import parse_framework
-from fastmodel.serve.records import RefusedRecord, ServeRecord
+from fastmodel.serve.records import ServeRecord
 
 #: measured key -> predicted result
 METRICS = {"ttft_s": "ttft", "tpot_s": "tpot", "output_tokens_per_s": "output_tokens_per_s"}
@@ -34,8 +34,8 @@ def _measured(record) -> dict:
     return measured if isinstance(measured, dict) else {}
 
 
-def rows(records: list, held: set[str] | None = None) -> list[dict]:
-    """One dict per record: ids, groups, split, status, measured, predicted and baseline values, errors."""
+def rows(records: list) -> list[dict]:
+    """One dict per record: ids, groups, status, measured, predicted and baseline values, errors."""
     from fastmodel.registry.serve import SERVE_RESULT_INDEX as INDEX
     from fastmodel.registry.serve import SERVE_STATUS_NAMES
     from fastmodel.serve.api import evaluate_table
@@ -55,12 +55,11 @@ def rows(records: list, held: set[str] | None = None) -> list[dict]:
         serve = r.raw["serve"]
         row = {"id": r.id, "engine": ENGINE_TITLES[parse_framework(r.raw.get("framework"))[0]],
                "framework": r.raw.get("framework"), "gpu": str(r.raw["system"].get("gpu", "")),
-               "precision": serve.get("precision", "bf16"), "split": split_name(r.id, held),
+               "precision": serve.get("precision", "bf16"),
                "load_mode": next((k for k in ("batch_size", "concurrency", "max_throughput") if serve.get(k)), "")}
         i = position.get(id(r))
         pooled = disagg.get(id(r))
-        row["status"] = r.reason if isinstance(r, RefusedRecord) else pooled["status"] if pooled is not None \
-            else SERVE_STATUS_NAMES[int(status[i])]
+        row["status"] = pooled["status"] if pooled is not None else SERVE_STATUS_NAMES[int(status[i])]
         row["mode"] = "disagg" if pooled is not None else "aggregated"
         predicted = {name: out[INDEX[name], i] for name in METRICS.values()} if i is not None else {}
         baseline = {}
@@ -110,42 +109,65 @@ def _number(value) -> float:
     return float(value)
 
 
+def refused_rows(refused: list) -> list[dict]:
+    """One row per serving record the engine refused (``fastmodel.spec.records.Refused``): its groups and
+    measured values, no prediction: a miss for every metric it measured."""
+    table = []
+    for item in refused:
+        raw = item.raw
+        serve = raw.get("serve") if isinstance(raw.get("serve"), dict) else {}
+        system = raw.get("system") if isinstance(raw.get("system"), dict) else {}
+        measured = raw.get("measured") if isinstance(raw.get("measured"), dict) else {}
+        row = {"id": item.id, "engine": ENGINE_TITLES[parse_framework(raw.get("framework"))[0]],
+               "framework": raw.get("framework"), "gpu": str(system.get("gpu", "")),
+               "precision": str(serve.get("precision", "bf16")), "mode": str(serve.get("mode", "aggregated")),
+               "load_mode": next((k for k in ("batch_size", "concurrency", "max_throughput") if serve.get(k)), ""),
+               "status": "refused"}
+        for key in METRICS:
+            row[f"measured_{key}"] = _number(measured.get(key))
+            row[f"predicted_{key}"] = row[f"error_{key}"] = row[f"baseline_error_{key}"] = np.nan
+        row["notes"] = item.reason
+        table.append(row)
+    return table
+
+
 def _cells(rows_: list[dict], key: str) -> str:
     measured = [r for r in rows_ if r[f"measured_{key}"]]
     if not measured:
-        return f"{'':>5s} {'':>4s} {'':>7s} {'':>7s} {'':>7s} {'':>7s}"
+        return " " * len(HEAD)
     errors = [r[f"error_{key}"] for r in measured if np.isfinite(r[f"error_{key}"])]
-    refused = len(measured) - len(errors)
-    s = score(errors)
+    misses = len(measured) - len(errors)
+    hits = 100 * hit_rate(errors, len(measured))
     base = score([r[f"baseline_error_{key}"] for r in measured if np.isfinite(r[f"baseline_error_{key}"])])
-    return f"{len(measured):5d} {refused:4d} {100 * s.mape:6.1f}% {100 * s.median:6.1f}% {100 * s.bias:+6.1f}% " \
-           f"{100 * base.mape:6.1f}%"
+    if not errors:
+        return f"{len(measured):5d} {misses:4d} {'-':>7s} {'-':>7s} {'-':>7s} {hits:5.0f}% {'-':>7s}"
+    s = score(errors)
+    return f"{len(measured):5d} {misses:4d} {100 * s.mape:6.1f}% {100 * s.median:6.1f}% {100 * s.bias:+6.1f}% " \
+           f"{hits:5.0f}% {100 * base.mape:6.1f}%"
 
 
-def format_report(table: list[dict]) -> str:
-    """Error tables per metric: all records, then by engine, GPU and precision; dev and held-out side by side
-    when the rows carry a split. ``ref``: records refused (not in MAPE; the issue's "misses")."""
-    splits = sorted({r["split"] for r in table}, key=["all", "dev", "heldout"].index)
-    head = f"{'n':>5s} {'ref':>4s} {'MAPE':>7s} {'median':>7s} {'bias':>7s} {'naive':>7s}"
+HEAD = f"{'n':>5s} {'miss':>4s} {'MAPE':>7s} {'median':>7s} {'bias':>7s} {'<=' + format(HIT_TOLERANCE, '.0%'):>6s} " \
+       f"{'naive':>7s}"
+
+
+def format_report(table: list[dict], by_split: bool = False) -> str:
+    """Error tables per metric: all records, then by engine, GPU, precision and mode, with the naive baseline's
+    MAPE; ``miss``: records that measured the metric but have no prediction (refused), counted against the hit
+    rate (share within HIT_TOLERANCE). With ``by_split`` (rows marked by ``analysis.splits.mark_split``), the
+    in-sample (dev) and held-out columns side by side."""
+    splits = ["dev", "held-out"] if by_split else ["all"]
     lines = []
     for key in METRICS:
         if not any(r[f"measured_{key}"] for r in table):
             continue
         lines.append("")
         lines.append(f"{key}: model vs measured (naive: {NAIVE[key]})")
-        lines.append(f"{'group':30s} " + " | ".join(f"{s + ': ' + head:>{len(head) + 9}s}" for s in splits))
+        lines.append(f"{'group':30s} " + " | ".join(f"{s:>9s} {HEAD}" for s in splits))
         for group in (None, *GROUP_KEYS):
-            names = sorted({"all" if group is None else str(r[group]) for r in table})
-            for name in names:
+            for name in sorted({"all" if group is None else str(r[group]) for r in table}):
                 chosen = [r for r in table if group is None or str(r[group]) == name]
                 label = "all" if group is None else f"{group}={name}"
-                cells = [f"{' ' * 9}{_cells([r for r in chosen if r['split'] == s], key)}" for s in splits]
+                cells = [f"{'':9s} {_cells([r for r in chosen if not by_split or r['split'] == s], key)}"
+                         for s in splits]
                 lines.append(f"{label[:30]:30s} " + " | ".join(cells))
-    refused = [r for r in table if not np.isfinite(r["error_ttft_s"]) and r["status"] != "ok"]
-    if refused:
-        reasons: dict[str, int] = {}
-        for r in refused:
-            reasons[r["status"]] = reasons.get(r["status"], 0) + 1
-        lines.append("")
-        lines.append("refused: " + "; ".join(f"{n} x {reason}" for reason, n in sorted(reasons.items())))
     return "\n".join(lines).lstrip("\n")

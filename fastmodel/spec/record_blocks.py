@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from fastmodel.errors import FieldValueError, SpecError, nearest
+from fastmodel.errors import FieldValueError, SpecError, UnsupportedError, nearest
 from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
 
 
@@ -66,7 +66,8 @@ def field_path(root: type[BaseModel], loc: tuple) -> tuple[tuple, type[BaseModel
 
 def first_error(error: ValidationError, source: str | None, root: type[BaseModel], prefix: tuple = ()) -> SpecError:
     """The first problem of a record's validation as one line ``source: block.field: reason`` (typos first:
-    an unknown key often explains a missing one)."""
+    an unknown key often explains a missing one). An unknown key or a value outside a list is an
+    ``UnsupportedError`` (``validate`` counts the record as a miss; every other command stops on it)."""
     errors = sorted(error.errors(), key=lambda e: e["type"] != "extra_forbidden")
     first = errors[0]
     loc, _ = field_path(root, tuple(first["loc"]))
@@ -85,4 +86,5 @@ def first_error(error: ValidationError, source: str | None, root: type[BaseModel
             reason += f" (got {first['input']!r:.100})"
         if first["type"] == "literal_error":
             reason += nearest(str(first.get("input")), re.findall(r"'([^']*)'", first["ctx"]["expected"]))
-    return SpecError(source, field, reason)
+    unsupported = first["type"] in ("extra_forbidden", "literal_error")   # may be right for a later schema
+    return (UnsupportedError if unsupported else SpecError)(source, field, reason)

@@ -7,11 +7,12 @@ engine lowers one record with its own function and :func:`read_jsonl` names the 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from fastmodel.errors import SpecError
+from fastmodel.errors import SpecError, UnsupportedError
 
 
 def number(block: dict, key: str, where: str, source: str | None, default=None, positive=True):
@@ -30,9 +31,12 @@ def number(block: dict, key: str, where: str, source: str | None, default=None, 
     return float(value)
 
 
-def read_jsonl(path: str | Path, lower, what: str, whole_object: bool = False) -> list:
+def read_jsonl(path: str | Path, lower, what: str, whole_object: bool = False, refused: list | None = None) -> list:
     """``lower(data, "file:line")`` of every line of a JSONL file (with ``whole_object``, also of a file holding
-    one JSON object over several lines); a bad line is a SpecError naming the file and line."""
+    one JSON object over several lines); a bad line is a SpecError naming the file and line. With a
+    ``refused`` list, a line whose field or value the engine does not take (:class:`UnsupportedError`) is
+    appended to it as a :class:`Refused` instead (``validate`` counts such records as misses); a file of
+    refused lines only then returns []. Malformed input (a wrong type, a bound, a missing field) stays an error."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8-sig")
@@ -50,7 +54,24 @@ def read_jsonl(path: str | Path, lower, what: str, whole_object: bool = False) -
             data = json.loads(line)
         except json.JSONDecodeError as error:
             raise SpecError(where, "", f"invalid JSON: {error.msg}") from None
-        records.append(lower(data, where))
-    if not records:
+        try:
+            records.append(lower(data, where))
+        except UnsupportedError as error:
+            if refused is None:
+                raise
+            refused.append(Refused(where, data if isinstance(data, dict) else {}, str(error)))
+    if not records and not refused:
         raise SpecError(str(path), "", f"no {what} in the file")
     return records
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A record the engine refused: where it is (``file:line``), its raw JSON object and the one-line reason."""
+    where: str
+    raw: dict
+    reason: str
+
+    @property
+    def id(self) -> str:
+        return str(self.raw.get("id", self.where))

@@ -10,10 +10,10 @@ import numpy as np
 
 from fastmodel.kernels.jit import njit, prange
 from fastmodel.kernels.lm.layout import (
-    C_HBM_BYTES, C_USABLE_HBM_FRACTION, N_MEMORY_KINDS, N_RESULTS, R_FITS_MEMORY, R_MEMORY_PER_DEVICE,
-    R_MEMORY_WEIGHTS,
+    C_ALLOCATOR_CACHE_FRACTION, C_HBM_BYTES, C_USABLE_HBM_FRACTION, M_OVERHEAD, N_MEMORY_KINDS, N_RESULTS,
+    R_FITS_MEMORY, R_MEMORY_ALLOCATED, R_MEMORY_PEAK_STAGE, R_MEMORY_PER_DEVICE, R_MEMORY_RESERVED, R_MEMORY_WEIGHTS,
 )
-from fastmodel.kernels.lm.layer import N_WORK
+from fastmodel.kernels.lm.passes import N_WORK
 from fastmodel.kernels.lm.step import step_row
 from fastmodel.kernels.lm.memory import memory_row
 
@@ -24,14 +24,19 @@ CHUNK_ROWS = 256
 @njit
 def evaluate_row(row, work, memory, result):
     """Every result of one legal configuration: step time (kernels/lm/step.py) and memory per device by kind
-    (kernels/lm/memory.py; their sum is the peak, ``fits_memory`` compares it with usable HBM)."""
+    (kernels/lm/memory.py; their sum is the peak, ``fits_memory`` compares it with usable HBM), the peak's
+    allocated and reserved bytes (``overhead`` is not a tensor) and its pipeline rank."""
     step_row(row, work, result)
-    memory_row(row, memory)
+    stage = memory_row(row, memory)
     total = 0.0
     for k in range(N_MEMORY_KINDS):
         result[R_MEMORY_WEIGHTS + k] = memory[k]
         total += memory[k]
+    allocated = total - memory[M_OVERHEAD]
     result[R_MEMORY_PER_DEVICE] = total
+    result[R_MEMORY_ALLOCATED] = allocated
+    result[R_MEMORY_RESERVED] = allocated * (1.0 + row[C_ALLOCATOR_CACHE_FRACTION])
+    result[R_MEMORY_PEAK_STAGE] = stage
     result[R_FITS_MEMORY] = 1.0 if total <= row[C_USABLE_HBM_FRACTION] * row[C_HBM_BYTES] else 0.0
 
 

@@ -17,7 +17,7 @@ from fastmodel.kernels.lm.layout import (
     C_CP, C_DP, C_N_GPUS, C_PP, C_SHARD_DEGREE, C_TP, N_COLUMNS, N_MEMORY_KINDS, N_RESULTS, R_FITS_MEMORY,
 )
 from fastmodel.kernels.lm.rules import plan_status_row
-from fastmodel.kernels.lm.layer import N_WORK
+from fastmodel.kernels.lm.passes import N_WORK
 from fastmodel.registry.lm import STATUS_CODES
 
 ST_DOES_NOT_FIT = STATUS_CODES["does_not_fit"]

@@ -90,13 +90,21 @@ def model_flops_per_token(row):
 
 @njit
 def attention_context(row, sliding):
-    """Keys each query attends to, as executed (flash skips masked blocks: ~s/2 causal)."""
+    """Keys each query attends to on average, as executed (flash skips masked blocks: ~s/2 causal).
+
+    A causal window of w keys (query i sees keys i-w+1..i) covers the band of the s x s score matrix: a
+    w x w triangle plus (s - w) rows of w, w s - w^2/2 in the continuous limit, i.e. w - w^2 / (2 s) keys
+    per query, which is s/2 (full causal attention) at w = s; a window w >= s is full attention. Without a
+    causal mask a window covers min(s, w) keys.
+    """
     s = row[C_SEQ_LEN]
     if row[C_FLASH_ATTENTION] <= 0.0:
         return s                                  # unfused attention computes the full s x s scores
-    if sliding and row[C_SLIDING_WINDOW] > 0.0:
-        return min(s, row[C_SLIDING_WINDOW])
-    return 0.5 * s if row[C_CAUSAL] > 0.0 else s
+    causal = row[C_CAUSAL] > 0.0
+    w = row[C_SLIDING_WINDOW]
+    if sliding and 0.0 < w < s:
+        return w - w * w / (2.0 * s) if causal else w
+    return 0.5 * s if causal else s
 
 
 @njit

@@ -1,17 +1,19 @@
 """Memory per device of the real-world LM model (``default`` semantics), by memory kind.
 
 ``memory_row(row, out)`` fills ``out[M_<KIND>]`` (bytes per device) for one
-configuration, on the most loaded pipeline rank: the first stage (most
-micro-batches in flight, the input embedding) or the last stage (LM head, its
-logits workspace, MTP layers), whichever holds more in total. It allocates
-nothing, so the fused pass can call it per configuration inside ``prange``.
+configuration at the peak over the step of the most loaded pipeline rank: the
+first stage (most micro-batches in flight, the input embedding) or the last
+stage (LM head, its logits workspace, MTP layers); the phases of the step are in
+``memory_peak``. It allocates nothing, so the fused pass can call it per
+configuration inside ``prange``.
 ``memory_table(params)`` evaluates a whole ``(N_COLUMNS, n)`` table.
 
 Every term is a small function named after what it computes; its docstring
 gives the equation and its public source. ``docs/model_memory.md`` collects
 them. The terms live by concern: ``memory_states`` (parameters per stage, shard
 groups, weights, gradients, optimizer states), ``memory_activations`` (what a
-rank stores for backward, recompute, micro-batches in flight), and this module
+rank stores for backward, recompute, micro-batches in flight), ``memory_peak`` (the phases of the step and
+their transient tensors), and this module
 (KV cache, communication and gather buffers, the per-device assembly). Sizes are bytes; ``T`` is the tokens of one micro-batch on one device
 before sequence-parallel sharding: ``T = micro_batch * seq_len / cp``.
 
@@ -24,18 +26,19 @@ import numpy as np
 
 from fastmodel.kernels.jit import njit, prange
 from fastmodel.kernels.lm.layout import (
-    C_COLLECTIVE_BUCKET_BYTES, C_CP, C_DENSE_LAYERS, C_EP, C_ETP, C_FFN, C_FP8_PARAMS, C_FRAMEWORK_MEMORY_BYTES,
+    C_COLLECTIVE_BUCKET_BYTES, C_CP, C_CP_ALGORITHM, C_DENSE_LAYERS, C_EP, C_ETP, C_FFN, C_FP8_PARAMS, C_FRAMEWORK_MEMORY_BYTES,
     C_GRAD_REDUCE_BYTES, C_HEADS, C_HEAD_DIM, C_HIDDEN, C_KV_HEADS, C_KV_LORA_RANK, C_LAYERS, C_MLA, C_MOE_EXPERTS,
     C_MOE_FFN, C_MOE_SHARED_EXPERTS, C_PP, C_PRECISION, C_QK_ROPE_HEAD_DIM, C_SEQUENCE_PARALLEL, C_SHARDING, C_TP,
     C_VOCAB, M_ACTIVATIONS, M_BUFFERS, M_GRADIENTS, M_KV_CACHE, M_OPTIMIZER, M_OVERHEAD, M_WEIGHTS, N_MEMORY_KINDS,
-    PRECISION_FP8, SHARD_FSDP,
+    CP_ALLTOALL, PRECISION_FP8, SHARD_FSDP,
 )
 from fastmodel.kernels.lm.memory_activations import (
     micro_batch_tokens, replicated_divisor, local_kv_width, routed_tokens, layer_activation_bytes, kept_mode,
-    stored_layer_bytes, recompute_working_bytes, activations_bytes,
+    stored_layer_bytes, recompute_working_bytes,
 )
+from fastmodel.kernels.lm.memory_peak import backward_grad_bytes, stage_peak
 from fastmodel.kernels.lm.memory_states import (
-    is_moe, attention_params, mlp_params, stage_params, weights_bytes, gradients_bytes, optimizer_bytes, B16, B32,
+    is_moe, attention_params, mlp_params, B16, B32,
 )
 from fastmodel.kernels.lm.memory_states import layers_per_stage  # noqa: F401 - re-exported for callers of the old layout
 
@@ -121,14 +124,33 @@ def fsdp_gather_buffer_bytes(row):
 
 
 @njit(error_model='numpy')
+def cp_comm_buffer_bytes(row):
+    """Context-parallel exchange buffers of one attention, one micro-batch (zero without CP).
+
+    Ring attention (``cp_algorithm = ring``; Liu et al. 2023, Megatron-Core/Transformer Engine
+    ``AttnFuncWithCPAndKVP2P``): the K and V chunk being received while the current one is used, and the
+    chunk being sent, ``2 * 2 * 2 T kv d / t`` (``kv d / t`` = ``local_kv_width``). All-to-all
+    (DeepSpeed-Ulysses, Jacobs et al. 2023, Sec. 3): Q, K and V are re-partitioned from ``s / cp`` tokens of
+    every head to all ``s`` tokens of ``1 / cp`` of the heads, into new tensors of the same size as the
+    local ones: ``2 T (a d / t + 2 kv d / t)`` live beside the projections' outputs until they are freed.
+    Both are per device functions of ``T = b s / cp``: fixed tokens per device, fixed buffers.
+    """
+    if row[C_CP] <= 1:
+        return 0.0
+    t_tok = micro_batch_tokens(row)
+    if int(row[C_CP_ALGORITHM]) == CP_ALLTOALL:
+        return B16 * t_tok * (row[C_HEADS] / row[C_TP] * row[C_HEAD_DIM] + 2.0 * local_kv_width(row))
+    return 2.0 * 2.0 * B16 * t_tok * local_kv_width(row)
+
+
+@njit(error_model='numpy')
 def comm_buffer_bytes(row):
     """The largest in-flight collective of each process group, summed over groups (each has its stream).
 
     TP with SP: the all-gathered sequence ``2 T h`` (Megatron's global all-gather buffer); EP: dispatch
-    send + receive ``2 * 2 R h``; CP ring: K and V chunks being sent and received ``2 * 2 * 2 T kv d / t``
-    (Liu et al. 2023); PP: one activation sent and one received ``2 * 2 T h / t_sp``. DP gradient buckets
-    are views of the gradient buffer (Megatron-Core DDP) and cost nothing extra; FSDP's are in
-    ``fsdp_gather_buffer_bytes``.
+    send + receive ``2 * 2 R h``; CP (``cp_comm_buffer_bytes``); PP: one activation sent and one received
+    ``2 * 2 T h / t_sp``. DP gradient buckets are views of the gradient buffer (Megatron-Core DDP) and cost
+    nothing extra; FSDP's are in ``fsdp_gather_buffer_bytes``.
     """
     t_tok = micro_batch_tokens(row)
     h = row[C_HIDDEN]
@@ -137,8 +159,7 @@ def comm_buffer_bytes(row):
         total += B16 * t_tok * h
     if is_moe(row) and row[C_EP] > 1:
         total += 2.0 * B16 * routed_tokens(row) * h
-    if row[C_CP] > 1:
-        total += 2.0 * 2.0 * B16 * t_tok * local_kv_width(row)
+    total += cp_comm_buffer_bytes(row)
     if row[C_PP] > 1:
         total += 2.0 * B16 * t_tok * h / replicated_divisor(row)
     return total
@@ -153,35 +174,20 @@ def logits_workspace_bytes(row):
     return (B16 + B32) * micro_batch_tokens(row) * row[C_VOCAB] / row[C_TP]
 
 
-@njit(error_model='numpy')
-def buffers_bytes(row, stage, shared):
-    """Gather and communication buffers (``shared`` by every rank) plus the logits workspace of the last."""
-    total = shared
-    if stage == row[C_PP] - 1:
-        total += logits_workspace_bytes(row)
-    return total
-
-
 # --- per device -------------------------------------------------------------------------------------------------------
 
 @njit(error_model='numpy')
-def stage_memory(row, stage, dense_layer, moe_layer, working, shared_buffers):
-    """(weights, gradients, optimizer, activations, buffers) of pipeline rank ``stage``, given the
-    stage-independent per-layer activations and buffers."""
-    non_expert, expert = stage_params(row, stage)
-    return (weights_bytes(row, non_expert, expert), gradients_bytes(row, non_expert, expert),
-            optimizer_bytes(row, stage, non_expert, expert),
-            activations_bytes(row, stage, dense_layer, moe_layer, working),
-            buffers_bytes(row, stage, shared_buffers))
-
-
-@njit(error_model='numpy')
 def memory_row(row, out):
-    """Fill ``out[M_*]`` with the bytes per device of each memory kind on the most loaded pipeline rank.
+    """Fill ``out[M_*]`` with the bytes per device of each memory kind at the peak of the worst pipeline rank;
+    return that rank (0 = first).
 
-    The first and the last rank are evaluated; the one with the larger total is reported. KV cache is zero
-    in training; ``overhead`` is the column ``framework_memory_bytes`` (CUDA context, NCCL, allocator
-    reserve).
+    The first and the last rank are evaluated (a middle rank holds fewer micro-batches than the first and no
+    LM head); each rank's peak is the largest total over the phases of the step (kernels/lm/memory_peak.py),
+    and the rank with the larger peak is reported, by kind at that moment. KV cache is zero in training;
+    ``overhead`` is ``framework_memory_bytes``: what is not a live tensor (CUDA context, NCCL, the allocator's
+    fragmentation). The allocator's cache of free blocks is not counted: PyTorch's caching allocator releases
+    it and retries when a device allocation fails (``num_alloc_retries`` in ``torch.cuda.memory_stats``), so
+    it is reported as ``memory_reserved`` but does not decide what fits.
     """
     kept = kept_mode(row)
     dense_all = layer_activation_bytes(row, False, kept)
@@ -189,13 +195,23 @@ def memory_row(row, out):
     dense_layer = stored_layer_bytes(row, dense_all)
     moe_layer = stored_layer_bytes(row, moe_all)
     working = recompute_working_bytes(row, max(dense_all, moe_all))
-    shared = fsdp_gather_buffer_bytes(row) + comm_buffer_bytes(row)
-    w, g, o, a, b = stage_memory(row, 0.0, dense_layer, moe_layer, working, shared)
+    gather = fsdp_gather_buffer_bytes(row)
+    comm = comm_buffer_bytes(row)
+    grad_work = backward_grad_bytes(row)
+    logits = logits_workspace_bytes(row)
+    best = -1.0
+    best_stage = 0.0
+    w = g = o = a = b = 0.0
     last = row[C_PP] - 1.0
-    if last > 0:
-        w2, g2, o2, a2, b2 = stage_memory(row, last, dense_layer, moe_layer, working, shared)
-        if w2 + g2 + o2 + a2 + b2 > w + g + o + a + b:
-            w, g, o, a, b = w2, g2, o2, a2, b2
+    for stage in (0.0, last):
+        if stage == last and last == 0.0 and best >= 0.0:
+            break
+        w1, g1, o1, a1, b1 = stage_peak(row, stage, dense_layer, moe_layer, working, gather, comm, grad_work, logits)
+        total = w1 + g1 + o1 + a1 + b1
+        if total > best:
+            best = total
+            best_stage = stage
+            w, g, o, a, b = w1, g1, o1, a1, b1
     out[M_WEIGHTS] = w
     out[M_GRADIENTS] = g
     out[M_OPTIMIZER] = o
@@ -203,6 +219,7 @@ def memory_row(row, out):
     out[M_KV_CACHE] = 0.0
     out[M_BUFFERS] = b
     out[M_OVERHEAD] = row[C_FRAMEWORK_MEMORY_BYTES]
+    return best_stage
 
 
 @njit(parallel=True, error_model='numpy')

@@ -8,14 +8,15 @@ schedule. ``T`` is the tokens of one micro-batch on one device before sequence-p
 
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.layout import (
-    C_ACTIVATION_OFFLOAD, C_CP, C_DP, C_DROPOUT, C_ETP, C_FFN, C_FLASH_ATTENTION, C_FUSED_KERNELS, C_GATED_MLP,
-    C_GLOBAL_BATCH, C_HEADS, C_HEAD_DIM, C_HIDDEN, C_KV_HEADS, C_KV_LORA_RANK, C_MICRO_BATCH, C_MLA,
-    C_MOE_CAPACITY_FACTOR, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS, C_MOE_TOPK, C_PIPELINE_SCHEDULE, C_PP,
+    C_ACTIVATION_OFFLOAD, C_CP, C_DROPOUT, C_ETP, C_FFN, C_FLASH_ATTENTION, C_FUSED_KERNELS, C_GATED_MLP,
+    C_HEADS, C_HEAD_DIM, C_HIDDEN, C_KV_HEADS, C_KV_LORA_RANK, C_MICRO_BATCH, C_MLA,
+    C_MOE_CAPACITY_FACTOR, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS, C_MOE_TOPK, C_PP,
     C_PRECISION, C_QK_NOPE_HEAD_DIM, C_QK_ROPE_HEAD_DIM, C_Q_LORA_RANK, C_RECOMPUTE, C_RECOMPUTE_FRACTION, C_RMS_NORM,
-    C_SELECTIVE_POLICY, C_SEQUENCE_PARALLEL, C_SEQ_LEN, C_TP, C_VP, C_V_HEAD_DIM, PRECISION_FP8, RECOMPUTE_FULL,
-    RECOMPUTE_NONE, RECOMPUTE_PARTIAL_LAYERS, RECOMPUTE_SELECTIVE, SCHED_GPIPE, SCHED_INTERLEAVED,
+    C_SELECTIVE_POLICY, C_SEQUENCE_PARALLEL, C_SEQ_LEN, C_TP, C_V_HEAD_DIM, PRECISION_FP8, RECOMPUTE_FULL,
+    RECOMPUTE_NONE, RECOMPUTE_PARTIAL_LAYERS, RECOMPUTE_SELECTIVE,
 )
 from fastmodel.kernels.lm.memory_states import B16, B32, is_moe, stage_layers
+from fastmodel.kernels.lm.pipeline import microbatches_in_flight
 
 
 # --- activations ---------------------------------------------------------------------------------------------------
@@ -279,37 +280,6 @@ def recompute_working_bytes(row, largest_layer_bytes):
 
 
 @njit(error_model='numpy')
-def microbatches(row):
-    """Micro-batches per step per pipeline: ``m = global_batch / (micro_batch * dp)``."""
-    return max(row[C_GLOBAL_BATCH] / (row[C_MICRO_BATCH] * row[C_DP]), 1.0)
-
-
-@njit(error_model='numpy')
-def microbatches_in_flight(row, stage):
-    """Micro-batches whose activations pipeline rank ``stage`` holds at its peak (in units of the rank's
-    ``L/pp`` layers).
-
-    1F1B: ``min(pp - stage, m)`` (Narayanan et al. 2021, Sec. 2.2.1). Interleaved with ``v`` chunks:
-    Megatron warms up ``2 (pp - stage - 1) + (v - 1) pp`` chunks and holds one more, each ``1/v`` of the
-    rank's layers: ``min(2 (pp - stage - 1) + (v - 1) pp + 1, m v) / v``; on the first rank this is
-    ``pp (1 + (pp - 1)/(pp v))`` (Korthikanti Sec. 4.2.3). GPipe: all ``m`` (Huang et al. 2019). Without
-    a pipeline, micro-batches run one after the other: 1.
-    """
-    pp = row[C_PP]
-    m = microbatches(row)
-    if pp <= 1:
-        return 1.0
-    schedule = int(row[C_PIPELINE_SCHEDULE])
-    if schedule == SCHED_GPIPE:
-        return m
-    v = row[C_VP]
-    if schedule == SCHED_INTERLEAVED and v > 1:
-        chunks = 2.0 * (pp - stage - 1.0) + (v - 1.0) * pp + 1.0
-        return min(chunks, m * v) / v
-    return min(pp - stage, m)
-
-
-@njit(error_model='numpy')
 def embedding_activation_bytes(row):
     """The input embedding's dropout mask ``T h`` (``/t`` with SP) per micro-batch in flight on the first
     rank (Korthikanti Sec. 4.3: ``s b h p / t``); nothing without dropout."""
@@ -326,6 +296,19 @@ def head_activation_bytes(row):
 
 
 @njit(error_model='numpy')
+def stage_microbatch_bytes(row, stage, dense_layer, moe_layer):
+    """What pipeline rank ``stage`` keeps for one micro-batch in flight: its layers' ``stored_layer_bytes``
+    (``dense_layer`` / ``moe_layer`` per layer) plus the embedding (first rank) or head (last rank) inputs."""
+    dense, moe, mtp = stage_layers(row, stage)
+    per_mb = dense * dense_layer + (moe + mtp) * moe_layer if is_moe(row) else (dense + mtp) * dense_layer
+    if stage == 0:
+        per_mb += embedding_activation_bytes(row)
+    if stage == row[C_PP] - 1:
+        per_mb += head_activation_bytes(row)
+    return per_mb
+
+
+@njit(error_model='numpy')
 def activations_bytes(row, stage, dense_layer, moe_layer, working):
     """Activations held on pipeline rank ``stage`` at its peak.
 
@@ -334,11 +317,5 @@ def activations_bytes(row, stage, dense_layer, moe_layer, working):
     inputs per micro-batch in flight, times ``1 - activation_offload`` (the share offloaded to host memory,
     e.g. NeMo CPU activation offloading).
     """
-    dense, moe, mtp = stage_layers(row, stage)
-    per_mb = dense * dense_layer + (moe + mtp) * moe_layer if is_moe(row) else (dense + mtp) * dense_layer
-    if stage == 0:
-        per_mb += embedding_activation_bytes(row)
-    if stage == row[C_PP] - 1:
-        per_mb += head_activation_bytes(row)
-    held = microbatches_in_flight(row, stage) * per_mb + working
+    held = microbatches_in_flight(row, stage) * stage_microbatch_bytes(row, stage, dense_layer, moe_layer) + working
     return held * (1.0 - row[C_ACTIVATION_OFFLOAD])

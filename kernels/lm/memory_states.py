@@ -9,6 +9,7 @@ them with activations and buffers; docs/model_memory.md collects the equations).
 import math
 
 from fastmodel.kernels.jit import njit
+from fastmodel.kernels.lm.pipeline import mirror_stage
 from fastmodel.kernels.lm.layout import (
     C_CP, C_DENSE_LAYERS, C_DP, C_EP, C_ETP, C_FFN, C_FP8_PARAMS, C_GATED_MLP, C_GRAD_REDUCE_BYTES, C_HEADS, C_HEAD_DIM,
     C_HIDDEN, C_KV_HEADS, C_KV_LORA_RANK, C_LAYERS, C_MLA, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS, C_MOE_TOPK,
@@ -89,7 +90,21 @@ def stage_layers(row, stage):
 
 @njit(error_model='numpy')
 def stage_params(row, stage):
-    """(non-expert, expert) parameters on one device of pipeline rank ``stage``.
+    """(non-expert, expert) parameters on one device of pipeline rank ``stage``: its model stage's
+    (:func:`model_stage_params`), and under DualPipe also the mirror stage ``pp - 1 - stage``'s
+    (``kernels/lm/pipeline.mirror_stage``: 2x parameters, DeepSeek-V3 report Table 2)."""
+    non_expert, expert = model_stage_params(row, stage)
+    mirror = mirror_stage(row, stage)
+    if mirror >= 0.0:
+        other_non_expert, other_expert = model_stage_params(row, mirror)
+        non_expert += other_non_expert
+        expert += other_expert
+    return non_expert, expert
+
+
+@njit(error_model='numpy')
+def model_stage_params(row, stage):
+    """(non-expert, expert) parameters on one device of model stage ``stage`` (one of ``pp``).
 
     Non-expert weights split over TP (Megatron column/row-parallel linears, Shoeybi et al. 2019), norms and
     the router replicated; the word embedding is vocab-parallel on the first rank and the LM head on the

@@ -7,13 +7,11 @@ hidden behind the compute it overlaps with (:func:`exposed`).
 
 from fastmodel.kernels.roofline import memory_bound_time
 from fastmodel.kernels.jit import njit
-from fastmodel.kernels.lm.layer import ACT_BYTES
 from fastmodel.kernels.lm.layout import (
     C_COLLECTIVE_BUCKET_BYTES, C_COMM_SM_SHARE, C_CP, C_DP, C_FP8_PARAMS, C_FSDP_COPY_OUT, C_GRAD_REDUCE_BYTES,
-    C_HIDDEN, C_MICRO_BATCH, C_OVERLAP_GRAD_REDUCE, C_OVERLAP_PARAM_GATHER, C_PP, C_SEQUENCE_PARALLEL, C_SEQ_LEN,
-    C_SHARDING, C_TP, C_VP, SHARD_DDP, SHARD_FSDP,
+    C_OVERLAP_GRAD_REDUCE, C_OVERLAP_PARAM_GATHER, C_PARAM_FETCH_BW, C_PP, C_SHARDING, C_TP, SHARD_DDP, SHARD_FSDP,
 )
-from fastmodel.kernels.nccl import allgather_time, allreduce_time, bucketed_allgather_time, p2p_time
+from fastmodel.kernels.nccl import allgather_time, allreduce_time, bucketed_allgather_time
 
 
 @njit
@@ -48,32 +46,33 @@ def fsdp_layer_exposed(row, gather, reduce, forward, backward):
 
 
 @njit
-def param_bytes(row):
-    """Bytes per gathered weight element: 1 with FP8 weight copies, else 2."""
-    return 1.0 if row[C_FP8_PARAMS] > 0.0 else 2.0
+def hook_fetch_time(row, gather, layer_params, shard_group):
+    """One layer's ZeRO-3 parameter gather where the framework fetches each parameter itself
+    (``param_fetch_bw`` > 0, DeepSpeed <= 0.4.1: a device-wide synchronize before each parameter's all-gather,
+    a zero-filled buffer, a copy out of it and a debug-print norm per parameter, stage3.py and
+    partition_parameters.py at v0.3.15): the longer of NCCL's time ``gather`` and the bytes each device
+    receives at ``param_fetch_bw``."""
+    bw = row[C_PARAM_FETCH_BW]
+    if bw <= 0.0 or shard_group <= 1.0:
+        return gather
+    received = (shard_group - 1.0) / shard_group * layer_params * param_bytes(row)
+    return max(gather, received / bw)
 
 
 @njit
-def pipeline_p2p(row, micro_batches):
-    """(seconds, exposed seconds) of the pipeline's point-to-point sends in one step: a micro-batch's activations
-    forward and gradients backward at every virtual-stage boundary; what is exposed are the sends of the
-    warm-up and cool-down, and without interleaving also one pair per micro-batch."""
-    t = row[C_TP]
-    p = row[C_PP]
-    v = row[C_VP]
-    c = row[C_CP]
-    d = row[C_DP]
-    b = row[C_MICRO_BATCH]
-    pp_comm = 0.0
-    pp_exposed = 0.0
-    if p > 1.0:
-        nbytes = ACT_BYTES * b * row[C_SEQ_LEN] / c * row[C_HIDDEN]
-        if row[C_SEQUENCE_PARALLEL] > 0.0:
-            nbytes = nbytes / t
-        send = p2p_time(row, nbytes, t * c * d)
-        pp_comm = 2.0 * (micro_batches * v + p - 1.0) * send      # every send of the schedule's critical path
-        pp_exposed = 2.0 * (p - 1.0) * send + (2.0 * micro_batches * send if v <= 1.0 else 0.0)
-    return pp_comm, pp_exposed
+def fsdp_first_layer_exposed(row, gather, reduce, backward):
+    """ZeRO-3/FSDP time the stage's first layer adds per micro-batch: its forward gather has no earlier layer's
+    compute to hide behind and its gradient reduce-scatter, the last of the backward pass, no later layer's;
+    only its backward gather (prefetched during the layer after it) overlaps compute. The other layers are
+    :func:`fsdp_layer_exposed`, so each layer's collectives are counted once."""
+    back_gather = exposed(row, gather, backward) if row[C_OVERLAP_PARAM_GATHER] > 0.0 else gather
+    return gather + back_gather + reduce
+
+
+@njit
+def param_bytes(row):
+    """Bytes per gathered weight element: 1 with FP8 weight copies, else 2."""
+    return 1.0 if row[C_FP8_PARAMS] > 0.0 else 2.0
 
 
 @njit

@@ -11,7 +11,7 @@ import numpy as np
 from fastmodel.kernels.jit import njit, prange
 from fastmodel.kernels.lm.layout import (
     C_CP, C_CP_ALGORITHM, CP_ALLTOALL, C_DOMAIN_SIZE, C_DP, C_EP, C_GLOBAL_BATCH, C_HEADS, C_KV_HEADS, C_LAYERS, C_MICRO_BATCH, C_MOE_EXPERTS,
-    C_N_GPUS, C_PEAK_FLOPS_8, C_PP, C_PRECISION, C_SEQ_LEN, C_TP, C_UNEVEN_STAGES, C_VP, PRECISION_FP8,
+    C_N_GPUS, C_PEAK_FLOPS_8, C_PIPELINE_SCHEDULE, C_PP, C_PRECISION, C_SEQ_LEN, C_TP, C_UNEVEN_STAGES, C_VP, PRECISION_FP8, SCHED_DUALPIPE,
 )
 from fastmodel.registry.lm import STATUS_CODES
 
@@ -25,6 +25,7 @@ ST_EXPERTS = STATUS_CODES["experts_not_divisible"]
 ST_SEQUENCE = STATUS_CODES["sequence_not_divisible"]
 ST_EP_DENSE = STATUS_CODES["ep_without_experts"]
 ST_NO_FP8 = STATUS_CODES["no_fp8"]
+ST_SCHEDULE = STATUS_CODES["schedule_not_runnable"]
 
 
 @njit(inline="always")
@@ -55,6 +56,9 @@ def plan_status_row(row):
         return ST_BATCH
     if pp > 1.0 and micro_batches < pp:
         return ST_MICROBATCHES
+    if pp > 1.0 and int(row[C_PIPELINE_SCHEDULE]) == SCHED_DUALPIPE and (
+            not _multiple(pp, 2.0) or not _multiple(micro_batches, 2.0) or micro_batches < 2.0 * pp):
+        return ST_SCHEDULE      # deepseek-ai/DualPipe dualpipe.py step(): even ranks, even chunks >= 2 ranks
     experts = row[C_MOE_EXPERTS]
     if experts > 0.0 and (not _multiple(experts, ep) or not _multiple(dp, ep)):
         return ST_EXPERTS

@@ -1,45 +1,45 @@
 """Step time of decoder-LM training under the real-world model (docs/model.md §11.7).
 
-One configuration is one column vector ``row`` (``fastmodel.registry.lm`` columns).
-The step is composed in closed form from per-layer costs of one micro-batch on
-one pipeline stage:
+One configuration is one column vector ``row`` (``fastmodel.registry.lm`` columns). The step is composed in
+three parts:
 
-    t_layer   = GEMMs + attention + memory-bound + recompute + exposed TP/CP/EP + exposed FSDP   (docs/model.md §11.4, §11.6)
-    t_mb      = layers_per_stage x t_layer + LM head and loss on the last stage                 (docs/model.md §11.4)
-    step      = m x t_mb + bubble + exposed PP + exposed DP + optimizer + framework overhead     (docs/model.md §11.7)
-    bubble    = (pp - 1) / vp x t_mb(average stage)                                              (Narayanan et al. 2021, eq. 1-2)
+1. the layer mix (``layer.layer_mix``: dense or MoE, full or sliding-window attention) and the per-layer
+   costs of each kind (``layer.layer_costs``);
+2. the per-layer pass times: forward, backward for inputs, backward for weights, recompute and the exposed
+   communication of the average layer (``kernels/lm/passes.py``), and the LM head's (``passes.head_passes``);
+3. the step composition (this module):
 
-where m = global_batch / (micro_batch x dp) micro-batches per step. Backward GEMMs
-cost twice the forward (data and weight gradients); flash-attention backward
-2.5x its forward (Dao 2023). Every communication term is a collective of
-``kernels.network`` on its own process group and stream; "exposed" is the part
-not hidden behind the compute it overlaps with.
+    t_layer   = F + B + W + R + exposed TP/CP/EP                          (docs/model.md §11.4, §11.6)
+    t_mb      = layers_per_stage x t_layer + t_head / copies             busiest (last) stage     (§11.4)
+    step      = m x t_mb + bubble + exposed FSDP + exposed PP + exposed DP + optimizer + overhead    (§11.7)
 
-The per-layer costs are in ``kernels/lm/layer.py``; the collectives around the
-layer (overlap, FSDP per layer, pipeline sends, the data-parallel step) in
-``kernels/lm/parallel.py``; this module composes the step.
+where m = global_batch / (micro_batch x dp) micro-batches per step, and the bubble, the exposed sends and
+the model copies per rank come from the pipeline schedule (``kernels/lm/pipeline.py``). Every communication
+term is a collective of ``kernels.nccl`` on its own process group and stream; "exposed" is the part not
+hidden behind the compute it overlaps with (``kernels/lm/parallel.py``).
 """
 
-from fastmodel.kernels.roofline import memory_bound_time
 from fastmodel.kernels.jit import njit
-from fastmodel.kernels.lm.layer import (
-    model_flops_per_token, layer_costs, recompute_share, head_costs, layer_mix, W_GEMM, W_ATTN, W_MEM, W_ATTN_CORE_MEM,
-    W_TP, W_CP, W_EP, W_PARAMS, W_FLOPS,
-)
+from fastmodel.kernels.lm.layer import W_FLOPS, W_GEMM, W_MEM, W_PARAMS, W_TP, model_flops_per_token, recompute_share
 from fastmodel.kernels.lm.layout import (
-    CP_ALLTOALL, C_COLLECTIVE_BUCKET_BYTES, C_CP, C_CP_ALGORITHM, C_DP, C_GLOBAL_BATCH, C_GRAD_REDUCE_BYTES, C_HIDDEN,
-    C_LAYERS, C_MICRO_BATCH, C_N_GPUS, C_OPTIMIZER, C_OVERLAP_GRAD_REDUCE, C_OVERLAP_PARAM_GATHER, C_PEAK_FLOPS_16,
-    C_PEAK_FLOPS_8, C_PP, C_PRECISION, C_SELECTIVE_POLICY, C_SEQ_LEN, C_SHARDING, C_SHARD_DEGREE, C_STEP_OVERHEAD_S,
-    C_TP, C_TP_COMM_OVERLAP, C_VOCAB, C_VP, OPT_ADAM, OPT_SGD, PRECISION_FP8, R_COMM_CP, R_COMM_DP, R_COMM_EP,
+    C_DP, C_GLOBAL_BATCH, C_GRAD_REDUCE_BYTES, C_HIDDEN, C_MICRO_BATCH, C_N_GPUS,
+    C_OPTIMIZER, C_PEAK_FLOPS_8, C_PEAK_FLOPS_16, C_PP, C_PRECISION,
+    C_SEQ_LEN, C_STEP_OVERHEAD_S, C_TP, C_VOCAB, OPT_ADAM, OPT_SGD, PRECISION_FP8, R_COMM_CP, R_COMM_DP, R_COMM_EP,
     R_COMM_PP, R_COMM_TP, R_EXPOSED_CP, R_EXPOSED_DP, R_EXPOSED_EP, R_EXPOSED_PP, R_EXPOSED_TP, R_FLOPS_PER_TOKEN,
     R_HFU, R_MFU, R_PIPELINE_BUBBLE, R_STEP_TIME, R_TIME_ATTENTION, R_TIME_GEMM, R_TIME_MEMORY_BOUND, R_TIME_OPTIMIZER,
-    R_TIME_RECOMPUTE, R_TOKENS_PER_S, R_TOKENS_PER_S_PER_GPU, SHARD_FSDP,
-)
-from fastmodel.kernels.lm.parallel import (
-    exposed, fsdp_copy_out_time, fsdp_layer_exposed, param_bytes, pipeline_p2p, data_parallel,
+    R_TIME_RECOMPUTE, R_TOKENS_PER_S, R_TOKENS_PER_S_PER_GPU,
 )
 from fastmodel.kernels.lm.memory_states import layers_per_stage
-from fastmodel.kernels.nccl import bucketed_allgather_time
+from fastmodel.kernels.lm.parallel import data_parallel, fsdp_first_layer_exposed
+from fastmodel.kernels.lm.passes import (
+    A_ATTN, A_BACKWARD_INPUT, A_BACKWARD_WEIGHT, A_CP_COMM, A_CP_EXPOSED, A_EP_COMM, A_EXPOSED_F, A_FLOPS, A_FORWARD,
+    A_FSDP_COMM, A_FSDP_EXPOSED, A_FSDP_GATHER, A_FSDP_REDUCE, A_FSDP_REFETCH, A_FSDP_WINDOW, A_GEMM, A_MEM,
+    A_PARAMS, A_RECOMPUTE, A_TP_COMM, A_TP_EXPOSED, BACKWARD_GEMM,
+    TP_BACKWARD_PASSES, fsdp_shard_group,
+    head_passes, layer_passes, layer_time, per_layer_fsdp,
+)
+from fastmodel.kernels.lm.pipeline import model_copies, pipeline_bubble, pipeline_p2p
+from fastmodel.kernels.roofline import memory_bound_time
 
 
 @njit
@@ -55,148 +55,106 @@ def optimizer_bytes_per_param(row):
 
 
 @njit
-def step_row(row, work, out):
-    """Every time result of one configuration into ``out`` (registry result indices)."""
-    layers = row[C_LAYERS]
-    t = row[C_TP]
+def stage_passes(row, work):
+    """(t_mb, t_avg, F_avg, W_avg): one micro-batch on the busiest stage and on the average stage, and the
+    average stage's forward and weight-gradient passes (what the pipeline schedule's bubble reads). Leaves the
+    average layer's accumulators in ``work[A_*]`` and the head's parameters and FLOPs in ``work[W_*]``."""
     p = row[C_PP]
-    v = row[C_VP]
-    c = row[C_CP]
-    d = row[C_DP]
-    b = row[C_MICRO_BATCH]
-    micro_batches = row[C_GLOBAL_BATCH] / (b * d)
     per_stage = layers_per_stage(row)       # the busiest rank's layers (uneven stages: a layer more than average)
-    full, selective = recompute_share(row)
-    overlap_tp = row[C_TP_COMM_OVERLAP] > 0.0
-    # ZeRO-3/FSDP gathers each layer per micro-batch; under pipeline parallelism frameworks keep the gathered
-    # stage across the step's micro-batches instead (TorchTitan's default with PP; Llama 3 paper sec. 3.3.2)
-    sharded = row[C_SHARDING] == SHARD_FSDP
-    fsdp = sharded and p <= 1.0
-    shard_group = min(row[C_SHARD_DEGREE], d) if row[C_SHARD_DEGREE] > 0.0 else d
-    grad_bytes = row[C_GRAD_REDUCE_BYTES]
-    bucket = row[C_COLLECTIVE_BUCKET_BYTES]
+    layer_passes(row, work)
+    t_layer = layer_time(work)
+    head_f, head_b, head_w = head_passes(row, work)
+    head = head_f + head_b + head_w
+    stage_mb = per_stage * t_layer + head / model_copies(row)    # DualPipe: the head on two ranks, half each
+    average_mb = per_stage * t_layer + head / p
+    forward = per_stage * (work[A_FORWARD] + work[A_EXPOSED_F]) + head_f / p
+    weight = per_stage * work[A_BACKWARD_WEIGHT] + head_w / p
+    return stage_mb, average_mb, forward, weight
 
-    # per-layer averages over the layer mix, one micro-batch
-    counts = layer_mix(row)
-    layer_time = 0.0        # critical-path seconds of the average layer (compute + exposed comm)
-    forward_time = backward_time = 0.0
-    gemm = attn = mem = recompute = 0.0
-    tp_comm = cp_comm = ep_comm = 0.0
-    tp_exposed = cp_exposed = 0.0
-    fsdp_comm = fsdp_exposed = 0.0
-    params = 0.0
-    flops = 0.0
-    for kind in range(4):
-        weight = counts[kind] / layers
-        if weight <= 0.0:
-            continue
-        layer_costs(row, kind >= 2, kind % 2 == 1, work)
-        g, a_, m_ = work[W_GEMM], work[W_ATTN], work[W_MEM]
-        forward = g + a_ + m_
-        backward = 2.0 * g + 2.5 * a_ + 2.0 * m_
-        # selective recompute: Megatron re-runs the attention core; op-level checkpointing (TorchTitan,
-        # selective_policy 1) keeps attention and every other matmul output and re-runs the rest
-        megatron = row[C_SELECTIVE_POLICY] <= 0.0
-        cheap = a_ + work[W_ATTN_CORE_MEM] if megatron else 0.5 * g + m_
-        again = full * forward + selective * cheap
-        copy = fsdp_copy_out_time(row, work[W_PARAMS]) if fsdp else 0.0
-        forward += copy
-        backward += copy
-        tp = work[W_TP] * (2.0 + full)
-        cp = work[W_CP] * (3.0 + full)
-        ep = work[W_EP] * (2.0 + full)
-        tp_left = exposed(row, tp, g * (3.0 + full)) if overlap_tp else tp
-        if row[C_CP_ALGORITHM] == CP_ALLTOALL:
-            cp_left = cp                    # the all-to-alls sit between the projections and attention
-        else:
-            cp_left = exposed(row, cp, a_ * (3.5 + full))
-        fsdp_left = 0.0
-        fsdp_here = 0.0
-        if fsdp:
-            gather = bucketed_allgather_time(row, work[W_PARAMS] * param_bytes(row), shard_group, t * c, bucket)
-            reduce = bucketed_allgather_time(row, work[W_PARAMS] * grad_bytes, shard_group, t * c, bucket)
-            fsdp_here = 2.0 * gather + reduce
-            fsdp_left = fsdp_layer_exposed(row, gather, reduce, forward, backward + again)
-        gemm += weight * g * (3.0 + full + (0.0 if megatron else 0.5 * selective))
-        attn += weight * a_ * (3.5 + full + (selective if megatron else 0.0))
-        mem += weight * (m_ * (3.0 + full) + selective * (work[W_ATTN_CORE_MEM] if megatron else m_) + 2.0 * copy)
-        recompute += weight * again
-        tp_comm += weight * tp
-        cp_comm += weight * cp
-        ep_comm += weight * ep
-        tp_exposed += weight * tp_left
-        cp_exposed += weight * cp_left
-        fsdp_comm += weight * fsdp_here
-        fsdp_exposed += weight * fsdp_left
-        params += weight * work[W_PARAMS]
-        flops += weight * work[W_FLOPS]
-        layer_time += weight * (forward + backward + again + tp_left + cp_left + ep)   # FSDP: per step below
-        forward_time += weight * forward
-        backward_time += weight * (backward + again)
-    layer_flops_executed = 3.0 * flops + full * flops
 
-    # LM head and loss on the last stage (not recomputed)
-    head_costs(row, work)
-    head_tp = 2.0 * work[W_TP]
-    head_time = 3.0 * work[W_GEMM] + 2.0 * work[W_MEM] + head_tp
-    head_params = work[W_PARAMS]
-    head_flops = 3.0 * work[W_FLOPS]
-    head_gemm = 3.0 * work[W_GEMM]
-    head_mem = 2.0 * work[W_MEM]
+@njit
+def _data_parallel_step(row, work, per_stage, head_params, out):
+    """Data-parallel gradient reduction and parameter gather once per step, and the optimizer step, into
+    ``out``; returns their critical-path seconds."""
+    p = row[C_PP]
+    t = row[C_TP]
+    params = work[A_PARAMS]
     embedding_params = row[C_VOCAB] * row[C_HIDDEN] / t
-
-    # one micro-batch on the slowest (last) stage and on the average stage
-    stage_mb = per_stage * layer_time + head_time
-    average_mb = per_stage * layer_time + head_time / p
-    bubble = (p - 1.0) / v * average_mb if p > 1.0 else 0.0
-
-    # FSDP: the first gather of a micro-batch and the last reduce-scatter are never hidden
-    fsdp_edges = 0.0
-    if fsdp and row[C_OVERLAP_PARAM_GATHER] > 0.0 and row[C_OVERLAP_GRAD_REDUCE] > 0.0:
-        fsdp_edges = bucketed_allgather_time(row, params * param_bytes(row), shard_group, t * c, bucket) \
-            + bucketed_allgather_time(row, params * grad_bytes, shard_group, t * c, bucket)
-    fsdp_exposed_step = micro_batches * (per_stage * fsdp_exposed + fsdp_edges)
-    fsdp_comm_step = micro_batches * per_stage * fsdp_comm
-
-    # pipeline point-to-point: activations forward, gradients backward, per virtual stage
-    pp_comm, pp_exposed = pipeline_p2p(row, micro_batches)
-
-    # data parallelism once per step: gradient reduction and (sharded optimizers) parameter gather
-    stage_params = per_stage * params + max(embedding_params if p > 1.0 else embedding_params + head_params,
-                                            head_params)
-    last_backward = per_stage * backward_time
-    first_forward = per_stage * forward_time
+    if model_copies(row) > 1.0:     # DualPipe: rank 0 holds stages 0 and p - 1 (embedding and head)
+        stage_params = 2.0 * per_stage * params + embedding_params + head_params
+    else:
+        stage_params = per_stage * params + max(embedding_params if p > 1.0 else embedding_params + head_params,
+                                                head_params)
+    last_backward = per_stage * (work[A_BACKWARD_INPUT] + work[A_BACKWARD_WEIGHT] + work[A_RECOMPUTE])
+    first_forward = per_stage * work[A_FORWARD]
+    shard_group = fsdp_shard_group(row)
     dp_comm, dp_exposed, local_params = data_parallel(row, stage_params, last_backward, first_forward, shard_group)
     optimizer = memory_bound_time(row, local_params * optimizer_bytes_per_param(row))
+    out[R_COMM_DP] = dp_comm
+    out[R_EXPOSED_DP] = dp_exposed
+    out[R_TIME_OPTIMIZER] = optimizer
+    return dp_exposed + optimizer
 
-    step = micro_batches * stage_mb + bubble + fsdp_exposed_step + pp_exposed + dp_exposed + optimizer \
-        + row[C_STEP_OVERHEAD_S]
 
+@njit
+def _fsdp_step(row, work, micro_batches, per_stage, out):
+    """ZeRO-3/FSDP per-layer collectives over the step (added to ``out``'s data-parallel results); returns the
+    exposed seconds. Each layer's collectives are counted once: the stage's first layer exposes its forward
+    gather and its reduce-scatter, the last of the backward pass (``fsdp_first_layer_exposed``); every other
+    layer hides them behind its neighbours' compute where the framework overlaps them."""
+    if not per_layer_fsdp(row):
+        return 0.0
+    first = fsdp_first_layer_exposed(row, work[A_FSDP_GATHER], work[A_FSDP_REDUCE], work[A_FSDP_WINDOW]) \
+        + work[A_FSDP_REFETCH]
+    exposed_step = micro_batches * ((per_stage - 1.0) * work[A_FSDP_EXPOSED] + first)
+    out[R_COMM_DP] += micro_batches * per_stage * work[A_FSDP_COMM]
+    out[R_EXPOSED_DP] += exposed_step
+    return exposed_step
+
+
+@njit
+def step_row(row, work, out):
+    """Every time result of one configuration into ``out`` (registry result indices): layer mix and per-layer
+    passes (:func:`stage_passes`), then the step composition."""
+    p = row[C_PP]
+    micro_batches = row[C_GLOBAL_BATCH] / (row[C_MICRO_BATCH] * row[C_DP])
+    per_stage = layers_per_stage(row)
+    stage_mb, average_mb, forward, weight = stage_passes(row, work)
+    head_params = work[W_PARAMS]
+    head_flops = 3.0 * work[W_FLOPS]
+    head_gemm = (1.0 + BACKWARD_GEMM) * work[W_GEMM]      # the head's forward costs, left by stage_passes
+    head_mem = 2.0 * work[W_MEM]
+    head_tp = (1.0 + TP_BACKWARD_PASSES) * work[W_TP]
+    bubble = pipeline_bubble(row, average_mb, forward, weight)
+    pp_comm, pp_exposed = pipeline_p2p(row, micro_batches)
+    outside = _data_parallel_step(row, work, per_stage, head_params, out)
+    fsdp_exposed = _fsdp_step(row, work, micro_batches, per_stage, out)
+    step = micro_batches * stage_mb + bubble + fsdp_exposed + pp_exposed + outside + row[C_STEP_OVERHEAD_S]
+
+    full, _ = recompute_share(row)
+    flops = work[A_FLOPS]
+    executed = micro_batches * (per_stage * (3.0 * flops + full * flops) + head_flops / p)
     tokens = row[C_GLOBAL_BATCH] * row[C_SEQ_LEN]
     n = row[C_N_GPUS]
     peak = row[C_PEAK_FLOPS_8] if row[C_PRECISION] == PRECISION_FP8 and row[C_PEAK_FLOPS_8] > 0.0 \
         else row[C_PEAK_FLOPS_16]
     model_flops = model_flops_per_token(row)
-    executed = micro_batches * (per_stage * layer_flops_executed + head_flops / p)
     out[R_STEP_TIME] = step
     out[R_TOKENS_PER_S] = tokens / step
     out[R_TOKENS_PER_S_PER_GPU] = tokens / step / n
     out[R_FLOPS_PER_TOKEN] = model_flops
     out[R_MFU] = model_flops * tokens / (step * n * peak)
     out[R_HFU] = executed / (step * peak)
-    out[R_TIME_GEMM] = micro_batches * (per_stage * gemm + head_gemm)
-    out[R_TIME_ATTENTION] = micro_batches * per_stage * attn
-    out[R_TIME_MEMORY_BOUND] = micro_batches * (per_stage * mem + head_mem)
-    out[R_TIME_RECOMPUTE] = micro_batches * per_stage * recompute
-    out[R_TIME_OPTIMIZER] = optimizer
+    out[R_TIME_GEMM] = micro_batches * (per_stage * work[A_GEMM] + head_gemm)
+    out[R_TIME_ATTENTION] = micro_batches * per_stage * work[A_ATTN]
+    out[R_TIME_MEMORY_BOUND] = micro_batches * (per_stage * work[A_MEM] + head_mem)
+    out[R_TIME_RECOMPUTE] = micro_batches * per_stage * work[A_RECOMPUTE]
     out[R_PIPELINE_BUBBLE] = bubble
-    out[R_COMM_TP] = micro_batches * (per_stage * tp_comm + head_tp)
-    out[R_COMM_CP] = micro_batches * per_stage * cp_comm
-    out[R_COMM_EP] = micro_batches * per_stage * ep_comm
+    out[R_COMM_TP] = micro_batches * (per_stage * work[A_TP_COMM] + head_tp)
+    out[R_COMM_CP] = micro_batches * per_stage * work[A_CP_COMM]
+    out[R_COMM_EP] = micro_batches * per_stage * work[A_EP_COMM]
     out[R_COMM_PP] = pp_comm
-    out[R_COMM_DP] = dp_comm + fsdp_comm_step
-    out[R_EXPOSED_TP] = micro_batches * (per_stage * tp_exposed + head_tp)
-    out[R_EXPOSED_CP] = micro_batches * per_stage * cp_exposed
-    out[R_EXPOSED_EP] = micro_batches * per_stage * ep_comm
+    out[R_EXPOSED_TP] = micro_batches * (per_stage * work[A_TP_EXPOSED] + head_tp)
+    out[R_EXPOSED_CP] = micro_batches * per_stage * work[A_CP_EXPOSED]
+    out[R_EXPOSED_EP] = micro_batches * per_stage * work[A_EP_COMM]
     out[R_EXPOSED_PP] = pp_exposed
-    out[R_EXPOSED_DP] = dp_exposed + fsdp_exposed_step

@@ -117,6 +117,8 @@ def check(row):
     if row[C_MOE_EXPERTS] > 0.0 and not (_divides(row[C_EP], group) and _divides(row[C_EP], row[C_MOE_EXPERTS])
                                          and (row[C_MOE_TP] <= 0.0 or row[C_MOE_TP] * row[C_EP] == group)):
         return ST_EP_NOT_DIVIDING
+    if row[C_MOE_EXPERTS] <= 0.0 and row[C_EP] > 1.0:     # a dense model has no experts to split
+        return ST_EP_NOT_DIVIDING
     if is_fp8(row) and row[C_PEAK_FLOPS_8] <= 0.0:
         return ST_NO_FP8
     return ST_OK

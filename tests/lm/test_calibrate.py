@@ -54,8 +54,10 @@ def fitted(result):
 
 
 def without_frameworks(records):
-    """The records as if none named its framework (no software-stack parameters)."""
-    return [dataclasses.replace(r, raw={k: v for k, v in r.raw.items() if k != "framework"}) for r in records]
+    """The records as if none named its software (framework or stack): lowered again under the default profile,
+    so no software-stack parameters."""
+    from fastmodel.lm.records import lower_record
+    return [lower_record({k: v for k, v in r.raw.items() if k not in ("framework", "stack")}) for r in records]
 
 
 def test_synthetic_runs_recover_the_parameters_that_made_them(records):
@@ -98,7 +100,9 @@ def test_default_pull_toward_physical_values_keeps_recovery_close_to_the_truth(r
 
 def test_pull_chosen_by_cross_validation_is_zero_for_runs_the_model_fits_exactly(records):
     truth = {(A100, "gemm_eff_16"): 0.66, (A100, "inter_eff"): 0.60}
-    result = calibrate(synthetic(records, truth)[:30], prior="cv")
+    # every dev run: in the first 30 alone, A100 inter_eff rests on four FSDP rows whose exposed communication
+    # is small, so a fold without them cannot identify it and the pull wins on that fold
+    result = calibrate(synthetic(records, truth), prior="cv")
     assert result.prior == 0.0 and set(result.prior_scores) == {0.0, 0.5, 1.0, 2.0, 4.0}
     assert result.prior_scores[0.0] < min(result.prior_scores[w] for w in (0.5, 1.0, 2.0, 4.0))
 

@@ -249,6 +249,11 @@ def test_ulysses_context_parallelism_is_exposed_and_needs_heads_divisible_by_tp_
     {}, {"sharding": "fsdp", "tp": 1, "pp": 1, "dp": 256, "shard_degree": 256},
     {"sharding": "fsdp", "shard_degree": 8}, {"recompute": "full"}, {"recompute": "selective", "fused_kernels": 0},
     {"tp_comm_overlap": 1}, {"vp": 2}, {"cp": 2, "dp": 4, "seq_len": 65536}, {"sharding": "ddp", "pp": 1, "dp": 32},
+    # a communication-bound FSDP step: every collective is exposed, none may be counted twice
+    {"sharding": "fsdp", "tp": 1, "pp": 1, "dp": 256, "shard_degree": 256, "global_batch": 256, "seq_len": 128,
+     "inter_bw": 5e9},
+    {"sharding": "fsdp", "tp": 1, "pp": 1, "dp": 256, "shard_degree": 256, "recompute": "full",
+     "param_fetch_bw": 2e10, "overlap_param_gather": 0},
 ])
 def test_step_time_is_the_sum_of_its_parts(variant):
     r = one(**{**LLAMA70B, **variant})
@@ -256,11 +261,43 @@ def test_step_time_is_the_sum_of_its_parts(variant):
              + r["time_optimizer"] + sum(r[f"exposed_{g}"] for g in ("tp", "cp", "ep", "pp", "dp")))
     assert r["step_time"] == pytest.approx(parts, rel=1e-12)
     for group in ("tp", "cp", "ep", "pp", "dp"):
-        assert 0.0 <= r[f"exposed_{group}"] <= r[f"comm_{group}"] * (1 + 1e-12) + 1e-15 or group == "dp"
+        assert 0.0 <= r[f"exposed_{group}"] <= r[f"comm_{group}"] * (1 + 1e-12) + 1e-15, group
+
+
+def test_a_framework_fetch_is_the_slower_of_nccl_and_its_own_throughput():
+    from fastmodel.kernels.lm.parallel import hook_fetch_time
+    fetch = row(**NET, param_fetch_bw=20e9)
+    # 1e9 bf16 parameters over 8 ranks: each receives 7/8 of 2e9 bytes at 20 GB/s
+    assert hook_fetch_time(fetch, 0.01, 1e9, 8.0) == pytest.approx(7 / 8 * 2e9 / 20e9, rel=1e-12)
+    assert hook_fetch_time(fetch, 0.5, 1e9, 8.0) == 0.5                 # NCCL slower: NCCL's time
+    assert hook_fetch_time(row(**NET), 0.01, 1e9, 8.0) == 0.01           # 0: no framework fetch
+
+
+def test_a_hooked_fetch_gathers_each_layer_again_for_the_recomputed_forward():
+    # DeepSpeed <= 0.4.1: serial fetches; full recompute re-runs the forward hooks, one more gather per layer
+    base = {**LLAMA70B, "sharding": "fsdp", "tp": 1, "pp": 1, "dp": 256, "shard_degree": 256, "micro_batch": 2,
+            "overlap_param_gather": 0, "overlap_grad_reduce": 0, "param_fetch_bw": 1e9}
+    full, none = one(**base, recompute="full"), one(**base, recompute="none")
+    layer_params = 8192 * (8192 + 2 * 8 * 128) + 8192 * 8192 + 3 * 8192 * 28672      # attention + gated MLP
+    gather = 255 / 256 * layer_params * 2 / 1e9
+    micro_batches = 512 / (2 * 256)
+    assert full["exposed_dp"] - none["exposed_dp"] == pytest.approx(micro_batches * 80 * gather, rel=1e-4)
+    assert full["comm_dp"] - none["comm_dp"] == pytest.approx(micro_batches * 80 * gather, rel=1e-4)
+
+
+def test_fsdp_first_layer_exposes_its_forward_gather_and_last_reduce_scatter_once():
+    from fastmodel.kernels.lm.parallel import fsdp_first_layer_exposed
+    gather, reduce, backward = 0.010, 0.020, 0.100
+    overlapped = row(**NET, overlap_param_gather=1, overlap_grad_reduce=1, comm_sm_share=0.15)
+    # forward gather and reduce-scatter in full; the backward gather hides behind the next layer's backward
+    assert fsdp_first_layer_exposed(overlapped, gather, reduce, backward) == pytest.approx(
+        gather + 0.15 * gather + reduce, rel=1e-12)
+    serial = row(**NET, overlap_param_gather=0, overlap_grad_reduce=0, comm_sm_share=0.15)
+    assert fsdp_first_layer_exposed(serial, gather, reduce, backward) == pytest.approx(2 * gather + reduce)
 
 
 def test_zero3_layer_collectives_are_exposed_where_the_framework_does_not_overlap_them():
-    from fastmodel.kernels.lm.step import fsdp_layer_exposed
+    from fastmodel.kernels.lm.parallel import fsdp_layer_exposed
     gather, reduce, forward, backward = 0.010, 0.020, 0.050, 0.100
     overlapped = row(**NET, overlap_param_gather=1, overlap_grad_reduce=1, comm_sm_share=0.15)
     # each collective hides behind its pass and slows it by 15% of the overlapped time
@@ -278,7 +315,7 @@ def test_zero3_layer_collectives_are_exposed_where_the_framework_does_not_overla
 
 
 def test_fsdp2_copies_each_gathered_layer_out_on_the_compute_stream():
-    from fastmodel.kernels.lm.step import fsdp_copy_out_time
+    from fastmodel.kernels.lm.parallel import fsdp_copy_out_time
     # a 218M-parameter layer in BF16: read and write 436 MB at 3.35 TB/s x 0.8
     params = 218e6
     assert fsdp_copy_out_time(row(**H100, fsdp_copy_out=1), params) == pytest.approx(
@@ -339,3 +376,40 @@ def test_an_execution_spec_allows_uneven_stages():
     ds = evaluate_lm("deepseek-v3", "dgx-h100", "llm-pretrain", plan="tp1.pp16.ep64", num_nodes=128,
                      execution={"uneven_stages": True})
     assert int(ds.status) == 0 and 0 < float(ds.step_time) < float("inf")
+
+
+def test_sliding_window_at_or_above_the_sequence_is_full_attention():
+    """Issue 25 item 10: a window w >= s masks nothing a causal mask does not: the step equals full attention's."""
+    full = one(**LLAMA70B)
+    for window in (8192, 8193, 1 << 20):
+        windowed = one(**LLAMA70B, sliding_window=window, sliding_window_layers=80)
+        for name in ("time_attention", "time_recompute", "step_time", "memory_per_device"):
+            assert windowed[name] == full[name], (window, name)
+
+
+def test_windowed_attention_cost_is_the_band_of_the_score_matrix():
+    """A causal window of w keys over s queries: query i sees min(i + 1, w) keys; in the continuous limit the
+    band is a w x w triangle plus (s - w) rows of w, w s - w^2 / 2 pairs, w - w^2 / (2 s) keys per query.
+    s = 8192: w = 4096 -> 4096 - 2048 = 3072 keys (3/4 of full causal's 4096), w = 1024 -> 1024 - 64 = 960;
+    without a causal mask a window covers w keys. The attention core scales with these key counts."""
+    from fastmodel.kernels.lm.layer import attention_context
+
+    base = row(**LLAMA70B)
+    assert attention_context(base, False) == 4096.0                        # full causal: s / 2
+    assert attention_context(row(**LLAMA70B, sliding_window=4096), True) == 3072.0
+    assert attention_context(row(**LLAMA70B, sliding_window=1024), True) == 960.0
+    assert attention_context(row(**LLAMA70B, sliding_window=1024), False) == 4096.0   # a full layer of the mix
+    assert attention_context(row(**LLAMA70B, sliding_window=1024, causal=0), True) == 1024.0
+    assert attention_context(row(**LLAMA70B, sliding_window=1024, flash_attention=0), True) == 8192.0
+    s, w = 8192, 1024   # the exact discrete count is within w / (2 s) of a key of the continuous one
+    assert sum(min(i + 1, w) for i in range(s)) / s == pytest.approx(960.0 + w / (2 * s), rel=1e-12)
+    # every layer windowed at s / 2: the attention core's FLOPs are 3/4 of full causal's, the GEMMs unchanged
+    # (no per-kernel launch overhead, so that attention time is proportional to its FLOPs)
+    no_overhead = {**LLAMA70B, "kernel_overhead_s": 0.0}
+    full, half = one(**no_overhead), one(**no_overhead, sliding_window=4096, sliding_window_layers=80)
+    assert half["time_gemm"] == full["time_gemm"]
+    assert half["time_attention"] == pytest.approx(0.75 * full["time_attention"], rel=1e-12)
+    assert half["step_time"] < full["step_time"]
+    # half the layers windowed: half the saving
+    mixed = one(**no_overhead, sliding_window=4096, sliding_window_layers=40)
+    assert mixed["time_attention"] == pytest.approx(0.875 * full["time_attention"], rel=1e-12)

@@ -6,7 +6,7 @@ import pytest
 from fastmodel.errors import PlanError, SpecError, SweepError
 from fastmodel.lm.engine import evaluate_table
 from fastmodel.lm.rules import check_plan, plan_status
-from fastmodel.lm.sweep import all_meshes, lm_sweep, parse_mesh
+from fastmodel.lm.sweep import all_meshes, lm_sweep
 from fastmodel.lm.table import table
 from fastmodel.registry.lm import STATUS_CODES
 
@@ -35,9 +35,7 @@ def test_every_grid_point_equals_the_same_configuration_evaluated_alone(grid):
     for nodes in (4, 8):
         for mb in (1, 2):
             for plan in ("tp8.pp2", "tp4.pp4"):
-                mesh = parse_mesh(plan)
                 n = nodes * 8
-                dp = n // (mesh["tp"] * mesh["pp"])
                 alone = lm_sweep("llama3.1-70b", "dgx-h100", "llm-pretrain", num_nodes=nodes,
                                  axes={"plan": [plan], "micro_batch": [mb]})
                 point = grid.sel(num_nodes=nodes, plan=plan, micro_batch=mb)
@@ -45,7 +43,8 @@ def test_every_grid_point_equals_the_same_configuration_evaluated_alone(grid):
                 assert int(point.status) == int(alone.status.squeeze())
                 if int(point.status) == 0:
                     assert float(point.tokens_per_s) * float(point.step_time) == pytest.approx(2048 * 8192)
-                    assert dp * mesh["tp"] * mesh["pp"] == n
+                    # the grid's own per-GPU throughput: tokens / step / (dp x tp x pp) devices
+                    assert float(point.tokens_per_s_per_gpu) * n == pytest.approx(float(point.tokens_per_s))
 
 
 def test_rule_table_codes_match_hand_checks():
@@ -64,14 +63,36 @@ def test_single_configuration_raises_the_first_broken_rule():
         check_plan(column)
 
 
-def test_plan_all_enumerates_legal_meshes_only_from_the_rules():
-    from fastmodel.lm.loader import load_cluster, load_lm_model
+def test_plan_all_enumerates_no_mesh_the_rule_table_refuses_for_its_shape():
+    """Every mesh of ``plan = "all"`` passes the rule table's shape rules (heads, layers, NVLink domain,
+    experts, sequence) at every GPU count it divides; and of a wider candidate set, each mesh the rule table
+    refuses for its shape is one ``all_meshes`` leaves out."""
+    import itertools
 
-    model, cluster = load_lm_model("mixtral-8x7b"), load_cluster("dgx-h100")
+    from fastmodel.lm.loader import load_cluster, load_execution, load_lm_model
+    from fastmodel.lm.sweep import base_columns
+    from fastmodel.registry.lm import COLUMN_INDEX
+
+    model, cluster = load_lm_model("mixtral-8x7b"), load_cluster("dgx-h100", 8)
     meshes = all_meshes(model, cluster, 64)
     assert {"tp": 8, "pp": 2, "cp": 1, "ep": 4} in meshes
-    assert all(m["tp"] <= 8 and 32 % m["tp"] == 0 and 32 % m["pp"] == 0 and 8 % m["ep"] == 0 for m in meshes)
-    assert all(m["tp"] * m["pp"] * m["cp"] * m["ep"] <= 64 * 8 for m in meshes)
+    shape_rules = {STATUS_CODES[k] for k in ("heads_not_divisible", "layers_not_divisible", "tp_beyond_domain",
+                                             "experts_not_divisible", "sequence_not_divisible")}
+    base = base_columns(model, cluster, load_execution({}), 4096)
+    candidates = [dict(zip(("tp", "pp", "cp", "ep"), m)) for m in
+                  itertools.product((1, 2, 3, 4, 8, 16), (1, 2, 3, 4, 5, 8), (1, 2, 3), (1, 2, 3, 4, 8))]
+    refused = 0
+    for mesh in candidates:
+        if 64 % (mesh["tp"] * mesh["pp"] * mesh["cp"]) or (64 // (mesh["tp"] * mesh["pp"] * mesh["cp"])) % mesh["ep"]:
+            continue
+        column = base.copy()
+        for key, value in {**mesh, "dp": 64 // (mesh["tp"] * mesh["pp"] * mesh["cp"])}.items():
+            column[COLUMN_INDEX[key]] = value
+        status = int(plan_status(column[:, None])[0])
+        if status in shape_rules:
+            refused += 1
+            assert mesh not in meshes, (mesh, status)
+    assert refused >= 5                     # the candidate set does exercise the shape rules
 
 
 def test_moe_and_mla_models_evaluate():

@@ -31,6 +31,11 @@ FRAMEWORKS = [
     ("Megatron-LM (commit 23e00ed) + TransformerEngine 2.11.0, NGC PyTorch 26.01 family (SimuMax B200 release "
      "v1.2 real runs)", "megatron-core"),
     ("DeepSpeed ZeRO-3", "deepspeed"),
+    # the 2021-22 papers' texts as their source CSVs give them; the records name stack megatron-2021 explicitly
+    ("Megatron-LM (PTD-P)", "megatron-core"),
+    ("Megatron-LM PTD-P", "megatron-core"),
+    ("Megatron-LM", "megatron-core"),
+    ("DeepSpeed 0.3 ZeRO-3 (no model parallelism)", "deepspeed"),
     ("Megatron-Core 0.9", "megatron-core"),
 ]
 
@@ -53,9 +58,26 @@ def test_names_match_whole_tokens_only():
         assert profile.name == "default" and repr(text) in note and "\n" not in note
 
 
-def test_no_framework_is_megatron_2021_with_a_note():
+def test_no_framework_picks_no_era_it_is_the_default_profile_with_a_note():
     profile, note = profile_for(None)
-    assert profile.name == "megatron-2021" and "no framework" in note
+    assert profile.name == "default" and "no framework" in note and "\n" not in note
+
+
+def test_dropping_framework_from_a_modern_record_does_not_make_it_a_2021_run():
+    line = next(x for x in (DATA / "runs_dev.jsonl").read_text().splitlines() if "mlperf-v31" in x)
+    record = json.loads(line)
+    named = lower_record(record)
+    del record["framework"]
+    absent = lower_record(record)
+    assert named.stack == "megatron-core" and absent.stack == "default"
+    assert np.array_equal(named.columns, absent.columns)       # Megatron-Core sets nothing beyond the registry
+    assert any("no framework" in note for note in absent.notes)
+
+
+def test_every_dev_record_names_its_software():
+    for line in (DATA / "runs_dev.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        assert record.get("framework") or record.get("stack"), record["id"]
 
 
 def test_an_explicit_stack_wins_over_the_framework_text():
@@ -73,12 +95,11 @@ def resolved(framework, **fields):
 
 
 def test_today_rules_are_the_profiles_defaults():
-    # Megatron 2021-22: unfused attention with dropout, DP communication after the backward pass
-    old = resolved(None, sharding="distopt")
+    # Megatron 2021-22 (named explicitly): unfused attention with dropout, DP communication after the backward
+    old = resolve(ExecutionSpec(framework=None, stack="megatron-2021", sharding="distopt"), 16, 126)
     assert (old.flash_attention, old.dropout, old.overlap_grad_reduce, old.overlap_param_gather) == (
         False, True, False, False)
     assert old.collective_bucket_bytes is None
-    assert resolved(None, sharding="fsdp").collective_bucket_bytes == 5e7 * 2     # DeepSpeed ZeRO-3 buckets
     # PyTorch FSDP: eager element-wise ops, op-level selective recompute; 1.x FSDP overlaps its reduce-scatter
     fsdp2x = resolved("PyTorch FSDP", sharding="fsdp")
     assert (fsdp2x.fused_kernels, fsdp2x.selective_policy, fsdp2x.flash_attention) == (False, "op", None)
@@ -87,10 +108,26 @@ def test_today_rules_are_the_profiles_defaults():
     assert resolved("PyTorch 1.10 FSDP", sharding="hsdp").overlap_grad_reduce is False
     titan = resolved("TorchTitan")
     assert (titan.fsdp_copy_out, titan.fused_kernels, titan.selective_policy) == (True, False, "op")
-    for framework in ("Megatron-Core", "NeMo", "Meta internal", "DeepSpeed", "something else"):
+    for framework in ("Megatron-Core", "NeMo", "Meta internal", "something else", None):
         spec = resolved(framework)
         assert all(getattr(spec, f) is None for f in ("fused_kernels", "flash_attention", "dropout",
                                                      "overlap_grad_reduce", "fsdp_copy_out", "selective_policy"))
+
+
+def test_deepspeed_defaults_come_from_its_source_by_stage_and_era():
+    # constants.py v0.3.15: overlap_comm off for stages 1-2, on for stage 3; reduce_bucket_size 5e8 elements
+    zero1 = resolved("DeepSpeed", sharding="distopt")
+    assert (zero1.overlap_grad_reduce, zero1.overlap_param_gather, zero1.collective_bucket_bytes) == (False, False, 1e9)
+    zero3 = resolved("DeepSpeed ZeRO-3", sharding="fsdp")
+    assert (zero3.overlap_grad_reduce, zero3.overlap_param_gather, zero3.param_fetch_bw) == (True, True, None)
+    # up to v0.4.1 the fetch is the framework's own, synchronous, at issue #1174's 8.95 GB in 0.470 - 0.060 s
+    early = resolved("DeepSpeed 0.3 ZeRO-3", sharding="fsdp")
+    assert (early.overlap_grad_reduce, early.overlap_param_gather) == (True, False)
+    assert early.param_fetch_bw == pytest.approx(8.95e9 / 0.410)
+    assert resolved("DeepSpeed v0.4.2", sharding="fsdp").param_fetch_bw is None
+    # Megatron-DeepSpeed's ZeRO-3 is DeepSpeed's
+    fork = resolved("Megatron-DeepSpeed 0.3", sharding="fsdp")
+    assert (fork.overlap_grad_reduce, fork.collective_bucket_bytes, fork.flash_attention) == (True, 1e9, False)
 
 
 def test_a_field_the_execution_sets_is_not_overridden_by_its_stack():
@@ -120,6 +157,7 @@ def test_the_b200_runs_read_as_megatron_core_kernels():
     """The one deliberate change of the stack parse: fused kernels and Megatron's selective recompute."""
     line = (DATA / "runs_dev.jsonl").read_text().splitlines()[0]
     record = json.loads(line)
+    del record["stack"]                                   # the GPT-22B run names megatron-2021 explicitly
     record["framework"] = FRAMEWORKS[9][0]
     columns = lower_record(record).columns
     assert columns[C["fused_kernels"]] == 1 and columns[C["selective_policy"]] == 0

@@ -72,3 +72,54 @@ def test_cli_refuses_to_overwrite_its_input_and_reports_bad_lines(tmp_path):
     bad.write_text(RUNS.read_text().splitlines()[0] + "\n{not json\n")
     result = CliRunner().invoke(main, ["validate", str(bad)])
     assert result.exit_code == 2 and "bad.jsonl:2" in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def _runs_with_one_refused(tmp_path, n_good=3):
+    """A copy of the first dev runs plus one run the model refuses (an unknown plan field)."""
+    good = RUNS.read_text().splitlines()[:n_good]
+    bad = json.loads(good[0])
+    bad["id"] = "refused-one"
+    bad["plan"]["pipeline_shape"] = "zigzag"
+    path = tmp_path / "mixed.jsonl"
+    path.write_text("\n".join([*good, json.dumps(bad)]) + "\n")
+    return path, [json.loads(line)["id"] for line in good]
+
+
+def test_a_refused_record_is_named_and_counted_as_a_miss(tmp_path):
+    path, _ = _runs_with_one_refused(tmp_path)
+    result = CliRunner().invoke(main, ["validate", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "refused (a miss):" in result.stderr and "plan.pipeline_shape: unknown field" in result.stderr
+    all_line = next(line for line in result.stdout.splitlines() if line.startswith("all "))
+    n, miss = all_line.split()[1:3]
+    assert (n, miss) == ("3", "1")
+    hits = float(all_line.split()[6].rstrip("%"))
+    assert hits <= 75.0                     # 3 answered of 4: the refused run is a miss in the hit rate
+
+
+def test_heldout_scores_each_group_twice_from_the_split_file(tmp_path):
+    path, ids = _runs_with_one_refused(tmp_path)
+    split = tmp_path / "split.json"
+    split.write_text(json.dumps({"files": {"mixed.jsonl": [ids[0], "refused-one"]}}))
+    result = CliRunner().invoke(main, ["validate", str(path), "--heldout", str(split)])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    dev = next(line for line in lines if line.startswith("all [dev]")).split()
+    held = next(line for line in lines if line.startswith("all [held-out]")).split()
+    assert (dev[2], dev[3]) == ("2", "0") and (held[2], held[3]) == ("1", "1")
+
+
+def test_heldout_without_a_split_for_the_file_is_one_line_exit_2(tmp_path):
+    path, _ = _runs_with_one_refused(tmp_path)
+    (tmp_path / "heldout.json").write_text(json.dumps({"files": {"other.jsonl": []}}))
+    result = CliRunner().invoke(main, ["validate", str(path), "--heldout"])   # default: heldout.json beside RUNS
+    assert result.exit_code == 2
+    assert "files.mixed.jsonl: no held-out split for mixed.jsonl" in result.output
+
+
+def test_the_frozen_split_holds_out_a_fifth_of_every_dev_file():
+    split = json.loads((DATA / "heldout.json").read_text())["files"]
+    for name, ids in split.items():
+        every = {json.loads(line)["id"] for line in (DATA / name).read_text().splitlines() if line.strip()}
+        assert set(ids) <= every, name
+        assert 0.1 <= len(ids) / len(every) <= 0.25, name

@@ -351,3 +351,21 @@ def test_validate_serving_records_without_measurements_is_a_one_line_error(tmp_p
     assert result.exit_code == 2
     assert result.output.strip().splitlines() == ["error: no serving record carries measured output_tokens_per_s, "
                                                   "ttft_s or tpot_s"]
+
+
+def test_validate_counts_a_refused_serving_record_as_a_miss(tmp_path):
+    from click.testing import CliRunner
+
+    from fastmodel.cli import main
+
+    refused = json.loads(json.dumps(RECORD))
+    refused["id"] = "t2"
+    refused["serve"]["sparkle"] = 1                       # a field the serving engine does not take
+    path = tmp_path / "serve.jsonl"
+    path.write_text(json.dumps(RECORD) + "\n" + json.dumps(refused) + "\n")
+    result = CliRunner().invoke(main, ["validate", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "refused (a miss):" in result.stderr and "serve.sparkle: unknown field" in result.stderr
+    line = next(line for line in result.stdout.splitlines() if line.startswith("all "))
+    assert line.split()[1:3] == ["2", "1"]               # two measured, one of them a miss
+    assert float(line.split()[6].rstrip("%")) <= 50.0     # the miss counts against the hit rate

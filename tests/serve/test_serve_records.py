@@ -112,16 +112,17 @@ def test_every_dev_serving_point_is_answered():
 
 
 def test_validate_answers_every_disaggregated_record_and_splits_heldout():
-    from fastmodel.analysis.heldout import heldout_ids
+    from fastmodel.analysis.splits import heldout_ids, mark_split
     from fastmodel.serve.validate import format_report, rows
 
     path = DATA / "serve_dev_disagg.jsonl"
-    table = rows(read_serve_records(path, keep_refused=True), heldout_ids(path))
+    refused: list = []
+    table = mark_split(rows(read_serve_records(path, refused)), heldout_ids(DATA / "heldout.json", path))
+    assert not refused
     assert len(table) == 39 and all(np.isfinite(r["error_ttft_s"]) and np.isfinite(r["error_tpot_s"]) for r in table)
-    assert {r["split"] for r in table} == {"dev", "heldout"}
-    assert sum(r["split"] == "heldout" for r in table) == 7
-    report = format_report(table)
-    assert "mode=disagg" in report and "refused" not in report.split("\n")[-1]
+    assert sum(r["split"] == "held-out" for r in table) == 7
+    report = format_report(table, by_split=True)
+    assert "mode=disagg" in report and "held-out" in report
     with pytest.raises(SpecError, match="two worker pools"):          # one kernel configuration cannot hold it
         read_serve_records(path)
 

@@ -37,7 +37,10 @@ def test_default_ranks_only_plans_that_fit(grid, oom):
     over, under = oom
     table = best(grid, "tokens_per_s_per_gpu", top=10)
     assert set(table.plan) == under
-    assert table.attrs["fits_filter"] == {"applied": True, "dropped": len(over), "of": len(over) + len(under)}
+    fits = table.attrs["fits_filter"]
+    assert (fits["applied"], fits["dropped"], fits["of"]) == (True, len(over), len(over) + len(under))
+    hbm = grid.attrs["hbm_bytes"]
+    assert fits["margin"] == {"bytes": hbm - grid.attrs["usable_hbm_bytes"], "hbm_bytes": hbm, "source": "default"}
     fastest = max(under, key=lambda p: float(grid.tokens_per_s_per_gpu.sel(plan=p)))
     assert table.plan.iloc[0] == fastest
     assert list(table.status) == ["ok"] * len(table)      # the dataset's own status names
@@ -115,3 +118,34 @@ def test_serving_results_rank_only_batches_that_fit():
     assert len(table) == int((np.isfinite(rate) & fits).sum())
     assert table.attrs["fits_filter"]["dropped"] == int((np.isfinite(rate) & ~fits).sum())
     assert table.output_tokens_per_s_per_gpu.iloc[0] == np.nanmax(np.where(fits, rate, np.nan))
+
+
+def test_a_memory_margin_of_the_user_decides_what_fits(grid):
+    """memory_margin (bytes): a plan fits when memory_per_device <= HBM - margin. No margin keeps every plan up
+    to the HBM; a margin of HBM - the smallest legal memory keeps only that plan."""
+    hbm = grid.attrs["hbm_bytes"]
+    memory = grid.memory_per_device.values
+    legal = np.isfinite(grid.tokens_per_s_per_gpu.values)
+    table = best(grid, "tokens_per_s_per_gpu", top=10, memory_margin=0.0)
+    assert set(table.plan) == set(grid.plan.values[legal & (memory <= hbm)])
+    assert table.attrs["fits_filter"]["margin"]["source"] == "user"
+    smallest = np.nanmin(np.where(legal, memory, np.nan))
+    table = best(grid, "tokens_per_s_per_gpu", top=10, memory_margin=hbm - smallest)
+    assert list(table.plan) == list(grid.plan.values[legal & (memory == smallest)])
+
+
+@pytest.mark.parametrize("margin, message", [(-1.0, "negative"), (1e15, "not below the HBM")])
+def test_a_bad_memory_margin_is_one_error(grid, margin, message):
+    with pytest.raises(SweepError, match=f"memory_margin: .*{message}"):
+        best(grid, "tokens_per_s_per_gpu", memory_margin=margin)
+
+
+def test_cli_memory_margin_says_which_margin(result_file):
+    runner = CliRunner()
+    default = runner.invoke(main, ["best", result_file, "--by", "tokens_per_s_per_gpu"])
+    assert "the default: the stack's reserve" in default.stderr
+    user = runner.invoke(main, ["best", result_file, "--by", "tokens_per_s_per_gpu", "--memory-margin", "10"])
+    assert user.exit_code == 0 and "a margin of 10.0 GiB, set by --memory-margin" in user.stderr
+    for bad in ("-1", "1000000"):
+        result = runner.invoke(main, ["best", result_file, "--by", "tokens_per_s_per_gpu", "--memory-margin", bad])
+        assert result.exit_code == 2 and result.output.count("\n") == 1 and "memory_margin" in result.output

@@ -22,17 +22,17 @@ PROFILES: tuple[StackProfile, ...] = (
 )
 BY_NAME: dict[str, StackProfile] = {profile.name: profile for profile in PROFILES}
 STACK_NAMES: tuple[str, ...] = tuple(BY_NAME)
-#: the profile of an execution or record without a ``framework`` text
-ABSENT_FRAMEWORK = megatron_2021.PROFILE
 
 
 def profile_for(framework: str | None, stack: str | None = None) -> tuple[StackProfile, str | None]:
     """(profile, note or None): the explicit ``stack`` if given, else the profile ``framework`` names
-    (``stacks.base`` documents the parse); no framework: Megatron 2021-22; a text naming none: ``default``."""
+    (``stacks.base`` documents the parse); no framework, or a text naming none: ``default`` with a note (a
+    missing field says nothing about the software, so it picks no era's stack)."""
     if stack is not None:
         return BY_NAME[stack], None
     if framework is None:
-        return ABSENT_FRAMEWORK, f"no framework: stack {ABSENT_FRAMEWORK.name} ({ABSENT_FRAMEWORK.title}) assumed"
+        return default.PROFILE, ("no framework and no stack: profile 'default' (registry defaults) assumed; "
+                                 "give the record's framework text or stack")
     text = tokens(framework)
     for profile in PROFILES:
         if profile.named_in(text):

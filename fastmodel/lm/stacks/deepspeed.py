@@ -1,11 +1,62 @@
-"""DeepSpeed ZeRO (stages 1-3) outside Megatron-DeepSpeed: stack ``deepspeed``.
+"""DeepSpeed ZeRO (stages 1-3): stack ``deepspeed``; Megatron-DeepSpeed's ZeRO is this one too.
 
-Skeleton: no default of its own yet, so a run naming DeepSpeed keeps today's reading (the registry's
-defaults, as Megatron-Core). Issue 26 sources ZeRO's defaults by era (overlap_comm, bucket sizes,
-prefetch) from DeepSpeed's own source.
+Defaults from DeepSpeed's own source at v0.3.15 (2021-04-19, the release of Narayanan et al.'s comparison),
+``deepspeed/runtime/zero/constants.py`` lines 57-66, unchanged in later releases' ``zero/config.py``:
+
+- ``overlap_comm``: off for stages 1-2 (``ZERO_OPTIMIZATION_OVERLAP_COMM_DEFAULT = False``), on for stage 3
+  (``ZERO3_OPTIMIZATION_OVERLAP_COMM_DEFAULT = True``): ZeRO-3 (``sharding = "fsdp"``) reduce-scatters its
+  gradients on a reduction stream during the backward pass (``stage3.py``: ``average_tensor`` under
+  ``torch.cuda.stream(self.reduction_stream)``) and prefetches the next sub-module's parameters on a
+  communication stream while the current one computes (``PartitionedParameterCoordinator.
+  prefetch_next_sub_modules``); ZeRO-1/2 (``distopt``) reduce after the backward pass and gather the
+  updated parameters after the step;
+- ``reduce_bucket_size = 5e8`` elements (16-bit, so 1e9 bytes): the collectives' bucket. ZeRO-3 gathers each
+  parameter on its own, i.e. one collective per weight matrix (a 175B GPT layer's 3.6 GB in four), which
+  buckets of 1e9 bytes reproduce.
+
+By era (the version is the token after ``deepspeed``, e.g. ``"DeepSpeed 0.3 ZeRO-3"``; none given: the current
+era). Up to v0.4.1 ZeRO-3 fetched each parameter itself, synchronously: ``_allgather_param`` runs
+``torch.cuda.synchronize()`` and zero-fills a buffer before every parameter's all-gather and copies the result
+out, and ``fetch_sub_module`` formats ``param.norm()`` for a debug print that is not shown (v0.3.15
+partition_parameters.py lines 741-788, stage3.py lines 390-446; the print went in v0.4.2, PR #1188 coalesced
+the gathers). Measured on one p4d node (8 A100, NVLink; DeepSpeed issue #1174, v0.3.16): a 5.1e9-parameter
+BERT's forward took 470 ms under ZeRO-3 against 60 ms under ZeRO-2, i.e. its 8.95 GB received per GPU in the
+extra 410 ms, 21.8 GB/s per GPU, nothing hidden behind compute -- the era's ``param_fetch_bw`` with the
+parameter gather not overlapped. Each gather is hooked on a sub-module's forward, so under full recompute
+(activation checkpointing re-runs the forward) the layer is fetched a third time (its parameters are released
+after the forward once a layer exceeds ``stage3_max_reuse_distance`` = 1e9 elements, constants.py).
+
+DeepSpeed decides no kernel: the model code (Megatron's, HF's) does, so fields such as ``flash_attention``
+keep the registry's defaults unless another profile (``megatron-2021``) sets them.
 """
 
-from fastmodel.lm.stacks.base import StackProfile
+import re
+
+from fastmodel.lm.stacks.base import VERSION, StackProfile, names_in, tokens
+
+#: reduce_bucket_size default, elements (deepspeed/runtime/zero/constants.py, v0.3.15, line 66)
+REDUCE_BUCKET_ELEMENTS = 5e8
+#: ZeRO-3's own parameter fetch up to v0.4.1, bytes received per GPU per second (DeepSpeed issue #1174: 8.95 GB
+#: in 410 ms on A100 NVLink)
+HOOK_FETCH_BYTES_S = 8.95e9 / 0.410
+#: the last release with the synchronous per-parameter fetch
+LAST_HOOK_FETCH = (0, 4, 1)
+
+
+def version(framework: str | None) -> tuple[int, ...] | None:
+    """The DeepSpeed version the framework text states (``deepspeed 0.3`` -> (0, 3)), or None."""
+    found = names_in(tokens(framework or ""), rf"deepspeed v?({VERSION})")
+    return tuple(int(x) for x in re.findall(r"\d+", found.group(1))) if found else None
+
+
+def defaults(execution, framework: str | None) -> dict:
+    stage3 = execution.sharding == "fsdp"
+    values = {"overlap_grad_reduce": stage3, "overlap_param_gather": stage3,
+              "collective_bucket_bytes": REDUCE_BUCKET_ELEMENTS * 2.0}
+    stated = version(framework)
+    if stage3 and stated is not None and stated <= LAST_HOOK_FETCH:
+        values.update({"overlap_param_gather": False, "param_fetch_bw": HOOK_FETCH_BYTES_S})
+    return values
 
 
 def unknown_vp(pp: int, layers: int) -> tuple[int, str]:
@@ -13,11 +64,12 @@ def unknown_vp(pp: int, layers: int) -> tuple[int, str]:
                      "schedule.py: TrainSchedule); give vp = 1 or name the stack that interleaved")
 
 
-# issue 26: every default of this profile is today's fall-through, not DeepSpeed's
 PROFILE = StackProfile(
     name="deepspeed",
     title="DeepSpeed ZeRO",
     names=("deepspeed",),
-    source="none yet (today's fall-through defaults; issue 26)",
+    source="DeepSpeed v0.3.15 deepspeed/runtime/zero/constants.py lines 57-66 (overlap_comm by stage, "
+           "reduce_bucket_size 5e8); stage3.py (reduction stream, parameter prefetch)",
+    defaults=defaults,
     unknown_vp=unknown_vp,
 )

@@ -154,6 +154,8 @@ def axis_values(path: str, spec: Any) -> np.ndarray:
             if info.kind == "int":
                 if value != int(value):
                     raise SweepError(f"axis {axis_dim(path)}: {value!r} is not an integer")
+                if abs(value) >= 2**53:     # beyond exact float64 and any count of hardware or data
+                    raise SweepError(f"axis {axis_dim(path)}: {value:.6g} is implausibly large for an integer field")
                 value = int(value)
                 if info.choices and value not in info.choices:
                     raise SweepError(f"axis {axis_dim(path)}: {value!r} is not one of {', '.join(map(str, info.choices))}")

@@ -1,0 +1,51 @@
+"""The memory margin ``best`` ranks by: how much HBM a plan must leave free to count as fitting.
+
+A real-world result says, per configuration, ``memory_per_device`` (reserved by the caching allocator plus what
+lies outside it) and, in its attrs, the device's ``hbm_bytes`` and ``usable_hbm_bytes``. A plan fits when
+``memory_per_device <= hbm_bytes - margin``. The default margin is the stack's reserve, ``hbm_bytes -
+usable_hbm_bytes`` (``usable_hbm_fraction`` of the device column; what ``fits_memory`` was computed with); a
+margin the user sets (``--memory-margin`` / ``memory_margin=``, bytes) replaces it. A margin below zero or at
+least the HBM is a one-line error.
+"""
+
+from __future__ import annotations
+
+from fastmodel.errors import SweepError
+
+
+def margin(ds, memory_margin: float | None = None) -> dict:
+    """The margin applied to ``ds``: ``{"bytes", "hbm_bytes", "source"}`` (``source``: ``"default"`` or
+    ``"user"``); ``hbm_bytes`` None when the result does not record its HBM (then only the default applies)."""
+    hbm = ds.attrs.get("hbm_bytes")
+    usable = ds.attrs.get("usable_hbm_bytes")
+    if memory_margin is None:
+        reserve = float(hbm) - float(usable) if hbm is not None and usable is not None else None
+        return {"bytes": reserve, "hbm_bytes": None if hbm is None else float(hbm), "source": "default"}
+    value = float(memory_margin)
+    if not value >= 0.0:
+        raise SweepError(f"memory_margin: {memory_margin!r} is negative; give the HBM to keep free, >= 0 bytes")
+    if hbm is None:
+        raise SweepError("memory_margin: this result does not record its device's HBM (attribute hbm_bytes); "
+                         "re-run the sweep with this version, or filter with --where memory_per_device<BYTES")
+    if value >= float(hbm):
+        raise SweepError(f"memory_margin: {value / 2**30:.1f} GiB is not below the HBM of "
+                         f"{float(hbm) / 2**30:.1f} GiB; nothing would fit")
+    return {"bytes": value, "hbm_bytes": float(hbm), "source": "user"}
+
+
+def fits_under(ds, chosen: dict):
+    """Whether each configuration fits under the margin ``chosen`` (:func:`margin`): ``fits_memory`` for the
+    default, else ``memory_per_device <= hbm_bytes - margin``."""
+    if chosen["source"] == "default":
+        return ds["fits_memory"] > 0.5
+    return ds["memory_per_device"] <= chosen["hbm_bytes"] - chosen["bytes"]
+
+
+def describe(chosen: dict) -> str:
+    """The margin in words, for ``best``'s line on the plans it dropped."""
+    if chosen["bytes"] is None:
+        return "usable HBM"
+    hbm = f"HBM {chosen['hbm_bytes'] / 2**30:.1f} GiB minus " if chosen["hbm_bytes"] is not None else ""
+    which = "set by --memory-margin" if chosen["source"] == "user" else \
+        "the default: the stack's reserve, 1 - usable_hbm_fraction"
+    return f"{hbm}a margin of {chosen['bytes'] / 2**30:.1f} GiB, {which}"

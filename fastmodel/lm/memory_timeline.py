@@ -1,0 +1,168 @@
+"""Memory over one training step, per pipeline rank and kind: the data of ``fastmodel plot memory-timeline``.
+
+Each pipeline rank runs its schedule's operations in order (``fastmodel.lm.pipeline_program.stage_order``:
+1F1B, interleaved or GPipe); after each forward it holds one more micro-batch's activations (a ``1 / v`` chunk
+of its layers under the interleaved schedule), a backward frees them. The memory of each moment is composed by
+the same kernel terms as the peak (kernels/lm/memory_peak.py), so the largest moment of a rank's timeline is
+that rank's peak (``tests/lm/test_memory_timeline.py`` checks it against ``memory_row``):
+
+- after the forward of a micro-batch: its activations are added; on the last rank, after the last chunk,
+  the logits and loss workspace are live (``P_LOSS``);
+- at the start of a backward: the recompute working set and the layer's activation gradients
+  (``P_BACKWARD``); after it, the micro-batch's activations are freed and, on the first rank at chunk 0, the
+  word embedding's weight gradient is live (``P_EMBEDDING``); under ZB-H1 the input-gradient pass ``I`` is
+  that start and the weight-gradient pass ``W`` frees the activations;
+- the optimizer step ends the step (``P_OPTIMIZER``).
+
+``overhead`` is ``framework_memory_bytes``; the allocator's cache shows as the ``reserved`` line, the peak
+allocated bytes times ``(1 + allocator_cache_fraction)`` plus the overhead (the cache is released on demand, so
+it does not decide what fits).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from fastmodel.registry.lm import COLUMN_INDEX as C
+from fastmodel.registry.lm import MEMORY_KINDS
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    """One pipeline rank's moments: ``labels[i]`` (e.g. ``F3`` = after the forward of micro-batch 3) and
+    ``values[i, k]`` bytes of ``MEMORY_KINDS[k]``."""
+    stage: int
+    labels: tuple[str, ...]
+    values: np.ndarray
+
+    @property
+    def totals(self) -> np.ndarray:
+        return self.values.sum(axis=1)
+
+
+@dataclass(frozen=True)
+class MemoryTimeline:
+    """Memory over one step on every pipeline rank (``stages``), the device's HBM, the usable HBM under the
+    memory margin, and the worst rank's reserved peak plus the overhead (``reserved_bytes``)."""
+    stages: tuple[StageMemory, ...]
+    kinds: tuple[str, ...]
+    hbm_bytes: float
+    usable_bytes: float
+    reserved_bytes: float
+    title: str
+
+
+def _terms(row: np.ndarray) -> dict:
+    from fastmodel.kernels.lm.memory import comm_buffer_bytes, fsdp_gather_buffer_bytes, logits_workspace_bytes
+    from fastmodel.kernels.lm.memory_activations import (
+        kept_mode,
+        layer_activation_bytes,
+        recompute_working_bytes,
+        stored_layer_bytes,
+    )
+    from fastmodel.kernels.lm.memory_peak import backward_grad_bytes, embedding_grad_bytes
+    from fastmodel.kernels.lm.memory_states import is_moe
+
+    kept = kept_mode(row)
+    dense_all = layer_activation_bytes(row, False, kept)
+    moe_all = layer_activation_bytes(row, True, kept) if is_moe(row) else 0.0
+    return {"dense": stored_layer_bytes(row, dense_all), "moe": stored_layer_bytes(row, moe_all),
+            "working": recompute_working_bytes(row, max(dense_all, moe_all)), "gather": fsdp_gather_buffer_bytes(row),
+            "comm": comm_buffer_bytes(row), "grads": backward_grad_bytes(row), "logits": logits_workspace_bytes(row),
+            "embedding": embedding_grad_bytes(row)}
+
+
+def _schedule(row: np.ndarray) -> tuple[str, int]:
+    """(schedule name, virtual stages) a rank runs: interleaved only with ``vp > 1``."""
+    from fastmodel.registry.lm import PIPELINE_SCHEDULES
+
+    names = {code: name for name, code in PIPELINE_SCHEDULES.items()}
+    schedule = names[int(row[C["pipeline_schedule"]])]
+    if schedule == "dualpipe":
+        from fastmodel.errors import SpecError
+
+        raise SpecError(None, "pipeline_schedule", "dualpipe: the memory timeline draws 1f1b, interleaved, gpipe "
+                        "and zb_h1 schedules (DualPipe's two directions per rank are not laid out yet)")
+    if schedule == "interleaved" and int(row[C["vp"]]) > 1:
+        return schedule, int(row[C["vp"]])
+    return (schedule if schedule in ("gpipe", "zb_h1") else "1f1b"), 1
+
+
+def stage_memory(row: np.ndarray, stage: int, terms: dict | None = None) -> StageMemory:
+    """The moments of pipeline rank ``stage`` over one step (see the module docstring)."""
+    from fastmodel.kernels.lm.memory_activations import stage_microbatch_bytes
+    from fastmodel.kernels.lm.memory_peak import P_OPTIMIZER, phase_kinds
+    from fastmodel.kernels.lm.pipeline import microbatches
+    from fastmodel.lm.pipeline_program import stage_order
+
+    t = _terms(row) if terms is None else terms
+    pp = int(row[C["pp"]])
+    schedule, v = _schedule(row)
+    w, g, o, _, _ = phase_kinds(row, float(stage), P_OPTIMIZER, t["dense"], t["moe"], t["working"], t["gather"],
+                                t["comm"], t["grads"], t["logits"])
+    kept = 1.0 - row[C["activation_offload"]]
+    chunk = stage_microbatch_bytes(row, float(stage), t["dense"], t["moe"]) / v * kept
+    fsdp = int(row[C["sharding"]]) == 3
+    overhead = row[C["framework_memory_bytes"]]
+    index = {k: i for i, k in enumerate(MEMORY_KINDS)}
+    labels, rows = ["start"], []
+
+    def moment(activations=0.0, buffers=0.0, gradients=0.0):
+        values = np.zeros(len(MEMORY_KINDS))
+        values[index["weights"]], values[index["gradients"]], values[index["optimizer"]] = w, g + gradients, o
+        values[index["activations"]], values[index["buffers"]] = activations, buffers
+        values[index["overhead"]] = overhead
+        rows.append(values)
+
+    moment()
+    held = 0.0
+    m = int(round(microbatches(row)))
+    for kind, micro_batch, part in stage_order(schedule, pp, m, stage, v):
+        if kind == "F":
+            held += chunk
+            loss = stage == pp - 1 and part == v - 1
+            labels.append(f"F{micro_batch}")
+            moment(held, t["gather"] + t["comm"] + (t["logits"] if loss else 0.0))
+            continue
+        if kind in ("B", "I"):      # a backward (ZB-H1: its input-gradient pass) starts
+            labels.append(f"{kind}{micro_batch}")
+            moment(held + t["working"] * kept, t["gather"] + t["comm"] + t["grads"])
+            if kind == "I":
+                continue
+        held = max(held - chunk, 0.0)   # B, or ZB-H1's weight-gradient pass W, frees the micro-batch
+        if stage == 0 and part == 0:
+            labels.append(f"B{micro_batch} emb")
+            if fsdp:
+                moment(held, t["comm"] + t["embedding"])
+            else:
+                moment(held, t["comm"], t["embedding"])
+    labels.append("optimizer step")
+    moment()
+    return StageMemory(stage, tuple(labels), np.array(rows))
+
+
+def memory_timeline(columns: np.ndarray, title: str = "the configuration",
+                    memory_margin: float | None = None) -> MemoryTimeline:
+    """Every pipeline rank's memory over one step of the configuration ``columns`` (one column vector).
+    ``memory_margin`` (bytes): HBM kept free; default: the stack's reserve, ``(1 - usable_hbm_fraction)`` of
+    the HBM."""
+    from fastmodel.kernels.lm.memory import memory_row
+    from fastmodel.registry.lm import MEMORY_KINDS as KINDS
+
+    row = np.asarray(columns, dtype=np.float64)
+    terms = _terms(row)
+    stages = tuple(stage_memory(row, s, terms) for s in range(int(row[C["pp"]])))
+    out = np.zeros(len(KINDS))
+    memory_row(row, out)
+    allocated = out.sum() - out[KINDS.index("overhead")]
+    hbm = float(row[C["hbm_bytes"]])
+    margin = (1.0 - row[C["usable_hbm_fraction"]]) * hbm if memory_margin is None else float(memory_margin)
+    if not 0.0 <= margin < hbm:
+        from fastmodel.errors import SpecError
+
+        raise SpecError(None, "memory_margin", f"{margin / 2**30:.1f} GiB must be >= 0 and below the HBM of "
+                        f"{hbm / 2**30:.1f} GiB")
+    reserved = allocated * (1.0 + row[C["allocator_cache_fraction"]]) + row[C["framework_memory_bytes"]]   # + overhead
+    return MemoryTimeline(stages, KINDS, hbm, hbm - margin, float(reserved), title)

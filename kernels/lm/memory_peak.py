@@ -1,0 +1,159 @@
+"""Memory of the real-world LM model, part 3: the peak over one training step, per pipeline rank.
+
+A rank's memory changes over the step: states (weights, gradients, optimizer) stay, activations grow with
+the micro-batches in flight and are freed by their backward, transient tensors live for one operation. The
+peak is the largest total over the moments below (the *phases*), per rank; ``memory_row``
+(kernels/lm/memory.py) reports the worst rank's, by kind. Each phase returns the five allocated kinds
+``(weights, gradients, optimizer, activations, buffers)``; ``docs/model_memory.md`` ("Peak over the step")
+gives the equations and their sources. Compiled with ``error_model='numpy'`` (see kernels/lm/memory.py).
+
+Phases (``P_*``):
+
+- ``P_LOSS``: the last rank has run a micro-batch's forward through the LM head; every micro-batch it holds
+  is in flight, the logits and loss workspace are live.
+- ``P_BACKWARD``: the backward of the oldest micro-batch in flight starts on its last layer: every
+  micro-batch still in flight, the layer recomputed (recompute working set), the gradients of its
+  activations (``backward_grad_bytes``).
+- ``P_EMBEDDING``: the first rank ends a micro-batch's backward at the word embedding: the other micro-batches
+  in flight (one micro-batch, or one ``1 / v`` chunk of it under the interleaved schedule, fewer than at the
+  peak), and the embedding's weight gradient (``embedding_grad_bytes``).
+- ``P_OPTIMIZER``: the optimizer step: no activations, the states and the optimizer's transient copies.
+"""
+
+from fastmodel.kernels.jit import njit
+from fastmodel.kernels.lm.layout import (
+    C_ACTIVATION_OFFLOAD, C_DENSE_LAYERS, C_ETP, C_FFN, C_FP8_PARAMS, C_GATED_MLP, C_GRAD_REDUCE_BYTES, C_HIDDEN, C_MOE_FFN,
+    C_MOE_SHARED_EXPERTS, C_PIPELINE_SCHEDULE, C_PP, C_SHARDING, C_TP, C_VOCAB, C_VP, SCHED_INTERLEAVED, SHARD_FSDP,
+)
+from fastmodel.kernels.lm.memory_activations import (
+    micro_batch_tokens, microbatches_in_flight, replicated_divisor, routed_tokens, stage_microbatch_bytes,
+)
+from fastmodel.kernels.lm.memory_states import (
+    B16, is_moe, gradients_bytes, optimizer_bytes, stage_params, weights_bytes,
+)
+
+P_LOSS = 0
+P_BACKWARD = 1
+P_EMBEDDING = 2
+P_OPTIMIZER = 3
+N_PHASES = 4
+#: the phases in words, index = ``P_*`` (the timeline figure's labels)
+PHASE_NAMES = ("loss (last rank)", "backward of a layer", "embedding backward (first rank)", "optimizer step")
+
+
+@njit(error_model='numpy')
+def mlp_grad_bytes(row, width, rows):
+    """Gradients of one MLP's activations live during its backward, ``rows`` tokens at ``width`` per device:
+    the gradient of the first GEMM's output (``2 width`` gated, as the fused gate+up output, else ``width``)
+    and of the activation's output (``width``), 16-bit: ``2 (2 + 1) rows width`` gated, ``2 (1 + 1) rows
+    width`` otherwise. PyTorch autograd gives each saved tensor's gradient its shape and dtype; the gradient of
+    the first GEMM's output is computed from the activation's output gradient while both are live
+    (Megatron-Core ``bias_swiglu_impl`` backward returns the ``[T, 2 f]`` input gradient)."""
+    fc1 = 2.0 if row[C_GATED_MLP] > 0 else 1.0
+    return B16 * (fc1 + 1.0) * rows * width
+
+
+@njit(error_model='numpy')
+def backward_grad_bytes(row):
+    """The activation gradients of one layer's backward, one micro-batch: the gradient flowing into the layer
+    ``2 T h / t_sp`` and the largest block's, the MLP's (``mlp_grad_bytes``): the dense MLP at ``ffn / t``, or
+    a MoE layer's routed experts over their ``R`` rows at ``moe_ffn / etp`` plus its shared experts (the
+    larger of the two when the model has both kinds of layer)."""
+    t_tok = micro_batch_tokens(row)
+    incoming = B16 * t_tok * row[C_HIDDEN] / replicated_divisor(row)
+    dense = mlp_grad_bytes(row, row[C_FFN] / row[C_TP], t_tok)
+    if not is_moe(row):
+        return incoming + dense
+    experts = mlp_grad_bytes(row, row[C_MOE_FFN] / row[C_ETP], routed_tokens(row)) + \
+        mlp_grad_bytes(row, row[C_MOE_SHARED_EXPERTS] * row[C_MOE_FFN] / row[C_TP], t_tok)
+    if row[C_DENSE_LAYERS] > 0:
+        return incoming + max(dense, experts)
+    return incoming + experts
+
+
+@njit(error_model='numpy')
+def embedding_grad_bytes(row):
+    """The word embedding's weight gradient at the end of the first rank's backward, ``V h / t`` elements.
+
+    Not sharded (FSDP): the embedding lookup's backward writes a dense 16-bit gradient of the weight's shape
+    (PyTorch ``embedding_dense_backward``), which Megatron-Core's gradient hook then adds into the FP32
+    ``main_grad`` buffer and frees (``param.main_grad.add_(param.grad); param.grad = None``,
+    megatron/core/distributed/distributed_data_parallel.py ``_make_backward_post_hook``): ``2 V h / t`` for
+    the length of that addition. FSDP: the embedding is gathered for its backward and its unsharded gradient
+    reduce-scattered, as a layer's (``fsdp_gather_buffer_bytes``): ``(c + g) V h / t`` with ``c`` the
+    compute dtype and ``g`` = ``grad_reduce_bytes``; it replaces the layer gathers at that moment.
+    """
+    params = row[C_VOCAB] * row[C_HIDDEN] / row[C_TP]
+    if int(row[C_SHARDING]) == SHARD_FSDP:
+        compute = 1.0 if row[C_FP8_PARAMS] > 0 else B16
+        return (compute + row[C_GRAD_REDUCE_BYTES]) * params
+    return B16 * params
+
+
+@njit(error_model='numpy')
+def optimizer_transient_bytes(row, non_expert, expert):
+    """Temporaries of the optimizer step. Fused multi-tensor Adam (Apex/Transformer Engine ``FusedAdam`` in
+    Megatron-LM and NeMo; ``torch.optim.AdamW(fused=True)``) updates master weights and moments in place: 0."""
+    return 0.0
+
+
+@njit(error_model='numpy')
+def _phase(row, stage, phase, w, g, o, transient, per_mb, in_flight, working, gather, comm, grad_work, logits):
+    """(weights, gradients, optimizer, activations, buffers) at ``phase`` from the rank's states ``w, g, o``, its
+    optimizer ``transient``, what it keeps per micro-batch ``per_mb`` and its micro-batches ``in_flight``."""
+    kept = 1.0 - row[C_ACTIVATION_OFFLOAD]
+    if phase == P_OPTIMIZER:
+        return w, g, o + transient, 0.0, 0.0
+    if phase == P_LOSS:
+        if stage != row[C_PP] - 1:
+            return w, g, o, 0.0, 0.0
+        return w, g, o, in_flight * per_mb * kept, gather + comm + logits
+    if phase == P_BACKWARD:
+        return w, g, o, (in_flight * per_mb + working) * kept, gather + comm + grad_work
+    if stage != 0:
+        return w, g, o, 0.0, 0.0
+    chunk = 1.0 / row[C_VP] if (int(row[C_PIPELINE_SCHEDULE]) == SCHED_INTERLEAVED and row[C_VP] > 1) else 1.0
+    held = max(in_flight - chunk, 0.0) * per_mb * kept
+    if int(row[C_SHARDING]) == SHARD_FSDP:
+        return w, g, o, held, comm + embedding_grad_bytes(row)
+    return w, g + embedding_grad_bytes(row), o, held, comm
+
+
+@njit(error_model='numpy')
+def _stage_state(row, stage, dense_layer, moe_layer):
+    """(weights, gradients, optimizer, optimizer transient, per micro-batch, in flight) of rank ``stage``."""
+    non_expert, expert = stage_params(row, stage)
+    return (weights_bytes(row, non_expert, expert), gradients_bytes(row, non_expert, expert),
+            optimizer_bytes(row, stage, non_expert, expert), optimizer_transient_bytes(row, non_expert, expert),
+            stage_microbatch_bytes(row, stage, dense_layer, moe_layer), microbatches_in_flight(row, stage))
+
+
+@njit(error_model='numpy')
+def phase_kinds(row, stage, phase, dense_layer, moe_layer, working, gather, comm, grad_work, logits):
+    """(weights, gradients, optimizer, activations, buffers) allocated on pipeline rank ``stage`` at ``phase``.
+
+    ``dense_layer``/``moe_layer``: what a layer keeps per micro-batch; ``working``: the recompute working set;
+    ``gather``: FSDP gather buffers; ``comm``: communication buffers; ``grad_work``: ``backward_grad_bytes``;
+    ``logits``: the last rank's logits and loss workspace.
+    A phase that does not happen on this rank (the loss off the last rank, the embedding off the first)
+    returns the states alone.
+    """
+    w, g, o, transient, per_mb, in_flight = _stage_state(row, stage, dense_layer, moe_layer)
+    return _phase(row, stage, phase, w, g, o, transient, per_mb, in_flight, working, gather, comm, grad_work,
+                  logits)
+
+
+@njit(error_model='numpy')
+def stage_peak(row, stage, dense_layer, moe_layer, working, gather, comm, grad_work, logits):
+    """The kinds of rank ``stage`` at its largest phase (``phase_kinds`` of every phase, states computed once)."""
+    w, g, o, transient, per_mb, in_flight = _stage_state(row, stage, dense_layer, moe_layer)
+    best = -1.0
+    w0 = g0 = o0 = a0 = b0 = 0.0
+    for phase in range(N_PHASES):
+        w1, g1, o1, a1, b1 = _phase(row, stage, phase, w, g, o, transient, per_mb, in_flight, working, gather, comm,
+                                    grad_work, logits)
+        total = w1 + g1 + o1 + a1 + b1
+        if total > best:
+            best = total
+            w0, g0, o0, a0, b0 = w1, g1, o1, a1, b1
+    return w0, g0, o0, a0, b0

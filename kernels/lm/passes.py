@@ -1,0 +1,183 @@
+"""Per-layer pass times of decoder-LM training under the real-world model (docs/model.md §11.4, §11.6).
+
+The middle of the step's three parts (layer mix -> per-layer pass times -> step composition,
+``kernels/lm/step.py``). For one micro-batch, the layer kinds of the mix (dense or MoE, full or sliding
+attention; ``layer.layer_mix``) are weighted into the average layer's passes:
+
+    forward          F  = gemm + attn + mem                                 (+ FSDP copy-out)
+    backward, input  B  = BACKWARD_INPUT_GEMM gemm + BACKWARD_ATTN attn + BACKWARD_MEM mem (+ copy-out)
+    backward, weight W  = BACKWARD_WEIGHT_GEMM gemm                         (weight gradients: GEMMs only)
+    recompute        R  = r_full F + r_sel (attention core, or the cheap ops under op-level checkpointing)
+
+and the communication of the layer's process groups: each forward collective runs once more per backward
+(``*_BACKWARD_PASSES``) and once more under full recompute; the exposed part is what its overlap window
+leaves (``parallel.exposed``). Results accumulate into the ``A_*`` slots of the scratch vector ``work``
+(after the per-layer cost slots ``W_*`` of ``kernels/lm/layer.py``). The LM head's passes are
+:func:`head_passes`. The pass ratios are constants the per-op timeline (``fastmodel/lm/timeline.py``) reads.
+"""
+
+from fastmodel.kernels.jit import njit
+from fastmodel.kernels.lm.layer import (
+    N_WORK as N_LAYER_WORK,
+)
+from fastmodel.kernels.lm.layer import (
+    W_ATTN, W_ATTN_CORE_MEM, W_CP, W_EP, W_FLOPS, W_GEMM, W_MEM, W_PARAMS, W_TP, head_costs, layer_costs, layer_mix,
+    recompute_share,
+)
+from fastmodel.kernels.lm.layout import (
+    CP_ALLTOALL, C_COLLECTIVE_BUCKET_BYTES, C_CP, C_CP_ALGORITHM, C_DP, C_GRAD_REDUCE_BYTES, C_LAYERS, C_PP,
+    C_PARAM_FETCH_BW, C_SELECTIVE_POLICY, C_SHARDING, C_SHARD_DEGREE, C_TP, C_TP_COMM_OVERLAP, SHARD_FSDP,
+)
+from fastmodel.kernels.lm.parallel import exposed, fsdp_copy_out_time, fsdp_layer_exposed, hook_fetch_time, param_bytes
+from fastmodel.kernels.nccl import bucketed_allgather_time
+
+# --- pass ratios: backward seconds per forward second of each kernel kind -----------------------------------
+BACKWARD_INPUT_GEMM = 1.0    # data-gradient GEMM: one GEMM of the forward's size
+BACKWARD_WEIGHT_GEMM = 1.0   # weight-gradient GEMM: one more
+BACKWARD_GEMM = BACKWARD_INPUT_GEMM + BACKWARD_WEIGHT_GEMM
+BACKWARD_ATTN = 2.5          # flash-attention backward (Dao 2023: 2.5x the forward's matmul FLOPs)
+BACKWARD_MEM = 2.0           # element-wise backward: read the saved input and the gradient, write one
+TP_BACKWARD_PASSES = 1.0     # TP: the conjugate collective of each forward one (Megatron f/g operators)
+CP_BACKWARD_PASSES = 2.0     # ring CP: K, V again for dQ and dK, dV back to their owners
+EP_BACKWARD_PASSES = 1.0     # EP: dispatch and combine all-to-alls mirrored
+GATHER_BACKWARD_PASSES = 1.0  # ZeRO-3/FSDP: the layer is gathered again for its backward
+
+# --- accumulator slots (average layer, one micro-batch), after the per-layer cost slots ---------------------
+A_FORWARD = N_LAYER_WORK          # F: forward compute (s)
+A_BACKWARD_INPUT = A_FORWARD + 1  # B: backward compute for inputs, recompute excluded
+A_BACKWARD_WEIGHT = A_FORWARD + 2  # W: backward compute for weights
+A_RECOMPUTE = A_FORWARD + 3       # R: recomputed forward
+A_EXPOSED_F = A_FORWARD + 4       # exposed TP/CP/EP seconds of the forward
+A_EXPOSED_B = A_FORWARD + 5       # exposed TP/CP/EP seconds of the backward (with recompute)
+A_GEMM = A_FORWARD + 6            # GEMM seconds, forward + backward + recompute
+A_ATTN = A_FORWARD + 7            # attention-kernel seconds, all passes
+A_MEM = A_FORWARD + 8             # memory-bound seconds, all passes
+A_TP_COMM = A_FORWARD + 9         # TP collective seconds, all passes
+A_CP_COMM = A_FORWARD + 10
+A_EP_COMM = A_FORWARD + 11
+A_TP_EXPOSED = A_FORWARD + 12
+A_CP_EXPOSED = A_FORWARD + 13
+A_FSDP_COMM = A_FORWARD + 14      # ZeRO-3/FSDP per-layer gathers and reduce-scatter
+A_FSDP_EXPOSED = A_FORWARD + 15
+A_PARAMS = A_FORWARD + 16         # parameters of the layer per device
+A_FLOPS = A_FORWARD + 17          # executed forward FLOPs of the layer
+A_FSDP_GATHER = A_FORWARD + 18    # ZeRO-3/FSDP: one gather of the layer (s), for the stage's first layer
+A_FSDP_REDUCE = A_FORWARD + 19    # one reduce-scatter of the layer's gradients (s)
+A_FSDP_WINDOW = A_FORWARD + 20    # the layer's backward compute with recompute (s), its backward gather's window
+A_FSDP_REFETCH = A_FORWARD + 21   # the gather again for the recomputed forward (hooked fetches), serial (s)
+N_ACCUMULATORS = 22
+#: scratch slots the step needs: per-layer costs, then the accumulators
+N_WORK = A_FORWARD + N_ACCUMULATORS
+
+
+@njit
+def per_layer_fsdp(row):
+    """True when ZeRO-3/FSDP gathers each layer per micro-batch: under pipeline parallelism frameworks keep the
+    gathered stage across the step's micro-batches instead (TorchTitan's default with PP; Llama 3 sec. 3.3.2)."""
+    return row[C_SHARDING] == SHARD_FSDP and row[C_PP] <= 1.0
+
+
+@njit
+def fsdp_shard_group(row):
+    """Devices a ZeRO-3/FSDP shard spans: ``shard_degree`` (HSDP) capped at dp, else dp."""
+    d = row[C_DP]
+    return min(row[C_SHARD_DEGREE], d) if row[C_SHARD_DEGREE] > 0.0 else d
+
+
+@njit
+def _add_layer_kind(row, weight, full, selective, fsdp, work):
+    """Add one layer kind's passes (``work[W_*]`` filled by ``layer_costs``), weighted, to the accumulators."""
+    g, a_, m_ = work[W_GEMM], work[W_ATTN], work[W_MEM]
+    copy = fsdp_copy_out_time(row, work[W_PARAMS]) if fsdp else 0.0
+    forward = g + a_ + m_ + copy
+    backward_input = BACKWARD_INPUT_GEMM * g + BACKWARD_ATTN * a_ + BACKWARD_MEM * m_ + copy
+    backward_weight = BACKWARD_WEIGHT_GEMM * g
+    # selective recompute: Megatron re-runs the attention core; op-level checkpointing (TorchTitan,
+    # selective_policy 1) keeps attention and every other matmul output and re-runs the rest
+    megatron = row[C_SELECTIVE_POLICY] <= 0.0
+    cheap = a_ + work[W_ATTN_CORE_MEM] if megatron else 0.5 * g + m_
+    again = full * (g + a_ + m_) + selective * cheap
+    tp = work[W_TP] * (1.0 + TP_BACKWARD_PASSES + full)
+    cp = work[W_CP] * (1.0 + CP_BACKWARD_PASSES + full)
+    ep = work[W_EP] * (1.0 + EP_BACKWARD_PASSES + full)
+    passes = 1.0 + BACKWARD_GEMM + full
+    tp_left = exposed(row, tp, g * passes) if row[C_TP_COMM_OVERLAP] > 0.0 else tp
+    if row[C_CP_ALGORITHM] == CP_ALLTOALL:
+        cp_left = cp                    # the all-to-alls sit between the projections and attention
+    else:
+        cp_left = exposed(row, cp, a_ * (1.0 + BACKWARD_ATTN + full))
+    if fsdp:
+        t, c = row[C_TP], row[C_CP]
+        group, bucket = fsdp_shard_group(row), row[C_COLLECTIVE_BUCKET_BYTES]
+        gather = bucketed_allgather_time(row, work[W_PARAMS] * param_bytes(row), group, t * c, bucket)
+        gather = hook_fetch_time(row, gather, work[W_PARAMS], group)
+        reduce = bucketed_allgather_time(row, work[W_PARAMS] * row[C_GRAD_REDUCE_BYTES], group, t * c, bucket)
+        # a framework fetching per sub-module (hooks) gathers again for the recomputed forward, synchronously
+        refetch = full * gather if row[C_PARAM_FETCH_BW] > 0.0 else 0.0
+        window = backward_input + backward_weight + again
+        work[A_FSDP_COMM] += weight * ((1.0 + GATHER_BACKWARD_PASSES) * gather + reduce + refetch)
+        work[A_FSDP_EXPOSED] += weight * (fsdp_layer_exposed(row, gather, reduce, forward, window) + refetch)
+        work[A_FSDP_GATHER] += weight * gather
+        work[A_FSDP_REDUCE] += weight * reduce
+        work[A_FSDP_WINDOW] += weight * window
+        work[A_FSDP_REFETCH] += weight * refetch
+    # the exposed collectives split over the passes in the ratio of their runs (forward : backward)
+    comm_left = tp_left + cp_left + ep
+    forward_runs = work[W_TP] * tp_left / tp if tp > 0.0 else 0.0
+    forward_runs += work[W_CP] * cp_left / cp if cp > 0.0 else 0.0
+    forward_runs += work[W_EP]
+    work[A_FORWARD] += weight * forward
+    work[A_BACKWARD_INPUT] += weight * backward_input
+    work[A_BACKWARD_WEIGHT] += weight * backward_weight
+    work[A_RECOMPUTE] += weight * again
+    work[A_EXPOSED_F] += weight * forward_runs
+    work[A_EXPOSED_B] += weight * (comm_left - forward_runs)
+    work[A_GEMM] += weight * g * (passes + (0.0 if megatron else 0.5 * selective))
+    work[A_ATTN] += weight * a_ * (1.0 + BACKWARD_ATTN + full + (selective if megatron else 0.0))
+    work[A_MEM] += weight * (m_ * (1.0 + BACKWARD_MEM + full)
+                             + selective * (work[W_ATTN_CORE_MEM] if megatron else m_) + 2.0 * copy)
+    work[A_TP_COMM] += weight * tp
+    work[A_CP_COMM] += weight * cp
+    work[A_EP_COMM] += weight * ep
+    work[A_TP_EXPOSED] += weight * tp_left
+    work[A_CP_EXPOSED] += weight * cp_left
+    work[A_PARAMS] += weight * work[W_PARAMS]
+    work[A_FLOPS] += weight * work[W_FLOPS]
+
+
+@njit
+def layer_passes(row, work):
+    """The average layer's passes and communication for one micro-batch, over the layer mix, into
+    ``work[A_*]``."""
+    for k in range(A_FORWARD, N_WORK):
+        work[k] = 0.0
+    layers = row[C_LAYERS]
+    full, selective = recompute_share(row)
+    fsdp = per_layer_fsdp(row)
+    counts = layer_mix(row)
+    for kind in range(4):
+        weight = counts[kind] / layers
+        if weight <= 0.0:
+            continue
+        layer_costs(row, kind >= 2, kind % 2 == 1, work)
+        _add_layer_kind(row, weight, full, selective, fsdp, work)
+
+
+@njit
+def layer_time(work):
+    """Critical-path seconds of the average layer, one micro-batch: F + B + W + R + exposed TP/CP/EP (FSDP's
+    per-layer collectives are charged per step)."""
+    return (work[A_FORWARD] + work[A_BACKWARD_INPUT] + work[A_BACKWARD_WEIGHT] + work[A_RECOMPUTE]
+            + work[A_EXPOSED_F] + work[A_EXPOSED_B])
+
+
+@njit
+def head_passes(row, work):
+    """(forward, backward for inputs, backward for weights) seconds of the LM head and loss for one micro-batch
+    on the last stage (not recomputed); ``work[W_*]`` keeps the head's forward costs (``layer.head_costs``)."""
+    head_costs(row, work)
+    gemm, mem, tp = work[W_GEMM], work[W_MEM], work[W_TP]
+    forward = gemm + mem + tp
+    backward_input = BACKWARD_INPUT_GEMM * gemm + mem + TP_BACKWARD_PASSES * tp   # loss and logits gradient
+    backward_weight = BACKWARD_WEIGHT_GEMM * gemm
+    return forward, backward_input, backward_weight

@@ -1,0 +1,205 @@
+"""The peak over the step per pipeline rank (kernels/lm/memory_peak.py) and context parallelism's memory.
+
+Expectations are derived by hand from the equations in docs/model_memory.md ("Peak over the step", "Context
+parallelism"); the dev check compares with the peak allocated bytes Megatron-LM measured (runs_dev_b200.jsonl,
+in-sample rows only; the held-out rows are reported by ``fastmodel validate``, never asserted on here).
+"""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fastmodel.kernels.lm.layout import (
+    M_ACTIVATIONS,
+    M_BUFFERS,
+    M_GRADIENTS,
+    M_OPTIMIZER,
+    M_OVERHEAD,
+    M_WEIGHTS,
+    N_MEMORY_KINDS,
+)
+from fastmodel.kernels.lm.memory import memory_row
+from fastmodel.lm.table import row
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+ALLOCATED = (M_WEIGHTS, M_GRADIENTS, M_OPTIMIZER, M_ACTIVATIONS, M_BUFFERS)
+
+
+def peak(**values) -> tuple[np.ndarray, float]:
+    """(bytes by kind at the worst rank's peak, that rank)."""
+    out = np.full(N_MEMORY_KINDS, np.nan)
+    stage = memory_row(row(**{"framework_memory_bytes": 0, "allocator_cache_fraction": 0, **values}), out)
+    return out, stage
+
+
+#: Megatron 2022 GPT layer (2-matrix GeLU MLP, dropout, unfused attention): s b h (34 + 5 a s / h) per layer
+GPT = dict(hidden=1024, ffn=4096, heads=16, kv_heads=16, head_dim=64, vocab=1000, seq_len=512, gated_mlp=0,
+           tied_embeddings=0, dropout=1, flash_attention=0, dp=1, sharding="ddp", grad_reduce_bytes=4)
+
+
+def test_1f1b_first_stage_peak_holds_p_micro_batches():
+    """pp = 4, 1F1B, m = 8 micro-batches of b = 2, 8 layers (2 per rank). Rank 0 warms up with 3 forwards
+    and runs its 4th before the first backward: its peak is at that backward's start, with 4 micro-batches of
+    2 layers (s b h (34 + 5 a s / h) each) and the embedding's dropout mask s b h, plus the buffers of that
+    moment: one activation sent and one received 2 x 2 s b h, and the activation gradients of the layer,
+    the incoming 2 s b h and the MLP's fc1 and GeLU-output gradients 2 x 2 s b f."""
+    s, b, h, a, f = 512, 2, 1024, 16, 4096
+    out, stage = peak(**GPT, layers=8, pp=4, micro_batch=b, global_batch=16)
+    layer = s * b * h * (34 + 5 * a * s / h)
+    assert stage == 0
+    assert out[M_ACTIVATIONS] == pytest.approx(4 * (2 * layer + s * b * h), rel=1e-12)
+    assert out[M_BUFFERS] == pytest.approx(4 * s * b * h + 2 * s * b * h + 4 * s * b * f, rel=1e-12)
+    # fewer micro-batches than stages: the first rank holds all m = 2
+    out, _ = peak(**GPT, layers=8, pp=4, micro_batch=b, global_batch=4)
+    assert out[M_ACTIVATIONS] == pytest.approx(2 * (2 * layer + s * b * h), rel=1e-12)
+
+
+def test_full_recompute_backward_holds_one_layer_again():
+    """4 layers, full recompute, one micro-batch (T = s b = 1024): the layers keep their inputs 2 T h; in the
+    backward of a layer its full activations T h (34 + 5 a s / h) are live again (Chen et al. 2016), beside
+    the final norm and LM-head inputs 4 T h, the embedding's dropout mask T h and the activation gradients
+    2 T h + 2 x 2 T f. The logits 6 T V (V = 1000) are smaller than that working set, so the peak is there."""
+    s, b, h, a, f = 512, 2, 1024, 16, 4096
+    t_tok = s * b
+    out, _ = peak(**GPT, layers=4, micro_batch=b, global_batch=b, recompute="full")
+    full_layer = t_tok * h * (34 + 5 * a * s / h)
+    assert out[M_ACTIVATIONS] == pytest.approx(4 * 2 * t_tok * h + full_layer + 4 * t_tok * h + t_tok * h,
+                                               rel=1e-12)
+    assert out[M_BUFFERS] == pytest.approx(2 * t_tok * h + 4 * t_tok * f, rel=1e-12)
+
+
+def test_fsdp_layer_with_prefetch():
+    """FSDP on dp = 8, one micro-batch (T = 1024): in a layer's backward the layer being computed and the
+    prefetched one are gathered in BF16, 2 x 2 P, with the layer's FP32 unsharded gradient 4 P
+    (P = 4 h^2 + 2 h f + 2 h), beside the activation gradients 2 T h + 2 x 2 T f. With a vocabulary of
+    256,000 and 64 tokens the moment the word embedding is gathered for its backward, with its unsharded
+    gradient, (2 + 4) V h, is the peak instead: no activation is left then."""
+    h, f, t_tok = 1024, 4096, 1024
+    layer = 4 * h * h + 2 * h * f + 2 * h
+    fsdp = {**GPT, "dropout": 0, "flash_attention": 1, "dp": 8, "sharding": "fsdp"}
+    out, _ = peak(**fsdp, layers=4, micro_batch=2, global_batch=16)
+    assert out[M_BUFFERS] == pytest.approx((2 * 2 + 4) * layer + 2 * t_tok * h + 4 * t_tok * f, rel=1e-12)
+    out, stage = peak(**{**fsdp, "vocab": 256000, "seq_len": 64}, layers=4, micro_batch=1, global_batch=8)
+    assert (stage, out[M_ACTIVATIONS]) == (0, 0.0)
+    assert out[M_BUFFERS] == pytest.approx((2 + 4) * 256000 * h, rel=1e-12)
+
+
+def test_embedding_gradient_transient_on_the_first_rank():
+    """Distributed optimizer, pp = 2, m = 4 of 64 tokens, vocabulary 256,000: rank 0 ends each backward with
+    the embedding's BF16 weight gradient 2 V h (before it is added into the FP32 main_grad), while one
+    micro-batch is still in flight; that moment is its peak (memory timeline), 2 V h over its states."""
+    from fastmodel.lm.memory_timeline import memory_timeline
+
+    h, v = 1024, 256000
+    columns = row(**{**GPT, "vocab": v, "seq_len": 64, "sharding": "distopt"}, layers=4, pp=2, micro_batch=1,
+                  global_batch=4, framework_memory_bytes=0)
+    stage0 = memory_timeline(columns).stages[0]
+    top = int(np.argmax(stage0.totals))
+    assert stage0.labels[top].endswith("emb")
+    gradients = stage0.values[:, 1]
+    assert gradients[top] - gradients[0] == pytest.approx(2 * v * h, rel=1e-12)
+
+
+# --- context parallelism ----------------------------------------------------------------------------------------------
+
+#: a Llama-3-8B-shaped model with flash attention
+LLAMA8B = dict(layers=32, hidden=4096, ffn=14336, heads=32, kv_heads=8, head_dim=128, vocab=128256, gated_mlp=1,
+               flash_attention=1, tp=1, micro_batch=1, sharding="fsdp", grad_reduce_bytes=4)
+
+
+@pytest.mark.parametrize("sharding", ["fsdp", "distopt"])
+def test_fixed_tokens_per_device_memory_does_not_grow_with_cp(sharding):
+    """32k tokens per device on 8 GPUs: 32k without CP (dp 8) or 262k over CP 8 (dp 1). Weights, gradients,
+    optimizer (sharded over dp x cp = 8 either way), activations and the logits workspace depend on the tokens
+    per device only; CP adds its ring buffers, K and V being received and sent, 2 x 2 x 2 T kv d. Doubling CP
+    and the sequence again changes nothing."""
+    base = dict(LLAMA8B, sharding=sharding, n_gpus=8)
+    plain, _ = peak(**base, seq_len=32768, cp=1, dp=8, global_batch=8)
+    ring, _ = peak(**base, seq_len=262144, cp=8, dp=1, global_batch=1)
+    for kind in (M_WEIGHTS, M_GRADIENTS, M_OPTIMIZER, M_ACTIVATIONS):
+        assert ring[kind] == pytest.approx(plain[kind], rel=1e-12), kind
+    assert ring[M_BUFFERS] - plain[M_BUFFERS] == pytest.approx(8 * 32768 * 8 * 128, rel=1e-12)
+    wider, _ = peak(**{**base, "n_gpus": 16}, seq_len=524288, cp=16, dp=1, global_batch=1)
+    half, _ = peak(**{**base, "n_gpus": 16}, seq_len=262144, cp=8, dp=2, global_batch=2)
+    assert np.allclose(wider, half, rtol=1e-12)
+
+
+def test_all_to_all_cp_buffers():
+    """DeepSpeed-Ulysses re-partitions Q, K and V into new tensors of their local size, 2 T (a d + 2 kv d)
+    at T = 32k tokens per device (Jacobs et al. 2023), against the ring's 2 x 2 x 2 T kv d."""
+    base = dict(LLAMA8B, n_gpus=8, seq_len=262144, cp=8, dp=1, global_batch=1)
+    ring, _ = peak(**base, cp_algorithm="ring")
+    ulysses, _ = peak(**base, cp_algorithm="alltoall")
+    t_tok = 32768
+    assert ulysses[M_BUFFERS] - ring[M_BUFFERS] == pytest.approx(
+        2 * t_tok * (32 * 128 + 2 * 8 * 128) - 8 * t_tok * 8 * 128, rel=1e-12)
+
+
+def test_every_kind_shards_over_the_groups_the_stack_uses():
+    """FSDP (TorchTitan's dp_shard_cp mesh) and Megatron's distributed optimizer
+    (data_parallel_group_with_cp) shard over dp x cp = 8 with cp = 4: FSDP keeps FP32 shards 4 + 4 + 8 bytes
+    of every parameter / 8; the distributed optimizer 12 / 8 of Adam beside replicated BF16 weights and FP32
+    gradients; HSDP shards over its shard group only."""
+    h, f, v, layers = 4096, 14336, 128256, 32
+    params = layers * (2 * h * 32 * 128 + 2 * h * 8 * 128 + 3 * h * f + 2 * h) + 2 * v * h + h
+    base = dict(LLAMA8B, n_gpus=8, seq_len=32768, cp=4, dp=2, global_batch=2)
+    fsdp, _ = peak(**base)
+    assert fsdp[M_WEIGHTS] == pytest.approx(4 * params / 8, rel=1e-12)
+    assert fsdp[M_GRADIENTS] == pytest.approx(4 * params / 8, rel=1e-12)
+    assert fsdp[M_OPTIMIZER] == pytest.approx(8 * params / 8, rel=1e-12)
+    distopt, _ = peak(**{**base, "sharding": "distopt"})
+    assert (distopt[M_WEIGHTS], distopt[M_OPTIMIZER]) == pytest.approx((2 * params, 12 * params / 8), rel=1e-12)
+    hsdp, _ = peak(**{**base, "sharding": "hsdp", "shard_degree": 2})
+    assert hsdp[M_OPTIMIZER] == pytest.approx(8 * params / 2, rel=1e-12)
+
+
+# --- allocated and reserved -----------------------------------------------------------------------------------------
+
+def test_allocated_reserved_and_per_device():
+    """memory_allocated is the tensors (every kind but overhead), memory_reserved (1 + f) times it, and
+    memory_per_device adds framework_memory_bytes to the allocated bytes (the allocator's cache is released
+    when an allocation would fail)."""
+    from fastmodel.lm.engine import evaluate_table
+
+    columns = row(**GPT, layers=8, pp=4, micro_batch=2, global_batch=16, framework_memory_bytes=2**30,
+                  allocator_cache_fraction=0.05)
+    results = evaluate_table(columns[:, None])
+    out, stage = peak(**GPT, layers=8, pp=4, micro_batch=2, global_batch=16)
+    allocated = sum(out[k] for k in ALLOCATED)
+    assert results["memory_allocated"][0] == pytest.approx(allocated, rel=1e-12)
+    assert results["memory_reserved"][0] == pytest.approx(1.05 * allocated, rel=1e-12)
+    assert results["memory_per_device"][0] == pytest.approx(allocated + 2**30, rel=1e-12)
+    assert results["memory_peak_stage"][0] == stage == 0
+
+
+def test_timeline_peak_is_the_kernel_peak():
+    """The largest moment of the worst rank's memory timeline is memory_row's peak, under 1F1B and GPipe."""
+    from fastmodel.lm.memory_timeline import memory_timeline
+
+    for schedule, batch in (("1f1b", 16), ("gpipe", 8)):
+        columns = row(**GPT, layers=8, pp=4, micro_batch=2, global_batch=batch, pipeline_schedule=schedule)
+        out, stage = peak(**GPT, layers=8, pp=4, micro_batch=2, global_batch=batch, pipeline_schedule=schedule)
+        timeline = memory_timeline(columns)
+        overhead = timeline.stages[0].values[0, M_OVERHEAD]
+        best = max(s.totals.max() - overhead for s in timeline.stages)
+        assert best == pytest.approx(sum(out[k] for k in ALLOCATED), rel=1e-12)
+        assert int(np.argmax([s.totals.max() for s in timeline.stages])) == int(stage)
+
+
+# --- dev data ---------------------------------------------------------------------------------------------------------
+
+def test_b200_peak_allocated_in_sample_within_3_percent():
+    """runs_dev_b200.jsonl publishes torch.cuda.max_memory_allocated, max over ranks (Megatron-LM on B200):
+    every in-sample run's memory_allocated is within 3 %."""
+    from fastmodel.lm.records import read_records
+    from fastmodel.lm.validate import predict_records
+
+    held = set(json.loads((DATA / "heldout.json").read_text())["files"]["runs_dev_b200.jsonl"])
+    records = [r for r in read_records(DATA / "runs_dev_b200.jsonl")
+               if r.id not in held and r.measured.get("memory_gib")]
+    assert len(records) >= 10
+    allocated = predict_records(records)["memory_allocated"] / 2**30
+    errors = allocated / np.array([r.measured["memory_gib"] for r in records]) - 1.0
+    assert np.max(np.abs(errors)) < 0.03, dict(zip([r.id for r in records], errors.round(3)))

@@ -1,0 +1,64 @@
+"""The memory-timeline figure: memory over one step per pipeline rank, by kind, with the HBM lines."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from fastmodel.cli import main
+from fastmodel.errors import SpecError
+from fastmodel.plot.memory_timeline import memory_timeline, panel_stages
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+@pytest.fixture(scope="module")
+def record():
+    """A Megatron-LM run on 8 B200 (pp 2): the first line of runs_dev_b200.jsonl."""
+    return json.loads((DATA / "runs_dev_b200.jsonl").read_text().splitlines()[0])
+
+
+def test_panels_stack_to_each_moment_and_draw_hbm(record):
+    from fastmodel import engines
+
+    data = engines.memory_timeline(record=record)
+    fig, axes = memory_timeline(data)
+    assert len(axes) == len(data.stages) == 2
+    for ax, stage in zip(axes, data.stages):
+        top = max(np.max(c.get_paths()[0].vertices[:, 1]) for c in ax.collections)
+        assert top == pytest.approx(stage.totals.max() / 2**30, rel=1e-9)
+        lines = {line.get_gid(): line.get_ydata()[0] for line in ax.get_lines()}
+        assert lines["hbm"] == pytest.approx(data.hbm_bytes / 2**30)
+        assert lines["usable"] < lines["hbm"]
+    custom = engines.memory_timeline(record=record, memory_margin=10 * 2**30)
+    assert custom.usable_bytes == pytest.approx(custom.hbm_bytes - 10 * 2**30)
+
+
+def test_panel_choice():
+    assert panel_stages(3) == [0, 1, 2]
+    assert panel_stages(16) == [0, 5, 10, 15]
+
+
+def test_bad_margin_and_serving_are_errors(record):
+    from fastmodel import engines
+
+    with pytest.raises(SpecError, match="memory_margin"):
+        engines.memory_timeline(record=record, memory_margin=-1.0)
+    serving = json.loads((DATA / "serve_dev_load.jsonl").read_text().splitlines()[0])
+    with pytest.raises(SpecError, match="serving record"):
+        engines.memory_timeline(record=serving)
+
+
+def test_cli(record, tmp_path):
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(record))
+    runner = CliRunner()
+    out = tmp_path / "memory.png"
+    result = runner.invoke(main, ["plot", "memory-timeline", "-m", str(path), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert out.read_bytes()[:4] == b"\x89PNG"
+    bad = runner.invoke(main, ["plot", "memory-timeline", "-m", str(path), "-o", str(tmp_path / "b.png"),
+                               "--memory-margin", "-1"])
+    assert bad.exit_code == 2 and bad.output.count("\n") == 1 and "memory_margin" in bad.output
