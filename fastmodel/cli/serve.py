@@ -30,9 +30,18 @@ from fastmodel.serve.report import render
 @click.option("--output", "-o", type=click.Path(dir_okay=False),
               help="Also write one row per configuration: .csv, else JSON lines (atomically; never onto RECORDS).")
 @click.option("--force", is_flag=True, help="Replace an existing output of the same kind (never another kind).")
+@click.option("--search", is_flag=True, help="SLO search: sweep TP x PP within --gpus, --search-precision and "
+              "concurrency 1..1024; print the Pareto frontier and the best configuration meeting --ttft/--tpot.")
+@click.option("--ttft", help="--search: TTFT target, e.g. 2s or 500ms.")
+@click.option("--tpot", help="--search: TPOT target, e.g. 50ms.")
+@click.option("--gpus", default=8, show_default=True, type=click.IntRange(min=1), help="--search: GPUs of one instance at most.")
+@click.option("--search-precision", multiple=True, type=click.Choice(list(PRECISIONS)),
+              help="--search: precisions to sweep (repeat; default bf16 and fp8).")
+@click.option("--engine", type=click.Choice(["trtllm", "vllm", "sglang"]), help="--search: the engine's scheduler profile.")
 @friendly
 def serve(records, model, device, tp, pp, ep, precision, kv_precision, input_len, output_len, batch_size,
-          concurrency, max_throughput, kv_cache_mem_fraction, instances, as_json, output, force):
+          concurrency, max_throughput, kv_cache_mem_fraction, instances, as_json, output, force, search, ttft, tpot,
+          gpus, search_precision, engine):
     """Predict LLM serving: TTFT, TPOT, throughput, KV cache and memory, prefill/decode breakdown.
 
     Give RECORDS (JSONL, SERVE_RUNS.md schema) or --model with one load mode."""
@@ -44,6 +53,10 @@ def serve(records, model, device, tp, pp, ep, precision, kv_precision, input_len
 
     if records and model:
         raise FastmodelError("give RECORDS or --model, not both")
+    if search:
+        return _search(model, device, input_len, output_len, ttft, tpot, gpus, search_precision, engine)
+    if ttft or tpot or engine or search_precision:
+        raise FastmodelError("--ttft, --tpot, --engine and --search-precision apply to --search only")
     if output:
         from fastmodel.io.outputs import check_output
 
@@ -97,3 +110,22 @@ def _write_rows(rows: list[dict], path: str, records, force: bool) -> None:
         else:
             handle.writelines(json.dumps(row) + "\n" for row in rows)
     click.echo(f"wrote {path}", err=True)
+
+
+def _search(model, device, input_len, output_len, ttft, tpot, gpus, precisions, engine) -> None:
+    """``--search``: the SLO search of fastmodel.serve.search, printed as a table."""
+    from fastmodel.errors import FastmodelError, SpecError
+    from fastmodel.serve.search import format_search, slo_search
+    from fastmodel.spec.quantity import parse_quantity
+
+    if not model or not ttft or not tpot:
+        raise FastmodelError("--search needs --model, --ttft and --tpot (e.g. --ttft 2s --tpot 50ms)")
+    targets = []
+    for name, value in (("--ttft", ttft), ("--tpot", tpot)):
+        try:
+            targets.append(parse_quantity(value, "seconds"))
+        except ValueError as error:
+            raise SpecError(None, name, str(error)) from None
+    result = slo_search(model, device, input_len=input_len, output_len=output_len, ttft=targets[0],
+                        tpot=targets[1], gpus=gpus, precisions=precisions or ("bf16", "fp8"), engine=engine)
+    click.echo(format_search(result, *targets))

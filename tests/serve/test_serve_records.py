@@ -219,3 +219,29 @@ def test_disaggregated_request_alone_is_prefill_plus_kv_transfer_plus_first_deco
     assert result["ttft"] == pytest.approx(result["prefill_s"] + result["kv_transfer_s"] + result["tpot"], rel=1e-12)
     busy = evaluate_disagg([lower_disagg(d2 := _disagg_record(64), parse_serve_record(d2), None)])[0]
     assert busy["ttft"] > result["ttft"] and busy["tpot"] > result["tpot"]
+
+
+def test_slo_search_returns_the_frontier_and_the_best_feasible_point():
+    from click.testing import CliRunner
+
+    from fastmodel.cli import main
+    from fastmodel.serve.search import X, Y, slo_search
+
+    result = slo_search("llama3.1-8b", "H100", input_len=1024, output_len=256, ttft=0.5, tpot=0.03, gpus=4)
+    ds = result.dataset
+    within = (ds.tp.values[:, None] * ds.pp.values[None, :] <= 4)[None, None, :, :, None]   # the GPU budget
+    ok = (ds.status.values == 0) & ds.fits_memory.values & within
+    feasible = ok & (ds.ttft.values <= 0.5) & (ds.tpot.values <= 0.03)
+    assert result.feasible == int(feasible.sum()) > 0
+    assert result.best[Y] == pytest.approx(float(ds[Y].values[feasible].max()))
+    assert result.best["ttft"] <= 0.5 and result.best["tpot"] <= 0.03 and result.best["tp"] * result.best["pp"] <= 4
+    xs = [r[X] for r in result.frontier]
+    ys = [r[Y] for r in result.frontier]
+    assert xs == sorted(xs) and all(a > b for a, b in zip(ys, ys[1:]))   # faster users, fewer tokens per GPU
+    for r in result.frontier:                                             # nothing that fits dominates a point
+        assert not np.any(ok & (ds[X].values > r[X]) & (ds[Y].values > r[Y]))
+    strict = CliRunner().invoke(main, ["serve", "--search", "-m", "llama3.1-8b", "-d", "H100", "--ttft", "1us",
+                                       "--tpot", "50ms", "--gpus", "2"])
+    assert strict.exit_code == 0 and "no configuration meets both SLOs" in strict.output
+    bad = CliRunner().invoke(main, ["serve", "--search", "-m", "llama3.1-8b", "--ttft", "2 parsecs", "--tpot", "1s"])
+    assert bad.exit_code == 2 and "--ttft" in bad.output and len(bad.output.strip().splitlines()) == 1
