@@ -122,11 +122,16 @@ class ServeModelExtras(BaseModel):
 
 
 class ServeSystemExtras(BaseModel):
-    """SERVE_RUNS.md system fields the run-record schema does not have (typed, then taken out)."""
+    """SERVE_RUNS.md system fields the run-record schema does not have (typed, then taken out), and those the
+    serving lowering rewrites (the instance's GPU counts)."""
 
     model_config = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False)
     peak_flops_fp4: float | None = bounds("peak_flops_4", None)
     gpus_per_tray: int | None = Field(None, ge=1, le=1 << 16)
+    # fields the serving lowering rewrites before the run-record schema sees them: typed here
+    n_gpus: int | None = bounds("n_gpus", None)
+    gpus_per_node: int | None = bounds("gpus_per_node", None)
+    nvlink_domain_size: int | None = bounds("domain_size", None)
 
 
 class ServeRecordSchema(Block):
@@ -156,12 +161,14 @@ class ServeRecordSchema(Block):
 def check_invariants(record: ServeRecordSchema) -> None:
     """SERVE_RUNS.md's cross-field invariants; a FieldValueError naming the field to fix."""
     serve = record.serve
-    n_gpus = record.system.get("n_gpus")
-    experts = record.model.get("moe_experts") or 0
+    # the model and system blocks are typed by the run-record schema afterwards: use only well-typed counts here
+    n_gpus = record.system.get("n_gpus") if type(record.system.get("n_gpus")) is int else None
+    experts = record.model.get("moe_experts") if type(record.model.get("moe_experts")) is int else 0
+    experts = max(0, experts)
     if serve.mode == "disagg":
         if record.disagg is None:
             _fail("disagg", 'required block missing (serve.mode = "disagg")')
-        if isinstance(n_gpus, int) and record.disagg.total_gpus != n_gpus:
+        if n_gpus is not None and record.disagg.total_gpus != n_gpus:
             _fail("disagg.total_gpus", f"{record.disagg.total_gpus} but system.n_gpus = {n_gpus}")
         for name in ("prefill", "decode"):
             _check_layout(getattr(record.disagg, name), experts, f"disagg.{name}")
@@ -169,7 +176,7 @@ def check_invariants(record: ServeRecordSchema) -> None:
     if record.disagg is not None:
         _fail("serve.mode", 'a disagg block needs serve.mode = "disagg"')
     gpus = serve.tp * serve.attention_dp * serve.pp
-    if isinstance(n_gpus, int) and gpus != n_gpus:
+    if n_gpus is not None and gpus != n_gpus:
         _fail("serve.tp", f"tp*attention_dp*pp = {gpus} but system.n_gpus = {n_gpus} (SERVE_RUNS.md: one instance)")
     _check_layout(serve, experts, "serve")
 
