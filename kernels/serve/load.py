@@ -24,10 +24,12 @@ configuration by a short fixed point, not a simulation:
 
 import math
 
+import numpy as np
+
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.columns import (
-    C_ATTENTION_DP, C_CHUNKED_PREFILL, C_INPUT_LEN, C_MAX_NUM_TOKENS, C_MIXED_PREFILL, C_OUTPUT_LEN,
-    C_OVERLAP_STEP, C_PP, C_SERVE_STEP_OVERHEAD_S,
+    C_ATTENTION_DP, C_CHUNKED_PREFILL, C_INPUT_LEN, C_LAYERS, C_MAX_NUM_TOKENS, C_MIXED_PREFILL, C_OUTPUT_LEN,
+    C_OVERLAP_STEP, C_PP, C_SERVE_STEP_OVERHEAD_S, C_SPEC_ACCEPTANCE, C_SPEC_TOKENS,
 )
 from fastmodel.kernels.serve.attention import attention_launches, decode_attention_sum, prefill_attention_time
 from fastmodel.kernels.serve.costs import K_ATTN, K_COMM, K_GEMM, K_MEM, LAUNCH, body_costs, head_costs
@@ -47,8 +49,10 @@ def decode_iteration(row, n, costs):
         costs[k] = 0.0
     if n <= 0.0:
         return 0.0, 0.0
-    touched = body_costs(row, n, LAUNCH, costs)
-    head_costs(row, n / row[C_ATTENTION_DP], LAUNCH, costs)
+    k = row[C_SPEC_TOKENS]
+    queries = n * (1.0 + k)                           # a verify step checks k draft tokens of every request
+    touched = body_costs(row, queries, LAUNCH, costs)
+    head_costs(row, queries / row[C_ATTENTION_DP], LAUNCH, costs)
     inp = row[C_INPUT_LEN]
     steps = row[C_OUTPUT_LEN] - 1.0
     costs[K_ATTN] += attention_launches(row)
@@ -57,7 +61,27 @@ def decode_iteration(row, n, costs):
         attention = decode_attention_sum(row, n, inp + 1.0, inp + steps) / steps
         costs[K_ATTN] += attention
         per_request = attention / n
+    if k > 0.0:
+        speculate(row, n, k, costs)
     return touched, per_request
+
+
+@njit
+def speculate(row, n, k, costs):
+    """Speculative decoding (``spec_tokens = k`` > 0, acceptance ``a``): the verify step above plus k draft steps
+    of one layer and the LM head each (an MTP or EAGLE head: one decoder layer on the target's features), all
+    divided by the tokens a step emits on average, (1 - a^(k+1)) / (1 - a) (Leviathan et al., ICML 2023, Eq. 1;
+    k + 1 at a = 1). The KV of a request is read once per verify step (GQA decode attention is memory-bound)."""
+    draft = np.zeros(4)
+    body_costs(row, n, LAUNCH, draft)
+    layers = row[C_LAYERS] / row[C_PP]
+    for j in range(4):
+        draft[j] /= layers
+    head_costs(row, n / row[C_ATTENTION_DP], LAUNCH, draft)
+    a = row[C_SPEC_ACCEPTANCE]
+    emitted = k + 1.0 if a >= 1.0 else (1.0 - a ** (k + 1.0)) / (1.0 - a)
+    for j in range(4):
+        costs[j] = (costs[j] + k * draft[j]) / emitted
 
 
 @njit

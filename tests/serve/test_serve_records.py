@@ -245,3 +245,16 @@ def test_slo_search_returns_the_frontier_and_the_best_feasible_point():
     assert strict.exit_code == 0 and "no configuration meets both SLOs" in strict.output
     bad = CliRunner().invoke(main, ["serve", "--search", "-m", "llama3.1-8b", "--ttft", "2 parsecs", "--tpot", "1s"])
     assert bad.exit_code == 2 and "--ttft" in bad.output and len(bad.output.strip().splitlines()) == 1
+
+
+def test_speculative_decoding_divides_the_step_by_the_expected_accepted_tokens():
+    """Verify + draft costs do not depend on the acceptance a; the tokens a step emits are (1 - a^(k+1))/(1 - a)
+    (Leviathan et al. 2023, Eq. 1): one request alone (no prefill interference) shows the ratio exactly."""
+    kw = dict(tp=8, precision="fp8", input_len=1024, output_len=512, concurrency=1, overlap_step=0, spec_tokens=3)
+    none = evaluate("llama3.1-70b", "H200", spec_acceptance=0.0, **kw)
+    half = evaluate("llama3.1-70b", "H200", spec_acceptance=0.5, **kw)
+    full = evaluate("llama3.1-70b", "H200", spec_acceptance=1.0, **kw)
+    assert none["tpot"] / half["tpot"] == pytest.approx((1 - 0.5**4) / (1 - 0.5), rel=1e-12)
+    assert none["tpot"] / full["tpot"] == pytest.approx(4.0, rel=1e-12)
+    plain = evaluate("llama3.1-70b", "H200", **{**kw, "spec_tokens": 0})
+    assert none["tpot"] > plain["tpot"] > half["tpot"]        # drafts that are never accepted only cost
