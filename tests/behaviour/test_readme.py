@@ -200,7 +200,13 @@ CLAIMS = {
 }
 #: numbers that are inputs of an example, not results: the constant-MFU baselines, the timeline's window, MAD-Max's
 #: 3 x weights rule, device names (A100 80 GB, GH200 144 GB)
-INPUTS = {"40%", "50%", "3 s", "3 ×", "80 GB", "144 GB"}
+INPUTS = {"40%", "50%", "3 s", "3 ×", "80 GB", "144 GB", "25%"}
+
+
+def test_the_hit_tolerance_readme_names_is_validates():
+    from fastmodel.analysis.splits import HIT_TOLERANCE
+
+    assert f"{HIT_TOLERANCE:.0%}" == "25%" and "within 25%" in README
 
 
 def claim(name: str) -> re.Match:

@@ -61,7 +61,7 @@ def test_every_execution_field_named_like_a_column_reaches_its_column():
                "fsdp_copy_out": True, "sequence_parallel": True, "tp_comm_overlap": True, "cp_algorithm": "alltoall",
                "micro_batch": 4, "recompute": "full", "selective_policy": "op", "activation_offload": 0.25,
                "precision": "fp8", "fp8_params": True, "optimizer": "adafactor", "fused_kernels": False,
-               "flash_attention": False, "dropout": True}
+               "flash_attention": False, "dropout": True, "param_fetch_bw": 2e10}
     columns = [name for name in ExecutionSpec.model_fields if name in C and name not in ("vp", "pipeline_schedule",
                                                                                        "recompute_fraction",
                                                                                        "shard_degree")]
