@@ -17,6 +17,10 @@ from fastmodel.serve.report import render
 @click.option("--tp", default=1, show_default=True, type=click.IntRange(min=1))
 @click.option("--pp", default=1, show_default=True, type=click.IntRange(min=1))
 @click.option("--ep", default=1, show_default=True, type=click.IntRange(min=1))
+@click.option("--attention-dp", default=1, show_default=True, type=click.IntRange(min=1),
+              help="Attention data-parallel groups of --tp GPUs (the instance has tp x attention_dp x pp GPUs).")
+@click.option("--moe-tp", default=0, show_default=True, type=click.IntRange(min=0),
+              help="Tensor parallelism of each expert (0: tp x attention_dp / ep).")
 @click.option("--precision", default="bf16", show_default=True, type=click.Choice(list(PRECISIONS)))
 @click.option("--kv-precision", type=click.Choice(list(KV_PRECISIONS)), help="Default: fp8 with fp8 weights, else bf16.")
 @click.option("--input-len", default=1024, show_default=True, type=click.IntRange(min=1))
@@ -37,9 +41,10 @@ from fastmodel.serve.report import render
 @click.option("--gpus", default=8, show_default=True, type=click.IntRange(min=1), help="--search: GPUs of one instance at most.")
 @click.option("--search-precision", multiple=True, type=click.Choice(list(PRECISIONS)),
               help="--search: precisions to sweep (repeat; default bf16 and fp8).")
-@click.option("--engine", type=click.Choice(["trtllm", "vllm", "sglang"]), help="--search: the engine's scheduler profile.")
+@click.option("--engine", type=click.Choice(["trtllm", "vllm", "sglang"]),
+              help="The engine's scheduler profile (fastmodel/serve/profiles.py; default TensorRT-LLM's).")
 @friendly
-def serve(records, model, device, tp, pp, ep, precision, kv_precision, input_len, output_len, batch_size,
+def serve(records, model, device, tp, pp, ep, attention_dp, moe_tp, precision, kv_precision, input_len, output_len, batch_size,
           concurrency, max_throughput, kv_cache_mem_fraction, instances, as_json, output, force, search, ttft, tpot,
           gpus, search_precision, engine):
     """Predict LLM serving: TTFT, TPOT, throughput, KV cache and memory, prefill/decode breakdown.
@@ -55,8 +60,10 @@ def serve(records, model, device, tp, pp, ep, precision, kv_precision, input_len
         raise FastmodelError("give RECORDS or --model, not both")
     if search:
         return _search(model, device, input_len, output_len, ttft, tpot, gpus, search_precision, engine)
-    if ttft or tpot or engine or search_precision:
-        raise FastmodelError("--ttft, --tpot, --engine and --search-precision apply to --search only")
+    if ttft or tpot or search_precision:
+        raise FastmodelError("--ttft, --tpot and --search-precision apply to --search only")
+    if records and (engine or attention_dp != 1 or moe_tp):
+        raise FastmodelError("--engine, --attention-dp and --moe-tp apply to --model (a record names its own)")
     if output:
         from fastmodel.io.outputs import check_output
 
@@ -72,11 +79,15 @@ def serve(records, model, device, tp, pp, ep, precision, kv_precision, input_len
     elif model:
         if batch_size is None and concurrency is None and not max_throughput:
             batch_size = 1
+        from fastmodel.serve.api import device_columns
+        from fastmodel.serve.profiles import profile_columns
+
+        profile = profile_columns(engine, None, device_columns(device)["hbm_bytes"]) if engine else {}
         params = columns(model, device, precision=precision, kv_precision=kv_precision, batch_size=batch_size,
                          concurrency=concurrency, max_throughput=max_throughput, tp=tp, pp=pp, ep=ep,
-                         input_len=input_len, output_len=output_len, kv_cache_mem_fraction=kv_cache_mem_fraction,
-                         instances=instances)[:, None]
-        labels = [f"{model} on {tp * pp}x {device}"]
+                         attention_dp=attention_dp, moe_tp=moe_tp, input_len=input_len, output_len=output_len,
+                         kv_cache_mem_fraction=kv_cache_mem_fraction, instances=instances, **profile)[:, None]
+        labels = [f"{model} on {tp * attention_dp * pp}x {device}"]
     else:
         raise FastmodelError("give a serving-record file or --model (see fastmodel serve --help)")
     from fastmodel.serve.report import json_record

@@ -258,3 +258,20 @@ def test_speculative_decoding_divides_the_step_by_the_expected_accepted_tokens()
     assert none["tpot"] / full["tpot"] == pytest.approx(4.0, rel=1e-12)
     plain = evaluate("llama3.1-70b", "H200", **{**kw, "spec_tokens": 0})
     assert none["tpot"] > plain["tpot"] > half["tpot"]        # drafts that are never accepted only cost
+
+
+def test_cli_serve_takes_attention_dp_moe_tp_and_an_engine_profile():
+    from click.testing import CliRunner
+
+    from fastmodel.cli import main
+
+    runner = CliRunner()
+    base = ["serve", "-m", "mixtral-8x7b", "-d", "H200", "--tp", "1", "--attention-dp", "2", "--ep", "2",
+            "--concurrency", "64", "--json"]
+    trt = runner.invoke(main, base)
+    sglang = runner.invoke(main, [*base, "--engine", "sglang"])
+    assert trt.exit_code == 0 and sglang.exit_code == 0, trt.output + sglang.output
+    # SGLang's prefill batches stall the decodes; TensorRT-LLM's ride in them
+    assert json.loads(sglang.output)["tpot"] > json.loads(trt.output)["tpot"]
+    bad = runner.invoke(main, [*base[:-3], "--ep", "4", "--concurrency", "64"])
+    assert bad.exit_code == 2 and "ep_not_dividing" in bad.output
