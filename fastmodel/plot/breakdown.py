@@ -19,7 +19,7 @@ STYLE = {
     "attention": ("#56B4E9", "attention"), "memory_bound": ("#999999", "memory-bound"),
     "optimizer": ("#555555", "optimizer"), "bubble": ("#DDDDDD", "pipeline bubble"), "tp": ("#009E73", "TP comm."),
     "cp": ("#E69F00", "CP comm."), "ep": ("#CC79A7", "EP comm."), "pp": ("#F0E442", "PP comm."),
-    "dp": ("#D55E00", "DP comm."),
+    "dp": ("#D55E00", "DP comm."), "host_wait": ("#000000", "host-bound wait"),
 }
 
 

@@ -124,7 +124,8 @@ PLAN_COLUMNS = _cols(
     ("grad_reduce_bytes", "bytes", 4, "Bytes per gradient element in the data-parallel reduction.", 1, 8),
     ("optimizer", "code", 0, "OPTIMIZER_CODES: 0 Adam(W), 1 SGD-momentum, 2 Adafactor.", 0, 2),
     ("fp8_params", "1", 0, "1: FP8 weight copies kept (no BF16 weight copy).", 0, 1),
-    ("pipeline_schedule", "code", 0, "PIPELINE_SCHEDULES: 0 1F1B, 1 interleaved, 2 GPipe, 3 ZB-H1, 4 DualPipe.", 0, 4),
+    ("pipeline_schedule", "code", 0, "PIPELINE_SCHEDULES: " + ", ".join(f"{c} {n}" for n, c in PIPELINE_SCHEDULES.items())
+     + ".", 0, len(PIPELINE_SCHEDULES) - 1),
     ("overlap_grad_reduce", "1", 1, "1: gradient reduction overlaps the last backward pass.", 0, 1),
     ("overlap_param_gather", "1", 1, "1: distributed-optimizer parameter gather overlaps the next forward.", 0, 1),
     ("activation_offload", "1", 0, "Share of activations offloaded to host memory.", 0, 1),
@@ -196,6 +197,10 @@ NETWORK_COLUMNS = _cols(
     ("stack_compute_eff", "1", 1.0, "Share of the modelled kernel speed the software stack attains (divides every "
      "GEMM, attention and memory-bound kernel time). 1 = the device files' microbenchmark efficiencies; only a "
      "calibration's [stack.\"NAME\"] table sets another value.", 0.5, 2.0, True),
+    ("host_layer_s", "s", 0.0, "Host (CPU) time the software stack takes to issue one transformer layer's forward "
+     "pass (Python, dispatcher, autograd, kernel launches); its backward and a recomputed forward take as long. A "
+     "micro-batch the GPU runs faster than the CPU issues it lasts the issue time (time_host_wait). 0: the CPU "
+     "always runs ahead; a calibration's [stack.\"NAME\"] table sets it.", 0, 1, True),
 )
 
 SERVE_COLUMNS = _cols(
@@ -263,6 +268,8 @@ RESULTS: tuple[Variable, ...] = (
     Result("time_recompute", "s", "min", "Part of the compute times spent recomputing activations."),
     Result("time_optimizer", "s", "min", "Optimizer step on the local shard."),
     Result("pipeline_bubble", "s", "min", "Idle time of a pipeline stage per step."),
+    Result("time_host_wait", "s", "min", "GPU idle per step while the host issues the kernels of host-bound "
+           "micro-batches (host_layer_s)."),
     Result("comm_tp", "s", "min", "Tensor/sequence-parallel communication per step."),
     Result("comm_cp", "s", "min", "Context-parallel communication per step."),
     Result("comm_ep", "s", "min", "Expert-parallel all-to-all per step."),
@@ -299,7 +306,7 @@ MEMORY = Result("memory", "bytes", "min", "Bytes per device by kind on the most 
 RANK_ONLY_FITTING = True
 #: the step as stacked bars (kernels/lm/step.py): compute on the busiest device + optimizer + pipeline bubble +
 #: each process group's whole ("serialized") or exposed communication (= step_time exactly)
-_COMPUTE = ("time_gemm", "time_attention", "time_memory_bound", "time_optimizer", "pipeline_bubble")
+_COMPUTE = ("time_gemm", "time_attention", "time_memory_bound", "time_optimizer", "pipeline_bubble", "time_host_wait")
 BREAKDOWN = Breakdown((*_COMPUTE, *(f"comm_{g}" for g in ("tp", "cp", "ep", "pp", "dp"))),
                       (*_COMPUTE, *(f"exposed_{g}" for g in ("tp", "cp", "ep", "pp", "dp"))))
 #: dataset variables made of several result rows: (variable, its rows, one per coordinate of its dimension)
@@ -314,7 +321,8 @@ STATUSES: tuple[Status, ...] = (
     Status("layers_not_divisible", "layers not divisible by pp x vp (execution.uneven_stages = true allows it)"),
     Status("tp_beyond_domain", "tp spans more GPUs than one NVLink domain"),
     Status("batch_not_divisible", "global_batch is not a multiple of micro_batch x dp"),
-    Status("too_few_microbatches", "fewer micro-batches than pipeline stages"),
+    Status("too_few_microbatches", "fewer micro-batches than pipeline stages under an interleaved or split-backward "
+           "schedule (1F1B and GPipe run them, with a longer bubble)"),
     Status("experts_not_divisible", "experts not divisible by ep, or ep does not divide dp"),
     Status("sequence_not_divisible", "seq_len not divisible by 2 x cp"),
     Status("ep_without_experts", "ep > 1 on a dense model"),

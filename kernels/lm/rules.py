@@ -11,7 +11,8 @@ import numpy as np
 from fastmodel.kernels.jit import njit, prange
 from fastmodel.kernels.lm.layout import (
     C_CP, C_CP_ALGORITHM, CP_ALLTOALL, C_DOMAIN_SIZE, C_DP, C_EP, C_GLOBAL_BATCH, C_HEADS, C_KV_HEADS, C_LAYERS, C_MICRO_BATCH, C_MOE_EXPERTS,
-    C_N_GPUS, C_PEAK_FLOPS_8, C_PIPELINE_SCHEDULE, C_PP, C_PRECISION, C_SEQ_LEN, C_TP, C_UNEVEN_STAGES, C_VP, PRECISION_FP8, SCHED_DUALPIPE,
+    C_N_GPUS, C_PEAK_FLOPS_8, C_PIPELINE_SCHEDULE, C_PP, C_PRECISION, C_SEQ_LEN, C_TP, C_UNEVEN_STAGES, C_VP, PRECISION_FP8,
+    SCHED_1F1B, SCHED_DUALPIPE, SCHED_GPIPE,
 )
 from fastmodel.registry.lm import STATUS_CODES
 
@@ -54,7 +55,12 @@ def plan_status_row(row):
     micro_batches = row[C_GLOBAL_BATCH] / (row[C_MICRO_BATCH] * dp)
     if micro_batches < 1.0 or not _multiple(micro_batches, 1.0):
         return ST_BATCH
-    if pp > 1.0 and micro_batches < pp:
+    # fewer micro-batches than stages: Megatron's 1F1B runs them (its warm-up is min(p - rank - 1, m),
+    # megatron/core/pipeline_parallel/schedules.py, forward_backward_pipelining_without_interleaving) and the
+    # bubble grows; its interleaved schedule asserted m % p == 0 (megatron/training.py, 2021-23)
+    plain = row[C_VP] <= 1.0 and (int(row[C_PIPELINE_SCHEDULE]) == SCHED_1F1B
+                                  or int(row[C_PIPELINE_SCHEDULE]) == SCHED_GPIPE)
+    if pp > 1.0 and micro_batches < pp and not plain:
         return ST_MICROBATCHES
     if pp > 1.0 and int(row[C_PIPELINE_SCHEDULE]) == SCHED_DUALPIPE and (
             not _multiple(pp, 2.0) or not _multiple(micro_batches, 2.0) or micro_batches < 2.0 * pp):

@@ -23,10 +23,10 @@ from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.layer import W_FLOPS, W_GEMM, W_MEM, W_PARAMS, W_TP, model_flops_per_token, recompute_share
 from fastmodel.kernels.lm.layout import (
     C_DP, C_GLOBAL_BATCH, C_GRAD_REDUCE_BYTES, C_HIDDEN, C_MICRO_BATCH, C_N_GPUS,
-    C_OPTIMIZER, C_PEAK_FLOPS_8, C_PEAK_FLOPS_16, C_PP, C_PRECISION,
+    C_HOST_LAYER_S, C_OPTIMIZER, C_PEAK_FLOPS_8, C_PEAK_FLOPS_16, C_PP, C_PRECISION,
     C_SEQ_LEN, C_STEP_OVERHEAD_S, C_TP, C_VOCAB, OPT_ADAM, OPT_SGD, PRECISION_FP8, R_COMM_CP, R_COMM_DP, R_COMM_EP,
     R_COMM_PP, R_COMM_TP, R_EXPOSED_CP, R_EXPOSED_DP, R_EXPOSED_EP, R_EXPOSED_PP, R_EXPOSED_TP, R_FLOPS_PER_TOKEN,
-    R_HFU, R_MFU, R_PIPELINE_BUBBLE, R_STEP_TIME, R_TIME_ATTENTION, R_TIME_GEMM, R_TIME_MEMORY_BOUND, R_TIME_OPTIMIZER,
+    R_HFU, R_MFU, R_PIPELINE_BUBBLE, R_STEP_TIME, R_TIME_HOST_WAIT, R_TIME_ATTENTION, R_TIME_GEMM, R_TIME_MEMORY_BOUND, R_TIME_OPTIMIZER,
     R_TIME_RECOMPUTE, R_TOKENS_PER_S, R_TOKENS_PER_S_PER_GPU,
 )
 from fastmodel.kernels.lm.memory_states import layers_per_stage
@@ -113,6 +113,19 @@ def _fsdp_step(row, work, micro_batches, per_stage, out):
 
 
 @njit
+def host_wait_per_microbatch(row, per_stage, stage_mb):
+    """Seconds a micro-batch of the busiest stage lasts beyond its GPU time ``stage_mb`` because the host issues
+    its kernels more slowly: the host issues each layer's forward, backward and recomputed forward in
+    ``host_layer_s`` each, and the GPU cannot start a kernel before it is issued, so the micro-batch lasts
+    max(GPU time, issue time) (docs/model.md §11.7)."""
+    host = row[C_HOST_LAYER_S]
+    if host <= 0.0:
+        return 0.0
+    full, _ = recompute_share(row)
+    return max(0.0, per_stage * host * (2.0 + full) - stage_mb)
+
+
+@njit
 def step_row(row, work, out):
     """Every time result of one configuration into ``out`` (registry result indices): layer mix and per-layer
     passes (:func:`stage_passes`), then the step composition."""
@@ -129,7 +142,9 @@ def step_row(row, work, out):
     pp_comm, pp_exposed = pipeline_p2p(row, micro_batches)
     outside = _data_parallel_step(row, work, per_stage, head_params, out)
     fsdp_exposed = _fsdp_step(row, work, micro_batches, per_stage, out)
-    step = micro_batches * stage_mb + bubble + fsdp_exposed + pp_exposed + outside + row[C_STEP_OVERHEAD_S]
+    host_wait = micro_batches * host_wait_per_microbatch(row, per_stage, stage_mb)
+    step = micro_batches * stage_mb + host_wait + bubble + fsdp_exposed + pp_exposed + outside \
+        + row[C_STEP_OVERHEAD_S]
 
     full, _ = recompute_share(row)
     flops = work[A_FLOPS]
@@ -150,6 +165,7 @@ def step_row(row, work, out):
     out[R_TIME_MEMORY_BOUND] = micro_batches * (per_stage * work[A_MEM] + head_mem)
     out[R_TIME_RECOMPUTE] = micro_batches * per_stage * work[A_RECOMPUTE]
     out[R_PIPELINE_BUBBLE] = bubble
+    out[R_TIME_HOST_WAIT] = host_wait
     out[R_COMM_TP] = micro_batches * (per_stage * work[A_TP_COMM] + head_tp)
     out[R_COMM_CP] = micro_batches * per_stage * work[A_CP_COMM]
     out[R_COMM_EP] = micro_batches * per_stage * work[A_EP_COMM]

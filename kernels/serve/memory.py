@@ -3,12 +3,14 @@
 """
 
 from fastmodel.kernels.jit import njit
-from fastmodel.kernels.lm.layer import attention_dims, attention_params, layer_mix, mlp_matrices
+from fastmodel.kernels.lm.shape import (
+    attention_dims, attention_params, expert_weight_params, layer_mix, mlp_matrices, mlp_params, norm_params,
+)
 from fastmodel.kernels.lm.layout import (
-    C_EP, C_FFN, C_HEADS, C_HIDDEN, C_INPUT_LEN, C_KV_HEADS, C_MAX_NUM_TOKENS, C_MOE_EXPERTS, C_MOE_FFN,
+    C_FFN, C_HEADS, C_HIDDEN, C_INPUT_LEN, C_KV_HEADS, C_MAX_NUM_TOKENS, C_MOE_EXPERTS, C_MOE_FFN,
     C_MOE_SHARED_EXPERTS, C_MOE_TOPK, C_PP, C_TIED_EMBEDDINGS, C_TP, C_VOCAB, C_WEIGHT_BYTES,
 )
-from fastmodel.kernels.serve.costs import expert_tp, ffn_tp, ACT_BYTES, DENSE, MOE
+from fastmodel.kernels.serve.costs import ACT_BYTES, DENSE, MOE, ffn_tp, serve_etp
 
 
 # --- memory ----------------------------------------------------------------------
@@ -16,17 +18,15 @@ from fastmodel.kernels.serve.costs import expert_tp, ffn_tp, ACT_BYTES, DENSE, M
 @njit
 def layer_weight_params(row, moe):
     """Weight elements of one layer held by one device: attention split over tp (replicated over the attention-DP
-    groups), experts over ep x moe_tp, dense MLPs and shared experts over tp x attention_dp."""
-    h = row[C_HIDDEN]
+    groups), experts over ep x their expert TP (``costs.serve_etp``), dense MLPs and shared experts over
+    tp x attention_dp."""
     t = row[C_TP]
-    nm = mlp_matrices(row)
-    params = attention_params(row) / t
+    params = attention_params(row) / t + norm_params(row)      # kernels/lm/shape.py, as training counts them
     if moe:
-        experts = row[C_MOE_EXPERTS]
-        params += nm * h * row[C_MOE_FFN] * experts / (row[C_EP] * expert_tp(row))
-        params += nm * h * row[C_MOE_SHARED_EXPERTS] * row[C_MOE_FFN] / ffn_tp(row)
+        params += expert_weight_params(row, serve_etp(row))
+        params += mlp_params(row, row[C_MOE_SHARED_EXPERTS] * row[C_MOE_FFN]) / ffn_tp(row)
     else:
-        params += nm * h * row[C_FFN] / ffn_tp(row)
+        params += mlp_params(row, row[C_FFN]) / ffn_tp(row)
     return params
 
 

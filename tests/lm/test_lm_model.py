@@ -254,11 +254,12 @@ def test_ulysses_context_parallelism_is_exposed_and_needs_heads_divisible_by_tp_
      "inter_bw": 5e9},
     {"sharding": "fsdp", "tp": 1, "pp": 1, "dp": 256, "shard_degree": 256, "recompute": "full",
      "param_fetch_bw": 2e10, "overlap_param_gather": 0},
+    {"host_layer_s": 0.05},                       # host-bound: every micro-batch waits on the CPU
 ])
 def test_step_time_is_the_sum_of_its_parts(variant):
     r = one(**{**LLAMA70B, **variant})
     parts = (r["time_gemm"] + r["time_attention"] + r["time_memory_bound"] + r["pipeline_bubble"]
-             + r["time_optimizer"] + sum(r[f"exposed_{g}"] for g in ("tp", "cp", "ep", "pp", "dp")))
+             + r["time_host_wait"] + r["time_optimizer"] + sum(r[f"exposed_{g}"] for g in ("tp", "cp", "ep", "pp", "dp")))
     assert r["step_time"] == pytest.approx(parts, rel=1e-12)
     for group in ("tp", "cp", "ep", "pp", "dp"):
         assert 0.0 <= r[f"exposed_{group}"] <= r[f"comm_{group}"] * (1 + 1e-12) + 1e-15, group
@@ -283,6 +284,22 @@ def test_a_hooked_fetch_gathers_each_layer_again_for_the_recomputed_forward():
     micro_batches = 512 / (2 * 256)
     assert full["exposed_dp"] - none["exposed_dp"] == pytest.approx(micro_batches * 80 * gather, rel=1e-4)
     assert full["comm_dp"] - none["comm_dp"] == pytest.approx(micro_batches * 80 * gather, rel=1e-4)
+
+
+def test_a_host_bound_micro_batch_lasts_its_issue_time():
+    small = dict(layers=12, hidden=1024, ffn=4096, heads=16, kv_heads=16, head_dim=64, vocab=50257, seq_len=1024,
+                 gated_mlp=0, n_gpus=1, tp=1, pp=1, dp=1, micro_batch=1, global_batch=4, **H100, **NET)
+    gpu = one(**small, recompute="full")
+    assert gpu["time_host_wait"] == 0.0                               # host_layer_s 0: the CPU runs ahead
+    host = 3e-3                                                       # far slower than the GPU's layer
+    bound = one(**small, recompute="full", host_layer_s=host)
+    # each of 4 micro-batches: 12 layers x (forward + backward + recomputed forward) issued at 3 ms each
+    assert bound["step_time"] - bound["time_optimizer"] == pytest.approx(4 * 12 * host * 3, rel=1e-12)
+    assert bound["time_host_wait"] == pytest.approx(bound["step_time"] - gpu["step_time"], rel=1e-12)
+    plain = one(**small, recompute="none", host_layer_s=host)            # no recomputed forward to issue
+    assert plain["step_time"] - plain["time_optimizer"] == pytest.approx(4 * 12 * host * 2, rel=1e-12)
+    fast = one(**small, recompute="full", host_layer_s=1e-7)          # the GPU slower: no wait
+    assert fast["step_time"] == gpu["step_time"] and fast["time_host_wait"] == 0.0
 
 
 def test_fsdp_first_layer_exposes_its_forward_gather_and_last_reduce_scatter_once():

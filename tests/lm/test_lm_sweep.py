@@ -48,13 +48,33 @@ def test_every_grid_point_equals_the_same_configuration_evaluated_alone(grid):
 
 
 def test_rule_table_codes_match_hand_checks():
-    params = table(7, layers=80, heads=[64, 64, 64, 64, 64, 64, 36], kv_heads=8, n_gpus=64,
-                   tp=[8, 3, 8, 8, 16, 8, 8], pp=[2, 1, 3, 2, 1, 4, 1], cp=1, dp=[4, 64 / 3, 64 / 24, 4, 4, 2, 8],
-                   global_batch=[64, 64, 64, 6, 64, 2, 64], micro_batch=1, domain_size=8)
+    # the sixth: 2 micro-batches on 4 stages, interleaved (vp 2, schedule code 1); the eighth the same under 1F1B
+    params = table(8, layers=80, heads=[64, 64, 64, 64, 64, 64, 36, 64], kv_heads=8, n_gpus=64,
+                   tp=[8, 3, 8, 8, 16, 8, 8, 8], pp=[2, 1, 3, 2, 1, 4, 1, 4], cp=1,
+                   dp=[4, 64 / 3, 64 / 24, 4, 4, 2, 8, 2], vp=[1, 1, 1, 1, 1, 2, 1, 1],
+                   pipeline_schedule=[0, 0, 0, 0, 0, 1, 0, 0],
+                   global_batch=[64, 64, 64, 6, 64, 4, 64, 4], micro_batch=1, domain_size=8)
     status = plan_status(params)
     assert list(status) == [0, STATUS_CODES["devices_not_divisible"], STATUS_CODES["devices_not_divisible"],
                             STATUS_CODES["batch_not_divisible"], STATUS_CODES["tp_beyond_domain"],
-                            STATUS_CODES["too_few_microbatches"], STATUS_CODES["heads_not_divisible"]]
+                            STATUS_CODES["too_few_microbatches"], STATUS_CODES["heads_not_divisible"], 0]
+
+
+def test_1f1b_with_fewer_micro_batches_than_stages_runs_with_the_longer_bubble():
+    """Megatron's 1F1B caps its warm-up at min(p - rank - 1, m) (schedules.py), so m < p runs: the step is the
+    same closed form, m micro-batch times plus the (p - 1)-stage fill and drain."""
+    base = dict(layers=24, hidden=1024, ffn=4096, heads=16, kv_heads=16, head_dim=64, vocab=50304, seq_len=1024,
+                n_gpus=4, tp=1, pp=4, dp=1, micro_batch=1, domain_size=8)
+    two, eight = evaluate_table(table(1, **base, global_batch=2)), evaluate_table(table(1, **base, global_batch=8))
+    assert plan_status(table(1, **base, global_batch=2))[0] == 0
+    # the same fill and drain (p - 1 = 3 average micro-batch times) and the same time per micro-batch
+    assert two["pipeline_bubble"][0] == pytest.approx(eight["pipeline_bubble"][0], rel=1e-12)
+    assert two["pipeline_bubble"][0] > 0.0
+
+    def per_micro_batch(r, m):
+        return (r["step_time"][0] - r["pipeline_bubble"][0] - r["time_optimizer"][0] - r["exposed_pp"][0]
+                - r["exposed_dp"][0]) / m
+    assert per_micro_batch(two, 2) == pytest.approx(per_micro_batch(eight, 8), rel=1e-12)
 
 
 def test_single_configuration_raises_the_first_broken_rule():

@@ -54,6 +54,29 @@ from fastmodel.lm.calibrate.search import Box, coarse_search, refine, robust_cos
 from fastmodel.registry.lm import COLUMN_INDEX as C
 from fastmodel.registry.lm import COLUMNS
 
+#: bounds of the host issue time's scale per layer pass (see :func:`host_layer_scale`): 1 ms, the order of an
+#: eager layer forward of a few dozen operators, to 4 ms (about a hundred at 40 us) [A]: runs whose layer passes
+#: take longer on the GPU than 1 ms (large models) cannot show the host and leave it physical
+HOST_LAYER_SCALE_S = (1e-3, 4e-3)
+
+
+def host_layer_scale(records, rows) -> float:
+    """Scale of ``host_layer_s``, which starts at 0 where it moves no run (the GPU runs ahead): such that the
+    sensitivity probe (``PROBE`` x scale) is 1.25 x the host time per layer pass at which the median run becomes
+    host-bound (its predicted step time over micro-batches x layers per stage x (2 + full recompute) passes),
+    so the probe binds about half the runs; within ``HOST_LAYER_SCALE_S``."""
+    from fastmodel.lm.engine import evaluate_table
+
+    low, high = HOST_LAYER_SCALE_S
+    if len(rows) == 0:
+        return low
+    table = np.stack([records[i].columns for i in rows], axis=1)
+    steps = evaluate_table(table)["step_time"]
+    micro = table[C["global_batch"]] / (table[C["micro_batch"]] * table[C["dp"]])
+    passes = micro * np.ceil(table[C["layers"]] / table[C["pp"]]) * (2.0 + (table[C["recompute"]] == 2.0))
+    per_pass = steps / passes
+    finite = per_pass[np.isfinite(per_pass)]
+    return float(np.clip(1.25 / PROBE * np.median(finite), low, high)) if finite.size else low
 #: relative change of a parameter (of its scale) used to probe sensitivity
 PROBE = 0.25
 #: residual given to a run whose prediction is not finite for a candidate
@@ -208,6 +231,8 @@ def candidate_parameters(records) -> list[Parameter]:
         start = float(np.median(values))
         if column == "step_overhead_s":
             scale = max(start, 0.05 * median_step)
+        elif column == "host_layer_s":
+            scale = max(start, host_layer_scale(records, rows))
         else:
             scale = start if start > 0 else max(col.default, 1e-6)
         params.append(Parameter(device, column, rows, start, col.lo, col.hi, scale, value=start, status=status,
