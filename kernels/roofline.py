@@ -18,7 +18,7 @@ import math
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.columns import (
     C_ATTN_EFF, C_GEMM_EFF_16, C_GEMM_EFF_8, C_GEMM_K_HALF, C_GEMM_TILE_M, C_GEMM_TILE_N, C_HBM_BW, C_HBM_EFF,
-    C_KERNEL_OVERHEAD_S, C_PEAK_FLOPS_16, C_PEAK_FLOPS_8, C_SM_COUNT, C_STACK_COMPUTE_EFF,
+    C_KERNEL_OVERHEAD_S, C_PEAK_FLOPS_16, C_PEAK_FLOPS_4, C_PEAK_FLOPS_8, C_SM_COUNT, C_STACK_COMPUTE_EFF,
 )
 
 
@@ -52,7 +52,11 @@ def tile_quantization(row, groups, m, n, k):
 
 @njit(inline="always")
 def gemm_peak(row, fp8):
-    """Attainable FLOP/s of a large GEMM: datasheet peak x measured large-GEMM efficiency."""
+    """Attainable FLOP/s of a large GEMM: datasheet peak x measured large-GEMM efficiency. ``fp8``: the GEMM
+    precision (False/0: 16-bit, True/1: FP8, 2: FP4 W4A4 at the FP4 peak x the FP8 efficiency, serving only:
+    no FP4 microbenchmark in the device files)."""
+    if fp8 >= 2.0 and row[C_PEAK_FLOPS_4] > 0.0:
+        return row[C_PEAK_FLOPS_4] * row[C_GEMM_EFF_8]
     if fp8 and row[C_PEAK_FLOPS_8] > 0.0:
         return row[C_PEAK_FLOPS_8] * row[C_GEMM_EFF_8]
     return row[C_PEAK_FLOPS_16] * row[C_GEMM_EFF_16]

@@ -17,6 +17,10 @@ from fastmodel.serve.report import render
 @click.option("--tp", default=1, show_default=True, type=click.IntRange(min=1))
 @click.option("--pp", default=1, show_default=True, type=click.IntRange(min=1))
 @click.option("--ep", default=1, show_default=True, type=click.IntRange(min=1))
+@click.option("--attention-dp", default=1, show_default=True, type=click.IntRange(min=1),
+              help="Attention data-parallel groups of --tp GPUs (the instance has tp x attention_dp x pp GPUs).")
+@click.option("--moe-tp", default=0, show_default=True, type=click.IntRange(min=0),
+              help="Tensor parallelism of each expert (0: tp x attention_dp / ep).")
 @click.option("--precision", default="bf16", show_default=True, type=click.Choice(list(PRECISIONS)))
 @click.option("--kv-precision", type=click.Choice(list(KV_PRECISIONS)), help="Default: fp8 with fp8 weights, else bf16.")
 @click.option("--input-len", default=1024, show_default=True, type=click.IntRange(min=1))
@@ -30,9 +34,19 @@ from fastmodel.serve.report import render
 @click.option("--output", "-o", type=click.Path(dir_okay=False),
               help="Also write one row per configuration: .csv, else JSON lines (atomically; never onto RECORDS).")
 @click.option("--force", is_flag=True, help="Replace an existing output of the same kind (never another kind).")
+@click.option("--search", is_flag=True, help="SLO search: sweep TP x PP within --gpus, --search-precision and "
+              "concurrency 1..1024; print the Pareto frontier and the best configuration meeting --ttft/--tpot.")
+@click.option("--ttft", help="--search: TTFT target, e.g. 2s or 500ms.")
+@click.option("--tpot", help="--search: TPOT target, e.g. 50ms.")
+@click.option("--gpus", default=8, show_default=True, type=click.IntRange(min=1), help="--search: GPUs of one instance at most.")
+@click.option("--search-precision", multiple=True, type=click.Choice(list(PRECISIONS)),
+              help="--search: precisions to sweep (repeat; default bf16 and fp8).")
+@click.option("--engine", type=click.Choice(["trtllm", "vllm", "sglang"]),
+              help="The engine's scheduler profile (fastmodel/serve/profiles.py; default TensorRT-LLM's).")
 @friendly
-def serve(records, model, device, tp, pp, ep, precision, kv_precision, input_len, output_len, batch_size,
-          concurrency, max_throughput, kv_cache_mem_fraction, instances, as_json, output, force):
+def serve(records, model, device, tp, pp, ep, attention_dp, moe_tp, precision, kv_precision, input_len, output_len, batch_size,
+          concurrency, max_throughput, kv_cache_mem_fraction, instances, as_json, output, force, search, ttft, tpot,
+          gpus, search_precision, engine):
     """Predict LLM serving: TTFT, TPOT, throughput, KV cache and memory, prefill/decode breakdown.
 
     Give RECORDS (JSONL, SERVE_RUNS.md schema) or --model with one load mode."""
@@ -44,6 +58,12 @@ def serve(records, model, device, tp, pp, ep, precision, kv_precision, input_len
 
     if records and model:
         raise FastmodelError("give RECORDS or --model, not both")
+    if search:
+        return _search(model, device, input_len, output_len, ttft, tpot, gpus, search_precision, engine)
+    if ttft or tpot or search_precision:
+        raise FastmodelError("--ttft, --tpot and --search-precision apply to --search only")
+    if records and (engine or attention_dp != 1 or moe_tp):
+        raise FastmodelError("--engine, --attention-dp and --moe-tp apply to --model (a record names its own)")
     if output:
         from fastmodel.io.outputs import check_output
 
@@ -59,11 +79,15 @@ def serve(records, model, device, tp, pp, ep, precision, kv_precision, input_len
     elif model:
         if batch_size is None and concurrency is None and not max_throughput:
             batch_size = 1
+        from fastmodel.serve.api import device_columns
+        from fastmodel.serve.profiles import profile_columns
+
+        profile = profile_columns(engine, None, device_columns(device)["hbm_bytes"]) if engine else {}
         params = columns(model, device, precision=precision, kv_precision=kv_precision, batch_size=batch_size,
                          concurrency=concurrency, max_throughput=max_throughput, tp=tp, pp=pp, ep=ep,
-                         input_len=input_len, output_len=output_len, kv_cache_mem_fraction=kv_cache_mem_fraction,
-                         instances=instances)[:, None]
-        labels = [f"{model} on {tp * pp}x {device}"]
+                         attention_dp=attention_dp, moe_tp=moe_tp, input_len=input_len, output_len=output_len,
+                         kv_cache_mem_fraction=kv_cache_mem_fraction, instances=instances, **profile)[:, None]
+        labels = [f"{model} on {tp * attention_dp * pp}x {device}"]
     else:
         raise FastmodelError("give a serving-record file or --model (see fastmodel serve --help)")
     from fastmodel.serve.report import json_record
@@ -97,3 +121,22 @@ def _write_rows(rows: list[dict], path: str, records, force: bool) -> None:
         else:
             handle.writelines(json.dumps(row) + "\n" for row in rows)
     click.echo(f"wrote {path}", err=True)
+
+
+def _search(model, device, input_len, output_len, ttft, tpot, gpus, precisions, engine) -> None:
+    """``--search``: the SLO search of fastmodel.serve.search, printed as a table."""
+    from fastmodel.errors import FastmodelError, SpecError
+    from fastmodel.serve.search import format_search, slo_search
+    from fastmodel.spec.quantity import parse_quantity
+
+    if not model or not ttft or not tpot:
+        raise FastmodelError("--search needs --model, --ttft and --tpot (e.g. --ttft 2s --tpot 50ms)")
+    targets = []
+    for name, value in (("--ttft", ttft), ("--tpot", tpot)):
+        try:
+            targets.append(parse_quantity(value, "seconds"))
+        except ValueError as error:
+            raise SpecError(None, name, str(error)) from None
+    result = slo_search(model, device, input_len=input_len, output_len=output_len, ttft=targets[0],
+                        tpot=targets[1], gpus=gpus, precisions=precisions or ("bf16", "fp8"), engine=engine)
+    click.echo(format_search(result, *targets))

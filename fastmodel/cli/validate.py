@@ -49,6 +49,8 @@ def validate(runs, output, plot_path, force, calibration, split_file):
 
         if plot_path:
             raise SpecError(plot_path, "", "--plot draws step times of run records, not serving records")
+        if calibration:
+            raise SpecError(calibration, "", "--calibration applies to run records, not serving records")
         records = read_serve_records(runs, refused)
         _echo_refused(refused)
         table = (serve_rows(records) if records else []) + serve_refused(refused)

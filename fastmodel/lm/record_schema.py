@@ -33,34 +33,13 @@ from fastmodel.errors import FieldValueError, SpecError, UnsupportedError, neare
 from fastmodel.lm.execution import ExecutionSpec
 from fastmodel.lm.spec import LMSpec
 from fastmodel.lm.stacks import STACK_NAMES
-from fastmodel.registry.lm import (
-    COLUMN_INDEX,
-    COLUMNS,
-    MOE_A2A_OVERLAPS,
-    OPTIMIZER_CODES,
-    PIPELINE_SCHEDULES,
-    RECOMPUTE_CODES,
-)
+from fastmodel.registry.lm import MOE_A2A_OVERLAPS, OPTIMIZER_CODES, PIPELINE_SCHEDULES, RECOMPUTE_CODES
+from fastmodel.spec.record_blocks import Block, bounds, drop_nulls
 
-
-def _bounds(column: str, default: Any = ..., **kw) -> Any:
-    """A Field bounded like the registry column ``column``."""
-    spec = COLUMNS[COLUMN_INDEX[column]]
-    return Field(default, ge=spec.lo, le=spec.hi, **kw)
-
-
-def _drop_nulls(data: Any, fields) -> Any:
-    """``data`` without the known fields set to null (an unknown key stays, to be refused even when null)."""
-    return {k: v for k, v in data.items() if v is not None or k not in fields} if isinstance(data, dict) else data
-
-
-class _Block(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _nulls_are_absent(cls, data):
-        return _drop_nulls(data, cls.model_fields)
+# the strict block machinery is shared with the serving records (fastmodel/spec/record_blocks.py)
+_bounds = bounds
+_drop_nulls = drop_nulls
+_Block = Block
 
 
 Text = Annotated[str, Field(max_length=100_000)]

@@ -179,6 +179,8 @@ DEVICE_COLUMNS = _cols(
     "device",
     ("peak_flops_16", "FLOP/s", 989e12, "Dense BF16/FP16 tensor peak (datasheet).", 1e9, 1e18),
     ("peak_flops_8", "FLOP/s", 1979e12, "Dense FP8 tensor peak (datasheet; 0 = unsupported).", 0, 1e18),
+    ("peak_flops_4", "FLOP/s", 0.0, "Dense FP4 (NVFP4/MXFP4) tensor peak (datasheet; 0 = no FP4 tensor cores: "
+     "serving runs FP4 weights weight-only, dequantised into 16-bit GEMMs).", 0, 1e18),
     ("hbm_bytes", "bytes", 80 * 2**30, "HBM capacity.", 1e8, 1e14),
     ("hbm_bw", "bytes/s", 3.35e12, "HBM bandwidth (datasheet).", 1e9, 1e15),
     ("gemm_eff_16", "1", 0.75, "Attainable fraction of the 16-bit peak for large GEMMs (microbenchmarks).", 0.05, 1, True),
@@ -244,6 +246,25 @@ SERVE_COLUMNS = _cols(
     ("instances", "1", 1, "Serving instances in the cluster (each tp x pp devices).", 1, 1 << 24),
     ("serve_step_overhead_s", "s", 0.0, "Host time per engine step not overlapped with the GPU (scheduler, "
      "sampling).", 0, 1, True),
+    ("attention_dp", "1", 1, "Attention data-parallel groups of tp GPUs (SGLang/TRT-LLM attention DP): each holds "
+     "batch / attention_dp requests and their KV cache; the experts span tp x attention_dp GPUs.", 1, 1 << 16),
+    ("moe_tp", "1", 0, "Tensor parallelism of each expert (0: tp x attention_dp / ep, the experts split like "
+     "attention over what EP leaves).", 0, 1 << 16),
+    ("fp4_gemm", "1", 0, "1: FP4 weights (NVFP4, 4.5 bits per weight): GEMMs on FP4 tensor cores where the device "
+     "has them (peak_flops_4 > 0), else weight-only (16-bit compute).", 0, 1),
+    ("mixed_prefill", "1", 1, "1: prefill chunks ride in the decode iterations (vLLM V1, TRT-LLM in-flight "
+     "batching); 0: prefill batches run alone and stall decodes (SGLang default).", 0, 1),
+    ("chunked_prefill", "1", 0, "1: a prompt longer than the free token budget is cut into chunks; 0: a prompt "
+     "enters whole (the budget grows to hold it, TRT-LLM default).", 0, 1),
+    ("overlap_step", "1", 1, "1: the scheduler overlaps step n+1's CPU work with step n (TRT-LLM/SGLang overlap "
+     "scheduler, vLLM async scheduling): the first token leaves one iteration later.", 0, 1),
+    ("spec_tokens", "tokens", 0, "Speculative decoding (MTP, EAGLE): draft tokens proposed per decode step (0: "
+     "off); concurrency load only.", 0, 64),
+    ("spec_acceptance", "1", 0.0, "Speculative decoding: probability that a draft token is accepted (i.i.d.).",
+     0, 1),
+    ("kv_on_demand", "1", 0, "0: a request is admitted only if its KV cache at full length fits (TRT-LLM "
+     "GUARANTEED_NO_EVICT); 1: KV blocks are allocated as tokens arrive (vLLM, SGLang): a request holds "
+     "input_len + output_len / 2 tokens on average.", 0, 1),
 )
 
 COLUMNS: tuple[Column, ...] = MODEL_COLUMNS + PLAN_COLUMNS + DEVICE_COLUMNS + NETWORK_COLUMNS + SERVE_COLUMNS

@@ -56,7 +56,8 @@ SERVE_STATUSES: tuple[Status, ...] = (
     Status("ok", "evaluated"),
     Status("heads_not_divisible_by_tp", "query heads (or KV heads, when more than tp) do not split over tp"),
     Status("layers_not_divisible_by_pp", "layers not divisible by pp"),
-    Status("ep_not_dividing", "ep must divide tp and the routed experts (a dense model has none: ep 1)"),
+    Status("ep_not_dividing", "ep must divide tp x attention_dp and the routed experts, and moe_tp x ep must equal "
+           "tp x attention_dp when moe_tp is set (a dense model has none: ep 1)"),
     Status("no_fp8", "precision is fp8 but the device has no FP8 peak"),
     Status("no_kv_room", "max_throughput: not one request's KV cache fits in the memory left"),
     Status("not_finite", "a result is not a finite number: an input magnitude is out of range (e.g. a "

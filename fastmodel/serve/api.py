@@ -26,7 +26,7 @@ from fastmodel.registry import status_attrs
 from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
 from fastmodel.registry.serve import SERVE_RESULTS, SERVE_STATUS, SERVE_STATUS_NAMES
 from fastmodel.serve.models import serve_model
-from fastmodel.serve.precisions import KV_PRECISIONS, PRECISIONS  # noqa: F401 - part of this module's API
+from fastmodel.serve.precisions import FP4_PRECISIONS, FP8_KV_DEFAULT, KV_PRECISIONS, PRECISIONS  # noqa: F401
 from fastmodel.spec.columns import encode
 
 #: sweep axes other than columns, in the order of the Dataset's dimensions
@@ -67,12 +67,13 @@ def precision_columns(precision: str, kv_precision: str | None = None) -> dict[s
     if precision not in PRECISIONS:
         raise SpecError(None, "precision", f"unknown value {precision!r}; choose one of {', '.join(PRECISIONS)}"
                         f"{nearest(str(precision), PRECISIONS)}")
-    kv = kv_precision or ("fp8" if precision == "fp8" else "bf16")
+    kv = kv_precision or ("fp8" if precision in FP8_KV_DEFAULT else "bf16")
     if kv not in KV_PRECISIONS:
         raise SpecError(None, "kv_precision", f"unknown value {kv!r}; choose one of {', '.join(KV_PRECISIONS)}"
                         f"{nearest(str(kv), KV_PRECISIONS)}")
     code, wbytes = PRECISIONS[precision]
-    return {"precision": code, "weight_bytes": wbytes, "kv_bytes": KV_PRECISIONS[kv]}
+    return {"precision": code, "weight_bytes": wbytes, "kv_bytes": KV_PRECISIONS[kv],
+            "fp4_gemm": 1.0 if precision in FP4_PRECISIONS else 0.0}
 
 
 def load_columns(batch_size=None, concurrency=None, max_throughput: bool = False) -> dict[str, float]:
@@ -99,7 +100,7 @@ def columns(model, device: str, *, precision: str = "bf16", kv_precision: str | 
         + values.get("output_len", COLUMNS[COLUMN_INDEX["output_len"]].default)
     merged.update(precision_columns(precision, kv_precision))
     merged.update(load_columns(batch_size, concurrency, max_throughput))
-    merged["n_gpus"] = values.get("tp", 1) * values.get("pp", 1)
+    merged["n_gpus"] = values.get("tp", 1) * values.get("attention_dp", 1) * values.get("pp", 1)
     for key, value in values.items():
         if key not in COLUMN_INDEX:
             raise SpecError(None, key, f"unknown column{nearest(key, COLUMN_INDEX)}")
@@ -213,7 +214,8 @@ def axis_block(name: str, values: list, own_kv: bool) -> tuple[np.ndarray, np.nd
         return np.array([COLUMN_INDEX[k] for k in keys]), table
     if name == "precision":
         rows = [precision_columns(v) for v in values]
-        keys = ["precision", "weight_bytes"] if own_kv else ["precision", "weight_bytes", "kv_bytes"]
+        keys = ["precision", "weight_bytes", "fp4_gemm"] if own_kv else ["precision", "weight_bytes", "fp4_gemm",
+                                                                          "kv_bytes"]
     elif name == "kv_precision":
         rows = [precision_columns("bf16", v) for v in values]
         keys = ["kv_bytes"]

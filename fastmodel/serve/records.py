@@ -21,11 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from fastmodel.errors import SpecError, UnsupportedError, nearest
+from fastmodel.errors import SpecError, UnsupportedError
 from fastmodel.registry.lm import COLUMN_INDEX, LOAD_MODES
-from fastmodel.serve.api import KV_PRECISIONS, PRECISIONS, precision_columns
+from fastmodel.serve.api import precision_columns
+from fastmodel.serve.profiles import framework_profile
 from fastmodel.spec.devices import device_table
-from fastmodel.spec.records import number as _number
 from fastmodel.spec.records import read_jsonl
 
 SERVE_BLOCKS = ("model", "system", "serve")
@@ -39,6 +39,11 @@ LOAD_KEYS = ("batch_size", "concurrency", "max_throughput")
 #: SERVE_RUNS.md model/system fields the training record schema (RUNS.md) does not have: not read here
 SERVE_ONLY = {"model": ("attention_bias", "attention_sinks"), "system": ("peak_flops_fp4", "gpus_per_tray")}
 MEASURED_KEYS = ("output_tokens_per_s", "ttft_s", "tpot_s")
+
+
+class NotModelled(UnsupportedError):
+    """A valid serving record that is not one kernel configuration (a disaggregated deployment): ``validate``
+    lowers it to its worker pools (``fastmodel.serve.disagg``); other commands refuse it in one line."""
 
 
 @dataclass(frozen=True)
@@ -59,36 +64,21 @@ def is_serve_record(data: Any) -> bool:
 
 
 def lower_serve_record(data: dict, source: str | None = None) -> ServeRecord:
-    """Check one serving record and lower it to a column vector; SpecError names the field."""
+    """Check one serving record (``fastmodel.serve.record_schema``) and lower it to a column vector; a
+    SpecError names the file, line, block and field."""
+    from fastmodel.serve.record_schema import parse_serve_record
+
     if not is_serve_record(data):
         raise SpecError(source, "record", "not a serving record (needs model, system and serve blocks, "
                                           "SERVE_RUNS.md)")
-    serve = data["serve"]
+    record = parse_serve_record(data, source)
+    serve = record.serve
+    if serve.mode == "disagg":
+        raise NotModelled(source, "serve.mode", "a disaggregated deployment is two worker pools, evaluated by "
+                          "validate (fastmodel.serve.disagg), not one kernel configuration")
     notes: list[str] = []
-
-    def num(key, default=None, positive=True):
-        return _number(serve, key, "serve", source, default=default, positive=positive)
-
-    for key in serve:
-        known = ("tp", "pp", "ep", "precision", "kv_precision", "input_len", "output_len", *LOAD_KEYS,
-                 "num_requests", "kv_cache_mem_fraction")
-        if key not in known:
-            raise UnsupportedError(source, f"serve.{key}", f"unknown field{nearest(key, known)}")
-    tp, pp, ep = num("tp"), num("pp", 1), num("ep", 1)
-    input_len, output_len = num("input_len"), num("output_len")
-    given = [k for k in LOAD_KEYS if serve.get(k) not in (None, False)]
-    if len(given) != 1:
-        raise SpecError(source, "serve", "give exactly one of batch_size, concurrency, max_throughput"
-                        + (f" (got {', '.join(given)})" if given else ""))
-    mode = given[0]
-    precision = str(serve.get("precision", "bf16")).lower()
-    if precision not in PRECISIONS:
-        raise UnsupportedError(source, "serve.precision", f"unknown value {precision!r}; choose one of "
-                        f"{', '.join(PRECISIONS)}{nearest(precision, PRECISIONS)}")
-    kv_precision = serve.get("kv_precision")
-    if kv_precision is not None and str(kv_precision).lower() not in KV_PRECISIONS:
-        raise UnsupportedError(source, "serve.kv_precision", f"unknown value {kv_precision!r}; choose one of "
-                        f"{', '.join(KV_PRECISIONS)}{nearest(str(kv_precision).lower(), KV_PRECISIONS)}")
+    tp, pp, ep, adp = serve.tp, serve.pp, serve.ep, serve.attention_dp
+    gpus = tp * adp * pp
 
     # the model and system blocks through the run-record lowering (datasheet gaps from the device file)
     system = dict(data["system"])
@@ -100,36 +90,48 @@ def lower_serve_record(data: dict, source: str | None = None) -> ServeRecord:
             notes.append(f"system.{field} from the device file of {gpu}")
     if system.get("inter_node_bw_bytes_s_per_gpu") is None:
         system["inter_node_bw_bytes_s_per_gpu"] = DEFAULT_INTER_BW
-    system.setdefault("gpus_per_node", max(8, _count(tp * pp)))
-    system["n_gpus"] = _count(tp * pp)
+    # the instance is the job: an NVL72 rack's 72 GPUs per domain hold an instance of fewer
+    per_node = system.get("gpus_per_node")
+    if per_node is None or type(per_node) is int:
+        system["gpus_per_node"] = min(per_node or max(8, gpus), gpus)
+    system["n_gpus"] = gpus
+    if isinstance(system.get("nvlink_domain_size"), int):
+        system["nvlink_domain_size"] = min(system["nvlink_domain_size"], gpus)
     model = dict(data["model"])
-    model.setdefault("seq_len", _count(input_len + output_len))
+    model.setdefault("seq_len", serve.input_len + serve.output_len)
     for block, keys in (("model", model), ("system", system)):
         for key in SERVE_ONLY[block]:
             keys.pop(key, None)
     run = {"model": model, "system": system, "framework": "serving", "stack": "default",
-           "plan": {"tp": _count(tp), "pp": _count(pp), "ep": _count(ep), "global_batch": 1, "micro_batch": 1}}
+           "plan": {"tp": tp, "pp": pp, "ep": ep, "global_batch": adp, "micro_batch": 1}}
     from fastmodel import engines
 
     lowered, lowered_notes = engines.LM.door().record_columns(run, source)
     columns = lowered.copy()
     notes.extend(lowered_notes)
 
-    values: dict[str, float] = {"input_len": input_len, "output_len": output_len, "instances": 1}
-    values.update(precision_columns(precision, None if kv_precision is None else str(kv_precision).lower()))
+    values: dict[str, float] = {"input_len": serve.input_len, "output_len": serve.output_len, "instances": 1,
+                                "attention_dp": adp, "moe_tp": serve.moe_tp or 0,
+                                "peak_flops_4": float(data["system"].get("peak_flops_fp4") or
+                                                      device.get("peak_flops_4", 0.0))}
+    values.update(precision_columns(serve.precision, serve.kv_precision))
     if values["precision"] == 1 and columns[COLUMN_INDEX["peak_flops_8"]] <= 0:
         raise SpecError(source, "system.peak_flops_fp8", "serve.precision is fp8 but the device has no FP8 peak")
+    if serve.precision == "fp4" and values["peak_flops_4"] <= 0:
+        notes.append(f"fp4 on {gpu} (no FP4 tensor cores): weight-only, dequantised into 16-bit GEMMs")
+    profile, profile_notes = framework_profile(record.framework, float(columns[COLUMN_INDEX["hbm_bytes"]]))
+    values.update(profile)
+    notes.extend(profile_notes)
+    mode = serve.load
     if mode == "max_throughput":
         values["load_mode"] = LOAD_MODES["max_throughput"]
     else:
         values["load_mode"] = LOAD_MODES["batch" if mode == "batch_size" else "concurrency"]
-        values["batch_size"] = num(mode)
-    values["kv_cache_mem_fraction"] = num("kv_cache_mem_fraction", 0.9)
-    if not 0 < values["kv_cache_mem_fraction"] <= 1:
-        raise SpecError(source, "serve.kv_cache_mem_fraction", "must be in (0, 1]")
+        values["batch_size"] = getattr(serve, mode)
+    values["kv_cache_mem_fraction"] = serve.kv_cache_mem_fraction
     for key, value in values.items():
         columns[COLUMN_INDEX[key]] = value
-    measured = dict(data.get("measured") or {})
+    measured = dict(data.get("measured") or {}) if isinstance(data.get("measured"), dict) else {}
     return ServeRecord(id=str(data.get("id", "")), columns=columns, measured=measured,
                        source=str(data.get("source", "")), gpu=gpu, notes=tuple(notes), raw=data)
 
@@ -140,10 +142,24 @@ def _count(value: float) -> int | float:
     return int(value) if float(value).is_integer() else value
 
 
-def read_serve_records(path: str | Path, refused: list | None = None) -> list[ServeRecord]:
-    """Every serving record of a JSONL file (or one JSON object); a bad line is a SpecError naming it (with a
-    ``refused`` list, appended to it instead: see ``fastmodel.spec.records.read_jsonl``)."""
-    return read_jsonl(path, lower_serve_record, "serving records", whole_object=True, refused=refused)
+def read_serve_records(path: str | Path, refused: list | None = None) -> list:
+    """Every serving record of a JSONL file (or one JSON object); a bad line is a SpecError naming it. With a
+    ``refused`` list (validate), a record with a field or value the engine does not take is appended to it
+    (``fastmodel.spec.records.read_jsonl``: a miss) and a disaggregated record is lowered to its two worker
+    pools (``fastmodel.serve.disagg.DisaggRecord``)."""
+    if refused is None:
+        return read_jsonl(path, lower_serve_record, "serving records", whole_object=True)
+
+    def lower(data, source):
+        from fastmodel.serve.disagg import lower_disagg
+        from fastmodel.serve.record_schema import parse_serve_record
+
+        try:
+            return lower_serve_record(data, source)
+        except NotModelled:
+            return lower_disagg(data, parse_serve_record(data, source), source)
+
+    return read_jsonl(path, lower, "serving records", whole_object=True, refused=refused)
 
 
 def file_has_serve_records(path: str | Path) -> bool:

@@ -1,9 +1,13 @@
-"""``fastmodel validate`` for serving records: predicted vs measured throughput and latencies.
+"""``fastmodel validate`` for serving records: predicted vs measured TTFT, TPOT and throughput.
 
-For every serving record (``SERVE_RUNS.md``) with a ``measured`` block, the
-serving model predicts ``output_tokens_per_s`` (whole instance), ``ttft`` and
-``tpot``; the error is ``predicted / measured - 1``. The report gives MAPE,
-median |error| and bias per metric, overall and by GPU and load mode.
+For every serving record (``SERVE_RUNS.md``) the serving model predicts ``ttft``, ``tpot`` and
+``output_tokens_per_s`` (whole instance); the error is ``predicted / measured - 1``. Beside the model stands a
+naive baseline: a lone prefill for TTFT, the decode-only iteration at the running batch (a batch-size roofline) for
+TPOT. Tables give MAPE, median |error| and bias by engine, GPU and precision; a record the model refuses
+is counted as a miss. Disaggregated records are evaluated as two worker pools
+(``fastmodel.serve.disagg``; naive baseline: the prefill worker's lone prefill and the decode worker's step). With
+a held-out split (``fastmodel.analysis.splits``) every table shows the development rows and the held-out rows side
+by side.
 """
 
 from __future__ import annotations
@@ -13,89 +17,157 @@ import numpy as np
 from fastmodel.analysis.scores import score
 from fastmodel.analysis.splits import HIT_TOLERANCE, hit_rate
 from fastmodel.errors import FastmodelError
+from fastmodel.serve.profiles import parse_framework
 from fastmodel.serve.records import ServeRecord
 
 #: measured key -> predicted result
-METRICS = {"output_tokens_per_s": "output_tokens_per_s", "ttft_s": "ttft", "tpot_s": "tpot"}
-GROUP_KEYS = ("gpu", "load_mode")
+METRICS = {"ttft_s": "ttft", "tpot_s": "tpot", "output_tokens_per_s": "output_tokens_per_s"}
+GROUP_KEYS = ("engine", "gpu", "precision", "mode")
+ENGINE_TITLES = {"trtllm": "TensorRT-LLM", "vllm": "vLLM", "sglang": "SGLang", None: "other"}
+NAIVE = {"ttft_s": "a lone prefill", "tpot_s": "the decode-only iteration at the running batch",
+         "output_tokens_per_s": "none"}
+DECODE = ("decode_gemm", "decode_attention", "decode_memory_bound", "decode_comm", "decode_overhead")
 
 
-def rows(records: list[ServeRecord]) -> list[dict]:
-    """One dict per record: ids, groups, measured and predicted values and their errors."""
-    from fastmodel.registry.serve import SERVE_RESULT_INDEX, SERVE_STATUS_NAMES
+def _measured(record) -> dict:
+    measured = record.raw.get("measured")
+    return measured if isinstance(measured, dict) else {}
+
+
+def rows(records: list) -> list[dict]:
+    """One dict per record: ids, groups, status, measured, predicted and baseline values, errors."""
+    from fastmodel.registry.serve import SERVE_RESULT_INDEX as INDEX
+    from fastmodel.registry.serve import SERVE_STATUS_NAMES
     from fastmodel.serve.api import evaluate_table
 
-    if not any(any(k in r.measured for k in METRICS) for r in records):
+    if not any(any(_number(_measured(r).get(k)) for k in METRICS) for r in records):
         raise FastmodelError("no serving record carries measured output_tokens_per_s, ttft_s or tpot_s")
-    out, status = evaluate_table(np.stack([r.columns for r in records], axis=1))
+    from fastmodel.serve.disagg import DisaggRecord, evaluate_disagg
+
+    answered = [r for r in records if isinstance(r, ServeRecord)]
+    out, status = evaluate_table(np.stack([r.columns for r in answered], axis=1)) if answered else (None, None)
+    lone = _lone_prefill(answered)
+    position = {id(r): i for i, r in enumerate(answered)}
+    pools = [r for r in records if isinstance(r, DisaggRecord)]
+    disagg = {id(r): result for r, result in zip(pools, evaluate_disagg(pools))}
     table = []
-    for i, r in enumerate(records):
-        mode = next(k for k in ("batch_size", "concurrency", "max_throughput") if r.raw["serve"].get(k))
-        row = {"id": r.id, "source": r.source, "gpu": r.gpu, "load_mode": mode,
-               "status": SERVE_STATUS_NAMES[int(status[i])]}
+    for r in records:
+        serve = r.raw["serve"]
+        row = {"id": r.id, "engine": ENGINE_TITLES[parse_framework(r.raw.get("framework"))[0]],
+               "framework": r.raw.get("framework"), "gpu": str(r.raw["system"].get("gpu", "")),
+               "precision": serve.get("precision", "bf16"),
+               "load_mode": next((k for k in ("batch_size", "concurrency", "max_throughput") if serve.get(k)), "")}
+        i = position.get(id(r))
+        pooled = disagg.get(id(r))
+        row["status"] = pooled["status"] if pooled is not None else SERVE_STATUS_NAMES[int(status[i])]
+        row["mode"] = "disagg" if pooled is not None else "aggregated"
+        predicted = {name: out[INDEX[name], i] for name in METRICS.values()} if i is not None else {}
+        baseline = {}
+        if pooled is not None and pooled["status"] == "ok":
+            predicted = {name: pooled[name] for name in METRICS.values()}
+            baseline = {"ttft": pooled["naive_ttft"], "tpot": pooled["naive_tpot"]}
+        if i is not None:
+            steps = max(1.0, float(serve.get("output_len", 2)) - 1.0)
+            baseline = {"ttft": lone[i], "tpot": sum(out[INDEX[k], i] for k in DECODE) / steps}
         for key, name in METRICS.items():
-            measured = float(r.measured.get(key, np.nan))
-            predicted = out[SERVE_RESULT_INDEX[name], i]
+            measured = _number(_measured(r).get(key))
             row[f"measured_{key}"] = measured
-            row[f"predicted_{key}"] = predicted
-            row[f"error_{key}"] = predicted / measured - 1.0 if measured > 0 else np.nan
-        row["batch_size"] = out[SERVE_RESULT_INDEX["batch_size"], i]
-        row["memory_per_device"] = out[SERVE_RESULT_INDEX["memory_per_device"], i]
-        row["notes"] = "; ".join(r.notes)
+            row[f"predicted_{key}"] = predicted.get(name, np.nan)
+            row[f"error_{key}"] = predicted.get(name, np.nan) / measured - 1.0 if measured else np.nan
+            row[f"baseline_error_{key}"] = baseline[name] / measured - 1.0 if measured and name in baseline \
+                else np.nan
+        if pooled is not None and pooled["status"] == "ok":
+            row["batch_size"] = pooled["batch_size"]
+            row["kv_transfer_s"] = pooled["kv_transfer_s"]
+        if i is not None:
+            row["batch_size"] = out[INDEX["batch_size"], i]
+            row["memory_per_device"] = out[INDEX["memory_per_device"], i]
+        row["notes"] = "; ".join(getattr(r, "notes", ()))
         table.append(row)
     return table
 
 
+def _lone_prefill(records: list) -> np.ndarray:
+    """TTFT of each record's prompt alone (one request in flight, no overlap step): the naive TTFT."""
+    from fastmodel.registry.lm import COLUMN_INDEX
+    from fastmodel.registry.serve import SERVE_RESULT_INDEX
+    from fastmodel.serve.api import evaluate_table
+
+    if not records:
+        return np.zeros(0)
+    table = np.stack([r.columns for r in records], axis=1).copy()
+    table[COLUMN_INDEX["batch_size"]] = table[COLUMN_INDEX["attention_dp"]]
+    table[COLUMN_INDEX["overlap_step"]] = 0.0
+    out, _ = evaluate_table(table)
+    return out[SERVE_RESULT_INDEX["ttft"]]
+
+
+def _number(value) -> float:
+    """A measured value when it is a positive finite number, else 0 (absent)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value) or value <= 0:
+        return 0.0
+    return float(value)
+
+
 def refused_rows(refused: list) -> list[dict]:
-    """One row per serving record the engine refused (``fastmodel.spec.records.Refused``): its measured values,
-    no prediction, a miss for every metric it measured."""
+    """One row per serving record the engine refused (``fastmodel.spec.records.Refused``): its groups and
+    measured values, no prediction: a miss for every metric it measured."""
     table = []
     for item in refused:
         raw = item.raw
         serve = raw.get("serve") if isinstance(raw.get("serve"), dict) else {}
-        measured = raw.get("measured") if isinstance(raw.get("measured"), dict) else {}
         system = raw.get("system") if isinstance(raw.get("system"), dict) else {}
-        mode = next((k for k in ("batch_size", "concurrency", "max_throughput") if serve.get(k)), "")
-        row = {"id": item.id, "source": str(raw.get("source", "")), "gpu": str(system.get("gpu", "")),
-               "load_mode": mode, "status": "refused"}
+        measured = raw.get("measured") if isinstance(raw.get("measured"), dict) else {}
+        row = {"id": item.id, "engine": ENGINE_TITLES[parse_framework(raw.get("framework"))[0]],
+               "framework": raw.get("framework"), "gpu": str(system.get("gpu", "")),
+               "precision": str(serve.get("precision", "bf16")), "mode": str(serve.get("mode", "aggregated")),
+               "load_mode": next((k for k in ("batch_size", "concurrency", "max_throughput") if serve.get(k)), ""),
+               "status": "refused"}
         for key in METRICS:
-            value = measured.get(key)
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and np.isfinite(value) and value > 0
-            row[f"measured_{key}"] = float(value) if ok else np.nan
-            row[f"predicted_{key}"] = np.nan
-            row[f"error_{key}"] = np.nan
+            row[f"measured_{key}"] = _number(measured.get(key))
+            row[f"predicted_{key}"] = row[f"error_{key}"] = row[f"baseline_error_{key}"] = np.nan
         row["notes"] = item.reason
         table.append(row)
     return table
 
 
+def _cells(rows_: list[dict], key: str) -> str:
+    measured = [r for r in rows_ if r[f"measured_{key}"]]
+    if not measured:
+        return " " * len(HEAD)
+    errors = [r[f"error_{key}"] for r in measured if np.isfinite(r[f"error_{key}"])]
+    misses = len(measured) - len(errors)
+    hits = 100 * hit_rate(errors, len(measured))
+    base = score([r[f"baseline_error_{key}"] for r in measured if np.isfinite(r[f"baseline_error_{key}"])])
+    if not errors:
+        return f"{len(measured):5d} {misses:4d} {'-':>7s} {'-':>7s} {'-':>7s} {hits:5.0f}% {'-':>7s}"
+    s = score(errors)
+    return f"{len(measured):5d} {misses:4d} {100 * s.mape:6.1f}% {100 * s.median:6.1f}% {100 * s.bias:+6.1f}% " \
+           f"{hits:5.0f}% {100 * base.mape:6.1f}%"
+
+
+HEAD = f"{'n':>5s} {'miss':>4s} {'MAPE':>7s} {'median':>7s} {'bias':>7s} {'<=' + format(HIT_TOLERANCE, '.0%'):>6s} " \
+       f"{'naive':>7s}"
+
+
 def format_report(table: list[dict], by_split: bool = False) -> str:
-    """Error tables per metric: overall, then by GPU and by load mode; ``miss``: records that measured the
-    metric but have no prediction (refused or not evaluated), counted against the hit rate; with
-    ``by_split``, every group twice, in-sample (``dev``) and ``held-out``."""
+    """Error tables per metric: all records, then by engine, GPU, precision and mode, with the naive baseline's
+    MAPE; ``miss``: records that measured the metric but have no prediction (refused), counted against the hit
+    rate (share within HIT_TOLERANCE). With ``by_split`` (rows marked by ``analysis.splits.mark_split``), the
+    in-sample (dev) and held-out columns side by side."""
+    splits = ["dev", "held-out"] if by_split else ["all"]
     lines = []
     for key in METRICS:
-        errors_key = f"error_{key}"
-        measured = [r for r in table if r[f"measured_{key}"] > 0]
-        if not measured:
+        if not any(r[f"measured_{key}"] for r in table):
             continue
+        lines.append("")
+        lines.append(f"{key}: model vs measured (naive: {NAIVE[key]})")
+        lines.append(f"{'group':30s} " + " | ".join(f"{s:>9s} {HEAD}" for s in splits))
         for group in (None, *GROUP_KEYS):
-            lines.append("")
-            lines.append(f"{key} by {group or 'all records'}")
-            lines.append(f"{'group':40s} {'n':>4s} {'miss':>4s} {'MAPE':>7s} {'median':>7s} {'bias':>7s} "
-                         f"{'<=' + format(HIT_TOLERANCE, '.0%'):>6s}")
-            groups: dict[str, list[dict]] = {}
-            for r in measured:
-                name = "all" if group is None else str(r[group])
-                groups.setdefault(f"{name} [{r['split']}]" if by_split else name, []).append(r)
-            for name in sorted(groups):
-                errors = [r[errors_key] for r in groups[name] if np.isfinite(r[errors_key])]
-                misses = len(groups[name]) - len(errors)
-                hits = 100 * hit_rate(errors, len(groups[name]))
-                if not errors:
-                    lines.append(f"{name[:40]:40s} {0:4d} {misses:4d} {'-':>7s} {'-':>7s} {'-':>7s} {hits:5.0f}%")
-                    continue
-                s = score(errors)
-                lines.append(f"{name[:40]:40s} {s.n:4d} {misses:4d} {100 * s.mape:6.1f}% {100 * s.median:6.1f}% "
-                             f"{100 * s.bias:+6.1f}% {hits:5.0f}%")
+            for name in sorted({"all" if group is None else str(r[group]) for r in table}):
+                chosen = [r for r in table if group is None or str(r[group]) == name]
+                label = "all" if group is None else f"{group}={name}"
+                cells = [f"{'':9s} {_cells([r for r in chosen if not by_split or r['split'] == s], key)}"
+                         for s in splits]
+                lines.append(f"{label[:30]:30s} " + " | ".join(cells))
     return "\n".join(lines).lstrip("\n")

@@ -9,10 +9,11 @@ from fastmodel.kernels.roofline import attention_time
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.shape import attention_dims, layer_mix
 from fastmodel.kernels.lm.layout import (
-    C_ATTN_EFF, C_HBM_BW, C_HBM_EFF, C_HEADS, C_HEAD_DIM, C_KV_BYTES, C_KV_HEADS, C_KV_LORA_RANK, C_LAYERS, C_MLA,
+    C_ATTN_EFF, C_HBM_BW, C_HBM_EFF, C_HEADS, C_HEAD_DIM, C_KERNEL_OVERHEAD_S, C_KV_BYTES, C_KV_HEADS, C_KV_LORA_RANK, C_LAYERS, C_MLA,
     C_PEAK_FLOPS_16, C_PP, C_QK_ROPE_HEAD_DIM, C_SLIDING_WINDOW, C_TP,
 )
 from fastmodel.kernels.serve.costs import ACT_BYTES
+from fastmodel.kernels.columns import C_ATTENTION_DP
 
 
 # --- attention -----------------------------------------------------------------
@@ -48,7 +49,9 @@ def kv_bytes_per_token(row):
 @njit
 def attention_lines(row, n):
     """The decode attention roofline of one layer for ``n`` requests at context c, as two lines:
-    compute ``p1 c`` and memory ``q0 + q1 c`` (seconds)."""
+    compute ``p1 c`` and memory ``q0 + q1 c`` (seconds). Under attention DP the ``n`` requests are spread over
+    the attention_dp groups: one GPU attends over n / attention_dp of them."""
+    n = n / row[C_ATTENTION_DP]
     flops_key, kv_token, qo = decode_attention_dims(row)
     heads = row[C_HEADS] / row[C_TP]
     bw = row[C_HBM_BW] * row[C_HBM_EFF]
@@ -108,6 +111,12 @@ def decode_attention_sum(row, n, lo, hi):
     if slide > 0.0:
         total += slide * sum_window(0.0, p1, q0, q1, lo, hi, row[C_SLIDING_WINDOW])
     return total
+
+
+@njit
+def attention_launches(row):
+    """Per-kernel overhead of one decode step's attention kernels: one per layer (``kernel_overhead_s``)."""
+    return row[C_LAYERS] / row[C_PP] * row[C_KERNEL_OVERHEAD_S]
 
 
 @njit

@@ -8,8 +8,9 @@ slots ``K_*``: GEMM, attention, memory-bound, communication.
 
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.shape import (  # noqa: F401 - ACT_BYTES, expert_tp re-exported for serving modules
-    ACT_BYTES, attention_dims, elementwise_bytes, expert_tp, layer_gemm_time, layer_mix,
+    ACT_BYTES, attention_dims, attention_gemm_time, elementwise_bytes, expert_tp, layer_mix, mlp_gemm_time,
 )
+from fastmodel.kernels.columns import C_ATTENTION_DP, C_FP4_GEMM, C_KERNEL_OVERHEAD_S, C_MOE_TP, C_PEAK_FLOPS_4
 from fastmodel.kernels.roofline import gemm_roofline, memory_bound_time
 from fastmodel.kernels.lm.layout import (
     C_EP, C_FFN, C_HEADS, C_HIDDEN, C_KV_HEADS,
@@ -22,8 +23,13 @@ from fastmodel.kernels.nccl import allgather_time, allreduce_time, alltoall_time
 #: specialisation of the callee per value (and of everything it calls); a float flag compiles once
 DENSE = 0.0
 MOE = 1.0
-LAUNCH = 1.0      # every GEMM pays its launch overhead (prefill: one kernel per GEMM)
-NO_LAUNCH = 0.0   # launches hidden (decode steps run as a captured CUDA graph)
+LAUNCH = 1.0      # every kernel pays the device's per-kernel overhead (launch ramp + tail on the GPU)
+NO_LAUNCH = 0.0   # no per-kernel overhead (a bare roofline; kept for tests of the roofline terms)
+#: memory-bound kernels per layer that pay the per-kernel overhead: the two fused add+RMSNorm kernels, the gated
+#: activation and rotary embedding (TensorRT-LLM/vLLM fuse the residual add into the norm); an MoE layer adds the
+#: router's top-k/softmax, the token permute and the weighted un-permute (combine)
+MEM_KERNELS_DENSE = 4.0
+MEM_KERNELS_MOE = 3.0
 
 # slots of a cost vector: (gemm, attention, memory-bound, communication)
 K_GEMM = 0
@@ -40,6 +46,31 @@ def is_fp8(row):
     return row[C_PRECISION] == PRECISION_FP8
 
 
+@njit(inline="always")
+def gemm_format(row):
+    """The GEMM precision code ``roofline.gemm_peak`` reads: 2.0 FP4 W4A4 (FP4 weights on a device with FP4 tensor
+    cores), 1.0 FP8, else 0.0 (16-bit; FP4 weights elsewhere are dequantised into 16-bit GEMMs, weight-only)."""
+    if row[C_FP4_GEMM] > 0.0 and row[C_PEAK_FLOPS_4] > 0.0:
+        return 2.0
+    return 1.0 if is_fp8(row) else 0.0
+
+
+@njit(inline="always")
+def serve_etp(row):
+    """Devices one routed expert is split over: ``moe_tp`` when given, else the GPUs of a stage that EP leaves
+    (tp x attention_dp / ep; ``shape.expert_tp``'s tp / ep at attention_dp = 1)."""
+    if row[C_MOE_TP] > 0.0:
+        return row[C_MOE_TP]
+    return row[C_TP] * row[C_ATTENTION_DP] / row[C_EP]
+
+
+@njit(inline="always")
+def ffn_tp(row):
+    """Devices dense MLPs and shared experts are split over in memory: every GPU of a stage (tp x attention_dp;
+    under attention DP the MLP gathers the tokens of every attention group)."""
+    return row[C_TP] * row[C_ATTENTION_DP]
+
+
 @njit
 def experts_touched(experts, topk, tokens):
     """Expected distinct experts a step of ``tokens`` tokens reads: E (1 - (1 - k/E)^tokens)."""
@@ -49,18 +80,24 @@ def experts_touched(experts, topk, tokens):
 
 
 @njit
-def layer_gemms(row, m, moe, launch):
-    """GEMM seconds of one layer for ``m`` tokens on one TP rank: the layer's GEMM list
-    (``kernels/lm/shape.layer_gemm_time``) with the checkpoint's weight bytes, weights read once per call; the
-    routed experts are those the step touches on this device (:func:`experts_touched` / ep), each at
-    ``moe_ffn / (tp / ep)`` (``shape.expert_tp``), sharing the ``m top_k / ep`` routed rows."""
+def layer_gemms(row, m, moe, launch, m_rank=-1.0):
+    """GEMM seconds of one layer for ``m`` tokens of the stage on one device: the attention projections
+    (``kernels/lm/shape.attention_gemm_time``) on the ``m_rank`` tokens of the busiest attention-DP group
+    (default m / attention_dp), the MLP (``shape.mlp_gemm_time``) on all m; the routed experts are those the
+    step touches on this device (:func:`experts_touched` / ep), each at ``moe_ffn / serve_etp``, sharing the
+    ``m top_k / ep`` routed rows; checkpoint weight bytes, GEMM format of :func:`gemm_format`."""
+    mine = m_rank if m_rank >= 0.0 else m / row[C_ATTENTION_DP]
+    fmt = gemm_format(row)
+    wb = row[C_WEIGHT_BYTES]
+    total = attention_gemm_time(row, mine, fmt, wb, launch)
     if moe:
         ep = row[C_EP]
         groups = experts_touched(row[C_MOE_EXPERTS], row[C_MOE_TOPK], m) / ep
         rows = m * row[C_MOE_TOPK] / ep / max(groups, 1e-30)
-        return layer_gemm_time(row, m, MOE, groups, rows, expert_tp(row, 1.0), is_fp8(row), row[C_WEIGHT_BYTES],
-                               launch)
-    return layer_gemm_time(row, m, DENSE, 0.0, 0.0, 1.0, is_fp8(row), row[C_WEIGHT_BYTES], launch)
+        total += mlp_gemm_time(row, m, MOE, groups, rows, serve_etp(row), fmt, wb, launch)
+    else:
+        total += mlp_gemm_time(row, m, DENSE, 0.0, 0.0, 1.0, fmt, wb, launch)
+    return total / row[C_STACK_COMPUTE_EFF]
 
 
 @njit
@@ -80,17 +117,24 @@ def layer_memory_bound(row, m, moe):
 
 
 @njit
-def layer_comm(row, m, moe):
-    """Communication seconds of one layer for ``m`` tokens: two TP allreduces of m x h 16-bit activations;
-    with ep > 1 the MoE block's allreduce becomes a dispatch and a combine all-to-all over ep."""
+def layer_comm(row, m, moe, m_rank=-1.0):
+    """Communication seconds of one layer for ``m`` tokens of the stage (``m_rank`` on the busiest attention-DP
+    group, default m / attention_dp): the attention block's TP allreduce of m_rank x h 16-bit activations; the
+    MLP's allreduce over every GPU of the stage (tp x attention_dp: under attention DP it gathers every group's
+    tokens); with ep > 1 the MoE block's allreduce becomes a dispatch and a combine all-to-all over ep and an
+    allreduce over each expert's devices."""
     t = row[C_TP]
-    nbytes = ACT_BYTES * m * row[C_HIDDEN]
+    adp = row[C_ATTENTION_DP]
+    mine = m_rank if m_rank >= 0.0 else m / adp
+    nbytes = ACT_BYTES * mine * row[C_HIDDEN]
+    attention = allreduce_time(row, nbytes, t, 1.0)
     if moe and row[C_EP] > 1.0:
         ep = row[C_EP]
         a2a = alltoall_time(row, nbytes * row[C_MOE_TOPK], ep, 1.0)
-        etp = expert_tp(row, 1.0)
-        return allreduce_time(row, nbytes, t, 1.0) + 2.0 * a2a + allreduce_time(row, nbytes, etp, ep)
-    return 2.0 * allreduce_time(row, nbytes, t, 1.0)
+        return attention + 2.0 * a2a + allreduce_time(row, nbytes, serve_etp(row), ep)
+    if adp > 1.0:
+        return attention + allreduce_time(row, ACT_BYTES * m * row[C_HIDDEN], ffn_tp(row), 1.0)
+    return 2.0 * attention
 
 
 @njit
@@ -112,21 +156,24 @@ def pipeline_comm(row, m):
 
 
 @njit
-def body_costs(row, m, launch, costs):
-    """Every layer's GEMM, memory-bound and communication seconds for ``m`` tokens, added to ``costs``;
-    returns the experts touched per MoE layer."""
+def body_costs(row, m, launch, costs, m_rank=-1.0):
+    """Every layer's GEMM, memory-bound and communication seconds for ``m`` tokens of the stage (``m_rank`` on
+    the busiest attention-DP group; default m / attention_dp), added to ``costs``; every memory-bound kernel
+    pays the per-kernel overhead with ``launch``; returns the experts touched per MoE layer."""
     dense_full, dense_slide, moe_full, moe_slide = layer_mix(row)
     n_dense = dense_full + dense_slide
     n_moe = moe_full + moe_slide
+    mine = m_rank if m_rank >= 0.0 else m / row[C_ATTENTION_DP]
+    costs[K_MEM] += launch * row[C_KERNEL_OVERHEAD_S] * ((n_dense + n_moe) * MEM_KERNELS_DENSE + n_moe * MEM_KERNELS_MOE)
     if n_dense > 0.0:
-        costs[K_GEMM] += n_dense * layer_gemms(row, m, DENSE, launch)
-        costs[K_MEM] += n_dense * layer_memory_bound(row, m, DENSE)
-        costs[K_COMM] += n_dense * layer_comm(row, m, DENSE)
+        costs[K_GEMM] += n_dense * layer_gemms(row, m, DENSE, launch, mine)
+        costs[K_MEM] += n_dense * layer_memory_bound(row, mine, DENSE)
+        costs[K_COMM] += n_dense * layer_comm(row, m, DENSE, mine)
     touched = 0.0
     if n_moe > 0.0:
-        costs[K_GEMM] += n_moe * layer_gemms(row, m, MOE, launch)
-        costs[K_MEM] += n_moe * layer_memory_bound(row, m, MOE)
-        costs[K_COMM] += n_moe * layer_comm(row, m, MOE)
+        costs[K_GEMM] += n_moe * layer_gemms(row, m, MOE, launch, mine)
+        costs[K_MEM] += n_moe * layer_memory_bound(row, mine, MOE)
+        costs[K_COMM] += n_moe * layer_comm(row, m, MOE, mine)
         touched = experts_touched(row[C_MOE_EXPERTS], row[C_MOE_TOPK], m)
-    costs[K_COMM] += pipeline_comm(row, m)
+    costs[K_COMM] += pipeline_comm(row, mine)
     return touched

@@ -20,9 +20,12 @@ whole-model time at ``batch / pp`` requests per token and the instance emits
 - The **sum over output tokens** of a static batch is exact: the step time is
   ``D0 + sum_layers max(p0 + p1 c, q0 + q1 min(c, window))``; each sum is split at
   its roofline crossover (and the window) and summed in closed form.
-- **Continuous batching** (concurrency, max_throughput) is a stationary step:
-  ``n`` slots, each step ``n (O-1)/O`` decode tokens plus ``n/O`` prompts of
-  prefill (chunked prefill), attention over the mean in-flight context.
+- **Concurrency** is a closed loop of requests under continuous batching, solved
+  by a short fixed point (``kernels/serve/load.py``): decode iterations, prefill
+  (or mixed) iterations, the prefill queue, KV-cache admission.
+- **max_throughput** is a stationary step: ``n`` slots, each step ``n (O-1)/O``
+  decode tokens plus ``n/O`` prompts of prefill (chunked prefill), attention over
+  the mean in-flight context.
 - **MoE decode**: a step of ``m`` tokens reads ``E (1 - (1 - k/E)^m)`` experts
   per MoE layer (each token picks ``k`` of ``E`` uniformly).
 - **max_throughput**: the largest batch whose KV cache at full length
@@ -46,8 +49,9 @@ from fastmodel.kernels.columns import (
     C_BATCH_SIZE, C_EP, C_FRAMEWORK_MEMORY_BYTES, C_HBM_BYTES, C_HEADS, C_INPUT_LEN, C_INSTANCES,
     C_KV_CACHE_MEM_FRACTION, C_KV_HEADS, C_LAYERS, C_LOAD_MODE, C_MAX_BATCH_SIZE, C_MAX_NUM_TOKENS, C_MOE_EXPERTS,
     C_N_GPUS, C_OUTPUT_LEN, C_PEAK_FLOPS_8, C_PP, C_SEQ_LEN, C_SERVE_STEP_OVERHEAD_S, C_TP, C_USABLE_HBM_FRACTION,
-    LOAD_BATCH, LOAD_MAX_THROUGHPUT,
+    C_ATTENTION_DP, C_KV_ON_DEMAND, C_MOE_TP, LOAD_BATCH, LOAD_CONCURRENCY, LOAD_MAX_THROUGHPUT,
 )
+from fastmodel.kernels.serve.load import closed_loop
 from fastmodel.kernels.serve.layout import (
     N_SERVE_RESULTS, ST_EP_NOT_DIVIDING, ST_HEADS_NOT_DIVISIBLE_BY_TP, ST_LAYERS_NOT_DIVISIBLE_BY_PP, ST_NO_FP8,
     ST_NO_KV_ROOM, ST_OK, S_ACTIVATION_MEMORY, S_BATCH_SIZE, S_CLUSTER_OUTPUT_TOKENS_PER_S, S_DECODE_ATTENTION,
@@ -56,8 +60,8 @@ from fastmodel.kernels.serve.layout import (
     S_OUTPUT_TOKENS_PER_S, S_OUTPUT_TOKENS_PER_S_PER_GPU, S_OUTPUT_TOKENS_PER_S_PER_USER, S_PREFILL_ATTENTION,
     S_PREFILL_COMM, S_PREFILL_GEMM, S_PREFILL_MEMORY_BOUND, S_TPOT, S_TTFT, S_WEIGHT_MEMORY,
 )
-from fastmodel.kernels.serve.attention import kv_bytes_per_token, decode_attention_sum, prefill_attention_time
-from fastmodel.kernels.serve.costs import is_fp8, head_costs, body_costs, K_GEMM, K_ATTN, K_MEM, K_COMM, LAUNCH, NO_LAUNCH
+from fastmodel.kernels.serve.attention import attention_launches, kv_bytes_per_token, decode_attention_sum, prefill_attention_time
+from fastmodel.kernels.serve.costs import is_fp8, head_costs, body_costs, K_GEMM, K_ATTN, K_MEM, K_COMM, LAUNCH
 from fastmodel.kernels.serve.memory import weight_memory, activation_memory
 # building blocks tests and callers use by their old address
 from fastmodel.kernels.serve.attention import attention_lines, sum_max_lines, sum_window  # noqa: F401
@@ -70,13 +74,13 @@ from fastmodel.kernels.serve.costs import experts_touched  # noqa: F401
 @njit
 def prefill_costs(row, prompts, costs, part):
     """Prefill of ``prompts`` prompts of input_len tokens in chunks of <= max_num_tokens tokens (into ``costs``);
-    returns the seconds."""
+    returns the seconds. The prompts spread over the attention-DP groups (one group holds one prompt alone)."""
     tokens = prompts * row[C_INPUT_LEN]
     chunks = max(1.0, math.ceil(tokens / row[C_MAX_NUM_TOKENS]))
     m = tokens / chunks
     for k in range(4):
         part[k] = 0.0
-    body_costs(row, m, LAUNCH, part)
+    body_costs(row, m, LAUNCH, part, m / max(1.0, min(row[C_ATTENTION_DP], prompts)))
     head_costs(row, prompts / chunks, LAUNCH, part)
     for k in range(4):
         costs[k] += chunks * part[k]
@@ -87,8 +91,9 @@ def prefill_costs(row, prompts, costs, part):
 @njit
 def decode_fixed_costs(row, n, costs):
     """Context-independent seconds of one decode step of ``n`` requests (weights, norms, comm, head)."""
-    touched = body_costs(row, n, NO_LAUNCH, costs)
-    head_costs(row, n, NO_LAUNCH, costs)
+    touched = body_costs(row, n, LAUNCH, costs)
+    head_costs(row, n, LAUNCH, costs)
+    costs[K_ATTN] += attention_launches(row)
     return touched
 
 
@@ -108,7 +113,9 @@ def check(row):
         return ST_HEADS_NOT_DIVISIBLE_BY_TP
     if not _divides(row[C_PP], row[C_LAYERS]):
         return ST_LAYERS_NOT_DIVISIBLE_BY_PP
-    if row[C_MOE_EXPERTS] > 0.0 and not (_divides(row[C_EP], t) and _divides(row[C_EP], row[C_MOE_EXPERTS])):
+    group = t * row[C_ATTENTION_DP]
+    if row[C_MOE_EXPERTS] > 0.0 and not (_divides(row[C_EP], group) and _divides(row[C_EP], row[C_MOE_EXPERTS])
+                                         and (row[C_MOE_TP] <= 0.0 or row[C_MOE_TP] * row[C_EP] == group)):
         return ST_EP_NOT_DIVIDING
     if row[C_MOE_EXPERTS] <= 0.0 and row[C_EP] > 1.0:     # a dense model has no experts to split
         return ST_EP_NOT_DIVIDING
@@ -120,83 +127,133 @@ def check(row):
 @njit
 def serve_row(row, out, scratch):
     """Every serving result of one configuration into ``out`` (SERVE_RESULTS indices); returns its status.
-    ``scratch``: a (3, 4) work array."""
+    ``scratch``: a (6, 6) work array."""
     status = check(row)
     if status != ST_OK:
         return status
-    p = row[C_PP]
-    gpus = row[C_TP] * p
-    inp = row[C_INPUT_LEN]
-    outp = row[C_OUTPUT_LEN]
     mode = row[C_LOAD_MODE]
     kv_token = kv_bytes_per_token(row)
-    kv_request = kv_token * (inp + outp)
     weights = weight_memory(row)
-    overhead = row[C_FRAMEWORK_MEMORY_BYTES]
-    steps = outp - 1.0                              # decode steps after the prefill's first token
-
     batch = row[C_BATCH_SIZE]
     if mode == LOAD_MAX_THROUGHPUT:
         workspace = activation_memory(row, row[C_MAX_BATCH_SIZE])
-        capacity = max(0.0, row[C_KV_CACHE_MEM_FRACTION] * (row[C_HBM_BYTES] - weights - workspace - overhead))
-        batch = min(math.floor(capacity / kv_request), row[C_MAX_BATCH_SIZE])
+        capacity = max(0.0, row[C_KV_CACHE_MEM_FRACTION] * (row[C_HBM_BYTES] - weights - workspace
+                                                             - row[C_FRAMEWORK_MEMORY_BYTES]))
+        batch = min(math.floor(capacity / (kv_token * (row[C_INPUT_LEN] + row[C_OUTPUT_LEN]))),
+                    row[C_MAX_BATCH_SIZE])
         if batch < 1.0:
             return ST_NO_KV_ROOM
+    if mode == LOAD_CONCURRENCY:
+        return _concurrency(row, batch, kv_token, weights, out, scratch)
     if mode != LOAD_BATCH:
         # the step token budget feeds at most max_num_tokens x O / (I + O - 1) requests per micro-batch
-        feed = math.floor(p * row[C_MAX_NUM_TOKENS] * outp / (inp + steps))
+        outp = row[C_OUTPUT_LEN]
+        feed = math.floor(row[C_PP] * row[C_MAX_NUM_TOKENS] * outp / (row[C_INPUT_LEN] + outp - 1.0))
         batch = max(1.0, min(batch, feed))
-    workspace = activation_memory(row, batch)
-    capacity = max(0.0, row[C_KV_CACHE_MEM_FRACTION] * (row[C_HBM_BYTES] - weights - workspace - overhead))
-    n = batch / p                                     # requests per pipeline micro-batch
+    _fixed(row, batch, kv_token, weights, out, scratch)
+    return ST_OK
 
+
+@njit
+def _fixed(row, batch, kv_token, weights, out, scratch):
+    """A static batch (load_mode batch) or the stationary engine step of max_throughput (§S6, §S7)."""
+    p = row[C_PP]
+    inp = row[C_INPUT_LEN]
+    outp = row[C_OUTPUT_LEN]
+    steps = outp - 1.0                              # decode steps after the prefill's first token
+    workspace = activation_memory(row, batch)
+    capacity = max(0.0, row[C_KV_CACHE_MEM_FRACTION] * (row[C_HBM_BYTES] - weights - workspace
+                                                         - row[C_FRAMEWORK_MEMORY_BYTES]))
+    n = batch / p                                     # requests per pipeline micro-batch
     pre = scratch[0]
     dec = scratch[1]
     for k in range(4):
         pre[k] = 0.0
         dec[k] = 0.0
     host = row[C_SERVE_STEP_OVERHEAD_S]
-    if mode == LOAD_BATCH:
+    if row[C_LOAD_MODE] == LOAD_BATCH:
         ttft = prefill_costs(row, batch, pre, scratch[2]) + host
         touched = decode_fixed_costs(row, n, dec)
         for k in range(4):
             dec[k] *= steps
-        dec[K_ATTN] = decode_attention_sum(row, n, inp + 1.0, inp + steps)
+        dec[K_ATTN] += decode_attention_sum(row, n, inp + 1.0, inp + steps)
         decode = dec[K_GEMM] + dec[K_ATTN] + dec[K_MEM] + dec[K_COMM] + steps * host
         e2e = ttft + decode
         tpot = decode / steps if steps > 0.0 else 0.0
         throughput = batch * outp / e2e
     else:
-        # stationary continuous-batching step: n slots, n (O-1)/O decoding and n/O prompts being prefilled
+        # stationary step of max_throughput: n slots, n (O-1)/O decoding and n/O prompts being prefilled
         ttft = prefill_costs(row, 1.0, pre, scratch[2]) + host
         decoding = n * steps / outp
         m = decoding + n * inp / outp
-        touched = body_costs(row, m, NO_LAUNCH, dec)
-        head_costs(row, n, NO_LAUNCH, dec)
+        touched = body_costs(row, m, LAUNCH, dec)
+        head_costs(row, n, LAUNCH, dec)
         mean_attention = decode_attention_sum(row, decoding, inp + 1.0, inp + steps) / steps if steps > 0.0 \
             else 0.0
-        dec[K_ATTN] = mean_attention + prefill_attention_time(row, n / outp, inp)
+        dec[K_ATTN] = mean_attention + prefill_attention_time(row, n / outp, inp) + attention_launches(row)
         step = dec[K_GEMM] + dec[K_ATTN] + dec[K_MEM] + dec[K_COMM] + host
         for k in range(4):
             dec[k] *= steps
         tpot = step
-        decode = steps * step
-        e2e = ttft + decode
+        e2e = ttft + steps * step
         throughput = batch / step
-    kv_memory = kv_request * batch
-    memory = weights + kv_memory + workspace + overhead
-    if mode == LOAD_MAX_THROUGHPUT:
+    kv_memory = kv_token * (inp + outp) * batch
+    memory = weights + kv_memory + workspace + row[C_FRAMEWORK_MEMORY_BYTES]
+    if row[C_LOAD_MODE] == LOAD_MAX_THROUGHPUT:
         fits = 1.0 if kv_memory <= capacity else 0.0
     else:
         fits = 1.0 if memory <= row[C_USABLE_HBM_FRACTION] * row[C_HBM_BYTES] else 0.0
+    _write_times(row, out, ttft, tpot, e2e, throughput)
+    _write_memory(out, batch, kv_token, kv_memory, capacity, weights, workspace, memory, fits, touched)
+    _write_parts(out, pre, dec, steps * host)
 
+
+@njit
+def _concurrency(row, requests, kv_token, weights, out, scratch):
+    """A closed loop of ``requests`` in flight under continuous batching (kernels/serve/load.py): the requests
+    whose KV cache fits run, the rest wait; returns the status."""
+    adp = row[C_ATTENTION_DP]
+    inp = row[C_INPUT_LEN]
+    outp = row[C_OUTPUT_LEN]
+    workspace = activation_memory(row, min(requests, row[C_MAX_BATCH_SIZE]))
+    capacity = max(0.0, row[C_KV_CACHE_MEM_FRACTION] * (row[C_HBM_BYTES] - weights - workspace
+                                                         - row[C_FRAMEWORK_MEMORY_BYTES]))
+    held = inp + (0.5 * outp if row[C_KV_ON_DEMAND] > 0.0 else outp)   # tokens a running request holds
+    room = math.floor(capacity / (kv_token * held)) * adp
+    if room < 1.0:
+        return ST_NO_KV_ROOM
+    running = min(requests, room, row[C_MAX_BATCH_SIZE])
+    dec = scratch[1]
+    host = row[C_SERVE_STEP_OVERHEAD_S]
+    state = scratch[5]
+    closed_loop(row, requests, running, scratch[3:5], state)
+    pre = scratch[4]                                   # the iterations that carry the prompt (its own service)
+    ttft, tpot, lam = state[0], state[1], state[2]
+    steps = outp - 1.0
+    for k in range(4):
+        dec[k] = scratch[3][k] * steps
+    kv_memory = kv_token * held * math.ceil(running / adp)
+    memory = weights + kv_memory + workspace + row[C_FRAMEWORK_MEMORY_BYTES]
+    fits = 1.0 if memory <= row[C_USABLE_HBM_FRACTION] * row[C_HBM_BYTES] else 0.0
+    _write_times(row, out, ttft, tpot, ttft + steps * tpot, lam * outp)
+    _write_memory(out, running, kv_token, kv_memory, capacity, weights, workspace, memory, fits, state[4])
+    _write_parts(out, pre, dec, steps * host)
+    return ST_OK
+
+
+@njit(inline="always")
+def _write_times(row, out, ttft, tpot, e2e, throughput):
     out[S_TTFT] = ttft
     out[S_TPOT] = tpot
     out[S_E2E_LATENCY] = e2e
     out[S_OUTPUT_TOKENS_PER_S] = throughput
-    out[S_OUTPUT_TOKENS_PER_S_PER_GPU] = throughput / gpus
-    out[S_OUTPUT_TOKENS_PER_S_PER_USER] = 1.0 / tpot if tpot > 0.0 else outp / e2e
+    out[S_OUTPUT_TOKENS_PER_S_PER_GPU] = throughput / (row[C_TP] * row[C_ATTENTION_DP] * row[C_PP])
+    out[S_OUTPUT_TOKENS_PER_S_PER_USER] = 1.0 / tpot if tpot > 0.0 else row[C_OUTPUT_LEN] / e2e
     out[S_CLUSTER_OUTPUT_TOKENS_PER_S] = throughput * row[C_INSTANCES]
+
+
+@njit(inline="always")
+def _write_memory(out, batch, kv_token, kv_memory, capacity, weights, workspace, memory, fits, touched):
     out[S_BATCH_SIZE] = batch
     out[S_KV_BYTES_PER_TOKEN] = kv_token
     out[S_KV_CACHE_MEMORY] = kv_memory
@@ -206,6 +263,10 @@ def serve_row(row, out, scratch):
     out[S_MEMORY_PER_DEVICE] = memory
     out[S_FITS_MEMORY] = fits
     out[S_EXPERTS_TOUCHED] = touched
+
+
+@njit(inline="always")
+def _write_parts(out, pre, dec, overhead):
     out[S_PREFILL_GEMM] = pre[K_GEMM]
     out[S_PREFILL_ATTENTION] = pre[K_ATTN]
     out[S_PREFILL_MEMORY_BOUND] = pre[K_MEM]
@@ -214,8 +275,7 @@ def serve_row(row, out, scratch):
     out[S_DECODE_ATTENTION] = dec[K_ATTN]
     out[S_DECODE_MEMORY_BOUND] = dec[K_MEM]
     out[S_DECODE_COMM] = dec[K_COMM]
-    out[S_DECODE_OVERHEAD] = steps * host
-    return ST_OK
+    out[S_DECODE_OVERHEAD] = overhead
 
 
 # --- fused passes ------------------------------------------------------------------
@@ -227,7 +287,7 @@ CHUNK_ROWS = 256
 @njit
 def _serve_rows(params, status, out, lo, hi):
     result = np.empty(N_SERVE_RESULTS)
-    scratch = np.empty((3, 4))
+    scratch = np.empty((6, 6))
     row = np.empty(params.shape[0])
     for r in range(lo, hi):
         for k in range(params.shape[0]):
@@ -266,7 +326,7 @@ def serve_serial(params, status, out):
 @njit
 def _grid_rows(base, axis_cols, col_start, axis_vals, val_start, shape, derive, status, out, lo, hi, offset):
     result = np.empty(N_SERVE_RESULTS)
-    scratch = np.empty((3, 4))
+    scratch = np.empty((6, 6))
     row = base.copy()
     axes = shape.shape[0]
     index = np.empty(axes, dtype=np.int64)
@@ -282,7 +342,7 @@ def _grid_rows(base, axis_cols, col_start, axis_vals, val_start, shape, derive, 
             for j in range(col_start[a], col_start[a + 1]):
                 row[axis_cols[j]] = axis_vals[val_start[a] + (j - col_start[a]) * size + i]
         if derive[0]:
-            row[C_N_GPUS] = row[C_TP] * row[C_PP]
+            row[C_N_GPUS] = row[C_TP] * row[C_ATTENTION_DP] * row[C_PP]
         if derive[1]:
             row[C_SEQ_LEN] = row[C_INPUT_LEN] + row[C_OUTPUT_LEN]
         _emit(row, result, scratch, status, out, offset + r)

@@ -4,27 +4,29 @@
 
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.shape import (
-    attention_dims, attention_params, expert_tp, expert_weight_params, layer_mix, mlp_matrices, mlp_params, norm_params,
+    attention_dims, attention_params, expert_weight_params, layer_mix, mlp_matrices, mlp_params, norm_params,
 )
 from fastmodel.kernels.lm.layout import (
     C_FFN, C_HEADS, C_HIDDEN, C_INPUT_LEN, C_KV_HEADS, C_MAX_NUM_TOKENS, C_MOE_EXPERTS, C_MOE_FFN,
     C_MOE_SHARED_EXPERTS, C_MOE_TOPK, C_PP, C_TIED_EMBEDDINGS, C_TP, C_VOCAB, C_WEIGHT_BYTES,
 )
-from fastmodel.kernels.serve.costs import ACT_BYTES, DENSE, MOE
+from fastmodel.kernels.serve.costs import ACT_BYTES, DENSE, MOE, ffn_tp, serve_etp
 
 
 # --- memory ----------------------------------------------------------------------
 
 @njit
 def layer_weight_params(row, moe):
-    """Weight elements of one layer held by one device."""
+    """Weight elements of one layer held by one device: attention split over tp (replicated over the attention-DP
+    groups), experts over ep x their expert TP (``costs.serve_etp``), dense MLPs and shared experts over
+    tp x attention_dp."""
     t = row[C_TP]
     params = attention_params(row) / t + norm_params(row)      # kernels/lm/shape.py, as training counts them
     if moe:
-        params += expert_weight_params(row, expert_tp(row, 1.0))
-        params += mlp_params(row, row[C_MOE_SHARED_EXPERTS] * row[C_MOE_FFN]) / t
+        params += expert_weight_params(row, serve_etp(row))
+        params += mlp_params(row, row[C_MOE_SHARED_EXPERTS] * row[C_MOE_FFN]) / ffn_tp(row)
     else:
-        params += mlp_params(row, row[C_FFN]) / t
+        params += mlp_params(row, row[C_FFN]) / ffn_tp(row)
     return params
 
 

@@ -1,0 +1,139 @@
+"""Disaggregated prefill/decode (``serve.mode = "disagg"``, SERVE_RUNS.md ``disagg`` block): two worker pools,
+the KV cache moved between them, a closed loop of ``concurrency`` requests (docs/model_serving.md §S16).
+
+Each pool is one of the serving kernels' configurations (its own layout, on the record's GPU):
+
+- a **prefill worker** runs prompts alone in their attention-DP group (``attention_dp`` prompts at once, a
+  static batch of ``attention_dp`` prompts): its prefill time ``T_p``. The pool is the prefill station of the
+  closed loop: a prompt's own service ``S = T_p``, its share ``D = T_p / (workers x attention_dp)``;
+- the **KV transfer** of the prompt's cache, whole-model bytes per token x ``input_len``, sent by every GPU of
+  the prefill worker at once over NVLink when the deployment fits one NVLink domain, else over each GPU's NIC,
+  fully exposed (a conservative choice: Splitwise overlaps it layer by layer, serving_facts §4.3);
+- a **decode worker** holds ``concurrency / workers`` requests and decodes them without prefills (the point of
+  disaggregation): TPOT is the static decode step at that batch, averaged over the output tokens.
+
+The loop closes by Little's law with Schweitzer's MVA for the prefill station, as in the aggregated model
+(kernels/serve/load.py): ``R = S / (1 - lambda D (N - 1) / N)``, ``lambda = N / (R + Z)`` with
+``Z = t_kv + O x TPOT``, whose positive root is closed-form. TTFT = R + t_kv + one decode step (the decode
+worker streams the first token after the KV arrives, serving_facts §4.3); requests beyond the decode pool's KV
+room wait by Little's law.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from fastmodel.registry.lm import COLUMN_INDEX as C
+
+
+@dataclass(frozen=True)
+class DisaggRecord:
+    """A disaggregated record, lowered: the prefill and decode workers' column vectors and the pools."""
+    id: str
+    prefill: np.ndarray
+    decode: np.ndarray
+    prefill_workers: int
+    decode_workers: int
+    concurrency: int
+    domain_gpus: int
+    total_gpus: int
+    measured: dict
+    source: str
+    gpu: str
+    notes: tuple[str, ...]
+    raw: dict
+
+
+def pool_record(data: dict, pool: str, batch: int, output_len: int) -> dict:
+    """The aggregated record of one worker of ``pool`` (``prefill``/``decode``) at a static ``batch``."""
+    layout = data["disagg"][pool]
+    serve = data["serve"]
+    one = {k: v for k, v in data.items() if k not in ("disagg", "serve", "measured", "deployment")}
+    one["system"] = dict(data["system"], n_gpus=layout["tp"] * layout.get("attention_dp", 1) * layout.get("pp", 1))
+    one["serve"] = {"tp": layout["tp"], "pp": layout.get("pp", 1), "ep": layout.get("ep") or 1,
+                    "attention_dp": layout.get("attention_dp", 1), "precision": serve.get("precision", "bf16"),
+                    "input_len": serve["input_len"], "output_len": output_len, "batch_size": batch}
+    for key in ("moe_tp",):
+        if layout.get(key):
+            one["serve"][key] = layout[key]
+    if serve.get("kv_precision"):
+        one["serve"]["kv_precision"] = serve["kv_precision"]
+    return one
+
+
+def lower_disagg(data: dict, record, source: str | None) -> DisaggRecord:
+    """Both workers of a validated disaggregated record (``record``: its ``ServeRecordSchema``)."""
+    from fastmodel.serve.records import lower_serve_record
+
+    pools = record.disagg
+    n = record.serve.concurrency
+    adp = pools.decode.attention_dp
+    per_worker = max(adp, round(n / pools.decode.workers / adp) * adp)
+    prefill = lower_serve_record(pool_record(data, "prefill", pools.prefill.attention_dp, 2), source)
+    decode = lower_serve_record(pool_record(data, "decode", per_worker, record.serve.output_len), source)
+    system = data["system"]
+    domain = system.get("nvlink_domain_size") or system.get("gpus_per_node") or 8
+    notes = tuple(dict.fromkeys(prefill.notes + decode.notes))
+    measured = data.get("measured") if isinstance(data.get("measured"), dict) else {}
+    return DisaggRecord(str(data.get("id", "")), prefill.columns, decode.columns, pools.prefill.workers,
+                        pools.decode.workers, n, int(domain), pools.total_gpus, dict(measured),
+                        str(data.get("source", "")), prefill.gpu, notes, data)
+
+
+def kv_bytes_per_prompt_token(col: np.ndarray) -> float:
+    """Whole-model KV bytes of one token: 2 L g d (GQA) or L (kv_lora_rank + rope) (MLA), x bytes per element."""
+    if col[C["mla"]] > 0:
+        return col[C["layers"]] * (col[C["kv_lora_rank"]] + col[C["qk_rope_head_dim"]]) * col[C["kv_bytes"]]
+    return 2.0 * col[C["layers"]] * col[C["kv_heads"]] * col[C["head_dim"]] * col[C["kv_bytes"]]
+
+
+def kv_transfer_time(rec: DisaggRecord) -> float:
+    """Seconds to move one prompt's KV cache from its prefill worker (every GPU sends its share at once)."""
+    col = rec.prefill
+    gpus = col[C["tp"]] * col[C["attention_dp"]] * col[C["pp"]]
+    senders = gpus / col[C["attention_dp"]]          # a prompt lives in one attention-DP group
+    nvlink = rec.total_gpus <= rec.domain_gpus
+    bw = col[C["intra_bw"]] * col[C["intra_eff"]] if nvlink else col[C["inter_bw"]] * col[C["inter_eff"]]
+    return kv_bytes_per_prompt_token(col) * col[C["input_len"]] / (bw * senders)
+
+
+def evaluate_disagg(records: list[DisaggRecord]) -> list[dict]:
+    """ttft, tpot, throughput, status of each disaggregated record."""
+    from fastmodel.registry.serve import SERVE_RESULT_INDEX as R
+    from fastmodel.registry.serve import SERVE_STATUS_NAMES
+    from fastmodel.serve.api import evaluate_table
+
+    if not records:
+        return []
+    pre, pre_status = evaluate_table(np.stack([r.prefill for r in records], axis=1))
+    dec, dec_status = evaluate_table(np.stack([r.decode for r in records], axis=1))
+    results = []
+    for i, rec in enumerate(records):
+        status = int(pre_status[i]) or int(dec_status[i])
+        if status:
+            results.append({"status": SERVE_STATUS_NAMES[status]})
+            continue
+        own = float(pre[R["ttft"], i])
+        share = own / (rec.prefill_workers * rec.prefill[C["attention_dp"]])
+        tpot = float(dec[R["tpot"], i])
+        t_kv = kv_transfer_time(rec)
+        out = rec.decode[C["output_len"]]
+        think = t_kv + out * tpot
+        n = float(rec.concurrency)
+        # requests the decode pool can hold (KV at full length, as the decode kernel reserves it)
+        kv_request = dec[R["kv_bytes_per_token"], i] * (rec.decode[C["input_len"]] + out)
+        room = math.floor(dec[R["kv_cache_capacity"], i] / kv_request) * rec.decode[C["attention_dp"]] \
+            * rec.decode_workers
+        running = max(1.0, min(n, room))
+        alpha = share * (running - 1.0)
+        b = think - own - alpha
+        response = 0.5 * (-b + math.sqrt(b * b + 4.0 * own * think))
+        lam = running / (response + think)
+        ttft = response + t_kv + tpot + (n - running) / lam
+        results.append({"status": "ok", "ttft": ttft, "tpot": tpot, "output_tokens_per_s": lam * out,
+                        "kv_transfer_s": t_kv, "prefill_s": own, "batch_size": running,
+                        "naive_ttft": own, "naive_tpot": tpot})
+    return results

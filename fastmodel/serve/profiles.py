@@ -1,0 +1,79 @@
+"""Serving engines as documented profiles: the scheduler defaults that set a deployment's batch under load.
+
+A record's ``framework`` (``"TensorRT-LLM 1.0.0rc3"``, ``"vLLM 0.18.0"``, ``"SGLang 0.5.6.post2"``) names the
+engine (its first word) and version (its second, when it looks like one). Each profile holds the engine's
+documented defaults at that version, with the source of every value (docs/sources/serving_facts.md §1):
+
+| column | TensorRT-LLM | vLLM V1 | SGLang 0.5.6.post2 |
+|---|---|---|---|
+| ``max_num_tokens`` (token budget) | 8192 | 8192 on GPUs >= 70 GiB, else 2048 | ``chunked_prefill_size`` 8192 below 160 GiB, 16384 from 160 GiB |
+| ``max_batch_size`` | 2048 | ``max_num_seqs`` 1024 (>= 70 GiB), else 256 | 4096 (the request-pool cap) |
+| ``chunked_prefill`` | 0 (off by default) | 1 | 1 |
+| ``mixed_prefill`` | 1 (in-flight batching) | 1 (decodes first, prefill fills the budget) | 0 (prefill first, decodes wait; no mixed chunk) |
+| ``overlap_step`` | 1 (overlap scheduler on) | 0 up to 0.12, 1 from 0.15.1 (async scheduling) | 1 (overlap scheduler on) |
+| ``kv_on_demand`` | 0 (GUARANTEED_NO_EVICT) | 1 (paged blocks on demand) | 1 |
+
+Sources: TensorRT-LLM ``TorchLlmArgs`` (``max_num_tokens``, ``max_batch_size``, ``enable_chunked_prefill``,
+``disable_overlap_scheduler``) and its "Useful Runtime Options" and overlap-scheduler pages; vLLM
+``vllm/engine/arg_utils.py`` (v0.11.2: 1892-1911; v0.18.0: 2008-2026) and ``vllm/config/scheduler.py``
+(v0.11.2: 140 async scheduling off; v0.15.1 ``vllm/config/vllm.py:590-622`` auto-on), ``vllm/v1/core/sched/
+scheduler.py`` (running requests first); SGLang v0.5.6.post2 ``python/sglang/srt/server_args.py`` (291, 522-523,
+728-836) and ``managers/scheduler.py`` (1702-1711, prefill first).
+
+A version the table does not know, or none recorded, takes the engine's newest profile; an engine it does not
+know takes TensorRT-LLM's (the default of the sweep columns); both say so in a note. No per-iteration CPU time
+is set (``serve_step_overhead_s`` stays 0): no engine publishes one at these versions.
+"""
+
+from __future__ import annotations
+
+import re
+
+GIB = 2**30
+#: engine key -> the names a framework string may start with
+ENGINE_NAMES = {"trtllm": ("tensorrt-llm", "trt-llm", "tensorrt_llm", "trtllm"), "vllm": ("vllm",),
+                "sglang": ("sglang",)}
+DEFAULT_ENGINE = "trtllm"
+_VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?")
+
+
+def parse_framework(framework: str | None) -> tuple[str | None, tuple[int, ...] | None]:
+    """(engine key or None, version tuple or None) of a record's ``framework``."""
+    words = str(framework or "").strip().split()
+    if not words:
+        return None, None
+    head = words[0].lower().rstrip(",")
+    engine = next((key for key, names in ENGINE_NAMES.items() if head in names), None)
+    version = None
+    if len(words) > 1:
+        match = _VERSION.match(words[1])
+        if match:
+            version = tuple(int(g) for g in match.groups() if g is not None)
+    return engine, version
+
+
+def profile_columns(engine: str | None, version: tuple[int, ...] | None, hbm_bytes: float) -> dict[str, float]:
+    """The serving columns of an engine's profile at a version, on a GPU of ``hbm_bytes``."""
+    engine = engine or DEFAULT_ENGINE
+    if engine == "vllm":
+        large = hbm_bytes >= 70 * GIB
+        return {"max_num_tokens": 8192 if large else 2048, "max_batch_size": 1024 if large else 256,
+                "chunked_prefill": 1, "mixed_prefill": 1,
+                "overlap_step": 1 if version is None or version >= (0, 15, 1) else 0, "kv_on_demand": 1}
+    if engine == "sglang":
+        return {"max_num_tokens": 16384 if hbm_bytes >= 160 * GIB else 8192, "max_batch_size": 4096,
+                "chunked_prefill": 1, "mixed_prefill": 0, "overlap_step": 1, "kv_on_demand": 1}
+    return {"max_num_tokens": 8192, "max_batch_size": 2048, "chunked_prefill": 0, "mixed_prefill": 1,
+            "overlap_step": 1, "kv_on_demand": 0}
+
+
+def framework_profile(framework: str | None, hbm_bytes: float) -> tuple[dict[str, float], list[str]]:
+    """(profile columns, notes) of a record's ``framework`` on a GPU of ``hbm_bytes``."""
+    engine, version = parse_framework(framework)
+    notes = []
+    if engine is None:
+        notes.append(f"framework {framework!r} is not a known serving engine (TensorRT-LLM, vLLM, SGLang): "
+                     f"the TensorRT-LLM profile is used")
+    elif version is None:
+        notes.append(f"framework {framework!r}: no version recorded, the newest {engine} profile is used")
+    return profile_columns(engine, version, hbm_bytes), notes

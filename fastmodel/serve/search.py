@@ -1,0 +1,104 @@
+"""SLO search: the layouts, precisions and loads of one model on one GPU type that serve requests within a
+TTFT and a TPOT target, and the Pareto frontier of output tokens/s per GPU against tokens/s per user
+(``fastmodel serve --search``; docs/model_serving.md §S17).
+
+One serving sweep (``fastmodel.serve.api.sweep``, the fused kernel over a grid) under the closed-loop load model:
+TP and PP degrees whose instance fits the GPU budget, every precision asked for, concurrency 1, 2, 4 ... 1024
+per instance. A point is *feasible* when its status is ok, it fits memory and its TTFT and TPOT meet the SLOs;
+the frontier is taken over every evaluated point that fits, and the best configuration is the feasible one
+with the most output tokens/s per GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from fastmodel.errors import SpecError
+
+CONCURRENCY = tuple(2**k for k in range(11))
+X = "output_tokens_per_s_per_user"
+Y = "output_tokens_per_s_per_gpu"
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """The sweep, its frontier rows (per-user speed ascending), the best feasible row (or None)."""
+    dataset: object
+    frontier: list[dict]
+    best: dict | None
+    evaluated: int
+    feasible: int
+
+
+def _rows(ds, mask: np.ndarray, slo_ok: np.ndarray) -> list[dict]:
+    dims = list(ds.status.dims)
+    rows = []
+    for index in zip(*np.nonzero(mask)):
+        row = {d: ds[d].values[i].item() for d, i in zip(dims, index)}
+        for name in ("ttft", "tpot", X, Y, "memory_per_device"):
+            row[name] = float(ds[name].values[index])
+        row["meets_slo"] = bool(slo_ok[index])
+        rows.append(row)
+    return sorted(rows, key=lambda r: r[X])
+
+
+def slo_search(model, device: str, *, input_len: int, output_len: int, ttft: float, tpot: float, gpus: int = 8,
+               precisions=("bf16", "fp8"), engine: str | None = None, hbm_bytes: float | None = None) -> SearchResult:
+    """Sweep TP x PP (instances within ``gpus``), precision and concurrency; keep what meets the SLOs."""
+    from fastmodel.plot.pareto import pareto_mask
+    from fastmodel.serve.api import device_columns, sweep
+    from fastmodel.serve.profiles import ENGINE_NAMES, profile_columns
+
+    if ttft <= 0 or tpot <= 0:
+        raise SpecError(None, "--ttft/--tpot", "SLOs must be positive durations")
+    if engine is not None and engine not in ENGINE_NAMES:
+        raise SpecError(None, "--engine", f"unknown engine {engine!r}; choose one of {', '.join(ENGINE_NAMES)}")
+    powers = [2**k for k in range(12) if 2**k <= gpus]
+    if not powers:
+        raise SpecError(None, "--gpus", "the GPU budget must be at least 1")
+    hbm = hbm_bytes or device_columns(device)["hbm_bytes"]
+    fixed = profile_columns(engine, None, hbm)
+    ds = sweep(model, device=device, precision=list(precisions), tp=powers, pp=[p for p in (1, 2, 4) if p <= gpus],
+               batch_size=list(CONCURRENCY), input_len=input_len, output_len=output_len, load_mode="concurrency",
+               **fixed)
+    # dims: device, precision, tp, pp, batch_size (the scalars are fixed columns)
+    sizes = ds.tp.values[:, None] * ds.pp.values[None, :]
+    within = np.broadcast_to((sizes <= gpus)[None, None, :, :, None], ds.status.shape)
+    ok = (ds.status.values == 0) & ds.fits_memory.values & within
+    slo_ok = ok & (ds.ttft.values <= ttft) & (ds.tpot.values <= tpot)
+    x = np.where(ok, ds[X].values, np.nan)
+    y = np.where(ok, ds[Y].values, np.nan)
+    mask = np.zeros(ok.shape, dtype=bool)
+    flat = np.flatnonzero(ok)
+    if flat.size:
+        keep = pareto_mask(x.ravel()[flat], y.ravel()[flat], "max", "max")
+        mask.ravel()[flat[keep]] = True
+    best = None
+    if slo_ok.any():
+        index = np.unravel_index(np.nanargmax(np.where(slo_ok, ds[Y].values, np.nan)), ok.shape)
+        chosen = np.zeros(ok.shape, dtype=bool)
+        chosen[index] = True
+        best = _rows(ds, chosen, slo_ok)[0]
+    return SearchResult(ds, _rows(ds, mask, slo_ok), best, int(ok.sum()), int(slo_ok.sum()))
+
+
+def format_search(result: SearchResult, ttft: float, tpot: float) -> str:
+    """The frontier as a table and the best configuration meeting the SLOs."""
+    lines = [f"{result.evaluated} configurations fit, {result.feasible} meet TTFT <= {ttft * 1e3:g} ms and "
+             f"TPOT <= {tpot * 1e3:g} ms",
+             "Pareto frontier (tokens/s per GPU against tokens/s per user):",
+             f"{'precision':>9s} {'tp':>3s} {'pp':>3s} {'conc':>5s} {'ttft ms':>9s} {'tpot ms':>8s} "
+             f"{'tok/s/user':>10s} {'tok/s/GPU':>10s}  SLO"]
+    for r in result.frontier:
+        lines.append(f"{r['precision']:>9s} {r['tp']:3d} {r['pp']:3d} {r['batch_size']:5d} {r['ttft'] * 1e3:9.1f} "
+                     f"{r['tpot'] * 1e3:8.2f} {r[X]:10.1f} {r[Y]:10.1f}  {'yes' if r['meets_slo'] else 'no'}")
+    if result.best is None:
+        lines.append("no configuration meets both SLOs")
+    else:
+        b = result.best
+        lines.append(f"best meeting the SLOs: {b['precision']} tp{b['tp']} pp{b['pp']} at concurrency "
+                     f"{b['batch_size']}: {b[Y]:.1f} tok/s per GPU, {b[X]:.1f} tok/s per user, TTFT "
+                     f"{b['ttft'] * 1e3:.1f} ms, TPOT {b['tpot'] * 1e3:.2f} ms")
+    return "\n".join(lines)

@@ -1,0 +1,90 @@
+"""Typed blocks of measured-run records, shared by the engines that read records (RUNS.md, SERVE_RUNS.md).
+
+A record block is strict like a spec file: counts are integers, booleans come only from JSON booleans, strings
+are never read as numbers, keys outside the schema are refused with the nearest valid key, magnitudes stay in
+the registry's column bounds, and JSON ``null`` means "absent". :func:`first_error` turns a pydantic
+``ValidationError`` into the one-line ``FILE[:LINE]: block.field: reason`` every input error has.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from fastmodel.errors import FieldValueError, SpecError, UnsupportedError, nearest
+from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
+
+
+def bounds(column: str, default: Any = ..., **kw) -> Any:
+    """A Field bounded like the registry column ``column`` (``fastmodel.registry.lm``)."""
+    spec = COLUMNS[COLUMN_INDEX[column]]
+    return Field(default, ge=spec.lo, le=spec.hi, **kw)
+
+
+def drop_nulls(data: Any, fields) -> Any:
+    """``data`` without the known fields set to null (an unknown key stays, to be refused even when null)."""
+    return {k: v for k, v in data.items() if v is not None or k not in fields} if isinstance(data, dict) else data
+
+
+class Block(BaseModel):
+    """A strict record block: no unknown key, no coercion, no inf/nan, nulls are absent."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nulls_are_absent(cls, data):
+        return drop_nulls(data, cls.model_fields)
+
+
+def _block_of(annotation: Any) -> type[BaseModel] | None:
+    """The BaseModel class a field's annotation holds (``X``, ``X | None``), or None."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()) or ():
+        if isinstance(arg, type) and issubclass(arg, BaseModel):
+            return arg
+    return None
+
+
+def field_path(root: type[BaseModel], loc: tuple) -> tuple[tuple, type[BaseModel]]:
+    """(``loc`` cut after the field, the block class that holds that field): walks ``root``'s fields, so the
+    union-member tags pydantic appends (``int``, ``literal['unknown']``) are dropped."""
+    block = root
+    path: list = []
+    for part in loc:
+        path.append(part)
+        field = block.model_fields.get(str(part))
+        inner = _block_of(field.annotation) if field is not None else None
+        if inner is None:
+            break
+        block = inner
+    return tuple(path), block
+
+
+def first_error(error: ValidationError, source: str | None, root: type[BaseModel], prefix: tuple = ()) -> SpecError:
+    """The first problem of a record's validation as one line ``source: block.field: reason`` (typos first:
+    an unknown key often explains a missing one). An unknown key or a value outside a list is an
+    ``UnsupportedError`` (``validate`` counts the record as a miss; every other command stops on it)."""
+    errors = sorted(error.errors(), key=lambda e: e["type"] != "extra_forbidden")
+    first = errors[0]
+    loc, _ = field_path(root, tuple(first["loc"]))
+    blamed = first.get("ctx", {}).get("error")
+    if isinstance(blamed, FieldValueError):
+        loc = (*loc, *blamed.path)
+    field = ".".join(map(str, (*prefix, *loc))) or "record"
+    if first["type"] == "extra_forbidden":
+        owner = field_path(root, loc[:-1])[1]
+        reason = "unknown field" + nearest(str(loc[-1]), owner.model_fields)
+    elif first["type"] == "missing":
+        reason = "required field missing"
+    else:
+        reason = first["msg"].removeprefix("Value error, ")
+        if first["type"] not in ("value_error", "model_type") and "input" in first:
+            reason += f" (got {first['input']!r:.100})"
+        if first["type"] == "literal_error":
+            reason += nearest(str(first.get("input")), re.findall(r"'([^']*)'", first["ctx"]["expected"]))
+    unsupported = first["type"] in ("extra_forbidden", "literal_error")   # may be right for a later schema
+    return (UnsupportedError if unsupported else SpecError)(source, field, reason)

@@ -1,0 +1,221 @@
+"""Continuous batching under a closed loop of ``concurrency`` requests (docs/model_serving.md §S7).
+
+A benchmark client keeps N requests in flight: a finished request is replaced at once. The engine's scheduler
+re-forms the batch at every iteration (Orca): running requests decode one token per iteration, and new
+prompts are prefilled either inside the decode iterations (``mixed_prefill``: vLLM V1, TensorRT-LLM in-flight
+batching, with a token budget ``max_num_tokens`` shared with the decodes, Sarathi-Serve) or in prefill
+iterations of their own that stall the decodes (SGLang's default). The steady state is solved per
+configuration by a short fixed point, not a simulation:
+
+- decode-only iteration ``T_d`` at the running decode batch ``b`` and the iteration ``T_m`` that also carries
+  ``q`` prefill tokens; every kernel of both pays the device's per-kernel overhead (CUDA graphs remove the host's
+  launch calls, not a kernel's ramp and tail on the GPU);
+- the prefill station (one prompt's share of mixed iterations ``D = T_m I / q``; its own chunks
+  ``S = ceil(I / c) T_m``) in a closed network with the decode delay ``Z = (O - 1) TPOT``: mean-value analysis
+  with Schweitzer's approximation, ``R = S + D Q (N - 1) / N``, ``Q = lambda R``, ``lambda = N / (R + Z)``,
+  which is a quadratic in R (Reiser & Lavenberg 1980; Schweitzer 1979);
+- TPOT from the iteration mix a decoding request sees: the other requests' prompts arrive at
+  ``lambda' = lambda (N - 1) / N`` and take a share ``phi = lambda' D`` of time, so
+  ``TPOT = 1 / ((1 - phi) / T_d + lambda' I / q)`` when every iteration emits a token (mixing engines) and
+  ``T_d / (1 - phi)`` when prefill iterations stall the decodes (one request alone decodes at ``T_d``);
+- TTFT = R (+ one iteration when the scheduler overlaps CPU work with the GPU, ``overlap_step``) + the wait
+  for KV-cache room when fewer than N requests fit (Little's law over the waiting requests).
+"""
+
+import math
+
+import numpy as np
+
+from fastmodel.kernels.jit import njit
+from fastmodel.kernels.columns import (
+    C_ATTENTION_DP, C_CHUNKED_PREFILL, C_INPUT_LEN, C_LAYERS, C_MAX_NUM_TOKENS, C_MIXED_PREFILL, C_OUTPUT_LEN,
+    C_OVERLAP_STEP, C_PP, C_SERVE_STEP_OVERHEAD_S, C_SPEC_ACCEPTANCE, C_SPEC_TOKENS,
+)
+from fastmodel.kernels.serve.attention import attention_launches, decode_attention_sum, prefill_attention_time
+from fastmodel.kernels.serve.costs import K_ATTN, K_COMM, K_GEMM, K_MEM, LAUNCH, body_costs, head_costs
+
+#: fixed-point passes over the batch composition (decode batch, prompts per prefill iteration); a pass stops the
+#: loop when neither moved by more than REFRESH (relative), and an iteration time is recomputed only when its
+#: argument moved by more than that
+PASSES = 2
+REFRESH = 0.15
+
+
+@njit
+def decode_iteration(row, n, costs):
+    """Seconds of a decode-only iteration of ``n`` requests at the mean context of their output tokens
+    (into ``costs``, zeroed first); returns (experts touched per MoE layer, decode attention of one request)."""
+    for k in range(4):
+        costs[k] = 0.0
+    if n <= 0.0:
+        return 0.0, 0.0
+    k = row[C_SPEC_TOKENS]
+    queries = n * (1.0 + k)                           # a verify step checks k draft tokens of every request
+    touched = body_costs(row, queries, LAUNCH, costs)
+    head_costs(row, queries / row[C_ATTENTION_DP], LAUNCH, costs)
+    inp = row[C_INPUT_LEN]
+    steps = row[C_OUTPUT_LEN] - 1.0
+    costs[K_ATTN] += attention_launches(row)
+    per_request = 0.0
+    if steps > 0.0:
+        attention = decode_attention_sum(row, n, inp + 1.0, inp + steps) / steps
+        costs[K_ATTN] += attention
+        per_request = attention / n
+    if k > 0.0:
+        speculate(row, n, k, costs)
+    return touched, per_request
+
+
+@njit
+def speculate(row, n, k, costs):
+    """Speculative decoding (``spec_tokens = k`` > 0, acceptance ``a``): the verify step above plus k draft steps
+    of one layer and the LM head each (an MTP or EAGLE head: one decoder layer on the target's features), all
+    divided by the tokens a step emits on average, (1 - a^(k+1)) / (1 - a) (Leviathan et al., ICML 2023, Eq. 1;
+    k + 1 at a = 1). The KV of a request is read once per verify step (GQA decode attention is memory-bound)."""
+    draft = np.zeros(4)
+    body_costs(row, n, LAUNCH, draft)
+    layers = row[C_LAYERS] / row[C_PP]
+    for j in range(4):
+        draft[j] /= layers
+    head_costs(row, n / row[C_ATTENTION_DP], LAUNCH, draft)
+    a = row[C_SPEC_ACCEPTANCE]
+    emitted = k + 1.0 if a >= 1.0 else (1.0 - a ** (k + 1.0)) / (1.0 - a)
+    for j in range(4):
+        costs[j] = (costs[j] + k * draft[j]) / emitted
+
+
+@njit
+def prefill_iteration(row, n, q, per_request, costs):
+    """Seconds of an iteration carrying ``q`` prompt tokens and, when ``mixed_prefill``, the ``n`` decodes
+    (into ``costs``, zeroed first); ``per_request``: the decode attention of one request at the mean context
+    (attention is linear in the requests). The prompt's tokens sit on one attention-DP group; its attention
+    is its share ``q / I`` of the causal prompt's."""
+    for k in range(4):
+        costs[k] = 0.0
+    inp = row[C_INPUT_LEN]
+    dec = n if row[C_MIXED_PREFILL] > 0.0 else 0.0
+    mine = dec / row[C_ATTENTION_DP] + q
+    body_costs(row, dec + q, LAUNCH, costs, mine)
+    head_costs(row, dec / row[C_ATTENTION_DP] + q / inp, LAUNCH, costs)
+    if dec > 0.0:
+        costs[K_ATTN] += dec * per_request + attention_launches(row)
+    costs[K_ATTN] += prefill_attention_time(row, q / inp, inp)
+    return costs[K_GEMM] + costs[K_ATTN] + costs[K_MEM] + costs[K_COMM]
+
+
+#: most regula-falsi (Illinois) steps for the loop's request rate (it stops at |g| <= 1e-9 N, usually in < 10)
+ROOT_STEPS = 40
+
+
+@njit(inline="always")
+def loop_state(lam, running, own, share, t_d, per_token, mixed, steps, overlap):
+    """(cycle seconds of one request, prefill response R, TPOT) at request rate ``lam``: Schweitzer's MVA
+    for the prefill station, R = own / (1 - lam share (N - 1) / N), and the iteration mix a decoding request
+    sees (the other requests' prompts arrive at lam (N - 1) / N)."""
+    seen = lam * (running - 1.0) / running
+    phi = seen * share
+    response = own / max(1e-12, 1.0 - phi)
+    if mixed:
+        tpot = 1.0 / ((1.0 - phi) / t_d + seen * per_token)
+    else:
+        tpot = t_d / max(1e-12, 1.0 - phi)
+    return response + (steps + overlap) * tpot, response, tpot
+
+
+@njit
+def solve_rate(running, own, share, t_d, per_token, mixed, steps, overlap):
+    """The closed loop's request rate: the root of g(lam) = lam x cycle(lam) - N. g grows with lam, so the
+    root is unique between 0 (g = -N) and the smaller of N / (own + (O - 1 + overlap) T_d) and the prefill
+    station's saturation 1 / (share (N - 1) / N) (g >= 0 there); regula falsi with the Illinois step, stopped at
+    |g| <= 1e-9 N or after ROOT_STEPS steps."""
+    hi = running / (own + (steps + overlap) * t_d)
+    if running > 1.0:
+        hi = min(hi, running / ((running - 1.0) * share) * (1.0 - 1e-9))
+    lo = 0.0
+    g_lo = -running
+    cycle, _, _ = loop_state(hi, running, own, share, t_d, per_token, mixed, steps, overlap)
+    g_hi = hi * cycle - running
+    if g_hi <= 0.0:
+        return hi
+    side = 0
+    lam = hi
+    for _ in range(ROOT_STEPS):
+        lam = (lo * g_hi - hi * g_lo) / (g_hi - g_lo)
+        cycle, _, _ = loop_state(lam, running, own, share, t_d, per_token, mixed, steps, overlap)
+        g = lam * cycle - running
+        if abs(g) <= 1e-9 * running:
+            return lam
+        if g < 0.0:
+            lo, g_lo = lam, g
+            if side == -1:
+                g_hi *= 0.5
+            side = -1
+        else:
+            hi, g_hi = lam, g
+            if side == 1:
+                g_lo *= 0.5
+            side = 1
+    return lam
+
+
+@njit
+def closed_loop(row, requests, running, scratch, out):
+    """Steady state of ``requests`` in flight of which ``running`` fit the KV cache. ``out`` receives
+    (ttft, tpot, requests per s, decode batch, experts touched, decode-iteration seconds); ``scratch[0]``
+    holds the decode iteration's cost parts, ``scratch[1]`` those of the iterations that carry one prompt (its
+    own service S, the decodes riding with it included)."""
+    inp = row[C_INPUT_LEN]
+    steps = row[C_OUTPUT_LEN] - 1.0
+    p = row[C_PP]
+    host = row[C_SERVE_STEP_OVERHEAD_S]
+    mixed = row[C_MIXED_PREFILL] > 0.0
+    overlap = 1.0 if row[C_OVERLAP_STEP] > 0.0 else 0.0
+    dec = scratch[0]
+    pre = scratch[1]
+    b = max(1.0, running * steps / (steps + 1.0))
+    others = (running - 1.0) / running               # a request sees the other requests' prompts and decodes
+    tpot = 0.0
+    ttft = 0.0
+    lam = 0.0
+    touched = 0.0
+    t_d = 0.0
+    q = inp
+    b_done = -1.0
+    q_done = -1.0
+    chunks = 1.0
+    t_m = 0.0
+    per_request = 0.0
+    for _ in range(PASSES):
+        n = b / p
+        fresh = abs(b - b_done) > REFRESH * b
+        if fresh:
+            touched, per_request = decode_iteration(row, n, dec)
+            t_d = dec[K_GEMM] + dec[K_ATTN] + dec[K_MEM] + dec[K_COMM] + host
+            b_done = b
+        free = max(1.0, row[C_MAX_NUM_TOKENS] - (n if mixed else 0.0))
+        chunked = row[C_CHUNKED_PREFILL] > 0.0
+        chunk = min(inp, free) if chunked else inp
+        # prompts waiting at an iteration boundary enter together, up to the budget
+        q = max(chunk, min(lam * inp * max(tpot, t_d), free if chunked else max(free, inp)))
+        if fresh or abs(q - q_done) > REFRESH * q:
+            t_m = prefill_iteration(row, n * others, q, per_request, pre) + host
+            q_done = q
+        chunks = math.ceil(inp / chunk)
+        own = chunks * t_m
+        share = t_m * inp / q
+        lam = solve_rate(running, own, share, t_d, inp / q, mixed, steps, overlap)
+        _, ttft, tpot = loop_state(lam, running, own, share, t_d, inp / q, mixed, steps, overlap)
+        b = max(1.0, running * steps * tpot / (ttft + (steps + overlap) * tpot))
+        if abs(b - b_done) <= REFRESH * b and abs(q - q_done) <= REFRESH * q:
+            break
+    for k in range(4):
+        pre[k] *= chunks                              # the iterations that carry the prompt: its own service
+    ttft += overlap * tpot
+    if requests > running:
+        ttft += (requests - running) / lam            # Little's law over the requests waiting for KV room
+    out[0] = ttft
+    out[1] = tpot
+    out[2] = lam
+    out[3] = b
+    out[4] = touched
+    out[5] = t_d
