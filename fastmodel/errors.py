@@ -9,6 +9,9 @@ from __future__ import annotations
 import difflib
 from typing import Iterable
 
+#: the reason given for JSON nested deeper than the parser recurses (``[[[[...`` thousands of levels)
+NESTED_TOO_DEEP = "nested too deeply (no spec or record nests more than a few levels)"
+
 
 class FastmodelError(Exception):
     """Base class of every error caused by user input."""

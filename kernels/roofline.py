@@ -58,19 +58,29 @@ def gemm_peak(row, fp8):
     return row[C_PEAK_FLOPS_16] * row[C_GEMM_EFF_16]
 
 
+@njit(inline="always")
+def gemm_roofline(row, groups, m, n, k, fp8, weight_bytes, launch):
+    """Seconds for ``groups`` equal (m x k) @ (k x n) GEMMs launched as one kernel, the one GEMM model of
+    training and serving: ``max(2 m n (k + gemm_k_half) / (peak x quantization), (weights + activations) / HBM)``
+    per group, the weights at ``weight_bytes`` per element, the input at the GEMM precision's (1 B FP8, else 2 B),
+    the output at 2 B; ``launch`` (1.0 or 0.0: serving's decode replays CUDA graphs) adds the launch overhead.
+    At the modelled speed: callers divide by ``stack_compute_eff`` (per GEMM, or once per list of GEMMs). 0 when
+    empty."""
+    if groups <= 0.0 or m <= 0.0 or n <= 0.0 or k <= 0.0:
+        return 0.0
+    quantization = tile_quantization(row, groups, m, n, k)
+    compute = 2.0 * groups * m * n * (k + row[C_GEMM_K_HALF]) / (gemm_peak(row, fp8) * quantization)
+    element = 1.0 if fp8 else 2.0
+    traffic = groups * (weight_bytes * k * n + element * m * k + 2.0 * m * n)
+    memory = traffic / (row[C_HBM_BW] * row[C_HBM_EFF])
+    return max(compute, memory) + launch * row[C_KERNEL_OVERHEAD_S]
+
+
 @njit
 def grouped_gemm_time(row, groups, m, n, k, fp8):
     """Seconds for ``groups`` equal (m x k) @ (k x n) GEMMs launched as one batched/grouped kernel
-    (attention heads, MoE experts); 0 when empty."""
-    if groups <= 0.0 or m <= 0.0 or n <= 0.0 or k <= 0.0:
-        return 0.0
-    flops = 2.0 * groups * m * n * k
-    efficiency = tile_quantization(row, groups, m, n, k) * k / (k + row[C_GEMM_K_HALF])
-    compute = flops / (gemm_peak(row, fp8) * efficiency)
-    element = 1.0 if fp8 else 2.0
-    traffic = groups * (element * (m * k + k * n) + 2.0 * m * n)
-    memory = traffic / (row[C_HBM_BW] * row[C_HBM_EFF])
-    return (max(compute, memory) + row[C_KERNEL_OVERHEAD_S]) / row[C_STACK_COMPUTE_EFF]
+    (attention heads, MoE experts), both operands at the GEMM precision (:func:`gemm_roofline`)."""
+    return gemm_roofline(row, groups, m, n, k, fp8, 1.0 if fp8 else 2.0, 1.0) / row[C_STACK_COMPUTE_EFF]
 
 
 @njit
@@ -92,4 +102,4 @@ def memory_bound_time(row, nbytes):
     """Seconds to stream ``nbytes`` through HBM."""
     if nbytes <= 0.0:
         return 0.0
-    return nbytes / (row[C_HBM_BW] * row[C_HBM_EFF]) / row[C_STACK_COMPUTE_EFF]
+    return nbytes / (row[C_HBM_BW] * row[C_HBM_EFF] * row[C_STACK_COMPUTE_EFF])

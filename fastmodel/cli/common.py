@@ -77,13 +77,16 @@ def friendly(func):
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
+        from fastmodel.io.outputs import PENDING, interrupted_outputs
+
+        PENDING.clear()
         try:
             return func(*args, **kwargs)
         except FastmodelError as error:
             click.echo(f"error: {' '.join(str(error).split())}", err=True)
             sys.exit(2)
         except KeyboardInterrupt:
-            click.echo("interrupted", err=True)
+            click.echo(f"interrupted{interrupted_outputs()}", err=True)   # outputs are whole or absent
             sys.exit(130)
         except BrokenPipeError:  # e.g. piped into `head`
             sys.stderr.close()

@@ -72,7 +72,7 @@ def _record_in(model: str) -> dict | None:
 
     try:
         data = json.loads(Path(model).read_text(encoding="utf-8-sig"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):   # the spec loader says what is wrong with the file
         return None
     if is_run_record(data) or is_serve_record(data):
         return data

@@ -32,7 +32,7 @@ from typing import Any, Protocol
 import numpy as np
 import orjson
 
-from fastmodel.errors import FastmodelError
+from fastmodel.errors import NESTED_TOO_DEEP, FastmodelError
 
 
 @dataclass
@@ -76,6 +76,8 @@ def load_json(line: str):
         return json.loads(line)
     except json.JSONDecodeError as error:
         raise FastmodelError(f"invalid JSON: {error.msg} at column {error.colno}") from None
+    except RecursionError:        # [[[[... thousands deep: json recurses once per level
+        raise FastmodelError(f"invalid JSON: {NESTED_TOO_DEEP}") from None
 
 
 def one_line(reason: object) -> str:

@@ -137,6 +137,7 @@ def check_output(path: str, kind: str, inputs: tuple[str, ...] = (), force: bool
     ``parquet``; ``text``: by suffix, :func:`output_kind`)."""
     if path in ("-", ""):
         return
+    PENDING.setdefault(str(path), os.path.lexists(path))
     for source in inputs:
         if source and source != "-" and os.path.lexists(source) and _same_file(path, source):
             raise OutputError(f"{path}: the {what} is also an input of this command ({source}); "
@@ -184,6 +185,7 @@ def claim_output(path: str, kind: str, inputs: tuple[str, ...] = (), force: bool
     if path in ("-", "") or _special(path):
         check_output(path, kind, inputs, force, what)
         yield
+        PENDING.pop(str(path), None)
         return
     from fastmodel.io.store import writer_lock
 
@@ -195,6 +197,23 @@ def claim_output(path: str, kind: str, inputs: tuple[str, ...] = (), force: bool
                 with contextlib.suppress(OSError):
                     stale.unlink()
         yield
+    PENDING.pop(str(path), None)
+
+
+#: outputs checked by this command and not yet written: path -> whether a file was there before (what Ctrl-C
+#: reports: every file is written under a temporary name and renamed when whole, so an interrupted command
+#: leaves none of them, or the earlier file as it was)
+PENDING: dict[str, bool] = {}
+
+
+def interrupted_outputs() -> str:
+    """What an interrupted command left on disk, for its one-line message ('' when it writes no file)."""
+    if not PENDING:
+        return ""
+    new = [path for path, existed in PENDING.items() if not existed]
+    kept = [path for path, existed in PENDING.items() if existed]
+    said = [f"{', '.join(new)} not written" if new else "", f"{', '.join(kept)} left as it was" if kept else ""]
+    return ": " + "; ".join(part for part in said if part)
 
 
 def glob_escape(name: str) -> str:

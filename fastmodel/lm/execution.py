@@ -114,7 +114,7 @@ class ExecutionSpec(BaseModel):
         interleaved = self.vp == "unknown" or self.vp > 1
         if self.pipeline_schedule == "interleaved" and not interleaved:
             raise FieldValueError(("vp",), "pipeline_schedule 'interleaved' needs vp > 1 (or \"unknown\")")
-        if interleaved and self.pipeline_schedule in ("1f1b", "gpipe", "zb_h1", "dualpipe"):
+        if interleaved and self.pipeline_schedule not in (None, "interleaved"):
             raise FieldValueError(("pipeline_schedule",), f"{self.pipeline_schedule} runs one stage per rank; "
                                   "vp > 1 needs an interleaved schedule")
         return self

@@ -160,7 +160,7 @@ class RecordSchema(_Block):
     flags: TextOrList | None = None
     notes: TextOrList | None = None
     parallelism_kind: Text | None = None
-    tier: Literal[1, 2] | None = None
+    tier: Annotated[int, Field(ge=1, le=2)] | None = None   # (Literal[1, 2] took True for 1)
     tier2_reasons: TextOrList | None = None
 
     @model_validator(mode="after")

@@ -124,7 +124,8 @@ PLAN_COLUMNS = _cols(
     ("grad_reduce_bytes", "bytes", 4, "Bytes per gradient element in the data-parallel reduction.", 1, 8),
     ("optimizer", "code", 0, "OPTIMIZER_CODES: 0 Adam(W), 1 SGD-momentum, 2 Adafactor.", 0, 2),
     ("fp8_params", "1", 0, "1: FP8 weight copies kept (no BF16 weight copy).", 0, 1),
-    ("pipeline_schedule", "code", 0, "PIPELINE_SCHEDULES: 0 1F1B, 1 interleaved, 2 GPipe, 3 ZB-H1, 4 DualPipe.", 0, 4),
+    ("pipeline_schedule", "code", 0, "PIPELINE_SCHEDULES: " + ", ".join(f"{c} {n}" for n, c in PIPELINE_SCHEDULES.items())
+     + ".", 0, len(PIPELINE_SCHEDULES) - 1),
     ("overlap_grad_reduce", "1", 1, "1: gradient reduction overlaps the last backward pass.", 0, 1),
     ("overlap_param_gather", "1", 1, "1: distributed-optimizer parameter gather overlaps the next forward.", 0, 1),
     ("activation_offload", "1", 0, "Share of activations offloaded to host memory.", 0, 1),

@@ -153,6 +153,6 @@ def file_has_serve_records(path: str | Path) -> bool:
             for line in handle:
                 if line.strip():
                     return is_serve_record(json.loads(line))
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError, RecursionError):   # the run-record reader says why
         return False
     return False

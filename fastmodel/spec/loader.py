@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from fastmodel.errors import FieldValueError, SpecError, nearest
+from fastmodel.errors import NESTED_TOO_DEEP, FieldValueError, SpecError, nearest
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -136,6 +136,8 @@ def read_file(path: Path) -> dict:
             data = tomllib.loads(text)
     except json.JSONDecodeError as error:
         raise SpecError(source, None, f"invalid JSON at line {error.lineno} column {error.colno}: {error.msg}") from None
+    except RecursionError:
+        raise SpecError(source, None, f"invalid {'JSON' if path.suffix == '.json' else 'TOML'}: {NESTED_TOO_DEEP}") from None
     except tomllib.TOMLDecodeError as error:
         raise SpecError(source, None, f"invalid TOML: {error}") from None
     if not isinstance(data, dict):

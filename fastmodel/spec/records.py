@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fastmodel.errors import SpecError, UnsupportedError
+from fastmodel.errors import NESTED_TOO_DEEP, SpecError, UnsupportedError
 
 
 def number(block: dict, key: str, where: str, source: str | None, default=None, positive=True):
@@ -54,6 +54,8 @@ def read_jsonl(path: str | Path, lower, what: str, whole_object: bool = False, r
             data = json.loads(line)
         except json.JSONDecodeError as error:
             raise SpecError(where, "", f"invalid JSON: {error.msg}") from None
+        except RecursionError:
+            raise SpecError(where, "", f"invalid JSON: {NESTED_TOO_DEEP}") from None
         try:
             records.append(lower(data, where))
         except UnsupportedError as error:

@@ -2,20 +2,24 @@
 
 One transformer layer (dense or MoE, full or sliding-window attention) and the LM head, for one micro-batch on
 one device: GEMM, attention-kernel and memory-bound seconds, the forward TP/CP/EP collectives, parameters held
-and FLOPs executed, written into a scratch vector of ``N_WORK`` slots (``W_*``). Also the model's shape terms
-the step and the serving kernels share: attention widths, matmul parameters, the layer mix, model FLOPs per
-token, and the recompute shares. ``kernels/lm/step.py`` composes them into a step.
+and FLOPs executed, written into a scratch vector of ``N_WORK`` slots (``W_*``); model FLOPs per token and the
+recompute shares. The layer's shape (its GEMM list, parameter counts, expert sharding, element-wise bytes, the
+layer mix) is ``kernels/lm/shape.py``, which serving reads too; ``kernels/lm/passes.py`` turns these costs into
+passes and ``kernels/lm/step.py`` composes the step.
 """
 
 from fastmodel.kernels.roofline import attention_time, gemm_time, grouped_gemm_time, memory_bound_time
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.layout import (
-    CP_ALLTOALL, C_CAUSAL, C_CP, C_CP_ALGORITHM, C_DENSE_LAYERS, C_EP, C_ETP, C_FFN, C_FLASH_ATTENTION, C_FUSED_KERNELS,
-    C_GATED_MLP, C_HEADS, C_HEAD_DIM, C_HIDDEN, C_KV_HEADS, C_KV_LORA_RANK, C_LAYERS, C_MICRO_BATCH, C_MLA,
-    C_MOE_CAPACITY_FACTOR, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS, C_MOE_TOPK, C_MTP_LAYERS, C_PRECISION,
-    C_QK_NOPE_HEAD_DIM, C_QK_ROPE_HEAD_DIM, C_Q_LORA_RANK, C_RECOMPUTE, C_RECOMPUTE_FRACTION, C_SEQUENCE_PARALLEL,
-    C_SEQ_LEN, C_SLIDING_WINDOW, C_SLIDING_WINDOW_LAYERS, C_TIED_EMBEDDINGS, C_TP, C_VOCAB, C_V_HEAD_DIM, PRECISION_FP8,
-    RECOMPUTE_FULL, RECOMPUTE_PARTIAL_LAYERS, RECOMPUTE_SELECTIVE,
+    CP_ALLTOALL, C_CAUSAL, C_CP, C_CP_ALGORITHM, C_EP, C_FFN, C_FLASH_ATTENTION, C_HEADS, C_HEAD_DIM, C_HIDDEN,
+    C_KV_HEADS, C_LAYERS, C_MICRO_BATCH, C_MOE_CAPACITY_FACTOR, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS,
+    C_MOE_TOPK, C_MTP_LAYERS, C_PRECISION, C_RECOMPUTE, C_RECOMPUTE_FRACTION, C_SEQUENCE_PARALLEL, C_SEQ_LEN,
+    C_SLIDING_WINDOW, C_TIED_EMBEDDINGS, C_TP, C_VOCAB, PRECISION_FP8, RECOMPUTE_FULL, RECOMPUTE_PARTIAL_LAYERS,
+    RECOMPUTE_SELECTIVE,
+)
+from fastmodel.kernels.lm.shape import (  # noqa: F401 - the shape terms, re-exported for the layer's callers
+    ACT_BYTES, attention_dims, attention_params, elementwise_bytes, expert_tp, expert_weight_params, layer_gemm_time,
+    layer_mix, mlp_matrices, moe_layers,
 )
 from fastmodel.kernels.nccl import allgather_time, allreduce_time, alltoall_time
 
@@ -30,45 +34,6 @@ W_EP = 6              # EP all-to-all seconds, forward
 W_PARAMS = 7          # parameters of the layer held per device (before data-parallel sharding)
 W_FLOPS = 8           # executed forward FLOPs of the layer per micro-batch per device
 N_WORK = 9
-
-#: bytes per element of activations and 16-bit weights
-ACT_BYTES = 2.0
-
-
-@njit(inline="always")
-def attention_dims(row):
-    """(query-key width, value width) per head: MLA's nope+rope and v widths, else head_dim."""
-    if row[C_MLA] > 0.0:
-        return row[C_QK_NOPE_HEAD_DIM] + row[C_QK_ROPE_HEAD_DIM], row[C_V_HEAD_DIM]
-    return row[C_HEAD_DIM], row[C_HEAD_DIM]
-
-
-@njit
-def attention_params(row):
-    """Matmul parameters of one attention block (projections, unsharded)."""
-    h = row[C_HIDDEN]
-    a = row[C_HEADS]
-    if row[C_MLA] > 0.0:
-        dqk, dv = attention_dims(row)
-        q_rank = row[C_Q_LORA_RANK]
-        q = h * q_rank + q_rank * a * dqk if q_rank > 0.0 else h * a * dqk
-        kv = h * (row[C_KV_LORA_RANK] + row[C_QK_ROPE_HEAD_DIM]) + row[C_KV_LORA_RANK] * a * (row[C_QK_NOPE_HEAD_DIM] + dv)
-        return q + kv + a * dv * h
-    dh = row[C_HEAD_DIM]
-    return h * (a + 2.0 * row[C_KV_HEADS]) * dh + a * dh * h
-
-
-@njit(inline="always")
-def mlp_matrices(row):
-    return 3.0 if row[C_GATED_MLP] > 0.0 else 2.0
-
-
-@njit
-def moe_layers(row):
-    """Layers with routed experts (0 for a dense model)."""
-    if row[C_MOE_EXPERTS] <= 0.0:
-        return 0.0
-    return row[C_LAYERS] - row[C_DENSE_LAYERS]
 
 
 @njit
@@ -108,26 +73,6 @@ def attention_context(row, sliding):
 
 
 @njit
-def elementwise_bytes(row, hidden_elements, mlp_elements, rotary_elements):
-    """HBM bytes of one layer's element-wise kernels in the forward pass.
-
-    Per element of the hidden state: 2 norms and 2 residual adds; of the MLP's intermediate: the activation;
-    of the query/key heads: rotary embedding. Fused kernels (Megatron/Transformer Engine, torch.compile) read
-    and write each tensor once: norm 2+2 B, residual add 2+2+2 B, SwiGLU 2+2+2 B (GELU 2+2 B), rotary 2+2 B.
-    Eager PyTorch runs the reference implementations op by op in FP32: RMSNorm as float() 2+4, pow 4+4,
-    mean 4, mul 4+4, type_as 4+2, weight mul 2+2 = 36 B; SwiGLU as silu 2+2 then mul 2+2+2 = 10 B; complex
-    rotary as float() 2+4, complex mul 4+4+4, type_as 4+2 = 24 B.
-    """
-    gated = row[C_GATED_MLP] > 0.0
-    if row[C_FUSED_KERNELS] > 0.0:
-        norm, activation, rotary = 4.0, (6.0 if gated else 4.0), 4.0
-    else:
-        norm, activation, rotary = 36.0, (10.0 if gated else 4.0), 24.0
-    residual = 6.0
-    return hidden_elements * 2.0 * (norm + residual) + mlp_elements * activation + rotary_elements * rotary
-
-
-@njit
 def layer_costs(row, moe, sliding, work):
     """Forward costs of one transformer layer for one micro-batch on one device (into ``work``)."""
     h = row[C_HIDDEN]
@@ -136,45 +81,27 @@ def layer_costs(row, moe, sliding, work):
     c = row[C_CP]
     sp = row[C_SEQUENCE_PARALLEL] > 0.0
     fp8 = row[C_PRECISION] == PRECISION_FP8
+    element = 1.0 if fp8 else 2.0      # GEMM operands at the GEMM precision
     tokens = row[C_MICRO_BATCH] * row[C_SEQ_LEN] / c
     dqk, dv = attention_dims(row)
     nm = mlp_matrices(row)
-    gemm = 0.0
-    flops = 0.0
-    # attention projections (column-parallel QKV, row-parallel output)
-    if row[C_MLA] > 0.0:
-        q_rank = row[C_Q_LORA_RANK]
-        if q_rank > 0.0:
-            gemm += gemm_time(row, tokens, q_rank, h, fp8) + gemm_time(row, tokens, a * dqk / t, q_rank, fp8)
-        else:
-            gemm += gemm_time(row, tokens, a * dqk / t, h, fp8)
-        kv_rank = row[C_KV_LORA_RANK]
-        gemm += gemm_time(row, tokens, kv_rank + row[C_QK_ROPE_HEAD_DIM], h, fp8)
-        gemm += gemm_time(row, tokens, a * (row[C_QK_NOPE_HEAD_DIM] + dv) / t, kv_rank, fp8)
-    else:
-        gemm += gemm_time(row, tokens, (a + 2.0 * row[C_KV_HEADS]) * row[C_HEAD_DIM] / t, h, fp8)
-    gemm += gemm_time(row, tokens, h, a * dv / t, fp8)
+    flops = 2.0 * tokens * attention_params(row) / t
     params = attention_params(row) / t
-    flops += 2.0 * tokens * attention_params(row) / t
-    # MLP: dense, or router + shared experts + routed experts
+    # MLP: dense, or router + shared experts + routed experts (balanced over the E / ep local experts)
     if moe:
         experts = row[C_MOE_EXPERTS]
         local_experts = experts / row[C_EP]
-        etp = row[C_ETP]
+        etp = expert_tp(row, 0.0)
         routed = tokens * row[C_MOE_TOPK] * max(1.0, row[C_MOE_CAPACITY_FACTOR])
         rows_per_expert = routed * etp / local_experts
-        width = row[C_MOE_FFN] / etp
-        gemm += gemm_time(row, tokens, experts, h, False)
-        gemm += grouped_gemm_time(row, local_experts, rows_per_expert, (nm - 1.0) * width, h, fp8)
-        gemm += grouped_gemm_time(row, local_experts, rows_per_expert, h, width, fp8)
+        gemm = layer_gemm_time(row, tokens, 1.0, local_experts, rows_per_expert, etp, fp8, element, 1.0)
         shared = row[C_MOE_SHARED_EXPERTS] * row[C_MOE_FFN]
-        gemm += gemm_time(row, tokens, (nm - 1.0) * shared / t, h, fp8) + gemm_time(row, tokens, h, shared / t, fp8)
-        params += nm * h * (experts * row[C_MOE_FFN] / (row[C_EP] * etp) + shared / t) + h * experts
+        params += expert_weight_params(row, etp) + nm * h * shared / t + h * experts
         flops += 2.0 * (routed * nm * h * row[C_MOE_FFN] + tokens * (nm * h * shared / t + h * experts))
-        mlp_out = routed * width + tokens * shared / t
+        mlp_out = routed * row[C_MOE_FFN] / etp + tokens * shared / t
     else:
         f = row[C_FFN]
-        gemm += gemm_time(row, tokens, (nm - 1.0) * f / t, h, fp8) + gemm_time(row, tokens, h, f / t, fp8)
+        gemm = layer_gemm_time(row, tokens, 0.0, 0.0, 0.0, 1.0, fp8, element, 1.0)
         params += nm * h * f / t
         flops += 2.0 * tokens * nm * h * f / t
         mlp_out = tokens * f / t
@@ -263,11 +190,3 @@ def head_costs(row, work):
     work[W_FLOPS] = 2.0 * tokens * vocab * h
 
 
-@njit
-def layer_mix(row):
-    """Counts of the four layer kinds: (dense full, dense sliding, MoE full, MoE sliding)."""
-    layers = row[C_LAYERS]
-    n_moe = moe_layers(row)
-    sliding = min(row[C_SLIDING_WINDOW_LAYERS], layers) / layers if row[C_SLIDING_WINDOW] > 0.0 else 0.0
-    n_dense = layers - n_moe
-    return n_dense * (1.0 - sliding), n_dense * sliding, n_moe * (1.0 - sliding), n_moe * sliding

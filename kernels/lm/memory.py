@@ -26,7 +26,7 @@ import numpy as np
 
 from fastmodel.kernels.jit import njit, prange
 from fastmodel.kernels.lm.layout import (
-    C_COLLECTIVE_BUCKET_BYTES, C_CP, C_CP_ALGORITHM, C_DENSE_LAYERS, C_EP, C_ETP, C_FFN, C_FP8_PARAMS, C_FRAMEWORK_MEMORY_BYTES,
+    C_COLLECTIVE_BUCKET_BYTES, C_CP, C_CP_ALGORITHM, C_DENSE_LAYERS, C_EP, C_ETP, C_FFN, C_FP8_PARAMS, C_FRAMEWORK_MEMORY_BYTES, C_FSDP_COPY_OUT,
     C_GRAD_REDUCE_BYTES, C_HEADS, C_HEAD_DIM, C_HIDDEN, C_KV_HEADS, C_KV_LORA_RANK, C_LAYERS, C_MLA, C_MOE_EXPERTS,
     C_MOE_FFN, C_MOE_SHARED_EXPERTS, C_PP, C_PRECISION, C_QK_ROPE_HEAD_DIM, C_SEQUENCE_PARALLEL, C_SHARDING, C_TP,
     C_VOCAB, M_ACTIVATIONS, M_BUFFERS, M_GRADIENTS, M_KV_CACHE, M_OPTIMIZER, M_OVERHEAD, M_WEIGHTS, N_MEMORY_KINDS,
@@ -40,6 +40,7 @@ from fastmodel.kernels.lm.memory_peak import backward_grad_bytes, stage_peak
 from fastmodel.kernels.lm.memory_states import (
     is_moe, attention_params, mlp_params, B16, B32,
 )
+from fastmodel.kernels.lm.shape import norm_params
 from fastmodel.kernels.lm.memory_states import layers_per_stage  # noqa: F401 - re-exported for callers of the old layout
 
 
@@ -79,7 +80,7 @@ def gathered_expert_split(row):
 def max_layer_params(row):
     """Parameters of the largest layer on one device as FSDP gathers it (before sharding by the shard group):
     attention and dense MLP split over TP, the routed experts over ``gathered_expert_split``."""
-    attn = attention_params(row) / row[C_TP] + 2.0 * row[C_HIDDEN]
+    attn = attention_params(row) / row[C_TP] + norm_params(row)
     dense = attn + mlp_params(row, row[C_FFN]) / row[C_TP]
     if not is_moe(row):
         return dense
@@ -114,13 +115,20 @@ def fsdp_gather_buffer_bytes(row):
     (``collective_bucket_bytes > 0``, DeepSpeed: parameters fetched per module, prefetched in buckets,
     ``stage3_prefetch_bucket_size``): the largest module gathered plus one prefetch bucket, and that
     module's gradient: ``(c + g) * largest_module_params + bucket``.
+
+    FSDP1 against FSDP2 (``fsdp_copy_out``): FSDP1's flat parameters are views of the all-gather output, so a
+    gathered layer is one buffer; FSDP2 (per-parameter sharding, pytorch/pytorch RFC #114299) copies the
+    all-gather output into each parameter's own tensor, so while the prefetched layer is copied out its
+    all-gather output and its parameters are live at once: one more ``c * max_layer_params``,
+    ``(3 c + g) * max_layer_params``.
     """
     if int(row[C_SHARDING]) != SHARD_FSDP:
         return 0.0
     compute = 1.0 if row[C_FP8_PARAMS] > 0 else B16
     if row[C_COLLECTIVE_BUCKET_BYTES] > 0:
         return (compute + row[C_GRAD_REDUCE_BYTES]) * largest_module_params(row) + row[C_COLLECTIVE_BUCKET_BYTES]
-    return (2.0 * compute + row[C_GRAD_REDUCE_BYTES]) * max_layer_params(row)
+    gathered = 3.0 if row[C_FSDP_COPY_OUT] > 0 else 2.0
+    return (gathered * compute + row[C_GRAD_REDUCE_BYTES]) * max_layer_params(row)
 
 
 @njit(error_model='numpy')

@@ -98,9 +98,12 @@ def optimizer_transient_bytes(row, non_expert, expert):
 
 
 @njit(error_model='numpy')
-def _phase(row, stage, phase, w, g, o, transient, per_mb, in_flight, working, gather, comm, grad_work, logits):
-    """(weights, gradients, optimizer, activations, buffers) at ``phase`` from the rank's states ``w, g, o``, its
-    optimizer ``transient``, what it keeps per micro-batch ``per_mb`` and its micro-batches ``in_flight``."""
+def _phase(row, stage, phase, state, shared):
+    """(weights, gradients, optimizer, activations, buffers) at ``phase`` from the rank's ``state`` (``_stage_state``:
+    states ``w, g, o``, optimizer ``transient``, what it keeps per micro-batch ``per_mb``, micro-batches
+    ``in_flight``) and the rank-independent ``shared`` terms (working set, gathers, comm, gradients, logits)."""
+    w, g, o, transient, per_mb, in_flight = state
+    working, gather, comm, grad_work, logits = shared
     kept = 1.0 - row[C_ACTIVATION_OFFLOAD]
     if phase == P_OPTIMIZER:
         return w, g, o + transient, 0.0, 0.0
@@ -138,20 +141,19 @@ def phase_kinds(row, stage, phase, dense_layer, moe_layer, working, gather, comm
     A phase that does not happen on this rank (the loss off the last rank, the embedding off the first)
     returns the states alone.
     """
-    w, g, o, transient, per_mb, in_flight = _stage_state(row, stage, dense_layer, moe_layer)
-    return _phase(row, stage, phase, w, g, o, transient, per_mb, in_flight, working, gather, comm, grad_work,
-                  logits)
+    return _phase(row, stage, phase, _stage_state(row, stage, dense_layer, moe_layer),
+                  (working, gather, comm, grad_work, logits))
 
 
 @njit(error_model='numpy')
 def stage_peak(row, stage, dense_layer, moe_layer, working, gather, comm, grad_work, logits):
     """The kinds of rank ``stage`` at its largest phase (``phase_kinds`` of every phase, states computed once)."""
-    w, g, o, transient, per_mb, in_flight = _stage_state(row, stage, dense_layer, moe_layer)
+    state = _stage_state(row, stage, dense_layer, moe_layer)
+    shared = (working, gather, comm, grad_work, logits)
     best = -1.0
     w0 = g0 = o0 = a0 = b0 = 0.0
     for phase in range(N_PHASES):
-        w1, g1, o1, a1, b1 = _phase(row, stage, phase, w, g, o, transient, per_mb, in_flight, working, gather, comm,
-                                    grad_work, logits)
+        w1, g1, o1, a1, b1 = _phase(row, stage, phase, state, shared)
         total = w1 + g1 + o1 + a1 + b1
         if total > best:
             best = total

@@ -10,11 +10,14 @@ import math
 
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.pipeline import mirror_stage
+from fastmodel.kernels.lm.shape import (  # noqa: F401 - attention_params, mlp_params re-exported
+    attention_params, expert_tp, expert_weight_params, mlp_params, norm_params,
+)
 from fastmodel.kernels.lm.layout import (
     C_CP, C_DENSE_LAYERS, C_DP, C_EP, C_ETP, C_FFN, C_FP8_PARAMS, C_GATED_MLP, C_GRAD_REDUCE_BYTES, C_HEADS, C_HEAD_DIM,
-    C_HIDDEN, C_KV_HEADS, C_KV_LORA_RANK, C_LAYERS, C_MLA, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS, C_MOE_TOPK,
-    C_MTP_LAYERS, C_OPTIMIZER, C_PP, C_PRECISION, C_QK_NOPE_HEAD_DIM, C_QK_ROPE_HEAD_DIM, C_Q_LORA_RANK, C_SHARDING,
-    C_SHARD_DEGREE, C_TIED_EMBEDDINGS, C_TP, C_UNEVEN_STAGES, C_VOCAB, C_VP, C_V_HEAD_DIM, OPT_ADAFACTOR, OPT_SGD,
+    C_HIDDEN, C_LAYERS, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS, C_MOE_TOPK,
+    C_MTP_LAYERS, C_OPTIMIZER, C_PP, C_PRECISION, C_SHARDING,
+    C_SHARD_DEGREE, C_TIED_EMBEDDINGS, C_TP, C_UNEVEN_STAGES, C_VOCAB, C_VP, OPT_ADAFACTOR, OPT_SGD,
     PRECISION_FP8, SHARD_FSDP, SHARD_ZERO1, SHARD_ZERO2,
 )
 
@@ -30,33 +33,6 @@ B32 = 4.0
 def is_moe(row):
     """1 when the model has routed experts (``moe_experts > 0``)."""
     return row[C_MOE_EXPERTS] > 0 and row[C_MOE_TOPK] > 0
-
-
-@njit(error_model='numpy')
-def attention_params(row):
-    """Attention weights of one layer (whole model, before TP).
-
-    Standard/GQA: ``h*a*d (Q) + 2*h*kv*d (K, V) + a*d*h (O)`` (Ainslie et al. 2023, GQA).
-    MLA (DeepSeek-V2/V3 report, Sec. 2.1): ``h*q_lora + q_lora*a*(nope+rope)`` (or ``h*a*(nope+rope)``
-    without a query low rank) ``+ h*(kv_lora+rope) + kv_lora*a*(nope+v) + a*v*h`` plus the two latent norms.
-    """
-    h = row[C_HIDDEN]
-    a = row[C_HEADS]
-    if row[C_MLA] > 0:
-        qk = row[C_QK_NOPE_HEAD_DIM] + row[C_QK_ROPE_HEAD_DIM]
-        q_lora = row[C_Q_LORA_RANK]
-        kv_lora = row[C_KV_LORA_RANK]
-        q = h * q_lora + q_lora * a * qk if q_lora > 0 else h * a * qk
-        kv = h * (kv_lora + row[C_QK_ROPE_HEAD_DIM]) + kv_lora * a * (row[C_QK_NOPE_HEAD_DIM] + row[C_V_HEAD_DIM])
-        return q + kv + a * row[C_V_HEAD_DIM] * h + q_lora + kv_lora
-    d = row[C_HEAD_DIM]
-    return 2.0 * h * a * d + 2.0 * h * row[C_KV_HEADS] * d
-
-
-@njit(error_model='numpy')
-def mlp_params(row, width):
-    """One MLP of intermediate width ``width``: ``3*h*width`` gated (SwiGLU/GeGLU; Shazeer 2020), else ``2*h*width``."""
-    return (3.0 if row[C_GATED_MLP] > 0 else 2.0) * row[C_HIDDEN] * width
 
 
 @njit(error_model='numpy')
@@ -115,10 +91,10 @@ def model_stage_params(row, stage):
     h = row[C_HIDDEN]
     tp = row[C_TP]
     dense, moe, mtp = stage_layers(row, stage)
-    attn = attention_params(row) / tp + 2.0 * h
+    attn = attention_params(row) / tp + norm_params(row)
     dense_layer = attn + mlp_params(row, row[C_FFN]) / tp
     moe_layer = attn + mlp_params(row, row[C_MOE_SHARED_EXPERTS] * row[C_MOE_FFN]) / tp + h * row[C_MOE_EXPERTS]
-    expert_layer = row[C_MOE_EXPERTS] * mlp_params(row, row[C_MOE_FFN]) / (row[C_EP] * row[C_ETP])
+    expert_layer = expert_weight_params(row, expert_tp(row, 0.0))
     non_expert = dense * dense_layer + moe * moe_layer
     expert = moe * expert_layer
     if mtp > 0:

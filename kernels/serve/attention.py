@@ -7,7 +7,7 @@ import math
 
 from fastmodel.kernels.roofline import attention_time
 from fastmodel.kernels.jit import njit
-from fastmodel.kernels.lm.layer import attention_dims, layer_mix
+from fastmodel.kernels.lm.shape import attention_dims, layer_mix
 from fastmodel.kernels.lm.layout import (
     C_ATTN_EFF, C_HBM_BW, C_HBM_EFF, C_HEADS, C_HEAD_DIM, C_KV_BYTES, C_KV_HEADS, C_KV_LORA_RANK, C_LAYERS, C_MLA,
     C_PEAK_FLOPS_16, C_PP, C_QK_ROPE_HEAD_DIM, C_SLIDING_WINDOW, C_TP,

@@ -1,21 +1,22 @@
 """Serving costs of the model body: roofline GEMMs against sharded weights, memory-bound kernels and the
 collectives of each layer, the LM head and the pipeline sends, for ``m`` tokens on one device of the TP group
-(docs/model_serving.md). Cost vectors have four slots ``K_*``: GEMM, attention, memory-bound, communication.
+(docs/model_serving.md). The layer's shape -- its GEMM list and GEMM model, the expert sharding, the
+element-wise bytes -- is the training model's (``kernels/lm/shape.py``); this module says how serving runs it
+(tokens per step, experts a step touches, checkpoint weight bytes, CUDA-graph launches). Cost vectors have four
+slots ``K_*``: GEMM, attention, memory-bound, communication.
 """
 
-from fastmodel.kernels.roofline import gemm_peak, tile_quantization
 from fastmodel.kernels.jit import njit
-from fastmodel.kernels.lm.layer import attention_dims, layer_mix, mlp_matrices
+from fastmodel.kernels.lm.shape import (  # noqa: F401 - ACT_BYTES, expert_tp re-exported for serving modules
+    ACT_BYTES, attention_dims, elementwise_bytes, expert_tp, layer_gemm_time, layer_mix,
+)
+from fastmodel.kernels.roofline import gemm_roofline, memory_bound_time
 from fastmodel.kernels.lm.layout import (
-    C_EP, C_FFN, C_GEMM_K_HALF, C_HBM_BW, C_HBM_EFF, C_HEADS, C_HEAD_DIM, C_HIDDEN, C_KERNEL_OVERHEAD_S, C_KV_HEADS,
-    C_KV_LORA_RANK, C_MLA, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS, C_MOE_TOPK, C_PP, C_PRECISION,
-    C_QK_NOPE_HEAD_DIM, C_QK_ROPE_HEAD_DIM, C_Q_LORA_RANK, C_TP, C_VOCAB, C_WEIGHT_BYTES, PRECISION_FP8,
+    C_EP, C_FFN, C_HEADS, C_HIDDEN, C_KV_HEADS,
+    C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS, C_MOE_TOPK, C_PP, C_PRECISION,
+    C_STACK_COMPUTE_EFF, C_TP, C_VOCAB, C_WEIGHT_BYTES, PRECISION_FP8,
 )
 from fastmodel.kernels.nccl import allgather_time, allreduce_time, alltoall_time, p2p_time
-
-
-#: bytes per activation element and per embedding / LM-head weight (kept in 16 bits by quantized recipes)
-ACT_BYTES = 2.0
 
 #: flags passed as floats, not bools: numba types a constant bool argument as a literal and compiles one
 #: specialisation of the callee per value (and of everything it calls); a float flag compiles once
@@ -39,20 +40,6 @@ def is_fp8(row):
     return row[C_PRECISION] == PRECISION_FP8
 
 
-@njit(inline="always")
-def weight_gemm(row, groups, m, n, k, wbytes, launch):
-    """Roofline seconds of ``groups`` (m x k) @ (k x n) GEMMs against weights of ``wbytes`` per element:
-    ``max(FLOPs / (peak x quantization x depth), (weights + activations) / HBM)`` (kernels/roofline.py terms;
-    depth = k / (k + gemm_k_half)); ``launch`` (1.0 or 0.0) adds the kernel launch overhead."""
-    if groups <= 0.0 or m <= 0.0 or n <= 0.0 or k <= 0.0:
-        return 0.0
-    quantization = tile_quantization(row, groups, m, n, k)
-    compute = 2.0 * groups * m * n * (k + row[C_GEMM_K_HALF]) / (gemm_peak(row, is_fp8(row)) * quantization)
-    traffic = groups * (wbytes * n * k + ACT_BYTES * (m * k + m * n))
-    memory = traffic / (row[C_HBM_BW] * row[C_HBM_EFF])
-    return max(compute, memory) + launch * row[C_KERNEL_OVERHEAD_S]
-
-
 @njit
 def experts_touched(experts, topk, tokens):
     """Expected distinct experts a step of ``tokens`` tokens reads: E (1 - (1 - k/E)^tokens)."""
@@ -61,68 +48,35 @@ def experts_touched(experts, topk, tokens):
     return experts * (1.0 - (1.0 - min(topk, experts) / experts) ** tokens)
 
 
-@njit(inline="always")
-def expert_tp(row):
-    """Tensor-parallel degree of each expert: experts spread over ep, each split over tp / ep."""
-    return row[C_TP] / row[C_EP]
-
-
 @njit
 def layer_gemms(row, m, moe, launch):
-    """GEMM seconds of one layer for ``m`` tokens on one TP rank (weights read once per call)."""
-    h = row[C_HIDDEN]
-    a = row[C_HEADS]
-    t = row[C_TP]
-    wb = row[C_WEIGHT_BYTES]
-    dqk, dv = attention_dims(row)
-    nm = mlp_matrices(row)
-    total = 0.0
-    if row[C_MLA] > 0.0:
-        q_rank = row[C_Q_LORA_RANK]
-        if q_rank > 0.0:
-            total += weight_gemm(row, 1.0, m, q_rank, h, wb, launch)
-            total += weight_gemm(row, 1.0, m, a * dqk / t, q_rank, wb, launch)
-        else:
-            total += weight_gemm(row, 1.0, m, a * dqk / t, h, wb, launch)
-        kv_rank = row[C_KV_LORA_RANK]
-        total += weight_gemm(row, 1.0, m, kv_rank + row[C_QK_ROPE_HEAD_DIM], h, wb, launch)
-        total += weight_gemm(row, 1.0, m, a * (row[C_QK_NOPE_HEAD_DIM] + dv) / t, kv_rank, wb, launch)
-    else:
-        total += weight_gemm(row, 1.0, m, (a + 2.0 * row[C_KV_HEADS]) * row[C_HEAD_DIM] / t, h, wb, launch)
-    total += weight_gemm(row, 1.0, m, h, a * dv / t, wb, launch)
+    """GEMM seconds of one layer for ``m`` tokens on one TP rank: the layer's GEMM list
+    (``kernels/lm/shape.layer_gemm_time``) with the checkpoint's weight bytes, weights read once per call; the
+    routed experts are those the step touches on this device (:func:`experts_touched` / ep), each at
+    ``moe_ffn / (tp / ep)`` (``shape.expert_tp``), sharing the ``m top_k / ep`` routed rows."""
     if moe:
-        experts = row[C_MOE_EXPERTS]
         ep = row[C_EP]
-        width = row[C_MOE_FFN] / expert_tp(row)
-        touched = experts_touched(experts, row[C_MOE_TOPK], m) / ep
-        rows = m * row[C_MOE_TOPK] / ep / max(touched, 1e-30)
-        total += weight_gemm(row, 1.0, m, experts, h, ACT_BYTES, launch)                 # router, 16-bit
-        total += weight_gemm(row, touched, rows, (nm - 1.0) * width, h, wb, launch)
-        total += weight_gemm(row, touched, rows, h, width, wb, launch)
-        shared = row[C_MOE_SHARED_EXPERTS] * row[C_MOE_FFN] / t
-        total += weight_gemm(row, 1.0, m, (nm - 1.0) * shared, h, wb, launch)
-        total += weight_gemm(row, 1.0, m, h, shared, wb, launch)
-    else:
-        f = row[C_FFN] / t
-        total += weight_gemm(row, 1.0, m, (nm - 1.0) * f, h, wb, launch)
-        total += weight_gemm(row, 1.0, m, h, f, wb, launch)
-    return total
+        groups = experts_touched(row[C_MOE_EXPERTS], row[C_MOE_TOPK], m) / ep
+        rows = m * row[C_MOE_TOPK] / ep / max(groups, 1e-30)
+        return layer_gemm_time(row, m, MOE, groups, rows, expert_tp(row, 1.0), is_fp8(row), row[C_WEIGHT_BYTES],
+                               launch)
+    return layer_gemm_time(row, m, DENSE, 0.0, 0.0, 1.0, is_fp8(row), row[C_WEIGHT_BYTES], launch)
 
 
 @njit
 def layer_memory_bound(row, m, moe):
-    """Memory-bound seconds of one layer for ``m`` tokens: 2 norms + 2 residual adds (10 h elements moved
-    per token), the MLP activation (read nm - 1, write 1 of the local width), rotary on Q and K."""
+    """Memory-bound seconds of one layer for ``m`` tokens: the element-wise kernels of
+    ``kernels/lm/shape.elementwise_bytes`` (2 norms + 2 residual adds on m h, the MLP activation on the local
+    intermediate width, rotary on the local Q and K heads)."""
     h = row[C_HIDDEN]
     t = row[C_TP]
-    dqk, dv = attention_dims(row)
-    nm = mlp_matrices(row)
+    dqk, _ = attention_dims(row)
     if moe:
-        width = row[C_MOE_TOPK] * row[C_MOE_FFN] / row[C_TP] + row[C_MOE_SHARED_EXPERTS] * row[C_MOE_FFN] / t
+        width = row[C_MOE_TOPK] * row[C_MOE_FFN] / t + row[C_MOE_SHARED_EXPERTS] * row[C_MOE_FFN] / t
     else:
         width = row[C_FFN] / t
-    nbytes = ACT_BYTES * m * (10.0 * h + nm * width + 4.0 * (row[C_HEADS] + row[C_KV_HEADS]) * dqk / t)
-    return nbytes / (row[C_HBM_BW] * row[C_HBM_EFF])
+    nbytes = elementwise_bytes(row, m * h, m * width, m * (row[C_HEADS] + row[C_KV_HEADS]) * dqk / t)
+    return memory_bound_time(row, nbytes)
 
 
 @njit
@@ -134,7 +88,7 @@ def layer_comm(row, m, moe):
     if moe and row[C_EP] > 1.0:
         ep = row[C_EP]
         a2a = alltoall_time(row, nbytes * row[C_MOE_TOPK], ep, 1.0)
-        etp = expert_tp(row)
+        etp = expert_tp(row, 1.0)
         return allreduce_time(row, nbytes, t, 1.0) + 2.0 * a2a + allreduce_time(row, nbytes, etp, ep)
     return 2.0 * allreduce_time(row, nbytes, t, 1.0)
 
@@ -143,7 +97,8 @@ def layer_comm(row, m, moe):
 def head_costs(row, r, launch, costs):
     """LM head on ``r`` tokens (vocab-parallel, 16-bit weights) and the gather of the logits, added to ``costs``."""
     t = row[C_TP]
-    costs[K_GEMM] += weight_gemm(row, 1.0, r, row[C_VOCAB] / t, row[C_HIDDEN], ACT_BYTES, launch)
+    costs[K_GEMM] += gemm_roofline(row, 1.0, r, row[C_VOCAB] / t, row[C_HIDDEN], False, ACT_BYTES, launch) \
+        / row[C_STACK_COMPUTE_EFF]
     costs[K_COMM] += allgather_time(row, ACT_BYTES * r * row[C_VOCAB], t, 1.0) if t > 1.0 else 0.0
 
 

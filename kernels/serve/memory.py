@@ -3,12 +3,14 @@
 """
 
 from fastmodel.kernels.jit import njit
-from fastmodel.kernels.lm.layer import attention_dims, attention_params, layer_mix, mlp_matrices
+from fastmodel.kernels.lm.shape import (
+    attention_dims, attention_params, expert_tp, expert_weight_params, layer_mix, mlp_matrices, mlp_params, norm_params,
+)
 from fastmodel.kernels.lm.layout import (
-    C_EP, C_FFN, C_HEADS, C_HIDDEN, C_INPUT_LEN, C_KV_HEADS, C_MAX_NUM_TOKENS, C_MOE_EXPERTS, C_MOE_FFN,
+    C_FFN, C_HEADS, C_HIDDEN, C_INPUT_LEN, C_KV_HEADS, C_MAX_NUM_TOKENS, C_MOE_EXPERTS, C_MOE_FFN,
     C_MOE_SHARED_EXPERTS, C_MOE_TOPK, C_PP, C_TIED_EMBEDDINGS, C_TP, C_VOCAB, C_WEIGHT_BYTES,
 )
-from fastmodel.kernels.serve.costs import expert_tp, ACT_BYTES, DENSE, MOE
+from fastmodel.kernels.serve.costs import ACT_BYTES, DENSE, MOE
 
 
 # --- memory ----------------------------------------------------------------------
@@ -16,16 +18,13 @@ from fastmodel.kernels.serve.costs import expert_tp, ACT_BYTES, DENSE, MOE
 @njit
 def layer_weight_params(row, moe):
     """Weight elements of one layer held by one device."""
-    h = row[C_HIDDEN]
     t = row[C_TP]
-    nm = mlp_matrices(row)
-    params = attention_params(row) / t
+    params = attention_params(row) / t + norm_params(row)      # kernels/lm/shape.py, as training counts them
     if moe:
-        experts = row[C_MOE_EXPERTS]
-        params += nm * h * row[C_MOE_FFN] * experts / (row[C_EP] * expert_tp(row))
-        params += nm * h * row[C_MOE_SHARED_EXPERTS] * row[C_MOE_FFN] / t
+        params += expert_weight_params(row, expert_tp(row, 1.0))
+        params += mlp_params(row, row[C_MOE_SHARED_EXPERTS] * row[C_MOE_FFN]) / t
     else:
-        params += nm * h * row[C_FFN] / t
+        params += mlp_params(row, row[C_FFN]) / t
     return params
 
 

@@ -71,7 +71,8 @@ def test_full_recompute_backward_holds_one_layer_again():
 
 
 def test_fsdp_layer_with_prefetch():
-    """FSDP on dp = 8, one micro-batch (T = 1024): in a layer's backward the layer being computed and the
+    """FSDP (FSDP1: flat parameters are views of the all-gather output) on dp = 8, one micro-batch (T = 1024):
+    in a layer's backward the layer being computed and the
     prefetched one are gathered in BF16, 2 x 2 P, with the layer's FP32 unsharded gradient 4 P
     (P = 4 h^2 + 2 h f + 2 h), beside the activation gradients 2 T h + 2 x 2 T f. With a vocabulary of
     256,000 and 64 tokens the moment the word embedding is gathered for its backward, with its unsharded
@@ -81,6 +82,9 @@ def test_fsdp_layer_with_prefetch():
     fsdp = {**GPT, "dropout": 0, "flash_attention": 1, "dp": 8, "sharding": "fsdp"}
     out, _ = peak(**fsdp, layers=4, micro_batch=2, global_batch=16)
     assert out[M_BUFFERS] == pytest.approx((2 * 2 + 4) * layer + 2 * t_tok * h + 4 * t_tok * f, rel=1e-12)
+    # FSDP2 copies the prefetched layer out of its all-gather output: both live at once, one more 2 P
+    out, _ = peak(**fsdp, layers=4, micro_batch=2, global_batch=16, fsdp_copy_out=1)
+    assert out[M_BUFFERS] == pytest.approx((3 * 2 + 4) * layer + 2 * t_tok * h + 4 * t_tok * f, rel=1e-12)
     out, stage = peak(**{**fsdp, "vocab": 256000, "seq_len": 64}, layers=4, micro_batch=1, global_batch=8)
     assert (stage, out[M_ACTIVATIONS]) == (0, 0.0)
     assert out[M_BUFFERS] == pytest.approx((2 + 4) * 256000 * h, rel=1e-12)

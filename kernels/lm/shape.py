@@ -1,0 +1,188 @@
+"""One transformer layer's shape, for training and serving alike (docs/model.md §11.4; docs/model_serving.md).
+
+The terms both the training step (``kernels/lm/layer.py``, ``memory_states.py``) and serving
+(``kernels/serve/``, the one allowed crossing of the wings) read, written once:
+
+- the layer mix and the attention widths (MLA's nope + rope and value widths, or head_dim);
+- one attention-parameter count (:func:`attention_params`: the projections, GQA or MLA) and one count of the
+  norm weights beside it (:func:`norm_params`: the layer's two RMSNorms and MLA's two latent norms);
+- one expert-sharding rule (:func:`expert_tp`, :func:`expert_weight_params`): a device holds ``E / ep``
+  routed experts, each split over ``etp`` devices;
+- one GEMM list (:func:`layer_gemm_time`: the projections, the dense MLP or the router, grouped routed experts
+  and shared experts) on one GEMM model (``roofline.gemm_roofline``);
+- one memory-bound model (:func:`elementwise_bytes`: bytes per element of the norms, residual adds, MLP
+  activation and rotary embedding, fused or eager).
+
+Each engine passes what differs by workload: the tokens a device runs, how routed tokens spread over the
+local experts (training: balanced over all E/ep; serving decode: the experts a step touches), the weight bytes
+(training: the GEMM precision's; serving: the checkpoint's) and whether kernels pay a launch (serving's decode
+replays CUDA graphs).
+"""
+
+from fastmodel.kernels.columns import (
+    C_DENSE_LAYERS, C_EP, C_ETP, C_FFN, C_FUSED_KERNELS, C_GATED_MLP, C_HEAD_DIM, C_HEADS, C_HIDDEN, C_KV_HEADS, C_KV_LORA_RANK,
+    C_LAYERS, C_MLA, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS, C_QK_NOPE_HEAD_DIM, C_QK_ROPE_HEAD_DIM,
+    C_Q_LORA_RANK, C_SLIDING_WINDOW, C_SLIDING_WINDOW_LAYERS, C_STACK_COMPUTE_EFF, C_TP, C_V_HEAD_DIM,
+)
+from fastmodel.kernels.jit import njit
+from fastmodel.kernels.roofline import gemm_roofline
+
+#: bytes per element of activations and 16-bit weights (the LM head, embedding and router stay 16-bit)
+ACT_BYTES = 2.0
+
+
+@njit(inline="always")
+def attention_dims(row):
+    """(query-key width, value width) per head: MLA's nope+rope and v widths, else head_dim."""
+    if row[C_MLA] > 0.0:
+        return row[C_QK_NOPE_HEAD_DIM] + row[C_QK_ROPE_HEAD_DIM], row[C_V_HEAD_DIM]
+    return row[C_HEAD_DIM], row[C_HEAD_DIM]
+
+
+@njit
+def attention_params(row):
+    """Matmul parameters of one attention block (projections, before TP).
+
+    GQA: ``h a d (Q) + 2 h kv d (K, V) + a d h (O)`` (Ainslie et al. 2023). MLA (DeepSeek-V2 report sec. 2.1):
+    ``h q_lora + q_lora a (nope + rope)`` (``h a (nope + rope)`` without a query low rank)
+    ``+ h (kv_lora + rope) + kv_lora a (nope + v) + a v h``."""
+    h = row[C_HIDDEN]
+    a = row[C_HEADS]
+    if row[C_MLA] > 0.0:
+        dqk, dv = attention_dims(row)
+        q_rank = row[C_Q_LORA_RANK]
+        q = h * q_rank + q_rank * a * dqk if q_rank > 0.0 else h * a * dqk
+        kv = h * (row[C_KV_LORA_RANK] + row[C_QK_ROPE_HEAD_DIM]) + row[C_KV_LORA_RANK] * a * (row[C_QK_NOPE_HEAD_DIM] + dv)
+        return q + kv + a * dv * h
+    dh = row[C_HEAD_DIM]
+    return h * (a + 2.0 * row[C_KV_HEADS]) * dh + a * dh * h
+
+
+@njit
+def norm_params(row):
+    """Norm weights of one layer, replicated over TP: the two RMSNorms (``2 h``) and, under MLA, the query and
+    key-value latent norms (``q_lora + kv_lora``; DeepSeek-V2 report sec. 2.1)."""
+    norms = 2.0 * row[C_HIDDEN]
+    if row[C_MLA] > 0.0:
+        norms += row[C_Q_LORA_RANK] + row[C_KV_LORA_RANK]
+    return norms
+
+
+@njit(inline="always")
+def mlp_matrices(row):
+    """Weight matrices of an MLP: 3 gated (SwiGLU/GeGLU; Shazeer 2020), else 2."""
+    return 3.0 if row[C_GATED_MLP] > 0.0 else 2.0
+
+
+@njit
+def mlp_params(row, width):
+    """One MLP of intermediate width ``width``: ``3 h width`` gated, else ``2 h width``."""
+    return mlp_matrices(row) * row[C_HIDDEN] * width
+
+
+@njit(inline="always")
+def expert_tp(row, within_tp):
+    """Devices one routed expert's weights are split over. Training: ``etp`` (Megatron-Core expert tensor
+    parallelism, experts over ``ep`` ranks of the data-parallel group). Serving (``within_tp`` 1.0): expert
+    parallelism runs inside the TP group (vLLM ``--enable-expert-parallel``: EP size = TP x DP, here TP; the
+    serving rule ``ep_not_dividing`` keeps ep | tp), so each expert is split over ``tp / ep``."""
+    return row[C_TP] / row[C_EP] if within_tp > 0.0 else row[C_ETP]
+
+
+@njit
+def expert_weight_params(row, etp):
+    """Routed-expert weights one device holds: ``E / ep`` experts of ``mlp_params(moe_ffn) / etp`` each."""
+    return row[C_MOE_EXPERTS] / row[C_EP] * mlp_params(row, row[C_MOE_FFN]) / etp
+
+
+@njit
+def moe_layers(row):
+    """Layers with routed experts (0 for a dense model)."""
+    if row[C_MOE_EXPERTS] <= 0.0:
+        return 0.0
+    return row[C_LAYERS] - row[C_DENSE_LAYERS]
+
+
+@njit
+def layer_mix(row):
+    """Counts of the four layer kinds: (dense full, dense sliding, MoE full, MoE sliding)."""
+    layers = row[C_LAYERS]
+    n_moe = moe_layers(row)
+    sliding = min(row[C_SLIDING_WINDOW_LAYERS], layers) / layers if row[C_SLIDING_WINDOW] > 0.0 else 0.0
+    n_dense = layers - n_moe
+    return n_dense * (1.0 - sliding), n_dense * sliding, n_moe * (1.0 - sliding), n_moe * sliding
+
+
+@njit(inline="always")
+def elementwise_bytes(row, hidden_elements, mlp_elements, rotary_elements):
+    """HBM bytes of one layer's element-wise kernels in the forward pass.
+
+    Per element of the hidden state: 2 norms and 2 residual adds; of the MLP's intermediate: the activation;
+    of the query/key heads: rotary embedding. Fused kernels (Megatron/Transformer Engine, torch.compile, serving
+    engines) read and write each tensor once: norm 2+2 B, residual add 2+2+2 B, SwiGLU 2+2+2 B (GELU 2+2 B),
+    rotary 2+2 B. Eager PyTorch runs the reference implementations op by op in FP32: RMSNorm as float() 2+4,
+    pow 4+4, mean 4, mul 4+4, type_as 4+2, weight mul 2+2 = 36 B; SwiGLU as silu 2+2 then mul 2+2+2 = 10 B;
+    complex rotary as float() 2+4, complex mul 4+4+4, type_as 4+2 = 24 B.
+    """
+    gated = row[C_GATED_MLP] > 0.0
+    if row[C_FUSED_KERNELS] > 0.0:
+        norm, activation, rotary = 4.0, (6.0 if gated else 4.0), 4.0
+    else:
+        norm, activation, rotary = 36.0, (10.0 if gated else 4.0), 24.0
+    residual = 6.0
+    return hidden_elements * 2.0 * (norm + residual) + mlp_elements * activation + rotary_elements * rotary
+
+
+@njit(inline="always")
+def attention_gemm_time(row, tokens, fp8, wbytes, launch):
+    """Seconds (at the modelled speed) of the attention projections of one layer for ``tokens`` tokens on one TP rank: column-parallel
+    Q, K, V (MLA: the query and key-value down and up projections), row-parallel output."""
+    h = row[C_HIDDEN]
+    a = row[C_HEADS]
+    t = row[C_TP]
+    dqk, dv = attention_dims(row)
+    total = 0.0
+    if row[C_MLA] > 0.0:
+        q_rank = row[C_Q_LORA_RANK]
+        if q_rank > 0.0:
+            total += gemm_roofline(row, 1.0, tokens, q_rank, h, fp8, wbytes, launch)
+            total += gemm_roofline(row, 1.0, tokens, a * dqk / t, q_rank, fp8, wbytes, launch)
+        else:
+            total += gemm_roofline(row, 1.0, tokens, a * dqk / t, h, fp8, wbytes, launch)
+        kv_rank = row[C_KV_LORA_RANK]
+        total += gemm_roofline(row, 1.0, tokens, kv_rank + row[C_QK_ROPE_HEAD_DIM], h, fp8, wbytes, launch)
+        total += gemm_roofline(row, 1.0, tokens, a * (row[C_QK_NOPE_HEAD_DIM] + dv) / t, kv_rank, fp8, wbytes, launch)
+    else:
+        total += gemm_roofline(row, 1.0, tokens, (a + 2.0 * row[C_KV_HEADS]) * row[C_HEAD_DIM] / t, h, fp8, wbytes,
+                               launch)
+    total += gemm_roofline(row, 1.0, tokens, h, a * dv / t, fp8, wbytes, launch)
+    return total
+
+
+@njit(inline="always")
+def mlp_gemm_time(row, tokens, moe, expert_groups, expert_rows, etp, fp8, wbytes, launch):
+    """Seconds (at the modelled speed) of one layer's MLP GEMMs for ``tokens`` tokens on one device: the dense MLP at TP width, or the
+    router (16-bit), the routed experts as grouped GEMMs over ``expert_groups`` local experts of
+    ``expert_rows`` rows each at width ``moe_ffn / etp``, and the shared experts at TP width."""
+    h = row[C_HIDDEN]
+    t = row[C_TP]
+    nm = mlp_matrices(row)
+    if moe > 0.0:
+        width = row[C_MOE_FFN] / etp
+        total = gemm_roofline(row, 1.0, tokens, row[C_MOE_EXPERTS], h, False, ACT_BYTES, launch)
+        total += gemm_roofline(row, expert_groups, expert_rows, (nm - 1.0) * width, h, fp8, wbytes, launch)
+        total += gemm_roofline(row, expert_groups, expert_rows, h, width, fp8, wbytes, launch)
+        shared = row[C_MOE_SHARED_EXPERTS] * row[C_MOE_FFN] / t
+        total += gemm_roofline(row, 1.0, tokens, (nm - 1.0) * shared, h, fp8, wbytes, launch) \
+            + gemm_roofline(row, 1.0, tokens, h, shared, fp8, wbytes, launch)
+        return total
+    f = row[C_FFN] / t
+    return gemm_roofline(row, 1.0, tokens, (nm - 1.0) * f, h, fp8, wbytes, launch) \
+        + gemm_roofline(row, 1.0, tokens, h, f, fp8, wbytes, launch)
+
+
+@njit(inline="always")
+def layer_gemm_time(row, tokens, moe, expert_groups, expert_rows, etp, fp8, wbytes, launch):
+    """The GEMM list of one layer (attention projections, then the MLP), in seconds over ``stack_compute_eff``."""
+    return (attention_gemm_time(row, tokens, fp8, wbytes, launch) + mlp_gemm_time(
+        row, tokens, moe, expert_groups, expert_rows, etp, fp8, wbytes, launch)) / row[C_STACK_COMPUTE_EFF]

@@ -1,0 +1,105 @@
+"""One transformer-layer shape for training and serving (kernels/lm/shape.py; docs/model.md §11.4).
+
+Golden values are derived by hand from the models' published shapes (DeepSeek-V3 report Table/sec. 2.1:
+h 7168, 128 heads, q_lora 1536, kv_lora 512, nope 128, rope 64, v 128, 256 experts of 2048, 1 shared) and
+from the H100 device columns (HBM 3.35 TB/s x 0.8, FP8 peak 1979 TF/s x 0.65, 132 SMs, 4 us launch).
+"""
+
+import numpy as np
+import pytest
+
+from fastmodel.engines import LM
+from fastmodel.kernels.lm.shape import (
+    attention_params,
+    elementwise_bytes,
+    expert_tp,
+    expert_weight_params,
+    layer_gemm_time,
+    norm_params,
+)
+from fastmodel.kernels.roofline import gemm_roofline, grouped_gemm_time
+from fastmodel.registry.lm import COLUMN_INDEX as C
+from fastmodel.serve.api import columns, evaluate
+
+
+def _dsv3(**changes):
+    model = LM.door().model_columns("deepseek-v3")[1]
+    return columns(model, "H200", precision="fp8", batch_size=32, **changes)
+
+
+def test_the_mla_attention_count_by_hand():
+    row = _dsv3()
+    # q: 7168 x 1536 + 1536 x 128 x 192; kv: 7168 x (512 + 64) + 512 x 128 x (128 + 128); o: 128 x 128 x 7168
+    q = 7168 * 1536 + 1536 * 128 * 192
+    kv = 7168 * 576 + 512 * 128 * 256
+    o = 128 * 128 * 7168
+    assert attention_params(row) == q + kv + o == 187_105_280
+    assert norm_params(row) == 2 * 7168 + 1536 + 512          # two RMSNorms and the two latent norms
+
+
+def test_serving_and_training_hold_the_same_layer():
+    """A DeepSeek-V3 MoE layer at tp 8, ep 8: serving splits each expert over tp / ep = 1 device and holds
+    256 / 8 experts; training at ep 8, etp 1 holds the same. Per device: 187,105,280 / 8 attention
+    + 16,384 norms + 32 x 3 x 7168 x 2048 routed + 3 x 7168 x 2048 / 8 shared = 1,438,195,712."""
+    from fastmodel.kernels.serve.memory import layer_weight_params
+
+    row = _dsv3(tp=8, ep=8)
+    assert expert_tp(row, 1.0) == 1.0 == row[C["etp"]] == expert_tp(row, 0.0)
+    assert expert_weight_params(row, 1.0) == 32 * 3 * 7168 * 2048
+    assert layer_weight_params(row, 1.0) == 1_438_195_712
+    # training's count of the same layer (kernels/lm/layer.layer_costs' W_PARAMS: matmuls and router, no norms)
+    from fastmodel.kernels.lm.layer import N_WORK, W_PARAMS, layer_costs
+
+    work = np.zeros(N_WORK)
+    training = row.copy()
+    training[C["micro_batch"]], training[C["cp"]] = 1.0, 1.0
+    layer_costs(training, True, False, work)
+    assert work[W_PARAMS] == pytest.approx(1_438_195_712 - 16_384 + 7168 * 256, rel=1e-15)
+
+
+def test_the_element_wise_byte_model_by_hand():
+    row = _dsv3()
+    assert row[C["fused_kernels"]] == 1.0 and row[C["gated_mlp"]] == 1.0
+    # fused: norm 2+2 and residual 2+2+2 twice per hidden element, SwiGLU 2+2+2, rotary 2+2
+    assert elementwise_bytes(row, 1.0, 0.0, 0.0) == 20.0
+    assert elementwise_bytes(row, 0.0, 1.0, 0.0) == 6.0
+    assert elementwise_bytes(row, 0.0, 0.0, 1.0) == 4.0
+    row[C["fused_kernels"]] = 0.0      # eager FP32 references: RMSNorm 36 B, SwiGLU 10 B, complex rotary 24 B
+    assert elementwise_bytes(row, 1.0, 1.0, 1.0) == 2.0 * (36.0 + 6.0) + 10.0 + 24.0
+
+
+def test_one_gemm_model_by_hand():
+    """m = 1, n = k = 4096, FP8 weights (1 B) and input (1 B), 2 B output: 16,777,216 + 4,096 + 8,192 bytes over
+    3.35 TB/s x 0.8 = 6.2647 us; the compute side (1/16 of a 16 x 256 tile used, 8-way split-K over 128 of 132
+    SMs) takes 0.44 us, so the GEMM is memory-bound; + 4 us launch."""
+    row = columns("llama3.1-8b", "H100", precision="fp8", batch_size=1)
+    memory = (4096 * 4096 + 4096 + 2 * 4096) / (3.35e12 * 0.8)
+    compute = 2.0 * 4096 * (4096 + 128) / (1979e12 * 0.65 * (1 / 16) * 128 / 132)
+    assert compute < memory
+    assert gemm_roofline(row, 1.0, 1.0, 4096.0, 4096.0, True, 1.0, 0.0) == pytest.approx(memory, rel=1e-12)
+    assert gemm_roofline(row, 1.0, 1.0, 4096.0, 4096.0, True, 1.0, 1.0) == pytest.approx(memory + 4e-6, rel=1e-12)
+    # the modelled speed; a GEMM list (or training's single GEMM) is over stack_compute_eff
+    row[C["stack_compute_eff"]] = 0.5
+    assert gemm_roofline(row, 1.0, 1.0, 4096.0, 4096.0, True, 1.0, 0.0) == pytest.approx(memory, rel=1e-12)
+    assert grouped_gemm_time(row, 1.0, 1.0, 4096.0, 4096.0, True) == pytest.approx((memory + 4e-6) / 0.5, rel=1e-12)
+
+
+def test_serving_gains_the_stack_efficiency():
+    base = evaluate("llama3.1-8b", "H100", batch_size=8)
+    slow = evaluate("llama3.1-8b", "H100", batch_size=8, stack_compute_eff=0.5)
+    for name in ("decode_gemm", "decode_memory_bound", "prefill_gemm", "prefill_memory_bound"):
+        assert slow[name] == pytest.approx(2.0 * base[name], rel=1e-12), name
+    assert slow["decode_comm"] == pytest.approx(base["decode_comm"], rel=1e-12)     # collectives are not kernels
+
+
+def test_serving_decode_reads_the_layer_gemm_list():
+    """A dense decode step of n requests is the layer's GEMM list at m = n with the checkpoint's weight bytes,
+    no launch (CUDA graphs), once per layer."""
+    from fastmodel.kernels.serve.costs import layer_gemms
+
+    row = columns("llama3.1-8b", "H100", batch_size=16)
+    one = layer_gemm_time(row, 16.0, 0.0, 0.0, 0.0, 1.0, False, 2.0, 0.0)
+    assert layer_gemms(row, 16.0, 0.0, 0.0) == one
+    # Llama 3.1 8B, tp 1: QKV 4096 x 6144, O 4096 x 4096, gate+up 4096 x 28672, down 14336 x 4096 weights, 2 B each
+    weights = 2.0 * (4096 * 6144 + 4096 * 4096 + 4096 * 28672 + 14336 * 4096)
+    assert one == pytest.approx(weights / (3.35e12 * 0.8), rel=0.01)     # memory-bound: weights dominate
