@@ -164,7 +164,8 @@ def body_costs(row, m, launch, costs, m_rank=-1.0):
     n_dense = dense_full + dense_slide
     n_moe = moe_full + moe_slide
     mine = m_rank if m_rank >= 0.0 else m / row[C_ATTENTION_DP]
-    costs[K_MEM] += launch * row[C_KERNEL_OVERHEAD_S] * ((n_dense + n_moe) * MEM_KERNELS_DENSE + n_moe * MEM_KERNELS_MOE)
+    costs[K_MEM] += launch * row[C_KERNEL_OVERHEAD_S] * ((n_dense + n_moe) * MEM_KERNELS_DENSE + n_moe * MEM_KERNELS_MOE) \
+        / row[C_STACK_COMPUTE_EFF]       # a kernel's overhead runs at the modelled speed too (kernels/roofline.py)
     if n_dense > 0.0:
         costs[K_GEMM] += n_dense * layer_gemms(row, m, DENSE, launch, mine)
         costs[K_MEM] += n_dense * layer_memory_bound(row, mine, DENSE)

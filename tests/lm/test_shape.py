@@ -44,7 +44,7 @@ def test_serving_and_training_hold_the_same_layer():
     from fastmodel.kernels.serve.memory import layer_weight_params
 
     row = _dsv3(tp=8, ep=8)
-    assert expert_tp(row, 1.0) == 1.0 == row[C["etp"]] == expert_tp(row, 0.0)
+    assert expert_tp(row, 1.0) == 1.0 and row[C["etp"]] == 0.0 and expert_tp(row, 0.0) == 8.0  # etp 0: tp
     assert expert_weight_params(row, 1.0) == 32 * 3 * 7168 * 2048
     assert layer_weight_params(row, 1.0) == 1_438_195_712
     # training's count of the same layer (kernels/lm/layer.layer_costs' W_PARAMS: matmuls and router, no norms)
@@ -52,7 +52,7 @@ def test_serving_and_training_hold_the_same_layer():
 
     work = np.zeros(N_WORK)
     training = row.copy()
-    training[C["micro_batch"]], training[C["cp"]] = 1.0, 1.0
+    training[C["micro_batch"]], training[C["cp"]], training[C["etp"]] = 1.0, 1.0, 1.0
     layer_costs(training, True, False, work)
     assert work[W_PARAMS] == pytest.approx(1_438_195_712 - 16_384 + 7168 * 256, rel=1e-15)
 
