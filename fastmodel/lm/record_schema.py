@@ -29,12 +29,12 @@ from pydantic import (
     model_validator,
 )
 
-from fastmodel.errors import FieldValueError, SpecError, UnsupportedError, nearest
+from fastmodel.errors import FieldValueError, SpecError
 from fastmodel.lm.execution import ExecutionSpec
 from fastmodel.lm.spec import LMSpec
 from fastmodel.lm.stacks import STACK_NAMES
 from fastmodel.registry.lm import MOE_A2A_OVERLAPS, OPTIMIZER_CODES, PIPELINE_SCHEDULES, RECOMPUTE_CODES
-from fastmodel.spec.record_blocks import Block, bounds, drop_nulls
+from fastmodel.spec.record_blocks import Block, bounds, drop_nulls, first_error
 
 # the strict block machinery is shared with the serving records (fastmodel/spec/record_blocks.py)
 _bounds = bounds
@@ -227,32 +227,6 @@ BLOCKS: dict[str, type[BaseModel]] = {"": RecordSchema, "model": ModelBlock, "sy
 
 
 def record_error(error: ValidationError, source: str | None, prefix: tuple = ()) -> SpecError:
-    """The first problem of a record's validation as one line ``source: block.field: reason``."""
-    errors = sorted(error.errors(), key=lambda e: e["type"] != "extra_forbidden")  # typos explain "missing"
-    first = errors[0]
-    loc = (*prefix, *first["loc"])
-    blamed = first.get("ctx", {}).get("error")
-    if isinstance(blamed, FieldValueError):
-        loc = (*loc, *blamed.path)
-    loc = _field_path(loc)
-    field = ".".join(map(str, loc)) or "record"
-    if first["type"] == "extra_forbidden":
-        block = BLOCKS.get(str(loc[0]) if len(loc) > 1 else "", RecordSchema)
-        reason = "unknown field" + nearest(str(loc[-1]), block.model_fields)
-    elif first["type"] == "missing":
-        reason = "required field missing"
-    else:
-        reason = first["msg"].removeprefix("Value error, ")
-        if first["type"] not in ("value_error", "model_type") and "input" in first:
-            reason += f" (got {first['input']!r:.100})"
-        if first["type"] == "literal_error":
-            reason += nearest(str(first.get("input")), re.findall(r"'([^']*)'", first["ctx"]["expected"]))
-    unsupported = first["type"] in ("extra_forbidden", "literal_error")
-    return (UnsupportedError if unsupported else SpecError)(source, field, reason)
-
-
-def _field_path(loc: tuple) -> tuple:
-    """``loc`` cut after the field: union-member tags pydantic appends (``int``, ``literal['unknown']``) go."""
-    if loc and loc[0] in BLOCKS and loc[0] != "":
-        return tuple(loc[:2])
-    return tuple(loc[:1])
+    """The first problem of a record's validation as one line ``source: block.field: reason`` (the strict-block
+    rule of ``fastmodel.spec.record_blocks.first_error``, rooted at the block ``prefix`` names)."""
+    return first_error(error, source, BLOCKS[prefix[0]] if prefix else RecordSchema, prefix)
