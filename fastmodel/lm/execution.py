@@ -102,7 +102,8 @@ class ExecutionSpec(BaseModel):
     # precision recipe and optimizer
     precision: _names(PRECISION_CODES) = "bf16"  # type: ignore[valid-type]
     fp8_params: bool = False
-    grad_reduce_dtype: _names(GRAD_REDUCE_BYTES) = "fp32"  # type: ignore[valid-type]
+    grad_reduce_dtype: _names(GRAD_REDUCE_BYTES) | None = Field(  # type: ignore[valid-type]
+        None, description="Gradient dtype of the data-parallel reduction; default: the stack's, else fp32.")
     optimizer: _names(OPTIMIZER_CODES) = "adam"  # type: ignore[valid-type]
     # kernels the stack sets
     fused_kernels: bool | None = None

@@ -130,6 +130,18 @@ def test_deepspeed_defaults_come_from_its_source_by_stage_and_era():
     assert (fork.overlap_grad_reduce, fork.collective_bucket_bytes, fork.flash_attention) == (True, 1e9, False)
 
 
+def test_deepspeed_reduces_16_bit_gradients_and_others_keep_fp32():
+    # engine.py v0.3.15 line 747: ZeRO refuses fp32_allreduce, so its gradients stay in the 16-bit dtype
+    for sharding in ("distopt", "fsdp"):
+        assert resolved("DeepSpeed", sharding=sharding).grad_reduce_dtype == "fp16"
+    assert resolved("Megatron-DeepSpeed", sharding="fsdp").grad_reduce_dtype == "fp16"
+    assert resolved("Megatron-Core").grad_reduce_dtype is None                  # lowered as fp32 main_grad
+    assert resolved("DeepSpeed", sharding="fsdp", grad_reduce_dtype="fp32").grad_reduce_dtype == "fp32"
+    line = next(x for x in (DATA / "runs_dev.jsonl").read_text().splitlines() if "529.6B-n640" in x)
+    record = lower_record(json.loads(line))
+    assert record.columns[C["grad_reduce_bytes"]] == 2
+
+
 def test_a_field_the_execution_sets_is_not_overridden_by_its_stack():
     spec = resolved("TorchTitan", fused_kernels=True, selective_policy="megatron")
     assert (spec.fused_kernels, spec.selective_policy, spec.fsdp_copy_out) == (True, "megatron", True)

@@ -10,6 +10,12 @@ Defaults from DeepSpeed's own source at v0.3.15 (2021-04-19, the release of Nara
   communication stream while the current one computes (``PartitionedParameterCoordinator.
   prefetch_next_sub_modules``); ZeRO-1/2 (``distopt``) reduce after the backward pass and gather the
   updated parameters after the step;
+- gradients reduced in the training dtype (``grad_reduce_dtype = "fp16"``, 2 bytes): ZeRO keeps each
+  gradient in its parameter's 16-bit dtype from the backward pass to its reduce(-scatter) and refuses an
+  FP32 reduction (v0.3.15 ``runtime/engine.py`` line 747: ``assert not self.allreduce_always_fp32(), "ZeRO does
+  not support 'fp32_allreduce': true"``; ``FP32_ALLREDUCE_DEFAULT = False``, ``runtime/constants.py`` line
+  191; stage3.py ``reduce_independent_p_g_buckets_and_remove_grads`` buckets ``param.grad`` itself), so the
+  gradient partitions and buckets hold 2 bytes per element, not Megatron's 4-byte ``main_grad``;
 - ``reduce_bucket_size = 5e8`` elements (16-bit, so 1e9 bytes): the collectives' bucket. ZeRO-3 gathers each
   parameter on its own, i.e. one collective per weight matrix (a 175B GPT layer's 3.6 GB in four), which
   buckets of 1e9 bytes reproduce.
@@ -52,7 +58,7 @@ def version(framework: str | None) -> tuple[int, ...] | None:
 def defaults(execution, framework: str | None) -> dict:
     stage3 = execution.sharding == "fsdp"
     values = {"overlap_grad_reduce": stage3, "overlap_param_gather": stage3,
-              "collective_bucket_bytes": REDUCE_BUCKET_ELEMENTS * 2.0}
+              "collective_bucket_bytes": REDUCE_BUCKET_ELEMENTS * 2.0, "grad_reduce_dtype": "fp16"}
     stated = version(framework)
     if stage3 and stated is not None and stated <= LAST_HOOK_FETCH:
         values.update({"overlap_param_gather": False, "param_fetch_bw": HOOK_FETCH_BYTES_S})
@@ -69,7 +75,7 @@ PROFILE = StackProfile(
     title="DeepSpeed ZeRO",
     names=("deepspeed",),
     source="DeepSpeed v0.3.15 deepspeed/runtime/zero/constants.py lines 57-66 (overlap_comm by stage, "
-           "reduce_bucket_size 5e8); stage3.py (reduction stream, parameter prefetch)",
+           "reduce_bucket_size 5e8); engine.py line 747 (16-bit gradient reduction under ZeRO); stage3.py (reduction stream, parameter prefetch)",
     defaults=defaults,
     unknown_vp=unknown_vp,
 )
