@@ -156,6 +156,11 @@ PLAN_COLUMNS = _cols(
     ("uneven_stages", "1", 0, "1: the layer count need not divide pp x vp (Llama 3: 126 layers on 16 stages, "
      "DeepSeek-V3: 61 on 16); the busiest pipeline rank holds ceil(L / (pp vp)) layers per virtual stage. 0: the "
      "rule layers_not_divisible applies (sweeps).", 0, 1),
+    ("embedding_loss_in_split", "1", 0, "1: the word embedding and the loss each count as one layer in the "
+     "pipeline split (Megatron-Core account_for_embedding_in_pipeline_split and account_for_loss_in_pipeline_split; "
+     "Llama 3 paper sec. 3.3.2): every rank holds (L + 2) / pp slots, the first rank's first chunk the embedding "
+     "alone and the last rank's last chunk the loss alone, so the first and last ranks hold one layer fewer.",
+     0, 1, False, "flag"),
     ("moe_dispatcher", "code", 0, "MOE_DISPATCHERS: 0 all-to-all, 1 all-gather (+ reduce-scatter), 2 DeepEP "
      "(NVLink + RDMA two-hop kernels; Megatron-Core flex).", 0, 2, False, "code"),
     ("moe_a2a_overlap", "code", 0, "MOE_A2A_OVERLAPS: 0 none, 1 batch-level (Megatron-Core EP A2A overlap), "

@@ -17,7 +17,7 @@ from fastmodel.kernels.lm.layout import (
     C_CP, C_DENSE_LAYERS, C_DP, C_EP, C_FFN, C_FP8_PARAMS, C_GATED_MLP, C_GRAD_REDUCE_BYTES, C_HEADS, C_HEAD_DIM,
     C_HIDDEN, C_LAYERS, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_LAYER_FREQ, C_MOE_SHARED_EXPERTS, C_MOE_TOPK,
     C_MTP_LAYERS, C_OPTIMIZER, C_PP, C_PRECISION, C_SHARDING,
-    C_SHARD_DEGREE, C_TIED_EMBEDDINGS, C_TP, C_UNEVEN_STAGES, C_VOCAB, C_VP, OPT_ADAFACTOR, OPT_SGD,
+    C_SHARD_DEGREE, C_TIED_EMBEDDINGS, C_EMBEDDING_LOSS_IN_SPLIT, C_TP, C_UNEVEN_STAGES, C_VOCAB, C_VP, OPT_ADAFACTOR, OPT_SGD,
     PRECISION_FP8, SHARD_FSDP, SHARD_ZERO1, SHARD_ZERO2,
 )
 
@@ -40,21 +40,36 @@ def layers_per_stage(row):
     """Layers on the busiest pipeline rank: ``L / pp``, or with ``uneven_stages`` ``ceil(L / (pp vp)) x vp``
     (the ranks that hold a layer more than the average; Llama 3 paper sec. 3.3.2, DeepSeek-V3 report sec. 3.2)."""
     pp = row[C_PP]
+    layers = row[C_LAYERS] + split_slots(row)
     if row[C_UNEVEN_STAGES] > 0.0:
         vp = max(row[C_VP], 1.0)
-        return math.ceil(row[C_LAYERS] / (pp * vp) - 1e-9) * vp
-    return row[C_LAYERS] / pp
+        return math.ceil(layers / (pp * vp) - 1e-9) * vp
+    return layers / pp
+
+
+@njit(error_model='numpy')
+def split_slots(row):
+    """Slots the embedding and the loss take in the pipeline split: 2 with ``embedding_loss_in_split`` and a
+    pipeline, else 0. Megatron-Core ``get_num_layers_to_build`` (megatron/core/transformer/transformer_block.py,
+    NVIDIA/Megatron-LM@d98e8a6): with ``account_for_embedding_in_pipeline_split`` and
+    ``account_for_loss_in_pipeline_split`` the split is of ``L + 2`` layers and the first chunk of the first
+    rank and the last chunk of the last rank build one layer fewer; Llama 3 (Dubey et al. 2024, sec. 3.3.2)
+    balances its pipeline the same way ("the first model chunk on the first stage has only the embedding")."""
+    return 2.0 if (row[C_EMBEDDING_LOSS_IN_SPLIT] > 0.0 and row[C_PP] > 1.0) else 0.0
 
 
 @njit(error_model='numpy')
 def stage_layers(row, stage):
     """(dense layers, MoE layers, MTP layers) held by pipeline rank ``stage``.
 
-    Layers are split evenly, ``L/pp`` per rank, in order: the leading dense layers of a MoE model sit on
+    Layers are split evenly, ``L/pp`` per rank (``layers_per_stage``; with ``embedding_loss_in_split`` the first
+    and last rank one fewer, ``split_slots``), in order: the leading dense layers of a MoE model sit on
     the first rank(s); DeepSeek-V3's MTP modules sit after the last layer, on the last rank.
     """
     pp = row[C_PP]
     per_stage = layers_per_stage(row)
+    if split_slots(row) > 0.0 and (stage == 0 or stage == pp - 1):
+        per_stage -= 1.0                            # the embedding or the loss holds this rank's extra slot
     if not is_moe(row):
         dense = per_stage
     else:

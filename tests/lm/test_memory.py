@@ -226,6 +226,21 @@ def test_in_flight_micro_batches_1f1b_interleaved_gpipe():
     assert _peak_activations("1f1b", 1, m=2) == pytest.approx(2 * 4 * per_layer, rel=1e-12)
 
 
+def test_embedding_and_loss_in_the_pipeline_split_free_a_layer_on_the_first_rank():
+    """14 layers, pp = 4, 1F1B, m = 8. Without the rule the busiest rank holds ceil(14 / 4) = 4 layers and the
+    first rank is counted at 4 x 4 micro-batches = 16 layer-sets. With the embedding and the loss each taking a
+    layer's slot (Megatron-Core account_for_*_in_pipeline_split; Llama 3 sec. 3.3.2) the split is of 16 slots,
+    4 per rank, and the first rank holds 3 layers: 4 x 3 = 12 layer-sets."""
+    s, b, h = 512, 2, 1024
+    per_layer = 8 * s * b * h + 8 * s * b * h + 4 * s * b * 16 + 2 * 2 * s * b * 4096
+    common = dict(layers=14, vocab=8, global_batch=16, flash_attention=1, pp=4, uneven_stages=1)
+    assert small(**common)[M_ACTIVATIONS] == pytest.approx(16 * per_layer, rel=1e-12)
+    assert small(**common, embedding_loss_in_split=1)[M_ACTIVATIONS] == pytest.approx(12 * per_layer, rel=1e-12)
+    # no pipeline: nothing to balance, the rule changes nothing
+    one = dict(layers=14, vocab=8, flash_attention=1)
+    assert small(**one, embedding_loss_in_split=1)[M_ACTIVATIONS] == small(**one)[M_ACTIVATIONS]
+
+
 def test_most_loaded_rank_is_the_last_with_a_large_lm_head():
     """pp = 2, 1F1B, 1 micro-batch in flight on each rank (m = 1): the last rank adds the untied LM head
     (V h weights) and the logits workspace 6 T V / t, so it is reported."""

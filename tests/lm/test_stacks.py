@@ -149,20 +149,25 @@ def test_a_field_the_execution_sets_is_not_overridden_by_its_stack():
 
 def test_unknown_virtual_stages_follow_the_stack_rule():
     notes = []
-    assert resolve(ExecutionSpec(framework="Meta internal", vp="unknown"), 16, 126, notes).vp == 2
+    # Llama 3 sec. 3.3.2: one layer per chunk, the embedding and the loss in chunks of their own: (126 + 2) / 16
+    assert resolve(ExecutionSpec(framework="Meta internal", vp="unknown"), 16, 126, notes).vp == 8
+    assert notes[0].startswith("vp unknown: 8") and "Llama 3" in notes[0]
+    notes = []                                          # pp does not divide layers + 2: TorchTitan's default
+    assert resolve(ExecutionSpec(framework="Meta internal", vp="unknown"), 16, 80, notes).vp == 2
     assert "TorchTitan" in notes[0] and "generate_split_points" in notes[0]
     assert resolved("Megatron-Core", vp="unknown").vp == 2
     with pytest.raises(ValueError, match="without interleaving"):
         resolved("DeepSpeed", vp="unknown")
 
 
-def test_the_llama3_rows_resolve_vp_unknown_to_two_interleaved_stages():
+def test_the_llama3_rows_resolve_vp_unknown_to_one_layer_per_virtual_stage():
     line = next(x for x in (DATA / "runs_dev.jsonl").read_text().splitlines() if "405b-s8192-n8192" in x)
     record = lower_record(json.loads(line))
     assert json.loads(line)["plan"]["vp"] == "unknown" and record.stack == "meta-internal"
-    assert record.columns[C["vp"]] == 2 and record.columns[C["pipeline_schedule"]] == 1     # interleaved
-    assert record.columns[C["uneven_stages"]] == 1                                       # 126 layers, 32 stages
-    assert any(note.startswith("vp unknown: 2") for note in record.notes)
+    assert record.columns[C["vp"]] == 8 and record.columns[C["pipeline_schedule"]] == 1     # interleaved
+    assert record.columns[C["uneven_stages"]] == 1                                       # 126 layers, 128 chunks
+    assert record.columns[C["embedding_loss_in_split"]] == 1
+    assert any(note.startswith("vp unknown: 8") for note in record.notes)
 
 
 def test_the_b200_runs_read_as_megatron_core_kernels():

@@ -1,19 +1,42 @@
 """Meta's internal training stack (Llama 3: 4D parallelism, TP/CP/PP/FSDP): stack ``meta-internal``.
 
-Skeleton: no default of its own, so these runs keep today's reading (the registry's defaults: fused kernels,
-flash attention, overlapped data-parallel communication). ``vp = "unknown"``: the Llama 3 paper (Dubey et
-al. 2024, section 3.3.2) interleaves its pipeline without stating the virtual stages; the rule takes the default of
-Meta's public PyTorch pipelining, TorchTitan: 2 stages per rank for multi-stage schedules.
+From the Llama 3 paper (Dubey et al. 2024, "The Llama 3 Herd of Models", arXiv 2407.21783, section 3.3.2):
+
+- balanced pipeline: "we reduce one Transformer layer each from the first and the last stages ... the first
+  model chunk on the first stage has only the embedding, and the last model chunk on the last stage has only
+  output projection and loss calculation": the embedding and the loss each take one layer's slot in the split
+  (``embedding_loss_in_split``, Megatron-Core's ``account_for_embedding_in_pipeline_split`` /
+  ``account_for_loss_in_pipeline_split``);
+- ``vp = "unknown"``: the schedule interleaves (V stages per rank) without stating V. A first chunk holding the
+  embedding *only* once one layer is removed holds one layer otherwise, so every chunk is one layer and
+  ``V = (L + 2) / pp`` (405B: 126 layers, PP 16 -> V = 8). When ``pp`` does not divide ``L + 2`` the rule falls
+  back to TorchTitan's default, 2 stages per rank (Meta's public PyTorch pipelining).
+
+Every other default is the registry's (fused kernels, flash attention, overlapped data-parallel communication).
 """
 
 from fastmodel.lm.stacks.base import StackProfile
-from fastmodel.lm.stacks.torchtitan import unknown_vp
+from fastmodel.lm.stacks.torchtitan import unknown_vp as torchtitan_vp
 
-# issue 26: every default of this profile is today's fall-through
+
+def defaults(execution, framework: str | None) -> dict:
+    return {"embedding_loss_in_split": True}
+
+
+def unknown_vp(pp: int, layers: int) -> tuple[int, str]:
+    slots = layers + 2
+    if pp > 1 and slots % pp == 0:
+        return slots // pp, (f"(layers + 2) / pp = {slots // pp}: one layer per virtual stage, the embedding and the "
+                             "loss in the first and last chunks (Llama 3 paper sec. 3.3.2)")
+    return torchtitan_vp(pp, layers)
+
+
 PROFILE = StackProfile(
     name="meta-internal",
     title="Meta internal (Llama 3)",
     names=("meta internal",),
-    source="Dubey et al. 2024 (The Llama 3 Herd of Models) section 3.3; vp rule from torchtitan/distributed/pipeline.py",
+    source="Dubey et al. 2024 (The Llama 3 Herd of Models) section 3.3.2 (balanced first/last stages, one layer "
+           "per chunk); fallback vp rule from torchtitan/distributed/pipeline.py",
+    defaults=defaults,
     unknown_vp=unknown_vp,
 )
