@@ -106,6 +106,9 @@ class ExecutionSpec(BaseModel):
         None, description="Gradient dtype of the data-parallel reduction; default: the stack's, else fp32.")
     optimizer: _names(OPTIMIZER_CODES) = "adam"  # type: ignore[valid-type]
     # kernels the stack sets
+    torch_compile: bool | None = Field(
+        None, description="torch.compile (TorchInductor): element-wise chains fused, so fused_kernels defaults to "
+                          "true (fastmodel/lm/stacks/__init__.py resolve).")
     fused_kernels: bool | None = None
     flash_attention: bool | None = None
     dropout: bool | None = None

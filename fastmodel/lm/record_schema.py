@@ -56,6 +56,7 @@ class ModelBlock(LMSpec):
     embedding_layernorm: bool | None = None
     moe_router: Text | None = None
     qk_norm: bool | None = None
+    parallel_residual: bool | None = None   # GPT-NeoX/GPT-J: attention and MLP from one input; recorded, not modelled
     moe_min_capacity: NonNegativeInt | None = Field(None, le=1 << 30)
 
     @model_validator(mode="before")
@@ -137,12 +138,15 @@ _PLAN_FIELDS: dict[str, tuple] = {
     "recompute_detail": (Text | None, None), "recompute_modules": (TextOrList | None, None),
     "fp8_recipe": (Text | None, None), "cuda_graphs": (bool | None, None),
     "moe_dispatch_detail": (Text | None, None), "moe_grouped_gemm": (bool | None, None),
-    "torch_compile": (bool | None, None),
+    "fsdp_limit_all_gathers": (bool | None, None), "zero_detail": (Text | None, None),
     "pipeline_layer_balance": (Text | None, None),
 }
 #: plan fields recorded but not modelled yet -> the value the model assumes (a note names any other value;
 #: None: every value is noted)
-UNMODELLED = {"cuda_graphs": False, "moe_grouped_gemm": None, "fp8_recipe": None}
+UNMODELLED = {"cuda_graphs": False, "moe_grouped_gemm": None, "fp8_recipe": None,
+              # PyTorch FSDP1's rate limiter (default True since PyTorch 2.0, torch/distributed/fsdp docs): at most
+              # two gathered units in flight, what fsdp_gather_buffer_bytes counts; False is noted
+              "fsdp_limit_all_gathers": True}
 EXECUTION_FIELDS = tuple(name for name in ExecutionSpec.model_fields if name not in ("framework", "stack"))
 
 PlanBlock = create_model(

@@ -104,6 +104,8 @@ def record_specs(record, source: str | None = None, notes: list[str] | None = No
         execution = execution.model_copy(update={"uneven_stages": True})   # the run balanced its stages unevenly
     unmodelled = [f"plan.{k} = {getattr(plan, k)!r}" for k, assumed in UNMODELLED.items()
                   if getattr(plan, k) is not None and getattr(plan, k) != assumed]
+    if model.parallel_residual:
+        unmodelled.append("model.parallel_residual = True")
     if unmodelled:
         notes.append(f"{', '.join(unmodelled)}: recorded, not modelled")
     cluster = ClusterSpec.model_construct(

@@ -67,8 +67,16 @@ class LMSpec(_Spec):
                                       "containing 'rms' is RMSNorm, any other LayerNorm; default: RMSNorm for "
                                       "gated MLPs (swiglu3), LayerNorm otherwise.")
 
+    position_embedding: str | None = Field(
+        None, max_length=200, description="\"rotary\" (or \"rope\", optionally \"(N% of head dim)\"), \"learned\" "
+        "(or \"absolute\"), \"alibi\" or \"none\", then an optional remark; default: rotary on every head "
+        "dimension (fastmodel.lm.lowering.position_values).")
+
     @model_validator(mode="after")
     def _consistent(self):
+        if self.position_embedding is not None:
+            from fastmodel.lm.lowering import position_values
+            position_values(self.position_embedding)          # a FieldValueError naming the field
         kv_heads = self.kv_heads if self.kv_heads is not None else self.heads
         if kv_heads > self.heads or self.heads % kv_heads:
             raise FieldValueError(("kv_heads",), f"{kv_heads} kv heads must divide the {self.heads} query heads")

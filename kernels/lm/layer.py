@@ -13,7 +13,7 @@ from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.layout import (
     CP_ALLTOALL, C_CAUSAL, C_CP, C_CP_ALGORITHM, C_EP, C_FFN, C_FLASH_ATTENTION, C_HEADS, C_HEAD_DIM, C_HIDDEN,
     C_KV_HEADS, C_LAYERS, C_MICRO_BATCH, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS,
-    C_MOE_TOPK, C_MTP_LAYERS, C_PRECISION, C_RECOMPUTE, C_RECOMPUTE_FRACTION, C_SEQUENCE_PARALLEL, C_SEQ_LEN,
+    C_MOE_TOPK, C_MTP_LAYERS, C_PRECISION, C_RECOMPUTE, C_RECOMPUTE_FRACTION, C_ROTARY_FRACTION, C_SEQUENCE_PARALLEL, C_SEQ_LEN,
     C_SLIDING_WINDOW, C_TIED_EMBEDDINGS, C_TP, C_VOCAB, PRECISION_FP8, RECOMPUTE_FULL, RECOMPUTE_PARTIAL_LAYERS,
     RECOMPUTE_SELECTIVE,
 )
@@ -129,7 +129,8 @@ def layer_costs(row, moe, sliding, work):
         core_mem = memory_bound_time(row, 7.0 * tokens * row[C_SEQ_LEN] * a / t)
     # memory-bound kernels: 2 norms + 2 residual adds (replicated over TP unless SP), activation, rotary
     norm_tokens = tokens / t if sp else tokens
-    nbytes = elementwise_bytes(row, norm_tokens * h, mlp_out, tokens * (a + row[C_KV_HEADS]) * dqk / t)
+    nbytes = elementwise_bytes(row, norm_tokens * h, mlp_out,
+                               tokens * (a + row[C_KV_HEADS]) * dqk / t * row[C_ROTARY_FRACTION])
     if fp8:
         # FP8 casts of the GEMM inputs (read 2 B, write 1 B) for forward and transposed backward copies
         nbytes += 2.0 * 3.0 * tokens * (2.0 * h / (t if sp else 1.0) + a * dv / t + mlp_out / tokens)

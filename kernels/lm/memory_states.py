@@ -17,7 +17,7 @@ from fastmodel.kernels.lm.layout import (
     C_CP, C_DENSE_LAYERS, C_DP, C_EP, C_FFN, C_FP8_PARAMS, C_GATED_MLP, C_GRAD_REDUCE_BYTES, C_HEADS, C_HEAD_DIM,
     C_HIDDEN, C_LAYERS, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_LAYER_FREQ, C_MOE_SHARED_EXPERTS, C_MOE_TOPK,
     C_MTP_LAYERS, C_OPTIMIZER, C_PP, C_PRECISION, C_SHARDING,
-    C_SHARD_DEGREE, C_TIED_EMBEDDINGS, C_EMBEDDING_LOSS_IN_SPLIT, C_TP, C_UNEVEN_STAGES, C_VOCAB, C_VP, OPT_ADAFACTOR, OPT_SGD,
+    C_SHARD_DEGREE, C_TIED_EMBEDDINGS, C_EMBEDDING_LOSS_IN_SPLIT, C_LEARNED_POSITIONS, C_SEQ_LEN, C_TP, C_UNEVEN_STAGES, C_VOCAB, C_VP, OPT_ADAFACTOR, OPT_SGD,
     PRECISION_FP8, SHARD_FSDP, SHARD_ZERO1, SHARD_ZERO2,
 )
 
@@ -100,7 +100,9 @@ def model_stage_params(row, stage):
 
     Non-expert weights split over TP (Megatron column/row-parallel linears, Shoeybi et al. 2019), norms and
     the router replicated; the word embedding is vocab-parallel on the first rank and the LM head on the
-    last (a second copy of a tied embedding when ``pp > 1``, Narayanan et al. 2021, Sec. 3). Routed experts
+    last (a second copy of a tied embedding when ``pp > 1``, Narayanan et al. 2021, Sec. 3), with a learned
+    position table (``learned_positions``) of ``s x h`` beside the word embedding, whole on every TP rank
+    (Megatron-Core ``LanguageModelEmbedding.position_embeddings`` is a plain ``torch.nn.Embedding``). Routed experts
     split over ``ep * etp`` (Megatron-Core MoE docs). An MTP module is one MoE/dense layer plus a ``2h x h``
     projection (DeepSeek-V3 report, Sec. 2.2).
     """
@@ -119,7 +121,7 @@ def model_stage_params(row, stage):
     embedding = row[C_VOCAB] * h / tp
     last = stage == row[C_PP] - 1
     if stage == 0:
-        non_expert += embedding
+        non_expert += embedding + row[C_LEARNED_POSITIONS] * row[C_SEQ_LEN] * h
     if last:
         non_expert += h
         if row[C_TIED_EMBEDDINGS] == 0 or row[C_PP] > 1:

@@ -241,6 +241,17 @@ def test_embedding_and_loss_in_the_pipeline_split_free_a_layer_on_the_first_rank
     assert small(**one, embedding_loss_in_split=1)[M_ACTIVATIONS] == small(**one)[M_ACTIVATIONS]
 
 
+def test_learned_position_table_sits_on_the_first_rank_whole_on_every_tp_rank():
+    """GPT-2-style learned positions: s x h parameters beside the word embedding (V h / t), not split over TP;
+    DDP keeps 2 (weights) + 4 (FP32 gradients) + 12 (Adam) bytes of each."""
+    s, h = 512, 1024
+    base = small(tp=2, sequence_parallel=1)
+    learned = small(tp=2, sequence_parallel=1, learned_positions=1)
+    assert learned[M_WEIGHTS] - base[M_WEIGHTS] == pytest.approx(2 * s * h, rel=1e-12)
+    assert learned[M_GRADIENTS] - base[M_GRADIENTS] == pytest.approx(4 * s * h, rel=1e-12)
+    assert learned[M_OPTIMIZER] - base[M_OPTIMIZER] == pytest.approx(12 * s * h, rel=1e-12)
+
+
 def test_most_loaded_rank_is_the_last_with_a_large_lm_head():
     """pp = 2, 1F1B, 1 micro-batch in flight on each rank (m = 1): the last rank adds the untied LM head
     (V h weights) and the logits workspace 6 T V / t, so it is reported."""

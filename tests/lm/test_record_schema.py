@@ -147,3 +147,27 @@ def test_validate_and_calibrate_name_the_records_they_skip(tmp_path):
     only_bad.write_text(lines[-1].replace("Infinity", "1e999") + "\n")
     result = CliRunner().invoke(main, ["validate", str(only_bad)])
     assert result.exit_code == 2 and result.output.strip().splitlines()[-1].startswith(f"error: {only_bad}: measured")
+
+
+def test_fsdp_rate_limiter_is_what_the_model_assumes_and_its_absence_is_noted():
+    on = lower_record(changed(plan__fsdp_limit_all_gathers=True, plan__zero_detail="ZeRO-1, buckets 5e8"))
+    np.testing.assert_array_equal(on.columns, lower_record(GPT22B).columns)
+    assert "fsdp_limit_all_gathers" not in "; ".join(on.notes)
+    off = lower_record(changed(plan__fsdp_limit_all_gathers=False))
+    assert "plan.fsdp_limit_all_gathers = False: recorded, not modelled" in "; ".join(off.notes)
+
+
+@pytest.mark.parametrize("text, rotary, learned", [
+    ("rotary", 1.0, 0.0), ("RoPE (theta 500000)", 1.0, 0.0), ("rotary (25% of head dim)", 0.25, 0.0),
+    ("learned", 0.0, 1.0), ("absolute, learned", 0.0, 1.0), ("ALiBi", 0.0, 0.0), ("none", 0.0, 0.0),
+])
+def test_position_embedding_text_sets_rotary_share_and_learned_table(text, rotary, learned):
+    columns = lower_record(changed(model__position_embedding=text)).columns
+    assert (columns[C["rotary_fraction"]], columns[C["learned_positions"]]) == (rotary, learned)
+
+
+def test_an_unknown_position_embedding_is_one_line_naming_the_field():
+    with pytest.raises(SpecError, match=r"model\.position_embedding: 'sinusoid' names no position embedding"):
+        lower_record(changed(model__position_embedding="sinusoid"))
+    with pytest.raises(SpecError, match=r"did you mean 'rotary'"):
+        lower_record(changed(model__position_embedding="rotery"))

@@ -182,3 +182,38 @@ def test_the_b200_runs_read_as_megatron_core_kernels():
     explicit = lower_record(record).columns
     assert explicit[C["fused_kernels"]] == 0 and explicit[C["selective_policy"]] == 1
     assert np.sum(explicit != columns) == 2
+
+
+@pytest.mark.parametrize("framework, stack", [
+    ("llm-foundry (Composer, PyTorch FSDP)", "composer"),
+    ("MosaicML Composer 0.17", "composer"),
+    ("HF Accelerate FSDP", "accelerate"),
+    ("MaxText (JAX 0.4.30, XLA)", "maxtext"),
+    ("OLMo-core (PyTorch FSDP2/HSDP, torch.compile), early 2025", "torchtitan"),
+])
+def test_fsdp_and_jax_stacks_are_named_by_their_framework_text(framework, stack):
+    assert profile_for(framework) == (BY_NAME[stack], None)
+
+
+def test_composer_accelerate_maxtext_defaults_come_from_their_source():
+    # Composer FSDPConfig: mixed_precision DEFAULT -> reduce_dtype fp32; FSDP1 flat parameters; eager model code
+    composer = resolved("Composer", sharding="fsdp")
+    assert (composer.grad_reduce_dtype, composer.fsdp_copy_out, composer.fused_kernels) == ("fp32", False, False)
+    # Accelerate set_mixed_precision: reduce_dtype = the mixed-precision dtype
+    assert resolved("Accelerate", sharding="fsdp").grad_reduce_dtype == "bf16"
+    assert resolved("Accelerate", sharding="fsdp", precision="fp16").grad_reduce_dtype == "fp16"
+    # MaxText base.yml: grad_dtype float32; XLA fuses element-wise ops
+    maxtext = resolved("MaxText", sharding="fsdp")
+    assert (maxtext.grad_reduce_dtype, maxtext.fused_kernels) == ("fp32", True)
+
+
+def test_torch_compile_fuses_element_wise_kernels_unless_the_run_says_otherwise():
+    assert resolved("TorchTitan", torch_compile=True).fused_kernels is True
+    assert resolved("TorchTitan", torch_compile=False).fused_kernels is False      # the stack's eager default
+    assert resolved("TorchTitan").fused_kernels is False
+    assert resolved("TorchTitan", torch_compile=True, fused_kernels=False).fused_kernels is False
+    line = next(x for x in (DATA / "runs_fsdp_public.jsonl").read_text().splitlines() if "olmo2-1b-bf16" in x)
+    data = json.loads(line)
+    assert data["plan"]["torch_compile"] is True and lower_record(data).columns[C["fused_kernels"]] == 1
+    data["plan"]["torch_compile"] = False
+    assert lower_record(data).columns[C["fused_kernels"]] == 0

@@ -2,7 +2,8 @@
 
 One module per profile: ``megatron_core`` (Megatron-Core / NeMo), ``megatron_2021`` (Megatron 2021-22 /
 Megatron-DeepSpeed), ``deepspeed`` (DeepSpeed ZeRO), ``pytorch_fsdp`` (FSDP1, 1.x and 2.x), ``torchtitan``
-(TorchTitan / FSDP2), ``meta`` (Meta internal), ``default`` (a framework text naming none); ``base`` holds
+(TorchTitan / FSDP2), ``composer`` (Composer / llm-foundry on FSDP1), ``accelerate`` (Hugging Face Accelerate's
+FSDP plugin), ``maxtext`` (MaxText on JAX/XLA), ``meta`` (Meta internal), ``default`` (a framework text naming none); ``base`` holds
 the profile type and the parse of a ``framework`` string. An execution (``ExecutionSpec.stack``) or a run
 record (top-level ``stack``) may name a profile explicitly; otherwise its ``framework`` text picks one.
 
@@ -12,13 +13,24 @@ their bases).
 
 from __future__ import annotations
 
-from fastmodel.lm.stacks import deepspeed, default, megatron_2021, megatron_core, meta, pytorch_fsdp, torchtitan
+from fastmodel.lm.stacks import (
+    accelerate,
+    composer,
+    deepspeed,
+    default,
+    maxtext,
+    megatron_2021,
+    megatron_core,
+    meta,
+    pytorch_fsdp,
+    torchtitan,
+)
 from fastmodel.lm.stacks.base import StackProfile, tokens
 
 #: every profile, in the order a framework text is matched (derived frameworks before their bases)
 PROFILES: tuple[StackProfile, ...] = (
-    megatron_2021.PROFILE, torchtitan.PROFILE, pytorch_fsdp.PROFILE, deepspeed.PROFILE, meta.PROFILE,
-    megatron_core.PROFILE, default.PROFILE,
+    megatron_2021.PROFILE, torchtitan.PROFILE, composer.PROFILE, accelerate.PROFILE, pytorch_fsdp.PROFILE,
+    deepspeed.PROFILE, meta.PROFILE, megatron_core.PROFILE, maxtext.PROFILE, default.PROFILE,
 )
 BY_NAME: dict[str, StackProfile] = {profile.name: profile for profile in PROFILES}
 STACK_NAMES: tuple[str, ...] = tuple(BY_NAME)
@@ -43,12 +55,20 @@ def profile_for(framework: str | None, stack: str | None = None) -> tuple[StackP
 
 def resolve(execution, pp: int, layers: int, notes: list[str] | None = None):
     """The execution with its stack applied: ``stack`` set, the fields it leaves ``None`` that its profile
-    decides filled in, and ``vp = "unknown"`` replaced by the profile's rule (a ValueError if the stack
+    decides filled in (``torch_compile`` first: a compiled model runs fused element-wise kernels whatever its
+    stack, ``fused_kernels`` true -- TorchInductor generates one kernel per chain of pointwise ops and
+    reductions, and AOTAutograd's default min-cut partitioner recomputes those chains in the backward instead
+    of saving their intermediates: PyTorch docs ``torch.compiler`` / TorchInductor, and
+    ``torch/_functorch/partitioners.py`` ``min_cut_rematerialization_partition``, the partitioner Inductor
+    uses; so both the memory-bound traffic of ``elementwise_bytes`` and the extra saved tensors of
+    ``eager_elementwise_bytes`` are the fused ones), and ``vp = "unknown"`` replaced by the profile's rule (a ValueError if the stack
     cannot interleave). Notes (framework not recognised, the vp rule) are appended to ``notes``."""
     profile, note = profile_for(execution.framework, execution.stack)
     update = {"stack": profile.name}
+    if execution.torch_compile and execution.fused_kernels is None:
+        update["fused_kernels"] = True              # Inductor fuses the element-wise chains (above)
     for name, value in profile.defaults(execution, execution.framework).items():
-        if getattr(execution, name) is None:
+        if getattr(execution, name) is None and name not in update:
             update[name] = value
     if execution.vp == "unknown":
         vp, rule = profile.unknown_vp(pp, layers)

@@ -1,0 +1,30 @@
+"""Hugging Face Accelerate's FSDP plugin: stack ``accelerate``.
+
+Defaults from Accelerate's own source, huggingface/accelerate@16cb6eb (2026-07-24),
+``src/accelerate/utils/dataclasses.py`` ``FullyShardedDataParallelPlugin``:
+
+- ``fsdp_version`` 1 (FSDP1: flat parameters, views of the all-gather output, no copy-out), ``reshard_after_forward``
+  ``'FULL_SHARD'``, ``limit_all_gathers = True``, ``backward_prefetch`` None ("NO_PREFETCH"),
+  ``forward_prefetch = False``;
+- ``set_mixed_precision``: ``param_dtype`` and ``reduce_dtype`` both the run's mixed-precision dtype, so
+  gradients are reduced in BF16 (FP16 under fp16): ``grad_reduce_dtype`` is the training dtype, not FP32.
+
+The model code (Transformers) is eager PyTorch unless the run compiles it (``plan.torch_compile``).
+"""
+
+from fastmodel.lm.stacks.base import StackProfile
+
+
+def defaults(execution, framework: str | None) -> dict:
+    dtype = "fp16" if execution.precision == "fp16" else "bf16"
+    return {"fused_kernels": False, "selective_policy": "op", "fsdp_copy_out": False, "grad_reduce_dtype": dtype}
+
+
+PROFILE = StackProfile(
+    name="accelerate",
+    title="Hugging Face Accelerate (FSDP1 plugin)",
+    names=("accelerate", "hf accelerate", "huggingface accelerate"),
+    source="huggingface/accelerate@16cb6eb src/accelerate/utils/dataclasses.py (FullyShardedDataParallelPlugin "
+           "defaults; set_mixed_precision: reduce_dtype = the mixed-precision dtype)",
+    defaults=defaults,
+)
