@@ -118,11 +118,6 @@ def test_pull_chosen_by_cross_validation_is_zero_for_runs_the_model_fits_exactly
     assert result.prior_scores[0.0] < min(result.prior_scores[w] for w in (0.5, 1.0, 2.0, 4.0))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "since the Llama 3 405B rows say vp = \"unknown\" (read by the stack's rule: 2 virtual stages), the "
-    "uncalibrated test half scores 5.6% MAPE; fitted on the other half, the calibration's 'pytorch fsdp' stack "
-    "efficiency (0.81, from the H100 FSDP rows) moves the A100 FSDP rows of this half from -6% to +10..+27% "
-    "and the half ends at 6.9% (before: 7.1% -> 6.7%). A fit that generalises over a stack is issue 26 item 6."))
 def test_calibrating_on_half_of_the_dev_runs_improves_the_other_half(records):
     train, test = records[1::2], records[0::2]           # alternating rows of the runs sorted by id
     cal = fit(train).calibration()
