@@ -35,3 +35,17 @@ def test_a_run_that_ran_but_does_not_fit_is_named():
     assert table[0]["fits_memory"] is False and np.isfinite(table[0]["memory_error"])
     text = format_report(table)
     assert "does not fit: 1 of 1 answered" in text and small["id"] in text.split("does not fit: 1 of 1 answered")[1]
+
+
+def test_no_dev_run_that_ran_is_predicted_not_to_fit():
+    """Issue 23 'done when': every in-sample run of runs_dev.jsonl fits under the default margin (the held-out
+    rows are scored by ``validate --heldout``, not asserted here). The two that did not: GPT-529.6B under
+    ZeRO-3 (DeepSpeed keeps 16-bit gradients) and Llama 3 405B at 8K (balanced first stage, V = 8)."""
+    heldout = set(json.loads((DATA / "heldout.json").read_text())["files"]["runs_dev.jsonl"])
+    records = [lower_record(json.loads(line)) for line in (DATA / "runs_dev.jsonl").read_text().splitlines()]
+    table = rows([r for r in records if r.id not in heldout])
+    assert len(table) == 54
+    assert [r["id"] for r in table if not r["fits_memory"]] == []
+    gib = {r["id"]: r["memory_per_device"] / 2**30 for r in table}
+    assert gib["narayanan2021_t2-GPT-529.6B-n640-tp1pp1-full-zero3"] < 76.0      # 0.95 x 80 GiB usable
+    assert gib["llama3-paper-405b-s8192-n8192"] < 76.0
