@@ -9,8 +9,8 @@ import pytest
 
 from fastmodel.lm.engine import evaluate_table
 from fastmodel.lm.execution import ExecutionSpec
-from fastmodel.lm.stacks import resolve
 from fastmodel.lm.stacks import megatron_2021 as m21
+from fastmodel.lm.stacks import resolve
 from fastmodel.lm.table import table
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "model.md"
