@@ -78,3 +78,31 @@ def test_b200_nvlink_efficiency_is_the_gather_bus_bandwidth():
     assert np.mean(gathers) == pytest.approx(B200["intra_eff"], abs=0.005)
     latency = np.mean([nccl[op]["latency_us"] for op in ("all_gather", "reduce_scatter")]) * 1e-6
     assert latency == pytest.approx(B200["intra_latency"], rel=0.01)
+
+
+def test_every_built_in_cluster_names_a_device_file():
+    """A cluster's GPU picks its device file; without one it would run on generic (H100-era) efficiencies.
+    MI300X is the one known gap (no AMD microbenchmark gathered yet)."""
+    from importlib import resources
+
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # pragma: no cover - python < 3.11
+        import tomli as tomllib
+
+    missing = set()
+    for path in resources.files("fastmodel.specs").joinpath("systems").iterdir():
+        if not path.name.endswith(".toml"):
+            continue
+        spec = tomllib.loads(path.read_text())
+        if spec.get("kind") == "cluster" and spec["gpu"].lower() not in device_table():
+            missing.add(spec["gpu"])
+    assert missing == {"MI300X"}
+
+
+def test_gb200_is_b200_at_its_own_datasheet():
+    """GB200 runs B200's measured efficiencies (same die) at the NVL72 datasheet's dense peaks (rack / 72 / 2)."""
+    gb200 = device_table()["gb200"]
+    assert gb200["peak_flops_16"] == 360e15 / 72 / 2 and gb200["peak_flops_4"] == 1440e15 / 72 / 2
+    for name in ("gemm_eff_16", "attn_eff", "intra_eff", "intra_latency", "sm_count", "gemm_k_half"):
+        assert gb200[name] == B200[name]
