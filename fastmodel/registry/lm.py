@@ -228,7 +228,14 @@ NETWORK_COLUMNS = _cols(
     ("host_layer_s", "s", 0.0, "Host (CPU) time the software stack takes to issue one transformer layer's forward "
      "pass (Python, dispatcher, autograd, kernel launches); its backward and a recomputed forward take as long. A "
      "micro-batch the GPU runs faster than the CPU issues it lasts the issue time (time_host_wait). 0: the CPU "
-     "always runs ahead; a calibration's [stack.\"NAME\"] table sets it.", 0, 1, True),
+     "always runs ahead; a calibration's [stack.\"NAME\"] table sets it. > 0 overrides host_ops_layer x "
+     "host_op_s.", 0, 1, True),
+    ("host_ops_layer", "1", 0.0, "Framework operators (PyTorch dispatcher calls) the stack issues per transformer "
+     "layer forward pass, counted from its source (docs/model.md, host issue time); with host_op_s it gives the "
+     "host time per layer pass when host_layer_s is 0. The stack profile sets it.", 0, 1e5, False, "number"),
+    ("host_op_s", "s", 0.0, "Host (CPU) seconds to issue one eager framework operator: Python, dispatcher, "
+     "autograd recording, kernel launch (docs/model.md, host issue time). 0: not counted (the CPU runs ahead, "
+     "e.g. CUDA graphs). The stack profile sets it.", 0, 1e-3, False, "number"),
 )
 
 SERVE_COLUMNS = _cols(
