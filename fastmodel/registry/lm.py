@@ -212,6 +212,9 @@ NETWORK_COLUMNS = _cols(
     ("domain_size", "1", 8, "Devices per NVLink domain (tier 0 of a cluster's .tiers; 72 for NVL72).", 1, 1 << 16),
     ("intra_bw", "bytes/s", 450e9, "NVLink-domain (tier 0) bandwidth per device, one direction.", 1e8, 1e14),
     ("intra_latency", "s", 3.4e-6, "NVLink-domain (tier 0) per-step latency of a collective.", 0, 1e-2, True),
+    ("collective_overhead_s", "s", 0.0, "GPU idle time around each tensor-parallel collective issued between compute "
+     "kernels (NCCL kernel launch, ranks meeting), beyond NCCL's latency + bandwidth time; 0 where no device "
+     "measurement exists (b200.toml: 23.6e-6, measured).", 0, 1e-2),
     ("intra_eff", "1", 0.80, "Attainable fraction of tier-0 (NVLink) bandwidth (NCCL bus bandwidth / link rate).",
      0.05, 1, True),
     ("inter_bw", "bytes/s", 50e9, "Scale-out (tier 1, NIC) bandwidth per device, one direction.", 1e7, 1e14),
