@@ -1,11 +1,13 @@
-"""The closed loop's benchmark terms (kernels/serve/load.py, docs/model_serving.md §S7): the client's start wave."""
+"""The closed loop's scheduling and benchmark terms (kernels/serve/load.py, docs/model_serving.md §S7): the client's
+start wave, the wait for the next iteration boundary, the token budget shared with the decodes."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-from fastmodel.kernels.serve.load import wave_iterations
-from fastmodel.serve.api import evaluate
+from fastmodel.kernels.serve.load import decode_iteration, prefill_iteration, wave_iterations
+from fastmodel.serve.api import columns, evaluate
 
 
 def test_wave_iterations_of_whole_prompts_count_k_prompts_per_iteration():
@@ -54,3 +56,40 @@ def test_start_wave_of_whole_prompts_waits_for_earlier_iterations():
 def test_one_request_has_no_start_wave():
     one = evaluate("llama3.1-70b", "H100", concurrency=1, client_rounds=10, **KW)
     assert one["ttft"] == evaluate("llama3.1-70b", "H100", concurrency=1, client_rounds=0, **KW)["ttft"]
+
+
+def _row(**kw):
+    row = columns("llama3.1-70b", "H100", **kw).astype(float)
+    return row[:, 0] if row.ndim > 1 else row
+
+
+def test_arrival_joins_at_the_next_iteration_boundary():
+    """Two requests, long outputs (the prefill station is idle: phi ~ 6e-4): a new prompt arrives while the other
+    request's decode iteration runs and starts at the next boundary, so ttft = S + tpot with S the iteration
+    that carries its 1024 tokens and the other's decode; one request alone finds the engine idle."""
+    kw = dict(tp=4, input_len=1024, output_len=8192, precision="fp8", overlap_step=0, client_rounds=0)
+    two = evaluate("llama3.1-70b", "H100", concurrency=2, **kw)
+    row = _row(concurrency=2, **kw)
+    costs = np.zeros(4)
+    _, per_request = decode_iteration(row, 1.0, costs)
+    own = prefill_iteration(row, 1.0, 1024.0, per_request, costs)
+    assert two["ttft"] == pytest.approx(own + two["tpot"], rel=2e-3)
+    one = evaluate("llama3.1-70b", "H100", concurrency=1, **kw)
+    assert one["ttft"] == pytest.approx(prefill_iteration(row, 0.0, 1024.0, per_request, costs), rel=1e-12)
+
+
+def test_token_budget_is_shared_with_the_other_requests_decodes_only():
+    """A prompt as long as the budget (8192, chunked): alone it fits one iteration (the static prefill); beside a
+    decoding request the free budget is 8191, so it takes a chunk of 8191 and a last chunk of 1 token, each
+    iteration priced at its own size (two full iterations would be 0.86 s, not 0.45 s)."""
+    kw = dict(tp=4, input_len=8192, output_len=8192, precision="fp8", overlap_step=0, client_rounds=0,
+              chunked_prefill=1, max_num_tokens=8192)
+    one = evaluate("llama3.1-70b", "H100", concurrency=1, **kw)
+    assert one["ttft"] == pytest.approx(evaluate("llama3.1-70b", "H100", batch_size=1, **kw)["ttft"], rel=1e-12)
+    two = evaluate("llama3.1-70b", "H100", concurrency=2, **kw)
+    row = _row(concurrency=2, **kw)
+    costs = np.zeros(4)
+    _, per_request = decode_iteration(row, 1.0, costs)
+    chunks = prefill_iteration(row, 1.0, 8191.0, per_request, costs) + prefill_iteration(row, 1.0, 1.0,
+                                                                                          per_request, costs)
+    assert two["ttft"] == pytest.approx(chunks + two["tpot"], rel=1e-2)     # the queue: 1 / (1 - phi), phi ~ 5e-3
