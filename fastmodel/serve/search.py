@@ -81,6 +81,11 @@ def slo_search(model, device: str, *, input_len: int, output_len: int, ttft: flo
         chosen = np.zeros(ok.shape, dtype=bool)
         chosen[index] = True
         best = _rows(ds, chosen, slo_ok)[0]
+    dims = ds.status.dims
+    ds = ds.assign(within_budget=(dims, np.ascontiguousarray(within), {"description": f"tp x pp <= {gpus} GPUs"}),
+                   meets_slo=(dims, slo_ok, {"description": "status ok, fits memory, within the GPU budget, "
+                                             "ttft and tpot within the SLOs"}))
+    ds.attrs.update({"slo_ttft_s": float(ttft), "slo_tpot_s": float(tpot), "slo_gpus": int(gpus)})
     return SearchResult(ds, _rows(ds, mask, slo_ok), best, int(ok.sum()), int(slo_ok.sum()))
 
 

@@ -1,0 +1,52 @@
+"""``fastmodel serve --search -o`` writes the searched sweep; ``fastmodel plot pareto`` draws its frontier with the
+SLOs (fastmodel/serve/search.py, fastmodel/plot/serving.py, docs/model_serving.md §S17)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import xarray as xr
+from click.testing import CliRunner
+
+from fastmodel.cli import main
+from fastmodel.serve.search import X, Y, slo_search
+
+ARGS = ["serve", "--search", "-m", "llama3.1-8b", "-d", "H100", "--ttft", "0.5", "--tpot", "30ms", "--gpus", "4",
+        "--input-len", "1024", "--output-len", "256"]
+
+
+def test_search_writes_its_sweep_with_the_budget_and_the_slos(tmp_path):
+    out = tmp_path / "search.nc"
+    run = CliRunner().invoke(main, [*ARGS, "-o", str(out)])
+    assert run.exit_code == 0, run.output
+    ds = xr.load_dataset(out)
+    assert ds.attrs["slo_ttft_s"] == 0.5 and ds.attrs["slo_tpot_s"] == pytest.approx(0.03) and ds.attrs["slo_gpus"] == 4
+    within = np.broadcast_to((ds.tp.values[:, None] * ds.pp.values[None, :] <= 4)[None, None, :, :, None],
+                             ds.status.shape)
+    assert (ds.within_budget.values.astype(bool) == within).all()
+    meets = (ds.status.values == 0) & ds.fits_memory.values.astype(bool) & within & (ds.ttft.values <= 0.5) \
+        & (ds.tpot.values <= 0.03)
+    assert (ds.meets_slo.values.astype(bool) == meets).all() and meets.any()
+    again = CliRunner().invoke(main, [*ARGS, "-o", str(out)])
+    assert again.exit_code == 2 and "--force" in again.output       # the output rule: no silent overwrite
+
+
+def test_plot_pareto_of_a_search_marks_the_tpot_target_and_the_best_point(tmp_path):
+    from fastmodel.plot.serving import serving_pareto
+
+    result = slo_search("llama3.1-8b", "H100", input_len=1024, output_len=256, ttft=0.5, tpot=0.03, gpus=4)
+    fig, ax = serving_pareto(result.dataset, "precision")
+    assert ax.best == (pytest.approx(result.best[X]), pytest.approx(result.best[Y]))
+    [line] = [g for g in ax.get_lines() if g.get_gid() == "slo-tpot"]
+    assert line.get_xdata()[0] == pytest.approx(1 / 0.03)
+    for xv, yv, _ in ax.frontiers.values():   # no frontier point needs more GPUs than the budget
+        ds = result.dataset
+        over = ds.within_budget.values == 0
+        assert not np.any(np.isin(np.round(xv, 9), np.round(ds[X].values[over], 9))
+                          & np.isin(np.round(yv, 9), np.round(ds[Y].values[over], 9)))
+    out = tmp_path / "search.nc"
+    assert CliRunner().invoke(main, [*ARGS, "-o", str(out)]).exit_code == 0
+    png = tmp_path / "pareto.png"
+    run = CliRunner().invoke(main, ["plot", "pareto", str(out), "--curve", "precision", "-o", str(png)])
+    assert run.exit_code == 0, run.output
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "precision = fp8:" in run.output
