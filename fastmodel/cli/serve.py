@@ -138,7 +138,7 @@ def _search(model, device, input_len, output_len, ttft, tpot, gpus, precisions, 
     targets = []
     for name, value in (("--ttft", ttft), ("--tpot", tpot)):
         try:
-            targets.append(parse_quantity(value, "seconds"))
+            targets.append(parse_quantity(value, "duration"))
         except ValueError as error:
             raise SpecError(None, name, str(error)) from None
     if output:

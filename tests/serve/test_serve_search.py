@@ -50,3 +50,16 @@ def test_plot_pareto_of_a_search_marks_the_tpot_target_and_the_best_point(tmp_pa
     run = CliRunner().invoke(main, ["plot", "pareto", str(out), "--curve", "precision", "-o", str(png)])
     assert run.exit_code == 0, run.output
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "precision = fp8:" in run.output
+
+
+def test_slo_targets_read_as_durations():
+    """``--ttft 2s --tpot 50ms`` (issue 24's example): a service-level target may exceed the 1 s ceiling of a
+    device latency; a day is the most a target may be."""
+    from fastmodel.spec.quantity import parse_quantity
+
+    assert parse_quantity("2s", "duration") == 2.0 and parse_quantity("50ms", "duration") == pytest.approx(0.05)
+    with pytest.raises(ValueError, match="implausibly large"):
+        parse_quantity(2e5, "duration")
+    run = CliRunner().invoke(main, ["serve", "--search", "-m", "llama3.1-8b", "-d", "H100", "--ttft", "2s",
+                                    "--tpot", "50ms", "--gpus", "2"])
+    assert run.exit_code == 0 and "TTFT <= 2000 ms and TPOT <= 50 ms" in run.output
