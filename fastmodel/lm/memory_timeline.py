@@ -1,17 +1,18 @@
 """Memory over one training step, per pipeline rank and kind: the data of ``fastmodel plot memory-timeline``.
 
-Each pipeline rank runs its schedule's operations in order (``fastmodel.lm.pipeline_program.stage_order``:
-1F1B, interleaved or GPipe); after each forward it holds one more micro-batch's activations (a ``1 / v`` chunk
-of its layers under the interleaved schedule), a backward frees them. The memory of each moment is composed by
+Each pipeline rank runs its schedule's operations in order (``kernels/lm/pipeline.py:stage_order``, every
+schedule); after each forward it holds one more micro-batch's activations (a ``1 / v`` chunk of its layers
+under the interleaved schedule; DualPipe's two directions each hold their chunk), a backward frees them. The memory of each moment is composed by
 the same kernel terms as the peak (kernels/lm/memory_peak.py), so the largest moment of a rank's timeline is
 that rank's peak (``tests/lm/test_memory_timeline.py`` checks it against ``memory_row``):
 
-- after the forward of a micro-batch: its activations are added; on the last rank, after the last chunk,
-  the logits and loss workspace are live (``P_LOSS``);
+- after the forward of a micro-batch: its activations are added; after the last model stage of its chain
+  (the last rank's last chunk; DualPipe: rank 0 in the reverse direction) the logits and loss workspace are
+  live (``P_LOSS``);
 - at the start of a backward: the recompute working set and the layer's activation gradients
   (``P_BACKWARD``); after it, the micro-batch's activations are freed and, on the first rank at chunk 0, the
-  word embedding's weight gradient is live (``P_EMBEDDING``); under ZB-H1 the input-gradient pass ``I`` is
-  that start and the weight-gradient pass ``W`` frees the activations;
+  word embedding's weight gradient is live (``P_EMBEDDING``) where the chain starts; under ZB-H1 and DualPipe
+  the input-gradient pass ``I`` is that start and the weight-gradient pass ``W`` frees the activations;
 - the optimizer step ends the step (``P_OPTIMIZER``).
 
 ``overhead`` is ``framework_memory_bytes``; the allocator's cache shows as the ``reserved`` line, the peak
@@ -74,32 +75,16 @@ def _terms(row: np.ndarray) -> dict:
             "embedding": embedding_grad_bytes(row)}
 
 
-def _schedule(row: np.ndarray) -> tuple[str, int]:
-    """(schedule name, virtual stages) a rank runs: interleaved only with ``vp > 1``."""
-    from fastmodel.registry.lm import PIPELINE_SCHEDULES
-
-    names = {code: name for name, code in PIPELINE_SCHEDULES.items()}
-    schedule = names[int(row[C["pipeline_schedule"]])]
-    if schedule == "dualpipe":
-        from fastmodel.errors import SpecError
-
-        raise SpecError(None, "pipeline_schedule", "dualpipe: the memory timeline draws 1f1b, interleaved, gpipe "
-                        "and zb_h1 schedules (DualPipe's two directions per rank are not laid out yet)")
-    if schedule == "interleaved" and int(row[C["vp"]]) > 1:
-        return schedule, int(row[C["vp"]])
-    return (schedule if schedule in ("gpipe", "zb_h1") else "1f1b"), 1
-
-
 def stage_memory(row: np.ndarray, stage: int, terms: dict | None = None) -> StageMemory:
     """The moments of pipeline rank ``stage`` over one step (see the module docstring)."""
     from fastmodel.kernels.lm.memory_activations import stage_microbatch_bytes
     from fastmodel.kernels.lm.memory_peak import P_OPTIMIZER, phase_kinds
-    from fastmodel.kernels.lm.pipeline import microbatches
-    from fastmodel.lm.pipeline_program import stage_order
+    from fastmodel.kernels.lm.pipeline import chain_length, exact_schedule, microbatches, stage_order, virtual_stage
 
     t = _terms(row) if terms is None else terms
     pp = int(row[C["pp"]])
-    schedule, v = _schedule(row)
+    schedule, v = exact_schedule(int(row[C["pipeline_schedule"]]), int(row[C["vp"]]))
+    chain = chain_length(schedule, pp, v)
     w, g, o, _, _ = phase_kinds(row, float(stage), P_OPTIMIZER, t["dense"], t["moe"], t["working"], t["gather"],
                                 t["comm"], t["grads"], t["logits"])
     kept = 1.0 - row[C["activation_offload"]]
@@ -120,9 +105,10 @@ def stage_memory(row: np.ndarray, stage: int, terms: dict | None = None) -> Stag
     held = 0.0
     m = int(round(microbatches(row)))
     for kind, micro_batch, part in stage_order(schedule, pp, m, stage, v):
-        if kind == "F":
+        position = virtual_stage(schedule, pp, stage, part) % chain     # along the chain of model stages
+        if kind in ("F", "P"):      # a forward (DualPipe: also one overlapped with a backward) holds a chunk
             held += chunk
-            loss = stage == pp - 1 and part == v - 1
+            loss = position == chain - 1
             labels.append(f"F{micro_batch}")
             moment(held, t["gather"] + t["comm"] + (t["logits"] if loss else 0.0))
             continue
@@ -132,7 +118,7 @@ def stage_memory(row: np.ndarray, stage: int, terms: dict | None = None) -> Stag
             if kind == "I":
                 continue
         held = max(held - chunk, 0.0)   # B, or ZB-H1's weight-gradient pass W, frees the micro-batch
-        if stage == 0 and part == 0:
+        if position == 0:
             labels.append(f"B{micro_batch} emb")
             if fsdp:
                 moment(held, t["comm"] + t["embedding"])

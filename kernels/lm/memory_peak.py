@@ -24,11 +24,12 @@ from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.moe import expert_tp
 from fastmodel.kernels.lm.layout import (
     C_ACTIVATION_OFFLOAD, C_DENSE_LAYERS, C_FFN, C_FP8_PARAMS, C_GATED_MLP, C_GRAD_REDUCE_BYTES, C_HIDDEN, C_MOE_FFN,
-    C_MOE_SHARED_EXPERTS, C_PIPELINE_SCHEDULE, C_PP, C_SHARDING, C_TP, C_VOCAB, C_VP, SCHED_INTERLEAVED, SHARD_FSDP,
+    C_MOE_SHARED_EXPERTS, C_PP, C_SHARDING, C_TP, C_VOCAB, SHARD_FSDP,
 )
 from fastmodel.kernels.lm.memory_activations import (
     micro_batch_tokens, microbatches_in_flight, replicated_divisor, routed_tokens, stage_microbatch_bytes,
 )
+from fastmodel.kernels.lm.pipeline import chunk_fraction
 from fastmodel.kernels.lm.memory_states import (
     B16, is_moe, gradients_bytes, optimizer_bytes, stage_params, weights_bytes,
 )
@@ -116,7 +117,7 @@ def _phase(row, stage, phase, state, shared):
         return w, g, o, (in_flight * per_mb + working) * kept, gather + comm + grad_work
     if stage != 0:
         return w, g, o, 0.0, 0.0
-    chunk = 1.0 / row[C_VP] if (int(row[C_PIPELINE_SCHEDULE]) == SCHED_INTERLEAVED and row[C_VP] > 1) else 1.0
+    chunk = chunk_fraction(row)
     held = max(in_flight - chunk, 0.0) * per_mb * kept
     if int(row[C_SHARDING]) == SHARD_FSDP:
         return w, g, o, held, comm + embedding_grad_bytes(row)

@@ -11,10 +11,10 @@ import numpy as np
 from fastmodel.kernels.jit import njit, prange
 from fastmodel.kernels.lm.layout import (
     C_CP, C_CP_ALGORITHM, CP_ALLTOALL, C_DOMAIN_SIZE, C_DP, C_EP, C_GLOBAL_BATCH, C_HEADS, C_KV_HEADS, C_LAYERS, C_MICRO_BATCH, C_MOE_EXPERTS,
-    C_N_GPUS, C_PEAK_FLOPS_8, C_PIPELINE_SCHEDULE, C_PP, C_PRECISION, C_SEQ_LEN, C_TP, C_UNEVEN_STAGES, C_VP, PRECISION_FP8,
-    SCHED_1F1B, SCHED_DUALPIPE, SCHED_GPIPE,
+    C_N_GPUS, C_PEAK_FLOPS_8, C_PP, C_PRECISION, C_SEQ_LEN, C_TP, C_UNEVEN_STAGES, C_VP, PRECISION_FP8,
 )
 from fastmodel.kernels.lm.moe import expert_tp
+from fastmodel.kernels.lm.pipeline import schedule_status
 from fastmodel.registry.lm import STATUS_CODES
 
 ST_DEVICES = STATUS_CODES["devices_not_divisible"]
@@ -22,12 +22,10 @@ ST_HEADS = STATUS_CODES["heads_not_divisible"]
 ST_LAYERS = STATUS_CODES["layers_not_divisible"]
 ST_DOMAIN = STATUS_CODES["tp_beyond_domain"]
 ST_BATCH = STATUS_CODES["batch_not_divisible"]
-ST_MICROBATCHES = STATUS_CODES["too_few_microbatches"]
 ST_EXPERTS = STATUS_CODES["experts_not_divisible"]
 ST_SEQUENCE = STATUS_CODES["sequence_not_divisible"]
 ST_EP_DENSE = STATUS_CODES["ep_without_experts"]
 ST_NO_FP8 = STATUS_CODES["no_fp8"]
-ST_SCHEDULE = STATUS_CODES["schedule_not_runnable"]
 
 
 @njit(inline="always")
@@ -56,16 +54,9 @@ def plan_status_row(row):
     micro_batches = row[C_GLOBAL_BATCH] / (row[C_MICRO_BATCH] * dp)
     if micro_batches < 1.0 or not _multiple(micro_batches, 1.0):
         return ST_BATCH
-    # fewer micro-batches than stages: Megatron's 1F1B runs them (its warm-up is min(p - rank - 1, m),
-    # megatron/core/pipeline_parallel/schedules.py, forward_backward_pipelining_without_interleaving) and the
-    # bubble grows; its interleaved schedule asserted m % p == 0 (megatron/training.py, 2021-23)
-    plain = row[C_VP] <= 1.0 and (int(row[C_PIPELINE_SCHEDULE]) == SCHED_1F1B
-                                  or int(row[C_PIPELINE_SCHEDULE]) == SCHED_GPIPE)
-    if pp > 1.0 and micro_batches < pp and not plain:
-        return ST_MICROBATCHES
-    if pp > 1.0 and int(row[C_PIPELINE_SCHEDULE]) == SCHED_DUALPIPE and (
-            not _multiple(pp, 2.0) or not _multiple(micro_batches, 2.0) or micro_batches < 2.0 * pp):
-        return ST_SCHEDULE      # deepseek-ai/DualPipe dualpipe.py step(): even ranks, even chunks >= 2 ranks
+    status = schedule_status(row, micro_batches)
+    if status:
+        return status
     experts = row[C_MOE_EXPERTS]
     # MoE parallel folding: the expert mesh etp x ep x edp is the attention mesh tp x cp x dp refolded
     if experts > 0.0 and (not _multiple(experts, ep) or not _multiple(tp * cp * dp, expert_tp(row) * ep)):

@@ -179,17 +179,39 @@ def test_allocated_reserved_and_per_device():
 
 
 def test_timeline_peak_is_the_kernel_peak():
-    """The largest moment of the worst rank's memory timeline is memory_row's peak, under 1F1B and GPipe."""
+    """The largest moment of the worst rank's memory timeline is memory_row's peak under 1F1B, GPipe and the
+    interleaved schedule (the op orders of kernels/lm/pipeline.py against its closed-form in-flight counts)."""
     from fastmodel.lm.memory_timeline import memory_timeline
 
-    for schedule, batch in (("1f1b", 16), ("gpipe", 8)):
-        columns = row(**GPT, layers=8, pp=4, micro_batch=2, global_batch=batch, pipeline_schedule=schedule)
-        out, stage = peak(**GPT, layers=8, pp=4, micro_batch=2, global_batch=batch, pipeline_schedule=schedule)
-        timeline = memory_timeline(columns)
+    for schedule, batch, vp in (("1f1b", 16, 1), ("gpipe", 8, 1), ("interleaved", 16, 2)):
+        plan = dict(layers=8, pp=4, vp=vp, micro_batch=2, global_batch=batch, pipeline_schedule=schedule)
+        out, stage = peak(**GPT, **plan)
+        timeline = memory_timeline(row(**GPT, **plan))
         overhead = timeline.stages[0].values[0, M_OVERHEAD]
         best = max(s.totals.max() - overhead for s in timeline.stages)
         assert best == pytest.approx(sum(out[k] for k in ALLOCATED), rel=1e-12)
         assert int(np.argmax([s.totals.max() for s in timeline.stages])) == int(stage)
+
+
+def test_dualpipe_timeline_holds_p_plus_one_chunks():
+    """DualPipe's op order (both directions on every rank) holds p + 1 micro-batches' activations at its peak on
+    every rank, the closed form's count (DeepSeek-V3 report Table 2); the kernel adds the logits workspace and
+    the embedding gradient at that same moment, so its peak bounds the timeline's from above, by less than
+    those two terms."""
+    from fastmodel.kernels.lm.layout import M_ACTIVATIONS
+    from fastmodel.lm.memory_timeline import memory_timeline
+
+    plan = dict(layers=8, pp=4, micro_batch=2, global_batch=16, pipeline_schedule="dualpipe")
+    out, _ = peak(**GPT, **plan)
+    timeline = memory_timeline(row(**GPT, **plan))
+    one = peak(**GPT, **{**plan, "pp": 1, "layers": 2, "pipeline_schedule": "1f1b"})[0][M_ACTIVATIONS]
+    overhead = timeline.stages[0].values[0, M_OVERHEAD]
+    best = max(s.totals.max() - overhead for s in timeline.stages)
+    kernel = sum(out[k] for k in ALLOCATED)
+    assert kernel * 0.98 < best <= kernel
+    for stage in timeline.stages:      # p + 1 = 5 chunks of 2 layers, and never 6
+        held = stage.values[:, M_ACTIVATIONS].max()
+        assert 4.5 * one < held < 6 * one
 
 
 # --- dev data ---------------------------------------------------------------------------------------------------------

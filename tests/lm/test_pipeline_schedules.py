@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from fastmodel.errors import SpecError
+from fastmodel.kernels.lm.pipeline import dualpipe_order, stage_order, zb_h1_order
 from fastmodel.lm.engine import evaluate_table
 from fastmodel.lm.pipeline import exact_pipeline, stage_times
-from fastmodel.lm.pipeline_orders import dualpipe_order, stage_order, zb_h1_order
 from fastmodel.lm.pipeline_program import pipeline_program, pipeline_slots, schedule_pipeline
 from fastmodel.lm.records import lower_record, read_records
 from fastmodel.registry.lm import COLUMN_INDEX, PIPELINE_SCHEDULES, STATUS_CODES
