@@ -63,3 +63,16 @@ def test_slo_targets_read_as_durations():
     run = CliRunner().invoke(main, ["serve", "--search", "-m", "llama3.1-8b", "-d", "H100", "--ttft", "2s",
                                     "--tpot", "50ms", "--gpus", "2"])
     assert run.exit_code == 0 and "TTFT <= 2000 ms and TPOT <= 50 ms" in run.output
+
+
+def test_search_plans_for_the_steady_state_without_a_start_wave():
+    """A deployment in service has no benchmark client's start wave: the search's TTFT is the steady state's."""
+    from fastmodel.serve.api import evaluate
+
+    result = slo_search("llama3.1-8b", "H100", input_len=1024, output_len=256, ttft=0.5, tpot=0.03, gpus=4)
+    b = result.best
+    kw = dict(tp=b["tp"], pp=b["pp"], precision=b["precision"], input_len=1024, output_len=256,
+              concurrency=b["batch_size"], chunked_prefill=0, mixed_prefill=1, overlap_step=1, kv_on_demand=0,
+              max_num_tokens=8192, max_batch_size=2048)
+    assert b["ttft"] == pytest.approx(evaluate("llama3.1-8b", "H100", client_rounds=0, **kw)["ttft"], rel=1e-12)
+    assert b["ttft"] < evaluate("llama3.1-8b", "H100", client_rounds=10, **kw)["ttft"]
