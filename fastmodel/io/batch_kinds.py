@@ -84,6 +84,18 @@ def one_line(reason: object) -> str:
     return " ".join(str(reason).split())
 
 
+def lower_all(cases, lower) -> tuple[list, dict[int, str]]:
+    """``([(index, lower(case)), ...], {index: one-line error})``: every case lowered, a spec error kept as its
+    line's message instead of stopping the batch."""
+    lowered, errors = [], {}
+    for j, case in enumerate(cases):
+        try:
+            lowered.append((j, lower(case)))
+        except FastmodelError as error:
+            errors[j] = one_line(error)
+    return lowered, errors
+
+
 def internal_error(error: BaseException) -> str:
     return f"internal error ({type(error).__name__}: {one_line(error)}); please report it"
 

@@ -15,18 +15,8 @@ from __future__ import annotations
 import numpy as np
 
 from fastmodel.errors import FastmodelError
-from fastmodel.io.batch_kinds import Prepared, internal_error, one_line
+from fastmodel.io.batch_kinds import Prepared, internal_error, lower_all, one_line
 from fastmodel.spec.detect import is_real_world_model, is_run_record
-
-
-def _lower_all(cases, lower) -> tuple[list, dict[int, str]]:
-    lowered, errors = [], {}
-    for j, case in enumerate(cases):
-        try:
-            lowered.append((j, lower(case)))
-        except FastmodelError as error:
-            errors[j] = one_line(error)
-    return lowered, errors
 
 
 class RunRecords:
@@ -61,7 +51,7 @@ class RunRecords:
         from fastmodel.lm.records import lower_record
         from fastmodel.lm.rules import plan_status
 
-        lowered, errors = _lower_all(cases, lower_record)
+        lowered, errors = lower_all(cases, lower_record)
         out = Prepared(errors=errors)
         if not lowered:
             return out

@@ -212,6 +212,9 @@ NETWORK_COLUMNS = _cols(
     ("domain_size", "1", 8, "Devices per NVLink domain (tier 0 of a cluster's .tiers; 72 for NVL72).", 1, 1 << 16),
     ("intra_bw", "bytes/s", 450e9, "NVLink-domain (tier 0) bandwidth per device, one direction.", 1e8, 1e14),
     ("intra_latency", "s", 3.4e-6, "NVLink-domain (tier 0) per-step latency of a collective.", 0, 1e-2, True),
+    ("collective_overhead_s", "s", 0.0, "GPU idle time around each tensor-parallel collective issued between compute "
+     "kernels (NCCL kernel launch, ranks meeting), beyond NCCL's latency + bandwidth time; 0 where no device "
+     "measurement exists (b200.toml: 23.6e-6, measured).", 0, 1e-2),
     ("intra_eff", "1", 0.80, "Attainable fraction of tier-0 (NVLink) bandwidth (NCCL bus bandwidth / link rate).",
      0.05, 1, True),
     ("inter_bw", "bytes/s", 50e9, "Scale-out (tier 1, NIC) bandwidth per device, one direction.", 1e7, 1e14),
@@ -225,7 +228,14 @@ NETWORK_COLUMNS = _cols(
     ("host_layer_s", "s", 0.0, "Host (CPU) time the software stack takes to issue one transformer layer's forward "
      "pass (Python, dispatcher, autograd, kernel launches); its backward and a recomputed forward take as long. A "
      "micro-batch the GPU runs faster than the CPU issues it lasts the issue time (time_host_wait). 0: the CPU "
-     "always runs ahead; a calibration's [stack.\"NAME\"] table sets it.", 0, 1, True),
+     "always runs ahead; a calibration's [stack.\"NAME\"] table sets it. > 0 overrides host_ops_layer x "
+     "host_op_s.", 0, 1, True),
+    ("host_ops_layer", "1", 0.0, "Framework operators (PyTorch dispatcher calls) the stack issues per transformer "
+     "layer forward pass, counted from its source (docs/model.md, host issue time); with host_op_s it gives the "
+     "host time per layer pass when host_layer_s is 0. The stack profile sets it.", 0, 1e5, False, "number"),
+    ("host_op_s", "s", 0.0, "Host (CPU) seconds to issue one eager framework operator: Python, dispatcher, "
+     "autograd recording, kernel launch (docs/model.md, host issue time). 0: not counted (the CPU runs ahead, "
+     "e.g. CUDA graphs). The stack profile sets it.", 0, 1e-3, False, "number"),
 )
 
 SERVE_COLUMNS = _cols(

@@ -9,19 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from fastmodel.errors import FastmodelError
-from fastmodel.io.batch_kinds import Prepared, one_line
+from fastmodel.io.batch_kinds import Prepared, lower_all
 from fastmodel.spec.detect import is_serve_record
-
-
-def _lower_all(cases, lower) -> tuple[list, dict[int, str]]:
-    lowered, errors = [], {}
-    for j, case in enumerate(cases):
-        try:
-            lowered.append((j, lower(case)))
-        except FastmodelError as error:
-            errors[j] = one_line(error)
-    return lowered, errors
 
 
 class ServeRecords:
@@ -41,7 +30,7 @@ class ServeRecords:
         from fastmodel.serve.api import evaluate_table
         from fastmodel.serve.records import lower_serve_record
 
-        lowered, errors = _lower_all(cases, lower_serve_record)
+        lowered, errors = lower_all(cases, lower_serve_record)
         out = Prepared(errors=errors)
         if not lowered:
             return out

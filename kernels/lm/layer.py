@@ -11,7 +11,7 @@ passes and ``kernels/lm/step.py`` composes the step.
 from fastmodel.kernels.roofline import attention_time, gemm_time, grouped_gemm_time, memory_bound_time
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.layout import (
-    CP_ALLTOALL, C_CAUSAL, C_CP, C_CP_ALGORITHM, C_EP, C_FFN, C_FLASH_ATTENTION, C_HEADS, C_HEAD_DIM, C_HIDDEN,
+    CP_ALLTOALL, C_CAUSAL, C_COLLECTIVE_OVERHEAD_S, C_CP, C_CP_ALGORITHM, C_EP, C_FFN, C_FLASH_ATTENTION, C_HEADS, C_HEAD_DIM, C_HIDDEN,
     C_KV_HEADS, C_LAYERS, C_MICRO_BATCH, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS,
     C_MOE_TOPK, C_MTP_LAYERS, C_PRECISION, C_RECOMPUTE, C_RECOMPUTE_FRACTION, C_SEQUENCE_PARALLEL, C_SEQ_LEN,
     C_SLIDING_WINDOW, C_TIED_EMBEDDINGS, C_TP, C_VOCAB, PRECISION_FP8, RECOMPUTE_FULL, RECOMPUTE_PARTIAL_LAYERS,
@@ -138,10 +138,13 @@ def layer_costs(row, moe, sliding, work):
     tp_bytes = ACT_BYTES * tokens * h
     tp = 0.0
     if t > 1.0:
+        # SP: an all-gather before and a reduce-scatter after attention and the MLP; else two all-reduces;
+        # each collective also idles the GPU for collective_overhead_s
         if sp:
             tp = 2.0 * (allgather_time(row, tp_bytes, t, 1.0) + allgather_time(row, tp_bytes, t, 1.0))
+            tp += 4.0 * row[C_COLLECTIVE_OVERHEAD_S]
         else:
-            tp = 2.0 * allreduce_time(row, tp_bytes, t, 1.0)
+            tp = 2.0 * (allreduce_time(row, tp_bytes, t, 1.0) + row[C_COLLECTIVE_OVERHEAD_S])
     cp = 0.0
     if c > 1.0 and row[C_CP_ALGORITHM] == CP_ALLTOALL:
         # DeepSpeed-Ulysses: Q, K, V scattered by heads and the output gathered back, one all-to-all each

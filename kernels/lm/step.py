@@ -23,7 +23,7 @@ from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.layer import W_FLOPS, W_GEMM, W_MEM, W_PARAMS, W_TP, model_flops_per_token, recompute_share
 from fastmodel.kernels.lm.layout import (
     C_CP, C_DP, C_EP, C_GLOBAL_BATCH, C_MTP_LAYERS, C_GRAD_REDUCE_BYTES, C_HIDDEN, C_MICRO_BATCH, C_N_GPUS,
-    C_HOST_LAYER_S, C_OPTIMIZER, C_PEAK_FLOPS_8, C_PEAK_FLOPS_16, C_PP, C_PRECISION,
+    C_HOST_LAYER_S, C_HOST_OP_S, C_HOST_OPS_LAYER, C_LAYERS, C_OPTIMIZER, C_PEAK_FLOPS_8, C_PEAK_FLOPS_16, C_PP, C_PRECISION,
     C_SEQ_LEN, C_STEP_OVERHEAD_S, C_TP, C_VOCAB, OPT_ADAM, OPT_SGD, PRECISION_FP8, R_COMM_CP, R_COMM_DP, R_COMM_EP, R_COMM_EP_SCALE_OUT,
     R_COMM_PP, R_COMM_TP, R_EXPOSED_CP, R_EXPOSED_DP, R_EXPOSED_EP, R_EXPOSED_PP, R_EXPOSED_TP, R_FLOPS_PER_TOKEN,
     R_HFU, R_MFU, R_PIPELINE_BUBBLE, R_STEP_TIME, R_TIME_HOST_WAIT, R_TIME_ATTENTION, R_TIME_GEMM, R_TIME_MEMORY_BOUND, R_TIME_OPTIMIZER,
@@ -130,16 +130,41 @@ def _fsdp_step(row, work, micro_batches, per_stage, out):
 
 
 @njit
+def host_layer_forward_s(row):
+    """Host (CPU) seconds to issue one transformer layer's forward pass: ``host_layer_s`` where set (a
+    calibration), else the stack's operators per layer forward times its seconds per operator
+    (``host_ops_layer x host_op_s``, docs/model.md "Host issue time"). The backward pass issues about twice the
+    operators at about half the cost each (the autograd engine runs them from C++, without the Python frame),
+    and a recomputed forward is a forward: each takes this time too."""
+    if row[C_HOST_LAYER_S] > 0.0:
+        return row[C_HOST_LAYER_S]
+    return row[C_HOST_OPS_LAYER] * row[C_HOST_OP_S]
+
+
+@njit
+def host_microbatch_s(row, layers):
+    """Host seconds to issue one micro-batch of ``layers`` layers: forward, backward and, under full
+    recompute, the recomputed forward, each :func:`host_layer_forward_s` per layer."""
+    full, _ = recompute_share(row)
+    return layers * host_layer_forward_s(row) * (2.0 + full)
+
+
+@njit
 def host_wait_per_microbatch(row, per_stage, stage_mb):
     """Seconds a micro-batch of the busiest stage lasts beyond its GPU time ``stage_mb`` because the host issues
-    its kernels more slowly: the host issues each layer's forward, backward and recomputed forward in
-    ``host_layer_s`` each, and the GPU cannot start a kernel before it is issued, so the micro-batch lasts
+    its kernels more slowly: the GPU cannot start a kernel before it is issued, so the micro-batch lasts
     max(GPU time, issue time) (docs/model.md §11.7)."""
-    host = row[C_HOST_LAYER_S]
-    if host <= 0.0:
-        return 0.0
-    full, _ = recompute_share(row)
-    return max(0.0, per_stage * host * (2.0 + full) - stage_mb)
+    return max(0.0, host_microbatch_s(row, per_stage) - stage_mb)
+
+
+@njit
+def host_bound_bubble(row, average_mb, forward, weight):
+    """The pipeline bubble with every stage's micro-batch lasting max(GPU time, host issue time): warm-up and
+    cool-down wait on the stages' issue as much as on their kernels (docs/model.md §11.7)."""
+    average_layers = row[C_LAYERS] / row[C_PP]
+    host_forward = average_layers * host_layer_forward_s(row)
+    return pipeline_bubble(row, max(average_mb, host_microbatch_s(row, average_layers)),
+                           max(forward, host_forward), weight)
 
 
 @njit
@@ -155,7 +180,7 @@ def step_row(row, work, out):
     head_gemm = (1.0 + BACKWARD_GEMM) * work[W_GEMM]      # the head's forward costs, left by stage_passes
     head_mem = 2.0 * work[W_MEM]
     head_tp = (1.0 + TP_BACKWARD_PASSES) * work[W_TP]
-    bubble = pipeline_bubble(row, average_mb, forward, weight)
+    bubble = host_bound_bubble(row, average_mb, forward, weight)
     pp_comm, pp_exposed = pipeline_p2p(row, micro_batches)
     outside = _data_parallel_step(row, work, layers_per_stage(row), head_params, out)
     fsdp_exposed = _fsdp_step(row, work, micro_batches, layers_per_stage(row), out)

@@ -17,7 +17,8 @@ import pytest
 from click.testing import CliRunner
 
 hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import HealthCheck, given, settings  # noqa: E402
+from fuzz_inputs import fuzz_settings, weird  # noqa: E402
+from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from fastmodel.cli import main  # noqa: E402
@@ -27,17 +28,9 @@ from fastmodel.lm.record_schema import BLOCKS  # noqa: E402
 from fastmodel.lm.records import lower_record  # noqa: E402
 from fastmodel.registry.lm import COLUMNS  # noqa: E402
 
-FUZZ = settings(derandomize=True, database=None, deadline=None, max_examples=40,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-
-WEIRD = st.one_of(
-    st.integers(min_value=-(10**20), max_value=10**20),
-    st.floats(allow_nan=True, allow_infinity=True),
-    st.sampled_from([0, 1, -1, 2, 80, 1e300, 1e-300, 0.5, 1.5, 70, True, False, None, "", "x", "40 GB",
-                     "1555 GB/s", "312 TFLOP/s", "1e400 B", "-5 TB/s", "abc GB/s", "70", "0.5", [], {}, [1, 2],
-                     {"a": 1}]),
-    st.text(max_size=6),
-)
+FUZZ = fuzz_settings(40)
+WEIRD = weird([0, 1, -1, 2, 80, 1e300, 1e-300, 0.5, 1.5, 70, "40 GB", "1555 GB/s", "312 TFLOP/s", "1e400 B", "-5 TB/s",
+               "abc GB/s", "70", "0.5"])
 
 
 def run(*args):

@@ -14,7 +14,8 @@ import pytest
 from click.testing import CliRunner
 
 hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import HealthCheck, given, settings  # noqa: E402
+from fuzz_inputs import fuzz_settings, weird  # noqa: E402
+from hypothesis import given  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from fastmodel.cli import main  # noqa: E402
@@ -22,15 +23,8 @@ from fastmodel.errors import SpecError  # noqa: E402
 from fastmodel.registry.lm import COLUMNS  # noqa: E402
 from fastmodel.serve.records import lower_serve_record  # noqa: E402
 
-FUZZ = settings(derandomize=True, database=None, deadline=None, max_examples=80,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-WEIRD = st.one_of(
-    st.integers(min_value=-(10**20), max_value=10**20),
-    st.floats(allow_nan=True, allow_infinity=True),
-    st.sampled_from([0, 1, -1, 2, 3, 8, 64, 1e300, 1e-300, 0.5, 1.5, True, False, None, "", "x", "8", "fp4",
-                     "disagg", "80 GB", [], {}, [1, 2], {"a": 1}]),
-    st.text(max_size=6),
-)
+FUZZ = fuzz_settings(80)
+WEIRD = weird([0, 1, -1, 2, 3, 8, 64, 1e300, 1e-300, 0.5, 1.5, "8", "fp4", "disagg", "80 GB"])
 DEV = Path(__file__).resolve().parents[1] / "data" / "serve_dev_load.jsonl"
 RECORD = json.loads(next(line for line in DEV.read_text().splitlines() if '"attention_dp"' in line))
 PATHS = sorted(p for p in (lambda f: f(f, RECORD, ()))(

@@ -92,12 +92,13 @@ def test_synthetic_runs_recover_a_software_stack_and_a_device_beside_it(records)
 
 def test_five_small_runs_recover_their_stack_host_issue_time():
     """Issue 26 item 6: a stack's host time per layer pass is fitted from five runs of it (vTrain single-node
-    runs made by the model with 1.2 ms; the GPU alone would run them in a third of that)."""
+    runs made by the model with 1.6 ms; the GPU alone would run them in a third of that; the fit starts from the
+    stack's counted 60 operators x 20 us = 1.2 ms)."""
     small = sorted(read_records(RUNS.parent / "runs_dev_small.jsonl"), key=lambda r: r.id)
     five = [r for r in small if r.columns[C["micro_batch"]] <= 2.0][:5]
-    truth = {("stack:megatron-lm", "host_layer_s"): 1.2e-3}
+    truth = {("stack:megatron-lm", "host_layer_s"): 1.6e-3}
     got = fitted(fit(synthetic(five, truth), prior=0.0))
-    assert got[("stack:megatron-lm", "host_layer_s")].value == pytest.approx(1.2e-3, rel=1e-2)
+    assert got[("stack:megatron-lm", "host_layer_s")].value == pytest.approx(1.6e-3, rel=1e-2)
     assert got[("stack:megatron-lm", "host_layer_s")].label == 'stack."megatron-lm".host_layer_s'
 
 

@@ -228,6 +228,11 @@ def candidate_parameters(records) -> list[Parameter]:
         col = COLUMNS[C[column]]
         rows = np.asarray(rows, dtype=np.int64)
         values = np.array([records[i].columns[C[column]] for i in rows]) if rows.size else np.array([col.default])
+        if column == "host_layer_s" and rows.size:
+            # 0 means the stack's counted issue time (host_ops_layer x host_op_s): the fit starts from it
+            counted = np.array([records[i].columns[C["host_ops_layer"]] * records[i].columns[C["host_op_s"]]
+                                for i in rows])
+            values = np.where(values > 0.0, values, counted)
         start = float(np.median(values))
         if column == "step_overhead_s":
             scale = max(start, 0.05 * median_step)

@@ -11,12 +11,32 @@ Named by ``megatron-deepspeed``, or explicitly (a record's top-level ``stack``):
 """
 
 from fastmodel.lm.stacks import deepspeed
-from fastmodel.lm.stacks.base import StackProfile
+from fastmodel.lm.stacks.base import StackProfile, names_in, tokens
+
+#: PyTorch dispatcher calls per transformer layer forward pass of Megatron-DeepSpeed (microsoft/Megatron-DeepSpeed
+#: f01c9e6e, 2023-06-30: megatron/model/transformer.py ParallelTransformerLayer.forward, ParallelAttention.forward,
+#: ParallelMLP.forward; megatron/mpu/layers.py; megatron/mpu/random.py CheckpointFunction and the RNG tracker's
+#: fork), counted op by op in docs/model.md "Host issue time": 60, of which 4 are the two scalar tensors
+#: ``torch.tensor(0.0, device=...)`` its MoE support creates in every layer; Megatron-LM of 2021-22 has no such
+#: lines: 56
+HOST_OPS_LAYER_MEGATRON_DEEPSPEED = 60.0
+HOST_OPS_LAYER_MEGATRON_2021 = 56.0
+#: host seconds per eager PyTorch operator (Python, pybind11, autograd recording, dispatcher, cuBLAS/launch):
+#: 20 us, within the 5-25 us CPU-side cost per op of the PyTorch dispatch chain (docs/model.md "Host issue time"
+#: gives the source and the sensitivity) [A]
+HOST_OP_S_EAGER = 20e-6
+
+
+def host_defaults(framework: str | None) -> dict:
+    """Host issue time of the stack: operators per layer forward and seconds per operator (eager PyTorch)."""
+    deepspeed_fork = framework is not None and names_in(tokens(framework), "megatron-deepspeed") is not None
+    ops = HOST_OPS_LAYER_MEGATRON_DEEPSPEED if deepspeed_fork else HOST_OPS_LAYER_MEGATRON_2021
+    return {"host_ops_layer": ops, "host_op_s": HOST_OP_S_EAGER}
 
 
 def defaults(execution, framework: str | None) -> dict:
     values = {"dropout": True, "flash_attention": False, "overlap_grad_reduce": False,
-              "overlap_param_gather": False}
+              "overlap_param_gather": False, **host_defaults(framework)}
     if execution.sharding == "fsdp":
         # ZeRO-3 exists in these codebases only through DeepSpeed: its communication defaults are DeepSpeed's
         values.update(deepspeed.defaults(execution, framework))

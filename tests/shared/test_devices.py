@@ -1,0 +1,108 @@
+"""The built-in device files (fastmodel/spec/devices.py, specs/devices/*.toml): the B200 efficiencies are
+re-derived here from the microbenchmarks they cite (tests/data/b200_microbenchmarks.json, copied from
+MooreThreads/SimuMax@4dcaae513b configs/system/b200_bf16_ceperm.json), through the model's own GEMM form."""
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fastmodel.kernels.roofline import tile_quantization
+from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
+from fastmodel.spec.devices import device_table
+
+BENCH = json.loads((Path(__file__).parents[1] / "data" / "b200_microbenchmarks.json").read_text())
+B200 = device_table()["b200"]
+
+
+def _shape(key):
+    return {name: int(value) for name, value in re.findall(r"\b(\w+)=(\d+)\b", key)}
+
+
+def _row(device):
+    row = np.array([float(c.default) for c in COLUMNS])
+    for name, value in device.items():
+        row[COLUMN_INDEX[name]] = value
+    return row
+
+
+def test_b200_datasheet():
+    """DGX B200 datasheet: 72 PF FP8 training and 144 PF FP4 inference (both with 2:4 sparsity, twice the dense
+    rate) and 1,440 GB HBM3e at 64 TB/s over 8 GPUs (180 GB read as GiB, as H100's 80 GB); BF16 half of FP8; NVLink 5 1.8 TB/s per GPU both ways."""
+    assert B200["peak_flops_8"] == 72e15 / 8 / 2 and B200["peak_flops_16"] == B200["peak_flops_8"] / 2
+    assert B200["peak_flops_4"] == 144e15 / 8 / 2
+    assert B200["hbm_bytes"] == 180 * 2**30 and B200["hbm_bw"] == 64e12 / 8
+    assert B200["intra_bw"] == 1.8e12 / 2 and B200["sm_count"] == 148
+    for name in ("B200", "dgx-b200", "HGX-B200"):
+        assert device_table()[name.lower()] == B200
+
+
+def test_b200_gemm_efficiency_is_the_flop_weighted_microbenchmark_mean():
+    """Each measured GEMM (m, n, k, efficiency e against 2.25 PF) implies the large-GEMM efficiency
+    eta = e (k + k_half) / (k Q) of the model's form t = 2 m n (k + k_half) / (P eta Q); weighting by the
+    measured time (total FLOPs over total time) gives the device file's gemm_eff_16 to +-0.005."""
+    row = _row(B200)
+    flops, seconds = 0.0, 0.0
+    for key, efficiency in BENCH["matmul"].items():
+        s = _shape(key)
+        m, n, k = s["m"], s["n"], s["k"]
+        quantization = tile_quantization(row, 1.0, float(m), float(n), float(k))
+        eta = efficiency * (k + B200["gemm_k_half"]) / (k * quantization)
+        flops += 2.0 * m * n * k
+        seconds += 2.0 * m * n * k / eta
+    assert len(BENCH["matmul"]) == 514
+    assert flops / seconds == pytest.approx(B200["gemm_eff_16"], abs=0.005)
+
+
+def test_b200_attention_efficiency_is_the_flop_weighted_causal_mean():
+    """SimuMax quotes causal flash attention against the non-causal FLOP count (forward 2 s^2 a (dqk + dv),
+    backward 5 s^2 a (dqk + dv)); the model counts the causal half (ctx = s/2), so each shape's efficiency
+    is half the quoted one, and forward + backward together run 7 units in 2/(f/2) + 5/(b/2)."""
+    flops, seconds = 0.0, 0.0
+    for key, forward in BENCH["sdp_fwd"].items():
+        backward = BENCH["sdp_bwd"][key]
+        s = _shape(key)
+        base = s["seq_len"] ** 2 * max(s["head_num"], s["kv_head_num"]) * (s["qk_head_dim"] + s["v_head_dim"]) / 2
+        flops += 7.0 * base
+        seconds += 2.0 * base / (forward / 2) + 5.0 * base / (backward / 2)
+    assert flops / seconds == pytest.approx(B200["attn_eff"], abs=0.005)
+
+
+def test_b200_nvlink_efficiency_is_the_gather_bus_bandwidth():
+    """nccl-tests' fitted bus bandwidth of all-gather and reduce-scatter is quoted in GiB/s per 900 GB/s:
+    0.6735 x 900 x 2^30 / 1e9 = 650.8 GB/s, 0.723 of the 900 GB/s link; the per-step latency is their mean."""
+    nccl = BENCH["nccl"]
+    gathers = [nccl[op]["efficient_factor"] * 900 * 2**30 / 1e9 / 900 for op in ("all_gather", "reduce_scatter")]
+    assert np.mean(gathers) == pytest.approx(B200["intra_eff"], abs=0.005)
+    latency = np.mean([nccl[op]["latency_us"] for op in ("all_gather", "reduce_scatter")]) * 1e-6
+    assert latency == pytest.approx(B200["intra_latency"], rel=0.01)
+
+
+def test_every_built_in_cluster_names_a_device_file():
+    """A cluster's GPU picks its device file; without one it would run on generic (H100-era) efficiencies.
+    MI300X is the one known gap (no AMD microbenchmark gathered yet)."""
+    from importlib import resources
+
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # pragma: no cover - python < 3.11
+        import tomli as tomllib
+
+    missing = set()
+    for path in resources.files("fastmodel.specs").joinpath("systems").iterdir():
+        if not path.name.endswith(".toml"):
+            continue
+        spec = tomllib.loads(path.read_text())
+        if spec.get("kind") == "cluster" and spec["gpu"].lower() not in device_table():
+            missing.add(spec["gpu"])
+    assert missing == {"MI300X"}
+
+
+def test_gb200_is_b200_at_its_own_datasheet():
+    """GB200 runs B200's measured efficiencies (same die) at the NVL72 datasheet's dense peaks (rack / 72 / 2)."""
+    gb200 = device_table()["gb200"]
+    assert gb200["peak_flops_16"] == 360e15 / 72 / 2 and gb200["peak_flops_4"] == 1440e15 / 72 / 2
+    for name in ("gemm_eff_16", "attn_eff", "intra_eff", "intra_latency", "sm_count", "gemm_k_half"):
+        assert gb200[name] == B200[name]
