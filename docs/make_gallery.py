@@ -2,7 +2,7 @@
 
 Runs the LLaMA2-70B plan sweep (1,300 configurations) in memory and one
 trace, and the cloud-provider study (``specs/sweeps/cloud_dlrm_a.toml``, 336
-configurations) for its Pareto frontiers and a cost heatmap.
+configurations) for its Pareto frontiers and a cost heatmap, and the serving SLO search's frontier.
 """
 
 from __future__ import annotations
@@ -72,7 +72,21 @@ def main() -> int:
     config = fastmodel.make_config("dlrm-a", "dc-a", "dlrm-pretrain", num_nodes=16)
     fig, _ = P.timeline(config)
     write(fig, "timeline_dlrm_a_fsdp.png")
+    serving_search()
     return 0
+
+
+def serving_search() -> None:
+    """The SLO search of the README (``fastmodel serve --search -m llama3.1-70b -d H200 --ttft 1 --tpot 50ms
+    --gpus 8 --input-len 1024 --output-len 1024 -o search.nc``, then ``fastmodel plot pareto search.nc --curve
+    precision``): one frontier per precision, the TPOT target and the best point meeting both SLOs."""
+    from fastmodel.plot.serving import serving_pareto
+    from fastmodel.serve.search import slo_search
+
+    result = slo_search("llama3.1-70b", "H200", input_len=1024, output_len=1024, ttft=1.0, tpot=0.05, gpus=8)
+    fig, _ = serving_pareto(result.dataset, "precision",
+                            title="Llama 3.1 70B, up to 8 H200, 1k in / 1k out")
+    write(fig, "pareto_serving_slo_llama31_70b_h200.png")
 
 
 if __name__ == "__main__":

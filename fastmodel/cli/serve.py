@@ -32,7 +32,8 @@ from fastmodel.serve.report import render
 @click.option("--instances", default=1, show_default=True, type=click.IntRange(min=1))
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per configuration.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False),
-              help="Also write one row per configuration: .csv, else JSON lines (atomically; never onto RECORDS).")
+              help="Also write one row per configuration: .csv, else JSON lines (atomically; never onto RECORDS). "
+                   "With --search: the searched sweep as netCDF (.nc), for `fastmodel plot pareto`.")
 @click.option("--force", is_flag=True, help="Replace an existing output of the same kind (never another kind).")
 @click.option("--search", is_flag=True, help="SLO search: sweep TP x PP within --gpus, --search-precision and "
               "concurrency 1..1024; print the Pareto frontier and the best configuration meeting --ttft/--tpot.")
@@ -59,7 +60,8 @@ def serve(records, model, device, tp, pp, ep, attention_dp, moe_tp, precision, k
     if records and model:
         raise FastmodelError("give RECORDS or --model, not both")
     if search:
-        return _search(model, device, input_len, output_len, ttft, tpot, gpus, search_precision, engine)
+        return _search(model, device, input_len, output_len, ttft, tpot, gpus, search_precision, engine, output,
+                       force)
     if ttft or tpot or search_precision:
         raise FastmodelError("--ttft, --tpot and --search-precision apply to --search only")
     if records and (engine or attention_dp != 1 or moe_tp):
@@ -123,8 +125,10 @@ def _write_rows(rows: list[dict], path: str, records, force: bool) -> None:
     click.echo(f"wrote {path}", err=True)
 
 
-def _search(model, device, input_len, output_len, ttft, tpot, gpus, precisions, engine) -> None:
-    """``--search``: the SLO search of fastmodel.serve.search, printed as a table."""
+def _search(model, device, input_len, output_len, ttft, tpot, gpus, precisions, engine, output=None,
+            force=False) -> None:
+    """``--search``: the SLO search of fastmodel.serve.search, printed as a table; with ``output`` its sweep (with
+    ``within_budget``, ``meets_slo`` and the SLOs as attributes) as netCDF for ``fastmodel plot pareto``."""
     from fastmodel.errors import FastmodelError, SpecError
     from fastmodel.serve.search import format_search, slo_search
     from fastmodel.spec.quantity import parse_quantity
@@ -134,9 +138,18 @@ def _search(model, device, input_len, output_len, ttft, tpot, gpus, precisions, 
     targets = []
     for name, value in (("--ttft", ttft), ("--tpot", tpot)):
         try:
-            targets.append(parse_quantity(value, "seconds"))
+            targets.append(parse_quantity(value, "duration"))
         except ValueError as error:
             raise SpecError(None, name, str(error)) from None
+    if output:
+        from fastmodel.io.outputs import check_output
+
+        check_output(output, "netcdf", force=force, what="search sweep")
     result = slo_search(model, device, input_len=input_len, output_len=output_len, ttft=targets[0],
                         tpot=targets[1], gpus=gpus, precisions=precisions or ("bf16", "fp8"), engine=engine)
     click.echo(format_search(result, *targets))
+    if output:
+        from fastmodel.cli.sweep import _write_netcdf
+
+        _write_netcdf(result.dataset, output)
+        click.echo(f"wrote {output} (fastmodel plot pareto {output} --curve precision)", err=True)

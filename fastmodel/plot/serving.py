@@ -62,6 +62,8 @@ def serving_pareto(ds, curve: str = "device", x: str = X, y: str = Y, sel=None, 
     """One frontier per value of ``curve``: tokens/s per GPU (y) against tokens/s per user (x), log-log,
     frontier points labelled with the batch (or whichever dimensions vary along the curve).
     Returns ``(fig, ax)``; the frontiers are ``ax.frontiers``."""
+    if "within_budget" in ds:       # an SLO search (fastmodel serve --search -o): points over the GPU budget leave
+        ds = ds.assign(status=ds["status"].where(ds["within_budget"] > 0, 1).astype(ds["status"].dtype))
     frontiers = serving_frontiers(ds, curve, x, y, sel)
     with S.paper_rc():
         fig, ax = S.new_axes(size, height, ax)
@@ -78,9 +80,30 @@ def serving_pareto(ds, curve: str = "device", x: str = X, y: str = Y, sel=None, 
         ax.set_yscale("log")
         ax.set_xlabel(f"{AXIS_NAMES.get(x, x.replace('_', ' '))} (higher is better)")
         ax.set_ylabel(f"{AXIS_NAMES.get(y, y.replace('_', ' '))} (higher is better)")
+        ax.best = mark_slo(ax, D.select(ds, sel), x, y)
         ax.legend(title=curve, loc="best")
         if title is not None:
             ax.set_title(title)
     ax.frontiers = frontiers
     make_readable(fig)   # minimum font, no overlapping tick labels (plot/readable.py)
     return fig, ax
+
+
+def mark_slo(ax, ds, x: str = X, y: str = Y):
+    """On an SLO search (``meets_slo`` and the ``slo_tpot_s`` attribute): the TPOT target as the vertical line
+    x = 1 / tpot (tokens/s per user; the SLO is met to its right) and the best point meeting both SLOs (most
+    tokens/s per GPU) as a star; returns that point's (x, y) or None."""
+    if "meets_slo" not in ds or "slo_tpot_s" not in ds.attrs:
+        return None
+    if x == X:
+        ax.axvline(1.0 / float(ds.attrs["slo_tpot_s"]), color="0.4", linestyle="--", linewidth=0.8,
+                   label=f"TPOT <= {1e3 * float(ds.attrs['slo_tpot_s']):g} ms", gid="slo-tpot")
+    meets = np.asarray(ds["meets_slo"].values, dtype=bool)
+    if not meets.any():
+        return None
+    yv = np.where(meets, np.asarray(ds[y].values, dtype=float), -np.inf)
+    k = np.unravel_index(int(np.argmax(yv)), yv.shape)
+    best = (float(np.asarray(ds[x].values)[k]), float(yv[k]))
+    ax.plot(*best, marker="*", markersize=9, color="black", linestyle="none", gid="slo-best",
+            label=f"best meeting TTFT <= {1e3 * float(ds.attrs['slo_ttft_s']):g} ms")
+    return best

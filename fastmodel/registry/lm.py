@@ -285,6 +285,9 @@ SERVE_COLUMNS = _cols(
     ("kv_on_demand", "1", 0, "0: a request is admitted only if its KV cache at full length fits (TRT-LLM "
      "GUARANTEED_NO_EVICT); 1: KV blocks are allocated as tokens arrive (vLLM, SGLang): a request holds "
      "input_len + output_len / 2 tokens on average.", 0, 1),
+    ("client_rounds", "1", 10, "Concurrency load: requests each closed-loop client sends in the measured run "
+     "(num_prompts / concurrency; 10 in InferenceMAX's benchmark_serving runs). The first concurrency requests "
+     "arrive together (start wave) and are 1 / client_rounds of the mean TTFT; 0: steady state only.", 0, 1 << 24),
 )
 
 COLUMNS: tuple[Column, ...] = MODEL_COLUMNS + PLAN_COLUMNS + DEVICE_COLUMNS + NETWORK_COLUMNS + SERVE_COLUMNS

@@ -16,7 +16,7 @@ The loop closes by Little's law with Schweitzer's MVA for the prefill station, a
 (kernels/serve/load.py): ``R = S / (1 - lambda D (N - 1) / N)``, ``lambda = N / (R + Z)`` with
 ``Z = t_kv + O x TPOT``, whose positive root is closed-form. TTFT = R + t_kv + one decode step (the decode
 worker streams the first token after the KV arrives, serving_facts §4.3); requests beyond the decode pool's KV
-room wait by Little's law.
+room wait by Little's law; the client's start wave is 1 / ``client_rounds`` of the mean (``with_start_wave``).
 """
 
 from __future__ import annotations
@@ -100,6 +100,35 @@ def kv_transfer_time(rec: DisaggRecord) -> float:
     return kv_bytes_per_prompt_token(col) * col[C["input_len"]] / (bw * senders)
 
 
+def wave_batches(records: list[DisaggRecord], running: list[float]) -> tuple[list[float], np.ndarray]:
+    """(mean iterations, prefill-worker columns at the wave's static batch) of each record's start wave: the first
+    N_r requests arrive together, P = ceil(N_r / (workers x attention_dp)) prompts per attention group, which the
+    worker prefills first come first served under its token budget (``kernels/serve/load.wave_iterations``)."""
+    from fastmodel.kernels.serve.load import wave_iterations
+
+    means, columns = [], []
+    for rec, n in zip(records, running):
+        col = rec.prefill.copy()
+        adp = col[C["attention_dp"]]
+        prompts = math.ceil(n / (rec.prefill_workers * adp))
+        mean, tokens = wave_iterations(float(prompts), col[C["input_len"]], col[C["max_num_tokens"]],
+                                       col[C["chunked_prefill"]] > 0)
+        col[C["batch_size"]] = max(1.0, round(tokens / col[C["input_len"]])) * adp
+        means.append(mean)
+        columns.append(col)
+    return means, np.stack(columns, axis=1)
+
+
+def with_start_wave(steady: float, rec: DisaggRecord, running: float, wave: float) -> float:
+    """Mean TTFT with the client's start wave (docs/model_serving.md §S7 and §S16): ``wave`` (its mean first-token
+    time) is 1 / ``client_rounds`` of the requests measured; one request alone has none."""
+    rounds = float(rec.decode[C["client_rounds"]])
+    if rounds <= 0.0 or running <= 1.0:
+        return steady
+    share = 1.0 / max(1.0, rounds)
+    return (1.0 - share) * steady + share * wave
+
+
 def evaluate_disagg(records: list[DisaggRecord]) -> list[dict]:
     """ttft, tpot, throughput, status of each disaggregated record."""
     from fastmodel.registry.serve import SERVE_RESULT_INDEX as R
@@ -136,4 +165,12 @@ def evaluate_disagg(records: list[DisaggRecord]) -> list[dict]:
         results.append({"status": "ok", "ttft": ttft, "tpot": tpot, "output_tokens_per_s": lam * out,
                         "kv_transfer_s": t_kv, "prefill_s": own, "batch_size": running,
                         "naive_ttft": own, "naive_tpot": tpot})
+    ok = [i for i, r in enumerate(results) if r["status"] == "ok"]
+    if ok:
+        means, table = wave_batches([records[i] for i in ok], [results[i]["batch_size"] for i in ok])
+        waves, _ = evaluate_table(table)
+        for j, i in enumerate(ok):
+            r = results[i]
+            wave = means[j] * float(waves[R["ttft"], j]) + r["kv_transfer_s"] + r["tpot"]
+            r["ttft"] = with_start_wave(r["ttft"], records[i], r["batch_size"], wave)
     return results

@@ -4,7 +4,8 @@ TTFT and a TPOT target, and the Pareto frontier of output tokens/s per GPU again
 
 One serving sweep (``fastmodel.serve.api.sweep``, the fused kernel over a grid) under the closed-loop load model:
 TP and PP degrees whose instance fits the GPU budget, every precision asked for, concurrency 1, 2, 4 ... 1024
-per instance. A point is *feasible* when its status is ok, it fits memory and its TTFT and TPOT meet the SLOs;
+per instance, in the steady state (``client_rounds = 0``: a deployment in service has no benchmark client's
+start wave, docs/model_serving.md §S7). A point is *feasible* when its status is ok, it fits memory and its TTFT and TPOT meet the SLOs;
 the frontier is taken over every evaluated point that fits, and the best configuration is the feasible one
 with the most output tokens/s per GPU.
 """
@@ -62,7 +63,7 @@ def slo_search(model, device: str, *, input_len: int, output_len: int, ttft: flo
     fixed = profile_columns(engine, None, hbm)
     ds = sweep(model, device=device, precision=list(precisions), tp=powers, pp=[p for p in (1, 2, 4) if p <= gpus],
                batch_size=list(CONCURRENCY), input_len=input_len, output_len=output_len, load_mode="concurrency",
-               **fixed)
+               client_rounds=0, **fixed)      # a deployment in service: the steady state, no benchmark start wave
     # dims: device, precision, tp, pp, batch_size (the scalars are fixed columns)
     sizes = ds.tp.values[:, None] * ds.pp.values[None, :]
     within = np.broadcast_to((sizes <= gpus)[None, None, :, :, None], ds.status.shape)
@@ -81,6 +82,11 @@ def slo_search(model, device: str, *, input_len: int, output_len: int, ttft: flo
         chosen = np.zeros(ok.shape, dtype=bool)
         chosen[index] = True
         best = _rows(ds, chosen, slo_ok)[0]
+    dims = ds.status.dims
+    ds = ds.assign(within_budget=(dims, np.ascontiguousarray(within), {"description": f"tp x pp <= {gpus} GPUs"}),
+                   meets_slo=(dims, slo_ok, {"description": "status ok, fits memory, within the GPU budget, "
+                                             "ttft and tpot within the SLOs"}))
+    ds.attrs.update({"slo_ttft_s": float(ttft), "slo_tpot_s": float(tpot), "slo_gpus": int(gpus)})
     return SearchResult(ds, _rows(ds, mask, slo_ok), best, int(ok.sum()), int(slo_ok.sum()))
 
 

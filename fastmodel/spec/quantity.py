@@ -25,12 +25,14 @@ _KINDS = {
     "bytes_per_s": (("B/s", "Bps"), 1e6, "'1555 GB/s' or 1555e9"),
     "flop_per_s": (("FLOP/s", "FLOPS", "OP/s", "OPS", "FLOP/S"), 1e6, "'312 TFLOP/s' or 312e12"),
     "seconds": (("s",), 0.0, "'3.4 us' or 3.4e-6"),
+    "duration": (("s",), 0.0, "'2s' or '50ms'"),     # a service-level target (TTFT, TPOT), not a device latency
 }
-#: prefixes below one, accepted for seconds only (``"3.4 us"``; ``"25 mB/s"`` stays an error)
+#: prefixes below one, accepted for seconds and durations only (``"3.4 us"``; ``"25 mB/s"`` stays an error)
 _SUBUNIT = {"m": 1e3, "u": 1e6, "n": 1e9}  # divisors: 3.4 / 1e6 is exactly 3.4e-6
 #: kind -> largest plausible value of one device, node link or port (1000x beyond today's hardware)
-CEILINGS = {"bytes": 1e16, "bytes_per_s": 1e16, "flop_per_s": 1e19, "seconds": 1.0}
-_CEILING_TEXT = {"bytes": "10 PB", "bytes_per_s": "10 PB/s", "flop_per_s": "10 EFLOP/s", "seconds": "1 s"}
+CEILINGS = {"bytes": 1e16, "bytes_per_s": 1e16, "flop_per_s": 1e19, "seconds": 1.0, "duration": 86400.0}
+_CEILING_TEXT = {"bytes": "10 PB", "bytes_per_s": "10 PB/s", "flop_per_s": "10 EFLOP/s", "seconds": "1 s",
+                 "duration": "1 day"}
 
 
 def _bounded(number: float, kind: str, value) -> float:
@@ -68,7 +70,7 @@ def parse_quantity(value, kind: str) -> float:
                 return _bounded(number * _PREFIX[prefix], kind, value)
             if prefix in _BINARY:
                 return _bounded(number * _BINARY[prefix], kind, value)
-            if kind == "seconds" and prefix in _SUBUNIT:
+            if kind in ("seconds", "duration") and prefix in _SUBUNIT:
                 return _bounded(number / _SUBUNIT[prefix], kind, value)
     raise ValueError(f"unknown unit {unit!r} for {kind.replace('_per_', '/')}; write e.g. {example}")
 

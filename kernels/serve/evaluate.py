@@ -226,7 +226,7 @@ def _concurrency(row, requests, kv_token, weights, out, scratch):
     dec = scratch[1]
     host = row[C_SERVE_STEP_OVERHEAD_S]
     state = scratch[5]
-    closed_loop(row, requests, running, scratch[3:5], state)
+    closed_loop(row, requests, running, scratch[3:5], state, scratch[2])
     pre = scratch[4]                                   # the iterations that carry the prompt (its own service)
     ttft, tpot, lam = state[0], state[1], state[2]
     steps = outp - 1.0

@@ -18,8 +18,11 @@ configuration by a short fixed point, not a simulation:
   ``lambda' = lambda (N - 1) / N`` and take a share ``phi = lambda' D`` of time, so
   ``TPOT = 1 / ((1 - phi) / T_d + lambda' I / q)`` when every iteration emits a token (mixing engines) and
   ``T_d / (1 - phi)`` when prefill iterations stall the decodes (one request alone decodes at ``T_d``);
-- TTFT = R (+ one iteration when the scheduler overlaps CPU work with the GPU, ``overlap_step``) + the wait
-  for KV-cache room when fewer than N requests fit (Little's law over the waiting requests).
+- TTFT = R (+ one iteration when the scheduler overlaps CPU work with the GPU, ``overlap_step``; + one when
+  other requests run: a prompt joins at the next iteration boundary) + the wait
+  for KV-cache room when fewer than N requests fit (Little's law over the waiting requests);
+- the client's start wave: the first N requests arrive together and queue for the token budget, and they are
+  1 / ``client_rounds`` of the requests a benchmark measures (``start_wave``).
 """
 
 import math
@@ -28,7 +31,7 @@ import numpy as np
 
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.columns import (
-    C_ATTENTION_DP, C_CHUNKED_PREFILL, C_INPUT_LEN, C_LAYERS, C_MAX_NUM_TOKENS, C_MIXED_PREFILL, C_OUTPUT_LEN,
+    C_ATTENTION_DP, C_CHUNKED_PREFILL, C_CLIENT_ROUNDS, C_INPUT_LEN, C_LAYERS, C_MAX_NUM_TOKENS, C_MIXED_PREFILL, C_OUTPUT_LEN,
     C_OVERLAP_STEP, C_PP, C_SERVE_STEP_OVERHEAD_S, C_SPEC_ACCEPTANCE, C_SPEC_TOKENS,
 )
 from fastmodel.kernels.serve.attention import attention_launches, decode_attention_sum, prefill_attention_time
@@ -103,6 +106,38 @@ def prefill_iteration(row, n, q, per_request, costs):
     return costs[K_GEMM] + costs[K_ATTN] + costs[K_MEM] + costs[K_COMM]
 
 
+@njit
+def wave_iterations(prompts, inp, budget, chunked):
+    """(mean iterations until a prompt's first token, prompt tokens per iteration) when ``prompts`` prompts of
+    ``inp`` tokens arrive together and are prefilled first come first served under the token budget. Whole
+    prompts (no chunking): k = max(1, floor(budget / inp)) per iteration, prompt i in iteration ceil(i / k).
+    Chunked: a stream of budget tokens per iteration, prompt i done in iteration ceil(i inp / budget); with
+    x = inp / budget = p / q in lowest terms, the mean of ceil(i x) over whole cycles of q prompts is
+    x (P + 1) / 2 + (q - 1) / (2 q) (the fractional parts of i x run over j / q)."""
+    if not chunked:
+        k = max(1.0, math.floor(budget / inp))
+        waves = math.ceil(prompts / k)
+        return (k * waves * (waves + 1.0) / 2.0 - waves * (waves * k - prompts)) / prompts, min(k, prompts) * inp
+    if prompts * inp <= budget:
+        return 1.0, prompts * inp
+    g = float(math.gcd(int(inp), int(budget)))
+    q = budget / g
+    return max(1.0, inp / budget * (prompts + 1.0) / 2.0 + (q - 1.0) / (2.0 * q)), budget
+
+
+@njit
+def start_wave(row, running, per_request, t_d, work):
+    """Mean TTFT of the client's start wave: ``running`` requests arrive together (a closed-loop client opens
+    all its slots at once), ``running / attention_dp`` per attention-DP group, and are prefilled first come
+    first served at the token budget (``wave_iterations``), each iteration a prefill of the budget's tokens
+    alone (the decodes of the wave's first prompts ride along unpriced), + the overlap step; ``work``: 4 floats."""
+    prompts = math.ceil(running / row[C_ATTENTION_DP])
+    mean, q = wave_iterations(prompts, row[C_INPUT_LEN], row[C_MAX_NUM_TOKENS], row[C_CHUNKED_PREFILL] > 0.0)
+    t_q = prefill_iteration(row, 0.0, q, per_request, work) + row[C_SERVE_STEP_OVERHEAD_S]
+    overlap = t_d if row[C_OVERLAP_STEP] > 0.0 else 0.0
+    return mean * t_q + overlap
+
+
 #: most regula-falsi (Illinois) steps for the loop's request rate (it stops at |g| <= 1e-9 N, usually in < 10)
 ROOT_STEPS = 40
 
@@ -159,17 +194,19 @@ def solve_rate(running, own, share, t_d, per_token, mixed, steps, overlap):
 
 
 @njit
-def closed_loop(row, requests, running, scratch, out):
+def closed_loop(row, requests, running, scratch, out, work):
     """Steady state of ``requests`` in flight of which ``running`` fit the KV cache. ``out`` receives
     (ttft, tpot, requests per s, decode batch, experts touched, decode-iteration seconds); ``scratch[0]``
     holds the decode iteration's cost parts, ``scratch[1]`` those of the iterations that carry one prompt (its
-    own service S, the decodes riding with it included)."""
+    own service S, the decodes riding with it included); ``work``: 4 floats of scratch."""
     inp = row[C_INPUT_LEN]
     steps = row[C_OUTPUT_LEN] - 1.0
     p = row[C_PP]
     host = row[C_SERVE_STEP_OVERHEAD_S]
     mixed = row[C_MIXED_PREFILL] > 0.0
     overlap = 1.0 if row[C_OVERLAP_STEP] > 0.0 else 0.0
+    if running > 1.0:      # the arrival finds the others' iteration under way and joins at the next boundary
+        overlap += 1.0
     dec = scratch[0]
     pre = scratch[1]
     b = max(1.0, running * steps / (steps + 1.0))
@@ -192,7 +229,7 @@ def closed_loop(row, requests, running, scratch, out):
             touched, per_request = decode_iteration(row, n, dec)
             t_d = dec[K_GEMM] + dec[K_ATTN] + dec[K_MEM] + dec[K_COMM] + host
             b_done = b
-        free = max(1.0, row[C_MAX_NUM_TOKENS] - (n if mixed else 0.0))
+        free = max(1.0, row[C_MAX_NUM_TOKENS] - (n * others if mixed else 0.0))   # the others' decodes
         chunked = row[C_CHUNKED_PREFILL] > 0.0
         chunk = min(inp, free) if chunked else inp
         # prompts waiting at an iteration boundary enter together, up to the budget
@@ -202,6 +239,9 @@ def closed_loop(row, requests, running, scratch, out):
             q_done = q
         chunks = math.ceil(inp / chunk)
         own = chunks * t_m
+        last = inp - (chunks - 1.0) * chunk           # the last chunk is what is left of the prompt
+        if last < chunk:
+            own += prefill_iteration(row, n * others, last, per_request, work) + host - t_m
         share = t_m * inp / q
         lam = solve_rate(running, own, share, t_d, inp / q, mixed, steps, overlap)
         _, ttft, tpot = loop_state(lam, running, own, share, t_d, inp / q, mixed, steps, overlap)
@@ -213,6 +253,10 @@ def closed_loop(row, requests, running, scratch, out):
     ttft += overlap * tpot
     if requests > running:
         ttft += (requests - running) / lam            # Little's law over the requests waiting for KV room
+    rounds = row[C_CLIENT_ROUNDS]
+    if rounds > 0.0 and running > 1.0:                # the start wave is 1 / rounds of the measured requests
+        share = 1.0 / max(1.0, rounds)
+        ttft = (1.0 - share) * ttft + share * start_wave(row, running, per_request, t_d, work)
     out[0] = ttft
     out[1] = tpot
     out[2] = lam

@@ -148,8 +148,10 @@ def test_moe_decode_reads_the_expected_experts():
 
 
 def test_closed_loop_obeys_littles_law():
-    """Without the overlap step a request's cycle is ttft + (O - 1) tpot: N = lambda x cycle (Little)."""
-    r = evaluate("llama3.1-8b", "H100", input_len=512, output_len=256, concurrency=32, overlap_step=0)
+    """Without the overlap step a request's cycle is ttft + (O - 1) tpot: N = lambda x cycle (Little), in the
+    steady state (client_rounds 0: no start wave in the mean)."""
+    r = evaluate("llama3.1-8b", "H100", input_len=512, output_len=256, concurrency=32, overlap_step=0,
+                 client_rounds=0)
     assert r["batch_size"] == 32
     assert r["e2e_latency"] == pytest.approx(r["ttft"] + 255 * r["tpot"])
     assert r["output_tokens_per_s"] == pytest.approx(32 * 256 / r["e2e_latency"], rel=1e-9)
@@ -179,7 +181,7 @@ def test_closed_loop_queues_prompts_as_load_grows():
 
 def test_requests_beyond_the_kv_cache_wait_by_littles_law():
     """A request that finds no KV room waits for (N - running) / lambda (Little's law over the queue)."""
-    kw = dict(tp=1, input_len=1024, output_len=8192, precision="fp8", overlap_step=0)
+    kw = dict(tp=1, input_len=1024, output_len=8192, precision="fp8", overlap_step=0, client_rounds=0)
     fits = evaluate("llama3.1-70b", "H200", concurrency=1024, **kw)
     running = fits["batch_size"]
     assert running < 1024

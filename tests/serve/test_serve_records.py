@@ -275,3 +275,21 @@ def test_cli_serve_takes_attention_dp_moe_tp_and_an_engine_profile():
     assert json.loads(sglang.output)["tpot"] > json.loads(trt.output)["tpot"]
     bad = runner.invoke(main, [*base[:-3], "--ep", "4", "--concurrency", "64"])
     assert bad.exit_code == 2 and "ep_not_dividing" in bad.output
+
+
+def test_disaggregated_start_wave_queues_at_the_prefill_pool():
+    """8 requests arrive together at 2 prefill workers (TensorRT-LLM: whole prompts, budget 8192 = one prompt of
+    8192 per iteration): 4 prompts per worker, done after 1, 2, 3, 4 lone prefills (mean 2.5), then the KV
+    transfer and the first decode step; with 10 requests per client: ttft = 0.9 steady + 0.1 wave."""
+    from fastmodel.registry.lm import COLUMN_INDEX as C
+    from fastmodel.serve.disagg import evaluate_disagg, lower_disagg
+    from fastmodel.serve.record_schema import parse_serve_record
+
+    data = _disagg_record(8)
+    steady_rec = lower_disagg(data, parse_serve_record(data), None)
+    steady_rec.decode[C["client_rounds"]] = 0.0
+    [steady] = evaluate_disagg([steady_rec])
+    [mean] = evaluate_disagg([lower_disagg(data, parse_serve_record(data), None)])
+    wave = 2.5 * steady["prefill_s"] + steady["kv_transfer_s"] + steady["tpot"]
+    assert mean["ttft"] == pytest.approx(0.9 * steady["ttft"] + 0.1 * wave, rel=1e-9)
+    assert mean["tpot"] == steady["tpot"] and mean["output_tokens_per_s"] == steady["output_tokens_per_s"]

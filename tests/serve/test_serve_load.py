@@ -1,0 +1,95 @@
+"""The closed loop's scheduling and benchmark terms (kernels/serve/load.py, docs/model_serving.md §S7): the client's
+start wave, the wait for the next iteration boundary, the token budget shared with the decodes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fastmodel.kernels.serve.load import decode_iteration, prefill_iteration, wave_iterations
+from fastmodel.serve.api import columns, evaluate
+
+
+def test_wave_iterations_of_whole_prompts_count_k_prompts_per_iteration():
+    """No chunking, budget 2048, prompts of 1024: k = 2 prompts per iteration, 10 prompts finish in iterations
+    1,1,2,2,3,3,4,4,5,5 (mean 3); budget 4096: 4 per iteration, 1,1,1,1,2,2,2,2,3,3 (mean 1.8); a prompt longer
+    than the budget still enters whole, one per iteration."""
+    assert wave_iterations(10.0, 1024.0, 2048.0, False) == (pytest.approx(3.0), 2048.0)
+    assert wave_iterations(10.0, 1024.0, 4096.0, False) == (pytest.approx(1.8), 4096.0)
+    assert wave_iterations(3.0, 8192.0, 2048.0, False) == (pytest.approx(2.0), 8192.0)
+
+
+def test_wave_iterations_of_a_chunked_token_stream():
+    """Chunked, budget 8192, prompts of 1024: 4 prompts fit one iteration (mean 1); 16 prompts finish at
+    ceil(i / 8): eight in iteration 1 and eight in 2 (mean 1.5). Prompts of 8192 at budget 2048 take 4
+    iterations each: prompt i is done after 4 i, mean 4 (N + 1) / 2 = 6 for N = 2."""
+    assert wave_iterations(4.0, 1024.0, 8192.0, True) == (1.0, 4096.0)
+    assert wave_iterations(16.0, 1024.0, 8192.0, True) == (pytest.approx(1.5), 8192.0)
+    assert wave_iterations(2.0, 8192.0, 2048.0, True) == (pytest.approx(6.0), 2048.0)
+
+
+KW = dict(tp=4, input_len=1024, output_len=256, precision="fp8", overlap_step=0)
+
+
+def test_start_wave_is_one_round_of_the_mean_ttft():
+    """8 requests of 1024 tokens arrive together under a chunked budget of 8192: one iteration prefills all 8,
+    which is the static batch of 8's prefill. With 10 requests per client the wave is a tenth of the mean:
+    ttft = 0.9 steady + 0.1 static(8)."""
+    kw = dict(KW, chunked_prefill=1, max_num_tokens=8192)
+    static = evaluate("llama3.1-70b", "H100", batch_size=8, **kw)
+    steady = evaluate("llama3.1-70b", "H100", concurrency=8, client_rounds=0, **kw)
+    mean = evaluate("llama3.1-70b", "H100", concurrency=8, client_rounds=10, **kw)
+    assert mean["ttft"] == pytest.approx(0.9 * steady["ttft"] + 0.1 * static["ttft"], rel=1e-9)
+    assert mean["tpot"] == steady["tpot"] and mean["output_tokens_per_s"] == steady["output_tokens_per_s"]
+
+
+def test_start_wave_of_whole_prompts_waits_for_earlier_iterations():
+    """No chunking, budget 2048: 10 prompts of 1024 go two per iteration, mean 3 iterations of the static
+    batch of 2's prefill; with 4 requests per client: ttft = 0.75 steady + 0.25 x 3 x static(2)."""
+    kw = dict(KW, chunked_prefill=0, max_num_tokens=2048)
+    static = evaluate("llama3.1-70b", "H100", batch_size=2, **kw)
+    steady = evaluate("llama3.1-70b", "H100", concurrency=10, client_rounds=0, **kw)
+    mean = evaluate("llama3.1-70b", "H100", concurrency=10, client_rounds=4, **kw)
+    assert mean["ttft"] == pytest.approx(0.75 * steady["ttft"] + 0.25 * 3.0 * static["ttft"], rel=1e-9)
+
+
+def test_one_request_has_no_start_wave():
+    one = evaluate("llama3.1-70b", "H100", concurrency=1, client_rounds=10, **KW)
+    assert one["ttft"] == evaluate("llama3.1-70b", "H100", concurrency=1, client_rounds=0, **KW)["ttft"]
+
+
+def _row(**kw):
+    row = columns("llama3.1-70b", "H100", **kw).astype(float)
+    return row[:, 0] if row.ndim > 1 else row
+
+
+def test_arrival_joins_at_the_next_iteration_boundary():
+    """Two requests, long outputs (the prefill station is idle: phi ~ 6e-4): a new prompt arrives while the other
+    request's decode iteration runs and starts at the next boundary, so ttft = S + tpot with S the iteration
+    that carries its 1024 tokens and the other's decode; one request alone finds the engine idle."""
+    kw = dict(tp=4, input_len=1024, output_len=8192, precision="fp8", overlap_step=0, client_rounds=0)
+    two = evaluate("llama3.1-70b", "H100", concurrency=2, **kw)
+    row = _row(concurrency=2, **kw)
+    costs = np.zeros(4)
+    _, per_request = decode_iteration(row, 1.0, costs)
+    own = prefill_iteration(row, 1.0, 1024.0, per_request, costs)
+    assert two["ttft"] == pytest.approx(own + two["tpot"], rel=2e-3)
+    one = evaluate("llama3.1-70b", "H100", concurrency=1, **kw)
+    assert one["ttft"] == pytest.approx(prefill_iteration(row, 0.0, 1024.0, per_request, costs), rel=1e-12)
+
+
+def test_token_budget_is_shared_with_the_other_requests_decodes_only():
+    """A prompt as long as the budget (8192, chunked): alone it fits one iteration (the static prefill); beside a
+    decoding request the free budget is 8191, so it takes a chunk of 8191 and a last chunk of 1 token, each
+    iteration priced at its own size (two full iterations would be 0.86 s, not 0.45 s)."""
+    kw = dict(tp=4, input_len=8192, output_len=8192, precision="fp8", overlap_step=0, client_rounds=0,
+              chunked_prefill=1, max_num_tokens=8192)
+    one = evaluate("llama3.1-70b", "H100", concurrency=1, **kw)
+    assert one["ttft"] == pytest.approx(evaluate("llama3.1-70b", "H100", batch_size=1, **kw)["ttft"], rel=1e-12)
+    two = evaluate("llama3.1-70b", "H100", concurrency=2, **kw)
+    row = _row(concurrency=2, **kw)
+    costs = np.zeros(4)
+    _, per_request = decode_iteration(row, 1.0, costs)
+    chunks = prefill_iteration(row, 1.0, 8191.0, per_request, costs) + prefill_iteration(row, 1.0, 1.0,
+                                                                                          per_request, costs)
+    assert two["ttft"] == pytest.approx(chunks + two["tpot"], rel=1e-2)     # the queue: 1 / (1 - phi), phi ~ 5e-3

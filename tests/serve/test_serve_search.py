@@ -1,0 +1,78 @@
+"""``fastmodel serve --search -o`` writes the searched sweep; ``fastmodel plot pareto`` draws its frontier with the
+SLOs (fastmodel/serve/search.py, fastmodel/plot/serving.py, docs/model_serving.md §S17)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import xarray as xr
+from click.testing import CliRunner
+
+from fastmodel.cli import main
+from fastmodel.serve.search import X, Y, slo_search
+
+ARGS = ["serve", "--search", "-m", "llama3.1-8b", "-d", "H100", "--ttft", "0.5", "--tpot", "30ms", "--gpus", "4",
+        "--input-len", "1024", "--output-len", "256"]
+
+
+def test_search_writes_its_sweep_with_the_budget_and_the_slos(tmp_path):
+    out = tmp_path / "search.nc"
+    run = CliRunner().invoke(main, [*ARGS, "-o", str(out)])
+    assert run.exit_code == 0, run.output
+    ds = xr.load_dataset(out)
+    assert ds.attrs["slo_ttft_s"] == 0.5 and ds.attrs["slo_tpot_s"] == pytest.approx(0.03) and ds.attrs["slo_gpus"] == 4
+    within = np.broadcast_to((ds.tp.values[:, None] * ds.pp.values[None, :] <= 4)[None, None, :, :, None],
+                             ds.status.shape)
+    assert (ds.within_budget.values.astype(bool) == within).all()
+    meets = (ds.status.values == 0) & ds.fits_memory.values.astype(bool) & within & (ds.ttft.values <= 0.5) \
+        & (ds.tpot.values <= 0.03)
+    assert (ds.meets_slo.values.astype(bool) == meets).all() and meets.any()
+    again = CliRunner().invoke(main, [*ARGS, "-o", str(out)])
+    assert again.exit_code == 2 and "--force" in again.output       # the output rule: no silent overwrite
+
+
+def test_plot_pareto_of_a_search_marks_the_tpot_target_and_the_best_point(tmp_path):
+    from fastmodel.plot.serving import serving_pareto
+
+    result = slo_search("llama3.1-8b", "H100", input_len=1024, output_len=256, ttft=0.5, tpot=0.03, gpus=4)
+    fig, ax = serving_pareto(result.dataset, "precision")
+    assert ax.best == (pytest.approx(result.best[X]), pytest.approx(result.best[Y]))
+    [line] = [g for g in ax.get_lines() if g.get_gid() == "slo-tpot"]
+    assert line.get_xdata()[0] == pytest.approx(1 / 0.03)
+    for xv, yv, _ in ax.frontiers.values():   # no frontier point needs more GPUs than the budget
+        ds = result.dataset
+        over = ds.within_budget.values == 0
+        assert not np.any(np.isin(np.round(xv, 9), np.round(ds[X].values[over], 9))
+                          & np.isin(np.round(yv, 9), np.round(ds[Y].values[over], 9)))
+    out = tmp_path / "search.nc"
+    assert CliRunner().invoke(main, [*ARGS, "-o", str(out)]).exit_code == 0
+    png = tmp_path / "pareto.png"
+    run = CliRunner().invoke(main, ["plot", "pareto", str(out), "--curve", "precision", "-o", str(png)])
+    assert run.exit_code == 0, run.output
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "precision = fp8:" in run.output
+
+
+def test_slo_targets_read_as_durations():
+    """``--ttft 2s --tpot 50ms`` (issue 24's example): a service-level target may exceed the 1 s ceiling of a
+    device latency; a day is the most a target may be."""
+    from fastmodel.spec.quantity import parse_quantity
+
+    assert parse_quantity("2s", "duration") == 2.0 and parse_quantity("50ms", "duration") == pytest.approx(0.05)
+    with pytest.raises(ValueError, match="implausibly large"):
+        parse_quantity(2e5, "duration")
+    run = CliRunner().invoke(main, ["serve", "--search", "-m", "llama3.1-8b", "-d", "H100", "--ttft", "2s",
+                                    "--tpot", "50ms", "--gpus", "2"])
+    assert run.exit_code == 0 and "TTFT <= 2000 ms and TPOT <= 50 ms" in run.output
+
+
+def test_search_plans_for_the_steady_state_without_a_start_wave():
+    """A deployment in service has no benchmark client's start wave: the search's TTFT is the steady state's."""
+    from fastmodel.serve.api import evaluate
+
+    result = slo_search("llama3.1-8b", "H100", input_len=1024, output_len=256, ttft=0.5, tpot=0.03, gpus=4)
+    b = result.best
+    kw = dict(tp=b["tp"], pp=b["pp"], precision=b["precision"], input_len=1024, output_len=256,
+              concurrency=b["batch_size"], chunked_prefill=0, mixed_prefill=1, overlap_step=1, kv_on_demand=0,
+              max_num_tokens=8192, max_batch_size=2048)
+    assert b["ttft"] == pytest.approx(evaluate("llama3.1-8b", "H100", client_rounds=0, **kw)["ttft"], rel=1e-12)
+    assert b["ttft"] < evaluate("llama3.1-8b", "H100", client_rounds=10, **kw)["ttft"]
