@@ -125,6 +125,19 @@ def _write_rows(rows: list[dict], path: str, records, force: bool) -> None:
     click.echo(f"wrote {path}", err=True)
 
 
+#: above these, a bare number given as an SLO is more likely milliseconds than seconds (a note, not an error):
+#: a token every second is far slower than reading speed, a first token after a minute is no interactive service
+SECONDS_PLAUSIBLE = {"--ttft": 60.0, "--tpot": 1.0}
+
+
+def _bare_number(value) -> bool:
+    try:
+        float(str(value))
+    except ValueError:
+        return False
+    return True
+
+
 def _search(model, device, input_len, output_len, ttft, tpot, gpus, precisions, engine, output=None,
             force=False) -> None:
     """``--search``: the SLO search of fastmodel.serve.search, printed as a table; with ``output`` its sweep (with
@@ -141,6 +154,9 @@ def _search(model, device, input_len, output_len, ttft, tpot, gpus, precisions, 
             targets.append(parse_quantity(value, "duration"))
         except ValueError as error:
             raise SpecError(None, name, str(error)) from None
+        if _bare_number(value) and targets[-1] > SECONDS_PLAUSIBLE[name]:
+            click.echo(f"note: {name} {value} reads as {targets[-1]:g} s (a number without a unit is seconds); "
+                       f"write e.g. {value}ms for milliseconds", err=True)
     if output:
         from fastmodel.io.outputs import check_output
 

@@ -76,3 +76,15 @@ def test_search_plans_for_the_steady_state_without_a_start_wave():
               max_num_tokens=8192, max_batch_size=2048)
     assert b["ttft"] == pytest.approx(evaluate("llama3.1-8b", "H100", client_rounds=0, **kw)["ttft"], rel=1e-12)
     assert b["ttft"] < evaluate("llama3.1-8b", "H100", client_rounds=10, **kw)["ttft"]
+
+
+def test_a_bare_slo_number_far_beyond_an_interactive_service_gets_a_note():
+    """``--tpot 50`` is 50 s per token (a bare number is seconds): it runs, with a one-line note naming the
+    millisecond spelling; ``--tpot 0.05`` and ``--tpot 50ms`` get none."""
+    base = ["serve", "--search", "-m", "llama3.1-8b", "-d", "H100", "--gpus", "1", "--ttft", "2"]
+    noted = CliRunner().invoke(main, [*base, "--tpot", "50"])
+    assert noted.exit_code == 0
+    assert "note: --tpot 50 reads as 50 s" in noted.stderr and "50ms" in noted.stderr
+    for quiet in ("0.05", "50ms"):
+        run = CliRunner().invoke(main, [*base, "--tpot", quiet])
+        assert run.exit_code == 0 and "note:" not in run.stderr
