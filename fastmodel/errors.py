@@ -40,11 +40,13 @@ class UnsupportedError(SpecError):
 
 class FieldValueError(ValueError):
     """Raised inside a spec's pydantic validator to blame a nested field: ``path`` (e.g.
-    ``("tiers", 1, "domain_size")``) extends the field path of the one-line :class:`SpecError`."""
+    ``("tiers", 1, "domain_size")``) extends the field path of the one-line :class:`SpecError`. ``unsupported``:
+    the value names a choice outside the engine's list (reported as :class:`UnsupportedError`)."""
 
-    def __init__(self, path: tuple, reason: str):
+    def __init__(self, path: tuple, reason: str, unsupported: bool = False):
         super().__init__(reason)
         self.path = tuple(path)
+        self.unsupported = unsupported
 
 
 class PlanError(FastmodelError):

@@ -68,7 +68,8 @@ def position_values(text: str | None) -> dict[str, float]:
     kind = words[0] if words else ""
     if kind not in POSITION_KINDS:
         raise FieldValueError(("position_embedding",), f"{text!r} names no position embedding (one of "
-                              f"{', '.join(POSITION_KINDS)}){nearest(kind, POSITION_KINDS)}")
+                              f"{', '.join(POSITION_KINDS)}){nearest(kind, POSITION_KINDS)}",
+                              unsupported=True)
     rotary, learned = POSITION_KINDS[kind]
     share = re.search(r"(\d+(?:\.\d+)?)\s*%", text)
     if rotary and share:

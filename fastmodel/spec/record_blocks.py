@@ -86,5 +86,6 @@ def first_error(error: ValidationError, source: str | None, root: type[BaseModel
             reason += f" (got {first['input']!r:.100})"
         if first["type"] == "literal_error":
             reason += nearest(str(first.get("input")), re.findall(r"'([^']*)'", first["ctx"]["expected"]))
-    unsupported = first["type"] in ("extra_forbidden", "literal_error")   # may be right for a later schema
+    # may be right for a later schema: an unknown key, a choice outside the list
+    unsupported = first["type"] in ("extra_forbidden", "literal_error") or getattr(blamed, "unsupported", False)
     return (UnsupportedError if unsupported else SpecError)(source, field, reason)

@@ -97,6 +97,19 @@ def test_a_refused_record_is_named_and_counted_as_a_miss(tmp_path):
     assert hits <= 75.0                     # 3 answered of 4: the refused run is a miss in the hit rate
 
 
+def test_a_value_outside_a_parsed_list_is_a_miss_too(tmp_path):
+    """A choice outside a list that the lowering parses (``model.position_embedding``'s first word) is refused
+    like a literal outside its list: a miss in ``validate``, one line naming the field and the nearest kind."""
+    record = json.loads((DATA / "runs_fsdp_public.jsonl").read_text().splitlines()[0])
+    record["model"]["position_embedding"] = "rotory"
+    path = tmp_path / "one.jsonl"
+    path.write_text(json.dumps(record) + "\n")
+    result = CliRunner().invoke(main, ["validate", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "refused (a miss):" in result.stderr and "model.position_embedding: 'rotory'" in result.stderr
+    assert "did you mean 'rotary'?" in result.stderr
+
+
 def test_heldout_scores_each_group_twice_from_the_split_file(tmp_path):
     path, ids = _runs_with_one_refused(tmp_path)
     split = tmp_path / "split.json"
