@@ -1,5 +1,7 @@
 """Hypothesis settings and "weird value" strategies shared by the fuzz tests (tests/behaviour/test_fuzz*.py)."""
 
+import json
+
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
@@ -19,3 +21,30 @@ def weird(values: list):
         st.sampled_from([*values, True, False, None, "", "x", [], {}, [1, 2], {"a": 1}]),
         st.text(max_size=6),
     )
+
+
+def leaf_paths(data: dict, prefix: tuple = ()):
+    """Every path (tuple of keys) to a non-dict value of the nested dict ``data``."""
+    for key, value in data.items():
+        if isinstance(value, dict):
+            yield from leaf_paths(value, (*prefix, key))
+        else:
+            yield (*prefix, key)
+
+
+def mutate(data: dict, path: tuple, value, action: str) -> dict:
+    """A deep copy of ``data`` with the field at ``path`` set to ``value`` (``"set"``), deleted (``"delete"``),
+    renamed with a trailing ``s`` (``"typo"``), or joined by an unknown sibling ``bogus_field`` (``"extra"``)."""
+    data = json.loads(json.dumps(data))
+    node = data
+    for key in path[:-1]:
+        node = node[key]
+    if action == "delete":
+        node.pop(path[-1], None)
+    elif action == "typo":
+        node[path[-1] + "s"] = node.pop(path[-1])
+    elif action == "extra":
+        node["bogus_field"] = value
+    else:
+        node[path[-1]] = value
+    return data

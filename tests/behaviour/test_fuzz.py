@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 hypothesis = pytest.importorskip("hypothesis")
-from fuzz_inputs import fuzz_settings, weird  # noqa: E402
+from fuzz_inputs import fuzz_settings, leaf_paths, mutate, weird  # noqa: E402
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
@@ -50,32 +50,10 @@ def assert_clean(result, outputs=()):
         assert left == [], left
 
 
-def _leaf_paths(data, prefix=()):
-    for key, value in data.items():
-        if isinstance(value, dict):
-            yield from _leaf_paths(value, (*prefix, key))
-        else:
-            yield (*prefix, key)
-
-
 MODEL = load_model("llama-7b").model_dump(mode="json")
 SYSTEM = load_system("dc-a").model_dump(mode="json")
-MODEL_PATHS = sorted(_leaf_paths(MODEL))
-SYSTEM_PATHS = sorted(_leaf_paths(SYSTEM))
-
-
-def _mutate(data, path, value, action):
-    data = json.loads(json.dumps(data))
-    node = data
-    for key in path[:-1]:
-        node = node[key]
-    if action == "delete":
-        node.pop(path[-1], None)
-    elif action == "typo":
-        node[path[-1] + "s"] = node.pop(path[-1])
-    else:
-        node[path[-1]] = value
-    return data
+MODEL_PATHS = sorted(leaf_paths(MODEL))
+SYSTEM_PATHS = sorted(leaf_paths(SYSTEM))
 
 
 @FUZZ
@@ -85,7 +63,7 @@ def test_fuzz_spec_fields(tmp_path, which, index, value, action):
     base, paths = (MODEL, MODEL_PATHS) if which == "model" else (SYSTEM, SYSTEM_PATHS)
     path = paths[index % len(paths)]
     spec = tmp_path / f"{which}.json"
-    spec.write_text(json.dumps(_mutate(base, path, value, action)))
+    spec.write_text(json.dumps(mutate(base, path, value, action)))
     args = {"model": "llama-7b", "system": "dc-a", which: spec}
     result = run("run", "-m", args["model"], "-s", args["system"], "-t", "llm-pretrain", "--plan", "fsdp/ddp",
                  "--nodes", 2, "--json")
@@ -199,7 +177,7 @@ def test_fuzz_batch_lines(tmp_path, lines):
 
 DEV_RUNS = Path(__file__).resolve().parents[1] / "data" / "runs_dev.jsonl"
 RUN_RECORD = json.loads(next(line for line in DEV_RUNS.read_text().splitlines() if "405b-s131072" in line))
-RUN_PATHS = sorted(p for p in _leaf_paths(RUN_RECORD) if p[0] != "measured" or len(p) == 2)
+RUN_PATHS = sorted(p for p in leaf_paths(RUN_RECORD) if p[0] != "measured" or len(p) == 2)
 
 
 def _is_count(path) -> bool:
@@ -218,9 +196,9 @@ def test_fuzz_run_record_fields(tmp_path, index, value, action):
     a string or boolean is never read as a number, a fraction never as a count, an unknown key never ignored
     (``measured`` is free-form but for the step time and memory that validate checks)."""
     path = RUN_PATHS[index % len(RUN_PATHS)]
-    data = _mutate(RUN_RECORD, path, value, "set" if action == "extra" else action)
+    data = mutate(RUN_RECORD, path, value, "set" if action == "extra" else action)
     if action == "extra":
-        data = _mutate(RUN_RECORD, (*path[:-1], "bogus_field"), value, "set")
+        data = mutate(RUN_RECORD, (*path[:-1], "bogus_field"), value, "set")
     runs = tmp_path / "runs.jsonl"
     runs.write_text(json.dumps(data) + "\n")
     assert_clean(run("validate", runs))
@@ -241,9 +219,9 @@ def test_every_run_record_field_wrong_typed_out_of_bounds_missing_or_extra(path)
     from fastmodel.lm.api import record_values
 
     for action, value in EVERY_FIELD:
-        data = _mutate(RUN_RECORD, path, value, "set" if action == "extra" else action)
+        data = mutate(RUN_RECORD, path, value, "set" if action == "extra" else action)
         if action == "extra":
-            data = _mutate(RUN_RECORD, (*path[:-1], "bogus_field"), value, "set")
+            data = mutate(RUN_RECORD, (*path[:-1], "bogus_field"), value, "set")
         if _check_record_mutation(data, path, value, action):
             try:
                 values, _ = record_values(data, "runs.jsonl:1")

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 hypothesis = pytest.importorskip("hypothesis")
-from fuzz_inputs import fuzz_settings, weird  # noqa: E402
+from fuzz_inputs import fuzz_settings, leaf_paths, mutate, weird  # noqa: E402
 from hypothesis import given  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
@@ -27,29 +27,10 @@ FUZZ = fuzz_settings(80)
 WEIRD = weird([0, 1, -1, 2, 3, 8, 64, 1e300, 1e-300, 0.5, 1.5, "8", "fp4", "disagg", "80 GB"])
 DEV = Path(__file__).resolve().parents[1] / "data" / "serve_dev_load.jsonl"
 RECORD = json.loads(next(line for line in DEV.read_text().splitlines() if '"attention_dp"' in line))
-PATHS = sorted(p for p in (lambda f: f(f, RECORD, ()))(
-    lambda f, data, prefix: [q for k, v in data.items()
-                             for q in (f(f, v, (*prefix, k)) if isinstance(v, dict) else [(*prefix, k)])])
-    if p[0] not in ("aic", "measured"))
+PATHS = sorted(p for p in leaf_paths(RECORD) if p[0] not in ("aic", "measured"))
 COUNTS = {"tp", "pp", "ep", "attention_dp", "moe_tp", "input_len", "output_len", "concurrency", "n_gpus",
           "gpus_per_node", "layers", "hidden", "ffn", "heads", "kv_heads", "head_dim", "vocab", "moe_experts",
           "moe_topk", "moe_ffn", "sliding_window", "sliding_window_layers"}
-
-
-def _mutate(path, value, action):
-    data = json.loads(json.dumps(RECORD))
-    node = data
-    for key in path[:-1]:
-        node = node[key]
-    if action == "delete":
-        node.pop(path[-1], None)
-    elif action == "typo":
-        node[path[-1] + "s"] = node.pop(path[-1])
-    elif action == "extra":
-        node["bogus_field"] = value
-    else:
-        node[path[-1]] = value
-    return data
 
 
 def _clean(result):
@@ -63,7 +44,7 @@ def _clean(result):
 @given(index=st.integers(0, 200), value=WEIRD, action=st.sampled_from(["set", "set", "set", "delete", "typo", "extra"]))
 def test_fuzz_serving_record_fields(tmp_path, index, value, action):
     path = PATHS[index % len(PATHS)]
-    data = _mutate(path, value, action)
+    data = mutate(RECORD, path, value, action)
     records = tmp_path / "serve.jsonl"
     records.write_text(json.dumps(data) + "\n")
     runner = CliRunner()
