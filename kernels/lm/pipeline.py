@@ -145,7 +145,8 @@ def pipeline_p2p(row, micro_batches):
 
 
 @njit(inline="always")
-def _multiple(a, b):
+def is_multiple(a, b):
+    """``a`` is an integer multiple of ``b`` (to 1e-9 relative): the divisibility test of the rule table."""
     return abs(a - b * np.floor(a / b + 0.5)) <= 1e-9 * max(1.0, abs(a))
 
 
@@ -167,7 +168,7 @@ def schedule_status(row, micro_batches):
     if micro_batches < pp and not plain:
         return ST_MICROBATCHES
     if schedule == SCHED_DUALPIPE and (
-            not _multiple(pp, 2.0) or not _multiple(micro_batches, 2.0) or micro_batches < 2.0 * pp):
+            not is_multiple(pp, 2.0) or not is_multiple(micro_batches, 2.0) or micro_batches < 2.0 * pp):
         return ST_SCHEDULE
     return 0
 

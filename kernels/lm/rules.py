@@ -6,7 +6,6 @@ their fused pass; ``fastmodel.lm.rules`` applies it to tables and turns it into
 PlanErrors for single configurations.
 """
 
-import numpy as np
 
 from fastmodel.kernels.jit import njit, prange
 from fastmodel.kernels.lm.layout import (
@@ -14,7 +13,7 @@ from fastmodel.kernels.lm.layout import (
     C_N_GPUS, C_PEAK_FLOPS_8, C_PP, C_PRECISION, C_SEQ_LEN, C_TP, C_UNEVEN_STAGES, C_VP, PRECISION_FP8,
 )
 from fastmodel.kernels.lm.moe import expert_tp
-from fastmodel.kernels.lm.pipeline import schedule_status
+from fastmodel.kernels.lm.pipeline import is_multiple, schedule_status
 from fastmodel.registry.lm import STATUS_CODES
 
 ST_DEVICES = STATUS_CODES["devices_not_divisible"]
@@ -28,11 +27,6 @@ ST_EP_DENSE = STATUS_CODES["ep_without_experts"]
 ST_NO_FP8 = STATUS_CODES["no_fp8"]
 
 
-@njit(inline="always")
-def _multiple(a, b):
-    return abs(a - b * np.floor(a / b + 0.5)) <= 1e-9 * max(1.0, abs(a))
-
-
 @njit
 def plan_status_row(row):
     """Code of the first broken rule of one configuration (0: legal)."""
@@ -41,27 +35,27 @@ def plan_status_row(row):
     cp = row[C_CP]
     ep = row[C_EP]
     dp = row[C_DP]
-    if not _multiple(row[C_N_GPUS], tp * pp * cp) or abs(tp * pp * cp * dp - row[C_N_GPUS]) > 0.5 or dp < 1.0:
+    if not is_multiple(row[C_N_GPUS], tp * pp * cp) or abs(tp * pp * cp * dp - row[C_N_GPUS]) > 0.5 or dp < 1.0:
         return ST_DEVICES
-    if not _multiple(row[C_HEADS], tp) or (not _multiple(row[C_KV_HEADS], tp) and not _multiple(tp, row[C_KV_HEADS])):
+    if not is_multiple(row[C_HEADS], tp) or (not is_multiple(row[C_KV_HEADS], tp) and not is_multiple(tp, row[C_KV_HEADS])):
         return ST_HEADS
-    if cp > 1.0 and row[C_CP_ALGORITHM] == CP_ALLTOALL and not _multiple(row[C_HEADS], tp * cp):
+    if cp > 1.0 and row[C_CP_ALGORITHM] == CP_ALLTOALL and not is_multiple(row[C_HEADS], tp * cp):
         return ST_HEADS
-    if not _multiple(row[C_LAYERS], pp * row[C_VP]) and row[C_UNEVEN_STAGES] <= 0.0:
+    if not is_multiple(row[C_LAYERS], pp * row[C_VP]) and row[C_UNEVEN_STAGES] <= 0.0:
         return ST_LAYERS
     if tp > row[C_DOMAIN_SIZE]:
         return ST_DOMAIN
     micro_batches = row[C_GLOBAL_BATCH] / (row[C_MICRO_BATCH] * dp)
-    if micro_batches < 1.0 or not _multiple(micro_batches, 1.0):
+    if micro_batches < 1.0 or not is_multiple(micro_batches, 1.0):
         return ST_BATCH
     status = schedule_status(row, micro_batches)
     if status:
         return status
     experts = row[C_MOE_EXPERTS]
     # MoE parallel folding: the expert mesh etp x ep x edp is the attention mesh tp x cp x dp refolded
-    if experts > 0.0 and (not _multiple(experts, ep) or not _multiple(tp * cp * dp, expert_tp(row) * ep)):
+    if experts > 0.0 and (not is_multiple(experts, ep) or not is_multiple(tp * cp * dp, expert_tp(row) * ep)):
         return ST_EXPERTS
-    if cp > 1.0 and not _multiple(row[C_SEQ_LEN], 2.0 * cp):
+    if cp > 1.0 and not is_multiple(row[C_SEQ_LEN], 2.0 * cp):
         return ST_SEQUENCE
     if experts <= 0.0 and ep > 1.0:
         return ST_EP_DENSE
