@@ -63,21 +63,50 @@ def gemm_peak(row, fp8):
 
 
 @njit(inline="always")
-def gemm_roofline(row, groups, m, n, k, fp8, weight_bytes, launch):
-    """Seconds for ``groups`` equal (m x k) @ (k x n) GEMMs launched as one kernel, the one GEMM model of
-    training and serving: ``max(2 m n (k + gemm_k_half) / (peak x quantization), (weights + activations) / HBM)``
-    per group, the weights at ``weight_bytes`` per element, the input at the GEMM precision's (1 B FP8, else 2 B),
-    the output at 2 B; ``launch`` (1.0 or 0.0: serving's decode replays CUDA graphs) adds the launch overhead.
-    At the modelled speed: callers divide by ``stack_compute_eff`` (per GEMM, or once per list of GEMMs). 0 when
-    empty."""
-    if groups <= 0.0 or m <= 0.0 or n <= 0.0 or k <= 0.0:
-        return 0.0
+def gemm_bounds(row, groups, m, n, k, fp8, weight_bytes):
+    """(compute, memory) seconds of ``groups`` equal (m x k) @ (k x n) GEMMs at the modelled speed:
+    ``2 m n (k + gemm_k_half) / (peak x quantization)`` and ``(weights + activations) / HBM`` per group, the
+    weights at ``weight_bytes`` per element, the input at the GEMM precision's (1 B FP8, else 2 B), the output at
+    2 B."""
     quantization = tile_quantization(row, groups, m, n, k)
     compute = 2.0 * groups * m * n * (k + row[C_GEMM_K_HALF]) / (gemm_peak(row, fp8) * quantization)
     element = 1.0 if fp8 else 2.0
     traffic = groups * (weight_bytes * k * n + element * m * k + 2.0 * m * n)
-    memory = traffic / (row[C_HBM_BW] * row[C_HBM_EFF])
+    return compute, traffic / (row[C_HBM_BW] * row[C_HBM_EFF])
+
+
+@njit(inline="always")
+def gemm_roofline(row, groups, m, n, k, fp8, weight_bytes, launch):
+    """Seconds for ``groups`` equal (m x k) @ (k x n) GEMMs launched as one kernel, the one GEMM model of
+    training and serving: ``max(compute, memory)`` of :func:`gemm_bounds`; ``launch`` (1.0 or 0.0: serving's
+    decode replays CUDA graphs) adds the launch overhead. At the modelled speed: callers divide by
+    ``stack_compute_eff`` (per GEMM, or once per list of GEMMs). 0 when empty."""
+    if groups <= 0.0 or m <= 0.0 or n <= 0.0 or k <= 0.0:
+        return 0.0
+    compute, memory = gemm_bounds(row, groups, m, n, k, fp8, weight_bytes)
     return max(compute, memory) + launch * row[C_KERNEL_OVERHEAD_S]
+
+
+@njit(inline="always")
+def exposed_weight_share(row, m):
+    """Share of a grouped GEMM's weight stream that its tensor-core work cannot hide: ``min(1, tile_m / m)``,
+    one over the row tiles that reuse each expert's weight tile (docs/model.md §11.3, "Grouped GEMMs")."""
+    return min(1.0, tile_size(m, row[C_GEMM_TILE_M]) / m)
+
+
+@njit(inline="always")
+def expert_gemm_roofline(row, groups, m, n, k, fp8, weight_bytes, launch):
+    """Seconds of a grouped GEMM over ``groups`` experts of ``m`` rows each (MoE routed experts):
+    ``max(c, w) + s min(c, w)`` with ``(c, w)`` of :func:`gemm_bounds` and ``s`` the exposed share
+    (:func:`exposed_weight_share`). Each expert's weight tile is loaded once per row tile; with one row tile
+    per expert (m <= tile_m) nothing else can run while it streams in, so load and math add up; with ``r`` row
+    tiles the later ones find it in L2 and only ``1/r`` of the shorter bound stays exposed. Same launch rule as
+    :func:`gemm_roofline`; 0 when empty."""
+    if groups <= 0.0 or m <= 0.0 or n <= 0.0 or k <= 0.0:
+        return 0.0
+    compute, memory = gemm_bounds(row, groups, m, n, k, fp8, weight_bytes)
+    return max(compute, memory) + exposed_weight_share(row, m) * min(compute, memory) \
+        + launch * row[C_KERNEL_OVERHEAD_S]
 
 
 @njit
@@ -85,6 +114,13 @@ def grouped_gemm_time(row, groups, m, n, k, fp8):
     """Seconds for ``groups`` equal (m x k) @ (k x n) GEMMs launched as one batched/grouped kernel
     (attention heads, MoE experts), both operands at the GEMM precision (:func:`gemm_roofline`)."""
     return gemm_roofline(row, groups, m, n, k, fp8, 1.0 if fp8 else 2.0, 1.0) / row[C_STACK_COMPUTE_EFF]
+
+
+@njit
+def expert_gemm_time(row, groups, m, n, k, fp8):
+    """Seconds for a grouped GEMM over ``groups`` routed experts of ``m`` rows each, both operands at the GEMM
+    precision (:func:`expert_gemm_roofline`)."""
+    return expert_gemm_roofline(row, groups, m, n, k, fp8, 1.0 if fp8 else 2.0, 1.0) / row[C_STACK_COMPUTE_EFF]
 
 
 @njit

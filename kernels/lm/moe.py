@@ -22,7 +22,7 @@ from fastmodel.kernels.lm.layout import (
 )
 from fastmodel.kernels.lm.shape import expert_tp as shape_expert_tp
 from fastmodel.kernels.nccl import allgather_time, alltoall_time, members_per_domain
-from fastmodel.kernels.roofline import gemm_time, grouped_gemm_time, memory_bound_time
+from fastmodel.kernels.roofline import expert_gemm_time, gemm_time, memory_bound_time
 
 #: bytes per dispatched element in FP8: 1 byte plus one FP32 scale per 128 elements (DeepEP's FP8 dispatch,
 #: DeepSeek-V3 report sec. 3.3: 1x128 activation tiles)
@@ -97,7 +97,7 @@ def moe_compute(row, fp8):
 
     Router: a ``T_r x h x E`` GEMM (16-bit). Routed experts: two grouped GEMMs over ``E / ep`` local experts of
     ``rows / local`` rows each at width ``moe_ffn / etp`` (tile and wave quantization per expert,
-    ``roofline.grouped_gemm_time``). Shared experts: a dense MLP of width ``shared moe_ffn`` split over TP on
+    ``roofline.expert_gemm_time``: exposed weight stream at few rows per expert). Shared experts: a dense MLP of width ``shared moe_ffn`` split over TP on
     the TP group's ``b s / cp`` tokens (Megatron-Core: shared experts follow the dense layers' parallelism).
     Memory-bound: router scores, top-k and auxiliary loss (``ROUTER_BYTES_PER_SCORE`` per token and expert),
     permutation and unpermutation (``PERMUTE_BYTES_PER_ELEMENT`` per routed element).
@@ -111,8 +111,8 @@ def moe_compute(row, fp8):
     rows = expert_rows(row)
     width = row[C_MOE_FFN] / expert_tp(row)
     gemm = gemm_time(row, tokens_r, experts, h, False)
-    gemm += grouped_gemm_time(row, local, rows / local, (nm - 1.0) * width, h, fp8)
-    gemm += grouped_gemm_time(row, local, rows / local, h, width, fp8)
+    gemm += expert_gemm_time(row, local, rows / local, (nm - 1.0) * width, h, fp8)
+    gemm += expert_gemm_time(row, local, rows / local, h, width, fp8)
     shared = row[C_MOE_SHARED_EXPERTS] * row[C_MOE_FFN]
     tokens = tokens_r * t
     shared_time = gemm_time(row, tokens, (nm - 1.0) * shared / t, h, fp8) + gemm_time(row, tokens, h, shared / t, fp8)

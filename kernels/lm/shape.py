@@ -27,7 +27,7 @@ from fastmodel.kernels.columns import (
 import math
 
 from fastmodel.kernels.jit import njit
-from fastmodel.kernels.roofline import gemm_roofline
+from fastmodel.kernels.roofline import expert_gemm_roofline, gemm_roofline
 
 #: bytes per element of activations and 16-bit weights (the LM head, embedding and router stay 16-bit)
 ACT_BYTES = 2.0
@@ -167,7 +167,7 @@ def attention_gemm_time(row, tokens, fp8, wbytes, launch):
 @njit(inline="always")
 def mlp_gemm_time(row, tokens, moe, expert_groups, expert_rows, etp, fp8, wbytes, launch):
     """Seconds (at the modelled speed) of one layer's MLP GEMMs for ``tokens`` tokens on one device: the dense MLP at TP width, or the
-    router (16-bit), the routed experts as grouped GEMMs over ``expert_groups`` local experts of
+    router (16-bit), the routed experts as grouped GEMMs (``roofline.expert_gemm_roofline``) over ``expert_groups`` local experts of
     ``expert_rows`` rows each at width ``moe_ffn / etp``, and the shared experts at TP width."""
     h = row[C_HIDDEN]
     t = row[C_TP]
@@ -175,8 +175,8 @@ def mlp_gemm_time(row, tokens, moe, expert_groups, expert_rows, etp, fp8, wbytes
     if moe > 0.0:
         width = row[C_MOE_FFN] / etp
         total = gemm_roofline(row, 1.0, tokens, row[C_MOE_EXPERTS], h, False, ACT_BYTES, launch)
-        total += gemm_roofline(row, expert_groups, expert_rows, (nm - 1.0) * width, h, fp8, wbytes, launch)
-        total += gemm_roofline(row, expert_groups, expert_rows, h, width, fp8, wbytes, launch)
+        total += expert_gemm_roofline(row, expert_groups, expert_rows, (nm - 1.0) * width, h, fp8, wbytes, launch)
+        total += expert_gemm_roofline(row, expert_groups, expert_rows, h, width, fp8, wbytes, launch)
         shared = row[C_MOE_SHARED_EXPERTS] * row[C_MOE_FFN] / t
         total += gemm_roofline(row, 1.0, tokens, (nm - 1.0) * shared, h, fp8, wbytes, launch) \
             + gemm_roofline(row, 1.0, tokens, h, shared, fp8, wbytes, launch)
