@@ -17,7 +17,7 @@ from fastmodel.kernels.lm.shape import (
     layer_gemm_time,
     norm_params,
 )
-from fastmodel.kernels.roofline import gemm_roofline, grouped_gemm_time
+from fastmodel.kernels.roofline import expert_gemm_roofline, gemm_roofline, grouped_gemm_time, tile_quantization
 from fastmodel.registry.lm import COLUMN_INDEX as C
 from fastmodel.serve.api import columns, evaluate
 
@@ -82,6 +82,25 @@ def test_one_gemm_model_by_hand():
     row[C["stack_compute_eff"]] = 0.5
     assert gemm_roofline(row, 1.0, 1.0, 4096.0, 4096.0, True, 1.0, 0.0) == pytest.approx(memory, rel=1e-12)
     assert grouped_gemm_time(row, 1.0, 1.0, 4096.0, 4096.0, True) == pytest.approx((memory + 4e-6) / 0.5, rel=1e-12)
+
+
+def test_expert_gemm_exposes_the_weight_stream_by_hand():
+    """8 experts of (m x 4096) @ (4096 x 4096), 16-bit, on H100 (tile_m 128). Compute 2 x 8 m 4096 (4096 + 128) /
+    (989 TF x 0.75 x Q); memory 8 (2 x 4096^2 + 2 m 4096 + 2 m 4096) B / (3.35 TB/s x 0.8). With m = 32 each expert
+    is one row tile: nothing hides the weight load, the two add. With m = 512 (4 row tiles of 128) a quarter of
+    the shorter one stays exposed. The dense roofline is max(compute, memory)."""
+    row = columns("llama3.1-8b", "H100", batch_size=1)
+    assert row[C["gemm_tile_m"]] == 128.0 and row[C["gemm_eff_16"]] == 0.75
+    for m, share in ((32.0, 1.0), (512.0, 0.25)):
+        q = tile_quantization(row, 8.0, m, 4096.0, 4096.0)
+        compute = 2.0 * 8 * m * 4096 * (4096 + 128) / (989e12 * 0.75 * q)
+        memory = 8 * (2.0 * 4096 * 4096 + 4.0 * m * 4096) / (3.35e12 * 0.8)
+        dense = gemm_roofline(row, 8.0, m, 4096.0, 4096.0, False, 2.0, 0.0)
+        assert dense == pytest.approx(max(compute, memory), rel=1e-12)
+        expert = expert_gemm_roofline(row, 8.0, m, 4096.0, 4096.0, False, 2.0, 0.0)
+        assert expert == pytest.approx(max(compute, memory) + share * min(compute, memory), rel=1e-12)
+        assert expert_gemm_roofline(row, 8.0, m, 4096.0, 4096.0, False, 2.0, 1.0) == pytest.approx(expert + 4e-6)
+    assert expert_gemm_roofline(row, 0.0, 32.0, 4096.0, 4096.0, False, 2.0, 1.0) == 0.0
 
 
 def test_serving_gains_the_stack_efficiency():
