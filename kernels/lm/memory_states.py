@@ -16,8 +16,9 @@ from fastmodel.kernels.lm.shape import (  # noqa: F401 - attention_params, mlp_p
 from fastmodel.kernels.lm.layout import (
     C_CP, C_DENSE_LAYERS, C_DP, C_EP, C_FFN, C_FP8_PARAMS, C_GATED_MLP, C_GRAD_REDUCE_BYTES, C_HEADS, C_HEAD_DIM,
     C_HIDDEN, C_LAYERS, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_LAYER_FREQ, C_MOE_SHARED_EXPERTS, C_MOE_TOPK,
-    C_MTP_LAYERS, C_OPTIMIZER, C_PP, C_PRECISION, C_SHARDING,
+    C_MASTER_WEIGHTS, C_MTP_LAYERS, C_OPTIMIZER, C_PP, C_PRECISION, C_SHARDING,
     C_SHARD_DEGREE, C_TIED_EMBEDDINGS, C_EMBEDDING_LOSS_IN_SPLIT, C_LEARNED_POSITIONS, C_SEQ_LEN, C_TP, C_UNEVEN_STAGES, C_VOCAB, C_VP, OPT_ADAFACTOR, OPT_SGD,
+    OPT_SGD_NO_MOMENTUM,
     PRECISION_FP8, SHARD_FSDP, SHARD_ZERO1, SHARD_ZERO2,
 )
 
@@ -182,10 +183,12 @@ def weights_bytes(row, non_expert, expert):
     (Rajbhandari et al. 2020, ZeRO, Sec. 5: 2 bytes/param of fp16 weights). FSDP/HSDP (ZeRO-3): the sharded
     parameters, kept in FP32 between forward and backward (PyTorch FSDP ``MixedPrecision``: "the sharded
     parameters are kept in full precision"; Zhao et al. 2023), i.e. ``4 * params / shard_group``; the
-    gathered BF16 copies are buffers (``fsdp_gather_buffer_bytes``).
+    gathered BF16 copies are buffers (``fsdp_gather_buffer_bytes``). A 16-bit model (``master_weights = 0``:
+    built in FP16/BF16, no FP32 copy) shards its 16-bit parameters: ``2 * params / shard_group``.
     """
     if int(row[C_SHARDING]) == SHARD_FSDP:
-        return B32 * sharded_params(row, non_expert, expert)
+        per = B32 if row[C_MASTER_WEIGHTS] > 0 else weight_bytes_per_param(row)
+        return per * sharded_params(row, non_expert, expert)
     return weight_bytes_per_param(row) * (non_expert + expert)
 
 
@@ -210,19 +213,20 @@ def optimizer_bytes_per_param(row):
     """Optimizer bytes per parameter, FP32 master copy included.
 
     Adam(W): 4 (master) + 4 (m) + 4 (v) = 12 (ZeRO paper, Sec. 3.1, K = 12). SGD with momentum: 4 + 4 = 8.
-    Adafactor without momentum (Shazeer & Stern 2018; beta1 = 0 default): 4 (master) plus the factored
-    second moment (``adafactor_factored_bytes``). Under FSDP the sharded FP32 parameters are the master
-    copy, so 4 bytes less.
+    SGD without momentum (``torch.optim.SGD`` at its default ``momentum=0`` keeps no ``momentum_buffer``): 4,
+    the master alone. Adafactor without momentum (Shazeer & Stern 2018; beta1 = 0 default): 4 (master) plus
+    the factored second moment (``adafactor_factored_bytes``). Under FSDP the sharded FP32 parameters are the
+    master copy, so 4 bytes less; a 16-bit model (``master_weights = 0``) has no master copy at all.
     """
     opt = int(row[C_OPTIMIZER])
-    per = 12.0
+    states = 8.0
     if opt == OPT_SGD:
-        per = 8.0
-    elif opt == OPT_ADAFACTOR:
-        per = 4.0
-    if int(row[C_SHARDING]) == SHARD_FSDP:
-        per -= B32
-    return per
+        states = 4.0
+    elif opt == OPT_ADAFACTOR or opt == OPT_SGD_NO_MOMENTUM:
+        states = 0.0
+    if int(row[C_SHARDING]) == SHARD_FSDP or row[C_MASTER_WEIGHTS] <= 0:
+        return states
+    return states + B32
 
 
 @njit(error_model='numpy')
