@@ -216,7 +216,8 @@ def optimizer_bytes_per_param(row):
     SGD without momentum (``torch.optim.SGD`` at its default ``momentum=0`` keeps no ``momentum_buffer``): 4,
     the master alone. Adafactor without momentum (Shazeer & Stern 2018; beta1 = 0 default): 4 (master) plus
     the factored second moment (``adafactor_factored_bytes``). Under FSDP the sharded FP32 parameters are the
-    master copy, so 4 bytes less; a 16-bit model (``master_weights = 0``) has no master copy at all.
+    master copy, so 4 bytes less; a 16-bit model (``master_weights = 0``) has no master copy at all and its
+    states are 16-bit like its parameters (Adam 2 + 2, SGD with momentum 2).
     """
     opt = int(row[C_OPTIMIZER])
     states = 8.0
@@ -224,7 +225,11 @@ def optimizer_bytes_per_param(row):
         states = 4.0
     elif opt == OPT_ADAFACTOR or opt == OPT_SGD_NO_MOMENTUM:
         states = 0.0
-    if int(row[C_SHARDING]) == SHARD_FSDP or row[C_MASTER_WEIGHTS] <= 0:
+    if row[C_MASTER_WEIGHTS] <= 0:
+        # PyTorch optimizers create their states like the parameter (torch/optim/adamw.py ``_init_group``:
+        # ``exp_avg = torch.zeros_like(p)``), so a 16-bit model keeps 16-bit moments: half the FP32 bytes
+        return states * B16 / B32
+    if int(row[C_SHARDING]) == SHARD_FSDP:
         return states
     return states + B32
 

@@ -47,13 +47,16 @@ from fastmodel.kernels.roofline import memory_bound_time
 def optimizer_bytes_per_param(row):
     """HBM traffic of the optimizer step per local parameter: FP32 master and states read and written,
     gradient read, 16-bit weight copy written (Adam: 4+4 master, 8+8 moments). A 16-bit model
-    (``master_weights = 0``) reads and writes its 16-bit parameters instead (2+2) and writes no copy."""
+    (``master_weights = 0``) reads and writes its 16-bit parameters instead (2+2), writes no copy, and its
+    states are 16-bit (AdamW: 2 + 2 + 8 + 2 = 14 bytes with 16-bit gradients)."""
     grad = row[C_GRAD_REDUCE_BYTES]
-    params = 8.0 + 2.0 if row[C_MASTER_WEIGHTS] > 0 else 2.0 + 2.0
+    master = row[C_MASTER_WEIGHTS] > 0
+    params = 8.0 + 2.0 if master else 2.0 + 2.0
+    states = 1.0 if master else 0.5          # a 16-bit model's states are 16-bit (torch.optim zeros_like(p))
     if row[C_OPTIMIZER] == OPT_ADAM:
-        return params + 16.0 + grad
+        return params + 16.0 * states + grad
     if row[C_OPTIMIZER] == OPT_SGD:
-        return params + 8.0 + grad
+        return params + 8.0 * states + grad
     if row[C_OPTIMIZER] == OPT_SGD_NO_MOMENTUM:
         return params + grad
     return params + 2.0 + grad   # Adafactor: factored second moment, no first moment

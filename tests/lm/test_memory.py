@@ -364,12 +364,14 @@ def test_sgd_and_adafactor_optimizer_states():
 def test_sixteen_bit_model_and_sgd_without_momentum():
     """torch.optim.SGD at its default momentum=0 keeps no state: the FP32 master alone, 4 bytes. A 16-bit model
     (built in FP16, no FP32 copy: master_weights = 0) keeps its 2-byte parameters and nothing else; Adam then
-    keeps its two 4-byte moments only. Under FSDP the 16-bit model shards its 2-byte parameters and gradients."""
+    keeps its two moments only, 16-bit like the parameters. Under FSDP the 16-bit model shards its 2-byte parameters and gradients."""
     p = _small_params()
     assert small(optimizer="sgd_no_momentum")[M_OPTIMIZER] == 4 * p
     half = small(optimizer="sgd_no_momentum", master_weights=0, grad_reduce_bytes=2)
     assert (half[M_WEIGHTS], half[M_GRADIENTS], half[M_OPTIMIZER]) == (2 * p, 2 * p, 0)
-    assert small(master_weights=0)[M_OPTIMIZER] == 8 * p
+    # torch.optim creates its states like the parameter (zeros_like): a 16-bit model's Adam moments are 2 + 2
+    assert small(master_weights=0)[M_OPTIMIZER] == 4 * p
+    assert small(optimizer="sgd", master_weights=0)[M_OPTIMIZER] == 2 * p
     fsdp = small(dp=64, sharding="fsdp", optimizer="sgd_no_momentum", master_weights=0, grad_reduce_bytes=2)
     assert fsdp[M_WEIGHTS] == pytest.approx(2 * p / 64, rel=1e-12)
     assert fsdp[M_GRADIENTS] == pytest.approx(2 * p / 64, rel=1e-12)
