@@ -200,9 +200,11 @@ def gradients_bytes(row, non_expert, expert):
     contiguous FP32 ``main_grad`` buffer for BF16 training and reduce-scatters it in place (Megatron-LM
     ``docs/distrib_optimizer.md``: bf16 params with fp32 grads take ``6 + 12/d`` bytes per parameter, i.e.
     the 4-byte gradient is not divided by d). Sharded by the shard group under ZeRO-2 and FSDP/HSDP
-    (ZeRO paper, Sec. 5.2).
+    (ZeRO paper, Sec. 5.2). A 16-bit model (``master_weights = 0``) stores 16-bit gradients whatever dtype
+    they are reduced in: autograd gives a gradient its parameter's dtype, and PyTorch FSDP2 casts a gradient
+    reduced in FP32 (``MixedPrecisionPolicy.reduce_dtype``) back to the sharded parameter's dtype.
     """
-    gb = row[C_GRAD_REDUCE_BYTES]
+    gb = min(row[C_GRAD_REDUCE_BYTES], B16) if row[C_MASTER_WEIGHTS] <= 0 else row[C_GRAD_REDUCE_BYTES]
     if int(row[C_SHARDING]) >= SHARD_ZERO2:
         return gb * sharded_params(row, non_expert, expert)
     return gb * (non_expert + expert)

@@ -49,8 +49,8 @@ def optimizer_bytes_per_param(row):
     gradient read, 16-bit weight copy written (Adam: 4+4 master, 8+8 moments). A 16-bit model
     (``master_weights = 0``) reads and writes its 16-bit parameters instead (2+2), writes no copy, and its
     states are 16-bit (AdamW: 2 + 2 + 8 + 2 = 14 bytes with 16-bit gradients)."""
-    grad = row[C_GRAD_REDUCE_BYTES]
     master = row[C_MASTER_WEIGHTS] > 0
+    grad = row[C_GRAD_REDUCE_BYTES] if master else min(row[C_GRAD_REDUCE_BYTES], 2.0)   # gradients_bytes
     params = 8.0 + 2.0 if master else 2.0 + 2.0
     states = 1.0 if master else 0.5          # a 16-bit model's states are 16-bit (torch.optim zeros_like(p))
     if row[C_OPTIMIZER] == OPT_ADAM:

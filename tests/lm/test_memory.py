@@ -376,6 +376,10 @@ def test_sixteen_bit_model_and_sgd_without_momentum():
     assert fsdp[M_WEIGHTS] == pytest.approx(2 * p / 64, rel=1e-12)
     assert fsdp[M_GRADIENTS] == pytest.approx(2 * p / 64, rel=1e-12)
     assert fsdp[M_OPTIMIZER] == 0
+    # FSDP2 reducing a BF16 model's gradients in FP32 (KempnerForge) casts them back: the stored shard stays 2 bytes
+    fp32_reduce = small(dp=64, sharding="fsdp", master_weights=0, grad_reduce_bytes=4)
+    assert fp32_reduce[M_GRADIENTS] == pytest.approx(2 * p / 64, rel=1e-12)
+    assert small(dp=64, sharding="fsdp", grad_reduce_bytes=4)[M_GRADIENTS] == pytest.approx(4 * p / 64, rel=1e-12)
     # with the FP32 master (mixed precision) FSDP's FP32 shards are the master: SGD without momentum adds nothing
     assert small(dp=64, sharding="fsdp", optimizer="sgd_no_momentum")[M_WEIGHTS] == pytest.approx(4 * p / 64)
     assert small(dp=64, sharding="fsdp", optimizer="sgd_no_momentum")[M_OPTIMIZER] == 0
