@@ -187,6 +187,10 @@ PLAN_COLUMNS = _cols(
      "(Megatron-Core --moe-shared-expert-overlap).", 0, 1, False, "flag"),
     ("moe_imbalance", "1", 1, "Dropless routing: routed tokens of the busiest expert-parallel rank / the mean "
      "(1 = balanced, as forced balancing runs).", 1, 64, False, "number"),
+    ("moe_mem_kernels", "1", 0.0, "Small memory-bound kernels (router score, top-k, masks, auxiliary loss, "
+     "permutation bookkeeping) the stack launches per MoE layer forward, each charged kernel_overhead_s; counted "
+     "from its source (docs/model.md §11.14). 0: not counted (fused or compiled routers). The stack profile sets "
+     "it.", 0, 1e4, False, "number"),
     ("fsdp_copy_out", "1", 0, "1: ZeRO-3/FSDP copies each gathered layer out of the all-gather buffer into its "
      "parameters on the compute stream, a memory-bound read + write per gather (PyTorch FSDP2 per-parameter "
      "sharding; FSDP1's flat parameters are views of the buffer).", 0, 1),

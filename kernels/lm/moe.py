@@ -16,9 +16,10 @@ dispatchers (``dispatch_time``).
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.layout import (
     C_CP, C_DP, C_EP, C_GATED_MLP, C_HIDDEN, C_INTER_BW, C_INTER_EFF, C_INTER_LATENCY, C_INTRA_BW,
-    C_INTRA_EFF, C_INTRA_LATENCY, C_MICRO_BATCH, C_MOE_CAPACITY_FACTOR, C_MOE_DISPATCHER, C_MOE_EXPERTS, C_MOE_FFN,
-    C_MOE_FP8_DISPATCH, C_MOE_IMBALANCE, C_MOE_MAX_NODES, C_MOE_PAD_TO_CAPACITY, C_MOE_SHARED_EXPERTS, C_MOE_TOPK,
-    C_SEQ_LEN, C_TP, DISPATCH_ALLGATHER, DISPATCH_DEEPEP,
+    C_INTRA_EFF, C_INTRA_LATENCY, C_KERNEL_OVERHEAD_S, C_MICRO_BATCH, C_MOE_CAPACITY_FACTOR, C_MOE_DISPATCHER,
+    C_MOE_EXPERTS, C_MOE_FFN, C_MOE_FP8_DISPATCH, C_MOE_IMBALANCE, C_MOE_MAX_NODES, C_MOE_MEM_KERNELS,
+    C_MOE_PAD_TO_CAPACITY, C_MOE_SHARED_EXPERTS, C_MOE_TOPK, C_SEQ_LEN, C_STACK_COMPUTE_EFF, C_TP, DISPATCH_ALLGATHER,
+    DISPATCH_DEEPEP,
 )
 from fastmodel.kernels.lm.shape import expert_tp as shape_expert_tp
 from fastmodel.kernels.nccl import allgather_time, alltoall_time, members_per_domain
@@ -33,6 +34,27 @@ ROUTER_BYTES_PER_SCORE = 20.0
 #: HBM bytes per hidden element of one routed row: permutation reads and writes it (2 + 2), unpermutation reads
 #: the expert output and writes the probability-weighted sum (2 + 2)
 PERMUTE_BYTES_PER_ELEMENT = 8.0
+
+
+@njit(inline="always")
+def permutation_pairs(row):
+    """Permute + unpermute pairs a routed row goes through per MoE layer forward: 1, and 2 for the ``alltoall``
+    dispatcher with more than one local expert, which sorts the received rows by local expert after the
+    all-to-all and back before the combine (Megatron-Core ``MoEAlltoAllTokenDispatcher`` at 23e00ed,
+    token_dispatcher.py: "Permutation 2: Sort tokens by local expert", ``sort_chunks_by_idxs`` or, padded to
+    capacity, a transposed copy, and "Unpermutation 2"; TorchTitan ``ExpertParallel._token_dispatch`` /
+    ``_token_combine``: ``_permute`` after the all-to-all, ``_unpermute`` before it)."""
+    local = row[C_MOE_EXPERTS] / row[C_EP]
+    if row[C_MOE_DISPATCHER] != DISPATCH_ALLGATHER and row[C_MOE_DISPATCHER] != DISPATCH_DEEPEP and local > 1.0:
+        return 2.0
+    return 1.0
+
+
+@njit(inline="always")
+def moe_launch_time(row):
+    """Launch + tail seconds of the small memory-bound kernels of one MoE layer forward:
+    ``moe_mem_kernels x kernel_overhead_s`` (the stack's count, docs/model.md §11.14; 0 when not counted)."""
+    return row[C_MOE_MEM_KERNELS] * row[C_KERNEL_OVERHEAD_S] / row[C_STACK_COMPUTE_EFF]
 
 
 @njit(inline="always")
@@ -100,7 +122,8 @@ def moe_compute(row, fp8):
     ``roofline.expert_gemm_time``: exposed weight stream at few rows per expert). Shared experts: a dense MLP of width ``shared moe_ffn`` split over TP on
     the TP group's ``b s / cp`` tokens (Megatron-Core: shared experts follow the dense layers' parallelism).
     Memory-bound: router scores, top-k and auxiliary loss (``ROUTER_BYTES_PER_SCORE`` per token and expert),
-    permutation and unpermutation (``PERMUTE_BYTES_PER_ELEMENT`` per routed element).
+    permutation and unpermutation (``PERMUTE_BYTES_PER_ELEMENT`` per routed element and ``permutation_pairs``),
+    and the launch time of the stack's small router and dispatcher kernels (``moe_launch_time``).
     """
     h = row[C_HIDDEN]
     t = row[C_TP]
@@ -116,7 +139,8 @@ def moe_compute(row, fp8):
     shared = row[C_MOE_SHARED_EXPERTS] * row[C_MOE_FFN]
     tokens = tokens_r * t
     shared_time = gemm_time(row, tokens, (nm - 1.0) * shared / t, h, fp8) + gemm_time(row, tokens, h, shared / t, fp8)
-    mem = memory_bound_time(row, ROUTER_BYTES_PER_SCORE * tokens_r * experts + PERMUTE_BYTES_PER_ELEMENT * rows * h)
+    permute = PERMUTE_BYTES_PER_ELEMENT * permutation_pairs(row) * rows * h
+    mem = memory_bound_time(row, ROUTER_BYTES_PER_SCORE * tokens_r * experts + permute) + moe_launch_time(row)
     flops = expert_flops(row) + 2.0 * tokens * nm * h * shared / t + 2.0 * tokens_r * h * experts
     return gemm, mem, shared_time, flops, rows * width + tokens * shared / t
 

@@ -1,6 +1,7 @@
 """Mixture-of-experts terms of the real-world model (kernels/lm/moe.py, docs/model.md §11.14), derived by hand."""
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -14,16 +15,21 @@ from fastmodel.kernels.lm.moe import (
     expert_rows,
     expert_tp,
     load_factor,
+    moe_compute,
+    permutation_pairs,
 )
 from fastmodel.kernels.lm.parallel import exposed
 from fastmodel.kernels.lm.passes import expert_parallel_exposed
 from fastmodel.lm.api import record_values
 from fastmodel.lm.engine import evaluate_table
+from fastmodel.lm.execution import ExecutionSpec
 from fastmodel.lm.rules import plan_status
+from fastmodel.lm.stacks import megatron_core, resolve
 from fastmodel.lm.table import row, table
 from fastmodel.registry.lm import STATUS_CODES
 
 DATA = Path(__file__).resolve().parents[1] / "data"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "model.md"
 NET = dict(domain_size=8, intra_bw=450e9, intra_eff=0.8, intra_latency=3e-6, inter_bw=50e9, inter_eff=0.85,
            inter_latency=8e-6)
 #: an 8-expert top-2 model (Mixtral-8x7B shape), 4096-token sequences
@@ -238,3 +244,38 @@ def test_builtin_moe_models_hold_their_published_parameter_counts(name, publishe
 
     non_expert, expert = stage_params(row(**model_values(load_lm_model(name))), 0.0)
     assert (non_expert + expert) / published == pytest.approx(1.0, abs=0.02)
+
+
+def test_alltoall_with_several_local_experts_permutes_twice():
+    """Megatron-Core's alltoall dispatcher (and TorchTitan's) sorts the received rows by local expert after the
+    all-to-all and back before the combine: two permute + unpermute pairs; one expert per rank, the all-gather
+    and DeepEP dispatchers: one."""
+    assert permutation_pairs(row(**MIXTRAL, ep=4, dp=4)) == 2.0               # 2 local experts
+    assert permutation_pairs(row(**MIXTRAL, ep=8, dp=8)) == 1.0               # 1 local expert
+    assert permutation_pairs(row(**MIXTRAL, ep=4, dp=4, moe_dispatcher=1)) == 1.0
+    assert permutation_pairs(row(**MIXTRAL, ep=4, dp=4, moe_dispatcher=2)) == 1.0
+
+
+def test_moe_memory_bound_time_by_hand():
+    """EP 4, 2 local experts, b s = 4096, k 2, h 4096, E 8, 48 counted kernels at 4 us, HBM 3.35 TB/s x 0.8:
+    router 20 B x 4096 x 8 = 655,360 B; permutation 2 pairs x 8 B x 8192 rows x 4096 = 536,870,912 B;
+    (655,360 + 536,870,912) / 2.68e12 + 48 x 4e-6 = 0.20057 ms + 0.192 ms."""
+    r = row(**MIXTRAL, ep=4, dp=4, hbm_bw=3.35e12, hbm_eff=0.8, kernel_overhead_s=4e-6, moe_mem_kernels=48)
+    mem = moe_compute(r, False)[1]
+    assert mem == pytest.approx((20 * 4096 * 8 + 2 * 8 * 4096 * 2 * 4096) / 2.68e12 + 48 * 4e-6, rel=1e-12)
+    uncounted = row(**MIXTRAL, ep=4, dp=4, hbm_bw=3.35e12, hbm_eff=0.8, kernel_overhead_s=4e-6)
+    assert mem - moe_compute(uncounted, False)[1] == pytest.approx(48 * 4e-6, rel=1e-9)
+
+
+def test_megatron_core_counts_its_router_and_dispatcher_kernels_and_the_docs_table_sums_to_it():
+    core = resolve(ExecutionSpec(framework="Megatron-LM (commit 23e00ed) + TransformerEngine 2.11.0"), pp=1,
+                   layers=4)
+    assert core.moe_mem_kernels == megatron_core.MOE_MEM_KERNELS_MEGATRON_CORE
+    assert resolve(ExecutionSpec(framework="TorchTitan"), pp=1, layers=4).moe_mem_kernels is None  # not counted
+    given = resolve(ExecutionSpec(framework="NeMo", moe_mem_kernels=10), pp=1, layers=4)
+    assert given.moe_mem_kernels == 10                                       # a plan's own count wins
+    text = DOCS.read_text()
+    block = text[text.index("<!-- moe-kernels-megatron-core -->"):text.index("<!-- /moe-kernels-megatron-core -->")]
+    counts = [int(n) for n in re.findall(r"^\|[^|\n]+\|[^|\n]+\|\s*(\d+)\s*\|\s*$", block, flags=re.M)]
+    assert len(counts) >= 5
+    assert sum(counts) == megatron_core.MOE_MEM_KERNELS_MEGATRON_CORE

@@ -70,7 +70,10 @@ def test_dropping_framework_from_a_modern_record_does_not_make_it_a_2021_run():
     del record["framework"]
     absent = lower_record(record)
     assert named.stack == "megatron-core" and absent.stack == "default"
-    assert np.array_equal(named.columns, absent.columns)       # Megatron-Core sets nothing beyond the registry
+    # Megatron-Core sets nothing beyond the registry but its counted MoE router kernels (unused by a dense model)
+    keep = np.arange(len(named.columns)) != C["moe_mem_kernels"]
+    assert np.array_equal(named.columns[keep], absent.columns[keep])
+    assert named.columns[C["moe_mem_kernels"]] == 48.0 and absent.columns[C["moe_mem_kernels"]] == 0.0
     assert any("no framework" in note for note in absent.notes)
 
 
@@ -181,7 +184,9 @@ def test_the_b200_runs_read_as_megatron_core_kernels():
     record["stack"] = "pytorch-fsdp"                      # an explicit stack picks the eager reading back
     explicit = lower_record(record).columns
     assert explicit[C["fused_kernels"]] == 0 and explicit[C["selective_policy"]] == 1
-    assert np.sum(explicit != columns) == 2
+    # and Megatron-Core's counted MoE router kernels (kernels/lm/moe.py moe_launch_time; unused by this dense run)
+    assert columns[C["moe_mem_kernels"]] == 48.0 and explicit[C["moe_mem_kernels"]] == 0.0
+    assert np.sum(explicit != columns) == 3
 
 
 @pytest.mark.parametrize("framework, stack", [
