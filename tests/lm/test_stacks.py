@@ -171,7 +171,8 @@ def test_the_llama3_rows_resolve_vp_unknown_to_one_layer_per_virtual_stage():
 
 
 def test_the_b200_runs_read_as_megatron_core_kernels():
-    """The one deliberate change of the stack parse: fused kernels and Megatron's selective recompute."""
+    """The stack parse reads the B200 text as Megatron-Core kernels (fused kernels, Megatron's selective
+    recompute) launched through Megatron-LM's own arguments (overlap switches off)."""
     line = (DATA / "runs_dev.jsonl").read_text().splitlines()[0]
     record = json.loads(line)
     del record["stack"]                                   # the GPT-22B run names megatron-2021 explicitly
@@ -181,7 +182,24 @@ def test_the_b200_runs_read_as_megatron_core_kernels():
     record["stack"] = "pytorch-fsdp"                      # an explicit stack picks the eager reading back
     explicit = lower_record(record).columns
     assert explicit[C["fused_kernels"]] == 0 and explicit[C["selective_policy"]] == 1
-    assert np.sum(explicit != columns) == 2
+    differ = {name for name, i in C.items() if explicit[i] != columns[i]}
+    assert differ == {"fused_kernels", "selective_policy", "overlap_grad_reduce", "overlap_param_gather"}
+    assert columns[C["overlap_grad_reduce"]] == 0 and columns[C["overlap_param_gather"]] == 0
+
+
+@pytest.mark.parametrize("framework, overlap", [
+    ("Megatron-LM (commit 23e00ed) + TransformerEngine 2.11.0", 0),   # Megatron-LM's store_true flags: off
+    ("Megatron-LM", 0),
+    ("NeMo (MLPerf v4.0 NVIDIA submission, 24.04)", 1),               # NeMo recipes pass them on
+    ("NeMo 2.0 on Megatron-LM", 1),                                   # a recipe launcher wins over its base
+    ("Megatron-Bridge 0.2 (Megatron-LM core)", 1),
+    ("Megatron-Core 0.9", 1),
+])
+def test_megatron_overlap_switches_follow_the_launcher(framework, overlap):
+    execution = resolve(ExecutionSpec(framework=framework), 1, 12)
+    assert execution.stack == "megatron-core"
+    want = None if overlap else False                 # None: left to the registry column's default, on (1)
+    assert execution.overlap_grad_reduce is want and execution.overlap_param_gather is want
 
 
 @pytest.mark.parametrize("framework, stack", [
