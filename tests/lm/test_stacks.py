@@ -167,6 +167,9 @@ def test_the_llama3_rows_resolve_vp_unknown_to_one_layer_per_virtual_stage():
     assert record.columns[C["vp"]] == 8 and record.columns[C["pipeline_schedule"]] == 1     # interleaved
     assert record.columns[C["uneven_stages"]] == 1                                       # 126 layers, 128 chunks
     assert record.columns[C["embedding_loss_in_split"]] == 1
+    # FP32 accumulation over micro-batches (sec. 3.3.2) in its own kernel: read 2 B, read and write 4 + 4 B
+    assert record.columns[C["grad_accum_bytes"]] == 2 + 4 + 4
+    assert resolved("Megatron-Core").grad_accum_bytes is None         # fused into the wgrad GEMM: column 0
     assert any(note.startswith("vp unknown: 8") for note in record.notes)
 
 
