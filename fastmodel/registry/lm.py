@@ -144,6 +144,10 @@ PLAN_COLUMNS = _cols(
     ("grad_reduce_bytes", "bytes", 4, "Bytes per gradient element in the data-parallel reduction.", 1, 8),
     ("optimizer", "code", 0, "OPTIMIZER_CODES: 0 Adam(W), 1 SGD-momentum, 2 Adafactor.", 0, 2),
     ("fp8_params", "1", 0, "1: FP8 weight copies kept (no BF16 weight copy).", 0, 1),
+    ("pure_16bit", "1", 0, "1: pure 16-bit training, no FP32 master copy: parameters, gradients and optimizer moments "
+     "are stored in the 16-bit training dtype and the optimizer updates them in place (a model cast with "
+     "model.to(bfloat16), e.g. KempnerForge); 0: FP32 master weights and moments (mixed precision).",
+     0, 1, False, "flag"),
     ("pipeline_schedule", "code", 0, "PIPELINE_SCHEDULES: " + ", ".join(f"{c} {n}" for n, c in PIPELINE_SCHEDULES.items())
      + ".", 0, len(PIPELINE_SCHEDULES) - 1),
     ("overlap_grad_reduce", "1", 1, "1: gradient reduction overlaps the last backward pass.", 0, 1),

@@ -361,6 +361,19 @@ def test_sgd_and_adafactor_optimizer_states():
     assert small(optimizer="adafactor")[M_OPTIMIZER] == pytest.approx(4 * p + factored, rel=1e-12)
 
 
+def test_pure_16bit_training_keeps_no_fp32_master():
+    """Pure BF16 (the model cast to BF16, AdamW moments in the parameter's dtype): DDP 2 + 2 + (2 + 2) bytes per
+    parameter; FSDP over 64 devices 2/64 + 2/64 + 4/64 (the sharded 16-bit parameters are the master)."""
+    p = _small_params()
+    ddp = small(dp=8, sharding="ddp", pure_16bit=1)
+    assert (ddp[M_WEIGHTS], ddp[M_GRADIENTS], ddp[M_OPTIMIZER]) == (2 * p, 2 * p, 4 * p)
+    fsdp = small(dp=64, sharding="fsdp", pure_16bit=1)
+    assert fsdp[M_WEIGHTS] == pytest.approx(2 * p / 64, rel=1e-12)
+    assert fsdp[M_GRADIENTS] == pytest.approx(2 * p / 64, rel=1e-12)
+    assert fsdp[M_OPTIMIZER] == pytest.approx(4 * p / 64, rel=1e-12)
+    assert small(dp=8, sharding="ddp", pure_16bit=1, optimizer="sgd")[M_OPTIMIZER] == 2 * p
+
+
 def test_tensor_and_pipeline_sharding_of_weights():
     """tp = 4, pp = 2 on 4 layers: the first rank holds 2 layers / 4 + the vocab-parallel embedding V h / 4
     and the replicated norms 2 h per layer."""

@@ -211,6 +211,7 @@ def test_megatron_overlap_switches_follow_the_launcher(framework, overlap):
     ("HF Accelerate FSDP", "accelerate"),
     ("MaxText (JAX 0.4.30, XLA)", "maxtext"),
     ("OLMo-core (PyTorch FSDP2/HSDP, torch.compile), early 2025", "torchtitan"),
+    ("KempnerForge (PyTorch FSDP2 + DTensor TP, torch.compile), git 01b461a, 2026-04", "kempnerforge"),
 ])
 def test_fsdp_and_jax_stacks_are_named_by_their_framework_text(framework, stack):
     assert profile_for(framework) == (BY_NAME[stack], None)
@@ -238,3 +239,12 @@ def test_torch_compile_fuses_element_wise_kernels_unless_the_run_says_otherwise(
     assert data["plan"]["torch_compile"] is True and lower_record(data).columns[C["fused_kernels"]] == 1
     data["plan"]["torch_compile"] = False
     assert lower_record(data).columns[C["fused_kernels"]] == 0
+
+
+def test_kempnerforge_trains_in_pure_bf16_with_fsdp2_and_compile_by_default():
+    # KempnerForge@01b461a TrainConfig.param_dtype: bf16 (and fp8) -> the master weight dtype is torch.bfloat16;
+    # build_parallel_model casts the model to it; FSDP2 reduce_dtype fp32; compile_model defaults to true
+    kf = resolved("KempnerForge", sharding="fsdp")
+    assert (kf.pure_16bit, kf.fsdp_copy_out, kf.grad_reduce_dtype, kf.fused_kernels) == (True, True, "fp32", True)
+    assert resolved("KempnerForge", sharding="fsdp", torch_compile=False).fused_kernels is False
+    assert resolved("TorchTitan", sharding="fsdp").pure_16bit is None       # FP32 master (column default 0)

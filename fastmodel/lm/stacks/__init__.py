@@ -2,7 +2,8 @@
 
 One module per profile: ``megatron_core`` (Megatron-Core / NeMo), ``megatron_2021`` (Megatron 2021-22 /
 Megatron-DeepSpeed), ``deepspeed`` (DeepSpeed ZeRO), ``pytorch_fsdp`` (FSDP1, 1.x and 2.x), ``torchtitan``
-(TorchTitan / FSDP2), ``composer`` (Composer / llm-foundry on FSDP1), ``accelerate`` (Hugging Face Accelerate's
+(TorchTitan / FSDP2), ``kempnerforge`` (KempnerForge: FSDP2, pure BF16), ``composer`` (Composer / llm-foundry
+on FSDP1), ``accelerate`` (Hugging Face Accelerate's
 FSDP plugin), ``maxtext`` (MaxText on JAX/XLA), ``meta`` (Meta internal), ``default`` (a framework text naming none); ``base`` holds
 the profile type and the parse of a ``framework`` string. An execution (``ExecutionSpec.stack``) or a run
 record (top-level ``stack``) may name a profile explicitly; otherwise its ``framework`` text picks one.
@@ -18,6 +19,7 @@ from fastmodel.lm.stacks import (
     composer,
     deepspeed,
     default,
+    kempnerforge,
     maxtext,
     megatron_2021,
     megatron_core,
@@ -29,7 +31,7 @@ from fastmodel.lm.stacks.base import StackProfile, tokens
 
 #: every profile, in the order a framework text is matched (derived frameworks before their bases)
 PROFILES: tuple[StackProfile, ...] = (
-    megatron_2021.PROFILE, torchtitan.PROFILE, composer.PROFILE, accelerate.PROFILE, pytorch_fsdp.PROFILE,
+    megatron_2021.PROFILE, kempnerforge.PROFILE, torchtitan.PROFILE, composer.PROFILE, accelerate.PROFILE, pytorch_fsdp.PROFILE,
     deepspeed.PROFILE, meta.PROFILE, megatron_core.PROFILE, maxtext.PROFILE, default.PROFILE,
 )
 BY_NAME: dict[str, StackProfile] = {profile.name: profile for profile in PROFILES}

@@ -1,0 +1,35 @@
+"""KempnerForge (Kempner Institute, PyTorch FSDP2 + DTensor TP, torch.compile): stack ``kempnerforge``.
+
+Defaults from KempnerInstitute/KempnerForge@01b461a (2026-04):
+
+- **pure 16-bit training** (``pure_16bit``): ``kempnerforge/config/training.py`` ``TrainConfig.param_dtype``
+  maps ``mixed_precision`` bf16 (the default), and fp8 ("FP8 compute with bf16 master weights"), to
+  ``torch.bfloat16`` as "the master weight dtype"; ``kempnerforge/distributed/parallel.py``
+  ``build_parallel_model`` casts the model to it (``Transformer(...).to(dtype=param_dtype)``, or
+  ``model.to(dtype=param_dtype)`` after TP), so the parameters FSDP2 shards, the gradients and the AdamW
+  moments (``torch.zeros_like(param)``) are BF16: 8 bytes per parameter, not 16;
+- FSDP2 per-parameter sharding (``fully_shard`` per ``TransformerBlock``, ``parallel.py`` ``apply_fsdp2``,
+  ``reduce_dtype = torch.float32``: ``default_mp_policy``), so the gathered layer is copied out of the
+  all-gather buffer (``fsdp_copy_out``) and gradients are reduced in FP32; no FSDP when the mesh has no
+  data-parallel dimension;
+- ``compile_model = True`` by default (``TrainConfig``), eager element-wise ops otherwise.
+"""
+
+from fastmodel.lm.stacks.base import StackProfile
+
+
+def defaults(execution, framework: str | None) -> dict:
+    compiled = True if execution.torch_compile is None else execution.torch_compile
+    return {"pure_16bit": True, "fsdp_copy_out": True, "grad_reduce_dtype": "fp32", "torch_compile": compiled,
+            "fused_kernels": compiled, "selective_policy": "op"}
+
+
+PROFILE = StackProfile(
+    name="kempnerforge",
+    title="KempnerForge (FSDP2, pure BF16)",
+    names=("kempnerforge",),
+    source="KempnerInstitute/KempnerForge@01b461a kempnerforge/config/training.py (TrainConfig.param_dtype, "
+           "compile_model), kempnerforge/distributed/parallel.py (build_parallel_model, apply_fsdp2, "
+           "default_mp_policy)",
+    defaults=defaults,
+)
