@@ -133,7 +133,10 @@ def execution_values(execution, model, mesh: Mesh, notes: list[str] | None = Non
     values["vp"] = float(execution.vp)
     schedule = execution.pipeline_schedule or ("interleaved" if execution.vp > 1 else "1f1b")
     values["pipeline_schedule"] = float(encode("pipeline_schedule", schedule))
-    values["grad_reduce_bytes"] = GRAD_REDUCE_BYTES[execution.grad_reduce_dtype or "fp32"]
+    # unset by the plan and its stack: FP32 (mixed precision, FP32 main gradients), or the parameters' own
+    # 16 bits when the model is 16-bit (master_weights false: autograd gives a gradient its parameter's dtype)
+    values["grad_reduce_bytes"] = GRAD_REDUCE_BYTES[
+        execution.grad_reduce_dtype or ("fp16" if execution.master_weights is False else "fp32")]
     if execution.sharding in ("fsdp", "hsdp"):
         values["shard_degree"] = float(execution.shard_degree or mesh.dp)
     if execution.recompute == "partial_layers":

@@ -51,7 +51,9 @@ def _cols(group: str, *rows: tuple) -> tuple[Column, ...]:
 SHARDING_CODES = {"ddp": 0, "zero1": 1, "distopt": 1, "zero2": 2, "fsdp": 3, "hsdp": 3}
 RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2, "partial_layers": 3}
 PRECISION_CODES = {"bf16": 0, "fp16": 0, "fp8": 1}
-OPTIMIZER_CODES = {"adam": 0, "adamw": 0, "sgd": 1, "adafactor": 2}
+#: ``sgd`` keeps a momentum buffer (``sgd_momentum`` the same); ``sgd_no_momentum`` is ``torch.optim.SGD`` at its
+#: default ``momentum=0``, which keeps no state (PyTorch docs, torch.optim.SGD)
+OPTIMIZER_CODES = {"adam": 0, "adamw": 0, "sgd": 1, "sgd_momentum": 1, "adafactor": 2, "sgd_no_momentum": 3}
 PIPELINE_SCHEDULES = {"1f1b": 0, "interleaved": 1, "gpipe": 2, "zb_h1": 3, "dualpipe": 4}
 #: token dispatchers of expert parallelism (Megatron-Core ``--moe-token-dispatcher-type``; ``flex`` is its
 #: DeepEP backend, ``deepep`` the same kernels as TorchTitan and DeepSeek name them)
@@ -142,12 +144,17 @@ PLAN_COLUMNS = _cols(
     ("tp_comm_overlap", "1", 0, "1: TP communication overlapped with GEMMs (userbuffers).", 0, 1),
     ("precision", "code", 0, "PRECISION_CODES: 0 bf16/fp16, 1 fp8 GEMMs.", 0, 1),
     ("grad_reduce_bytes", "bytes", 4, "Bytes per gradient element in the data-parallel reduction.", 1, 8),
-    ("optimizer", "code", 0, "OPTIMIZER_CODES: 0 Adam(W), 1 SGD-momentum, 2 Adafactor.", 0, 2),
+    ("optimizer", "code", 0, "OPTIMIZER_CODES: 0 Adam(W), 1 SGD-momentum, 2 Adafactor, 3 SGD without momentum "
+     "(no state).", 0, 3),
+    ("master_weights", "1", 1, "1: mixed precision, an FP32 master copy of the parameters is updated by the "
+     "optimizer (Micikevicius et al. 2018; under FSDP the FP32 shards are that copy). 0: the model itself is "
+     "16-bit (built in FP16/BF16, e.g. module.half()): the optimizer updates the 16-bit parameters in place, "
+     "no FP32 copy anywhere, FSDP shards are 16-bit and gradients have the parameters' dtype.", 0, 1, False,
+     "flag"),
+    ("fsdp_module_wrap", "1", 0, "1: FSDP wraps each weight-bearing module of a layer (the attention block, each "
+     "MLP linear) as its own unit, so one module at a time is gathered instead of the whole layer (memory only). "
+     "0: one unit per transformer layer.", 0, 1, False, "flag"),
     ("fp8_params", "1", 0, "1: FP8 weight copies kept (no BF16 weight copy).", 0, 1),
-    ("pure_16bit", "1", 0, "1: pure 16-bit training, no FP32 master copy: parameters, gradients and optimizer moments "
-     "are stored in the 16-bit training dtype and the optimizer updates them in place (a model cast with "
-     "model.to(bfloat16), e.g. KempnerForge); 0: FP32 master weights and moments (mixed precision).",
-     0, 1, False, "flag"),
     ("pipeline_schedule", "code", 0, "PIPELINE_SCHEDULES: " + ", ".join(f"{c} {n}" for n, c in PIPELINE_SCHEDULES.items())
      + ".", 0, len(PIPELINE_SCHEDULES) - 1),
     ("overlap_grad_reduce", "1", 1, "1: gradient reduction overlaps the last backward pass.", 0, 1),

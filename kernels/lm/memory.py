@@ -27,7 +27,7 @@ import numpy as np
 from fastmodel.kernels.jit import njit, prange
 from fastmodel.kernels.lm.moe import expert_tp
 from fastmodel.kernels.lm.layout import (
-    C_COLLECTIVE_BUCKET_BYTES, C_CP, C_CP_ALGORITHM, C_DENSE_LAYERS, C_EP, C_FFN, C_FP8_PARAMS, C_FRAMEWORK_MEMORY_BYTES, C_FSDP_COPY_OUT,
+    C_COLLECTIVE_BUCKET_BYTES, C_CP, C_CP_ALGORITHM, C_DENSE_LAYERS, C_EP, C_FFN, C_FP8_PARAMS, C_FRAMEWORK_MEMORY_BYTES, C_FSDP_COPY_OUT, C_FSDP_MODULE_WRAP,
     C_GRAD_REDUCE_BYTES, C_HEADS, C_HEAD_DIM, C_HIDDEN, C_KV_HEADS, C_KV_LORA_RANK, C_LAYERS, C_MLA, C_MOE_EXPERTS,
     C_MOE_FFN, C_MOE_SHARED_EXPERTS, C_PP, C_PRECISION, C_QK_ROPE_HEAD_DIM, C_SEQUENCE_PARALLEL, C_SHARDING, C_TP,
     C_VOCAB, M_ACTIVATIONS, M_BUFFERS, M_GRADIENTS, M_KV_CACHE, M_OPTIMIZER, M_OVERHEAD, M_WEIGHTS, N_MEMORY_KINDS,
@@ -106,6 +106,16 @@ def largest_module_params(row):
 
 
 @njit(error_model='numpy')
+def wrapped_module_params(row):
+    """Parameters of the largest FSDP unit on one device when each weight-bearing module of a layer is its own
+    unit (``fsdp_module_wrap``): the attention block with all its projections ``attention_params / t``, one
+    dense MLP matrix ``h f / t``, or one expert's matrix (``largest_module_params``). minGPT as the PyTorch FSDP
+    GPT-175B/1T benchmark wraps it (mrshenli/ptd_benchmark@62f8c89 models.py ``ShardedGPT``/``Block``: ``wrap``
+    around the attention module and around each ``nn.Linear`` of the MLP)."""
+    return max(attention_params(row) / row[C_TP], largest_module_params(row))
+
+
+@njit(error_model='numpy')
 def fsdp_gather_buffer_bytes(row):
     """FSDP/HSDP: the gathered weights of the unit being computed and of the prefetched one, and the unit's
     unsharded gradient before its reduce-scatter.
@@ -115,7 +125,8 @@ def fsdp_gather_buffer_bytes(row):
     compute dtype (1 byte with FP8 parameters, else 2) and ``g`` = ``grad_reduce_bytes``. Bucketed ZeRO-3
     (``collective_bucket_bytes > 0``, DeepSpeed: parameters fetched per module, prefetched in buckets,
     ``stage3_prefetch_bucket_size``): the largest module gathered plus one prefetch bucket, and that
-    module's gradient: ``(c + g) * largest_module_params + bucket``.
+    module's gradient: ``(c + g) * largest_module_params + bucket``. Module-wrapped FSDP
+    (``fsdp_module_wrap``): the same two in-flight units and gradient, of ``wrapped_module_params`` each.
 
     FSDP1 against FSDP2 (``fsdp_copy_out``): FSDP1's flat parameters are views of the all-gather output, so a
     gathered layer is one buffer; FSDP2 (per-parameter sharding, pytorch/pytorch RFC #114299) copies the
@@ -129,7 +140,8 @@ def fsdp_gather_buffer_bytes(row):
     if row[C_COLLECTIVE_BUCKET_BYTES] > 0:
         return (compute + row[C_GRAD_REDUCE_BYTES]) * largest_module_params(row) + row[C_COLLECTIVE_BUCKET_BYTES]
     gathered = 3.0 if row[C_FSDP_COPY_OUT] > 0 else 2.0
-    return (gathered * compute + row[C_GRAD_REDUCE_BYTES]) * max_layer_params(row)
+    unit = wrapped_module_params(row) if row[C_FSDP_MODULE_WRAP] > 0 else max_layer_params(row)
+    return (gathered * compute + row[C_GRAD_REDUCE_BYTES]) * unit
 
 
 @njit(error_model='numpy')

@@ -16,8 +16,9 @@ from fastmodel.kernels.lm.shape import (  # noqa: F401 - attention_params, mlp_p
 from fastmodel.kernels.lm.layout import (
     C_CP, C_DENSE_LAYERS, C_DP, C_EP, C_FFN, C_FP8_PARAMS, C_GATED_MLP, C_GRAD_REDUCE_BYTES, C_HEADS, C_HEAD_DIM,
     C_HIDDEN, C_LAYERS, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_LAYER_FREQ, C_MOE_SHARED_EXPERTS, C_MOE_TOPK,
-    C_MTP_LAYERS, C_OPTIMIZER, C_PP, C_PRECISION, C_PURE_16BIT, C_SHARDING,
+    C_MASTER_WEIGHTS, C_MTP_LAYERS, C_OPTIMIZER, C_PP, C_PRECISION, C_SHARDING,
     C_SHARD_DEGREE, C_TIED_EMBEDDINGS, C_EMBEDDING_LOSS_IN_SPLIT, C_LEARNED_POSITIONS, C_SEQ_LEN, C_TP, C_UNEVEN_STAGES, C_VOCAB, C_VP, OPT_ADAFACTOR, OPT_SGD,
+    OPT_SGD_NO_MOMENTUM,
     PRECISION_FP8, SHARD_FSDP, SHARD_ZERO1, SHARD_ZERO2,
 )
 
@@ -175,15 +176,6 @@ def weight_bytes_per_param(row):
 
 
 @njit(error_model='numpy')
-def state_bytes(row):
-    """Bytes of a parameter the optimizer updates and of each optimizer moment: FP32 (4) under mixed precision
-    (Micikevicius et al. 2018, FP32 master copy; ZeRO paper Sec. 3.1); the 16-bit training dtype (2) under pure
-    16-bit training (``pure_16bit``: the model cast to BF16, ``torch.optim.AdamW`` keeping its moments in the
-    parameter's dtype, ``torch.zeros_like(param)``)."""
-    return B16 if row[C_PURE_16BIT] > 0 else B32
-
-
-@njit(error_model='numpy')
 def weights_bytes(row, non_expert, expert):
     """Weights held on the device.
 
@@ -191,11 +183,12 @@ def weights_bytes(row, non_expert, expert):
     (Rajbhandari et al. 2020, ZeRO, Sec. 5: 2 bytes/param of fp16 weights). FSDP/HSDP (ZeRO-3): the sharded
     parameters, kept in FP32 between forward and backward (PyTorch FSDP ``MixedPrecision``: "the sharded
     parameters are kept in full precision"; Zhao et al. 2023), i.e. ``4 * params / shard_group``; the
-    gathered BF16 copies are buffers (``fsdp_gather_buffer_bytes``). Pure 16-bit training: the sharded
-    parameters are 16-bit (``state_bytes``).
+    gathered BF16 copies are buffers (``fsdp_gather_buffer_bytes``). A 16-bit model (``master_weights = 0``:
+    built in FP16/BF16, no FP32 copy) shards its 16-bit parameters: ``2 * params / shard_group``.
     """
     if int(row[C_SHARDING]) == SHARD_FSDP:
-        return state_bytes(row) * sharded_params(row, non_expert, expert)
+        per = B32 if row[C_MASTER_WEIGHTS] > 0 else weight_bytes_per_param(row)
+        return per * sharded_params(row, non_expert, expert)
     return weight_bytes_per_param(row) * (non_expert + expert)
 
 
@@ -207,10 +200,11 @@ def gradients_bytes(row, non_expert, expert):
     contiguous FP32 ``main_grad`` buffer for BF16 training and reduce-scatters it in place (Megatron-LM
     ``docs/distrib_optimizer.md``: bf16 params with fp32 grads take ``6 + 12/d`` bytes per parameter, i.e.
     the 4-byte gradient is not divided by d). Sharded by the shard group under ZeRO-2 and FSDP/HSDP
-    (ZeRO paper, Sec. 5.2). Pure 16-bit training stores gradients in the parameters' 16-bit dtype (PyTorch
-    FSDP2 casts the reduced gradient back to the sharded parameter's dtype; DDP reduces the 16-bit ``.grad``).
+    (ZeRO paper, Sec. 5.2). A 16-bit model (``master_weights = 0``) stores 16-bit gradients whatever dtype
+    they are reduced in: autograd gives a gradient its parameter's dtype, and PyTorch FSDP2 casts a gradient
+    reduced in FP32 (``MixedPrecisionPolicy.reduce_dtype``) back to the sharded parameter's dtype.
     """
-    gb = B16 if row[C_PURE_16BIT] > 0 else row[C_GRAD_REDUCE_BYTES]
+    gb = min(row[C_GRAD_REDUCE_BYTES], B16) if row[C_MASTER_WEIGHTS] <= 0 else row[C_GRAD_REDUCE_BYTES]
     if int(row[C_SHARDING]) >= SHARD_ZERO2:
         return gb * sharded_params(row, non_expert, expert)
     return gb * (non_expert + expert)
@@ -221,23 +215,25 @@ def optimizer_bytes_per_param(row):
     """Optimizer bytes per parameter, FP32 master copy included.
 
     Adam(W): 4 (master) + 4 (m) + 4 (v) = 12 (ZeRO paper, Sec. 3.1, K = 12). SGD with momentum: 4 + 4 = 8.
-    Adafactor without momentum (Shazeer & Stern 2018; beta1 = 0 default): 4 (master) plus the factored
-    second moment (``adafactor_factored_bytes``). Under FSDP the sharded FP32 parameters are the master
-    copy, so 4 bytes less. Pure 16-bit training (``pure_16bit``): no master copy, moments of ``state_bytes``
-    (Adam 2 + 2 = 4, SGD 2, Adafactor 0).
+    SGD without momentum (``torch.optim.SGD`` at its default ``momentum=0`` keeps no ``momentum_buffer``): 4,
+    the master alone. Adafactor without momentum (Shazeer & Stern 2018; beta1 = 0 default): 4 (master) plus
+    the factored second moment (``adafactor_factored_bytes``). Under FSDP the sharded FP32 parameters are the
+    master copy, so 4 bytes less; a 16-bit model (``master_weights = 0``) has no master copy at all and its
+    states are 16-bit like its parameters (Adam 2 + 2, SGD with momentum 2).
     """
     opt = int(row[C_OPTIMIZER])
-    moments = 2.0
+    states = 8.0
     if opt == OPT_SGD:
-        moments = 1.0
-    elif opt == OPT_ADAFACTOR:
-        moments = 0.0
-    if row[C_PURE_16BIT] > 0:
-        return moments * B16
-    per = B32 * (moments + 1.0)
+        states = 4.0
+    elif opt == OPT_ADAFACTOR or opt == OPT_SGD_NO_MOMENTUM:
+        states = 0.0
+    if row[C_MASTER_WEIGHTS] <= 0:
+        # PyTorch optimizers create their states like the parameter (torch/optim/adamw.py ``_init_group``:
+        # ``exp_avg = torch.zeros_like(p)``), so a 16-bit model keeps 16-bit moments: half the FP32 bytes
+        return states * B16 / B32
     if int(row[C_SHARDING]) == SHARD_FSDP:
-        per -= B32
-    return per
+        return states
+    return states + B32
 
 
 @njit(error_model='numpy')
@@ -256,7 +252,7 @@ def adafactor_factored_bytes(row, stage):
     attn = 4.0 * (h + row[C_HEADS] * row[C_HEAD_DIM] / tp)
     dense_mlp = n_mlp * (h + row[C_FFN] / tp)
     expert_mlp = row[C_MOE_EXPERTS] / row[C_EP] * n_mlp * (h + row[C_MOE_FFN] / expert_tp(row, 0.0))
-    return state_bytes(row) * ((dense + moe + mtp) * attn + dense * dense_mlp + (moe + mtp) * expert_mlp)
+    return B32 * ((dense + moe + mtp) * attn + dense * dense_mlp + (moe + mtp) * expert_mlp)
 
 
 @njit(error_model='numpy')

@@ -23,9 +23,8 @@ from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.layer import W_FLOPS, W_GEMM, W_MEM, W_PARAMS, W_TP, model_flops_per_token, recompute_share
 from fastmodel.kernels.lm.layout import (
     C_CP, C_DP, C_EP, C_GLOBAL_BATCH, C_MTP_LAYERS, C_GRAD_REDUCE_BYTES, C_HIDDEN, C_MICRO_BATCH, C_N_GPUS,
-    C_HOST_LAYER_S, C_HOST_OP_S, C_HOST_OPS_LAYER, C_LAYERS, C_OPTIMIZER, C_PEAK_FLOPS_8, C_PEAK_FLOPS_16, C_PP, C_PRECISION,
-    C_PURE_16BIT,
-    C_SEQ_LEN, C_STEP_OVERHEAD_S, C_TP, C_VOCAB, OPT_ADAM, OPT_SGD, PRECISION_FP8, R_COMM_CP, R_COMM_DP, R_COMM_EP, R_COMM_EP_SCALE_OUT,
+    C_HOST_LAYER_S, C_HOST_OP_S, C_HOST_OPS_LAYER, C_LAYERS, C_MASTER_WEIGHTS, C_OPTIMIZER, C_PEAK_FLOPS_8, C_PEAK_FLOPS_16, C_PP, C_PRECISION,
+    C_SEQ_LEN, C_STEP_OVERHEAD_S, C_TP, C_VOCAB, OPT_ADAM, OPT_SGD, OPT_SGD_NO_MOMENTUM, PRECISION_FP8, R_COMM_CP, R_COMM_DP, R_COMM_EP, R_COMM_EP_SCALE_OUT,
     R_COMM_PP, R_COMM_TP, R_EXPOSED_CP, R_EXPOSED_DP, R_EXPOSED_EP, R_EXPOSED_PP, R_EXPOSED_TP, R_FLOPS_PER_TOKEN,
     R_HFU, R_MFU, R_PIPELINE_BUBBLE, R_STEP_TIME, R_TIME_HOST_WAIT, R_TIME_ATTENTION, R_TIME_GEMM, R_TIME_MEMORY_BOUND, R_TIME_OPTIMIZER,
     R_TIME_RECOMPUTE, R_TOKENS_PER_S, R_TOKENS_PER_S_PER_GPU,
@@ -47,21 +46,20 @@ from fastmodel.kernels.roofline import memory_bound_time
 @njit
 def optimizer_bytes_per_param(row):
     """HBM traffic of the optimizer step per local parameter: FP32 master and states read and written,
-    gradient read, 16-bit weight copy written (Adam: 4+4 master, 8+8 moments). Pure 16-bit training
-    (``pure_16bit``): the 16-bit parameter is the master, its moments 16-bit, its gradient 16-bit, no copy
-    written (Adam: 2+2 parameter, 4+4 moments, 2 gradient)."""
-    if row[C_PURE_16BIT] > 0:
-        if row[C_OPTIMIZER] == OPT_ADAM:
-            return 4.0 + 8.0 + 2.0
-        if row[C_OPTIMIZER] == OPT_SGD:
-            return 4.0 + 4.0 + 2.0
-        return 4.0 + 2.0 + 2.0   # Adafactor: factored second moment, no first moment
-    grad = row[C_GRAD_REDUCE_BYTES]
+    gradient read, 16-bit weight copy written (Adam: 4+4 master, 8+8 moments). A 16-bit model
+    (``master_weights = 0``) reads and writes its 16-bit parameters instead (2+2), writes no copy, and its
+    states are 16-bit (AdamW: 2 + 2 + 8 + 2 = 14 bytes with 16-bit gradients)."""
+    master = row[C_MASTER_WEIGHTS] > 0
+    grad = row[C_GRAD_REDUCE_BYTES] if master else min(row[C_GRAD_REDUCE_BYTES], 2.0)   # gradients_bytes
+    params = 8.0 + 2.0 if master else 2.0 + 2.0
+    states = 1.0 if master else 0.5          # a 16-bit model's states are 16-bit (torch.optim zeros_like(p))
     if row[C_OPTIMIZER] == OPT_ADAM:
-        return 8.0 + 16.0 + grad + 2.0
+        return params + 16.0 * states + grad
     if row[C_OPTIMIZER] == OPT_SGD:
-        return 8.0 + 8.0 + grad + 2.0
-    return 8.0 + 2.0 + grad + 2.0   # Adafactor: factored second moment, no first moment
+        return params + 8.0 * states + grad
+    if row[C_OPTIMIZER] == OPT_SGD_NO_MOMENTUM:
+        return params + grad
+    return params + 2.0 + grad   # Adafactor: factored second moment, no first moment
 
 
 @njit

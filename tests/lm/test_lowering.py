@@ -64,7 +64,8 @@ def test_every_execution_field_named_like_a_column_reaches_its_column():
                "flash_attention": False, "dropout": True, "moe_dispatcher": "deepep",
                "moe_a2a_overlap": "batch", "moe_fp8_dispatch": True, "moe_shared_expert_overlap": True,
                "moe_imbalance": 1.25, "param_fetch_bw": 2e10, "host_ops_layer": 60.0, "host_op_s": 2e-5,
-               "embedding_loss_in_split": True, "grad_accum_bytes": 10.0}
+               "embedding_loss_in_split": True, "master_weights": False, "fsdp_module_wrap": True,
+               "grad_accum_bytes": 10.0}
     columns = [name for name in ExecutionSpec.model_fields if name in C and name not in ("vp", "pipeline_schedule",
                                                                                        "recompute_fraction",
                                                                                        "shard_degree")]
@@ -81,6 +82,9 @@ def test_fields_lowered_by_rule():
         return lower(model, cluster, ExecutionSpec(**fields), Mesh(pp=4, dp=4), 64)[C[name]]
 
     assert col("grad_reduce_bytes", grad_reduce_dtype="bf16") == 2 and col("grad_reduce_bytes") == 4
+    # a 16-bit model (no FP32 master): autograd's gradients have the parameters' 16 bits, unless the plan says
+    assert col("grad_reduce_bytes", master_weights=False) == 2
+    assert col("grad_reduce_bytes", master_weights=False, grad_reduce_dtype="fp32") == 4
     assert col("recompute_fraction", recompute="partial_layers", recompute_num_layers=20) == 0.25
     assert col("recompute_fraction", recompute="partial_layers") == 0.5
     assert col("recompute_fraction", recompute="full", recompute_fraction=0.3) == 0     # only partial_layers
@@ -99,3 +103,19 @@ def test_an_execution_spec_is_strict():
                 {"pipeline_schedule": "interleaved"}, {"vp": 2, "pipeline_schedule": "gpipe"}, {"sharding": "zero3"}):
         with pytest.raises(ValueError):
             ExecutionSpec(**bad)
+
+
+def test_the_fsdp_gpt3_benchmark_record_lowers_its_source_facts():
+    """aws-fsdp-gpt3-175b (runs_dev.jsonl): torch.optim.SGD at momentum 0, a model built in FP16 (no master),
+    minGPT's attention and MLP linears wrapped as their own FSDP units (mrshenli/ptd_benchmark@62f8c89)."""
+    import json
+    from pathlib import Path
+
+    from fastmodel.registry.lm import OPTIMIZER_CODES
+
+    path = Path(__file__).resolve().parents[1] / "data" / "runs_dev.jsonl"
+    record = next(json.loads(line) for line in path.read_text().splitlines()
+                  if json.loads(line)["id"] == "aws-fsdp-gpt3-175b-s512-n128")
+    columns = lower_record(record).columns
+    assert columns[C["optimizer"]] == OPTIMIZER_CODES["sgd_no_momentum"] == 3
+    assert (columns[C["master_weights"]], columns[C["fsdp_module_wrap"]], columns[C["grad_reduce_bytes"]]) == (0, 1, 2)

@@ -361,17 +361,43 @@ def test_sgd_and_adafactor_optimizer_states():
     assert small(optimizer="adafactor")[M_OPTIMIZER] == pytest.approx(4 * p + factored, rel=1e-12)
 
 
-def test_pure_16bit_training_keeps_no_fp32_master():
-    """Pure BF16 (the model cast to BF16, AdamW moments in the parameter's dtype): DDP 2 + 2 + (2 + 2) bytes per
-    parameter; FSDP over 64 devices 2/64 + 2/64 + 4/64 (the sharded 16-bit parameters are the master)."""
+def test_sixteen_bit_model_and_sgd_without_momentum():
+    """torch.optim.SGD at its default momentum=0 keeps no state: the FP32 master alone, 4 bytes. A 16-bit model
+    (built in FP16, no FP32 copy: master_weights = 0) keeps its 2-byte parameters and nothing else; Adam then
+    keeps its two moments only, 16-bit like the parameters. Under FSDP the 16-bit model shards its 2-byte parameters and gradients."""
     p = _small_params()
-    ddp = small(dp=8, sharding="ddp", pure_16bit=1)
-    assert (ddp[M_WEIGHTS], ddp[M_GRADIENTS], ddp[M_OPTIMIZER]) == (2 * p, 2 * p, 4 * p)
-    fsdp = small(dp=64, sharding="fsdp", pure_16bit=1)
+    assert small(optimizer="sgd_no_momentum")[M_OPTIMIZER] == 4 * p
+    half = small(optimizer="sgd_no_momentum", master_weights=0, grad_reduce_bytes=2)
+    assert (half[M_WEIGHTS], half[M_GRADIENTS], half[M_OPTIMIZER]) == (2 * p, 2 * p, 0)
+    # torch.optim creates its states like the parameter (zeros_like): a 16-bit model's Adam moments are 2 + 2
+    assert small(master_weights=0)[M_OPTIMIZER] == 4 * p
+    assert small(optimizer="sgd", master_weights=0)[M_OPTIMIZER] == 2 * p
+    fsdp = small(dp=64, sharding="fsdp", optimizer="sgd_no_momentum", master_weights=0, grad_reduce_bytes=2)
     assert fsdp[M_WEIGHTS] == pytest.approx(2 * p / 64, rel=1e-12)
     assert fsdp[M_GRADIENTS] == pytest.approx(2 * p / 64, rel=1e-12)
-    assert fsdp[M_OPTIMIZER] == pytest.approx(4 * p / 64, rel=1e-12)
-    assert small(dp=8, sharding="ddp", pure_16bit=1, optimizer="sgd")[M_OPTIMIZER] == 2 * p
+    assert fsdp[M_OPTIMIZER] == 0
+    # FSDP2 reducing a BF16 model's gradients in FP32 (KempnerForge) casts them back: the stored shard stays 2 bytes
+    fp32_reduce = small(dp=64, sharding="fsdp", master_weights=0, grad_reduce_bytes=4)
+    assert fp32_reduce[M_GRADIENTS] == pytest.approx(2 * p / 64, rel=1e-12)
+    assert small(dp=64, sharding="fsdp", grad_reduce_bytes=4)[M_GRADIENTS] == pytest.approx(4 * p / 64, rel=1e-12)
+    # with the FP32 master (mixed precision) FSDP's FP32 shards are the master: SGD without momentum adds nothing
+    assert small(dp=64, sharding="fsdp", optimizer="sgd_no_momentum")[M_WEIGHTS] == pytest.approx(4 * p / 64)
+    assert small(dp=64, sharding="fsdp", optimizer="sgd_no_momentum")[M_OPTIMIZER] == 0
+
+
+@pytest.mark.parametrize("ffn", [2048, 8192])
+def test_fsdp_module_wrap_gathers_one_module(ffn):
+    """Module-wrapped FSDP (minGPT in the PyTorch FSDP GPT-175B benchmark: the attention block and each MLP linear
+    are units) gathers the largest module, not the layer: two in flight in BF16 and its FP32 gradient,
+    (2 x 2 + 4) x max(4 h^2, h f) -- the attention block (4 x 1024^2) at f = 2048, one MLP matrix (1024 x 8192)
+    at f = 8192; plus the activation gradients 2 T h + 2 x 2 T f of the layer's backward (T = 1024)."""
+    h, t_tok = 1024, 1024
+    grads = 2 * t_tok * h + 4 * t_tok * ffn
+    unit = max(4 * h * h, h * ffn)
+    layer = 4 * h * h + 2 * h * ffn + 2 * h
+    wrapped = small(dp=64, sharding="fsdp", ffn=ffn, fsdp_module_wrap=1)
+    assert wrapped[M_BUFFERS] == pytest.approx((2 * 2 + 4) * unit + grads, rel=1e-12)
+    assert small(dp=64, sharding="fsdp", ffn=ffn)[M_BUFFERS] == pytest.approx((2 * 2 + 4) * layer + grads, rel=1e-12)
 
 
 def test_tensor_and_pipeline_sharding_of_weights():

@@ -241,10 +241,10 @@ def test_torch_compile_fuses_element_wise_kernels_unless_the_run_says_otherwise(
     assert lower_record(data).columns[C["fused_kernels"]] == 0
 
 
-def test_kempnerforge_trains_in_pure_bf16_with_fsdp2_and_compile_by_default():
+def test_kempnerforge_trains_a_bf16_model_with_fsdp2_and_compile_by_default():
     # KempnerForge@01b461a TrainConfig.param_dtype: bf16 (and fp8) -> the master weight dtype is torch.bfloat16;
     # build_parallel_model casts the model to it; FSDP2 reduce_dtype fp32; compile_model defaults to true
     kf = resolved("KempnerForge", sharding="fsdp")
-    assert (kf.pure_16bit, kf.fsdp_copy_out, kf.grad_reduce_dtype, kf.fused_kernels) == (True, True, "fp32", True)
+    assert (kf.master_weights, kf.fsdp_copy_out, kf.grad_reduce_dtype, kf.fused_kernels) == (False, True, "fp32", True)
     assert resolved("KempnerForge", sharding="fsdp", torch_compile=False).fused_kernels is False
-    assert resolved("TorchTitan", sharding="fsdp").pure_16bit is None       # FP32 master (column default 0)
+    assert resolved("TorchTitan", sharding="fsdp").master_weights is None       # FP32 master (column default 1)

@@ -2,7 +2,7 @@
 
 One module per profile: ``megatron_core`` (Megatron-Core / NeMo), ``megatron_2021`` (Megatron 2021-22 /
 Megatron-DeepSpeed), ``deepspeed`` (DeepSpeed ZeRO), ``pytorch_fsdp`` (FSDP1, 1.x and 2.x), ``torchtitan``
-(TorchTitan / FSDP2), ``kempnerforge`` (KempnerForge: FSDP2, pure BF16), ``composer`` (Composer / llm-foundry
+(TorchTitan / FSDP2), ``kempnerforge`` (KempnerForge: FSDP2, a BF16 model), ``composer`` (Composer / llm-foundry
 on FSDP1), ``accelerate`` (Hugging Face Accelerate's
 FSDP plugin), ``maxtext`` (MaxText on JAX/XLA), ``meta`` (Meta internal), ``default`` (a framework text naming none); ``base`` holds
 the profile type and the parse of a ``framework`` string. An execution (``ExecutionSpec.stack``) or a run

@@ -2,7 +2,7 @@
 
 Defaults from KempnerInstitute/KempnerForge@01b461a (2026-04):
 
-- **pure 16-bit training** (``pure_16bit``): ``kempnerforge/config/training.py`` ``TrainConfig.param_dtype``
+- **a 16-bit model** (``master_weights = false``): ``kempnerforge/config/training.py`` ``TrainConfig.param_dtype``
   maps ``mixed_precision`` bf16 (the default), and fp8 ("FP8 compute with bf16 master weights"), to
   ``torch.bfloat16`` as "the master weight dtype"; ``kempnerforge/distributed/parallel.py``
   ``build_parallel_model`` casts the model to it (``Transformer(...).to(dtype=param_dtype)``, or
@@ -20,7 +20,7 @@ from fastmodel.lm.stacks.base import StackProfile
 
 def defaults(execution, framework: str | None) -> dict:
     compiled = True if execution.torch_compile is None else execution.torch_compile
-    return {"pure_16bit": True, "fsdp_copy_out": True, "grad_reduce_dtype": "fp32", "torch_compile": compiled,
+    return {"master_weights": False, "fsdp_copy_out": True, "grad_reduce_dtype": "fp32", "torch_compile": compiled,
             "fused_kernels": compiled, "selective_policy": "op"}
 
 
