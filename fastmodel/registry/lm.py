@@ -198,6 +198,11 @@ PLAN_COLUMNS = _cols(
      "received per device per second (DeepSpeed <= 0.4.1: ~21.8e9 on A100, DeepSpeed issue #1174); each gather "
      "takes the longer of NCCL's time and this, and full recompute fetches the layer again. 0: NCCL's all-gather "
      "alone (every other stack).", 0, 1e13, False, "number"),
+    ("grad_accum_bytes", "bytes", 0, "HBM bytes per layer parameter and micro-batch of a weight-gradient "
+     "accumulation run as its own memory-bound kernel after the backward pass: 10 for FP32 accumulation of "
+     "BF16 gradients (read the gradient 2 B, read and write the FP32 accumulator 4 + 4 B; PyTorch FSDP2 "
+     "FSDPParam.accumulate_unsharded_grad_if_needed; Llama 3 paper sec. 3.3.2). 0: fused into the "
+     "weight-gradient GEMM (Megatron gradient_accumulation_fusion) or not run.", 0, 64, False, "number"),
 )
 
 DEVICE_COLUMNS = _cols(

@@ -25,12 +25,13 @@ from fastmodel.kernels.lm.layer import (
     layer_costs, layer_mix, recompute_share,
 )
 from fastmodel.kernels.lm.layout import (
-    CP_ALLTOALL, C_COLLECTIVE_BUCKET_BYTES, C_CP, C_CP_ALGORITHM, C_DP, C_GLOBAL_BATCH, C_GRAD_REDUCE_BYTES, C_LAYERS, C_MICRO_BATCH,
+    CP_ALLTOALL, C_COLLECTIVE_BUCKET_BYTES, C_CP, C_CP_ALGORITHM, C_DP, C_GLOBAL_BATCH, C_GRAD_ACCUM_BYTES, C_GRAD_REDUCE_BYTES, C_LAYERS, C_MICRO_BATCH,
     C_MOE_A2A_OVERLAP, C_MOE_SHARED_EXPERT_OVERLAP, C_PP,
     C_PARAM_FETCH_BW, C_SELECTIVE_POLICY, C_SHARDING, C_SHARD_DEGREE, C_TP, C_TP_COMM_OVERLAP, SHARD_FSDP,
 )
 from fastmodel.kernels.lm.parallel import exposed, fsdp_copy_out_time, fsdp_layer_exposed, hook_fetch_time, param_bytes
 from fastmodel.kernels.nccl import bucketed_allgather_time
+from fastmodel.kernels.roofline import memory_bound_time
 
 # --- pass ratios: backward seconds per forward second of each kernel kind -----------------------------------
 BACKWARD_INPUT_GEMM = 1.0    # data-gradient GEMM: one GEMM of the forward's size
@@ -118,7 +119,9 @@ def _add_layer_kind(row, weight, full, selective, fsdp, work):
     copy = fsdp_copy_out_time(row, work[W_PARAMS]) if fsdp else 0.0
     forward = g + a_ + m_ + copy
     backward_input = BACKWARD_INPUT_GEMM * g + BACKWARD_ATTN * a_ + BACKWARD_MEM * m_ + copy
-    backward_weight = BACKWARD_WEIGHT_GEMM * g
+    # a gradient accumulation outside the weight-gradient GEMM streams the layer's parameters once per micro-batch
+    accumulate = memory_bound_time(row, work[W_PARAMS] * row[C_GRAD_ACCUM_BYTES])
+    backward_weight = BACKWARD_WEIGHT_GEMM * g + accumulate
     # selective recompute: Megatron re-runs the attention core; op-level checkpointing (TorchTitan,
     # selective_policy 1) keeps attention and every other matmul output and re-runs the rest
     megatron = row[C_SELECTIVE_POLICY] <= 0.0
@@ -164,7 +167,7 @@ def _add_layer_kind(row, weight, full, selective, fsdp, work):
     work[A_GEMM] += weight * g * (passes + (0.0 if megatron else 0.5 * selective))
     work[A_ATTN] += weight * a_ * (1.0 + BACKWARD_ATTN + full + (selective if megatron else 0.0))
     work[A_MEM] += weight * (m_ * (1.0 + BACKWARD_MEM + full)
-                             + selective * (work[W_ATTN_CORE_MEM] if megatron else m_) + 2.0 * copy)
+                             + selective * (work[W_ATTN_CORE_MEM] if megatron else m_) + 2.0 * copy + accumulate)
     work[A_TP_COMM] += weight * tp
     work[A_CP_COMM] += weight * cp
     work[A_EP_COMM] += weight * ep

@@ -430,3 +430,24 @@ def test_windowed_attention_cost_is_the_band_of_the_score_matrix():
     # half the layers windowed: half the saving
     mixed = one(**no_overhead, sliding_window=4096, sliding_window_layers=40)
     assert mixed["time_attention"] == pytest.approx(0.875 * full["time_attention"], rel=1e-12)
+
+
+def test_an_unfused_fp32_gradient_accumulation_streams_the_stage_parameters_every_micro_batch():
+    """grad_accum_bytes (Llama 3's FP32 accumulation as PyTorch FSDP2 runs it: read the BF16 gradient 2 B, read
+    and write the FP32 accumulator 4 + 4 B) is a memory-bound kernel in every micro-batch's weight-gradient pass:
+    the busiest stage's 20 layers each stream their TP-local parameters once per micro-batch, and the 1F1B
+    bubble, (p - 1) times the average stage's micro-batch, grows with it."""
+    base = one(**LLAMA70B)
+    accumulated = one(**LLAMA70B, grad_accum_bytes=10.0)
+    layer_params = (8192 * (8192 + 2 * 8 * 128) + 8192 * 8192 + 3 * 8192 * 28672) / 8     # attention + gated MLP
+    per_micro_batch = 20 * layer_params * 10.0 / (3.35e12 * 0.8)                      # 80 layers / pp 4
+    micro_batches = 512 / 8
+    assert accumulated["time_memory_bound"] - base["time_memory_bound"] == pytest.approx(
+        micro_batches * per_micro_batch, rel=1e-9)
+    assert accumulated["pipeline_bubble"] - base["pipeline_bubble"] == pytest.approx(3 * per_micro_batch, rel=1e-9)
+    # the longer last backward pass hides more of the data-parallel gradient reduction behind it
+    hidden = base["exposed_dp"] - accumulated["exposed_dp"]
+    assert 0.0 <= hidden < per_micro_batch
+    assert accumulated["step_time"] - base["step_time"] == pytest.approx(
+        (micro_batches + 3) * per_micro_batch - hidden, rel=1e-9)
+

@@ -170,11 +170,15 @@ def test_the_llama3_rows_resolve_vp_unknown_to_one_layer_per_virtual_stage():
     assert record.columns[C["vp"]] == 8 and record.columns[C["pipeline_schedule"]] == 1     # interleaved
     assert record.columns[C["uneven_stages"]] == 1                                       # 126 layers, 128 chunks
     assert record.columns[C["embedding_loss_in_split"]] == 1
+    # FP32 accumulation over micro-batches (sec. 3.3.2) in its own kernel: read 2 B, read and write 4 + 4 B
+    assert record.columns[C["grad_accum_bytes"]] == 2 + 4 + 4
+    assert resolved("Megatron-Core").grad_accum_bytes is None         # fused into the wgrad GEMM: column 0
     assert any(note.startswith("vp unknown: 8") for note in record.notes)
 
 
 def test_the_b200_runs_read_as_megatron_core_kernels():
-    """The one deliberate change of the stack parse: fused kernels and Megatron's selective recompute."""
+    """The stack parse reads the B200 text as Megatron-Core kernels (fused kernels, Megatron's selective
+    recompute) launched through Megatron-LM's own arguments (overlap switches off)."""
     line = (DATA / "runs_dev.jsonl").read_text().splitlines()[0]
     record = json.loads(line)
     del record["stack"]                                   # the GPT-22B run names megatron-2021 explicitly
@@ -186,7 +190,25 @@ def test_the_b200_runs_read_as_megatron_core_kernels():
     assert explicit[C["fused_kernels"]] == 0 and explicit[C["selective_policy"]] == 1
     # and Megatron-Core's counted MoE router kernels (kernels/lm/moe.py moe_launch_time; unused by this dense run)
     assert columns[C["moe_mem_kernels"]] == 48.0 and explicit[C["moe_mem_kernels"]] == 0.0
-    assert np.sum(explicit != columns) == 3
+    differ = {name for name, i in C.items() if explicit[i] != columns[i]}
+    assert differ == {"fused_kernels", "selective_policy", "overlap_grad_reduce", "overlap_param_gather",
+                      "moe_mem_kernels"}
+    assert columns[C["overlap_grad_reduce"]] == 0 and columns[C["overlap_param_gather"]] == 0
+
+
+@pytest.mark.parametrize("framework, overlap", [
+    ("Megatron-LM (commit 23e00ed) + TransformerEngine 2.11.0", 0),   # Megatron-LM's store_true flags: off
+    ("Megatron-LM", 0),
+    ("NeMo (MLPerf v4.0 NVIDIA submission, 24.04)", 1),               # NeMo recipes pass them on
+    ("NeMo 2.0 on Megatron-LM", 1),                                   # a recipe launcher wins over its base
+    ("Megatron-Bridge 0.2 (Megatron-LM core)", 1),
+    ("Megatron-Core 0.9", 1),
+])
+def test_megatron_overlap_switches_follow_the_launcher(framework, overlap):
+    execution = resolve(ExecutionSpec(framework=framework), 1, 12)
+    assert execution.stack == "megatron-core"
+    want = None if overlap else False                 # None: left to the registry column's default, on (1)
+    assert execution.overlap_grad_reduce is want and execution.overlap_param_gather is want
 
 
 @pytest.mark.parametrize("framework, stack", [

@@ -4,9 +4,31 @@ Defaults: the registry's -- FlashAttention through Transformer Engine, fused ele
 bias-dropout-add, RMSNorm/LayerNorm, rotary), Megatron's selective recompute (the attention core), and the
 distributed optimizer's gradient reduce-scatter and parameter all-gather overlapped with the backward and
 forward passes.
+
+The overlap switches differ by launcher. NeMo's recipes, Megatron-Bridge and the MLPerf submissions pass
+``overlap_grad_reduce`` / ``overlap_param_gather`` on (the registry defaults). A run launched through
+Megatron-LM's own ``pretrain_gpt.py`` takes Megatron-LM's argument defaults: ``--overlap-grad-reduce`` and
+``--overlap-param-gather`` are ``store_true`` flags, off unless passed (``megatron/training/arguments.py``,
+``_add_distributed_args``), so the distributed optimizer's gradient reduce-scatter runs after the last
+backward pass and its parameter all-gather after the optimizer step, both on the critical path. A framework
+text naming ``megatron-lm`` (and not NeMo or Megatron-Bridge, which launch it with their recipes) reads as
+that launcher (``launcher_defaults``); a record stating the switches keeps its own.
 """
 
-from fastmodel.lm.stacks.base import StackProfile
+from fastmodel.lm.stacks.base import StackProfile, names_in, tokens
+
+#: names of launchers that pass the overlap switches on (NeMo recipes, Megatron-Bridge)
+RECIPE_LAUNCHERS = "nemo|nemo-megatron|megatron-bridge"
+
+
+def launcher_defaults(framework: str | None) -> dict:
+    """The overlap switches of the launcher the framework text names: Megatron-LM's own arguments (off) when it
+    names ``megatron-lm`` and no recipe launcher, else nothing (the registry's: on)."""
+    text = tokens(framework or "")
+    if names_in(text, "megatron-lm") and not names_in(text, RECIPE_LAUNCHERS):
+        return {"overlap_grad_reduce": False, "overlap_param_gather": False}
+    return {}
+
 
 #: small memory-bound CUDA kernels one MoE layer forward launches besides its GEMMs, flash attention and NCCL
 #: collectives: Megatron-LM 23e00ed (megatron/core/transformer/moe/router.py, moe_utils.py, token_dispatcher.py,
@@ -18,17 +40,17 @@ MOE_MEM_KERNELS_MEGATRON_CORE = 48.0
 
 
 def defaults(execution, framework: str | None) -> dict:
-    """Megatron-Core's counted MoE router and dispatcher kernels (unfused router, ``--moe-router-fusion`` off)."""
-    return {"moe_mem_kernels": MOE_MEM_KERNELS_MEGATRON_CORE}
+    """The launcher's overlap switches (``launcher_defaults``) and Megatron-Core's counted MoE router and
+    dispatcher kernels (unfused router, ``--moe-router-fusion`` off)."""
+    return {**launcher_defaults(framework), "moe_mem_kernels": MOE_MEM_KERNELS_MEGATRON_CORE}
 
-# issue 26 (audit): the overlap switches are what NeMo's recipes and the MLPerf submissions pass
-# (overlap_grad_reduce / overlap_param_gather on); Megatron-LM's own arguments default to off
-# (--overlap-grad-reduce, --overlap-param-gather are store_true flags). A version-aware split is issue 26's.
+
 PROFILE = StackProfile(
     name="megatron-core",
     title="Megatron-Core / NeMo",
     names=("megatron-core", "mcore", "megatron-lm", "megatron", "nemo", "nemo-megatron", "megatron-bridge"),
-    source="today's registry defaults (fastmodel/registry/lm.py); MoE router and dispatcher kernels counted "
-           "from Megatron-LM 23e00ed",
+    source="registry defaults (fastmodel/registry/lm.py); Megatron-LM's own launcher: overlap switches off "
+           "(megatron/training/arguments.py, --overlap-grad-reduce / --overlap-param-gather store_true); MoE router "
+           "and dispatcher kernels counted from Megatron-LM 23e00ed",
     defaults=defaults,
 )

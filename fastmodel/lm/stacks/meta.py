@@ -12,15 +12,27 @@ From the Llama 3 paper (Dubey et al. 2024, "The Llama 3 Herd of Models", arXiv 2
   ``V = (L + 2) / pp`` (405B: 126 layers, PP 16 -> V = 8). When ``pp`` does not divide ``L + 2`` the rule falls
   back to TorchTitan's default, 2 stages per rank (Meta's public PyTorch pipelining).
 
+- FP32 gradient accumulation: "we use FP32 gradient accumulation during backward computation over multiple
+  micro-batches and also reduce-scatter gradients in FP32 across data parallel workers in FSDP" (sec. 3.3.2,
+  numerical stability). Taken as PyTorch FSDP2 runs it without gradient sync (``FSDPParam
+  .to_accumulated_grad_if_needed`` / ``accumulate_unsharded_grad_if_needed``, torch/distributed/fsdp/
+  _fully_shard/_fsdp_param.py): the BF16 gradient of each micro-batch is added into an FP32 accumulator by its
+  own kernel, ``grad_accum_bytes`` = 2 + 4 + 4 = 10 B per layer parameter and micro-batch [A: Meta's stack is
+  internal; the paper states the FP32 accumulation, not its kernel].
+
 Every other default is the registry's (fused kernels, flash attention, overlapped data-parallel communication).
 """
 
 from fastmodel.lm.stacks.base import StackProfile
 from fastmodel.lm.stacks.torchtitan import unknown_vp as torchtitan_vp
 
+#: HBM bytes per parameter and micro-batch of an FP32 accumulation of BF16 gradients in its own kernel: read the
+#: gradient (2), read and write the FP32 accumulator (4 + 4)
+FP32_ACCUMULATION_BYTES = 2.0 + 4.0 + 4.0
+
 
 def defaults(execution, framework: str | None) -> dict:
-    return {"embedding_loss_in_split": True}
+    return {"embedding_loss_in_split": True, "grad_accum_bytes": FP32_ACCUMULATION_BYTES}
 
 
 def unknown_vp(pp: int, layers: int) -> tuple[int, str]:
@@ -36,7 +48,7 @@ PROFILE = StackProfile(
     title="Meta internal (Llama 3)",
     names=("meta internal",),
     source="Dubey et al. 2024 (The Llama 3 Herd of Models) section 3.3.2 (balanced first/last stages, one layer "
-           "per chunk); fallback vp rule from torchtitan/distributed/pipeline.py",
+           "per chunk; FP32 gradient accumulation over micro-batches); fallback vp rule from torchtitan/distributed/pipeline.py",
     defaults=defaults,
     unknown_vp=unknown_vp,
 )
