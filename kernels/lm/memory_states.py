@@ -193,18 +193,24 @@ def weights_bytes(row, non_expert, expert):
 
 
 @njit(error_model='numpy')
+def stored_grad_bytes(row):
+    """Bytes of a stored gradient element: ``grad_reduce_bytes``, or at most 2 for a 16-bit model
+    (``master_weights = 0``): autograd gives a gradient its parameter's dtype, and PyTorch FSDP2 casts a gradient
+    reduced in FP32 (``MixedPrecisionPolicy.reduce_dtype``) back to the sharded parameter's dtype."""
+    return min(row[C_GRAD_REDUCE_BYTES], B16) if row[C_MASTER_WEIGHTS] <= 0 else row[C_GRAD_REDUCE_BYTES]
+
+
+@njit(error_model='numpy')
 def gradients_bytes(row, non_expert, expert):
-    """Gradients at ``grad_reduce_bytes`` per parameter.
+    """Gradients at ``stored_grad_bytes`` per parameter.
 
     Replicated under DDP, ZeRO-1 and the Megatron distributed optimizer: Megatron accumulates into a
     contiguous FP32 ``main_grad`` buffer for BF16 training and reduce-scatters it in place (Megatron-LM
     ``docs/distrib_optimizer.md``: bf16 params with fp32 grads take ``6 + 12/d`` bytes per parameter, i.e.
     the 4-byte gradient is not divided by d). Sharded by the shard group under ZeRO-2 and FSDP/HSDP
-    (ZeRO paper, Sec. 5.2). A 16-bit model (``master_weights = 0``) stores 16-bit gradients whatever dtype
-    they are reduced in: autograd gives a gradient its parameter's dtype, and PyTorch FSDP2 casts a gradient
-    reduced in FP32 (``MixedPrecisionPolicy.reduce_dtype``) back to the sharded parameter's dtype.
+    (ZeRO paper, Sec. 5.2). A 16-bit model stores 16-bit gradients whatever dtype they are reduced in.
     """
-    gb = min(row[C_GRAD_REDUCE_BYTES], B16) if row[C_MASTER_WEIGHTS] <= 0 else row[C_GRAD_REDUCE_BYTES]
+    gb = stored_grad_bytes(row)
     if int(row[C_SHARDING]) >= SHARD_ZERO2:
         return gb * sharded_params(row, non_expert, expert)
     return gb * (non_expert + expert)

@@ -22,14 +22,14 @@ hidden behind the compute it overlaps with (``kernels/lm/parallel.py``).
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.layer import W_FLOPS, W_GEMM, W_MEM, W_PARAMS, W_TP, model_flops_per_token, recompute_share
 from fastmodel.kernels.lm.layout import (
-    C_CP, C_DP, C_EP, C_GLOBAL_BATCH, C_MTP_LAYERS, C_GRAD_REDUCE_BYTES, C_HIDDEN, C_MICRO_BATCH, C_N_GPUS,
+    C_CP, C_DP, C_EP, C_GLOBAL_BATCH, C_MTP_LAYERS, C_HIDDEN, C_MICRO_BATCH, C_N_GPUS,
     C_HOST_LAYER_S, C_HOST_OP_S, C_HOST_OPS_LAYER, C_LAYERS, C_MASTER_WEIGHTS, C_OPTIMIZER, C_PEAK_FLOPS_8, C_PEAK_FLOPS_16, C_PP, C_PRECISION,
     C_SEQ_LEN, C_STEP_OVERHEAD_S, C_TP, C_VOCAB, OPT_ADAM, OPT_SGD, OPT_SGD_NO_MOMENTUM, PRECISION_FP8, R_COMM_CP, R_COMM_DP, R_COMM_EP, R_COMM_EP_SCALE_OUT,
     R_COMM_PP, R_COMM_TP, R_EXPOSED_CP, R_EXPOSED_DP, R_EXPOSED_EP, R_EXPOSED_PP, R_EXPOSED_TP, R_FLOPS_PER_TOKEN,
     R_HFU, R_MFU, R_PIPELINE_BUBBLE, R_STEP_TIME, R_TIME_HOST_WAIT, R_TIME_ATTENTION, R_TIME_GEMM, R_TIME_MEMORY_BOUND, R_TIME_OPTIMIZER,
     R_TIME_RECOMPUTE, R_TOKENS_PER_S, R_TOKENS_PER_S_PER_GPU,
 )
-from fastmodel.kernels.lm.memory_states import layers_per_stage
+from fastmodel.kernels.lm.memory_states import layers_per_stage, stored_grad_bytes
 from fastmodel.kernels.lm.moe import expert_dp, expert_tp
 from fastmodel.kernels.lm.parallel import data_parallel, fsdp_first_layer_exposed
 from fastmodel.kernels.lm.passes import (
@@ -50,7 +50,7 @@ def optimizer_bytes_per_param(row):
     (``master_weights = 0``) reads and writes its 16-bit parameters instead (2+2), writes no copy, and its
     states are 16-bit (AdamW: 2 + 2 + 8 + 2 = 14 bytes with 16-bit gradients)."""
     master = row[C_MASTER_WEIGHTS] > 0
-    grad = row[C_GRAD_REDUCE_BYTES] if master else min(row[C_GRAD_REDUCE_BYTES], 2.0)   # gradients_bytes
+    grad = stored_grad_bytes(row)
     params = 8.0 + 2.0 if master else 2.0 + 2.0
     states = 1.0 if master else 0.5          # a 16-bit model's states are 16-bit (torch.optim zeros_like(p))
     if row[C_OPTIMIZER] == OPT_ADAM:
