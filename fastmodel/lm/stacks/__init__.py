@@ -3,10 +3,10 @@
 One module per profile: ``megatron_core`` (Megatron-Core / NeMo), ``megatron_2021`` (Megatron 2021-22 /
 Megatron-DeepSpeed), ``deepspeed`` (DeepSpeed ZeRO), ``pytorch_fsdp`` (FSDP1, 1.x and 2.x), ``torchtitan``
 (TorchTitan / FSDP2), ``kempnerforge`` (KempnerForge: FSDP2, a BF16 model), ``composer`` (Composer / llm-foundry
-on FSDP1), ``accelerate`` (Hugging Face Accelerate's
-FSDP plugin), ``maxtext`` (MaxText on JAX/XLA), ``meta`` (Meta internal), ``default`` (a framework text naming none); ``base`` holds
-the profile type and the parse of a ``framework`` string. An execution (``ExecutionSpec.stack``) or a run
-record (top-level ``stack``) may name a profile explicitly; otherwise its ``framework`` text picks one.
+on FSDP1), ``accelerate`` (Hugging Face Accelerate's FSDP plugin), ``maxtext`` (MaxText on JAX/XLA), ``meta`` (Meta
+internal), ``default`` (a framework text naming none); ``base`` holds the profile type and the parse of a
+``framework`` string. An execution (``ExecutionSpec.stack``) or a run record (top-level ``stack``) may name a
+profile explicitly; otherwise its ``framework`` text picks one.
 
 To add a profile: a module with its ``PROFILE`` and a place in ``PROFILES`` (derived frameworks before
 their bases).
@@ -57,7 +57,7 @@ def profile_for(framework: str | None, stack: str | None = None) -> tuple[StackP
 
 def resolve(execution, pp: int, layers: int, notes: list[str] | None = None):
     """The execution with its stack applied: ``stack`` set, the fields it leaves ``None`` that its profile
-    decides filled in (``torch_compile`` first: a compiled model runs fused element-wise kernels whatever its
+    decides filled in (``torch_compile`` first, the run's or else its stack's default: a compiled model runs fused element-wise kernels whatever its
     stack, ``fused_kernels`` true -- TorchInductor generates one kernel per chain of pointwise ops and
     reductions, and AOTAutograd's default min-cut partitioner recomputes those chains in the backward instead
     of saving their intermediates: PyTorch docs ``torch.compiler`` / TorchInductor, and
@@ -67,9 +67,11 @@ def resolve(execution, pp: int, layers: int, notes: list[str] | None = None):
     cannot interleave). Notes (framework not recognised, the vp rule) are appended to ``notes``."""
     profile, note = profile_for(execution.framework, execution.stack)
     update = {"stack": profile.name}
-    if execution.torch_compile and execution.fused_kernels is None:
+    defaults = profile.defaults(execution, execution.framework)
+    compiled = execution.torch_compile if execution.torch_compile is not None else defaults.get("torch_compile")
+    if compiled and execution.fused_kernels is None:
         update["fused_kernels"] = True              # Inductor fuses the element-wise chains (above)
-    for name, value in profile.defaults(execution, execution.framework).items():
+    for name, value in defaults.items():
         if getattr(execution, name) is None and name not in update:
             update[name] = value
     if execution.vp == "unknown":

@@ -19,9 +19,9 @@ from fastmodel.lm.stacks.base import StackProfile
 
 
 def defaults(execution, framework: str | None) -> dict:
-    compiled = True if execution.torch_compile is None else execution.torch_compile
-    return {"master_weights": False, "fsdp_copy_out": True, "grad_reduce_dtype": "fp32", "torch_compile": compiled,
-            "fused_kernels": compiled, "selective_policy": "op"}
+    # compiled by default: ``resolve`` turns torch_compile into fused element-wise kernels; eager when a run says so
+    return {"master_weights": False, "fsdp_copy_out": True, "grad_reduce_dtype": "fp32", "torch_compile": True,
+            "fused_kernels": False, "selective_policy": "op"}
 
 
 PROFILE = StackProfile(
