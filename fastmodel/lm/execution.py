@@ -36,6 +36,7 @@ from fastmodel.registry.lm import (
     COLLECTIVE_ALGORITHMS,
     COLUMNS,
     CP_ALGORITHMS,
+    LOSS_IMPLS,
     OPTIMIZER_CODES,
     PIPELINE_SCHEDULES,
     PRECISION_CODES,
@@ -109,6 +110,9 @@ class ExecutionSpec(BaseModel):
     torch_compile: bool | None = Field(
         None, description="torch.compile (TorchInductor): element-wise chains fused, so fused_kernels defaults to "
                           "true (fastmodel/lm/stacks/__init__.py resolve).")
+    loss_impl: _names(LOSS_IMPLS) | None = Field(  # type: ignore[valid-type]
+        None, description="How the LM loss is computed (registry LOSS_IMPLS); default: the stack's, else "
+                          "vocab_parallel.")
     fused_kernels: bool | None = None
     flash_attention: bool | None = None
     dropout: bool | None = None

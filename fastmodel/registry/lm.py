@@ -64,6 +64,10 @@ MOE_DISPATCHERS = {"alltoall": 0, "allgather": 1, "deepep": 2, "flex": 2}
 MOE_A2A_OVERLAPS = {"none": 0, "batch": 1, "dualpipe": 2}
 SELECTIVE_POLICIES = {"megatron": 0, "op": 1}
 CP_ALGORITHMS = {"ring": 0, "alltoall": 1}
+#: the LM loss as the stack computes it (kernels/lm/memory.py ``LOSS_BYTES_PER_LOGIT``): Megatron's
+#: vocab-parallel cross entropy, eager ``torch.nn.functional.cross_entropy`` on an FP32 upcast of the logits,
+#: or the same function under torch.compile (TorchInductor)
+LOSS_IMPLS = {"vocab_parallel": 0, "eager": 1, "compiled": 2}
 COLLECTIVE_ALGORITHMS = {"auto": 0, "ring": 1, "tree": 2}
 LOAD_MODES = {"batch": 0, "concurrency": 1, "max_throughput": 2}
 #: the code table of every coded column: a name in a spec, record or sweep axis -> its integer
@@ -71,7 +75,7 @@ CODE_TABLES: dict[str, dict[str, int]] = {
     "sharding": SHARDING_CODES, "recompute": RECOMPUTE_CODES, "precision": PRECISION_CODES,
     "optimizer": OPTIMIZER_CODES, "pipeline_schedule": PIPELINE_SCHEDULES, "cp_algorithm": CP_ALGORITHMS,
     "collective_algorithm": COLLECTIVE_ALGORITHMS, "load_mode": LOAD_MODES, "selective_policy": SELECTIVE_POLICIES,
-    "moe_dispatcher": MOE_DISPATCHERS, "moe_a2a_overlap": MOE_A2A_OVERLAPS,
+    "moe_dispatcher": MOE_DISPATCHERS, "moe_a2a_overlap": MOE_A2A_OVERLAPS, "loss_impl": LOSS_IMPLS,
 }
 
 MODEL_COLUMNS = _cols(
@@ -162,6 +166,9 @@ PLAN_COLUMNS = _cols(
     ("activation_offload", "1", 0, "Share of activations offloaded to host memory.", 0, 1),
     ("fused_kernels", "1", 1, "1: fused element-wise kernels (Megatron, Transformer Engine, torch.compile); "
      "0: eager PyTorch, one kernel per op in FP32.", 0, 1),
+    ("loss_impl", "code", 0, "LOSS_IMPLS, the cross entropy's workspace per logit: 0 Megatron vocab-parallel "
+     "(BF16 logits + FP32 copy, 6 B), 1 eager torch cross_entropy on FP32-upcast logits (12 B), 2 the same "
+     "under torch.compile (BF16 logits + BF16 gradient, 4 B).", 0, 2),
     ("cp_algorithm", "code", 0, "CP_ALGORITHMS: 0 ring attention (K/V blocks passed around, overlapped with "
      "attention), 1 all-to-all (DeepSpeed-Ulysses: heads scattered over cp, exposed).", 0, 1),
     ("collective_algorithm", "code", 0, "COLLECTIVE_ALGORITHMS for allreduce: 0 the faster of ring and tree (as "

@@ -247,6 +247,16 @@ def test_torch_compile_fuses_element_wise_kernels_unless_the_run_says_otherwise(
     assert lower_record(data).columns[C["fused_kernels"]] == 0
 
 
+def test_torchtitan_loss_is_eager_or_compiled_with_the_run_and_megatron_keeps_vocab_parallel():
+    # torchtitan/components/loss.py: cross_entropy(pred.float()), wrapped in torch.compile when compile is on
+    assert resolved("TorchTitan").loss_impl == "eager"
+    assert resolved("TorchTitan", torch_compile=True).loss_impl == "compiled"
+    assert resolved("TorchTitan", torch_compile=True, loss_impl="eager").loss_impl == "eager"
+    assert resolved("Megatron-LM").loss_impl is None                             # column default: vocab-parallel
+    line = next(x for x in (DATA / "runs_fsdp_public.jsonl").read_text().splitlines() if "torchtitan-pr996" in x)
+    assert lower_record(json.loads(line)).columns[C["loss_impl"]] == 1           # LOSS_IMPLS eager
+
+
 def test_kempnerforge_trains_a_bf16_model_with_fsdp2_and_compile_by_default():
     # KempnerForge@01b461a TrainConfig.param_dtype: bf16 (and fp8) -> the master weight dtype is torch.bfloat16;
     # build_parallel_model casts the model to it; FSDP2 reduce_dtype fp32; compile_model defaults to true
