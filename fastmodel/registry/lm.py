@@ -64,7 +64,7 @@ MOE_DISPATCHERS = {"alltoall": 0, "allgather": 1, "deepep": 2, "flex": 2}
 MOE_A2A_OVERLAPS = {"none": 0, "batch": 1, "dualpipe": 2}
 SELECTIVE_POLICIES = {"megatron": 0, "op": 1}
 CP_ALGORITHMS = {"ring": 0, "alltoall": 1}
-#: the LM loss as the stack computes it (kernels/lm/memory.py ``LOSS_BYTES_PER_LOGIT``): Megatron's
+#: the LM loss as the stack computes it (kernels/lm/memory.py ``loss_workspace_bytes_per_logit``): Megatron's
 #: vocab-parallel cross entropy, eager ``torch.nn.functional.cross_entropy`` on an FP32 upcast of the logits,
 #: or the same function under torch.compile (TorchInductor)
 LOSS_IMPLS = {"vocab_parallel": 0, "eager": 1, "compiled": 2}

@@ -187,7 +187,7 @@ def comm_buffer_bytes(row):
 
 
 @njit(error_model='numpy')
-def loss_bytes_per_logit(row):
+def loss_workspace_bytes_per_logit(row):
     """Bytes per logit live at the loss's peak, by how the stack computes it (``loss_impl``):
 
     - ``vocab_parallel`` (Megatron ``vocab_parallel_cross_entropy``): the BF16 logits and their FP32 copy,
@@ -213,10 +213,10 @@ def loss_bytes_per_logit(row):
 
 @njit(error_model='numpy')
 def logits_workspace_bytes(row):
-    """The LM head's logits and loss workspace for one micro-batch, ``loss_bytes_per_logit * T V / t``, live at
-    once at the peak; one set per micro-batch, since the last rank runs each micro-batch's backward right
-    after its forward."""
-    return loss_bytes_per_logit(row) * micro_batch_tokens(row) * row[C_VOCAB] / row[C_TP]
+    """The LM head's logits and loss workspace for one micro-batch, ``loss_workspace_bytes_per_logit * T V / t``,
+    live at once at the peak; one set per micro-batch, since the last rank runs each micro-batch's backward
+    right after its forward."""
+    return loss_workspace_bytes_per_logit(row) * micro_batch_tokens(row) * row[C_VOCAB] / row[C_TP]
 
 
 # --- per device -------------------------------------------------------------------------------------------------------
