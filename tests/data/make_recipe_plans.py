@@ -27,8 +27,9 @@ import dataclasses
 import importlib
 import json
 import sys
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMIT = "b7b4e11b054e73fa3cfc52e5df14cd6b4d50e02e"
