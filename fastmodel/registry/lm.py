@@ -63,6 +63,11 @@ MOE_DISPATCHERS = {"alltoall": 0, "allgather": 1, "deepep": 2, "flex": 2}
 #: compute), dualpipe (DeepSeek-V3's forward/backward chunk pairs)
 MOE_A2A_OVERLAPS = {"none": 0, "batch": 1, "dualpipe": 2}
 SELECTIVE_POLICIES = {"megatron": 0, "op": 1}
+#: Megatron-Core ``recompute_modules`` (``TransformerConfig.recompute_modules``, megatron/core/transformer/
+#: transformer_config.py; Megatron-LM ``--recompute-modules``), one bit each in the ``recompute_modules`` column;
+#: 0 = the default list ``["core_attn"]``
+RECOMPUTE_MODULES = {"core_attn": 1, "layernorm": 2, "mla_up_proj": 4, "moe_act": 8, "mlp": 16, "moe": 32,
+                     "shared_experts": 64}
 CP_ALGORITHMS = {"ring": 0, "alltoall": 1}
 COLLECTIVE_ALGORITHMS = {"auto": 0, "ring": 1, "tree": 2}
 LOAD_MODES = {"batch": 0, "concurrency": 1, "max_throughput": 2}
@@ -140,6 +145,9 @@ PLAN_COLUMNS = _cols(
     ("selective_policy", "code", 0, "SELECTIVE_POLICIES, what selective recompute keeps: 0 Megatron (recompute the attention core, "
      "keep the rest); 1 op-level SAC as TorchTitan's 'op' mode (keep GEMM and attention outputs except every "
      "second GEMM, recompute element-wise ops).", 0, 1),
+    ("recompute_modules", "bits", 0, "Megatron-Core recompute_modules under selective recompute, a sum of "
+     "RECOMPUTE_MODULES bits (1 core_attn, 2 layernorm, 4 mla_up_proj, 8 moe_act, 16 mlp, 32 moe, 64 "
+     "shared_experts); 0 = the default core_attn.", 0, 127),
     ("sequence_parallel", "1", 0, "1: Megatron sequence parallelism with TP (RS+AG instead of AR).", 0, 1),
     ("tp_comm_overlap", "1", 0, "1: TP communication overlapped with GEMMs (userbuffers).", 0, 1),
     ("precision", "code", 0, "PRECISION_CODES: 0 bf16/fp16, 1 fp8 GEMMs.", 0, 1),
