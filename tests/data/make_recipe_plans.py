@@ -129,6 +129,10 @@ def record(name: str, cfg, model: str, gpu: str, dtype: str, variant: str) -> di
             "grad_reduce_dtype": "bf16" if model in BF16_GRADS else "fp32"}
     if fp8_recipe:
         plan["fp8_recipe"] = fp8_recipe
+        # FP8 parameters (no BF16 weight copy): Megatron-Bridge's bf16_with_fp8_current_scaling_mixed and
+        # bf16_with_mxfp8_mixed set fp8_param_gather = True, bf16_with_fp8_subchannel_scaling_mixed False
+        # (src/megatron/bridge/training/mixed_precision.py; fp8_param follows fp8_param_gather, lines 81-100)
+        plan["fp8_params"] = dtype in ("FP8_CS", "FP8_MX")
     moe = model not in ("LLAMA3_8B", "LLAMA3_70B", "LLAMA31_405B")
     if moe:
         plan["ep"] = cfg.expert_model_parallel_size
