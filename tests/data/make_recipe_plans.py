@@ -52,10 +52,11 @@ MODELS = {
 SEQ_LEN = {"DEEPSEEK_V3": 4096, "QWEN3_235B_A22B": 4096, "QWEN3_30B_A3B": 4096, "GPT_OSS_120B": 4096,
            "KIMI_K2": 4096, "LLAMA3_8B": 8192, "LLAMA3_70B": 8192, "LLAMA31_405B": 8192}
 
-#: families whose pretrain function sets ``grad_reduce_in_fp32 = False`` (deepseek_llm_pretrain.py:43,
-#: gpt_oss_llm_pretrain.py:33, kimi_llm_pretrain.py:50, llama31_llm_pretrain.py:42): BF16 gradients; the others keep
-#: Megatron-Bridge's ``MixedPrecisionConfig.grad_reduce_in_fp32 = True`` (src/megatron/bridge/training/mixed_precision.py:47)
-BF16_GRADS = {"DEEPSEEK_V3", "GPT_OSS_120B", "KIMI_K2", "LLAMA31_405B"}
+#: every family's pretrain function sets ``grad_reduce_in_fp32 = False`` (BF16 gradients; Megatron-Bridge's own
+#: default is True, src/megatron/bridge/training/mixed_precision.py:47): deepseek_llm_pretrain.py:43,
+#: gpt_oss_llm_pretrain.py:33, kimi_llm_pretrain.py:50, llama31_llm_pretrain.py:42, llama3_llm_pretrain.py:43,
+#: qwen3_llm_pretrain.py:42
+BF16_GRADS = set(MODELS)
 
 #: RUNS.md hardware values (dense peaks, HBM, NVLink one way per GPU, NIC one way per GPU)
 SYSTEMS = {

@@ -44,8 +44,6 @@ KNOWN_MEMORY_GAPS: frozenset[str] = frozenset((
     "mbridge-kimi-k2-gb300-bf16",
     "mbridge-llama3-70b-gb200-fp8-cs-v1",
     "mbridge-llama3-70b-gb200-fp8-cs-v2",
-    "mbridge-llama3-8b-h100-bf16-v1",
-    "mbridge-llama3-8b-h100-fp8-cs-v1",
     "mbridge-llama31-405b-b200-bf16-v2",
     "mbridge-llama31-405b-b200-fp8-cs-v2",
     "mbridge-llama31-405b-gb200-bf16-v2",
