@@ -25,7 +25,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fastmodel.lm.records import read_records
+from fastmodel.errors import SpecError
+from fastmodel.lm.records import read_records, with_measurements
 from fastmodel.lm.rules import plan_status
 from fastmodel.lm.validate import predict_records
 from fastmodel.registry.lm import STATUSES
@@ -126,3 +127,8 @@ def test_every_recipe_plan_has_a_sane_mfu(predicted):
     outside = {r.id for r, mfu in zip(records, results["mfu"]) if not MFU_LOW <= mfu <= MFU_HIGH}
     assert outside - KNOWN_MFU_GAPS == set(), "MFU outside the physical band"
     assert KNOWN_MFU_GAPS - outside == set(), "listed gaps are now inside the band: remove them"
+
+
+def test_validate_refuses_a_file_of_plan_only_records_and_points_to_batch():
+    with pytest.raises(SpecError, match="plan-only records are predicted by `fastmodel batch`"):
+        with_measurements(read_records(DATA), DATA)
