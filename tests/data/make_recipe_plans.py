@@ -149,6 +149,11 @@ def record(name: str, cfg, model: str, gpu: str, dtype: str, variant: str) -> di
         plan["recompute"] = "selective"       # set_deepseek_v3_common_configs: recompute_granularity "selective"
     else:
         plan["recompute"] = "none"
+    if model == "LLAMA31_405B" and pp > 1:
+        # llama31_405b_pretrain_config (= llama31_405b_pretrain_256gpu_h100_bf16_config,
+        # src/megatron/bridge/recipes/llama/llama3.py:80) sets account_for_embedding_in_pipeline_split and
+        # account_for_loss_in_pipeline_split (src/megatron/bridge/recipes/llama/h100/llama3.py:1161-1162)
+        plan["embedding_loss_in_split"] = True
     if cfg.cpu_offloading_num_layers:
         plan["activation_offload_layers"] = cfg.cpu_offloading_num_layers
     graphs = cfg.cuda_graph_impl not in (None, "none")
