@@ -193,6 +193,9 @@ PLAN_COLUMNS = _cols(
      "DeepEP, DeepSeek-V3 report sec. 3.3); the combine stays BF16.", 0, 1, False, "flag"),
     ("moe_shared_expert_overlap", "1", 0, "1: shared-expert compute overlaps the dispatch all-to-all "
      "(Megatron-Core --moe-shared-expert-overlap).", 0, 1, False, "flag"),
+    ("moe_probs_in_experts", "1", 0, "1: router probabilities scale the expert activation (Megatron-Core's "
+     "weighted SwiGLU), so the combine keeps no expert output for the probabilities' gradient; 0: the combine "
+     "multiplies them and keeps the expert output (memory only).", 0, 1, False, "flag"),
     ("moe_imbalance", "1", 1, "Dropless routing: routed tokens of the busiest expert-parallel rank / the mean "
      "(1 = balanced, as forced balancing runs).", 1, 64, False, "number"),
     ("moe_mem_kernels", "1", 0.0, "Small memory-bound kernels (router score, top-k, masks, auxiliary loss, "

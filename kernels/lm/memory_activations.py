@@ -11,7 +11,7 @@ from fastmodel.kernels.lm.moe import expert_rows, expert_tp
 from fastmodel.kernels.lm.layout import (
     C_ACTIVATION_OFFLOAD, C_CP, C_DROPOUT, C_FFN, C_FLASH_ATTENTION, C_FUSED_KERNELS, C_GATED_MLP,
     C_HEADS, C_HEAD_DIM, C_HIDDEN, C_KV_HEADS, C_KV_LORA_RANK, C_MICRO_BATCH, C_MLA,
-    C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS, C_PP,
+    C_MOE_EXPERTS, C_MOE_FFN, C_MOE_PROBS_IN_EXPERTS, C_MOE_SHARED_EXPERTS, C_PP,
     C_PRECISION, C_QK_NOPE_HEAD_DIM, C_QK_ROPE_HEAD_DIM, C_Q_LORA_RANK, C_RECOMPUTE, C_RECOMPUTE_FRACTION,
     C_RECOMPUTE_MODULES, C_RMS_NORM, RECOMPUTE_MODULE_CORE_ATTN, RECOMPUTE_MODULE_LAYERNORM,
     RECOMPUTE_MODULE_MLA_UP_PROJ, RECOMPUTE_MODULE_MLP, RECOMPUTE_MODULE_MOE, RECOMPUTE_MODULE_MOE_ACT,
@@ -157,7 +157,11 @@ def moe_activation_bytes(row):
     """Stored activations of one MoE MLP block (router, routed experts, shared experts).
 
     Router logits and probabilities in FP32 ``2 * 4 T E / t_sp``; the permuted expert input ``g R h`` and
-    expert output ``2 R h`` (kept for the combine's probability gradient); each expert's MLP over its rows
+    expert output ``2 R h`` (kept for the combine's probability gradient) -- or, where the probabilities scale
+    the expert activation (``moe_probs_in_experts``: Megatron-Core's TEGroupedMLP applies ``permuted_probs``
+    in its weighted SwiGLU and unpermutes without them, megatron/core/transformer/moe/experts.py
+    ``bias_act_func`` and token_dispatcher.py ``unpermute`` at Megatron-LM d98e8a6), the FP32 probabilities
+    ``4 R`` the weighted activation saves instead of the expert output; each expert's MLP over its rows
     (``mlp_activation_bytes`` at ``moe_ffn / etp``); shared experts as a dense MLP of width
     ``shared * moe_ffn / t`` (Megatron-Core MoE; DeepSeek-V3 report, Sec. 2.1). ``recompute_modules``:
     ``moe`` checkpoints the whole MoE layer (only its input, counted by the caller, stays), ``shared_experts``
@@ -172,7 +176,10 @@ def moe_activation_bytes(row):
     rows = routed_tokens(row)
     width = row[C_MOE_FFN] / expert_tp(row)
     router = 2.0 * B32 * t_tok * row[C_MOE_EXPERTS] / rep
-    permuted = (gemm_input_bytes(row) + B16) * rows * h
+    if row[C_MOE_PROBS_IN_EXPERTS] > 0:
+        permuted = gemm_input_bytes(row) * rows * h + B32 * rows
+    else:
+        permuted = (gemm_input_bytes(row) + B16) * rows * h
     experts = mlp_activation_bytes(row, width, rows / t_tok)
     if module_recomputed(row, RECOMPUTE_MODULE_MOE_ACT) and gemm_input_bytes(row) == B16:
         experts -= B16 * rows * width

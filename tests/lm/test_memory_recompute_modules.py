@@ -78,3 +78,11 @@ def test_dense_mlp_checkpoint_keeps_only_its_input():
     full = memory(**dense, recompute_modules=core)[M_ACTIVATIONS]
     kept = memory(**dense, recompute_modules=core + bits("mlp"))[M_ACTIVATIONS]
     assert full - kept == pytest.approx(6 * T * 1024, rel=1e-12)
+
+
+def test_router_probabilities_in_the_expert_activation_keep_no_expert_output():
+    """``moe_probs_in_experts`` (Megatron-Core's weighted SwiGLU; the combine unpermutes without probabilities):
+    the expert output 2 R h is not kept; the weighted activation keeps the FP32 probabilities, 4 R."""
+    kept = activations(recompute="none")
+    weighted = activations(recompute="none", moe_probs_in_experts=1)
+    assert kept - weighted == pytest.approx(2 * R * H - 4 * R, rel=1e-12)

@@ -36,22 +36,9 @@ MFU_LOW, MFU_HIGH = 0.15, 0.75
 
 #: plans predicted not to fit (memory model over-counts them): ids of recipe_plans.jsonl
 KNOWN_MEMORY_GAPS: frozenset[str] = frozenset((
-    "mbridge-deepseek-v3-gb200-fp8-cs-v1",
-    "mbridge-deepseek-v3-gb200-fp8-cs-v2",
     "mbridge-deepseek-v3-gb300-bf16-fsdp",
-    "mbridge-deepseek-v3-gb300-fp8-mx-fsdp",
-    "mbridge-gpt-oss-120b-b200-bf16-v2",
-    "mbridge-kimi-k2-gb200-bf16",
-    "mbridge-kimi-k2-gb300-bf16",
     "mbridge-llama3-70b-gb200-fp8-cs-v1",
     "mbridge-llama3-70b-gb200-fp8-cs-v2",
-    "mbridge-qwen3-235b-a22b-b200-bf16-v1",
-    "mbridge-qwen3-235b-a22b-gb300-bf16-v1",
-    "mbridge-qwen3-235b-a22b-h100-bf16-v1",
-    "mbridge-qwen3-235b-a22b-h100-bf16-v2",
-    "mbridge-qwen3-30b-a3b-b200-bf16-v1",
-    "mbridge-qwen3-30b-a3b-gb200-bf16-v1",
-    "mbridge-qwen3-30b-a3b-gb300-bf16-v1",
 ))
 #: plans predicted outside the MFU band
 KNOWN_MFU_GAPS: frozenset[str] = frozenset((
