@@ -41,6 +41,7 @@ from fastmodel.registry.lm import (
     PIPELINE_SCHEDULES,
     PRECISION_CODES,
     RECOMPUTE_CODES,
+    RECOMPUTE_MODULES,
     SELECTIVE_POLICIES,
     SHARDING_CODES,
 )
@@ -99,6 +100,9 @@ class ExecutionSpec(BaseModel):
     recompute_fraction: float | None = Field(None, ge=0, le=1)
     recompute_num_layers: NonNegativeInt | None = Field(None, le=4096)
     selective_policy: _names(SELECTIVE_POLICIES) | None = None  # type: ignore[valid-type]
+    recompute_modules: list[_names(RECOMPUTE_MODULES)] | None = Field(  # type: ignore[valid-type]
+        None, max_length=len(RECOMPUTE_MODULES),
+        description="Megatron-Core recompute_modules under selective recompute; default [\"core_attn\"].")
     activation_offload: float = Field(0.0, ge=0, le=1, description="Share of activations held in host memory.")
     # precision recipe and optimizer
     precision: _names(PRECISION_CODES) = "bf16"  # type: ignore[valid-type]

@@ -70,8 +70,9 @@ def test_dropping_framework_from_a_modern_record_does_not_make_it_a_2021_run():
     del record["framework"]
     absent = lower_record(record)
     assert named.stack == "megatron-core" and absent.stack == "default"
-    # Megatron-Core sets nothing beyond the registry but its counted MoE router kernels (unused by a dense model)
-    keep = np.arange(len(named.columns)) != C["moe_mem_kernels"]
+    # Megatron-Core sets nothing beyond the registry but its counted MoE router kernels and its router
+    # probabilities in the expert activation (both unused by a dense model)
+    keep = ~np.isin(np.arange(len(named.columns)), [C["moe_mem_kernels"], C["moe_probs_in_experts"]])
     assert np.array_equal(named.columns[keep], absent.columns[keep])
     assert named.columns[C["moe_mem_kernels"]] == 48.0 and absent.columns[C["moe_mem_kernels"]] == 0.0
     assert any("no framework" in note for note in absent.notes)
@@ -192,7 +193,8 @@ def test_the_b200_runs_read_as_megatron_core_kernels():
     assert columns[C["moe_mem_kernels"]] == 48.0 and explicit[C["moe_mem_kernels"]] == 0.0
     differ = {name for name, i in C.items() if explicit[i] != columns[i]}
     assert differ == {"fused_kernels", "selective_policy", "overlap_grad_reduce", "overlap_param_gather",
-                      "moe_mem_kernels"}
+                      "moe_mem_kernels", "moe_probs_in_experts"}
+    assert columns[C["moe_probs_in_experts"]] == 1 and explicit[C["moe_probs_in_experts"]] == 0
     assert columns[C["overlap_grad_reduce"]] == 0 and columns[C["overlap_param_gather"]] == 0
 
 
