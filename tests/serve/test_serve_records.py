@@ -384,3 +384,29 @@ def test_a_generic_fp4_of_gpt_oss_reads_as_its_published_mxfp4_checkpoint():
     assert any("published MXFP4 checkpoint" in n for n in lowered.notes)
     nvfp4 = lower_serve_record(dict(generic, model={**generic["model"], "name": "some-moe"}))
     assert not np.array_equal(nvfp4.columns, lowered.columns)
+
+
+def test_vllm_mxfp4_experts_take_the_trtllm_gen_row_tiles():
+    """vLLM's default SM100 MXFP4 backend runs FlashInfer's trtllm-gen FP4 MoE, whose token tile per expert is a
+    power of two in 8..64 at BF16 activations (profiles.expert_row_tiles): a vLLM gpt-oss record on B200 carries
+    (8, 64); TensorRT-LLM (backend not sourced), Hopper (another backend) and NVFP4 keep the library's (0, 0).
+    In decode (1-4 rows per expert) the 8-row tile halves the padded BF16 compute of the 16-row one, so the
+    MoE layer's GEMM time drops and never rises."""
+    from fastmodel.kernels.serve.costs import MOE, layer_gemms
+    from fastmodel.registry.lm import COLUMN_INDEX as C
+    from fastmodel.serve.profiles import expert_row_tiles
+
+    assert expert_row_tiles("vllm", "mxfp4") == (8.0, 64.0)
+    assert expert_row_tiles("trtllm", "mxfp4") == expert_row_tiles("vllm", "fp4") == (0.0, 0.0)
+
+    def tiles(record):
+        return record.columns[C["expert_tile_min"]], record.columns[C["expert_tile_max"]]
+
+    vllm = _moe_record("mxfp4", "experts", "vLLM 0.15.1")
+    assert tiles(vllm) == (8.0, 64.0)
+    assert tiles(_moe_record("mxfp4", "experts")) == (0.0, 0.0)
+    assert tiles(_moe_record("mxfp4", "experts", "vLLM 0.15.1", gpu="H100-SXM-80GB")) == (0.0, 0.0)
+    library = vllm.columns.copy()
+    library[C["expert_tile_min"]] = library[C["expert_tile_max"]] = 0.0
+    for m in (1.0, 4.0):
+        assert layer_gemms(vllm.columns, m, MOE, 0.0) < layer_gemms(library, m, MOE, 0.0)
