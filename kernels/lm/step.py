@@ -24,7 +24,8 @@ from fastmodel.kernels.lm.layer import W_FLOPS, W_GEMM, W_MEM, W_PARAMS, W_TP, m
 from fastmodel.kernels.lm.layout import (
     C_CP, C_DP, C_EP, C_GLOBAL_BATCH, C_MTP_LAYERS, C_HIDDEN, C_MICRO_BATCH, C_N_GPUS,
     C_HOST_LAYER_S, C_HOST_OP_S, C_HOST_OPS_LAYER, C_LAYERS, C_MASTER_WEIGHTS, C_OPTIMIZER, C_PEAK_FLOPS_8, C_PEAK_FLOPS_16, C_PP, C_PRECISION,
-    C_SEQ_LEN, C_STEP_OVERHEAD_S, C_TP, C_VOCAB, OPT_ADAM, OPT_SGD, OPT_SGD_NO_MOMENTUM, PRECISION_FP8, R_COMM_CP, R_COMM_DP, R_COMM_EP, R_COMM_EP_SCALE_OUT,
+    C_SEQ_LEN, C_SHARDING, C_STEP_GRAD_PASSES, C_STEP_MASTER_COPY, C_STEP_OVERHEAD_S, C_STEP_ZERO_GRAD, C_TP,
+    SHARD_ZERO2, C_VOCAB, OPT_ADAM, OPT_SGD, OPT_SGD_NO_MOMENTUM, PRECISION_FP8, R_COMM_CP, R_COMM_DP, R_COMM_EP, R_COMM_EP_SCALE_OUT,
     R_COMM_PP, R_COMM_TP, R_EXPOSED_CP, R_EXPOSED_DP, R_EXPOSED_EP, R_EXPOSED_PP, R_EXPOSED_TP, R_FLOPS_PER_TOKEN,
     R_HFU, R_MFU, R_PIPELINE_BUBBLE, R_STEP_TIME, R_TIME_HOST_WAIT, R_TIME_ATTENTION, R_TIME_GEMM, R_TIME_MEMORY_BOUND, R_TIME_OPTIMIZER,
     R_TIME_RECOMPUTE, R_TOKENS_PER_S, R_TOKENS_PER_S_PER_GPU,
@@ -60,6 +61,20 @@ def optimizer_bytes_per_param(row):
     if row[C_OPTIMIZER] == OPT_SGD_NO_MOMENTUM:
         return params + grad
     return params + 2.0 + grad   # Adafactor: factored second moment, no first moment
+
+
+@njit
+def optimizer_step_bytes(row, local_params, held_params):
+    """HBM bytes of one optimizer step (docs/model.md §11.7, optimizer step): the optimizer kernel's traffic over
+    the ``local_params`` it updates (:func:`optimizer_bytes_per_param`) and the stack's passes around it --
+    ``step_grad_passes`` reads of the local gradient shard (the gradient norm), the FP32 master shard read again
+    by a separate copy into the 16-bit parameters (``step_master_copy``, with master weights), and the gradient
+    buffer zeroed over all ``held_params`` whose gradients the rank holds (``step_zero_grad``)."""
+    grad = stored_grad_bytes(row)
+    per_local = optimizer_bytes_per_param(row) + row[C_STEP_GRAD_PASSES] * grad
+    if row[C_MASTER_WEIGHTS] > 0:
+        per_local += 4.0 * row[C_STEP_MASTER_COPY]
+    return local_params * per_local + row[C_STEP_ZERO_GRAD] * grad * held_params
 
 
 @njit
@@ -113,7 +128,9 @@ def _data_parallel_step(row, work, per_stage, head_params, out):
         dp_comm += e_comm
         dp_exposed += e_exposed
         local_params += e_local
-    optimizer = memory_bound_time(row, local_params * optimizer_bytes_per_param(row))
+    # the gradients the rank holds: the stage's whole buffer, or its shard under ZeRO-2 and FSDP
+    held = local_params if row[C_SHARDING] >= SHARD_ZERO2 else stage_params + copies * per_stage * experts
+    optimizer = memory_bound_time(row, optimizer_step_bytes(row, local_params, held))
     out[R_COMM_DP] = dp_comm
     out[R_EXPOSED_DP] = dp_exposed
     out[R_TIME_OPTIMIZER] = optimizer
