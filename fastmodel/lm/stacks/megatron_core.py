@@ -12,7 +12,9 @@ Megatron-LM's own ``pretrain_gpt.py`` takes Megatron-LM's argument defaults: ``-
 ``_add_distributed_args``), so the distributed optimizer's gradient reduce-scatter runs after the last
 backward pass and its parameter all-gather after the optimizer step, both on the critical path. A framework
 text naming ``megatron-lm`` (and not NeMo or Megatron-Bridge, which launch it with their recipes) reads as
-that launcher (``launcher_defaults``); a record stating the switches keeps its own.
+that launcher (``launcher_defaults``); a record stating the switches keeps its own. That launcher also runs
+Megatron-Core's unfused vocab-parallel cross-entropy and Megatron-LM's ``train_step``, whose memory passes around
+the loss and the optimizer step are counted from its source (``LOSS_BYTES_UNFUSED_CE``, ``OPTIMIZER_STEP_PASSES``).
 """
 
 from fastmodel.lm.stacks.base import StackProfile, names_in, tokens
@@ -69,7 +71,8 @@ PROFILE = StackProfile(
     title="Megatron-Core / NeMo",
     names=("megatron-core", "mcore", "megatron-lm", "megatron", "nemo", "nemo-megatron", "megatron-bridge"),
     source="registry defaults (fastmodel/registry/lm.py); Megatron-LM's own launcher: overlap switches off "
-           "(megatron/training/arguments.py, --overlap-grad-reduce / --overlap-param-gather store_true); MoE router "
+           "(megatron/training/arguments.py, --overlap-grad-reduce / --overlap-param-gather store_true), unfused "
+           "cross-entropy and optimizer-step passes counted from Megatron-LM 23e00ed; MoE router "
            "and dispatcher kernels counted from Megatron-LM 23e00ed",
     defaults=defaults,
 )
