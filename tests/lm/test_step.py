@@ -80,3 +80,40 @@ def test_the_megatron_lm_launcher_counts_its_loss_and_optimizer_passes(framework
     else:
         assert execution.loss_bytes_per_logit is None and execution.step_grad_passes is None
         assert execution.step_master_copy is None and execution.step_zero_grad is None
+
+
+# a small MoE model with wide experts, so that an MoE layer is slower than a dense one
+MOE = dict(layers=4, hidden=2048, ffn=4096, heads=16, kv_heads=16, head_dim=128, vocab=32000, seq_len=2048,
+           moe_experts=16, moe_topk=4, moe_ffn=2048, n_gpus=8, ep=4, dp=4, pp=2, micro_batch=1, recompute="none")
+
+
+def _slope(**values):
+    """Seconds one more micro-batch adds to the step: the busiest stage's micro-batch time (bubble, data-parallel
+    and optimizer terms are per step)."""
+    small = evaluate_table(table(1, **{**MOE, **values}, global_batch=32))["step_time"][0]
+    large = evaluate_table(table(1, **{**MOE, **values}, global_batch=64))["step_time"][0]
+    return (large - small) / 8
+
+
+def test_the_last_stage_runs_moe_layers_when_the_dense_layers_lead():
+    # 4 layers on 2 stages, layer 0 dense: Megatron-Core builds layers 0-1 on stage 0 and 2-3 on stage 1, so the
+    # busiest (last) stage runs two MoE layers and the head -- as a model whose every layer is MoE does
+    leading = _slope(dense_layers=1)
+    assert leading == pytest.approx(_slope(dense_layers=0), rel=1e-9)
+    # three leading dense layers reach the last stage (3 > (p - 1) L / p = 2): the layer mix again
+    mixed = _slope(dense_layers=3)
+    assert _slope(dense_layers=0) > mixed > _slope(dense_layers=4, moe_experts=0, moe_topk=0, ep=1)
+
+
+@pytest.mark.parametrize("values, expected", [
+    (dict(dense_layers=1), True), (dict(dense_layers=2), True), (dict(dense_layers=3), False),
+    (dict(dense_layers=1, pp=1), False),                    # no pipeline: one stage holds every layer
+    (dict(dense_layers=0), False),                          # no dense layer: the mix is all MoE already
+    (dict(dense_layers=1, vp=2, layers=8), True),           # 1 <= (p - 1) L / (p v) = 2
+    (dict(dense_layers=3, vp=2, layers=8), False),          # layer 2 is on rank 1's first chunk
+    (dict(dense_layers=1, moe_layer_freq=2), False),        # interleaved MoE: the last stage is mixed
+    (dict(dense_layers=1, uneven_stages=1), False),
+])
+def test_last_rank_all_moe_follows_megatrons_layer_order(values, expected):
+    from fastmodel.kernels.lm.step import last_rank_all_moe
+    assert bool(last_rank_all_moe(row(**{**MOE, **values}))) is expected
