@@ -304,6 +304,10 @@ SERVE_COLUMNS = _cols(
      "attention over what EP leaves).", 0, 1 << 16),
     ("fp4_gemm", "1", 0, "1: FP4 weights (NVFP4, 4.5 bits per weight): GEMMs on FP4 tensor cores where the device "
      "has them (peak_flops_4 > 0), else weight-only (16-bit compute).", 0, 1),
+    ("fp4_act", "1", 2, "Activations of FP4-weight GEMMs on a device with FP4 tensor cores: 2 FP4 (NVFP4 W4A4), "
+     "1 FP8 (MXFP8 x MXFP4, W4A8: the FP8 peak), 0 16-bit (W4A16: the 16-bit peak); set by the engine profile.", 0, 2),
+    ("quant_experts_only", "1", 0, "1: only the routed experts' weights are in the checkpoint's format (weight_bytes, "
+     "fp4_gemm); attention, dense MLPs and shared experts stay BF16 (gpt-oss's MXFP4 checkpoint).", 0, 1),
     ("mixed_prefill", "1", 1, "1: prefill chunks ride in the decode iterations (vLLM V1, TRT-LLM in-flight "
      "batching); 0: prefill batches run alone and stall decodes (SGLang default).", 0, 1),
     ("chunked_prefill", "1", 0, "1: a prompt longer than the free token budget is cut into chunks; 0: a prompt "

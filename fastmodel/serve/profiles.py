@@ -67,6 +67,23 @@ def profile_columns(engine: str | None, version: tuple[int, ...] | None, hbm_byt
             "overlap_step": 1, "kv_on_demand": 0}
 
 
+def fp4_activation(engine: str | None, precision: str) -> tuple[float, str | None]:
+    """(``fp4_act`` code, note) of an engine's FP4-weight GEMMs on a device with FP4 tensor cores: NVFP4 (``fp4``)
+    checkpoints run W4A4 (2); an MXFP4 checkpoint (``mxfp4``, gpt-oss) runs W4A8 with MXFP8 activations (1) on
+    TensorRT-LLM (examples/models/core/gpt_oss/README.md, "MoE Support Matrix": Blackwell mxfp8 x mxfp4) and
+    W4A16 (0) on vLLM (``vllm/model_executor/layers/quantization/mxfp4.py`` ``get_mxfp4_backend``: on SM100 with
+    FlashInfer and no opt-in variable, ``SM100_FI_MXFP4_BF16``). SGLang's choice is not sourced here: W4A16 like
+    vLLM's, with a note."""
+    if precision != "mxfp4":
+        return 2.0, None
+    engine = engine or DEFAULT_ENGINE
+    if engine == "trtllm":
+        return 1.0, None
+    if engine == "vllm":
+        return 0.0, None
+    return 0.0, f"{engine}: activations of MXFP4 GEMMs not sourced; BF16 (W4A16) assumed, as vLLM's default"
+
+
 def framework_profile(framework: str | None, hbm_bytes: float) -> tuple[dict[str, float], list[str]]:
     """(profile columns, notes) of a record's ``framework`` on a GPU of ``hbm_bytes``."""
     engine, version = parse_framework(framework)

@@ -22,7 +22,7 @@ Text = Annotated[str, Field(max_length=100_000)]
 TextOrList = Text | list[Text]
 Count = Annotated[int, Field(ge=1, le=1 << 24)]
 
-PRECISION_NAMES = ("bf16", "fp16", "fp8", "fp4", "int8", "int4")
+PRECISION_NAMES = ("bf16", "fp16", "fp8", "fp4", "mxfp4", "int8", "int4")
 KV_PRECISION_NAMES = ("bf16", "fp16", "fp8")
 
 
@@ -85,6 +85,7 @@ class ServeBlock(Block):
     moe_tp: int | None = Field(None, ge=1, le=1 << 16)
     precision: Literal[PRECISION_NAMES] = "bf16"  # type: ignore[valid-type]
     kv_precision: Literal[KV_PRECISION_NAMES] | None = None  # type: ignore[valid-type]
+    quantized_layers: Literal["all", "experts"] = "all"
     input_len: int = bounds("input_len")
     output_len: int = bounds("output_len")
     batch_size: Count | None = None

@@ -9,8 +9,11 @@ slots ``K_*``: GEMM, attention, memory-bound, communication.
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.shape import (  # noqa: F401 - ACT_BYTES, expert_tp re-exported for serving modules
     ACT_BYTES, attention_dims, attention_gemm_time, elementwise_bytes, expert_tp, layer_mix, mlp_gemm_time,
+    mlp_matrices,
 )
-from fastmodel.kernels.columns import C_ATTENTION_DP, C_FP4_GEMM, C_KERNEL_OVERHEAD_S, C_MOE_TP, C_PEAK_FLOPS_4
+from fastmodel.kernels.columns import (
+    C_ATTENTION_DP, C_FP4_ACT, C_FP4_GEMM, C_KERNEL_OVERHEAD_S, C_MOE_TP, C_PEAK_FLOPS_4, C_QUANT_EXPERTS_ONLY,
+)
 from fastmodel.kernels.roofline import gemm_roofline, memory_bound_time
 from fastmodel.kernels.lm.layout import (
     C_EP, C_FFN, C_HEADS, C_HIDDEN, C_KV_HEADS,
@@ -48,11 +51,21 @@ def is_fp8(row):
 
 @njit(inline="always")
 def gemm_format(row):
-    """The GEMM precision code ``roofline.gemm_peak`` reads: 2.0 FP4 W4A4 (FP4 weights on a device with FP4 tensor
-    cores), 1.0 FP8, else 0.0 (16-bit; FP4 weights elsewhere are dequantised into 16-bit GEMMs, weight-only)."""
+    """The GEMM precision code ``roofline.gemm_peak`` reads: FP4 weights on a device with FP4 tensor cores take the
+    engine's activations (``fp4_act``: 2.0 FP4 W4A4, 1.0 FP8 W4A8, 0.0 16-bit W4A16); else 1.0 FP8, else 0.0
+    (16-bit; FP4 weights without FP4 tensor cores are dequantised into 16-bit GEMMs, weight-only)."""
     if row[C_FP4_GEMM] > 0.0 and row[C_PEAK_FLOPS_4] > 0.0:
-        return 2.0
+        return row[C_FP4_ACT]
     return 1.0 if is_fp8(row) else 0.0
+
+
+@njit(inline="always")
+def dense_format(row):
+    """(GEMM format, weight bytes) of the GEMMs outside the routed experts: BF16 when only the experts are
+    quantised (``quant_experts_only``), else the checkpoint's (:func:`gemm_format`, ``weight_bytes``)."""
+    if row[C_QUANT_EXPERTS_ONLY] > 0.0:
+        return 0.0, ACT_BYTES
+    return gemm_format(row), row[C_WEIGHT_BYTES]
 
 
 @njit(inline="always")
@@ -87,17 +100,29 @@ def layer_gemms(row, m, moe, launch, m_rank=-1.0):
     step touches on this device (:func:`experts_touched` / ep), each at ``moe_ffn / serve_etp``, sharing the
     ``m top_k / ep`` routed rows; checkpoint weight bytes, GEMM format of :func:`gemm_format`."""
     mine = m_rank if m_rank >= 0.0 else m / row[C_ATTENTION_DP]
-    fmt = gemm_format(row)
-    wb = row[C_WEIGHT_BYTES]
-    total = attention_gemm_time(row, mine, fmt, wb, launch)
+    fmt_d, wb_d = dense_format(row)
+    total = attention_gemm_time(row, mine, fmt_d, wb_d, launch)
     if moe:
         ep = row[C_EP]
         groups = experts_touched(row[C_MOE_EXPERTS], row[C_MOE_TOPK], m) / ep
         rows = m * row[C_MOE_TOPK] / ep / max(groups, 1e-30)
+        fmt = gemm_format(row)
+        wb = row[C_WEIGHT_BYTES]
         total += mlp_gemm_time(row, m, MOE, groups, rows, serve_etp(row), fmt, wb, launch)
+        if row[C_QUANT_EXPERTS_ONLY] > 0.0 and row[C_MOE_SHARED_EXPERTS] > 0.0:   # shared experts: BF16, not fmt
+            total += shared_gemm_time(row, m, fmt_d, wb_d, launch) - shared_gemm_time(row, m, fmt, wb, launch)
     else:
-        total += mlp_gemm_time(row, m, DENSE, 0.0, 0.0, 1.0, fmt, wb, launch)
+        total += mlp_gemm_time(row, m, DENSE, 0.0, 0.0, 1.0, fmt_d, wb_d, launch)
     return total / row[C_STACK_COMPUTE_EFF]
+
+
+@njit
+def shared_gemm_time(row, m, fmt, wb, launch):
+    """The shared experts' GEMMs of one MoE layer for ``m`` tokens, as ``shape.mlp_gemm_time`` prices them."""
+    h = row[C_HIDDEN]
+    shared = row[C_MOE_SHARED_EXPERTS] * row[C_MOE_FFN] / row[C_TP]
+    return gemm_roofline(row, 1.0, m, (mlp_matrices(row) - 1.0) * shared, h, fmt, wb, launch) \
+        + gemm_roofline(row, 1.0, m, h, shared, fmt, wb, launch)
 
 
 @njit

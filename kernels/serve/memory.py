@@ -10,6 +10,7 @@ from fastmodel.kernels.lm.layout import (
     C_FFN, C_HEADS, C_HIDDEN, C_INPUT_LEN, C_KV_HEADS, C_MAX_NUM_TOKENS, C_MOE_EXPERTS, C_MOE_FFN,
     C_MOE_SHARED_EXPERTS, C_MOE_TOPK, C_PP, C_TIED_EMBEDDINGS, C_TP, C_VOCAB, C_WEIGHT_BYTES,
 )
+from fastmodel.kernels.columns import C_QUANT_EXPERTS_ONLY
 from fastmodel.kernels.serve.costs import ACT_BYTES, DENSE, MOE, ffn_tp, serve_etp
 
 
@@ -32,8 +33,9 @@ def layer_weight_params(row, moe):
 
 @njit
 def weight_memory(row):
-    """Weight bytes of the most loaded device: its stage's layers at weight_bytes, the 16-bit embedding on
-    the first stage and the LM head on the last (both on one device without pp); router in 16 bits."""
+    """Weight bytes of the most loaded device: its stage's layers at weight_bytes (with ``quant_experts_only``
+    only the routed experts, the rest BF16), the 16-bit embedding on the first stage and the LM head on the
+    last (both on one device without pp); router in 16 bits."""
     dense_full, dense_slide, moe_full, moe_slide = layer_mix(row)
     p = row[C_PP]
     n_moe = moe_full + moe_slide
@@ -43,6 +45,9 @@ def weight_memory(row):
     table = row[C_VOCAB] * row[C_HIDDEN] / row[C_TP] * ACT_BYTES
     head = 0.0 if row[C_TIED_EMBEDDINGS] > 0.0 else table
     edges = table + head if p <= 1.0 else max(table, head)
+    if row[C_QUANT_EXPERTS_ONLY] > 0.0:
+        experts = n_moe / p * expert_weight_params(row, serve_etp(row))
+        return experts * row[C_WEIGHT_BYTES] + (per_stage - experts + router) * ACT_BYTES + edges
     return per_stage * row[C_WEIGHT_BYTES] + router * ACT_BYTES + edges
 
 

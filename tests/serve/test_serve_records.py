@@ -293,3 +293,65 @@ def test_disaggregated_start_wave_queues_at_the_prefill_pool():
     wave = 2.5 * steady["prefill_s"] + steady["kv_transfer_s"] + steady["tpot"]
     assert mean["ttft"] == pytest.approx(0.9 * steady["ttft"] + 0.1 * wave, rel=1e-9)
     assert mean["tpot"] == steady["tpot"] and mean["output_tokens_per_s"] == steady["output_tokens_per_s"]
+
+
+def _moe_record(precision, layers="all", framework="TensorRT-LLM 1.2.0rc2", gpu="B200"):
+    record = {**RECORD, "framework": framework, "model": MOE, "system": {"gpu": gpu, "n_gpus": 1},
+              "serve": {"tp": 1, "precision": precision, "quantized_layers": layers, "input_len": 1024,
+                        "output_len": 256, "concurrency": 4}}
+    return lower_serve_record(record)
+
+
+def test_mxfp4_experts_only_checkpoint_keeps_the_rest_bf16_by_hand():
+    """gpt-oss's checkpoint: MXFP4 (4 + 8/32 = 4.25 bits) routed experts, every other weight BF16. The weights
+    differ from an all-BF16 checkpoint only by the experts: 8 layers x 16 experts x 3 x 2048 x 1024 elements,
+    each 2 - 4.25/8 bytes smaller."""
+    from fastmodel.registry.lm import COLUMN_INDEX as C
+    from fastmodel.registry.serve import SERVE_RESULT_INDEX as R
+
+    bf16, mx = _moe_record("bf16"), _moe_record("mxfp4", "experts")
+    assert mx.columns[C["weight_bytes"]] == 4.25 / 8 and mx.columns[C["quant_experts_only"]] == 1.0
+    out, _ = evaluate_table(np.stack([bf16.columns, mx.columns], axis=1))
+    experts = 8 * 16 * 3 * 2048 * 1024
+    assert out[R["weight_memory"], 0] - out[R["weight_memory"], 1] == pytest.approx(experts * (2 - 4.25 / 8),
+                                                                                    rel=1e-12)
+
+
+def test_experts_only_leaves_a_dense_model_at_bf16():
+    """A dense model has no routed experts: an experts-only FP4 checkpoint prices every GEMM like BF16, even on
+    a device with FP4 tensor cores (B200)."""
+    from fastmodel.registry.serve import SERVE_RESULT_INDEX as R
+
+    dense = {**RECORD, "system": {"gpu": "B200", "n_gpus": 2}}
+    bf16 = lower_serve_record(_with("serve.precision", "bf16", dense))
+    mx = lower_serve_record(_with("serve.quantized_layers", "experts", _with("serve.precision", "mxfp4", dense)))
+    nv = lower_serve_record(_with("serve.precision", "fp4", dense))
+    out, _ = evaluate_table(np.stack([bf16.columns, mx.columns, nv.columns], axis=1))
+    assert out[R["prefill_gemm"], 1] == out[R["prefill_gemm"], 0]
+    assert out[R["decode_gemm"], 1] == out[R["decode_gemm"], 0]
+    assert out[R["prefill_gemm"], 2] < 0.5 * out[R["prefill_gemm"], 0]     # NVFP4 everywhere: W4A4
+
+
+def test_engines_pick_the_activations_of_mxfp4_gemms():
+    """TensorRT-LLM runs MXFP4 experts with MXFP8 activations on Blackwell (W4A8: the FP8 peak), vLLM's default
+    SM100 backend with BF16 ones (W4A16); NVFP4 stays W4A4; without FP4 tensor cores all are weight-only."""
+    from fastmodel.kernels.serve.costs import dense_format, gemm_format
+    from fastmodel.serve.profiles import fp4_activation
+
+    assert fp4_activation("trtllm", "mxfp4") == (1.0, None)
+    assert fp4_activation("vllm", "mxfp4") == (0.0, None)
+    assert fp4_activation("sglang", "mxfp4")[0] == 0.0 and "not sourced" in fp4_activation("sglang", "mxfp4")[1]
+    assert fp4_activation("vllm", "fp4") == (2.0, None)
+    trt, vllm = _moe_record("mxfp4", "experts"), _moe_record("mxfp4", "experts", "vLLM 0.15.1")
+    hopper = _moe_record("mxfp4", "experts", gpu="H100-SXM-80GB")
+    assert gemm_format(trt.columns) == 1.0 and gemm_format(vllm.columns) == 0.0 and gemm_format(hopper.columns) == 0.0
+    assert dense_format(trt.columns) == (0.0, 2.0)
+    assert dense_format(_moe_record("fp4").columns) == (2.0, 4.5 / 8)
+    b200 = device_columns("B200")
+    assert b200["peak_flops_8"] == 2 * b200["peak_flops_16"]     # so W4A8 prefill is the 16-bit one's / 2
+
+
+def test_gpt_oss_records_are_the_mxfp4_experts_only_checkpoint():
+    records = [r for r in read_serve_records(DATA / "serve_dev_load.jsonl") if r.raw["serve"]["precision"] == "mxfp4"]
+    assert records and all(r.raw["serve"]["quantized_layers"] == "experts" for r in records)
+    assert {r.raw["aic"]["model_path"] for r in records} == {"openai/gpt-oss-120b"}
