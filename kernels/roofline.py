@@ -18,17 +18,34 @@ import math
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.columns import (
     C_ATTN_EFF, C_GEMM_EFF_16, C_GEMM_EFF_8, C_GEMM_K_HALF, C_GEMM_TILE_M, C_GEMM_TILE_N, C_HBM_BW, C_HBM_EFF,
-    C_KERNEL_OVERHEAD_S, C_PEAK_FLOPS_16, C_PEAK_FLOPS_4, C_PEAK_FLOPS_8, C_SM_COUNT, C_STACK_COMPUTE_EFF,
+    C_EXPERT_TILE_MAX, C_EXPERT_TILE_MIN, C_KERNEL_OVERHEAD_S, C_PEAK_FLOPS_16, C_PEAK_FLOPS_4, C_PEAK_FLOPS_8,
+    C_SM_COUNT, C_STACK_COMPUTE_EFF,
 )
+
+
+@njit(inline="always")
+def pow2_tile(extent, smallest, largest):
+    """The power of two >= the extent, clamped to [smallest, largest] (smallest a power of two)."""
+    tile = smallest
+    while tile < extent and tile < largest:     # doubling: exact, and cheaper than log2/pow in sweeps
+        tile *= 2.0
+    return min(largest, tile)
 
 
 @njit(inline="always")
 def tile_size(extent, largest):
     """The library's tile along one dimension: the largest tile, or the power of two >= the extent (>= 16)."""
-    tile = 16.0
-    while tile < extent and tile < largest:     # doubling: exact, and cheaper than log2/pow in sweeps
-        tile *= 2.0
-    return min(largest, tile)
+    return pow2_tile(extent, 16.0, largest)
+
+
+@njit(inline="always")
+def expert_row_tile(row, m):
+    """Row (token) tile of the grouped expert kernel for ``m`` rows per expert: the power of two >= m clamped to
+    the kernel's ``[expert_tile_min, expert_tile_max]`` (0: the library's 16 and ``gemm_tile_m``). Serving sets
+    the range of the kernel its engine runs (FlashInfer trtllm-gen FP4 MoE: 8..64; docs/model_serving.md S12)."""
+    smallest = row[C_EXPERT_TILE_MIN] if row[C_EXPERT_TILE_MIN] > 0.0 else 16.0
+    largest = row[C_EXPERT_TILE_MAX] if row[C_EXPERT_TILE_MAX] > 0.0 else row[C_GEMM_TILE_M]
+    return pow2_tile(m, smallest, largest)
 
 
 @njit(inline="always")
@@ -39,7 +56,12 @@ def tile_quantization(row, groups, m, n, k):
     Waves: tiles run ``sm_count`` at a time; a grid smaller than one wave is split along K (split-K,
     while each split keeps >= 256 of K) to fill the SMs.
     """
-    tm = tile_size(m, row[C_GEMM_TILE_M])
+    return tiled_quantization(row, groups, m, n, k, tile_size(m, row[C_GEMM_TILE_M]))
+
+
+@njit(inline="always")
+def tiled_quantization(row, groups, m, n, k, tm):
+    """:func:`tile_quantization` with the row tile ``tm`` given (grouped expert kernels)."""
     tn = tile_size(n, row[C_GEMM_TILE_N])
     tiles = groups * math.ceil(m / tm) * math.ceil(n / tn)
     padding = (groups * m * n) / (tiles * tm * tn)
@@ -68,7 +90,13 @@ def gemm_bounds(row, groups, m, n, k, fp8, weight_bytes):
     ``2 m n (k + gemm_k_half) / (peak x quantization)`` and ``(weights + activations) / HBM`` per group, the
     weights at ``weight_bytes`` per element, the input at the GEMM precision's (1 B FP8, else 2 B), the output at
     2 B."""
-    quantization = tile_quantization(row, groups, m, n, k)
+    return tiled_bounds(row, groups, m, n, k, fp8, weight_bytes, tile_size(m, row[C_GEMM_TILE_M]))
+
+
+@njit(inline="always")
+def tiled_bounds(row, groups, m, n, k, fp8, weight_bytes, tm):
+    """:func:`gemm_bounds` with the row tile ``tm`` given (grouped expert kernels)."""
+    quantization = tiled_quantization(row, groups, m, n, k, tm)
     compute = 2.0 * groups * m * n * (k + row[C_GEMM_K_HALF]) / (gemm_peak(row, fp8) * quantization)
     element = 1.0 if fp8 else 2.0
     traffic = groups * (weight_bytes * k * n + element * m * k + 2.0 * m * n)
@@ -89,9 +117,10 @@ def gemm_roofline(row, groups, m, n, k, fp8, weight_bytes, launch):
 
 @njit(inline="always")
 def exposed_weight_share(row, m):
-    """Share of a grouped GEMM's weight stream that its tensor-core work cannot hide: ``min(1, tile_m / m)``,
-    one over the row tiles that reuse each expert's weight tile (docs/model.md §11.3, "Grouped GEMMs")."""
-    return min(1.0, tile_size(m, row[C_GEMM_TILE_M]) / m)
+    """Share of a grouped GEMM's weight stream that its tensor-core work cannot hide: ``min(1, tile / m)``,
+    one over the row tiles (:func:`expert_row_tile`) that reuse each expert's weight tile (docs/model.md §11.3,
+    "Grouped GEMMs")."""
+    return min(1.0, expert_row_tile(row, m) / m)
 
 
 @njit(inline="always")
@@ -101,10 +130,10 @@ def expert_gemm_roofline(row, groups, m, n, k, fp8, weight_bytes, launch):
     (:func:`exposed_weight_share`). Each expert's weight tile is loaded once per row tile; with one row tile
     per expert (m <= tile_m) nothing else can run while it streams in, so load and math add up; with ``r`` row
     tiles the later ones find it in L2 and only ``1/r`` of the shorter bound stays exposed. Same launch rule as
-    :func:`gemm_roofline`; 0 when empty."""
+    :func:`gemm_roofline`; 0 when empty. Row tile: :func:`expert_row_tile`."""
     if groups <= 0.0 or m <= 0.0 or n <= 0.0 or k <= 0.0:
         return 0.0
-    compute, memory = gemm_bounds(row, groups, m, n, k, fp8, weight_bytes)
+    compute, memory = tiled_bounds(row, groups, m, n, k, fp8, weight_bytes, expert_row_tile(row, m))
     return max(compute, memory) + exposed_weight_share(row, m) * min(compute, memory) \
         + launch * row[C_KERNEL_OVERHEAD_S]
 

@@ -36,10 +36,12 @@ from fastmodel.registry.lm import (
     COLLECTIVE_ALGORITHMS,
     COLUMNS,
     CP_ALGORITHMS,
+    LOSS_IMPLS,
     OPTIMIZER_CODES,
     PIPELINE_SCHEDULES,
     PRECISION_CODES,
     RECOMPUTE_CODES,
+    RECOMPUTE_MODULES,
     SELECTIVE_POLICIES,
     SHARDING_CODES,
 )
@@ -98,6 +100,9 @@ class ExecutionSpec(BaseModel):
     recompute_fraction: float | None = Field(None, ge=0, le=1)
     recompute_num_layers: NonNegativeInt | None = Field(None, le=4096)
     selective_policy: _names(SELECTIVE_POLICIES) | None = None  # type: ignore[valid-type]
+    recompute_modules: list[_names(RECOMPUTE_MODULES)] | None = Field(  # type: ignore[valid-type]
+        None, max_length=len(RECOMPUTE_MODULES),
+        description="Megatron-Core recompute_modules under selective recompute; default [\"core_attn\"].")
     activation_offload: float = Field(0.0, ge=0, le=1, description="Share of activations held in host memory.")
     # precision recipe and optimizer
     precision: _names(PRECISION_CODES) = "bf16"  # type: ignore[valid-type]
@@ -109,6 +114,9 @@ class ExecutionSpec(BaseModel):
     torch_compile: bool | None = Field(
         None, description="torch.compile (TorchInductor): element-wise chains fused, so fused_kernels defaults to "
                           "true (fastmodel/lm/stacks/__init__.py resolve).")
+    loss_impl: _names(LOSS_IMPLS) | None = Field(  # type: ignore[valid-type]
+        None, description="How the LM loss is computed (registry LOSS_IMPLS); default: the stack's, else "
+                          "vocab_parallel.")
     fused_kernels: bool | None = None
     flash_attention: bool | None = None
     dropout: bool | None = None

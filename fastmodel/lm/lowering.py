@@ -20,7 +20,7 @@ import numpy as np
 from fastmodel.errors import SpecError, nearest
 from fastmodel.lm.execution import GRAD_REDUCE_BYTES
 from fastmodel.lm.table import encode
-from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
+from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS, RECOMPUTE_MODULES
 from fastmodel.spec.devices import device_table
 
 #: the kernels' columns of tier 0 and tier 1 (domain size, bandwidth, efficiency, latency); tier 1's domain
@@ -29,7 +29,8 @@ TIER_COLUMNS = (("domain_size", "intra_bw", "intra_eff", "intra_latency"),
                 (None, "inter_bw", "inter_eff", "inter_latency"))
 #: execution fields that are no column or need more than their value (lowered by ``execution_values``)
 SPECIAL_FIELDS = frozenset(("stack", "framework", "vp", "pipeline_schedule", "grad_reduce_dtype",
-                            "recompute_fraction", "recompute_num_layers", "shard_degree"))
+                            "recompute_fraction", "recompute_num_layers", "shard_degree",
+                            "recompute_modules"))
 DEFAULT_RECOMPUTE_FRACTION = 0.5     # partial_layers without a fraction: every other block (TorchTitan)
 
 
@@ -141,7 +142,22 @@ def execution_values(execution, model, mesh: Mesh, notes: list[str] | None = Non
         values["shard_degree"] = float(execution.shard_degree or mesh.dp)
     if execution.recompute == "partial_layers":
         values["recompute_fraction"] = recompute_fraction(execution, model.layers, notes)
+    values["recompute_modules"] = recompute_module_bits(execution, notes)
     return values
+
+
+def recompute_module_bits(execution, notes: list[str] | None = None) -> float:
+    """The ``recompute_modules`` column: the sum of the listed modules' bits (``RECOMPUTE_MODULES``) under
+    selective recompute (Megatron-Core reads the list only with ``recompute_granularity = "selective"``,
+    megatron/core/transformer/transformer_config.py), else 0 (with a note when a list was given)."""
+    modules = execution.recompute_modules
+    if not modules:
+        return 0.0
+    if execution.recompute != "selective":
+        if notes is not None:
+            notes.append(f"recompute_modules {modules} ignored: only read under selective recompute")
+        return 0.0
+    return float(sum(RECOMPUTE_MODULES[name] for name in set(modules)))
 
 
 def recompute_fraction(execution, layers: int, notes: list[str] | None = None) -> float:

@@ -63,7 +63,7 @@ def _terms(row: np.ndarray) -> dict:
         recompute_working_bytes,
         stored_layer_bytes,
     )
-    from fastmodel.kernels.lm.memory_peak import backward_grad_bytes, embedding_grad_bytes
+    from fastmodel.kernels.lm.memory_peak import backward_grad_bytes, embedding_grad_bytes, loss_gather_bytes
     from fastmodel.kernels.lm.memory_states import is_moe
 
     kept = kept_mode(row)
@@ -72,7 +72,8 @@ def _terms(row: np.ndarray) -> dict:
     return {"dense": stored_layer_bytes(row, dense_all), "moe": stored_layer_bytes(row, moe_all),
             "working": recompute_working_bytes(row, max(dense_all, moe_all)), "gather": fsdp_gather_buffer_bytes(row),
             "comm": comm_buffer_bytes(row), "grads": backward_grad_bytes(row), "logits": logits_workspace_bytes(row),
-            "embedding": embedding_grad_bytes(row)}
+            "embedding": embedding_grad_bytes(row),
+            "loss_gather": loss_gather_bytes(row, fsdp_gather_buffer_bytes(row))}
 
 
 def stage_memory(row: np.ndarray, stage: int, terms: dict | None = None) -> StageMemory:
@@ -110,7 +111,7 @@ def stage_memory(row: np.ndarray, stage: int, terms: dict | None = None) -> Stag
             held += chunk
             loss = position == chain - 1
             labels.append(f"F{micro_batch}")
-            moment(held, t["gather"] + t["comm"] + (t["logits"] if loss else 0.0))
+            moment(held, (t["loss_gather"] + t["logits"] if loss else t["gather"]) + t["comm"])
             continue
         if kind in ("B", "I"):      # a backward (ZB-H1: its input-gradient pass) starts
             labels.append(f"{kind}{micro_batch}")

@@ -135,7 +135,7 @@ _PLAN_FIELDS: dict[str, tuple] = {
     "global_batch": (int, _bounds("global_batch")), "grad_accum": (PositiveInt | None, Field(None, le=1 << 30)),
     "replicate_degree": (PositiveInt | None, Field(None, le=1 << 24)),
     "activation_offload_layers": (NonNegativeInt | None, Field(None, le=4096)),
-    "recompute_detail": (Text | None, None), "recompute_modules": (TextOrList | None, None),
+    "recompute_detail": (Text | None, None),
     "fp8_recipe": (Text | None, None), "cuda_graphs": (bool | None, None),
     "moe_dispatch_detail": (Text | None, None), "moe_grouped_gemm": (bool | None, None),
     "fsdp_limit_all_gathers": (bool | None, None), "zero_detail": (Text | None, None),

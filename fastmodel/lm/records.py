@@ -167,7 +167,8 @@ def with_measurements(records: list[RunRecord], path: str | Path) -> tuple[list[
         kept.append(record)
     if not kept:
         raise SpecError(str(path), "measured", "no run record has a positive, finite measured.step_time_s"
-                        + (f" ({skipped[0]})" if skipped else ""))
+                        + (f" ({skipped[0]})" if skipped else "")
+                        + "; plan-only records are predicted by `fastmodel batch` or `fastmodel run -m`")
     return kept, skipped
 
 

@@ -63,7 +63,16 @@ MOE_DISPATCHERS = {"alltoall": 0, "allgather": 1, "deepep": 2, "flex": 2}
 #: compute), dualpipe (DeepSeek-V3's forward/backward chunk pairs)
 MOE_A2A_OVERLAPS = {"none": 0, "batch": 1, "dualpipe": 2}
 SELECTIVE_POLICIES = {"megatron": 0, "op": 1}
+#: Megatron-Core ``recompute_modules`` (``TransformerConfig.recompute_modules``, megatron/core/transformer/
+#: transformer_config.py; Megatron-LM ``--recompute-modules``), one bit each in the ``recompute_modules`` column;
+#: 0 = the default list ``["core_attn"]``
+RECOMPUTE_MODULES = {"core_attn": 1, "layernorm": 2, "mla_up_proj": 4, "moe_act": 8, "mlp": 16, "moe": 32,
+                     "shared_experts": 64}
 CP_ALGORITHMS = {"ring": 0, "alltoall": 1}
+#: the LM loss as the stack computes it (kernels/lm/memory.py ``loss_workspace_bytes_per_logit``): Megatron's
+#: vocab-parallel cross entropy, eager ``torch.nn.functional.cross_entropy`` on an FP32 upcast of the logits,
+#: or the same function under torch.compile (TorchInductor)
+LOSS_IMPLS = {"vocab_parallel": 0, "eager": 1, "compiled": 2}
 COLLECTIVE_ALGORITHMS = {"auto": 0, "ring": 1, "tree": 2}
 LOAD_MODES = {"batch": 0, "concurrency": 1, "max_throughput": 2}
 #: the code table of every coded column: a name in a spec, record or sweep axis -> its integer
@@ -71,7 +80,7 @@ CODE_TABLES: dict[str, dict[str, int]] = {
     "sharding": SHARDING_CODES, "recompute": RECOMPUTE_CODES, "precision": PRECISION_CODES,
     "optimizer": OPTIMIZER_CODES, "pipeline_schedule": PIPELINE_SCHEDULES, "cp_algorithm": CP_ALGORITHMS,
     "collective_algorithm": COLLECTIVE_ALGORITHMS, "load_mode": LOAD_MODES, "selective_policy": SELECTIVE_POLICIES,
-    "moe_dispatcher": MOE_DISPATCHERS, "moe_a2a_overlap": MOE_A2A_OVERLAPS,
+    "moe_dispatcher": MOE_DISPATCHERS, "moe_a2a_overlap": MOE_A2A_OVERLAPS, "loss_impl": LOSS_IMPLS,
 }
 
 MODEL_COLUMNS = _cols(
@@ -140,6 +149,9 @@ PLAN_COLUMNS = _cols(
     ("selective_policy", "code", 0, "SELECTIVE_POLICIES, what selective recompute keeps: 0 Megatron (recompute the attention core, "
      "keep the rest); 1 op-level SAC as TorchTitan's 'op' mode (keep GEMM and attention outputs except every "
      "second GEMM, recompute element-wise ops).", 0, 1),
+    ("recompute_modules", "bits", 0, "Megatron-Core recompute_modules under selective recompute, a sum of "
+     "RECOMPUTE_MODULES bits (1 core_attn, 2 layernorm, 4 mla_up_proj, 8 moe_act, 16 mlp, 32 moe, 64 "
+     "shared_experts); 0 = the default core_attn.", 0, 127),
     ("sequence_parallel", "1", 0, "1: Megatron sequence parallelism with TP (RS+AG instead of AR).", 0, 1),
     ("tp_comm_overlap", "1", 0, "1: TP communication overlapped with GEMMs (userbuffers).", 0, 1),
     ("precision", "code", 0, "PRECISION_CODES: 0 bf16/fp16, 1 fp8 GEMMs.", 0, 1),
@@ -162,6 +174,9 @@ PLAN_COLUMNS = _cols(
     ("activation_offload", "1", 0, "Share of activations offloaded to host memory.", 0, 1),
     ("fused_kernels", "1", 1, "1: fused element-wise kernels (Megatron, Transformer Engine, torch.compile); "
      "0: eager PyTorch, one kernel per op in FP32.", 0, 1),
+    ("loss_impl", "code", 0, "LOSS_IMPLS, the cross entropy's workspace per logit: 0 Megatron vocab-parallel "
+     "(BF16 logits + FP32 copy, 6 B), 1 eager torch cross_entropy on FP32-upcast logits (12 B), 2 the same "
+     "under torch.compile (BF16 logits + BF16 gradient, 4 B).", 0, 2),
     ("cp_algorithm", "code", 0, "CP_ALGORITHMS: 0 ring attention (K/V blocks passed around, overlapped with "
      "attention), 1 all-to-all (DeepSpeed-Ulysses: heads scattered over cp, exposed).", 0, 1),
     ("collective_algorithm", "code", 0, "COLLECTIVE_ALGORITHMS for allreduce: 0 the faster of ring and tree (as "
@@ -185,6 +200,9 @@ PLAN_COLUMNS = _cols(
      "DeepEP, DeepSeek-V3 report sec. 3.3); the combine stays BF16.", 0, 1, False, "flag"),
     ("moe_shared_expert_overlap", "1", 0, "1: shared-expert compute overlaps the dispatch all-to-all "
      "(Megatron-Core --moe-shared-expert-overlap).", 0, 1, False, "flag"),
+    ("moe_probs_in_experts", "1", 0, "1: router probabilities scale the expert activation (Megatron-Core's "
+     "weighted SwiGLU), so the combine keeps no expert output for the probabilities' gradient; 0: the combine "
+     "multiplies them and keeps the expert output (memory only).", 0, 1, False, "flag"),
     ("moe_imbalance", "1", 1, "Dropless routing: routed tokens of the busiest expert-parallel rank / the mean "
      "(1 = balanced, as forced balancing runs).", 1, 64, False, "number"),
     ("moe_mem_kernels", "1", 0.0, "Small memory-bound kernels (router score, top-k, masks, auxiliary loss, "
@@ -308,6 +326,10 @@ SERVE_COLUMNS = _cols(
      "1 FP8 (MXFP8 x MXFP4, W4A8: the FP8 peak), 0 16-bit (W4A16: the 16-bit peak); set by the engine profile.", 0, 2),
     ("quant_experts_only", "1", 0, "1: only the routed experts' weights are in the checkpoint's format (weight_bytes, "
      "fp4_gemm); attention, dense MLPs and shared experts stay BF16 (gpt-oss's MXFP4 checkpoint).", 0, 1),
+    ("expert_tile_min", "tokens", 0, "Smallest row (token) tile of the grouped expert GEMM kernel (0: the GEMM "
+     "library's 16); set by the engine profile (FlashInfer trtllm-gen FP4 MoE: 8).", 0, 1024),
+    ("expert_tile_max", "tokens", 0, "Largest row (token) tile of the grouped expert GEMM kernel (0: gemm_tile_m); "
+     "set by the engine profile (FlashInfer trtllm-gen FP4 MoE at BF16 activations: 64).", 0, 1024),
     ("mixed_prefill", "1", 1, "1: prefill chunks ride in the decode iterations (vLLM V1, TRT-LLM in-flight "
      "batching); 0: prefill batches run alone and stall decodes (SGLang default).", 0, 1),
     ("chunked_prefill", "1", 0, "1: a prompt longer than the free token budget is cut into chunks; 0: a prompt "

@@ -17,10 +17,28 @@ BF16; docs/model_serving.md S12 says what that would change).
 """
 
 #: precision name -> (compute precision code, bytes per weight element)
-PRECISIONS = {"bf16": (0, 2.0), "fp16": (0, 2.0), "fp8": (1, 1.0), "fp4": (0, 4.5 / 8.0), "mxfp4": (0, 4.25 / 8.0), "int8": (0, 1.0),
-              "int4": (0, 0.5)}
+PRECISIONS = {"bf16": (0, 2.0), "fp16": (0, 2.0), "fp8": (1, 1.0), "fp4": (0, 4.5 / 8.0), "mxfp4": (0, 4.25 / 8.0),
+              "int8": (0, 1.0), "int4": (0, 0.5)}
 #: precisions whose weights are FP4 (the fp4_gemm column)
 FP4_PRECISIONS = ("fp4", "mxfp4")
 #: precisions whose KV cache is FP8 unless kv_precision says otherwise
 FP8_KV_DEFAULT = ("fp8", "fp4", "mxfp4")
 KV_PRECISIONS = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
+
+#: models whose only published 4-bit checkpoint is MXFP4 with just the routed experts quantised (the model's
+#: name as a record or spec gives it, lower case, organisation prefix dropped): OpenAI gpt-oss, released with
+#: ``quantization_config`` ``quant_method: mxfp4`` and attention, router, embeddings and LM head left in BF16
+#: (``modules_to_not_convert``, huggingface.co/openai/gpt-oss-120b config.json; OpenAI gpt-oss model card, 2025)
+MXFP4_EXPERT_CHECKPOINTS = frozenset({"gpt-oss-120b", "gpt-oss-20b"})
+
+
+def published_fp4_checkpoint(model_name: str | None, precision: str, quantized_layers: str | None):
+    """(precision, quantized_layers, note) with a generic ``fp4`` of a model in ``MXFP4_EXPERT_CHECKPOINTS`` read
+    as the checkpoint that model is published in (``mxfp4``, experts only), since no other FP4 checkpoint of
+    it exists; an explicit ``quantized_layers`` is kept. Anything else is returned as given, without a note."""
+    name = str(model_name or "").strip().lower().rsplit("/", 1)[-1]
+    if precision != "fp4" or name not in MXFP4_EXPERT_CHECKPOINTS:
+        return precision, quantized_layers or "all", None
+    layers = quantized_layers or "experts"
+    return "mxfp4", layers, (f"serve.precision fp4 of {model_name}: read as its published MXFP4 checkpoint "
+                             f"(quantized_layers {layers}; fastmodel/serve/precisions.py MXFP4_EXPERT_CHECKPOINTS)")

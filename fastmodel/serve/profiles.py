@@ -84,6 +84,20 @@ def fp4_activation(engine: str | None, precision: str) -> tuple[float, str | Non
     return 0.0, f"{engine}: activations of MXFP4 GEMMs not sourced; BF16 (W4A16) assumed, as vLLM's default"
 
 
+def expert_row_tiles(engine: str | None, precision: str) -> tuple[float, float]:
+    """(``expert_tile_min``, ``expert_tile_max``) of the grouped expert kernel an engine runs for FP4-weight
+    experts on a device with FP4 tensor cores; (0, 0): the GEMM library's tiles. vLLM's default SM100 MXFP4
+    backend ``SM100_FI_MXFP4_BF16`` calls FlashInfer's ``trtllm_fp4_block_scale_moe``
+    (``vllm/model_executor/layers/quantization/mxfp4.py`` @007d500, ``Mxfp4MoEMethod.apply``), whose launcher
+    (``csrc/trtllm_fused_moe_kernel_launcher.cu`` @00d4865, ``FP4BlockScaleLauncher.getSupportedTileNums``,
+    ``computeSelectedTileN``) tiles tokens per expert at the next power of two of tokens x top_k / experts,
+    clamped to {8, 16, 32, 64} at BF16 activations. TensorRT-LLM's and SGLang's MXFP4 MoE backend for these runs
+    is not sourced here: library tiles."""
+    if precision == "mxfp4" and (engine or DEFAULT_ENGINE) == "vllm":
+        return 8.0, 64.0
+    return 0.0, 0.0
+
+
 def framework_profile(framework: str | None, hbm_bytes: float) -> tuple[dict[str, float], list[str]]:
     """(profile columns, notes) of a record's ``framework`` on a GPU of ``hbm_bytes``."""
     engine, version = parse_framework(framework)

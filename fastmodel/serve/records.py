@@ -24,7 +24,8 @@ import numpy as np
 from fastmodel.errors import SpecError, UnsupportedError
 from fastmodel.registry.lm import COLUMN_INDEX, LOAD_MODES
 from fastmodel.serve.api import precision_columns
-from fastmodel.serve.profiles import fp4_activation, framework_profile, parse_framework
+from fastmodel.serve.precisions import FP4_PRECISIONS, published_fp4_checkpoint
+from fastmodel.serve.profiles import expert_row_tiles, fp4_activation, framework_profile, parse_framework
 from fastmodel.spec.devices import device_table
 from fastmodel.spec.records import read_jsonl
 
@@ -114,18 +115,25 @@ def lower_serve_record(data: dict, source: str | None = None) -> ServeRecord:
                                 "attention_dp": adp, "moe_tp": serve.moe_tp or 0,
                                 "peak_flops_4": float(data["system"].get("peak_flops_fp4") or
                                                       device.get("peak_flops_4", 0.0))}
-    values.update(precision_columns(serve.precision, serve.kv_precision))
+    layers = serve.quantized_layers if "quantized_layers" in serve.model_fields_set else None
+    precision, layers, checkpoint_note = published_fp4_checkpoint(model.get("name"), serve.precision, layers)
+    if checkpoint_note:
+        notes.append(checkpoint_note)
+    values.update(precision_columns(precision, serve.kv_precision))
     if values["precision"] == 1 and columns[COLUMN_INDEX["peak_flops_8"]] <= 0:
         raise SpecError(source, "system.peak_flops_fp8", "serve.precision is fp8 but the device has no FP8 peak")
-    if serve.precision in ("fp4", "mxfp4") and values["peak_flops_4"] <= 0:
+    if precision in FP4_PRECISIONS and values["peak_flops_4"] <= 0:
         notes.append(f"fp4 on {gpu} (no FP4 tensor cores): weight-only, dequantised into 16-bit GEMMs")
     profile, profile_notes = framework_profile(record.framework, float(columns[COLUMN_INDEX["hbm_bytes"]]))
     values.update(profile)
     notes.extend(profile_notes)
-    values["quant_experts_only"] = 1.0 if serve.quantized_layers == "experts" else 0.0
-    values["fp4_act"], act_note = fp4_activation(parse_framework(record.framework)[0], serve.precision)
+    values["quant_experts_only"] = 1.0 if layers == "experts" else 0.0
+    values["fp4_act"], act_note = fp4_activation(parse_framework(record.framework)[0], precision)
     if act_note and values["peak_flops_4"] > 0:
         notes.append(act_note)
+    if values["peak_flops_4"] > 0:     # the engine's FP4 MoE kernel; without FP4 tensor cores, another backend
+        values["expert_tile_min"], values["expert_tile_max"] = expert_row_tiles(
+            parse_framework(record.framework)[0], precision)
     mode = serve.load
     if mode == "max_throughput":
         values["load_mode"] = LOAD_MODES["max_throughput"]

@@ -30,7 +30,7 @@ from fastmodel.kernels.lm.layout import (
     C_COLLECTIVE_BUCKET_BYTES, C_CP, C_CP_ALGORITHM, C_DENSE_LAYERS, C_EP, C_FFN, C_FP8_PARAMS, C_FRAMEWORK_MEMORY_BYTES, C_FSDP_COPY_OUT, C_FSDP_MODULE_WRAP,
     C_GRAD_REDUCE_BYTES, C_HEADS, C_HEAD_DIM, C_HIDDEN, C_KV_HEADS, C_KV_LORA_RANK, C_LAYERS, C_MLA, C_MOE_EXPERTS,
     C_MOE_FFN, C_MOE_SHARED_EXPERTS, C_PP, C_PRECISION, C_QK_ROPE_HEAD_DIM, C_SEQUENCE_PARALLEL, C_SHARDING, C_TP,
-    C_VOCAB, M_ACTIVATIONS, M_BUFFERS, M_GRADIENTS, M_KV_CACHE, M_OPTIMIZER, M_OVERHEAD, M_WEIGHTS, N_MEMORY_KINDS,
+    C_LOSS_IMPL, C_VOCAB, LOSS_COMPILED, LOSS_EAGER, M_ACTIVATIONS, M_BUFFERS, M_GRADIENTS, M_KV_CACHE, M_OPTIMIZER, M_OVERHEAD, M_WEIGHTS, N_MEMORY_KINDS,
     CP_ALLTOALL, PRECISION_FP8, SHARD_FSDP,
 )
 from fastmodel.kernels.lm.memory_activations import (
@@ -187,12 +187,36 @@ def comm_buffer_bytes(row):
 
 
 @njit(error_model='numpy')
+def loss_workspace_bytes_per_logit(row):
+    """Bytes per logit live at the loss's peak, by how the stack computes it (``loss_impl``):
+
+    - ``vocab_parallel`` (Megatron ``vocab_parallel_cross_entropy``): the BF16 logits and their FP32 copy,
+      which the function turns into the softmax in place and saves for backward: ``2 + 4 = 6``
+      (Korthikanti Sec. 4.3, ``4 s b v / t`` for the FP32 part).
+    - ``eager`` (``F.cross_entropy(logits.float(), labels)``, PyTorch autograd; tools/autograd/derivatives.yaml:
+      ``_log_softmax`` saves its ``result``, ``nll_loss_forward`` saves ``self`` = that result, ``_to_copy``
+      saves nothing): in the backward, the saved FP32 log-softmax ``4``, the NLL gradient ``4`` and the
+      log-softmax gradient ``4`` are live at once, ``12``; the BF16 logits are freed before the backward when
+      the caller drops them (TorchTitan ``del pred`` before ``loss.backward()``, torchtitan/train.py). The
+      forward holds ``2 + 4 + 4 = 10`` (BF16 logits, FP32 copy, log-softmax), less.
+    - ``compiled`` (the same function under torch.compile): Inductor saves the BF16 logits and one FP32
+      statistic per token, and its backward writes the BF16 input gradient in one kernel (the NLL gradient's
+      ``full`` + ``scatter`` becomes a pointwise ``where``: ``scatter_upon_const_tensor``,
+      torch/_inductor/fx_passes): ``2 + 2 = 4``."""
+    impl = int(row[C_LOSS_IMPL])
+    if impl == LOSS_EAGER:
+        return 3.0 * B32
+    if impl == LOSS_COMPILED:
+        return 2.0 * B16
+    return B16 + B32
+
+
+@njit(error_model='numpy')
 def logits_workspace_bytes(row):
-    """The LM head's logits and loss workspace for one micro-batch: BF16 logits ``2 T V / t`` and their FP32
-    copy for the vocab-parallel cross entropy ``4 T V / t`` (Korthikanti Sec. 4.3: ``4 s b v / t``; Megatron
-    ``vocab_parallel_cross_entropy`` upcasts to FP32), live at once at the peak; one set per micro-batch,
-    since the last rank runs each micro-batch's backward right after its forward."""
-    return (B16 + B32) * micro_batch_tokens(row) * row[C_VOCAB] / row[C_TP]
+    """The LM head's logits and loss workspace for one micro-batch, ``loss_workspace_bytes_per_logit * T V / t``,
+    live at once at the peak; one set per micro-batch, since the last rank runs each micro-batch's backward
+    right after its forward."""
+    return loss_workspace_bytes_per_logit(row) * micro_batch_tokens(row) * row[C_VOCAB] / row[C_TP]
 
 
 # --- per device -------------------------------------------------------------------------------------------------------

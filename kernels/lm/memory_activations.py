@@ -11,8 +11,11 @@ from fastmodel.kernels.lm.moe import expert_rows, expert_tp
 from fastmodel.kernels.lm.layout import (
     C_ACTIVATION_OFFLOAD, C_CP, C_DROPOUT, C_FFN, C_FLASH_ATTENTION, C_FUSED_KERNELS, C_GATED_MLP,
     C_HEADS, C_HEAD_DIM, C_HIDDEN, C_KV_HEADS, C_KV_LORA_RANK, C_MICRO_BATCH, C_MLA,
-    C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS, C_PP,
-    C_PRECISION, C_QK_NOPE_HEAD_DIM, C_QK_ROPE_HEAD_DIM, C_Q_LORA_RANK, C_RECOMPUTE, C_RECOMPUTE_FRACTION, C_RMS_NORM,
+    C_MOE_EXPERTS, C_MOE_FFN, C_MOE_PROBS_IN_EXPERTS, C_MOE_SHARED_EXPERTS, C_PP,
+    C_PRECISION, C_QK_NOPE_HEAD_DIM, C_QK_ROPE_HEAD_DIM, C_Q_LORA_RANK, C_RECOMPUTE, C_RECOMPUTE_FRACTION,
+    C_RECOMPUTE_MODULES, C_RMS_NORM, RECOMPUTE_MODULE_CORE_ATTN, RECOMPUTE_MODULE_LAYERNORM,
+    RECOMPUTE_MODULE_MLA_UP_PROJ, RECOMPUTE_MODULE_MLP, RECOMPUTE_MODULE_MOE, RECOMPUTE_MODULE_MOE_ACT,
+    RECOMPUTE_MODULE_SHARED_EXPERTS,
     C_SELECTIVE_POLICY, C_SEQUENCE_PARALLEL, C_SEQ_LEN, C_TP, C_V_HEAD_DIM, PRECISION_FP8, RECOMPUTE_FULL,
     RECOMPUTE_NONE, RECOMPUTE_PARTIAL_LAYERS, RECOMPUTE_SELECTIVE,
 )
@@ -21,6 +24,30 @@ from fastmodel.kernels.lm.pipeline import microbatches_in_flight
 
 
 # --- activations ---------------------------------------------------------------------------------------------------
+
+@njit(error_model='numpy')
+def module_recomputed(row, bit):
+    """True when Megatron-Core ``recompute_modules`` (the ``recompute_modules`` column, a sum of bits) lists the
+    module ``bit`` under selective recompute; 0 (the default list, ``core_attn``) lists core_attn only."""
+    if int(row[C_RECOMPUTE]) != RECOMPUTE_SELECTIVE:
+        return False
+    bits = int(row[C_RECOMPUTE_MODULES])
+    if bits == 0:
+        return bit == RECOMPUTE_MODULE_CORE_ATTN
+    return (bits // bit) % 2 == 1
+
+
+@njit(error_model='numpy')
+def discarded_norm_output_bytes(row):
+    """Bytes per token per norm that ``layernorm`` recompute frees: the norm output the next GEMM saved, ``2 h``
+    (``/t`` with SP) when GEMMs run in 16 bits; under FP8 GEMMs the GEMM keeps its own FP8 cast (Transformer
+    Engine), which discarding the 16-bit output does not free, so 0. Megatron-Core recomputes
+    ``input_layernorm`` and ``pre_mlp_layernorm`` with output-discarding checkpointing
+    (``CheckpointWithoutOutput``; ``TransformerConfig.recompute_modules``)."""
+    if not module_recomputed(row, RECOMPUTE_MODULE_LAYERNORM) or gemm_input_bytes(row) < B16:
+        return 0.0
+    return B16 * row[C_HIDDEN] / replicated_divisor(row)
+
 
 @njit(error_model='numpy')
 def micro_batch_tokens(row):
@@ -73,7 +100,9 @@ def attention_activation_bytes(row, mode):
     Q ``2T a d/t``, K and V ``2T kv d/t`` each; the output-projection input (= flash output O) ``2T a d/t``
     (+ an FP8 copy ``T a d/t`` under FP8); the ``s^2`` scores (``attention_scores_bytes``); flash's FP32
     log-sum-exp ``4 T a/t`` (Dao et al. 2022), dropped by selective recompute; the dropout mask ``T h``
-    (replicated) when dropout is on.
+    (replicated) when dropout is on. Megatron-Core ``recompute_modules``: ``mla_up_proj`` discards the MLA
+    up-projected and rotated Q, K, V (``2 T a (2 d_qk + d_v)/t``; the latents stay), ``layernorm`` the norm
+    output (``discarded_norm_output_bytes``); a list without ``core_attn`` keeps the log-sum-exp.
     """
     tp = row[C_TP]
     t_tok = micro_batch_tokens(row)
@@ -81,11 +110,12 @@ def attention_activation_bytes(row, mode):
     h = row[C_HIDDEN]
     g = gemm_input_bytes(row)
     heads = row[C_HEADS] / tp
-    inputs = (B16 + g) * t_tok * h / rep
+    inputs = (B16 + g) * t_tok * h / rep - t_tok * discarded_norm_output_bytes(row)
     if row[C_MLA] > 0:
         qk = row[C_QK_NOPE_HEAD_DIM] + row[C_QK_ROPE_HEAD_DIM]
         latent = g * t_tok * (row[C_Q_LORA_RANK] + row[C_KV_LORA_RANK] + row[C_QK_ROPE_HEAD_DIM])
-        qkv = B16 * t_tok * heads * (2.0 * qk + row[C_V_HEAD_DIM]) + latent
+        up = 0.0 if module_recomputed(row, RECOMPUTE_MODULE_MLA_UP_PROJ) else 1.0
+        qkv = up * B16 * t_tok * heads * (2.0 * qk + row[C_V_HEAD_DIM]) + latent
         out_width = heads * row[C_V_HEAD_DIM]
     else:
         qkv = B16 * t_tok * (heads * row[C_HEAD_DIM] + 2.0 * local_kv_width(row))
@@ -94,7 +124,8 @@ def attention_activation_bytes(row, mode):
     out = (B16 if (flash or g == B16) else g) * t_tok * out_width
     if flash and g < B16:
         out += g * t_tok * out_width
-    stats = B32 * t_tok * heads if (flash and mode == RECOMPUTE_NONE) else 0.0
+    core_kept = mode == RECOMPUTE_NONE or not module_recomputed(row, RECOMPUTE_MODULE_CORE_ATTN)
+    stats = B32 * t_tok * heads if (flash and core_kept) else 0.0
     mask = t_tok * h / rep if row[C_DROPOUT] > 0 else 0.0
     return inputs + qkv + out + stats + mask + attention_scores_bytes(row, mode)
 
@@ -126,32 +157,53 @@ def moe_activation_bytes(row):
     """Stored activations of one MoE MLP block (router, routed experts, shared experts).
 
     Router logits and probabilities in FP32 ``2 * 4 T E / t_sp``; the permuted expert input ``g R h`` and
-    expert output ``2 R h`` (kept for the combine's probability gradient); each expert's MLP over its rows
+    expert output ``2 R h`` (kept for the combine's probability gradient) -- or, where the probabilities scale
+    the expert activation (``moe_probs_in_experts``: Megatron-Core's TEGroupedMLP applies ``permuted_probs``
+    in its weighted SwiGLU and unpermutes without them, megatron/core/transformer/moe/experts.py
+    ``bias_act_func`` and token_dispatcher.py ``unpermute`` at Megatron-LM d98e8a6), the FP32 probabilities
+    ``4 R`` the weighted activation saves instead of the expert output; each expert's MLP over its rows
     (``mlp_activation_bytes`` at ``moe_ffn / etp``); shared experts as a dense MLP of width
-    ``shared * moe_ffn / t`` (Megatron-Core MoE; DeepSeek-V3 report, Sec. 2.1).
+    ``shared * moe_ffn / t`` (Megatron-Core MoE; DeepSeek-V3 report, Sec. 2.1). ``recompute_modules``:
+    ``moe`` checkpoints the whole MoE layer (only its input, counted by the caller, stays), ``shared_experts``
+    the shared experts, ``moe_act`` discards the experts' activation output (``2 R f``, the FC2 input, under
+    16-bit GEMMs; under FP8 the grouped GEMM keeps its own FP8 cast, as for ``layernorm``).
     """
+    if module_recomputed(row, RECOMPUTE_MODULE_MOE):
+        return 0.0
     t_tok = micro_batch_tokens(row)
     rep = replicated_divisor(row)
     h = row[C_HIDDEN]
     rows = routed_tokens(row)
+    width = row[C_MOE_FFN] / expert_tp(row)
     router = 2.0 * B32 * t_tok * row[C_MOE_EXPERTS] / rep
-    permuted = (gemm_input_bytes(row) + B16) * rows * h
-    experts = mlp_activation_bytes(row, row[C_MOE_FFN] / expert_tp(row), rows / t_tok)
-    shared = mlp_activation_bytes(row, row[C_MOE_SHARED_EXPERTS] * row[C_MOE_FFN] / row[C_TP], 1.0)
+    if row[C_MOE_PROBS_IN_EXPERTS] > 0:
+        permuted = gemm_input_bytes(row) * rows * h + B32 * rows
+    else:
+        permuted = (gemm_input_bytes(row) + B16) * rows * h
+    experts = mlp_activation_bytes(row, width, rows / t_tok)
+    if module_recomputed(row, RECOMPUTE_MODULE_MOE_ACT) and gemm_input_bytes(row) == B16:
+        experts -= B16 * rows * width
+    shared = 0.0
+    if not module_recomputed(row, RECOMPUTE_MODULE_SHARED_EXPERTS):
+        shared = mlp_activation_bytes(row, row[C_MOE_SHARED_EXPERTS] * row[C_MOE_FFN] / row[C_TP], 1.0)
     return router + permuted + experts + shared
 
 
 @njit(error_model='numpy')
 def mlp_block_activation_bytes(row, moe):
     """The MLP half of a layer: norm input ``2T h`` and MLP input ``g T h`` (replicated, ``/t`` with SP), the
-    dense or MoE MLP, and the dropout mask ``T h`` when dropout is on (Korthikanti Sec. 4.1: ``19 s b h``)."""
+    dense or MoE MLP, and the dropout mask ``T h`` when dropout is on (Korthikanti Sec. 4.1: ``19 s b h``).
+    ``recompute_modules``: ``mlp`` checkpoints a dense MLP (its input stays), ``layernorm`` discards the norm
+    output (``discarded_norm_output_bytes``)."""
     t_tok = micro_batch_tokens(row)
     rep = replicated_divisor(row)
     h = row[C_HIDDEN]
-    inputs = (B16 + gemm_input_bytes(row)) * t_tok * h / rep
+    inputs = (B16 + gemm_input_bytes(row)) * t_tok * h / rep - t_tok * discarded_norm_output_bytes(row)
     mask = t_tok * h / rep if row[C_DROPOUT] > 0 else 0.0
     if moe:
         return inputs + mask + moe_activation_bytes(row)
+    if module_recomputed(row, RECOMPUTE_MODULE_MLP):
+        return inputs + mask
     return inputs + mask + mlp_activation_bytes(row, row[C_FFN] / row[C_TP], 1.0)
 
 

@@ -23,7 +23,7 @@ Phases (``P_*``):
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.moe import expert_tp
 from fastmodel.kernels.lm.layout import (
-    C_ACTIVATION_OFFLOAD, C_DENSE_LAYERS, C_FFN, C_FP8_PARAMS, C_GATED_MLP, C_GRAD_REDUCE_BYTES, C_HIDDEN, C_MOE_FFN,
+    C_ACTIVATION_OFFLOAD, C_COLLECTIVE_BUCKET_BYTES, C_DENSE_LAYERS, C_FFN, C_FP8_PARAMS, C_GATED_MLP, C_GRAD_REDUCE_BYTES, C_HIDDEN, C_MOE_FFN,
     C_MOE_SHARED_EXPERTS, C_PP, C_SHARDING, C_TP, C_VOCAB, SHARD_FSDP,
 )
 from fastmodel.kernels.lm.memory_activations import (
@@ -93,6 +93,26 @@ def embedding_grad_bytes(row):
 
 
 @njit(error_model='numpy')
+def loss_gather_bytes(row, gather):
+    """FSDP weights gathered at the loss, the end of the forward before any layer's backward: the LM head
+    alone, ``c V h / t`` (``c`` the compute dtype). No unit is prefetched and no unsharded gradient waits for
+    its reduce-scatter yet, and every layer is resharded after its forward: TorchTitan wraps ``[norm,
+    output]`` as one unit that is not resharded after forward (so the backward finds it gathered) and every
+    block with ``reshard_after_forward`` (pytorch/torchtitan@92ed8b3 torchtitan/models/llama3/infra/
+    parallelize.py ``apply_fsdp``); FSDP2's backward prefetch starts in a unit's pre-backward hook, which runs
+    once the loss's gradient has reached that unit's output. PyTorch FSDP1 never reshards the root after
+    forward (torch/distributed/fsdp/_runtime_utils.py ``_post_forward_reshard``: ``not state._is_root``), where
+    an unwrapped head lives; a head wrapped as its own unit is resharded, so this is an upper bound there.
+    Not FSDP: 0; bucketed ZeRO-3 (``collective_bucket_bytes > 0``): its ``gather`` term, unchanged."""
+    if int(row[C_SHARDING]) != SHARD_FSDP:
+        return 0.0
+    if row[C_COLLECTIVE_BUCKET_BYTES] > 0:
+        return gather
+    compute = 1.0 if row[C_FP8_PARAMS] > 0 else B16
+    return compute * row[C_VOCAB] * row[C_HIDDEN] / row[C_TP]
+
+
+@njit(error_model='numpy')
 def optimizer_transient_bytes(row, non_expert, expert):
     """Temporaries of the optimizer step. Fused multi-tensor Adam (Apex/Transformer Engine ``FusedAdam`` in
     Megatron-LM and NeMo; ``torch.optim.AdamW(fused=True)``) updates master weights and moments in place: 0."""
@@ -112,7 +132,7 @@ def _phase(row, stage, phase, state, shared):
     if phase == P_LOSS:
         if stage != row[C_PP] - 1:
             return w, g, o, 0.0, 0.0
-        return w, g, o, in_flight * per_mb * kept, gather + comm + logits
+        return w, g, o, in_flight * per_mb * kept, loss_gather_bytes(row, gather) + comm + logits
     if phase == P_BACKWARD:
         return w, g, o, (in_flight * per_mb + working) * kept, gather + comm + grad_work
     if stage != 0:

@@ -65,11 +65,16 @@ def test_every_execution_field_named_like_a_column_reaches_its_column():
                "moe_a2a_overlap": "batch", "moe_fp8_dispatch": True, "moe_shared_expert_overlap": True,
                "moe_imbalance": 1.25, "moe_mem_kernels": 30.0, "param_fetch_bw": 2e10, "host_ops_layer": 60.0,
                "host_op_s": 2e-5, "embedding_loss_in_split": True, "master_weights": False, "fsdp_module_wrap": True,
+<<<<<<< HEAD
                "grad_accum_bytes": 10.0, "loss_bytes_per_logit": 52.0,
                "step_grad_passes": 1.0, "step_master_copy": True, "step_zero_grad": True}
+=======
+               "grad_accum_bytes": 10.0, "loss_impl": "eager", "moe_probs_in_experts": True}
+>>>>>>> main
     columns = [name for name in ExecutionSpec.model_fields if name in C and name not in ("vp", "pipeline_schedule",
                                                                                        "recompute_fraction",
-                                                                                       "shard_degree")]
+                                                                                       "shard_degree",
+                                                                                       "recompute_modules")]
     assert sorted(columns) == sorted(changed)            # a new column-named field needs a value here
     got = lower(model, cluster, ExecutionSpec(**changed), Mesh(dp=8), 64)
     for name, value in changed.items():
@@ -120,3 +125,14 @@ def test_the_fsdp_gpt3_benchmark_record_lowers_its_source_facts():
     columns = lower_record(record).columns
     assert columns[C["optimizer"]] == OPTIMIZER_CODES["sgd_no_momentum"] == 3
     assert (columns[C["master_weights"]], columns[C["fsdp_module_wrap"]], columns[C["grad_reduce_bytes"]]) == (0, 1, 2)
+
+
+def test_recompute_modules_lower_to_the_sum_of_their_bits_under_selective_recompute_only():
+    model, cluster = load_lm_model("llama3.1-8b"), load_cluster("dgx-h100", 1)
+    selective = ExecutionSpec(recompute="selective", recompute_modules=["mla_up_proj", "moe_act", "mla_up_proj"])
+    assert lower(model, cluster, selective, Mesh(dp=8), 64)[C["recompute_modules"]] == 4 + 8
+    notes: list[str] = []
+    full = ExecutionSpec(recompute="full", recompute_modules=["mlp"])
+    assert lower(model, cluster, full, Mesh(dp=8), 64, notes)[C["recompute_modules"]] == 0
+    assert any("only read under selective recompute" in n for n in notes)
+    assert lower(model, cluster, ExecutionSpec(), Mesh(dp=8), 64)[C["recompute_modules"]] == 0

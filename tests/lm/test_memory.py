@@ -265,6 +265,29 @@ def test_most_loaded_rank_is_the_last_with_a_large_lm_head():
     assert out[M_BUFFERS] == pytest.approx(logits + pp_buffers, rel=1e-12)
 
 
+@pytest.mark.parametrize("impl, per_logit", [("vocab_parallel", 6), ("eager", 12), ("compiled", 4)])
+def test_loss_workspace_by_implementation(impl, per_logit):
+    """The last rank's loss workspace per logit, by how the loss is computed (docs/model_memory.md):
+    Megatron vocab-parallel: BF16 logits 2 + their FP32 copy 4 = 6; eager ``cross_entropy(logits.float())``
+    in its backward: the saved FP32 log-softmax 4, the NLL gradient 4 and the log-softmax gradient 4 = 12
+    (the BF16 logits dropped by the caller); compiled: the saved BF16 logits 2 + the BF16 input gradient 2 = 4.
+    pp = 2, T = s b = 1024 tokens, V = 256,000: the loss phase is the last rank's peak, buffers = workspace +
+    the PP send/receive 2 x 2 T h."""
+    s, b, h, v = 512, 2, 1024, 256000
+    out = small(vocab=v, pp=2, global_batch=2, loss_impl=impl)
+    assert out[M_BUFFERS] == pytest.approx(per_logit * s * b * v + 2 * 2 * s * b * h, rel=1e-12)
+
+
+def test_fsdp_holds_only_the_lm_head_gathered_at_the_loss():
+    """FSDP over 4 ranks, pp = 1, T = s b = 1024 tokens, V = 256,000, h = 1024: at the loss no layer is
+    gathered (each was resharded after its forward, none prefetched yet, no gradient to reduce-scatter): the
+    buffers are the LM head gathered in BF16, 2 V h, and the loss workspace 6 T V. The layer gathers
+    (2 c + g) x layer params of the backward are smaller than this, so the loss is the peak."""
+    s, b, h, v = 512, 2, 1024, 256000
+    out = small(vocab=v, dp=4, global_batch=8, sharding="fsdp")
+    assert out[M_BUFFERS] == pytest.approx(2 * v * h + 6 * s * b * v, rel=1e-12)
+
+
 def test_communication_buffers_and_logits_workspace():
     """tp = 2 with SP, cp = 2, pp = 2, m = 1 (T = b s / cp = 512 tokens): the TP all-gather 2 T h, the CP ring's
     K and V sent and received 2 x 2 x 2 T (kv/t) d, one PP activation sent and one received 2 x 2 T h / t. The

@@ -103,6 +103,29 @@ def test_expert_gemm_exposes_the_weight_stream_by_hand():
     assert expert_gemm_roofline(row, 0.0, 32.0, 4096.0, 4096.0, False, 2.0, 1.0) == 0.0
 
 
+def test_the_engines_expert_kernel_sets_the_row_tile_by_hand():
+    """The same 8 experts of (m x 4096) @ (4096 x 4096) on H100 with the row tile range of FlashInfer's trtllm-gen
+    FP4 MoE at BF16 activations (8..64; expert_tile_min/max). m = 2: the tile is 8, not the library's 16: padding
+    8 x 2 x 4096 / (128 tiles x 8 x 256) = 1/4 (library 1/8), 128 tiles < 132 SMs and no split (floor(132/128) =
+    1), so Q = 1/4 x 128 / 132 and the padded compute halves. m = 256: 4 row tiles of 64 (library: 2 of 128),
+    512 tiles in 4 waves of 132 (Q = 512 / 528), a quarter (not half) of the shorter bound stays exposed. 0 (training) keeps the library's tiles."""
+    base = columns("llama3.1-8b", "H100", batch_size=1)
+    row = base.copy()
+    row[C["expert_tile_min"]], row[C["expert_tile_max"]] = 8.0, 64.0
+    for m, q, share in ((2.0, 0.25 * 128 / 132, 1.0), (256.0, 512 / (4 * 132), 0.25)):
+        compute = 2.0 * 8 * m * 4096 * (4096 + 128) / (989e12 * 0.75 * q)
+        memory = 8 * (2.0 * 4096 * 4096 + 4.0 * m * 4096) / (3.35e12 * 0.8)
+        expert = expert_gemm_roofline(row, 8.0, m, 4096.0, 4096.0, False, 2.0, 0.0)
+        assert expert == pytest.approx(max(compute, memory) + share * min(compute, memory), rel=1e-12)
+    library = 2.0 * 8 * 2 * 4096 * (4096 + 128) / (989e12 * 0.75 * (0.125 * 128 / 132))
+    memory = 8 * (2.0 * 4096 * 4096 + 4.0 * 2 * 4096) / (3.35e12 * 0.8)
+    assert expert_gemm_roofline(base, 8.0, 2.0, 4096.0, 4096.0, False, 2.0, 0.0) == \
+        pytest.approx(memory + library, rel=1e-12)
+    # dense GEMMs keep the library's tiles whatever the expert kernel
+    assert gemm_roofline(row, 1.0, 2.0, 4096.0, 4096.0, False, 2.0, 0.0) == \
+        gemm_roofline(base, 1.0, 2.0, 4096.0, 4096.0, False, 2.0, 0.0)
+
+
 def test_serving_gains_the_stack_efficiency():
     base = evaluate("llama3.1-8b", "H100", batch_size=8)
     slow = evaluate("llama3.1-8b", "H100", batch_size=8, stack_compute_eff=0.5)

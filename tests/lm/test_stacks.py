@@ -70,8 +70,9 @@ def test_dropping_framework_from_a_modern_record_does_not_make_it_a_2021_run():
     del record["framework"]
     absent = lower_record(record)
     assert named.stack == "megatron-core" and absent.stack == "default"
-    # Megatron-Core sets nothing beyond the registry but its counted MoE router kernels (unused by a dense model)
-    keep = np.arange(len(named.columns)) != C["moe_mem_kernels"]
+    # Megatron-Core sets nothing beyond the registry but its counted MoE router kernels and its router
+    # probabilities in the expert activation (both unused by a dense model)
+    keep = ~np.isin(np.arange(len(named.columns)), [C["moe_mem_kernels"], C["moe_probs_in_experts"]])
     assert np.array_equal(named.columns[keep], absent.columns[keep])
     assert named.columns[C["moe_mem_kernels"]] == 48.0 and absent.columns[C["moe_mem_kernels"]] == 0.0
     assert any("no framework" in note for note in absent.notes)
@@ -192,8 +193,13 @@ def test_the_b200_runs_read_as_megatron_core_kernels():
     assert columns[C["moe_mem_kernels"]] == 48.0 and explicit[C["moe_mem_kernels"]] == 0.0
     differ = {name for name, i in C.items() if explicit[i] != columns[i]}
     assert differ == {"fused_kernels", "selective_policy", "overlap_grad_reduce", "overlap_param_gather",
+<<<<<<< HEAD
                       "moe_mem_kernels", "loss_bytes_per_logit", "step_grad_passes", "step_master_copy",
                       "step_zero_grad"}
+=======
+                      "moe_mem_kernels", "moe_probs_in_experts"}
+    assert columns[C["moe_probs_in_experts"]] == 1 and explicit[C["moe_probs_in_experts"]] == 0
+>>>>>>> main
     assert columns[C["overlap_grad_reduce"]] == 0 and columns[C["overlap_param_gather"]] == 0
 
 
@@ -246,6 +252,16 @@ def test_torch_compile_fuses_element_wise_kernels_unless_the_run_says_otherwise(
     assert data["plan"]["torch_compile"] is True and lower_record(data).columns[C["fused_kernels"]] == 1
     data["plan"]["torch_compile"] = False
     assert lower_record(data).columns[C["fused_kernels"]] == 0
+
+
+def test_torchtitan_loss_is_eager_or_compiled_with_the_run_and_megatron_keeps_vocab_parallel():
+    # torchtitan/components/loss.py: cross_entropy(pred.float()), wrapped in torch.compile when compile is on
+    assert resolved("TorchTitan").loss_impl == "eager"
+    assert resolved("TorchTitan", torch_compile=True).loss_impl == "compiled"
+    assert resolved("TorchTitan", torch_compile=True, loss_impl="eager").loss_impl == "eager"
+    assert resolved("Megatron-LM").loss_impl is None                             # column default: vocab-parallel
+    line = next(x for x in (DATA / "runs_fsdp_public.jsonl").read_text().splitlines() if "torchtitan-pr996" in x)
+    assert lower_record(json.loads(line)).columns[C["loss_impl"]] == 1           # LOSS_IMPLS eager
 
 
 def test_kempnerforge_trains_a_bf16_model_with_fsdp2_and_compile_by_default():

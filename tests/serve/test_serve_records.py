@@ -351,7 +351,62 @@ def test_engines_pick_the_activations_of_mxfp4_gemms():
     assert b200["peak_flops_8"] == 2 * b200["peak_flops_16"]     # so W4A8 prefill is the 16-bit one's / 2
 
 
-def test_gpt_oss_records_are_the_mxfp4_experts_only_checkpoint():
-    records = [r for r in read_serve_records(DATA / "serve_dev_load.jsonl") if r.raw["serve"]["precision"] == "mxfp4"]
-    assert records and all(r.raw["serve"]["quantized_layers"] == "experts" for r in records)
-    assert {r.raw["aic"]["model_path"] for r in records} == {"openai/gpt-oss-120b"}
+def test_the_fp4_gpt_oss_records_lower_as_the_mxfp4_experts_only_checkpoint():
+    """The dev rows label gpt-oss-120b ``fp4`` (AIC's nvfp4) and ran openai/gpt-oss-120b: each lowers with the
+    experts-only flag and a note; the NVFP4 Llama rows do not."""
+    from fastmodel.registry.lm import COLUMN_INDEX as C
+
+    records = [r for r in read_serve_records(DATA / "serve_dev_load.jsonl") if r.raw["serve"]["precision"] == "fp4"]
+    oss = [r for r in records if r.raw["model"]["name"] == "gpt-oss-120b"]
+    assert oss and {r.raw["aic"]["model_path"] for r in oss} == {"openai/gpt-oss-120b"}
+    assert all(r.columns[C["quant_experts_only"]] == 1.0 and any("MXFP4" in n for n in r.notes) for r in oss)
+    assert all(r.columns[C["quant_experts_only"]] == 0.0 for r in records if r not in oss)
+
+
+def test_a_generic_fp4_of_gpt_oss_reads_as_its_published_mxfp4_checkpoint():
+    """gpt-oss is published only as MXFP4 with the routed experts quantised (precisions.MXFP4_EXPERT_CHECKPOINTS):
+    a record's ``fp4`` for it lowers to the same columns as an explicit ``mxfp4`` + ``experts``, with a note; an
+    explicit ``quantized_layers`` is kept, and another model's ``fp4`` stays NVFP4."""
+    from fastmodel.serve.precisions import published_fp4_checkpoint
+
+    assert published_fp4_checkpoint("openai/gpt-oss-120b", "fp4", None)[:2] == ("mxfp4", "experts")
+    assert published_fp4_checkpoint("gpt-oss-120b", "fp4", "all")[:2] == ("mxfp4", "all")
+    assert published_fp4_checkpoint("gpt-oss-120b", "fp8", None) == ("fp8", "all", None)
+    assert published_fp4_checkpoint("Llama-3.1-70B", "fp4", None) == ("fp4", "all", None)
+    explicit = _moe_record("mxfp4", "experts")
+    generic = dict(explicit.raw, model={**explicit.raw["model"], "name": "gpt-oss-120b"})
+    generic["serve"] = {k: v for k, v in generic["serve"].items() if k != "quantized_layers"}
+    generic["serve"]["precision"] = "fp4"
+    lowered = lower_serve_record(generic)
+    named_explicit = lower_serve_record(dict(generic, serve={**generic["serve"], "precision": "mxfp4",
+                                                             "quantized_layers": "experts"}))
+    assert np.array_equal(lowered.columns, named_explicit.columns)
+    assert any("published MXFP4 checkpoint" in n for n in lowered.notes)
+    nvfp4 = lower_serve_record(dict(generic, model={**generic["model"], "name": "some-moe"}))
+    assert not np.array_equal(nvfp4.columns, lowered.columns)
+
+
+def test_vllm_mxfp4_experts_take_the_trtllm_gen_row_tiles():
+    """vLLM's default SM100 MXFP4 backend runs FlashInfer's trtllm-gen FP4 MoE, whose token tile per expert is a
+    power of two in 8..64 at BF16 activations (profiles.expert_row_tiles): a vLLM gpt-oss record on B200 carries
+    (8, 64); TensorRT-LLM (backend not sourced), Hopper (another backend) and NVFP4 keep the library's (0, 0).
+    In decode (1-4 rows per expert) the 8-row tile halves the padded BF16 compute of the 16-row one, so the
+    MoE layer's GEMM time drops and never rises."""
+    from fastmodel.kernels.serve.costs import MOE, layer_gemms
+    from fastmodel.registry.lm import COLUMN_INDEX as C
+    from fastmodel.serve.profiles import expert_row_tiles
+
+    assert expert_row_tiles("vllm", "mxfp4") == (8.0, 64.0)
+    assert expert_row_tiles("trtllm", "mxfp4") == expert_row_tiles("vllm", "fp4") == (0.0, 0.0)
+
+    def tiles(record):
+        return record.columns[C["expert_tile_min"]], record.columns[C["expert_tile_max"]]
+
+    vllm = _moe_record("mxfp4", "experts", "vLLM 0.15.1")
+    assert tiles(vllm) == (8.0, 64.0)
+    assert tiles(_moe_record("mxfp4", "experts")) == (0.0, 0.0)
+    assert tiles(_moe_record("mxfp4", "experts", "vLLM 0.15.1", gpu="H100-SXM-80GB")) == (0.0, 0.0)
+    library = vllm.columns.copy()
+    library[C["expert_tile_min"]] = library[C["expert_tile_max"]] = 0.0
+    for m in (1.0, 4.0):
+        assert layer_gemms(vllm.columns, m, MOE, 0.0) < layer_gemms(library, m, MOE, 0.0)

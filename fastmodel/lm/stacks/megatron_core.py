@@ -61,9 +61,13 @@ MOE_MEM_KERNELS_MEGATRON_CORE = 48.0
 
 
 def defaults(execution, framework: str | None) -> dict:
-    """The launcher's overlap switches (``launcher_defaults``) and Megatron-Core's counted MoE router and
-    dispatcher kernels (unfused router, ``--moe-router-fusion`` off)."""
-    return {**launcher_defaults(framework), "moe_mem_kernels": MOE_MEM_KERNELS_MEGATRON_CORE}
+    """The launcher's overlap switches (``launcher_defaults``), Megatron-Core's counted MoE router and
+    dispatcher kernels (unfused router, ``--moe-router-fusion`` off), and its router probabilities applied in the
+    expert activation (``moe_probs_in_experts``: TEGroupedMLP's weighted SwiGLU scales by ``permuted_probs`` and
+    every dispatcher unpermutes without probabilities, Megatron-LM d98e8a6 megatron/core/transformer/moe/
+    experts.py ``bias_act_func``, token_dispatcher.py ``unpermute`` calls)."""
+    return {**launcher_defaults(framework), "moe_mem_kernels": MOE_MEM_KERNELS_MEGATRON_CORE,
+            "moe_probs_in_experts": True}
 
 
 PROFILE = StackProfile(

@@ -3,13 +3,18 @@
 Eager element-wise ops and op-level selective recompute as every PyTorch-native stack; FSDP2 copies each
 gathered layer out of the all-gather buffer into its parameter tensors, a read and a write of the layer's
 parameters per gather (pytorch/pytorch RFC #114299; FSDP1's flat parameters are views of the buffer).
+The loss is ``torch.nn.functional.cross_entropy(pred.flatten(0, 1).float(), labels)`` (pytorch/torchtitan
+torchtitan/components/loss.py at 785c34c and 92ed8b3), eager or compiled with the model (``loss_impl``).
 """
 
 from fastmodel.lm.stacks.base import StackProfile
 
 
 def defaults(execution, framework: str | None) -> dict:
-    return {"fsdp_copy_out": True, "fused_kernels": False, "selective_policy": "op"}
+    # the loss: torch cross_entropy on pred.float() (torchtitan/components/loss.py), compiled with the model
+    # when compile is on (build_cross_entropy_loss; "loss" in compile.components from 2025), else eager
+    loss = "compiled" if execution.torch_compile else "eager"
+    return {"fsdp_copy_out": True, "fused_kernels": False, "selective_policy": "op", "loss_impl": loss}
 
 
 def unknown_vp(pp: int, layers: int) -> tuple[int, str]:

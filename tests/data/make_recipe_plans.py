@@ -1,0 +1,210 @@
+"""Write ``recipe_plans.jsonl``: one plan-only run record per published Megatron-Bridge performance recipe.
+
+Usage (run once, by hand; the JSONL is committed)::
+
+    git -C Megatron-Bridge archive b7b4e11b054e73fa3cfc52e5df14cd6b4d50e02e scripts/performance | tar -x -C /tmp/mb
+    python tests/data/make_recipe_plans.py /tmp/mb/scripts/performance
+
+Source: NVIDIA-NeMo/Megatron-Bridge at b7b4e11b054e73fa3cfc52e5df14cd6b4d50e02e (2026-07-08, the last commit
+that holds ``scripts/performance/configs/``; c8327cfc2 removed them), files
+``scripts/performance/configs/{deepseek,qwen,gpt_oss,llama,kimi}/*_workload_base_configs.py`` (the plans) and
+``*_llm_pretrain.py`` beside them (the recipe settings each GPU's function applies: sequence length, token
+dispatcher, TP communication overlap, recompute granularity), ``scripts/performance/utils/overrides.py``
+(``_set_recompute_overrides``: ``recompute_num_layers`` -> full block recompute; ``recompute_modules`` ->
+selective; ``cpu_offloading_num_layers`` -> activation offload) and ``utils/precision.py`` (FP8_CS = current
+(tensor-wise) scaling, FP8_MX = MXFP8, FP8_SC = sub-channel (block-wise) scaling). Only the CODE of the
+configs is read; no measured result of any recipe is used or stored (``measured`` is absent: plan-only).
+
+Models: fastmodel's built-in specs (``specs/models/*.toml``, each citing the model's public config.json).
+Systems: RUNS.md's hardware values (the built-in ``specs/systems`` clusters carry the same numbers).
+Kept: GPUs with RUNS.md hardware values (H100, B200, GB200, GB300); BF16 and the FP8 recipes (NVFP4 left
+out: fastmodel has no FP4 GEMM precision); pretraining; identical plans of V1/V2 once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import sys
+from pathlib import Path
+
+import tomllib
+
+ROOT = Path(__file__).resolve().parents[2]
+COMMIT = "b7b4e11b054e73fa3cfc52e5df14cd6b4d50e02e"
+REPO = "NVIDIA-NeMo/Megatron-Bridge"
+FRAMEWORK = "Megatron-Bridge (NeMo 26.04 container era; Megatron-Core, Transformer Engine)"
+
+#: family module, model recipe prefix, fastmodel model spec, recipe settings from ``*_llm_pretrain.py``
+MODELS = {
+    "DEEPSEEK_V3": ("deepseek.deepseek_workload_base_configs", "deepseek-v3", "deepseek/deepseek_llm_pretrain.py"),
+    "QWEN3_235B_A22B": ("qwen.qwen3_workload_base_configs", "qwen3-235b-a22b", "qwen/qwen3_llm_pretrain.py"),
+    "QWEN3_30B_A3B": ("qwen.qwen3_workload_base_configs", "qwen3-30b-a3b", "qwen/qwen3_llm_pretrain.py"),
+    "GPT_OSS_120B": ("gpt_oss.gpt_oss_workload_base_configs", "gpt-oss-120b", "gpt_oss/gpt_oss_llm_pretrain.py"),
+    "KIMI_K2": ("kimi.kimi_workload_base_configs", "kimi-k2", "kimi/kimi_llm_pretrain.py"),
+    "LLAMA3_8B": ("llama.llama3_workload_base_configs", "llama3-8b", "llama/llama3_llm_pretrain.py"),
+    "LLAMA3_70B": ("llama.llama3_workload_base_configs", "llama3-70b", "llama/llama3_llm_pretrain.py"),
+    "LLAMA31_405B": ("llama.llama31_workload_base_configs", "llama3.1-405b", "llama/llama31_llm_pretrain.py"),
+}
+
+#: sequence length each family's pretrain function (or its base recipe) sets
+SEQ_LEN = {"DEEPSEEK_V3": 4096, "QWEN3_235B_A22B": 4096, "QWEN3_30B_A3B": 4096, "GPT_OSS_120B": 4096,
+           "KIMI_K2": 4096, "LLAMA3_8B": 8192, "LLAMA3_70B": 8192, "LLAMA31_405B": 8192}
+
+#: every family's pretrain function sets ``grad_reduce_in_fp32 = False`` (BF16 gradients; Megatron-Bridge's own
+#: default is True, src/megatron/bridge/training/mixed_precision.py:47): deepseek_llm_pretrain.py:43,
+#: gpt_oss_llm_pretrain.py:33, kimi_llm_pretrain.py:50, llama31_llm_pretrain.py:42, llama3_llm_pretrain.py:43,
+#: qwen3_llm_pretrain.py:42
+BF16_GRADS = set(MODELS)
+
+#: RUNS.md hardware values (dense peaks, HBM, NVLink one way per GPU, NIC one way per GPU)
+SYSTEMS = {
+    "H100": dict(gpu="H100-SXM-80GB", gpus_per_node=8, peak_flops_bf16=989e12, peak_flops_fp8=1979e12,
+                 hbm_bytes=80 * 2**30, hbm_bw_bytes_s=3.35e12, intra_node_bw_bytes_s_per_gpu=450e9,
+                 inter_node_bw_bytes_s_per_gpu=50e9, inter_node_bw_assumed=True,
+                 network="DGX H100: NVLink4 / NVSwitch in the node, one 400 Gb/s InfiniBand NIC per GPU (assumed)"),
+    "B200": dict(gpu="B200", gpus_per_node=8, peak_flops_bf16=2.25e15, peak_flops_fp8=4.5e15,
+                 hbm_bytes=180 * 2**30, hbm_bw_bytes_s=8e12, intra_node_bw_bytes_s_per_gpu=900e9,
+                 inter_node_bw_bytes_s_per_gpu=50e9, inter_node_bw_assumed=True,
+                 network="DGX B200: NVLink5 in the node, one 400 Gb/s InfiniBand NIC per GPU (assumed)"),
+    "GB200": dict(gpu="GB200", gpus_per_node=4, nvlink_domain_size=72, peak_flops_bf16=2.5e15,
+                  peak_flops_fp8=5e15, hbm_bytes=186 * 2**30, hbm_bw_bytes_s=8e12,
+                  intra_node_bw_bytes_s_per_gpu=900e9, inter_node_bw_bytes_s_per_gpu=50e9,
+                  inter_node_bw_assumed=True,
+                  network="GB200 NVL72: 72 GPUs on one NVLink5 domain (4 per tray); 400 Gb/s NIC per GPU (assumed)"),
+    "GB300": dict(gpu="GB300", gpus_per_node=4, nvlink_domain_size=72, peak_flops_bf16=2.5e15,
+                  peak_flops_fp8=5e15, hbm_bytes=288 * 2**30, hbm_bw_bytes_s=8e12,
+                  intra_node_bw_bytes_s_per_gpu=900e9, inter_node_bw_bytes_s_per_gpu=100e9,
+                  inter_node_bw_assumed=True,
+                  network="GB300 NVL72: 72 GPUs on one NVLink5 domain (4 per tray); ConnectX-8 800 Gb/s per GPU "
+                          "(assumed)"),
+}
+
+#: compute dtype of a config name -> (precision, fp8_recipe) (utils/precision.py get_precision_config)
+PRECISIONS = {"BF16": ("bf16", None),
+              "FP8_CS": ("fp8", "current scaling, tensor-wise (bf16_with_fp8_current_scaling_mixed)"),
+              "FP8_MX": ("fp8", "mxfp8: 1x32 E8M0 block scales (bf16_with_mxfp8_mixed)"),
+              "FP8_SC": ("fp8", "sub-channel, block-wise 128x128 / 1x128 scaling "
+                                "(bf16_with_fp8_subchannel_scaling_mixed)")}
+
+
+def dispatcher(model: str, gpu: str, cfg) -> tuple[str, str]:
+    """(moe_dispatcher, detail): a flex backend named by the workload config runs the flex dispatcher with it
+    (``apply_flex_dispatcher_backend``); otherwise the dispatcher the family's pretrain function sets (Qwen3
+    235B: alltoall on B200/H100, flex on GB200/GB300; Qwen3 30B: flex everywhere), else the recipe's alltoall."""
+    if cfg.moe_flex_dispatcher_backend:
+        return "flex", f"flex dispatcher, {cfg.moe_flex_dispatcher_backend} backend"
+    if model == "QWEN3_30B_A3B" or (model == "QWEN3_235B_A22B" and gpu in ("GB200", "GB300")):
+        return "flex", "flex dispatcher (qwen3_llm_pretrain.py), backend default"
+    return "alltoall", "alltoall dispatcher (recipe default)"
+
+
+def tp_overlap(model: str, gpu: str, tp: int) -> bool:
+    """TP communication overlap as the pretrain functions set it: on when TP > 1 (CommOverlapConfig
+    ``tp_comm_overlap=tp > 1`` in the Llama and gpt-oss functions; Qwen3 235B on H100 sets it off)."""
+    if model == "QWEN3_235B_A22B" and gpu == "H100":
+        return False
+    return tp > 1
+
+
+def model_block(spec: str, seq_len: int) -> dict:
+    data = tomllib.loads((ROOT / "specs" / "models" / f"{spec}.toml").read_text())
+    block = {k: v for k, v in data.items() if k not in ("family", "source")}
+    block["seq_len"] = seq_len
+    return block
+
+
+def record(name: str, cfg, model: str, gpu: str, dtype: str, variant: str) -> dict:
+    module, spec, pretrain = MODELS[model]
+    system = {**SYSTEMS[gpu], "n_gpus": cfg.num_gpus}
+    tp, pp, cp = cfg.tensor_model_parallel_size, cfg.pipeline_model_parallel_size, cfg.context_parallel_size
+    dp = cfg.num_gpus // (tp * pp * cp)
+    precision, fp8_recipe = PRECISIONS[dtype]
+    plan = {"tp": tp, "pp": pp, "vp": cfg.virtual_pipeline_model_parallel_size or 1, "cp": cp, "dp": dp,
+            "micro_batch": cfg.micro_batch_size, "global_batch": cfg.global_batch_size,
+            "grad_accum": cfg.global_batch_size // (cfg.micro_batch_size * dp),
+            "sequence_parallel": tp > 1, "precision": precision,
+            "sharding": "fsdp" if cfg.use_megatron_fsdp else "distopt",
+            "tp_comm_overlap": tp_overlap(model, gpu, tp),
+            "grad_reduce_dtype": "bf16" if model in BF16_GRADS else "fp32"}
+    if fp8_recipe:
+        plan["fp8_recipe"] = fp8_recipe
+        # FP8 parameters (no BF16 weight copy): Megatron-Bridge's bf16_with_fp8_current_scaling_mixed and
+        # bf16_with_mxfp8_mixed set fp8_param_gather = True, bf16_with_fp8_subchannel_scaling_mixed False
+        # (src/megatron/bridge/training/mixed_precision.py; fp8_param follows fp8_param_gather, lines 81-100)
+        plan["fp8_params"] = dtype in ("FP8_CS", "FP8_MX")
+    moe = model not in ("LLAMA3_8B", "LLAMA3_70B", "LLAMA31_405B")
+    if moe:
+        plan["ep"] = cfg.expert_model_parallel_size
+        plan["etp"] = cfg.expert_tensor_parallel_size or tp
+        plan["moe_dispatcher"], plan["moe_dispatch_detail"] = dispatcher(model, gpu, cfg)
+        plan["moe_a2a_overlap"] = "batch" if cfg.moe_a2a_overlap else "none"
+        plan["moe_grouped_gemm"] = True
+    if cfg.recompute_num_layers:
+        plan["recompute"], plan["recompute_num_layers"] = "partial_layers", cfg.recompute_num_layers
+    elif cfg.recompute_modules:
+        plan["recompute"], plan["recompute_modules"] = "selective", list(cfg.recompute_modules)
+    elif model in ("DEEPSEEK_V3",):
+        plan["recompute"] = "selective"       # set_deepseek_v3_common_configs: recompute_granularity "selective"
+    else:
+        plan["recompute"] = "none"
+    if model == "LLAMA31_405B" and pp > 1:
+        # llama31_405b_pretrain_config (= llama31_405b_pretrain_256gpu_h100_bf16_config,
+        # src/megatron/bridge/recipes/llama/llama3.py:80) sets account_for_embedding_in_pipeline_split and
+        # account_for_loss_in_pipeline_split (src/megatron/bridge/recipes/llama/h100/llama3.py:1161-1162)
+        plan["embedding_loss_in_split"] = True
+    if cfg.cpu_offloading_num_layers:
+        plan["activation_offload_layers"] = cfg.cpu_offloading_num_layers
+    graphs = cfg.cuda_graph_impl not in (None, "none")
+    plan["cuda_graphs"] = graphs
+    if cfg.pp_layout:
+        plan["pipeline_layer_balance"] = f"pipeline_model_parallel_layout {cfg.pp_layout!r}"
+    kind = "moe_ep" if moe and cfg.expert_model_parallel_size > 1 else ("with_cp" if cp > 1 else "tp_pp_dp")
+    if cfg.use_megatron_fsdp and kind == "tp_pp_dp":
+        kind = "pure_fsdp"
+    flags = []
+    if graphs:
+        flags.append(f"cuda_graph_impl {cfg.cuda_graph_impl!r}, scope {cfg.cuda_graph_scope!r}")
+    if cfg.fine_grained_activation_offloading:
+        flags.append(f"fine-grained activation offloading of {cfg.offload_modules}: not modelled")
+    if cfg.cutedsl_fused_grouped_mlp:
+        flags.append("CuTe-DSL fused grouped MLP kernels")
+    return {
+        "id": f"mbridge-{name.lower().replace('_pretrain_config', '').replace('_', '-')}",
+        "source": "megatron_bridge_recipes", "workload": "pretrain", "framework": FRAMEWORK,
+        "source_ref": f"{REPO}@{COMMIT} scripts/performance/configs/{module.replace('.', '/')}.py {name}; "
+                      f"recipe settings from scripts/performance/configs/{pretrain}",
+        "reliability": "A", "model": model_block(spec, SEQ_LEN[model]), "system": system, "plan": plan,
+        "parallelism_kind": kind, "tier": 1, "flags": flags,
+        "notes": f"plan-only: a published recipe plan, no measurement (config variant {variant})",
+    }
+
+
+def main(perf_dir: str) -> None:
+    sys.path.insert(0, perf_dir)
+    out, seen = [], set()
+    for model, (module_name, _, _) in MODELS.items():
+        module = importlib.import_module(f"configs.{module_name}")
+        for name in module.__all__:
+            if not name.startswith(f"{model}_PRETRAIN_CONFIG_"):
+                continue
+            rest = name[len(f"{model}_PRETRAIN_CONFIG_"):].split("_")
+            gpu = rest[0]
+            dtype = "_".join(rest[1:3]) if rest[1] == "FP8" else rest[1]
+            variant = "_".join(rest[3:] if rest[1] == "FP8" else rest[2:]) or "v1"
+            if gpu not in SYSTEMS or dtype not in PRECISIONS:
+                continue
+            cfg = getattr(module, name)
+            key = (model, gpu, dtype, json.dumps(dataclasses.asdict(cfg), sort_keys=True, default=str))
+            if key in seen:
+                continue
+            seen.add(key)
+            out.append(record(name, cfg, model, gpu, dtype, variant))
+    path = Path(__file__).with_name("recipe_plans.jsonl")
+    path.write_text("".join(json.dumps(r) + "\n" for r in out))
+    print(f"{len(out)} plans -> {path}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
