@@ -184,13 +184,20 @@ def _add_layer_kind(row, weight, full, selective, fsdp, work):
 def layer_passes(row, work):
     """The average layer's passes and communication for one micro-batch, over the layer mix, into
     ``work[A_*]``."""
+    layer_passes_of(row, work, False)
+
+
+@njit
+def layer_passes_of(row, work, moe_only):
+    """The average layer's passes over the layer mix, or over the MoE layers alone (``moe_only``: the layers of
+    a pipeline rank that holds no leading dense layer, ``last_rank_all_moe``), into ``work[A_*]``."""
     for k in range(A_FORWARD, N_WORK):
         work[k] = 0.0
-    layers = row[C_LAYERS]
     full, selective = recompute_share(row)
     fsdp = per_layer_fsdp(row)
     counts = layer_mix(row)
-    for kind in range(4):
+    layers = counts[2] + counts[3] if moe_only else row[C_LAYERS]
+    for kind in range(2 if moe_only else 0, 4):
         weight = counts[kind] / layers
         if weight <= 0.0:
             continue

@@ -22,14 +22,15 @@ hidden behind the compute it overlaps with (``kernels/lm/parallel.py``).
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.layer import W_FLOPS, W_GEMM, W_MEM, W_PARAMS, W_TP, model_flops_per_token, recompute_share
 from fastmodel.kernels.lm.layout import (
-    C_CP, C_DP, C_EP, C_GLOBAL_BATCH, C_MTP_LAYERS, C_HIDDEN, C_MICRO_BATCH, C_N_GPUS,
+    C_CP, C_DENSE_LAYERS, C_DP, C_EP, C_GLOBAL_BATCH, C_MOE_EXPERTS, C_MOE_LAYER_FREQ, C_UNEVEN_STAGES, C_VP, C_MTP_LAYERS, C_HIDDEN, C_MICRO_BATCH, C_N_GPUS,
     C_HOST_LAYER_S, C_HOST_OP_S, C_HOST_OPS_LAYER, C_LAYERS, C_MASTER_WEIGHTS, C_OPTIMIZER, C_PEAK_FLOPS_8, C_PEAK_FLOPS_16, C_PP, C_PRECISION,
-    C_SEQ_LEN, C_STEP_OVERHEAD_S, C_TP, C_VOCAB, OPT_ADAM, OPT_SGD, OPT_SGD_NO_MOMENTUM, PRECISION_FP8, R_COMM_CP, R_COMM_DP, R_COMM_EP, R_COMM_EP_SCALE_OUT,
+    C_SEQ_LEN, C_SHARDING, C_STEP_GRAD_PASSES, C_STEP_MASTER_COPY, C_STEP_OVERHEAD_S, C_STEP_ZERO_GRAD, C_TP,
+    SHARD_ZERO2, C_VOCAB, OPT_ADAM, OPT_SGD, OPT_SGD_NO_MOMENTUM, PRECISION_FP8, R_COMM_CP, R_COMM_DP, R_COMM_EP, R_COMM_EP_SCALE_OUT,
     R_COMM_PP, R_COMM_TP, R_EXPOSED_CP, R_EXPOSED_DP, R_EXPOSED_EP, R_EXPOSED_PP, R_EXPOSED_TP, R_FLOPS_PER_TOKEN,
     R_HFU, R_MFU, R_PIPELINE_BUBBLE, R_STEP_TIME, R_TIME_HOST_WAIT, R_TIME_ATTENTION, R_TIME_GEMM, R_TIME_MEMORY_BOUND, R_TIME_OPTIMIZER,
     R_TIME_RECOMPUTE, R_TOKENS_PER_S, R_TOKENS_PER_S_PER_GPU,
 )
-from fastmodel.kernels.lm.memory_states import layers_per_stage, stored_grad_bytes
+from fastmodel.kernels.lm.memory_states import layers_per_stage, split_slots, stored_grad_bytes
 from fastmodel.kernels.lm.moe import expert_dp, expert_tp
 from fastmodel.kernels.lm.parallel import data_parallel, fsdp_first_layer_exposed
 from fastmodel.kernels.lm.passes import (
@@ -37,7 +38,7 @@ from fastmodel.kernels.lm.passes import (
     A_EP_EXPOSED, A_EP_SCALE_OUT, A_EXPERT_PARAMS, A_FSDP_COMM, A_FSDP_EXPOSED, A_FSDP_GATHER, A_FSDP_REDUCE, A_FSDP_REFETCH, A_FSDP_WINDOW, A_GEMM, A_MEM,
     A_PARAMS, A_RECOMPUTE, A_TP_COMM, A_TP_EXPOSED, BACKWARD_GEMM,
     TP_BACKWARD_PASSES, fsdp_shard_group,
-    head_passes, layer_passes, layer_time, per_layer_fsdp,
+    head_passes, layer_passes, layer_passes_of, layer_time, per_layer_fsdp,
 )
 from fastmodel.kernels.lm.pipeline import model_copies, pipeline_bubble, pipeline_p2p
 from fastmodel.kernels.roofline import memory_bound_time
@@ -63,6 +64,20 @@ def optimizer_bytes_per_param(row):
 
 
 @njit
+def optimizer_step_bytes(row, local_params, held_params):
+    """HBM bytes of one optimizer step (docs/model.md §11.7, optimizer step): the optimizer kernel's traffic over
+    the ``local_params`` it updates (:func:`optimizer_bytes_per_param`) and the stack's passes around it --
+    ``step_grad_passes`` reads of the local gradient shard (the gradient norm), the FP32 master shard read again
+    by a separate copy into the 16-bit parameters (``step_master_copy``, with master weights), and the gradient
+    buffer zeroed over all ``held_params`` whose gradients the rank holds (``step_zero_grad``)."""
+    grad = stored_grad_bytes(row)
+    per_local = optimizer_bytes_per_param(row) + row[C_STEP_GRAD_PASSES] * grad
+    if row[C_MASTER_WEIGHTS] > 0:
+        per_local += 4.0 * row[C_STEP_MASTER_COPY]
+    return local_params * per_local + row[C_STEP_ZERO_GRAD] * grad * held_params
+
+
+@njit
 def stage_passes(row, work):
     """(t_mb, t_avg, F_avg, W_avg): one micro-batch on the busiest stage and on the average stage, and the
     average stage's forward and weight-gradient passes (what the pipeline schedule's bubble reads). Leaves the
@@ -71,16 +86,37 @@ def stage_passes(row, work):
     per_stage = layers_per_stage(row)       # the busiest rank's layers (uneven stages: a layer more than average)
     layer_passes(row, work)
     t_layer = layer_time(work)
+    forward = per_stage * (work[A_FORWARD] + work[A_EXPOSED_F])
+    weight = per_stage * work[A_BACKWARD_WEIGHT]
+    t_last = t_layer
+    if last_rank_all_moe(row):
+        layer_passes_of(row, work, True)    # the last rank's layers, left in work[A_*] for the step's breakdown
+        t_last = layer_time(work)
     head_f, head_b, head_w = head_passes(row, work)
     head = head_f + head_b + head_w
     # the last stage also runs the MTP modules: one transformer layer each (DeepSeek-V3 report sec. 2.2), as the
     # average layer; their extra LM heads are in the head's passes
     mtp = row[C_MTP_LAYERS] * t_layer
-    stage_mb = per_stage * t_layer + (head + mtp) / model_copies(row)    # DualPipe: on two ranks, half each
+    stage_mb = per_stage * t_last + (head + mtp) / model_copies(row)    # DualPipe: on two ranks, half each
     average_mb = per_stage * t_layer + (head + mtp) / p
-    forward = per_stage * (work[A_FORWARD] + work[A_EXPOSED_F]) + head_f / p
-    weight = per_stage * work[A_BACKWARD_WEIGHT] + head_w / p
-    return stage_mb, average_mb, forward, weight
+    return stage_mb, average_mb, forward + head_f / p, weight + head_w / p
+
+
+@njit
+def last_rank_all_moe(row):
+    """True when the busiest (last) pipeline rank holds only MoE layers while the model's leading dense layers sit
+    on earlier ranks: Megatron-Core builds the decoder's layers in order, L / (p v) per virtual stage, rank r
+    holding virtual stages r, r + p, ... (``get_transformer_layer_offset``, megatron/core/transformer/
+    transformer_layer.py, Megatron-LM 23e00ed), and ``--moe-layer-freq`` / ``first_k_dense_replace`` make layers
+    0 .. k-1 dense, so the last rank holds a dense layer only when k > (p - 1) L / (p v). Even stages, every layer
+    after the dense ones MoE (``moe_layer_freq`` <= 1), one model copy per rank (not DualPipe), no embedding or
+    loss slots in the split (docs/model.md §11.14)."""
+    p = row[C_PP]
+    if p <= 1.0 or row[C_MOE_EXPERTS] <= 0.0 or row[C_DENSE_LAYERS] <= 0.0 or row[C_MOE_LAYER_FREQ] > 1.0:
+        return False
+    if row[C_UNEVEN_STAGES] > 0.0 or model_copies(row) > 1.0 or split_slots(row) > 0.0:
+        return False
+    return row[C_DENSE_LAYERS] <= (p - 1.0) * row[C_LAYERS] / (p * max(row[C_VP], 1.0))
 
 
 @njit
@@ -113,7 +149,9 @@ def _data_parallel_step(row, work, per_stage, head_params, out):
         dp_comm += e_comm
         dp_exposed += e_exposed
         local_params += e_local
-    optimizer = memory_bound_time(row, local_params * optimizer_bytes_per_param(row))
+    # the gradients the rank holds: the stage's whole buffer, or its shard under ZeRO-2 and FSDP
+    held = local_params if row[C_SHARDING] >= SHARD_ZERO2 else stage_params + copies * per_stage * experts
+    optimizer = memory_bound_time(row, optimizer_step_bytes(row, local_params, held))
     out[R_COMM_DP] = dp_comm
     out[R_EXPOSED_DP] = dp_exposed
     out[R_TIME_OPTIMIZER] = optimizer

@@ -12,7 +12,9 @@ Megatron-LM's own ``pretrain_gpt.py`` takes Megatron-LM's argument defaults: ``-
 ``_add_distributed_args``), so the distributed optimizer's gradient reduce-scatter runs after the last
 backward pass and its parameter all-gather after the optimizer step, both on the critical path. A framework
 text naming ``megatron-lm`` (and not NeMo or Megatron-Bridge, which launch it with their recipes) reads as
-that launcher (``launcher_defaults``); a record stating the switches keeps its own.
+that launcher (``launcher_defaults``); a record stating the switches keeps its own. That launcher also runs
+Megatron-Core's unfused vocab-parallel cross-entropy and Megatron-LM's ``train_step``, whose memory passes around
+the loss and the optimizer step are counted from its source (``LOSS_BYTES_UNFUSED_CE``, ``OPTIMIZER_STEP_PASSES``).
 """
 
 from fastmodel.lm.stacks.base import StackProfile, names_in, tokens
@@ -21,12 +23,31 @@ from fastmodel.lm.stacks.base import StackProfile, names_in, tokens
 RECIPE_LAUNCHERS = "nemo|nemo-megatron|megatron-bridge"
 
 
+#: HBM bytes per logit element of Megatron-Core's unfused vocab-parallel cross-entropy, forward and backward
+#: (Megatron-LM 23e00ed megatron/core/tensor_parallel/cross_entropy.py; docs/model.md §11.3 "LM loss"): forward
+#: cast to FP32 2 + 4, max 4, subtract the max in place 4 + 4, exp 4 + 4, sum 4, divide in place 4 + 4 (38);
+#: backward scale by the loss gradient in place 4 + 4, autograd's cast back to the 16-bit logits' dtype 4 + 2 (14)
+LOSS_BYTES_UNFUSED_CE = 38.0 + 14.0
+
+#: the optimizer step's passes around the optimizer kernel (Megatron-LM 23e00ed; docs/model.md §11.7 "Optimizer
+#: step"): the gradient norm reads the local FP32 gradient shard once (optimizer/clip_grads.py get_grad_norm_fp32,
+#: multi_tensor_l2norm), the distributed optimizer copies the FP32 master shard into the 16-bit parameters in a
+#: kernel of its own (distrib_optimizer.py _copy_main_params_to_model_params), and each step zeroes the stage's
+#: whole gradient buffer (training.py train_step -> distributed/param_and_grad_buffer.py reset, grad_data.zero_())
+OPTIMIZER_STEP_PASSES = {"step_grad_passes": 1.0, "step_master_copy": True, "step_zero_grad": True}
+
+
 def launcher_defaults(framework: str | None) -> dict:
-    """The overlap switches of the launcher the framework text names: Megatron-LM's own arguments (off) when it
-    names ``megatron-lm`` and no recipe launcher, else nothing (the registry's: on)."""
+    """The switches of the launcher the framework text names: Megatron-LM's own arguments and training loop when
+    it names ``megatron-lm`` and no recipe launcher -- overlap switches off, the unfused cross-entropy
+    (``--cross-entropy-loss-fusion`` is a ``store_true`` flag, off unless passed) and the optimizer step's passes
+    of its ``train_step`` and Megatron-Core optimizer (``OPTIMIZER_STEP_PASSES``) -- else nothing (the registry's:
+    overlap on, the generic loss count, no passes counted: recipe launchers run their own training loop and may
+    configure another optimizer, e.g. NeMo 1.x's ``distributed_fused_adam`` from Apex, not counted here)."""
     text = tokens(framework or "")
     if names_in(text, "megatron-lm") and not names_in(text, RECIPE_LAUNCHERS):
-        return {"overlap_grad_reduce": False, "overlap_param_gather": False}
+        return {"overlap_grad_reduce": False, "overlap_param_gather": False,
+                "loss_bytes_per_logit": LOSS_BYTES_UNFUSED_CE, **OPTIMIZER_STEP_PASSES}
     return {}
 
 
@@ -54,7 +75,8 @@ PROFILE = StackProfile(
     title="Megatron-Core / NeMo",
     names=("megatron-core", "mcore", "megatron-lm", "megatron", "nemo", "nemo-megatron", "megatron-bridge"),
     source="registry defaults (fastmodel/registry/lm.py); Megatron-LM's own launcher: overlap switches off "
-           "(megatron/training/arguments.py, --overlap-grad-reduce / --overlap-param-gather store_true); MoE router "
+           "(megatron/training/arguments.py, --overlap-grad-reduce / --overlap-param-gather store_true), unfused "
+           "cross-entropy and optimizer-step passes counted from Megatron-LM 23e00ed; MoE router "
            "and dispatcher kernels counted from Megatron-LM 23e00ed",
     defaults=defaults,
 )

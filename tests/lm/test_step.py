@@ -1,0 +1,119 @@
+"""The step composition's optimizer step (kernels/lm/step.py) and the LM loss's passes over the logits
+(kernels/lm/layer.py head_costs), each against a hand count (docs/model.md §11.3 "LM loss", §11.7 "Optimizer
+step")."""
+
+import numpy as np
+import pytest
+
+from fastmodel.kernels.lm.layer import N_WORK, W_MEM, head_costs
+from fastmodel.kernels.lm.step import optimizer_step_bytes
+from fastmodel.lm.engine import evaluate_table
+from fastmodel.lm.execution import ExecutionSpec
+from fastmodel.lm.stacks import megatron_core, resolve
+from fastmodel.lm.table import row, table
+
+MEGATRON_LM_STEP = dict(step_grad_passes=1, step_master_copy=1, step_zero_grad=1)
+
+
+def test_megatron_optimizer_step_reads_the_norm_and_the_master_copy_and_zeroes_the_whole_buffer_by_hand():
+    # Adam with FP32 master weights and FP32 gradients: master read + write 8, 16-bit copy written 2, moments
+    # read + written 16, gradient read 4 = 30 B per local parameter; Megatron-LM adds the gradient norm's read
+    # (4) and the copy kernel's second read of the master (4) per local parameter, and 4 B of zeros per
+    # parameter of the stage's whole gradient buffer
+    r = row(optimizer="adam", grad_reduce_bytes=4, **MEGATRON_LM_STEP)
+    assert optimizer_step_bytes(r, 1e9, 4e9) == pytest.approx(1e9 * (30 + 4 + 4) + 4e9 * 4, rel=1e-12)
+    plain = row(optimizer="adam", grad_reduce_bytes=4)
+    assert optimizer_step_bytes(plain, 1e9, 4e9) == pytest.approx(30e9, rel=1e-12)     # no pass counted
+    # a 16-bit model (no master weights) has no master to copy; its gradients are 16-bit (2 B)
+    pure = row(optimizer="adam", grad_reduce_bytes=4, master_weights=0, **MEGATRON_LM_STEP)
+    assert optimizer_step_bytes(pure, 1e9, 4e9) == pytest.approx(1e9 * (2 + 2 + 8 + 2 + 2) + 4e9 * 2, rel=1e-12)
+
+
+@pytest.mark.parametrize("sharding, held_per_local", [("distopt", 4), ("fsdp", 1)])
+def test_the_zeroed_buffer_is_the_stage_under_the_distributed_optimizer_and_the_shard_under_fsdp(sharding,
+                                                                                              held_per_local):
+    # dp = 4: the distributed optimizer updates a quarter of the stage and zeroes its whole gradient buffer;
+    # FSDP holds (and zeroes) only its shard. time_optimizer is bytes / effective bandwidth with no constant
+    # term, so the ratio of the two is the ratio of the byte counts: (30 + 4 + 4 + 4 x held/local) / 30
+    common = dict(layers=4, hidden=1024, ffn=4096, heads=16, kv_heads=16, head_dim=64, vocab=32000, seq_len=1024,
+                  n_gpus=4, dp=4, micro_batch=1, global_batch=8, sharding=sharding, optimizer="adam",
+                  grad_reduce_bytes=4, recompute="none")
+    on = evaluate_table(table(1, **common, **MEGATRON_LM_STEP))["time_optimizer"][0]
+    off = evaluate_table(table(1, **common))["time_optimizer"][0]
+    assert on / off == pytest.approx((30 + 4 + 4 + 4 * held_per_local) / 30, rel=1e-9)
+
+
+def test_the_loss_moves_its_counted_bytes_per_logit_half_in_each_pass():
+    # tokens 4096, vocab 128256 over tp 8: 65,667,072 logits; Megatron-Core's unfused cross-entropy moves 52 B
+    # per logit over forward and backward, 26 charged to the forward (the backward reads the same W_MEM)
+    r = row(micro_batch=1, seq_len=4096, vocab=128256, hidden=8192, tp=8, hbm_bw=8e12, hbm_eff=0.8,
+            loss_bytes_per_logit=52)
+    work = np.zeros(N_WORK)
+    head_costs(r, work)
+    assert work[W_MEM] == pytest.approx(4096 * 128256 / 8 * 26 / (8e12 * 0.8), rel=1e-12)
+
+
+def test_megatron_cross_entropy_count_is_the_sum_of_its_passes():
+    """Megatron-LM 23e00ed megatron/core/tensor_parallel/cross_entropy.py, unfused vocab-parallel cross-entropy,
+    bytes per logit element read + written by each full-size pass (row reductions write one value per token)."""
+    forward = [2 + 4,      # calculate_logits_max: vocab_parallel_logits.float() (BF16 in, FP32 out)
+               4,          # torch.max over the vocabulary
+               4 + 4,      # vocab_parallel_logits -= logits_max (in place)
+               4 + 4,      # torch.exp(..., out=exp_logits)
+               4,          # exp_logits.sum(dim=-1)
+               4 + 4]      # exp_logits.div_(sum_exp_logits): the softmax saved for backward
+    backward = [4 + 4,     # grad_input.mul_(grad_output)
+                4 + 2]     # autograd casts the FP32 gradient to the BF16 logits' dtype
+    assert megatron_core.LOSS_BYTES_UNFUSED_CE == sum(forward) + sum(backward) == 52
+
+
+@pytest.mark.parametrize("framework, counted", [
+    ("Megatron-LM (commit 23e00ed) + TransformerEngine 2.11.0", True),   # its own train_step and arguments
+    ("NeMo (MLPerf v4.0 NVIDIA submission, 24.04)", False),              # a recipe launcher: not counted
+    ("Megatron-Core 0.9", False),
+])
+def test_the_megatron_lm_launcher_counts_its_loss_and_optimizer_passes(framework, counted):
+    execution = resolve(ExecutionSpec(framework=framework), 1, 12)
+    if counted:
+        assert execution.loss_bytes_per_logit == 52 and execution.step_grad_passes == 1
+        assert execution.step_master_copy is True and execution.step_zero_grad is True
+    else:
+        assert execution.loss_bytes_per_logit is None and execution.step_grad_passes is None
+        assert execution.step_master_copy is None and execution.step_zero_grad is None
+
+
+# a small MoE model with wide experts, so that an MoE layer is slower than a dense one
+MOE = dict(layers=4, hidden=2048, ffn=4096, heads=16, kv_heads=16, head_dim=128, vocab=32000, seq_len=2048,
+           moe_experts=16, moe_topk=4, moe_ffn=2048, n_gpus=8, ep=4, dp=4, pp=2, micro_batch=1, recompute="none")
+
+
+def _slope(**values):
+    """Seconds one more micro-batch adds to the step: the busiest stage's micro-batch time (bubble, data-parallel
+    and optimizer terms are per step)."""
+    small = evaluate_table(table(1, **{**MOE, **values}, global_batch=32))["step_time"][0]
+    large = evaluate_table(table(1, **{**MOE, **values}, global_batch=64))["step_time"][0]
+    return (large - small) / 8
+
+
+def test_the_last_stage_runs_moe_layers_when_the_dense_layers_lead():
+    # 4 layers on 2 stages, layer 0 dense: Megatron-Core builds layers 0-1 on stage 0 and 2-3 on stage 1, so the
+    # busiest (last) stage runs two MoE layers and the head -- as a model whose every layer is MoE does
+    leading = _slope(dense_layers=1)
+    assert leading == pytest.approx(_slope(dense_layers=0), rel=1e-9)
+    # three leading dense layers reach the last stage (3 > (p - 1) L / p = 2): the layer mix again
+    mixed = _slope(dense_layers=3)
+    assert _slope(dense_layers=0) > mixed > _slope(dense_layers=4, moe_experts=0, moe_topk=0, ep=1)
+
+
+@pytest.mark.parametrize("values, expected", [
+    (dict(dense_layers=1), True), (dict(dense_layers=2), True), (dict(dense_layers=3), False),
+    (dict(dense_layers=1, pp=1), False),                    # no pipeline: one stage holds every layer
+    (dict(dense_layers=0), False),                          # no dense layer: the mix is all MoE already
+    (dict(dense_layers=1, vp=2, layers=8), True),           # 1 <= (p - 1) L / (p v) = 2
+    (dict(dense_layers=3, vp=2, layers=8), False),          # layer 2 is on rank 1's first chunk
+    (dict(dense_layers=1, moe_layer_freq=2), False),        # interleaved MoE: the last stage is mixed
+    (dict(dense_layers=1, uneven_stages=1), False),
+])
+def test_last_rank_all_moe_follows_megatrons_layer_order(values, expected):
+    from fastmodel.kernels.lm.step import last_rank_all_moe
+    assert bool(last_rank_all_moe(row(**{**MOE, **values}))) is expected
