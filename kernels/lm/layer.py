@@ -12,7 +12,7 @@ from fastmodel.kernels.roofline import attention_time, gemm_time, grouped_gemm_t
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.layout import (
     CP_ALLTOALL, C_CAUSAL, C_COLLECTIVE_OVERHEAD_S, C_CP, C_CP_ALGORITHM, C_EP, C_FFN, C_FLASH_ATTENTION, C_HEADS, C_HEAD_DIM, C_HIDDEN,
-    C_KV_HEADS, C_LAYERS, C_LOSS_BYTES_PER_LOGIT, C_MICRO_BATCH, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS,
+    C_KV_HEADS, C_LAYERS, C_LOSS_TRAFFIC_BYTES_PER_LOGIT, C_MICRO_BATCH, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS,
     C_MOE_TOPK, C_MTP_LAYERS, C_PRECISION, C_RECOMPUTE, C_RECOMPUTE_FRACTION, C_ROTARY_FRACTION, C_SEQUENCE_PARALLEL, C_SEQ_LEN,
     C_SLIDING_WINDOW, C_TIED_EMBEDDINGS, C_TP, C_VOCAB, PRECISION_FP8, RECOMPUTE_FULL, RECOMPUTE_PARTIAL_LAYERS,
     RECOMPUTE_SELECTIVE,
@@ -196,9 +196,9 @@ def head_costs(row, work):
     # the LM head runs in 16-bit in FP8 recipes (Transformer Engine keeps first/last layers in BF16)
     work[W_GEMM] = gemm_time(row, tokens, vocab, h, False) * (1.0 + row[C_MTP_LAYERS])
     work[W_ATTN] = 0.0
-    # the loss's memory-bound passes over the logits (loss_bytes_per_logit, the stack's count, forward and backward
-    # together): half charged to each pass (docs/model.md §11.3)
-    work[W_MEM] = memory_bound_time(row, tokens * vocab * 0.5 * row[C_LOSS_BYTES_PER_LOGIT])
+    # the loss's memory-bound passes over the logits (loss_traffic_bytes_per_logit, the stack's count, forward and
+    # backward together): half charged to each pass (docs/model.md §11.3)
+    work[W_MEM] = memory_bound_time(row, tokens * vocab * 0.5 * row[C_LOSS_TRAFFIC_BYTES_PER_LOGIT])
     work[W_ATTN_CORE_MEM] = 0.0
     work[W_TP] = allreduce_time(row, 3.0 * 4.0 * tokens, t, 1.0) if t > 1.0 else 0.0
     work[W_CP] = 0.0

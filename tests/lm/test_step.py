@@ -47,7 +47,7 @@ def test_the_loss_moves_its_counted_bytes_per_logit_half_in_each_pass():
     # tokens 4096, vocab 128256 over tp 8: 65,667,072 logits; Megatron-Core's unfused cross-entropy moves 52 B
     # per logit over forward and backward, 26 charged to the forward (the backward reads the same W_MEM)
     r = row(micro_batch=1, seq_len=4096, vocab=128256, hidden=8192, tp=8, hbm_bw=8e12, hbm_eff=0.8,
-            loss_bytes_per_logit=52)
+            loss_traffic_bytes_per_logit=52)
     work = np.zeros(N_WORK)
     head_costs(r, work)
     assert work[W_MEM] == pytest.approx(4096 * 128256 / 8 * 26 / (8e12 * 0.8), rel=1e-12)
@@ -75,10 +75,10 @@ def test_megatron_cross_entropy_count_is_the_sum_of_its_passes():
 def test_the_megatron_lm_launcher_counts_its_loss_and_optimizer_passes(framework, counted):
     execution = resolve(ExecutionSpec(framework=framework), 1, 12)
     if counted:
-        assert execution.loss_bytes_per_logit == 52 and execution.step_grad_passes == 1
+        assert execution.loss_traffic_bytes_per_logit == 52 and execution.step_grad_passes == 1
         assert execution.step_master_copy is True and execution.step_zero_grad is True
     else:
-        assert execution.loss_bytes_per_logit is None and execution.step_grad_passes is None
+        assert execution.loss_traffic_bytes_per_logit is None and execution.step_grad_passes is None
         assert execution.step_master_copy is None and execution.step_zero_grad is None
 
 

@@ -47,7 +47,7 @@ def launcher_defaults(framework: str | None) -> dict:
     text = tokens(framework or "")
     if names_in(text, "megatron-lm") and not names_in(text, RECIPE_LAUNCHERS):
         return {"overlap_grad_reduce": False, "overlap_param_gather": False,
-                "loss_bytes_per_logit": LOSS_BYTES_UNFUSED_CE, **OPTIMIZER_STEP_PASSES}
+                "loss_traffic_bytes_per_logit": LOSS_BYTES_UNFUSED_CE, **OPTIMIZER_STEP_PASSES}
     return {}
 
 
