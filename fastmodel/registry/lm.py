@@ -217,11 +217,10 @@ PLAN_COLUMNS = _cols(
      "the 16-bit write is in the optimizer count either way.", 0, 1, False, "flag"),
     ("step_zero_grad", "1", 0, "1: every step writes zeros over the whole gradient buffer the rank holds (Megatron "
      "DDP zero_grad_buffer: the stage's buffer, not the optimizer's shard).", 0, 1, False, "flag"),
-    ("loss_traffic_bytes_per_logit", "bytes", 20.0, "HBM bytes the LM loss moves per logit element (vocab / tp x "
-     "tokens), forward and backward together, beyond the head GEMM's (time; the bytes it keeps live are "
-     "loss_impl's). 20: the generic count (16-bit logits written, FP32 softmax read and written, each pass). "
-     "Megatron-Core's unfused vocab-parallel cross-entropy: 52, counted from its source (docs/model.md §11.5). "
-     "The stack profile sets it.", 1, 1000, False, "number"),
+    ("loss_traffic_bytes_per_logit", "bytes", 20.0, "HBM bytes the LM loss moves per logit (vocab / tp x tokens), "
+     "forward and backward, beyond the head GEMM's (the bytes kept live: loss_impl). 20: generic (16-bit logits "
+     "written, FP32 softmax read and written, each pass). Megatron-Core's unfused vocab-parallel cross-entropy: "
+     "52, counted from its source (docs/model.md §11.5). The stack profile sets it.", 1, 1000, False, "number"),
     ("fsdp_copy_out", "1", 0, "1: ZeRO-3/FSDP copies each gathered layer out of the all-gather buffer into its "
      "parameters on the compute stream, a memory-bound read + write per gather (PyTorch FSDP2 per-parameter "
      "sharding; FSDP1's flat parameters are views of the buffer).", 0, 1),
