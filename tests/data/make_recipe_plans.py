@@ -31,6 +31,8 @@ from pathlib import Path
 
 import tomllib
 
+from fastmodel.io.atomic import atomic_write
+
 ROOT = Path(__file__).resolve().parents[2]
 COMMIT = "b7b4e11b054e73fa3cfc52e5df14cd6b4d50e02e"
 REPO = "NVIDIA-NeMo/Megatron-Bridge"
@@ -202,7 +204,8 @@ def main(perf_dir: str) -> None:
             seen.add(key)
             out.append(record(name, cfg, model, gpu, dtype, variant))
     path = Path(__file__).with_name("recipe_plans.jsonl")
-    path.write_text("".join(json.dumps(r) + "\n" for r in out))
+    with atomic_write(path) as handle:             # never a half-written file
+        handle.write("".join(json.dumps(r) + "\n" for r in out))
     print(f"{len(out)} plans -> {path}")
 
 
