@@ -34,12 +34,28 @@ SERVE_BLOCKS = ("model", "system", "serve")
 DATASHEET_FIELDS = {"peak_flops_bf16": "peak_flops_16", "peak_flops_fp8": "peak_flops_8", "hbm_bytes": "hbm_bytes",
                     "hbm_bw_bytes_s": "hbm_bw", "intra_node_bw_bytes_s_per_gpu": "intra_bw",
                     "inter_node_bw_bytes_s_per_gpu": "inter_bw"}
+#: largest relative gap between a record's hbm_bytes and the device file's kept as rounding (GB vs GiB is 7.4%)
+HBM_UNIT_SLACK = 0.02
 #: the scale-out NIC when neither the record nor the device file gives one: 400 Gb/s NDR InfiniBand
 DEFAULT_INTER_BW = 50e9
 LOAD_KEYS = ("batch_size", "concurrency", "max_throughput")
 #: SERVE_RUNS.md model/system fields the training record schema (RUNS.md) does not have: not read here
 SERVE_ONLY = {"model": ("attention_bias", "attention_sinks"), "system": ("peak_flops_fp4", "gpus_per_tray")}
 MEASURED_KEYS = ("output_tokens_per_s", "ttft_s", "tpot_s")
+
+
+def driver_hbm(system: dict, device: dict, gpu: str, notes: list[str]) -> None:
+    """The HBM an engine sizes its KV cache from is what the CUDA driver reports (vLLM: ``total_gpu_memory x
+    gpu_memory_utilization`` from ``torch.cuda.mem_get_info``; TensorRT-LLM: ``free_gpu_memory_fraction`` of
+    ``cudaMemGetInfo``'s free bytes; SGLang: ``mem_fraction_static`` of the same total), i.e. the device's
+    capacity, which its built-in device file holds (docs/model_serving.md S20). A record's ``hbm_bytes`` more
+    than ``HBM_UNIT_SLACK`` away from it (a datasheet "141 GB" read as 141e9 bytes where the device has 141 GiB)
+    gives way to the device file, with a note; within it (rounding of a datasheet figure) the record's stays."""
+    capacity, stated = device.get("hbm_bytes"), system.get("hbm_bytes")
+    if capacity and isinstance(stated, (int, float)) and abs(stated / capacity - 1) > HBM_UNIT_SLACK:
+        system["hbm_bytes"] = capacity
+        notes.append(f"system.hbm_bytes {stated / 2**30:.1f} GiB -> {capacity / 2**30:.1f} GiB: the engine sizes its "
+                     f"KV cache from the capacity the driver reports (device file of {gpu})")
 
 
 class NotModelled(UnsupportedError):
@@ -89,6 +105,7 @@ def lower_serve_record(data: dict, source: str | None = None) -> ServeRecord:
         if system.get(field) is None and column in device:
             system[field] = device[column]
             notes.append(f"system.{field} from the device file of {gpu}")
+    driver_hbm(system, device, gpu, notes)
     if system.get("inter_node_bw_bytes_s_per_gpu") is None:
         system["inter_node_bw_bytes_s_per_gpu"] = DEFAULT_INTER_BW
     # the instance is the job: an NVL72 rack's 72 GPUs per domain hold an instance of fewer
