@@ -12,6 +12,7 @@ documented defaults at that version, with the source of every value (docs/source
 | ``mixed_prefill`` | 1 (in-flight batching) | 1 (decodes first, prefill fills the budget) | 0 (prefill first, decodes wait; no mixed chunk) |
 | ``overlap_step`` | 1 (overlap scheduler on) | 0 up to 0.12, 1 from 0.15.1 (async scheduling) | 1 (overlap scheduler on) |
 | ``kv_on_demand`` | 0 (GUARANTEED_NO_EVICT) | 1 (paged blocks on demand) | 1 |
+| ``custom_allreduce_bytes`` | 64 MiB (AUTO: NCCL above the workspace) | 8 MiB (``CustomAllreduce``) | 8 MiB |
 
 Sources: TensorRT-LLM ``TorchLlmArgs`` (``max_num_tokens``, ``max_batch_size``, ``enable_chunked_prefill``,
 ``disable_overlap_scheduler``) and its "Useful Runtime Options" and overlap-scheduler pages; vLLM
@@ -34,6 +35,13 @@ GIB = 2**30
 ENGINE_NAMES = {"trtllm": ("tensorrt-llm", "trt-llm", "tensorrt_llm", "trtllm"), "vllm": ("vllm",),
                 "sglang": ("sglang",)}
 DEFAULT_ENGINE = "trtllm"
+#: largest allreduce (bytes) each engine runs with its own peer-to-peer kernel (kernels/serve/allreduce.py): vLLM
+#: ``CustomAllreduce(max_size=8192 * 1024)`` (vllm/distributed/device_communicators/custom_all_reduce.py @00d618a),
+#: SGLang ``CustomAllreduce._MAX_CAR_SIZE = 8192 * 1024`` (python/sglang/srt/distributed/device_communicators/
+#: custom_all_reduce.py @004e656), TensorRT-LLM's AUTO strategy falls back to NCCL only above its 64 MiB workspace
+#: (cpp/tensorrt_llm/thop/allreduceOp.cpp ``ifFallbackToNCCL``, customAllReduceUtils.h ``getMaxRequiredWorkspaceSize``)
+CUSTOM_AR_VLLM = CUSTOM_AR_SGLANG = 8192 * 1024
+CUSTOM_AR_TRTLLM = 64 * 1024 * 1024
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?")
 
 
@@ -59,12 +67,14 @@ def profile_columns(engine: str | None, version: tuple[int, ...] | None, hbm_byt
         large = hbm_bytes >= 70 * GIB
         return {"max_num_tokens": 8192 if large else 2048, "max_batch_size": 1024 if large else 256,
                 "chunked_prefill": 1, "mixed_prefill": 1,
-                "overlap_step": 1 if version is None or version >= (0, 15, 1) else 0, "kv_on_demand": 1}
+                "overlap_step": 1 if version is None or version >= (0, 15, 1) else 0, "kv_on_demand": 1,
+                "custom_allreduce_bytes": CUSTOM_AR_VLLM}
     if engine == "sglang":
         return {"max_num_tokens": 16384 if hbm_bytes >= 160 * GIB else 8192, "max_batch_size": 4096,
-                "chunked_prefill": 1, "mixed_prefill": 0, "overlap_step": 1, "kv_on_demand": 1}
+                "chunked_prefill": 1, "mixed_prefill": 0, "overlap_step": 1, "kv_on_demand": 1,
+                "custom_allreduce_bytes": CUSTOM_AR_SGLANG}
     return {"max_num_tokens": 8192, "max_batch_size": 2048, "chunked_prefill": 0, "mixed_prefill": 1,
-            "overlap_step": 1, "kv_on_demand": 0}
+            "overlap_step": 1, "kv_on_demand": 0, "custom_allreduce_bytes": CUSTOM_AR_TRTLLM}
 
 
 def fp4_activation(engine: str | None, precision: str) -> tuple[float, str | None]:

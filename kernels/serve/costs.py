@@ -20,7 +20,8 @@ from fastmodel.kernels.lm.layout import (
     C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS, C_MOE_TOPK, C_PP, C_PRECISION,
     C_STACK_COMPUTE_EFF, C_TP, C_VOCAB, C_WEIGHT_BYTES, PRECISION_FP8,
 )
-from fastmodel.kernels.nccl import allgather_time, allreduce_time, alltoall_time, p2p_time
+from fastmodel.kernels.nccl import allgather_time, alltoall_time, p2p_time
+from fastmodel.kernels.serve.allreduce import serve_allreduce
 
 #: flags passed as floats, not bools: numba types a constant bool argument as a literal and compiles one
 #: specialisation of the callee per value (and of everything it calls); a float flag compiles once
@@ -152,13 +153,13 @@ def layer_comm(row, m, moe, m_rank=-1.0):
     adp = row[C_ATTENTION_DP]
     mine = m_rank if m_rank >= 0.0 else m / adp
     nbytes = ACT_BYTES * mine * row[C_HIDDEN]
-    attention = allreduce_time(row, nbytes, t, 1.0)
+    attention = serve_allreduce(row, nbytes, t, 1.0)
     if moe and row[C_EP] > 1.0:
         ep = row[C_EP]
         a2a = alltoall_time(row, nbytes * row[C_MOE_TOPK], ep, 1.0)
-        return attention + 2.0 * a2a + allreduce_time(row, nbytes, serve_etp(row), ep)
+        return attention + 2.0 * a2a + serve_allreduce(row, nbytes, serve_etp(row), ep)
     if adp > 1.0:
-        return attention + allreduce_time(row, ACT_BYTES * m * row[C_HIDDEN], ffn_tp(row), 1.0)
+        return attention + serve_allreduce(row, ACT_BYTES * m * row[C_HIDDEN], ffn_tp(row), 1.0)
     return 2.0 * attention
 
 

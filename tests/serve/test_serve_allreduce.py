@@ -1,0 +1,73 @@
+"""The serving engines' peer-to-peer allreduce (kernels/serve/allreduce.py), derived by hand."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from fastmodel.kernels.nccl import allreduce_time
+from fastmodel.kernels.serve.allreduce import serve_allreduce
+from fastmodel.registry.lm import COLUMN_INDEX
+from fastmodel.serve.api import columns, device_columns, evaluate
+from fastmodel.serve.profiles import profile_columns
+
+MIB = 1024 * 1024
+
+
+def _row(device="H100", limit=8 * MIB):
+    row = columns("llama3.1-70b", device, tp=8, input_len=128, output_len=128, batch_size=1).copy()
+    row[COLUMN_INDEX["custom_allreduce_bytes"]] = limit
+    return row
+
+
+def _hop(d):
+    return d["intra_latency"] * 0.47 / 3.4      # NCCL's LL NVLink hop (tuning.cc .47 us of Simple's 3.4 us)
+
+
+def test_one_shot_two_shot_and_nccl_by_hand():
+    d = device_columns("H100")
+    bw = d["intra_bw"] * d["intra_eff"]
+    row = _row()
+    small = 2.0 * 8192          # one token of a 8192-wide model in BF16
+    one = d["kernel_overhead_s"] + 2 * _hop(d) + 7 * small / bw
+    assert serve_allreduce(row, small, 8.0, 1.0) == pytest.approx(one, rel=1e-12)
+    mid = 1.0 * MIB             # over vLLM's 256 KiB one-shot limit at 8 GPUs, under 8 MiB: two-shot
+    two = d["kernel_overhead_s"] + 3 * _hop(d) + 2 * 7 / 8 * mid / bw
+    assert serve_allreduce(row, mid, 8.0, 1.0) == pytest.approx(two, rel=1e-12)
+    assert serve_allreduce(row, mid, 4.0, 1.0) == pytest.approx(        # 4 GPUs: one-shot up to 512 KiB only
+        d["kernel_overhead_s"] + 3 * _hop(d) + 2 * 3 / 4 * mid / bw, rel=1e-12)
+    assert serve_allreduce(row, 400 * 1024, 4.0, 1.0) == pytest.approx(
+        d["kernel_overhead_s"] + 2 * _hop(d) + 3 * 400 * 1024 / bw, rel=1e-12)
+    assert serve_allreduce(row, mid, 2.0, 1.0) == pytest.approx(        # 2 GPUs: always one-shot
+        d["kernel_overhead_s"] + 2 * _hop(d) + mid / bw, rel=1e-12)
+    big = 16.0 * MIB            # over the buffer: NCCL
+    assert serve_allreduce(row, big, 8.0, 1.0) == allreduce_time(row, big, 8.0, 1.0)
+    assert serve_allreduce(row, small, 3.0, 1.0) == allreduce_time(row, small, 3.0, 1.0)     # unsupported size
+    assert serve_allreduce(row, small, 8.0, 2.0) == allreduce_time(row, small, 8.0, 2.0)     # spans two nodes
+    assert serve_allreduce(_row(limit=0.0), small, 8.0, 1.0) == allreduce_time(row, small, 8.0, 1.0)
+    # the P2P kernel beats NCCL's LL ring (3.6 us + 14 hops) on one token
+    assert one < 3.6e-6 + 14 * _hop(d)
+
+
+def test_decode_step_saves_two_allreduces_per_layer():
+    d = device_columns("H100")
+    kw = dict(tp=4, input_len=128, output_len=128, batch_size=1)
+    nccl = evaluate("llama3.1-70b", "H100", custom_allreduce_bytes=0, **kw)
+    p2p = evaluate("llama3.1-70b", "H100", custom_allreduce_bytes=8 * MIB, **kw)
+    h = 8192
+    volume = 2 * 3 / 4 * 2.0 * h
+    ring = 3.6e-6 + 2 * 3 * _hop(d) + volume / (d["intra_bw"] * d["intra_eff"] / 4)
+    assert ring < 2 * math.log2(4) * d["intra_latency"]          # NCCL: LL ring beats the tree
+    one = d["kernel_overhead_s"] + 2 * _hop(d) + 3 * 2.0 * h / (d["intra_bw"] * d["intra_eff"])
+    assert nccl["decode_comm"] - p2p["decode_comm"] == pytest.approx(2 * 80 * (ring - one) * 127, rel=1e-6)
+    assert nccl["decode_gemm"] == p2p["decode_gemm"]
+
+
+def test_engine_profiles_set_their_buffers():
+    big = 141 * 2**30
+    assert profile_columns("vllm", (0, 18, 0), big)["custom_allreduce_bytes"] == 8 * MIB
+    assert profile_columns("sglang", None, big)["custom_allreduce_bytes"] == 8 * MIB
+    assert profile_columns("trtllm", None, big)["custom_allreduce_bytes"] == 64 * MIB
+    assert np.all(columns("llama3.1-8b", "H100", batch_size=1)[COLUMN_INDEX["custom_allreduce_bytes"]] == 0.0)
