@@ -147,14 +147,18 @@ def layer_comm(row, m, moe, m_rank=-1.0):
     """Communication seconds of one layer for ``m`` tokens of the stage (``m_rank`` on the busiest attention-DP
     group, default m / attention_dp): the attention block's TP allreduce of m_rank x h 16-bit activations; the
     MLP's allreduce over every GPU of the stage (tp x attention_dp: under attention DP it gathers every group's
-    tokens); with ep > 1 the MoE block's allreduce becomes a dispatch and a combine all-to-all over ep and an
-    allreduce over each expert's devices."""
+    tokens); with ep > 1 under attention DP the MoE block's allreduce becomes a dispatch and a combine all-to-all
+    over ep and an allreduce over each expert's devices. Without attention DP every GPU of the TP group already
+    holds every token, so EP needs no dispatch: each GPU runs its experts on the tokens routed to them and one
+    allreduce over the group sums the partial outputs, as for a dense MLP (vLLM ``FusedMoEParallelConfig.
+    use_all2all_kernels``: ``dp_size > 1 and use_ep``; TensorRT-LLM ``enable_alltoall`` needs
+    ``enable_attention_dp``; docs/model_serving.md S14)."""
     t = row[C_TP]
     adp = row[C_ATTENTION_DP]
     mine = m_rank if m_rank >= 0.0 else m / adp
     nbytes = ACT_BYTES * mine * row[C_HIDDEN]
     attention = serve_allreduce(row, nbytes, t, 1.0)
-    if moe and row[C_EP] > 1.0:
+    if moe and row[C_EP] > 1.0 and adp > 1.0:
         ep = row[C_EP]
         a2a = alltoall_time(row, nbytes * row[C_MOE_TOPK], ep, 1.0)
         return attention + 2.0 * a2a + serve_allreduce(row, nbytes, serve_etp(row), ep)

@@ -71,3 +71,26 @@ def test_engine_profiles_set_their_buffers():
     assert profile_columns("sglang", None, big)["custom_allreduce_bytes"] == 8 * MIB
     assert profile_columns("trtllm", None, big)["custom_allreduce_bytes"] == 64 * MIB
     assert np.all(columns("llama3.1-8b", "H100", batch_size=1)[COLUMN_INDEX["custom_allreduce_bytes"]] == 0.0)
+
+
+def test_expert_parallel_without_attention_dp_reduces_like_a_dense_mlp():
+    """Without attention DP every GPU of the TP group holds every token: EP needs no dispatch, one allreduce of
+    the partial expert outputs over the group (vLLM use_all2all_kernels = dp_size > 1 and use_ep; TensorRT-LLM
+    enable_alltoall needs enable_attention_dp). Under attention DP the all-to-all stays."""
+    from fastmodel.kernels.nccl import alltoall_time
+    from fastmodel.kernels.serve.costs import layer_comm
+
+    row = columns("mixtral-8x7b", "H100", tp=8, ep=8, batch_size=16).copy()
+    row[COLUMN_INDEX["custom_allreduce_bytes"]] = 8 * MIB
+    h = row[COLUMN_INDEX["hidden"]]
+    m = 16.0
+    one = serve_allreduce(row, 2.0 * m * h, 8.0, 1.0)
+    assert layer_comm(row, m, 1.0) == pytest.approx(2.0 * one, rel=1e-12)
+    assert layer_comm(row, m, 0.0) == pytest.approx(2.0 * one, rel=1e-12)
+    dp = row.copy()                       # 4 attention-DP groups of 2: the dispatch and combine all-to-alls
+    dp[COLUMN_INDEX["tp"]] = 2.0
+    dp[COLUMN_INDEX["attention_dp"]] = 4.0
+    mine = 2.0 * m / 4.0 * h
+    expected = serve_allreduce(dp, mine, 2.0, 1.0) + 2.0 * alltoall_time(dp, mine * dp[COLUMN_INDEX["moe_topk"]],
+                                                                          8.0, 1.0)
+    assert layer_comm(dp, m, 1.0) == pytest.approx(expected, rel=1e-12)     # each expert on one GPU: no allreduce
