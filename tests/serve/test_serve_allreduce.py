@@ -94,3 +94,24 @@ def test_expert_parallel_without_attention_dp_reduces_like_a_dense_mlp():
     expected = serve_allreduce(dp, mine, 2.0, 1.0) + 2.0 * alltoall_time(dp, mine * dp[COLUMN_INDEX["moe_topk"]],
                                                                           8.0, 1.0)
     assert layer_comm(dp, m, 1.0) == pytest.approx(expected, rel=1e-12)     # each expert on one GPU: no allreduce
+
+
+def test_attention_dp_with_the_all_gather_dispatcher_gathers_and_scatters_over_the_stage():
+    """vLLM's and SGLang's default EP path under attention DP (moe_dispatcher 1): all-gather every group's tokens
+    and reduce-scatter the outputs over the tp x attention_dp GPUs, an allreduce's volume of all m tokens;
+    TensorRT-LLM keeps its all-to-all only for ep > top_k on GB200/GB300 (multi-node NVLink)."""
+    from fastmodel.kernels.serve.costs import layer_comm
+    from fastmodel.serve.profiles import moe_dispatcher
+
+    row = columns("mixtral-8x7b", "H100", tp=2, attention_dp=4, ep=8, batch_size=16).copy()
+    row[COLUMN_INDEX["custom_allreduce_bytes"]] = 8 * MIB
+    row[COLUMN_INDEX["moe_dispatcher"]] = 1.0
+    h = row[COLUMN_INDEX["hidden"]]
+    m = 16.0
+    expected = serve_allreduce(row, 2.0 * m / 4.0 * h, 2.0, 1.0) + serve_allreduce(row, 2.0 * m * h, 8.0, 1.0)
+    assert layer_comm(row, m, 1.0) == pytest.approx(expected, rel=1e-12)
+    assert moe_dispatcher("vllm", 8, 2, "GB200") == 1.0
+    assert moe_dispatcher("sglang", 8, 2, "GB200") == 1.0
+    assert moe_dispatcher("trtllm", 8, 2, "GB200") == 0.0
+    assert moe_dispatcher("trtllm", 4, 8, "GB200") == 1.0      # Kimi-K2.5's top-8 over EP 4: all-gather
+    assert moe_dispatcher("trtllm", 8, 2, "B200") == 1.0
