@@ -12,7 +12,7 @@ documented defaults at that version, with the source of every value (docs/source
 | ``mixed_prefill`` | 1 (in-flight batching) | 1 (decodes first, prefill fills the budget) | 0 (prefill first, decodes wait; no mixed chunk) |
 | ``overlap_step`` | 1 (overlap scheduler on) | 0 up to 0.12, 1 from 0.15.1 (async scheduling) | 1 (overlap scheduler on) |
 | ``kv_on_demand`` | 0 (GUARANTEED_NO_EVICT) | 1 (paged blocks on demand) | 1 |
-| ``custom_allreduce_bytes`` | 64 MiB (AUTO: NCCL above the workspace) | 8 MiB (``CustomAllreduce``) | 8 MiB |
+| ``custom_allreduce_bytes`` | 4 MiB (AUTO lookup table: NCCL above) | 8 MiB (``CustomAllreduce``) | 8 MiB |
 
 Sources: TensorRT-LLM ``TorchLlmArgs`` (``max_num_tokens``, ``max_batch_size``, ``enable_chunked_prefill``,
 ``disable_overlap_scheduler``) and its "Useful Runtime Options" and overlap-scheduler pages; vLLM
@@ -38,10 +38,12 @@ DEFAULT_ENGINE = "trtllm"
 #: largest allreduce (bytes) each engine runs with its own peer-to-peer kernel (kernels/serve/allreduce.py): vLLM
 #: ``CustomAllreduce(max_size=8192 * 1024)`` (vllm/distributed/device_communicators/custom_all_reduce.py @00d618a),
 #: SGLang ``CustomAllreduce._MAX_CAR_SIZE = 8192 * 1024`` (python/sglang/srt/distributed/device_communicators/
-#: custom_all_reduce.py @004e656), TensorRT-LLM's AUTO strategy falls back to NCCL only above its 64 MiB workspace
-#: (cpp/tensorrt_llm/thop/allreduceOp.cpp ``ifFallbackToNCCL``, customAllReduceUtils.h ``getMaxRequiredWorkspaceSize``)
+#: custom_all_reduce.py @004e656); TensorRT-LLM's AUTO strategy (cpp/tensorrt_llm/thop/allreduceOp.cpp
+#: ``selectImplementation``) reads ``selectStrategyLookUpTable`` (cpp/tensorrt_llm/common/customAllReduceUtils.h
+#: @005b299): on SM90 and SM100 at TP 4 and 8 ONESHOT/TWOSHOT up to 4 MiB (e.g. hidden 8192: up to 256 tokens), NCCL
+#: above; the model takes 4 MiB for every TP size (TP 2 keeps the custom kernel to 8 MiB)
 CUSTOM_AR_VLLM = CUSTOM_AR_SGLANG = 8192 * 1024
-CUSTOM_AR_TRTLLM = 64 * 1024 * 1024
+CUSTOM_AR_TRTLLM = 4 * 1024 * 1024 + 1          # the kernel's inclusive 4 MiB under the model's strict "<"
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?")
 
 
