@@ -338,8 +338,8 @@ SERVE_COLUMNS = _cols(
      "scheduler, vLLM async scheduling): the first token leaves one iteration later.", 0, 1),
     ("spec_tokens", "tokens", 0, "Speculative decoding (MTP, EAGLE): draft tokens proposed per decode step (0: "
      "off); concurrency load only.", 0, 64),
-    ("spec_acceptance", "1", 0.0, "Speculative decoding: probability that a draft token is accepted (i.i.d.).",
-     0, 1),
+    ("spec_acceptance", "1", 0.0, "Speculative decoding: probability that a draft token is accepted.", 0, 1),
+    ("custom_allreduce_bytes", "bytes", 0, "Largest allreduce run by the engine's own P2P kernel (0: NCCL).", 0, 1 << 40),
     ("kv_on_demand", "1", 0, "0: a request is admitted only if its KV cache at full length fits (TRT-LLM "
      "GUARANTEED_NO_EVICT); 1: KV blocks are allocated as tokens arrive (vLLM, SGLang): a request holds "
      "input_len + output_len / 2 tokens on average.", 0, 1),

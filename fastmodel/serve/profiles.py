@@ -12,6 +12,7 @@ documented defaults at that version, with the source of every value (docs/source
 | ``mixed_prefill`` | 1 (in-flight batching) | 1 (decodes first, prefill fills the budget) | 0 (prefill first, decodes wait; no mixed chunk) |
 | ``overlap_step`` | 1 (overlap scheduler on) | 0 up to 0.12, 1 from 0.15.1 (async scheduling) | 1 (overlap scheduler on) |
 | ``kv_on_demand`` | 0 (GUARANTEED_NO_EVICT) | 1 (paged blocks on demand) | 1 |
+| ``custom_allreduce_bytes`` | 4 MiB (AUTO lookup table: NCCL above) | 8 MiB (``CustomAllreduce``) | 8 MiB |
 
 Sources: TensorRT-LLM ``TorchLlmArgs`` (``max_num_tokens``, ``max_batch_size``, ``enable_chunked_prefill``,
 ``disable_overlap_scheduler``) and its "Useful Runtime Options" and overlap-scheduler pages; vLLM
@@ -34,6 +35,15 @@ GIB = 2**30
 ENGINE_NAMES = {"trtllm": ("tensorrt-llm", "trt-llm", "tensorrt_llm", "trtllm"), "vllm": ("vllm",),
                 "sglang": ("sglang",)}
 DEFAULT_ENGINE = "trtllm"
+#: largest allreduce (bytes) each engine runs with its own peer-to-peer kernel (kernels/serve/allreduce.py): vLLM
+#: ``CustomAllreduce(max_size=8192 * 1024)`` (vllm/distributed/device_communicators/custom_all_reduce.py @00d618a),
+#: SGLang ``CustomAllreduce._MAX_CAR_SIZE = 8192 * 1024`` (python/sglang/srt/distributed/device_communicators/
+#: custom_all_reduce.py @004e656); TensorRT-LLM's AUTO strategy (cpp/tensorrt_llm/thop/allreduceOp.cpp
+#: ``selectImplementation``) reads ``selectStrategyLookUpTable`` (cpp/tensorrt_llm/common/customAllReduceUtils.h
+#: @005b299): on SM90 and SM100 at TP 4 and 8 ONESHOT/TWOSHOT up to 4 MiB (e.g. hidden 8192: up to 256 tokens), NCCL
+#: above; the model takes 4 MiB for every TP size (TP 2 keeps the custom kernel to 8 MiB)
+CUSTOM_AR_VLLM = CUSTOM_AR_SGLANG = 8192 * 1024
+CUSTOM_AR_TRTLLM = 4 * 1024 * 1024 + 1          # the kernel's inclusive 4 MiB under the model's strict "<"
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?")
 
 
@@ -59,12 +69,14 @@ def profile_columns(engine: str | None, version: tuple[int, ...] | None, hbm_byt
         large = hbm_bytes >= 70 * GIB
         return {"max_num_tokens": 8192 if large else 2048, "max_batch_size": 1024 if large else 256,
                 "chunked_prefill": 1, "mixed_prefill": 1,
-                "overlap_step": 1 if version is None or version >= (0, 15, 1) else 0, "kv_on_demand": 1}
+                "overlap_step": 1 if version is None or version >= (0, 15, 1) else 0, "kv_on_demand": 1,
+                "custom_allreduce_bytes": CUSTOM_AR_VLLM}
     if engine == "sglang":
         return {"max_num_tokens": 16384 if hbm_bytes >= 160 * GIB else 8192, "max_batch_size": 4096,
-                "chunked_prefill": 1, "mixed_prefill": 0, "overlap_step": 1, "kv_on_demand": 1}
+                "chunked_prefill": 1, "mixed_prefill": 0, "overlap_step": 1, "kv_on_demand": 1,
+                "custom_allreduce_bytes": CUSTOM_AR_SGLANG}
     return {"max_num_tokens": 8192, "max_batch_size": 2048, "chunked_prefill": 0, "mixed_prefill": 1,
-            "overlap_step": 1, "kv_on_demand": 0}
+            "overlap_step": 1, "kv_on_demand": 0, "custom_allreduce_bytes": CUSTOM_AR_TRTLLM}
 
 
 def fp4_activation(engine: str | None, precision: str) -> tuple[float, str | None]:
@@ -96,6 +108,18 @@ def expert_row_tiles(engine: str | None, precision: str) -> tuple[float, float]:
     if precision == "mxfp4" and (engine or DEFAULT_ENGINE) == "vllm":
         return 8.0, 64.0
     return 0.0, 0.0
+
+
+def moe_dispatcher(engine: str | None, ep: float, top_k: float, gpu: str) -> float:
+    """``moe_dispatcher`` code of an engine's expert-parallel MoE under attention DP: 1 (all-gather the tokens,
+    reduce-scatter the outputs) by default in vLLM (``vllm/config/parallel.py`` ``ParallelConfig.all2all_backend =
+    "allgather_reducescatter"``) and SGLang (``python/sglang/srt/server_args.py`` ``moe_a2a_backend = "none"``);
+    TensorRT-LLM runs its all-to-all (0) only when ``moe_ep_size > top_k`` on a multi-node-NVLink system
+    (``tensorrt_llm/_torch/modules/fused_moe/fused_moe_trtllm_gen.py`` ``enable_alltoall``: also attention DP and
+    ``MnnvlMemory.supports_mnnvl()``, the GB200/GB300 NVL racks), else the all-gather."""
+    if (engine or DEFAULT_ENGINE) == "trtllm" and ep > top_k and gpu.upper().startswith("GB"):
+        return 0.0
+    return 1.0
 
 
 def framework_profile(framework: str | None, hbm_bytes: float) -> tuple[dict[str, float], list[str]]:

@@ -25,7 +25,13 @@ from fastmodel.errors import SpecError, UnsupportedError
 from fastmodel.registry.lm import COLUMN_INDEX, LOAD_MODES
 from fastmodel.serve.api import precision_columns
 from fastmodel.serve.precisions import FP4_PRECISIONS, published_fp4_checkpoint
-from fastmodel.serve.profiles import expert_row_tiles, fp4_activation, framework_profile, parse_framework
+from fastmodel.serve.profiles import (
+    expert_row_tiles,
+    fp4_activation,
+    framework_profile,
+    moe_dispatcher,
+    parse_framework,
+)
 from fastmodel.spec.devices import device_table
 from fastmodel.spec.records import read_jsonl
 
@@ -148,6 +154,8 @@ def lower_serve_record(data: dict, source: str | None = None) -> ServeRecord:
     values["fp4_act"], act_note = fp4_activation(parse_framework(record.framework)[0], precision)
     if act_note and values["peak_flops_4"] > 0:
         notes.append(act_note)
+    values["moe_dispatcher"] = moe_dispatcher(parse_framework(record.framework)[0], columns[COLUMN_INDEX["ep"]],
+                                              columns[COLUMN_INDEX["moe_topk"]], gpu)
     if values["peak_flops_4"] > 0:     # the engine's FP4 MoE kernel; without FP4 tensor cores, another backend
         values["expert_tile_min"], values["expert_tile_max"] = expert_row_tiles(
             parse_framework(record.framework)[0], precision)

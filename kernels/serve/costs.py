@@ -12,7 +12,7 @@ from fastmodel.kernels.lm.shape import (  # noqa: F401 - ACT_BYTES, expert_tp re
     mlp_matrices,
 )
 from fastmodel.kernels.columns import (
-    C_ATTENTION_DP, C_FP4_ACT, C_FP4_GEMM, C_KERNEL_OVERHEAD_S, C_MOE_TP, C_PEAK_FLOPS_4, C_QUANT_EXPERTS_ONLY,
+    C_ATTENTION_DP, C_FP4_ACT, C_MOE_DISPATCHER, DISPATCH_ALLGATHER, C_FP4_GEMM, C_KERNEL_OVERHEAD_S, C_MOE_TP, C_PEAK_FLOPS_4, C_QUANT_EXPERTS_ONLY,
 )
 from fastmodel.kernels.roofline import gemm_roofline, memory_bound_time
 from fastmodel.kernels.lm.layout import (
@@ -20,7 +20,8 @@ from fastmodel.kernels.lm.layout import (
     C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS, C_MOE_TOPK, C_PP, C_PRECISION,
     C_STACK_COMPUTE_EFF, C_TP, C_VOCAB, C_WEIGHT_BYTES, PRECISION_FP8,
 )
-from fastmodel.kernels.nccl import allgather_time, allreduce_time, alltoall_time, p2p_time
+from fastmodel.kernels.nccl import allgather_time, alltoall_time, p2p_time
+from fastmodel.kernels.serve.allreduce import serve_allreduce
 
 #: flags passed as floats, not bools: numba types a constant bool argument as a literal and compiles one
 #: specialisation of the callee per value (and of everything it calls); a float flag compiles once
@@ -146,19 +147,25 @@ def layer_comm(row, m, moe, m_rank=-1.0):
     """Communication seconds of one layer for ``m`` tokens of the stage (``m_rank`` on the busiest attention-DP
     group, default m / attention_dp): the attention block's TP allreduce of m_rank x h 16-bit activations; the
     MLP's allreduce over every GPU of the stage (tp x attention_dp: under attention DP it gathers every group's
-    tokens); with ep > 1 the MoE block's allreduce becomes a dispatch and a combine all-to-all over ep and an
-    allreduce over each expert's devices."""
+    tokens); with ep > 1 under attention DP the MoE block's allreduce becomes a dispatch and a combine all-to-all
+    over ep and an allreduce over each expert's devices. Without attention DP every GPU of the TP group already
+    holds every token, so EP needs no dispatch: each GPU runs its experts on the tokens routed to them and one
+    allreduce over the group sums the partial outputs, as for a dense MLP (vLLM ``FusedMoEParallelConfig.
+    use_all2all_kernels``: ``dp_size > 1 and use_ep``; TensorRT-LLM ``enable_alltoall`` needs
+    ``enable_attention_dp``; docs/model_serving.md S14). Under attention DP with the all-gather dispatcher
+    (``moe_dispatcher`` 1, vLLM's and SGLang's default) the MoE block all-gathers every group's tokens and
+    reduce-scatters the outputs over the stage: an allreduce's volume, the dense MLP's path below."""
     t = row[C_TP]
     adp = row[C_ATTENTION_DP]
     mine = m_rank if m_rank >= 0.0 else m / adp
     nbytes = ACT_BYTES * mine * row[C_HIDDEN]
-    attention = allreduce_time(row, nbytes, t, 1.0)
-    if moe and row[C_EP] > 1.0:
+    attention = serve_allreduce(row, nbytes, t, 1.0)
+    if moe and row[C_EP] > 1.0 and adp > 1.0 and row[C_MOE_DISPATCHER] != DISPATCH_ALLGATHER:
         ep = row[C_EP]
         a2a = alltoall_time(row, nbytes * row[C_MOE_TOPK], ep, 1.0)
-        return attention + 2.0 * a2a + allreduce_time(row, nbytes, serve_etp(row), ep)
+        return attention + 2.0 * a2a + serve_allreduce(row, nbytes, serve_etp(row), ep)
     if adp > 1.0:
-        return attention + allreduce_time(row, ACT_BYTES * m * row[C_HIDDEN], ffn_tp(row), 1.0)
+        return attention + serve_allreduce(row, ACT_BYTES * m * row[C_HIDDEN], ffn_tp(row), 1.0)
     return 2.0 * attention
 
 

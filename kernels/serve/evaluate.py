@@ -74,17 +74,20 @@ from fastmodel.kernels.serve.costs import experts_touched  # noqa: F401
 @njit
 def prefill_costs(row, prompts, costs, part):
     """Prefill of ``prompts`` prompts of input_len tokens in chunks of <= max_num_tokens tokens (into ``costs``);
-    returns the seconds. The prompts spread over the attention-DP groups (one group holds one prompt alone)."""
+    returns the seconds. The prompts spread over the attention-DP groups (one group holds one prompt alone): the
+    busiest group projects and attends ``prompts / min(attention_dp, prompts)`` of them, in parallel with the
+    others (its attention too, not every group's)."""
+    groups = max(1.0, min(row[C_ATTENTION_DP], prompts))
     tokens = prompts * row[C_INPUT_LEN]
     chunks = max(1.0, math.ceil(tokens / row[C_MAX_NUM_TOKENS]))
     m = tokens / chunks
     for k in range(4):
         part[k] = 0.0
-    body_costs(row, m, LAUNCH, part, m / max(1.0, min(row[C_ATTENTION_DP], prompts)))
+    body_costs(row, m, LAUNCH, part, m / groups)
     head_costs(row, prompts / chunks, LAUNCH, part)
     for k in range(4):
         costs[k] += chunks * part[k]
-    costs[K_ATTN] += prefill_attention_time(row, prompts, row[C_INPUT_LEN])
+    costs[K_ATTN] += prefill_attention_time(row, prompts / groups, row[C_INPUT_LEN])
     return costs[K_GEMM] + costs[K_ATTN] + costs[K_MEM] + costs[K_COMM]
 
 

@@ -371,3 +371,17 @@ def test_validate_counts_a_refused_serving_record_as_a_miss(tmp_path):
     line = next(line for line in result.stdout.splitlines() if line.startswith("all "))
     assert line.split()[1:3] == ["2", "1"]               # two measured, one of them a miss
     assert float(line.split()[6].rstrip("%")) <= 50.0     # the miss counts against the hit rate
+
+
+def test_static_prefill_attention_runs_one_prompt_per_attention_dp_group():
+    """A static batch of 4 prompts over 4 attention-DP groups: each group attends its own prompt in parallel, so
+    the prefill attention is one prompt's causal attention (flash: I (I + 1) / 2 pairs per head), not four."""
+    kw = dict(input_len=2048, output_len=2)
+    one = evaluate("mixtral-8x7b", "H100", tp=1, batch_size=1, **kw)
+    four = evaluate("mixtral-8x7b", "H100", tp=1, attention_dp=4, ep=4, batch_size=4, **kw)
+    d = device_columns("H100")
+    layers, heads, dh = 32, 32, 128
+    flops = 2.0 * heads * (dh + dh) * 2048 * 2049 / 2.0
+    by_hand = layers * (flops / (d["peak_flops_16"] * d["attn_eff"]) + d["kernel_overhead_s"])
+    assert one["prefill_attention"] == pytest.approx(by_hand, rel=1e-9)
+    assert four["prefill_attention"] == pytest.approx(by_hand, rel=1e-9)
