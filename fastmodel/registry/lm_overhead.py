@@ -29,8 +29,8 @@ OVERHEAD_DEVICE_ROWS = (
      "loading (PyTorch sets CUDA_MODULE_LOADING=LAZY since 1.13; pytorch/pytorch PR #86509 measured 287,047,680 "
      "bytes lazy vs 666,632,192 eager).", 0, 1e11),
     ("cublas_workspace_bytes", "bytes", 32 * 2**20, "cuBLAS workspace PyTorch gives each (handle, stream): "
-     "CUBLAS_WORKSPACE_CONFIG default :4096:8 = 32 MiB on sm90 and later, :4096:2:16:8 = 8.125 MiB before "
-     "(aten/src/ATen/cuda/CublasHandlePool.cpp, parseChosenWorkspaceSize; cuBLAS docs, cublasSetWorkspace).",
+     "CUBLAS_WORKSPACE_CONFIG default :4096:8 = 32 MiB on sm 9.0 (Hopper), :4096:2:16:8 = 8.125 MiB on every "
+     "other arch, Blackwell included (aten/src/ATen/cuda/CublasHandlePool.cpp, parseChosenWorkspaceSize).",
      0, 1e10),
     ("nccl_channels", "1", 16, "Ring channels of one NCCL communicator of the job, each holding one connection's "
      "LL + LL128 + Simple buffers (NCCL logs: 16 on multi-node H100, NVIDIA/nccl#1453; 24 on HGX A100, "
