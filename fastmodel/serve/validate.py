@@ -7,7 +7,9 @@ TPOT. Tables give MAPE, median |error| and bias by engine, GPU and precision; a 
 is counted as a miss. Disaggregated records are evaluated as two worker pools
 (``fastmodel.serve.disagg``; naive baseline: the prefill worker's lone prefill and the decode worker's step). With
 a held-out split (``fastmodel.analysis.splits``) every table shows the development rows and the held-out rows side
-by side.
+by side. Beside engine, GPU, precision and mode, the tables split by model and by load band (``load``: the
+closed loop's requests in flight, 1-4 / 8-32 / 64+, which separates prefill speed at low concurrency from
+queueing at high; or the load mode, ``batch`` or ``max_throughput``).
 """
 
 from __future__ import annotations
@@ -22,11 +24,28 @@ from fastmodel.serve.records import ServeRecord
 
 #: measured key -> predicted result
 METRICS = {"ttft_s": "ttft", "tpot_s": "tpot", "output_tokens_per_s": "output_tokens_per_s"}
-GROUP_KEYS = ("engine", "gpu", "precision", "mode")
+GROUP_KEYS = ("engine", "gpu", "precision", "mode", "model", "load")
+#: upper ends of the concurrency bands (requests in flight) of the ``load`` group, and their labels
+LOAD_BANDS = ((4, "c1-4"), (32, "c5-32"))
+LOAD_TOP = "c33+"
 ENGINE_TITLES = {"trtllm": "TensorRT-LLM", "vllm": "vLLM", "sglang": "SGLang", None: "other"}
 NAIVE = {"ttft_s": "a lone prefill", "tpot_s": "the decode-only iteration at the running batch",
          "output_tokens_per_s": "none"}
 DECODE = ("decode_gemm", "decode_attention", "decode_memory_bound", "decode_comm", "decode_overhead")
+
+
+def load_band(serve: dict) -> str:
+    """The ``load`` group of a record's ``serve`` block: the band of its concurrency (``c1-4``, ``c5-32``,
+    ``c33+``), else its load mode (``batch``, ``max_throughput``; ``-`` when none is given)."""
+    concurrency = serve.get("concurrency")
+    if isinstance(concurrency, (int, float)) and not isinstance(concurrency, bool) and concurrency > 0:
+        return next((label for top, label in LOAD_BANDS if concurrency <= top), LOAD_TOP)
+    return next((k for k in ("batch_size", "max_throughput") if serve.get(k)), "-").replace("batch_size", "batch")
+
+
+def _model_name(raw: dict) -> str:
+    model = raw.get("model")
+    return str(model.get("name", "")) if isinstance(model, dict) else str(model or "")
 
 
 def _measured(record) -> dict:
@@ -55,7 +74,7 @@ def rows(records: list) -> list[dict]:
         serve = r.raw["serve"]
         row = {"id": r.id, "engine": ENGINE_TITLES[parse_framework(r.raw.get("framework"))[0]],
                "framework": r.raw.get("framework"), "gpu": str(r.raw["system"].get("gpu", "")),
-               "precision": serve.get("precision", "bf16"),
+               "precision": serve.get("precision", "bf16"), "model": _model_name(r.raw), "load": load_band(serve),
                "load_mode": next((k for k in ("batch_size", "concurrency", "max_throughput") if serve.get(k)), "")}
         i = position.get(id(r))
         pooled = disagg.get(id(r))
@@ -121,6 +140,7 @@ def refused_rows(refused: list) -> list[dict]:
         row = {"id": item.id, "engine": ENGINE_TITLES[parse_framework(raw.get("framework"))[0]],
                "framework": raw.get("framework"), "gpu": str(system.get("gpu", "")),
                "precision": str(serve.get("precision", "bf16")), "mode": str(serve.get("mode", "aggregated")),
+               "model": _model_name(raw), "load": load_band(serve),
                "load_mode": next((k for k in ("batch_size", "concurrency", "max_throughput") if serve.get(k)), ""),
                "status": "refused"}
         for key in METRICS:

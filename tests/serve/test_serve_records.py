@@ -127,6 +127,22 @@ def test_validate_answers_every_disaggregated_record_and_splits_heldout():
         read_serve_records(path)
 
 
+def test_validate_splits_serving_errors_by_model_and_load_band():
+    from fastmodel.serve.validate import format_report, load_band, rows
+
+    # the bands by hand: 1-4 in flight (prefill speed), 5-32, 33+ (queueing); other load modes by name
+    assert [load_band({"concurrency": c}) for c in (1, 4, 5, 8, 32, 33, 64, 256)] == \
+        ["c1-4", "c1-4", "c5-32", "c5-32", "c5-32", "c33+", "c33+", "c33+"]
+    assert load_band({"batch_size": 4}) == "batch" and load_band({"max_throughput": True}) == "max_throughput"
+    assert load_band({}) == "-" and load_band({"concurrency": True}) == "-"
+    table = rows(read_serve_records(DATA / "serve_dev_disagg.jsonl", []))
+    assert {r["model"] for r in table} >= {"Qwen3-32B"}
+    by_id = {r["id"]: r for r in table}
+    assert by_id["aic-disagg-qwen3_32b_qwen3_32b_h100_sxm_sglang_disagg_4000x1000_c_tpnone_epnone_1"]["load"] == "c33+"
+    report = format_report(table)
+    assert "model=Qwen3-32B" in report and "load=c33+" in report
+
+
 @pytest.mark.parametrize("framework, engine, version", [
     ("TensorRT-LLM 1.0.0rc3", "trtllm", (1, 0, 0)), ("vLLM 0.15.1", "vllm", (0, 15, 1)),
     ("SGLang 0.5.6.post2", "sglang", (0, 5, 6)), ("vLLM (version not recorded)", "vllm", None),
