@@ -15,7 +15,7 @@ that rank's peak (``tests/lm/test_memory_timeline.py`` checks it against ``memor
   the input-gradient pass ``I`` is that start and the weight-gradient pass ``W`` frees the activations;
 - the optimizer step ends the step (``P_OPTIMIZER``).
 
-``overhead`` is ``framework_memory_bytes``; the allocator's cache shows as the ``reserved`` line, the peak
+``overhead`` is ``overhead_bytes`` (kernels/lm/memory.py); the allocator's cache shows as the ``reserved`` line, the peak
 allocated bytes times ``(1 + allocator_cache_fraction)`` plus the overhead (the cache is released on demand, so
 it does not decide what fits).
 """
@@ -78,6 +78,7 @@ def _terms(row: np.ndarray) -> dict:
 
 def stage_memory(row: np.ndarray, stage: int, terms: dict | None = None) -> StageMemory:
     """The moments of pipeline rank ``stage`` over one step (see the module docstring)."""
+    from fastmodel.kernels.lm.memory import overhead_bytes
     from fastmodel.kernels.lm.memory_activations import stage_microbatch_bytes
     from fastmodel.kernels.lm.memory_peak import P_OPTIMIZER, phase_kinds
     from fastmodel.kernels.lm.pipeline import chain_length, exact_schedule, microbatches, stage_order, virtual_stage
@@ -91,7 +92,7 @@ def stage_memory(row: np.ndarray, stage: int, terms: dict | None = None) -> Stag
     kept = 1.0 - row[C["activation_offload"]]
     chunk = stage_microbatch_bytes(row, float(stage), t["dense"], t["moe"]) / v * kept
     fsdp = int(row[C["sharding"]]) == 3
-    overhead = row[C["framework_memory_bytes"]]
+    overhead = overhead_bytes(row)
     index = {k: i for i, k in enumerate(MEMORY_KINDS)}
     labels, rows = ["start"], []
 
@@ -151,5 +152,5 @@ def memory_timeline(columns: np.ndarray, title: str = "the configuration",
 
         raise SpecError(None, "memory_margin", f"{margin / 2**30:.1f} GiB must be >= 0 and below the HBM of "
                         f"{hbm / 2**30:.1f} GiB")
-    reserved = allocated * (1.0 + row[C["allocator_cache_fraction"]]) + row[C["framework_memory_bytes"]]   # + overhead
+    reserved = allocated * (1.0 + row[C["allocator_cache_fraction"]]) + out[KINDS.index("overhead")]
     return MemoryTimeline(stages, KINDS, hbm, hbm - margin, float(reserved), title)

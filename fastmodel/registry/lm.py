@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fastmodel.registry.lm_overhead import OVERHEAD_DEVICE_ROWS
 from fastmodel.registry.variables import (
     FITS_MEMORY,
     MEMORY_PER_DEVICE,
@@ -255,14 +256,7 @@ DEVICE_COLUMNS = _cols(
     ("comm_sm_share", "1", 0.15, "Share of compute throughput lost while a collective overlaps it (NCCL runs one "
      "SM per channel, 16-24 channels, and competes for HBM).", 0, 0.9, True),
     ("kernel_overhead_s", "s", 4e-6, "Launch + tail per kernel.", 0, 1e-3, True),
-    ("usable_hbm_fraction", "1", 0.95, "Share of HBM usable by the framework.", 0.1, 1),
-    ("framework_memory_bytes", "bytes", 3 * 2**30, "Per-device memory that is not a live tensor: CUDA context, "
-     "NCCL communicator buffers, library handles, the caching allocator's fragmentation.", 0, 1e12),
-    ("allocator_cache_fraction", "1", 0.05, "Memory the caching allocator reserves beyond its peak allocated "
-     "bytes, as a share of them: memory_reserved = (1 + f) x memory_allocated (cached free blocks; "
-     "torch.cuda.memory_stats: reserved = allocated + cached). Reported, not used for fits_memory: the "
-     "allocator releases its cache and retries when a device allocation fails. 0.05: the Megatron-LM B200 runs of "
-     "runs_dev_b200.jsonl report max_memory_reserved / max_memory_allocated of 1.028-1.069.", 0, 1),
+    *OVERHEAD_DEVICE_ROWS,
 )
 
 NETWORK_COLUMNS = _cols(
@@ -394,8 +388,8 @@ RESULTS: tuple[Variable, ...] = (
     Result("memory_activations", "bytes", "min", "Activations held for backward on the most loaded rank."),
     Result("memory_kv_cache", "bytes", "min", "KV cache (serving)."),
     Result("memory_buffers", "bytes", "min", "Communication and gather buffers, logits workspace."),
-    Result("memory_overhead", "bytes", "min", "Not a live tensor: framework_memory_bytes (CUDA context, NCCL, "
-           "allocator fragmentation)."),
+    Result("memory_overhead", "bytes", "min", "Not a live tensor: CUDA context, cuBLAS workspaces, NCCL "
+           "communicator buffers (kernels/lm/memory.py overhead_bytes)."),
     MEMORY_PER_DEVICE,
     FITS_MEMORY,
     Result("memory_allocated", "bytes", "min", "Peak bytes of live tensors over one step on the worst rank, as "

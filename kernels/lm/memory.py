@@ -27,11 +27,12 @@ import numpy as np
 from fastmodel.kernels.jit import njit, prange
 from fastmodel.kernels.lm.moe import expert_tp
 from fastmodel.kernels.lm.layout import (
-    C_COLLECTIVE_BUCKET_BYTES, C_CP, C_CP_ALGORITHM, C_DENSE_LAYERS, C_EP, C_FFN, C_FP8_PARAMS, C_FRAMEWORK_MEMORY_BYTES, C_FSDP_COPY_OUT, C_FSDP_MODULE_WRAP,
+    C_COLLECTIVE_BUCKET_BYTES, C_CP, C_CP_ALGORITHM, C_DENSE_LAYERS, C_EP, C_FFN, C_FP8_PARAMS, C_FSDP_COPY_OUT, C_FSDP_MODULE_WRAP,
     C_GRAD_REDUCE_BYTES, C_HEADS, C_HEAD_DIM, C_HIDDEN, C_KV_HEADS, C_KV_LORA_RANK, C_LAYERS, C_MLA, C_MOE_EXPERTS,
     C_MOE_FFN, C_MOE_SHARED_EXPERTS, C_PP, C_PRECISION, C_QK_ROPE_HEAD_DIM, C_SEQUENCE_PARALLEL, C_SHARDING, C_TP,
     C_LOSS_IMPL, C_VOCAB, LOSS_COMPILED, LOSS_EAGER, M_ACTIVATIONS, M_BUFFERS, M_GRADIENTS, M_KV_CACHE, M_OPTIMIZER, M_OVERHEAD, M_WEIGHTS, N_MEMORY_KINDS,
-    CP_ALLTOALL, PRECISION_FP8, SHARD_FSDP,
+    CP_ALLTOALL, PRECISION_FP8, SHARD_FSDP, C_CUDA_CONTEXT_BYTES, C_CUBLAS_WORKSPACE_BYTES, C_DP, C_NCCL_CHANNELS,
+    C_NCCL_P2P_CHANNELS_PER_PEER,
 )
 from fastmodel.kernels.lm.memory_activations import (
     micro_batch_tokens, replicated_divisor, local_kv_width, routed_tokens, layer_activation_bytes, kept_mode,
@@ -42,6 +43,7 @@ from fastmodel.kernels.lm.memory_states import (
     is_moe, attention_params, mlp_params, B16, B32,
 )
 from fastmodel.kernels.lm.shape import norm_params
+from fastmodel.registry.lm_overhead import NCCL_LL128_BYTES, NCCL_LL_BYTES, NCCL_SIMPLE_BYTES
 from fastmodel.kernels.lm.memory_states import layers_per_stage  # noqa: F401 - re-exported for callers of the old layout
 
 
@@ -186,6 +188,57 @@ def comm_buffer_bytes(row):
     return total
 
 
+# --- overhead: what is not a model tensor ------------------------------------------------------------------------------
+
+#: one NCCL connection's buffers, LL + LL128 + Simple (NVIDIA/nccl src/init.cc; fastmodel/registry/lm_overhead.py)
+NCCL_RING_CONNECTION_BYTES = float(NCCL_LL_BYTES + NCCL_LL128_BYTES + NCCL_SIMPLE_BYTES)
+#: cuBLAS handles PyTorch uses per device in training: the forward's thread and autograd's device thread each
+#: reserve a handle from the per-thread pool, both on the compute stream (CublasHandlePool.cpp, a workspace per
+#: (handle, stream); torch/csrc/autograd/engine.cpp runs the backward on one worker thread per device)
+CUBLAS_HANDLES = 2.0
+
+
+@njit(error_model='numpy')
+def nccl_buffer_bytes(row):
+    """NCCL communicator buffers on one device: ``n_ring * C * (LL + LL128 + Simple) + n_p2p * C_p * Simple``.
+
+    A collective communicator connects, per ring channel (``C`` = ``nccl_channels``), one receive connection with
+    a buffer per protocol (LL 512 KiB, LL128 4.69 MiB, Simple 4 MiB; NVIDIA/nccl src/init.cc); only the ring is
+    counted (NCCL >= 2.22 connects an algorithm when first used, NCCL_RUNTIME_CONNECT=1, and large collectives
+    use the ring). Point-to-point traffic keeps ``C_p`` (``nccl_p2p_channels_per_peer``) Simple buffers per peer.
+    Communicators a rank uses: tensor parallel (``tp > 1``), data parallel over ``dp cp`` (gradients, FSDP
+    gathers), the expert data-parallel group ``dp cp t / (ep etp)`` of a MoE with ``ep > 1``; point to point:
+    the pipeline's previous and next rank (one when ``pp = 2``), the ``ep - 1`` all-to-all peers of expert
+    parallelism, context parallelism's ring neighbours (2) or all-to-all peers (``cp - 1``).
+    """
+    channels = row[C_NCCL_CHANNELS]
+    per_peer = row[C_NCCL_P2P_CHANNELS_PER_PEER] * NCCL_SIMPLE_BYTES
+    rings = 0.0
+    peers = 0.0
+    if row[C_TP] > 1:
+        rings += 1.0
+    if row[C_DP] * row[C_CP] > 1:
+        rings += 1.0
+    if is_moe(row) and row[C_EP] > 1:
+        peers += row[C_EP] - 1.0
+        if row[C_DP] * row[C_CP] * row[C_TP] / (row[C_EP] * expert_tp(row)) > 1:
+            rings += 1.0
+    if row[C_PP] > 1:
+        peers += min(2.0, row[C_PP] - 1.0)
+    if row[C_CP] > 1:
+        peers += row[C_CP] - 1.0 if int(row[C_CP_ALGORITHM]) == CP_ALLTOALL else min(2.0, row[C_CP] - 1.0)
+    return rings * channels * NCCL_RING_CONNECTION_BYTES + peers * per_peer
+
+
+@njit(error_model='numpy')
+def overhead_bytes(row):
+    """Device memory that is no model tensor (the ``overhead`` kind): the CUDA context (``cuda_context_bytes``),
+    PyTorch's cuBLAS workspaces ``CUBLAS_HANDLES * cublas_workspace_bytes`` and the NCCL buffers
+    (``nccl_buffer_bytes``)."""
+    return (row[C_CUDA_CONTEXT_BYTES] + CUBLAS_HANDLES * row[C_CUBLAS_WORKSPACE_BYTES]
+            + nccl_buffer_bytes(row))
+
+
 @njit(error_model='numpy')
 def loss_workspace_bytes_per_logit(row):
     """Bytes per logit live at the loss's peak, by how the stack computes it (``loss_impl``):
@@ -229,8 +282,8 @@ def memory_row(row, out):
     The first and the last rank are evaluated (a middle rank holds fewer micro-batches than the first and no
     LM head); each rank's peak is the largest total over the phases of the step (kernels/lm/memory_peak.py),
     and the rank with the larger peak is reported, by kind at that moment. KV cache is zero in training;
-    ``overhead`` is ``framework_memory_bytes``: what is not a live tensor (CUDA context, NCCL, the allocator's
-    fragmentation). The allocator's cache of free blocks is not counted: PyTorch's caching allocator releases
+    ``overhead`` is ``overhead_bytes``: what is not a live tensor (CUDA context, cuBLAS workspaces, NCCL
+    buffers). The allocator's cache of free blocks is not counted: PyTorch's caching allocator releases
     it and retries when a device allocation fails (``num_alloc_retries`` in ``torch.cuda.memory_stats``), so
     it is reported as ``memory_reserved`` but does not decide what fits.
     """
@@ -263,7 +316,7 @@ def memory_row(row, out):
     out[M_ACTIVATIONS] = a
     out[M_KV_CACHE] = 0.0
     out[M_BUFFERS] = b
-    out[M_OVERHEAD] = row[C_FRAMEWORK_MEMORY_BYTES]
+    out[M_OVERHEAD] = overhead_bytes(row)
     return best_stage
 
 

@@ -25,12 +25,14 @@ from fastmodel.lm.table import row
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 ALLOCATED = (M_WEIGHTS, M_GRADIENTS, M_OPTIMIZER, M_ACTIVATIONS, M_BUFFERS)
+#: the overhead's terms set to zero (kernels/lm/memory.py overhead_bytes), so a peak is the tensors alone
+NO_OVERHEAD = dict(cuda_context_bytes=0, cublas_workspace_bytes=0, nccl_channels=0, nccl_p2p_channels_per_peer=0)
 
 
 def peak(**values) -> tuple[np.ndarray, float]:
     """(bytes by kind at the worst rank's peak, that rank)."""
     out = np.full(N_MEMORY_KINDS, np.nan)
-    stage = memory_row(row(**{"framework_memory_bytes": 0, "allocator_cache_fraction": 0, **values}), out)
+    stage = memory_row(row(**{**NO_OVERHEAD, "allocator_cache_fraction": 0, **values}), out)
     return out, stage
 
 
@@ -98,7 +100,7 @@ def test_embedding_gradient_transient_on_the_first_rank():
 
     h, v = 1024, 256000
     columns = row(**{**GPT, "vocab": v, "seq_len": 64, "sharding": "distopt"}, layers=4, pp=2, micro_batch=1,
-                  global_batch=4, framework_memory_bytes=0)
+                  global_batch=4, **NO_OVERHEAD)
     stage0 = memory_timeline(columns).stages[0]
     top = int(np.argmax(stage0.totals))
     assert stage0.labels[top].endswith("emb")
@@ -163,11 +165,11 @@ def test_every_kind_shards_over_the_groups_the_stack_uses():
 
 def test_allocated_reserved_and_per_device():
     """memory_allocated is the tensors (every kind but overhead), memory_reserved (1 + f) times it, and
-    memory_per_device adds framework_memory_bytes to the allocated bytes (the allocator's cache is released
+    memory_per_device adds the overhead (here the CUDA context alone) to the allocated bytes (the allocator's cache is released
     when an allocation would fail)."""
     from fastmodel.lm.engine import evaluate_table
 
-    columns = row(**GPT, layers=8, pp=4, micro_batch=2, global_batch=16, framework_memory_bytes=2**30,
+    columns = row(**GPT, layers=8, pp=4, micro_batch=2, global_batch=16, **{**NO_OVERHEAD, "cuda_context_bytes": 2**30},
                   allocator_cache_fraction=0.05)
     results = evaluate_table(columns[:, None])
     out, stage = peak(**GPT, layers=8, pp=4, micro_batch=2, global_batch=16)

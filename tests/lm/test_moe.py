@@ -182,6 +182,16 @@ def test_deepseek_v3_report_plan_against_180k_gpu_hours_per_trillion_tokens():
     assert abs(values["step_time"] / implied - 1) < 0.15
 
 
+def test_deepseek_v3_record_recomputes_the_reports_modules():
+    """DeepSeek-V3 report sec. 3.2.3: all RMSNorm operations and the MLA up-projections are recomputed in the
+    backward; the record states them as Megatron-Core recompute_modules, bits layernorm 2 + mla_up_proj 4."""
+    from fastmodel.lm.records import lower_record
+    from fastmodel.registry.lm import COLUMN_INDEX
+
+    columns = lower_record(_deepseek_v3()).columns
+    assert columns[COLUMN_INDEX["recompute_modules"]] == 2 + 4
+
+
 def test_sweeps_take_etp_as_a_degree():
     """``tp2.ep32.etp1`` on 32 GPUs is the folded mesh (legal); ``tp2.ep32`` keeps etp = tp = 2 and needs 64."""
     from fastmodel.lm.sweep import lm_sweep, mesh_label, parse_mesh

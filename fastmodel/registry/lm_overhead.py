@@ -1,0 +1,40 @@
+"""Device columns of the memory that is not a model tensor: what fits, the allocator, the overhead's terms.
+
+Rows of ``fastmodel.registry.lm.DEVICE_COLUMNS`` (name, units, default, doc, lo, hi), kept here so the registry
+module stays readable. The overhead of the training engine (``kernels/lm/memory.py`` ``overhead_bytes``) is the
+CUDA context, the cuBLAS workspaces and the NCCL communicator buffers; docs/model_memory.md "Overhead" gives the
+equations and sources. ``framework_memory_bytes`` is the serving engine's flat constant (kernels/serve).
+"""
+
+from __future__ import annotations
+
+#: NCCL connection buffers per protocol, bytes (NVIDIA/nccl src/init.cc, DEFAULT_LL_BUFFSIZE,
+#: DEFAULT_LL128_BUFFSIZE, DEFAULT_BUFFSIZE; NCCL_BUFFSIZE sets the Simple one): LL 8 lines x 512 threads x
+#: NCCL_STEPS 8 x 16 B; LL128 120 elements x 640 threads x 8 steps x 8 B; Simple 4 MiB
+NCCL_LL_BYTES = 8 * 512 * 8 * 16
+NCCL_LL128_BYTES = 120 * 640 * 8 * 8
+NCCL_SIMPLE_BYTES = 1 << 22
+
+OVERHEAD_DEVICE_ROWS = (
+    ("usable_hbm_fraction", "1", 0.95, "Share of HBM usable by the framework.", 0.1, 1),
+    ("framework_memory_bytes", "bytes", 3 * 2**30, "Serving engine: per-device memory that is not a live tensor "
+     "(CUDA context, NCCL, library handles, fragmentation), one constant. The training engine counts these "
+     "terms one by one (cuda_context_bytes, cublas_workspace_bytes, nccl_channels) and does not read it.", 0, 1e12),
+    ("allocator_cache_fraction", "1", 0.05, "Memory the caching allocator reserves beyond its peak allocated "
+     "bytes, as a share of them: memory_reserved = (1 + f) x memory_allocated (cached free blocks; "
+     "torch.cuda.memory_stats: reserved = allocated + cached). Reported, not used for fits_memory: the "
+     "allocator releases its cache and retries when a device allocation fails. 0.05: the Megatron-LM B200 runs of "
+     "runs_dev_b200.jsonl report max_memory_reserved / max_memory_allocated of 1.028-1.069.", 0, 1),
+    ("cuda_context_bytes", "bytes", 287047680, "Device memory of the process's CUDA context with lazy module "
+     "loading (PyTorch sets CUDA_MODULE_LOADING=LAZY since 1.13; pytorch/pytorch PR #86509 measured 287,047,680 "
+     "bytes lazy vs 666,632,192 eager).", 0, 1e11),
+    ("cublas_workspace_bytes", "bytes", 32 * 2**20, "cuBLAS workspace PyTorch gives each (handle, stream): "
+     "CUBLAS_WORKSPACE_CONFIG default :4096:8 = 32 MiB on sm 9.0 (Hopper), :4096:2:16:8 = 8.125 MiB on every "
+     "other arch, Blackwell included (aten/src/ATen/cuda/CublasHandlePool.cpp, parseChosenWorkspaceSize).",
+     0, 1e10),
+    ("nccl_channels", "1", 16, "Ring channels of one NCCL communicator of the job, each holding one connection's "
+     "LL + LL128 + Simple buffers (NCCL logs: 16 on multi-node H100, NVIDIA/nccl#1453; 24 on HGX A100, "
+     "NVIDIA/nccl-tests#100). 0: NCCL buffers not counted.", 0, 64),
+    ("nccl_p2p_channels_per_peer", "1", 2, "NCCL channels per peer of point-to-point traffic (pipeline sends, "
+     "all-to-all), each a Simple buffer (NCCL logs '2 p2p channels per peer', NVIDIA/nccl#1189, #1706).", 0, 64),
+)
