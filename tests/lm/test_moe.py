@@ -233,11 +233,11 @@ def test_bad_moe_input_is_one_line_naming_the_field():
 
 
 @pytest.mark.parametrize("name, published", [("deepseek-v2", 236e9), ("kimi-k2", 1.04e12), ("gpt-oss-120b", 116.83e9),
-                                             ("llama4-maverick", 400e9)])
+                                             ("llama4-maverick", 400e9), ("grok-1", 314e9)])
 def test_builtin_moe_models_hold_their_published_parameter_counts(name, published):
     """Total parameters of the built-in MoE models from their public configs (the spec files cite them) against
     the totals their publishers state: DeepSeek-V2 report 236B, Kimi K2 report 1.04T, gpt-oss model card
-    116.83B, Llama 4 model card 400B; within 2% (norm and bias vectors, rounding of the published totals)."""
+    116.83B, Llama 4 model card 400B, xAI's Grok-1 release 314B; within 2% (norm and bias vectors, rounding of the published totals)."""
     from fastmodel.kernels.lm.memory_states import stage_params
     from fastmodel.lm.loader import load_lm_model
     from fastmodel.lm.lowering import model_values

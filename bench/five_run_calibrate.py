@@ -1,0 +1,64 @@
+"""Calibration from a handful of runs (issue 26 item 6): fit on 5 runs of one stack, predict that stack's others.
+
+For every (file, stack) group of measured runs in ``tests/data`` with at least 10 runs, the 5 runs whose ids
+have the smallest SHA-256 are the calibration set (a choice made before any fit, blind to the errors), and
+the rest of the group is predicted before and after. Printed per group: step-time MAPE and median |error| of
+the predicted runs, uncalibrated and calibrated (default prior), and which parameters 5 runs identified
+(``fitted``) and which they left at their physical values, with the reason the fit gives.
+
+    python bench/five_run_calibrate.py [--runs 5] [--min-group 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+from collections import defaultdict
+from pathlib import Path
+
+DATA = Path(__file__).resolve().parent.parent / "tests" / "data"
+FILES = ("runs_dev.jsonl", "runs_dev_small.jsonl", "runs_dev_b200.jsonl", "runs_fsdp_public.jsonl",
+         "runs_moe_public.jsonl", "runs_small_public.jsonl")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5, help="runs to calibrate on per stack")
+    parser.add_argument("--min-group", type=int, default=10, help="smallest stack group scored")
+    args = parser.parse_args()
+
+    import numpy as np
+
+    from fastmodel.lm.calibrate.fit import calibrate
+    from fastmodel.lm.calibrate.overlay import apply_calibration
+    from fastmodel.lm.records import read_records, with_measurements
+    from fastmodel.lm.validate import rows
+
+    def errors(records):
+        return np.array([abs(r["error"]) if np.isfinite(r["error"]) else np.inf for r in rows(records)])
+
+    print(f"calibrate on {args.runs} runs of a stack (smallest sha256 of id), predict the stack's other runs")
+    print(f"{'file':24s} {'stack':16s} {'n':>4s}  {'MAPE before':>11s} {'after':>7s}  "
+          f"{'median before':>13s} {'after':>7s}")
+    for name in FILES:
+        measured, _ = with_measurements(read_records(DATA / name, refused=[]), DATA / name)
+        groups = defaultdict(list)
+        for record, row in zip(measured, rows(measured)):
+            groups[row["stack"]].append(record)
+        for stack, group in sorted(groups.items()):
+            if len(group) < args.min_group:
+                continue
+            group.sort(key=lambda r: hashlib.sha256(r.id.encode()).hexdigest())
+            train, test = group[:args.runs], group[args.runs:]
+            result = calibrate(train)
+            before, after = errors(test), errors(apply_calibration(test, result.calibration()))
+            print(f"{name:24s} {stack:16s} {len(test):4d}  {100 * before.mean():10.1f}% {100 * after.mean():6.1f}%"
+                  f"  {100 * np.median(before):12.1f}% {100 * np.median(after):6.1f}%")
+            fitted = [f"{p.label} {p.start:g}->{p.value:.3g}" for p in result.parameters if p.fitted]
+            kept = sorted({f"{p.label} ({p.status})" for p in result.parameters if not p.fitted})
+            print(f"{'':42s}fitted: {', '.join(fitted) or 'none'}")
+            print(f"{'':42s}left physical: {len(kept)}" + (f", e.g. {kept[0]}" if kept else ""))
+
+
+if __name__ == "__main__":
+    main()
