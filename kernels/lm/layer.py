@@ -23,6 +23,7 @@ from fastmodel.kernels.lm.shape import (  # noqa: F401 - the shape terms, re-exp
 )
 from fastmodel.kernels.nccl import allgather_time, allreduce_time, alltoall_time
 from fastmodel.kernels.lm.moe import dispatch_time, expert_rows, moe_compute
+from fastmodel.kernels.lm.recompute import module_recompute_costs
 
 # --- per-layer work slots (scratch vector filled by layer_costs) ------------
 W_GEMM = 0            # forward GEMM seconds of one layer, one micro-batch
@@ -37,7 +38,10 @@ W_FLOPS = 8           # executed forward FLOPs of the layer per micro-batch per 
 W_EXPERT_PARAMS = 9   # routed-expert parameters of the layer per device (part of W_PARAMS; reduced over edp)
 W_SHARED = 10         # forward seconds of the shared experts (part of W_GEMM; may hide the dispatch)
 W_EP_REMOTE = 11      # seconds of W_EP's traffic on the scale-out tier (kernels/lm/moe.py dispatch_time)
-N_WORK = 12
+W_AGAIN = 12          # forward seconds the Megatron-Core recompute_modules other than core_attn run again
+W_AGAIN_GEMM = 13     # GEMM part of W_AGAIN
+W_AGAIN_EP = 14       # EP seconds (forward direction) a recomputed MoE layer runs again (kernels/lm/recompute.py)
+N_WORK = 15
 
 
 @njit
@@ -96,6 +100,8 @@ def layer_costs(row, moe, sliding, work):
     expert_params = 0.0
     shared_time = 0.0
     moe_mem = 0.0
+    local_experts = 0.0
+    etp = 1.0
     if moe:
         experts = row[C_MOE_EXPERTS]
         local_experts = experts / row[C_EP]
@@ -159,6 +165,7 @@ def layer_costs(row, moe, sliding, work):
     ep_remote = 0.0
     if moe:
         ep, ep_remote = dispatch_time(row)
+    recomputed_modules(row, moe, tokens, norm_tokens, fp8, element, local_experts, etp, moe_mem, ep, work)
     work[W_GEMM] = gemm
     work[W_ATTN] = attn
     work[W_MEM] = mem
@@ -171,6 +178,20 @@ def layer_costs(row, moe, sliding, work):
     work[W_EXPERT_PARAMS] = expert_params
     work[W_SHARED] = shared_time
     work[W_EP_REMOTE] = ep_remote
+
+
+@njit
+def recomputed_modules(row, moe, tokens, norm_tokens, fp8, element, local_experts, etp, moe_mem, ep, work):
+    """``work[W_AGAIN*]``: the forward seconds the Megatron-Core ``recompute_modules`` other than core_attn run
+    again in one layer's backward (``kernels/lm/recompute.py``), its GEMM part and the EP seconds re-run."""
+    rows = expert_rows(row) if moe else 0.0
+    per_expert = rows / local_experts if moe else 0.0
+    again, again_gemm, again_ep = module_recompute_costs(row, 1.0 if moe else 0.0, tokens, norm_tokens, fp8, element,
+                                                         local_experts, per_expert, etp, rows * row[C_MOE_FFN] / etp,
+                                                         moe_mem, ep)
+    work[W_AGAIN] = again
+    work[W_AGAIN_GEMM] = again_gemm
+    work[W_AGAIN_EP] = again_ep
 
 
 @njit

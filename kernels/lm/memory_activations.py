@@ -13,7 +13,7 @@ from fastmodel.kernels.lm.layout import (
     C_HEADS, C_HEAD_DIM, C_HIDDEN, C_KV_HEADS, C_KV_LORA_RANK, C_MICRO_BATCH, C_MLA,
     C_MOE_EXPERTS, C_MOE_FFN, C_MOE_PROBS_IN_EXPERTS, C_MOE_SHARED_EXPERTS, C_PP,
     C_PRECISION, C_QK_NOPE_HEAD_DIM, C_QK_ROPE_HEAD_DIM, C_Q_LORA_RANK, C_RECOMPUTE, C_RECOMPUTE_FRACTION,
-    C_RECOMPUTE_MODULES, C_RMS_NORM, RECOMPUTE_MODULE_CORE_ATTN, RECOMPUTE_MODULE_LAYERNORM,
+    C_RMS_NORM, RECOMPUTE_MODULE_CORE_ATTN, RECOMPUTE_MODULE_LAYERNORM,
     RECOMPUTE_MODULE_MLA_UP_PROJ, RECOMPUTE_MODULE_MLP, RECOMPUTE_MODULE_MOE, RECOMPUTE_MODULE_MOE_ACT,
     RECOMPUTE_MODULE_SHARED_EXPERTS,
     C_SELECTIVE_POLICY, C_SEQUENCE_PARALLEL, C_SEQ_LEN, C_TP, C_V_HEAD_DIM, PRECISION_FP8, RECOMPUTE_FULL,
@@ -21,21 +21,10 @@ from fastmodel.kernels.lm.layout import (
 )
 from fastmodel.kernels.lm.memory_states import B16, B32, is_moe, stage_layers
 from fastmodel.kernels.lm.pipeline import microbatches_in_flight
+from fastmodel.kernels.lm.recompute import module_recomputed  # noqa: F401 - the one rule, re-exported
 
 
 # --- activations ---------------------------------------------------------------------------------------------------
-
-@njit(error_model='numpy')
-def module_recomputed(row, bit):
-    """True when Megatron-Core ``recompute_modules`` (the ``recompute_modules`` column, a sum of bits) lists the
-    module ``bit`` under selective recompute; 0 (the default list, ``core_attn``) lists core_attn only."""
-    if int(row[C_RECOMPUTE]) != RECOMPUTE_SELECTIVE:
-        return False
-    bits = int(row[C_RECOMPUTE_MODULES])
-    if bits == 0:
-        return bit == RECOMPUTE_MODULE_CORE_ATTN
-    return (bits // bit) % 2 == 1
-
 
 @njit(error_model='numpy')
 def discarded_norm_output_bytes(row):

@@ -21,9 +21,10 @@ from fastmodel.kernels.lm.layer import (
     N_WORK as N_LAYER_WORK,
 )
 from fastmodel.kernels.lm.layer import (
-    W_ATTN, W_ATTN_CORE_MEM, W_CP, W_EP, W_EP_REMOTE, W_EXPERT_PARAMS, W_FLOPS, W_GEMM, W_MEM, W_PARAMS, W_SHARED, W_TP, head_costs,
-    layer_costs, layer_mix, recompute_share,
+    W_AGAIN, W_AGAIN_EP, W_AGAIN_GEMM, W_ATTN, W_ATTN_CORE_MEM, W_CP, W_EP, W_EP_REMOTE, W_EXPERT_PARAMS, W_FLOPS, W_GEMM,
+    W_MEM, W_PARAMS, W_SHARED, W_TP, head_costs, layer_costs, layer_mix, recompute_share,
 )
+from fastmodel.kernels.lm.recompute import core_attention_recomputed
 from fastmodel.kernels.lm.layout import (
     CP_ALLTOALL, C_COLLECTIVE_BUCKET_BYTES, C_CP, C_CP_ALGORITHM, C_DP, C_GLOBAL_BATCH, C_GRAD_ACCUM_BYTES, C_GRAD_REDUCE_BYTES, C_LAYERS, C_MICRO_BATCH,
     C_MOE_A2A_OVERLAP, C_MOE_SHARED_EXPERT_OVERLAP, C_PP,
@@ -124,12 +125,15 @@ def _add_layer_kind(row, weight, full, selective, fsdp, work):
     backward_weight = BACKWARD_WEIGHT_GEMM * g + accumulate
     # selective recompute: Megatron re-runs the attention core; op-level checkpointing (TorchTitan,
     # selective_policy 1) keeps attention and every other matmul output and re-runs the rest
+    # Megatron-Core re-runs the recompute_modules it lists: core_attn (the default) and the others' forwards
+    # (W_AGAIN, kernels/lm/recompute.py), a recomputed MoE layer's dispatch and combine too (W_AGAIN_EP)
     megatron = row[C_SELECTIVE_POLICY] <= 0.0
-    cheap = a_ + work[W_ATTN_CORE_MEM] if megatron else 0.5 * g + m_
+    core = core_attention_recomputed(row) if selective > 0.0 else 0.0
+    cheap = core * (a_ + work[W_ATTN_CORE_MEM]) + work[W_AGAIN] if megatron else 0.5 * g + m_
     again = full * (g + a_ + m_) + selective * cheap
     tp = work[W_TP] * (1.0 + TP_BACKWARD_PASSES + full)
     cp = work[W_CP] * (1.0 + CP_BACKWARD_PASSES + full)
-    ep = work[W_EP] * (1.0 + EP_BACKWARD_PASSES + full)
+    ep = work[W_EP] * (1.0 + EP_BACKWARD_PASSES + full) + selective * work[W_AGAIN_EP]
     passes = 1.0 + BACKWARD_GEMM + full
     ep_left = expert_parallel_exposed(row, ep, work[W_SHARED] * passes, forward + backward_input + backward_weight
                                       + again)
@@ -164,16 +168,19 @@ def _add_layer_kind(row, weight, full, selective, fsdp, work):
     work[A_RECOMPUTE] += weight * again
     work[A_EXPOSED_F] += weight * forward_runs
     work[A_EXPOSED_B] += weight * (comm_left - forward_runs)
-    work[A_GEMM] += weight * g * (passes + (0.0 if megatron else 0.5 * selective))
-    work[A_ATTN] += weight * a_ * (1.0 + BACKWARD_ATTN + full + (selective if megatron else 0.0))
-    work[A_MEM] += weight * (m_ * (1.0 + BACKWARD_MEM + full)
-                             + selective * (work[W_ATTN_CORE_MEM] if megatron else m_) + 2.0 * copy + accumulate)
+    again_gemm = selective * work[W_AGAIN_GEMM] if megatron else 0.0
+    again_mem = selective * (core * work[W_ATTN_CORE_MEM] + work[W_AGAIN] - work[W_AGAIN_GEMM]) if megatron \
+        else selective * m_
+    work[A_GEMM] += weight * (g * (passes + (0.0 if megatron else 0.5 * selective)) + again_gemm)
+    work[A_ATTN] += weight * a_ * (1.0 + BACKWARD_ATTN + full + (selective * core if megatron else 0.0))
+    work[A_MEM] += weight * (m_ * (1.0 + BACKWARD_MEM + full) + again_mem + 2.0 * copy + accumulate)
     work[A_TP_COMM] += weight * tp
     work[A_CP_COMM] += weight * cp
     work[A_EP_COMM] += weight * ep
     work[A_EP_EXPOSED] += weight * ep_left
     work[A_EXPERT_PARAMS] += weight * work[W_EXPERT_PARAMS]
-    work[A_EP_SCALE_OUT] += weight * work[W_EP_REMOTE] * (1.0 + EP_BACKWARD_PASSES + full)
+    again_remote = selective * work[W_EP_REMOTE] if work[W_AGAIN_EP] > 0.0 else 0.0
+    work[A_EP_SCALE_OUT] += weight * (work[W_EP_REMOTE] * (1.0 + EP_BACKWARD_PASSES + full) + again_remote)
     work[A_TP_EXPOSED] += weight * tp_left
     work[A_CP_EXPOSED] += weight * cp_left
     work[A_PARAMS] += weight * work[W_PARAMS]

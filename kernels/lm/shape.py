@@ -129,13 +129,18 @@ def elementwise_bytes(row, hidden_elements, mlp_elements, rotary_elements):
     pow 4+4, mean 4, mul 4+4, type_as 4+2, weight mul 2+2 = 36 B; SwiGLU as silu 2+2 then mul 2+2+2 = 10 B;
     complex rotary as float() 2+4, complex mul 4+4+4, type_as 4+2 = 24 B.
     """
-    gated = row[C_GATED_MLP] > 0.0
-    if row[C_FUSED_KERNELS] > 0.0:
-        norm, activation, rotary = 4.0, (6.0 if gated else 4.0), 4.0
-    else:
-        norm, activation, rotary = 36.0, (10.0 if gated else 4.0), 24.0
+    norm, activation, rotary = elementwise_unit_bytes(row)
     residual = 6.0
     return hidden_elements * 2.0 * (norm + residual) + mlp_elements * activation + rotary_elements * rotary
+
+
+@njit(inline="always")
+def elementwise_unit_bytes(row):
+    """(norm, MLP activation, rotary) HBM bytes per element of :func:`elementwise_bytes`, fused or eager."""
+    gated = row[C_GATED_MLP] > 0.0
+    if row[C_FUSED_KERNELS] > 0.0:
+        return 4.0, (6.0 if gated else 4.0), 4.0
+    return 36.0, (10.0 if gated else 4.0), 24.0
 
 
 @njit(inline="always")
