@@ -64,6 +64,16 @@ def driver_hbm(system: dict, device: dict, gpu: str, notes: list[str]) -> None:
                      f"KV cache from the capacity the driver reports (device file of {gpu})")
 
 
+def multi_node_nvlink(data: dict, device: dict) -> bool:
+    """True when the system's NVLink domain spans more GPUs than one node (GB200 / GB300 NVL72: 72 against 4 per
+    tray): the record's ``nvlink_domain_size`` (else the device file's ``domain_size``) above its
+    ``gpus_per_node`` (else the device file's, else 8), read before the instance trims either."""
+    system = data.get("system", {})
+    domain = system.get("nvlink_domain_size") or device.get("domain_size") or 0
+    per_node = system.get("gpus_per_node") or device.get("gpus_per_node") or 8
+    return float(domain) > float(per_node)
+
+
 class NotModelled(UnsupportedError):
     """A valid serving record that is not one kernel configuration (a disaggregated deployment): ``validate``
     lowers it to its worker pools (``fastmodel.serve.disagg``); other commands refuse it in one line."""
@@ -155,7 +165,7 @@ def lower_serve_record(data: dict, source: str | None = None) -> ServeRecord:
     if act_note and values["peak_flops_4"] > 0:
         notes.append(act_note)
     values["moe_dispatcher"] = moe_dispatcher(parse_framework(record.framework)[0], columns[COLUMN_INDEX["ep"]],
-                                              columns[COLUMN_INDEX["moe_topk"]], gpu)
+                                              columns[COLUMN_INDEX["moe_topk"]], multi_node_nvlink(data, device))
     if values["peak_flops_4"] > 0:     # the engine's FP4 MoE kernel; without FP4 tensor cores, another backend
         values["expert_tile_min"], values["expert_tile_max"] = expert_row_tiles(
             parse_framework(record.framework)[0], precision)

@@ -110,8 +110,12 @@ def test_attention_dp_with_the_all_gather_dispatcher_gathers_and_scatters_over_t
     m = 16.0
     expected = serve_allreduce(row, 2.0 * m / 4.0 * h, 2.0, 1.0) + serve_allreduce(row, 2.0 * m * h, 8.0, 1.0)
     assert layer_comm(row, m, 1.0) == pytest.approx(expected, rel=1e-12)
-    assert moe_dispatcher("vllm", 8, 2, "GB200") == 1.0
-    assert moe_dispatcher("sglang", 8, 2, "GB200") == 1.0
-    assert moe_dispatcher("trtllm", 8, 2, "GB200") == 0.0
-    assert moe_dispatcher("trtllm", 4, 8, "GB200") == 1.0      # Kimi-K2.5's top-8 over EP 4: all-gather
-    assert moe_dispatcher("trtllm", 8, 2, "B200") == 1.0
+    assert moe_dispatcher("vllm", 8, 2, True) == 1.0
+    assert moe_dispatcher("sglang", 8, 2, True) == 1.0
+    assert moe_dispatcher("trtllm", 8, 2, True) == 0.0
+    assert moe_dispatcher("trtllm", 4, 8, True) == 1.0      # Kimi-K2.5's top-8 over EP 4: all-gather
+    assert moe_dispatcher("trtllm", 8, 2, False) == 1.0     # one 8-GPU node (B200): no multi-node NVLink
+    from fastmodel.serve.records import multi_node_nvlink
+    assert multi_node_nvlink({"system": {"nvlink_domain_size": 72, "gpus_per_node": 4}}, {})
+    assert multi_node_nvlink({"system": {}}, {"domain_size": 72})                       # GB200's device file
+    assert not multi_node_nvlink({"system": {"gpus_per_node": 8}}, {})                  # B200 / H100 nodes
