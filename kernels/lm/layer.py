@@ -13,8 +13,7 @@ from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.layout import (
     CP_ALLTOALL, C_CAUSAL, C_COLLECTIVE_OVERHEAD_S, C_CP, C_CP_ALGORITHM, C_EP, C_FFN, C_FLASH_ATTENTION, C_HEADS, C_HEAD_DIM, C_HIDDEN,
     C_KV_HEADS, C_LAYERS, C_LOSS_TRAFFIC_BYTES_PER_LOGIT, C_MICRO_BATCH, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS,
-    C_MOE_TOPK, C_MTP_LAYERS, C_PRECISION, C_RECOMPUTE, C_RECOMPUTE_FRACTION, C_RECOMPUTE_MODULES, C_ROTARY_FRACTION,
-    C_SELECTIVE_POLICY, C_SEQUENCE_PARALLEL, C_SEQ_LEN,
+    C_MOE_TOPK, C_MTP_LAYERS, C_PRECISION, C_RECOMPUTE, C_RECOMPUTE_FRACTION, C_ROTARY_FRACTION, C_SEQUENCE_PARALLEL, C_SEQ_LEN,
     C_SLIDING_WINDOW, C_TIED_EMBEDDINGS, C_TP, C_VOCAB, PRECISION_FP8, RECOMPUTE_FULL, RECOMPUTE_PARTIAL_LAYERS,
     RECOMPUTE_SELECTIVE,
 )
@@ -103,12 +102,13 @@ def layer_costs(row, moe, sliding, work):
     moe_mem = 0.0
     local_experts = 0.0
     etp = 1.0
+    rows = 0.0
     if moe:
         experts = row[C_MOE_EXPERTS]
         local_experts = experts / row[C_EP]
         etp = expert_tp(row, 0.0)
-        gemm = layer_gemm_time(row, tokens, 1.0, local_experts, expert_rows(row) / local_experts, etp, fp8, element,
-                               1.0)
+        rows = expert_rows(row)
+        gemm = layer_gemm_time(row, tokens, 1.0, local_experts, rows / local_experts, etp, fp8, element, 1.0)
         _, moe_mem, shared_time, moe_flops, mlp_out = moe_compute(row, fp8)
         shared = row[C_MOE_SHARED_EXPERTS] * row[C_MOE_FFN]
         expert_params = expert_weight_params(row, etp)
@@ -166,7 +166,7 @@ def layer_costs(row, moe, sliding, work):
     ep_remote = 0.0
     if moe:
         ep, ep_remote = dispatch_time(row)
-    recomputed_modules(row, moe, tokens, norm_tokens, fp8, element, local_experts, etp, moe_mem, ep, work)
+    recomputed_modules(row, moe, tokens, norm_tokens, fp8, element, local_experts, rows, etp, moe_mem, ep, work)
     work[W_GEMM] = gemm
     work[W_ATTN] = attn
     work[W_MEM] = mem
@@ -182,18 +182,10 @@ def layer_costs(row, moe, sliding, work):
 
 
 @njit
-def recomputed_modules(row, moe, tokens, norm_tokens, fp8, element, local_experts, etp, moe_mem, ep, work):
+def recomputed_modules(row, moe, tokens, norm_tokens, fp8, element, local_experts, rows, etp, moe_mem, ep, work):
     """``work[W_AGAIN*]``: the forward seconds the Megatron-Core ``recompute_modules`` other than core_attn run
-    again in one layer's backward (``kernels/lm/recompute.py``), its GEMM part and the EP seconds re-run; zero
-    without Megatron-Core selective recompute of a module list (the default list is core_attn alone), which skips
-    the expert rows for the sweeps' common case."""
-    if (row[C_SELECTIVE_POLICY] > 0.0 or int(row[C_RECOMPUTE]) != RECOMPUTE_SELECTIVE
-            or int(row[C_RECOMPUTE_MODULES]) == 0):
-        work[W_AGAIN] = 0.0
-        work[W_AGAIN_GEMM] = 0.0
-        work[W_AGAIN_EP] = 0.0
-        return
-    rows = expert_rows(row) if moe else 0.0
+    again in one layer's backward (``kernels/lm/recompute.py``), its GEMM part and the EP seconds re-run; ``rows``
+    the busiest rank's routed expert rows of an MoE layer (0 for a dense one)."""
     per_expert = rows / local_experts if moe else 0.0
     again, again_gemm, again_ep = module_recompute_costs(row, 1.0 if moe else 0.0, tokens, norm_tokens, fp8, element,
                                                          local_experts, per_expert, etp, rows * row[C_MOE_FFN] / etp,

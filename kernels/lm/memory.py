@@ -25,7 +25,7 @@ point of a sweep cannot raise inside the fused pass (legality is the rule table'
 import numpy as np
 
 from fastmodel.kernels.jit import njit, prange
-from fastmodel.kernels.lm.moe import expert_tp
+from fastmodel.kernels.lm.moe import expert_dp, expert_tp
 from fastmodel.kernels.lm.layout import (
     C_COLLECTIVE_BUCKET_BYTES, C_CP, C_CP_ALGORITHM, C_DENSE_LAYERS, C_EP, C_FFN, C_FP8_PARAMS, C_FSDP_COPY_OUT, C_FSDP_MODULE_WRAP,
     C_GRAD_REDUCE_BYTES, C_HEADS, C_HEAD_DIM, C_HIDDEN, C_KV_HEADS, C_KV_LORA_RANK, C_LAYERS, C_MLA, C_MOE_EXPERTS,
@@ -221,7 +221,7 @@ def nccl_buffer_bytes(row):
         rings += 1.0
     if is_moe(row) and row[C_EP] > 1:
         peers += row[C_EP] - 1.0
-        if row[C_DP] * row[C_CP] * row[C_TP] / (row[C_EP] * expert_tp(row)) > 1:
+        if expert_dp(row) > 1.0:
             rings += 1.0
     if row[C_PP] > 1:
         peers += min(2.0, row[C_PP] - 1.0)

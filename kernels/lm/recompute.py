@@ -42,6 +42,14 @@ def module_recomputed(row, bit):
     return (bits // bit) % 2 == 1
 
 
+@njit(inline="always")
+def lists_modules(row):
+    """True when Megatron-Core selective recompute lists modules of its own (``recompute_modules`` not the
+    default core_attn-only list 0; op-level checkpointing, ``selective_policy`` 1, lists none)."""
+    return (row[C_SELECTIVE_POLICY] <= 0.0 and int(row[C_RECOMPUTE]) == RECOMPUTE_SELECTIVE
+            and int(row[C_RECOMPUTE_MODULES]) != 0)
+
+
 @njit
 def core_attention_recomputed(row):
     """1 when selective recompute re-runs the attention core: Megatron-Core's ``core_attn`` module (listed, or
@@ -65,7 +73,7 @@ def module_recompute_costs(row, moe, tokens, norm_tokens, fp8, wbytes, expert_gr
     ``shape.mlp_gemm_time`` / ``roofline.gemm_roofline``, element-wise bytes on ``shape.elementwise_unit_bytes``.
     0 unless Megatron-Core selective recompute lists such modules.
     """
-    if row[C_SELECTIVE_POLICY] > 0.0 or int(row[C_RECOMPUTE]) != RECOMPUTE_SELECTIVE:
+    if not lists_modules(row):
         return 0.0, 0.0, 0.0
     h = row[C_HIDDEN]
     t = row[C_TP]
