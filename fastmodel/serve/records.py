@@ -161,14 +161,14 @@ def lower_serve_record(data: dict, source: str | None = None) -> ServeRecord:
     values.update(profile)
     notes.extend(profile_notes)
     values["quant_experts_only"] = 1.0 if layers == "experts" else 0.0
-    values["fp4_act"], act_note = fp4_activation(parse_framework(record.framework)[0], precision)
+    engine = parse_framework(record.framework)[0]
+    values["fp4_act"], act_note = fp4_activation(engine, precision)
     if act_note and values["peak_flops_4"] > 0:
         notes.append(act_note)
-    values["moe_dispatcher"] = moe_dispatcher(parse_framework(record.framework)[0], columns[COLUMN_INDEX["ep"]],
-                                              columns[COLUMN_INDEX["moe_topk"]], multi_node_nvlink(data, device))
+    values["moe_dispatcher"] = moe_dispatcher(engine, columns[COLUMN_INDEX["ep"]], columns[COLUMN_INDEX["moe_topk"]],
+                                              multi_node_nvlink(data, device))
     if values["peak_flops_4"] > 0:     # the engine's FP4 MoE kernel; without FP4 tensor cores, another backend
-        values["expert_tile_min"], values["expert_tile_max"] = expert_row_tiles(
-            parse_framework(record.framework)[0], precision)
+        values["expert_tile_min"], values["expert_tile_max"] = expert_row_tiles(engine, precision)
     mode = serve.load
     if mode == "max_throughput":
         values["load_mode"] = LOAD_MODES["max_throughput"]

@@ -8,7 +8,7 @@ is counted as a miss. Disaggregated records are evaluated as two worker pools
 (``fastmodel.serve.disagg``; naive baseline: the prefill worker's lone prefill and the decode worker's step). With
 a held-out split (``fastmodel.analysis.splits``) every table shows the development rows and the held-out rows side
 by side. Beside engine, GPU, precision and mode, the tables split by model and by load band (``load``: the
-closed loop's requests in flight, 1-4 / 8-32 / 64+, which separates prefill speed at low concurrency from
+closed loop's requests in flight, 1-4 / 5-32 / 33+, which separates prefill speed at low concurrency from
 queueing at high; or the load mode, ``batch`` or ``max_throughput``).
 """
 
@@ -20,7 +20,7 @@ from fastmodel.analysis.scores import score
 from fastmodel.analysis.splits import HIT_TOLERANCE, hit_rate
 from fastmodel.errors import FastmodelError
 from fastmodel.serve.profiles import parse_framework
-from fastmodel.serve.records import ServeRecord
+from fastmodel.serve.records import LOAD_KEYS, ServeRecord
 
 #: measured key -> predicted result
 METRICS = {"ttft_s": "ttft", "tpot_s": "tpot", "output_tokens_per_s": "output_tokens_per_s"}
@@ -34,13 +34,19 @@ NAIVE = {"ttft_s": "a lone prefill", "tpot_s": "the decode-only iteration at the
 DECODE = ("decode_gemm", "decode_attention", "decode_memory_bound", "decode_comm", "decode_overhead")
 
 
+def load_mode(serve: dict, keys: tuple[str, ...] = LOAD_KEYS) -> str:
+    """The first of ``keys`` (the SERVE_RUNS.md load modes) the ``serve`` block sets, else ``""``."""
+    return next((k for k in keys if serve.get(k)), "")
+
+
 def load_band(serve: dict) -> str:
     """The ``load`` group of a record's ``serve`` block: the band of its concurrency (``c1-4``, ``c5-32``,
     ``c33+``), else its load mode (``batch``, ``max_throughput``; ``-`` when none is given)."""
     concurrency = serve.get("concurrency")
     if isinstance(concurrency, (int, float)) and not isinstance(concurrency, bool) and concurrency > 0:
         return next((label for top, label in LOAD_BANDS if concurrency <= top), LOAD_TOP)
-    return next((k for k in ("batch_size", "max_throughput") if serve.get(k)), "-").replace("batch_size", "batch")
+    mode = load_mode(serve, ("batch_size", "max_throughput"))
+    return {"batch_size": "batch", "": "-"}.get(mode, mode)
 
 
 def _model_name(raw: dict) -> str:
@@ -75,7 +81,7 @@ def rows(records: list) -> list[dict]:
         row = {"id": r.id, "engine": ENGINE_TITLES[parse_framework(r.raw.get("framework"))[0]],
                "framework": r.raw.get("framework"), "gpu": str(r.raw["system"].get("gpu", "")),
                "precision": serve.get("precision", "bf16"), "model": _model_name(r.raw), "load": load_band(serve),
-               "load_mode": next((k for k in ("batch_size", "concurrency", "max_throughput") if serve.get(k)), "")}
+               "load_mode": load_mode(serve)}
         i = position.get(id(r))
         pooled = disagg.get(id(r))
         row["status"] = pooled["status"] if pooled is not None else SERVE_STATUS_NAMES[int(status[i])]
@@ -141,7 +147,7 @@ def refused_rows(refused: list) -> list[dict]:
                "framework": raw.get("framework"), "gpu": str(system.get("gpu", "")),
                "precision": str(serve.get("precision", "bf16")), "mode": str(serve.get("mode", "aggregated")),
                "model": _model_name(raw), "load": load_band(serve),
-               "load_mode": next((k for k in ("batch_size", "concurrency", "max_throughput") if serve.get(k)), ""),
+               "load_mode": load_mode(serve),
                "status": "refused"}
         for key in METRICS:
             row[f"measured_{key}"] = _number(measured.get(key))
