@@ -138,6 +138,24 @@ def expert_gemm_roofline(row, groups, m, n, k, fp8, weight_bytes, launch):
         + launch * row[C_KERNEL_OVERHEAD_S]
 
 
+@njit(inline="always")
+def expert_wgrad_roofline(row, groups, m, n, k, fp8, source_bytes, launch):
+    """Seconds of the weight-gradient GEMMs of ``groups`` routed experts of ``m`` rows each whose forward GEMM is
+    (m x k) @ (k x n) (docs/model.md §11.3, "Weight gradients of routed experts"): each expert's k x n gradient is
+    cut into output tiles (the dense tile rule) and reduced over its ``m`` rows, ``max(compute, memory)`` of
+    :func:`tiled_bounds` with the roles swapped (reduction m, operands the m x n output gradient and the m x k
+    input), plus the epilogue's read of the gradient it accumulates into: ``groups k n source_bytes / (HBM bw x
+    hbm_eff)`` (beta = 1: the source tile is loaded before the sum is formed and stored; the store is an
+    asynchronous TMA store that drains under the next tile's mainloop). ``source_bytes`` 0: a gradient written
+    without a source (beta = 0). Same launch rule as :func:`gemm_roofline`; 0 when empty."""
+    if groups <= 0.0 or m <= 0.0 or n <= 0.0 or k <= 0.0:
+        return 0.0
+    element = 1.0 if fp8 else 2.0
+    compute, memory = tiled_bounds(row, groups, k, n, m, fp8, element, tile_size(k, row[C_GEMM_TILE_M]))
+    source = groups * k * n * source_bytes / (row[C_HBM_BW] * row[C_HBM_EFF])
+    return max(compute, memory) + source + launch * row[C_KERNEL_OVERHEAD_S]
+
+
 @njit
 def grouped_gemm_time(row, groups, m, n, k, fp8):
     """Seconds for ``groups`` equal (m x k) @ (k x n) GEMMs launched as one batched/grouped kernel
@@ -150,6 +168,13 @@ def expert_gemm_time(row, groups, m, n, k, fp8):
     """Seconds for a grouped GEMM over ``groups`` routed experts of ``m`` rows each, both operands at the GEMM
     precision (:func:`expert_gemm_roofline`)."""
     return expert_gemm_roofline(row, groups, m, n, k, fp8, 1.0 if fp8 else 2.0, 1.0) / row[C_STACK_COMPUTE_EFF]
+
+
+@njit
+def expert_wgrad_time(row, groups, m, n, k, fp8, source_bytes):
+    """Seconds for the weight-gradient GEMMs of ``groups`` routed experts of ``m`` rows each
+    (:func:`expert_wgrad_roofline`), over ``stack_compute_eff``."""
+    return expert_wgrad_roofline(row, groups, m, n, k, fp8, source_bytes, 1.0) / row[C_STACK_COMPUTE_EFF]
 
 
 @njit

@@ -210,6 +210,11 @@ PLAN_COLUMNS = _cols(
      "permutation bookkeeping) the stack launches per MoE layer forward, each charged kernel_overhead_s; counted "
      "from its source (docs/model.md §11.14). 0: not counted (fused or compiled routers). The stack profile sets "
      "it.", 0, 1e4, False, "number"),
+    ("wgrad_fused_accumulation", "1", 0, "1: each weight-gradient GEMM accumulates into the main gradient buffer "
+     "(beta = 1) and reads it back as its source, grad_reduce_bytes per element (Megatron-LM "
+     "--no-gradient-accumulation-fusion, default fused; TransformerEngine fuse_wgrad_accumulation). Charged on the "
+     "routed experts' grouped weight gradients (docs/model.md §11.3). The stack profile sets it.", 0, 1, False,
+     "flag"),
     ("step_grad_passes", "1", 0, "Reads of the local gradient shard per optimizer step besides the optimizer "
      "kernel's own (docs/model.md §11.7, optimizer step): 1 for the gradient norm (Megatron-Core "
      "get_grad_norm_fp32, multi_tensor_l2norm). 0: not counted. The stack profile sets it.", 0, 16, False, "number"),

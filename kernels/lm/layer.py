@@ -22,7 +22,7 @@ from fastmodel.kernels.lm.shape import (  # noqa: F401 - the shape terms, re-exp
     layer_mix, mlp_matrices, moe_layers,
 )
 from fastmodel.kernels.nccl import allgather_time, allreduce_time, alltoall_time
-from fastmodel.kernels.lm.moe import dispatch_time, expert_rows, moe_compute
+from fastmodel.kernels.lm.moe import dispatch_time, expert_rows, expert_wgrad_extra, moe_compute
 from fastmodel.kernels.lm.recompute import module_recompute_costs
 
 # --- per-layer work slots (scratch vector filled by layer_costs) ------------
@@ -41,7 +41,8 @@ W_EP_REMOTE = 11      # seconds of W_EP's traffic on the scale-out tier (kernels
 W_AGAIN = 12          # forward seconds the Megatron-Core recompute_modules other than core_attn run again
 W_AGAIN_GEMM = 13     # GEMM part of W_AGAIN
 W_AGAIN_EP = 14       # EP seconds (forward direction) a recomputed MoE layer runs again (kernels/lm/recompute.py)
-N_WORK = 15
+W_WGRAD = 15          # weight-gradient GEMM seconds beyond the forward's W_GEMM (routed experts, kernels/lm/moe.py)
+N_WORK = 16
 
 
 @njit
@@ -98,6 +99,7 @@ def layer_costs(row, moe, sliding, work):
     # MLP: dense, or router + shared experts + routed experts: the busiest rank's rows over its E / ep local
     # experts, the memory-bound router and permutation and the FLOPs from kernels/lm/moe.py
     expert_params = 0.0
+    wgrad = 0.0
     shared_time = 0.0
     moe_mem = 0.0
     local_experts = 0.0
@@ -110,6 +112,7 @@ def layer_costs(row, moe, sliding, work):
         rows = expert_rows(row)
         gemm = layer_gemm_time(row, tokens, 1.0, local_experts, rows / local_experts, etp, fp8, element, 1.0)
         _, moe_mem, shared_time, moe_flops, mlp_out = moe_compute(row, fp8)
+        wgrad = expert_wgrad_extra(row, fp8)
         shared = row[C_MOE_SHARED_EXPERTS] * row[C_MOE_FFN]
         expert_params = expert_weight_params(row, etp)
         params += expert_params + nm * h * shared / t + h * experts
@@ -179,6 +182,7 @@ def layer_costs(row, moe, sliding, work):
     work[W_EXPERT_PARAMS] = expert_params
     work[W_SHARED] = shared_time
     work[W_EP_REMOTE] = ep_remote
+    work[W_WGRAD] = wgrad
 
 
 @njit
@@ -230,5 +234,6 @@ def head_costs(row, work):
     work[W_EXPERT_PARAMS] = 0.0
     work[W_SHARED] = 0.0
     work[W_EP_REMOTE] = 0.0
+    work[W_WGRAD] = 0.0
 
 

@@ -18,12 +18,13 @@ from fastmodel.kernels.lm.layout import (
     C_CP, C_DP, C_EP, C_GATED_MLP, C_HIDDEN, C_INTER_BW, C_INTER_EFF, C_INTER_LATENCY, C_INTRA_BW,
     C_INTRA_EFF, C_INTRA_LATENCY, C_KERNEL_OVERHEAD_S, C_MICRO_BATCH, C_MOE_CAPACITY_FACTOR, C_MOE_DISPATCHER,
     C_MOE_EXPERTS, C_MOE_FFN, C_MOE_FP8_DISPATCH, C_MOE_IMBALANCE, C_MOE_MAX_NODES, C_MOE_MEM_KERNELS,
-    C_MOE_PAD_TO_CAPACITY, C_MOE_SHARED_EXPERTS, C_MOE_TOPK, C_SEQ_LEN, C_STACK_COMPUTE_EFF, C_TP, DISPATCH_ALLGATHER,
+    C_GRAD_REDUCE_BYTES, C_MOE_PAD_TO_CAPACITY, C_MOE_SHARED_EXPERTS, C_MOE_TOPK, C_SEQ_LEN, C_STACK_COMPUTE_EFF, C_TP,
+    C_WGRAD_FUSED_ACCUMULATION, DISPATCH_ALLGATHER,
     DISPATCH_DEEPEP,
 )
 from fastmodel.kernels.lm.shape import expert_tp as shape_expert_tp
 from fastmodel.kernels.nccl import allgather_time, alltoall_time, members_per_domain
-from fastmodel.kernels.roofline import expert_gemm_time, gemm_time, memory_bound_time
+from fastmodel.kernels.roofline import expert_gemm_time, expert_wgrad_time, gemm_time, memory_bound_time
 
 #: bytes per dispatched element in FP8: 1 byte plus one FP32 scale per 128 elements (DeepEP's FP8 dispatch,
 #: DeepSeek-V3 report sec. 3.3: 1x128 activation tiles)
@@ -143,6 +144,30 @@ def moe_compute(row, fp8):
     mem = memory_bound_time(row, ROUTER_BYTES_PER_SCORE * tokens_r * experts + permute) + moe_launch_time(row)
     flops = expert_flops(row) + 2.0 * tokens * nm * h * shared / t + 2.0 * tokens_r * h * experts
     return gemm, mem, shared_time, flops, rows * width + tokens * shared / t
+
+
+@njit
+def expert_wgrad_extra(row, fp8):
+    """Seconds the routed experts' weight-gradient GEMMs of one MoE layer and micro-batch take beyond their
+    forward GEMMs (which the weight-gradient pass already charges once, ``passes.BACKWARD_WEIGHT_GEMM``).
+
+    Each local expert's gradient (``h x (nm - 1) moe_ffn / etp`` and ``moe_ffn / etp x h``) is reduced over its
+    ``rows / local`` routed rows (``roofline.expert_wgrad_time``); with ``wgrad_fused_accumulation`` the GEMM
+    reads the main gradient it accumulates into, ``grad_reduce_bytes`` per element (docs/model.md §11.3,
+    "Weight gradients of routed experts"). May be negative: the forward's exposed weight stream at few rows per
+    expert has no counterpart in the weight gradient, whose operands are the routed rows.
+    """
+    nm = 3.0 if row[C_GATED_MLP] > 0.0 else 2.0
+    local = row[C_MOE_EXPERTS] / row[C_EP]
+    per_expert = expert_rows(row) / local
+    width = row[C_MOE_FFN] / expert_tp(row)
+    h = row[C_HIDDEN]
+    source = row[C_GRAD_REDUCE_BYTES] if row[C_WGRAD_FUSED_ACCUMULATION] > 0.0 else 0.0
+    wgrad = expert_wgrad_time(row, local, per_expert, (nm - 1.0) * width, h, fp8, source) \
+        + expert_wgrad_time(row, local, per_expert, h, width, fp8, source)
+    forward = expert_gemm_time(row, local, per_expert, (nm - 1.0) * width, h, fp8) \
+        + expert_gemm_time(row, local, per_expert, h, width, fp8)
+    return wgrad - forward
 
 
 @njit

@@ -6,7 +6,7 @@ attention; ``layer.layer_mix``) are weighted into the average layer's passes:
 
     forward          F  = gemm + attn + mem                                 (+ FSDP copy-out)
     backward, input  B  = BACKWARD_INPUT_GEMM gemm + BACKWARD_ATTN attn + BACKWARD_MEM mem (+ copy-out)
-    backward, weight W  = BACKWARD_WEIGHT_GEMM gemm                         (weight gradients: GEMMs only)
+    backward, weight W  = BACKWARD_WEIGHT_GEMM gemm + wgrad                 (weight gradients: GEMMs only)
     recompute        R  = r_full F + r_sel (attention core, or the cheap ops under op-level checkpointing)
 
 and the communication of the layer's process groups: each forward collective runs once more per backward
@@ -22,7 +22,7 @@ from fastmodel.kernels.lm.layer import (
 )
 from fastmodel.kernels.lm.layer import (
     W_AGAIN, W_AGAIN_EP, W_AGAIN_GEMM, W_ATTN, W_ATTN_CORE_MEM, W_CP, W_EP, W_EP_REMOTE, W_EXPERT_PARAMS, W_FLOPS, W_GEMM,
-    W_MEM, W_PARAMS, W_SHARED, W_TP, head_costs, layer_costs, layer_mix, recompute_share,
+    W_MEM, W_PARAMS, W_SHARED, W_TP, W_WGRAD, head_costs, layer_costs, layer_mix, recompute_share,
 )
 from fastmodel.kernels.lm.recompute import core_attention_recomputed
 from fastmodel.kernels.lm.layout import (
@@ -122,7 +122,7 @@ def _add_layer_kind(row, weight, full, selective, fsdp, work):
     backward_input = BACKWARD_INPUT_GEMM * g + BACKWARD_ATTN * a_ + BACKWARD_MEM * m_ + copy
     # a gradient accumulation outside the weight-gradient GEMM streams the layer's parameters once per micro-batch
     accumulate = memory_bound_time(row, work[W_PARAMS] * row[C_GRAD_ACCUM_BYTES])
-    backward_weight = BACKWARD_WEIGHT_GEMM * g + accumulate
+    backward_weight = BACKWARD_WEIGHT_GEMM * g + work[W_WGRAD] + accumulate
     # selective recompute: Megatron re-runs the attention core; op-level checkpointing (TorchTitan,
     # selective_policy 1) keeps attention and every other matmul output and re-runs the rest
     # Megatron-Core re-runs the recompute_modules it lists: core_attn (the default) and the others' forwards
@@ -171,7 +171,7 @@ def _add_layer_kind(row, weight, full, selective, fsdp, work):
     again_gemm = selective * work[W_AGAIN_GEMM] if megatron else 0.0
     again_mem = selective * (core * work[W_ATTN_CORE_MEM] + work[W_AGAIN] - work[W_AGAIN_GEMM]) if megatron \
         else selective * m_
-    work[A_GEMM] += weight * (g * (passes + (0.0 if megatron else 0.5 * selective)) + again_gemm)
+    work[A_GEMM] += weight * (g * (passes + (0.0 if megatron else 0.5 * selective)) + again_gemm + work[W_WGRAD])
     work[A_ATTN] += weight * a_ * (1.0 + BACKWARD_ATTN + full + (selective * core if megatron else 0.0))
     work[A_MEM] += weight * (m_ * (1.0 + BACKWARD_MEM + full) + again_mem + 2.0 * copy + accumulate)
     work[A_TP_COMM] += weight * tp

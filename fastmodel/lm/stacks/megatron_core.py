@@ -65,9 +65,13 @@ def defaults(execution, framework: str | None) -> dict:
     dispatcher kernels (unfused router, ``--moe-router-fusion`` off), and its router probabilities applied in the
     expert activation (``moe_probs_in_experts``: TEGroupedMLP's weighted SwiGLU scales by ``permuted_probs`` and
     every dispatcher unpermutes without probabilities, Megatron-LM d98e8a6 megatron/core/transformer/moe/
-    experts.py ``bias_act_func``, token_dispatcher.py ``unpermute`` calls)."""
+    experts.py ``bias_act_func``, token_dispatcher.py ``unpermute`` calls), and its weight gradients accumulated
+    inside the GEMM into the main gradient buffer (``wgrad_fused_accumulation``: Megatron-LM 23e00ed
+    megatron/training/arguments.py ``--no-gradient-accumulation-fusion`` is ``store_false``, so fusion is on by
+    default; megatron/core/extensions/transformer_engine.py passes ``fuse_wgrad_accumulation`` to TE's Linear and
+    GroupedLinear)."""
     return {**launcher_defaults(framework), "moe_mem_kernels": MOE_MEM_KERNELS_MEGATRON_CORE,
-            "moe_probs_in_experts": True}
+            "moe_probs_in_experts": True, "wgrad_fused_accumulation": True}
 
 
 PROFILE = StackProfile(
