@@ -14,12 +14,14 @@ from fastmodel.kernels.lm.moe import (
     expert_flops,
     expert_rows,
     expert_tp,
+    expert_wgrad_extra,
     load_factor,
     moe_compute,
     permutation_pairs,
 )
 from fastmodel.kernels.lm.parallel import exposed
-from fastmodel.kernels.lm.passes import expert_parallel_exposed
+from fastmodel.kernels.lm.passes import A_BACKWARD_WEIGHT, A_FORWARD, A_GEMM, N_WORK, expert_parallel_exposed, layer_passes
+from fastmodel.kernels.roofline import expert_gemm_time, expert_wgrad_roofline
 from fastmodel.lm.api import record_values
 from fastmodel.lm.engine import evaluate_table
 from fastmodel.lm.execution import ExecutionSpec
@@ -289,3 +291,58 @@ def test_megatron_core_counts_its_router_and_dispatcher_kernels_and_the_docs_tab
     counts = [int(n) for n in re.findall(r"^\|[^|\n]+\|[^|\n]+\|\s*(\d+)\s*\|\s*$", block, flags=re.M)]
     assert len(counts) >= 5
     assert sum(counts) == megatron_core.MOE_MEM_KERNELS_MEGATRON_CORE
+
+
+#: B200 (specs/devices/b200.toml): the device terms of the routed experts' weight gradients
+B200 = dict(peak_flops_16=2.25e15, gemm_eff_16=0.49, sm_count=148, gemm_tile_m=128, gemm_tile_n=256, gemm_k_half=128,
+            hbm_bw=8e12, hbm_eff=0.8, kernel_overhead_s=4e-6)
+
+
+def test_expert_weight_gradient_by_hand_on_the_deepseek_v2_ep8_shape():
+    """20 local experts of 1,232 rows, forward (1232 x 5120) @ (5120 x 3072): each expert's 5120 x 3072 gradient
+    in 40 x 12 tiles of 128 x 256, 9,600 tiles in 65 waves of 148 (Q = 9600 / 9620), reduced over 1,232 + 128
+    rows: compute 2 x 20 x 5120 x 3072 x 1360 / (2.25e15 x 0.49 x Q); memory 20 x (2 x 1232 x 3072 + 2 x 1232 x
+    5120 + 2 x 5120 x 3072) B / 6.4e12; the FP32 main gradient read 20 x 5120 x 3072 x 4 B / 6.4e12 = 0.19661 ms
+    (Megatron's fused accumulation: beta = 1) comes on top; without it (beta = 0) nothing."""
+    r = row(**B200)
+    compute = 2.0 * 20 * 5120 * 3072 * 1360 / (2.25e15 * 0.49 * 9600 / 9620)
+    memory = 20 * (2.0 * 1232 * 3072 + 2.0 * 1232 * 5120 + 2.0 * 5120 * 3072) / 6.4e12
+    source = 20 * 5120 * 3072 * 4.0 / 6.4e12
+    assert source == pytest.approx(0.19661e-3, rel=1e-4) and compute > memory
+    assert expert_wgrad_roofline(r, 20.0, 1232.0, 3072.0, 5120.0, False, 4.0, 0.0) == pytest.approx(compute + source,
+                                                                                                     rel=1e-12)
+    assert expert_wgrad_roofline(r, 20.0, 1232.0, 3072.0, 5120.0, False, 0.0, 1.0) == pytest.approx(compute + 4e-6,
+                                                                                                     rel=1e-12)
+    assert expert_wgrad_roofline(r, 0.0, 1232.0, 3072.0, 5120.0, False, 4.0, 1.0) == 0.0
+
+
+def test_fused_accumulation_adds_the_main_gradient_read_to_the_weight_gradient_pass_only():
+    """Mixtral shape at EP 4 (2 local experts, 8,192 rows each, width 14,336): expert_wgrad_extra is the two
+    grouped weight gradients less their forwards; wgrad_fused_accumulation adds the read of the main gradient,
+    grad_reduce_bytes (4) per element of both gradients, 2 x 2 x 4096 x 14336 x 4 B / 6.4e12 (and 2 x 4096 x
+    14336 for the down projection) -- to the weight-gradient pass and the GEMM time, nothing to the forward."""
+    fused = row(**MIXTRAL, **B200, ep=4, dp=4, wgrad_fused_accumulation=1)
+    plain = row(**MIXTRAL, **B200, ep=4, dp=4)
+    rows = expert_rows(plain) / 2.0
+    forward = expert_gemm_time(plain, 2.0, rows, 2.0 * 14336, 4096.0, False) \
+        + expert_gemm_time(plain, 2.0, rows, 4096.0, 14336.0, False)
+    wgrad = expert_wgrad_roofline(plain, 2.0, rows, 2.0 * 14336, 4096.0, False, 0.0, 1.0) \
+        + expert_wgrad_roofline(plain, 2.0, rows, 4096.0, 14336.0, False, 0.0, 1.0)
+    assert expert_wgrad_extra(plain, False) == pytest.approx(wgrad - forward, rel=1e-12)
+    read = (2 * 2 * 4096 * 14336 + 2 * 4096 * 14336) * 4.0 / 6.4e12
+    assert expert_wgrad_extra(fused, False) - expert_wgrad_extra(plain, False) == pytest.approx(read, rel=1e-9)
+    work_fused, work_plain = np.zeros(N_WORK), np.zeros(N_WORK)
+    layer_passes(fused, work_fused)
+    layer_passes(plain, work_plain)
+    assert work_fused[A_FORWARD] == work_plain[A_FORWARD]
+    for slot in (A_BACKWARD_WEIGHT, A_GEMM):
+        assert work_fused[slot] - work_plain[slot] == pytest.approx(read, rel=1e-9)
+
+
+def test_megatron_core_fuses_the_weight_gradient_accumulation():
+    """Megatron-LM 23e00ed: --no-gradient-accumulation-fusion is store_false (fusion on), passed to TE's
+    GroupedLinear as fuse_wgrad_accumulation; TorchTitan writes its gradients (not set)."""
+    core = resolve(ExecutionSpec(framework="Megatron-LM (commit 23e00ed) + TransformerEngine 2.11.0"), pp=1,
+                   layers=4)
+    assert core.wgrad_fused_accumulation is True
+    assert resolve(ExecutionSpec(framework="TorchTitan"), pp=1, layers=4).wgrad_fused_accumulation is None

@@ -71,8 +71,10 @@ def test_dropping_framework_from_a_modern_record_does_not_make_it_a_2021_run():
     absent = lower_record(record)
     assert named.stack == "megatron-core" and absent.stack == "default"
     # Megatron-Core sets nothing beyond the registry but its counted MoE router kernels and its router
-    # probabilities in the expert activation (both unused by a dense model)
-    keep = ~np.isin(np.arange(len(named.columns)), [C["moe_mem_kernels"], C["moe_probs_in_experts"]])
+    # probabilities in the expert activation and its fused weight-gradient accumulation (read on the routed
+    # experts' weight gradients: all three unused by a dense model)
+    keep = ~np.isin(np.arange(len(named.columns)), [C["moe_mem_kernels"], C["moe_probs_in_experts"],
+                                                    C["wgrad_fused_accumulation"]])
     assert np.array_equal(named.columns[keep], absent.columns[keep])
     assert named.columns[C["moe_mem_kernels"]] == 48.0 and absent.columns[C["moe_mem_kernels"]] == 0.0
     assert any("no framework" in note for note in absent.notes)
@@ -194,7 +196,7 @@ def test_the_b200_runs_read_as_megatron_core_kernels():
     differ = {name for name, i in C.items() if explicit[i] != columns[i]}
     assert differ == {"fused_kernels", "selective_policy", "overlap_grad_reduce", "overlap_param_gather",
                       "moe_mem_kernels", "moe_probs_in_experts", "loss_traffic_bytes_per_logit", "step_grad_passes",
-                      "step_master_copy", "step_zero_grad"}
+                      "step_master_copy", "step_zero_grad", "wgrad_fused_accumulation"}
     assert columns[C["moe_probs_in_experts"]] == 1 and explicit[C["moe_probs_in_experts"]] == 0
     assert columns[C["overlap_grad_reduce"]] == 0 and columns[C["overlap_param_gather"]] == 0
 
