@@ -99,7 +99,6 @@ def layer_costs(row, moe, sliding, work):
     # MLP: dense, or router + shared experts + routed experts: the busiest rank's rows over its E / ep local
     # experts, the memory-bound router and permutation and the FLOPs from kernels/lm/moe.py
     expert_params = 0.0
-    wgrad = 0.0
     shared_time = 0.0
     moe_mem = 0.0
     local_experts = 0.0
@@ -112,7 +111,6 @@ def layer_costs(row, moe, sliding, work):
         rows = expert_rows(row)
         gemm = layer_gemm_time(row, tokens, 1.0, local_experts, rows / local_experts, etp, fp8, element, 1.0)
         _, moe_mem, shared_time, moe_flops, mlp_out = moe_compute(row, fp8)
-        wgrad = expert_wgrad_extra(row, fp8)
         shared = row[C_MOE_SHARED_EXPERTS] * row[C_MOE_FFN]
         expert_params = expert_weight_params(row, etp)
         params += expert_params + nm * h * shared / t + h * experts
@@ -182,7 +180,7 @@ def layer_costs(row, moe, sliding, work):
     work[W_EXPERT_PARAMS] = expert_params
     work[W_SHARED] = shared_time
     work[W_EP_REMOTE] = ep_remote
-    work[W_WGRAD] = wgrad
+    work[W_WGRAD] = expert_wgrad_extra(row, fp8) if moe else 0.0
 
 
 @njit

@@ -20,7 +20,14 @@ from fastmodel.kernels.lm.moe import (
     permutation_pairs,
 )
 from fastmodel.kernels.lm.parallel import exposed
-from fastmodel.kernels.lm.passes import A_BACKWARD_WEIGHT, A_FORWARD, A_GEMM, N_WORK, expert_parallel_exposed, layer_passes
+from fastmodel.kernels.lm.passes import (
+    A_BACKWARD_WEIGHT,
+    A_FORWARD,
+    A_GEMM,
+    N_WORK,
+    expert_parallel_exposed,
+    layer_passes,
+)
 from fastmodel.kernels.roofline import expert_gemm_time, expert_wgrad_roofline
 from fastmodel.lm.api import record_values
 from fastmodel.lm.engine import evaluate_table
