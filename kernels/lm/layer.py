@@ -104,13 +104,14 @@ def layer_costs(row, moe, sliding, work):
     local_experts = 0.0
     etp = 1.0
     rows = 0.0
+    routed = 0.0
     if moe:
         experts = row[C_MOE_EXPERTS]
         local_experts = experts / row[C_EP]
         etp = expert_tp(row, 0.0)
         rows = expert_rows(row)
         gemm = layer_gemm_time(row, tokens, 1.0, local_experts, rows / local_experts, etp, fp8, element, 1.0)
-        _, moe_mem, shared_time, moe_flops, mlp_out = moe_compute(row, fp8)
+        _, moe_mem, shared_time, moe_flops, mlp_out, routed = moe_compute(row, fp8)
         shared = row[C_MOE_SHARED_EXPERTS] * row[C_MOE_FFN]
         expert_params = expert_weight_params(row, etp)
         params += expert_params + nm * h * shared / t + h * experts
@@ -180,7 +181,7 @@ def layer_costs(row, moe, sliding, work):
     work[W_EXPERT_PARAMS] = expert_params
     work[W_SHARED] = shared_time
     work[W_EP_REMOTE] = ep_remote
-    work[W_WGRAD] = expert_wgrad_extra(row, fp8) if moe else 0.0
+    work[W_WGRAD] = expert_wgrad_extra(row, fp8, routed) if moe else 0.0
 
 
 @njit

@@ -115,8 +115,8 @@ def expert_flops(row):
 
 @njit
 def moe_compute(row, fp8):
-    """(GEMM seconds, memory-bound seconds, shared-expert seconds, FLOPs, MLP-output elements) of one MoE
-    block's forward on one device per micro-batch.
+    """(GEMM seconds, memory-bound seconds, shared-expert seconds, FLOPs, MLP-output elements, routed-expert
+    GEMM seconds) of one MoE block's forward on one device per micro-batch.
 
     Router: a ``T_r x h x E`` GEMM (16-bit). Routed experts: two grouped GEMMs over ``E / ep`` local experts of
     ``rows / local`` rows each at width ``moe_ffn / etp`` (tile and wave quantization per expert,
@@ -134,22 +134,23 @@ def moe_compute(row, fp8):
     tokens_r = rank_tokens(row)
     rows = expert_rows(row)
     width = row[C_MOE_FFN] / expert_tp(row)
-    gemm = gemm_time(row, tokens_r, experts, h, False)
-    gemm += expert_gemm_time(row, local, rows / local, (nm - 1.0) * width, h, fp8)
-    gemm += expert_gemm_time(row, local, rows / local, h, width, fp8)
+    routed = expert_gemm_time(row, local, rows / local, (nm - 1.0) * width, h, fp8) \
+        + expert_gemm_time(row, local, rows / local, h, width, fp8)
+    gemm = gemm_time(row, tokens_r, experts, h, False) + routed
     shared = row[C_MOE_SHARED_EXPERTS] * row[C_MOE_FFN]
     tokens = tokens_r * t
     shared_time = gemm_time(row, tokens, (nm - 1.0) * shared / t, h, fp8) + gemm_time(row, tokens, h, shared / t, fp8)
     permute = PERMUTE_BYTES_PER_ELEMENT * permutation_pairs(row) * rows * h
     mem = memory_bound_time(row, ROUTER_BYTES_PER_SCORE * tokens_r * experts + permute) + moe_launch_time(row)
     flops = expert_flops(row) + 2.0 * tokens * nm * h * shared / t + 2.0 * tokens_r * h * experts
-    return gemm, mem, shared_time, flops, rows * width + tokens * shared / t
+    return gemm, mem, shared_time, flops, rows * width + tokens * shared / t, routed
 
 
 @njit
-def expert_wgrad_extra(row, fp8):
+def expert_wgrad_extra(row, fp8, forward):
     """Seconds the routed experts' weight-gradient GEMMs of one MoE layer and micro-batch take beyond their
-    forward GEMMs (which the weight-gradient pass already charges once, ``passes.BACKWARD_WEIGHT_GEMM``).
+    forward GEMMs' ``forward`` seconds (``moe_compute``'s last value), which the weight-gradient pass already
+    charges once (``passes.BACKWARD_WEIGHT_GEMM``).
 
     Each local expert's gradient (``h x (nm - 1) moe_ffn / etp`` and ``moe_ffn / etp x h``) is reduced over its
     ``rows / local`` routed rows (``roofline.expert_wgrad_time``); with ``wgrad_fused_accumulation`` the GEMM
@@ -165,8 +166,6 @@ def expert_wgrad_extra(row, fp8):
     source = row[C_GRAD_REDUCE_BYTES] if row[C_WGRAD_FUSED_ACCUMULATION] > 0.0 else 0.0
     wgrad = expert_wgrad_time(row, local, per_expert, (nm - 1.0) * width, h, fp8, source) \
         + expert_wgrad_time(row, local, per_expert, h, width, fp8, source)
-    forward = expert_gemm_time(row, local, per_expert, (nm - 1.0) * width, h, fp8) \
-        + expert_gemm_time(row, local, per_expert, h, width, fp8)
     return wgrad - forward
 
 

@@ -335,9 +335,11 @@ def test_fused_accumulation_adds_the_main_gradient_read_to_the_weight_gradient_p
         + expert_gemm_time(plain, 2.0, rows, 4096.0, 14336.0, False)
     wgrad = expert_wgrad_roofline(plain, 2.0, rows, 2.0 * 14336, 4096.0, False, 0.0, 1.0) \
         + expert_wgrad_roofline(plain, 2.0, rows, 4096.0, 14336.0, False, 0.0, 1.0)
-    assert expert_wgrad_extra(plain, False) == pytest.approx(wgrad - forward, rel=1e-12)
+    assert moe_compute(plain, False)[5] == pytest.approx(forward, rel=1e-12)
+    assert expert_wgrad_extra(plain, False, forward) == pytest.approx(wgrad - forward, rel=1e-12)
     read = (2 * 2 * 4096 * 14336 + 2 * 4096 * 14336) * 4.0 / 6.4e12
-    assert expert_wgrad_extra(fused, False) - expert_wgrad_extra(plain, False) == pytest.approx(read, rel=1e-9)
+    assert expert_wgrad_extra(fused, False, forward) - expert_wgrad_extra(plain, False, forward) == pytest.approx(read,
+                                                                                                       rel=1e-9)
     work_fused, work_plain = np.zeros(N_WORK), np.zeros(N_WORK)
     layer_passes(fused, work_fused)
     layer_passes(plain, work_plain)
