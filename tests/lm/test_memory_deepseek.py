@@ -13,11 +13,11 @@ of 64, 8 experts of f_e = 512 (SwiGLU), top-2 (R = 256 rows), flash attention, n
 import numpy as np
 import pytest
 
-from fastmodel.kernels.lm.layout import M_ACTIVATIONS, M_OPTIMIZER
+from fastmodel.kernels.lm.layout import M_OPTIMIZER
 from fastmodel.kernels.lm.step import optimizer_bytes_per_param
 from fastmodel.lm.table import row
 from tests.lm.test_memory import _small_params, small
-from tests.lm.test_memory_recompute_modules import A, FE, H, MOE, R, T, activations, bits
+from tests.lm.test_memory_recompute_modules import FE, MOE, A, H, R, T, activations, bits
 
 
 def test_bf16_moments_adam_8_bytes_sgd_6_bytes_per_parameter():
