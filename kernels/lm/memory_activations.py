@@ -21,7 +21,7 @@ from fastmodel.kernels.lm.layout import (
     RECOMPUTE_NONE, RECOMPUTE_PARTIAL_LAYERS, RECOMPUTE_SELECTIVE,
 )
 from fastmodel.kernels.lm.memory_states import B16, B32, is_moe, stage_layers
-from fastmodel.kernels.lm.pipeline import microbatches_in_flight
+from fastmodel.kernels.lm.pipeline import dualpipe_direction_in_flight, microbatches_in_flight, mirror_stage
 from fastmodel.kernels.lm.recompute import module_recomputed  # noqa: F401 - the one rule, re-exported
 
 
@@ -377,6 +377,22 @@ def stage_microbatch_bytes(row, stage, dense_layer, moe_layer):
 
 
 @njit(error_model='numpy')
+def rank_microbatch_bytes(row, stage, dense_layer, moe_layer):
+    """What rank ``stage`` keeps per micro-batch in flight, on average over the micro-batches it holds at its
+    peak: :func:`stage_microbatch_bytes` of its stage; under DualPipe, whose ranks hold two model stages
+    (``mirror_stage``), the mean of the two stages' weighted by the micro-batches of each direction in flight
+    (``dualpipe_direction_in_flight``: ``pp - stage`` of its own stage, ``stage + 1`` of the mirror), so that
+    ``microbatches_in_flight x`` this is what the rank holds."""
+    own = stage_microbatch_bytes(row, stage, dense_layer, moe_layer)
+    mirror = mirror_stage(row, stage)
+    if mirror < 0.0:
+        return own
+    forward, reverse = dualpipe_direction_in_flight(row, stage)
+    other = stage_microbatch_bytes(row, mirror, dense_layer, moe_layer)
+    return (forward * own + reverse * other) / (forward + reverse)
+
+
+@njit(error_model='numpy')
 def activations_bytes(row, stage, dense_layer, moe_layer, working):
     """Activations held on pipeline rank ``stage`` at its peak.
 
@@ -385,5 +401,5 @@ def activations_bytes(row, stage, dense_layer, moe_layer, working):
     inputs per micro-batch in flight, times ``1 - activation_offload`` (the share offloaded to host memory,
     e.g. NeMo CPU activation offloading).
     """
-    held = microbatches_in_flight(row, stage) * stage_microbatch_bytes(row, stage, dense_layer, moe_layer) + working
+    held = microbatches_in_flight(row, stage) * rank_microbatch_bytes(row, stage, dense_layer, moe_layer) + working
     return held * (1.0 - row[C_ACTIVATION_OFFLOAD])
