@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fastmodel.registry.lm_lowprec import LOW_PRECISION_PLAN_ROWS, OPTIMIZER_MOMENTS
 from fastmodel.registry.lm_overhead import OVERHEAD_DEVICE_ROWS
 from fastmodel.registry.variables import (
     FITS_MEMORY,
@@ -70,9 +71,6 @@ SELECTIVE_POLICIES = {"megatron": 0, "op": 1}
 RECOMPUTE_MODULES = {"core_attn": 1, "layernorm": 2, "mla_up_proj": 4, "moe_act": 8, "mlp": 16, "moe": 32,
                      "shared_experts": 64}
 CP_ALGORITHMS = {"ring": 0, "alltoall": 1}
-#: dtype of the optimizer's moments (Adam m and v, SGD momentum) beside an FP32 master copy: FP32 (ZeRO paper,
-#: K = 12), or BF16 (DeepSeek-V3 report, arXiv 2412.19437 sec. 3.3.3, "Low-Precision Optimizer States")
-OPTIMIZER_MOMENTS = {"fp32": 0, "bf16": 1}
 #: the LM loss as the stack computes it (kernels/lm/memory.py ``loss_workspace_bytes_per_logit``): Megatron's
 #: vocab-parallel cross entropy, eager ``torch.nn.functional.cross_entropy`` on an FP32 upcast of the logits,
 #: or the same function under torch.compile (TorchInductor)
@@ -163,9 +161,6 @@ PLAN_COLUMNS = _cols(
     ("grad_reduce_bytes", "bytes", 4, "Bytes per gradient element in the data-parallel reduction.", 1, 8),
     ("optimizer", "code", 0, "OPTIMIZER_CODES: 0 Adam(W), 1 SGD-momentum, 2 Adafactor, 3 SGD without momentum "
      "(no state).", 0, 3),
-    ("optimizer_moments", "code", 0, "OPTIMIZER_MOMENTS, the dtype of the optimizer's moments beside the FP32 "
-     "master copy: 0 fp32 (Adam 4 + 4 + 4 bytes per parameter), 1 bf16 (4 + 2 + 2; DeepSeek-V3 report sec. 3.3.3). "
-     "A 16-bit model (master_weights 0) keeps 16-bit moments either way.", 0, 1, False, "code"),
     ("master_weights", "1", 1, "1: mixed precision, an FP32 master copy of the parameters is updated by the "
      "optimizer (Micikevicius et al. 2018; under FSDP the FP32 shards are that copy). 0: the model itself is "
      "16-bit (built in FP16/BF16, e.g. module.half()): the optimizer updates the 16-bit parameters in place, "
@@ -211,18 +206,7 @@ PLAN_COLUMNS = _cols(
     ("moe_probs_in_experts", "1", 0, "1: router probabilities scale the expert activation (Megatron-Core's "
      "weighted SwiGLU), so the combine keeps no expert output for the probabilities' gradient; 0: the combine "
      "multiplies them and keeps the expert output (memory only).", 0, 1, False, "flag"),
-    ("moe_act_input_fp8", "1", 0, "1: the experts' SwiGLU input is cached in FP8 (1 byte per element of the "
-     "[rows, 2 f_e] gate/up output) and the SwiGLU output recomputed in backward, so neither the 16-bit SwiGLU "
-     "input nor the down-projection input is kept (DeepSeek-V3 report sec. 3.3.3, Low-Precision Activation (2)); "
-     "routed and shared experts, gated MLPs only (memory only).", 0, 1, False, "flag"),
-    ("attn_out_e5m6", "1", 0, "1: the input of the linear after attention (the attention output) is cached once "
-     "in the 12-bit E5M6 format, for both the attention backward and the linear's weight gradient, instead of a "
-     "16-bit copy plus an FP8 copy (DeepSeek-V3 report sec. 3.3.3, Low-Precision Activation (1); memory only).",
-     0, 1, False, "flag"),
-    ("norm_recompute_fp8", "1", 0, "1: recomputing a norm (recompute_modules layernorm) recomputes the FP8 cast of "
-     "its output the next linear reads too, so no form of the norm output is stored (DeepSeek-V3 report sec. "
-     "3.2.3: recomputing all RMSNorm operations eliminates storing their outputs); 0: Transformer Engine keeps its "
-     "own FP8 cast (memory only).", 0, 1, False, "flag"),
+    *LOW_PRECISION_PLAN_ROWS,
     ("moe_imbalance", "1", 1, "Dropless routing: routed tokens of the busiest expert-parallel rank / the mean "
      "(1 = balanced, as forced balancing runs).", 1, 64, False, "number"),
     ("moe_mem_kernels", "1", 0.0, "Small memory-bound kernels (router score, top-k, masks, auxiliary loss, "
