@@ -47,8 +47,10 @@ _PACKAGE_DIR = Path(__file__).resolve().parent
 #: serving kernels and leaves the MAD-Max ones cached. Serving compiles in the lm layer shape.
 ENGINES = {
     "madmax": (("madmax",), ("fastmodel.registry.madmax", "fastmodel.registry.variables")),
-    "lm": (("lm",), ("fastmodel.registry.lm", "fastmodel.registry.variables")),
-    "serve": (("lm", "serve"), ("fastmodel.registry.lm", "fastmodel.registry.serve", "fastmodel.registry.variables")),
+    "lm": (("lm",), ("fastmodel.registry.lm", "fastmodel.registry.lm_lowprec", "fastmodel.registry.lm_overhead",
+                     "fastmodel.registry.variables")),
+    "serve": (("lm", "serve"), ("fastmodel.registry.lm", "fastmodel.registry.lm_lowprec", "fastmodel.registry.lm_overhead",
+                                "fastmodel.registry.serve", "fastmodel.registry.variables")),
 }
 #: the key of the shared kernels (schedule, roofline, nccl) when compiled on their own
 SHARED = "shared"

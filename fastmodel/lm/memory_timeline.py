@@ -79,7 +79,7 @@ def _terms(row: np.ndarray) -> dict:
 def stage_memory(row: np.ndarray, stage: int, terms: dict | None = None) -> StageMemory:
     """The moments of pipeline rank ``stage`` over one step (see the module docstring)."""
     from fastmodel.kernels.lm.memory import overhead_bytes
-    from fastmodel.kernels.lm.memory_activations import stage_microbatch_bytes
+    from fastmodel.kernels.lm.memory_activations import rank_microbatch_bytes
     from fastmodel.kernels.lm.memory_peak import P_OPTIMIZER, phase_kinds
     from fastmodel.kernels.lm.pipeline import chain_length, exact_schedule, microbatches, stage_order, virtual_stage
 
@@ -90,7 +90,7 @@ def stage_memory(row: np.ndarray, stage: int, terms: dict | None = None) -> Stag
     w, g, o, _, _ = phase_kinds(row, float(stage), P_OPTIMIZER, t["dense"], t["moe"], t["working"], t["gather"],
                                 t["comm"], t["grads"], t["logits"])
     kept = 1.0 - row[C["activation_offload"]]
-    chunk = stage_microbatch_bytes(row, float(stage), t["dense"], t["moe"]) / v * kept
+    chunk = rank_microbatch_bytes(row, float(stage), t["dense"], t["moe"]) / v * kept
     fsdp = int(row[C["sharding"]]) == 3
     overhead = overhead_bytes(row)
     index = {k: i for i, k in enumerate(MEMORY_KINDS)}

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fastmodel.registry.lm_lowprec import LOW_PRECISION_PLAN_ROWS, OPTIMIZER_MOMENTS
 from fastmodel.registry.lm_overhead import OVERHEAD_DEVICE_ROWS
 from fastmodel.registry.variables import (
     FITS_MEMORY,
@@ -82,6 +83,7 @@ CODE_TABLES: dict[str, dict[str, int]] = {
     "optimizer": OPTIMIZER_CODES, "pipeline_schedule": PIPELINE_SCHEDULES, "cp_algorithm": CP_ALGORITHMS,
     "collective_algorithm": COLLECTIVE_ALGORITHMS, "load_mode": LOAD_MODES, "selective_policy": SELECTIVE_POLICIES,
     "moe_dispatcher": MOE_DISPATCHERS, "moe_a2a_overlap": MOE_A2A_OVERLAPS, "loss_impl": LOSS_IMPLS,
+    "optimizer_moments": OPTIMIZER_MOMENTS,
 }
 
 MODEL_COLUMNS = _cols(
@@ -204,17 +206,16 @@ PLAN_COLUMNS = _cols(
     ("moe_probs_in_experts", "1", 0, "1: router probabilities scale the expert activation (Megatron-Core's "
      "weighted SwiGLU), so the combine keeps no expert output for the probabilities' gradient; 0: the combine "
      "multiplies them and keeps the expert output (memory only).", 0, 1, False, "flag"),
+    *LOW_PRECISION_PLAN_ROWS,
     ("moe_imbalance", "1", 1, "Dropless routing: routed tokens of the busiest expert-parallel rank / the mean "
      "(1 = balanced, as forced balancing runs).", 1, 64, False, "number"),
     ("moe_mem_kernels", "1", 0.0, "Small memory-bound kernels (router score, top-k, masks, auxiliary loss, "
      "permutation bookkeeping) the stack launches per MoE layer forward, each charged kernel_overhead_s; counted "
      "from its source (docs/model.md §11.14). 0: not counted (fused or compiled routers). The stack profile sets "
      "it.", 0, 1e4, False, "number"),
-    ("wgrad_fused_accumulation", "1", 0, "1: each weight-gradient GEMM accumulates into the main gradient buffer "
-     "(beta = 1) and reads it back as its source, grad_reduce_bytes per element (Megatron-LM "
-     "--no-gradient-accumulation-fusion, default fused; TransformerEngine fuse_wgrad_accumulation). Charged on the "
-     "routed experts' grouped weight gradients (docs/model.md §11.3). The stack profile sets it.", 0, 1, False,
-     "flag"),
+    ("wgrad_fused_accumulation", "1", 0, "1: weight-gradient GEMMs accumulate into the main gradient (beta = 1), "
+     "reading it back, grad_reduce_bytes per element (Megatron-LM gradient_accumulation_fusion; TE "
+     "fuse_wgrad_accumulation); charged on routed experts (docs/model.md §11.3). Set by the stack.", 0, 1, False, "flag"),
     ("step_grad_passes", "1", 0, "Reads of the local gradient shard per optimizer step besides the optimizer "
      "kernel's own (docs/model.md §11.7, optimizer step): 1 for the gradient norm (Megatron-Core "
      "get_grad_norm_fp32, multi_tensor_l2norm). 0: not counted. The stack profile sets it.", 0, 16, False, "number"),

@@ -39,6 +39,7 @@ from fastmodel.kernels.lm.memory_activations import (
     stored_layer_bytes, recompute_working_bytes,
 )
 from fastmodel.kernels.lm.memory_peak import backward_grad_bytes, stage_peak
+from fastmodel.kernels.lm.pipeline import mirror_stage
 from fastmodel.kernels.lm.memory_states import (
     is_moe, attention_params, mlp_params, B16, B32,
 )
@@ -280,7 +281,8 @@ def memory_row(row, out):
     return that rank (0 = first).
 
     The first and the last rank are evaluated (a middle rank holds fewer micro-batches than the first and no
-    LM head); each rank's peak is the largest total over the phases of the step (kernels/lm/memory_peak.py),
+    LM head), and under DualPipe rank 1 too (every rank holds ``pp + 1`` micro-batches there); each rank's peak
+    is the largest total over the phases of the step (kernels/lm/memory_peak.py),
     and the rank with the larger peak is reported, by kind at that moment. KV cache is zero in training;
     ``overhead`` is ``overhead_bytes``: what is not a live tensor (CUDA context, cuBLAS workspaces, NCCL
     buffers). The allocator's cache of free blocks is not counted: PyTorch's caching allocator releases
@@ -301,9 +303,10 @@ def memory_row(row, out):
     best_stage = 0.0
     w = g = o = a = b = 0.0
     last = row[C_PP] - 1.0
-    for stage in (0.0, last):
-        if stage == last and last == 0.0 and best >= 0.0:
-            break
+    # DualPipe: every rank holds pp + 1 micro-batches, so a middle rank (two middle stages) is a candidate too
+    candidates = 3 if (mirror_stage(row, 0.0) >= 0.0 and last >= 3.0) else (2 if last > 0.0 else 1)
+    for k in range(candidates):
+        stage = (0.0, last, 1.0)[k]
         w1, g1, o1, a1, b1 = stage_peak(row, stage, dense_layer, moe_layer, working, gather, comm, grad_work, logits)
         total = w1 + g1 + o1 + a1 + b1
         if total > best:

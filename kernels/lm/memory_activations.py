@@ -11,7 +11,8 @@ from fastmodel.kernels.lm.moe import expert_rows, expert_tp
 from fastmodel.kernels.lm.layout import (
     C_ACTIVATION_OFFLOAD, C_CP, C_DROPOUT, C_FFN, C_FLASH_ATTENTION, C_FUSED_KERNELS, C_GATED_MLP,
     C_HEADS, C_HEAD_DIM, C_HIDDEN, C_KV_HEADS, C_KV_LORA_RANK, C_MICRO_BATCH, C_MLA,
-    C_MOE_EXPERTS, C_MOE_FFN, C_MOE_PROBS_IN_EXPERTS, C_MOE_SHARED_EXPERTS, C_PP,
+    C_ATTN_OUT_E5M6, C_MOE_ACT_INPUT_FP8, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_PROBS_IN_EXPERTS,
+    C_MOE_SHARED_EXPERTS, C_NORM_RECOMPUTE_FP8, C_PP,
     C_PRECISION, C_QK_NOPE_HEAD_DIM, C_QK_ROPE_HEAD_DIM, C_Q_LORA_RANK, C_RECOMPUTE, C_RECOMPUTE_FRACTION,
     C_RMS_NORM, RECOMPUTE_MODULE_CORE_ATTN, RECOMPUTE_MODULE_LAYERNORM,
     RECOMPUTE_MODULE_MLA_UP_PROJ, RECOMPUTE_MODULE_MLP, RECOMPUTE_MODULE_MOE, RECOMPUTE_MODULE_MOE_ACT,
@@ -20,8 +21,14 @@ from fastmodel.kernels.lm.layout import (
     RECOMPUTE_NONE, RECOMPUTE_PARTIAL_LAYERS, RECOMPUTE_SELECTIVE,
 )
 from fastmodel.kernels.lm.memory_states import B16, B32, is_moe, stage_layers
-from fastmodel.kernels.lm.pipeline import microbatches_in_flight
+from fastmodel.kernels.lm.pipeline import dualpipe_direction_in_flight, microbatches_in_flight, mirror_stage
 from fastmodel.kernels.lm.recompute import module_recomputed  # noqa: F401 - the one rule, re-exported
+
+
+#: bytes per element of an FP8 cached activation, and of DeepSeek-V3's 12-bit E5M6 format (1 sign, 5 exponent,
+#: 6 mantissa bits; report sec. 3.3.3), taken as packed
+FP8_BYTES = 1.0
+E5M6_BYTES = 12.0 / 8.0
 
 
 # --- activations ---------------------------------------------------------------------------------------------------
@@ -30,11 +37,17 @@ from fastmodel.kernels.lm.recompute import module_recomputed  # noqa: F401 - the
 def discarded_norm_output_bytes(row):
     """Bytes per token per norm that ``layernorm`` recompute frees: the norm output the next GEMM saved, ``2 h``
     (``/t`` with SP) when GEMMs run in 16 bits; under FP8 GEMMs the GEMM keeps its own FP8 cast (Transformer
-    Engine), which discarding the 16-bit output does not free, so 0. Megatron-Core recomputes
+    Engine), which discarding the 16-bit output does not free, so 0 -- unless ``norm_recompute_fp8`` (DeepSeek-V3
+    report sec. 3.2.3: the recompute of every RMSNorm removes storing its output): then that cast,
+    ``g h``. Megatron-Core recomputes
     ``input_layernorm`` and ``pre_mlp_layernorm`` with output-discarding checkpointing
     (``CheckpointWithoutOutput``; ``TransformerConfig.recompute_modules``)."""
-    if not module_recomputed(row, RECOMPUTE_MODULE_LAYERNORM) or gemm_input_bytes(row) < B16:
+    if not module_recomputed(row, RECOMPUTE_MODULE_LAYERNORM):
         return 0.0
+    if gemm_input_bytes(row) < B16:
+        # ``norm_recompute_fp8``: the recompute re-derives the FP8 cast as well, so that cast goes (DeepSeek-V3
+        # report sec. 3.2.3); else Transformer Engine's FP8 cast stays and nothing is freed
+        return gemm_input_bytes(row) * row[C_HIDDEN] / replicated_divisor(row) if row[C_NORM_RECOMPUTE_FP8] > 0 else 0.0
     return B16 * row[C_HIDDEN] / replicated_divisor(row)
 
 
@@ -92,6 +105,8 @@ def attention_activation_bytes(row, mode):
     (replicated) when dropout is on. Megatron-Core ``recompute_modules``: ``mla_up_proj`` discards the MLA
     up-projected and rotated Q, K, V (``2 T a (2 d_qk + d_v)/t``; the latents stay), ``layernorm`` the norm
     output (``discarded_norm_output_bytes``); a list without ``core_attn`` keeps the log-sum-exp.
+    ``attn_out_e5m6``: the attention output is kept once at 12 bits (``E5M6_BYTES``), for the attention backward
+    and the output projection's weight gradient alike (DeepSeek-V3 report sec. 3.3.3 (1)).
     """
     tp = row[C_TP]
     t_tok = micro_batch_tokens(row)
@@ -113,6 +128,8 @@ def attention_activation_bytes(row, mode):
     out = (B16 if (flash or g == B16) else g) * t_tok * out_width
     if flash and g < B16:
         out += g * t_tok * out_width
+    if row[C_ATTN_OUT_E5M6] > 0:
+        out = E5M6_BYTES * t_tok * out_width
     core_kept = mode == RECOMPUTE_NONE or not module_recomputed(row, RECOMPUTE_MODULE_CORE_ATTN)
     stats = B32 * t_tok * heads if (flash and core_kept) else 0.0
     mask = t_tok * h / rep if row[C_DROPOUT] > 0 else 0.0
@@ -130,6 +147,17 @@ def mlp_activation_bytes(row, width, tokens_factor):
     t_tok = tokens_factor * micro_batch_tokens(row)
     fc1 = (2.0 * B16 if row[C_GATED_MLP] > 0 else B16) * t_tok * width
     return fc1 + gemm_input_bytes(row) * t_tok * width
+
+
+@njit(error_model='numpy')
+def expert_mlp_activation_bytes(row, width, tokens_factor):
+    """Stored activations of an MoE expert MLP (routed or shared): :func:`mlp_activation_bytes`, or under
+    ``moe_act_input_fp8`` with a gated MLP the SwiGLU input alone in FP8, ``1 * 2 f`` per row, its output (the
+    down-projection input) recomputed in backward (DeepSeek-V3 report sec. 3.3.3 (2): "we cache the inputs of the
+    SwiGLU operator and recompute its output in the backward pass ... stored in FP8")."""
+    if row[C_MOE_ACT_INPUT_FP8] > 0 and row[C_GATED_MLP] > 0:
+        return FP8_BYTES * 2.0 * tokens_factor * micro_batch_tokens(row) * width
+    return mlp_activation_bytes(row, width, tokens_factor)
 
 
 @njit(error_model='numpy')
@@ -155,7 +183,8 @@ def moe_activation_bytes(row):
     ``shared * moe_ffn / t`` (Megatron-Core MoE; DeepSeek-V3 report, Sec. 2.1). ``recompute_modules``:
     ``moe`` checkpoints the whole MoE layer (only its input, counted by the caller, stays), ``shared_experts``
     the shared experts, ``moe_act`` discards the experts' activation output (``2 R f``, the FC2 input, under
-    16-bit GEMMs; under FP8 the grouped GEMM keeps its own FP8 cast, as for ``layernorm``).
+    16-bit GEMMs; under FP8 the grouped GEMM keeps its own FP8 cast, as for ``layernorm``);
+    ``moe_act_input_fp8``: :func:`expert_mlp_activation_bytes`.
     """
     if module_recomputed(row, RECOMPUTE_MODULE_MOE):
         return 0.0
@@ -169,12 +198,13 @@ def moe_activation_bytes(row):
         permuted = gemm_input_bytes(row) * rows * h + B32 * rows
     else:
         permuted = (gemm_input_bytes(row) + B16) * rows * h
-    experts = mlp_activation_bytes(row, width, rows / t_tok)
-    if module_recomputed(row, RECOMPUTE_MODULE_MOE_ACT) and gemm_input_bytes(row) == B16:
+    experts = expert_mlp_activation_bytes(row, width, rows / t_tok)
+    if (module_recomputed(row, RECOMPUTE_MODULE_MOE_ACT) and gemm_input_bytes(row) == B16
+            and not (row[C_MOE_ACT_INPUT_FP8] > 0 and row[C_GATED_MLP] > 0)):
         experts -= B16 * rows * width
     shared = 0.0
     if not module_recomputed(row, RECOMPUTE_MODULE_SHARED_EXPERTS):
-        shared = mlp_activation_bytes(row, row[C_MOE_SHARED_EXPERTS] * row[C_MOE_FFN] / row[C_TP], 1.0)
+        shared = expert_mlp_activation_bytes(row, row[C_MOE_SHARED_EXPERTS] * row[C_MOE_FFN] / row[C_TP], 1.0)
     return router + permuted + experts + shared
 
 
@@ -347,6 +377,22 @@ def stage_microbatch_bytes(row, stage, dense_layer, moe_layer):
 
 
 @njit(error_model='numpy')
+def rank_microbatch_bytes(row, stage, dense_layer, moe_layer):
+    """What rank ``stage`` keeps per micro-batch in flight, on average over the micro-batches it holds at its
+    peak: :func:`stage_microbatch_bytes` of its stage; under DualPipe, whose ranks hold two model stages
+    (``mirror_stage``), the mean of the two stages' weighted by the micro-batches of each direction in flight
+    (``dualpipe_direction_in_flight``: ``pp - stage`` of its own stage, ``stage + 1`` of the mirror), so that
+    ``microbatches_in_flight x`` this is what the rank holds."""
+    own = stage_microbatch_bytes(row, stage, dense_layer, moe_layer)
+    mirror = mirror_stage(row, stage)
+    if mirror < 0.0:
+        return own
+    forward, reverse = dualpipe_direction_in_flight(row, stage)
+    other = stage_microbatch_bytes(row, mirror, dense_layer, moe_layer)
+    return (forward * own + reverse * other) / (forward + reverse)
+
+
+@njit(error_model='numpy')
 def activations_bytes(row, stage, dense_layer, moe_layer, working):
     """Activations held on pipeline rank ``stage`` at its peak.
 
@@ -355,5 +401,5 @@ def activations_bytes(row, stage, dense_layer, moe_layer, working):
     inputs per micro-batch in flight, times ``1 - activation_offload`` (the share offloaded to host memory,
     e.g. NeMo CPU activation offloading).
     """
-    held = microbatches_in_flight(row, stage) * stage_microbatch_bytes(row, stage, dense_layer, moe_layer) + working
+    held = microbatches_in_flight(row, stage) * rank_microbatch_bytes(row, stage, dense_layer, moe_layer) + working
     return held * (1.0 - row[C_ACTIVATION_OFFLOAD])

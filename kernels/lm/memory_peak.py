@@ -27,9 +27,9 @@ from fastmodel.kernels.lm.layout import (
     C_MOE_SHARED_EXPERTS, C_PP, C_SHARDING, C_TP, C_VOCAB, SHARD_FSDP,
 )
 from fastmodel.kernels.lm.memory_activations import (
-    micro_batch_tokens, microbatches_in_flight, replicated_divisor, routed_tokens, stage_microbatch_bytes,
+    micro_batch_tokens, microbatches_in_flight, rank_microbatch_bytes, replicated_divisor, routed_tokens,
 )
-from fastmodel.kernels.lm.pipeline import chunk_fraction
+from fastmodel.kernels.lm.pipeline import chunk_fraction, mirror_stage
 from fastmodel.kernels.lm.memory_states import (
     B16, is_moe, gradients_bytes, optimizer_bytes, stage_params, weights_bytes,
 )
@@ -129,13 +129,14 @@ def _phase(row, stage, phase, state, shared):
     kept = 1.0 - row[C_ACTIVATION_OFFLOAD]
     if phase == P_OPTIMIZER:
         return w, g, o + transient, 0.0, 0.0
+    last = row[C_PP] - 1
     if phase == P_LOSS:
-        if stage != row[C_PP] - 1:
+        if stage != last and mirror_stage(row, stage) != last:   # DualPipe: rank 0 ends the reverse chain
             return w, g, o, 0.0, 0.0
         return w, g, o, in_flight * per_mb * kept, loss_gather_bytes(row, gather) + comm + logits
     if phase == P_BACKWARD:
         return w, g, o, (in_flight * per_mb + working) * kept, gather + comm + grad_work
-    if stage != 0:
+    if stage != 0 and mirror_stage(row, stage) != 0:          # DualPipe: rank pp - 1 starts the reverse chain
         return w, g, o, 0.0, 0.0
     chunk = chunk_fraction(row)
     held = max(in_flight - chunk, 0.0) * per_mb * kept
@@ -150,7 +151,7 @@ def _stage_state(row, stage, dense_layer, moe_layer):
     non_expert, expert = stage_params(row, stage)
     return (weights_bytes(row, non_expert, expert), gradients_bytes(row, non_expert, expert),
             optimizer_bytes(row, stage, non_expert, expert), optimizer_transient_bytes(row, non_expert, expert),
-            stage_microbatch_bytes(row, stage, dense_layer, moe_layer), microbatches_in_flight(row, stage))
+            rank_microbatch_bytes(row, stage, dense_layer, moe_layer), microbatches_in_flight(row, stage))
 
 
 @njit(error_model='numpy')

@@ -16,7 +16,7 @@ from fastmodel.kernels.lm.shape import (  # noqa: F401 - attention_params, mlp_p
 from fastmodel.kernels.lm.layout import (
     C_CP, C_DENSE_LAYERS, C_DP, C_EP, C_FFN, C_FP8_PARAMS, C_GATED_MLP, C_GRAD_REDUCE_BYTES, C_HEADS, C_HEAD_DIM,
     C_HIDDEN, C_LAYERS, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_LAYER_FREQ, C_MOE_SHARED_EXPERTS, C_MOE_TOPK,
-    C_MASTER_WEIGHTS, C_MTP_LAYERS, C_OPTIMIZER, C_PP, C_PRECISION, C_SHARDING,
+    C_MASTER_WEIGHTS, C_MTP_LAYERS, C_OPTIMIZER, C_OPTIMIZER_MOMENTS, C_PP, C_PRECISION, C_SHARDING,
     C_SHARD_DEGREE, C_TIED_EMBEDDINGS, C_EMBEDDING_LOSS_IN_SPLIT, C_LEARNED_POSITIONS, C_SEQ_LEN, C_TP, C_UNEVEN_STAGES, C_VOCAB, C_VP, OPT_ADAFACTOR, OPT_SGD,
     OPT_SGD_NO_MOMENTUM,
     PRECISION_FP8, SHARD_FSDP, SHARD_ZERO1, SHARD_ZERO2,
@@ -217,26 +217,36 @@ def gradients_bytes(row, non_expert, expert):
 
 
 @njit(error_model='numpy')
+def moment_bytes(row):
+    """Bytes per element of the optimizer's moments beside an FP32 master copy: 4 (FP32, ZeRO paper Sec. 3.1),
+    2 under ``optimizer_moments = bf16`` (DeepSeek-V3 report sec. 3.3.3: "we adopt the BF16 data format instead
+    of FP32 to track the first and second moments in the AdamW optimizer"; master weights and gradients stay
+    FP32)."""
+    return B16 if row[C_OPTIMIZER_MOMENTS] > 0 else B32
+
+
+@njit(error_model='numpy')
 def optimizer_bytes_per_param(row):
     """Optimizer bytes per parameter, FP32 master copy included.
 
     Adam(W): 4 (master) + 4 (m) + 4 (v) = 12 (ZeRO paper, Sec. 3.1, K = 12). SGD with momentum: 4 + 4 = 8.
     SGD without momentum (``torch.optim.SGD`` at its default ``momentum=0`` keeps no ``momentum_buffer``): 4,
     the master alone. Adafactor without momentum (Shazeer & Stern 2018; beta1 = 0 default): 4 (master) plus
-    the factored second moment (``adafactor_factored_bytes``). Under FSDP the sharded FP32 parameters are the
-    master copy, so 4 bytes less; a 16-bit model (``master_weights = 0``) has no master copy at all and its
+    the factored second moment (``adafactor_factored_bytes``). BF16 moments (``moment_bytes``): Adam 4 + 2 + 2
+    = 8. Under FSDP the sharded FP32 parameters are the master copy, so 4 bytes less; a 16-bit model (``master_weights = 0``) has no master copy at all and its
     states are 16-bit like its parameters (Adam 2 + 2, SGD with momentum 2).
     """
     opt = int(row[C_OPTIMIZER])
-    states = 8.0
+    moments = 2.0
     if opt == OPT_SGD:
-        states = 4.0
+        moments = 1.0
     elif opt == OPT_ADAFACTOR or opt == OPT_SGD_NO_MOMENTUM:
-        states = 0.0
+        moments = 0.0
     if row[C_MASTER_WEIGHTS] <= 0:
         # PyTorch optimizers create their states like the parameter (torch/optim/adamw.py ``_init_group``:
-        # ``exp_avg = torch.zeros_like(p)``), so a 16-bit model keeps 16-bit moments: half the FP32 bytes
-        return states * B16 / B32
+        # ``exp_avg = torch.zeros_like(p)``), so a 16-bit model keeps 16-bit moments
+        return moments * B16
+    states = moments * moment_bytes(row)
     if int(row[C_SHARDING]) == SHARD_FSDP:
         return states
     return states + B32

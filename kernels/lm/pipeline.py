@@ -102,6 +102,18 @@ def microbatches_in_flight(row, stage):
     return min(pp - stage, m)
 
 
+@njit(error_model='numpy')
+def dualpipe_direction_in_flight(row, stage):
+    """(forward-direction, reverse-direction) micro-batches rank ``stage`` holds at its peak under DualPipe: of
+    model stage ``stage`` (direction 0) ``pp - stage``, of the mirror stage ``pp - 1 - stage`` (direction 1)
+    ``stage + 1``; ``pp + 1`` in all (DeepSeek-V3 report Table 2), split by direction as the schedule lays them
+    out (deepseek-ai/DualPipe ``dualpipe.py``, :func:`dualpipe_order`; tests/lm/test_memory_dualpipe.py walks
+    it). Scaled to :func:`microbatches_in_flight` when there are fewer micro-batches."""
+    pp = row[C_PP]
+    scale = microbatches_in_flight(row, stage) / (pp + 1.0)
+    return (pp - stage) * scale, (stage + 1.0) * scale
+
+
 @njit(inline="always")
 def mirror_stage(row, stage):
     """The second model stage rank ``stage`` holds, or -1: DualPipe places stage ``s`` and ``pp - 1 - s`` on

@@ -30,7 +30,7 @@ from fastmodel.kernels.lm.layout import (
     R_HFU, R_MFU, R_PIPELINE_BUBBLE, R_STEP_TIME, R_TIME_HOST_WAIT, R_TIME_ATTENTION, R_TIME_GEMM, R_TIME_MEMORY_BOUND, R_TIME_OPTIMIZER,
     R_TIME_RECOMPUTE, R_TOKENS_PER_S, R_TOKENS_PER_S_PER_GPU,
 )
-from fastmodel.kernels.lm.memory_states import layers_per_stage, split_slots, stored_grad_bytes
+from fastmodel.kernels.lm.memory_states import layers_per_stage, moment_bytes, split_slots, stored_grad_bytes
 from fastmodel.kernels.lm.moe import expert_dp, expert_tp
 from fastmodel.kernels.lm.parallel import data_parallel, fsdp_first_layer_exposed
 from fastmodel.kernels.lm.passes import (
@@ -47,13 +47,14 @@ from fastmodel.kernels.roofline import memory_bound_time
 @njit
 def optimizer_bytes_per_param(row):
     """HBM traffic of the optimizer step per local parameter: FP32 master and states read and written,
-    gradient read, 16-bit weight copy written (Adam: 4+4 master, 8+8 moments). A 16-bit model
-    (``master_weights = 0``) reads and writes its 16-bit parameters instead (2+2), writes no copy, and its
-    states are 16-bit (AdamW: 2 + 2 + 8 + 2 = 14 bytes with 16-bit gradients)."""
+    gradient read, 16-bit weight copy written (Adam: 4+4 master, 8+8 moments; 4+4 with BF16 moments,
+    ``moment_bytes``). A 16-bit model (``master_weights = 0``) reads and writes its 16-bit parameters instead
+    (2+2), writes no copy, and its states are 16-bit (AdamW: 2 + 2 + 8 + 2 = 14 bytes with 16-bit gradients)."""
     master = row[C_MASTER_WEIGHTS] > 0
     grad = stored_grad_bytes(row)
     params = 8.0 + 2.0 if master else 2.0 + 2.0
-    states = 1.0 if master else 0.5          # a 16-bit model's states are 16-bit (torch.optim zeros_like(p))
+    # FP32 moments: 1; BF16 moments or a 16-bit model's (torch.optim zeros_like(p)): 0.5
+    states = moment_bytes(row) / 4.0 if master else 0.5
     if row[C_OPTIMIZER] == OPT_ADAM:
         return params + 16.0 * states + grad
     if row[C_OPTIMIZER] == OPT_SGD:

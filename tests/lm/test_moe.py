@@ -201,6 +201,29 @@ def test_deepseek_v3_record_recomputes_the_reports_modules():
     assert columns[COLUMN_INDEX["recompute_modules"]] == 2 + 4
 
 
+def test_deepseek_v3_record_states_the_reports_memory_savers_as_fields():
+    """DeepSeek-V3 report sec. 3.3.3: BF16 AdamW moments (master weights and gradients FP32), the SwiGLU input of
+    the MoE cached in FP8 with its output recomputed, the attention output cached in E5M6; sec. 3.2.3: the
+    RMSNorm outputs not stored. The record says each as a plan field (not in the optimizer's free text)."""
+    from fastmodel.lm.records import lower_record
+    from fastmodel.registry.lm import COLUMN_INDEX
+
+    columns = lower_record(_deepseek_v3()).columns
+    for name in ("optimizer_moments", "moe_act_input_fp8", "attn_out_e5m6", "norm_recompute_fp8"):
+        assert columns[COLUMN_INDEX[name]] == 1, name
+
+
+def test_a_misspelt_moment_dtype_names_the_field():
+    from fastmodel.errors import SpecError
+    from fastmodel.lm.records import lower_record
+
+    record = _deepseek_v3()
+    record["plan"]["optimizer_moments"] = "bf17"
+    with pytest.raises(SpecError, match="optimizer_moments") as info:
+        lower_record(record)
+    assert "bf16" in str(info.value)
+
+
 def test_sweeps_take_etp_as_a_degree():
     """``tp2.ep32.etp1`` on 32 GPUs is the folded mesh (legal); ``tp2.ep32`` keeps etp = tp = 2 and needs 64."""
     from fastmodel.lm.sweep import lm_sweep, mesh_label, parse_mesh
