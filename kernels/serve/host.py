@@ -1,4 +1,4 @@
-"""Host (CPU) issue time of the serving iterations an engine runs eagerly (docs/model_serving.md §S16).
+"""Host (CPU) issue time of the serving iterations an engine runs eagerly (docs/model_serving.md §S21).
 
 Every engine here replays CUDA graphs for decode-only iterations, so their host cost is the graph launch. An
 iteration that carries prompt tokens is issued from Python op by op where the engine does not graph it:
@@ -29,8 +29,10 @@ from fastmodel.kernels.serve.costs import dense_format, gemm_format
 
 #: the two RMSNorms of a layer, each one fused add+norm call (or the all-reduce's fused norm)
 NORM_OPS = 2.0
-#: attention: ``q.new_empty`` (the output) and ``torch.ops.trtllm.attention_inplace`` (RoPE fused in the op)
+#: attention: ``q.new_empty`` (the output) and ``torch.ops.trtllm.attention_inplace`` (RoPE fused in the op);
+#: with NVFP4 linears ``TrtllmAttention.forward`` first asks ``attention_supports_nvfp4_output`` (one more call)
 ATTENTION_OPS = 2.0
+ATTENTION_FP4_OPS = 1.0
 #: the gated activation of a dense MLP (``swiglu``: one ``flashinfer_silu_and_mul`` call)
 SWIGLU_OPS = 1.0
 #: ``Linear.apply_linear`` per precision: 16-bit ``F.linear`` (``t`` + ``mm``, docs/model.md's convention),
@@ -66,7 +68,7 @@ def eager_layer_ops(row):
         return row[C_HOST_OPS_LAYER]
     fmt, _ = dense_format(row)
     lin = linear_ops(fmt)
-    ops = NORM_OPS + 2.0 * lin + ATTENTION_OPS
+    ops = NORM_OPS + 2.0 * lin + ATTENTION_OPS + (ATTENTION_FP4_OPS if fmt >= 2.0 else 0.0)
     if row[C_MOE_EXPERTS] > 0.0:
         ops += MOE_OPS + (MOE_QUANT_OPS if gemm_format(row) > 0.0 else 0.0)
     else:

@@ -26,8 +26,8 @@ def test_tensorrt_llm_dense_layer_count_by_hand():
     # (static_quantize_e4m3_per_tensor, weight.t(), cublas_scaled_mm), attention 2 (new_empty, attention_inplace),
     # swiglu 1, two all-reduces at tp 2
     assert eager_layer_ops(_row()) == 2 + 4 * 3 + 2 + 1 + 2
-    # NVFP4 linears: fp4_quantize + nvfp4_gemm; tp 1 has no all-reduce
-    assert eager_layer_ops(_row(precision="fp4", tp=1)) == 2 + 4 * 2 + 2 + 1
+    # NVFP4 linears: fp4_quantize + nvfp4_gemm, and the attention's NVFP4-output query; tp 1 has no all-reduce
+    assert eager_layer_ops(_row(precision="fp4", tp=1)) == 2 + 4 * 2 + 2 + 1 + 1
     # BF16 F.linear (t + mm)
     assert eager_layer_ops(_row(precision="bf16", tp=1)) == 2 + 4 * 2 + 2 + 1
 
