@@ -23,7 +23,8 @@ scheduler.py`` (running requests first); SGLang v0.5.6.post2 ``python/sglang/srt
 
 A version the table does not know, or none recorded, takes the engine's newest profile; an engine it does not
 know takes TensorRT-LLM's (the default of the sweep columns); both say so in a note. No per-iteration CPU time
-is set (``serve_step_overhead_s`` stays 0): no engine publishes one at these versions.
+is set (``serve_step_overhead_s`` stays 0): no engine publishes one at these versions. TensorRT-LLM's profile
+sets ``host_op_s`` (the host issue time of its eager prompt-carrying iterations, kernels/serve/host.py).
 """
 
 from __future__ import annotations
@@ -44,6 +45,11 @@ DEFAULT_ENGINE = "trtllm"
 #: above; the model takes 4 MiB for every TP size (TP 2 keeps the custom kernel to 8 MiB)
 CUSTOM_AR_VLLM = CUSTOM_AR_SGLANG = 8192 * 1024
 CUSTOM_AR_TRTLLM = 4 * 1024 * 1024 + 1          # the kernel's inclusive 4 MiB under the model's strict "<"
+#: host seconds to issue one eager PyTorch operator (docs/model.md "Host issue time": 20 us within the 5-25 us of
+#: CPU-side work per op J. Lin measures, an assumption [A]); set for TensorRT-LLM, whose prompt-carrying
+#: iterations run eagerly (kernels/serve/host.py); vLLM (piecewise CUDA graphs) and SGLang (eager extend
+#: batches, its ops not counted here) keep 0
+HOST_OP_S_EAGER = 20e-6
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?")
 
 
@@ -70,13 +76,14 @@ def profile_columns(engine: str | None, version: tuple[int, ...] | None, hbm_byt
         return {"max_num_tokens": 8192 if large else 2048, "max_batch_size": 1024 if large else 256,
                 "chunked_prefill": 1, "mixed_prefill": 1,
                 "overlap_step": 1 if version is None or version >= (0, 15, 1) else 0, "kv_on_demand": 1,
-                "custom_allreduce_bytes": CUSTOM_AR_VLLM}
+                "custom_allreduce_bytes": CUSTOM_AR_VLLM, "host_op_s": 0.0, "host_ops_layer": 0.0}
     if engine == "sglang":
         return {"max_num_tokens": 16384 if hbm_bytes >= 160 * GIB else 8192, "max_batch_size": 4096,
                 "chunked_prefill": 1, "mixed_prefill": 0, "overlap_step": 1, "kv_on_demand": 1,
-                "custom_allreduce_bytes": CUSTOM_AR_SGLANG}
+                "custom_allreduce_bytes": CUSTOM_AR_SGLANG, "host_op_s": 0.0, "host_ops_layer": 0.0}
     return {"max_num_tokens": 8192, "max_batch_size": 2048, "chunked_prefill": 0, "mixed_prefill": 1,
-            "overlap_step": 1, "kv_on_demand": 0, "custom_allreduce_bytes": CUSTOM_AR_TRTLLM}
+            "overlap_step": 1, "kv_on_demand": 0, "custom_allreduce_bytes": CUSTOM_AR_TRTLLM,
+            "host_op_s": HOST_OP_S_EAGER, "host_ops_layer": 0.0}
 
 
 def fp4_activation(engine: str | None, precision: str) -> tuple[float, str | None]:

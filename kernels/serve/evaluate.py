@@ -63,6 +63,7 @@ from fastmodel.kernels.serve.layout import (
 from fastmodel.kernels.serve.attention import attention_launches, kv_bytes_per_token, decode_attention_sum, prefill_attention_time
 from fastmodel.kernels.serve.costs import is_fp8, head_costs, body_costs, K_GEMM, K_ATTN, K_MEM, K_COMM, LAUNCH
 from fastmodel.kernels.serve.memory import weight_memory, activation_memory
+from fastmodel.kernels.serve.host import eager_host_s
 # building blocks tests and callers use by their old address
 from fastmodel.kernels.serve.attention import attention_lines, sum_max_lines, sum_window  # noqa: F401
 from fastmodel.kernels.serve.costs import experts_touched  # noqa: F401
@@ -88,7 +89,8 @@ def prefill_costs(row, prompts, costs, part):
     for k in range(4):
         costs[k] += chunks * part[k]
     costs[K_ATTN] += prefill_attention_time(row, prompts / groups, row[C_INPUT_LEN])
-    return costs[K_GEMM] + costs[K_ATTN] + costs[K_MEM] + costs[K_COMM]
+    # each chunk is one eager iteration: at least the host's issue time (kernels/serve/host.py)
+    return max(costs[K_GEMM] + costs[K_ATTN] + costs[K_MEM] + costs[K_COMM], chunks * eager_host_s(row))
 
 
 @njit
@@ -194,7 +196,7 @@ def _fixed(row, batch, kv_token, weights, out, scratch):
         mean_attention = decode_attention_sum(row, decoding, inp + 1.0, inp + steps) / steps if steps > 0.0 \
             else 0.0
         dec[K_ATTN] = mean_attention + prefill_attention_time(row, n / outp, inp) + attention_launches(row)
-        step = dec[K_GEMM] + dec[K_ATTN] + dec[K_MEM] + dec[K_COMM] + host
+        step = max(dec[K_GEMM] + dec[K_ATTN] + dec[K_MEM] + dec[K_COMM], eager_host_s(row)) + host   # a mixed step
         for k in range(4):
             dec[k] *= steps
         tpot = step

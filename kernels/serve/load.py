@@ -36,6 +36,7 @@ from fastmodel.kernels.columns import (
 )
 from fastmodel.kernels.serve.attention import attention_launches, decode_attention_sum, prefill_attention_time
 from fastmodel.kernels.serve.costs import K_ATTN, K_COMM, K_GEMM, K_MEM, LAUNCH, body_costs, head_costs
+from fastmodel.kernels.serve.host import eager_host_s
 
 #: fixed-point passes over the batch composition (decode batch, prompts per prefill iteration); a pass stops the
 #: loop when neither moved by more than REFRESH (relative), and an iteration time is recomputed only when its
@@ -92,7 +93,8 @@ def prefill_iteration(row, n, q, per_request, costs):
     """Seconds of an iteration carrying ``q`` prompt tokens and, when ``mixed_prefill``, the ``n`` decodes
     (into ``costs``, zeroed first); ``per_request``: the decode attention of one request at the mean context
     (attention is linear in the requests). The prompt's tokens sit on one attention-DP group; its attention
-    is its share ``q / I`` of the causal prompt's."""
+    is its share ``q / I`` of the causal prompt's. It lasts at least the host's issue time when the engine runs
+    it eagerly (``eager_host_s``); the cost parts stay the GPU's."""
     for k in range(4):
         costs[k] = 0.0
     inp = row[C_INPUT_LEN]
@@ -103,7 +105,8 @@ def prefill_iteration(row, n, q, per_request, costs):
     if dec > 0.0:
         costs[K_ATTN] += dec * per_request + attention_launches(row)
     costs[K_ATTN] += prefill_attention_time(row, q / inp, inp)
-    return costs[K_GEMM] + costs[K_ATTN] + costs[K_MEM] + costs[K_COMM]
+    # an eager iteration lasts as long as the host takes to issue it when that is longer (kernels/serve/host.py)
+    return max(costs[K_GEMM] + costs[K_ATTN] + costs[K_MEM] + costs[K_COMM], eager_host_s(row))
 
 
 @njit
