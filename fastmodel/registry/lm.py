@@ -334,6 +334,12 @@ SERVE_COLUMNS = _cols(
      "off); concurrency load only.", 0, 64),
     ("spec_acceptance", "1", 0.0, "Speculative decoding: probability that a draft token is accepted.", 0, 1),
     ("custom_allreduce_bytes", "bytes", 0, "Largest allreduce run by the engine's own P2P kernel (0: NCCL).", 0, 1 << 40),
+    ("act_quant_inputs", "bits", 0, "Inputs of a layer's quantized linears the engine quantizes in a kernel of "
+     "their own (bits: 1 QKV, 2 output projection, 4 gate/up, 8 down; 0: none, or fused into the kernel before); "
+     "set by the engine profile (kernels/serve/quant_kernels.py).", 0, 15),
+    ("allreduce_norm_fusion", "1", 0, "1: a TP allreduce that runs the engine's own kernel also does the residual "
+     "add, RMSNorm and the next linear's input quantization (vLLM fuse_allreduce_rms); set by the engine "
+     "profile.", 0, 1),
     ("kv_on_demand", "1", 0, "0: a request is admitted only if its KV cache at full length fits (TRT-LLM "
      "GUARANTEED_NO_EVICT); 1: KV blocks are allocated as tokens arrive (vLLM, SGLang): a request holds "
      "input_len + output_len / 2 tokens on average.", 0, 1),
