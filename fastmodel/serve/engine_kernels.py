@@ -57,6 +57,14 @@ def linear_kernels(engine: str | None, version: tuple[int, ...] | None, precisio
     return {"act_quant_inputs": float(bits), "allreduce_norm_fusion": 1.0 if fusion else 0.0}
 
 
+def assumed_note(engine: str | None, version: tuple[int, ...] | None, fusion: float) -> str | None:
+    """The note a record gets when vLLM's allreduce+RMSNorm fusion is assumed on for want of a version."""
+    if engine == "vllm" and version is None and fusion > 0.0:
+        return ("vLLM without a version: allreduce+RMSNorm(+quant) fusion assumed on (fuse_allreduce_rms, -O2 "
+                "default from 0.16); docs/model_serving.md S21")
+    return None
+
+
 def is_sm90_or_sm100(device: dict, table: dict) -> bool:
     """True when the device file ``device`` (from ``table``, the device names) is one of SM90_SM100_DEVICES."""
     return any(device is table.get(name) for name in SM90_SM100_DEVICES) if device else False

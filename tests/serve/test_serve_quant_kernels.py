@@ -89,5 +89,8 @@ def test_a_vllm_record_is_lowered_with_its_kernels():
     lowered = lower_serve_record(record)
     assert lowered.columns[COLUMN_INDEX["act_quant_inputs"]] == 7.0
     assert lowered.columns[COLUMN_INDEX["allreduce_norm_fusion"]] == 1.0
+    assert not any("fusion assumed" in note for note in lowered.notes)
+    record["framework"] = "vLLM"                 # no version: the newest profile, and a note says so
+    assert any("fusion assumed on" in note for note in lower_serve_record(record).notes)
     record["framework"] = "TensorRT-LLM 1.0.0rc3"
     assert lower_serve_record(record).columns[COLUMN_INDEX["act_quant_inputs"]] == 0.0
