@@ -45,12 +45,13 @@ _PACKAGE_DIR = Path(__file__).resolve().parent
 #: in). Each engine's kernels are cached in a folder of their own, keyed by the shared kernel files (this
 #: folder's top level), its subfolders and its registries, so an edit to an lm kernel recompiles the lm and
 #: serving kernels and leaves the MAD-Max ones cached. Serving compiles in the lm layer shape.
+#: the registry modules of the lm column table (lm.py and the modules holding its rows)
+LM_REGISTRIES = ("fastmodel.registry.lm", "fastmodel.registry.lm_engine", "fastmodel.registry.lm_lowprec",
+                 "fastmodel.registry.lm_overhead")
 ENGINES = {
     "madmax": (("madmax",), ("fastmodel.registry.madmax", "fastmodel.registry.variables")),
-    "lm": (("lm",), ("fastmodel.registry.lm", "fastmodel.registry.lm_lowprec", "fastmodel.registry.lm_overhead",
-                     "fastmodel.registry.variables")),
-    "serve": (("lm", "serve"), ("fastmodel.registry.lm", "fastmodel.registry.lm_lowprec", "fastmodel.registry.lm_overhead",
-                                "fastmodel.registry.serve", "fastmodel.registry.variables")),
+    "lm": (("lm",), (*LM_REGISTRIES, "fastmodel.registry.variables")),
+    "serve": (("lm", "serve"), (*LM_REGISTRIES, "fastmodel.registry.serve", "fastmodel.registry.variables")),
 }
 #: the key of the shared kernels (schedule, roofline, nccl) when compiled on their own
 SHARED = "shared"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fastmodel.registry.lm_engine import ENGINE_KERNEL_ROWS
 from fastmodel.registry.lm_lowprec import LOW_PRECISION_PLAN_ROWS, OPTIMIZER_MOMENTS
 from fastmodel.registry.lm_overhead import OVERHEAD_DEVICE_ROWS
 from fastmodel.registry.variables import (
@@ -320,26 +321,7 @@ SERVE_COLUMNS = _cols(
      "batch / attention_dp requests and their KV cache; the experts span tp x attention_dp GPUs.", 1, 1 << 16),
     ("moe_tp", "1", 0, "Tensor parallelism of each expert (0: tp x attention_dp / ep, the experts split like "
      "attention over what EP leaves).", 0, 1 << 16),
-    ("fp4_gemm", "1", 0, "1: FP4 weights (NVFP4, 4.5 bits per weight): GEMMs on FP4 tensor cores where the device "
-     "has them (peak_flops_4 > 0), else weight-only (16-bit compute).", 0, 1),
-    ("fp4_act", "1", 2, "Activations of FP4-weight GEMMs on a device with FP4 tensor cores: 2 FP4 (NVFP4 W4A4), "
-     "1 FP8 (MXFP8 x MXFP4, W4A8: the FP8 peak), 0 16-bit (W4A16: the 16-bit peak); set by the engine profile.", 0, 2),
-    ("quant_experts_only", "1", 0, "1: only the routed experts' weights are in the checkpoint's format (weight_bytes, "
-     "fp4_gemm); attention, dense MLPs and shared experts stay BF16 (gpt-oss's MXFP4 checkpoint).", 0, 1),
-    ("expert_tile_min", "tokens", 0, "Smallest row (token) tile of the grouped expert GEMM kernel (0: the GEMM "
-     "library's 16); set by the engine profile (FlashInfer trtllm-gen FP4 MoE: 8).", 0, 1024),
-    ("expert_tile_max", "tokens", 0, "Largest row (token) tile of the grouped expert GEMM kernel (0: gemm_tile_m); "
-     "set by the engine profile (FlashInfer trtllm-gen FP4 MoE at BF16 activations: 64).", 0, 1024),
-    ("mixed_prefill", "1", 1, "1: prefill chunks ride in the decode iterations (vLLM V1, TRT-LLM in-flight "
-     "batching); 0: prefill batches run alone and stall decodes (SGLang default).", 0, 1),
-    ("chunked_prefill", "1", 0, "1: a prompt longer than the free token budget is cut into chunks; 0: a prompt "
-     "enters whole (the budget grows to hold it, TRT-LLM default).", 0, 1),
-    ("overlap_step", "1", 1, "1: the scheduler overlaps step n+1's CPU work with step n (TRT-LLM/SGLang overlap "
-     "scheduler, vLLM async scheduling): the first token leaves one iteration later.", 0, 1),
-    ("spec_tokens", "tokens", 0, "Speculative decoding (MTP, EAGLE): draft tokens proposed per decode step (0: "
-     "off); concurrency load only.", 0, 64),
-    ("spec_acceptance", "1", 0.0, "Speculative decoding: probability that a draft token is accepted.", 0, 1),
-    ("custom_allreduce_bytes", "bytes", 0, "Largest allreduce run by the engine's own P2P kernel (0: NCCL).", 0, 1 << 40),
+    *ENGINE_KERNEL_ROWS,
     ("kv_on_demand", "1", 0, "0: a request is admitted only if its KV cache at full length fits (TRT-LLM "
      "GUARANTEED_NO_EVICT); 1: KV blocks are allocated as tokens arrive (vLLM, SGLang): a request holds "
      "input_len + output_len / 2 tokens on average.", 0, 1),

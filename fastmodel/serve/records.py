@@ -24,6 +24,7 @@ import numpy as np
 from fastmodel.errors import SpecError, UnsupportedError
 from fastmodel.registry.lm import COLUMN_INDEX, LOAD_MODES
 from fastmodel.serve.api import precision_columns
+from fastmodel.serve.engine_kernels import assumed_note, is_sm90_or_sm100, linear_kernels
 from fastmodel.serve.precisions import FP4_PRECISIONS, published_fp4_checkpoint
 from fastmodel.serve.profiles import (
     expert_row_tiles,
@@ -167,6 +168,12 @@ def lower_serve_record(data: dict, source: str | None = None) -> ServeRecord:
         notes.append(act_note)
     values["moe_dispatcher"] = moe_dispatcher(engine, columns[COLUMN_INDEX["ep"]], columns[COLUMN_INDEX["moe_topk"]],
                                               multi_node_nvlink(data, device))
+    version = parse_framework(record.framework)[1]
+    values.update(linear_kernels(engine, version, precision, values["peak_flops_4"] > 0,
+                                 is_sm90_or_sm100(device, device_table())))
+    fusion_note = assumed_note(engine, version, values["allreduce_norm_fusion"])
+    if fusion_note:
+        notes.append(fusion_note)
     if values["peak_flops_4"] > 0:     # the engine's FP4 MoE kernel; without FP4 tensor cores, another backend
         values["expert_tile_min"], values["expert_tile_max"] = expert_row_tiles(engine, precision)
     mode = serve.load

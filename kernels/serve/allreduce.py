@@ -41,12 +41,21 @@ def two_shot(row, nbytes, size):
 
 
 @njit
+def is_custom(row, nbytes, size, stride):
+    """True when the engine runs an allreduce of ``nbytes`` over ``size`` GPUs with its own P2P kernel: a group of
+    2, 4, 6 or 8 GPUs of one NVLink domain whose message fits the engine's buffer (``custom_allreduce_bytes``)."""
+    return size > 1.0 and nbytes > 0.0 and nbytes < row[C_CUSTOM_ALLREDUCE_BYTES] \
+        and members_per_domain(row, size, stride) >= size and size <= 8.0 and size % 2.0 == 0.0
+
+
+@njit
 def serve_allreduce(row, nbytes, size, stride):
     """Allreduce of ``nbytes`` over ``size`` GPUs as a serving engine runs it: its P2P kernel when the group is
-    2, 4, 6 or 8 GPUs of one NVLink domain and the buffer fits, else NCCL (``nccl.allreduce_time``)."""
+    2, 4, 6 or 8 GPUs of one NVLink domain and the buffer fits (:func:`is_custom`), else NCCL
+    (``nccl.allreduce_time``)."""
     if size <= 1.0 or nbytes <= 0.0:
         return 0.0
-    if nbytes >= row[C_CUSTOM_ALLREDUCE_BYTES] or members_per_domain(row, size, stride) < size or size > 8.0 or size % 2.0 != 0.0:
+    if not is_custom(row, nbytes, size, stride):
         return allreduce_time(row, nbytes, size, stride)
     if size <= 2.0 or (size <= 4.0 and nbytes < 512.0 * KIB) or nbytes < 256.0 * KIB:
         return one_shot(row, nbytes, size)

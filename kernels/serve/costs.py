@@ -22,6 +22,7 @@ from fastmodel.kernels.lm.layout import (
 )
 from fastmodel.kernels.nccl import allgather_time, alltoall_time, p2p_time
 from fastmodel.kernels.serve.allreduce import serve_allreduce
+from fastmodel.kernels.serve.quant_kernels import linear_extra_time
 
 #: flags passed as floats, not bools: numba types a constant bool argument as a literal and compiles one
 #: specialisation of the callee per value (and of everything it calls); a float flag compiles once
@@ -198,14 +199,15 @@ def body_costs(row, m, launch, costs, m_rank=-1.0):
     mine = m_rank if m_rank >= 0.0 else m / row[C_ATTENTION_DP]
     costs[K_MEM] += launch * row[C_KERNEL_OVERHEAD_S] * ((n_dense + n_moe) * MEM_KERNELS_DENSE + n_moe * MEM_KERNELS_MOE) \
         / row[C_STACK_COMPUTE_EFF]       # a kernel's overhead runs at the modelled speed too (kernels/roofline.py)
+    fmt_d = dense_format(row)[0]     # the engine's kernels around its quantized linears (quant_kernels.py)
     if n_dense > 0.0:
         costs[K_GEMM] += n_dense * layer_gemms(row, m, DENSE, launch, mine)
-        costs[K_MEM] += n_dense * layer_memory_bound(row, mine, DENSE)
+        costs[K_MEM] += n_dense * (layer_memory_bound(row, mine, DENSE) + linear_extra_time(row, mine, DENSE, fmt_d, launch))
         costs[K_COMM] += n_dense * layer_comm(row, m, DENSE, mine)
     touched = 0.0
     if n_moe > 0.0:
         costs[K_GEMM] += n_moe * layer_gemms(row, m, MOE, launch, mine)
-        costs[K_MEM] += n_moe * layer_memory_bound(row, mine, MOE)
+        costs[K_MEM] += n_moe * (layer_memory_bound(row, mine, MOE) + linear_extra_time(row, mine, MOE, fmt_d, launch))
         costs[K_COMM] += n_moe * layer_comm(row, m, MOE, mine)
         touched = experts_touched(row[C_MOE_EXPERTS], row[C_MOE_TOPK], m)
     costs[K_COMM] += pipeline_comm(row, mine)

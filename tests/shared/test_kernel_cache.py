@@ -96,8 +96,8 @@ def test_every_kernel_module_compiles_through_the_project_decorator():
 
 def test_editing_the_registry_the_kernels_compile_in_changes_the_cache_key(tmp_path):
     sources = [Path(p) for p in jit._constant_sources()]
-    # the registry modules the layouts derive from (lm_lowprec and lm_overhead hold rows of lm's column table)
-    assert [p.name for p in sources] == ["lm.py", "lm_lowprec.py", "lm_overhead.py", "madmax.py", "serve.py",
+    # the registry modules the layouts derive from (lm_engine, lm_lowprec and lm_overhead hold rows of lm's column table)
+    assert [p.name for p in sources] == ["lm.py", "lm_engine.py", "lm_lowprec.py", "lm_overhead.py", "madmax.py", "serve.py",
                                          "variables.py"]
     copies = []
     for path in sources:
@@ -112,7 +112,7 @@ def test_editing_the_registry_the_kernels_compile_in_changes_the_cache_key(tmp_p
         assert jit.kernel_source_key(KERNELS, copies) != key, copy.name
         copy.write_bytes(original)
     # an engine's key reads its own registry and the shared variables, not another engine's
-    assert [p.name for p in jit._constant_sources("lm")] == ["lm.py", "lm_lowprec.py", "lm_overhead.py", "variables.py"]
+    assert [p.name for p in jit._constant_sources("lm")] == ["lm.py", "lm_engine.py", "lm_lowprec.py", "lm_overhead.py", "variables.py"]
 
 
 # --- first use speaks (issue 25 item 7) -------------------------------------------------------------------------

@@ -1,0 +1,38 @@
+"""Serving columns of the kernels an engine runs: FP4 GEMMs, grouped-expert tiles, its scheduler's iteration
+shape, its own allreduce and the kernels around its quantized linears.
+
+Rows of ``fastmodel.registry.lm.SERVE_COLUMNS`` (name, units, default, doc, lo, hi), kept here so the registry
+module stays readable. The engine profiles set them (``fastmodel/serve/profiles.py``,
+``fastmodel/serve/engine_kernels.py``); docs/model_serving.md gives the equations.
+"""
+
+from __future__ import annotations
+
+ENGINE_KERNEL_ROWS = (
+    ("fp4_gemm", "1", 0, "1: FP4 weights (NVFP4, 4.5 bits per weight): GEMMs on FP4 tensor cores where the device "
+     "has them (peak_flops_4 > 0), else weight-only (16-bit compute).", 0, 1),
+    ("fp4_act", "1", 2, "Activations of FP4-weight GEMMs on a device with FP4 tensor cores: 2 FP4 (NVFP4 W4A4), "
+     "1 FP8 (MXFP8 x MXFP4, W4A8: the FP8 peak), 0 16-bit (W4A16: the 16-bit peak); set by the engine profile.", 0, 2),
+    ("quant_experts_only", "1", 0, "1: only the routed experts' weights are in the checkpoint's format (weight_bytes, "
+     "fp4_gemm); attention, dense MLPs and shared experts stay BF16 (gpt-oss's MXFP4 checkpoint).", 0, 1),
+    ("expert_tile_min", "tokens", 0, "Smallest row (token) tile of the grouped expert GEMM kernel (0: the GEMM "
+     "library's 16); set by the engine profile (FlashInfer trtllm-gen FP4 MoE: 8).", 0, 1024),
+    ("expert_tile_max", "tokens", 0, "Largest row (token) tile of the grouped expert GEMM kernel (0: gemm_tile_m); "
+     "set by the engine profile (FlashInfer trtllm-gen FP4 MoE at BF16 activations: 64).", 0, 1024),
+    ("mixed_prefill", "1", 1, "1: prefill chunks ride in the decode iterations (vLLM V1, TRT-LLM in-flight "
+     "batching); 0: prefill batches run alone and stall decodes (SGLang default).", 0, 1),
+    ("chunked_prefill", "1", 0, "1: a prompt longer than the free token budget is cut into chunks; 0: a prompt "
+     "enters whole (the budget grows to hold it, TRT-LLM default).", 0, 1),
+    ("overlap_step", "1", 1, "1: the scheduler overlaps step n+1's CPU work with step n (TRT-LLM/SGLang overlap "
+     "scheduler, vLLM async scheduling): the first token leaves one iteration later.", 0, 1),
+    ("spec_tokens", "tokens", 0, "Speculative decoding (MTP, EAGLE): draft tokens proposed per decode step (0: "
+     "off); concurrency load only.", 0, 64),
+    ("spec_acceptance", "1", 0.0, "Speculative decoding: probability that a draft token is accepted.", 0, 1),
+    ("custom_allreduce_bytes", "bytes", 0, "Largest allreduce run by the engine's own P2P kernel (0: NCCL).", 0, 1 << 40),
+    ("act_quant_inputs", "bits", 0, "Inputs of a layer's quantized linears the engine quantizes in a kernel of "
+     "their own (bits: 1 QKV, 2 output projection, 4 gate/up, 8 down; 0: none, or fused into the kernel before); "
+     "set by the engine profile (kernels/serve/quant_kernels.py).", 0, 15),
+    ("allreduce_norm_fusion", "1", 0, "1: a TP allreduce that runs the engine's own kernel also does the residual "
+     "add, RMSNorm and the next linear's input quantization (vLLM fuse_allreduce_rms); set by the engine "
+     "profile.", 0, 1),
+)

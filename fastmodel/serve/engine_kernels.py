@@ -1,0 +1,70 @@
+"""Which kernels an engine runs around its quantized linears (``act_quant_inputs``, ``allreduce_norm_fusion``;
+priced by ``kernels/serve/quant_kernels.py``, docs/model_serving.md S22).
+
+vLLM (V1, ``torch.compile`` at its default optimization level ``-O2``):
+
+- **FP8 activations** (per-tensor static or per-token scales): Inductor generates the quantization into the
+  RMSNorm kernel before the QKV and gate/up projections and into the SiLU-and-mul kernel before the down
+  projection (docs/design/fusions.md @033b794, "RMSNorm + Quant" and "SiLU+Mul + Quant": "Inductor generates a
+  faster fused kernel"; ``vllm/config/vllm.py`` @000fc94 ``enable_norm_fusion`` / ``enable_act_fusion`` leave it to
+  Inductor when the custom ops are off). The attention output is quantized by a kernel of its own:
+  ``fuse_attn_quant`` is ``IS_QUANTIZED``, which that file sets to ``False`` at every level ("Attention + Quant:
+  Off by default"). Bits: ``OUT``.
+- **NVFP4 activations** (W4A4 on Blackwell): "FP4 quant is always custom so Inductor cannot fuse it"
+  (``enable_act_fusion``, which therefore turns ``fuse_act_quant`` on for NVFP4 models: SiLU+Mul+NVFP4 is one
+  kernel on SM100); ``fuse_norm_quant`` has no NVFP4 pattern (fusions.md support matrix: FP8 schemes only), so the
+  quantizations before the QKV and gate/up projections are kernels of their own, as is the attention output's.
+  Bits: ``QKV | OUT | GATE_UP``.
+- **16-bit activations** (BF16, and W4A16 MXFP4 experts: gpt-oss's attention is BF16): none.
+- **Allreduce + RMSNorm (+ quant)**: ``fuse_allreduce_rms`` is on at ``-O2`` when TP > 1 on SM90 or the SM100
+  family with FlashInfer (``enable_allreduce_rms_fusion``, @000fc94); default since PR #34299 (merged
+  2026-02-11, "Enable AR+rms fusion by default available for -O2"), i.e. from the first release after it (taken
+  as 0.16.0); a record with no version takes the newest profile (profiles.py), so it is on. FlashInfer is
+  assumed installed (vLLM's CUDA images ship it); the patterns cover FP16/BF16, FP8 static and (SM100) NVFP4.
+
+TensorRT-LLM and SGLang: not counted here (0, 0). TensorRT-LLM's PyTorch backend quantizes a linear's input in
+the linear unless it arrives quantized (``tensorrt_llm/_torch/modules/linear.py`` ``NVFP4LinearMethod.
+_input_prepare``: ``fp4_quantize``), fuses allreduce + RMSNorm + quant at TP > 1 for Llama with hidden > 4096
+(``modeling_llama.py`` ``PRE_MLP_FUSION`` / ``POST_MLP_FUSION``) and applies RoPE inside its attention op; a count
+of its whole layer against S2's kernel list is needed before any of it is applied alone (docs S22).
+"""
+
+from __future__ import annotations
+
+#: bits of ``act_quant_inputs`` (kernels/serve/quant_kernels.py QKV, OUT, GATE_UP, DOWN)
+QKV, OUT, GATE_UP, DOWN = 1, 2, 4, 8
+#: first vLLM release with ``fuse_allreduce_rms`` on by default at -O2 (PR #34299, merged 2026-02-11)
+VLLM_AR_NORM_FUSION = (0, 16)
+#: device files of SM90 (Hopper) and SM100-family (Blackwell) GPUs, where vLLM's allreduce fusion runs
+SM90_SM100_DEVICES = ("h100-sxm-80gb", "h200-sxm-141gb", "gh200-96gb", "gh200-144gb", "b200", "b300", "gb200",
+                      "gb300")
+
+
+def linear_kernels(engine: str | None, version: tuple[int, ...] | None, precision: str,
+                   fp4_cores: bool, sm90_or_sm100: bool) -> dict[str, float]:
+    """(``act_quant_inputs``, ``allreduce_norm_fusion``) columns of an engine at a version for a checkpoint
+    ``precision``; ``fp4_cores``: the device has FP4 tensor cores (NVFP4 runs W4A4); ``sm90_or_sm100``: vLLM's
+    allreduce fusion is available on the device."""
+    if engine != "vllm":
+        return {"act_quant_inputs": 0.0, "allreduce_norm_fusion": 0.0}
+    if precision == "fp8":
+        bits = OUT
+    elif precision == "fp4" and fp4_cores:
+        bits = QKV | OUT | GATE_UP
+    else:
+        bits = 0
+    fusion = sm90_or_sm100 and (version is None or version >= VLLM_AR_NORM_FUSION)
+    return {"act_quant_inputs": float(bits), "allreduce_norm_fusion": 1.0 if fusion else 0.0}
+
+
+def assumed_note(engine: str | None, version: tuple[int, ...] | None, fusion: float) -> str | None:
+    """The note a record gets when vLLM's allreduce+RMSNorm fusion is assumed on for want of a version."""
+    if engine == "vllm" and version is None and fusion > 0.0:
+        return ("vLLM without a version: allreduce+RMSNorm(+quant) fusion assumed on (fuse_allreduce_rms, -O2 "
+                "default from 0.16); docs/model_serving.md S22")
+    return None
+
+
+def is_sm90_or_sm100(device: dict, table: dict) -> bool:
+    """True when the device file ``device`` (from ``table``, the device names) is one of SM90_SM100_DEVICES."""
+    return any(device is table.get(name) for name in SM90_SM100_DEVICES) if device else False
