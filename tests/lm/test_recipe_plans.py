@@ -12,8 +12,8 @@ Every plan in that file ran on NVIDIA's clusters: its configuration was publishe
   performance recipes; a recipe running below 0.15 of its precision's peak (FP8 plans are held to the FP8 peak,
   which is twice the BF16 one) would not be published as one. Neither bound was chosen from fastmodel's output.
 
-Plans fastmodel does not yet answer sanely are listed by id in ``KNOWN_*`` below (gaps to close, each with
-its reason in the report ``/work/tools/notes``); each test fails both when a listed plan starts passing (the
+Plans fastmodel does not yet answer sanely are listed by id in ``KNOWN_*`` below (gaps to close, reasons in
+docs/model.md's MoE sections and the closing notes of the issues); each test fails both when a listed plan starts passing (the
 list must shrink) and when an unlisted plan fails.
 """
 
