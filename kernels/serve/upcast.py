@@ -14,7 +14,8 @@ Every row tile of an expert converts the whole weight panel it multiplies, so pe
     u = UPCAST_OPS x G ceil(m / tm) N K / (INT_LANES x f_clk x SMs),   f_clk x SMs = P16 / TENSOR_FLOPS_PER_CLK
 
 The conversion's integer instructions are issued by the warps that issue the MMA on its result, so ``u`` adds to
-the GEMM's compute bound: ``max(c + u, w) + s min(c + u, w)`` (``roofline.expert_gemm_roofline`` with ``c``
+the GEMM's compute bound; they run while the next weight tiles stream in (asynchronous copies), so ``u`` does not
+add to the exposed share: ``max(c + u, w) + s min(c, w)`` (``roofline.expert_gemm_roofline`` with its bound
 lengthened). Blackwell converts E2M1 pairs in one instruction (PTX ``cvt ... .e2m1x2``, sm_100a) and multiplies
 FP4 on its tensor cores, so devices with an FP4 peak pay nothing here. The per-clock constants are SM90's; a
 device of another generation without FP4 (A100, L40S) takes them as they are (not sourced for it).
@@ -24,7 +25,7 @@ import math
 
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.columns import C_FP4_GEMM, C_HIDDEN, C_PEAK_FLOPS_16, C_PEAK_FLOPS_4
-from fastmodel.kernels.roofline import expert_row_tile, exposed_weight_share, tiled_bounds
+from fastmodel.kernels.roofline import expert_row_tile, tiled_bounds
 
 #: integer instructions per converted E2M1 value: 17 per 8 (Triton ``FP4ToBF16Ptx``)
 UPCAST_OPS = 17.0 / 8.0
@@ -51,12 +52,12 @@ def upcast_time(row, groups, m, n, k):
 
 @njit(inline="always")
 def upcast_extra(row, groups, m, n, k, wb):
-    """Seconds the software upcast adds to one grouped expert GEMM: ``max(c + u, w) + s min(c + u, w)`` minus
-    ``max(c, w) + s min(c, w)``, 16-bit format, weights at ``wb`` bytes; 0 when empty."""
+    """Seconds the software upcast adds to one grouped expert GEMM: ``max(c + u, w) - max(c, w)`` (the exposed
+    share ``s min(c, w)`` of ``roofline.expert_gemm_roofline`` is left as it was), 16-bit format, weights at ``wb``
+    bytes; 0 when empty."""
     if groups <= 0.0 or m <= 0.0 or n <= 0.0 or k <= 0.0:
         return 0.0
     compute, memory = tiled_bounds(row, groups, m, n, k, 0.0, wb, expert_row_tile(row, m))
-    share = exposed_weight_share(row, m)
     slow = compute + upcast_time(row, groups, m, n, k)
     return max(slow, memory) - max(compute, memory)
 
