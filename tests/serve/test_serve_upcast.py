@@ -66,8 +66,8 @@ def test_prefill_gemm_of_a_lone_prompt_grows_by_the_upcast_of_every_layer():
     """A lone 1,024-token prompt at TP 1 on H200: 4,096 routed rows over the experts touched,
     E (1 - (1 - k/E)^1024) = 128 to 1e-12, 32 rows each (a hair over: row tile 64, one tile, as Triton's ragged
     rule min(64, next_pow2(2 rows)) takes). Both grouped GEMMs are compute-bound, so the prefill's GEMM time grows
-    by 36 layers x their upcast: 17/8 x 128 x 3 h f x 64 / P16 per layer. The same row with a (token) FP4 peak and 16-bit activations is priced identically but converts in
-    hardware: the reference."""
+    by 36 layers x their upcast: 17/8 x 128 x 3 h f x 64 / P16 per layer. The same row with a (token) FP4 peak
+    and 16-bit activations is priced identically but converts in hardware: the reference."""
     upcast_on = evaluate(GPT_OSS, "H200", precision="mxfp4", **ONE)
     upcast_off = evaluate(GPT_OSS, "H200", precision="mxfp4", peak_flops_4=1.0, fp4_act=0.0, **ONE)
     per_layer = (17.0 / 8.0) * 128 * 3 * FFN * H * 64.0 / 989e12
