@@ -23,6 +23,7 @@ from fastmodel.kernels.lm.layout import (
 from fastmodel.kernels.nccl import allgather_time, alltoall_time, p2p_time
 from fastmodel.kernels.serve.allreduce import serve_allreduce
 from fastmodel.kernels.serve.quant_kernels import linear_extra_time
+from fastmodel.kernels.serve.upcast import expert_upcast_time
 
 #: flags passed as floats, not bools: numba types a constant bool argument as a literal and compiles one
 #: specialisation of the callee per value (and of everything it calls); a float flag compiles once
@@ -111,6 +112,7 @@ def layer_gemms(row, m, moe, launch, m_rank=-1.0):
         fmt = gemm_format(row)
         wb = row[C_WEIGHT_BYTES]
         total += mlp_gemm_time(row, m, MOE, groups, rows, serve_etp(row), fmt, wb, launch)
+        total += expert_upcast_time(row, groups, rows, row[C_MOE_FFN] / serve_etp(row), mlp_matrices(row), fmt, wb)
         if row[C_QUANT_EXPERTS_ONLY] > 0.0 and row[C_MOE_SHARED_EXPERTS] > 0.0:   # shared experts: BF16, not fmt
             total += shared_gemm_time(row, m, fmt_d, wb_d, launch) - shared_gemm_time(row, m, fmt, wb, launch)
     else:
@@ -140,7 +142,18 @@ def layer_memory_bound(row, m, moe):
     else:
         width = row[C_FFN] / t
     nbytes = elementwise_bytes(row, m * h, m * width, m * (row[C_HEADS] + row[C_KV_HEADS]) * dqk / t)
+    if moe:
+        nbytes += combine_bytes(row, m)
     return memory_bound_time(row, nbytes)
+
+
+@njit(inline="always")
+def combine_bytes(row, m):
+    """HBM bytes of the MoE combine (docs/model_serving.md S23): the k-way weighted sum of each token's expert
+    outputs back into token order, a kernel of its own after the down projection in every engine here (vLLM
+    ``ops.moe_sum(intermediate_cache3.view(M, topk, K), output)``, TensorRT-LLM ``finalizeMoeRoutingKernel``):
+    it reads the ``m top_k / ep`` 16-bit expert rows this device holds and writes ``m`` 16-bit hidden rows."""
+    return ACT_BYTES * m * row[C_HIDDEN] * (row[C_MOE_TOPK] / row[C_EP] + 1.0)
 
 
 @njit
