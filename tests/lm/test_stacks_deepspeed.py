@@ -104,3 +104,22 @@ def test_bloom_pays_18_bytes_per_stage_parameter_every_micro_batch():
     expected = micro_batches * layers * layer_params * 18.0 / hbm
     delta = run(columns)["time_memory_bound"] - run(without)["time_memory_bound"]
     assert delta == pytest.approx(expected, rel=0.01)                           # biases and norms: < 0.1%
+
+
+def test_an_all_reduced_gradient_costs_twice_the_reduce_scatter():
+    """grad_allreduce (kernels/lm/parallel.py data_parallel): DeepSpeed's ZeRO-1 all-reduces the gradient, then
+    gathers the parameters. With 16-bit gradients the reduce-scatter and the parameter all-gather move the same
+    bytes over the same ring, so DP communication is 2 AG without the flag; a ring all-reduce moves 2 (d - 1) / d
+    of the buffer per rank, twice a reduce-scatter, so with it 2 AG + AG = 3 AG: the ratio is 3/2 (a 7B stage's
+    gigabytes are bandwidth-bound; latencies < 1%)."""
+    from fastmodel.lm.table import table
+
+    plan = dict(layers=32, hidden=4096, ffn=16384, heads=32, kv_heads=32, head_dim=128, vocab=50304, seq_len=2048,
+                n_gpus=64, micro_batch=1, global_batch=64, tp=1, pp=1, dp=64, sharding="zero1",
+                grad_reduce_bytes=2.0, overlap_grad_reduce=0, overlap_param_gather=0)
+
+    def comm(**values):
+        return evaluate_table(table(1, **plan, **values))["comm_dp"][0]
+
+    assert comm(grad_allreduce=1) / comm(grad_allreduce=0) == pytest.approx(1.5, rel=0.01)
+    assert comm(grad_allreduce=1) != comm(grad_allreduce=0)

@@ -49,11 +49,18 @@ Gradient accumulation and reduction by mixed-precision path (``gradient_path``; 
   backward, pipe/engine.py line 760): the cast reads 2 and writes an FP32 temporary 4, the add reads 4 + 4 and
   writes 4, 18 B per parameter and micro-batch (``BF16_OPTIMIZER_ACCUM_BYTES``), and the data-parallel
   reduction is an all-reduce of those FP32 buffers (pipe/engine.py ``_bf16_reduce_grads`` ->
-  ``buffered_allreduce_fallback``; counted here as ZeRO-1's FP32 reduce-scatter, half its traffic [A]). Up to
+  ``buffered_allreduce_fallback``: ``grad_allreduce``, below). Up to
   v0.9 the pipeline engine runs bf16 only this way (pipe/engine.py ``_exec_reduce_grads``: stage 1 raises
   ``NotImplementedError``); until v0.17 bf16 without ZeRO defaults to FP32 accumulation (engine.py
   ``get_data_types``: ``grad_accum_dtype = float32`` when ``not self.zero_optimization()``), which PR #7515
   (v0.18.0) made the model's dtype.
+
+Either path all-reduces the whole gradient, then gathers the updated parameter partitions
+(``grad_allreduce``): ``BF16_Optimizer`` as above; ZeRO stage 1 up to v0.12 runs with ``contiguous_gradients``
+forced off (v0.6.2 engine.py lines 1316-1320, "meaningless in stage 1"; lifted by PR #4887, v0.13.0), so each
+reduce bucket goes through ``buffered_reduce_fallback`` -> ``allreduce_bucket``, which sets ``rank = None`` and
+calls ``dist.all_reduce`` (v0.5.8 stage2.py lines 1191, 1311, 1326); from v0.13 ``use_multi_rank_bucket_allreduce``
+(default True, PR #4695) all-reduces each bucket too (``allreduce_and_scatter``).
 
 Which path a run took: fp16 -> 16-bit; bf16 -> ``BF16_Optimizer`` when the DeepSpeed version lies in
 [0.6.2, 0.18) and the framework text names no ZeRO stage >= 1 (``ZeRO-1``, ``ZeRO stage 1``: then the ZeRO
@@ -105,8 +112,8 @@ def gradient_path(execution, framework: str | None, era: tuple[int, ...] | None 
     zero_optimizer = names_in(text, r"zero-?[1-3]|zero stage [1-3]") is not None
     in_bf16_era = stated is not None and FIRST_BF16_OPTIMIZER <= stated < FIRST_BF16_ACCUM_DEFAULT
     if execution.precision == "bf16" and in_bf16_era and not zero_optimizer:
-        return {"grad_reduce_dtype": "fp32", "grad_accum_bytes": BF16_OPTIMIZER_ACCUM_BYTES}
-    return {"grad_reduce_dtype": "fp16", "grad_accum_bytes": INPLACE_16BIT_ACCUM_BYTES}
+        return {"grad_reduce_dtype": "fp32", "grad_accum_bytes": BF16_OPTIMIZER_ACCUM_BYTES, "grad_allreduce": True}
+    return {"grad_reduce_dtype": "fp16", "grad_accum_bytes": INPLACE_16BIT_ACCUM_BYTES, "grad_allreduce": True}
 
 
 def defaults(execution, framework: str | None) -> dict:
