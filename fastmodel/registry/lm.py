@@ -241,6 +241,9 @@ PLAN_COLUMNS = _cols(
      "BF16 gradients (read the gradient 2 B, read and write the FP32 accumulator 4 + 4 B; PyTorch FSDP2 "
      "FSDPParam.accumulate_unsharded_grad_if_needed; Llama 3 paper sec. 3.3.2). 0: fused into the "
      "weight-gradient GEMM (Megatron gradient_accumulation_fusion) or not run.", 0, 64, False, "number"),
+    ("grad_allreduce", "1", 0, "1: a ZeRO-1/distributed-optimizer step all-reduces the whole gradient instead of "
+     "reduce-scattering it, then gathers the updated parameters (DeepSpeed ZeRO-1 and BF16_Optimizer, docs/model.md "
+     "§11.6). Set by the stack.", 0, 1, False, "flag"),
 )
 
 DEVICE_COLUMNS = _cols(

@@ -8,7 +8,7 @@ hidden behind the compute it overlaps with (:func:`exposed`).
 from fastmodel.kernels.roofline import memory_bound_time
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.layout import (
-    C_COLLECTIVE_BUCKET_BYTES, C_COMM_SM_SHARE, C_FP8_PARAMS, C_FSDP_COPY_OUT, C_GRAD_REDUCE_BYTES,
+    C_COLLECTIVE_BUCKET_BYTES, C_COMM_SM_SHARE, C_FP8_PARAMS, C_FSDP_COPY_OUT, C_GRAD_ALLREDUCE, C_GRAD_REDUCE_BYTES,
     C_OVERLAP_GRAD_REDUCE, C_OVERLAP_PARAM_GATHER, C_PARAM_FETCH_BW, C_PP, C_SHARDING, SHARD_DDP, SHARD_FSDP,
 )
 from fastmodel.kernels.nccl import allgather_time, allreduce_time, bucketed_allgather_time
@@ -107,7 +107,11 @@ def data_parallel(row, stage_params, last_backward, first_forward, shard_group, 
             dp_comm = allreduce_time(row, stage_params * grad_bytes, d, stride)
             dp_exposed = exposed(row, dp_comm, last_backward) if row[C_OVERLAP_GRAD_REDUCE] > 0.0 else dp_comm
         else:
-            reduce = allgather_time(row, stage_params * grad_bytes, d, stride)
+            # a reduce-scatter, or the whole gradient all-reduced (DeepSpeed ZeRO-1, BF16_Optimizer: grad_allreduce)
+            if row[C_GRAD_ALLREDUCE] > 0.0:
+                reduce = allreduce_time(row, stage_params * grad_bytes, d, stride)
+            else:
+                reduce = allgather_time(row, stage_params * grad_bytes, d, stride)
             gather = allgather_time(row, stage_params * param_bytes(row), d, stride)
             dp_comm = reduce + gather
             dp_exposed = exposed(row, reduce, last_backward) if row[C_OVERLAP_GRAD_REDUCE] > 0.0 else reduce

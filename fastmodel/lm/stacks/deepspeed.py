@@ -32,6 +32,41 @@ parameter gather not overlapped. Each gather is hooked on a sub-module's forward
 (activation checkpointing re-runs the forward) the layer is fetched a third time (its parameters are released
 after the forward once a layer exceeds ``stage3_max_reuse_distance`` = 1e9 elements, constants.py).
 
+Gradient accumulation and reduction by mixed-precision path (``gradient_path``; ZeRO-1 and its equivalent only,
+``sharding`` ``zero1``/``distopt``: ZeRO-2/3 reduce every micro-batch in their hooks, not modelled here):
+
+- the 16-bit path -- fp16 (``FP16_Optimizer``), or bf16 under a ZeRO optimizer (``zero/stage_1_and_2.py``, before
+  v0.5.10 ``stage1.py``/``stage2.py``): gradients stay in the model's 16-bit ``param.grad``; stage 1 without
+  ``overlap_comm`` registers no gradient hooks (v0.6.2 stage_1_and_2.py line 482: hooks only under
+  ``partition_gradients or overlap_comm``), so autograd adds each micro-batch's gradient into it in place, read
+  2 + 2 and write 2 = 6 B per parameter and micro-batch (``INPLACE_16BIT_ACCUM_BYTES``; the first micro-batch of a
+  step only stores its gradient, charged too: (m - 1) / m of it is real [A]), and the reduction is 16-bit;
+- ``BF16_Optimizer`` (``runtime/bf16_optimizer.py``, from v0.6.2, PR #1801 "bf16+pipeline parallelism"): bf16
+  with ZeRO stage 0 -- "bf16 must use z0! it implements its own zero stage 1 equivalent" (BigScience
+  tr11-176B-ml.slurm), it shards the FP32 master weights and moments over data parallelism, the record's
+  ``zero1``. After every micro-batch's backward ``update_hp_grads`` runs ``hp_grad.add_(lp.grad.to(fp32))``
+  into FP32 gradient buffers (v0.6.2 bf16_optimizer.py line 393; the pipeline engine calls it after each
+  backward, pipe/engine.py line 760): the cast reads 2 and writes an FP32 temporary 4, the add reads 4 + 4 and
+  writes 4, 18 B per parameter and micro-batch (``BF16_OPTIMIZER_ACCUM_BYTES``), and the data-parallel
+  reduction is an all-reduce of those FP32 buffers (pipe/engine.py ``_bf16_reduce_grads`` ->
+  ``buffered_allreduce_fallback``: ``grad_allreduce``, below). Up to
+  v0.9 the pipeline engine runs bf16 only this way (pipe/engine.py ``_exec_reduce_grads``: stage 1 raises
+  ``NotImplementedError``); until v0.17 bf16 without ZeRO defaults to FP32 accumulation (engine.py
+  ``get_data_types``: ``grad_accum_dtype = float32`` when ``not self.zero_optimization()``), which PR #7515
+  (v0.18.0) made the model's dtype.
+
+Either path all-reduces the whole gradient, then gathers the updated parameter partitions
+(``grad_allreduce``): ``BF16_Optimizer`` as above; ZeRO stage 1 up to v0.12 runs with ``contiguous_gradients``
+forced off (v0.6.2 engine.py lines 1316-1320, "meaningless in stage 1"; lifted by PR #4887, v0.13.0), so each
+reduce bucket goes through ``buffered_reduce_fallback`` -> ``allreduce_bucket``, which sets ``rank = None`` and
+calls ``dist.all_reduce`` (v0.5.8 stage2.py lines 1191, 1311, 1326); from v0.13 ``use_multi_rank_bucket_allreduce``
+(default True, PR #4695) all-reduces each bucket too (``allreduce_and_scatter``).
+
+Which path a run took: fp16 -> 16-bit; bf16 -> ``BF16_Optimizer`` when the DeepSpeed version lies in
+[0.6.2, 0.18) and the framework text names no ZeRO stage >= 1 (``ZeRO-1``, ``ZeRO stage 1``: then the ZeRO
+optimizer's 16-bit path), else 16-bit. The version is the text's (``deepspeed 0.5.8``), else the caller's era:
+the current one for ``deepspeed``, v0.6.2 for Megatron-DeepSpeed (``stacks.megatron_2021``).
+
 DeepSpeed decides no kernel: the model code (Megatron's, HF's) does, so fields such as ``flash_attention``
 keep the registry's defaults unless another profile (``megatron-2021``) sets them.
 """
@@ -49,10 +84,36 @@ HOOK_FETCH_BYTES_S = 8.95e9 / 0.410
 LAST_HOOK_FETCH = (0, 4, 1)
 
 
+#: the first release with BF16_Optimizer (deepspeed/runtime/bf16_optimizer.py, PR #1801, v0.6.2 of 2022-04-25)
+FIRST_BF16_OPTIMIZER = (0, 6, 2)
+#: the first release whose bf16 training without ZeRO accumulates in bf16 (engine.py get_data_types, PR #7515)
+FIRST_BF16_ACCUM_DEFAULT = (0, 18, 0)
+#: a 16-bit gradient accumulated in place by autograd: read the gradient and the new one, write (2 + 2 + 2)
+INPLACE_16BIT_ACCUM_BYTES = 2.0 + 2.0 + 2.0
+#: BF16_Optimizer.update_hp_grads: ``lp.grad.to(fp32)`` reads 2 and writes 4, ``hp_grad.add_`` reads 4 + 4, writes 4
+BF16_OPTIMIZER_ACCUM_BYTES = (2.0 + 4.0) + (4.0 + 4.0 + 4.0)
+
+
 def version(framework: str | None) -> tuple[int, ...] | None:
     """The DeepSpeed version the framework text states (``deepspeed 0.3`` -> (0, 3)), or None."""
     found = names_in(tokens(framework or ""), rf"deepspeed v?({VERSION})")
     return tuple(int(x) for x in re.findall(r"\d+", found.group(1))) if found else None
+
+
+def gradient_path(execution, framework: str | None, era: tuple[int, ...] | None = None) -> dict:
+    """``grad_reduce_dtype`` and ``grad_accum_bytes`` of DeepSpeed's mixed-precision path (module docstring) for a
+    ZeRO-1 run (``sharding`` ``zero1``/``distopt``; {} otherwise). ``era``: the version assumed when the text
+    states none (None: the current release)."""
+    if execution.sharding not in ("zero1", "distopt"):
+        return {}
+    stated = version(framework) or era
+    stated = None if stated is None else (tuple(stated) + (0, 0, 0))[:3]     # "0.18" is 0.18.0
+    text = tokens(framework or "")
+    zero_optimizer = names_in(text, r"zero-?[1-3]|zero stage [1-3]") is not None
+    in_bf16_era = stated is not None and FIRST_BF16_OPTIMIZER <= stated < FIRST_BF16_ACCUM_DEFAULT
+    if execution.precision == "bf16" and in_bf16_era and not zero_optimizer:
+        return {"grad_reduce_dtype": "fp32", "grad_accum_bytes": BF16_OPTIMIZER_ACCUM_BYTES, "grad_allreduce": True}
+    return {"grad_reduce_dtype": "fp16", "grad_accum_bytes": INPLACE_16BIT_ACCUM_BYTES, "grad_allreduce": True}
 
 
 def defaults(execution, framework: str | None) -> dict:
@@ -62,6 +123,7 @@ def defaults(execution, framework: str | None) -> dict:
     stated = version(framework)
     if stage3 and stated is not None and stated <= LAST_HOOK_FETCH:
         values.update({"overlap_param_gather": False, "param_fetch_bw": HOOK_FETCH_BYTES_S})
+    values.update(gradient_path(execution, framework))
     return values
 
 
@@ -75,7 +137,8 @@ PROFILE = StackProfile(
     title="DeepSpeed ZeRO",
     names=("deepspeed",),
     source="DeepSpeed v0.3.15 deepspeed/runtime/zero/constants.py lines 57-66 (overlap_comm by stage, "
-           "reduce_bucket_size 5e8); engine.py line 747 (16-bit gradient reduction under ZeRO); stage3.py (reduction stream, parameter prefetch)",
+           "reduce_bucket_size 5e8); engine.py line 747 (16-bit gradient reduction under ZeRO); stage3.py (reduction stream, parameter prefetch); "
+           "v0.6.2 bf16_optimizer.py line 393 (FP32 gradient accumulation), engine.py get_data_types v0.8-v0.17",
     defaults=defaults,
     unknown_vp=unknown_vp,
 )

@@ -34,12 +34,21 @@ def host_defaults(framework: str | None) -> dict:
     return {"host_ops_layer": ops, "host_op_s": HOST_OP_S_EAGER}
 
 
+#: the DeepSpeed release a Megatron-DeepSpeed text stating none is read at: v0.6.2, the first with BF16_Optimizer,
+#: written for BigScience's bf16 pipeline training (PR #1801) [A: the fork pins no version]
+DEEPSPEED_ERA = (0, 6, 2)
+
+
 def defaults(execution, framework: str | None) -> dict:
     values = {"dropout": True, "flash_attention": False, "overlap_grad_reduce": False,
               "overlap_param_gather": False, **host_defaults(framework)}
     if execution.sharding == "fsdp":
         # ZeRO-3 exists in these codebases only through DeepSpeed: its communication defaults are DeepSpeed's
         values.update(deepspeed.defaults(execution, framework))
+    elif framework is not None and names_in(tokens(framework), "megatron-deepspeed"):
+        # Megatron-DeepSpeed shards optimizer states only through DeepSpeed's engine (ZeRO-1 or BF16_Optimizer):
+        # its gradient accumulation and reduction are DeepSpeed's (stacks.deepspeed.gradient_path)
+        values.update(deepspeed.gradient_path(execution, framework, DEEPSPEED_ERA))
     return values
 
 
