@@ -34,6 +34,7 @@ from fastmodel.kernels.lm.layout import (
     CP_ALLTOALL, PRECISION_FP8, SHARD_FSDP, C_CUDA_CONTEXT_BYTES, C_CUBLAS_WORKSPACE_BYTES, C_DP, C_NCCL_CHANNELS,
     C_NCCL_P2P_CHANNELS_PER_PEER,
 )
+from fastmodel.kernels.lm.memory_deepep import deepep_buffer_bytes
 from fastmodel.kernels.lm.memory_activations import (
     micro_batch_tokens, replicated_divisor, local_kv_width, routed_tokens, layer_activation_bytes, kept_mode,
     stored_layer_bytes, recompute_working_bytes,
@@ -234,10 +235,10 @@ def nccl_buffer_bytes(row):
 @njit(error_model='numpy')
 def overhead_bytes(row):
     """Device memory that is no model tensor (the ``overhead`` kind): the CUDA context (``cuda_context_bytes``),
-    PyTorch's cuBLAS workspaces ``CUBLAS_HANDLES * cublas_workspace_bytes`` and the NCCL buffers
-    (``nccl_buffer_bytes``)."""
+    PyTorch's cuBLAS workspaces ``CUBLAS_HANDLES * cublas_workspace_bytes``, the NCCL buffers
+    (``nccl_buffer_bytes``) and DeepEP's buffers (``memory_deepep.deepep_buffer_bytes``)."""
     return (row[C_CUDA_CONTEXT_BYTES] + CUBLAS_HANDLES * row[C_CUBLAS_WORKSPACE_BYTES]
-            + nccl_buffer_bytes(row))
+            + nccl_buffer_bytes(row) + deepep_buffer_bytes(row))
 
 
 @njit(error_model='numpy')
