@@ -32,8 +32,9 @@ from fastmodel.kernels.lm.layout import (
     C_MOE_FFN, C_MOE_SHARED_EXPERTS, C_PP, C_PRECISION, C_QK_ROPE_HEAD_DIM, C_SEQUENCE_PARALLEL, C_SHARDING, C_TP,
     C_LOSS_IMPL, C_VOCAB, LOSS_COMPILED, LOSS_EAGER, M_ACTIVATIONS, M_BUFFERS, M_GRADIENTS, M_KV_CACHE, M_OPTIMIZER, M_OVERHEAD, M_WEIGHTS, N_MEMORY_KINDS,
     CP_ALLTOALL, PRECISION_FP8, SHARD_FSDP, C_CUDA_CONTEXT_BYTES, C_CUBLAS_WORKSPACE_BYTES, C_DP, C_NCCL_CHANNELS,
-    C_NCCL_P2P_CHANNELS_PER_PEER,
+    C_NCCL_P2P_CHANNELS_PER_PEER, C_MOE_DISPATCHER, DISPATCH_DEEPEP,
 )
+from fastmodel.kernels.lm.memory_deepep import deepep_buffer_bytes
 from fastmodel.kernels.lm.memory_activations import (
     micro_batch_tokens, replicated_divisor, local_kv_width, routed_tokens, layer_activation_bytes, kept_mode,
     stored_layer_bytes, recompute_working_bytes,
@@ -210,7 +211,8 @@ def nccl_buffer_bytes(row):
     Communicators a rank uses: tensor parallel (``tp > 1``), data parallel over ``dp cp`` (gradients, FSDP
     gathers), the expert data-parallel group ``dp cp t / (ep etp)`` of a MoE with ``ep > 1``; point to point:
     the pipeline's previous and next rank (one when ``pp = 2``), the ``ep - 1`` all-to-all peers of expert
-    parallelism, context parallelism's ring neighbours (2) or all-to-all peers (``cp - 1``).
+    parallelism (none under DeepEP, whose dispatch and combine use its own buffers, ``memory_deepep``), context
+    parallelism's ring neighbours (2) or all-to-all peers (``cp - 1``).
     """
     channels = row[C_NCCL_CHANNELS]
     per_peer = row[C_NCCL_P2P_CHANNELS_PER_PEER] * NCCL_SIMPLE_BYTES
@@ -221,7 +223,8 @@ def nccl_buffer_bytes(row):
     if row[C_DP] * row[C_CP] > 1:
         rings += 1.0
     if is_moe(row) and row[C_EP] > 1:
-        peers += row[C_EP] - 1.0
+        if int(row[C_MOE_DISPATCHER]) != DISPATCH_DEEPEP:   # DeepEP moves tokens through its own buffers
+            peers += row[C_EP] - 1.0
         if expert_dp(row) > 1.0:
             rings += 1.0
     if row[C_PP] > 1:
@@ -234,10 +237,10 @@ def nccl_buffer_bytes(row):
 @njit(error_model='numpy')
 def overhead_bytes(row):
     """Device memory that is no model tensor (the ``overhead`` kind): the CUDA context (``cuda_context_bytes``),
-    PyTorch's cuBLAS workspaces ``CUBLAS_HANDLES * cublas_workspace_bytes`` and the NCCL buffers
-    (``nccl_buffer_bytes``)."""
+    PyTorch's cuBLAS workspaces ``CUBLAS_HANDLES * cublas_workspace_bytes``, the NCCL buffers
+    (``nccl_buffer_bytes``) and DeepEP's buffers (``memory_deepep.deepep_buffer_bytes``)."""
     return (row[C_CUDA_CONTEXT_BYTES] + CUBLAS_HANDLES * row[C_CUBLAS_WORKSPACE_BYTES]
-            + nccl_buffer_bytes(row))
+            + nccl_buffer_bytes(row) + deepep_buffer_bytes(row))
 
 
 @njit(error_model='numpy')
