@@ -100,9 +100,9 @@ def pass_shares(columns: np.ndarray) -> tuple[float, float]:
 def stage_times(columns: np.ndarray, uniform: bool = False, schedule: str | None = None) -> StageTimes:
     """The per-micro-batch stage times of the configuration ``columns`` (a registry column vector, pp > 1),
     from the kernel's results, split into passes in the kernel's ratios (:func:`pass_shares`). ``uniform``:
-    every stage runs the average stage (body + head / p, spread over its chunks), the case where the closed
-    form is exact."""
-    from fastmodel.kernels.lm.memory_states import layers_per_stage
+    every stage runs the average stage (body + head / p, spread over its chunks; with the loss in the split the
+    body of L / p layers), the case where the closed form is exact."""
+    from fastmodel.kernels.lm.memory_states import layers_per_stage, split_slots
     from fastmodel.kernels.lm.passes import N_WORK, head_passes
     from fastmodel.kernels.lm.pipeline import model_copies
     from fastmodel.kernels.lm.step import stage_passes
@@ -126,6 +126,7 @@ def stage_times(columns: np.ndarray, uniform: bool = False, schedule: str | None
     body = (stage_mb - share * head / model_copies(columns)) * layers_per_stage(columns) / layers_busiest
     f_share, w_share = pass_shares(columns)
     if uniform:
+        body *= 1.0 - split_slots(columns) / p / layers_per_stage(columns)    # L / p layers: the slots are no layers
         share = np.full((v, p), 1.0 / v)
         forward = share * (f_share * body + head_f / p)
         backward = share * ((1.0 - f_share) * body + (head_b + head_w) / p)

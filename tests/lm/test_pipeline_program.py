@@ -259,6 +259,13 @@ def test_the_loss_in_the_split_against_the_exact_path(vp):
     exact = exact_pipeline(times)
     assert exact.makespan < times.closed < 1.005 * exact.makespan
     assert times.micro_batches * times.head > 4.0 * (times.closed - exact.makespan)
+    # every rank the average one, (94 t_layer + t_head) / 8 (t_layer = t_mb / 12 here): the bubble is exact
+    assert times.head < times.stage_mb / 12
+    uniform = stage_times(columns, uniform=True)
+    average = (94 * times.stage_mb / 12 + times.head) / 8
+    assert uniform.closed_bubble == pytest.approx((8 - 1) / vp * average, rel=1e-12)
+    assert exact_pipeline(uniform).makespan == pytest.approx(times.micro_batches * average + uniform.closed_bubble,
+                                                            rel=1e-9)
 
 
 @pytest.mark.parametrize("record_id, changes", [
