@@ -119,3 +119,53 @@ def test_attention_dp_with_the_all_gather_dispatcher_gathers_and_scatters_over_t
     assert multi_node_nvlink({"system": {"nvlink_domain_size": 72, "gpus_per_node": 4}}, {})
     assert multi_node_nvlink({"system": {}}, {"domain_size": 72})                       # GB200's device file
     assert not multi_node_nvlink({"system": {"gpus_per_node": 8}}, {})                  # B200 / H100 nodes
+
+
+# sglang PR #2904 (2025-01-15), "unit test performance in H100": vLLM's custom allreduce, latency in ms at
+# TP 2/4/8 by message bytes (rows 256 KiB, 512 KiB, 1 MiB). Two sizes on the same algorithm give the per-byte rate.
+VLLM_AR_H100_MS = {262144: (0.0129, 0.0206, 0.0241), 524288: (0.0177, 0.0269, 0.0304),
+                   1048576: (0.0266, 0.0402, 0.0450)}
+
+
+def test_vllm_kernel_rate_from_the_microbenchmark_by_hand():
+    """TP 2 one-shot 256 KiB -> 1 MiB: 1 peer x 768 KiB in 13.7 us; TP 4 two-shot 512 KiB -> 1 MiB: 2 x 3/4 x
+    512 KiB in 13.3 us; TP 8 two-shot 256 KiB -> 1 MiB: 2 x 7/8 x 768 KiB in 20.9 us: 57-66 GB/s, 0.135 of
+    NVLink4's 450 GB/s within 10 %."""
+    from fastmodel.serve.profiles import CUSTOM_AR_EFF_VLLM
+
+    t = VLLM_AR_H100_MS
+    rates = [1 * (MIB - 262144) / ((t[MIB][0] - t[262144][0]) * 1e-3),
+             2 * 3 / 4 * (MIB - 524288) / ((t[MIB][1] - t[524288][1]) * 1e-3),
+             2 * 7 / 8 * (MIB - 262144) / ((t[MIB][2] - t[262144][2]) * 1e-3)]
+    assert rates == pytest.approx([57.4e9, 59.1e9, 65.8e9], rel=2e-3)
+    for r in rates:
+        assert r / 450e9 == pytest.approx(CUSTOM_AR_EFF_VLLM, rel=0.10)
+
+
+def test_engine_rate_replaces_intra_eff_in_the_p2p_kernels_only():
+    d = device_columns("H100")
+    row = _row()
+    row[COLUMN_INDEX["custom_allreduce_eff"]] = 0.135
+    bw = d["intra_bw"] * 0.135                    # 60.75 GB/s
+    small, mid = 2.0 * 8192, 1.0 * MIB
+    assert serve_allreduce(row, small, 8.0, 1.0) == pytest.approx(
+        d["kernel_overhead_s"] + 2 * _hop(d) + 7 * small / bw, rel=1e-12)          # 4 + 0.93 + 1.89 us
+    assert serve_allreduce(row, mid, 8.0, 1.0) == pytest.approx(
+        d["kernel_overhead_s"] + 3 * _hop(d) + 2 * 7 / 8 * mid / bw, rel=1e-12)    # 4 + 1.40 + 30.2 us
+    big = 16.0 * MIB                              # NCCL keeps the device's intra_eff
+    assert serve_allreduce(row, big, 8.0, 1.0) == allreduce_time(_row(), big, 8.0, 1.0)
+    assert profile_columns("vllm", (0, 18, 0), 141 * 2**30)["custom_allreduce_eff"] == 0.135
+    assert profile_columns("sglang", None, 141 * 2**30)["custom_allreduce_eff"] == 0.135
+    assert "custom_allreduce_eff" not in profile_columns("trtllm", None, 141 * 2**30)     # device intra_eff
+
+
+def test_70b_tp8_decode_pays_the_kernel_rate_per_token():
+    """Llama-3.1-70B TP 8, 64 tokens a step: two 1 MiB two-shot allreduces per layer; at 0.135 of intra_bw each
+    costs 2 x 7/8 x 1 MiB x (1/60.75 - 1/360) GB/s^-1 more than at intra_eff 0.80, x 2 x 80 layers per step."""
+    d = device_columns("H100")
+    kw = dict(tp=8, input_len=128, output_len=2, batch_size=64, custom_allreduce_bytes=8 * MIB)
+    base = evaluate("llama3.1-70b", "H100", **kw)
+    slow = evaluate("llama3.1-70b", "H100", custom_allreduce_eff=0.135, **kw)
+    extra = 2 * 7 / 8 * MIB * (1 / (d["intra_bw"] * 0.135) - 1 / (d["intra_bw"] * d["intra_eff"]))
+    assert slow["decode_comm"] - base["decode_comm"] == pytest.approx(2 * 80 * extra, rel=1e-6)
+    assert slow["decode_gemm"] == base["decode_gemm"]
