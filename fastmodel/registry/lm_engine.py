@@ -29,8 +29,6 @@ ENGINE_KERNEL_ROWS = (
      "off); concurrency load only.", 0, 64),
     ("spec_acceptance", "1", 0.0, "Speculative decoding: probability that a draft token is accepted.", 0, 1),
     ("custom_allreduce_bytes", "bytes", 0, "Largest allreduce run by the engine's own P2P kernel (0: NCCL).", 0, 1 << 40),
-    ("custom_allreduce_eff", "1", 0.0, "Fraction of intra_bw at which the engine's own P2P allreduce kernel moves "
-     "its bytes (0: the device's intra_eff); set by the engine profile from a microbenchmark of its kernel.", 0, 1),
     ("act_quant_inputs", "bits", 0, "Inputs of a layer's quantized linears the engine quantizes in a kernel of "
      "their own (bits: 1 QKV, 2 output projection, 4 gate/up, 8 down; 0: none, or fused into the kernel before); "
      "set by the engine profile (kernels/serve/quant_kernels.py).", 0, 15),

@@ -13,7 +13,6 @@ documented defaults at that version, with the source of every value (docs/source
 | ``overlap_step`` | 1 (overlap scheduler on) | 0 up to 0.12, 1 from 0.15.1 (async scheduling) | 1 (overlap scheduler on) |
 | ``kv_on_demand`` | 0 (GUARANTEED_NO_EVICT) | 1 (paged blocks on demand) | 1 |
 | ``custom_allreduce_bytes`` | 4 MiB (AUTO lookup table: NCCL above) | 8 MiB (``CustomAllreduce``) | 8 MiB |
-| ``custom_allreduce_eff`` | 0 (device ``intra_eff``; kernel not measured) | 0.135 (docs/model_serving.md S27) | 0.135 |
 
 Sources: TensorRT-LLM ``TorchLlmArgs`` (``max_num_tokens``, ``max_batch_size``, ``enable_chunked_prefill``,
 ``disable_overlap_scheduler``) and its "Useful Runtime Options" and overlap-scheduler pages; vLLM
@@ -46,9 +45,6 @@ DEFAULT_ENGINE = "trtllm"
 #: above; the model takes 4 MiB for every TP size (TP 2 keeps the custom kernel to 8 MiB)
 CUSTOM_AR_VLLM = CUSTOM_AR_SGLANG = 8192 * 1024
 CUSTOM_AR_TRTLLM = 4 * 1024 * 1024 + 1          # the kernel's inclusive 4 MiB under the model's strict "<"
-# vLLM's cross_device_reduce_1stage/2stage (SGLang runs the same kernels) move 57-66 GB/s per GPU on H100 NVLink
-# (sglang PR #2904 H100 table, "vllm" column; docs/model_serving.md S27): 0.135 of intra_bw. TensorRT-LLM: unmeasured.
-CUSTOM_AR_EFF_VLLM = 0.135
 #: host seconds to issue one eager PyTorch operator (docs/model.md "Host issue time": 20 us within the 5-25 us of
 #: CPU-side work per op J. Lin measures, an assumption [A]); set for TensorRT-LLM, whose prompt-carrying
 #: iterations run eagerly (kernels/serve/host.py); vLLM (prompt iterations above its largest CUDA-graph capture
@@ -81,13 +77,11 @@ def profile_columns(engine: str | None, version: tuple[int, ...] | None, hbm_byt
         return {"max_num_tokens": 8192 if large else 2048, "max_batch_size": 1024 if large else 256,
                 "chunked_prefill": 1, "mixed_prefill": 1,
                 "overlap_step": 1 if version is None or version >= (0, 15, 1) else 0, "kv_on_demand": 1,
-                "custom_allreduce_bytes": CUSTOM_AR_VLLM,
-                "custom_allreduce_eff": CUSTOM_AR_EFF_VLLM, "host_op_s": 0.0, "host_ops_layer": 0.0}
+                "custom_allreduce_bytes": CUSTOM_AR_VLLM, "host_op_s": 0.0, "host_ops_layer": 0.0}
     if engine == "sglang":
         return {"max_num_tokens": 16384 if hbm_bytes >= 160 * GIB else 8192, "max_batch_size": 4096,
                 "chunked_prefill": 1, "mixed_prefill": 0, "overlap_step": 1, "kv_on_demand": 1,
-                "custom_allreduce_bytes": CUSTOM_AR_SGLANG,
-                "custom_allreduce_eff": CUSTOM_AR_EFF_VLLM, "host_op_s": 0.0, "host_ops_layer": 0.0}
+                "custom_allreduce_bytes": CUSTOM_AR_SGLANG, "host_op_s": 0.0, "host_ops_layer": 0.0}
     return {"max_num_tokens": 8192, "max_batch_size": 2048, "chunked_prefill": 0, "mixed_prefill": 1,
             "overlap_step": 1, "kv_on_demand": 0, "custom_allreduce_bytes": CUSTOM_AR_TRTLLM,
             "host_op_s": HOST_OP_S_EAGER, "host_ops_layer": 0.0}

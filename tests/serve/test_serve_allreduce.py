@@ -34,10 +34,10 @@ def test_one_shot_two_shot_and_nccl_by_hand():
     one = d["kernel_overhead_s"] + 2 * _hop(d) + 7 * small / bw
     assert serve_allreduce(row, small, 8.0, 1.0) == pytest.approx(one, rel=1e-12)
     mid = 1.0 * MIB             # over vLLM's 256 KiB one-shot limit at 8 GPUs, under 8 MiB: two-shot
-    two = d["kernel_overhead_s"] + 3 * _hop(d) + 2 * 7 / 8 * mid / bw
+    two = d["kernel_overhead_s"] + 3 * _hop(d) + 6.0e-6 + 2 * 7 / 8 * mid / bw
     assert serve_allreduce(row, mid, 8.0, 1.0) == pytest.approx(two, rel=1e-12)
     assert serve_allreduce(row, mid, 4.0, 1.0) == pytest.approx(        # 4 GPUs: one-shot up to 512 KiB only
-        d["kernel_overhead_s"] + 3 * _hop(d) + 2 * 3 / 4 * mid / bw, rel=1e-12)
+        d["kernel_overhead_s"] + 3 * _hop(d) + 6.0e-6 + 2 * 3 / 4 * mid / bw, rel=1e-12)
     assert serve_allreduce(row, 400 * 1024, 4.0, 1.0) == pytest.approx(
         d["kernel_overhead_s"] + 2 * _hop(d) + 3 * 400 * 1024 / bw, rel=1e-12)
     assert serve_allreduce(row, mid, 2.0, 1.0) == pytest.approx(        # 2 GPUs: always one-shot
@@ -121,51 +121,41 @@ def test_attention_dp_with_the_all_gather_dispatcher_gathers_and_scatters_over_t
     assert not multi_node_nvlink({"system": {"gpus_per_node": 8}}, {})                  # B200 / H100 nodes
 
 
-# sglang PR #2904 (2025-01-15), "unit test performance in H100": vLLM's custom allreduce, latency in ms at
-# TP 2/4/8 by message bytes (rows 256 KiB, 512 KiB, 1 MiB). Two sizes on the same algorithm give the per-byte rate.
-VLLM_AR_H100_MS = {262144: (0.0129, 0.0206, 0.0241), 524288: (0.0177, 0.0269, 0.0304),
-                   1048576: (0.0266, 0.0402, 0.0450)}
+
+# vLLM PR #24111 (2025-09-02), "Isolated primitives benchmark results", H100, TP=6, hidden 8192, BF16: vLLM's
+# custom allreduce in ms by message MiB (0.5 ... 4 MiB = 32 ... 256 tokens).
+CA_TP6_H100_MS = {"1stage": (0.013, 0.021, 0.030, 0.038, 0.053, 0.070),
+                  "2stage": (0.015, 0.017, 0.020, 0.026, 0.029, 0.037)}
+CA_MIB = (0.5, 1.0, 1.5, 2.0, 3.0, 4.0)
 
 
-def test_vllm_kernel_rate_from_the_microbenchmark_by_hand():
-    """TP 2 one-shot 256 KiB -> 1 MiB: 1 peer x 768 KiB in 13.7 us; TP 4 two-shot 512 KiB -> 1 MiB: 2 x 3/4 x
-    512 KiB in 13.3 us; TP 8 two-shot 256 KiB -> 1 MiB: 2 x 7/8 x 768 KiB in 20.9 us: 57-66 GB/s, 0.135 of
-    NVLink4's 450 GB/s within 10 %."""
-    from fastmodel.serve.profiles import CUSTOM_AR_EFF_VLLM
-
-    t = VLLM_AR_H100_MS
-    rates = [1 * (MIB - 262144) / ((t[MIB][0] - t[262144][0]) * 1e-3),
-             2 * 3 / 4 * (MIB - 524288) / ((t[MIB][1] - t[524288][1]) * 1e-3),
-             2 * 7 / 8 * (MIB - 262144) / ((t[MIB][2] - t[262144][2]) * 1e-3)]
-    assert rates == pytest.approx([57.4e9, 59.1e9, 65.8e9], rel=2e-3)
-    for r in rates:
-        assert r / 450e9 == pytest.approx(CUSTOM_AR_EFF_VLLM, rel=0.10)
+def _fit(ys):
+    """Least-squares line through (CA_MIB, ys in us): (intercept us, slope us per MiB)."""
+    xm, ym = sum(CA_MIB) / 6, sum(ys) / 6
+    slope = sum((x - xm) * (y - ym) for x, y in zip(CA_MIB, ys)) / sum((x - xm) ** 2 for x in CA_MIB)
+    return ym - slope * xm, slope
 
 
-def test_engine_rate_replaces_intra_eff_in_the_p2p_kernels_only():
+def test_one_shot_agrees_with_vllms_benchmark_and_two_shot_takes_its_measured_intercept():
+    """One-shot: intercept 5.15 us against the model's 4 + 2 x 0.47 = 4.94; slope 16.2 us/MiB against 5 peers at
+    360 GB/s = 14.6. Two-shot: intercept 11.4 us against 4 + 3 x 0.47 = 5.41, so TWO_SHOT_SYNC_S = 6.0 us; slope
+    6.3 us/MiB against 2 x 5/6 at 360 GB/s = 4.85 (not changed)."""
+    from fastmodel.kernels.serve.allreduce import TWO_SHOT_SYNC_S, one_shot, two_shot
+
     d = device_columns("H100")
+    bw = d["intra_bw"] * d["intra_eff"]
+    i1, s1 = _fit([1e3 * t for t in CA_TP6_H100_MS["1stage"]])
+    i2, s2 = _fit([1e3 * t for t in CA_TP6_H100_MS["2stage"]])
+    assert (i1, s1) == pytest.approx((5.15, 16.18), abs=0.01)
+    assert (i2, s2) == pytest.approx((11.41, 6.29), abs=0.01)
+    model_i1 = 1e6 * (d["kernel_overhead_s"] + 2 * _hop(d))
+    model_i2 = 1e6 * (d["kernel_overhead_s"] + 3 * _hop(d))
+    assert model_i1 == pytest.approx(i1, abs=0.25)
+    assert 1e6 * 5 * MIB / bw == pytest.approx(s1, rel=0.11)
+    assert TWO_SHOT_SYNC_S == pytest.approx((i2 - model_i2) * 1e-6, abs=0.05e-6)
     row = _row()
-    row[COLUMN_INDEX["custom_allreduce_eff"]] = 0.135
-    bw = d["intra_bw"] * 0.135                    # 60.75 GB/s
-    small, mid = 2.0 * 8192, 1.0 * MIB
-    assert serve_allreduce(row, small, 8.0, 1.0) == pytest.approx(
-        d["kernel_overhead_s"] + 2 * _hop(d) + 7 * small / bw, rel=1e-12)          # 4 + 0.93 + 1.89 us
-    assert serve_allreduce(row, mid, 8.0, 1.0) == pytest.approx(
-        d["kernel_overhead_s"] + 3 * _hop(d) + 2 * 7 / 8 * mid / bw, rel=1e-12)    # 4 + 1.40 + 30.2 us
-    big = 16.0 * MIB                              # NCCL keeps the device's intra_eff
-    assert serve_allreduce(row, big, 8.0, 1.0) == allreduce_time(_row(), big, 8.0, 1.0)
-    assert profile_columns("vllm", (0, 18, 0), 141 * 2**30)["custom_allreduce_eff"] == 0.135
-    assert profile_columns("sglang", None, 141 * 2**30)["custom_allreduce_eff"] == 0.135
-    assert "custom_allreduce_eff" not in profile_columns("trtllm", None, 141 * 2**30)     # device intra_eff
-
-
-def test_70b_tp8_decode_pays_the_kernel_rate_per_token():
-    """Llama-3.1-70B TP 8, 64 tokens a step: two 1 MiB two-shot allreduces per layer; at 0.135 of intra_bw each
-    costs 2 x 7/8 x 1 MiB x (1/60.75 - 1/360) GB/s^-1 more than at intra_eff 0.80, x 2 x 80 layers per step."""
-    d = device_columns("H100")
-    kw = dict(tp=8, input_len=128, output_len=2, batch_size=64, custom_allreduce_bytes=8 * MIB)
-    base = evaluate("llama3.1-70b", "H100", **kw)
-    slow = evaluate("llama3.1-70b", "H100", custom_allreduce_eff=0.135, **kw)
-    extra = 2 * 7 / 8 * MIB * (1 / (d["intra_bw"] * 0.135) - 1 / (d["intra_bw"] * d["intra_eff"]))
-    assert slow["decode_comm"] - base["decode_comm"] == pytest.approx(2 * 80 * extra, rel=1e-6)
-    assert slow["decode_gemm"] == base["decode_gemm"]
+    for mib in (0.5, 4.0):
+        b = mib * MIB
+        assert one_shot(row, b, 6.0) == pytest.approx(d["kernel_overhead_s"] + 2 * _hop(d) + 5 * b / bw, rel=1e-12)
+        assert two_shot(row, b, 6.0) == pytest.approx(
+            d["kernel_overhead_s"] + 3 * _hop(d) + 6.0e-6 + 2 * 5 / 6 * b / bw, rel=1e-12)
