@@ -2,10 +2,10 @@
 FlashAttention-2 kernels, derived by hand (docs/model.md §11.3 "Attention through PyTorch SDPA", §11.6 "FSDP2
 copies"; issue 26)."""
 
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from fastmodel.kernels.lm.parallel import fsdp_copy_out_time, fsdp_reduce_copy_in_time
 from fastmodel.kernels.roofline import attention_time
