@@ -232,8 +232,9 @@ PLAN_COLUMNS = _cols(
      "written, FP32 softmax read and written, each pass). Megatron-Core's unfused vocab-parallel cross-entropy: "
      "52, counted from its source (docs/model.md §11.5). The stack profile sets it.", 1, 1000, False, "number"),
     ("fsdp_copy_out", "1", 0, "1: ZeRO-3/FSDP copies each gathered layer out of the all-gather buffer into its "
-     "parameters on the compute stream, a memory-bound read + write per gather (PyTorch FSDP2 per-parameter "
-     "sharding; FSDP1's flat parameters are views of the buffer).", 0, 1),
+     "parameters on the compute stream, a memory-bound read + write per gather, and its gradients into the "
+     "reduce-scatter buffer in the reduce dtype (PyTorch FSDP2 per-parameter sharding, foreach_reduce; FSDP1's "
+     "flat parameters are views of the buffer).", 0, 1),
     ("param_fetch_bw", "bytes/s", 0, "Throughput of a framework's own synchronous ZeRO-3 parameter fetch, bytes "
      "received per device per second (DeepSpeed <= 0.4.1: ~21.8e9 on A100, DeepSpeed issue #1174); each gather "
      "takes the longer of NCCL's time and this, and full recompute fetches the layer again. 0: NCCL's all-gather "
