@@ -86,3 +86,6 @@ def test_torchtitan_and_olmo_core_run_sdpa_flash_kernels_and_kempnerforge_keeps_
     # KempnerForge locks torch 2.11 (uv.lock), whose SDPA backend on Hopper was not read: the registry default
     assert stack_of("KempnerForge (PyTorch FSDP2 + DTensor TP, torch.compile)").attn_fa2 is None
     assert stack_of("Megatron-Core 0.9").attn_fa2 is None
+    # FSDP1 on PyTorch 2.x calls SDPA too; PyTorch 1.x predates it (unfused attention)
+    assert stack_of("PyTorch FSDP (post-2.2 nightly) + SDPA FlashAttention-2 (fms-fsdp)").attn_fa2 is True
+    assert stack_of("PyTorch 1.10 FSDP (minGPT), FP16, SGD").attn_fa2 is False
