@@ -15,5 +15,5 @@ SDPA_PLAN_ROWS = (
 
 SDPA_DEVICE_ROWS = (
     ("attn_eff_fa2", "1", 0.0, "Attainable fraction of the 16-bit peak for FlashAttention-2 kernels, forward + "
-     "backward (H100: up to 335 TFLOP/s, Dao 2023 sec. 4.1); 0: the same as attn_eff.", 0, 1, True),
+     "backward (H100: up to 335 TFLOP/s, Dao 2023 sec. 4.1); 0: the same as attn_eff. A device fact (not fitted).", 0, 1),
 )
