@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import fastmodel.kernels
+import fastmodel.registry as registry
 from fastmodel.kernels import jit
 
 KERNELS = Path(fastmodel.kernels.__file__).resolve().parent
@@ -96,9 +97,11 @@ def test_every_kernel_module_compiles_through_the_project_decorator():
 
 def test_editing_the_registry_the_kernels_compile_in_changes_the_cache_key(tmp_path):
     sources = [Path(p) for p in jit._constant_sources()]
-    # the registry modules the layouts derive from (lm_engine, lm_lowprec and lm_overhead hold rows of lm's column table)
-    assert [p.name for p in sources] == ["lm.py", "lm_engine.py", "lm_lowprec.py", "lm_overhead.py", "madmax.py", "serve.py",
-                                         "variables.py"]
+    # the registry modules the layouts derive from (lm_engine, lm_lowprec, lm_overhead and lm_sdpa hold rows of lm's
+    # column table): every registry/lm_*.py module, so a new one cannot be left out of the key
+    lm_parts = sorted(p.name for p in Path(registry.__file__).parent.glob("lm_*.py"))
+    assert lm_parts == ["lm_engine.py", "lm_lowprec.py", "lm_overhead.py", "lm_sdpa.py"]
+    assert [p.name for p in sources] == ["lm.py", *lm_parts, "madmax.py", "serve.py", "variables.py"]
     copies = []
     for path in sources:
         copy = tmp_path / path.name
@@ -112,7 +115,7 @@ def test_editing_the_registry_the_kernels_compile_in_changes_the_cache_key(tmp_p
         assert jit.kernel_source_key(KERNELS, copies) != key, copy.name
         copy.write_bytes(original)
     # an engine's key reads its own registry and the shared variables, not another engine's
-    assert [p.name for p in jit._constant_sources("lm")] == ["lm.py", "lm_engine.py", "lm_lowprec.py", "lm_overhead.py", "variables.py"]
+    assert [p.name for p in jit._constant_sources("lm")] == ["lm.py", *lm_parts, "variables.py"]
 
 
 # --- first use speaks (issue 25 item 7) -------------------------------------------------------------------------
