@@ -164,3 +164,19 @@ def test_gb200_is_b200_at_its_own_datasheet():
     assert gb200["peak_flops_16"] == 360e15 / 72 / 2 and gb200["peak_flops_4"] == 1440e15 / 72 / 2
     for name in ("gemm_eff_16", "attn_eff", "intra_eff", "intra_latency", "sm_count", "gemm_k_half"):
         assert gb200[name] == B200[name]
+
+
+def test_blackwell_fp8_gemm_efficiency_is_bf16_times_the_xla_sm100_ratio():
+    """OpenXLA's sm_100 GEMM table (tests/data/xla_sm100_matmul.json): at m = n = k = 4,096 FP8 E4M3 reaches
+    2.765e15 of 4.5e15 = 0.6144, BF16 1.4169e15 of 2.25e15 = 0.6297; r = 0.6144 / 0.6297 = 0.976, the largest r of
+    the excerpt (2,048^3: 1.4277 / 4.5 over 0.9858 / 2.25 = 0.724). gemm_eff_8 = 0.49 x 0.976 = 0.478 on B200 and
+    GB200 (sm_100), carried to B300 and GB300."""
+    table = json.loads((Path(__file__).parents[1] / "data" / "xla_sm100_matmul.json").read_text())["matmul"]
+    ratio = {(e["m"], e["n"], e["k"]): (e["fp8"] / 4.5e15) / (e["bf16"] / 2.25e15) for e in table}
+    assert ratio[(4096, 4096, 4096)] == pytest.approx(0.976, abs=0.001)
+    assert ratio[(2048, 2048, 2048)] == pytest.approx(0.724, abs=0.001)
+    assert max(ratio, key=ratio.get) == (4096, 4096, 4096)
+    assert 0.49 * 0.976 == pytest.approx(0.478, abs=0.0005)
+    for name in ("b200", "gb200", "b300", "gb300"):
+        device = device_table()[name]
+        assert device["gemm_eff_8"] == pytest.approx(device["gemm_eff_16"] * ratio[(4096, 4096, 4096)], abs=0.005)
