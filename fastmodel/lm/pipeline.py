@@ -12,6 +12,8 @@ times exactly:
   ``step_time - pipeline_bubble - exposed_pp - exposed_dp - time_optimizer - step_overhead_s``
   over m; ``t_head`` the LM head and loss (``kernels/lm/passes.head_passes``), on the last
   virtual stage only (under DualPipe the last stage of each direction: half of it per micro-batch);
+  when the loss takes a layer's slot (``embedding_loss_in_split``) and a middle rank is the busiest,
+  ``t_body = t_mb``: the body of a full rank, scaled from the busiest rank's layers (``stage_passes``);
 - each virtual stage (chunk) holds ``t_body / v``; with ``uneven_stages``, in proportion to the
   layers it holds (:func:`chunk_layers`); forward, backward and its weight-gradient part in the
   kernel's pass ratios (:func:`pass_shares`), a split the 1F1B, GPipe and interleaved makespans do
@@ -98,10 +100,12 @@ def pass_shares(columns: np.ndarray) -> tuple[float, float]:
 def stage_times(columns: np.ndarray, uniform: bool = False, schedule: str | None = None) -> StageTimes:
     """The per-micro-batch stage times of the configuration ``columns`` (a registry column vector, pp > 1),
     from the kernel's results, split into passes in the kernel's ratios (:func:`pass_shares`). ``uniform``:
-    every stage runs the average stage (body + head / p, spread over its chunks), the case where the closed
-    form is exact."""
+    every stage runs the average stage (body + head / p, spread over its chunks; with the loss in the split the
+    body of L / p layers), the case where the closed form is exact."""
+    from fastmodel.kernels.lm.memory_states import layers_per_stage, split_slots
     from fastmodel.kernels.lm.passes import N_WORK, head_passes
     from fastmodel.kernels.lm.pipeline import model_copies
+    from fastmodel.kernels.lm.step import stage_passes
     from fastmodel.lm.engine import evaluate_table
 
     columns = np.asarray(columns, dtype=np.float64)
@@ -116,9 +120,13 @@ def stage_times(columns: np.ndarray, uniform: bool = False, schedule: str | None
     stage_mb = (r["step_time"] - r["pipeline_bubble"] - outside) / m
     head_f, head_b, head_w = head_passes(columns, np.zeros(N_WORK))
     head = head_f + head_b + head_w
-    body = stage_mb - head / model_copies(columns)
+    # the busiest rank holds ``layers`` layers and ``share`` of the head (kernels/lm/step.stage_passes): the body
+    # is the time of a full rank's layers (layers_per_stage), scaled back from it
+    *_, layers_busiest, share = stage_passes(columns, np.zeros(N_WORK))
+    body = (stage_mb - share * head / model_copies(columns)) * layers_per_stage(columns) / layers_busiest
     f_share, w_share = pass_shares(columns)
     if uniform:
+        body *= 1.0 - split_slots(columns) / p / layers_per_stage(columns)    # L / p layers: the slots are no layers
         share = np.full((v, p), 1.0 / v)
         forward = share * (f_share * body + head_f / p)
         backward = share * ((1.0 - f_share) * body + (head_b + head_w) / p)

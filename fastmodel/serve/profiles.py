@@ -47,8 +47,9 @@ CUSTOM_AR_VLLM = CUSTOM_AR_SGLANG = 8192 * 1024
 CUSTOM_AR_TRTLLM = 4 * 1024 * 1024 + 1          # the kernel's inclusive 4 MiB under the model's strict "<"
 #: host seconds to issue one eager PyTorch operator (docs/model.md "Host issue time": 20 us within the 5-25 us of
 #: CPU-side work per op J. Lin measures, an assumption [A]); set for TensorRT-LLM, whose prompt-carrying
-#: iterations run eagerly (kernels/serve/host.py); vLLM (piecewise CUDA graphs) and SGLang (eager extend
-#: batches, its ops not counted here) keep 0
+#: iterations run eagerly (kernels/serve/host.py); vLLM (prompt iterations above its largest CUDA-graph capture
+#: size, 512, run its compiled code ungraphed; no count of that code was read, docs/model_serving.md S25) and SGLang
+#: (eager extend batches, its ops not counted here) keep 0
 HOST_OP_S_EAGER = 20e-6
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?")
 

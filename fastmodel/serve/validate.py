@@ -72,6 +72,8 @@ def rows(records: list) -> list[dict]:
     answered = [r for r in records if isinstance(r, ServeRecord)]
     out, status = evaluate_table(np.stack([r.columns for r in answered], axis=1)) if answered else (None, None)
     lone = _lone_prefill(answered)
+    implied = np.array([implied_running(r.raw["serve"], _measured(r)) for r in answered])
+    at_implied = _decode_at(answered, implied)
     position = {id(r): i for i, r in enumerate(answered)}
     pools = [r for r in records if isinstance(r, DisaggRecord)]
     disagg = {id(r): result for r, result in zip(pools, evaluate_disagg(pools))}
@@ -107,6 +109,8 @@ def rows(records: list) -> list[dict]:
         if i is not None:
             row["batch_size"] = out[INDEX["batch_size"], i]
             row["memory_per_device"] = out[INDEX["memory_per_device"], i]
+            row["implied_running"] = implied[i]
+            row["tpot_at_implied_running_s"] = at_implied[i]
         row["notes"] = "; ".join(getattr(r, "notes", ()))
         table.append(row)
     return table
@@ -125,6 +129,40 @@ def _lone_prefill(records: list) -> np.ndarray:
     table[COLUMN_INDEX["overlap_step"]] = 0.0
     out, _ = evaluate_table(table)
     return out[SERVE_RESULT_INDEX["ttft"]]
+
+
+def implied_running(serve: dict, measured: dict) -> float:
+    """Requests decoding at once that a closed-loop record's own measured TTFT and TPOT imply (Little's law,
+    Little 1961): ``N`` requests in flight finish at ``lambda = N / (TTFT + (O - 1) TPOT)`` and each decodes for
+    ``(O - 1) TPOT``, so ``N (O - 1) TPOT / (TTFT + (O - 1) TPOT)`` decode at once (the prompts being prefilled and
+    the requests waiting, wherever they wait, make up the rest of ``N``). NaN without a concurrency, an output of
+    more than one token, or both measurements (docs/model_serving.md S26)."""
+    n = serve.get("concurrency")
+    steps = float(serve.get("output_len", 0)) - 1.0
+    ttft, tpot = _number(measured.get("ttft_s")), _number(measured.get("tpot_s"))
+    if isinstance(n, bool) or not isinstance(n, (int, float)) or n <= 0 or steps <= 0 or not ttft or not tpot:
+        return np.nan
+    return float(n) * steps * tpot / (ttft + steps * tpot)
+
+
+def _decode_at(records: list, batches: np.ndarray) -> np.ndarray:
+    """The model's decode-only iteration (the naive TPOT) of each record at ``batches`` requests in flight instead
+    of its own load (NaN where the batch is NaN): what the record's TPOT would be, by the model, at the running
+    batch its measurements imply (:func:`implied_running`)."""
+    from fastmodel.registry.lm import COLUMN_INDEX
+    from fastmodel.registry.serve import SERVE_RESULT_INDEX
+    from fastmodel.serve.api import evaluate_table
+
+    result = np.full(len(records), np.nan)
+    chosen = [i for i, b in enumerate(batches) if np.isfinite(b)]
+    if not chosen:
+        return result
+    table = np.stack([records[i].columns for i in chosen], axis=1).copy()
+    table[COLUMN_INDEX["batch_size"]] = np.maximum(1.0, np.round(batches[chosen]))
+    out, _ = evaluate_table(table)
+    steps = np.maximum(1.0, table[COLUMN_INDEX["output_len"]] - 1.0)
+    result[chosen] = sum(out[SERVE_RESULT_INDEX[k]] for k in DECODE) / steps
+    return result
 
 
 def _number(value) -> float:

@@ -136,7 +136,16 @@ def pipeline_p2p(row, micro_batches):
     forward and gradients backward at every virtual-stage boundary; what is exposed are the sends of the
     warm-up and cool-down, and for one-chunk 1F1B-like schedules (1F1B, GPipe, ZB-H1) also one pair per
     micro-batch. DualPipe overlaps the steady state's sends with the paired forward and backward chunks
-    (DeepSeek-V3 report sec. 3.2.1), as interleaving does."""
+    (DeepSeek-V3 report sec. 3.2.1), as interleaving does.
+
+    Warm-up and cool-down: the first micro-batch's forward crosses every boundary of its chain of virtual
+    stages before its backward starts, and the last one's backward crosses them back, so ``2 (n - 1)`` sends
+    are exposed with ``n = p v`` chain stages under the interleaved schedule (the last rank's chunk c hands
+    over to the first rank's chunk c + 1: Megatron-Core ``forward_backward_pipelining_with_interleaving``,
+    ``recv_tensor_from_previous_stage``, a blocking ``send_forward_recv_forward`` per warm-up chunk;
+    megatron/core/pipeline_parallel/schedules.py, NVIDIA/Megatron-LM@d98e8a6) and ``n = p`` otherwise (DualPipe:
+    each direction a chain of p). The exact pipeline path adds exactly these for uniform stages
+    (tests/lm/test_pipeline_program.py)."""
     t = row[C_TP]
     p = row[C_PP]
     v = row[C_VP]
@@ -152,7 +161,8 @@ def pipeline_p2p(row, micro_batches):
         send = p2p_time(row, nbytes, t * c * d)
         pp_comm = 2.0 * (micro_batches * v + p - 1.0) * send      # every send of the schedule's critical path
         steady = v <= 1.0 and int(row[C_PIPELINE_SCHEDULE]) != SCHED_DUALPIPE
-        pp_exposed = 2.0 * (p - 1.0) * send + (2.0 * micro_batches * send if steady else 0.0)
+        chain = p * max(v, 1.0)                                    # virtual stages a micro-batch crosses
+        pp_exposed = 2.0 * (chain - 1.0) * send + (2.0 * micro_batches * send if steady else 0.0)
     return pp_comm, pp_exposed
 
 

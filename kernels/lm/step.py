@@ -11,6 +11,7 @@ three parts:
 
     t_layer   = F + B + W + R + exposed TP/CP/EP                          (docs/model.md §11.4, §11.6)
     t_mb      = layers_per_stage x t_layer + t_head / copies             busiest (last) stage     (§11.4)
+                (the loss in the split: max(L_s t_layer, (L_s - 1) t_layer + t_head / copies), §11.7)
     step      = m x t_mb + bubble + exposed FSDP + exposed PP + exposed DP + optimizer + overhead    (§11.7)
 
 where m = global_batch / (micro_batch x dp) micro-batches per step, and the bubble, the exposed sends and
@@ -81,15 +82,18 @@ def optimizer_step_bytes(row, local_params, held_params):
 
 @njit
 def stage_passes(row, work):
-    """(t_mb, t_avg, F_avg, W_avg): one micro-batch on the busiest stage and on the average stage, and the
-    average stage's forward and weight-gradient passes (what the pipeline schedule's bubble reads). Leaves the
-    average layer's accumulators in ``work[A_*]`` and the head's parameters and FLOPs in ``work[W_*]``."""
+    """(t_mb, t_avg, F_avg, W_avg, layers, head share): one micro-batch on the busiest stage and on the average
+    stage, the average stage's forward and weight-gradient passes (what the pipeline schedule's bubble reads),
+    and the busiest rank's layers and share of the LM head (1: the last rank; 0: a middle rank, when the loss
+    takes a layer's slot in the split and the head is lighter than a layer, :func:`last_rank_layers`). Leaves
+    the busiest rank's layer accumulators in ``work[A_*]`` and the head's parameters and FLOPs in ``work[W_*]``."""
     p = row[C_PP]
     per_stage = layers_per_stage(row)       # the busiest rank's layers (uneven stages: a layer more than average)
+    slots = split_slots(row) / p            # the embedding's and the loss's slots, per rank on average
     layer_passes(row, work)
     t_layer = layer_time(work)
-    forward = per_stage * (work[A_FORWARD] + work[A_EXPOSED_F])
-    weight = per_stage * work[A_BACKWARD_WEIGHT]
+    forward = (per_stage - slots) * (work[A_FORWARD] + work[A_EXPOSED_F])
+    weight = (per_stage - slots) * work[A_BACKWARD_WEIGHT]
     t_last = t_layer
     if last_rank_all_moe(row):
         layer_passes_of(row, work, True)    # the last rank's layers, left in work[A_*] for the step's breakdown
@@ -99,9 +103,23 @@ def stage_passes(row, work):
     # the last stage also runs the MTP modules: one transformer layer each (DeepSeek-V3 report sec. 2.2), as the
     # average layer; their extra LM heads are in the head's passes
     mtp = row[C_MTP_LAYERS] * t_layer
-    stage_mb = per_stage * t_last + (head + mtp) / model_copies(row)    # DualPipe: on two ranks, half each
-    average_mb = per_stage * t_layer + (head + mtp) / p
-    return stage_mb, average_mb, forward + head_f / p, weight + head_w / p
+    last = last_rank_layers(row)
+    last_mb = last * t_last + (head + mtp) / model_copies(row)    # DualPipe: on two ranks, half each
+    # the slots hold the embedding and the head, not layers: the average rank's layers are L / p
+    average_mb = (per_stage - slots) * t_layer + (head + mtp) / p
+    if split_slots(row) > 0.0 and per_stage * t_layer > last_mb:   # a middle rank: a full share of layers, no head
+        return per_stage * t_layer, average_mb, forward + head_f / p, weight + head_w / p, per_stage, 0.0
+    return last_mb, average_mb, forward + head_f / p, weight + head_w / p, last, 1.0
+
+
+@njit
+def last_rank_layers(row):
+    """Layers the last pipeline rank holds beside the LM head: the busiest rank's count, or one fewer when the
+    loss takes a layer's slot in the split (``split_slots``: Megatron-Core ``get_num_layers_to_build`` with
+    ``account_for_loss_in_pipeline_split`` builds one layer fewer in the last chunk of the last rank; Llama 3
+    sec. 3.3.2, "the last model chunk on the last stage has only output projection and loss calculation").
+    Counting that slot as a layer and the head beside it charged the head twice."""
+    return layers_per_stage(row) - (1.0 if split_slots(row) > 0.0 else 0.0)
 
 
 @njit
@@ -133,10 +151,12 @@ def _data_parallel_step(row, work, per_stage, head_params, out):
     experts = work[A_EXPERT_PARAMS]
     copies = model_copies(row)      # DualPipe: rank 0 holds stages 0 and p - 1 (embedding and head)
     if copies > 1.0:
-        stage_params = 2.0 * per_stage * (params - experts) + embedding_params + head_params
+        ends = embedding_params + head_params
     else:
-        stage_params = per_stage * (params - experts) + max(embedding_params if p > 1.0 else
-                                                            embedding_params + head_params, head_params)
+        ends = max(embedding_params if p > 1.0 else embedding_params + head_params, head_params)
+    stage_params = copies * per_stage * (params - experts) + ends
+    if split_slots(row) > 0.0:      # the embedding and the head hold a layer's slot (last_rank_layers)
+        stage_params = max(stage_params - ends, stage_params - copies * (params - experts))
     last_backward = per_stage * (work[A_BACKWARD_INPUT] + work[A_BACKWARD_WEIGHT] + work[A_RECOMPUTE])
     first_forward = per_stage * work[A_FORWARD]
     shard_group = fsdp_shard_group(row)
@@ -229,13 +249,14 @@ def step_row(row, work, out):
     passes (:func:`stage_passes`), then the step composition."""
     p = row[C_PP]
     micro_batches = row[C_GLOBAL_BATCH] / (row[C_MICRO_BATCH] * row[C_DP])
-    stage_mb, average_mb, forward, weight = stage_passes(row, work)
-    per_stage = layers_per_stage(row) + row[C_MTP_LAYERS] / model_copies(row)   # the busiest rank's layers
+    stage_mb, average_mb, forward, weight, layers, share = stage_passes(row, work)
+    per_stage = layers + share * row[C_MTP_LAYERS] / model_copies(row)   # the busiest rank's layers
     head_params = work[W_PARAMS]
     head_flops = 3.0 * work[W_FLOPS]
-    head_gemm = (1.0 + BACKWARD_GEMM) * work[W_GEMM]      # the head's forward costs, left by stage_passes
-    head_mem = 2.0 * work[W_MEM]
-    head_tp = (1.0 + TP_BACKWARD_PASSES) * work[W_TP]
+    # the head's forward costs, left by stage_passes, on the busiest rank when it is the last (share 1)
+    head_gemm = share * (1.0 + BACKWARD_GEMM) * work[W_GEMM]
+    head_mem = share * 2.0 * work[W_MEM]
+    head_tp = share * (1.0 + TP_BACKWARD_PASSES) * work[W_TP]
     bubble = host_bound_bubble(row, average_mb, forward, weight)
     pp_comm, pp_exposed = pipeline_p2p(row, micro_batches)
     outside = _data_parallel_step(row, work, layers_per_stage(row), head_params, out)

@@ -117,3 +117,51 @@ def test_the_last_stage_runs_moe_layers_when_the_dense_layers_lead():
 def test_last_rank_all_moe_follows_megatrons_layer_order(values, expected):
     from fastmodel.kernels.lm.step import last_rank_all_moe
     assert bool(last_rank_all_moe(row(**{**MOE, **values}))) is expected
+
+
+# a small dense model on 4 pipeline ranks; the loss (and the embedding) take a layer's slot with
+# embedding_loss_in_split: 6 layers + 2 slots = 2 per rank, the first and the last rank hold 1 layer each
+SPLIT = dict(layers=6, hidden=1024, ffn=4096, heads=16, kv_heads=16, head_dim=64, vocab=4096, seq_len=2048,
+             n_gpus=16, pp=4, dp=4, micro_batch=1, recompute="none", embedding_loss_in_split=1)
+
+
+def _per_microbatch(**values):
+    """Seconds one more micro-batch adds to the step and to its GEMM time (m 8 -> 16): the busiest rank's
+    micro-batch and its 1F1B pair of blocking sends (the bubble, data-parallel and optimizer terms are per step)."""
+    small = evaluate_table(table(1, **{**SPLIT, **values}, global_batch=32))
+    large = evaluate_table(table(1, **{**SPLIT, **values}, global_batch=64))
+    return {name: (large[name][0] - small[name][0]) / 8 for name in ("step_time", "time_gemm")}
+
+
+def _head(**values):
+    from fastmodel.kernels.lm.passes import head_passes
+    work = np.zeros(N_WORK)
+    return sum(head_passes(row(**{**SPLIT, **values}), work)), work
+
+
+def test_the_lm_head_is_charged_once_when_the_loss_takes_a_layer_s_slot():
+    # Hand derivation. The head's GEMM: T x (V / t) x h = 2048 x 4096 x 1024, 2 T V h = 1.718e10 FLOPs forward,
+    # run three times (forward, input and weight gradients). Without the split, 8 layers on 4 ranks: the last
+    # rank runs 2 layers + the head, t_mb = 2 t_layer + t_head. With it, 6 layers: the last rank runs 1 layer +
+    # the head (Megatron-Core get_num_layers_to_build, account_for_loss_in_pipeline_split), a middle rank 2
+    # layers; this head is lighter than a layer, so t_mb = 2 t_layer: the slot the head holds is not a layer too.
+    from fastmodel.kernels.lm.layer import W_FLOPS, W_GEMM
+    t_head, work = _head()
+    assert work[W_FLOPS] == pytest.approx(2 * 2048 * 4096 * 1024, rel=1e-12)
+    plain = _per_microbatch(layers=8, embedding_loss_in_split=0)
+    t_layer = plain["step_time"] - _per_microbatch(layers=4, embedding_loss_in_split=0)["step_time"]
+    assert 0.0 < t_head < t_layer
+    split = _per_microbatch()
+    assert plain["step_time"] - split["step_time"] == pytest.approx(t_head, rel=1e-9)
+    # the breakdown is the busiest (middle) rank's: the head's three GEMMs are not in it
+    assert plain["time_gemm"] - split["time_gemm"] == pytest.approx(3 * work[W_GEMM], rel=1e-9)
+
+
+def test_a_head_heavier_than_a_layer_makes_the_last_rank_the_busiest():
+    # a 256,000-token vocabulary: t_head > t_layer, so the last rank (1 layer + the head) is the busiest, a
+    # layer lighter than the last rank without the split (2 layers + the head)
+    t_head, _ = _head(vocab=256000)
+    plain = _per_microbatch(layers=8, embedding_loss_in_split=0, vocab=256000)
+    t_layer = plain["step_time"] - _per_microbatch(layers=4, embedding_loss_in_split=0, vocab=256000)["step_time"]
+    assert t_head > t_layer
+    assert plain["step_time"] - _per_microbatch(vocab=256000)["step_time"] == pytest.approx(t_layer, rel=1e-9)

@@ -1,0 +1,52 @@
+"""Serving validation (fastmodel.serve.validate): what a closed-loop record's own measurements imply
+(docs/model_serving.md S26)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from fastmodel.serve.records import lower_serve_record
+from fastmodel.serve.validate import implied_running, rows
+
+RECORD = {
+    "id": "r1", "source": "hand", "framework": "vLLM 0.11.2",
+    "model": {"name": "llama-3.1-8b", "layers": 32, "hidden": 4096, "ffn": 14336, "heads": 32, "kv_heads": 8,
+              "head_dim": 128, "vocab": 128256, "ffn_kind": "swiglu3"},
+    "system": {"gpu": "H100-SXM-80GB", "n_gpus": 2, "gpus_per_node": 8},
+    "serve": {"tp": 2, "precision": "fp8", "input_len": 1024, "output_len": 256, "concurrency": 16},
+    "measured": {"ttft_s": 0.1, "tpot_s": 0.01},
+}
+
+
+def _measured(ttft, tpot):
+    data = json.loads(json.dumps(RECORD))
+    data["measured"] = {"ttft_s": ttft, "tpot_s": tpot}
+    return data
+
+
+def test_validate_reports_the_running_batch_a_records_measurements_imply():
+    """Little's law on the closed loop (docs/model_serving.md S26): N requests finish at N / (TTFT + (O - 1) TPOT),
+    each decodes for (O - 1) TPOT, so N (O - 1) TPOT / (TTFT + (O - 1) TPOT) decode at once."""
+    serve = {"concurrency": 512, "output_len": 1024}
+    # a vLLM H100 gpt-oss point at 512 in flight: 20 s to the first token, 4.7 ms per token -> about 99 decoding
+    by_hand = 512 * 1023 * 0.0047 / (20.0 + 1023 * 0.0047)
+    assert implied_running(serve, {"ttft_s": 20.0, "tpot_s": 0.0047}) == pytest.approx(by_hand, rel=1e-12)
+    assert by_hand == pytest.approx(99.0, abs=0.5)
+    # no waiting at all (TTFT ~ 0): every request decodes
+    assert implied_running(serve, {"ttft_s": 1e-9, "tpot_s": 0.01}) == pytest.approx(512, rel=1e-6)
+    for missing in ({"ttft_s": 0.1}, {"tpot_s": 0.01}, {}):
+        assert np.isnan(implied_running(serve, missing))
+    assert np.isnan(implied_running({"batch_size": 8, "output_len": 128}, {"ttft_s": 0.1, "tpot_s": 0.01}))
+    assert np.isnan(implied_running({"concurrency": 8, "output_len": 1}, {"ttft_s": 0.1, "tpot_s": 0.01}))
+    # the validate row: the implied batch and the model's decode-only iteration there, below the one at N = 16
+    # (RECORD measures TTFT 0.1 s and TPOT 10 ms over 255 steps: 16 x 2.55 / 2.65 = 15.4 decoding)
+    low = _measured(2.55, 0.01)                  # half of N decoding: 8
+    table = rows([lower_serve_record(RECORD), lower_serve_record(low)])
+    assert table[0]["implied_running"] == pytest.approx(16 * 2.55 / 2.65, rel=1e-12)
+    assert table[1]["implied_running"] == pytest.approx(8.0, rel=1e-12)
+    naive_at_16 = (1 + table[0]["baseline_error_tpot_s"]) * 0.01
+    assert table[1]["tpot_at_implied_running_s"] < naive_at_16
+    assert table[0]["tpot_at_implied_running_s"] <= naive_at_16
