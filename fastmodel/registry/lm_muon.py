@@ -11,7 +11,7 @@ from __future__ import annotations
 
 MUON_PLAN_ROWS = (
     ("muon_ns_steps", "1", 5, "Muon: Newton-Schulz iterations per update (muon.py ``ns_steps=5``; the October "
-     "2024 modded-nanogpt records ``backend_steps=5``).", 1, 64),
+     "2024 modded-nanogpt records ``backend_steps=5``).", 1, 64, False, "number"),
     ("muon_ns_gram_square", "1", 1, "Muon: 1 = one iteration is A = X X^T, B = b A + c A A, X = a X + B X "
      "(muon.py@00ba60d zeropower_via_newtonschulz5: 4 m^2 n + 2 m^3 FLOPs for an m x n update, m <= n); 0 = "
      "A = X X^T, B = A X, X = a X + b B + c A B (modded-nanogpt records of October 2024: 6 m^2 n FLOPs).", 0, 1,
