@@ -5,7 +5,8 @@
   (output tiles of up to ``gemm_tile_m x gemm_tile_n``, one wave = ``sm_count`` tiles, split-K for
   grids under one wave): the share of launched tensor-core work that is useful. *Depth* ``K / (K + gemm_k_half)`` amortises each tile's prologue and
   epilogue over its reduction length.
-- Flash attention: FLOPs / (16-bit peak x attn_eff).
+- Flash attention: FLOPs / (16-bit peak x attn_eff), or x attn_eff_fa2 where the stack runs FlashAttention-2
+  through PyTorch SDPA (``attn_fa2``) and the device states that efficiency.
 - Memory-bound kernels: bytes / (HBM bw x hbm_eff).
 - Every kernel time is divided by ``stack_compute_eff`` (1 unless a calibration's ``[stack."NAME"]`` table
   sets the share of the modelled speed a software stack attains; docs/calibration.md).
@@ -17,7 +18,7 @@ import math
 
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.columns import (
-    C_ATTN_EFF, C_GEMM_EFF_16, C_GEMM_EFF_8, C_GEMM_K_HALF, C_GEMM_TILE_M, C_GEMM_TILE_N, C_HBM_BW, C_HBM_EFF,
+    C_ATTN_EFF, C_ATTN_EFF_FA2, C_ATTN_FA2, C_MLA, C_GEMM_EFF_16, C_GEMM_EFF_8, C_GEMM_K_HALF, C_GEMM_TILE_M, C_GEMM_TILE_N, C_HBM_BW, C_HBM_EFF,
     C_EXPERT_TILE_MAX, C_EXPERT_TILE_MIN, C_KERNEL_OVERHEAD_S, C_PEAK_FLOPS_16, C_PEAK_FLOPS_4, C_PEAK_FLOPS_8,
     C_SM_COUNT, C_STACK_COMPUTE_EFF,
 )
@@ -185,10 +186,21 @@ def gemm_time(row, m, n, k, fp8):
 
 @njit
 def attention_time(row, flops):
-    """Seconds for flash-attention kernels executing ``flops``."""
+    """Seconds for flash-attention kernels executing ``flops``: at ``attn_eff``, or at ``attn_eff_fa2`` where the
+    stack runs FlashAttention-2 (PyTorch SDPA's flash backend, ``attn_fa2``) and the device states it."""
     if flops <= 0.0:
         return 0.0
-    return (flops / (row[C_PEAK_FLOPS_16] * row[C_ATTN_EFF]) + row[C_KERNEL_OVERHEAD_S]) / row[C_STACK_COMPUTE_EFF]
+    return (flops / (row[C_PEAK_FLOPS_16] * attention_eff(row)) + row[C_KERNEL_OVERHEAD_S]) / row[C_STACK_COMPUTE_EFF]
+
+
+@njit(inline="always")
+def attention_eff(row):
+    """Fraction of the 16-bit peak the attention kernels reach: ``attn_eff_fa2`` for FlashAttention-2 kernels
+    (``attn_fa2``) on a device that states it, else ``attn_eff`` (docs/model.md §11.3). MLA keeps ``attn_eff``:
+    SDPA's flash backend needs equal query/key and value head widths (sdp_utils.cpp check_head_dim_size_flash)."""
+    if row[C_ATTN_FA2] > 0.0 and row[C_ATTN_EFF_FA2] > 0.0 and row[C_MLA] <= 0.0:
+        return row[C_ATTN_EFF_FA2]
+    return row[C_ATTN_EFF]
 
 
 @njit

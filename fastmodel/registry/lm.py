@@ -19,6 +19,7 @@ from fastmodel.registry.lm_engine import ENGINE_KERNEL_ROWS
 from fastmodel.registry.lm_lowprec import LOW_PRECISION_PLAN_ROWS, OPTIMIZER_MOMENTS
 from fastmodel.registry.lm_muon import MUON_PLAN_ROWS
 from fastmodel.registry.lm_overhead import OVERHEAD_DEVICE_ROWS
+from fastmodel.registry.lm_sdpa import SDPA_DEVICE_ROWS, SDPA_PLAN_ROWS
 from fastmodel.registry.variables import (
     FITS_MEMORY,
     MEMORY_PER_DEVICE,
@@ -212,6 +213,7 @@ PLAN_COLUMNS = _cols(
      "multiplies them and keeps the expert output (memory only).", 0, 1, False, "flag"),
     *LOW_PRECISION_PLAN_ROWS,
     *MUON_PLAN_ROWS,
+    *SDPA_PLAN_ROWS,
     ("moe_imbalance", "1", 1, "Dropless routing: routed tokens of the busiest expert-parallel rank / the mean "
      "(1 = balanced, as forced balancing runs).", 1, 64, False, "number"),
     ("moe_mem_kernels", "1", 0.0, "Small memory-bound kernels (router score, top-k, masks, auxiliary loss, "
@@ -234,8 +236,9 @@ PLAN_COLUMNS = _cols(
      "written, FP32 softmax read and written, each pass). Megatron-Core's unfused vocab-parallel cross-entropy: "
      "52, counted from its source (docs/model.md §11.5). The stack profile sets it.", 1, 1000, False, "number"),
     ("fsdp_copy_out", "1", 0, "1: ZeRO-3/FSDP copies each gathered layer out of the all-gather buffer into its "
-     "parameters on the compute stream, a memory-bound read + write per gather (PyTorch FSDP2 per-parameter "
-     "sharding; FSDP1's flat parameters are views of the buffer).", 0, 1),
+     "parameters on the compute stream, a memory-bound read + write per gather, and its gradients into the "
+     "reduce-scatter buffer in the reduce dtype (PyTorch FSDP2 per-parameter sharding, foreach_reduce; FSDP1's "
+     "flat parameters are views of the buffer).", 0, 1),
     ("param_fetch_bw", "bytes/s", 0, "Throughput of a framework's own synchronous ZeRO-3 parameter fetch, bytes "
      "received per device per second (DeepSpeed <= 0.4.1: ~21.8e9 on A100, DeepSpeed issue #1174); each gather "
      "takes the longer of NCCL's time and this, and full recompute fetches the layer again. 0: NCCL's all-gather "
@@ -271,6 +274,7 @@ DEVICE_COLUMNS = _cols(
      "SM per channel, 16-24 channels, and competes for HBM).", 0, 0.9, True),
     ("kernel_overhead_s", "s", 4e-6, "Launch + tail per kernel.", 0, 1e-3, True),
     *OVERHEAD_DEVICE_ROWS,
+    *SDPA_DEVICE_ROWS,
 )
 
 NETWORK_COLUMNS = _cols(

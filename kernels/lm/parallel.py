@@ -22,6 +22,10 @@ def exposed(row, comm, window):
     return max(0.0, comm - window) + row[C_COMM_SM_SHARE] * min(comm, window)
 
 
+#: bytes per element of the unsharded gradient autograd produces for a 16-bit gathered parameter
+GRAD_BYTES_16 = 2.0
+
+
 @njit
 def fsdp_copy_out_time(row, layer_params):
     """FSDP2 copy-out of one gathered layer: its parameters read from the all-gather buffer and written to
@@ -29,6 +33,18 @@ def fsdp_copy_out_time(row, layer_params):
     if row[C_FSDP_COPY_OUT] <= 0.0:
         return 0.0
     return memory_bound_time(row, 2.0 * layer_params * param_bytes(row))
+
+
+@njit
+def fsdp_reduce_copy_in_time(row, layer_params):
+    """FSDP2 reduce-scatter copy-in of one layer's gradients: ``foreach_reduce`` concatenates the unsharded 16-bit
+    gradients into the reduce-scatter buffer, cast to the reduce dtype (``chunk_cat`` with a widening cast: read
+    2 B, write ``grad_reduce_bytes`` per element), on the compute stream before the reduce-scatter stream waits
+    for it (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py); once per micro-batch, as FSDP2
+    reduce-scatters every backward. 0 unless ``fsdp_copy_out`` (FSDP2)."""
+    if row[C_FSDP_COPY_OUT] <= 0.0:
+        return 0.0
+    return memory_bound_time(row, layer_params * (GRAD_BYTES_16 + row[C_GRAD_REDUCE_BYTES]))
 
 
 @njit

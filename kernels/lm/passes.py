@@ -30,7 +30,9 @@ from fastmodel.kernels.lm.layout import (
     C_MOE_A2A_OVERLAP, C_MOE_SHARED_EXPERT_OVERLAP, C_PP,
     C_PARAM_FETCH_BW, C_SELECTIVE_POLICY, C_SHARDING, C_SHARD_DEGREE, C_TP, C_TP_COMM_OVERLAP, SHARD_FSDP,
 )
-from fastmodel.kernels.lm.parallel import exposed, fsdp_copy_out_time, fsdp_layer_exposed, hook_fetch_time, param_bytes
+from fastmodel.kernels.lm.parallel import (
+    exposed, fsdp_copy_out_time, fsdp_layer_exposed, fsdp_reduce_copy_in_time, hook_fetch_time, param_bytes,
+)
 from fastmodel.kernels.nccl import bucketed_allgather_time
 from fastmodel.kernels.roofline import memory_bound_time
 
@@ -117,11 +119,14 @@ def expert_parallel_exposed(row, ep, shared, window):
 def _add_layer_kind(row, weight, full, selective, fsdp, work):
     """Add one layer kind's passes (``work[W_*]`` filled by ``layer_costs``), weighted, to the accumulators."""
     g, a_, m_ = work[W_GEMM], work[W_ATTN], work[W_MEM]
-    copy = fsdp_copy_out_time(row, work[W_PARAMS]) if fsdp else 0.0
+    # FSDP2 copies: each gather out of its buffer, the gradients into the reduce-scatter buffer (a real shard group)
+    sharded = fsdp and fsdp_shard_group(row) > 1.0
+    copy = fsdp_copy_out_time(row, work[W_PARAMS]) if sharded else 0.0
+    copy_in = fsdp_reduce_copy_in_time(row, work[W_PARAMS]) if sharded else 0.0
     forward = g + a_ + m_ + copy
     backward_input = BACKWARD_INPUT_GEMM * g + BACKWARD_ATTN * a_ + BACKWARD_MEM * m_ + copy
     # a gradient accumulation outside the weight-gradient GEMM streams the layer's parameters once per micro-batch
-    accumulate = memory_bound_time(row, work[W_PARAMS] * row[C_GRAD_ACCUM_BYTES])
+    accumulate = memory_bound_time(row, work[W_PARAMS] * row[C_GRAD_ACCUM_BYTES]) + copy_in
     backward_weight = BACKWARD_WEIGHT_GEMM * g + work[W_WGRAD] + accumulate
     # selective recompute: Megatron re-runs the attention core; op-level checkpointing (TorchTitan,
     # selective_policy 1) keeps attention and every other matmul output and re-runs the rest

@@ -7,7 +7,8 @@ that CUDA graphs capture.
 - one-shot (vLLM ``cross_device_reduce_1stage``, TensorRT-LLM ``ONESHOT``): a start barrier, every GPU reads the
   n - 1 peer buffers whole and sums, an end barrier: ``overhead + 2 hop + (n - 1) B / bw``;
 - two-shot (``cross_device_reduce_2stage``, ``TWOSHOT``): reduce-scatter then all-gather through the same
-  buffers, three barriers: ``overhead + 3 hop + 2 (n - 1) / n B / bw``;
+  buffers, three barriers: ``overhead + 3 hop + sync + 2 (n - 1) / n B / bw`` (``sync``: ``TWO_SHOT_SYNC_S``, the
+  measured fixed time the model's barriers do not account for, docs/model_serving.md S28);
 
 with ``overhead`` the device's per-kernel overhead (``kernel_overhead_s``), ``hop`` one NVLink flag store seen by
 the peer (NCCL's LL NVLink hop: ``intra_latency x 0.47 / 3.4``, ``kernels/nccl.py``) and ``bw`` the NVLink bus
@@ -23,6 +24,10 @@ from fastmodel.kernels.columns import (
 from fastmodel.kernels.nccl import LL, PROTO_INTRA_HOP, allreduce_time, members_per_domain
 
 KIB = 1024.0
+# Fixed time of the two-shot kernel beyond its launch and three flag hops: the least-squares intercept of vLLM's
+# ca_2stage on 6 H100s (vLLM PR #24111 table, 0.5-4 MiB: 11.4 us) less the model's 4 + 3 x 0.47 us
+# (docs/model_serving.md S28). The one-shot's intercept there (5.15 us) is the model's 4.94 us: nothing added.
+TWO_SHOT_SYNC_S = 6.0e-6
 
 
 @njit
@@ -36,7 +41,7 @@ def one_shot(row, nbytes, size):
 def two_shot(row, nbytes, size):
     """Seconds of a two-shot (reduce-scatter + all-gather) P2P allreduce of ``nbytes`` over ``size`` GPUs."""
     hop = row[C_INTRA_LATENCY] * PROTO_INTRA_HOP[LL]
-    return row[C_KERNEL_OVERHEAD_S] + 3.0 * hop \
+    return row[C_KERNEL_OVERHEAD_S] + 3.0 * hop + TWO_SHOT_SYNC_S \
         + 2.0 * (size - 1.0) / size * nbytes / (row[C_INTRA_BW] * row[C_INTRA_EFF])
 
 

@@ -10,7 +10,8 @@ Defaults from KempnerInstitute/KempnerForge@01b461a (2026-04):
   moments (``torch.zeros_like(param)``) are BF16: 8 bytes per parameter, not 16;
 - FSDP2 per-parameter sharding (``fully_shard`` per ``TransformerBlock``, ``parallel.py`` ``apply_fsdp2``,
   ``reduce_dtype = torch.float32``: ``default_mp_policy``), so the gathered layer is copied out of the
-  all-gather buffer (``fsdp_copy_out``) and gradients are reduced in FP32; no FSDP when the mesh has no
+  all-gather buffer and its gradients into the FP32 reduce-scatter buffer (``fsdp_copy_out``, docs/model.md
+  §11.6 "FSDP2 copies") and gradients are reduced in FP32; no FSDP when the mesh has no
   data-parallel dimension;
 - ``compile_model = True`` by default (``TrainConfig``), eager element-wise ops otherwise.
 """

@@ -2,7 +2,9 @@
 
 Named by ``pytorch fsdp``, ``pytorch <version> fsdp`` or ``fsdp1``. PyTorch-native training runs the model's
 element-wise ops eagerly, one kernel per op (no fused bias-GeLU or norm kernels), and its selective
-recompute is op-level (matmul outputs kept, element-wise ops recomputed). The PyTorch version is the token
+recompute is op-level (matmul outputs kept, element-wise ops recomputed). On 2.x attention goes through
+``scaled_dot_product_attention``, whose flash backend (FlashAttention-2) PyTorch tries first (``attn_fa2``,
+docs/model.md §11.3; the fms-fsdp records name "SDPA FlashAttention-2"). The PyTorch version is the token
 after ``pytorch`` (``"PyTorch 1.10 FSDP"``); none given: 2.x.
 
 PyTorch 1.x additionally predates FlashAttention in ``scaled_dot_product_attention`` (2.0) and trains with
@@ -22,10 +24,11 @@ def major_version(framework: str | None) -> int | None:
 
 
 def defaults(execution, framework: str | None) -> dict:
-    values = {"fused_kernels": False, "selective_policy": "op"}
+    # 2.x: attention through SDPA, whose flash backend (FlashAttention-2) comes first (docs/model.md §11.3)
+    values = {"fused_kernels": False, "selective_policy": "op", "attn_fa2": True}
     if major_version(framework) == 1:
         # issue 26 (audit): the 1.x branch exists for one dev row (minGPT on PyTorch 1.10)
-        values.update({"dropout": True, "flash_attention": False, "overlap_grad_reduce": False,
+        values.update({"dropout": True, "flash_attention": False, "attn_fa2": False, "overlap_grad_reduce": False,
                        "overlap_param_gather": False})
         if execution.sharding == "fsdp":
             values["overlap_grad_reduce"] = True

@@ -3,6 +3,13 @@
 Eager element-wise ops and op-level selective recompute as every PyTorch-native stack; FSDP2 copies each
 gathered layer out of the all-gather buffer into its parameter tensors, a read and a write of the layer's
 parameters per gather (pytorch/pytorch RFC #114299; FSDP1's flat parameters are views of the buffer).
+FSDP2 also copies each layer's gradients into the reduce-scatter buffer, cast to ``reduce_dtype``, on the compute
+stream every micro-batch (``foreach_reduce``, torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py; charged with
+``fsdp_copy_out``). Attention is ``F.scaled_dot_product_attention(xq, xk, xv, is_causal=True)``
+(torchtitan/models/llama/model.py at 785c34c; OLMo-core's ``use_flash=False`` path likewise,
+src/olmo_core/nn/attention/__init__.py at 7e58d1289), whose flash backend -- FlashAttention-2 -- PyTorch tries
+first on Hopper while cuDNN attention is last in its priority order (aten/src/ATen/native/transformers/cuda/
+sdp_utils.cpp ``priority_order``: flash, efficient, math, cudnn, in the 2025 releases these runs used): ``attn_fa2``.
 The loss is ``torch.nn.functional.cross_entropy(pred.flatten(0, 1).float(), labels)`` (pytorch/torchtitan
 torchtitan/components/loss.py at 785c34c and 92ed8b3), eager or compiled with the model (``loss_impl``).
 """
@@ -14,7 +21,8 @@ def defaults(execution, framework: str | None) -> dict:
     # the loss: torch cross_entropy on pred.float() (torchtitan/components/loss.py), compiled with the model
     # when compile is on (build_cross_entropy_loss; "loss" in compile.components from 2025), else eager
     loss = "compiled" if execution.torch_compile else "eager"
-    return {"fsdp_copy_out": True, "fused_kernels": False, "selective_policy": "op", "loss_impl": loss}
+    return {"fsdp_copy_out": True, "fused_kernels": False, "selective_policy": "op", "loss_impl": loss,
+            "attn_fa2": True}
 
 
 def unknown_vp(pp: int, layers: int) -> tuple[int, str]:

@@ -1,0 +1,19 @@
+"""Columns of the attention kernel a PyTorch-native stack runs: PyTorch SDPA's FlashAttention-2 backend.
+
+Rows of ``fastmodel.registry.lm`` (name, units, default, doc, lo, hi, fittable, option), kept here so the registry
+module stays readable. docs/model.md §11.3 ("Attention through PyTorch SDPA") gives the equation and sources;
+``kernels/roofline.py`` ``attention_time`` reads them, the stack profiles set ``attn_fa2``.
+"""
+
+from __future__ import annotations
+
+SDPA_PLAN_ROWS = (
+    ("attn_fa2", "1", 0, "1: attention runs FlashAttention-2 kernels (PyTorch scaled_dot_product_attention's flash "
+     "backend, first in its priority order where cuDNN attention is not preferred) at attn_eff_fa2 of the device; "
+     "0: the device's attn_eff (Transformer Engine / cuDNN fused attention). Set by the stack.", 0, 1, False, "flag"),
+)
+
+SDPA_DEVICE_ROWS = (
+    ("attn_eff_fa2", "1", 0.0, "Attainable fraction of the 16-bit peak for FlashAttention-2 kernels, forward + "
+     "backward (H100: up to 335 TFLOP/s, Dao 2023 sec. 4.1); 0: the same as attn_eff. A device fact (not fitted).", 0, 1),
+)
