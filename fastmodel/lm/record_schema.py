@@ -110,7 +110,9 @@ def _schedule_name(value: Any) -> Any:
 
 
 def _optimizer_name(value: Any) -> Any:
-    """``"adamw (BF16 moments, FP32 master weights)"`` -> ``"adamw"``: an optimizer name, then a remark."""
+    """``"adamw (BF16 moments, FP32 master weights)"`` -> ``"adamw"``: an optimizer name, then a remark. The first
+    word alone decides: ``"muon (block matrices) + adamw (tied embedding / lm_head)"`` is ``"muon"``, which is
+    Muon on the layers' matrices and AdamW on the rest by definition (docs/model.md §11.7 "Muon")."""
     if isinstance(value, str):
         head = re.split(r"[\s,;(]", value.strip(), maxsplit=1)[0].lower()
         return head if head in OPTIMIZER_CODES else value

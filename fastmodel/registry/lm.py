@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from fastmodel.registry.lm_engine import ENGINE_KERNEL_ROWS
 from fastmodel.registry.lm_lowprec import LOW_PRECISION_PLAN_ROWS, OPTIMIZER_MOMENTS
+from fastmodel.registry.lm_muon import MUON_PLAN_ROWS
 from fastmodel.registry.lm_overhead import OVERHEAD_DEVICE_ROWS
 from fastmodel.registry.lm_sdpa import SDPA_DEVICE_ROWS, SDPA_PLAN_ROWS
 from fastmodel.registry.variables import (
@@ -56,8 +57,10 @@ SHARDING_CODES = {"ddp": 0, "zero1": 1, "distopt": 1, "zero2": 2, "fsdp": 3, "hs
 RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2, "partial_layers": 3}
 PRECISION_CODES = {"bf16": 0, "fp16": 0, "fp8": 1}
 #: ``sgd`` keeps a momentum buffer (``sgd_momentum`` the same); ``sgd_no_momentum`` is ``torch.optim.SGD`` at its
-#: default ``momentum=0``, which keeps no state (PyTorch docs, torch.optim.SGD)
-OPTIMIZER_CODES = {"adam": 0, "adamw": 0, "sgd": 1, "sgd_momentum": 1, "adafactor": 2, "sgd_no_momentum": 3}
+#: default ``momentum=0``, which keeps no state (PyTorch docs, torch.optim.SGD); ``muon`` is Muon on the layers'
+#: weight matrices and AdamW on every other parameter (KellerJordan/Muon muon.py, docs/model.md §11.7 "Muon")
+OPTIMIZER_CODES = {"adam": 0, "adamw": 0, "sgd": 1, "sgd_momentum": 1, "adafactor": 2, "sgd_no_momentum": 3,
+                   "muon": 4}
 PIPELINE_SCHEDULES = {"1f1b": 0, "interleaved": 1, "gpipe": 2, "zb_h1": 3, "dualpipe": 4}
 #: token dispatchers of expert parallelism (Megatron-Core ``--moe-token-dispatcher-type``; ``flex`` is its
 #: DeepEP backend, ``deepep`` the same kernels as TorchTitan and DeepSeek name them)
@@ -162,7 +165,7 @@ PLAN_COLUMNS = _cols(
     ("precision", "code", 0, "PRECISION_CODES: 0 bf16/fp16, 1 fp8 GEMMs.", 0, 1),
     ("grad_reduce_bytes", "bytes", 4, "Bytes per gradient element in the data-parallel reduction.", 1, 8),
     ("optimizer", "code", 0, "OPTIMIZER_CODES: 0 Adam(W), 1 SGD-momentum, 2 Adafactor, 3 SGD without momentum "
-     "(no state).", 0, 3),
+     "(no state), 4 Muon (layer matrices) + AdamW (the rest).", 0, 4),
     ("master_weights", "1", 1, "1: mixed precision, an FP32 master copy of the parameters is updated by the "
      "optimizer (Micikevicius et al. 2018; under FSDP the FP32 shards are that copy). 0: the model itself is "
      "16-bit (built in FP16/BF16, e.g. module.half()): the optimizer updates the 16-bit parameters in place, "
@@ -209,6 +212,7 @@ PLAN_COLUMNS = _cols(
      "weighted SwiGLU), so the combine keeps no expert output for the probabilities' gradient; 0: the combine "
      "multiplies them and keeps the expert output (memory only).", 0, 1, False, "flag"),
     *LOW_PRECISION_PLAN_ROWS,
+    *MUON_PLAN_ROWS,
     *SDPA_PLAN_ROWS,
     ("moe_imbalance", "1", 1, "Dropless routing: routed tokens of the busiest expert-parallel rank / the mean "
      "(1 = balanced, as forced balancing runs).", 1, 64, False, "number"),

@@ -10,6 +10,7 @@ fastmodel/lm/loader.py, fastmodel/serve/spec.py); :mod:`fastmodel.engines` loads
 from __future__ import annotations
 
 import json
+import re
 import sys
 from functools import lru_cache
 from importlib import resources
@@ -103,6 +104,10 @@ def validation_to_spec_error(error: ValidationError, cls: type[BaseModel], sourc
         reason = message
         if "input" in first and first["type"] not in ("value_error",) and not isinstance(first["input"], dict):
             reason += f" (got {first['input']!r})"
+        if first["type"] == "literal_error" and isinstance(first.get("input"), str):
+            # a name outside a code table: the nearest name, matched on the value's first word (its name)
+            words = first["input"].strip().split()
+            reason += nearest(words[0].lower() if words else "", re.findall(r"'([^']*)'", first["ctx"]["expected"]))
     if len(errors) > 1:
         reason += f" [and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''}]"
     return SpecError(source, field, reason)

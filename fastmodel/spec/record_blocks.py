@@ -85,7 +85,9 @@ def first_error(error: ValidationError, source: str | None, root: type[BaseModel
         if first["type"] not in ("value_error", "model_type") and "input" in first:
             reason += f" (got {first['input']!r:.100})"
         if first["type"] == "literal_error":
-            reason += nearest(str(first.get("input")), re.findall(r"'([^']*)'", first["ctx"]["expected"]))
+            # matched on the value's first word, its name ("moun (block matrices)" -> 'muon')
+            words = str(first.get("input")).strip().split() or [""]
+            reason += nearest(words[0].lower(), re.findall(r"'([^']*)'", first["ctx"]["expected"]))
     # may be right for a later schema: an unknown key, a choice outside the list
     unsupported = first["type"] in ("extra_forbidden", "literal_error") or getattr(blamed, "unsupported", False)
     return (UnsupportedError if unsupported else SpecError)(source, field, reason)

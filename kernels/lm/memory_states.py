@@ -18,9 +18,10 @@ from fastmodel.kernels.lm.layout import (
     C_HIDDEN, C_LAYERS, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_LAYER_FREQ, C_MOE_SHARED_EXPERTS, C_MOE_TOPK,
     C_MASTER_WEIGHTS, C_MTP_LAYERS, C_OPTIMIZER, C_OPTIMIZER_MOMENTS, C_PP, C_PRECISION, C_SHARDING,
     C_SHARD_DEGREE, C_TIED_EMBEDDINGS, C_EMBEDDING_LOSS_IN_SPLIT, C_LEARNED_POSITIONS, C_SEQ_LEN, C_TP, C_UNEVEN_STAGES, C_VOCAB, C_VP, OPT_ADAFACTOR, OPT_SGD,
-    OPT_SGD_NO_MOMENTUM,
+    OPT_MUON, OPT_SGD_NO_MOMENTUM,
     PRECISION_FP8, SHARD_FSDP, SHARD_ZERO1, SHARD_ZERO2,
 )
+from fastmodel.kernels.lm.muon import muon_state_bytes, owned_share, stage_matrices
 
 #: bytes of a 16-bit activation / weight element (BF16 or FP16)
 B16 = 2.0
@@ -279,7 +280,25 @@ def optimizer_bytes(row, stage, non_expert, expert):
     FSDP/HSDP (ZeRO paper, Sec. 5.1; Megatron-LM ``docs/distrib_optimizer.md``: ``12/d`` bytes per parameter).
     """
     per = optimizer_bytes_per_param(row)
-    factored = adafactor_factored_bytes(row, stage)
+    factored = adafactor_factored_bytes(row, stage) + muon_momentum_bytes(row, stage)
     if int(row[C_SHARDING]) >= SHARD_ZERO1:
         return per * sharded_params(row, non_expert, expert) + factored / shard_group(row)
     return per * (non_expert + expert) + factored
+
+
+@njit(error_model='numpy')
+def muon_momentum_bytes(row, stage):
+    """Muon (``optimizer = muon``): the layers' matrices keep one momentum buffer instead of AdamW's two moments,
+    and only on the rank that orthogonalizes them (kernels/lm/muon.py ``owned_share``; muon.py creates
+    ``state["momentum_buffer"]`` on the owner alone): ``P_muon x (s x share - 2 x moment)`` beside the AdamW
+    ``optimizer_bytes_per_param`` every parameter is counted at (s: the momentum's bytes, the parameter's dtype).
+    Under ZeRO/FSDP the difference is divided by the shard group like the rest. 0 for other optimizers."""
+    if int(row[C_OPTIMIZER]) != OPT_MUON:
+        return 0.0
+    dense, moe, mtp = stage_layers(row, stage)
+    matrices, params = stage_matrices(row, dense, moe + mtp)
+    moments = 2.0 * (moment_bytes(row) if row[C_MASTER_WEIGHTS] > 0 else B16)
+    state = muon_state_bytes(row) * owned_share(row, matrices)
+    if int(row[C_SHARDING]) >= SHARD_ZERO1:
+        state *= shard_group(row)       # the owner's buffer is whole; the caller divides by the shard group
+    return params * (state - moments)

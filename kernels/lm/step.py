@@ -26,12 +26,13 @@ from fastmodel.kernels.lm.layout import (
     C_CP, C_DENSE_LAYERS, C_DP, C_EP, C_GLOBAL_BATCH, C_MOE_EXPERTS, C_MOE_LAYER_FREQ, C_UNEVEN_STAGES, C_VP, C_MTP_LAYERS, C_HIDDEN, C_MICRO_BATCH, C_N_GPUS,
     C_HOST_LAYER_S, C_HOST_OP_S, C_HOST_OPS_LAYER, C_LAYERS, C_MASTER_WEIGHTS, C_OPTIMIZER, C_PEAK_FLOPS_8, C_PEAK_FLOPS_16, C_PP, C_PRECISION,
     C_SEQ_LEN, C_SHARDING, C_STEP_GRAD_PASSES, C_STEP_MASTER_COPY, C_STEP_OVERHEAD_S, C_STEP_ZERO_GRAD, C_TP,
-    SHARD_ZERO2, C_VOCAB, OPT_ADAM, OPT_SGD, OPT_SGD_NO_MOMENTUM, PRECISION_FP8, R_COMM_CP, R_COMM_DP, R_COMM_EP, R_COMM_EP_SCALE_OUT,
+    SHARD_ZERO2, C_VOCAB, OPT_ADAM, OPT_MUON, OPT_SGD, OPT_SGD_NO_MOMENTUM, PRECISION_FP8, R_COMM_CP, R_COMM_DP, R_COMM_EP, R_COMM_EP_SCALE_OUT,
     R_COMM_PP, R_COMM_TP, R_EXPOSED_CP, R_EXPOSED_DP, R_EXPOSED_EP, R_EXPOSED_PP, R_EXPOSED_TP, R_FLOPS_PER_TOKEN,
     R_HFU, R_MFU, R_PIPELINE_BUBBLE, R_STEP_TIME, R_TIME_HOST_WAIT, R_TIME_ATTENTION, R_TIME_GEMM, R_TIME_MEMORY_BOUND, R_TIME_OPTIMIZER,
     R_TIME_RECOMPUTE, R_TOKENS_PER_S, R_TOKENS_PER_S_PER_GPU,
 )
-from fastmodel.kernels.lm.memory_states import layers_per_stage, moment_bytes, split_slots, stored_grad_bytes
+from fastmodel.kernels.lm.memory_states import layers_per_stage, moment_bytes, split_slots, stage_layers, stored_grad_bytes
+from fastmodel.kernels.lm.muon import muon_step
 from fastmodel.kernels.lm.moe import expert_dp, expert_tp
 from fastmodel.kernels.lm.parallel import data_parallel, fsdp_first_layer_exposed
 from fastmodel.kernels.lm.passes import (
@@ -56,7 +57,7 @@ def optimizer_bytes_per_param(row):
     params = 8.0 + 2.0 if master else 2.0 + 2.0
     # FP32 moments: 1; BF16 moments or a 16-bit model's (torch.optim zeros_like(p)): 0.5
     states = moment_bytes(row) / 4.0 if master else 0.5
-    if row[C_OPTIMIZER] == OPT_ADAM:
+    if row[C_OPTIMIZER] == OPT_ADAM or row[C_OPTIMIZER] == OPT_MUON:     # Muon: its AdamW part (muon_step)
         return params + 16.0 * states + grad
     if row[C_OPTIMIZER] == OPT_SGD:
         return params + 8.0 * states + grad
@@ -172,7 +173,16 @@ def _data_parallel_step(row, work, per_stage, head_params, out):
         local_params += e_local
     # the gradients the rank holds: the stage's whole buffer, or its shard under ZeRO-2 and FSDP
     held = local_params if row[C_SHARDING] >= SHARD_ZERO2 else stage_params + copies * per_stage * experts
-    optimizer = memory_bound_time(row, optimizer_step_bytes(row, local_params, held))
+    step_bytes = optimizer_step_bytes(row, local_params, held)
+    optimizer = 0.0
+    if row[C_OPTIMIZER] == OPT_MUON:
+        # Muon on the layers' matrices, AdamW on the rest (kernels/lm/muon.py): its passes replace the AdamW
+        # kernel's over the matrices the device holds
+        dense, moe, _ = stage_layers(row, row[C_PP] - 1.0)
+        optimizer, muon_bytes, muon_params = muon_step(row, dense, moe, stored_grad_bytes(row))
+        matrices = muon_params * min(1.0, local_params / max(stage_params, 1.0))
+        step_bytes += muon_bytes - matrices * optimizer_bytes_per_param(row)
+    optimizer += memory_bound_time(row, step_bytes)
     out[R_COMM_DP] = dp_comm
     out[R_EXPOSED_DP] = dp_exposed
     out[R_TIME_OPTIMIZER] = optimizer

@@ -68,7 +68,9 @@ def test_every_execution_field_named_like_a_column_reaches_its_column():
                "grad_accum_bytes": 10.0, "grad_allreduce": True, "loss_impl": "eager", "moe_probs_in_experts": True,
                "loss_traffic_bytes_per_logit": 52.0, "step_grad_passes": 1.0, "step_master_copy": True,
                "step_zero_grad": True, "wgrad_fused_accumulation": True, "optimizer_moments": "bf16",
-               "moe_act_input_fp8": True, "attn_out_e5m6": True, "norm_recompute_fp8": True}
+               "moe_act_input_fp8": True, "attn_out_e5m6": True, "norm_recompute_fp8": True,
+               "muon_ns_steps": 10.0, "muon_ns_gram_square": False, "muon_distributed": False,
+               "attn_fa2": True}
     columns = [name for name in ExecutionSpec.model_fields if name in C and name not in ("vp", "pipeline_schedule",
                                                                                        "recompute_fraction",
                                                                                        "shard_degree",

@@ -58,6 +58,7 @@ REFUSED = [
     ({"system__hbm_bytes": 1}, "system.hbm_bytes: Input should be greater than or equal to 100000000"),
     ({"system__peak_flops_bf16": 1e300}, "system.peak_flops_bf16: Input should be less than or equal to 1e+18"),
     ({"plan__sharding": "fdsp"}, "(did you mean 'fsdp'?)"),
+    ({"plan__optimizer": "moun (block matrices)"}, "(did you mean 'muon'?)"),   # matched on its first word
     ({"plan__recompute": "partial_layers", "plan__recompute_num_layers": 49},
      "plan.recompute_num_layers: 49 exceeds the model's 48 layers"),
     ({"plan__recompute_fraction": 5}, "plan.recompute_fraction: Input should be less than or equal to 1"),
@@ -112,6 +113,14 @@ def test_a_missing_plan_tp_is_reported_as_plan_tp_by_every_command(tmp_path):
 def test_a_schedule_name_may_carry_a_remark():
     record = changed(LLAMA3, plan__vp=2, plan__pipeline_schedule="interleaved 1F1B, sync P2P (VP_SIZE=2)")
     assert lower_record(record).columns[C["pipeline_schedule"]] == 1
+
+
+def test_an_optimizer_is_its_first_word_and_a_remark():
+    # docs/model.md §11.7 "Muon": "muon ..." is Muon on the layers' matrices and AdamW on the rest, whatever the
+    # remark says (the modded-nanogpt records' text); the first word alone picks the optimizer
+    text = "muon (block matrices) + adamw (tied embedding / lm_head)"
+    assert lower_record(changed(plan__optimizer=text)).columns[C["optimizer"]] == 4
+    assert lower_record(changed(plan__optimizer="adamw (muon-free)")).columns[C["optimizer"]] == 0
 
 
 def test_a_schedule_that_contradicts_the_virtual_stages_is_refused():
