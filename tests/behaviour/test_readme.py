@@ -265,7 +265,7 @@ TABLE_SOURCES = {
     "PyTorch FSDP blogs (A100/H100)": ["fsdp_pytorch_blogs"],
     "MLPerf GPT-3 v3.1 / v4.0 (FP8, H100)": ["mlperf_training_v3.1_logs", "mlperf_training_v4.0"],
     "Llama 3 405B (Table 4)": ["llama3_2024_table4"],
-    "MT-NLG, BLOOM": ["other_large_runs"],
+    "MT-NLG, BLOOM (Megatron-DeepSpeed)": ["other_large_runs"],
 }
 
 
