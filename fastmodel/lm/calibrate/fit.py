@@ -367,8 +367,16 @@ def fit(records, *, min_effect: float = 0.005, min_independence: float = 0.5, st
         # devices' picks come from different candidates: keep the coarse point only if it beats the start
         cost = robust_cost(problem.residuals(np.stack([theta, coarse])), loss, f_scale).sum(axis=1)
         cost += ((prior * (coarse - start) / problem.scales) ** 2).sum() * np.array([0.0, 1.0])
-        theta = coarse if cost[1] <= cost[0] else theta
-        theta = refine(problem, fitted, theta, max_nfev, loss, f_scale, prior, start)
+        theta = refine(problem, fitted, coarse if cost[1] <= cost[0] else theta, max_nfev, loss, f_scale, prior, start)
+        if cost[1] <= cost[0]:
+            # the coarse point can sit in a degenerate valley (a device efficiency traded against a stack's
+            # compute efficiency at its bound) that max_nfev steps do not leave: refine from the physical start
+            # too and keep the lower objective
+            other = refine(problem, fitted, start, max_nfev, loss, f_scale, prior, start)
+            both = np.stack([theta, other])
+            objective = robust_cost(problem.residuals(both), loss, f_scale).sum(axis=1)
+            objective += ((prior * (both - start) / problem.scales) ** 2).sum(axis=1)
+            theta = both[int(np.argmin(objective))]
     for j, p in enumerate(params):
         p.value = float(theta[j]) if p.fitted else p.start
     cost_after = float(np.sum(problem.residuals(theta)[0] ** 2))
