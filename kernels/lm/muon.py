@@ -91,37 +91,42 @@ def _attention_shapes(row):
 
 
 @njit
-def layer_matrices(row, moe_layer):
-    """(matrices, parameters) of one layer that Muon steps, on the local shard."""
+def _layer_groups(row, moe_layer):
+    """One layer's Muon matrices on the local shard as (cols, count) groups of ``h x cols`` matrices: Q and O, K and
+    V, MLA's squares, the MLP's (or the local routed experts') and the shared experts'; an empty group has 0 cols
+    or 0 count."""
     h, q, kv, square = _attention_shapes(row)
-    count = square if square > 0.0 else 4.0
-    params = h * (2.0 * q + 2.0 * kv) + square * h * h
     n_mlp = mlp_matrices(row)
     if moe_layer:
-        local = row[C_MOE_EXPERTS] / row[C_EP]
         shared = row[C_MOE_SHARED_EXPERTS]
-        count += n_mlp * (local + (1.0 if shared > 0.0 else 0.0))
-        params += n_mlp * h * (local * row[C_MOE_FFN] / expert_tp(row, 0.0) + shared * row[C_MOE_FFN] / row[C_TP])
+        mlp = (row[C_MOE_FFN] / expert_tp(row, 0.0), n_mlp * row[C_MOE_EXPERTS] / row[C_EP])
+        extra = (shared * row[C_MOE_FFN] / row[C_TP], n_mlp if shared > 0.0 else 0.0)
     else:
-        count += n_mlp
-        params += n_mlp * h * row[C_FFN] / row[C_TP]
+        mlp = (row[C_FFN] / row[C_TP], n_mlp)
+        extra = (0.0, 0.0)
+    return ((q, 2.0), (kv, 2.0), (h, square), mlp, extra)
+
+
+@njit
+def layer_matrices(row, moe_layer):
+    """(matrices, parameters) of one layer that Muon steps, on the local shard."""
+    h = row[C_HIDDEN]
+    count = 0.0
+    params = 0.0
+    for cols, n in _layer_groups(row, moe_layer):
+        if cols > 0.0:
+            count += n
+            params += n * h * cols
     return count, params
 
 
 @njit
 def layer_ns_time(row, moe_layer):
     """Seconds of orthogonalizing every Muon matrix of one layer on one rank (nothing distributed)."""
-    h, q, kv, square = _attention_shapes(row)
-    n_mlp = mlp_matrices(row)
-    t = ns_time(row, h, q, 2.0) + ns_time(row, h, kv, 2.0) + ns_time(row, h, h, square)
-    if moe_layer:
-        local = row[C_MOE_EXPERTS] / row[C_EP]
-        shared = row[C_MOE_SHARED_EXPERTS]
-        t += ns_time(row, h, row[C_MOE_FFN] / expert_tp(row, 0.0), n_mlp * local)
-        if shared > 0.0:
-            t += ns_time(row, h, shared * row[C_MOE_FFN] / row[C_TP], n_mlp)
-    else:
-        t += ns_time(row, h, row[C_FFN] / row[C_TP], n_mlp)
+    h = row[C_HIDDEN]
+    t = 0.0
+    for cols, n in _layer_groups(row, moe_layer):
+        t += ns_time(row, h, cols, n)
     return t
 
 
