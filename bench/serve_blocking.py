@@ -21,9 +21,12 @@ longer mean context of O2, cancel in the comparison). A TTFT that is longer than
 from __future__ import annotations
 
 import argparse
-import csv
-import json
+import sys
 from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from serve_rows import answered_rows  # noqa: E402  (bench/ is not a package)
 
 
 def blocking(tpot_short: float, tpot_long: float, n: int, o_short: int, o_long: int) -> float:
@@ -34,24 +37,17 @@ def blocking(tpot_short: float, tpot_long: float, n: int, o_short: int, o_long: 
 def groups(csv_path: str, records_path: str, engine: str, max_n: int) -> dict:
     """{(framework, gpu, model, precision, tp, ep, input_len, N): {output_len: (tpot, tpot_model, ttft,
     ttft_model)}} of the answered rows of ``engine`` with 2 <= N <= ``max_n``."""
-    serve = {}
-    with open(records_path) as fh:
-        for line in fh:
-            rec = json.loads(line)
-            serve[rec["id"]] = rec["serve"]
     out = defaultdict(dict)
-    with open(csv_path) as fh:
-        for row in csv.DictReader(fh):
-            s = serve.get(row["id"])
-            if s is None or row["engine"] != engine or row["status"] != "ok":
-                continue
-            n = int(s.get("concurrency") or 0)
-            if not 2 <= n <= max_n:
-                continue
-            key = (row["framework"], row["gpu"], row["model"], row["precision"], s["tp"], s.get("ep", 1),
-                   s["input_len"], n)
-            out[key][int(s["output_len"])] = tuple(float(row[c]) for c in (
-                "measured_tpot_s", "predicted_tpot_s", "measured_ttft_s", "predicted_ttft_s"))
+    for row, s in answered_rows(csv_path, records_path):
+        if row["engine"] != engine:
+            continue
+        n = int(s.get("concurrency") or 0)
+        if not 2 <= n <= max_n:
+            continue
+        key = (row["framework"], row["gpu"], row["model"], row["precision"], s["tp"], s.get("ep", 1),
+               s["input_len"], n)
+        out[key][int(s["output_len"])] = tuple(float(row[c]) for c in (
+            "measured_tpot_s", "predicted_tpot_s", "measured_ttft_s", "predicted_ttft_s"))
     return out
 
 

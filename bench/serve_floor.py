@@ -14,31 +14,27 @@ layouts differ in more than TP).
 from __future__ import annotations
 
 import argparse
-import csv
-import json
 import statistics
+import sys
 from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from serve_rows import answered_rows  # noqa: E402  (bench/ is not a package)
 
 
 def excess(csv_path: str, records_path: str, max_n: int) -> dict:
     """{(framework, gpu, model, tp): [(TTFT excess s, excess / measured TPOT)]} of the answered rows with
     N <= ``max_n``, no attention DP and no expert parallelism."""
-    serve = {}
-    with open(records_path) as fh:
-        for line in fh:
-            rec = json.loads(line)
-            serve[rec["id"]] = rec["serve"]
     out = defaultdict(list)
-    with open(csv_path) as fh:
-        for row in csv.DictReader(fh):
-            s = serve.get(row["id"])
-            if s is None or row["status"] != "ok" or int(s.get("concurrency") or 0) > max_n:
-                continue
-            if int(s.get("attention_dp") or 1) > 1 or int(s.get("ep") or 1) > 1:
-                continue
-            gap = float(row["measured_ttft_s"]) - float(row["predicted_ttft_s"])
-            out[(row["framework"], row["gpu"], row["model"], int(s["tp"]))].append(
-                (gap, gap / float(row["measured_tpot_s"])))
+    for row, s in answered_rows(csv_path, records_path):
+        if int(s.get("concurrency") or 0) > max_n:
+            continue
+        if int(s.get("attention_dp") or 1) > 1 or int(s.get("ep") or 1) > 1:
+            continue
+        gap = float(row["measured_ttft_s"]) - float(row["predicted_ttft_s"])
+        out[(row["framework"], row["gpu"], row["model"], int(s["tp"]))].append(
+            (gap, gap / float(row["measured_tpot_s"])))
     return out
 
 

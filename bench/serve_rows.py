@@ -1,0 +1,23 @@
+"""The answered serving rows of a ``fastmodel validate -o`` CSV joined with their records' ``serve`` blocks: the
+shared reader of the serving diagnostics (bench/serve_blocking.py, bench/serve_floor.py)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterator
+
+
+def answered_rows(csv_path: str, records_path: str) -> Iterator[tuple[dict, dict]]:
+    """(CSV row, record's ``serve`` block) of every row with status ``ok`` whose id is a record of
+    ``records_path`` (JSONL)."""
+    serve = {}
+    with open(records_path) as fh:
+        for line in fh:
+            rec = json.loads(line)
+            serve[rec["id"]] = rec["serve"]
+    with open(csv_path) as fh:
+        for row in csv.DictReader(fh):
+            s = serve.get(row["id"])
+            if s is not None and row["status"] == "ok":
+                yield row, s
