@@ -10,15 +10,7 @@ import pytest
 
 from fastmodel.serve.records import lower_serve_record
 from fastmodel.serve.validate import implied_running, rows
-
-RECORD = {
-    "id": "r1", "source": "hand", "framework": "vLLM 0.11.2",
-    "model": {"name": "llama-3.1-8b", "layers": 32, "hidden": 4096, "ffn": 14336, "heads": 32, "kv_heads": 8,
-              "head_dim": 128, "vocab": 128256, "ffn_kind": "swiglu3"},
-    "system": {"gpu": "H100-SXM-80GB", "n_gpus": 2, "gpus_per_node": 8},
-    "serve": {"tp": 2, "precision": "fp8", "input_len": 1024, "output_len": 256, "concurrency": 16},
-    "measured": {"ttft_s": 0.1, "tpot_s": 0.01},
-}
+from tests.serve.test_serve_records import RECORD
 
 
 def _measured(ttft, tpot):
