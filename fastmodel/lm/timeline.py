@@ -1,9 +1,10 @@
 """Per-op timeline of one real-world configuration (docs/model.md §11.12).
 
-The step of the busiest pipeline stage (the last: it holds the LM head) laid
-out as ops on a compute stream and one communication stream per process group
+The step of the busiest pipeline stage laid out as ops on a compute stream and one communication stream per process group
 (tp, cp, ep, pp, dp), in 1F1B order: the warm-up bubble, then per micro-batch
-the forward of each layer (GEMMs, attention, memory-bound ops), the LM head,
+the forward of each layer (GEMMs, attention, memory-bound ops), the LM head
+when the busiest stage is the last (with the loss in the pipeline split a middle
+stage can be busiest: a full share of layers, no head; ``stage_passes``),
 and the backward of each layer (recompute first), then the cool-down bubble, the
 once-per-step data-parallel reduction, the optimizer step and the host overhead.
 
@@ -88,15 +89,18 @@ def _layer_terms(columns: np.ndarray, r: dict) -> dict:
         TP_BACKWARD_PASSES,
         head_passes,
     )
+    from fastmodel.kernels.lm.step import stage_passes
 
     def col(name):
         return float(columns[COLUMN_INDEX[name]])
 
     pp, m = col("pp"), col("global_batch") / (col("micro_batch") * col("dp"))
-    layers = col("layers") / pp
+    # the busiest rank's layers, and whether it holds the LM head (share 1: the last rank; 0: a middle rank)
+    *_, layers, share = stage_passes(columns, np.zeros(N_WORK))
     full, _ = recompute_share(columns)
     work = np.zeros(N_WORK)
-    head_f, head_b, head_w = head_passes(columns, work)
+    head_f, head_b, head_w = (share * t for t in head_passes(columns, work))
+    work *= share
     head_gemm, head_mem, head_tp = work[W_GEMM], 2.0 * work[W_MEM], (1.0 + TP_BACKWARD_PASSES) * work[W_TP]
     fsdp = col("sharding") == CODE_TABLES["sharding"]["fsdp"] and pp <= 1.0
     gemm = (r["time_gemm"] / m - (1.0 + BACKWARD_GEMM) * head_gemm) / layers
@@ -146,7 +150,8 @@ def _layer_pass(b: _Builder, terms: dict, label: str, direction: str, t: float, 
 
 
 def _micro_batch(b: _Builder, terms: dict, r: dict, i: int, repeat: int, per_layer: bool, t: float) -> float:
-    """Micro-batch ``i`` on the last stage: layer forwards, the LM head, its sends and the layer backwards."""
+    """Micro-batch ``i`` on the busiest stage: layer forwards, the LM head (when it holds it), its sends and the
+    layer backwards."""
     m, scale = terms["m"], terms["layers"] / repeat
     head_f, head_b, head_tp = terms["head_f"], terms["head_b"], terms["head_tp"]
     pp_gap, pp_send = r["exposed_pp"] / (2.0 * m), r["comm_pp"] / (2.0 * m)

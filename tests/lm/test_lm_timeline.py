@@ -105,3 +105,15 @@ def test_point_columns_build_the_point_a_sweep_evaluates(plan):
     for name in ("step_time", "mfu", "exposed_dp", "memory_per_device"):
         assert direct[name] == pytest.approx(float(grid[name]), rel=1e-12), name
     assert direct["fits_memory"] == bool(grid["fits_memory"])
+
+
+def test_with_the_loss_in_the_split_a_middle_stage_is_drawn_with_its_full_layers_and_no_head():
+    # Llama 3 405B, 126 layers, PP 16, the embedding and the loss each take a layer's slot (Llama 3 sec. 3.3.2):
+    # (126 + 2) / 16 = 8 layers on a middle rank, 7 + the LM head on the last; the head (2 x 8192 x 16384 x
+    # 128256 / TP 8 FLOPs per sequence forward) is lighter than a layer, so the busiest rank is a middle one
+    columns = RECORDS["llama3-paper-405b-s8192-n8192"].columns
+    tl = timeline(columns)
+    assert not any("LM head" in n for n in tl.names)
+    assert tl.per_layer
+    first = {n.split(" ")[1] for n in tl.names if n.startswith("mb0 L") and " fwd" in n}
+    assert len(first) == 8
