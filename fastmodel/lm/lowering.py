@@ -181,7 +181,7 @@ def lower(model, cluster, execution, mesh: Mesh, global_batch: int, notes: list[
     from fastmodel.lm.stacks import resolve
 
     try:
-        execution = resolve(execution, mesh.pp, model.layers, notes)
+        execution = resolve(execution, mesh.pp, model.layers, notes, expert_parallel=mesh.ep > 1)
     except ValueError as error:
         raise SpecError(source, "execution.vp", str(error)) from None
     if execution.recompute_num_layers is not None and execution.recompute_num_layers > model.layers:

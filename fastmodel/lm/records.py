@@ -95,7 +95,7 @@ def record_specs(record, source: str | None = None, notes: list[str] | None = No
         fields["activation_offload"] = plan.activation_offload_layers / model.layers
     try:
         execution = ExecutionSpec.model_validate({**fields, "framework": record.framework, "stack": record.stack})
-        execution = resolve(execution, plan.pp, model.layers, notes)
+        execution = resolve(execution, plan.pp, model.layers, notes, expert_parallel=plan.ep > 1)
     except ValidationError as error:
         raise record_error(error, source, ("plan",)) from None
     except ValueError as error:

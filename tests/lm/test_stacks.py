@@ -269,3 +269,27 @@ def test_kempnerforge_trains_a_bf16_model_with_fsdp2_and_compile_by_default():
     assert (kf.master_weights, kf.fsdp_copy_out, kf.grad_reduce_dtype, kf.fused_kernels) == (False, True, "fp32", True)
     assert resolved("KempnerForge", sharding="fsdp", torch_compile=False).fused_kernels is False
     assert resolved("TorchTitan", sharding="fsdp").master_weights is None       # FP32 master (column default 1)
+
+
+def test_torchtitan_compiled_moe_blocks_with_ep_and_ac_run_eager_before_pr_1895():
+    # torchtitan 022f885f34: apply_ac wraps each block, apply_compile compiles the wrapped block (fullgraph=False
+    # for MoE), apply_fsdp wraps block.moe.experts when ep > 1; a graph break in an AC-wrapped block makes the
+    # whole block eager (pytorch/torchtitan #1895): fused only without EP or without AC, or when the run says so
+    def tt(expert_parallel, **fields):
+        spec = ExecutionSpec(framework="TorchTitan", torch_compile=True, **fields)
+        return resolve(spec, pp=1, layers=48, notes=notes, expert_parallel=expert_parallel)
+
+    notes: list[str] = []
+    assert tt(True, recompute="full").fused_kernels is False
+    assert len(notes) == 1 and "#1895" in notes[0]
+    assert tt(True, recompute="selective").fused_kernels is False
+    assert tt(True, recompute="none").fused_kernels is True
+    assert tt(False, recompute="full").fused_kernels is True
+    assert tt(True, recompute="full", fused_kernels=True).fused_kernels is True   # post-#1895 code says so
+    assert tt(True, recompute="full").loss_impl == "compiled"                     # the loss compiles on its own
+    assert resolve(ExecutionSpec(framework="Megatron-LM", torch_compile=True), 1, 48,
+                   expert_parallel=True).fused_kernels is True                    # other stacks: no such rule
+    line = next(x for x in (DATA / "runs_moe_public.jsonl").read_text().splitlines()
+                if "torchtitan-deepep-qwen3-30b-a3b-b200-n8-lbs8" in x)
+    record = lower_record(json.loads(line))
+    assert record.columns[C["fused_kernels"]] == 0 and record.columns[C["loss_impl"]] == 2

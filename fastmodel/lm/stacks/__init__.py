@@ -55,7 +55,7 @@ def profile_for(framework: str | None, stack: str | None = None) -> tuple[StackP
                              "(registry defaults) assumed")
 
 
-def resolve(execution, pp: int, layers: int, notes: list[str] | None = None):
+def resolve(execution, pp: int, layers: int, notes: list[str] | None = None, expert_parallel: bool = False):
     """The execution with its stack applied: ``stack`` set, the fields it leaves ``None`` that its profile
     decides filled in (``torch_compile`` first, the run's or else its stack's default: a compiled model runs fused element-wise kernels whatever its
     stack, ``fused_kernels`` true -- TorchInductor generates one kernel per chain of pointwise ops and
@@ -63,14 +63,18 @@ def resolve(execution, pp: int, layers: int, notes: list[str] | None = None):
     of saving their intermediates: PyTorch docs ``torch.compiler`` / TorchInductor, and
     ``torch/_functorch/partitioners.py`` ``min_cut_rematerialization_partition``, the partitioner Inductor
     uses; so both the memory-bound traffic of ``elementwise_bytes`` and the extra saved tensors of
-    ``eager_elementwise_bytes`` are the fused ones), and ``vp = "unknown"`` replaced by the profile's rule (a ValueError if the stack
+    ``eager_elementwise_bytes`` are the fused ones) unless the profile's ``eager_blocks`` gives a reason the
+    compiled blocks run eager (``expert_parallel``: the plan's ``ep > 1``), and ``vp = "unknown"`` replaced by the profile's rule (a ValueError if the stack
     cannot interleave). Notes (framework not recognised, the vp rule) are appended to ``notes``."""
     profile, note = profile_for(execution.framework, execution.stack)
     update = {"stack": profile.name}
     defaults = profile.defaults(execution, execution.framework)
     compiled = execution.torch_compile if execution.torch_compile is not None else defaults.get("torch_compile")
     if compiled and execution.fused_kernels is None:
-        update["fused_kernels"] = True              # Inductor fuses the element-wise chains (above)
+        eager = profile.eager_blocks(execution, expert_parallel)
+        update["fused_kernels"] = eager is None     # Inductor fuses the element-wise chains (above)
+        if eager is not None and notes is not None:
+            notes.append(eager)
     for name, value in defaults.items():
         if getattr(execution, name) is None and name not in update:
             update[name] = value

@@ -48,6 +48,8 @@ class StackProfile:
     ``defaults(execution, framework)`` returns ``ExecutionSpec`` field -> value for fields the stack decides
     (those the execution leaves ``None``; fields it does not return keep the registry column's default).
     ``unknown_vp`` is the rule for ``vp = "unknown"``: (virtual stages, the rule in words with its source).
+    ``eager_blocks(execution, expert_parallel)`` is the stack's reason (a note) why a compiled model's decoder
+    blocks still run eager element-wise kernels, or ``None`` when compiling fuses them.
     """
 
     name: str
@@ -58,6 +60,7 @@ class StackProfile:
     unknown_vp: Callable[[int, int], tuple[int, str]] = field(default=lambda pp, layers: (
         2, "2 virtual stages per rank, the fewest an interleaved schedule has (an assumption: the framework "
            "sets no default)"))
+    eager_blocks: Callable[[Any, bool], str | None] = field(default=lambda execution, expert_parallel: None)
 
     def named_in(self, text: str) -> bool:
         """True when one of this profile's names occurs in ``tokens(framework)`` as whole tokens."""

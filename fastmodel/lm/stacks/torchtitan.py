@@ -25,6 +25,29 @@ def defaults(execution, framework: str | None) -> dict:
             "attn_fa2": True}
 
 
+#: TorchTitan's pull request that compiles a MoE block's submodules around the graph break instead of the block
+#: (pytorch/torchtitan #1895, 2a7a14841 on main, 2025-10-29)
+SUBMODULE_COMPILE_PR = "pytorch/torchtitan #1895"
+
+
+def eager_blocks(execution, expert_parallel: bool) -> str | None:
+    """Why a compiled TorchTitan model's blocks run eager: expert parallelism + activation checkpointing.
+
+    Before #1895 ``apply_compile`` compiled each AC-wrapped ``TransformerBlock`` (fullgraph=False for MoE
+    blocks; torchtitan/models/llama4/infra/parallelize.py at 022f885f34, lines 540-549, called after ``apply_ac``
+    in models/qwen3/infra/parallelize.py lines 111-123), and with ep > 1 ``apply_fsdp`` wraps
+    ``block.moe.experts`` in its own FSDP unit (same llama4 file, line 349), whose hooks break the graph, as
+    do the EP dispatch's host reads (``.tolist()`` in expert_parallel.py; DeepEP's ``buffer.dispatch``
+    returning a Python list). "When you AC(Compile(block)) or Compile(AC(block)) and there is a graph break in
+    block, we fall back the entire block to eager" (#1895's description). Code from #1895 on compiles the
+    submodules instead; a record of it states ``fused_kernels``. The loss is compiled on its own (no break).
+    """
+    if execution.recompute == "none" or not expert_parallel:
+        return None
+    return (f"TorchTitan before {SUBMODULE_COMPILE_PR}: expert parallelism + activation checkpointing make "
+            "torch.compile run each AC-wrapped MoE block eagerly (fused_kernels false)")
+
+
 def unknown_vp(pp: int, layers: int) -> tuple[int, str]:
     return 2, ("2 virtual stages per rank: TorchTitan's default for multi-stage (interleaved) schedules when "
                "no split is given (torchtitan/distributed/pipeline.py, generate_split_points, 2025-04)")
@@ -37,4 +60,5 @@ PROFILE = StackProfile(
     source="pytorch/pytorch RFC #114299 (FSDP2); torchtitan/distributed/pipeline.py",
     defaults=defaults,
     unknown_vp=unknown_vp,
+    eager_blocks=eager_blocks,
 )
