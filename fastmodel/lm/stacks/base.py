@@ -48,6 +48,8 @@ class StackProfile:
     ``defaults(execution, framework)`` returns ``ExecutionSpec`` field -> value for fields the stack decides
     (those the execution leaves ``None``; fields it does not return keep the registry column's default).
     ``unknown_vp`` is the rule for ``vp = "unknown"``: (virtual stages, the rule in words with its source).
+    ``unknown_recompute`` is the rule for ``recompute = "unknown"`` given the sequence length: (recompute, the
+    rule in words); by default selective, which every stack here supports.
     """
 
     name: str
@@ -58,6 +60,8 @@ class StackProfile:
     unknown_vp: Callable[[int, int], tuple[int, str]] = field(default=lambda pp, layers: (
         2, "2 virtual stages per rank, the fewest an interleaved schedule has (an assumption: the framework "
            "sets no default)"))
+    unknown_recompute: Callable[[int], tuple[str, str]] = field(default=lambda seq_len: (
+        "selective", "selective assumed"))
 
     def named_in(self, text: str) -> bool:
         """True when one of this profile's names occurs in ``tokens(framework)`` as whole tokens."""
