@@ -75,7 +75,7 @@ def record_specs(record, source: str | None = None, notes: list[str] | None = No
     from fastmodel.lm.lowering import Mesh
     from fastmodel.lm.record_schema import EXECUTION_FIELDS, UNMODELLED, record_error
     from fastmodel.lm.spec import ClusterSpec, ExecutionSpec
-    from fastmodel.lm.stacks import resolve
+    from fastmodel.lm.stacks import profile_for, resolve
 
     notes = [] if notes is None else notes
     model, system, plan = record.model, record.system, record.plan
@@ -89,8 +89,8 @@ def record_specs(record, source: str | None = None, notes: list[str] | None = No
         fields["micro_batch"] = 1
         notes.append("micro_batch and grad_accum unknown: micro_batch 1 assumed")
     if plan.recompute == "unknown":
-        fields["recompute"] = "selective"
-        notes.append("recompute unknown: selective assumed")
+        fields["recompute"], rule = profile_for(record.framework, record.stack)[0].unknown_recompute(model.seq_len)
+        notes.append(f"recompute unknown: {rule}")
     if plan.activation_offload_layers is not None:
         fields["activation_offload"] = plan.activation_offload_layers / model.layers
     try:

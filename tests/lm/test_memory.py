@@ -489,7 +489,7 @@ LEGACY_SOURCES = ("korthikanti", "narayanan", "bloom", "mtnlg", "aws")
 
 def record_columns(r: dict) -> dict:
     """A run record (../shared/data/RUNS.md) as memory-relevant columns, with the schema's fill-in rules:
-    micro_batch from global_batch / (dp grad_accum), else 1; recompute unknown -> selective; partial layers
+    micro_batch from global_batch / (dp grad_accum), else 1; recompute unknown -> the stack's rule; partial layers
     without a fraction -> 0.5; hsdp -> fsdp with its shard_degree; PyTorch-native frameworks run eager
     element-wise kernels; TorchTitan's "op-level" selective AC is op-level checkpointing; the norm is the
     record's ``normalization``, else RMSNorm for gated-MLP models and LayerNorm for GPT-style ones.
@@ -505,7 +505,11 @@ def record_columns(r: dict) -> dict:
     framework = (r.get("framework") or "").lower()
     dp, ga = p["dp"], p.get("grad_accum")
     micro = p.get("micro_batch") or (p["global_batch"] // (dp * ga) if ga else 1)
-    recompute = {"unknown": "selective"}.get(p["recompute"], p["recompute"])
+    if p["recompute"] == "unknown":                     # the stack's rule (docs/model.md §11.8)
+        from fastmodel.lm.stacks import profile_for
+        recompute = profile_for(r.get("framework"), r.get("stack"))[0].unknown_recompute(m["seq_len"])[0]
+    else:
+        recompute = p["recompute"]
     sp = bool(p.get("sequence_parallel")) or (r["id"].startswith("korthikanti") and recompute == "selective")
     fraction = p.get("recompute_fraction") or (0.5 if recompute == "partial_layers" else 0.0)
     return dict(

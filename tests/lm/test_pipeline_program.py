@@ -141,6 +141,21 @@ def test_interleaved_exposed_sends_cross_every_virtual_stage_by_hand():
     assert exposed == pytest.approx(14 * send_time(columns), rel=1e-12)
 
 
+@pytest.mark.parametrize("m", [4, 8, 16])
+def test_interleaved_steady_state_hides_sends_shorter_than_a_chunk(m):
+    # Llama 3's regime (docs/model.md §11.7, "Llama 3 405B: what was checked"): one layer per chunk, v = 8.
+    # p = 4, F = 1, B = 2 per rank, so a chunk's forward is 0.125; textbook eq. 2: 3 m + 3 x 3 / 8.
+    # A send of 0.1 (0.8 of a chunk's forward) adds only the warm-up/cool-down chain 2 (p v - 1) x 0.1 = 6.2,
+    # m = p (Megatron's depth-first group) included; a send of 0.3 (2.4 chunks) shows in the steady state too.
+    def makespan(send):
+        program = pipeline_program(4, m, "interleaved", 8, sends=True)
+        return schedule_pipeline(program, pipeline_slots(1.0, 2.0, 4, 8, send=send)).makespan
+
+    assert makespan(0.0) == pytest.approx(3.0 * m + 9.0 / 8.0, rel=1e-12)
+    assert makespan(0.1) - makespan(0.0) == pytest.approx(2 * 31 * 0.1, rel=1e-9)
+    assert makespan(0.3) - makespan(0.0) > 2 * 31 * 0.3
+
+
 def test_bad_pipelines_are_refused():
     with pytest.raises(ValueError, match="streams"):
         pipeline_program(MAX_STREAMS + 1, 16)

@@ -179,6 +179,27 @@ def test_the_llama3_rows_resolve_vp_unknown_to_one_layer_per_virtual_stage():
     assert any(note.startswith("vp unknown: 8") for note in record.notes)
 
 
+def test_unknown_recompute_follows_the_stack_rule():
+    # Llama 3 sec. 3.3.2: 8K-token pre-training without activation checkpointing; longer: the selective default
+    meta = BY_NAME["meta-internal"]
+    assert meta.unknown_recompute(8192)[0] == "none" and "3.3.2" in meta.unknown_recompute(8192)[1]
+    assert meta.unknown_recompute(131072)[0] == "selective"
+    for name in ("megatron-core", "torchtitan", "default"):
+        assert BY_NAME[name].unknown_recompute(8192) == ("selective", "selective assumed")
+
+
+def test_the_llama3_rows_read_recompute_unknown_as_meta_ran_it():
+    rows = {json.loads(x)["id"]: json.loads(x) for x in (DATA / "runs_dev.jsonl").read_text().splitlines()
+            if "llama3-paper-405b" in x}
+    for name, code in (("s8192-n8192", 0), ("s8192-n16384", 0), ("s131072-n16384", 1)):   # 0 none, 1 selective
+        row = rows[f"llama3-paper-405b-{name}"]
+        assert row["plan"]["recompute"] == "unknown"
+        record = lower_record(row)
+        assert record.columns[C["recompute"]] == code
+        assert any(note.startswith("recompute unknown: " + ("none" if code == 0 else "selective"))
+                   for note in record.notes)
+
+
 def test_the_b200_runs_read_as_megatron_core_kernels():
     """The stack parse reads the B200 text as Megatron-Core kernels (fused kernels, Megatron's selective
     recompute) launched through Megatron-LM's own arguments (overlap switches off)."""

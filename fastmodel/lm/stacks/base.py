@@ -50,6 +50,8 @@ class StackProfile:
     ``unknown_vp`` is the rule for ``vp = "unknown"``: (virtual stages, the rule in words with its source).
     ``eager_blocks(execution, expert_parallel)`` is the stack's reason (a note) why a compiled model's decoder
     blocks still run eager element-wise kernels, or ``None`` when compiling fuses them.
+    ``unknown_recompute`` is the rule for ``recompute = "unknown"`` given the sequence length: (recompute, the
+    rule in words); by default selective, which every stack here supports.
     """
 
     name: str
@@ -61,6 +63,8 @@ class StackProfile:
         2, "2 virtual stages per rank, the fewest an interleaved schedule has (an assumption: the framework "
            "sets no default)"))
     eager_blocks: Callable[[Any, bool], str | None] = field(default=lambda execution, expert_parallel: None)
+    unknown_recompute: Callable[[int], tuple[str, str]] = field(default=lambda seq_len: (
+        "selective", "selective assumed"))
 
     def named_in(self, text: str) -> bool:
         """True when one of this profile's names occurs in ``tokens(framework)`` as whole tokens."""

@@ -20,6 +20,12 @@ From the Llama 3 paper (Dubey et al. 2024, "The Llama 3 Herd of Models", arXiv 2
   own kernel, ``grad_accum_bytes`` = 2 + 4 + 4 = 10 B per layer parameter and micro-batch [A: Meta's stack is
   internal; the paper states the FP32 accumulation, not its kernel].
 
+- ``recompute = "unknown"``: after its pipeline memory work (deallocating each stage's input and output tensors
+  once no later computation needs them) Meta states it pre-trained Llama 3 on 8K-token sequences without
+  activation checkpointing (sec. 3.3.2, pipeline parallelism improvements), so a sequence of at most
+  ``NO_CHECKPOINTING_SEQ_LEN`` tokens runs no recompute; the paper does not say what the long-context (CP)
+  stage ran, so longer sequences keep the registry's selective assumption.
+
 Every other default is the registry's (fused kernels, flash attention, overlapped data-parallel communication).
 """
 
@@ -35,6 +41,17 @@ def defaults(execution, framework: str | None) -> dict:
     return {"embedding_loss_in_split": True, "grad_accum_bytes": FP32_ACCUMULATION_BYTES}
 
 
+#: longest sequence the Llama 3 paper (sec. 3.3.2) states was pre-trained without activation checkpointing
+NO_CHECKPOINTING_SEQ_LEN = 8192
+
+
+def unknown_recompute(seq_len: int) -> tuple[str, str]:
+    if seq_len <= NO_CHECKPOINTING_SEQ_LEN:
+        return "none", ("none (Llama 3 paper sec. 3.3.2: 8K-token pre-training ran without activation "
+                        "checkpointing)")
+    return "selective", "selective assumed (the Llama 3 paper states no checkpointing policy beyond 8K tokens)"
+
+
 def unknown_vp(pp: int, layers: int) -> tuple[int, str]:
     slots = layers + 2
     if pp > 1 and slots % pp == 0:
@@ -48,7 +65,9 @@ PROFILE = StackProfile(
     title="Meta internal (Llama 3)",
     names=("meta internal",),
     source="Dubey et al. 2024 (The Llama 3 Herd of Models) section 3.3.2 (balanced first/last stages, one layer "
-           "per chunk; FP32 gradient accumulation over micro-batches); fallback vp rule from torchtitan/distributed/pipeline.py",
+           "per chunk; FP32 gradient accumulation over micro-batches; no activation checkpointing at 8K tokens); "
+           "fallback vp rule from torchtitan/distributed/pipeline.py",
     defaults=defaults,
     unknown_vp=unknown_vp,
+    unknown_recompute=unknown_recompute,
 )
