@@ -81,7 +81,8 @@ def expert_kernel_eff(engine: str | None, block_fp8: bool, sm90: bool) -> float:
     its Triton fused MoE (``Fp8MoEMethod.create_moe_runner`` @0.5.6.post2: the ``auto`` runner is ``TRITON``
     unless the all-to-all backend is DeepEP or Mooncake, where DeepGEMM runs; ``server_args.moe_a2a_backend``
     defaults to ``none``), which on Hopper attains ``TRITON_BLOCK_FP8_SM90_EFF`` of the FP8 peak. Every other
-    engine, format and device: 0 (the device's ``gemm_eff``; vLLM 0.12's block-FP8 MoE backend is not read here)."""
+    engine, format and device: 0 (the device's ``gemm_eff``; vLLM 0.12 runs DeepGEMM for block-FP8 experts below TP 8
+    when it is installed, ``quantization/fp8.py`` ``get_fp8_moe_backend``; TensorRT-LLM's Hopper FP8 MoE is not read)."""
     return TRITON_BLOCK_FP8_SM90_EFF if engine == "sglang" and block_fp8 and sm90 else 0.0
 
 
