@@ -19,7 +19,7 @@ import math
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.columns import (
     C_ATTN_EFF, C_ATTN_EFF_FA2, C_ATTN_FA2, C_MLA, C_GEMM_EFF_16, C_GEMM_EFF_8, C_GEMM_K_HALF, C_GEMM_TILE_M, C_GEMM_TILE_N, C_HBM_BW, C_HBM_EFF,
-    C_EXPERT_TILE_MAX, C_EXPERT_TILE_MIN, C_KERNEL_OVERHEAD_S, C_PEAK_FLOPS_16, C_PEAK_FLOPS_4, C_PEAK_FLOPS_8,
+    C_EXPERT_GEMM_EFF, C_EXPERT_TILE_MAX, C_EXPERT_TILE_MIN, C_KERNEL_OVERHEAD_S, C_PEAK_FLOPS_16, C_PEAK_FLOPS_4, C_PEAK_FLOPS_8,
     C_SM_COUNT, C_STACK_COMPUTE_EFF,
 )
 
@@ -117,6 +117,31 @@ def gemm_roofline(row, groups, m, n, k, fp8, weight_bytes, launch):
 
 
 @njit(inline="always")
+def expert_compute_scale(row, fp8):
+    """Factor on the compute bound of a routed-expert grouped GEMM for the engine's expert kernel
+    (``expert_gemm_eff``, docs/model_serving.md S29): :func:`gemm_peak` over ``expert_gemm_eff`` x the format's
+    datasheet peak (the FP4 peak for W4A4, FP8 for FP8 and W4A8, else 16-bit); 1 when unset (0)."""
+    eff = row[C_EXPERT_GEMM_EFF]
+    if eff <= 0.0:
+        return 1.0
+    if fp8 >= 2.0 and row[C_PEAK_FLOPS_4] > 0.0:
+        peak = row[C_PEAK_FLOPS_4]
+    elif fp8 and row[C_PEAK_FLOPS_8] > 0.0:
+        peak = row[C_PEAK_FLOPS_8]
+    else:
+        peak = row[C_PEAK_FLOPS_16]
+    return gemm_peak(row, fp8) / (peak * eff)
+
+
+@njit(inline="always")
+def expert_bounds(row, groups, m, n, k, fp8, weight_bytes):
+    """(compute, memory) of :func:`tiled_bounds` at the expert row tile (:func:`expert_row_tile`), the compute
+    bound at the engine's expert-kernel efficiency (:func:`expert_compute_scale`)."""
+    compute, memory = tiled_bounds(row, groups, m, n, k, fp8, weight_bytes, expert_row_tile(row, m))
+    return compute * expert_compute_scale(row, fp8), memory
+
+
+@njit(inline="always")
 def exposed_weight_share(row, m):
     """Share of a grouped GEMM's weight stream that its tensor-core work cannot hide: ``min(1, tile / m)``,
     one over the row tiles (:func:`expert_row_tile`) that reuse each expert's weight tile (docs/model.md §11.3,
@@ -128,13 +153,14 @@ def exposed_weight_share(row, m):
 def expert_gemm_roofline(row, groups, m, n, k, fp8, weight_bytes, launch):
     """Seconds of a grouped GEMM over ``groups`` experts of ``m`` rows each (MoE routed experts):
     ``max(c, w) + s min(c, w)`` with ``(c, w)`` of :func:`gemm_bounds` and ``s`` the exposed share
-    (:func:`exposed_weight_share`). Each expert's weight tile is loaded once per row tile; with one row tile
+    (:func:`exposed_weight_share`), the compute bound at the engine's expert kernel (:func:`expert_bounds`). Each
+    expert's weight tile is loaded once per row tile; with one row tile
     per expert (m <= tile_m) nothing else can run while it streams in, so load and math add up; with ``r`` row
     tiles the later ones find it in L2 and only ``1/r`` of the shorter bound stays exposed. Same launch rule as
     :func:`gemm_roofline`; 0 when empty. Row tile: :func:`expert_row_tile`."""
     if groups <= 0.0 or m <= 0.0 or n <= 0.0 or k <= 0.0:
         return 0.0
-    compute, memory = tiled_bounds(row, groups, m, n, k, fp8, weight_bytes, expert_row_tile(row, m))
+    compute, memory = expert_bounds(row, groups, m, n, k, fp8, weight_bytes)
     return max(compute, memory) + exposed_weight_share(row, m) * min(compute, memory) \
         + launch * row[C_KERNEL_OVERHEAD_S]
 

@@ -19,6 +19,9 @@ ENGINE_KERNEL_ROWS = (
      "library's 16); set by the engine profile (FlashInfer trtllm-gen FP4 MoE: 8).", 0, 1024),
     ("expert_tile_max", "tokens", 0, "Largest row (token) tile of the grouped expert GEMM kernel (0: gemm_tile_m); "
      "set by the engine profile (FlashInfer trtllm-gen FP4 MoE at BF16 activations: 64).", 0, 1024),
+    ("expert_gemm_eff", "1", 0.0, "Share of the GEMM format's datasheet peak the engine's routed-expert grouped GEMM "
+     "kernel attains at large M (0: the device's gemm_eff of that format); set by the engine profile (SGLang's "
+     "Triton block-FP8 fused MoE on Hopper: 0.19, docs/model_serving.md S29).", 0, 1),
     ("mixed_prefill", "1", 1, "1: prefill chunks ride in the decode iterations (vLLM V1, TRT-LLM in-flight "
      "batching); 0: prefill batches run alone and stall decodes (SGLang default).", 0, 1),
     ("chunked_prefill", "1", 0, "1: a prompt longer than the free token budget is cut into chunks; 0: a prompt "

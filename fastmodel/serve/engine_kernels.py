@@ -65,6 +65,32 @@ def assumed_note(engine: str | None, version: tuple[int, ...] | None, fusion: fl
     return None
 
 
+#: device files of SM90 (Hopper) GPUs
+SM90_DEVICES = SM90_SM100_DEVICES[:4]
+#: share of the FP8 datasheet peak that the Triton block-FP8 GEMM family (a 128-deep FP8 ``tl.dot`` per K group,
+#: then ``accumulator += dot * a_scale * b_scale`` in FP32: SGLang 0.5.6.post2 ``fused_moe_triton_kernels.py``
+#: 535-545 and the dense ``fp8_kernel.py`` ``_w8a8_block_fp8_matmul`` 762) attains on Hopper at large M: the mean
+#: of two published microbenchmarks, 354.8 TFLOP/s on H200 (SGLang PR #3893, m 4096, n 24576, k 7168: 4067.3 us;
+#: 0.179 of 1979e12) and 406.5 TFLOP/s on H100 (vLLM PR #23280, N 2112, K 7168, M 8192: 0.205);
+#: docs/model_serving.md S29
+TRITON_BLOCK_FP8_SM90_EFF = 0.19
+
+
+def expert_kernel_eff(engine: str | None, block_fp8: bool, sm90: bool) -> float:
+    """``expert_gemm_eff`` of the routed-expert kernel an engine runs. SGLang runs block-FP8 experts through
+    its Triton fused MoE (``Fp8MoEMethod.create_moe_runner`` @0.5.6.post2: the ``auto`` runner is ``TRITON``
+    unless the all-to-all backend is DeepEP or Mooncake, where DeepGEMM runs; ``server_args.moe_a2a_backend``
+    defaults to ``none``), which on Hopper attains ``TRITON_BLOCK_FP8_SM90_EFF`` of the FP8 peak. Every other
+    engine, format and device: 0 (the device's ``gemm_eff``; vLLM 0.12 runs DeepGEMM for block-FP8 experts below TP 8
+    when it is installed, ``quantization/fp8.py`` ``get_fp8_moe_backend``; TensorRT-LLM's Hopper FP8 MoE is not read)."""
+    return TRITON_BLOCK_FP8_SM90_EFF if engine == "sglang" and block_fp8 and sm90 else 0.0
+
+
+def is_sm90(device: dict, table: dict) -> bool:
+    """True when the device file ``device`` (from ``table``) is one of SM90_DEVICES."""
+    return any(device is table.get(name) for name in SM90_DEVICES) if device else False
+
+
 def is_sm90_or_sm100(device: dict, table: dict) -> bool:
     """True when the device file ``device`` (from ``table``, the device names) is one of SM90_SM100_DEVICES."""
     return any(device is table.get(name) for name in SM90_SM100_DEVICES) if device else False

@@ -31,6 +31,21 @@ KV_PRECISIONS = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
 #: (``modules_to_not_convert``, huggingface.co/openai/gpt-oss-120b config.json; OpenAI gpt-oss model card, 2025)
 MXFP4_EXPERT_CHECKPOINTS = frozenset({"gpt-oss-120b", "gpt-oss-20b"})
 
+#: models whose published FP8 checkpoint is block-scaled (one FP32 scale per 128 x 128 weight block, activations
+#: quantised per token in groups of 128 along K; the name as above): Qwen's FP8 releases ("fine-grained fp8
+#: quantization with block size of 128", huggingface.co/Qwen/Qwen3-235B-A22B-FP8 model card; config.json
+#: ``quantization_config`` ``weight_block_size: [128, 128]``); the serving records of it say so too
+#: (``aic.gemm_quant_mode`` / ``moe_quant_mode`` ``fp8_block``). Read by the engine's expert kernel
+#: (``fastmodel.serve.engine_kernels.expert_kernel_eff``, docs/model_serving.md S29).
+BLOCK_FP8_CHECKPOINTS = frozenset({"qwen3-235b-a22b-fp8", "qwen3-30b-a3b-fp8"})
+
+
+def block_fp8_checkpoint(model_name: str | None, precision: str) -> bool:
+    """True when ``precision`` is ``fp8`` and the model is published as a block-scaled FP8 checkpoint
+    (``BLOCK_FP8_CHECKPOINTS``; the name lower case, organisation prefix dropped)."""
+    name = str(model_name or "").strip().lower().rsplit("/", 1)[-1]
+    return precision == "fp8" and name in BLOCK_FP8_CHECKPOINTS
+
 
 def published_fp4_checkpoint(model_name: str | None, precision: str, quantized_layers: str | None):
     """(precision, quantized_layers, note) with a generic ``fp4`` of a model in ``MXFP4_EXPERT_CHECKPOINTS`` read

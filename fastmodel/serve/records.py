@@ -24,8 +24,8 @@ import numpy as np
 from fastmodel.errors import SpecError, UnsupportedError
 from fastmodel.registry.lm import COLUMN_INDEX, LOAD_MODES
 from fastmodel.serve.api import precision_columns
-from fastmodel.serve.engine_kernels import assumed_note, is_sm90_or_sm100, linear_kernels
-from fastmodel.serve.precisions import FP4_PRECISIONS, published_fp4_checkpoint
+from fastmodel.serve.engine_kernels import assumed_note, expert_kernel_eff, is_sm90, is_sm90_or_sm100, linear_kernels
+from fastmodel.serve.precisions import FP4_PRECISIONS, block_fp8_checkpoint, published_fp4_checkpoint
 from fastmodel.serve.profiles import (
     expert_row_tiles,
     fp4_activation,
@@ -174,6 +174,8 @@ def lower_serve_record(data: dict, source: str | None = None) -> ServeRecord:
     fusion_note = assumed_note(engine, version, values["allreduce_norm_fusion"])
     if fusion_note:
         notes.append(fusion_note)
+    values["expert_gemm_eff"] = expert_kernel_eff(engine, block_fp8_checkpoint(model.get("name"), precision),
+                                                  is_sm90(device, device_table()))
     if values["peak_flops_4"] > 0:     # the engine's FP4 MoE kernel; without FP4 tensor cores, another backend
         values["expert_tile_min"], values["expert_tile_max"] = expert_row_tiles(engine, precision)
     mode = serve.load

@@ -25,7 +25,7 @@ import math
 
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.columns import C_FP4_GEMM, C_HIDDEN, C_PEAK_FLOPS_16, C_PEAK_FLOPS_4
-from fastmodel.kernels.roofline import expert_row_tile, tiled_bounds
+from fastmodel.kernels.roofline import expert_bounds, expert_row_tile
 
 #: integer instructions per converted E2M1 value: 17 per 8 (Triton ``FP4ToBF16Ptx``)
 UPCAST_OPS = 17.0 / 8.0
@@ -57,7 +57,7 @@ def upcast_extra(row, groups, m, n, k, wb):
     bytes; 0 when empty."""
     if groups <= 0.0 or m <= 0.0 or n <= 0.0 or k <= 0.0:
         return 0.0
-    compute, memory = tiled_bounds(row, groups, m, n, k, 0.0, wb, expert_row_tile(row, m))
+    compute, memory = expert_bounds(row, groups, m, n, k, 0.0, wb)
     slow = compute + upcast_time(row, groups, m, n, k)
     return max(slow, memory) - max(compute, memory)
 
