@@ -171,9 +171,10 @@ def prefill_pool(lone: float, full: float, adp: float, workers: float, think: fl
         busy = min(1.0, running / (response + think) * own / servers)
         new = lone + busy * (full - lone)
         response = pool_response(new, servers, think, running)
-        if abs(new - own) < 1e-9:
-            break
+        moved = abs(new - own)
         own = new
+        if moved < 1e-9:
+            break
     return own, response
 
 
