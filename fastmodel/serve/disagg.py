@@ -180,9 +180,11 @@ def prefill_pool(lone: float, full: float, adp: float, workers: float, think: fl
 
 def first_token_steps(rec: DisaggRecord, running: float) -> float:
     """Decode iterations from the KV's arrival to the first token the client sees (docs/model_serving.md §S30):
-    the wait for the decode worker's next iteration boundary when other requests run (1, else 0; §S7's ``w``), the
-    iteration that emits the token, and one more when its scheduler overlaps (``overlap_step``, §S7's ``o``)."""
-    return (1.0 if running > 1.0 else 0.0) + 1.0 + float(rec.decode[C["overlap_step"]])
+    the wait for the decode worker's next iteration boundary when other requests run on it (``running`` over the
+    decode workers above 1, else 0; §S7's ``w``), the iteration that emits the token, and one more when its
+    scheduler overlaps (``overlap_step``, §S7's ``o``)."""
+    wait = 1.0 if running / rec.decode_workers > 1.0 else 0.0
+    return wait + 1.0 + float(rec.decode[C["overlap_step"]])
 
 
 def evaluate_disagg(records: list[DisaggRecord]) -> list[dict]:

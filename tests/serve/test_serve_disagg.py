@@ -59,8 +59,9 @@ def test_first_token_waits_for_the_boundary_emits_and_pays_the_overlap_step():
 
     decode = np.zeros(max(C.values()) + 1)
     decode[C["overlap_step"]] = 1.0
-    rec = SimpleNamespace(decode=decode)
+    rec = SimpleNamespace(decode=decode, decode_workers=4)
     assert first_token_steps(rec, 1.0) == 2.0      # alone: the emitting iteration + the overlap step
-    assert first_token_steps(rec, 8.0) == 3.0      # others running: + the wait for the iteration boundary
+    assert first_token_steps(rec, 4.0) == 2.0      # one request per decode worker: still alone on its worker
+    assert first_token_steps(rec, 8.0) == 3.0      # others running on it: + the wait for the iteration boundary
     decode[C["overlap_step"]] = 0.0
     assert first_token_steps(rec, 8.0) == 2.0
