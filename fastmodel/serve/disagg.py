@@ -3,20 +3,22 @@ the KV cache moved between them, a closed loop of ``concurrency`` requests (docs
 
 Each pool is one of the serving kernels' configurations (its own layout, on the record's GPU):
 
-- a **prefill worker** runs prompts alone in their attention-DP group (``attention_dp`` prompts at once, a
-  static batch of ``attention_dp`` prompts): its prefill time ``T_p``. The pool is the prefill station of the
-  closed loop: a prompt's own service ``S = T_p``, its share ``D = T_p / (workers x attention_dp)``;
+- a **prefill worker** runs prompts alone in their attention-DP group, up to ``attention_dp`` prompts per
+  iteration: its prefill time runs from ``T_1`` (one prompt) to ``T_p`` (``attention_dp`` prompts) with the
+  ranks' utilization (``prefill_pool``). The pool is ``workers x attention_dp`` parallel servers (§S30);
 - the **KV transfer** of the prompt's cache, whole-model bytes per token x ``input_len``, sent by every GPU of
   the prefill worker at once over NVLink when the deployment fits one NVLink domain, else over each GPU's NIC,
   fully exposed (a conservative choice: Splitwise overlaps it layer by layer, serving_facts §4.3);
 - a **decode worker** holds ``concurrency / workers`` requests and decodes them without prefills (the point of
   disaggregation): TPOT is the static decode step at that batch, averaged over the output tokens.
 
-The loop closes by Little's law with Schweitzer's MVA for the prefill station, as in the aggregated model
-(kernels/serve/load.py): ``R = S / (1 - lambda D (N - 1) / N)``, ``lambda = N / (R + Z)`` with
-``Z = t_kv + O x TPOT``, whose positive root is closed-form. TTFT = R + t_kv + one decode step (the decode
-worker streams the first token after the KV arrives, serving_facts §4.3); requests beyond the decode pool's KV
-room wait by Little's law; the client's start wave is 1 / ``client_rounds`` of the mean (``with_start_wave``).
+The loop closes by Little's law with Schweitzer's MVA, the pool's ``c`` servers by Seidmann's approximation (a
+single server of ``D = S / c`` in tandem with a delay ``S - D``; ``pool_response``, §S30): ``R = S - D + R_q``,
+``R_q = D / (1 - lambda D (N - 1) / N)``, ``lambda = N / (R + Z)`` with ``Z = t_kv + O x TPOT``, whose positive
+root is closed-form. TTFT = R + t_kv + the decode worker's first-token iterations (``first_token_steps``: the
+decode worker streams the first token after the KV arrives, serving_facts §4.3); requests beyond the decode
+pool's KV room wait by Little's law; the client's start wave is 1 / ``client_rounds`` of the mean
+(``with_start_wave``).
 """
 
 from __future__ import annotations
@@ -129,6 +131,62 @@ def with_start_wave(steady: float, rec: DisaggRecord, running: float, wave: floa
     return (1.0 - share) * steady + share * wave
 
 
+def pool_response(own: float, servers: float, think: float, running: float) -> float:
+    """Mean time a prompt spends in the prefill pool (waiting + its own prefill ``own``) when ``running`` requests
+    cycle between the pool and a delay ``think`` (KV transfer + decode): Schweitzer's MVA with Seidmann's
+    approximation of the ``servers`` parallel prefill servers (docs/model_serving.md §S30): a single server of
+    service ``D = own / servers`` in tandem with a pure delay ``own - D``. The queue part solves
+    ``R_q = D + D lambda R_q (N - 1) / N``, ``lambda = N / (R_q + own - D + think)``, a quadratic in ``R_q``
+    whose positive root is taken; one server (``servers = 1``) is the plain single-server station."""
+    share = own / servers
+    delay = own - share
+    outside = think + delay
+    b = outside - share - share * (running - 1.0)
+    queue = 0.5 * (-b + math.sqrt(b * b + 4.0 * share * outside))
+    return delay + queue
+
+
+def lone_prompt(col: np.ndarray) -> np.ndarray:
+    """The prefill worker's columns with one prompt in its iteration (the other attention-DP ranks idle)."""
+    one = col.copy()
+    one[C["batch_size"]] = 1.0
+    return one
+
+
+#: fixed-point passes over the prefill worker's busy attention-DP ranks (they stop when the service moves < 1e-9 s)
+BUSY_PASSES = 50
+
+
+def prefill_pool(lone: float, full: float, adp: float, workers: float, think: float, running: float):
+    """(own service, pool response) of a prompt at a prefill pool of ``workers`` workers of ``adp`` attention-DP
+    ranks (docs/model_serving.md §S30). Every rank runs every iteration, an idle one a dummy request (TensorRT-LLM
+    ``PyExecutor._pad_attention_dp_dummy_request``), so an iteration carries the prompts of the busy ranks: its time
+    runs from ``lone`` (one prompt) to ``full`` (``adp`` prompts), linear in the prompts. A prompt finds on average
+    ``(adp - 1) U`` of the other ranks busy, ``U = lambda S / (workers adp)`` the ranks' utilization, so
+    ``S = lone + U (full - lone)``, solved with the pool's response by a fixed point in ``S``."""
+    servers = workers * adp
+    own = lone if adp > 1.0 else full
+    response = pool_response(own, servers, think, running)
+    for _ in range(BUSY_PASSES if adp > 1.0 else 0):
+        busy = min(1.0, running / (response + think) * own / servers)
+        new = lone + busy * (full - lone)
+        response = pool_response(new, servers, think, running)
+        moved = abs(new - own)
+        own = new
+        if moved < 1e-9:
+            break
+    return own, response
+
+
+def first_token_steps(rec: DisaggRecord, running: float) -> float:
+    """Decode iterations from the KV's arrival to the first token the client sees (docs/model_serving.md §S30):
+    the wait for the decode worker's next iteration boundary when other requests run on it (``running`` over the
+    decode workers above 1, else 0; §S7's ``w``), the iteration that emits the token, and one more when its
+    scheduler overlaps (``overlap_step``, §S7's ``o``)."""
+    wait = 1.0 if running / rec.decode_workers > 1.0 else 0.0
+    return wait + 1.0 + float(rec.decode[C["overlap_step"]])
+
+
 def evaluate_disagg(records: list[DisaggRecord]) -> list[dict]:
     """ttft, tpot, throughput, status of each disaggregated record."""
     from fastmodel.registry.serve import SERVE_RESULT_INDEX as R
@@ -138,6 +196,7 @@ def evaluate_disagg(records: list[DisaggRecord]) -> list[dict]:
     if not records:
         return []
     pre, pre_status = evaluate_table(np.stack([r.prefill for r in records], axis=1))
+    lone, _ = evaluate_table(np.stack([lone_prompt(r.prefill) for r in records], axis=1))
     dec, dec_status = evaluate_table(np.stack([r.decode for r in records], axis=1))
     results = []
     for i, rec in enumerate(records):
@@ -145,8 +204,7 @@ def evaluate_disagg(records: list[DisaggRecord]) -> list[dict]:
         if status:
             results.append({"status": SERVE_STATUS_NAMES[status]})
             continue
-        own = float(pre[R["ttft"], i])
-        share = own / (rec.prefill_workers * rec.prefill[C["attention_dp"]])
+        full = float(pre[R["ttft"], i])
         tpot = float(dec[R["tpot"], i])
         t_kv = kv_transfer_time(rec)
         out = rec.decode[C["output_len"]]
@@ -157,20 +215,20 @@ def evaluate_disagg(records: list[DisaggRecord]) -> list[dict]:
         room = math.floor(dec[R["kv_cache_capacity"], i] / kv_request) * rec.decode[C["attention_dp"]] \
             * rec.decode_workers
         running = max(1.0, min(n, room))
-        alpha = share * (running - 1.0)
-        b = think - own - alpha
-        response = 0.5 * (-b + math.sqrt(b * b + 4.0 * own * think))
+        own, response = prefill_pool(float(lone[R["ttft"], i]), full, rec.prefill[C["attention_dp"]],
+                                     rec.prefill_workers, think, running)
         lam = running / (response + think)
-        ttft = response + t_kv + tpot + (n - running) / lam
+        ttft = response + t_kv + first_token_steps(rec, running) * tpot + (n - running) / lam
         results.append({"status": "ok", "ttft": ttft, "tpot": tpot, "output_tokens_per_s": lam * out,
                         "kv_transfer_s": t_kv, "prefill_s": own, "batch_size": running,
-                        "naive_ttft": own, "naive_tpot": tpot})
+                        "naive_ttft": full, "naive_tpot": tpot})
     ok = [i for i, r in enumerate(results) if r["status"] == "ok"]
     if ok:
         means, table = wave_batches([records[i] for i in ok], [results[i]["batch_size"] for i in ok])
         waves, _ = evaluate_table(table)
         for j, i in enumerate(ok):
             r = results[i]
-            wave = means[j] * float(waves[R["ttft"], j]) + r["kv_transfer_s"] + r["tpot"]
+            first = first_token_steps(records[i], 1.0) * r["tpot"]     # the wave finds no iteration to wait for
+            wave = means[j] * float(waves[R["ttft"], j]) + r["kv_transfer_s"] + first
             r["ttft"] = with_start_wave(r["ttft"], records[i], r["batch_size"], wave)
     return results

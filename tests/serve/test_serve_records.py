@@ -216,9 +216,10 @@ def _disagg_record(concurrency=1, input_len=8192):
 
 
 def test_disaggregated_request_alone_is_prefill_plus_kv_transfer_plus_first_decode_step():
-    """One request: no queue, so ttft = the prefill worker's prefill + the KV transfer + one decode step of the
-    decode worker. 16 GPUs exceed one 8-GPU node: the KV moves over the NICs, each of the prefill worker's 4 GPUs
-    sending its share: 2 x 80 x 8 x 128 x 1 B (FP8 KV) = 163,840 B per token (serving_facts §4.2)."""
+    """One request: no queue, so ttft = the prefill worker's prefill + the KV transfer + two decode steps (the one
+    that emits the token, and TensorRT-LLM's overlap step, §S30). 16 GPUs exceed one 8-GPU node: the KV moves over
+    the NICs, each of the prefill worker's 4 GPUs sending its share: 2 x 80 x 8 x 128 x 1 B (FP8 KV) = 163,840 B per
+    token (serving_facts §4.2)."""
     from fastmodel.serve.disagg import evaluate_disagg, kv_bytes_per_prompt_token, kv_transfer_time, lower_disagg
     from fastmodel.serve.record_schema import parse_serve_record
 
@@ -232,7 +233,7 @@ def test_disaggregated_request_alone_is_prefill_plus_kv_transfer_plus_first_deco
     prefill = evaluate("llama3.1-70b", "H100", tp=4, precision="fp8", input_len=8192, output_len=2, batch_size=1,
                        chunked_prefill=0, mixed_prefill=1, overlap_step=1, kv_on_demand=0)
     assert result["prefill_s"] == pytest.approx(prefill["ttft"], rel=1e-9)
-    assert result["ttft"] == pytest.approx(result["prefill_s"] + result["kv_transfer_s"] + result["tpot"], rel=1e-12)
+    assert result["ttft"] == pytest.approx(result["prefill_s"] + result["kv_transfer_s"] + 2 * result["tpot"], rel=1e-12)
     busy = evaluate_disagg([lower_disagg(d2 := _disagg_record(64), parse_serve_record(d2), None)])[0]
     assert busy["ttft"] > result["ttft"] and busy["tpot"] > result["tpot"]
 
@@ -296,7 +297,7 @@ def test_cli_serve_takes_attention_dp_moe_tp_and_an_engine_profile():
 def test_disaggregated_start_wave_queues_at_the_prefill_pool():
     """8 requests arrive together at 2 prefill workers (TensorRT-LLM: whole prompts, budget 8192 = one prompt of
     8192 per iteration): 4 prompts per worker, done after 1, 2, 3, 4 lone prefills (mean 2.5), then the KV
-    transfer and the first decode step; with 10 requests per client: ttft = 0.9 steady + 0.1 wave."""
+    transfer and the first token's decode step + overlap step; 10 requests per client: ttft = 0.9 steady + 0.1 wave."""
     from fastmodel.registry.lm import COLUMN_INDEX as C
     from fastmodel.serve.disagg import evaluate_disagg, lower_disagg
     from fastmodel.serve.record_schema import parse_serve_record
@@ -306,7 +307,7 @@ def test_disaggregated_start_wave_queues_at_the_prefill_pool():
     steady_rec.decode[C["client_rounds"]] = 0.0
     [steady] = evaluate_disagg([steady_rec])
     [mean] = evaluate_disagg([lower_disagg(data, parse_serve_record(data), None)])
-    wave = 2.5 * steady["prefill_s"] + steady["kv_transfer_s"] + steady["tpot"]
+    wave = 2.5 * steady["prefill_s"] + steady["kv_transfer_s"] + 2 * steady["tpot"]
     assert mean["ttft"] == pytest.approx(0.9 * steady["ttft"] + 0.1 * wave, rel=1e-9)
     assert mean["tpot"] == steady["tpot"] and mean["output_tokens_per_s"] == steady["output_tokens_per_s"]
 

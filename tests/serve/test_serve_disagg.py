@@ -1,0 +1,67 @@
+"""The disaggregated prefill pool and first token (fastmodel/serve/disagg.py; docs/model_serving.md §S30), by hand."""
+
+import math
+
+import pytest
+
+from fastmodel.serve.disagg import first_token_steps, pool_response, prefill_pool
+
+
+def test_one_server_is_the_single_server_mva_station():
+    """S = 1 s, Z = 3 s, N = 2: R = S / (1 - lambda S (N - 1)/N), lambda = N / (R + Z), i.e.
+    R^2 + (Z - S - S (N - 1)) R - S Z = 0: R^2 + R - 3 = 0, R = (-1 + sqrt(13)) / 2 = 1.302776."""
+    r = pool_response(1.0, 1.0, 3.0, 2.0)
+    assert r == pytest.approx((-1.0 + math.sqrt(13.0)) / 2.0, rel=1e-12)
+    lam = 2.0 / (r + 3.0)
+    assert r == pytest.approx(1.0 / (1.0 - lam * 1.0 * 0.5), rel=1e-12)
+
+
+def test_four_servers_are_a_quarter_server_in_tandem_with_a_delay():
+    """Seidmann: S = 1 s on c = 4 servers is a server of D = 0.25 s plus a delay of 0.75 s. Z = 3, N = 2: the
+    queue part solves R_q^2 + (3.75 - 0.25 - 0.25) R_q - 0.25 x 3.75 = 0, R_q = (-3.25 + sqrt(14.3125)) / 2
+    = 0.266594, R = 0.75 + R_q = 1.016594 (against 1.302776 for one server four times slower)."""
+    r = pool_response(1.0, 4.0, 3.0, 2.0)
+    queue = (-3.25 + math.sqrt(3.25**2 + 4 * 0.25 * 3.75)) / 2.0
+    assert r == pytest.approx(0.75 + queue, rel=1e-12)
+    assert r == pytest.approx(1.016594, abs=1e-6)
+    lam = 2.0 / (r + 3.0)
+    assert queue == pytest.approx(0.25 / (1.0 - lam * 0.25 * 0.5), rel=1e-12)   # R_q = D (1 + lambda R_q (N-1)/N)
+
+
+def test_the_pool_saturates_at_servers_over_service():
+    """Many requests: throughput N / (R + Z) tends to the pool's capacity c / S = 4 / s, and a request alone
+    spends exactly its own service (no queue)."""
+    n = 1e5
+    r = pool_response(1.0, 4.0, 3.0, n)
+    assert n / (r + 3.0) == pytest.approx(4.0, rel=1e-4)
+    assert pool_response(1.0, 4.0, 3.0, 1.0) == pytest.approx(1.0, rel=1e-12)
+    assert pool_response(0.5, 40.0, 6.0, 400.0) < 0.55    # 40 servers at 60 % load: almost no queue
+
+
+def test_attention_dp_service_rises_from_the_lone_prompt_with_the_ranks_utilization():
+    """lone = 0.2 s, full (4 prompts) = 0.5 s, one worker of 4 ranks, one request (no queue: R = S), Z = 1.8 s:
+    S = 0.2 + 0.3 U, U = S / (4 (S + 1.8)), i.e. 4 S^2 + 6.1 S - 1.44 = 0, S = (-6.1 + sqrt(60.25)) / 8 = 0.207763."""
+    own, response = prefill_pool(0.2, 0.5, 4.0, 1.0, 1.8, 1.0)
+    assert own == pytest.approx((-6.1 + math.sqrt(60.25)) / 8.0, rel=1e-8)
+    assert response == pytest.approx(own, rel=1e-9)
+    busy, _ = prefill_pool(0.2, 0.5, 4.0, 1.0, 1.8, 1e4)          # saturated: every rank busy
+    assert busy == pytest.approx(0.5, rel=1e-6)
+    plain, r = prefill_pool(0.2, 0.5, 1.0, 3.0, 1.8, 10.0)       # no attention DP: the full iteration
+    assert plain == 0.5 and r == pool_response(0.5, 3.0, 1.8, 10.0)
+
+
+def test_first_token_waits_for_the_boundary_emits_and_pays_the_overlap_step():
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from fastmodel.registry.lm import COLUMN_INDEX as C
+
+    decode = np.zeros(max(C.values()) + 1)
+    decode[C["overlap_step"]] = 1.0
+    rec = SimpleNamespace(decode=decode, decode_workers=4)
+    assert first_token_steps(rec, 1.0) == 2.0      # alone: the emitting iteration + the overlap step
+    assert first_token_steps(rec, 4.0) == 2.0      # one request per decode worker: still alone on its worker
+    assert first_token_steps(rec, 8.0) == 3.0      # others running on it: + the wait for the iteration boundary
+    decode[C["overlap_step"]] = 0.0
+    assert first_token_steps(rec, 8.0) == 2.0
