@@ -178,7 +178,8 @@ PLAN_COLUMNS = _cols(
     ("pipeline_schedule", "code", 0, "PIPELINE_SCHEDULES: " + ", ".join(f"{c} {n}" for n, c in PIPELINE_SCHEDULES.items())
      + ".", 0, len(PIPELINE_SCHEDULES) - 1),
     ("overlap_grad_reduce", "1", 1, "1: gradient reduction overlaps the last backward pass.", 0, 1),
-    ("overlap_param_gather", "1", 1, "1: distributed-optimizer parameter gather overlaps the next forward.", 0, 1),
+    ("overlap_param_gather", "1", 1, "1: distributed-optimizer parameter gather overlaps the next forward; "
+     "FSDP: backward prefetch (0: one unit gathered at a time).", 0, 1),
     ("activation_offload", "1", 0, "Share of activations offloaded to host memory.", 0, 1),
     ("fused_kernels", "1", 1, "1: fused element-wise kernels (Megatron, Transformer Engine, torch.compile); "
      "0: eager PyTorch, one kernel per op in FP32.", 0, 1),

@@ -28,6 +28,7 @@ from fastmodel.kernels.jit import njit, prange
 from fastmodel.kernels.lm.moe import expert_dp, expert_tp
 from fastmodel.kernels.lm.layout import (
     C_COLLECTIVE_BUCKET_BYTES, C_CP, C_CP_ALGORITHM, C_DENSE_LAYERS, C_EP, C_FFN, C_FP8_PARAMS, C_FSDP_COPY_OUT, C_FSDP_MODULE_WRAP,
+    C_OVERLAP_PARAM_GATHER,
     C_GRAD_REDUCE_BYTES, C_HEADS, C_HEAD_DIM, C_HIDDEN, C_KV_HEADS, C_KV_LORA_RANK, C_LAYERS, C_MLA, C_MOE_EXPERTS,
     C_MOE_FFN, C_MOE_SHARED_EXPERTS, C_PP, C_PRECISION, C_QK_ROPE_HEAD_DIM, C_SEQUENCE_PARALLEL, C_SHARDING, C_TP,
     C_LOSS_IMPL, C_VOCAB, LOSS_COMPILED, LOSS_EAGER, M_ACTIVATIONS, M_BUFFERS, M_GRADIENTS, M_KV_CACHE, M_OPTIMIZER, M_OVERHEAD, M_WEIGHTS, N_MEMORY_KINDS,
@@ -120,6 +121,14 @@ def wrapped_module_params(row):
 
 
 @njit(error_model='numpy')
+def fsdp_prefetched_units(row):
+    """FSDP units gathered ahead of the one being computed in the backward: 1 with backward prefetch
+    (``overlap_param_gather = 1``; FSDP1 ``BACKWARD_PRE``/``BACKWARD_POST``, FSDP2's implicit prefetch), 0 without
+    (PyTorch 1.x FSDP, ``backward_prefetch = None``: the next unit is gathered in its own pre-backward hook)."""
+    return 1.0 if row[C_OVERLAP_PARAM_GATHER] > 0 else 0.0
+
+
+@njit(error_model='numpy')
 def fsdp_gather_buffer_bytes(row):
     """FSDP/HSDP: the gathered weights of the unit being computed and of the prefetched one, and the unit's
     unsharded gradient before its reduce-scatter.
@@ -137,13 +146,21 @@ def fsdp_gather_buffer_bytes(row):
     all-gather output into each parameter's own tensor, so while the prefetched layer is copied out its
     all-gather output and its parameters are live at once: one more ``c * max_layer_params``,
     ``(3 c + g) * max_layer_params``.
+
+    Without backward prefetch (``overlap_param_gather = 0``, the time model's "gathers not overlapped"; the
+    ``pytorch-fsdp`` stack sets it for PyTorch 1.x, whose FSDP had ``backward_prefetch = None``): a unit is
+    all-gathered in its own pre-backward hook and freed in its post-backward hook before its gradient is
+    reduce-scattered (torch/distributed/_fsdp/fully_sharded_data_parallel.py, PyTorch 1.10 era:
+    ``_pre_backward_hook`` -> ``_rebuild_full_params``; ``_post_backward_hook`` -> ``_free_full_params``, then
+    ``F.pad`` of the gradient and ``_reduce_scatter_base``), so no second unit is gathered:
+    ``(c + g) * unit`` (``fsdp_prefetched_units``).
     """
     if int(row[C_SHARDING]) != SHARD_FSDP:
         return 0.0
     compute = 1.0 if row[C_FP8_PARAMS] > 0 else B16
     if row[C_COLLECTIVE_BUCKET_BYTES] > 0:
         return (compute + row[C_GRAD_REDUCE_BYTES]) * largest_module_params(row) + row[C_COLLECTIVE_BUCKET_BYTES]
-    gathered = 3.0 if row[C_FSDP_COPY_OUT] > 0 else 2.0
+    gathered = 1.0 + fsdp_prefetched_units(row) + (1.0 if row[C_FSDP_COPY_OUT] > 0 else 0.0)
     unit = wrapped_module_params(row) if row[C_FSDP_MODULE_WRAP] > 0 else max_layer_params(row)
     return (gathered * compute + row[C_GRAD_REDUCE_BYTES]) * unit
 

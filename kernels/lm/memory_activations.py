@@ -331,14 +331,27 @@ def stored_layer_bytes(row, layer_bytes):
 
 
 @njit(error_model='numpy')
+def recomputed_input_bytes(row):
+    """The part of a recomputed layer's activations that is its checkpoint: the recomputed forward starts from
+    the saved layer input (torch.utils.checkpoint ``detach_variable(ctx.saved_tensors)``, Megatron's
+    ``CheckpointFunction`` alike: a detached view of the same storage), and the layer's first norm saves that
+    tensor, so it is one allocation, already counted as ``checkpoint_bytes``. An eager RMSNorm
+    (``fused_kernels = 0``, ``rms_norm``) saves an FP32 copy instead (``eager_elementwise_bytes``): 0."""
+    if row[C_FUSED_KERNELS] <= 0 and row[C_RMS_NORM] > 0:
+        return 0.0
+    return checkpoint_bytes(row)
+
+
+@njit(error_model='numpy')
 def recompute_working_bytes(row, largest_layer_bytes):
     """While a checkpointed layer is recomputed in backward, its full activations for one micro-batch are
     live again (Chen et al. 2016, Sec. 3): under full or partial recompute one layer of
     ``layer_activation_bytes`` (the larger of dense and MoE, ``largest_layer_bytes``, computed without
-    recompute); under op-level selective checkpointing the same, computed here."""
+    recompute) less its input, which is the checkpoint (``recomputed_input_bytes``); under op-level selective
+    checkpointing a whole layer, computed here."""
     mode = int(row[C_RECOMPUTE])
     if mode == RECOMPUTE_FULL or (mode == RECOMPUTE_PARTIAL_LAYERS and row[C_RECOMPUTE_FRACTION] > 0):
-        return largest_layer_bytes
+        return largest_layer_bytes - recomputed_input_bytes(row)
     if mode == RECOMPUTE_SELECTIVE and row[C_SELECTIVE_POLICY] > 0:
         dense = layer_activation_bytes(row, False, RECOMPUTE_NONE)
         if is_moe(row):

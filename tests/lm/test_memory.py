@@ -185,18 +185,26 @@ def test_activations_context_parallel_divides_tokens():
 
 def test_full_recompute_keeps_layer_inputs_plus_one_layer():
     """Full recompute: 2 s b h per layer (Korthikanti Sec. 4.3) + one layer's activations being recomputed
-    (s b h (34 + 5 a s/h)) + final norm/head inputs 4 s b h + embedding mask s b h."""
+    (s b h (34 + 5 a s/h)) less its input 2 s b h, which is that layer's checkpoint (one storage), + final
+    norm/head inputs 4 s b h + embedding mask s b h. An eager RMSNorm saves an FP32 copy of the input instead,
+    so nothing is shared: the working layer is whole."""
     s, b, h, a, layers = 512, 2, 1024, 16, 4
-    expected = layers * 2 * s * b * h + s * b * h * (34 + 5 * a * s / h) + 4 * s * b * h + s * b * h
+    expected = layers * 2 * s * b * h + s * b * h * (34 + 5 * a * s / h - 2) + 4 * s * b * h + s * b * h
     out = small(dropout=1, flash_attention=0, recompute="full")
     assert out[M_ACTIVATIONS] == pytest.approx(expected, rel=1e-12)
+    eager = dict(dropout=1, flash_attention=0, fused_kernels=0, rms_norm=1)
+    edges = 4 * s * b * h + s * b * h
+    eager_layer = (small(**eager, recompute="none")[M_ACTIVATIONS] - edges) / layers
+    assert small(**eager, recompute="full")[M_ACTIVATIONS] == pytest.approx(
+        layers * 2 * s * b * h + eager_layer + edges, rel=1e-12)
 
 
 def test_partial_layer_recompute_and_offload():
     s, b, h, a, layers = 512, 2, 1024, 16, 4
     full_layer = s * b * h * (34 + 5 * a * s / h)
     edges = 4 * s * b * h + s * b * h
-    expected = 2 * 2 * s * b * h + 2 * full_layer + full_layer + edges   # half the layers checkpointed
+    # half the layers checkpointed; the one recomputed shares its input with its checkpoint (2 s b h)
+    expected = 2 * 2 * s * b * h + 2 * full_layer + full_layer - 2 * s * b * h + edges
     out = small(dropout=1, flash_attention=0, recompute="partial_layers", recompute_fraction=0.5)
     assert out[M_ACTIVATIONS] == pytest.approx(expected, rel=1e-12)
     offloaded = small(dropout=1, flash_attention=0, activation_offload=0.25)

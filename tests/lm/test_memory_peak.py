@@ -60,14 +60,15 @@ def test_1f1b_first_stage_peak_holds_p_micro_batches():
 
 def test_full_recompute_backward_holds_one_layer_again():
     """4 layers, full recompute, one micro-batch (T = s b = 1024): the layers keep their inputs 2 T h; in the
-    backward of a layer its full activations T h (34 + 5 a s / h) are live again (Chen et al. 2016), beside
+    backward of a layer its full activations T h (34 + 5 a s / h) are live again (Chen et al. 2016), less the
+    input 2 T h, which is its checkpoint, beside
     the final norm and LM-head inputs 4 T h, the embedding's dropout mask T h and the activation gradients
     2 T h + 2 x 2 T f. The logits 6 T V (V = 1000) are smaller than that working set, so the peak is there."""
     s, b, h, a, f = 512, 2, 1024, 16, 4096
     t_tok = s * b
     out, _ = peak(**GPT, layers=4, micro_batch=b, global_batch=b, recompute="full")
     full_layer = t_tok * h * (34 + 5 * a * s / h)
-    assert out[M_ACTIVATIONS] == pytest.approx(4 * 2 * t_tok * h + full_layer + 4 * t_tok * h + t_tok * h,
+    assert out[M_ACTIVATIONS] == pytest.approx(3 * 2 * t_tok * h + full_layer + 4 * t_tok * h + t_tok * h,
                                                rel=1e-12)
     assert out[M_BUFFERS] == pytest.approx(2 * t_tok * h + 4 * t_tok * f, rel=1e-12)
 
@@ -87,9 +88,30 @@ def test_fsdp_layer_with_prefetch():
     # FSDP2 copies the prefetched layer out of its all-gather output: both live at once, one more 2 P
     out, _ = peak(**fsdp, layers=4, micro_batch=2, global_batch=16, fsdp_copy_out=1)
     assert out[M_BUFFERS] == pytest.approx((3 * 2 + 4) * layer + 2 * t_tok * h + 4 * t_tok * f, rel=1e-12)
+    # without backward prefetch (PyTorch 1.x FSDP, overlap_param_gather = 0) only the layer being computed: 2 P
+    out, _ = peak(**fsdp, layers=4, micro_batch=2, global_batch=16, overlap_param_gather=0)
+    assert out[M_BUFFERS] == pytest.approx((2 + 4) * layer + 2 * t_tok * h + 4 * t_tok * f, rel=1e-12)
     out, stage = peak(**{**fsdp, "vocab": 256000, "seq_len": 64}, layers=4, micro_batch=1, global_batch=8)
     assert (stage, out[M_ACTIVATIONS]) == (0, 0.0)
     assert out[M_BUFFERS] == pytest.approx((2 + 4) * 256000 * h, rel=1e-12)
+
+
+def test_module_wrapped_fsdp_without_backward_prefetch_gathers_one_unit():
+    """A 16-bit model (no FP32 copy, 16-bit gradients) under module-wrapped FSDP on dp = 8, as minGPT on PyTorch
+    1.10 FSDP: the units are the attention block 4 h^2 and each MLP matrix h f = 4 h^2 (h = 1024, f = 4 h), so
+    U = 4 h^2. With backward prefetch the unit being computed and the next are gathered, 2 x 2 U, beside the
+    unit's unsharded gradient 2 U; without it (``backward_prefetch = None``: a unit is gathered in its own
+    pre-backward hook and freed in its post-backward hook before the gradient's reduce-scatter) 2 U + 2 U. The
+    activation gradients 2 T h + 2 x 2 T f (T = 1024) come on top either way."""
+    h, f, t_tok = 1024, 4096, 1024
+    unit = 4 * h * h
+    wrapped = {**GPT, "dropout": 0, "flash_attention": 1, "dp": 8, "sharding": "fsdp", "fsdp_module_wrap": 1,
+               "master_weights": 0, "grad_reduce_bytes": 2, "layers": 4, "micro_batch": 2, "global_batch": 16}
+    grads = 2 * t_tok * h + 4 * t_tok * f
+    out, _ = peak(**wrapped)
+    assert out[M_BUFFERS] == pytest.approx((2 * 2 + 2) * unit + grads, rel=1e-12)
+    out, _ = peak(**wrapped, overlap_param_gather=0)
+    assert out[M_BUFFERS] == pytest.approx((2 + 2) * unit + grads, rel=1e-12)
 
 
 def test_embedding_gradient_transient_on_the_first_rank():
