@@ -8,6 +8,7 @@ import pytest
 import tomllib
 
 from fastmodel.kernels.lm.parallel import fsdp_copy_out_time, fsdp_reduce_copy_in_time
+from fastmodel.kernels.lm.passes import tp_pass_factors
 from fastmodel.kernels.nccl import allreduce_time, bus_bandwidth
 from fastmodel.kernels.roofline import attention_time
 from fastmodel.lm.engine import evaluate_table
@@ -115,3 +116,22 @@ def test_hopper_device_files_mark_the_4_gpu_baseboard_as_a_mesh():
         assert tomllib.loads((DEVICES / name).read_text())["nvlink_mesh_max"] == 4
     for name in ("b200.toml", "gb200.toml", "a100-sxm4.toml"):
         assert "nvlink_mesh_max" not in tomllib.loads((DEVICES / name).read_text())
+
+
+def test_kempnerforge_redistributes_each_column_parallel_input_on_its_own():
+    # units of W_TP, two all-reduces of T h 2 B per forward; n = 3 (q, k, v) + 2 (gate, up) column-parallel inputs
+    assert tp_pass_factors(row(tp_per_projection=1, gated_mlp=1)) == (1.0, 2.5)      # no SP: 5 backward all-reduces
+    assert tp_pass_factors(row(tp_per_projection=1, gated_mlp=0)) == (1.0, 2.0)      # ungated MLP: up only
+    assert tp_pass_factors(row(tp_per_projection=1, gated_mlp=1, sequence_parallel=1)) == (1.75, 1.75)  # 5 AG + 2 RS
+    assert tp_pass_factors(row(tp_per_projection=0, gated_mlp=1)) == (1.0, 1.0)
+    # the step, full recompute without SP: 2 + 2 + 5 = 9 all-reduces per layer instead of 2 + 2 + 2 = 6, so
+    # 3 more of T h 2 B (T = 2 x 4096) per layer and micro-batch (32 / (2 x 4) = 4); the LM head's unchanged
+    base = dict(LLAMA8B, tp=2, dp=4, recompute="full")
+    plain, split = one(**base), one(**base, tp_per_projection=1)
+    extra = 32 * 4 * 3 * allreduce_time(row(**NET), 2 * 4096 * 4096 * 2, 2.0, 1.0)
+    assert split["comm_tp"] - plain["comm_tp"] == pytest.approx(extra, rel=1e-9)
+    stack = resolve(ExecutionSpec(framework="KempnerForge (PyTorch FSDP2 + DTensor TP)", sharding="fsdp"),
+                    pp=1, layers=32)
+    assert stack.tp_per_projection is True
+    assert resolve(ExecutionSpec(framework="TorchTitan (FSDP2)", sharding="fsdp"), pp=1,
+                   layers=32).tp_per_projection is None
