@@ -31,6 +31,7 @@ import math
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.columns import (
     ALGO_RING, ALGO_TREE, C_COLLECTIVE_ALGORITHM, C_DOMAIN_SIZE, C_INTER_BW, C_INTER_EFF, C_INTER_LATENCY, C_INTRA_BW, C_INTRA_EFF, C_INTRA_LATENCY,
+    C_NVLINK_MESH_MAX,
 )
 
 
@@ -53,11 +54,22 @@ def members_per_domain(row, size, stride):
     return min(size, per_domain)
 
 
+@njit(inline="always")
+def mesh_link_share(row, g_in):
+    """Share of a device's NVLink bandwidth a group with ``g_in`` members in the domain can use: 1 behind an
+    NVSwitch; in a direct mesh of n devices (``nvlink_mesh_max`` >= n) only the links to the g_in - 1 group
+    peers, (g_in - 1) / (n - 1) (docs/model.md §11.5 "Direct NVLink mesh")."""
+    domain = row[C_DOMAIN_SIZE]
+    if g_in < 2.0 or domain < 3.0 or row[C_NVLINK_MESH_MAX] < domain:
+        return 1.0
+    return (g_in - 1.0) / (domain - 1.0)
+
+
 @njit
 def bus_bandwidth(row, size, stride):
     """Bytes/s a ring collective of the group moves per device (NCCL bus bandwidth)."""
-    intra = row[C_INTRA_BW] * row[C_INTRA_EFF]
     g_in = members_per_domain(row, size, stride)
+    intra = row[C_INTRA_BW] * row[C_INTRA_EFF] * mesh_link_share(row, g_in)
     if g_in >= size:
         return intra
     return min(intra, g_in * row[C_INTER_BW] * row[C_INTER_EFF])

@@ -284,6 +284,8 @@ NETWORK_COLUMNS = _cols(
     ("gpus_per_node", "1", 8, "Devices per server.", 1, 1 << 16),
     ("domain_size", "1", 8, "Devices per NVLink domain (tier 0 of a cluster's .tiers; 72 for NVL72).", 1, 1 << 16),
     ("intra_bw", "bytes/s", 450e9, "NVLink-domain (tier 0) bandwidth per device, one direction.", 1e8, 1e14),
+    ("nvlink_mesh_max", "1", 0, "Largest NVLink domain the device's baseboard wires as a direct mesh, no NVSwitch: "
+     "a device's links are split evenly among its domain - 1 peers (HGX 4-GPU: 4); 0: switched.", 0, 16),
     ("intra_latency", "s", 3.4e-6, "NVLink-domain (tier 0) per-step latency of a collective.", 0, 1e-2, True),
     ("collective_overhead_s", "s", 0.0, "GPU idle time around each tensor-parallel collective issued between compute "
      "kernels (NCCL kernel launch, ranks meeting), beyond NCCL's latency + bandwidth time; 0 where no device "

@@ -1,4 +1,4 @@
-"""Columns of the attention kernel a PyTorch-native stack runs: PyTorch SDPA's FlashAttention-2 backend.
+"""Columns of PyTorch-native stacks' kernels: PyTorch SDPA's FlashAttention-2 backend, DTensor TP plans.
 
 Rows of ``fastmodel.registry.lm`` (name, units, default, doc, lo, hi, fittable, option), kept here so the registry
 module stays readable. docs/model.md §11.3 ("Attention through PyTorch SDPA") gives the equation and sources;
@@ -11,6 +11,10 @@ SDPA_PLAN_ROWS = (
     ("attn_fa2", "1", 0, "1: attention runs FlashAttention-2 kernels (PyTorch scaled_dot_product_attention's flash "
      "backend, first in its priority order where cuDNN attention is not preferred) at attn_eff_fa2 of the device; "
      "0: the device's attn_eff (Transformer Engine / cuDNN fused attention). Set by the stack.", 0, 1, False, "flag"),
+    ("tp_per_projection", "1", 0, "1: the tensor-parallel plan redistributes the input of each column-parallel "
+     "projection on its own (DTensor ColwiseParallel on q, k, v and on gate, up: 3 + 2 per layer, docs/model.md "
+     "§11.6 'Per-projection TP'); 0: one redistribution before attention and one before the MLP (Megatron's f "
+     "operator, TorchTitan's PrepareModuleInput). Set by the stack.", 0, 1, False, "flag"),
 )
 
 SDPA_DEVICE_ROWS = (

@@ -29,6 +29,7 @@ from fastmodel.kernels.lm.layout import (
     CP_ALLTOALL, C_COLLECTIVE_BUCKET_BYTES, C_CP, C_CP_ALGORITHM, C_DP, C_GLOBAL_BATCH, C_GRAD_ACCUM_BYTES, C_GRAD_REDUCE_BYTES, C_LAYERS, C_MICRO_BATCH,
     C_MOE_A2A_OVERLAP, C_MOE_SHARED_EXPERT_OVERLAP, C_PP,
     C_PARAM_FETCH_BW, C_SELECTIVE_POLICY, C_SHARDING, C_SHARD_DEGREE, C_TP, C_TP_COMM_OVERLAP, SHARD_FSDP,
+    C_GATED_MLP, C_SEQUENCE_PARALLEL, C_TP_PER_PROJECTION,
 )
 from fastmodel.kernels.lm.parallel import (
     exposed, fsdp_copy_out_time, fsdp_layer_exposed, fsdp_reduce_copy_in_time, hook_fetch_time, param_bytes,
@@ -76,6 +77,23 @@ A_EP_SCALE_OUT = A_FORWARD + 24   # EP seconds of scale-out (tier-1) traffic, al
 N_ACCUMULATORS = 25
 #: scratch slots the step needs: per-layer costs, then the accumulators
 N_WORK = A_FORWARD + N_ACCUMULATORS
+
+
+@njit(inline="always")
+def tp_pass_factors(row):
+    """(forward, backward) TP seconds of a layer per forward TP time ``W_TP`` (two collectives per direction, one
+    before attention and one before the MLP, and their conjugates). With ``tp_per_projection`` the plan
+    redistributes the input of each column-parallel projection on its own, n = 3 (q, k, v) + 2 (gate, up; 1
+    without a gate) per layer: without SP each input's gradient is all-reduced in backward (n all-reduces, the
+    forward's two row-parallel all-reduces unchanged); with SP n all-gathers and 2 reduce-scatters each way
+    (docs/model.md §11.6 "Per-projection TP")."""
+    if row[C_TP_PER_PROJECTION] <= 0.0:
+        return 1.0, TP_BACKWARD_PASSES
+    inputs = 3.0 + (2.0 if row[C_GATED_MLP] > 0.0 else 1.0)
+    if row[C_SEQUENCE_PARALLEL] > 0.0:
+        share = (inputs + 2.0) / 4.0
+        return share, share
+    return 1.0, inputs / 2.0
 
 
 @njit
@@ -136,7 +154,8 @@ def _add_layer_kind(row, weight, full, selective, fsdp, work):
     core = core_attention_recomputed(row) if selective > 0.0 else 0.0
     cheap = core * (a_ + work[W_ATTN_CORE_MEM]) + work[W_AGAIN] if megatron else 0.5 * g + m_
     again = full * (g + a_ + m_) + selective * cheap
-    tp = work[W_TP] * (1.0 + TP_BACKWARD_PASSES + full)
+    tp_forward, tp_backward = tp_pass_factors(row)
+    tp = work[W_TP] * (tp_forward * (1.0 + full) + tp_backward)
     cp = work[W_CP] * (1.0 + CP_BACKWARD_PASSES + full)
     ep = work[W_EP] * (1.0 + EP_BACKWARD_PASSES + full) + selective * work[W_AGAIN_EP]
     passes = 1.0 + BACKWARD_GEMM + full
@@ -164,7 +183,7 @@ def _add_layer_kind(row, weight, full, selective, fsdp, work):
         work[A_FSDP_REFETCH] += weight * refetch
     # the exposed collectives split over the passes in the ratio of their runs (forward : backward)
     comm_left = tp_left + cp_left + ep_left
-    forward_runs = work[W_TP] * tp_left / tp if tp > 0.0 else 0.0
+    forward_runs = work[W_TP] * tp_forward * tp_left / tp if tp > 0.0 else 0.0
     forward_runs += work[W_CP] * cp_left / cp if cp > 0.0 else 0.0
     forward_runs += work[W_EP] * ep_left / ep if ep > 0.0 else 0.0
     work[A_FORWARD] += weight * forward

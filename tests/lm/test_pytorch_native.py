@@ -8,6 +8,8 @@ import pytest
 import tomllib
 
 from fastmodel.kernels.lm.parallel import fsdp_copy_out_time, fsdp_reduce_copy_in_time
+from fastmodel.kernels.lm.passes import tp_pass_factors
+from fastmodel.kernels.nccl import allreduce_time, bus_bandwidth
 from fastmodel.kernels.roofline import attention_time
 from fastmodel.lm.engine import evaluate_table
 from fastmodel.lm.execution import ExecutionSpec
@@ -89,3 +91,47 @@ def test_torchtitan_and_olmo_core_run_sdpa_flash_kernels_and_kempnerforge_keeps_
     # FSDP1 on PyTorch 2.x calls SDPA too; PyTorch 1.x predates it (unfused attention)
     assert stack_of("PyTorch FSDP (post-2.2 nightly) + SDPA FlashAttention-2 (fms-fsdp)").attn_fa2 is True
     assert stack_of("PyTorch 1.10 FSDP (minGPT), FP16, SGD").attn_fa2 is False
+
+
+def test_a_pair_on_a_4_gpu_nvlink_mesh_reaches_only_its_own_links():
+    # HGX 4-GPU Hopper board (no NVSwitch): 18 links per GPU, 6 to each of 3 peers -> a pair has 1/3 of 450 GB/s
+    mesh = row(**{**NET, "domain_size": 4}, nvlink_mesh_max=4)
+    assert bus_bandwidth(mesh, 2.0, 1.0) == pytest.approx(450e9 * 0.8 / 3, rel=1e-12)
+    assert bus_bandwidth(mesh, 3.0, 1.0) == pytest.approx(450e9 * 0.8 * 2 / 3, rel=1e-12)
+    # all 4 GPUs of the node: every link carries the ring(s), the switched rate
+    assert bus_bandwidth(mesh, 4.0, 1.0) == pytest.approx(450e9 * 0.8, rel=1e-12)
+    # TP=2 all-reduce of one 4 x 4096 x 4096 BF16 activation: 2 (n-1)/n S at 120 GB/s (+ latency)
+    size = 4 * 4096 * 4096 * 2
+    switched = allreduce_time(row(**{**NET, "domain_size": 4}), size, 2.0, 1.0)
+    paired = allreduce_time(mesh, size, 2.0, 1.0)
+    assert paired - switched == pytest.approx(size * (1 / 120e9 - 1 / 360e9), rel=1e-9)
+    # FSDP over 8 nodes with tp=4 inside each: one member per node, the NIC bound, untouched by the mesh
+    assert bus_bandwidth(mesh, 8.0, 4.0) == pytest.approx(50e9 * 0.85, rel=1e-12)
+    # an 8-GPU NVSwitch node (domain above nvlink_mesh_max): every pair at the full rate
+    assert bus_bandwidth(row(**NET, nvlink_mesh_max=4), 2.0, 1.0) == pytest.approx(450e9 * 0.8, rel=1e-12)
+
+
+def test_hopper_device_files_mark_the_4_gpu_baseboard_as_a_mesh():
+    for name in ("h100-sxm.toml", "h200-sxm.toml"):
+        assert tomllib.loads((DEVICES / name).read_text())["nvlink_mesh_max"] == 4
+    for name in ("b200.toml", "gb200.toml", "a100-sxm4.toml"):
+        assert "nvlink_mesh_max" not in tomllib.loads((DEVICES / name).read_text())
+
+
+def test_kempnerforge_redistributes_each_column_parallel_input_on_its_own():
+    # units of W_TP, two all-reduces of T h 2 B per forward; n = 3 (q, k, v) + 2 (gate, up) column-parallel inputs
+    assert tp_pass_factors(row(tp_per_projection=1, gated_mlp=1)) == (1.0, 2.5)      # no SP: 5 backward all-reduces
+    assert tp_pass_factors(row(tp_per_projection=1, gated_mlp=0)) == (1.0, 2.0)      # ungated MLP: up only
+    assert tp_pass_factors(row(tp_per_projection=1, gated_mlp=1, sequence_parallel=1)) == (1.75, 1.75)  # 5 AG + 2 RS
+    assert tp_pass_factors(row(tp_per_projection=0, gated_mlp=1)) == (1.0, 1.0)
+    # the step, full recompute without SP: 2 + 2 + 5 = 9 all-reduces per layer instead of 2 + 2 + 2 = 6, so
+    # 3 more of T h 2 B (T = 2 x 4096) per layer and micro-batch (32 / (2 x 4) = 4); the LM head's unchanged
+    base = dict(LLAMA8B, tp=2, dp=4, recompute="full")
+    plain, split = one(**base), one(**base, tp_per_projection=1)
+    extra = 32 * 4 * 3 * allreduce_time(row(**NET), 2 * 4096 * 4096 * 2, 2.0, 1.0)
+    assert split["comm_tp"] - plain["comm_tp"] == pytest.approx(extra, rel=1e-9)
+    stack = resolve(ExecutionSpec(framework="KempnerForge (PyTorch FSDP2 + DTensor TP)", sharding="fsdp"),
+                    pp=1, layers=32)
+    assert stack.tp_per_projection is True
+    assert resolve(ExecutionSpec(framework="TorchTitan (FSDP2)", sharding="fsdp"), pp=1,
+                   layers=32).tp_per_projection is None

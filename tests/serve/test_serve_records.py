@@ -445,3 +445,14 @@ def test_the_engine_sees_the_drivers_hbm_not_a_decimal_datasheet_reading():
     system, notes = {"hbm_bytes": 141e9}, []
     driver_hbm(system, {}, "MI355X", notes)                       # no device file: the record's value
     assert system["hbm_bytes"] == 141e9 and notes == []
+
+
+def test_an_instance_cut_from_an_8_gpu_node_keeps_its_nvswitch():
+    from fastmodel.registry.lm import COLUMN_INDEX
+
+    # 4 of an HGX 8-GPU node's H100s (tp 2 x pp 2): the instance trims the domain to 4, but the node is switched
+    four = _with("serve.pp", 2, _with("system.n_gpus", 4))
+    assert lower_serve_record(four).columns[COLUMN_INDEX["nvlink_mesh_max"]] == 0.0
+    # a 4-GPU Hopper node is the direct mesh of the device file (h100-sxm.toml nvlink_mesh_max = 4)
+    mesh = _with("system.gpus_per_node", 4, four)
+    assert lower_serve_record(mesh).columns[COLUMN_INDEX["nvlink_mesh_max"]] == 4.0
