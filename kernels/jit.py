@@ -36,7 +36,48 @@ else:
     from numba import njit as _numba_njit
     from numba import prange
 
-__all__ = ["njit", "prange", "cache_dir", "kernel_source_key", "INTERPRETED", "compiled_engines", "LABELS"]
+__all__ = ["njit", "prange", "stack_vector", "cache_dir", "kernel_source_key", "INTERPRETED", "compiled_engines",
+           "LABELS"]
+
+
+# --- scratch vectors without a reference count -----------------------------------------------------------------
+
+if INTERPRETED:
+    def stack_vector(size):
+        """``np.empty(size)`` (the interpreted kernels)."""
+        import numpy as np
+
+        return np.empty(size)
+else:
+    from numba import types as _types
+    from numba.core import cgutils as _cgutils
+    from numba.extending import intrinsic as _intrinsic
+
+    @_intrinsic
+    def stack_vector(typingctx, size):
+        """A float64 vector of ``size`` (a compile-time constant: a literal or a module-level int) in the stack
+        frame of the kernel that calls it, with no reference count: valid until that kernel returns, so it must
+        not be returned or stored. Every array a numba kernel passes to another kernel is reference-counted on
+        the way in and out (an atomic increment and decrement of its meminfo, about 20 cycles each); a
+        configuration's column vector ``row`` and its scratch vectors go through hundreds of such calls per
+        configuration, most of the per-configuration time of the serving kernels before (bench/bench_serve.py).
+        A vector without a meminfo (as ``numba.carray`` makes) skips the atomics; views of it (``v[1]``,
+        ``v.reshape``) have none either. The contents start undefined, as ``np.empty``'s."""
+        if not isinstance(size, _types.IntegerLiteral):
+            return None
+        n = size.literal_value
+        vector = _types.Array(_types.float64, 1, "C")
+
+        def codegen(context, builder, signature, args):
+            from numba.np.arrayobj import populate_array
+
+            data = _cgutils.alloca_once(builder, context.get_value_type(_types.float64), size=n)
+            array = context.make_array(vector)(context, builder)
+            intp = context.get_value_type(_types.intp)
+            populate_array(array, data=data, shape=[intp(n)], strides=[intp(8)], itemsize=intp(8), meminfo=None)
+            return array._getvalue()
+
+        return vector(size), codegen
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 

@@ -8,9 +8,9 @@ are allocated once per chunk. Rows whose ``status`` is not 0 get NaN.
 
 import numpy as np
 
-from fastmodel.kernels.jit import njit, prange
+from fastmodel.kernels.jit import njit, prange, stack_vector
 from fastmodel.kernels.lm.layout import (
-    C_ALLOCATOR_CACHE_FRACTION, C_HBM_BYTES, C_USABLE_HBM_FRACTION, M_OVERHEAD, N_MEMORY_KINDS, N_RESULTS,
+    N_COLUMNS, C_ALLOCATOR_CACHE_FRACTION, C_HBM_BYTES, C_USABLE_HBM_FRACTION, M_OVERHEAD, N_MEMORY_KINDS, N_RESULTS,
     R_FITS_MEMORY, R_MEMORY_ALLOCATED, R_MEMORY_PEAK_STAGE, R_MEMORY_PER_DEVICE, R_MEMORY_RESERVED, R_MEMORY_WEIGHTS,
 )
 from fastmodel.kernels.lm.passes import N_WORK
@@ -42,9 +42,12 @@ def evaluate_row(row, work, memory, result):
 
 @njit
 def _evaluate_rows(params, status, out, lo, hi):
-    work = np.empty(N_WORK)
-    memory = np.empty(N_MEMORY_KINDS)
-    result = np.empty(N_RESULTS)
+    # frame vectors (kernels/jit.py stack_vector): passed through every cost term without reference counting;
+    # the row is copied out of the column-major table, as the grid kernel builds its rows
+    row = stack_vector(N_COLUMNS)
+    work = stack_vector(N_WORK)
+    memory = stack_vector(N_MEMORY_KINDS)
+    result = stack_vector(N_RESULTS)
     for r in range(lo, hi):
         if status[r] != 0:
             for v in range(N_RESULTS):
@@ -52,7 +55,9 @@ def _evaluate_rows(params, status, out, lo, hi):
             continue
         for v in range(N_RESULTS):
             result[v] = np.nan
-        evaluate_row(params[:, r], work, memory, result)
+        for c in range(N_COLUMNS):
+            row[c] = params[c, r]
+        evaluate_row(row, work, memory, result)
         for v in range(N_RESULTS):
             out[v, r] = result[v]
 

@@ -11,7 +11,7 @@ legal points are evaluated. Chunks of points run in parallel (``prange``).
 
 import numpy as np
 
-from fastmodel.kernels.jit import njit, prange
+from fastmodel.kernels.jit import njit, prange, stack_vector
 from fastmodel.kernels.lm.evaluate import evaluate_row
 from fastmodel.kernels.lm.layout import (
     C_CP, C_DP, C_N_GPUS, C_PP, C_SHARD_DEGREE, C_TP, N_COLUMNS, N_MEMORY_KINDS, N_RESULTS, R_FITS_MEMORY,
@@ -46,10 +46,11 @@ def _grid_point(flat, base, axis_columns, axis_values, shape, auto_shard, row):
 
 @njit
 def _evaluate_points(lo, hi, base, axis_columns, axis_values, shape, auto_shard, only_fitting, status, out, offset):
-    row = np.empty(N_COLUMNS)
-    work = np.empty(N_WORK)
-    memory = np.empty(N_MEMORY_KINDS)
-    result = np.empty(N_RESULTS)
+    # frame vectors (kernels/jit.py stack_vector): passed through every cost term without reference counting
+    row = stack_vector(N_COLUMNS)
+    work = stack_vector(N_WORK)
+    memory = stack_vector(N_MEMORY_KINDS)
+    result = stack_vector(N_RESULTS)
     for flat in range(lo, hi):
         _grid_point(flat, base, axis_columns, axis_values, shape, auto_shard, row)
         code = plan_status_row(row)

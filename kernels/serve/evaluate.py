@@ -44,9 +44,9 @@ import math
 
 import numpy as np
 
-from fastmodel.kernels.jit import njit, prange
+from fastmodel.kernels.jit import njit, prange, stack_vector
 from fastmodel.kernels.columns import (
-    C_BATCH_SIZE, C_EP, C_FRAMEWORK_MEMORY_BYTES, C_HBM_BYTES, C_HEADS, C_INPUT_LEN, C_INSTANCES,
+    N_COLUMNS, C_BATCH_SIZE, C_EP, C_FRAMEWORK_MEMORY_BYTES, C_HBM_BYTES, C_HEADS, C_INPUT_LEN, C_INSTANCES,
     C_KV_CACHE_MEM_FRACTION, C_KV_HEADS, C_LAYERS, C_LOAD_MODE, C_MAX_BATCH_SIZE, C_MAX_NUM_TOKENS, C_MOE_EXPERTS,
     C_N_GPUS, C_OUTPUT_LEN, C_PEAK_FLOPS_8, C_PP, C_SEQ_LEN, C_SERVE_STEP_OVERHEAD_S, C_TP, C_USABLE_HBM_FRACTION,
     C_ATTENTION_DP, C_KV_ON_DEMAND, C_MOE_TP, LOAD_BATCH, LOAD_CONCURRENCY, LOAD_MAX_THROUGHPUT,
@@ -291,11 +291,12 @@ CHUNK_ROWS = 256
 
 @njit
 def _serve_rows(params, status, out, lo, hi):
-    result = np.empty(N_SERVE_RESULTS)
-    scratch = np.empty((6, 6))
-    row = np.empty(params.shape[0])
+    # frame vectors (kernels/jit.py stack_vector): passed through every cost term without reference counting
+    result = stack_vector(N_SERVE_RESULTS)
+    scratch = stack_vector(36).reshape((6, 6))
+    row = stack_vector(N_COLUMNS)
     for r in range(lo, hi):
-        for k in range(params.shape[0]):
+        for k in range(N_COLUMNS):
             row[k] = params[k, r]
         _emit(row, result, scratch, status, out, r)
 
@@ -330,9 +331,11 @@ def serve_serial(params, status, out):
 
 @njit
 def _grid_rows(base, axis_cols, col_start, axis_vals, val_start, shape, derive, status, out, lo, hi, offset):
-    result = np.empty(N_SERVE_RESULTS)
-    scratch = np.empty((6, 6))
-    row = base.copy()
+    result = stack_vector(N_SERVE_RESULTS)
+    scratch = stack_vector(36).reshape((6, 6))
+    row = stack_vector(N_COLUMNS)
+    for k in range(N_COLUMNS):
+        row[k] = base[k]
     axes = shape.shape[0]
     index = np.empty(axes, dtype=np.int64)
     rest = lo

@@ -1,0 +1,66 @@
+"""kernels/jit.py stack_vector: a float64 vector in the calling kernel's frame, read and written through calls and
+views like an ``np.empty`` vector (no timing here: bench/bench_serve.py and bench/bench_lm_sweep.py measure it)."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+from numba import njit
+
+from fastmodel.kernels.jit import stack_vector
+
+SIZE = 12
+
+
+@njit
+def _fill(vector, start):
+    for i in range(vector.shape[0]):
+        vector[i] = start + i
+
+
+@njit
+def _sum(vector):
+    total = 0.0
+    for i in range(vector.shape[0]):
+        total += vector[i]
+    return total
+
+
+@njit
+def _through_calls(rows):
+    """For r = 0..rows-1: fill a frame vector with r, r+1, ..., r+11 in a callee, sum it in another callee, and
+    read one element through a 2-D view (3 x 4) of it."""
+    vector = stack_vector(SIZE)
+    grid = stack_vector(SIZE).reshape((3, 4))
+    sums = np.empty(rows)
+    corner = np.empty(rows)
+    for r in range(rows):
+        _fill(vector, float(r))
+        sums[r] = _sum(vector)
+        _fill(grid.reshape(SIZE), 10.0 * r)
+        corner[r] = grid[2, 3] + _sum(grid[1])
+    return sums, corner
+
+
+def _expected(rows):
+    # by hand: sum of r .. r+11 is 12 r + 66; grid row 2 column 3 is element 11 (10 r + 11), row 1 is elements
+    # 4..7 (4 x 10 r + 22)
+    r = np.arange(rows, dtype=float)
+    return 12.0 * r + 66.0, 10.0 * r + 11.0 + 40.0 * r + 22.0
+
+
+def test_stack_vector_holds_what_callees_write_and_views_see_it():
+    sums, corner = _through_calls(50)
+    want_sums, want_corner = _expected(50)
+    np.testing.assert_array_equal(sums, want_sums)
+    np.testing.assert_array_equal(corner, want_corner)
+
+
+def test_stack_vector_interpreted_is_a_plain_vector():
+    """FASTMODEL_JIT=0 (plain-Python kernels): stack_vector is an ordinary float64 vector of the size."""
+    env = {**os.environ, "FASTMODEL_JIT": "0"}
+    probe = "from fastmodel.kernels.jit import stack_vector; v = stack_vector(12); print(v.shape, v.dtype)"
+    done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["(12,)", "float64"]
