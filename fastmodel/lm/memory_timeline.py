@@ -9,10 +9,11 @@ that rank's peak (``tests/lm/test_memory_timeline.py`` checks it against ``memor
 - after the forward of a micro-batch: its activations are added; after the last model stage of its chain
   (the last rank's last chunk; DualPipe: rank 0 in the reverse direction) the logits and loss workspace are
   live (``P_LOSS``);
-- at the start of a backward: the recompute working set and the layer's activation gradients
-  (``P_BACKWARD``); after it, the micro-batch's activations are freed and, on the first rank at chunk 0, the
-  word embedding's weight gradient is live (``P_EMBEDDING``) where the chain starts; under ZB-H1 and DualPipe
-  the input-gradient pass ``I`` is that start and the weight-gradient pass ``W`` frees the activations;
+- at the start of a backward: the recompute working set and the layer's activation gradients, and on the
+  last rank that micro-batch's final-norm and LM-head inputs are gone (``P_BACKWARD``); after it, the
+  micro-batch's activations are freed and, on the first rank at chunk 0, the word embedding's weight gradient
+  is live (``P_EMBEDDING``) where the chain starts; under ZB-H1 and DualPipe the input-gradient pass ``I`` is
+  that start and the weight-gradient pass ``W`` frees the activations;
 - the optimizer step ends the step (``P_OPTIMIZER``).
 
 ``overhead`` is ``overhead_bytes`` (kernels/lm/memory.py); the allocator's cache shows as the ``reserved`` line, the peak
@@ -80,7 +81,7 @@ def stage_memory(row: np.ndarray, stage: int, terms: dict | None = None) -> Stag
     """The moments of pipeline rank ``stage`` over one step (see the module docstring)."""
     from fastmodel.kernels.lm.memory import overhead_bytes
     from fastmodel.kernels.lm.memory_activations import rank_microbatch_bytes
-    from fastmodel.kernels.lm.memory_peak import P_OPTIMIZER, phase_kinds
+    from fastmodel.kernels.lm.memory_peak import P_OPTIMIZER, backward_passed_head_bytes, phase_kinds
     from fastmodel.kernels.lm.pipeline import chain_length, exact_schedule, microbatches, stage_order, virtual_stage
 
     t = _terms(row) if terms is None else terms
@@ -92,6 +93,7 @@ def stage_memory(row: np.ndarray, stage: int, terms: dict | None = None) -> Stag
     kept = 1.0 - row[C["activation_offload"]]
     chunk = rank_microbatch_bytes(row, float(stage), t["dense"], t["moe"]) / v * kept
     fsdp = int(row[C["sharding"]]) == 3
+    passed_head = backward_passed_head_bytes(row, float(stage))
     overhead = overhead_bytes(row)
     index = {k: i for i, k in enumerate(MEMORY_KINDS)}
     labels, rows = ["start"], []
@@ -116,7 +118,7 @@ def stage_memory(row: np.ndarray, stage: int, terms: dict | None = None) -> Stag
             continue
         if kind in ("B", "I"):      # a backward (ZB-H1: its input-gradient pass) starts
             labels.append(f"{kind}{micro_batch}")
-            moment(held + t["working"] * kept, t["gather"] + t["comm"] + t["grads"])
+            moment(held + (t["working"] - passed_head) * kept, t["gather"] + t["comm"] + t["grads"])
             if kind == "I":
                 continue
         held = max(held - chunk, 0.0)   # B, or ZB-H1's weight-gradient pass W, frees the micro-batch

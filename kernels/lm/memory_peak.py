@@ -12,8 +12,8 @@ Phases (``P_*``):
 - ``P_LOSS``: the last rank has run a micro-batch's forward through the LM head; every micro-batch it holds
   is in flight, the logits and loss workspace are live.
 - ``P_BACKWARD``: the backward of the oldest micro-batch in flight starts on its last layer: every
-  micro-batch still in flight, the layer recomputed (recompute working set), the gradients of its
-  activations (``backward_grad_bytes``).
+  micro-batch still in flight (on the last rank less that one's head inputs, ``backward_passed_head_bytes``),
+  the layer recomputed (recompute working set), the gradients of its activations (``backward_grad_bytes``).
 - ``P_EMBEDDING``: the first rank ends a micro-batch's backward at the word embedding: the other micro-batches
   in flight (one micro-batch, or one ``1 / v`` chunk of it under the interleaved schedule, fewer than at the
   peak), and the embedding's weight gradient (``embedding_grad_bytes``).
@@ -24,10 +24,12 @@ from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.moe import expert_tp
 from fastmodel.kernels.lm.layout import (
     C_ACTIVATION_OFFLOAD, C_COLLECTIVE_BUCKET_BYTES, C_DENSE_LAYERS, C_FFN, C_FP8_PARAMS, C_GATED_MLP, C_GRAD_REDUCE_BYTES, C_HIDDEN, C_MOE_FFN,
-    C_MOE_SHARED_EXPERTS, C_PP, C_SHARDING, C_TP, C_VOCAB, SHARD_FSDP,
+    C_MOE_ACT_INPUT_FP8, C_MOE_SHARED_EXPERTS, C_PP, C_SHARDING, C_TP, C_VOCAB, RECOMPUTE_MODULE_MLP,
+    RECOMPUTE_MODULE_MOE, RECOMPUTE_MODULE_MOE_ACT, RECOMPUTE_MODULE_SHARED_EXPERTS, SHARD_FSDP,
 )
 from fastmodel.kernels.lm.memory_activations import (
-    micro_batch_tokens, microbatches_in_flight, rank_microbatch_bytes, replicated_divisor, routed_tokens,
+    gemm_input_bytes, head_activation_bytes, micro_batch_tokens, microbatches_in_flight, module_recomputed,
+    rank_microbatch_bytes, replicated_divisor, routed_tokens,
 )
 from fastmodel.kernels.lm.pipeline import chunk_fraction, mirror_stage
 from fastmodel.kernels.lm.memory_states import (
@@ -44,15 +46,42 @@ PHASE_NAMES = ("loss (last rank)", "backward of a layer", "embedding backward (f
 
 
 @njit(error_model='numpy')
-def mlp_grad_bytes(row, width, rows):
-    """Gradients of one MLP's activations live during its backward, ``rows`` tokens at ``width`` per device:
-    the gradient of the first GEMM's output (``2 width`` gated, as the fused gate+up output, else ``width``)
-    and of the activation's output (``width``), 16-bit: ``2 (2 + 1) rows width`` gated, ``2 (1 + 1) rows
-    width`` otherwise. PyTorch autograd gives each saved tensor's gradient its shape and dtype; the gradient of
-    the first GEMM's output is computed from the activation's output gradient while both are live
-    (Megatron-Core ``bias_swiglu_impl`` backward returns the ``[T, 2 f]`` input gradient)."""
+def mlp_grad_bytes(row, width, rows, fc2_input):
+    """Gradients of one MLP's activations live during its backward, ``rows`` tokens at ``width`` per device,
+    net of the second GEMM's input, which autograd frees before the largest of them is allocated.
+
+    The MLP runs three autograd nodes, fc1, the activation, fc2 (Megatron-Core ``MLP.forward``). fc2's backward
+    allocates the activation output's gradient (``2 width``) while its own saved input is still live; the engine
+    then releases fc2's saved tensors (``fn.release_variables()`` after each node's backward, PyTorch
+    torch/csrc/autograd/engine.cpp ``Engine::evaluate_function``), and only then does the activation's backward
+    allocate the first GEMM's output gradient (``2 width`` gated, the fused gate+up output, else ``width``)
+    beside it. ``fc2_input``: the bytes per element of fc2's input counted among the stored tensors or the
+    recompute working set, 0 where it is recomputed in backward or not counted (``mlp_fc2_input_bytes``).
+    The larger of the two moments, over the stored tensors: ``max(2, 2 (c1 + 1) - fc2_input) rows width``,
+    ``c1`` = 2 gated, else 1 (the second moment is never the smaller, ``fc2_input <= 2``). PyTorch autograd
+    gives each gradient its tensor's shape and dtype; Megatron-Core ``bias_swiglu_impl`` backward returns the
+    ``[T, 2 f]`` input gradient."""
     fc1 = 2.0 if row[C_GATED_MLP] > 0 else 1.0
-    return B16 * (fc1 + 1.0) * rows * width
+    return max(B16, B16 * (fc1 + 1.0) - fc2_input) * rows * width
+
+
+@njit(error_model='numpy')
+def mlp_fc2_input_bytes(row, kind):
+    """Bytes per element of the second GEMM's input that the stored tensors (or the recompute working set) hold
+    when the backward reaches it, for the dense MLP (``kind`` 0), the routed experts (1), the shared experts (2):
+    ``gemm_input_bytes``, or 0 where that input is recomputed in backward and so not counted there
+    (``recompute_modules`` ``mlp`` for the dense MLP, ``moe`` for both expert kinds, ``shared_experts`` for the
+    shared ones, ``moe_act`` for the routed experts under 16-bit GEMMs; ``moe_act_input_fp8`` with a gated MLP
+    for both expert kinds: kernels/lm/memory_activations.py ``moe_activation_bytes``)."""
+    if kind == 0:
+        return 0.0 if module_recomputed(row, RECOMPUTE_MODULE_MLP) else gemm_input_bytes(row)
+    if module_recomputed(row, RECOMPUTE_MODULE_MOE) or (row[C_MOE_ACT_INPUT_FP8] > 0 and row[C_GATED_MLP] > 0):
+        return 0.0
+    if kind == 2:
+        return 0.0 if module_recomputed(row, RECOMPUTE_MODULE_SHARED_EXPERTS) else gemm_input_bytes(row)
+    if module_recomputed(row, RECOMPUTE_MODULE_MOE_ACT) and gemm_input_bytes(row) == B16:
+        return 0.0
+    return gemm_input_bytes(row)
 
 
 @njit(error_model='numpy')
@@ -63,11 +92,12 @@ def backward_grad_bytes(row):
     larger of the two when the model has both kinds of layer)."""
     t_tok = micro_batch_tokens(row)
     incoming = B16 * t_tok * row[C_HIDDEN] / replicated_divisor(row)
-    dense = mlp_grad_bytes(row, row[C_FFN] / row[C_TP], t_tok)
+    dense = mlp_grad_bytes(row, row[C_FFN] / row[C_TP], t_tok, mlp_fc2_input_bytes(row, 0))
     if not is_moe(row):
         return incoming + dense
-    experts = mlp_grad_bytes(row, row[C_MOE_FFN] / expert_tp(row), routed_tokens(row)) + \
-        mlp_grad_bytes(row, row[C_MOE_SHARED_EXPERTS] * row[C_MOE_FFN] / row[C_TP], t_tok)
+    routed = mlp_grad_bytes(row, row[C_MOE_FFN] / expert_tp(row), routed_tokens(row), mlp_fc2_input_bytes(row, 1))
+    shared = row[C_MOE_SHARED_EXPERTS] * row[C_MOE_FFN] / row[C_TP]
+    experts = routed + mlp_grad_bytes(row, shared, t_tok, mlp_fc2_input_bytes(row, 2))
     if row[C_DENSE_LAYERS] > 0:
         return incoming + max(dense, experts)
     return incoming + experts
@@ -120,6 +150,18 @@ def optimizer_transient_bytes(row, non_expert, expert):
 
 
 @njit(error_model='numpy')
+def backward_passed_head_bytes(row, stage):
+    """At ``P_BACKWARD`` on the last rank, the micro-batch whose backward has reached its last layer has already
+    run the LM head's and the final norm's backward, whose saved inputs autograd then released
+    (``fn.release_variables()``, PyTorch torch/csrc/autograd/engine.cpp ``Engine::evaluate_function``): its
+    ``head_activation_bytes``, ``(2 + g) T h / t_sp``, are no longer held. 0 on other ranks and under DualPipe
+    (a rank holds both directions there, and which one's backward comes first is not modelled: an upper bound)."""
+    if stage != row[C_PP] - 1 or mirror_stage(row, stage) >= 0.0:
+        return 0.0
+    return head_activation_bytes(row)
+
+
+@njit(error_model='numpy')
 def _phase(row, stage, phase, state, shared):
     """(weights, gradients, optimizer, activations, buffers) at ``phase`` from the rank's ``state`` (``_stage_state``:
     states ``w, g, o``, optimizer ``transient``, what it keeps per micro-batch ``per_mb``, micro-batches
@@ -135,7 +177,8 @@ def _phase(row, stage, phase, state, shared):
             return w, g, o, 0.0, 0.0
         return w, g, o, in_flight * per_mb * kept, loss_gather_bytes(row, gather) + comm + logits
     if phase == P_BACKWARD:
-        return w, g, o, (in_flight * per_mb + working) * kept, gather + comm + grad_work
+        held = in_flight * per_mb - backward_passed_head_bytes(row, stage)
+        return w, g, o, (held + working) * kept, gather + comm + grad_work
     if stage != 0 and mirror_stage(row, stage) != 0:          # DualPipe: rank pp - 1 starts the reverse chain
         return w, g, o, 0.0, 0.0
     chunk = chunk_fraction(row)

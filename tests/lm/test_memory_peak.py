@@ -22,6 +22,7 @@ from fastmodel.kernels.lm.layout import (
 )
 from fastmodel.kernels.lm.memory import memory_row
 from fastmodel.lm.table import row
+from fastmodel.registry.lm import RECOMPUTE_MODULES
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 ALLOCATED = (M_WEIGHTS, M_GRADIENTS, M_OPTIMIZER, M_ACTIVATIONS, M_BUFFERS)
@@ -46,13 +47,14 @@ def test_1f1b_first_stage_peak_holds_p_micro_batches():
     and runs its 4th before the first backward: its peak is at that backward's start, with 4 micro-batches of
     2 layers (s b h (34 + 5 a s / h) each) and the embedding's dropout mask s b h, plus the buffers of that
     moment: one activation sent and one received 2 x 2 s b h, and the activation gradients of the layer,
-    the incoming 2 s b h and the MLP's fc1 and GeLU-output gradients 2 x 2 s b f."""
+    the incoming 2 s b h and the MLP's fc1 and GeLU-output gradients 2 x 2 s b f, less the GeLU output 2 s b f
+    (fc2's saved input), which autograd releases after fc2's backward, before fc1's output gradient exists."""
     s, b, h, a, f = 512, 2, 1024, 16, 4096
     out, stage = peak(**GPT, layers=8, pp=4, micro_batch=b, global_batch=16)
     layer = s * b * h * (34 + 5 * a * s / h)
     assert stage == 0
     assert out[M_ACTIVATIONS] == pytest.approx(4 * (2 * layer + s * b * h), rel=1e-12)
-    assert out[M_BUFFERS] == pytest.approx(4 * s * b * h + 2 * s * b * h + 4 * s * b * f, rel=1e-12)
+    assert out[M_BUFFERS] == pytest.approx(4 * s * b * h + 2 * s * b * h + 2 * s * b * f, rel=1e-12)
     # fewer micro-batches than stages: the first rank holds all m = 2
     out, _ = peak(**GPT, layers=8, pp=4, micro_batch=b, global_batch=4)
     assert out[M_ACTIVATIONS] == pytest.approx(2 * (2 * layer + s * b * h), rel=1e-12)
@@ -61,36 +63,37 @@ def test_1f1b_first_stage_peak_holds_p_micro_batches():
 def test_full_recompute_backward_holds_one_layer_again():
     """4 layers, full recompute, one micro-batch (T = s b = 1024): the layers keep their inputs 2 T h; in the
     backward of a layer its full activations T h (34 + 5 a s / h) are live again (Chen et al. 2016), less the
-    input 2 T h, which is its checkpoint, beside
-    the final norm and LM-head inputs 4 T h, the embedding's dropout mask T h and the activation gradients
-    2 T h + 2 x 2 T f. The logits 6 T V (V = 1000) are smaller than that working set, so the peak is there."""
+    input 2 T h, which is its checkpoint, beside the embedding's dropout mask T h and the activation gradients
+    2 T h + 2 x 2 T f less fc2's released input 2 T f (the final norm and LM-head inputs 4 T h were released by
+    the head's backward, before this layer's). The logits 6 T V (V = 1000) are smaller than that working set, so the peak is there."""
     s, b, h, a, f = 512, 2, 1024, 16, 4096
     t_tok = s * b
     out, _ = peak(**GPT, layers=4, micro_batch=b, global_batch=b, recompute="full")
     full_layer = t_tok * h * (34 + 5 * a * s / h)
-    assert out[M_ACTIVATIONS] == pytest.approx(3 * 2 * t_tok * h + full_layer + 4 * t_tok * h + t_tok * h,
+    assert out[M_ACTIVATIONS] == pytest.approx(3 * 2 * t_tok * h + full_layer + t_tok * h,
                                                rel=1e-12)
-    assert out[M_BUFFERS] == pytest.approx(2 * t_tok * h + 4 * t_tok * f, rel=1e-12)
+    assert out[M_BUFFERS] == pytest.approx(2 * t_tok * h + 2 * t_tok * f, rel=1e-12)
 
 
 def test_fsdp_layer_with_prefetch():
     """FSDP (FSDP1: flat parameters are views of the all-gather output) on dp = 8, one micro-batch (T = 1024):
     in a layer's backward the layer being computed and the
     prefetched one are gathered in BF16, 2 x 2 P, with the layer's FP32 unsharded gradient 4 P
-    (P = 4 h^2 + 2 h f + 2 h), beside the activation gradients 2 T h + 2 x 2 T f. With a vocabulary of
+    (P = 4 h^2 + 2 h f + 2 h), beside the activation gradients 2 T h + 2 x 2 T f less fc2's released input
+    2 T f. With a vocabulary of
     256,000 and 64 tokens the moment the word embedding is gathered for its backward, with its unsharded
     gradient, (2 + 4) V h, is the peak instead: no activation is left then."""
     h, f, t_tok = 1024, 4096, 1024
     layer = 4 * h * h + 2 * h * f + 2 * h
     fsdp = {**GPT, "dropout": 0, "flash_attention": 1, "dp": 8, "sharding": "fsdp"}
     out, _ = peak(**fsdp, layers=4, micro_batch=2, global_batch=16)
-    assert out[M_BUFFERS] == pytest.approx((2 * 2 + 4) * layer + 2 * t_tok * h + 4 * t_tok * f, rel=1e-12)
+    assert out[M_BUFFERS] == pytest.approx((2 * 2 + 4) * layer + 2 * t_tok * h + 2 * t_tok * f, rel=1e-12)
     # FSDP2 copies the prefetched layer out of its all-gather output: both live at once, one more 2 P
     out, _ = peak(**fsdp, layers=4, micro_batch=2, global_batch=16, fsdp_copy_out=1)
-    assert out[M_BUFFERS] == pytest.approx((3 * 2 + 4) * layer + 2 * t_tok * h + 4 * t_tok * f, rel=1e-12)
+    assert out[M_BUFFERS] == pytest.approx((3 * 2 + 4) * layer + 2 * t_tok * h + 2 * t_tok * f, rel=1e-12)
     # without backward prefetch (PyTorch 1.x FSDP, overlap_param_gather = 0) only the layer being computed: 2 P
     out, _ = peak(**fsdp, layers=4, micro_batch=2, global_batch=16, overlap_param_gather=0)
-    assert out[M_BUFFERS] == pytest.approx((2 + 4) * layer + 2 * t_tok * h + 4 * t_tok * f, rel=1e-12)
+    assert out[M_BUFFERS] == pytest.approx((2 + 4) * layer + 2 * t_tok * h + 2 * t_tok * f, rel=1e-12)
     out, stage = peak(**{**fsdp, "vocab": 256000, "seq_len": 64}, layers=4, micro_batch=1, global_batch=8)
     assert (stage, out[M_ACTIVATIONS]) == (0, 0.0)
     assert out[M_BUFFERS] == pytest.approx((2 + 4) * 256000 * h, rel=1e-12)
@@ -102,12 +105,12 @@ def test_module_wrapped_fsdp_without_backward_prefetch_gathers_one_unit():
     U = 4 h^2. With backward prefetch the unit being computed and the next are gathered, 2 x 2 U, beside the
     unit's unsharded gradient 2 U; without it (``backward_prefetch = None``: a unit is gathered in its own
     pre-backward hook and freed in its post-backward hook before the gradient's reduce-scatter) 2 U + 2 U. The
-    activation gradients 2 T h + 2 x 2 T f (T = 1024) come on top either way."""
+    activation gradients 2 T h + 2 x 2 T f less fc2's released input 2 T f (T = 1024) come on top either way."""
     h, f, t_tok = 1024, 4096, 1024
     unit = 4 * h * h
     wrapped = {**GPT, "dropout": 0, "flash_attention": 1, "dp": 8, "sharding": "fsdp", "fsdp_module_wrap": 1,
                "master_weights": 0, "grad_reduce_bytes": 2, "layers": 4, "micro_batch": 2, "global_batch": 16}
-    grads = 2 * t_tok * h + 4 * t_tok * f
+    grads = 2 * t_tok * h + 2 * t_tok * f
     out, _ = peak(**wrapped)
     assert out[M_BUFFERS] == pytest.approx((2 * 2 + 2) * unit + grads, rel=1e-12)
     out, _ = peak(**wrapped, overlap_param_gather=0)
@@ -128,6 +131,54 @@ def test_embedding_gradient_transient_on_the_first_rank():
     assert stage0.labels[top].endswith("emb")
     gradients = stage0.values[:, 1]
     assert gradients[top] - gradients[0] == pytest.approx(2 * v * h, rel=1e-12)
+
+
+def test_last_rank_backward_has_released_the_head_inputs():
+    """pp = 2, 1F1B, one micro-batch of T = s b = 1024 tokens, 4 layers (2 per rank), unfused GPT layers of
+    s b h (34 + 5 a s / h). The last rank after its forward holds 2 layers and the final-norm and LM-head inputs
+    (2 + 2) T h; when that micro-batch's backward reaches its last layer, the head's and the final norm's backward
+    have run and autograd has released their saved inputs: 2 layers alone. Under DualPipe (not modelled) nothing
+    is released."""
+    from fastmodel.lm.memory_timeline import memory_timeline
+
+    s, b, h, a = 512, 2, 1024, 16
+    layer = s * b * h * (34 + 5 * a * s / h)
+    last = memory_timeline(row(**GPT, layers=4, pp=2, micro_batch=b, global_batch=b, **NO_OVERHEAD)).stages[1]
+    held = dict(zip(last.labels, last.values[:, M_ACTIVATIONS]))
+    assert held["F0"] == pytest.approx(2 * layer + 4 * s * b * h, rel=1e-12)
+    assert held["B0"] == pytest.approx(2 * layer, rel=1e-12)
+
+
+def test_backward_releases_fc2_input_only_where_it_is_stored():
+    """The MLP's activation gradients at a layer's backward (pp = 1, T = 1024, h = 1024, f = 4096, flash, no
+    dropout): fc2's backward allocates its input's gradient 2 T f, then autograd releases fc2's saved input,
+    then the activation's backward allocates fc1's output gradient 2 T f beside the first: 2 T h incoming +
+    2 x 2 T f - g T f, g the stored input's bytes (2 in BF16). Under selective recompute listing ``mlp`` the
+    MLP is checkpointed and its input recomputed, not counted among the stored tensors: nothing to take off."""
+    h, f, t_tok = 1024, 4096, 1024
+    base = {**GPT, "dropout": 0, "flash_attention": 1, "layers": 2, "micro_batch": 2, "global_batch": 2}
+    out, _ = peak(**base)
+    assert out[M_BUFFERS] == pytest.approx(2 * t_tok * h + (4 - 2) * t_tok * f, rel=1e-12)
+    out, _ = peak(**base, recompute="selective", recompute_modules=RECOMPUTE_MODULES["mlp"])
+    assert out[M_BUFFERS] == pytest.approx(2 * t_tok * h + 4 * t_tok * f, rel=1e-12)
+
+
+def test_expert_fc2_input_recomputed_under_moe_act_or_fp8_act_input():
+    """The MoE layer of tests/lm/test_memory.py (T = 128, h = 256, 8 experts of f_e = 512, SwiGLU, top-2, R = 256
+    rows, ep = 2): buffers = the dispatch 2 x 2 R h + 2 T h incoming + the experts' gradients 2 (2 + 1) R f_e less
+    the product g R f_e where stored (BF16: 4 R f_e). ``moe_act`` (BF16) and ``moe_act_input_fp8`` recompute the
+    product in backward: nothing is taken off, 6 R f_e."""
+    t_tok, h, fe = 128, 256, 512
+    rows = 2 * t_tok
+    moe = dict(layers=1, hidden=h, ffn=1024, heads=4, kv_heads=4, head_dim=64, vocab=100, seq_len=t_tok,
+               gated_mlp=1, moe_experts=8, moe_topk=2, moe_ffn=fe, micro_batch=1, global_batch=2, dp=2, ep=2)
+    dispatch = 2 * 2 * rows * h
+    out, _ = peak(**moe)
+    assert out[M_BUFFERS] == pytest.approx(dispatch + 2 * t_tok * h + 4 * rows * fe, rel=1e-12)
+    out, _ = peak(**moe, moe_act_input_fp8=1)
+    assert out[M_BUFFERS] == pytest.approx(dispatch + 2 * t_tok * h + 6 * rows * fe, rel=1e-12)
+    out, _ = peak(**moe, recompute="selective", recompute_modules=RECOMPUTE_MODULES["moe_act"])
+    assert out[M_BUFFERS] == pytest.approx(dispatch + 2 * t_tok * h + 6 * rows * fe, rel=1e-12)
 
 
 # --- context parallelism ----------------------------------------------------------------------------------------------
