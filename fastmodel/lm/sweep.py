@@ -91,7 +91,16 @@ def _powers(limit: int) -> list[int]:
 
 
 def base_columns(model, cluster, execution, global_batch: int) -> np.ndarray:
-    """The column vector of the specs with a trivial mesh (tp = pp = cp = ep = 1, dp = the cluster)."""
+    """The column vector of the specs with a trivial mesh (tp = pp = cp = ep = 1, dp = the cluster); a SweepError
+    when the stack decides ``fused_kernels`` by the mesh's ep (``stacks.ep_dependent_fusion``: TorchTitan's
+    compiled MoE blocks under EP and activation checkpointing, docs/model.md §11.14.1), which one lowering for
+    every mesh cannot follow."""
+    from fastmodel.lm.stacks import ep_dependent_fusion
+
+    reason = ep_dependent_fusion(execution, bool(model.moe_experts))
+    if reason is not None:
+        raise SweepError(f"execution.fused_kernels: {reason} only when ep > 1, and a sweep lowers the stack once "
+                         "for every plan: set fused_kernels true or false in the execution spec")
     return lower(model, cluster, execution, Mesh(dp=cluster.n_gpus), global_batch, source=model.name)
 
 

@@ -314,3 +314,26 @@ def test_torchtitan_compiled_moe_blocks_with_ep_and_ac_run_eager_before_pr_1895(
                 if "torchtitan-deepep-qwen3-30b-a3b-b200-n8-lbs8" in x)
     record = lower_record(json.loads(line))
     assert record.columns[C["fused_kernels"]] == 0 and record.columns[C["loss_impl"]] == 2
+
+
+def test_a_sweep_refuses_a_stack_whose_fusion_follows_the_plans_ep_until_the_spec_says():
+    # TorchTitan's eager MoE blocks hold only with ep > 1 (above); a sweep lowers the stack once for every plan
+    # (base_columns, ep = 1), so it asks the spec for fused_kernels instead of silently fusing ep > 1 points
+    from fastmodel.errors import SweepError
+    from fastmodel.lm.loader import load_cluster, load_lm_model
+    from fastmodel.lm.stacks import ep_dependent_fusion
+    from fastmodel.lm.sweep import base_columns
+
+    moe, dense, cluster = load_lm_model("qwen3-30b-a3b"), load_lm_model("llama3.1-8b"), load_cluster("dgx-b200", 1)
+    titan = ExecutionSpec(framework="TorchTitan", torch_compile=True, recompute="full")
+    assert ep_dependent_fusion(titan, moe=True) is not None
+    with pytest.raises(SweepError, match="fused_kernels"):
+        base_columns(moe, cluster, titan, 64)
+    stated = ExecutionSpec(framework="TorchTitan", torch_compile=True, recompute="full", fused_kernels=False)
+    assert base_columns(moe, cluster, stated, 64)[C["fused_kernels"]] == 0
+    assert ep_dependent_fusion(titan, moe=False) is None                                  # dense: no EP
+    assert ep_dependent_fusion(ExecutionSpec(framework="TorchTitan", torch_compile=True, recompute="none"),
+                               moe=True) is None                                          # no AC: always fused
+    assert ep_dependent_fusion(ExecutionSpec(framework="Megatron-LM", torch_compile=True, recompute="full"),
+                               moe=True) is None                                          # no such rule
+    assert base_columns(dense, cluster, titan, 64)[C["fused_kernels"]] == 1
