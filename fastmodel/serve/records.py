@@ -185,9 +185,13 @@ def lower_serve_record(data: dict, source: str | None = None) -> ServeRecord:
         values["load_mode"] = LOAD_MODES["batch" if mode == "batch_size" else "concurrency"]
         values["batch_size"] = getattr(serve, mode)
     values["kv_cache_mem_fraction"] = serve.kv_cache_mem_fraction
-    # an instance cut from a larger node keeps that node's NVSwitch: no direct-mesh share (docs/model.md §11.5)
-    if (data["system"].get("gpus_per_node") or max(8, gpus)) > columns[COLUMN_INDEX["nvlink_mesh_max"]]:
+    # an instance cut from a larger node keeps that node's NVSwitch: no direct-mesh share; one cut from a
+    # direct-mesh board keeps the board's links: the share is over the board's n - 1 peers (docs/model.md §11.5)
+    board = data["system"].get("gpus_per_node") or max(8, gpus)
+    if board > columns[COLUMN_INDEX["nvlink_mesh_max"]]:
         values["nvlink_mesh_max"] = 0.0
+    elif isinstance(board, int) and board > gpus:
+        values["domain_size"] = float(board)
     for key, value in values.items():
         columns[COLUMN_INDEX[key]] = value
     measured = dict(data.get("measured") or {}) if isinstance(data.get("measured"), dict) else {}

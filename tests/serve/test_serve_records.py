@@ -456,3 +456,8 @@ def test_an_instance_cut_from_an_8_gpu_node_keeps_its_nvswitch():
     # a 4-GPU Hopper node is the direct mesh of the device file (h100-sxm.toml nvlink_mesh_max = 4)
     mesh = _with("system.gpus_per_node", 4, four)
     assert lower_serve_record(mesh).columns[COLUMN_INDEX["nvlink_mesh_max"]] == 4.0
+    # 2 of that board's 4 (tp 2): the pair keeps the board's 6 links per peer of 18, a third of the bandwidth
+    pair = lower_serve_record(_with("system.gpus_per_node", 4, _with("system.n_gpus", 2))).columns
+    from fastmodel.kernels.nccl import mesh_link_share
+
+    assert pair[COLUMN_INDEX["domain_size"]] == 4.0 and mesh_link_share(pair, 2.0) == 1.0 / 3.0
