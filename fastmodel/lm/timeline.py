@@ -88,6 +88,7 @@ def _layer_terms(columns: np.ndarray, r: dict) -> dict:
         N_WORK,
         TP_BACKWARD_PASSES,
         head_passes,
+        tp_pass_factors,
     )
     from fastmodel.kernels.lm.step import stage_passes
 
@@ -115,7 +116,8 @@ def _layer_terms(columns: np.ndarray, r: dict) -> dict:
     hidden = {g: r[f"exposed_{g}"] / m for g in groups}
     comm["tp"] -= head_tp
     hidden["tp"] -= head_tp
-    backward_runs = {"tp": TP_BACKWARD_PASSES + full, "cp": CP_BACKWARD_PASSES + full, "ep": EP_BACKWARD_PASSES + full,
+    tp_f, tp_b = tp_pass_factors(columns)          # per-projection TP (KempnerForge) runs more backward passes
+    backward_runs = {"tp": (tp_b + tp_f * full) / tp_f, "cp": CP_BACKWARD_PASSES + full, "ep": EP_BACKWARD_PASSES + full,
                      "dp": GATHER_BACKWARD_PASSES + 1.0}           # ZeRO-3: gather, gather again, reduce-scatter
     return {
         "m": m, "layers": layers, "fsdp": fsdp, "groups": groups, "again": again, "head_tp": head_tp,

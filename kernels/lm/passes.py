@@ -92,8 +92,8 @@ def tp_pass_factors(row):
     inputs = 3.0 + (2.0 if row[C_GATED_MLP] > 0.0 else 1.0)
     if row[C_SEQUENCE_PARALLEL] > 0.0:
         share = (inputs + 2.0) / 4.0
-        return share, share
-    return 1.0, inputs / 2.0
+        return share, share * TP_BACKWARD_PASSES
+    return 1.0, inputs / 2.0 * TP_BACKWARD_PASSES
 
 
 @njit

@@ -117,3 +117,24 @@ def test_with_the_loss_in_the_split_a_middle_stage_is_drawn_with_its_full_layers
     assert tl.per_layer
     first = {n.split(" ")[1] for n in tl.names if n.startswith("mb0 L") and " fwd" in n}
     assert len(first) == 8
+
+
+def test_per_projection_tp_draws_its_extra_backward_all_reduces_in_the_backward():
+    # KempnerForge's DTensor plan without sequence parallelism (kernels/lm/passes.py tp_pass_factors): two
+    # row-parallel all-reduces forward as Megatron's, and one backward all-reduce per column-parallel input,
+    # q, k, v, gate, up = 5 for the forward's 2; full recompute replays the forward's 2 in the backward:
+    # TP backward : forward = (5 + 2) / 2
+    import json
+
+    from fastmodel.lm.records import lower_record
+
+    line = next(x for x in (DATA / "runs_fsdp_public.jsonl").read_text().splitlines() if "n2-tp2-fsdp1" in x)
+    data = json.loads(line)
+    data["plan"]["sequence_parallel"] = False
+    columns = lower_record(data).columns
+    tl = timeline(columns)
+    tp = [(n, e - s) for n, s, e in zip(tl.names, tl.start, tl.end) if n.endswith(" tp") and "LM head" not in n]
+    forward = sum(d for n, d in tp if " fwd " in n)
+    backward = sum(d for n, d in tp if " bwd " in n)
+    assert columns[COLUMN_INDEX["recompute"]] == 2 and forward > 0
+    assert backward / forward == pytest.approx(7.0 / 2.0, rel=1e-9)
