@@ -4,10 +4,13 @@ TTFT and a TPOT target, and the Pareto frontier of output tokens/s per GPU again
 
 One serving sweep (``fastmodel.serve.api.sweep``, the fused kernel over a grid) under the closed-loop load model:
 TP and PP degrees whose instance fits the GPU budget, every precision asked for, concurrency 1, 2, 4 ... 1024
-per instance (or the concurrencies asked for: ``--search-concurrency N`` is every one from 1 to N), in the steady state (``client_rounds = 0``: a deployment in service has no benchmark client's
-start wave, docs/model_serving.md §S7). A point is *feasible* when its status is ok, it fits memory and its TTFT and TPOT meet the SLOs;
-the frontier is taken over every evaluated point that fits, and the best configuration is the feasible one
-with the most output tokens/s per GPU.
+per instance (or the concurrencies asked for: ``--search-concurrency N`` is every one from 1 to N), in the
+steady state (``client_rounds = 0``: a deployment in service has no benchmark client's start wave,
+docs/model_serving.md §S7). A point is *feasible* when its status is ok, it fits memory and its TTFT and TPOT
+meet the SLOs; the frontier is taken over every evaluated point that fits, and the best configuration is the
+feasible one with the most output tokens/s per GPU. Everything after the kernel works on the result arrays
+whole: the frontier is a sort and a cumulative maximum (``pareto_mask``) over the points a few anchor points do
+not dominate (``_frontier``), and only the frontier's rows become dicts.
 """
 
 from __future__ import annotations
@@ -33,6 +36,28 @@ class SearchResult:
     feasible: int
 
 
+def _frontier(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Indices of the non-dominated points of (x, y), both maximised, as ``pareto_mask(x, y, "max", "max")``.
+
+    Any point dominates what is at most as good on both axes and worse on one, and a dominated point is dominated
+    by some frontier point (domination is transitive), which no anchor removes: so dropping what an anchor
+    dominates leaves the frontier unchanged, and the sort runs on the survivors only. The anchors: the points
+    with the most ``w x / max|x| + (1 - w) y / max|y|`` for nine weights w (O(n) each)."""
+    from fastmodel.plot.pareto import pareto_mask
+
+    finite = np.flatnonzero(np.isfinite(x) & np.isfinite(y))    # pareto_mask never keeps the others
+    x, y = x[finite], y[finite]
+    if x.size == 0:
+        return finite
+    keep = np.ones(x.size, dtype=bool)
+    sx, sy = (1 / float(np.abs(v).max()) if np.abs(v).max() > 0 else 1.0 for v in (x, y))
+    for w in np.linspace(0.0, 1.0, 9):
+        a = int(np.argmax(w * sx * x + (1 - w) * sy * y))
+        keep &= ~((x <= x[a]) & (y <= y[a]) & ((x < x[a]) | (y < y[a])))
+    survivors = np.flatnonzero(keep)
+    return finite[survivors[pareto_mask(x[survivors], y[survivors], "max", "max")]]
+
+
 def _rows(ds, flat: np.ndarray, slo_ok: np.ndarray) -> list[dict]:
     """One dict per flat index into the sweep's grid, by per-user speed ascending (ties: grid order). The values
     are gathered from the result arrays at once; only the selected rows become dicts."""
@@ -55,7 +80,6 @@ def slo_search(model, device: str, *, input_len: int, output_len: int, ttft: flo
                concurrency=CONCURRENCY) -> SearchResult:
     """Sweep TP x PP (instances within ``gpus``), precision and concurrency (requests in flight per instance;
     default the powers of two to 1024); keep what meets the SLOs."""
-    from fastmodel.plot.pareto import pareto_mask
     from fastmodel.serve.api import device_columns, sweep
     from fastmodel.serve.profiles import ENGINE_NAMES, profile_columns
 
@@ -79,10 +103,8 @@ def slo_search(model, device: str, *, input_len: int, output_len: int, ttft: flo
     within = np.broadcast_to((sizes <= gpus)[None, None, :, :, None], ds.status.shape)
     ok = (ds.status.values == 0) & ds.fits_memory.values & within
     slo_ok = ok & (ds.ttft.values <= ttft) & (ds.tpot.values <= tpot)
-    x = np.where(ok, ds[X].values, np.nan)
-    y = np.where(ok, ds[Y].values, np.nan)
     flat = np.flatnonzero(ok)
-    on_frontier = flat[pareto_mask(x.ravel()[flat], y.ravel()[flat], "max", "max")] if flat.size else flat
+    on_frontier = flat[_frontier(ds[X].values.reshape(-1)[flat], ds[Y].values.reshape(-1)[flat])]
     best = None
     if slo_ok.any():
         best = _rows(ds, np.array([np.nanargmax(np.where(slo_ok, ds[Y].values, np.nan))]), slo_ok)[0]
