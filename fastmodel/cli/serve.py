@@ -42,12 +42,14 @@ from fastmodel.serve.report import render
 @click.option("--gpus", default=8, show_default=True, type=click.IntRange(min=1), help="--search: GPUs of one instance at most.")
 @click.option("--search-precision", multiple=True, type=click.Choice(list(PRECISIONS)),
               help="--search: precisions to sweep (repeat; default bf16 and fp8).")
+@click.option("--search-concurrency", type=click.IntRange(min=1), metavar="N",
+              help="--search: every concurrency 1..N per instance (default: the powers of two to 1024).")
 @click.option("--engine", type=click.Choice(["trtllm", "vllm", "sglang"]),
               help="The engine's scheduler profile (fastmodel/serve/profiles.py; default TensorRT-LLM's).")
 @friendly
 def serve(records, model, device, tp, pp, ep, attention_dp, moe_tp, precision, kv_precision, input_len, output_len, batch_size,
           concurrency, max_throughput, kv_cache_mem_fraction, instances, as_json, output, force, search, ttft, tpot,
-          gpus, search_precision, engine):
+          gpus, search_precision, search_concurrency, engine):
     """Predict LLM serving: TTFT, TPOT, throughput, KV cache and memory, prefill/decode breakdown.
 
     Give RECORDS (JSONL, SERVE_RUNS.md schema) or --model with one load mode."""
@@ -61,9 +63,9 @@ def serve(records, model, device, tp, pp, ep, attention_dp, moe_tp, precision, k
         raise FastmodelError("give RECORDS or --model, not both")
     if search:
         return _search(model, device, input_len, output_len, ttft, tpot, gpus, search_precision, engine, output,
-                       force)
-    if ttft or tpot or search_precision:
-        raise FastmodelError("--ttft, --tpot and --search-precision apply to --search only")
+                       force, search_concurrency)
+    if ttft or tpot or search_precision or search_concurrency:
+        raise FastmodelError("--ttft, --tpot, --search-precision and --search-concurrency apply to --search only")
     if records and (engine or attention_dp != 1 or moe_tp):
         raise FastmodelError("--engine, --attention-dp and --moe-tp apply to --model (a record names its own)")
     if output:
@@ -139,7 +141,7 @@ def _bare_number(value) -> bool:
 
 
 def _search(model, device, input_len, output_len, ttft, tpot, gpus, precisions, engine, output=None,
-            force=False) -> None:
+            force=False, concurrency=None) -> None:
     """``--search``: the SLO search of fastmodel.serve.search, printed as a table; with ``output`` its sweep (with
     ``within_budget``, ``meets_slo`` and the SLOs as attributes) as netCDF for ``fastmodel plot pareto``."""
     from fastmodel.errors import FastmodelError, SpecError
@@ -162,7 +164,8 @@ def _search(model, device, input_len, output_len, ttft, tpot, gpus, precisions, 
 
         check_output(output, "netcdf", force=force, what="search sweep")
     result = slo_search(model, device, input_len=input_len, output_len=output_len, ttft=targets[0],
-                        tpot=targets[1], gpus=gpus, precisions=precisions or ("bf16", "fp8"), engine=engine)
+                        tpot=targets[1], gpus=gpus, precisions=precisions or ("bf16", "fp8"), engine=engine,
+                        **({"concurrency": range(1, concurrency + 1)} if concurrency else {}))
     click.echo(format_search(result, *targets))
     if output:
         from fastmodel.cli.sweep import _write_netcdf

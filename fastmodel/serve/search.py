@@ -4,10 +4,13 @@ TTFT and a TPOT target, and the Pareto frontier of output tokens/s per GPU again
 
 One serving sweep (``fastmodel.serve.api.sweep``, the fused kernel over a grid) under the closed-loop load model:
 TP and PP degrees whose instance fits the GPU budget, every precision asked for, concurrency 1, 2, 4 ... 1024
-per instance, in the steady state (``client_rounds = 0``: a deployment in service has no benchmark client's
-start wave, docs/model_serving.md §S7). A point is *feasible* when its status is ok, it fits memory and its TTFT and TPOT meet the SLOs;
-the frontier is taken over every evaluated point that fits, and the best configuration is the feasible one
-with the most output tokens/s per GPU.
+per instance (or the concurrencies asked for: ``--search-concurrency N`` is every one from 1 to N), in the
+steady state (``client_rounds = 0``: a deployment in service has no benchmark client's start wave,
+docs/model_serving.md §S7). A point is *feasible* when its status is ok, it fits memory and its TTFT and TPOT
+meet the SLOs; the frontier is taken over every evaluated point that fits, and the best configuration is the
+feasible one with the most output tokens/s per GPU. Everything after the kernel works on the result arrays
+whole: the frontier is a sort and a cumulative maximum (``pareto_mask``) over the points a few anchor points do
+not dominate (``_frontier``), and only the frontier's rows become dicts.
 """
 
 from __future__ import annotations
@@ -33,22 +36,50 @@ class SearchResult:
     feasible: int
 
 
-def _rows(ds, mask: np.ndarray, slo_ok: np.ndarray) -> list[dict]:
+def _frontier(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Indices of the non-dominated points of (x, y), both maximised, as ``pareto_mask(x, y, "max", "max")``.
+
+    Any point dominates what is at most as good on both axes and worse on one, and a dominated point is dominated
+    by some frontier point (domination is transitive), which no anchor removes: so dropping what an anchor
+    dominates leaves the frontier unchanged, and the sort runs on the survivors only. The anchors: the points
+    with the most ``w x / max|x| + (1 - w) y / max|y|`` for nine weights w (O(n) each)."""
+    from fastmodel.plot.pareto import pareto_mask
+
+    finite = np.flatnonzero(np.isfinite(x) & np.isfinite(y))    # pareto_mask never keeps the others
+    x, y = x[finite], y[finite]
+    if x.size == 0:
+        return finite
+    keep = np.ones(x.size, dtype=bool)
+    sx, sy = (1 / float(np.abs(v).max()) if np.abs(v).max() > 0 else 1.0 for v in (x, y))
+    for w in np.linspace(0.0, 1.0, 9):
+        a = int(np.argmax(w * sx * x + (1 - w) * sy * y))
+        keep &= ~((x <= x[a]) & (y <= y[a]) & ((x < x[a]) | (y < y[a])))
+    survivors = np.flatnonzero(keep)
+    return finite[survivors[pareto_mask(x[survivors], y[survivors], "max", "max")]]
+
+
+def _rows(ds, flat: np.ndarray, slo_ok: np.ndarray) -> list[dict]:
+    """One dict per flat index into the sweep's grid, by per-user speed ascending (ties: grid order). The values
+    are gathered from the result arrays at once; only the selected rows become dicts."""
+    flat = np.asarray(flat, dtype=np.intp)
     dims = list(ds.status.dims)
-    rows = []
-    for index in zip(*np.nonzero(mask)):
-        row = {d: ds[d].values[i].item() for d, i in zip(dims, index)}
-        for name in ("ttft", "tpot", X, Y, "memory_per_device"):
-            row[name] = float(ds[name].values[index])
-        row["meets_slo"] = bool(slo_ok[index])
-        rows.append(row)
-    return sorted(rows, key=lambda r: r[X])
+    shape = ds.status.shape
+    order = np.argsort(ds[X].values.reshape(-1)[flat], kind="stable")
+    flat = flat[order]
+    index = np.unravel_index(flat, shape)
+    columns = {d: ds[d].values[i].tolist() for d, i in zip(dims, index)}
+    for name in ("ttft", "tpot", X, Y, "memory_per_device"):
+        columns[name] = ds[name].values.reshape(-1)[flat].astype(float).tolist()
+    columns["meets_slo"] = slo_ok.reshape(-1)[flat].astype(bool).tolist()
+    names = list(columns)
+    return [dict(zip(names, values)) for values in zip(*columns.values())]
 
 
 def slo_search(model, device: str, *, input_len: int, output_len: int, ttft: float, tpot: float, gpus: int = 8,
-               precisions=("bf16", "fp8"), engine: str | None = None, hbm_bytes: float | None = None) -> SearchResult:
-    """Sweep TP x PP (instances within ``gpus``), precision and concurrency; keep what meets the SLOs."""
-    from fastmodel.plot.pareto import pareto_mask
+               precisions=("bf16", "fp8"), engine: str | None = None, hbm_bytes: float | None = None,
+               concurrency=CONCURRENCY) -> SearchResult:
+    """Sweep TP x PP (instances within ``gpus``), precision and concurrency (requests in flight per instance;
+    default the powers of two to 1024); keep what meets the SLOs."""
     from fastmodel.serve.api import device_columns, sweep
     from fastmodel.serve.profiles import ENGINE_NAMES, profile_columns
 
@@ -56,38 +87,33 @@ def slo_search(model, device: str, *, input_len: int, output_len: int, ttft: flo
         raise SpecError(None, "--ttft/--tpot", "SLOs must be positive durations")
     if engine is not None and engine not in ENGINE_NAMES:
         raise SpecError(None, "--engine", f"unknown engine {engine!r}; choose one of {', '.join(ENGINE_NAMES)}")
+    concurrency = [int(c) for c in concurrency]
+    if not concurrency or min(concurrency) < 1:
+        raise SpecError(None, "--search-concurrency", "concurrencies must be at least 1")
     powers = [2**k for k in range(12) if 2**k <= gpus]
     if not powers:
         raise SpecError(None, "--gpus", "the GPU budget must be at least 1")
     hbm = hbm_bytes or device_columns(device)["hbm_bytes"]
     fixed = profile_columns(engine, None, hbm)
     ds = sweep(model, device=device, precision=list(precisions), tp=powers, pp=[p for p in (1, 2, 4) if p <= gpus],
-               batch_size=list(CONCURRENCY), input_len=input_len, output_len=output_len, load_mode="concurrency",
+               batch_size=concurrency, input_len=input_len, output_len=output_len, load_mode="concurrency",
                client_rounds=0, **fixed)      # a deployment in service: the steady state, no benchmark start wave
     # dims: device, precision, tp, pp, batch_size (the scalars are fixed columns)
     sizes = ds.tp.values[:, None] * ds.pp.values[None, :]
     within = np.broadcast_to((sizes <= gpus)[None, None, :, :, None], ds.status.shape)
     ok = (ds.status.values == 0) & ds.fits_memory.values & within
     slo_ok = ok & (ds.ttft.values <= ttft) & (ds.tpot.values <= tpot)
-    x = np.where(ok, ds[X].values, np.nan)
-    y = np.where(ok, ds[Y].values, np.nan)
-    mask = np.zeros(ok.shape, dtype=bool)
     flat = np.flatnonzero(ok)
-    if flat.size:
-        keep = pareto_mask(x.ravel()[flat], y.ravel()[flat], "max", "max")
-        mask.ravel()[flat[keep]] = True
+    on_frontier = flat[_frontier(ds[X].values.reshape(-1)[flat], ds[Y].values.reshape(-1)[flat])]
     best = None
     if slo_ok.any():
-        index = np.unravel_index(np.nanargmax(np.where(slo_ok, ds[Y].values, np.nan)), ok.shape)
-        chosen = np.zeros(ok.shape, dtype=bool)
-        chosen[index] = True
-        best = _rows(ds, chosen, slo_ok)[0]
+        best = _rows(ds, np.array([np.nanargmax(np.where(slo_ok, ds[Y].values, np.nan))]), slo_ok)[0]
     dims = ds.status.dims
     ds = ds.assign(within_budget=(dims, np.ascontiguousarray(within), {"description": f"tp x pp <= {gpus} GPUs"}),
                    meets_slo=(dims, slo_ok, {"description": "status ok, fits memory, within the GPU budget, "
                                              "ttft and tpot within the SLOs"}))
     ds.attrs.update({"slo_ttft_s": float(ttft), "slo_tpot_s": float(tpot), "slo_gpus": int(gpus)})
-    return SearchResult(ds, _rows(ds, mask, slo_ok), best, int(ok.sum()), int(slo_ok.sum()))
+    return SearchResult(ds, _rows(ds, on_frontier, slo_ok), best, int(ok.sum()), int(slo_ok.sum()))
 
 
 def format_search(result: SearchResult, ttft: float, tpot: float) -> str:
