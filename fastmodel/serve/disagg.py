@@ -196,11 +196,11 @@ def evaluate_disagg(records: list[DisaggRecord]) -> list[dict]:
     if not records:
         return []
     pre, pre_status = evaluate_table(np.stack([r.prefill for r in records], axis=1))
-    lone, _ = evaluate_table(np.stack([lone_prompt(r.prefill) for r in records], axis=1))
+    lone, lone_status = evaluate_table(np.stack([lone_prompt(r.prefill) for r in records], axis=1))
     dec, dec_status = evaluate_table(np.stack([r.decode for r in records], axis=1))
     results = []
     for i, rec in enumerate(records):
-        status = int(pre_status[i]) or int(dec_status[i])
+        status = int(pre_status[i]) or int(lone_status[i]) or int(dec_status[i])
         if status:
             results.append({"status": SERVE_STATUS_NAMES[status]})
             continue

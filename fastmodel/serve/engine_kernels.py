@@ -35,9 +35,10 @@ from __future__ import annotations
 QKV, OUT, GATE_UP, DOWN = 1, 2, 4, 8
 #: first vLLM release with ``fuse_allreduce_rms`` on by default at -O2 (PR #34299, merged 2026-02-11)
 VLLM_AR_NORM_FUSION = (0, 16)
+#: device files of SM90 (Hopper) GPUs
+SM90_DEVICES = ("h100-sxm-80gb", "h200-sxm-141gb", "gh200-96gb", "gh200-144gb")
 #: device files of SM90 (Hopper) and SM100-family (Blackwell) GPUs, where vLLM's allreduce fusion runs
-SM90_SM100_DEVICES = ("h100-sxm-80gb", "h200-sxm-141gb", "gh200-96gb", "gh200-144gb", "b200", "b300", "gb200",
-                      "gb300")
+SM90_SM100_DEVICES = SM90_DEVICES + ("b200", "b300", "gb200", "gb300")
 
 
 def linear_kernels(engine: str | None, version: tuple[int, ...] | None, precision: str,
@@ -65,8 +66,6 @@ def assumed_note(engine: str | None, version: tuple[int, ...] | None, fusion: fl
     return None
 
 
-#: device files of SM90 (Hopper) GPUs
-SM90_DEVICES = SM90_SM100_DEVICES[:4]
 #: share of the FP8 datasheet peak that the Triton block-FP8 GEMM family (a 128-deep FP8 ``tl.dot`` per K group,
 #: then ``accumulator += dot * a_scale * b_scale`` in FP32: SGLang 0.5.6.post2 ``fused_moe_triton_kernels.py``
 #: 535-545 and the dense ``fp8_kernel.py`` ``_w8a8_block_fp8_matmul`` 762) attains on Hopper at large M: the mean
