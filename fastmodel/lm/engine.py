@@ -15,12 +15,23 @@ NOT_FINITE = STATUS_CODES["not_finite"]
 PARALLEL_MIN_ROWS = 256
 
 
+def check_table(params: np.ndarray) -> None:
+    """A ValueError unless ``params`` is a ``(N_COLUMNS, n)`` table: the kernels copy every column of a
+    configuration into a frame vector (kernels/jit.py ``stack_vector``) and would read past a shorter one."""
+    from fastmodel.registry.lm import COLUMNS
+
+    if np.ndim(params) != 2 or np.shape(params)[0] != len(COLUMNS):
+        raise ValueError(f"a table of {len(COLUMNS)} columns x configurations is needed, got shape "
+                         f"{np.shape(params)}")
+
+
 def evaluate_into(params: np.ndarray, status: np.ndarray, out: np.ndarray) -> None:
     """Evaluate a ``(N_COLUMNS, n)`` table into ``out`` (``N_RESULTS`` x n, may be a view); rows with
     status != 0 get NaN, rows whose results are not all finite get status ``not_finite`` (and NaN). A
     Fortran-ordered table (one contiguous vector per configuration) is fastest."""
     from fastmodel.kernels.lm.evaluate import evaluate_parallel, evaluate_serial
 
+    check_table(params)
     kernel = evaluate_parallel if params.shape[1] >= PARALLEL_MIN_ROWS else evaluate_serial
     params = np.asarray(params, dtype=np.float64)
     if not (params.flags.c_contiguous or params.flags.f_contiguous):
@@ -34,6 +45,7 @@ def evaluate_table(params: np.ndarray, status: np.ndarray | None = None) -> dict
     """Every result of every configuration of ``params`` (all legal), as arrays by name; ``status`` (int8
     n, zeros), if given, receives ``not_finite`` for configurations whose results are not all finite (their
     results are NaN)."""
+    check_table(params)
     n = params.shape[1]
     out = np.empty((len(RESULTS), n))
     evaluate_into(params, np.zeros(n, dtype=np.int8) if status is None else status, out)

@@ -115,8 +115,10 @@ def evaluate_table(params: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(results ``N_SERVE_RESULTS`` x n, status int8 n) of a ``(N_COLUMNS, n)`` table; a configuration whose
     results are not all finite gets status ``not_finite`` and NaN results (``analysis.finite``)."""
     from fastmodel.kernels.serve.evaluate import serve_parallel, serve_serial
+    from fastmodel.lm.engine import check_table
 
     params = np.ascontiguousarray(params, dtype=np.float64)
+    check_table(params)
     n = params.shape[1]
     out = np.empty((len(SERVE_RESULTS), n))
     status = np.zeros(n, dtype=np.int8)

@@ -64,3 +64,21 @@ def test_stack_vector_interpreted_is_a_plain_vector():
     done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["(12,)", "float64"]
+
+
+def test_a_table_of_the_wrong_height_is_refused_before_the_kernels_copy_it_into_frame_vectors():
+    # the row kernels copy N_COLUMNS values per configuration into a stack_vector: a shorter table would be read
+    # past its end, so both engines' table entry points check the height first
+    import numpy as np
+    import pytest
+
+    from fastmodel.lm.engine import evaluate_table as lm_table
+    from fastmodel.registry.lm import COLUMNS
+    from fastmodel.serve.api import evaluate_table as serve_table
+
+    short = np.zeros((len(COLUMNS) - 1, 3))
+    for evaluate in (lm_table, serve_table):
+        with pytest.raises(ValueError, match=f"{len(COLUMNS)} columns"):
+            evaluate(short)
+        with pytest.raises(ValueError, match="shape"):
+            evaluate(np.zeros(len(COLUMNS)))
