@@ -6,6 +6,7 @@ import numpy as np
 
 from fastmodel.analysis.finite import mark_not_finite
 from fastmodel.registry.lm import RESULTS, STATUS_CODES
+from fastmodel.spec.columns import check_table
 
 #: statuses whose points were evaluated (``does_not_fit`` keeps its results)
 EVALUATED = (STATUS_CODES["ok"], STATUS_CODES["does_not_fit"])
@@ -13,16 +14,6 @@ NOT_FINITE = STATUS_CODES["not_finite"]
 
 #: below this many rows the single-threaded kernel is used (waking the thread pool costs ~1 ms)
 PARALLEL_MIN_ROWS = 256
-
-
-def check_table(params: np.ndarray) -> None:
-    """A ValueError unless ``params`` is a ``(N_COLUMNS, n)`` table: the kernels copy every column of a
-    configuration into a frame vector (kernels/jit.py ``stack_vector``) and would read past a shorter one."""
-    from fastmodel.registry.lm import COLUMNS
-
-    if np.ndim(params) != 2 or np.shape(params)[0] != len(COLUMNS):
-        raise ValueError(f"a table of {len(COLUMNS)} columns x configurations is needed, got shape "
-                         f"{np.shape(params)}")
 
 
 def evaluate_into(params: np.ndarray, status: np.ndarray, out: np.ndarray) -> None:

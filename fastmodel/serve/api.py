@@ -27,7 +27,7 @@ from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
 from fastmodel.registry.serve import SERVE_RESULTS, SERVE_STATUS, SERVE_STATUS_NAMES
 from fastmodel.serve.models import serve_model
 from fastmodel.serve.precisions import FP4_PRECISIONS, FP8_KV_DEFAULT, KV_PRECISIONS, PRECISIONS  # noqa: F401
-from fastmodel.spec.columns import encode
+from fastmodel.spec.columns import check_table, encode
 
 #: sweep axes other than columns, in the order of the Dataset's dimensions
 SPECIAL_AXES = ("device", "precision", "kv_precision")
@@ -115,7 +115,6 @@ def evaluate_table(params: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(results ``N_SERVE_RESULTS`` x n, status int8 n) of a ``(N_COLUMNS, n)`` table; a configuration whose
     results are not all finite gets status ``not_finite`` and NaN results (``analysis.finite``)."""
     from fastmodel.kernels.serve.evaluate import serve_parallel, serve_serial
-    from fastmodel.lm.engine import check_table
 
     params = np.ascontiguousarray(params, dtype=np.float64)
     check_table(params)

@@ -1,4 +1,5 @@
-"""Values of the real-world column vector written by name: a code name becomes its integer.
+"""Values of the real-world column vector written by name: a code name becomes its integer; the shape of a
+table of such vectors.
 
 Shared by the training and serving engines (one column vector, ``fastmodel.registry.lm``): a spec, a run
 record or a sweep axis may give a coded column by name (``sharding = "fsdp"``, ``load_mode = "concurrency"``);
@@ -7,8 +8,19 @@ record or a sweep axis may give a coded column by name (``sharding = "fsdp"``, `
 
 from __future__ import annotations
 
+import numpy as np
+
 from fastmodel.errors import SpecError, nearest
-from fastmodel.registry.lm import CODE_TABLES
+from fastmodel.registry.lm import CODE_TABLES, COLUMNS
+
+
+def check_table(params) -> None:
+    """A ValueError unless ``params`` is a ``(N_COLUMNS, n)`` table: the training and serving row kernels copy
+    every column of a configuration into a frame vector (kernels/jit.py ``stack_vector``) and would read past
+    the end of a shorter one."""
+    if np.ndim(params) != 2 or np.shape(params)[0] != len(COLUMNS):
+        raise ValueError(f"a table of {len(COLUMNS)} columns x configurations is needed, got shape "
+                         f"{np.shape(params)}")
 
 
 def encode(name: str, value):
