@@ -100,6 +100,26 @@ class Release:
         return wall, usage.ru_maxrss * 1024
 
 
+def trees(previous: str) -> list[tuple[str, dict | None]]:
+    """(label, environment) of the trees a bench measures: this one (None: the current environment) and, unless
+    ``previous`` is "none", that commit's (``previous_release``)."""
+    found: list[tuple[str, dict | None]] = [("this tree", None)]
+    if previous != "none":
+        found.append((f"previous {previous}", Release(previous, previous_release(previous)).env))
+    return found
+
+
+def save_results(name: str, figures) -> Path:
+    """Write ``figures`` as bench/results/NAME.json, atomically (``fastmodel.io.atomic.atomic_write``)."""
+    from fastmodel.io.atomic import atomic_write
+
+    out = Path(__file__).parent / "results" / f"{name}.json"
+    out.parent.mkdir(exist_ok=True)
+    with atomic_write(out) as handle:
+        handle.write(json.dumps(figures, indent=1))
+    return out
+
+
 def names_lines(count: int, seed: int = 0) -> list[bytes]:
     sys.path.insert(0, str(ROOT))
     from fastmodel.madmax.parallel.plans import enumerate_plan_shapes

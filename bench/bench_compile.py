@@ -12,7 +12,6 @@ bench/results/bench_compile.json.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -51,11 +50,10 @@ def main() -> None:
         verdict = "" if budget is None else (f"budget {budget:.0f} s: {'within' if min(cold) <= budget else 'OVER'}")
         print(f"{engine:7s} cold compile {min(cold):6.1f} s   warm load {min(warm):5.1f} s   {verdict}")
         results[engine] = {"cold_s": cold, "warm_s": warm, "budget_s": budget}
-    out = Path(__file__).parent / "results" / "bench_compile.json"
-    out.parent.mkdir(exist_ok=True)
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"load_average": load, "engines": results}, indent=1))
-    os.replace(tmp, out)
+    sys.path.insert(0, str(Path(__file__).parent))
+    from bench_batch import save_results
+
+    save_results("bench_compile", {"load_average": load, "engines": results})
 
 
 if __name__ == "__main__":

@@ -90,12 +90,11 @@ def main() -> None:
         print(json.dumps(result))
         return
     print(f"machine: {platform.machine()} {os.cpu_count()} cores, python {platform.python_version()}")
-    trees = [("this tree", None)]
-    if args.previous != "none":
-        sys.path.insert(0, str(Path(__file__).parent))
-        from bench_batch import Release, previous_release
+    sys.path.insert(0, str(Path(__file__).parent))
+    from bench_batch import save_results
+    from bench_batch import trees as bench_trees
 
-        trees.append((f"previous {args.previous}", Release(args.previous, previous_release(args.previous)).env))
+    trees = bench_trees(args.previous)
     results = []
     for child in ("default", "moe", "madmax"):
         for name, env in trees:   # each sweep in both trees back to back, so the machine's load hits both alike
@@ -111,9 +110,7 @@ def main() -> None:
     for now, before in zip(results[::len(trees)], results[1::len(trees)]) if len(trees) > 1 else ():
         print(f"{now['sweep']}: this tree / previous = {now['best_configs_per_s'] / before['best_configs_per_s']:.3f} "
               f"(best), {now['median_configs_per_s'] / before['median_configs_per_s']:.3f} (median)")
-    target = Path(__file__).parent / "results" / "bench_lm_sweep.json"
-    target.parent.mkdir(exist_ok=True)
-    target.write_text(json.dumps(results, indent=1))
+    save_results("bench_lm_sweep", results)
 
 
 if __name__ == "__main__":

@@ -132,12 +132,11 @@ def main() -> None:
 
 def compare(args) -> None:
     """This tree's figures and, with ``--previous``, that commit's, each sweep measured in its own process."""
-    trees = [("this tree", None)]
-    if args.previous != "none":
-        sys.path.insert(0, str(Path(__file__).parent))
-        from bench_batch import Release, previous_release
+    sys.path.insert(0, str(Path(__file__).parent))
+    from bench_batch import save_results
+    from bench_batch import trees as bench_trees
 
-        trees.append((f"previous {args.previous}", Release(args.previous, previous_release(args.previous)).env))
+    trees = bench_trees(args.previous)
     figures = {}
     for name, env in trees:
         print(f"--- {name}")
@@ -153,11 +152,7 @@ def compare(args) -> None:
             b = before["modes"][key] if key in before["modes"] else before[key]
             print(f"{key:15s} this tree / previous = {a['best_configs_per_s'] / b['best_configs_per_s']:.3f} (best), "
                   f"{a['median_configs_per_s'] / b['median_configs_per_s']:.3f} (median)")
-    out = Path(__file__).parent / "results" / "bench_serve.json"
-    out.parent.mkdir(exist_ok=True)
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(figures, indent=1))
-    os.replace(tmp, out)
+    save_results("bench_serve", figures)
 
 
 if __name__ == "__main__":

@@ -137,12 +137,11 @@ def main() -> None:
         name, kind = args.child.split(":")
         print("RESULT " + json.dumps(child(name, kind, args.repeats)))
         return
-    trees = [("this tree", None)]
-    if args.previous != "none":
-        sys.path.insert(0, str(Path(__file__).parent))
-        from bench_batch import Release, previous_release
+    sys.path.insert(0, str(Path(__file__).parent))
+    from bench_batch import save_results
+    from bench_batch import trees as bench_trees
 
-        trees.append((f"previous {args.previous}", Release(args.previous, previous_release(args.previous)).env))
+    trees = bench_trees(args.previous)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"{MODEL} on {DEVICE}, TTFT <= {SLO['ttft']:g} s, TPOT <= {SLO['tpot'] * 1e3:g} ms; cores: "
           f"{os.cpu_count()}; load average (1 min): {load:.1f}")
@@ -160,11 +159,7 @@ def main() -> None:
                   f"{now['median_configs_per_s'] / before['median_configs_per_s']:.3f} (median); after the sweep "
                   f"{before['after_sweep_s'] / now['after_sweep_s']:.1f}x faster; same frontier "
                   f"and best configuration: {now['answer_sha256'] == before['answer_sha256']}")
-    out = Path(__file__).parent / "results" / "bench_serve_search.json"
-    out.parent.mkdir(exist_ok=True)
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(figures, indent=1))
-    os.replace(tmp, out)
+    save_results("bench_serve_search", figures)
 
 
 if __name__ == "__main__":
