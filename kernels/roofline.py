@@ -74,15 +74,22 @@ def tiled_quantization(row, groups, m, n, k, tm):
 
 
 @njit(inline="always")
-def gemm_peak(row, fp8):
-    """Attainable FLOP/s of a large GEMM: datasheet peak x measured large-GEMM efficiency. ``fp8``: the GEMM
-    precision (False/0: 16-bit, True/1: FP8, 2: FP4 W4A4 at the FP4 peak x the FP8 efficiency, serving only:
-    no FP4 microbenchmark in the device files)."""
+def format_peak(row, fp8):
+    """(datasheet FLOP/s, measured large-GEMM efficiency) of the GEMM precision ``fp8`` (False/0: 16-bit, True/1:
+    FP8, 2: FP4 W4A4 at the FP4 peak x the FP8 efficiency, serving only: no FP4 microbenchmark in the device
+    files); a format the device has no peak for runs at the next wider one."""
     if fp8 >= 2.0 and row[C_PEAK_FLOPS_4] > 0.0:
-        return row[C_PEAK_FLOPS_4] * row[C_GEMM_EFF_8]
+        return row[C_PEAK_FLOPS_4], row[C_GEMM_EFF_8]
     if fp8 and row[C_PEAK_FLOPS_8] > 0.0:
-        return row[C_PEAK_FLOPS_8] * row[C_GEMM_EFF_8]
-    return row[C_PEAK_FLOPS_16] * row[C_GEMM_EFF_16]
+        return row[C_PEAK_FLOPS_8], row[C_GEMM_EFF_8]
+    return row[C_PEAK_FLOPS_16], row[C_GEMM_EFF_16]
+
+
+@njit(inline="always")
+def gemm_peak(row, fp8):
+    """Attainable FLOP/s of a large GEMM: datasheet peak x measured large-GEMM efficiency (:func:`format_peak`)."""
+    peak, eff = format_peak(row, fp8)
+    return peak * eff
 
 
 @njit(inline="always")
@@ -121,16 +128,11 @@ def expert_compute_scale(row, fp8):
     """Factor on the compute bound of a routed-expert grouped GEMM for the engine's expert kernel
     (``expert_gemm_eff``, docs/model_serving.md S29): :func:`gemm_peak` over ``expert_gemm_eff`` x the format's
     datasheet peak (the FP4 peak for W4A4, FP8 for FP8 and W4A8, else 16-bit); 1 when unset (0)."""
-    eff = row[C_EXPERT_GEMM_EFF]
-    if eff <= 0.0:
+    expert_eff = row[C_EXPERT_GEMM_EFF]
+    if expert_eff <= 0.0:
         return 1.0
-    if fp8 >= 2.0 and row[C_PEAK_FLOPS_4] > 0.0:
-        peak = row[C_PEAK_FLOPS_4]
-    elif fp8 and row[C_PEAK_FLOPS_8] > 0.0:
-        peak = row[C_PEAK_FLOPS_8]
-    else:
-        peak = row[C_PEAK_FLOPS_16]
-    return gemm_peak(row, fp8) / (peak * eff)
+    peak, eff = format_peak(row, fp8)
+    return peak * eff / (peak * expert_eff)
 
 
 @njit(inline="always")
