@@ -185,6 +185,8 @@ def lower_serve_record(data: dict, source: str | None = None) -> ServeRecord:
         values["load_mode"] = LOAD_MODES["batch" if mode == "batch_size" else "concurrency"]
         values["batch_size"] = getattr(serve, mode)
     values["kv_cache_mem_fraction"] = serve.kv_cache_mem_fraction
+    values["batch_wait_iters"] = serve.batch_wait_iters              # a deployment's flags (S31), 0 unless stated
+    values["batch_wait_tokens_ratio"] = serve.batch_wait_tokens_ratio
     # an instance cut from a larger node keeps that node's NVSwitch: no direct-mesh share; one cut from a
     # direct-mesh board keeps the board's links: the share is over the board's n - 1 peers (docs/model.md §11.5)
     board = data["system"].get("gpus_per_node") or max(8, gpus)
