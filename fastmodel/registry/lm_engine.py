@@ -28,6 +28,12 @@ ENGINE_KERNEL_ROWS = (
      "enters whole (the budget grows to hold it, TRT-LLM default).", 0, 1),
     ("overlap_step", "1", 1, "1: the scheduler overlaps step n+1's CPU work with step n (TRT-LLM/SGLang overlap "
      "scheduler, vLLM async scheduling): the first token leaves one iteration later.", 0, 1),
+    ("batch_wait_iters", "iterations", 0, "TensorRT-LLM batch waiting (batch_wait_timeout_iters; 0: off, the "
+     "engine's default): a prompt is held up to this many iterations while others decode, to enter with more "
+     "prompts (docs/model_serving.md S31).", 0, 1 << 16),
+    ("batch_wait_tokens_ratio", "1", 0.0, "TensorRT-LLM batch waiting (batch_wait_max_tokens_ratio): the hold ends "
+     "once the held prompts' tokens plus the decodes reach this share of max_num_tokens (0: no token "
+     "threshold).", 0, 1),
     ("spec_tokens", "tokens", 0, "Speculative decoding (MTP, EAGLE): draft tokens proposed per decode step (0: "
      "off); concurrency load only.", 0, 64),
     ("spec_acceptance", "1", 0.0, "Speculative decoding: probability that a draft token is accepted.", 0, 1),

@@ -93,6 +93,9 @@ class ServeBlock(Block):
     max_throughput: bool | None = None
     num_requests: Count | None = None
     kv_cache_mem_fraction: float = Field(0.9, gt=0, le=1)
+    # TensorRT-LLM batch waiting (batch_wait_timeout_iters, batch_wait_max_tokens_ratio): off unless stated
+    batch_wait_iters: int = bounds("batch_wait_iters", 0)
+    batch_wait_tokens_ratio: float = bounds("batch_wait_tokens_ratio", 0.0)
 
     @model_validator(mode="after")
     def _one_load(self):

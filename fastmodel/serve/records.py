@@ -8,7 +8,8 @@ model and system blocks are lowered by the training engine's run-record lowering
 from the built-in device file of ``system.gpu``. ``measured`` is never read for prediction.
 
 Fill-in rules: ``pp``/``ep`` absent: 1; ``kv_precision`` absent: the weights'
-format (fp8 -> fp8, else 16-bit); ``kv_cache_mem_fraction`` absent: 0.9;
+format (fp8 -> fp8, else 16-bit); ``kv_cache_mem_fraction`` absent: 0.9; ``batch_wait_iters`` / ``batch_wait_tokens_ratio``
+(TensorRT-LLM batch waiting, docs/model_serving.md S31) absent: 0, off;
 ``precision`` may also be ``int8``/``int4`` (weight-only, 16-bit compute).
 """
 
@@ -146,7 +147,8 @@ def lower_serve_record(data: dict, source: str | None = None) -> ServeRecord:
     notes.extend(lowered_notes)
 
     values: dict[str, float] = {"input_len": serve.input_len, "output_len": serve.output_len, "instances": 1,
-                                "attention_dp": adp, "moe_tp": serve.moe_tp or 0,
+                                "attention_dp": adp, "moe_tp": serve.moe_tp or 0, "batch_wait_iters": serve.batch_wait_iters,
+                                "batch_wait_tokens_ratio": serve.batch_wait_tokens_ratio, "kv_cache_mem_fraction": serve.kv_cache_mem_fraction,
                                 "peak_flops_4": float(data["system"].get("peak_flops_fp4") or
                                                       device.get("peak_flops_4", 0.0))}
     layers = serve.quantized_layers if "quantized_layers" in serve.model_fields_set else None
@@ -184,7 +186,6 @@ def lower_serve_record(data: dict, source: str | None = None) -> ServeRecord:
     else:
         values["load_mode"] = LOAD_MODES["batch" if mode == "batch_size" else "concurrency"]
         values["batch_size"] = getattr(serve, mode)
-    values["kv_cache_mem_fraction"] = serve.kv_cache_mem_fraction
     # an instance cut from a larger node keeps that node's NVSwitch: no direct-mesh share; one cut from a
     # direct-mesh board keeps the board's links: the share is over the board's n - 1 peers (docs/model.md §11.5)
     board = data["system"].get("gpus_per_node") or max(8, gpus)

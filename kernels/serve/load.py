@@ -21,6 +21,8 @@ configuration by a short fixed point, not a simulation:
 - TTFT = R (+ one iteration when the scheduler overlaps CPU work with the GPU, ``overlap_step``; + one when
   other requests run: a prompt joins at the next iteration boundary) + the wait
   for KV-cache room when fewer than N requests fit (Little's law over the waiting requests);
+- TensorRT-LLM's batch waiting (``batch_wait_iters``, ``batch_wait_tokens_ratio``, off by default): a prompt is
+  held up to that many iterations while others decode, so that prompts enter together (``batch_wait``, §S31);
 - the client's start wave: the first N requests arrive together and queue for the token budget, and they are
   1 / ``client_rounds`` of the requests a benchmark measures (``start_wave``).
 """
@@ -31,8 +33,9 @@ import numpy as np
 
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.columns import (
-    C_ATTENTION_DP, C_CHUNKED_PREFILL, C_CLIENT_ROUNDS, C_INPUT_LEN, C_LAYERS, C_MAX_NUM_TOKENS, C_MIXED_PREFILL, C_OUTPUT_LEN,
-    C_OVERLAP_STEP, C_PP, C_SERVE_STEP_OVERHEAD_S, C_SPEC_ACCEPTANCE, C_SPEC_TOKENS,
+    C_ATTENTION_DP, C_BATCH_WAIT_ITERS, C_BATCH_WAIT_TOKENS_RATIO, C_CHUNKED_PREFILL, C_CLIENT_ROUNDS, C_INPUT_LEN,
+    C_LAYERS, C_MAX_NUM_TOKENS, C_MIXED_PREFILL, C_OUTPUT_LEN, C_OVERLAP_STEP, C_PP, C_SERVE_STEP_OVERHEAD_S,
+    C_SPEC_ACCEPTANCE, C_SPEC_TOKENS,
 )
 from fastmodel.kernels.serve.attention import attention_launches, decode_attention_sum, prefill_attention_time
 from fastmodel.kernels.serve.costs import K_ATTN, K_COMM, K_GEMM, K_MEM, LAUNCH, body_costs, head_costs
@@ -141,15 +144,47 @@ def start_wave(row, running, per_request, t_d, work):
     return mean * t_q + overlap
 
 
+@njit
+def batch_wait(row, running, decodes):
+    """(W, k) of TensorRT-LLM's batch waiting (``PyExecutor._waiting_requests``, PR #7416; docs/model_serving.md
+    S31): while other requests decode, the scheduled prompts are held and a counter counts the holding iterations;
+    they all enter when the counter reaches ``W = batch_wait_iters`` or when their prompt tokens plus one token per
+    decode (``decodes``) reach ``batch_wait_tokens_ratio x max_num_tokens``, i.e. with ``k`` more prompts than the
+    first. With ``W = 0`` the counter check passes at once: nothing is held, whatever the ratio; neither is a
+    request alone (no decode), a prompt that reaches the threshold by itself, or attention DP. (0, 0): no hold."""
+    iters = row[C_BATCH_WAIT_ITERS]
+    if iters <= 0.0 or running <= 1.0 or row[C_ATTENTION_DP] > 1.0:
+        return 0.0, 0.0
+    ratio = row[C_BATCH_WAIT_TOKENS_RATIO]
+    if ratio <= 0.0:
+        return iters, math.inf
+    more = math.ceil((ratio * row[C_MAX_NUM_TOKENS] - decodes) / row[C_INPUT_LEN]) - 1.0
+    return (iters, more) if more > 0.0 else (0.0, 0.0)
+
+
+@njit(inline="always")
+def held(seen, iters, more):
+    """(mean iterations a prompt is held, prompts that enter together) when the other requests' prompts arrive at
+    ``seen`` per iteration: a window opens with the first held prompt and lasts ``L = min(W, k / seen)``
+    iterations; the ``seen L`` prompts that arrive inside it wait ``L / 2`` on average, the first ``L``, so the
+    mean hold is ``L (1 + seen L / 2) / (1 + seen L)`` and ``1 + seen L`` prompts enter together."""
+    if iters <= 0.0:
+        return 0.0, 1.0
+    window = min(iters, more / seen) if seen > 0.0 else iters
+    joined = seen * window
+    return window * (1.0 + 0.5 * joined) / (1.0 + joined), 1.0 + joined
+
+
 #: most regula-falsi (Illinois) steps for the loop's request rate (it stops at |g| <= 1e-9 N, usually in < 10)
 ROOT_STEPS = 40
 
 
 @njit(inline="always")
-def loop_state(lam, running, own, share, t_d, per_token, mixed, steps, overlap):
-    """(cycle seconds of one request, prefill response R, TPOT) at request rate ``lam``: Schweitzer's MVA
-    for the prefill station, R = own / (1 - lam share (N - 1) / N), and the iteration mix a decoding request
-    sees (the other requests' prompts arrive at lam (N - 1) / N)."""
+def loop_state(lam, running, own, share, t_d, per_token, mixed, steps, overlap, wait):
+    """(cycle seconds of one request, prefill response R, TPOT, iterations held) at request rate ``lam``:
+    Schweitzer's MVA for the prefill station, R = own / (1 - lam share (N - 1) / N), the iteration mix a decoding
+    request sees (the other requests' prompts arrive at lam (N - 1) / N) and the batch-waiting hold of ``wait``
+    = (W, k) (``held``)."""
     seen = lam * (running - 1.0) / running
     phi = seen * share
     response = own / max(1e-12, 1.0 - phi)
@@ -157,21 +192,23 @@ def loop_state(lam, running, own, share, t_d, per_token, mixed, steps, overlap):
         tpot = 1.0 / ((1.0 - phi) / t_d + seen * per_token)
     else:
         tpot = t_d / max(1e-12, 1.0 - phi)
-    return response + (steps + overlap) * tpot, response, tpot
+    hold, _ = held(seen * tpot, wait[0], wait[1])
+    return response + (steps + overlap + hold) * tpot, response, tpot, hold
 
 
 @njit
-def solve_rate(running, own, share, t_d, per_token, mixed, steps, overlap):
+def solve_rate(running, own, share, t_d, per_token, mixed, steps, overlap, wait):
     """The closed loop's request rate: the root of g(lam) = lam x cycle(lam) - N. g grows with lam, so the
     root is unique between 0 (g = -N) and the smaller of N / (own + (O - 1 + overlap) T_d) and the prefill
-    station's saturation 1 / (share (N - 1) / N) (g >= 0 there); regula falsi with the Illinois step, stopped at
+    station's saturation 1 / (share (N - 1) / N) (g >= 0 there; the hold only adds to the cycle, and lam x the
+    hold's seconds grows with lam); regula falsi with the Illinois step, stopped at
     |g| <= 1e-9 N or after ROOT_STEPS steps."""
-    hi = running / (own + (steps + overlap) * t_d)
+    hi = running / (own + (steps + overlap) * t_d)    # the hold only lengthens the cycle: g(hi) >= 0 still
     if running > 1.0:
         hi = min(hi, running / ((running - 1.0) * share) * (1.0 - 1e-9))
     lo = 0.0
     g_lo = -running
-    cycle, _, _ = loop_state(hi, running, own, share, t_d, per_token, mixed, steps, overlap)
+    cycle, _, _, _ = loop_state(hi, running, own, share, t_d, per_token, mixed, steps, overlap, wait)
     g_hi = hi * cycle - running
     if g_hi <= 0.0:
         return hi
@@ -179,7 +216,7 @@ def solve_rate(running, own, share, t_d, per_token, mixed, steps, overlap):
     lam = hi
     for _ in range(ROOT_STEPS):
         lam = (lo * g_hi - hi * g_lo) / (g_hi - g_lo)
-        cycle, _, _ = loop_state(lam, running, own, share, t_d, per_token, mixed, steps, overlap)
+        cycle, _, _, _ = loop_state(lam, running, own, share, t_d, per_token, mixed, steps, overlap, wait)
         g = lam * cycle - running
         if abs(g) <= 1e-9 * running:
             return lam
@@ -225,6 +262,7 @@ def closed_loop(row, requests, running, scratch, out, work):
     chunks = 1.0
     t_m = 0.0
     per_request = 0.0
+    hold = 0.0
     for _ in range(PASSES):
         n = b / p
         fresh = abs(b - b_done) > REFRESH * b
@@ -235,8 +273,11 @@ def closed_loop(row, requests, running, scratch, out, work):
         free = max(1.0, row[C_MAX_NUM_TOKENS] - (n * others if mixed else 0.0))   # the others' decodes
         chunked = row[C_CHUNKED_PREFILL] > 0.0
         chunk = min(inp, free) if chunked else inp
-        # prompts waiting at an iteration boundary enter together, up to the budget
-        q = max(chunk, min(lam * inp * max(tpot, t_d), free if chunked else max(free, inp)))
+        # prompts waiting at an iteration boundary enter together, up to the budget; batch waiting holds them
+        period = max(tpot, t_d)
+        wait = batch_wait(row, running, n * others)
+        _, together = held(lam * others * period, wait[0], wait[1])
+        q = max(chunk, min(max(lam * period, together) * inp, free if chunked else max(free, inp)))
         if fresh or abs(q - q_done) > REFRESH * q:
             t_m = prefill_iteration(row, n * others, q, per_request, pre) + host
             q_done = q
@@ -246,14 +287,14 @@ def closed_loop(row, requests, running, scratch, out, work):
         if last < chunk:
             own += prefill_iteration(row, n * others, last, per_request, work) + host - t_m
         share = t_m * inp / q
-        lam = solve_rate(running, own, share, t_d, inp / q, mixed, steps, overlap)
-        _, ttft, tpot = loop_state(lam, running, own, share, t_d, inp / q, mixed, steps, overlap)
-        b = max(1.0, running * steps * tpot / (ttft + (steps + overlap) * tpot))
+        lam = solve_rate(running, own, share, t_d, inp / q, mixed, steps, overlap, wait)
+        _, ttft, tpot, hold = loop_state(lam, running, own, share, t_d, inp / q, mixed, steps, overlap, wait)
+        b = max(1.0, running * steps * tpot / (ttft + (steps + overlap + hold) * tpot))
         if abs(b - b_done) <= REFRESH * b and abs(q - q_done) <= REFRESH * q:
             break
     for k in range(4):
         pre[k] *= chunks                              # the iterations that carry the prompt: its own service
-    ttft += overlap * tpot
+    ttft += (overlap + hold) * tpot
     if requests > running:
         ttft += (requests - running) / lam            # Little's law over the requests waiting for KV room
     rounds = row[C_CLIENT_ROUNDS]

@@ -1,12 +1,13 @@
-"""The closed loop's scheduling and benchmark terms (kernels/serve/load.py, docs/model_serving.md §S7): the client's
-start wave, the wait for the next iteration boundary, the token budget shared with the decodes."""
+"""The closed loop's scheduling and benchmark terms (kernels/serve/load.py, docs/model_serving.md §S7, §S31): the
+client's start wave, the wait for the next iteration boundary, the token budget shared with the decodes,
+TensorRT-LLM's batch waiting."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from fastmodel.kernels.serve.load import decode_iteration, prefill_iteration, wave_iterations
+from fastmodel.kernels.serve.load import batch_wait, decode_iteration, held, prefill_iteration, wave_iterations
 from fastmodel.serve.api import columns, evaluate
 
 
@@ -93,3 +94,64 @@ def test_token_budget_is_shared_with_the_other_requests_decodes_only():
     chunks = prefill_iteration(row, 1.0, 8191.0, per_request, costs) + prefill_iteration(row, 1.0, 1.0,
                                                                                           per_request, costs)
     assert two["ttft"] == pytest.approx(chunks + two["tpot"], rel=1e-2)     # the queue: 1 / (1 - phi), phi ~ 5e-3
+
+
+def test_held_prompts_wait_out_the_window_or_the_token_threshold():
+    """W = 20, no token threshold: a prompt alone waits 20 iterations; at 0.1 arrivals per iteration two more
+    join the window, the first waits 20 and they 10 on average: (20 + 2 x 10) / 3 = 13.33, 3 enter together.
+    One more prompt reaching the threshold (k = 1) at 0.1 per iteration closes the window after 10 iterations:
+    (10 + 1 x 5) / 2 = 7.5, 2 enter together."""
+    assert held(0.0, 20.0, np.inf) == (20.0, 1.0)
+    assert held(0.1, 20.0, np.inf) == (pytest.approx(40.0 / 3.0), pytest.approx(3.0))
+    assert held(0.1, 20.0, 1.0) == (pytest.approx(7.5), pytest.approx(2.0))
+    assert held(0.1, 0.0, 0.0) == (0.0, 1.0)
+
+
+def test_batch_wait_takes_the_engine_flags():
+    """InferenceX's Llama-3.1-70B 1k/1k recipe: W = 20, ratio 0.9, max_num_tokens 16384, prompts of 1024 beside
+    128 decodes: the threshold is 0.9 x 16384 - 128 = 14617.6 tokens, 15 prompts, k = 14 beyond the first. Not
+    held: W = 0 (the counter check passes at once, whatever the ratio), a request alone, attention DP, a prompt
+    that reaches the threshold by itself. Ratio 0: W alone."""
+    kw = dict(tp=4, input_len=1024, output_len=1024, precision="fp8", max_num_tokens=16384)
+    row = _row(concurrency=8, batch_wait_iters=20, batch_wait_tokens_ratio=0.9, **kw)
+    assert batch_wait(row, 8.0, 128.0) == (20.0, 14.0)
+    assert batch_wait(row, 1.0, 128.0) == (0.0, 0.0)
+    assert batch_wait(_row(concurrency=8, batch_wait_iters=20, **kw), 8.0, 128.0) == (20.0, np.inf)
+    assert batch_wait(_row(concurrency=8, batch_wait_tokens_ratio=0.9, **kw), 8.0, 128.0) == (0.0, 0.0)
+    assert batch_wait(_row(concurrency=8, batch_wait_iters=20, batch_wait_tokens_ratio=0.9, attention_dp=2,
+                           **kw), 8.0, 128.0) == (0.0, 0.0)
+    long = _row(concurrency=8, batch_wait_iters=20, batch_wait_tokens_ratio=0.9, **dict(kw, input_len=16384))
+    assert batch_wait(long, 8.0, 128.0) == (0.0, 0.0)
+
+
+def test_batch_wait_adds_its_iterations_to_the_ttft():
+    """Two requests with long outputs: the other's prompt almost never arrives within a window (0.0024 per window
+    of 20), so a prompt waits W = 20 decode iterations more, ttft(W) - ttft(0) = 20 TPOT within 0.2 %; TPOT hardly
+    moves. A ratio without W and a request alone change nothing."""
+    kw = dict(tp=4, input_len=1024, output_len=8192, precision="fp8", client_rounds=0)
+    off = evaluate("llama3.1-70b", "H100", concurrency=2, **kw)
+    on = evaluate("llama3.1-70b", "H100", concurrency=2, batch_wait_iters=20, **kw)
+    assert on["ttft"] - off["ttft"] == pytest.approx(20.0 * on["tpot"], rel=2e-3)
+    assert on["tpot"] == pytest.approx(off["tpot"], rel=1e-3)
+    assert evaluate("llama3.1-70b", "H100", concurrency=2, batch_wait_tokens_ratio=0.9, **kw)["ttft"] == off["ttft"]
+    one = dict(concurrency=1, **kw)
+    assert evaluate("llama3.1-70b", "H100", batch_wait_iters=20, **one)["ttft"] == \
+        evaluate("llama3.1-70b", "H100", **one)["ttft"]
+
+
+def test_a_serving_record_states_the_batch_waiting_flags():
+    """``serve.batch_wait_iters`` / ``serve.batch_wait_tokens_ratio`` of a record reach the columns; absent: 0, the
+    engine's default (off)."""
+    import json
+    from pathlib import Path
+
+    from fastmodel.registry.lm import COLUMN_INDEX
+    from fastmodel.serve.records import lower_serve_record
+
+    line = (Path(__file__).parents[1] / "data" / "serve_dev_load.jsonl").read_text().splitlines()[0]
+    data = json.loads(line)
+    plain = lower_serve_record(data).columns
+    assert plain[COLUMN_INDEX["batch_wait_iters"]] == 0 and plain[COLUMN_INDEX["batch_wait_tokens_ratio"]] == 0
+    data["serve"].update(batch_wait_iters=20, batch_wait_tokens_ratio=0.9)
+    stated = lower_serve_record(data).columns
+    assert stated[COLUMN_INDEX["batch_wait_iters"]] == 20 and stated[COLUMN_INDEX["batch_wait_tokens_ratio"]] == 0.9
