@@ -93,6 +93,7 @@ def model_values(model) -> dict[str, float]:
         for key in ("moe_ffn", "moe_shared_experts", "dense_layers", "moe_capacity_factor", "moe_pad_to_capacity",
                     "moe_layer_freq", "moe_max_nodes"):
             values[key] = float(getattr(model, key))
+        values["moe_round_robin"] = 1.0 if model.moe_routing == "round_robin" else 0.0
     if model.attention == "mla":
         values["mla"] = 1.0
         for key in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "q_lora_rank"):

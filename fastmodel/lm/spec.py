@@ -52,6 +52,10 @@ class LMSpec(_Spec):
                                         "leading dense ones (DeepSpeed-MoE: 2).")
     moe_max_nodes: NonNegativeInt = Field(0, le=1 << 16, description="Node-limited routing: nodes one token's "
                                           "experts may span (DeepSeek-V3: 4; 0 = unlimited).")
+    moe_routing: Literal["uniform", "round_robin"] = Field(
+        "uniform", description="Expert choice the dispatch sees: uniform (expected destinations of k experts drawn "
+        "without replacement) or round_robin (TorchTitan _debug_force_load_balance: token i to experts k i ... "
+        "k i + k - 1 mod E); docs/model.md §11.14.2.")
     dense_layers: NonNegativeInt = Field(0, le=4096, description="Leading dense layers of a MoE model.")
     attention: Literal["mha", "mla"] = "mha"
     q_lora_rank: NonNegativeInt = Field(0, le=1 << 20)
@@ -105,7 +109,7 @@ class LMSpec(_Spec):
         """The ``model`` block of a run record (RUNS.md) describing this model."""
         data = self.model_dump(exclude={"family", "source"})
         if not self.moe_experts:
-            for key in ("moe_pad_to_capacity", "moe_layer_freq", "moe_max_nodes"):
+            for key in ("moe_pad_to_capacity", "moe_layer_freq", "moe_max_nodes", "moe_routing"):
                 data.pop(key)
         if self.attention != "mla":
             for key in ("attention", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",

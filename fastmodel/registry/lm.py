@@ -118,6 +118,8 @@ MODEL_COLUMNS = _cols(
      "(Megatron-Core --moe-layer-freq N, DeepSpeed-MoE expert interval); the others are dense.", 1, 4096),
     ("moe_max_nodes", "1", 0, "Node-limited routing: nodes one token's experts may span (DeepSeek-V3 M = 4; "
      "0 = unlimited).", 0, 1 << 16),
+    ("moe_round_robin", "1", 0, "1: routing forced round-robin, token i to experts k i ... k i + k - 1 mod E "
+     "(TorchTitan _debug_force_load_balance); 0: uniform (DeepEP's destinations, docs/model.md §11.14.2).", 0, 1),
     ("mla", "1", 0, "1: multi-head latent attention (DeepSeek).", 0, 1),
     ("q_lora_rank", "1", 0, "MLA query low-rank width (0 = full-rank query).", 0, 1 << 20),
     ("kv_lora_rank", "1", 0, "MLA compressed KV width.", 0, 1 << 20),

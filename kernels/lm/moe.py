@@ -18,6 +18,7 @@ from fastmodel.kernels.lm.layout import (
     C_CP, C_DP, C_EP, C_GATED_MLP, C_HIDDEN, C_INTER_BW, C_INTER_EFF, C_INTER_LATENCY, C_INTRA_BW,
     C_INTRA_EFF, C_INTRA_LATENCY, C_KERNEL_OVERHEAD_S, C_MICRO_BATCH, C_MOE_CAPACITY_FACTOR, C_MOE_DISPATCHER,
     C_MOE_EXPERTS, C_MOE_FFN, C_MOE_FP8_DISPATCH, C_MOE_IMBALANCE, C_MOE_MAX_NODES, C_MOE_MEM_KERNELS,
+    C_MOE_ROUND_ROBIN,
     C_GRAD_REDUCE_BYTES, C_MOE_PAD_TO_CAPACITY, C_MOE_SHARED_EXPERTS, C_MOE_TOPK, C_SEQ_LEN, C_STACK_COMPUTE_EFF, C_TP,
     C_WGRAD_FUSED_ACCUMULATION, DISPATCH_ALLGATHER,
     DISPATCH_DEEPEP,
@@ -169,30 +170,65 @@ def expert_wgrad_extra(row, fp8, forward):
     return wgrad - forward
 
 
+@njit(inline="always")
+def distinct_uniform(experts, holders, k):
+    """Expected holders one token's ``k`` experts span, drawn uniformly without replacement from ``experts``
+    placed ``experts / holders`` per holder: ``n (1 - C(E - E/n, k) / C(E, k))`` (a holder is missed when all
+    ``k`` come from the other ``E - E/n``; the ratio is the product of ``(E - E/n - i) / (E - i)``, i < k)."""
+    per = experts / holders
+    miss = 1.0
+    for i in range(int(k)):
+        miss *= max(0.0, experts - per - i) / (experts - i)
+    return holders * (1.0 - miss)
+
+
 @njit
-def distinct_domains(row, domains):
-    """Expected NVLink domains one token's ``k`` experts span among ``domains`` (uniform routing:
-    ``N (1 - (1 - 1/N)^k)``), at most ``moe_max_nodes`` under node-limited routing."""
-    spread = domains * (1.0 - (1.0 - 1.0 / domains) ** row[C_MOE_TOPK])
-    if row[C_MOE_MAX_NODES] > 0.0:
-        spread = min(spread, row[C_MOE_MAX_NODES])
-    return spread
+def distinct_round_robin(experts, holders, k):
+    """Mean holders one token's experts span under TorchTitan's forced round-robin routing: token i takes
+    experts ``k i ... k i + k - 1`` mod E (``_debug_force_load_balance_routing``, models/moe/moe.py at
+    022f885f34), ``E / holders`` consecutive experts per holder; averaged over the E tokens of one period."""
+    e = int(experts)
+    kk = int(k)
+    per = max(1, e // int(holders))
+    total = 0.0
+    for i in range(e):
+        first = (kk * i) % e
+        total += min((first + kk - 1) // per - first // per + 1, holders)
+    return total / e
+
+
+@njit
+def distinct_destinations(row, group, domains):
+    """(domains, ranks) one token's ``k`` experts span among the ``domains`` NVLink domains and the ``group``
+    ranks of its expert-parallel group (docs/model.md §11.14.2): ``distinct_round_robin`` under forced
+    round-robin routing, else ``distinct_uniform``; node-limited routing (``moe_max_nodes`` M < domains, when
+    the uniform spread exceeds it) gives M domains and ranks drawn from those M domains' experts."""
+    experts = row[C_MOE_EXPERTS]
+    k = row[C_MOE_TOPK]
+    if row[C_MOE_ROUND_ROBIN] > 0.0:
+        return distinct_round_robin(experts, domains, k), distinct_round_robin(experts, group, k)
+    spread = distinct_uniform(experts, domains, k)
+    limit = row[C_MOE_MAX_NODES]
+    if limit > 0.0 and limit < domains and spread > limit:
+        return limit, distinct_uniform(experts * limit / domains, group * limit / domains, k)
+    return spread, distinct_uniform(experts, group, k)
 
 
 @njit
 def deepep_time(row, nbytes_per_copy, tokens, group, stride):
-    """One DeepEP dispatch or combine (DeepSeek-V3 report sec. 3.2.2; DeepEP "normal" kernels): a token
-    crosses the scale-out network once per remote domain that holds one of its experts, then NVLink forwards
-    it to each expert's GPU; the two hops run concurrently, the slower sets the time."""
+    """One DeepEP dispatch or combine (DeepSeek-V3 report sec. 3.2.2; DeepEP "normal" kernels at bfded34): a
+    token crosses the scale-out network once per remote domain that holds one of its experts, then NVLink
+    forwards it once to each other rank of that domain that holds one (``is_token_in_rank``); inside one domain
+    it goes once to each other destination rank. The two hops run concurrently, the slower sets the time."""
     g_in = members_per_domain(row, group, stride)
     domains = group / g_in
-    k = row[C_MOE_TOPK]
-    nvlink = tokens * k * nbytes_per_copy * (g_in - 1.0) / group / (row[C_INTRA_BW] * row[C_INTRA_EFF])
+    spread, ranks = distinct_destinations(row, group, domains)
+    intra = row[C_INTRA_BW] * row[C_INTRA_EFF]
     if domains <= 1.0:
-        return nvlink + row[C_INTRA_LATENCY]
-    remote = distinct_domains(row, domains) * (domains - 1.0) / domains
+        return tokens * ranks * nbytes_per_copy * (group - 1.0) / group / intra + row[C_INTRA_LATENCY]
+    remote = spread * (domains - 1.0) / domains
     network = tokens * remote * nbytes_per_copy / (row[C_INTER_BW] * row[C_INTER_EFF])
-    nvlink = tokens * k * nbytes_per_copy * (1.0 - 1.0 / group) / (row[C_INTRA_BW] * row[C_INTRA_EFF])
+    nvlink = tokens * ranks * nbytes_per_copy * (g_in - 1.0) / g_in / intra
     return max(nvlink, network) + row[C_INTER_LATENCY]
 
 
@@ -231,7 +267,8 @@ def dispatch_time(row):
             a2a = deepep_time(row, h * send, tokens_r * load, ep, etp) + deepep_time(row, h * 2.0, tokens_r * load, ep, etp)
             if g_in < ep:
                 domains = ep / g_in
-                out = tokens_r * load * distinct_domains(row, domains) * (domains - 1.0) / domains * h * (send + 2.0) / nic
+                out = tokens_r * load * distinct_destinations(row, ep, domains)[0] * (domains - 1.0) / domains \
+                    * h * (send + 2.0) / nic
         else:
             copies = tokens_r * row[C_MOE_TOPK] * load * h
             a2a = alltoall_time(row, copies * send, ep, etp) + alltoall_time(row, copies * 2.0, ep, etp)

@@ -117,18 +117,21 @@ def test_alltoall_dispatch_across_domains_splits_the_traffic_per_tier():
 
 
 def test_deepep_sends_a_token_once_per_remote_domain():
-    """DeepEP two-hop: 16 ranks in 2 domains, k = 8 of 16 experts; a token reaches 2 (1 - 1/2^8) = 1.9921875
-    domains on average, half of them remote: 0.99609375 copies over the NIC instead of 8 x 8/16 = 4. Node-
-    limited routing to one domain leaves 0.5 remote copies. NVLink delivers all k copies (15/16 off-rank)."""
+    """DeepEP two-hop: 16 ranks in 2 domains, k = 8 of 16 experts, one per rank; a token reaches
+    2 (1 - C(8, 8) / C(16, 8)) = 2 - 2/12870 domains on average (without replacement), half of them remote,
+    instead of 8 x 8/16 = 4 NIC copies. Node-limited routing to one domain leaves 0.5 remote copies. Its 8
+    experts sit on 8 distinct ranks (one expert per rank), and the forwarding rank of each domain sends over
+    NVLink to the other 7/8 of them (docs/model.md §11.14.2)."""
     base = dict(MIXTRAL, moe_experts=16, moe_topk=8, ep=16, etp=1, dp=16, moe_dispatcher="deepep")
     tokens, h = 4096, 4096
+    domains = 2 - 2 / 12870
 
     def one(remote):
-        return max(tokens * 8 * h * 2 * 15 / 16 / 360e9, tokens * remote * h * 2 / 42.5e9) + 8e-6
+        return max(tokens * 8 * h * 2 * 7 / 8 / 360e9, tokens * remote * h * 2 / 42.5e9) + 8e-6
 
-    assert dispatch_time(row(**base))[0] == pytest.approx(2 * one(1.9921875 / 2), rel=1e-12)
+    assert dispatch_time(row(**base))[0] == pytest.approx(2 * one(domains / 2), rel=1e-12)
     assert dispatch_time(row(**base, moe_max_nodes=1))[0] == pytest.approx(2 * one(0.5), rel=1e-12)
-    assert dispatch_time(row(**base))[1] == pytest.approx(tokens * 1.9921875 / 2 * h * 4 / 42.5e9, rel=1e-12)
+    assert dispatch_time(row(**base))[1] == pytest.approx(tokens * domains / 2 * h * 4 / 42.5e9, rel=1e-12)
 
 
 def test_allgather_dispatch_gathers_the_expert_group():
