@@ -46,11 +46,6 @@ Text = Annotated[str, Field(max_length=100_000)]
 TextOrList = Text | list[Text]
 
 
-#: TorchTitan's forced balance, as a record's ``moe_router`` states it (``debug_moe_force_load_balance = true``
-#: in the job config, ``_debug_force_load_balance=True`` in ``MoEArgs``): round-robin experts (docs/model.md §11.14.2)
-_FORCED_ROUND_ROBIN = re.compile(r"_force_load_balance\s*=\s*true", re.IGNORECASE)
-
-
 class ModelBlock(LMSpec):
     """RUNS.md ``model``: an ``LMSpec`` (``name`` and ``ffn_kind`` optional) plus informational fields."""
 
@@ -70,8 +65,6 @@ class ModelBlock(LMSpec):
         if isinstance(data, dict) and "moe_node_limited_routing_max_nodes" in data:   # RUNS.md's longer name
             data = dict(data)
             data.setdefault("moe_max_nodes", data.pop("moe_node_limited_routing_max_nodes"))
-        if isinstance(data, dict) and _FORCED_ROUND_ROBIN.search(str(data.get("moe_router") or "")):
-            data = {**data, "moe_routing": data.get("moe_routing") or "round_robin"}
         return _drop_nulls(data, cls.model_fields)
 
 
