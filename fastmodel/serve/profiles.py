@@ -131,6 +131,33 @@ def moe_dispatcher(engine: str | None, ep: float, top_k: float, multi_node_nvlin
     return 1.0
 
 
+#: ``aic.provenance.source_file`` prefix of the records aiconfigurator measured with its own generated benchmark
+AIC_GAP_ANALYSIS = "aic-auto-gap-analysis/"
+
+
+def fixed_lengths_client(data: dict) -> bool:
+    """True when a record was measured by a client that gives every request exactly ``input_len`` prompt and
+    ``output_len`` output tokens: aiconfigurator's generated benchmark (``generator/config/backend_templates/
+    benchmark/bench_run.sh.j2`` @095f58a51: ``aiperf profile --isl-stddev/--osl-stddev``, both 0 by default in
+    ``generator/config/deployment_config.yaml``, and ``ignore_eos``), taken to be the client of its gap-analysis
+    silicon rows (``aic.provenance.source_file`` under ``aic-auto-gap-analysis/``; an assumption, docs S27/S32)."""
+    aic = data.get("aic") if isinstance(data, dict) else None
+    provenance = aic.get("provenance") if isinstance(aic, dict) else None
+    source_file = provenance.get("source_file") if isinstance(provenance, dict) else None
+    return isinstance(source_file, str) and source_file.startswith(AIC_GAP_ANALYSIS)
+
+
+def lockstep_rounds(mixed_prefill: float, fixed_lengths: bool) -> float | None:
+    """``client_rounds`` of a closed loop that stays in lockstep, else None (the column's default). An engine that
+    runs prefill first and never mixes prompt chunks into decode iterations (``mixed_prefill`` 0: SGLang
+    0.5.6.post2 ``managers/scheduler.py`` ``get_next_batch_to_run`` 1691-1709, "Run prefill first if possible")
+    prefills the whole start wave before any of it decodes again; with identical output lengths (``ignore_eos``)
+    the wave then decodes in one batch, finishes in one iteration and comes back together: every round is a start
+    wave, i.e. 1 round (docs/model_serving.md S32). Mixing engines (vLLM, TensorRT-LLM) let the first prompts decode
+    while later ones prefill, which staggers the wave; random lengths break it up too."""
+    return 1.0 if mixed_prefill <= 0.0 and fixed_lengths else None
+
+
 def framework_profile(framework: str | None, hbm_bytes: float) -> tuple[dict[str, float], list[str]]:
     """(profile columns, notes) of a record's ``framework`` on a GPU of ``hbm_bytes``."""
     engine, version = parse_framework(framework)
