@@ -158,6 +158,17 @@ def lockstep_rounds(mixed_prefill: float, fixed_lengths: bool) -> float | None:
     return 1.0 if mixed_prefill <= 0.0 and fixed_lengths else None
 
 
+def lockstep_columns(data: dict, mixed_prefill: float, load: str, notes: list[str]) -> dict[str, float]:
+    """``{"client_rounds": 1}`` (and a note) for a concurrency-load record that ``lockstep_rounds`` keeps in
+    lockstep, else no column."""
+    rounds = lockstep_rounds(mixed_prefill, fixed_lengths_client(data)) if load == "concurrency" else None
+    if rounds is None:
+        return {}
+    notes.append("aiconfigurator's fixed-length aiperf client assumed (aic-auto-gap-analysis); a prefill-first "
+                 "engine keeps the closed loop in lockstep: every round is a start wave (docs S32)")
+    return {"client_rounds": rounds}
+
+
 def framework_profile(framework: str | None, hbm_bytes: float) -> tuple[dict[str, float], list[str]]:
     """(profile columns, notes) of a record's ``framework`` on a GPU of ``hbm_bytes``."""
     engine, version = parse_framework(framework)

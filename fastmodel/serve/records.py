@@ -28,10 +28,9 @@ from fastmodel.serve.engine_kernels import assumed_note, expert_kernel_eff, is_s
 from fastmodel.serve.precisions import FP4_PRECISIONS, block_fp8_checkpoint, published_fp4_checkpoint
 from fastmodel.serve.profiles import (
     expert_row_tiles,
-    fixed_lengths_client,
     fp4_activation,
     framework_profile,
-    lockstep_rounds,
+    lockstep_columns,
     moe_dispatcher,
     parse_framework,
 )
@@ -161,7 +160,7 @@ def lower_serve_record(data: dict, source: str | None = None) -> ServeRecord:
     if precision in FP4_PRECISIONS and values["peak_flops_4"] <= 0:
         notes.append(f"fp4 on {gpu} (no FP4 tensor cores): weight-only, dequantised into 16-bit GEMMs")
     profile, profile_notes = framework_profile(record.framework, float(columns[COLUMN_INDEX["hbm_bytes"]]))
-    values.update(profile)
+    values.update(profile, **lockstep_columns(data, profile["mixed_prefill"], serve.load, notes))
     notes.extend(profile_notes)
     values["quant_experts_only"] = 1.0 if layers == "experts" else 0.0
     engine = parse_framework(record.framework)[0]
@@ -181,11 +180,6 @@ def lower_serve_record(data: dict, source: str | None = None) -> ServeRecord:
     if values["peak_flops_4"] > 0:     # the engine's FP4 MoE kernel; without FP4 tensor cores, another backend
         values["expert_tile_min"], values["expert_tile_max"] = expert_row_tiles(engine, precision)
     mode = serve.load
-    rounds = lockstep_rounds(values["mixed_prefill"], fixed_lengths_client(data)) if mode == "concurrency" else None
-    if rounds is not None:
-        values["client_rounds"] = rounds
-        notes.append("aiconfigurator's fixed-length aiperf client assumed (aic-auto-gap-analysis); a prefill-first "
-                     "engine keeps the closed loop in lockstep: every round is a start wave (docs S32)")
     if mode == "max_throughput":
         values["load_mode"] = LOAD_MODES["max_throughput"]
     else:
