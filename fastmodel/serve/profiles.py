@@ -25,6 +25,8 @@ A version the table does not know, or none recorded, takes the engine's newest p
 know takes TensorRT-LLM's (the default of the sweep columns); both say so in a note. No per-iteration CPU time
 is set (``serve_step_overhead_s`` stays 0): no engine publishes one at these versions. TensorRT-LLM's profile
 sets ``host_op_s`` (the host issue time of its eager prompt-carrying iterations, kernels/serve/host.py).
+``lockstep_columns`` sets ``client_rounds`` 1 for a prefill-first engine (SGLang) under a fixed-length client: the
+closed loop stays in lockstep and every round is a start wave (docs/model_serving.md S32).
 """
 
 from __future__ import annotations
