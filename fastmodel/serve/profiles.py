@@ -25,6 +25,8 @@ A version the table does not know, or none recorded, takes the engine's newest p
 know takes TensorRT-LLM's (the default of the sweep columns); both say so in a note. No per-iteration CPU time
 is set (``serve_step_overhead_s`` stays 0): no engine publishes one at these versions. TensorRT-LLM's profile
 sets ``host_op_s`` (the host issue time of its eager prompt-carrying iterations, kernels/serve/host.py).
+``lockstep_columns`` sets ``client_rounds`` 1 for a prefill-first engine (SGLang) under a fixed-length client: the
+closed loop stays in lockstep and every round is a start wave (docs/model_serving.md S32).
 """
 
 from __future__ import annotations
@@ -129,6 +131,44 @@ def moe_dispatcher(engine: str | None, ep: float, top_k: float, multi_node_nvlin
     if (engine or DEFAULT_ENGINE) == "trtllm" and ep > top_k and multi_node_nvlink:
         return 0.0
     return 1.0
+
+
+#: ``aic.provenance.source_file`` prefix of the records aiconfigurator measured with its own generated benchmark
+AIC_GAP_ANALYSIS = "aic-auto-gap-analysis/"
+
+
+def fixed_lengths_client(data: dict) -> bool:
+    """True when a record was measured by a client that gives every request exactly ``input_len`` prompt and
+    ``output_len`` output tokens: aiconfigurator's generated benchmark (``generator/config/backend_templates/
+    benchmark/bench_run.sh.j2`` @095f58a51: ``aiperf profile --isl-stddev/--osl-stddev``, both 0 by default in
+    ``generator/config/deployment_config.yaml``, and ``ignore_eos``), taken to be the client of its gap-analysis
+    silicon rows (``aic.provenance.source_file`` under ``aic-auto-gap-analysis/``; an assumption, docs S27/S32)."""
+    aic = data.get("aic") if isinstance(data, dict) else None
+    provenance = aic.get("provenance") if isinstance(aic, dict) else None
+    source_file = provenance.get("source_file") if isinstance(provenance, dict) else None
+    return isinstance(source_file, str) and source_file.startswith(AIC_GAP_ANALYSIS)
+
+
+def lockstep_rounds(mixed_prefill: float, fixed_lengths: bool) -> float | None:
+    """``client_rounds`` of a closed loop that stays in lockstep, else None (the column's default). An engine that
+    runs prefill first and never mixes prompt chunks into decode iterations (``mixed_prefill`` 0: SGLang
+    0.5.6.post2 ``managers/scheduler.py`` ``get_next_batch_to_run`` 1691-1709, "Run prefill first if possible")
+    prefills the whole start wave before any of it decodes again; with identical output lengths (``ignore_eos``)
+    the wave then decodes in one batch, finishes in one iteration and comes back together: every round is a start
+    wave, i.e. 1 round (docs/model_serving.md S32). Mixing engines (vLLM, TensorRT-LLM) let the first prompts decode
+    while later ones prefill, which staggers the wave; random lengths break it up too."""
+    return 1.0 if mixed_prefill <= 0.0 and fixed_lengths else None
+
+
+def lockstep_columns(data: dict, mixed_prefill: float, load: str, notes: list[str]) -> dict[str, float]:
+    """``{"client_rounds": 1}`` (and a note) for a concurrency-load record that ``lockstep_rounds`` keeps in
+    lockstep, else no column."""
+    rounds = lockstep_rounds(mixed_prefill, fixed_lengths_client(data)) if load == "concurrency" else None
+    if rounds is None:
+        return {}
+    notes.append("aiconfigurator's fixed-length aiperf client assumed (aic-auto-gap-analysis); a prefill-first "
+                 "engine keeps the closed loop in lockstep: every round is a start wave (docs S32)")
+    return {"client_rounds": rounds}
 
 
 def framework_profile(framework: str | None, hbm_bytes: float) -> tuple[dict[str, float], list[str]]:
