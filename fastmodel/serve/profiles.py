@@ -133,22 +133,6 @@ def moe_dispatcher(engine: str | None, ep: float, top_k: float, multi_node_nvlin
     return 1.0
 
 
-#: ``aic.provenance.source_file`` prefix of the records aiconfigurator measured with its own generated benchmark
-AIC_GAP_ANALYSIS = "aic-auto-gap-analysis/"
-
-
-def fixed_lengths_client(data: dict) -> bool:
-    """True when a record was measured by a client that gives every request exactly ``input_len`` prompt and
-    ``output_len`` output tokens: aiconfigurator's generated benchmark (``generator/config/backend_templates/
-    benchmark/bench_run.sh.j2`` @095f58a51: ``aiperf profile --isl-stddev/--osl-stddev``, both 0 by default in
-    ``generator/config/deployment_config.yaml``, and ``ignore_eos``), taken to be the client of its gap-analysis
-    silicon rows (``aic.provenance.source_file`` under ``aic-auto-gap-analysis/``; an assumption, docs S27/S32)."""
-    aic = data.get("aic") if isinstance(data, dict) else None
-    provenance = aic.get("provenance") if isinstance(aic, dict) else None
-    source_file = provenance.get("source_file") if isinstance(provenance, dict) else None
-    return isinstance(source_file, str) and source_file.startswith(AIC_GAP_ANALYSIS)
-
-
 def lockstep_rounds(mixed_prefill: float, fixed_lengths: bool) -> float | None:
     """``client_rounds`` of a closed loop that stays in lockstep, else None (the column's default). An engine that
     runs prefill first and never mixes prompt chunks into decode iterations (``mixed_prefill`` 0: SGLang
@@ -160,14 +144,14 @@ def lockstep_rounds(mixed_prefill: float, fixed_lengths: bool) -> float | None:
     return 1.0 if mixed_prefill <= 0.0 and fixed_lengths else None
 
 
-def lockstep_columns(data: dict, mixed_prefill: float, load: str, notes: list[str]) -> dict[str, float]:
-    """``{"client_rounds": 1}`` (and a note) for a concurrency-load record that ``lockstep_rounds`` keeps in
-    lockstep, else no column."""
-    rounds = lockstep_rounds(mixed_prefill, fixed_lengths_client(data)) if load == "concurrency" else None
+def lockstep_columns(fixed_lengths: bool, mixed_prefill: float, load: str, notes: list[str]) -> dict[str, float]:
+    """``{"client_rounds": 1}`` (and a note) for a concurrency-load record whose client gives every request the
+    same lengths (``serve.fixed_lengths``) and that ``lockstep_rounds`` keeps in lockstep, else no column."""
+    rounds = lockstep_rounds(mixed_prefill, fixed_lengths) if load == "concurrency" else None
     if rounds is None:
         return {}
-    notes.append("aiconfigurator's fixed-length aiperf client assumed (aic-auto-gap-analysis); a prefill-first "
-                 "engine keeps the closed loop in lockstep: every round is a start wave (docs S32)")
+    notes.append("fixed-length client (serve.fixed_lengths): a prefill-first engine keeps the closed loop in "
+                 "lockstep, every round is a start wave (docs S32)")
     return {"client_rounds": rounds}
 
 

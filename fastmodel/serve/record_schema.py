@@ -96,6 +96,8 @@ class ServeBlock(Block):
     # TensorRT-LLM batch waiting (batch_wait_timeout_iters, batch_wait_max_tokens_ratio): off unless stated
     batch_wait_iters: int = bounds("batch_wait_iters", 0)
     batch_wait_tokens_ratio: float = bounds("batch_wait_tokens_ratio", 0.0)
+    # the client gives every request exactly input_len / output_len tokens (no length spread, ignore_eos)
+    fixed_lengths: bool = False
 
     @model_validator(mode="after")
     def _one_load(self):

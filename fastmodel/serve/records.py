@@ -162,7 +162,7 @@ def lower_serve_record(data: dict, source: str | None = None) -> ServeRecord:
     if precision in FP4_PRECISIONS and values["peak_flops_4"] <= 0:
         notes.append(f"fp4 on {gpu} (no FP4 tensor cores): weight-only, dequantised into 16-bit GEMMs")
     profile, profile_notes = framework_profile(record.framework, float(columns[COLUMN_INDEX["hbm_bytes"]]))
-    values.update(profile, **lockstep_columns(data, profile["mixed_prefill"], serve.load, notes))
+    values.update(profile, **lockstep_columns(serve.fixed_lengths, profile["mixed_prefill"], serve.load, notes))
     notes.extend(profile_notes)
     values["quant_experts_only"] = 1.0 if layers == "experts" else 0.0
     engine = parse_framework(record.framework)[0]

@@ -1,5 +1,5 @@
 """A closed loop that stays in lockstep (docs/model_serving.md S32; fastmodel/serve/profiles.py ``lockstep_rounds``,
-``fixed_lengths_client``): a prefill-first engine under a fixed-length client re-forms the start wave every round,
+``serve.fixed_lengths``): a prefill-first engine under a fixed-length client re-forms the start wave every round,
 so ``client_rounds`` is 1 and the mean TTFT is the wave's."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from fastmodel.kernels.serve.load import wave_iterations
 from fastmodel.registry.lm import COLUMN_INDEX
 from fastmodel.serve.api import evaluate
-from fastmodel.serve.profiles import fixed_lengths_client, lockstep_rounds
+from fastmodel.serve.profiles import lockstep_rounds
 from fastmodel.serve.records import lower_serve_record
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "serve_dev_load.jsonl"
@@ -42,23 +42,16 @@ def test_lockstep_needs_a_prefill_first_engine_and_fixed_lengths():
     assert lockstep_rounds(0.0, False) is None         # random lengths break the wave up
 
 
-def test_fixed_lengths_client_is_aiconfigurators_gap_analysis_benchmark():
-    gap = {"aic": {"provenance": {"source_file": "aic-auto-gap-analysis/data/h200_sxm/sglang/x.csv"}}}
-    assert fixed_lengths_client(gap)
-    assert not fixed_lengths_client({"aic": {"provenance": {"source_file": "2026-04-06.csv"}}})
-    assert not fixed_lengths_client({"aic": {}}) and not fixed_lengths_client({})
-
-
 def test_records_lower_lockstep_for_sglang_only():
-    """Every SGLang record (aiconfigurator gap analysis, concurrency load) lowers with client_rounds 1; vLLM 0.12.0
-    rows of the same benchmark mix prompts into decodes and keep the default 10; an SGLang record without the
-    provenance, or at a static batch, keeps it too."""
+    """Every SGLang record (aiconfigurator gap analysis: serve.fixed_lengths, concurrency load) lowers with
+    client_rounds 1; vLLM 0.12.0 rows of the same benchmark mix prompts into decodes and keep the default 10; an
+    SGLang record without fixed lengths, or at a static batch, keeps it too."""
     sglang = _records("SGLang")
     assert sglang and all(lower_serve_record(r).columns[ROUNDS] == 1.0 for r in sglang)
-    vllm = [r for r in _records("vLLM 0.12") if fixed_lengths_client(r)]
+    vllm = [r for r in _records("vLLM 0.12") if r["serve"].get("fixed_lengths")]
     assert vllm and all(lower_serve_record(r).columns[ROUNDS] == 10.0 for r in vllm)
     bare = copy.deepcopy(sglang[0])
-    bare.pop("aic")
+    bare["serve"].pop("fixed_lengths")
     assert lower_serve_record(bare).columns[ROUNDS] == 10.0
     static = copy.deepcopy(sglang[0])
     static["serve"]["batch_size"] = static["serve"].pop("concurrency")
