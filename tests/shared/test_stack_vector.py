@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 from fastmodel.kernels.jit import stack_vector
 
@@ -53,6 +53,42 @@ def _expected(rows):
 def test_stack_vector_holds_what_callees_write_and_views_see_it():
     sums, corner = _through_calls(50)
     want_sums, want_corner = _expected(50)
+    np.testing.assert_array_equal(sums, want_sums)
+    np.testing.assert_array_equal(corner, want_corner)
+
+
+@njit
+def _chunk_rows(sums, corner, lo, hi):
+    """Rows lo..hi-1 of ``_through_calls`` written into ``sums`` and ``corner``: the frame vectors of one chunk,
+    as the engines' row kernels make them (kernels/serve/evaluate.py ``_serve_rows``)."""
+    vector = stack_vector(SIZE)
+    grid = stack_vector(SIZE).reshape((3, 4))
+    for r in range(lo, hi):
+        _fill(vector, float(r))
+        sums[r] = _sum(vector)
+        _fill(grid.reshape(SIZE), 10.0 * r)
+        corner[r] = grid[2, 3] + _sum(grid[1])
+
+
+@njit(parallel=True)
+def _through_prange(rows, chunk):
+    sums = np.empty(rows)
+    corner = np.empty(rows)
+    chunks = (rows + chunk - 1) // chunk
+    for c in prange(chunks):
+        _chunk_rows(sums, corner, c * chunk, min(rows, (c + 1) * chunk))
+    return sums, corner
+
+
+def test_stack_vector_under_a_parallel_prange_matches_the_serial_kernel():
+    """Each worker thread calls the chunk kernel in its own frame: no two chunks share a frame vector, so the
+    parallel results equal the serial ones and the hand values (many small chunks, so the threads interleave)."""
+    rows = 20_000
+    sums, corner = _through_prange(rows, 7)
+    serial_sums, serial_corner = _through_calls(rows)
+    np.testing.assert_array_equal(sums, serial_sums)
+    np.testing.assert_array_equal(corner, serial_corner)
+    want_sums, want_corner = _expected(rows)
     np.testing.assert_array_equal(sums, want_sums)
     np.testing.assert_array_equal(corner, want_corner)
 
