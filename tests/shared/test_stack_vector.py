@@ -118,3 +118,31 @@ def test_a_table_of_the_wrong_height_is_refused_before_the_kernels_copy_it_into_
             evaluate(short)
         with pytest.raises(ValueError, match="shape"):
             evaluate(np.zeros(len(COLUMNS)))
+
+
+def test_a_grid_base_of_the_wrong_length_is_refused_before_the_grid_kernels_copy_it():
+    # the lm and serving grid kernels copy the base vector's N_COLUMNS values into each point's stack_vector
+    from pathlib import Path
+
+    import numpy as np
+    import pytest
+
+    from fastmodel.lm.sweep import sweep_plan
+    from fastmodel.registry.lm import COLUMNS
+    from fastmodel.serve.sweep_file import serve_plan
+    from fastmodel.spec.columns import check_base
+
+    check_base(np.zeros(len(COLUMNS)))
+    for bad in (np.zeros(len(COLUMNS) - 1), np.zeros((len(COLUMNS), 1))):
+        with pytest.raises(ValueError, match=f"{len(COLUMNS)} columns"):
+            check_base(bad)
+    specs = Path(__file__).resolve().parents[2] / "specs"
+    plans = [sweep_plan("llama3.1-8b", "dgx-h100", "llm-pretrain", {"num_nodes": [1, 2]}),
+             serve_plan(None, "llama3.1-8b", "dgx-h100", "serve-chat", {"tp": [1, 2]}, specs)]
+    for plan in plans:
+        unit = next(iter(plan.units()))
+        out = np.empty((64, unit.size))
+        status = np.zeros(unit.size, dtype=np.int8)
+        plan.base = plan.base[:-1]
+        with pytest.raises(ValueError, match="base vector"):
+            plan.evaluate_unit(unit, out, status, 0)
