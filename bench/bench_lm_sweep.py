@@ -53,15 +53,11 @@ def run_default(repeats: int, model: str = "llama3.1-70b") -> dict:
 
 
 def run_madmax(repeats: int) -> dict:
+    from bench_sweep import AXES_A  # bench_sweep.py's sweep (a), the LLaMA2-70B grid
+
     import fastmodel
 
-    axes = {
-        "num_nodes": [16, 32, 64, 128, 256],
-        "global_batch": [256, 512, 1024, 2048, 4096, 8192, 16384, 32768],
-        "flops_util": {"start": 0.4, "stop": 0.8, "num": 41},
-        "port_bandwidth_bytes_per_s": {"start": 12.5e9, "stop": 50e9, "num": 25},
-        "plan": "all",
-    }
+    axes = dict(AXES_A)
     t0 = time.perf_counter()
     fastmodel.sweep("llama2-70b", "dc-a", "llm-pretrain", {"plan": "all", "num_nodes": [16]}, semantics="madmax")
     warm = time.perf_counter() - t0

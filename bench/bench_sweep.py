@@ -53,27 +53,15 @@ from pathlib import Path
 
 import numpy as np
 
-AXES_A = {
-    "num_nodes": [16, 32, 64, 128, 256],
-    "global_batch": [256, 512, 1024, 2048, 4096, 8192, 16384, 32768],
-    "flops_util": {"start": 0.4, "stop": 0.8, "num": 41},
-    "port_bandwidth_bytes_per_s": {"start": 12.5e9, "stop": 50e9, "num": 25},
-    "plan": "all",
-}
-AXES_B = {
-    "plan": "all",
-    "num_nodes": [8, 16, 32, 64, 128],
-    "global_batch": [16384, 32768, 65536, 131072],
+#: the FLOP-utilization and network-bandwidth ranges every sweep crosses (41 x 25 points)
+RANGES = {
     "flops_util": {"start": 0.4, "stop": 0.8, "num": 41},
     "port_bandwidth_bytes_per_s": {"start": 12.5e9, "stop": 50e9, "num": 25},
 }
-AXES_C = {
-    "plan": "all",
-    "num_nodes": [16, 32, 64, 128, 256],
-    "global_batch": [1024, 2048, 4096, 8192],
-    "flops_util": {"start": 0.4, "stop": 0.8, "num": 41},
-    "port_bandwidth_bytes_per_s": {"start": 12.5e9, "stop": 50e9, "num": 25},
-}
+AXES_A = {"num_nodes": [16, 32, 64, 128, 256], "global_batch": [256, 512, 1024, 2048, 4096, 8192, 16384, 32768],
+          **RANGES, "plan": "all"}
+AXES_B = {"plan": "all", "num_nodes": [8, 16, 32, 64, 128], "global_batch": [16384, 32768, 65536, 131072], **RANGES}
+AXES_C = {"plan": "all", "num_nodes": [16, 32, 64, 128, 256], "global_batch": [1024, 2048, 4096, 8192], **RANGES}
 
 #: the sweeps, in print order: key -> (label, model, system, task, axes, record prefix)
 SWEEPS = {

@@ -62,7 +62,13 @@ else:
         configuration's column vector ``row`` and its scratch vectors go through hundreds of such calls per
         configuration, most of the per-configuration time of the serving kernels before (bench/bench_serve.py).
         A vector without a meminfo (as ``numba.carray`` makes) skips the atomics; views of it (``v[1]``,
-        ``v.reshape``) have none either. The contents start undefined, as ``np.empty``'s."""
+        ``v.reshape``) have none either. The contents start undefined, as ``np.empty``'s.
+
+        One buffer per call site per frame: the alloca is made once in the calling kernel's frame (LLVM hoists
+        it to the entry block), so calling ``stack_vector`` in a loop, or in an ``inline="always"`` callee that
+        is called in a loop, returns the same memory at every iteration; allocate before the loop and reuse.
+        Under a ``parallel=True`` ``prange`` each worker thread calls the chunk's kernel in a frame on its own
+        stack, so workers never share a vector (tests/shared/test_stack_vector.py)."""
         if not isinstance(size, _types.IntegerLiteral):
             return None
         n = size.literal_value

@@ -76,7 +76,9 @@ class LMSweepPlan(SweepPlan):
         """The box of ``unit`` into ``out[:, offset:offset + unit.size]`` (its points in C order)."""
         from fastmodel.kernels.lm.grid import evaluate_grid
         from fastmodel.lm.engine import NOT_FINITE, mark_not_finite
+        from fastmodel.spec.columns import check_base
 
+        check_base(self.base)
         shape = np.array([b.stop - b.start for b in unit.blocks] or [1], dtype=np.int64)
         values = np.zeros_like(self.axis_values[:, :, :max(1, int(shape.max()))])
         for axis, block in enumerate(unit.blocks):

@@ -27,7 +27,7 @@ from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
 from fastmodel.registry.serve import SERVE_RESULTS, SERVE_STATUS, SERVE_STATUS_NAMES
 from fastmodel.serve.models import serve_model
 from fastmodel.serve.precisions import FP4_PRECISIONS, FP8_KV_DEFAULT, KV_PRECISIONS, PRECISIONS  # noqa: F401
-from fastmodel.spec.columns import check_table, encode
+from fastmodel.spec.columns import check_base, check_table, encode
 
 #: sweep axes other than columns, in the order of the Dataset's dimensions
 SPECIAL_AXES = ("device", "precision", "kv_precision")
@@ -178,6 +178,7 @@ def sweep(model, device: str | Sequence[str] = "H100", precision: str | Sequence
     if total:
         from fastmodel.kernels.serve.evaluate import serve_grid
 
+        check_base(base)
         sizes = np.array([len(block[0]) for block in blocks], dtype=np.int64)
         col_start = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         axis_cols = np.concatenate([block[0] for block in blocks]).astype(np.int64)

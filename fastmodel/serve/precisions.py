@@ -34,15 +34,26 @@ MXFP4_EXPERT_CHECKPOINTS = frozenset({"gpt-oss-120b", "gpt-oss-20b"})
 #: models whose published FP8 checkpoint is block-scaled (one FP32 scale per 128 x 128 weight block, activations
 #: quantised per token in groups of 128 along K; the name as above): Qwen's FP8 releases ("fine-grained fp8
 #: quantization with block size of 128", huggingface.co/Qwen/Qwen3-235B-A22B-FP8 model card; config.json
-#: ``quantization_config`` ``weight_block_size: [128, 128]``); the serving records of it say so too
-#: (``aic.gemm_quant_mode`` / ``moe_quant_mode`` ``fp8_block``). Read by the engine's expert kernel
+#: ``quantization_config`` ``weight_block_size: [128, 128]``), and DeepSeek-V3 (with V3-Base, and R1, which is
+#: DeepSeek-V3-Base trained further and published in the same format), released in FP8 only: its config.json
+#: ``quantization_config`` is ``quant_method: fp8``, ``fmt: e4m3``, ``weight_block_size: [128, 128]``, activations
+#: ``dynamic`` (deepseek-ai/DeepSeek-V3@0b39205 README_WEIGHTS.md "FP8 Weight Documentation"). A serving record
+#: that states its quantisation (``aic.moe_quant_mode`` / ``gemm_quant_mode``, ``fp8_block`` when block-scaled) is
+#: read as it says instead (``block_fp8_checkpoint``). Read by the engine's expert kernel
 #: (``fastmodel.serve.engine_kernels.expert_kernel_eff``, docs/model_serving.md S29).
-BLOCK_FP8_CHECKPOINTS = frozenset({"qwen3-235b-a22b-fp8", "qwen3-30b-a3b-fp8"})
+BLOCK_FP8_CHECKPOINTS = frozenset({"qwen3-235b-a22b-fp8", "qwen3-30b-a3b-fp8", "deepseek-v3", "deepseek-v3-base",
+                                   "deepseek-r1"})
+#: the quantisation mode a serving record's ``aic`` block gives a block-scaled FP8 checkpoint
+BLOCK_FP8_MODE = "fp8_block"
 
 
-def block_fp8_checkpoint(model_name: str | None, precision: str) -> bool:
-    """True when ``precision`` is ``fp8`` and the model is published as a block-scaled FP8 checkpoint
-    (``BLOCK_FP8_CHECKPOINTS``; the name lower case, organisation prefix dropped)."""
+def block_fp8_checkpoint(model_name: str | None, precision: str, aic: dict | None = None) -> bool:
+    """True when ``precision`` is ``fp8`` and the checkpoint is block-scaled FP8: as the record's ``aic`` block
+    states it (``moe_quant_mode``, else ``gemm_quant_mode``, equal to ``fp8_block``) when it gives one, else when
+    the model is published so (``BLOCK_FP8_CHECKPOINTS``; the name lower case, organisation prefix dropped)."""
+    stated = (aic.get("moe_quant_mode") or aic.get("gemm_quant_mode")) if isinstance(aic, dict) else None
+    if stated:
+        return precision == "fp8" and stated == BLOCK_FP8_MODE
     name = str(model_name or "").strip().lower().rsplit("/", 1)[-1]
     return precision == "fp8" and name in BLOCK_FP8_CHECKPOINTS
 

@@ -177,8 +177,8 @@ def lower_serve_record(data: dict, source: str | None = None) -> ServeRecord:
     fusion_note = assumed_note(engine, version, values["allreduce_norm_fusion"])
     if fusion_note:
         notes.append(fusion_note)
-    values["expert_gemm_eff"] = expert_kernel_eff(engine, block_fp8_checkpoint(model.get("name"), precision),
-                                                  is_sm90(device, device_table()))
+    values["expert_gemm_eff"] = expert_kernel_eff(
+        engine, block_fp8_checkpoint(model.get("name"), precision, data.get("aic")), is_sm90(device, device_table()))
     if values["peak_flops_4"] > 0:     # the engine's FP4 MoE kernel; without FP4 tensor cores, another backend
         values["expert_tile_min"], values["expert_tile_max"] = expert_row_tiles(engine, precision)
     mode = serve.load

@@ -72,7 +72,9 @@ class ServeSweepPlan(SweepPlan):
         """The box of ``unit`` into ``out[:, offset:offset + unit.size]`` (its points in C order)."""
         from fastmodel.kernels.serve.evaluate import serve_grid
         from fastmodel.serve.api import NOT_FINITE, mark_not_finite
+        from fastmodel.spec.columns import check_base
 
+        check_base(self.base)
         sizes = [b.stop - b.start for b in unit.blocks]
         flat = [table[:, block].ravel() for table, block in zip(self.tables, unit.blocks)]
         val_start = np.concatenate([[0], np.cumsum([f.size for f in flat])]).astype(np.int64)

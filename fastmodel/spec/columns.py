@@ -23,6 +23,14 @@ def check_table(params) -> None:
                          f"{np.shape(params)}")
 
 
+def check_base(base) -> None:
+    """A ValueError unless ``base`` is one configuration's ``N_COLUMNS`` vector: the grid kernels copy every
+    column of it into each point's frame vector (kernels/jit.py ``stack_vector``) and would read past the end of
+    a shorter one."""
+    if np.ndim(base) != 1 or np.size(base) != len(COLUMNS):
+        raise ValueError(f"a base vector of {len(COLUMNS)} columns is needed, got shape {np.shape(base)}")
+
+
 def encode(name: str, value):
     """A column value as a number: code names are looked up in their code table (SpecError naming the
     column and the nearest code otherwise); numbers pass through."""

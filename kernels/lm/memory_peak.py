@@ -57,12 +57,13 @@ def mlp_grad_bytes(row, width, rows, fc2_input):
     allocate the first GEMM's output gradient (``2 width`` gated, the fused gate+up output, else ``width``)
     beside it. ``fc2_input``: the bytes per element of fc2's input counted among the stored tensors or the
     recompute working set, 0 where it is recomputed in backward or not counted (``mlp_fc2_input_bytes``).
-    The larger of the two moments, over the stored tensors: ``max(2, 2 (c1 + 1) - fc2_input) rows width``,
-    ``c1`` = 2 gated, else 1 (the second moment is never the smaller, ``fc2_input <= 2``). PyTorch autograd
+    The larger of the two moments, over the stored tensors, is the second: ``(2 (c1 + 1) - fc2_input) rows
+    width``, ``c1`` = 2 gated, else 1 (the first is ``2 rows width``, never larger since ``fc2_input <= 2``, a
+    16-bit or FP8 GEMM input: ``gemm_input_bytes``). PyTorch autograd
     gives each gradient its tensor's shape and dtype; Megatron-Core ``bias_swiglu_impl`` backward returns the
     ``[T, 2 f]`` input gradient."""
     fc1 = 2.0 if row[C_GATED_MLP] > 0 else 1.0
-    return max(B16, B16 * (fc1 + 1.0) - fc2_input) * rows * width
+    return (B16 * (fc1 + 1.0) - fc2_input) * rows * width
 
 
 @njit(error_model='numpy')

@@ -16,8 +16,9 @@ import pytest
 from fastmodel.kernels.lm.layout import M_OPTIMIZER
 from fastmodel.kernels.lm.step import optimizer_bytes_per_param
 from fastmodel.lm.table import row
-from tests.lm.test_memory import _small_params, small
+from tests.lm.test_memory import small
 from tests.lm.test_memory_recompute_modules import FE, MOE, A, H, R, T, activations, bits
+from tests.lm.test_memory_states import _small_params
 
 
 def test_bf16_moments_adam_8_bytes_sgd_6_bytes_per_parameter():

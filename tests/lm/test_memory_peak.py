@@ -163,6 +163,21 @@ def test_backward_releases_fc2_input_only_where_it_is_stored():
     assert out[M_BUFFERS] == pytest.approx(2 * t_tok * h + 4 * t_tok * f, rel=1e-12)
 
 
+def test_mlp_gradient_moment_is_the_second_for_every_stored_input_width():
+    """mlp_grad_bytes by hand: the second moment (fc1's output gradient 2 c1 beside fc2's input gradient 2,
+    less fc2's released input g) is ``(2 (c1 + 1) - g) rows width``; the first (2 rows width) is never larger,
+    since g <= 2 (a 16-bit or FP8 input, or 0 where recomputed): at a 2-matrix MLP with a BF16 input they tie."""
+    from fastmodel.kernels.lm.memory_peak import mlp_grad_bytes
+
+    rows, width = 3.0, 5.0
+    for gated, c1 in ((0, 1), (1, 2)):
+        r = row(gated_mlp=gated)
+        for g in (0.0, 1.0, 2.0):
+            assert mlp_grad_bytes(r, width, rows, g) == (2 * (c1 + 1) - g) * rows * width
+            assert mlp_grad_bytes(r, width, rows, g) >= 2 * rows * width
+    assert mlp_grad_bytes(row(gated_mlp=0), width, rows, 2.0) == 2 * rows * width
+
+
 def test_expert_fc2_input_recomputed_under_moe_act_or_fp8_act_input():
     """The MoE layer of tests/lm/test_memory.py (T = 128, h = 256, 8 experts of f_e = 512, SwiGLU, top-2, R = 256
     rows, ep = 2): buffers = the dispatch 2 x 2 R h + 2 T h incoming + the experts' gradients 2 (2 + 1) R f_e less

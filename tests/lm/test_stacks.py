@@ -237,6 +237,23 @@ def test_megatron_overlap_switches_follow_the_launcher(framework, overlap):
     assert execution.overlap_grad_reduce is want and execution.overlap_param_gather is want
 
 
+def test_megatron_lm_fsdp_keeps_fsdp2s_backward_prefetch():
+    """Megatron-LM's launcher turns the distributed optimizer's overlap_param_gather off, but its FSDP2 wrapper
+    prefetches the next layer in backward on its own: under sharding fsdp the switch is left to the registry's
+    default (on), so the FSDP gather buffer keeps the prefetched unit, (2 c + g) x the layer's parameters for
+    FSDP1-style flat buffers: one layer more of 2 bytes than (c + g) without prefetch."""
+    from fastmodel.kernels.lm.memory import fsdp_gather_buffer_bytes, max_layer_params
+    from fastmodel.lm.table import row
+
+    fsdp = resolve(ExecutionSpec(framework="Megatron-LM", sharding="fsdp"), 1, 12)
+    assert fsdp.overlap_param_gather is None and fsdp.overlap_grad_reduce is False
+    distopt = resolve(ExecutionSpec(framework="Megatron-LM"), 1, 12)
+    assert distopt.overlap_param_gather is False          # the distributed optimizer's switch is still off
+    r = row(sharding="fsdp", dp=8, grad_reduce_bytes=4)
+    assert r[C["overlap_param_gather"]] == 1
+    assert fsdp_gather_buffer_bytes(r) == pytest.approx((2 * 2 + 4) * max_layer_params(r), rel=1e-12)
+
+
 @pytest.mark.parametrize("framework, stack", [
     ("llm-foundry (Composer, PyTorch FSDP)", "composer"),
     ("MosaicML Composer 0.17", "composer"),

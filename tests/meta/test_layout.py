@@ -12,7 +12,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
-#: most lines in one module of fastmodel/ or kernels/, and in one function
+#: most lines in one module of fastmodel/, kernels/ or tests/ (a test file mirrors a module: split it by topic as
+#: the module would be), and in one function of fastmodel/ or kernels/
 MAX_LINES = 450
 MAX_FUNCTION_LINES = 100
 WINGS = ("madmax", "lm", "serve")
@@ -38,7 +39,7 @@ def _modules() -> dict[str, Path]:
 
 def test_no_module_over_the_line_limit():
     long = []
-    for folder in ("fastmodel", "kernels"):
+    for folder in ("fastmodel", "kernels", "tests"):
         for path in sorted((ROOT / folder).rglob("*.py")):
             lines = len(path.read_text().splitlines())
             if lines > MAX_LINES:

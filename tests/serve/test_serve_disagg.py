@@ -65,3 +65,32 @@ def test_first_token_waits_for_the_boundary_emits_and_pays_the_overlap_step():
     assert first_token_steps(rec, 8.0) == 3.0      # others running on it: + the wait for the iteration boundary
     decode[C["overlap_step"]] = 0.0
     assert first_token_steps(rec, 8.0) == 2.0
+
+
+def test_a_failed_lone_prompt_prefill_fails_the_record(monkeypatch):
+    """The lone-prompt prefill (one prompt in the iteration, the prefill pool's lower service time) is the second
+    table evaluate_disagg reads: a configuration that fails there takes that status, not "ok" with a NaN ttft."""
+    from pathlib import Path
+
+    import numpy as np
+
+    import fastmodel.serve.api as api
+    from fastmodel.registry.serve import SERVE_STATUS_NAMES
+    from fastmodel.serve.disagg import DisaggRecord, evaluate_disagg
+    from fastmodel.serve.records import read_serve_records
+
+    data = Path(__file__).resolve().parents[1] / "data" / "serve_dev_disagg.jsonl"
+    record = next(r for r in read_serve_records(data, refused=[]) if isinstance(r, DisaggRecord))
+    assert evaluate_disagg([record])[0]["status"] == "ok"
+    failed = next(code for code, name in enumerate(SERVE_STATUS_NAMES) if code and name != "ok")
+    calls, table = [], api.evaluate_table
+
+    def lone_fails(params):
+        out, status = table(params)
+        calls.append(len(calls))
+        if len(calls) == 2:
+            out, status = np.full_like(out, np.nan), np.full_like(status, failed)
+        return out, status
+
+    monkeypatch.setattr(api, "evaluate_table", lone_fails)
+    assert evaluate_disagg([record]) == [{"status": SERVE_STATUS_NAMES[failed]}]

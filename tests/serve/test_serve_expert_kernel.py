@@ -94,3 +94,24 @@ def test_records_lower_the_engines_expert_kernel():
                 eff = lower_serve_record(rec).columns[COLUMN_INDEX["expert_gemm_eff"]]
                 seen[rec["framework"].split()[0]] = eff
     assert seen == {"SGLang": 0.19, "vLLM": 0.0, "TensorRT-LLM": 0.0}
+
+
+def test_a_records_stated_quant_mode_wins_and_deepseek_v3_r1_are_block_fp8():
+    """A record's ``aic`` block says how the checkpoint is quantised (``moe_quant_mode``, else ``gemm_quant_mode``):
+    ``fp8_block`` is block-scaled whatever the model's name, ``fp8`` is not; without the block the published
+    checkpoint decides, and DeepSeek-V3/R1 are published block-FP8 (quantization_config weight_block_size
+    [128, 128]). So an SGLang record of DeepSeek-V3 on H200 takes the Triton share unless its aic says ``fp8``."""
+    assert block_fp8_checkpoint("deepseek-ai/DeepSeek-V3", "fp8") and block_fp8_checkpoint("DeepSeek-R1", "fp8")
+    assert not block_fp8_checkpoint("deepseek-ai/DeepSeek-R1", "bf16")
+    assert block_fp8_checkpoint("some-moe", "fp8", {"gemm_quant_mode": "fp8_block", "moe_quant_mode": "fp8_block"})
+    assert block_fp8_checkpoint("some-moe", "fp8", {"gemm_quant_mode": "fp8_block"})
+    assert not block_fp8_checkpoint("Qwen3-235B-A22B-FP8", "fp8", {"gemm_quant_mode": "fp8", "moe_quant_mode": "fp8"})
+    assert block_fp8_checkpoint("Qwen3-235B-A22B-FP8", "fp8", {"source_row_id": "x"})    # no mode stated: the name
+    with open(DATA) as fh:
+        rec = next(r for r in map(json.loads, fh)
+                   if r["model"]["name"] == "Qwen3-235B-A22B-FP8" and r["framework"].startswith("SGLang"))
+    deepseek = {k: v for k, v in rec.items() if k != "aic"}
+    deepseek["model"] = {**rec["model"], "name": "DeepSeek-V3"}
+    assert lower_serve_record(deepseek).columns[COLUMN_INDEX["expert_gemm_eff"]] == TRITON_BLOCK_FP8_SM90_EFF
+    per_tensor = {**deepseek, "aic": {"moe_quant_mode": "fp8", "gemm_quant_mode": "fp8"}}
+    assert lower_serve_record(per_tensor).columns[COLUMN_INDEX["expert_gemm_eff"]] == 0.0

@@ -69,8 +69,17 @@ def defaults(execution, framework: str | None) -> dict:
     inside the GEMM into the main gradient buffer (``wgrad_fused_accumulation``: Megatron-LM 23e00ed
     megatron/training/arguments.py ``--no-gradient-accumulation-fusion`` is ``store_false``, so fusion is on by
     default; megatron/core/extensions/transformer_engine.py passes ``fuse_wgrad_accumulation`` to TE's Linear and
-    GroupedLinear)."""
-    return {**launcher_defaults(framework), "moe_mem_kernels": MOE_MEM_KERNELS_MEGATRON_CORE,
+    GroupedLinear).
+
+    Under FSDP (``sharding = "fsdp"``) the launcher's ``overlap_param_gather`` is not applied: that switch is the
+    distributed optimizer's, and Megatron-LM's FSDP2 wrapper wraps each transformer layer with ``fully_shard``
+    and sets its backward prefetch itself, reading no such switch (Megatron-LM 00caa53
+    megatron/core/distributed/torch_fully_sharded_data_parallel.py ``set_modules_to_backward_prefetch``), so
+    the prefetched unit stays counted (kernels/lm/memory.py ``fsdp_prefetched_units``)."""
+    launcher = launcher_defaults(framework)
+    if getattr(execution, "sharding", None) == "fsdp":
+        launcher.pop("overlap_param_gather", None)
+    return {**launcher, "moe_mem_kernels": MOE_MEM_KERNELS_MEGATRON_CORE,
             "moe_probs_in_experts": True, "wgrad_fused_accumulation": True}
 
 

@@ -1,0 +1,141 @@
+"""Weights, gradients and optimizer states per device by sharding stage (kernels/lm/memory_states.py), as the
+memory kernel reports them, derived by hand from the equations in docs/model_memory.md. The helpers (``memory``,
+``small`` and its SMALL model) are tests/lm/test_memory.py's.
+"""
+
+import pytest
+
+from fastmodel.kernels.lm.layout import M_BUFFERS, M_GRADIENTS, M_KV_CACHE, M_OPTIMIZER, M_OVERHEAD, M_WEIGHTS
+from tests.lm.test_memory import memory, small
+
+# --- hand-derived: weights, gradients, optimizer by sharding stage -------------------------------------------------
+
+def _small_params():
+    h, f, v, layers = 1024, 4096, 1000, 4
+    return layers * (4 * h * h + 2 * h * f + 2 * h) + 2 * v * h + h   # untied embedding and head, final norm
+
+
+def test_ddp_weights_gradients_adam():
+    p = _small_params()
+    out = small(dp=8, sharding="ddp")
+    assert out[M_WEIGHTS] == 2 * p
+    assert out[M_GRADIENTS] == 4 * p
+    assert out[M_OPTIMIZER] == 12 * p
+    assert out[M_KV_CACHE] == 0
+    assert out[M_OVERHEAD] == 0
+    # the CUDA context is overhead; the serving engine's flat framework_memory_bytes is not read here
+    assert small(cuda_context_bytes=3e8, framework_memory_bytes=3e9)[M_OVERHEAD] == 3e8
+    # the allocator's cache is released on demand: not overhead
+    assert small(cuda_context_bytes=3e8, allocator_cache_fraction=0.05)[M_OVERHEAD] == 3e8
+
+
+def test_zero1_vs_zero2_vs_zero3_on_64_gpus():
+    """ZeRO paper Sec. 5 / Megatron distrib_optimizer.md on dp = 64, Adam, FP32 gradient reduction:
+    ZeRO-1 2 + 4 + 12/64 bytes per parameter; ZeRO-2 2 + 4/64 + 12/64; ZeRO-3 (FSDP) keeps FP32 shards
+    4/64 + 4/64 + 8/64 and gathers 2 layers of BF16 weights plus one layer of FP32 gradients."""
+    p = _small_params()
+    layer = 4 * 1024 * 1024 + 2 * 1024 * 4096 + 2 * 1024
+    z1 = small(dp=64, sharding="zero1")
+    assert (z1[M_WEIGHTS], z1[M_GRADIENTS]) == (2 * p, 4 * p)
+    assert z1[M_OPTIMIZER] == pytest.approx(12 * p / 64, rel=1e-12)
+    z2 = small(dp=64, sharding="zero2")
+    assert z2[M_WEIGHTS] == 2 * p
+    assert z2[M_GRADIENTS] == pytest.approx(4 * p / 64, rel=1e-12)
+    assert z2[M_OPTIMIZER] == pytest.approx(12 * p / 64, rel=1e-12)
+    z3 = small(dp=64, sharding="fsdp")
+    assert z3[M_WEIGHTS] == pytest.approx(4 * p / 64, rel=1e-12)
+    assert z3[M_GRADIENTS] == pytest.approx(4 * p / 64, rel=1e-12)
+    assert z3[M_OPTIMIZER] == pytest.approx(8 * p / 64, rel=1e-12)
+    # peak in a layer's backward (T = 1024): the gathers plus the activation gradients 2 T h + 2 x 2 T f less
+    # fc2's released input 2 T f, larger than the logits 6 T V and than the gathered embedding and its gradient
+    # (2 + 4) V h
+    grads = 2 * 1024 * 1024 + 2 * 1024 * 4096
+    assert z3[M_BUFFERS] == pytest.approx((2 * 2 + 4) * layer + grads, rel=1e-12)
+    # DeepSpeed-style bucketed ZeRO-3 gathers per module: the largest matrix (1024 x 4096) in BF16 and its
+    # FP32 gradient, plus one prefetch bucket of 5e7 elements x 2 bytes
+    bucketed = small(dp=64, sharding="fsdp", collective_bucket_bytes=1e8)
+    assert bucketed[M_BUFFERS] == pytest.approx((2 + 4) * 1024 * 4096 + 1e8 + grads, rel=1e-12)
+    # HSDP: sharded within 8 devices, replicated 8 times
+    hsdp = small(dp=64, sharding="hsdp", shard_degree=8)
+    assert hsdp[M_OPTIMIZER] == pytest.approx(8 * p / 8, rel=1e-12)
+
+
+def test_sgd_and_adafactor_optimizer_states():
+    p = _small_params()
+    assert small(optimizer="sgd")[M_OPTIMIZER] == 8 * p
+    # Adafactor: 4-byte master + factored second moment, 4 bytes x (rows + cols) of each matrix:
+    # 4 attention matrices (1024 x 1024) and 2 MLP matrices (1024 x 4096) per layer
+    factored = 4 * 4 * (4 * (1024 + 1024) + 2 * (1024 + 4096))
+    assert small(optimizer="adafactor")[M_OPTIMIZER] == pytest.approx(4 * p + factored, rel=1e-12)
+
+
+def test_sixteen_bit_model_and_sgd_without_momentum():
+    """torch.optim.SGD at its default momentum=0 keeps no state: the FP32 master alone, 4 bytes. A 16-bit model
+    (built in FP16, no FP32 copy: master_weights = 0) keeps its 2-byte parameters and nothing else; Adam then
+    keeps its two moments only, 16-bit like the parameters. Under FSDP the 16-bit model shards its 2-byte parameters and gradients."""
+    p = _small_params()
+    assert small(optimizer="sgd_no_momentum")[M_OPTIMIZER] == 4 * p
+    half = small(optimizer="sgd_no_momentum", master_weights=0, grad_reduce_bytes=2)
+    assert (half[M_WEIGHTS], half[M_GRADIENTS], half[M_OPTIMIZER]) == (2 * p, 2 * p, 0)
+    # torch.optim creates its states like the parameter (zeros_like): a 16-bit model's Adam moments are 2 + 2
+    assert small(master_weights=0)[M_OPTIMIZER] == 4 * p
+    assert small(optimizer="sgd", master_weights=0)[M_OPTIMIZER] == 2 * p
+    fsdp = small(dp=64, sharding="fsdp", optimizer="sgd_no_momentum", master_weights=0, grad_reduce_bytes=2)
+    assert fsdp[M_WEIGHTS] == pytest.approx(2 * p / 64, rel=1e-12)
+    assert fsdp[M_GRADIENTS] == pytest.approx(2 * p / 64, rel=1e-12)
+    assert fsdp[M_OPTIMIZER] == 0
+    # FSDP2 reducing a BF16 model's gradients in FP32 (KempnerForge) casts them back: the stored shard stays 2 bytes
+    fp32_reduce = small(dp=64, sharding="fsdp", master_weights=0, grad_reduce_bytes=4)
+    assert fp32_reduce[M_GRADIENTS] == pytest.approx(2 * p / 64, rel=1e-12)
+    assert small(dp=64, sharding="fsdp", grad_reduce_bytes=4)[M_GRADIENTS] == pytest.approx(4 * p / 64, rel=1e-12)
+    # with the FP32 master (mixed precision) FSDP's FP32 shards are the master: SGD without momentum adds nothing
+    assert small(dp=64, sharding="fsdp", optimizer="sgd_no_momentum")[M_WEIGHTS] == pytest.approx(4 * p / 64)
+    assert small(dp=64, sharding="fsdp", optimizer="sgd_no_momentum")[M_OPTIMIZER] == 0
+
+
+@pytest.mark.parametrize("ffn", [2048, 8192])
+def test_fsdp_module_wrap_gathers_one_module(ffn):
+    """Module-wrapped FSDP (minGPT in the PyTorch FSDP GPT-175B benchmark: the attention block and each MLP linear
+    are units) gathers the largest module, not the layer: two in flight in BF16 and its FP32 gradient,
+    (2 x 2 + 4) x max(4 h^2, h f) -- the attention block (4 x 1024^2) at f = 2048, one MLP matrix (1024 x 8192)
+    at f = 8192; plus the activation gradients 2 T h + 2 x 2 T f of the layer's backward (T = 1024) less fc2's
+    input 2 T f, released before fc1's output gradient is allocated."""
+    h, t_tok = 1024, 1024
+    grads = 2 * t_tok * h + 2 * t_tok * ffn
+    unit = max(4 * h * h, h * ffn)
+    layer = 4 * h * h + 2 * h * ffn + 2 * h
+    wrapped = small(dp=64, sharding="fsdp", ffn=ffn, fsdp_module_wrap=1)
+    assert wrapped[M_BUFFERS] == pytest.approx((2 * 2 + 4) * unit + grads, rel=1e-12)
+    assert small(dp=64, sharding="fsdp", ffn=ffn)[M_BUFFERS] == pytest.approx((2 * 2 + 4) * layer + grads, rel=1e-12)
+
+
+def test_tensor_and_pipeline_sharding_of_weights():
+    """tp = 4, pp = 2 on 4 layers: the first rank holds 2 layers / 4 + the vocab-parallel embedding V h / 4
+    and the replicated norms 2 h per layer."""
+    h, f, v = 1024, 4096, 1000
+    first = 2 * ((4 * h * h + 2 * h * f) / 4 + 2 * h) + v * h / 4
+    out = small(vocab=v, tp=4, pp=2, global_batch=8)
+    assert out[M_WEIGHTS] == pytest.approx(2 * first, rel=1e-12)
+
+
+def test_fp8_weights():
+    p = _small_params()
+    assert small(precision="fp8")[M_WEIGHTS] == 3 * p     # BF16 weights + cached FP8 copy
+    assert small(precision="fp8", fp8_params=1)[M_WEIGHTS] == p
+
+
+def test_moe_expert_parallel_weights_and_distributed_optimizer():
+    """8 experts of width 512, top-2, ep = 4 on dp = 8 (tp = 1): each device holds 2 experts per layer;
+    the distributed optimizer shards non-expert states over dp = 8 and expert states over the expert-DP
+    group 8 / 4 = 2."""
+    h, e, fe, layers, v = 256, 8, 512, 2, 100
+    attn = 4 * h * h + 2 * h
+    router = h * e
+    experts = e * 3 * h * fe / 4
+    non_expert = layers * (attn + router) + 2 * v * h + h
+    expert = layers * experts
+    out = memory(layers=layers, hidden=h, ffn=1024, heads=4, kv_heads=4, head_dim=64, vocab=v, seq_len=128,
+                 gated_mlp=1, tied_embeddings=0, moe_experts=e, moe_topk=2, moe_ffn=fe, micro_batch=1,
+                 global_batch=8, dp=8, ep=4, sharding="distopt")
+    assert out[M_WEIGHTS] == pytest.approx(2 * (non_expert + expert), rel=1e-12)
+    assert out[M_OPTIMIZER] == pytest.approx(12 * (non_expert / 8 + expert / 2), rel=1e-12)

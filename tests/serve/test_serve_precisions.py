@@ -1,0 +1,130 @@
+"""Serving precisions of a record (fastmodel/serve/precisions.py and the FP4 columns of fastmodel/serve/profiles.py):
+gpt-oss's MXFP4 experts-only checkpoint by hand, the activations each engine gives MXFP4 GEMMs, the FP4 dev rows'
+reading, and vLLM's MXFP4 expert row tiles. The record helpers (RECORD, MOE, ``_with``) are
+tests/serve/test_serve_records.py's."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fastmodel.serve.api import device_columns, evaluate_table
+from fastmodel.serve.records import lower_serve_record, read_serve_records
+from tests.serve.test_serve_records import DATA, MOE, RECORD, _with
+
+
+def _moe_record(precision, layers="all", framework="TensorRT-LLM 1.2.0rc2", gpu="B200"):
+    record = {**RECORD, "framework": framework, "model": MOE, "system": {"gpu": gpu, "n_gpus": 1},
+              "serve": {"tp": 1, "precision": precision, "quantized_layers": layers, "input_len": 1024,
+                        "output_len": 256, "concurrency": 4}}
+    return lower_serve_record(record)
+
+
+def test_mxfp4_experts_only_checkpoint_keeps_the_rest_bf16_by_hand():
+    """gpt-oss's checkpoint: MXFP4 (4 + 8/32 = 4.25 bits) routed experts, every other weight BF16. The weights
+    differ from an all-BF16 checkpoint only by the experts: 8 layers x 16 experts x 3 x 2048 x 1024 elements,
+    each 2 - 4.25/8 bytes smaller."""
+    from fastmodel.registry.lm import COLUMN_INDEX as C
+    from fastmodel.registry.serve import SERVE_RESULT_INDEX as R
+
+    bf16, mx = _moe_record("bf16"), _moe_record("mxfp4", "experts")
+    assert mx.columns[C["weight_bytes"]] == 4.25 / 8 and mx.columns[C["quant_experts_only"]] == 1.0
+    out, _ = evaluate_table(np.stack([bf16.columns, mx.columns], axis=1))
+    experts = 8 * 16 * 3 * 2048 * 1024
+    assert out[R["weight_memory"], 0] - out[R["weight_memory"], 1] == pytest.approx(experts * (2 - 4.25 / 8),
+                                                                                    rel=1e-12)
+
+
+def test_experts_only_leaves_a_dense_model_at_bf16():
+    """A dense model has no routed experts: an experts-only FP4 checkpoint prices every GEMM like BF16, even on
+    a device with FP4 tensor cores (B200)."""
+    from fastmodel.registry.serve import SERVE_RESULT_INDEX as R
+
+    dense = {**RECORD, "system": {"gpu": "B200", "n_gpus": 2}}
+    bf16 = lower_serve_record(_with("serve.precision", "bf16", dense))
+    mx = lower_serve_record(_with("serve.quantized_layers", "experts", _with("serve.precision", "mxfp4", dense)))
+    nv = lower_serve_record(_with("serve.precision", "fp4", dense))
+    out, _ = evaluate_table(np.stack([bf16.columns, mx.columns, nv.columns], axis=1))
+    assert out[R["prefill_gemm"], 1] == out[R["prefill_gemm"], 0]
+    assert out[R["decode_gemm"], 1] == out[R["decode_gemm"], 0]
+    assert out[R["prefill_gemm"], 2] < 0.5 * out[R["prefill_gemm"], 0]     # NVFP4 everywhere: W4A4
+
+
+def test_engines_pick_the_activations_of_mxfp4_gemms():
+    """TensorRT-LLM runs MXFP4 experts with MXFP8 activations on Blackwell (W4A8: the FP8 peak), vLLM's default
+    SM100 backend with BF16 ones (W4A16); NVFP4 stays W4A4; without FP4 tensor cores all are weight-only."""
+    from fastmodel.kernels.serve.costs import dense_format, gemm_format
+    from fastmodel.serve.profiles import fp4_activation
+
+    assert fp4_activation("trtllm", "mxfp4") == (1.0, None)
+    assert fp4_activation("vllm", "mxfp4") == (0.0, None)
+    assert fp4_activation("sglang", "mxfp4")[0] == 0.0 and "not sourced" in fp4_activation("sglang", "mxfp4")[1]
+    assert fp4_activation("vllm", "fp4") == (2.0, None)
+    trt, vllm = _moe_record("mxfp4", "experts"), _moe_record("mxfp4", "experts", "vLLM 0.15.1")
+    hopper = _moe_record("mxfp4", "experts", gpu="H100-SXM-80GB")
+    assert gemm_format(trt.columns) == 1.0 and gemm_format(vllm.columns) == 0.0 and gemm_format(hopper.columns) == 0.0
+    assert dense_format(trt.columns) == (0.0, 2.0)
+    assert dense_format(_moe_record("fp4").columns) == (2.0, 4.5 / 8)
+    b200 = device_columns("B200")
+    assert b200["peak_flops_8"] == 2 * b200["peak_flops_16"]     # so W4A8 prefill is the 16-bit one's / 2
+
+
+def test_the_fp4_gpt_oss_records_lower_as_the_mxfp4_experts_only_checkpoint():
+    """The dev rows label gpt-oss-120b ``fp4`` (AIC's nvfp4) and ran openai/gpt-oss-120b: each lowers with the
+    experts-only flag and a note; the NVFP4 Llama rows do not."""
+    from fastmodel.registry.lm import COLUMN_INDEX as C
+
+    records = [r for r in read_serve_records(DATA / "serve_dev_load.jsonl") if r.raw["serve"]["precision"] == "fp4"]
+    oss = [r for r in records if r.raw["model"]["name"] == "gpt-oss-120b"]
+    assert oss and {r.raw["aic"]["model_path"] for r in oss} == {"openai/gpt-oss-120b"}
+    assert all(r.columns[C["quant_experts_only"]] == 1.0 and any("MXFP4" in n for n in r.notes) for r in oss)
+    assert all(r.columns[C["quant_experts_only"]] == 0.0 for r in records if r not in oss)
+
+
+def test_a_generic_fp4_of_gpt_oss_reads_as_its_published_mxfp4_checkpoint():
+    """gpt-oss is published only as MXFP4 with the routed experts quantised (precisions.MXFP4_EXPERT_CHECKPOINTS):
+    a record's ``fp4`` for it lowers to the same columns as an explicit ``mxfp4`` + ``experts``, with a note; an
+    explicit ``quantized_layers`` is kept, and another model's ``fp4`` stays NVFP4."""
+    from fastmodel.serve.precisions import published_fp4_checkpoint
+
+    assert published_fp4_checkpoint("openai/gpt-oss-120b", "fp4", None)[:2] == ("mxfp4", "experts")
+    assert published_fp4_checkpoint("gpt-oss-120b", "fp4", "all")[:2] == ("mxfp4", "all")
+    assert published_fp4_checkpoint("gpt-oss-120b", "fp8", None) == ("fp8", "all", None)
+    assert published_fp4_checkpoint("Llama-3.1-70B", "fp4", None) == ("fp4", "all", None)
+    explicit = _moe_record("mxfp4", "experts")
+    generic = dict(explicit.raw, model={**explicit.raw["model"], "name": "gpt-oss-120b"})
+    generic["serve"] = {k: v for k, v in generic["serve"].items() if k != "quantized_layers"}
+    generic["serve"]["precision"] = "fp4"
+    lowered = lower_serve_record(generic)
+    named_explicit = lower_serve_record(dict(generic, serve={**generic["serve"], "precision": "mxfp4",
+                                                             "quantized_layers": "experts"}))
+    assert np.array_equal(lowered.columns, named_explicit.columns)
+    assert any("published MXFP4 checkpoint" in n for n in lowered.notes)
+    nvfp4 = lower_serve_record(dict(generic, model={**generic["model"], "name": "some-moe"}))
+    assert not np.array_equal(nvfp4.columns, lowered.columns)
+
+
+def test_vllm_mxfp4_experts_take_the_trtllm_gen_row_tiles():
+    """vLLM's default SM100 MXFP4 backend runs FlashInfer's trtllm-gen FP4 MoE, whose token tile per expert is a
+    power of two in 8..64 at BF16 activations (profiles.expert_row_tiles): a vLLM gpt-oss record on B200 carries
+    (8, 64); TensorRT-LLM (backend not sourced), Hopper (another backend) and NVFP4 keep the library's (0, 0).
+    In decode (1-4 rows per expert) the 8-row tile halves the padded BF16 compute of the 16-row one, so the
+    MoE layer's GEMM time drops and never rises."""
+    from fastmodel.kernels.serve.costs import MOE, layer_gemms
+    from fastmodel.registry.lm import COLUMN_INDEX as C
+    from fastmodel.serve.profiles import expert_row_tiles
+
+    assert expert_row_tiles("vllm", "mxfp4") == (8.0, 64.0)
+    assert expert_row_tiles("trtllm", "mxfp4") == expert_row_tiles("vllm", "fp4") == (0.0, 0.0)
+
+    def tiles(record):
+        return record.columns[C["expert_tile_min"]], record.columns[C["expert_tile_max"]]
+
+    vllm = _moe_record("mxfp4", "experts", "vLLM 0.15.1")
+    assert tiles(vllm) == (8.0, 64.0)
+    assert tiles(_moe_record("mxfp4", "experts")) == (0.0, 0.0)
+    assert tiles(_moe_record("mxfp4", "experts", "vLLM 0.15.1", gpu="H100-SXM-80GB")) == (0.0, 0.0)
+    library = vllm.columns.copy()
+    library[C["expert_tile_min"]] = library[C["expert_tile_max"]] = 0.0
+    for m in (1.0, 4.0):
+        assert layer_gemms(vllm.columns, m, MOE, 0.0) < layer_gemms(library, m, MOE, 0.0)

@@ -1,0 +1,72 @@
+"""The NCCL collective times of the shared kernels (kernels/nccl.py): ring bandwidth and tree latency inside a node,
+one NIC per group member in a node across nodes, the protocol NCCL picks by buffer size, all-to-all through the
+NIC, derived by hand on an 8-GPU-node network (NET; tests/lm/test_lm_model.py runs it in step times)."""
+
+import math
+
+import pytest
+
+from fastmodel.kernels.nccl import allgather_time, allreduce_time, alltoall_time, bus_bandwidth
+from fastmodel.lm.table import row
+
+NET = dict(domain_size=8, intra_bw=450e9, intra_eff=0.8, intra_latency=3e-6, inter_bw=50e9, inter_eff=0.85,
+           inter_latency=8e-6)
+
+
+def test_allreduce_inside_a_node_is_ring_bandwidth_plus_tree_latency():
+    r = row(**NET)
+    size = 64e6
+    expected = 2 * 7 / 8 * size / (450e9 * 0.8) + 2 * math.ceil(math.log2(8)) * 3e-6
+    assert allreduce_time(r, size, 8.0, 1.0) == pytest.approx(expected, rel=1e-12)
+
+
+def test_cross_node_ring_uses_one_nic_per_member_in_the_node():
+    r = row(**NET)
+    # data-parallel group of 16 with tp=8 inside each node: one member per node, one NIC
+    assert bus_bandwidth(r, 16.0, 8.0) == pytest.approx(50e9 * 0.85)
+    # group of 64 contiguous devices: 8 members per node, 8 NICs, capped by NVLink
+    assert bus_bandwidth(r, 64.0, 1.0) == pytest.approx(min(450e9 * 0.8, 8 * 50e9 * 0.85))
+    # reduce-scatter over 16 nodes x 1: 15/16 of the buffer at one NIC, 16 inter-node ring steps, Simple
+    # protocol (8.4 us base latency) for a buffer this large
+    size = 1e9
+    expected = 8.4e-6 + 15 / 16 * size / (50e9 * 0.85) + 16 * 8e-6
+    assert allgather_time(r, size, 16.0, 8.0) == pytest.approx(expected, rel=1e-12)
+
+
+def test_ring_latency_grows_with_the_group_so_large_groups_stop_scaling():
+    r = row(**NET)
+    small = allgather_time(r, 1e6, 64.0, 1.0)
+    large = allgather_time(r, 1e6, 1536.0, 1.0)
+    # 1536 members over 192 nodes: 1344 NVLink steps + 192 InfiniBand steps. A 1 MB buffer over so many
+    # ranks is latency-bound, so NCCL runs LL: 3.6 us base, NVLink hop 3 us x .47/3.4 x 1.8, network hop
+    # 8 us x 2.7/9.6, a quarter of the bus bandwidth
+    bus = min(360e9, 8 * 42.5e9)
+    ll = 3.6e-6 + 1344 * 3e-6 * 0.47 / 3.4 * 1.8 + 192 * 8e-6 * 2.7 / 9.6 + 1535 / 1536 * 1e6 / (bus / 4)
+    simple = 8.4e-6 + 1344 * 3e-6 + 192 * 8e-6 + 1535 / 1536 * 1e6 / bus
+    assert ll < simple
+    assert large == pytest.approx(ll, rel=1e-9)
+    assert large > 10 * small
+
+
+def test_nccl_runs_the_fastest_protocol_simple_for_large_buffers_ll128_in_between():
+    r = row(**NET)
+    bus = min(360e9, 8 * 42.5e9)
+
+    def protocol(base, intra_hop, inter_hop, bandwidth, nbytes):
+        return base + 1344 * 3e-6 * intra_hop + 192 * 8e-6 * inter_hop + 1535 / 1536 * nbytes / (bus * bandwidth)
+
+    for nbytes in (1e5, 1e7, 1e8, 1e10, 1e11):
+        times = [protocol(8.4e-6, 1.0, 1.0, 1.0, nbytes),                           # Simple
+                 protocol(10.0e-6, 1.9 / 3.4, 4.0 / 9.6, 0.92, nbytes),             # LL128
+                 protocol(3.6e-6, 0.47 / 3.4 * 1.8, 2.7 / 9.6, 0.25, nbytes)]        # LL
+        assert allgather_time(r, nbytes, 1536.0, 1.0) == pytest.approx(min(times), rel=1e-9)
+    assert allgather_time(r, 1e11, 1536.0, 1.0) == pytest.approx(protocol(8.4e-6, 1, 1, 1, 1e11), rel=1e-9)
+    assert allgather_time(r, 1e10, 1536.0, 1.0) == pytest.approx(protocol(10.0e-6, 1.9 / 3.4, 4.0 / 9.6, 0.92, 1e10), rel=1e-9)
+
+
+def test_alltoall_across_nodes_is_limited_by_the_remote_share_through_the_nic():
+    r = row(**NET)
+    nbytes = 1e8
+    # 16 experts groups over 2 nodes (8 + 8): half the data leaves the node
+    expected = max(nbytes * 7 / 16 / (450e9 * 0.8), nbytes * 8 / 16 / (50e9 * 0.85)) + 8e-6
+    assert alltoall_time(r, nbytes, 16.0, 1.0) == pytest.approx(expected, rel=1e-12)
