@@ -97,18 +97,15 @@ def attention_scores_bytes(row, mode):
 def mla_latent_bytes(row):
     """Bytes per token MLA keeps of its down-projections (latents ``d_c' + d_c`` and the RoPE key ``d_h^R``).
     Up-projections kept: the latents as the up-projection GEMM's input, ``g`` each. ``mla_up_proj`` recomputed: the
-    recompute region's inputs in 16 bits, ``2 (d_c' + d_c + d_h^R)`` (Megatron-Core ``CheckpointWithoutOutput`` over
-    ``qkv_up_proj_and_rope_apply``, multi_latent_attention.py@d98e8a6 lines 983-988; DeepSeek-V3 report sec. 3.3.3
-    caches FP8 only for Linear inputs and sec. 3.3.1 keeps norms in BF16), plus ``2 (d_c' + d_c)`` for the latent
-    RMSNorms' saved inputs, which run outside that region (lines 776-781) -- unless every RMSNorm is recomputed
-    (``layernorm`` with ``norm_recompute_fp8``, DeepSeek-V3 report sec. 3.2.3)."""
-    lora = row[C_Q_LORA_RANK] + row[C_KV_LORA_RANK]
-    if not module_recomputed(row, RECOMPUTE_MODULE_MLA_UP_PROJ):
-        return gemm_input_bytes(row) * (lora + row[C_QK_ROPE_HEAD_DIM])
-    kept = B16 * (lora + row[C_QK_ROPE_HEAD_DIM])
-    if not (module_recomputed(row, RECOMPUTE_MODULE_LAYERNORM) and row[C_NORM_RECOMPUTE_FP8] > 0):
-        kept += B16 * lora
-    return kept
+    recompute region's 16-bit inputs, ``2 (d_c' + d_c + d_h^R)``: Megatron-Core ``CheckpointWithoutOutput`` over
+    ``qkv_up_proj_and_rope_apply`` (multi_latent_attention.py@d98e8a6 lines 983-988), whose up-projections carry the
+    latent RMSNorms fused (``TELayerNormColumnParallelLinear``, ``q_layernorm = kv_layernorm = IdentityOp``,
+    gpt_layer_specs.py lines 105-130); nothing keeps the FP8 cast of a recomputed GEMM's input. DeepSeek-V3 alike:
+    norms and up-projections recomputed (report sec. 3.2.3), norms in BF16 (sec. 3.3.1)."""
+    width = row[C_Q_LORA_RANK] + row[C_KV_LORA_RANK] + row[C_QK_ROPE_HEAD_DIM]
+    if module_recomputed(row, RECOMPUTE_MODULE_MLA_UP_PROJ):
+        return B16 * width
+    return gemm_input_bytes(row) * width
 
 
 @njit(error_model='numpy')

@@ -41,17 +41,16 @@ def _columns(record_id):
 
 
 def test_mla_latents_by_what_the_recompute_keeps():
-    """Up-projections kept: the latents as their GEMM's input, g = 1 byte under FP8. ``mla_up_proj``: Megatron-Core's
-    recompute region keeps its 16-bit inputs 2 (d_c' + d_c + d_h^R) and the latent RMSNorms outside it their 16-bit
-    inputs 2 (d_c' + d_c); with every RMSNorm recomputed (DeepSeek) the 16-bit latents alone."""
+    """Up-projections kept: the latents as their GEMM's input, g = 1 byte under FP8. ``mla_up_proj``: the recompute
+    region's 16-bit inputs 2 (d_c' + d_c + d_h^R) (the latent norms are fused into the up-projections, inside it),
+    whatever else the list holds."""
     fp8 = dict(MLA, precision="fp8")
     assert mla_latent_bytes(row(**fp8)) == 1 * (DQ + DC + DR)
-    assert mla_latent_bytes(row(**fp8, recompute_modules=bits("mla_up_proj"))) == 2 * (DQ + DC + DR) + 2 * (DQ + DC)
+    assert mla_latent_bytes(row(**fp8, recompute_modules=bits("mla_up_proj"))) == 2 * (DQ + DC + DR)
     deepseek = dict(fp8, recompute_modules=bits("layernorm", "mla_up_proj"), norm_recompute_fp8=1)
     assert mla_latent_bytes(row(**deepseek)) == 2 * (DQ + DC + DR)
-    # layernorm without norm_recompute_fp8 is Megatron's list: the latent norms still keep their inputs
-    assert mla_latent_bytes(row(**fp8, recompute_modules=bits("layernorm", "mla_up_proj"))) == 8320
     assert mla_latent_bytes(row(**MLA)) == 2 * (DQ + DC + DR)                      # BF16, kept: g = 2
+    assert mla_latent_bytes(row(**MLA, recompute_modules=bits("mla_up_proj"))) == 2 * (DQ + DC + DR)
 
 
 def test_deepseek_v3_moe_layer_bytes_per_token():
