@@ -94,6 +94,21 @@ def attention_scores_bytes(row, mode):
 
 
 @njit(error_model='numpy')
+def mla_latent_bytes(row):
+    """Bytes per token MLA keeps of its down-projections (latents ``d_c' + d_c`` and the RoPE key ``d_h^R``).
+    Up-projections kept: the latents as the up-projection GEMM's input, ``g`` each. ``mla_up_proj`` recomputed: the
+    recompute region's 16-bit inputs, ``2 (d_c' + d_c + d_h^R)``: Megatron-Core ``CheckpointWithoutOutput`` over
+    ``qkv_up_proj_and_rope_apply`` (multi_latent_attention.py@d98e8a6 lines 983-988), whose up-projections carry the
+    latent RMSNorms fused (``TELayerNormColumnParallelLinear``, ``q_layernorm = kv_layernorm = IdentityOp``,
+    gpt_layer_specs.py lines 105-130); nothing keeps the FP8 cast of a recomputed GEMM's input. DeepSeek-V3 alike:
+    norms and up-projections recomputed (report sec. 3.2.3), norms in BF16 (sec. 3.3.1)."""
+    width = row[C_Q_LORA_RANK] + row[C_KV_LORA_RANK] + row[C_QK_ROPE_HEAD_DIM]
+    if module_recomputed(row, RECOMPUTE_MODULE_MLA_UP_PROJ):
+        return B16 * width
+    return gemm_input_bytes(row) * width
+
+
+@njit(error_model='numpy')
 def attention_activation_bytes(row, mode):
     """Activations one attention block stores for backward, one micro-batch, one device.
 
@@ -103,7 +118,7 @@ def attention_activation_bytes(row, mode):
     (+ an FP8 copy ``T a d/t`` under FP8); the ``s^2`` scores (``attention_scores_bytes``); flash's FP32
     log-sum-exp ``4 T a/t`` (Dao et al. 2022), dropped by selective recompute; the dropout mask ``T h``
     (replicated) when dropout is on. Megatron-Core ``recompute_modules``: ``mla_up_proj`` discards the MLA
-    up-projected and rotated Q, K, V (``2 T a (2 d_qk + d_v)/t``; the latents stay), ``layernorm`` the norm
+    up-projected and rotated Q, K, V (``2 T a (2 d_qk + d_v)/t``; the latents stay, ``mla_latent_bytes``), ``layernorm`` the norm
     output (``discarded_norm_output_bytes``); a list without ``core_attn`` keeps the log-sum-exp.
     ``attn_out_e5m6``: the attention output is kept once at 12 bits (``E5M6_BYTES``), for the attention backward
     and the output projection's weight gradient alike (DeepSeek-V3 report sec. 3.3.3 (1)).
@@ -117,7 +132,7 @@ def attention_activation_bytes(row, mode):
     inputs = (B16 + g) * t_tok * h / rep - t_tok * discarded_norm_output_bytes(row)
     if row[C_MLA] > 0:
         qk = row[C_QK_NOPE_HEAD_DIM] + row[C_QK_ROPE_HEAD_DIM]
-        latent = g * t_tok * (row[C_Q_LORA_RANK] + row[C_KV_LORA_RANK] + row[C_QK_ROPE_HEAD_DIM])
+        latent = mla_latent_bytes(row) * t_tok
         up = 0.0 if module_recomputed(row, RECOMPUTE_MODULE_MLA_UP_PROJ) else 1.0
         qkv = up * B16 * t_tok * heads * (2.0 * qk + row[C_V_HEAD_DIM]) + latent
         out_width = heads * row[C_V_HEAD_DIM]

@@ -62,7 +62,7 @@ def test_under_fp8_the_discarded_outputs_free_nothing_the_gemm_keeps_its_own_fp8
 
 def test_mla_up_projection_discards_q_k_v():
     """MLA with 4 heads, d_qk = 48 + 16, d_v = 64: ``mla_up_proj`` frees the up-projected Q, K, V,
-    2 T a (2 d_qk + d_v) bytes; the latents stay."""
+    2 T a (2 d_qk + d_v) bytes; the latents stay, 16-bit either way under BF16 (``mla_latent_bytes``)."""
     mla = dict(mla=1, q_lora_rank=96, kv_lora_rank=64, qk_nope_head_dim=48, qk_rope_head_dim=16, v_head_dim=64,
                recompute="selective")
     core = bits("core_attn")

@@ -1,0 +1,100 @@
+"""DeepSeek-V3's memory as its report states it (arXiv 2412.19437 sec. 3.2.1, 3.2.3, 3.3.1, 3.3.3), derived by hand
+for the record ``deepseek-v3-pretrain-h800-n2048-180k-gpuh-per-T`` of tests/data/runs_moe_public.jsonl on its
+worst rank (pipeline rank 1: model stages 1 and 14 under DualPipe, 4 MoE layers each), kind by kind
+(docs/model_memory.md, "MoE memory as the DeepSeek report states it"), and ``mla_latent_bytes``.
+
+Model (report sec. 4.2): h = 7168, 128 heads, MLA d_c' = 1536, d_c = 512, d_h^R = 64, d_h = 128; 256 routed experts
+of 2048 (4 per device under EP 64), 1 shared, top-8. Plan (sec. 3.2): PP 16 DualPipe, EP 64, ZeRO-1 over DP 128
+(experts over 128 / 64 = 2), no TP, FP8, one sequence of 4,096 tokens per micro-batch (the record's assumption).
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fastmodel.kernels.lm.memory_activations import kept_mode, layer_activation_bytes, mla_latent_bytes
+from fastmodel.kernels.lm.memory_states import stage_layers, stage_params
+from fastmodel.kernels.lm.pipeline import microbatches_in_flight
+from fastmodel.lm.api import record_values
+from fastmodel.lm.records import lower_record
+from fastmodel.lm.table import row
+from tests.lm.test_memory_recompute_modules import bits
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+GIB = 2.0 ** 30
+H, A, DQ, DC, DR, FE, E, K, T = 7168, 128, 1536, 512, 64, 2048, 256, 8, 4096
+MLA = dict(mla=1, q_lora_rank=DQ, kv_lora_rank=DC, qk_nope_head_dim=128, qk_rope_head_dim=DR, v_head_dim=128,
+           recompute="selective")
+
+
+def _record(record_id):
+    for line in (DATA / "runs_moe_public.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        if record["id"] == record_id:
+            return record
+    raise AssertionError(record_id)
+
+
+def _columns(record_id):
+    return lower_record(_record(record_id)).columns
+
+
+def test_mla_latents_by_what_the_recompute_keeps():
+    """Up-projections kept: the latents as their GEMM's input, g = 1 byte under FP8. ``mla_up_proj``: the recompute
+    region's 16-bit inputs 2 (d_c' + d_c + d_h^R) (the latent norms are fused into the up-projections, inside it),
+    whatever else the list holds."""
+    fp8 = dict(MLA, precision="fp8")
+    assert mla_latent_bytes(row(**fp8)) == 1 * (DQ + DC + DR)
+    assert mla_latent_bytes(row(**fp8, recompute_modules=bits("mla_up_proj"))) == 2 * (DQ + DC + DR)
+    deepseek = dict(fp8, recompute_modules=bits("layernorm", "mla_up_proj"), norm_recompute_fp8=1)
+    assert mla_latent_bytes(row(**deepseek)) == 2 * (DQ + DC + DR)
+    assert mla_latent_bytes(row(**MLA)) == 2 * (DQ + DC + DR)                      # BF16, kept: g = 2
+    assert mla_latent_bytes(row(**MLA, recompute_modules=bits("mla_up_proj"))) == 2 * (DQ + DC + DR)
+
+
+def test_deepseek_v3_moe_layer_bytes_per_token():
+    """One MoE layer, one token, what the report's plan keeps (bytes):
+    attention: residual 2 h (the norm recomputed, sec. 3.2.3: its FP8 output cast not kept), latents 2 x 2112
+    (BF16 inputs of the recomputed norms and up-projections), attention output in E5M6 1.5 x 128 x 128
+    (sec. 3.3.3 (1)), flash log-sum-exp 4 x 128 (the core is not recomputed);
+    MoE block: residual 2 h, router logits and scores FP32 2 x 4 x 256, the 8 routed rows as FP8 expert input
+    8 x h (FP8 dispatch, sec. 3.3.3) and BF16 expert output 2 x 8 x h (kept for the gate's gradient: where the gate
+    multiplies is not stated), the SwiGLU inputs in FP8 8 x 2 f_e and 2 f_e for the shared expert (sec. 3.3.3 (2))."""
+    columns = _columns("deepseek-v3-pretrain-h800-n2048-180k-gpuh-per-T")
+    attention = 2 * H + 2 * (DQ + DC + DR) + 1.5 * A * 128 + 4 * A
+    moe = 2 * H + 2 * 4 * E + (1 + 2) * K * H + 1 * K * 2 * FE + 1 * 2 * FE
+    assert attention == 43_648 and moe == 225_280
+    got = layer_activation_bytes(columns, True, kept_mode(columns)) / T
+    assert got == pytest.approx(attention + moe, rel=1e-12)
+    # the expert output alone is 2 x 8 x h = 114,688 B of the 268,928
+    assert 2 * K * H / (attention + moe) == pytest.approx(0.4265, abs=1e-4)
+
+
+def test_deepseek_v3_worst_rank_by_kind():
+    """Rank 1 holds model stages 1 and 14 (DualPipe, sec. 3.2.1 Table 2: parameters 2x), 4 MoE layers each.
+    Per MoE layer: MLA 11,010,048 + 37,748,736 + 4,128,768 + 16,777,216 + 117,440,512 = 187,105,280, norms
+    2 h + d_c' + d_c = 16,384, shared expert 3 h f_e = 44,040,192, router h E = 1,835,008; routed experts
+    4 x 44,040,192. Weights 3 B (BF16 + the cached FP8 cast, the model's Transformer Engine rule; the report does
+    not say), gradients FP32 4 B unsharded under ZeRO-1 (sec. 3.3.3), optimizer FP32 master + BF16 moments 8 B over
+    DP 128 (experts over 2). Activations: p + 1 = 17 micro-batches in flight (15 of stage 1, 2 of stage 14) x 4
+    layers x 268,928 B x 4,096 tokens."""
+    columns = _columns("deepseek-v3-pretrain-h800-n2048-180k-gpuh-per-T")
+    assert stage_layers(columns, 1) == (0.0, 4.0, 0.0) and stage_layers(columns, 14) == (0.0, 4.0, 0.0)
+    non_expert_layer = 187_105_280 + 16_384 + 44_040_192 + 1_835_008
+    expert_layer = 4 * 3 * H * FE
+    non_expert, expert = stage_params(columns, 1)
+    assert non_expert == 8 * non_expert_layer and expert == 8 * expert_layer
+    params = 8 * (non_expert_layer + expert_layer)
+    assert 3 * params / GIB == pytest.approx(9.145, abs=1e-3)                        # weights
+    assert 4 * params / GIB == pytest.approx(12.194, abs=1e-3)                       # gradients
+    assert 8 * (8 * non_expert_layer / 128 + 8 * expert_layer / 2) / GIB == pytest.approx(5.358, abs=1e-3)
+    assert microbatches_in_flight(columns, 1) == 17
+    assert 17 * 4 * 268_928 * T / GIB == pytest.approx(69.760, abs=1e-3)             # activations
+    values, _ = record_values(_record("deepseek-v3-pretrain-h800-n2048-180k-gpuh-per-T"))
+    assert values["memory_peak_stage"] == 1
+    assert values["memory_weights"] == pytest.approx(3 * params, rel=1e-12)
+    assert values["memory_gradients"] == pytest.approx(4 * params, rel=1e-12)
+    assert values["memory_optimizer"] == pytest.approx(8 * (8 * non_expert_layer / 128 + 8 * expert_layer / 2),
+                                                       rel=1e-12)
+    assert values["memory_activations"] == pytest.approx(17 * 4 * 268_928 * T, rel=1e-12)
