@@ -42,19 +42,27 @@ def _frontier(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     Any point dominates what is at most as good on both axes and worse on one, and a dominated point is dominated
     by some frontier point (domination is transitive), which no anchor removes: so dropping what an anchor
     dominates leaves the frontier unchanged, and the sort runs on the survivors only. The anchors: the points
-    with the most ``w x / max|x| + (1 - w) y / max|y|`` for nine weights w (O(n) each)."""
+    with the most ``w x / max|x| + (1 - w) y / max|y|`` for nine weights w (O(n) each). One pass drops what they
+    strictly dominate: with the anchors sorted by x, a point below the highest anchor at or right of its x
+    (a suffix maximum, found by one ``searchsorted``) is worse in y and no better in x; ties stay for the sort."""
     from fastmodel.plot.pareto import pareto_mask
 
     finite = np.flatnonzero(np.isfinite(x) & np.isfinite(y))    # pareto_mask never keeps the others
     x, y = x[finite], y[finite]
     if x.size == 0:
         return finite
-    keep = np.ones(x.size, dtype=bool)
-    sx, sy = (1 / float(np.abs(v).max()) if np.abs(v).max() > 0 else 1.0 for v in (x, y))
-    for w in np.linspace(0.0, 1.0, 9):
-        a = int(np.argmax(w * sx * x + (1 - w) * sy * y))
-        keep &= ~((x <= x[a]) & (y <= y[a]) & ((x < x[a]) | (y < y[a])))
-    survivors = np.flatnonzero(keep)
+    anchors = np.empty(9, dtype=np.intp)
+    u, v = np.empty_like(x), np.empty_like(y)                  # the weighted sums in place: no temporaries
+    sx, sy = (max(float(v.max()), -float(v.min())) for v in (x, y))
+    sx, sy = 1 / sx if sx > 0 else 1.0, 1 / sy if sy > 0 else 1.0
+    for i, w in enumerate(np.linspace(0.0, 1.0, 9)):
+        np.multiply(x, w * sx, out=u)
+        np.multiply(y, (1 - w) * sy, out=v)
+        anchors[i] = np.argmax(np.add(u, v, out=u))
+    order = np.argsort(x[anchors], kind="stable")
+    ax, ay = x[anchors][order], y[anchors][order]
+    ceiling = np.append(np.maximum.accumulate(ay[::-1])[::-1], -np.inf)   # highest anchor y at x' >= ax[i]
+    survivors = np.flatnonzero(~(y < ceiling[np.searchsorted(ax, x, side="left")]))
     return finite[survivors[pareto_mask(x[survivors], y[survivors], "max", "max")]]
 
 

@@ -54,7 +54,7 @@ from fastmodel.kernels.columns import (
 from fastmodel.kernels.serve.load import queue_ttft, steady_loop
 from fastmodel.kernels.serve.layout import (
     N_SERVE_RESULTS, ST_EP_NOT_DIVIDING, ST_HEADS_NOT_DIVISIBLE_BY_TP, ST_LAYERS_NOT_DIVISIBLE_BY_PP, ST_NO_FP8,
-    ST_NO_KV_ROOM, ST_OK, S_ACTIVATION_MEMORY, S_BATCH_SIZE, S_CLUSTER_OUTPUT_TOKENS_PER_S, S_DECODE_ATTENTION,
+    ST_NO_KV_ROOM, ST_NOT_FINITE, ST_OK, S_ACTIVATION_MEMORY, S_BATCH_SIZE, S_CLUSTER_OUTPUT_TOKENS_PER_S, S_DECODE_ATTENTION,
     S_DECODE_COMM, S_DECODE_GEMM, S_DECODE_MEMORY_BOUND, S_DECODE_OVERHEAD, S_E2E_LATENCY, S_EXPERTS_TOUCHED,
     S_FITS_MEMORY, S_KV_BYTES_PER_TOKEN, S_KV_CACHE_CAPACITY, S_KV_CACHE_MEMORY, S_MEMORY_PER_DEVICE,
     S_OUTPUT_TOKENS_PER_S, S_OUTPUT_TOKENS_PER_S_PER_GPU, S_OUTPUT_TOKENS_PER_S_PER_USER, S_PREFILL_ATTENTION,
@@ -352,7 +352,18 @@ def _serve_rows(params, status, out, lo, hi):
 
 @njit(inline="always")
 def _emit(row, result, scratch, memo, status, out, r):
+    """One row's results and status into column ``r``; results that are not all finite numbers give the
+    ``not_finite`` status and NaN results (``analysis.finite.mark_not_finite``'s rule, applied here while the row
+    is in registers: a sum that is finite clears the row, else each value is looked at)."""
     code = serve_row(row, result, scratch, memo)
+    if code == ST_OK:
+        total = 0.0
+        for v in range(N_SERVE_RESULTS):
+            total += result[v]
+        if not math.isfinite(total):
+            for v in range(N_SERVE_RESULTS):
+                if not math.isfinite(result[v]):
+                    code = ST_NOT_FINITE
     status[r] = code
     if code == ST_OK:
         for v in range(N_SERVE_RESULTS):
