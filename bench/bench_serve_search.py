@@ -15,7 +15,8 @@ after a warm-up search that loads (or compiles) the kernels: best and median wal
 runs (20 times as many of the small search), configs per CPU-second (all threads), peak RSS. With ``--previous COMMIT``
 every figure is measured again, right after, in that commit's tree (extracted with ``git archive``, as
 bench_serve.py does), the ratios are printed and the two trees' frontiers and best configurations are compared
-(a tree without the ``concurrency`` option gets the large grid through its module's ``CONCURRENCY``). Writes
+(the same rows and counts, values to solver tolerance: ``same_answer``; a tree without the ``concurrency`` option
+gets the large grid through its module's ``CONCURRENCY``). Writes
 bench/results/bench_serve_search.json.
 
     python bench/bench_serve_search.py [--repeats 5] [--cases readme,large] [--previous 3e67739]
