@@ -5,7 +5,10 @@ An input of absurd magnitude (a bandwidth of 1e-300 B/s, a global batch of
 their kernels unchanged and then call :func:`mark_not_finite`: every evaluated
 point with a result that is not a finite number gets the engine's
 ``not_finite`` status and NaN results, like any other point that was not
-evaluated, so reports, batches and sweeps say so in one line.
+evaluated, so reports, batches and sweeps say so in one line. The serving kernel
+applies the same rule to each row as it writes it (``kernels/serve/evaluate.py``
+``_emit``: a second pass over a sweep's whole result matrix cost about a tenth of
+a large SLO search).
 """
 
 from __future__ import annotations

@@ -20,7 +20,6 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from fastmodel.analysis.finite import mark_not_finite
 from fastmodel.errors import SpecError, nearest
 from fastmodel.registry import status_attrs
 from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
@@ -122,8 +121,7 @@ def evaluate_table(params: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     out = np.empty((len(SERVE_RESULTS), n))
     status = np.zeros(n, dtype=np.int8)
     with np.errstate(all="ignore"):  # interpreted kernels (FASTMODEL_JIT=0) overflow in numpy scalars
-        (serve_parallel if n >= PARALLEL_MIN_ROWS else serve_serial)(params, status, out)
-    mark_not_finite(status, out, NOT_FINITE)
+        (serve_parallel if n >= PARALLEL_MIN_ROWS else serve_serial)(params, status, out)   # marks not_finite
     return out, status
 
 
@@ -187,8 +185,7 @@ def sweep(model, device: str | Sequence[str] = "H100", precision: str | Sequence
         derive = np.array(["n_gpus" not in dims and "n_gpus" not in fixed,
                            "seq_len" not in dims and "seq_len" not in fixed], dtype=np.bool_)
         serve_grid(base, axis_cols, col_start, np.concatenate(flat).astype(np.float64), val_start,
-                   np.array(shape, dtype=np.int64), derive, status, out, 0)
-        mark_not_finite(status, out, NOT_FINITE)
+                   np.array(shape, dtype=np.int64), derive, status, out, 0)     # marks not_finite itself
     # a result named like a swept column (batch_size under a fixed-batch sweep) is stored as effective_<name>;
     # flags (fits_memory) as booleans, as in every engine's datasets
     data = {(f"effective_{r.name}" if r.name in dims else r.name):

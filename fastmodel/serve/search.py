@@ -42,37 +42,46 @@ def _frontier(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     Any point dominates what is at most as good on both axes and worse on one, and a dominated point is dominated
     by some frontier point (domination is transitive), which no anchor removes: so dropping what an anchor
     dominates leaves the frontier unchanged, and the sort runs on the survivors only. The anchors: the points
-    with the most ``w x / max|x| + (1 - w) y / max|y|`` for nine weights w (O(n) each)."""
+    with the most ``w x / max|x| + (1 - w) y / max|y|`` for nine weights w (O(n) each). One pass drops what they
+    strictly dominate: with the anchors sorted by x, a point below the highest anchor at or right of its x
+    (a suffix maximum, found by one ``searchsorted``) is worse in y and no better in x; ties stay for the sort."""
     from fastmodel.plot.pareto import pareto_mask
 
     finite = np.flatnonzero(np.isfinite(x) & np.isfinite(y))    # pareto_mask never keeps the others
     x, y = x[finite], y[finite]
     if x.size == 0:
         return finite
-    keep = np.ones(x.size, dtype=bool)
-    sx, sy = (1 / float(np.abs(v).max()) if np.abs(v).max() > 0 else 1.0 for v in (x, y))
-    for w in np.linspace(0.0, 1.0, 9):
-        a = int(np.argmax(w * sx * x + (1 - w) * sy * y))
-        keep &= ~((x <= x[a]) & (y <= y[a]) & ((x < x[a]) | (y < y[a])))
-    survivors = np.flatnonzero(keep)
+    anchors = np.empty(9, dtype=np.intp)
+    u, v = np.empty_like(x), np.empty_like(y)                  # the weighted sums in place: no temporaries
+    sx, sy = (max(float(v.max()), -float(v.min())) for v in (x, y))
+    sx, sy = 1 / sx if sx > 0 else 1.0, 1 / sy if sy > 0 else 1.0
+    for i, w in enumerate(np.linspace(0.0, 1.0, 9)):
+        np.multiply(x, w * sx, out=u)
+        np.multiply(y, (1 - w) * sy, out=v)
+        anchors[i] = np.argmax(np.add(u, v, out=u))
+    order = np.argsort(x[anchors], kind="stable")
+    ax, ay = x[anchors][order], y[anchors][order]
+    ceiling = np.append(np.maximum.accumulate(ay[::-1])[::-1], -np.inf)   # highest anchor y at x' >= ax[i]
+    survivors = np.flatnonzero(~(y < ceiling[np.searchsorted(ax, x, side="left")]))
     return finite[survivors[pareto_mask(x[survivors], y[survivors], "max", "max")]]
 
 
-def _rows(ds, flat: np.ndarray, slo_ok: np.ndarray) -> list[dict]:
-    """One dict per flat index into the sweep's grid, by per-user speed ascending (ties: grid order). The values
-    are gathered from the result arrays at once; only the selected rows become dicts."""
+#: the result variables a row of the search reports (after the grid coordinates and before ``meets_slo``)
+ROW_VARIABLES = ("ttft", "tpot", X, Y, "memory_per_device")
+
+
+def _rows(coords: dict, values: dict, shape: tuple, flat: np.ndarray, slo_ok: np.ndarray) -> list[dict]:
+    """One dict per flat index into the sweep's grid, in the order given: ``coords`` the grid's coordinate
+    arrays (dimension order), ``values`` the flat arrays of ROW_VARIABLES. The values are gathered from the
+    result arrays at once; only the selected rows become dicts."""
     flat = np.asarray(flat, dtype=np.intp)
-    dims = list(ds.status.dims)
-    shape = ds.status.shape
-    order = np.argsort(ds[X].values.reshape(-1)[flat], kind="stable")
-    flat = flat[order]
     index = np.unravel_index(flat, shape)
-    columns = {d: ds[d].values[i].tolist() for d, i in zip(dims, index)}
-    for name in ("ttft", "tpot", X, Y, "memory_per_device"):
-        columns[name] = ds[name].values.reshape(-1)[flat].astype(float).tolist()
+    columns = {d: c[i].tolist() for (d, c), i in zip(coords.items(), index)}
+    for name in ROW_VARIABLES:
+        columns[name] = values[name][flat].astype(float).tolist()
     columns["meets_slo"] = slo_ok.reshape(-1)[flat].astype(bool).tolist()
     names = list(columns)
-    return [dict(zip(names, values)) for values in zip(*columns.values())]
+    return [dict(zip(names, row)) for row in zip(*columns.values())]
 
 
 def slo_search(model, device: str, *, input_len: int, output_len: int, ttft: float, tpot: float, gpus: int = 8,
@@ -80,6 +89,8 @@ def slo_search(model, device: str, *, input_len: int, output_len: int, ttft: flo
                concurrency=CONCURRENCY) -> SearchResult:
     """Sweep TP x PP (instances within ``gpus``), precision and concurrency (requests in flight per instance;
     default the powers of two to 1024); keep what meets the SLOs."""
+    import xarray as xr
+
     from fastmodel.serve.api import device_columns, sweep
     from fastmodel.serve.profiles import ENGINE_NAMES, profile_columns
 
@@ -98,22 +109,31 @@ def slo_search(model, device: str, *, input_len: int, output_len: int, ttft: flo
     ds = sweep(model, device=device, precision=list(precisions), tp=powers, pp=[p for p in (1, 2, 4) if p <= gpus],
                batch_size=concurrency, input_len=input_len, output_len=output_len, load_mode="concurrency",
                client_rounds=0, **fixed)      # a deployment in service: the steady state, no benchmark start wave
-    # dims: device, precision, tp, pp, batch_size (the scalars are fixed columns)
-    sizes = ds.tp.values[:, None] * ds.pp.values[None, :]
-    within = np.broadcast_to((sizes <= gpus)[None, None, :, :, None], ds.status.shape)
-    ok = (ds.status.values == 0) & ds.fits_memory.values & within
-    slo_ok = ok & (ds.ttft.values <= ttft) & (ds.tpot.values <= tpot)
+    # dims: device, precision, tp, pp, batch_size (the scalars are fixed columns); every array read once
+    dims, shape = ds.status.dims, ds.status.shape
+    coords = {d: ds[d].values for d in dims}
+    variables = ds.data_vars.variables
+    values = {name: variables[name].values.reshape(-1) for name in ROW_VARIABLES}
+    sizes = coords["tp"][:, None] * coords["pp"][None, :]
+    within = np.broadcast_to((sizes <= gpus)[None, None, :, :, None], shape)
+    ok = (variables["status"].values == 0) & variables["fits_memory"].values & within
+    slo_ok = ok & (variables["ttft"].values <= ttft) & (variables["tpot"].values <= tpot)
     flat = np.flatnonzero(ok)
-    on_frontier = flat[_frontier(ds[X].values.reshape(-1)[flat], ds[Y].values.reshape(-1)[flat])]
-    best = None
-    if slo_ok.any():
-        best = _rows(ds, np.array([np.nanargmax(np.where(slo_ok, ds[Y].values, np.nan))]), slo_ok)[0]
-    dims = ds.status.dims
-    ds = ds.assign(within_budget=(dims, np.ascontiguousarray(within), {"description": f"tp x pp <= {gpus} GPUs"}),
-                   meets_slo=(dims, slo_ok, {"description": "status ok, fits memory, within the GPU budget, "
-                                             "ttft and tpot within the SLOs"}))
-    ds.attrs.update({"slo_ttft_s": float(ttft), "slo_tpot_s": float(tpot), "slo_gpus": int(gpus)})
-    return SearchResult(ds, _rows(ds, on_frontier, slo_ok), best, int(ok.sum()), int(slo_ok.sum()))
+    on_frontier = flat[_frontier(values[X][flat], values[Y][flat])]
+    on_frontier = on_frontier[np.argsort(values[X][on_frontier], kind="stable")]   # per-user speed ascending
+    feasible = int(slo_ok.sum())
+    if feasible:        # the frontier's rows and the best one, gathered together
+        best_flat = np.flatnonzero(slo_ok.reshape(-1))
+        on_frontier = np.append(on_frontier, best_flat[np.argmax(values[Y][best_flat])])
+    rows = _rows(coords, values, shape, on_frontier, slo_ok)
+    best = rows.pop() if feasible else None
+    data = dict(variables)
+    data["within_budget"] = xr.Variable(dims, np.ascontiguousarray(within), {"description": f"tp x pp <= {gpus} GPUs"})
+    data["meets_slo"] = xr.Variable(dims, slo_ok, {"description": "status ok, fits memory, within the GPU budget, "
+                                                   "ttft and tpot within the SLOs"})
+    ds = xr.Dataset(data, coords=ds.coords, attrs={**ds.attrs, "slo_ttft_s": float(ttft),
+                                                   "slo_tpot_s": float(tpot), "slo_gpus": int(gpus)})
+    return SearchResult(ds, rows, best, int(ok.sum()), feasible)
 
 
 def format_search(result: SearchResult, ttft: float, tpot: float) -> str:

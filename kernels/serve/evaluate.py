@@ -51,10 +51,10 @@ from fastmodel.kernels.columns import (
     C_N_GPUS, C_OUTPUT_LEN, C_PEAK_FLOPS_8, C_PP, C_SEQ_LEN, C_SERVE_STEP_OVERHEAD_S, C_TP, C_USABLE_HBM_FRACTION,
     C_ATTENTION_DP, C_KV_ON_DEMAND, C_MOE_TP, LOAD_BATCH, LOAD_CONCURRENCY, LOAD_MAX_THROUGHPUT,
 )
-from fastmodel.kernels.serve.load import closed_loop
+from fastmodel.kernels.serve.load import queue_ttft, steady_loop
 from fastmodel.kernels.serve.layout import (
     N_SERVE_RESULTS, ST_EP_NOT_DIVIDING, ST_HEADS_NOT_DIVISIBLE_BY_TP, ST_LAYERS_NOT_DIVISIBLE_BY_PP, ST_NO_FP8,
-    ST_NO_KV_ROOM, ST_OK, S_ACTIVATION_MEMORY, S_BATCH_SIZE, S_CLUSTER_OUTPUT_TOKENS_PER_S, S_DECODE_ATTENTION,
+    ST_NO_KV_ROOM, ST_NOT_FINITE, ST_OK, S_ACTIVATION_MEMORY, S_BATCH_SIZE, S_CLUSTER_OUTPUT_TOKENS_PER_S, S_DECODE_ATTENTION,
     S_DECODE_COMM, S_DECODE_GEMM, S_DECODE_MEMORY_BOUND, S_DECODE_OVERHEAD, S_E2E_LATENCY, S_EXPERTS_TOUCHED,
     S_FITS_MEMORY, S_KV_BYTES_PER_TOKEN, S_KV_CACHE_CAPACITY, S_KV_CACHE_MEMORY, S_MEMORY_PER_DEVICE,
     S_OUTPUT_TOKENS_PER_S, S_OUTPUT_TOKENS_PER_S_PER_GPU, S_OUTPUT_TOKENS_PER_S_PER_USER, S_PREFILL_ATTENTION,
@@ -130,13 +130,15 @@ def check(row):
 
 
 @njit
-def serve_row(row, out, scratch):
+def serve_row(row, out, scratch, memo):
     """Every serving result of one configuration into ``out`` (SERVE_RESULTS indices); returns its status.
-    ``scratch``: a (6, 6) work array."""
+    ``scratch``: a (6, 6) work array; ``memo``: the closed loop's memo (``new_memo``), kept from row to row."""
+    mode = row[C_LOAD_MODE]
+    if mode == LOAD_CONCURRENCY:
+        return _concurrency(row, row[C_BATCH_SIZE], out, scratch, memo)
     status = check(row)
     if status != ST_OK:
         return status
-    mode = row[C_LOAD_MODE]
     kv_token = kv_bytes_per_token(row)
     weights = weight_memory(row)
     batch = row[C_BATCH_SIZE]
@@ -148,8 +150,6 @@ def serve_row(row, out, scratch):
                     row[C_MAX_BATCH_SIZE])
         if batch < 1.0:
             return ST_NO_KV_ROOM
-    if mode == LOAD_CONCURRENCY:
-        return _concurrency(row, batch, kv_token, weights, out, scratch)
     if mode != LOAD_BATCH:
         # the step token budget feeds at most max_num_tokens x O / (I + O - 1) requests per micro-batch
         outp = row[C_OUTPUT_LEN]
@@ -213,10 +213,55 @@ def _fixed(row, batch, kv_token, weights, out, scratch):
     _write_parts(out, pre, dec, steps * host)
 
 
+#: the closed loop's memo: row 0 the key (the columns, then ``running``), rows 1 and 2 the decode and prompt
+#: iterations' cost parts, row 3 ``steady_loop``'s state (7 floats), then the row's status, KV bytes per token and
+#: weight bytes (M_*)
+MEMO_WIDTH = N_COLUMNS + 1
+MEMO_SIZE = 4 * MEMO_WIDTH
+M_STATUS = 7
+M_KV_TOKEN = 8
+M_WEIGHTS = 9
+
+
+@njit(inline="always")
+def new_memo(memo):
+    """Mark the memo (MEMO_SIZE floats, reshaped (4, MEMO_WIDTH)) empty: no column is NaN-equal, so the first
+    row never matches its key."""
+    memo[0, 0] = np.nan
+
+
+@njit(inline="always")
+def _same_columns(row, key):
+    """True when every column of ``row`` but ``batch_size`` equals ``key``'s (all that the status, the weights,
+    the KV bytes and, at the same ``running``, the steady state read: kernels/serve/load.py ``steady_loop``);
+    else ``key`` becomes the row's columns with no ``running``."""
+    for k in range(N_COLUMNS):
+        if k != C_BATCH_SIZE and row[k] != key[k]:
+            for j in range(N_COLUMNS):
+                key[j] = row[j]
+            key[N_COLUMNS] = -1.0
+            return False
+    return True
+
+
 @njit
-def _concurrency(row, requests, kv_token, weights, out, scratch):
+def _concurrency(row, requests, out, scratch, memo):
     """A closed loop of ``requests`` in flight under continuous batching (kernels/serve/load.py): the requests
-    whose KV cache fits run, the rest wait; returns the status."""
+    whose KV cache fits run, the rest wait; returns the status. What does not depend on ``requests`` is the
+    memo's when the previous row had the same columns but ``batch_size`` (a concurrency sweep): the status, the
+    weights and KV bytes, and the steady state of the ``running`` requests when ``running`` is the same too (past
+    the KV room or ``max_batch_size``); only the wait for KV room and the memory terms are then per row."""
+    key = memo[0]
+    state = memo[3]
+    if not _same_columns(row, key):
+        state[M_STATUS] = check(row)
+        if state[M_STATUS] == ST_OK:
+            state[M_KV_TOKEN] = kv_bytes_per_token(row)
+            state[M_WEIGHTS] = weight_memory(row)
+    if state[M_STATUS] != ST_OK:
+        return int(state[M_STATUS])
+    kv_token = state[M_KV_TOKEN]
+    weights = state[M_WEIGHTS]
     adp = row[C_ATTENTION_DP]
     inp = row[C_INPUT_LEN]
     outp = row[C_OUTPUT_LEN]
@@ -228,15 +273,17 @@ def _concurrency(row, requests, kv_token, weights, out, scratch):
     if room < 1.0:
         return ST_NO_KV_ROOM
     running = min(requests, room, row[C_MAX_BATCH_SIZE])
+    if key[N_COLUMNS] != running:
+        steady_loop(row, running, memo[1], memo[2], state, scratch[2])
+        key[N_COLUMNS] = running
+    pre = memo[2]                                      # the iterations that carry the prompt (its own service)
     dec = scratch[1]
     host = row[C_SERVE_STEP_OVERHEAD_S]
-    state = scratch[5]
-    closed_loop(row, requests, running, scratch[3:5], state, scratch[2])
-    pre = scratch[4]                                   # the iterations that carry the prompt (its own service)
-    ttft, tpot, lam = state[0], state[1], state[2]
+    ttft = queue_ttft(row, requests, running, state)
+    tpot, lam = state[1], state[2]
     steps = outp - 1.0
     for k in range(4):
-        dec[k] = scratch[3][k] * steps
+        dec[k] = memo[1, k] * steps
     kv_memory = kv_token * held * math.ceil(running / adp)
     memory = weights + kv_memory + workspace + row[C_FRAMEWORK_MEMORY_BYTES]
     fits = 1.0 if memory <= row[C_USABLE_HBM_FRACTION] * row[C_HBM_BYTES] else 0.0
@@ -294,16 +341,29 @@ def _serve_rows(params, status, out, lo, hi):
     # frame vectors (kernels/jit.py stack_vector): passed through every cost term without reference counting
     result = stack_vector(N_SERVE_RESULTS)
     scratch = stack_vector(36).reshape((6, 6))
+    memo = stack_vector(MEMO_SIZE).reshape((4, MEMO_WIDTH))
+    new_memo(memo)
     row = stack_vector(N_COLUMNS)
     for r in range(lo, hi):
         for k in range(N_COLUMNS):
             row[k] = params[k, r]
-        _emit(row, result, scratch, status, out, r)
+        _emit(row, result, scratch, memo, status, out, r)
 
 
 @njit(inline="always")
-def _emit(row, result, scratch, status, out, r):
-    code = serve_row(row, result, scratch)
+def _emit(row, result, scratch, memo, status, out, r):
+    """One row's results and status into column ``r``; results that are not all finite numbers give the
+    ``not_finite`` status and NaN results (``analysis.finite.mark_not_finite``'s rule, applied here while the row
+    is in registers: a sum that is finite clears the row, else each value is looked at)."""
+    code = serve_row(row, result, scratch, memo)
+    if code == ST_OK:
+        total = 0.0
+        for v in range(N_SERVE_RESULTS):
+            total += result[v]
+        if not math.isfinite(total):
+            for v in range(N_SERVE_RESULTS):
+                if not math.isfinite(result[v]):
+                    code = ST_NOT_FINITE
     status[r] = code
     if code == ST_OK:
         for v in range(N_SERVE_RESULTS):
@@ -333,6 +393,8 @@ def serve_serial(params, status, out):
 def _grid_rows(base, axis_cols, col_start, axis_vals, val_start, shape, derive, status, out, lo, hi, offset):
     result = stack_vector(N_SERVE_RESULTS)
     scratch = stack_vector(36).reshape((6, 6))
+    memo = stack_vector(MEMO_SIZE).reshape((4, MEMO_WIDTH))
+    new_memo(memo)
     row = stack_vector(N_COLUMNS)
     for k in range(N_COLUMNS):
         row[k] = base[k]
@@ -353,7 +415,7 @@ def _grid_rows(base, axis_cols, col_start, axis_vals, val_start, shape, derive, 
             row[C_N_GPUS] = row[C_TP] * row[C_ATTENTION_DP] * row[C_PP]
         if derive[1]:
             row[C_SEQ_LEN] = row[C_INPUT_LEN] + row[C_OUTPUT_LEN]
-        _emit(row, result, scratch, status, out, offset + r)
+        _emit(row, result, scratch, memo, status, out, offset + r)
         if axes == 0:
             continue
         changed = axes - 1

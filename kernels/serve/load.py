@@ -198,20 +198,49 @@ def loop_state(lam, running, own, share, t_d, per_token, mixed, steps, overlap, 
 
 @njit
 def solve_rate(running, own, share, t_d, per_token, mixed, steps, overlap, wait):
-    """The closed loop's request rate: the root of g(lam) = lam x cycle(lam) - N. g grows with lam, so the
-    root is unique between 0 (g = -N) and the smaller of N / (own + (O - 1 + overlap) T_d) and the prefill
-    station's saturation 1 / (share (N - 1) / N) (g >= 0 there; the hold only adds to the cycle, and lam x the
-    hold's seconds grows with lam); regula falsi with the Illinois step, stopped at
-    |g| <= 1e-9 N or after ROOT_STEPS steps."""
-    hi = running / (own + (steps + overlap) * t_d)    # the hold only lengthens the cycle: g(hi) >= 0 still
-    if running > 1.0:
-        hi = min(hi, running / ((running - 1.0) * share) * (1.0 - 1e-9))
-    lo = 0.0
-    g_lo = -running
+    """The closed loop's request rate: the root of g(lam) = lam x cycle(lam) - N between 0 (g = -N) and the
+    smaller of N / (own + c T_d) (c = O - 1 + overlap) and the prefill station's saturation
+    1 / (share (N - 1) / N) (``hi``; returned when g(hi) <= 0), in closed form (docs/model_serving.md §S7).
+    In the prefill station's busy share phi = lam s (s = share (N - 1) / N) the balance is
+    lam (own / (1 - phi) + c TPOT(phi)) = N. Stalling engines: TPOT = T_d / (1 - phi), so
+    lam = N / (own + c T_d + N s). Mixing engines: 1 / TPOT = (1 - phi) a + phi u (a = 1 / T_d,
+    u = per_token / share); multiplied by s (1 - phi) / TPOT > 0 the balance is the quadratic
+    A phi^2 + B phi + C = 0 with A = (own + N s)(u - a) - c, B = own a + c - N s (u - 2 a), C = -N s a, whose
+    sign is g's: C < 0, so its smallest positive root is the one in (0, hi s), taken in the form without
+    cancellation. Batch waiting (``wait`` = (W, k), W > 0) adds a hold that is not polynomial in phi:
+    ``held_rate`` finds that root by regula falsi (the hold only lengthens the cycle, so g(hi) >= 0 still)."""
+    hi = running / (own + (steps + overlap) * t_d)
+    if running <= 1.0:
+        return hi                                     # nobody else's prompt: g(hi) = 0
+    hi = min(hi, running / ((running - 1.0) * share) * (1.0 - 1e-9))
     cycle, _, _, _ = loop_state(hi, running, own, share, t_d, per_token, mixed, steps, overlap, wait)
     g_hi = hi * cycle - running
     if g_hi <= 0.0:
         return hi
+    if wait[0] > 0.0:
+        return held_rate(running, own, share, t_d, per_token, mixed, steps, overlap, wait, hi, g_hi)
+    c = steps + overlap
+    s = share * (running - 1.0) / running
+    if not mixed:
+        return running / (own + c * t_d + running * s)
+    a = 1.0 / t_d
+    u = per_token / share
+    ns = running * s
+    qa = (own + ns) * (u - a) - c
+    qb = own * a + c - ns * (u - 2.0 * a)
+    qc = -ns * a
+    root = math.sqrt(max(0.0, qb * qb - 4.0 * qa * qc))
+    phi = -2.0 * qc / (qb + root) if qb >= 0.0 else (root - qb) / (2.0 * qa)
+    return min(phi / s, hi)
+
+
+@njit
+def held_rate(running, own, share, t_d, per_token, mixed, steps, overlap, wait, hi, g_hi):
+    """``solve_rate``'s root under batch waiting: regula falsi with the Illinois step on (0, ``hi``] (g(0) = -N,
+    g(hi) = ``g_hi`` > 0; g grows with lam, so the root is unique), stopped at |g| <= 1e-9 N or after
+    ROOT_STEPS steps."""
+    lo = 0.0
+    g_lo = -running
     side = 0
     lam = hi
     for _ in range(ROOT_STEPS):
@@ -234,11 +263,14 @@ def solve_rate(running, own, share, t_d, per_token, mixed, steps, overlap, wait)
 
 
 @njit
-def closed_loop(row, requests, running, scratch, out, work):
-    """Steady state of ``requests`` in flight of which ``running`` fit the KV cache. ``out`` receives
-    (ttft, tpot, requests per s, decode batch, experts touched, decode-iteration seconds); ``scratch[0]``
-    holds the decode iteration's cost parts, ``scratch[1]`` those of the iterations that carry one prompt (its
-    own service S, the decodes riding with it included); ``work``: 4 floats of scratch."""
+def steady_loop(row, running, dec, pre, out, work):
+    """Steady state of a closed loop whose ``running`` requests fit the KV cache, less what depends on the
+    requests beyond them (``queue_ttft`` adds it): a function of the row (its ``batch_size`` aside) and
+    ``running`` only, so a concurrency sweep computes it once for every concurrency the KV cache or
+    ``max_batch_size`` caps at the same ``running`` (kernels/serve/evaluate.py). ``out`` receives (ttft of a
+    running request, tpot, requests per s, decode batch, experts touched, decode-iteration seconds, mean TTFT of
+    the client's start wave or 0); ``dec`` the decode iteration's cost parts, ``pre`` those of the iterations that
+    carry one prompt (its own service S, the decodes riding with it included); ``work``: 4 floats of scratch."""
     inp = row[C_INPUT_LEN]
     steps = row[C_OUTPUT_LEN] - 1.0
     p = row[C_PP]
@@ -247,8 +279,6 @@ def closed_loop(row, requests, running, scratch, out, work):
     overlap = 1.0 if row[C_OVERLAP_STEP] > 0.0 else 0.0
     if running > 1.0:      # the arrival finds the others' iteration under way and joins at the next boundary
         overlap += 1.0
-    dec = scratch[0]
-    pre = scratch[1]
     b = max(1.0, running * steps / (steps + 1.0))
     others = (running - 1.0) / running               # a request sees the other requests' prompts and decodes
     tpot = 0.0
@@ -295,15 +325,28 @@ def closed_loop(row, requests, running, scratch, out, work):
     for k in range(4):
         pre[k] *= chunks                              # the iterations that carry the prompt: its own service
     ttft += (overlap + hold) * tpot
-    if requests > running:
-        ttft += (requests - running) / lam            # Little's law over the requests waiting for KV room
-    rounds = row[C_CLIENT_ROUNDS]
-    if rounds > 0.0 and running > 1.0:                # the start wave is 1 / rounds of the measured requests
-        share = 1.0 / max(1.0, rounds)
-        ttft = (1.0 - share) * ttft + share * start_wave(row, running, per_request, t_d, work)
+    wave = 0.0
+    if row[C_CLIENT_ROUNDS] > 0.0 and running > 1.0:
+        wave = start_wave(row, running, per_request, t_d, work)
     out[0] = ttft
     out[1] = tpot
     out[2] = lam
     out[3] = b
     out[4] = touched
     out[5] = t_d
+    out[6] = wave
+
+
+@njit(inline="always")
+def queue_ttft(row, requests, running, state):
+    """Mean TTFT of ``requests`` in flight from the steady state ``state`` of the ``running`` that fit
+    (``steady_loop``): the others wait for KV room (Little's law over the waiting requests), and the client's
+    start wave is 1 / client_rounds of the measured requests."""
+    ttft = state[0]
+    if requests > running:
+        ttft += (requests - running) / state[2]
+    rounds = row[C_CLIENT_ROUNDS]
+    if rounds > 0.0 and running > 1.0:
+        share = 1.0 / max(1.0, rounds)
+        ttft = (1.0 - share) * ttft + share * state[6]
+    return ttft

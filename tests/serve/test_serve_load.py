@@ -4,11 +4,23 @@ TensorRT-LLM's batch waiting."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
-from fastmodel.kernels.serve.load import batch_wait, decode_iteration, held, prefill_iteration, wave_iterations
-from fastmodel.serve.api import columns, evaluate
+from fastmodel.kernels.serve.load import (
+    batch_wait,
+    decode_iteration,
+    held,
+    prefill_iteration,
+    solve_rate,
+    wave_iterations,
+)
+from fastmodel.registry.serve import SERVE_RESULT_INDEX
+from fastmodel.serve.api import columns, evaluate, evaluate_table, sweep
+
+NO_WAIT = (0.0, 0.0)     # no batch waiting: solve_rate's closed form
 
 
 def test_wave_iterations_of_whole_prompts_count_k_prompts_per_iteration():
@@ -155,3 +167,68 @@ def test_a_serving_record_states_the_batch_waiting_flags():
     data["serve"].update(batch_wait_iters=20, batch_wait_tokens_ratio=0.9)
     stated = lower_serve_record(data).columns
     assert stated[COLUMN_INDEX["batch_wait_iters"]] == 20 and stated[COLUMN_INDEX["batch_wait_tokens_ratio"]] == 0.9
+
+
+def _balance(lam, running, own, share, t_d, per_token, mixed, steps, overlap):
+    """g(lam) = lam x cycle(lam) - N written out from docs/model_serving.md §S7 (not through loop_state)."""
+    phi = lam * (running - 1.0) / running * share
+    tpot = 1.0 / ((1.0 - phi) / t_d + phi * per_token / share) if mixed else t_d / (1.0 - phi)
+    return lam * (own / (1.0 - phi) + (steps + overlap) * tpot) - running
+
+
+def test_solve_rate_by_hand_stalling_and_mixing():
+    """Stalling (N = 4, own 1 s, share 0.5 s, T_d 0.1 s, c = 9): lam = N / (own + c T_d + N s), s = 0.375,
+    = 4 / 3.4. Mixing (N = 2, own 1, share 1, T_d 1, u = per_token / share = 0.5, c = 1): s = 0.5, the balance
+    in phi = lam s is -2 phi^2 + 3.5 phi - 1 = 0, smaller root (7 - sqrt 17) / 8, lam = (7 - sqrt 17) / 4
+    (below hi = min(N / (own + c T_d), 1 / s) = 1)."""
+    assert solve_rate(4.0, 1.0, 0.5, 0.1, 1.0, False, 9.0, 0.0, NO_WAIT) == pytest.approx(4.0 / 3.4, rel=1e-14)
+    lam = solve_rate(2.0, 1.0, 1.0, 1.0, 0.5, True, 1.0, 0.0, NO_WAIT)
+    assert lam == pytest.approx((7.0 - math.sqrt(17.0)) / 4.0, rel=1e-14)
+    assert _balance(lam, 2.0, 1.0, 1.0, 1.0, 0.5, True, 1.0, 0.0) == pytest.approx(0.0, abs=1e-14)
+    # one request: nobody else's prompt, lam = N / (own + c T_d)
+    assert solve_rate(1.0, 1.0, 0.5, 0.1, 1.0, True, 9.0, 1.0, NO_WAIT) == pytest.approx(1.0 / 2.0, rel=1e-14)
+
+
+def test_solve_rate_is_the_root_of_the_balance_that_bisection_finds():
+    """Random loops (mixing and stalling, mixed iterations shorter or longer than the decode-only one): the
+    closed form is the root of g in (0, hi) that 200 bisection steps find, to 1e-12 relative."""
+    rng = np.random.default_rng(7)
+    for _ in range(400):
+        running = float(rng.integers(2, 9000))
+        own, t_d = 10 ** rng.uniform(-3, 0), 10 ** rng.uniform(-3, -1)
+        share, per_token = own * rng.uniform(0.05, 1.0), 10 ** rng.uniform(-1, 1)
+        steps, overlap, mixed = float(rng.integers(0, 4096)), float(rng.integers(0, 3)), bool(rng.integers(0, 2))
+        args = (running, own, share, t_d, per_token, mixed, steps, overlap)
+        hi = min(running / (own + (steps + overlap) * t_d), running / ((running - 1.0) * share) * (1.0 - 1e-9))
+        lam = solve_rate(*args, NO_WAIT)
+        if _balance(hi, *args) <= 0.0:
+            assert lam == hi
+            continue
+        lo, top = 0.0, hi
+        for _ in range(200):
+            mid = 0.5 * (lo + top)
+            lo, top = (mid, top) if _balance(mid, *args) < 0.0 else (lo, mid)
+        assert lam == pytest.approx(0.5 * (lo + top), rel=1e-12)
+
+
+def test_concurrencies_past_the_kv_room_reuse_the_steady_state_exactly():
+    """A sweep's concurrency rows that the KV cache and max_batch_size cap at the same ``running`` share the
+    steady state (kernels/serve/evaluate.py's memo): the grid, and a table whose rows alternate between two
+    configurations and a static batch, give bit for bit what each configuration evaluated alone gives."""
+    kw = dict(tp=1, input_len=1024, output_len=8192, precision="fp8", client_rounds=10)
+    levels = [1, 2, 30, 42, 43, 44, 45, 300, 3000, 8192]
+    ds = sweep("llama3.1-70b", device="H200", precision="fp8", tp=1, batch_size=levels, input_len=1024,
+               output_len=8192, load_mode="concurrency", client_rounds=10)
+    alone = [evaluate("llama3.1-70b", "H200", concurrency=n, **kw) for n in levels]
+    assert alone[4]["batch_size"] == alone[-1]["batch_size"] == 43       # the KV cache caps the running requests
+    for name in ("ttft", "tpot", "output_tokens_per_s", "effective_batch_size", "prefill_gemm", "decode_attention"):
+        assert ds[name].values.reshape(-1).tolist() == [a[name.replace("effective_", "")] for a in alone]
+    other = dict(kw, input_len=2048)       # rows: hit, miss (another column), a static batch, hit after it
+    rows = [(3000, kw), (3001, kw), (3000, other), (8, None), (3001, other)]
+    table = [columns("llama3.1-70b", "H200", concurrency=n, **k) if k else
+             columns("llama3.1-70b", "H200", batch_size=n, **kw) for n, k in rows]
+    out, _ = evaluate_table(np.stack(table, axis=1))
+    expected = [evaluate("llama3.1-70b", "H200", concurrency=n, **k) if k else
+                evaluate("llama3.1-70b", "H200", batch_size=n, **kw) for n, k in rows]
+    for name in ("ttft", "tpot", "prefill_gemm"):
+        assert out[SERVE_RESULT_INDEX[name]].tolist() == [e[name] for e in expected]
