@@ -10,6 +10,7 @@ from the built-in device file of ``system.gpu``. ``measured`` is never read for 
 Fill-in rules: ``pp``/``ep`` absent: 1; ``kv_precision`` absent: the weights'
 format (fp8 -> fp8, else 16-bit); ``kv_cache_mem_fraction`` absent: 0.9; ``batch_wait_iters`` / ``batch_wait_tokens_ratio``
 (TensorRT-LLM batch waiting, docs/model_serving.md S31) absent: 0, off;
+``fixed_lengths`` (a client that gives every request exactly its lengths, S32) absent: false;
 ``precision`` may also be ``int8``/``int4`` (weight-only, 16-bit compute).
 """
 

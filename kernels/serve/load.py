@@ -150,16 +150,22 @@ def batch_wait(row, running, decodes):
     S31): while other requests decode, the scheduled prompts are held and a counter counts the holding iterations;
     they all enter when the counter reaches ``W = batch_wait_iters`` or when their prompt tokens plus one token per
     decode (``decodes``) reach ``batch_wait_tokens_ratio x max_num_tokens``, i.e. with ``k`` more prompts than the
-    first. With ``W = 0`` the counter check passes at once: nothing is held, whatever the ratio; neither is a
-    request alone (no decode), a prompt that reaches the threshold by itself, or attention DP. (0, 0): no hold."""
+    first. The engine stops waiting when ``count >= W or tokens >= ratio x max_num_tokens``, so with ``W = 0`` or
+    ``ratio = 0`` one test passes at once and nothing is held; neither is a request alone (no decode), a prompt that
+    reaches the threshold by itself, or attention DP. (0, 0): no hold. Without chunked prefill the scheduler takes
+    whole prompts within the budget, at most ``floor((max_num_tokens - decodes) / input_len)``; a threshold that
+    needs more is never reached and the window lasts ``W`` (``k`` infinite)."""
     iters = row[C_BATCH_WAIT_ITERS]
-    if iters <= 0.0 or running <= 1.0 or row[C_ATTENTION_DP] > 1.0:
-        return 0.0, 0.0
     ratio = row[C_BATCH_WAIT_TOKENS_RATIO]
-    if ratio <= 0.0:
+    if iters <= 0.0 or ratio <= 0.0 or running <= 1.0 or row[C_ATTENTION_DP] > 1.0:
+        return 0.0, 0.0
+    inp = row[C_INPUT_LEN]
+    more = math.ceil((ratio * row[C_MAX_NUM_TOKENS] - decodes) / inp) - 1.0
+    if more <= 0.0:
+        return 0.0, 0.0
+    if row[C_CHUNKED_PREFILL] <= 0.0 and more + 1.0 > math.floor((row[C_MAX_NUM_TOKENS] - decodes) / inp):
         return iters, math.inf
-    more = math.ceil((ratio * row[C_MAX_NUM_TOKENS] - decodes) / row[C_INPUT_LEN]) - 1.0
-    return (iters, more) if more > 0.0 else (0.0, 0.0)
+    return iters, more
 
 
 @njit(inline="always")

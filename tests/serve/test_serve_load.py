@@ -122,32 +122,40 @@ def test_held_prompts_wait_out_the_window_or_the_token_threshold():
 def test_batch_wait_takes_the_engine_flags():
     """InferenceX's Llama-3.1-70B 1k/1k recipe: W = 20, ratio 0.9, max_num_tokens 16384, prompts of 1024 beside
     128 decodes: the threshold is 0.9 x 16384 - 128 = 14617.6 tokens, 15 prompts, k = 14 beyond the first. Not
-    held: W = 0 (the counter check passes at once, whatever the ratio), a request alone, attention DP, a prompt
-    that reaches the threshold by itself. Ratio 0: W alone."""
+    held: W = 0 or ratio 0 (one of the engine's two stop tests passes at once), a request alone, attention DP, a
+    prompt that reaches the threshold by itself. At max_num_tokens 8192 the threshold 0.9 x 8192 - 128 = 7244.8
+    needs 8 prompts (k = 7), but whole prompts fit only floor(8064 / 1024) = 7: without chunked prefill the window
+    lasts W (k infinite); chunked, k = 7."""
     kw = dict(tp=4, input_len=1024, output_len=1024, precision="fp8", max_num_tokens=16384)
     row = _row(concurrency=8, batch_wait_iters=20, batch_wait_tokens_ratio=0.9, **kw)
     assert batch_wait(row, 8.0, 128.0) == (20.0, 14.0)
     assert batch_wait(row, 1.0, 128.0) == (0.0, 0.0)
-    assert batch_wait(_row(concurrency=8, batch_wait_iters=20, **kw), 8.0, 128.0) == (20.0, np.inf)
+    assert batch_wait(_row(concurrency=8, batch_wait_iters=20, **kw), 8.0, 128.0) == (0.0, 0.0)
     assert batch_wait(_row(concurrency=8, batch_wait_tokens_ratio=0.9, **kw), 8.0, 128.0) == (0.0, 0.0)
     assert batch_wait(_row(concurrency=8, batch_wait_iters=20, batch_wait_tokens_ratio=0.9, attention_dp=2,
                            **kw), 8.0, 128.0) == (0.0, 0.0)
     long = _row(concurrency=8, batch_wait_iters=20, batch_wait_tokens_ratio=0.9, **dict(kw, input_len=16384))
     assert batch_wait(long, 8.0, 128.0) == (0.0, 0.0)
+    short = dict(kw, max_num_tokens=8192)
+    assert batch_wait(_row(concurrency=8, batch_wait_iters=20, batch_wait_tokens_ratio=0.9, chunked_prefill=0,
+                           **short), 8.0, 128.0) == (20.0, np.inf)
+    assert batch_wait(_row(concurrency=8, batch_wait_iters=20, batch_wait_tokens_ratio=0.9, chunked_prefill=1,
+                           **short), 8.0, 128.0) == (20.0, 7.0)
 
 
 def test_batch_wait_adds_its_iterations_to_the_ttft():
     """Two requests with long outputs: the other's prompt almost never arrives within a window (0.0024 per window
     of 20), so a prompt waits W = 20 decode iterations more, ttft(W) - ttft(0) = 20 TPOT within 0.2 %; TPOT hardly
-    moves. A ratio without W and a request alone change nothing."""
+    moves. A ratio without W, W without a ratio and a request alone change nothing."""
     kw = dict(tp=4, input_len=1024, output_len=8192, precision="fp8", client_rounds=0)
     off = evaluate("llama3.1-70b", "H100", concurrency=2, **kw)
-    on = evaluate("llama3.1-70b", "H100", concurrency=2, batch_wait_iters=20, **kw)
+    on = evaluate("llama3.1-70b", "H100", concurrency=2, batch_wait_iters=20, batch_wait_tokens_ratio=0.9, **kw)
+    assert evaluate("llama3.1-70b", "H100", concurrency=2, batch_wait_iters=20, **kw)["ttft"] == off["ttft"]
     assert on["ttft"] - off["ttft"] == pytest.approx(20.0 * on["tpot"], rel=2e-3)
     assert on["tpot"] == pytest.approx(off["tpot"], rel=1e-3)
     assert evaluate("llama3.1-70b", "H100", concurrency=2, batch_wait_tokens_ratio=0.9, **kw)["ttft"] == off["ttft"]
     one = dict(concurrency=1, **kw)
-    assert evaluate("llama3.1-70b", "H100", batch_wait_iters=20, **one)["ttft"] == \
+    assert evaluate("llama3.1-70b", "H100", batch_wait_iters=20, batch_wait_tokens_ratio=0.9, **one)["ttft"] == \
         evaluate("llama3.1-70b", "H100", **one)["ttft"]
 
 
