@@ -16,13 +16,23 @@ torchtitan/components/loss.py at 785c34c and 92ed8b3), eager or compiled with th
 
 from fastmodel.lm.stacks.base import StackProfile
 
+#: Small kernels of one MoE layer forward on TorchTitan's DeepEP path (pytorch/torchtitan 022f885f34) when its
+#: blocks run eager, GEMMs, SDPA, the expert SwiGLU and DeepEP's own kernels excluded: router 14, token count 1,
+#: dispatcher 3, permute 10, group offsets 1, unpermute 2, output 2 (docs/model.md §11.14.3, table
+#: "moe-kernels-torchtitan-deepep")
+MOE_MEM_KERNELS_TORCHTITAN_DEEPEP = 33.0
+
 
 def defaults(execution, framework: str | None) -> dict:
     # the loss: torch cross_entropy on pred.float() (torchtitan/components/loss.py), compiled with the model
     # when compile is on (build_cross_entropy_loss; "loss" in compile.components from 2025), else eager
     loss = "compiled" if execution.torch_compile else "eager"
-    return {"fsdp_copy_out": True, "fused_kernels": False, "selective_policy": "op", "loss_impl": loss,
-            "attn_fa2": True}
+    out = {"fsdp_copy_out": True, "fused_kernels": False, "selective_policy": "op", "loss_impl": loss,
+           "attn_fa2": True}
+    # DeepEP needs ep > 1: its MoE path runs eager when the model is not compiled or its blocks fall back to eager
+    if execution.moe_dispatcher == "deepep" and (not execution.torch_compile or eager_blocks(execution, True)):
+        out["moe_mem_kernels"] = MOE_MEM_KERNELS_TORCHTITAN_DEEPEP
+    return out
 
 
 #: TorchTitan's pull request that compiles a MoE block's submodules around the graph break instead of the block
