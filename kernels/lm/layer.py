@@ -22,7 +22,7 @@ from fastmodel.kernels.lm.shape import (  # noqa: F401 - the shape terms, re-exp
     layer_mix, mlp_matrices, moe_layers,
 )
 from fastmodel.kernels.nccl import allgather_time, allreduce_time, alltoall_time
-from fastmodel.kernels.lm.moe import dispatch_time, expert_rows, expert_wgrad_extra, moe_compute
+from fastmodel.kernels.lm.moe import dispatch_time, einsum_time, expert_rows, expert_wgrad_extra, moe_compute
 from fastmodel.kernels.lm.recompute import module_recompute_costs
 
 # --- per-layer work slots (scratch vector filled by layer_costs) ------------
@@ -98,19 +98,18 @@ def layer_costs(row, moe, sliding, work):
     params = attention_params(row) / t
     # MLP: dense, or router + shared experts + routed experts: the busiest rank's rows over its E / ep local
     # experts, the memory-bound router and permutation and the FLOPs from kernels/lm/moe.py
-    expert_params = 0.0
-    shared_time = 0.0
-    moe_mem = 0.0
-    local_experts = 0.0
+    expert_params = shared_time = moe_mem = local_experts = rows = routed = 0.0
     etp = 1.0
-    rows = 0.0
-    routed = 0.0
     if moe:
         experts = row[C_MOE_EXPERTS]
         local_experts = experts / row[C_EP]
         etp = expert_tp(row, 0.0)
         rows = expert_rows(row)
         gemm = layer_gemm_time(row, tokens, 1.0, local_experts, rows / local_experts, etp, fp8, element, 1.0)
+        # DeepSpeed-MoE's dense einsum dispatch + combine (0 for the other dispatchers; their weight-gradient
+        # share: expert_wgrad_extra)
+        dispatch_gemm, combine_gemm = einsum_time(row)
+        gemm += dispatch_gemm + combine_gemm
         _, moe_mem, shared_time, moe_flops, mlp_out, routed = moe_compute(row, fp8)
         shared = row[C_MOE_SHARED_EXPERTS] * row[C_MOE_FFN]
         expert_params = expert_weight_params(row, etp)

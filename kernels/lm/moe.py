@@ -21,7 +21,7 @@ from fastmodel.kernels.lm.layout import (
     C_MOE_ROUND_ROBIN,
     C_GRAD_REDUCE_BYTES, C_MOE_PAD_TO_CAPACITY, C_MOE_SHARED_EXPERTS, C_MOE_TOPK, C_SEQ_LEN, C_STACK_COMPUTE_EFF, C_TP,
     C_WGRAD_FUSED_ACCUMULATION, DISPATCH_ALLGATHER,
-    DISPATCH_DEEPEP,
+    DISPATCH_DEEPEP, DISPATCH_EINSUM,
 )
 from fastmodel.kernels.lm.shape import expert_tp as shape_expert_tp
 from fastmodel.kernels.nccl import allgather_time, alltoall_time, members_per_domain
@@ -47,9 +47,29 @@ def permutation_pairs(row):
     capacity, a transposed copy, and "Unpermutation 2"; TorchTitan ``ExpertParallel._token_dispatch`` /
     ``_token_combine``: ``_permute`` after the all-to-all, ``_unpermute`` before it)."""
     local = row[C_MOE_EXPERTS] / row[C_EP]
+    if row[C_MOE_DISPATCHER] == DISPATCH_EINSUM:
+        return 0.0              # the dense dispatch and combine GEMMs (``einsum_time``) place the rows themselves
     if row[C_MOE_DISPATCHER] != DISPATCH_ALLGATHER and row[C_MOE_DISPATCHER] != DISPATCH_DEEPEP and local > 1.0:
         return 2.0
     return 1.0
+
+
+@njit
+def einsum_time(row):
+    """(dispatch, combine) GEMM seconds of one MoE layer forward on one device per micro-batch under the
+    ``einsum`` dispatcher: DeepSpeed-MoE's GShard-style dense dispatch and combine (DeepSpeed v0.5.8
+    deepspeed/moe/sharded_moe.py ``MOELayer.forward``: ``einsum("sec,sm->ecm", dispatch_mask, input)`` before the
+    all-to-all and ``einsum("sec,ecm->sm", combine_weights, expert_output)`` after it, in the activations'
+    16-bit dtype). With ``S`` = ``rank_tokens`` tokens and ``E C`` = ``S k cf`` capacity slots
+    (``top1gating``: ``capacity = ceil(S / E cf)``) each is one ``(E C x S) @ (S x h)`` or ``(S x E C) @ (E C x h)``
+    GEMM, ``2 S E C h`` FLOPs: at capacity factor 1 and top-1 each costs as much as one expert GEMM of width
+    ``h``. 0 for the other dispatchers (docs/model.md §11.14.4)."""
+    if row[C_MOE_DISPATCHER] != DISPATCH_EINSUM:
+        return 0.0, 0.0
+    tokens = rank_tokens(row)
+    slots = tokens * row[C_MOE_TOPK] * load_factor(row)
+    h = row[C_HIDDEN]
+    return gemm_time(row, slots, h, tokens, False), gemm_time(row, tokens, h, slots, False)
 
 
 @njit(inline="always")
@@ -158,6 +178,10 @@ def expert_wgrad_extra(row, fp8, forward):
     reads the main gradient it accumulates into, ``grad_reduce_bytes`` per element (docs/model.md §11.3,
     "Weight gradients of routed experts"). May be negative: the forward's exposed weight stream at few rows per
     expert has no counterpart in the weight gradient, whose operands are the routed rows.
+
+    The ``einsum`` dispatcher's two GEMMs (``einsum_time``) are among the layer's GEMMs, so the weight-gradient
+    pass charges them once too; only the combine has a weight gradient (its routing weights, which carry the
+    gate's gradient), the dispatch mask none (``one_hot``, cast): the dispatch's share comes off here.
     """
     nm = 3.0 if row[C_GATED_MLP] > 0.0 else 2.0
     local = row[C_MOE_EXPERTS] / row[C_EP]
@@ -167,7 +191,7 @@ def expert_wgrad_extra(row, fp8, forward):
     source = row[C_GRAD_REDUCE_BYTES] if row[C_WGRAD_FUSED_ACCUMULATION] > 0.0 else 0.0
     wgrad = expert_wgrad_time(row, local, per_expert, (nm - 1.0) * width, h, fp8, source) \
         + expert_wgrad_time(row, local, per_expert, h, width, fp8, source)
-    return wgrad - forward
+    return wgrad - forward - einsum_time(row)[0]
 
 
 @njit(inline="always")

@@ -79,9 +79,22 @@ def test_bloom_and_mtnlg_accumulate_in_fp32_and_deepspeed_moe_in_16_bits():
     assert (columns[C["grad_accum_bytes"]], columns[C["grad_reduce_bytes"]]) == (6.0, 2.0)
 
 
+def test_zero_stage_0_fp16_keeps_16_bit_gradients_in_the_engine():
+    """DeepSpeed's engine at stage 0 (FP16_Optimizer): fp16 param.grad accumulated in place, all-reduced in fp16
+    (v0.5.8 engine.py communication_data_type); only when the text names stage 0 and the run is fp16."""
+    named = "Megatron-DeepSpeed, DeepSpeed 0.5.8, ZeRO stage 0"
+    spec = resolved(named, precision="fp16", sharding="ddp")
+    assert (spec.grad_reduce_dtype, spec.grad_accum_bytes) == ("fp16", 6.0)
+    assert resolved(named, precision="bf16", sharding="ddp").grad_accum_bytes is None
+    assert resolved("Megatron-DeepSpeed", precision="fp16", sharding="ddp").grad_accum_bytes is None
+
+
 def test_zero1_16_bit_gradients_take_as_much_memory_as_the_16_bit_weights():
     # ZeRO-1 replicates gradients and weights over data parallelism, both 2 B per parameter on the 16-bit path
-    columns = lower_record(record("runs_moe_public.jsonl", "deepspeed-moe-paper-6.7b-dense-a100-n128")).columns
+    data = record("runs_moe_public.jsonl", "deepspeed-moe-paper-6.7b-dense-a100-n128")
+    data["framework"] = "Megatron-DeepSpeed, DeepSpeed 0.5.8, ZeRO-1"
+    data["plan"].update(sharding="zero1", tp=1, dp=128, micro_batch=8, grad_accum=1)
+    columns = lower_record(data).columns
     result = {k: v[0] for k, v in evaluate_table(np.ascontiguousarray(columns[:, None])).items()}
     assert result["memory_gradients"] == pytest.approx(result["memory_weights"], rel=1e-12)
 

@@ -104,6 +104,8 @@ def gradient_path(execution, framework: str | None, era: tuple[int, ...] | None 
     """``grad_reduce_dtype`` and ``grad_accum_bytes`` of DeepSpeed's mixed-precision path (module docstring) for a
     ZeRO-1 run (``sharding`` ``zero1``/``distopt``; {} otherwise). ``era``: the version assumed when the text
     states none (None: the current release)."""
+    if execution.sharding == "ddp":
+        return stage0_path(execution, framework)
     if execution.sharding not in ("zero1", "distopt"):
         return {}
     stated = version(framework) or era
@@ -114,6 +116,18 @@ def gradient_path(execution, framework: str | None, era: tuple[int, ...] | None 
     if execution.precision == "bf16" and in_bf16_era and not zero_optimizer:
         return {"grad_reduce_dtype": "fp32", "grad_accum_bytes": BF16_OPTIMIZER_ACCUM_BYTES, "grad_allreduce": True}
     return {"grad_reduce_dtype": "fp16", "grad_accum_bytes": INPLACE_16BIT_ACCUM_BYTES, "grad_allreduce": True}
+
+
+def stage0_path(execution, framework: str | None) -> dict:
+    """DeepSpeed's engine at ZeRO stage 0 (``sharding = "ddp"`` and a text naming ``ZeRO stage 0``; a Megatron
+    ``ddp`` run is otherwise Megatron's own DDP): with fp16 the engine wraps ``FP16_Optimizer``, the gradients stay
+    in the model's fp16 ``param.grad``, which autograd accumulates in place (no hooks: 6 B per parameter and
+    micro-batch), and ``allreduce_gradients`` -> ``buffered_allreduce_fallback`` all-reduces them after the
+    backward pass in ``communication_data_type`` = fp16 (v0.5.8 engine.py lines 746-755 and 1656-1671). {} else."""
+    stage0 = names_in(tokens(framework or ""), r"zero stage 0|zero-0") is not None
+    if not stage0 or execution.precision != "fp16":
+        return {}
+    return {"grad_reduce_dtype": "fp16", "grad_accum_bytes": INPLACE_16BIT_ACCUM_BYTES}
 
 
 def defaults(execution, framework: str | None) -> dict:
