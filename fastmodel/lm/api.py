@@ -42,6 +42,11 @@ def evaluate_lm(model: Any, system: Any, task: Any = None, plan: str | None = No
         from fastmodel.errors import NotFiniteError
 
         raise NotFiniteError(f"plan {plan or 'dp'!r}", STATUSES[code].message)
+    if code == STATUS_CODES["node_limit_below_topk"]:     # the refusal with its numbers (lm.rules.check_plan)
+        from fastmodel.lm.sweep import point_columns
+
+        point_columns(model, system, task, plan=plan, execution=execution, num_nodes=num_nodes,
+                      global_batch=global_batch)
     if code:
         raise PlanError(STATUSES[code].name, STATUSES[code].message, f"plan {'dp' if plan is None else plan!r}")
     return ds

@@ -80,6 +80,22 @@ def position_values(text: str | None) -> dict[str, float]:
     return {"rotary_fraction": rotary, "learned_positions": learned}
 
 
+#: model fields read only when the model has experts (moe_experts > 0); a dense model stating one gets a note
+MOE_ONLY = ("moe_ffn", "moe_shared_experts", "dense_layers", "moe_capacity_factor", "moe_pad_to_capacity",
+            "moe_layer_freq", "moe_max_nodes", "moe_routing")
+
+
+def dense_moe_note(model, notes: list[str] | None) -> None:
+    """Note the MoE-only fields (``MOE_ONLY``) a dense model states away from their defaults: they are ignored,
+    as ``recompute_modules`` is outside selective recompute (``recompute_module_bits``)."""
+    if model.moe_experts or notes is None:
+        return
+    stated = [f"model.{key} = {getattr(model, key)!r}" for key in MOE_ONLY
+              if getattr(model, key) != type(model).model_fields[key].default]
+    if stated:
+        notes.append(f"{', '.join(stated)} ignored: a dense model (moe_experts = 0) has no experts")
+
+
 def model_values(model) -> dict[str, float]:
     """The model columns of an ``LMSpec`` (MoE, MLA and sliding-window columns only where they apply)."""
     values = {key: float(getattr(model, key)) for key in ("layers", "hidden", "ffn", "heads", "vocab", "seq_len")}
@@ -90,8 +106,7 @@ def model_values(model) -> dict[str, float]:
     values["moe_experts"] = float(model.moe_experts)
     values["moe_topk"] = float(model.moe_topk)
     if model.moe_experts > 0:
-        for key in ("moe_ffn", "moe_shared_experts", "dense_layers", "moe_capacity_factor", "moe_pad_to_capacity",
-                    "moe_layer_freq", "moe_max_nodes"):
+        for key in MOE_ONLY[:-1]:
             values[key] = float(getattr(model, key))
         values["moe_round_robin"] = 1.0 if model.moe_routing == "round_robin" else 0.0
     if model.attention == "mla":
@@ -189,6 +204,7 @@ def lower(model, cluster, execution, mesh: Mesh, global_batch: int, notes: list[
         raise SpecError(source, "execution.recompute_num_layers",
                         f"{execution.recompute_num_layers} exceeds the model's {model.layers} layers")
     values = model_values(model)
+    dense_moe_note(model, notes)
     values.update(cluster_values(cluster))
     values.update(execution_values(execution, model, mesh, notes))
     values["global_batch"] = float(global_batch)

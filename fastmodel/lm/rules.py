@@ -22,7 +22,24 @@ def check_plan(column: np.ndarray, label: str = "plan") -> None:
     """Raise a PlanError for the first rule one configuration (a column vector) breaks."""
     code = int(plan_status(np.asarray(column, dtype=np.float64).reshape(-1, 1))[0])
     if code:
-        raise PlanError(STATUSES[code].name, STATUSES[code].message, label)
+        reason = STATUSES[code].message
+        if STATUSES[code].name == "node_limit_below_topk":
+            reason = node_limit_reason(np.ascontiguousarray(column, dtype=np.float64).ravel())
+        raise PlanError(STATUSES[code].name, reason, label)
+
+
+def node_limit_reason(row: np.ndarray) -> str:
+    """The refusal of rule ``node_limit_below_topk`` with its numbers, naming the field to change."""
+    from fastmodel.kernels.lm.moe import expert_tp
+    from fastmodel.kernels.nccl import members_per_domain
+    from fastmodel.registry.lm import COLUMN_INDEX as C
+
+    ep, limit, experts = row[C["ep"]], row[C["moe_max_nodes"]], row[C["moe_experts"]]
+    domains = ep / members_per_domain(row, ep, expert_tp(row))
+    return (f"model.moe_max_nodes = {limit:g}: node-limited routing draws each token's moe_topk = "
+            f"{row[C['moe_topk']]:g} experts from {limit:g} of the EP group's {domains:g} NVLink domains, which "
+            f"hold {limit * experts / domains:g} of its {experts:g} experts; raise moe_max_nodes to at least "
+            f"{np.ceil(row[C['moe_topk']] * domains / experts):g} (or 0, unlimited)")
 
 
 def legal_meshes(model, cluster) -> list[tuple[dict[str, int], int]]:

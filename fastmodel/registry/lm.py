@@ -439,6 +439,7 @@ STATUSES: tuple[Status, ...] = (
            "bandwidth of 1e-300 B/s)"),
     Status("schedule_not_runnable", "the pipeline schedule cannot run this pipeline: DualPipe needs an even pp and an "
            "even number of micro-batches, at least 2 pp"),
+    Status("node_limit_below_topk", "moe_max_nodes NVLink domains of the EP group hold fewer than moe_topk experts"),
     NOT_COMPUTED,
 )
 STATUS_CODES: dict[str, int] = {s.name: i for i, s in enumerate(STATUSES)}

@@ -140,6 +140,25 @@ class ServeSystemExtras(BaseModel):
     nvlink_domain_size: int | None = bounds("domain_size", None)
 
 
+#: quantisation modes an ``aic`` block may state: aiconfigurator's ``GEMMQuantMode`` and ``MoEQuantMode`` names
+#: (ai-dynamo/aiconfigurator 095f58a5, aic-core/src/aiconfigurator_core/sdk/common.py lines 1214-1266; ``float16``
+#: is the 16-bit name before cfc7fb05, #895, renamed it ``bfloat16``). The records state fp8, fp8_block and nvfp4.
+GEMM_QUANT_MODES = ("bfloat16", "float16", "int8_wo", "int4_wo", "fp8", "fp8_static", "sq", "fp8_block", "fp8_ootb",
+                    "nvfp4", "nvfp4_wo", "w4a16_nvfp4")
+MOE_QUANT_MODES = ("bfloat16", "float16", "fp8", "int4_wo", "fp8_block", "w4afp8", "nvfp4", "nvfp4_wo", "w4a16_mxfp4",
+                   "w4a8_mxfp4_mxfp8", "w4a8_mxfp4_mxfp8_trtllm", "w4a16_mxfp4_cutlass", "w4a16_nvfp4")
+
+
+class AicBlock(BaseModel):
+    """The source's own row (aiconfigurator): informational, except the two quantisation modes, which pick the
+    expert kernel's FP8 flavour (``fastmodel.serve.precisions.block_fp8_checkpoint``) and so are typed; a value
+    outside aiconfigurator's names is refused with the nearest one. Other keys are kept as they are."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+    moe_quant_mode: Literal[MOE_QUANT_MODES] | None = None        # type: ignore[valid-type]
+    gemm_quant_mode: Literal[GEMM_QUANT_MODES] | None = None      # type: ignore[valid-type]
+
+
 class ServeRecordSchema(Block):
     """One SERVE_RUNS.md record; ``model`` and ``system`` are objects checked by the run-record schema."""
 
@@ -156,7 +175,7 @@ class ServeRecordSchema(Block):
     assumptions: TextOrList | None = None
     flags: TextOrList | None = None
     notes: TextOrList | None = None
-    aic: dict | None = None          # the source's own row (aiconfigurator), informational
+    aic: AicBlock | None = None      # the source's own row (aiconfigurator); its quant modes are read
 
     @model_validator(mode="after")
     def _invariants(self):

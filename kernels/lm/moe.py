@@ -202,7 +202,9 @@ def distinct_uniform(experts, holders, k):
     per = experts / holders
     miss = 1.0
     for i in range(int(k)):
-        miss *= max(0.0, experts - per - i) / (experts - i)
+        if experts - per - i <= 0.0:      # fewer than k experts off any holder: every holder is hit (and the
+            return holders                # divisor E - i stays > 0; the rule table refuses E < k, node_limit_short)
+        miss *= (experts - per - i) / (experts - i)
     return holders * (1.0 - miss)
 
 
@@ -219,6 +221,19 @@ def distinct_round_robin(experts, holders, k):
         first = (kk * i) % e
         total += min((first + kk - 1) // per - first // per + 1, holders)
     return total / e
+
+
+@njit
+def node_limit_short(row):
+    """True when node-limited routing cannot run: the ``moe_max_nodes`` M < N NVLink domains of the expert-parallel
+    group (ep ranks etp apart) hold ``M E / N`` experts, fewer than the ``k`` a token takes (rule table status
+    ``node_limit_below_topk``; forced round-robin routing ignores the limit)."""
+    limit = row[C_MOE_MAX_NODES]
+    ep = row[C_EP]
+    if row[C_MOE_EXPERTS] <= 0.0 or limit <= 0.0 or row[C_MOE_ROUND_ROBIN] > 0.0 or ep <= 1.0:
+        return False
+    domains = ep / members_per_domain(row, ep, expert_tp(row))
+    return limit < domains and limit * row[C_MOE_EXPERTS] / domains < row[C_MOE_TOPK]
 
 
 @njit

@@ -12,7 +12,7 @@ from fastmodel.kernels.lm.layout import (
     C_CP, C_CP_ALGORITHM, CP_ALLTOALL, C_DOMAIN_SIZE, C_DP, C_EP, C_GLOBAL_BATCH, C_HEADS, C_KV_HEADS, C_LAYERS, C_MICRO_BATCH, C_MOE_EXPERTS,
     C_N_GPUS, C_PEAK_FLOPS_8, C_PP, C_PRECISION, C_SEQ_LEN, C_TP, C_UNEVEN_STAGES, C_VP, PRECISION_FP8,
 )
-from fastmodel.kernels.lm.moe import expert_tp
+from fastmodel.kernels.lm.moe import expert_tp, node_limit_short
 from fastmodel.kernels.lm.pipeline import is_multiple, schedule_status
 from fastmodel.registry.lm import STATUS_CODES
 
@@ -25,6 +25,7 @@ ST_EXPERTS = STATUS_CODES["experts_not_divisible"]
 ST_SEQUENCE = STATUS_CODES["sequence_not_divisible"]
 ST_EP_DENSE = STATUS_CODES["ep_without_experts"]
 ST_NO_FP8 = STATUS_CODES["no_fp8"]
+ST_NODE_LIMIT = STATUS_CODES["node_limit_below_topk"]
 
 
 @njit
@@ -59,6 +60,8 @@ def plan_status_row(row):
         return ST_SEQUENCE
     if experts <= 0.0 and ep > 1.0:
         return ST_EP_DENSE
+    if node_limit_short(row):
+        return ST_NODE_LIMIT
     if row[C_PRECISION] == PRECISION_FP8 and row[C_PEAK_FLOPS_8] <= 0.0:
         return ST_NO_FP8
     return 0

@@ -12,6 +12,7 @@ from fastmodel.lm.sweep import base_columns, point_columns
 from fastmodel.lm.table import encode
 from fastmodel.registry.lm import COLUMN_INDEX as C
 from fastmodel.registry.lm import COLUMNS
+from tests.data_records import record_by_id
 
 EXECUTIONS = [
     ExecutionSpec(),
@@ -136,3 +137,18 @@ def test_recompute_modules_lower_to_the_sum_of_their_bits_under_selective_recomp
     assert lower(model, cluster, full, Mesh(dp=8), 64, notes)[C["recompute_modules"]] == 0
     assert any("only read under selective recompute" in n for n in notes)
     assert lower(model, cluster, ExecutionSpec(), Mesh(dp=8), 64)[C["recompute_modules"]] == 0
+
+
+def test_moe_only_fields_on_a_dense_model_are_ignored_with_a_note():
+    """A dense model (moe_experts = 0) has no experts to route: model.moe_routing (or moe_max_nodes, ...) stated on
+    it lowers to the same columns as without it, with a note naming the fields, as recompute_modules outside
+    selective recompute does; defaults are not noted."""
+    record = record_by_id("korthikanti2022_t5-GPT-22B-n8-tp8pp1-full", "runs_dev.jsonl")
+    assert record["model"]["moe_experts"] == 0
+    plain = lower_record(record)
+    assert not any("dense model" in note for note in plain.notes)
+    record["model"].update(moe_routing="round_robin", moe_max_nodes=4, moe_layer_freq=1)
+    noted = lower_record(record)
+    np.testing.assert_array_equal(noted.columns, plain.columns)
+    assert "model.moe_max_nodes = 4, model.moe_routing = 'round_robin' ignored: a dense model (moe_experts = 0) " \
+        "has no experts" in noted.notes

@@ -8,9 +8,6 @@ of 2048 (4 per device under EP 64), 1 shared, top-8. Plan (sec. 3.2): PP 16 Dual
 (experts over 128 / 64 = 2), no TP, FP8, one sequence of 4,096 tokens per micro-batch (the record's assumption).
 """
 
-import json
-from pathlib import Path
-
 import pytest
 
 from fastmodel.kernels.lm.memory_activations import kept_mode, layer_activation_bytes, mla_latent_bytes
@@ -19,25 +16,17 @@ from fastmodel.kernels.lm.pipeline import microbatches_in_flight
 from fastmodel.lm.api import record_values
 from fastmodel.lm.records import lower_record
 from fastmodel.lm.table import row
+from tests.data_records import record_by_id
 from tests.lm.test_memory_recompute_modules import bits
 
-DATA = Path(__file__).resolve().parents[1] / "data"
 GIB = 2.0 ** 30
 H, A, DQ, DC, DR, FE, E, K, T = 7168, 128, 1536, 512, 64, 2048, 256, 8, 4096
 MLA = dict(mla=1, q_lora_rank=DQ, kv_lora_rank=DC, qk_nope_head_dim=128, qk_rope_head_dim=DR, v_head_dim=128,
            recompute="selective")
 
 
-def _record(record_id):
-    for line in (DATA / "runs_moe_public.jsonl").read_text().splitlines():
-        record = json.loads(line)
-        if record["id"] == record_id:
-            return record
-    raise AssertionError(record_id)
-
-
 def _columns(record_id):
-    return lower_record(_record(record_id)).columns
+    return lower_record(record_by_id(record_id)).columns
 
 
 def test_mla_latents_by_what_the_recompute_keeps():
@@ -91,7 +80,7 @@ def test_deepseek_v3_worst_rank_by_kind():
     assert 8 * (8 * non_expert_layer / 128 + 8 * expert_layer / 2) / GIB == pytest.approx(5.358, abs=1e-3)
     assert microbatches_in_flight(columns, 1) == 17
     assert 17 * 4 * 268_928 * T / GIB == pytest.approx(69.760, abs=1e-3)             # activations
-    values, _ = record_values(_record("deepseek-v3-pretrain-h800-n2048-180k-gpuh-per-T"))
+    values, _ = record_values(record_by_id("deepseek-v3-pretrain-h800-n2048-180k-gpuh-per-T"))
     assert values["memory_peak_stage"] == 1
     assert values["memory_weights"] == pytest.approx(3 * params, rel=1e-12)
     assert values["memory_gradients"] == pytest.approx(4 * params, rel=1e-12)

@@ -344,3 +344,22 @@ def test_an_instance_cut_from_an_8_gpu_node_keeps_its_nvswitch():
     from fastmodel.kernels.nccl import mesh_link_share
 
     assert pair[COLUMN_INDEX["domain_size"]] == 4.0 and mesh_link_share(pair, 2.0) == 1.0 / 3.0
+
+
+def test_aic_quant_modes_are_typed_and_other_aic_keys_kept(tmp_path):
+    """The ``aic`` block's moe_quant_mode / gemm_quant_mode pick the expert kernel's FP8 flavour
+    (precisions.block_fp8_checkpoint), so a typo is refused with the field path and the nearest of
+    aiconfigurator's mode names; the block's other keys stay informational."""
+    from click.testing import CliRunner
+
+    from fastmodel.cli import main
+
+    aic = {"moe_quant_mode": "fp8_block", "gemm_quant_mode": "nvfp4", "source_row_id": "x", "provenance": {"a": 1}}
+    lower_serve_record(dict(RECORD, aic=aic))
+    with pytest.raises(SpecError, match=r"aic\.gemm_quant_mode: .*\(got 'nvfp04'\) \(did you mean 'nvfp4'\?\)"):
+        lower_serve_record(dict(RECORD, aic={**aic, "gemm_quant_mode": "nvfp04"}), "f.jsonl:1")
+    path = tmp_path / "typo.jsonl"
+    path.write_text(json.dumps(dict(RECORD, aic={**aic, "moe_quant_mode": "fp8_blok"})) + "\n")
+    result = CliRunner().invoke(main, ["validate", str(path)])
+    assert f"{path}:1: aic.moe_quant_mode: " in result.output
+    assert "(got 'fp8_blok') (did you mean 'fp8_block'?)" in result.output

@@ -71,11 +71,17 @@ def defaults(execution, framework: str | None) -> dict:
     default; megatron/core/extensions/transformer_engine.py passes ``fuse_wgrad_accumulation`` to TE's Linear and
     GroupedLinear).
 
-    Under FSDP (``sharding = "fsdp"``) the launcher's ``overlap_param_gather`` is not applied: that switch is the
-    distributed optimizer's, and Megatron-LM's FSDP2 wrapper wraps each transformer layer with ``fully_shard``
-    and sets its backward prefetch itself, reading no such switch (Megatron-LM 00caa53
-    megatron/core/distributed/torch_fully_sharded_data_parallel.py ``set_modules_to_backward_prefetch``), so
-    the prefetched unit stays counted (kernels/lm/memory.py ``fsdp_prefetched_units``)."""
+    Under FSDP (``sharding = "fsdp"``) the launcher's ``overlap_param_gather`` is not applied, so the gather
+    stays overlapped and the prefetched unit counted (kernels/lm/memory.py ``fsdp_prefetched_units``). Both of
+    Megatron-LM's FSDP implementations do so: torch FSDP2 (``--use-torch-fsdp2``) wraps each transformer layer
+    with ``fully_shard`` and sets its backward prefetch itself, reading no such switch (Megatron-LM 00caa53
+    megatron/core/distributed/torch_fully_sharded_data_parallel.py ``set_modules_to_backward_prefetch``, line 141
+    at d98e8a6); Megatron-FSDP (``--use-megatron-fsdp``) reads it but sets it true itself when fully sharding,
+    ``optim_grads_params``, the default of ``--data-parallel-sharding-strategy`` (d98e8a6
+    megatron/core/distributed/fsdp/src/megatron_fsdp/megatron_fsdp.py lines 328-330, "Default to overlapped
+    parameter gather when fully-sharding"; megatron/training/arguments.py line 3190). The rule reads only
+    ``sharding = "fsdp"``: Megatron-FSDP's ``optim`` / ``optim_grads`` strategies (ZeRO-1/2) keep the launcher's
+    switch."""
     launcher = launcher_defaults(framework)
     if getattr(execution, "sharding", None) == "fsdp":
         launcher.pop("overlap_param_gather", None)
