@@ -98,6 +98,8 @@ class ServeBlock(Block):
     batch_wait_tokens_ratio: float = bounds("batch_wait_tokens_ratio", 0.0)
     # the client gives every request exactly input_len / output_len tokens (no length spread, ignore_eos)
     fixed_lengths: bool = False
+    # the engine's routed-expert kernel when a deployment flag picks it (vLLM VLLM_MXFP4_USE_MARLIN=1: Marlin MoE)
+    moe_backend: Literal["default", "marlin"] = "default"
 
     @model_validator(mode="after")
     def _one_load(self):

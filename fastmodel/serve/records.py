@@ -10,7 +10,8 @@ from the built-in device file of ``system.gpu``. ``measured`` is never read for 
 Fill-in rules: ``pp``/``ep`` absent: 1; ``kv_precision`` absent: the weights'
 format (fp8 -> fp8, else 16-bit); ``kv_cache_mem_fraction`` absent: 0.9; ``batch_wait_iters`` / ``batch_wait_tokens_ratio``
 (TensorRT-LLM batch waiting, docs/model_serving.md S31) absent: 0, off;
-``fixed_lengths`` (a client that gives every request exactly its lengths, S32) absent: false;
+``fixed_lengths`` (a client that gives every request exactly its lengths, S32) absent: false; ``moe_backend`` (the
+MoE kernel a deployment flag picked: ``"marlin"`` on the vLLM 0.18 gpt-oss Hopper rows, S33) is stated, not yet priced;
 ``precision`` may also be ``int8``/``int4`` (weight-only, 16-bit compute).
 """
 
