@@ -98,6 +98,9 @@ class ServeBlock(Block):
     batch_wait_tokens_ratio: float = bounds("batch_wait_tokens_ratio", 0.0)
     # the client gives every request exactly input_len / output_len tokens (no length spread, ignore_eos)
     fixed_lengths: bool = False
+    # the engine's token budget and batch cap as the deployment set them (absent: the engine profile's default)
+    max_num_tokens: int | None = bounds("max_num_tokens", None)
+    max_batch_size: int | None = bounds("max_batch_size", None)
 
     @model_validator(mode="after")
     def _one_load(self):
