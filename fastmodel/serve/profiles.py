@@ -165,3 +165,22 @@ def framework_profile(framework: str | None, hbm_bytes: float) -> tuple[dict[str
     elif version is None:
         notes.append(f"framework {framework!r}: no version recorded, the newest {engine} profile is used")
     return profile_columns(engine, version, hbm_bytes), notes
+
+
+
+def deployment_limits(serve) -> dict[str, float]:
+    """The token budget and batch cap a record states the deployment set (``serve.max_num_tokens``,
+    ``serve.max_batch_size``), replacing the engine profile's defaults, and the client's rounds
+    (``serve.num_requests`` / ``serve.concurrency`` under a concurrency load: ``client_rounds``); absent: no column.
+    aiconfigurator's generated benchmark sets all three (docs/model_serving.md S34)."""
+    out = {key: float(getattr(serve, key)) for key in ("max_num_tokens", "max_batch_size")
+           if getattr(serve, key) is not None}
+    if serve.num_requests is not None and serve.load == "concurrency":
+        out["client_rounds"] = serve.num_requests / serve.concurrency
+    return out
+
+
+def stated_flags(serve, mixed_prefill: float, notes: list[str]) -> dict[str, float]:
+    """The columns a serving record's client and deployment flags set over the engine profile: ``deployment_limits``
+    (S34), then ``lockstep_columns`` (S32: a lockstep loop re-forms the wave every round, whatever the rounds)."""
+    return {**deployment_limits(serve), **lockstep_columns(serve.fixed_lengths, mixed_prefill, serve.load, notes)}

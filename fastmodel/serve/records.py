@@ -12,6 +12,7 @@ format (fp8 -> fp8, else 16-bit); ``kv_cache_mem_fraction`` absent: 0.9; ``batch
 (TensorRT-LLM batch waiting, docs/model_serving.md S31) absent: 0, off;
 ``fixed_lengths`` (a client that gives every request exactly its lengths, S32) absent: false; ``moe_backend`` (the
 MoE kernel a deployment flag picked: ``"marlin"`` on the vLLM 0.18 gpt-oss Hopper rows, S33) is stated, not yet priced;
+``max_num_tokens`` / ``max_batch_size`` absent: the engine profile's (S13; stated: the deployment's, S34);
 ``precision`` may also be ``int8``/``int4`` (weight-only, 16-bit compute).
 """
 
@@ -33,9 +34,9 @@ from fastmodel.serve.profiles import (
     expert_row_tiles,
     fp4_activation,
     framework_profile,
-    lockstep_columns,
     moe_dispatcher,
     parse_framework,
+    stated_flags,
 )
 from fastmodel.spec.devices import device_table
 from fastmodel.spec.records import read_jsonl
@@ -164,7 +165,7 @@ def lower_serve_record(data: dict, source: str | None = None) -> ServeRecord:
     if precision in FP4_PRECISIONS and values["peak_flops_4"] <= 0:
         notes.append(f"fp4 on {gpu} (no FP4 tensor cores): weight-only, dequantised into 16-bit GEMMs")
     profile, profile_notes = framework_profile(record.framework, float(columns[COLUMN_INDEX["hbm_bytes"]]))
-    values.update(profile, **lockstep_columns(serve.fixed_lengths, profile["mixed_prefill"], serve.load, notes))
+    values.update(profile, **stated_flags(serve, profile["mixed_prefill"], notes))
     notes.extend(profile_notes)
     values["quant_experts_only"] = 1.0 if layers == "experts" else 0.0
     engine = parse_framework(record.framework)[0]

@@ -44,14 +44,16 @@ def test_lockstep_needs_a_prefill_first_engine_and_fixed_lengths():
 
 def test_records_lower_lockstep_for_sglang_only():
     """Every SGLang record (aiconfigurator gap analysis: serve.fixed_lengths, concurrency load) lowers with
-    client_rounds 1; vLLM 0.12.0 rows of the same benchmark mix prompts into decodes and keep the default 10; an
-    SGLang record without fixed lengths, or at a static batch, keeps it too."""
+    client_rounds 1; vLLM 0.12.0 rows of the same benchmark mix prompts into decodes and keep the rounds their
+    serve.num_requests states (20, S34); an SGLang record without fixed lengths, or at a static batch, keeps the
+    default 10 (num_requests gone as well: a static batch takes no rounds)."""
     sglang = _records("SGLang")
     assert sglang and all(lower_serve_record(r).columns[ROUNDS] == 1.0 for r in sglang)
     vllm = [r for r in _records("vLLM 0.12") if r["serve"].get("fixed_lengths")]
-    assert vllm and all(lower_serve_record(r).columns[ROUNDS] == 10.0 for r in vllm)
+    assert vllm and all(lower_serve_record(r).columns[ROUNDS] == 20.0 for r in vllm)
     bare = copy.deepcopy(sglang[0])
     bare["serve"].pop("fixed_lengths")
+    bare["serve"].pop("num_requests")
     assert lower_serve_record(bare).columns[ROUNDS] == 10.0
     static = copy.deepcopy(sglang[0])
     static["serve"]["batch_size"] = static["serve"].pop("concurrency")
