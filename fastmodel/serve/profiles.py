@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import re
 
+from fastmodel.errors import SpecError
+
 GIB = 2**30
 #: engine key -> the names a framework string may start with
 ENGINE_NAMES = {"trtllm": ("tensorrt-llm", "trt-llm", "tensorrt_llm", "trtllm"), "vllm": ("vllm",),
@@ -180,7 +182,18 @@ def deployment_limits(serve) -> dict[str, float]:
     return out
 
 
-def stated_flags(serve, mixed_prefill: float, notes: list[str]) -> dict[str, float]:
+def stated_flags(serve, engine: str | None, mixed_prefill: float, notes: list[str], source=None) -> dict[str, float]:
     """The columns a serving record's client and deployment flags set over the engine profile: ``deployment_limits``
-    (S34), then ``lockstep_columns`` (S32: a lockstep loop re-forms the wave every round, whatever the rounds)."""
+    (S34), then ``lockstep_columns`` (S32: a lockstep loop re-forms the wave every round, whatever the rounds).
+    ``serve.moe_backend = "marlin"`` (vLLM's Marlin MoE, S33) is refused outside vLLM and noted as not priced;
+    a budget stated for SGLang is noted as read for its ``chunked_prefill_size``."""
+    if serve.moe_backend == "marlin":
+        if engine != "vllm":
+            raise SpecError(source, "serve.moe_backend", f"'marlin' is vLLM's Marlin MoE kernel (VLLM_MXFP4_USE_MARLIN); "
+                            f"the record's engine is {engine or 'unknown'}")
+        notes.append("serve.moe_backend = marlin: recorded, not priced (no published Marlin MoE rate on Hopper at "
+                     "prefill sizes; docs S33)")
+    if engine == "sglang" and serve.max_num_tokens is not None:
+        notes.append("serve.max_num_tokens on SGLang is read as the step's token budget (chunked_prefill_size), not "
+                     "--max-prefill-tokens (docs S34)")
     return {**deployment_limits(serve), **lockstep_columns(serve.fixed_lengths, mixed_prefill, serve.load, notes)}

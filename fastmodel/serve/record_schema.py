@@ -114,6 +114,8 @@ class ServeBlock(Block):
             _fail("tp", "required field missing")
         if self.mode == "disagg" and self.concurrency is None:
             _fail("concurrency", "a disaggregated deployment is measured under a concurrency")
+        if self.concurrency is not None and self.num_requests is not None and self.num_requests < self.concurrency:
+            _fail("num_requests", f"{self.num_requests} requests cannot keep {self.concurrency} in flight")
         requests = self.batch_size or self.concurrency
         if requests is not None and requests % self.attention_dp:
             _fail("attention_dp", f"{self.attention_dp} does not divide the {requests} requests in flight")

@@ -165,7 +165,7 @@ def lower_serve_record(data: dict, source: str | None = None) -> ServeRecord:
     if precision in FP4_PRECISIONS and values["peak_flops_4"] <= 0:
         notes.append(f"fp4 on {gpu} (no FP4 tensor cores): weight-only, dequantised into 16-bit GEMMs")
     profile, profile_notes = framework_profile(record.framework, float(columns[COLUMN_INDEX["hbm_bytes"]]))
-    values.update(profile, **stated_flags(serve, profile["mixed_prefill"], notes))
+    values.update(profile, **stated_flags(serve, parse_framework(record.framework)[0], profile["mixed_prefill"], notes, source))
     notes.extend(profile_notes)
     values["quant_experts_only"] = 1.0 if layers == "experts" else 0.0
     engine = parse_framework(record.framework)[0]

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from fastmodel.errors import SpecError
 from fastmodel.kernels.serve.load import wave_iterations
 from fastmodel.registry.lm import COLUMN_INDEX
 from fastmodel.serve.records import lower_serve_record
@@ -69,6 +70,10 @@ def test_rounds_from_num_requests_and_lockstep_wins():
     static = copy.deepcopy(_row("TensorRT-LLM", 512, 128, 4, 4))
     static["serve"]["batch_size"] = static["serve"].pop("concurrency")
     assert lower_serve_record(static).columns[ROUNDS] == 10.0
+    short = copy.deepcopy(_row("TensorRT-LLM", 512, 128, 4, 4))
+    short["serve"]["num_requests"] = 3                 # fewer requests than slots cannot keep 4 in flight
+    with pytest.raises(SpecError, match="num_requests"):
+        lower_serve_record(short)
 
 
 def test_whole_prompts_per_iteration_under_the_stated_budget():

@@ -38,28 +38,18 @@ def _h200_tp1():
     return marlin, lower_serve_record(plain).columns
 
 
-def _marlin_block(tokens, top_k=4, experts=128):
-    """vLLM 0.18 ``fused_marlin_moe`` (fused_marlin_moe.py 308-313): the first block with tokens k / E / block
-    under 0.9, else the last (64)."""
-    for block in (8, 16, 32, 48, 64):
-        if tokens * top_k / experts / block < 0.9:
-            break
-    return block
-
-
-def test_marlins_row_block_ladder_by_hand():
-    """Decode of 1 token: 4 / 128 rows per expert -> 8 (the m_block_size_8 kernel, one transposed m16n8k16 MMA);
-    an 8,192-token prefill chunk: 256 rows per expert -> no block under 0.9 -> 64; 1,024 tokens: 32 rows ->
-    32 / 32 = 1.0, 32 / 48 = 0.67 -> 48 (the model's power-of-two centre tile would take 32)."""
-    assert (_marlin_block(1), _marlin_block(8192), _marlin_block(1024)) == (8, 64, 48)
-
-
 def test_the_stated_backend_does_not_change_the_lowering_yet():
-    """Not priced (docs S33): a record with ``moe_backend = "marlin"`` lowers to the same columns as without it."""
+    """Not priced (docs S33): a record with ``moe_backend = "marlin"`` lowers to the same columns as without it,
+    with a note saying so; on another engine than vLLM the field is refused, naming it."""
     record = next(r for r in _records() if r["serve"].get("moe_backend") == "marlin")
     plain = copy.deepcopy(record)
     del plain["serve"]["moe_backend"]
-    assert (lower_serve_record(record).columns == lower_serve_record(plain).columns).all()
+    stated = lower_serve_record(record)
+    assert (stated.columns == lower_serve_record(plain).columns).all()
+    assert any("moe_backend = marlin" in note for note in stated.notes)
+    other = dict(copy.deepcopy(record), framework="TensorRT-LLM 1.2.0")
+    with pytest.raises(SpecError, match="serve.moe_backend"):
+        lower_serve_record(other)
 
 
 def test_row_tile_and_exposed_share_at_decode_and_prefill():
