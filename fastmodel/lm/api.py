@@ -33,22 +33,26 @@ def evaluate_lm(model: Any, system: Any, task: Any = None, plan: str | None = No
     Raises PlanError for an illegal plan, SpecError for bad specs, NotFiniteError when a result is not a
     finite number. Same path as a sweep of one point.
     """
-    from fastmodel.lm.sweep import lm_sweep
+    from fastmodel.lm.sweep import sweep_plan
+    from fastmodel.sweeps.run import run_in_memory
 
-    ds = lm_sweep(model, system, task, axes={"plan": ["dp" if plan is None else plan]}, execution=execution,
-                  global_batch=global_batch, num_nodes=num_nodes, calibration=calibration).isel(plan=0)
+    point = sweep_plan(model, system, task, axes={"plan": ["dp" if plan is None else plan]}, execution=execution,
+                       global_batch=global_batch, num_nodes=num_nodes, calibration=calibration)
+    ds = run_in_memory(point, require_ok=False).isel(plan=0)      # lm_sweep of one point
     code = int(ds.status)
+    label = f"plan {plan or 'dp'!r}"
     if code == STATUS_CODES["not_finite"]:
         from fastmodel.errors import NotFiniteError
 
-        raise NotFiniteError(f"plan {plan or 'dp'!r}", STATUSES[code].message)
-    if code == STATUS_CODES["node_limit_below_topk"]:     # the refusal with its numbers (lm.rules.check_plan)
-        from fastmodel.lm.sweep import point_columns
+        raise NotFiniteError(label, STATUSES[code].message)
+    if code == STATUS_CODES["node_limit_below_topk"]:     # the refusal with its numbers, from the lowered point
+        from fastmodel.lm.rules import node_limit_reason
+        from fastmodel.lm.sweep import mesh_columns
 
-        point_columns(model, system, task, plan=plan, execution=execution, num_nodes=num_nodes,
-                      global_batch=global_batch)
+        columns = mesh_columns(point.base, plan, point.execution.shard_degree is None)
+        raise PlanError(STATUSES[code].name, node_limit_reason(columns), label)
     if code:
-        raise PlanError(STATUSES[code].name, STATUSES[code].message, f"plan {'dp' if plan is None else plan!r}")
+        raise PlanError(STATUSES[code].name, STATUSES[code].message, label)
     return ds
 
 

@@ -80,9 +80,11 @@ def position_values(text: str | None) -> dict[str, float]:
     return {"rotary_fraction": rotary, "learned_positions": learned}
 
 
+#: the numeric MoE model fields, lowered as float columns when the model has experts
+MOE_COLUMNS = ("moe_ffn", "moe_shared_experts", "dense_layers", "moe_capacity_factor", "moe_pad_to_capacity",
+               "moe_layer_freq", "moe_max_nodes")
 #: model fields read only when the model has experts (moe_experts > 0); a dense model stating one gets a note
-MOE_ONLY = ("moe_ffn", "moe_shared_experts", "dense_layers", "moe_capacity_factor", "moe_pad_to_capacity",
-            "moe_layer_freq", "moe_max_nodes", "moe_routing")
+MOE_ONLY = MOE_COLUMNS + ("moe_routing",)
 
 
 def dense_moe_note(model, notes: list[str] | None) -> None:
@@ -106,7 +108,7 @@ def model_values(model) -> dict[str, float]:
     values["moe_experts"] = float(model.moe_experts)
     values["moe_topk"] = float(model.moe_topk)
     if model.moe_experts > 0:
-        for key in MOE_ONLY[:-1]:
+        for key in MOE_COLUMNS:
             values[key] = float(getattr(model, key))
         values["moe_round_robin"] = 1.0 if model.moe_routing == "round_robin" else 0.0
     if model.attention == "mla":

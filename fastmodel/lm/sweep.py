@@ -231,13 +231,22 @@ def point_columns(model: Any, system: Any, task: Any = None, plan: str | None = 
     cluster = load_cluster(system, num_nodes)
     execution = load_execution(execution)
     columns = base_columns(model, cluster, execution, global_batch or _task_global_batch(task))
+    columns = mesh_columns(columns, plan, execution.shard_degree is None)
+    check_plan(columns, f"plan {plan or 'dp'!r}")
+    return columns
+
+
+def mesh_columns(base: np.ndarray, plan: str | None, shard_is_dp: bool) -> np.ndarray:
+    """A copy of ``base`` (a trivial-mesh column vector, ``base_columns``) with the mesh of ``plan`` applied as
+    the grid kernel applies it: the degrees, ``dp = n_gpus / (tp pp cp)``, and ``shard_degree = dp`` when
+    ``shard_is_dp`` (the execution spec leaves it unset)."""
+    columns = np.array(base, dtype=np.float64)
     for key, value in parse_mesh("dp" if plan is None else plan).items():
         columns[COLUMN_INDEX[key]] = value
     columns[COLUMN_INDEX["dp"]] = columns[COLUMN_INDEX["n_gpus"]] / (
         columns[COLUMN_INDEX["tp"]] * columns[COLUMN_INDEX["pp"]] * columns[COLUMN_INDEX["cp"]])
-    if execution.shard_degree is None:
+    if shard_is_dp:
         columns[COLUMN_INDEX["shard_degree"]] = columns[COLUMN_INDEX["dp"]]
-    check_plan(columns, f"plan {plan or 'dp'!r}")
     return columns
 
 

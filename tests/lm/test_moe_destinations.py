@@ -155,3 +155,21 @@ def test_a_single_evaluation_refuses_it_naming_moe_max_nodes():
     with pytest.raises(PlanError, match=r"r\.jsonl:1: plan: .*model\.moe_max_nodes = 1: .*16 NVLink domains, "
                        r"which hold 16 of its 256 experts; raise moe_max_nodes to at least 2"):
         fastmodel.evaluate_record(record, "r.jsonl:1")
+
+
+def test_the_single_evaluation_builds_its_refusal_from_the_point_it_lowered(monkeypatch):
+    """The node-limit message comes from the sweep plan's own base columns with the mesh applied (review 2,
+    finding 8), not from a second lowering through point_columns."""
+    import fastmodel
+    import fastmodel.lm.sweep as lm_sweep_module
+    from fastmodel.lm.loader import load_lm_model
+
+    def second_lowering(*args, **kwargs):
+        raise AssertionError("point_columns called")
+
+    monkeypatch.setattr(lm_sweep_module, "point_columns", second_lowering)
+    model = load_lm_model("deepseek-v3").model_copy(update={"moe_max_nodes": 1})
+    with pytest.raises(PlanError, match=r"node_limit_below_topk\): model\.moe_max_nodes = 1: .*raise moe_max_nodes "
+                       r"to at least 2"):
+        fastmodel.evaluate(model, "dgx-h100", "llm-pretrain", plan="tp2.ep256.etp2", num_nodes=64,
+                           execution={"moe_dispatcher": "deepep"})

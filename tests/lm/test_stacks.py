@@ -354,3 +354,11 @@ def test_a_sweep_refuses_a_stack_whose_fusion_follows_the_plans_ep_until_the_spe
     assert ep_dependent_fusion(ExecutionSpec(framework="Megatron-LM", torch_compile=True, recompute="full"),
                                moe=True) is None                                          # no such rule
     assert base_columns(dense, cluster, titan, 64)[C["fused_kernels"]] == 1
+
+
+def test_torchtitan_keys_its_deepep_kernel_count_to_the_dispatcher_code_so_flex_counts_as_deepep():
+    # registry MOE_DISPATCHERS: "flex" and "deepep" share code 2, one dispatcher; the count follows the code
+    spec = dict(framework="TorchTitan (FSDP2 + EP, DeepEP dispatcher)", torch_compile=False, recompute="none")
+    flex = resolve(ExecutionSpec(moe_dispatcher="flex", **spec), pp=1, layers=48, expert_parallel=True)
+    deepep = resolve(ExecutionSpec(moe_dispatcher="deepep", **spec), pp=1, layers=48, expert_parallel=True)
+    assert flex.moe_mem_kernels == deepep.moe_mem_kernels == 33.0

@@ -89,6 +89,29 @@ def test_zero_stage_0_fp16_keeps_16_bit_gradients_in_the_engine():
     assert resolved("Megatron-DeepSpeed", precision="fp16", sharding="ddp").grad_accum_bytes is None
 
 
+def test_the_stage_0_path_needs_exactly_one_zero_stage_named_and_two_stages_get_a_note():
+    """docs/model.md §11.8 (DeepSpeed row): ``ZeRO stage 0`` or ``ZeRO-0`` alone picks the stage-0 path; a list
+    (``stage 0/1``, ``0 or 1``), ``stage 0 off`` or a second stage named elsewhere does not, and a text naming two
+    stages gets a note (review 2, finding 1)."""
+    for text in ("DeepSpeed, ZeRO stage 0 (FP16_Optimizer)", "DeepSpeed ZeRO-0", "Megatron-DeepSpeed, ZeRO stage 0."):
+        notes = []
+        spec = resolve(ExecutionSpec(framework=text, precision="fp16", sharding="ddp"), pp=1, layers=8, notes=notes)
+        assert (spec.grad_reduce_dtype, spec.grad_accum_bytes, notes) == ("fp16", 6.0, []), text
+    assert deepspeed.zero_stages("DeepSpeed ZeRO stage 0") == (0,)
+    for text, stages in (("DeepSpeed ZeRO stage 0/1", (0, 1)), ("DeepSpeed, zero stage 0 off: stage 1", (0, 1)),
+                         ("DeepSpeed ZeRO stage 0 or 1", (0, 1)), ("DeepSpeed ZeRO-0, ZeRO-2", (0, 2)),
+                         ("DeepSpeed ZeRO stage 0 off", (0,))):
+        notes = []
+        spec = resolve(ExecutionSpec(framework=text, precision="fp16", sharding="ddp"), pp=1, layers=8, notes=notes)
+        assert spec.grad_accum_bytes is None, text
+        assert deepspeed.zero_stages(text) == stages, text
+        named = ", ".join(map(str, stages))
+        assert [n for n in notes if "ZeRO stages" in n] == ([f"framework names ZeRO stages {named}: not read as "
+                                                             "ZeRO stage 0 (DeepSpeed's stage-0 fp16 gradient path "
+                                                             "needs exactly one stage named); state one stage"]
+                                                            if len(stages) > 1 else []), text
+
+
 def test_zero1_16_bit_gradients_take_as_much_memory_as_the_16_bit_weights():
     # ZeRO-1 replicates gradients and weights over data parallelism, both 2 B per parameter on the 16-bit path
     data = record("runs_moe_public.jsonl", "deepspeed-moe-paper-6.7b-dense-a100-n128")

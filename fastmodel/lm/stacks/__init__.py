@@ -85,6 +85,8 @@ def resolve(execution, pp: int, layers: int, notes: list[str] | None = None, exp
             notes.append(f"vp unknown: {vp} ({rule})")
     if note and notes is not None:
         notes.append(note)
+    if notes is not None:
+        notes.extend(profile.parse_notes(execution, execution.framework))
     return execution.model_copy(update=update)
 
 

@@ -52,6 +52,8 @@ class StackProfile:
     blocks still run eager element-wise kernels, or ``None`` when compiling fuses them.
     ``unknown_recompute`` is the rule for ``recompute = "unknown"`` given the sequence length: (recompute, the
     rule in words); by default selective, which every stack here supports.
+    ``parse_notes(execution, framework)`` are the notes of the stack's own parse of the text (e.g. DeepSpeed's
+    ZeRO stage named twice); none by default.
     """
 
     name: str
@@ -65,6 +67,7 @@ class StackProfile:
     eager_blocks: Callable[[Any, bool], str | None] = field(default=lambda execution, expert_parallel: None)
     unknown_recompute: Callable[[int], tuple[str, str]] = field(default=lambda seq_len: (
         "selective", "selective assumed"))
+    parse_notes: Callable[[Any, str | None], list[str]] = field(default=lambda execution, framework: [])
 
     def named_in(self, text: str) -> bool:
         """True when one of this profile's names occurs in ``tokens(framework)`` as whole tokens."""

@@ -118,13 +118,41 @@ def gradient_path(execution, framework: str | None, era: tuple[int, ...] | None 
     return {"grad_reduce_dtype": "fp16", "grad_accum_bytes": INPLACE_16BIT_ACCUM_BYTES, "grad_allreduce": True}
 
 
+#: a ZeRO stage as the framework text's tokens name it: ``zero-N``, ``zero N``, ``zero stage N``, or ``stage N``
+#: once the text names ZeRO; a list (``stage 0/1`` gives the tokens ``stage 0 1``, ``0 or 1``) names each digit
+ZERO_STAGE = r"(?:zero-|zero stage |zero |stage )([0-3](?: (?:or |and |to )?[0-3])*)"
+#: the stage-0 name of ``stage0_path``: ``zero stage 0`` or ``zero-0`` not followed by another stage or ``off``
+ZERO_STAGE0 = r"(?:zero stage 0|zero-0)(?! (?:\d+|off|or|and|to)(?: |$))"
+
+
+def zero_stages(framework: str | None) -> tuple[int, ...]:
+    """The ZeRO stages a framework text names (sorted, distinct; ``ZERO_STAGE``), () when it names no ZeRO."""
+    text = tokens(framework or "")
+    if not names_in(text, r"zero|zero-[0-3]"):
+        return ()
+    found = re.finditer(rf"(?:^| ){ZERO_STAGE}(?= |$)", text)
+    return tuple(sorted({int(d) for m in found for d in re.findall(r"[0-3]", m.group(1))}))
+
+
+def stage_notes(execution, framework: str | None) -> list[str]:
+    """A note when the framework text names more than one ZeRO stage: it is not read as stage 0 (``stage0_path``
+    needs exactly one stage named)."""
+    stages = zero_stages(framework)
+    if len(stages) < 2:
+        return []
+    return [f"framework names ZeRO stages {', '.join(map(str, stages))}: not read as ZeRO stage 0 (DeepSpeed's "
+            "stage-0 fp16 gradient path needs exactly one stage named); state one stage"]
+
+
 def stage0_path(execution, framework: str | None) -> dict:
-    """DeepSpeed's engine at ZeRO stage 0 (``sharding = "ddp"`` and a text naming ``ZeRO stage 0``; a Megatron
-    ``ddp`` run is otherwise Megatron's own DDP): with fp16 the engine wraps ``FP16_Optimizer``, the gradients stay
+    """DeepSpeed's engine at ZeRO stage 0 (``sharding = "ddp"`` and a text naming exactly one ZeRO stage, stage 0:
+    ``ZeRO stage 0`` or ``ZeRO-0``, ``ZERO_STAGE0``; a Megatron ``ddp`` run is otherwise Megatron's own DDP): with
+    fp16 the engine wraps ``FP16_Optimizer``, the gradients stay
     in the model's fp16 ``param.grad``, which autograd accumulates in place (no hooks: 6 B per parameter and
     micro-batch), and ``allreduce_gradients`` -> ``buffered_allreduce_fallback`` all-reduces them after the
     backward pass in ``communication_data_type`` = fp16 (v0.5.8 engine.py lines 746-755 and 1656-1671). {} else."""
-    stage0 = names_in(tokens(framework or ""), r"zero stage 0|zero-0") is not None
+    named = names_in(tokens(framework or ""), ZERO_STAGE0) is not None
+    stage0 = named and zero_stages(framework) == (0,)
     if not stage0 or execution.precision != "fp16":
         return {}
     return {"grad_reduce_dtype": "fp16", "grad_accum_bytes": INPLACE_16BIT_ACCUM_BYTES}
@@ -155,4 +183,5 @@ PROFILE = StackProfile(
            "v0.6.2 bf16_optimizer.py line 393 (FP32 gradient accumulation), engine.py get_data_types v0.8-v0.17",
     defaults=defaults,
     unknown_vp=unknown_vp,
+    parse_notes=stage_notes,
 )

@@ -59,4 +59,5 @@ PROFILE = StackProfile(
     source="Narayanan et al. SC21 and Korthikanti et al. 2022 (no FlashAttention, unoverlapped DP); "
            "ZeRO-3: the deepspeed profile's defaults",
     defaults=defaults,
+    parse_notes=deepspeed.stage_notes,
 )

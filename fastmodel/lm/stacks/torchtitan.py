@@ -15,6 +15,7 @@ torchtitan/components/loss.py at 785c34c and 92ed8b3), eager or compiled with th
 """
 
 from fastmodel.lm.stacks.base import StackProfile
+from fastmodel.registry.lm import MOE_DISPATCHERS
 
 #: Small kernels of one MoE layer forward on TorchTitan's DeepEP path (pytorch/torchtitan 022f885f34) when its
 #: blocks run eager, GEMMs, SDPA, the expert SwiGLU and DeepEP's own kernels excluded: router 14, token count 1,
@@ -29,8 +30,10 @@ def defaults(execution, framework: str | None) -> dict:
     loss = "compiled" if execution.torch_compile else "eager"
     out = {"fsdp_copy_out": True, "fused_kernels": False, "selective_policy": "op", "loss_impl": loss,
            "attn_fa2": True}
-    # DeepEP needs ep > 1: its MoE path runs eager when the model is not compiled or its blocks fall back to eager
-    if execution.moe_dispatcher == "deepep" and (not execution.torch_compile or eager_blocks(execution, True)):
+    # DeepEP needs ep > 1: its MoE path runs eager when the model is not compiled or its blocks fall back to eager;
+    # the registry's code, not the spelling ("flex" is the same dispatcher, MOE_DISPATCHERS)
+    deepep = MOE_DISPATCHERS.get(execution.moe_dispatcher) == MOE_DISPATCHERS["deepep"]
+    if deepep and (not execution.torch_compile or eager_blocks(execution, True)):
         out["moe_mem_kernels"] = MOE_MEM_KERNELS_TORCHTITAN_DEEPEP
     return out
 

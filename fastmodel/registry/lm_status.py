@@ -1,0 +1,34 @@
+"""Status codes of a real-world (lm) grid point: ``STATUSES`` (index = code, name and message) and
+``STATUS_CODES`` (name -> code).
+
+Kept out of ``fastmodel.registry.lm`` (which re-exports both) so that module stays under the line cap; each
+grid point gets one from the rule table (``kernels/lm/rules.py``), as docs/architecture.md describes.
+"""
+
+from __future__ import annotations
+
+from fastmodel.registry.variables import NOT_COMPUTED, Status
+
+#: status codes of a real-world grid point (index = code); 0 is a legal point that was evaluated
+STATUSES: tuple[Status, ...] = (
+    Status("ok", "evaluated"),
+    Status("devices_not_divisible", "n_gpus is not a multiple of tp x pp x cp"),
+    Status("heads_not_divisible", "attention heads (or kv heads) not divisible by tp"),
+    Status("layers_not_divisible", "layers not divisible by pp x vp (execution.uneven_stages = true allows it)"),
+    Status("tp_beyond_domain", "tp spans more GPUs than one NVLink domain"),
+    Status("batch_not_divisible", "global_batch is not a multiple of micro_batch x dp"),
+    Status("too_few_microbatches", "fewer micro-batches than pipeline stages under an interleaved or split-backward "
+           "schedule (1F1B and GPipe run them, with a longer bubble)"),
+    Status("experts_not_divisible", "experts not divisible by ep, or etp x ep does not divide tp x cp x dp"),
+    Status("sequence_not_divisible", "seq_len not divisible by 2 x cp"),
+    Status("ep_without_experts", "ep > 1 on a dense model"),
+    Status("no_fp8", "precision is fp8 but the device has no FP8 peak"),
+    Status("does_not_fit", "memory per device exceeds usable HBM"),
+    Status("not_finite", "a result is not a finite number: an input magnitude is out of range (e.g. a "
+           "bandwidth of 1e-300 B/s)"),
+    Status("schedule_not_runnable", "the pipeline schedule cannot run this pipeline: DualPipe needs an even pp and an "
+           "even number of micro-batches, at least 2 pp"),
+    Status("node_limit_below_topk", "moe_max_nodes NVLink domains of the EP group hold fewer than moe_topk experts"),
+    NOT_COMPUTED,
+)
+STATUS_CODES: dict[str, int] = {s.name: i for i, s in enumerate(STATUSES)}
