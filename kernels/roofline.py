@@ -127,12 +127,13 @@ def gemm_roofline(row, groups, m, n, k, fp8, weight_bytes, launch):
 def expert_compute_scale(row, fp8):
     """Factor on the compute bound of a routed-expert grouped GEMM for the engine's expert kernel
     (``expert_gemm_eff``, docs/model_serving.md S29): :func:`gemm_peak` over ``expert_gemm_eff`` x the format's
-    datasheet peak (the FP4 peak for W4A4, FP8 for FP8 and W4A8, else 16-bit); 1 when unset (0)."""
+    datasheet peak (the FP4 peak for W4A4, FP8 for FP8 and W4A8, else 16-bit), i.e. the format's large-GEMM
+    efficiency over ``expert_gemm_eff`` (the peak cancels); 1 when unset (0)."""
     expert_eff = row[C_EXPERT_GEMM_EFF]
     if expert_eff <= 0.0:
         return 1.0
-    peak, eff = format_peak(row, fp8)
-    return peak * eff / (peak * expert_eff)
+    _, eff = format_peak(row, fp8)
+    return eff / expert_eff
 
 
 @njit(inline="always")

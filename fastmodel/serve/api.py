@@ -23,14 +23,13 @@ import numpy as np
 from fastmodel.errors import SpecError, nearest
 from fastmodel.registry import status_attrs
 from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
-from fastmodel.registry.serve import SERVE_RESULTS, SERVE_STATUS, SERVE_STATUS_NAMES
+from fastmodel.registry.serve import SERVE_RESULTS, SERVE_STATUS_NAMES
 from fastmodel.serve.models import serve_model
 from fastmodel.serve.precisions import FP4_PRECISIONS, FP8_KV_DEFAULT, KV_PRECISIONS, PRECISIONS  # noqa: F401
 from fastmodel.spec.columns import check_base, check_table, encode
 
 #: sweep axes other than columns, in the order of the Dataset's dimensions
 SPECIAL_AXES = ("device", "precision", "kv_precision")
-NOT_FINITE = SERVE_STATUS["not_finite"]
 #: below this many rows the single-threaded kernel is used
 PARALLEL_MIN_ROWS = 256
 

@@ -169,7 +169,6 @@ def framework_profile(framework: str | None, hbm_bytes: float) -> tuple[dict[str
     return profile_columns(engine, version, hbm_bytes), notes
 
 
-
 def deployment_limits(serve) -> dict[str, float]:
     """The token budget and batch cap a record states the deployment set (``serve.max_num_tokens``,
     ``serve.max_batch_size``), replacing the engine profile's defaults, and the client's rounds

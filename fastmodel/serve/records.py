@@ -164,17 +164,16 @@ def lower_serve_record(data: dict, source: str | None = None) -> ServeRecord:
         raise SpecError(source, "system.peak_flops_fp8", "serve.precision is fp8 but the device has no FP8 peak")
     if precision in FP4_PRECISIONS and values["peak_flops_4"] <= 0:
         notes.append(f"fp4 on {gpu} (no FP4 tensor cores): weight-only, dequantised into 16-bit GEMMs")
+    engine, version = parse_framework(record.framework)
     profile, profile_notes = framework_profile(record.framework, float(columns[COLUMN_INDEX["hbm_bytes"]]))
-    values.update(profile, **stated_flags(serve, parse_framework(record.framework)[0], profile["mixed_prefill"], notes, source))
+    values.update(profile, **stated_flags(serve, engine, profile["mixed_prefill"], notes, source))
     notes.extend(profile_notes)
     values["quant_experts_only"] = 1.0 if layers == "experts" else 0.0
-    engine = parse_framework(record.framework)[0]
     values["fp4_act"], act_note = fp4_activation(engine, precision)
     if act_note and values["peak_flops_4"] > 0:
         notes.append(act_note)
     values["moe_dispatcher"] = moe_dispatcher(engine, columns[COLUMN_INDEX["ep"]], columns[COLUMN_INDEX["moe_topk"]],
                                               multi_node_nvlink(data, device))
-    version = parse_framework(record.framework)[1]
     values.update(linear_kernels(engine, version, precision, values["peak_flops_4"] > 0,
                                  is_sm90_or_sm100(device, device_table())))
     fusion_note = assumed_note(engine, version, values["allreduce_norm_fusion"])

@@ -181,7 +181,8 @@ def held(seen, iters, more):
     return window * (1.0 + 0.5 * joined) / (1.0 + joined), 1.0 + joined
 
 
-#: most regula-falsi (Illinois) steps for the loop's request rate (it stops at |g| <= 1e-9 N, usually in < 10)
+#: most regula-falsi (Illinois) steps for the loop's request rate under batch waiting (``held_rate``; it stops at
+#: |g| <= 1e-9 N, usually in < 10)
 ROOT_STEPS = 40
 
 
