@@ -45,14 +45,12 @@ def evaluate_lm(model: Any, system: Any, task: Any = None, plan: str | None = No
         from fastmodel.errors import NotFiniteError
 
         raise NotFiniteError(label, STATUSES[code].message)
-    if code == STATUS_CODES["node_limit_below_topk"]:     # the refusal with its numbers, from the lowered point
-        from fastmodel.lm.rules import node_limit_reason
+    if code:      # the refusal, with its numbers where the rule has them (``status_reason``), from the lowered point
+        from fastmodel.lm.rules import status_reason
         from fastmodel.lm.sweep import mesh_columns
 
         columns = mesh_columns(point.base, plan, point.execution.shard_degree is None)
-        raise PlanError(STATUSES[code].name, node_limit_reason(columns), label)
-    if code:
-        raise PlanError(STATUSES[code].name, STATUSES[code].message, label)
+        raise PlanError(STATUSES[code].name, status_reason(code, columns), label)
     return ds
 
 

@@ -22,10 +22,15 @@ def check_plan(column: np.ndarray, label: str = "plan") -> None:
     """Raise a PlanError for the first rule one configuration (a column vector) breaks."""
     code = int(plan_status(np.asarray(column, dtype=np.float64).reshape(-1, 1))[0])
     if code:
-        reason = STATUSES[code].message
-        if STATUSES[code].name == "node_limit_below_topk":
-            reason = node_limit_reason(np.ascontiguousarray(column, dtype=np.float64).ravel())
-        raise PlanError(STATUSES[code].name, reason, label)
+        raise PlanError(STATUSES[code].name, status_reason(code, column), label)
+
+
+def status_reason(code: int, column: np.ndarray) -> str:
+    """Why one configuration (a column vector) has status ``code``: the status's message, or for
+    ``node_limit_below_topk`` the refusal with its numbers (``node_limit_reason``)."""
+    if STATUSES[code].name == "node_limit_below_topk":
+        return node_limit_reason(np.ascontiguousarray(column, dtype=np.float64).ravel())
+    return STATUSES[code].message
 
 
 def node_limit_reason(row: np.ndarray) -> str:

@@ -55,6 +55,11 @@ def profile_for(framework: str | None, stack: str | None = None) -> tuple[StackP
                              "(registry defaults) assumed")
 
 
+def compiles(execution, defaults: dict) -> bool:
+    """True when the run is compiled: its own ``torch_compile``, or else its stack's default (``defaults``)."""
+    return bool(execution.torch_compile if execution.torch_compile is not None else defaults.get("torch_compile"))
+
+
 def resolve(execution, pp: int, layers: int, notes: list[str] | None = None, expert_parallel: bool = False):
     """The execution with its stack applied: ``stack`` set, the fields it leaves ``None`` that its profile
     decides filled in (``torch_compile`` first, the run's or else its stack's default: a compiled model runs fused element-wise kernels whatever its
@@ -69,8 +74,7 @@ def resolve(execution, pp: int, layers: int, notes: list[str] | None = None, exp
     profile, note = profile_for(execution.framework, execution.stack)
     update = {"stack": profile.name}
     defaults = profile.defaults(execution, execution.framework)
-    compiled = execution.torch_compile if execution.torch_compile is not None else defaults.get("torch_compile")
-    if compiled and execution.fused_kernels is None:
+    if compiles(execution, defaults) and execution.fused_kernels is None:
         eager = profile.eager_blocks(execution, expert_parallel)
         update["fused_kernels"] = eager is None     # Inductor fuses the element-wise chains (above)
         if eager is not None and notes is not None:
@@ -98,9 +102,7 @@ def ep_dependent_fusion(execution, moe: bool) -> str | None:
     if not moe or execution.fused_kernels is not None:
         return None
     profile, _ = profile_for(execution.framework, execution.stack)
-    defaults = profile.defaults(execution, execution.framework)
-    compiled = execution.torch_compile if execution.torch_compile is not None else defaults.get("torch_compile")
-    if not compiled:
+    if not compiles(execution, profile.defaults(execution, execution.framework)):
         return None
     with_ep, without_ep = profile.eager_blocks(execution, True), profile.eager_blocks(execution, False)
     return with_ep if (with_ep is None) != (without_ep is None) else None
