@@ -123,10 +123,13 @@ def remove_store(path: str | os.PathLike) -> None:
     shutil.rmtree(root)
 
 
-def resume_flags(path: str | os.PathLike, definition: dict, num_units: int, variables=()):
+def resume_flags(path: str | os.PathLike, definition: dict, num_units: int, variables=(),
+                 status_meanings: str | None = None):
     """The ``unit_done`` flags of the sweep store at ``path`` if the sweep ``definition`` (its JSON form,
-    ``Sweep.definition()``) made it with ``num_units`` units and it holds ``variables``; a one-line
-    SweepError otherwise (not a store, damaged, another sweep)."""
+    ``Sweep.definition()``) made it with ``num_units`` units, it holds ``variables`` and its ``status`` codes
+    mean ``status_meanings`` (the ``flag_meanings`` this fastmodel writes; a store whose codes were numbered by
+    another version would mix two numberings); a one-line SweepError otherwise (not a store, damaged, another
+    sweep, other status codes)."""
     import numpy as np
     import zarr
 
@@ -139,12 +142,16 @@ def resume_flags(path: str | os.PathLike, definition: dict, num_units: int, vari
         done = np.asarray(group["unit_done"][:], dtype=bool)
         for name in variables:
             group[name]
+        stored_meanings = group["status"].attrs.get("flag_meanings") if status_meanings is not None else None
     except Exception as error:  # noqa: BLE001 - a damaged store is a user-facing error
         raise SweepError(f"{path}: the sweep store is damaged ({type(error).__name__}: {error}); "
                          "pass --force instead of --resume to replace it") from None
     if stored != json.loads(json.dumps(definition)):
         raise SweepError(f"{path}: the store was made by a different sweep definition; cannot resume it "
                          "(pass --force instead of --resume to replace it)")
+    if status_meanings is not None and stored_meanings != status_meanings:
+        raise SweepError(f"{path}: the store's status codes were numbered by another fastmodel version; cannot "
+                         "resume it (pass --force instead of --resume to replace it)")
     if done.shape != (num_units,):
         raise SweepError(f"{path}: the sweep store is damaged (unit_done has {done.size} units, the sweep "
                          f"{num_units}); pass --force instead of --resume to replace it")

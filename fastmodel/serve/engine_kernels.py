@@ -85,11 +85,7 @@ def expert_kernel_eff(engine: str | None, block_fp8: bool, sm90: bool) -> float:
     return TRITON_BLOCK_FP8_SM90_EFF if engine == "sglang" and block_fp8 and sm90 else 0.0
 
 
-def is_sm90(device: dict, table: dict) -> bool:
-    """True when the device file ``device`` (from ``table``) is one of SM90_DEVICES."""
-    return any(device is table.get(name) for name in SM90_DEVICES) if device else False
-
-
-def is_sm90_or_sm100(device: dict, table: dict) -> bool:
-    """True when the device file ``device`` (from ``table``, the device names) is one of SM90_SM100_DEVICES."""
-    return any(device is table.get(name) for name in SM90_SM100_DEVICES) if device else False
+def device_is_one_of(device: dict, table: dict, names: tuple[str, ...]) -> bool:
+    """True when the device file ``device`` is the file ``table`` (the device table) holds under one of ``names``
+    (``SM90_DEVICES``, ``SM90_SM100_DEVICES``)."""
+    return any(device is table.get(name) for name in names) if device else False

@@ -28,7 +28,14 @@ import numpy as np
 from fastmodel.errors import SpecError, UnsupportedError
 from fastmodel.registry.lm import COLUMN_INDEX, LOAD_MODES
 from fastmodel.serve.api import precision_columns
-from fastmodel.serve.engine_kernels import assumed_note, expert_kernel_eff, is_sm90, is_sm90_or_sm100, linear_kernels
+from fastmodel.serve.engine_kernels import (
+    SM90_DEVICES,
+    SM90_SM100_DEVICES,
+    assumed_note,
+    device_is_one_of,
+    expert_kernel_eff,
+    linear_kernels,
+)
 from fastmodel.serve.precisions import FP4_PRECISIONS, block_fp8_checkpoint, published_fp4_checkpoint
 from fastmodel.serve.profiles import (
     expert_row_tiles,
@@ -175,12 +182,12 @@ def lower_serve_record(data: dict, source: str | None = None) -> ServeRecord:
     values["moe_dispatcher"] = moe_dispatcher(engine, columns[COLUMN_INDEX["ep"]], columns[COLUMN_INDEX["moe_topk"]],
                                               multi_node_nvlink(data, device))
     values.update(linear_kernels(engine, version, precision, values["peak_flops_4"] > 0,
-                                 is_sm90_or_sm100(device, device_table())))
+                                 device_is_one_of(device, device_table(), SM90_SM100_DEVICES)))
     fusion_note = assumed_note(engine, version, values["allreduce_norm_fusion"])
     if fusion_note:
         notes.append(fusion_note)
     values["expert_gemm_eff"] = expert_kernel_eff(
-        engine, block_fp8_checkpoint(model.get("name"), precision, data.get("aic")), is_sm90(device, device_table()))
+        engine, block_fp8_checkpoint(model.get("name"), precision, data.get("aic")), device_is_one_of(device, device_table(), SM90_DEVICES))
     if values["peak_flops_4"] > 0:     # the engine's FP4 MoE kernel; without FP4 tensor cores, another backend
         values["expert_tile_min"], values["expert_tile_max"] = expert_row_tiles(engine, precision)
     mode = serve.load

@@ -104,7 +104,8 @@ def open_store_for_resume(plan: SweepPlan, path: str) -> np.ndarray:
     """The ``unit_done`` flags of an existing store made by the same sweep (``io.store.resume_flags``)."""
     from fastmodel.io.store import resume_flags
 
-    return resume_flags(path, plan.definition(), plan.num_units, ("status", *(s.name for s in plan.stored())))
+    return resume_flags(path, plan.definition(), plan.num_units, ("status", *(s.name for s in plan.stored())),
+                        plan.status_attrs()["flag_meanings"])
 
 
 def write_units(plan: SweepPlan, path: str, units: list[Unit], progress: Callable[[int], None] | None = None) -> int:

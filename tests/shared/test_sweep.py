@@ -216,3 +216,20 @@ def test_review_regressions():
                {"num_nodes": [3], "devices_per_node": [8],
                                                    "plan": ["tp16,ddp/mp", "fsdp/ddp"]})
     assert int(ds.status.sel(plan="tp16,ddp/mp").squeeze()) == STATUS["product_ne_devices"]
+
+
+def test_resume_refuses_a_store_with_other_status_codes(tmp_path):
+    """A store whose ``status`` codes another fastmodel numbered (a status added or moved since) is not
+    completed with this version's codes: the two numberings would mix in one variable."""
+    import zarr
+
+    definition = Sweep("llama-7b", "dc-a", "llm-pretrain", AXES, unit_configs=5)
+    path = str(tmp_path / "s.zarr")
+    sweep_module.create_store(definition, path)
+    write_units(definition, path, list(definition.units())[:1])
+    status = zarr.open_group(path, mode="r+")["status"]
+    meanings = status.attrs["flag_meanings"].split()
+    status.attrs["flag_meanings"] = " ".join([meanings[1], meanings[0], *meanings[2:]])  # two codes swapped
+    zarr.consolidate_metadata(path)
+    with pytest.raises(SweepError, match="status codes were numbered by another fastmodel version"):
+        run_to_store(definition, path, resume=True)
