@@ -192,3 +192,48 @@ def test_heatmap_and_scaling_default_to_the_results_throughput(plans, tmp_path, 
     result = cli("plot", kind, plans, *axes, "-o", tmp_path / "f.svg")
     assert result.exit_code == 0, result.output
     assert "tokens/s" in (tmp_path / "f.svg").read_text()         # tokens_per_s_per_gpu's units on the figure
+
+
+def test_ctrl_c_says_what_each_output_is(tmp_path, monkeypatch):
+    """Was 'interrupted' alone (README: Ctrl-C says what is on disk): interrupted after its first chunk was
+    written to the temporary file, batch leaves no output and says so, or the earlier file as it was."""
+    import fastmodel.io.batch_output as batch_output
+
+    real = batch_output.read_chunks
+
+    def interrupted(source):
+        chunks = real(source)
+        yield next(chunks)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(batch_output, "read_chunks", interrupted)
+    runs = tmp_path / "runs.jsonl"
+    runs.write_text((DATA / "runs_dev.jsonl").read_text() * 40)
+    out = tmp_path / "out.jsonl"
+    result = CliRunner().invoke(main, ["batch", str(runs), "-o", str(out)])
+    assert result.exit_code == 130, result.output
+    assert result.output.strip().splitlines()[-1] == f"interrupted: {out} not written"
+    out.write_text('{"earlier": 1}\n')
+    result = CliRunner().invoke(main, ["batch", str(runs), "-o", str(out), "--force"])
+    assert result.exit_code == 130 and result.output.strip().splitlines()[-1] == f"interrupted: {out} left as it was"
+    assert out.read_text() == '{"earlier": 1}\n'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl", "runs.jsonl"]
+
+
+def test_json_and_toml_nested_thousands_deep_are_one_line(tmp_path):
+    """Was a traceback (RecursionError) in batch -- which stopped the whole batch -- run, validate, serve and
+    calibrate, and in the spec loader for TOML."""
+    deep = tmp_path / "deep.jsonl"
+    deep.write_text("[" * 100000 + "]" * 100000 + "\n" + (DATA / "runs_dev.jsonl").read_text().splitlines()[0] + "\n")
+    out = tmp_path / "out.jsonl"
+    assert cli("batch", deep, "-o", out).exit_code == 0
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert lines[0]["status"] == "error: invalid JSON: nested too deeply (no spec or record nests more than a few levels)"
+    assert lines[1]["status"] == "ok"
+    for command in ("validate", "serve", "calibrate"):
+        one_line_error(cli(command, deep), f"{deep}:1: invalid JSON: nested too deeply")
+    (tmp_path / "deep.json").write_text('{"a":' * 50000 + "1" + "}" * 50000)
+    one_line_error(cli("run", "-m", tmp_path / "deep.json"), "deep.json: invalid JSON: nested too deeply")
+    (tmp_path / "deep.toml").write_text("a = " + "[" * 5000 + "]" * 5000 + "\n")
+    one_line_error(cli("run", "-m", tmp_path / "deep.toml", "-s", "dgx-h100", "-t", "llm-pretrain"),
+                   "deep.toml: invalid TOML: nested too deeply")
