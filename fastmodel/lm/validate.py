@@ -82,7 +82,7 @@ def refused_rows(refused: list) -> list[dict]:
     for item in refused:
         raw = item.raw
         system = raw.get("system") if isinstance(raw.get("system"), dict) else {}
-        table.append({"id": item.id, "source": str(raw.get("source", "")), "stack": "(refused)",
+        table.append({"id": item.id, "source": str(raw.get("source") or "(unreadable)"), "stack": "(refused)",
                       "gpu": str(system.get("gpu", "")), "parallelism_kind": str(raw.get("parallelism_kind", "")),
                       "tier": str(raw.get("tier", "")), "status": "refused",
                       "measured_step_time_s": np.nan, "predicted_step_time_s": np.nan, "error": np.nan,

@@ -237,12 +237,18 @@ def read_serve_records(path: str | Path, refused: list | None = None) -> list:
 
 
 def file_has_serve_records(path: str | Path) -> bool:
-    """True when the first record of a JSON/JSONL file is a serving record (content detection)."""
+    """True when the first readable record of a JSON/JSONL file is a serving record (content detection; a
+    malformed line before it is validate's to report)."""
     try:
         with open(path, encoding="utf-8-sig") as handle:
             for line in handle:
-                if line.strip():
-                    return is_serve_record(json.loads(line))
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError, RecursionError):   # the run-record reader says why
+                try:
+                    data = json.loads(line) if line.strip() else None
+                except (json.JSONDecodeError, RecursionError):
+                    continue
+                if data is not None:
+                    return is_serve_record(data)
+    except (OSError, UnicodeDecodeError):   # the run-record reader says why
         return False
+    return False
     return False

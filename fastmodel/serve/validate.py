@@ -174,7 +174,8 @@ def _number(value) -> float:
 
 def refused_rows(refused: list) -> list[dict]:
     """One row per serving record the engine refused (``fastmodel.spec.records.Refused``): its groups and
-    measured values, no prediction: a miss for every metric it measured."""
+    measured values, no prediction: a miss for every metric it measured, or for every metric when no
+    measurement of it can be read (a malformed line)."""
     table = []
     for item in refused:
         raw = item.raw
@@ -190,6 +191,8 @@ def refused_rows(refused: list) -> list[dict]:
         for key in METRICS:
             row[f"measured_{key}"] = _number(measured.get(key))
             row[f"predicted_{key}"] = row[f"error_{key}"] = row[f"baseline_error_{key}"] = np.nan
+        if not any(row[f"measured_{key}"] for key in METRICS):   # unreadable: a miss in every table
+            row.update({f"measured_{key}": np.nan for key in METRICS})
         row["notes"] = item.reason
         table.append(row)
     return table

@@ -34,9 +34,10 @@ def number(block: dict, key: str, where: str, source: str | None, default=None, 
 def read_jsonl(path: str | Path, lower, what: str, whole_object: bool = False, refused: list | None = None) -> list:
     """``lower(data, "file:line")`` of every line of a JSONL file (with ``whole_object``, also of a file holding
     one JSON object over several lines); a bad line is a SpecError naming the file and line. With a
-    ``refused`` list, a line whose field or value the engine does not take (:class:`UnsupportedError`) is
-    appended to it as a :class:`Refused` instead (``validate`` counts such records as misses); a file of
-    refused lines only then returns []. Malformed input (a wrong type, a bound, a missing field) stays an error."""
+    ``refused`` list (``validate``, which never stops a file for one record: issue 26), a line whose field or
+    value the engine does not take (:class:`UnsupportedError`) and a malformed line (invalid JSON, a wrong type,
+    a bound, a missing field: :class:`SpecError`) are appended to it as a :class:`Refused` instead, each with
+    its one-line reason (``validate`` counts them as misses); a file of such lines only then returns []."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8-sig")
@@ -50,15 +51,16 @@ def read_jsonl(path: str | Path, lower, what: str, whole_object: bool = False, r
     records = []
     for number, line in lines:
         where = f"{path}:{number}"
+        data: object = {}
         try:
-            data = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise SpecError(where, "", f"invalid JSON: {error.msg}") from None
-        except RecursionError:
-            raise SpecError(where, "", f"invalid JSON: {NESTED_TOO_DEEP}") from None
-        try:
+            try:
+                data = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise SpecError(where, "", f"invalid JSON: {error.msg}") from None
+            except RecursionError:
+                raise SpecError(where, "", f"invalid JSON: {NESTED_TOO_DEEP}") from None
             records.append(lower(data, where))
-        except UnsupportedError as error:
+        except (UnsupportedError, SpecError) as error:
             if refused is None:
                 raise
             refused.append(Refused(where, data if isinstance(data, dict) else {}, str(error)))

@@ -230,8 +230,10 @@ def test_json_and_toml_nested_thousands_deep_are_one_line(tmp_path):
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     assert lines[0]["status"] == "error: invalid JSON: nested too deeply (no spec or record nests more than a few levels)"
     assert lines[1]["status"] == "ok"
-    for command in ("validate", "serve", "calibrate"):
+    for command in ("serve", "calibrate"):
         one_line_error(cli(command, deep), f"{deep}:1: invalid JSON: nested too deeply")
+    scored = cli("validate", deep)     # validate never stops a file for one record (issue 26): a miss
+    assert scored.exit_code == 0 and f"refused (a miss): {deep}:1: invalid JSON: nested too deeply" in scored.output
     (tmp_path / "deep.json").write_text('{"a":' * 50000 + "1" + "}" * 50000)
     one_line_error(cli("run", "-m", tmp_path / "deep.json"), "deep.json: invalid JSON: nested too deeply")
     (tmp_path / "deep.toml").write_text("a = " + "[" * 5000 + "]" * 5000 + "\n")

@@ -68,10 +68,23 @@ def test_cli_refuses_to_overwrite_its_input_and_reports_bad_lines(tmp_path):
     result = CliRunner().invoke(main, ["validate", str(runs), "-o", str(runs)])
     assert result.exit_code == 2 and "also an input" in result.output
     assert runs.read_text() == RUNS.read_text()
+
+
+
+def test_a_malformed_line_is_a_miss_and_the_file_is_still_scored(tmp_path):
+    """Issue 26: validate never stops a file for one record. Invalid JSON and a value of the wrong type are
+    each named on stderr with file:line and the field, and counted as misses beside the runs it scores."""
+    good = RUNS.read_text().splitlines()[:2]
+    wrong_type = json.loads(good[1])
+    wrong_type["system"]["hbm_bytes"] = "80GB"
     bad = tmp_path / "bad.jsonl"
-    bad.write_text(RUNS.read_text().splitlines()[0] + "\n{not json\n")
+    bad.write_text("\n".join([good[0], "{not json", json.dumps(wrong_type)]) + "\n")
     result = CliRunner().invoke(main, ["validate", str(bad)])
-    assert result.exit_code == 2 and "bad.jsonl:2" in result.output and len(result.output.strip().splitlines()) == 1
+    assert result.exit_code == 0, result.output
+    assert "refused (a miss): " + f"{bad}:2: invalid JSON" in result.stderr
+    assert f"{bad}:3: system.hbm_bytes: Input should be a valid number (got '80GB')" in result.stderr
+    all_line = next(line for line in result.stdout.splitlines() if line.startswith("all "))
+    assert all_line.split()[1:3] == ["1", "2"]     # one run answered, two misses
 
 
 def _runs_with_one_refused(tmp_path, n_good=3):

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -42,3 +43,20 @@ def test_validate_reports_the_running_batch_a_records_measurements_imply():
     naive_at_16 = (1 + table[0]["baseline_error_tpot_s"]) * 0.01
     assert table[1]["tpot_at_implied_running_s"] < naive_at_16
     assert table[0]["tpot_at_implied_running_s"] <= naive_at_16
+
+
+def test_a_malformed_serving_line_is_a_miss_in_every_table(tmp_path):
+    """A line that cannot be read (first in the file, so content detection must look past it) is a miss in
+    the TTFT and TPOT tables; the records after it are still scored."""
+    from click.testing import CliRunner
+
+    from fastmodel.cli import main
+
+    good = (Path(__file__).resolve().parents[1] / "data" / "serve_dev_load.jsonl").read_text().splitlines()[0]
+    path = tmp_path / "serve.jsonl"
+    path.write_text("{oops\n" + good + "\n")
+    result = CliRunner().invoke(main, ["validate", str(path)])
+    assert result.exit_code == 0, result.output
+    assert f"refused (a miss): {path}:1: invalid JSON" in result.stderr
+    all_lines = [line for line in result.stdout.splitlines() if line.startswith("all ")]
+    assert [line.split()[1:3] for line in all_lines[:2]] == [["2", "1"], ["2", "1"]]   # TTFT, TPOT
