@@ -82,6 +82,20 @@ def test_the_megatron_lm_launcher_counts_its_loss_and_optimizer_passes(framework
         assert execution.step_master_copy is None and execution.step_zero_grad is None
 
 
+@pytest.mark.parametrize("framework", [
+    "Megatron-LM (stanford-futuredata fork 0bdc8181, 2022), fp16, DDP local",   # MegaBlocks' dense rows
+    "Megatron-DeepSpeed + DeepSpeed-MoE, ZeRO stage 0",
+])
+def test_megatron_2021_runs_the_same_unfused_cross_entropy(framework):
+    """NVIDIA/Megatron-LM aed2f75 (2021-04-11) and 55ba1f7 (2022-05-26): megatron/model/gpt_model.py calls
+    mpu.vocab_parallel_cross_entropy(output.float(), labels) unless --fp16-lm-cross-entropy, and
+    megatron/mpu/cross_entropy.py makes Megatron-Core's passes (cast, max, sub_, exp, sum, div_; backward mul_
+    and the cast back), so 2 + 4 + 4 + 8 + 8 + 4 + 8 = 38 B forward and 8 + 6 = 14 B backward per logit;
+    microsoft/Megatron-DeepSpeed 070c64b gpt_model.py makes the same call."""
+    execution = resolve(ExecutionSpec(framework=framework, stack="megatron-2021"), 1, 12)
+    assert execution.loss_traffic_bytes_per_logit == 2 + 4 + 4 + 8 + 8 + 4 + 8 + 8 + 6 == 52
+
+
 # a small MoE model with wide experts, so that an MoE layer is slower than a dense one
 MOE = dict(layers=4, hidden=2048, ffn=4096, heads=16, kv_heads=16, head_dim=128, vocab=32000, seq_len=2048,
            moe_experts=16, moe_topk=4, moe_ffn=2048, n_gpus=8, ep=4, dp=4, pp=2, micro_batch=1, recompute="none")

@@ -12,6 +12,7 @@ Named by ``megatron-deepspeed``, or explicitly (a record's top-level ``stack``):
 
 from fastmodel.lm.stacks import deepspeed
 from fastmodel.lm.stacks.base import StackProfile, names_in, tokens
+from fastmodel.lm.stacks.megatron_core import LOSS_BYTES_UNFUSED_CE
 
 #: PyTorch dispatcher calls per transformer layer forward pass of Megatron-DeepSpeed (microsoft/Megatron-DeepSpeed
 #: f01c9e6e, 2023-06-30: megatron/model/transformer.py ParallelTransformerLayer.forward, ParallelAttention.forward,
@@ -40,8 +41,12 @@ DEEPSPEED_ERA = (0, 6, 2)
 
 
 def defaults(execution, framework: str | None) -> dict:
+    # the loss: Megatron-LM of 2021-22 runs the same unfused vocab-parallel cross-entropy as Megatron-Core, on
+    # output.float() (NVIDIA/Megatron-LM aed2f75 2021-04-11 and 55ba1f7 2022-05-26: megatron/model/gpt_model.py
+    # post_language_model_processing, megatron/mpu/cross_entropy.py max, sub_, exp, sum, div_; backward mul_)
     values = {"dropout": True, "flash_attention": False, "overlap_grad_reduce": False,
-              "overlap_param_gather": False, **host_defaults(framework)}
+              "overlap_param_gather": False, "loss_traffic_bytes_per_logit": LOSS_BYTES_UNFUSED_CE,
+              **host_defaults(framework)}
     if execution.sharding == "fsdp":
         # ZeRO-3 exists in these codebases only through DeepSpeed: its communication defaults are DeepSpeed's
         values.update(deepspeed.defaults(execution, framework))
