@@ -37,6 +37,12 @@ ENGINE_KERNEL_ROWS = (
     ("spec_tokens", "tokens", 0, "Speculative decoding (MTP, EAGLE): draft tokens proposed per decode step (0: "
      "off); concurrency load only.", 0, 64),
     ("spec_acceptance", "1", 0.0, "Speculative decoding: probability that a draft token is accepted.", 0, 1),
+    ("host_step_s", "s", 0.0, "Host (CPU) seconds of an engine's per-iteration scheduler loop that do not depend on "
+     "the requests (schedule, launch, response hand-off); with overlap_step the iteration lasts max(GPU, host), "
+     "else GPU + host (docs/model_serving.md S36; 0: off).", 0, 1),
+    ("host_req_s", "s", 0.0, "Host (CPU) seconds the engine's per-iteration loop spends per running request on a "
+     "rank (input preparation, sampler update, output handling); added to host_step_s (docs/model_serving.md "
+     "S36; 0: off).", 0, 1e-2),
     ("custom_allreduce_bytes", "bytes", 0, "Largest allreduce run by the engine's own P2P kernel (0: NCCL).", 0, 1 << 40),
     ("act_quant_inputs", "bits", 0, "Inputs of a layer's quantized linears the engine quantizes in a kernel of "
      "their own (bits: 1 QKV, 2 output projection, 4 gate/up, 8 down; 0: none, or fused into the kernel before); "

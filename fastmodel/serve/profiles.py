@@ -55,6 +55,9 @@ CUSTOM_AR_TRTLLM = 4 * 1024 * 1024 + 1          # the kernel's inclusive 4 MiB u
 #: size, 512, run its compiled code ungraphed; no count of that code was read, docs/model_serving.md S25) and SGLang
 #: (eager extend batches, its ops not counted here) keep 0
 HOST_OP_S_EAGER = 20e-6
+#: (host_step_s, host_req_s) of each engine's scheduler loop per iteration (docs/model_serving.md S36): not set, no
+#: engine publishes its loop's total host time per request at the records' versions (S36 lists what is published)
+SCHED_HOST = {"trtllm": (0.0, 0.0), "vllm": (0.0, 0.0), "sglang": (0.0, 0.0)}
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?")
 
 
@@ -73,6 +76,11 @@ def parse_framework(framework: str | None) -> tuple[str | None, tuple[int, ...] 
     return engine, version
 
 
+def _sched_host(engine: str) -> dict[str, float]:
+    step, per_request = SCHED_HOST[engine]
+    return {"host_step_s": step, "host_req_s": per_request}
+
+
 def profile_columns(engine: str | None, version: tuple[int, ...] | None, hbm_bytes: float) -> dict[str, float]:
     """The serving columns of an engine's profile at a version, on a GPU of ``hbm_bytes``."""
     engine = engine or DEFAULT_ENGINE
@@ -81,14 +89,16 @@ def profile_columns(engine: str | None, version: tuple[int, ...] | None, hbm_byt
         return {"max_num_tokens": 8192 if large else 2048, "max_batch_size": 1024 if large else 256,
                 "chunked_prefill": 1, "mixed_prefill": 1,
                 "overlap_step": 1 if version is None or version >= (0, 15, 1) else 0, "kv_on_demand": 1,
-                "custom_allreduce_bytes": CUSTOM_AR_VLLM, "host_op_s": 0.0, "host_ops_layer": 0.0}
+                "custom_allreduce_bytes": CUSTOM_AR_VLLM, "host_op_s": 0.0, "host_ops_layer": 0.0,
+                **_sched_host("vllm")}
     if engine == "sglang":
         return {"max_num_tokens": 16384 if hbm_bytes >= 160 * GIB else 8192, "max_batch_size": 4096,
                 "chunked_prefill": 1, "mixed_prefill": 0, "overlap_step": 1, "kv_on_demand": 1,
-                "custom_allreduce_bytes": CUSTOM_AR_SGLANG, "host_op_s": 0.0, "host_ops_layer": 0.0}
+                "custom_allreduce_bytes": CUSTOM_AR_SGLANG, "host_op_s": 0.0, "host_ops_layer": 0.0,
+                **_sched_host("sglang")}
     return {"max_num_tokens": 8192, "max_batch_size": 2048, "chunked_prefill": 0, "mixed_prefill": 1,
             "overlap_step": 1, "kv_on_demand": 0, "custom_allreduce_bytes": CUSTOM_AR_TRTLLM,
-            "host_op_s": HOST_OP_S_EAGER, "host_ops_layer": 0.0}
+            "host_op_s": HOST_OP_S_EAGER, "host_ops_layer": 0.0, **_sched_host("trtllm")}
 
 
 def fp4_activation(engine: str | None, precision: str) -> tuple[float, str | None]:

@@ -13,6 +13,13 @@ The host time of one layer is ``host_ops_layer x host_op_s`` (the training model
 dispatcher calls per layer forward x seconds per eager operator); ``host_ops_layer = 0`` takes the count
 below, and ``host_op_s = 0`` (the default, and every engine whose eager ops are not counted) turns the term off.
 
+The scheduler loop's own host time per iteration (§S36, ``scheduler_host_s``): ``host_step_s + host_req_s x r``
+for the ``r`` requests a rank's loop walks (each attention-DP rank runs its own loop over its requests; every TP
+rank of a group walks the group's batch). ``iteration_s`` combines it with the GPU time and the eager issue time:
+with the overlap scheduler (``overlap_step``) the CPU prepares iteration n+1 while the GPU runs n, so an
+iteration lasts ``max(GPU, eager + sched)``; without it the scheduler runs between iterations,
+``max(GPU, eager) + sched``.
+
 Count per decoder layer of TensorRT-LLM's PyTorch backend (one per Python-level ``torch.ops`` / ``torch``
 call; a ``.size()``, an assert or a Python list is none), read from NVIDIA/TensorRT-LLM stored copies:
 ``_torch/modules/linear.py`` and ``gated_mlp.py`` @01503f5, ``_torch/modules/attention.py`` @01503f5
@@ -23,7 +30,9 @@ call; a ``.size()``, an assert or a Python list is none), read from NVIDIA/Tenso
 """
 
 from fastmodel.kernels.jit import njit
-from fastmodel.kernels.columns import C_HOST_OP_S, C_HOST_OPS_LAYER, C_LAYERS, C_PP, C_TP
+from fastmodel.kernels.columns import (
+    C_ATTENTION_DP, C_HOST_OP_S, C_HOST_OPS_LAYER, C_HOST_REQ_S, C_HOST_STEP_S, C_LAYERS, C_OVERLAP_STEP, C_PP, C_TP,
+)
 from fastmodel.kernels.lm.layout import C_MOE_EXPERTS
 from fastmodel.kernels.serve.costs import dense_format, gemm_format
 
@@ -85,3 +94,28 @@ def eager_host_s(row):
     if row[C_HOST_OP_S] <= 0.0:
         return 0.0
     return row[C_LAYERS] / row[C_PP] * eager_layer_ops(row) * row[C_HOST_OP_S]
+
+
+@njit(inline="always")
+def scheduler_host_s(row, requests):
+    """Host seconds of one iteration of the engine's scheduler loop on a rank that walks ``requests`` requests:
+    ``host_step_s + host_req_s x requests`` (docs/model_serving.md S36; 0 when both columns are 0)."""
+    return row[C_HOST_STEP_S] + row[C_HOST_REQ_S] * requests
+
+
+@njit(inline="always")
+def iteration_s(row, gpu, eager, requests):
+    """Seconds of an iteration whose GPU work lasts ``gpu``, whose host issues ``eager`` seconds of operators and
+    whose busiest rank walks ``requests`` requests (``requests`` over all attention-DP groups divided by
+    ``attention_dp`` by the caller): ``max(gpu, eager + sched)`` with the overlap scheduler (the loop prepares the
+    next iteration while the GPU runs this one), else ``max(gpu, eager) + sched`` (docs/model_serving.md S36)."""
+    sched = scheduler_host_s(row, requests)
+    if row[C_OVERLAP_STEP] > 0.0:
+        return max(gpu, eager + sched)
+    return max(gpu, eager) + sched
+
+
+@njit(inline="always")
+def rank_requests(row, requests):
+    """Requests one rank's loop walks when ``requests`` are spread over the attention-DP groups."""
+    return requests / row[C_ATTENTION_DP]

@@ -39,7 +39,7 @@ from fastmodel.kernels.columns import (
 )
 from fastmodel.kernels.serve.attention import attention_launches, decode_attention_sum, prefill_attention_time
 from fastmodel.kernels.serve.costs import K_ATTN, K_COMM, K_GEMM, K_MEM, LAUNCH, body_costs, head_costs
-from fastmodel.kernels.serve.host import eager_host_s
+from fastmodel.kernels.serve.host import eager_host_s, iteration_s, rank_requests
 
 #: fixed-point passes over the batch composition (decode batch, prompts per prefill iteration); a pass stops the
 #: loop when neither moved by more than REFRESH (relative), and an iteration time is recomputed only when its
@@ -97,7 +97,8 @@ def prefill_iteration(row, n, q, per_request, costs):
     (into ``costs``, zeroed first); ``per_request``: the decode attention of one request at the mean context
     (attention is linear in the requests). The prompt's tokens sit on one attention-DP group; its attention
     is its share ``q / I`` of the causal prompt's. It lasts at least the host's issue time when the engine runs
-    it eagerly (``eager_host_s``); the cost parts stay the GPU's."""
+    it eagerly (``eager_host_s``) plus its scheduler loop's per-iteration work over the busiest rank's requests
+    (the decodes of its attention-DP group and the prompts, §S36: ``iteration_s``); the cost parts stay the GPU's."""
     for k in range(4):
         costs[k] = 0.0
     inp = row[C_INPUT_LEN]
@@ -108,8 +109,11 @@ def prefill_iteration(row, n, q, per_request, costs):
     if dec > 0.0:
         costs[K_ATTN] += dec * per_request + attention_launches(row)
     costs[K_ATTN] += prefill_attention_time(row, q / inp, inp)
-    # an eager iteration lasts as long as the host takes to issue it when that is longer (kernels/serve/host.py)
-    return max(costs[K_GEMM] + costs[K_ATTN] + costs[K_MEM] + costs[K_COMM], eager_host_s(row))
+    # an eager iteration lasts as long as the host takes to issue it and run its loop when that is longer
+    # (kernels/serve/host.py)
+    prompts = max(1.0, q / inp) if q > 0.0 else 0.0
+    return iteration_s(row, costs[K_GEMM] + costs[K_ATTN] + costs[K_MEM] + costs[K_COMM], eager_host_s(row),
+                       rank_requests(row, dec) + prompts)
 
 
 @njit
@@ -305,7 +309,8 @@ def steady_loop(row, running, dec, pre, out, work):
         fresh = abs(b - b_done) > REFRESH * b
         if fresh:
             touched, per_request = decode_iteration(row, n, dec)
-            t_d = dec[K_GEMM] + dec[K_ATTN] + dec[K_MEM] + dec[K_COMM] + host
+            t_d = iteration_s(row, dec[K_GEMM] + dec[K_ATTN] + dec[K_MEM] + dec[K_COMM], 0.0,
+                              rank_requests(row, n)) + host       # a graphed decode: the loop's host time, §S36
             b_done = b
         free = max(1.0, row[C_MAX_NUM_TOKENS] - (n * others if mixed else 0.0))   # the others' decodes
         chunked = row[C_CHUNKED_PREFILL] > 0.0

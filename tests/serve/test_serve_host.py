@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 from fastmodel.kernels.serve.costs import K_ATTN, K_COMM, K_GEMM, K_MEM
-from fastmodel.kernels.serve.host import eager_host_s, eager_layer_ops
+from fastmodel.kernels.serve.host import eager_host_s, eager_layer_ops, iteration_s, rank_requests, scheduler_host_s
 from fastmodel.kernels.serve.load import prefill_iteration
 from fastmodel.registry.lm import COLUMN_INDEX
 from fastmodel.serve.api import columns, evaluate
-from fastmodel.serve.profiles import HOST_OP_S_EAGER, profile_columns
+from fastmodel.serve.profiles import HOST_OP_S_EAGER, SCHED_HOST, profile_columns
 
 GIB = 2**30
 TRT = profile_columns("trtllm", None, 180 * GIB)
@@ -80,3 +80,51 @@ def test_a_lone_short_prompt_on_tensorrt_llm_is_host_bound():
     layers = 80
     assert eager["ttft"] == pytest.approx(layers * 19 * 20e-6, rel=1e-9)
     assert graphed["ttft"] < eager["ttft"]
+
+
+# --- the scheduler loop's host time per iteration (docs/model_serving.md S36) ---------------------------------
+
+
+def test_scheduler_host_time_is_fixed_plus_per_request_by_hand():
+    row = _row(host_step_s=1e-3, host_req_s=50e-6)
+    # 1 ms + 40 requests x 50 us = 3 ms
+    assert scheduler_host_s(row, 40.0) == pytest.approx(3e-3, rel=1e-12)
+    # attention DP 4: each rank's loop walks a quarter of the requests
+    row[COLUMN_INDEX["attention_dp"]] = 4.0
+    assert rank_requests(row, 40.0) == 10.0
+    assert scheduler_host_s(row, rank_requests(row, 40.0)) == pytest.approx(1.5e-3, rel=1e-12)
+
+
+def test_iteration_overlaps_the_loop_with_the_gpu_only_under_the_overlap_scheduler():
+    row = _row(host_step_s=1e-3, host_req_s=50e-6)          # 3 ms of loop at 40 requests
+    assert row[COLUMN_INDEX["overlap_step"]] == 1.0           # TensorRT-LLM's profile: overlap scheduler on
+    assert iteration_s(row, 5e-3, 0.0, 40.0) == pytest.approx(5e-3, rel=1e-12)      # GPU-bound: hidden
+    assert iteration_s(row, 2e-3, 0.0, 40.0) == pytest.approx(3e-3, rel=1e-12)      # host-bound: the loop
+    # an eager iteration: the host issues 1.5 ms of operators and runs its loop, 4.5 ms against 4 ms of GPU
+    assert iteration_s(row, 4e-3, 1.5e-3, 40.0) == pytest.approx(4.5e-3, rel=1e-12)
+    row[COLUMN_INDEX["overlap_step"]] = 0.0                   # no overlap: the loop runs between iterations
+    assert iteration_s(row, 5e-3, 0.0, 40.0) == pytest.approx(8e-3, rel=1e-12)
+    assert iteration_s(row, 4e-3, 1.5e-3, 40.0) == pytest.approx(7e-3, rel=1e-12)
+
+
+def test_scheduler_loop_is_off_by_default_and_in_every_profile():
+    row = _row()
+    assert scheduler_host_s(row, 100.0) == 0.0
+    assert iteration_s(row, 2e-3, 0.0, 100.0) == 2e-3
+    assert iteration_s(row, 2e-3, 5e-3, 100.0) == 5e-3     # the eager issue time alone (S21)
+    for engine in ("trtllm", "vllm", "sglang"):
+        profile = profile_columns(engine, None, 180 * GIB)
+        assert (profile["host_step_s"], profile["host_req_s"]) == SCHED_HOST[engine] == (0.0, 0.0)
+
+
+def test_a_host_bound_decode_sets_tpot_of_one_request():
+    # one request alone decodes at the decode-only iteration T_d (S7); a loop of 0.1 s per iteration is longer than
+    # any GPU step here, so TPOT is the loop's time with the overlap scheduler and GPU + loop without it
+    kw = dict(tp=8, input_len=1024, output_len=128, concurrency=1)
+    free = evaluate("llama3.1-70b", "H200", precision="fp8", **kw)
+    bound = evaluate("llama3.1-70b", "H200", precision="fp8", host_step_s=0.1, **kw)
+    assert free["tpot"] < 0.1
+    assert bound["tpot"] == pytest.approx(0.1, rel=1e-9)
+    serial = evaluate("llama3.1-70b", "H200", precision="fp8", overlap_step=0, **kw)
+    both = evaluate("llama3.1-70b", "H200", precision="fp8", overlap_step=0, host_step_s=0.1, **kw)
+    assert both["tpot"] == pytest.approx(serial["tpot"] + 0.1, rel=1e-9)
