@@ -73,7 +73,7 @@ LIST_CHOICE = Choice(["model", "system", "task", "sweep"])
 
 
 def friendly(func):
-    """Turn user errors into one line + exit 2, and Ctrl-C into exit 130."""
+    """Turn user errors (and running out of memory) into one line + exit 2, and Ctrl-C into exit 130."""
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
@@ -88,6 +88,11 @@ def friendly(func):
         except KeyboardInterrupt:
             click.echo(f"interrupted{interrupted_outputs()}", err=True)   # outputs are whole or absent
             sys.exit(130)
+        except MemoryError:   # numpy's _ArrayMemoryError too: a limit the size check could not see
+            click.echo("error: out of memory (a container or `ulimit -v` limit?); a sweep needs less with -o "
+                       "out.zarr and fewer --unit-configs, and a .zarr store it began completes with --resume"
+                       f"{interrupted_outputs()}", err=True)
+            sys.exit(2)
         except BrokenPipeError:  # e.g. piped into `head`
             sys.stderr.close()
             sys.exit(0)

@@ -77,6 +77,7 @@ def serve(records, model, device, tp, pp, ep, attention_dp, moe_tp, precision, k
 
         found = read_serve_records(records)
         labels = [r.id or f"record {i + 1}" for i, r in enumerate(found)]
+        _echo_notes(found, labels)
         import numpy as np
 
         params = np.stack([r.columns for r in found], axis=1)
@@ -107,6 +108,18 @@ def serve(records, model, device, tp, pp, ep, attention_dp, moe_tp, precision, k
         click.echo(json.dumps(rows[-1]) if as_json else render(label, state, result))
     if output:
         _write_rows(rows, output, records, force)
+
+
+def _echo_notes(found: list, labels: list[str]) -> None:
+    """Each distinct note of the records (an engine mapped to a default profile, a value the lowering
+    replaced, an assumed constant) once on stderr, with the records it applies to."""
+    by_note: dict[str, list[str]] = {}
+    for record, label in zip(found, labels):
+        for note in record.notes:
+            by_note.setdefault(note, []).append(label)
+    for note, which in by_note.items():
+        more = f" and {len(which) - 3} more" if len(which) > 3 else ""
+        click.echo(f"note: {note} ({', '.join(which[:3])}{more})", err=True)
 
 
 def _write_rows(rows: list[dict], path: str, records, force: bool) -> None:

@@ -11,7 +11,29 @@ from fastmodel.errors import SweepError
 
 
 def available_memory_bytes() -> int:
-    """MemAvailable from /proc/meminfo (Linux), else total physical memory."""
+    """The memory this process may still take: the least of MemAvailable (/proc/meminfo; else total physical
+    memory), the cgroup's limit less its usage (a container: cgroup v2 ``memory.max``/``memory.current``, v1
+    ``memory.limit_in_bytes``/``memory.usage_in_bytes``) and the address-space limit (``ulimit -v``,
+    RLIMIT_AS) less the process's virtual size."""
+    have = _meminfo_available()
+    for limit_file, usage_file in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+                                   ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
+                                    "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+        limit, usage = _read_int(limit_file), _read_int(usage_file)
+        if limit is not None and usage is not None and limit < 1 << 60:   # "max" or v1's huge "no limit"
+            have = min(have, max(limit - usage, 0))
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+        if soft != resource.RLIM_INFINITY:
+            have = min(have, max(soft - _virtual_size_bytes(), 0))
+    except (ImportError, OSError, ValueError):
+        pass
+    return have
+
+
+def _meminfo_available() -> int:
     try:
         with open("/proc/meminfo") as handle:
             for line in handle:
@@ -20,6 +42,27 @@ def available_memory_bytes() -> int:
     except OSError:
         pass
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def _read_int(path: str) -> int | None:
+    """The integer in a one-line kernel file, or None (absent, unreadable, ``max``)."""
+    try:
+        with open(path) as handle:
+            return int(handle.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _virtual_size_bytes() -> int:
+    """VmSize of this process (/proc/self/status), 0 where it cannot be read."""
+    try:
+        with open("/proc/self/status") as handle:
+            for line in handle:
+                if line.startswith("VmSize:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
 
 
 def summarise_status(counts: np.ndarray, total: int, names) -> str:

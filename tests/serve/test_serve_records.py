@@ -89,17 +89,35 @@ def test_disaggregated_blocks_must_add_up():
         lower_serve_record(record)
 
 
-def test_cli_validate_refuses_a_bad_record_in_one_line(tmp_path):
+def test_cli_serve_refuses_a_bad_record_in_one_line_and_validate_counts_it_a_miss(tmp_path):
     from click.testing import CliRunner
 
     from fastmodel.cli import main
 
     path = tmp_path / "s.jsonl"
     path.write_text(json.dumps(RECORD) + "\n" + json.dumps(_with("serve.tp", 2.5)) + "\n")
-    result = CliRunner().invoke(main, ["validate", str(path)])
+    result = CliRunner().invoke(main, ["serve", str(path)])
     assert result.exit_code == 2
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and f"{path}:2: serve.tp: " in lines[0] and "integer" in lines[0]
+    scored = CliRunner().invoke(main, ["validate", str(path)])     # never stops a file for one record
+    assert scored.exit_code == 0 and f"refused (a miss): {path}:2: serve.tp: " in scored.stderr
+
+
+def test_cli_serve_prints_each_note_of_the_records_once(tmp_path):
+    """A record's notes (here: an engine fastmodel does not know, mapped to a documented default) reach the
+    user of ``serve RECORDS`` on stderr, once per distinct note, with the records it applies to."""
+    from click.testing import CliRunner
+
+    from fastmodel.cli import main
+
+    path = tmp_path / "s.jsonl"
+    path.write_text("".join(json.dumps({**RECORD, "id": f"r{i}", "framework": "MyEngine 1.0"}) + "\n"
+                            for i in range(5)))
+    result = CliRunner().invoke(main, ["serve", str(path)])
+    assert result.exit_code == 0, result.output
+    notes = [line for line in result.stderr.splitlines() if "MyEngine 1.0" in line]
+    assert len(notes) == 1 and notes[0].startswith("note: ") and "(r0, r1, r2 and 2 more)" in notes[0]
 
 
 def test_every_dev_serving_point_is_answered():

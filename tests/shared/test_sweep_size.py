@@ -1,0 +1,44 @@
+"""fastmodel.sweeps.size: the memory a process may still take, and running out of it as one line."""
+
+import importlib
+
+from click.testing import CliRunner
+
+from fastmodel.cli import main
+
+size = importlib.import_module("fastmodel.sweeps.size")
+GIB = 1 << 30
+
+
+def test_available_memory_is_the_least_of_meminfo_cgroup_and_ulimit(monkeypatch):
+    """MemAvailable 64 GiB, a cgroup limit of 10 GiB with 4 used, an address-space limit 3 GiB above the
+    process's virtual size: 3 GiB are available; without the ulimit, the cgroup's 6."""
+    import resource
+
+    monkeypatch.setattr(size, "_meminfo_available", lambda: 64 * GIB)
+    files = {"/sys/fs/cgroup/memory.max": 10 * GIB, "/sys/fs/cgroup/memory.current": 4 * GIB}
+    monkeypatch.setattr(size, "_read_int", files.get)
+    monkeypatch.setattr(size, "_virtual_size_bytes", lambda: 5 * GIB)
+    monkeypatch.setattr(resource, "getrlimit", lambda kind: (8 * GIB, resource.RLIM_INFINITY))
+    assert size.available_memory_bytes() == 3 * GIB
+    monkeypatch.setattr(resource, "getrlimit", lambda kind: (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    assert size.available_memory_bytes() == 6 * GIB
+    monkeypatch.setattr(size, "_read_int", lambda path: None)          # no cgroup limit: MemAvailable
+    assert size.available_memory_bytes() == 64 * GIB
+
+
+def test_running_out_of_memory_is_one_line_and_exit_2(monkeypatch, tmp_path):
+    """A limit the size check cannot see (numpy's _ArrayMemoryError is a MemoryError) is one line, exit 2,
+    not a traceback."""
+    sweep_file = tmp_path / "s.toml"
+    sweep_file.write_text('model = "llama-7b"\nsystem = "dc-a"\ntask = "llm-pretrain"\n'
+                          '[axes]\nnum_nodes = [1, 4]\nplan = ["fsdp/ddp"]\n')
+
+    def no_memory(*args, **kwargs):
+        raise MemoryError("Unable to allocate 2.6 GiB")
+
+    monkeypatch.setattr(importlib.import_module("fastmodel.sweeps.run"), "check_memory", no_memory)
+    result = CliRunner().invoke(main, ["sweep", str(sweep_file), "-o", str(tmp_path / "s.nc")])
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert lines[-1].startswith("error: out of memory") and "Traceback" not in result.output
