@@ -118,3 +118,17 @@ def test_runs_the_model_predicts_exactly_leave_it_unchanged():
     cal = result.calibration()
     assert not cal.devices and not cal.framework and not cal.stacks
     assert any(p.status == HELD for p in result.parameters)
+
+
+def test_a_stack_host_op_s_reads_back_and_scales_the_counted_issue_time():
+    """``[stack."megatron-lm"] host_op_s`` keeps each run's operator count (60 here): the host time per layer
+    pass becomes 60 x 30 us = 1.8 ms, and host_layer_s stays 0 (the count is used)."""
+    from fastmodel.lm.calibrate import apply_calibration, parse_calibration
+
+    cal = parse_calibration({"calibration": {"format": 1, "fitted_on": "x", "fitted_at": "y"},
+                             "stack": {"megatron-lm": {"host_op_s": 30e-6}}})
+    five = read_records(SMALL)[:5]
+    out = apply_calibration(five, cal)
+    for r in out:
+        assert r.columns[_col("host_op_s")] == 30e-6 and r.columns[_col("host_layer_s")] == 0.0
+        assert r.columns[_col("host_ops_layer")] * r.columns[_col("host_op_s")] == pytest.approx(1.8e-3)
