@@ -6,7 +6,8 @@ model gives a memory result (a NaN memory prediction is skipped). By default
 the loss is robust (scipy ``soft_l1``, scale 5%: runs the model misses for
 structural reasons weigh linearly) and each fitted value is pulled toward its
 physical one with weight ``prior`` per scale (0.5; ``calibrate(prior="cv")``
-chooses it by cross-validation).
+chooses it by cross-validation; ``calibrate``'s default ``"auto"`` chooses it by
+leave-one-out below 10 runs, ``prior.py``; ``inf`` holds every value physical).
 
 Parameters (``Parameter``): one per fittable column and group that appears in
 the runs -- device x precision for the GEMM efficiency, device for the other
@@ -14,16 +15,17 @@ device efficiencies, device x network tier (``intra``: the NVLink domain,
 ``inter``: scale-out) for bandwidth efficiency and latency, one framework
 overhead per step shared by every run, and per software stack (the runs'
 ``framework`` reduced by ``stack_name``) the share of the modelled kernel speed
-it attains (``stack_compute_eff``); runs that name no framework get none. Built-in (physical) values are the
-starting point.
+it attains (``stack_compute_eff``) and its host issue time (``host_op_s``, a scale on the counted operators,
+or ``host_layer_s`` where it counts none); runs that name no framework get none. Built-in (physical) values
+are the starting point.
 
-1. Identifiability. A parameter is fitted only if the runs constrain it: no run
+1. Identifiability (``identify.py``). A parameter is fitted only if the runs constrain it: no run
    on its device / precision / tier -> left physical; a change of
    ``PROBE`` x its scale moving no run's step time by ``min_effect`` -> left
-   physical; its sensitivity column nearly inside the span of stronger
+   physical; moving only one run -> left physical; its sensitivity column nearly inside the span of stronger
    parameters' (greedy pivoted Gram-Schmidt, ``min_independence``) -> left
    physical, "not separable from X"; at most one fitted parameter per
-   ``runs_per_parameter`` (2) runs of its device.
+   ``runs_per_parameter`` (2) runs of its device or stack, and of all the runs.
 2. Coarse search through the vectorized engine: each stage builds ONE table of
    runs x candidates (the current point, a 1-D sweep of every parameter, random
    points of the box) and evaluates it in one ``evaluate_table`` call; runs of
