@@ -17,9 +17,10 @@ from fastmodel.cli.common import friendly
               help="k-fold cross-validated error in the report (0: off)  [default: 5, or one fold per run below 5 runs]")
 @click.option("--loss", type=click.Choice(["soft_l1", "linear"]), default="soft_l1", show_default=True,
               help="soft_l1: robust to runs the model misses; linear: plain least squares.")
-@click.option("--prior", default="0.5", show_default=True,
-              help="Weight pulling each fitted value toward its physical one, per scale (0: none), or 'cv': "
-                   "chosen among 0, 0.5, 1, 2, 4 by 3-fold cross-validation on RUNS.")
+@click.option("--prior", default="auto", show_default=True,
+              help="Weight pulling each fitted value toward its physical one, per scale (0: none); 'cv': "
+                   "chosen among 0, 0.5, 1, 2, 4 by 3-fold cross-validation on RUNS; 'auto': 0.5 from 10 runs, "
+                   "below chosen among 0, 0.5, 1, 2, 4 and inf (nothing fitted) by leave-one-out.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the coarse search's random points.")
 @friendly
 def calibrate(runs, output, force, folds, loss, prior, seed):
@@ -44,13 +45,13 @@ def calibrate(runs, output, force, folds, loss, prior, seed):
 
     if output:   # before any work: an earlier calibration is never replaced without --force
         check_output(output, "toml", inputs=(runs,), force=force, what="calibration")
-    if prior != "cv":
+    if prior not in ("cv", "auto"):
         try:
             weight = float(prior)
         except ValueError:
             weight = -1.0
         if not (math.isfinite(weight) and weight >= 0):
-            raise FastmodelError(f"--prior: must be a finite number >= 0 or 'cv', got {prior!r}")
+            raise FastmodelError(f"--prior: must be a finite number >= 0, 'cv' or 'auto', got {prior!r}")
         prior = weight
     records, skipped = with_measurements(read_records(runs), runs)   # measured is read only here
     for line in skipped:
@@ -77,7 +78,7 @@ def calibrate(runs, output, force, folds, loss, prior, seed):
         "sha256": hashlib.sha256(Path(runs).read_bytes()).hexdigest(),
         "fitted_at": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "fastmodel": __version__,
-        "objective": objective_text(loss, prior=result.prior) + (", chosen by cross-validation" if prior == "cv" else ""),
+        "objective": objective_text(loss, prior=result.prior) + (f", {result.prior_rule}" if result.prior_rule else ""),
         "step_time_mape_before": mape(before), "step_time_mape_after": mape(after),
     }
     if cv:

@@ -312,7 +312,8 @@ NETWORK_COLUMNS = _cols(
      "host time per layer pass when host_layer_s is 0. The stack profile sets it.", 0, 1e5, False, "number"),
     ("host_op_s", "s", 0.0, "Host (CPU) seconds to issue one eager framework operator: Python, dispatcher, "
      "autograd recording, kernel launch (docs/model.md, host issue time). 0: not counted (the CPU runs ahead, "
-     "e.g. CUDA graphs). The stack profile sets it.", 0, 1e-3, False, "number"),
+     "e.g. CUDA graphs). The stack profile sets it; a calibration's [stack.\"NAME\"] table may.", 0, 1e-3, True,
+     "number"),
 )
 
 SERVE_COLUMNS = _cols(

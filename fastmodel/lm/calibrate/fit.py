@@ -6,7 +6,8 @@ model gives a memory result (a NaN memory prediction is skipped). By default
 the loss is robust (scipy ``soft_l1``, scale 5%: runs the model misses for
 structural reasons weigh linearly) and each fitted value is pulled toward its
 physical one with weight ``prior`` per scale (0.5; ``calibrate(prior="cv")``
-chooses it by cross-validation).
+chooses it by cross-validation; ``calibrate``'s default ``"auto"`` chooses it by
+leave-one-out below 10 runs, ``prior.py``; ``inf`` holds every value physical).
 
 Parameters (``Parameter``): one per fittable column and group that appears in
 the runs -- device x precision for the GEMM efficiency, device for the other
@@ -14,16 +15,17 @@ device efficiencies, device x network tier (``intra``: the NVLink domain,
 ``inter``: scale-out) for bandwidth efficiency and latency, one framework
 overhead per step shared by every run, and per software stack (the runs'
 ``framework`` reduced by ``stack_name``) the share of the modelled kernel speed
-it attains (``stack_compute_eff``); runs that name no framework get none. Built-in (physical) values are the
-starting point.
+it attains (``stack_compute_eff``) and its host issue time (``host_op_s``, a scale on the counted operators,
+or ``host_layer_s`` where it counts none); runs that name no framework get none. Built-in (physical) values
+are the starting point.
 
-1. Identifiability. A parameter is fitted only if the runs constrain it: no run
+1. Identifiability (``identify.py``). A parameter is fitted only if the runs constrain it: no run
    on its device / precision / tier -> left physical; a change of
    ``PROBE`` x its scale moving no run's step time by ``min_effect`` -> left
-   physical; its sensitivity column nearly inside the span of stronger
+   physical; moving only one run -> left physical; its sensitivity column nearly inside the span of stronger
    parameters' (greedy pivoted Gram-Schmidt, ``min_independence``) -> left
    physical, "not separable from X"; at most one fitted parameter per
-   ``runs_per_parameter`` (2) runs of its device.
+   ``runs_per_parameter`` (2) runs of its device or stack, and of all the runs.
 2. Coarse search through the vectorized engine: each stage builds ONE table of
    runs x candidates (the current point, a 1-D sweep of every parameter, random
    points of the box) and evaluates it in one ``evaluate_table`` call; runs of
@@ -40,6 +42,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fastmodel.errors import FastmodelError
+from fastmodel.lm.calibrate.identify import PROBE, replaced_terms, select_identifiable  # noqa: F401 (re-exported)
 from fastmodel.lm.calibrate.overlay import (
     DEVICE_FIELDS,
     FRAMEWORK_FIELDS,
@@ -50,6 +53,7 @@ from fastmodel.lm.calibrate.overlay import (
     device_aliases,
     stack_name,
 )
+from fastmodel.lm.calibrate.prior import HELD, auto_prior
 from fastmodel.lm.calibrate.search import Box, coarse_search, refine, robust_cost  # noqa: F401 (re-exported)
 from fastmodel.registry.lm import COLUMN_INDEX as C
 from fastmodel.registry.lm import COLUMNS
@@ -77,8 +81,6 @@ def host_layer_scale(records, rows) -> float:
     per_pass = steps / passes
     finite = per_pass[np.isfinite(per_pass)]
     return float(np.clip(1.25 / PROBE * np.median(finite), low, high)) if finite.size else low
-#: relative change of a parameter (of its scale) used to probe sensitivity
-PROBE = 0.25
 #: residual given to a run whose prediction is not finite for a candidate
 BAD_RESIDUAL = 10.0
 GIB = 2.0 ** 30
@@ -130,6 +132,7 @@ class FitResult:
     evaluations: int = 0
     prior: float = 0.0
     prior_scores: dict = field(default_factory=dict)   # prior weight -> held-out cost (when chosen by CV)
+    prior_rule: str = ""                               # how the prior weight was chosen (calibrate)
 
     def calibration(self, header: dict | None = None, source: str = "") -> Calibration:
         """The fitted parameters as a calibration overlay (parameters left physical are not in it)."""
@@ -183,6 +186,8 @@ class Problem:
         table = np.asfortranarray(np.tile(self.base, (1, m)))   # one contiguous vector per configuration
         offsets = np.arange(m)[:, None] * self.n
         for j, p in enumerate(self.parameters):
+            if np.all(thetas[:, j] == p.start):   # held where it is: each run keeps its own value
+                continue
             idx = (offsets + p.rows[None, :]).ravel()
             table[C[p.column], idx] = np.repeat(thetas[:, j], p.rows.size)
         self.evaluations += 1
@@ -228,11 +233,6 @@ def candidate_parameters(records) -> list[Parameter]:
         col = COLUMNS[C[column]]
         rows = np.asarray(rows, dtype=np.int64)
         values = np.array([records[i].columns[C[column]] for i in rows]) if rows.size else np.array([col.default])
-        if column == "host_layer_s" and rows.size:
-            # 0 means the stack's counted issue time (host_ops_layer x host_op_s): the fit starts from it
-            counted = np.array([records[i].columns[C["host_ops_layer"]] * records[i].columns[C["host_op_s"]]
-                                for i in rows])
-            values = np.where(values > 0.0, values, counted)
         start = float(np.median(values))
         if column == "step_overhead_s":
             scale = max(start, 0.05 * median_step)
@@ -267,8 +267,9 @@ def candidate_parameters(records) -> list[Parameter]:
         if stack is not None:
             by_stack.setdefault(stack, []).append(i)
     for stack in sorted(by_stack):
+        held = replaced_terms(records, by_stack[stack])
         for column in STACK_FIELDS:
-            make(None, column, by_stack[stack], stack=stack)
+            make(None, column, by_stack[stack], held.get(column, ""), stack=stack)
     return params
 
 
@@ -280,59 +281,14 @@ def precision_names(records) -> dict[str, str]:
     return {d: ("fp16" if "fp16" in s and "bf16" not in s else "bf16") for d, s in names.items()}
 
 
-# --- identifiability -----------------------------------------------------------------------------
-
-def select_identifiable(problem: Problem, params: list[Parameter], min_effect: float,
-                        min_independence: float, runs_per_parameter: int = 2) -> None:
-    """Mark which open parameters the runs constrain (status "fitted") and why the others stay physical."""
-    open_ = [j for j, p in enumerate(params) if not p.status]
-    theta0 = np.array([p.start for p in params])
-    steps = np.array([PROBE * p.scale * (1.0 if p.start + PROBE * p.scale <= p.hi else -1.0) for p in params])
-    probes = np.repeat(theta0[None, :], len(open_) + 1, axis=0)
-    for k, j in enumerate(open_):
-        probes[k + 1, j] += steps[j]
-    r = problem.residuals(probes)
-    delta = r[1:] - r[0]                                 # change of each residual for each probe
-    block_runs: dict[str | None, int] = {}
-    for p in params:
-        block_runs[p.group] = p.rows.size
-    fitted_in_block: dict[str | None, int] = {}
-    basis: list[np.ndarray] = []
-    owners: list[int] = []
-    # software stacks first: a device's efficiency is fitted only on what its runs' stacks leave unexplained
-    order = sorted(range(len(open_)), key=lambda k: (params[open_[k]].stack is None, -np.linalg.norm(delta[k])))
-    for k in order:
-        p = params[open_[k]]
-        p.sensitivity = float(np.max(np.abs(delta[k]))) if delta.shape[1] else 0.0
-        if p.sensitivity < min_effect:
-            p.status = (f"too weak: a {100 * PROBE:.0f}% change moves no run's step time by "
-                        f"{100 * min_effect:.1f}% (largest {100 * p.sensitivity:.2g}%)")
-            continue
-        v = delta[k].copy()
-        norm = np.linalg.norm(v)
-        coefs = [float(q @ v) for q in basis]
-        for q, c in zip(basis, coefs):
-            v -= c * q
-        if np.linalg.norm(v) < min_independence * norm:
-            twin = params[owners[int(np.argmax(np.abs(coefs)))]].label
-            p.status = f"not separable from {twin} in these runs"
-            continue
-        limit = max(1, block_runs[p.group] // runs_per_parameter)
-        if fitted_in_block.get(p.group, 0) >= limit:
-            p.status = f"too few runs: {block_runs[p.group]} runs pin at most {limit} parameter(s)"
-            continue
-        basis.append(v / np.linalg.norm(v))
-        owners.append(open_[k])
-        fitted_in_block[p.group] = fitted_in_block.get(p.group, 0) + 1
-        p.status = "fitted"
-
-
 # --- entry point ---------------------------------------------------------------------------------
 
 def objective_text(loss: str = "soft_l1", f_scale: float = 0.05, prior: float = 0.5) -> str:
     """One line naming the objective (written into the calibration header)."""
     kind = "least squares" if loss == "linear" else f"robust least squares ({loss}, scale {f_scale:g})"
-    pull = f", pull {prior:g} toward physical values" if prior > 0 else ""
+    pull = f", pull {prior:g} toward physical values" if 0 < prior < np.inf else ""
+    if prior == np.inf:
+        pull = ", every value held physical (infinite pull)"
     return f"{kind} on log step time (+ log memory where measured){pull}"
 
 
@@ -358,6 +314,9 @@ def fit(records, *, min_effect: float = 0.005, min_independence: float = 0.5, st
     theta = np.array([p.start for p in params])
     cost_before = float(np.sum(problem.residuals(theta)[0] ** 2))
     select_identifiable(problem, params, min_effect, min_independence, runs_per_parameter)
+    if not np.isfinite(prior):   # an infinite pull: the physical model itself
+        for p in params:
+            p.status = "identified, held physical: infinite pull toward physical values" if p.fitted else p.status
     fitted = [j for j, p in enumerate(params) if p.fitted]
     if fitted:
         rng = np.random.default_rng(seed)
@@ -416,14 +375,19 @@ def held_out_cost(train, test, prior: float, loss: str, f_scale: float, **kw) ->
     return float(robust_cost(r, loss, f_scale).sum())
 
 
-def calibrate(records, *, prior: float | str = 0.5, loss: str = "soft_l1", f_scale: float = 0.05,
+def calibrate(records, *, prior: float | str = "auto", loss: str = "soft_l1", f_scale: float = 0.05,
               choices=PRIOR_CHOICES, folds: int = PRIOR_FOLDS, **kw) -> FitResult:
-    """``fit`` with the pull toward physical values given, or chosen (``"cv"``) among ``choices`` by the
-    smallest held-out cost of a ``folds``-fold cross-validation on ``records`` (ties: the larger pull).
+    """``fit`` with the pull toward physical values given, chosen (``"cv"``) among ``choices`` by the
+    smallest held-out cost of a ``folds``-fold cross-validation on ``records`` (ties: the larger pull), or
+    (``"auto"``, the default) 0.5 from ``prior.LOO_MAX_RUNS`` runs up and by leave-one-out below (``prior``).
     Synthetic runs the model fits exactly choose 0; runs the model misses for structural reasons choose a
     pull that keeps efficiencies near their datasheet values unless many runs agree."""
     scores: dict[float, float] = {}
-    if prior == "cv":
+    rule = ""
+    if prior == "auto":
+        prior, scores, rule = auto_prior(records, loss, f_scale, **kw)
+    elif prior == "cv":
+        rule = f"chosen by {folds}-fold cross-validation"
         if len(records) < 2 * folds:
             prior = PRIOR_FEW_RUNS
         else:
@@ -434,8 +398,11 @@ def calibrate(records, *, prior: float | str = 0.5, loss: str = "soft_l1", f_sca
                                   [r for r, f in zip(records, fold) if f == k], choice, loss, f_scale, **kw)
                     for k in range(folds)) / len(records)
             prior = min(choices, key=lambda c: (round(scores[c], 12), -c))
-    elif isinstance(prior, str) or prior < 0:
-        raise FastmodelError(f"calibrate: prior must be a number >= 0 or 'cv', got {prior!r}")
+    elif isinstance(prior, str) or not prior >= 0:
+        raise FastmodelError(f"calibrate: prior must be a number >= 0, 'cv' or 'auto', got {prior!r}")
     result = fit(records, prior=float(prior), loss=loss, f_scale=f_scale, **kw)
-    result.prior_scores = scores
+    result.prior_scores, result.prior_rule = scores, rule
+    if rule and not np.isfinite(result.prior):
+        for p in result.parameters:
+            p.status = HELD if p.status.startswith("identified, held") else p.status
     return result

@@ -71,7 +71,8 @@ _FIELD_PATHS = {
     "inter_latency": "inter.latency_s",
 }
 #: registry column -> field of a ``[stack."NAME"]`` table (applies to runs of that software stack)
-STACK_FIELDS: dict[str, str] = {"stack_compute_eff": "compute_eff", "host_layer_s": "host_layer_s"}
+STACK_FIELDS: dict[str, str] = {"stack_compute_eff": "compute_eff", "host_layer_s": "host_layer_s",
+                                "host_op_s": "host_op_s"}
 #: registry column -> field path inside a ``[device."NAME"]`` table: every fittable column (registry order)
 #: except the framework and stack ones
 DEVICE_FIELDS: dict[str, str] = {c.name: _FIELD_PATHS.get(c.name, c.name) for c in COLUMNS

@@ -93,10 +93,11 @@ def format_report(result: FitResult, before: list[dict], after: list[dict], cv: 
             f"{result.cost_after:.4g} (sum of squared log step-time errors)"]
     if result.prior_scores:
         tried = ", ".join(f"{k:g}: {v:.4g}" for k, v in result.prior_scores.items())
-        head.append(f"pull toward physical values: {result.prior:g}, chosen by {PRIOR_FOLDS}-fold cross-validation "
-                    f"(held-out cost per run {tried})")
+        how = result.prior_rule or f"chosen by {PRIOR_FOLDS}-fold cross-validation"
+        head.append(f"pull toward physical values: {result.prior:g}, {how} (held-out cost per run {tried})")
     else:
-        head.append(f"pull toward physical values: {result.prior:g}")
+        head.append(f"pull toward physical values: {result.prior:g}"
+                    + (f", {result.prior_rule}" if result.prior_rule else ""))
     if calibration_line:
         head.append(calibration_line)
     cv_line = (f"cross-validated: {folds}-fold, each fold predicted by a calibration fitted on the others"
