@@ -28,7 +28,13 @@ import numpy as np
 from fastmodel.errors import SpecError, UnsupportedError
 from fastmodel.registry.lm import COLUMN_INDEX, LOAD_MODES
 from fastmodel.serve.api import precision_columns
-from fastmodel.serve.engine_kernels import assumed_note, expert_kernel_eff, is_sm90, is_sm90_or_sm100, linear_kernels
+from fastmodel.serve.engine_kernels import (
+    assumed_note,
+    expert_kernel_columns,
+    is_sm90,
+    is_sm90_or_sm100,
+    linear_kernels,
+)
 from fastmodel.serve.precisions import FP4_PRECISIONS, block_fp8_checkpoint, published_fp4_checkpoint
 from fastmodel.serve.profiles import (
     expert_row_tiles,
@@ -179,8 +185,8 @@ def lower_serve_record(data: dict, source: str | None = None) -> ServeRecord:
     fusion_note = assumed_note(engine, version, values["allreduce_norm_fusion"])
     if fusion_note:
         notes.append(fusion_note)
-    values["expert_gemm_eff"] = expert_kernel_eff(
-        engine, block_fp8_checkpoint(model.get("name"), precision, data.get("aic")), is_sm90(device, device_table()))
+    values.update(expert_kernel_columns(engine, block_fp8_checkpoint(model.get("name"), precision, data.get("aic")),
+                                        is_sm90(device, device_table()), serve.moe_backend == "marlin"))
     if values["peak_flops_4"] > 0:     # the engine's FP4 MoE kernel; without FP4 tensor cores, another backend
         values["expert_tile_min"], values["expert_tile_max"] = expert_row_tiles(engine, precision)
     mode = serve.load
