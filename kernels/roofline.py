@@ -19,8 +19,8 @@ import math
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.columns import (
     C_ATTN_EFF, C_ATTN_EFF_FA2, C_ATTN_FA2, C_MLA, C_GEMM_EFF_16, C_GEMM_EFF_8, C_GEMM_K_HALF, C_GEMM_TILE_M, C_GEMM_TILE_N, C_HBM_BW, C_HBM_EFF,
-    C_EXPERT_GEMM_EFF, C_EXPERT_TILE_MAX, C_EXPERT_TILE_MIN, C_KERNEL_OVERHEAD_S, C_PEAK_FLOPS_16, C_PEAK_FLOPS_4, C_PEAK_FLOPS_8,
-    C_SM_COUNT, C_STACK_COMPUTE_EFF,
+    C_EP, C_EXPERT_GEMM_EFF, C_EXPERT_HIDE_ROWS, C_EXPERT_TILE_MAX, C_EXPERT_TILE_MIN, C_KERNEL_OVERHEAD_S, C_MOE_EXPERTS,
+    C_PEAK_FLOPS_16, C_PEAK_FLOPS_4, C_PEAK_FLOPS_8, C_SM_COUNT, C_STACK_COMPUTE_EFF,
 )
 
 
@@ -153,19 +153,29 @@ def exposed_weight_share(row, m):
 
 
 @njit(inline="always")
+def hides_math(row, groups, m):
+    """True when the engine's expert kernel hides its MMA under its weight stream at this load: the routed rows per
+    local expert, ``groups m / (moe_experts / ep)``, below ``expert_hide_rows`` (0: never; vLLM's Marlin MoE runs
+    one 16-row MMA block with up to 4 thread blocks per SM there, docs/model_serving.md S38)."""
+    limit = row[C_EXPERT_HIDE_ROWS]
+    return limit > 0.0 and groups * m * row[C_EP] < limit * row[C_MOE_EXPERTS]
+
+
+@njit(inline="always")
 def expert_gemm_roofline(row, groups, m, n, k, fp8, weight_bytes, launch):
     """Seconds of a grouped GEMM over ``groups`` experts of ``m`` rows each (MoE routed experts):
     ``max(c, w) + s min(c, w)`` with ``(c, w)`` of :func:`gemm_bounds` and ``s`` the exposed share
     (:func:`exposed_weight_share`), the compute bound at the engine's expert kernel (:func:`expert_bounds`). Each
     expert's weight tile is loaded once per row tile; with one row tile
     per expert (m <= tile_m) nothing else can run while it streams in, so load and math add up; with ``r`` row
-    tiles the later ones find it in L2 and only ``1/r`` of the shorter bound stays exposed. Same launch rule as
+    tiles the later ones find it in L2 and only ``1/r`` of the shorter bound stays exposed; none where the
+    kernel hides its math (:func:`hides_math`). Same launch rule as
     :func:`gemm_roofline`; 0 when empty. Row tile: :func:`expert_row_tile`."""
     if groups <= 0.0 or m <= 0.0 or n <= 0.0 or k <= 0.0:
         return 0.0
     compute, memory = expert_bounds(row, groups, m, n, k, fp8, weight_bytes)
-    return max(compute, memory) + exposed_weight_share(row, m) * min(compute, memory) \
-        + launch * row[C_KERNEL_OVERHEAD_S]
+    share = 0.0 if hides_math(row, groups, m) else exposed_weight_share(row, m)
+    return max(compute, memory) + share * min(compute, memory) + launch * row[C_KERNEL_OVERHEAD_S]
 
 
 @njit(inline="always")

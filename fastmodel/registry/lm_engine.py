@@ -21,7 +21,11 @@ ENGINE_KERNEL_ROWS = (
      "set by the engine profile (FlashInfer trtllm-gen FP4 MoE at BF16 activations: 64).", 0, 1024),
     ("expert_gemm_eff", "1", 0.0, "Share of the GEMM format's datasheet peak the engine's routed-expert grouped GEMM "
      "kernel attains at large M (0: the device's gemm_eff of that format); set by the engine profile (SGLang's "
-     "Triton block-FP8 fused MoE on Hopper: 0.19, docs/model_serving.md S29).", 0, 1),
+     "Triton block-FP8 fused MoE on Hopper: 0.19, S29; vLLM's Marlin MoE on Hopper: 0.304, conversion included, S38).",
+     0, 1),
+    ("expert_hide_rows", "tokens", 0.0, "Routed rows per local expert (M top_k / E) below which the expert kernel "
+     "hides its MMA under its weight stream, max(c, w) (0: never); vLLM's Marlin MoE: 14.4, one 16-row MMA block "
+     "with up to 4 thread blocks per SM (docs/model_serving.md S38).", 0, 1024),
     ("mixed_prefill", "1", 1, "1: prefill chunks ride in the decode iterations (vLLM V1, TRT-LLM in-flight "
      "batching); 0: prefill batches run alone and stall decodes (SGLang default).", 0, 1),
     ("chunked_prefill", "1", 0, "1: a prompt longer than the free token budget is cut into chunks; 0: a prompt "

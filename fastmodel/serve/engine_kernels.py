@@ -75,14 +75,44 @@ def assumed_note(engine: str | None, version: tuple[int, ...] | None, fusion: fl
 TRITON_BLOCK_FP8_SM90_EFF = 0.19
 
 
-def expert_kernel_eff(engine: str | None, block_fp8: bool, sm90: bool) -> float:
+#: share of the 16-bit datasheet peak at which the model's grouped expert GEMM (``roofline.expert_gemm_roofline``:
+#: row tile, wave quantization, ``gemm_k_half``) reproduces vLLM's Marlin MoE (``fused_marlin_moe``: two
+#: ``moe_wna16_marlin_gemm``, the activation, ``moe_sum``; SM80 ``mma.sync``, weights converted in registers) on full
+#: Hopper at 256 rows per expert: FlagGems PR #4350 (2026-06-25), H100 table, vLLM column, Mixtral E8 H4096 I14336
+#: top-2 W4A16, 1,024 tokens, 2.720316 ms (265.3 TFLOP/s, 0.268 of 989.4e12 in raw FLOP); the same value reproduces
+#: its 256- to 32,768-token rows within 2 % but 512 (9 %) (docs/model_serving.md S38)
+MARLIN_MOE_SM90_EFF = 0.304
+#: Marlin MoE's one-MMA-row-block regime: ``fused_marlin_moe`` takes ``block_size_m`` 8 or 16 while
+#: ``M top_k / E / 16 < 0.9`` (``fused_marlin_moe.py`` 308-313 @v0.18.0), i.e. below 14.4 rows per local expert; there
+#: ``marlin_mm`` runs ``thread_m_blocks`` 1 with up to 4 thread blocks per SM (``ops.cu`` ``determine_exec_config``),
+#: and the published H100 rows at 1.5-8 rows per expert take their weight stream's time, max(c, w) (S38)
+MARLIN_HIDE_ROWS = 0.9 * 16.0
+
+
+def expert_kernel_eff(engine: str | None, block_fp8: bool, sm90: bool, marlin: bool = False) -> float:
     """``expert_gemm_eff`` of the routed-expert kernel an engine runs. SGLang runs block-FP8 experts through
     its Triton fused MoE (``Fp8MoEMethod.create_moe_runner`` @0.5.6.post2: the ``auto`` runner is ``TRITON``
     unless the all-to-all backend is DeepEP or Mooncake, where DeepGEMM runs; ``server_args.moe_a2a_backend``
     defaults to ``none``), which on Hopper attains ``TRITON_BLOCK_FP8_SM90_EFF`` of the FP8 peak. Every other
     engine, format and device: 0 (the device's ``gemm_eff``; vLLM 0.12 runs DeepGEMM for block-FP8 experts below TP 8
-    when it is installed, ``quantization/fp8.py`` ``get_fp8_moe_backend``; TensorRT-LLM's Hopper FP8 MoE is not read)."""
+    when it is installed, ``quantization/fp8.py`` ``get_fp8_moe_backend``; TensorRT-LLM's Hopper FP8 MoE is not read).
+    vLLM with Marlin MoE stated (``marlin``: ``serve.moe_backend``, S33) on SM90: ``MARLIN_MOE_SM90_EFF`` (S38)."""
+    if engine == "vllm" and marlin and sm90:
+        return MARLIN_MOE_SM90_EFF
     return TRITON_BLOCK_FP8_SM90_EFF if engine == "sglang" and block_fp8 and sm90 else 0.0
+
+
+def expert_hide_rows(engine: str | None, sm90: bool, marlin: bool) -> float:
+    """``expert_hide_rows`` of the routed-expert kernel: ``MARLIN_HIDE_ROWS`` for vLLM's Marlin MoE stated on SM90
+    (the rows ``expert_kernel_eff`` prices), else 0."""
+    return MARLIN_HIDE_ROWS if engine == "vllm" and marlin and sm90 else 0.0
+
+
+def expert_kernel_columns(engine: str | None, block_fp8: bool, sm90: bool, marlin: bool) -> dict[str, float]:
+    """``expert_gemm_eff`` (:func:`expert_kernel_eff`) and ``expert_hide_rows`` (:func:`expert_hide_rows`) of the
+    routed-expert kernel an engine runs (docs/model_serving.md S29, S38)."""
+    return {"expert_gemm_eff": expert_kernel_eff(engine, block_fp8, sm90, marlin=marlin),
+            "expert_hide_rows": expert_hide_rows(engine, sm90, marlin)}
 
 
 def device_is_one_of(device: dict, table: dict, names: tuple[str, ...]) -> bool:

@@ -33,7 +33,7 @@ from fastmodel.serve.engine_kernels import (
     SM90_SM100_DEVICES,
     assumed_note,
     device_is_one_of,
-    expert_kernel_eff,
+    expert_kernel_columns,
     linear_kernels,
 )
 from fastmodel.serve.precisions import FP4_PRECISIONS, block_fp8_checkpoint, published_fp4_checkpoint
@@ -186,8 +186,9 @@ def lower_serve_record(data: dict, source: str | None = None) -> ServeRecord:
     fusion_note = assumed_note(engine, version, values["allreduce_norm_fusion"])
     if fusion_note:
         notes.append(fusion_note)
-    values["expert_gemm_eff"] = expert_kernel_eff(
-        engine, block_fp8_checkpoint(model.get("name"), precision, data.get("aic")), device_is_one_of(device, device_table(), SM90_DEVICES))
+    values.update(expert_kernel_columns(engine, block_fp8_checkpoint(model.get("name"), precision, data.get("aic")),
+                                        device_is_one_of(device, device_table(), SM90_DEVICES),
+                                        serve.moe_backend == "marlin"))
     if values["peak_flops_4"] > 0:     # the engine's FP4 MoE kernel; without FP4 tensor cores, another backend
         values["expert_tile_min"], values["expert_tile_max"] = expert_row_tiles(engine, precision)
     mode = serve.load

@@ -24,7 +24,7 @@ device of another generation without FP4 (A100, L40S) takes them as they are (no
 import math
 
 from fastmodel.kernels.jit import njit
-from fastmodel.kernels.columns import C_FP4_GEMM, C_HIDDEN, C_PEAK_FLOPS_16, C_PEAK_FLOPS_4
+from fastmodel.kernels.columns import C_EXPERT_GEMM_EFF, C_FP4_GEMM, C_HIDDEN, C_PEAK_FLOPS_16, C_PEAK_FLOPS_4
 from fastmodel.kernels.roofline import expert_bounds, expert_row_tile
 
 #: integer instructions per converted E2M1 value: 17 per 8 (Triton ``FP4ToBF16Ptx``)
@@ -38,8 +38,9 @@ TENSOR_FLOPS_PER_CLK = 4096.0
 @njit(inline="always")
 def software_upcast(row, fmt):
     """True when the expert GEMM of GEMM format ``fmt`` takes FP4 weights converted in software: FP4 weights, 16-bit
-    activations (format 0) and no FP4 peak on the device."""
-    return row[C_FP4_GEMM] > 0.0 and row[C_PEAK_FLOPS_4] <= 0.0 and fmt == 0.0
+    activations (format 0), no FP4 peak on the device and no ``expert_gemm_eff`` (a measured rate of the engine's
+    whole expert kernel, conversion included: docs/model_serving.md S38)."""
+    return row[C_FP4_GEMM] > 0.0 and row[C_PEAK_FLOPS_4] <= 0.0 and fmt == 0.0 and row[C_EXPERT_GEMM_EFF] <= 0.0
 
 
 @njit(inline="always")

@@ -79,6 +79,7 @@ def test_only_sglang_block_fp8_experts_on_hopper_take_the_triton_share():
     assert expert_kernel_eff("trtllm", True, True) == 0.0
     assert expert_kernel_eff("sglang", False, True) == 0.0
     assert expert_kernel_eff("sglang", True, False) == 0.0
+    assert expert_kernel_eff("sglang", True, True, marlin=True) == 0.19
     assert block_fp8_checkpoint("Qwen/Qwen3-235B-A22B-FP8", "fp8")
     assert not block_fp8_checkpoint("Qwen3-235B-A22B-FP8", "bf16")
     assert not block_fp8_checkpoint("Llama-3.1-70B", "fp8")

@@ -1,7 +1,7 @@
 """vLLM's Marlin MoE kernel, stated by the records the InferenceX recipe covers (``serve.moe_backend = "marlin"``;
-fastmodel/serve/record_schema.py; docs/model_serving.md S33). The field is stated, not yet priced: its row blocks
-(8..64) as the grouped expert kernel's tiles are derived here by hand on gpt-oss-120b (h 2880, 128 experts of width
-2880, top-4) at TP 1 on an H200, the sensitivity S33 reports."""
+fastmodel/serve/record_schema.py; docs/model_serving.md S33; priced by its published rate since S38,
+tests/serve/test_serve_marlin_rate.py). Its row blocks (8..64) as the grouped expert kernel's tiles are derived here
+by hand on gpt-oss-120b (h 2880, 128 experts of width 2880, top-4) at TP 1 on an H200, the sensitivity S33 reports."""
 
 from __future__ import annotations
 
@@ -38,14 +38,20 @@ def _h200_tp1():
     return marlin, lower_serve_record(plain).columns
 
 
-def test_the_stated_backend_does_not_change_the_lowering_yet():
-    """Not priced (docs S33): a record with ``moe_backend = "marlin"`` lowers to the same columns as without it,
-    with a note saying so; on another engine than vLLM the field is refused, naming it."""
+def test_the_stated_backend_changes_only_the_expert_kernel_columns():
+    """Priced since S38: a record with ``moe_backend = "marlin"`` lowers to the columns it has without the field
+    but for ``expert_gemm_eff`` (0 -> 0.304) and ``expert_hide_rows`` (0 -> 14.4), with a note saying so; on another
+    engine than vLLM the field is refused, naming it."""
     record = next(r for r in _records() if r["serve"].get("moe_backend") == "marlin")
     plain = copy.deepcopy(record)
     del plain["serve"]["moe_backend"]
     stated = lower_serve_record(record)
-    assert (stated.columns == lower_serve_record(plain).columns).all()
+    other_cols = lower_serve_record(plain).columns
+    for name, value in (("expert_gemm_eff", 0.304), ("expert_hide_rows", 0.9 * 16.0)):
+        at = COLUMN_INDEX[name]
+        assert (stated.columns[at], other_cols[at]) == (value, 0.0)
+        other_cols[at] = stated.columns[at]
+    assert (stated.columns == other_cols).all()
     assert any("moe_backend = marlin" in note for note in stated.notes)
     other = dict(copy.deepcopy(record), framework="TensorRT-LLM 1.2.0")
     with pytest.raises(SpecError, match="serve.moe_backend"):
@@ -78,6 +84,7 @@ def test_gate_up_grouped_gemm_of_an_8192_token_chunk_by_hand():
     c, w = tiled_bounds(marlin, g, m, n, k, 0.0, wb, 64.0)
     assert (c, w) == (pytest.approx(compute, rel=1e-12), pytest.approx(memory, rel=1e-12))
     launch = marlin[COLUMN_INDEX["kernel_overhead_s"]]
+    compute *= marlin[COLUMN_INDEX["gemm_eff_16"]] / 0.304       # S38: the expert kernel at Marlin's published rate
     assert expert_gemm_roofline(marlin, g, m, n, k, 0.0, wb, 1.0) == pytest.approx(
         max(compute, memory) + 0.25 * min(compute, memory) + launch, rel=1e-12)
 
