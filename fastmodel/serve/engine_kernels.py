@@ -102,6 +102,21 @@ def expert_kernel_eff(engine: str | None, block_fp8: bool, sm90: bool, marlin: b
     return TRITON_BLOCK_FP8_SM90_EFF if engine == "sglang" and block_fp8 and sm90 else 0.0
 
 
+#: the TensorRT-LLM image whose MXFP4 MoE on Hopper is OpenAI's Triton kernels (docs/model_serving.md S37)
+TRITON_MOE_IMAGE = "gpt-oss-dev"
+
+
+def trtllm_triton_moe(engine: str | None, framework: str | None, four_bit: bool, fp4_cores: bool, sm90: bool) -> bool:
+    """True when TensorRT-LLM runs 4-bit experts through ``TritonFusedMoE``: the record's framework names the
+    ``gpt-oss-dev`` image and the device is SM90 without FP4 tensor cores. That image's deployment guide
+    (``blog9_Deploying_GPT_OSS_on_TRTLLM.md``, PR #6637 2025-08-05 and PR #7101 2025-08-21: "`TRTLLM` MoE backend is
+    not supported on Hopper, and `CUTLASS` backend support is still ongoing. Please enable `TRITON` backend ... if
+    you are running on Hopper GPUs") names no other MoE backend there. A record without the image keeps the newest
+    profile's CUTLASS count (S21)."""
+    return (engine == "trtllm" and four_bit and sm90 and not fp4_cores
+            and TRITON_MOE_IMAGE in str(framework or ""))
+
+
 def expert_hide_rows(engine: str | None, sm90: bool, marlin: bool) -> float:
     """``expert_hide_rows`` of the routed-expert kernel: ``MARLIN_HIDE_ROWS`` for vLLM's Marlin MoE stated on SM90
     (the rows ``expert_kernel_eff`` prices), else 0."""

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from fastmodel.errors import SpecError, UnsupportedError
+from fastmodel.kernels.serve.host import triton_moe_layer_ops
 from fastmodel.registry.lm import COLUMN_INDEX, LOAD_MODES
 from fastmodel.serve.api import precision_columns
 from fastmodel.serve.engine_kernels import (
@@ -35,6 +36,7 @@ from fastmodel.serve.engine_kernels import (
     device_is_one_of,
     expert_kernel_columns,
     linear_kernels,
+    trtllm_triton_moe,
 )
 from fastmodel.serve.precisions import FP4_PRECISIONS, block_fp8_checkpoint, published_fp4_checkpoint
 from fastmodel.serve.profiles import (
@@ -107,6 +109,17 @@ class ServeRecord:
 def is_serve_record(data: Any) -> bool:
     """True for a dict in the SERVE_RUNS.md schema (model, system and serve blocks)."""
     return isinstance(data, dict) and all(isinstance(data.get(k), dict) for k in SERVE_BLOCKS)
+
+
+def _triton_moe_host_ops(columns: np.ndarray, engine: str | None, framework: str | None, four_bit: bool, sm90: bool,
+                         notes: list[str]) -> None:
+    """TensorRT-LLM's OpenAI-Triton MoE (``engine_kernels.trtllm_triton_moe``): the eager layer's host ops
+    with its MoE block (``host.triton_moe_layer_ops``) into ``host_ops_layer``, and a note (docs/model_serving.md S37)."""
+    if columns[COLUMN_INDEX["moe_experts"]] > 0 and trtllm_triton_moe(
+            engine, framework, four_bit, columns[COLUMN_INDEX["peak_flops_4"]] > 0, sm90):
+        columns[COLUMN_INDEX["host_ops_layer"]] = triton_moe_layer_ops(columns)
+        notes.append("TensorRT-LLM gpt-oss-dev on Hopper: MXFP4 experts through the OpenAI-Triton MoE, "
+                     f"{columns[COLUMN_INDEX['host_ops_layer']]:.0f} eager host ops per layer; docs/model_serving.md S37")
 
 
 def lower_serve_record(data: dict, source: str | None = None) -> ServeRecord:
@@ -206,6 +219,7 @@ def lower_serve_record(data: dict, source: str | None = None) -> ServeRecord:
         values["domain_size"] = float(board)
     for key, value in values.items():
         columns[COLUMN_INDEX[key]] = value
+    _triton_moe_host_ops(columns, engine, record.framework, precision in FP4_PRECISIONS, device_is_one_of(device, device_table(), SM90_DEVICES), notes)
     measured = dict(data.get("measured") or {}) if isinstance(data.get("measured"), dict) else {}
     return ServeRecord(id=str(data.get("id", "")), columns=columns, measured=measured,
                        source=str(data.get("source", "")), gpu=gpu, notes=tuple(notes), raw=data)

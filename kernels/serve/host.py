@@ -27,13 +27,17 @@ call; a ``.size()``, an assert or a Python list is none), read from NVIDIA/Tenso
 ``q.new_empty`` and ``torch.ops.trtllm.attention_inplace``), ``_torch/modules/fused_moe/fused_moe_cutlass.py``
 @000a01d (``CutlassFusedMoE.forward_chunk``), ``_torch/modules/fused_moe/routing.py``
 (``RenormalizeMoeRoutingMethod.apply``: ``renorm_moe_routing_op`` for <= 128 experts and top-k <= 8).
+
+The OpenAI-Triton MoE backend (``TritonFusedMoE``, TensorRT-LLM's MXFP4 MoE on Hopper at the ``gpt-oss-dev``
+image) issues its routing and both expert GEMMs from Python through OpenAI's ``triton_kernels``; its block is
+``TRITON_MOE_OPS`` calls instead of ``MOE_OPS`` (docs/model_serving.md §S37, ``triton_moe_layer_ops``).
 """
 
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.columns import (
     C_ATTENTION_DP, C_HOST_OP_S, C_HOST_OPS_LAYER, C_HOST_REQ_S, C_HOST_STEP_S, C_LAYERS, C_OVERLAP_STEP, C_PP, C_TP,
 )
-from fastmodel.kernels.lm.layout import C_MOE_EXPERTS
+from fastmodel.kernels.lm.layout import C_EP, C_MOE_EXPERTS
 from fastmodel.kernels.serve.costs import dense_format, gemm_format
 
 #: the two RMSNorms of a layer, each one fused add+norm call (or the all-reduce's fused norm)
@@ -54,6 +58,17 @@ LINEAR_OPS_FP4 = 2.0
 #: expert-weight ``.view`` calls, ``fused_moe``; + one input quantize when the experts take FP8/FP4 activations
 MOE_OPS = 6.0
 MOE_QUANT_OPS = 1.0
+#: the MoE block of ``TritonFusedMoE`` with MXFP4 weights and 16-bit activations (TensorRT-LLM stored copy that
+#: imports ``triton_kernels`` from ``$TRITON_ROOT``, Triton f3067cd3 "verified"; ``triton_kernels`` stored copies of
+#: the same API, ``routing(..., simulated_ep)`` era; docs/model_serving.md §S37): router ``t`` + ``mm`` 2;
+#: ``topk`` 7 (4 ``torch.empty``, ``transpose``, a slice, the launch); ``routing_from_bitmatrix`` 28
+#: (``Bitmatrix.sum`` 5, 1 slice of the histogram, 5 ``torch.empty``, 7 slices, 2 launches, the two
+#: ``_unpack_into_dict`` 4 slices each); the activation ``F.pad`` to 128 columns 1; two ``matmul_ogs`` 9 each
+#: (scale ``view``, output ``torch.empty``, 4 ``view``, the launch, ``squeeze``, ``view``); the un-pad slice 1
+TRITON_MOE_OPS = 57.0
+#: ``TritonEPRouter.prune_routing_ep`` at ep > 1: the shift and clear launches and ``compaction``'s launch (its
+#: allocations not read)
+TRITON_EP_OPS = 3.0
 
 
 @njit(inline="always")
@@ -82,6 +97,21 @@ def eager_layer_ops(row):
         ops += MOE_OPS + (MOE_QUANT_OPS if gemm_format(row) > 0.0 else 0.0)
     else:
         ops += 2.0 * lin + SWIGLU_OPS
+    if row[C_TP] > 1.0:
+        ops += 2.0
+    return ops
+
+
+@njit
+def triton_moe_layer_ops(row):
+    """Dispatcher calls of one decoder layer with TensorRT-LLM's Triton MoE block (``TRITON_MOE_OPS``, +
+    ``TRITON_EP_OPS`` at ep > 1) in place of the CUTLASS one: the value ``host_ops_layer`` takes for such a
+    deployment (docs/model_serving.md §S37). Reads the counted layer, not ``host_ops_layer``."""
+    fmt, _ = dense_format(row)
+    lin = linear_ops(fmt)
+    ops = NORM_OPS + 2.0 * lin + ATTENTION_OPS + (ATTENTION_FP4_OPS if fmt >= 2.0 else 0.0) + TRITON_MOE_OPS
+    if row[C_EP] > 1.0:
+        ops += TRITON_EP_OPS
     if row[C_TP] > 1.0:
         ops += 2.0
     return ops

@@ -128,3 +128,48 @@ def test_a_host_bound_decode_sets_tpot_of_one_request():
     serial = evaluate("llama3.1-70b", "H200", precision="fp8", overlap_step=0, **kw)
     both = evaluate("llama3.1-70b", "H200", precision="fp8", overlap_step=0, host_step_s=0.1, **kw)
     assert both["tpot"] == pytest.approx(serial["tpot"] + 0.1, rel=1e-9)
+
+
+def test_tensorrt_llm_triton_moe_layer_count_by_hand():
+    """TritonFusedMoE (docs/model_serving.md S37): router 2 + topk 7 + routing_from_bitmatrix 28 (Bitmatrix.sum 5,
+    the histogram slice 1, 5 torch.empty, 7 slices, 2 launches, 8 slices of the two _unpack_into_dict) + F.pad 1 +
+    2 matmul_ogs x 9 + the un-pad slice 1 = 57 in place of CUTLASS's 6. gpt-oss on H200: norms 2, BF16 QKV and
+    output projections 2 x 2, attention 2, two all-reduces at tp 8; ep 8 adds the 3 calls of prune_routing_ep."""
+    from fastmodel.kernels.serve.host import TRITON_EP_OPS, TRITON_MOE_OPS, triton_moe_layer_ops
+    assert TRITON_MOE_OPS == 2 + 7 + (5 + 1 + 5 + 7 + 2 + 8) + 1 + 2 * 9 + 1 == 57
+    row = _row("mixtral-8x7b", device="H200", precision="mxfp4", tp=8, quant_experts_only=1)
+    assert triton_moe_layer_ops(row) == 2 + 2 * 2 + 2 + 57 + 2
+    row[COLUMN_INDEX["ep"]] = 8.0
+    assert triton_moe_layer_ops(row) == 2 + 2 * 2 + 2 + 57 + TRITON_EP_OPS + 2 == 70
+    row[COLUMN_INDEX["tp"]], row[COLUMN_INDEX["ep"]] = 1.0, 1.0
+    assert triton_moe_layer_ops(row) == 65
+    # 36 layers x 67 ops x 20 us: the host time of one eager gpt-oss iteration at tp > 1, 48.2 ms
+    assert 36 * (2 + 2 * 2 + 2 + 57 + 2) * HOST_OP_S_EAGER == pytest.approx(0.04824)
+
+
+def test_triton_moe_rule_needs_the_image_hopper_and_four_bit_experts():
+    from fastmodel.serve.engine_kernels import trtllm_triton_moe
+    dev = "TensorRT-LLM gpt-oss-dev (image release:gpt-oss-dev)"
+    assert trtllm_triton_moe("trtllm", dev, True, False, True)
+    assert not trtllm_triton_moe("trtllm", "TensorRT-LLM (version not recorded)", True, False, True)
+    assert not trtllm_triton_moe("trtllm", dev, True, True, False)         # Blackwell: FP4 tensor cores
+    assert not trtllm_triton_moe("trtllm", dev, False, False, True)        # 16-bit / FP8 experts
+    assert not trtllm_triton_moe("vllm", dev, True, False, True)
+
+
+def test_gpt_oss_dev_records_lower_to_the_triton_count():
+    """serve_dev_load.jsonl: the gpt-oss-dev H200 rows take 65 ops (tp 1) and 70 (tp 8, ep 8); the rows without
+    the image keep 0 (the CUTLASS count)."""
+    from pathlib import Path
+
+    from fastmodel.serve.records import read_serve_records
+    recs = read_serve_records(Path(__file__).resolve().parents[1] / "data" / "serve_dev_load.jsonl")
+    got = {}
+    for r in recs:
+        if r.raw["model"]["name"] == "gpt-oss-120b" and r.gpu.startswith("H200") and r.raw["framework"].startswith("TensorRT"):
+            s = r.raw["serve"]
+            got.setdefault(("gpt-oss-dev" in r.raw["framework"], s["tp"], s.get("ep", 1)), set()).add(
+                float(r.columns[COLUMN_INDEX["host_ops_layer"]]))
+    assert got[(True, 1, 1)] == {65.0}
+    assert got[(True, 8, 8)] == {70.0}
+    assert all(v == {0.0} for k, v in got.items() if not k[0])
