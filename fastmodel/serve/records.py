@@ -111,6 +111,14 @@ def is_serve_record(data: Any) -> bool:
     return isinstance(data, dict) and all(isinstance(data.get(k), dict) for k in SERVE_BLOCKS)
 
 
+def _load_columns(serve) -> dict[str, float]:
+    """``load_mode`` (and ``batch_size``: the batch or the concurrency) of a record's load."""
+    if serve.load == "max_throughput":
+        return {"load_mode": LOAD_MODES["max_throughput"]}
+    return {"load_mode": LOAD_MODES["batch" if serve.load == "batch_size" else "concurrency"],
+            "batch_size": getattr(serve, serve.load)}
+
+
 def _triton_moe_host_ops(columns: np.ndarray, engine: str | None, framework: str | None, four_bit: bool, sm90: bool,
                          notes: list[str]) -> None:
     """TensorRT-LLM's OpenAI-Triton MoE (``engine_kernels.trtllm_triton_moe``): the eager layer's host ops
@@ -199,17 +207,12 @@ def lower_serve_record(data: dict, source: str | None = None) -> ServeRecord:
     fusion_note = assumed_note(engine, version, values["allreduce_norm_fusion"])
     if fusion_note:
         notes.append(fusion_note)
+    sm90 = device_is_one_of(device, device_table(), SM90_DEVICES)
     values.update(expert_kernel_columns(engine, block_fp8_checkpoint(model.get("name"), precision, data.get("aic")),
-                                        device_is_one_of(device, device_table(), SM90_DEVICES),
-                                        serve.moe_backend == "marlin"))
+                                        sm90, serve.moe_backend == "marlin"))
     if values["peak_flops_4"] > 0:     # the engine's FP4 MoE kernel; without FP4 tensor cores, another backend
         values["expert_tile_min"], values["expert_tile_max"] = expert_row_tiles(engine, precision)
-    mode = serve.load
-    if mode == "max_throughput":
-        values["load_mode"] = LOAD_MODES["max_throughput"]
-    else:
-        values["load_mode"] = LOAD_MODES["batch" if mode == "batch_size" else "concurrency"]
-        values["batch_size"] = getattr(serve, mode)
+    values.update(_load_columns(serve))
     # an instance cut from a larger node keeps that node's NVSwitch: no direct-mesh share; one cut from a
     # direct-mesh board keeps the board's links: the share is over the board's n - 1 peers (docs/model.md §11.5)
     board = data["system"].get("gpus_per_node") or max(8, gpus)
@@ -219,7 +222,7 @@ def lower_serve_record(data: dict, source: str | None = None) -> ServeRecord:
         values["domain_size"] = float(board)
     for key, value in values.items():
         columns[COLUMN_INDEX[key]] = value
-    _triton_moe_host_ops(columns, engine, record.framework, precision in FP4_PRECISIONS, device_is_one_of(device, device_table(), SM90_DEVICES), notes)
+    _triton_moe_host_ops(columns, engine, record.framework, precision in FP4_PRECISIONS, sm90, notes)
     measured = dict(data.get("measured") or {}) if isinstance(data.get("measured"), dict) else {}
     return ServeRecord(id=str(data.get("id", "")), columns=columns, measured=measured,
                        source=str(data.get("source", "")), gpu=gpu, notes=tuple(notes), raw=data)
