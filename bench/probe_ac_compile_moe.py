@@ -9,7 +9,7 @@ CPU, resident memory after the forward of three blocks, in units of one ``[T, h]
 (``FusedDispatch``), module state set in the forward (``setup_metadata``) and a nested ``@torch.compile(fullgraph=True)``
 scatter-add (``unpermute``). Run: ``python bench/probe_ac_compile_moe.py`` (about 15 minutes on two cores).
 Result with PyTorch 2.9.0+cu128 (0fabc3ba): no AC eager 23.0, no AC compiled 20.0, AC eager 1.0, AC compiled 1.0
-with or without graph breaks, AC compiled DeepEP-like 1.03.
+with or without graph breaks, AC compiled DeepEP-like 1.00 (1.03 in a first run: resident-memory noise).
 """
 
 import gc
