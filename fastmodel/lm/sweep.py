@@ -63,7 +63,8 @@ def parse_mesh(text: str) -> dict[str, int]:
 
 
 def all_meshes(model, cluster, max_gpus: int) -> list[dict[str, int]]:
-    """Meshes worth evaluating: tp a power of two within an NVLink domain dividing the heads, pp dividing the
+    """Meshes worth evaluating: tp a power of two within an NVLink domain dividing the heads (TP across domains is
+    legal and priced, docs/model.md §11.18, but rarely the fastest: named plans evaluate it), pp dividing the
     layers, cp a power of two up to 16 dividing the sequence, ep dividing the experts; product <= max_gpus.
     With experts and tp > 1 each ep comes twice: etp = tp (Megatron-Core's default) and etp 1 (MoE parallel
     folding: attention over TP, experts over EP alone)."""

@@ -9,7 +9,7 @@ PlanErrors for single configurations.
 
 from fastmodel.kernels.jit import njit, prange
 from fastmodel.kernels.lm.layout import (
-    C_CP, C_CP_ALGORITHM, CP_ALLTOALL, C_DOMAIN_SIZE, C_DP, C_EP, C_GLOBAL_BATCH, C_HEADS, C_KV_HEADS, C_LAYERS, C_MICRO_BATCH, C_MOE_EXPERTS,
+    C_CP, C_CP_ALGORITHM, CP_ALLTOALL, C_DP, C_EP, C_GLOBAL_BATCH, C_HEADS, C_KV_HEADS, C_LAYERS, C_MICRO_BATCH, C_MOE_EXPERTS,
     C_N_GPUS, C_PEAK_FLOPS_8, C_PP, C_PRECISION, C_SEQ_LEN, C_TP, C_UNEVEN_STAGES, C_VP, PRECISION_FP8,
 )
 from fastmodel.kernels.lm.moe import expert_tp, node_limit_short
@@ -19,7 +19,6 @@ from fastmodel.registry.lm import STATUS_CODES
 ST_DEVICES = STATUS_CODES["devices_not_divisible"]
 ST_HEADS = STATUS_CODES["heads_not_divisible"]
 ST_LAYERS = STATUS_CODES["layers_not_divisible"]
-ST_DOMAIN = STATUS_CODES["tp_beyond_domain"]
 ST_BATCH = STATUS_CODES["batch_not_divisible"]
 ST_EXPERTS = STATUS_CODES["experts_not_divisible"]
 ST_SEQUENCE = STATUS_CODES["sequence_not_divisible"]
@@ -30,7 +29,8 @@ ST_NODE_LIMIT = STATUS_CODES["node_limit_below_topk"]
 
 @njit
 def plan_status_row(row):
-    """Code of the first broken rule of one configuration (0: legal)."""
+    """Code of the first broken rule of one configuration (0: legal). A tp group wider than one NVLink domain
+    is legal: its collectives span domains and ``kernels/nccl.py`` prices them (docs/model.md §11.18)."""
     tp = row[C_TP]
     pp = row[C_PP]
     cp = row[C_CP]
@@ -44,8 +44,6 @@ def plan_status_row(row):
         return ST_HEADS
     if not is_multiple(row[C_LAYERS], pp * row[C_VP]) and row[C_UNEVEN_STAGES] <= 0.0:
         return ST_LAYERS
-    if tp > row[C_DOMAIN_SIZE]:
-        return ST_DOMAIN
     micro_batches = row[C_GLOBAL_BATCH] / (row[C_MICRO_BATCH] * dp)
     if micro_batches < 1.0 or not is_multiple(micro_batches, 1.0):
         return ST_BATCH

@@ -49,3 +49,45 @@ def test_the_step_pays_it_forward_and_backward_on_every_layer_and_micro_batch():
     bare[C["collective_overhead_s"]] = 0.0
     step = evaluate_table(np.stack([row, bare], axis=1))["step_time"]
     assert step[0] - step[1] == pytest.approx(12 * 32 * 8 * 23.6e-6, rel=1e-6)
+
+
+def _tp16_layer(**values):
+    """A Llama 3 70B-shaped layer (h 8,192, micro-batch 1 x 8,192 tokens) under TP 16 on 8-GPU NVLink domains: the
+    tensor-parallel group spans 2 domains (docs/model.md §11.18); the table's default network (registry/lm.py)."""
+    from fastmodel.lm.table import row
+
+    base = dict(hidden=8192, ffn=28672, heads=64, kv_heads=8, head_dim=128, layers=80, seq_len=8192, micro_batch=1,
+                n_gpus=16, tp=16, dp=1, domain_size=8, intra_bw=450e9, intra_eff=0.8, intra_latency=3.4e-6,
+                inter_bw=50e9, inter_eff=0.85, inter_latency=9.6e-6, collective_overhead_s=0.0)
+    return row(**{**base, **values})
+
+
+def test_tp_across_two_nodes_prices_its_all_reduces_on_eight_nics_per_node():
+    """TP 16 over 2 nodes of 8, no SP: 2 forward all-reduces of S = 2 B x 8,192 tokens x 8,192 = 128 MiB. g_in = 8
+    members per domain, g_out = 2 domains; each device moves V = 2 x 15/16 x S = 240 MiB; the bus is
+    min(NVLink 450 x 0.8 = 360 GB/s, 8 NICs x 50 x 0.85 = 340 GB/s) = 340 GB/s. NCCL's candidates (kernels/nccl.py,
+    §11.5): ring Simple 8.4 us + 2 passes x (14 NVLink steps x 3.4 us + 2 network steps x 9.6 us) + V / bus;
+    ring LL128 10 us + 2 x (14 x 3.4 x 1.9/3.4 + 2 x 9.6 x 4.0/9.6) us + V / (0.92 bus); ring LL (a quarter of the
+    bus) and the tree V / bus + 2 ceil(log2 16) x 9.6 us (the slowest tier's latency). The tree wins."""
+    s = 2.0 * 8192 * 8192
+    v = 2.0 * 15.0 / 16.0 * s
+    bus = min(450e9 * 0.8, 8 * 50e9 * 0.85)
+    simple = 8.4e-6 + 2 * (14 * 3.4e-6 + 2 * 9.6e-6) + v / bus
+    ll128 = 10.0e-6 + 2 * (14 * 1.9e-6 + 2 * 4.0e-6) + v / (0.92 * bus)
+    ll = 3.6e-6 + 2 * (14 * 0.47e-6 * 1.8 + 2 * 2.7e-6) + v / (0.25 * bus)
+    tree = v / bus + 2 * 4 * 9.6e-6
+    assert tree < min(simple, ll128, ll)
+    assert _tp(_tp16_layer(sequence_parallel=0)) == pytest.approx(2 * tree, rel=1e-12)
+    # with the ring fixed (collective_algorithm 1), NCCL's fastest protocol: Simple for 128 MiB
+    assert simple < ll128
+    assert _tp(_tp16_layer(sequence_parallel=0, collective_algorithm=1)) == pytest.approx(2 * simple, rel=1e-12)
+    # with SP: 2 all-gathers + 2 reduce-scatters, ring only, 15/16 S each, one pass: Simple
+    gather = 8.4e-6 + 14 * 3.4e-6 + 2 * 9.6e-6 + 15.0 / 16.0 * s / bus
+    assert _tp(_tp16_layer(sequence_parallel=1)) == pytest.approx(4 * gather, rel=1e-12)
+
+
+def test_tp_across_nodes_costs_more_than_inside_one_when_the_nics_are_slow():
+    """The same layer at TP 8 in one domain moves 2 x 7/8 S at the NVLink bus of 360 GB/s; at TP 16 over 100 Gb/s
+    NICs (12.5 GB/s each, 8 x 12.5 x 0.85 = 85 GB/s per domain) it moves 2 x 15/16 S at 85 GB/s: over 4x slower."""
+    slow = dict(inter_bw=12.5e9, sequence_parallel=0)
+    assert _tp(_tp16_layer(**slow)) > 4.0 * _tp(_tp16_layer(**slow, tp=8, n_gpus=8))

@@ -28,7 +28,43 @@ def test_illegal_points_keep_their_reason_and_nan(grid):
     tp3 = grid.sel(plan="tp3")
     assert (tp3.status == STATUS_CODES["devices_not_divisible"]).all()      # 32 and 64 GPUs
     assert np.isnan(tp3.step_time).all()
-    assert (grid.sel(plan="tp16").status == STATUS_CODES["tp_beyond_domain"]).all()
+
+def test_tp_across_nodes_is_a_legal_plan_priced_on_the_scale_out_network(grid):
+    """TP 16 on 8-GPU DGX H100 nodes spans 2 NVLink domains: legal (Megatron runs it), every point evaluated,
+    with more exposed TP communication per step than TP 8 under the same other degrees (docs/model.md §11.18)."""
+    tp16, tp8 = grid.sel(plan="tp16"), grid.sel(plan="tp8")
+    assert (tp16.status == 0).all() and np.isfinite(tp16.step_time).all()
+    assert (tp16.comm_tp > tp8.comm_tp).all()
+
+
+def test_tp16_on_slow_nics_runs_slower_than_tp8():
+    """Llama 3.1 8B on 2 DGX H100 nodes with 100 Gb/s NICs (inter_bw 12.5 GB/s per GPU), no TP overlap: TP 16 moves
+    its activations through the NICs at 8 x 12.5 x 0.85 GB/s per domain and its step is longer than TP 8 x DP 2,
+    whose only inter-node traffic is the (overlapped) gradient reduction."""
+    ds = lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", num_nodes=2,
+                  axes={"plan": ["tp8", "tp16"], "inter_bw": [12.5e9]}, execution={"tp_comm_overlap": False},
+                  global_batch=64)
+    assert (ds.status == 0).all()
+    tp8, tp16 = (float(ds.step_time.sel(plan=p).squeeze()) for p in ("tp8", "tp16"))
+    assert tp16 > tp8
+
+
+def test_a_run_record_with_tp_across_nodes_is_answered():
+    """A run record whose tp (16) exceeds its gpus_per_node (8) is predicted, not refused: Narayanan et al.'s
+    GPT 18.4B on 256 A100s re-planned from tp 8 x dp 32 to tp 16 x dp 16 pays more TP communication."""
+    import json
+    from pathlib import Path
+
+    from fastmodel.lm.api import record_values
+
+    lines = (Path(__file__).parents[1] / "data" / "runs_dev.jsonl").read_text().splitlines()
+    record = next(r for r in map(json.loads, lines) if r["id"] == "narayanan2021_t1-GPT-18.4B-n256-tp8pp1-full")
+    tp8, _ = record_values(record)
+    record["plan"].update(tp=16, dp=16)
+    tp16, _ = record_values(record)
+    assert record["system"]["gpus_per_node"] == 8
+    assert np.isfinite(tp16["step_time"]) and tp16["step_time"] > 0.0
+    assert tp16["comm_tp"] > tp8["comm_tp"] > 0.0
 
 
 def test_every_grid_point_equals_the_same_configuration_evaluated_alone(grid):
@@ -48,6 +84,7 @@ def test_every_grid_point_equals_the_same_configuration_evaluated_alone(grid):
 
 
 def test_rule_table_codes_match_hand_checks():
+    # the fifth: tp 16 on 8-GPU domains, legal (§11.18)
     # the sixth: 2 micro-batches on 4 stages, interleaved (vp 2, schedule code 1); the eighth the same under 1F1B
     params = table(8, layers=80, heads=[64, 64, 64, 64, 64, 64, 36, 64], kv_heads=8, n_gpus=64,
                    tp=[8, 3, 8, 8, 16, 8, 8, 8], pp=[2, 1, 3, 2, 1, 4, 1, 4], cp=1,
@@ -56,7 +93,7 @@ def test_rule_table_codes_match_hand_checks():
                    global_batch=[64, 64, 64, 6, 64, 4, 64, 4], micro_batch=1, domain_size=8)
     status = plan_status(params)
     assert list(status) == [0, STATUS_CODES["devices_not_divisible"], STATUS_CODES["devices_not_divisible"],
-                            STATUS_CODES["batch_not_divisible"], STATUS_CODES["tp_beyond_domain"],
+                            STATUS_CODES["batch_not_divisible"], 0,
                             STATUS_CODES["too_few_microbatches"], STATUS_CODES["heads_not_divisible"], 0]
 
 
@@ -84,8 +121,8 @@ def test_single_configuration_raises_the_first_broken_rule():
 
 
 def test_plan_all_enumerates_no_mesh_the_rule_table_refuses_for_its_shape():
-    """Every mesh of ``plan = "all"`` passes the rule table's shape rules (heads, layers, NVLink domain,
-    experts, sequence) at every GPU count it divides; and of a wider candidate set, each mesh the rule table
+    """Every mesh of ``plan = "all"`` passes the rule table's shape rules (heads, layers, experts,
+    sequence) at every GPU count it divides; and of a wider candidate set, each mesh the rule table
     refuses for its shape is one ``all_meshes`` leaves out."""
     import itertools
 
@@ -97,11 +134,11 @@ def test_plan_all_enumerates_no_mesh_the_rule_table_refuses_for_its_shape():
     meshes = all_meshes(model, cluster, 64)
     assert {"tp": 8, "pp": 2, "cp": 1, "ep": 4, "etp": 0} in meshes
     assert {"tp": 8, "pp": 2, "cp": 1, "ep": 4, "etp": 1} in meshes      # MoE parallel folding
-    shape_rules = {STATUS_CODES[k] for k in ("heads_not_divisible", "layers_not_divisible", "tp_beyond_domain",
-                                             "experts_not_divisible", "sequence_not_divisible")}
+    shape_rules = {STATUS_CODES[k] for k in ("heads_not_divisible", "layers_not_divisible", "experts_not_divisible",
+                                             "sequence_not_divisible")}
     base = base_columns(model, cluster, load_execution({}), 4096)
     candidates = [dict(zip(("tp", "pp", "cp", "ep"), m)) for m in
-                  itertools.product((1, 2, 3, 4, 8, 16), (1, 2, 3, 4, 5, 8), (1, 2, 3), (1, 2, 3, 4, 8))]
+                  itertools.product((1, 2, 3, 4, 8, 16, 64), (1, 2, 3, 4, 5, 8, 64), (1, 2, 3), (1, 2, 3, 4, 8, 16))]
     refused = 0
     for mesh in candidates:
         if 64 % (mesh["tp"] * mesh["pp"] * mesh["cp"]) or (64 // (mesh["tp"] * mesh["pp"] * mesh["cp"])) % mesh["ep"]:
@@ -113,7 +150,8 @@ def test_plan_all_enumerates_no_mesh_the_rule_table_refuses_for_its_shape():
         if status in shape_rules:
             refused += 1
             assert mesh not in [{k: m[k] for k in mesh} for m in meshes], (mesh, status)
-    assert refused >= 5                     # the candidate set does exercise the shape rules
+    # the candidate set does exercise the shape rules: tp 64 (32 heads), pp 64 (32 layers), ep 16 (8 experts)
+    assert refused >= 5
 
 
 def test_moe_and_mla_models_evaluate():
