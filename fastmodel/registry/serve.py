@@ -62,6 +62,11 @@ SERVE_STATUSES: tuple[Status, ...] = (
     Status("no_kv_room", "max_throughput: not one request's KV cache fits in the memory left"),
     Status("not_finite", "a result is not a finite number: an input magnitude is out of range (e.g. a "
            "bandwidth of 1e-300 B/s)"),
+    Status("attention_dp_not_dividing", "SLO search: attention_dp does not divide the requests in flight (each "
+           "attention-DP group holds concurrency / attention_dp of them)"),
+    Status("attention_dp_dense", "SLO search: attention_dp > 1 on a dense model (a set of replicas the search "
+           "already covers as smaller instances)"),
+    Status("pools_over_budget", "SLO search, disaggregated: the prefill and decode pools use more GPUs than --gpus"),
     NOT_COMPUTED,
 )
 SERVE_STATUS_NAMES: tuple[str, ...] = tuple(s.name for s in SERVE_STATUSES)
