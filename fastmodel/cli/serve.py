@@ -36,15 +36,17 @@ def _flat(values) -> tuple[int, ...] | None:
     return tuple(v for group in values for v in group) or None
 
 
-def _one(values, name: str, default: int) -> int:
-    """The single value an option takes outside --search."""
+def _one(values, name: str, default):
+    """The single value an option takes outside --search: its last occurrence (click's rule for a repeated
+    option), which must be one value, not a list."""
     from fastmodel.errors import SpecError
 
     if not values:
         return default
-    if len(values) > 1:
-        raise SpecError(None, name, f"one value outside --search (got {', '.join(map(str, values))})")
-    return values[0]
+    last = values[-1]
+    if len(last) > 1:
+        raise SpecError(None, name, f"one value outside --search (got {', '.join(map(str, last))})")
+    return last[0]
 
 
 @click.command("serve")
@@ -106,6 +108,7 @@ def serve(records, model, device, tp, pp, ep, attention_dp, moe_tp, precision, k
 
     if records and model:
         raise FastmodelError("give RECORDS or --model, not both")
+    raw = ep, attention_dp, spec_tokens
     ep, attention_dp, spec_tokens = _flat(ep), _flat(attention_dp), _flat(spec_tokens)
     if spec_tokens and max(spec_tokens) > 0 and spec_acceptance is None:
         raise FastmodelError("--spec-acceptance: required with --spec-tokens (the draft tokens' acceptance rate)")
@@ -120,9 +123,9 @@ def serve(records, model, device, tp, pp, ep, attention_dp, moe_tp, precision, k
     if records and (engine or attention_dp or moe_tp or ep or spec_tokens):
         raise FastmodelError("--engine, --ep, --attention-dp, --moe-tp and --spec-tokens apply to --model (a record "
                              "names its own)")
-    ep, attention_dp, spec = _one(ep, "--ep", 1), _one(attention_dp, "--attention-dp", 1), _one(spec_tokens,
-                                                                                                "--spec-tokens", 0)
-    engine = _one(_engines(engine) if engine else (), "--engine", None)
+    ep, attention_dp, spec = (_one(v, n, d) for v, n, d in zip(raw, ("--ep", "--attention-dp", "--spec-tokens"),
+                                                                (1, 1, 0)))
+    engine = _one([_engines(e) for e in engine], "--engine", None)
     if output:
         from fastmodel.io.outputs import check_output
 

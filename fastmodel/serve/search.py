@@ -115,7 +115,7 @@ def _agg_grid(model, device, engines, precisions, axes: dict, fixed: dict, hbm: 
     sets = [sweep(model, device=device, precision=list(precisions), load_mode="concurrency", client_rounds=0,
                   **axes, **fixed, **profile_columns(engine, None, hbm)) for engine in engines]
     dims = ("engine", *sets[0].status.dims)
-    coords = {"engine": np.array(engines, dtype=object), **{d: sets[0][d].values for d in dims[1:]}}
+    coords = {"engine": np.array(engines), **{d: sets[0][d].values for d in dims[1:]}}
     names = list(sets[0].data_vars)
     stacked = {n: (sets[0][n].values[None] if len(sets) == 1 else np.stack([d[n].values for d in sets]))
                for n in names}
