@@ -76,8 +76,9 @@ def _one(values, name: str, default):
               help="Also write one row per configuration: .csv, else JSON lines (atomically; never onto RECORDS). "
                    "With --search: the searched sweep as netCDF (.nc), for `fastmodel plot pareto`.")
 @click.option("--force", is_flag=True, help="Replace an existing output of the same kind (never another kind).")
-@click.option("--search", is_flag=True, help="SLO search: sweep TP x PP within --gpus, --search-precision and "
-              "concurrency 1..1024; print the Pareto frontier and the best configuration meeting --ttft/--tpot.")
+@click.option("--search", is_flag=True, help="SLO search: sweep TP x PP (x EP x attention DP for MoE models) within "
+              "--gpus, --search-precision, --engine, --spec-tokens, --mode and concurrency 1..1024; print the Pareto "
+              "frontier and the best configuration meeting --ttft/--tpot.")
 @click.option("--ttft", help="--search: TTFT target, e.g. 2s or 500ms.")
 @click.option("--tpot", help="--search: TPOT target, e.g. 50ms.")
 @click.option("--gpus", default=8, show_default=True, type=click.IntRange(min=1), help="--search: GPUs of one instance at most.")

@@ -27,7 +27,7 @@ SERVE_RESULTS: tuple[Variable, ...] = (
     Result("tpot", "s", "min", "Time per output token of one request (mean inter-token latency)."),
     Result("e2e_latency", "s", "min", "ttft + (output_len - 1) x tpot: one request from arrival to last token."),
     Result("output_tokens_per_s", "tokens/s", "max", "Output tokens per second of one instance."),
-    Result("output_tokens_per_s_per_gpu", "tokens/s", "max", "output_tokens_per_s / (tp x pp)."),
+    Result("output_tokens_per_s_per_gpu", "tokens/s", "max", "output_tokens_per_s / (tp x attention_dp x pp)."),
     Result("output_tokens_per_s_per_user", "tokens/s", "max", "1 / tpot."),
     Result("cluster_output_tokens_per_s", "tokens/s", "max", "output_tokens_per_s x instances."),
     Result("batch_size", "requests", "", "Requests in flight (the chosen one under max_throughput)."),
