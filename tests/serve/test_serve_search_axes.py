@@ -187,3 +187,21 @@ def test_a_serving_task_spec_takes_speculative_decoding():
     task = load_serve_task({"name": "t", "kind": "serve", "input_len": 128, "output_len": 64, "concurrency": 8,
                             "spec_tokens": 3, "spec_acceptance": 0.6})
     assert (task.spec_tokens, task.spec_acceptance) == (3, 0.6) and {"spec_tokens", "spec_acceptance"} <= set(SERVE_FIXED)
+
+
+def test_plot_pareto_of_a_search_with_both_modes_draws_the_disaggregated_frontier(tmp_path):
+    from fastmodel.plot.serving import serving_pareto
+
+    out = tmp_path / "search.nc"
+    run = CliRunner().invoke(main, ["serve", "--search", "-m", "llama3.1-8b", "-d", "H100", "--ttft", "0.5", "--tpot",
+                                    "30ms", "--gpus", "4", "--engine", "trtllm,sglang", "--mode", "agg,disagg",
+                                    "--input-len", "1024", "--output-len", "256", "-o", str(out)])
+    assert run.exit_code == 0, run.output
+    result = slo_search("llama3.1-8b", "H100", gpus=4, engine="trtllm,sglang", modes=("agg", "disagg"), **KW)
+    fig, ax = serving_pareto(result.dataset, "engine")
+    assert set(ax.frontiers) == {"trtllm", "sglang", "mode=disagg"}
+    assert ax.best == (pytest.approx(result.best[X]), pytest.approx(result.best[Y]))
+    png = tmp_path / "pareto.png"
+    run = CliRunner().invoke(main, ["plot", "pareto", str(out), "--curve", "engine", "-o", str(png)])
+    assert run.exit_code == 0, run.output
+    assert "\nmode=disagg:" in run.output and "engine = sglang:" in run.output and "P1xtp" in run.output
