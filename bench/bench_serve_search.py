@@ -15,7 +15,8 @@ after a warm-up search that loads (or compiles) the kernels: best and median wal
 runs (20 times as many of the small search), configs per CPU-second (all threads), peak RSS. With ``--previous COMMIT``
 every figure is measured again, right after, in that commit's tree (extracted with ``git archive``, as
 bench_serve.py does), the ratios are printed and the two trees' frontiers and best configurations are compared
-(the same rows and counts, values to solver tolerance: ``same_answer``; a tree without the ``concurrency`` option
+(the same rows and counts, values to solver tolerance, labels both trees' rows carry: ``same_answer``; a tree
+without the ``concurrency`` option
 gets the large grid through its module's ``CONCURRENCY``). Writes
 bench/results/bench_serve_search.json.
 
@@ -115,7 +116,9 @@ def same_answer(now: dict, before: dict) -> str:
     if len(now["answer"][0]) != len(before["answer"][0]) or now["answer"][2:] != before["answer"][2:] \
             or any(a is None or b is None for a, b in rows):
         return "False"
-    labels = [{k: v for k, v in r.items() if not isinstance(v, float)} for pair in rows for r in pair]
+    # the labels both trees' rows carry (a newer search's rows add its axes: engine, ep, attention_dp, mode ...)
+    labels = [{k: v for k, v in r.items() if not isinstance(v, float) and k in pair[0].keys() & pair[1].keys()}
+              for pair in rows for r in pair]
     worst = max((abs(a[k] - b[k]) / max(abs(b[k]), 1e-300) for a, b in rows for k in a if isinstance(a[k], float)),
                 default=0.0)
     same = labels[0::2] == labels[1::2] and worst <= 1e-6

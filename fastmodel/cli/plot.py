@@ -309,7 +309,7 @@ def _serving_pareto(ds, curve, x, y, sel, mask, output, dpi, size, title):
         ds = ds.assign(status=ds["status"].where(mask, 1).astype(ds["status"].dtype))
     fig, ax = serving_pareto(ds, curve, x or X, y or Y, sel=_sel(sel), size=size, title=title)
     for value, (xv, yv, labels) in ax.frontiers.items():
-        click.echo(f"{curve} = {value}:")
+        click.echo(f"{value}:" if str(value) == "mode=disagg" else f"{curve} = {value}:")
         for a, b, text in zip(xv, yv, labels):
             click.echo(f"  {a:12.4g} {b:12.4g}  {text}")
     _save(fig, output, dpi)

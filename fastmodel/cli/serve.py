@@ -8,6 +8,45 @@ import click
 from fastmodel.cli.common import friendly
 from fastmodel.serve.precisions import KV_PRECISIONS, PRECISIONS
 from fastmodel.serve.report import render
+from fastmodel.serve.search import _engines
+
+
+class IntList(click.ParamType):
+    """Whole numbers, comma-separated (``--ep 1,4,8``); the option may also be repeated."""
+
+    name = "N[,N...]"
+
+    def __init__(self, low: int):
+        self.low = low
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        try:
+            values = tuple(int(v) for v in str(value).split(",") if v.strip())
+        except ValueError:
+            self.fail(f"{value!r} is not a comma list of whole numbers", param, ctx)
+        if not values or min(values) < self.low:
+            self.fail(f"{value!r}: every value must be at least {self.low}", param, ctx)
+        return values
+
+
+def _flat(values) -> tuple[int, ...] | None:
+    """A repeated IntList option's values in one tuple (None when not given)."""
+    return tuple(v for group in values for v in group) or None
+
+
+def _one(values, name: str, default):
+    """The single value an option takes outside --search: its last occurrence (click's rule for a repeated
+    option), which must be one value, not a list."""
+    from fastmodel.errors import SpecError
+
+    if not values:
+        return default
+    last = values[-1]
+    if len(last) > 1:
+        raise SpecError(None, name, f"one value outside --search (got {', '.join(map(str, last))})")
+    return last[0]
 
 
 @click.command("serve")
@@ -16,9 +55,11 @@ from fastmodel.serve.report import render
 @click.option("--device", "-d", default="H100", show_default=True, help="Built-in device (specs/devices).")
 @click.option("--tp", default=1, show_default=True, type=click.IntRange(min=1))
 @click.option("--pp", default=1, show_default=True, type=click.IntRange(min=1))
-@click.option("--ep", default=1, show_default=True, type=click.IntRange(min=1))
-@click.option("--attention-dp", default=1, show_default=True, type=click.IntRange(min=1),
-              help="Attention data-parallel groups of --tp GPUs (the instance has tp x attention_dp x pp GPUs).")
+@click.option("--ep", multiple=True, type=IntList(1), help="Expert parallelism (default 1: experts split by TP). "
+              "--search: the EP degrees to sweep, e.g. 1,2,4,8 (default for a MoE model: powers of two to --gpus).")
+@click.option("--attention-dp", multiple=True, type=IntList(1),
+              help="Attention data-parallel groups of --tp GPUs (the instance has tp x attention_dp x pp GPUs; "
+                   "default 1); must divide the requests. --search: the degrees to sweep (default as --ep).")
 @click.option("--moe-tp", default=0, show_default=True, type=click.IntRange(min=0),
               help="Tensor parallelism of each expert (0: tp x attention_dp / ep).")
 @click.option("--precision", default="bf16", show_default=True, type=click.Choice(list(PRECISIONS)))
@@ -35,8 +76,9 @@ from fastmodel.serve.report import render
               help="Also write one row per configuration: .csv, else JSON lines (atomically; never onto RECORDS). "
                    "With --search: the searched sweep as netCDF (.nc), for `fastmodel plot pareto`.")
 @click.option("--force", is_flag=True, help="Replace an existing output of the same kind (never another kind).")
-@click.option("--search", is_flag=True, help="SLO search: sweep TP x PP within --gpus, --search-precision and "
-              "concurrency 1..1024; print the Pareto frontier and the best configuration meeting --ttft/--tpot.")
+@click.option("--search", is_flag=True, help="SLO search: sweep TP x PP (x EP x attention DP for MoE models) within "
+              "--gpus, --search-precision, --engine, --spec-tokens, --mode and concurrency 1..1024; print the Pareto "
+              "frontier and the best configuration meeting --ttft/--tpot.")
 @click.option("--ttft", help="--search: TTFT target, e.g. 2s or 500ms.")
 @click.option("--tpot", help="--search: TPOT target, e.g. 50ms.")
 @click.option("--gpus", default=8, show_default=True, type=click.IntRange(min=1), help="--search: GPUs of one instance at most.")
@@ -44,12 +86,18 @@ from fastmodel.serve.report import render
               help="--search: precisions to sweep (repeat; default bf16 and fp8).")
 @click.option("--search-concurrency", type=click.IntRange(min=1), metavar="N",
               help="--search: every concurrency 1..N per instance (default: the powers of two to 1024).")
-@click.option("--engine", type=click.Choice(["trtllm", "vllm", "sglang"]),
-              help="The engine's scheduler profile (fastmodel/serve/profiles.py; default TensorRT-LLM's).")
+@click.option("--engine", multiple=True, help="The engine's scheduler profile: trtllm, vllm or sglang "
+              "(fastmodel/serve/profiles.py; default TensorRT-LLM's). --search: several (comma list or repeated).")
+@click.option("--mode", "modes", default="agg", show_default=True,
+              help="--search: agg, disagg or agg,disagg (disaggregated prefill/decode pools within --gpus).")
+@click.option("--spec-tokens", multiple=True, type=IntList(0), help="Speculative decoding (MTP, EAGLE): draft "
+              "tokens per decode step (default 0: off; --concurrency load). --search: the draft lengths to sweep.")
+@click.option("--spec-acceptance", type=click.FloatRange(0.0, 1.0),
+              help="Speculative decoding: a draft token's acceptance rate (required with --spec-tokens > 0).")
 @friendly
 def serve(records, model, device, tp, pp, ep, attention_dp, moe_tp, precision, kv_precision, input_len, output_len, batch_size,
           concurrency, max_throughput, kv_cache_mem_fraction, instances, as_json, output, force, search, ttft, tpot,
-          gpus, search_precision, search_concurrency, engine):
+          gpus, search_precision, search_concurrency, engine, modes, spec_tokens, spec_acceptance):
     """Predict LLM serving: TTFT, TPOT, throughput, KV cache and memory, prefill/decode breakdown.
 
     Give RECORDS (JSONL, SERVE_RUNS.md schema) or --model with one load mode."""
@@ -61,13 +109,24 @@ def serve(records, model, device, tp, pp, ep, attention_dp, moe_tp, precision, k
 
     if records and model:
         raise FastmodelError("give RECORDS or --model, not both")
+    raw = ep, attention_dp, spec_tokens
+    ep, attention_dp, spec_tokens = _flat(ep), _flat(attention_dp), _flat(spec_tokens)
+    if spec_tokens and max(spec_tokens) > 0 and spec_acceptance is None:
+        raise FastmodelError("--spec-acceptance: required with --spec-tokens (the draft tokens' acceptance rate)")
     if search:
         return _search(model, device, input_len, output_len, ttft, tpot, gpus, search_precision, engine, output,
-                       force, search_concurrency)
-    if ttft or tpot or search_precision or search_concurrency:
-        raise FastmodelError("--ttft, --tpot, --search-precision and --search-concurrency apply to --search only")
-    if records and (engine or attention_dp != 1 or moe_tp):
-        raise FastmodelError("--engine, --attention-dp and --moe-tp apply to --model (a record names its own)")
+                       force, search_concurrency, dict(ep=ep, attention_dp=attention_dp, modes=modes.split(","),
+                                                       spec_tokens=spec_tokens or (0,),
+                                                       spec_acceptance=spec_acceptance or 0.0))
+    if ttft or tpot or search_precision or search_concurrency or modes != "agg":
+        raise FastmodelError("--ttft, --tpot, --search-precision, --search-concurrency and --mode apply to --search "
+                             "only")
+    if records and (engine or attention_dp or moe_tp or ep or spec_tokens):
+        raise FastmodelError("--engine, --ep, --attention-dp, --moe-tp and --spec-tokens apply to --model (a record "
+                             "names its own)")
+    ep, attention_dp, spec = (_one(v, n, d) for v, n, d in zip(raw, ("--ep", "--attention-dp", "--spec-tokens"),
+                                                                (1, 1, 0)))
+    engine = _one([_engines(e) for e in engine], "--engine", None)
     if output:
         from fastmodel.io.outputs import check_output
 
@@ -84,6 +143,7 @@ def serve(records, model, device, tp, pp, ep, attention_dp, moe_tp, precision, k
     elif model:
         if batch_size is None and concurrency is None and not max_throughput:
             batch_size = 1
+        _check_layout(attention_dp, batch_size or concurrency, spec, concurrency)
         from fastmodel.serve.api import device_columns
         from fastmodel.serve.profiles import profile_columns
 
@@ -91,7 +151,8 @@ def serve(records, model, device, tp, pp, ep, attention_dp, moe_tp, precision, k
         params = columns(model, device, precision=precision, kv_precision=kv_precision, batch_size=batch_size,
                          concurrency=concurrency, max_throughput=max_throughput, tp=tp, pp=pp, ep=ep,
                          attention_dp=attention_dp, moe_tp=moe_tp, input_len=input_len, output_len=output_len,
-                         kv_cache_mem_fraction=kv_cache_mem_fraction, instances=instances, **profile)[:, None]
+                         kv_cache_mem_fraction=kv_cache_mem_fraction, instances=instances, spec_tokens=spec,
+                         spec_acceptance=spec_acceptance or 0.0, **profile)[:, None]
         labels = [f"{model} on {tp * attention_dp * pp}x {device}"]
     else:
         raise FastmodelError("give a serving-record file or --model (see fastmodel serve --help)")
@@ -120,6 +181,18 @@ def _echo_notes(found: list, labels: list[str]) -> None:
     for note, which in by_note.items():
         more = f" and {len(which) - 3} more" if len(which) > 3 else ""
         click.echo(f"note: {note} ({', '.join(which[:3])}{more})", err=True)
+
+
+def _check_layout(attention_dp: int, requests, spec: int, concurrency) -> None:
+    """One configuration's bad input, as a one-line error (exit 2): attention DP that does not divide the requests
+    in flight (each group holds requests / attention_dp of them); speculative decoding outside a concurrency
+    load (docs/model_serving.md S18)."""
+    from fastmodel.errors import SpecError
+
+    if requests is not None and requests % attention_dp:
+        raise SpecError(None, "--attention-dp", f"{attention_dp} does not divide the {requests} requests in flight")
+    if spec and concurrency is None:
+        raise SpecError(None, "--spec-tokens", "speculative decoding is modelled under --concurrency only")
 
 
 def _write_rows(rows: list[dict], path: str, records, force: bool) -> None:
@@ -154,7 +227,7 @@ def _bare_number(value) -> bool:
 
 
 def _search(model, device, input_len, output_len, ttft, tpot, gpus, precisions, engine, output=None,
-            force=False, concurrency=None) -> None:
+            force=False, concurrency=None, axes=None) -> None:
     """``--search``: the SLO search of fastmodel.serve.search, printed as a table; with ``output`` its sweep (with
     ``within_budget``, ``meets_slo`` and the SLOs as attributes) as netCDF for ``fastmodel plot pareto``."""
     from fastmodel.errors import FastmodelError, SpecError
@@ -177,7 +250,8 @@ def _search(model, device, input_len, output_len, ttft, tpot, gpus, precisions, 
 
         check_output(output, "netcdf", force=force, what="search sweep")
     result = slo_search(model, device, input_len=input_len, output_len=output_len, ttft=targets[0],
-                        tpot=targets[1], gpus=gpus, precisions=precisions or ("bf16", "fp8"), engine=engine,
+                        tpot=targets[1], gpus=gpus, precisions=precisions or ("bf16", "fp8"), engine=engine or None,
+                        **(axes or {}),
                         **({"concurrency": range(1, concurrency + 1)} if concurrency else {}))
     click.echo(format_search(result, *targets))
     if output:

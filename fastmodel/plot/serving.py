@@ -65,6 +65,8 @@ def serving_pareto(ds, curve: str = "device", x: str = X, y: str = Y, sel=None, 
     if "within_budget" in ds:       # an SLO search (fastmodel serve --search -o): points over the GPU budget leave
         ds = ds.assign(status=ds["status"].where(ds["within_budget"] > 0, 1).astype(ds["status"].dtype))
     frontiers = serving_frontiers(ds, curve, x, y, sel)
+    frontiers.update(disagg_frontier(D.select(ds, {k: v for k, v in (sel or {}).items() if k in ds.dims
+                                                   and f"disagg_{x}" in ds and k in ds[f"disagg_{x}"].dims}), x, y))
     with S.paper_rc():
         fig, ax = S.new_axes(size, height, ax)
         for i, (value, (xv, yv, labels)) in enumerate(frontiers.items()):
@@ -74,7 +76,7 @@ def serving_pareto(ds, curve: str = "device", x: str = X, y: str = Y, sel=None, 
             if label_points:
                 step = max(1, len(labels) // 6)
                 for k in range(0, len(labels), step):
-                    ax.annotate(labels[k].replace("batch_size=", "b="), (xv[k], yv[k]), xytext=(2, 2),
+                    ax.annotate(_short(labels[k]), (xv[k], yv[k]), xytext=(2, 2),
                                 textcoords="offset points", fontsize=5, color=colour)
         ax.set_xscale("log")
         ax.set_yscale("log")
@@ -89,6 +91,34 @@ def serving_pareto(ds, curve: str = "device", x: str = X, y: str = Y, sel=None, 
     return fig, ax
 
 
+def _short(label: str) -> str:
+    """A point's label on the figure: the long dimension names shortened."""
+    for name, short in (("batch_size=", "b="), ("attention_dp=", "adp="), ("spec_tokens=", "k="), ("engine=", "")):
+        label = label.replace(name, short)
+    return label
+
+
+def disagg_frontier(ds, x: str = X, y: str = Y) -> dict:
+    """``{"mode=disagg": (x, y, labels)}``: the frontier of an SLO search's disaggregated points (``disagg_*``
+    variables, fastmodel/serve/search_disagg.py) that are legal, within the budget and fit; {} when it has none."""
+    if f"disagg_{x}" not in ds or f"disagg_{y}" not in ds:
+        return {}
+    xs = ds[f"disagg_{x}"]
+    ok = (ds["disagg_status"].values == 0) & (ds["disagg_fits_memory"].values > 0)
+    xv = np.where(ok, np.asarray(xs.values, dtype=float), np.nan).ravel()
+    yv = np.where(ok, np.asarray(ds[f"disagg_{y}"].transpose(*xs.dims).values, dtype=float), np.nan).ravel()
+    mask = pareto_mask(xv, yv, "max", "max") & np.isfinite(xv) & np.isfinite(yv)
+    if not mask.any():
+        return {}
+    index = np.flatnonzero(mask)
+    order = index[np.argsort(xv[index])]
+    grids = np.unravel_index(order, xs.shape)
+    at = [{d: S.fmt_coord(ds[d].values[g[k]]) for d, g in zip(xs.dims, grids)} for k in range(order.size)]
+    labels = [f"P{c['prefill_workers']}xtp{c['prefill_tp']}+D{c['decode_workers']}xtp{c['decode_tp']}, "
+              f"batch_size={c['batch_size']}" for c in at]
+    return {"mode=disagg": (xv[order], yv[order], labels)}
+
+
 def mark_slo(ax, ds, x: str = X, y: str = Y):
     """On an SLO search (``meets_slo`` and the ``slo_tpot_s`` attribute): the TPOT target as the vertical line
     x = 1 / tpot (tokens/s per user; the SLO is met to its right) and the best point meeting both SLOs (most
@@ -98,12 +128,19 @@ def mark_slo(ax, ds, x: str = X, y: str = Y):
     if x == X:
         ax.axvline(1.0 / float(ds.attrs["slo_tpot_s"]), color="0.4", linestyle="--", linewidth=0.8,
                    label=f"TPOT <= {1e3 * float(ds.attrs['slo_tpot_s']):g} ms", gid="slo-tpot")
-    meets = np.asarray(ds["meets_slo"].values, dtype=bool)
-    if not meets.any():
+    best = None
+    for prefix in ("", "disagg_"):       # the aggregated points, then an SLO search's disaggregated ones
+        if f"{prefix}meets_slo" not in ds or f"{prefix}{x}" not in ds:
+            continue
+        meets = np.asarray(ds[f"{prefix}meets_slo"].values, dtype=bool)
+        if not meets.any():
+            continue
+        yv = np.where(meets, np.asarray(ds[f"{prefix}{y}"].values, dtype=float), -np.inf)
+        k = np.unravel_index(int(np.argmax(yv)), yv.shape)
+        if best is None or yv[k] > best[1]:
+            best = (float(np.asarray(ds[f"{prefix}{x}"].values)[k]), float(yv[k]))
+    if best is None:
         return None
-    yv = np.where(meets, np.asarray(ds[y].values, dtype=float), -np.inf)
-    k = np.unravel_index(int(np.argmax(yv)), yv.shape)
-    best = (float(np.asarray(ds[x].values)[k]), float(yv[k]))
     ax.plot(*best, marker="*", markersize=9, color="black", linestyle="none", gid="slo-best",
             label=f"best meeting TTFT <= {1e3 * float(ds.attrs['slo_ttft_s']):g} ms")
     return best

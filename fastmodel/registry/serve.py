@@ -27,7 +27,7 @@ SERVE_RESULTS: tuple[Variable, ...] = (
     Result("tpot", "s", "min", "Time per output token of one request (mean inter-token latency)."),
     Result("e2e_latency", "s", "min", "ttft + (output_len - 1) x tpot: one request from arrival to last token."),
     Result("output_tokens_per_s", "tokens/s", "max", "Output tokens per second of one instance."),
-    Result("output_tokens_per_s_per_gpu", "tokens/s", "max", "output_tokens_per_s / (tp x pp)."),
+    Result("output_tokens_per_s_per_gpu", "tokens/s", "max", "output_tokens_per_s / (tp x attention_dp x pp)."),
     Result("output_tokens_per_s_per_user", "tokens/s", "max", "1 / tpot."),
     Result("cluster_output_tokens_per_s", "tokens/s", "max", "output_tokens_per_s x instances."),
     Result("batch_size", "requests", "", "Requests in flight (the chosen one under max_throughput)."),
@@ -62,6 +62,11 @@ SERVE_STATUSES: tuple[Status, ...] = (
     Status("no_kv_room", "max_throughput: not one request's KV cache fits in the memory left"),
     Status("not_finite", "a result is not a finite number: an input magnitude is out of range (e.g. a "
            "bandwidth of 1e-300 B/s)"),
+    Status("attention_dp_not_dividing", "SLO search: attention_dp does not divide the requests in flight (each "
+           "attention-DP group holds concurrency / attention_dp of them)"),
+    Status("attention_dp_dense", "SLO search: attention_dp > 1 on a dense model (a set of replicas the search "
+           "already covers as smaller instances)"),
+    Status("pools_over_budget", "SLO search, disaggregated: the prefill and decode pools use more GPUs than --gpus"),
     NOT_COMPUTED,
 )
 SERVE_STATUS_NAMES: tuple[str, ...] = tuple(s.name for s in SERVE_STATUSES)

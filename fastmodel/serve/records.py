@@ -180,7 +180,8 @@ def lower_serve_record(data: dict, source: str | None = None) -> ServeRecord:
 
     values: dict[str, float] = {"input_len": serve.input_len, "output_len": serve.output_len, "instances": 1,
                                 "attention_dp": adp, "moe_tp": serve.moe_tp or 0, "batch_wait_iters": serve.batch_wait_iters,
-                                "batch_wait_tokens_ratio": serve.batch_wait_tokens_ratio, "kv_cache_mem_fraction": serve.kv_cache_mem_fraction,
+                                "batch_wait_tokens_ratio": serve.batch_wait_tokens_ratio, "spec_tokens": serve.spec_tokens,
+                                "spec_acceptance": serve.spec_acceptance, "kv_cache_mem_fraction": serve.kv_cache_mem_fraction,
                                 "peak_flops_4": float(data["system"].get("peak_flops_fp4") or
                                                       device.get("peak_flops_4", 0.0))}
     layers = serve.quantized_layers if "quantized_layers" in serve.model_fields_set else None

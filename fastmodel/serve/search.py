@@ -76,7 +76,7 @@ def _rows(coords: dict, values: dict, shape: tuple, flat: np.ndarray, slo_ok: np
     result arrays at once; only the selected rows become dicts."""
     flat = np.asarray(flat, dtype=np.intp)
     index = np.unravel_index(flat, shape)
-    columns = {d: c[i].tolist() for (d, c), i in zip(coords.items(), index)}
+    columns = {d: np.asarray(c)[i].tolist() for (d, c), i in zip(coords.items(), index)}
     for name in ROW_VARIABLES:
         columns[name] = values[name][flat].astype(float).tolist()
     columns["meets_slo"] = slo_ok.reshape(-1)[flat].astype(bool).tolist()
@@ -84,73 +84,203 @@ def _rows(coords: dict, values: dict, shape: tuple, flat: np.ndarray, slo_ok: np
     return [dict(zip(names, row)) for row in zip(*columns.values())]
 
 
-def slo_search(model, device: str, *, input_len: int, output_len: int, ttft: float, tpot: float, gpus: int = 8,
-               precisions=("bf16", "fp8"), engine: str | None = None, hbm_bytes: float | None = None,
-               concurrency=CONCURRENCY) -> SearchResult:
-    """Sweep TP x PP (instances within ``gpus``), precision and concurrency (requests in flight per instance;
-    default the powers of two to 1024); keep what meets the SLOs."""
+def _engines(engine) -> list[str]:
+    """The engines to sweep: None (TensorRT-LLM's profile, the sweep columns' default), a name, a comma list or a
+    sequence of names."""
+    from fastmodel.serve.profiles import DEFAULT_ENGINE, ENGINE_NAMES
+
+    names = [DEFAULT_ENGINE] if engine is None else [e for part in ([engine] if isinstance(engine, str) else engine)
+                                                     for e in str(part).split(",") if e]
+    for name in names:
+        if name not in ENGINE_NAMES:
+            raise SpecError(None, "--engine", f"unknown engine {name!r}; choose one of {', '.join(ENGINE_NAMES)}")
+    return list(dict.fromkeys(names)) or [DEFAULT_ENGINE]
+
+
+def _axis(name: str, values, default: list[int], low: int) -> list[int]:
+    values = [int(v) for v in values] if values is not None else default
+    if not values or min(values) < low:
+        raise SpecError(None, name, f"values must be at least {low}")
+    return list(dict.fromkeys(values))
+
+
+def _agg_grid(model, device, engines, precisions, axes: dict, fixed: dict, hbm: float, moe: bool):
+    """(dims, coords, variables, status) of the aggregated grid: one kernel sweep per engine, stacked on a leading
+    ``engine`` dimension (one engine: a view, no copy); attention DP that does not divide the concurrency, or on a
+    dense model, keeps its place with its status (``attention_dp_not_dividing``, ``attention_dp_dense``)."""
+    from fastmodel.registry.serve import SERVE_STATUS
+    from fastmodel.serve.api import sweep
+    from fastmodel.serve.profiles import profile_columns
+
+    sets = [sweep(model, device=device, precision=list(precisions), load_mode="concurrency", client_rounds=0,
+                  **axes, **fixed, **profile_columns(engine, None, hbm)) for engine in engines]
+    dims = ("engine", *sets[0].status.dims)
+    coords = {"engine": np.array(engines), **{d: sets[0][d].values for d in dims[1:]}}
+    names = list(sets[0].data_vars)
+    stacked = {n: (sets[0][n].values[None] if len(sets) == 1 else np.stack([d[n].values for d in sets]))
+               for n in names}
+    status = stacked["status"]
+    adp = coords["attention_dp"]
+    if adp.max() > 1:
+        status = status.copy()
+        shape = [1] * len(dims)
+        shape[dims.index("attention_dp")] = adp.size
+        a = adp.reshape(shape)
+        shape = [1] * len(dims)
+        shape[dims.index("batch_size")] = coords["batch_size"].size
+        c = coords["batch_size"].reshape(shape)
+        legal = status == 0
+        status[legal & np.broadcast_to(c % a != 0, status.shape)] = SERVE_STATUS["attention_dp_not_dividing"]
+        if not moe:
+            status[legal & np.broadcast_to(a > 1, status.shape)] = SERVE_STATUS["attention_dp_dense"]
+    variables = {n: xr_variable(dims, stacked[n], sets[0][n].attrs) for n in names if n != "status"}
+    variables["status"] = xr_variable(dims, status, sets[0]["status"].attrs)
+    return dims, coords, variables, sets[0].attrs
+
+
+def xr_variable(dims, values, attrs):
     import xarray as xr
 
-    from fastmodel.serve.api import device_columns, sweep
-    from fastmodel.serve.profiles import ENGINE_NAMES, profile_columns
+    return xr.Variable(dims, values, attrs)
+
+
+def _shaped(coords: dict, dims: tuple, name: str) -> np.ndarray:
+    shape = [1] * len(dims)
+    shape[dims.index(name)] = len(coords[name])
+    return np.asarray(coords[name]).reshape(shape)
+
+
+def slo_search(model, device: str, *, input_len: int, output_len: int, ttft: float, tpot: float, gpus: int = 8,
+               precisions=("bf16", "fp8"), engine=None, hbm_bytes: float | None = None,
+               concurrency=CONCURRENCY, ep=None, attention_dp=None, modes=("agg",), spec_tokens=(0,),
+               spec_acceptance: float = 0.0) -> SearchResult:
+    """Sweep every engine (``engine``: a name or several), TP x PP x EP x attention DP (instances within
+    ``gpus``; EP and attention DP default to the powers of two to ``gpus`` for a MoE model, 1 for a dense one),
+    precision, speculative decoding (``spec_tokens``: draft lengths, 0 off; at ``spec_acceptance``) and
+    concurrency (requests in flight per instance; default the powers of two to 1024); with ``"disagg"`` in
+    ``modes`` also the disaggregated pools of ``search_disagg``; keep what meets the SLOs."""
+    import xarray as xr
+
+    from fastmodel.serve.api import device_columns, model_columns
 
     if ttft <= 0 or tpot <= 0:
         raise SpecError(None, "--ttft/--tpot", "SLOs must be positive durations")
-    if engine is not None and engine not in ENGINE_NAMES:
-        raise SpecError(None, "--engine", f"unknown engine {engine!r}; choose one of {', '.join(ENGINE_NAMES)}")
-    concurrency = [int(c) for c in concurrency]
-    if not concurrency or min(concurrency) < 1:
-        raise SpecError(None, "--search-concurrency", "concurrencies must be at least 1")
+    engines = _engines(engine)
+    concurrency = _axis("--search-concurrency", concurrency, [], 1)
     powers = [2**k for k in range(12) if 2**k <= gpus]
     if not powers:
         raise SpecError(None, "--gpus", "the GPU budget must be at least 1")
+    modes = list(dict.fromkeys(modes))
+    if not modes or set(modes) - {"agg", "disagg"}:
+        raise SpecError(None, "--mode", f"choose agg, disagg or both (got {', '.join(map(str, modes))})")
+    if not 0.0 <= spec_acceptance <= 1.0:
+        raise SpecError(None, "--spec-acceptance", "an acceptance rate is between 0 and 1")
+    moe = model_columns(model).get("moe_experts", 0) > 0
     hbm = hbm_bytes or device_columns(device)["hbm_bytes"]
-    fixed = profile_columns(engine, None, hbm)
-    ds = sweep(model, device=device, precision=list(precisions), tp=powers, pp=[p for p in (1, 2, 4) if p <= gpus],
-               batch_size=concurrency, input_len=input_len, output_len=output_len, load_mode="concurrency",
-               client_rounds=0, **fixed)      # a deployment in service: the steady state, no benchmark start wave
-    # dims: device, precision, tp, pp, batch_size (the scalars are fixed columns); every array read once
-    dims, shape = ds.status.dims, ds.status.shape
-    coords = {d: ds[d].values for d in dims}
-    variables = ds.data_vars.variables
+    axes = dict(tp=powers, pp=[p for p in (1, 2, 4) if p <= gpus], ep=_axis("--ep", ep, powers if moe else [1], 1),
+                attention_dp=_axis("--attention-dp", attention_dp, powers if moe else [1], 1),
+                spec_tokens=_axis("--spec-tokens", spec_tokens, [0], 0), batch_size=concurrency)
+    fixed = dict(input_len=input_len, output_len=output_len, spec_acceptance=spec_acceptance)
+    dims, coords, variables, attrs = _agg_grid(model, device, engines, precisions, axes, fixed, hbm, moe)
+    shape = variables["status"].shape
     values = {name: variables[name].values.reshape(-1) for name in ROW_VARIABLES}
-    sizes = coords["tp"][:, None] * coords["pp"][None, :]
-    within = np.broadcast_to((sizes <= gpus)[None, None, :, :, None], shape)
-    ok = (variables["status"].values == 0) & variables["fits_memory"].values & within
+    sizes = _shaped(coords, dims, "tp") * _shaped(coords, dims, "pp") * _shaped(coords, dims, "attention_dp")
+    within = np.broadcast_to(sizes <= gpus, shape)
+    agg = "agg" in modes
+    ok = (variables["status"].values == 0) & variables["fits_memory"].values & within & agg
     slo_ok = ok & (variables["ttft"].values <= ttft) & (variables["tpot"].values <= tpot)
-    flat = np.flatnonzero(ok)
-    on_frontier = flat[_frontier(values[X][flat], values[Y][flat])]
-    on_frontier = on_frontier[np.argsort(values[X][on_frontier], kind="stable")]   # per-user speed ascending
-    feasible = int(slo_ok.sum())
-    if feasible:        # the frontier's rows and the best one, gathered together
-        best_flat = np.flatnonzero(slo_ok.reshape(-1))
-        on_frontier = np.append(on_frontier, best_flat[np.argmax(values[Y][best_flat])])
-    rows = _rows(coords, values, shape, on_frontier, slo_ok)
-    best = rows.pop() if feasible else None
+    grids = [(coords, values, shape, ok, slo_ok, "agg")]
     data = dict(variables)
-    data["within_budget"] = xr.Variable(dims, np.ascontiguousarray(within), {"description": f"tp x pp <= {gpus} GPUs"})
-    data["meets_slo"] = xr.Variable(dims, slo_ok, {"description": "status ok, fits memory, within the GPU budget, "
-                                                   "ttft and tpot within the SLOs"})
-    ds = xr.Dataset(data, coords=ds.coords, attrs={**ds.attrs, "slo_ttft_s": float(ttft),
-                                                   "slo_tpot_s": float(tpot), "slo_gpus": int(gpus)})
-    return SearchResult(ds, rows, best, int(ok.sum()), feasible)
+    data["within_budget"] = xr.Variable(dims, np.ascontiguousarray(within),
+                                        {"description": f"tp x attention_dp x pp <= {gpus} GPUs"})
+    data["meets_slo"] = xr.Variable(dims, slo_ok, {"description": "mode agg searched, status ok, fits memory, "
+                                                   "within the GPU budget, ttft and tpot within the SLOs"})
+    if "disagg" in modes:
+        grids.append(_disagg(model, device, engines, precisions, gpus, concurrency, input_len, output_len, hbm,
+                             ttft, tpot, data))
+    rows, best, evaluated, feasible = _answer(grids)
+    all_coords = {**{d: coords[d] for d in dims}, **(grids[1][0] if len(grids) > 1 else {})}
+    ds = xr.Dataset(data, coords=all_coords, attrs={**attrs, "slo_ttft_s": float(ttft), "slo_tpot_s": float(tpot),
+                                                    "slo_gpus": int(gpus), "slo_modes": ",".join(modes)})
+    return SearchResult(ds, rows, best, evaluated, feasible)
+
+
+def _disagg(model, device, engines, precisions, gpus, concurrency, input_len, output_len, hbm, ttft, tpot, data):
+    """The disaggregated grid (``search_disagg``) as a grid of ``_answer`` and as ``disagg_*`` variables."""
+    import xarray as xr
+
+    from fastmodel.registry import status_attrs
+    from fastmodel.serve.search_disagg import disagg_grid
+
+    coords, arrays = disagg_grid(model, device, engines=engines, precisions=precisions, gpus=gpus,
+                                 concurrency=concurrency, input_len=input_len, output_len=output_len, hbm=hbm)
+    dims = tuple(coords)
+    ok = (arrays["status"] == 0) & arrays["fits_memory"]
+    slo_ok = ok & (arrays["ttft"] <= ttft) & (arrays["tpot"] <= tpot)
+    for name in (*ROW_VARIABLES, "fits_memory"):
+        data[f"disagg_{name}"] = xr.Variable(dims, np.ascontiguousarray(arrays[name]))
+    data["disagg_status"] = xr.Variable(dims, arrays["status"], status_attrs("serve"))
+    data["disagg_meets_slo"] = xr.Variable(dims, slo_ok, {"description": "status ok (pools within the budget), "
+                                                          "fits memory, ttft and tpot within the SLOs"})
+    values = {name: np.ascontiguousarray(arrays[name]).reshape(-1) for name in ROW_VARIABLES}
+    return coords, values, ok.shape, ok, slo_ok, "disagg"
+
+
+def _answer(grids):
+    """(frontier rows by per-user speed, best row or None, points that fit, points meeting the SLOs) over every
+    grid (aggregated, disaggregated): the frontier of their union, the feasible point with the most tokens/s per
+    GPU."""
+    flats = [np.flatnonzero(g[3]) for g in grids]
+    x = np.concatenate([g[1][X][f] for g, f in zip(grids, flats)])
+    y = np.concatenate([g[1][Y][f] for g, f in zip(grids, flats)])
+    owner = np.concatenate([np.full(f.size, i) for i, f in enumerate(flats)])
+    index = np.concatenate(flats)
+    front = _frontier(x, y)
+    front = front[np.argsort(x[front], kind="stable")]                 # per-user speed ascending
+    best = None
+    for i, g in enumerate(grids):
+        good = np.flatnonzero(g[4].reshape(-1))
+        if good.size:
+            k = good[np.argmax(g[1][Y][good])]
+            if best is None or g[1][Y][k] > best[1]:
+                best = (i, g[1][Y][k], k)
+    rows = []
+    for i, g in enumerate(grids):       # the frontier's rows and the best one, gathered together per grid
+        mine = index[front[owner[front] == i]]
+        if best is not None and best[0] == i:
+            mine = np.append(mine, best[2])
+        part = [dict(r, mode=g[5]) for r in _rows(g[0], g[1], g[2], mine, g[4])]
+        if best is not None and best[0] == i:
+            best_row = part.pop()
+        rows.extend(part)
+    rows.sort(key=lambda r: r[X])
+    return rows, best_row if best is not None else None, sum(int(g[3].sum()) for g in grids), \
+        sum(int(g[4].sum()) for g in grids)
+
+
+def layout(row: dict) -> str:
+    """A row's layout: ``tp4 pp1 ep1 adp1 k0`` (aggregated), ``P2xtp2+D1xtp4`` (disaggregated pools)."""
+    if row.get("mode") == "disagg":
+        return f"P{row['prefill_workers']}xtp{row['prefill_tp']}+D{row['decode_workers']}xtp{row['decode_tp']}"
+    return f"tp{row['tp']} pp{row['pp']} ep{row['ep']} adp{row['attention_dp']} k{row['spec_tokens']}"
 
 
 def format_search(result: SearchResult, ttft: float, tpot: float) -> str:
-    """The frontier as a table and the best configuration meeting the SLOs."""
+    """The frontier as a table (mode, engine, precision, layout) and the best configuration meeting the SLOs."""
     lines = [f"{result.evaluated} configurations fit, {result.feasible} meet TTFT <= {ttft * 1e3:g} ms and "
              f"TPOT <= {tpot * 1e3:g} ms",
              "Pareto frontier (tokens/s per GPU against tokens/s per user):",
-             f"{'precision':>9s} {'tp':>3s} {'pp':>3s} {'conc':>5s} {'ttft ms':>9s} {'tpot ms':>8s} "
-             f"{'tok/s/user':>10s} {'tok/s/GPU':>10s}  SLO"]
+             f"{'mode':6s} {'engine':6s} {'precision':>9s} {'layout':24s} {'conc':>5s} {'ttft ms':>9s} "
+             f"{'tpot ms':>8s} {'tok/s/user':>10s} {'tok/s/GPU':>10s}  SLO"]
     for r in result.frontier:
-        lines.append(f"{r['precision']:>9s} {r['tp']:3d} {r['pp']:3d} {r['batch_size']:5d} {r['ttft'] * 1e3:9.1f} "
-                     f"{r['tpot'] * 1e3:8.2f} {r[X]:10.1f} {r[Y]:10.1f}  {'yes' if r['meets_slo'] else 'no'}")
+        lines.append(f"{r['mode']:6s} {r['engine']:6s} {r['precision']:>9s} {layout(r):24s} {r['batch_size']:5d} "
+                     f"{r['ttft'] * 1e3:9.1f} {r['tpot'] * 1e3:8.2f} {r[X]:10.1f} {r[Y]:10.1f}  "
+                     f"{'yes' if r['meets_slo'] else 'no'}")
     if result.best is None:
         lines.append("no configuration meets both SLOs")
     else:
         b = result.best
-        lines.append(f"best meeting the SLOs: {b['precision']} tp{b['tp']} pp{b['pp']} at concurrency "
-                     f"{b['batch_size']}: {b[Y]:.1f} tok/s per GPU, {b[X]:.1f} tok/s per user, TTFT "
+        lines.append(f"best meeting the SLOs: {b['mode']} {b['engine']} {b['precision']} {layout(b)} at "
+                     f"concurrency {b['batch_size']}: {b[Y]:.1f} tok/s per GPU, {b[X]:.1f} tok/s per user, TTFT "
                      f"{b['ttft'] * 1e3:.1f} ms, TPOT {b['tpot'] * 1e3:.2f} ms")
     return "\n".join(lines)

@@ -41,6 +41,9 @@ class ServeTaskSpec(BaseModel):
     pp: PositiveInt = Field(1, le=1024)
     ep: PositiveInt = Field(1, le=1024)
     instances: PositiveInt = Field(1, le=1 << 20, description="Serving instances in the cluster.")
+    spec_tokens: int = Field(0, ge=0, le=64, description="Speculative decoding: draft tokens per decode step "
+                             "(concurrency load; docs/model_serving.md S18).")
+    spec_acceptance: float = Field(0.0, ge=0, le=1, description="Speculative decoding: a draft token's acceptance.")
 
     @model_validator(mode="after")
     def _one_load_mode(self):

@@ -20,7 +20,8 @@ from fastmodel.errors import SpecError
 from fastmodel.sweeps.plan import Axis, SweepPlan
 
 #: serving task fields fixed in every configuration unless an axis of the same name sweeps them
-SERVE_FIXED = ("input_len", "output_len", "tp", "pp", "ep", "instances", "kv_cache_mem_fraction")
+SERVE_FIXED = ("input_len", "output_len", "tp", "pp", "ep", "instances", "kv_cache_mem_fraction", "spec_tokens",
+               "spec_acceptance")
 #: axes that set several columns, or a column by another name
 SPECIAL_AXES = ("device", "precision", "kv_precision", "concurrency")
 

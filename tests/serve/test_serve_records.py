@@ -264,7 +264,7 @@ def test_slo_search_returns_the_frontier_and_the_best_feasible_point():
 
     result = slo_search("llama3.1-8b", "H100", input_len=1024, output_len=256, ttft=0.5, tpot=0.03, gpus=4)
     ds = result.dataset
-    within = (ds.tp.values[:, None] * ds.pp.values[None, :] <= 4)[None, None, :, :, None]   # the GPU budget
+    within = (ds.tp * ds.pp * ds.attention_dp <= 4).broadcast_like(ds.status).transpose(*ds.status.dims).values
     ok = (ds.status.values == 0) & ds.fits_memory.values & within
     feasible = ok & (ds.ttft.values <= 0.5) & (ds.tpot.values <= 0.03)
     assert result.feasible == int(feasible.sum()) > 0

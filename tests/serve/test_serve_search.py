@@ -21,8 +21,8 @@ def test_search_writes_its_sweep_with_the_budget_and_the_slos(tmp_path):
     assert run.exit_code == 0, run.output
     ds = xr.load_dataset(out)
     assert ds.attrs["slo_ttft_s"] == 0.5 and ds.attrs["slo_tpot_s"] == pytest.approx(0.03) and ds.attrs["slo_gpus"] == 4
-    within = np.broadcast_to((ds.tp.values[:, None] * ds.pp.values[None, :] <= 4)[None, None, :, :, None],
-                             ds.status.shape)
+    sizes = ds.tp * ds.pp * ds.attention_dp          # dims engine, device, precision, tp, pp, ep, attention_dp, ...
+    within = (sizes <= 4).broadcast_like(ds.status).transpose(*ds.status.dims).values
     assert (ds.within_budget.values.astype(bool) == within).all()
     meets = (ds.status.values == 0) & ds.fits_memory.values.astype(bool) & within & (ds.ttft.values <= 0.5) \
         & (ds.tpot.values <= 0.03)

@@ -44,6 +44,7 @@ def _reference(result):
         r = {d: ds[d].values[i].item() for d, i in zip(dims, index)}
         r.update({k: float(ds[k].values[index]) for k in ("ttft", "tpot", X, Y, "memory_per_device")})
         r["meets_slo"] = bool(slo[index])
+        r["mode"] = "agg"
         return r
 
     points = list(zip(*np.nonzero(ok)))

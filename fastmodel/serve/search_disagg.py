@@ -1,0 +1,114 @@
+"""The disaggregated points of the SLO search (``fastmodel serve --search --mode disagg``; docs/model_serving.md
+§S17): prefill and decode worker pools of one GPU type, the steady state of §S16/§S30 on whole arrays.
+
+The pools' grid is bounded: each worker is TP only (``pp = 1``, ``attention_dp = 1``, its experts split by TP),
+``prefill_tp``, ``prefill_workers``, ``decode_tp`` and ``decode_workers`` are powers of two up to the GPU budget,
+and a point whose pools use more GPUs than the budget (``prefill_workers x prefill_tp + decode_workers x
+decode_tp > gpus``) keeps its place with status ``pools_over_budget``. The workers are a handful of kernel
+configurations (a prefill worker per ``prefill_tp``, a decode worker per ``decode_tp`` and requests per worker);
+the closed loop is ``fastmodel.serve.disagg.evaluate_disagg``'s in the steady state (no start wave,
+``client_rounds = 0``) with one attention group per worker: the prefill pool's ``prefill_workers`` servers by
+Seidmann's approximation (``pool_response``), the KV transfer over NVLink when both pools fit the device's
+NVLink domain (``gpus_per_node``) else over the NIC, TTFT = R + t_kv + (w + 1 + o) TPOT + (N - N_r) / lambda.
+``tests/serve/test_serve_search_axes.py`` checks a point against ``evaluate_disagg`` of the same deployment.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fastmodel.registry.lm import COLUMN_INDEX as C
+
+POOL_DIMS = ("prefill_tp", "prefill_workers", "decode_tp", "decode_workers")
+#: result arrays of a disaggregated point (dataset variables ``disagg_<name>``)
+RESULTS = ("ttft", "tpot", "output_tokens_per_s_per_user", "output_tokens_per_s_per_gpu", "memory_per_device")
+
+
+def _workers(base: np.ndarray, tps, batches, output_len: int):
+    """(results, status) of static-batch workers: one configuration per (tp, batch) pair."""
+    from fastmodel.serve.api import evaluate_table
+
+    table = np.repeat(base[:, None], len(tps), axis=1)
+    table[C["tp"]] = tps
+    table[C["n_gpus"]] = tps
+    table[C["batch_size"]] = batches
+    table[C["output_len"]] = output_len
+    table[C["seq_len"]] = base[C["input_len"]] + output_len
+    return evaluate_table(table)
+
+
+def disagg_point_arrays(base: np.ndarray, powers: np.ndarray, concurrency: np.ndarray, gpus: int) -> dict:
+    """The arrays (``prefill_tp``, ``prefill_workers``, ``decode_tp``, ``decode_workers``, concurrency) of one
+    engine and precision: ``base`` a static-batch column vector (engine profile, precision, lengths)."""
+    from fastmodel.registry.serve import SERVE_RESULT_INDEX as R
+    from fastmodel.registry.serve import SERVE_STATUS
+    from fastmodel.serve.disagg import kv_bytes_per_prompt_token
+
+    p = powers.astype(float)
+    n = concurrency.astype(float)
+    inp, out = base[C["input_len"]], base[C["output_len"]]
+    pre, pre_status = _workers(base, p, np.ones_like(p), 2)
+    # decode workers: tp x per-worker batch (requests per worker: max(1, round(N / workers)))
+    per = np.maximum(1.0, np.round(n[None, :] / p[:, None]))                  # (workers, N)
+    batches, inverse = np.unique(per, return_inverse=True)
+    tps = np.repeat(p, batches.size)
+    dec, dec_status = _workers(base, tps, np.tile(batches, p.size), int(out))
+    k = batches.size
+    pick = (np.arange(p.size)[:, None, None] * k + inverse.reshape(per.shape)[None, :, :])   # (dtp, dw, N)
+    tpot = dec[R["tpot"]][pick]
+    sl = (slice(None), None, None, None, None)
+    full = pre[R["ttft"]][sl]                                                  # prefill of one prompt, by prefill_tp
+    workers = p[None, :, None, None, None]
+    dworkers = p[None, None, None, :, None]
+    used = p[:, None, None, None, None] * workers + p[None, None, :, None, None] * dworkers
+    domain = base[C["gpus_per_node"]]
+    bw = np.where(used <= domain, base[C["intra_bw"]] * base[C["intra_eff"]], base[C["inter_bw"]] * base[C["inter_eff"]])
+    t_kv = kv_bytes_per_prompt_token(base) * inp / (bw * p[sl])
+    tpot = tpot[None, None]
+    think = t_kv + out * tpot
+    room = np.floor(dec[R["kv_cache_capacity"]][pick] / (dec[R["kv_bytes_per_token"]][pick] * (inp + out)))
+    running = np.maximum(1.0, np.minimum(n, room[None, None] * dworkers))
+    share = full / workers                                                    # Seidmann: one server of own / c
+    delay = full - share
+    outside = think + delay
+    b = outside - share - share * (running - 1.0)
+    response = delay + 0.5 * (-b + np.sqrt(b * b + 4.0 * share * outside))
+    lam = running / (response + think)
+    steps = (running / dworkers > 1.0) + 1.0 + base[C["overlap_step"]]
+    ttft = response + t_kv + steps * tpot + (n - running) / lam
+    status = np.maximum(pre_status[sl], dec_status[pick][None, None]).astype(np.int8)
+    status = np.where(used > gpus, np.int8(SERVE_STATUS["pools_over_budget"]), status)
+    fits = (pre[R["fits_memory"]][sl] > 0.5) & (dec[R["fits_memory"]][pick][None, None] > 0.5)
+    memory = np.maximum(pre[R["memory_per_device"]][sl], dec[R["memory_per_device"]][pick][None, None])
+    shape = status.shape
+    values = {"ttft": ttft, "tpot": tpot, "output_tokens_per_s_per_user": 1.0 / tpot,
+              "output_tokens_per_s_per_gpu": lam * out / used, "memory_per_device": memory}
+    values = {k: np.broadcast_to(v, shape) for k, v in values.items()}
+    bad = status != 0
+    values = {k: np.where(bad, np.nan, v) for k, v in values.items()}
+    return {**values, "status": status, "fits_memory": np.broadcast_to(fits, shape) & ~bad}
+
+
+def disagg_grid(model, device: str, *, engines, precisions, gpus: int, concurrency, input_len: int,
+                output_len: int, hbm: float) -> tuple[dict, dict]:
+    """(coords, arrays) of the disaggregated grid: dims engine, precision, the four pool dims, batch_size
+    (the concurrency of the deployment)."""
+    from fastmodel.serve.api import columns
+    from fastmodel.serve.profiles import profile_columns
+
+    powers = np.array([2**k for k in range(12) if 2**k <= gpus], dtype=np.int64)
+    conc = np.asarray(concurrency, dtype=np.int64)
+    parts = []
+    for engine in engines:
+        row = []
+        for precision in precisions:
+            base = columns(model, device, precision=precision, batch_size=1, input_len=input_len,
+                           output_len=output_len, client_rounds=0, **profile_columns(engine, None, hbm))
+            with np.errstate(all="ignore"):
+                row.append(disagg_point_arrays(base, powers, conc, gpus))
+        parts.append(row)
+    arrays = {name: np.stack([np.stack([part[name] for part in row]) for row in parts])
+              for name in (*RESULTS, "status", "fits_memory")}
+    coords = {"engine": list(engines), "precision": list(precisions), **{d: powers for d in POOL_DIMS},
+              "batch_size": conc}
+    return coords, arrays
