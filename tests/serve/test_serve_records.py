@@ -144,8 +144,9 @@ def test_validate_answers_every_disaggregated_record_and_splits_heldout():
     first = json.loads(path.read_text().splitlines()[0])
     with pytest.raises(SpecError, match="two worker pools"):          # one kernel configuration cannot hold it
         lower_serve_record(first)
-    from fastmodel.serve.disagg import DisaggRecord                   # serve and batch read its two pools (A4)
+    from fastmodel.serve.disagg import DisaggRecord
 
+    # serve and batch read its two pools (audit A4)
     assert all(isinstance(r, DisaggRecord) for r in read_serve_records(path))
 
 
