@@ -51,7 +51,9 @@ def _one(values, name: str, default):
 
 @click.command("serve")
 @click.argument("records", required=False, type=click.Path(dir_okay=False))
-@click.option("--model", "-m", help="Built-in serving model (llama3.1-8b/70b/405b, mistral-7b, mixtral-8x7b).")
+@click.option("--model", "-m", help="Built-in serving model (llama3.1-8b/70b/405b, mistral-7b, mixtral-8x7b) or "
+              "family-\"lm\" model spec (deepseek-v3, kimi-k2, qwen3-235b-a22b, gpt-oss-120b, ...; --list-models).")
+@click.option("--list-models", is_flag=True, help="List the models --model takes, with their attention and MoE shape.")
 @click.option("--device", "-d", default="H100", show_default=True, help="Built-in device (specs/devices).")
 @click.option("--tp", default=1, show_default=True, type=click.IntRange(min=1))
 @click.option("--pp", default=1, show_default=True, type=click.IntRange(min=1))
@@ -95,7 +97,7 @@ def _one(values, name: str, default):
 @click.option("--spec-acceptance", type=click.FloatRange(0.0, 1.0),
               help="Speculative decoding: a draft token's acceptance rate (required with --spec-tokens > 0).")
 @friendly
-def serve(records, model, device, tp, pp, ep, attention_dp, moe_tp, precision, kv_precision, input_len, output_len, batch_size,
+def serve(records, model, list_models, device, tp, pp, ep, attention_dp, moe_tp, precision, kv_precision, input_len, output_len, batch_size,
           concurrency, max_throughput, kv_cache_mem_fraction, instances, as_json, output, force, search, ttft, tpot,
           gpus, search_precision, search_concurrency, engine, modes, spec_tokens, spec_acceptance):
     """Predict LLM serving: TTFT, TPOT, throughput, KV cache and memory, prefill/decode breakdown.
@@ -107,6 +109,12 @@ def serve(records, model, device, tp, pp, ep, attention_dp, moe_tp, precision, k
     from fastmodel.registry.serve import SERVE_RESULTS, SERVE_STATUS_NAMES
     from fastmodel.serve.api import columns, evaluate_table
 
+    if list_models:
+        from fastmodel.serve.models import servable_models
+
+        for name, summary in servable_models():
+            click.echo(f"{name:18s} {summary}")
+        return
     if records and model:
         raise FastmodelError("give RECORDS or --model, not both")
     raw = ep, attention_dp, spec_tokens
@@ -137,16 +145,20 @@ def serve(records, model, device, tp, pp, ep, attention_dp, moe_tp, precision, k
         found = read_serve_records(records)
         labels = [r.id or f"record {i + 1}" for i, r in enumerate(found)]
         _echo_notes(found, labels)
-        import numpy as np
-
-        params = np.stack([r.columns for r in found], axis=1)
-    elif model:
+        rows = _record_rows(found, labels, as_json)
+        if output:
+            _write_rows(rows, output, records, force)
+        return
+    if model:
         if batch_size is None and concurrency is None and not max_throughput:
             batch_size = 1
         _check_layout(attention_dp, batch_size or concurrency, spec, concurrency)
         from fastmodel.serve.api import device_columns
+        from fastmodel.serve.models import serving_model
         from fastmodel.serve.profiles import profile_columns
 
+        for note in serving_model(model)[2]:
+            click.echo(f"note: {note}", err=True)
         profile = profile_columns(engine, None, device_columns(device)["hbm_bytes"]) if engine else {}
         params = columns(model, device, precision=precision, kv_precision=kv_precision, batch_size=batch_size,
                          concurrency=concurrency, max_throughput=max_throughput, tp=tp, pp=pp, ep=ep,
@@ -163,12 +175,46 @@ def serve(records, model, device, tp, pp, ep, attention_dp, moe_tp, precision, k
     for i, label in enumerate(labels):
         result = {r.name: float(out[k, i]) for k, r in enumerate(SERVE_RESULTS)}
         state = SERVE_STATUS_NAMES[int(status[i])]
-        if not records and state != "ok":   # one configuration that cannot be evaluated: one line, exit 2
+        if state != "ok":   # one configuration that cannot be evaluated: one line, exit 2
             raise FastmodelError(render(label, state, result))
         rows.append(json_record(label, state, result))
         click.echo(json.dumps(rows[-1]) if as_json else render(label, state, result))
     if output:
         _write_rows(rows, output, records, force)
+
+
+def _record_rows(found: list, labels: list[str], as_json: bool) -> list[dict]:
+    """Print and return one row per record: an aggregated record through the serving kernels, a disaggregated
+    one through its two worker pools (``fastmodel.serve.disagg.evaluate_disagg``, as validate predicts it)."""
+    import json
+
+    import numpy as np
+
+    from fastmodel.registry.serve import SERVE_RESULTS, SERVE_STATUS_NAMES
+    from fastmodel.serve.api import evaluate_table
+    from fastmodel.serve.disagg import DisaggRecord, evaluate_disagg
+    from fastmodel.serve.report import disagg_json, disagg_result, json_record, render_disagg
+
+    single = [i for i, r in enumerate(found) if not isinstance(r, DisaggRecord)]
+    pooled = [i for i, r in enumerate(found) if isinstance(r, DisaggRecord)]
+    out, status = evaluate_table(np.stack([found[i].columns for i in single], axis=1)) if single else (None, None)
+    where = {i: k for k, i in enumerate(single)}
+    disagg = dict(zip(pooled, evaluate_disagg([found[i] for i in pooled])))
+    rows = []
+    for i, label in enumerate(labels):
+        if i in disagg:
+            state, limiting = disagg[i]["status"], disagg[i].get("limiting_pool")
+            result = disagg_result(found[i], disagg[i])
+            rows.append(disagg_json(label, state, result, limiting))
+            text = render_disagg(label, found[i], state, result, limiting)
+        else:
+            k = where[i]
+            result = {r.name: float(out[v, k]) for v, r in enumerate(SERVE_RESULTS)}
+            state = SERVE_STATUS_NAMES[int(status[k])]
+            rows.append(json_record(label, state, result))
+            text = render(label, state, result)
+        click.echo(json.dumps(rows[-1]) if as_json else text)
+    return rows
 
 
 def _echo_notes(found: list, labels: list[str]) -> None:
@@ -205,7 +251,8 @@ def _write_rows(rows: list[dict], path: str, records, force: bool) -> None:
 
     with claim_output(path, "text", inputs=(records,) if records else (), force=force), atomic_write(path) as handle:
         if output_kind(path, "text") == "csv":
-            writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+            fields = list(dict.fromkeys(key for row in rows for key in row))   # aggregated and disagg rows
+            writer = csv.DictWriter(handle, fieldnames=fields)
             writer.writeheader()
             writer.writerows(rows)
         else:

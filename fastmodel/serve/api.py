@@ -6,7 +6,7 @@
     ...            batch_size=[1, 8, 64], input_len=[128, 2048], output_len=[128])
 
 A configuration is a column vector of the real-world model (``fastmodel.registry.lm``):
-model columns (a built-in name of ``fastmodel.serve.models`` or a dict of columns), a
+model columns (a built-in name of ``fastmodel.serve.models`` or of a family-"lm" spec, or a dict of columns), a
 device's datasheet and efficiencies (``specs/devices/*.toml``), the instance's plan and
 the serving columns. ``precision`` sets the compute and weight format (bf16/fp16,
 fp8; int8/int4 are weight-only with 16-bit compute); ``kv_precision`` the KV cache.
@@ -24,7 +24,6 @@ from fastmodel.errors import SpecError, nearest
 from fastmodel.registry import status_attrs
 from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
 from fastmodel.registry.serve import SERVE_RESULTS, SERVE_STATUS_NAMES
-from fastmodel.serve.models import serve_model
 from fastmodel.serve.precisions import FP4_PRECISIONS, FP8_KV_DEFAULT, KV_PRECISIONS, PRECISIONS  # noqa: F401
 from fastmodel.spec.columns import check_base, check_table, encode
 
@@ -51,7 +50,9 @@ def device_columns(name: str) -> dict[str, float]:
 def model_columns(model: str | Mapping[str, float]) -> dict[str, float]:
     """Model columns from a built-in name or a mapping of column names."""
     if isinstance(model, str):
-        return serve_model(model)
+        from fastmodel.serve.models import serving_model
+
+        return serving_model(model)[1]
     values = dict(model)
     for key in values:
         if key not in COLUMN_INDEX:
@@ -96,6 +97,11 @@ def columns(model, device: str, *, precision: str = "bf16", kv_precision: str | 
     merged.update(model_columns(model))
     merged["seq_len"] = values.get("input_len", COLUMNS[COLUMN_INDEX["input_len"]].default) \
         + values.get("output_len", COLUMNS[COLUMN_INDEX["output_len"]].default)
+    if isinstance(model, str):     # a generic fp4 of gpt-oss: its published MXFP4 experts-only checkpoint
+        from fastmodel.serve.precisions import published_fp4_checkpoint
+
+        precision, layers, _ = published_fp4_checkpoint(model, precision, None)
+        merged["quant_experts_only"] = 1.0 if layers == "experts" else 0.0
     merged.update(precision_columns(precision, kv_precision))
     merged.update(load_columns(batch_size, concurrency, max_throughput))
     merged["n_gpus"] = values.get("tp", 1) * values.get("attention_dp", 1) * values.get("pp", 1)

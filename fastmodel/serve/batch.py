@@ -2,7 +2,10 @@
 
 Each record of a chunk is lowered on its own (a bad record gets its own one-line error) and the chunk's
 records are evaluated in one call; a line carries its ``id`` and the serving results
-(``registry.serve.SERVE_RESULTS``). ``measured`` is never read.
+(``registry.serve.SERVE_RESULTS``). A disaggregated record (``serve.mode = "disagg"``) is evaluated through its
+two worker pools (``fastmodel.serve.disagg``, as validate predicts it): TTFT, TPOT, end-to-end latency and
+throughput (per GPU, per user), its decode pool's requests and ``limiting_pool``; results a deployment of two
+pools has no single value of (memory, breakdown) stay empty. ``measured`` is never read.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ class ServeRecords:
 
     name = "serve_record"
     engine = "serve"
-    columns = {"id": "string"}
+    columns = {"id": "string", "limiting_pool": "string"}
 
     def claims(self, case: dict) -> bool:
         if type(case.get("model")) is not dict or type(case.get("serve")) is not dict:
@@ -28,25 +31,41 @@ class ServeRecords:
     def prepare(self, cases: list[dict], default_semantics) -> Prepared:
         from fastmodel.registry.serve import SERVE_RESULTS, SERVE_STATUSES
         from fastmodel.serve.api import evaluate_table
-        from fastmodel.serve.records import lower_serve_record
+        from fastmodel.serve.disagg import DisaggRecord, evaluate_disagg
+        from fastmodel.serve.records import lower_any
+        from fastmodel.serve.report import disagg_result
 
-        lowered, errors = lower_all(cases, lower_serve_record)
+        lowered, errors = lower_all(cases, lower_any)
         out = Prepared(errors=errors)
-        if not lowered:
-            return out
-        results, status = evaluate_table(np.stack([record.columns for _, record in lowered], axis=1))
+        single = [(j, r) for j, r in lowered if not isinstance(r, DisaggRecord)]
+        pooled = [(j, r) for j, r in lowered if isinstance(r, DisaggRecord)]
         n = len(cases)
-        ids: list = [None] * n
-        values: dict[str, list] = {r.name: [None] * n for r in SERVE_RESULTS}
-        for k, (j, record) in enumerate(lowered):
-            if status[k]:
-                state = SERVE_STATUSES[int(status[k])]
-                out.errors[j] = f"{state.name}: {state.message}" if state.name == "not_finite" else \
-                    f"illegal serving configuration ({state.name}): {state.message}"
+        out.columns = {"id": [None] * n, "limiting_pool": [None] * n}
+        out.results = {r.name: [None] * n for r in SERVE_RESULTS}
+        if single:
+            results, status = evaluate_table(np.stack([record.columns for _, record in single], axis=1))
+            for k, (j, record) in enumerate(single):
+                if status[k]:
+                    out.errors[j] = _refusal(SERVE_STATUSES[int(status[k])])
+                    continue
+                out.columns["id"][j] = record.id
+                for v, result in enumerate(SERVE_RESULTS):
+                    out.results[result.name][j] = float(results[v, k])
+        for (j, record), pool in zip(pooled, evaluate_disagg([r for _, r in pooled])):
+            if pool["status"] != "ok":
+                from fastmodel.registry.serve import SERVE_STATUS
+
+                out.errors[j] = _refusal(SERVE_STATUSES[SERVE_STATUS[pool["status"]]])
                 continue
-            ids[j] = record.id
-            for v, result in enumerate(SERVE_RESULTS):
-                values[result.name][j] = float(results[v, k])
-        out.columns = {"id": ids}
-        out.results = values
+            out.columns["id"][j] = record.id
+            out.columns["limiting_pool"][j] = pool["limiting_pool"]
+            for name, value in disagg_result(record, pool).items():
+                if name in out.results:      # the serving results a deployment of two pools has; others empty
+                    out.results[name][j] = value
         return out
+
+
+def _refusal(state) -> str:
+    """The status row of a configuration the serving kernels refused."""
+    return f"{state.name}: {state.message}" if state.name == "not_finite" else \
+        f"illegal serving configuration ({state.name}): {state.message}"

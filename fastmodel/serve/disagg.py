@@ -187,6 +187,17 @@ def first_token_steps(rec: DisaggRecord, running: float) -> float:
     return wait + 1.0 + float(rec.decode[C["overlap_step"]])
 
 
+def limiting_pool(prefill: float, transfer: float, decode: float, running: float, room: float) -> str:
+    """The stage that bounds a disaggregated deployment's closed loop (docs/model_serving.md §S40): ``decode``
+    when the decode pool's KV room holds fewer requests than are in flight (the rest wait for a slot), else the
+    stage where a request spends the largest share of its cycle ``R + t_kv + O x TPOT`` (Little's law: the
+    throughput is ``N`` over that cycle, so shortening the largest term raises it most): ``prefill`` (the pool's
+    response, queueing included), ``kv transfer`` or ``decode``."""
+    if running > room:
+        return "decode"
+    return max((prefill, "prefill"), (transfer, "kv transfer"), (decode, "decode"))[1]
+
+
 def evaluate_disagg(records: list[DisaggRecord]) -> list[dict]:
     """ttft, tpot, throughput, status of each disaggregated record."""
     from fastmodel.registry.serve import SERVE_RESULT_INDEX as R
@@ -220,7 +231,11 @@ def evaluate_disagg(records: list[DisaggRecord]) -> list[dict]:
         lam = running / (response + think)
         ttft = response + t_kv + first_token_steps(rec, running) * tpot + (n - running) / lam
         results.append({"status": "ok", "ttft": ttft, "tpot": tpot, "output_tokens_per_s": lam * out,
-                        "kv_transfer_s": t_kv, "prefill_s": own, "batch_size": running,
+                        "output_tokens_per_s_per_gpu": lam * out / rec.total_gpus,
+                        "kv_transfer_s": t_kv, "prefill_s": own, "prefill_response_s": response,
+                        "decode_s": out * tpot, "batch_size": running, "decode_room": room,
+                        "prefill_busy": lam * own / (rec.prefill_workers * rec.prefill[C["attention_dp"]]),
+                        "limiting_pool": limiting_pool(response, t_kv, out * tpot, n, room),
                         "naive_ttft": full, "naive_tpot": tpot})
     ok = [i for i, r in enumerate(results) if r["status"] == "ok"]
     if ok:

@@ -90,8 +90,8 @@ def multi_node_nvlink(data: dict, device: dict) -> bool:
 
 
 class NotModelled(UnsupportedError):
-    """A valid serving record that is not one kernel configuration (a disaggregated deployment): ``validate``
-    lowers it to its worker pools (``fastmodel.serve.disagg``); other commands refuse it in one line."""
+    """A valid serving record that is not one kernel configuration (a disaggregated deployment): ``lower_any``
+    (serve, batch, validate) lowers it to its worker pools (``fastmodel.serve.disagg``); ``run`` refuses it."""
 
 
 @dataclass(frozen=True)
@@ -142,7 +142,7 @@ def lower_serve_record(data: dict, source: str | None = None) -> ServeRecord:
     serve = record.serve
     if serve.mode == "disagg":
         raise NotModelled(source, "serve.mode", "a disaggregated deployment is two worker pools, evaluated by "
-                          "validate (fastmodel.serve.disagg), not one kernel configuration")
+                          "serve, batch and validate (fastmodel.serve.disagg), not one kernel configuration")
     notes: list[str] = []
     tp, pp, ep, adp = serve.tp, serve.pp, serve.ep, serve.attention_dp
     gpus = tp * adp * pp
@@ -235,24 +235,25 @@ def _count(value: float) -> int | float:
     return int(value) if float(value).is_integer() else value
 
 
+def lower_any(data: dict, source: str | None = None):
+    """One serving record lowered: a ``ServeRecord`` (one kernel configuration) or, for ``serve.mode = "disagg"``,
+    its two worker pools (``fastmodel.serve.disagg.DisaggRecord``); the one lowering serve, batch and validate
+    share."""
+    from fastmodel.serve.disagg import lower_disagg
+    from fastmodel.serve.record_schema import parse_serve_record
+
+    try:
+        return lower_serve_record(data, source)
+    except NotModelled:
+        return lower_disagg(data, parse_serve_record(data, source), source)
+
+
 def read_serve_records(path: str | Path, refused: list | None = None) -> list:
-    """Every serving record of a JSONL file (or one JSON object); a bad line is a SpecError naming it. With a
-    ``refused`` list (validate), a record with a field or value the engine does not take is appended to it
-    (``fastmodel.spec.records.read_jsonl``: a miss) and a disaggregated record is lowered to its two worker
-    pools (``fastmodel.serve.disagg.DisaggRecord``)."""
-    if refused is None:
-        return read_jsonl(path, lower_serve_record, "serving records", whole_object=True)
-
-    def lower(data, source):
-        from fastmodel.serve.disagg import lower_disagg
-        from fastmodel.serve.record_schema import parse_serve_record
-
-        try:
-            return lower_serve_record(data, source)
-        except NotModelled:
-            return lower_disagg(data, parse_serve_record(data, source), source)
-
-    return read_jsonl(path, lower, "serving records", whole_object=True, refused=refused)
+    """Every serving record of a JSONL file (or one JSON object), each lowered by :func:`lower_any` (a
+    disaggregated record to its two worker pools); a bad line is a SpecError naming it. With a ``refused`` list
+    (validate), a record with a field or value the engine does not take is appended to it
+    (``fastmodel.spec.records.read_jsonl``: a miss)."""
+    return read_jsonl(path, lower_any, "serving records", whole_object=True, refused=refused)
 
 
 def file_has_serve_records(path: str | Path) -> bool:

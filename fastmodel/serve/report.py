@@ -45,6 +45,50 @@ def render(label: str, status: str, r: dict) -> str:
     return "\n".join(lines)
 
 
+#: the serving results a disaggregated deployment has (fastmodel.serve.disagg), then its own quantities
+DISAGG_KEYS = ("ttft", "tpot", "e2e_latency", "output_tokens_per_s", "output_tokens_per_s_per_gpu",
+               "output_tokens_per_s_per_user", "batch_size", "kv_transfer_s", "prefill_s", "prefill_response_s",
+               "prefill_busy", "decode_s", "decode_room")
+
+
+def disagg_result(rec, pooled: dict) -> dict:
+    """The row of one evaluated disaggregated record (``evaluate_disagg``): its TTFT, TPOT, end-to-end latency
+    (TTFT + (O - 1) TPOT), throughput of the deployment, per GPU and per user (1 / TPOT while streaming), the
+    requests its decode pool runs, the stage times and the limiting pool; NaN where it was not evaluated."""
+    from fastmodel.registry.lm import COLUMN_INDEX
+
+    r = {k: float(pooled.get(k, math.nan)) for k in DISAGG_KEYS}
+    r["e2e_latency"] = r["ttft"] + (float(rec.decode[COLUMN_INDEX["output_len"]]) - 1.0) * r["tpot"]
+    r["output_tokens_per_s_per_user"] = 1.0 / r["tpot"] if r["tpot"] > 0 else math.nan
+    return r
+
+
+def disagg_json(label: str, status: str, result: dict, limiting: str | None) -> dict:
+    """:func:`json_record` of a disaggregated record, with ``mode`` and its ``limiting_pool``."""
+    return {**json_record(label, status, result), "mode": "disagg", "limiting_pool": limiting}
+
+
+def render_disagg(label: str, rec, status: str, r: dict, limiting: str | None) -> str:
+    """A disaggregated deployment's report: its pools, TTFT, TPOT, throughput and the pool that limits it."""
+    if status != "ok":
+        return render(label, status, r)
+    from fastmodel.registry.lm import COLUMN_INDEX as C
+
+    pools = " + ".join(f"{workers} {name} x {int(col[C['tp']] * col[C['attention_dp']] * col[C['pp']])} GPUs"
+                       for name, workers, col in (("prefill", rec.prefill_workers, rec.prefill),
+                                                  ("decode", rec.decode_workers, rec.decode)))
+    return "\n".join((
+        f"{label}: disaggregated, {pools} ({rec.total_gpus} GPUs), concurrency {rec.concurrency}",
+        f"  ttft {1e3 * r['ttft']:,.2f} ms   tpot {1e3 * r['tpot']:,.3f} ms   e2e {r['e2e_latency']:,.3f} s",
+        f"  output tokens/s {r['output_tokens_per_s']:,.1f} per deployment, {r['output_tokens_per_s_per_gpu']:,.1f} "
+        f"per GPU, {r['output_tokens_per_s_per_user']:,.1f} per user",
+        f"  cycle: prefill pool {1e3 * r['prefill_response_s']:,.2f} ms (own prefill {1e3 * r['prefill_s']:,.2f} ms, "
+        f"servers {100 * r['prefill_busy']:.0f}% busy), "
+        f"kv transfer {1e3 * r['kv_transfer_s']:,.3f} ms, decode {r['decode_s']:,.3f} s; decode pool runs "
+        f"{r['batch_size']:g} of {r['decode_room']:g} requests it has KV room for",
+        f"  limiting pool: {limiting}"))
+
+
 def run_record(data: dict, source: str | None = None, calibration: Any = None) -> RunReport:
     """``fastmodel run`` of one serving record (SERVE_RUNS.md); ``measured`` is not read."""
     from fastmodel.errors import SpecError

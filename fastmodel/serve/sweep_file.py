@@ -28,20 +28,17 @@ _COUNTS = ("concurrency", "batch_size", "tp", "pp", "ep", "instances", "input_le
 
 
 def model_columns(source: str | None, spec: Any, base: Path) -> tuple[str, dict]:
-    """(name, model columns) of a serving model name or a family-"lm" model spec; the latter is read in the
-    training engine's terms through its door (``fastmodel.engines.LM``: the model description both share)."""
-    from fastmodel import engines
-    from fastmodel.serve.models import SERVE_MODELS, serve_model
+    """(name, model columns) of a serving model name or a family-"lm" model spec (``fastmodel.serve.models.
+    serving_model``: the one mapping); an error names ``source`` (the sweep file)."""
+    from fastmodel.serve.models import serving_model
 
-    if isinstance(spec, str) and spec.lower() in SERVE_MODELS:
-        return spec, serve_model(spec)
     try:
-        name, values = engines.LM.door().model_columns(spec_ref(spec, base))
+        name, values, _ = serving_model(spec, base)
     except SpecError as error:
         if error.source:
             raise
-        raise SpecError(source, "model", f"{error.reason}; serving models: {', '.join(SERVE_MODELS)}") from None
-    return name, {k: v for k, v in values.items() if k != "seq_len"}   # the serving task sets seq_len
+        raise type(error)(source, error.field, error.reason) from None
+    return name, values
 
 
 def device_of(source: str | None, system: Any, axes: dict, base: Path) -> str:

@@ -1,6 +1,9 @@
-"""The disaggregated prefill pool and first token (fastmodel/serve/disagg.py; docs/model_serving.md §S30), by hand."""
+"""The disaggregated prefill pool and first token (fastmodel/serve/disagg.py; docs/model_serving.md §S30), by hand;
+the limiting pool (§S40) and serve/batch of disaggregated records."""
 
+import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -94,3 +97,73 @@ def test_a_failed_lone_prompt_prefill_fails_the_record(monkeypatch):
 
     monkeypatch.setattr(api, "evaluate_table", lone_fails)
     assert evaluate_disagg([record]) == [{"status": SERVE_STATUS_NAMES[failed]}]
+
+
+def test_limiting_pool_is_the_largest_share_of_the_cycle_unless_the_decode_kv_room_is_full():
+    """§S40: with N <= room, the stage with the largest term of R + t_kv + O x TPOT; with N > room, decode."""
+    from fastmodel.serve.disagg import limiting_pool
+
+    assert limiting_pool(0.30, 0.01, 0.20, 16, 100) == "prefill"
+    assert limiting_pool(0.05, 0.01, 5.85, 16, 100) == "decode"
+    assert limiting_pool(0.05, 0.10, 0.08, 16, 100) == "kv transfer"
+    assert limiting_pool(0.30, 0.01, 0.20, 101, 100) == "decode"
+
+
+DISAGG = Path(__file__).resolve().parents[1] / "data" / "serve_dev_disagg.jsonl"
+
+
+def _first_disagg(n: int) -> list[str]:
+    return DISAGG.read_text().splitlines()[:n]
+
+
+def test_cli_serve_on_disaggregated_records_equals_validates_prediction(tmp_path):
+    """``serve RECORDS`` evaluates a disaggregated record through its two pools: the TTFT, TPOT and throughput
+    validate scores (``fastmodel.serve.validate.rows``), per GPU over the deployment's GPUs, and its limiting pool."""
+    from click.testing import CliRunner
+
+    from fastmodel.cli import main
+    from fastmodel.serve.records import read_serve_records
+    from fastmodel.serve.validate import rows
+
+    path = tmp_path / "d.jsonl"
+    path.write_text("\n".join(_first_disagg(3)) + "\n")
+    result = CliRunner().invoke(main, ["serve", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    printed = [json.loads(line) for line in result.stdout.splitlines()]
+    scored = rows(read_serve_records(path, []))
+    assert len(printed) == len(scored) == 3
+    for line, row in zip(printed, scored):
+        assert line["id"] == row["id"] and line["mode"] == "disagg" and line["status"] == "ok"
+        assert line["ttft"] == pytest.approx(row["predicted_ttft_s"], rel=1e-12)
+        assert line["tpot"] == pytest.approx(row["predicted_tpot_s"], rel=1e-12)
+        gpus = json.loads(next(x for x in _first_disagg(3) if row["id"] in x))["disagg"]["total_gpus"]
+        assert line["output_tokens_per_s_per_gpu"] == pytest.approx(line["output_tokens_per_s"] / gpus, rel=1e-12)
+        assert line["limiting_pool"] in ("prefill", "kv transfer", "decode")
+    text = CliRunner().invoke(main, ["serve", str(path)]).stdout
+    assert text.count("limiting pool: ") == 3 and "disaggregated, 1 prefill x 4 GPUs + 4 decode x 8 GPUs" in text
+
+
+def test_cli_batch_writes_a_row_per_disaggregated_record_and_a_status_row_for_a_bad_block(tmp_path):
+    from click.testing import CliRunner
+
+    from fastmodel.cli import main
+
+    lines = _first_disagg(2)
+    bad = json.loads(lines[0])
+    bad["id"] = "bad"
+    bad["disagg"]["total_gpus"] = 35
+    bad["system"]["n_gpus"] = 35
+    path, out = tmp_path / "d.jsonl", tmp_path / "d.csv"
+    path.write_text("\n".join([*lines, json.dumps(bad)]) + "\n")
+    result = CliRunner().invoke(main, ["batch", str(path), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    import csv
+
+    table = list(csv.DictReader(out.open()))
+    assert [r["status"] for r in table[:2]] == ["ok", "ok"] and all(float(r["ttft"]) > 0 for r in table[:2])
+    assert table[0]["limiting_pool"] and float(table[0]["tpot"]) > 0
+    assert table[2]["status"].startswith("error: ") and "disagg.total_gpus: 35 but the pools use 36 GPUs" in \
+        table[2]["status"]
+    one = CliRunner().invoke(main, ["serve", str(path)])      # serve: the bad block is one line, exit 2
+    assert one.exit_code == 2 and len(one.output.strip().splitlines()) == 1
+    assert ":3: disagg.total_gpus: 35" in one.output

@@ -141,8 +141,13 @@ def test_validate_answers_every_disaggregated_record_and_splits_heldout():
     assert sum(r["split"] == "held-out" for r in table) == 7
     report = format_report(table, by_split=True)
     assert "mode=disagg" in report and "held-out" in report
+    first = json.loads(path.read_text().splitlines()[0])
     with pytest.raises(SpecError, match="two worker pools"):          # one kernel configuration cannot hold it
-        read_serve_records(path)
+        lower_serve_record(first)
+    from fastmodel.serve.disagg import DisaggRecord
+
+    # serve and batch read its two pools (audit A4)
+    assert all(isinstance(r, DisaggRecord) for r in read_serve_records(path))
 
 
 def test_validate_splits_serving_errors_by_model_and_load_band():
