@@ -98,8 +98,9 @@ class ServeBlock(Block):
     batch_wait_tokens_ratio: float = bounds("batch_wait_tokens_ratio", 0.0)
     # the client gives every request exactly input_len / output_len tokens (no length spread, ignore_eos)
     fixed_lengths: bool = False
-    # the engine's routed-expert kernel when a deployment flag picks it (vLLM VLLM_MXFP4_USE_MARLIN=1: Marlin MoE)
-    moe_backend: Literal["default", "marlin"] = "default"
+    # the engine's routed-expert kernel when a deployment flag picks it (vLLM VLLM_MXFP4_USE_MARLIN=1: Marlin MoE;
+    # TensorRT-LLM moe_config.backend TRITON: OpenAI-Triton MoE, docs/model_serving.md S37)
+    moe_backend: Literal["default", "marlin", "triton"] = "default"
     # the engine's token budget and batch cap as the deployment set them (absent: the engine profile's default)
     max_num_tokens: int | None = bounds("max_num_tokens", None)
     max_batch_size: int | None = bounds("max_batch_size", None)
