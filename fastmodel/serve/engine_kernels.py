@@ -106,15 +106,17 @@ def expert_kernel_eff(engine: str | None, block_fp8: bool, sm90: bool, marlin: b
 TRITON_MOE_IMAGE = "gpt-oss-dev"
 
 
-def trtllm_triton_moe(engine: str | None, framework: str | None, four_bit: bool, fp4_cores: bool, sm90: bool) -> bool:
-    """True when TensorRT-LLM runs 4-bit experts through ``TritonFusedMoE``: the record's framework names the
-    ``gpt-oss-dev`` image and the device is SM90 without FP4 tensor cores. That image's deployment guide
-    (``blog9_Deploying_GPT_OSS_on_TRTLLM.md``, PR #6637 2025-08-05 and PR #7101 2025-08-21: "`TRTLLM` MoE backend is
-    not supported on Hopper, and `CUTLASS` backend support is still ongoing. Please enable `TRITON` backend ... if
-    you are running on Hopper GPUs") names no other MoE backend there. A record without the image keeps the newest
-    profile's CUTLASS count (S21)."""
+def trtllm_triton_moe(engine: str | None, framework: str | None, four_bit: bool, fp4_cores: bool, sm90: bool,
+                      stated: bool = False) -> bool:
+    """True when TensorRT-LLM runs 4-bit experts through ``TritonFusedMoE`` on an SM90 device without FP4 tensor
+    cores: the record states ``serve.moe_backend = "triton"`` (``stated``; the recipe's ``moe_config.backend:
+    TRITON``, S37), or, for records without the field, its framework names the ``gpt-oss-dev`` image. That image's
+    deployment guide (``blog9_Deploying_GPT_OSS_on_TRTLLM.md``, PR #6637 2025-08-05 and PR #7101 2025-08-21:
+    "`TRTLLM` MoE backend is not supported on Hopper, and `CUTLASS` backend support is still ongoing. Please enable
+    `TRITON` backend ... if you are running on Hopper GPUs") names no other MoE backend there. A record with
+    neither keeps the newest profile's CUTLASS count (S21)."""
     return (engine == "trtllm" and four_bit and sm90 and not fp4_cores
-            and TRITON_MOE_IMAGE in str(framework or ""))
+            and (stated or TRITON_MOE_IMAGE in str(framework or "")))
 
 
 def expert_hide_rows(engine: str | None, sm90: bool, marlin: bool) -> float:

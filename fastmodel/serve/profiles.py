@@ -195,14 +195,18 @@ def stated_flags(serve, engine: str | None, mixed_prefill: float, notes: list[st
     """The columns a serving record's client and deployment flags set over the engine profile: ``deployment_limits``
     (S34), then ``lockstep_columns`` (S32: a lockstep loop re-forms the wave every round, whatever the rounds).
     ``serve.moe_backend = "marlin"`` (vLLM's Marlin MoE, S33) is refused outside vLLM and noted (priced in
-    ``engine_kernels.expert_kernel_eff``, S38);
-    a budget stated for SGLang is noted as read for its ``chunked_prefill_size``."""
+    ``engine_kernels.expert_kernel_eff``, S38); ``"triton"`` (TensorRT-LLM's ``moe_config.backend: TRITON``, S37) is
+    refused outside TensorRT-LLM (priced in ``records._triton_moe_host_ops``); a budget stated for SGLang is noted as
+    read for its ``chunked_prefill_size``."""
     if serve.moe_backend == "marlin":
         if engine != "vllm":
             raise SpecError(source, "serve.moe_backend", f"'marlin' is vLLM's Marlin MoE kernel (VLLM_MXFP4_USE_MARLIN); "
                             f"the record's engine is {engine or 'unknown'}")
         notes.append("serve.moe_backend = marlin: the experts run at Marlin MoE's published share of the 16-bit "
                      "peak on Hopper (FlagGems PR #4350, H100), conversion included; docs S38")
+    if serve.moe_backend == "triton" and engine != "trtllm":
+        raise SpecError(source, "serve.moe_backend", f"'triton' is TensorRT-LLM's moe_config.backend TRITON; "
+                        f"the record's engine is {engine or 'unknown'}")
     if engine == "sglang" and serve.max_num_tokens is not None:
         notes.append("serve.max_num_tokens on SGLang is read as the step's token budget (chunked_prefill_size), not "
                      "--max-prefill-tokens (docs S34)")

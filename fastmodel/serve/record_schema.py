@@ -101,8 +101,9 @@ class ServeBlock(Block):
     # speculative decoding (MTP, EAGLE): draft tokens per decode step and their acceptance (docs/model_serving.md S18)
     spec_tokens: int = bounds("spec_tokens", 0)
     spec_acceptance: float = bounds("spec_acceptance", 0.0)
-    # the engine's routed-expert kernel when a deployment flag picks it (vLLM VLLM_MXFP4_USE_MARLIN=1: Marlin MoE)
-    moe_backend: Literal["default", "marlin"] = "default"
+    # the engine's routed-expert kernel when a deployment flag picks it (vLLM VLLM_MXFP4_USE_MARLIN=1: Marlin MoE;
+    # TensorRT-LLM moe_config.backend TRITON: OpenAI-Triton MoE, docs/model_serving.md S37)
+    moe_backend: Literal["default", "marlin", "triton"] = "default"
     # the engine's token budget and batch cap as the deployment set them (absent: the engine profile's default)
     max_num_tokens: int | None = bounds("max_num_tokens", None)
     max_batch_size: int | None = bounds("max_batch_size", None)

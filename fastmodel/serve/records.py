@@ -11,7 +11,8 @@ Fill-in rules: ``pp``/``ep`` absent: 1; ``kv_precision`` absent: the weights'
 format (fp8 -> fp8, else 16-bit); ``kv_cache_mem_fraction`` absent: 0.9; ``batch_wait_iters`` / ``batch_wait_tokens_ratio``
 (TensorRT-LLM batch waiting, docs/model_serving.md S31) absent: 0, off;
 ``fixed_lengths`` (a client that gives every request exactly its lengths, S32) absent: false; ``moe_backend`` (the
-MoE kernel a deployment flag picked: ``"marlin"`` on the vLLM 0.18 gpt-oss Hopper rows, S33) is stated, not yet priced;
+MoE kernel a deployment flag picked: ``"marlin"`` on the vLLM 0.18 gpt-oss Hopper rows, S33/S38; ``"triton"`` on the
+TensorRT-LLM gpt-oss H200 rows, whose eager MoE block then issues S37's host ops) absent: ``"default"``;
 ``max_num_tokens`` / ``max_batch_size`` absent: the engine profile's (S13; stated: the deployment's, S34);
 ``precision`` may also be ``int8``/``int4`` (weight-only, 16-bit compute).
 """
@@ -120,13 +121,14 @@ def _load_columns(serve) -> dict[str, float]:
 
 
 def _triton_moe_host_ops(columns: np.ndarray, engine: str | None, framework: str | None, four_bit: bool, sm90: bool,
-                         notes: list[str]) -> None:
+                         notes: list[str], stated: bool = False) -> None:
     """TensorRT-LLM's OpenAI-Triton MoE (``engine_kernels.trtllm_triton_moe``): the eager layer's host ops
     with its MoE block (``host.triton_moe_layer_ops``) into ``host_ops_layer``, and a note (docs/model_serving.md S37)."""
     if columns[COLUMN_INDEX["moe_experts"]] > 0 and trtllm_triton_moe(
-            engine, framework, four_bit, columns[COLUMN_INDEX["peak_flops_4"]] > 0, sm90):
+            engine, framework, four_bit, columns[COLUMN_INDEX["peak_flops_4"]] > 0, sm90, stated):
         columns[COLUMN_INDEX["host_ops_layer"]] = triton_moe_layer_ops(columns)
-        notes.append("TensorRT-LLM gpt-oss-dev on Hopper: MXFP4 experts through the OpenAI-Triton MoE, "
+        notes.append("TensorRT-LLM on Hopper (serve.moe_backend = triton, or the gpt-oss-dev image): MXFP4 experts "
+                     "through the OpenAI-Triton MoE, "
                      f"{columns[COLUMN_INDEX['host_ops_layer']]:.0f} eager host ops per layer; docs/model_serving.md S37")
 
 
@@ -223,7 +225,8 @@ def lower_serve_record(data: dict, source: str | None = None) -> ServeRecord:
         values["domain_size"] = float(board)
     for key, value in values.items():
         columns[COLUMN_INDEX[key]] = value
-    _triton_moe_host_ops(columns, engine, record.framework, precision in FP4_PRECISIONS, sm90, notes)
+    _triton_moe_host_ops(columns, engine, record.framework, precision in FP4_PRECISIONS, sm90, notes,
+                         serve.moe_backend == "triton")
     measured = dict(data.get("measured") or {}) if isinstance(data.get("measured"), dict) else {}
     return ServeRecord(id=str(data.get("id", "")), columns=columns, measured=measured,
                        source=str(data.get("source", "")), gpu=gpu, notes=tuple(notes), raw=data)

@@ -147,29 +147,85 @@ def test_tensorrt_llm_triton_moe_layer_count_by_hand():
     assert 36 * (2 + 2 * 2 + 2 + 57 + 2) * HOST_OP_S_EAGER == pytest.approx(0.04824)
 
 
-def test_triton_moe_rule_needs_the_image_hopper_and_four_bit_experts():
+def test_triton_moe_rule_needs_the_image_or_the_stated_backend_hopper_and_four_bit_experts():
     from fastmodel.serve.engine_kernels import trtllm_triton_moe
     dev = "TensorRT-LLM gpt-oss-dev (image release:gpt-oss-dev)"
+    unrecorded = "TensorRT-LLM (version not recorded)"
     assert trtllm_triton_moe("trtllm", dev, True, False, True)
-    assert not trtllm_triton_moe("trtllm", "TensorRT-LLM (version not recorded)", True, False, True)
+    assert not trtllm_triton_moe("trtllm", unrecorded, True, False, True)
+    assert trtllm_triton_moe("trtllm", unrecorded, True, False, True, stated=True)   # serve.moe_backend = "triton"
     assert not trtllm_triton_moe("trtllm", dev, True, True, False)         # Blackwell: FP4 tensor cores
+    assert not trtllm_triton_moe("trtllm", unrecorded, True, True, False, stated=True)
     assert not trtllm_triton_moe("trtllm", dev, False, False, True)        # 16-bit / FP8 experts
     assert not trtllm_triton_moe("vllm", dev, True, False, True)
+    assert not trtllm_triton_moe("vllm", unrecorded, True, False, True, stated=True)
 
 
-def test_gpt_oss_dev_records_lower_to_the_triton_count():
-    """serve_dev_load.jsonl: the gpt-oss-dev H200 rows take 65 ops (tp 1) and 70 (tp 8, ep 8); the rows without
-    the image keep 0 (the CUTLASS count)."""
+def _records():
+    import json
     from pathlib import Path
+    with open(Path(__file__).resolve().parents[1] / "data" / "serve_dev_load.jsonl", encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle if line.strip()]
 
-    from fastmodel.serve.records import read_serve_records
-    recs = read_serve_records(Path(__file__).resolve().parents[1] / "data" / "serve_dev_load.jsonl")
+
+def _trt_gpt_oss_h200(record):
+    return (record["model"]["name"] == "gpt-oss-120b" and record["system"]["gpu"].startswith("H200")
+            and record["framework"].startswith("TensorRT"))
+
+
+def test_gpt_oss_h200_records_lower_to_the_triton_count():
+    """serve_dev_load.jsonl: every TensorRT-LLM gpt-oss H200 row states serve.moe_backend = "triton" (docs S37) and
+    takes 65 ops at tp 1, 67 at tp 2-8 with ep 1 (the version-unknown rows of 2025-11-02) and 70 at tp 8 ep 8."""
+    from fastmodel.serve.records import lower_serve_record
     got = {}
-    for r in recs:
-        if r.raw["model"]["name"] == "gpt-oss-120b" and r.gpu.startswith("H200") and r.raw["framework"].startswith("TensorRT"):
-            s = r.raw["serve"]
-            got.setdefault(("gpt-oss-dev" in r.raw["framework"], s["tp"], s.get("ep", 1)), set()).add(
-                float(r.columns[COLUMN_INDEX["host_ops_layer"]]))
-    assert got[(True, 1, 1)] == {65.0}
-    assert got[(True, 8, 8)] == {70.0}
-    assert all(v == {0.0} for k, v in got.items() if not k[0])
+    for data in filter(_trt_gpt_oss_h200, _records()):
+        s = data["serve"]
+        got.setdefault((s.get("moe_backend"), s["tp"], s.get("ep", 1)), set()).add(
+            float(lower_serve_record(data).columns[COLUMN_INDEX["host_ops_layer"]]))
+    assert got == {("triton", 1, 1): {65.0}, ("triton", 2, 1): {67.0}, ("triton", 4, 1): {67.0},
+                   ("triton", 8, 1): {67.0}, ("triton", 8, 8): {70.0}}
+
+
+def test_the_rule_still_reads_the_image_without_the_field_and_nothing_without_either():
+    """Backwards compatible: a gpt-oss-dev row with the field removed keeps 65 / 70; a version-unknown row with the
+    field removed keeps the CUTLASS count (0)."""
+    import copy
+
+    from fastmodel.serve.records import lower_serve_record
+    rows = [copy.deepcopy(r) for r in _records() if _trt_gpt_oss_h200(r)]
+    for r in rows:
+        del r["serve"]["moe_backend"]
+    ops = {("gpt-oss-dev" in r["framework"], r["serve"]["tp"], r["serve"].get("ep", 1)):
+           float(lower_serve_record(r).columns[COLUMN_INDEX["host_ops_layer"]]) for r in rows}
+    assert ops[(True, 1, 1)] == 65.0 and ops[(True, 8, 8)] == 70.0
+    assert all(v == 0.0 for k, v in ops.items() if not k[0])
+
+
+def test_exactly_the_trt_gpt_oss_h200_rows_state_triton_with_the_recipe():
+    """62 rows: the 45 version-unknown ones (2025-11-02) cite the recipe commit of that date, the gpt-oss-dev image
+    and why their ep = 1 is kept; the 17 gpt-oss-dev ones cite the recipe at their own dates. No other row states it."""
+    records = _records()
+    triton = [r for r in records if r["serve"].get("moe_backend") == "triton"]
+    assert len(triton) == 62 and all(_trt_gpt_oss_h200(r) for r in triton)
+    assert not [r for r in records if _trt_gpt_oss_h200(r) and r not in triton]
+    unknown = [r for r in triton if "not recorded" in r["framework"]]
+    assert len(unknown) == 45
+    for r in unknown:
+        assert r["aic"]["provenance"]["measured"].startswith("2025-11-02")
+        assert any("e06929c70" in a and "release:gpt-oss-dev" in a and "TRITON" in a for a in r["assumptions"])
+        assert any(a.startswith("serve.ep=1 kept") and "process_result.py" in a for a in r["assumptions"])
+    for r in triton:
+        if r not in unknown:
+            assert "gpt-oss-dev" in r["framework"]
+            assert any(a.startswith("serve.moe_backend=triton") and "TRITON" in a for a in r["assumptions"])
+
+
+def test_triton_backend_is_refused_outside_tensorrt_llm():
+    import copy
+
+    from fastmodel.errors import SpecError
+    from fastmodel.serve.records import lower_serve_record
+    record = copy.deepcopy(next(r for r in _records() if r["framework"].startswith("vLLM")))
+    record["serve"]["moe_backend"] = "triton"
+    with pytest.raises(SpecError):
+        lower_serve_record(record)

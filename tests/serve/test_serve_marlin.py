@@ -100,7 +100,7 @@ def test_exactly_the_rows_the_recipe_covers_state_marlin():
         assert r["framework"] == "vLLM 0.18.0" and r["system"]["gpu"] in HOPPER
         assert r["aic"]["provenance"]["image"] == "vllm/vllm-openai:v0.18.0"
         assert any("VLLM_MXFP4_USE_MARLIN=1" in a and "cec542a9a" in a for a in r["assumptions"])
-    assert all(r["serve"].get("moe_backend", "default") == "default" for r in records if r not in marlin)
+    assert all(r["serve"].get("moe_backend", "default") != "marlin" for r in records if r not in marlin)
 
 
 def test_an_unknown_backend_is_refused():
