@@ -60,7 +60,8 @@ def moe_terms(columns: np.ndarray) -> dict[str, float]:
     layer_costs(row, True, False, work)
     routed = moe_compute(row, bool(row[C["precision"]] == PRECISION_CODES["fp8"]))[5]
     local = row[C["moe_experts"]] / row[C["ep"]]
-    return {"moe_expert_share": routed / (work[W_GEMM] + work[W_ATTN] + work[W_MEM]),
+    compute = work[W_GEMM] + work[W_ATTN] + work[W_MEM]
+    return {"moe_expert_share": float(routed / compute) if compute > 0 else np.nan,
             "moe_load_factor": float(load_factor(row)), "moe_rows_per_expert": float(expert_rows(row)) / local}
 
 
