@@ -49,6 +49,7 @@ def rows(records: list[RunRecord]) -> list[dict]:
     scores), measured and predicted step time, errors of model and baselines. A measured run is predicted
     even where its plan breaks a sweep rule (e.g. fewer micro-batches than stages): it ran."""
     from fastmodel.lm.validate_memory import memory_fields
+    from fastmodel.lm.validate_moe import moe_fields
     from fastmodel.registry.lm import STATUSES
 
     status = np.zeros(len(records), dtype=np.int8)
@@ -70,6 +71,7 @@ def rows(records: list[RunRecord]) -> list[dict]:
                      "exposed_tp", "exposed_cp", "exposed_ep", "exposed_pp", "exposed_dp", "memory_per_device"):
             row[name] = results[name][i]
         row.update(memory_fields(r, results, i))
+        row.update(moe_fields(r, results, i))
         row["notes"] = "; ".join(r.notes)
         table.append(row)
     return table
@@ -78,6 +80,8 @@ def rows(records: list[RunRecord]) -> list[dict]:
 def refused_rows(refused: list) -> list[dict]:
     """One row per record the engine refused (``fastmodel.spec.records.Refused``): status ``refused``, no
     prediction, a miss in every hit rate."""
+    from fastmodel.lm.validate_moe import refused_moe_fields
+
     table = []
     for item in refused:
         raw = item.raw
@@ -86,7 +90,8 @@ def refused_rows(refused: list) -> list[dict]:
                       "gpu": str(system.get("gpu", "")), "parallelism_kind": str(raw.get("parallelism_kind", "")),
                       "tier": str(raw.get("tier", "")), "status": "refused",
                       "measured_step_time_s": np.nan, "predicted_step_time_s": np.nan, "error": np.nan,
-                      **{f"baseline_mfu{mfu:.2f}_error": np.nan for mfu in BASELINE_MFUS}, "notes": item.reason})
+                      **{f"baseline_mfu{mfu:.2f}_error": np.nan for mfu in BASELINE_MFUS},
+                      **refused_moe_fields(raw), "notes": item.reason})
     return table
 
 
@@ -137,13 +142,21 @@ def _group_lines(table: list[dict], key: str | None, label: str) -> dict[str, st
     return lines
 
 
+def score_header() -> str:
+    """The header line of the score tables (``_group_lines``)."""
+    return (f"{'group':40s} {'n':>4s} {'miss':>4s} {'MAPE':>7s} {'median':>7s} {'bias':>7s} "
+            f"{'<=' + format(HIT_TOLERANCE, '.0%'):>6s}   {'MFU.40 MAPE':>11s} {'MFU.50 MAPE':>11s}")
+
+
 def format_report(table: list[dict], by_split: bool = False) -> str:
     """The validation tables as text: overall, then by source, GPU, parallelism kind and tier; with
     ``by_split``, every group twice, in-sample (``dev``) and ``held-out`` (rows marked by
-    ``fastmodel.analysis.splits.mark_split``)."""
+    ``fastmodel.analysis.splits.mark_split``); the MoE section (``fastmodel.lm.validate_moe``) when MoE runs are
+    among them; the memory tables."""
+    from fastmodel.lm.validate_moe import format_moe
+
     lines = []
-    header = (f"{'group':40s} {'n':>4s} {'miss':>4s} {'MAPE':>7s} {'median':>7s} {'bias':>7s} "
-              f"{'<=' + format(HIT_TOLERANCE, '.0%'):>6s}   {'MFU.40 MAPE':>11s} {'MFU.50 MAPE':>11s}")
+    header = score_header()
     for key in (None, *GROUP_KEYS):
         lines.append("")
         lines.append(f"step time by {key or 'all runs'}")
@@ -157,6 +170,9 @@ def format_report(table: list[dict], by_split: bool = False) -> str:
     lines.append("")
     lines.append(f"n: runs answered; miss: runs refused or without a finite prediction; <={HIT_TOLERANCE:.0%}: share "
                  "of all runs of the group predicted within that error (misses count against it)")
+    moe = format_moe(table, by_split)
+    if moe:
+        lines.append(moe)
     from fastmodel.lm.validate_memory import format_memory
 
     lines.append(format_memory(table, by_split))

@@ -197,6 +197,7 @@ CLAIMS = {
     "zero3": r"DeepSpeed ZeRO-3 at 1,000\+ GPUs is now within (\d+)–(\d+)%",
     "plans_points": r"llama3_70b_h100_plans\.toml, ([\d,]+) points",
     "serving_points": r"llama3\.1_70b_serving\.toml, ([\d,]+) points",
+    "moe_excerpt": r"```\nMoE step time by dispatcher\n.*?```",
 }
 #: numbers that are inputs of an example, not results: the constant-MFU baselines, the timeline's window, MAD-Max's
 #: 3 x weights rule, device names (A100 80 GB, GH200 144 GB)
@@ -292,6 +293,16 @@ def test_zero3_error_range_is_what_validate_writes(readme_run):
     assert len(errors) >= 2
     low, high = claim("zero3").groups()
     assert (f"{errors[0]:.0f}", f"{errors[-1]:.0f}") == (low, high), errors
+
+
+def test_moe_excerpt_is_what_validate_prints(readme_run):
+    """README's excerpt of the MoE section: every line of it is a line ``validate`` prints on runs_moe_public.jsonl."""
+    _, results = readme_run
+    printed = _output(results, ["validate", "tests/data/runs_moe_public.jsonl"]).splitlines()
+    excerpt = [line for line in claim("moe_excerpt").group(0).splitlines() if line and not line.startswith("```")]
+    assert len(excerpt) >= 4
+    missing = [line for line in excerpt if line not in printed]
+    assert not missing, "README's MoE excerpt differs from what validate prints:\n" + "\n".join(missing)
 
 
 @pytest.mark.parametrize("name, store", [("plans_points", "plans.nc"), ("serving_points", "serving.nc")])
