@@ -63,7 +63,7 @@ OPTIMIZER_CODES = {"adam": 0, "adamw": 0, "sgd": 1, "sgd_momentum": 1, "adafacto
 PIPELINE_SCHEDULES = {"1f1b": 0, "interleaved": 1, "gpipe": 2, "zb_h1": 3, "dualpipe": 4}
 #: token dispatchers of expert parallelism (Megatron-Core ``--moe-token-dispatcher-type``; ``flex`` is its
 #: DeepEP backend, ``deepep`` the same kernels as TorchTitan and DeepSeek name them)
-MOE_DISPATCHERS = {"alltoall": 0, "allgather": 1, "deepep": 2, "flex": 2, "einsum": 3}
+MOE_DISPATCHERS = {"alltoall": 0, "allgather": 1, "deepep": 2, "flex": 2, "einsum": 3, "deepep_ll": 4}
 #: overlap of the expert-parallel dispatch and combine with compute: none (Megatron's default), batch-level
 #: (Megatron-Core ``--overlap-moe-expert-parallel-comm``: one micro-batch's all-to-all behind another's
 #: compute), dualpipe (DeepSeek-V3's forward/backward chunk pairs)
@@ -203,8 +203,9 @@ PLAN_COLUMNS = _cols(
      "alone and the last rank's last chunk the loss alone, so the first and last ranks hold one layer fewer.",
      0, 1, False, "flag"),
     ("moe_dispatcher", "code", 0, "MOE_DISPATCHERS: 0 all-to-all, 1 all-gather (+ reduce-scatter), 2 DeepEP "
-     "(NVLink + RDMA two-hop kernels; Megatron-Core flex), 3 einsum (DeepSpeed-MoE: dense GShard einsums + all-to-all).",
-     0, 3, False, "code"),
+     "(NVLink + RDMA two-hop kernels; Megatron-Core flex), 3 einsum (DeepSpeed-MoE: dense GShard einsums + all-to-all), "
+     "4 DeepEP low-latency (serving decode: one message per token and expert; docs/model_serving.md S39).",
+     0, 4, False, "code"),
     ("moe_a2a_overlap", "code", 0, "MOE_A2A_OVERLAPS: 0 none, 1 batch-level (Megatron-Core EP A2A overlap), "
      "2 DualPipe: dispatch and combine hidden behind another micro-batch's compute.", 0, 2, False, "code"),
     ("moe_fp8_dispatch", "1", 0, "1: tokens dispatched in FP8 (1 byte + one FP32 scale per 128 elements; "

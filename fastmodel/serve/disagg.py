@@ -63,6 +63,8 @@ def pool_record(data: dict, pool: str, batch: int, output_len: int) -> dict:
             one["serve"][key] = layout[key]
     if serve.get("kv_precision"):
         one["serve"]["kv_precision"] = serve["kv_precision"]
+    if pool == "decode" and serve.get("moe_a2a"):     # low-latency kernels are the decode pool's (S39)
+        one["serve"]["moe_a2a"] = serve["moe_a2a"]
     return one
 
 

@@ -132,14 +132,19 @@ def expert_row_tiles(engine: str | None, precision: str) -> tuple[float, float]:
     return 0.0, 0.0
 
 
-def moe_dispatcher(engine: str | None, ep: float, top_k: float, multi_node_nvlink: bool) -> float:
+def moe_dispatcher(engine: str | None, ep: float, top_k: float, multi_node_nvlink: bool, stated: str = "default") -> float:
     """``moe_dispatcher`` code of an engine's expert-parallel MoE under attention DP: 1 (all-gather the tokens,
     reduce-scatter the outputs) by default in vLLM (``vllm/config/parallel.py`` ``ParallelConfig.all2all_backend =
     "allgather_reducescatter"``) and SGLang (``python/sglang/srt/server_args.py`` ``moe_a2a_backend = "none"``);
     TensorRT-LLM runs its all-to-all (0) only when ``moe_ep_size > top_k`` on a multi-node-NVLink system
     (``tensorrt_llm/_torch/modules/fused_moe/fused_moe_trtllm_gen.py`` ``enable_alltoall``: also attention DP and
     ``MnnvlMemory.supports_mnnvl()``: an NVLink domain wider than one node, the GB200/GB300 NVL racks; the
-    caller reads it from the system's ``nvlink_domain_size`` against ``gpus_per_node``), else the all-gather."""
+    caller reads it from the system's ``nvlink_domain_size`` against ``gpus_per_node``), else the all-gather.
+    ``stated = "deepep_ll"`` (``serve.moe_a2a``: SGLang ``--moe-a2a-backend deepep --deepep-mode low_latency``,
+    vLLM ``--all2all-backend deepep_low_latency``, TensorRT-LLM WideEP's ``AlltoallMethodType.DeepEPLowLatency``)
+    is DeepEP's low-latency kernels (4; docs/model_serving.md S39) wherever EP has a dispatch to run."""
+    if stated == "deepep_ll":
+        return 4.0
     if (engine or DEFAULT_ENGINE) == "trtllm" and ep > top_k and multi_node_nvlink:
         return 0.0
     return 1.0

@@ -104,6 +104,9 @@ class ServeBlock(Block):
     # the engine's routed-expert kernel when a deployment flag picks it (vLLM VLLM_MXFP4_USE_MARLIN=1: Marlin MoE;
     # TensorRT-LLM moe_config.backend TRITON: OpenAI-Triton MoE, docs/model_serving.md S37)
     moe_backend: Literal["default", "marlin", "triton"] = "default"
+    # the EP dispatch/combine kernels a deployment flag picks (SGLang --deepep-mode low_latency, vLLM
+    # --all2all-backend deepep_low_latency): DeepEP's low-latency kernels (docs/model_serving.md S39)
+    moe_a2a: Literal["default", "deepep_ll"] = "default"
     # the engine's token budget and batch cap as the deployment set them (absent: the engine profile's default)
     max_num_tokens: int | None = bounds("max_num_tokens", None)
     max_batch_size: int | None = bounds("max_batch_size", None)

@@ -13,6 +13,7 @@ format (fp8 -> fp8, else 16-bit); ``kv_cache_mem_fraction`` absent: 0.9; ``batch
 ``fixed_lengths`` (a client that gives every request exactly its lengths, S32) absent: false; ``moe_backend`` (the
 MoE kernel a deployment flag picked: ``"marlin"`` on the vLLM 0.18 gpt-oss Hopper rows, S33/S38; ``"triton"`` on the
 TensorRT-LLM gpt-oss H200 rows, whose eager MoE block then issues S37's host ops) absent: ``"default"``;
+``moe_a2a`` absent: the engine's EP dispatch (``"deepep_ll"``: DeepEP's low-latency kernels, S39);
 ``max_num_tokens`` / ``max_batch_size`` absent: the engine profile's (S13; stated: the deployment's, S34);
 ``precision`` may also be ``int8``/``int4`` (weight-only, 16-bit compute).
 """
@@ -204,7 +205,7 @@ def lower_serve_record(data: dict, source: str | None = None) -> ServeRecord:
     if act_note and values["peak_flops_4"] > 0:
         notes.append(act_note)
     values["moe_dispatcher"] = moe_dispatcher(engine, columns[COLUMN_INDEX["ep"]], columns[COLUMN_INDEX["moe_topk"]],
-                                              multi_node_nvlink(data, device))
+                                              multi_node_nvlink(data, device), serve.moe_a2a)
     values.update(linear_kernels(engine, version, precision, values["peak_flops_4"] > 0,
                                  device_is_one_of(device, device_table(), SM90_SM100_DEVICES)))
     fusion_note = assumed_note(engine, version, values["allreduce_norm_fusion"])

@@ -12,7 +12,8 @@ from fastmodel.kernels.lm.shape import (  # noqa: F401 - ACT_BYTES, expert_tp re
     mlp_matrices,
 )
 from fastmodel.kernels.columns import (
-    C_ATTENTION_DP, C_FP4_ACT, C_MOE_DISPATCHER, DISPATCH_ALLGATHER, C_FP4_GEMM, C_KERNEL_OVERHEAD_S, C_MOE_TP, C_PEAK_FLOPS_4, C_QUANT_EXPERTS_ONLY,
+    C_ATTENTION_DP, C_FP4_ACT, C_MOE_DISPATCHER, DISPATCH_ALLGATHER, DISPATCH_DEEPEP_LL,
+    C_FP4_GEMM, C_KERNEL_OVERHEAD_S, C_MOE_TP, C_PEAK_FLOPS_4, C_QUANT_EXPERTS_ONLY,
 )
 from fastmodel.kernels.roofline import gemm_roofline, memory_bound_time
 from fastmodel.kernels.lm.layout import (
@@ -22,6 +23,7 @@ from fastmodel.kernels.lm.layout import (
 )
 from fastmodel.kernels.nccl import allgather_time, alltoall_time, p2p_time
 from fastmodel.kernels.serve.allreduce import serve_allreduce
+from fastmodel.kernels.serve.deepep_ll import deepep_ll_time
 from fastmodel.kernels.serve.quant_kernels import linear_extra_time
 from fastmodel.kernels.serve.upcast import expert_upcast_time
 
@@ -168,7 +170,8 @@ def layer_comm(row, m, moe, m_rank=-1.0):
     use_all2all_kernels``: ``dp_size > 1 and use_ep``; TensorRT-LLM ``enable_alltoall`` needs
     ``enable_attention_dp``; docs/model_serving.md S14). Under attention DP with the all-gather dispatcher
     (``moe_dispatcher`` 1, vLLM's and SGLang's default) the MoE block all-gathers every group's tokens and
-    reduce-scatters the outputs over the stage: an allreduce's volume, the dense MLP's path below."""
+    reduce-scatters the outputs over the stage: an allreduce's volume, the dense MLP's path below. With DeepEP's
+    low-latency kernels (``moe_dispatcher`` 4, S39) the dispatch and combine are ``deepep_ll_time``."""
     t = row[C_TP]
     adp = row[C_ATTENTION_DP]
     mine = m_rank if m_rank >= 0.0 else m / adp
@@ -176,8 +179,11 @@ def layer_comm(row, m, moe, m_rank=-1.0):
     attention = serve_allreduce(row, nbytes, t, 1.0)
     if moe and row[C_EP] > 1.0 and adp > 1.0 and row[C_MOE_DISPATCHER] != DISPATCH_ALLGATHER:
         ep = row[C_EP]
-        a2a = alltoall_time(row, nbytes * row[C_MOE_TOPK], ep, 1.0)
-        return attention + 2.0 * a2a + serve_allreduce(row, nbytes, serve_etp(row), ep)
+        if row[C_MOE_DISPATCHER] == DISPATCH_DEEPEP_LL:
+            a2a = deepep_ll_time(row, mine)
+        else:
+            a2a = 2.0 * alltoall_time(row, nbytes * row[C_MOE_TOPK], ep, 1.0)
+        return attention + a2a + serve_allreduce(row, nbytes, serve_etp(row), ep)
     if adp > 1.0:
         return attention + serve_allreduce(row, ACT_BYTES * m * row[C_HIDDEN], ffn_tp(row), 1.0)
     return 2.0 * attention
