@@ -94,10 +94,13 @@ def test_a_line_carries_only_its_engine_s_variables_and_tables_the_union_of_the_
     madmax = '{"model": "llama2-70b", "system": "dc-a", "task": "llm-pretrain", "plan": "tp,ddp/mp", "num_nodes": 16}'
     lines = [madmax, RUNS.read_text().splitlines()[0], json.dumps(SERVE)]
     records = list(run_batch(lines))
-    for record, engine, label in zip(records, ("madmax", "lm", "serve"), ("plan", "id", "id")):
-        assert list(record) == ["case", "status", label, *engine_outputs(engine)[0]], engine
-        # null only where the engine has no value (MAD-Max: no train_samples, price or TDP in these specs)
-        assert {k for k, v in record.items() if v is None} <= {"train_time", "gpu_hours", "cost", "energy"}
+    labels = (["plan"], ["id"], ["id", "limiting_pool"])    # a serving line: which pool limits a disagg record
+    for record, engine, label in zip(records, ("madmax", "lm", "serve"), labels):
+        assert list(record) == ["case", "status", *label, *engine_outputs(engine)[0]], engine
+        # null only where the engine has no value (MAD-Max: no train_samples, price or TDP in these specs; an
+        # aggregated serving record: no limiting pool)
+        assert {k for k, v in record.items() if v is None} <= {"train_time", "gpu_hours", "cost", "energy",
+                                                               "limiting_pool"}
     assert "tokens_per_s" not in records[0] and "exposed_comm" not in records[1] and "step_time" not in records[2]
     assert records[1]["memory_weights"] > 0 and records[1]["iteration_time"] == records[1]["step_time"]
     source = tmp_path / "in.jsonl"
@@ -110,7 +113,7 @@ def test_a_line_carries_only_its_engine_s_variables_and_tables_the_union_of_the_
     union = list(dict.fromkeys(key for record in records for key in record))
     # one fixed order: case, status, the kinds' columns in claim order, the engines' results in registry order
     assert list(rows[0]) == list(table[0]) and sorted(rows[0]) == sorted(union)
-    assert list(rows[0])[:4] == ["case", "status", "id", "plan"] and list(rows[0])[4] == "step_time"
+    assert list(rows[0])[:5] == ["case", "status", "id", "limiting_pool", "plan"] and list(rows[0])[5] == "step_time"
     for record, row, entry in zip(records, rows, table):
         for key in union:
             value = record.get(key)
