@@ -31,6 +31,7 @@ def run_one(model: Any, system: Any, task: Any, *, semantics: Any = "default", p
 
     spec = load_lm_model(model)
     train = load_train_task(task)
+    notes = device_notes(system)
     plan = plan if plan is not None else train.plan
     name = semantics if isinstance(semantics, str) else getattr(semantics, "name", "custom")
     title = (f"{spec.name} on {system}" + (f" x {num_nodes} nodes" if num_nodes else "")
@@ -38,11 +39,31 @@ def run_one(model: Any, system: Any, task: Any, *, semantics: Any = "default", p
     if calibration is None:  # no xarray: the report needs only the numbers
         from fastmodel.lm.api import config_values
 
-        return _report(config_values(spec, system, train, plan=plan, num_nodes=num_nodes), {}, title)
+        return _with_notes(_report(config_values(spec, system, train, plan=plan, num_nodes=num_nodes), {}, title),
+                           notes)
     from fastmodel.lm.api import evaluate_lm, report_values
 
     ds = evaluate_lm(spec, system, train, plan=plan, num_nodes=num_nodes, calibration=calibration)
-    return _report(report_values(ds), ds.attrs, title)
+    return _with_notes(_report(report_values(ds), ds.attrs, title), notes)
+
+
+def device_notes(system: Any) -> list[str]:
+    """A note when the cluster's GPU has no built-in device file (specs/devices): its efficiencies are then the
+    registry's generic (H100-era) defaults, which the report must say (records say it through lower_record)."""
+    from fastmodel.lm.loader import load_cluster
+    from fastmodel.spec.devices import device_table
+
+    gpu = load_cluster(system).gpu
+    return [] if gpu.lower() in device_table() else [f"no built-in device file for {gpu!r}: generic efficiencies"]
+
+
+def _with_notes(report: RunReport, notes: list[str]) -> RunReport:
+    """``report`` with a ``note:`` line per note under its title (and the notes in its record)."""
+    if not notes:
+        return report
+    lines = report.text.splitlines()
+    text = "\n".join([lines[0], *(f"note: {note}" for note in notes), *lines[1:]])
+    return RunReport(text, {**report.record, "notes": notes})
 
 
 def run_record(data: dict, source: str | None = None, calibration: Any = None) -> RunReport:
@@ -52,10 +73,5 @@ def run_record(data: dict, source: str | None = None, calibration: Any = None) -
     values, attrs = record_values(data, source, calibration=calibration)
     title = f"{data.get('id') or source} (run record; measured values ignored)" + calibrated_suffix(calibration)
     report = _report(values, attrs, title)
-    notes = [note for note in attrs.get("notes", "").split("; ") if note]
-    if not notes:
-        return report
     # what the model assumed where the record is silent (an unknown GPU or framework, vp "unknown", ...)
-    lines = report.text.splitlines()
-    text = "\n".join([lines[0], *(f"note: {note}" for note in notes), *lines[1:]])
-    return RunReport(text, {**report.record, "notes": notes})
+    return _with_notes(report, [note for note in attrs.get("notes", "").split("; ") if note])
