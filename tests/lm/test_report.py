@@ -20,3 +20,25 @@ def test_a_cluster_without_a_device_file_says_it_runs_generic_efficiencies(tmp_p
     assert report.record["notes"] == ["no built-in device file for 'MI250X': generic efficiencies"]
     built_in = run_one("llama3-8b", "mi300x", "llm-pretrain", plan="tp8")
     assert "note:" not in built_in.text and "notes" not in built_in.record
+
+
+def test_run_memory_margin_is_best_s_margin():
+    """run --memory-margin GIB (A6, issue 23 item 5): the plan fits when memory_per_device <= HBM - margin, the
+    report says which margin; a bad value is one line naming it as typed; MAD-Max and serving refuse it."""
+    from click.testing import CliRunner
+
+    from fastmodel.cli import main
+
+    runner = CliRunner()
+    base = ["run", "-m", "llama3-8b", "-s", "mi300x", "-t", "llm-pretrain", "-p", "tp8"]
+    small = runner.invoke(main, [*base, "--memory-margin", "5"])
+    assert small.exit_code == 0 and "(fits in HBM 192.0 GiB less the 5.0 GiB --memory-margin)" in small.output
+    big = runner.invoke(main, [*base, "--memory-margin", "191.9", "--json"])
+    assert big.exit_code == 0 and '"fits_memory": 0.0' in big.output and '"memory_margin": ' in big.output
+    for bad, said in (("-5", "--memory-margin: -5 GiB is negative"), ("nan", "'nan' is not a number"),
+                      ("192", "192.0 GiB is not below the HBM of 192.0 GiB")):
+        result = runner.invoke(main, [*base, "--memory-margin", bad])
+        assert result.exit_code == 2 and result.output.count("\n") == 1 and said in result.output, result.output
+    madmax = runner.invoke(main, ["run", "-m", "dlrm-a", "-s", "zionex", "-t", "dlrm-pretrain",
+                                  "--memory-margin", "5"])
+    assert madmax.exit_code == 2 and "not to MAD-Max semantics" in madmax.output, madmax.output
