@@ -81,6 +81,14 @@ class SweepError(FastmodelError):
 
 
 def nearest(word: str, choices: Iterable[str]) -> str:
-    """Return ``" (did you mean 'x'?)"`` for the closest choice, or ``""``."""
-    match = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.5)
+    """Return ``" (did you mean 'x'?)"`` for the closest choice, or ``""``. A choice that abbreviates the word or
+    that the word abbreviates (3 characters or more: "disaggregated" -> 'disagg', not the closer spelling
+    'aggregated') comes first, the longest such; otherwise the closest spelling (difflib)."""
+    choices = list(choices)
+    low = word.lower()
+    prefixes = [c for c in choices if min(len(c), len(low)) >= 3 and (low.startswith(c.lower()) or
+                                                                      c.lower().startswith(low))]
+    if prefixes:
+        return f" (did you mean '{max(prefixes, key=len)}'?)"
+    match = difflib.get_close_matches(word, choices, n=1, cutoff=0.5)
     return f" (did you mean '{match[0]}'?)" if match else ""
