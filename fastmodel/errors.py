@@ -7,6 +7,7 @@ The CLI prints ``str(error)`` on one line and exits with status 2 for any
 from __future__ import annotations
 
 import difflib
+import os
 from typing import Iterable
 
 #: the reason given for JSON nested deeper than the parser recurses (``[[[[...`` thousands of levels)
@@ -81,6 +82,20 @@ class SweepError(FastmodelError):
 
 
 def nearest(word: str, choices: Iterable[str]) -> str:
-    """Return ``" (did you mean 'x'?)"`` for the closest choice, or ``""``."""
-    match = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.5)
+    """Return ``" (did you mean 'x'?)"`` for the closest choice, or ``""``. The choice sharing the longest start
+    with the word, 4 characters or more, comes first ("disaggregated" -> 'disagg', not the closer spelling
+    'aggregated'; "fp8_blok" -> 'fp8_block', not 'fp8'), the closest spelling among equals; otherwise the
+    closest spelling (difflib)."""
+    choices = list(choices)
+    low = word.lower()
+
+    def shared(choice: str) -> int:
+        return len(os.path.commonprefix([low, choice.lower()]))
+
+    longest = max(map(shared, choices), default=0)
+    if longest >= 4:
+        tied = [c for c in choices if shared(c) == longest]
+        pick = max(tied, key=lambda c: difflib.SequenceMatcher(None, low, c.lower()).ratio())
+        return f" (did you mean '{pick}'?)"
+    match = difflib.get_close_matches(word, choices, n=1, cutoff=0.5)
     return f" (did you mean '{match[0]}'?)" if match else ""

@@ -21,16 +21,49 @@ def margin(ds, memory_margin: float | None = None) -> dict:
     if memory_margin is None:
         reserve = float(hbm) - float(usable) if hbm is not None and usable is not None else None
         return {"bytes": reserve, "hbm_bytes": None if hbm is None else float(hbm), "source": "default"}
-    value = float(memory_margin)
-    if not value >= 0.0:
-        raise SweepError(f"memory_margin: {memory_margin!r} is negative; give the HBM to keep free, >= 0 bytes")
+    value = check_margin(memory_margin)
     if hbm is None:
         raise SweepError("memory_margin: this result does not record its device's HBM (attribute hbm_bytes); "
                          "re-run the sweep with this version, or filter with --where memory_per_device<BYTES")
-    if value >= float(hbm):
+    return {"bytes": check_below_hbm(value, float(hbm)), "hbm_bytes": float(hbm), "source": "user"}
+
+
+def check_margin(memory_margin) -> float:
+    """``memory_margin`` (bytes) as a float >= 0; nan (or a non-number) is "not a number", below 0 "negative",
+    each a one-line SweepError naming the value as given."""
+    try:
+        value = float(memory_margin)
+    except (TypeError, ValueError):
+        value = float("nan")
+    if value != value:
+        raise SweepError(f"memory_margin: {memory_margin!r} is not a number; give the HBM to keep free, >= 0 bytes")
+    if value < 0.0:
+        raise SweepError(f"memory_margin: {memory_margin!r} bytes is negative; give the HBM to keep free, >= 0 bytes")
+    return value
+
+
+def check_below_hbm(value: float, hbm: float) -> float:
+    """``value`` (bytes) if it is below the HBM ``hbm``, else a one-line SweepError (nothing would fit)."""
+    if value >= hbm:
         raise SweepError(f"memory_margin: {value / 2**30:.1f} GiB is not below the HBM of "
-                         f"{float(hbm) / 2**30:.1f} GiB; nothing would fit")
-    return {"bytes": value, "hbm_bytes": float(hbm), "source": "user"}
+                         f"{hbm / 2**30:.1f} GiB; nothing would fit")
+    return value
+
+
+def gib_margin(text: str | None, flag: str = "--memory-margin") -> float | None:
+    """A command line's margin in GiB (``text`` as typed) in bytes; None when not given. The errors name the
+    value as the user typed it, in GiB: "not a number" (nan or text) or "negative"."""
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if value != value:
+        raise SweepError(f"{flag}: {text!r} is not a number; give the HBM to keep free in GiB, >= 0")
+    if value < 0.0:
+        raise SweepError(f"{flag}: {text} GiB is negative; give the HBM to keep free in GiB, >= 0")
+    return value * 2**30
 
 
 def fits_under(ds, chosen: dict):

@@ -21,7 +21,7 @@ from fastmodel.cli.common import friendly
 @click.option("--force", is_flag=True, help="Replace an existing CSV file.")
 @click.option("--include-oom", is_flag=True,
               help="Also rank plans that do not fit in usable HBM (real-world datasets rank only plans that fit).")
-@click.option("--memory-margin", "memory_margin", type=float, metavar="GIB",
+@click.option("--memory-margin", "memory_margin", metavar="GIB",
               help="HBM to keep free, GiB: a plan fits when memory_per_device <= HBM - margin (default: the "
                    "stack's reserve, 1 - usable_hbm_fraction of the HBM).")
 @friendly
@@ -34,9 +34,9 @@ def best_command(result, by, top, where, ascending, csv_path, force, include_oom
     if csv_path:
         check_output(csv_path, "csv", inputs=(result,), force=force, what="CSV")
     ds = open_result(result)
-    from fastmodel.analysis.margin import describe
+    from fastmodel.analysis.margin import describe, gib_margin
 
-    margin = None if memory_margin is None else memory_margin * 2**30
+    margin = gib_margin(memory_margin)
     table = best(ds, by, top, list(where), ascending, include_oom=include_oom, memory_margin=margin)
     fits = table.attrs["fits_filter"]
     if fits["applied"]:

@@ -33,32 +33,49 @@ REPORTS = {"madmax": "fastmodel.madmax.report", "lm": "fastmodel.lm.report", "se
               "a record.")
 @semantics_option
 @calibration_option
+@click.option("--memory-margin", "memory_margin", metavar="GIB",
+              help="HBM to keep free, GiB: the plan fits when memory_per_device <= HBM - margin (default: the "
+              "stack's reserve, 1 - usable_hbm_fraction of the HBM); real-world training models and run records.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the report.")
 @friendly
-def run(model, system, task, num_nodes, plan, semantics, calibration, as_json):
+def run(model, system, task, num_nodes, plan, semantics, calibration, memory_margin, as_json):
     """Evaluate one configuration and print a report."""
     import importlib
 
     from fastmodel import engines
+    from fastmodel.analysis.margin import gib_margin
     from fastmodel.lm.calibrate.use import cli_warnings
 
     cal = read_calibration(calibration)
+    margin = gib_margin(memory_margin)
     record = _record_in(model)
     with cli_warnings():
         if record is not None:
             engine = engines.for_record(record)
             _refuse_with_record(model, system=system, task=task, nodes=num_nodes, plan=plan, semantics=semantics)
-            report = importlib.import_module(REPORTS[engine.name]).run_record(record, model, calibration=cal)
+            _margin_applies(engine, margin)
+            kw = {} if margin is None else {"memory_margin": margin}
+            report = importlib.import_module(REPORTS[engine.name]).run_record(record, model, calibration=cal, **kw)
         else:
             engine = engines.for_specs(model, semantics, system)
             if system is None or task is None:
                 raise click.UsageError("--system and --task are required (unless --model is a run or serving "
                                        "record)")
+            _margin_applies(engine, margin)
+            kw = {} if margin is None else {"memory_margin": margin}
             report = importlib.import_module(REPORTS[engine.name]).run_one(
-                model, system, task, semantics=semantics, plan=plan, num_nodes=num_nodes, calibration=cal)
+                model, system, task, semantics=semantics, plan=plan, num_nodes=num_nodes, calibration=cal, **kw)
     if not report.ok:
         raise FastmodelError(report.text)
     click.echo(json.dumps(report.record) if as_json else report.text)
+
+
+def _margin_applies(engine, margin: float | None) -> None:
+    """--memory-margin is a real-world training option: refused (one line) for MAD-Max specs and serving."""
+    if margin is not None and engine.name != "lm":
+        what = "a serving configuration" if engine.name == "serve" else "MAD-Max semantics (weights only)"
+        raise FastmodelError(f"--memory-margin: applies to real-world training models and run records, not to "
+                             f"{what}")
 
 
 def _record_in(model: str) -> dict | None:

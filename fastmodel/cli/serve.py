@@ -7,7 +7,7 @@ import click
 
 from fastmodel.cli.common import friendly
 from fastmodel.serve.precisions import KV_PRECISIONS, PRECISIONS
-from fastmodel.serve.report import render
+from fastmodel.serve.report import load_mode, render
 from fastmodel.serve.search import _engines
 
 
@@ -175,10 +175,11 @@ def serve(records, model, list_models, device, tp, pp, ep, attention_dp, moe_tp,
     for i, label in enumerate(labels):
         result = {r.name: float(out[k, i]) for k, r in enumerate(SERVE_RESULTS)}
         state = SERVE_STATUS_NAMES[int(status[i])]
+        mode = load_mode(params[:, i])
         if state != "ok":   # one configuration that cannot be evaluated: one line, exit 2
-            raise FastmodelError(render(label, state, result))
+            raise FastmodelError(render(label, state, result, mode))
         rows.append(json_record(label, state, result))
-        click.echo(json.dumps(rows[-1]) if as_json else render(label, state, result))
+        click.echo(json.dumps(rows[-1]) if as_json else render(label, state, result, mode))
     if output:
         _write_rows(rows, output, records, force)
 
@@ -212,7 +213,7 @@ def _record_rows(found: list, labels: list[str], as_json: bool) -> list[dict]:
             result = {r.name: float(out[v, k]) for v, r in enumerate(SERVE_RESULTS)}
             state = SERVE_STATUS_NAMES[int(status[k])]
             rows.append(json_record(label, state, result))
-            text = render(label, state, result)
+            text = render(label, state, result, load_mode(found[i].columns))
         click.echo(json.dumps(rows[-1]) if as_json else text)
     return rows
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 import numpy as np
 
 from fastmodel.errors import PlanError
-from fastmodel.registry.lm import MEMORY_KINDS, STATUS_CODES, STATUSES
+from fastmodel.registry.lm import COLUMN_INDEX, MEMORY_KINDS, STATUS_CODES, STATUSES
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -73,7 +73,8 @@ def record_values(record: dict, source: str | None = None, calibration: Any = No
     check_plan(lowered.columns, f"{source + ': ' if source else ''}plan")
     results = evaluate_one(lowered.columns, f"{source + ': ' if source else ''}{lowered.id or 'run record'}")
     results["fits_memory"] = results["fits_memory"] == 1.0
-    attrs = {"id": lowered.id, "semantics": "default", "notes": "; ".join(lowered.notes)}
+    attrs = {"id": lowered.id, "semantics": "default", "notes": "; ".join(lowered.notes),
+             "hbm_bytes": float(lowered.columns[COLUMN_INDEX["hbm_bytes"]])}
     if cal is not None:
         attrs.update(use.attrs(cal, [lowered.gpu], [lowered.raw.get("framework")]))
     return results, attrs

@@ -20,17 +20,24 @@ def _report(values: dict, attrs: dict, title: str) -> RunReport:
 
     record = {"title": title, **{name: float(v) for name, v in values.items()}}
     record.update({k: v for k, v in attrs.items() if k.startswith("calibration")})
-    return RunReport(format_report(values, title), record)
+    text = format_report(values, title)
+    if "memory_margin" in attrs:   # --memory-margin: the fit is against HBM less it, not the usable HBM
+        record["memory_margin"] = attrs["memory_margin"]
+        text = text.replace(" in usable HBM)", f" in HBM {attrs['hbm_bytes'] / 2**30:.1f} GiB less the "
+                            f"{attrs['memory_margin'] / 2**30:.1f} GiB --memory-margin)")
+    return RunReport(text, record)
 
 
 def run_one(model: Any, system: Any, task: Any, *, semantics: Any = "default", plan: str | None = None,
-            num_nodes: int | None = None, calibration: Any = None) -> RunReport:
-    """One real-world configuration (a task's mesh plan applies when ``plan`` is None)."""
-    from fastmodel.lm.loader import load_lm_model
+            num_nodes: int | None = None, calibration: Any = None, memory_margin: float | None = None) -> RunReport:
+    """One real-world configuration (a task's mesh plan applies when ``plan`` is None); ``memory_margin``
+    (bytes): the plan fits when memory_per_device <= HBM - margin (default: the stack's reserve)."""
+    from fastmodel.lm.loader import load_cluster, load_lm_model
     from fastmodel.lm.task import load_train_task
 
     spec = load_lm_model(model)
     train = load_train_task(task)
+    notes = device_notes(system)
     plan = plan if plan is not None else train.plan
     name = semantics if isinstance(semantics, str) else getattr(semantics, "name", "custom")
     title = (f"{spec.name} on {system}" + (f" x {num_nodes} nodes" if num_nodes else "")
@@ -38,24 +45,54 @@ def run_one(model: Any, system: Any, task: Any, *, semantics: Any = "default", p
     if calibration is None:  # no xarray: the report needs only the numbers
         from fastmodel.lm.api import config_values
 
-        return _report(config_values(spec, system, train, plan=plan, num_nodes=num_nodes), {}, title)
+        values = config_values(spec, system, train, plan=plan, num_nodes=num_nodes)
+        return _with_notes(_report(*_margin(values, {}, load_cluster(system).hbm_bytes, memory_margin), title), notes)
     from fastmodel.lm.api import evaluate_lm, report_values
 
     ds = evaluate_lm(spec, system, train, plan=plan, num_nodes=num_nodes, calibration=calibration)
-    return _report(report_values(ds), ds.attrs, title)
+    hbm = ds.attrs.get("hbm_bytes", load_cluster(system).hbm_bytes)
+    return _with_notes(_report(*_margin(report_values(ds), ds.attrs, hbm, memory_margin), title), notes)
 
 
-def run_record(data: dict, source: str | None = None, calibration: Any = None) -> RunReport:
-    """One run record (RUNS.md); its ``measured`` block is not read."""
-    from fastmodel.lm.api import record_values
+def _margin(values: dict, attrs: dict, hbm: float, memory_margin: float | None) -> tuple[dict, dict]:
+    """``values`` with ``fits_memory`` under the user's ``memory_margin`` (bytes, checked as ``best`` checks it:
+    ``analysis.margin``), and the margin in the attrs; unchanged without one."""
+    if memory_margin is None:
+        return values, attrs
+    from fastmodel.analysis.margin import check_below_hbm, check_margin
 
-    values, attrs = record_values(data, source, calibration=calibration)
-    title = f"{data.get('id') or source} (run record; measured values ignored)" + calibrated_suffix(calibration)
-    report = _report(values, attrs, title)
-    notes = [note for note in attrs.get("notes", "").split("; ") if note]
+    margin = check_below_hbm(check_margin(memory_margin), float(hbm))
+    fits = values["memory_per_device"] <= float(hbm) - margin
+    return {**values, "fits_memory": bool(fits)}, {**attrs, "memory_margin": margin, "hbm_bytes": float(hbm)}
+
+
+def device_notes(system: Any) -> list[str]:
+    """A note when the cluster's GPU has no built-in device file (specs/devices): its efficiencies are then the
+    registry's generic (H100-era) defaults, which the report must say (records say it through lower_record)."""
+    from fastmodel.lm.loader import load_cluster
+    from fastmodel.spec.devices import device_table
+
+    gpu = load_cluster(system).gpu
+    return [] if gpu.lower() in device_table() else [f"no built-in device file for {gpu!r}: generic efficiencies"]
+
+
+def _with_notes(report: RunReport, notes: list[str]) -> RunReport:
+    """``report`` with a ``note:`` line per note under its title (and the notes in its record)."""
     if not notes:
         return report
-    # what the model assumed where the record is silent (an unknown GPU or framework, vp "unknown", ...)
     lines = report.text.splitlines()
     text = "\n".join([lines[0], *(f"note: {note}" for note in notes), *lines[1:]])
     return RunReport(text, {**report.record, "notes": notes})
+
+
+def run_record(data: dict, source: str | None = None, calibration: Any = None,
+               memory_margin: float | None = None) -> RunReport:
+    """One run record (RUNS.md); its ``measured`` block is not read; ``memory_margin`` as in :func:`run_one`."""
+    from fastmodel.lm.api import record_values
+
+    values, attrs = record_values(data, source, calibration=calibration)
+    values, attrs = _margin(values, attrs, attrs["hbm_bytes"], memory_margin)
+    title = f"{data.get('id') or source} (run record; measured values ignored)" + calibrated_suffix(calibration)
+    report = _report(values, attrs, title)
+    # what the model assumed where the record is silent (an unknown GPU or framework, vp "unknown", ...)
+    return _with_notes(report, [note for note in attrs.get("notes", "").split("; ") if note])

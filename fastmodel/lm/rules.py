@@ -28,9 +28,41 @@ def check_plan(column: np.ndarray, label: str = "plan") -> None:
 def status_reason(code: int, column: np.ndarray) -> str:
     """Why one configuration (a column vector) has status ``code``: the status's message, or for
     ``node_limit_below_topk`` the refusal with its numbers (``node_limit_reason``)."""
-    if STATUSES[code].name == "node_limit_below_topk":
-        return node_limit_reason(np.ascontiguousarray(column, dtype=np.float64).ravel())
+    row = np.ascontiguousarray(column, dtype=np.float64).ravel()
+    name = STATUSES[code].name
+    if name == "node_limit_below_topk":
+        return node_limit_reason(row)
+    if name == "experts_not_divisible":
+        return experts_reason(row)
+    if name == "devices_not_divisible":
+        return devices_reason(row)
     return STATUSES[code].message
+
+
+def experts_reason(row: np.ndarray) -> str:
+    """Which of the two expert-mesh rules one configuration breaks, with its fields and values: the routed
+    experts split over ep, and the expert mesh etp x ep x edp refolds the attention mesh tp x cp x dp."""
+    from fastmodel.kernels.lm.moe import expert_tp
+    from fastmodel.registry.lm import COLUMN_INDEX as C
+
+    experts, ep = row[C["moe_experts"]], row[C["ep"]]
+    if experts % ep:
+        return (f"model.moe_experts = {experts:g} is not divisible by plan ep = {ep:g} (each EP rank holds "
+                f"moe_experts / ep experts)")
+    etp, mesh = expert_tp(row), row[C["tp"]] * row[C["cp"]] * row[C["dp"]]
+    which = f"plan etp = {row[C['etp']]:g}" if row[C["etp"]] > 0 else f"etp = tp = {etp:g} (plan etp unset)"
+    return (f"{which} x ep = {ep:g} = {etp * ep:g} does not divide tp x cp x dp = {row[C['tp']]:g} x "
+            f"{row[C['cp']]:g} x {row[C['dp']]:g} = {mesh:g} (the expert mesh etp x ep x edp refolds the "
+            f"attention mesh)")
+
+
+def devices_reason(row: np.ndarray) -> str:
+    """devices_not_divisible with its numbers: n_gpus against tp x pp x cp."""
+    from fastmodel.registry.lm import COLUMN_INDEX as C
+
+    tp, pp, cp = row[C["tp"]], row[C["pp"]], row[C["cp"]]
+    return (f"n_gpus = {row[C['n_gpus']]:g} is not a multiple of tp x pp x cp = {tp:g} x {pp:g} x {cp:g} = "
+            f"{tp * pp * cp:g}")
 
 
 def node_limit_reason(row: np.ndarray) -> str:

@@ -59,7 +59,8 @@ SERVE_STATUSES: tuple[Status, ...] = (
     Status("ep_not_dividing", "ep must divide tp x attention_dp and the routed experts, and moe_tp x ep must equal "
            "tp x attention_dp when moe_tp is set (a dense model has none: ep 1)"),
     Status("no_fp8", "precision is fp8 but the device has no FP8 peak"),
-    Status("no_kv_room", "max_throughput: not one request's KV cache fits in the memory left"),
+    Status("no_kv_room", "not one request's KV cache fits in the memory the weights, workspace and framework "
+           "leave"),
     Status("not_finite", "a result is not a finite number: an input magnitude is out of range (e.g. a "
            "bandwidth of 1e-300 B/s)"),
     Status("attention_dp_not_dividing", "SLO search: attention_dp does not divide the requests in flight (each "

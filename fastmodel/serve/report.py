@@ -19,12 +19,25 @@ def json_record(label: str, status: str, result: dict) -> dict:
     return {"id": label, "status": status, **{k: (v if math.isfinite(v) else None) for k, v in result.items()}}
 
 
-def render(label: str, status: str, r: dict) -> str:
-    """A serving report a person reads in ten seconds."""
+def load_mode(columns) -> str:
+    """The load mode of one configuration's serving columns, as the user names it: 'batch B', 'concurrency C'
+    or 'max_throughput' (what a status's text names, e.g. no_kv_room under the actual load)."""
+    from fastmodel.registry.lm import COLUMN_INDEX, LOAD_MODES
+
+    code = int(columns[COLUMN_INDEX["load_mode"]])
+    name = next(name for name, value in LOAD_MODES.items() if value == code)
+    if name == "max_throughput":
+        return name
+    return f"{name} {columns[COLUMN_INDEX['batch_size']]:g}"   # batch_size: the batch, or the requests in flight
+
+
+def render(label: str, status: str, r: dict, mode: str | None = None) -> str:
+    """A serving report a person reads in ten seconds; ``mode`` (:func:`load_mode`) names the load in a status."""
     if status != "ok":
         from fastmodel.registry.serve import SERVE_STATUS, SERVE_STATUSES
 
-        return f"{label}: not evaluated ({status}: {SERVE_STATUSES[SERVE_STATUS[status]].message})"
+        under = f"{mode}: " if mode else ""
+        return f"{label}: not evaluated ({status}: {under}{SERVE_STATUSES[SERVE_STATUS[status]].message})"
     lines = [f"{label}: batch {r['batch_size']:g} requests, {'fits' if r['fits_memory'] else 'does NOT fit'} "
              f"in memory"]
     lines.append(f"  ttft {1e3 * r['ttft']:,.2f} ms   tpot {1e3 * r['tpot']:,.3f} ms   "
@@ -104,4 +117,5 @@ def run_record(data: dict, source: str | None = None, calibration: Any = None) -
     result = {r.name: float(out[k, 0]) for k, r in enumerate(SERVE_RESULTS)}
     state = SERVE_STATUS_NAMES[int(status[0])]
     label = f"{record.id or source} (serving record; measured values ignored)"
-    return RunReport(render(label, state, result), json_record(label, state, result), ok=state == "ok")
+    return RunReport(render(label, state, result, load_mode(record.columns)), json_record(label, state, result),
+                     ok=state == "ok")

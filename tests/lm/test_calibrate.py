@@ -376,3 +376,30 @@ def test_cross_validation_predicts_every_run_from_the_other_folds(records):
     table = cross_validate(subset, 3)
     assert sorted(row["id"] for row in table) == sorted(r.id for r in subset)
     assert all(np.isfinite(row["error"]) for row in table)
+
+
+def test_group_k_fold_keeps_a_run_and_its_copies_in_one_fold():
+    """bench/bench_calibrate.py's copies ``<id>-x2-N`` sort next to their original, so folding by rank put them in
+    other folds than it (the copy of a held-out run was fitted on). With ``groups`` (the original id) a run and its
+    copies share a fold, the groups alternate over the folds, and no group sits on both sides of a split."""
+    import importlib.util
+    from types import SimpleNamespace
+
+    spec = importlib.util.spec_from_file_location("bench_calibrate", Path(__file__).parents[2] / "bench" /
+                                                  "bench_calibrate.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    runs = bench.replicated(100, 0)
+    records = [SimpleNamespace(id=run["id"]) for run in runs]
+    groups = [bench.original_id(run["id"]) for run in runs]
+    assert len(set(groups)) == 65 and groups[70] == runs[70 - 65]["id"]
+    leaky = fold_of(records, 5)
+    assert any(leaky[i] != leaky[i - 65] for i in range(65, 100))      # the leak the grouping removes
+    fold = fold_of(records, 5, groups)
+    by_group = {}
+    for key, k in zip(groups, fold):
+        by_group.setdefault(key, set()).add(int(k))
+    assert all(len(ks) == 1 for ks in by_group.values())
+    assert sorted(np.bincount([min(ks) for ks in by_group.values()])) == [13, 13, 13, 13, 13]
+    with pytest.raises(ValueError, match="folds must be in"):
+        cross_validate(records[:4], 3, groups=["a", "a", "b", "b"])

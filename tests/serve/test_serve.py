@@ -101,6 +101,24 @@ def test_max_throughput_without_room_is_flagged_not_crashed():
     assert r["status"] == "no_kv_room" and math.isnan(r["tpot"])
 
 
+@pytest.mark.parametrize("load, named", [(["--concurrency", "8"], "no_kv_room: concurrency 8: "),
+                                         (["--max-throughput"], "no_kv_room: max_throughput: "),
+                                         (["--batch-size", "4"], None)])
+def test_no_kv_room_names_the_load_mode_given(load, named):
+    """A8: 70B BF16 weights (~131 GiB) leave no KV room on one H100: the one-line error names the load the user
+    gave (not always 'max_throughput'); a static batch is not refused for KV room (it reports does NOT fit)."""
+    from click.testing import CliRunner
+
+    from fastmodel.cli import main
+
+    result = CliRunner().invoke(main, ["serve", "-m", "llama3.1-70b", "-d", "H100", "--tp", "1", *load])
+    if named is None:
+        assert result.exit_code == 0 and "does NOT fit" in result.output, result.output
+        return
+    assert result.exit_code == 2 and result.output.count("\n") == 1 and named in result.output, result.output
+    assert "max_throughput" not in result.output or "max_throughput" in named
+
+
 def test_static_decode_sum_is_exact_across_the_attention_crossover():
     """MLA decode attention is compute-bound at long context and memory-bound at short: the closed-form sum
     equals the per-token loop of the step time."""

@@ -57,6 +57,8 @@ def _with(path: str, value, record=RECORD):
     ("serve.tp", KeyError, r"serve\.tp: required field missing"),
     ("serve.batch_size", 4, r"serve: give exactly one of batch_size, concurrency, max_throughput"),
     ("frameworks", "x", r"frameworks: unknown field \(did you mean 'framework'\?\)"),
+    ("serve.mode", "disaggregated", r"serve\.mode: .*\(did you mean 'disagg'\?\)"),   # A7: not 'aggregated'
+    ("serve.mode", "aggregate", r"serve\.mode: .*\(did you mean 'aggregated'\?\)"),
     ("system.peak_flops_fp4", -1.0, r"system\.peak_flops_fp4: "),
     ("model.attention_sinks", "no", r"model\.attention_sinks: .*boolean"),
     ("model.kv_heads", 64, r"model\.kv_heads"),

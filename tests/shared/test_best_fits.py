@@ -134,7 +134,8 @@ def test_a_memory_margin_of_the_user_decides_what_fits(grid):
     assert list(table.plan) == list(grid.plan.values[legal & (memory == smallest)])
 
 
-@pytest.mark.parametrize("margin, message", [(-1.0, "negative"), (1e15, "not below the HBM")])
+@pytest.mark.parametrize("margin, message", [(-1.0, "-1.0 bytes is negative"), (float("nan"), "nan is not a number"),
+                                             (1e15, "not below the HBM")])
 def test_a_bad_memory_margin_is_one_error(grid, margin, message):
     with pytest.raises(SweepError, match=f"memory_margin: .*{message}"):
         best(grid, "tokens_per_s_per_gpu", memory_margin=margin)
@@ -146,6 +147,8 @@ def test_cli_memory_margin_says_which_margin(result_file):
     assert "the default: the stack's reserve" in default.stderr
     user = runner.invoke(main, ["best", result_file, "--by", "tokens_per_s_per_gpu", "--memory-margin", "10"])
     assert user.exit_code == 0 and "a margin of 10.0 GiB, set by --memory-margin" in user.stderr
-    for bad in ("-1", "1000000"):
+    # A6: the value as typed, in GiB (not "-5368709120.0 is negative"); nan is "not a number"
+    for bad, said in (("-5", "--memory-margin: -5 GiB is negative"), ("nan", "--memory-margin: 'nan' is not a number"),
+                      ("1000000", "memory_margin: 1000000.0 GiB is not below the HBM")):
         result = runner.invoke(main, ["best", result_file, "--by", "tokens_per_s_per_gpu", "--memory-margin", bad])
-        assert result.exit_code == 2 and result.output.count("\n") == 1 and "memory_margin" in result.output
+        assert result.exit_code == 2 and result.output.count("\n") == 1 and said in result.output, result.output

@@ -353,13 +353,19 @@ PRIOR_FOLDS = 3
 PRIOR_FEW_RUNS = 1.0
 
 
-def fold_of(records, folds: int) -> np.ndarray:
-    """Fold index of every record: alternating over the records sorted by id (a fixed, reproducible split)."""
-    order = sorted(range(len(records)), key=lambda i: (records[i].id, i))
-    fold = np.empty(len(records), dtype=np.int64)
-    for rank, i in enumerate(order):
-        fold[i] = rank % folds
-    return fold
+def fold_of(records, folds: int, groups=None) -> np.ndarray:
+    """Fold index of every record: alternating over the records sorted by id (a fixed, reproducible split).
+    ``groups`` (one key per record): group k-fold, alternating over the sorted keys, so records that share a key
+    (a run and its synthetic copies) share a fold and never sit on both sides of a split."""
+    keys = [str(records[i].id) for i in range(len(records))] if groups is None else [str(g) for g in groups]
+    if len(keys) != len(records):
+        raise ValueError(f"groups: {len(keys)} keys for {len(records)} records")
+    if groups is None:
+        order = sorted(range(len(records)), key=lambda i: (keys[i], i))
+        rank = {i: r for r, i in enumerate(order)}
+        return np.array([rank[i] % folds for i in range(len(records))], dtype=np.int64)
+    rank = {key: r for r, key in enumerate(sorted(set(keys)))}
+    return np.array([rank[key] % folds for key in keys], dtype=np.int64)
 
 
 def held_out_cost(train, test, prior: float, loss: str, f_scale: float, **kw) -> float:

@@ -13,12 +13,14 @@ from fastmodel.lm.calibrate.overlay import apply_calibration
 from fastmodel.lm.validate import GROUP_KEYS, group_scores, rows
 
 
-def cross_validate(records, folds: int, **fit_kwargs) -> list[dict]:
+def cross_validate(records, folds: int, groups=None, **fit_kwargs) -> list[dict]:
     """Validation rows of every record predicted by a calibration fitted on the other folds (the whole
-    ``calibrate``, prior choice included)."""
-    if folds < 2 or folds > len(records):
-        raise ValueError(f"folds must be in [2, {len(records)}], got {folds}")
-    fold = fold_of(records, folds)
+    ``calibrate``, prior choice included). ``groups`` (a key per record): records sharing a key share a fold
+    (group k-fold, ``fit.fold_of``)."""
+    n = len(records) if groups is None else len(set(map(str, groups)))
+    if folds < 2 or folds > n:
+        raise ValueError(f"folds must be in [2, {n}], got {folds}")
+    fold = fold_of(records, folds, groups)
     out: list[dict] = []
     for k in range(folds):
         train = [r for r, f in zip(records, fold) if f != k]

@@ -1,0 +1,44 @@
+"""fastmodel/lm/report.py: the report of one real-world configuration says what it assumed."""
+
+from pathlib import Path
+
+from fastmodel.lm.report import run_one
+from fastmodel.spec.devices import device_table
+
+SYSTEMS = Path(__file__).parents[2] / "specs" / "systems"
+
+
+def test_a_cluster_without_a_device_file_says_it_runs_generic_efficiencies(tmp_path):
+    """A user's cluster naming a GPU with no specs/devices file runs on the registry's generic (H100-era)
+    efficiencies: the report says so under its title; the built-in MI300X has a file and gets no note."""
+    text = (SYSTEMS / "mi300x.toml").read_text().replace('gpu = "MI300X"', 'gpu = "MI250X"')
+    custom = tmp_path / "mi250x.toml"
+    custom.write_text(text)
+    assert "mi250x" not in device_table()
+    report = run_one("llama3-8b", str(custom), "llm-pretrain", plan="tp8")
+    assert report.text.splitlines()[1] == "note: no built-in device file for 'MI250X': generic efficiencies"
+    assert report.record["notes"] == ["no built-in device file for 'MI250X': generic efficiencies"]
+    built_in = run_one("llama3-8b", "mi300x", "llm-pretrain", plan="tp8")
+    assert "note:" not in built_in.text and "notes" not in built_in.record
+
+
+def test_run_memory_margin_is_best_s_margin():
+    """run --memory-margin GIB (A6, issue 23 item 5): the plan fits when memory_per_device <= HBM - margin, the
+    report says which margin; a bad value is one line naming it as typed; MAD-Max and serving refuse it."""
+    from click.testing import CliRunner
+
+    from fastmodel.cli import main
+
+    runner = CliRunner()
+    base = ["run", "-m", "llama3-8b", "-s", "mi300x", "-t", "llm-pretrain", "-p", "tp8"]
+    small = runner.invoke(main, [*base, "--memory-margin", "5"])
+    assert small.exit_code == 0 and "(fits in HBM 192.0 GiB less the 5.0 GiB --memory-margin)" in small.output
+    big = runner.invoke(main, [*base, "--memory-margin", "191.9", "--json"])
+    assert big.exit_code == 0 and '"fits_memory": 0.0' in big.output and '"memory_margin": ' in big.output
+    for bad, said in (("-5", "--memory-margin: -5 GiB is negative"), ("nan", "'nan' is not a number"),
+                      ("192", "192.0 GiB is not below the HBM of 192.0 GiB")):
+        result = runner.invoke(main, [*base, "--memory-margin", bad])
+        assert result.exit_code == 2 and result.output.count("\n") == 1 and said in result.output, result.output
+    madmax = runner.invoke(main, ["run", "-m", "dlrm-a", "-s", "zionex", "-t", "dlrm-pretrain",
+                                  "--memory-margin", "5"])
+    assert madmax.exit_code == 2 and "not to MAD-Max semantics" in madmax.output, madmax.output
