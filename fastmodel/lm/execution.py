@@ -130,6 +130,10 @@ class ExecutionSpec(BaseModel):
             raise FieldValueError(("moe_a2a_overlap",), "'dualpipe' overlaps the all-to-all inside DualPipe's "
                                   "chunk pairs: it needs pipeline_schedule = 'dualpipe' ('batch' is Megatron's "
                                   "overlap for the other schedules)")
+        if getattr(self, "moe_dispatcher", None) == "deepep_ll":
+            raise FieldValueError(("moe_dispatcher",), "'deepep_ll' is DeepEP's low-latency decode kernels, priced "
+                                  "for serving only (docs/model_serving.md S39); training takes alltoall, allgather, "
+                                  "deepep (flex) or einsum")
         if interleaved and self.pipeline_schedule not in (None, "interleaved"):
             raise FieldValueError(("pipeline_schedule",), f"{self.pipeline_schedule} runs one stage per rank; "
                                   "vp > 1 needs an interleaved schedule")

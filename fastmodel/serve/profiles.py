@@ -201,8 +201,9 @@ def stated_flags(serve, engine: str | None, mixed_prefill: float, notes: list[st
     (S34), then ``lockstep_columns`` (S32: a lockstep loop re-forms the wave every round, whatever the rounds).
     ``serve.moe_backend = "marlin"`` (vLLM's Marlin MoE, S33) is refused outside vLLM and noted (priced in
     ``engine_kernels.expert_kernel_eff``, S38); ``"triton"`` (TensorRT-LLM's ``moe_config.backend: TRITON``, S37) is
-    refused outside TensorRT-LLM (priced in ``records._triton_moe_host_ops``); a budget stated for SGLang is noted as
-    read for its ``chunked_prefill_size``."""
+    refused outside TensorRT-LLM (priced in ``records._triton_moe_host_ops``); ``serve.moe_a2a = "deepep_ll"``
+    without attention DP (no dispatch to price, S39) and a budget stated for SGLang (read as its
+    ``chunked_prefill_size``) are noted."""
     if serve.moe_backend == "marlin":
         if engine != "vllm":
             raise SpecError(source, "serve.moe_backend", f"'marlin' is vLLM's Marlin MoE kernel (VLLM_MXFP4_USE_MARLIN); "
@@ -212,6 +213,9 @@ def stated_flags(serve, engine: str | None, mixed_prefill: float, notes: list[st
     if serve.moe_backend == "triton" and engine != "trtllm":
         raise SpecError(source, "serve.moe_backend", f"'triton' is TensorRT-LLM's moe_config.backend TRITON; "
                         f"the record's engine is {engine or 'unknown'}")
+    if serve.moe_a2a == "deepep_ll" and serve.attention_dp <= 1:
+        notes.append("serve.moe_a2a = deepep_ll without attention DP: every rank holds every token, so there is no "
+                     "dispatch to price; the experts' outputs go through the TP allreduce (docs S39)")
     if engine == "sglang" and serve.max_num_tokens is not None:
         notes.append("serve.max_num_tokens on SGLang is read as the step's token budget (chunked_prefill_size), not "
                      "--max-prefill-tokens (docs S34)")

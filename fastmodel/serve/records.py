@@ -275,4 +275,3 @@ def file_has_serve_records(path: str | Path) -> bool:
     except (OSError, UnicodeDecodeError):   # the run-record reader says why
         return False
     return False
-    return False

@@ -180,6 +180,9 @@ def slo_search(model, device: str, *, input_len: int, output_len: int, ttft: flo
     axes = dict(tp=powers, pp=[p for p in (1, 2, 4) if p <= gpus], ep=_axis("--ep", ep, powers if moe else [1], 1),
                 attention_dp=_axis("--attention-dp", attention_dp, powers if moe else [1], 1),
                 spec_tokens=_axis("--spec-tokens", spec_tokens, [0], 0), batch_size=concurrency)
+    if max(axes["spec_tokens"]) > 0 and spec_acceptance <= 0.0:
+        raise SpecError(None, "--spec-acceptance", "speculative decoding (--spec-tokens > 0) needs the rate at which "
+                        "draft tokens are accepted")
     fixed = dict(input_len=input_len, output_len=output_len, spec_acceptance=spec_acceptance)
     dims, coords, variables, attrs = _agg_grid(model, device, engines, precisions, axes, fixed, hbm, moe)
     shape = variables["status"].shape

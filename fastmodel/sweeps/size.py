@@ -13,14 +13,18 @@ from fastmodel.errors import SweepError
 def available_memory_bytes() -> int:
     """The memory this process may still take: the least of MemAvailable (/proc/meminfo; else total physical
     memory), the cgroup's limit less its usage (a container: cgroup v2 ``memory.max``/``memory.current``, v1
-    ``memory.limit_in_bytes``/``memory.usage_in_bytes``) and the address-space limit (``ulimit -v``,
+    ``memory.limit_in_bytes``/``memory.usage_in_bytes``, less the reclaimable page cache ``inactive_file`` of
+    ``memory.stat``, as ``docker stats`` counts it) and the address-space limit (``ulimit -v``,
     RLIMIT_AS) less the process's virtual size."""
     have = _meminfo_available()
-    for limit_file, usage_file in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
-                                   ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
-                                    "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+    for limit_file, usage_file, stat_file, cache_key in (
+            ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current", "/sys/fs/cgroup/memory.stat",
+             "inactive_file"),
+            ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes",
+             "/sys/fs/cgroup/memory/memory.stat", "total_inactive_file")):
         limit, usage = _read_int(limit_file), _read_int(usage_file)
         if limit is not None and usage is not None and limit < 1 << 60:   # "max" or v1's huge "no limit"
+            usage -= min(_stat_value(stat_file, cache_key), usage)       # page cache the kernel reclaims
             have = min(have, max(limit - usage, 0))
     try:
         import resource
@@ -51,6 +55,19 @@ def _read_int(path: str) -> int | None:
             return int(handle.read().strip())
     except (OSError, ValueError):
         return None
+
+
+def _stat_value(path: str, key: str) -> int:
+    """The value of ``key`` in a cgroup ``memory.stat`` file (lines ``key value``), 0 where absent."""
+    try:
+        with open(path) as handle:
+            for line in handle:
+                name, _, value = line.partition(" ")
+                if name == key:
+                    return int(value)
+    except (OSError, ValueError):
+        pass
+    return 0
 
 
 def _virtual_size_bytes() -> int:

@@ -132,3 +132,27 @@ def test_a_stack_host_op_s_reads_back_and_scales_the_counted_issue_time():
     for r in out:
         assert r.columns[_col("host_op_s")] == 30e-6 and r.columns[_col("host_layer_s")] == 0.0
         assert r.columns[_col("host_ops_layer")] * r.columns[_col("host_op_s")] == pytest.approx(1.8e-3)
+
+
+def test_a_candidate_at_the_start_keeps_each_runs_own_value_in_a_mixed_batch():
+    """Two runs whose gemm_eff_16 differ (0.60, 0.70), one parameter over both starting at their median: a batch
+    of [start, moved] candidates predicts the start row exactly as a batch of [start] alone does (each run keeps
+    its own value), and the moved row as that value alone."""
+    import numpy as np
+
+    from fastmodel.lm.calibrate.fit import Parameter, Problem
+    from fastmodel.lm.records import read_records
+    from fastmodel.registry.lm import COLUMN_INDEX as C
+
+    records = read_records(Path(__file__).resolve().parents[1] / "data" / "runs_dev.jsonl")[:2]
+    for record, eff in zip(records, (0.60, 0.70)):
+        record.columns[C["gemm_eff_16"]] = eff
+    parameter = Parameter(device=None, column="gemm_eff_16", rows=np.arange(2), start=0.65, lo=0.3, hi=0.95,
+                          scale=0.1)
+    problem = Problem(records, [parameter])
+    alone = problem._evaluate(np.array([[0.65]]))["step_time"][0]
+    mixed = problem._evaluate(np.array([[0.65], [0.80]]))["step_time"]
+    moved = problem._evaluate(np.array([[0.80]]))["step_time"][0]
+    np.testing.assert_array_equal(mixed[0], alone)
+    np.testing.assert_array_equal(mixed[1], moved)
+    assert alone[0] != moved[0]

@@ -76,3 +76,28 @@ def test_layer_comm_charges_the_low_latency_kernels_and_the_record_selects_them(
             "disagg": {"prefill": {"tp": 1, "ep": 16}, "decode": {"tp": 1, "ep": 16}}}
     assert pool_record(data, "decode", 4, 8)["serve"]["moe_a2a"] == "deepep_ll"
     assert "moe_a2a" not in pool_record(data, "prefill", 4, 8)["serve"]
+
+
+def test_deepep_ll_is_refused_in_training_and_noted_without_attention_dp():
+    """The low-latency kernels are priced for serving decode only: a training plan that names them is one line
+    naming the field; a serving record that states them without attention DP (no dispatch to run) gets a note."""
+    import json
+    from pathlib import Path
+
+    import pytest
+
+    from fastmodel.errors import SpecError
+    from fastmodel.lm.records import lower_record
+
+    data = Path(__file__).resolve().parents[1] / "data"
+    run = next(json.loads(line) for line in (data / "runs_moe_public.jsonl").read_text().splitlines()
+               if json.loads(line)["plan"].get("moe_dispatcher") == "deepep")
+    run["plan"]["moe_dispatcher"] = "deepep_ll"
+    with pytest.raises(SpecError, match="plan.moe_dispatcher: 'deepep_ll' is DeepEP's low-latency decode kernels"):
+        lower_record(run, "runs.jsonl:1")
+    from fastmodel.serve.records import lower_serve_record
+
+    record = json.loads((data / "serve_dev_load.jsonl").read_text().splitlines()[0])
+    record["serve"]["moe_a2a"] = "deepep_ll"
+    notes = lower_serve_record(record, "serve.jsonl:1").notes
+    assert any(note.startswith("serve.moe_a2a = deepep_ll without attention DP") for note in notes)

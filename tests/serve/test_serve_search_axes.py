@@ -205,3 +205,12 @@ def test_plot_pareto_of_a_search_with_both_modes_draws_the_disaggregated_frontie
     run = CliRunner().invoke(main, ["plot", "pareto", str(out), "--curve", "engine", "-o", str(png)])
     assert run.exit_code == 0, run.output
     assert "\nmode=disagg:" in run.output and "engine = sglang:" in run.output and "P1xtp" in run.output
+
+
+def test_the_search_api_refuses_speculative_decoding_without_an_acceptance():
+    """The Python API holds the CLI's rule: draft tokens with no acceptance rate are one line naming it."""
+    from fastmodel.errors import SpecError
+
+    with pytest.raises(SpecError, match="--spec-acceptance"):
+        slo_search("llama3.1-8b", "H100", gpus=2, precisions=("bf16",), concurrency=[4], spec_tokens=(0, 3),
+                   input_len=1024, output_len=256, ttft=2.0, tpot=0.05)

@@ -18,6 +18,7 @@ def test_available_memory_is_the_least_of_meminfo_cgroup_and_ulimit(monkeypatch)
     monkeypatch.setattr(size, "_meminfo_available", lambda: 64 * GIB)
     files = {"/sys/fs/cgroup/memory.max": 10 * GIB, "/sys/fs/cgroup/memory.current": 4 * GIB}
     monkeypatch.setattr(size, "_read_int", files.get)
+    monkeypatch.setattr(size, "_stat_value", lambda path, key: 0)
     monkeypatch.setattr(size, "_virtual_size_bytes", lambda: 5 * GIB)
     monkeypatch.setattr(resource, "getrlimit", lambda kind: (8 * GIB, resource.RLIM_INFINITY))
     assert size.available_memory_bytes() == 3 * GIB
@@ -42,3 +43,15 @@ def test_running_out_of_memory_is_one_line_and_exit_2(monkeypatch, tmp_path):
     assert result.exit_code == 2
     lines = result.output.strip().splitlines()
     assert lines[-1].startswith("error: out of memory") and "Traceback" not in result.output
+
+
+def test_reclaimable_page_cache_is_not_counted_as_used(monkeypatch):
+    """A cgroup at 10 GiB with 9 GiB charged, 5 GiB of it inactive file cache: 6 GiB are available."""
+    import resource
+
+    monkeypatch.setattr(size, "_meminfo_available", lambda: 64 * GIB)
+    files = {"/sys/fs/cgroup/memory.max": 10 * GIB, "/sys/fs/cgroup/memory.current": 9 * GIB}
+    monkeypatch.setattr(size, "_read_int", files.get)
+    monkeypatch.setattr(size, "_stat_value", lambda path, key: 5 * GIB if key == "inactive_file" else 0)
+    monkeypatch.setattr(resource, "getrlimit", lambda kind: (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    assert size.available_memory_bytes() == 6 * GIB

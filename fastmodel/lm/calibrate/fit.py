@@ -186,10 +186,11 @@ class Problem:
         table = np.asfortranarray(np.tile(self.base, (1, m)))   # one contiguous vector per configuration
         offsets = np.arange(m)[:, None] * self.n
         for j, p in enumerate(self.parameters):
-            if np.all(thetas[:, j] == p.start):   # held where it is: each run keeps its own value
+            moved = np.nonzero(thetas[:, j] != p.start)[0]   # a candidate at the start: each run keeps its own
+            if moved.size == 0:                                # value, whatever the other candidates hold
                 continue
-            idx = (offsets + p.rows[None, :]).ravel()
-            table[C[p.column], idx] = np.repeat(thetas[:, j], p.rows.size)
+            idx = (offsets[moved] + p.rows[None, :]).ravel()
+            table[C[p.column], idx] = np.repeat(thetas[moved, j], p.rows.size)
         self.evaluations += 1
         out = self._evaluate_table(table)
         return {k: out[k].reshape(m, self.n) for k in ("step_time", "memory_per_device")}
