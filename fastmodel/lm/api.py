@@ -134,7 +134,8 @@ def format_report(values: Mapping, title: str = "") -> str:
     lines += [
         f"step time            {step:,.3f} s",
         f"tokens/s             {value('tokens_per_s'):,.0f}  ({value('tokens_per_s_per_gpu'):,.0f} per GPU)",
-        f"MFU / HFU            {100 * value('mfu'):.1f}% / {100 * value('hfu'):.1f}%",
+        f"MFU / HFU            {100 * value('mfu'):.1f}% / {100 * value('hfu'):.1f}%  (MFU: the standard count, "
+        "non-causal attention; HFU: the FLOPs run, causal, recompute included)",
         "compute (busiest stage, whole step)",
     ]
     for name, label in (("time_gemm", "GEMMs"), ("time_attention", "attention"),
