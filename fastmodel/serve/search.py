@@ -123,12 +123,7 @@ def _agg_grid(model, device, engines, precisions, axes: dict, fixed: dict, hbm: 
     adp = coords["attention_dp"]
     if adp.max() > 1:
         status = status.copy()
-        shape = [1] * len(dims)
-        shape[dims.index("attention_dp")] = adp.size
-        a = adp.reshape(shape)
-        shape = [1] * len(dims)
-        shape[dims.index("batch_size")] = coords["batch_size"].size
-        c = coords["batch_size"].reshape(shape)
+        a, c = _shaped(coords, dims, "attention_dp"), _shaped(coords, dims, "batch_size")
         legal = status == 0
         status[legal & np.broadcast_to(c % a != 0, status.shape)] = SERVE_STATUS["attention_dp_not_dividing"]
         if not moe:
@@ -144,7 +139,8 @@ def xr_variable(dims, values, attrs):
     return xr.Variable(dims, values, attrs)
 
 
-def _shaped(coords: dict, dims: tuple, name: str) -> np.ndarray:
+def _shaped(coords: dict, dims, name: str) -> np.ndarray:
+    """Coordinate ``name`` shaped to broadcast against an array of ``dims``."""
     shape = [1] * len(dims)
     shape[dims.index(name)] = len(coords[name])
     return np.asarray(coords[name]).reshape(shape)
