@@ -38,14 +38,21 @@ def available_memory_bytes() -> int:
 
 
 def _meminfo_available() -> int:
+    """MemAvailable (/proc/meminfo), else total physical memory."""
+    available = _proc_kib_field("/proc/meminfo", "MemAvailable")
+    return available if available is not None else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def _proc_kib_field(path: str, key: str) -> int | None:
+    """Bytes of the ``key:  N kB`` line of a /proc file (``/proc/meminfo``, ``/proc/self/status``), or None."""
     try:
-        with open("/proc/meminfo") as handle:
+        with open(path) as handle:
             for line in handle:
-                if line.startswith("MemAvailable:"):
+                if line.startswith(key + ":"):
                     return int(line.split()[1]) * 1024
-    except OSError:
+    except (OSError, ValueError, IndexError):
         pass
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return None
 
 
 def _read_int(path: str) -> int | None:
@@ -72,14 +79,7 @@ def _stat_value(path: str, key: str) -> int:
 
 def _virtual_size_bytes() -> int:
     """VmSize of this process (/proc/self/status), 0 where it cannot be read."""
-    try:
-        with open("/proc/self/status") as handle:
-            for line in handle:
-                if line.startswith("VmSize:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
+    return _proc_kib_field("/proc/self/status", "VmSize") or 0
 
 
 def summarise_status(counts: np.ndarray, total: int, names) -> str:
