@@ -189,31 +189,18 @@ def _record_rows(found: list, labels: list[str], as_json: bool) -> list[dict]:
     one through its two worker pools (``fastmodel.serve.disagg.evaluate_disagg``, as validate predicts it)."""
     import json
 
-    import numpy as np
+    from fastmodel.serve.disagg import evaluate_records
+    from fastmodel.serve.report import disagg_json, json_record, render_disagg
 
-    from fastmodel.registry.serve import SERVE_RESULTS, SERVE_STATUS_NAMES
-    from fastmodel.serve.api import evaluate_table
-    from fastmodel.serve.disagg import DisaggRecord, evaluate_disagg
-    from fastmodel.serve.report import disagg_json, disagg_result, json_record, render_disagg
-
-    single = [i for i, r in enumerate(found) if not isinstance(r, DisaggRecord)]
-    pooled = [i for i, r in enumerate(found) if isinstance(r, DisaggRecord)]
-    out, status = evaluate_table(np.stack([found[i].columns for i in single], axis=1)) if single else (None, None)
-    where = {i: k for k, i in enumerate(single)}
-    disagg = dict(zip(pooled, evaluate_disagg([found[i] for i in pooled])))
     rows = []
-    for i, label in enumerate(labels):
-        if i in disagg:
-            state, limiting = disagg[i]["status"], disagg[i].get("limiting_pool")
-            result = disagg_result(found[i], disagg[i])
+    for record, label, (state, result, pool) in zip(found, labels, evaluate_records(found)):
+        if pool is not None:
+            limiting = pool.get("limiting_pool")
             rows.append(disagg_json(label, state, result, limiting))
-            text = render_disagg(label, found[i], state, result, limiting)
+            text = render_disagg(label, record, state, result, limiting)
         else:
-            k = where[i]
-            result = {r.name: float(out[v, k]) for v, r in enumerate(SERVE_RESULTS)}
-            state = SERVE_STATUS_NAMES[int(status[k])]
             rows.append(json_record(label, state, result))
-            text = render(label, state, result, load_mode(found[i].columns))
+            text = render(label, state, result, load_mode(record.columns))
         click.echo(json.dumps(rows[-1]) if as_json else text)
     return rows
 

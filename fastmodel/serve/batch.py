@@ -10,8 +10,6 @@ pools has no single value of (memory, breakdown) stay empty. ``measured`` is nev
 
 from __future__ import annotations
 
-import numpy as np
-
 from fastmodel.io.batch_kinds import Prepared, lower_all
 from fastmodel.spec.detect import is_serve_record
 
@@ -29,38 +27,23 @@ class ServeRecords:
         return is_serve_record(case)
 
     def prepare(self, cases: list[dict], default_semantics) -> Prepared:
-        from fastmodel.registry.serve import SERVE_RESULTS, SERVE_STATUSES
-        from fastmodel.serve.api import evaluate_table
-        from fastmodel.serve.disagg import DisaggRecord, evaluate_disagg
+        from fastmodel.registry.serve import SERVE_RESULTS, SERVE_STATUS, SERVE_STATUSES
+        from fastmodel.serve.disagg import evaluate_records
         from fastmodel.serve.records import lower_any
-        from fastmodel.serve.report import disagg_result
 
         lowered, errors = lower_all(cases, lower_any)
         out = Prepared(errors=errors)
-        single = [(j, r) for j, r in lowered if not isinstance(r, DisaggRecord)]
-        pooled = [(j, r) for j, r in lowered if isinstance(r, DisaggRecord)]
         n = len(cases)
         out.columns = {"id": [None] * n, "limiting_pool": [None] * n}
         out.results = {r.name: [None] * n for r in SERVE_RESULTS}
-        if single:
-            results, status = evaluate_table(np.stack([record.columns for _, record in single], axis=1))
-            for k, (j, record) in enumerate(single):
-                if status[k]:
-                    out.errors[j] = _refusal(SERVE_STATUSES[int(status[k])])
-                    continue
-                out.columns["id"][j] = record.id
-                for v, result in enumerate(SERVE_RESULTS):
-                    out.results[result.name][j] = float(results[v, k])
-        for (j, record), pool in zip(pooled, evaluate_disagg([r for _, r in pooled])):
-            if pool["status"] != "ok":
-                from fastmodel.registry.serve import SERVE_STATUS
-
-                out.errors[j] = _refusal(SERVE_STATUSES[SERVE_STATUS[pool["status"]]])
+        for (j, record), (state, result, pool) in zip(lowered, evaluate_records([r for _, r in lowered])):
+            if state != "ok":
+                out.errors[j] = _refusal(SERVE_STATUSES[SERVE_STATUS[state]])
                 continue
             out.columns["id"][j] = record.id
-            out.columns["limiting_pool"][j] = pool["limiting_pool"]
-            for name, value in disagg_result(record, pool).items():
-                if name in out.results:      # the serving results a deployment of two pools has; others empty
+            out.columns["limiting_pool"][j] = pool["limiting_pool"] if pool is not None else None
+            for name, value in result.items():
+                if name in out.results:      # a deployment of two pools has some results only; others empty
                     out.results[name][j] = value
         return out
 

@@ -249,3 +249,25 @@ def evaluate_disagg(records: list[DisaggRecord]) -> list[dict]:
             wave = means[j] * float(waves[R["ttft"], j]) + r["kv_transfer_s"] + first
             r["ttft"] = with_start_wave(r["ttft"], records[i], r["batch_size"], wave)
     return results
+
+
+def evaluate_records(records: list) -> list[tuple[str, dict, dict | None]]:
+    """(status, results, pool) of each lowered serving record (``records.lower_any``), in order: an aggregated
+    one through the serving kernels in one call (its ``SERVE_RESULTS`` by name; pool None), a disaggregated one
+    through :func:`evaluate_disagg` (results: ``report.disagg_result``; pool: that function's dict, with
+    ``limiting_pool``). What ``serve RECORDS`` and ``batch`` print and write."""
+    from fastmodel.registry.serve import SERVE_RESULTS, SERVE_STATUS_NAMES
+    from fastmodel.serve.api import evaluate_table
+    from fastmodel.serve.report import disagg_result
+
+    single = [i for i, r in enumerate(records) if not isinstance(r, DisaggRecord)]
+    pooled = [i for i, r in enumerate(records) if isinstance(r, DisaggRecord)]
+    found: list = [None] * len(records)
+    if single:
+        out, status = evaluate_table(np.stack([records[i].columns for i in single], axis=1))
+        for k, i in enumerate(single):
+            found[i] = (SERVE_STATUS_NAMES[int(status[k])],
+                        {r.name: float(out[v, k]) for v, r in enumerate(SERVE_RESULTS)}, None)
+    for i, pool in zip(pooled, evaluate_disagg([records[i] for i in pooled])):
+        found[i] = (pool["status"], disagg_result(records[i], pool), pool)
+    return found
