@@ -8,7 +8,6 @@ import click
 from fastmodel.cli.common import friendly
 from fastmodel.serve.precisions import KV_PRECISIONS, PRECISIONS
 from fastmodel.serve.report import load_mode, render
-from fastmodel.serve.search import _engines
 
 
 class IntList(click.ParamType):
@@ -134,7 +133,9 @@ def serve(records, model, list_models, device, tp, pp, ep, attention_dp, moe_tp,
                              "names its own)")
     ep, attention_dp, spec = (_one(v, n, d) for v, n, d in zip(raw, ("--ep", "--attention-dp", "--spec-tokens"),
                                                                 (1, 1, 0)))
-    engine = _one([_engines(e) for e in engine], "--engine", None)
+    from fastmodel.serve.search import engine_list
+
+    engine = _one([engine_list(e) for e in engine], "--engine", None)
     if output:
         from fastmodel.io.outputs import check_output
 

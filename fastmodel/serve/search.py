@@ -84,7 +84,7 @@ def _rows(coords: dict, values: dict, shape: tuple, flat: np.ndarray, slo_ok: np
     return [dict(zip(names, row)) for row in zip(*columns.values())]
 
 
-def _engines(engine) -> list[str]:
+def engine_list(engine) -> list[str]:
     """The engines to sweep: None (TensorRT-LLM's profile, the sweep columns' default), a name, a comma list or a
     sequence of names."""
     from fastmodel.serve.profiles import DEFAULT_ENGINE, ENGINE_NAMES
@@ -161,7 +161,7 @@ def slo_search(model, device: str, *, input_len: int, output_len: int, ttft: flo
 
     if ttft <= 0 or tpot <= 0:
         raise SpecError(None, "--ttft/--tpot", "SLOs must be positive durations")
-    engines = _engines(engine)
+    engines = engine_list(engine)
     concurrency = _axis("--search-concurrency", concurrency, [], 1)
     powers = [2**k for k in range(12) if 2**k <= gpus]
     if not powers:
