@@ -31,14 +31,20 @@ def margin(ds, memory_margin: float | None = None) -> dict:
 def check_margin(memory_margin) -> float:
     """``memory_margin`` (bytes) as a float >= 0; nan (or a non-number) is "not a number", below 0 "negative",
     each a one-line SweepError naming the value as given."""
+    return _at_least_zero(memory_margin, "memory_margin", repr(memory_margin), "bytes", ", >= 0 bytes")
+
+
+def _at_least_zero(raw, name: str, shown: str, unit: str, hint: str) -> float:
+    """``raw`` as a float >= 0, else a one-line SweepError: "not a number" (nan or text) or "negative"
+    (``shown`` ``unit``), each ending with how to give the HBM to keep free (``hint``)."""
     try:
-        value = float(memory_margin)
+        value = float(raw)
     except (TypeError, ValueError):
         value = float("nan")
     if value != value:
-        raise SweepError(f"memory_margin: {memory_margin!r} is not a number; give the HBM to keep free, >= 0 bytes")
+        raise SweepError(f"{name}: {raw!r} is not a number; give the HBM to keep free{hint}")
     if value < 0.0:
-        raise SweepError(f"memory_margin: {memory_margin!r} bytes is negative; give the HBM to keep free, >= 0 bytes")
+        raise SweepError(f"{name}: {shown} {unit} is negative; give the HBM to keep free{hint}")
     return value
 
 
@@ -55,15 +61,7 @@ def gib_margin(text: str | None, flag: str = "--memory-margin") -> float | None:
     value as the user typed it, in GiB: "not a number" (nan or text) or "negative"."""
     if text is None:
         return None
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if value != value:
-        raise SweepError(f"{flag}: {text!r} is not a number; give the HBM to keep free in GiB, >= 0")
-    if value < 0.0:
-        raise SweepError(f"{flag}: {text} GiB is negative; give the HBM to keep free in GiB, >= 0")
-    return value * 2**30
+    return _at_least_zero(text, flag, text, "GiB", " in GiB, >= 0") * 2**30
 
 
 def fits_under(ds, chosen: dict):
