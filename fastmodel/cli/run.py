@@ -53,29 +53,31 @@ def run(model, system, task, num_nodes, plan, semantics, calibration, memory_mar
         if record is not None:
             engine = engines.for_record(record)
             _refuse_with_record(model, system=system, task=task, nodes=num_nodes, plan=plan, semantics=semantics)
-            _margin_applies(engine, margin)
-            kw = {} if margin is None else {"memory_margin": margin}
-            report = importlib.import_module(REPORTS[engine.name]).run_record(record, model, calibration=cal, **kw)
+            report = importlib.import_module(REPORTS[engine.name]).run_record(record, model, calibration=cal,
+                                                                              **_margin_kwargs(engine, margin))
         else:
             engine = engines.for_specs(model, semantics, system)
             if system is None or task is None:
                 raise click.UsageError("--system and --task are required (unless --model is a run or serving "
                                        "record)")
-            _margin_applies(engine, margin)
-            kw = {} if margin is None else {"memory_margin": margin}
             report = importlib.import_module(REPORTS[engine.name]).run_one(
-                model, system, task, semantics=semantics, plan=plan, num_nodes=num_nodes, calibration=cal, **kw)
+                model, system, task, semantics=semantics, plan=plan, num_nodes=num_nodes, calibration=cal,
+                **_margin_kwargs(engine, margin))
     if not report.ok:
         raise FastmodelError(report.text)
     click.echo(json.dumps(report.record) if as_json else report.text)
 
 
-def _margin_applies(engine, margin: float | None) -> None:
-    """--memory-margin is a real-world training option: refused (one line) for MAD-Max specs and serving."""
-    if margin is not None and engine.name != "lm":
+def _margin_kwargs(engine, margin: float | None) -> dict:
+    """The report's ``memory_margin`` keyword (none when not given). --memory-margin is a real-world training
+    option: refused (one line) for MAD-Max specs and serving."""
+    if margin is None:
+        return {}
+    if engine.name != "lm":
         what = "a serving configuration" if engine.name == "serve" else "MAD-Max semantics (weights only)"
         raise FastmodelError(f"--memory-margin: applies to real-world training models and run records, not to "
                              f"{what}")
+    return {"memory_margin": margin}
 
 
 def _record_in(model: str) -> dict | None:
