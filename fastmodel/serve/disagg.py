@@ -180,13 +180,38 @@ def prefill_pool(lone: float, full: float, adp: float, workers: float, think: fl
     return own, response
 
 
+#: engines whose decode worker pulls the prompt's KV in an iteration of its own and then recomputes the last prompt
+#: token to emit the first one (docs/model_serving.md §S43): vLLM's NixlConnector (``vllm@v0.18.0``
+#: ``v1/core/sched/scheduler.py:2012-2048``, ``kv_connector_model_runner_mixin.py:98-120``)
+PULL_RECOMPUTE_ENGINES = ("vllm",)
+
+
+def handoff_steps(engine: str | None, overlap, wait):
+    """Decode iterations a pulled KV handoff adds before the first token (docs/model_serving.md §S43; floats or
+    arrays): on a pull-and-recompute engine (``PULL_RECOMPUTE_ENGINES``) whose decode worker runs other requests
+    (``wait`` = 1), the iteration that issues the load and reports it done at its end, plus, under a scheduler
+    that runs one step ahead (``overlap`` = 1: vLLM's batch queue), the iteration already scheduled when that
+    report is read: ``wait (1 + overlap)``. An idle decode worker (``wait`` = 0) runs those steps without a
+    forward pass (not priced). Other engines: 0 (TensorRT-LLM and SGLang emit the prefill's own first token)."""
+    return wait * (1.0 + overlap) if engine in PULL_RECOMPUTE_ENGINES else 0.0 * wait
+
+
+def record_engine(rec) -> str | None:
+    """The engine key of a disaggregated record's ``framework`` (``profiles.parse_framework``), None if unknown."""
+    from fastmodel.serve.profiles import parse_framework
+
+    raw = getattr(rec, "raw", None) or {}
+    return parse_framework(raw.get("framework"))[0]
+
+
 def first_token_steps(rec: DisaggRecord, running: float) -> float:
-    """Decode iterations from the KV's arrival to the first token the client sees (docs/model_serving.md §S30):
-    the wait for the decode worker's next iteration boundary when other requests run on it (``running`` over the
-    decode workers above 1, else 0; §S7's ``w``), the iteration that emits the token, and one more when its
-    scheduler overlaps (``overlap_step``, §S7's ``o``)."""
+    """Decode iterations from the KV's arrival to the first token the client sees (docs/model_serving.md §S30,
+    §S43): the wait for the decode worker's next iteration boundary when other requests run on it (``running``
+    over the decode workers above 1, else 0; §S7's ``w``), the iteration that emits the token, one more when its
+    scheduler overlaps (``overlap_step``, §S7's ``o``), and the engine's handoff iterations (``handoff_steps``)."""
     wait = 1.0 if running / rec.decode_workers > 1.0 else 0.0
-    return wait + 1.0 + float(rec.decode[C["overlap_step"]])
+    overlap = float(rec.decode[C["overlap_step"]])
+    return wait + 1.0 + overlap + handoff_steps(record_engine(rec), overlap, wait)
 
 
 def limiting_pool(prefill: float, transfer: float, decode: float, running: float, room: float) -> str:
