@@ -214,14 +214,20 @@ def first_token_steps(rec: DisaggRecord, running: float) -> float:
     return wait + 1.0 + overlap + handoff_steps(record_engine(rec), overlap, wait)
 
 
-def limiting_pool(prefill: float, transfer: float, decode: float, running: float, room: float) -> str:
-    """The stage that bounds a disaggregated deployment's closed loop (docs/model_serving.md §S40): ``decode``
-    when the decode pool's KV room holds fewer requests than are in flight (the rest wait for a slot), else the
-    stage where a request spends the largest share of its cycle ``R + t_kv + O x TPOT`` (Little's law: the
-    throughput is ``N`` over that cycle, so shortening the largest term raises it most): ``prefill`` (the pool's
-    response, queueing included), ``kv transfer`` or ``decode``."""
+def limiting_pool(prefill: float, transfer: float, decode: float, running: float, room: float,
+                  own: float = 0.0, servers: float = 1.0) -> str:
+    """The stage that bounds a disaggregated deployment's closed loop (docs/model_serving.md §S40, §S43): ``decode``
+    when the decode pool's KV room holds fewer requests than are in flight (the rest wait for a slot); ``prefill``
+    when the requests in flight exceed the prefill pool's saturation population ``N* = c (S + Z) / S`` (asymptotic
+    bounds, Lazowska et al. 1984, "Quantitative System Performance" §5.2: X <= min(N / (S + Z), c / S); ``own`` the
+    prompt's service ``S``, ``servers`` the pool's ``c``, ``Z = t_kv + O x TPOT``), where the pool's capacity, not
+    the cycle, sets the throughput; else the stage where a request spends the largest share of its cycle
+    ``R + t_kv + O x TPOT`` (Little's law: the throughput is ``N`` over that cycle, so shortening the largest term
+    raises it most): ``prefill`` (the pool's response, queueing included), ``kv transfer`` or ``decode``."""
     if running > room:
         return "decode"
+    if own > 0.0 and running * own > servers * (own + transfer + decode):
+        return "prefill"
     return max((prefill, "prefill"), (transfer, "kv transfer"), (decode, "decode"))[1]
 
 
@@ -262,7 +268,8 @@ def evaluate_disagg(records: list[DisaggRecord]) -> list[dict]:
                         "kv_transfer_s": t_kv, "prefill_s": own, "prefill_response_s": response,
                         "decode_s": out * tpot, "batch_size": running, "decode_room": room,
                         "prefill_busy": lam * own / (rec.prefill_workers * rec.prefill[C["attention_dp"]]),
-                        "limiting_pool": limiting_pool(response, t_kv, out * tpot, n, room),
+                        "limiting_pool": limiting_pool(response, t_kv, out * tpot, n, room, own,
+                                                       rec.prefill_workers * rec.prefill[C["attention_dp"]]),
                         "naive_ttft": full, "naive_tpot": tpot})
     ok = [i for i, r in enumerate(results) if r["status"] == "ok"]
     if ok:

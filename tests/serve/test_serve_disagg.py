@@ -126,6 +126,19 @@ def test_a_failed_lone_prompt_prefill_fails_the_record(monkeypatch):
     assert evaluate_disagg([record]) == [{"status": SERVE_STATUS_NAMES[failed]}]
 
 
+def test_limiting_pool_is_the_prefill_pool_beyond_its_saturation_population():
+    """docs/model_serving.md S43, by hand: S = 0.275 s on c = 5 prefill servers, t_kv = 0.012 s, O x TPOT = 25.7 s:
+    N* = 5 x (0.275 + 0.012 + 25.7) / 0.275 = 472.5. At 528 in flight the pool's capacity c / S = 18.2 req/s is
+    below the cycle's N / (S + Z) = 20.3 req/s: ``prefill``, though decode is the largest share of the cycle; at
+    400 in flight (below N*) the cycle sets the throughput: ``decode``. KV room short of N: ``decode`` first."""
+    from fastmodel.serve.disagg import limiting_pool
+
+    assert 5 * (0.275 + 0.012 + 25.7) / 0.275 == pytest.approx(472.5, abs=0.1)
+    assert limiting_pool(3.75, 0.012, 25.7, 528, 704, 0.275, 5) == "prefill"
+    assert limiting_pool(0.40, 0.012, 25.7, 400, 704, 0.275, 5) == "decode"
+    assert limiting_pool(3.75, 0.012, 25.7, 528, 500, 0.275, 5) == "decode"
+
+
 def test_limiting_pool_is_the_largest_share_of_the_cycle_unless_the_decode_kv_room_is_full():
     """§S40: with N <= room, the stage with the largest term of R + t_kv + O x TPOT; with N > room, decode."""
     from fastmodel.serve.disagg import limiting_pool
