@@ -182,7 +182,7 @@ def prefill_pool(lone: float, full: float, adp: float, workers: float, think: fl
 
 #: engines whose decode worker pulls the prompt's KV in an iteration of its own and then recomputes the last prompt
 #: token to emit the first one (docs/model_serving.md §S43): vLLM's NixlConnector (``vllm@v0.18.0``
-#: ``v1/core/sched/scheduler.py:2012-2048``, ``kv_connector_model_runner_mixin.py:98-120``)
+#: ``v1/core/sched/scheduler.py:2012-2048``, ``v1/worker/kv_connector_model_runner_mixin.py:95-120``)
 PULL_RECOMPUTE_ENGINES = ("vllm",)
 
 
