@@ -16,7 +16,8 @@ The loop closes by Little's law with Schweitzer's MVA, the pool's ``c`` servers 
 single server of ``D = S / c`` in tandem with a delay ``S - D``; ``pool_response``, §S30): ``R = S - D + R_q``,
 ``R_q = D / (1 - lambda D (N - 1) / N)``, ``lambda = N / (R + Z)`` with ``Z = t_kv + O x TPOT``, whose positive
 root is closed-form. TTFT = R + t_kv + the decode worker's first-token iterations (``first_token_steps``: the
-decode worker streams the first token after the KV arrives, serving_facts §4.3); requests beyond the decode
+decode worker streams the first token after the KV arrives, serving_facts §4.3; vLLM's pull-and-recompute
+handoff adds iterations, ``handoff_steps``, §S43); requests beyond the decode
 pool's KV room wait by Little's law; the client's start wave is 1 / ``client_rounds`` of the mean
 (``with_start_wave``).
 """
@@ -192,7 +193,8 @@ def handoff_steps(engine: str | None, overlap, wait):
     (``wait`` = 1), the iteration that issues the load and reports it done at its end, plus, under a scheduler
     that runs one step ahead (``overlap`` = 1: vLLM's batch queue), the iteration already scheduled when that
     report is read: ``wait (1 + overlap)``. An idle decode worker (``wait`` = 0) runs those steps without a
-    forward pass (not priced). Other engines: 0 (TensorRT-LLM and SGLang emit the prefill's own first token)."""
+    forward pass (not priced). Other engines: 0 (TensorRT-LLM answers with the context phase's
+    ``first_gen_tokens``; SGLang's decode batch takes the prefill's ``transferred_output_id``)."""
     return wait * (1.0 + overlap) if engine in PULL_RECOMPUTE_ENGINES else 0.0 * wait
 
 
