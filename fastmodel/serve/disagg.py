@@ -16,7 +16,8 @@ The loop closes by Little's law with Schweitzer's MVA, the pool's ``c`` servers 
 single server of ``D = S / c`` in tandem with a delay ``S - D``; ``pool_response``, §S30): ``R = S - D + R_q``,
 ``R_q = D / (1 - lambda D (N - 1) / N)``, ``lambda = N / (R + Z)`` with ``Z = t_kv + O x TPOT``, whose positive
 root is closed-form. TTFT = R + t_kv + the decode worker's first-token iterations (``first_token_steps``: the
-decode worker streams the first token after the KV arrives, serving_facts §4.3); requests beyond the decode
+decode worker streams the first token after the KV arrives, serving_facts §4.3; vLLM's pull-and-recompute
+handoff adds iterations, ``handoff_steps``, §S43); requests beyond the decode
 pool's KV room wait by Little's law; the client's start wave is 1 / ``client_rounds`` of the mean
 (``with_start_wave``).
 """
@@ -180,23 +181,55 @@ def prefill_pool(lone: float, full: float, adp: float, workers: float, think: fl
     return own, response
 
 
+#: engines whose decode worker pulls the prompt's KV in an iteration of its own and then recomputes the last prompt
+#: token to emit the first one (docs/model_serving.md §S43): vLLM's NixlConnector (``vllm@v0.18.0``
+#: ``v1/core/sched/scheduler.py:2012-2048``, ``v1/worker/kv_connector_model_runner_mixin.py:95-120``)
+PULL_RECOMPUTE_ENGINES = ("vllm",)
+
+
+def handoff_steps(engine: str | None, overlap, wait):
+    """Decode iterations a pulled KV handoff adds before the first token (docs/model_serving.md §S43; floats or
+    arrays): on a pull-and-recompute engine (``PULL_RECOMPUTE_ENGINES``) whose decode worker runs other requests
+    (``wait`` = 1), the iteration that issues the load and reports it done at its end, plus, under a scheduler
+    that runs one step ahead (``overlap`` = 1: vLLM's batch queue), the iteration already scheduled when that
+    report is read: ``wait (1 + overlap)``. An idle decode worker (``wait`` = 0) runs those steps without a
+    forward pass (not priced). Other engines: 0 (TensorRT-LLM answers with the context phase's
+    ``first_gen_tokens``; SGLang's decode batch takes the prefill's ``transferred_output_id``)."""
+    return wait * (1.0 + overlap) if engine in PULL_RECOMPUTE_ENGINES else 0.0 * wait
+
+
+def record_engine(rec) -> str | None:
+    """The engine key of a disaggregated record's ``framework`` (``profiles.parse_framework``), None if unknown."""
+    from fastmodel.serve.profiles import parse_framework
+
+    raw = getattr(rec, "raw", None) or {}
+    return parse_framework(raw.get("framework"))[0]
+
+
 def first_token_steps(rec: DisaggRecord, running: float) -> float:
-    """Decode iterations from the KV's arrival to the first token the client sees (docs/model_serving.md §S30):
-    the wait for the decode worker's next iteration boundary when other requests run on it (``running`` over the
-    decode workers above 1, else 0; §S7's ``w``), the iteration that emits the token, and one more when its
-    scheduler overlaps (``overlap_step``, §S7's ``o``)."""
+    """Decode iterations from the KV's arrival to the first token the client sees (docs/model_serving.md §S30,
+    §S43): the wait for the decode worker's next iteration boundary when other requests run on it (``running``
+    over the decode workers above 1, else 0; §S7's ``w``), the iteration that emits the token, one more when its
+    scheduler overlaps (``overlap_step``, §S7's ``o``), and the engine's handoff iterations (``handoff_steps``)."""
     wait = 1.0 if running / rec.decode_workers > 1.0 else 0.0
-    return wait + 1.0 + float(rec.decode[C["overlap_step"]])
+    overlap = float(rec.decode[C["overlap_step"]])
+    return wait + 1.0 + overlap + handoff_steps(record_engine(rec), overlap, wait)
 
 
-def limiting_pool(prefill: float, transfer: float, decode: float, running: float, room: float) -> str:
-    """The stage that bounds a disaggregated deployment's closed loop (docs/model_serving.md §S40): ``decode``
-    when the decode pool's KV room holds fewer requests than are in flight (the rest wait for a slot), else the
-    stage where a request spends the largest share of its cycle ``R + t_kv + O x TPOT`` (Little's law: the
-    throughput is ``N`` over that cycle, so shortening the largest term raises it most): ``prefill`` (the pool's
-    response, queueing included), ``kv transfer`` or ``decode``."""
+def limiting_pool(prefill: float, transfer: float, decode: float, running: float, room: float,
+                  own: float = 0.0, servers: float = 1.0) -> str:
+    """The stage that bounds a disaggregated deployment's closed loop (docs/model_serving.md §S40, §S43): ``decode``
+    when the decode pool's KV room holds fewer requests than are in flight (the rest wait for a slot); ``prefill``
+    when the requests in flight exceed the prefill pool's saturation population ``N* = c (S + Z) / S`` (asymptotic
+    bounds, Lazowska et al. 1984, "Quantitative System Performance" §5.2: X <= min(N / (S + Z), c / S); ``own`` the
+    prompt's service ``S``, ``servers`` the pool's ``c``, ``Z = t_kv + O x TPOT``), where the pool's capacity, not
+    the cycle, sets the throughput; else the stage where a request spends the largest share of its cycle
+    ``R + t_kv + O x TPOT`` (Little's law: the throughput is ``N`` over that cycle, so shortening the largest term
+    raises it most): ``prefill`` (the pool's response, queueing included), ``kv transfer`` or ``decode``."""
     if running > room:
         return "decode"
+    if own > 0.0 and running * own > servers * (own + transfer + decode):
+        return "prefill"
     return max((prefill, "prefill"), (transfer, "kv transfer"), (decode, "decode"))[1]
 
 
@@ -237,7 +270,8 @@ def evaluate_disagg(records: list[DisaggRecord]) -> list[dict]:
                         "kv_transfer_s": t_kv, "prefill_s": own, "prefill_response_s": response,
                         "decode_s": out * tpot, "batch_size": running, "decode_room": room,
                         "prefill_busy": lam * own / (rec.prefill_workers * rec.prefill[C["attention_dp"]]),
-                        "limiting_pool": limiting_pool(response, t_kv, out * tpot, n, room),
+                        "limiting_pool": limiting_pool(response, t_kv, out * tpot, n, room, own,
+                                                       rec.prefill_workers * rec.prefill[C["attention_dp"]]),
                         "naive_ttft": full, "naive_tpot": tpot})
     ok = [i for i, r in enumerate(results) if r["status"] == "ok"]
     if ok:

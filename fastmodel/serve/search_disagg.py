@@ -9,7 +9,8 @@ configurations (a prefill worker per ``prefill_tp``, a decode worker per ``decod
 the closed loop is ``fastmodel.serve.disagg.evaluate_disagg``'s in the steady state (no start wave,
 ``client_rounds = 0``) with one attention group per worker: the prefill pool's ``prefill_workers`` servers by
 Seidmann's approximation (``pool_response``), the KV transfer over NVLink when both pools fit the device's
-NVLink domain (``gpus_per_node``) else over the NIC, TTFT = R + t_kv + (w + 1 + o) TPOT + (N - N_r) / lambda.
+NVLink domain (``gpus_per_node``) else over the NIC, TTFT = R + t_kv + (w + 1 + o + h) TPOT + (N - N_r) / lambda
+(``h``: the engine's handoff iterations, §S43).
 ``tests/serve/test_serve_search_axes.py`` checks a point against ``evaluate_disagg`` of the same deployment.
 """
 
@@ -37,12 +38,14 @@ def _workers(base: np.ndarray, tps, batches, output_len: int):
     return evaluate_table(table)
 
 
-def disagg_point_arrays(base: np.ndarray, powers: np.ndarray, concurrency: np.ndarray, gpus: int) -> dict:
+def disagg_point_arrays(base: np.ndarray, powers: np.ndarray, concurrency: np.ndarray, gpus: int,
+                        engine: str | None = None) -> dict:
     """The arrays (``prefill_tp``, ``prefill_workers``, ``decode_tp``, ``decode_workers``, concurrency) of one
-    engine and precision: ``base`` a static-batch column vector (engine profile, precision, lengths)."""
+    engine and precision: ``base`` a static-batch column vector (engine profile, precision, lengths); ``engine``
+    its key, for the decode worker's handoff iterations (``disagg.handoff_steps``, §S43)."""
     from fastmodel.registry.serve import SERVE_RESULT_INDEX as R
     from fastmodel.registry.serve import SERVE_STATUS
-    from fastmodel.serve.disagg import kv_bytes_per_prompt_token
+    from fastmodel.serve.disagg import handoff_steps, kv_bytes_per_prompt_token
 
     p = powers.astype(float)
     n = concurrency.astype(float)
@@ -74,7 +77,9 @@ def disagg_point_arrays(base: np.ndarray, powers: np.ndarray, concurrency: np.nd
     b = outside - share - share * (running - 1.0)
     response = delay + 0.5 * (-b + np.sqrt(b * b + 4.0 * share * outside))
     lam = running / (response + think)
-    steps = (running / dworkers > 1.0) + 1.0 + base[C["overlap_step"]]
+    wait = (running / dworkers > 1.0).astype(float)
+    overlap = base[C["overlap_step"]]
+    steps = wait + 1.0 + overlap + handoff_steps(engine, overlap, wait)
     ttft = response + t_kv + steps * tpot + (n - running) / lam
     status = np.maximum(pre_status[sl], dec_status[pick][None, None]).astype(np.int8)
     status = np.where(used > gpus, np.int8(SERVE_STATUS["pools_over_budget"]), status)
@@ -105,7 +110,7 @@ def disagg_grid(model, device: str, *, engines, precisions, gpus: int, concurren
             base = columns(model, device, precision=precision, batch_size=1, input_len=input_len,
                            output_len=output_len, client_rounds=0, **profile_columns(engine, None, hbm))
             with np.errstate(all="ignore"):
-                row.append(disagg_point_arrays(base, powers, conc, gpus))
+                row.append(disagg_point_arrays(base, powers, conc, gpus, engine))
         parts.append(row)
     arrays = {name: np.stack([np.stack([part[name] for part in row]) for row in parts])
               for name in (*RESULTS, "status", "fits_memory")}

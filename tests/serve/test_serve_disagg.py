@@ -70,6 +70,33 @@ def test_first_token_waits_for_the_boundary_emits_and_pays_the_overlap_step():
     assert first_token_steps(rec, 8.0) == 2.0
 
 
+def test_vllm_decode_worker_adds_the_load_step_and_the_step_scheduled_ahead():
+    """docs/model_serving.md S43, by hand. vLLM 0.18 (async scheduling, o = 1), others running on the decode worker
+    (w = 1): the load is issued in step k and reported at its end; step k + 1 was scheduled before that report;
+    the last prompt token is recomputed in step k + 2, which emits the first token: w + 1 + o + w (1 + o) = 5
+    steps against TensorRT-LLM's 3. vLLM 0.12 (o = 0): 1 + 1 + 0 + 1 = 3. An idle decode worker (w = 0): no
+    handoff iteration is priced, 1 + o."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from fastmodel.registry.lm import COLUMN_INDEX as C
+    from fastmodel.serve.disagg import handoff_steps
+
+    decode = np.zeros(max(C.values()) + 1)
+    decode[C["overlap_step"]] = 1.0
+    vllm = SimpleNamespace(decode=decode, decode_workers=4, raw={"framework": "vLLM 0.18.0, disaggregated"})
+    trt = SimpleNamespace(decode=decode, decode_workers=4, raw={"framework": "TensorRT-LLM 1.3.0rc5"})
+    assert first_token_steps(vllm, 8.0) == 5.0
+    assert first_token_steps(trt, 8.0) == 3.0
+    assert first_token_steps(vllm, 4.0) == 2.0            # alone on its decode worker
+    assert first_token_steps(SimpleNamespace(decode=decode, decode_workers=4, raw={}), 8.0) == 3.0   # unknown
+    decode[C["overlap_step"]] = 0.0
+    assert first_token_steps(vllm, 8.0) == 3.0
+    assert handoff_steps("sglang", 1.0, 1.0) == 0.0
+    assert list(handoff_steps("vllm", 1.0, np.array([0.0, 1.0]))) == [0.0, 2.0]
+
+
 def test_a_failed_lone_prompt_prefill_fails_the_record(monkeypatch):
     """The lone-prompt prefill (one prompt in the iteration, the prefill pool's lower service time) is the second
     table evaluate_disagg reads: a configuration that fails there takes that status, not "ok" with a NaN ttft."""
@@ -97,6 +124,19 @@ def test_a_failed_lone_prompt_prefill_fails_the_record(monkeypatch):
 
     monkeypatch.setattr(api, "evaluate_table", lone_fails)
     assert evaluate_disagg([record]) == [{"status": SERVE_STATUS_NAMES[failed]}]
+
+
+def test_limiting_pool_is_the_prefill_pool_beyond_its_saturation_population():
+    """docs/model_serving.md S43, by hand: S = 0.275 s on c = 5 prefill servers, t_kv = 0.012 s, O x TPOT = 25.7 s:
+    N* = 5 x (0.275 + 0.012 + 25.7) / 0.275 = 472.5. At 528 in flight the pool's capacity c / S = 18.2 req/s is
+    below the cycle's N / (S + Z) = 20.3 req/s: ``prefill``, though decode is the largest share of the cycle; at
+    400 in flight (below N*) the cycle sets the throughput: ``decode``. KV room short of N: ``decode`` first."""
+    from fastmodel.serve.disagg import limiting_pool
+
+    assert 5 * (0.275 + 0.012 + 25.7) / 0.275 == pytest.approx(472.5, abs=0.1)
+    assert limiting_pool(3.75, 0.012, 25.7, 528, 704, 0.275, 5) == "prefill"
+    assert limiting_pool(0.40, 0.012, 25.7, 400, 704, 0.275, 5) == "decode"
+    assert limiting_pool(3.75, 0.012, 25.7, 528, 500, 0.275, 5) == "decode"
 
 
 def test_limiting_pool_is_the_largest_share_of_the_cycle_unless_the_decode_kv_room_is_full():

@@ -86,25 +86,27 @@ def test_the_best_configuration_is_the_best_of_the_single_evaluations():
     assert b[Y] == pytest.approx(y, rel=1e-12) and result.feasible == len(found)
 
 
-def test_a_disaggregated_point_is_the_disagg_evaluation_of_the_same_pools():
-    """The search's array form of the closed loop against ``evaluate_disagg`` of a hand-built deployment."""
+@pytest.mark.parametrize("engine, framework", [("trtllm", None), ("vllm", "vLLM 0.18.0")])
+def test_a_disaggregated_point_is_the_disagg_evaluation_of_the_same_pools(engine, framework):
+    """The search's array form of the closed loop against ``evaluate_disagg`` of a hand-built deployment (vLLM: with
+    the decode worker's handoff iterations, docs/model_serving.md S43)."""
     from fastmodel.registry.lm import COLUMN_INDEX as C
     from fastmodel.serve.api import columns
     from fastmodel.serve.disagg import DisaggRecord, evaluate_disagg
     from fastmodel.serve.profiles import profile_columns
 
     result = slo_search("llama3.1-8b", "H100", gpus=8, precisions=("fp8",), concurrency=[48], modes=("disagg",),
-                        **KW)
+                        engine=engine, **KW)
     ds = result.dataset
     assert not ds.meets_slo.any()                                 # the aggregated points were not asked for
-    at = dict(engine="trtllm", precision="fp8", batch_size=48, prefill_tp=2, prefill_workers=2, decode_tp=2,
+    at = dict(engine=engine, precision="fp8", batch_size=48, prefill_tp=2, prefill_workers=2, decode_tp=2,
               decode_workers=2)
-    profile = profile_columns("trtllm", None, 80 * 2**30)
+    profile = profile_columns(engine, None, 80 * 2**30)
     common = dict(precision="fp8", input_len=1024, client_rounds=0, **profile)
     prefill = columns("llama3.1-8b", "H100", batch_size=1, tp=2, output_len=2, **common)
     decode = columns("llama3.1-8b", "H100", batch_size=24, tp=2, output_len=256, **common)
     assert prefill[C["hbm_bytes"]] == 80 * 2**30
-    rec = DisaggRecord("hand", prefill, decode, 2, 2, 48, 8, 8, {}, "", "H100", (), {})
+    rec = DisaggRecord("hand", prefill, decode, 2, 2, 48, 8, 8, {}, "", "H100", (), {"framework": framework})
     [want] = evaluate_disagg([rec])
     assert float(ds.disagg_ttft.sel(at)) == pytest.approx(want["ttft"], rel=1e-9)
     assert float(ds.disagg_tpot.sel(at)) == pytest.approx(want["tpot"], rel=1e-12)
