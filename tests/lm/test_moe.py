@@ -238,6 +238,22 @@ def test_sweeps_take_etp_as_a_degree():
     assert list(ds.status.values.ravel()) == [0, STATUS_CODES["experts_not_divisible"]]
 
 
+def test_a_sweep_crossing_experts_with_topk_marks_k_above_e_instead_of_evaluating_it():
+    """Each axis value alone makes a valid model (4 or 16 experts with Mixtral's top-2; top-2 or top-8 with 8
+    experts), but the point of 4 experts and top-8 routes a token to 8 distinct experts of 4: status
+    ``topk_above_experts`` (issue 22, bad input in a sweep: a status code), the other three evaluated."""
+    from fastmodel.lm.sweep import lm_sweep
+
+    ds = lm_sweep("mixtral-8x7b", "dgx-h100", "llm-pretrain", num_nodes=1,
+                  axes={"moe_experts": [4, 16], "moe_topk": [2, 8], "plan": ["tp2.ep2"]})
+    status = ds.status.squeeze("plan", drop=True)
+    assert int(status.sel(moe_experts=4, moe_topk=8)) == STATUS_CODES["topk_above_experts"]
+    assert [int(status.sel(moe_experts=e, moe_topk=k)) for e, k in ((4, 2), (16, 2), (16, 8))] == [0, 0, 0]
+    assert np.isnan(float(ds.step_time.squeeze("plan", drop=True).sel(moe_experts=4, moe_topk=8)))
+    columns = np.stack([row(**{**MIXTRAL, "moe_topk": k}, ep=8, dp=8, n_gpus=8, global_batch=8) for k in (8, 9)], axis=1)
+    assert plan_status(columns).tolist() == [0, STATUS_CODES["topk_above_experts"]]
+
+
 def test_timeline_draws_the_all_to_all_whole_and_waits_only_for_its_exposed_part():
     """DeepSeek-V3's plan (on a 1F1B pipeline: the timeline draws one direction) with and without the overlap of
     its all-to-all: the EP row holds comm_ep seconds either way; the compute row waits for all of it without
