@@ -4,7 +4,7 @@ Each pipeline rank runs its schedule's operations in order (``kernels/lm/pipelin
 schedule); after each forward it holds one more micro-batch's activations (a ``1 / v`` chunk of its layers
 under the interleaved schedule; DualPipe's two directions each hold their chunk), a backward frees them. The memory of each moment is composed by
 the same kernel terms as the peak (kernels/lm/memory_peak.py), so the largest moment of a rank's timeline is
-that rank's peak (``tests/lm/test_memory_timeline.py`` checks it against ``memory_row``):
+that rank's peak (``tests/lm/test_memory_peak.py`` ``test_timeline_peak_is_the_kernel_peak`` checks it against ``memory_row``):
 
 - after the forward of a micro-batch: its activations are added; after the last model stage of its chain
   (the last rank's last chunk; DualPipe: rank 0 in the reverse direction) the logits and loss workspace are

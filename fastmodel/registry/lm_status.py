@@ -28,6 +28,8 @@ STATUSES: tuple[Status, ...] = (
     Status("schedule_not_runnable", "the pipeline schedule cannot run this pipeline: DualPipe needs an even pp and an "
            "even number of micro-batches, at least 2 pp"),
     Status("node_limit_below_topk", "moe_max_nodes NVLink domains of the EP group hold fewer than moe_topk experts"),
+    Status("topk_above_experts", "moe_topk exceeds moe_experts: a token's k experts are distinct, so k <= E (a sweep "
+           "crossing a moe_experts axis with a moe_topk axis)"),
     NOT_COMPUTED,
 )
 STATUS_CODES: dict[str, int] = {s.name: i for i, s in enumerate(STATUSES)}

@@ -10,7 +10,7 @@ PlanErrors for single configurations.
 from fastmodel.kernels.jit import njit, prange
 from fastmodel.kernels.lm.layout import (
     C_CP, C_CP_ALGORITHM, CP_ALLTOALL, C_DP, C_EP, C_GLOBAL_BATCH, C_HEADS, C_KV_HEADS, C_LAYERS, C_MICRO_BATCH, C_MOE_EXPERTS,
-    C_N_GPUS, C_PEAK_FLOPS_8, C_PP, C_PRECISION, C_SEQ_LEN, C_TP, C_UNEVEN_STAGES, C_VP, PRECISION_FP8,
+    C_MOE_TOPK, C_N_GPUS, C_PEAK_FLOPS_8, C_PP, C_PRECISION, C_SEQ_LEN, C_TP, C_UNEVEN_STAGES, C_VP, PRECISION_FP8,
 )
 from fastmodel.kernels.lm.moe import expert_tp, node_limit_short
 from fastmodel.kernels.lm.pipeline import is_multiple, schedule_status
@@ -25,6 +25,7 @@ ST_SEQUENCE = STATUS_CODES["sequence_not_divisible"]
 ST_EP_DENSE = STATUS_CODES["ep_without_experts"]
 ST_NO_FP8 = STATUS_CODES["no_fp8"]
 ST_NODE_LIMIT = STATUS_CODES["node_limit_below_topk"]
+ST_TOPK = STATUS_CODES["topk_above_experts"]
 
 
 @njit
@@ -51,6 +52,9 @@ def plan_status_row(row):
     if status:
         return status
     experts = row[C_MOE_EXPERTS]
+    # a spec file refuses k > E (fastmodel/lm/spec.py); a grid can cross a moe_experts axis with a moe_topk axis
+    if experts > 0.0 and row[C_MOE_TOPK] > experts:
+        return ST_TOPK
     # MoE parallel folding: the expert mesh etp x ep x edp is the attention mesh tp x cp x dp refolded
     if experts > 0.0 and (not is_multiple(experts, ep) or not is_multiple(tp * cp * dp, expert_tp(row) * ep)):
         return ST_EXPERTS

@@ -203,3 +203,19 @@ def test_a_column_axis_outside_the_registry_bounds_is_refused():
         lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", axes={"uneven_stages": [0, 2]})
     with pytest.raises(SweepError, match=r"axis 'gemm_eff_16': 1.5 is outside \[0.05, 1\]"):
         lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", axes={"gemm_eff_16": [1.5]})
+
+
+def test_an_unknown_dispatcher_in_a_sweep_file_is_one_line_exit_2(tmp_path):
+    """Issue 22, bad input in a sweep: an axis naming an unknown moe_dispatcher is refused before any point is
+    evaluated, in one line naming the file, the field and the choices (with the nearest name), exit 2."""
+    from click.testing import CliRunner
+
+    from fastmodel.cli import main
+
+    path = tmp_path / "moe.toml"
+    path.write_text('model = "mixtral-8x7b"\nsystem = "dgx-h100"\ntask = "llm-pretrain"\n[axes]\n'
+                    'plan = ["tp2.ep2"]\nmoe_dispatcher = ["alltoall", "deepeep"]\n')
+    result = CliRunner().invoke(main, ["sweep", str(path), "-o", str(tmp_path / "out.nc")])
+    assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
+    assert f"{path}: axes.moe_dispatcher: unknown value 'deepeep'" in result.output
+    assert "(did you mean 'deepep'?)" in result.output and not (tmp_path / "out.nc").exists()

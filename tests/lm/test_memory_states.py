@@ -139,3 +139,28 @@ def test_moe_expert_parallel_weights_and_distributed_optimizer():
                  global_batch=8, dp=8, ep=4, sharding="distopt")
     assert out[M_WEIGHTS] == pytest.approx(2 * (non_expert + expert), rel=1e-12)
     assert out[M_OPTIMIZER] == pytest.approx(12 * (non_expert / 8 + expert / 2), rel=1e-12)
+
+
+@pytest.mark.parametrize("sharding", ["distopt", "fsdp"])
+def test_expert_states_shard_over_the_folded_expert_data_parallel_group(sharding):
+    """MoE parallel folding with EP not dividing DP (docs/model_memory.md "Parameters per device"; docs/model.md
+    §11.14): tp = 4, dp = 6 (24 GPUs), ep = 8 with etp = 1, so edp = tp dp / (etp ep) = 3. Each device holds one
+    whole expert (8 experts over ep 8, etp 1) of 3 h f_e per layer and the non-expert weights over tp = 4; the
+    distributed optimizer shards the non-expert Adam states over dp = 6 and the expert ones over edp = 3; FSDP
+    keeps FP32 weight, gradient and Adam shards 4 + 4 + 8 bytes of each over the same groups. With etp = tp = 4
+    the expert mesh needs 32 devices: the rule table refuses it (tests/lm/test_moe.py), so only etp 1 is here."""
+    h, e, fe, f, layers, v, tp = 256, 8, 512, 1024, 2, 128, 4
+    attn = (4 * h * h) / tp + 2 * h
+    router = h * e
+    non_expert = layers * (attn + router) + 2 * v * h / tp + h
+    expert = layers * 3 * h * fe
+    out = memory(layers=layers, hidden=h, ffn=f, heads=4, kv_heads=4, head_dim=64, vocab=v, seq_len=128,
+                 gated_mlp=1, tied_embeddings=0, moe_experts=e, moe_topk=2, moe_ffn=fe, micro_batch=1,
+                 global_batch=6, n_gpus=24, tp=tp, dp=6, ep=8, etp=1, sharding=sharding)
+    if sharding == "distopt":
+        assert out[M_WEIGHTS] == pytest.approx(2 * (non_expert + expert), rel=1e-12)
+        assert out[M_OPTIMIZER] == pytest.approx(12 * (non_expert / 6 + expert / 3), rel=1e-12)
+    else:
+        sharded = non_expert / 6 + expert / 3
+        assert (out[M_WEIGHTS], out[M_GRADIENTS], out[M_OPTIMIZER]) == pytest.approx(
+            (4 * sharded, 4 * sharded, 8 * sharded), rel=1e-12)

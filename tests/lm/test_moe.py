@@ -238,6 +238,22 @@ def test_sweeps_take_etp_as_a_degree():
     assert list(ds.status.values.ravel()) == [0, STATUS_CODES["experts_not_divisible"]]
 
 
+def test_a_sweep_crossing_experts_with_topk_marks_k_above_e_instead_of_evaluating_it():
+    """Each axis value alone makes a valid model (4 or 16 experts with Mixtral's top-2; top-2 or top-8 with 8
+    experts), but the point of 4 experts and top-8 routes a token to 8 distinct experts of 4: status
+    ``topk_above_experts`` (issue 22, bad input in a sweep: a status code), the other three evaluated."""
+    from fastmodel.lm.sweep import lm_sweep
+
+    ds = lm_sweep("mixtral-8x7b", "dgx-h100", "llm-pretrain", num_nodes=1,
+                  axes={"moe_experts": [4, 16], "moe_topk": [2, 8], "plan": ["tp2.ep2"]})
+    status = ds.status.squeeze("plan", drop=True)
+    assert int(status.sel(moe_experts=4, moe_topk=8)) == STATUS_CODES["topk_above_experts"]
+    assert [int(status.sel(moe_experts=e, moe_topk=k)) for e, k in ((4, 2), (16, 2), (16, 8))] == [0, 0, 0]
+    assert np.isnan(float(ds.step_time.squeeze("plan", drop=True).sel(moe_experts=4, moe_topk=8)))
+    columns = np.stack([row(**{**MIXTRAL, "moe_topk": k}, ep=8, dp=8, n_gpus=8, global_batch=8) for k in (8, 9)], axis=1)
+    assert plan_status(columns).tolist() == [0, STATUS_CODES["topk_above_experts"]]
+
+
 def test_timeline_draws_the_all_to_all_whole_and_waits_only_for_its_exposed_part():
     """DeepSeek-V3's plan (on a 1F1B pipeline: the timeline draws one direction) with and without the overlap of
     its all-to-all: the EP row holds comm_ep seconds either way; the compute row waits for all of it without
@@ -278,17 +294,40 @@ def test_bad_moe_input_is_one_line_naming_the_field():
 
 
 @pytest.mark.parametrize("name, published", [("deepseek-v2", 236e9), ("kimi-k2", 1.04e12), ("gpt-oss-120b", 116.83e9),
-                                             ("llama4-maverick", 400e9), ("grok-1", 314e9)])
+                                             ("llama4-maverick", 400e9), ("grok-1", 314e9), ("qwen3-30b-a3b", 30.5e9),
+                                             ("qwen3-235b-a22b", 235e9)])
 def test_builtin_moe_models_hold_their_published_parameter_counts(name, published):
     """Total parameters of the built-in MoE models from their public configs (the spec files cite them) against
     the totals their publishers state: DeepSeek-V2 report 236B, Kimi K2 report 1.04T, gpt-oss model card
-    116.83B, Llama 4 model card 400B, xAI's Grok-1 release 314B; within 2% (norm and bias vectors, rounding of the published totals)."""
+    116.83B, Llama 4 model card 400B, xAI's Grok-1 release 314B, the Qwen3-30B-A3B and Qwen3-235B-A22B model cards
+    30.5B and 235B; within 2% (norm and bias vectors, rounding of the published totals)."""
     from fastmodel.kernels.lm.memory_states import stage_params
     from fastmodel.lm.loader import load_lm_model
     from fastmodel.lm.lowering import model_values
 
     non_expert, expert = stage_params(row(**model_values(load_lm_model(name))), 0.0)
     assert (non_expert + expert) / published == pytest.approx(1.0, abs=0.02)
+
+
+def test_deepseek_v3_holds_671b_and_its_mtp_module_one_moe_layer_and_a_projection():
+    """DeepSeek-V3 report (arXiv 2412.19437) abstract: 671B total parameters in the main model; sec. 2.2: the MTP
+    module shares the embedding and the output head and adds one transformer block (a MoE layer, as layers 4-61)
+    and a 2h x h projection M over the two RMSNorm outputs it concatenates. The main model within 1% of 671B; the
+    MTP module is the 61st layer's parameters (a MoE layer: layers 0-2 are the dense ones) plus 2 h^2 + 2 h
+    (h = 7168)."""
+    from fastmodel.kernels.lm.memory_states import stage_params
+    from fastmodel.lm.loader import load_lm_model
+    from fastmodel.lm.lowering import model_values
+
+    values = model_values(load_lm_model("deepseek-v3"))
+    assert values["mtp_layers"] == 1
+
+    def total(**change):
+        return sum(stage_params(row(**{**values, **change}), 0.0))
+
+    assert total(mtp_layers=0) / 671e9 == pytest.approx(1.0, abs=0.01)
+    moe_layer = total(mtp_layers=0) - total(mtp_layers=0, layers=60)
+    assert total() - total(mtp_layers=0) == pytest.approx(moe_layer + 2 * 7168**2 + 2 * 7168, rel=1e-12)
 
 
 def test_alltoall_with_several_local_experts_permutes_twice():

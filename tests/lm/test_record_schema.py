@@ -61,6 +61,7 @@ REFUSED = [
     ({"plan__optimizer": "moun (block matrices)"}, "(did you mean 'muon'?)"),   # matched on its first word
     ({"plan__recompute": "partial_layers", "plan__recompute_num_layers": 49},
      "plan.recompute_num_layers: 49 exceeds the model's 48 layers"),
+    ({"plan__activation_offload_layers": 49}, "plan.activation_offload_layers: 49 exceeds the model's 48 layers"),
     ({"plan__recompute_fraction": 5}, "plan.recompute_fraction: Input should be less than or equal to 1"),
     ({"plan__recompute_fraction": -0.5}, "plan.recompute_fraction: Input should be greater than or equal to 0"),
     ({"plan__micro_batch": DELETE, "plan__global_batch": 4, "plan__grad_accum": 3},

@@ -31,3 +31,36 @@ def test_devices_not_divisible_names_n_gpus():
     """A10: -s gb300-nvl72 --nodes 1 -p tp8.pp4 said no n_gpus; now n_gpus and tp x pp x cp with values."""
     with pytest.raises(PlanError, match=r"n_gpus = 4 is not a multiple of tp x pp x cp = 8 x 4 x 1 = 32"):
         check_plan(row(**{**MOE, "moe_experts": 0, "n_gpus": 4, "tp": 8, "pp": 4, "dp": 1}))
+
+
+#: a DeepSeek-V2 (4-layer) run of runs_dev_b200.jsonl: 160 experts top-6, tp 1, dp 8, ep 8, etp 1, alltoall
+DEEPSEEK_V2 = "simumax-b200-deepseekv2_tp1_ep8_pp1_dp8_l4_mbc4_cef"
+
+
+@pytest.mark.parametrize("block, change, said", [
+    ("plan", {"ep": 7}, "plan: illegal plan (experts_not_divisible): model.moe_experts = 160 is not divisible by "
+                        "plan ep = 7"),
+    ("plan", {"ep": 16}, "plan: illegal plan (experts_not_divisible): plan etp = 1 x ep = 16 = 16 does not divide "
+                         "tp x cp x dp = 1 x 1 x 8 = 8"),
+    ("model", {"moe_topk": 200}, "model.moe_topk: 200 exceeds moe_experts 160"),
+    ("plan", {"moe_dispatcher": "bogus"}, "plan.moe_dispatcher: Input should be 'alltoall', 'allgather'"),
+])
+def test_bad_moe_input_is_one_line_naming_file_field_and_rule_exit_2(tmp_path, block, change, said):
+    """Issue 22, bad input: an expert mesh that does not multiply out, experts that EP does not divide, a top-k
+    above the expert count, an unknown dispatcher: ``fastmodel run -m record.json`` prints one line naming the
+    file, the field and the rule, and exits 2."""
+    import json
+    from pathlib import Path
+
+    from click.testing import CliRunner
+
+    from fastmodel.cli import main
+
+    lines = (Path(__file__).resolve().parents[1] / "data" / "runs_dev_b200.jsonl").read_text().splitlines()
+    record = next(json.loads(line) for line in lines if DEEPSEEK_V2 in line)
+    record[block].update(change)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(record))
+    result = CliRunner().invoke(main, ["run", "-m", str(path)])
+    assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
+    assert result.output.startswith(f"error: {path}: ") and said in result.output, result.output

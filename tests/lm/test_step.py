@@ -179,3 +179,18 @@ def test_a_head_heavier_than_a_layer_makes_the_last_rank_the_busiest():
     t_layer = plain["step_time"] - _per_microbatch(layers=4, embedding_loss_in_split=0, vocab=256000)["step_time"]
     assert t_head > t_layer
     assert plain["step_time"] - _per_microbatch(vocab=256000)["step_time"] == pytest.approx(t_layer, rel=1e-9)
+
+
+def test_an_mtp_module_adds_one_layer_and_one_lm_head_to_the_last_stage_by_hand():
+    """DeepSeek-V3 report sec. 2.2: an MTP module is one transformer block beside the main model's, with its own
+    pass through the shared output head (docs/model.md §11.4, §11.14). On one stage (pp 1, every layer MoE) one more
+    micro-batch costs, with the module, what a fifth layer adds plus one more LM-head GEMM forward and backward,
+    (1 + 2) x gemm_time(b s, V, h) (the loss's memory passes are not repeated: the model charges the head GEMM)."""
+    from fastmodel.kernels.lm.passes import BACKWARD_GEMM
+    from fastmodel.kernels.roofline import gemm_time
+
+    one = dict(pp=1, n_gpus=4, dp=4, ep=4)
+    layer = _slope(**one, layers=5) - _slope(**one, layers=4)
+    head = gemm_time(row(**{**MOE, **one}), 2048.0, 32000.0, 2048.0, False)
+    assert BACKWARD_GEMM == 2.0
+    assert _slope(**one, mtp_layers=1) - _slope(**one) == pytest.approx(layer + 3 * head, rel=1e-9)
