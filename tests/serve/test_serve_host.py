@@ -147,18 +147,13 @@ def test_tensorrt_llm_triton_moe_layer_count_by_hand():
     assert 36 * (2 + 2 * 2 + 2 + 57 + 2) * HOST_OP_S_EAGER == pytest.approx(0.04824)
 
 
-def test_triton_moe_rule_needs_the_image_or_the_stated_backend_hopper_and_four_bit_experts():
+def test_triton_moe_rule_needs_the_stated_backend_hopper_and_four_bit_experts():
     from fastmodel.serve.engine_kernels import trtllm_triton_moe
-    dev = "TensorRT-LLM gpt-oss-dev (image release:gpt-oss-dev)"
-    unrecorded = "TensorRT-LLM (version not recorded)"
-    assert trtllm_triton_moe("trtllm", dev, True, False, True)
-    assert not trtllm_triton_moe("trtllm", unrecorded, True, False, True)
-    assert trtllm_triton_moe("trtllm", unrecorded, True, False, True, stated=True)   # serve.moe_backend = "triton"
-    assert not trtllm_triton_moe("trtllm", dev, True, True, False)         # Blackwell: FP4 tensor cores
-    assert not trtllm_triton_moe("trtllm", unrecorded, True, True, False, stated=True)
-    assert not trtllm_triton_moe("trtllm", dev, False, False, True)        # 16-bit / FP8 experts
-    assert not trtllm_triton_moe("vllm", dev, True, False, True)
-    assert not trtllm_triton_moe("vllm", unrecorded, True, False, True, stated=True)
+    assert trtllm_triton_moe("trtllm", True, True, False, True)             # serve.moe_backend = "triton"
+    assert not trtllm_triton_moe("trtllm", False, True, False, True)        # not stated: CUTLASS count
+    assert not trtllm_triton_moe("trtllm", True, True, True, False)         # Blackwell: FP4 tensor cores
+    assert not trtllm_triton_moe("trtllm", True, False, False, True)        # 16-bit / FP8 experts
+    assert not trtllm_triton_moe("vllm", True, True, False, True)
 
 
 def _records():
@@ -186,19 +181,19 @@ def test_gpt_oss_h200_records_lower_to_the_triton_count():
                    ("triton", 8, 1): {67.0}, ("triton", 8, 8): {70.0}}
 
 
-def test_the_rule_still_reads_the_image_without_the_field_and_nothing_without_either():
-    """Backwards compatible: a gpt-oss-dev row with the field removed keeps 65 / 70; a version-unknown row with the
-    field removed keeps the CUTLASS count (0)."""
+def test_the_framework_string_is_not_read_without_the_field():
+    """The image in ``framework`` alone moves nothing: every gpt-oss H200 TensorRT-LLM row with the field removed,
+    the 17 gpt-oss-dev ones included, keeps the CUTLASS count (0) and no Triton note."""
     import copy
 
     from fastmodel.serve.records import lower_serve_record
     rows = [copy.deepcopy(r) for r in _records() if _trt_gpt_oss_h200(r)]
+    assert sum("gpt-oss-dev" in r["framework"] for r in rows) == 17
     for r in rows:
         del r["serve"]["moe_backend"]
-    ops = {("gpt-oss-dev" in r["framework"], r["serve"]["tp"], r["serve"].get("ep", 1)):
-           float(lower_serve_record(r).columns[COLUMN_INDEX["host_ops_layer"]]) for r in rows}
-    assert ops[(True, 1, 1)] == 65.0 and ops[(True, 8, 8)] == 70.0
-    assert all(v == 0.0 for k, v in ops.items() if not k[0])
+        lowered = lower_serve_record(r)
+        assert float(lowered.columns[COLUMN_INDEX["host_ops_layer"]]) == 0.0
+        assert not any("OpenAI-Triton" in note for note in lowered.notes)
 
 
 def test_exactly_the_trt_gpt_oss_h200_rows_state_triton_with_the_recipe():
