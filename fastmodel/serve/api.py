@@ -23,6 +23,7 @@ import numpy as np
 from fastmodel.errors import SpecError, nearest
 from fastmodel.registry import status_attrs
 from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
+from fastmodel.registry.lm_engine import COLUMN_ALIASES, column_name
 from fastmodel.registry.serve import SERVE_RESULTS, SERVE_STATUS_NAMES
 from fastmodel.serve.precisions import FP4_PRECISIONS, FP8_KV_DEFAULT, KV_PRECISIONS, PRECISIONS  # noqa: F401
 from fastmodel.spec.columns import check_base, check_table, encode
@@ -75,6 +76,17 @@ def precision_columns(precision: str, kv_precision: str | None = None) -> dict[s
             "fp4_gemm": 1.0 if precision in FP4_PRECISIONS else 0.0}
 
 
+def by_column_name(given: Mapping[str, Any], source: str | None = None, prefix: str = "") -> dict[str, Any]:
+    """``given`` (columns or axes by name) with an older column name (``registry.lm_engine.COLUMN_ALIASES``:
+    ``host_step_s``) under the column's own name (``serve_step_overhead_s``); a SpecError when both are given."""
+    out: dict[str, Any] = {}
+    for name, value in given.items():
+        if name in COLUMN_ALIASES and column_name(name) in given:
+            raise SpecError(source, prefix + name, f"an older name of {column_name(name)}, which is given too")
+        out[column_name(name)] = value
+    return out
+
+
 def load_columns(batch_size=None, concurrency=None, max_throughput: bool = False) -> dict[str, float]:
     """``load_mode`` and ``batch_size`` of exactly one load mode."""
     given = [k for k, v in (("batch_size", batch_size), ("concurrency", concurrency),
@@ -105,7 +117,7 @@ def columns(model, device: str, *, precision: str = "bf16", kv_precision: str | 
     merged.update(precision_columns(precision, kv_precision))
     merged.update(load_columns(batch_size, concurrency, max_throughput))
     merged["n_gpus"] = values.get("tp", 1) * values.get("attention_dp", 1) * values.get("pp", 1)
-    for key, value in values.items():
+    for key, value in by_column_name(values).items():
         if key not in COLUMN_INDEX:
             raise SpecError(None, key, f"unknown column{nearest(key, COLUMN_INDEX)}")
         merged[key] = encode(key, value)
@@ -162,7 +174,7 @@ def sweep(model, device: str | Sequence[str] = "H100", precision: str | Sequence
     dims: list[str] = []
     coords: dict[str, list] = {}
     fixed: dict[str, float] = {}
-    for name, value in {**special, **axes}.items():
+    for name, value in {**special, **by_column_name(axes)}.items():
         if name not in special and name not in COLUMN_INDEX:
             raise SpecError(None, name, f"unknown sweep axis{nearest(name, [*COLUMN_INDEX, *SPECIAL_AXES])}")
         if name in special or isinstance(value, (list, tuple, np.ndarray, range)):
@@ -224,7 +236,8 @@ def axis_block(name: str, values: list, own_kv: bool) -> tuple[np.ndarray, np.nd
         rows = [precision_columns("bf16", v) for v in values]
         keys = ["kv_bytes"]
     else:
-        return np.array([COLUMN_INDEX[name]]), np.array([[float(encode(name, v)) for v in values]])
+        column = column_name(name)
+        return np.array([COLUMN_INDEX[column]]), np.array([[float(encode(column, v)) for v in values]])
     return np.array([COLUMN_INDEX[k] for k in keys]), np.array([[r[k] for r in rows] for k in keys], dtype=float)
 
 

@@ -92,6 +92,7 @@ def serve_plan(source: str | None, model: Any, system: Any, task: Any, axes: dic
                unit_configs: int | None = None) -> ServeSweepPlan:
     """The serving plan of a model, system, serving task and raw axes; errors name ``source`` (a file)."""
     from fastmodel.registry.lm import COLUMN_INDEX
+    from fastmodel.serve.api import by_column_name
     from fastmodel.serve.spec import load_serve_task
 
     if not isinstance(axes, dict) or not axes:
@@ -103,7 +104,7 @@ def serve_plan(source: str | None, model: Any, system: Any, task: Any, axes: dic
     name, columns = model_columns(source, model, base)
     names = [*SPECIAL_AXES, *COLUMN_INDEX]
     values = {}
-    for axis, spec in axes.items():
+    for axis, spec in by_column_name(axes, source, "axes.").items():     # host_step_s: serve_step_overhead_s
         if axis not in names:
             raise SpecError(source, f"axes.{axis}", f"unknown axis{nearest(axis, names)}")
         values[axis] = axis_values(source, axis, spec)
