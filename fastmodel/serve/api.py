@@ -61,6 +61,17 @@ def model_columns(model: str | Mapping[str, float]) -> dict[str, float]:
     return values
 
 
+def model_notes(model: str | Mapping[str, float]) -> list[str]:
+    """``serving_model``'s notes on a model given by name (a column of a family-"lm" spec that serving does not
+    price, ``fastmodel.serve.models.UNSERVED``); none for a mapping of columns. ``fastmodel serve --model`` prints
+    them; :func:`evaluate` returns them as ``notes`` and :func:`sweep` in its attrs."""
+    if isinstance(model, str):
+        from fastmodel.serve.models import serving_model
+
+        return serving_model(model)[2]
+    return []
+
+
 def precision_columns(precision: str, kv_precision: str | None = None) -> dict[str, float]:
     """``precision``, ``weight_bytes`` and ``kv_bytes`` columns of a weight/compute and a KV format
     (the KV cache follows the weights' format when ``kv_precision`` is None: fp8 -> fp8, else 16-bit)."""
@@ -143,10 +154,12 @@ def evaluate_table(params: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def evaluate(model, device: str, **kwargs) -> dict[str, float | str]:
-    """Every serving result of one configuration (see :func:`columns`), plus its ``status`` name."""
+    """Every serving result of one configuration (see :func:`columns`), plus its ``status`` name and ``notes``
+    (:func:`model_notes` joined by "; ", empty when there are none)."""
     out, status = evaluate_table(columns(model, device, **kwargs)[:, None])
     result: dict[str, float | str] = {r.name: float(out[i, 0]) for i, r in enumerate(SERVE_RESULTS)}
     result["status"] = SERVE_STATUS_NAMES[int(status[0])]
+    result["notes"] = "; ".join(model_notes(model))
     return result
 
 
@@ -162,7 +175,8 @@ def sweep(model, device: str | Sequence[str] = "H100", precision: str | Sequence
     """A labeled grid of serving configurations: an ``xarray.Dataset`` with one dimension per axis given as a
     list (device, precision, kv_precision and any column: tp, batch_size, input_len, ...), every
     ``SERVE_RESULTS`` variable with its units, and ``status`` (``SERVE_STATUS_NAMES``). Scalars are fixed
-    values. ``load_mode``: batch | concurrency (``batch_size`` is the concurrency) | max_throughput."""
+    values. ``load_mode``: batch | concurrency (``batch_size`` is the concurrency) | max_throughput. Its attrs
+    carry the model's ``notes`` (:func:`model_notes`, joined by "; ")."""
     import xarray as xr
 
     base = columns(model, _first(device), precision=_first(precision), kv_precision=_first(kv_precision),
@@ -211,7 +225,8 @@ def sweep(model, device: str | Sequence[str] = "H100", precision: str | Sequence
     data["status"] = (dims, status.reshape(shape), status_attrs("serve"))
     name = model if isinstance(model, str) else "custom"
     return xr.Dataset(data, coords={d: coords[d] for d in dims},
-                      attrs={"model": name, "load_mode": load_mode, "fastmodel_task": "serve"})
+                      attrs={"model": name, "load_mode": load_mode, "fastmodel_task": "serve",
+                             "notes": "; ".join(model_notes(model))})
 
 
 def _first(value):
@@ -244,7 +259,8 @@ def axis_block(name: str, values: list, own_kv: bool) -> tuple[np.ndarray, np.nd
 
 def evaluate_record(record: dict, source: str | None = None, calibration: Any = None):
     """One serving record (SERVE_RUNS.md; ``measured`` is not read) as a 0-d ``xarray.Dataset`` of every
-    serving result, with its ``status``; a calibration is a SpecError (it applies to training runs)."""
+    serving result, with its ``status`` and the lowering's ``notes`` (joined by "; ", as the training engine's
+    ``evaluate_record``); a calibration is a SpecError (it applies to training runs)."""
     import xarray as xr
 
     from fastmodel.serve.records import lower_serve_record
@@ -257,7 +273,7 @@ def evaluate_record(record: dict, source: str | None = None, calibration: Any = 
     data = {r.name: ((), bool(out[i, 0] > 0.5) if r.dtype == "bool" else np.float64(out[i, 0]), r.attrs())
             for i, r in enumerate(SERVE_RESULTS)}
     return xr.Dataset(data, attrs={"id": lowered.id, "status": SERVE_STATUS_NAMES[int(status[0])],
-                                   "fastmodel_task": "serve"})
+                                   "fastmodel_task": "serve", "notes": "; ".join(lowered.notes)})
 
 
 def sweep_plan(model: Any, system: Any, task: Any, axes: dict, *, semantics: Any = "default",
