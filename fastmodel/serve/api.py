@@ -223,10 +223,14 @@ def sweep(model, device: str | Sequence[str] = "H100", precision: str | Sequence
             (dims, out[i].reshape(shape) > 0.5 if r.dtype == "bool" else out[i].reshape(shape), r.attrs())
             for i, r in enumerate(SERVE_RESULTS)}
     data["status"] = (dims, status.reshape(shape), status_attrs("serve"))
-    name = model if isinstance(model, str) else "custom"
-    return xr.Dataset(data, coords={d: coords[d] for d in dims},
-                      attrs={"model": name, "load_mode": load_mode, "fastmodel_task": "serve",
-                             "notes": "; ".join(model_notes(model))})
+    return xr.Dataset(data, coords={d: coords[d] for d in dims}, attrs=dataset_attrs(model, load_mode))
+
+
+def dataset_attrs(model, load_mode: str) -> dict[str, str]:
+    """The attrs of a serving Dataset of ``model`` (:func:`sweep`, the SLO search): its name ("custom" for a
+    mapping of columns), the load mode, the task kind and the model's notes (:func:`model_notes`, "; "-joined)."""
+    return {"model": model if isinstance(model, str) else "custom", "load_mode": load_mode,
+            "fastmodel_task": "serve", "notes": "; ".join(model_notes(model))}
 
 
 def _first(value):
