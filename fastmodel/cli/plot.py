@@ -303,9 +303,10 @@ def pareto_command(result, x, y, x_dir, y_dir, sel, where, label, curve, output,
 def _serving_pareto(ds, curve, x, y, sel, mask, output, dpi, size, title):
     from fastmodel.plot.serving import X, Y, serving_pareto
 
+    agg = "status" in ds      # a --mode disagg search has only the disagg_* variables (one mode=disagg frontier)
     if curve is None:
-        curve = "device" if "device" in ds.dims else next(iter(ds["status"].dims), "device")
-    if mask is not None:  # filtered-out points leave the frontier as illegal points do
+        curve = "device" if "device" in ds.dims else next(iter(ds["status"].dims if agg else ()), "device")
+    if mask is not None and agg:  # filtered-out points leave the frontier as illegal points do
         ds = ds.assign(status=ds["status"].where(mask, 1).astype(ds["status"].dtype))
     fig, ax = serving_pareto(ds, curve, x or X, y or Y, sel=_sel(sel), size=size, title=title)
     for value, (xv, yv, labels) in ax.frontiers.items():

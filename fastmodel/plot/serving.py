@@ -64,7 +64,7 @@ def serving_pareto(ds, curve: str = "device", x: str = X, y: str = Y, sel=None, 
     Returns ``(fig, ax)``; the frontiers are ``ax.frontiers``."""
     if "within_budget" in ds:       # an SLO search (fastmodel serve --search -o): points over the GPU budget leave
         ds = ds.assign(status=ds["status"].where(ds["within_budget"] > 0, 1).astype(ds["status"].dtype))
-    frontiers = serving_frontiers(ds, curve, x, y, sel)
+    frontiers = serving_frontiers(ds, curve, x, y, sel) if x in ds else {}     # a --mode disagg search: none
     frontiers.update(disagg_frontier(D.select(ds, {k: v for k, v in (sel or {}).items() if k in ds.dims
                                                    and f"disagg_{x}" in ds and k in ds[f"disagg_{x}"].dims}), x, y))
     with S.paper_rc():
@@ -123,7 +123,7 @@ def mark_slo(ax, ds, x: str = X, y: str = Y):
     """On an SLO search (``meets_slo`` and the ``slo_tpot_s`` attribute): the TPOT target as the vertical line
     x = 1 / tpot (tokens/s per user; the SLO is met to its right) and the best point meeting both SLOs (most
     tokens/s per GPU) as a star; returns that point's (x, y) or None."""
-    if "meets_slo" not in ds or "slo_tpot_s" not in ds.attrs:
+    if ("meets_slo" not in ds and "disagg_meets_slo" not in ds) or "slo_tpot_s" not in ds.attrs:
         return None
     if x == X:
         ax.axvline(1.0 / float(ds.attrs["slo_tpot_s"]), color="0.4", linestyle="--", linewidth=0.8,

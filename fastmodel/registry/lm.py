@@ -333,8 +333,10 @@ SERVE_COLUMNS = _cols(
      0.25, 4),
     ("kv_bytes", "bytes", 2, "Bytes per KV-cache element (2 BF16/FP16, 1 FP8).", 0.25, 4),
     ("instances", "1", 1, "Serving instances in the cluster (each tp x pp devices).", 1, 1 << 24),
-    ("serve_step_overhead_s", "s", 0.0, "Host time per engine step not overlapped with the GPU (scheduler, "
-     "sampling).", 0, 1, True),
+    ("serve_step_overhead_s", "s", 0.0, "Host seconds of an engine iteration's scheduler loop that do not depend "
+     "on its requests (schedule, launch, hand-off; alias host_step_s). Continuous batching: with overlap_step it "
+     "hides under the GPU, else it adds (docs/model_serving.md S36); static batch, max_throughput: added per step.",
+     0, 1, True),
     ("attention_dp", "1", 1, "Attention data-parallel groups of tp GPUs (SGLang/TRT-LLM attention DP): each holds "
      "batch / attention_dp requests and their KV cache; the experts span tp x attention_dp GPUs.", 1, 1 << 16),
     ("moe_tp", "1", 0, "Tensor parallelism of each expert (0: tp x attention_dp / ep, the experts split like "

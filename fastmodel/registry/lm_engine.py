@@ -3,7 +3,8 @@ shape, its own allreduce and the kernels around its quantized linears.
 
 Rows of ``fastmodel.registry.lm.SERVE_COLUMNS`` (name, units, default, doc, lo, hi), kept here so the registry
 module stays readable. The engine profiles set them (``fastmodel/serve/profiles.py``,
-``fastmodel/serve/engine_kernels.py``); docs/model_serving.md gives the equations.
+``fastmodel/serve/engine_kernels.py``); docs/model_serving.md gives the equations. ``COLUMN_ALIASES``: older
+names of a column that a user may still write (``host_step_s``).
 """
 
 from __future__ import annotations
@@ -41,12 +42,9 @@ ENGINE_KERNEL_ROWS = (
     ("spec_tokens", "tokens", 0, "Speculative decoding (MTP, EAGLE): draft tokens proposed per decode step (0: "
      "off); concurrency load only.", 0, 64),
     ("spec_acceptance", "1", 0.0, "Speculative decoding: probability that a draft token is accepted.", 0, 1),
-    ("host_step_s", "s", 0.0, "Host (CPU) seconds of an engine's per-iteration scheduler loop that do not depend on "
-     "the requests (schedule, launch, response hand-off); with overlap_step the iteration lasts max(GPU, host), "
-     "else GPU + host (docs/model_serving.md S36; 0: off).", 0, 1),
     ("host_req_s", "s", 0.0, "Host (CPU) seconds the engine's per-iteration loop spends per running request on a "
-     "rank (input preparation, sampler update, output handling); added to host_step_s (docs/model_serving.md "
-     "S36; 0: off).", 0, 1e-2),
+     "rank (input preparation, sampler update, output handling); added to serve_step_overhead_s "
+     "(docs/model_serving.md S36; 0: off).", 0, 1e-2),
     ("custom_allreduce_bytes", "bytes", 0, "Largest allreduce run by the engine's own P2P kernel (0: NCCL).", 0, 1 << 40),
     ("act_quant_inputs", "bits", 0, "Inputs of a layer's quantized linears the engine quantizes in a kernel of "
      "their own (bits: 1 QKV, 2 output projection, 4 gate/up, 8 down; 0: none, or fused into the kernel before); "
@@ -55,3 +53,14 @@ ENGINE_KERNEL_ROWS = (
      "add, RMSNorm and the next linear's input quantization (vLLM fuse_allreduce_rms); set by the engine "
      "profile.", 0, 1),
 )
+
+#: an older name of a column -> the column: what a user may still write where a column is named (a keyword of
+#: ``fastmodel.serve.api``, a serving sweep axis). ``host_step_s`` (S36's constant loop time) and
+#: ``serve_step_overhead_s`` were two columns of one quantity, the host time of an engine iteration that does not
+#: depend on its requests; they are one, the fittable name that calibration overlays use (docs/model_serving.md S36)
+COLUMN_ALIASES = {"host_step_s": "serve_step_overhead_s"}
+
+
+def column_name(name: str) -> str:
+    """The column a user's ``name`` means: itself, or the column an older name (``COLUMN_ALIASES``) stands for."""
+    return COLUMN_ALIASES.get(name, name)

@@ -23,6 +23,7 @@ import numpy as np
 from fastmodel.errors import SpecError, nearest
 from fastmodel.registry import status_attrs
 from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
+from fastmodel.registry.lm_engine import COLUMN_ALIASES, column_name
 from fastmodel.registry.serve import SERVE_RESULTS, SERVE_STATUS_NAMES
 from fastmodel.serve.precisions import FP4_PRECISIONS, FP8_KV_DEFAULT, KV_PRECISIONS, PRECISIONS  # noqa: F401
 from fastmodel.spec.columns import check_base, check_table, encode
@@ -60,6 +61,17 @@ def model_columns(model: str | Mapping[str, float]) -> dict[str, float]:
     return values
 
 
+def model_notes(model: str | Mapping[str, float]) -> list[str]:
+    """``serving_model``'s notes on a model given by name (a column of a family-"lm" spec that serving does not
+    price, ``fastmodel.serve.models.UNSERVED``); none for a mapping of columns. ``fastmodel serve --model`` prints
+    them; :func:`evaluate` returns them as ``notes`` and :func:`sweep` in its attrs."""
+    if isinstance(model, str):
+        from fastmodel.serve.models import serving_model
+
+        return serving_model(model)[2]
+    return []
+
+
 def precision_columns(precision: str, kv_precision: str | None = None) -> dict[str, float]:
     """``precision``, ``weight_bytes`` and ``kv_bytes`` columns of a weight/compute and a KV format
     (the KV cache follows the weights' format when ``kv_precision`` is None: fp8 -> fp8, else 16-bit)."""
@@ -73,6 +85,17 @@ def precision_columns(precision: str, kv_precision: str | None = None) -> dict[s
     code, wbytes = PRECISIONS[precision]
     return {"precision": code, "weight_bytes": wbytes, "kv_bytes": KV_PRECISIONS[kv],
             "fp4_gemm": 1.0 if precision in FP4_PRECISIONS else 0.0}
+
+
+def by_column_name(given: Mapping[str, Any], source: str | None = None, prefix: str = "") -> dict[str, Any]:
+    """``given`` (columns or axes by name) with an older column name (``registry.lm_engine.COLUMN_ALIASES``:
+    ``host_step_s``) under the column's own name (``serve_step_overhead_s``); a SpecError when both are given."""
+    out: dict[str, Any] = {}
+    for name, value in given.items():
+        if name in COLUMN_ALIASES and column_name(name) in given:
+            raise SpecError(source, prefix + name, f"an older name of {column_name(name)}, which is given too")
+        out[column_name(name)] = value
+    return out
 
 
 def load_columns(batch_size=None, concurrency=None, max_throughput: bool = False) -> dict[str, float]:
@@ -105,7 +128,7 @@ def columns(model, device: str, *, precision: str = "bf16", kv_precision: str | 
     merged.update(precision_columns(precision, kv_precision))
     merged.update(load_columns(batch_size, concurrency, max_throughput))
     merged["n_gpus"] = values.get("tp", 1) * values.get("attention_dp", 1) * values.get("pp", 1)
-    for key, value in values.items():
+    for key, value in by_column_name(values).items():
         if key not in COLUMN_INDEX:
             raise SpecError(None, key, f"unknown column{nearest(key, COLUMN_INDEX)}")
         merged[key] = encode(key, value)
@@ -131,10 +154,12 @@ def evaluate_table(params: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def evaluate(model, device: str, **kwargs) -> dict[str, float | str]:
-    """Every serving result of one configuration (see :func:`columns`), plus its ``status`` name."""
+    """Every serving result of one configuration (see :func:`columns`), plus its ``status`` name and ``notes``
+    (:func:`model_notes` joined by "; ", empty when there are none)."""
     out, status = evaluate_table(columns(model, device, **kwargs)[:, None])
     result: dict[str, float | str] = {r.name: float(out[i, 0]) for i, r in enumerate(SERVE_RESULTS)}
     result["status"] = SERVE_STATUS_NAMES[int(status[0])]
+    result["notes"] = "; ".join(model_notes(model))
     return result
 
 
@@ -150,7 +175,8 @@ def sweep(model, device: str | Sequence[str] = "H100", precision: str | Sequence
     """A labeled grid of serving configurations: an ``xarray.Dataset`` with one dimension per axis given as a
     list (device, precision, kv_precision and any column: tp, batch_size, input_len, ...), every
     ``SERVE_RESULTS`` variable with its units, and ``status`` (``SERVE_STATUS_NAMES``). Scalars are fixed
-    values. ``load_mode``: batch | concurrency (``batch_size`` is the concurrency) | max_throughput."""
+    values. ``load_mode``: batch | concurrency (``batch_size`` is the concurrency) | max_throughput. Its attrs
+    carry the model's ``notes`` (:func:`model_notes`, joined by "; ")."""
     import xarray as xr
 
     base = columns(model, _first(device), precision=_first(precision), kv_precision=_first(kv_precision),
@@ -162,7 +188,7 @@ def sweep(model, device: str | Sequence[str] = "H100", precision: str | Sequence
     dims: list[str] = []
     coords: dict[str, list] = {}
     fixed: dict[str, float] = {}
-    for name, value in {**special, **axes}.items():
+    for name, value in {**special, **by_column_name(axes)}.items():
         if name not in special and name not in COLUMN_INDEX:
             raise SpecError(None, name, f"unknown sweep axis{nearest(name, [*COLUMN_INDEX, *SPECIAL_AXES])}")
         if name in special or isinstance(value, (list, tuple, np.ndarray, range)):
@@ -197,9 +223,14 @@ def sweep(model, device: str | Sequence[str] = "H100", precision: str | Sequence
             (dims, out[i].reshape(shape) > 0.5 if r.dtype == "bool" else out[i].reshape(shape), r.attrs())
             for i, r in enumerate(SERVE_RESULTS)}
     data["status"] = (dims, status.reshape(shape), status_attrs("serve"))
-    name = model if isinstance(model, str) else "custom"
-    return xr.Dataset(data, coords={d: coords[d] for d in dims},
-                      attrs={"model": name, "load_mode": load_mode, "fastmodel_task": "serve"})
+    return xr.Dataset(data, coords={d: coords[d] for d in dims}, attrs=dataset_attrs(model, load_mode))
+
+
+def dataset_attrs(model, load_mode: str) -> dict[str, str]:
+    """The attrs of a serving Dataset of ``model`` (:func:`sweep`, the SLO search): its name ("custom" for a
+    mapping of columns), the load mode, the task kind and the model's notes (:func:`model_notes`, "; "-joined)."""
+    return {"model": model if isinstance(model, str) else "custom", "load_mode": load_mode,
+            "fastmodel_task": "serve", "notes": "; ".join(model_notes(model))}
 
 
 def _first(value):
@@ -224,14 +255,16 @@ def axis_block(name: str, values: list, own_kv: bool) -> tuple[np.ndarray, np.nd
         rows = [precision_columns("bf16", v) for v in values]
         keys = ["kv_bytes"]
     else:
-        return np.array([COLUMN_INDEX[name]]), np.array([[float(encode(name, v)) for v in values]])
+        column = column_name(name)
+        return np.array([COLUMN_INDEX[column]]), np.array([[float(encode(column, v)) for v in values]])
     return np.array([COLUMN_INDEX[k] for k in keys]), np.array([[r[k] for r in rows] for k in keys], dtype=float)
 
 
 
 def evaluate_record(record: dict, source: str | None = None, calibration: Any = None):
     """One serving record (SERVE_RUNS.md; ``measured`` is not read) as a 0-d ``xarray.Dataset`` of every
-    serving result, with its ``status``; a calibration is a SpecError (it applies to training runs)."""
+    serving result, with its ``status`` and the lowering's ``notes`` (joined by "; ", as the training engine's
+    ``evaluate_record``); a calibration is a SpecError (it applies to training runs)."""
     import xarray as xr
 
     from fastmodel.serve.records import lower_serve_record
@@ -244,7 +277,7 @@ def evaluate_record(record: dict, source: str | None = None, calibration: Any = 
     data = {r.name: ((), bool(out[i, 0] > 0.5) if r.dtype == "bool" else np.float64(out[i, 0]), r.attrs())
             for i, r in enumerate(SERVE_RESULTS)}
     return xr.Dataset(data, attrs={"id": lowered.id, "status": SERVE_STATUS_NAMES[int(status[0])],
-                                   "fastmodel_task": "serve"})
+                                   "fastmodel_task": "serve", "notes": "; ".join(lowered.notes)})
 
 
 def sweep_plan(model: Any, system: Any, task: Any, axes: dict, *, semantics: Any = "default",

@@ -102,21 +102,15 @@ def expert_kernel_eff(engine: str | None, block_fp8: bool, sm90: bool, marlin: b
     return TRITON_BLOCK_FP8_SM90_EFF if engine == "sglang" and block_fp8 and sm90 else 0.0
 
 
-#: the TensorRT-LLM image whose MXFP4 MoE on Hopper is OpenAI's Triton kernels (docs/model_serving.md S37)
-TRITON_MOE_IMAGE = "gpt-oss-dev"
-
-
-def trtllm_triton_moe(engine: str | None, framework: str | None, four_bit: bool, fp4_cores: bool, sm90: bool,
-                      stated: bool = False) -> bool:
+def trtllm_triton_moe(engine: str | None, stated: bool, four_bit: bool, fp4_cores: bool, sm90: bool) -> bool:
     """True when TensorRT-LLM runs 4-bit experts through ``TritonFusedMoE`` on an SM90 device without FP4 tensor
-    cores: the record states ``serve.moe_backend = "triton"`` (``stated``; the recipe's ``moe_config.backend:
-    TRITON``, S37), or, for records without the field, its framework names the ``gpt-oss-dev`` image. That image's
-    deployment guide (``blog9_Deploying_GPT_OSS_on_TRTLLM.md``, PR #6637 2025-08-05 and PR #7101 2025-08-21:
-    "`TRTLLM` MoE backend is not supported on Hopper, and `CUTLASS` backend support is still ongoing. Please enable
-    `TRITON` backend ... if you are running on Hopper GPUs") names no other MoE backend there. A record with
-    neither keeps the newest profile's CUTLASS count (S21)."""
-    return (engine == "trtllm" and four_bit and sm90 and not fp4_cores
-            and (stated or TRITON_MOE_IMAGE in str(framework or "")))
+    cores and the record states ``serve.moe_backend = "triton"`` (``stated``; the recipe's ``moe_config.backend:
+    TRITON``, S37). The ``gpt-oss-dev`` image's deployment guide (``blog9_Deploying_GPT_OSS_on_TRTLLM.md``, PR #6637
+    2025-08-05 and PR #7101 2025-08-21: "`TRTLLM` MoE backend is not supported on Hopper, and `CUTLASS` backend
+    support is still ongoing. Please enable `TRITON` backend ... if you are running on Hopper GPUs") is why the H200
+    gpt-oss rows state it; the framework string is not read. A record without it keeps the newest profile's CUTLASS
+    count (S21)."""
+    return engine == "trtllm" and stated and four_bit and sm90 and not fp4_cores
 
 
 def expert_hide_rows(engine: str | None, sm90: bool, marlin: bool) -> float:

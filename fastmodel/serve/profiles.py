@@ -23,8 +23,9 @@ scheduler.py`` (running requests first); SGLang v0.5.6.post2 ``python/sglang/srt
 
 A version the table does not know, or none recorded, takes the engine's newest profile; an engine it does not
 know takes TensorRT-LLM's (the default of the sweep columns); both say so in a note. No per-iteration CPU time
-is set (``serve_step_overhead_s`` stays 0): no engine publishes one at these versions. TensorRT-LLM's profile
-sets ``host_op_s`` (the host issue time of its eager prompt-carrying iterations, kernels/serve/host.py).
+is set (``serve_step_overhead_s`` and ``host_req_s`` stay 0, S36): no engine publishes one at these versions.
+TensorRT-LLM's profile sets ``host_op_s`` (the host issue time of its eager prompt-carrying iterations,
+kernels/serve/host.py).
 ``lockstep_columns`` sets ``client_rounds`` 1 for a prefill-first engine (SGLang) under a fixed-length client: the
 closed loop stays in lockstep and every round is a start wave (docs/model_serving.md S32).
 """
@@ -55,7 +56,7 @@ CUSTOM_AR_TRTLLM = 4 * 1024 * 1024 + 1          # the kernel's inclusive 4 MiB u
 #: size, 512, run its compiled code ungraphed; no count of that code was read, docs/model_serving.md S25) and SGLang
 #: (eager extend batches, its ops not counted here) keep 0
 HOST_OP_S_EAGER = 20e-6
-#: (host_step_s, host_req_s) of each engine's scheduler loop per iteration (docs/model_serving.md S36): not set, no
+#: (serve_step_overhead_s, host_req_s) of each engine's scheduler loop per iteration (docs/model_serving.md S36): not set, no
 #: engine publishes its loop's total host time per request at the records' versions (S36 lists what is published)
 SCHED_HOST = {"trtllm": (0.0, 0.0), "vllm": (0.0, 0.0), "sglang": (0.0, 0.0)}
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?")
@@ -78,7 +79,7 @@ def parse_framework(framework: str | None) -> tuple[str | None, tuple[int, ...] 
 
 def _sched_host(engine: str) -> dict[str, float]:
     step, per_request = SCHED_HOST[engine]
-    return {"host_step_s": step, "host_req_s": per_request}
+    return {"serve_step_overhead_s": step, "host_req_s": per_request}
 
 
 def profile_columns(engine: str | None, version: tuple[int, ...] | None, hbm_bytes: float) -> dict[str, float]:

@@ -121,14 +121,14 @@ def _load_columns(serve) -> dict[str, float]:
             "batch_size": getattr(serve, serve.load)}
 
 
-def _triton_moe_host_ops(columns: np.ndarray, engine: str | None, framework: str | None, four_bit: bool, sm90: bool,
-                         notes: list[str], stated: bool = False) -> None:
+def _triton_moe_host_ops(columns: np.ndarray, engine: str | None, stated: bool, four_bit: bool, sm90: bool,
+                         notes: list[str]) -> None:
     """TensorRT-LLM's OpenAI-Triton MoE (``engine_kernels.trtllm_triton_moe``): the eager layer's host ops
     with its MoE block (``host.triton_moe_layer_ops``) into ``host_ops_layer``, and a note (docs/model_serving.md S37)."""
     if columns[COLUMN_INDEX["moe_experts"]] > 0 and trtllm_triton_moe(
-            engine, framework, four_bit, columns[COLUMN_INDEX["peak_flops_4"]] > 0, sm90, stated):
+            engine, stated, four_bit, columns[COLUMN_INDEX["peak_flops_4"]] > 0, sm90):
         columns[COLUMN_INDEX["host_ops_layer"]] = triton_moe_layer_ops(columns)
-        notes.append("TensorRT-LLM on Hopper (serve.moe_backend = triton, or the gpt-oss-dev image): MXFP4 experts "
+        notes.append("TensorRT-LLM on Hopper (serve.moe_backend = triton): MXFP4 experts "
                      "through the OpenAI-Triton MoE, "
                      f"{columns[COLUMN_INDEX['host_ops_layer']]:.0f} eager host ops per layer; docs/model_serving.md S37")
 
@@ -226,8 +226,7 @@ def lower_serve_record(data: dict, source: str | None = None) -> ServeRecord:
         values["domain_size"] = float(board)
     for key, value in values.items():
         columns[COLUMN_INDEX[key]] = value
-    _triton_moe_host_ops(columns, engine, record.framework, precision in FP4_PRECISIONS, sm90, notes,
-                         serve.moe_backend == "triton")
+    _triton_moe_host_ops(columns, engine, serve.moe_backend == "triton", precision in FP4_PRECISIONS, sm90, notes)
     measured = dict(data.get("measured") or {}) if isinstance(data.get("measured"), dict) else {}
     return ServeRecord(id=str(data.get("id", "")), columns=columns, measured=measured,
                        source=str(data.get("source", "")), gpu=gpu, notes=tuple(notes), raw=data)

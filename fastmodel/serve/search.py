@@ -105,7 +105,7 @@ def _axis(name: str, values, default: list[int], low: int) -> list[int]:
 
 
 def _agg_grid(model, device, engines, precisions, axes: dict, fixed: dict, hbm: float, moe: bool):
-    """(dims, coords, variables, status) of the aggregated grid: one kernel sweep per engine, stacked on a leading
+    """(dims, coords, variables) of the aggregated grid: one kernel sweep per engine, stacked on a leading
     ``engine`` dimension (one engine: a view, no copy); attention DP that does not divide the concurrency, or on a
     dense model, keeps its place with its status (``attention_dp_not_dividing``, ``attention_dp_dense``)."""
     from fastmodel.registry.serve import SERVE_STATUS
@@ -130,7 +130,7 @@ def _agg_grid(model, device, engines, precisions, axes: dict, fixed: dict, hbm: 
             status[legal & np.broadcast_to(a > 1, status.shape)] = SERVE_STATUS["attention_dp_dense"]
     variables = {n: xr_variable(dims, stacked[n], sets[0][n].attrs) for n in names if n != "status"}
     variables["status"] = xr_variable(dims, status, sets[0]["status"].attrs)
-    return dims, coords, variables, sets[0].attrs
+    return dims, coords, variables
 
 
 def xr_variable(dims, values, attrs):
@@ -153,11 +153,12 @@ def slo_search(model, device: str, *, input_len: int, output_len: int, ttft: flo
     """Sweep every engine (``engine``: a name or several), TP x PP x EP x attention DP (instances within
     ``gpus``; EP and attention DP default to the powers of two to ``gpus`` for a MoE model, 1 for a dense one),
     precision, speculative decoding (``spec_tokens``: draft lengths, 0 off; at ``spec_acceptance``) and
-    concurrency (requests in flight per instance; default the powers of two to 1024); with ``"disagg"`` in
-    ``modes`` also the disaggregated pools of ``search_disagg``; keep what meets the SLOs."""
+    concurrency (requests in flight per instance; default the powers of two to 1024): the aggregated grid with
+    ``"agg"`` in ``modes``, the disaggregated pools of ``search_disagg`` with ``"disagg"`` (only the grids of the
+    modes asked for are swept); keep what meets the SLOs."""
     import xarray as xr
 
-    from fastmodel.serve.api import device_columns, model_columns
+    from fastmodel.serve.api import dataset_attrs, device_columns, model_columns
 
     if ttft <= 0 or tpot <= 0:
         raise SpecError(None, "--ttft/--tpot", "SLOs must be positive durations")
@@ -180,27 +181,30 @@ def slo_search(model, device: str, *, input_len: int, output_len: int, ttft: flo
         raise SpecError(None, "--spec-acceptance", "speculative decoding (--spec-tokens > 0) needs the rate at which "
                         "draft tokens are accepted")
     fixed = dict(input_len=input_len, output_len=output_len, spec_acceptance=spec_acceptance)
-    dims, coords, variables, attrs = _agg_grid(model, device, engines, precisions, axes, fixed, hbm, moe)
-    shape = variables["status"].shape
-    values = {name: variables[name].values.reshape(-1) for name in ROW_VARIABLES}
-    sizes = _shaped(coords, dims, "tp") * _shaped(coords, dims, "pp") * _shaped(coords, dims, "attention_dp")
-    within = np.broadcast_to(sizes <= gpus, shape)
-    agg = "agg" in modes
-    ok = (variables["status"].values == 0) & variables["fits_memory"].values & within & agg
-    slo_ok = ok & (variables["ttft"].values <= ttft) & (variables["tpot"].values <= tpot)
-    grids = [(coords, values, shape, ok, slo_ok, "agg")]
-    data = dict(variables)
-    data["within_budget"] = xr.Variable(dims, np.ascontiguousarray(within),
-                                        {"description": f"tp x attention_dp x pp <= {gpus} GPUs"})
-    data["meets_slo"] = xr.Variable(dims, slo_ok, {"description": "mode agg searched, status ok, fits memory, "
-                                                   "within the GPU budget, ttft and tpot within the SLOs"})
+    grids, data, all_coords = [], {}, {}
+    if "agg" in modes:
+        dims, coords, variables = _agg_grid(model, device, engines, precisions, axes, fixed, hbm, moe)
+        shape = variables["status"].shape
+        values = {name: variables[name].values.reshape(-1) for name in ROW_VARIABLES}
+        sizes = _shaped(coords, dims, "tp") * _shaped(coords, dims, "pp") * _shaped(coords, dims, "attention_dp")
+        within = np.broadcast_to(sizes <= gpus, shape)
+        ok = (variables["status"].values == 0) & variables["fits_memory"].values & within
+        slo_ok = ok & (variables["ttft"].values <= ttft) & (variables["tpot"].values <= tpot)
+        grids.append((coords, values, shape, ok, slo_ok, "agg"))
+        data.update(variables)
+        data["within_budget"] = xr.Variable(dims, np.ascontiguousarray(within),
+                                            {"description": f"tp x attention_dp x pp <= {gpus} GPUs"})
+        data["meets_slo"] = xr.Variable(dims, slo_ok, {"description": "status ok, fits memory, within the GPU "
+                                                       "budget, ttft and tpot within the SLOs"})
+        all_coords.update({d: coords[d] for d in dims})
     if "disagg" in modes:
         grids.append(_disagg(model, device, engines, precisions, gpus, concurrency, input_len, output_len, hbm,
                              ttft, tpot, data))
+        all_coords.update(grids[-1][0])
     rows, best, evaluated, feasible = _answer(grids)
-    all_coords = {**{d: coords[d] for d in dims}, **(grids[1][0] if len(grids) > 1 else {})}
-    ds = xr.Dataset(data, coords=all_coords, attrs={**attrs, "slo_ttft_s": float(ttft), "slo_tpot_s": float(tpot),
-                                                    "slo_gpus": int(gpus), "slo_modes": ",".join(modes)})
+    ds = xr.Dataset(data, coords=all_coords, attrs={**dataset_attrs(model, "concurrency"), "slo_ttft_s": float(ttft),
+                                                    "slo_tpot_s": float(tpot), "slo_gpus": int(gpus),
+                                                    "slo_modes": ",".join(modes)})
     return SearchResult(ds, rows, best, evaluated, feasible)
 
 

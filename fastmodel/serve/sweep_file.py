@@ -27,18 +27,18 @@ KEYS = ("model", "system", "task", "semantics", "axes", "unit_configs", "descrip
 _COUNTS = ("concurrency", "batch_size", "tp", "pp", "ep", "instances", "input_len", "output_len")
 
 
-def model_columns(source: str | None, spec: Any, base: Path) -> tuple[str, dict]:
-    """(name, model columns) of a serving model name or a family-"lm" model spec (``fastmodel.serve.models.
+def model_columns(source: str | None, spec: Any, base: Path) -> tuple[str, dict, list[str]]:
+    """(name, model columns, notes) of a serving model name or a family-"lm" model spec (``fastmodel.serve.models.
     serving_model``: the one mapping); an error names ``source`` (the sweep file)."""
     from fastmodel.serve.models import serving_model
 
     try:
-        name, values, _ = serving_model(spec, base)
+        name, values, notes = serving_model(spec, base)
     except SpecError as error:
         if error.source:
             raise
         raise type(error)(source, error.field, error.reason) from None
-    return name, values
+    return name, values, notes
 
 
 def device_of(source: str | None, system: Any, axes: dict, base: Path) -> str:
@@ -92,6 +92,7 @@ def serve_plan(source: str | None, model: Any, system: Any, task: Any, axes: dic
                unit_configs: int | None = None) -> ServeSweepPlan:
     """The serving plan of a model, system, serving task and raw axes; errors name ``source`` (a file)."""
     from fastmodel.registry.lm import COLUMN_INDEX
+    from fastmodel.serve.api import by_column_name
     from fastmodel.serve.spec import load_serve_task
 
     if not isinstance(axes, dict) or not axes:
@@ -100,10 +101,10 @@ def serve_plan(source: str | None, model: Any, system: Any, task: Any, axes: dic
         task = load_serve_task(spec_ref(task, base))
     except SpecError as error:
         raise error if error.source else SpecError(source, error.field, error.reason) from None
-    name, columns = model_columns(source, model, base)
+    name, columns, notes = model_columns(source, model, base)
     names = [*SPECIAL_AXES, *COLUMN_INDEX]
     values = {}
-    for axis, spec in axes.items():
+    for axis, spec in by_column_name(axes, source, "axes.").items():     # host_step_s: serve_step_overhead_s
         if axis not in names:
             raise SpecError(source, f"axes.{axis}", f"unknown axis{nearest(axis, names)}")
         values[axis] = axis_values(source, axis, spec)
@@ -112,7 +113,7 @@ def serve_plan(source: str | None, model: Any, system: Any, task: Any, axes: dic
     device = device_of(source, system, values, base)
     check_values(source, values)
     try:
-        return ServeSweepPlan(name, columns, device, task, values, unit_configs)
+        return ServeSweepPlan(name, columns, device, task, values, unit_configs, notes=notes)
     except SpecError as error:
         raise SpecError(source, error.field, error.reason) from None
 

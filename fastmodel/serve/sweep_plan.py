@@ -12,7 +12,7 @@ box from its index and writes it straight into its place in the result matrix. T
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -36,11 +36,12 @@ class ServeSweepPlan(SweepPlan):
     MEMORY_UNIT_CONFIGS = 1 << 24
 
     def __init__(self, model_name: str, model_columns: dict, device: str, task: Any, axes: dict[str, list],
-                 unit_configs: int | None = None):
+                 unit_configs: int | None = None, notes: Sequence[str] = ()):
         from fastmodel.serve.api import axis_block, columns
         from fastmodel.spec.columns import encode
 
         self.model_name, self.model_columns, self.device, self.task = model_name, dict(model_columns), device, task
+        self.notes = tuple(notes)      # the model's (serving_model): in the Dataset's attrs, not the definition
         self.axis_lists = {name: list(values) for name, values in axes.items()}
         self.load_mode = "concurrency" if "concurrency" in axes else "batch" if "batch_size" in axes else \
             task.load_mode
@@ -104,7 +105,7 @@ class ServeSweepPlan(SweepPlan):
 
         return {"model": self.model_name, "fastmodel_task": "serve", "task": json.dumps(self.task.model_dump()),
                 "semantics": "default", "load_mode": self.load_mode, "sweep": json.dumps(self.definition()),
-                "fastmodel_version": __version__}
+                "fastmodel_version": __version__, "notes": "; ".join(self.notes)}
 
 
 def _column(name: str) -> int:

@@ -13,7 +13,7 @@ The host time of one layer is ``host_ops_layer x host_op_s`` (the training model
 dispatcher calls per layer forward x seconds per eager operator); ``host_ops_layer = 0`` takes the count
 below, and ``host_op_s = 0`` (the default, and every engine whose eager ops are not counted) turns the term off.
 
-The scheduler loop's own host time per iteration (§S36, ``scheduler_host_s``): ``host_step_s + host_req_s x r``
+The scheduler loop's own host time per iteration (§S36, ``scheduler_host_s``): ``serve_step_overhead_s + host_req_s x r``
 for the ``r`` requests a rank's loop walks (each attention-DP rank runs its own loop over its requests; every TP
 rank of a group walks the group's batch). ``iteration_s`` combines it with the GPU time and the eager issue time:
 with the overlap scheduler (``overlap_step``) the CPU prepares iteration n+1 while the GPU runs n, so an
@@ -35,7 +35,8 @@ image) issues its routing and both expert GEMMs from Python through OpenAI's ``t
 
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.columns import (
-    C_ATTENTION_DP, C_HOST_OP_S, C_HOST_OPS_LAYER, C_HOST_REQ_S, C_HOST_STEP_S, C_LAYERS, C_OVERLAP_STEP, C_PP, C_TP,
+    C_ATTENTION_DP, C_HOST_OP_S, C_HOST_OPS_LAYER, C_HOST_REQ_S, C_LAYERS, C_OVERLAP_STEP, C_PP, C_SERVE_STEP_OVERHEAD_S,
+    C_TP,
 )
 from fastmodel.kernels.lm.layout import C_EP, C_MOE_EXPERTS
 from fastmodel.kernels.serve.costs import dense_format, gemm_format
@@ -129,8 +130,8 @@ def eager_host_s(row):
 @njit(inline="always")
 def scheduler_host_s(row, requests):
     """Host seconds of one iteration of the engine's scheduler loop on a rank that walks ``requests`` requests:
-    ``host_step_s + host_req_s x requests`` (docs/model_serving.md S36; 0 when both columns are 0)."""
-    return row[C_HOST_STEP_S] + row[C_HOST_REQ_S] * requests
+    ``serve_step_overhead_s + host_req_s x requests`` (docs/model_serving.md S36; 0 when both columns are 0)."""
+    return row[C_SERVE_STEP_OVERHEAD_S] + row[C_HOST_REQ_S] * requests
 
 
 @njit(inline="always")

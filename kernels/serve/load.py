@@ -34,7 +34,7 @@ import numpy as np
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.columns import (
     C_ATTENTION_DP, C_BATCH_WAIT_ITERS, C_BATCH_WAIT_TOKENS_RATIO, C_CHUNKED_PREFILL, C_CLIENT_ROUNDS, C_INPUT_LEN,
-    C_LAYERS, C_MAX_NUM_TOKENS, C_MIXED_PREFILL, C_OUTPUT_LEN, C_OVERLAP_STEP, C_PP, C_SERVE_STEP_OVERHEAD_S,
+    C_LAYERS, C_MAX_NUM_TOKENS, C_MIXED_PREFILL, C_OUTPUT_LEN, C_OVERLAP_STEP, C_PP,
     C_SPEC_ACCEPTANCE, C_SPEC_TOKENS,
 )
 from fastmodel.kernels.serve.attention import attention_launches, decode_attention_sum, prefill_attention_time
@@ -143,7 +143,7 @@ def start_wave(row, running, per_request, t_d, work):
     alone (the decodes of the wave's first prompts ride along unpriced), + the overlap step; ``work``: 4 floats."""
     prompts = math.ceil(running / row[C_ATTENTION_DP])
     mean, q = wave_iterations(prompts, row[C_INPUT_LEN], row[C_MAX_NUM_TOKENS], row[C_CHUNKED_PREFILL] > 0.0)
-    t_q = prefill_iteration(row, 0.0, q, per_request, work) + row[C_SERVE_STEP_OVERHEAD_S]
+    t_q = prefill_iteration(row, 0.0, q, per_request, work)     # its loop time (serve_step_overhead_s) included
     overlap = t_d if row[C_OVERLAP_STEP] > 0.0 else 0.0
     return mean * t_q + overlap
 
@@ -285,7 +285,6 @@ def steady_loop(row, running, dec, pre, out, work):
     inp = row[C_INPUT_LEN]
     steps = row[C_OUTPUT_LEN] - 1.0
     p = row[C_PP]
-    host = row[C_SERVE_STEP_OVERHEAD_S]
     mixed = row[C_MIXED_PREFILL] > 0.0
     overlap = 1.0 if row[C_OVERLAP_STEP] > 0.0 else 0.0
     if running > 1.0:      # the arrival finds the others' iteration under way and joins at the next boundary
@@ -310,7 +309,7 @@ def steady_loop(row, running, dec, pre, out, work):
         if fresh:
             touched, per_request = decode_iteration(row, n, dec)
             t_d = iteration_s(row, dec[K_GEMM] + dec[K_ATTN] + dec[K_MEM] + dec[K_COMM], 0.0,
-                              rank_requests(row, n)) + host       # a graphed decode: the loop's host time, §S36
+                              rank_requests(row, n))       # a graphed decode: the loop's host time, §S36
             b_done = b
         free = max(1.0, row[C_MAX_NUM_TOKENS] - (n * others if mixed else 0.0))   # the others' decodes
         chunked = row[C_CHUNKED_PREFILL] > 0.0
@@ -321,13 +320,13 @@ def steady_loop(row, running, dec, pre, out, work):
         _, together = held(lam * others * period, wait[0], wait[1])
         q = max(chunk, min(max(lam * period, together) * inp, free if chunked else max(free, inp)))
         if fresh or abs(q - q_done) > REFRESH * q:
-            t_m = prefill_iteration(row, n * others, q, per_request, pre) + host
+            t_m = prefill_iteration(row, n * others, q, per_request, pre)
             q_done = q
         chunks = math.ceil(inp / chunk)
         own = chunks * t_m
         last = inp - (chunks - 1.0) * chunk           # the last chunk is what is left of the prompt
         if last < chunk:
-            own += prefill_iteration(row, n * others, last, per_request, work) + host - t_m
+            own += prefill_iteration(row, n * others, last, per_request, work) - t_m
         share = t_m * inp / q
         lam = solve_rate(running, own, share, t_d, inp / q, mixed, steps, overlap, wait)
         _, ttft, tpot, hold = loop_state(lam, running, own, share, t_d, inp / q, mixed, steps, overlap, wait)

@@ -86,7 +86,7 @@ def test_a_lone_short_prompt_on_tensorrt_llm_is_host_bound():
 
 
 def test_scheduler_host_time_is_fixed_plus_per_request_by_hand():
-    row = _row(host_step_s=1e-3, host_req_s=50e-6)
+    row = _row(serve_step_overhead_s=1e-3, host_req_s=50e-6)
     # 1 ms + 40 requests x 50 us = 3 ms
     assert scheduler_host_s(row, 40.0) == pytest.approx(3e-3, rel=1e-12)
     # attention DP 4: each rank's loop walks a quarter of the requests
@@ -96,7 +96,7 @@ def test_scheduler_host_time_is_fixed_plus_per_request_by_hand():
 
 
 def test_iteration_overlaps_the_loop_with_the_gpu_only_under_the_overlap_scheduler():
-    row = _row(host_step_s=1e-3, host_req_s=50e-6)          # 3 ms of loop at 40 requests
+    row = _row(serve_step_overhead_s=1e-3, host_req_s=50e-6)          # 3 ms of loop at 40 requests
     assert row[COLUMN_INDEX["overlap_step"]] == 1.0           # TensorRT-LLM's profile: overlap scheduler on
     assert iteration_s(row, 5e-3, 0.0, 40.0) == pytest.approx(5e-3, rel=1e-12)      # GPU-bound: hidden
     assert iteration_s(row, 2e-3, 0.0, 40.0) == pytest.approx(3e-3, rel=1e-12)      # host-bound: the loop
@@ -114,7 +114,7 @@ def test_scheduler_loop_is_off_by_default_and_in_every_profile():
     assert iteration_s(row, 2e-3, 5e-3, 100.0) == 5e-3     # the eager issue time alone (S21)
     for engine in ("trtllm", "vllm", "sglang"):
         profile = profile_columns(engine, None, 180 * GIB)
-        assert (profile["host_step_s"], profile["host_req_s"]) == SCHED_HOST[engine] == (0.0, 0.0)
+        assert (profile["serve_step_overhead_s"], profile["host_req_s"]) == SCHED_HOST[engine] == (0.0, 0.0)
 
 
 def test_a_host_bound_decode_sets_tpot_of_one_request():
@@ -122,12 +122,53 @@ def test_a_host_bound_decode_sets_tpot_of_one_request():
     # any GPU step here, so TPOT is the loop's time with the overlap scheduler and GPU + loop without it
     kw = dict(tp=8, input_len=1024, output_len=128, concurrency=1)
     free = evaluate("llama3.1-70b", "H200", precision="fp8", **kw)
-    bound = evaluate("llama3.1-70b", "H200", precision="fp8", host_step_s=0.1, **kw)
+    bound = evaluate("llama3.1-70b", "H200", precision="fp8", serve_step_overhead_s=0.1, **kw)
     assert free["tpot"] < 0.1
     assert bound["tpot"] == pytest.approx(0.1, rel=1e-9)
     serial = evaluate("llama3.1-70b", "H200", precision="fp8", overlap_step=0, **kw)
-    both = evaluate("llama3.1-70b", "H200", precision="fp8", overlap_step=0, host_step_s=0.1, **kw)
+    both = evaluate("llama3.1-70b", "H200", precision="fp8", overlap_step=0, serve_step_overhead_s=0.1, **kw)
     assert both["tpot"] == pytest.approx(serial["tpot"] + 0.1, rel=1e-9)
+
+
+def test_the_step_overhead_is_the_loop_constant_once_and_added_per_step_in_a_static_batch():
+    """One column (S36): under continuous batching serve_step_overhead_s is h(r)'s constant, counted once per
+    iteration inside iteration_s (0.1 s of loop, hidden GPU: TPOT 0.1 s, not GPU + 0.1); a static batch adds it to
+    the prefill and to each of its O - 1 decode steps (decode_overhead = (O - 1) x 0.1 s)."""
+    kw = dict(tp=8, input_len=1024, output_len=128)
+    loop = evaluate("llama3.1-70b", "H200", precision="fp8", serve_step_overhead_s=0.1, concurrency=4, **kw)
+    assert loop["tpot"] == pytest.approx(0.1, rel=1e-9)
+    free = evaluate("llama3.1-70b", "H200", precision="fp8", batch_size=4, **kw)
+    fixed = evaluate("llama3.1-70b", "H200", precision="fp8", batch_size=4, serve_step_overhead_s=0.1, **kw)
+    assert fixed["ttft"] == pytest.approx(free["ttft"] + 0.1, rel=1e-9)
+    assert fixed["tpot"] == pytest.approx(free["tpot"] + 0.1, rel=1e-9)
+    assert fixed["decode_overhead"] == pytest.approx(127 * 0.1, rel=1e-12)
+
+
+def test_host_step_s_is_an_older_name_of_the_step_overhead():
+    from fastmodel.errors import SpecError
+    from fastmodel.registry.lm_engine import COLUMN_ALIASES
+    from fastmodel.serve.api import sweep
+
+    assert "host_step_s" not in COLUMN_INDEX and COLUMN_ALIASES == {"host_step_s": "serve_step_overhead_s"}
+    kw = dict(tp=8, input_len=1024, output_len=128, concurrency=4)
+    old = evaluate("llama3.1-70b", "H200", precision="fp8", host_step_s=0.1, **kw)
+    assert old == evaluate("llama3.1-70b", "H200", precision="fp8", serve_step_overhead_s=0.1, **kw)
+    with pytest.raises(SpecError, match="older name of serve_step_overhead_s"):
+        columns("llama3.1-70b", "H200", batch_size=1, host_step_s=0.1, serve_step_overhead_s=0.1)
+    ds = sweep("llama3.1-70b", device="H200", precision="fp8", load_mode="concurrency", batch_size=4, tp=8,
+               host_step_s=[0.0, 0.1])
+    assert list(ds["serve_step_overhead_s"].values) == [0.0, 0.1]
+    assert float(ds["tpot"].sel(serve_step_overhead_s=0.1).squeeze()) == pytest.approx(old["tpot"], rel=1e-9)
+    # a serving sweep file's [axes] (fastmodel/serve/sweep_file.py): the axis is stored under the column's name
+    from pathlib import Path
+
+    from fastmodel.serve.sweep_file import serve_plan
+    specs = Path(__file__).resolve().parents[2] / "specs"
+    plan = serve_plan("f.toml", "llama3.1-8b", "dgx-h100", "serve-chat", {"host_step_s": [0.0, 0.1]}, specs)
+    assert list(plan.axis_lists) == ["serve_step_overhead_s"]
+    with pytest.raises(SpecError, match="axes.host_step_s"):
+        serve_plan("f.toml", "llama3.1-8b", "dgx-h100", "serve-chat",
+                   {"host_step_s": [0.1], "serve_step_overhead_s": [0.1]}, specs)
 
 
 def test_tensorrt_llm_triton_moe_layer_count_by_hand():
@@ -147,18 +188,13 @@ def test_tensorrt_llm_triton_moe_layer_count_by_hand():
     assert 36 * (2 + 2 * 2 + 2 + 57 + 2) * HOST_OP_S_EAGER == pytest.approx(0.04824)
 
 
-def test_triton_moe_rule_needs_the_image_or_the_stated_backend_hopper_and_four_bit_experts():
+def test_triton_moe_rule_needs_the_stated_backend_hopper_and_four_bit_experts():
     from fastmodel.serve.engine_kernels import trtllm_triton_moe
-    dev = "TensorRT-LLM gpt-oss-dev (image release:gpt-oss-dev)"
-    unrecorded = "TensorRT-LLM (version not recorded)"
-    assert trtllm_triton_moe("trtllm", dev, True, False, True)
-    assert not trtllm_triton_moe("trtllm", unrecorded, True, False, True)
-    assert trtllm_triton_moe("trtllm", unrecorded, True, False, True, stated=True)   # serve.moe_backend = "triton"
-    assert not trtllm_triton_moe("trtllm", dev, True, True, False)         # Blackwell: FP4 tensor cores
-    assert not trtllm_triton_moe("trtllm", unrecorded, True, True, False, stated=True)
-    assert not trtllm_triton_moe("trtllm", dev, False, False, True)        # 16-bit / FP8 experts
-    assert not trtllm_triton_moe("vllm", dev, True, False, True)
-    assert not trtllm_triton_moe("vllm", unrecorded, True, False, True, stated=True)
+    assert trtllm_triton_moe("trtllm", True, True, False, True)             # serve.moe_backend = "triton"
+    assert not trtllm_triton_moe("trtllm", False, True, False, True)        # not stated: CUTLASS count
+    assert not trtllm_triton_moe("trtllm", True, True, True, False)         # Blackwell: FP4 tensor cores
+    assert not trtllm_triton_moe("trtllm", True, False, False, True)        # 16-bit / FP8 experts
+    assert not trtllm_triton_moe("vllm", True, True, False, True)
 
 
 def _records():
@@ -186,19 +222,19 @@ def test_gpt_oss_h200_records_lower_to_the_triton_count():
                    ("triton", 8, 1): {67.0}, ("triton", 8, 8): {70.0}}
 
 
-def test_the_rule_still_reads_the_image_without_the_field_and_nothing_without_either():
-    """Backwards compatible: a gpt-oss-dev row with the field removed keeps 65 / 70; a version-unknown row with the
-    field removed keeps the CUTLASS count (0)."""
+def test_the_framework_string_is_not_read_without_the_field():
+    """The image in ``framework`` alone moves nothing: every gpt-oss H200 TensorRT-LLM row with the field removed,
+    the 17 gpt-oss-dev ones included, keeps the CUTLASS count (0) and no Triton note."""
     import copy
 
     from fastmodel.serve.records import lower_serve_record
     rows = [copy.deepcopy(r) for r in _records() if _trt_gpt_oss_h200(r)]
+    assert sum("gpt-oss-dev" in r["framework"] for r in rows) == 17
     for r in rows:
         del r["serve"]["moe_backend"]
-    ops = {("gpt-oss-dev" in r["framework"], r["serve"]["tp"], r["serve"].get("ep", 1)):
-           float(lower_serve_record(r).columns[COLUMN_INDEX["host_ops_layer"]]) for r in rows}
-    assert ops[(True, 1, 1)] == 65.0 and ops[(True, 8, 8)] == 70.0
-    assert all(v == 0.0 for k, v in ops.items() if not k[0])
+        lowered = lower_serve_record(r)
+        assert float(lowered.columns[COLUMN_INDEX["host_ops_layer"]]) == 0.0
+        assert not any("OpenAI-Triton" in note for note in lowered.notes)
 
 
 def test_exactly_the_trt_gpt_oss_h200_rows_state_triton_with_the_recipe():

@@ -98,7 +98,7 @@ def test_a_disaggregated_point_is_the_disagg_evaluation_of_the_same_pools(engine
     result = slo_search("llama3.1-8b", "H100", gpus=8, precisions=("fp8",), concurrency=[48], modes=("disagg",),
                         engine=engine, **KW)
     ds = result.dataset
-    assert not ds.meets_slo.any()                                 # the aggregated points were not asked for
+    assert "meets_slo" not in ds and "status" not in ds          # the aggregated grid was not asked for
     at = dict(engine=engine, precision="fp8", batch_size=48, prefill_tp=2, prefill_workers=2, decode_tp=2,
               decode_workers=2)
     profile = profile_columns(engine, None, 80 * 2**30)
@@ -112,6 +112,44 @@ def test_a_disaggregated_point_is_the_disagg_evaluation_of_the_same_pools(engine
     assert float(ds.disagg_tpot.sel(at)) == pytest.approx(want["tpot"], rel=1e-12)
     assert float(ds[f"disagg_{Y}"].sel(at)) == pytest.approx(want["output_tokens_per_s"] / 8, rel=1e-9)
     assert float(ds[f"disagg_{X}"].sel(at)) == pytest.approx(1 / want["tpot"], rel=1e-12)
+
+
+def test_mode_disagg_alone_sweeps_no_aggregated_grid(monkeypatch, tmp_path):
+    """``--mode disagg``: only the pools are swept (the aggregated grid's sweep is never called), the dataset holds
+    only ``disagg_*`` variables and their coordinates, every row is disaggregated, the pools' answer is the one the
+    agg,disagg search gives them, and plot pareto draws the pools' frontier alone with the SLO star."""
+    import xarray as xr
+
+    import fastmodel.serve.search as search
+
+    kw = dict(gpus=4, precisions=("fp8",), concurrency=[8, 48], **KW)
+    both = slo_search("llama3.1-8b", "H100", modes=("agg", "disagg"), **kw)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the aggregated grid was swept under --mode disagg")
+
+    monkeypatch.setattr(search, "_agg_grid", refuse)
+    alone = slo_search("llama3.1-8b", "H100", modes=("disagg",), **kw)
+    ds = alone.dataset
+    assert all(name.startswith("disagg_") for name in ds.data_vars) and ds.attrs["slo_modes"] == "disagg"
+    assert set(ds.dims) == {"engine", "precision", "prefill_tp", "prefill_workers", "decode_tp", "decode_workers",
+                            "batch_size"}
+    assert ds.attrs["fastmodel_task"] == "serve" and ds.attrs["model"] == "llama3.1-8b"
+    assert {r["mode"] for r in alone.frontier} == {"disagg"}
+    for name in ds.data_vars:
+        np.testing.assert_array_equal(ds[name].values, both.dataset[name].values)
+    assert alone.feasible == int(both.dataset.disagg_meets_slo.sum())
+    out, png = tmp_path / "disagg.nc", tmp_path / "disagg.png"
+    run = CliRunner().invoke(main, ["serve", "--search", "-m", "llama3.1-8b", "-d", "H100", "--ttft", "0.5", "--tpot",
+                                    "30ms", "--gpus", "4", "--search-precision", "fp8", "--search-concurrency", "8",
+                                    "--mode", "disagg", "-o", str(out)])
+    assert run.exit_code == 0, run.output
+    rows = [line.split()[0] for line in run.output.split("layout", 1)[1].splitlines()[1:] if line.strip()]
+    assert "disagg" in rows and "agg" not in rows
+    assert "status" not in xr.load_dataset(out)
+    drawn = CliRunner().invoke(main, ["plot", "pareto", str(out), "-o", str(png)])
+    assert drawn.exit_code == 0, drawn.output
+    assert "mode=disagg:" in drawn.output and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_the_search_cli_takes_the_axes_and_prints_mode_engine_and_layout():
