@@ -18,7 +18,7 @@ from fastmodel.kernels.lm.layout import (
     RECOMPUTE_SELECTIVE,
 )
 from fastmodel.kernels.lm.shape import (  # noqa: F401 - the shape terms, re-exported for the layer's callers
-    ACT_BYTES, attention_dims, attention_params, elementwise_bytes, expert_tp, expert_weight_params, layer_gemm_time,
+    ACT_BYTES, attention_dims, attention_params, elementwise_bytes, elementwise_unit_bytes, expert_tp, expert_weight_params, layer_gemm_time,
     layer_mix, mlp_matrices, moe_layers,
 )
 from fastmodel.kernels.nccl import allgather_time, allreduce_time, alltoall_time
@@ -211,27 +211,65 @@ def recompute_share(row):
 
 
 @njit
+def mtp_costs(row, tokens, norm_tokens):
+    """(GEMM, memory-bound, TP seconds, FLOPs) of the ``mtp_layers`` multi-token-prediction modules beyond their
+    transformer layers and their LM-head GEMMs, one micro-batch, forward (docs/model.md §11.4 "MTP module").
+
+    Each module (DeepSeek-V3 report sec. 2.2; Megatron-Core ``MultiTokenPredictionLayer``,
+    megatron/core/transformer/multi_token_prediction.py, NVIDIA/Megatron-LM@d98e8a6) normalises the shifted
+    tokens' embedding and the previous depth's hidden state (``enorm``, ``hnorm``), concatenates them (2h) and
+    projects them back to h (``eh_proj``, column-parallel 2h x h/t, FP8 in FP8 recipes), and normalises its
+    layer's output (``final_layernorm``) before the shared head; ``process_mtp_loss`` then runs the shared output
+    layer and the loss once per depth. The loss's passes over each depth's logits cost what the main head's do
+    (``loss_traffic_bytes_per_logit``, half per pass) and so does its vocab-parallel all-reduce (3 x 4 B per
+    token). The three norms move ``norm`` bytes per element forward and ``BACKWARD_MEM`` (2) times that
+    backward, the concatenation writes its 2h output after reading its two halves (8 B per token-element of
+    h); like the loss, half of forward + backward is charged to each head pass. Under TP the projection's
+    output is all-gathered over the hidden dimension (``gather_from_tensor_model_parallel_region``) and, with
+    SP, its input all-gathered over the sequence first (``ColumnParallelLinear``)."""
+    d = row[C_MTP_LAYERS]
+    if d <= 0.0:
+        return 0.0, 0.0, 0.0, 0.0
+    h = row[C_HIDDEN]
+    t = row[C_TP]
+    fp8 = row[C_PRECISION] == PRECISION_FP8
+    gemm = gemm_time(row, tokens, h / t, 2.0 * h, fp8)
+    norm, _, _ = elementwise_unit_bytes(row)
+    mem_bytes = norm_tokens * h * (3.0 * norm * (1.0 + 2.0) + 8.0) / 2.0
+    loss = tokens * row[C_VOCAB] / t * 0.5 * row[C_LOSS_TRAFFIC_BYTES_PER_LOGIT]
+    mem = memory_bound_time(row, mem_bytes) + memory_bound_time(row, loss)
+    tp = 0.0
+    if t > 1.0:
+        tp = allreduce_time(row, 3.0 * 4.0 * tokens, t, 1.0) + allgather_time(row, ACT_BYTES * tokens * h, t, 1.0)
+        if row[C_SEQUENCE_PARALLEL] > 0.0:
+            tp += allgather_time(row, ACT_BYTES * tokens * 2.0 * h, t, 1.0)
+    flops = 2.0 * tokens * 2.0 * h * h / t
+    return d * gemm, d * mem, d * tp, d * flops
+
+
+@njit
 def head_costs(row, work):
-    """Forward costs of the LM head and vocab-parallel cross-entropy on the last stage (into ``work``)."""
+    """Forward costs of the LM head and vocab-parallel cross-entropy on the last stage (into ``work``), with the
+    MTP modules' extra heads, losses and projections (:func:`mtp_costs`)."""
     h = row[C_HIDDEN]
     t = row[C_TP]
     tokens = row[C_MICRO_BATCH] * row[C_SEQ_LEN] / row[C_CP]
     vocab = row[C_VOCAB] / t
-    # the LM head runs in 16-bit in FP8 recipes (Transformer Engine keeps first/last layers in BF16)
-    work[W_GEMM] = gemm_time(row, tokens, vocab, h, False) * (1.0 + row[C_MTP_LAYERS])
+    mtp_gemm, mtp_mem, mtp_tp, mtp_flops = mtp_costs(row, tokens, tokens / t if row[C_SEQUENCE_PARALLEL] > 0.0 else tokens)
+    # the LM head runs in 16-bit in FP8 recipes (Transformer Engine keeps first/last layers in BF16); once more per
+    # MTP module (the shared output layer)
+    work[W_GEMM] = gemm_time(row, tokens, vocab, h, False) * (1.0 + row[C_MTP_LAYERS]) + mtp_gemm
     work[W_ATTN] = 0.0
     # the loss's memory-bound passes over the logits (loss_traffic_bytes_per_logit, the stack's count, forward and
     # backward together): half charged to each pass (docs/model.md §11.3)
-    work[W_MEM] = memory_bound_time(row, tokens * vocab * 0.5 * row[C_LOSS_TRAFFIC_BYTES_PER_LOGIT])
+    work[W_MEM] = memory_bound_time(row, tokens * vocab * 0.5 * row[C_LOSS_TRAFFIC_BYTES_PER_LOGIT]) + mtp_mem
     work[W_ATTN_CORE_MEM] = 0.0
-    work[W_TP] = allreduce_time(row, 3.0 * 4.0 * tokens, t, 1.0) if t > 1.0 else 0.0
+    work[W_TP] = (allreduce_time(row, 3.0 * 4.0 * tokens, t, 1.0) if t > 1.0 else 0.0) + mtp_tp
     work[W_CP] = 0.0
     work[W_EP] = 0.0
     work[W_PARAMS] = row[C_VOCAB] * h / t * (1.0 if row[C_TIED_EMBEDDINGS] <= 0.0 else 0.0)
-    work[W_FLOPS] = 2.0 * tokens * vocab * h
+    work[W_FLOPS] = 2.0 * tokens * vocab * h * (1.0 + row[C_MTP_LAYERS]) + mtp_flops
     work[W_EXPERT_PARAMS] = 0.0
     work[W_SHARED] = 0.0
     work[W_EP_REMOTE] = 0.0
     work[W_WGRAD] = 0.0
-
-

@@ -31,7 +31,8 @@ from fastmodel.kernels.lm.layout import (
     C_OVERLAP_PARAM_GATHER,
     C_GRAD_REDUCE_BYTES, C_HEADS, C_HEAD_DIM, C_HIDDEN, C_KV_HEADS, C_KV_LORA_RANK, C_LAYERS, C_MLA, C_MOE_EXPERTS,
     C_MOE_FFN, C_MOE_SHARED_EXPERTS, C_PP, C_PRECISION, C_QK_ROPE_HEAD_DIM, C_SEQUENCE_PARALLEL, C_SHARDING, C_TP,
-    C_LOSS_IMPL, C_VOCAB, LOSS_COMPILED, LOSS_EAGER, M_ACTIVATIONS, M_BUFFERS, M_GRADIENTS, M_KV_CACHE, M_OPTIMIZER, M_OVERHEAD, M_WEIGHTS, N_MEMORY_KINDS,
+    C_LOSS_IMPL, C_MTP_LAYERS, C_VOCAB,
+    LOSS_COMPILED, LOSS_EAGER, M_ACTIVATIONS, M_BUFFERS, M_GRADIENTS, M_KV_CACHE, M_OPTIMIZER, M_OVERHEAD, M_WEIGHTS, N_MEMORY_KINDS,
     CP_ALLTOALL, PRECISION_FP8, SHARD_FSDP, C_CUDA_CONTEXT_BYTES, C_CUBLAS_WORKSPACE_BYTES, C_DP, C_NCCL_CHANNELS,
     C_NCCL_P2P_CHANNELS_PER_PEER, C_MOE_DISPATCHER, DISPATCH_DEEPEP,
 )
@@ -286,11 +287,23 @@ def loss_workspace_bytes_per_logit(row):
 
 
 @njit(error_model='numpy')
+def mtp_loss_saved_bytes_per_logit(row):
+    """Bytes per logit an MTP module's loss keeps until the backward (``loss_impl``): Megatron-Core's
+    ``process_mtp_loss`` runs every depth's output layer and loss before the main head's and drops each depth's
+    BF16 logits when the next replaces them, so what stays is what the loss saved: ``vocab_parallel`` the FP32
+    softmax ``exp_logits`` (megatron/core/tensor_parallel/cross_entropy.py ``ctx.save_for_backward``) 4; ``eager``
+    the FP32 log-softmax 4; ``compiled`` the BF16 logits 2 (and one FP32 statistic per token, not counted)."""
+    return B16 if int(row[C_LOSS_IMPL]) == LOSS_COMPILED else B32
+
+
+@njit(error_model='numpy')
 def logits_workspace_bytes(row):
     """The LM head's logits and loss workspace for one micro-batch, ``loss_workspace_bytes_per_logit * T V / t``,
     live at once at the peak; one set per micro-batch, since the last rank runs each micro-batch's backward
-    right after its forward."""
-    return loss_workspace_bytes_per_logit(row) * micro_batch_tokens(row) * row[C_VOCAB] / row[C_TP]
+    right after its forward. The MTP modules' losses, computed before the main head's, add
+    ``mtp_layers x mtp_loss_saved_bytes_per_logit x T V / t`` (docs/model_memory.md "MTP module")."""
+    per_logit = loss_workspace_bytes_per_logit(row) + row[C_MTP_LAYERS] * mtp_loss_saved_bytes_per_logit(row)
+    return per_logit * micro_batch_tokens(row) * row[C_VOCAB] / row[C_TP]
 
 
 # --- per device -------------------------------------------------------------------------------------------------------

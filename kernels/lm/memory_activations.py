@@ -10,7 +10,7 @@ from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.moe import expert_rows, expert_tp
 from fastmodel.kernels.lm.layout import (
     C_ACTIVATION_OFFLOAD, C_CP, C_DROPOUT, C_FFN, C_FLASH_ATTENTION, C_FUSED_KERNELS, C_GATED_MLP,
-    C_HEADS, C_HEAD_DIM, C_HIDDEN, C_KV_HEADS, C_KV_LORA_RANK, C_MICRO_BATCH, C_MLA,
+    C_HEADS, C_HEAD_DIM, C_HIDDEN, C_KV_HEADS, C_KV_LORA_RANK, C_MICRO_BATCH, C_MLA, C_MTP_LAYERS,
     C_ATTN_OUT_E5M6, C_MOE_ACT_INPUT_FP8, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_PROBS_IN_EXPERTS,
     C_MOE_SHARED_EXPERTS, C_NORM_RECOMPUTE_FP8, C_PP,
     C_PRECISION, C_QK_NOPE_HEAD_DIM, C_QK_ROPE_HEAD_DIM, C_Q_LORA_RANK, C_RECOMPUTE, C_RECOMPUTE_FRACTION,
@@ -392,6 +392,16 @@ def head_activation_bytes(row):
 
 
 @njit(error_model='numpy')
+def mtp_activation_bytes(row):
+    """What the ``mtp_layers`` MTP modules save per micro-batch beside their layers (DeepSeek-V3 report sec. 2.2;
+    Megatron-Core ``MultiTokenPredictionLayer._concat_embeddings``): the inputs of ``enorm`` and ``hnorm`` ``2 T h``
+    each, of ``eh_proj`` ``g T 2h``, and the head's (:func:`head_activation_bytes`, ``(2 + g) T h``) once more per
+    module, all ``/t`` with SP: ``(6 + 3g) T h / t_sp`` per module."""
+    tokens_h = micro_batch_tokens(row) * row[C_HIDDEN] / replicated_divisor(row)
+    return row[C_MTP_LAYERS] * ((2.0 * B16 + 2.0 * gemm_input_bytes(row)) * tokens_h + head_activation_bytes(row))
+
+
+@njit(error_model='numpy')
 def stage_microbatch_bytes(row, stage, dense_layer, moe_layer):
     """What pipeline rank ``stage`` keeps for one micro-batch in flight: its layers' ``stored_layer_bytes``
     (``dense_layer`` / ``moe_layer`` per layer) plus the embedding (first rank) or head (last rank) inputs."""
@@ -400,7 +410,7 @@ def stage_microbatch_bytes(row, stage, dense_layer, moe_layer):
     if stage == 0:
         per_mb += embedding_activation_bytes(row)
     if stage == row[C_PP] - 1:
-        per_mb += head_activation_bytes(row)
+        per_mb += head_activation_bytes(row) + mtp_activation_bytes(row)
     return per_mb
 
 

@@ -28,7 +28,7 @@ from fastmodel.kernels.lm.layout import (
     RECOMPUTE_MODULE_MOE, RECOMPUTE_MODULE_MOE_ACT, RECOMPUTE_MODULE_SHARED_EXPERTS, SHARD_FSDP,
 )
 from fastmodel.kernels.lm.memory_activations import (
-    gemm_input_bytes, head_activation_bytes, micro_batch_tokens, microbatches_in_flight, module_recomputed,
+    gemm_input_bytes, head_activation_bytes, micro_batch_tokens, mtp_activation_bytes, microbatches_in_flight, module_recomputed,
     rank_microbatch_bytes, replicated_divisor, routed_tokens,
 )
 from fastmodel.kernels.lm.pipeline import chunk_fraction, mirror_stage
@@ -159,7 +159,7 @@ def backward_passed_head_bytes(row, stage):
     (a rank holds both directions there, and which one's backward comes first is not modelled: an upper bound)."""
     if stage != row[C_PP] - 1 or mirror_stage(row, stage) >= 0.0:
         return 0.0
-    return head_activation_bytes(row)
+    return head_activation_bytes(row) + mtp_activation_bytes(row)   # the MTP modules' backward comes first too
 
 
 @njit(error_model='numpy')

@@ -106,7 +106,8 @@ def model_stage_params(row, stage):
     position table (``learned_positions``) of ``s x h`` beside the word embedding, whole on every TP rank
     (Megatron-Core ``LanguageModelEmbedding.position_embeddings`` is a plain ``torch.nn.Embedding``). Routed experts
     split over ``ep * etp`` (Megatron-Core MoE docs). An MTP module is one MoE/dense layer plus a ``2h x h``
-    projection (DeepSeek-V3 report, Sec. 2.2).
+    projection and three norms (DeepSeek-V3 report, Sec. 2.2), and with ``pp > 1`` (not DualPipe) its stage holds
+    a copy of the word embedding (docs/model_memory.md "MTP module").
     """
     h = row[C_HIDDEN]
     tp = row[C_TP]
@@ -118,8 +119,13 @@ def model_stage_params(row, stage):
     non_expert = dense * dense_layer + moe * moe_layer
     expert = moe * expert_layer
     if mtp > 0:
-        non_expert += mtp * ((moe_layer if is_moe(row) else dense_layer) + 2.0 * h * h / tp + 2.0 * h)
+        # the layer, eh_proj 2h x h/t and three norms (enorm, hnorm, final_layernorm: Megatron-Core
+        # MultiTokenPredictionLayer); with pp > 1 a copy of the word embedding unless DualPipe puts the MTP stage on
+        # the embedding's rank or a tied head's copy is already counted below (step.mtp_module_params)
+        non_expert += mtp * ((moe_layer if is_moe(row) else dense_layer) + 2.0 * h * h / tp + 3.0 * h)
         expert += mtp * expert_layer if is_moe(row) else 0.0
+        if row[C_PP] > 1 and mirror_stage(row, stage) < 0.0 and row[C_TIED_EMBEDDINGS] == 0:
+            non_expert += row[C_VOCAB] * h / tp
     embedding = row[C_VOCAB] * h / tp
     last = stage == row[C_PP] - 1
     if stage == 0:

@@ -25,7 +25,7 @@ from fastmodel.kernels.lm.layer import W_FLOPS, W_GEMM, W_MEM, W_PARAMS, W_TP, m
 from fastmodel.kernels.lm.layout import (
     C_CP, C_DENSE_LAYERS, C_DP, C_EP, C_GLOBAL_BATCH, C_MOE_EXPERTS, C_MOE_LAYER_FREQ, C_UNEVEN_STAGES, C_VP, C_MTP_LAYERS, C_HIDDEN, C_MICRO_BATCH, C_N_GPUS,
     C_HOST_LAYER_S, C_HOST_OP_S, C_HOST_OPS_LAYER, C_LAYERS, C_MASTER_WEIGHTS, C_OPTIMIZER, C_PEAK_FLOPS_8, C_PEAK_FLOPS_16, C_PP, C_PRECISION,
-    C_SEQ_LEN, C_SHARDING, C_STEP_GRAD_PASSES, C_STEP_MASTER_COPY, C_STEP_OVERHEAD_S, C_STEP_ZERO_GRAD, C_TP,
+    C_GRAD_REDUCE_BYTES, C_SEQ_LEN, C_SHARDING, C_STEP_GRAD_PASSES, C_STEP_MASTER_COPY, C_STEP_OVERHEAD_S, C_STEP_ZERO_GRAD, C_TP,
     SHARD_ZERO2, C_VOCAB, OPT_ADAM, OPT_MUON, OPT_SGD, OPT_SGD_NO_MOMENTUM, PRECISION_FP8, R_COMM_CP, R_COMM_DP, R_COMM_EP, R_COMM_EP_SCALE_OUT,
     R_COMM_PP, R_COMM_TP, R_EXPOSED_CP, R_EXPOSED_DP, R_EXPOSED_EP, R_EXPOSED_PP, R_EXPOSED_TP, R_FLOPS_PER_TOKEN,
     R_HFU, R_MFU, R_PIPELINE_BUBBLE, R_STEP_TIME, R_TIME_HOST_WAIT, R_TIME_ATTENTION, R_TIME_GEMM, R_TIME_MEMORY_BOUND, R_TIME_OPTIMIZER,
@@ -43,6 +43,7 @@ from fastmodel.kernels.lm.passes import (
     head_passes, layer_passes, layer_passes_of, layer_time, per_layer_fsdp,
 )
 from fastmodel.kernels.lm.pipeline import model_copies, pipeline_bubble, pipeline_p2p
+from fastmodel.kernels.nccl import allreduce_time
 from fastmodel.kernels.roofline import memory_bound_time
 
 
@@ -140,6 +141,28 @@ def last_rank_all_moe(row):
 
 
 @njit
+def mtp_module_params(row, layer_params, layer_experts):
+    """(non-expert, routed-expert, embedding-copy) parameters per device of the ``mtp_layers`` MTP modules on
+    the last pipeline rank, given the average layer's ``layer_params`` non-expert and ``layer_experts`` expert
+    parameters (docs/model.md §11.4 "MTP module"). A module (Megatron-Core ``MultiTokenPredictionLayer``,
+    megatron/core/transformer/multi_token_prediction.py, NVIDIA/Megatron-LM@d98e8a6) holds a transformer layer,
+    the ``eh_proj`` projection ``2h x h`` (column-parallel: ``/t``) and three norms (``enorm``, ``hnorm``,
+    ``final_layernorm``: ``3h``); the output layer is the main model's. The embedding is shared too, but with
+    ``pp > 1`` the MTP stage builds its own copy of the word embedding (gpt_model.py ``if self.pre_process or
+    self.mtp_process``) tied to the first stage's (language_module.py ``setup_embeddings_and_output_layer``; its
+    gradient all-reduced over the embedding group in finalize_model_grads.py ``_allreduce_word_embedding_grads``),
+    ``V h / t`` more parameters; its gradient is reduced over dp like the rest. Under DualPipe the MTP stage shares
+    rank 0 with the embedding and the two share the parameters (DeepSeek-V3 report sec. 3.2.3): no copy."""
+    d = row[C_MTP_LAYERS]
+    if d <= 0.0:
+        return 0.0, 0.0, 0.0
+    h = row[C_HIDDEN]
+    t = row[C_TP]
+    copy = row[C_VOCAB] * h / t if (row[C_PP] > 1.0 and model_copies(row) <= 1.0) else 0.0
+    return d * (layer_params + 2.0 * h * h / t + 3.0 * h) + copy, d * layer_experts, copy
+
+
+@njit
 def _data_parallel_step(row, work, per_stage, head_params, out):
     """Data-parallel gradient reduction and parameter gather once per step, and the optimizer step, into
     ``out``; returns their critical-path seconds."""
@@ -150,10 +173,14 @@ def _data_parallel_step(row, work, per_stage, head_params, out):
     # dense parameters over dp; routed experts over the expert-data-parallel group edp (kernels/lm/moe.py)
     experts = work[A_EXPERT_PARAMS]
     copies = model_copies(row)      # DualPipe: rank 0 holds stages 0 and p - 1 (embedding and head)
+    mtp_params, mtp_experts, mtp_embedding = mtp_module_params(row, params - experts, experts)
+    last_end = head_params + mtp_params
     if copies > 1.0:
-        ends = embedding_params + head_params
+        ends = embedding_params + last_end
     else:
-        ends = max(embedding_params if p > 1.0 else embedding_params + head_params, head_params)
+        ends = max(embedding_params if p > 1.0 else embedding_params + last_end, last_end)
+    # the MTP modules' routed experts are on the last rank, which holds the head
+    experts_held = copies * per_stage * experts + (mtp_experts if (p <= 1.0 or ends == last_end) else 0.0)
     stage_params = copies * per_stage * (params - experts) + ends
     if split_slots(row) > 0.0:      # the embedding and the head hold a layer's slot (last_rank_layers)
         stage_params = max(stage_params - ends, stage_params - copies * (params - experts))
@@ -166,13 +193,18 @@ def _data_parallel_step(row, work, per_stage, head_params, out):
         edp = expert_dp(row)
         stride = expert_tp(row) * row[C_EP]
         expert_group = min(edp, max(1.0, shard_group * t * row[C_CP] / stride))
-        e_comm, e_exposed, e_local = data_parallel(row, copies * per_stage * experts, max(0.0, last_backward - dp_comm),
+        e_comm, e_exposed, e_local = data_parallel(row, experts_held, max(0.0, last_backward - dp_comm),
                                                    max(0.0, first_forward - dp_comm), expert_group, edp, stride)
         dp_comm += e_comm
         dp_exposed += e_exposed
         local_params += e_local
     # the gradients the rank holds: the stage's whole buffer, or its shard under ZeRO-2 and FSDP
-    held = local_params if row[C_SHARDING] >= SHARD_ZERO2 else stage_params + copies * per_stage * experts
+    held = local_params if row[C_SHARDING] >= SHARD_ZERO2 else stage_params + experts_held
+    # the MTP stage's copy of the word embedding: its gradient all-reduced with the first stage's after the backward
+    if mtp_embedding > 0.0:
+        tied = allreduce_time(row, mtp_embedding * row[C_GRAD_REDUCE_BYTES], 2.0, (p - 1.0) * t * row[C_CP] * row[C_DP])
+        dp_comm += tied
+        dp_exposed += tied
     step_bytes = optimizer_step_bytes(row, local_params, held)
     optimizer = 0.0
     if row[C_OPTIMIZER] == OPT_MUON:

@@ -1,6 +1,7 @@
 """DeepSeek-V3's memory as its report states it (arXiv 2412.19437 sec. 3.2.1, 3.2.3, 3.3.1, 3.3.3), derived by hand
-for the record ``deepseek-v3-pretrain-h800-n2048-180k-gpuh-per-T`` of tests/data/runs_moe_public.jsonl on its
-worst rank (pipeline rank 1: model stages 1 and 14 under DualPipe, 4 MoE layers each), kind by kind
+for the record ``deepseek-v3-pretrain-h800-n2048-180k-gpuh-per-T`` of tests/data/runs_moe_public.jsonl on pipeline
+rank 1 (model stages 1 and 14 under DualPipe, 4 MoE layers each; the worst rank before the MTP loss's workspace
+moved the peak to rank 0), kind by kind
 (docs/model_memory.md, "MoE memory as the DeepSeek report states it"), and ``mla_latent_bytes``.
 
 Model (report sec. 4.2): h = 7168, 128 heads, MLA d_c' = 1536, d_c = 512, d_h^R = 64, d_h = 128; 256 routed experts
@@ -16,6 +17,7 @@ from fastmodel.kernels.lm.pipeline import microbatches_in_flight
 from fastmodel.lm.api import record_values
 from fastmodel.lm.records import lower_record
 from fastmodel.lm.table import row
+from fastmodel.registry.lm import COLUMN_INDEX
 from tests.data_records import record_by_id
 from tests.lm.test_memory_recompute_modules import bits
 
@@ -80,10 +82,40 @@ def test_deepseek_v3_worst_rank_by_kind():
     assert 8 * (8 * non_expert_layer / 128 + 8 * expert_layer / 2) / GIB == pytest.approx(5.358, abs=1e-3)
     assert microbatches_in_flight(columns, 1) == 17
     assert 17 * 4 * 268_928 * T / GIB == pytest.approx(69.760, abs=1e-3)             # activations
+    weights, gradients, optimizer, activations, _ = _rank_peak(columns, 1.0)
+    assert weights == pytest.approx(3 * params, rel=1e-12)
+    assert gradients == pytest.approx(4 * params, rel=1e-12)
+    assert optimizer == pytest.approx(8 * (8 * non_expert_layer / 128 + 8 * expert_layer / 2), rel=1e-12)
+    assert activations == pytest.approx(17 * 4 * 268_928 * T, rel=1e-12)
+    assert sum(_rank_peak(columns, 1.0)) / GIB == pytest.approx(97.92, abs=0.01)
+
+
+def _rank_peak(columns, stage):
+    """(weights, gradients, optimizer, activations, buffers) at pipeline rank ``stage``'s peak (memory_row's terms)."""
+    from fastmodel.kernels.lm import memory
+    from fastmodel.kernels.lm.memory_activations import recompute_working_bytes, stored_layer_bytes
+    from fastmodel.kernels.lm.memory_peak import stage_peak
+    kept = kept_mode(columns)
+    dense, moe = layer_activation_bytes(columns, False, kept), layer_activation_bytes(columns, True, kept)
+    return stage_peak(columns, stage, stored_layer_bytes(columns, dense), stored_layer_bytes(columns, moe),
+                      recompute_working_bytes(columns, max(dense, moe)), memory.fsdp_gather_buffer_bytes(columns),
+                      memory.comm_buffer_bytes(columns), memory.backward_grad_bytes(columns),
+                      memory.logits_workspace_bytes(columns))
+
+
+def test_deepseek_v3_mtp_loss_moves_the_worst_rank_to_rank_0():
+    """Rank 0 holds stage 15 (the head and the MTP module) under DualPipe. At the loss it holds, beside the main
+    head's workspace 6 B per logit, the MTP depth's FP32 softmax, 4 B x 4,096 x 129,280 = 1.97 GiB
+    (Megatron-Core process_mtp_loss, docs/model_memory.md "MTP module"), and one micro-batch of stage 15 in flight
+    keeps the MTP module's inputs (6 + 3 g) T h = 9 x 4,096 x 7,168 B (FP8: g = 1) beside its MoE layer's
+    268,928 B per token: rank 0 peaks at 99.7 GiB, rank 1 at 97.9."""
+    columns = _columns("deepseek-v3-pretrain-h800-n2048-180k-gpuh-per-T")
     values, _ = record_values(record_by_id("deepseek-v3-pretrain-h800-n2048-180k-gpuh-per-T"))
-    assert values["memory_peak_stage"] == 1
-    assert values["memory_weights"] == pytest.approx(3 * params, rel=1e-12)
-    assert values["memory_gradients"] == pytest.approx(4 * params, rel=1e-12)
-    assert values["memory_optimizer"] == pytest.approx(8 * (8 * non_expert_layer / 128 + 8 * expert_layer / 2),
-                                                       rel=1e-12)
-    assert values["memory_activations"] == pytest.approx(17 * 4 * 268_928 * T, rel=1e-12)
+    assert values["memory_peak_stage"] == 0
+    assert values["memory_buffers"] == pytest.approx(_rank_peak(columns, 0.0)[4], rel=1e-12)
+    without = columns.copy()
+    without[COLUMN_INDEX["mtp_layers"]] = 0.0
+    rank0, plain = _rank_peak(columns, 0.0), _rank_peak(without, 0.0)
+    assert rank0[4] - plain[4] == pytest.approx(4 * T * 129_280, rel=1e-12)
+    assert rank0[3] - plain[3] == pytest.approx((268_928 + 9 * H) * T, rel=1e-12)
+    assert sum(rank0) / GIB == pytest.approx(99.68, abs=0.01)
