@@ -185,7 +185,10 @@ def test_an_mtp_module_adds_one_layer_and_one_lm_head_to_the_last_stage_by_hand(
     """DeepSeek-V3 report sec. 2.2: an MTP module is one transformer block beside the main model's, with its own
     pass through the shared output head (docs/model.md §11.4, §11.14). On one stage (pp 1, every layer MoE) one more
     micro-batch costs, with the module, what a fifth layer adds plus one more LM-head GEMM forward and backward,
-    (1 + 2) x gemm_time(b s, V, h) (the loss's memory passes are not repeated: the model charges the head GEMM)."""
+    (1 + 2) x gemm_time(b s, V, h), plus its projection GEMM forward and backward (1 + 2) and its loss, norm and
+    concatenation passes (``mtp_costs``' memory time, charged once in the forward and once in the backward), which
+    tests/lm/test_mtp.py derives piece by piece."""
+    from fastmodel.kernels.lm.layer import mtp_costs
     from fastmodel.kernels.lm.passes import BACKWARD_GEMM
     from fastmodel.kernels.roofline import gemm_time
 
@@ -193,4 +196,7 @@ def test_an_mtp_module_adds_one_layer_and_one_lm_head_to_the_last_stage_by_hand(
     layer = _slope(**one, layers=5) - _slope(**one, layers=4)
     head = gemm_time(row(**{**MOE, **one}), 2048.0, 32000.0, 2048.0, False)
     assert BACKWARD_GEMM == 2.0
-    assert _slope(**one, mtp_layers=1) - _slope(**one) == pytest.approx(layer + 3 * head, rel=1e-9)
+    projection, passes, _, _ = mtp_costs(row(**{**MOE, **one, "mtp_layers": 1}), 2048.0, 2048.0)
+    assert projection > 0.0 and passes > 0.0
+    assert _slope(**one, mtp_layers=1) - _slope(**one) == pytest.approx(
+        layer + 3 * head + 3 * projection + 2 * passes, rel=1e-9)
