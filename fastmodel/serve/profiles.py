@@ -59,7 +59,8 @@ HOST_OP_S_EAGER = 20e-6
 #: ``kv_write_kernel`` of vLLM V1: its attention layer stores the step's keys and values with its own
 #: ``reshape_and_cache_flash`` kernel, then launches the attention kernel, in the FlashAttention backend (Hopper's
 #: default) and the FlashInfer backend (Blackwell's) alike: vllm@v0.10.2 ``vllm/v1/attention/backends/
-#: flash_attn.py:498`` (before ``flash_attn_varlen_func``) and ``flashinfer.py:798``; @v0.15.1 ``flash_attn.py:761-793``
+#: flash_attn.py:498`` (before ``flash_attn_varlen_func``) and ``flashinfer.py:798``; @v0.12.0 ``flash_attn.py:642``,
+#: ``flashinfer.py:1157``; @v0.15.1 ``flash_attn.py:761-793``
 #: (``do_kv_cache_update``; ``forward_includes_kv_cache_update = False``, :82) and ``flashinfer.py:1302``; @v0.18.0
 #: ``flash_attn.py:93,797-819`` and ``flashinfer.py:393,1619-1635`` (docs/model_serving.md S45). TensorRT-LLM and
 #: SGLang keep 0 (not read here)
