@@ -45,6 +45,9 @@ ENGINE_KERNEL_ROWS = (
     ("host_req_s", "s", 0.0, "Host (CPU) seconds the engine's per-iteration loop spends per running request on a "
      "rank (input preparation, sampler update, output handling); added to serve_step_overhead_s "
      "(docs/model_serving.md S36; 0: off).", 0, 1e-2),
+    ("kv_write_kernel", "1", 0, "1: the engine writes each step's new keys and values into the paged KV cache with "
+     "a kernel of its own before the attention kernel (vLLM V1 reshape_and_cache_flash), one more launch per layer "
+     "and iteration; 0: the model's one attention kernel per layer (docs/model_serving.md S45).", 0, 1),
     ("custom_allreduce_bytes", "bytes", 0, "Largest allreduce run by the engine's own P2P kernel (0: NCCL).", 0, 1 << 40),
     ("act_quant_inputs", "bits", 0, "Inputs of a layer's quantized linears the engine quantizes in a kernel of "
      "their own (bits: 1 QKV, 2 output projection, 4 gate/up, 8 down; 0: none, or fused into the kernel before); "

@@ -13,6 +13,7 @@ documented defaults at that version, with the source of every value (docs/source
 | ``overlap_step`` | 1 (overlap scheduler on) | 0 up to 0.12, 1 from 0.15.1 (async scheduling) | 1 (overlap scheduler on) |
 | ``kv_on_demand`` | 0 (GUARANTEED_NO_EVICT) | 1 (paged blocks on demand) | 1 |
 | ``custom_allreduce_bytes`` | 4 MiB (AUTO lookup table: NCCL above) | 8 MiB (``CustomAllreduce``) | 8 MiB |
+| ``kv_write_kernel`` | 0 | 1 (``reshape_and_cache_flash`` before attention, 0.10.2-0.18.0) | 0 (not read) |
 
 Sources: TensorRT-LLM ``TorchLlmArgs`` (``max_num_tokens``, ``max_batch_size``, ``enable_chunked_prefill``,
 ``disable_overlap_scheduler``) and its "Useful Runtime Options" and overlap-scheduler pages; vLLM
@@ -56,6 +57,15 @@ CUSTOM_AR_TRTLLM = 4 * 1024 * 1024 + 1          # the kernel's inclusive 4 MiB u
 #: size, 512, run its compiled code ungraphed; no count of that code was read, docs/model_serving.md S25) and SGLang
 #: (eager extend batches, its ops not counted here) keep 0
 HOST_OP_S_EAGER = 20e-6
+#: ``kv_write_kernel`` of vLLM V1: its attention layer stores the step's keys and values with its own
+#: ``reshape_and_cache_flash`` kernel, then launches the attention kernel, in the FlashAttention backend (Hopper's
+#: default) and the FlashInfer backend (Blackwell's) alike: vllm@v0.10.2 ``vllm/v1/attention/backends/
+#: flash_attn.py:498`` (before ``flash_attn_varlen_func``) and ``flashinfer.py:798``; @v0.12.0 ``flash_attn.py:642``,
+#: ``flashinfer.py:1157``; @v0.15.1 ``flash_attn.py:761-793``
+#: (``do_kv_cache_update``; ``forward_includes_kv_cache_update = False``, :82) and ``flashinfer.py:1302``; @v0.18.0
+#: ``flash_attn.py:93,797-819`` and ``flashinfer.py:393,1619-1635`` (docs/model_serving.md S45). TensorRT-LLM and
+#: SGLang keep 0 (not read here)
+KV_WRITE_KERNEL_VLLM = 1.0
 #: (serve_step_overhead_s, host_req_s) of each engine's scheduler loop per iteration (docs/model_serving.md S36): not set, no
 #: engine publishes its loop's total host time per request at the records' versions (S36 lists what is published)
 SCHED_HOST = {"trtllm": (0.0, 0.0), "vllm": (0.0, 0.0), "sglang": (0.0, 0.0)}
@@ -91,15 +101,15 @@ def profile_columns(engine: str | None, version: tuple[int, ...] | None, hbm_byt
                 "chunked_prefill": 1, "mixed_prefill": 1,
                 "overlap_step": 1 if version is None or version >= (0, 15, 1) else 0, "kv_on_demand": 1,
                 "custom_allreduce_bytes": CUSTOM_AR_VLLM, "host_op_s": 0.0, "host_ops_layer": 0.0,
-                **_sched_host("vllm")}
+                "kv_write_kernel": KV_WRITE_KERNEL_VLLM, **_sched_host("vllm")}
     if engine == "sglang":
         return {"max_num_tokens": 16384 if hbm_bytes >= 160 * GIB else 8192, "max_batch_size": 4096,
                 "chunked_prefill": 1, "mixed_prefill": 0, "overlap_step": 1, "kv_on_demand": 1,
                 "custom_allreduce_bytes": CUSTOM_AR_SGLANG, "host_op_s": 0.0, "host_ops_layer": 0.0,
-                **_sched_host("sglang")}
+                "kv_write_kernel": 0.0, **_sched_host("sglang")}
     return {"max_num_tokens": 8192, "max_batch_size": 2048, "chunked_prefill": 0, "mixed_prefill": 1,
             "overlap_step": 1, "kv_on_demand": 0, "custom_allreduce_bytes": CUSTOM_AR_TRTLLM,
-            "host_op_s": HOST_OP_S_EAGER, "host_ops_layer": 0.0, **_sched_host("trtllm")}
+            "host_op_s": HOST_OP_S_EAGER, "host_ops_layer": 0.0, "kv_write_kernel": 0.0, **_sched_host("trtllm")}
 
 
 def fp4_activation(engine: str | None, precision: str) -> tuple[float, str | None]:
