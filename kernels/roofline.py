@@ -19,7 +19,7 @@ import math
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.columns import (
     C_ATTN_EFF, C_ATTN_EFF_FA2, C_ATTN_FA2, C_MLA, C_GEMM_EFF_16, C_GEMM_EFF_8, C_GEMM_K_HALF, C_GEMM_TILE_M, C_GEMM_TILE_N, C_HBM_BW, C_HBM_EFF,
-    C_EP, C_EXPERT_GEMM_EFF, C_EXPERT_HIDE_ROWS, C_EXPERT_TILE_MAX, C_EXPERT_TILE_MIN, C_KERNEL_OVERHEAD_S, C_MOE_EXPERTS,
+    C_EP, C_EXPERT_ALIGN_ROWS, C_EXPERT_GEMM_EFF, C_EXPERT_HIDE_ROWS, C_EXPERT_TILE_MAX, C_EXPERT_TILE_MIN, C_KERNEL_OVERHEAD_S, C_MOE_EXPERTS,
     C_PEAK_FLOPS_16, C_PEAK_FLOPS_4, C_PEAK_FLOPS_8, C_SM_COUNT, C_STACK_COMPUTE_EFF,
 )
 
@@ -169,13 +169,34 @@ def expert_gemm_roofline(row, groups, m, n, k, fp8, weight_bytes, launch):
     expert's weight tile is loaded once per row tile; with one row tile
     per expert (m <= tile_m) nothing else can run while it streams in, so load and math add up; with ``r`` row
     tiles the later ones find it in L2 and only ``1/r`` of the shorter bound stays exposed; none where the
-    kernel hides its math (:func:`hides_math`). Same launch rule as
+    kernel hides its math (:func:`hides_math`); a contiguous-layout kernel that computes its whole worst-case buffer
+    adds the buffer's tail (:func:`buffer_tail_compute`). Same launch rule as
     :func:`gemm_roofline`; 0 when empty. Row tile: :func:`expert_row_tile`."""
     if groups <= 0.0 or m <= 0.0 or n <= 0.0 or k <= 0.0:
         return 0.0
     compute, memory = expert_bounds(row, groups, m, n, k, fp8, weight_bytes)
     share = 0.0 if hides_math(row, groups, m) else exposed_weight_share(row, m)
-    return max(compute, memory) + share * min(compute, memory) + launch * row[C_KERNEL_OVERHEAD_S]
+    return (max(compute, memory) + share * min(compute, memory) + buffer_tail_compute(row, groups, m, n, k, fp8)
+            + launch * row[C_KERNEL_OVERHEAD_S])
+
+
+@njit(inline="always")
+def buffer_tail_compute(row, groups, m, n, k, fp8):
+    """Compute seconds of the blocks a contiguous-layout expert kernel runs past the routed rows' own blocks
+    (``expert_align_rows`` A > 0, docs/model_serving.md S42): it launches over the worst-case buffer
+    ``round_up(groups m ep + (E / ep)(A - 1), A)`` rows (every token's top-k, local or not, plus A - 1 per local
+    expert) and computes every A-row block, the ``groups ceil(m / A)`` blocks
+    of the touched experts and a tail of ``buffer / A - groups ceil(m / A)`` blocks against one expert's weights,
+    which stay in L2: their MMA time at the expert kernel's rate, no weight stream. 0 when A is 0."""
+    align = row[C_EXPERT_ALIGN_ROWS]
+    if align <= 0.0:
+        return 0.0
+    buffer = math.ceil((groups * m * row[C_EP] + row[C_MOE_EXPERTS] / row[C_EP] * (align - 1.0)) / align)
+    tail = buffer - groups * math.ceil(m / align)
+    if tail <= 0.0:
+        return 0.0
+    compute, _ = tiled_bounds(row, tail, align, n, k, fp8, 0.0, align)
+    return compute * expert_compute_scale(row, fp8)
 
 
 @njit(inline="always")

@@ -27,6 +27,9 @@ ENGINE_KERNEL_ROWS = (
     ("expert_hide_rows", "tokens", 0.0, "Routed rows per local expert (M top_k / E) below which the expert kernel "
      "hides its MMA under its weight stream, max(c, w) (0: never); vLLM's Marlin MoE: 14.4, one 16-row MMA block "
      "with up to 4 thread blocks per SM (docs/model_serving.md S38).", 0, 1024),
+    ("expert_align_rows", "tokens", 0.0, "Row alignment of a contiguous-layout grouped expert kernel that launches "
+     "over its worst-case buffer, round_up(M top_k / ep + (E / ep) (A - 1), A) rows, and computes every A-row block "
+     "(0: only the routed rows' tiles); vLLM 0.12's DeepGEMM MoE on Hopper: 128 (docs/model_serving.md S42).", 0, 1024),
     ("mixed_prefill", "1", 1, "1: prefill chunks ride in the decode iterations (vLLM V1, TRT-LLM in-flight "
      "batching); 0: prefill batches run alone and stall decodes (SGLang default).", 0, 1),
     ("chunked_prefill", "1", 0, "1: a prompt longer than the free token budget is cut into chunks; 0: a prompt "

@@ -119,6 +119,40 @@ def expert_hide_rows(engine: str | None, sm90: bool, marlin: bool) -> float:
     return MARLIN_HIDE_ROWS if engine == "vllm" and marlin and sm90 else 0.0
 
 
+#: row block of DeepGEMM's contiguous-layout grouped GEMM, the one vLLM 0.12 runs for block-FP8 experts on SM90
+#: (``m_grouped_fp8_gemm_nt_contiguous``): ``get_mk_alignment_for_contiguous_layout()`` returns 128
+#: (deepseek-ai/DeepGEMM@594953a ``csrc/utils/layout.hpp`` 96-98) and the SM90 heuristic offers only that block M for
+#: ``GemmType::MGroupedContiguous`` (``csrc/jit_kernels/heuristics/common.hpp`` 159-161); each expert's rows are padded
+#: to it (vLLM 0.12.0 ``fused_moe/deep_gemm_utils.py`` ``ep_scatter`` ``round_up_128``) and a block with any routed row
+#: issues the full 128-row WGMMAs (``sm90_fp8_gemm_1d2d.cuh`` 240-305); docs/model_serving.md S42
+DEEPGEMM_MOE_BLOCK_M = 128.0
+#: the vLLM minor release whose FP8 MoE backend choice S42 read line by line (the ``vllm==0.12.0`` wheel)
+VLLM_DEEPGEMM_MOE = (0, 12)
+#: expert-TP size from which vLLM 0.12 turns DeepGEMM MoE off unless ``VLLM_MOE_USE_DEEP_GEMM`` is set
+#: (``quantization/fp8.py`` ``get_fp8_moe_backend`` 169-178; vLLM PR #29346, 2025-11-24)
+VLLM_DEEPGEMM_MOE_MAX_TP = 8
+
+
+def deepgemm_moe_columns(engine: str | None, version: tuple[int, ...] | None, sm90: bool, block_fp8: bool,
+                         expert_tp: float, ep: float, attention_dp: float) -> dict[str, float]:
+    """``expert_tile_min``, ``expert_tile_max`` and ``expert_align_rows`` of the routed-expert kernel vLLM 0.12 runs
+    for a block-FP8 checkpoint on SM90: DeepGEMM's contiguous grouped GEMM in ``DEEPGEMM_MOE_BLOCK_M``-row blocks
+    over the worst-case buffer, every block computed (``deepgemm_moe_permute`` labels the unused tail expert 0,
+    ``deep_gemm_utils.py`` 368-374, which DeepGEMM's ``is_computation_valid`` takes as valid), below
+    ``VLLM_DEEPGEMM_MOE_MAX_TP`` expert-TP ranks (``expert_tp``: 1 under expert parallelism, vLLM's
+    ``FusedMoEParallelConfig``) and without an all-to-all (EP with attention DP runs the modular all-to-all
+    kernels instead; EP without DP keeps this path with an ``expert_map``) (``get_fp8_moe_backend``:
+    ``VLLM_USE_DEEP_GEMM`` and ``VLLM_MOE_USE_DEEP_GEMM`` default 1, ``envs.py`` 1171-1175; with
+    ``VLLM_USE_DEEP_GEMM_E8M0`` default 1 ``fused_experts`` takes DeepGEMM at every batch, ``fused_moe.py``
+    1597-1601). It assumes the ``deep_gemm`` package is installed, as the Dynamo vLLM 0.12.0 container's
+    ``install_vllm.sh`` does. Every other engine, version, device or layout: zeros, the library's tiles (S42)."""
+    block = 0.0
+    if (engine == "vllm" and version is not None and version[:2] == VLLM_DEEPGEMM_MOE and sm90 and block_fp8
+            and not (ep > 1 and attention_dp > 1) and expert_tp < VLLM_DEEPGEMM_MOE_MAX_TP):
+        block = DEEPGEMM_MOE_BLOCK_M
+    return {"expert_tile_min": block, "expert_tile_max": block, "expert_align_rows": block}
+
+
 def expert_kernel_columns(engine: str | None, block_fp8: bool, sm90: bool, marlin: bool) -> dict[str, float]:
     """``expert_gemm_eff`` (:func:`expert_kernel_eff`) and ``expert_hide_rows`` (:func:`expert_hide_rows`) of the
     routed-expert kernel an engine runs (docs/model_serving.md S29, S38)."""

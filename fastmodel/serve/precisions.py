@@ -58,6 +58,16 @@ def block_fp8_checkpoint(model_name: str | None, precision: str, aic: dict | Non
     return precision == "fp8" and name in BLOCK_FP8_CHECKPOINTS
 
 
+def published_block_fp8(model_name: str | None, precision: str) -> bool:
+    """True when ``precision`` is ``fp8`` and the model is published as a block-scaled FP8 checkpoint
+    (``BLOCK_FP8_CHECKPOINTS``), whatever quantisation mode a record's ``aic`` block names: vLLM builds its FP8
+    method from the checkpoint's ``quantization_config`` (``weight_block_size``), so the kernel it picks follows the
+    checkpoint; aiconfigurator's ``gemm_quant_mode`` / ``moe_quant_mode`` name the operation of its own performance
+    database (docs/model_serving.md S42)."""
+    name = str(model_name or "").strip().lower().rsplit("/", 1)[-1]
+    return precision == "fp8" and name in BLOCK_FP8_CHECKPOINTS
+
+
 def published_fp4_checkpoint(model_name: str | None, precision: str, quantized_layers: str | None):
     """(precision, quantized_layers, note) with a generic ``fp4`` of a model in ``MXFP4_EXPERT_CHECKPOINTS`` read
     as the checkpoint that model is published in (``mxfp4``, experts only), since no other FP4 checkpoint of

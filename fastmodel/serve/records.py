@@ -35,12 +35,18 @@ from fastmodel.serve.engine_kernels import (
     SM90_DEVICES,
     SM90_SM100_DEVICES,
     assumed_note,
+    deepgemm_moe_columns,
     device_is_one_of,
     expert_kernel_columns,
     linear_kernels,
     trtllm_triton_moe,
 )
-from fastmodel.serve.precisions import FP4_PRECISIONS, block_fp8_checkpoint, published_fp4_checkpoint
+from fastmodel.serve.precisions import (
+    FP4_PRECISIONS,
+    block_fp8_checkpoint,
+    published_block_fp8,
+    published_fp4_checkpoint,
+)
 from fastmodel.serve.profiles import (
     expert_row_tiles,
     fp4_activation,
@@ -133,6 +139,19 @@ def _triton_moe_host_ops(columns: np.ndarray, engine: str | None, stated: bool, 
                      f"{columns[COLUMN_INDEX['host_ops_layer']]:.0f} eager host ops per layer; docs/model_serving.md S37")
 
 
+def _expert_kernel(engine: str | None, version: tuple[int, ...] | None, sm90: bool, name: str | None,
+                   precision: str, data: dict, serve) -> dict[str, float]:
+    """The routed-expert kernel's columns: its efficiency and hidden-math regime (``expert_kernel_columns``, S29,
+    S38) and vLLM 0.12's DeepGEMM block and buffer on Hopper (``deepgemm_moe_columns``, S42), the latter at vLLM's
+    expert-TP size (``moe_tp``, else tp x attention_dp / ep)."""
+    values = expert_kernel_columns(engine, block_fp8_checkpoint(name, precision, data.get("aic")), sm90,
+                                   serve.moe_backend == "marlin")
+    expert_tp = serve.moe_tp or serve.tp * serve.attention_dp / serve.ep
+    values.update(deepgemm_moe_columns(engine, version, sm90, published_block_fp8(name, precision), expert_tp,
+                                       serve.ep, serve.attention_dp))
+    return values
+
+
 def lower_serve_record(data: dict, source: str | None = None) -> ServeRecord:
     """Check one serving record (``fastmodel.serve.record_schema``) and lower it to a column vector; a
     SpecError names the file, line, block and field."""
@@ -212,8 +231,7 @@ def lower_serve_record(data: dict, source: str | None = None) -> ServeRecord:
     if fusion_note:
         notes.append(fusion_note)
     sm90 = device_is_one_of(device, device_table(), SM90_DEVICES)
-    values.update(expert_kernel_columns(engine, block_fp8_checkpoint(model.get("name"), precision, data.get("aic")),
-                                        sm90, serve.moe_backend == "marlin"))
+    values.update(_expert_kernel(engine, version, sm90, model.get("name"), precision, data, serve))
     if values["peak_flops_4"] > 0:     # the engine's FP4 MoE kernel; without FP4 tensor cores, another backend
         values["expert_tile_min"], values["expert_tile_max"] = expert_row_tiles(engine, precision)
     values.update(_load_columns(serve))
