@@ -19,6 +19,7 @@ import numpy as np
 
 from fastmodel.errors import SpecError, nearest
 from fastmodel.lm.execution import GRAD_REDUCE_BYTES
+from fastmodel.lm.router_balance import balance_imbalance
 from fastmodel.lm.table import encode
 from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS, RECOMPUTE_MODULES
 from fastmodel.spec.devices import device_table
@@ -161,7 +162,21 @@ def execution_values(execution, model, mesh: Mesh, notes: list[str] | None = Non
     if execution.recompute == "partial_layers":
         values["recompute_fraction"] = recompute_fraction(execution, model.layers, notes)
     values["recompute_modules"] = recompute_module_bits(execution, notes)
+    imbalance = balance_column(execution, model, mesh, notes)
+    if imbalance is not None:
+        values["moe_imbalance"] = imbalance
     return values
+
+
+def balance_column(execution, model, mesh: Mesh, notes: list[str] | None = None) -> float | None:
+    """``moe_imbalance`` from the plan's ``moe_balance`` (``router_balance.balance_imbalance``) when the plan and
+    its stack leave ``moe_imbalance`` unset and the model has experts; round-robin routing is forced balance."""
+    method = getattr(execution, "moe_balance", None)
+    if not model.moe_experts or execution.moe_imbalance is not None or method is None:
+        return None
+    if getattr(model, "moe_routing", "uniform") == "round_robin":
+        method = "forced"
+    return balance_imbalance(method, model.moe_experts, mesh.ep, notes)
 
 
 def recompute_module_bits(execution, notes: list[str] | None = None) -> float:
