@@ -30,6 +30,7 @@ from pydantic import (
 )
 
 from fastmodel.errors import FieldValueError
+from fastmodel.lm.router_balance import BALANCE_METHODS
 from fastmodel.lm.stacks import STACK_NAMES
 from fastmodel.registry.lm import (
     CODE_TABLES,
@@ -120,6 +121,10 @@ class ExecutionSpec(BaseModel):
     fused_kernels: bool | None = None
     flash_attention: bool | None = None
     dropout: bool | None = None
+    # MoE routing
+    moe_balance: Literal[BALANCE_METHODS] | None = Field(  # type: ignore[valid-type]
+        None, description="Router load balancing (fastmodel/lm/router_balance.py); sets moe_imbalance when the plan "
+                          "leaves it unset (docs/model.md §11.14.5).")
 
     @model_validator(mode="after")
     def _consistent(self):

@@ -19,6 +19,7 @@ import numpy as np
 
 from fastmodel.errors import SpecError, nearest
 from fastmodel.lm.execution import GRAD_REDUCE_BYTES
+from fastmodel.lm.router_balance import expert_maxvio
 from fastmodel.lm.table import encode
 from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS, RECOMPUTE_MODULES
 from fastmodel.spec.devices import device_table
@@ -161,7 +162,20 @@ def execution_values(execution, model, mesh: Mesh, notes: list[str] | None = Non
     if execution.recompute == "partial_layers":
         values["recompute_fraction"] = recompute_fraction(execution, model.layers, notes)
     values["recompute_modules"] = recompute_module_bits(execution, notes)
+    maxvio = balance_column(execution, model, notes)
+    if maxvio is not None:
+        values["moe_expert_maxvio"] = maxvio
     return values
+
+
+def balance_column(execution, model, notes: list[str] | None = None) -> float | None:
+    """``moe_expert_maxvio`` of the plan's ``moe_balance`` (``router_balance.expert_maxvio``) when the plan and its
+    stack leave ``moe_imbalance`` unset and the model has experts; the kernel's ``rank_imbalance`` turns it into
+    the busiest rank's factor at each mesh's ep."""
+    method = getattr(execution, "moe_balance", None)
+    if not model.moe_experts or execution.moe_imbalance is not None or method is None:
+        return None
+    return expert_maxvio(method, notes)
 
 
 def recompute_module_bits(execution, notes: list[str] | None = None) -> float:

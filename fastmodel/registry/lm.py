@@ -220,6 +220,9 @@ PLAN_COLUMNS = _cols(
     *SDPA_PLAN_ROWS,
     ("moe_imbalance", "1", 1, "Dropless routing: routed tokens of the busiest expert-parallel rank / the mean "
      "(1 = balanced, as forced balancing runs).", 1, 64, False, "number"),
+    ("moe_expert_maxvio", "1", 0.0, "Per-expert load imbalance of the router's balancing method (max expert load / "
+     "mean - 1), set from moe_balance when moe_imbalance is unset; the busiest of ep ranks then carries "
+     "1 + maxvio sqrt(ep ln ep / (E ln E)) (docs/model.md §11.14.5). 0: moe_imbalance as given.", 0, 64),
     ("moe_mem_kernels", "1", 0.0, "Small memory-bound kernels (router score, top-k, masks, auxiliary loss, "
      "permutation bookkeeping) the stack launches per MoE layer forward, each charged kernel_overhead_s; counted "
      "from its source (docs/model.md §11.14). 0: not counted (fused or compiled routers). The stack profile sets "

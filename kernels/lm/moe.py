@@ -13,12 +13,14 @@ permutation and shared-expert compute (``moe_compute``) and the dispatch + combi
 dispatchers (``dispatch_time``).
 """
 
+import math
+
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.layout import (
     C_CP, C_DP, C_EP, C_GATED_MLP, C_HIDDEN, C_INTER_BW, C_INTER_EFF, C_INTER_LATENCY, C_INTRA_BW,
     C_INTRA_EFF, C_INTRA_LATENCY, C_KERNEL_OVERHEAD_S, C_MICRO_BATCH, C_MOE_CAPACITY_FACTOR, C_MOE_DISPATCHER,
     C_MOE_EXPERTS, C_MOE_FFN, C_MOE_FP8_DISPATCH, C_MOE_IMBALANCE, C_MOE_MAX_NODES, C_MOE_MEM_KERNELS,
-    C_MOE_ROUND_ROBIN,
+    C_MOE_EXPERT_MAXVIO, C_MOE_ROUND_ROBIN,
     C_GRAD_REDUCE_BYTES, C_MOE_PAD_TO_CAPACITY, C_MOE_SHARED_EXPERTS, C_MOE_TOPK, C_SEQ_LEN, C_STACK_COMPUTE_EFF, C_TP,
     C_WGRAD_FUSED_ACCUMULATION, DISPATCH_ALLGATHER,
     DISPATCH_DEEPEP, DISPATCH_EINSUM,
@@ -98,16 +100,31 @@ def rank_tokens(row):
     return row[C_MICRO_BATCH] * row[C_SEQ_LEN] / (row[C_CP] * row[C_TP])
 
 
+@njit(inline="always")
+def rank_imbalance(row):
+    """Routed tokens of the busiest expert-parallel rank over the mean: ``moe_imbalance``, or, where the plan's
+    balancing method set a per-expert ``moe_expert_maxvio`` m (``fastmodel/lm/router_balance.py``) and routing is
+    not forced round robin, ``1 + m sqrt(ep ln ep / (E ln E))``: expert loads ``1 + sigma z_i`` with independent
+    standard normal ``z_i`` whose largest of N is ``sigma sqrt(2 ln N)`` (David and Nagaraja, Order Statistics,
+    sec. 10.5), a rank the mean of ``E / ep`` of them (docs/model.md §11.14.5). 0 at ep = 1, m at ep = E."""
+    maxvio = row[C_MOE_EXPERT_MAXVIO]
+    experts = row[C_MOE_EXPERTS]
+    ep = min(row[C_EP], experts)
+    if maxvio <= 0.0 or row[C_MOE_ROUND_ROBIN] > 0.0 or ep <= 1.0 or experts <= 1.0:
+        return max(1.0, row[C_MOE_IMBALANCE])
+    return 1.0 + maxvio * math.sqrt(ep * math.log(ep) / (experts * math.log(experts)))
+
+
 @njit
 def load_factor(row):
     """Rows of the busiest expert-parallel rank over the balanced share ``k T``.
 
     Padded to capacity: ``cf`` (every expert gets ``capacity = T k cf / E`` rows, Megatron-Core MoE README);
-    capacity without padding: the busiest rank's ``moe_imbalance`` cut at ``cf`` (tokens above capacity are
-    dropped); dropless (``cf = 0``): ``moe_imbalance``.
+    capacity without padding: the busiest rank's imbalance (``rank_imbalance``) cut at ``cf`` (tokens above
+    capacity are dropped); dropless (``cf = 0``): the imbalance.
     """
     cf = row[C_MOE_CAPACITY_FACTOR]
-    imbalance = max(1.0, row[C_MOE_IMBALANCE])
+    imbalance = rank_imbalance(row)
     if cf > 0.0 and row[C_MOE_PAD_TO_CAPACITY] > 0.0:
         return cf
     if cf > 0.0:

@@ -23,6 +23,9 @@ from tests.lm.test_memory_recompute_modules import bits
 
 GIB = 2.0 ** 30
 H, A, DQ, DC, DR, FE, E, K, T = 7168, 128, 1536, 512, 64, 2048, 256, 8, 4096
+#: the busiest EP rank's load under aux-loss-free balancing (plan.moe_balance = aux_free; docs/model.md §11.14.5):
+#: 1 + 0.04 sqrt(64 ln 64 / (256 ln 256)) = 1 + 0.04 sqrt(3) / 4; it scales the routed rows a rank keeps
+LOAD = 1.0 + 0.04 * 3.0 ** 0.5 / 4.0
 MLA = dict(mla=1, q_lora_rank=DQ, kv_lora_rank=DC, qk_nope_head_dim=128, qk_rope_head_dim=DR, v_head_dim=128,
            recompute="selective")
 
@@ -51,13 +54,15 @@ def test_deepseek_v3_moe_layer_bytes_per_token():
     (sec. 3.3.3 (1)), flash log-sum-exp 4 x 128 (the core is not recomputed);
     MoE block: residual 2 h, router logits and scores FP32 2 x 4 x 256, the 8 routed rows as FP8 expert input
     8 x h (FP8 dispatch, sec. 3.3.3) and BF16 expert output 2 x 8 x h (kept for the gate's gradient: where the gate
-    multiplies is not stated), the SwiGLU inputs in FP8 8 x 2 f_e and 2 f_e for the shared expert (sec. 3.3.3 (2))."""
+    multiplies is not stated), the SwiGLU inputs in FP8 8 x 2 f_e and 2 f_e for the shared expert (sec. 3.3.3 (2));
+    the routed rows times the busiest rank's ``LOAD``."""
     columns = _columns("deepseek-v3-pretrain-h800-n2048-180k-gpuh-per-T")
     attention = 2 * H + 2 * (DQ + DC + DR) + 1.5 * A * 128 + 4 * A
     moe = 2 * H + 2 * 4 * E + (1 + 2) * K * H + 1 * K * 2 * FE + 1 * 2 * FE
     assert attention == 43_648 and moe == 225_280
+    routed = (1 + 2) * K * H + 1 * K * 2 * FE
     got = layer_activation_bytes(columns, True, kept_mode(columns)) / T
-    assert got == pytest.approx(attention + moe, rel=1e-12)
+    assert got == pytest.approx(attention + moe + (LOAD - 1.0) * routed, rel=1e-12)
     # the expert output alone is 2 x 8 x h = 114,688 B of the 268,928
     assert 2 * K * H / (attention + moe) == pytest.approx(0.4265, abs=1e-4)
 
@@ -69,7 +74,7 @@ def test_deepseek_v3_worst_rank_by_kind():
     4 x 44,040,192. Weights 3 B (BF16 + the cached FP8 cast, the model's Transformer Engine rule; the report does
     not say), gradients FP32 4 B unsharded under ZeRO-1 (sec. 3.3.3), optimizer FP32 master + BF16 moments 8 B over
     DP 128 (experts over 2). Activations: p + 1 = 17 micro-batches in flight (15 of stage 1, 2 of stage 14) x 4
-    layers x 268,928 B x 4,096 tokens."""
+    layers x (268,928 B + (LOAD - 1) x 204,800 B of routed rows) x 4,096 tokens."""
     columns = _columns("deepseek-v3-pretrain-h800-n2048-180k-gpuh-per-T")
     assert stage_layers(columns, 1) == (0.0, 4.0, 0.0) and stage_layers(columns, 14) == (0.0, 4.0, 0.0)
     non_expert_layer = 187_105_280 + 16_384 + 44_040_192 + 1_835_008
@@ -86,8 +91,8 @@ def test_deepseek_v3_worst_rank_by_kind():
     assert weights == pytest.approx(3 * params, rel=1e-12)
     assert gradients == pytest.approx(4 * params, rel=1e-12)
     assert optimizer == pytest.approx(8 * (8 * non_expert_layer / 128 + 8 * expert_layer / 2), rel=1e-12)
-    assert activations == pytest.approx(17 * 4 * 268_928 * T, rel=1e-12)
-    assert sum(_rank_peak(columns, 1.0)) / GIB == pytest.approx(97.92, abs=0.01)
+    assert activations == pytest.approx(17 * 4 * (268_928 + (LOAD - 1.0) * 204_800) * T, rel=1e-12)
+    assert sum(_rank_peak(columns, 1.0)) / GIB == pytest.approx(98.86, abs=0.01)      # 97.92 at LOAD 1
 
 
 def _rank_peak(columns, stage):
@@ -108,7 +113,7 @@ def test_deepseek_v3_mtp_loss_moves_the_worst_rank_to_rank_0():
     head's workspace 6 B per logit, the MTP depth's FP32 softmax, 4 B x 4,096 x 129,280 = 1.97 GiB
     (Megatron-Core process_mtp_loss, docs/model_memory.md "MTP module"), and one micro-batch of stage 15 in flight
     keeps the MTP module's inputs (6 + 3 g) T h = 9 x 4,096 x 7,168 B (FP8: g = 1) beside its MoE layer's
-    268,928 B per token: rank 0 peaks at 99.7 GiB, rank 1 at 97.9."""
+    268,928 B per token (and its routed rows at the busiest rank's load, LOAD): rank 0 peaks at 100.0 GiB, rank 1 at 98.9."""
     columns = _columns("deepseek-v3-pretrain-h800-n2048-180k-gpuh-per-T")
     values, _ = record_values(record_by_id("deepseek-v3-pretrain-h800-n2048-180k-gpuh-per-T"))
     assert values["memory_peak_stage"] == 0
@@ -117,5 +122,5 @@ def test_deepseek_v3_mtp_loss_moves_the_worst_rank_to_rank_0():
     without[COLUMN_INDEX["mtp_layers"]] = 0.0
     rank0, plain = _rank_peak(columns, 0.0), _rank_peak(without, 0.0)
     assert rank0[4] - plain[4] == pytest.approx(4 * T * 129_280, rel=1e-12)
-    assert rank0[3] - plain[3] == pytest.approx((268_928 + 9 * H) * T, rel=1e-12)
-    assert sum(rank0) / GIB == pytest.approx(99.68, abs=0.01)
+    assert rank0[3] - plain[3] == pytest.approx((268_928 + (LOAD - 1.0) * 204_800 + 9 * H) * T, rel=1e-12)
+    assert sum(rank0) / GIB == pytest.approx(99.98, abs=0.01)                         # 99.68 at LOAD 1
