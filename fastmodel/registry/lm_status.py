@@ -28,6 +28,8 @@ STATUSES: tuple[Status, ...] = (
     Status("schedule_not_runnable", "the pipeline schedule cannot run this pipeline: DualPipe needs an even pp and an "
            "even number of micro-batches, at least 2 pp"),
     Status("node_limit_below_topk", "moe_max_nodes NVLink domains of the EP group hold fewer than moe_topk experts"),
+    Status("fp8_recipe_unsupported", "fp8_recipe mxfp8 needs compute capability 10.x (Blackwell block-scaled tensor "
+           "cores), blockwise 9.0 or higher (Transformer Engine quantization.py)"),
     NOT_COMPUTED,
 )
 STATUS_CODES: dict[str, int] = {s.name: i for i, s in enumerate(STATUSES)}
