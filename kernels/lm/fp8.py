@@ -21,8 +21,8 @@ What each Transformer Engine recipe (TE d0067d0, 2.20.0.dev0) costs beyond the F
 """
 
 from fastmodel.kernels.columns import (
-    C_COLLECTIVE_OVERHEAD_S, C_COMPUTE_CAPABILITY, C_FP8_RECIPE, C_TP, FP8_BLOCKWISE, FP8_DELAYED, FP8_MXFP8,
-    FP8_TENSORWISE, FP8_UNSTATED,
+    C_COLLECTIVE_OVERHEAD_S, C_COMPUTE_CAPABILITY, C_FP8_RECIPE, C_PRECISION, C_TP, FP8_BLOCKWISE, FP8_DELAYED,
+    FP8_MXFP8, FP8_TENSORWISE, FP8_UNSTATED, PRECISION_FP8,
 )
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.nccl import allreduce_time
@@ -126,8 +126,8 @@ AMAX_REDUCTIONS = 2.0
 @njit
 def amax_reduction_time(row):
     """Seconds per layer and direction of current scaling's amax all-reduces over the TP group under sequence
-    parallelism (``Float8CurrentScalingQuantizer::quantize_impl`` waits on each before the cast): ``2 x
-    (allreduce(4 B over tp) + collective_overhead_s)``; 0 for every other recipe."""
-    if row[C_FP8_RECIPE] != FP8_TENSORWISE or row[C_TP] <= 1.0:
+    parallelism (``Float8CurrentScalingQuantizer::quantize_impl`` waits on each before the cast; the layer adds it under SP): ``2 x
+    (allreduce(4 B over tp) + collective_overhead_s)``; 0 for every other recipe and 16-bit GEMMs."""
+    if row[C_PRECISION] != PRECISION_FP8 or row[C_FP8_RECIPE] != FP8_TENSORWISE or row[C_TP] <= 1.0:
         return 0.0
     return AMAX_REDUCTIONS * (allreduce_time(row, AMAX_BYTES, row[C_TP], 1.0) + row[C_COLLECTIVE_OVERHEAD_S])

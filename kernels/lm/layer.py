@@ -141,8 +141,7 @@ def layer_costs(row, moe, sliding, work):
     nbytes = elementwise_bytes(row, norm_tokens * h, mlp_out,
                                tokens * (a + row[C_KV_HEADS]) * dqk / t * row[C_ROTARY_FRACTION])
     if fp8:
-        # FP8 casts of the GEMM inputs to the forms forward and backward read, per the recipe (docs/model.md
-        # §11.19; unstated: two casts, each reading 2 B and writing 1 B)
+        # FP8 casts of the GEMM inputs, per recipe (docs/model.md §11.19; unstated: 2 casts, read 2 B, write 1 B)
         nbytes += fp8_cast_bytes(row) * tokens * (2.0 * h / (t if sp else 1.0) + a * dv / t + mlp_out / tokens)
     mem = memory_bound_time(row, nbytes) + core_mem + moe_mem
     # communication of the layer, forward direction
@@ -153,11 +152,9 @@ def layer_costs(row, moe, sliding, work):
         # each collective also idles the GPU for collective_overhead_s
         if sp:
             tp = 2.0 * (allgather_time(row, tp_bytes, t, 1.0) + allgather_time(row, tp_bytes, t, 1.0))
-            tp += 4.0 * row[C_COLLECTIVE_OVERHEAD_S]
+            tp += 4.0 * row[C_COLLECTIVE_OVERHEAD_S] + amax_reduction_time(row)   # current scaling's amaxes
         else:
             tp = 2.0 * (allreduce_time(row, tp_bytes, t, 1.0) + row[C_COLLECTIVE_OVERHEAD_S])
-        if fp8 and sp:
-            tp += amax_reduction_time(row)
     cp = 0.0
     if c > 1.0 and row[C_CP_ALGORITHM] == CP_ALLTOALL:
         # DeepSpeed-Ulysses: Q, K, V scattered by heads and the output gathered back, one all-to-all each

@@ -10,7 +10,11 @@ import pytest
 
 from fastmodel.errors import PlanError
 from fastmodel.kernels.lm.fp8 import (
-    amax_reduction_time, fp8_cast_bytes, fp8_recipe_supported, fp8_saved_input_bytes, fp8_weight_copy_bytes,
+    amax_reduction_time,
+    fp8_cast_bytes,
+    fp8_recipe_supported,
+    fp8_saved_input_bytes,
+    fp8_weight_copy_bytes,
 )
 from fastmodel.kernels.lm.layer import N_WORK, W_MEM, W_TP, layer_costs
 from fastmodel.kernels.lm.memory_activations import gemm_input_bytes
