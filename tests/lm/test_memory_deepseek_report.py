@@ -48,26 +48,28 @@ def test_deepseek_v3_moe_layer_bytes_per_token():
     (BF16 inputs of the recomputed norms and up-projections), attention output in E5M6 1.5 x 128 x 128
     (sec. 3.3.3 (1)), flash log-sum-exp 4 x 128 (the core is not recomputed);
     MoE block: residual 2 h, router logits and scores FP32 2 x 4 x 256, the 8 routed rows as FP8 expert input
-    8 x h (FP8 dispatch, sec. 3.3.3) and BF16 expert output 2 x 8 x h (kept for the gate's gradient: where the gate
+    8 x h with one FP32 scale per 128 elements (FP8 dispatch, sec. 3.3.3; the records' recipe reads as blockwise,
+    docs/model.md §11.19) and BF16 expert output 2 x 8 x h (kept for the gate's gradient: where the gate
     multiplies is not stated), the SwiGLU inputs in FP8 8 x 2 f_e and 2 f_e for the shared expert (sec. 3.3.3 (2))."""
     columns = _columns("deepseek-v3-pretrain-h800-n2048-180k-gpuh-per-T")
     attention = 2 * H + 2 * (DQ + DC + DR) + 1.5 * A * 128 + 4 * A
-    moe = 2 * H + 2 * 4 * E + (1 + 2) * K * H + 1 * K * 2 * FE + 1 * 2 * FE
-    assert attention == 43_648 and moe == 225_280
+    moe = 2 * H + 2 * 4 * E + (1 + 4 / 128 + 2) * K * H + 1 * K * 2 * FE + 1 * 2 * FE
+    assert attention == 43_648 and moe == 227_072
     got = layer_activation_bytes(columns, True, kept_mode(columns)) / T
     assert got == pytest.approx(attention + moe, rel=1e-12)
-    # the expert output alone is 2 x 8 x h = 114,688 B of the 268,928
-    assert 2 * K * H / (attention + moe) == pytest.approx(0.4265, abs=1e-4)
+    # the expert output alone is 2 x 8 x h = 114,688 B of the 270,720
+    assert 2 * K * H / (attention + moe) == pytest.approx(0.4236, abs=1e-4)
 
 
 def test_deepseek_v3_worst_rank_by_kind():
     """Rank 1 holds model stages 1 and 14 (DualPipe, sec. 3.2.1 Table 2: parameters 2x), 4 MoE layers each.
     Per MoE layer: MLA 11,010,048 + 37,748,736 + 4,128,768 + 16,777,216 + 117,440,512 = 187,105,280, norms
     2 h + d_c' + d_c = 16,384, shared expert 3 h f_e = 44,040,192, router h E = 1,835,008; routed experts
-    4 x 44,040,192. Weights 3 B (BF16 + the cached FP8 cast, the model's Transformer Engine rule; the report does
-    not say), gradients FP32 4 B unsharded under ZeRO-1 (sec. 3.3.3), optimizer FP32 master + BF16 moments 8 B over
+    4 x 44,040,192. Weights 2 + 2 x (1 + 4 / 128^2) B (BF16 + both orientations of the 128 x 128 block-scaled FP8
+    cast, cached as Transformer Engine's Float8BlockScaling keeps them on Hopper, docs/model_memory.md "FP8 recipe
+    copies"; the report does not say), gradients FP32 4 B unsharded under ZeRO-1 (sec. 3.3.3), optimizer FP32 master + BF16 moments 8 B over
     DP 128 (experts over 2). Activations: p + 1 = 17 micro-batches in flight (15 of stage 1, 2 of stage 14) x 4
-    layers x 268,928 B x 4,096 tokens."""
+    layers x 270,720 B x 4,096 tokens."""
     columns = _columns("deepseek-v3-pretrain-h800-n2048-180k-gpuh-per-T")
     assert stage_layers(columns, 1) == (0.0, 4.0, 0.0) and stage_layers(columns, 14) == (0.0, 4.0, 0.0)
     non_expert_layer = 187_105_280 + 16_384 + 44_040_192 + 1_835_008
@@ -75,15 +77,16 @@ def test_deepseek_v3_worst_rank_by_kind():
     non_expert, expert = stage_params(columns, 1)
     assert non_expert == 8 * non_expert_layer and expert == 8 * expert_layer
     params = 8 * (non_expert_layer + expert_layer)
-    assert 3 * params / GIB == pytest.approx(9.145, abs=1e-3)                        # weights
+    weight_bytes = 2 + 2 * (1 + 4 / 128 ** 2)
+    assert weight_bytes * params / GIB == pytest.approx(12.195, abs=1e-3)            # weights
     assert 4 * params / GIB == pytest.approx(12.194, abs=1e-3)                       # gradients
     assert 8 * (8 * non_expert_layer / 128 + 8 * expert_layer / 2) / GIB == pytest.approx(5.358, abs=1e-3)
     assert microbatches_in_flight(columns, 1) == 17
-    assert 17 * 4 * 268_928 * T / GIB == pytest.approx(69.760, abs=1e-3)             # activations
+    assert 17 * 4 * 270_720 * T / GIB == pytest.approx(70.225, abs=1e-3)             # activations
     values, _ = record_values(record_by_id("deepseek-v3-pretrain-h800-n2048-180k-gpuh-per-T"))
     assert values["memory_peak_stage"] == 1
-    assert values["memory_weights"] == pytest.approx(3 * params, rel=1e-12)
+    assert values["memory_weights"] == pytest.approx(weight_bytes * params, rel=1e-12)
     assert values["memory_gradients"] == pytest.approx(4 * params, rel=1e-12)
     assert values["memory_optimizer"] == pytest.approx(8 * (8 * non_expert_layer / 128 + 8 * expert_layer / 2),
                                                        rel=1e-12)
-    assert values["memory_activations"] == pytest.approx(17 * 4 * 268_928 * T, rel=1e-12)
+    assert values["memory_activations"] == pytest.approx(17 * 4 * 270_720 * T, rel=1e-12)
