@@ -172,3 +172,14 @@ def test_a_record_without_a_recipe_lowers_to_unstated_and_one_with_text_to_its_c
     assert lower_record(mx).columns[C["fp8_recipe"]] == FP8_RECIPES["mxfp8"]
     del mx["plan"]["fp8_recipe"]
     assert lower_record(mx).columns[C["fp8_recipe"]] == FP8_RECIPES["unstated"]
+
+
+def test_a_sweep_marks_mxfp8_on_hopper_and_runs_it_on_blackwell():
+    from fastmodel.lm.sweep import lm_sweep
+    from fastmodel.registry.lm import STATUSES
+
+    axes = {"precision": ["fp8"], "fp8_recipe": ["delayed", "mxfp8"]}
+    hopper = lm_sweep("llama3.1-8b", "dgx-h100", global_batch=64, axes=axes)
+    assert [STATUSES[int(c)].name for c in hopper.status.values.ravel()] == ["ok", "fp8_recipe_unsupported"]
+    blackwell = lm_sweep("llama3.1-8b", "gb200-nvl72", global_batch=576, axes=axes)    # dp 72
+    assert [STATUSES[int(c)].name for c in blackwell.status.values.ravel()] == ["ok", "ok"]
