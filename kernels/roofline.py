@@ -20,8 +20,37 @@ from fastmodel.kernels.jit import njit
 from fastmodel.kernels.columns import (
     C_ATTN_EFF, C_ATTN_EFF_FA2, C_ATTN_FA2, C_MLA, C_GEMM_EFF_16, C_GEMM_EFF_8, C_GEMM_K_HALF, C_GEMM_TILE_M, C_GEMM_TILE_N, C_HBM_BW, C_HBM_EFF,
     C_EP, C_EXPERT_ALIGN_ROWS, C_EXPERT_GEMM_EFF, C_EXPERT_HIDE_ROWS, C_EXPERT_TILE_MAX, C_EXPERT_TILE_MIN, C_KERNEL_OVERHEAD_S, C_MOE_EXPERTS,
-    C_PEAK_FLOPS_16, C_PEAK_FLOPS_4, C_PEAK_FLOPS_8, C_SM_COUNT, C_STACK_COMPUTE_EFF,
+    C_PEAK_FLOPS_16, C_PEAK_FLOPS_4, C_PEAK_FLOPS_8, C_SM_COUNT, C_STACK_COMPUTE_EFF, C_COMPUTE_CAPABILITY, C_FP8_RECIPE,
+    FP8_BLOCKWISE, FP8_MXFP8,
 )
+
+#: MXFP8 GEMM kernel time over per-tensor FP8's on the same shapes: TE
+#: docs/examples/gemm_profiling/gemm_profiling.rst, B300, pre-quantized (kernel-only) per-layer GEMM time of the
+#: 5B config, FP8 CurrentScaling 6.812 ms, MXFP8 7.161 ms: 6.812 / 7.161 = 0.951
+MX_GEMM_RATE = 6.812 / 7.161
+#: compute capability from which FP8 GEMMs take non-TN layouts (TE utils.py ``is_non_tn_fp8_gemm_supported``:
+#: 10.0 <= cc < 12.0) and MXFP8 runs (quantization.py ``_compute_mxfp8_support``); 12.x lacks both
+NON_TN_CC = 10.0
+NON_TN_CC_END = 12.0
+
+
+@njit(inline="always")
+def non_tn(row):
+    """True on a device whose FP8 GEMMs take non-TN layouts and MX block scales (compute capability 10.x)."""
+    cc = row[C_COMPUTE_CAPABILITY]
+    return NON_TN_CC <= cc < NON_TN_CC_END
+
+
+@njit(inline="always")
+def fp8_gemm_rate(row):
+    """The recipe's FP8 GEMM rate over per-tensor FP8's: MXFP8 ``MX_GEMM_RATE``; blockwise the same on compute
+    capability 10.x, where TE emulates it with MXFP8 (pytorch/csrc/extensions/gemm.cpp), else 1 (Hopper's
+    cuBLAS 12.9 block-scaled FP8 GEMMs: 1.75x BF16 on large matmuls, per-tensor's ratio within 1%,
+    docs/model.md §11.19); 1 for per-tensor scaling and an unstated recipe."""
+    recipe = row[C_FP8_RECIPE]
+    if recipe == FP8_MXFP8 or (recipe == FP8_BLOCKWISE and non_tn(row)):
+        return MX_GEMM_RATE
+    return 1.0
 
 
 @njit(inline="always")
@@ -77,11 +106,12 @@ def tiled_quantization(row, groups, m, n, k, tm):
 def format_peak(row, fp8):
     """(datasheet FLOP/s, measured large-GEMM efficiency) of the GEMM precision ``fp8`` (False/0: 16-bit, True/1:
     FP8, 2: FP4 W4A4 at the FP4 peak x the FP8 efficiency, serving only: no FP4 microbenchmark in the device
-    files); a format the device has no peak for runs at the next wider one."""
+    files); a format the device has no peak for runs at the next wider one. FP8 at the training recipe's rate
+    (``fp8_recipe``, :func:`fp8_gemm_rate`; 1 unless a recipe is stated)."""
     if fp8 >= 2.0 and row[C_PEAK_FLOPS_4] > 0.0:
         return row[C_PEAK_FLOPS_4], row[C_GEMM_EFF_8]
     if fp8 and row[C_PEAK_FLOPS_8] > 0.0:
-        return row[C_PEAK_FLOPS_8], row[C_GEMM_EFF_8]
+        return row[C_PEAK_FLOPS_8], row[C_GEMM_EFF_8] * fp8_gemm_rate(row)
     return row[C_PEAK_FLOPS_16], row[C_GEMM_EFF_16]
 
 

@@ -138,6 +138,7 @@ _PLAN_FIELDS: dict[str, tuple] = {
     "replicate_degree": (PositiveInt | None, Field(None, le=1 << 24)),
     "activation_offload_layers": (NonNegativeInt | None, Field(None, le=4096)),
     "recompute_detail": (Text | None, None),
+    # a recipe name or text naming one (fastmodel/lm/fp8_recipe.py; record_specs reads it)
     "fp8_recipe": (Text | None, None), "cuda_graphs": (bool | None, None),
     "moe_dispatch_detail": (Text | None, None), "moe_grouped_gemm": (bool | None, None),
     "fsdp_limit_all_gathers": (bool | None, None), "zero_detail": (Text | None, None),
@@ -145,7 +146,7 @@ _PLAN_FIELDS: dict[str, tuple] = {
 }
 #: plan fields recorded but not modelled yet -> the value the model assumes (a note names any other value;
 #: None: every value is noted)
-UNMODELLED = {"cuda_graphs": False, "moe_grouped_gemm": None, "fp8_recipe": None,
+UNMODELLED = {"cuda_graphs": False, "moe_grouped_gemm": None,
               # PyTorch FSDP1's rate limiter (default True since PyTorch 2.0, torch/distributed/fsdp docs): at most
               # two gathered units in flight, what fsdp_gather_buffer_bytes counts; False is noted
               "fsdp_limit_all_gathers": True}

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fastmodel.registry.lm_engine import ENGINE_KERNEL_ROWS
-from fastmodel.registry.lm_lowprec import LOW_PRECISION_PLAN_ROWS, OPTIMIZER_MOMENTS
+from fastmodel.registry.lm_lowprec import FP8_DEVICE_ROWS, FP8_RECIPES, LOW_PRECISION_PLAN_ROWS, OPTIMIZER_MOMENTS
 from fastmodel.registry.lm_muon import MUON_PLAN_ROWS
 from fastmodel.registry.lm_overhead import OVERHEAD_DEVICE_ROWS
 from fastmodel.registry.lm_sdpa import SDPA_DEVICE_ROWS, SDPA_PLAN_ROWS
@@ -87,7 +87,7 @@ CODE_TABLES: dict[str, dict[str, int]] = {
     "optimizer": OPTIMIZER_CODES, "pipeline_schedule": PIPELINE_SCHEDULES, "cp_algorithm": CP_ALGORITHMS,
     "collective_algorithm": COLLECTIVE_ALGORITHMS, "load_mode": LOAD_MODES, "selective_policy": SELECTIVE_POLICIES,
     "moe_dispatcher": MOE_DISPATCHERS, "moe_a2a_overlap": MOE_A2A_OVERLAPS, "loss_impl": LOSS_IMPLS,
-    "optimizer_moments": OPTIMIZER_MOMENTS,
+    "optimizer_moments": OPTIMIZER_MOMENTS, "fp8_recipe": FP8_RECIPES,
 }
 
 MODEL_COLUMNS = _cols(
@@ -282,6 +282,7 @@ DEVICE_COLUMNS = _cols(
     ("kernel_overhead_s", "s", 4e-6, "Launch + tail per kernel.", 0, 1e-3, True),
     *OVERHEAD_DEVICE_ROWS,
     *SDPA_DEVICE_ROWS,
+    *FP8_DEVICE_ROWS,
 )
 
 NETWORK_COLUMNS = _cols(

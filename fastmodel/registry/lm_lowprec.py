@@ -10,6 +10,14 @@ from __future__ import annotations
 #: dtype of the optimizer's moments (Adam m and v, SGD momentum) beside an FP32 master copy: FP32 (ZeRO paper,
 #: K = 12), or BF16 (DeepSeek-V3 report, arXiv 2412.19437 sec. 3.3.3, "Low-Precision Optimizer States")
 OPTIMIZER_MOMENTS = {"fp32": 0, "bf16": 1}
+#: FP8 training recipes (Megatron-Core ``--fp8-recipe``, megatron/core/enums.py ``Fp8Recipe``; Transformer Engine
+#: transformer_engine/common/recipe/__init__.py at TE d0067d0): 0 unstated (the generic cast count of docs/model.md
+#: §11.4), 1 ``DelayedScaling`` (amax history), 2 ``Float8CurrentScaling`` (tensor-wise, amax of the tensor itself),
+#: 3 ``MXFP8BlockScaling`` (1x32 blocks, E8M0 scales; Blackwell), 4 ``Float8BlockScaling`` (1x128 activation and
+#: gradient blocks, 128x128 weight blocks, FP32 scales; DeepSeek-V3 sec. 3.3). The other names are aliases: NeMo /
+#: Megatron-Bridge ``fp8_cs`` / ``fp8_mx`` / ``fp8_sc`` (sub-channel) and the TE class names (docs/model.md §11.19)
+FP8_RECIPES = {"unstated": 0, "delayed": 1, "tensorwise": 2, "current": 2, "fp8_cs": 2, "mxfp8": 3, "fp8_mx": 3,
+               "blockwise": 4, "subchannel": 4, "fp8_sc": 4}
 
 LOW_PRECISION_PLAN_ROWS = (
     ("optimizer_moments", "code", 0, "OPTIMIZER_MOMENTS, the dtype of the optimizer's moments beside the FP32 "
@@ -27,4 +35,15 @@ LOW_PRECISION_PLAN_ROWS = (
      "its output the next linear reads too, so no form of the norm output is stored (DeepSeek-V3 report sec. "
      "3.2.3: recomputing all RMSNorm operations eliminates storing their outputs); 0: Transformer Engine keeps its "
      "own FP8 cast (memory only).", 0, 1, False, "flag"),
+    ("fp8_recipe", "code", 0, "FP8_RECIPES, the FP8 scaling recipe of an fp8 run: 0 unstated (the generic cast "
+     "count), 1 delayed, 2 tensorwise (current scaling), 3 mxfp8 (1x32 E8M0 blocks, needs compute capability "
+     "10.x), 4 blockwise (1x128 / 128x128 FP32-scaled blocks); casts, GEMM rate and FP8 copies per docs/model.md "
+     "§11.19.", 0, 4, False, "code"),
+)
+
+#: device rows of the FP8 recipes (rows of ``fastmodel.registry.lm.DEVICE_COLUMNS``)
+FP8_DEVICE_ROWS = (
+    ("compute_capability", "1", 0.0, "NVIDIA compute capability major.minor (9.0 Hopper, 10.0 B200/GB200, 10.3 "
+     "B300/GB300); decides the FP8 recipes' layouts and support (docs/model.md §11.19). 0: not stated (no recipe is "
+     "refused for it; Hopper's layouts assumed).", 0, 100),
 )

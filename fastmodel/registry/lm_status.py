@@ -30,6 +30,8 @@ STATUSES: tuple[Status, ...] = (
     Status("node_limit_below_topk", "moe_max_nodes NVLink domains of the EP group hold fewer than moe_topk experts"),
     Status("topk_above_experts", "moe_topk exceeds moe_experts: a token's k experts are distinct, so k <= E (a sweep "
            "crossing a moe_experts axis with a moe_topk axis)"),
+    Status("fp8_recipe_unsupported", "fp8_recipe mxfp8 needs compute capability 10.x (Blackwell block-scaled tensor "
+           "cores), blockwise 9.0 or higher (Transformer Engine quantization.py)"),
     NOT_COMPUTED,
 )
 STATUS_CODES: dict[str, int] = {s.name: i for i, s in enumerate(STATUSES)}

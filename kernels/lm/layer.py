@@ -8,6 +8,7 @@ layer mix) is ``kernels/lm/shape.py``, which serving reads too; ``kernels/lm/pas
 passes and ``kernels/lm/step.py`` composes the step.
 """
 
+from fastmodel.kernels.lm.fp8 import amax_reduction_time, fp8_cast_bytes
 from fastmodel.kernels.roofline import attention_time, gemm_time, grouped_gemm_time, memory_bound_time
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.layout import (
@@ -140,8 +141,8 @@ def layer_costs(row, moe, sliding, work):
     nbytes = elementwise_bytes(row, norm_tokens * h, mlp_out,
                                tokens * (a + row[C_KV_HEADS]) * dqk / t * row[C_ROTARY_FRACTION])
     if fp8:
-        # FP8 casts of the GEMM inputs (read 2 B, write 1 B) for forward and transposed backward copies
-        nbytes += 2.0 * 3.0 * tokens * (2.0 * h / (t if sp else 1.0) + a * dv / t + mlp_out / tokens)
+        # FP8 casts of the GEMM inputs, per recipe (docs/model.md §11.19; unstated: 2 casts, read 2 B, write 1 B)
+        nbytes += fp8_cast_bytes(row) * tokens * (2.0 * h / (t if sp else 1.0) + a * dv / t + mlp_out / tokens)
     mem = memory_bound_time(row, nbytes) + core_mem + moe_mem
     # communication of the layer, forward direction
     tp_bytes = ACT_BYTES * tokens * h
@@ -151,7 +152,7 @@ def layer_costs(row, moe, sliding, work):
         # each collective also idles the GPU for collective_overhead_s
         if sp:
             tp = 2.0 * (allgather_time(row, tp_bytes, t, 1.0) + allgather_time(row, tp_bytes, t, 1.0))
-            tp += 4.0 * row[C_COLLECTIVE_OVERHEAD_S]
+            tp += 4.0 * row[C_COLLECTIVE_OVERHEAD_S] + amax_reduction_time(row)   # current scaling's amaxes
         else:
             tp = 2.0 * (allreduce_time(row, tp_bytes, t, 1.0) + row[C_COLLECTIVE_OVERHEAD_S])
     cp = 0.0

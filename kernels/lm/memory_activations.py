@@ -6,6 +6,7 @@ schedule. ``T`` is the tokens of one micro-batch on one device before sequence-p
 ``T = micro_batch * seq_len / cp``. Compiled with ``error_model='numpy'`` (see kernels/lm/memory.py).
 """
 
+from fastmodel.kernels.lm.fp8 import fp8_saved_input_bytes
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.moe import expert_rows, expert_tp
 from fastmodel.kernels.lm.layout import (
@@ -66,9 +67,10 @@ def replicated_divisor(row):
 
 @njit(error_model='numpy')
 def gemm_input_bytes(row):
-    """Bytes per stored GEMM input: 1 under FP8 GEMMs (Transformer Engine saves the FP8-cast input for the
-    weight-gradient GEMM), else 2."""
-    return 1.0 if int(row[C_PRECISION]) == PRECISION_FP8 else B16
+    """Bytes per stored GEMM input: under FP8 GEMMs the FP8-cast input Transformer Engine saves for the
+    weight-gradient GEMM, 1 + the recipe's scale bytes (``fastmodel.kernels.lm.fp8.fp8_saved_input_bytes``: 1/32
+    MXFP8, 4/128 blockwise, else 0), else 2."""
+    return fp8_saved_input_bytes(row) if int(row[C_PRECISION]) == PRECISION_FP8 else B16
 
 
 @njit(error_model='numpy')

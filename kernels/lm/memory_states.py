@@ -8,6 +8,7 @@ them with activations and buffers; docs/model_memory.md collects the equations).
 
 import math
 
+from fastmodel.kernels.lm.fp8 import fp8_weight_copy_bytes
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.pipeline import mirror_stage
 from fastmodel.kernels.lm.shape import (  # noqa: F401 - attention_params, mlp_params re-exported
@@ -171,14 +172,16 @@ def sharded_params(row, non_expert, expert):
 def weight_bytes_per_param(row):
     """Bytes per resident (unsharded) weight.
 
-    BF16/FP16 weights: 2. FP8 GEMMs with BF16 weights (Transformer Engine without FP8 parameters): 2 + 1,
-    the FP8 cast is cached across micro-batches (TE ``is_first_microbatch``). FP8 parameters
-    (``fp8_params``, TE ``fp8_model_init``): 1, the high-precision master stays in the optimizer.
+    BF16/FP16 weights: 2. FP8 GEMMs with BF16 weights (Transformer Engine without FP8 parameters): 2 + w,
+    the FP8 forms are cached across micro-batches (TE ``is_first_microbatch``). FP8 parameters
+    (``fp8_params``, TE ``fp8_model_init``): w, the high-precision master stays in the optimizer. ``w`` is the
+    recipe's FP8 weight forms, ``fastmodel.kernels.lm.fp8.fp8_weight_copy_bytes`` (1 when ``fp8_recipe`` is unstated;
+    docs/model_memory.md "FP8 recipe copies").
     """
     if row[C_FP8_PARAMS] > 0:
-        return 1.0
+        return fp8_weight_copy_bytes(row)
     if int(row[C_PRECISION]) == PRECISION_FP8:
-        return B16 + 1.0
+        return B16 + fp8_weight_copy_bytes(row)
     return B16
 
 

@@ -7,6 +7,7 @@ PlanErrors for single configurations.
 """
 
 
+from fastmodel.kernels.lm.fp8 import fp8_recipe_supported
 from fastmodel.kernels.jit import njit, prange
 from fastmodel.kernels.lm.layout import (
     C_CP, C_CP_ALGORITHM, CP_ALLTOALL, C_DP, C_EP, C_GLOBAL_BATCH, C_HEADS, C_KV_HEADS, C_LAYERS, C_MICRO_BATCH, C_MOE_EXPERTS,
@@ -26,6 +27,7 @@ ST_EP_DENSE = STATUS_CODES["ep_without_experts"]
 ST_NO_FP8 = STATUS_CODES["no_fp8"]
 ST_NODE_LIMIT = STATUS_CODES["node_limit_below_topk"]
 ST_TOPK = STATUS_CODES["topk_above_experts"]
+ST_FP8_RECIPE = STATUS_CODES["fp8_recipe_unsupported"]
 
 
 @njit
@@ -66,6 +68,8 @@ def plan_status_row(row):
         return ST_NODE_LIMIT
     if row[C_PRECISION] == PRECISION_FP8 and row[C_PEAK_FLOPS_8] <= 0.0:
         return ST_NO_FP8
+    if row[C_PRECISION] == PRECISION_FP8 and not fp8_recipe_supported(row):
+        return ST_FP8_RECIPE
     return 0
 
 

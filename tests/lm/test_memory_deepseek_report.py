@@ -12,7 +12,13 @@ of 2048 (4 per device under EP 64), 1 shared, top-8. Plan (sec. 3.2): PP 16 Dual
 import pytest
 
 from fastmodel.kernels.lm.memory_activations import kept_mode, layer_activation_bytes, mla_latent_bytes
-from fastmodel.kernels.lm.memory_states import stage_layers, stage_params
+from fastmodel.kernels.lm.memory_states import (
+    gradients_bytes,
+    optimizer_bytes,
+    stage_layers,
+    stage_params,
+    weights_bytes,
+)
 from fastmodel.kernels.lm.pipeline import microbatches_in_flight
 from fastmodel.lm.api import record_values
 from fastmodel.lm.records import lower_record
@@ -26,6 +32,9 @@ H, A, DQ, DC, DR, FE, E, K, T = 7168, 128, 1536, 512, 64, 2048, 256, 8, 4096
 #: the busiest EP rank's load under aux-loss-free balancing (plan.moe_balance = aux_free; docs/model.md §11.14.5):
 #: 1 + 0.04 sqrt(64 ln 64 / (256 ln 256)) = 1 + 0.04 sqrt(3) / 4; it scales the routed rows a rank keeps
 LOAD = 1.0 + 0.04 * 3.0 ** 0.5 / 4.0
+#: bytes per token of one MoE layer's routed rows that LOAD scales: FP8 expert input with its FP32 scale per 128
+#: elements, BF16 expert output, FP8 SwiGLU inputs (8 x h x (1 + 4/128 + 2) + 8 x 2 f_e)
+ROUTED = (1 + 4 / 128 + 2) * 8 * 7168 + 8 * 2 * 2048
 MLA = dict(mla=1, q_lora_rank=DQ, kv_lora_rank=DC, qk_nope_head_dim=128, qk_rope_head_dim=DR, v_head_dim=128,
            recompute="selective")
 
@@ -53,28 +62,30 @@ def test_deepseek_v3_moe_layer_bytes_per_token():
     (BF16 inputs of the recomputed norms and up-projections), attention output in E5M6 1.5 x 128 x 128
     (sec. 3.3.3 (1)), flash log-sum-exp 4 x 128 (the core is not recomputed);
     MoE block: residual 2 h, router logits and scores FP32 2 x 4 x 256, the 8 routed rows as FP8 expert input
-    8 x h (FP8 dispatch, sec. 3.3.3) and BF16 expert output 2 x 8 x h (kept for the gate's gradient: where the gate
+    8 x h with one FP32 scale per 128 elements (FP8 dispatch, sec. 3.3.3; the records' recipe reads as blockwise,
+    docs/model.md §11.19) and BF16 expert output 2 x 8 x h (kept for the gate's gradient: where the gate
     multiplies is not stated), the SwiGLU inputs in FP8 8 x 2 f_e and 2 f_e for the shared expert (sec. 3.3.3 (2));
     the routed rows times the busiest rank's ``LOAD``."""
     columns = _columns("deepseek-v3-pretrain-h800-n2048-180k-gpuh-per-T")
     attention = 2 * H + 2 * (DQ + DC + DR) + 1.5 * A * 128 + 4 * A
-    moe = 2 * H + 2 * 4 * E + (1 + 2) * K * H + 1 * K * 2 * FE + 1 * 2 * FE
-    assert attention == 43_648 and moe == 225_280
-    routed = (1 + 2) * K * H + 1 * K * 2 * FE
+    moe = 2 * H + 2 * 4 * E + (1 + 4 / 128 + 2) * K * H + 1 * K * 2 * FE + 1 * 2 * FE
+    assert attention == 43_648 and moe == 227_072
     got = layer_activation_bytes(columns, True, kept_mode(columns)) / T
-    assert got == pytest.approx(attention + moe + (LOAD - 1.0) * routed, rel=1e-12)
-    # the expert output alone is 2 x 8 x h = 114,688 B of the 268,928
-    assert 2 * K * H / (attention + moe) == pytest.approx(0.4265, abs=1e-4)
+    assert got == pytest.approx(attention + moe + (LOAD - 1.0) * ROUTED, rel=1e-12)
+    # the expert output alone is 2 x 8 x h = 114,688 B of the 270,720
+    assert 2 * K * H / (attention + moe) == pytest.approx(0.4236, abs=1e-4)
 
 
 def test_deepseek_v3_worst_rank_by_kind():
-    """Rank 1 holds model stages 1 and 14 (DualPipe, sec. 3.2.1 Table 2: parameters 2x), 4 MoE layers each.
+    """Rank 1 (the worst rank until the FP8 recipe was read; rank 0 now) holds model stages 1 and 14 (DualPipe,
+    sec. 3.2.1 Table 2: parameters 2x), 4 MoE layers each.
     Per MoE layer: MLA 11,010,048 + 37,748,736 + 4,128,768 + 16,777,216 + 117,440,512 = 187,105,280, norms
     2 h + d_c' + d_c = 16,384, shared expert 3 h f_e = 44,040,192, router h E = 1,835,008; routed experts
-    4 x 44,040,192. Weights 3 B (BF16 + the cached FP8 cast, the model's Transformer Engine rule; the report does
-    not say), gradients FP32 4 B unsharded under ZeRO-1 (sec. 3.3.3), optimizer FP32 master + BF16 moments 8 B over
+    4 x 44,040,192. Weights 2 + 2 x (1 + 4 / 128^2) B (BF16 + both orientations of the 128 x 128 block-scaled FP8
+    cast, cached as Transformer Engine's Float8BlockScaling keeps them on Hopper, docs/model_memory.md "FP8 recipe
+    copies"; the report does not say), gradients FP32 4 B unsharded under ZeRO-1 (sec. 3.3.3), optimizer FP32 master + BF16 moments 8 B over
     DP 128 (experts over 2). Activations: p + 1 = 17 micro-batches in flight (15 of stage 1, 2 of stage 14) x 4
-    layers x (268,928 B + (LOAD - 1) x 204,800 B of routed rows) x 4,096 tokens."""
+    layers x (270,720 B + (LOAD - 1) x ROUTED B of routed rows) x 4,096 tokens."""
     columns = _columns("deepseek-v3-pretrain-h800-n2048-180k-gpuh-per-T")
     assert stage_layers(columns, 1) == (0.0, 4.0, 0.0) and stage_layers(columns, 14) == (0.0, 4.0, 0.0)
     non_expert_layer = 187_105_280 + 16_384 + 44_040_192 + 1_835_008
@@ -82,17 +93,17 @@ def test_deepseek_v3_worst_rank_by_kind():
     non_expert, expert = stage_params(columns, 1)
     assert non_expert == 8 * non_expert_layer and expert == 8 * expert_layer
     params = 8 * (non_expert_layer + expert_layer)
-    assert 3 * params / GIB == pytest.approx(9.145, abs=1e-3)                        # weights
+    weight_bytes = 2 + 2 * (1 + 4 / 128 ** 2)
+    assert weight_bytes * params / GIB == pytest.approx(12.195, abs=1e-3)            # weights
     assert 4 * params / GIB == pytest.approx(12.194, abs=1e-3)                       # gradients
     assert 8 * (8 * non_expert_layer / 128 + 8 * expert_layer / 2) / GIB == pytest.approx(5.358, abs=1e-3)
     assert microbatches_in_flight(columns, 1) == 17
-    assert 17 * 4 * 268_928 * T / GIB == pytest.approx(69.760, abs=1e-3)             # activations
+    assert 17 * 4 * 270_720 * T / GIB == pytest.approx(70.225, abs=1e-3)             # activations at LOAD 1
     weights, gradients, optimizer, activations, _ = _rank_peak(columns, 1.0)
-    assert weights == pytest.approx(3 * params, rel=1e-12)
+    assert weights == pytest.approx(weight_bytes * params, rel=1e-12)
     assert gradients == pytest.approx(4 * params, rel=1e-12)
     assert optimizer == pytest.approx(8 * (8 * non_expert_layer / 128 + 8 * expert_layer / 2), rel=1e-12)
-    assert activations == pytest.approx(17 * 4 * (268_928 + (LOAD - 1.0) * 204_800) * T, rel=1e-12)
-    assert sum(_rank_peak(columns, 1.0)) / GIB == pytest.approx(98.86, abs=0.01)      # 97.92 at LOAD 1
+    assert activations == pytest.approx(17 * 4 * (270_720 + (LOAD - 1.0) * ROUTED) * T, rel=1e-12)
 
 
 def _rank_peak(columns, stage):
@@ -108,12 +119,13 @@ def _rank_peak(columns, stage):
                       memory.logits_workspace_bytes(columns))
 
 
-def test_deepseek_v3_mtp_loss_moves_the_worst_rank_to_rank_0():
-    """Rank 0 holds stage 15 (the head and the MTP module) under DualPipe. At the loss it holds, beside the main
-    head's workspace 6 B per logit, the MTP depth's FP32 softmax, 4 B x 4,096 x 129,280 = 1.97 GiB
-    (Megatron-Core process_mtp_loss, docs/model_memory.md "MTP module"), and one micro-batch of stage 15 in flight
-    keeps the MTP module's inputs (6 + 3 g) T h = 9 x 4,096 x 7,168 B (FP8: g = 1) beside its MoE layer's
-    268,928 B per token (and its routed rows at the busiest rank's load, LOAD): rank 0 peaks at 100.0 GiB, rank 1 at 98.9."""
+def test_deepseek_v3_rank_0_holds_the_peak():
+    """Rank 0 holds stage 15 (the head and the MTP module) under DualPipe, and 6.2 B parameters, whose blockwise
+    recipe's second weight orientation (1 B per parameter) weighs more there (5.7 GiB) than on rank 1 (3.0 GiB).
+    At the loss it also holds, beside the main head's workspace 6 B per logit, the MTP depth's FP32 softmax,
+    4 B x 4,096 x 129,280 = 1.97 GiB (Megatron-Core process_mtp_loss, docs/model_memory.md "MTP module"), and one
+    micro-batch of stage 15 in flight keeps the MTP module's inputs (6 + 3 g) T h = 9 x 4,096 x 7,168 B (FP8:
+    g = 1), the three FP8 ones with their blockwise FP32 scale per 128 elements (3 x 4/128 B per element), beside its MoE layer's 270,720 B per token (and its routed rows at the busiest rank's load, LOAD)."""
     columns = _columns("deepseek-v3-pretrain-h800-n2048-180k-gpuh-per-T")
     values, _ = record_values(record_by_id("deepseek-v3-pretrain-h800-n2048-180k-gpuh-per-T"))
     assert values["memory_peak_stage"] == 0
@@ -122,5 +134,6 @@ def test_deepseek_v3_mtp_loss_moves_the_worst_rank_to_rank_0():
     without[COLUMN_INDEX["mtp_layers"]] = 0.0
     rank0, plain = _rank_peak(columns, 0.0), _rank_peak(without, 0.0)
     assert rank0[4] - plain[4] == pytest.approx(4 * T * 129_280, rel=1e-12)
-    assert rank0[3] - plain[3] == pytest.approx((268_928 + (LOAD - 1.0) * 204_800 + 9 * H) * T, rel=1e-12)
-    assert sum(rank0) / GIB == pytest.approx(99.98, abs=0.01)                         # 99.68 at LOAD 1
+    assert rank0[3] - plain[3] == pytest.approx((270_720 + (LOAD - 1.0) * ROUTED + 9 * H + 3 * H * 4 / 128) * T,
+                                                 rel=1e-12)
+    assert sum(rank0) > sum(_rank_peak(columns, 1.0))

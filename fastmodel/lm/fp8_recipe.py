@@ -1,0 +1,50 @@
+"""A run record's ``plan.fp8_recipe`` text -> a name of ``FP8_RECIPES`` (docs/model.md §11.19, "Reading a record").
+
+RUNS.md lets a record describe its FP8 recipe in words ("current scaling, tensor-wise
+(bf16_with_fp8_current_scaling_mixed)"). The rule, documented and exact: a text that is a name of the code table
+is that recipe (an alias read as its canonical name); otherwise the text is cut into words (letters, digits and ``_``, joined by ``-``) and each word is
+looked up in :data:`RECIPE_WORDS`, the names the recipes carry in Megatron-LM, Transformer Engine, NeMo /
+Megatron-Bridge, torchao and the DeepSeek-V3 report. Exactly one recipe named: that recipe. None or several: the
+recipe stays unstated (today's generic cast count) and a note says why. Words are matched whole, never as
+substrings, so "-fr cs" names nothing and "mxfp8" never reads as "fp8".
+"""
+
+from __future__ import annotations
+
+import re
+
+from fastmodel.registry.lm import FP8_RECIPES
+
+#: word -> recipe. Sources: Megatron-LM megatron/core/enums.py ``Fp8Recipe`` (delayed, tensorwise, mxfp8,
+#: blockwise); TE transformer_engine/common/recipe/__init__.py class names; NeMo mixed-precision recipe names
+#: (``bf16_with_fp8_mixed`` is DelayedScaling, ``..._current_scaling_mixed``, ``bf16_with_mxfp8_mixed``,
+#: ``..._subchannel_scaling_mixed``) and Megatron-Bridge scripts/performance/utils/precision.py (FP8_CS, FP8_MX,
+#: FP8_SC); torchao float8 ``tensorwise``; DeepSeek-V3 report sec. 3.3.2 ("fine-grained", 1x128 tiles, 128x128
+#: blocks)
+RECIPE_WORDS = {
+    "delayed": "delayed", "delayedscaling": "delayed", "bf16_with_fp8_mixed": "delayed",
+    "tensorwise": "tensorwise", "tensor-wise": "tensorwise", "current": "tensorwise",
+    "float8currentscaling": "tensorwise", "fp8_cs": "tensorwise", "bf16_with_fp8_current_scaling_mixed": "tensorwise",
+    "mxfp8": "mxfp8", "fp8_mx": "mxfp8", "mxfp8blockscaling": "mxfp8", "bf16_with_mxfp8_mixed": "mxfp8",
+    "blockwise": "blockwise", "block-wise": "blockwise", "sub-channel": "blockwise", "subchannel": "blockwise",
+    "fp8_sc": "blockwise", "float8blockscaling": "blockwise", "bf16_with_fp8_subchannel_scaling_mixed": "blockwise",
+    "fine-grained": "blockwise", "1x128": "blockwise", "128x128": "blockwise",
+}
+#: code -> its first (canonical) name in FP8_RECIPES
+CANONICAL = {code: name for name, code in reversed(FP8_RECIPES.items())}
+_WORD = re.compile(r"[a-z0-9_]+(?:-[a-z0-9_]+)*")
+
+
+def recipe_from_text(text: str | None) -> tuple[str | None, str]:
+    """(recipe name or None, note): the recipe ``text`` names by the module's rule; None with a note (empty when
+    ``text`` is None) when it names none or several."""
+    if text is None:
+        return None, ""
+    key = text.strip().lower()
+    if key in FP8_RECIPES:
+        return CANONICAL[FP8_RECIPES[key]], ""
+    named = sorted({RECIPE_WORDS[word] for word in _WORD.findall(key) if word in RECIPE_WORDS})
+    if len(named) == 1:
+        return named[0], ""
+    why = f"names several recipes ({', '.join(named)})" if named else "names no recipe"
+    return None, f"plan.fp8_recipe {text!r} {why}: the recipe is unstated (generic FP8 cast count)"

@@ -1,0 +1,133 @@
+"""FP8 training recipes (``fp8_recipe``, docs/model.md §11.19 and docs/model_memory.md "FP8 recipe copies").
+
+What each Transformer Engine recipe (TE d0067d0, 2.20.0.dev0) costs beyond the FP8 GEMM itself, per element of a
+16-bit tensor it quantizes, and the rate of its GEMM kernel:
+
+- copies: the FP8 forms kept of a tensor both the forward and the backward GEMMs read. Per-tensor scaling
+  (delayed, tensorwise) on a device without non-TN FP8 GEMMs (compute capability below 10) keeps the rowwise data
+  and its transpose, on compute capability 10.x one copy serves both (transformer_engine/pytorch/utils.py
+  ``is_non_tn_fp8_gemm_supported``; csrc/quantizer.cpp ``Float8Quantizer::create_tensor``, ``with_transpose``).
+  MXFP8 and blockwise scaling keep a rowwise and a columnwise copy on every device: a block's scale is constant
+  along the contracted dimension only, so the transposed operand is quantized again from the 16-bit input
+  (TE recipe/__init__.py ``Float8BlockScaling`` docstring; docs/features/low_precision_training/mxfp8/mxfp8.rst).
+- scale bytes per element: MXFP8 one E8M0 byte per 32 elements (OCP MX v1.0, block 32), blockwise one FP32 scale
+  per 128 elements of an activation or gradient (1 x 128) and per 128 x 128 of a weight.
+- the amax pass: current scaling reads the 16-bit tensor once for its amax before the cast
+  (csrc/quantizer.cpp ``Float8CurrentScalingQuantizer::quantize_impl``: ``nvte_compute_amax``, then
+  ``nvte_quantize_v2``); delayed scaling takes last step's amax, MXFP8 and blockwise compute each block's scale in
+  the cast kernel.
+- GEMM rate: the share of the per-tensor FP8 GEMM rate (``gemm_eff_8``) the recipe's kernel attains
+  (``fastmodel.kernels.roofline.fp8_gemm_rate``, beside the roofline that applies it).
+"""
+
+from fastmodel.kernels.columns import (
+    C_COLLECTIVE_OVERHEAD_S, C_COMPUTE_CAPABILITY, C_FP8_RECIPE, C_PRECISION, C_TP, FP8_BLOCKWISE, FP8_DELAYED,
+    FP8_MXFP8, FP8_TENSORWISE, FP8_UNSTATED, PRECISION_FP8,
+)
+from fastmodel.kernels.jit import njit
+from fastmodel.kernels.nccl import allreduce_time
+from fastmodel.kernels.roofline import fp8_gemm_rate, non_tn  # noqa: F401 - the GEMM rate lives with the roofline
+
+#: bytes of the 16-bit tensor a cast reads
+SOURCE_BYTES = 2.0
+#: generic cast count of an unstated recipe (docs/model.md §11.4): two casts, each reading 2 B and writing 1 B
+UNSTATED_CAST_BYTES = 6.0
+#: MXFP8: one E8M0 scale byte per 32 elements (OCP Microscaling Formats (MX) v1.0, sec. 5: k = 32, E8M0)
+MX_SCALE_BYTES = 1.0 / 32.0
+#: blockwise: one FP32 scale per 1 x 128 block (activations, gradients) and per 128 x 128 block (weights)
+#: (TE recipe/__init__.py ``Float8BlockScaling``: x and grad block_scaling_dim 1, w 2, "float32 containers")
+BLOCK_ACT_SCALE_BYTES = 4.0 / 128.0
+BLOCK_WEIGHT_SCALE_BYTES = 4.0 / (128.0 * 128.0)
+#: compute capability from which blockwise FP8 GEMMs run (quantization.py ``_compute_fp8_block_scaling_support``)
+BLOCKWISE_CC = 9.0
+
+
+@njit
+def fp8_copies(row):
+    """FP8 copies kept of a tensor the forward and the backward GEMMs both read (module docstring)."""
+    recipe = row[C_FP8_RECIPE]
+    if (recipe == FP8_DELAYED or recipe == FP8_TENSORWISE) and non_tn(row):
+        return 1.0
+    return 2.0
+
+
+@njit
+def fp8_act_scale_bytes(row):
+    """Scale bytes per element of an activation or gradient cast (0 under per-tensor scaling)."""
+    recipe = row[C_FP8_RECIPE]
+    if recipe == FP8_MXFP8:
+        return MX_SCALE_BYTES
+    if recipe == FP8_BLOCKWISE:
+        return BLOCK_ACT_SCALE_BYTES
+    return 0.0
+
+
+@njit
+def fp8_weight_scale_bytes(row):
+    """Scale bytes per weight element (MXFP8 1 x 32 blocks, blockwise 128 x 128 blocks, else 0)."""
+    recipe = row[C_FP8_RECIPE]
+    if recipe == FP8_MXFP8:
+        return MX_SCALE_BYTES
+    if recipe == FP8_BLOCKWISE:
+        return BLOCK_WEIGHT_SCALE_BYTES
+    return 0.0
+
+
+@njit
+def fp8_cast_bytes(row):
+    """HBM bytes per element of a 16-bit GEMM input cast to the FP8 forms the forward and backward read:
+    ``2 (read) + 2 (current scaling's amax pass) + copies x (1 + scale bytes)``; 6 when the recipe is unstated."""
+    recipe = row[C_FP8_RECIPE]
+    if recipe == FP8_UNSTATED:
+        return UNSTATED_CAST_BYTES
+    amax = SOURCE_BYTES if recipe == FP8_TENSORWISE else 0.0
+    return SOURCE_BYTES + amax + fp8_copies(row) * (1.0 + fp8_act_scale_bytes(row))
+
+
+@njit
+def fp8_weight_copy_bytes(row):
+    """Bytes per weight element of the FP8 weight forms kept across micro-batches (TE ``is_first_microbatch``
+    caching, or FP8 parameters): ``copies x (1 + weight scale bytes)``; 1 when the recipe is unstated."""
+    if row[C_FP8_RECIPE] == FP8_UNSTATED:
+        return 1.0
+    return fp8_copies(row) * (1.0 + fp8_weight_scale_bytes(row))
+
+
+@njit
+def fp8_saved_input_bytes(row):
+    """Bytes per element of a GEMM input saved in FP8 for the weight-gradient GEMM: one copy (the columnwise
+    one) and its scales."""
+    return 1.0 + fp8_act_scale_bytes(row)
+
+
+@njit
+def fp8_recipe_supported(row):
+    """False for a recipe the device cannot run: MXFP8 off compute capability 10.x, blockwise below 9.0; a
+    device that states no compute capability (0) is not refused."""
+    cc = row[C_COMPUTE_CAPABILITY]
+    if cc <= 0.0:
+        return True
+    recipe = row[C_FP8_RECIPE]
+    if recipe == FP8_MXFP8:
+        return non_tn(row)
+    if recipe == FP8_BLOCKWISE:
+        return cc >= BLOCKWISE_CC
+    return True
+
+
+#: bytes of one amax (FP32)
+AMAX_BYTES = 4.0
+#: amax all-reduces over the tensor-parallel group per layer and direction under current scaling with sequence
+#: parallelism: the inputs of the two column-parallel linears (QKV, FC1) forward and the output gradients of the
+#: two row-parallel ones (proj, FC2) backward (TE pytorch/module/linear.py 351-352, 809-818)
+AMAX_REDUCTIONS = 2.0
+
+
+@njit
+def amax_reduction_time(row):
+    """Seconds per layer and direction of current scaling's amax all-reduces over the TP group under sequence
+    parallelism (``Float8CurrentScalingQuantizer::quantize_impl`` waits on each before the cast; the layer adds it under SP): ``2 x
+    (allreduce(4 B over tp) + collective_overhead_s)``; 0 for every other recipe and 16-bit GEMMs."""
+    if row[C_PRECISION] != PRECISION_FP8 or row[C_FP8_RECIPE] != FP8_TENSORWISE or row[C_TP] <= 1.0:
+        return 0.0
+    return AMAX_REDUCTIONS * (allreduce_time(row, AMAX_BYTES, row[C_TP], 1.0) + row[C_COLLECTIVE_OVERHEAD_S])
