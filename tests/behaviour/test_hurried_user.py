@@ -132,3 +132,14 @@ def test_overlapped_comm_never_negative():
     case = next(c for c in dev_cases("LLM") if c["case"] == "dev-0048-LLM-inference-fsdp+tp-mp")
     ds = fastmodel.evaluate(case["model"], case["system"], case["task"])
     assert float(ds.overlapped_comm) >= 0.0 and float(ds.exposed_comm) >= 0.0
+
+
+@pytest.mark.parametrize("option, value", [("--kv-cache-mem-fraction", "nan"), ("--spec-acceptance", "nan"),
+                                           ("--kv-cache-mem-fraction", "-nan")])
+def test_nan_is_not_inside_a_range(option, value):
+    """NaN compares false with both bounds, so click's FloatRange let it through to a misleading 'no_kv_room' or
+    'not_finite' status; it is the option's one-line usage error."""
+    args = ["serve", "-m", "llama3.1-8b", "-d", "H100", "--concurrency", "4", option, value]
+    if option == "--spec-acceptance":
+        args += ["--spec-tokens", "3"]
+    one_line_error(run(*args), f"Invalid value for '{option}'")
