@@ -143,3 +143,17 @@ def test_nan_is_not_inside_a_range(option, value):
     if option == "--spec-acceptance":
         args += ["--spec-tokens", "3"]
     one_line_error(run(*args), f"Invalid value for '{option}'")
+
+
+def test_batch_record_with_a_block_that_is_not_an_object(tmp_path):
+    """A serving or run record whose block is not an object ("serve": "tp4", "model": []) is named as such, as
+    'run -m' names it; the batch used to read it as a MAD-Max case and say "unknown key 'id'"."""
+    serving = {"id": "x", "model": {"name": "m"}, "system": {"gpu": "H100"}, "serve": "tp4"}
+    run_record = {"id": "y", "model": [], "system": {"gpu": "H100"}, "plan": {"tp": 8}}
+    src = tmp_path / "in.jsonl"
+    src.write_text("\n".join(json.dumps(x) for x in (serving, run_record)) + "\n")
+    out = tmp_path / "out.jsonl"
+    assert run("batch", str(src), "-o", str(out)).exit_code == 0
+    statuses = [json.loads(x)["status"] for x in out.read_text().splitlines()]
+    assert "serving record's serve block must be an object" in statuses[0], statuses
+    assert "run record's model block must be an object" in statuses[1], statuses
