@@ -47,6 +47,17 @@ def misshapen_record(data: Any) -> str | None:
     return None
 
 
+def check_system_kind(data: Any, source: str | None) -> None:
+    """A SpecError for a system dict whose ``kind`` is not ``"cluster"``: a MAD-Max system has no ``kind``, so any
+    other value is a misspelt cluster (``"clustr"``), named with the nearest kind."""
+    kind = field(data, "kind") if isinstance(data, dict) else None
+    if kind is not None and kind != CLUSTER_KIND:
+        from fastmodel.errors import SpecError, nearest
+
+        raise SpecError(source, "system.kind", f"unknown kind {kind!r}{nearest(str(kind), [CLUSTER_KIND])}; a "
+                        f"real-world cluster has kind = \"{CLUSTER_KIND}\", a MAD-Max system no kind")
+
+
 def field(data: Any, name: str):
     """``data[name]`` of a dict, or the attribute of a spec object; None when absent."""
     if isinstance(data, dict):

@@ -157,3 +157,13 @@ def test_batch_record_with_a_block_that_is_not_an_object(tmp_path):
     statuses = [json.loads(x)["status"] for x in out.read_text().splitlines()]
     assert "serving record's serve block must be an object" in statuses[0], statuses
     assert "run record's model block must be an object" in statuses[1], statuses
+
+
+@pytest.mark.parametrize("model", ["llama3.1-70b", "llama2-70b"])
+def test_a_misspelt_system_kind_is_named(tmp_path, model):
+    """kind = "clustr" said 'a MAD-Max system' (real-world model) or 'system.kind: unknown field (did you mean
+    'node'?)' (MAD-Max model); it is the kind, with the nearest one."""
+    path = tmp_path / "s.toml"
+    path.write_text('name = "x"\nkind = "clustr"\n')
+    one_line_error(run("run", "-m", model, "-s", str(path), "-t", "llm-pretrain"),
+                   "system.kind: unknown kind 'clustr' (did you mean 'cluster'?)")
