@@ -143,6 +143,7 @@ def test_lm_sweep_zarr_streams_and_resumes(cli, tmp_path):
     (("micro_batch = [1, 2]", "micro_batch = []"), ("axes.micro_batch", "empty")),
     (('task = "llm-pretrain"', 'task = "llm-pretrian"'), ("did you mean 'llm-pretrain'",)),
     (('system = "dgx-h100"', 'system = "dgx-h10"'), ("did you mean 'dgx-h100'",)),
+    (('model = "llama3-70b"', 'model = "llama3-70c"'), ("model: unknown built-in model", "did you mean 'llama3-70b'")),
     (('task = "llm-pretrain"', 'task = "llm-pretrain"\nsemantics = "madmax"'), ("semantics", "'default'")),
     (('model = "llama3-70b"', 'model = "llama2-70b"'), ("model", "is a MAD-Max model")),
     (('system = "dgx-h100"', 'system = "dc-a"'), ("system", "a MAD-Max system")),
@@ -151,6 +152,7 @@ def test_lm_sweep_file_errors_name_file_field_and_reason(cli, tmp_path, change, 
     path = write(tmp_path, LM.replace(*change))
     result = cli("sweep", path, "-o", tmp_path / "o.nc")
     one_line_error(result, str(path), *parts)
+    assert "model: model:" not in result.output and "system: system:" not in result.output   # the field once
     assert not (tmp_path / "o.nc").exists()
 
 
