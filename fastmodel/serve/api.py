@@ -153,6 +153,7 @@ def sweep(model, device: str | Sequence[str] = "H100", precision: str | Sequence
     values. ``load_mode``: batch | concurrency (``batch_size`` is the concurrency) | max_throughput."""
     import xarray as xr
 
+    _check_grid_size([v for v in (device, precision, kv_precision, *axes.values()) if v is not None])
     base = columns(model, _first(device), precision=_first(precision), kv_precision=_first(kv_precision),
                    max_throughput=True)
     base[COLUMN_INDEX["load_mode"]] = encode("load_mode", load_mode)
@@ -200,6 +201,18 @@ def sweep(model, device: str | Sequence[str] = "H100", precision: str | Sequence
     name = model if isinstance(model, str) else "custom"
     return xr.Dataset(data, coords={d: coords[d] for d in dims},
                       attrs={"model": name, "load_mode": load_mode, "fastmodel_task": "serve"})
+
+
+def _check_grid_size(values) -> None:
+    """A SweepError (one line) when the grid of these axis values (a list, tuple, array or range is an axis; ``len``
+    of a range is free) would take over half the available memory: before any axis is built as a list."""
+    from fastmodel.sweeps.size import check_grid_memory
+
+    total = 1
+    for value in values:
+        if isinstance(value, (list, tuple, np.ndarray, range)):
+            total *= len(value)
+    check_grid_memory(total, total * (8 * len(SERVE_RESULTS) + 1), "sweep fewer values")
 
 
 def _first(value):

@@ -403,3 +403,13 @@ def test_static_prefill_attention_runs_one_prompt_per_attention_dp_group():
     by_hand = layers * (flops / (d["peak_flops_16"] * d["attn_eff"]) + d["kernel_overhead_s"])
     assert one["prefill_attention"] == pytest.approx(by_hand, rel=1e-9)
     assert four["prefill_attention"] == pytest.approx(by_hand, rel=1e-9)
+
+
+def test_a_python_sweep_too_large_for_memory_is_refused_before_its_axes_are_built():
+    """sweep(..., batch_size=range(1, 10**10)) is one SweepError from the axes' lengths, not a list of 10^10
+    values built before anything is checked."""
+    from fastmodel.errors import SweepError
+    from fastmodel.serve.api import sweep
+
+    with pytest.raises(SweepError, match="10,000,000,000 configurations"):
+        sweep("llama3.1-8b", "H100", batch_size=range(1, 10**10 + 1))
