@@ -77,3 +77,17 @@ def test_a_python_sweep_too_large_for_memory_is_refused_before_its_axes_are_buil
 
     with pytest.raises(SweepError, match="1,000,000,000 configurations"):
         sweep(model, system, "llm-pretrain", axes={"num_nodes": _Unbuilt(), "plan": "all"})
+
+
+def test_a_range_is_an_axis_in_every_engine():
+    """axes={"num_nodes": range(2, 5)} said "range(2, 5) is not a number" under MAD-Max (the real-world engine
+    took it): a range is a list of its values, and one over MAX_AXIS_VALUES is refused by its length."""
+    from fastmodel import sweep
+    from fastmodel.errors import SweepError
+    from fastmodel.sweeps.ranges import MAX_AXIS_VALUES, expand
+
+    assert expand("num_nodes", range(2, 5)) == [2, 3, 4]
+    ds = sweep("llama2-70b", "dc-a", "llm-pretrain", axes={"num_nodes": range(2, 5), "plan": ["fsdp/ddp"]})
+    assert list(ds.num_nodes.values) == [2, 3, 4]
+    with pytest.raises(SweepError, match="at most"):
+        expand("num_nodes", range(MAX_AXIS_VALUES + 1))
