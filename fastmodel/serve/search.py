@@ -290,10 +290,22 @@ def layout(row: dict) -> str:
     return f"tp{row['tp']} pp{row['pp']} ep{row['ep']} adp{row['attention_dp']} k{row['spec_tokens']}"
 
 
+def _none_legal(ds) -> str:
+    """When no aggregated point is legal (``--ep 3`` on a dense model), the status that ruled out most of them:
+    "0 configurations fit" alone reads as a memory verdict."""
+    codes = np.asarray(ds["status"].values).reshape(-1)
+    if codes.size == 0 or (codes == 0).any() or ("disagg_status" in ds and (ds["disagg_status"].values == 0).any()):
+        return ""
+    names = str(ds["status"].attrs.get("flag_meanings", "")).split()
+    values, counts = np.unique(codes, return_counts=True)
+    top = int(values[np.argmax(counts)])
+    return f"; none is legal (most are {names[top] if top < len(names) else top})"
+
+
 def format_search(result: SearchResult, ttft: float, tpot: float) -> str:
     """The frontier as a table (mode, engine, precision, layout) and the best configuration meeting the SLOs."""
     lines = [f"{result.evaluated} configurations fit, {result.feasible} meet TTFT <= {ttft * 1e3:g} ms and "
-             f"TPOT <= {tpot * 1e3:g} ms",
+             f"TPOT <= {tpot * 1e3:g} ms{_none_legal(result.dataset)}",
              "Pareto frontier (tokens/s per GPU against tokens/s per user):",
              f"{'mode':6s} {'engine':6s} {'precision':>9s} {'layout':24s} {'conc':>5s} {'ttft ms':>9s} "
              f"{'tpot ms':>8s} {'tok/s/user':>10s} {'tok/s/GPU':>10s}  SLO"]

@@ -102,3 +102,12 @@ def test_a_search_too_large_for_memory_is_refused_before_it_runs(monkeypatch):
     monkeypatch.undo()
     run = CliRunner().invoke(main, [*ARGS, "--search-concurrency", str(10**9)])
     assert run.exit_code == 2 and run.output.count("\n") == 1, run.output
+
+
+def test_a_search_with_nothing_legal_says_why():
+    """--ep 3 on a dense model: every point is illegal; the first line named only '0 configurations fit'. It
+    names the status that ruled out most points."""
+    run = CliRunner().invoke(main, [*ARGS, "--ep", "3"])
+    assert run.exit_code == 0, run.output
+    first = run.output.splitlines()[0]
+    assert first.startswith("0 configurations fit") and "none is legal" in first and "ep" in first, first
