@@ -40,11 +40,26 @@ def device_columns(name: str) -> dict[str, float]:
     table = device_table()
     found = table.get(str(name).lower())
     if found is None:
-        raise SpecError(None, "device", f"unknown device {name!r}{nearest(str(name).lower(), table)}")
+        raise SpecError(None, "device", f"unknown device {name!r}{_cluster_gpu(name) or nearest(str(name).lower(), table)}")
     missing = [k for k in ("peak_flops_16", "hbm_bytes", "hbm_bw") if k not in found]
     if missing:
         raise SpecError(None, "device", f"{name!r} has no datasheet values ({', '.join(missing)})")
     return dict(found)
+
+
+def _cluster_gpu(name: str) -> str:
+    """The hint for a cluster spec given as a device (``-d dgx-h100``): its GPU; "" for anything else."""
+    from fastmodel.spec.detect import is_cluster
+    from fastmodel.spec.loader import resolve_source
+
+    if any(c in str(name) for c in "/\\") or str(name).endswith((".toml", ".json")):
+        return ""                                   # built-in names only: never read a path given as a device
+    try:
+        data = resolve_source(str(name), "system")[0]
+    except (SpecError, OSError):
+        return ""
+    gpu = data.get("gpu") if isinstance(data, dict) and is_cluster(data) else None
+    return f" ({name!r} is a cluster; give its GPU, {gpu!r})" if isinstance(gpu, str) else ""
 
 
 def model_columns(model: str | Mapping[str, float]) -> dict[str, float]:
