@@ -68,10 +68,32 @@ def sweep(model: Any, system: Any, task: Any, axes: dict[str, Any], semantics: A
     """
     from fastmodel.sweeps.run import run
 
+    if store is None:
+        _refuse_over_memory(axes)
     engine = engines.for_sweep(model, system, task, semantics)
     plan = engine.door().sweep_plan(model, system, task, axes, semantics=semantics, unit_configs=unit_configs,
                                     execution=execution, only_fitting=only_fitting, calibration=calibration)
     return run(plan, store, resume, workers, scheduler, progress, overwrite)
+
+
+#: the fewest bytes an in-memory grid point of any engine holds (a few of its result variables and its status): a
+#: lower bound, so that the check below refuses only grids that cannot fit whatever the engine
+MIN_BYTES_PER_POINT = 8 * 8 + 1
+
+
+def _refuse_over_memory(axes: dict) -> None:
+    """A SweepError (one line) for an in-memory sweep whose axes' lengths alone (a list, tuple, array or range;
+    ``len`` of a range is free) make a grid that cannot fit: before an engine builds and checks every value of an
+    axis of 10^9 (the engine's own check, from its result variables, follows once the axes are built)."""
+    import numpy as np
+
+    from fastmodel.sweeps.size import check_grid_memory
+
+    total = 1
+    for value in (axes or {}).values():
+        if isinstance(value, (list, tuple, range, np.ndarray)):
+            total *= len(value)
+    check_grid_memory(total, total * MIN_BYTES_PER_POINT, "write it to a zarr store with store='out.zarr'")
 
 
 def make_config(model: Any, system: Any, task: Any, semantics: "str | Semantics | dict" = "default",

@@ -62,13 +62,39 @@ def _value(ds: xr.Dataset, name: str, text: str):
     if name == "status" and not re.match(r"^-?\d+$", text):
         raise SweepError(f"status {text!r} unknown; one of {', '.join(names)}{nearest(text, names)}")
     if ds[name].dtype.kind in "US O".replace(" ", ""):
-        return text.strip("'\"")
+        return _known_text(ds[name], text.strip("'\""))
     if ds[name].dtype.kind == "b":
-        return text.lower() in ("1", "true", "yes")
+        if text.lower() not in _TRUTH:
+            raise SweepError(f"where: {name} is true or false, cannot compare with {text!r}")
+        return _TRUTH[text.lower()]
     try:
         return float(text)
     except ValueError:
-        raise SweepError(f"where: {name} is numeric, cannot compare with {text!r}") from None
+        pass
+    units = ds[name].attrs.get("units")
+    if units in _UNIT_KINDS:
+        from fastmodel.spec.quantity import parse_quantity
+
+        try:
+            return parse_quantity(text, _UNIT_KINDS[units])
+        except ValueError as error:
+            raise SweepError(f"where: {name} is in {units}; {error}") from None
+    raise SweepError(f"where: {name} is numeric, cannot compare with {text!r}")
+
+
+#: the words a true/false variable compares with (``fits_memory=yes``)
+_TRUTH = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
+#: a variable's ``units`` attr -> the quantity kind whose unit strings a filter value may use (``tpot<50ms``)
+_UNIT_KINDS = {"s": "duration", "bytes": "bytes"}
+
+
+def _known_text(var: xr.DataArray, text: str) -> str:
+    """``text`` if ``var`` (a coordinate or a text variable) holds it; else one line naming the nearest value."""
+    values = [str(v) for v in np.unique(var.values)]
+    if text not in values:
+        shown = ", ".join(values[:12]) + (" ..." if len(values) > 12 else "")
+        raise SweepError(f"where: {var.name}={text!r} is not in the data{nearest(text, values)}; values: {shown}")
+    return text
 
 
 #: relative tolerance of comparisons with a float variable or coordinate (as ``plot --sel``)

@@ -27,6 +27,16 @@ class Choice(click.Choice):
                       param, ctx)
 
 
+class FloatRange(click.FloatRange):
+    """click.FloatRange that refuses NaN: it compares false with both bounds, so click's own range lets it in."""
+
+    def convert(self, value, param, ctx):
+        number = super().convert(value, param, ctx)
+        if number != number:
+            self.fail(f"{value!r} is not a number in the range {self._describe_range()}.", param, ctx)
+        return number
+
+
 class OneLineGroup(click.Group):
     """A group whose usage errors are one line (``error: ...``, exit 2) like every other error."""
 

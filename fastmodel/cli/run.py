@@ -87,7 +87,7 @@ def _record_in(model: str) -> dict | None:
                         "record (.json) or spec; evaluate every line with 'fastmodel batch' (or 'validate')")
     if not model.endswith(".json") or not Path(model).is_file():
         return None
-    from fastmodel.spec.detect import RUN_RECORD_BLOCKS, SERVE_RECORD_BLOCKS, is_run_record, is_serve_record
+    from fastmodel.spec.detect import is_run_record, is_serve_record, misshapen_record
 
     try:
         data = json.loads(Path(model).read_text(encoding="utf-8-sig"))
@@ -95,12 +95,10 @@ def _record_in(model: str) -> dict | None:
         return None
     if is_run_record(data) or is_serve_record(data):
         return data
-    if isinstance(data, dict) and any(set(blocks) <= set(data) for blocks in (RUN_RECORD_BLOCKS, SERVE_RECORD_BLOCKS)):
-        # the keys of a record with a block that is not an object ("plan": "tp8"): the record's schema says so
-        blocks = RUN_RECORD_BLOCKS if set(RUN_RECORD_BLOCKS) <= set(data) else SERVE_RECORD_BLOCKS
-        wrong = next(name for name in blocks if not isinstance(data[name], dict))
-        raise SpecError(model, wrong, f"a {'run' if blocks == RUN_RECORD_BLOCKS else 'serving'} record's "
-                        f"{wrong} block must be an object (got {data[wrong]!r:.40})")
+    problem = misshapen_record(data)     # a record with a block that is not an object ("plan": "tp8")
+    if problem:
+        wrong, reason = problem.split(": ", 1)
+        raise SpecError(model, wrong, reason)
     return None
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from fastmodel.cli.common import friendly
+from fastmodel.cli.common import FloatRange, friendly
 from fastmodel.serve.precisions import KV_PRECISIONS, PRECISIONS
 from fastmodel.serve.report import load_mode, render
 
@@ -70,7 +70,7 @@ def _one(values, name: str, default):
 @click.option("--batch-size", type=click.IntRange(min=1), help="Static batch of N requests.")
 @click.option("--concurrency", type=click.IntRange(min=1), help="N requests in flight (continuous batching).")
 @click.option("--max-throughput", is_flag=True, help="As many requests as the KV cache holds.")
-@click.option("--kv-cache-mem-fraction", default=0.9, show_default=True, type=click.FloatRange(0.01, 1.0))
+@click.option("--kv-cache-mem-fraction", default=0.9, show_default=True, type=FloatRange(0.01, 1.0))
 @click.option("--instances", default=1, show_default=True, type=click.IntRange(min=1))
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per configuration.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False),
@@ -93,7 +93,7 @@ def _one(values, name: str, default):
               help="--search: agg, disagg or agg,disagg (disaggregated prefill/decode pools within --gpus).")
 @click.option("--spec-tokens", multiple=True, type=IntList(0), help="Speculative decoding (MTP, EAGLE): draft "
               "tokens per decode step (default 0: off; --concurrency load). --search: the draft lengths to sweep.")
-@click.option("--spec-acceptance", type=click.FloatRange(0.0, 1.0),
+@click.option("--spec-acceptance", type=FloatRange(0.0, 1.0),
               help="Speculative decoding: a draft token's acceptance rate (required with --spec-tokens > 0).")
 @friendly
 def serve(records, model, list_models, device, tp, pp, ep, attention_dp, moe_tp, precision, kv_precision, input_len, output_len, batch_size,

@@ -42,8 +42,8 @@ def validate(runs, output, plot_path, force, calibration, split_file):
     heldout = None if split_file is None else heldout_ids(split_file_for(runs, split_file), runs)
     refused: list = []
     if file_has_serve_records(runs):      # serving records (SERVE_RUNS.md): fastmodel.serve.validate
-        from fastmodel.serve.records import read_serve_records
         from fastmodel.serve.validate import format_report as serve_report
+        from fastmodel.serve.validate import read_measured_records
         from fastmodel.serve.validate import refused_rows as serve_refused
         from fastmodel.serve.validate import rows as serve_rows
 
@@ -51,7 +51,7 @@ def validate(runs, output, plot_path, force, calibration, split_file):
             raise SpecError(plot_path, "", "--plot draws step times of run records, not serving records")
         if calibration:
             raise SpecError(calibration, "", "--calibration applies to run records, not serving records")
-        records = read_serve_records(runs, refused)
+        records = read_measured_records(runs, refused)
         _echo_refused(refused)
         table = (serve_rows(records) if records else []) + serve_refused(refused)
         click.echo(serve_report(table if heldout is None else mark_split(table, heldout), heldout is not None))

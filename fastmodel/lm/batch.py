@@ -122,15 +122,22 @@ class SpecLines:
             found = self._family[model] = _names_real_world_model(model)
         return found
 
+    def _where_it_goes(self, key: str) -> str:
+        """The hint after "unknown key": an execution field's block, the nearest key, or the keys a line takes."""
+        from fastmodel.errors import nearest
+        from fastmodel.lm.execution import ExecutionSpec
+
+        if key in ExecutionSpec.model_fields:
+            return f' (an execution field: write "execution": {{"{key}": ...}})'
+        return nearest(key, self.ALLOWED) or f"; a line takes {', '.join(sorted(self.ALLOWED))}"
+
     def _columns(self, case: dict, default_semantics):
         from fastmodel import engines
         from fastmodel.lm.sweep import point_columns
 
         unknown = sorted(set(case) - self.ALLOWED - {"expected", "rule"})
         if unknown:
-            from fastmodel.errors import nearest
-
-            raise FastmodelError(f"unknown key {unknown[0]!r}{nearest(unknown[0], self.ALLOWED)}")
+            raise FastmodelError(f"unknown key {unknown[0]!r}{self._where_it_goes(unknown[0])}")
         for key in ("system", "task"):
             if key not in case:
                 raise FastmodelError(f"missing key {key!r}")

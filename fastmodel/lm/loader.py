@@ -7,6 +7,7 @@ from typing import Any
 
 from fastmodel.errors import SpecError
 from fastmodel.lm.spec import ClusterSpec, ExecutionSpec, LMSpec
+from fastmodel.spec.detect import check_system_kind
 from fastmodel.spec.loader import resolve_source, validate
 
 
@@ -28,6 +29,7 @@ def load_cluster(spec: Any, num_nodes: int | None = None) -> ClusterSpec:
         cluster = spec
     else:
         data, source = resolve_source(spec, "system")
+        check_system_kind(data, source)
         if isinstance(data, dict) and data.get("kind") != "cluster":
             raise SpecError(source, "system.kind", "a MAD-Max system; the real-world model needs a kind = "
                             "\"cluster\" spec (e.g. dgx-h100; 'fastmodel specs list system') or semantics 'madmax'")

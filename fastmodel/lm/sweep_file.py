@@ -47,7 +47,8 @@ def _specs(source: str, data: dict, base: Path):
         try:
             specs.append(loader(spec_ref(data[key], base)))
         except SpecError as error:  # this file's key, then the spec's own source, field and reason
-            raise SpecError(source, key, str(error)) from None
+            own = str(error) if error.source else error.reason     # a built-in name's error names the key once
+            raise SpecError(source, key, own) from None
     if "execution" in data and not isinstance(data["execution"], dict):
         raise SpecError(source, "execution", "expected a table of execution fields (precision, sharding, ...)")
     try:

@@ -62,6 +62,10 @@ def parse_case(line: "str | dict", default_semantics):
         raise FastmodelError("a case must be a JSON object")
     unknown = [k for k in case if k not in CASE_KEYS and k != "expected" and k != "rule"]
     if unknown:
+        from fastmodel.spec.detect import misshapen_record
+
+        if misshapen_record(case):
+            raise FastmodelError(misshapen_record(case))
         from fastmodel.errors import nearest
         raise FastmodelError(f"unknown key {unknown[0]!r}{nearest(unknown[0], CASE_KEYS)}")
     for key in ("model", "system", "task"):

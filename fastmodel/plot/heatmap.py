@@ -32,6 +32,11 @@ def heatmap(data, x: str | None = None, y: str | None = None, *, var: str | None
     The image array is the data slice itself (SI units; ticks show scaled units).
     """
     da, st = D.prepare(data, var, sel, reduce, relative_to, relative_dim, status, keep=(x, y))
+    for name in (x, y):                 # a wrong x or y first: it is why the other dimensions seem too many
+        if name is not None:
+            D.check_dim(da.dims, name)
+    if x is not None and x == y:
+        raise D.PlotError(f"x and y are both {x!r}")
     if da.ndim != 2:
         extra = [d for d in da.dims if d not in (x, y)]
         raise D.PlotError(f"a heatmap needs 2 dimensions, the data has {da.ndim} ({', '.join(da.dims)}); "

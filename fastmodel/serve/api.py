@@ -41,11 +41,26 @@ def device_columns(name: str) -> dict[str, float]:
     table = device_table()
     found = table.get(str(name).lower())
     if found is None:
-        raise SpecError(None, "device", f"unknown device {name!r}{nearest(str(name).lower(), table)}")
+        raise SpecError(None, "device", f"unknown device {name!r}{_cluster_gpu(name) or nearest(str(name).lower(), table)}")
     missing = [k for k in ("peak_flops_16", "hbm_bytes", "hbm_bw") if k not in found]
     if missing:
         raise SpecError(None, "device", f"{name!r} has no datasheet values ({', '.join(missing)})")
     return dict(found)
+
+
+def _cluster_gpu(name: str) -> str:
+    """The hint for a cluster spec given as a device (``-d dgx-h100``): its GPU; "" for anything else."""
+    from fastmodel.spec.detect import is_cluster
+    from fastmodel.spec.loader import resolve_source
+
+    if any(c in str(name) for c in "/\\") or str(name).endswith((".toml", ".json")):
+        return ""                                   # built-in names only: never read a path given as a device
+    try:
+        data = resolve_source(str(name), "system")[0]
+    except (SpecError, OSError):
+        return ""
+    gpu = data.get("gpu") if isinstance(data, dict) and is_cluster(data) else None
+    return f" ({name!r} is a cluster; give its GPU, {gpu!r})" if isinstance(gpu, str) else ""
 
 
 def model_columns(model: str | Mapping[str, float]) -> dict[str, float]:
@@ -179,6 +194,7 @@ def sweep(model, device: str | Sequence[str] = "H100", precision: str | Sequence
     carry the model's ``notes`` (:func:`model_notes`, joined by "; ")."""
     import xarray as xr
 
+    _check_grid_size([v for v in (device, precision, kv_precision, *axes.values()) if v is not None])
     base = columns(model, _first(device), precision=_first(precision), kv_precision=_first(kv_precision),
                    max_throughput=True)
     base[COLUMN_INDEX["load_mode"]] = encode("load_mode", load_mode)
@@ -231,6 +247,18 @@ def dataset_attrs(model, load_mode: str) -> dict[str, str]:
     mapping of columns), the load mode, the task kind and the model's notes (:func:`model_notes`, "; "-joined)."""
     return {"model": model if isinstance(model, str) else "custom", "load_mode": load_mode,
             "fastmodel_task": "serve", "notes": "; ".join(model_notes(model))}
+
+
+def _check_grid_size(values) -> None:
+    """A SweepError (one line) when the grid of these axis values (a list, tuple, array or range is an axis; ``len``
+    of a range is free) would take over half the available memory: before any axis is built as a list."""
+    from fastmodel.sweeps.size import check_grid_memory
+
+    total = 1
+    for value in values:
+        if isinstance(value, (list, tuple, np.ndarray, range)):
+            total *= len(value)
+    check_grid_memory(total, total * (8 * len(SERVE_RESULTS) + 1), "sweep fewer values")
 
 
 def _first(value):

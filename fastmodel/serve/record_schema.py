@@ -206,8 +206,10 @@ def check_invariants(record: ServeRecordSchema) -> None:
     serve = record.serve
     # the model and system blocks are typed by the run-record schema afterwards: use only well-typed counts here
     n_gpus = record.system.get("n_gpus") if type(record.system.get("n_gpus")) is int else None
-    experts = record.model.get("moe_experts") if type(record.model.get("moe_experts")) is int else 0
-    experts = max(0, experts)
+    experts = record.model.get("moe_experts", 0)
+    if experts is not None and type(experts) is not int:
+        return              # an ill-typed count: the run-record schema names model.moe_experts, not the layout
+    experts = max(0, experts or 0)
     if serve.mode == "disagg":
         if record.disagg is None:
             _fail("disagg", 'required block missing (serve.mode = "disagg")')

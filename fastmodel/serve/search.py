@@ -139,6 +139,31 @@ def xr_variable(dims, values, attrs):
     return xr.Variable(dims, values, attrs)
 
 
+#: bytes a disaggregated point of the search holds at its peak: the float temporaries of
+#: ``search_disagg.disagg_point_arrays`` (an aggregated point: the kernel's result columns and status, twice for
+#: the copy that stacks the engines)
+DISAGG_BYTES = 8 * 24
+
+
+def _check_size(engines_x_precisions: int, powers: int, moe: bool, concurrency, ep, attention_dp, spec_tokens,
+                modes) -> None:
+    """Refuse (SweepError, one line) a search whose grid would not fit in memory, from the axes' lengths alone
+    (``len`` of a ``range`` is free): before a concurrency axis of 10^9 is built as a list."""
+    from fastmodel.registry.serve import SERVE_RESULTS
+    from fastmodel.sweeps.size import check_grid_memory
+
+    def size(values, default: int) -> int:
+        return default if values is None else len(values) if hasattr(values, "__len__") else 1
+
+    conc = size(concurrency, 1)
+    agg = engines_x_precisions * powers * 3 * size(ep, powers if moe else 1) \
+        * size(attention_dp, powers if moe else 1) * size(spec_tokens, 1) * conc
+    disagg = engines_x_precisions * powers**4 * conc if "disagg" in modes else 0
+    per_point = 2 * (8 * len(SERVE_RESULTS) + 1)
+    check_grid_memory(agg + disagg, agg * per_point + disagg * DISAGG_BYTES,
+                      "search fewer concurrencies (--search-concurrency), precisions, engines or GPUs")
+
+
 def _shaped(coords: dict, dims, name: str) -> np.ndarray:
     """Coordinate ``name`` shaped to broadcast against an array of ``dims``."""
     shape = [1] * len(dims)
@@ -163,16 +188,17 @@ def slo_search(model, device: str, *, input_len: int, output_len: int, ttft: flo
     if ttft <= 0 or tpot <= 0:
         raise SpecError(None, "--ttft/--tpot", "SLOs must be positive durations")
     engines = engine_list(engine)
-    concurrency = _axis("--search-concurrency", concurrency, [], 1)
     powers = [2**k for k in range(12) if 2**k <= gpus]
     if not powers:
         raise SpecError(None, "--gpus", "the GPU budget must be at least 1")
     modes = list(dict.fromkeys(modes))
     if not modes or set(modes) - {"agg", "disagg"}:
         raise SpecError(None, "--mode", f"choose agg, disagg or both (got {', '.join(map(str, modes))})")
+    moe = model_columns(model).get("moe_experts", 0) > 0
+    _check_size(len(engines) * len(precisions), len(powers), moe, concurrency, ep, attention_dp, spec_tokens, modes)
+    concurrency = _axis("--search-concurrency", concurrency, [], 1)
     if not 0.0 <= spec_acceptance <= 1.0:
         raise SpecError(None, "--spec-acceptance", "an acceptance rate is between 0 and 1")
-    moe = model_columns(model).get("moe_experts", 0) > 0
     hbm = hbm_bytes or device_columns(device)["hbm_bytes"]
     axes = dict(tp=powers, pp=[p for p in (1, 2, 4) if p <= gpus], ep=_axis("--ep", ep, powers if moe else [1], 1),
                 attention_dp=_axis("--attention-dp", attention_dp, powers if moe else [1], 1),
@@ -268,10 +294,22 @@ def layout(row: dict) -> str:
     return f"tp{row['tp']} pp{row['pp']} ep{row['ep']} adp{row['attention_dp']} k{row['spec_tokens']}"
 
 
+def _none_legal(ds) -> str:
+    """When no aggregated point is legal (``--ep 3`` on a dense model), the status that ruled out most of them:
+    "0 configurations fit" alone reads as a memory verdict."""
+    codes = np.asarray(ds["status"].values).reshape(-1)
+    if codes.size == 0 or (codes == 0).any() or ("disagg_status" in ds and (ds["disagg_status"].values == 0).any()):
+        return ""
+    names = str(ds["status"].attrs.get("flag_meanings", "")).split()
+    values, counts = np.unique(codes, return_counts=True)
+    top = int(values[np.argmax(counts)])
+    return f"; none is legal (most are {names[top] if top < len(names) else top})"
+
+
 def format_search(result: SearchResult, ttft: float, tpot: float) -> str:
     """The frontier as a table (mode, engine, precision, layout) and the best configuration meeting the SLOs."""
     lines = [f"{result.evaluated} configurations fit, {result.feasible} meet TTFT <= {ttft * 1e3:g} ms and "
-             f"TPOT <= {tpot * 1e3:g} ms",
+             f"TPOT <= {tpot * 1e3:g} ms{_none_legal(result.dataset)}",
              "Pareto frontier (tokens/s per GPU against tokens/s per user):",
              f"{'mode':6s} {'engine':6s} {'precision':>9s} {'layout':24s} {'conc':>5s} {'ttft ms':>9s} "
              f"{'tpot ms':>8s} {'tok/s/user':>10s} {'tok/s/GPU':>10s}  SLO"]

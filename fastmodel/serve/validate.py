@@ -54,6 +54,22 @@ def _model_name(raw: dict) -> str:
     return str(model.get("name", "")) if isinstance(model, dict) else str(model or "")
 
 
+def read_measured_records(path, refused: list) -> list:
+    """``read_serve_records`` for validate: a record whose ``measured`` block cannot be read (``ttft_s = "173ms"``,
+    a negative or NaN value; ``record_schema.parse_measured``) is refused, a miss naming the field, instead of
+    leaving the tables that metric's row without a word."""
+    from fastmodel.serve.record_schema import parse_measured
+    from fastmodel.serve.records import lower_any
+    from fastmodel.spec.records import read_jsonl
+
+    def lower(data, where):
+        if isinstance(data, dict) and "measured" in data:
+            parse_measured(data, where)
+        return lower_any(data, where)
+
+    return read_jsonl(path, lower, "serving records", whole_object=True, refused=refused)
+
+
 def _measured(record) -> dict:
     measured = record.raw.get("measured")
     return measured if isinstance(measured, dict) else {}

@@ -34,6 +34,30 @@ def is_serve_record(data: Any) -> bool:
     return isinstance(data, dict) and all(isinstance(data.get(k), dict) for k in SERVE_RECORD_BLOCKS)
 
 
+def misshapen_record(data: Any) -> str | None:
+    """The problem of a dict with every block name of a run or serving record whose block is not an object
+    (``"serve": "tp4"``), as ``(block, reason)``'s text ``"<block>: ..."``; None for anything else. Such a dict is no
+    record by :func:`is_run_record`, and would otherwise be read as a MAD-Max case and refused for its keys."""
+    if not isinstance(data, dict) or is_run_record(data) or is_serve_record(data):
+        return None
+    for blocks, kind in ((RUN_RECORD_BLOCKS, "run"), (SERVE_RECORD_BLOCKS, "serving")):
+        if set(blocks) <= set(data):
+            wrong = next(name for name in blocks if not isinstance(data[name], dict))
+            return f"{wrong}: a {kind} record's {wrong} block must be an object (got {data[wrong]!r:.40})"
+    return None
+
+
+def check_system_kind(data: Any, source: str | None) -> None:
+    """A SpecError for a system dict whose ``kind`` is not ``"cluster"``: a MAD-Max system has no ``kind``, so any
+    other value is a misspelt cluster (``"clustr"``), named with the nearest kind."""
+    kind = field(data, "kind") if isinstance(data, dict) else None
+    if kind is not None and kind != CLUSTER_KIND:
+        from fastmodel.errors import SpecError, nearest
+
+        raise SpecError(source, "system.kind", f"unknown kind {kind!r}{nearest(str(kind), [CLUSTER_KIND])}; a "
+                        f"real-world cluster has kind = \"{CLUSTER_KIND}\", a MAD-Max system no kind")
+
+
 def field(data: Any, name: str):
     """``data[name]`` of a dict, or the attribute of a spec object; None when absent."""
     if isinstance(data, dict):

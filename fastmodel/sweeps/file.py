@@ -84,6 +84,27 @@ def axis_values(source: str, name: str, spec: Any) -> list:
     return [v.item() if isinstance(v, np.generic) else v for v in values]
 
 
+#: every task kind of every engine (MAD-Max's pretrain / finetune / inference, serving's serve)
+TASK_KINDS = ("pretrain", "finetune", "inference", "serve")
+
+
+def _task_first(source: str, value, base: Path):
+    """The raw task of a sweep file; a task that cannot be read, or whose ``kind`` no engine has, is named here,
+    before the engine is chosen from it: a misspelt serving task (``serve-chatt``, ``kind = "serv"``) would
+    otherwise make a training sweep, whose first complaint is the serving device given as its system."""
+    if not isinstance(value, (str, dict)):
+        return None
+    try:
+        data, where = resolve_source(spec_ref(value, base), "task")
+    except SpecError as error:
+        raise SpecError(error.source or source, error.field or "task", error.reason) from None
+    kind = data.get("kind") if isinstance(data, dict) else None
+    if isinstance(data, dict) and "kind" in data and kind not in TASK_KINDS:
+        raise SpecError(where if where else source, "task.kind",
+                        f"unknown kind {kind!r}{nearest(str(kind), TASK_KINDS)}; one of {', '.join(TASK_KINDS)}")
+    return data
+
+
 def load_sweep_file(path: str, unit_configs: int | None = None, calibration: Any = None):
     """The sweep plan of a sweep file or built-in sweep name (any engine); errors name the file.
     ``calibration`` (a ``Calibration``) applies to engines with fitted efficiencies (a SpecError otherwise)."""
@@ -95,8 +116,8 @@ def load_sweep_file(path: str, unit_configs: int | None = None, calibration: Any
     axes = data.get("axes") if isinstance(data.get("axes"), dict) else {}
     model = data.get("model", (axes.get("model") or [None])[0] if isinstance(axes.get("model"), list)
                      else axes.get("model"))
-    engine = engines.for_sweep(raw_spec(model, base, "model"), raw_spec(data.get("system"), base, "system"),
-                               raw_spec(data.get("task"), base, "task"))
+    task = _task_first(str(path), data.get("task"), base)
+    engine = engines.for_sweep(raw_spec(model, base, "model"), raw_spec(data.get("system"), base, "system"), task)
     return engine.door().sweep_plan_from_file(str(path), data, base, unit_configs, calibration)
 
 

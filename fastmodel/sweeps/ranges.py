@@ -104,7 +104,7 @@ def expand(name: str, spec: Any) -> list:
         if isinstance(start, int) and isinstance(stop, int) and all(v.is_integer() for v in values):
             return [int(v) for v in values]
         return values
-    if isinstance(spec, (list, tuple, np.ndarray)):
+    if isinstance(spec, (list, tuple, np.ndarray, range)):
         if len(spec) > MAX_AXIS_VALUES:
             raise SweepError(f"axis {name}: {len(spec):,} values; an axis may have at most {MAX_AXIS_VALUES:,}")
         return list(spec)

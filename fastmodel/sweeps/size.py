@@ -144,10 +144,15 @@ def check_size(plan, output: str, to_store: bool, confirmed: bool = False) -> st
 
 def check_memory(plan) -> None:
     """SweepError when the in-memory result grid would take more than half of the available memory."""
-    need = plan.result_bytes()
+    check_grid_memory(plan.num_configs, plan.result_bytes(), "write it to a zarr store with -o out.zarr")
+
+
+def check_grid_memory(configs: int, need: int, hint: str) -> None:
+    """SweepError (one line ending in ``hint``) when ``need`` bytes for a grid of ``configs`` points exceed half of
+    the available memory: refused before anything is allocated, not after minutes of swapping."""
     have = available_memory_bytes()
     if need > have // 2:
         raise SweepError(
-            f"the result grid needs about {need / 2**30:.1f} GiB ({plan.num_configs:,} configurations) but only "
-            f"{have / 2**30:.1f} GiB is available; write it to a zarr store with -o out.zarr"
+            f"the result grid needs about {need / 2**30:.1f} GiB ({configs:,} configurations) but only "
+            f"{have / 2**30:.1f} GiB is available; {hint}"
         )

@@ -132,3 +132,38 @@ def test_overlapped_comm_never_negative():
     case = next(c for c in dev_cases("LLM") if c["case"] == "dev-0048-LLM-inference-fsdp+tp-mp")
     ds = fastmodel.evaluate(case["model"], case["system"], case["task"])
     assert float(ds.overlapped_comm) >= 0.0 and float(ds.exposed_comm) >= 0.0
+
+
+@pytest.mark.parametrize("option, value", [("--kv-cache-mem-fraction", "nan"), ("--spec-acceptance", "nan"),
+                                           ("--kv-cache-mem-fraction", "-nan")])
+def test_nan_is_not_inside_a_range(option, value):
+    """NaN compares false with both bounds, so click's FloatRange let it through to a misleading 'no_kv_room' or
+    'not_finite' status; it is the option's one-line usage error."""
+    args = ["serve", "-m", "llama3.1-8b", "-d", "H100", "--concurrency", "4", option, value]
+    if option == "--spec-acceptance":
+        args += ["--spec-tokens", "3"]
+    one_line_error(run(*args), f"Invalid value for '{option}'")
+
+
+def test_batch_record_with_a_block_that_is_not_an_object(tmp_path):
+    """A serving or run record whose block is not an object ("serve": "tp4", "model": []) is named as such, as
+    'run -m' names it; the batch used to read it as a MAD-Max case and say "unknown key 'id'"."""
+    serving = {"id": "x", "model": {"name": "m"}, "system": {"gpu": "H100"}, "serve": "tp4"}
+    run_record = {"id": "y", "model": [], "system": {"gpu": "H100"}, "plan": {"tp": 8}}
+    src = tmp_path / "in.jsonl"
+    src.write_text("\n".join(json.dumps(x) for x in (serving, run_record)) + "\n")
+    out = tmp_path / "out.jsonl"
+    assert run("batch", str(src), "-o", str(out)).exit_code == 0
+    statuses = [json.loads(x)["status"] for x in out.read_text().splitlines()]
+    assert "serving record's serve block must be an object" in statuses[0], statuses
+    assert "run record's model block must be an object" in statuses[1], statuses
+
+
+@pytest.mark.parametrize("model", ["llama3.1-70b", "llama2-70b"])
+def test_a_misspelt_system_kind_is_named(tmp_path, model):
+    """kind = "clustr" said 'a MAD-Max system' (real-world model) or 'system.kind: unknown field (did you mean
+    'node'?)' (MAD-Max model); it is the kind, with the nearest one."""
+    path = tmp_path / "s.toml"
+    path.write_text('name = "x"\nkind = "clustr"\n')
+    one_line_error(run("run", "-m", model, "-s", str(path), "-t", "llm-pretrain"),
+                   "system.kind: unknown kind 'clustr' (did you mean 'cluster'?)")

@@ -403,3 +403,22 @@ def test_static_prefill_attention_runs_one_prompt_per_attention_dp_group():
     by_hand = layers * (flops / (d["peak_flops_16"] * d["attn_eff"]) + d["kernel_overhead_s"])
     assert one["prefill_attention"] == pytest.approx(by_hand, rel=1e-9)
     assert four["prefill_attention"] == pytest.approx(by_hand, rel=1e-9)
+
+
+def test_a_python_sweep_too_large_for_memory_is_refused_before_its_axes_are_built():
+    """sweep(..., batch_size=range(1, 10**10)) is one SweepError from the axes' lengths, not a list of 10^10
+    values built before anything is checked."""
+    from fastmodel.errors import SweepError
+    from fastmodel.serve.api import sweep
+
+    with pytest.raises(SweepError, match="10,000,000,000 configurations"):
+        sweep("llama3.1-8b", "H100", batch_size=range(1, 10**10 + 1))
+
+
+def test_a_cluster_given_as_the_device_names_its_gpu():
+    """-d dgx-h100 said "unknown device 'dgx-h100' (did you mean 'dgx-b200'?)": a cluster spec names its GPU."""
+    from fastmodel.errors import SpecError
+    from fastmodel.serve.api import device_columns
+
+    with pytest.raises(SpecError, match=r"'dgx-h100' is a cluster; give its GPU, 'H100-SXM-80GB'"):
+        device_columns("dgx-h100")

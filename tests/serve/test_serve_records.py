@@ -68,6 +68,14 @@ def test_bad_serving_records_name_the_file_line_block_and_field(path, value, mes
         lower_serve_record(_with(path, value), "f.jsonl:3")
 
 
+@pytest.mark.parametrize("experts", [16.5, "16", True])
+def test_an_ill_typed_expert_count_is_named_not_read_as_a_dense_model(experts):
+    """moe_experts 16.5 with ep 2 used to say 'ep = 2 needs a model with routed experts': the count is refused."""
+    record = _with("serve.ep", 2, _with("model", {**MOE, "moe_experts": experts}))
+    with pytest.raises(SpecError, match=r"model\.moe_experts: "):
+        lower_serve_record(record, "f.jsonl:3")
+
+
 def test_expert_layout_invariants():
     moe = _with("model", MOE)
     with pytest.raises(SpecError, match=r"serve\.ep: 3 does not divide the 16 routed experts"):

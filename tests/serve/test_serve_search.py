@@ -88,3 +88,26 @@ def test_a_bare_slo_number_far_beyond_an_interactive_service_gets_a_note():
     for quiet in ("0.05", "50ms"):
         run = CliRunner().invoke(main, [*base, "--tpot", quiet])
         assert run.exit_code == 0 and "note:" not in run.stderr
+
+
+def test_a_search_too_large_for_memory_is_refused_before_it_runs(monkeypatch):
+    """A search grid over half the available memory is one line and exit 2 before any axis is built (a
+    --search-concurrency of 10^9 used to take minutes and 12 GB before running out of memory)."""
+    import fastmodel.sweeps.size as size
+
+    monkeypatch.setattr(size, "available_memory_bytes", lambda: 1 << 20)       # 1 MiB: 2,048 points are too many
+    run = CliRunner().invoke(main, [*ARGS, "--search-concurrency", "2048"])
+    assert run.exit_code == 2 and run.output.startswith("error: ") and run.output.count("\n") == 1, run.output
+    assert "configurations" in run.output and "--search-concurrency" in run.output
+    monkeypatch.undo()
+    run = CliRunner().invoke(main, [*ARGS, "--search-concurrency", str(10**9)])
+    assert run.exit_code == 2 and run.output.count("\n") == 1, run.output
+
+
+def test_a_search_with_nothing_legal_says_why():
+    """--ep 3 on a dense model: every point is illegal; the first line named only '0 configurations fit'. It
+    names the status that ruled out most points."""
+    run = CliRunner().invoke(main, [*ARGS, "--ep", "3"])
+    assert run.exit_code == 0, run.output
+    first = run.output.splitlines()[0]
+    assert first.startswith("0 configurations fit") and "none is legal" in first and "ep" in first, first

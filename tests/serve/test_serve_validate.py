@@ -60,3 +60,19 @@ def test_a_malformed_serving_line_is_a_miss_in_every_table(tmp_path):
     assert f"refused (a miss): {path}:1: invalid JSON" in result.stderr
     all_lines = [line for line in result.stdout.splitlines() if line.startswith("all ")]
     assert [line.split()[1:3] for line in all_lines[:2]] == [["2", "1"], ["2", "1"]]   # TTFT, TPOT
+
+
+@pytest.mark.parametrize("ttft, reason", [("173ms", "measured.ttft_s: "), (-1.0, "measured.ttft_s: "),
+                                          (float("nan"), "measured.ttft_s: ")])
+def test_an_unreadable_measurement_is_named_not_dropped(tmp_path, ttft, reason):
+    """measured.ttft_s "173ms" (or -1, NaN) used to leave the record out of the TTFT table without a word; it is a
+    refused record (a miss) naming the field."""
+    from click.testing import CliRunner
+
+    from fastmodel.cli import main
+
+    path = tmp_path / "serve.jsonl"
+    path.write_text(json.dumps(RECORD) + "\n" + json.dumps(_measured(ttft, 0.01)) + "\n")
+    result = CliRunner().invoke(main, ["validate", str(path)])
+    assert result.exit_code == 0, result.output
+    assert f"refused (a miss): {path}:2: {reason}" in result.stderr, result.stderr

@@ -83,6 +83,15 @@ def test_real_world_spec_lines_give_run_s_one_line_reasons():
     assert "unknown key 'plann'" in records[3]["status"] and "'plan'" in records[3]["status"]
 
 
+def test_an_execution_field_at_the_top_of_a_line_says_where_it_goes():
+    """"micro_batch": 2 beside "model" said only "unknown key 'micro_batch'"; it names the execution block, and a
+    key with no near match lists the keys a line takes."""
+    base = {"model": "llama3.1-70b", "system": "dgx-h100", "task": "llm-pretrain", "plan": "tp8.pp4"}
+    records = list(run_batch([json.dumps({**base, "micro_batch": 2}), json.dumps({**base, "zzz": 1})]))
+    assert "an execution field: write \"execution\": {\"micro_batch\": ...}" in records[0]["status"], records[0]
+    assert "a line takes case, execution, model, num_nodes, plan, semantics, system, task" in records[1]["status"]
+
+
 def test_a_line_carries_only_its_engine_s_variables_and_tables_the_union_of_the_kinds_present(tmp_path):
     """A run record's line holds the real-world model's variables (no MAD-Max key set to null), a MAD-Max line
     MAD-Max's, a serving line serving's; CSV and Parquet take the union of the columns of the kinds present."""

@@ -42,6 +42,9 @@ def test_filters_and_ascending(ds):
         ({"by": "throughput", "where": ["num_nodes=999"]}, "no configuration passes"),
         ({"by": "throughput", "top": 0}, "at least 1"),
         ({"by": "throughput", "where": ["num_nodes=>8"]}, "numeric"),
+        ({"by": "throughput", "where": ["fits_memory=maybe"]}, "true or false"),
+        ({"by": "throughput", "where": ["plan=fsdp/ddpp"]}, r"not in the data \(did you mean 'fsdp/ddp'\?\)"),
+        ({"by": "throughput", "where": ["iteration_time<5 parsecs"]}, "iteration_time is in s"),
     ],
 )
 def test_errors(ds, kwargs, message):
@@ -72,3 +75,12 @@ def test_cli_best_descending_overrides_the_registry_direction(tmp_path, ds):
     stored = open_result(str(path))
     assert fastest.output.strip() == best(stored, "iteration_time", top=1, ascending=True).to_string(index=False).strip()
     assert slowest.output.strip() == best(stored, "iteration_time", top=1, ascending=False).to_string(index=False).strip()
+
+
+def test_a_filter_value_may_carry_the_variable_s_unit(ds):
+    """``iteration_time<5000ms`` is ``iteration_time<5`` (the variable's units are s); ``memory_per_device<80GB`` is 80e9
+    bytes, ``memory_per_device<80GiB`` 80 x 2^30."""
+    assert bool((where_mask(ds, ["iteration_time<5000ms"]) == where_mask(ds, ["iteration_time<5"])).all())
+    assert bool((where_mask(ds, ["iteration_time<5000 ms"]) == where_mask(ds, ["iteration_time<5"])).all())
+    assert bool((where_mask(ds, ["memory_per_device<80GB"]) == where_mask(ds, ["memory_per_device<80e9"])).all())
+    assert bool((where_mask(ds, ["memory_per_device<80GiB"]) == where_mask(ds, [f"memory_per_device<{80 * 2**30}"])).all())

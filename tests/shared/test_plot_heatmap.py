@@ -109,6 +109,9 @@ def test_svg_text_and_deterministic_bytes(ds, tmp_path):
     ({"x": "num_nodes", "y": "plan", "var": "throughput", "sel": {"global_batch": 500}}, "global_batch=500"),
     ({"x": "num_nodes", "y": "plan", "var": "throughput", "sel": {"global_batch": 512}, "relative_to": "fsdp/dp"},
      "did you mean 'fsdp/ddp'"),
+    # a wrong x or y is named even while other dimensions are left to fix (it used to say only "needs 2 dimensions")
+    ({"x": "num_node", "y": "plan", "var": "throughput"}, "did you mean 'num_nodes'"),
+    ({"x": "plan", "y": "plan", "var": "throughput"}, "x and y are both 'plan'"),
 ])
 def test_errors_name_what_is_wrong(ds, kwargs, text):
     with pytest.raises(PlotError, match=re.escape(text)):

@@ -143,6 +143,7 @@ def test_lm_sweep_zarr_streams_and_resumes(cli, tmp_path):
     (("micro_batch = [1, 2]", "micro_batch = []"), ("axes.micro_batch", "empty")),
     (('task = "llm-pretrain"', 'task = "llm-pretrian"'), ("did you mean 'llm-pretrain'",)),
     (('system = "dgx-h100"', 'system = "dgx-h10"'), ("did you mean 'dgx-h100'",)),
+    (('model = "llama3-70b"', 'model = "llama3-70c"'), ("model: unknown built-in model", "did you mean 'llama3-70b'")),
     (('task = "llm-pretrain"', 'task = "llm-pretrain"\nsemantics = "madmax"'), ("semantics", "'default'")),
     (('model = "llama3-70b"', 'model = "llama2-70b"'), ("model", "is a MAD-Max model")),
     (('system = "dgx-h100"', 'system = "dc-a"'), ("system", "a MAD-Max system")),
@@ -151,6 +152,7 @@ def test_lm_sweep_file_errors_name_file_field_and_reason(cli, tmp_path, change, 
     path = write(tmp_path, LM.replace(*change))
     result = cli("sweep", path, "-o", tmp_path / "o.nc")
     one_line_error(result, str(path), *parts)
+    assert "model: model:" not in result.output and "system: system:" not in result.output   # the field once
     assert not (tmp_path / "o.nc").exists()
 
 
@@ -230,6 +232,8 @@ def test_serve_concurrency_axis_max_throughput_task_and_lm_model(cli, tmp_path):
     (("batch_size = [1, 16, 64]", "batch_size = [1]\nconcurrency = [2]"), ("axes.concurrency", "not both")),
     (('model = "llama3.1-70b"', 'model = "llama3.1-70c"'), ("model", "did you mean")),
     (('system = "H100"\n', 'system = "H1000"\n'), ("system", "'H1000'")),
+    # a misspelt serving task is named (it was taken for a training task, and the device for a missing system)
+    (('task = "serve-chat"', 'task = "serve-chatt"'), ("task", "'serve-chatt'", "did you mean 'serve-chat'")),
 ])
 def test_serve_sweep_file_errors(cli, tmp_path, change, parts):
     path = write(tmp_path, SERVE.replace(*change))
@@ -245,6 +249,9 @@ def test_serve_task_spec_errors(cli, tmp_path):
     task.write_text('name = "t"\nkind = "serve"\ninput_len = 128\noutput_lenn = 128\n')
     one_line_error(cli("sweep", write(tmp_path, text), "-o", tmp_path / "o.nc"), str(task), "task.output_lenn",
                    "did you mean 'output_len'")
+    task.write_text('name = "t"\nkind = "serv"\ninput_len = 128\noutput_len = 128\n')
+    one_line_error(cli("sweep", write(tmp_path, text), "-o", tmp_path / "o.nc"), str(task), "task.kind",
+                   "did you mean 'serve'")
     # the MAD-Max commands say what a serving task is for
     one_line_error(cli("run", "-m", "llama2-70b", "-s", "dc-a", "-t", "serve-chat", "--semantics", "madmax"),
                    "serving task")

@@ -2,6 +2,7 @@
 
 import importlib
 
+import pytest
 from click.testing import CliRunner
 
 from fastmodel.cli import main
@@ -55,3 +56,38 @@ def test_reclaimable_page_cache_is_not_counted_as_used(monkeypatch):
     monkeypatch.setattr(size, "_stat_value", lambda path, key: 5 * GIB if key == "inactive_file" else 0)
     monkeypatch.setattr(resource, "getrlimit", lambda kind: (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
     assert size.available_memory_bytes() == 6 * GIB
+
+
+class _Unbuilt(list):
+    """An axis of 10^9 values that must not be iterated: its length is all a size check needs."""
+
+    def __len__(self):
+        return 10**9
+
+    def __iter__(self):
+        raise AssertionError("the axis was built before the size check")
+
+
+@pytest.mark.parametrize("model, system", [("llama3.1-70b", "dgx-h100"), ("llama2-70b", "dc-a")])
+def test_a_python_sweep_too_large_for_memory_is_refused_before_its_axes_are_built(model, system):
+    """fastmodel.sweep(..., axes={"num_nodes": range(1, 10**9)}) built 10^9 checked values (minutes, tens of GB)
+    before its grid's size was checked; it is refused from the axes' lengths."""
+    from fastmodel import sweep
+    from fastmodel.errors import SweepError
+
+    with pytest.raises(SweepError, match="1,000,000,000 configurations"):
+        sweep(model, system, "llm-pretrain", axes={"num_nodes": _Unbuilt(), "plan": "all"})
+
+
+def test_a_range_is_an_axis_in_every_engine():
+    """axes={"num_nodes": range(2, 5)} said "range(2, 5) is not a number" under MAD-Max (the real-world engine
+    took it): a range is a list of its values, and one over MAX_AXIS_VALUES is refused by its length."""
+    from fastmodel import sweep
+    from fastmodel.errors import SweepError
+    from fastmodel.sweeps.ranges import MAX_AXIS_VALUES, expand
+
+    assert expand("num_nodes", range(2, 5)) == [2, 3, 4]
+    ds = sweep("llama2-70b", "dc-a", "llm-pretrain", axes={"num_nodes": range(2, 5), "plan": ["fsdp/ddp"]})
+    assert list(ds.num_nodes.values) == [2, 3, 4]
+    with pytest.raises(SweepError, match="at most"):
+        expand("num_nodes", range(MAX_AXIS_VALUES + 1))

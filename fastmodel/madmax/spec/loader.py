@@ -52,6 +52,7 @@ def load_system(spec: Any, num_nodes: int | None = None) -> SystemSpec:
         if detect.is_cluster(data):
             raise SpecError(source, "semantics", f"system {detect.field(data, 'name')!r} is a real-world cluster "
                             "(kind = \"cluster\"): evaluate it under semantics 'default' with a real-world model")
+        detect.check_system_kind(data, source)
         if madmax_format.is_madmax_system(data):
             data = madmax_format.system_to_spec(data, source, validate)
         system = validate(SystemSpec, data, source, "system")
