@@ -13,11 +13,8 @@ import pytest
 
 from fastmodel.kernels.lm.memory_activations import kept_mode, layer_activation_bytes, mla_latent_bytes
 from fastmodel.kernels.lm.memory_states import (
-    gradients_bytes,
-    optimizer_bytes,
     stage_layers,
     stage_params,
-    weights_bytes,
 )
 from fastmodel.kernels.lm.pipeline import microbatches_in_flight
 from fastmodel.lm.api import record_values
@@ -125,7 +122,8 @@ def test_deepseek_v3_rank_0_holds_the_peak():
     At the loss it also holds, beside the main head's workspace 6 B per logit, the MTP depth's FP32 softmax,
     4 B x 4,096 x 129,280 = 1.97 GiB (Megatron-Core process_mtp_loss, docs/model_memory.md "MTP module"), and one
     micro-batch of stage 15 in flight keeps the MTP module's inputs (6 + 3 g) T h = 9 x 4,096 x 7,168 B (FP8:
-    g = 1), the three FP8 ones with their blockwise FP32 scale per 128 elements (3 x 4/128 B per element), beside its MoE layer's 270,720 B per token (and its routed rows at the busiest rank's load, LOAD)."""
+    g = 1), the three FP8 ones with their blockwise FP32 scale per 128 elements (3 x 4/128 B per element), beside
+    its MoE layer's 270,720 B per token (and its routed rows at the busiest rank's load, LOAD)."""
     columns = _columns("deepseek-v3-pretrain-h800-n2048-180k-gpuh-per-T")
     values, _ = record_values(record_by_id("deepseek-v3-pretrain-h800-n2048-180k-gpuh-per-T"))
     assert values["memory_peak_stage"] == 0
