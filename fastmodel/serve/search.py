@@ -296,7 +296,10 @@ def layout(row: dict) -> str:
 
 def _none_legal(ds) -> str:
     """When no aggregated point is legal (``--ep 3`` on a dense model), the status that ruled out most of them:
-    "0 configurations fit" alone reads as a memory verdict."""
+    "0 configurations fit" alone reads as a memory verdict. A disaggregated-only search has no aggregated
+    ``status``: nothing to say."""
+    if "status" not in ds:
+        return ""
     codes = np.asarray(ds["status"].values).reshape(-1)
     if codes.size == 0 or (codes == 0).any() or ("disagg_status" in ds and (ds["disagg_status"].values == 0).any()):
         return ""
