@@ -177,10 +177,15 @@ def _data_parallel_step(row, work, per_stage, head_params, out):
     last_end = head_params + mtp_params
     if copies > 1.0:
         ends = embedding_params + last_end
+        holds_last = True       # DualPipe: rank 0 holds the embedding and the last stage (head, MTP)
+    elif p > 1.0:
+        holds_last = last_end >= embedding_params
+        ends = last_end if holds_last else embedding_params
     else:
-        ends = max(embedding_params if p > 1.0 else embedding_params + last_end, last_end)
-    # the MTP modules' routed experts are on the last rank, which holds the head
-    experts_held = copies * per_stage * experts + (mtp_experts if (p <= 1.0 or ends == last_end) else 0.0)
+        ends = embedding_params + last_end
+        holds_last = True
+    # the MTP modules' routed experts are on the rank that holds the last stage
+    experts_held = copies * per_stage * experts + (mtp_experts if holds_last else 0.0)
     stage_params = copies * per_stage * (params - experts) + ends
     if split_slots(row) > 0.0:      # the embedding and the head hold a layer's slot (last_rank_layers)
         stage_params = max(stage_params - ends, stage_params - copies * (params - experts))

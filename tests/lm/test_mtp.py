@@ -133,3 +133,17 @@ def test_memory_counts_the_module_s_saved_inputs_and_its_loss_workspace_by_hand(
     for impl, saved in (("vocab_parallel", 4), ("eager", 4), ("compiled", 2)):
         one = logits_workspace_bytes(row(**MODEL, tp=2, mtp_layers=1, loss_impl=impl))
         assert one - logits_workspace_bytes(row(**MODEL, tp=2, loss_impl=impl)) == saved * T * V / 2
+
+
+def test_under_dualpipe_rank_0_steps_the_mtp_module_s_routed_experts():
+    """DualPipe puts the last stage (head and MTP module) on rank 0 beside the embedding: the module's routed
+    experts are that rank's to reduce and step, as its weights are in memory. Under DDP the optimizer time is
+    proportional to the held parameters, so with the module it grows by the ratio the weights memory grows by
+    (before the fix the optimizer left the module's experts out: 1.064 against 1.106)."""
+    moe = dict(STEP, moe_experts=8, moe_topk=2, moe_ffn=1024, n_gpus=8, ep=4, pp=2, global_batch=16,
+               pipeline_schedule="dualpipe")
+    base = evaluate_table(table(1, **moe))
+    one = evaluate_table(table(1, **moe, mtp_layers=1))
+    weights = one["memory_weights"][0] / base["memory_weights"][0]
+    assert weights > 1.1
+    assert one["time_optimizer"][0] / base["time_optimizer"][0] == pytest.approx(weights, rel=1e-4)
