@@ -106,7 +106,10 @@ def rank_imbalance(row):
     balancing method set a per-expert ``moe_expert_maxvio`` m (``fastmodel/lm/router_balance.py``) and routing is
     not forced round robin, ``1 + m sqrt(ep ln ep / (E ln E))``: expert loads ``1 + sigma z_i`` with independent
     standard normal ``z_i`` whose largest of N is ``sigma sqrt(2 ln N)`` (David and Nagaraja, Order Statistics,
-    sec. 10.5), a rank the mean of ``E / ep`` of them (docs/model.md §11.14.5). 0 at ep = 1, m at ep = E."""
+    sec. 10.5), a rank the mean of ``E / ep`` of them (docs/model.md §11.14.5). 0 at ep = 1, m at ep = E.
+    A ``moe_imbalance`` above 1 (stated, or a sweep axis) wins over the method's figure."""
+    if row[C_MOE_IMBALANCE] > 1.0:
+        return row[C_MOE_IMBALANCE]
     maxvio = row[C_MOE_EXPERT_MAXVIO]
     experts = row[C_MOE_EXPERTS]
     ep = min(row[C_EP], experts)

@@ -32,13 +32,14 @@ def test_rank_imbalance_by_hand():
 
 def test_rank_imbalance_ends_and_precedence():
     """One rank holds every expert: its load is the mean (1). One expert per rank: the expert's MaxVio. More
-    ranks find a busier one, never above one expert. No figure (0): moe_imbalance as given; round-robin routing
-    is forced balance, so the figure is not used."""
+    ranks find a busier one, never above one expert. No figure (0): moe_imbalance as given, and a moe_imbalance
+    above 1 wins over the figure; round-robin routing is forced balance, so the figure is not used."""
     assert _rank(0.52, 64, 1) == 1.0
     assert _rank(0.52, 64, 64) == pytest.approx(1.52)
     values = [_rank(0.52, 64, ep) for ep in (2, 4, 8, 16, 32, 64)]
     assert values == sorted(values) and values[-1] <= 1.52 + 1e-12
     assert _rank(0.0, 64, 8, moe_imbalance=1.3) == 1.3
+    assert _rank(0.52, 64, 8, moe_imbalance=1.3) == 1.3          # a stated factor (or a sweep axis) above 1 wins
     assert _rank(0.52, 64, 8, moe_round_robin=1) == 1.0
     # dropless: the load factor is the imbalance; a capacity of 1 without padding cuts it; padded: cf
     assert load_factor(row(moe_expert_maxvio=0.52, moe_experts=64, ep=8)) == pytest.approx(1.13)
