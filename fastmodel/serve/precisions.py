@@ -38,8 +38,8 @@ MXFP4_EXPERT_CHECKPOINTS = frozenset({"gpt-oss-120b", "gpt-oss-20b"})
 #: DeepSeek-V3-Base trained further and published in the same format), released in FP8 only: its config.json
 #: ``quantization_config`` is ``quant_method: fp8``, ``fmt: e4m3``, ``weight_block_size: [128, 128]``, activations
 #: ``dynamic`` (deepseek-ai/DeepSeek-V3@0b39205 README_WEIGHTS.md "FP8 Weight Documentation"). A serving record
-#: that states its quantisation (``aic.moe_quant_mode`` / ``gemm_quant_mode``, ``fp8_block`` when block-scaled) is
-#: read as it says instead (``block_fp8_checkpoint``). Read by the engine's expert kernel
+#: that states ``fp8_block`` (``aic.moe_quant_mode`` / ``gemm_quant_mode``) is block-scaled too
+#: (``block_fp8_checkpoint``). Read by the engine's expert kernel
 #: (``fastmodel.serve.engine_kernels.expert_kernel_eff``, docs/model_serving.md S29).
 BLOCK_FP8_CHECKPOINTS = frozenset({"qwen3-235b-a22b-fp8", "qwen3-30b-a3b-fp8", "deepseek-v3", "deepseek-v3-base",
                                    "deepseek-r1"})
@@ -48,24 +48,17 @@ BLOCK_FP8_MODE = "fp8_block"
 
 
 def block_fp8_checkpoint(model_name: str | None, precision: str, aic: dict | None = None) -> bool:
-    """True when ``precision`` is ``fp8`` and the checkpoint is block-scaled FP8: as the record's ``aic`` block
-    states it (``moe_quant_mode``, else ``gemm_quant_mode``, equal to ``fp8_block``) when it gives one, else when
-    the model is published so (``BLOCK_FP8_CHECKPOINTS``; the name lower case, organisation prefix dropped)."""
+    """True when ``precision`` is ``fp8`` and the checkpoint is block-scaled FP8: the model is published so
+    (``BLOCK_FP8_CHECKPOINTS``; the name lower case, organisation prefix dropped), or the record's ``aic`` block
+    says so (``moe_quant_mode``, else ``gemm_quant_mode``, equal to ``fp8_block``). A plain ``fp8`` there does not
+    make a published block-scaled checkpoint per-tensor: it names the operation of aiconfigurator's own performance
+    database, and the engines build their FP8 method from the checkpoint's ``quantization_config``
+    (``weight_block_size``; docs/model_serving.md S29, S42)."""
+    if precision != "fp8":
+        return False
     stated = (aic.get("moe_quant_mode") or aic.get("gemm_quant_mode")) if isinstance(aic, dict) else None
-    if stated:
-        return precision == "fp8" and stated == BLOCK_FP8_MODE
     name = str(model_name or "").strip().lower().rsplit("/", 1)[-1]
-    return precision == "fp8" and name in BLOCK_FP8_CHECKPOINTS
-
-
-def published_block_fp8(model_name: str | None, precision: str) -> bool:
-    """True when ``precision`` is ``fp8`` and the model is published as a block-scaled FP8 checkpoint
-    (``BLOCK_FP8_CHECKPOINTS``), whatever quantisation mode a record's ``aic`` block names: vLLM builds its FP8
-    method from the checkpoint's ``quantization_config`` (``weight_block_size``), so the kernel it picks follows the
-    checkpoint; aiconfigurator's ``gemm_quant_mode`` / ``moe_quant_mode`` name the operation of its own performance
-    database (docs/model_serving.md S42)."""
-    name = str(model_name or "").strip().lower().rsplit("/", 1)[-1]
-    return precision == "fp8" and name in BLOCK_FP8_CHECKPOINTS
+    return name in BLOCK_FP8_CHECKPOINTS or stated == BLOCK_FP8_MODE
 
 
 def published_fp4_checkpoint(model_name: str | None, precision: str, quantized_layers: str | None):

@@ -44,7 +44,7 @@ from fastmodel.serve.engine_kernels import (
 from fastmodel.serve.precisions import (
     FP4_PRECISIONS,
     block_fp8_checkpoint,
-    published_block_fp8,
+    
     published_fp4_checkpoint,
 )
 from fastmodel.serve.profiles import (
@@ -144,10 +144,10 @@ def _expert_kernel(engine: str | None, version: tuple[int, ...] | None, sm90: bo
     """The routed-expert kernel's columns: its efficiency and hidden-math regime (``expert_kernel_columns``, S29,
     S38) and vLLM 0.12's DeepGEMM block and buffer on Hopper (``deepgemm_moe_columns``, S42), the latter at vLLM's
     expert-TP size (``moe_tp``, else tp x attention_dp / ep)."""
-    values = expert_kernel_columns(engine, block_fp8_checkpoint(name, precision, data.get("aic")), sm90,
-                                   serve.moe_backend == "marlin")
+    block_fp8 = block_fp8_checkpoint(name, precision, data.get("aic"))
+    values = expert_kernel_columns(engine, block_fp8, sm90, serve.moe_backend == "marlin")
     expert_tp = serve.moe_tp or serve.tp * serve.attention_dp / serve.ep
-    values.update(deepgemm_moe_columns(engine, version, sm90, published_block_fp8(name, precision), expert_tp,
+    values.update(deepgemm_moe_columns(engine, version, sm90, block_fp8, expert_tp,
                                        serve.ep, serve.attention_dp))
     return values
 

@@ -16,7 +16,7 @@ from fastmodel.kernels.roofline import buffer_tail_compute, expert_gemm_roofline
 from fastmodel.registry.lm import COLUMN_INDEX
 from fastmodel.serve.api import columns
 from fastmodel.serve.engine_kernels import DEEPGEMM_MOE_BLOCK_M, deepgemm_moe_columns
-from fastmodel.serve.precisions import block_fp8_checkpoint, published_block_fp8
+from fastmodel.serve.precisions import block_fp8_checkpoint
 from fastmodel.serve.records import lower_any, lower_serve_record
 
 QWEN3 = {"layers": 94, "hidden": 4096, "ffn": 1536, "heads": 64, "kv_heads": 4, "head_dim": 128, "vocab": 151936,
@@ -102,10 +102,11 @@ def test_the_checkpoint_not_the_aic_mode_says_block_fp8():
     """The vLLM 0.12 rows' ``aic`` block names ``fp8`` (aiconfigurator's database op); the checkpoint they ran,
     Qwen/Qwen3-235B-A22B-FP8, is block-scaled, which is what vLLM reads."""
     aic = {"gemm_quant_mode": "fp8", "moe_quant_mode": "fp8"}
-    assert not block_fp8_checkpoint("Qwen3-235B-A22B-FP8", "fp8", aic)
-    assert published_block_fp8("Qwen/Qwen3-235B-A22B-FP8", "fp8")
-    assert not published_block_fp8("Qwen3-32B", "fp8")
-    assert not published_block_fp8("Qwen3-235B-A22B-FP8", "bf16")
+    assert block_fp8_checkpoint("Qwen3-235B-A22B-FP8", "fp8", aic)
+    assert block_fp8_checkpoint("Qwen/Qwen3-235B-A22B-FP8", "fp8")
+    assert not block_fp8_checkpoint("Qwen3-32B", "fp8", aic)
+    assert block_fp8_checkpoint("Qwen3-32B", "fp8", {"moe_quant_mode": "fp8_block"})     # stated block-scaled
+    assert not block_fp8_checkpoint("Qwen3-235B-A22B-FP8", "bf16")
 
 
 def test_exactly_the_vllm_0_12_rows_lower_with_the_deepgemm_block():

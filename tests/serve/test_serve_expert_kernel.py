@@ -97,16 +97,18 @@ def test_records_lower_the_engines_expert_kernel():
     assert seen == {"SGLang": 0.19, "vLLM": 0.0, "TensorRT-LLM": 0.0}
 
 
-def test_a_records_stated_quant_mode_wins_and_deepseek_v3_r1_are_block_fp8():
-    """A record's ``aic`` block says how the checkpoint is quantised (``moe_quant_mode``, else ``gemm_quant_mode``):
-    ``fp8_block`` is block-scaled whatever the model's name, ``fp8`` is not; without the block the published
-    checkpoint decides, and DeepSeek-V3/R1 are published block-FP8 (quantization_config weight_block_size
-    [128, 128]). So an SGLang record of DeepSeek-V3 on H200 takes the Triton share unless its aic says ``fp8``."""
+def test_a_stated_block_mode_or_the_published_checkpoint_make_block_fp8():
+    """A checkpoint is block-FP8 when the model is published so (DeepSeek-V3/R1: quantization_config
+    weight_block_size [128, 128]) or the record's ``aic`` block says ``fp8_block`` (``moe_quant_mode``, else
+    ``gemm_quant_mode``) whatever the model's name. A plain ``fp8`` there names aiconfigurator's database operation
+    (docs/model_serving.md S42) and leaves a published block-scaled checkpoint block-scaled. So an SGLang record of
+    DeepSeek-V3 on H200 takes the Triton share with or without its aic block."""
     assert block_fp8_checkpoint("deepseek-ai/DeepSeek-V3", "fp8") and block_fp8_checkpoint("DeepSeek-R1", "fp8")
     assert not block_fp8_checkpoint("deepseek-ai/DeepSeek-R1", "bf16")
     assert block_fp8_checkpoint("some-moe", "fp8", {"gemm_quant_mode": "fp8_block", "moe_quant_mode": "fp8_block"})
     assert block_fp8_checkpoint("some-moe", "fp8", {"gemm_quant_mode": "fp8_block"})
-    assert not block_fp8_checkpoint("Qwen3-235B-A22B-FP8", "fp8", {"gemm_quant_mode": "fp8", "moe_quant_mode": "fp8"})
+    assert not block_fp8_checkpoint("some-moe", "fp8", {"gemm_quant_mode": "fp8", "moe_quant_mode": "fp8"})
+    assert block_fp8_checkpoint("Qwen3-235B-A22B-FP8", "fp8", {"gemm_quant_mode": "fp8", "moe_quant_mode": "fp8"})
     assert block_fp8_checkpoint("Qwen3-235B-A22B-FP8", "fp8", {"source_row_id": "x"})    # no mode stated: the name
     with open(DATA) as fh:
         rec = next(r for r in map(json.loads, fh)
@@ -114,5 +116,5 @@ def test_a_records_stated_quant_mode_wins_and_deepseek_v3_r1_are_block_fp8():
     deepseek = {k: v for k, v in rec.items() if k != "aic"}
     deepseek["model"] = {**rec["model"], "name": "DeepSeek-V3"}
     assert lower_serve_record(deepseek).columns[COLUMN_INDEX["expert_gemm_eff"]] == TRITON_BLOCK_FP8_SM90_EFF
-    per_tensor = {**deepseek, "aic": {"moe_quant_mode": "fp8", "gemm_quant_mode": "fp8"}}
-    assert lower_serve_record(per_tensor).columns[COLUMN_INDEX["expert_gemm_eff"]] == 0.0
+    labelled = {**deepseek, "aic": {"moe_quant_mode": "fp8", "gemm_quant_mode": "fp8"}}
+    assert lower_serve_record(labelled).columns[COLUMN_INDEX["expert_gemm_eff"]] == TRITON_BLOCK_FP8_SM90_EFF
