@@ -44,7 +44,6 @@ from fastmodel.serve.engine_kernels import (
 from fastmodel.serve.precisions import (
     FP4_PRECISIONS,
     block_fp8_checkpoint,
-    
     published_fp4_checkpoint,
 )
 from fastmodel.serve.profiles import (
