@@ -28,7 +28,8 @@ ENGINE_KERNEL_ROWS = (
      "hides its MMA under its weight stream, max(c, w) (0: never); vLLM's Marlin MoE: 14.4, one 16-row MMA block "
      "with up to 4 thread blocks per SM (docs/model_serving.md S38).", 0, 1024),
     ("expert_align_rows", "tokens", 0.0, "Row alignment of a contiguous-layout grouped expert kernel that launches "
-     "over its worst-case buffer, round_up(M top_k / ep + (E / ep) (A - 1), A) rows, and computes every A-row block "
+     "over its worst-case buffer, round_up(M top_k + (E / ep) (A - 1), A) rows (every token's top-k, local or "
+     "not), and computes every A-row block "
      "(0: only the routed rows' tiles); vLLM 0.12's DeepGEMM MoE on Hopper: 128 (docs/model_serving.md S42).", 0, 1024),
     ("mixed_prefill", "1", 1, "1: prefill chunks ride in the decode iterations (vLLM V1, TRT-LLM in-flight "
      "batching); 0: prefill batches run alone and stall decodes (SGLang default).", 0, 1),
@@ -63,7 +64,8 @@ ENGINE_KERNEL_ROWS = (
 #: an older name of a column -> the column: what a user may still write where a column is named (a keyword of
 #: ``fastmodel.serve.api``, a serving sweep axis). ``host_step_s`` (S36's constant loop time) and
 #: ``serve_step_overhead_s`` were two columns of one quantity, the host time of an engine iteration that does not
-#: depend on its requests; they are one, the fittable name that calibration overlays use (docs/model_serving.md S36)
+#: depend on its requests; they are one, under the fittable name (a calibration overlay's device table may name
+#: it; serving records themselves are not calibrated) (docs/model_serving.md S36)
 COLUMN_ALIASES = {"host_step_s": "serve_step_overhead_s"}
 
 
