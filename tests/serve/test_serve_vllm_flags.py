@@ -43,7 +43,8 @@ def _without(record, *fields):
 def test_exactly_the_launchers_rows_state_the_flags():
     """vLLM 0.10.2 launchers (InferenceX @9596d23d7 Llama, @e06929c70 gpt-oss): H100/H200 set no compilation
     config (fusion off, 45 + 60 Llama, 2 + 9 gpt-oss), B200 sets enable_fi_allreduce_fusion (60 + 60 Llama, 10
-    gpt-oss); the 10 gpt-oss B200 rows also ran W4A8 experts. The three c512 H100 rows of 2025-12-05 (vLLM 0.11.0
+    gpt-oss); the 10 gpt-oss B200 rows also ran W4A8 experts. The KV cache: Llama's launchers set FP8 (225
+    rows), gpt-oss's set none, vLLM's ``auto``, BF16 (21 rows). The three c512 H100 rows of 2025-12-05 (vLLM 0.11.0
     or 0.11.2, not settled) and every versioned row state nothing."""
     records = _records()
     counts: dict[tuple, int] = {}
@@ -65,6 +66,14 @@ def test_exactly_the_launchers_rows_state_the_flags():
     assert len(mxfp8) == 10
     assert all(_group(r) == ("gpt-oss-120b", "B200", "2025-11-02") and r["framework"] == UNVERSIONED and
                any("VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1" in a for a in r["assumptions"]) for r in mxfp8)
+    kv = {}
+    for record in records:
+        if "kv_precision" in record["serve"] and record["framework"] == UNVERSIONED:
+            key = (record["model"]["name"], record["serve"]["kv_precision"])
+            kv[key] = kv.get(key, 0) + 1
+            assert "allreduce_norm_fusion" in record["serve"]
+            assert any(a.startswith(f"serve.kv_precision={key[1]}: the launcher") for a in record["assumptions"])
+    assert kv == {("Llama-3.1-70B", "fp8"): 225, ("gpt-oss-120b", "bf16"): 21}
     left = [r for r in records if r["framework"] == UNVERSIONED and "allreduce_norm_fusion" not in r["serve"]]
     assert len(left) == 3 and all("_c512_" in r["id"] for r in left)
 
