@@ -21,6 +21,9 @@ vLLM (V1, ``torch.compile`` at its default optimization level ``-O2``):
   2026-02-11, "Enable AR+rms fusion by default available for -O2"), i.e. from the first release after it (taken
   as 0.16.0); a record with no version takes the newest profile (profiles.py), so it is on. FlashInfer is
   assumed installed (vLLM's CUDA images ship it); the patterns cover FP16/BF16, FP8 static and (SM100) NVFP4.
+  A record that states its deployment's flag (``serve.allreduce_norm_fusion``: the launcher's
+  ``pass_config.enable_fi_allreduce_fusion``, default ``False`` at 0.10.2, ``config/compilation.py:88``) takes
+  that instead (docs/model_serving.md S45).
 
 TensorRT-LLM and SGLang: not counted here (0, 0). TensorRT-LLM's PyTorch backend quantizes a linear's input in
 the linear unless it arrives quantized (``tensorrt_llm/_torch/modules/linear.py`` ``NVFP4LinearMethod.
@@ -42,10 +45,12 @@ SM90_SM100_DEVICES = SM90_DEVICES + ("b200", "b300", "gb200", "gb300")
 
 
 def linear_kernels(engine: str | None, version: tuple[int, ...] | None, precision: str,
-                   fp4_cores: bool, sm90_or_sm100: bool) -> dict[str, float]:
+                   fp4_cores: bool, sm90_or_sm100: bool, stated_fusion: bool | None = None) -> dict[str, float]:
     """(``act_quant_inputs``, ``allreduce_norm_fusion``) columns of an engine at a version for a checkpoint
     ``precision``; ``fp4_cores``: the device has FP4 tensor cores (NVFP4 runs W4A4); ``sm90_or_sm100``: vLLM's
-    allreduce fusion is available on the device."""
+    allreduce fusion is available on the device; ``stated_fusion``: the deployment's own
+    ``pass_config.enable_fi_allreduce_fusion`` (``serve.allreduce_norm_fusion``, docs/model_serving.md S45), which
+    replaces the version's default (None: the default)."""
     if engine != "vllm":
         return {"act_quant_inputs": 0.0, "allreduce_norm_fusion": 0.0}
     if precision == "fp8":
@@ -54,13 +59,16 @@ def linear_kernels(engine: str | None, version: tuple[int, ...] | None, precisio
         bits = QKV | OUT | GATE_UP
     else:
         bits = 0
-    fusion = sm90_or_sm100 and (version is None or version >= VLLM_AR_NORM_FUSION)
+    default = version is None or version >= VLLM_AR_NORM_FUSION
+    fusion = sm90_or_sm100 and (default if stated_fusion is None else stated_fusion)
     return {"act_quant_inputs": float(bits), "allreduce_norm_fusion": 1.0 if fusion else 0.0}
 
 
-def assumed_note(engine: str | None, version: tuple[int, ...] | None, fusion: float) -> str | None:
-    """The note a record gets when vLLM's allreduce+RMSNorm fusion is assumed on for want of a version."""
-    if engine == "vllm" and version is None and fusion > 0.0:
+def assumed_note(engine: str | None, version: tuple[int, ...] | None, fusion: float,
+                 stated: bool | None = None) -> str | None:
+    """The note a record gets when vLLM's allreduce+RMSNorm fusion is assumed on for want of a version (none when
+    the record states it, ``stated``)."""
+    if engine == "vllm" and version is None and fusion > 0.0 and stated is None:
         return ("vLLM without a version: allreduce+RMSNorm(+quant) fusion assumed on (fuse_allreduce_rms, -O2 "
                 "default from 0.16); docs/model_serving.md S22")
     return None

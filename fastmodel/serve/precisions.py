@@ -13,7 +13,8 @@ per weight; OCP Microscaling Formats (MX) v1.0, 2023), as OpenAI released gpt-os
 ``quant_method: mxfp4``). Which activations the FP4 GEMMs take is the engine's choice (the ``fp4_act`` column,
 ``fastmodel.serve.profiles.fp4_activation``). Its KV cache defaults to FP8 like ``fp4``'s: an assumption kept from
 the records' earlier ``fp4`` reading (gpt-oss's checkpoint declares no KV format, and the engines' ``auto`` would be
-BF16; docs/model_serving.md S12 says what that would change).
+BF16; docs/model_serving.md S12 says what that would change; the vLLM 0.10.2 gpt-oss records state BF16 from their
+launchers, S45).
 """
 
 #: precision name -> (compute precision code, bytes per weight element)

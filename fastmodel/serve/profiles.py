@@ -112,20 +112,23 @@ def profile_columns(engine: str | None, version: tuple[int, ...] | None, hbm_byt
             "host_op_s": HOST_OP_S_EAGER, "host_ops_layer": 0.0, "kv_write_kernel": 0.0, **_sched_host("trtllm")}
 
 
-def fp4_activation(engine: str | None, precision: str) -> tuple[float, str | None]:
+def fp4_activation(engine: str | None, precision: str, moe_backend: str = "default") -> tuple[float, str | None]:
     """(``fp4_act`` code, note) of an engine's FP4-weight GEMMs on a device with FP4 tensor cores: NVFP4 (``fp4``)
     checkpoints run W4A4 (2); an MXFP4 checkpoint (``mxfp4``, gpt-oss) runs W4A8 with MXFP8 activations (1) on
     TensorRT-LLM (examples/models/core/gpt_oss/README.md, "MoE Support Matrix": Blackwell mxfp8 x mxfp4) and
     W4A16 (0) on vLLM (``vllm/model_executor/layers/quantization/mxfp4.py`` ``get_mxfp4_backend``: on SM100 with
-    FlashInfer and no opt-in variable, ``SM100_FI_MXFP4_BF16``). SGLang's choice is not sourced here: W4A16 like
-    vLLM's, with a note."""
+    FlashInfer and no opt-in variable, ``SM100_FI_MXFP4_BF16``), W4A8 (1) when the deployment opts in
+    (``moe_backend = "flashinfer_mxfp8"``: ``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1`` selects
+    ``SM100_FI_MXFP4_MXFP8_TRTLLM``, whose ``apply`` quantizes the input with ``mxfp8_quantize``, ``mxfp4.py``
+    66-73, 816-818 @v0.10.2; docs/model_serving.md S45). SGLang's choice is not sourced here: W4A16 like vLLM's,
+    with a note."""
     if precision != "mxfp4":
         return 2.0, None
     engine = engine or DEFAULT_ENGINE
     if engine == "trtllm":
         return 1.0, None
     if engine == "vllm":
-        return 0.0, None
+        return (1.0 if moe_backend == "flashinfer_mxfp8" else 0.0), None
     return 0.0, f"{engine}: activations of MXFP4 GEMMs not sourced; BF16 (W4A16) assumed, as vLLM's default"
 
 
@@ -207,12 +210,32 @@ def deployment_limits(serve) -> dict[str, float]:
     return out
 
 
+def _vllm_flags(serve, engine: str | None, notes: list[str], source=None) -> None:
+    """Refuse vLLM's launcher flags on another engine, note them on vLLM (docs/model_serving.md S45):
+    ``serve.moe_backend = "flashinfer_mxfp8"`` (``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1``, priced by
+    ``fp4_activation``) and ``serve.allreduce_norm_fusion`` (``pass_config.enable_fi_allreduce_fusion``, priced by
+    ``engine_kernels.linear_kernels``)."""
+    flags = {"serve.moe_backend": serve.moe_backend == "flashinfer_mxfp8",
+             "serve.allreduce_norm_fusion": serve.allreduce_norm_fusion is not None}
+    for field, stated in flags.items():
+        if stated and engine != "vllm":
+            raise SpecError(source, field, f"a vLLM launcher flag (docs/model_serving.md S45); the record's engine "
+                            f"is {engine or 'unknown'}")
+    if flags["serve.moe_backend"]:
+        notes.append("serve.moe_backend = flashinfer_mxfp8: MXFP4 experts with MXFP8 activations (W4A8) on FP4 "
+                     "tensor cores; docs S45")
+    if flags["serve.allreduce_norm_fusion"]:
+        notes.append(f"serve.allreduce_norm_fusion = {str(serve.allreduce_norm_fusion).lower()}: the deployment's "
+                     "allreduce+RMSNorm fusion flag replaces the version's default; docs S45")
+
+
 def stated_flags(serve, engine: str | None, mixed_prefill: float, notes: list[str], source=None) -> dict[str, float]:
     """The columns a serving record's client and deployment flags set over the engine profile: ``deployment_limits``
     (S34), then ``lockstep_columns`` (S32: a lockstep loop re-forms the wave every round, whatever the rounds).
     ``serve.moe_backend = "marlin"`` (vLLM's Marlin MoE, S33) is refused outside vLLM and noted (priced in
     ``engine_kernels.expert_kernel_eff``, S38); ``"triton"`` (TensorRT-LLM's ``moe_config.backend: TRITON``, S37) is
-    refused outside TensorRT-LLM (priced in ``records._triton_moe_host_ops``); ``serve.moe_a2a = "deepep_ll"``
+    refused outside TensorRT-LLM (priced in ``records._triton_moe_host_ops``), and vLLM's launcher flags
+    outside vLLM (``_vllm_flags``, S45); ``serve.moe_a2a = "deepep_ll"``
     without attention DP (no dispatch to price, S39) and a budget stated for SGLang (read as its
     ``chunked_prefill_size``) are noted."""
     if serve.moe_backend == "marlin":
@@ -224,6 +247,7 @@ def stated_flags(serve, engine: str | None, mixed_prefill: float, notes: list[st
     if serve.moe_backend == "triton" and engine != "trtllm":
         raise SpecError(source, "serve.moe_backend", f"'triton' is TensorRT-LLM's moe_config.backend TRITON; "
                         f"the record's engine is {engine or 'unknown'}")
+    _vllm_flags(serve, engine, notes, source)
     if serve.moe_a2a == "deepep_ll" and serve.attention_dp <= 1:
         notes.append("serve.moe_a2a = deepep_ll without attention DP: every rank holds every token, so there is no "
                      "dispatch to price; the experts' outputs go through the TP allreduce (docs S39)")

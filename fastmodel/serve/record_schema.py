@@ -102,11 +102,15 @@ class ServeBlock(Block):
     spec_tokens: int = bounds("spec_tokens", 0)
     spec_acceptance: float = bounds("spec_acceptance", 0.0)
     # the engine's routed-expert kernel when a deployment flag picks it (vLLM VLLM_MXFP4_USE_MARLIN=1: Marlin MoE;
-    # TensorRT-LLM moe_config.backend TRITON: OpenAI-Triton MoE, docs/model_serving.md S37)
-    moe_backend: Literal["default", "marlin", "triton"] = "default"
+    # TensorRT-LLM moe_config.backend TRITON: OpenAI-Triton MoE, docs/model_serving.md S37; vLLM
+    # VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1: FlashInfer's MXFP4 x MXFP8 MoE, W4A8, docs/model_serving.md S45)
+    moe_backend: Literal["default", "marlin", "triton", "flashinfer_mxfp8"] = "default"
     # the EP dispatch/combine kernels a deployment flag picks (SGLang --deepep-mode low_latency, vLLM
     # --all2all-backend deepep_low_latency): DeepEP's low-latency kernels (docs/model_serving.md S39)
     moe_a2a: Literal["default", "deepep_ll"] = "default"
+    # vLLM's allreduce + RMSNorm fusion as the deployment's compilation config set it (pass_config.
+    # enable_fi_allreduce_fusion; absent: the engine profile's, docs/model_serving.md S22, S45)
+    allreduce_norm_fusion: bool | None = None
     # the engine's token budget and batch cap as the deployment set them (absent: the engine profile's default)
     max_num_tokens: int | None = bounds("max_num_tokens", None)
     max_batch_size: int | None = bounds("max_batch_size", None)

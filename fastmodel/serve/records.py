@@ -12,7 +12,9 @@ format (fp8 -> fp8, else 16-bit); ``kv_cache_mem_fraction`` absent: 0.9; ``batch
 (TensorRT-LLM batch waiting, docs/model_serving.md S31) absent: 0, off;
 ``fixed_lengths`` (a client that gives every request exactly its lengths, S32) absent: false; ``moe_backend`` (the
 MoE kernel a deployment flag picked: ``"marlin"`` on the vLLM 0.18 gpt-oss Hopper rows, S33/S38; ``"triton"`` on the
-TensorRT-LLM gpt-oss H200 rows, whose eager MoE block then issues S37's host ops) absent: ``"default"``;
+TensorRT-LLM gpt-oss H200 rows, whose eager MoE block then issues S37's host ops; ``"flashinfer_mxfp8"``, W4A8
+experts, on the vLLM gpt-oss B200 rows, S45) absent: ``"default"``; ``allreduce_norm_fusion`` (vLLM's
+``pass_config.enable_fi_allreduce_fusion`` as the launcher set it, S45) absent: the engine profile's;
 ``moe_a2a`` absent: the engine's EP dispatch (``"deepep_ll"``: DeepEP's low-latency kernels, S39);
 ``max_num_tokens`` / ``max_batch_size`` absent: the engine profile's (S13; stated: the deployment's, S34);
 ``precision`` may also be ``int8``/``int4`` (weight-only, 16-bit compute).
@@ -219,14 +221,14 @@ def lower_serve_record(data: dict, source: str | None = None) -> ServeRecord:
     values.update(profile, **stated_flags(serve, engine, profile["mixed_prefill"], notes, source))
     notes.extend(profile_notes)
     values["quant_experts_only"] = 1.0 if layers == "experts" else 0.0
-    values["fp4_act"], act_note = fp4_activation(engine, precision)
+    values["fp4_act"], act_note = fp4_activation(engine, precision, serve.moe_backend)
     if act_note and values["peak_flops_4"] > 0:
         notes.append(act_note)
     values["moe_dispatcher"] = moe_dispatcher(engine, columns[COLUMN_INDEX["ep"]], columns[COLUMN_INDEX["moe_topk"]],
                                               multi_node_nvlink(data, device), serve.moe_a2a)
     values.update(linear_kernels(engine, version, precision, values["peak_flops_4"] > 0,
-                                 device_is_one_of(device, device_table(), SM90_SM100_DEVICES)))
-    fusion_note = assumed_note(engine, version, values["allreduce_norm_fusion"])
+                                 device_is_one_of(device, device_table(), SM90_SM100_DEVICES), serve.allreduce_norm_fusion))
+    fusion_note = assumed_note(engine, version, values["allreduce_norm_fusion"], serve.allreduce_norm_fusion)
     if fusion_note:
         notes.append(fusion_note)
     sm90 = device_is_one_of(device, device_table(), SM90_DEVICES)
