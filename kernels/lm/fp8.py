@@ -51,26 +51,27 @@ def fp8_copies(row):
     return 2.0
 
 
-@njit
-def fp8_act_scale_bytes(row):
-    """Scale bytes per element of an activation or gradient cast (0 under per-tensor scaling)."""
+@njit(inline="always")
+def _scale_bytes(row, blockwise_bytes):
+    """Scale bytes per element: MXFP8's 1 x 32 blocks, ``blockwise_bytes`` under the blockwise recipe, else 0."""
     recipe = row[C_FP8_RECIPE]
     if recipe == FP8_MXFP8:
         return MX_SCALE_BYTES
     if recipe == FP8_BLOCKWISE:
-        return BLOCK_ACT_SCALE_BYTES
+        return blockwise_bytes
     return 0.0
+
+
+@njit
+def fp8_act_scale_bytes(row):
+    """Scale bytes per element of an activation or gradient cast (0 under per-tensor scaling; blockwise 1 x 128)."""
+    return _scale_bytes(row, BLOCK_ACT_SCALE_BYTES)
 
 
 @njit
 def fp8_weight_scale_bytes(row):
     """Scale bytes per weight element (MXFP8 1 x 32 blocks, blockwise 128 x 128 blocks, else 0)."""
-    recipe = row[C_FP8_RECIPE]
-    if recipe == FP8_MXFP8:
-        return MX_SCALE_BYTES
-    if recipe == FP8_BLOCKWISE:
-        return BLOCK_WEIGHT_SCALE_BYTES
-    return 0.0
+    return _scale_bytes(row, BLOCK_WEIGHT_SCALE_BYTES)
 
 
 @njit
