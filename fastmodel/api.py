@@ -85,14 +85,9 @@ def _refuse_over_memory(axes: dict) -> None:
     """A SweepError (one line) for an in-memory sweep whose axes' lengths alone (a list, tuple, array or range;
     ``len`` of a range is free) make a grid that cannot fit: before an engine builds and checks every value of an
     axis of 10^9 (the engine's own check, from its result variables, follows once the axes are built)."""
-    import numpy as np
+    from fastmodel.sweeps.size import axes_points, check_grid_memory
 
-    from fastmodel.sweeps.size import check_grid_memory
-
-    total = 1
-    for value in (axes or {}).values():
-        if isinstance(value, (list, tuple, range, np.ndarray)):
-            total *= len(value)
+    total = axes_points((axes or {}).values())
     check_grid_memory(total, total * MIN_BYTES_PER_POINT, "write it to a zarr store with store='out.zarr'")
 
 

@@ -252,12 +252,9 @@ def dataset_attrs(model, load_mode: str) -> dict[str, str]:
 def _check_grid_size(values) -> None:
     """A SweepError (one line) when the grid of these axis values (a list, tuple, array or range is an axis; ``len``
     of a range is free) would take over half the available memory: before any axis is built as a list."""
-    from fastmodel.sweeps.size import check_grid_memory
+    from fastmodel.sweeps.size import axes_points, check_grid_memory
 
-    total = 1
-    for value in values:
-        if isinstance(value, (list, tuple, np.ndarray, range)):
-            total *= len(value)
+    total = axes_points(values)
     check_grid_memory(total, total * (8 * len(SERVE_RESULTS) + 1), "sweep fewer values")
 
 

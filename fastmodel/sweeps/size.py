@@ -147,6 +147,18 @@ def check_memory(plan) -> None:
     check_grid_memory(plan.num_configs, plan.result_bytes(), "write it to a zarr store with -o out.zarr")
 
 
+def axes_points(values) -> int:
+    """Points of the grid these axis values span (a list, tuple, array or range is an axis, anything else a fixed
+    value; ``len`` of a range is free), counted before any axis is built as a list."""
+    import numpy as np
+
+    total = 1
+    for value in values:
+        if isinstance(value, (list, tuple, range, np.ndarray)):
+            total *= len(value)
+    return total
+
+
 def check_grid_memory(configs: int, need: int, hint: str) -> None:
     """SweepError (one line ending in ``hint``) when ``need`` bytes for a grid of ``configs`` points exceed half of
     the available memory: refused before anything is allocated, not after minutes of swapping."""
