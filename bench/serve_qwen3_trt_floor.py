@@ -25,7 +25,7 @@ from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from serve_rows import answered_rows  # noqa: E402  (bench/ is not a package)
+from serve_rows import group_rows  # noqa: E402  (bench/ is not a package)
 
 #: (piece, calls) of one Qwen3-MoE decoder layer at TP > 1 (at TP 1 the two fused all-reduce + norm calls are the
 #: two residual RMSNorm calls: the same count); docs/model_serving.md §S41 gives the source of each line
@@ -78,9 +78,7 @@ def isl_table(csv_path: str, records_path: str, model: str = "Qwen3-235B-A22B-FP
     """{(tp, concurrency, output_len): {input_len: (measured TTFT s, predicted TTFT s, measured TPOT s)}} of the
     answered concurrency rows of one engine, model and GPU."""
     out = defaultdict(dict)
-    for row, s in answered_rows(csv_path, records_path):
-        if row["model"] != model or row["gpu"] != gpu or not row["framework"].startswith(engine):
-            continue
+    for row, s in group_rows(csv_path, records_path, model, gpu, engine):
         if not s.get("concurrency"):
             continue
         out[(int(s["tp"]), int(s["concurrency"]), int(s["output_len"]))][int(s["input_len"])] = (

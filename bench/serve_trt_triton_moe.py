@@ -28,7 +28,7 @@ from math import comb
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from serve_rows import answered_rows  # noqa: E402  (bench/ is not a package)
+from serve_rows import group_rows  # noqa: E402  (bench/ is not a package)
 
 K_ALIGNMENT = 128   # TritonMXFP4FusedMoEMethod.__init__: k_alignment
 N_ALIGNMENT = 256   # n_alignment = 2 x k_alignment
@@ -64,9 +64,7 @@ def gaps(csv_path: str, records_path: str, model: str = "gpt-oss-120b", gpu: str
     """{(tp, input_len, concurrency): [(TTFT gap s, TPOT gap s)]} of the answered rows of one engine, model and
     GPU with ep = 1 and no attention DP."""
     out = defaultdict(list)
-    for row, s in answered_rows(csv_path, records_path):
-        if row["model"] != model or row["gpu"] != gpu or not row["framework"].startswith(engine):
-            continue
+    for row, s in group_rows(csv_path, records_path, model, gpu, engine):
         if int(s.get("attention_dp") or 1) > 1 or int(s.get("ep") or 1) > 1:
             continue
         out[(int(s["tp"]), int(s["input_len"]), int(s["concurrency"]))].append(
