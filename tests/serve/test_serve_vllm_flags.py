@@ -88,6 +88,17 @@ def test_the_stated_fusion_replaces_the_versions_default():
     assert linear_kernels("vllm", None, "fp8", False, False, True)["allreduce_norm_fusion"] == 0.0
 
 
+def _stated_and_plain(record, field, column, stated_value, plain_value):
+    """The record lowered as stated and without ``serve.<field>``; asserts the two differ in ``column`` alone,
+    ``stated_value`` against ``plain_value``."""
+    stated, plain = lower_serve_record(record), lower_serve_record(_without(record, field))
+    at = COLUMN_INDEX[column]
+    assert (stated.columns[at], plain.columns[at]) == (stated_value, plain_value)
+    other = plain.columns.copy()
+    other[at] = stated_value
+    assert (stated.columns == other).all()
+    return stated, plain
+
 def test_a_stated_fusion_off_row_lowers_with_the_norm_kernels_back():
     """Llama-3.1-70B H100 TP 2 (fusion off stated): the columns equal the unstated row's but for
     ``allreduce_norm_fusion`` 1 -> 0, and the "assumed on" note goes. By hand, per layer at 4 tokens (a 64 KiB
@@ -97,12 +108,7 @@ def test_a_stated_fusion_off_row_lowers_with_the_norm_kernels_back():
     record = next(r for r in _records() if r["serve"].get("allreduce_norm_fusion") is False
                   and r["system"]["gpu"] == "H100-SXM-80GB" and r["model"]["name"] == "Llama-3.1-70B"
                   and r["serve"]["tp"] == 2)
-    stated, plain = lower_serve_record(record), lower_serve_record(_without(record, "allreduce_norm_fusion"))
-    at = COLUMN_INDEX["allreduce_norm_fusion"]
-    assert (stated.columns[at], plain.columns[at]) == (0.0, 1.0)
-    other = plain.columns.copy()
-    other[at] = 0.0
-    assert (stated.columns == other).all()
+    stated, plain = _stated_and_plain(record, "allreduce_norm_fusion", "allreduce_norm_fusion", 0.0, 1.0)
     assert not any("fusion assumed on" in n for n in stated.notes)
     assert any("fusion assumed on" in n for n in plain.notes)
     assert any("serve.allreduce_norm_fusion = false" in n for n in stated.notes)
@@ -120,12 +126,7 @@ def test_the_stated_mxfp8_backend_runs_w4a8_experts():
     assert fp4_activation("vllm", "mxfp4") == (0.0, None)
     assert fp4_activation("vllm", "fp4", "flashinfer_mxfp8") == (2.0, None)
     record = next(r for r in _records() if r["serve"].get("moe_backend") == "flashinfer_mxfp8")
-    stated, plain = lower_serve_record(record), lower_serve_record(_without(record, "moe_backend"))
-    at = COLUMN_INDEX["fp4_act"]
-    assert (stated.columns[at], plain.columns[at]) == (1.0, 0.0)
-    other = plain.columns.copy()
-    other[at] = 1.0
-    assert (stated.columns == other).all()
+    stated, plain = _stated_and_plain(record, "moe_backend", "fp4_act", 1.0, 0.0)
     assert any("flashinfer_mxfp8" in n for n in stated.notes)
     for field, other_flag in (("moe_backend", "allreduce_norm_fusion"), ("allreduce_norm_fusion", "moe_backend")):
         trt = dict(_without(record, other_flag), framework="TensorRT-LLM 1.2.0")
