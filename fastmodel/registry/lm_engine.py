@@ -31,6 +31,11 @@ ENGINE_KERNEL_ROWS = (
      "over its worst-case buffer, round_up(M top_k + (E / ep) (A - 1), A) rows (every token's top-k, local or "
      "not), and computes every A-row block "
      "(0: only the routed rows' tiles); vLLM 0.12's DeepGEMM MoE on Hopper: 128 (docs/model_serving.md S42).", 0, 1024),
+    ("expert_ffn_align", "1", 0.0, "Multiple the engine rounds each routed expert's per-device intermediate width "
+     "(moe_ffn / expert TP) up to when it lays out the weights; the padded width is computed and streamed (0: none); "
+     "vLLM's MXFP4 MoE: Marlin 128, FlashInfer on SM100 256, Triton 64 (docs/model_serving.md S46).", 0, 4096),
+    ("expert_hidden_align", "1", 0.0, "Multiple the engine rounds the routed experts' hidden size up to (0: none); "
+     "vLLM's MXFP4 MoE: Marlin and FlashInfer on SM100 256 (docs/model_serving.md S46).", 0, 4096),
     ("mixed_prefill", "1", 1, "1: prefill chunks ride in the decode iterations (vLLM V1, TRT-LLM in-flight "
      "batching); 0: prefill batches run alone and stall decodes (SGLang default).", 0, 1),
     ("chunked_prefill", "1", 0, "1: a prompt longer than the free token budget is cut into chunks; 0: a prompt "

@@ -42,6 +42,8 @@ VLLM_AR_NORM_FUSION = (0, 16)
 SM90_DEVICES = ("h100-sxm-80gb", "h200-sxm-141gb", "gh200-96gb", "gh200-144gb")
 #: device files of SM90 (Hopper) and SM100-family (Blackwell) GPUs, where vLLM's allreduce fusion runs
 SM90_SM100_DEVICES = SM90_DEVICES + ("b200", "b300", "gb200", "gb300")
+#: device files of SM100-family (Blackwell) GPUs, vLLM's ``is_device_capability_family(100)``
+SM100_DEVICES = SM90_SM100_DEVICES[len(SM90_DEVICES):]
 
 
 def linear_kernels(engine: str | None, version: tuple[int, ...] | None, precision: str,
@@ -166,6 +168,27 @@ def expert_kernel_columns(engine: str | None, block_fp8: bool, sm90: bool, marli
     routed-expert kernel an engine runs (docs/model_serving.md S29, S38)."""
     return {"expert_gemm_eff": expert_kernel_eff(engine, block_fp8, sm90, marlin=marlin),
             "expert_hide_rows": expert_hide_rows(engine, sm90, marlin)}
+
+
+#: (intermediate, hidden) multiples to which vLLM's MXFP4 MoE pads each expert's weights as it creates them
+#: (``Mxfp4MoEMethod.create_weights``, ``model_executor/layers/quantization/mxfp4.py``: 180-215 @v0.10.2, 277-331
+#: @v0.15.1, 320-373 @v0.18.0, the same rule at all three): Marlin ``round_up(I / tp, 128)`` and hidden 256 ("n % 256
+#: == 0 and k % 128 == 0"); FlashInfer's SM100 TRT-LLM kernels (``SM100_FI_MXFP4_BF16``, ``..._MXFP8_TRTLLM``) 256 and
+#: 256; the Triton ``matmul_ogs`` default 64 and no hidden pad (docs/model_serving.md S46)
+VLLM_MXFP4_PAD = {"marlin": (128.0, 256.0), "flashinfer_sm100": (256.0, 256.0), "triton": (64.0, 0.0)}
+
+
+def expert_padding(engine: str | None, mxfp4_experts: bool, sm90: bool, sm100: bool,
+                   marlin: bool) -> dict[str, float]:
+    """``expert_ffn_align`` and ``expert_hidden_align`` of vLLM's MXFP4 MoE (``mxfp4_experts``: a checkpoint whose
+    experts only are MXFP4, gpt-oss): on SM100 FlashInfer's TRT-LLM kernels (``get_mxfp4_backend``'s default there,
+    FlashInfer assumed installed as in vLLM's images; the W4A8 opt-in pads alike), on SM90 Marlin where the record
+    states it (S33) else the Triton default; :data:`VLLM_MXFP4_PAD`. Every other engine, checkpoint or device: 0."""
+    key = None
+    if engine == "vllm" and mxfp4_experts:
+        key = "flashinfer_sm100" if sm100 else ("marlin" if marlin else "triton") if sm90 else None
+    ffn, hidden = VLLM_MXFP4_PAD[key] if key else (0.0, 0.0)
+    return {"expert_ffn_align": ffn, "expert_hidden_align": hidden}
 
 
 def device_is_one_of(device: dict, table: dict, names: tuple[str, ...]) -> bool:

@@ -36,10 +36,12 @@ from fastmodel.serve.api import precision_columns
 from fastmodel.serve.engine_kernels import (
     SM90_DEVICES,
     SM90_SM100_DEVICES,
+    SM100_DEVICES,
     assumed_note,
     deepgemm_moe_columns,
     device_is_one_of,
     expert_kernel_columns,
+    expert_padding,
     linear_kernels,
     trtllm_triton_moe,
 )
@@ -141,15 +143,18 @@ def _triton_moe_host_ops(columns: np.ndarray, engine: str | None, stated: bool, 
 
 
 def _expert_kernel(engine: str | None, version: tuple[int, ...] | None, sm90: bool, name: str | None,
-                   precision: str, data: dict, serve) -> dict[str, float]:
+                   precision: str, data: dict, serve, layers: str, device) -> dict[str, float]:
     """The routed-expert kernel's columns: its efficiency and hidden-math regime (``expert_kernel_columns``, S29,
-    S38) and vLLM 0.12's DeepGEMM block and buffer on Hopper (``deepgemm_moe_columns``, S42), the latter at vLLM's
-    expert-TP size (``moe_tp``, else tp x attention_dp / ep)."""
+    S38), vLLM 0.12's DeepGEMM block and buffer on Hopper (``deepgemm_moe_columns``, S42), the latter at vLLM's
+    expert-TP size (``moe_tp``, else tp x attention_dp / ep), and vLLM's MXFP4 weight padding (``expert_padding``,
+    S46; ``layers``: the checkpoint's quantized layers)."""
     block_fp8 = block_fp8_checkpoint(name, precision, data.get("aic"))
     values = expert_kernel_columns(engine, block_fp8, sm90, serve.moe_backend == "marlin")
     expert_tp = serve.moe_tp or serve.tp * serve.attention_dp / serve.ep
     values.update(deepgemm_moe_columns(engine, version, sm90, block_fp8, expert_tp,
                                        serve.ep, serve.attention_dp))
+    values.update(expert_padding(engine, layers == "experts" and precision in FP4_PRECISIONS, sm90,
+                                 device_is_one_of(device, device_table(), SM100_DEVICES), serve.moe_backend == "marlin"))
     return values
 
 
@@ -232,7 +237,7 @@ def lower_serve_record(data: dict, source: str | None = None) -> ServeRecord:
     if fusion_note:
         notes.append(fusion_note)
     sm90 = device_is_one_of(device, device_table(), SM90_DEVICES)
-    values.update(_expert_kernel(engine, version, sm90, model.get("name"), precision, data, serve))
+    values.update(_expert_kernel(engine, version, sm90, model.get("name"), precision, data, serve, layers, device))
     if values["peak_flops_4"] > 0:     # the engine's FP4 MoE kernel; without FP4 tensor cores, another backend
         values["expert_tile_min"], values["expert_tile_max"] = expert_row_tiles(engine, precision)
     values.update(_load_columns(serve))

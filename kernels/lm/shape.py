@@ -20,7 +20,8 @@ replays CUDA graphs).
 """
 
 from fastmodel.kernels.columns import (
-    C_DENSE_LAYERS, C_EP, C_ETP, C_FFN, C_FUSED_KERNELS, C_GATED_MLP, C_HEAD_DIM, C_HEADS, C_HIDDEN, C_KV_HEADS, C_KV_LORA_RANK,
+    C_DENSE_LAYERS, C_EP, C_ETP, C_EXPERT_FFN_ALIGN, C_EXPERT_HIDDEN_ALIGN, C_FFN, C_FUSED_KERNELS, C_GATED_MLP,
+    C_HEAD_DIM, C_HEADS, C_HIDDEN, C_KV_HEADS, C_KV_LORA_RANK,
     C_LAYERS, C_MLA, C_MOE_EXPERTS, C_MOE_LAYER_FREQ, C_MOE_FFN, C_MOE_SHARED_EXPERTS, C_QK_NOPE_HEAD_DIM, C_QK_ROPE_HEAD_DIM,
     C_Q_LORA_RANK, C_SLIDING_WINDOW, C_SLIDING_WINDOW_LAYERS, C_STACK_COMPUTE_EFF, C_TP, C_V_HEAD_DIM,
 )
@@ -93,9 +94,27 @@ def expert_tp(row, within_tp):
     return row[C_ETP] if row[C_ETP] > 0.0 else row[C_TP]     # etp 0: tp (Megatron-Core's default)
 
 
+@njit(inline="always")
+def padded(x, align):
+    """``x`` rounded up to a multiple of ``align`` (0: ``x`` itself)."""
+    return math.ceil(x / align) * align if align > 0.0 else x
+
+
+@njit(inline="always")
+def expert_dims(row, etp):
+    """(width, hidden) of one routed expert's GEMMs on a device as the engine lays its weights out: ``moe_ffn / etp``
+    and ``hidden``, each rounded up to ``expert_ffn_align`` / ``expert_hidden_align`` (0: none; serving only,
+    docs/model_serving.md S46)."""
+    return padded(row[C_MOE_FFN] / etp, row[C_EXPERT_FFN_ALIGN]), padded(row[C_HIDDEN], row[C_EXPERT_HIDDEN_ALIGN])
+
+
 @njit
 def expert_weight_params(row, etp):
-    """Routed-expert weights one device holds: ``E / ep`` experts of ``mlp_params(moe_ffn) / etp`` each."""
+    """Routed-expert weights one device holds: ``E / ep`` experts of ``mlp_params(moe_ffn) / etp`` each, at the
+    engine's padded dims where it pads (:func:`expert_dims`)."""
+    if row[C_EXPERT_FFN_ALIGN] > 0.0 or row[C_EXPERT_HIDDEN_ALIGN] > 0.0:
+        width, h = expert_dims(row, etp)
+        return row[C_MOE_EXPERTS] / row[C_EP] * mlp_matrices(row) * h * width
     return row[C_MOE_EXPERTS] / row[C_EP] * mlp_params(row, row[C_MOE_FFN]) / etp
 
 
@@ -173,15 +192,16 @@ def attention_gemm_time(row, tokens, fp8, wbytes, launch):
 def mlp_gemm_time(row, tokens, moe, expert_groups, expert_rows, etp, fp8, wbytes, launch):
     """Seconds (at the modelled speed) of one layer's MLP GEMMs for ``tokens`` tokens on one device: the dense MLP at TP width, or the
     router (16-bit), the routed experts as grouped GEMMs (``roofline.expert_gemm_roofline``) over ``expert_groups`` local experts of
-    ``expert_rows`` rows each at width ``moe_ffn / etp``, and the shared experts at TP width."""
+    ``expert_rows`` rows each at width ``moe_ffn / etp`` (both dims padded as the engine pads them, :func:`expert_dims`), and the
+    shared experts at TP width."""
     h = row[C_HIDDEN]
     t = row[C_TP]
     nm = mlp_matrices(row)
     if moe > 0.0:
-        width = row[C_MOE_FFN] / etp
+        width, he = expert_dims(row, etp)
         total = gemm_roofline(row, 1.0, tokens, row[C_MOE_EXPERTS], h, False, ACT_BYTES, launch)
-        total += expert_gemm_roofline(row, expert_groups, expert_rows, (nm - 1.0) * width, h, fp8, wbytes, launch)
-        total += expert_gemm_roofline(row, expert_groups, expert_rows, h, width, fp8, wbytes, launch)
+        total += expert_gemm_roofline(row, expert_groups, expert_rows, (nm - 1.0) * width, he, fp8, wbytes, launch)
+        total += expert_gemm_roofline(row, expert_groups, expert_rows, he, width, fp8, wbytes, launch)
         shared = row[C_MOE_SHARED_EXPERTS] * row[C_MOE_FFN] / t
         total += gemm_roofline(row, 1.0, tokens, (nm - 1.0) * shared, h, fp8, wbytes, launch) \
             + gemm_roofline(row, 1.0, tokens, h, shared, fp8, wbytes, launch)

@@ -8,7 +8,7 @@ slots ``K_*``: GEMM, attention, memory-bound, communication.
 
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.shape import (  # noqa: F401 - ACT_BYTES, expert_tp re-exported for serving modules
-    ACT_BYTES, attention_dims, attention_gemm_time, elementwise_bytes, expert_tp, layer_mix, mlp_gemm_time,
+    ACT_BYTES, attention_dims, attention_gemm_time, elementwise_bytes, expert_dims, expert_tp, layer_mix, mlp_gemm_time,
     mlp_matrices,
 )
 from fastmodel.kernels.columns import (
@@ -114,7 +114,8 @@ def layer_gemms(row, m, moe, launch, m_rank=-1.0):
         fmt = gemm_format(row)
         wb = row[C_WEIGHT_BYTES]
         total += mlp_gemm_time(row, m, MOE, groups, rows, serve_etp(row), fmt, wb, launch)
-        total += expert_upcast_time(row, groups, rows, row[C_MOE_FFN] / serve_etp(row), mlp_matrices(row), fmt, wb)
+        width, he = expert_dims(row, serve_etp(row))
+        total += expert_upcast_time(row, groups, rows, width, he, mlp_matrices(row), fmt, wb)
         if row[C_QUANT_EXPERTS_ONLY] > 0.0 and row[C_MOE_SHARED_EXPERTS] > 0.0:   # shared experts: BF16, not fmt
             total += shared_gemm_time(row, m, fmt_d, wb_d, launch) - shared_gemm_time(row, m, fmt, wb, launch)
     else:

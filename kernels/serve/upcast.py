@@ -24,7 +24,7 @@ device of another generation without FP4 (A100, L40S) takes them as they are (no
 import math
 
 from fastmodel.kernels.jit import njit
-from fastmodel.kernels.columns import C_EXPERT_GEMM_EFF, C_FP4_GEMM, C_HIDDEN, C_PEAK_FLOPS_16, C_PEAK_FLOPS_4
+from fastmodel.kernels.columns import C_EXPERT_GEMM_EFF, C_FP4_GEMM, C_PEAK_FLOPS_16, C_PEAK_FLOPS_4
 from fastmodel.kernels.roofline import expert_bounds, expert_row_tile
 
 #: integer instructions per converted E2M1 value: 17 per 8 (Triton ``FP4ToBF16Ptx``)
@@ -64,10 +64,9 @@ def upcast_extra(row, groups, m, n, k, wb):
 
 
 @njit
-def expert_upcast_time(row, groups, m, width, nm, fmt, wb):
+def expert_upcast_time(row, groups, m, width, h, nm, fmt, wb):
     """Seconds the software upcast adds to one MoE layer's routed experts (gate/up ``(nm - 1) width x h``, down
-    ``h x width``) when :func:`software_upcast` holds, else 0."""
+    ``h x width``; ``h`` the experts' hidden size as the engine pads it) when :func:`software_upcast` holds, else 0."""
     if not software_upcast(row, fmt):
         return 0.0
-    h = row[C_HIDDEN]
     return upcast_extra(row, groups, m, (nm - 1.0) * width, h, wb) + upcast_extra(row, groups, m, h, width, wb)

@@ -99,9 +99,9 @@ def test_the_measured_rate_includes_the_conversion_so_no_upcast_is_added():
     library = columns(GPT_OSS, "H200", precision="mxfp4", input_len=8192, output_len=2, batch_size=1,
                       quant_experts_only=1.0)
     assert not upcast.software_upcast(marlin, 0.0)
-    assert upcast.expert_upcast_time(marlin, 128.0, 256.0, 2880.0, 3.0, 0.0, WB) == 0.0
+    assert upcast.expert_upcast_time(marlin, 128.0, 256.0, 2880.0, 2880.0, 3.0, 0.0, WB) == 0.0
     assert upcast.software_upcast(library, 0.0)
-    assert upcast.expert_upcast_time(library, 128.0, 256.0, 2880.0, 3.0, 0.0, WB) > 0.0
+    assert upcast.expert_upcast_time(library, 128.0, 256.0, 2880.0, 2880.0, 3.0, 0.0, WB) > 0.0
 
 
 def test_only_vllm_with_marlin_stated_on_hopper_takes_the_kernel():

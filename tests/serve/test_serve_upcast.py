@@ -41,12 +41,12 @@ def test_compute_bound_expert_gemm_adds_the_upcast_and_devices_with_fp4_pay_noth
     hardware E2M1 conversion), FP8 weights and W4A8 are untouched."""
     row = _row("H200")
     groups, m = 32.0, 256.0
-    extra = upcast.expert_upcast_time(row, groups, m, FFN, 3.0, 0.0, row[COLUMN_INDEX["weight_bytes"]])
+    extra = upcast.expert_upcast_time(row, groups, m, FFN, H, 3.0, 0.0, row[COLUMN_INDEX["weight_bytes"]])
     by_hand = upcast.upcast_time(row, groups, m, 2.0 * FFN, H) + upcast.upcast_time(row, groups, m, H, FFN)
     assert extra == pytest.approx(by_hand, rel=1e-12)
-    assert upcast.expert_upcast_time(_row("B200"), groups, m, FFN, 3.0, 0.0, 0.53125) == 0.0
-    assert upcast.expert_upcast_time(_row("H200", "fp8"), groups, m, FFN, 3.0, 0.0, 1.0) == 0.0
-    assert upcast.expert_upcast_time(row, groups, m, FFN, 3.0, 1.0, 0.53125) == 0.0   # FP8 activations
+    assert upcast.expert_upcast_time(_row("B200"), groups, m, FFN, H, 3.0, 0.0, 0.53125) == 0.0
+    assert upcast.expert_upcast_time(_row("H200", "fp8"), groups, m, FFN, H, 3.0, 0.0, 1.0) == 0.0
+    assert upcast.expert_upcast_time(row, groups, m, FFN, H, 3.0, 1.0, 0.53125) == 0.0   # FP8 activations
 
 
 def test_memory_bound_decode_hides_the_upcast_under_the_weight_stream():
