@@ -40,16 +40,17 @@ def _h200_tp1():
 
 def test_the_stated_backend_changes_only_the_expert_kernel_columns():
     """Priced since S38: a record with ``moe_backend = "marlin"`` lowers to the columns it has without the field
-    but for ``expert_gemm_eff`` (0 -> 0.304) and ``expert_hide_rows`` (0 -> 14.4), with a note saying so; on another
-    engine than vLLM the field is refused, naming it."""
+    but for ``expert_gemm_eff`` (0 -> 0.304), ``expert_hide_rows`` (0 -> 14.4) and the weight padding (S46: Triton's
+    (64, 0) -> Marlin's (128, 256)), with a note saying so; on another engine than vLLM the field is refused, naming it."""
     record = next(r for r in _records() if r["serve"].get("moe_backend") == "marlin")
     plain = copy.deepcopy(record)
     del plain["serve"]["moe_backend"]
     stated = lower_serve_record(record)
     other_cols = lower_serve_record(plain).columns
-    for name, value in (("expert_gemm_eff", 0.304), ("expert_hide_rows", 0.9 * 16.0)):
+    for name, value, without in (("expert_gemm_eff", 0.304, 0.0), ("expert_hide_rows", 0.9 * 16.0, 0.0),
+                                 ("expert_ffn_align", 128.0, 64.0), ("expert_hidden_align", 256.0, 0.0)):
         at = COLUMN_INDEX[name]
-        assert (stated.columns[at], other_cols[at]) == (value, 0.0)
+        assert (stated.columns[at], other_cols[at]) == (value, without)
         other_cols[at] = stated.columns[at]
     assert (stated.columns == other_cols).all()
     assert any("moe_backend = marlin" in note for note in stated.notes)
