@@ -59,8 +59,9 @@ ENGINE_KERNEL_ROWS = (
      "and iteration; 0: the model's one attention kernel per layer (docs/model_serving.md S45).", 0, 1),
     ("custom_allreduce_bytes", "bytes", 0, "Largest allreduce run by the engine's own P2P kernel (0: NCCL).", 0, 1 << 40),
     ("act_quant_inputs", "bits", 0, "Inputs of a layer's quantized linears the engine quantizes in a kernel of "
-     "their own (bits: 1 QKV, 2 output projection, 4 gate/up, 8 down; 0: none, or fused into the kernel before); "
-     "set by the engine profile (kernels/serve/quant_kernels.py).", 0, 15),
+     "their own (bits: 1 QKV, 2 output projection, 4 gate/up, 8 down, 16 an MoE layer's input to MXFP8 before the "
+     "fused expert op; 0: none, or fused into the kernel before); set by the engine profile "
+     "(kernels/serve/quant_kernels.py).", 0, 31),
     ("allreduce_norm_fusion", "1", 0, "1: a TP allreduce that runs the engine's own kernel also does the residual "
      "add, RMSNorm and the next linear's input quantization (vLLM fuse_allreduce_rms); set by the engine "
      "profile.", 0, 1),

@@ -16,6 +16,12 @@ vLLM (V1, ``torch.compile`` at its default optimization level ``-O2``):
   quantizations before the QKV and gate/up projections are kernels of their own, as is the attention output's.
   Bits: ``QKV | OUT | GATE_UP``.
 - **16-bit activations** (BF16, and W4A16 MXFP4 experts: gpt-oss's attention is BF16): none.
+- **MXFP8 MoE input** (W4A8 MXFP4 x MXFP8 experts on Blackwell, ``serve.moe_backend = "flashinfer_mxfp8"``:
+  ``Mxfp4Backend.SM100_FI_MXFP4_MXFP8_TRTLLM``): ``apply_monolithic`` calls FlashInfer's ``mxfp8_quantize`` on
+  the layer's input before ``trtllm_fp4_block_scale_moe`` (``quantization/mxfp4.py:1049-1055`` @v0.15.1,
+  ``:816-818`` @v0.10.2), a kernel of its own (FlashInfer 0.6.1, the wheel's pin: ``fp8_quantization.py:147-174``
+  -> ``thop/fp8Quantize.cpp:29-78`` -> one ``cudaLaunchKernelEx`` of ``quantize_with_block_size``,
+  ``kernels/quantization.cu:92-121``). Bits: ``MOE_IN`` (docs/model_serving.md S47).
 - **Allreduce + RMSNorm (+ quant)**: ``fuse_allreduce_rms`` is on at ``-O2`` when TP > 1 on SM90 or the SM100
   family with FlashInfer (``enable_allreduce_rms_fusion``, @000fc94); default since PR #34299 (merged
   2026-02-11, "Enable AR+rms fusion by default available for -O2"), i.e. from the first release after it (taken
@@ -34,8 +40,8 @@ of its whole layer against S2's kernel list is needed before any of it is applie
 
 from __future__ import annotations
 
-#: bits of ``act_quant_inputs`` (kernels/serve/quant_kernels.py QKV, OUT, GATE_UP, DOWN)
-QKV, OUT, GATE_UP, DOWN = 1, 2, 4, 8
+#: bits of ``act_quant_inputs`` (kernels/serve/quant_kernels.py QKV, OUT, GATE_UP, DOWN, MOE_IN)
+QKV, OUT, GATE_UP, DOWN, MOE_IN = 1, 2, 4, 8, 16
 #: first vLLM release with ``fuse_allreduce_rms`` on by default at -O2 (PR #34299, merged 2026-02-11)
 VLLM_AR_NORM_FUSION = (0, 16)
 #: device files of SM90 (Hopper) GPUs
@@ -47,12 +53,14 @@ SM100_DEVICES = SM90_SM100_DEVICES[len(SM90_DEVICES):]
 
 
 def linear_kernels(engine: str | None, version: tuple[int, ...] | None, precision: str,
-                   fp4_cores: bool, sm90_or_sm100: bool, stated_fusion: bool | None = None) -> dict[str, float]:
+                   fp4_cores: bool, sm90_or_sm100: bool, stated_fusion: bool | None = None,
+                   moe_backend: str = "default") -> dict[str, float]:
     """(``act_quant_inputs``, ``allreduce_norm_fusion``) columns of an engine at a version for a checkpoint
     ``precision``; ``fp4_cores``: the device has FP4 tensor cores (NVFP4 runs W4A4); ``sm90_or_sm100``: vLLM's
     allreduce fusion is available on the device; ``stated_fusion``: the deployment's own
     ``pass_config.enable_fi_allreduce_fusion`` (``serve.allreduce_norm_fusion``, docs/model_serving.md S45), which
-    replaces the version's default (None: the default)."""
+    replaces the version's default (None: the default); ``moe_backend``: the record's ``serve.moe_backend``
+    (``"flashinfer_mxfp8"`` on FP4 tensor cores adds ``MOE_IN`` for an MXFP4 checkpoint)."""
     if engine != "vllm":
         return {"act_quant_inputs": 0.0, "allreduce_norm_fusion": 0.0}
     if precision == "fp8":
@@ -61,6 +69,8 @@ def linear_kernels(engine: str | None, version: tuple[int, ...] | None, precisio
         bits = QKV | OUT | GATE_UP
     else:
         bits = 0
+    if precision == "mxfp4" and fp4_cores and moe_backend == "flashinfer_mxfp8":
+        bits |= MOE_IN
     default = version is None or version >= VLLM_AR_NORM_FUSION
     fusion = sm90_or_sm100 and (default if stated_fusion is None else stated_fusion)
     return {"act_quant_inputs": float(bits), "allreduce_norm_fusion": 1.0 if fusion else 0.0}
@@ -97,6 +107,15 @@ MARLIN_MOE_SM90_EFF = 0.304
 #: ``marlin_mm`` runs ``thread_m_blocks`` 1 with up to 4 thread blocks per SM (``ops.cu`` ``determine_exec_config``),
 #: and the published H100 rows at 1.5-8 rows per expert take their weight stream's time, max(c, w) (S38)
 MARLIN_HIDE_ROWS = 0.9 * 16.0
+#: TRTLLM-Gen's MXFP4 MoE on SM100 (FlashInfer ``trtllm_fp4_block_scale_moe``, TensorRT-LLM ``moe_config.backend:
+#: TRTLLM``): its tokens are the N side of the MMA (``trtllm_fused_moe_runner.cu`` 209, 299: ``transposeMmaOutput =
+#: true``; ``trtllm_batched_gemm_runner.cu`` 97, 137-141), tiled at the power of two of
+#: ``M top_k / E`` clamped to its smallest tile, 8 (FlashInfer 0.6.1 ``trtllm_fused_moe_kernel_launcher.cu``
+#: ``computeSelectedTileN`` 64-82, ``FP4BlockScaleLauncher::mBaseSupportedTileNums`` 1097); each CTA's load task
+#: streams the weights through an ``mNumStages``-deep shared-memory pipeline while its MMA task consumes the
+#: previous stages (``trtllmGen_bmm_export/GemmOptions.h`` 263-275, 316-319), so below one smallest tile per local
+#: expert the MMA hides under the weight stream, max(c, w) (docs/model_serving.md S47)
+TRTLLM_GEN_HIDE_ROWS = 8.0
 
 
 def expert_kernel_eff(engine: str | None, block_fp8: bool, sm90: bool, marlin: bool = False) -> float:
@@ -123,10 +142,25 @@ def trtllm_triton_moe(engine: str | None, stated: bool, four_bit: bool, fp4_core
     return engine == "trtllm" and stated and four_bit and sm90 and not fp4_cores
 
 
-def expert_hide_rows(engine: str | None, sm90: bool, marlin: bool) -> float:
+def trtllm_gen_moe(engine: str | None, moe_backend: str, precision: str, fp4_cores: bool) -> bool:
+    """True when an MXFP4 checkpoint's experts run TRTLLM-Gen's MoE kernels on FP4 tensor cores: vLLM's SM100 MXFP4
+    backends (``SM100_FI_MXFP4_BF16`` by default, ``SM100_FI_MXFP4_MXFP8_TRTLLM`` with ``flashinfer_mxfp8``; both call
+    FlashInfer's ``trtllm_fp4_block_scale_moe``, ``quantization/mxfp4.py`` 1040-1055 @v0.15.1), or TensorRT-LLM with
+    ``moe_config.backend: TRTLLM`` stated (``serve.moe_backend = "trtllm_gen"``; its default is CUTLASS)."""
+    if not (fp4_cores and precision == "mxfp4"):
+        return False
+    if engine == "vllm":
+        return moe_backend in ("default", "flashinfer_mxfp8")
+    return engine == "trtllm" and moe_backend == "trtllm_gen"
+
+
+def expert_hide_rows(engine: str | None, sm90: bool, marlin: bool, trtllm_gen: bool = False) -> float:
     """``expert_hide_rows`` of the routed-expert kernel: ``MARLIN_HIDE_ROWS`` for vLLM's Marlin MoE stated on SM90
-    (the rows ``expert_kernel_eff`` prices), else 0."""
-    return MARLIN_HIDE_ROWS if engine == "vllm" and marlin and sm90 else 0.0
+    (the rows ``expert_kernel_eff`` prices), ``TRTLLM_GEN_HIDE_ROWS`` for TRTLLM-Gen's MXFP4 MoE
+    (:func:`trtllm_gen_moe`), else 0."""
+    if engine == "vllm" and marlin and sm90:
+        return MARLIN_HIDE_ROWS
+    return TRTLLM_GEN_HIDE_ROWS if trtllm_gen else 0.0
 
 
 #: row block of DeepGEMM's contiguous-layout grouped GEMM, the one vLLM 0.12 runs for block-FP8 experts on SM90
@@ -163,11 +197,12 @@ def deepgemm_moe_columns(engine: str | None, version: tuple[int, ...] | None, sm
     return {"expert_tile_min": block, "expert_tile_max": block, "expert_align_rows": block}
 
 
-def expert_kernel_columns(engine: str | None, block_fp8: bool, sm90: bool, marlin: bool) -> dict[str, float]:
+def expert_kernel_columns(engine: str | None, block_fp8: bool, sm90: bool, marlin: bool,
+                          trtllm_gen: bool = False) -> dict[str, float]:
     """``expert_gemm_eff`` (:func:`expert_kernel_eff`) and ``expert_hide_rows`` (:func:`expert_hide_rows`) of the
-    routed-expert kernel an engine runs (docs/model_serving.md S29, S38)."""
+    routed-expert kernel an engine runs (docs/model_serving.md S29, S38, S47)."""
     return {"expert_gemm_eff": expert_kernel_eff(engine, block_fp8, sm90, marlin=marlin),
-            "expert_hide_rows": expert_hide_rows(engine, sm90, marlin)}
+            "expert_hide_rows": expert_hide_rows(engine, sm90, marlin, trtllm_gen)}
 
 
 #: (intermediate, hidden) multiples to which vLLM's MXFP4 MoE pads each expert's weights as it creates them

@@ -234,7 +234,8 @@ def stated_flags(serve, engine: str | None, mixed_prefill: float, notes: list[st
     (S34), then ``lockstep_columns`` (S32: a lockstep loop re-forms the wave every round, whatever the rounds).
     ``serve.moe_backend = "marlin"`` (vLLM's Marlin MoE, S33) is refused outside vLLM and noted (priced in
     ``engine_kernels.expert_kernel_eff``, S38); ``"triton"`` (TensorRT-LLM's ``moe_config.backend: TRITON``, S37) is
-    refused outside TensorRT-LLM (priced in ``records._triton_moe_host_ops``), and vLLM's launcher flags
+    refused outside TensorRT-LLM (priced in ``records._triton_moe_host_ops``), as is ``"trtllm_gen"`` (its
+    TRTLLM-Gen MoE, priced by ``engine_kernels.expert_hide_rows``, S47), and vLLM's launcher flags
     outside vLLM (``_vllm_flags``, S45); ``serve.moe_a2a = "deepep_ll"``
     without attention DP (no dispatch to price, S39) and a budget stated for SGLang (read as its
     ``chunked_prefill_size``) are noted."""
@@ -244,9 +245,10 @@ def stated_flags(serve, engine: str | None, mixed_prefill: float, notes: list[st
                             f"the record's engine is {engine or 'unknown'}")
         notes.append("serve.moe_backend = marlin: the experts run at Marlin MoE's published share of the 16-bit "
                      "peak on Hopper (FlagGems PR #4350, H100), conversion included; docs S38")
-    if serve.moe_backend == "triton" and engine != "trtllm":
-        raise SpecError(source, "serve.moe_backend", f"'triton' is TensorRT-LLM's moe_config.backend TRITON; "
-                        f"the record's engine is {engine or 'unknown'}")
+    if serve.moe_backend in ("triton", "trtllm_gen") and engine != "trtllm":
+        name = {"triton": "TRITON", "trtllm_gen": "TRTLLM"}[serve.moe_backend]
+        raise SpecError(source, "serve.moe_backend", f"'{serve.moe_backend}' is TensorRT-LLM's moe_config.backend "
+                        f"{name}; the record's engine is {engine or 'unknown'}")
     _vllm_flags(serve, engine, notes, source)
     if serve.moe_a2a == "deepep_ll" and serve.attention_dp <= 1:
         notes.append("serve.moe_a2a = deepep_ll without attention DP: every rank holds every token, so there is no "

@@ -103,8 +103,9 @@ class ServeBlock(Block):
     spec_acceptance: float = bounds("spec_acceptance", 0.0)
     # the engine's routed-expert kernel when a deployment flag picks it (vLLM VLLM_MXFP4_USE_MARLIN=1: Marlin MoE;
     # TensorRT-LLM moe_config.backend TRITON: OpenAI-Triton MoE, docs/model_serving.md S37; vLLM
-    # VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1: FlashInfer's MXFP4 x MXFP8 MoE, W4A8, docs/model_serving.md S45)
-    moe_backend: Literal["default", "marlin", "triton", "flashinfer_mxfp8"] = "default"
+    # VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1: FlashInfer's MXFP4 x MXFP8 MoE, W4A8, docs/model_serving.md S45;
+    # TensorRT-LLM moe_config.backend TRTLLM: its TRTLLM-Gen MoE kernels, docs/model_serving.md S47)
+    moe_backend: Literal["default", "marlin", "triton", "flashinfer_mxfp8", "trtllm_gen"] = "default"
     # the EP dispatch/combine kernels a deployment flag picks (SGLang --deepep-mode low_latency, vLLM
     # --all2all-backend deepep_low_latency): DeepEP's low-latency kernels (docs/model_serving.md S39)
     moe_a2a: Literal["default", "deepep_ll"] = "default"

@@ -43,6 +43,7 @@ from fastmodel.serve.engine_kernels import (
     expert_kernel_columns,
     expert_padding,
     linear_kernels,
+    trtllm_gen_moe,
     trtllm_triton_moe,
 )
 from fastmodel.serve.precisions import (
@@ -143,13 +144,14 @@ def _triton_moe_host_ops(columns: np.ndarray, engine: str | None, stated: bool, 
 
 
 def _expert_kernel(engine: str | None, version: tuple[int, ...] | None, sm90: bool, name: str | None,
-                   precision: str, data: dict, serve, layers: str, device) -> dict[str, float]:
+                   precision: str, data: dict, serve, layers: str, device, fp4_cores: bool) -> dict[str, float]:
     """The routed-expert kernel's columns: its efficiency and hidden-math regime (``expert_kernel_columns``, S29,
-    S38), vLLM 0.12's DeepGEMM block and buffer on Hopper (``deepgemm_moe_columns``, S42), the latter at vLLM's
-    expert-TP size (``moe_tp``, else tp x attention_dp / ep), and vLLM's MXFP4 weight padding (``expert_padding``,
-    S46; ``layers``: the checkpoint's quantized layers)."""
+    S38, S47: TRTLLM-Gen's MXFP4 MoE on FP4 tensor cores), vLLM 0.12's DeepGEMM block and buffer on Hopper
+    (``deepgemm_moe_columns``, S42), the latter at vLLM's expert-TP size (``moe_tp``, else tp x attention_dp / ep),
+    and vLLM's MXFP4 weight padding (``expert_padding``, S46; ``layers``: the checkpoint's quantized layers)."""
     block_fp8 = block_fp8_checkpoint(name, precision, data.get("aic"))
-    values = expert_kernel_columns(engine, block_fp8, sm90, serve.moe_backend == "marlin")
+    values = expert_kernel_columns(engine, block_fp8, sm90, serve.moe_backend == "marlin",
+                                   trtllm_gen_moe(engine, serve.moe_backend, precision, fp4_cores))
     expert_tp = serve.moe_tp or serve.tp * serve.attention_dp / serve.ep
     values.update(deepgemm_moe_columns(engine, version, sm90, block_fp8, expert_tp,
                                        serve.ep, serve.attention_dp))
@@ -232,12 +234,14 @@ def lower_serve_record(data: dict, source: str | None = None) -> ServeRecord:
     values["moe_dispatcher"] = moe_dispatcher(engine, columns[COLUMN_INDEX["ep"]], columns[COLUMN_INDEX["moe_topk"]],
                                               multi_node_nvlink(data, device), serve.moe_a2a)
     values.update(linear_kernels(engine, version, precision, values["peak_flops_4"] > 0,
-                                 device_is_one_of(device, device_table(), SM90_SM100_DEVICES), serve.allreduce_norm_fusion))
+                                 device_is_one_of(device, device_table(), SM90_SM100_DEVICES), serve.allreduce_norm_fusion,
+                                 serve.moe_backend))
     fusion_note = assumed_note(engine, version, values["allreduce_norm_fusion"], serve.allreduce_norm_fusion)
     if fusion_note:
         notes.append(fusion_note)
     sm90 = device_is_one_of(device, device_table(), SM90_DEVICES)
-    values.update(_expert_kernel(engine, version, sm90, model.get("name"), precision, data, serve, layers, device))
+    values.update(_expert_kernel(engine, version, sm90, model.get("name"), precision, data, serve, layers, device,
+                                 values["peak_flops_4"] > 0))
     if values["peak_flops_4"] > 0:     # the engine's FP4 MoE kernel; without FP4 tensor cores, another backend
         values["expert_tile_min"], values["expert_tile_max"] = expert_row_tiles(engine, precision)
     values.update(_load_columns(serve))

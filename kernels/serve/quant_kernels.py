@@ -22,7 +22,14 @@ Per layer on one TP rank, ``m`` tokens (the busiest attention-DP group's), q byt
 with K = h (QKV and gate/up inputs), a d_v / t (output projection), f / t (down projection); q = 1 (FP8: one
 scale per tensor or per token), 0.5 + 1/16 (NVFP4: one E4M3 scale per 16 values). An MoE layer counts only its
 attention's inputs (the MoE kernels quantize their own inputs inside, as ``mlp_gemm_time`` prices them) and
-fuses only the attention's allreduce (the MoE block's reduction runs inside the engine's fused-MoE op).
+fuses only the attention's allreduce (the MoE block's reduction runs inside the engine's fused-MoE op), except
+where the engine quantizes the MoE block's input in a kernel of its own before its fused-MoE op (bit
+``MOE_IN``: vLLM's W4A8 MXFP4 x MXFP8 backend calls FlashInfer's ``mxfp8_quantize``, one launch of
+``quantize_with_block_size`` over the m x h input, docs/model_serving.md S47):
+
+    t_moe_in = kernel_overhead_s + m h (2 + 1 + 1/32) / (BW hbm_eff)     (all / stack_compute_eff)
+
+(MXFP8: one E4M3 byte per value and one E8M0 scale byte per 32 values), whatever the attention's format.
 """
 
 import math
@@ -42,10 +49,14 @@ QKV = 1.0
 OUT = 2.0
 GATE_UP = 4.0
 DOWN = 8.0
+#: bit of ``act_quant_inputs``: the input of an MoE layer's fused expert op, quantized to MXFP8 by a kernel of its own
+MOE_IN = 16.0
 #: bytes per quantized activation value: FP8 (the per-tensor or per-token scale is negligible) and NVFP4
 #: (E2M1 + one E4M3 scale per 16 values, "Introducing NVFP4", NVIDIA 2025)
 Q_BYTES_FP8 = 1.0
 Q_BYTES_NVFP4 = 0.5 + 1.0 / 16.0
+#: MXFP8 (E4M3 + one E8M0 scale per 32 values: FlashInfer ``mxfp8_quantize``, ``sf_vec_size = 32``)
+Q_BYTES_MXFP8 = 1.0 + 1.0 / 32.0
 
 
 @njit(inline="always")
@@ -69,6 +80,15 @@ def quant_kernel_time(row, elements, fmt, launch):
 
 
 @njit
+def moe_input_quant_time(row, m_rank, launch):
+    """Seconds of the MXFP8 quantization kernel an engine runs on an MoE layer's ``m_rank`` x h input before its
+    fused expert op (bit ``MOE_IN``): its per-kernel overhead (with ``launch``), one read of the 16-bit input, one
+    write of the E4M3 values and E8M0 scales."""
+    return launch * row[C_KERNEL_OVERHEAD_S] / row[C_STACK_COMPUTE_EFF] \
+        + memory_bound_time(row, m_rank * row[C_HIDDEN] * (ACT_BYTES + Q_BYTES_MXFP8))
+
+
+@njit
 def fused_norms(row, m_rank, moe):
     """Add+RMSNorm kernels per layer the TP allreduces absorb (``allreduce_norm_fusion``): the post-attention
     norm after the attention's allreduce and, in a dense layer, the next layer's input norm after the MLP's;
@@ -84,12 +104,14 @@ def fused_norms(row, m_rank, moe):
 @njit
 def linear_extra_time(row, m_rank, moe, fmt, launch):
     """Seconds one layer spends in the kernels around its quantized linears for ``m_rank`` tokens (module
-    docstring): the unfused input quantizations of GEMM format ``fmt`` (none at 16-bit activations, 0) less the
-    norm kernels the allreduces absorb; kernel overheads only with ``launch``. Negative when the fusion saves
-    more launches than the quantizations add."""
+    docstring): the unfused input quantizations of GEMM format ``fmt`` (none at 16-bit activations, 0) and an MoE
+    layer's MXFP8 input kernel (``MOE_IN``, any ``fmt``) less the norm kernels the allreduces absorb; kernel
+    overheads only with ``launch``. Negative when the fusion saves more launches than the quantizations add."""
     fused = fused_norms(row, m_rank, moe)
     total = -launch * fused * row[C_KERNEL_OVERHEAD_S] / row[C_STACK_COMPUTE_EFF]
     mask = row[C_ACT_QUANT_INPUTS]
+    if moe and m_rank > 0.0 and has_input(mask, MOE_IN):
+        total += moe_input_quant_time(row, m_rank, launch)
     if fmt <= 0.0 or mask <= 0.0 or m_rank <= 0.0:
         return total
     h = row[C_HIDDEN]

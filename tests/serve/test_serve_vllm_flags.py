@@ -45,12 +45,12 @@ def test_exactly_the_launchers_rows_state_the_flags():
     config (fusion off, 45 + 60 Llama, 2 + 9 gpt-oss), B200 sets enable_fi_allreduce_fusion (60 + 60 Llama, 10
     gpt-oss); the 10 gpt-oss B200 rows also ran W4A8 experts. The KV cache: Llama's launchers set FP8 (225
     rows), gpt-oss's set none, vLLM's ``auto``, BF16 (21 rows). The three c512 H100 rows of 2025-12-05 (vLLM 0.11.0
-    or 0.11.2, not settled) and every versioned row state nothing."""
+    or 0.11.2, not settled) state nothing; the versioned gpt-oss rows' flags are S47's
+    (tests/serve/test_serve_gptoss_decode.py)."""
     records = _records()
     counts: dict[tuple, int] = {}
     for record in records:
-        if "allreduce_norm_fusion" in record["serve"]:
-            assert record["framework"] == UNVERSIONED
+        if "allreduce_norm_fusion" in record["serve"] and record["framework"] == UNVERSIONED:
             key = _group(record) + (record["serve"]["allreduce_norm_fusion"],)
             counts[key] = counts.get(key, 0) + 1
             stated = [a for a in record["assumptions"] if a.startswith("serve.allreduce_norm_fusion=")]
@@ -62,7 +62,7 @@ def test_exactly_the_launchers_rows_state_the_flags():
                       ("gpt-oss-120b", "H100-SXM-80GB", "2025-11-02", False): 2,
                       ("gpt-oss-120b", "H200-SXM-141GB", "2025-11-02", False): 9,
                       ("gpt-oss-120b", "B200", "2025-11-02", True): 10}
-    mxfp8 = [r for r in records if r["serve"].get("moe_backend") == "flashinfer_mxfp8"]
+    mxfp8 = [r for r in records if r["serve"].get("moe_backend") == "flashinfer_mxfp8" and r["framework"] == UNVERSIONED]
     assert len(mxfp8) == 10
     assert all(_group(r) == ("gpt-oss-120b", "B200", "2025-11-02") and r["framework"] == UNVERSIONED and
                any("VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1" in a for a in r["assumptions"]) for r in mxfp8)
@@ -88,14 +88,15 @@ def test_the_stated_fusion_replaces_the_versions_default():
     assert linear_kernels("vllm", None, "fp8", False, False, True)["allreduce_norm_fusion"] == 0.0
 
 
-def _stated_and_plain(record, field, column, stated_value, plain_value):
-    """The record lowered as stated and without ``serve.<field>``; asserts the two differ in ``column`` alone,
-    ``stated_value`` against ``plain_value``."""
+def _stated_and_plain(record, field, column, stated_value, plain_value, **also):
+    """The record lowered as stated and without ``serve.<field>``; asserts the two differ in ``column`` alone
+    (and the columns of ``also``: name -> (stated, plain)), ``stated_value`` against ``plain_value``."""
     stated, plain = lower_serve_record(record), lower_serve_record(_without(record, field))
-    at = COLUMN_INDEX[column]
-    assert (stated.columns[at], plain.columns[at]) == (stated_value, plain_value)
     other = plain.columns.copy()
-    other[at] = stated_value
+    for name, (s_value, p_value) in {column: (stated_value, plain_value), **also}.items():
+        at = COLUMN_INDEX[name]
+        assert (stated.columns[at], plain.columns[at]) == (s_value, p_value)
+        other[at] = s_value
     assert (stated.columns == other).all()
     return stated, plain
 
@@ -120,13 +121,14 @@ def test_a_stated_fusion_off_row_lowers_with_the_norm_kernels_back():
 
 def test_the_stated_mxfp8_backend_runs_w4a8_experts():
     """gpt-oss-120b B200 (``moe_backend = "flashinfer_mxfp8"``): ``fp4_act`` 1 (MXFP8 x MXFP4, the FP8 peak) in
-    place of vLLM's default 0 (W4A16); nothing else moves (the trtllm-gen kernel's 8..64 row tiles are the same
+    place of vLLM's default 0 (W4A16), and the MoE input's own ``mxfp8_quantize`` kernel (``act_quant_inputs``
+    bit 16, S47); nothing else moves (the trtllm-gen kernel's 8..64 row tiles are the same
     clamp at 0.10.2, ``mxfp4.py`` ``_get_tile_tokens_dim``). Another engine refuses it, and the fusion flag."""
     assert fp4_activation("vllm", "mxfp4", "flashinfer_mxfp8") == (1.0, None)
     assert fp4_activation("vllm", "mxfp4") == (0.0, None)
     assert fp4_activation("vllm", "fp4", "flashinfer_mxfp8") == (2.0, None)
     record = next(r for r in _records() if r["serve"].get("moe_backend") == "flashinfer_mxfp8")
-    stated, plain = _stated_and_plain(record, "moe_backend", "fp4_act", 1.0, 0.0)
+    stated, plain = _stated_and_plain(record, "moe_backend", "fp4_act", 1.0, 0.0, act_quant_inputs=(16.0, 0.0))
     assert any("flashinfer_mxfp8" in n for n in stated.notes)
     for field, other_flag in (("moe_backend", "allreduce_norm_fusion"), ("allreduce_norm_fusion", "moe_backend")):
         trt = dict(_without(record, other_flag), framework="TensorRT-LLM 1.2.0")
