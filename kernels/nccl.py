@@ -30,8 +30,8 @@ import math
 
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.columns import (
-    ALGO_RING, ALGO_TREE, C_COLLECTIVE_ALGORITHM, C_DOMAIN_SIZE, C_INTER_BW, C_INTER_EFF, C_INTER_LATENCY, C_INTRA_BW, C_INTRA_EFF, C_INTRA_LATENCY,
-    C_NVLINK_MESH_MAX,
+    ALGO_RING, ALGO_TREE, C_ALLTOALL_EFF, C_ALLTOALL_LATENCY, C_COLLECTIVE_ALGORITHM, C_DOMAIN_SIZE, C_INTER_BW, C_INTER_EFF,
+    C_INTER_LATENCY, C_INTRA_BW, C_INTRA_EFF, C_INTRA_LATENCY, C_NVLINK_MESH_MAX,
 )
 
 
@@ -137,13 +137,30 @@ def allreduce_time(row, nbytes, size, stride):
 
 @njit
 def alltoall_time(row, nbytes, size, stride):
-    """All-to-all where each device sends ``nbytes`` spread evenly over the group."""
+    """NCCL all-to-all where each device sends ``nbytes`` spread evenly over the group; inside a domain at
+    ``intra_bw x alltoall_eff`` plus ``alltoall_latency`` per peer, the device's own all-to-all fit (where it
+    gives none: ``intra_eff`` and one ``intra_latency``; docs/model.md §11.14.7)."""
+    return _alltoall(row, nbytes, size, stride, True)
+
+
+@njit
+def engine_alltoall_time(row, nbytes, size, stride):
+    """An all-to-all a serving engine runs with its own kernels, not NCCL's: the rings' ``intra_eff`` and one
+    ``intra_latency`` (the NCCL all-to-all fit of :func:`alltoall_time` does not apply)."""
+    return _alltoall(row, nbytes, size, stride, False)
+
+
+@njit(inline="always")
+def _alltoall(row, nbytes, size, stride, nccl):
     if size <= 1.0 or nbytes <= 0.0:
         return 0.0
     g_in = members_per_domain(row, size, stride)
-    local = nbytes * (g_in - 1.0) / size / (row[C_INTRA_BW] * row[C_INTRA_EFF])
+    # NCCL's all-to-all (grouped send/recv to every peer) runs below the rings' bus bandwidth where measured
+    eff = row[C_ALLTOALL_EFF] if nccl and row[C_ALLTOALL_EFF] > 0.0 else row[C_INTRA_EFF]
+    local = nbytes * (g_in - 1.0) / size / (row[C_INTRA_BW] * eff)
     if g_in >= size:
-        return local + row[C_INTRA_LATENCY]
+        peers = row[C_ALLTOALL_LATENCY] * (g_in - 1.0) if nccl else 0.0
+        return local + (peers if peers > 0.0 else row[C_INTRA_LATENCY])
     remote = nbytes * (size - g_in) / size / (row[C_INTER_BW] * row[C_INTER_EFF])
     return max(local, remote) + row[C_INTER_LATENCY]
 

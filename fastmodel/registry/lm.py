@@ -299,6 +299,10 @@ NETWORK_COLUMNS = _cols(
      "measurement exists (b200.toml: 23.6e-6, measured).", 0, 1e-2),
     ("intra_eff", "1", 0.80, "Attainable fraction of tier-0 (NVLink) bandwidth (NCCL bus bandwidth / link rate).",
      0.05, 1, True),
+    ("alltoall_eff", "1", 0.0, "Attainable fraction of tier-0 bandwidth for an NCCL all-to-all, where measured apart "
+     "from the rings (b200.toml: 0.64, nccl-tests); 0: intra_eff (docs/model.md §11.14.7).", 0, 1),
+    ("alltoall_latency", "s", 0.0, "Per-peer latency of an NCCL all-to-all inside a domain, where measured "
+     "(b200.toml: 7.3e-6, nccl-tests): (g - 1) x it over g peers; 0: one intra_latency.", 0, 1e-3),
     ("inter_bw", "bytes/s", 50e9, "Scale-out (tier 1, NIC) bandwidth per device, one direction.", 1e7, 1e14),
     ("inter_latency", "s", 9.6e-6, "Scale-out (tier 1) per-step latency of a collective.", 0, 1e-2, True),
     ("inter_eff", "1", 0.85, "Attainable fraction of tier-1 (scale-out) bandwidth.", 0.05, 1, True),

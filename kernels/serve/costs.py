@@ -21,7 +21,7 @@ from fastmodel.kernels.lm.layout import (
     C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS, C_MOE_TOPK, C_PP, C_PRECISION,
     C_STACK_COMPUTE_EFF, C_TP, C_VOCAB, C_WEIGHT_BYTES, PRECISION_FP8,
 )
-from fastmodel.kernels.nccl import allgather_time, alltoall_time, p2p_time
+from fastmodel.kernels.nccl import allgather_time, engine_alltoall_time, p2p_time
 from fastmodel.kernels.serve.allreduce import serve_allreduce
 from fastmodel.kernels.serve.deepep_ll import deepep_ll_time
 from fastmodel.kernels.serve.quant_kernels import linear_extra_time
@@ -183,7 +183,7 @@ def layer_comm(row, m, moe, m_rank=-1.0):
         if row[C_MOE_DISPATCHER] == DISPATCH_DEEPEP_LL:
             a2a = deepep_ll_time(row, mine)
         else:
-            a2a = 2.0 * alltoall_time(row, nbytes * row[C_MOE_TOPK], ep, 1.0)
+            a2a = 2.0 * engine_alltoall_time(row, nbytes * row[C_MOE_TOPK], ep, 1.0)
         return attention + a2a + serve_allreduce(row, nbytes, serve_etp(row), ep)
     if adp > 1.0:
         return attention + serve_allreduce(row, ACT_BYTES * m * row[C_HIDDEN], ffn_tp(row), 1.0)

@@ -105,6 +105,16 @@ def test_alltoall_dispatch_inside_one_domain_by_hand():
                                                   rel=1e-12)
 
 
+def test_alltoall_dispatch_at_the_measured_nccl_alltoall_rate():
+    """A device that measured its NCCL all-to-all apart from the rings (B200: alltoall_eff 0.64, 7.3 us per peer;
+    docs/model.md §11.14.7) prices dispatch and combine at it: the case above at 450 GB/s x 0.64 = 288 GB/s and
+    7 x 7.3 us = 51.1 us each, 2 x (2 x 33,554,432 x 7/8 / 288e9 + 51.1 us) = 0.5100 ms (0.33375 ms before)."""
+    r = row(**MIXTRAL, ep=8, etp=1, dp=8, alltoall_eff=0.64, alltoall_latency=7.3e-6)
+    one = 2 * 4096 * 2 * 4096 * 7 / 8 / 288e9 + 7 * 7.3e-6
+    assert one == pytest.approx(255.0e-6, rel=1e-3)
+    assert dispatch_time(r)[0] == pytest.approx(2 * one, rel=1e-12)
+
+
 def test_alltoall_dispatch_across_domains_splits_the_traffic_per_tier():
     """EP 16 over two 8-GPU domains: 8/16 of each rank's copies cross the NICs (50 GB/s x 0.85), 7/16 stay on
     NVLink; the slower tier sets the time, plus the scale-out latency."""

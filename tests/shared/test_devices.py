@@ -138,6 +138,14 @@ def test_b200_nvlink_efficiency_is_the_gather_bus_bandwidth():
     assert latency == pytest.approx(B200["intra_latency"], rel=0.01)
 
 
+def test_b200_alltoall_rate_and_latency_are_its_own_fit():
+    """The same nccl-tests fit for all-to-all (docs/model.md §11.14.7): 0.5968 x 900 x 2^30 / 1e9 = 576.7 GB/s,
+    0.641 of the link, and 7.30 us per peer."""
+    a2a = BENCH["nccl"]["all2all"]
+    assert a2a["efficient_factor"] * 900 * 2**30 / 1e9 / 900 == pytest.approx(B200["alltoall_eff"], abs=0.005)
+    assert a2a["latency_us"] * 1e-6 == pytest.approx(B200["alltoall_latency"], rel=0.01)
+
+
 def test_every_built_in_cluster_names_a_device_file():
     """A cluster's GPU picks its device file; without one it would run on generic (H100-era) efficiencies.
     Every built-in system has one, no exemptions."""

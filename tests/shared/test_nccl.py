@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from fastmodel.kernels.nccl import allgather_time, allreduce_time, alltoall_time, bus_bandwidth
+from fastmodel.kernels.nccl import allgather_time, allreduce_time, alltoall_time, bus_bandwidth, engine_alltoall_time
 from fastmodel.lm.table import row
 
 NET = dict(domain_size=8, intra_bw=450e9, intra_eff=0.8, intra_latency=3e-6, inter_bw=50e9, inter_eff=0.85,
@@ -70,3 +70,26 @@ def test_alltoall_across_nodes_is_limited_by_the_remote_share_through_the_nic():
     # 16 experts groups over 2 nodes (8 + 8): half the data leaves the node
     expected = max(nbytes * 7 / 16 / (450e9 * 0.8), nbytes * 8 / 16 / (50e9 * 0.85)) + 8e-6
     assert alltoall_time(r, nbytes, 16.0, 1.0) == pytest.approx(expected, rel=1e-12)
+
+
+def test_alltoall_inside_a_domain_runs_at_its_own_measured_rate_and_per_peer_latency():
+    """B200 (specs/devices/b200.toml): nccl-tests on the 8 GPUs fit all-to-all as 7 x 7.30 us + bytes x 7/8 /
+    (0.5968 x 900 GiB/s = 576.7 GB/s), 0.641 of NVLink 5's 900 GB/s, against the rings' 0.723 (docs/model.md
+    §11.14.7). DeepSeek-V2's dispatch at EP 8 (4,096 tokens x top-6 x 5,120 x 2 B = 251,658,240 B per rank, 7/8
+    of it to peers): 220,200,960 B / (900e9 x 0.64) = 382.29 us + 51.1 us, where intra_eff 0.72 and one 8.6 us
+    latency gave 339.82 + 8.6 us."""
+    net = dict(domain_size=8, intra_bw=900e9, intra_eff=0.72, intra_latency=8.6e-6, inter_bw=50e9, inter_eff=0.85,
+               inter_latency=9.6e-6)
+    nbytes = 4096 * 6 * 5120 * 2.0
+    measured = row(**net, alltoall_eff=0.64, alltoall_latency=7.3e-6)
+    assert alltoall_time(measured, nbytes, 8.0, 1.0) == pytest.approx(220_200_960 / (900e9 * 0.64) + 7 * 7.3e-6,
+                                                                      rel=1e-12)
+    # over 4 peers (EP 4): 3/4 of the bytes, 3 latencies
+    assert alltoall_time(measured, nbytes, 4.0, 1.0) == pytest.approx(188_743_680 / (900e9 * 0.64) + 3 * 7.3e-6,
+                                                                      rel=1e-12)
+    # 0 (every device file but B200's): the rings' intra_eff and one intra_latency, as before
+    assert alltoall_time(row(**net), nbytes, 8.0, 1.0) == pytest.approx(220_200_960 / (900e9 * 0.72) + 8.6e-6, rel=1e-12)
+    # a serving engine's own all-to-all kernels: the rings' rate and one latency whatever the NCCL fit says
+    assert engine_alltoall_time(measured, nbytes, 8.0, 1.0) == pytest.approx(220_200_960 / (900e9 * 0.72) + 8.6e-6,
+                                                                             rel=1e-12)
+    # the device file's values come from the fit: tests/shared/test_devices.py
