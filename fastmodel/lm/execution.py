@@ -148,11 +148,11 @@ class ExecutionSpec(BaseModel):
         if offload and self.activation_offload > 0:
             raise FieldValueError(("activation_offload_modules",), "fine-grained activation offloading cannot run "
                                   "with layer-level CPU offloading (activation_offload > 0), as Megatron-Core "
-                                  "asserts (transformer_config.py@0823c73 line 2128)")
+                                  "asserts (transformer_config.py@0823c73 line 1744)")
         if "attn_proj" in offload and "core_attn" not in offload:
             raise FieldValueError(("activation_offload_modules",), "attn_proj needs core_attn: the output projection's "
                                   "input is the core attention's output, which its backward needs "
-                                  "(Megatron-Core transformer_config.py@0823c73 line 2148)")
+                                  "(Megatron-Core transformer_config.py@0823c73 line 1764)")
         if offload & {"expert_fc1", "moe_act"} and "moe" in (self.recompute_modules or ()):
             raise FieldValueError(("activation_offload_modules",), "expert_fc1 and moe_act cannot be offloaded while "
                                   "recompute_modules lists moe (Megatron-Core refuses the pair)")

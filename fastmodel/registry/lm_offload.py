@@ -3,8 +3,8 @@
 Rows of ``fastmodel.registry.lm.PLAN_COLUMNS`` (name, units, default, doc, lo, hi), kept here so the registry
 module stays under the line cap. docs/model_memory.md "Fine-grained activation offloading" gives the equations,
 kernels/lm/memory_offload.py computes them. Source: NVIDIA/Megatron-LM@0823c73 (the submodule Megatron-Bridge
-b7b4e11 pins, 3rdparty/Megatron-LM), megatron/core/transformer/transformer_config.py lines 1322-1342
-(``fine_grained_activation_offloading``, ``offload_modules``, ``min_offloaded_tensor_size``) and 2127-2150 (the
+b7b4e11 pins, 3rdparty/Megatron-LM), megatron/core/transformer/transformer_config.py lines 1162-1180
+(``fine_grained_activation_offloading``, ``offload_modules``, ``min_offloaded_tensor_size``) and 1743-1767 (the
 allowed modules, ``attn_proj`` only with ``core_attn``, not with ``cpu_offloading``).
 """
 

@@ -116,7 +116,7 @@ def moe_offload_bytes(row):
     ``IdentityOp``); ``expert_fc1`` the grouped fc1's saved input ``g R h``; ``moe_act`` the activation's input,
     the fc1 output ``2 x 2 R f / etp`` gated (``R f / etp`` not; FP8 ``2 R f / etp`` under
     ``moe_act_input_fp8``). 0 when ``moe`` recompute checkpoints the layer (Megatron-Core refuses the pair,
-    transformer_config.py@0823c73 lines 2163-2175)."""
+    transformer_config.py@0823c73 lines 1769-1780)."""
     if module_recomputed(row, RECOMPUTE_MODULE_MOE):
         return 0.0
     rows = routed_tokens(row)
