@@ -15,7 +15,7 @@ Compiled with ``error_model='numpy'`` (see kernels/lm/memory.py).
 
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.layout import (
-    C_ATTN_OUT_E5M6, C_FLASH_ATTENTION, C_GATED_MLP, C_HEADS, C_HEAD_DIM, C_HIDDEN, C_MLA, C_MOE_ACT_INPUT_FP8,
+    C_ACTIVATION_OFFLOAD, C_ATTN_OUT_E5M6, C_FLASH_ATTENTION, C_GATED_MLP, C_HEADS, C_HEAD_DIM, C_HIDDEN, C_MLA, C_MOE_ACT_INPUT_FP8,
     C_MOE_FFN, C_OFFLOAD_MODULES, C_QK_NOPE_HEAD_DIM, C_Q_LORA_RANK, C_KV_LORA_RANK, C_QK_ROPE_HEAD_DIM, C_RECOMPUTE, C_RECOMPUTE_FRACTION,
     C_SELECTIVE_POLICY, C_TP, C_V_HEAD_DIM, OFFLOAD_ATTN_NORM, OFFLOAD_ATTN_PROJ, OFFLOAD_CORE_ATTN,
     OFFLOAD_EXPERT_FC1, OFFLOAD_MLP_NORM, OFFLOAD_MOE_ACT, OFFLOAD_QKV_LINEAR, RECOMPUTE_FULL, RECOMPUTE_MODULE_CORE_ATTN,
@@ -130,6 +130,21 @@ def moe_offload_bytes(row):
         fp8 = row[C_MOE_ACT_INPUT_FP8] > 0 and row[C_GATED_MLP] > 0
         total += sized(rows * width, FP8_BYTES if fp8 else B16)
     return total
+
+
+@njit(error_model='numpy')
+def offload_conflict(row):
+    """True for an ``offload_modules`` Megatron-Core refuses (transformer_config.py@0823c73 lines 1743-1780): with
+    layer-level CPU offloading (``activation_offload``), ``attn_proj`` without ``core_attn``, or ``expert_fc1`` /
+    ``moe_act`` while ``recompute_modules`` lists ``moe``. The rule table's ``offload_conflict``."""
+    if int(row[C_OFFLOAD_MODULES]) == 0:
+        return False
+    if row[C_ACTIVATION_OFFLOAD] > 0.0:
+        return True
+    if offloads(row, OFFLOAD_ATTN_PROJ) and not offloads(row, OFFLOAD_CORE_ATTN):
+        return True
+    inside_moe = offloads(row, OFFLOAD_EXPERT_FC1) or offloads(row, OFFLOAD_MOE_ACT)
+    return inside_moe and module_recomputed(row, RECOMPUTE_MODULE_MOE)
 
 
 @njit(error_model='numpy')

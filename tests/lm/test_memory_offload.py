@@ -13,9 +13,10 @@ import pytest
 from fastmodel.kernels.lm.layout import M_ACTIVATIONS, N_MEMORY_KINDS
 from fastmodel.kernels.lm.memory import memory_row
 from fastmodel.kernels.lm.memory_offload import offloaded_layer_bytes
+from fastmodel.kernels.lm.rules import plan_status_row
 from fastmodel.lm.memory_timeline import memory_timeline
 from fastmodel.lm.table import row
-from fastmodel.registry.lm import OFFLOAD_MODULES
+from fastmodel.registry.lm import OFFLOAD_MODULES, STATUS_CODES
 
 T, H, A, D = 8192, 1024, 16, 64
 DENSE = dict(layers=8, hidden=H, ffn=4 * H, heads=A, kv_heads=A, head_dim=D, vocab=8, seq_len=4096, gated_mlp=0,
@@ -106,3 +107,16 @@ def test_timeline_peak_is_the_kernel_peak_with_offloading():
     memory_row(columns, out)
     peak = max(stage.values.sum(axis=1).max() for stage in timeline.stages)
     assert peak == pytest.approx(out.sum(), rel=1e-12)
+
+
+def test_a_sweep_point_megatron_refuses_is_offload_conflict():
+    conflict = STATUS_CODES["offload_conflict"]
+
+    def status(moe=False, **values):
+        return plan_status_row(row(**{**(MOE if moe else DENSE), "n_gpus": 1, **values}))
+
+    assert status(offload_modules=bits("core_attn", "attn_proj")) == 0
+    assert status(offload_modules=bits("attn_proj")) == conflict
+    assert status(offload_modules=bits("core_attn"), activation_offload=0.5) == conflict
+    assert status(True, offload_modules=bits("moe_act"), recompute="selective", recompute_modules=32) == conflict
+    assert status(True, offload_modules=bits("moe_act"), recompute="selective", recompute_modules=8) == 0
