@@ -94,7 +94,7 @@ _PACKAGE_DIR = Path(__file__).resolve().parent
 #: serving kernels and leaves the MAD-Max ones cached. Serving compiles in the lm layer shape.
 #: the registry modules of the lm column table (lm.py and the modules holding its rows)
 LM_REGISTRIES = ("fastmodel.registry.lm", "fastmodel.registry.lm_engine", "fastmodel.registry.lm_lowprec",
-                 "fastmodel.registry.lm_muon", "fastmodel.registry.lm_overhead", "fastmodel.registry.lm_sdpa",
+                 "fastmodel.registry.lm_muon", "fastmodel.registry.lm_offload", "fastmodel.registry.lm_overhead", "fastmodel.registry.lm_sdpa",
                  "fastmodel.registry.lm_status")
 ENGINES = {
     "madmax": (("madmax",), ("fastmodel.registry.madmax", "fastmodel.registry.variables")),

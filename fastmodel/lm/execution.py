@@ -38,6 +38,7 @@ from fastmodel.registry.lm import (
     COLUMNS,
     CP_ALGORITHMS,
     LOSS_IMPLS,
+    OFFLOAD_MODULES,
     OPTIMIZER_CODES,
     PIPELINE_SCHEDULES,
     PRECISION_CODES,
@@ -105,6 +106,10 @@ class ExecutionSpec(BaseModel):
         None, max_length=len(RECOMPUTE_MODULES),
         description="Megatron-Core recompute_modules under selective recompute; default [\"core_attn\"].")
     activation_offload: float = Field(0.0, ge=0, le=1, description="Share of activations held in host memory.")
+    activation_offload_modules: list[_names(OFFLOAD_MODULES)] | None = Field(  # type: ignore[valid-type]
+        None, max_length=len(OFFLOAD_MODULES),
+        description="Megatron-Core fine-grained activation offloading: the modules whose saved inputs go to host "
+                    "memory (--offload-modules; docs/model_memory.md \"Fine-grained activation offloading\").")
     # precision recipe and optimizer
     precision: _names(PRECISION_CODES) = "bf16"  # type: ignore[valid-type]
     fp8_params: bool = False
@@ -139,6 +144,18 @@ class ExecutionSpec(BaseModel):
             raise FieldValueError(("moe_dispatcher",), "'deepep_ll' is DeepEP's low-latency decode kernels, priced "
                                   "for serving only (docs/model_serving.md S39); training takes alltoall, allgather, "
                                   "deepep (flex) or einsum")
+        offload = set(self.activation_offload_modules or ())
+        if offload and self.activation_offload > 0:
+            raise FieldValueError(("activation_offload_modules",), "fine-grained activation offloading cannot run "
+                                  "with layer-level CPU offloading (activation_offload > 0), as Megatron-Core "
+                                  "asserts (transformer_config.py@0823c73 line 1744)")
+        if "attn_proj" in offload and "core_attn" not in offload:
+            raise FieldValueError(("activation_offload_modules",), "attn_proj needs core_attn: the output projection's "
+                                  "input is the core attention's output, which its backward needs "
+                                  "(Megatron-Core transformer_config.py@0823c73 line 1764)")
+        if offload & {"expert_fc1", "moe_act"} and "moe" in (self.recompute_modules or ()):
+            raise FieldValueError(("activation_offload_modules",), "expert_fc1 and moe_act cannot be offloaded while "
+                                  "recompute_modules lists moe (Megatron-Core refuses the pair)")
         if interleaved and self.pipeline_schedule not in (None, "interleaved"):
             raise FieldValueError(("pipeline_schedule",), f"{self.pipeline_schedule} runs one stage per rank; "
                                   "vp > 1 needs an interleaved schedule")

@@ -21,7 +21,7 @@ from fastmodel.errors import SpecError, nearest
 from fastmodel.lm.execution import GRAD_REDUCE_BYTES
 from fastmodel.lm.router_balance import expert_maxvio
 from fastmodel.lm.table import encode
-from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS, RECOMPUTE_MODULES
+from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS, OFFLOAD_MODULES, RECOMPUTE_MODULES
 from fastmodel.spec.devices import device_table
 
 #: the kernels' columns of tier 0 and tier 1 (domain size, bandwidth, efficiency, latency); tier 1's domain
@@ -162,6 +162,7 @@ def execution_values(execution, model, mesh: Mesh, notes: list[str] | None = Non
     if execution.recompute == "partial_layers":
         values["recompute_fraction"] = recompute_fraction(execution, model.layers, notes)
     values["recompute_modules"] = recompute_module_bits(execution, notes)
+    values["offload_modules"] = float(sum(OFFLOAD_MODULES[name] for name in set(execution.activation_offload_modules or ())))
     maxvio = balance_column(execution, model, notes)
     if maxvio is not None:
         values["moe_expert_maxvio"] = maxvio

@@ -64,13 +64,17 @@ def _terms(row: np.ndarray) -> dict:
         recompute_working_bytes,
         stored_layer_bytes,
     )
+    from fastmodel.kernels.lm.memory_offload import offloaded_layer_bytes
     from fastmodel.kernels.lm.memory_peak import backward_grad_bytes, embedding_grad_bytes, loss_gather_bytes
     from fastmodel.kernels.lm.memory_states import is_moe
 
     kept = kept_mode(row)
     dense_all = layer_activation_bytes(row, False, kept)
     moe_all = layer_activation_bytes(row, True, kept) if is_moe(row) else 0.0
-    return {"dense": stored_layer_bytes(row, dense_all), "moe": stored_layer_bytes(row, moe_all),
+    off_dense = offloaded_layer_bytes(row, False)
+    off_moe = offloaded_layer_bytes(row, True) if is_moe(row) else 0.0
+    return {"dense": stored_layer_bytes(row, dense_all) - off_dense, "moe": stored_layer_bytes(row, moe_all) - off_moe,
+            "resident": max(off_dense, off_moe),
             "working": recompute_working_bytes(row, max(dense_all, moe_all)), "gather": fsdp_gather_buffer_bytes(row),
             "comm": comm_buffer_bytes(row), "grads": backward_grad_bytes(row), "logits": logits_workspace_bytes(row),
             "embedding": embedding_grad_bytes(row),
@@ -114,20 +118,22 @@ def stage_memory(row: np.ndarray, stage: int, terms: dict | None = None) -> Stag
             held += chunk
             loss = position == chain - 1
             labels.append(f"F{micro_batch}")
-            moment(held, (t["loss_gather"] + t["logits"] if loss else t["gather"]) + t["comm"])
+            moment(held + (t["resident"] if loss else 0.0),
+                   (t["loss_gather"] + t["logits"] if loss else t["gather"]) + t["comm"])
             continue
         if kind in ("B", "I"):      # a backward (ZB-H1: its input-gradient pass) starts
             labels.append(f"{kind}{micro_batch}")
-            moment(held + (t["working"] - passed_head) * kept, t["gather"] + t["comm"] + t["grads"])
+            moment(held + (t["working"] - passed_head) * kept + 2.0 * t["resident"], t["gather"] + t["comm"] + t["grads"])
             if kind == "I":
                 continue
         held = max(held - chunk, 0.0)   # B, or ZB-H1's weight-gradient pass W, frees the micro-batch
         if position == 0:
             labels.append(f"B{micro_batch} emb")
+            near = held + (t["resident"] if held > 0.0 else 0.0)   # the next backward's last layer, reloaded
             if fsdp:
-                moment(held, t["comm"] + t["embedding"])
+                moment(near, t["comm"] + t["embedding"])
             else:
-                moment(held, t["comm"], t["embedding"])
+                moment(near, t["comm"], t["embedding"])
     labels.append("optimizer step")
     moment()
     return StageMemory(stage, tuple(labels), np.array(rows))

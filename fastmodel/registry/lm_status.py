@@ -32,6 +32,9 @@ STATUSES: tuple[Status, ...] = (
            "crossing a moe_experts axis with a moe_topk axis)"),
     Status("fp8_recipe_unsupported", "fp8_recipe mxfp8 needs compute capability 10.x (Blackwell block-scaled tensor "
            "cores), blockwise 9.0 or higher (Transformer Engine quantization.py)"),
+    Status("offload_conflict", "activation_offload_modules cannot run so: with activation_offload (layer-level CPU "
+           "offloading), attn_proj without core_attn, or expert_fc1 / moe_act with recompute_modules moe (Megatron-Core "
+           "refuses each, transformer_config.py@0823c73 lines 1743-1780)"),
     NOT_COMPUTED,
 )
 STATUS_CODES: dict[str, int] = {s.name: i for i, s in enumerate(STATUSES)}

@@ -41,6 +41,7 @@ from fastmodel.kernels.lm.memory_activations import (
     micro_batch_tokens, replicated_divisor, local_kv_width, routed_tokens, layer_activation_bytes, kept_mode,
     stored_layer_bytes, recompute_working_bytes,
 )
+from fastmodel.kernels.lm.memory_offload import offloaded_layer_bytes
 from fastmodel.kernels.lm.memory_peak import backward_grad_bytes, stage_peak
 from fastmodel.kernels.lm.pipeline import mirror_stage
 from fastmodel.kernels.lm.memory_states import (
@@ -325,8 +326,11 @@ def memory_row(row, out):
     kept = kept_mode(row)
     dense_all = layer_activation_bytes(row, False, kept)
     moe_all = layer_activation_bytes(row, True, kept) if is_moe(row) else 0.0
-    dense_layer = stored_layer_bytes(row, dense_all)
-    moe_layer = stored_layer_bytes(row, moe_all)
+    off_dense = offloaded_layer_bytes(row, False)
+    off_moe = offloaded_layer_bytes(row, True) if is_moe(row) else 0.0
+    dense_layer = stored_layer_bytes(row, dense_all) - off_dense      # fine-grained offloading: in host memory
+    moe_layer = stored_layer_bytes(row, moe_all) - off_moe
+    resident = max(off_dense, off_moe)
     working = recompute_working_bytes(row, max(dense_all, moe_all))
     gather = fsdp_gather_buffer_bytes(row)
     comm = comm_buffer_bytes(row)
@@ -340,7 +344,8 @@ def memory_row(row, out):
     candidates = 3 if (mirror_stage(row, 0.0) >= 0.0 and last >= 3.0) else (2 if last > 0.0 else 1)
     for k in range(candidates):
         stage = (0.0, last, 1.0)[k]
-        w1, g1, o1, a1, b1 = stage_peak(row, stage, dense_layer, moe_layer, working, gather, comm, grad_work, logits)
+        w1, g1, o1, a1, b1 = stage_peak(row, stage, dense_layer, moe_layer, working, gather, comm, grad_work, logits,
+                                          resident)
         total = w1 + g1 + o1 + a1 + b1
         if total > best:
             best = total

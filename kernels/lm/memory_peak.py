@@ -166,9 +166,11 @@ def backward_passed_head_bytes(row, stage):
 def _phase(row, stage, phase, state, shared):
     """(weights, gradients, optimizer, activations, buffers) at ``phase`` from the rank's ``state`` (``_stage_state``:
     states ``w, g, o``, optimizer ``transient``, what it keeps per micro-batch ``per_mb``, micro-batches
-    ``in_flight``) and the rank-independent ``shared`` terms (working set, gathers, comm, gradients, logits)."""
+    ``in_flight``) and the rank-independent ``shared`` terms (working set, gathers, comm, gradients, logits, and
+    ``resident``: one layer's offloaded bytes, kernels/lm/memory_offload.py, back on the GPU once at the loss and
+    the embedding backward, twice in a layer's backward -- that layer and the next one reloading)."""
     w, g, o, transient, per_mb, in_flight = state
-    working, gather, comm, grad_work, logits = shared
+    working, gather, comm, grad_work, logits, resident = shared
     kept = 1.0 - row[C_ACTIVATION_OFFLOAD]
     if phase == P_OPTIMIZER:
         return w, g, o + transient, 0.0, 0.0
@@ -176,14 +178,15 @@ def _phase(row, stage, phase, state, shared):
     if phase == P_LOSS:
         if stage != last and mirror_stage(row, stage) != last:   # DualPipe: rank 0 ends the reverse chain
             return w, g, o, 0.0, 0.0
-        return w, g, o, in_flight * per_mb * kept, loss_gather_bytes(row, gather) + comm + logits
+        return w, g, o, in_flight * per_mb * kept + resident, loss_gather_bytes(row, gather) + comm + logits
     if phase == P_BACKWARD:
         held = in_flight * per_mb - backward_passed_head_bytes(row, stage)
-        return w, g, o, (held + working) * kept, gather + comm + grad_work
+        return w, g, o, (held + working) * kept + 2.0 * resident, gather + comm + grad_work
     if stage != 0 and mirror_stage(row, stage) != 0:          # DualPipe: rank pp - 1 starts the reverse chain
         return w, g, o, 0.0, 0.0
     chunk = chunk_fraction(row)
     held = max(in_flight - chunk, 0.0) * per_mb * kept
+    held += resident if held > 0.0 else 0.0
     if int(row[C_SHARDING]) == SHARD_FSDP:
         return w, g, o, held, comm + embedding_grad_bytes(row)
     return w, g + embedding_grad_bytes(row), o, held, comm
@@ -199,24 +202,25 @@ def _stage_state(row, stage, dense_layer, moe_layer):
 
 
 @njit(error_model='numpy')
-def phase_kinds(row, stage, phase, dense_layer, moe_layer, working, gather, comm, grad_work, logits):
+def phase_kinds(row, stage, phase, dense_layer, moe_layer, working, gather, comm, grad_work, logits, resident=0.0):
     """(weights, gradients, optimizer, activations, buffers) allocated on pipeline rank ``stage`` at ``phase``.
 
     ``dense_layer``/``moe_layer``: what a layer keeps per micro-batch; ``working``: the recompute working set;
     ``gather``: FSDP gather buffers; ``comm``: communication buffers; ``grad_work``: ``backward_grad_bytes``;
-    ``logits``: the last rank's logits and loss workspace.
+    ``logits``: the last rank's logits and loss workspace; ``resident``: one layer's offloaded activations
+    (``offloaded_layer_bytes``, the larger of dense and MoE).
     A phase that does not happen on this rank (the loss off the last rank, the embedding off the first)
     returns the states alone.
     """
     return _phase(row, stage, phase, _stage_state(row, stage, dense_layer, moe_layer),
-                  (working, gather, comm, grad_work, logits))
+                  (working, gather, comm, grad_work, logits, resident))
 
 
 @njit(error_model='numpy')
-def stage_peak(row, stage, dense_layer, moe_layer, working, gather, comm, grad_work, logits):
+def stage_peak(row, stage, dense_layer, moe_layer, working, gather, comm, grad_work, logits, resident=0.0):
     """The kinds of rank ``stage`` at its largest phase (``phase_kinds`` of every phase, states computed once)."""
     state = _stage_state(row, stage, dense_layer, moe_layer)
-    shared = (working, gather, comm, grad_work, logits)
+    shared = (working, gather, comm, grad_work, logits, resident)
     best = -1.0
     w0 = g0 = o0 = a0 = b0 = 0.0
     for phase in range(N_PHASES):

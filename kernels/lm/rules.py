@@ -13,6 +13,7 @@ from fastmodel.kernels.lm.layout import (
     C_CP, C_CP_ALGORITHM, CP_ALLTOALL, C_DP, C_EP, C_GLOBAL_BATCH, C_HEADS, C_KV_HEADS, C_LAYERS, C_MICRO_BATCH, C_MOE_EXPERTS,
     C_MOE_TOPK, C_N_GPUS, C_PEAK_FLOPS_8, C_PP, C_PRECISION, C_SEQ_LEN, C_TP, C_UNEVEN_STAGES, C_VP, PRECISION_FP8,
 )
+from fastmodel.kernels.lm.memory_offload import offload_conflict
 from fastmodel.kernels.lm.moe import expert_tp, node_limit_short
 from fastmodel.kernels.lm.pipeline import is_multiple, schedule_status
 from fastmodel.registry.lm import STATUS_CODES
@@ -28,6 +29,7 @@ ST_NO_FP8 = STATUS_CODES["no_fp8"]
 ST_NODE_LIMIT = STATUS_CODES["node_limit_below_topk"]
 ST_TOPK = STATUS_CODES["topk_above_experts"]
 ST_FP8_RECIPE = STATUS_CODES["fp8_recipe_unsupported"]
+ST_OFFLOAD = STATUS_CODES["offload_conflict"]
 
 
 @njit
@@ -70,6 +72,8 @@ def plan_status_row(row):
         return ST_NO_FP8
     if row[C_PRECISION] == PRECISION_FP8 and not fp8_recipe_supported(row):
         return ST_FP8_RECIPE
+    if offload_conflict(row):
+        return ST_OFFLOAD
     return 0
 
 

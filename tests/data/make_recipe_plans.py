@@ -11,7 +11,8 @@ that holds ``scripts/performance/configs/``; c8327cfc2 removed them), files
 ``*_llm_pretrain.py`` beside them (the recipe settings each GPU's function applies: sequence length, token
 dispatcher, TP communication overlap, recompute granularity), ``scripts/performance/utils/overrides.py``
 (``_set_recompute_overrides``: ``recompute_num_layers`` -> full block recompute; ``recompute_modules`` ->
-selective; ``cpu_offloading_num_layers`` -> activation offload) and ``utils/precision.py`` (FP8_CS = current
+selective; ``cpu_offloading_num_layers`` -> activation offload; ``fine_grained_activation_offloading`` and
+``offload_modules`` -> ``activation_offload_modules``, lines 254-257) and ``utils/precision.py`` (FP8_CS = current
 (tensor-wise) scaling, FP8_MX = MXFP8, FP8_SC = sub-channel (block-wise) scaling). Only the CODE of the
 configs is read; no measured result of any recipe is used or stored (``measured`` is absent: plan-only).
 
@@ -158,6 +159,15 @@ def record(name: str, cfg, model: str, gpu: str, dtype: str, variant: str) -> di
         plan["embedding_loss_in_split"] = True
     if cfg.cpu_offloading_num_layers:
         plan["activation_offload_layers"] = cfg.cpu_offloading_num_layers
+    assumptions = []
+    if cfg.fine_grained_activation_offloading:
+        # utils/overrides.py lines 254-257 copy both fields onto the model config (Megatron-Core
+        # TransformerConfig.fine_grained_activation_offloading / offload_modules)
+        plan["activation_offload_modules"] = list(cfg.offload_modules)
+        assumptions.append(f"fine-grained activation offloading of {cfg.offload_modules}: the workload config sets "
+                           "fine_grained_activation_offloading and offload_modules (DeepSeek-V3 GB300 FSDP: "
+                           "configs/deepseek/deepseek_workload_base_configs.py lines 302-303), "
+                           "utils/overrides.py lines 254-257 apply them")
     graphs = cfg.cuda_graph_impl not in (None, "none")
     plan["cuda_graphs"] = graphs
     if cfg.pp_layout:
@@ -168,8 +178,6 @@ def record(name: str, cfg, model: str, gpu: str, dtype: str, variant: str) -> di
     flags = []
     if graphs:
         flags.append(f"cuda_graph_impl {cfg.cuda_graph_impl!r}, scope {cfg.cuda_graph_scope!r}")
-    if cfg.fine_grained_activation_offloading:
-        flags.append(f"fine-grained activation offloading of {cfg.offload_modules}: not modelled")
     if cfg.cutedsl_fused_grouped_mlp:
         flags.append("CuTe-DSL fused grouped MLP kernels")
     return {
@@ -178,7 +186,7 @@ def record(name: str, cfg, model: str, gpu: str, dtype: str, variant: str) -> di
         "source_ref": f"{REPO}@{COMMIT} scripts/performance/configs/{module.replace('.', '/')}.py {name}; "
                       f"recipe settings from scripts/performance/configs/{pretrain}",
         "reliability": "A", "model": model_block(spec, SEQ_LEN[model]), "system": system, "plan": plan,
-        "parallelism_kind": kind, "tier": 1, "flags": flags,
+        "parallelism_kind": kind, "tier": 1, **({"assumptions": assumptions} if assumptions else {}), "flags": flags,
         "notes": f"plan-only: a published recipe plan, no measurement (config variant {variant})",
     }
 

@@ -36,11 +36,9 @@ MFU_LOW, MFU_HIGH = 0.15, 0.75
 
 #: plans predicted not to fit (memory model over-counts them): ids of recipe_plans.jsonl
 KNOWN_MEMORY_GAPS: frozenset[str] = frozenset((
-    # every plan fit since the loss workspace by loss_impl and FSDP's gathered head at the loss (h-memtt); this one's
-    # MTP loss keeps its FP32 softmax (4 B x 8,192 x 129,280 = 3.95 GiB, issue 22 item 4) and it reserves 288.4 of
-    # 288.0 GiB, while the plan's fine-grained activation offloading of core_attn and attn_proj is not modelled
-    # (its flag)
-    "mbridge-deepseek-v3-gb300-bf16-fsdp",
+    # empty since fine-grained activation offloading is modelled (kernels/lm/memory_offload.py): the DeepSeek-V3
+    # GB300 FSDP plans offload core_attn and attn_proj (their assumptions cite the recipe lines), which had left
+    # mbridge-deepseek-v3-gb300-bf16-fsdp reserving 288.4 of 288.0 GiB
 ))
 #: plans predicted outside the MFU band
 KNOWN_MFU_GAPS: frozenset[str] = frozenset((

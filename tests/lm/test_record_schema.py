@@ -62,6 +62,11 @@ REFUSED = [
     ({"plan__recompute": "partial_layers", "plan__recompute_num_layers": 49},
      "plan.recompute_num_layers: 49 exceeds the model's 48 layers"),
     ({"plan__activation_offload_layers": 49}, "plan.activation_offload_layers: 49 exceeds the model's 48 layers"),
+    ({"plan__activation_offload_modules": ["attn_proj"]}, "plan.activation_offload_modules: attn_proj needs core_attn"),
+    ({"plan__activation_offload_modules": ["gdp_qkv"]}, "plan.activation_offload_modules: Input should be "
+     "'attn_norm', 'qkv_linear', 'core_attn', 'attn_proj', 'mlp_norm', 'expert_fc1' or 'moe_act' (got 'gdp_qkv')"),
+    ({"plan__activation_offload_modules": ["core_attn"], "plan__activation_offload_layers": 4},
+     "plan.activation_offload_modules: fine-grained activation offloading cannot run with layer-level CPU offloading"),
     ({"plan__recompute_fraction": 5}, "plan.recompute_fraction: Input should be less than or equal to 1"),
     ({"plan__recompute_fraction": -0.5}, "plan.recompute_fraction: Input should be greater than or equal to 0"),
     ({"plan__micro_batch": DELETE, "plan__global_batch": 4, "plan__grad_accum": 3},
