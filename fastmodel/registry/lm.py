@@ -227,6 +227,9 @@ PLAN_COLUMNS = _cols(
      "permutation bookkeeping) the stack launches per MoE layer forward, each charged kernel_overhead_s; counted "
      "from its source (docs/model.md §11.14). 0: not counted (fused or compiled routers). The stack profile sets "
      "it.", 0, 1e4, False, "number"),
+    ("moe_sync_issue_ops", "1", 0.0, "Operators the host issues onto an idle GPU after the blocking host syncs of one "
+     "MoE layer forward, each charged host_op_s, in the forward and a recomputed forward (docs/model.md §11.14.6). "
+     "0: not counted. The stack profile sets it.", 0, 1e4, False, "number"),
     ("wgrad_fused_accumulation", "1", 0, "1: weight-gradient GEMMs accumulate into the main gradient (beta = 1), "
      "reading it back, grad_reduce_bytes per element (Megatron-LM gradient_accumulation_fusion; TE "
      "fuse_wgrad_accumulation); charged on routed experts (docs/model.md §11.3). Set by the stack.", 0, 1, False, "flag"),
@@ -299,6 +302,9 @@ NETWORK_COLUMNS = _cols(
      "measurement exists (b200.toml: 23.6e-6, measured).", 0, 1e-2),
     ("intra_eff", "1", 0.80, "Attainable fraction of tier-0 (NVLink) bandwidth (NCCL bus bandwidth / link rate).",
      0.05, 1, True),
+    ("deepep_nvl_bw", "bytes/s", 0.0, "DeepEP normal kernels inside one NVLink domain: received bytes per second per "
+     "rank (own share included), measured on the device (docs/model.md §11.14.6); 0: intra_bw x intra_eff on "
+     "the remote share.", 0, 1e14),
     ("inter_bw", "bytes/s", 50e9, "Scale-out (tier 1, NIC) bandwidth per device, one direction.", 1e7, 1e14),
     ("inter_latency", "s", 9.6e-6, "Scale-out (tier 1) per-step latency of a collective.", 0, 1e-2, True),
     ("inter_eff", "1", 0.85, "Attainable fraction of tier-1 (scale-out) bandwidth.", 0.05, 1, True),
