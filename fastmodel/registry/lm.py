@@ -229,6 +229,9 @@ PLAN_COLUMNS = _cols(
      "permutation bookkeeping) the stack launches per MoE layer forward, each charged kernel_overhead_s; counted "
      "from its source (docs/model.md §11.14). 0: not counted (fused or compiled routers). The stack profile sets "
      "it.", 0, 1e4, False, "number"),
+    ("moe_sync_issue_ops", "1", 0.0, "Operators the host issues onto an idle GPU after the blocking host syncs of one "
+     "MoE layer forward, each charged host_op_s, in the forward and a recomputed forward (docs/model.md §11.14.6). "
+     "0: not counted. The stack profile sets it.", 0, 1e4, False, "number"),
     ("wgrad_fused_accumulation", "1", 0, "1: weight-gradient GEMMs accumulate into the main gradient (beta = 1), "
      "reading it back, grad_reduce_bytes per element (Megatron-LM gradient_accumulation_fusion; TE "
      "fuse_wgrad_accumulation); charged on routed experts (docs/model.md §11.3). Set by the stack.", 0, 1, False, "flag"),
@@ -305,6 +308,9 @@ NETWORK_COLUMNS = _cols(
      "from the rings (b200.toml: 0.64, nccl-tests); 0: intra_eff (docs/model.md §11.14.7).", 0, 1),
     ("alltoall_latency", "s", 0.0, "Per-peer latency of an NCCL all-to-all inside a domain, where measured "
      "(b200.toml: 7.3e-6, nccl-tests): (g - 1) x it over g peers; 0: one intra_latency.", 0, 1e-3),
+    ("deepep_nvl_bw", "bytes/s", 0.0, "DeepEP normal kernels inside one NVLink domain: received bytes per second per "
+     "rank (own share included), measured on the device (docs/model.md §11.14.6); 0: intra_bw x intra_eff on "
+     "the remote share.", 0, 1e14),
     ("inter_bw", "bytes/s", 50e9, "Scale-out (tier 1, NIC) bandwidth per device, one direction.", 1e7, 1e14),
     ("inter_latency", "s", 9.6e-6, "Scale-out (tier 1) per-step latency of a collective.", 0, 1e-2, True),
     ("inter_eff", "1", 0.85, "Attainable fraction of tier-1 (scale-out) bandwidth.", 0.05, 1, True),

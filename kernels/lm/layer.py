@@ -23,7 +23,9 @@ from fastmodel.kernels.lm.shape import (  # noqa: F401 - the shape terms, re-exp
     layer_mix, mlp_matrices, moe_layers,
 )
 from fastmodel.kernels.nccl import allgather_time, allreduce_time, alltoall_time
-from fastmodel.kernels.lm.moe import dispatch_time, einsum_time, expert_rows, expert_wgrad_extra, moe_compute
+from fastmodel.kernels.lm.moe import (
+    dispatch_time, einsum_time, expert_rows, expert_wgrad_extra, moe_compute, moe_sync_idle_time,
+)
 from fastmodel.kernels.lm.recompute import module_recompute_costs
 
 # --- per-layer work slots (scratch vector filled by layer_costs) ------------
@@ -43,7 +45,8 @@ W_AGAIN = 12          # forward seconds the Megatron-Core recompute_modules othe
 W_AGAIN_GEMM = 13     # GEMM part of W_AGAIN
 W_AGAIN_EP = 14       # EP seconds (forward direction) a recomputed MoE layer runs again (kernels/lm/recompute.py)
 W_WGRAD = 15          # weight-gradient GEMM seconds beyond the forward's W_GEMM (routed experts, kernels/lm/moe.py)
-N_WORK = 16
+W_SYNC = 16           # forward seconds the GPU idles after the MoE layer's host syncs (kernels/lm/moe.py, forward only)
+N_WORK = 17
 
 
 @njit
@@ -182,6 +185,7 @@ def layer_costs(row, moe, sliding, work):
     work[W_SHARED] = shared_time
     work[W_EP_REMOTE] = ep_remote
     work[W_WGRAD] = expert_wgrad_extra(row, fp8, routed) if moe else 0.0
+    work[W_SYNC] = moe_sync_idle_time(row) if moe else 0.0
 
 
 @njit
@@ -274,3 +278,4 @@ def head_costs(row, work):
     work[W_SHARED] = 0.0
     work[W_EP_REMOTE] = 0.0
     work[W_WGRAD] = 0.0
+    work[W_SYNC] = 0.0

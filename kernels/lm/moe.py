@@ -17,10 +17,10 @@ import math
 
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.layout import (
-    C_CP, C_DP, C_EP, C_GATED_MLP, C_HIDDEN, C_INTER_BW, C_INTER_EFF, C_INTER_LATENCY, C_INTRA_BW,
+    C_CP, C_DEEPEP_NVL_BW, C_DP, C_EP, C_GATED_MLP, C_HIDDEN, C_INTER_BW, C_INTER_EFF, C_INTER_LATENCY, C_INTRA_BW,
     C_INTRA_EFF, C_INTRA_LATENCY, C_KERNEL_OVERHEAD_S, C_MICRO_BATCH, C_MOE_CAPACITY_FACTOR, C_MOE_DISPATCHER,
     C_MOE_EXPERTS, C_MOE_FFN, C_MOE_FP8_DISPATCH, C_MOE_IMBALANCE, C_MOE_MAX_NODES, C_MOE_MEM_KERNELS,
-    C_MOE_EXPERT_MAXVIO, C_MOE_ROUND_ROBIN,
+    C_MOE_EXPERT_MAXVIO, C_MOE_ROUND_ROBIN, C_MOE_SYNC_ISSUE_OPS, C_HOST_OP_S,
     C_GRAD_REDUCE_BYTES, C_MOE_PAD_TO_CAPACITY, C_MOE_SHARED_EXPERTS, C_MOE_TOPK, C_SEQ_LEN, C_STACK_COMPUTE_EFF, C_TP,
     C_WGRAD_FUSED_ACCUMULATION, DISPATCH_ALLGATHER,
     DISPATCH_DEEPEP, DISPATCH_EINSUM,
@@ -79,6 +79,14 @@ def moe_launch_time(row):
     """Launch + tail seconds of the small memory-bound kernels of one MoE layer forward:
     ``moe_mem_kernels x kernel_overhead_s`` (the stack's count, docs/model.md §11.14; 0 when not counted)."""
     return row[C_MOE_MEM_KERNELS] * row[C_KERNEL_OVERHEAD_S] / row[C_STACK_COMPUTE_EFF]
+
+
+@njit(inline="always")
+def moe_sync_idle_time(row):
+    """Seconds the GPU idles in one MoE layer forward while the host, released by a blocking sync, issues the
+    operators that precede the next kernel long enough to hide its issue: ``moe_sync_issue_ops x host_op_s``
+    (the stack's count, docs/model.md §11.14.6; 0 when not counted). The backward has no sync."""
+    return row[C_MOE_SYNC_ISSUE_OPS] * row[C_HOST_OP_S]
 
 
 @njit(inline="always")
@@ -278,11 +286,15 @@ def deepep_time(row, nbytes_per_copy, tokens, group, stride):
     """One DeepEP dispatch or combine (DeepSeek-V3 report sec. 3.2.2; DeepEP "normal" kernels at bfded34): a
     token crosses the scale-out network once per remote domain that holds one of its experts, then NVLink
     forwards it once to each other rank of that domain that holds one (``is_token_in_rank``); inside one domain
-    it goes once to each other destination rank. The two hops run concurrently, the slower sets the time."""
+    it goes once to each other destination rank. The two hops run concurrently, the slower sets the time.
+    Inside one domain a device's measured DeepEP rate ``deepep_nvl_bw`` (received bytes, own share included, per
+    second; docs/model.md §11.14.6) sets the time where given."""
     g_in = members_per_domain(row, group, stride)
     domains = group / g_in
     spread, ranks = distinct_destinations(row, group, domains)
     intra = row[C_INTRA_BW] * row[C_INTRA_EFF]
+    if domains <= 1.0 and row[C_DEEPEP_NVL_BW] > 0.0:
+        return tokens * ranks * nbytes_per_copy / row[C_DEEPEP_NVL_BW]
     if domains <= 1.0:
         return tokens * ranks * nbytes_per_copy * (group - 1.0) / group / intra + row[C_INTRA_LATENCY]
     remote = spread * (domains - 1.0) / domains

@@ -76,13 +76,17 @@ def test_node_limited_routing_draws_ranks_from_m_nodes():
 def test_torchtitan_deepep_rows_send_each_token_to_one_rank():
     """The TorchTitan DeepEP rows state model.moe_routing = round_robin (their flavor 30B-A3B-deepep sets
     _debug_force_load_balance=True, models/qwen3/__init__.py at 022f885f34): round-robin routing. One EP 8 node
-    (intranode kernels): each of the 8 x 4096 tokens goes to 1 rank, 7/8 of them another one, 2 048 x 2 bytes
-    over NVLink at 900 GB/s x 0.72 plus the NVLink latency 8.6 us; dispatch and combine (BF16 both)."""
+    (intranode kernels): each of the 8 x 4096 tokens goes to 1 rank, 2 048 x 2 bytes received per token, own
+    share included, at B200's measured DeepEP rate 500.75 GB/s (docs/model.md §11.14.6; before it: the 7/8
+    remote share at 900 GB/s x 0.72 plus the NVLink latency 8.6 us); dispatch and combine (BF16 both)."""
     record = record_by_id("torchtitan-deepep-qwen3-30b-a3b-b200-n8-lbs8")
     columns = lower_record(record).columns
     assert columns[COLUMN_INDEX["moe_round_robin"]] == 1.0
-    one = 8 * 4096 * 1 * 2048 * 2 * 7 / 8 / (900e9 * 0.72) + 8.6e-6
+    one = 8 * 4096 * 1 * 2048 * 2 / 500.75e9
     assert dispatch_time(columns)[0] == pytest.approx(2 * one, rel=1e-9)
+    nccl = columns.copy()
+    nccl[COLUMN_INDEX["deepep_nvl_bw"]] = 0.0
+    assert dispatch_time(nccl)[0] == pytest.approx(2 * (one * 500.75e9 * 7 / 8 / (900e9 * 0.72) + 8.6e-6), rel=1e-9)
     assert dispatch_time(columns)[1] == 0.0
     uniform = dict(record, model={k: v for k, v in record["model"].items() if k != "moe_routing"})
     assert lower_record(uniform).columns[COLUMN_INDEX["moe_round_robin"]] == 0.0

@@ -9,7 +9,18 @@ import numpy as np
 import pytest
 
 from fastmodel.kernels.lm.moe import PERMUTE_BYTES_PER_ELEMENT, ROUTER_BYTES_PER_SCORE, dispatch_time, moe_compute
-from fastmodel.kernels.lm.passes import A_EP_COMM, BACKWARD_MEM, N_WORK, layer_passes
+from fastmodel.kernels.lm.passes import (
+    A_BACKWARD_INPUT,
+    A_BACKWARD_WEIGHT,
+    A_EP_COMM,
+    A_FORWARD,
+    A_MEM,
+    A_RECOMPUTE,
+    BACKWARD_MEM,
+    N_WORK,
+    layer_passes,
+    layer_time,
+)
 from fastmodel.lm.execution import ExecutionSpec
 from fastmodel.lm.stacks import resolve, torchtitan
 from fastmodel.lm.table import row
@@ -92,3 +103,65 @@ def test_the_counted_kernels_add_their_launch_and_tail_to_a_moe_layer_forward_by
     counted = moe_compute(row(**QWEN3, kernel_overhead_s=4e-6, moe_mem_kernels=33), False)[1]
     assert counted - plain == pytest.approx(33 * 4e-6, rel=1e-9)
     assert 4 * 48 * (counted - plain) == pytest.approx(0.025344, rel=1e-9)
+
+
+def _titan_sync(**fields):
+    spec = ExecutionSpec(framework="TorchTitan (FSDP2 + EP, torch.compile, DeepEP dispatcher)", **fields)
+    resolved = resolve(spec, pp=1, layers=48, expert_parallel=True)
+    return resolved.moe_sync_issue_ops, resolved.host_op_s
+
+
+def test_torchtitan_counts_the_ops_its_deepep_path_issues_onto_an_idle_gpu_after_its_host_syncs():
+    """Four blocking syncs per MoE layer forward on the eager DeepEP path (§11.14.6): DeepEP's wait for the
+    receive counts, the blocking host-to-device copy of the counts, the two ``masked_select`` of ``permute``;
+    after them the host issues 1 + 1 + 8 + 2 + 1 = 13 operators before the GPU has a long kernel again, at the
+    eager 20 us each (§11.8). Same conditions as the small-kernel count: not for compiled-without-AC or all-to-all."""
+    count = torchtitan.MOE_SYNC_ISSUE_OPS_TORCHTITAN_DEEPEP
+    assert _titan_sync(torch_compile=True, recompute="full", moe_dispatcher="deepep") == (count, 20e-6)
+    assert count == 1 + 1 + 8 + 2 + 1
+    assert _titan_sync(torch_compile=True, recompute="none", moe_dispatcher="deepep") == (None, None)
+    assert _titan_sync(torch_compile=True, recompute="full", moe_dispatcher="alltoall") == (None, None)
+    text = DOCS.read_text()
+    block = text[text.index("<!-- moe-sync-ops-torchtitan-deepep -->"):
+                 text.index("<!-- /moe-sync-ops-torchtitan-deepep -->")]
+    counts = [int(n) for n in re.findall(r"^\|[^|\n]+\|[^|\n]+\|\s*(\d+)\s*\|\s*$", block, flags=re.M)]
+    assert len(counts) == 5 and sum(counts) == count
+
+
+def _passes(**fields):
+    work = np.zeros(N_WORK)
+    layer_passes(row(**QWEN3, recompute=2, kernel_overhead_s=4e-6, **fields), work)
+    return work
+
+
+def test_the_sync_idle_time_runs_in_the_forward_and_the_recomputed_forward_only_by_hand():
+    """13 ops x 20 us = 0.26 ms of GPU idle per MoE layer forward; full AC runs the forward twice (forward +
+    recompute) and the backward has no sync: 0.52 ms per MoE layer and micro-batch, 48 x 0.52 = 24.96 ms a step
+    of the rows (one micro-batch). It sits in the forward and recompute passes and in the memory-bound tally,
+    never in the backward passes."""
+    plain = _passes(host_op_s=20e-6)
+    synced = _passes(host_op_s=20e-6, moe_sync_issue_ops=13)
+    idle = 13 * 20e-6
+    assert synced[A_FORWARD] - plain[A_FORWARD] == pytest.approx(idle, rel=1e-9)
+    assert synced[A_RECOMPUTE] - plain[A_RECOMPUTE] == pytest.approx(idle, rel=1e-9)
+    assert synced[A_BACKWARD_INPUT] == pytest.approx(plain[A_BACKWARD_INPUT], rel=1e-12)
+    assert synced[A_BACKWARD_WEIGHT] == pytest.approx(plain[A_BACKWARD_WEIGHT], rel=1e-12)
+    assert synced[A_MEM] - plain[A_MEM] == pytest.approx(2 * idle, rel=1e-9)
+    assert 48 * (layer_time(synced) - layer_time(plain)) == pytest.approx(0.02496, rel=1e-9)
+    assert _passes(moe_sync_issue_ops=13)[A_FORWARD] == pytest.approx(plain[A_FORWARD], rel=1e-12)  # host_op_s 0
+
+
+def test_a_measured_deepep_rate_sets_the_intranode_dispatch_and_combine_by_hand():
+    """B200's ``deepep_nvl_bw`` = 500.75 GB/s, the harmonic mean of the branch's tuned 516.71 (dispatch) and 485.75
+    GB/s (combine), both received bytes including the rank's own share over the kernel time (§11.14.6). The
+    rows' round-robin routing sends each token to one rank (D_r = 1): per direction 32,768 x 2,048 x 2 B =
+    134.2 MB received, 0.26805 ms; dispatch + combine 0.53610 ms per MoE layer forward, x 3 (forward, recompute,
+    backward) x 48 = 77.2 ms a step, against 2 x 7/8 x 134.2 MB / 648 GB/s + latencies from NCCL's efficiency."""
+    received = 32768 * 1 * 2048 * 2
+    rate = 2.0 / (1.0 / 516.71e9 + 1.0 / 485.75e9)
+    assert rate == pytest.approx(500.75e9, rel=1e-4)
+    measured = dispatch_time(row(**QWEN3, recompute=2, deepep_nvl_bw=500.75e9))[0]
+    assert measured == pytest.approx(2.0 * received / 500.75e9, rel=1e-12)
+    assert 3 * 48 * measured == pytest.approx(0.07720, rel=1e-3)
+    nccl = dispatch_time(row(**QWEN3, recompute=2))[0]
+    assert nccl == pytest.approx(2.0 * (received * 7 / 8 / (900e9 * 0.72) + 3e-6), rel=1e-12)

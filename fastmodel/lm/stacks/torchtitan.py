@@ -23,6 +23,15 @@ from fastmodel.registry.lm import MOE_DISPATCHERS
 #: "moe-kernels-torchtitan-deepep")
 MOE_MEM_KERNELS_TORCHTITAN_DEEPEP = 33.0
 
+#: Operators the host issues onto an idle GPU after the four blocking syncs of one MoE layer forward on the same
+#: path: 1 after DeepEP's wait for the receive counts (the dispatch kernel), 1 after the blocking host-to-device copy
+#: of the counts, 8 before the first ``masked_select`` of ``permute``, 2 before the second, 1 after it (the
+#: ``index_select`` that refills the GPU) (docs/model.md §11.14.6, table "moe-sync-ops-torchtitan-deepep")
+MOE_SYNC_ISSUE_OPS_TORCHTITAN_DEEPEP = 13.0
+
+#: Host seconds per eager PyTorch operator, §11.8 "Host issue time" [A] (the megatron-2021 profile's value)
+HOST_OP_S_EAGER = 20e-6
+
 
 def defaults(execution, framework: str | None) -> dict:
     # the loss: torch cross_entropy on pred.float() (torchtitan/components/loss.py), compiled with the model
@@ -35,6 +44,8 @@ def defaults(execution, framework: str | None) -> dict:
     deepep = MOE_DISPATCHERS.get(execution.moe_dispatcher) == MOE_DISPATCHERS["deepep"]
     if deepep and (not execution.torch_compile or eager_blocks(execution, True)):
         out["moe_mem_kernels"] = MOE_MEM_KERNELS_TORCHTITAN_DEEPEP
+        out["moe_sync_issue_ops"] = MOE_SYNC_ISSUE_OPS_TORCHTITAN_DEEPEP
+        out["host_op_s"] = HOST_OP_S_EAGER
     return out
 
 
