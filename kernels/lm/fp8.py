@@ -7,9 +7,12 @@ What each Transformer Engine recipe (TE d0067d0, 2.20.0.dev0) costs beyond the F
   (delayed, tensorwise) on a device without non-TN FP8 GEMMs (compute capability below 10) keeps the rowwise data
   and its transpose, on compute capability 10.x one copy serves both (transformer_engine/pytorch/utils.py
   ``is_non_tn_fp8_gemm_supported``; csrc/quantizer.cpp ``Float8Quantizer::create_tensor``, ``with_transpose``).
-  MXFP8 and blockwise scaling keep a rowwise and a columnwise copy on every device: a block's scale is constant
-  along the contracted dimension only, so the transposed operand is quantized again from the 16-bit input
-  (TE recipe/__init__.py ``Float8BlockScaling`` docstring; docs/features/low_precision_training/mxfp8/mxfp8.rst).
+  MXFP8 and blockwise scaling keep a rowwise and a columnwise copy on every device: a 1 x 32 or 1 x 128 block's
+  scale is constant along the contracted dimension only, so the transposed operand is quantized again from the
+  16-bit input (TE recipe/__init__.py ``Float8BlockScaling`` docstring; docs/features/low_precision_training/mxfp8/
+  mxfp8.rst); a 128 x 128 weight block's columnwise copy is its rowwise data and scale transposed, but on Hopper
+  still a second tensor in memory (docs/features/low_precision_training/fp8_blockwise_scaling, "Handling
+  transposes").
 - scale bytes per element: MXFP8 one E8M0 byte per 32 elements (OCP MX v1.0, block 32), blockwise one FP32 scale
   per 128 elements of an activation or gradient (1 x 128) and per 128 x 128 of a weight.
 - the amax pass: current scaling reads the 16-bit tensor once for its amax before the cast

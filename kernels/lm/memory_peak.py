@@ -33,7 +33,7 @@ from fastmodel.kernels.lm.memory_activations import (
 )
 from fastmodel.kernels.lm.pipeline import chunk_fraction, mirror_stage
 from fastmodel.kernels.lm.memory_states import (
-    B16, is_moe, gradients_bytes, optimizer_bytes, stage_params, weights_bytes,
+    B16, is_moe, gradients_bytes, optimizer_bytes, stage_params, stage_uncast_params, weights_bytes,
 )
 
 P_LOSS = 0
@@ -196,7 +196,7 @@ def _phase(row, stage, phase, state, shared):
 def _stage_state(row, stage, dense_layer, moe_layer):
     """(weights, gradients, optimizer, optimizer transient, per micro-batch, in flight) of rank ``stage``."""
     non_expert, expert = stage_params(row, stage)
-    return (weights_bytes(row, non_expert, expert), gradients_bytes(row, non_expert, expert),
+    return (weights_bytes(row, non_expert, expert, stage_uncast_params(row, stage)), gradients_bytes(row, non_expert, expert),
             optimizer_bytes(row, stage, non_expert, expert), optimizer_transient_bytes(row, non_expert, expert),
             rank_microbatch_bytes(row, stage, dense_layer, moe_layer), microbatches_in_flight(row, stage))
 

@@ -125,17 +125,51 @@ def model_stage_params(row, stage):
         # the embedding's rank or a tied head's copy is already counted below (step.mtp_module_params)
         non_expert += mtp * ((moe_layer if is_moe(row) else dense_layer) + 2.0 * h * h / tp + 3.0 * h)
         expert += mtp * expert_layer if is_moe(row) else 0.0
-        if row[C_PP] > 1 and mirror_stage(row, stage) < 0.0 and row[C_TIED_EMBEDDINGS] == 0:
-            non_expert += row[C_VOCAB] * h / tp
-    embedding = row[C_VOCAB] * h / tp
-    last = stage == row[C_PP] - 1
+    return _add_vocab_params(row, stage, mtp, non_expert), expert
+
+
+@njit(error_model='numpy')
+def _add_vocab_params(row, stage, mtp, params):
+    """``params`` plus the embedding-side parameters of model stage ``stage``: the word embedding and a learned position table on the
+    first, the final norm and the LM head on the last (:func:`model_stage_params`), and the MTP stage's copy of the
+    word embedding with ``pp > 1`` outside DualPipe, unless a tied head's copy is already there."""
+    h = row[C_HIDDEN]
+    embedding = row[C_VOCAB] * h / row[C_TP]
+    if mtp > 0 and row[C_PP] > 1 and mirror_stage(row, stage) < 0.0 and row[C_TIED_EMBEDDINGS] == 0:
+        params += embedding
     if stage == 0:
-        non_expert += embedding + row[C_LEARNED_POSITIONS] * row[C_SEQ_LEN] * h
-    if last:
-        non_expert += h
+        params += embedding + row[C_LEARNED_POSITIONS] * row[C_SEQ_LEN] * h
+    if stage == row[C_PP] - 1:
+        params += h
         if row[C_TIED_EMBEDDINGS] == 0 or row[C_PP] > 1:
-            non_expert += embedding
-    return non_expert, expert
+            params += embedding
+    return params
+
+
+@njit(error_model='numpy')
+def model_stage_uncast_params(row, stage):
+    """Parameters of model stage ``stage`` that no FP8 GEMM reads, so no FP8 weight form is kept of them: the
+    embedding-side ones (word embedding, learned positions, LM head, final norm, the MTP stage's embedding copy),
+    every layer's norms and MoE router, and the MTP modules' three norms. Megatron-Core builds the output layer as a
+    plain ``tensor_parallel.ColumnParallelLinear`` and the embedding as a lookup, neither a Transformer Engine
+    module (megatron/core/models/gpt/gpt_model.py), and gates with ``router_gating_linear`` in BF16/FP32
+    (megatron/core/transformer/moe/router.py ``Router.gating``); the DeepSeek-V3 report keeps "the embedding
+    module, the output head, MoE gating modules, normalization operators" in BF16/FP32 (arXiv 2412.19437 sec.
+    3.3.1). Subset of :func:`model_stage_params`'s non-expert parameters."""
+    dense, moe, mtp = stage_layers(row, stage)
+    router = row[C_HIDDEN] * row[C_MOE_EXPERTS]
+    layers = (dense + moe + mtp) * norm_params(row) + (moe + (mtp if is_moe(row) else 0.0)) * router
+    return _add_vocab_params(row, stage, mtp, layers + mtp * 3.0 * row[C_HIDDEN])
+
+
+@njit(error_model='numpy')
+def stage_uncast_params(row, stage):
+    """:func:`model_stage_uncast_params` of rank ``stage``'s model stage and, under DualPipe, of its mirror stage."""
+    params = model_stage_uncast_params(row, stage)
+    mirror = mirror_stage(row, stage)
+    if mirror >= 0.0:
+        params += model_stage_uncast_params(row, mirror)
+    return params
 
 
 @njit(error_model='numpy')
@@ -186,7 +220,7 @@ def weight_bytes_per_param(row):
 
 
 @njit(error_model='numpy')
-def weights_bytes(row, non_expert, expert):
+def weights_bytes(row, non_expert, expert, uncast):
     """Weights held on the device.
 
     DDP, ZeRO-1/2, distributed optimizer: every local parameter (after TP/PP/EP) at ``weight_bytes_per_param``
@@ -195,11 +229,15 @@ def weights_bytes(row, non_expert, expert):
     parameters are kept in full precision"; Zhao et al. 2023), i.e. ``4 * params / shard_group``; the
     gathered BF16 copies are buffers (``fsdp_gather_buffer_bytes``). A 16-bit model (``master_weights = 0``:
     built in FP16/BF16, no FP32 copy) shards its 16-bit parameters: ``2 * params / shard_group``.
+    ``uncast`` of the non-expert parameters (``stage_uncast_params``: embedding, head, norms, routers) are read by
+    no FP8 GEMM and stay at 2 bytes, without FP8 forms.
     """
+    per = weight_bytes_per_param(row)
     if int(row[C_SHARDING]) == SHARD_FSDP:
-        per = B32 if row[C_MASTER_WEIGHTS] > 0 else weight_bytes_per_param(row)
-        return per * sharded_params(row, non_expert, expert)
-    return weight_bytes_per_param(row) * (non_expert + expert)
+        if row[C_MASTER_WEIGHTS] > 0:
+            return B32 * sharded_params(row, non_expert, expert)
+        return per * sharded_params(row, non_expert, expert) - (per - B16) * uncast / shard_group(row)
+    return per * (non_expert + expert) - (per - B16) * uncast
 
 
 @njit(error_model='numpy')

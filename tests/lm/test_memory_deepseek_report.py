@@ -15,6 +15,7 @@ from fastmodel.kernels.lm.memory_activations import kept_mode, layer_activation_
 from fastmodel.kernels.lm.memory_states import (
     stage_layers,
     stage_params,
+    stage_uncast_params,
 )
 from fastmodel.kernels.lm.pipeline import microbatches_in_flight
 from fastmodel.lm.api import record_values
@@ -80,7 +81,9 @@ def test_deepseek_v3_worst_rank_by_kind():
     2 h + d_c' + d_c = 16,384, shared expert 3 h f_e = 44,040,192, router h E = 1,835,008; routed experts
     4 x 44,040,192. Weights 2 + 2 x (1 + 4 / 128^2) B (BF16 + both orientations of the 128 x 128 block-scaled FP8
     cast, cached as Transformer Engine's Float8BlockScaling keeps them on Hopper, docs/model_memory.md "FP8 recipe
-    copies"; the report does not say), gradients FP32 4 B unsharded under ZeRO-1 (sec. 3.3.3), optimizer FP32 master + BF16 moments 8 B over
+    copies"; the report does not say), except the norms and routers (2 h + d_c' + d_c + h E per layer), which no FP8
+    GEMM reads (sec. 3.3.1: gating and norms in BF16/FP32) and stay at 2 B, gradients FP32 4 B unsharded under
+    ZeRO-1 (sec. 3.3.3), optimizer FP32 master + BF16 moments 8 B over
     DP 128 (experts over 2). Activations: p + 1 = 17 micro-batches in flight (15 of stage 1, 2 of stage 14) x 4
     layers x (270,720 B + (LOAD - 1) x ROUTED B of routed rows) x 4,096 tokens."""
     columns = _columns("deepseek-v3-pretrain-h800-n2048-180k-gpuh-per-T")
@@ -91,13 +94,16 @@ def test_deepseek_v3_worst_rank_by_kind():
     assert non_expert == 8 * non_expert_layer and expert == 8 * expert_layer
     params = 8 * (non_expert_layer + expert_layer)
     weight_bytes = 2 + 2 * (1 + 4 / 128 ** 2)
-    assert weight_bytes * params / GIB == pytest.approx(12.195, abs=1e-3)            # weights
+    uncast = 8 * (16_384 + 1_835_008)
+    assert stage_uncast_params(columns, 1) == uncast
+    weights_hand = weight_bytes * params - (weight_bytes - 2) * uncast
+    assert weights_hand / GIB == pytest.approx(12.167, abs=1e-3)                      # weights
     assert 4 * params / GIB == pytest.approx(12.194, abs=1e-3)                       # gradients
     assert 8 * (8 * non_expert_layer / 128 + 8 * expert_layer / 2) / GIB == pytest.approx(5.358, abs=1e-3)
     assert microbatches_in_flight(columns, 1) == 17
     assert 17 * 4 * 270_720 * T / GIB == pytest.approx(70.225, abs=1e-3)             # activations at LOAD 1
     weights, gradients, optimizer, activations, _ = _rank_peak(columns, 1.0)
-    assert weights == pytest.approx(weight_bytes * params, rel=1e-12)
+    assert weights == pytest.approx(weights_hand, rel=1e-12)
     assert gradients == pytest.approx(4 * params, rel=1e-12)
     assert optimizer == pytest.approx(8 * (8 * non_expert_layer / 128 + 8 * expert_layer / 2), rel=1e-12)
     assert activations == pytest.approx(17 * 4 * (270_720 + (LOAD - 1.0) * ROUTED) * T, rel=1e-12)
@@ -135,3 +141,20 @@ def test_deepseek_v3_rank_0_holds_the_peak():
     assert rank0[3] - plain[3] == pytest.approx((270_720 + (LOAD - 1.0) * ROUTED + 9 * H + 3 * H * 4 / 128) * T,
                                                  rel=1e-12)
     assert sum(rank0) > sum(_rank_peak(columns, 1.0))
+
+
+def test_deepseek_v3_rank_0_keeps_no_fp8_form_of_embedding_head_gating_and_norms():
+    """Sec. 3.3.1 keeps "the embedding module, the output head, MoE gating modules, normalization operators" in
+    BF16/FP32, so rank 0 (stages 0 and 15 under DualPipe) keeps no FP8 form of: the word embedding and the shared
+    head 2 V h, the final norm h and the MTP module's three norms 3 h, the norms of its 9 layers (3 dense + 1 MoE of
+    stage 0, 4 MoE + the MTP layer of stage 15) 9 x (2 h + d_c' + d_c), and the routers of its 6 MoE layers
+    6 x h E: 1,864,544,256 parameters at 2 B instead of 2 + 2 x (1 + 4/128^2) B, 3.47 GiB less."""
+    columns = _columns("deepseek-v3-pretrain-h800-n2048-180k-gpuh-per-T")
+    uncast = 2 * 129_280 * H + 4 * H + 9 * (2 * H + DQ + DC) + 6 * H * E
+    assert uncast == 1_864_544_256
+    assert stage_uncast_params(columns, 0) == uncast
+    non_expert, expert = stage_params(columns, 0)
+    weight_bytes = 2 + 2 * (1 + 4 / 128 ** 2)
+    weights = _rank_peak(columns, 0.0)[0]
+    assert weights == pytest.approx(weight_bytes * (non_expert + expert) - (weight_bytes - 2) * uncast, rel=1e-12)
+    assert (weight_bytes - 2) * uncast / GIB == pytest.approx(3.474, abs=1e-3)

@@ -119,9 +119,25 @@ def test_tensor_and_pipeline_sharding_of_weights():
 
 
 def test_fp8_weights():
+    """FP8 forms are kept of the GEMM weights only: the embedding, the head (a plain ColumnParallelLinear in
+    Megatron-Core, no Transformer Engine module) and the norms stay BF16 with no FP8 copy
+    (docs/model_memory.md "Weights"): 4 layers x 2 h norms + the final norm h + embedding and head 2 V h."""
     p = _small_params()
-    assert small(precision="fp8")[M_WEIGHTS] == 3 * p     # BF16 weights + cached FP8 copy
-    assert small(precision="fp8", fp8_params=1)[M_WEIGHTS] == p
+    h, v = 1024, 1000
+    uncast = 4 * 2 * h + h + 2 * v * h
+    assert small(precision="fp8")[M_WEIGHTS] == 3 * (p - uncast) + 2 * uncast     # BF16 + cached FP8 copy
+    assert small(precision="fp8", fp8_params=1)[M_WEIGHTS] == (p - uncast) + 2 * uncast
+    assert small()[M_WEIGHTS] == 2 * p                                              # BF16: unchanged
+
+
+def test_fp8_weights_of_a_moe_model_leave_the_router_uncast():
+    """A MoE layer's router (Megatron-Core ``router_gating_linear``, BF16/FP32) has no FP8 form either: one MoE
+    layer more of E experts of width f_e adds h E uncast parameters beside its experts' 2 h f_e E cast ones."""
+    h, v, e, fe = 1024, 1000, 8, 512
+    moe = dict(moe_experts=e, moe_topk=2, moe_ffn=fe, layers=4, dense_layers=0)
+    bf16, fp8 = small(**moe)[M_WEIGHTS], small(precision="fp8", **moe)[M_WEIGHTS]
+    uncast = 4 * (2 * h + h * e) + h + 2 * v * h
+    assert fp8 - bf16 == pytest.approx(bf16 / 2 - uncast, rel=1e-12)
 
 
 def test_moe_expert_parallel_weights_and_distributed_optimizer():
