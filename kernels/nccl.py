@@ -139,14 +139,16 @@ def allreduce_time(row, nbytes, size, stride):
 def alltoall_time(row, nbytes, size, stride):
     """NCCL all-to-all where each device sends ``nbytes`` spread evenly over the group; inside a domain at
     ``intra_bw x alltoall_eff`` plus ``alltoall_latency`` per peer, the device's own all-to-all fit (where it
-    gives none: ``intra_eff`` and one ``intra_latency``; docs/model.md §11.14.7)."""
+    gives none: ``intra_eff`` and one ``intra_latency``; docs/model.md §11.14.7). Across domains the latency is
+    the larger of ``inter_latency`` and the domain's per-peer latencies [A]."""
     return _alltoall(row, nbytes, size, stride, True)
 
 
 @njit
 def engine_alltoall_time(row, nbytes, size, stride):
-    """An all-to-all a serving engine runs with its own kernels, not NCCL's: the rings' ``intra_eff`` and one
-    ``intra_latency`` (the NCCL all-to-all fit of :func:`alltoall_time` does not apply)."""
+    """A serving engine's expert-parallel all-to-all (every engine's path other than ``deepep_ll``): the rings'
+    ``intra_eff`` and one ``intra_latency``, since no engine's all-to-all is measured (the NCCL all-to-all fit of
+    :func:`alltoall_time` is not applied)."""
     return _alltoall(row, nbytes, size, stride, False)
 
 
@@ -158,11 +160,12 @@ def _alltoall(row, nbytes, size, stride, nccl):
     # NCCL's all-to-all (grouped send/recv to every peer) runs below the rings' bus bandwidth where measured
     eff = row[C_ALLTOALL_EFF] if nccl and row[C_ALLTOALL_EFF] > 0.0 else row[C_INTRA_EFF]
     local = nbytes * (g_in - 1.0) / size / (row[C_INTRA_BW] * eff)
+    peers = row[C_ALLTOALL_LATENCY] * (g_in - 1.0) if nccl else 0.0
     if g_in >= size:
-        peers = row[C_ALLTOALL_LATENCY] * (g_in - 1.0) if nccl else 0.0
         return local + (peers if peers > 0.0 else row[C_INTRA_LATENCY])
     remote = nbytes * (size - g_in) / size / (row[C_INTER_BW] * row[C_INTER_EFF])
-    return max(local, remote) + row[C_INTER_LATENCY]
+    # the sends to the domain's own peers are still posted one by one: never below their measured latency [A]
+    return max(local, remote) + max(row[C_INTER_LATENCY], peers)
 
 
 @njit

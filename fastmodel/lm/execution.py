@@ -153,9 +153,11 @@ class ExecutionSpec(BaseModel):
             raise FieldValueError(("activation_offload_modules",), "attn_proj needs core_attn: the output projection's "
                                   "input is the core attention's output, which its backward needs "
                                   "(Megatron-Core transformer_config.py@0823c73 line 1764)")
-        if offload & {"expert_fc1", "moe_act"} and "moe" in (self.recompute_modules or ()):
+        if (offload & {"expert_fc1", "moe_act"} and self.recompute == "selective"
+                and "moe" in (self.recompute_modules or ())):
             raise FieldValueError(("activation_offload_modules",), "expert_fc1 and moe_act cannot be offloaded while "
-                                  "recompute_modules lists moe (Megatron-Core refuses the pair)")
+                                  "selective recompute lists moe (Megatron-Core refuses the pair under selective "
+                                  "granularity, transformer_config.py@0823c73 lines 1769-1779)")
         if interleaved and self.pipeline_schedule not in (None, "interleaved"):
             raise FieldValueError(("pipeline_schedule",), f"{self.pipeline_schedule} runs one stage per rank; "
                                   "vp > 1 needs an interleaved schedule")

@@ -309,7 +309,7 @@ NETWORK_COLUMNS = _cols(
     ("alltoall_latency", "s", 0.0, "Per-peer latency of an NCCL all-to-all inside a domain, where measured "
      "(b200.toml: 7.3e-6, nccl-tests): (g - 1) x it over g peers; 0: one intra_latency.", 0, 1e-3),
     ("deepep_nvl_bw", "bytes/s", 0.0, "DeepEP normal kernels inside one NVLink domain: received bytes per second per "
-     "rank (own share included), measured on the device (docs/model.md §11.14.6); 0: intra_bw x intra_eff on "
+     "rank (own share included), measured on the device at 128 SMs (docs/model.md §11.14.6); 0: intra_bw x intra_eff on "
      "the remote share.", 0, 1e14),
     ("inter_bw", "bytes/s", 50e9, "Scale-out (tier 1, NIC) bandwidth per device, one direction.", 1e7, 1e14),
     ("inter_latency", "s", 9.6e-6, "Scale-out (tier 1) per-step latency of a collective.", 0, 1e-2, True),

@@ -142,12 +142,13 @@ def trtllm_triton_moe(engine: str | None, stated: bool, four_bit: bool, fp4_core
     return engine == "trtllm" and stated and four_bit and sm90 and not fp4_cores
 
 
-def trtllm_gen_moe(engine: str | None, moe_backend: str, precision: str, fp4_cores: bool) -> bool:
-    """True when an MXFP4 checkpoint's experts run TRTLLM-Gen's MoE kernels on FP4 tensor cores: vLLM's SM100 MXFP4
+def trtllm_gen_moe(engine: str | None, moe_backend: str, precision: str, sm100: bool) -> bool:
+    """True when an MXFP4 checkpoint's experts run TRTLLM-Gen's MoE kernels, which are built for SM100-family GPUs
+    only (``sm100``: the device is one of :data:`SM100_DEVICES`, as :func:`expert_padding` decides): vLLM's SM100 MXFP4
     backends (``SM100_FI_MXFP4_BF16`` by default, ``SM100_FI_MXFP4_MXFP8_TRTLLM`` with ``flashinfer_mxfp8``; both call
     FlashInfer's ``trtllm_fp4_block_scale_moe``, ``quantization/mxfp4.py`` 1040-1055 @v0.15.1), or TensorRT-LLM with
     ``moe_config.backend: TRTLLM`` stated (``serve.moe_backend = "trtllm_gen"``; its default is CUTLASS)."""
-    if not (fp4_cores and precision == "mxfp4"):
+    if not (sm100 and precision == "mxfp4"):
         return False
     if engine == "vllm":
         return moe_backend in ("default", "flashinfer_mxfp8")

@@ -144,19 +144,20 @@ def _triton_moe_host_ops(columns: np.ndarray, engine: str | None, stated: bool, 
 
 
 def _expert_kernel(engine: str | None, version: tuple[int, ...] | None, sm90: bool, name: str | None,
-                   precision: str, data: dict, serve, layers: str, device, fp4_cores: bool) -> dict[str, float]:
+                   precision: str, data: dict, serve, layers: str, device) -> dict[str, float]:
     """The routed-expert kernel's columns: its efficiency and hidden-math regime (``expert_kernel_columns``, S29,
     S38, S47: TRTLLM-Gen's MXFP4 MoE on FP4 tensor cores), vLLM 0.12's DeepGEMM block and buffer on Hopper
     (``deepgemm_moe_columns``, S42), the latter at vLLM's expert-TP size (``moe_tp``, else tp x attention_dp / ep),
     and vLLM's MXFP4 weight padding (``expert_padding``, S46; ``layers``: the checkpoint's quantized layers)."""
     block_fp8 = block_fp8_checkpoint(name, precision, data.get("aic"))
+    sm100 = device_is_one_of(device, device_table(), SM100_DEVICES)
     values = expert_kernel_columns(engine, block_fp8, sm90, serve.moe_backend == "marlin",
-                                   trtllm_gen_moe(engine, serve.moe_backend, precision, fp4_cores))
+                                   trtllm_gen_moe(engine, serve.moe_backend, precision, sm100))
     expert_tp = serve.moe_tp or serve.tp * serve.attention_dp / serve.ep
     values.update(deepgemm_moe_columns(engine, version, sm90, block_fp8, expert_tp,
                                        serve.ep, serve.attention_dp))
-    values.update(expert_padding(engine, layers == "experts" and precision in FP4_PRECISIONS, sm90,
-                                 device_is_one_of(device, device_table(), SM100_DEVICES), serve.moe_backend == "marlin"))
+    values.update(expert_padding(engine, layers == "experts" and precision in FP4_PRECISIONS, sm90, sm100,
+                                 serve.moe_backend == "marlin"))
     return values
 
 
@@ -240,8 +241,7 @@ def lower_serve_record(data: dict, source: str | None = None) -> ServeRecord:
     if fusion_note:
         notes.append(fusion_note)
     sm90 = device_is_one_of(device, device_table(), SM90_DEVICES)
-    values.update(_expert_kernel(engine, version, sm90, model.get("name"), precision, data, serve, layers, device,
-                                 values["peak_flops_4"] > 0))
+    values.update(_expert_kernel(engine, version, sm90, model.get("name"), precision, data, serve, layers, device))
     if values["peak_flops_4"] > 0:     # the engine's FP4 MoE kernel; without FP4 tensor cores, another backend
         values["expert_tile_min"], values["expert_tile_max"] = expert_row_tiles(engine, precision)
     values.update(_load_columns(serve))

@@ -61,7 +61,7 @@ Q_BYTES_MXFP8 = 1.0 + 1.0 / 32.0
 
 @njit(inline="always")
 def has_input(mask, bit):
-    """True when the bit ``bit`` (1, 2, 4 or 8) is set in the float bitmask ``mask``."""
+    """True when the bit ``bit`` (1, 2, 4, 8 or 16) is set in the float bitmask ``mask``."""
     return math.floor(mask / bit) % 2.0 == 1.0
 
 

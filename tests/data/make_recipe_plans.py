@@ -161,6 +161,8 @@ def record(name: str, cfg, model: str, gpu: str, dtype: str, variant: str) -> di
         plan["activation_offload_layers"] = cfg.cpu_offloading_num_layers
     assumptions = []
     if cfg.fine_grained_activation_offloading:
+        # the line citation below is the DeepSeek-V3 GB300 workload's; another config that offloads needs its own
+        assert (model, gpu) == ("DEEPSEEK_V3", "GB300"), f"{name}: cite its own offload_modules lines"
         # utils/overrides.py lines 254-257 copy both fields onto the model config (Megatron-Core
         # TransformerConfig.fine_grained_activation_offloading / offload_modules)
         plan["activation_offload_modules"] = list(cfg.offload_modules)

@@ -93,3 +93,19 @@ def test_alltoall_inside_a_domain_runs_at_its_own_measured_rate_and_per_peer_lat
     assert engine_alltoall_time(measured, nbytes, 8.0, 1.0) == pytest.approx(220_200_960 / (900e9 * 0.72) + 8.6e-6,
                                                                              rel=1e-12)
     # the device file's values come from the fit: tests/shared/test_devices.py
+
+
+def test_alltoall_across_domains_never_pays_less_latency_than_inside_one():
+    """EP 16 over two 8-GPU domains with B200's per-peer fit: NCCL still posts a send to each of the 7 domain peers,
+    so the latency is max(inter_latency 9.6 us, 7 x 7.3 us = 51.1 us) (docs/model.md §11.14.7 [A]); bandwidth: the
+    NIC share 8/16 of 1e8 B at 50e9 x 0.85 = 1176.47 us against the NVLink share 7/16 at 900e9 x 0.64 = 75.95 us."""
+    net = dict(domain_size=8, intra_bw=900e9, intra_eff=0.72, intra_latency=8.6e-6, inter_bw=50e9, inter_eff=0.85,
+               inter_latency=9.6e-6)
+    nbytes = 1e8
+    measured = row(**net, alltoall_eff=0.64, alltoall_latency=7.3e-6)
+    remote = nbytes * 8 / 16 / (50e9 * 0.85)
+    assert alltoall_time(measured, nbytes, 16.0, 1.0) == pytest.approx(remote + 7 * 7.3e-6, rel=1e-12)
+    # without a fit (every other device): one inter_latency, as before
+    assert alltoall_time(row(**net), nbytes, 16.0, 1.0) == pytest.approx(remote + 9.6e-6, rel=1e-12)
+    # the group of two domains pays at least the one domain's latency
+    assert alltoall_time(measured, 1.0, 16.0, 1.0) >= alltoall_time(measured, 1.0, 8.0, 1.0)

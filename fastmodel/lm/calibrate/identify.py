@@ -38,9 +38,11 @@ MIN_RUNS_MOVED = 2
 
 
 def counted_issue_time(records, rows) -> np.ndarray:
-    """Per run of ``rows``: the stack's counted host time per layer pass, ``host_ops_layer x host_op_s`` (0: the
-    stack counts none)."""
-    return np.array([records[i].columns[C["host_ops_layer"]] * records[i].columns[C["host_op_s"]] for i in rows])
+    """Per run of ``rows``: the stack's counted host time per layer pass, ``(host_ops_layer + moe_sync_issue_ops)
+    x host_op_s`` (the second: ops issued after each MoE host sync, docs/model.md §11.14.6; 0: the stack counts
+    none)."""
+    return np.array([(records[i].columns[C["host_ops_layer"]] + records[i].columns[C["moe_sync_issue_ops"]])
+                     * records[i].columns[C["host_op_s"]] for i in rows])
 
 
 def replaced_terms(records, stack_rows: np.ndarray) -> dict[str, str]:
@@ -51,7 +53,8 @@ def replaced_terms(records, stack_rows: np.ndarray) -> dict[str, str]:
         ops = sorted({f"{records[i].columns[C['host_ops_layer']]:g}" for i in stack_rows})
         return {"host_layer_s": "would replace the counted issue time host_ops_layer x host_op_s "
                                 f"({'/'.join(ops)} operators) of every run; host_op_s, its scale, is fitted instead"}
-    return {"host_op_s": "the stack counts no operators (host_ops_layer x host_op_s = 0): nothing to scale; "
+    return {"host_op_s": "the stack counts no operators ((host_ops_layer + moe_sync_issue_ops) x host_op_s = 0): "
+                         "nothing to scale; "
                          "host_layer_s is fitted instead"}
 
 

@@ -15,6 +15,7 @@ torchtitan/components/loss.py at 785c34c and 92ed8b3), eager or compiled with th
 """
 
 from fastmodel.lm.stacks.base import StackProfile
+from fastmodel.lm.stacks.megatron_2021 import HOST_OP_S_EAGER  # §11.8 "Host issue time" [A]
 from fastmodel.registry.lm import MOE_DISPATCHERS
 
 #: Small kernels of one MoE layer forward on TorchTitan's DeepEP path (pytorch/torchtitan 022f885f34) when its
@@ -29,8 +30,6 @@ MOE_MEM_KERNELS_TORCHTITAN_DEEPEP = 33.0
 #: ``index_select`` that refills the GPU) (docs/model.md §11.14.6, table "moe-sync-ops-torchtitan-deepep")
 MOE_SYNC_ISSUE_OPS_TORCHTITAN_DEEPEP = 13.0
 
-#: Host seconds per eager PyTorch operator, §11.8 "Host issue time" [A] (the megatron-2021 profile's value)
-HOST_OP_S_EAGER = 20e-6
 
 
 def defaults(execution, framework: str | None) -> dict:
