@@ -32,12 +32,14 @@ from fastmodel.kernels.lm.layout import (
     R_TIME_RECOMPUTE, R_TOKENS_PER_S, R_TOKENS_PER_S_PER_GPU,
 )
 from fastmodel.kernels.lm.memory_states import layers_per_stage, moment_bytes, split_slots, stage_layers, stored_grad_bytes
+from fastmodel.kernels.lm.shape import mtp_layer_is_moe, mtp_stage_layers
 from fastmodel.kernels.lm.muon import muon_step
 from fastmodel.kernels.lm.moe import expert_dp, expert_tp
 from fastmodel.kernels.lm.parallel import data_parallel, fsdp_first_layer_exposed
 from fastmodel.kernels.lm.passes import (
     A_ATTN, A_BACKWARD_INPUT, A_BACKWARD_WEIGHT, A_CP_COMM, A_CP_EXPOSED, A_EP_COMM, A_EXPOSED_F, A_FLOPS, A_FORWARD,
-    A_EP_EXPOSED, A_EP_SCALE_OUT, A_EXPERT_PARAMS, A_FSDP_COMM, A_FSDP_EXPOSED, A_FSDP_GATHER, A_FSDP_REDUCE, A_FSDP_REFETCH, A_FSDP_WINDOW, A_GEMM, A_MEM,
+    A_EP_EXPOSED, A_EP_SCALE_OUT, A_EXPERT_PARAMS, A_MTP_EXPERT_PARAMS, A_MTP_PARAMS,
+    A_FSDP_COMM, A_FSDP_EXPOSED, A_FSDP_GATHER, A_FSDP_REDUCE, A_FSDP_REFETCH, A_FSDP_WINDOW, A_GEMM, A_MEM,
     A_PARAMS, A_RECOMPUTE, A_TP_COMM, A_TP_EXPOSED, BACKWARD_GEMM,
     TP_BACKWARD_PASSES, fsdp_shard_group,
     head_passes, layer_passes, layer_passes_of, layer_time, per_layer_fsdp,
@@ -82,6 +84,15 @@ def optimizer_step_bytes(row, local_params, held_params):
 
 
 @njit
+def mtp_layer(row, work):
+    """(seconds, non-expert parameters, routed-expert parameters) of the MTP module's transformer layer, one
+    micro-batch, per device (docs/model.md §11.4 "MTP module"): the MoE layer's passes when the layer is MoE
+    (:func:`mtp_layer_is_moe`), else the average layer's. Leaves ``work[A_*]`` with that layer's passes."""
+    layer_passes_of(row, work, mtp_layer_is_moe(row))
+    return layer_time(work), work[A_PARAMS] - work[A_EXPERT_PARAMS], work[A_EXPERT_PARAMS]
+
+
+@njit
 def stage_passes(row, work):
     """(t_mb, t_avg, F_avg, W_avg, layers, head share): one micro-batch on the busiest stage and on the average
     stage, the average stage's forward and weight-gradient passes (what the pipeline schedule's bubble reads),
@@ -91,6 +102,11 @@ def stage_passes(row, work):
     p = row[C_PP]
     per_stage = layers_per_stage(row)       # the busiest rank's layers (uneven stages: a layer more than average)
     slots = split_slots(row) / p            # the embedding's and the loss's slots, per rank on average
+    t_mtp, mtp_params, mtp_experts = 0.0, 0.0, 0.0
+    if row[C_MTP_LAYERS] > 0.0:             # its layer's kind first: the passes below overwrite work[A_*]
+        t_mtp, mtp_params, mtp_experts = mtp_layer(row, work)
+    work[A_MTP_PARAMS] = mtp_params         # kept by layer_passes_of, read by the data-parallel step
+    work[A_MTP_EXPERT_PARAMS] = mtp_experts
     layer_passes(row, work)
     t_layer = layer_time(work)
     forward = (per_stage - slots) * (work[A_FORWARD] + work[A_EXPOSED_F])
@@ -101,9 +117,9 @@ def stage_passes(row, work):
         t_last = layer_time(work)
     head_f, head_b, head_w = head_passes(row, work)
     head = head_f + head_b + head_w
-    # the last stage also runs the MTP modules: one transformer layer each (DeepSeek-V3 report sec. 2.2), as the
-    # average layer; their extra LM heads are in the head's passes
-    mtp = row[C_MTP_LAYERS] * t_layer
+    # the last stage also runs the MTP modules: one transformer layer each (DeepSeek-V3 report sec. 2.2), of the
+    # decoder's last layer's kind (mtp_layer); their extra LM heads are in the head's passes
+    mtp = row[C_MTP_LAYERS] * t_mtp
     last = last_rank_layers(row)
     last_mb = last * t_last + (head + mtp) / model_copies(row)    # DualPipe: on two ranks, half each
     # the slots hold the embedding and the head, not layers: the average rank's layers are L / p
@@ -143,8 +159,8 @@ def last_rank_all_moe(row):
 @njit
 def mtp_module_params(row, layer_params, layer_experts):
     """(non-expert, routed-expert, embedding-copy) parameters per device of the ``mtp_layers`` MTP modules on
-    the last pipeline rank, given the average layer's ``layer_params`` non-expert and ``layer_experts`` expert
-    parameters (docs/model.md §11.4 "MTP module"). A module (Megatron-Core ``MultiTokenPredictionLayer``,
+    the last pipeline rank, given the MTP layer's (:func:`mtp_layer`) ``layer_params`` non-expert and
+    ``layer_experts`` expert parameters (docs/model.md §11.4 "MTP module"). A module (Megatron-Core ``MultiTokenPredictionLayer``,
     megatron/core/transformer/multi_token_prediction.py, NVIDIA/Megatron-LM@d98e8a6) holds a transformer layer,
     the ``eh_proj`` projection ``2h x h`` (column-parallel: ``/t``) and three norms (``enorm``, ``hnorm``,
     ``final_layernorm``: ``3h``); the output layer is the main model's. The embedding is shared too, but with
@@ -173,7 +189,7 @@ def _data_parallel_step(row, work, per_stage, head_params, out):
     # dense parameters over dp; routed experts over the expert-data-parallel group edp (kernels/lm/moe.py)
     experts = work[A_EXPERT_PARAMS]
     copies = model_copies(row)      # DualPipe: rank 0 holds stages 0 and p - 1 (embedding and head)
-    mtp_params, mtp_experts, mtp_embedding = mtp_module_params(row, params - experts, experts)
+    mtp_params, mtp_experts, mtp_embedding = mtp_module_params(row, work[A_MTP_PARAMS], work[A_MTP_EXPERT_PARAMS])
     last_end = head_params + mtp_params
     if copies > 1.0:
         ends = embedding_params + last_end
@@ -215,8 +231,9 @@ def _data_parallel_step(row, work, per_stage, head_params, out):
     if row[C_OPTIMIZER] == OPT_MUON:
         # Muon on the layers' matrices, AdamW on the rest (kernels/lm/muon.py): its passes replace the AdamW
         # kernel's over the matrices the device holds
-        dense, moe, _ = stage_layers(row, row[C_PP] - 1.0)
-        optimizer, muon_bytes, muon_params = muon_step(row, dense, moe, stored_grad_bytes(row))
+        dense, moe, mtp = stage_layers(row, row[C_PP] - 1.0)
+        dense, moe = mtp_stage_layers(row, dense, moe, mtp)
+        optimizer, muon_bytes, muon_params = muon_step(row, dense, moe, stored_grad_bytes(row), mtp)
         matrices = muon_params * min(1.0, local_params / max(stage_params, 1.0))
         step_bytes += muon_bytes - matrices * optimizer_bytes_per_param(row)
     optimizer += memory_bound_time(row, step_bytes)
