@@ -25,7 +25,7 @@ from fastmodel.kernels.lm.layer import W_FLOPS, W_GEMM, W_MEM, W_PARAMS, W_TP, m
 from fastmodel.kernels.lm.layout import (
     C_CP, C_DENSE_LAYERS, C_DP, C_EP, C_GLOBAL_BATCH, C_MOE_EXPERTS, C_MOE_LAYER_FREQ, C_UNEVEN_STAGES, C_VP, C_MTP_LAYERS, C_HIDDEN, C_MICRO_BATCH, C_N_GPUS,
     C_HOST_LAYER_S, C_HOST_OP_S, C_HOST_OPS_LAYER, C_LAYERS, C_MASTER_WEIGHTS, C_OPTIMIZER, C_PEAK_FLOPS_8, C_PEAK_FLOPS_16, C_PP, C_PRECISION,
-    C_GRAD_REDUCE_BYTES, C_SEQ_LEN, C_SHARDING, C_STEP_GRAD_PASSES, C_STEP_MASTER_COPY, C_STEP_OVERHEAD_S, C_STEP_ZERO_GRAD, C_TP,
+    C_GRAD_REDUCE_BYTES, C_SEQ_LEN, C_TIED_EMBEDDINGS, C_SHARDING, C_STEP_GRAD_PASSES, C_STEP_MASTER_COPY, C_STEP_OVERHEAD_S, C_STEP_ZERO_GRAD, C_TP,
     SHARD_ZERO2, C_VOCAB, OPT_ADAM, OPT_MUON, OPT_SGD, OPT_SGD_NO_MOMENTUM, PRECISION_FP8, R_COMM_CP, R_COMM_DP, R_COMM_EP, R_COMM_EP_SCALE_OUT,
     R_COMM_PP, R_COMM_TP, R_EXPOSED_CP, R_EXPOSED_DP, R_EXPOSED_EP, R_EXPOSED_PP, R_EXPOSED_TP, R_FLOPS_PER_TOKEN,
     R_HFU, R_MFU, R_PIPELINE_BUBBLE, R_STEP_TIME, R_TIME_HOST_WAIT, R_TIME_ATTENTION, R_TIME_GEMM, R_TIME_MEMORY_BOUND, R_TIME_OPTIMIZER,
@@ -168,14 +168,28 @@ def mtp_module_params(row, layer_params, layer_experts):
     self.mtp_process``) tied to the first stage's (language_module.py ``setup_embeddings_and_output_layer``; its
     gradient all-reduced over the embedding group in finalize_model_grads.py ``_allreduce_word_embedding_grads``),
     ``V h / t`` more parameters; its gradient is reduced over dp like the rest. Under DualPipe the MTP stage shares
-    rank 0 with the embedding and the two share the parameters (DeepSeek-V3 report sec. 3.2.3): no copy."""
+    rank 0 with the embedding and the two share the parameters (DeepSeek-V3 report sec. 3.2.3): no copy. A tied
+    head's copy on the last stage (:func:`tied_head_copy`) is that copy already: none more."""
     d = row[C_MTP_LAYERS]
     if d <= 0.0:
         return 0.0, 0.0, 0.0
     h = row[C_HIDDEN]
     t = row[C_TP]
-    copy = row[C_VOCAB] * h / t if (row[C_PP] > 1.0 and model_copies(row) <= 1.0) else 0.0
+    untied = row[C_TIED_EMBEDDINGS] <= 0.0
+    copy = row[C_VOCAB] * h / t if (row[C_PP] > 1.0 and model_copies(row) <= 1.0 and untied) else 0.0
     return d * (layer_params + 2.0 * h * h / t + 3.0 * h) + copy, d * layer_experts, copy
+
+
+@njit
+def tied_head_copy(row):
+    """Parameters per device of the last stage's copy of a tied word embedding (docs/model.md §11.7 "Tied
+    embeddings across stages"): with ``tied_embeddings`` and ``pp > 1`` the output layer is not on the
+    embedding's rank, so Megatron-Core keeps a second copy there (language_module.py
+    ``setup_embeddings_and_output_layer``, ``weight.shared_embedding = True``, Megatron-LM core_v0.19.0 lines
+    273-300), ``V h / t``; 0 without pipeline stages or under DualPipe (rank 0 holds both ends: one tensor)."""
+    if row[C_TIED_EMBEDDINGS] > 0.0 and row[C_PP] > 1.0 and model_copies(row) <= 1.0:
+        return row[C_VOCAB] * row[C_HIDDEN] / row[C_TP]
+    return 0.0
 
 
 @njit
@@ -190,7 +204,8 @@ def _data_parallel_step(row, work, per_stage, head_params, out):
     experts = work[A_EXPERT_PARAMS]
     copies = model_copies(row)      # DualPipe: rank 0 holds stages 0 and p - 1 (embedding and head)
     mtp_params, mtp_experts, mtp_embedding = mtp_module_params(row, work[A_MTP_PARAMS], work[A_MTP_EXPERT_PARAMS])
-    last_end = head_params + mtp_params
+    tied_copy = tied_head_copy(row)
+    last_end = head_params + tied_copy + mtp_params
     if copies > 1.0:
         ends = embedding_params + last_end
         holds_last = True       # DualPipe: rank 0 holds the embedding and the last stage (head, MTP)
@@ -221,9 +236,12 @@ def _data_parallel_step(row, work, per_stage, head_params, out):
         local_params += e_local
     # the gradients the rank holds: the stage's whole buffer, or its shard under ZeRO-2 and FSDP
     held = local_params if row[C_SHARDING] >= SHARD_ZERO2 else stage_params + experts_held
-    # the MTP stage's copy of the word embedding: its gradient all-reduced with the first stage's after the backward
-    if mtp_embedding > 0.0:
-        tied = allreduce_time(row, mtp_embedding * row[C_GRAD_REDUCE_BYTES], 2.0, (p - 1.0) * t * row[C_CP] * row[C_DP])
+    # the last (MTP) stage's copy of the word embedding: its gradient all-reduced with the first stage's after the
+    # backward over the two-rank embedding group (finalize_model_grads.py ``_get_shared_word_embedding_weight``:
+    # tied or MTP, and ``_allreduce_word_embedding_grads``, Megatron-LM core_v0.19.0 lines 146, 164-197)
+    shared = mtp_embedding + tied_copy
+    if shared > 0.0:
+        tied = allreduce_time(row, shared * row[C_GRAD_REDUCE_BYTES], 2.0, (p - 1.0) * t * row[C_CP] * row[C_DP])
         dp_comm += tied
         dp_exposed += tied
     step_bytes = optimizer_step_bytes(row, local_params, held)

@@ -216,3 +216,23 @@ def test_an_mtp_module_adds_one_layer_and_one_lm_head_to_the_last_stage_by_hand(
     assert _slope(**one, mtp_layers=1) - _slope(**one) == pytest.approx(
         layer + 3 * head + 3 * projection + 2 * passes, rel=1e-9)
 
+
+def test_a_tied_embedding_across_stages_keeps_a_copy_on_the_last_stage_and_all_reduces_its_gradient():
+    """Megatron-Core keeps a second copy of a tied word embedding on the last stage (language_module.py
+    ``setup_embeddings_and_output_layer``) and all-reduces the two copies' gradients over the two-rank embedding
+    group after the backward (finalize_model_grads.py ``_allreduce_word_embedding_grads``, core_v0.19.0). By hand:
+    the last stage holds V h / t parameters either way (the untied head or the tied copy: the same gradient
+    reduction and optimizer step), so tied minus untied is that all-reduce, exposed: 4096 x 1024 FP32 gradients
+    (grad_reduce_bytes 4) between ranks (p - 1) t cp dp = 3 x 1 x 1 x 4 = 12 apart. One stage: no copy, no
+    all-reduce."""
+    from fastmodel.kernels.lm.step import tied_head_copy
+    from fastmodel.kernels.nccl import allreduce_time
+
+    values = {**SPLIT, "embedding_loss_in_split": 0, "global_batch": 32, "grad_reduce_bytes": 4}
+    tied, untied = (evaluate_table(table(1, **values, tied_embeddings=k)) for k in (1, 0))
+    reduce = allreduce_time(row(**values, tied_embeddings=1), 4096 * 1024 * 4.0, 2.0, 12.0)
+    assert reduce > 0.0 and tied_head_copy(row(**values, tied_embeddings=1)) == 4096 * 1024
+    assert tied["step_time"][0] - untied["step_time"][0] == pytest.approx(reduce, rel=1e-9)
+    assert tied["comm_dp"][0] - untied["comm_dp"][0] == pytest.approx(reduce, rel=1e-9)
+    one = {**values, "pp": 1, "n_gpus": 4}
+    assert tied_head_copy(row(**one, tied_embeddings=1)) == 0.0
