@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 from typing import Iterable
 
 #: the reason given for JSON nested deeper than the parser recurses (``[[[[...`` thousands of levels)
@@ -81,13 +82,22 @@ class SweepError(FastmodelError):
     """A sweep definition is invalid or too large to hold in memory."""
 
 
+def _bare(text: str) -> str:
+    """``text`` lower-cased without ``-_. `` (the separators a hurried user drops or adds)."""
+    return re.sub(r"[-_. ]", "", text.lower())
+
+
 def nearest(word: str, choices: Iterable[str]) -> str:
     """Return ``" (did you mean 'x'?)"`` for the closest choice, or ``""``. The choice sharing the longest start
     with the word, 4 characters or more, comes first ("disaggregated" -> 'disagg', not the closer spelling
     'aggregated'; "fp8_blok" -> 'fp8_block', not 'fp8'), the closest spelling among equals; otherwise the
-    closest spelling (difflib)."""
+    closest spelling (difflib). A choice equal to the word but for case and the separators ``-_. `` comes before
+    both ("llama-3.1-8b" -> 'llama3.1-8b', not 'llama-30b')."""
     choices = list(choices)
     low = word.lower()
+    bare = [c for c in choices if _bare(c) == _bare(word)]
+    if bare:
+        return f" (did you mean '{bare[0]}'?)"
 
     def shared(choice: str) -> int:
         return len(os.path.commonprefix([low, choice.lower()]))

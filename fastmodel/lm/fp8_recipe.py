@@ -6,7 +6,10 @@ is that recipe (an alias read as its canonical name); otherwise the text is cut 
 looked up in :data:`RECIPE_WORDS`, the names the recipes carry in Megatron-LM, Transformer Engine, NeMo /
 Megatron-Bridge, torchao and the DeepSeek-V3 report. Exactly one recipe named: that recipe. None or several: the
 recipe stays unstated (today's generic cast count) and a note says why. Words are matched whole, never as
-substrings, so "-fr cs" names nothing and "mxfp8" never reads as "fp8".
+substrings, so "-fr cs" names nothing and "mxfp8" never reads as "fp8". Only stated words count: the text is cut
+into clauses at ``,;:?`` and sentence stops (a parenthesis stays in its clause: "tensorwise (assumed)"), and a
+clause carrying a word of :data:`HEDGES` ("default tensorwise scaling assumed") is the record author's assumption,
+not the source's statement, and names nothing.
 """
 
 from __future__ import annotations
@@ -33,6 +36,16 @@ RECIPE_WORDS = {
 #: code -> its first (canonical) name in FP8_RECIPES
 CANONICAL = {code: name for name, code in reversed(FP8_RECIPES.items())}
 _WORD = re.compile(r"[a-z0-9_]+(?:-[a-z0-9_]+)*")
+#: words that mark a clause as the record author's assumption rather than the source's statement
+HEDGES = frozenset({"assumed", "assume", "assuming", "assumption", "presumably", "presumed", "probably", "likely",
+                    "guessed", "unverified", "unknown", "unclear"})
+_CLAUSE = re.compile(r"[,;:?]|\.(?:\s|$)")
+
+
+def _stated_words(key: str) -> list[str]:
+    """The words of ``key`` outside hedged clauses (module docstring)."""
+    clauses = (_WORD.findall(clause) for clause in _CLAUSE.split(key))
+    return [word for words in clauses if not HEDGES.intersection(words) for word in words]
 
 
 def recipe_from_text(text: str | None) -> tuple[str | None, str]:
@@ -43,8 +56,10 @@ def recipe_from_text(text: str | None) -> tuple[str | None, str]:
     key = text.strip().lower()
     if key in FP8_RECIPES:
         return CANONICAL[FP8_RECIPES[key]], ""
-    named = sorted({RECIPE_WORDS[word] for word in _WORD.findall(key) if word in RECIPE_WORDS})
+    named = sorted({RECIPE_WORDS[word] for word in _stated_words(key) if word in RECIPE_WORDS})
     if len(named) == 1:
         return named[0], ""
-    why = f"names several recipes ({', '.join(named)})" if named else "names no recipe"
+    hedged = not named and any(word in RECIPE_WORDS for word in _WORD.findall(key))
+    why = f"names several recipes ({', '.join(named)})" if named else \
+        "names a recipe only as an assumption" if hedged else "names no recipe"
     return None, f"plan.fp8_recipe {text!r} {why}: the recipe is unstated (generic FP8 cast count)"

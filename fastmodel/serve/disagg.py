@@ -95,14 +95,20 @@ def kv_bytes_per_prompt_token(col: np.ndarray) -> float:
     return 2.0 * col[C["layers"]] * col[C["kv_heads"]] * col[C["head_dim"]] * col[C["kv_bytes"]]
 
 
+def kv_transfer_seconds(col: np.ndarray, senders, nvlink):
+    """Seconds to move one prompt's KV cache (floats or arrays): ``senders`` GPUs each send their share at once,
+    over NVLink where ``nvlink`` (the deployment fits the NVLink domain), else over each GPU's NIC. The one form
+    :func:`kv_transfer_time` and the SLO search's pools (``search_disagg``) use."""
+    bw = np.where(nvlink, col[C["intra_bw"]] * col[C["intra_eff"]], col[C["inter_bw"]] * col[C["inter_eff"]])
+    return kv_bytes_per_prompt_token(col) * col[C["input_len"]] / (bw * senders)
+
+
 def kv_transfer_time(rec: DisaggRecord) -> float:
     """Seconds to move one prompt's KV cache from its prefill worker (every GPU sends its share at once)."""
     col = rec.prefill
     gpus = col[C["tp"]] * col[C["attention_dp"]] * col[C["pp"]]
     senders = gpus / col[C["attention_dp"]]          # a prompt lives in one attention-DP group
-    nvlink = rec.total_gpus <= rec.domain_gpus
-    bw = col[C["intra_bw"]] * col[C["intra_eff"]] if nvlink else col[C["inter_bw"]] * col[C["inter_eff"]]
-    return kv_bytes_per_prompt_token(col) * col[C["input_len"]] / (bw * senders)
+    return float(kv_transfer_seconds(col, senders, rec.total_gpus <= rec.domain_gpus))
 
 
 def wave_batches(records: list[DisaggRecord], running: list[float]) -> tuple[list[float], np.ndarray]:
@@ -140,12 +146,13 @@ def pool_response(own: float, servers: float, think: float, running: float) -> f
     approximation of the ``servers`` parallel prefill servers (docs/model_serving.md §S30): a single server of
     service ``D = own / servers`` in tandem with a pure delay ``own - D``. The queue part solves
     ``R_q = D + D lambda R_q (N - 1) / N``, ``lambda = N / (R_q + own - D + think)``, a quadratic in ``R_q``
-    whose positive root is taken; one server (``servers = 1``) is the plain single-server station."""
+    whose positive root is taken; one server (``servers = 1``) is the plain single-server station. Floats or arrays
+    (the SLO search's pools, ``search_disagg``, call it on whole grids)."""
     share = own / servers
     delay = own - share
     outside = think + delay
     b = outside - share - share * (running - 1.0)
-    queue = 0.5 * (-b + math.sqrt(b * b + 4.0 * share * outside))
+    queue = 0.5 * (-b + np.sqrt(b * b + 4.0 * share * outside))
     return delay + queue
 
 
@@ -206,6 +213,27 @@ def record_engine(rec) -> str | None:
     return parse_framework(raw.get("framework"))[0]
 
 
+def token_steps(engine: str | None, overlap, wait):
+    """Decode iterations from the KV's arrival to the first token (floats or arrays): ``wait`` (1 when other
+    requests run on the decode worker), the emitting iteration, ``overlap`` and the engine's handoff iterations.
+    The one form :func:`first_token_steps` and the SLO search's pools use."""
+    return wait + 1.0 + overlap + handoff_steps(engine, overlap, wait)
+
+
+def decode_room(capacity, kv_per_token, tokens, groups):
+    """Requests a decode pool holds (floats or arrays): whole requests of ``tokens`` (input + output, the KV the
+    decode kernel reserves) in one group's ``capacity``, times the ``groups`` (attention-DP ranks x workers)."""
+    return np.floor(capacity / (kv_per_token * tokens)) * groups
+
+
+def closed_loop(response, think, t_kv, steps, tpot, n, running):
+    """(throughput lambda, mean TTFT) of the steady closed loop (floats or arrays; module docstring): Little's law
+    ``lambda = N_r / (R + Z)``, ``TTFT = R + t_kv + steps x TPOT + (N - N_r) / lambda`` (the requests beyond the
+    decode room wait by Little's law). The one form ``evaluate_disagg`` and the SLO search's pools use."""
+    lam = running / (response + think)
+    return lam, response + t_kv + steps * tpot + (n - running) / lam
+
+
 def first_token_steps(rec: DisaggRecord, running: float) -> float:
     """Decode iterations from the KV's arrival to the first token the client sees (docs/model_serving.md §S30,
     §S43): the wait for the decode worker's next iteration boundary when other requests run on it (``running``
@@ -213,7 +241,7 @@ def first_token_steps(rec: DisaggRecord, running: float) -> float:
     scheduler overlaps (``overlap_step``, §S7's ``o``), and the engine's handoff iterations (``handoff_steps``)."""
     wait = 1.0 if running / rec.decode_workers > 1.0 else 0.0
     overlap = float(rec.decode[C["overlap_step"]])
-    return wait + 1.0 + overlap + handoff_steps(record_engine(rec), overlap, wait)
+    return token_steps(record_engine(rec), overlap, wait)
 
 
 def limiting_pool(prefill: float, transfer: float, decode: float, running: float, room: float,
@@ -257,14 +285,12 @@ def evaluate_disagg(records: list[DisaggRecord]) -> list[dict]:
         think = t_kv + out * tpot
         n = float(rec.concurrency)
         # requests the decode pool can hold (KV at full length, as the decode kernel reserves it)
-        kv_request = dec[R["kv_bytes_per_token"], i] * (rec.decode[C["input_len"]] + out)
-        room = math.floor(dec[R["kv_cache_capacity"], i] / kv_request) * rec.decode[C["attention_dp"]] \
-            * rec.decode_workers
+        room = float(decode_room(dec[R["kv_cache_capacity"], i], dec[R["kv_bytes_per_token"], i],
+                                 rec.decode[C["input_len"]] + out, rec.decode[C["attention_dp"]] * rec.decode_workers))
         running = max(1.0, min(n, room))
         own, response = prefill_pool(float(lone[R["ttft"], i]), full, rec.prefill[C["attention_dp"]],
                                      rec.prefill_workers, think, running)
-        lam = running / (response + think)
-        ttft = response + t_kv + first_token_steps(rec, running) * tpot + (n - running) / lam
+        lam, ttft = closed_loop(response, think, t_kv, first_token_steps(rec, running), tpot, n, running)
         results.append({"status": "ok", "ttft": ttft, "tpot": tpot, "output_tokens_per_s": lam * out,
                         "output_tokens_per_s_per_gpu": lam * out / rec.total_gpus,
                         "kv_transfer_s": t_kv, "prefill_s": own, "prefill_response_s": response,

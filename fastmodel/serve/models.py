@@ -82,7 +82,14 @@ def serving_model(spec: Any, base=None) -> tuple[str, dict[str, float], list[str
     except SpecError as error:
         if error.source:
             raise
-        raise SpecError(None, "model", f"{error.reason}; serving models: {', '.join(SERVE_MODELS)} or a "
+        reason = error.reason
+        if isinstance(spec, str) and reason.startswith("unknown built-in model"):
+            # the nearest of both lists: a serving name misspelled is not an lm spec's near miss
+            from fastmodel.errors import nearest
+            from fastmodel.spec.loader import _builtin_names
+
+            reason = f"unknown model {spec!r}{nearest(spec, [*SERVE_MODELS, *_builtin_names('model')])}"
+        raise SpecError(None, "model", f"{reason}; serving models: {', '.join(SERVE_MODELS)} or a "
                                        f"family-\"lm\" spec (fastmodel serve --list-models)") from None
     notes = []
     for column, why in UNSERVED.items():

@@ -211,10 +211,10 @@ def check_invariants(record: ServeRecordSchema) -> None:
     serve = record.serve
     # the model and system blocks are typed by the run-record schema afterwards: use only well-typed counts here
     n_gpus = record.system.get("n_gpus") if type(record.system.get("n_gpus")) is int else None
+    # an ill-typed expert count (None here) skips only the checks that read it; the run-record schema names
+    # model.moe_experts afterwards, and every other invariant below still runs
     experts = record.model.get("moe_experts", 0)
-    if experts is not None and type(experts) is not int:
-        return              # an ill-typed count: the run-record schema names model.moe_experts, not the layout
-    experts = max(0, experts or 0)
+    experts = None if experts is not None and type(experts) is not int else max(0, experts or 0)
     if serve.mode == "disagg":
         if record.disagg is None:
             _fail("disagg", 'required block missing (serve.mode = "disagg")')
@@ -231,10 +231,11 @@ def check_invariants(record: ServeRecordSchema) -> None:
     _check_layout(serve, experts, "serve")
 
 
-def _check_layout(block, experts: int, where: str) -> None:
-    """Expert layout: moe_tp x ep = the GPUs of a pipeline stage (tp x attention_dp); ep divides the experts."""
+def _check_layout(block, experts: int | None, where: str) -> None:
+    """Expert layout: moe_tp x ep = the GPUs of a pipeline stage (tp x attention_dp); ep divides the experts
+    (not checked while ``experts`` is None: an ill-typed count, named by the run-record schema)."""
     group = block.tp * block.attention_dp
-    if block.ep > 1 and not experts:
+    if block.ep > 1 and experts == 0:
         _fail(f"{where}.ep", f"ep = {block.ep} needs a model with routed experts (model.moe_experts)")
     if experts and experts % block.ep:
         _fail(f"{where}.ep", f"{block.ep} does not divide the {experts} routed experts")

@@ -10,7 +10,8 @@ the closed loop is ``fastmodel.serve.disagg.evaluate_disagg``'s in the steady st
 ``client_rounds = 0``) with one attention group per worker: the prefill pool's ``prefill_workers`` servers by
 Seidmann's approximation (``pool_response``), the KV transfer over NVLink when both pools fit the device's
 NVLink domain (``gpus_per_node``) else over the NIC, TTFT = R + t_kv + (w + 1 + o + h) TPOT + (N - N_r) / lambda
-(``h``: the engine's handoff iterations, §S43).
+(``h``: the engine's handoff iterations, §S43). Each of those terms is ``fastmodel.serve.disagg``'s own function
+(``kv_transfer_seconds``, ``decode_room``, ``pool_response``, ``token_steps``, ``closed_loop``) called on whole arrays.
 ``tests/serve/test_serve_search_axes.py`` checks a point against ``evaluate_disagg`` of the same deployment.
 """
 
@@ -45,7 +46,7 @@ def disagg_point_arrays(base: np.ndarray, powers: np.ndarray, concurrency: np.nd
     its key, for the decode worker's handoff iterations (``disagg.handoff_steps``, §S43)."""
     from fastmodel.registry.serve import SERVE_RESULT_INDEX as R
     from fastmodel.registry.serve import SERVE_STATUS
-    from fastmodel.serve.disagg import handoff_steps, kv_bytes_per_prompt_token
+    from fastmodel.serve.disagg import closed_loop, decode_room, kv_transfer_seconds, pool_response, token_steps
 
     p = powers.astype(float)
     n = concurrency.astype(float)
@@ -64,23 +65,15 @@ def disagg_point_arrays(base: np.ndarray, powers: np.ndarray, concurrency: np.nd
     workers = p[None, :, None, None, None]
     dworkers = p[None, None, None, :, None]
     used = p[:, None, None, None, None] * workers + p[None, None, :, None, None] * dworkers
-    domain = base[C["gpus_per_node"]]
-    bw = np.where(used <= domain, base[C["intra_bw"]] * base[C["intra_eff"]], base[C["inter_bw"]] * base[C["inter_eff"]])
-    t_kv = kv_bytes_per_prompt_token(base) * inp / (bw * p[sl])
+    t_kv = kv_transfer_seconds(base, p[sl], used <= base[C["gpus_per_node"]])
     tpot = tpot[None, None]
     think = t_kv + out * tpot
-    room = np.floor(dec[R["kv_cache_capacity"]][pick] / (dec[R["kv_bytes_per_token"]][pick] * (inp + out)))
-    running = np.maximum(1.0, np.minimum(n, room[None, None] * dworkers))
-    share = full / workers                                                    # Seidmann: one server of own / c
-    delay = full - share
-    outside = think + delay
-    b = outside - share - share * (running - 1.0)
-    response = delay + 0.5 * (-b + np.sqrt(b * b + 4.0 * share * outside))
-    lam = running / (response + think)
+    room = decode_room(dec[R["kv_cache_capacity"]][pick], dec[R["kv_bytes_per_token"]][pick], inp + out, dworkers)
+    running = np.maximum(1.0, np.minimum(n, room))
+    response = pool_response(full, workers, think, running)                   # one attention group per worker
     wait = (running / dworkers > 1.0).astype(float)
-    overlap = base[C["overlap_step"]]
-    steps = wait + 1.0 + overlap + handoff_steps(engine, overlap, wait)
-    ttft = response + t_kv + steps * tpot + (n - running) / lam
+    steps = token_steps(engine, base[C["overlap_step"]], wait)
+    lam, ttft = closed_loop(response, think, t_kv, steps, tpot, n, running)
     status = np.maximum(pre_status[sl], dec_status[pick][None, None]).astype(np.int8)
     status = np.where(used > gpus, np.int8(SERVE_STATUS["pools_over_budget"]), status)
     fits = (pre[R["fits_memory"]][sl] > 0.5) & (dec[R["fits_memory"]][pick][None, None] > 0.5)

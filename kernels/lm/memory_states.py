@@ -12,7 +12,7 @@ from fastmodel.kernels.lm.fp8 import fp8_weight_copy_bytes
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.pipeline import mirror_stage
 from fastmodel.kernels.lm.shape import (  # noqa: F401 - attention_params, mlp_params re-exported
-    attention_params, expert_tp, expert_weight_params, mlp_params, norm_params,
+    attention_params, expert_tp, expert_weight_params, mlp_params, mtp_layer_is_moe, mtp_stage_layers, norm_params,
 )
 from fastmodel.kernels.lm.layout import (
     C_CP, C_DENSE_LAYERS, C_DP, C_EP, C_FFN, C_FP8_PARAMS, C_GATED_MLP, C_GRAD_REDUCE_BYTES, C_HEADS, C_HEAD_DIM,
@@ -123,8 +123,9 @@ def model_stage_params(row, stage):
         # the layer, eh_proj 2h x h/t and three norms (enorm, hnorm, final_layernorm: Megatron-Core
         # MultiTokenPredictionLayer); with pp > 1 a copy of the word embedding unless DualPipe puts the MTP stage on
         # the embedding's rank or a tied head's copy is already counted below (step.mtp_module_params)
-        non_expert += mtp * ((moe_layer if is_moe(row) else dense_layer) + 2.0 * h * h / tp + 3.0 * h)
-        expert += mtp * expert_layer if is_moe(row) else 0.0
+        moe_mtp = mtp_layer_is_moe(row) and is_moe(row)        # the decoder's last layer's kind
+        non_expert += mtp * ((moe_layer if moe_mtp else dense_layer) + 2.0 * h * h / tp + 3.0 * h)
+        expert += mtp * expert_layer if moe_mtp else 0.0
     return _add_vocab_params(row, stage, mtp, non_expert), expert
 
 
@@ -158,7 +159,8 @@ def model_stage_uncast_params(row, stage):
     3.3.1). Subset of :func:`model_stage_params`'s non-expert parameters."""
     dense, moe, mtp = stage_layers(row, stage)
     router = row[C_HIDDEN] * row[C_MOE_EXPERTS]
-    layers = (dense + moe + mtp) * norm_params(row) + (moe + (mtp if is_moe(row) else 0.0)) * router
+    moe_mtp = mtp if mtp_layer_is_moe(row) and is_moe(row) else 0.0       # the decoder's last layer's kind
+    layers = (dense + moe + mtp) * norm_params(row) + (moe + moe_mtp) * router
     return _add_vocab_params(row, stage, mtp, layers + mtp * 3.0 * row[C_HIDDEN])
 
 
@@ -343,7 +345,8 @@ def muon_momentum_bytes(row, stage):
     if int(row[C_OPTIMIZER]) != OPT_MUON:
         return 0.0
     dense, moe, mtp = stage_layers(row, stage)
-    matrices, params = stage_matrices(row, dense, moe + mtp)
+    dense, moe = mtp_stage_layers(row, dense, moe, mtp)
+    matrices, params = stage_matrices(row, dense, moe, mtp)       # + the MTP modules' eh_proj matrices
     moments = 2.0 * (moment_bytes(row) if row[C_MASTER_WEIGHTS] > 0 else B16)
     state = muon_state_bytes(row) * owned_share(row, matrices)
     if int(row[C_SHARDING]) >= SHARD_ZERO1:

@@ -131,11 +131,23 @@ def layer_ns_time(row, moe_layer):
 
 
 @njit
-def stage_matrices(row, dense, moe):
-    """(matrices, parameters) Muon steps on one device of a stage with ``dense`` and ``moe`` layers."""
+def mtp_projection(row):
+    """(rows, cols) of an MTP module's ``eh_proj`` on the local shard: column-parallel 2h -> h, a ``2h x h/t``
+    matrix (Megatron-Core ``MultiTokenPredictionLayer``; docs/model.md §11.4 "MTP module"). A hidden 2-D weight,
+    neither embedding nor head: Muon steps it."""
+    return 2.0 * row[C_HIDDEN], row[C_HIDDEN] / row[C_TP]
+
+
+@njit
+def stage_matrices(row, dense, moe, projections=0.0):
+    """(matrices, parameters) Muon steps on one device of a stage with ``dense`` and ``moe`` layers (an MTP
+    module's layer counted as its kind, ``shape.mtp_stage_layers``) and ``projections`` MTP ``eh_proj``
+    matrices (:func:`mtp_projection`)."""
     dense_count, dense_params = layer_matrices(row, False)
     moe_count, moe_params = layer_matrices(row, True)
-    return dense * dense_count + moe * moe_count, dense * dense_params + moe * moe_params
+    rows, cols = mtp_projection(row)
+    return (dense * dense_count + moe * moe_count + projections,
+            dense * dense_params + moe * moe_params + projections * rows * cols)
 
 
 @njit
@@ -161,14 +173,17 @@ def owned_update_bytes(row, grad_bytes):
 
 
 @njit
-def muon_step(row, dense, moe, grad_bytes):
+def muon_step(row, dense, moe, grad_bytes, projections=0.0):
     """(seconds outside the memory-bound optimizer pass, HBM bytes of the Muon update passes, Muon parameters on
     the device) of one Muon step on a device holding ``dense`` and ``moe`` layers: the owned share of the
     Newton-Schulz time, and the all-gather of the updated matrices over the data-parallel group (parameter
-    bytes; the DistributedMuon record's bf16 all-reduce moves the same 4 (d-1)/d bytes per element)."""
-    matrices, params = stage_matrices(row, dense, moe)
+    bytes; the DistributedMuon record's bf16 all-reduce moves the same 4 (d-1)/d bytes per element).
+    ``projections``: the stage's MTP ``eh_proj`` matrices (:func:`mtp_projection`), beside the layers'."""
+    matrices, params = stage_matrices(row, dense, moe, projections)
     share = owned_share(row, matrices)
-    ns = share * (dense * layer_ns_time(row, False) + moe * layer_ns_time(row, True))
+    rows, cols = mtp_projection(row)
+    ns = share * (dense * layer_ns_time(row, False) + moe * layer_ns_time(row, True)
+                  + ns_time(row, rows, cols, projections))
     gather = 0.0
     if share < 1.0:
         gather = allgather_time(row, muon_state_bytes(row) * params, row[C_DP] * row[C_CP], row[C_TP])

@@ -74,7 +74,9 @@ A_FSDP_REFETCH = A_FORWARD + 21   # the gather again for the recomputed forward 
 A_EP_EXPOSED = A_FORWARD + 22     # EP dispatch and combine not hidden (kernels/lm/moe.py overlap modes)
 A_EXPERT_PARAMS = A_FORWARD + 23  # routed-expert parameters of the layer per device (reduced over edp)
 A_EP_SCALE_OUT = A_FORWARD + 24   # EP seconds of scale-out (tier-1) traffic, all passes
-N_ACCUMULATORS = 25
+A_MTP_PARAMS = A_FORWARD + 25     # non-expert parameters of the MTP module's layer per device (step.mtp_layer)
+A_MTP_EXPERT_PARAMS = A_FORWARD + 26   # its routed-expert parameters per device
+N_ACCUMULATORS = 27
 #: scratch slots the step needs: per-layer costs, then the accumulators
 N_WORK = A_FORWARD + N_ACCUMULATORS
 
@@ -225,7 +227,7 @@ def layer_passes(row, work):
 def layer_passes_of(row, work, moe_only):
     """The average layer's passes over the layer mix, or over the MoE layers alone (``moe_only``: the layers of
     a pipeline rank that holds no leading dense layer, ``last_rank_all_moe``), into ``work[A_*]``."""
-    for k in range(A_FORWARD, N_WORK):
+    for k in range(A_FORWARD, A_MTP_PARAMS):
         work[k] = 0.0
     full, selective = recompute_share(row)
     fsdp = per_layer_fsdp(row)

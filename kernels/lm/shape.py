@@ -128,6 +128,28 @@ def moe_layers(row):
 
 
 @njit
+def mtp_layer_is_moe(row):
+    """True when the MTP module's transformer layer is a MoE layer: Megatron-Core builds it from the spec of the
+    decoder's last layer (megatron/core/models/gpt/gpt_layer_specs.py ``get_gpt_mtp_block_spec_for_backend``:
+    ``spec.layer_specs[-1]``), and DeepSeek-V3's MTP layer (``num_nextn_predict_layers``, report sec. 2.2) sits
+    after ``first_k_dense_replace``: a MoE layer. The last layer is MoE when the model has MoE layers and, one
+    every ``moe_layer_freq`` after the leading dense ones (``moe_layers``), the pattern lands on it."""
+    if moe_layers(row) <= 0.0:
+        return False
+    freq = max(1.0, row[C_MOE_LAYER_FREQ])
+    return (row[C_LAYERS] - 1.0 - row[C_DENSE_LAYERS]) % freq == 0.0
+
+
+@njit
+def mtp_stage_layers(row, dense, moe, mtp):
+    """(dense, MoE) layers of a stage holding ``dense`` and ``moe`` decoder layers and ``mtp`` MTP modules, each
+    module's transformer layer counted as its kind (:func:`mtp_layer_is_moe`)."""
+    if mtp_layer_is_moe(row):
+        return dense, moe + mtp
+    return dense + mtp, moe
+
+
+@njit
 def layer_mix(row):
     """Counts of the four layer kinds: (dense full, dense sliding, MoE full, MoE sliding)."""
     layers = row[C_LAYERS]

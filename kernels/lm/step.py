@@ -25,19 +25,21 @@ from fastmodel.kernels.lm.layer import W_FLOPS, W_GEMM, W_MEM, W_PARAMS, W_TP, m
 from fastmodel.kernels.lm.layout import (
     C_CP, C_DENSE_LAYERS, C_DP, C_EP, C_GLOBAL_BATCH, C_MOE_EXPERTS, C_MOE_LAYER_FREQ, C_UNEVEN_STAGES, C_VP, C_MTP_LAYERS, C_HIDDEN, C_MICRO_BATCH, C_N_GPUS,
     C_HOST_LAYER_S, C_HOST_OP_S, C_HOST_OPS_LAYER, C_LAYERS, C_MASTER_WEIGHTS, C_OPTIMIZER, C_PEAK_FLOPS_8, C_PEAK_FLOPS_16, C_PP, C_PRECISION,
-    C_GRAD_REDUCE_BYTES, C_SEQ_LEN, C_SHARDING, C_STEP_GRAD_PASSES, C_STEP_MASTER_COPY, C_STEP_OVERHEAD_S, C_STEP_ZERO_GRAD, C_TP,
+    C_GRAD_REDUCE_BYTES, C_SEQ_LEN, C_TIED_EMBEDDINGS, C_SHARDING, C_STEP_GRAD_PASSES, C_STEP_MASTER_COPY, C_STEP_OVERHEAD_S, C_STEP_ZERO_GRAD, C_TP,
     SHARD_ZERO2, C_VOCAB, OPT_ADAM, OPT_MUON, OPT_SGD, OPT_SGD_NO_MOMENTUM, PRECISION_FP8, R_COMM_CP, R_COMM_DP, R_COMM_EP, R_COMM_EP_SCALE_OUT,
     R_COMM_PP, R_COMM_TP, R_EXPOSED_CP, R_EXPOSED_DP, R_EXPOSED_EP, R_EXPOSED_PP, R_EXPOSED_TP, R_FLOPS_PER_TOKEN,
     R_HFU, R_MFU, R_PIPELINE_BUBBLE, R_STEP_TIME, R_TIME_HOST_WAIT, R_TIME_ATTENTION, R_TIME_GEMM, R_TIME_MEMORY_BOUND, R_TIME_OPTIMIZER,
     R_TIME_RECOMPUTE, R_TOKENS_PER_S, R_TOKENS_PER_S_PER_GPU,
 )
 from fastmodel.kernels.lm.memory_states import layers_per_stage, moment_bytes, split_slots, stage_layers, stored_grad_bytes
+from fastmodel.kernels.lm.shape import mtp_layer_is_moe, mtp_stage_layers
 from fastmodel.kernels.lm.muon import muon_step
 from fastmodel.kernels.lm.moe import expert_dp, expert_tp
 from fastmodel.kernels.lm.parallel import data_parallel, fsdp_first_layer_exposed
 from fastmodel.kernels.lm.passes import (
     A_ATTN, A_BACKWARD_INPUT, A_BACKWARD_WEIGHT, A_CP_COMM, A_CP_EXPOSED, A_EP_COMM, A_EXPOSED_F, A_FLOPS, A_FORWARD,
-    A_EP_EXPOSED, A_EP_SCALE_OUT, A_EXPERT_PARAMS, A_FSDP_COMM, A_FSDP_EXPOSED, A_FSDP_GATHER, A_FSDP_REDUCE, A_FSDP_REFETCH, A_FSDP_WINDOW, A_GEMM, A_MEM,
+    A_EP_EXPOSED, A_EP_SCALE_OUT, A_EXPERT_PARAMS, A_MTP_EXPERT_PARAMS, A_MTP_PARAMS,
+    A_FSDP_COMM, A_FSDP_EXPOSED, A_FSDP_GATHER, A_FSDP_REDUCE, A_FSDP_REFETCH, A_FSDP_WINDOW, A_GEMM, A_MEM,
     A_PARAMS, A_RECOMPUTE, A_TP_COMM, A_TP_EXPOSED, BACKWARD_GEMM,
     TP_BACKWARD_PASSES, fsdp_shard_group,
     head_passes, layer_passes, layer_passes_of, layer_time, per_layer_fsdp,
@@ -82,6 +84,15 @@ def optimizer_step_bytes(row, local_params, held_params):
 
 
 @njit
+def mtp_layer(row, work):
+    """(seconds, non-expert parameters, routed-expert parameters) of the MTP module's transformer layer, one
+    micro-batch, per device (docs/model.md §11.4 "MTP module"): the MoE layer's passes when the layer is MoE
+    (:func:`mtp_layer_is_moe`), else the average layer's. Leaves ``work[A_*]`` with that layer's passes."""
+    layer_passes_of(row, work, mtp_layer_is_moe(row))
+    return layer_time(work), work[A_PARAMS] - work[A_EXPERT_PARAMS], work[A_EXPERT_PARAMS]
+
+
+@njit
 def stage_passes(row, work):
     """(t_mb, t_avg, F_avg, W_avg, layers, head share): one micro-batch on the busiest stage and on the average
     stage, the average stage's forward and weight-gradient passes (what the pipeline schedule's bubble reads),
@@ -91,6 +102,11 @@ def stage_passes(row, work):
     p = row[C_PP]
     per_stage = layers_per_stage(row)       # the busiest rank's layers (uneven stages: a layer more than average)
     slots = split_slots(row) / p            # the embedding's and the loss's slots, per rank on average
+    t_mtp, mtp_params, mtp_experts = 0.0, 0.0, 0.0
+    if row[C_MTP_LAYERS] > 0.0:             # its layer's kind first: the passes below overwrite work[A_*]
+        t_mtp, mtp_params, mtp_experts = mtp_layer(row, work)
+    work[A_MTP_PARAMS] = mtp_params         # kept by layer_passes_of, read by the data-parallel step
+    work[A_MTP_EXPERT_PARAMS] = mtp_experts
     layer_passes(row, work)
     t_layer = layer_time(work)
     forward = (per_stage - slots) * (work[A_FORWARD] + work[A_EXPOSED_F])
@@ -101,9 +117,9 @@ def stage_passes(row, work):
         t_last = layer_time(work)
     head_f, head_b, head_w = head_passes(row, work)
     head = head_f + head_b + head_w
-    # the last stage also runs the MTP modules: one transformer layer each (DeepSeek-V3 report sec. 2.2), as the
-    # average layer; their extra LM heads are in the head's passes
-    mtp = row[C_MTP_LAYERS] * t_layer
+    # the last stage also runs the MTP modules: one transformer layer each (DeepSeek-V3 report sec. 2.2), of the
+    # decoder's last layer's kind (mtp_layer); their extra LM heads are in the head's passes
+    mtp = row[C_MTP_LAYERS] * t_mtp
     last = last_rank_layers(row)
     last_mb = last * t_last + (head + mtp) / model_copies(row)    # DualPipe: on two ranks, half each
     # the slots hold the embedding and the head, not layers: the average rank's layers are L / p
@@ -143,8 +159,8 @@ def last_rank_all_moe(row):
 @njit
 def mtp_module_params(row, layer_params, layer_experts):
     """(non-expert, routed-expert, embedding-copy) parameters per device of the ``mtp_layers`` MTP modules on
-    the last pipeline rank, given the average layer's ``layer_params`` non-expert and ``layer_experts`` expert
-    parameters (docs/model.md §11.4 "MTP module"). A module (Megatron-Core ``MultiTokenPredictionLayer``,
+    the last pipeline rank, given the MTP layer's (:func:`mtp_layer`) ``layer_params`` non-expert and
+    ``layer_experts`` expert parameters (docs/model.md §11.4 "MTP module"). A module (Megatron-Core ``MultiTokenPredictionLayer``,
     megatron/core/transformer/multi_token_prediction.py, NVIDIA/Megatron-LM@d98e8a6) holds a transformer layer,
     the ``eh_proj`` projection ``2h x h`` (column-parallel: ``/t``) and three norms (``enorm``, ``hnorm``,
     ``final_layernorm``: ``3h``); the output layer is the main model's. The embedding is shared too, but with
@@ -152,14 +168,28 @@ def mtp_module_params(row, layer_params, layer_experts):
     self.mtp_process``) tied to the first stage's (language_module.py ``setup_embeddings_and_output_layer``; its
     gradient all-reduced over the embedding group in finalize_model_grads.py ``_allreduce_word_embedding_grads``),
     ``V h / t`` more parameters; its gradient is reduced over dp like the rest. Under DualPipe the MTP stage shares
-    rank 0 with the embedding and the two share the parameters (DeepSeek-V3 report sec. 3.2.3): no copy."""
+    rank 0 with the embedding and the two share the parameters (DeepSeek-V3 report sec. 3.2.3): no copy. A tied
+    head's copy on the last stage (:func:`tied_head_copy`) is that copy already: none more."""
     d = row[C_MTP_LAYERS]
     if d <= 0.0:
         return 0.0, 0.0, 0.0
     h = row[C_HIDDEN]
     t = row[C_TP]
-    copy = row[C_VOCAB] * h / t if (row[C_PP] > 1.0 and model_copies(row) <= 1.0) else 0.0
+    untied = row[C_TIED_EMBEDDINGS] <= 0.0
+    copy = row[C_VOCAB] * h / t if (row[C_PP] > 1.0 and model_copies(row) <= 1.0 and untied) else 0.0
     return d * (layer_params + 2.0 * h * h / t + 3.0 * h) + copy, d * layer_experts, copy
+
+
+@njit
+def tied_head_copy(row):
+    """Parameters per device of the last stage's copy of a tied word embedding (docs/model.md §11.7 "Tied
+    embeddings across stages"): with ``tied_embeddings`` and ``pp > 1`` the output layer is not on the
+    embedding's rank, so Megatron-Core keeps a second copy there (language_module.py
+    ``setup_embeddings_and_output_layer``, ``weight.shared_embedding = True``, Megatron-LM core_v0.19.0 lines
+    273-300), ``V h / t``; 0 without pipeline stages or under DualPipe (rank 0 holds both ends: one tensor)."""
+    if row[C_TIED_EMBEDDINGS] > 0.0 and row[C_PP] > 1.0 and model_copies(row) <= 1.0:
+        return row[C_VOCAB] * row[C_HIDDEN] / row[C_TP]
+    return 0.0
 
 
 @njit
@@ -173,8 +203,9 @@ def _data_parallel_step(row, work, per_stage, head_params, out):
     # dense parameters over dp; routed experts over the expert-data-parallel group edp (kernels/lm/moe.py)
     experts = work[A_EXPERT_PARAMS]
     copies = model_copies(row)      # DualPipe: rank 0 holds stages 0 and p - 1 (embedding and head)
-    mtp_params, mtp_experts, mtp_embedding = mtp_module_params(row, params - experts, experts)
-    last_end = head_params + mtp_params
+    mtp_params, mtp_experts, mtp_embedding = mtp_module_params(row, work[A_MTP_PARAMS], work[A_MTP_EXPERT_PARAMS])
+    tied_copy = tied_head_copy(row)
+    last_end = head_params + tied_copy + mtp_params
     if copies > 1.0:
         ends = embedding_params + last_end
         holds_last = True       # DualPipe: rank 0 holds the embedding and the last stage (head, MTP)
@@ -205,9 +236,12 @@ def _data_parallel_step(row, work, per_stage, head_params, out):
         local_params += e_local
     # the gradients the rank holds: the stage's whole buffer, or its shard under ZeRO-2 and FSDP
     held = local_params if row[C_SHARDING] >= SHARD_ZERO2 else stage_params + experts_held
-    # the MTP stage's copy of the word embedding: its gradient all-reduced with the first stage's after the backward
-    if mtp_embedding > 0.0:
-        tied = allreduce_time(row, mtp_embedding * row[C_GRAD_REDUCE_BYTES], 2.0, (p - 1.0) * t * row[C_CP] * row[C_DP])
+    # the last (MTP) stage's copy of the word embedding: its gradient all-reduced with the first stage's after the
+    # backward over the two-rank embedding group (finalize_model_grads.py ``_get_shared_word_embedding_weight``:
+    # tied or MTP, and ``_allreduce_word_embedding_grads``, Megatron-LM core_v0.19.0 lines 146, 164-197)
+    shared = mtp_embedding + tied_copy
+    if shared > 0.0:
+        tied = allreduce_time(row, shared * row[C_GRAD_REDUCE_BYTES], 2.0, (p - 1.0) * t * row[C_CP] * row[C_DP])
         dp_comm += tied
         dp_exposed += tied
     step_bytes = optimizer_step_bytes(row, local_params, held)
@@ -215,8 +249,9 @@ def _data_parallel_step(row, work, per_stage, head_params, out):
     if row[C_OPTIMIZER] == OPT_MUON:
         # Muon on the layers' matrices, AdamW on the rest (kernels/lm/muon.py): its passes replace the AdamW
         # kernel's over the matrices the device holds
-        dense, moe, _ = stage_layers(row, row[C_PP] - 1.0)
-        optimizer, muon_bytes, muon_params = muon_step(row, dense, moe, stored_grad_bytes(row))
+        dense, moe, mtp = stage_layers(row, row[C_PP] - 1.0)
+        dense, moe = mtp_stage_layers(row, dense, moe, mtp)
+        optimizer, muon_bytes, muon_params = muon_step(row, dense, moe, stored_grad_bytes(row), mtp)
         matrices = muon_params * min(1.0, local_params / max(stage_params, 1.0))
         step_bytes += muon_bytes - matrices * optimizer_bytes_per_param(row)
     optimizer += memory_bound_time(row, step_bytes)

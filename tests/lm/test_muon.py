@@ -98,3 +98,28 @@ def test_muon_step_time_by_hand():
     gather = allgather_time(r, 4.0 * p, 8.0, 1.0)
     assert distributed - adam == pytest.approx(ns / 8 + gather + memory_bound_time(r, p * 42 / 8)
                                                - memory_bound_time(r, p * 30), rel=1e-9)
+
+
+def test_muon_steps_the_mtp_module_s_layer_and_projection_by_hand():
+    """Review: Muon's step omitted the MTP module's matrices. With one MTP module (a dense model: its layer is a
+    dense layer, shape.mtp_layer_is_moe) the last stage holds 13 layers' matrices and eh_proj, 2h x h = 1536 x 768
+    (docs/model.md §11.4 "MTP module"): replicated Muon minus AdamW is 13 layers' and eh_proj's Newton-Schulz plus
+    12 more bytes per matrix element; the optimizer memory keeps 8 bytes per matrix element and AdamW's 12 for the
+    rest, now with the module's five norms (the layer's two, enorm, hnorm, final_layernorm)."""
+    from fastmodel.lm.engine import evaluate_table
+    from fastmodel.lm.table import table
+
+    mtp = dict(mtp_layers=1)
+    p = 13 * (4 * 768 * 768 + 2 * 768 * 3072) + 2 * 768 * 768
+    r = row(**SPEEDRUN, **mtp)
+    ns = 13 * (ns_time(r, 768.0, 768.0, 4.0) + ns_time(r, 768.0, 3072.0, 2.0)) + ns_time(r, 1536.0, 768.0, 1.0)
+
+    def optimizer_time(**values):
+        return evaluate_table(table(1, **{**SPEEDRUN, **mtp, **values}))["time_optimizer"][0]
+
+    assert optimizer_time(muon_distributed=0) - optimizer_time(optimizer="adamw") == pytest.approx(
+        ns + memory_bound_time(r, p * (42 - 30)), rel=1e-9)
+    out = np.full(N_MEMORY_KINDS, np.nan)
+    memory_row(row(**{**SPEEDRUN, **mtp, "muon_distributed": 0}), out)
+    others = 50304 * 768 + 13 * 2 * 768 + 768 + 3 * 768
+    assert out[M_OPTIMIZER] == pytest.approx(8 * p + 12 * others, rel=1e-12)

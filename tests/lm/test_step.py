@@ -181,6 +181,21 @@ def test_a_head_heavier_than_a_layer_makes_the_last_rank_the_busiest():
     assert plain["step_time"] - _per_microbatch(vocab=256000)["step_time"] == pytest.approx(t_layer, rel=1e-9)
 
 
+def test_the_mtp_module_s_layer_is_a_moe_layer_not_the_average_layer():
+    """Review: the MTP layer was costed as the average layer (here 1 dense + 3 MoE layers); DeepSeek-V3's is a full
+    MoE layer (report sec. 2.2; Megatron-Core builds it from the decoder's last layer spec). One more micro-batch
+    with the module costs what a fifth (MoE) layer adds, plus the head and projection terms of the test below."""
+    from fastmodel.kernels.lm.layer import mtp_costs
+    from fastmodel.kernels.roofline import gemm_time
+
+    one = dict(pp=1, n_gpus=4, dp=4, ep=4, dense_layers=1)
+    moe_layer = _slope(**one, layers=5) - _slope(**one, layers=4)
+    head = gemm_time(row(**{**MOE, **one}), 2048.0, 32000.0, 2048.0, False)
+    projection, passes, _, _ = mtp_costs(row(**{**MOE, **one, "mtp_layers": 1}), 2048.0, 2048.0)
+    added = _slope(**one, mtp_layers=1) - _slope(**one)
+    assert added == pytest.approx(moe_layer + 3 * head + 3 * projection + 2 * passes, rel=1e-9)
+
+
 def test_an_mtp_module_adds_one_layer_and_one_lm_head_to_the_last_stage_by_hand():
     """DeepSeek-V3 report sec. 2.2: an MTP module is one transformer block beside the main model's, with its own
     pass through the shared output head (docs/model.md §11.4, §11.14). On one stage (pp 1, every layer MoE) one more
@@ -200,3 +215,24 @@ def test_an_mtp_module_adds_one_layer_and_one_lm_head_to_the_last_stage_by_hand(
     assert projection > 0.0 and passes > 0.0
     assert _slope(**one, mtp_layers=1) - _slope(**one) == pytest.approx(
         layer + 3 * head + 3 * projection + 2 * passes, rel=1e-9)
+
+
+def test_a_tied_embedding_across_stages_keeps_a_copy_on_the_last_stage_and_all_reduces_its_gradient():
+    """Megatron-Core keeps a second copy of a tied word embedding on the last stage (language_module.py
+    ``setup_embeddings_and_output_layer``) and all-reduces the two copies' gradients over the two-rank embedding
+    group after the backward (finalize_model_grads.py ``_allreduce_word_embedding_grads``, core_v0.19.0). By hand:
+    the last stage holds V h / t parameters either way (the untied head or the tied copy: the same gradient
+    reduction and optimizer step), so tied minus untied is that all-reduce, exposed: 4096 x 1024 FP32 gradients
+    (grad_reduce_bytes 4) between ranks (p - 1) t cp dp = 3 x 1 x 1 x 4 = 12 apart. One stage: no copy, no
+    all-reduce."""
+    from fastmodel.kernels.lm.step import tied_head_copy
+    from fastmodel.kernels.nccl import allreduce_time
+
+    values = {**SPLIT, "embedding_loss_in_split": 0, "global_batch": 32, "grad_reduce_bytes": 4}
+    tied, untied = (evaluate_table(table(1, **values, tied_embeddings=k)) for k in (1, 0))
+    reduce = allreduce_time(row(**values, tied_embeddings=1), 4096 * 1024 * 4.0, 2.0, 12.0)
+    assert reduce > 0.0 and tied_head_copy(row(**values, tied_embeddings=1)) == 4096 * 1024
+    assert tied["step_time"][0] - untied["step_time"][0] == pytest.approx(reduce, rel=1e-9)
+    assert tied["comm_dp"][0] - untied["comm_dp"][0] == pytest.approx(reduce, rel=1e-9)
+    one = {**values, "pp": 1, "n_gpus": 4}
+    assert tied_head_copy(row(**one, tied_embeddings=1)) == 0.0

@@ -207,3 +207,36 @@ def test_cli_batch_writes_a_row_per_disaggregated_record_and_a_status_row_for_a_
     one = CliRunner().invoke(main, ["serve", str(path)])      # serve: the bad block is one line, exit 2
     assert one.exit_code == 2 and len(one.output.strip().splitlines()) == 1
     assert ":3: disagg.total_gpus: 35" in one.output
+
+
+def test_the_closed_loop_pieces_take_floats_and_arrays_alike():
+    """decode_room, closed_loop, token_steps and pool_response on arrays equal their scalar calls (by hand: 10 GB of
+    KV room, 1 MB per token x 2048 tokens: 4 requests a rank, x 2 ranks; R = 1, Z = 3, 4 of 6 requests running:
+    lambda = 1 per second, TTFT = 1 + 0.5 + 3 x 0.01 + 2 / 1 = 3.53 s)."""
+    import numpy as np
+
+    from fastmodel.serve.disagg import closed_loop, decode_room, token_steps
+
+    assert decode_room(10e9, 1e6, 2048, 2) == 8.0
+    lam, ttft = closed_loop(1.0, 3.0, 0.5, 3.0, 0.01, 6.0, 4.0)
+    assert (lam, ttft) == (pytest.approx(1.0), pytest.approx(3.53, rel=1e-12))
+    assert token_steps("vllm", 1.0, 1.0) == 5.0 and token_steps("trtllm", 1.0, 1.0) == 3.0
+    grid = np.array([1.0, 2.0, 4.0])
+    np.testing.assert_array_equal(pool_response(1.0, grid, 3.0, 2.0), [pool_response(1.0, c, 3.0, 2.0) for c in grid])
+
+
+def test_the_search_pools_use_the_records_closed_loop(monkeypatch):
+    """Review: search_disagg duplicated evaluate_disagg's math; both now call one closed loop (disagg.py)."""
+    import numpy as np
+
+    import fastmodel.serve.disagg as disagg
+    from fastmodel.serve.search_disagg import disagg_grid
+
+    calls = []
+    for name in ("closed_loop", "pool_response", "decode_room", "kv_transfer_seconds", "token_steps"):
+        real = getattr(disagg, name)
+        monkeypatch.setattr(disagg, name, lambda *a, _real=real, _name=name: calls.append(_name) or _real(*a))
+    _, arrays = disagg_grid("llama3.1-8b", "H100", engines=["trtllm"], precisions=["fp8"], gpus=4,
+                            concurrency=[8], input_len=1024, output_len=256, hbm=80 * 2**30)
+    assert set(calls) == {"closed_loop", "pool_response", "decode_room", "kv_transfer_seconds", "token_steps"}
+    assert np.isfinite(arrays["ttft"]).any()

@@ -115,3 +115,10 @@ def test_list_models_shows_the_lm_moe_models():
     for name in ("llama3.1-70b", "deepseek-v3", "kimi-k2", "qwen3-235b-a22b", "gpt-oss-120b", "llama4-maverick"):
         assert name in names
     assert "vit-h" not in names
+
+
+def test_a_misspelled_serving_model_is_answered_with_the_nearest_of_both_lists():
+    """Hurried-user pass: `serve --model llama-3.1-8b` suggested the training spec 'llama-30b'."""
+    result = CliRunner().invoke(main, ["serve", "--model", "llama-3.1-8b", "--concurrency", "4"])
+    assert result.exit_code != 0
+    assert "did you mean 'llama3.1-8b'?" in result.output

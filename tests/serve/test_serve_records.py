@@ -76,6 +76,22 @@ def test_an_ill_typed_expert_count_is_named_not_read_as_a_dense_model(experts):
         lower_serve_record(record, "f.jsonl:3")
 
 
+@pytest.mark.parametrize("path, value, message", [
+    ("serve.mode", "disagg", r"f\.jsonl:3: disagg: required block missing"),    # crashed: AttributeError
+    ("serve.pp", 2, r"serve\.tp: tp\*attention_dp\*pp = 4 but system\.n_gpus = 2"),
+    ("serve.ep", 2, r"model\.moe_experts: "),
+])
+def test_an_ill_typed_expert_count_skips_only_the_expert_checks(path, value, message):
+    """Review LOW 10: an ill-typed moe_experts used to return before every later invariant (a disagg record with
+    no disagg block then crashed); now only the checks that read the count are skipped."""
+    record = _with(path, value, _with("model", {**MOE, "moe_experts": "16"}))
+    if value == "disagg":
+        del record["serve"]["tp"]
+    from fastmodel.serve.records import lower_any
+    with pytest.raises(SpecError, match=message):
+        lower_any(record, "f.jsonl:3")
+
+
 def test_expert_layout_invariants():
     moe = _with("model", MOE)
     with pytest.raises(SpecError, match=r"serve\.ep: 3 does not divide the 16 routed experts"):

@@ -16,3 +16,11 @@ def test_nearest_prefers_the_choice_sharing_the_longest_start():
     assert nearest("disag", modes) == " (did you mean 'disagg'?)"
     assert nearest("moe_tpp", ["moe_tp", "tp", "ep"]) == " (did you mean 'moe_tp'?)"
     assert nearest("xyz", modes) == ""
+
+
+def test_nearest_prefers_a_choice_equal_but_for_case_and_separators():
+    """Hurried-user pass: 'llama-3.1-8b' was answered with 'llama-30b' (the longer shared start)."""
+    names = ["llama-30b", "llama3.1-8b", "deepseek-v3", "deepseek-v2"]
+    assert nearest("llama-3.1-8b", names) == " (did you mean 'llama3.1-8b'?)"
+    assert nearest("DeepSeekV3", names) == " (did you mean 'deepseek-v3'?)"
+    assert nearest("llama-30", names) == " (did you mean 'llama-30b'?)"
