@@ -167,3 +167,22 @@ def test_a_misspelt_system_kind_is_named(tmp_path, model):
     path.write_text('name = "x"\nkind = "clustr"\n')
     one_line_error(run("run", "-m", model, "-s", str(path), "-t", "llm-pretrain"),
                    "system.kind: unknown kind 'clustr' (did you mean 'cluster'?)")
+
+
+@pytest.mark.parametrize("command", [["run"], ["plot", "memory-timeline", "-o", "never.png"]])
+@pytest.mark.parametrize("margin", ["1e300", "inf", "1e7"])
+def test_margin_above_the_hbm(command, margin, tmp_path):
+    """A margin past the HBM (or past the float range once in bytes) is one line naming it, never "inf GiB"."""
+    with CliRunner().isolated_filesystem(temp_dir=tmp_path):
+        result = run(*command, "-m", "llama3-70b", "-s", "dgx-h100", "--nodes", "4", "-t", "llm-pretrain",
+                     "--memory-margin", margin)
+        one_line_error(result, "not below")
+        assert "inf GiB" not in result.output or margin == "inf", result.output
+        assert not os.path.exists("never.png")
+
+
+def test_margin_above_the_hbm_api():
+    from fastmodel.lm.api import memory_timeline
+
+    with pytest.raises(FastmodelError, match="not below the HBM"):
+        memory_timeline("llama3-70b", "dgx-h100", "llm-pretrain", num_nodes=4, memory_margin=1e300)
