@@ -186,3 +186,15 @@ def test_margin_above_the_hbm_api():
 
     with pytest.raises(FastmodelError, match="not below the HBM"):
         memory_timeline("llama3-70b", "dgx-h100", "llm-pretrain", num_nodes=4, memory_margin=1e300)
+
+
+@pytest.mark.parametrize("field, value", [("hbm_bytes", 80), ("hbm_bw_bytes_s", 3.35)])
+def test_serve_record_hbm_in_gb(field, value, tmp_path):
+    """A serving record's HBM given in GB (TB/s) where bytes (bytes/s) are expected: one line naming the field."""
+    line = open("tests/data/serve_dev_load.jsonl").readline()
+    record = json.loads(line)
+    record["system"][field] = value
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps(record) + "\n")
+    one_line_error(run("serve", str(path)), f"system.{field}")
+    assert "not GB" in run("serve", str(path)).output
