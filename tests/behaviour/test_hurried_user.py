@@ -198,3 +198,12 @@ def test_serve_record_hbm_in_gb(field, value, tmp_path):
     path.write_text(json.dumps(record) + "\n")
     one_line_error(run("serve", str(path)), f"system.{field}")
     assert "not GB" in run("serve", str(path)).output
+
+
+def test_calibrate_serving_records(tmp_path):
+    """calibrate on a file of serving records says so, and what it accepts, in one line."""
+    with CliRunner().isolated_filesystem(temp_dir=tmp_path):
+        result = run("calibrate", os.path.join(os.path.dirname(__file__), "../data/serve_dev_load.jsonl"),
+                     "-o", "cal.toml")
+        one_line_error(result, "serving records")
+        assert "run records" in result.output and not os.path.exists("cal.toml")
