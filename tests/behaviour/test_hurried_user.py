@@ -207,3 +207,15 @@ def test_calibrate_serving_records(tmp_path):
                      "-o", "cal.toml")
         one_line_error(result, "serving records")
         assert "run records" in result.output and not os.path.exists("cal.toml")
+
+
+def test_batch_calibration_on_serving_records(tmp_path):
+    """batch --calibration on a file of serving records only: the results, and a warning that it applied to
+    no line (a calibration fits run records)."""
+    cal = tmp_path / "cal.toml"
+    assert run("calibrate", "tests/data/runs_dev_small.jsonl", "-o", str(cal), "--folds", "0").exit_code == 0
+    serving = tmp_path / "s.jsonl"
+    serving.write_text(open("tests/data/serve_dev_load.jsonl").readline())
+    result = CliRunner().invoke(main, ["batch", str(serving), "--calibration", str(cal), "-o", str(tmp_path / "o.jsonl")])
+    assert result.exit_code == 0, result.output
+    assert "warning: --calibration applied to no line" in result.output, result.output
