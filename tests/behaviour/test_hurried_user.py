@@ -219,3 +219,19 @@ def test_batch_calibration_on_serving_records(tmp_path):
     result = CliRunner().invoke(main, ["batch", str(serving), "--calibration", str(cal), "-o", str(tmp_path / "o.jsonl")])
     assert result.exit_code == 0, result.output
     assert "warning: --calibration applied to no line" in result.output, result.output
+
+
+@pytest.mark.parametrize("where, text", [("/etc/hostname/x", "Not a directory"),
+                                         ("/nonexistent-h2/dir/x", "no such directory")])
+def test_unwritable_output(where, text):
+    """An output under a regular file or in a missing directory: one line, exit 2, nothing written (root can
+    write anywhere else, so these are the unwritable paths a test can make)."""
+    if not os.path.isfile("/etc/hostname"):
+        pytest.skip("no /etc/hostname")
+    for args in (["sweep", "specs/sweeps/llama2_70b_plans.toml", "-o", where + ".nc"],
+                 ["validate", "tests/data/runs_dev_small.jsonl", "-o", where + ".csv"],
+                 ["batch", "tests/data/runs_dev_small.jsonl", "-o", where + ".jsonl"],
+                 ["calibrate", "tests/data/runs_dev_small.jsonl", "-o", where + ".toml"]):
+        one_line_error(run(*args), "cannot write: " + text)
+    assert not os.path.exists("/nonexistent-h2")
+
