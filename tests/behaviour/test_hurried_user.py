@@ -235,3 +235,16 @@ def test_unwritable_output(where, text):
         one_line_error(run(*args), "cannot write: " + text)
     assert not os.path.exists("/nonexistent-h2")
 
+
+def test_output_checked_before_the_spec(tmp_path):
+    """sweep, batch and validate all check the output before reading the input (cheap, no work lost): an
+    existing output and a bad input report the output first, the same way in each."""
+    bad = tmp_path / "bad.toml"
+    bad.write_text("this is = not [ toml")
+    bad_jsonl = tmp_path / "bad.jsonl"
+    bad_jsonl.write_text("{not json\n")
+    for name, args in (("o.nc", ["sweep", str(bad)]), ("o.csv", ["validate", str(bad_jsonl)]),
+                       ("o.jsonl", ["batch", str(bad_jsonl)])):
+        out = tmp_path / name
+        out.write_text("x")
+        one_line_error(run(*args, "-o", str(out)), "exists")
