@@ -47,4 +47,8 @@ def recipe_from_text(text: str | None) -> tuple[str | None, str]:
     if len(named) == 1:
         return named[0], ""
     why = f"names several recipes ({', '.join(named)})" if named else "names no recipe"
+    if not named and key and not any(c.isspace() for c in key):   # one word: a typo of a name ("delayed_scalng")
+        from fastmodel.errors import nearest
+
+        why += nearest(key, [*FP8_RECIPES, *RECIPE_WORDS])
     return None, f"plan.fp8_recipe {text!r} {why}: the recipe is unstated (generic FP8 cast count)"
