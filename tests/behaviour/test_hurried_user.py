@@ -248,3 +248,13 @@ def test_output_checked_before_the_spec(tmp_path):
         out = tmp_path / name
         out.write_text("x")
         one_line_error(run(*args, "-o", str(out)), "exists")
+
+
+@pytest.mark.parametrize("name", ["mtp_depth", "num_speculative_tokens"])
+def test_serve_record_mtp_depth_named(name, tmp_path):
+    """An engine's name for the draft depth (MTP) in a serving record points at serve.spec_tokens."""
+    record = json.loads(open("tests/data/serve_dev_load.jsonl").readline())
+    record["serve"][name] = 3
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps(record) + "\n")
+    one_line_error(run("serve", str(path)), f"serve.{name}: unknown field (the schema calls it 'spec_tokens')")
