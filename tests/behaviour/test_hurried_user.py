@@ -258,3 +258,11 @@ def test_serve_record_mtp_depth_named(name, tmp_path):
     path = tmp_path / "r.jsonl"
     path.write_text(json.dumps(record) + "\n")
     one_line_error(run("serve", str(path)), f"serve.{name}: unknown field (the schema calls it 'spec_tokens')")
+
+
+@pytest.mark.parametrize("mode, gpus, text", [("disagg", "1", "disagg needs --gpus 2 or more"),
+                                              ("disag", "8", "(did you mean 'disagg'?)")])
+def test_search_disagg_pools_that_do_not_add_up(mode, gpus, text):
+    """--mode disagg on one GPU (no room for two pools) and a mode typo: one line, not '0 configurations fit'."""
+    one_line_error(run("serve", "-m", "llama3.1-8b", "-d", "h100", "--search", "--ttft", "2s", "--tpot", "50ms",
+                       "--mode", mode, "--gpus", gpus), text)
