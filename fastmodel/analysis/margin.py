@@ -59,9 +59,9 @@ def check_below_hbm(value: float, hbm: float) -> float:
 
 
 def _gib(value: float) -> str:
-    """Bytes as GiB for a message: one decimal, or three significant digits past a million GiB."""
+    """Bytes as GiB for a message: one decimal, or three significant digits past a billion GiB."""
     gib = value / 2**30
-    return f"{gib:.1f}" if gib < 1e6 else f"{gib:.3g}"
+    return f"{gib:.1f}" if gib < 1e9 else f"{gib:.3g}"
 
 
 def gib_margin(text: str | None, flag: str = "--memory-margin") -> float | None:
