@@ -45,15 +45,23 @@ def _at_least_zero(raw, name: str, shown: str, unit: str, hint: str) -> float:
         raise SweepError(f"{name}: {raw!r} is not a number; give the HBM to keep free{hint}")
     if value < 0.0:
         raise SweepError(f"{name}: {shown} {unit} is negative; give the HBM to keep free{hint}")
+    if value == float("inf"):
+        raise SweepError(f"{name}: {shown} {unit} is not below any HBM; give the HBM to keep free{hint}")
     return value
 
 
 def check_below_hbm(value: float, hbm: float) -> float:
     """``value`` (bytes) if it is below the HBM ``hbm``, else a one-line SweepError (nothing would fit)."""
     if value >= hbm:
-        raise SweepError(f"memory_margin: {value / 2**30:.1f} GiB is not below the HBM of "
+        raise SweepError(f"memory_margin: {_gib(value)} GiB is not below the HBM of "
                          f"{hbm / 2**30:.1f} GiB; nothing would fit")
     return value
+
+
+def _gib(value: float) -> str:
+    """Bytes as GiB for a message: one decimal, or three significant digits past a billion GiB."""
+    gib = value / 2**30
+    return f"{gib:.1f}" if gib < 1e9 else f"{gib:.3g}"
 
 
 def gib_margin(text: str | None, flag: str = "--memory-margin") -> float | None:
@@ -61,7 +69,10 @@ def gib_margin(text: str | None, flag: str = "--memory-margin") -> float | None:
     value as the user typed it, in GiB: "not a number" (nan or text) or "negative"."""
     if text is None:
         return None
-    return _at_least_zero(text, flag, text, "GiB", " in GiB, >= 0") * 2**30
+    value = _at_least_zero(text, flag, text, "GiB", " in GiB, >= 0") * 2**30
+    if value == float("inf"):  # finite GiB past the float range once in bytes (1e300)
+        raise SweepError(f"{flag}: {text} GiB is not below any HBM; give the HBM to keep free in GiB, >= 0")
+    return value
 
 
 def fits_under(ds, chosen: dict):

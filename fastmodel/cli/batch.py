@@ -22,7 +22,7 @@ from fastmodel.errors import FastmodelError
 @friendly
 def batch(cases, output, force, semantics, calibration, progress):
     """Evaluate every line of a JSONL file; one result per input line, in order. --calibration applies to
-    run-record lines (the real-world model)."""
+    run-record lines (the real-world model); a file with none gets a warning that it applied to no line."""
     if ConsoleState.console:  # few distinct lines: interpret the kernels rather than load numba (fastmodel/io/batch_jit.py)
         from fastmodel.io.batch_jit import interpret_if_few
 

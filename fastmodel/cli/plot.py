@@ -203,7 +203,7 @@ def timeline_command(model, system, task, num_nodes, plan, semantics, window, ag
 @click.option("--task", "-t", help="Built-in name or path (not needed for a run record).")
 @click.option("--nodes", "num_nodes", type=click.IntRange(min=1), help="Cluster size in nodes.")
 @click.option("--plan", "-p", help="A mesh like 'tp8.pp4' (overrides the task's).")
-@click.option("--memory-margin", "memory_margin", type=float, metavar="GIB",
+@click.option("--memory-margin", "memory_margin", metavar="GIB",
               help="HBM kept free, GiB (default: the stack's reserve, 1 - usable_hbm_fraction of the HBM).")
 @_figure_options("double")
 @friendly
@@ -219,7 +219,9 @@ def memory_timeline_command(model, system, task, num_nodes, plan, memory_margin,
     record = _record_in(model)
     if record is None and (system is None or task is None):
         raise click.UsageError("--system and --task are required (unless --model is a run record)")
-    margin = None if memory_margin is None else memory_margin * 2**30
+    from fastmodel.analysis.margin import gib_margin
+
+    margin = gib_margin(memory_margin)
     fig, _ = memory_timeline(model=None if record is not None else model, system=system, task=task, record=record,
                              source=model if record is not None else None, plan=plan, num_nodes=num_nodes,
                              memory_margin=margin, size=size, title=title)

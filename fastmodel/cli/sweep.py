@@ -46,8 +46,10 @@ def sweep_command(sweep_file, output, resume, force, workers, scheduler, unit_co
     if resume and force:
         raise SweepError("give --resume (complete the store) or --force (replace it), not both")
     parent = out.absolute().parent
-    if not parent.is_dir():
-        raise SweepError(f"{output}: no such directory {parent}")
+    if not parent.is_dir():   # as batch and validate say it (fastmodel/io/outputs.py)
+        under_file = any(p.is_file() for p in (parent, *parent.parents))
+        why = "Not a directory" if under_file else f"no such directory {parent}"
+        raise SweepError(f"{output}: cannot write: {why}")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise SweepError(f"{output}: cannot write in {parent} (permission denied)")
     if (workers or scheduler) and not is_zarr:

@@ -36,7 +36,14 @@ class RunRecords:
 
     def finish(self) -> None:
         """After the last chunk: a ``CalibrationWarning`` per device or tier the calibration does not cover."""
-        if self.calibration is not None:
+        if self.calibration is not None and not self.seen:   # e.g. a file of serving records only
+            import warnings
+
+            from fastmodel.lm.calibrate.use import CalibrationWarning
+
+            warnings.warn("--calibration applied to no line: it applies to run records (RUNS.md), and no line "
+                          "was one", CalibrationWarning, stacklevel=2)
+        elif self.calibration is not None:
             from fastmodel.lm.calibrate.use import check
 
             check(self.calibration, self.seen, frameworks=self.frameworks)

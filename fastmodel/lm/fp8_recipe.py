@@ -62,4 +62,8 @@ def recipe_from_text(text: str | None) -> tuple[str | None, str]:
     hedged = not named and any(word in RECIPE_WORDS for word in _WORD.findall(key))
     why = f"names several recipes ({', '.join(named)})" if named else \
         "names a recipe only as an assumption" if hedged else "names no recipe"
+    if not named and not hedged and key and not any(c.isspace() for c in key):   # one word: a typo ("delayed_scalng")
+        from fastmodel.errors import nearest
+
+        why += nearest(key, [*FP8_RECIPES, *RECIPE_WORDS])
     return None, f"plan.fp8_recipe {text!r} {why}: the recipe is unstated (generic FP8 cast count)"

@@ -154,11 +154,11 @@ def memory_timeline(columns: np.ndarray, title: str = "the configuration",
     memory_row(row, out)
     allocated = out.sum() - out[KINDS.index("overhead")]
     hbm = float(row[C["hbm_bytes"]])
-    margin = (1.0 - row[C["usable_hbm_fraction"]]) * hbm if memory_margin is None else float(memory_margin)
-    if not 0.0 <= margin < hbm:
-        from fastmodel.errors import SpecError
+    if memory_margin is None:
+        margin = (1.0 - row[C["usable_hbm_fraction"]]) * hbm
+    else:  # the checks run and best make (fastmodel/analysis/margin.py)
+        from fastmodel.analysis.margin import check_below_hbm, check_margin
 
-        raise SpecError(None, "memory_margin", f"{margin / 2**30:.1f} GiB must be >= 0 and below the HBM of "
-                        f"{hbm / 2**30:.1f} GiB")
+        margin = check_below_hbm(check_margin(memory_margin), hbm)
     reserved = allocated * (1.0 + row[C["allocator_cache_fraction"]]) + out[KINDS.index("overhead")]
     return MemoryTimeline(stages, KINDS, hbm, hbm - margin, float(reserved), title)

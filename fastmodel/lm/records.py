@@ -131,7 +131,9 @@ def lower_record(data: dict, source: str | None = None) -> RunRecord:
     notes: list[str] = []
     model, cluster, execution, mesh, global_batch = record_specs(record, source, notes)
     if cluster.gpu.lower() not in device_table():
-        notes.append(f"no built-in device file for {cluster.gpu!r}: generic efficiencies")
+        from fastmodel.spec.devices import no_device_note
+
+        notes.append(no_device_note(cluster.gpu))
     columns = lower(model, cluster, execution, mesh, global_batch, notes, source)
     measured = data.get("measured")
     return RunRecord(

@@ -70,10 +70,10 @@ def device_notes(system: Any) -> list[str]:
     """A note when the cluster's GPU has no built-in device file (specs/devices): its efficiencies are then the
     registry's generic (H100-era) defaults, which the report must say (records say it through lower_record)."""
     from fastmodel.lm.loader import load_cluster
-    from fastmodel.spec.devices import device_table
+    from fastmodel.spec.devices import device_table, no_device_note
 
     gpu = load_cluster(system).gpu
-    return [] if gpu.lower() in device_table() else [f"no built-in device file for {gpu!r}: generic efficiencies"]
+    return [] if gpu.lower() in device_table() else [no_device_note(gpu)]
 
 
 def _with_notes(report: RunReport, notes: list[str]) -> RunReport:

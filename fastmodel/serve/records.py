@@ -69,6 +69,9 @@ DATASHEET_FIELDS = {"peak_flops_bf16": "peak_flops_16", "peak_flops_fp8": "peak_
                     "inter_node_bw_bytes_s_per_gpu": "inter_bw"}
 #: largest relative gap between a record's hbm_bytes and the device file's kept as rounding (GB vs GiB is 7.4%)
 HBM_UNIT_SLACK = 0.02
+#: below this a record's HBM capacity (bytes) or bandwidth (bytes/s) is a unit slip (80 for 80 GB, 3.35 for
+#: 3.35 TB/s): the smallest accelerator HBM in specs/devices is 40 GiB and its slowest bandwidth above 800 GB/s
+HBM_UNIT_FLOOR = 1e9
 #: the scale-out NIC when neither the record nor the device file gives one: 400 Gb/s NDR InfiniBand
 DEFAULT_INTER_BW = 50e9
 LOAD_KEYS = ("batch_size", "concurrency", "max_throughput")
@@ -89,6 +92,15 @@ def driver_hbm(system: dict, device: dict, gpu: str, notes: list[str]) -> None:
         system["hbm_bytes"] = capacity
         notes.append(f"system.hbm_bytes {stated / 2**30:.1f} GiB -> {capacity / 2**30:.1f} GiB: the engine sizes its "
                      f"KV cache from the capacity the driver reports (device file of {gpu})")
+
+
+def _hbm_units(system: dict, source: str) -> None:
+    """A record's HBM field below ``HBM_UNIT_FLOOR`` is one line naming the field and its unit (bytes, not GB)."""
+    for field, unit, example in (("hbm_bytes", "bytes", "80 GB = 8e10"), ("hbm_bw_bytes_s", "bytes/s", "3.35 TB/s = 3.35e12")):
+        value = system.get(field)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < HBM_UNIT_FLOOR:
+            raise SpecError(source, f"system.{field}", f"{value!r} is below 1e9: the unit is {unit} "
+                            f"(e.g. {example}), not GB")
 
 
 def multi_node_nvlink(data: dict, device: dict) -> bool:
@@ -186,6 +198,7 @@ def lower_serve_record(data: dict, source: str | None = None) -> ServeRecord:
         if system.get(field) is None and column in device:
             system[field] = device[column]
             notes.append(f"system.{field} from the device file of {gpu}")
+    _hbm_units(system, source)
     driver_hbm(system, device, gpu, notes)
     if system.get("inter_node_bw_bytes_s_per_gpu") is None:
         system["inter_node_bw_bytes_s_per_gpu"] = DEFAULT_INTER_BW

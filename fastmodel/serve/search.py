@@ -191,9 +191,15 @@ def slo_search(model, device: str, *, input_len: int, output_len: int, ttft: flo
     powers = [2**k for k in range(12) if 2**k <= gpus]
     if not powers:
         raise SpecError(None, "--gpus", "the GPU budget must be at least 1")
-    modes = list(dict.fromkeys(modes))
+    modes = list(dict.fromkeys(str(m).strip().lower() for m in modes))
     if not modes or set(modes) - {"agg", "disagg"}:
-        raise SpecError(None, "--mode", f"choose agg, disagg or both (got {', '.join(map(str, modes))})")
+        from fastmodel.errors import nearest
+
+        odd = next((m for m in modes if m not in ("agg", "disagg")), "")
+        raise SpecError(None, "--mode", f"choose agg, disagg or both (got {', '.join(map(str, modes))})"
+                        + nearest(odd, ("agg", "disagg")))
+    if modes == ["disagg"] and gpus < 2:
+        raise SpecError(None, "--mode", f"disagg needs --gpus 2 or more (a prefill pool and a decode pool), got {gpus}")
     moe = model_columns(model).get("moe_experts", 0) > 0
     _check_size(len(engines) * len(precisions), len(powers), moe, concurrency, ep, attention_dp, spec_tokens, modes)
     concurrency = _axis("--search-concurrency", concurrency, [], 1)

@@ -35,3 +35,17 @@ def device_table() -> dict[str, dict[str, float]]:
             table[name.lower()] = {k: float(v) for k, v in data.items()}
     return table
 
+
+
+def no_device_note(gpu: str) -> str:
+    """The note for a GPU with no built-in device file, naming the nearest device name only when it has the same
+    model number (the first run of digits: "h100-sxn" -> 'h100-sxm-80gb', but "mi250x" gets no 'mi300x', a
+    different device) and spells within difflib's 0.6 of it."""
+    import difflib
+    import re
+
+    number = re.findall(r"\d+", gpu)[:1]
+    same = [name for name in device_table() if re.findall(r"\d+", name)[:1] == number] if number else []
+    match = difflib.get_close_matches(gpu.lower(), same, n=1, cutoff=0.6)
+    hint = f" (did you mean '{match[0]}'?)" if match else ""
+    return f"no built-in device file for {gpu!r}{hint}: generic efficiencies"

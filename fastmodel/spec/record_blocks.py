@@ -64,6 +64,20 @@ def field_path(root: type[BaseModel], loc: tuple) -> tuple[tuple, type[BaseModel
     return tuple(path), block
 
 
+#: engines' names for a field the schema spells otherwise: MTP / draft depth is ``serve.spec_tokens`` (vLLM
+#: SpeculativeConfig.num_speculative_tokens; SGLang --speculative-num-draft-tokens; TensorRT-LLM
+#: MTPDecodingConfig.num_nextn_predict_layers; DeepSeek-V3's MTP depth D, report sec. 2.2)
+SYNONYMS = {"mtp_depth": "spec_tokens", "mtp": "spec_tokens", "num_speculative_tokens": "spec_tokens",
+            "speculative_num_draft_tokens": "spec_tokens", "num_nextn_predict_layers": "spec_tokens",
+            "draft_tokens": "spec_tokens"}
+
+
+def _synonym(name: str, fields) -> str:
+    """`` (the schema calls it 'x')`` when ``name`` is an engine's name for the field ``x`` of ``fields``."""
+    target = SYNONYMS.get(name.lower())
+    return f" (the schema calls it '{target}')" if target in fields else ""
+
+
 def first_error(error: ValidationError, source: str | None, root: type[BaseModel], prefix: tuple = ()) -> SpecError:
     """The first problem of a record's validation as one line ``source: block.field: reason`` (typos first:
     an unknown key often explains a missing one). An unknown key or a value outside a list is an
@@ -77,7 +91,8 @@ def first_error(error: ValidationError, source: str | None, root: type[BaseModel
     field = ".".join(map(str, (*prefix, *loc))) or "record"
     if first["type"] == "extra_forbidden":
         owner = field_path(root, loc[:-1])[1]
-        reason = "unknown field" + nearest(str(loc[-1]), owner.model_fields)
+        reason = "unknown field" + (_synonym(str(loc[-1]), owner.model_fields) or
+                                    nearest(str(loc[-1]), owner.model_fields))
     elif first["type"] == "missing":
         reason = "required field missing"
     else:

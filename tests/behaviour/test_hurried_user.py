@@ -167,3 +167,102 @@ def test_a_misspelt_system_kind_is_named(tmp_path, model):
     path.write_text('name = "x"\nkind = "clustr"\n')
     one_line_error(run("run", "-m", model, "-s", str(path), "-t", "llm-pretrain"),
                    "system.kind: unknown kind 'clustr' (did you mean 'cluster'?)")
+
+
+@pytest.mark.parametrize("command", [["run"], ["plot", "memory-timeline", "-o", "never.png"]])
+@pytest.mark.parametrize("margin", ["1e300", "inf", "1e7"])
+def test_margin_above_the_hbm(command, margin, tmp_path):
+    """A margin past the HBM (or past the float range once in bytes) is one line naming it, never "inf GiB"."""
+    with CliRunner().isolated_filesystem(temp_dir=tmp_path):
+        result = run(*command, "-m", "llama3-70b", "-s", "dgx-h100", "--nodes", "4", "-t", "llm-pretrain",
+                     "--memory-margin", margin)
+        one_line_error(result, "not below")
+        assert "inf GiB" not in result.output or margin == "inf", result.output
+        assert not os.path.exists("never.png")
+
+
+def test_margin_above_the_hbm_api():
+    from fastmodel.lm.api import memory_timeline
+
+    with pytest.raises(FastmodelError, match="not below the HBM"):
+        memory_timeline("llama3-70b", "dgx-h100", "llm-pretrain", num_nodes=4, memory_margin=1e300)
+
+
+@pytest.mark.parametrize("field, value", [("hbm_bytes", 80), ("hbm_bw_bytes_s", 3.35)])
+def test_serve_record_hbm_in_gb(field, value, tmp_path):
+    """A serving record's HBM given in GB (TB/s) where bytes (bytes/s) are expected: one line naming the field."""
+    line = open("tests/data/serve_dev_load.jsonl").readline()
+    record = json.loads(line)
+    record["system"][field] = value
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps(record) + "\n")
+    one_line_error(run("serve", str(path)), f"system.{field}")
+    assert "not GB" in run("serve", str(path)).output
+
+
+def test_calibrate_serving_records(tmp_path):
+    """calibrate on a file of serving records says so, and what it accepts, in one line."""
+    with CliRunner().isolated_filesystem(temp_dir=tmp_path):
+        result = run("calibrate", os.path.join(os.path.dirname(__file__), "../data/serve_dev_load.jsonl"),
+                     "-o", "cal.toml")
+        one_line_error(result, "serving records")
+        assert "run records" in result.output and not os.path.exists("cal.toml")
+
+
+def test_batch_calibration_on_serving_records(tmp_path):
+    """batch --calibration on a file of serving records only: the results, and a warning that it applied to
+    no line (a calibration fits run records)."""
+    cal = tmp_path / "cal.toml"
+    assert run("calibrate", "tests/data/runs_dev_small.jsonl", "-o", str(cal), "--folds", "0").exit_code == 0
+    serving = tmp_path / "s.jsonl"
+    serving.write_text(open("tests/data/serve_dev_load.jsonl").readline())
+    result = CliRunner().invoke(main, ["batch", str(serving), "--calibration", str(cal), "-o", str(tmp_path / "o.jsonl")])
+    assert result.exit_code == 0, result.output
+    assert "warning: --calibration applied to no line" in result.output, result.output
+
+
+@pytest.mark.parametrize("where, text", [("/etc/hostname/x", "Not a directory"),
+                                         ("/nonexistent-h2/dir/x", "no such directory")])
+def test_unwritable_output(where, text):
+    """An output under a regular file or in a missing directory: one line, exit 2, nothing written (root can
+    write anywhere else, so these are the unwritable paths a test can make)."""
+    if not os.path.isfile("/etc/hostname"):
+        pytest.skip("no /etc/hostname")
+    for args in (["sweep", "specs/sweeps/llama2_70b_plans.toml", "-o", where + ".nc"],
+                 ["validate", "tests/data/runs_dev_small.jsonl", "-o", where + ".csv"],
+                 ["batch", "tests/data/runs_dev_small.jsonl", "-o", where + ".jsonl"],
+                 ["calibrate", "tests/data/runs_dev_small.jsonl", "-o", where + ".toml"]):
+        one_line_error(run(*args), "cannot write: " + text)
+    assert not os.path.exists("/nonexistent-h2")
+
+
+def test_output_checked_before_the_spec(tmp_path):
+    """sweep, batch and validate all check the output before reading the input (cheap, no work lost): an
+    existing output and a bad input report the output first, the same way in each."""
+    bad = tmp_path / "bad.toml"
+    bad.write_text("this is = not [ toml")
+    bad_jsonl = tmp_path / "bad.jsonl"
+    bad_jsonl.write_text("{not json\n")
+    for name, args in (("o.nc", ["sweep", str(bad)]), ("o.csv", ["validate", str(bad_jsonl)]),
+                       ("o.jsonl", ["batch", str(bad_jsonl)])):
+        out = tmp_path / name
+        out.write_text("x")
+        one_line_error(run(*args, "-o", str(out)), "exists")
+
+
+@pytest.mark.parametrize("name", ["mtp_depth", "num_speculative_tokens"])
+def test_serve_record_mtp_depth_named(name, tmp_path):
+    """An engine's name for the draft depth (MTP) in a serving record points at serve.spec_tokens."""
+    record = json.loads(open("tests/data/serve_dev_load.jsonl").readline())
+    record["serve"][name] = 3
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps(record) + "\n")
+    one_line_error(run("serve", str(path)), f"serve.{name}: unknown field (the schema calls it 'spec_tokens')")
+
+
+@pytest.mark.parametrize("mode, gpus, text", [("disagg", "1", "disagg needs --gpus 2 or more"),
+                                              ("disag", "8", "(did you mean 'disagg'?)")])
+def test_search_disagg_pools_that_do_not_add_up(mode, gpus, text):
+    """--mode disagg on one GPU (no room for two pools) and a mode typo: one line, not '0 configurations fit'."""
+    one_line_error(run("serve", "-m", "llama3.1-8b", "-d", "h100", "--search", "--ttft", "2s", "--tpot", "50ms",
+                       "--mode", mode, "--gpus", gpus), text)

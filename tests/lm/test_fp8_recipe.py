@@ -206,3 +206,13 @@ def test_a_sweep_marks_mxfp8_on_hopper_and_runs_it_on_blackwell():
     assert [STATUSES[int(c)].name for c in hopper.status.values.ravel()] == ["ok", "fp8_recipe_unsupported"]
     blackwell = lm_sweep("llama3.1-8b", "gb200-nvl72", global_batch=576, axes=axes)    # dp 72
     assert [STATUSES[int(c)].name for c in blackwell.status.values.ravel()] == ["ok", "ok"]
+
+
+@pytest.mark.parametrize("typo, name", [("blokwise", "blockwise"), ("tensorwize", "tensorwise"), ("mxfp", "mxfp8")])
+def test_one_word_typo_gets_the_nearest_name(typo, name):
+    """A one-word recipe that names none is a typo: the note suggests the nearest name; free text gets none."""
+    from fastmodel.lm.fp8_recipe import recipe_from_text
+
+    recipe, note = recipe_from_text(typo)
+    assert recipe is None and f"(did you mean '{name}'?)" in note
+    assert "did you mean" not in recipe_from_text("some words here")[1]

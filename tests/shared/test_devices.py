@@ -202,3 +202,14 @@ def test_blackwell_fp8_gemm_efficiency_is_bf16_times_the_xla_sm100_ratio():
     for name in ("b200", "gb200", "b300", "gb300"):
         device = device_table()[name]
         assert device["gemm_eff_8"] == pytest.approx(device["gemm_eff_16"] * ratio[(4096, 4096, 4096)], abs=0.005)
+
+
+def test_no_device_note_suggests_only_the_same_model_number():
+    """A GPU typo gets the nearest device name of the same model number; another device (MI250X is not an
+    MI300X) gets none, and the note says there is no device file."""
+    from fastmodel.spec.devices import no_device_note
+
+    assert "did you mean 'h100-sxm-80gb'" in no_device_note("H100-SXN")
+    assert "did you mean 'a100-sxm4-80gb'" in no_device_note("A100-SXM4-80G")
+    for other in ("MI250X", "TPUv5", "b20"):
+        assert no_device_note(other) == f"no built-in device file for {other!r}: generic efficiencies"

@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from fastmodel.cli import main
-from fastmodel.errors import SpecError
+from fastmodel.errors import FastmodelError, SpecError
 from fastmodel.plot.memory_timeline import memory_timeline, panel_stages
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -44,7 +44,7 @@ def test_panel_choice():
 def test_bad_margin_and_serving_are_errors(record):
     from fastmodel import engines
 
-    with pytest.raises(SpecError, match="memory_margin"):
+    with pytest.raises(FastmodelError, match="memory_margin"):   # run's and best's check (a SweepError)
         engines.memory_timeline(record=record, memory_margin=-1.0)
     serving = json.loads((DATA / "serve_dev_load.jsonl").read_text().splitlines()[0])
     with pytest.raises(SpecError, match="serving record"):
@@ -61,4 +61,4 @@ def test_cli(record, tmp_path):
     assert out.read_bytes()[:4] == b"\x89PNG"
     bad = runner.invoke(main, ["plot", "memory-timeline", "-m", str(path), "-o", str(tmp_path / "b.png"),
                                "--memory-margin", "-1"])
-    assert bad.exit_code == 2 and bad.output.count("\n") == 1 and "memory_margin" in bad.output
+    assert bad.exit_code == 2 and bad.output.count("\n") == 1 and "--memory-margin: -1 GiB is negative" in bad.output
