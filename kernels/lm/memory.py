@@ -43,7 +43,6 @@ from fastmodel.kernels.lm.memory_activations import (
 )
 from fastmodel.kernels.lm.memory_offload import offloaded_layer_bytes
 from fastmodel.kernels.lm.memory_peak import backward_grad_bytes, stage_peak
-from fastmodel.kernels.lm.pipeline import mirror_stage
 from fastmodel.kernels.lm.memory_states import (
     is_moe, attention_params, mlp_params, B16, B32,
 )
@@ -314,10 +313,11 @@ def memory_row(row, out):
     """Fill ``out[M_*]`` with the bytes per device of each memory kind at the peak of the worst pipeline rank;
     return that rank (0 = first).
 
-    The first and the last rank are evaluated (a middle rank holds fewer micro-batches than the first and no
-    LM head), and under DualPipe rank 1 too (every rank holds ``pp + 1`` micro-batches there); each rank's peak
-    is the largest total over the phases of the step (kernels/lm/memory_peak.py),
-    and the rank with the larger peak is reported, by kind at that moment. KV cache is zero in training;
+    Every pipeline rank is evaluated (1F1B: rank ``i`` holds ``pp - i`` micro-batches, but an uneven layer
+    split, the embedding on the first rank and the head and MTP modules on the last can make any rank the
+    largest; DualPipe: every rank holds ``pp + 1``); each rank's peak is the largest total over the phases of
+    the step (kernels/lm/memory_peak.py), and the rank with the largest peak is reported, by kind at that
+    moment. KV cache is zero in training;
     ``overhead`` is ``overhead_bytes``: what is not a live tensor (CUDA context, cuBLAS workspaces, NCCL
     buffers). The allocator's cache of free blocks is not counted: PyTorch's caching allocator releases
     it and retries when a device allocation fails (``num_alloc_retries`` in ``torch.cuda.memory_stats``), so
@@ -340,10 +340,10 @@ def memory_row(row, out):
     best_stage = 0.0
     w = g = o = a = b = 0.0
     last = row[C_PP] - 1.0
-    # DualPipe: every rank holds pp + 1 micro-batches, so a middle rank (two middle stages) is a candidate too
-    candidates = 3 if (mirror_stage(row, 0.0) >= 0.0 and last >= 3.0) else (2 if last > 0.0 else 1)
-    for k in range(candidates):
-        stage = (0.0, last, 1.0)[k]
+    # every rank, in the order first, last, 1, 2, ..., pp - 2 (a tie keeps the earlier): an uneven layer split
+    # or the embedding's and head's placement can make a middle rank the worst
+    for k in range(int(row[C_PP])):
+        stage = 0.0 if k == 0 else (last if k == 1 else k - 1.0)
         w1, g1, o1, a1, b1 = stage_peak(row, stage, dense_layer, moe_layer, working, gather, comm, grad_work, logits,
                                           resident)
         total = w1 + g1 + o1 + a1 + b1

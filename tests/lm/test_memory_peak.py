@@ -319,3 +319,75 @@ def test_b200_peak_allocated_in_sample_within_3_percent():
     allocated = predict_records(records)["memory_allocated"] / 2**30
     errors = allocated / np.array([r.measured["memory_gib"] for r in records]) - 1.0
     assert np.max(np.abs(errors)) < 0.03, dict(zip([r.id for r in records], errors.round(3)))
+
+
+# --- the worst rank ---------------------------------------------------------------------------------------------------
+
+def test_worst_rank_can_be_a_middle_one():
+    """pp = 4, 1F1B, m = 8 micro-batches of b = 2, 6 layers with the embedding and the loss in the split
+    (``embedding_loss_in_split``: (6 + 2) / 4 = 2 slots a rank, rank 0 and rank 3 one layer each, ranks 1 and 2
+    two). Rank i holds 4 - i micro-batches at the backward's start. Every rank's total at that moment (DDP,
+    BF16 weights 2 + FP32 gradients 4 + Adam 12 = 18 B per parameter; a layer P = 4 h^2 + 2 h f + 2 h; the
+    embedding V h on rank 0): rank 0 18 (P + V h) + 4 (layer + s b h), rank 1 18 x 2 P + 3 x 2 layer, rank 2
+    18 x 2 P + 2 x 2 layer, beside the same buffers (4 s b h sent and received, 2 s b h + 2 s b f activation
+    gradients). Rank 1, neither first nor last, is the worst; before every rank was evaluated, rank 0 was
+    reported, 18 (P - V h) + 2 layer - 4 s b h lower."""
+    s, b, h, a, f, v = 512, 2, 1024, 16, 4096, 1000
+    layer = s * b * h * (34 + 5 * a * s / h)
+    p = 4 * h * h + 2 * h * f + 2 * h
+    buffers = 4 * s * b * h + 2 * s * b * h + 2 * s * b * f
+    by_hand = [18 * (p + v * h) + 4 * (layer + s * b * h), 18 * 2 * p + 3 * 2 * layer, 18 * 2 * p + 2 * 2 * layer]
+    out, stage = peak(**GPT, layers=6, pp=4, micro_batch=b, global_batch=16, embedding_loss_in_split=1)
+    assert stage == 1
+    assert out[M_ACTIVATIONS] == pytest.approx(3 * 2 * layer, rel=1e-12)
+    assert sum(out[k] for k in ALLOCATED) == pytest.approx(max(by_hand) + buffers, rel=1e-12)
+    assert by_hand[1] == max(by_hand)
+
+
+def _every_rank_by_brute_force(columns):
+    """(the largest total over every rank's ``stage_peak``, that rank), ranks 0 .. pp - 1 in a Python loop."""
+    from fastmodel.kernels.lm.layout import C_PP
+    from fastmodel.kernels.lm.memory import (
+        backward_grad_bytes,
+        comm_buffer_bytes,
+        fsdp_gather_buffer_bytes,
+        kept_mode,
+        layer_activation_bytes,
+        logits_workspace_bytes,
+        recompute_working_bytes,
+        stored_layer_bytes,
+    )
+    from fastmodel.kernels.lm.memory_peak import stage_peak
+    from fastmodel.kernels.lm.memory_states import is_moe
+
+    kept = kept_mode(columns)
+    dense_all = layer_activation_bytes(columns, False, kept)
+    moe_all = layer_activation_bytes(columns, True, kept) if is_moe(columns) else 0.0
+    shared = (stored_layer_bytes(columns, dense_all), stored_layer_bytes(columns, moe_all),
+              recompute_working_bytes(columns, max(dense_all, moe_all)), fsdp_gather_buffer_bytes(columns),
+              comm_buffer_bytes(columns), backward_grad_bytes(columns), logits_workspace_bytes(columns))
+    totals = [sum(stage_peak(columns, float(stage), *shared)) for stage in range(int(columns[C_PP]))]
+    return max(totals), totals
+
+
+@pytest.mark.parametrize("plan", [
+    dict(pipeline_schedule="1f1b", embedding_loss_in_split=1),
+    dict(pipeline_schedule="1f1b", uneven_stages=1, layers=10),
+    dict(pipeline_schedule="interleaved", vp=2, layers=16, uneven_stages=1),
+    dict(pipeline_schedule="gpipe"),
+    dict(pipeline_schedule="zb_h1", embedding_loss_in_split=1, layers=14),
+    dict(pipeline_schedule="dualpipe"),
+])
+@pytest.mark.parametrize("moe", [False, True])
+def test_reported_peak_is_the_largest_over_every_rank(plan, moe):
+    """Small plans of every schedule, dense and MoE (leading dense layers, MTP on the last rank): the peak
+    ``memory_row`` reports is the largest of every rank's ``stage_peak`` total, enumerated rank by rank, and the
+    rank it names holds that total."""
+    model = dict(moe_experts=8, moe_topk=2, moe_ffn=512, dense_layers=3, mtp_layers=1, ep=2, dp=2) if moe else {}
+    values = {**GPT, "layers": 12, "pp": 4, "micro_batch": 1, "global_batch": 16, **model, **plan}
+    out = np.full(N_MEMORY_KINDS, np.nan)
+    columns = row(**{**NO_OVERHEAD, "allocator_cache_fraction": 0, **values})
+    stage = memory_row(columns, out)
+    best, totals = _every_rank_by_brute_force(columns)
+    assert sum(out[k] for k in ALLOCATED) == pytest.approx(best, rel=1e-12)
+    assert totals[int(stage)] == best
