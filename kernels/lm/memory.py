@@ -43,8 +43,9 @@ from fastmodel.kernels.lm.memory_activations import (
 )
 from fastmodel.kernels.lm.memory_offload import offloaded_layer_bytes
 from fastmodel.kernels.lm.memory_peak import backward_grad_bytes, stage_peak
+from fastmodel.kernels.lm.pipeline import mirror_stage
 from fastmodel.kernels.lm.memory_states import (
-    is_moe, attention_params, mlp_params, B16, B32,
+    is_moe, attention_params, mlp_params, stage_layers, B16, B32,
 )
 from fastmodel.kernels.lm.shape import norm_params
 from fastmodel.registry.lm_overhead import NCCL_LL128_BYTES, NCCL_LL_BYTES, NCCL_SIMPLE_BYTES
@@ -341,9 +342,14 @@ def memory_row(row, out):
     w = g = o = a = b = 0.0
     last = row[C_PP] - 1.0
     # every rank, in the order first, last, 1, 2, ..., pp - 2 (a tie keeps the earlier): an uneven layer split
-    # or the embedding's and head's placement can make a middle rank the worst
+    # or the embedding's and head's placement can make a middle rank the worst. A middle rank that holds the same
+    # layers as the rank before it is skipped: it holds no more micro-batches in flight (1F1B, ZB-H1: pp - r;
+    # interleaved: 2 (pp - r - 1) + (v - 1) pp + 1; GPipe and DualPipe: the same on every rank), so it cannot be
+    # worse (tests/lm/test_memory_peak.py checks the result against every rank)
     for k in range(int(row[C_PP])):
         stage = 0.0 if k == 0 else (last if k == 1 else k - 1.0)
+        if k >= 3 and _same_layers(row, stage, stage - 1.0):
+            continue
         w1, g1, o1, a1, b1 = stage_peak(row, stage, dense_layer, moe_layer, working, gather, comm, grad_work, logits,
                                           resident)
         total = w1 + g1 + o1 + a1 + b1
@@ -359,6 +365,23 @@ def memory_row(row, out):
     out[M_BUFFERS] = b
     out[M_OVERHEAD] = overhead_bytes(row)
     return best_stage
+
+
+@njit(error_model='numpy')
+def _same_layers(row, stage, other):
+    """True when pipeline ranks ``stage`` and ``other`` hold the same (dense, MoE, MTP) layers, their DualPipe
+    mirror stages' included (:func:`stage_layers`, ``pipeline.mirror_stage``)."""
+    if not _layers_equal(row, stage, other):
+        return False
+    mirror = mirror_stage(row, stage)
+    return mirror < 0.0 or _layers_equal(row, mirror, mirror_stage(row, other))
+
+
+@njit(inline="always")
+def _layers_equal(row, stage, other):
+    d1, m1, t1 = stage_layers(row, stage)
+    d2, m2, t2 = stage_layers(row, other)
+    return d1 == d2 and m1 == m2 and t1 == t2
 
 
 @njit(parallel=True, error_model='numpy')
