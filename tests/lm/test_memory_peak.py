@@ -345,27 +345,14 @@ def test_worst_rank_can_be_a_middle_one():
 
 
 def _every_rank_by_brute_force(columns):
-    """(the largest total over every rank's ``stage_peak``, that rank), ranks 0 .. pp - 1 in a Python loop."""
+    """(the largest total over every rank's ``stage_peak``, that rank), ranks 0 .. pp - 1 in a Python loop, from the
+    per-layer terms the memory timeline takes (``memory_timeline._terms``, the kernel's set-up written in Python)."""
     from fastmodel.kernels.lm.layout import C_PP
-    from fastmodel.kernels.lm.memory import (
-        backward_grad_bytes,
-        comm_buffer_bytes,
-        fsdp_gather_buffer_bytes,
-        kept_mode,
-        layer_activation_bytes,
-        logits_workspace_bytes,
-        recompute_working_bytes,
-        stored_layer_bytes,
-    )
     from fastmodel.kernels.lm.memory_peak import stage_peak
-    from fastmodel.kernels.lm.memory_states import is_moe
+    from fastmodel.lm.memory_timeline import _terms
 
-    kept = kept_mode(columns)
-    dense_all = layer_activation_bytes(columns, False, kept)
-    moe_all = layer_activation_bytes(columns, True, kept) if is_moe(columns) else 0.0
-    shared = (stored_layer_bytes(columns, dense_all), stored_layer_bytes(columns, moe_all),
-              recompute_working_bytes(columns, max(dense_all, moe_all)), fsdp_gather_buffer_bytes(columns),
-              comm_buffer_bytes(columns), backward_grad_bytes(columns), logits_workspace_bytes(columns))
+    t = _terms(columns)
+    shared = (t["dense"], t["moe"], t["working"], t["gather"], t["comm"], t["grads"], t["logits"], t["resident"])
     totals = [sum(stage_peak(columns, float(stage), *shared)) for stage in range(int(columns[C_PP]))]
     return max(totals), totals
 
