@@ -21,15 +21,15 @@ def mark_not_finite(status: np.ndarray, out: np.ndarray, code: int, evaluated=(0
     and whose results are not all finite; set its results to NaN. Returns how many points were marked.
 
     One pass sums each point's results (a NaN or an infinity anywhere makes the sum non-finite); only the
-    few points whose sum is not finite are looked at one value at a time."""
+    evaluated points whose sum is not finite are looked at one value at a time (points that were not evaluated
+    hold NaN already, and in a sweep they can be most of the grid)."""
     if out.size == 0:
         return 0
     with np.errstate(over="ignore", invalid="ignore"):
         total = np.add.reduce(out, axis=0)
-    suspects = np.flatnonzero(~np.isfinite(total))
+    suspects = np.flatnonzero(~np.isfinite(total) & np.isin(status, evaluated))
     if suspects.size == 0:
         return 0
-    suspects = suspects[np.isin(status[suspects], evaluated)]
     bad = suspects[~np.isfinite(out[:, suspects]).all(axis=0)]
     status[bad] = code
     out[:, bad] = np.nan

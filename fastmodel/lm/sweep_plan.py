@@ -17,11 +17,10 @@ import numpy as np
 
 from fastmodel.errors import SweepError
 from fastmodel.lm.sweep import MESH_AXIS, _axis_arrays, _axis_values, base_columns, check_degree_axes, parse_mesh
-from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS, STATUS_CODES
+from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
 from fastmodel.sweeps.plan import Axis, SweepPlan
 
 #: statuses whose points were evaluated (``does_not_fit`` keeps its results)
-EVALUATED = (STATUS_CODES["ok"], STATUS_CODES["does_not_fit"])
 
 
 class LMSweepPlan(SweepPlan):
@@ -75,7 +74,6 @@ class LMSweepPlan(SweepPlan):
     def evaluate_unit(self, unit, out: np.ndarray, status: np.ndarray, offset: int) -> None:
         """The box of ``unit`` into ``out[:, offset:offset + unit.size]`` (its points in C order)."""
         from fastmodel.kernels.lm.grid import evaluate_grid
-        from fastmodel.lm.engine import NOT_FINITE, mark_not_finite
         from fastmodel.spec.columns import check_base
 
         check_base(self.base)
@@ -84,9 +82,7 @@ class LMSweepPlan(SweepPlan):
         for axis, block in enumerate(unit.blocks):
             values[axis, :, :block.stop - block.start] = self.axis_values[axis, :, block]
         evaluate_grid(self.base, self.axis_columns, values, shape, self.execution.shard_degree is None,
-                      self.only_fitting, status, out, offset)
-        end = offset + unit.size
-        mark_not_finite(status[offset:end], out[:, offset:end], NOT_FINITE, EVALUATED)  # never a result of inf
+                      self.only_fitting, status, out, offset)  # it marks not_finite points itself
 
     def definition(self) -> dict:
         """JSON that rebuilds this plan (a zarr store's ``sweep`` attr; resume and Dask workers)."""

@@ -6,8 +6,11 @@ writes ``axis_values[a, j, i]`` into column ``axis_columns[a, j]`` for each of
 its columns (-1 ends the list; the ``plan`` axis sets tp, pp, cp and ep
 together). Then the derived columns are filled (``dp = n_gpus / (tp pp cp)``;
 the FSDP shard group defaults to dp), the rule table gives the status, and
-legal points are evaluated. Chunks of points run in parallel (``prange``).
+legal points are evaluated; a point whose results are not all finite gets status
+``not_finite`` and NaN results. Chunks of points run in parallel (``prange``).
 """
+
+import math
 
 import numpy as np
 
@@ -21,6 +24,7 @@ from fastmodel.kernels.lm.passes import N_WORK
 from fastmodel.registry.lm import STATUS_CODES
 
 ST_DOES_NOT_FIT = STATUS_CODES["does_not_fit"]
+ST_NOT_FINITE = STATUS_CODES["not_finite"]
 
 #: grid points per prange chunk
 CHUNK_POINTS = 1024
@@ -44,6 +48,24 @@ def _grid_point(flat, base, axis_columns, axis_values, shape, auto_shard, row):
         row[C_SHARD_DEGREE] = row[C_DP]
 
 
+@njit(inline="always")
+def _finite_or_marked(result, code):
+    """``code``, or ``not_finite`` with NaN results when a result is not a finite number
+    (``analysis.finite.mark_not_finite``'s rule, applied while the point is in registers: a finite sum clears
+    it, else each value is looked at)."""
+    total = 0.0
+    for v in range(N_RESULTS):
+        total += result[v]
+    if math.isfinite(total):
+        return code
+    for v in range(N_RESULTS):
+        if not math.isfinite(result[v]):
+            for w in range(N_RESULTS):
+                result[w] = np.nan
+            return ST_NOT_FINITE
+    return code
+
+
 @njit
 def _evaluate_points(lo, hi, base, axis_columns, axis_values, shape, auto_shard, only_fitting, status, out, offset):
     # frame vectors (kernels/jit.py stack_vector): passed through every cost term without reference counting
@@ -60,6 +82,7 @@ def _evaluate_points(lo, hi, base, axis_columns, axis_values, shape, auto_shard,
             evaluate_row(row, work, memory, result)
             if only_fitting and result[R_FITS_MEMORY] == 0.0:
                 code = ST_DOES_NOT_FIT
+            code = _finite_or_marked(result, code)
         status[offset + flat] = code
         for v in range(N_RESULTS):
             out[v, offset + flat] = result[v]
