@@ -34,6 +34,25 @@ BATCHES = [64 * i for i in range(1, 129)]
 MICRO = [1, 2, 4, 8]
 
 
+def _timed(times: list, call):
+    """``call()``, appending (wall s, user CPU s, system CPU s) of it to ``times``. System time is the kernel's
+    page handling of the result matrix (fastmodel/sweeps/buffers.py), which on a VM can outweigh the sweep."""
+    before, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+    result = call()
+    wall, after = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF)
+    times.append((wall, after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime))
+    return result
+
+
+def _result(sweep: str, ds, warm: float, times: list) -> dict:
+    n = int(ds.status.size)
+    best = min(times)
+    return {"sweep": sweep, "configs": n, "legal": int((ds.status == 0).sum()), "warmup_s": warm,
+            "best_configs_per_s": n / best[0], "median_configs_per_s": n / sorted(times)[len(times) // 2][0],
+            "user_s": best[1], "sys_s": best[2],
+            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
 def run_default(repeats: int, model: str = "llama3.1-70b") -> dict:
     from fastmodel.lm.sweep import lm_sweep
 
@@ -43,13 +62,8 @@ def run_default(repeats: int, model: str = "llama3.1-70b") -> dict:
     warm = time.perf_counter() - t0
     times = []
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        ds = lm_sweep(model, "dgx-h100", "llm-pretrain", axes=axes)
-        times.append(time.perf_counter() - t0)
-    n = int(ds.status.size)
-    return {"sweep": f"default {model}/dgx-h100", "configs": n, "legal": int((ds.status == 0).sum()),
-            "warmup_s": warm, "best_configs_per_s": n / min(times), "median_configs_per_s": n / sorted(times)[len(times) // 2],
-            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+        ds = _timed(times, lambda: lm_sweep(model, "dgx-h100", "llm-pretrain", axes=axes))
+    return _result(f"default {model}/dgx-h100", ds, warm, times)
 
 
 def run_madmax(repeats: int) -> dict:
@@ -63,13 +77,8 @@ def run_madmax(repeats: int) -> dict:
     warm = time.perf_counter() - t0
     times = []
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        ds = fastmodel.sweep("llama2-70b", "dc-a", "llm-pretrain", axes, semantics="madmax")
-        times.append(time.perf_counter() - t0)
-    n = int(ds.status.size)
-    return {"sweep": "madmax llama2-70b/dc-a", "configs": n, "legal": int((ds.status == 0).sum()),
-            "warmup_s": warm, "best_configs_per_s": n / min(times), "median_configs_per_s": n / sorted(times)[len(times) // 2],
-            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+        ds = _timed(times, lambda: fastmodel.sweep("llama2-70b", "dc-a", "llm-pretrain", axes, semantics="madmax"))
+    return _result("madmax llama2-70b/dc-a", ds, warm, times)
 
 
 def main() -> None:
@@ -98,10 +107,11 @@ def main() -> None:
                                  capture_output=True, text=True, check=True, env=env)
             results.append({**json.loads(out.stdout.strip().splitlines()[-1]), "tree": name})
     print(f"{'sweep':34s} {'tree':18s} {'configs':>11s} {'legal':>10s} {'best/s':>12s} {'median/s':>12s} "
-          f"{'warm-up s':>10s} {'RSS MiB':>8s}")
+          f"{'user s':>7s} {'sys s':>6s} {'warm-up s':>10s} {'RSS MiB':>8s}")
     for r in results:
         print(f"{r['sweep']:34s} {r['tree'][:18]:18s} {r['configs']:11,d} {r['legal']:10,d} "
-              f"{r['best_configs_per_s']:12,.0f} {r['median_configs_per_s']:12,.0f} {r['warmup_s']:10.1f} "
+              f"{r['best_configs_per_s']:12,.0f} {r['median_configs_per_s']:12,.0f} {r.get('user_s', float('nan')):7.1f} "
+              f"{r.get('sys_s', float('nan')):6.1f} {r['warmup_s']:10.1f} "
               f"{r['peak_rss_mib']:8.0f}")
     for now, before in zip(results[::len(trees)], results[1::len(trees)]) if len(trees) > 1 else ():
         print(f"{now['sweep']}: this tree / previous = {now['best_configs_per_s'] / before['best_configs_per_s']:.3f} "

@@ -11,6 +11,7 @@ import xarray as xr
 from fastmodel.errors import SweepError
 from fastmodel.io.aliases import with_aliases
 from fastmodel.sweeps.assemble import assemble
+from fastmodel.sweeps.buffers import result_matrix
 from fastmodel.sweeps.cluster import connect, write_units_on_cluster
 from fastmodel.sweeps.plan import SweepPlan
 from fastmodel.sweeps.progress import Progress
@@ -33,7 +34,7 @@ def run_in_memory(plan: SweepPlan, progress: Callable[[int], None] | None = None
     """Evaluate every unit into one result matrix; return the Dataset (views, no copies). With ``require_ok``,
     a grid without one legal, feasible point is a SweepError saying why."""
     check_memory(plan)
-    out = np.empty((plan.num_rows, plan.num_configs))
+    out = result_matrix(plan.num_rows, plan.num_configs)
     status = np.zeros(plan.num_configs, dtype=np.int8)
     for unit in plan.units(plan.MEMORY_UNIT_CONFIGS):
         plan.evaluate_unit(unit, out, status, plan.unit_offset(unit))

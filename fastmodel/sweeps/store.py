@@ -18,6 +18,7 @@ import numpy as np
 import xarray as xr
 
 from fastmodel.errors import SweepError
+from fastmodel.sweeps.buffers import result_matrix
 from fastmodel.sweeps.grid import Unit
 from fastmodel.sweeps.plan import SweepPlan
 
@@ -119,7 +120,7 @@ def write_units(plan: SweepPlan, path: str, units: list[Unit], progress: Callabl
     written = 0
     for unit in units:
         n = unit.size
-        out = np.empty((plan.num_rows, n))
+        out = result_matrix(plan.num_rows, n)
         status = np.zeros(n, dtype=np.int8)
         plan.evaluate_unit(unit, out, status, 0)
         region = plan.region(unit)
