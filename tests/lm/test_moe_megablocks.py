@@ -75,3 +75,31 @@ def test_the_medium_rows_moe_layer_pays_launches_and_sync_idle_by_hand():
     per_layer = layer_time(full) - layer_time(base)
     assert per_layer == pytest.approx(3 * 42 * 4e-6 + 31 * 20e-6, rel=1e-9)
     assert 24 * 8 * per_layer == pytest.approx(0.215808, rel=1e-9)
+
+
+DEEPSPEED = "Megatron-DeepSpeed + DeepSpeed-MoE (DeepSpeed >= 0.5.8), ZeRO stage 0 (FP16_Optimizer), fp16, 2021-22"
+
+
+def test_deepspeed_moes_einsum_path_counts_the_ops_issued_after_its_gating_sync_and_the_docs_table_sums_to_it():
+    """DeepSpeed v0.5.8 ``top1gating`` copies ``exp_counts`` to the host once per MoE layer forward; then
+    6 + 5 + 1 + 3 + 4 + 2 + 2 + 1 = 24 operators up to the combine-weight einsum. Only the ``einsum`` dispatcher."""
+    count = megatron_2021.MOE_SYNC_ISSUE_OPS_DEEPSPEED_MOE
+    assert count == 6 + 5 + 1 + 3 + 4 + 2 + 2 + 1 == 24.0
+    assert _resolved(DEEPSPEED, moe_dispatcher="einsum")[1:] == (count, 20e-6)
+    assert _resolved(DEEPSPEED, moe_dispatcher="alltoall")[1] is None
+    assert _resolved(DEEPSPEED)[1] is None
+    rows = _table_counts("moe-sync-ops-deepspeed")
+    assert len(rows) == 8 and sum(rows) == count
+
+
+def test_the_deepspeed_moe_rows_sync_idle_runs_in_forward_and_recompute_by_hand():
+    """1.3B+MoE-128 (12 MoE layers of 24, one micro-batch of 4 x 2048, full recompute): 24 x 20 us = 0.48 ms per
+    MoE layer forward, twice (forward + recomputed forward): 12 x 2 x 0.48 ms = 11.52 ms a step."""
+    fields = dict(layers=24, hidden=2048, ffn=8192, heads=16, vocab=50304, seq_len=2048, moe_experts=128,
+                  moe_topk=1, moe_ffn=8192, ep=128, etp=1, dp=128, micro_batch=4, global_batch=512,
+                  moe_dispatcher="einsum", moe_capacity_factor=1.0, moe_pad_to_capacity=1, recompute=2,
+                  host_op_s=20e-6)
+    base, synced = np.zeros(N_WORK), np.zeros(N_WORK)
+    layer_passes(row(**fields), base)
+    layer_passes(row(**fields, moe_sync_issue_ops=24), synced)
+    assert 12 * (layer_time(synced) - layer_time(base)) == pytest.approx(0.01152, rel=1e-9)
