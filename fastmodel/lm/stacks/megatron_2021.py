@@ -13,6 +13,7 @@ Named by ``megatron-deepspeed``, or explicitly (a record's top-level ``stack``):
 from fastmodel.lm.stacks import deepspeed
 from fastmodel.lm.stacks.base import StackProfile, names_in, tokens
 from fastmodel.lm.stacks.megatron_core import LOSS_BYTES_UNFUSED_CE
+from fastmodel.registry.lm import MOE_DISPATCHERS
 
 #: PyTorch dispatcher calls per transformer layer forward pass of Megatron-DeepSpeed (microsoft/Megatron-DeepSpeed
 #: f01c9e6e, 2023-06-30: megatron/model/transformer.py ParallelTransformerLayer.forward, ParallelAttention.forward,
@@ -35,6 +36,47 @@ def host_defaults(framework: str | None) -> dict:
     return {"host_ops_layer": ops, "host_op_s": HOST_OP_S_EAGER}
 
 
+#: Small kernels of one MoE layer forward of MegaBlocks' expert-parallel path (stanford-futuredata/megablocks
+#: 1647a0e, megablocks/layers/moe.py ``MoE.forward`` and ``parallel_forward_once``, megablocks/layers/dmoe.py
+#: ``permute_and_compute`` and ``topology``; top-1, no jitter), GEMMs (router, SDD, DSD), the expert GeLU and NCCL
+#: excluded: router 2, token sort and bins 5, first padded gather 3, counts to the host 2, second permutation's
+#: set-up 8, padding and second padded gather 7, block-sparse topology 12, two padded scatters 2, combine weight 1
+#: (docs/model.md §11.14.8, table "moe-kernels-megablocks")
+MOE_MEM_KERNELS_MEGABLOCKS = 42.0
+
+#: Operators the host issues onto an idle GPU after the four blocking syncs of one MoE layer forward on the same
+#: path: 3 after the first ``padded_gather``'s copy of its row count to pageable host memory, 2 after
+#: ``tokens_per_expert.cpu()``, 12 after ``parallel_tokens_per_expert.cpu()`` up to the token all-to-all, 14 after
+#: the second ``padded_gather``'s copy up to the SDD product (docs/model.md §11.14.8, table "moe-sync-ops-megablocks")
+MOE_SYNC_ISSUE_OPS_MEGABLOCKS = 31.0
+
+
+def megablocks_defaults(framework: str | None) -> dict:
+    """MegaBlocks' MoE layer (its framework text names ``megablocks``): its counted small kernels and host-sync
+    issue operators per MoE layer forward (docs/model.md §11.14.8); else nothing. The counts are those of the
+    expert-parallel path (``--expert-model-parallelism``, every MegaBlocks script and record); a plan with ep = 1
+    runs ``dMoE.forward_once``, which has fewer, and still gets these [A] (a sweep lowers the stack once)."""
+    if framework is None or names_in(tokens(framework), "megablocks") is None:
+        return {}
+    return {"moe_mem_kernels": MOE_MEM_KERNELS_MEGABLOCKS, "moe_sync_issue_ops": MOE_SYNC_ISSUE_OPS_MEGABLOCKS}
+
+
+#: Operators the host issues onto an idle GPU after DeepSpeed-MoE's one blocking sync per MoE layer forward
+#: (v0.5.8 deepspeed/moe/sharded_moe.py ``top1gating`` line 182, ``exp_counts ... .to('cpu')``), up to the
+#: ``se,sc->sec`` einsum that writes the S x E x C combine weights: auxiliary loss 6, random token selection 5,
+#: capacity top-k 1, mask 3, locations 4, gates 2, one-hot 2, the einsum 1 (Megatron-DeepSpeed 3c666e85 passes
+#: neither ``noisy_gate_policy`` nor ``use_rts``: DeepSpeed's defaults None and True; docs/model.md §11.14.8)
+MOE_SYNC_ISSUE_OPS_DEEPSPEED_MOE = 24.0
+
+
+def deepspeed_moe_defaults(execution) -> dict:
+    """DeepSpeed-MoE's GShard dispatch (``moe_dispatcher = "einsum"``, the v0.5.8 path): the operators issued
+    after its gating's host sync (docs/model.md §11.14.8); else nothing."""
+    if MOE_DISPATCHERS.get(execution.moe_dispatcher) != MOE_DISPATCHERS["einsum"]:
+        return {}
+    return {"moe_sync_issue_ops": MOE_SYNC_ISSUE_OPS_DEEPSPEED_MOE}
+
+
 #: the DeepSpeed release a Megatron-DeepSpeed text stating none is read at: v0.6.2, the first with BF16_Optimizer,
 #: written for BigScience's bf16 pipeline training (PR #1801) [A: the fork pins no version]
 DEEPSPEED_ERA = (0, 6, 2)
@@ -46,7 +88,7 @@ def defaults(execution, framework: str | None) -> dict:
     # post_language_model_processing, megatron/mpu/cross_entropy.py max, sub_, exp, sum, div_; backward mul_)
     values = {"dropout": True, "flash_attention": False, "overlap_grad_reduce": False,
               "overlap_param_gather": False, "loss_traffic_bytes_per_logit": LOSS_BYTES_UNFUSED_CE,
-              **host_defaults(framework)}
+              **host_defaults(framework), **megablocks_defaults(framework), **deepspeed_moe_defaults(execution)}
     if execution.sharding == "fsdp":
         # ZeRO-3 exists in these codebases only through DeepSpeed: its communication defaults are DeepSpeed's
         values.update(deepspeed.defaults(execution, framework))
