@@ -131,3 +131,16 @@ def test_device_host_links_are_their_datasheets():
     # NVLink-C2C, 900 GB/s both ways: one GPU on GH200, two sharing it on GB200 / GB300
     assert devices["gh200"]["host_link_bw"] == devices["gh200-144gb"]["host_link_bw"] == 900e9 / 2
     assert devices["gb200"]["host_link_bw"] == devices["gb300"]["host_link_bw"] == 900e9 / 2 / 2
+
+
+def test_the_timeline_draws_the_exposed_copies_and_still_ends_at_the_step():
+    from fastmodel.lm.timeline import KINDS, timeline
+
+    columns = row(**DENSE, offload_modules=CORE, **SLOW)
+    r = one(offload_modules=CORE, **SLOW)
+    tl = timeline(columns)
+    offload = tl.kind == KINDS.index("offload")
+    assert float(np.sum(tl.end[offload] - tl.start[offload])) == pytest.approx(r["time_offload"], rel=1e-12)
+    assert tl.end.max() == pytest.approx(r["step_time"], rel=1e-9)
+    overhead = tl.kind == KINDS.index("overhead")
+    assert float(np.sum(tl.end[overhead] - tl.start[overhead])) == pytest.approx(0.0, abs=1e-9)
