@@ -6,7 +6,8 @@ the forward of each layer (GEMMs, attention, memory-bound ops), the LM head
 when the busiest stage is the last (with the loss in the pipeline split a middle
 stage can be busiest: a full share of layers, no head; ``stage_passes``),
 and the backward of each layer (recompute first), then the cool-down bubble, the
-once-per-step data-parallel reduction, the optimizer step and the host overhead.
+once-per-step data-parallel reduction, the optimizer step, fine-grained offloading's exposed copies (one
+block: docs/model.md §11.21) and the host overhead.
 
 Durations come from the kernel's own results (``lm_engine.evaluate_table``)
 and its per-layer terms (``kernels/lm_layer.head_costs``, ``recompute_share``),
@@ -30,7 +31,7 @@ from fastmodel.registry.lm import COLUMN_INDEX
 
 STREAMS = ("compute", "tp", "cp", "ep", "pp", "dp")
 KINDS = ("gemm", "attention", "memory_bound", "recompute", "head", "bubble", "optimizer", "overhead",
-         "tp", "cp", "ep", "pp", "dp")
+         "tp", "cp", "ep", "pp", "dp", "offload")
 #: above this many layer-ops a step is drawn one op per pass and micro-batch instead of per layer
 MAX_LAYER_OPS = 200_000
 
@@ -203,6 +204,9 @@ def timeline(columns: np.ndarray, label: str = "the configuration") -> Timeline:
         t += dp_gap
     b.op("optimizer step", "compute", "optimizer", t, t + r["time_optimizer"])
     t += r["time_optimizer"]
+    if r["time_offload"] > 0.0:     # fine-grained offloading's exposed copies, summed over the step (§11.21)
+        b.op("activation offload copies (exposed)", "compute", "offload", t, t + r["time_offload"])
+        t += r["time_offload"]
     overhead = r["step_time"] - t
     b.op("host overhead", "compute", "overhead", t, t + max(0.0, overhead))
     return Timeline(tuple(b.names), np.array(b.stream, dtype=np.int8), np.array(b.kind, dtype=np.int8),

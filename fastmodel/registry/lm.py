@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from fastmodel.registry.lm_engine import ENGINE_KERNEL_ROWS
 from fastmodel.registry.lm_lowprec import FP8_DEVICE_ROWS, FP8_RECIPES, LOW_PRECISION_PLAN_ROWS, OPTIMIZER_MOMENTS
 from fastmodel.registry.lm_muon import MUON_PLAN_ROWS
-from fastmodel.registry.lm_offload import OFFLOAD_MODULES, OFFLOAD_PLAN_ROWS  # noqa: F401  (re-exported)
+from fastmodel.registry.lm_offload import OFFLOAD_DEVICE_ROWS, OFFLOAD_MODULES, OFFLOAD_PLAN_ROWS, OFFLOAD_RESULT_ROWS  # noqa: F401
 from fastmodel.registry.lm_overhead import OVERHEAD_DEVICE_ROWS
 from fastmodel.registry.lm_sdpa import SDPA_DEVICE_ROWS, SDPA_PLAN_ROWS
 from fastmodel.registry.lm_status import STATUS_CODES, STATUSES  # noqa: F401  (re-exported: registry.lm.STATUSES)
@@ -286,6 +286,7 @@ DEVICE_COLUMNS = _cols(
      "SM per channel, 16-24 channels, and competes for HBM).", 0, 0.9, True),
     ("kernel_overhead_s", "s", 4e-6, "Launch + tail per kernel.", 0, 1e-3, True),
     *OVERHEAD_DEVICE_ROWS,
+    *OFFLOAD_DEVICE_ROWS,
     *SDPA_DEVICE_ROWS,
     *FP8_DEVICE_ROWS,
 )
@@ -422,6 +423,7 @@ RESULTS: tuple[Variable, ...] = (
            "memory_allocated x (1 + allocator_cache_fraction), as torch.cuda.max_memory_reserved reports (its "
            "cache is released on demand, so memory_per_device = memory_allocated + overhead decides fits_memory)."),
     Result("memory_peak_stage", "1", "", "Pipeline rank (0 = first) whose peak memory_per_device is reported."),
+    *(Result(*r) for r in OFFLOAD_RESULT_ROWS),
 )
 RESULT_INDEX: dict[str, int] = {r.name: i for i, r in enumerate(RESULTS)}
 MEMORY_RESULTS = tuple("memory_" + k for k in MEMORY_KINDS)
@@ -432,7 +434,8 @@ MEMORY = Result("memory", "bytes", "min", "Bytes per device by kind on the most 
 RANK_ONLY_FITTING = True
 #: the step as stacked bars (kernels/lm/step.py): compute on the busiest device + optimizer + pipeline bubble +
 #: each process group's whole ("serialized") or exposed communication (= step_time exactly)
-_COMPUTE = ("time_gemm", "time_attention", "time_memory_bound", "time_optimizer", "pipeline_bubble", "time_host_wait")
+_COMPUTE = ("time_gemm", "time_attention", "time_memory_bound", "time_optimizer", "pipeline_bubble", "time_host_wait",
+            "time_offload")
 BREAKDOWN = Breakdown((*_COMPUTE, *(f"comm_{g}" for g in ("tp", "cp", "ep", "pp", "dp"))),
                       (*_COMPUTE, *(f"exposed_{g}" for g in ("tp", "cp", "ep", "pp", "dp"))))
 #: dataset variables made of several result rows: (variable, its rows, one per coordinate of its dimension)

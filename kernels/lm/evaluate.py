@@ -11,11 +11,12 @@ import numpy as np
 from fastmodel.kernels.jit import njit, prange, stack_vector
 from fastmodel.kernels.lm.layout import (
     N_COLUMNS, C_ALLOCATOR_CACHE_FRACTION, C_HBM_BYTES, C_USABLE_HBM_FRACTION, M_OVERHEAD, N_MEMORY_KINDS, N_RESULTS,
-    R_FITS_MEMORY, R_MEMORY_ALLOCATED, R_MEMORY_PEAK_STAGE, R_MEMORY_PER_DEVICE, R_MEMORY_RESERVED, R_MEMORY_WEIGHTS,
+    R_FITS_MEMORY, R_HOST_OFFLOAD_BYTES, R_MEMORY_ALLOCATED, R_MEMORY_PEAK_STAGE, R_MEMORY_PER_DEVICE, R_MEMORY_RESERVED, R_MEMORY_WEIGHTS,
 )
 from fastmodel.kernels.lm.passes import N_WORK
 from fastmodel.kernels.lm.step import step_row
 from fastmodel.kernels.lm.memory import memory_row
+from fastmodel.kernels.lm.memory_offload import host_offload_bytes
 
 #: rows per prange chunk
 CHUNK_ROWS = 256
@@ -38,6 +39,7 @@ def evaluate_row(row, work, memory, result):
     result[R_MEMORY_RESERVED] = allocated * (1.0 + row[C_ALLOCATOR_CACHE_FRACTION])
     result[R_MEMORY_PEAK_STAGE] = stage
     result[R_FITS_MEMORY] = 1.0 if total <= row[C_USABLE_HBM_FRACTION] * row[C_HBM_BYTES] else 0.0
+    result[R_HOST_OFFLOAD_BYTES] = host_offload_bytes(row)
 
 
 @njit

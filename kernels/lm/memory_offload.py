@@ -15,7 +15,7 @@ Compiled with ``error_model='numpy'`` (see kernels/lm/memory.py).
 
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.layout import (
-    C_ACTIVATION_OFFLOAD, C_ATTN_OUT_E5M6, C_FLASH_ATTENTION, C_GATED_MLP, C_HEADS, C_HEAD_DIM, C_HIDDEN, C_MLA, C_MOE_ACT_INPUT_FP8,
+    C_ACTIVATION_OFFLOAD, C_ATTN_OUT_E5M6, C_GPUS_PER_NODE, C_PP, C_FLASH_ATTENTION, C_GATED_MLP, C_HEADS, C_HEAD_DIM, C_HIDDEN, C_MLA, C_MOE_ACT_INPUT_FP8,
     C_MOE_FFN, C_OFFLOAD_MODULES, C_QK_NOPE_HEAD_DIM, C_Q_LORA_RANK, C_KV_LORA_RANK, C_QK_ROPE_HEAD_DIM, C_RECOMPUTE, C_RECOMPUTE_FRACTION,
     C_SELECTIVE_POLICY, C_TP, C_V_HEAD_DIM, OFFLOAD_ATTN_NORM, OFFLOAD_ATTN_PROJ, OFFLOAD_CORE_ATTN,
     OFFLOAD_EXPERT_FC1, OFFLOAD_MLP_NORM, OFFLOAD_MOE_ACT, OFFLOAD_QKV_LINEAR, RECOMPUTE_FULL, RECOMPUTE_MODULE_CORE_ATTN,
@@ -25,7 +25,8 @@ from fastmodel.kernels.lm.memory_activations import (
     E5M6_BYTES, FP8_BYTES, attention_scores_bytes, discarded_norm_output_bytes, gemm_input_bytes, kept_mode,
     local_kv_width, micro_batch_tokens, mla_latent_bytes, module_recomputed, replicated_divisor, routed_tokens,
 )
-from fastmodel.kernels.lm.memory_states import B16, B32
+from fastmodel.kernels.lm.memory_states import B16, B32, is_moe, stage_layers
+from fastmodel.kernels.lm.pipeline import microbatches_in_flight
 from fastmodel.kernels.lm.moe import expert_tp
 
 #: Megatron-Core ``TransformerConfig.min_offloaded_tensor_size`` default: smaller tensors stay on the GPU
@@ -159,3 +160,24 @@ def offloaded_layer_bytes(row, moe):
         return 0.0
     total = attention_offload_bytes(row, kept_mode(row)) + (moe_offload_bytes(row) if moe else 0.0)
     return total * (1.0 - row[C_RECOMPUTE_FRACTION]) if mode == RECOMPUTE_PARTIAL_LAYERS else total
+
+
+@njit(error_model='numpy')
+def host_offload_bytes(row):
+    """Pinned host memory per node that fine-grained offloading holds at its peak: ``gpus_per_node`` x the largest
+    over pipeline ranks of ``in_flight x (dense o_d + (MoE + MTP) o_m) - max(o_d, o_m)``, the rank's offloaded
+    layers of every micro-batch in flight less the one layer that stays on the GPU (``resident``, memory_peak.py).
+    ``OffloadTensorPool`` (fine_grained_activation_offload.py@0823c73 lines 115-230, ``pin_memory=True``, line 437)
+    keeps freed buffers by (shape, dtype) for reuse, so the pool holds that peak for the run. Every GPU of the node
+    is taken at the largest rank: exact when a node holds one pipeline stage (Megatron-Core's rank order puts pp
+    outermost), an upper bound otherwise. DualPipe's second stage per rank is not counted."""
+    if int(row[C_OFFLOAD_MODULES]) == 0:
+        return 0.0
+    off_dense = offloaded_layer_bytes(row, False)
+    off_moe = offloaded_layer_bytes(row, True) if is_moe(row) else off_dense
+    best = 0.0
+    for k in range(int(row[C_PP])):
+        dense, moe, mtp = stage_layers(row, float(k))
+        held = microbatches_in_flight(row, float(k)) * (dense * off_dense + (moe + mtp) * off_moe)
+        best = max(best, held - max(off_dense, off_moe))
+    return row[C_GPUS_PER_NODE] * best

@@ -13,6 +13,7 @@ three parts:
     t_mb      = layers_per_stage x t_layer + t_head / copies             busiest (last) stage     (§11.4)
                 (the loss in the split: max(L_s t_layer, (L_s - 1) t_layer + t_head / copies), §11.7)
     step      = m x t_mb + bubble + exposed FSDP + exposed PP + exposed DP + optimizer + overhead    (§11.7)
+                + m x layers x exposed offload copies per layer                                    (§11.21)
 
 where m = global_batch / (micro_batch x dp) micro-batches per step, and the bubble, the exposed sends and
 the model copies per rank come from the pipeline schedule (``kernels/lm/pipeline.py``). Every communication
@@ -29,11 +30,12 @@ from fastmodel.kernels.lm.layout import (
     SHARD_ZERO2, C_VOCAB, OPT_ADAM, OPT_MUON, OPT_SGD, OPT_SGD_NO_MOMENTUM, PRECISION_FP8, R_COMM_CP, R_COMM_DP, R_COMM_EP, R_COMM_EP_SCALE_OUT,
     R_COMM_PP, R_COMM_TP, R_EXPOSED_CP, R_EXPOSED_DP, R_EXPOSED_EP, R_EXPOSED_PP, R_EXPOSED_TP, R_FLOPS_PER_TOKEN,
     R_HFU, R_MFU, R_PIPELINE_BUBBLE, R_STEP_TIME, R_TIME_HOST_WAIT, R_TIME_ATTENTION, R_TIME_GEMM, R_TIME_MEMORY_BOUND, R_TIME_OPTIMIZER,
-    R_TIME_RECOMPUTE, R_TOKENS_PER_S, R_TOKENS_PER_S_PER_GPU,
+    R_TIME_OFFLOAD, R_TIME_RECOMPUTE, R_TOKENS_PER_S, R_TOKENS_PER_S_PER_GPU,
 )
 from fastmodel.kernels.lm.memory_states import layers_per_stage, moment_bytes, split_slots, stage_layers, stored_grad_bytes
 from fastmodel.kernels.lm.shape import mtp_layer_is_moe, mtp_stage_layers
 from fastmodel.kernels.lm.muon import muon_step
+from fastmodel.kernels.lm.offload_time import offload_layer_s
 from fastmodel.kernels.lm.moe import expert_dp, expert_tp
 from fastmodel.kernels.lm.parallel import data_parallel, fsdp_first_layer_exposed
 from fastmodel.kernels.lm.passes import (
@@ -321,8 +323,10 @@ def step_row(row, work, out):
     passes (:func:`stage_passes`), then the step composition."""
     p = row[C_PP]
     micro_batches = row[C_GLOBAL_BATCH] / (row[C_MICRO_BATCH] * row[C_DP])
+    offload_layer = offload_layer_s(row, work, last_rank_all_moe(row))  # first: stage_passes leaves work[A_*]
     stage_mb, average_mb, forward, weight, layers, share = stage_passes(row, work)
     per_stage = layers + share * row[C_MTP_LAYERS] / model_copies(row)   # the busiest rank's layers
+    offload = micro_batches * per_stage * offload_layer
     head_params = work[W_PARAMS]
     head_flops = 3.0 * work[W_FLOPS]
     # the head's forward costs, left by stage_passes, on the busiest rank when it is the last (share 1)
@@ -335,7 +339,7 @@ def step_row(row, work, out):
     fsdp_exposed = _fsdp_step(row, work, micro_batches, layers_per_stage(row), out)
     host_wait = micro_batches * host_wait_per_microbatch(row, per_stage, stage_mb)
     step = micro_batches * stage_mb + host_wait + bubble + fsdp_exposed + pp_exposed + outside \
-        + row[C_STEP_OVERHEAD_S]
+        + row[C_STEP_OVERHEAD_S] + offload
 
     full, _ = recompute_share(row)
     flops = work[A_FLOPS]
@@ -357,6 +361,7 @@ def step_row(row, work, out):
     out[R_TIME_RECOMPUTE] = micro_batches * per_stage * work[A_RECOMPUTE]
     out[R_PIPELINE_BUBBLE] = bubble
     out[R_TIME_HOST_WAIT] = host_wait
+    out[R_TIME_OFFLOAD] = offload
     out[R_COMM_TP] = micro_batches * (per_stage * work[A_TP_COMM] + head_tp)
     out[R_COMM_CP] = micro_batches * per_stage * work[A_CP_COMM]
     out[R_COMM_EP] = micro_batches * per_stage * work[A_EP_COMM]

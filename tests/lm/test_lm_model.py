@@ -195,11 +195,12 @@ def test_ulysses_context_parallelism_is_exposed_and_needs_heads_divisible_by_tp_
     {"sharding": "fsdp", "tp": 1, "pp": 1, "dp": 256, "shard_degree": 256, "recompute": "full",
      "param_fetch_bw": 2e10, "overlap_param_gather": 0},
     {"host_layer_s": 0.05},                       # host-bound: every micro-batch waits on the CPU
+    {"offload_modules": 12, "host_link_bw": 1e9},  # fine-grained offloading over a slow host link (§11.21)
 ])
 def test_step_time_is_the_sum_of_its_parts(variant):
     r = one(**{**LLAMA70B, **variant})
     parts = (r["time_gemm"] + r["time_attention"] + r["time_memory_bound"] + r["pipeline_bubble"]
-             + r["time_host_wait"] + r["time_optimizer"] + sum(r[f"exposed_{g}"] for g in ("tp", "cp", "ep", "pp", "dp")))
+             + r["time_host_wait"] + r["time_optimizer"] + r["time_offload"] + sum(r[f"exposed_{g}"] for g in ("tp", "cp", "ep", "pp", "dp")))
     assert r["step_time"] == pytest.approx(parts, rel=1e-12)
     for group in ("tp", "cp", "ep", "pp", "dp"):
         assert 0.0 <= r[f"exposed_{group}"] <= r[f"comm_{group}"] * (1 + 1e-12) + 1e-15, group
