@@ -6,7 +6,8 @@
   grids under one wave): the share of launched tensor-core work that is useful. *Depth* ``K / (K + gemm_k_half)`` amortises each tile's prologue and
   epilogue over its reduction length.
 - Flash attention: FLOPs / (16-bit peak x attn_eff), or x attn_eff_fa2 where the stack runs FlashAttention-2
-  through PyTorch SDPA (``attn_fa2``) and the device states that efficiency.
+  through PyTorch SDPA (``attn_fa2``) and the device states that efficiency; a serving prompt's forward-only
+  attention at ``attn_eff_fwd`` where the device states it (``attention_fwd_time``, docs/model_serving.md §S48).
 - Memory-bound kernels: bytes / (HBM bw x hbm_eff).
 - Every kernel time is divided by ``stack_compute_eff`` (1 unless a calibration's ``[stack."NAME"]`` table
   sets the share of the modelled speed a software stack attains; docs/calibration.md).
@@ -18,7 +19,8 @@ import math
 
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.columns import (
-    C_ATTN_EFF, C_ATTN_EFF_FA2, C_ATTN_FA2, C_MLA, C_GEMM_EFF_16, C_GEMM_EFF_8, C_GEMM_K_HALF, C_GEMM_TILE_M, C_GEMM_TILE_N, C_HBM_BW, C_HBM_EFF,
+    C_ATTN_EFF, C_ATTN_EFF_FA2, C_ATTN_EFF_FWD, C_ATTN_FA2, C_MLA, C_GEMM_EFF_16, C_GEMM_EFF_8, C_GEMM_K_HALF, C_GEMM_TILE_M, C_GEMM_TILE_N, C_HBM_BW,
+    C_HBM_EFF,
     C_EP, C_EXPERT_ALIGN_ROWS, C_EXPERT_GEMM_EFF, C_EXPERT_HIDE_ROWS, C_EXPERT_TILE_MAX, C_EXPERT_TILE_MIN, C_KERNEL_OVERHEAD_S, C_MOE_EXPERTS,
     C_PEAK_FLOPS_16, C_PEAK_FLOPS_4, C_PEAK_FLOPS_8, C_SM_COUNT, C_STACK_COMPUTE_EFF, C_COMPUTE_CAPABILITY, C_FP8_RECIPE,
     FP8_BLOCKWISE, FP8_MXFP8,
@@ -281,6 +283,16 @@ def attention_time(row, flops):
     if flops <= 0.0:
         return 0.0
     return (flops / (row[C_PEAK_FLOPS_16] * attention_eff(row)) + row[C_KERNEL_OVERHEAD_S]) / row[C_STACK_COMPUTE_EFF]
+
+
+@njit
+def attention_fwd_time(row, flops):
+    """Seconds for flash-attention forward kernels alone executing ``flops`` (serving prefill: no backward) at
+    ``attn_eff_fwd`` where the device states it, else as :func:`attention_time` (docs/model_serving.md §S48)."""
+    if flops <= 0.0:
+        return 0.0
+    eff = row[C_ATTN_EFF_FWD] if row[C_ATTN_EFF_FWD] > 0.0 else attention_eff(row)
+    return (flops / (row[C_PEAK_FLOPS_16] * eff) + row[C_KERNEL_OVERHEAD_S]) / row[C_STACK_COMPUTE_EFF]
 
 
 @njit(inline="always")

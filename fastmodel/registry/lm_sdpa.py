@@ -2,7 +2,8 @@
 
 Rows of ``fastmodel.registry.lm`` (name, units, default, doc, lo, hi, fittable, option), kept here so the registry
 module stays readable. docs/model.md §11.3 ("Attention through PyTorch SDPA") gives the equation and sources;
-``kernels/roofline.py`` ``attention_time`` reads them, the stack profiles set ``attn_fa2``.
+``kernels/roofline.py`` ``attention_time`` reads them, the stack profiles set ``attn_fa2``; ``attn_eff_fwd`` (the
+forward-only efficiency of serving prefill, docs/model_serving.md §S48) is read by ``attention_fwd_time``.
 """
 
 from __future__ import annotations
@@ -20,4 +21,8 @@ SDPA_PLAN_ROWS = (
 SDPA_DEVICE_ROWS = (
     ("attn_eff_fa2", "1", 0.0, "Attainable fraction of the 16-bit peak for FlashAttention-2 kernels, forward + "
      "backward (H100: up to 335 TFLOP/s, Dao 2023 sec. 4.1); 0: the same as attn_eff. A device fact (not fitted).", 0, 1),
+    ("attn_eff_fwd", "1", 0.0, "Attainable fraction of the 16-bit peak for flash-attention forward kernels alone, on "
+     "the causal FLOP count: serving prefill, which runs no backward (B200: 0.372, the forward half of the "
+     "microbenchmark attn_eff comes from, docs/model_serving.md S48); 0: the same as attn_eff. A device fact (not "
+     "fitted).", 0, 1),
 )

@@ -5,7 +5,7 @@ over causal prompts (docs/model_serving.md).
 
 import math
 
-from fastmodel.kernels.roofline import attention_time
+from fastmodel.kernels.roofline import attention_fwd_time
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.shape import attention_dims, layer_mix
 from fastmodel.kernels.lm.layout import (
@@ -137,6 +137,9 @@ def prefill_attention_flops(row, prompts, length):
 
 @njit
 def prefill_attention_time(row, prompts, length):
+    """Seconds of the prefill's attention kernels over ``prompts`` causal prompts of ``length`` tokens: forward
+    kernels only, at the device's forward efficiency (``attention_fwd_time``, docs/model_serving.md §S48)."""
     full, slide = prefill_attention_flops(row, prompts, length)
     dense_full, dense_slide, moe_full, moe_slide = layer_mix(row)
-    return (dense_full + moe_full) * attention_time(row, full) + (dense_slide + moe_slide) * attention_time(row, slide)
+    return ((dense_full + moe_full) * attention_fwd_time(row, full)
+            + (dense_slide + moe_slide) * attention_fwd_time(row, slide))

@@ -128,6 +128,22 @@ def test_b200_attention_efficiency_is_the_flop_weighted_causal_mean():
     assert flops / seconds == pytest.approx(B200["attn_eff"], abs=0.005)
 
 
+def test_b200_forward_attention_efficiency_is_the_forward_shapes_alone():
+    """Serving prefill runs the forward kernel only (docs/model_serving.md S48): the same 32 causal shapes, forward
+    alone, each at half its quoted (non-causal) efficiency, FLOP-weighted: 0.372, above the forward + backward 0.353.
+    The Blackwell files without a microbenchmark of their own carry B200's."""
+    flops, seconds = 0.0, 0.0
+    for key, forward in BENCH["sdp_fwd"].items():
+        s = _shape(key)
+        base = s["seq_len"] ** 2 * max(s["head_num"], s["kv_head_num"]) * (s["qk_head_dim"] + s["v_head_dim"]) / 2
+        flops += 2.0 * base
+        seconds += 2.0 * base / (forward / 2)
+    assert flops / seconds == pytest.approx(B200["attn_eff_fwd"], abs=0.0005)
+    assert B200["attn_eff_fwd"] > B200["attn_eff"]
+    for name in ("gb200", "b300", "gb300"):
+        assert device_table()[name]["attn_eff_fwd"] == B200["attn_eff_fwd"]
+
+
 def test_b200_nvlink_efficiency_is_the_gather_bus_bandwidth():
     """nccl-tests' fitted bus bandwidth of all-gather and reduce-scatter is quoted in GiB/s per 900 GB/s:
     0.6735 x 900 x 2^30 / 1e9 = 650.8 GB/s, 0.723 of the 900 GB/s link; the per-step latency is their mean."""
