@@ -9,7 +9,8 @@ recipe stays unstated (today's generic cast count) and a note says why. Words ar
 substrings, so "-fr cs" names nothing and "mxfp8" never reads as "fp8". Only stated words count: the text is cut
 into clauses at ``,;:?`` and sentence stops (a parenthesis stays in its clause: "tensorwise (assumed)"), and a
 clause carrying a word of :data:`HEDGES` ("default tensorwise scaling assumed") is the record author's assumption,
-not the source's statement, and names nothing.
+not the source's statement, and names nothing. A recipe stated on a run whose ``precision`` is not ``fp8`` is
+ignored with a note (:func:`ignored_note`): it scales FP8 GEMM inputs, and a 16-bit run has none.
 """
 
 from __future__ import annotations
@@ -67,3 +68,10 @@ def recipe_from_text(text: str | None) -> tuple[str | None, str]:
 
         why += nearest(key, [*FP8_RECIPES, *RECIPE_WORDS])
     return None, f"plan.fp8_recipe {text!r} {why}: the recipe is unstated (generic FP8 cast count)"
+
+
+def ignored_note(stated: str, precision: str) -> str:
+    """The note of an FP8 recipe ``stated`` (a name or a record's text) on a run of ``precision`` other than
+    ``fp8``: the kernels read ``fp8_recipe`` only under FP8 GEMMs (``kernels/lm/fp8.py``, ``rules.py``), so it is
+    ignored, as ``recompute_modules`` is outside selective recompute."""
+    return f"fp8_recipe {stated!r} ignored: precision {precision!r} runs no FP8 GEMMs"

@@ -19,6 +19,7 @@ import numpy as np
 
 from fastmodel.errors import SpecError, nearest
 from fastmodel.lm.execution import GRAD_REDUCE_BYTES
+from fastmodel.lm.fp8_recipe import ignored_note
 from fastmodel.lm.router_balance import expert_maxvio
 from fastmodel.lm.table import encode
 from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS, OFFLOAD_MODULES, RECOMPUTE_MODULES
@@ -166,14 +167,19 @@ def execution_values(execution, model, mesh: Mesh, notes: list[str] | None = Non
     maxvio = balance_column(execution, model, notes)
     if maxvio is not None:
         values["moe_expert_maxvio"] = maxvio
+    if execution.fp8_recipe not in (None, "unstated") and execution.precision != "fp8" and notes is not None:
+        notes.append(ignored_note(execution.fp8_recipe, execution.precision))   # fastmodel/lm/fp8_recipe.py
     return values
 
 
 def balance_column(execution, model, notes: list[str] | None = None) -> float | None:
     """``moe_expert_maxvio`` of the plan's ``moe_balance`` (``router_balance.expert_maxvio``) when the plan and its
     stack leave ``moe_imbalance`` unset and the model has experts; the kernel's ``rank_imbalance`` turns it into
-    the busiest rank's factor at each mesh's ep."""
+    the busiest rank's factor at each mesh's ep. A dense model has no experts: a method stated on it is ignored
+    with a note, as the MoE-only model fields are (``dense_moe_note``)."""
     method = getattr(execution, "moe_balance", None)
+    if method is not None and not model.moe_experts and notes is not None:
+        notes.append(f"moe_balance = {method!r} ignored: a dense model (moe_experts = 0) has no experts")
     if not model.moe_experts or execution.moe_imbalance is not None or method is None:
         return None
     return expert_maxvio(method, notes)

@@ -16,7 +16,8 @@ Fill-in rules (docs/model.md §11.8), each an execution fact, never a fit:
   ``recompute_num_layers``: 0.5 (every other block, TorchTitan's default).
 - layers not divisible by ``pp x vp``: the run balanced its stages unevenly (``uneven_stages``).
 - ``activation_offload_layers``: that share of the layers' activations is held in host memory.
-- ``fp8_recipe`` as text: the recipe it names (``fastmodel.lm.fp8_recipe``), else unstated with a note.
+- ``fp8_recipe`` as text: the recipe it names (``fastmodel.lm.fp8_recipe``), else unstated with a note; ignored
+  with a note when ``precision`` is not ``fp8``.
 - the framework's execution defaults (fused kernels, flash attention, dropout, overlap, buckets, FSDP
   copy-out, ``vp = "unknown"``) come from its stack profile (``fastmodel.lm.stacks``).
 - normalization: RMSNorm unless ``model.normalization`` says otherwise, for gated-MLP models.
@@ -73,7 +74,7 @@ def parse_record(data: dict, source: str | None = None):
 
 def record_specs(record, source: str | None = None, notes: list[str] | None = None):
     """(model, cluster, execution, mesh, global_batch) of a validated record, the fill-in rules applied."""
-    from fastmodel.lm.fp8_recipe import recipe_from_text
+    from fastmodel.lm.fp8_recipe import ignored_note, recipe_from_text
     from fastmodel.lm.lowering import Mesh
     from fastmodel.lm.record_schema import EXECUTION_FIELDS, UNMODELLED, record_error
     from fastmodel.lm.spec import ClusterSpec, ExecutionSpec
@@ -93,7 +94,10 @@ def record_specs(record, source: str | None = None, notes: list[str] | None = No
     if plan.recompute == "unknown":
         fields["recompute"], rule = profile_for(record.framework, record.stack)[0].unknown_recompute(model.seq_len)
         notes.append(f"recompute unknown: {rule}")
-    fields["fp8_recipe"], recipe_note = recipe_from_text(plan.fp8_recipe)
+    if plan.fp8_recipe is not None and plan.precision != "fp8":
+        fields["fp8_recipe"], recipe_note = None, ignored_note(plan.fp8_recipe, plan.precision)
+    else:
+        fields["fp8_recipe"], recipe_note = recipe_from_text(plan.fp8_recipe)
     if recipe_note:
         notes.append(recipe_note)
     if plan.activation_offload_layers is not None:

@@ -64,18 +64,29 @@ def field_path(root: type[BaseModel], loc: tuple) -> tuple[tuple, type[BaseModel
     return tuple(path), block
 
 
-#: engines' names for a field the schema spells otherwise: MTP / draft depth is ``serve.spec_tokens`` (vLLM
-#: SpeculativeConfig.num_speculative_tokens; SGLang --speculative-num-draft-tokens; TensorRT-LLM
-#: MTPDecodingConfig.num_nextn_predict_layers; DeepSeek-V3's MTP depth D, report sec. 2.2)
+#: engines' names for a field the schema spells otherwise. The MTP / draft depth ``serve.spec_tokens`` (k draft
+#: tokens per decode step, docs/model_serving.md S18) is: vLLM ``--speculative-config`` key ``num_speculative_tokens``
+#: (vllm@f19b16d vllm/config/speculative.py ``SpeculativeConfig``, method ``"mtp"``); SGLang
+#: ``--speculative-num-steps`` (the drafting depth, docs.sglang.io "Speculative Decoding"; at
+#: ``--speculative-eagle-topk 1`` SGLang sets ``speculative_num_draft_tokens = speculative_num_steps + 1``, the
+#: verified token counted, python/sglang/srt/server_args.py, so DeepSeek MTP's minimum is steps 1, draft tokens 2);
+#: TensorRT-LLM ``speculative_config`` ``decoding_type: MTP`` ``num_nextn_predict_layers``
+#: (TensorRT-LLM@fcd3f31 tensorrt_llm/llmapi/llm_args.py ``MTPDecodingConfig``: N modules, N draft tokens); the
+#: checkpoint's ``num_nextn_predict_layers`` (DeepSeek-V3's MTP depth D, report sec. 2.2)
 SYNONYMS = {"mtp_depth": "spec_tokens", "mtp": "spec_tokens", "num_speculative_tokens": "spec_tokens",
-            "speculative_num_draft_tokens": "spec_tokens", "num_nextn_predict_layers": "spec_tokens",
-            "draft_tokens": "spec_tokens"}
+            "speculative_num_steps": "spec_tokens", "speculative_num_draft_tokens": "spec_tokens",
+            "num_nextn_predict_layers": "spec_tokens", "draft_tokens": "spec_tokens"}
+#: a synonym that is not the same count: how to convert it
+SYNONYM_REMARKS = {"speculative_num_draft_tokens": "; SGLang counts the verified token too: spec_tokens = "
+                                                   "speculative_num_draft_tokens - 1 at --speculative-eagle-topk 1"}
 
 
 def _synonym(name: str, fields) -> str:
-    """`` (the schema calls it 'x')`` when ``name`` is an engine's name for the field ``x`` of ``fields``."""
+    """`` (the schema calls it 'x')`` when ``name`` is an engine's name for the field ``x`` of ``fields``, with
+    the conversion when the engine counts otherwise (``SYNONYM_REMARKS``)."""
     target = SYNONYMS.get(name.lower())
-    return f" (the schema calls it '{target}')" if target in fields else ""
+    remark = SYNONYM_REMARKS.get(name.lower(), "")
+    return f" (the schema calls it '{target}'{remark})" if target in fields else ""
 
 
 def first_error(error: ValidationError, source: str | None, root: type[BaseModel], prefix: tuple = ()) -> SpecError:

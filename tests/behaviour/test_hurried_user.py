@@ -250,14 +250,20 @@ def test_output_checked_before_the_spec(tmp_path):
         one_line_error(run(*args, "-o", str(out)), "exists")
 
 
-@pytest.mark.parametrize("name", ["mtp_depth", "num_speculative_tokens"])
-def test_serve_record_mtp_depth_named(name, tmp_path):
-    """An engine's name for the draft depth (MTP) in a serving record points at serve.spec_tokens."""
+@pytest.mark.parametrize("name, remark", [
+    ("mtp_depth", ""), ("num_speculative_tokens", ""), ("speculative_num_steps", ""),
+    ("speculative_num_draft_tokens", "; SGLang counts the verified token too: spec_tokens = "
+                                     "speculative_num_draft_tokens - 1 at --speculative-eagle-topk 1")])
+def test_serve_record_mtp_depth_named(name, remark, tmp_path):
+    """An engine's name for the draft depth (MTP) in a serving record points at serve.spec_tokens: vLLM's
+    num_speculative_tokens and SGLang's speculative_num_steps are the same count; SGLang's
+    speculative_num_draft_tokens counts the verified token too (steps + 1 at top-k 1), and the hint says so."""
     record = json.loads(open("tests/data/serve_dev_load.jsonl").readline())
     record["serve"][name] = 3
     path = tmp_path / "r.jsonl"
     path.write_text(json.dumps(record) + "\n")
-    one_line_error(run("serve", str(path)), f"serve.{name}: unknown field (the schema calls it 'spec_tokens')")
+    one_line_error(run("serve", str(path)),
+                   f"serve.{name}: unknown field (the schema calls it 'spec_tokens'{remark})")
 
 
 @pytest.mark.parametrize("mode, gpus, text", [("disagg", "1", "disagg needs --gpus 2 or more"),

@@ -153,3 +153,39 @@ def test_moe_only_fields_on_a_dense_model_are_ignored_with_a_note():
     np.testing.assert_array_equal(noted.columns, plain.columns)
     assert "model.moe_max_nodes = 4, model.moe_routing = 'round_robin' ignored: a dense model (moe_experts = 0) " \
         "has no experts" in noted.notes
+
+
+def test_moe_balance_on_a_dense_model_is_ignored_with_a_note():
+    """A dense model has no router to balance: moe_balance stated on it lowers to the same columns as without it,
+    with one note; on a model with experts it sets moe_expert_maxvio (aux_loss: 0.52) and no such note."""
+    cluster, mesh = load_cluster("dgx-h100", 1), Mesh(dp=8)
+    dense, moe = load_lm_model("llama3.1-8b"), load_lm_model("deepseek-v3")
+    notes: list[str] = []
+    got = lower(dense, cluster, ExecutionSpec(moe_balance="aux_loss"), mesh, 64, notes)
+    np.testing.assert_array_equal(got, lower(dense, cluster, ExecutionSpec(), mesh, 64))
+    assert notes.count("moe_balance = 'aux_loss' ignored: a dense model (moe_experts = 0) has no experts") == 1
+    notes = []
+    assert lower(moe, cluster, ExecutionSpec(moe_balance="aux_loss"), mesh, 64, notes)[C["moe_expert_maxvio"]] == 0.52
+    assert not any("moe_balance" in note for note in notes)
+
+
+def test_fp8_recipe_on_a_16_bit_run_is_ignored_with_a_note():
+    """fp8_recipe scales FP8 GEMM inputs, which a bf16 run has none of: a spec's recipe is noted once (the column
+    is read only under precision fp8), and a record's text is not parsed (no "recipe is unstated" note); the
+    record's columns equal those without the field. Under fp8 the recipe is read and not noted."""
+    model, cluster, mesh = load_lm_model("llama3.1-8b"), load_cluster("dgx-h100", 1), Mesh(dp=8)
+    notes: list[str] = []
+    lower(model, cluster, ExecutionSpec(fp8_recipe="tensorwise"), mesh, 64, notes)
+    assert notes.count("fp8_recipe 'tensorwise' ignored: precision 'bf16' runs no FP8 GEMMs") == 1
+    notes = []
+    columns = lower(model, cluster, ExecutionSpec(precision="fp8", fp8_recipe="tensorwise"), mesh, 64, notes)
+    assert columns[C["fp8_recipe"]] == encode("fp8_recipe", "tensorwise") and not any("ignored" in n for n in notes)
+    record = record_by_id("korthikanti2022_t5-GPT-22B-n8-tp8pp1-full", "runs_dev.jsonl")
+    assert record["plan"].get("precision", "bf16") != "fp8"
+    plain = lower_record(record)
+    record["plan"]["fp8_recipe"] = "delayed scalng"
+    noted = lower_record(record)
+    np.testing.assert_array_equal(noted.columns, plain.columns)
+    precision = record["plan"].get("precision", "bf16")
+    assert [n for n in noted.notes if "fp8_recipe" in n] == \
+        [f"fp8_recipe 'delayed scalng' ignored: precision {precision!r} runs no FP8 GEMMs"]
