@@ -95,7 +95,7 @@ class ExecutionSpec(BaseModel):
     # tensor and context parallelism
     sequence_parallel: bool = True
     tp_comm_overlap: bool = False
-    cp_algorithm: _names(CP_ALGORITHMS) = "ring"  # type: ignore[valid-type]
+    cp_algorithm: _names(CP_ALGORITHMS) | None = None  # type: ignore[valid-type]  # None: the stack's (ring)
     # batch and recompute
     micro_batch: PositiveInt = Field(1, le=1 << 20)
     recompute: _names(RECOMPUTE_CODES) = "selective"  # type: ignore[valid-type]

@@ -75,7 +75,7 @@ SELECTIVE_POLICIES = {"megatron": 0, "op": 1}
 #: 0 = the default list ``["core_attn"]``
 RECOMPUTE_MODULES = {"core_attn": 1, "layernorm": 2, "mla_up_proj": 4, "moe_act": 8, "mlp": 16, "moe": 32,
                      "shared_experts": 64}
-CP_ALGORITHMS = {"ring": 0, "alltoall": 1}
+CP_ALGORITHMS = {"ring": 0, "alltoall": 1, "allgather": 2}
 #: the LM loss as the stack computes it (kernels/lm/memory.py ``loss_workspace_bytes_per_logit``): Megatron's
 #: vocab-parallel cross entropy, eager ``torch.nn.functional.cross_entropy`` on an FP32 upcast of the logits,
 #: or the same function under torch.compile (TorchInductor)
@@ -189,7 +189,7 @@ PLAN_COLUMNS = _cols(
      "(BF16 logits + FP32 copy, 6 B), 1 eager torch cross_entropy on FP32-upcast logits (12 B), 2 the same "
      "under torch.compile (BF16 logits + BF16 gradient, 4 B).", 0, 2),
     ("cp_algorithm", "code", 0, "CP_ALGORITHMS: 0 ring attention (K/V blocks passed around, overlapped with "
-     "attention), 1 all-to-all (DeepSpeed-Ulysses: heads scattered over cp, exposed).", 0, 1),
+     "attention), 1 all-to-all (DeepSpeed-Ulysses: heads scattered over cp, exposed), 2 K/V all-gather (Llama 3: exposed).", 0, 2),
     ("collective_algorithm", "code", 0, "COLLECTIVE_ALGORITHMS for allreduce: 0 the faster of ring and tree (as "
      "NCCL's tuner picks), 1 ring, 2 tree.", 0, 2),
     ("collective_bucket_bytes", "bytes", 0, "Largest message of a sharded-data-parallel collective: a layer's "
@@ -260,6 +260,8 @@ PLAN_COLUMNS = _cols(
      "BF16 gradients (read the gradient 2 B, read and write the FP32 accumulator 4 + 4 B; PyTorch FSDP2 "
      "FSDPParam.accumulate_unsharded_grad_if_needed; Llama 3 paper sec. 3.3.2). 0: fused into the "
      "weight-gradient GEMM (Megatron gradient_accumulation_fusion) or not run.", 0, 64, False, "number"),
+    ("reduce_every_microbatch", "1", 0, "1: FSDP with pipeline stages reduce-scatters each micro-batch's gradient into "
+     "sharded gradients (Llama 3 sec. 3.3.2; docs/model.md §11.20). 0: once per step. Set by the stack.", 0, 1, False, "flag"),
     ("grad_allreduce", "1", 0, "1: a ZeRO-1/distributed-optimizer step all-reduces the whole gradient instead of "
      "reduce-scattering it, then gathers the updated parameters (DeepSpeed ZeRO-1 and BF16_Optimizer, docs/model.md "
      "§11.6). Set by the stack.", 0, 1, False, "flag"),

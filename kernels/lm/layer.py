@@ -12,7 +12,7 @@ from fastmodel.kernels.lm.fp8 import amax_reduction_time, fp8_cast_bytes
 from fastmodel.kernels.roofline import attention_time, gemm_time, grouped_gemm_time, memory_bound_time
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.layout import (
-    CP_ALLTOALL, C_CAUSAL, C_COLLECTIVE_OVERHEAD_S, C_CP, C_CP_ALGORITHM, C_EP, C_FFN, C_FLASH_ATTENTION, C_HEADS, C_HEAD_DIM, C_HIDDEN,
+    CP_ALLGATHER, CP_ALLTOALL, C_CAUSAL, C_COLLECTIVE_OVERHEAD_S, C_CP, C_CP_ALGORITHM, C_EP, C_FFN, C_FLASH_ATTENTION, C_HEADS, C_HEAD_DIM, C_HIDDEN,
     C_KV_HEADS, C_LAYERS, C_LOSS_TRAFFIC_BYTES_PER_LOGIT, C_MICRO_BATCH, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS,
     C_MOE_TOPK, C_MTP_LAYERS, C_PRECISION, C_RECOMPUTE, C_RECOMPUTE_FRACTION, C_ROTARY_FRACTION, C_SEQUENCE_PARALLEL, C_SEQ_LEN,
     C_SLIDING_WINDOW, C_TIED_EMBEDDINGS, C_TP, C_VOCAB, PRECISION_FP8, RECOMPUTE_FULL, RECOMPUTE_PARTIAL_LAYERS,
@@ -158,15 +158,7 @@ def layer_costs(row, moe, sliding, work):
             tp += 4.0 * row[C_COLLECTIVE_OVERHEAD_S] + amax_reduction_time(row)   # current scaling's amaxes
         else:
             tp = 2.0 * (allreduce_time(row, tp_bytes, t, 1.0) + row[C_COLLECTIVE_OVERHEAD_S])
-    cp = 0.0
-    if c > 1.0 and row[C_CP_ALGORITHM] == CP_ALLTOALL:
-        # DeepSpeed-Ulysses: Q, K, V scattered by heads and the output gathered back, one all-to-all each
-        heads_width = (a + 2.0 * row[C_KV_HEADS]) * dqk / t + a * dv / t
-        cp = alltoall_time(row, ACT_BYTES * tokens * heads_width, c, t)
-    elif c > 1.0:
-        # ring attention: c - 1 exchanges of this rank's K and V blocks with its ring neighbour
-        kv_block = 2.0 * ACT_BYTES * tokens * row[C_KV_HEADS] * row[C_HEAD_DIM] / t
-        cp = (c - 1.0) * allgather_time(row, kv_block * 2.0, 2.0, t)
+    cp = cp_forward_time(row, tokens, a, dqk, dv, t, c)
     ep = 0.0
     ep_remote = 0.0
     if moe:
@@ -186,6 +178,23 @@ def layer_costs(row, moe, sliding, work):
     work[W_EP_REMOTE] = ep_remote
     work[W_WGRAD] = expert_wgrad_extra(row, fp8, routed) if moe else 0.0
     work[W_SYNC] = moe_sync_idle_time(row) if moe else 0.0
+
+
+@njit
+def cp_forward_time(row, tokens, a, dqk, dv, t, c):
+    """Context-parallel exchange of one layer's forward, ``tokens`` per rank (0 without CP; docs/model.md §11.6):
+    DeepSpeed-Ulysses' all-to-alls of Q, K, V by heads and of the output back; Llama 3's all-gather of every
+    rank's K and V over the cp group before attention (sec. 3.3.2, §11.20); or ring attention's c - 1 exchanges
+    of this rank's K and V blocks with its ring neighbour."""
+    if c <= 1.0:
+        return 0.0
+    if row[C_CP_ALGORITHM] == CP_ALLTOALL:
+        heads_width = (a + 2.0 * row[C_KV_HEADS]) * dqk / t + a * dv / t
+        return alltoall_time(row, ACT_BYTES * tokens * heads_width, c, t)
+    kv_block = 2.0 * ACT_BYTES * tokens * row[C_KV_HEADS] * row[C_HEAD_DIM] / t
+    if row[C_CP_ALGORITHM] == CP_ALLGATHER:
+        return allgather_time(row, c * kv_block, c, t)
+    return (c - 1.0) * allgather_time(row, kv_block * 2.0, 2.0, t)
 
 
 @njit

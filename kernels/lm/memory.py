@@ -33,7 +33,7 @@ from fastmodel.kernels.lm.layout import (
     C_MOE_FFN, C_MOE_SHARED_EXPERTS, C_PP, C_PRECISION, C_QK_ROPE_HEAD_DIM, C_SEQUENCE_PARALLEL, C_SHARDING, C_TP,
     C_LOSS_IMPL, C_MTP_LAYERS, C_VOCAB,
     LOSS_COMPILED, LOSS_EAGER, M_ACTIVATIONS, M_BUFFERS, M_GRADIENTS, M_KV_CACHE, M_OPTIMIZER, M_OVERHEAD, M_WEIGHTS, N_MEMORY_KINDS,
-    CP_ALLTOALL, PRECISION_FP8, SHARD_FSDP, C_CUDA_CONTEXT_BYTES, C_CUBLAS_WORKSPACE_BYTES, C_DP, C_NCCL_CHANNELS,
+    CP_ALLGATHER, CP_ALLTOALL, PRECISION_FP8, SHARD_FSDP, C_CUDA_CONTEXT_BYTES, C_CUBLAS_WORKSPACE_BYTES, C_DP, C_NCCL_CHANNELS,
     C_NCCL_P2P_CHANNELS_PER_PEER, C_MOE_DISPATCHER, DISPATCH_DEEPEP,
 )
 from fastmodel.kernels.lm.memory_deepep import deepep_buffer_bytes
@@ -177,13 +177,17 @@ def cp_comm_buffer_bytes(row):
     (DeepSpeed-Ulysses, Jacobs et al. 2023, Sec. 3): Q, K and V are re-partitioned from ``s / cp`` tokens of
     every head to all ``s`` tokens of ``1 / cp`` of the heads, into new tensors of the same size as the
     local ones: ``2 T (a d / t + 2 kv d / t)`` live beside the projections' outputs until they are freed.
-    Both are per device functions of ``T = b s / cp``: fixed tokens per device, fixed buffers.
+    Both are per device functions of ``T = b s / cp``: fixed tokens per device, fixed buffers. K/V all-gather
+    (``cp_algorithm = allgather``, Llama 3 sec. 3.3.2): every rank's K and V chunk gathered, ``2 cp T kv d / t``
+    per device (with GQA small: the paper's reason to gather K and V rather than pass them around).
     """
     if row[C_CP] <= 1:
         return 0.0
     t_tok = micro_batch_tokens(row)
     if int(row[C_CP_ALGORITHM]) == CP_ALLTOALL:
         return B16 * t_tok * (row[C_HEADS] / row[C_TP] * row[C_HEAD_DIM] + 2.0 * local_kv_width(row))
+    if int(row[C_CP_ALGORITHM]) == CP_ALLGATHER:
+        return 2.0 * B16 * row[C_CP] * t_tok * local_kv_width(row)
     return 2.0 * 2.0 * B16 * t_tok * local_kv_width(row)
 
 

@@ -9,7 +9,8 @@ from fastmodel.kernels.roofline import memory_bound_time
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.layout import (
     C_COLLECTIVE_BUCKET_BYTES, C_COMM_SM_SHARE, C_FP8_PARAMS, C_FSDP_COPY_OUT, C_GRAD_ALLREDUCE, C_GRAD_REDUCE_BYTES,
-    C_OVERLAP_GRAD_REDUCE, C_OVERLAP_PARAM_GATHER, C_PARAM_FETCH_BW, C_PP, C_SHARDING, SHARD_DDP, SHARD_FSDP,
+    C_OVERLAP_GRAD_REDUCE, C_OVERLAP_PARAM_GATHER, C_PARAM_FETCH_BW, C_PP, C_REDUCE_EVERY_MICROBATCH, C_SHARDING,
+    SHARD_DDP, SHARD_FSDP,
 )
 from fastmodel.kernels.nccl import allgather_time, allreduce_time, bucketed_allgather_time
 
@@ -89,6 +90,21 @@ def fsdp_first_layer_exposed(row, gather, reduce, backward):
 def param_bytes(row):
     """Bytes per gathered weight element: 1 with FP8 weight copies, else 2."""
     return 1.0 if row[C_FP8_PARAMS] > 0.0 else 2.0
+
+
+@njit
+def microbatch_reduce(row, stage_params, shard_group, stride, micro_batches, stage_mb):
+    """(seconds, exposed seconds) of the gradient reduce-scatters of the first m - 1 micro-batches under FSDP with
+    pipeline stages and ``reduce_every_microbatch`` (Llama 3, docs/model.md §11.20): each micro-batch's gradient
+    of the stage, ``grad_reduce_bytes`` per element, reduce-scattered over the shard group while the next
+    micro-batch computes (``stage_mb`` seconds); the last one is the once-per-step reduction of
+    :func:`data_parallel`. 0 otherwise."""
+    if row[C_REDUCE_EVERY_MICROBATCH] <= 0.0 or row[C_SHARDING] != SHARD_FSDP or row[C_PP] <= 1.0 \
+            or micro_batches <= 1.0:
+        return 0.0, 0.0
+    reduce = bucketed_allgather_time(row, stage_params * row[C_GRAD_REDUCE_BYTES], shard_group, stride,
+                                     row[C_COLLECTIVE_BUCKET_BYTES])
+    return (micro_batches - 1.0) * reduce, (micro_batches - 1.0) * exposed(row, reduce, stage_mb)
 
 
 @njit

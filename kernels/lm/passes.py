@@ -26,7 +26,8 @@ from fastmodel.kernels.lm.layer import (
 )
 from fastmodel.kernels.lm.recompute import core_attention_recomputed
 from fastmodel.kernels.lm.layout import (
-    CP_ALLTOALL, C_COLLECTIVE_BUCKET_BYTES, C_CP, C_CP_ALGORITHM, C_DP, C_GLOBAL_BATCH, C_GRAD_ACCUM_BYTES, C_GRAD_REDUCE_BYTES, C_LAYERS, C_MICRO_BATCH,
+    CP_ALLGATHER, CP_ALLTOALL, C_COLLECTIVE_BUCKET_BYTES, C_CP, C_CP_ALGORITHM, C_DP, C_GLOBAL_BATCH, C_GRAD_ACCUM_BYTES,
+    C_GRAD_REDUCE_BYTES, C_LAYERS, C_MICRO_BATCH,
     C_MOE_A2A_OVERLAP, C_MOE_SHARED_EXPERT_OVERLAP, C_PP,
     C_PARAM_FETCH_BW, C_SELECTIVE_POLICY, C_SHARDING, C_SHARD_DEGREE, C_TP, C_TP_COMM_OVERLAP, SHARD_FSDP,
     C_GATED_MLP, C_SEQUENCE_PARALLEL, C_TP_PER_PROJECTION,
@@ -44,7 +45,8 @@ BACKWARD_GEMM = BACKWARD_INPUT_GEMM + BACKWARD_WEIGHT_GEMM
 BACKWARD_ATTN = 2.5          # flash-attention backward (Dao 2023: 2.5x the forward's matmul FLOPs)
 BACKWARD_MEM = 2.0           # element-wise backward: read the saved input and the gradient, write one
 TP_BACKWARD_PASSES = 1.0     # TP: the conjugate collective of each forward one (Megatron f/g operators)
-CP_BACKWARD_PASSES = 2.0     # ring CP: K, V again for dQ and dK, dV back to their owners
+CP_BACKWARD_PASSES = 2.0     # ring CP: K, V again for dQ and dK, dV back to their owners; all-gather CP (Llama 3):
+                             # K, V gathered again and dK, dV reduce-scattered, the same bytes [A]
 EP_BACKWARD_PASSES = 1.0     # EP: dispatch and combine all-to-alls mirrored
 GATHER_BACKWARD_PASSES = 1.0  # ZeRO-3/FSDP: the layer is gathered again for its backward
 
@@ -166,8 +168,8 @@ def _add_layer_kind(row, weight, full, selective, fsdp, work):
     ep_left = expert_parallel_exposed(row, ep, work[W_SHARED] * passes, forward + backward_input + backward_weight
                                       + again)
     tp_left = exposed(row, tp, g * passes) if row[C_TP_COMM_OVERLAP] > 0.0 else tp
-    if row[C_CP_ALGORITHM] == CP_ALLTOALL:
-        cp_left = cp                    # the all-to-alls sit between the projections and attention
+    if row[C_CP_ALGORITHM] == CP_ALLTOALL or row[C_CP_ALGORITHM] == CP_ALLGATHER:
+        cp_left = cp                    # the all-to-alls / K-V all-gathers sit between the projections and attention
     else:
         cp_left = exposed(row, cp, a_ * (1.0 + BACKWARD_ATTN + full))
     if fsdp:

@@ -37,7 +37,7 @@ from fastmodel.kernels.lm.shape import mtp_layer_is_moe, mtp_stage_layers
 from fastmodel.kernels.lm.muon import muon_step
 from fastmodel.kernels.lm.offload_time import offload_layer_s
 from fastmodel.kernels.lm.moe import expert_dp, expert_tp
-from fastmodel.kernels.lm.parallel import data_parallel, fsdp_first_layer_exposed
+from fastmodel.kernels.lm.parallel import data_parallel, fsdp_first_layer_exposed, microbatch_reduce
 from fastmodel.kernels.lm.passes import (
     A_ATTN, A_BACKWARD_INPUT, A_BACKWARD_WEIGHT, A_CP_COMM, A_CP_EXPOSED, A_EP_COMM, A_EXPOSED_F, A_FLOPS, A_FORWARD,
     A_EP_EXPOSED, A_EP_SCALE_OUT, A_EXPERT_PARAMS, A_MTP_EXPERT_PARAMS, A_MTP_PARAMS,
@@ -195,9 +195,10 @@ def tied_head_copy(row):
 
 
 @njit
-def _data_parallel_step(row, work, per_stage, head_params, out):
-    """Data-parallel gradient reduction and parameter gather once per step, and the optimizer step, into
-    ``out``; returns their critical-path seconds."""
+def _data_parallel_step(row, work, per_stage, head_params, micro_batches, stage_mb, out):
+    """Data-parallel gradient reduction and parameter gather once per step (with ``reduce_every_microbatch``
+    the earlier micro-batches' reductions too, each beside the next micro-batch's ``stage_mb``), and the
+    optimizer step, into ``out``; returns their critical-path seconds."""
     p = row[C_PP]
     t = row[C_TP]
     params = work[A_PARAMS]
@@ -227,6 +228,9 @@ def _data_parallel_step(row, work, per_stage, head_params, out):
     shard_group = fsdp_shard_group(row)
     dp_comm, dp_exposed, local_params = data_parallel(row, stage_params, last_backward, first_forward, shard_group,
                                                       row[C_DP], t * row[C_CP])
+    mb_comm, mb_exposed = microbatch_reduce(row, stage_params, shard_group, t * row[C_CP], micro_batches, stage_mb)
+    dp_comm += mb_comm
+    dp_exposed += mb_exposed
     if experts > 0.0:
         edp = expert_dp(row)
         stride = expert_tp(row) * row[C_EP]
@@ -335,7 +339,7 @@ def step_row(row, work, out):
     head_tp = share * (1.0 + TP_BACKWARD_PASSES) * work[W_TP]
     bubble = host_bound_bubble(row, average_mb, forward, weight)
     pp_comm, pp_exposed = pipeline_p2p(row, micro_batches)
-    outside = _data_parallel_step(row, work, layers_per_stage(row), head_params, out)
+    outside = _data_parallel_step(row, work, layers_per_stage(row), head_params, micro_batches, stage_mb, out)
     fsdp_exposed = _fsdp_step(row, work, micro_batches, layers_per_stage(row), out)
     host_wait = micro_batches * host_wait_per_microbatch(row, per_stage, stage_mb)
     step = micro_batches * stage_mb + host_wait + bubble + fsdp_exposed + pp_exposed + outside \

@@ -185,6 +185,24 @@ def test_ulysses_context_parallelism_is_exposed_and_needs_heads_divisible_by_tp_
     assert plan_status(bad)[0] == STATUS_CODES["heads_not_divisible"]
 
 
+def test_allgather_context_parallelism_gathers_k_and_v_and_is_exposed():
+    """Llama 3 sec. 3.3.2: K and V all-gathered over the cp group before attention, the latency exposed. Hand
+    derivation: 131,072 tokens over cp 4 -> T = 32,768 per rank; K and V of 8 KV heads x 128 over tp 8, BF16:
+    a block of 2 x 2 B x T x 8 x 128 / 8; the gather's output is cp blocks (group cp, ranks tp apart); per layer
+    and micro-batch 1 forward + 2 backward passes (gathered again, dK and dV reduce-scattered); 80 layers,
+    64 / 8 = 8 micro-batches."""
+    from fastmodel.kernels.nccl import allgather_time
+
+    long = {**LLAMA70B, "seq_len": 131072, "cp": 4, "tp": 8, "pp": 1, "dp": 8, "global_batch": 64}
+    gathered = one(**long, cp_algorithm="allgather")
+    block = 2 * 2.0 * 32768 * 8 * 128 / 8
+    per_layer = allgather_time(row(**long, cp_algorithm="allgather"), 4 * block, 4.0, 8.0)
+    assert gathered["comm_cp"] == pytest.approx(8 * 80 * 3 * per_layer, rel=1e-9)
+    assert gathered["exposed_cp"] == pytest.approx(gathered["comm_cp"], rel=1e-12)
+    ring = one(**long)                                  # the ring hides its exchanges behind attention
+    assert ring["exposed_cp"] < ring["comm_cp"] and ring["step_time"] < gathered["step_time"]
+
+
 @pytest.mark.parametrize("variant", [
     {}, {"sharding": "fsdp", "tp": 1, "pp": 1, "dp": 256, "shard_degree": 256},
     {"sharding": "fsdp", "shard_degree": 8}, {"recompute": "full"}, {"recompute": "selective", "fused_kernels": 0},
@@ -196,6 +214,7 @@ def test_ulysses_context_parallelism_is_exposed_and_needs_heads_divisible_by_tp_
      "param_fetch_bw": 2e10, "overlap_param_gather": 0},
     {"host_layer_s": 0.05},                       # host-bound: every micro-batch waits on the CPU
     {"offload_modules": 12, "host_link_bw": 1e9},  # fine-grained offloading over a slow host link (§11.21)
+    {"sharding": "fsdp", "shard_degree": 8, "reduce_every_microbatch": 1},   # Llama 3: FP32 reduce-scatter per mb
 ])
 def test_step_time_is_the_sum_of_its_parts(variant):
     r = one(**{**LLAMA70B, **variant})
@@ -204,6 +223,28 @@ def test_step_time_is_the_sum_of_its_parts(variant):
     assert r["step_time"] == pytest.approx(parts, rel=1e-12)
     for group in ("tp", "cp", "ep", "pp", "dp"):
         assert 0.0 <= r[f"exposed_{group}"] <= r[f"comm_{group}"] * (1 + 1e-12) + 1e-15, group
+
+
+def test_fsdp_with_stages_reduces_every_microbatch_beside_the_next_one():
+    """Llama 3 (sec. 3.3.2; docs/model.md §11.20): sharded gradients accumulated over m micro-batches are
+    reduce-scattered m times. Hand derivation: 1e9 stage parameters in FP32 (4 B) over a shard group of 8 ranks
+    8 apart; the first m - 1 = 15 reductions each run beside a 0.5 s micro-batch: exposed max(0, r - 0.5) plus
+    the comm_sm_share (0.15) of the compute slowed while they overlap; the 16th is the once-per-step reduction."""
+    from fastmodel.kernels.lm.parallel import microbatch_reduce
+    from fastmodel.kernels.nccl import allgather_time
+
+    on = row(**LLAMA70B, sharding="fsdp", shard_degree=8, reduce_every_microbatch=1, comm_sm_share=0.15)
+    r = allgather_time(on, 4e9, 8.0, 8.0)
+    comm, exposed = microbatch_reduce(on, 1e9, 8.0, 8.0, 16.0, 0.5)
+    assert comm == pytest.approx(15 * r, rel=1e-12)
+    assert exposed == pytest.approx(15 * (max(0.0, r - 0.5) + 0.15 * min(r, 0.5)), rel=1e-12)
+    assert microbatch_reduce(on, 1e9, 8.0, 8.0, 1.0, 0.5) == (0.0, 0.0)              # one micro-batch
+    off = row(**LLAMA70B, sharding="fsdp", shard_degree=8, comm_sm_share=0.15)
+    assert microbatch_reduce(off, 1e9, 8.0, 8.0, 16.0, 0.5) == (0.0, 0.0)
+    no_stages = row(**{**LLAMA70B, "pp": 1, "dp": 32}, sharding="fsdp", reduce_every_microbatch=1)
+    assert microbatch_reduce(no_stages, 1e9, 8.0, 8.0, 16.0, 0.5) == (0.0, 0.0)    # per-layer FSDP does it
+    base = {**LLAMA70B, "sharding": "fsdp", "shard_degree": 8}
+    assert one(**base, reduce_every_microbatch=1)["comm_dp"] > one(**base)["comm_dp"]
 
 
 def test_a_framework_fetch_is_the_slower_of_nccl_and_its_own_throughput():

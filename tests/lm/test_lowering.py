@@ -67,7 +67,7 @@ def test_every_execution_field_named_like_a_column_reaches_its_column():
                "moe_imbalance": 1.25, "moe_mem_kernels": 30.0, "moe_sync_issue_ops": 13.0, "param_fetch_bw": 2e10,
                "host_ops_layer": 60.0,
                "host_op_s": 2e-5, "embedding_loss_in_split": True, "master_weights": False, "fsdp_module_wrap": True,
-               "grad_accum_bytes": 10.0, "grad_allreduce": True, "loss_impl": "eager", "moe_probs_in_experts": True,
+               "grad_accum_bytes": 10.0, "grad_allreduce": True, "reduce_every_microbatch": True, "loss_impl": "eager", "moe_probs_in_experts": True,
                "loss_traffic_bytes_per_logit": 52.0, "step_grad_passes": 1.0, "step_master_copy": True,
                "step_zero_grad": True, "wgrad_fused_accumulation": True, "optimizer_moments": "bf16",
                "moe_act_input_fp8": True, "attn_out_e5m6": True, "norm_recompute_fp8": True,

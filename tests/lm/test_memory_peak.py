@@ -231,6 +231,17 @@ def test_all_to_all_cp_buffers():
         2 * t_tok * (32 * 128 + 2 * 8 * 128) - 8 * t_tok * 8 * 128, rel=1e-12)
 
 
+def test_all_gather_cp_buffers():
+    """All-gather CP (Llama 3 sec. 3.3.2) holds every rank's K and V chunk, 2 cp T kv d, at T = 32k tokens per
+    device over cp 8 (tp 1: 8 KV heads x 128), against the ring's 2 x 2 x 2 T kv d."""
+    base = dict(LLAMA8B, n_gpus=8, seq_len=262144, cp=8, dp=1, global_batch=1)
+    ring, _ = peak(**base, cp_algorithm="ring")
+    gathered, _ = peak(**base, cp_algorithm="allgather")
+    t_tok = 32768
+    assert gathered[M_BUFFERS] - ring[M_BUFFERS] == pytest.approx(
+        2 * 2 * 8 * t_tok * 8 * 128 - 8 * t_tok * 8 * 128, rel=1e-12)
+
+
 def test_every_kind_shards_over_the_groups_the_stack_uses():
     """FSDP (TorchTitan's dp_shard_cp mesh) and Megatron's distributed optimizer
     (data_parallel_group_with_cp) shard over dp x cp = 8 with cp = 4: FSDP keeps FP32 shards 4 + 4 + 8 bytes

@@ -173,10 +173,21 @@ def test_the_llama3_rows_resolve_vp_unknown_to_one_layer_per_virtual_stage():
     assert record.columns[C["vp"]] == 8 and record.columns[C["pipeline_schedule"]] == 1     # interleaved
     assert record.columns[C["uneven_stages"]] == 1                                       # 126 layers, 128 chunks
     assert record.columns[C["embedding_loss_in_split"]] == 1
-    # FP32 accumulation over micro-batches (sec. 3.3.2) in its own kernel: read 2 B, read and write 4 + 4 B
-    assert record.columns[C["grad_accum_bytes"]] == 2 + 4 + 4
+    # FP32 reduce-scatter every micro-batch (sec. 3.3.2): the BF16 gradient cast to FP32 by its own kernel,
+    # read 2 B, write 4 B; the sharded gradient accumulates after the reduce-scatter
+    assert record.columns[C["grad_accum_bytes"]] == 2 + 4
+    assert record.columns[C["reduce_every_microbatch"]] == 1
     assert resolved("Megatron-Core").grad_accum_bytes is None         # fused into the wgrad GEMM: column 0
     assert any(note.startswith("vp unknown: 8") for note in record.notes)
+
+
+def test_meta_internal_gathers_k_and_v_for_context_parallelism():
+    # Llama 3 sec. 3.3.2: all-gather based CP; every other stack keeps the registry's ring attention
+    assert resolved("Meta internal").cp_algorithm == "allgather"
+    assert resolved("Megatron-Core").cp_algorithm is None
+    line = next(x for x in (DATA / "runs_dev.jsonl").read_text().splitlines() if "405b-s131072" in x)
+    assert lower_record(json.loads(line)).columns[C["cp_algorithm"]] == 2
+    assert resolve(ExecutionSpec(framework="Meta internal", cp_algorithm="ring"), 16, 126).cp_algorithm == "ring"
 
 
 def test_unknown_recompute_follows_the_stack_rule():
