@@ -164,6 +164,20 @@ def model_block(spec: str, seq_len: int) -> dict:
     return block
 
 
+def model_block_of(model: str, spec: str, plan: dict, gpu: str) -> dict:
+    """The model block; DeepSeek-V3's group-limited routing is node-limited routing when its 8 groups are the
+    EP group's 8 NVLink domains: the bridge maps config.json's ``n_group`` 8 and ``topk_group`` 4 to
+    ``moe_router_num_groups`` / ``moe_router_group_topk`` (src/megatron/bridge/models/conversion/model_bridge.py
+    lines 446-447), Megatron-Core picks 4 groups of 32 consecutive experts per token, and E/ep consecutive experts
+    sit on each rank, so a group is one 8-GPU node when ep = 64 over 8 nodes (DeepSeek-V3 report sec. 2.1.2: M = 4)."""
+    block = model_block(spec, SEQ_LEN[model])
+    ep = plan.get("ep", 1) * plan.get("etp", 1)
+    domain = SYSTEMS[gpu].get("nvlink_domain_size", SYSTEMS[gpu]["gpus_per_node"])
+    if model == "DEEPSEEK_V3" and ep // domain == 8:
+        block["moe_max_nodes"] = 4
+    return block
+
+
 def record(name: str, cfg, model: str, gpu: str, dtype: str, variant: str) -> dict:
     module, spec, pretrain = MODELS[model]
     system = {**SYSTEMS[gpu], "n_gpus": cfg.num_gpus}
@@ -241,7 +255,7 @@ def record(name: str, cfg, model: str, gpu: str, dtype: str, variant: str) -> di
         "source": "megatron_bridge_recipes", "workload": "pretrain", "framework": FRAMEWORK,
         "source_ref": f"{REPO}@{COMMIT} scripts/performance/configs/{module.replace('.', '/')}.py {name}; "
                       f"recipe settings from scripts/performance/configs/{pretrain}",
-        "reliability": "A", "model": model_block(spec, SEQ_LEN[model]), "system": system, "plan": plan,
+        "reliability": "A", "model": model_block_of(model, spec, plan, gpu), "system": system, "plan": plan,
         "parallelism_kind": kind, "tier": 1, **({"assumptions": assumptions} if assumptions else {}), "flags": flags,
         "notes": f"plan-only: a published recipe plan, no measurement (config variant {variant})",
     }
