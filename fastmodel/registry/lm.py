@@ -20,6 +20,7 @@ from fastmodel.registry.lm_lowprec import FP8_DEVICE_ROWS, FP8_RECIPES, LOW_PREC
 from fastmodel.registry.lm_muon import MUON_PLAN_ROWS
 from fastmodel.registry.lm_offload import OFFLOAD_DEVICE_ROWS, OFFLOAD_MODULES, OFFLOAD_PLAN_ROWS, OFFLOAD_RESULT_ROWS  # noqa: F401
 from fastmodel.registry.lm_overhead import OVERHEAD_DEVICE_ROWS
+from fastmodel.registry.lm_pipeline import PIPELINE_PLAN_ROWS
 from fastmodel.registry.lm_sdpa import SDPA_DEVICE_ROWS, SDPA_PLAN_ROWS
 from fastmodel.registry.lm_status import STATUS_CODES, STATUSES  # noqa: F401  (re-exported: registry.lm.STATUSES)
 from fastmodel.registry.variables import (
@@ -219,6 +220,7 @@ PLAN_COLUMNS = _cols(
     *LOW_PRECISION_PLAN_ROWS,
     *MUON_PLAN_ROWS,
     *OFFLOAD_PLAN_ROWS,
+    *PIPELINE_PLAN_ROWS,
     *SDPA_PLAN_ROWS,
     ("moe_imbalance", "1", 1, "Dropless routing: routed tokens of the busiest expert-parallel rank / the mean "
      "(1 = balanced, as forced balancing runs).", 1, 64, False, "number"),
@@ -260,8 +262,6 @@ PLAN_COLUMNS = _cols(
      "BF16 gradients (read the gradient 2 B, read and write the FP32 accumulator 4 + 4 B; PyTorch FSDP2 "
      "FSDPParam.accumulate_unsharded_grad_if_needed; Llama 3 paper sec. 3.3.2). 0: fused into the "
      "weight-gradient GEMM (Megatron gradient_accumulation_fusion) or not run.", 0, 64, False, "number"),
-    ("reduce_every_microbatch", "1", 0, "1: FSDP with pipeline stages reduce-scatters each micro-batch's gradient into "
-     "sharded gradients (Llama 3 sec. 3.3.2; docs/model.md §11.20). 0: once per step. Set by the stack.", 0, 1, False, "flag"),
     ("grad_allreduce", "1", 0, "1: a ZeRO-1/distributed-optimizer step all-reduces the whole gradient instead of "
      "reduce-scattering it, then gathers the updated parameters (DeepSpeed ZeRO-1 and BF16_Optimizer, docs/model.md "
      "§11.6). Set by the stack.", 0, 1, False, "flag"),

@@ -24,6 +24,7 @@ hidden behind the compute it overlaps with (``kernels/lm/parallel.py``).
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.layer import W_FLOPS, W_GEMM, W_MEM, W_PARAMS, W_TP, model_flops_per_token, recompute_share
 from fastmodel.kernels.lm.layout import (
+    C_LAST_STAGE_LAYERS,
     C_CP, C_DENSE_LAYERS, C_DP, C_EP, C_GLOBAL_BATCH, C_MOE_EXPERTS, C_MOE_LAYER_FREQ, C_UNEVEN_STAGES, C_VP, C_MTP_LAYERS, C_HIDDEN, C_MICRO_BATCH, C_N_GPUS,
     C_HOST_LAYER_S, C_HOST_OP_S, C_HOST_OPS_LAYER, C_LAYERS, C_MASTER_WEIGHTS, C_OPTIMIZER, C_PEAK_FLOPS_8, C_PEAK_FLOPS_16, C_PP, C_PRECISION,
     C_GRAD_REDUCE_BYTES, C_SEQ_LEN, C_TIED_EMBEDDINGS, C_SHARDING, C_STEP_GRAD_PASSES, C_STEP_MASTER_COPY, C_STEP_OVERHEAD_S, C_STEP_ZERO_GRAD, C_TP,
@@ -126,7 +127,7 @@ def stage_passes(row, work):
     last_mb = last * t_last + (head + mtp) / model_copies(row)    # DualPipe: on two ranks, half each
     # the slots hold the embedding and the head, not layers: the average rank's layers are L / p
     average_mb = (per_stage - slots) * t_layer + (head + mtp) / p
-    if split_slots(row) > 0.0 and per_stage * t_layer > last_mb:   # a middle rank: a full share of layers, no head
+    if middle_rank_can_lead(row) and per_stage * t_layer > last_mb:   # a middle rank: a full share, no head
         return per_stage * t_layer, average_mb, forward + head_f / p, weight + head_w / p, per_stage, 0.0
     return last_mb, average_mb, forward + head_f / p, weight + head_w / p, last, 1.0
 
@@ -137,8 +138,18 @@ def last_rank_layers(row):
     loss takes a layer's slot in the split (``split_slots``: Megatron-Core ``get_num_layers_to_build`` with
     ``account_for_loss_in_pipeline_split`` builds one layer fewer in the last chunk of the last rank; Llama 3
     sec. 3.3.2, "the last model chunk on the last stage has only output projection and loss calculation").
-    Counting that slot as a layer and the head beside it charged the head twice."""
+    Counting that slot as a layer and the head beside it charged the head twice. An explicit pipeline layout
+    (``last_stage_layers`` >= 0, Megatron-Core ``pipeline_model_parallel_layout``) states the count (§11.22)."""
+    if row[C_LAST_STAGE_LAYERS] >= 0.0 and row[C_PP] > 1.0:
+        return row[C_LAST_STAGE_LAYERS]
     return layers_per_stage(row) - (1.0 if split_slots(row) > 0.0 else 0.0)
+
+
+@njit
+def middle_rank_can_lead(row):
+    """True when a rank without the LM head may be the busiest: the loss takes a layer's slot in the split, or an
+    explicit layout gives the last rank fewer layers than the others (docs/model.md §11.22)."""
+    return split_slots(row) > 0.0 or (row[C_LAST_STAGE_LAYERS] >= 0.0 and row[C_PP] > 1.0)
 
 
 @njit

@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -111,10 +112,69 @@ def tp_overlap(model: str, gpu: str, tp: int) -> bool:
     return tp > 1
 
 
+#: layouts the pretrain functions set when the workload config names none, by (pp, vp), in Megatron-Core's layout
+#: notation (E embedding, t decoder layer, m MTP module, L loss, | between virtual stages): DeepSeek-V3
+#: ``set_deepseek_v3_pipeline_model_parallel_layout`` (src/megatron/bridge/recipes/deepseek/h100/deepseek_v3.py
+#: lines 68-76; the B200 and B300 functions call it whatever the workload config states,
+#: deepseek_llm_pretrain.py lines 211 and 245) and Kimi K2 ``_get_kimi_k2_pipeline_layout``
+#: (src/megatron/bridge/recipes/kimi/h100/kimi_k2.py lines 30-39: the same tables without the MTP module)
+_FOUR = "Et*4|(t*4|)*14t"
+_EIGHT = "Et*8|(t*8|)*6t*5"
+DEFAULT_LAYOUTS = {
+    "DEEPSEEK_V3": {(4, 1): "Et*16|t*16|t*16|t*13mL", (8, 1): _EIGHT + "mL", (4, 2): _EIGHT + "mL",
+                    (16, 1): _FOUR + "mL", (8, 2): _FOUR + "mL", (4, 4): _FOUR + "mL"},
+    "KIMI_K2": {(4, 1): "Et*16|t*16|t*16|t*13L", (8, 1): _EIGHT + "L", (4, 2): _EIGHT + "L",
+                (16, 1): _FOUR + "L", (8, 2): _FOUR + "L", (4, 4): _FOUR + "L", (2, 8): _FOUR + "L"},
+}
+
+
+def expand_layout(layout: str) -> list[str]:
+    """Virtual stages of a Megatron-Core layout string, as Megatron-Core reads it (NVIDIA/Megatron-LM@0823c73
+    megatron/core/transformer/pipeline_parallel_layer_layout.py ``parse_str_to_list``, lines 283-320): commas
+    are cosmetic, ``(...)*n`` and then ``x*n`` repeat, ``|`` separates the stages."""
+    text = layout.replace(",", "")
+    for pattern in (r"\(([^)]+)\)\*(\d+)", r"(.)\*(\d+)"):
+        text = re.sub(pattern, lambda match: match.group(1) * int(match.group(2)), text)
+    return text.split("|")
+
+
+def recipe_layout(model: str, gpu: str, cfg, pp: int, vp: int) -> str | None:
+    """The pipeline layout the recipe runs: the workload config's, else the family's (pp, vp) table."""
+    if cfg.pp_layout and not (model == "DEEPSEEK_V3" and gpu in ("B200", "B300")):
+        return cfg.pp_layout
+    return DEFAULT_LAYOUTS.get(model, {}).get((pp, vp)) if pp > 1 else None
+
+
+def last_stage_layers(layout: str, pp: int, layers: int) -> int:
+    """Decoder layers of the last pipeline rank (virtual stages r, r + pp, ..., Megatron-Core's 1D-to-2D
+    conversion, the file above lines 47-52); checks that the busiest other rank holds the uneven split's
+    ceil(L / (pp vp)) vp layers, what fastmodel charges a middle rank (docs/model.md §11.22)."""
+    stages = expand_layout(layout)
+    vp = len(stages) // pp
+    per_rank = [sum(stages[v * pp + r].count("t") for v in range(vp)) for r in range(pp)]
+    assert sum(per_rank) == layers, (layout, per_rank)
+    assert max(per_rank[:-1]) == -(-layers // (pp * vp)) * vp, (layout, per_rank)
+    return per_rank[-1]
+
+
 def model_block(spec: str, seq_len: int) -> dict:
     data = tomllib.loads((ROOT / "specs" / "models" / f"{spec}.toml").read_text())
     block = {k: v for k, v in data.items() if k not in ("family", "source")}
     block["seq_len"] = seq_len
+    return block
+
+
+def model_block_of(model: str, spec: str, plan: dict, gpu: str) -> dict:
+    """The model block; DeepSeek-V3's group-limited routing is node-limited routing when its 8 groups are the
+    EP group's 8 NVLink domains: the bridge maps config.json's ``n_group`` 8 and ``topk_group`` 4 to
+    ``moe_router_num_groups`` / ``moe_router_group_topk`` (src/megatron/bridge/models/conversion/model_bridge.py
+    lines 446-447), Megatron-Core picks 4 groups of 32 consecutive experts per token, and E/ep consecutive experts
+    sit on each rank, so a group is one 8-GPU node when ep = 64 over 8 nodes (DeepSeek-V3 report sec. 2.1.2: M = 4)."""
+    block = model_block(spec, SEQ_LEN[model])
+    ep = plan.get("ep", 1) * plan.get("etp", 1)
+    domain = SYSTEMS[gpu].get("nvlink_domain_size", SYSTEMS[gpu]["gpus_per_node"])
+    if model == "DEEPSEEK_V3" and ep // domain == 8:
+        block["moe_max_nodes"] = 4
     return block
 
 
@@ -157,6 +217,12 @@ def record(name: str, cfg, model: str, gpu: str, dtype: str, variant: str) -> di
         # src/megatron/bridge/recipes/llama/llama3.py:80) sets account_for_embedding_in_pipeline_split and
         # account_for_loss_in_pipeline_split (src/megatron/bridge/recipes/llama/h100/llama3.py:1161-1162)
         plan["embedding_loss_in_split"] = True
+    if model == "QWEN3_235B_A22B" and pp > 1 and not cfg.pp_layout:
+        # qwen3_235b_a22b_pretrain_config (= qwen3_235b_a22b_pretrain_256gpu_h100_bf16_config,
+        # src/megatron/bridge/recipes/qwen/qwen3_moe.py:32) sets account_for_embedding_in_pipeline_split and
+        # account_for_loss_in_pipeline_split (src/megatron/bridge/recipes/qwen/h100/qwen3_moe.py:166-167); the
+        # performance functions (qwen3_llm_pretrain.py) keep them
+        plan["embedding_loss_in_split"] = True
     if cfg.cpu_offloading_num_layers:
         plan["activation_offload_layers"] = cfg.cpu_offloading_num_layers
     assumptions = []
@@ -172,8 +238,10 @@ def record(name: str, cfg, model: str, gpu: str, dtype: str, variant: str) -> di
                            "utils/overrides.py lines 254-257 apply them")
     graphs = cfg.cuda_graph_impl not in (None, "none")
     plan["cuda_graphs"] = graphs
-    if cfg.pp_layout:
-        plan["pipeline_layer_balance"] = f"pipeline_model_parallel_layout {cfg.pp_layout!r}"
+    layout = recipe_layout(model, gpu, cfg, pp, cfg.virtual_pipeline_model_parallel_size or 1)
+    if layout:
+        plan["pipeline_layer_balance"] = f"pipeline_model_parallel_layout {layout!r}"
+        plan["last_stage_layers"] = last_stage_layers(layout, pp, model_block(spec, 0)["layers"])
     kind = "moe_ep" if moe and cfg.expert_model_parallel_size > 1 else ("with_cp" if cp > 1 else "tp_pp_dp")
     if cfg.use_megatron_fsdp and kind == "tp_pp_dp":
         kind = "pure_fsdp"
@@ -187,7 +255,7 @@ def record(name: str, cfg, model: str, gpu: str, dtype: str, variant: str) -> di
         "source": "megatron_bridge_recipes", "workload": "pretrain", "framework": FRAMEWORK,
         "source_ref": f"{REPO}@{COMMIT} scripts/performance/configs/{module.replace('.', '/')}.py {name}; "
                       f"recipe settings from scripts/performance/configs/{pretrain}",
-        "reliability": "A", "model": model_block(spec, SEQ_LEN[model]), "system": system, "plan": plan,
+        "reliability": "A", "model": model_block_of(model, spec, plan, gpu), "system": system, "plan": plan,
         "parallelism_kind": kind, "tier": 1, **({"assumptions": assumptions} if assumptions else {}), "flags": flags,
         "notes": f"plan-only: a published recipe plan, no measurement (config variant {variant})",
     }

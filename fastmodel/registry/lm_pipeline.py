@@ -1,0 +1,22 @@
+"""Plan columns of pipeline execution: an explicit layout (the decoder layers the last pipeline rank builds beside
+the loss) and, under FSDP, a gradient reduction per micro-batch.
+
+Rows of ``fastmodel.registry.lm.PLAN_COLUMNS`` (name, units, default, doc, lo, hi, fittable, option), kept here so
+the registry module stays under the line cap. docs/model.md §11.22 gives the equation, ``kernels/lm/step.py``
+``stage_passes`` / ``last_rank_layers`` compute it. Source: Megatron-Core ``pipeline_model_parallel_layout``
+(NVIDIA/Megatron-LM@0823c73, the submodule Megatron-Bridge b7b4e11 pins,
+megatron/core/transformer/pipeline_parallel_layer_layout.py): one list of layers per virtual pipeline stage,
+stage ``v p + r`` on rank ``r``.
+"""
+
+from __future__ import annotations
+
+PIPELINE_PLAN_ROWS = (
+    ("last_stage_layers", "layers", -1, "Decoder layers the last pipeline rank builds (all its virtual stages) "
+     "beside the loss and the MTP modules, under an explicit pipeline layout (Megatron-Core "
+     "pipeline_model_parallel_layout, e.g. DeepSeek-V3 'Et*4|(t*4|)*14tmL': 1 on the last of 16 ranks); the "
+     "busiest other rank holds the default split's count. -1: no explicit layout (docs/model.md §11.22).",
+     -1, 1e4, False, "number"),
+    ("reduce_every_microbatch", "1", 0, "1: FSDP with pipeline stages reduce-scatters each micro-batch's gradient into "
+     "sharded gradients (Llama 3 sec. 3.3.2; docs/model.md §11.20). 0: once per step. Set by the stack.", 0, 1, False, "flag"),
+)
