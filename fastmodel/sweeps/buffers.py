@@ -27,6 +27,6 @@ def result_matrix(rows: int, points: int) -> np.ndarray:
     advice = getattr(mmap, "MADV_NOHUGEPAGE", None)
     if nbytes < ADVISE_MIN_BYTES or advice is None:
         return np.empty((rows, points))
-    region = mmap.mmap(-1, nbytes)
+    region = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE)   # private anonymous memory, as numpy's (not shmem)
     region.madvise(advice)
     return np.frombuffer(region, dtype=np.float64).reshape(rows, points)
