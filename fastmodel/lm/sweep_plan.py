@@ -20,8 +20,6 @@ from fastmodel.lm.sweep import MESH_AXIS, _axis_arrays, _axis_values, base_colum
 from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
 from fastmodel.sweeps.plan import Axis, SweepPlan
 
-#: statuses whose points were evaluated (``does_not_fit`` keeps its results)
-
 
 class LMSweepPlan(SweepPlan):
     """A grid of real-world training configurations (see the module docstring)."""

@@ -17,7 +17,9 @@ From the Llama 3 paper (Dubey et al. 2024, "The Llama 3 Herd of Models", arXiv 2
   (sec. 3.3.2, numerical stability); FSDP "shards optimizer states and gradients, but for model shards we do
   not reshard after forward computation" (sec. 3.3.2, 4D parallelism). Gradients kept sharded while they
   accumulate over micro-batches are reduce-scattered every micro-batch (``reduce_every_microbatch``, FSDP's
-  behaviour outside ``no_sync``); an unsharded FP32 accumulator (4 B per stage parameter, 12.8 GB on a 405B
+  behaviour outside ``no_sync``) [A: a reading; the paper also describes FSDP as synchronizing "after each
+  training step", which fits one reduction per step, docs/model.md §11.20 "the other reading"]; an unsharded
+  FP32 accumulator (4 B per stage parameter, 12.8 GB on a 405B
   TP 8 PP 16 rank) would not fit beside the 8K rows' activations without checkpointing (docs/model.md
   §11.20). Each micro-batch's BF16 gradient is cast into the FP32 reduce-scatter input by its own kernel,
   ``grad_accum_bytes`` = 2 + 4 = 6 B per layer parameter (FSDP2 ``foreach_reduce`` copy-in, torch/distributed/
