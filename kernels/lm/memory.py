@@ -34,7 +34,7 @@ from fastmodel.kernels.lm.layout import (
     C_LOSS_IMPL, C_MTP_LAYERS, C_VOCAB,
     LOSS_COMPILED, LOSS_EAGER, M_ACTIVATIONS, M_BUFFERS, M_GRADIENTS, M_KV_CACHE, M_OPTIMIZER, M_OVERHEAD, M_WEIGHTS, N_MEMORY_KINDS,
     CP_ALLTOALL, PRECISION_FP8, SHARD_FSDP, C_CUDA_CONTEXT_BYTES, C_CUBLAS_WORKSPACE_BYTES, C_DP, C_NCCL_CHANNELS,
-    C_NCCL_P2P_CHANNELS_PER_PEER, C_MOE_DISPATCHER, DISPATCH_DEEPEP,
+    C_NCCL_P2P_CHANNELS_PER_PEER, C_MOE_DISPATCHER, DISPATCH_DEEPEP, C_PIPELINE_SCHEDULE, SCHED_ZB_H1,
 )
 from fastmodel.kernels.lm.memory_deepep import deepep_buffer_bytes
 from fastmodel.kernels.lm.memory_activations import (
@@ -343,12 +343,14 @@ def memory_row(row, out):
     last = row[C_PP] - 1.0
     # every rank, in the order first, last, 1, 2, ..., pp - 2 (a tie keeps the earlier): an uneven layer split
     # or the embedding's and head's placement can make a middle rank the worst. A middle rank that holds the same
-    # layers as the rank before it is skipped: it holds no more micro-batches in flight (1F1B, ZB-H1: pp - r;
+    # layers as the rank before it is skipped: it holds no more micro-batches in flight (1F1B: pp - r;
     # interleaved: 2 (pp - r - 1) + (v - 1) pp + 1; GPipe and DualPipe: the same on every rank), so it cannot be
-    # worse (tests/lm/test_memory_peak.py checks the result against every rank)
+    # worse (tests/lm/test_memory_peak.py checks the result against every rank). Not under ZB-H1: rank r holds
+    # pp - r micro-batches and r deferred weight gradients (memory_chunks.zb_h1_held_bytes), more where those are larger
+    skip = int(row[C_PIPELINE_SCHEDULE]) != SCHED_ZB_H1
     for k in range(int(row[C_PP])):
         stage = 0.0 if k == 0 else (last if k == 1 else k - 1.0)
-        if k >= 3 and _same_layers(row, stage, stage - 1.0):
+        if skip and k >= 3 and _same_layers(row, stage, stage - 1.0):
             continue
         w1, g1, o1, a1, b1 = stage_peak(row, stage, dense_layer, moe_layer, working, gather, comm, grad_work, logits,
                                           resident)

@@ -9,7 +9,10 @@ import pytest
 
 from fastmodel.kernels.lm.memory_activations import embedding_activation_bytes, head_activation_bytes
 from fastmodel.kernels.lm.memory_chunks import (
-    chunk_microbatch_bytes, held_bytes, rank_wgrad_pending_bytes, wgrad_pending_layer_bytes,
+    chunk_microbatch_bytes,
+    held_bytes,
+    rank_wgrad_pending_bytes,
+    wgrad_pending_layer_bytes,
 )
 from fastmodel.kernels.lm.memory_peak import stage_peak
 from fastmodel.lm.memory_timeline import _terms, stage_memory
