@@ -59,28 +59,14 @@ class MemoryTimeline:
 
 
 def _terms(row: np.ndarray) -> dict:
-    from fastmodel.kernels.lm.memory import comm_buffer_bytes, fsdp_gather_buffer_bytes, logits_workspace_bytes
-    from fastmodel.kernels.lm.memory_activations import (
-        kept_mode,
-        layer_activation_bytes,
-        recompute_working_bytes,
-        stored_layer_bytes,
-    )
-    from fastmodel.kernels.lm.memory_offload import offloaded_layer_bytes
-    from fastmodel.kernels.lm.memory_peak import backward_grad_bytes, embedding_grad_bytes, loss_gather_bytes
-    from fastmodel.kernels.lm.memory_states import is_moe
+    """The kernel's rank-independent peak terms (``kernels/lm/memory.py`` ``peak_terms``, one jitted function for
+    both) and the embedding-side transients of the timeline's moments."""
+    from fastmodel.kernels.lm.memory import peak_terms
+    from fastmodel.kernels.lm.memory_peak import embedding_grad_bytes, loss_gather_bytes
 
-    kept = kept_mode(row)
-    dense_all = layer_activation_bytes(row, False, kept)
-    moe_all = layer_activation_bytes(row, True, kept) if is_moe(row) else 0.0
-    off_dense = offloaded_layer_bytes(row, False)
-    off_moe = offloaded_layer_bytes(row, True) if is_moe(row) else 0.0
-    return {"dense": stored_layer_bytes(row, dense_all) - off_dense, "moe": stored_layer_bytes(row, moe_all) - off_moe,
-            "resident": max(off_dense, off_moe),
-            "working": recompute_working_bytes(row, max(dense_all, moe_all)), "gather": fsdp_gather_buffer_bytes(row),
-            "comm": comm_buffer_bytes(row), "grads": backward_grad_bytes(row), "logits": logits_workspace_bytes(row),
-            "embedding": embedding_grad_bytes(row),
-            "loss_gather": loss_gather_bytes(row, fsdp_gather_buffer_bytes(row))}
+    names = ("dense", "moe", "resident", "working", "gather", "comm", "grads", "logits")
+    terms = dict(zip(names, peak_terms(row)))
+    return {**terms, "embedding": embedding_grad_bytes(row), "loss_gather": loss_gather_bytes(row, terms["gather"])}
 
 
 def stage_memory(row: np.ndarray, stage: int, terms: dict | None = None) -> StageMemory:

@@ -324,19 +324,7 @@ def memory_row(row, out):
     it and retries when a device allocation fails (``num_alloc_retries`` in ``torch.cuda.memory_stats``), so
     it is reported as ``memory_reserved`` but does not decide what fits.
     """
-    kept = kept_mode(row)
-    dense_all = layer_activation_bytes(row, False, kept)
-    moe_all = layer_activation_bytes(row, True, kept) if is_moe(row) else 0.0
-    off_dense = offloaded_layer_bytes(row, False)
-    off_moe = offloaded_layer_bytes(row, True) if is_moe(row) else 0.0
-    dense_layer = stored_layer_bytes(row, dense_all) - off_dense      # fine-grained offloading: in host memory
-    moe_layer = stored_layer_bytes(row, moe_all) - off_moe
-    resident = max(off_dense, off_moe)
-    working = recompute_working_bytes(row, max(dense_all, moe_all))
-    gather = fsdp_gather_buffer_bytes(row)
-    comm = comm_buffer_bytes(row)
-    grad_work = backward_grad_bytes(row)
-    logits = logits_workspace_bytes(row)
+    dense_layer, moe_layer, resident, working, gather, comm, grad_work, logits = peak_terms(row)
     best = -1.0
     best_stage = 0.0
     w = g = o = a = b = 0.0
@@ -367,6 +355,23 @@ def memory_row(row, out):
     out[M_BUFFERS] = b
     out[M_OVERHEAD] = overhead_bytes(row)
     return best_stage
+
+
+@njit(error_model='numpy')
+def peak_terms(row):
+    """The rank-independent terms of the peak, one tuple for ``memory_row`` and the memory timeline alike
+    (fastmodel/lm/memory_timeline.py), so the two cannot drift: (what a dense / a MoE layer keeps per micro-batch,
+    less what fine-grained offloading moves to the host; one layer's offloaded bytes back on the GPU; the recompute
+    working set; FSDP gathers; communication buffers; activation gradients; logits and loss workspace)."""
+    kept = kept_mode(row)
+    dense_all = layer_activation_bytes(row, False, kept)
+    moe_all = layer_activation_bytes(row, True, kept) if is_moe(row) else 0.0
+    off_dense = offloaded_layer_bytes(row, False)
+    off_moe = offloaded_layer_bytes(row, True) if is_moe(row) else 0.0
+    return (stored_layer_bytes(row, dense_all) - off_dense, stored_layer_bytes(row, moe_all) - off_moe,
+            max(off_dense, off_moe), recompute_working_bytes(row, max(dense_all, moe_all)),
+            fsdp_gather_buffer_bytes(row), comm_buffer_bytes(row), backward_grad_bytes(row),
+            logits_workspace_bytes(row))
 
 
 @njit(error_model='numpy')
