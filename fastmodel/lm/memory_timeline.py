@@ -6,14 +6,16 @@ under the interleaved schedule; DualPipe's two directions each hold their chunk)
 the same kernel terms as the peak (kernels/lm/memory_peak.py), so the largest moment of a rank's timeline is
 that rank's peak (``tests/lm/test_memory_peak.py`` ``test_timeline_peak_is_the_kernel_peak`` checks it against ``memory_row``):
 
-- after the forward of a micro-batch: its activations are added; after the last model stage of its chain
+- after the forward of a micro-batch: its activations are added (the chunk's, ``memory_chunks.chunk_microbatch_bytes``:
+  under the interleaved schedule rank 0's chunk 0 and the last rank's last chunk differ); after the last model stage of its chain
   (the last rank's last chunk; DualPipe: rank 0 in the reverse direction) the logits and loss workspace are
   live (``P_LOSS``);
 - at the start of a backward: the recompute working set and the layer's activation gradients, and on the
   last rank that micro-batch's final-norm and LM-head inputs are gone (``P_BACKWARD``); after it, the
   micro-batch's activations are freed and, on the first rank at chunk 0, the word embedding's weight gradient
   is live (``P_EMBEDDING``) where the chain starts; under ZB-H1 and DualPipe the input-gradient pass ``I`` is
-  that start and the weight-gradient pass ``W`` frees the activations;
+  that start and the weight-gradient pass ``W`` frees the activations -- under ZB-H1 ``I`` frees all but each
+  linear's input and output gradient (``memory_chunks.rank_wgrad_pending_bytes``), which ``W`` frees;
 - the optimizer step ends the step (``P_OPTIMIZER``).
 
 ``overhead`` is ``overhead_bytes`` (kernels/lm/memory.py); the allocator's cache shows as the ``reserved`` line, the peak
@@ -57,34 +59,20 @@ class MemoryTimeline:
 
 
 def _terms(row: np.ndarray) -> dict:
-    from fastmodel.kernels.lm.memory import comm_buffer_bytes, fsdp_gather_buffer_bytes, logits_workspace_bytes
-    from fastmodel.kernels.lm.memory_activations import (
-        kept_mode,
-        layer_activation_bytes,
-        recompute_working_bytes,
-        stored_layer_bytes,
-    )
-    from fastmodel.kernels.lm.memory_offload import offloaded_layer_bytes
-    from fastmodel.kernels.lm.memory_peak import backward_grad_bytes, embedding_grad_bytes, loss_gather_bytes
-    from fastmodel.kernels.lm.memory_states import is_moe
+    """The kernel's rank-independent peak terms (``kernels/lm/memory.py`` ``peak_terms``, one jitted function for
+    both) and the embedding-side transients of the timeline's moments."""
+    from fastmodel.kernels.lm.memory import peak_terms
+    from fastmodel.kernels.lm.memory_peak import embedding_grad_bytes, loss_gather_bytes
 
-    kept = kept_mode(row)
-    dense_all = layer_activation_bytes(row, False, kept)
-    moe_all = layer_activation_bytes(row, True, kept) if is_moe(row) else 0.0
-    off_dense = offloaded_layer_bytes(row, False)
-    off_moe = offloaded_layer_bytes(row, True) if is_moe(row) else 0.0
-    return {"dense": stored_layer_bytes(row, dense_all) - off_dense, "moe": stored_layer_bytes(row, moe_all) - off_moe,
-            "resident": max(off_dense, off_moe),
-            "working": recompute_working_bytes(row, max(dense_all, moe_all)), "gather": fsdp_gather_buffer_bytes(row),
-            "comm": comm_buffer_bytes(row), "grads": backward_grad_bytes(row), "logits": logits_workspace_bytes(row),
-            "embedding": embedding_grad_bytes(row),
-            "loss_gather": loss_gather_bytes(row, fsdp_gather_buffer_bytes(row))}
+    names = ("dense", "moe", "resident", "working", "gather", "comm", "grads", "logits")
+    terms = dict(zip(names, peak_terms(row)))
+    return {**terms, "embedding": embedding_grad_bytes(row), "loss_gather": loss_gather_bytes(row, terms["gather"])}
 
 
 def stage_memory(row: np.ndarray, stage: int, terms: dict | None = None) -> StageMemory:
     """The moments of pipeline rank ``stage`` over one step (see the module docstring)."""
     from fastmodel.kernels.lm.memory import overhead_bytes
-    from fastmodel.kernels.lm.memory_activations import rank_microbatch_bytes
+    from fastmodel.kernels.lm.memory_chunks import chunk_microbatch_bytes, rank_wgrad_pending_bytes
     from fastmodel.kernels.lm.memory_peak import P_OPTIMIZER, backward_passed_head_bytes, phase_kinds
     from fastmodel.kernels.lm.pipeline import chain_length, exact_schedule, microbatches, stage_order, virtual_stage
 
@@ -95,8 +83,10 @@ def stage_memory(row: np.ndarray, stage: int, terms: dict | None = None) -> Stag
     w, g, o, _, _ = phase_kinds(row, float(stage), P_OPTIMIZER, t["dense"], t["moe"], t["working"], t["gather"],
                                 t["comm"], t["grads"], t["logits"])
     kept = 1.0 - row[C["activation_offload"]]
-    chunk = rank_microbatch_bytes(row, float(stage), t["dense"], t["moe"]) / v * kept
+    chunks = [chunk_microbatch_bytes(row, float(stage), float(c), t["dense"], t["moe"]) * kept for c in range(max(v, 2))]
     fsdp = int(row[C["sharding"]]) == 3
+    zb = schedule == "zb_h1"     # I keeps each linear's input and output gradient until W (memory_chunks)
+    residue = rank_wgrad_pending_bytes(row, float(stage)) * kept if zb else 0.0
     passed_head = backward_passed_head_bytes(row, float(stage))
     overhead = overhead_bytes(row)
     index = {k: i for i, k in enumerate(MEMORY_KINDS)}
@@ -114,19 +104,22 @@ def stage_memory(row: np.ndarray, stage: int, terms: dict | None = None) -> Stag
     m = int(round(microbatches(row)))
     for kind, micro_batch, part in stage_order(schedule, pp, m, stage, v):
         position = virtual_stage(schedule, pp, stage, part) % chain     # along the chain of model stages
+        chunk = chunks[part]
+        loss = position == chain - 1
         if kind in ("F", "P"):      # a forward (DualPipe: also one overlapped with a backward) holds a chunk
             held += chunk
-            loss = position == chain - 1
             labels.append(f"F{micro_batch}")
             moment(held + (t["resident"] if loss else 0.0),
                    (t["loss_gather"] + t["logits"] if loss else t["gather"]) + t["comm"])
             continue
         if kind in ("B", "I"):      # a backward (ZB-H1: its input-gradient pass) starts
             labels.append(f"{kind}{micro_batch}")
-            moment(held + (t["working"] - passed_head) * kept + 2.0 * t["resident"], t["gather"] + t["comm"] + t["grads"])
+            head = passed_head if loss else 0.0      # the head inputs go with the backward of the loss's chunk
+            moment(held + (t["working"] - head) * kept + 2.0 * t["resident"], t["gather"] + t["comm"] + t["grads"])
             if kind == "I":
+                held = max(held - chunk + residue, 0.0) if zb else held
                 continue
-        held = max(held - chunk, 0.0)   # B, or ZB-H1's weight-gradient pass W, frees the micro-batch
+        held = max(held - (residue if zb else chunk), 0.0)   # B, or the weight-gradient pass W, frees the rest
         if position == 0:
             labels.append(f"B{micro_batch} emb")
             near = held + (t["resident"] if held > 0.0 else 0.0)   # the next backward's last layer, reloaded

@@ -34,7 +34,7 @@ from fastmodel.kernels.lm.layout import (
     C_LOSS_IMPL, C_MTP_LAYERS, C_VOCAB,
     LOSS_COMPILED, LOSS_EAGER, M_ACTIVATIONS, M_BUFFERS, M_GRADIENTS, M_KV_CACHE, M_OPTIMIZER, M_OVERHEAD, M_WEIGHTS, N_MEMORY_KINDS,
     CP_ALLGATHER, CP_ALLTOALL, PRECISION_FP8, SHARD_FSDP, C_CUDA_CONTEXT_BYTES, C_CUBLAS_WORKSPACE_BYTES, C_DP, C_NCCL_CHANNELS,
-    C_NCCL_P2P_CHANNELS_PER_PEER, C_MOE_DISPATCHER, DISPATCH_DEEPEP,
+    C_NCCL_P2P_CHANNELS_PER_PEER, C_MOE_DISPATCHER, DISPATCH_DEEPEP, C_PIPELINE_SCHEDULE, SCHED_ZB_H1,
 )
 from fastmodel.kernels.lm.memory_deepep import deepep_buffer_bytes
 from fastmodel.kernels.lm.memory_activations import (
@@ -328,31 +328,21 @@ def memory_row(row, out):
     it and retries when a device allocation fails (``num_alloc_retries`` in ``torch.cuda.memory_stats``), so
     it is reported as ``memory_reserved`` but does not decide what fits.
     """
-    kept = kept_mode(row)
-    dense_all = layer_activation_bytes(row, False, kept)
-    moe_all = layer_activation_bytes(row, True, kept) if is_moe(row) else 0.0
-    off_dense = offloaded_layer_bytes(row, False)
-    off_moe = offloaded_layer_bytes(row, True) if is_moe(row) else 0.0
-    dense_layer = stored_layer_bytes(row, dense_all) - off_dense      # fine-grained offloading: in host memory
-    moe_layer = stored_layer_bytes(row, moe_all) - off_moe
-    resident = max(off_dense, off_moe)
-    working = recompute_working_bytes(row, max(dense_all, moe_all))
-    gather = fsdp_gather_buffer_bytes(row)
-    comm = comm_buffer_bytes(row)
-    grad_work = backward_grad_bytes(row)
-    logits = logits_workspace_bytes(row)
+    dense_layer, moe_layer, resident, working, gather, comm, grad_work, logits = peak_terms(row)
     best = -1.0
     best_stage = 0.0
     w = g = o = a = b = 0.0
     last = row[C_PP] - 1.0
     # every rank, in the order first, last, 1, 2, ..., pp - 2 (a tie keeps the earlier): an uneven layer split
     # or the embedding's and head's placement can make a middle rank the worst. A middle rank that holds the same
-    # layers as the rank before it is skipped: it holds no more micro-batches in flight (1F1B, ZB-H1: pp - r;
+    # layers as the rank before it is skipped: it holds no more micro-batches in flight (1F1B: pp - r;
     # interleaved: 2 (pp - r - 1) + (v - 1) pp + 1; GPipe and DualPipe: the same on every rank), so it cannot be
-    # worse (tests/lm/test_memory_peak.py checks the result against every rank)
+    # worse (tests/lm/test_memory_peak.py checks the result against every rank). Not under ZB-H1: rank r holds
+    # pp - r micro-batches and r deferred weight gradients (memory_chunks.zb_h1_held_bytes), more where those are larger
+    skip = int(row[C_PIPELINE_SCHEDULE]) != SCHED_ZB_H1
     for k in range(int(row[C_PP])):
         stage = 0.0 if k == 0 else (last if k == 1 else k - 1.0)
-        if k >= 3 and _same_layers(row, stage, stage - 1.0):
+        if skip and k >= 3 and _same_layers(row, stage, stage - 1.0):
             continue
         w1, g1, o1, a1, b1 = stage_peak(row, stage, dense_layer, moe_layer, working, gather, comm, grad_work, logits,
                                           resident)
@@ -369,6 +359,23 @@ def memory_row(row, out):
     out[M_BUFFERS] = b
     out[M_OVERHEAD] = overhead_bytes(row)
     return best_stage
+
+
+@njit(error_model='numpy')
+def peak_terms(row):
+    """The rank-independent terms of the peak, one tuple for ``memory_row`` and the memory timeline alike
+    (fastmodel/lm/memory_timeline.py), so the two cannot drift: (what a dense / a MoE layer keeps per micro-batch,
+    less what fine-grained offloading moves to the host; one layer's offloaded bytes back on the GPU; the recompute
+    working set; FSDP gathers; communication buffers; activation gradients; logits and loss workspace)."""
+    kept = kept_mode(row)
+    dense_all = layer_activation_bytes(row, False, kept)
+    moe_all = layer_activation_bytes(row, True, kept) if is_moe(row) else 0.0
+    off_dense = offloaded_layer_bytes(row, False)
+    off_moe = offloaded_layer_bytes(row, True) if is_moe(row) else 0.0
+    return (stored_layer_bytes(row, dense_all) - off_dense, stored_layer_bytes(row, moe_all) - off_moe,
+            max(off_dense, off_moe), recompute_working_bytes(row, max(dense_all, moe_all)),
+            fsdp_gather_buffer_bytes(row), comm_buffer_bytes(row), backward_grad_bytes(row),
+            logits_workspace_bytes(row))
 
 
 @njit(error_model='numpy')

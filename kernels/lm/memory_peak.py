@@ -15,8 +15,8 @@ Phases (``P_*``):
   micro-batch still in flight (on the last rank less that one's head inputs, ``backward_passed_head_bytes``),
   the layer recomputed (recompute working set), the gradients of its activations (``backward_grad_bytes``).
 - ``P_EMBEDDING``: the first rank ends a micro-batch's backward at the word embedding: the other micro-batches
-  in flight (one micro-batch, or one ``1 / v`` chunk of it under the interleaved schedule, fewer than at the
-  peak), and the embedding's weight gradient (``embedding_grad_bytes``).
+  in flight (``memory_chunks.held_bytes``), and the embedding's
+  weight gradient (``embedding_grad_bytes``).
 - ``P_OPTIMIZER``: the optimizer step: no activations, the states and the optimizer's transient copies.
 """
 
@@ -28,10 +28,11 @@ from fastmodel.kernels.lm.layout import (
     RECOMPUTE_MODULE_MOE, RECOMPUTE_MODULE_MOE_ACT, RECOMPUTE_MODULE_SHARED_EXPERTS, SHARD_FSDP,
 )
 from fastmodel.kernels.lm.memory_activations import (
-    gemm_input_bytes, head_activation_bytes, micro_batch_tokens, mtp_activation_bytes, microbatches_in_flight, module_recomputed,
-    rank_microbatch_bytes, replicated_divisor, routed_tokens,
+    gemm_input_bytes, head_activation_bytes, micro_batch_tokens, mtp_activation_bytes, module_recomputed,
+    replicated_divisor, routed_tokens,
 )
-from fastmodel.kernels.lm.pipeline import chunk_fraction, mirror_stage
+from fastmodel.kernels.lm.memory_chunks import held_bytes
+from fastmodel.kernels.lm.pipeline import mirror_stage
 from fastmodel.kernels.lm.memory_states import (
     B16, is_moe, gradients_bytes, optimizer_bytes, stage_params, stage_uncast_params, weights_bytes,
 )
@@ -165,11 +166,12 @@ def backward_passed_head_bytes(row, stage):
 @njit(error_model='numpy')
 def _phase(row, stage, phase, state, shared):
     """(weights, gradients, optimizer, activations, buffers) at ``phase`` from the rank's ``state`` (``_stage_state``:
-    states ``w, g, o``, optimizer ``transient``, what it keeps per micro-batch ``per_mb``, micro-batches
-    ``in_flight``) and the rank-independent ``shared`` terms (working set, gathers, comm, gradients, logits, and
-    ``resident``: one layer's offloaded bytes, kernels/lm/memory_offload.py, back on the GPU once at the loss and
-    the embedding backward, twice in a layer's backward -- that layer and the next one reloading)."""
-    w, g, o, transient, per_mb, in_flight = state
+    states ``w, g, o``, optimizer ``transient``, the activations it holds at the loss, at a backward's start and at
+    the embedding's backward, ``memory_chunks.held_bytes``) and the rank-independent ``shared`` terms (working set,
+    gathers, comm, gradients, logits, and ``resident``: one layer's offloaded bytes, kernels/lm/memory_offload.py,
+    back on the GPU once at the loss and the embedding backward, twice in a layer's backward -- that layer and the
+    next one reloading)."""
+    w, g, o, transient, at_loss, at_backward, at_embedding = state
     working, gather, comm, grad_work, logits, resident = shared
     kept = 1.0 - row[C_ACTIVATION_OFFLOAD]
     if phase == P_OPTIMIZER:
@@ -178,14 +180,12 @@ def _phase(row, stage, phase, state, shared):
     if phase == P_LOSS:
         if stage != last and mirror_stage(row, stage) != last:   # DualPipe: rank 0 ends the reverse chain
             return w, g, o, 0.0, 0.0
-        return w, g, o, in_flight * per_mb * kept + resident, loss_gather_bytes(row, gather) + comm + logits
+        return w, g, o, at_loss * kept + resident, loss_gather_bytes(row, gather) + comm + logits
     if phase == P_BACKWARD:
-        held = in_flight * per_mb - backward_passed_head_bytes(row, stage)
-        return w, g, o, (held + working) * kept + 2.0 * resident, gather + comm + grad_work
+        return w, g, o, (at_backward + working) * kept + 2.0 * resident, gather + comm + grad_work
     if stage != 0 and mirror_stage(row, stage) != 0:          # DualPipe: rank pp - 1 starts the reverse chain
         return w, g, o, 0.0, 0.0
-    chunk = chunk_fraction(row)
-    held = max(in_flight - chunk, 0.0) * per_mb * kept
+    held = at_embedding * kept                                 # the micro-batch's chunk 0 is freed
     held += resident if held > 0.0 else 0.0
     if int(row[C_SHARDING]) == SHARD_FSDP:
         return w, g, o, held, comm + embedding_grad_bytes(row)
@@ -194,11 +194,14 @@ def _phase(row, stage, phase, state, shared):
 
 @njit(error_model='numpy')
 def _stage_state(row, stage, dense_layer, moe_layer):
-    """(weights, gradients, optimizer, optimizer transient, per micro-batch, in flight) of rank ``stage``."""
+    """(weights, gradients, optimizer, optimizer transient, activations held at the loss, at a backward's start
+    and at the embedding's backward) of rank ``stage``."""
     non_expert, expert = stage_params(row, stage)
+    at_loss, at_backward, at_embedding = held_bytes(row, stage, dense_layer, moe_layer,
+                                                    backward_passed_head_bytes(row, stage))
     return (weights_bytes(row, non_expert, expert, stage_uncast_params(row, stage)), gradients_bytes(row, non_expert, expert),
             optimizer_bytes(row, stage, non_expert, expert), optimizer_transient_bytes(row, non_expert, expert),
-            rank_microbatch_bytes(row, stage, dense_layer, moe_layer), microbatches_in_flight(row, stage))
+            at_loss, at_backward, at_embedding)
 
 
 @njit(error_model='numpy')

@@ -78,8 +78,9 @@ def microbatches_in_flight(row, stage):
     """Micro-batches whose activations pipeline rank ``stage`` holds at its peak (in units of the rank's
     ``L/pp`` layers).
 
-    1F1B and ZB-H1: ``min(pp - stage, m)`` (Narayanan et al. 2021, Sec. 2.2.1; ZB-H1 keeps 1F1B's in-flight
-    count, Qi et al. 2024 sec. 3.1). Interleaved with ``v`` chunks: Megatron warms up
+    1F1B and ZB-H1: ``min(pp - stage, m)`` (Narayanan et al. 2021, Sec. 2.2.1; ZB-H1 keeps 1F1B's count of
+    micro-batches not through their input-gradient pass, Qi et al. 2024 sec. 3.1, and adds its deferred weight
+    gradients: kernels/lm/memory_chunks.py ``zb_h1_held_bytes``, which the memory peak uses). Interleaved with ``v`` chunks: Megatron warms up
     ``2 (pp - stage - 1) + (v - 1) pp`` chunks and holds one more, each ``1/v`` of the rank's layers:
     ``min(2 (pp - stage - 1) + (v - 1) pp + 1, m v) / v``; on the first rank this is
     ``pp (1 + (pp - 1)/(pp v))`` (Korthikanti Sec. 4.2.3). GPipe: all ``m`` (Huang et al. 2019). DualPipe:

@@ -39,10 +39,15 @@ KNOWN_MEMORY_GAPS: frozenset[str] = frozenset((
     # the DeepSeek-V3 GB300 FSDP plan fits since fine-grained activation offloading is modelled
     # (kernels/lm/memory_offload.py: it offloads core_attn and attn_proj, its assumptions cite the recipe lines)
     # since memory_row evaluates every pipeline rank (issue 23, h-worstrank): PP 16 x VP 8 with the embedding and
-    # the loss in the split gives rank 0 seven layers and rank 1 eight; rank 1 holds 141 chunks in flight
-    # (Megatron-Core interleaved warm-up (p - r - 1) 2 + (v - 1) p + 1) of one layer each, 140.0 GiB of
-    # activations with no recompute, 182.4 GiB allocated and 191.6 reserved against 180 (B200) / 186 (GB200) GiB.
-    # Rank 0 alone (the old report) fitted; what over-counts rank 1 is not found yet
+    # the loss in the split gives rank 0 seven layers and rank 1 eight. Checked against Megatron-Core (issue 23,
+    # h-memrank): rank 1 builds 8 chunks of one layer (get_num_layers_to_build, L + 2 = 128 slots over 128 chunks),
+    # runs 2 (16 - 2) + 7 x 16 = 140 warm-up forwards and one more before its first backward
+    # (get_pp_rank_microbatches), so 141 one-layer chunks: 140.0 GiB (0.99 GiB a layer: 31.75 T h / t bytes of
+    # saved tensors, no recompute, flash attention, GQA) beside 41.6 GiB of states (7 B a parameter: BF16 weights
+    # and gradients, 12 B of distributed-optimizer state over DP 4): 182.4 GiB allocated against 180 (B200) /
+    # 186 (GB200) GiB of HBM, 171 / 176.7 usable. Rank 0 (was 125.1 averaged over chunks) now holds the 112 layers
+    # Megatron keeps there. No term of rank 1 is found over-counted; Megatron-Bridge@0013c9a8 makes the B200 V2
+    # config an alias of the GB200 one (LLAMA31_405B_PRETRAIN_CONFIG_B200_BF16_V2 = ..._GB200_BF16_V2)
     "mbridge-llama31-405b-b200-bf16-v2",
     "mbridge-llama31-405b-gb200-bf16-v2",
 ))
