@@ -37,8 +37,8 @@ def test_a_layout_with_one_layer_on_the_last_rank_makes_a_middle_rank_the_busies
     assert 0.0 < t_head < t_layer
     # default: t_mb = 2 t_layer + t_head; layout: max(2 t_layer, 1 t_layer + t_head) = 2 t_layer
     assert _per_microbatch() - _per_microbatch(last_stage_layers=1) == pytest.approx(t_head, rel=1e-9)
-    # -1 (no layout) is the default split
-    assert _per_microbatch(last_stage_layers=-1) == pytest.approx(_per_microbatch(), rel=1e-12)
+    # a layout that states the default split's own count (2 layers on the last rank) changes nothing
+    assert _per_microbatch(last_stage_layers=2) == pytest.approx(_per_microbatch(), rel=1e-12)
 
 
 def test_with_a_head_heavier_than_a_layer_the_last_rank_stays_the_busiest_with_its_stated_layers():
