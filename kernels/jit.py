@@ -92,10 +92,17 @@ _PACKAGE_DIR = Path(__file__).resolve().parent
 #: in). Each engine's kernels are cached in a folder of their own, keyed by the shared kernel files (this
 #: folder's top level), its subfolders and its registries, so an edit to an lm kernel recompiles the lm and
 #: serving kernels and leaves the MAD-Max ones cached. Serving compiles in the lm layer shape.
-#: the registry modules of the lm column table (lm.py and the modules holding its rows)
-LM_REGISTRIES = ("fastmodel.registry.lm", "fastmodel.registry.lm_engine", "fastmodel.registry.lm_lowprec",
-                 "fastmodel.registry.lm_muon", "fastmodel.registry.lm_offload", "fastmodel.registry.lm_overhead", "fastmodel.registry.lm_sdpa",
-                 "fastmodel.registry.lm_status")
+def _lm_registries() -> tuple[str, ...]:
+    """The registry modules of the lm column table: ``registry/lm.py`` and every ``registry/lm_*.py`` holding its
+    rows or statuses, found in the folder, so a new one cannot be left out of the cache key."""
+    from importlib.util import find_spec
+
+    spec = find_spec("fastmodel.registry")
+    folder = Path(next(iter(spec.submodule_search_locations)))
+    return tuple(f"fastmodel.registry.{p.stem}" for p in sorted(folder.glob("lm*.py")))
+
+
+LM_REGISTRIES = _lm_registries()
 ENGINES = {
     "madmax": (("madmax",), ("fastmodel.registry.madmax", "fastmodel.registry.variables")),
     "lm": (("lm",), (*LM_REGISTRIES, "fastmodel.registry.variables")),
