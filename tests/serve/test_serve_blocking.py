@@ -1,14 +1,11 @@
 """The prefill-blocking estimator of bench/serve_blocking.py (docs/model_serving.md §S24), by hand."""
 
-import importlib.util
-from pathlib import Path
 
 import pytest
 
-_SPEC = importlib.util.spec_from_file_location(
-    "serve_blocking", Path(__file__).resolve().parents[2] / "bench" / "serve_blocking.py")
-serve_blocking = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(serve_blocking)
+from tests.bench_scripts import load_bench
+
+serve_blocking = load_bench("serve_blocking")
 
 
 def test_blocking_recovers_the_prefill_stall_from_two_output_lengths():

@@ -1,16 +1,13 @@
 """bench/serve_c512.py (docs/model_serving.md §S44): the sweep grid of a cell and the run's TTFT, by hand."""
 
 import csv
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-_SPEC = importlib.util.spec_from_file_location(
-    "serve_c512", Path(__file__).resolve().parents[2] / "bench" / "serve_c512.py")
-serve_c512 = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(serve_c512)
+from tests.bench_scripts import load_bench
+
+serve_c512 = load_bench("serve_c512")
 
 
 def _record(rid, tp, isl, osl, conc=512):

@@ -1,16 +1,13 @@
 """The low-load TTFT excess table of bench/serve_floor.py (docs/model_serving.md §S27), by hand."""
 
 import csv
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-_SPEC = importlib.util.spec_from_file_location(
-    "serve_floor", Path(__file__).resolve().parents[2] / "bench" / "serve_floor.py")
-serve_floor = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(serve_floor)
+from tests.bench_scripts import load_bench
+
+serve_floor = load_bench("serve_floor")
 
 _COLS = ["id", "status", "framework", "gpu", "model", "measured_ttft_s", "predicted_ttft_s", "measured_tpot_s"]
 

@@ -1,16 +1,13 @@
 """The low-load TTFT split of bench/serve_tp_split.py (docs/model_serving.md §S49), by hand."""
 
 import csv
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-_SPEC = importlib.util.spec_from_file_location(
-    "serve_tp_split", Path(__file__).resolve().parents[2] / "bench" / "serve_tp_split.py")
-serve_tp_split = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(serve_tp_split)
+from tests.bench_scripts import load_bench
+
+serve_tp_split = load_bench("serve_tp_split")
 
 _COLS = ["id", "status", "framework", "gpu", "precision", "model", "measured_ttft_s", "predicted_ttft_s"]
 

@@ -1,16 +1,13 @@
 """The TPOT slices and the FP4-minus-FP8 excess of bench/serve_tpot_split.py (docs/model_serving.md §S50), by hand."""
 
 import csv
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-_SPEC = importlib.util.spec_from_file_location(
-    "serve_tpot_split", Path(__file__).resolve().parents[2] / "bench" / "serve_tpot_split.py")
-serve_tpot_split = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(serve_tpot_split)
+from tests.bench_scripts import load_bench
+
+serve_tpot_split = load_bench("serve_tpot_split")
 
 _COLS = ["id", "status", "split", "engine", "framework", "gpu", "precision", "model", "measured_tpot_s",
          "predicted_tpot_s", "error_tpot_s"]

@@ -1,16 +1,13 @@
 """The arithmetic of bench/serve_trt_triton_moe.py (docs/model_serving.md §S37), by hand."""
 
 import csv
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-_SPEC = importlib.util.spec_from_file_location(
-    "serve_trt_triton_moe", Path(__file__).resolve().parents[2] / "bench" / "serve_trt_triton_moe.py")
-trt_moe = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(trt_moe)
+from tests.bench_scripts import load_bench
+
+trt_moe = load_bench("serve_trt_triton_moe")
 
 
 def test_padding_of_gpt_oss_experts_by_moe_tp():
