@@ -10,7 +10,7 @@ from fastmodel.kernels.lm.fp8 import fp8_saved_input_bytes
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.moe import expert_rows, expert_tp
 from fastmodel.kernels.lm.layout import (
-    C_ACTIVATION_OFFLOAD, C_CP, C_DROPOUT, C_FFN, C_FLASH_ATTENTION, C_FUSED_KERNELS, C_GATED_MLP,
+    C_CP, C_DROPOUT, C_FFN, C_FLASH_ATTENTION, C_FUSED_KERNELS, C_GATED_MLP,
     C_HEADS, C_HEAD_DIM, C_HIDDEN, C_KV_HEADS, C_KV_LORA_RANK, C_MICRO_BATCH, C_MLA, C_MTP_LAYERS,
     C_ATTN_OUT_E5M6, C_MOE_ACT_INPUT_FP8, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_PROBS_IN_EXPERTS,
     C_MOE_SHARED_EXPERTS, C_NORM_RECOMPUTE_FP8, C_PP,
@@ -22,7 +22,7 @@ from fastmodel.kernels.lm.layout import (
     RECOMPUTE_NONE, RECOMPUTE_PARTIAL_LAYERS, RECOMPUTE_SELECTIVE,
 )
 from fastmodel.kernels.lm.memory_states import B16, B32, is_moe, stage_layers
-from fastmodel.kernels.lm.pipeline import dualpipe_direction_in_flight, microbatches_in_flight, mirror_stage
+from fastmodel.kernels.lm.pipeline import dualpipe_direction_in_flight, mirror_stage
 from fastmodel.kernels.lm.recompute import module_recomputed  # noqa: F401 - the one rule, re-exported
 
 
@@ -430,16 +430,3 @@ def rank_microbatch_bytes(row, stage, dense_layer, moe_layer):
     forward, reverse = dualpipe_direction_in_flight(row, stage)
     other = stage_microbatch_bytes(row, mirror, dense_layer, moe_layer)
     return (forward * own + reverse * other) / (forward + reverse)
-
-
-@njit(error_model='numpy')
-def activations_bytes(row, stage, dense_layer, moe_layer, working):
-    """Activations held on pipeline rank ``stage`` at its peak.
-
-    ``in_flight * sum over the rank's layers of stored_layer_bytes`` (``dense_layer`` / ``moe_layer`` per
-    layer) + one layer's recompute working set (``working``) + the embedding (first rank) or head (last rank)
-    inputs per micro-batch in flight, times ``1 - activation_offload`` (the share offloaded to host memory,
-    e.g. NeMo CPU activation offloading).
-    """
-    held = microbatches_in_flight(row, stage) * rank_microbatch_bytes(row, stage, dense_layer, moe_layer) + working
-    return held * (1.0 - row[C_ACTIVATION_OFFLOAD])

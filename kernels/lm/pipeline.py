@@ -196,14 +196,6 @@ def schedule_status(row, micro_batches):
     return 0
 
 
-@njit(inline="always")
-def chunk_fraction(row):
-    """Share of a rank's layers in one of its model chunks: ``1/v`` under the interleaved schedule, else 1."""
-    if int(row[C_PIPELINE_SCHEDULE]) == SCHED_INTERLEAVED and row[C_VP] > 1:
-        return 1.0 / row[C_VP]
-    return 1.0
-
-
 # ---- op orders of the exact path (plain Python; docs/model.md §11.7.1) ----
 # An op is ``(kind, micro-batch, chunk)``: kind ``"F"`` forward, ``"B"`` full backward, ``"I"`` backward for
 # inputs only, ``"W"`` backward for weights, ``"P"`` a forward overlapped with the backward after it (it starts
