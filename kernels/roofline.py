@@ -280,18 +280,21 @@ def gemm_time(row, m, n, k, fp8):
 def attention_time(row, flops):
     """Seconds for flash-attention kernels executing ``flops``: at ``attn_eff``, or at ``attn_eff_fa2`` where the
     stack runs FlashAttention-2 (PyTorch SDPA's flash backend, ``attn_fa2``) and the device states it."""
-    if flops <= 0.0:
-        return 0.0
-    return (flops / (row[C_PEAK_FLOPS_16] * attention_eff(row)) + row[C_KERNEL_OVERHEAD_S]) / row[C_STACK_COMPUTE_EFF]
+    return _attention_seconds(row, flops, attention_eff(row))
 
 
 @njit
 def attention_fwd_time(row, flops):
     """Seconds for flash-attention forward kernels alone executing ``flops`` (serving prefill: no backward) at
     ``attn_eff_fwd`` where the device states it, else as :func:`attention_time` (docs/model_serving.md §S48)."""
+    return _attention_seconds(row, flops, row[C_ATTN_EFF_FWD] if row[C_ATTN_EFF_FWD] > 0.0 else attention_eff(row))
+
+
+@njit(inline="always")
+def _attention_seconds(row, flops, eff):
+    """``flops`` at ``eff`` of the 16-bit peak, plus one kernel's overhead, over the stack's compute share."""
     if flops <= 0.0:
         return 0.0
-    eff = row[C_ATTN_EFF_FWD] if row[C_ATTN_EFF_FWD] > 0.0 else attention_eff(row)
     return (flops / (row[C_PEAK_FLOPS_16] * eff) + row[C_KERNEL_OVERHEAD_S]) / row[C_STACK_COMPUTE_EFF]
 
 
