@@ -88,10 +88,6 @@ else:
 _PACKAGE_DIR = Path(__file__).resolve().parent
 
 
-#: engine -> (its kernel subfolders, the registry modules whose module-level constants its kernels compile
-#: in). Each engine's kernels are cached in a folder of their own, keyed by the shared kernel files (this
-#: folder's top level), its subfolders and its registries, so an edit to an lm kernel recompiles the lm and
-#: serving kernels and leaves the MAD-Max ones cached. Serving compiles in the lm layer shape.
 def _lm_registries() -> tuple[str, ...]:
     """The registry modules of the lm column table: ``registry/lm.py`` and every ``registry/lm_*.py`` holding its
     rows or statuses, found in the folder, so a new one cannot be left out of the cache key."""
@@ -102,7 +98,12 @@ def _lm_registries() -> tuple[str, ...]:
     return tuple(f"fastmodel.registry.{p.stem}" for p in sorted(folder.glob("lm*.py")))
 
 
+#: the registry modules of the lm column table
 LM_REGISTRIES = _lm_registries()
+#: engine -> (its kernel subfolders, the registry modules whose module-level constants its kernels compile
+#: in). Each engine's kernels are cached in a folder of their own, keyed by the shared kernel files (this
+#: folder's top level), its subfolders and its registries, so an edit to an lm kernel recompiles the lm and
+#: serving kernels and leaves the MAD-Max ones cached. Serving compiles in the lm layer shape.
 ENGINES = {
     "madmax": (("madmax",), ("fastmodel.registry.madmax", "fastmodel.registry.variables")),
     "lm": (("lm",), (*LM_REGISTRIES, "fastmodel.registry.variables")),
