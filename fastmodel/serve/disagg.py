@@ -15,11 +15,12 @@ Each pool is one of the serving kernels' configurations (its own layout, on the 
 The loop closes by Little's law with Schweitzer's MVA, the pool's ``c`` servers by Seidmann's approximation (a
 single server of ``D = S / c`` in tandem with a delay ``S - D``; ``pool_response``, §S30): ``R = S - D + R_q``,
 ``R_q = D / (1 - lambda D (N - 1) / N)``, ``lambda = N / (R + Z)`` with ``Z = t_kv + O x TPOT``, whose positive
-root is closed-form. TTFT = R + t_kv + the decode worker's first-token iterations (``first_token_steps``: the
-decode worker streams the first token after the KV arrives, serving_facts §4.3; vLLM's pull-and-recompute
-handoff adds iterations, ``handoff_steps``, §S43); requests beyond the decode
-pool's KV room wait by Little's law; the client's start wave is 1 / ``client_rounds`` of the mean
-(``with_start_wave``).
+root is closed-form. A fixed-length client (``serve.fixed_lengths``) makes service and delay constant: its
+loop sits on its asymptotic bounds, ``R = max(S, N S / c - Z)`` (``deterministic_pool_response``, §S51).
+TTFT = R + t_kv + the decode worker's first-token iterations (``first_token_steps``: the decode worker streams
+the first token after the KV arrives, serving_facts §4.3; vLLM's pull-and-recompute handoff adds iterations,
+``handoff_steps``, §S43); requests beyond the decode pool's KV room wait by Little's law; the client's start wave
+is 1 / ``client_rounds`` of the mean (``with_start_wave``).
 """
 
 from __future__ import annotations
