@@ -15,11 +15,12 @@ Each pool is one of the serving kernels' configurations (its own layout, on the 
 The loop closes by Little's law with Schweitzer's MVA, the pool's ``c`` servers by Seidmann's approximation (a
 single server of ``D = S / c`` in tandem with a delay ``S - D``; ``pool_response``, §S30): ``R = S - D + R_q``,
 ``R_q = D / (1 - lambda D (N - 1) / N)``, ``lambda = N / (R + Z)`` with ``Z = t_kv + O x TPOT``, whose positive
-root is closed-form. TTFT = R + t_kv + the decode worker's first-token iterations (``first_token_steps``: the
-decode worker streams the first token after the KV arrives, serving_facts §4.3; vLLM's pull-and-recompute
-handoff adds iterations, ``handoff_steps``, §S43); requests beyond the decode
-pool's KV room wait by Little's law; the client's start wave is 1 / ``client_rounds`` of the mean
-(``with_start_wave``).
+root is closed-form. A fixed-length client (``serve.fixed_lengths``) makes service and delay constant: its
+loop sits on its asymptotic bounds, ``R = max(S, N S / c - Z)`` (``deterministic_pool_response``, §S51).
+TTFT = R + t_kv + the decode worker's first-token iterations (``first_token_steps``: the decode worker streams
+the first token after the KV arrives, serving_facts §4.3; vLLM's pull-and-recompute handoff adds iterations,
+``handoff_steps``, §S43); requests beyond the decode pool's KV room wait by Little's law; the client's start wave
+is 1 / ``client_rounds`` of the mean (``with_start_wave``).
 """
 
 from __future__ import annotations
@@ -156,6 +157,16 @@ def pool_response(own: float, servers: float, think: float, running: float) -> f
     return delay + queue
 
 
+def deterministic_pool_response(own: float, servers: float, think: float, running: float):
+    """Mean time a prompt spends in the prefill pool when every request has the same lengths
+    (``serve.fixed_lengths``): ``servers`` parallel servers of constant service ``own`` and a constant delay
+    ``think`` in a closed loop of ``running`` requests (docs/model_serving.md §S51). Once the client's start wave
+    has passed, the loop sits on its asymptotic bounds (Lazowska et al. 1984, "Quantitative System Performance"
+    §5.2: X = min(N / (S + Z), c / S)): below ``N* = c (S + Z) / S`` no prompt waits (``R = S``), above it the
+    servers never idle and ``R = N S / c - Z``. Floats or arrays."""
+    return np.maximum(own, running * own / servers - think)
+
+
 def lone_prompt(col: np.ndarray) -> np.ndarray:
     """The prefill worker's columns with one prompt in its iteration (the other attention-DP ranks idle)."""
     one = col.copy()
@@ -167,20 +178,23 @@ def lone_prompt(col: np.ndarray) -> np.ndarray:
 BUSY_PASSES = 50
 
 
-def prefill_pool(lone: float, full: float, adp: float, workers: float, think: float, running: float):
+def prefill_pool(lone: float, full: float, adp: float, workers: float, think: float, running: float,
+                 fixed: bool = False):
     """(own service, pool response) of a prompt at a prefill pool of ``workers`` workers of ``adp`` attention-DP
     ranks (docs/model_serving.md §S30). Every rank runs every iteration, an idle one a dummy request (TensorRT-LLM
     ``PyExecutor._pad_attention_dp_dummy_request``), so an iteration carries the prompts of the busy ranks: its time
     runs from ``lone`` (one prompt) to ``full`` (``adp`` prompts), linear in the prompts. A prompt finds on average
     ``(adp - 1) U`` of the other ranks busy, ``U = lambda S / (workers adp)`` the ranks' utilization, so
-    ``S = lone + U (full - lone)``, solved with the pool's response by a fixed point in ``S``."""
+    ``S = lone + U (full - lone)``, solved with the pool's response by a fixed point in ``S``. ``fixed``: a
+    fixed-length client, whose pool is the deterministic one (``deterministic_pool_response``, §S51)."""
+    respond = deterministic_pool_response if fixed else pool_response
     servers = workers * adp
     own = lone if adp > 1.0 else full
-    response = pool_response(own, servers, think, running)
+    response = respond(own, servers, think, running)
     for _ in range(BUSY_PASSES if adp > 1.0 else 0):
         busy = min(1.0, running / (response + think) * own / servers)
         new = lone + busy * (full - lone)
-        response = pool_response(new, servers, think, running)
+        response = respond(new, servers, think, running)
         moved = abs(new - own)
         own = new
         if moved < 1e-9:
@@ -244,6 +258,12 @@ def first_token_steps(rec: DisaggRecord, running: float) -> float:
     return token_steps(record_engine(rec), overlap, wait)
 
 
+def fixed_lengths(rec) -> bool:
+    """True when the record's client gives every request exactly its lengths (``serve.fixed_lengths``, S32, S51)."""
+    serve = (getattr(rec, "raw", None) or {}).get("serve")
+    return bool(isinstance(serve, dict) and serve.get("fixed_lengths"))
+
+
 def limiting_pool(prefill: float, transfer: float, decode: float, running: float, room: float,
                   own: float = 0.0, servers: float = 1.0) -> str:
     """The stage that bounds a disaggregated deployment's closed loop (docs/model_serving.md §S40, §S43): ``decode``
@@ -289,7 +309,8 @@ def evaluate_disagg(records: list[DisaggRecord]) -> list[dict]:
                                  rec.decode[C["input_len"]] + out, rec.decode[C["attention_dp"]] * rec.decode_workers))
         running = max(1.0, min(n, room))
         own, response = prefill_pool(float(lone[R["ttft"], i]), full, rec.prefill[C["attention_dp"]],
-                                     rec.prefill_workers, think, running)
+                                     rec.prefill_workers, think, running, fixed_lengths(rec))
+        response = float(response)
         lam, ttft = closed_loop(response, think, t_kv, first_token_steps(rec, running), tpot, n, running)
         results.append({"status": "ok", "ttft": ttft, "tpot": tpot, "output_tokens_per_s": lam * out,
                         "output_tokens_per_s_per_gpu": lam * out / rec.total_gpus,
