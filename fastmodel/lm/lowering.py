@@ -176,10 +176,14 @@ def balance_column(execution, model, notes: list[str] | None = None) -> float | 
     """``moe_expert_maxvio`` of the plan's ``moe_balance`` (``router_balance.expert_maxvio``) when the plan and its
     stack leave ``moe_imbalance`` unset and the model has experts; the kernel's ``rank_imbalance`` turns it into
     the busiest rank's factor at each mesh's ep. A dense model has no experts: a method stated on it is ignored
-    with a note, as the MoE-only model fields are (``dense_moe_note``)."""
+    with a note, as the MoE-only model fields are (``dense_moe_note``); so is one beside a stated ``moe_imbalance``,
+    which wins (docs/model.md §11.14.5)."""
     method = getattr(execution, "moe_balance", None)
     if method is not None and not model.moe_experts and notes is not None:
         notes.append(f"moe_balance = {method!r} ignored: a dense model (moe_experts = 0) has no experts")
+    if method is not None and model.moe_experts and execution.moe_imbalance is not None and notes is not None:
+        notes.append(f"moe_balance = {method!r} ignored: moe_imbalance = {execution.moe_imbalance:g} is stated (by the "
+                     "plan or its stack) and wins (docs/model.md §11.14.5)")
     if not model.moe_experts or execution.moe_imbalance is not None or method is None:
         return None
     return expert_maxvio(method, notes)

@@ -36,6 +36,8 @@ def status_reason(code: int, column: np.ndarray) -> str:
         return experts_reason(row)
     if name == "devices_not_divisible":
         return devices_reason(row)
+    if name == "layout_not_runnable":
+        return layout_reason(row)
     return STATUSES[code].message
 
 
@@ -63,6 +65,29 @@ def devices_reason(row: np.ndarray) -> str:
     tp, pp, cp = row[C["tp"]], row[C["pp"]], row[C["cp"]]
     return (f"n_gpus = {row[C['n_gpus']]:g} is not a multiple of tp x pp x cp = {tp:g} x {pp:g} x {cp:g} = "
             f"{tp * pp * cp:g}")
+
+
+def layout_reason(row: np.ndarray) -> str:
+    """Which rule of ``layout_not_runnable`` (kernels/lm/rules.py ``layout_broken``) ``plan.last_stage_layers``
+    breaks, with its numbers."""
+    from fastmodel.kernels.lm.memory_states import layers_per_stage
+    from fastmodel.registry.lm import COLUMN_INDEX as C
+
+    n, pp, layers = row[C["last_stage_layers"]], row[C["pp"]], row[C["layers"]]
+    field = f"plan.last_stage_layers = {n:g}"
+    if n < 0.0 or n != int(n):
+        return f"{field}: a whole number of decoder layers >= 0, or -1 (no explicit layout)"
+    if pp <= 1.0:
+        return f"{field} needs pp > 1 (an explicit layout splits a pipeline; plan pp = {pp:g})"
+    if n > layers:
+        return f"{field} exceeds the model's {layers:g} layers"
+    if row[C["embedding_loss_in_split"]] > 0.0:
+        return (f"{field} cannot be set with embedding_loss_in_split (Megatron-Core TransformerConfig refuses "
+                "pipeline_model_parallel_layout beside account_for_embedding/loss_in_pipeline_split)")
+    busiest = layers_per_stage(row)
+    return (f"{field} leaves {layers - n:g} of the model's {layers:g} layers to the other {pp - 1:g} ranks, outside "
+            f"[{busiest:g}, {(pp - 1) * busiest:g}]: fastmodel charges the busiest of them the default split's "
+            f"{busiest:g} (docs/model.md §11.22)")
 
 
 def node_limit_reason(row: np.ndarray) -> str:

@@ -15,14 +15,16 @@ from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.layout import (
     C_DENSE_LAYERS, C_FFN, C_GATED_MLP, C_HEADS, C_HEAD_DIM, C_HIDDEN, C_KV_LORA_RANK, C_MLA, C_MOE_FFN,
     C_MOE_SHARED_EXPERTS, C_PIPELINE_SCHEDULE, C_PP, C_QK_NOPE_HEAD_DIM, C_QK_ROPE_HEAD_DIM, C_Q_LORA_RANK, C_TP,
-    C_V_HEAD_DIM, C_VP, SCHED_INTERLEAVED, SCHED_ZB_H1,
+    C_LAST_STAGE_LAYERS, C_V_HEAD_DIM, C_VP, SCHED_INTERLEAVED, SCHED_ZB_H1,
 )
 from fastmodel.kernels.lm.memory_activations import (
     embedding_activation_bytes, gemm_input_bytes, head_activation_bytes, local_kv_width, micro_batch_tokens,
     mtp_activation_bytes, rank_microbatch_bytes, replicated_divisor, routed_tokens,
 )
 from fastmodel.kernels.lm.moe import expert_tp
-from fastmodel.kernels.lm.memory_states import B16, is_moe, layers_per_stage, split_slots, stage_layers
+from fastmodel.kernels.lm.memory_states import (
+    B16, explicit_layout, is_moe, layers_per_stage, split_slots, stage_layers,
+)
 from fastmodel.kernels.lm.pipeline import microbatches, microbatches_in_flight
 
 
@@ -53,6 +55,8 @@ def chunk_microbatch_bytes(row, stage, chunk, dense_layer, moe_layer):
     decoder = dense + moe
     mean = (dense * dense_layer + moe * moe_layer) / decoder if decoder > 0.0 else 0.0
     layers = layers_per_stage(row) / v
+    if stage == last and explicit_layout(row):
+        layers = layout_chunk_layers(row, chunk, layers)
     total = 0.0
     if stage == 0.0 and chunk == 0.0:
         layers -= 0.5 * split_slots(row)            # split_slots is 2 (embedding + loss) or 0
@@ -62,6 +66,20 @@ def chunk_microbatch_bytes(row, stage, chunk, dense_layer, moe_layer):
         total += mtp * (moe_layer if is_moe(row) else dense_layer) + head_activation_bytes(row)
         total += mtp_activation_bytes(row)
     return total + max(layers, 0.0) * mean
+
+
+@njit(error_model='numpy')
+def layout_chunk_layers(row, chunk, full):
+    """Decoder layers of chunk ``chunk`` of the last rank under an explicit layout: its ``last_stage_layers``
+    fill the chunks in order, ``full`` (the busiest rank's per chunk) each, and chunk ``v - 1`` (the loss's)
+    takes the rest, as the recipes' layouts do (DeepSeek-V3 ``Et*4|(t*4|)*14tmL`` at PP 4 x VP 4: 4, 4, 4, 1).
+    Filling the earlier chunks first is the most a layout of that count can hold in flight: a rank holds more
+    micro-batches of its earlier chunks than of the loss's (:func:`held_bytes`)."""
+    n = row[C_LAST_STAGE_LAYERS]
+    v = row[C_VP]
+    if chunk < v - 1.0:
+        return min(max(n - chunk * full, 0.0), full)
+    return max(n - (v - 1.0) * full, 0.0)
 
 
 @njit(inline="always")

@@ -19,7 +19,7 @@ from fastmodel.kernels.lm.layout import (
     C_HIDDEN, C_LAYERS, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_LAYER_FREQ, C_MOE_SHARED_EXPERTS, C_MOE_TOPK,
     C_MASTER_WEIGHTS, C_MTP_LAYERS, C_OPTIMIZER, C_OPTIMIZER_MOMENTS, C_PP, C_PRECISION, C_SHARDING,
     C_SHARD_DEGREE, C_TIED_EMBEDDINGS, C_EMBEDDING_LOSS_IN_SPLIT, C_LEARNED_POSITIONS, C_SEQ_LEN, C_TP, C_UNEVEN_STAGES, C_VOCAB, C_VP, OPT_ADAFACTOR, OPT_SGD,
-    OPT_MUON, OPT_SGD_NO_MOMENTUM,
+    OPT_MUON, OPT_SGD_NO_MOMENTUM, C_LAST_STAGE_LAYERS, C_REDUCE_EVERY_MICROBATCH,
     PRECISION_FP8, SHARD_FSDP, SHARD_ZERO1, SHARD_ZERO2,
 )
 from fastmodel.kernels.lm.muon import muon_state_bytes, owned_share, stage_matrices
@@ -62,21 +62,35 @@ def split_slots(row):
 
 
 @njit(error_model='numpy')
+def explicit_layout(row):
+    """True when an explicit pipeline layout states the last rank's decoder layers (``last_stage_layers`` >= 0,
+    pp > 1; Megatron-Core ``pipeline_model_parallel_layout``, docs/model.md §11.22)."""
+    return row[C_LAST_STAGE_LAYERS] >= 0.0 and row[C_PP] > 1.0
+
+
+@njit(error_model='numpy')
 def stage_layers(row, stage):
     """(dense layers, MoE layers, MTP layers) held by pipeline rank ``stage``.
 
     Layers are split evenly, ``L/pp`` per rank (``layers_per_stage``; with ``embedding_loss_in_split`` the first
     and last rank one fewer, ``split_slots``), in order: the leading dense layers of a MoE model sit on
-    the first rank(s); DeepSeek-V3's MTP modules sit after the last layer, on the last rank.
+    the first rank(s); DeepSeek-V3's MTP modules sit after the last layer, on the last rank. An explicit layout
+    (:func:`explicit_layout`) gives the last rank its ``last_stage_layers``, the model's last ones; every other
+    rank keeps the busiest count, which the rule table's ``layout_not_runnable`` makes the layout's own busiest
+    (docs/model_memory.md "Explicit pipeline layouts").
     """
     pp = row[C_PP]
     per_stage = layers_per_stage(row)
-    if split_slots(row) > 0.0 and (stage == 0 or stage == pp - 1):
-        per_stage -= 1.0                            # the embedding or the loss holds this rank's extra slot
+    if explicit_layout(row) and stage == pp - 1:
+        per_stage = row[C_LAST_STAGE_LAYERS]
+        first = row[C_LAYERS] - per_stage
+    else:
+        if split_slots(row) > 0.0 and (stage == 0 or stage == pp - 1):
+            per_stage -= 1.0                        # the embedding or the loss holds this rank's extra slot
+        first = stage * per_stage
     if not is_moe(row):
         dense = per_stage
     else:
-        first = stage * per_stage
         dense = min(max(row[C_DENSE_LAYERS] - first, 0.0), per_stage)
         dense += (per_stage - dense) * (1.0 - 1.0 / max(1.0, row[C_MOE_LAYER_FREQ]))   # --moe-layer-freq N
     mtp = row[C_MTP_LAYERS] if stage == pp - 1 else 0.0
@@ -233,13 +247,29 @@ def weights_bytes(row, non_expert, expert, uncast):
     built in FP16/BF16, no FP32 copy) shards its 16-bit parameters: ``2 * params / shard_group``.
     ``uncast`` of the non-expert parameters (``stage_uncast_params``: embedding, head, norms, routers) are read by
     no FP8 GEMM and stay at 2 bytes, without FP8 forms.
+    Under FSDP with pipeline stages and one reduction per step (:func:`accumulates_unsharded`) the gathered
+    copies of the whole stage are held too, ``c * params`` (``c`` 1 with FP8 parameters, else 2).
     """
     per = weight_bytes_per_param(row)
     if int(row[C_SHARDING]) == SHARD_FSDP:
+        gathered = (1.0 if row[C_FP8_PARAMS] > 0 else B16) * (non_expert + expert) if accumulates_unsharded(row) else 0.0
         if row[C_MASTER_WEIGHTS] > 0:
-            return B32 * sharded_params(row, non_expert, expert)
-        return per * sharded_params(row, non_expert, expert) - (per - B16) * uncast / shard_group(row)
+            return B32 * sharded_params(row, non_expert, expert) + gathered
+        return per * sharded_params(row, non_expert, expert) - (per - B16) * uncast / shard_group(row) + gathered
     return per * (non_expert + expert) - (per - B16) * uncast
+
+
+@njit(error_model='numpy')
+def accumulates_unsharded(row):
+    """True under FSDP with pipeline stages when gradients are reduce-scattered once per step
+    (``reduce_every_microbatch = 0``): PyTorch's pipelining runs every micro-batch's backward of an FSDP2 stage
+    with ``set_requires_gradient_sync(False)`` and ``set_reshard_after_backward(False)`` and reduce-scatters once,
+    after the stage's last backward (torch/distributed/pipelining/stage.py ``backward_maybe_with_nosync``,
+    ``_post_backward``, pytorch/pytorch@0138610), so the stage's parameters stay gathered and its gradients
+    accumulate unsharded in the reduce dtype (FSDP2 ``FSDPParam.to_accumulated_grad_if_needed`` /
+    ``accumulate_unsharded_grad_if_needed``, torch/distributed/fsdp/_fully_shard/_fsdp_param.py). TorchTitan
+    builds its pipeline stages so (docs/model_memory.md "FSDP with pipeline stages")."""
+    return int(row[C_SHARDING]) == SHARD_FSDP and row[C_PP] > 1.0 and row[C_REDUCE_EVERY_MICROBATCH] <= 0.0
 
 
 @njit(error_model='numpy')
@@ -258,9 +288,13 @@ def gradients_bytes(row, non_expert, expert):
     contiguous FP32 ``main_grad`` buffer for BF16 training and reduce-scatters it in place (Megatron-LM
     ``docs/distrib_optimizer.md``: bf16 params with fp32 grads take ``6 + 12/d`` bytes per parameter, i.e.
     the 4-byte gradient is not divided by d). Sharded by the shard group under ZeRO-2 and FSDP/HSDP
-    (ZeRO paper, Sec. 5.2). A 16-bit model stores 16-bit gradients whatever dtype they are reduced in.
+    (ZeRO paper, Sec. 5.2). A 16-bit model stores 16-bit gradients whatever dtype they are reduced in. Under FSDP
+    with pipeline stages and one reduction per step (:func:`accumulates_unsharded`): the stage's gradients
+    unsharded, ``grad_reduce_bytes`` per parameter (FSDP2 accumulates them in ``reduce_dtype``).
     """
     gb = stored_grad_bytes(row)
+    if accumulates_unsharded(row):              # the stage's gradients, unsharded, in the reduce dtype
+        return row[C_GRAD_REDUCE_BYTES] * (non_expert + expert)
     if int(row[C_SHARDING]) >= SHARD_ZERO2:
         return gb * sharded_params(row, non_expert, expert)
     return gb * (non_expert + expert)

@@ -10,10 +10,12 @@ PlanErrors for single configurations.
 from fastmodel.kernels.lm.fp8 import fp8_recipe_supported
 from fastmodel.kernels.jit import njit, prange
 from fastmodel.kernels.lm.layout import (
-    C_CP, C_CP_ALGORITHM, CP_ALLTOALL, C_DP, C_EP, C_GLOBAL_BATCH, C_HEADS, C_KV_HEADS, C_LAYERS, C_MICRO_BATCH, C_MOE_EXPERTS,
+    C_CP, C_CP_ALGORITHM, CP_ALLTOALL, C_DP, C_EMBEDDING_LOSS_IN_SPLIT, C_EP, C_GLOBAL_BATCH, C_HEADS, C_KV_HEADS, C_LAST_STAGE_LAYERS, C_LAYERS,
+    C_MICRO_BATCH, C_MOE_EXPERTS,
     C_MOE_TOPK, C_N_GPUS, C_PEAK_FLOPS_8, C_PP, C_PRECISION, C_SEQ_LEN, C_TP, C_UNEVEN_STAGES, C_VP, PRECISION_FP8,
 )
 from fastmodel.kernels.lm.memory_offload import offload_conflict
+from fastmodel.kernels.lm.memory_states import layers_per_stage
 from fastmodel.kernels.lm.moe import expert_tp, node_limit_short
 from fastmodel.kernels.lm.pipeline import is_multiple, schedule_status
 from fastmodel.registry.lm import STATUS_CODES
@@ -30,6 +32,7 @@ ST_NODE_LIMIT = STATUS_CODES["node_limit_below_topk"]
 ST_TOPK = STATUS_CODES["topk_above_experts"]
 ST_FP8_RECIPE = STATUS_CODES["fp8_recipe_unsupported"]
 ST_OFFLOAD = STATUS_CODES["offload_conflict"]
+ST_LAYOUT = STATUS_CODES["layout_not_runnable"]
 
 
 @njit
@@ -74,7 +77,29 @@ def plan_status_row(row):
         return ST_FP8_RECIPE
     if offload_conflict(row):
         return ST_OFFLOAD
+    if layout_broken(row):
+        return ST_LAYOUT
     return 0
+
+
+@njit
+def layout_broken(row):
+    """True when ``last_stage_layers`` (an explicit pipeline layout's last rank, docs/model.md §11.22) cannot be
+    read: set (not the -1 default) but negative or fractional; without a pipeline; above the model's layers; with
+    ``embedding_loss_in_split`` (Megatron-Core's TransformerConfig refuses ``pipeline_model_parallel_layout`` beside
+    ``account_for_embedding/loss_in_pipeline_split``); or leaving the other ``p - 1`` ranks ``L - n_last`` layers
+    outside ``[n_mid, (p - 1) n_mid]``, n_mid the busiest rank's count (``layers_per_stage``) at which the step and
+    memory models charge the busiest of them (``fastmodel.lm.rules.layout_reason`` says which)."""
+    n = row[C_LAST_STAGE_LAYERS]
+    if n == -1.0:
+        return False
+    if n < 0.0 or not is_multiple(n, 1.0) or row[C_PP] <= 1.0 or n > row[C_LAYERS]:
+        return True
+    if row[C_EMBEDDING_LOSS_IN_SPLIT] > 0.0:
+        return True
+    rest = row[C_LAYERS] - n
+    busiest = layers_per_stage(row)
+    return rest < busiest - 1e-9 or rest > (row[C_PP] - 1.0) * busiest + 1e-9
 
 
 @njit(parallel=True)

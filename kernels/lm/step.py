@@ -33,7 +33,9 @@ from fastmodel.kernels.lm.layout import (
     R_HFU, R_MFU, R_PIPELINE_BUBBLE, R_STEP_TIME, R_TIME_HOST_WAIT, R_TIME_ATTENTION, R_TIME_GEMM, R_TIME_MEMORY_BOUND, R_TIME_OPTIMIZER,
     R_TIME_OFFLOAD, R_TIME_RECOMPUTE, R_TOKENS_PER_S, R_TOKENS_PER_S_PER_GPU,
 )
-from fastmodel.kernels.lm.memory_states import layers_per_stage, moment_bytes, split_slots, stage_layers, stored_grad_bytes
+from fastmodel.kernels.lm.memory_states import (
+    explicit_layout, layers_per_stage, moment_bytes, split_slots, stage_layers, stored_grad_bytes,
+)
 from fastmodel.kernels.lm.shape import mtp_layer_is_moe, mtp_stage_layers
 from fastmodel.kernels.lm.muon import muon_step
 from fastmodel.kernels.lm.offload_time import offload_layer_s
@@ -140,7 +142,7 @@ def last_rank_layers(row):
     sec. 3.3.2, "the last model chunk on the last stage has only output projection and loss calculation").
     Counting that slot as a layer and the head beside it charged the head twice. An explicit pipeline layout
     (``last_stage_layers`` >= 0, Megatron-Core ``pipeline_model_parallel_layout``) states the count (§11.22)."""
-    if _explicit_layout(row):
+    if explicit_layout(row):
         return row[C_LAST_STAGE_LAYERS]
     return layers_per_stage(row) - (1.0 if split_slots(row) > 0.0 else 0.0)
 
@@ -149,13 +151,7 @@ def last_rank_layers(row):
 def middle_rank_can_lead(row):
     """True when a rank without the LM head may be the busiest: the loss takes a layer's slot in the split, or an
     explicit layout gives the last rank fewer layers than the others (docs/model.md §11.22)."""
-    return split_slots(row) > 0.0 or _explicit_layout(row)
-
-
-@njit(inline="always")
-def _explicit_layout(row):
-    """True when an explicit pipeline layout states the last rank's layers (``last_stage_layers`` >= 0, pp > 1)."""
-    return row[C_LAST_STAGE_LAYERS] >= 0.0 and row[C_PP] > 1.0
+    return split_slots(row) > 0.0 or explicit_layout(row)
 
 
 @njit

@@ -169,6 +169,18 @@ def test_moe_balance_on_a_dense_model_is_ignored_with_a_note():
     assert not any("moe_balance" in note for note in notes)
 
 
+def test_moe_balance_beside_a_stated_moe_imbalance_is_ignored_with_a_note():
+    """A stated moe_imbalance wins over the method's figure (docs/model.md §11.14.5): moe_balance beside it lowers to
+    the columns of the plan without it (moe_expert_maxvio stays 0), with one note saying so."""
+    cluster, mesh, moe = load_cluster("dgx-h100", 1), Mesh(dp=8), load_lm_model("deepseek-v3")
+    notes: list[str] = []
+    got = lower(moe, cluster, ExecutionSpec(moe_balance="aux_loss", moe_imbalance=1.3), mesh, 64, notes)
+    np.testing.assert_array_equal(got, lower(moe, cluster, ExecutionSpec(moe_imbalance=1.3), mesh, 64))
+    assert got[C["moe_expert_maxvio"]] == 0.0 and got[C["moe_imbalance"]] == 1.3
+    assert notes.count("moe_balance = 'aux_loss' ignored: moe_imbalance = 1.3 is stated (by the plan or its stack) "
+                       "and wins (docs/model.md §11.14.5)") == 1
+
+
 def test_fp8_recipe_on_a_16_bit_run_is_ignored_with_a_note():
     """fp8_recipe scales FP8 GEMM inputs, which a bf16 run has none of: a spec's recipe is noted once (the column
     is read only under precision fp8), and a record's text is not parsed (no "recipe is unstated" note); the

@@ -180,3 +180,30 @@ def test_expert_states_shard_over_the_folded_expert_data_parallel_group(sharding
         sharded = non_expert / 6 + expert / 3
         assert (out[M_WEIGHTS], out[M_GRADIENTS], out[M_OPTIMIZER]) == pytest.approx(
             (4 * sharded, 4 * sharded, 8 * sharded), rel=1e-12)
+
+
+def test_fsdp_with_pipeline_stages_and_one_reduction_per_step_holds_the_stage_unsharded():
+    """FSDP + PP with reduce_every_microbatch = 0 (PyTorch pipelining under TorchTitan: every backward without
+    gradient sync or reshard, one reduce-scatter after the stage's last backward; docs/model_memory.md "FSDP with
+    pipeline stages"): rank 0 of 2 holds 2 layers and the embedding, P0 parameters; its FP32 gradients accumulate
+    unsharded, 4 P0, and its gathered BF16 weights, 2 P0, sit beside the FP32 shards 4 P0 / 4. Reduced every
+    micro-batch (Llama 3), both stay sharded: 4 P0 / 4 each. The optimizer's FP32 moments are sharded either way."""
+    from fastmodel.kernels.lm.memory_peak import P_OPTIMIZER, phase_kinds
+    from fastmodel.lm.table import row
+    from tests.lm.test_memory import SMALL
+
+    layer = 4 * 1024 * 1024 + 2 * 1024 * 4096 + 2 * 1024
+    p0 = 2 * layer + 1000 * 1024
+
+    def states(**values):
+        columns = row(**{**SMALL, "pp": 2, "dp": 4, "global_batch": 16, "sharding": "fsdp", **values})
+        return phase_kinds(columns, 0.0, P_OPTIMIZER, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)[:3]
+
+    w, g, o = states(reduce_every_microbatch=0)
+    assert (w, g) == pytest.approx((4 * p0 / 4 + 2 * p0, 4 * p0), rel=1e-12)
+    assert o == pytest.approx(8 * p0 / 4, rel=1e-12)
+    assert states(reduce_every_microbatch=1) == pytest.approx((4 * p0 / 4, 4 * p0 / 4, 8 * p0 / 4), rel=1e-12)
+    assert states(reduce_every_microbatch=0, fp8_params=1)[0] == pytest.approx(4 * p0 / 4 + 1 * p0, rel=1e-12)
+    # without pipeline stages FSDP reduce-scatters each layer every micro-batch: the flag changes nothing
+    assert small(dp=4, sharding="fsdp", reduce_every_microbatch=0)[M_GRADIENTS] == \
+        small(dp=4, sharding="fsdp", reduce_every_microbatch=1)[M_GRADIENTS]

@@ -68,3 +68,104 @@ def test_megatron_layout_strings_expand_as_megatron_core_reads_them():
     assert b.last_stage_layers("Et|(tt|)*30mL", 8, 61) == 6      # 2 + 2 + 2 + MTP and loss
     with pytest.raises(AssertionError):                            # the layers must add up to the model's
         b.last_stage_layers("Et*4|(t*4|)*14tmL", 16, 60)
+
+
+# --- the rule table's layout_not_runnable (kernels/lm/rules.py layout_broken, fastmodel/lm/rules.py layout_reason) ---
+
+def _status(**values):
+    from fastmodel.kernels.lm.rules import plan_status_row
+    return plan_status_row(row(**{**BASE, "global_batch": 32, **values}))
+
+
+def test_a_layout_the_model_cannot_read_is_layout_not_runnable():
+    from fastmodel.registry.lm import STATUS_CODES
+    bad = STATUS_CODES["layout_not_runnable"]
+    # 7 layers on 4 ranks, the busiest other rank 2 layers: the other three hold L - n_last in [2, 6]
+    assert [_status(last_stage_layers=n) for n in (-1, 1, 3, 5)] == [0, 0, 0, 0]
+    assert _status(last_stage_layers=0) == bad            # 7 layers left, more than 3 x 2
+    assert _status(last_stage_layers=6) == bad            # 1 layer left, fewer than the busiest count 2
+    assert _status(last_stage_layers=8) == bad            # above the model's 7 layers
+    assert _status(last_stage_layers=1.5) == bad          # not a whole number of layers
+    assert _status(last_stage_layers=-2) == bad           # negative but not the -1 default
+    assert _status(last_stage_layers=1, embedding_loss_in_split=1) == bad    # Megatron-Core refuses the pair
+    assert _status(last_stage_layers=1, pp=1, dp=16) == bad                   # no pipeline to lay out
+    assert _status(pp=1, dp=16) == 0
+
+
+def test_a_single_plan_with_a_bad_layout_is_one_line_naming_the_field():
+    from fastmodel.errors import PlanError
+    from fastmodel.lm.rules import check_plan
+    with pytest.raises(PlanError, match=r"^r\.json: plan: illegal plan \(layout_not_runnable\): "
+                                        r"plan\.last_stage_layers = 8 exceeds the model's 7 layers$"):
+        check_plan(row(**{**BASE, "global_batch": 32, "last_stage_layers": 8}), "r.json: plan")
+    with pytest.raises(PlanError, match=r"last_stage_layers = 1 needs pp > 1"):
+        check_plan(row(**{**BASE, "global_batch": 32, "last_stage_layers": 1, "pp": 1, "dp": 16}))
+    with pytest.raises(PlanError, match=r"leaves 7 of the model's 7 layers to the other 3 ranks, outside \[2, 6\]"):
+        check_plan(row(**{**BASE, "global_batch": 32, "last_stage_layers": 0}))
+
+
+# --- memory: the last rank holds the layers the layout states (kernels/lm/memory_states.py stage_layers,
+# memory_chunks.py layout_chunk_layers; the timeline fastmodel/lm/memory_timeline.py reads the same kernels) ----------
+
+#: SMALL of tests/lm/test_memory.py on 7 layers and 4 ranks (uneven: the busiest rank 2 layers), DDP, 4 micro-batches
+SMALL7 = dict(layers=7, hidden=1024, ffn=4096, heads=16, kv_heads=16, head_dim=64, vocab=1000, seq_len=512,
+              gated_mlp=0, tied_embeddings=0, micro_batch=2, global_batch=8, dp=1, n_gpus=4, pp=4, uneven_stages=1,
+              sharding="ddp", grad_reduce_bytes=4, cuda_context_bytes=0, cublas_workspace_bytes=0, nccl_channels=0,
+              nccl_p2p_channels_per_peer=0, allocator_cache_fraction=0)
+
+
+def _stage_kinds(columns, stage):
+    """(kernel's peak kinds of rank ``stage``, the timeline's largest moment of that rank)."""
+    from fastmodel.kernels.lm.memory import peak_terms
+    from fastmodel.kernels.lm.memory_peak import stage_peak
+    from fastmodel.lm.memory_timeline import memory_timeline
+    kernel = np.array(stage_peak(columns, float(stage), *peak_terms(columns)))
+    return kernel, memory_timeline(columns).stages[stage].totals.max()
+
+
+def test_a_short_last_stage_holds_its_stated_layers_by_hand():
+    from fastmodel.kernels.lm.memory import peak_terms
+    from fastmodel.kernels.lm.memory_states import stage_layers, stage_params
+    h, f, v = 1024, 4096, 1000
+    layer = 4 * h * h + 2 * h * f + 2 * h                     # q, k, v, o; the 2-matrix MLP; two norms
+    default, layout = row(**SMALL7), row(**SMALL7, last_stage_layers=1)
+    assert stage_layers(default, 3.0) == (2.0, 0.0, 0.0) and stage_layers(layout, 3.0) == (1.0, 0.0, 0.0)
+    assert stage_params(layout, 3.0) == (1 * layer + v * h + h, 0.0)      # a layer, the untied head, final norm
+    assert stage_params(default, 3.0) == (2 * layer + v * h + h, 0.0)
+    assert stage_layers(layout, 2.0) == stage_layers(default, 2.0) == (2.0, 0.0, 0.0)   # the others: unchanged
+    # the last rank of 1F1B holds one micro-batch: one layer's activations fewer; DDP states 2 + 4 + 12 bytes
+    (w0, g0, o0, a0, b0), peak0 = _stage_kinds(default, 3)
+    (w1, g1, o1, a1, b1), peak1 = _stage_kinds(layout, 3)
+    assert (w0 - w1, g0 - g1, o0 - o1) == (2 * layer, 4 * layer, 12 * layer)
+    assert a0 - a1 == pytest.approx(peak_terms(default)[0], rel=1e-12)      # one stored layer, one micro-batch
+    assert b0 == b1
+    # the timeline (its moments walk the same kernels) moves that rank's worst moment by as much
+    assert peak0 - peak1 == pytest.approx(18 * layer + a0 - a1, rel=1e-12)
+
+
+def test_interleaved_chunks_of_a_short_last_rank_fill_in_order():
+    from fastmodel.kernels.lm.memory import peak_terms
+    from fastmodel.kernels.lm.memory_activations import head_activation_bytes
+    from fastmodel.kernels.lm.memory_chunks import chunk_microbatch_bytes
+    # 15 layers, PP 4 x VP 2, uneven: 2 layers per chunk; the layout's last rank 3 layers: chunks 2 and 1
+    values = {**SMALL7, "layers": 15, "vp": 2, "pipeline_schedule": "interleaved", "global_batch": 16}
+    default, layout = row(**values), row(**values, last_stage_layers=3)
+    assert _status_of(layout) == 0
+    dense = peak_terms(default)[0]
+    head = head_activation_bytes(default)
+    chunks = [chunk_microbatch_bytes(layout, 3.0, c, dense, 0.0) for c in (0.0, 1.0)]
+    assert chunks == pytest.approx([2 * dense, 1 * dense + head], rel=1e-12)
+    assert chunk_microbatch_bytes(default, 3.0, 1.0, dense, 0.0) == pytest.approx(2 * dense + head, rel=1e-12)
+    # one layer fewer on the last rank: its states (DDP, 18 bytes a parameter) and in-flight chunks fall in the
+    # kernel and in the timeline, which walks the schedule; the kernel's closed form stays an upper bound of the
+    # walk (its moments differ by a few MB with and without the layout, before this change too)
+    (kernel0, peak0), (kernel1, peak1) = _stage_kinds(default, 3), _stage_kinds(layout, 3)
+    states = 18 * (4 * 1024 * 1024 + 2 * 1024 * 4096 + 2 * 1024)
+    assert kernel0.sum() - kernel1.sum() >= states and peak0 - peak1 >= states
+    assert kernel0.sum() >= peak0 and kernel1.sum() >= peak1
+    assert kernel1.sum() == pytest.approx(peak1, rel=0.01)
+
+
+def _status_of(columns):
+    from fastmodel.kernels.lm.rules import plan_status_row
+    return plan_status_row(columns)
