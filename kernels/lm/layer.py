@@ -24,7 +24,7 @@ from fastmodel.kernels.lm.shape import (  # noqa: F401 - the shape terms, re-exp
 )
 from fastmodel.kernels.nccl import allgather_time, allreduce_time, alltoall_time
 from fastmodel.kernels.lm.moe import (
-    dispatch_time, einsum_time, expert_rows, expert_wgrad_extra, moe_compute, moe_sync_idle_time,
+    dispatch_time, einsum_gating_time, einsum_time, expert_rows, expert_wgrad_extra, moe_compute, moe_sync_idle_time,
 )
 from fastmodel.kernels.lm.recompute import module_recompute_costs
 
@@ -45,8 +45,9 @@ W_AGAIN = 12          # forward seconds the Megatron-Core recompute_modules othe
 W_AGAIN_GEMM = 13     # GEMM part of W_AGAIN
 W_AGAIN_EP = 14       # EP seconds (forward direction) a recomputed MoE layer runs again (kernels/lm/recompute.py)
 W_WGRAD = 15          # weight-gradient GEMM seconds beyond the forward's W_GEMM (routed experts, kernels/lm/moe.py)
-W_SYNC = 16           # forward seconds the GPU idles after the MoE layer's host syncs (kernels/lm/moe.py, forward only)
-N_WORK = 17
+W_SYNC = 16           # forward-only seconds of a MoE layer: GPU idle after its host syncs, einsum gating's forward passes
+W_BACKWARD_MEM = 17   # backward-only memory-bound seconds of a MoE layer (einsum gating's backward, kernels/lm/moe.py)
+N_WORK = 18
 
 
 @njit
@@ -177,7 +178,9 @@ def layer_costs(row, moe, sliding, work):
     work[W_SHARED] = shared_time
     work[W_EP_REMOTE] = ep_remote
     work[W_WGRAD] = expert_wgrad_extra(row, fp8, routed) if moe else 0.0
-    work[W_SYNC] = moe_sync_idle_time(row) if moe else 0.0
+    gating_forward, gating_backward = einsum_gating_time(row) if moe else (0.0, 0.0)
+    work[W_SYNC] = moe_sync_idle_time(row) + gating_forward if moe else 0.0
+    work[W_BACKWARD_MEM] = gating_backward
 
 
 @njit
@@ -288,3 +291,4 @@ def head_costs(row, work):
     work[W_EP_REMOTE] = 0.0
     work[W_WGRAD] = 0.0
     work[W_SYNC] = 0.0
+    work[W_BACKWARD_MEM] = 0.0

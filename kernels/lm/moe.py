@@ -74,6 +74,31 @@ def einsum_time(row):
     return gemm_time(row, slots, h, tokens, False), gemm_time(row, tokens, h, slots, False)
 
 
+#: HBM bytes per (token, capacity slot) element of DeepSpeed-MoE's S x E x C gating tensors in one MoE layer forward
+#: (v0.5.8 deepspeed/moe/sharded_moe.py): ``einsum("se,sc->sec")`` writes the FP32 combine weights (4),
+#: ``combine_weights.bool()`` reads them (4) and writes the mask (1), ``dispatch_mask.type_as(input)`` reads it (1)
+#: and writes it in 16 bits (2), ``combine_weights.type_as(input)`` reads them (4) and writes 16 bits (2); the two
+#: einsum GEMMs' reads of the 16-bit operands are their own traffic (``einsum_time``)
+EINSUM_GATING_FORWARD_BYTES = 4.0 + (4.0 + 1.0) + (1.0 + 2.0) + (4.0 + 2.0)
+#: ... and in its backward: ``type_as``'s gradient reads the 16-bit combine-weight gradient (2) and writes it in FP32
+#: (4), the ``se,sc->sec`` einsum's gradient with respect to the gates reads it (4); the mask has no gradient
+EINSUM_GATING_BACKWARD_BYTES = (2.0 + 4.0) + 4.0
+
+
+@njit
+def einsum_gating_time(row):
+    """(forward, backward) memory-bound seconds of DeepSpeed-MoE's S x E x C gating tensors in one MoE layer and
+    micro-batch under the ``einsum`` dispatcher: ``EINSUM_GATING_FORWARD_BYTES`` and ``EINSUM_GATING_BACKWARD_BYTES``
+    per element of ``S x E C``, ``S`` = ``rank_tokens``, ``E C`` = ``S k cf`` slots as in ``einsum_time``
+    (top-2 gating's extra tensors are not counted) (docs/model.md §11.14.9). 0 for the other dispatchers."""
+    if row[C_MOE_DISPATCHER] != DISPATCH_EINSUM:
+        return 0.0, 0.0
+    tokens = rank_tokens(row)
+    elements = tokens * tokens * row[C_MOE_TOPK] * load_factor(row)
+    return (memory_bound_time(row, EINSUM_GATING_FORWARD_BYTES * elements),
+            memory_bound_time(row, EINSUM_GATING_BACKWARD_BYTES * elements))
+
+
 @njit(inline="always")
 def moe_launch_time(row):
     """Launch + tail seconds of the small memory-bound kernels of one MoE layer forward:

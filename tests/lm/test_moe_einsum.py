@@ -7,8 +7,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fastmodel.kernels.lm.layer import N_WORK, W_GEMM, W_WGRAD, layer_costs
-from fastmodel.kernels.lm.moe import einsum_time, permutation_pairs
+from fastmodel.kernels.lm.layer import N_WORK, W_BACKWARD_MEM, W_GEMM, W_SYNC, W_WGRAD, layer_costs
+from fastmodel.kernels.lm.moe import (
+    EINSUM_GATING_BACKWARD_BYTES,
+    EINSUM_GATING_FORWARD_BYTES,
+    einsum_gating_time,
+    einsum_time,
+    permutation_pairs,
+)
+from fastmodel.kernels.lm.passes import A_BACKWARD_INPUT, A_FORWARD, A_MEM, A_RECOMPUTE, _add_layer_kind
+from fastmodel.kernels.lm.passes import N_WORK as N_PASS_WORK
 from fastmodel.kernels.roofline import gemm_time
 from fastmodel.lm.records import lower_record
 from fastmodel.lm.table import row
@@ -57,3 +65,36 @@ def test_the_deepspeed_moe_record_dispatches_with_einsums():
     columns = lower_record(json.loads(line)).columns
     dispatch, combine = einsum_time(np.ascontiguousarray(columns))
     assert dispatch > 0.0 and combine > 0.0
+
+
+def test_the_gating_tensors_move_18_bytes_per_slot_forward_and_10_backward_by_hand():
+    """DeepSpeed v0.5.8 ``top1gating`` and ``MOELayer.forward`` over S x E C = 8192 x 8192 = 67.1M elements
+    (docs/model.md §11.14.9): the FP32 combine weights written (4), read by ``.bool()`` (4) which writes the mask
+    (1), the mask cast to 16 bits (1 + 2), the combine weights cast to 16 bits (4 + 2): 18 B forward; backward,
+    the gradient cast back to FP32 (2 + 4) and read by the gates' gradient (4): 10 B. On A100-40GB (1.555 TB/s x
+    0.85) under full recompute (two forwards, one backward) that is (2 x 18 + 10) x 67.1M B = 2.33 ms per MoE
+    layer and micro-batch, 28.0 ms over the row's 12 MoE layers."""
+    assert EINSUM_GATING_FORWARD_BYTES == 4 + 4 + 1 + 1 + 2 + 4 + 2 == 18.0
+    assert EINSUM_GATING_BACKWARD_BYTES == 2 + 4 + 4 == 10.0
+    bw = 1.555e12 * 0.85
+    fields = dict(MOE128, hbm_bw=1.555e12, hbm_eff=0.85)
+    elements = 8192 * 8192
+    forward, backward = einsum_gating_time(row(**fields, moe_dispatcher="einsum"))
+    assert forward == pytest.approx(18 * elements / bw, rel=1e-12)
+    assert backward == pytest.approx(10 * elements / bw, rel=1e-12)
+    assert einsum_gating_time(row(**fields, moe_dispatcher="alltoall")) == (0.0, 0.0)
+    # through the layer's passes (full recompute: the forward slot twice, the backward slot once)
+    r = row(**fields, moe_dispatcher="einsum", recompute=2)
+    gated = np.zeros(N_PASS_WORK)
+    layer_costs(r, True, False, gated)
+    assert (gated[W_SYNC], gated[W_BACKWARD_MEM]) == (forward, backward)
+    plain = gated.copy()
+    plain[W_SYNC] = plain[W_BACKWARD_MEM] = 0.0
+    _add_layer_kind(r, 1.0, 1.0, 0.0, False, gated)
+    _add_layer_kind(r, 1.0, 1.0, 0.0, False, plain)
+    slots = (A_FORWARD, A_BACKWARD_INPUT, A_RECOMPUTE)
+    per_layer = sum(gated[k] - plain[k] for k in slots)
+    assert per_layer == pytest.approx((2 * 18 + 10) * elements / bw, rel=1e-9)
+    assert gated[A_MEM] - plain[A_MEM] == pytest.approx(per_layer, rel=1e-9)
+    assert per_layer == pytest.approx(2.335e-3, rel=1e-3)
+    assert 12 * per_layer == pytest.approx(0.0280, rel=2e-3)

@@ -77,6 +77,34 @@ def deepspeed_moe_defaults(execution) -> dict:
     return {"moe_sync_issue_ops": MOE_SYNC_ISSUE_OPS_DEEPSPEED_MOE}
 
 
+#: Optimizer-step passes of the fork's ``Float16OptimizerWithFloat16Params.step`` under fp16 (stanford-futuredata/
+#: Megatron-LM 0bdc8181 megatron/optimizer/optimizer.py lines 424-467, 616-651), in bytes per parameter beyond the
+#: Adam kernel's own traffic (``step.optimizer_bytes_per_param``, which reads a 2-B gradient here):
+#: ``main_grad.float()`` reads 2 and writes 4, ``_amp_foreach_non_finite_check_and_unscale_`` reads and writes the
+#: FP32 copy (8), the clip's L2 norm reads it (4), Adam reads it at 4 B, not 2 (+2): 20 B = 10 passes of the 2-B
+#: gradient; ``_copy_main_params_to_model_params`` rereads the FP32 master (``step_master_copy``); the step zeroes
+#: the fp16 gradient buffer (``zero_grad_buffer``) (docs/model.md §11.14.9)
+FORK_FP16_STEP_PASSES = {"step_grad_passes": 10.0, "step_master_copy": True, "step_zero_grad": True}
+
+
+def fork_fp16_defaults(execution, framework: str | None) -> dict:
+    """The gradient path of MegaBlocks' Megatron-LM fork (a framework text naming ``stanford-futuredata``, read at
+    0bdc8181) under fp16 with local DDP: fp16 does not force ``--accumulate-allreduce-grads-in-fp32`` (bf16 does,
+    megatron/arguments.py lines 164-170), so gradient-accumulation fusion is switched off (lines 179-191), the
+    contiguous gradient buffer takes the parameters' fp16 dtype (megatron/model/distributed.py
+    ``_get_buffer_type``) and is all-reduced in fp16 (``allreduce_gradients``); each micro-batch's hook adds the
+    fp16 ``.grad`` into it (``param_hook``, ``main_grad.add_``), and expert-parallel weights, kept out of the
+    buffer (``param_is_expert_model_parallel``), are accumulated in place by autograd: 6 B per parameter and
+    micro-batch either way (``deepspeed.INPLACE_16BIT_ACCUM_BYTES``); the optimizer step's passes are
+    ``FORK_FP16_STEP_PASSES`` (docs/model.md §11.14.9). Else nothing."""
+    if framework is None or names_in(tokens(framework), "stanford-futuredata") is None:
+        return {}
+    if execution.precision != "fp16" or execution.sharding != "ddp":
+        return {}
+    return {"grad_reduce_dtype": "fp16", "grad_accum_bytes": deepspeed.INPLACE_16BIT_ACCUM_BYTES,
+            **FORK_FP16_STEP_PASSES}
+
+
 #: the DeepSpeed release a Megatron-DeepSpeed text stating none is read at: v0.6.2, the first with BF16_Optimizer,
 #: written for BigScience's bf16 pipeline training (PR #1801) [A: the fork pins no version]
 DEEPSPEED_ERA = (0, 6, 2)
@@ -88,7 +116,8 @@ def defaults(execution, framework: str | None) -> dict:
     # post_language_model_processing, megatron/mpu/cross_entropy.py max, sub_, exp, sum, div_; backward mul_)
     values = {"dropout": True, "flash_attention": False, "overlap_grad_reduce": False,
               "overlap_param_gather": False, "loss_traffic_bytes_per_logit": LOSS_BYTES_UNFUSED_CE,
-              **host_defaults(framework), **megablocks_defaults(framework), **deepspeed_moe_defaults(execution)}
+              **host_defaults(framework), **megablocks_defaults(framework), **deepspeed_moe_defaults(execution),
+              **fork_fp16_defaults(execution, framework)}
     if execution.sharding == "fsdp":
         # ZeRO-3 exists in these codebases only through DeepSpeed: its communication defaults are DeepSpeed's
         values.update(deepspeed.defaults(execution, framework))

@@ -1,0 +1,62 @@
+"""MegaBlocks' Megatron-LM fork (stanford-futuredata/Megatron-LM 0bdc8181) under fp16 and local DDP: the gradient
+path of ``stacks.megatron_2021.fork_fp16_defaults`` (docs/model.md §11.14.9), derived by hand -- 6 B per parameter
+and micro-batch of fp16 gradient accumulation, an fp16 all-reduce, and 52 B per parameter of optimizer step
+(plus 2 B of zeros)."""
+
+import pytest
+
+from fastmodel.kernels.lm.step import optimizer_step_bytes
+from fastmodel.lm.execution import ExecutionSpec
+from fastmodel.lm.stacks import megatron_2021, resolve
+from fastmodel.lm.table import row
+
+FORK = "Megatron-LM (stanford-futuredata fork 0bdc8181, 2022), fp16, DDP local"
+DMOE = "MegaBlocks dMoE (block-sparse, dropless) on Megatron-LM (stanford-futuredata fork 0bdc8181), fp16"
+
+
+def _resolved(framework, **fields):
+    spec = ExecutionSpec(framework=framework, stack="megatron-2021", **fields)
+    return resolve(spec, pp=1, layers=24, expert_parallel=True)
+
+
+def test_the_fork_under_fp16_and_local_ddp_accumulates_and_reduces_16_bit_gradients():
+    """fp16 without --accumulate-allreduce-grads-in-fp32: the hook's ``main_grad.add_`` into the fp16 buffer (and
+    autograd's in-place add of an expert weight's fp16 ``.grad``) reads 2 + 2 and writes 2 = 6 B; the buffer is
+    all-reduced in fp16. bf16 (which forces FP32 accumulation and fusion), another sharding or a text that does
+    not name the fork keep the stack's defaults."""
+    for text in (FORK, DMOE):
+        spec = _resolved(text, precision="fp16", sharding="ddp")
+        assert (spec.grad_reduce_dtype, spec.grad_accum_bytes) == ("fp16", 2.0 + 2.0 + 2.0), text
+        assert (spec.step_grad_passes, spec.step_master_copy, spec.step_zero_grad) == (10.0, True, True), text
+    assert _resolved(FORK, precision="bf16", sharding="ddp").grad_accum_bytes is None
+    assert _resolved(FORK, precision="fp16", sharding="zero1").grad_accum_bytes is None
+    assert _resolved("Megatron-LM 2021, fp16", precision="fp16", sharding="ddp").grad_accum_bytes is None
+    assert _resolved(FORK, precision="fp16", sharding="ddp", grad_accum_bytes=0).grad_accum_bytes == 0
+
+
+def test_the_forks_fp16_optimizer_step_moves_52_bytes_per_parameter_by_hand():
+    """Float16OptimizerWithFloat16Params.step: ``main_grad.float()`` 2 + 4, unscale 4 + 4, the clip's norm 4,
+    Adam (FP32 master 4 + 4, moments 8 + 8, FP32 gradient 4), the copy to the fp16 weights 4 + 2: 52 B per local
+    parameter, and 2 B of zeros per parameter of the fp16 buffer. With the 2-B stored gradient the model's Adam
+    kernel counts 10 + 16 + 2 = 28 B (the fp16 write of the copy among them); 10 passes of 2 B and the master's
+    reread (4) bring it to 52."""
+    passes = megatron_2021.FORK_FP16_STEP_PASSES
+    r = row(optimizer="adam", grad_reduce_bytes=2, **passes)
+    real = (2 + 4) + (4 + 4) + 4 + (4 + 4 + 8 + 8 + 4) + (4 + 2)
+    assert real == 52
+    assert optimizer_step_bytes(r, 1e9, 3e9) == pytest.approx(1e9 * real + 3e9 * 2, rel=1e-12)
+
+
+def test_dmoe_medium_pays_6_bytes_per_local_parameter_every_micro_batch_by_hand():
+    """dMoE-Medium per GPU: 24 layers x (8 local experts x 2 x 1024 x 4096 + 4 x 1024^2 attention + 1024 x 64
+    router) parameters, 8 micro-batches: 6 B x 8 x that over A100's 2.039 TB/s x 0.85 beyond the same row without the term."""
+    from fastmodel.lm.engine import evaluate_table
+    from fastmodel.lm.table import table
+
+    fields = dict(layers=24, hidden=1024, ffn=4096, heads=16, kv_heads=16, head_dim=64, vocab=51200, seq_len=1024, moe_experts=64,
+                  moe_topk=1, moe_ffn=4096, ep=8, etp=1, dp=8, micro_batch=8, global_batch=512,
+                  moe_dispatcher="alltoall", recompute=0, hbm_bw=2.039e12, hbm_eff=0.85, gated_mlp=0)
+    base = evaluate_table(table(1, **fields, grad_accum_bytes=0))["step_time"][0]
+    plus = evaluate_table(table(1, **fields, grad_accum_bytes=6))["step_time"][0]
+    layer_params = 8 * 2 * 1024 * 4096 + 4 * 1024 * 1024 + 1024 * 64
+    assert plus - base == pytest.approx(24 * layer_params * 6 * 8 / (2.039e12 * 0.85), rel=1e-6)
