@@ -35,7 +35,9 @@ from fastmodel.registry.lm import COLUMN_INDEX as C
 
 @dataclass(frozen=True)
 class DisaggRecord:
-    """A disaggregated record, lowered: the prefill and decode workers' column vectors and the pools."""
+    """A disaggregated record, lowered: the prefill and decode workers' column vectors and the pools.
+    ``fixed_lengths``: the validated ``serve.fixed_lengths`` (record_schema ``ServeBlock``; a JSON boolean, absent
+    false), the client that gives every request exactly its lengths (S32, S51)."""
     id: str
     prefill: np.ndarray
     decode: np.ndarray
@@ -49,6 +51,7 @@ class DisaggRecord:
     gpu: str
     notes: tuple[str, ...]
     raw: dict
+    fixed_lengths: bool = False
 
 
 def pool_record(data: dict, pool: str, batch: int, output_len: int) -> dict:
@@ -86,7 +89,8 @@ def lower_disagg(data: dict, record, source: str | None) -> DisaggRecord:
     measured = data.get("measured") if isinstance(data.get("measured"), dict) else {}
     return DisaggRecord(str(data.get("id", "")), prefill.columns, decode.columns, pools.prefill.workers,
                         pools.decode.workers, n, int(domain), pools.total_gpus, dict(measured),
-                        str(data.get("source", "")), prefill.gpu, notes, data)
+                        str(data.get("source", "")), prefill.gpu, notes, data,
+                        bool(record.serve.fixed_lengths))
 
 
 def kv_bytes_per_prompt_token(col: np.ndarray) -> float:
@@ -258,12 +262,6 @@ def first_token_steps(rec: DisaggRecord, running: float) -> float:
     return token_steps(record_engine(rec), overlap, wait)
 
 
-def fixed_lengths(rec) -> bool:
-    """True when the record's client gives every request exactly its lengths (``serve.fixed_lengths``, S32, S51)."""
-    serve = (getattr(rec, "raw", None) or {}).get("serve")
-    return bool(isinstance(serve, dict) and serve.get("fixed_lengths"))
-
-
 def limiting_pool(prefill: float, transfer: float, decode: float, running: float, room: float,
                   own: float = 0.0, servers: float = 1.0) -> str:
     """The stage that bounds a disaggregated deployment's closed loop (docs/model_serving.md §S40, §S43): ``decode``
@@ -309,7 +307,7 @@ def evaluate_disagg(records: list[DisaggRecord]) -> list[dict]:
                                  rec.decode[C["input_len"]] + out, rec.decode[C["attention_dp"]] * rec.decode_workers))
         running = max(1.0, min(n, room))
         own, response = prefill_pool(float(lone[R["ttft"], i]), full, rec.prefill[C["attention_dp"]],
-                                     rec.prefill_workers, think, running, fixed_lengths(rec))
+                                     rec.prefill_workers, think, running, rec.fixed_lengths)
         response = float(response)
         lam, ttft = closed_loop(response, think, t_kv, first_token_steps(rec, running), tpot, n, running)
         results.append({"status": "ok", "ttft": ttft, "tpot": tpot, "output_tokens_per_s": lam * out,

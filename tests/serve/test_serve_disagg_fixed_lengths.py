@@ -44,6 +44,21 @@ def test_attention_dp_ranks_with_a_fixed_length_client():
     assert full == pytest.approx(1e4 * 0.5 / 4.0 - 1.8, rel=1e-9)
 
 
+def test_between_the_servers_and_the_saturation_population_only_the_mva_queues():
+    """The same pool (lone 0.2 s, full 0.5 s, c = 4 ranks, Z = 1.8 s) at N = 8, so c < N < N*. Fixed lengths:
+    R = S, U = N S / (c (S + Z)), S = 0.2 + 0.3 U, i.e. 4 S (S + 1.8) = 0.8 (S + 1.8) + 2.4 S, i.e.
+    4 S^2 + 4.0 S - 1.44 = 0, S = (-4 + sqrt(39.04)) / 8 = 0.28102 s; then N* = 4 (S + 1.8) / S = 29.6 > 8 and
+    U = 0.270 < 1, so no prompt waits. The exponential MVA (fixed = False) queues the same loop: R - S > 0.02 s."""
+    import math
+
+    own, response = prefill_pool(0.2, 0.5, 4.0, 1.0, 1.8, 8.0, fixed=True)
+    assert own == pytest.approx((-4.0 + math.sqrt(39.04)) / 8.0, rel=1e-8)
+    assert 4.0 < 8.0 < 4.0 * (own + 1.8) / own
+    assert response == pytest.approx(own, rel=1e-12)
+    mva_own, mva_response = prefill_pool(0.2, 0.5, 4.0, 1.0, 1.8, 8.0, fixed=False)
+    assert mva_response - mva_own > 0.02
+
+
 def _record(name: str) -> dict:
     return next(json.loads(line) for line in DISAGG.read_text().splitlines() if name in line)
 
@@ -66,3 +81,34 @@ def test_a_fixed_length_record_takes_the_deterministic_pool_and_nothing_else_mov
     assert queue > 0.01
     assert mva["ttft"] - fixed["ttft"] == pytest.approx(0.9 * queue, rel=1e-9)
     assert (fixed["tpot"], fixed["kv_transfer_s"]) == (mva["tpot"], mva["kv_transfer_s"])
+
+
+def test_the_flag_is_the_validated_schema_field_not_the_raw_record():
+    """``DisaggRecord.fixed_lengths`` carries record_schema's ``serve.fixed_lengths``: true when stated, false when
+    absent or null. ``evaluate_disagg`` reads that field: the flagged record with the field cleared (its raw block
+    still says true) gives the unflagged record's result. A string "false" or a 1 is refused, one line naming the
+    file and the field."""
+    from dataclasses import replace
+
+    from fastmodel.errors import SpecError
+    from fastmodel.serve.disagg import evaluate_disagg
+    from fastmodel.serve.records import lower_any
+
+    data = _record("qwen3_32b_h100_sxm_vllm_disagg_4000x1000_c_tp_epnone_2")
+    flagged = lower_any(data, "t")
+    assert flagged.fixed_lengths is True
+    free = json.loads(json.dumps(data))
+    free["serve"]["fixed_lengths"] = None
+    assert lower_any(free, "t").fixed_lengths is False
+    free["serve"].pop("fixed_lengths")
+    unflagged = lower_any(free, "t")
+    assert unflagged.fixed_lengths is False
+    cleared = replace(flagged, fixed_lengths=False)
+    assert cleared.raw["serve"]["fixed_lengths"] is True
+    assert evaluate_disagg([cleared])[0] == evaluate_disagg([unflagged])[0]
+    for bad in ("false", 1):
+        free["serve"]["fixed_lengths"] = bad
+        with pytest.raises(SpecError) as err:
+            lower_any(free, "records.jsonl")
+        assert "\n" not in str(err.value)
+        assert str(err.value).startswith("records.jsonl: serve.fixed_lengths:")
