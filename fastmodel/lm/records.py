@@ -37,7 +37,7 @@ from fastmodel.spec.detect import RUN_RECORD_BLOCKS as RECORD_BLOCKS
 from fastmodel.spec.detect import is_run_record  # noqa: F401 - detection by content lives in spec/detect.py
 from fastmodel.spec.devices import device_table  # noqa: F401 - the serving wing's former import path
 from fastmodel.spec.records import number as _number  # noqa: F401 - this module's former helper
-from fastmodel.spec.records import read_jsonl
+from fastmodel.spec.records import block_missing, read_jsonl
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ def parse_record(data: dict, source: str | None = None):
         raise SpecError(source, "record", f"expected a JSON object (RUNS.md), got {type(data).__name__}")
     for block in RECORD_BLOCKS:
         if not isinstance(data.get(block), dict):
-            reason = "required block missing" if data.get(block) is None else \
+            reason = block_missing(data, block) if data.get(block) is None else \
                 f"expected an object (RUNS.md {block} block), got {type(data[block]).__name__}"
             raise SpecError(source, block, reason)
     try:

@@ -195,3 +195,15 @@ def test_an_unknown_position_embedding_is_one_line_naming_the_field():
         lower_record(changed(model__position_embedding="sinusoid"))
     with pytest.raises(SpecError, match=r"did you mean 'rotary'"):
         lower_record(changed(model__position_embedding="rotery"))
+
+
+def test_a_misspelt_block_is_named_beside_the_missing_one():
+    """A hurried user's `modle` block: the missing `model` says which key looks like it (spec/records.block_missing)."""
+    data = copy.deepcopy(GPT22B)
+    data["modle"] = data.pop("model")
+    with pytest.raises(SpecError, match=r"^runs.jsonl:3: model: required block missing \(the record has 'modle': a "
+                                        r"misspelling of 'model'\?\)$"):
+        lower_record(data, "runs.jsonl:3")
+    del data["modle"]
+    with pytest.raises(SpecError, match=r"model: required block missing$"):
+        lower_record(data, "runs.jsonl:3")
