@@ -36,8 +36,8 @@ from fastmodel.errors import SpecError
 from fastmodel.spec.detect import RUN_RECORD_BLOCKS as RECORD_BLOCKS
 from fastmodel.spec.detect import is_run_record  # noqa: F401 - detection by content lives in spec/detect.py
 from fastmodel.spec.devices import device_table  # noqa: F401 - the serving wing's former import path
-from fastmodel.spec.records import number as _number  # noqa: F401 - this module's former helper
 from fastmodel.spec.records import block_missing, read_jsonl
+from fastmodel.spec.records import number as _number  # noqa: F401 - this module's former helper
 
 
 @dataclass(frozen=True)
