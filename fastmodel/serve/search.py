@@ -91,9 +91,14 @@ def engine_list(engine) -> list[str]:
 
     names = [DEFAULT_ENGINE] if engine is None else [e for part in ([engine] if isinstance(engine, str) else engine)
                                                      for e in str(part).split(",") if e]
-    for name in names:
-        if name not in ENGINE_NAMES:
-            raise SpecError(None, "--engine", f"unknown engine {name!r}; choose one of {', '.join(ENGINE_NAMES)}")
+    from fastmodel.errors import nearest
+
+    aliases = {alias: key for key, spelled in ENGINE_NAMES.items() for alias in (key, *spelled)}
+    for i, name in enumerate(names):     # a record's spelling works too: TensorRT-LLM, vLLM, SGLang
+        if name.strip().lower() not in aliases:
+            raise SpecError(None, "--engine", f"unknown engine {name!r}{nearest(name, list(aliases))}; choose one of "
+                                              f"{', '.join(ENGINE_NAMES)}")
+        names[i] = aliases[name.strip().lower()]
     return list(dict.fromkeys(names)) or [DEFAULT_ENGINE]
 
 

@@ -111,3 +111,15 @@ def test_a_search_with_nothing_legal_says_why():
     assert run.exit_code == 0, run.output
     first = run.output.splitlines()[0]
     assert first.startswith("0 configurations fit") and "none is legal" in first and "ep" in first, first
+
+
+def test_engine_names_take_a_records_spelling_and_a_typo_gets_the_nearest():
+    """`--engine vLLM` / `TensorRT-LLM` are the engines a record's framework names; `vlm` is a typo of vllm."""
+    from fastmodel.errors import SpecError
+    from fastmodel.serve.search import engine_list
+
+    assert engine_list("vLLM,TensorRT-LLM") == ["vllm", "trtllm"]
+    assert engine_list(["SGLang", "sglang"]) == ["sglang"]
+    with pytest.raises(SpecError, match=r"^--engine: unknown engine 'vlm' \(did you mean 'vllm'\?\); choose one of "
+                                        r"trtllm, vllm, sglang$"):
+        engine_list("vlm")
