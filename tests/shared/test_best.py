@@ -84,17 +84,3 @@ def test_a_filter_value_may_carry_the_variable_s_unit(ds):
     assert bool((where_mask(ds, ["iteration_time<5000 ms"]) == where_mask(ds, ["iteration_time<5"])).all())
     assert bool((where_mask(ds, ["memory_per_device<80GB"]) == where_mask(ds, ["memory_per_device<80e9"])).all())
     assert bool((where_mask(ds, ["memory_per_device<80GiB"]) == where_mask(ds, [f"memory_per_device<{80 * 2**30}"])).all())
-
-
-def test_a_variable_of_another_engine_names_this_results_kin():
-    """`--by throughput` (MAD-Max's samples/s) on a real-world result names its tokens/s variables instead of the
-    nearest spelling ('time_recompute')."""
-    import xarray as xr
-
-    from fastmodel.analysis.best import _hint
-
-    ds = xr.Dataset({"tokens_per_s": ("x", [1.0]), "tokens_per_s_per_gpu": ("x", [0.5]), "step_time": ("x", [2.0])})
-    hint = _hint(ds, "throughput", list(ds.data_vars))
-    assert hint == ": throughput (samples/s) is a variable of the madmax results; this one has tokens_per_s, " \
-                   "tokens_per_s_per_gpu"
-    assert _hint(ds, "step_tme", list(ds.data_vars)) == " (did you mean 'step_time'?)"
