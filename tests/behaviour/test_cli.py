@@ -111,6 +111,9 @@ def test_specs_commands(cli):
     assert "hidden = 8192" in shown and "arXiv" in shown
     missing = cli("specs", "show", "llama2-70")
     assert missing.exit_code == 2 and "did you mean" in missing.output
+    path = cli("specs", "show", "my_model.toml")      # a hurried user's own file: not a built-in name
+    assert path.exit_code == 2 and path.output == ("error: my_model.toml: specs show prints a built-in spec "
+                                                   "(fastmodel specs list); a spec file is read as it is\n")
     for kind in ("model", "system", "task"):
         schema = json.loads(cli("specs", "schema", kind).output)
         assert "properties" in (schema["$defs"]["LLMSpec"] if kind == "model" else schema)
