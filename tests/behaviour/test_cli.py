@@ -113,7 +113,7 @@ def test_specs_commands(cli):
     assert missing.exit_code == 2 and "did you mean" in missing.output
     path = cli("specs", "show", "my_model.toml")      # a hurried user's own file: not a built-in name
     assert path.exit_code == 2 and path.output == ("error: my_model.toml: specs show prints a built-in spec "
-                                                   "(fastmodel specs list); a spec file is read as it is\n")
+                                                   "(fastmodel specs list), not a file; read the file itself\n")
     for kind in ("model", "system", "task"):
         schema = json.loads(cli("specs", "schema", kind).output)
         assert "properties" in (schema["$defs"]["LLMSpec"] if kind == "model" else schema)
