@@ -125,6 +125,8 @@ def validate(cls: type[BaseModel], data: dict, source: str | None, kind: str):
 def read_file(path: Path) -> dict:
     """Parse a TOML or JSON file into a dict; errors name the file."""
     source = str(path)
+    if path.suffix.lower() in (".yaml", ".yml"):
+        raise SpecError(source, None, "YAML is not read: write the spec as TOML (.toml) or JSON (.json)")
     try:
         text = path.read_text()
     except FileNotFoundError:

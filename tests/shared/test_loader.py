@@ -209,3 +209,13 @@ def test_an_empty_spec_file_is_named_as_empty(tmp_path, kind, example):
             resolve_source(str(path), kind)
         assert str(caught.value) == f"{path}: the file is empty: a {kind} spec needs its fields ('fastmodel specs " \
                                     f"show {example}' prints one)"
+
+
+def test_a_yaml_spec_file_is_refused_by_its_format(tmp_path):
+    """`-m model.yaml`: one line saying YAML is not read (it was 'invalid TOML' at the first colon)."""
+    from fastmodel.spec.loader import read_file
+
+    path = tmp_path / "model.yaml"
+    path.write_text("name: x\nlayers: 80\n")
+    with pytest.raises(SpecError, match=r"model.yaml: YAML is not read: write the spec as TOML \(.toml\) or JSON"):
+        read_file(path)
