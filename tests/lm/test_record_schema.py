@@ -207,3 +207,14 @@ def test_a_misspelt_block_is_named_beside_the_missing_one():
     del data["modle"]
     with pytest.raises(SpecError, match=r"model: required block missing$"):
         lower_record(data, "runs.jsonl:3")
+
+
+def test_a_value_with_unit_text_says_records_take_plain_si_numbers():
+    """`"hbm_bytes": "80 GB"` in a record (spec/record_blocks.first_error): the reason says why, not only the type."""
+    with pytest.raises(SpecError) as caught:
+        lower_record(changed(system__hbm_bytes="80 GB"), "runs.jsonl:3")
+    assert str(caught.value) == ("runs.jsonl:3: system.hbm_bytes: Input should be a valid number (got '80 GB'); a record "
+                                 "states plain numbers in SI units (bytes, FLOP/s, bytes/s, s), no unit text")
+    with pytest.raises(SpecError) as caught:      # words, not a number with a unit: no such hint
+        lower_record(changed(plan__global_batch="sixteen"), "runs.jsonl:3")
+    assert str(caught.value).endswith("(got 'sixteen')")
