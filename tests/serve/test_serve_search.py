@@ -50,6 +50,9 @@ def test_plot_pareto_of_a_search_marks_the_tpot_target_and_the_best_point(tmp_pa
     run = CliRunner().invoke(main, ["plot", "pareto", str(out), "--curve", "precision", "-o", str(png)])
     assert run.exit_code == 0, run.output
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "precision = fp8:" in run.output
+    for axis in ("--x", "--y"):     # a misspelt variable: one line (plot/serving.py), not xarray's KeyError
+        typo = CliRunner().invoke(main, ["plot", "pareto", str(out), axis, "tpott", "-o", str(tmp_path / "t.png")])
+        assert typo.exit_code == 2 and typo.output.startswith("error: unknown variable 'tpott' (did you mean 'tpot'?)")
 
 
 def test_slo_targets_read_as_durations():
