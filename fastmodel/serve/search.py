@@ -190,8 +190,9 @@ def slo_search(model, device: str, *, input_len: int, output_len: int, ttft: flo
 
     from fastmodel.serve.api import dataset_attrs, device_columns, model_columns
 
-    if ttft <= 0 or tpot <= 0:
-        raise SpecError(None, "--ttft/--tpot", "SLOs must be positive durations")
+    for name, value in (("--ttft", ttft), ("--tpot", tpot)):
+        if not value > 0:
+            raise SpecError(None, name, f"{value:g} s: an SLO must be a positive duration, e.g. 2s or 50ms")
     engines = engine_list(engine)
     powers = [2**k for k in range(12) if 2**k <= gpus]
     if not powers:

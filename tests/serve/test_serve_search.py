@@ -66,6 +66,11 @@ def test_slo_targets_read_as_durations():
     run = CliRunner().invoke(main, ["serve", "--search", "-m", "llama3.1-8b", "-d", "H100", "--ttft", "2s",
                                     "--tpot", "50ms", "--gpus", "2"])
     assert run.exit_code == 0 and "TTFT <= 2000 ms and TPOT <= 50 ms" in run.output
+    for ttft, tpot, line in (("-2s", "50ms", "error: --ttft: -2 s: an SLO must be a positive duration, e.g. 2s or 50ms"),
+                             ("2s", "0", "error: --tpot: 0 s: an SLO must be a positive duration, e.g. 2s or 50ms")):
+        bad = CliRunner().invoke(main, ["serve", "--search", "-m", "llama3.1-8b", "-d", "H100", "--ttft", ttft,
+                                        "--tpot", tpot, "--gpus", "2"])
+        assert bad.exit_code == 2 and bad.output == line + "\n", bad.output
 
 
 def test_search_plans_for_the_steady_state_without_a_start_wave():
