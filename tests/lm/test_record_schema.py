@@ -218,3 +218,11 @@ def test_a_value_with_unit_text_says_records_take_plain_si_numbers():
     with pytest.raises(SpecError) as caught:      # words, not a number with a unit: no such hint
         lower_record(changed(plan__global_batch="sixteen"), "runs.jsonl:3")
     assert str(caught.value).endswith("(got 'sixteen')")
+
+
+def test_a_serving_record_among_run_records_is_named_as_one():
+    """`fastmodel calibrate` on a file with a serving record: not "plan: required block missing"."""
+    serving = json.loads((DATA / "serve_dev_load.jsonl").read_text().splitlines()[0])
+    with pytest.raises(SpecError, match=r"^runs.jsonl:2: record: a serving record \(SERVE_RUNS.md\) where training run "
+                                        r"records \(RUNS.md\) are read; serving records go to fastmodel serve"):
+        lower_record(serving, "runs.jsonl:2")
