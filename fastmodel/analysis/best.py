@@ -9,7 +9,7 @@ import numpy as np
 import xarray as xr
 
 from fastmodel.errors import FastmodelError, SweepError, nearest
-from fastmodel.io.aliases import resolve, with_aliases
+from fastmodel.io.aliases import resolve, variable_hint, with_aliases
 
 _EXPR = re.compile(r"^\s*(!?)([A-Za-z_][\w.]*)\s*(?:(==|=|!=|>=|<=|>|<)\s*(.+?))?\s*$")
 
@@ -122,7 +122,7 @@ def where_mask(ds: xr.Dataset, expressions: list[str]) -> xr.DataArray:
             raise SweepError(f"cannot parse filter {expression!r}; write e.g. fits_memory, num_nodes=256, throughput>100")
         negate, name, op, text = match.groups()
         if name not in names:
-            raise SweepError(f"filter on unknown variable {name!r}{nearest(name, names)}")
+            raise SweepError(f"filter on unknown variable {name!r}{variable_hint(ds, name, names)}")
         var = ds[name]
         if op is None:
             if var.dtype.kind != "b":
@@ -183,7 +183,7 @@ def best(ds: xr.Dataset, by: str, top: int = 10, where: list[str] | None = None,
 
     by = resolve(ds.data_vars, by)     # a variable's alias ranks by it too (iteration_time: step_time)
     if by not in ds.data_vars:
-        raise SweepError(f"unknown variable {by!r}{nearest(by, list(ds.data_vars))}")
+        raise SweepError(f"unknown variable {by!r}{variable_hint(ds, by, list(ds.data_vars))}")
     if top < 1:
         raise SweepError(f"--top must be at least 1 (got {top})")
     if by == "status" or "flag_meanings" in ds[by].attrs or ds[by].dtype.kind not in "iuf":

@@ -90,6 +90,7 @@ def friendly(func):
         from fastmodel.io.outputs import PENDING, interrupted_outputs
 
         PENDING.clear()
+        previous = _catch_interrupts()
         try:
             return func(*args, **kwargs)
         except FastmodelError as error:
@@ -110,8 +111,60 @@ def friendly(func):
             where = f"{error.filename}: " if error.filename else ""
             click.echo(f"error: {where}{error.strerror or error}", err=True)
             sys.exit(2)
+        except Exception:
+            if not Interrupt.seen:
+                raise
+            click.echo(f"interrupted{interrupted_outputs()}", err=True)   # an error Ctrl-C caused (see Interrupt)
+            sys.exit(130)
+        finally:
+            _restore_interrupts(previous)
 
     return wrapper
+
+
+class Interrupt:
+    """Whether Ctrl-C arrived during the command. A KeyboardInterrupt raised inside a C callback (numba saving a
+    kernel it compiles to its cache: llvmlite's object-cache notify) is printed by Python as "Exception ignored"
+    and swallowed, and numba then fails with a RuntimeError ("no compiled object yet"): with ``seen`` set, that
+    error is the interrupt's and the command reports ``interrupted`` (exit 130) without a traceback."""
+    seen = False
+
+
+def _on_sigint(signum, frame):
+    Interrupt.seen = True
+    raise KeyboardInterrupt
+
+
+def _unraisable(previous):
+    def hook(unraisable):
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):
+            Interrupt.seen = True       # no "Exception ignored ... KeyboardInterrupt" traceback on stderr
+            return
+        previous(unraisable)
+    return hook
+
+
+def _catch_interrupts():
+    """Install the SIGINT handler and unraisable hook of :class:`Interrupt` (main thread only); the previous
+    ones, for :func:`_restore_interrupts`."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        return None        # a command inside a command, or a caller's own handler: left as it is
+    Interrupt.seen = False
+    previous = (signal.signal(signal.SIGINT, _on_sigint), sys.unraisablehook)
+    sys.unraisablehook = _unraisable(sys.unraisablehook)
+    return previous
+
+
+def _restore_interrupts(previous) -> None:
+    if previous is not None:
+        import signal
+
+        signal.signal(signal.SIGINT, previous[0])
+        sys.unraisablehook = previous[1]
 
 
 semantics_option = click.option(

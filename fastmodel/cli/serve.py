@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from fastmodel.cli.common import FloatRange, friendly
+from fastmodel.cli.common import Choice, FloatRange, friendly
 from fastmodel.serve.precisions import KV_PRECISIONS, PRECISIONS
 from fastmodel.serve.report import load_mode, render
 
@@ -63,8 +63,8 @@ def _one(values, name: str, default):
                    "default 1); must divide the requests. --search: the degrees to sweep (default as --ep).")
 @click.option("--moe-tp", default=0, show_default=True, type=click.IntRange(min=0),
               help="Tensor parallelism of each expert (0: tp x attention_dp / ep).")
-@click.option("--precision", default="bf16", show_default=True, type=click.Choice(list(PRECISIONS)))
-@click.option("--kv-precision", type=click.Choice(list(KV_PRECISIONS)), help="Default: fp8 with fp8 weights, else bf16.")
+@click.option("--precision", default="bf16", show_default=True, type=Choice(list(PRECISIONS), case_sensitive=False))
+@click.option("--kv-precision", type=Choice(list(KV_PRECISIONS), case_sensitive=False), help="Default: fp8 with fp8 weights, else bf16.")
 @click.option("--input-len", default=1024, show_default=True, type=click.IntRange(min=1))
 @click.option("--output-len", default=128, show_default=True, type=click.IntRange(min=1))
 @click.option("--batch-size", type=click.IntRange(min=1), help="Static batch of N requests.")
@@ -83,7 +83,7 @@ def _one(values, name: str, default):
 @click.option("--ttft", help="--search: TTFT target, e.g. 2s or 500ms.")
 @click.option("--tpot", help="--search: TPOT target, e.g. 50ms.")
 @click.option("--gpus", default=8, show_default=True, type=click.IntRange(min=1), help="--search: GPUs of one instance at most.")
-@click.option("--search-precision", multiple=True, type=click.Choice(list(PRECISIONS)),
+@click.option("--search-precision", multiple=True, type=Choice(list(PRECISIONS), case_sensitive=False),
               help="--search: precisions to sweep (repeat; default bf16 and fp8).")
 @click.option("--search-concurrency", type=click.IntRange(min=1), metavar="N",
               help="--search: every concurrency 1..N per instance (default: the powers of two to 1024).")

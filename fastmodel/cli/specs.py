@@ -41,6 +41,9 @@ def specs_show(name, kind):
     kinds = [kind] if kind else [k for k in ("model", "system", "task", "sweep") if name in builtin_names(k)]
     if not kinds:
         every = [n for k in ("model", "system", "task", "sweep") for n in builtin_names(k)]
+        if name.lower().endswith((".toml", ".json")) or "/" in name:
+            raise SpecError(name, None, "specs show prints a built-in spec (fastmodel specs list), not a file; "
+                                        "read the file itself")
         raise SpecError(None, None, f"no built-in spec {name!r}{nearest(name, every)}")
     if len(kinds) > 1:
         raise SpecError(None, None, f"{name!r} is a {' and a '.join(kinds)}; pass --kind")

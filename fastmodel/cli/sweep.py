@@ -40,7 +40,8 @@ def sweep_command(sweep_file, output, resume, force, workers, scheduler, unit_co
     out = Path(output)
     is_zarr = out.suffix == ".zarr"
     if not is_zarr and out.suffix != ".nc":
-        raise SweepError(f"{output}: the output must end in .zarr or .nc")
+        case = f" (lower case: {out.stem}{out.suffix.lower()})" if out.suffix.lower() in (".zarr", ".nc") else ""
+        raise SweepError(f"{output or repr(output)}: the output must end in .zarr or .nc{case}")
     if resume and not is_zarr:
         raise SweepError("--resume needs a .zarr store (a .nc file is written whole at the end)")
     if resume and force:

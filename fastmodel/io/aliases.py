@@ -53,4 +53,20 @@ def resolve(names, name: str) -> str:
     return name
 
 
-__all__ = ["ALIAS_OF", "resolve", "with_aliases", "without_aliases"]
+def variable_hint(ds: "xr.Dataset", name: str, names: list) -> str:
+    """What to say after ``unknown variable NAME``: a variable another engine writes (``throughput``, MAD-Max's
+    samples/s) names this result's variables of the same kind (a rate per second ranked the same way, from the
+    registry: ``tokens_per_s``, ``tokens_per_s_per_gpu`` of a real-world result); else the nearest name."""
+    from fastmodel.errors import nearest
+
+    var = VARIABLES.get(name)
+    if var is not None and var.units.endswith("/s"):
+        kin = [n for n in ds.data_vars if n in VARIABLES and VARIABLES[n].better == var.better
+               and VARIABLES[n].units.endswith("/s")]
+        if kin:
+            return (f": {name} ({var.units}) is a variable of the {', '.join(var.engines)} results; this one "
+                    f"has {', '.join(kin)}")
+    return nearest(name, names)
+
+
+__all__ = ["ALIAS_OF", "resolve", "variable_hint", "with_aliases", "without_aliases"]

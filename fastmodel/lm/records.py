@@ -34,10 +34,13 @@ from pydantic import ValidationError
 
 from fastmodel.errors import SpecError
 from fastmodel.spec.detect import RUN_RECORD_BLOCKS as RECORD_BLOCKS
-from fastmodel.spec.detect import is_run_record  # noqa: F401 - detection by content lives in spec/detect.py
+from fastmodel.spec.detect import (
+    is_run_record,  # noqa: F401 - detection by content lives in spec/detect.py
+    is_serve_record,
+)
 from fastmodel.spec.devices import device_table  # noqa: F401 - the serving wing's former import path
+from fastmodel.spec.records import block_missing, read_jsonl
 from fastmodel.spec.records import number as _number  # noqa: F401 - this module's former helper
-from fastmodel.spec.records import read_jsonl
 
 
 @dataclass(frozen=True)
@@ -61,9 +64,12 @@ def parse_record(data: dict, source: str | None = None):
 
     if not isinstance(data, dict):
         raise SpecError(source, "record", f"expected a JSON object (RUNS.md), got {type(data).__name__}")
+    if "plan" not in data and is_serve_record(data):
+        raise SpecError(source, "record", "a serving record (SERVE_RUNS.md) where training run records (RUNS.md) are "
+                                          "read; serving records go to fastmodel serve, validate or batch")
     for block in RECORD_BLOCKS:
         if not isinstance(data.get(block), dict):
-            reason = "required block missing" if data.get(block) is None else \
+            reason = block_missing(data, block) if data.get(block) is None else \
                 f"expected an object (RUNS.md {block} block), got {type(data[block]).__name__}"
             raise SpecError(source, block, reason)
     try:

@@ -43,16 +43,22 @@ def mesh_label(mesh: dict[str, int]) -> str:
 
 
 def parse_mesh(text: str) -> dict[str, int]:
-    """``"tp8.pp4"`` -> ``{"tp": 8, "pp": 4, "cp": 1, "ep": 1, "etp": 0}``; ``"dp"``: all 1 (etp 0: = tp)."""
+    """``"tp8.pp4"`` -> ``{"tp": 8, "pp": 4, "cp": 1, "ep": 1, "etp": 0}``; ``"dp"``: all 1 (etp 0: = tp). Degrees
+    are separated by ``.``, ``,`` or spaces, in any case (``TP8 PP4`` is ``tp8.pp4``)."""
     mesh = {k: DEGREE_DEFAULTS.get(k, 1) for k in DEGREES}
     if not text.strip():
         raise SweepError("empty plan: give a mesh like 'tp8.pp4' (degrees left out are 1) or 'dp'")
-    if text.strip() == "dp":
+    if text.strip().lower() == "dp":
         return mesh
     seen = set()
-    for part in text.replace(",", ".").split("."):
+    for part in text.replace(",", ".").lower().replace(" ", ".").split("."):
+        if not part:
+            continue
         key = part.rstrip("0123456789")
         digits = part[len(key):]
+        if key == "dp":
+            raise SweepError(f"plan {text!r}: {part!r}: dp is not given, it fills the cluster (n_gpus / (tp pp cp)); "
+                             "drop it or sweep num_nodes")
         if key not in DEGREES or not digits or int(digits) < 1:
             raise SweepError(f"plan {text!r}: {part!r} is not a degree like tp8, pp4, cp2, ep8 or etp1")
         if key in seen:

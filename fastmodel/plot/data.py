@@ -13,7 +13,7 @@ import numpy as np
 import xarray as xr
 
 from fastmodel.errors import FastmodelError, nearest
-from fastmodel.io.aliases import resolve
+from fastmodel.io.aliases import resolve, variable_hint
 from fastmodel.registry import variable
 
 REDUCTIONS = ("max", "min", "argmax", "argmin")
@@ -58,7 +58,7 @@ def get_var(ds: xr.Dataset, name: str) -> xr.DataArray:
     name = resolve(ds.variables, name)
     if name not in ds.variables:
         choices = [n for n in names_of(ds) if n != "status"]
-        raise PlotError(f"unknown variable {name!r}{nearest(name, choices)}; variables: {', '.join(ds.data_vars)}")
+        raise PlotError(f"unknown variable {name!r}{variable_hint(ds, name, choices)}; variables: {', '.join(ds.data_vars)}")
     return ds[name]
 
 

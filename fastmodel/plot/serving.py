@@ -30,6 +30,7 @@ def serving_frontiers(ds, curve: str = "device", x: str = X, y: str = Y, sel=Non
     swept values (e.g. ``batch_size=64``) of the other dimensions that vary along it."""
     ds = D.select(ds, sel)
     D.check_dim(list(ds.dims), curve, "curve dimension")
+    x, y = (D.get_var(ds, name).name for name in (x, y))
     ok = ds["status"] == 0
     if "fits_memory" in ds:
         ok = ok & (ds["fits_memory"] > 0)
@@ -62,6 +63,9 @@ def serving_pareto(ds, curve: str = "device", x: str = X, y: str = Y, sel=None, 
     """One frontier per value of ``curve``: tokens/s per GPU (y) against tokens/s per user (x), log-log,
     frontier points labelled with the batch (or whichever dimensions vary along the curve).
     Returns ``(fig, ax)``; the frontiers are ``ax.frontiers``."""
+    for name in (x, y):             # an unknown variable: one line naming the nearest, not xarray's KeyError
+        if name not in ds and f"disagg_{name}" not in ds:
+            D.get_var(ds, name)
     if "within_budget" in ds:       # an SLO search (fastmodel serve --search -o): points over the GPU budget leave
         ds = ds.assign(status=ds["status"].where(ds["within_budget"] > 0, 1).astype(ds["status"].dtype))
     frontiers = serving_frontiers(ds, curve, x, y, sel) if x in ds else {}     # a --mode disagg search: none

@@ -91,9 +91,14 @@ def engine_list(engine) -> list[str]:
 
     names = [DEFAULT_ENGINE] if engine is None else [e for part in ([engine] if isinstance(engine, str) else engine)
                                                      for e in str(part).split(",") if e]
-    for name in names:
-        if name not in ENGINE_NAMES:
-            raise SpecError(None, "--engine", f"unknown engine {name!r}; choose one of {', '.join(ENGINE_NAMES)}")
+    from fastmodel.errors import nearest
+
+    aliases = {alias: key for key, spelled in ENGINE_NAMES.items() for alias in (key, *spelled)}
+    for i, name in enumerate(names):     # a record's spelling works too: TensorRT-LLM, vLLM, SGLang
+        if name.strip().lower() not in aliases:
+            raise SpecError(None, "--engine", f"unknown engine {name!r}{nearest(name, list(aliases))}; choose one of "
+                                              f"{', '.join(ENGINE_NAMES)}")
+        names[i] = aliases[name.strip().lower()]
     return list(dict.fromkeys(names)) or [DEFAULT_ENGINE]
 
 
@@ -185,8 +190,9 @@ def slo_search(model, device: str, *, input_len: int, output_len: int, ttft: flo
 
     from fastmodel.serve.api import dataset_attrs, device_columns, model_columns
 
-    if ttft <= 0 or tpot <= 0:
-        raise SpecError(None, "--ttft/--tpot", "SLOs must be positive durations")
+    for name, value in (("--ttft", ttft), ("--tpot", tpot)):
+        if not value > 0:
+            raise SpecError(None, name, f"{value:g} s: an SLO must be a positive duration, e.g. 2s or 50ms")
     engines = engine_list(engine)
     powers = [2**k for k in range(12) if 2**k <= gpus]
     if not powers:

@@ -125,6 +125,8 @@ def validate(cls: type[BaseModel], data: dict, source: str | None, kind: str):
 def read_file(path: Path) -> dict:
     """Parse a TOML or JSON file into a dict; errors name the file."""
     source = str(path)
+    if path.suffix.lower() in (".yaml", ".yml"):
+        raise SpecError(source, None, "YAML is not read: write the spec as TOML (.toml) or JSON (.json)")
     try:
         text = path.read_text()
     except FileNotFoundError:
@@ -150,6 +152,16 @@ def read_file(path: Path) -> dict:
     return data
 
 
+def _not_empty(data: dict, source: str, kind: str) -> dict:
+    """``data`` of a spec file, refused when the file holds no field at all (an empty or comments-only file given
+    as a model, system or task, which no engine would otherwise blame on the file)."""
+    if not data and kind in ("model", "system", "task"):
+        example = {"model": "llama3.1-70b", "system": "dgx-h100", "task": "llm-pretrain"}[kind]
+        raise SpecError(source, None, f"the file is empty: a {kind} spec needs its fields ('fastmodel specs show "
+                                      f"{example}' prints one)")
+    return data
+
+
 def resolve_source(spec: Any, kind: str) -> tuple[dict | BaseModel, str | None]:
     """Turn a name, path or dict into (data, source label)."""
     if isinstance(spec, BaseModel) or isinstance(spec, dict):
@@ -162,11 +174,11 @@ def resolve_source(spec: Any, kind: str) -> tuple[dict | BaseModel, str | None]:
         path = Path(text)
         names = _builtin_names(kind)
         if path.suffix in (".toml", ".json") or "/" in text or "\\" in text:
-            return read_file(path), text
+            return _not_empty(read_file(path), text, kind), text
         if text in names:  # a bare name means the built-in, even if a file of that name is here
             return _builtin_data(kind, text), text
         if path.exists():
-            return read_file(path), text
+            return _not_empty(read_file(path), text, kind), text
         other = [k for k in ("model", "system", "task", "sweep") if k != kind and text in _builtin_names(k)]
         hint = f"; {text!r} is a built-in {other[0]}" if other else nearest(text, names)
         raise SpecError(None, kind, f"unknown built-in {kind} {text!r}{hint}; "

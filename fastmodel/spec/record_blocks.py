@@ -89,6 +89,10 @@ def _synonym(name: str, fields) -> str:
     return f" (the schema calls it '{target}'{remark})" if target in fields else ""
 
 
+#: pydantic's error types of a value that should have been a number
+_NUMBER_TYPES = ("float_type", "int_type", "float_parsing", "int_parsing")
+
+
 def first_error(error: ValidationError, source: str | None, root: type[BaseModel], prefix: tuple = ()) -> SpecError:
     """The first problem of a record's validation as one line ``source: block.field: reason`` (typos first:
     an unknown key often explains a missing one). An unknown key or a value outside a list is an
@@ -110,6 +114,8 @@ def first_error(error: ValidationError, source: str | None, root: type[BaseModel
         reason = first["msg"].removeprefix("Value error, ")
         if first["type"] not in ("value_error", "model_type") and "input" in first:
             reason += f" (got {first['input']!r:.100})"
+        if first["type"] in _NUMBER_TYPES and re.fullmatch(r"\s*[-+.\deE]+\s*[A-Za-z/%][\w/%. ]*", str(first.get("input"))):
+            reason += "; a record states plain numbers in SI units (bytes, FLOP/s, bytes/s, s), no unit text"
         if first["type"] == "literal_error":
             # matched on the value's first word, its name ("moun (block matrices)" -> 'muon')
             words = str(first.get("input")).strip().split() or [""]

@@ -15,6 +15,16 @@ import numpy as np
 from fastmodel.errors import NESTED_TOO_DEEP, SpecError, UnsupportedError
 
 
+def block_missing(data: dict, block: str) -> str:
+    """The reason of a record without its required ``block``: "required block missing", and the record's key that
+    looks like a misspelling of it, if one does (``modle`` for ``model``: difflib, as ``errors.nearest``)."""
+    import difflib
+
+    others = [key for key in data if isinstance(key, str) and key != block]
+    close = difflib.get_close_matches(block, others, n=1, cutoff=0.75)
+    return "required block missing" + (f" (the record has {close[0]!r}: a misspelling of {block!r}?)" if close else "")
+
+
 def number(block: dict, key: str, where: str, source: str | None, default=None, positive=True):
     """A number of a loosely-typed block (serving records): a SpecError naming ``where.key`` otherwise."""
     value = block.get(key, default)

@@ -31,8 +31,25 @@ def connect(scheduler: str | None = None, workers: int | None = None):
         except (OSError, TimeoutError, ValueError) as error:
             raise SweepError(f"--scheduler {scheduler}: cannot connect ({' '.join(str(error).split()) or type(error).__name__})") \
                 from None
+    check_local_workers(int(workers))
     cluster = LocalCluster(n_workers=int(workers), threads_per_worker=1, processes=True, dashboard_address=None)
     return Client(cluster), cluster
+
+
+#: most worker processes of a local cluster per CPU: each is a whole Python process with numba and xarray loaded
+#: (about 0.2 GB), and a CPU-bound kernel gains nothing from more processes than CPUs
+WORKERS_PER_CPU = 4
+
+
+def check_local_workers(workers: int) -> None:
+    """SweepError for a local cluster of more than ``WORKERS_PER_CPU`` worker processes per CPU of this machine
+    (at least 8): ``--workers 1000000`` would start a million processes and exhaust memory, not run faster."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    most = max(8, WORKERS_PER_CPU * cpus)
+    if workers > most:
+        raise SweepError(f"--workers {workers:,}: this machine has {cpus} CPU{'s' if cpus > 1 else ''}; a local "
+                         f"cluster takes at most {most} worker processes (more only compete for the CPUs, about "
+                         "0.2 GB each); run a larger cluster with --scheduler")
 
 
 def _check_workers_see(client, path: str) -> None:

@@ -111,6 +111,9 @@ def test_specs_commands(cli):
     assert "hidden = 8192" in shown and "arXiv" in shown
     missing = cli("specs", "show", "llama2-70")
     assert missing.exit_code == 2 and "did you mean" in missing.output
+    path = cli("specs", "show", "my_model.toml")      # a hurried user's own file: not a built-in name
+    assert path.exit_code == 2 and path.output == ("error: my_model.toml: specs show prints a built-in spec "
+                                                   "(fastmodel specs list), not a file; read the file itself\n")
     for kind in ("model", "system", "task"):
         schema = json.loads(cli("specs", "schema", kind).output)
         assert "properties" in (schema["$defs"]["LLMSpec"] if kind == "model" else schema)
@@ -219,3 +222,12 @@ def test_serve_on_an_illegal_layout_is_an_error(cli):
     result = cli("serve", "-m", "llama3.1-70b", "--tp", "3")
     assert result.exit_code == 2 and "heads_not_divisible" in result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+def test_sweep_output_suffix_in_upper_case_or_empty_is_one_line(cli):
+    """cli/sweep.py: `-o out.NC` names the lower-case name it means; `-o ''` shows the empty name quoted."""
+    upper = cli("sweep", "llama2_70b_plans", "-o", "out.NC")
+    assert upper.exit_code == 2 and "error: out.NC: the output must end in .zarr or .nc (lower case: out.nc)" in \
+        upper.output
+    empty = cli("sweep", "llama2_70b_plans", "-o", "")
+    assert empty.exit_code == 2 and "error: '': the output must end in .zarr or .nc" in empty.output

@@ -219,3 +219,16 @@ def test_an_unknown_dispatcher_in_a_sweep_file_is_one_line_exit_2(tmp_path):
     assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
     assert f"{path}: axes.moe_dispatcher: unknown value 'deepeep'" in result.output
     assert "(did you mean 'deepep'?)" in result.output and not (tmp_path / "out.nc").exists()
+
+
+def test_a_plan_in_any_case_or_with_spaces_is_the_same_mesh_and_dp_is_named():
+    """`TP8.PP4`, `tp8 pp4`, `tp8, pp4` are tp8.pp4 (the MAD-Max plans take any case too); `dp8` says dp fills."""
+    from fastmodel.lm.sweep import parse_mesh
+
+    for text in ("TP8.PP4", "tp8 pp4", "tp8, pp4", "Tp8,Pp4"):
+        assert parse_mesh(text) == parse_mesh("tp8.pp4") == {"tp": 8, "pp": 4, "cp": 1, "ep": 1, "etp": 0}
+    assert parse_mesh("DP") == parse_mesh("dp")
+    with pytest.raises(SweepError, match=r"^plan 'tp8.dp8': 'dp8': dp is not given, it fills the cluster"):
+        parse_mesh("tp8.dp8")
+    with pytest.raises(SweepError, match=r"'pq4' is not a degree like tp8"):
+        parse_mesh("tp8.pq4")

@@ -195,3 +195,34 @@ def test_an_unknown_position_embedding_is_one_line_naming_the_field():
         lower_record(changed(model__position_embedding="sinusoid"))
     with pytest.raises(SpecError, match=r"did you mean 'rotary'"):
         lower_record(changed(model__position_embedding="rotery"))
+
+
+def test_a_misspelt_block_is_named_beside_the_missing_one():
+    """A hurried user's `modle` block: the missing `model` says which key looks like it (spec/records.block_missing)."""
+    data = copy.deepcopy(GPT22B)
+    data["modle"] = data.pop("model")
+    with pytest.raises(SpecError, match=r"^runs.jsonl:3: model: required block missing \(the record has 'modle': a "
+                                        r"misspelling of 'model'\?\)$"):
+        lower_record(data, "runs.jsonl:3")
+    del data["modle"]
+    with pytest.raises(SpecError, match=r"model: required block missing$"):
+        lower_record(data, "runs.jsonl:3")
+
+
+def test_a_value_with_unit_text_says_records_take_plain_si_numbers():
+    """`"hbm_bytes": "80 GB"` in a record (spec/record_blocks.first_error): the reason says why, not only the type."""
+    with pytest.raises(SpecError) as caught:
+        lower_record(changed(system__hbm_bytes="80 GB"), "runs.jsonl:3")
+    assert str(caught.value) == ("runs.jsonl:3: system.hbm_bytes: Input should be a valid number (got '80 GB'); a record "
+                                 "states plain numbers in SI units (bytes, FLOP/s, bytes/s, s), no unit text")
+    with pytest.raises(SpecError) as caught:      # words, not a number with a unit: no such hint
+        lower_record(changed(plan__global_batch="sixteen"), "runs.jsonl:3")
+    assert str(caught.value).endswith("(got 'sixteen')")
+
+
+def test_a_serving_record_among_run_records_is_named_as_one():
+    """`fastmodel calibrate` on a file with a serving record: not "plan: required block missing"."""
+    serving = json.loads((DATA / "serve_dev_load.jsonl").read_text().splitlines()[0])
+    with pytest.raises(SpecError, match=r"^runs.jsonl:2: record: a serving record \(SERVE_RUNS.md\) where training run "
+                                        r"records \(RUNS.md\) are read; serving records go to fastmodel serve"):
+        lower_record(serving, "runs.jsonl:2")

@@ -50,6 +50,9 @@ def test_plot_pareto_of_a_search_marks_the_tpot_target_and_the_best_point(tmp_pa
     run = CliRunner().invoke(main, ["plot", "pareto", str(out), "--curve", "precision", "-o", str(png)])
     assert run.exit_code == 0, run.output
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "precision = fp8:" in run.output
+    for axis in ("--x", "--y"):     # a misspelt variable: one line (plot/serving.py), not xarray's KeyError
+        typo = CliRunner().invoke(main, ["plot", "pareto", str(out), axis, "tpott", "-o", str(tmp_path / "t.png")])
+        assert typo.exit_code == 2 and typo.output.startswith("error: unknown variable 'tpott' (did you mean 'tpot'?)")
 
 
 def test_slo_targets_read_as_durations():
@@ -63,6 +66,11 @@ def test_slo_targets_read_as_durations():
     run = CliRunner().invoke(main, ["serve", "--search", "-m", "llama3.1-8b", "-d", "H100", "--ttft", "2s",
                                     "--tpot", "50ms", "--gpus", "2"])
     assert run.exit_code == 0 and "TTFT <= 2000 ms and TPOT <= 50 ms" in run.output
+    for ttft, tpot, line in (("-2s", "50ms", "error: --ttft: -2 s: an SLO must be a positive duration, e.g. 2s or 50ms"),
+                             ("2s", "0", "error: --tpot: 0 s: an SLO must be a positive duration, e.g. 2s or 50ms")):
+        bad = CliRunner().invoke(main, ["serve", "--search", "-m", "llama3.1-8b", "-d", "H100", "--ttft", ttft,
+                                        "--tpot", tpot, "--gpus", "2"])
+        assert bad.exit_code == 2 and bad.output == line + "\n", bad.output
 
 
 def test_search_plans_for_the_steady_state_without_a_start_wave():
@@ -111,3 +119,15 @@ def test_a_search_with_nothing_legal_says_why():
     assert run.exit_code == 0, run.output
     first = run.output.splitlines()[0]
     assert first.startswith("0 configurations fit") and "none is legal" in first and "ep" in first, first
+
+
+def test_engine_names_take_a_records_spelling_and_a_typo_gets_the_nearest():
+    """`--engine vLLM` / `TensorRT-LLM` are the engines a record's framework names; `vlm` is a typo of vllm."""
+    from fastmodel.errors import SpecError
+    from fastmodel.serve.search import engine_list
+
+    assert engine_list("vLLM,TensorRT-LLM") == ["vllm", "trtllm"]
+    assert engine_list(["SGLang", "sglang"]) == ["sglang"]
+    with pytest.raises(SpecError, match=r"^--engine: unknown engine 'vlm' \(did you mean 'vllm'\?\); choose one of "
+                                        r"trtllm, vllm, sglang$"):
+        engine_list("vlm")

@@ -254,3 +254,13 @@ def test_the_search_api_refuses_speculative_decoding_without_an_acceptance():
     with pytest.raises(SpecError, match="--spec-acceptance"):
         slo_search("llama3.1-8b", "H100", gpus=2, precisions=("bf16",), concurrency=[4], spec_tokens=(0, 3),
                    input_len=1024, output_len=256, ttft=2.0, tpot=0.05)
+
+
+def test_precision_options_take_any_case_and_a_typo_gets_the_nearest():
+    """`--precision FP8` is fp8 (cli/serve.py: case-insensitive choices); `fp9` is one line naming fp8."""
+    args = ["serve", "-m", "llama3.1-8b", "-d", "H100", "--batch-size", "1", "--json"]
+    upper = CliRunner().invoke(main, [*args, "--precision", "FP8", "--kv-precision", "BF16"])
+    lower = CliRunner().invoke(main, [*args, "--precision", "fp8", "--kv-precision", "bf16"])
+    assert upper.exit_code == 0 and upper.output == lower.output
+    typo = CliRunner().invoke(main, [*args, "--precision", "fp9"])
+    assert typo.exit_code == 2 and "(did you mean 'fp8'?)" in typo.output and typo.output.count("\n") == 1

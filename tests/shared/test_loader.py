@@ -194,3 +194,28 @@ def test_min_frozen_layer_zero_is_refused_for_families_without_layers():
     task = {"name": "t", "kind": "finetune", "global_batch": 2048, "freeze_emb": False, "min_frozen_layer": 0}
     with pytest.raises(SpecError, match="task.min_frozen_layer: does not apply to dlrm model"):
         fastmodel.evaluate("dlrm-a-small", "dc-a", task, plan="ddp/mp", num_nodes=2)
+
+
+@pytest.mark.parametrize("kind, example", [("model", "llama3.1-70b"), ("system", "dgx-h100"), ("task", "llm-pretrain")])
+def test_an_empty_spec_file_is_named_as_empty(tmp_path, kind, example):
+    """An empty or comments-only file given as a model, system or task is one line naming the file (spec/loader.py
+    _not_empty), not a pairing complaint about the other specs."""
+    from fastmodel.spec.loader import resolve_source
+
+    for name, text in (("empty.toml", ""), ("comments.toml", "# nothing yet\n"), ("empty.json", "{}")):
+        path = tmp_path / name
+        path.write_text(text)
+        with pytest.raises(SpecError) as caught:
+            resolve_source(str(path), kind)
+        assert str(caught.value) == f"{path}: the file is empty: a {kind} spec needs its fields ('fastmodel specs " \
+                                    f"show {example}' prints one)"
+
+
+def test_a_yaml_spec_file_is_refused_by_its_format(tmp_path):
+    """`-m model.yaml`: one line saying YAML is not read (it was 'invalid TOML' at the first colon)."""
+    from fastmodel.spec.loader import read_file
+
+    path = tmp_path / "model.yaml"
+    path.write_text("name: x\nlayers: 80\n")
+    with pytest.raises(SpecError, match=r"model.yaml: YAML is not read: write the spec as TOML \(.toml\) or JSON"):
+        read_file(path)

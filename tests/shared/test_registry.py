@@ -85,3 +85,18 @@ def test_aliases_repeat_the_data_and_files_keep_one_name():
 @pytest.mark.parametrize("engine", ENGINE_NAMES)
 def test_best_ranks_only_fitting_points_where_the_engine_has_a_memory_model(engine):
     assert ENGINES[engine].RANK_ONLY_FITTING == (engine != "madmax")
+
+
+
+def test_a_variable_of_another_engine_names_this_results_kin():
+    """`best --by throughput`, `plot --var throughput` (MAD-Max's samples/s) on a real-world result name its
+    tokens/s variables (io/aliases.variable_hint) instead of the nearest spelling ('time_recompute')."""
+    import xarray as xr
+
+    from fastmodel.io.aliases import variable_hint
+
+    ds = xr.Dataset({"tokens_per_s": ("x", [1.0]), "tokens_per_s_per_gpu": ("x", [0.5]), "step_time": ("x", [2.0])})
+    hint = variable_hint(ds, "throughput", list(ds.data_vars))
+    assert hint == ": throughput (samples/s) is a variable of the madmax results; this one has tokens_per_s, " \
+                   "tokens_per_s_per_gpu"
+    assert variable_hint(ds, "step_tme", list(ds.data_vars)) == " (did you mean 'step_time'?)"

@@ -24,6 +24,30 @@ from fastmodel.sweeps.file import spec_ref
 KEYS = ("model", "system", "task", "semantics", "axes", "unit_configs", "description")
 
 
+def _flatten(prefix: str, table: dict) -> dict:
+    out = {}
+    for key, value in table.items():
+        if isinstance(value, dict) and "start" not in value:      # a range table {start, stop, ...} is a leaf
+            out.update(_flatten(f"{prefix}.{key}", value))
+        else:
+            out[f"{prefix}.{key}"] = value
+    return out
+
+
+def _dotted_axes(axes: dict) -> dict:
+    """``axes`` with TOML's unquoted dotted keys read as the full paths they spell: ``model.hidden = [4096, 8192]``
+    in ``[axes]`` is the table ``model = {hidden = [...]}`` to TOML, and becomes the axis ``"model.hidden"`` (the
+    documented quoted form). A table whose leaves are all single values stays an inline spec of that axis."""
+    out = {}
+    for name, value in axes.items():
+        flat = _flatten(name, value) if name in ("model", "system", "task") and isinstance(value, dict) else {}
+        if any(isinstance(v, (list, dict)) for v in flat.values()):
+            out.update(flat)
+        else:
+            out[name] = value
+    return out
+
+
 def _resolve(source: str, data: dict, base: Path) -> tuple[dict, dict]:
     """(data with model/system/task resolved relative to the file, axes) of a MAD-Max sweep file."""
     unknown = [k for k in data if k not in KEYS]
@@ -31,7 +55,7 @@ def _resolve(source: str, data: dict, base: Path) -> tuple[dict, dict]:
         raise SpecError(source, unknown[0], f"unknown key{nearest(unknown[0], KEYS)}")
     if not isinstance(data.get("axes"), dict):
         raise SpecError(source, "axes", "required: a table of axis = values")
-    data, axes = dict(data), dict(data["axes"])
+    data, axes = dict(data), _dotted_axes(dict(data["axes"]))
     for key in ("model", "system", "task"):
         if key in data:
             data[key] = spec_ref(data[key], base)
