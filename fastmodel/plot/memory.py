@@ -14,6 +14,14 @@ KIND_COLOURS = {
 }
 
 
+def _what_it_holds(ds) -> str:
+    """What memory a result without a by-kind breakdown does hold, for the refusal's second half."""
+    if hasattr(ds, "data_vars") and "kv_cache_memory" in ds:
+        return ("a serving result holds weight_memory, kv_cache_memory, activation_memory and memory_per_device: "
+                "plot one of them with `--var NAME` (heatmap, scaling)")
+    return "MAD-Max results hold weights only"
+
+
 def memory_table(ds, dim: str | None = None, sel=None):
     """(the dimension along the bars, ``memory`` as [configuration, memory_kind]) after ``sel``.
 
@@ -23,8 +31,8 @@ def memory_table(ds, dim: str | None = None, sel=None):
     from fastmodel.plot import data as D
 
     if not hasattr(ds, "data_vars") or "memory" not in ds or "memory_kind" not in ds["memory"].dims:
-        raise D.PlotError("a memory breakdown needs a real-world result (a 'memory' variable with a memory_kind "
-                          "dimension, from the default semantics' model); MAD-Max results hold weights only")
+        raise D.PlotError("a memory breakdown needs a real-world training result (a 'memory' variable with a "
+                          f"memory_kind dimension, from the default semantics' model); {_what_it_holds(ds)}")
     memory = D.select(ds["memory"], sel)
     dims = [d for d in memory.dims if d != "memory_kind"]
     if dim is not None:

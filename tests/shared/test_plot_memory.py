@@ -93,8 +93,16 @@ def test_python_errors(two_dims):
         P.breakdown(two_dims, quantity="memroy")
     with pytest.raises(PlotError, match=r"no result \(illegal or does not fit\) for plan=tp3"):
         P.breakdown(two_dims, sel={"num_nodes": 16})
-    with pytest.raises(PlotError, match="real-world result"):
+    with pytest.raises(PlotError, match="real-world training result.*MAD-Max results hold weights only"):
         memory_bars(synthetic_sweep())
+
+
+def test_a_serving_result_is_told_which_memory_variables_it_holds():
+    import xarray as xr
+    serving = xr.Dataset({"kv_cache_memory": ("concurrency", np.ones(2)), "weight_memory": ("concurrency", np.ones(2))})
+    with pytest.raises(PlotError, match="serving result holds weight_memory, kv_cache_memory") as err:
+        memory_bars(serving)
+    assert "MAD-Max" not in str(err.value)
 
 
 @pytest.fixture(scope="module")
