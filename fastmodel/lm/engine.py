@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from fastmodel.analysis.finite import mark_not_finite
 from fastmodel.registry.lm import RESULTS, STATUS_CODES
 from fastmodel.spec.columns import check_table
 
-#: statuses whose points were evaluated (``does_not_fit`` keeps its results)
-EVALUATED = (STATUS_CODES["ok"], STATUS_CODES["does_not_fit"])
 NOT_FINITE = STATUS_CODES["not_finite"]
 
 #: below this many rows the single-threaded kernel is used (waking the thread pool costs ~1 ms)
@@ -18,7 +15,8 @@ PARALLEL_MIN_ROWS = 256
 
 def evaluate_into(params: np.ndarray, status: np.ndarray, out: np.ndarray) -> None:
     """Evaluate a ``(N_COLUMNS, n)`` table into ``out`` (``N_RESULTS`` x n, may be a view); rows with
-    status != 0 get NaN, rows whose results are not all finite get status ``not_finite`` (and NaN). A
+    status != 0 get NaN, rows whose results are not all finite get status ``not_finite`` (and NaN; the
+    kernel's own check, ``kernels/finite.py``). A
     Fortran-ordered table (one contiguous vector per configuration) is fastest."""
     from fastmodel.kernels.lm.evaluate import evaluate_parallel, evaluate_serial
 
@@ -29,7 +27,6 @@ def evaluate_into(params: np.ndarray, status: np.ndarray, out: np.ndarray) -> No
         params = np.ascontiguousarray(params)
     with np.errstate(all="ignore"):  # interpreted kernels (FASTMODEL_JIT=0) overflow in numpy scalars
         kernel(params, status, out)
-    mark_not_finite(status, out, NOT_FINITE, EVALUATED)
 
 
 def evaluate_table(params: np.ndarray, status: np.ndarray | None = None) -> dict[str, np.ndarray]:

@@ -155,7 +155,7 @@ def columns(model, device: str, *, precision: str = "bf16", kv_precision: str | 
 
 def evaluate_table(params: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(results ``N_SERVE_RESULTS`` x n, status int8 n) of a ``(N_COLUMNS, n)`` table; a configuration whose
-    results are not all finite gets status ``not_finite`` and NaN results (``analysis.finite``)."""
+    results are not all finite gets status ``not_finite`` and NaN results (``kernels/finite.py``)."""
     from fastmodel.kernels.serve.evaluate import serve_parallel, serve_serial
 
     params = np.ascontiguousarray(params, dtype=np.float64)

@@ -3,11 +3,13 @@ per config.
 
 ``params`` is column-major (``N_COLUMNS`` x n), as ``fastmodel.lm.table`` builds
 it. Rows are cut into chunks, one ``prange`` iteration each, so scratch vectors
-are allocated once per chunk. Rows whose ``status`` is not 0 get NaN.
+are allocated once per chunk. Rows whose ``status`` is not 0 get NaN; an evaluated row whose
+results are not all finite gets status ``not_finite`` and NaN results (``kernels/finite.py``).
 """
 
 import numpy as np
 
+from fastmodel.kernels.finite import finite_or_marked
 from fastmodel.kernels.jit import njit, prange, stack_vector
 from fastmodel.kernels.lm.layout import (
     N_COLUMNS, C_ALLOCATOR_CACHE_FRACTION, C_HBM_BYTES, C_USABLE_HBM_FRACTION, M_OVERHEAD, N_MEMORY_KINDS, N_RESULTS,
@@ -17,6 +19,9 @@ from fastmodel.kernels.lm.passes import N_WORK
 from fastmodel.kernels.lm.step import step_row
 from fastmodel.kernels.lm.memory import memory_row
 from fastmodel.kernels.lm.memory_offload import host_offload_bytes
+from fastmodel.registry.lm import STATUS_CODES
+
+ST_NOT_FINITE = STATUS_CODES["not_finite"]
 
 #: rows per prange chunk
 CHUNK_ROWS = 256
@@ -60,6 +65,7 @@ def _evaluate_rows(params, status, out, lo, hi):
         for c in range(N_COLUMNS):
             row[c] = params[c, r]
         evaluate_row(row, work, memory, result)
+        status[r] = finite_or_marked(result, N_RESULTS, 0, True, ST_NOT_FINITE)
         for v in range(N_RESULTS):
             out[v, r] = result[v]
 

@@ -7,13 +7,12 @@ its columns (-1 ends the list; the ``plan`` axis sets tp, pp, cp and ep
 together). Then the derived columns are filled (``dp = n_gpus / (tp pp cp)``;
 the FSDP shard group defaults to dp), the rule table gives the status, and
 legal points are evaluated; a point whose results are not all finite gets status
-``not_finite`` and NaN results. Chunks of points run in parallel (``prange``).
+``not_finite`` and NaN results (``kernels/finite.py``). Chunks of points run in parallel (``prange``).
 """
-
-import math
 
 import numpy as np
 
+from fastmodel.kernels.finite import finite_or_marked
 from fastmodel.kernels.jit import njit, prange, stack_vector
 from fastmodel.kernels.lm.evaluate import evaluate_row
 from fastmodel.kernels.lm.layout import (
@@ -48,24 +47,6 @@ def _grid_point(flat, base, axis_columns, axis_values, shape, auto_shard, row):
         row[C_SHARD_DEGREE] = row[C_DP]
 
 
-@njit(inline="always")
-def _finite_or_marked(result, code):
-    """``code``, or ``not_finite`` with NaN results when a result is not a finite number
-    (``analysis.finite.mark_not_finite``'s rule, applied while the point is in registers: a finite sum clears
-    it, else each value is looked at)."""
-    total = 0.0
-    for v in range(N_RESULTS):
-        total += result[v]
-    if math.isfinite(total):
-        return code
-    for v in range(N_RESULTS):
-        if not math.isfinite(result[v]):
-            for w in range(N_RESULTS):
-                result[w] = np.nan
-            return ST_NOT_FINITE
-    return code
-
-
 @njit
 def _evaluate_points(lo, hi, base, axis_columns, axis_values, shape, auto_shard, only_fitting, status, out, offset):
     # frame vectors (kernels/jit.py stack_vector): passed through every cost term without reference counting
@@ -82,7 +63,7 @@ def _evaluate_points(lo, hi, base, axis_columns, axis_values, shape, auto_shard,
             evaluate_row(row, work, memory, result)
             if only_fitting and result[R_FITS_MEMORY] == 0.0:
                 code = ST_DOES_NOT_FIT
-            code = _finite_or_marked(result, code)
+            code = finite_or_marked(result, N_RESULTS, code, True, ST_NOT_FINITE)
         status[offset + flat] = code
         for v in range(N_RESULTS):
             out[v, offset + flat] = result[v]

@@ -44,6 +44,7 @@ import math
 
 import numpy as np
 
+from fastmodel.kernels.finite import finite_or_marked
 from fastmodel.kernels.jit import njit, prange, stack_vector
 from fastmodel.kernels.columns import (
     N_COLUMNS, C_BATCH_SIZE, C_EP, C_FRAMEWORK_MEMORY_BYTES, C_HBM_BYTES, C_HEADS, C_INPUT_LEN, C_INSTANCES,
@@ -353,17 +354,10 @@ def _serve_rows(params, status, out, lo, hi):
 @njit(inline="always")
 def _emit(row, result, scratch, memo, status, out, r):
     """One row's results and status into column ``r``; results that are not all finite numbers give the
-    ``not_finite`` status and NaN results (``analysis.finite.mark_not_finite``'s rule, applied here while the row
-    is in registers: a sum that is finite clears the row, else each value is looked at)."""
+    ``not_finite`` status and NaN results (``kernels/finite.py``, applied here while the row is in its frame
+    vector)."""
     code = serve_row(row, result, scratch, memo)
-    if code == ST_OK:
-        total = 0.0
-        for v in range(N_SERVE_RESULTS):
-            total += result[v]
-        if not math.isfinite(total):
-            for v in range(N_SERVE_RESULTS):
-                if not math.isfinite(result[v]):
-                    code = ST_NOT_FINITE
+    code = finite_or_marked(result, N_SERVE_RESULTS, code, code == ST_OK, ST_NOT_FINITE)
     status[r] = code
     if code == ST_OK:
         for v in range(N_SERVE_RESULTS):

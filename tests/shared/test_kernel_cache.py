@@ -62,6 +62,7 @@ EDITS = {
     "lm/layer.py": {"lm", "serve"}, "lm/layout.py": {"lm", "serve"},
     "serve/costs.py": {"serve"},
     "schedule.py": {"madmax", "lm", "serve", "shared"}, "roofline.py": {"madmax", "lm", "serve", "shared"},
+    "finite.py": {"madmax", "lm", "serve", "shared"},
 }
 
 
