@@ -76,17 +76,20 @@ def test_synthetic_runs_recover_the_parameters_that_made_them(records):
 
 
 def test_synthetic_runs_recover_a_software_stack_and_a_device_beside_it(records):
-    # TorchTitan runs (A100) made 12% slower in every kernel, and A100 inter-node bandwidth 0.60 of the link:
-    # the stack's share is fitted on its own runs, the device's value on what its other runs show
-    truth = {("stack:torchtitan", "stack_compute_eff"): 0.88, (A100, "inter_eff"): 0.60}
+    # NeMo runs (the 11 H100 MLPerf rows) made 12% slower in every kernel, and H100 inter-node bandwidth 0.60 of
+    # the link, which slows the NeMo rows too: the stack's share is fitted on its own runs, the device's value on
+    # what its other runs (fms-fsdp, Llama 3) show beside them. H100, not A100: since fms-fsdp's BF16 gradient
+    # reduction and 13B full shard (issue 26), A100 inter_eff at 0.60 moves no run by more than 4% and is not
+    # separable from the Megatron-DeepSpeed stack's share; H100's moves ten MLPerf and Llama 3 runs by 12-34%
+    truth = {("stack:nemo", "stack_compute_eff"): 0.88, (H100, "inter_eff"): 0.60}
     result = fit(synthetic(records, truth), prior=0.0)
     got = fitted(result)
     for key, value in truth.items():
         assert key in got, key
         assert got[key].value == pytest.approx(value, rel=2e-3), key
-    assert got[("stack:torchtitan", "stack_compute_eff")].label == 'stack."torchtitan".compute_eff'
+    assert got[("stack:nemo", "stack_compute_eff")].label == 'stack."nemo".compute_eff'
     cal = result.calibration()
-    assert cal.stacks["torchtitan"]["stack_compute_eff"] == pytest.approx(0.88, rel=2e-3)
+    assert cal.stacks["nemo"]["stack_compute_eff"] == pytest.approx(0.88, rel=2e-3)
     assert result.cost_after < 1e-8 < result.cost_before
 
 
@@ -107,7 +110,10 @@ def test_five_small_runs_recover_their_stack_host_issue_time():
 
 
 def test_default_pull_toward_physical_values_keeps_recovery_close_to_the_truth(records):
-    truth = {(A100, "gemm_eff_16"): 0.66, (A100, "inter_eff"): 0.60, (H100, "gemm_eff_8"): 0.55}
+    # the inter-node value perturbed is H100's: at 0.60 it moves twelve MLPerf and fms-fsdp runs by 12-31%.
+    # A100's (recovered at no pull above) moves one run by more than 8% since issue 26 (the 7B fms-fsdp HSDP row,
+    # 25%), too few for the data to outweigh the pull
+    truth = {(A100, "gemm_eff_16"): 0.66, (H100, "inter_eff"): 0.60, (H100, "gemm_eff_8"): 0.55}
     got = fitted(fit(synthetic(without_frameworks(records), truth)))          # default pull 0.5
     for key, value in truth.items():
         p = got[key]
@@ -125,8 +131,8 @@ def test_pull_chosen_by_cross_validation_is_zero_for_runs_the_model_fits_exactly
 
 @pytest.mark.xfail(strict=True, reason="known gap (docs/calibration.md, 'Held-out dev runs'): since the Llama 3 rows "
                    "are no longer too fast (docs/model.md §11.20), the odd half's H100 PyTorch FSDP gap is fitted into "
-                   "stack.'pytorch fsdp'.compute_eff (0.83), which the even half's A100 FSDP runs see (4.2% -> 17.3%): "
-                   "the even half's MAPE worsens, 5.87% -> 6.30%, though its median improves")
+                   "stack.'pytorch fsdp'.compute_eff (0.80), which the even half's A100 FSDP runs see (6.0% -> 17.6%): "
+                   "the even half's MAPE worsens, 6.09% -> 6.42%, though its median improves")
 def test_calibrating_on_half_of_the_dev_runs_improves_the_other_half(records):
     train, test = records[1::2], records[0::2]           # alternating rows of the runs sorted by id
     cal = fit(train).calibration()

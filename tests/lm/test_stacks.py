@@ -18,7 +18,8 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 # every framework text of the dev files, and the stack it names (by the documented parse, read by hand)
 FRAMEWORKS = [
     ("TorchTitan (FSDP2), PyTorch nightly mid-2024", "torchtitan"),
-    ("PyTorch FSDP (post-2.2 nightly) + SDPA FlashAttention-2 (fms-fsdp)", "pytorch-fsdp"),
+    # the text names PyTorch FSDP and, as the trainer built on it, fms-fsdp: the trainer wins
+    ("PyTorch FSDP (post-2.2 nightly) + SDPA FlashAttention-2 (fms-fsdp)", "fms-fsdp"),
     ("PyTorch 1.10 FSDP (minGPT), FP16, SGD", "pytorch-fsdp"),
     ("Meta internal (4D parallel: TP/CP/PP/FSDP-DP)", "meta-internal"),
     ("Megatron-DeepSpeed", "megatron-2021"),
@@ -373,3 +374,29 @@ def test_torchtitan_keys_its_deepep_kernel_count_to_the_dispatcher_code_so_flex_
     flex = resolve(ExecutionSpec(moe_dispatcher="flex", **spec), pp=1, layers=48, expert_parallel=True)
     deepep = resolve(ExecutionSpec(moe_dispatcher="deepep", **spec), pp=1, layers=48, expert_parallel=True)
     assert flex.moe_mem_kernels == deepep.moe_mem_kernels == 33.0
+
+
+def test_fms_fsdp_reduces_bf16_gradients_and_keeps_the_pytorch_fsdp_kernels():
+    # fms-fsdp@7746dac get_policies -> bfSixteen (param, reduce, buffer dtype BF16); FSDP1 flat parameters
+    fms = resolved("PyTorch FSDP (post-2.2 nightly) + SDPA FlashAttention-2 (fms-fsdp)", sharding="fsdp")
+    plain = resolved("PyTorch FSDP (post-2.2 nightly)", sharding="fsdp")
+    assert (fms.grad_reduce_dtype, fms.fsdp_copy_out, fms.fused_kernels, fms.attn_fa2) == ("bf16", False, False, True)
+    assert plain.grad_reduce_dtype is None                # the registry's FP32 reduction, as before
+
+
+def test_fms_fsdp_hsdp_replica_allreduce_moves_bf16_gradient_shards_by_hand():
+    """The 7B H100 record (HSDP: 8-GPU shards, 12 replicas, 800 Gb/s per node = 12.5 GB/s per GPU): the once-per-step
+    replica all-reduce of each GPU's gradient shard, P/8 elements of 2 bytes, over 12 ranks one node apart (one NIC
+    each, inter_eff 0.85). Hand: NCCL's tree beats the ring here (same bandwidth, 2 ceil(log2 12) = 8 network hops
+    of 9.6 us against 12 + the base latency): t = 2 (11/12) (2 P/8) / (12.5e9 x 0.85) + 8 x 9.6e-6."""
+    from fastmodel.kernels.lm.parallel import data_parallel
+
+    line = next(s for s in (DATA / "runs_dev.jsonl").read_text().splitlines() if "llama2-7b-arch-h100" in s)
+    row = lower_record(json.loads(line)).columns
+    assert row[C["grad_reduce_bytes"]] == 2.0
+    p = 7.0e9
+    hand = 2.0 * 11.0 / 12.0 * (2.0 * p / 8.0) / (12.5e9 * 0.85) + 8 * 9.6e-6
+    comm, exposed, local = data_parallel(row, p, 10.0, 10.0, 8.0, 96.0, 1.0)
+    assert comm == pytest.approx(hand, rel=1e-9)
+    assert local == p / 8.0
+    assert exposed == pytest.approx(row[C["comm_sm_share"]] * hand, rel=1e-9)    # hidden behind a long backward

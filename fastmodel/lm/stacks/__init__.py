@@ -3,7 +3,8 @@
 One module per profile: ``megatron_core`` (Megatron-Core / NeMo), ``megatron_2021`` (Megatron 2021-22 /
 Megatron-DeepSpeed), ``deepspeed`` (DeepSpeed ZeRO), ``pytorch_fsdp`` (FSDP1, 1.x and 2.x), ``torchtitan``
 (TorchTitan / FSDP2), ``kempnerforge`` (KempnerForge: FSDP2, a BF16 model), ``composer`` (Composer / llm-foundry
-on FSDP1), ``accelerate`` (Hugging Face Accelerate's FSDP plugin), ``maxtext`` (MaxText on JAX/XLA), ``meta`` (Meta
+on FSDP1), ``accelerate`` (Hugging Face Accelerate's FSDP plugin), ``fms_fsdp`` (IBM fms-fsdp on FSDP1),
+``maxtext`` (MaxText on JAX/XLA), ``meta`` (Meta
 internal), ``default`` (a framework text naming none); ``base`` holds the profile type and the parse of a
 ``framework`` string. An execution (``ExecutionSpec.stack``) or a run record (top-level ``stack``) may name a
 profile explicitly; otherwise its ``framework`` text picks one.
@@ -19,6 +20,7 @@ from fastmodel.lm.stacks import (
     composer,
     deepspeed,
     default,
+    fms_fsdp,
     kempnerforge,
     maxtext,
     megatron_2021,
@@ -31,7 +33,8 @@ from fastmodel.lm.stacks.base import StackProfile, tokens
 
 #: every profile, in the order a framework text is matched (derived frameworks before their bases)
 PROFILES: tuple[StackProfile, ...] = (
-    megatron_2021.PROFILE, kempnerforge.PROFILE, torchtitan.PROFILE, composer.PROFILE, accelerate.PROFILE, pytorch_fsdp.PROFILE,
+    megatron_2021.PROFILE, kempnerforge.PROFILE, torchtitan.PROFILE, composer.PROFILE, accelerate.PROFILE, fms_fsdp.PROFILE,
+    pytorch_fsdp.PROFILE,
     deepspeed.PROFILE, meta.PROFILE, megatron_core.PROFILE, maxtext.PROFILE, default.PROFILE,
 )
 BY_NAME: dict[str, StackProfile] = {profile.name: profile for profile in PROFILES}

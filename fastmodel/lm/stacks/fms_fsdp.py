@@ -1,0 +1,39 @@
+"""IBM's fms-fsdp trainer (PyTorch FSDP1 underneath): stack ``fms-fsdp``.
+
+Defaults from fms-fsdp's own source at the commit current when the PyTorch blog "Maximizing training throughput
+using PyTorch FSDP" (IBM + Meta, 2024-03-13) was published, foundation-model-stack/fms-fsdp@7746dac (2024-03-13):
+
+- ``fms_fsdp/config/training.py`` ``train_config``: ``mixed_precision = True``, ``use_torch_compile = False``
+  (``docs/configurations.md``: "recommended to NOT use compile at this stage");
+- ``fms_fsdp/utils/train_utils.py`` ``get_policies``: with mixed precision on and BF16 supported (CUDA >= 11,
+  NCCL >= 2.10) the policy is ``bfSixteen`` (``fms_fsdp/policies/mixed_precision.py``: ``param_dtype``,
+  ``reduce_dtype`` and ``buffer_dtype`` all ``torch.bfloat16``), so gradients are reduce-scattered (and, under
+  HSDP, all-reduced across nodes) in BF16: ``grad_reduce_dtype = "bf16"``, not the FP32 of FSDP's
+  ``MixedPrecision`` examples that the ``pytorch-fsdp`` profile leaves to the registry default;
+- ``main_training.py``: ``FullyShardedDataParallel(..., limit_all_gathers=True, use_orig_params=False)`` with the
+  FSDP1 defaults for prefetch (``backward_prefetch`` BACKWARD_PRE, no forward prefetch): flat parameters, views of
+  the all-gather output (no copy-out); activation checkpointing by ``apply_activation_checkpointing`` with the
+  non-reentrant wrapper over whole ``LLaMABlock`` s (``fms_fsdp/policies/ac_handler.py``).
+
+Everything else is the ``pytorch-fsdp`` 2.x profile's: eager element-wise kernels, op-level selective recompute,
+attention through SDPA's FlashAttention-2.
+"""
+
+from fastmodel.lm.stacks import pytorch_fsdp
+from fastmodel.lm.stacks.base import StackProfile
+
+
+def defaults(execution, framework: str | None) -> dict:
+    values = pytorch_fsdp.defaults(execution, framework)
+    values.update({"fsdp_copy_out": False, "grad_reduce_dtype": "bf16"})
+    return values
+
+
+PROFILE = StackProfile(
+    name="fms-fsdp",
+    title="IBM fms-fsdp (FSDP1, bfSixteen)",
+    names=("fms-fsdp",),
+    source="foundation-model-stack/fms-fsdp@7746dac fms_fsdp/policies/mixed_precision.py (bfSixteen: param, reduce "
+           "and buffer dtype BF16), fms_fsdp/utils/train_utils.py get_policies, main_training.py (FSDP1 arguments)",
+    defaults=defaults,
+)
