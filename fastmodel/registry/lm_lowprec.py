@@ -1,4 +1,5 @@
-"""Plan columns of low-precision storage: the optimizer's moments and the activations cached below 16 bits.
+"""Plan columns of low-precision storage: the optimizer's moments, the activations cached below 16 bits and the FP32
+copy an fp16 optimizer makes of 16-bit gradients.
 
 Rows of ``fastmodel.registry.lm.PLAN_COLUMNS`` (name, units, default, doc, lo, hi, fittable, option), kept here so the
 registry module stays readable. They state the memory savers of the DeepSeek-V3 report (arXiv 2412.19437 sec. 3.2.3
@@ -39,6 +40,11 @@ LOW_PRECISION_PLAN_ROWS = (
      "count), 1 delayed, 2 tensorwise (current scaling), 3 mxfp8 (1x32 E8M0 blocks, needs compute capability "
      "10.x), 4 blockwise (1x128 / 128x128 FP32-scaled blocks); casts, GEMM rate and FP8 copies per docs/model.md "
      "§11.19.", 0, 4, False, "code"),
+    ("step_grad_copy_bytes", "bytes", 0, "Bytes per local parameter of the gradient copies the optimizer step "
+     "allocates and holds until the next step's zero_grad (memory only, an optimizer transient): 4 in MegaBlocks' "
+     "Megatron-LM fork under fp16 (optimizer.py _copy_model_grads_to_main_grads, main_grad.float(); the routed "
+     "experts' 16-bit .grad, outside the gradient buffer, is freed as it is copied; docs/model_memory.md). "
+     "0: the step reads the stored gradients. Set by the stack.", 0, 16, False, "number"),
 )
 
 #: device rows of the FP8 recipes (rows of ``fastmodel.registry.lm.DEVICE_COLUMNS``)

@@ -45,7 +45,7 @@ W_AGAIN = 12          # forward seconds the Megatron-Core recompute_modules othe
 W_AGAIN_GEMM = 13     # GEMM part of W_AGAIN
 W_AGAIN_EP = 14       # EP seconds (forward direction) a recomputed MoE layer runs again (kernels/lm/recompute.py)
 W_WGRAD = 15          # weight-gradient GEMM seconds beyond the forward's W_GEMM (routed experts, kernels/lm/moe.py)
-W_SYNC = 16           # forward-only seconds of a MoE layer: GPU idle after its host syncs, einsum gating's forward passes
+W_FORWARD_ONLY = 16   # forward-only seconds of a MoE layer: GPU idle after its host syncs, einsum gating's forward passes
 W_BACKWARD_MEM = 17   # backward-only memory-bound seconds of a MoE layer (einsum gating's backward, kernels/lm/moe.py)
 N_WORK = 18
 
@@ -179,7 +179,7 @@ def layer_costs(row, moe, sliding, work):
     work[W_EP_REMOTE] = ep_remote
     work[W_WGRAD] = expert_wgrad_extra(row, fp8, routed) if moe else 0.0
     gating_forward, gating_backward = einsum_gating_time(row) if moe else (0.0, 0.0)
-    work[W_SYNC] = moe_sync_idle_time(row) + gating_forward if moe else 0.0
+    work[W_FORWARD_ONLY] = moe_sync_idle_time(row) + gating_forward if moe else 0.0
     work[W_BACKWARD_MEM] = gating_backward
 
 
@@ -290,5 +290,5 @@ def head_costs(row, work):
     work[W_SHARED] = 0.0
     work[W_EP_REMOTE] = 0.0
     work[W_WGRAD] = 0.0
-    work[W_SYNC] = 0.0
+    work[W_FORWARD_ONLY] = 0.0
     work[W_BACKWARD_MEM] = 0.0

@@ -24,7 +24,7 @@ from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.moe import expert_tp
 from fastmodel.kernels.lm.layout import (
     C_ACTIVATION_OFFLOAD, C_COLLECTIVE_BUCKET_BYTES, C_DENSE_LAYERS, C_FFN, C_FP8_PARAMS, C_GATED_MLP, C_GRAD_REDUCE_BYTES, C_HIDDEN, C_MOE_FFN,
-    C_MOE_ACT_INPUT_FP8, C_MOE_SHARED_EXPERTS, C_PP, C_SHARDING, C_TP, C_VOCAB, RECOMPUTE_MODULE_MLP,
+    C_MOE_ACT_INPUT_FP8, C_MOE_SHARED_EXPERTS, C_PP, C_SHARDING, C_STEP_GRAD_COPY_BYTES, C_TP, C_VOCAB, RECOMPUTE_MODULE_MLP,
     RECOMPUTE_MODULE_MOE, RECOMPUTE_MODULE_MOE_ACT, RECOMPUTE_MODULE_SHARED_EXPERTS, SHARD_FSDP,
 )
 from fastmodel.kernels.lm.memory_activations import (
@@ -34,7 +34,7 @@ from fastmodel.kernels.lm.memory_activations import (
 from fastmodel.kernels.lm.memory_chunks import held_bytes
 from fastmodel.kernels.lm.pipeline import mirror_stage
 from fastmodel.kernels.lm.memory_states import (
-    B16, is_moe, gradients_bytes, optimizer_bytes, stage_params, stage_uncast_params, weights_bytes,
+    B16, is_moe, gradients_bytes, optimizer_bytes, stage_params, stage_uncast_params, stored_grad_bytes, weights_bytes,
 )
 
 P_LOSS = 0
@@ -147,8 +147,15 @@ def loss_gather_bytes(row, gather):
 @njit(error_model='numpy')
 def optimizer_transient_bytes(row, non_expert, expert):
     """Temporaries of the optimizer step. Fused multi-tensor Adam (Apex/Transformer Engine ``FusedAdam`` in
-    Megatron-LM and NeMo; ``torch.optim.AdamW(fused=True)``) updates master weights and moments in place: 0."""
-    return 0.0
+    Megatron-LM and NeMo; ``torch.optim.AdamW(fused=True)``) updates master weights and moments in place: 0.
+    A step that first copies the gradients (``step_grad_copy_bytes`` = ``k`` per parameter: MegaBlocks' Megatron-LM
+    fork under fp16, ``main_param.grad = model_param.main_grad.float()``, held until the next ``zero_grad``) holds
+    ``k (P_ne + P_e) - g P_e``: the routed experts' ``g``-byte ``.grad`` (``stored_grad_bytes``), kept out of the
+    contiguous buffer, is set to None as each is copied, so the peak is at the loop's end (docs/model_memory.md)."""
+    copy = row[C_STEP_GRAD_COPY_BYTES]
+    if copy <= 0.0:
+        return 0.0
+    return copy * (non_expert + expert) - stored_grad_bytes(row) * expert
 
 
 @njit(error_model='numpy')

@@ -22,7 +22,7 @@ from fastmodel.kernels.lm.layer import (
 )
 from fastmodel.kernels.lm.layer import (
     W_AGAIN, W_AGAIN_EP, W_AGAIN_GEMM, W_ATTN, W_ATTN_CORE_MEM, W_CP, W_EP, W_EP_REMOTE, W_EXPERT_PARAMS, W_FLOPS, W_GEMM,
-    W_BACKWARD_MEM, W_MEM, W_PARAMS, W_SHARED, W_SYNC, W_TP, W_WGRAD, head_costs, layer_costs, layer_mix, recompute_share,
+    W_BACKWARD_MEM, W_MEM, W_PARAMS, W_SHARED, W_FORWARD_ONLY, W_TP, W_WGRAD, head_costs, layer_costs, layer_mix, recompute_share,
 )
 from fastmodel.kernels.lm.recompute import core_attention_recomputed
 from fastmodel.kernels.lm.layout import (
@@ -147,8 +147,8 @@ def _add_layer_kind(row, weight, full, selective, fsdp, work):
     copy_in = fsdp_reduce_copy_in_time(row, work[W_PARAMS]) if sharded else 0.0
     # a MoE layer's forward-only seconds (GPU idle after host syncs, einsum gating passes) run in each forward it
     # runs (forward, recomputed forward); its backward-only memory-bound seconds (W_BACKWARD_MEM) in the backward
-    sync = work[W_SYNC]
-    forward = g + a_ + m_ + copy + sync
+    forward_only = work[W_FORWARD_ONLY]
+    forward = g + a_ + m_ + copy + forward_only
     backward_input = BACKWARD_INPUT_GEMM * g + BACKWARD_ATTN * a_ + BACKWARD_MEM * m_ + copy + work[W_BACKWARD_MEM]
     # a gradient accumulation outside the weight-gradient GEMM streams the layer's parameters once per micro-batch
     accumulate = memory_bound_time(row, work[W_PARAMS] * row[C_GRAD_ACCUM_BYTES]) + copy_in
@@ -160,7 +160,7 @@ def _add_layer_kind(row, weight, full, selective, fsdp, work):
     megatron = row[C_SELECTIVE_POLICY] <= 0.0
     core = core_attention_recomputed(row) if selective > 0.0 else 0.0
     cheap = core * (a_ + work[W_ATTN_CORE_MEM]) + work[W_AGAIN] if megatron else 0.5 * g + m_
-    again = full * (g + a_ + m_ + sync) + selective * cheap
+    again = full * (g + a_ + m_ + forward_only) + selective * cheap
     tp_forward, tp_backward = tp_pass_factors(row)
     tp = work[W_TP] * (tp_forward * (1.0 + full) + tp_backward)
     cp = work[W_CP] * (1.0 + CP_BACKWARD_PASSES + full)
@@ -205,7 +205,7 @@ def _add_layer_kind(row, weight, full, selective, fsdp, work):
     work[A_GEMM] += weight * (g * (passes + (0.0 if megatron else 0.5 * selective)) + again_gemm + work[W_WGRAD])
     work[A_ATTN] += weight * a_ * (1.0 + BACKWARD_ATTN + full + (selective * core if megatron else 0.0))
     work[A_MEM] += weight * (m_ * (1.0 + BACKWARD_MEM + full) + again_mem + 2.0 * copy + accumulate
-                             + sync * (1.0 + full) + work[W_BACKWARD_MEM])
+                             + forward_only * (1.0 + full) + work[W_BACKWARD_MEM])
     work[A_TP_COMM] += weight * tp
     work[A_CP_COMM] += weight * cp
     work[A_EP_COMM] += weight * ep

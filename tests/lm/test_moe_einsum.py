@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fastmodel.kernels.lm.layer import N_WORK, W_BACKWARD_MEM, W_GEMM, W_SYNC, W_WGRAD, layer_costs
+from fastmodel.kernels.lm.layer import N_WORK, W_BACKWARD_MEM, W_FORWARD_ONLY, W_GEMM, W_WGRAD, layer_costs
 from fastmodel.kernels.lm.moe import (
     EINSUM_GATING_BACKWARD_BYTES,
     EINSUM_GATING_FORWARD_BYTES,
@@ -87,9 +87,9 @@ def test_the_gating_tensors_move_18_bytes_per_slot_forward_and_10_backward_by_ha
     r = row(**fields, moe_dispatcher="einsum", recompute=2)
     gated = np.zeros(N_PASS_WORK)
     layer_costs(r, True, False, gated)
-    assert (gated[W_SYNC], gated[W_BACKWARD_MEM]) == (forward, backward)
+    assert (gated[W_FORWARD_ONLY], gated[W_BACKWARD_MEM]) == (forward, backward)
     plain = gated.copy()
-    plain[W_SYNC] = plain[W_BACKWARD_MEM] = 0.0
+    plain[W_FORWARD_ONLY] = plain[W_BACKWARD_MEM] = 0.0
     _add_layer_kind(r, 1.0, 1.0, 0.0, False, gated)
     _add_layer_kind(r, 1.0, 1.0, 0.0, False, plain)
     slots = (A_FORWARD, A_BACKWARD_INPUT, A_RECOMPUTE)

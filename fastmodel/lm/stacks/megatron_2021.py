@@ -86,6 +86,12 @@ def deepspeed_moe_defaults(execution) -> dict:
 #: the fp16 gradient buffer (``zero_grad_buffer``) (docs/model.md §11.14.9)
 FORK_FP16_STEP_PASSES = {"step_grad_passes": 10.0, "step_master_copy": True, "step_zero_grad": True}
 
+#: The FP32 gradient copy that step allocates (same commit, optimizer.py line 622 ``main_param.grad =
+#: model_param.main_grad.float()``; line 625 ``model_param.grad.float()`` for the experts, whose fp16 ``.grad`` line
+#: 630 then frees): 4 B per local parameter, held until ``zero_grad(set_to_none=True)`` (lines 574-585) at the start
+#: of the next ``train_step`` (megatron/training.py line 412), an optimizer transient (docs/model_memory.md)
+FORK_FP16_GRAD_COPY_BYTES = 4.0
+
 
 def fork_fp16_defaults(execution, framework: str | None) -> dict:
     """The gradient path of MegaBlocks' Megatron-LM fork (a framework text naming ``stanford-futuredata``, read at
@@ -96,13 +102,14 @@ def fork_fp16_defaults(execution, framework: str | None) -> dict:
     fp16 ``.grad`` into it (``param_hook``, ``main_grad.add_``), and expert-parallel weights, kept out of the
     buffer (``param_is_expert_model_parallel``), are accumulated in place by autograd: 6 B per parameter and
     micro-batch either way (``deepspeed.INPLACE_16BIT_ACCUM_BYTES``); the optimizer step's passes are
-    ``FORK_FP16_STEP_PASSES`` (docs/model.md §11.14.9). Else nothing."""
+    ``FORK_FP16_STEP_PASSES``, its FP32 gradient copy ``FORK_FP16_GRAD_COPY_BYTES`` (docs/model.md §11.14.9).
+    Else nothing."""
     if framework is None or names_in(tokens(framework), "stanford-futuredata") is None:
         return {}
     if execution.precision != "fp16" or execution.sharding != "ddp":
         return {}
     return {"grad_reduce_dtype": "fp16", "grad_accum_bytes": deepspeed.INPLACE_16BIT_ACCUM_BYTES,
-            **FORK_FP16_STEP_PASSES}
+            "step_grad_copy_bytes": FORK_FP16_GRAD_COPY_BYTES, **FORK_FP16_STEP_PASSES}
 
 
 #: the DeepSpeed release a Megatron-DeepSpeed text stating none is read at: v0.6.2, the first with BF16_Optimizer,
