@@ -1,5 +1,6 @@
 """Plan columns of pipeline execution: an explicit layout (the decoder layers the last pipeline rank builds beside
-the loss) and, under FSDP, a gradient reduction per micro-batch.
+the loss) and, under FSDP, a gradient reduction per micro-batch
+and whether the stage's weights stay gathered.
 
 Rows of ``fastmodel.registry.lm.PLAN_COLUMNS`` (name, units, default, doc, lo, hi, fittable, option), kept here so
 the registry module stays under the line cap. docs/model.md §11.22 gives the equation, ``kernels/lm/step.py``
@@ -19,4 +20,8 @@ PIPELINE_PLAN_ROWS = (
      -1, 1e4, False, "number"),
     ("reduce_every_microbatch", "1", 0, "1: FSDP with pipeline stages reduce-scatters each micro-batch's gradient into "
      "sharded gradients (Llama 3 sec. 3.3.2; docs/model.md §11.20). 0: once per step. Set by the stack.", 0, 1, False, "flag"),
+    ("fsdp_stage_gathered", "1", 0, "1: FSDP with pipeline stages keeps the stage's weights gathered between "
+     "micro-batches (TorchTitan reshard_after_forward = not pp_enabled; PyTorch pipelining, no reshard after "
+     "backward; docs/model_memory.md 'FSDP with pipeline stages'). 0: resharded per layer. Set by the stack.",
+     0, 1, False, "flag"),
 )

@@ -27,7 +27,7 @@ import numpy as np
 from fastmodel.kernels.jit import njit, prange
 from fastmodel.kernels.lm.moe import expert_dp, expert_tp
 from fastmodel.kernels.lm.layout import (
-    C_COLLECTIVE_BUCKET_BYTES, C_CP, C_CP_ALGORITHM, C_DENSE_LAYERS, C_EP, C_FFN, C_FP8_PARAMS, C_FSDP_COPY_OUT, C_FSDP_MODULE_WRAP,
+    C_COLLECTIVE_BUCKET_BYTES, C_CP, C_CP_ALGORITHM, C_DENSE_LAYERS, C_EP, C_FFN, C_FSDP_COPY_OUT, C_FSDP_MODULE_WRAP,
     C_OVERLAP_PARAM_GATHER,
     C_GRAD_REDUCE_BYTES, C_HEADS, C_HEAD_DIM, C_HIDDEN, C_KV_HEADS, C_KV_LORA_RANK, C_LAYERS, C_MLA, C_MOE_EXPERTS,
     C_MOE_FFN, C_MOE_SHARED_EXPERTS, C_PP, C_PRECISION, C_QK_ROPE_HEAD_DIM, C_SEQUENCE_PARALLEL, C_SHARDING, C_TP,
@@ -45,8 +45,9 @@ from fastmodel.kernels.lm.memory_offload import offloaded_layer_bytes
 from fastmodel.kernels.lm.memory_peak import backward_grad_bytes, stage_peak
 from fastmodel.kernels.lm.pipeline import mirror_stage
 from fastmodel.kernels.lm.memory_states import (
-    is_moe, attention_params, mlp_params, stage_layers, B16, B32,
+    is_moe, attention_params, mlp_params, stage_layers, B16, B32, accumulates_unsharded, holds_stage_gathered,
 )
+from fastmodel.kernels.lm.parallel import param_bytes
 from fastmodel.kernels.lm.shape import norm_params
 from fastmodel.registry.lm_overhead import NCCL_LL128_BYTES, NCCL_LL_BYTES, NCCL_SIMPLE_BYTES
 from fastmodel.kernels.lm.memory_states import layers_per_stage  # noqa: F401 - re-exported for callers of the old layout
@@ -156,15 +157,24 @@ def fsdp_gather_buffer_bytes(row):
     ``_pre_backward_hook`` -> ``_rebuild_full_params``; ``_post_backward_hook`` -> ``_free_full_params``, then
     ``F.pad`` of the gradient and ``_reduce_scatter_base``), so no second unit is gathered:
     ``(c + g) * unit`` (``fsdp_prefetched_units``).
+
+    FSDP with pipeline stages (docs/model_memory.md "FSDP with pipeline stages"): with one reduction per step
+    (``accumulates_unsharded``) the stage's unsharded gradients are states, so ``g = 0`` here; on a stack that
+    keeps the stage gathered (``holds_stage_gathered``) its gathered weights are states too, and only FSDP2's
+    copy-out transient remains, ``c * unit`` (0 without ``fsdp_copy_out``).
     """
     if int(row[C_SHARDING]) != SHARD_FSDP:
         return 0.0
-    compute = 1.0 if row[C_FP8_PARAMS] > 0 else B16
+    compute = param_bytes(row)
+    # FSDP + PP: unsharded gradients (accumulates_unsharded) and a gathered stage (holds_stage_gathered) are held
+    # whole in the states (memory_states.py), so their per-unit shares here would count them twice
+    grad = 0.0 if accumulates_unsharded(row) else row[C_GRAD_REDUCE_BYTES]
+    copy_out = 1.0 if row[C_FSDP_COPY_OUT] > 0 else 0.0
     if row[C_COLLECTIVE_BUCKET_BYTES] > 0:
-        return (compute + row[C_GRAD_REDUCE_BYTES]) * largest_module_params(row) + row[C_COLLECTIVE_BUCKET_BYTES]
-    gathered = 1.0 + fsdp_prefetched_units(row) + (1.0 if row[C_FSDP_COPY_OUT] > 0 else 0.0)
+        return (compute + grad) * largest_module_params(row) + row[C_COLLECTIVE_BUCKET_BYTES]
+    gathered = copy_out if holds_stage_gathered(row) else 1.0 + fsdp_prefetched_units(row) + copy_out
     unit = wrapped_module_params(row) if row[C_FSDP_MODULE_WRAP] > 0 else max_layer_params(row)
-    return (gathered * compute + row[C_GRAD_REDUCE_BYTES]) * unit
+    return (gathered * compute + grad) * unit
 
 
 @njit(error_model='numpy')

@@ -23,7 +23,7 @@ from fastmodel.kernels.lm.memory_activations import (
 )
 from fastmodel.kernels.lm.moe import expert_tp
 from fastmodel.kernels.lm.memory_states import (
-    B16, explicit_layout, is_moe, layers_per_stage, split_slots, stage_layers,
+    B16, explicit_layout, is_moe, layout_busiest_layers, split_slots, stage_layers,
 )
 from fastmodel.kernels.lm.pipeline import microbatches, microbatches_in_flight
 
@@ -54,7 +54,7 @@ def chunk_microbatch_bytes(row, stage, chunk, dense_layer, moe_layer):
     dense, moe, mtp = stage_layers(row, stage)
     decoder = dense + moe
     mean = (dense * dense_layer + moe * moe_layer) / decoder if decoder > 0.0 else 0.0
-    layers = layers_per_stage(row) / v
+    layers = layout_busiest_layers(row) / v
     if stage == last and explicit_layout(row):
         layers = layout_chunk_layers(row, chunk, layers)
     total = 0.0

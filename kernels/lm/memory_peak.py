@@ -23,7 +23,7 @@ Phases (``P_*``):
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.moe import expert_tp
 from fastmodel.kernels.lm.layout import (
-    C_ACTIVATION_OFFLOAD, C_COLLECTIVE_BUCKET_BYTES, C_DENSE_LAYERS, C_FFN, C_FP8_PARAMS, C_GATED_MLP, C_GRAD_REDUCE_BYTES, C_HIDDEN, C_MOE_FFN,
+    C_ACTIVATION_OFFLOAD, C_COLLECTIVE_BUCKET_BYTES, C_DENSE_LAYERS, C_FFN, C_GATED_MLP, C_GRAD_REDUCE_BYTES, C_HIDDEN, C_MOE_FFN,
     C_MOE_ACT_INPUT_FP8, C_MOE_SHARED_EXPERTS, C_PP, C_SHARDING, C_STEP_GRAD_COPY_BYTES, C_TP, C_VOCAB, RECOMPUTE_MODULE_MLP,
     RECOMPUTE_MODULE_MOE, RECOMPUTE_MODULE_MOE_ACT, RECOMPUTE_MODULE_SHARED_EXPERTS, SHARD_FSDP,
 )
@@ -35,7 +35,9 @@ from fastmodel.kernels.lm.memory_chunks import held_bytes
 from fastmodel.kernels.lm.pipeline import mirror_stage
 from fastmodel.kernels.lm.memory_states import (
     B16, is_moe, gradients_bytes, optimizer_bytes, stage_params, stage_uncast_params, stored_grad_bytes, weights_bytes,
+    accumulates_unsharded, holds_stage_gathered,
 )
+from fastmodel.kernels.lm.parallel import param_bytes
 
 P_LOSS = 0
 P_BACKWARD = 1
@@ -118,9 +120,12 @@ def embedding_grad_bytes(row):
     compute dtype and ``g`` = ``grad_reduce_bytes``; it replaces the layer gathers at that moment.
     """
     params = row[C_VOCAB] * row[C_HIDDEN] / row[C_TP]
+    if accumulates_unsharded(row):
+        # FSDP + PP, one reduction per step: the unsharded gradient is a state; the lookup's dense gradient as
+        # unsharded, beside the gathered weight unless the stage is held gathered (also a state)
+        return (0.0 if holds_stage_gathered(row) else param_bytes(row)) * params + B16 * params
     if int(row[C_SHARDING]) == SHARD_FSDP:
-        compute = 1.0 if row[C_FP8_PARAMS] > 0 else B16
-        return (compute + row[C_GRAD_REDUCE_BYTES]) * params
+        return (param_bytes(row) + row[C_GRAD_REDUCE_BYTES]) * params
     return B16 * params
 
 
@@ -135,13 +140,13 @@ def loss_gather_bytes(row, gather):
     once the loss's gradient has reached that unit's output. PyTorch FSDP1 never reshards the root after
     forward (torch/distributed/fsdp/_runtime_utils.py ``_post_forward_reshard``: ``not state._is_root``), where
     an unwrapped head lives; a head wrapped as its own unit is resharded, so this is an upper bound there.
-    Not FSDP: 0; bucketed ZeRO-3 (``collective_bucket_bytes > 0``): its ``gather`` term, unchanged."""
-    if int(row[C_SHARDING]) != SHARD_FSDP:
+    Not FSDP, or a stage held gathered (``holds_stage_gathered``, the head is in the states): 0; bucketed ZeRO-3
+    (``collective_bucket_bytes > 0``): its ``gather`` term, unchanged."""
+    if int(row[C_SHARDING]) != SHARD_FSDP or holds_stage_gathered(row):
         return 0.0
     if row[C_COLLECTIVE_BUCKET_BYTES] > 0:
         return gather
-    compute = 1.0 if row[C_FP8_PARAMS] > 0 else B16
-    return compute * row[C_VOCAB] * row[C_HIDDEN] / row[C_TP]
+    return param_bytes(row) * row[C_VOCAB] * row[C_HIDDEN] / row[C_TP]
 
 
 @njit(error_model='numpy')

@@ -10,6 +10,7 @@ import math
 
 from fastmodel.kernels.lm.fp8 import fp8_weight_copy_bytes
 from fastmodel.kernels.jit import njit
+from fastmodel.kernels.lm.parallel import param_bytes
 from fastmodel.kernels.lm.pipeline import mirror_stage
 from fastmodel.kernels.lm.shape import (  # noqa: F401 - attention_params, mlp_params re-exported
     attention_params, expert_tp, expert_weight_params, mlp_params, mtp_layer_is_moe, mtp_stage_layers, norm_params,
@@ -19,7 +20,7 @@ from fastmodel.kernels.lm.layout import (
     C_HIDDEN, C_LAYERS, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_LAYER_FREQ, C_MOE_SHARED_EXPERTS, C_MOE_TOPK,
     C_MASTER_WEIGHTS, C_MTP_LAYERS, C_OPTIMIZER, C_OPTIMIZER_MOMENTS, C_PP, C_PRECISION, C_SHARDING,
     C_SHARD_DEGREE, C_TIED_EMBEDDINGS, C_EMBEDDING_LOSS_IN_SPLIT, C_LEARNED_POSITIONS, C_SEQ_LEN, C_TP, C_UNEVEN_STAGES, C_VOCAB, C_VP, OPT_ADAFACTOR, OPT_SGD,
-    OPT_MUON, OPT_SGD_NO_MOMENTUM, C_LAST_STAGE_LAYERS, C_REDUCE_EVERY_MICROBATCH,
+    OPT_MUON, OPT_SGD_NO_MOMENTUM, C_LAST_STAGE_LAYERS, C_REDUCE_EVERY_MICROBATCH, C_FSDP_STAGE_GATHERED,
     PRECISION_FP8, SHARD_FSDP, SHARD_ZERO1, SHARD_ZERO2,
 )
 from fastmodel.kernels.lm.muon import muon_state_bytes, owned_share, stage_matrices
@@ -69,6 +70,24 @@ def explicit_layout(row):
 
 
 @njit(error_model='numpy')
+def layout_busiest_layers(row):
+    """Layers on the busiest rank other than the last, ``n_mid``: ``layers_per_stage`` without an explicit layout;
+    with one (:func:`explicit_layout`), the ``L - n_last`` layers the other ``p - 1`` ranks hold, split as evenly
+    as whole layers allow but not below the default split's busiest, ``max(layers_per_stage, ceil((L - n_last) /
+    (p - 1)))``, and at pp = 2 exactly ``L - n_last`` (one other rank). Megatron-Core runs any split that builds
+    every decoder layer once (``PipelineParallelLayerLayout.validate_layer_layout``: embedding first, loss last,
+    the decoder count equal to ``num_layers``; empty stages allowed; megatron/core/transformer/
+    pipeline_parallel_layer_layout.py), so a layout may give the other ranks more than the default split."""
+    per = layers_per_stage(row)
+    if not explicit_layout(row):
+        return per
+    rest = row[C_LAYERS] - row[C_LAST_STAGE_LAYERS]
+    if row[C_PP] == 2.0:
+        return rest
+    return max(per, math.ceil(rest / (row[C_PP] - 1.0) - 1e-9))
+
+
+@njit(error_model='numpy')
 def stage_layers(row, stage):
     """(dense layers, MoE layers, MTP layers) held by pipeline rank ``stage``.
 
@@ -76,11 +95,11 @@ def stage_layers(row, stage):
     and last rank one fewer, ``split_slots``), in order: the leading dense layers of a MoE model sit on
     the first rank(s); DeepSeek-V3's MTP modules sit after the last layer, on the last rank. An explicit layout
     (:func:`explicit_layout`) gives the last rank its ``last_stage_layers``, the model's last ones; every other
-    rank keeps the busiest count, which the rule table's ``layout_not_runnable`` makes the layout's own busiest
-    (docs/model_memory.md "Explicit pipeline layouts").
+    rank holds the busiest other rank's count (:func:`layout_busiest_layers`), which the rule table's
+    ``layout_not_runnable`` checks against ``L - n_last`` (docs/model_memory.md "Explicit pipeline layouts").
     """
     pp = row[C_PP]
-    per_stage = layers_per_stage(row)
+    per_stage = layout_busiest_layers(row)
     if explicit_layout(row) and stage == pp - 1:
         per_stage = row[C_LAST_STAGE_LAYERS]
         first = row[C_LAYERS] - per_stage
@@ -247,12 +266,13 @@ def weights_bytes(row, non_expert, expert, uncast):
     built in FP16/BF16, no FP32 copy) shards its 16-bit parameters: ``2 * params / shard_group``.
     ``uncast`` of the non-expert parameters (``stage_uncast_params``: embedding, head, norms, routers) are read by
     no FP8 GEMM and stay at 2 bytes, without FP8 forms.
-    Under FSDP with pipeline stages and one reduction per step (:func:`accumulates_unsharded`) the gathered
-    copies of the whole stage are held too, ``c * params`` (``c`` 1 with FP8 parameters, else 2).
+    Under FSDP with pipeline stages on a stack that keeps the stage gathered (:func:`holds_stage_gathered`) the
+    gathered copies of the whole stage are held too, ``c * params`` (``c`` = ``param_bytes``: 1 with FP8
+    parameters, else 2).
     """
     per = weight_bytes_per_param(row)
     if int(row[C_SHARDING]) == SHARD_FSDP:
-        gathered = (1.0 if row[C_FP8_PARAMS] > 0 else B16) * (non_expert + expert) if accumulates_unsharded(row) else 0.0
+        gathered = param_bytes(row) * (non_expert + expert) if holds_stage_gathered(row) else 0.0
         if row[C_MASTER_WEIGHTS] > 0:
             return B32 * sharded_params(row, non_expert, expert) + gathered
         return per * sharded_params(row, non_expert, expert) - (per - B16) * uncast / shard_group(row) + gathered
@@ -270,6 +290,16 @@ def accumulates_unsharded(row):
     ``accumulate_unsharded_grad_if_needed``, torch/distributed/fsdp/_fully_shard/_fsdp_param.py). TorchTitan
     builds its pipeline stages so (docs/model_memory.md "FSDP with pipeline stages")."""
     return int(row[C_SHARDING]) == SHARD_FSDP and row[C_PP] > 1.0 and row[C_REDUCE_EVERY_MICROBATCH] <= 0.0
+
+
+@njit(error_model='numpy')
+def holds_stage_gathered(row):
+    """True under FSDP with pipeline stages when the stack keeps the stage's weights gathered between micro-batches
+    (``fsdp_stage_gathered``, set by the ``torchtitan`` stack: ``reshard_after_forward = not pp_enabled`` in
+    ``apply_fsdp``, torchtitan/models/llama3/infra/parallelize.py, pytorch/torchtitan@81c1243, and PyTorch
+    pipelining's ``set_reshard_after_backward(False)``). Megatron's ``no_sync`` keeps gradients unsharded but
+    reshards weights; off by default."""
+    return int(row[C_SHARDING]) == SHARD_FSDP and row[C_PP] > 1.0 and row[C_FSDP_STAGE_GATHERED] > 0.0
 
 
 @njit(error_model='numpy')

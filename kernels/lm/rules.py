@@ -15,7 +15,7 @@ from fastmodel.kernels.lm.layout import (
     C_MOE_TOPK, C_N_GPUS, C_PEAK_FLOPS_8, C_PP, C_PRECISION, C_SEQ_LEN, C_TP, C_UNEVEN_STAGES, C_VP, PRECISION_FP8,
 )
 from fastmodel.kernels.lm.memory_offload import offload_conflict
-from fastmodel.kernels.lm.memory_states import layers_per_stage
+from fastmodel.kernels.lm.memory_states import layout_busiest_layers
 from fastmodel.kernels.lm.moe import expert_tp, node_limit_short
 from fastmodel.kernels.lm.pipeline import is_multiple, schedule_status
 from fastmodel.registry.lm import STATUS_CODES
@@ -88,8 +88,10 @@ def layout_broken(row):
     read: set (not the -1 default) but negative or fractional; without a pipeline; above the model's layers; with
     ``embedding_loss_in_split`` (Megatron-Core's TransformerConfig refuses ``pipeline_model_parallel_layout`` beside
     ``account_for_embedding/loss_in_pipeline_split``); or leaving the other ``p - 1`` ranks ``L - n_last`` layers
-    outside ``[n_mid, (p - 1) n_mid]``, n_mid the busiest rank's count (``layers_per_stage``) at which the step and
-    memory models charge the busiest of them (``fastmodel.lm.rules.layout_reason`` says which)."""
+    outside ``[n_mid, (p - 1) n_mid]``, n_mid the busiest other rank's count (``layout_busiest_layers``:
+    ``max(layers_per_stage, ceil((L - n_last) / (p - 1)))``, ``L - n_last`` at pp = 2) at which the step and
+    memory models charge the busiest of them (so at pp > 2 only an ``L - n_last`` below the default split's busiest
+    is refused) (``fastmodel.lm.rules.layout_reason`` says which)."""
     n = row[C_LAST_STAGE_LAYERS]
     if n == -1.0:
         return False
@@ -98,7 +100,7 @@ def layout_broken(row):
     if row[C_EMBEDDING_LOSS_IN_SPLIT] > 0.0:
         return True
     rest = row[C_LAYERS] - n
-    busiest = layers_per_stage(row)
+    busiest = layout_busiest_layers(row)
     return rest < busiest - 1e-9 or rest > (row[C_PP] - 1.0) * busiest + 1e-9
 
 

@@ -34,7 +34,7 @@ from fastmodel.kernels.lm.layout import (
     R_TIME_OFFLOAD, R_TIME_RECOMPUTE, R_TOKENS_PER_S, R_TOKENS_PER_S_PER_GPU,
 )
 from fastmodel.kernels.lm.memory_states import (
-    explicit_layout, layers_per_stage, moment_bytes, split_slots, stage_layers, stored_grad_bytes,
+    explicit_layout, layers_per_stage, layout_busiest_layers, moment_bytes, split_slots, stage_layers, stored_grad_bytes,
 )
 from fastmodel.kernels.lm.shape import mtp_layer_is_moe, mtp_stage_layers
 from fastmodel.kernels.lm.muon import muon_step
@@ -129,8 +129,9 @@ def stage_passes(row, work):
     last_mb = last * t_last + (head + mtp) / model_copies(row)    # DualPipe: on two ranks, half each
     # the slots hold the embedding and the head, not layers: the average rank's layers are L / p
     average_mb = (per_stage - slots) * t_layer + (head + mtp) / p
-    if middle_rank_can_lead(row) and per_stage * t_layer > last_mb:   # a middle rank: a full share, no head
-        return per_stage * t_layer, average_mb, forward + head_f / p, weight + head_w / p, per_stage, 0.0
+    middle = layout_busiest_layers(row)     # an explicit layout's busiest other rank; else per_stage
+    if middle_rank_can_lead(row) and middle * t_layer > last_mb:   # a middle rank: a full share, no head
+        return middle * t_layer, average_mb, forward + head_f / p, weight + head_w / p, middle, 0.0
     return last_mb, average_mb, forward + head_f / p, weight + head_w / p, last, 1.0
 
 

@@ -199,11 +199,58 @@ def test_fsdp_with_pipeline_stages_and_one_reduction_per_step_holds_the_stage_un
         columns = row(**{**SMALL, "pp": 2, "dp": 4, "global_batch": 16, "sharding": "fsdp", **values})
         return phase_kinds(columns, 0.0, P_OPTIMIZER, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)[:3]
 
-    w, g, o = states(reduce_every_microbatch=0)
+    w, g, o = states(reduce_every_microbatch=0, fsdp_stage_gathered=1)
     assert (w, g) == pytest.approx((4 * p0 / 4 + 2 * p0, 4 * p0), rel=1e-12)
     assert o == pytest.approx(8 * p0 / 4, rel=1e-12)
     assert states(reduce_every_microbatch=1) == pytest.approx((4 * p0 / 4, 4 * p0 / 4, 8 * p0 / 4), rel=1e-12)
-    assert states(reduce_every_microbatch=0, fp8_params=1)[0] == pytest.approx(4 * p0 / 4 + 1 * p0, rel=1e-12)
+    assert states(reduce_every_microbatch=0, fsdp_stage_gathered=1, fp8_params=1)[0] == \
+        pytest.approx(4 * p0 / 4 + 1 * p0, rel=1e-12)
+    # a stack that reshards the weights (fsdp_stage_gathered = 0, the default: Megatron's no_sync) still holds the
+    # gradients unsharded, but only the FP32 shards of the weights
+    assert states(reduce_every_microbatch=0)[:2] == pytest.approx((4 * p0 / 4, 4 * p0), rel=1e-12)
+    # reduced every micro-batch, a gathered stage holds the gathered weights beside sharded gradients
+    assert states(reduce_every_microbatch=1, fsdp_stage_gathered=1)[:2] == \
+        pytest.approx((4 * p0 / 4 + 2 * p0, 4 * p0 / 4), rel=1e-12)
     # without pipeline stages FSDP reduce-scatters each layer every micro-batch: the flag changes nothing
     assert small(dp=4, sharding="fsdp", reduce_every_microbatch=0)[M_GRADIENTS] == \
         small(dp=4, sharding="fsdp", reduce_every_microbatch=1)[M_GRADIENTS]
+
+
+def test_fsdp_with_pipeline_stages_counts_the_held_stage_once():
+    """FSDP + PP (docs/model_memory.md "FSDP with pipeline stages"): the gathered stage and its unsharded gradients
+    are states, so the per-layer buffers do not add them again. SMALL at pp 2, dp 4, FP32 reduction (g = 4), BF16
+    (c = 2), one layer L = 4 h^2 + 2 h f + 2 h parameters, backward prefetch on. Rank 0 at a backward holds its
+    states 4 P0 / 4 + 2 P0 (weights) + 4 P0 (gradients) + 8 P0 / 4 (moments) and beside them only FSDP2's copy-out
+    transient, c L = 2 L (0 without copy-out); at its embedding's backward the lookup's dense gradient 2 V h; at the
+    loss (rank 1) no head gather. Resharding weights (fsdp_stage_gathered = 0): the current and prefetched layers
+    (+ copy-out) gathered, (2 + 1) c L, no per-layer gradient. Reduced every micro-batch: (3 c + g) L as before."""
+    from fastmodel.kernels.lm.memory import peak_terms
+    from fastmodel.kernels.lm.memory_peak import P_BACKWARD, P_EMBEDDING, P_LOSS, phase_kinds
+    from fastmodel.lm.table import row
+    from tests.lm.test_memory import SMALL
+
+    h, f, v = 1024, 4096, 1000
+    layer = 4 * h * h + 2 * h * f + 2 * h
+    p0 = 2 * layer + v * h
+
+    def cols(**values):
+        return row(**{**SMALL, "pp": 2, "dp": 4, "global_batch": 16, "sharding": "fsdp", "overlap_param_gather": 1,
+                      "fsdp_copy_out": 1, **values})
+
+    def at(columns, stage, phase):
+        terms = peak_terms(columns)
+        _, _, _, working, gather, comm, grad_work, logits = terms
+        kinds = phase_kinds(columns, stage, phase, terms[0], terms[1], working, gather, comm, grad_work, logits, terms[2])
+        return kinds, gather, comm, grad_work, logits
+
+    held = cols(reduce_every_microbatch=0, fsdp_stage_gathered=1)
+    (w, g, o, _, b), gather, comm, grad_work, _ = at(held, 0.0, P_BACKWARD)
+    assert gather == pytest.approx(2 * layer, rel=1e-12)
+    assert w + g + o + b - comm - grad_work == pytest.approx(p0 + 2 * p0 + 4 * p0 + 2 * p0 + 2 * layer, rel=1e-12)
+    assert peak_terms(cols(reduce_every_microbatch=0, fsdp_stage_gathered=1, fsdp_copy_out=0))[4] == 0.0
+    (_, _, _, _, b), _, comm, _, _ = at(held, 0.0, P_EMBEDDING)
+    assert b - comm == pytest.approx(2 * v * h, rel=1e-12)
+    (_, _, _, _, b), _, comm, _, logits = at(held, 1.0, P_LOSS)
+    assert b - comm - logits == pytest.approx(0.0, abs=1e-6)
+    assert peak_terms(cols(reduce_every_microbatch=0))[4] == pytest.approx(3 * 2 * layer, rel=1e-12)
+    assert peak_terms(cols(reduce_every_microbatch=1))[4] == pytest.approx((3 * 2 + 4) * layer, rel=1e-12)

@@ -80,10 +80,11 @@ def _status(**values):
 def test_a_layout_the_model_cannot_read_is_layout_not_runnable():
     from fastmodel.registry.lm import STATUS_CODES
     bad = STATUS_CODES["layout_not_runnable"]
-    # 7 layers on 4 ranks, the busiest other rank 2 layers: the other three hold L - n_last in [2, 6]
+    # 7 layers on 4 ranks, the default split's busiest 2 layers: n_mid = max(2, ceil((7 - n_last) / 3))
     assert [_status(last_stage_layers=n) for n in (-1, 1, 3, 5)] == [0, 0, 0, 0]
-    assert _status(last_stage_layers=0) == bad            # 7 layers left, more than 3 x 2
+    assert _status(last_stage_layers=0) == 0              # 7 layers left: n_mid = 3, the others hold 3, 2, 2
     assert _status(last_stage_layers=6) == bad            # 1 layer left, fewer than the busiest count 2
+    assert _status(last_stage_layers=float("nan")) == bad and _status(last_stage_layers=float("inf")) == bad
     assert _status(last_stage_layers=8) == bad            # above the model's 7 layers
     assert _status(last_stage_layers=1.5) == bad          # not a whole number of layers
     assert _status(last_stage_layers=-2) == bad           # negative but not the -1 default
@@ -100,8 +101,46 @@ def test_a_single_plan_with_a_bad_layout_is_one_line_naming_the_field():
         check_plan(row(**{**BASE, "global_batch": 32, "last_stage_layers": 8}), "r.json: plan")
     with pytest.raises(PlanError, match=r"last_stage_layers = 1 needs pp > 1"):
         check_plan(row(**{**BASE, "global_batch": 32, "last_stage_layers": 1, "pp": 1, "dp": 16}))
-    with pytest.raises(PlanError, match=r"leaves 7 of the model's 7 layers to the other 3 ranks, outside \[2, 6\]"):
-        check_plan(row(**{**BASE, "global_batch": 32, "last_stage_layers": 0}))
+    with pytest.raises(PlanError, match=r"leaves 1 of the model's 7 layers to the other 3 ranks, fewer than the "
+                                        r"default split's busiest rank's 2"):
+        check_plan(row(**{**BASE, "global_batch": 32, "last_stage_layers": 6}))
+    # NaN and inf give the reason line, not a crash in int()
+    for bad in (float("nan"), float("inf")):
+        with pytest.raises(PlanError, match=r"last_stage_layers = (nan|inf): a whole number of decoder layers"):
+            check_plan(row(**{**BASE, "global_batch": 32, "last_stage_layers": bad}))
+
+
+def test_layout_reason_reads_whole_numbers_as_the_kernel_does():
+    """The kernel's is_multiple takes 6 + 1e-12 as the whole number 6 (1e-9 relative): the reason names the rule
+    the kernel broke (too few layers left), not a fractional count."""
+    from fastmodel.kernels.lm.rules import layout_broken
+    from fastmodel.lm.rules import layout_reason
+    columns = row(**{**BASE, "global_batch": 32, "last_stage_layers": 6 + 1e-12})
+    assert layout_broken(columns)
+    assert "fewer than the default split's busiest" in layout_reason(columns)
+    assert "whole number" in layout_reason(row(**{**BASE, "global_batch": 32, "last_stage_layers": 5.5}))
+
+
+def test_at_pp2_every_last_stage_count_megatron_runs_is_accepted_and_charged_by_hand():
+    """Megatron-Core runs any layout that builds each decoder layer once (PipelineParallelLayerLayout
+    .validate_layer_layout, empty stages allowed). 8 layers on 2 ranks: rank 0 holds exactly 8 - n_last
+    (layout_busiest_layers), the step's busiest micro-batch is max((8 - n_last) t_layer, n_last t_layer + t_head)."""
+    from fastmodel.kernels.lm.memory_states import layout_busiest_layers, stage_layers
+    values = dict(layers=8, pp=2, n_gpus=8, dp=4, uneven_stages=0)
+    assert [_status(**values, last_stage_layers=n) for n in range(0, 9)] == [0] * 9
+    for n in (2, 4, 7):
+        columns = row(**{**BASE, **values, "global_batch": 32, "last_stage_layers": n})
+        assert layout_busiest_layers(columns) == 8 - n
+        assert stage_layers(columns, 0.0) == (8.0 - n, 0.0, 0.0) and stage_layers(columns, 1.0) == (n, 0.0, 0.0)
+    t_layer = _per_microbatch(**values, last_stage_layers=2) - _per_microbatch(**values, last_stage_layers=3)
+    t_head = _head(**values)
+    assert 0.0 < t_head < t_layer
+    # n_last 2: rank 0's 6 layers lead; n_last 4 (the default split): 4 t_layer + t_head
+    assert _per_microbatch(**values, last_stage_layers=2) == pytest.approx(
+        _per_microbatch(**values) + 2 * t_layer - t_head, rel=1e-9)
+    # p > 2 keeps the default split's floor: 7 layers on 4 ranks with n_last 0 charge the others ceil(7 / 3) = 3
+    assert layout_busiest_layers(row(**{**BASE, "global_batch": 32, "last_stage_layers": 0})) == 3
+    assert layout_busiest_layers(row(**{**BASE, "global_batch": 32, "last_stage_layers": 3})) == 2
 
 
 # --- memory: the last rank holds the layers the layout states (kernels/lm/memory_states.py stage_layers,

@@ -115,6 +115,9 @@ def test_today_rules_are_the_profiles_defaults():
     assert resolved("PyTorch 1.10 FSDP", sharding="hsdp").overlap_grad_reduce is False
     titan = resolved("TorchTitan")
     assert (titan.fsdp_copy_out, titan.fused_kernels, titan.selective_policy) == (True, False, "op")
+    # TorchTitan keeps an FSDP stage gathered under PP (reshard_after_forward = not pp_enabled); no other stack does
+    assert titan.fsdp_stage_gathered is True
+    assert all(resolved(f).fsdp_stage_gathered is None for f in ("Megatron-Core", "Meta internal", "PyTorch FSDP", None))
     for framework in ("Megatron-Core", "NeMo", "Meta internal", "something else", None):
         spec = resolved(framework)
         assert all(getattr(spec, f) is None for f in ("fused_kernels", "flash_attention", "dropout",

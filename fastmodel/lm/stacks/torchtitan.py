@@ -36,8 +36,11 @@ def defaults(execution, framework: str | None) -> dict:
     # the loss: torch cross_entropy on pred.float() (torchtitan/components/loss.py), compiled with the model
     # when compile is on (build_cross_entropy_loss; "loss" in compile.components from 2025), else eager
     loss = "compiled" if execution.torch_compile else "eager"
+    # under PP the FSDP2 stage stays gathered between micro-batches: apply_fsdp's reshard_after_forward =
+    # not pp_enabled (torchtitan/models/llama3/infra/parallelize.py, pytorch/torchtitan@81c1243) and PyTorch
+    # pipelining's set_reshard_after_backward(False) (torch/distributed/pipelining/stage.py, pytorch/pytorch@0138610)
     out = {"fsdp_copy_out": True, "fused_kernels": False, "selective_policy": "op", "loss_impl": loss,
-           "attn_fa2": True}
+           "attn_fa2": True, "fsdp_stage_gathered": True}
     # DeepEP needs ep > 1: its MoE path runs eager when the model is not compiled or its blocks fall back to eager;
     # the registry's code, not the spelling ("flex" is the same dispatcher, MOE_DISPATCHERS)
     deepep = MOE_DISPATCHERS.get(execution.moe_dispatcher) == MOE_DISPATCHERS["deepep"]
