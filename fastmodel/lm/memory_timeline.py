@@ -73,15 +73,16 @@ def stage_memory(row: np.ndarray, stage: int, terms: dict | None = None) -> Stag
     """The moments of pipeline rank ``stage`` over one step (see the module docstring)."""
     from fastmodel.kernels.lm.memory import overhead_bytes
     from fastmodel.kernels.lm.memory_chunks import chunk_microbatch_bytes, rank_wgrad_pending_bytes
-    from fastmodel.kernels.lm.memory_peak import P_OPTIMIZER, backward_passed_head_bytes, phase_kinds
+    from fastmodel.kernels.lm.memory_peak import P_LOSS, P_OPTIMIZER, backward_passed_head_bytes, phase_kinds
     from fastmodel.kernels.lm.pipeline import chain_length, exact_schedule, microbatches, stage_order, virtual_stage
 
     t = _terms(row) if terms is None else terms
     pp = int(row[C["pp"]])
     schedule, v = exact_schedule(int(row[C["pipeline_schedule"]]), int(row[C["vp"]]))
     chain = chain_length(schedule, pp, v)
-    w, g, o, _, _ = phase_kinds(row, float(stage), P_OPTIMIZER, t["dense"], t["moe"], t["working"], t["gather"],
-                                t["comm"], t["grads"], t["logits"])
+    shared = (t["dense"], t["moe"], t["working"], t["gather"], t["comm"], t["grads"], t["logits"])
+    w, g, o, _, _ = phase_kinds(row, float(stage), P_LOSS, *shared)            # the states, every moment
+    o_step = phase_kinds(row, float(stage), P_OPTIMIZER, *shared)[2]           # + the optimizer step's transient
     kept = 1.0 - row[C["activation_offload"]]
     chunks = [chunk_microbatch_bytes(row, float(stage), float(c), t["dense"], t["moe"]) * kept for c in range(max(v, 2))]
     fsdp = int(row[C["sharding"]]) == 3
@@ -92,9 +93,9 @@ def stage_memory(row: np.ndarray, stage: int, terms: dict | None = None) -> Stag
     index = {k: i for i, k in enumerate(MEMORY_KINDS)}
     labels, rows = ["start"], []
 
-    def moment(activations=0.0, buffers=0.0, gradients=0.0):
+    def moment(activations=0.0, buffers=0.0, gradients=0.0, optimizer=o):
         values = np.zeros(len(MEMORY_KINDS))
-        values[index["weights"]], values[index["gradients"]], values[index["optimizer"]] = w, g + gradients, o
+        values[index["weights"]], values[index["gradients"]], values[index["optimizer"]] = w, g + gradients, optimizer
         values[index["activations"]], values[index["buffers"]] = activations, buffers
         values[index["overhead"]] = overhead
         rows.append(values)
@@ -128,7 +129,7 @@ def stage_memory(row: np.ndarray, stage: int, terms: dict | None = None) -> Stag
             else:
                 moment(near, t["comm"], t["embedding"])
     labels.append("optimizer step")
-    moment()
+    moment(optimizer=o_step)
     return StageMemory(stage, tuple(labels), np.array(rows))
 
 

@@ -124,8 +124,8 @@ def embedding_grad_bytes(row):
         # FSDP + PP, one reduction per step: the unsharded gradient is a state; the lookup's dense gradient as
         # unsharded, beside the gathered weight unless the stage is held gathered (also a state)
         return (0.0 if holds_stage_gathered(row) else param_bytes(row)) * params + B16 * params
-    if int(row[C_SHARDING]) == SHARD_FSDP:
-        return (param_bytes(row) + row[C_GRAD_REDUCE_BYTES]) * params
+    if int(row[C_SHARDING]) == SHARD_FSDP:     # the gathered weight, unless the stage is held gathered (a state)
+        return ((0.0 if holds_stage_gathered(row) else param_bytes(row)) + row[C_GRAD_REDUCE_BYTES]) * params
     return B16 * params
 
 

@@ -284,8 +284,10 @@ def test_timeline_peak_is_the_kernel_peak():
     interleaved schedule (the op orders of kernels/lm/pipeline.py against its closed-form in-flight counts)."""
     from fastmodel.lm.memory_timeline import memory_timeline
 
-    for schedule, batch, vp in (("1f1b", 16, 1), ("gpipe", 8, 1), ("interleaved", 16, 2)):
-        plan = dict(layers=8, pp=4, vp=vp, micro_batch=2, global_batch=batch, pipeline_schedule=schedule)
+    for schedule, batch, vp, copy in (("1f1b", 16, 1, 0.0), ("gpipe", 8, 1, 0.0), ("interleaved", 16, 2, 0.0),
+                                      ("1f1b", 16, 1, 4.0)):    # an optimizer-step gradient copy (moment of its own)
+        plan = dict(layers=8, pp=4, vp=vp, micro_batch=2, global_batch=batch, pipeline_schedule=schedule,
+                    step_grad_copy_bytes=copy)
         out, stage = peak(**GPT, **plan)
         timeline = memory_timeline(row(**GPT, **plan))
         overhead = timeline.stages[0].values[0, M_OVERHEAD]

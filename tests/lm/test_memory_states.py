@@ -254,3 +254,9 @@ def test_fsdp_with_pipeline_stages_counts_the_held_stage_once():
     assert b - comm - logits == pytest.approx(0.0, abs=1e-6)
     assert peak_terms(cols(reduce_every_microbatch=0))[4] == pytest.approx(3 * 2 * layer, rel=1e-12)
     assert peak_terms(cols(reduce_every_microbatch=1))[4] == pytest.approx((3 * 2 + 4) * layer, rel=1e-12)
+    # reduced every micro-batch: the embedding's unsharded gradient (g = 4) at its backward, beside its gathered
+    # weight (c = 2) only when the stage is not held gathered (a state then): 4 V h, not 6 V h (review)
+    (_, _, _, _, b), _, comm, _, _ = at(cols(reduce_every_microbatch=1, fsdp_stage_gathered=1), 0.0, P_EMBEDDING)
+    assert b - comm == pytest.approx(4 * v * h, rel=1e-12)
+    (_, _, _, _, b), _, comm, _, _ = at(cols(reduce_every_microbatch=1), 0.0, P_EMBEDDING)
+    assert b - comm == pytest.approx((2 + 4) * v * h, rel=1e-12)
