@@ -92,7 +92,10 @@ def friendly(func):
         PENDING.clear()
         previous = _catch_interrupts()
         try:
-            return func(*args, **kwargs)
+            result = func(*args, **kwargs)
+            if previous is not None and Interrupt.seen:
+                raise KeyboardInterrupt     # a Ctrl-C the unraisable hook swallowed: the command ran on, not whole
+            return result
         except FastmodelError as error:
             click.echo(f"error: {' '.join(str(error).split())}", err=True)
             sys.exit(2)
@@ -112,7 +115,7 @@ def friendly(func):
             click.echo(f"error: {where}{error.strerror or error}", err=True)
             sys.exit(2)
         except Exception:
-            if not Interrupt.seen:
+            if previous is None or not Interrupt.seen:    # no handler of ours: a stale ``seen`` proves nothing
                 raise
             click.echo(f"interrupted{interrupted_outputs()}", err=True)   # an error Ctrl-C caused (see Interrupt)
             sys.exit(130)

@@ -55,6 +55,9 @@ def sweep_command(sweep_file, output, resume, force, workers, scheduler, unit_co
         raise SweepError(f"{output}: cannot write in {parent} (permission denied)")
     if (workers or scheduler) and not is_zarr:
         raise SweepError("a distributed sweep writes a .zarr store: use -o out.zarr")
+    if workers and not scheduler:     # before the sweep file is read and its size printed: the first line
+        from fastmodel.sweeps.cluster import check_local_workers
+        check_local_workers(workers)
     owner = lock_owner(out)    # a .zarr store and a .nc file take the same writer lock (fastmodel/io/store.py)
     if owner:
         raise SweepError(f"{output} is being written by {owner}; wait for it to finish, or stop it")

@@ -37,3 +37,32 @@ def test_an_error_without_an_interrupt_is_still_a_bug_with_its_traceback():
     with pytest.raises(RuntimeError, match="a real bug"):
         command()
     assert not Interrupt.seen
+
+
+def test_an_interrupt_swallowed_in_a_callback_without_a_later_error_is_still_the_interrupt(capsys):
+    """The command ran on after the swallowed Ctrl-C: its outputs are not whole, so it ends as interrupted."""
+    @friendly
+    def command():
+        sys.unraisablehook(types.SimpleNamespace(exc_type=KeyboardInterrupt, exc_value=KeyboardInterrupt(),
+                                                 exc_traceback=None, err_msg="Exception ignored", object=None))
+        return "done"
+
+    with pytest.raises(SystemExit) as caught:
+        command()
+    assert caught.value.code == 130 and capsys.readouterr().err == "interrupted\n"
+
+
+def test_a_stale_interrupt_does_not_hide_a_bug_where_friendly_installs_no_handler(monkeypatch):
+    """Under a caller's own SIGINT handler friendly installs none, so a ``seen`` left from an earlier command is
+    no evidence: the error keeps its traceback."""
+    @friendly
+    def command():
+        raise RuntimeError("a real bug")
+
+    monkeypatch.setattr(Interrupt, "seen", True)
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: None)
+    try:
+        with pytest.raises(RuntimeError, match="a real bug"):
+            command()
+    finally:
+        signal.signal(signal.SIGINT, previous)
