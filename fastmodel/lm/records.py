@@ -39,8 +39,8 @@ from fastmodel.spec.detect import (
     is_serve_record,
 )
 from fastmodel.spec.devices import device_table  # noqa: F401 - the serving wing's former import path
-from fastmodel.spec.records import block_missing, read_jsonl
 from fastmodel.spec.records import number as _number  # noqa: F401 - this module's former helper
+from fastmodel.spec.records import read_jsonl, require_blocks
 
 
 @dataclass(frozen=True)
@@ -67,11 +67,7 @@ def parse_record(data: dict, source: str | None = None):
     if "plan" not in data and is_serve_record(data):
         raise SpecError(source, "record", "a serving record (SERVE_RUNS.md) where training run records (RUNS.md) are "
                                           "read; serving records go to fastmodel serve, validate or batch")
-    for block in RECORD_BLOCKS:
-        if not isinstance(data.get(block), dict):
-            reason = block_missing(data, block) if data.get(block) is None else \
-                f"expected an object (RUNS.md {block} block), got {type(data[block]).__name__}"
-            raise SpecError(source, block, reason)
+    require_blocks(data, RECORD_BLOCKS, source, "RUNS.md")
     try:
         return RecordSchema.model_validate(data)
     except ValidationError as error:

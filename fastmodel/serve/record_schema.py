@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from fastmodel.errors import FieldValueError, SpecError
 from fastmodel.spec.record_blocks import Block, bounds, first_error
-from fastmodel.spec.records import block_missing
+from fastmodel.spec.records import require_blocks
 
 Text = Annotated[str, Field(max_length=100_000)]
 TextOrList = Text | list[Text]
@@ -259,11 +259,7 @@ def parse_serve_record(data: Any, source: str | None = None) -> ServeRecordSchem
     """The record validated by its schema; a one-line SpecError ``source: block.field: reason``."""
     if not isinstance(data, dict):
         raise SpecError(source, "record", f"expected a JSON object (SERVE_RUNS.md), got {type(data).__name__}")
-    for block in ("model", "system", "serve"):
-        if not isinstance(data.get(block), dict):
-            reason = block_missing(data, block) if data.get(block) is None else \
-                f"expected an object (SERVE_RUNS.md {block} block), got {type(data[block]).__name__}"
-            raise SpecError(source, block, reason)
+    require_blocks(data, ("model", "system", "serve"), source, "SERVE_RUNS.md")
     for block, extras in (("model", ServeModelExtras), ("system", ServeSystemExtras)):
         try:
             extras.model_validate(data[block])

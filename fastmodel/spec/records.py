@@ -25,6 +25,17 @@ def block_missing(data: dict, block: str) -> str:
     return "required block missing" + (f" (the record has {close[0]!r}: a misspelling of {block!r}?)" if close else "")
 
 
+def require_blocks(data: dict, blocks, source: str | None, schema: str) -> None:
+    """A one-line SpecError naming the first of ``blocks`` that ``data`` lacks or holds as a non-object (``schema``:
+    the document that describes the block, RUNS.md or SERVE_RUNS.md); a missing block names a key of the record
+    that looks like its misspelling (:func:`block_missing`)."""
+    for block in blocks:
+        if not isinstance(data.get(block), dict):
+            reason = block_missing(data, block) if data.get(block) is None else \
+                f"expected an object ({schema} {block} block), got {type(data[block]).__name__}"
+            raise SpecError(source, block, reason)
+
+
 def number(block: dict, key: str, where: str, source: str | None, default=None, positive=True):
     """A number of a loosely-typed block (serving records): a SpecError naming ``where.key`` otherwise."""
     value = block.get(key, default)
