@@ -16,7 +16,8 @@ that rank's peak (``tests/lm/test_memory_peak.py`` ``test_timeline_peak_is_the_k
   is live (``P_EMBEDDING``) where the chain starts; under ZB-H1 and DualPipe the input-gradient pass ``I`` is
   that start and the weight-gradient pass ``W`` frees the activations -- under ZB-H1 ``I`` frees all but each
   linear's input and output gradient (``memory_chunks.rank_wgrad_pending_bytes``), which ``W`` frees;
-- the optimizer step ends the step (``P_OPTIMIZER``).
+- the optimizer step ends the step (``P_OPTIMIZER``);
+- per-layer CUDA graphs' static buffers (``memory_peak.cuda_graph_buffer_bytes``) are buffers at every moment.
 
 ``overhead`` is ``overhead_bytes`` (kernels/lm/memory.py); the allocator's cache shows as the ``reserved`` line, the peak
 allocated bytes times ``(1 + allocator_cache_fraction)`` plus the overhead (the cache is released on demand, so
@@ -73,7 +74,13 @@ def stage_memory(row: np.ndarray, stage: int, terms: dict | None = None) -> Stag
     """The moments of pipeline rank ``stage`` over one step (see the module docstring)."""
     from fastmodel.kernels.lm.memory import overhead_bytes
     from fastmodel.kernels.lm.memory_chunks import chunk_microbatch_bytes, rank_wgrad_pending_bytes
-    from fastmodel.kernels.lm.memory_peak import P_LOSS, P_OPTIMIZER, backward_passed_head_bytes, phase_kinds
+    from fastmodel.kernels.lm.memory_peak import (
+        P_LOSS,
+        P_OPTIMIZER,
+        backward_passed_head_bytes,
+        cuda_graph_buffer_bytes,
+        phase_kinds,
+    )
     from fastmodel.kernels.lm.pipeline import chain_length, exact_schedule, microbatches, stage_order, virtual_stage
 
     t = _terms(row) if terms is None else terms
@@ -90,13 +97,14 @@ def stage_memory(row: np.ndarray, stage: int, terms: dict | None = None) -> Stag
     residue = rank_wgrad_pending_bytes(row, float(stage)) * kept if zb else 0.0
     passed_head = backward_passed_head_bytes(row, float(stage))
     overhead = overhead_bytes(row)
+    graphs = cuda_graph_buffer_bytes(row, float(stage))   # per-layer CUDA graphs' static buffers: every moment
     index = {k: i for i, k in enumerate(MEMORY_KINDS)}
     labels, rows = ["start"], []
 
     def moment(activations=0.0, buffers=0.0, gradients=0.0, optimizer=o):
         values = np.zeros(len(MEMORY_KINDS))
         values[index["weights"]], values[index["gradients"]], values[index["optimizer"]] = w, g + gradients, optimizer
-        values[index["activations"]], values[index["buffers"]] = activations, buffers
+        values[index["activations"]], values[index["buffers"]] = activations, buffers + graphs
         values[index["overhead"]] = overhead
         rows.append(values)
 

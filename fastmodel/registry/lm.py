@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fastmodel.registry.lm_cudagraph import CUDA_GRAPH_PLAN_ROWS
 from fastmodel.registry.lm_engine import ENGINE_KERNEL_ROWS
 from fastmodel.registry.lm_lowprec import FP8_DEVICE_ROWS, FP8_RECIPES, LOW_PRECISION_PLAN_ROWS, OPTIMIZER_MOMENTS
 from fastmodel.registry.lm_muon import MUON_PLAN_ROWS
@@ -219,7 +220,7 @@ PLAN_COLUMNS = _cols(
      "multiplies them and keeps the expert output (memory only).", 0, 1, False, "flag"),
     *LOW_PRECISION_PLAN_ROWS,
     *MUON_PLAN_ROWS,
-    *OFFLOAD_PLAN_ROWS,
+    *OFFLOAD_PLAN_ROWS, *CUDA_GRAPH_PLAN_ROWS,
     *PIPELINE_PLAN_ROWS,
     *SDPA_PLAN_ROWS,
     ("moe_imbalance", "1", 1, "Dropless routing: routed tokens of the busiest expert-parallel rank / the mean "

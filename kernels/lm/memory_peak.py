@@ -23,7 +23,8 @@ Phases (``P_*``):
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.moe import expert_tp
 from fastmodel.kernels.lm.layout import (
-    C_ACTIVATION_OFFLOAD, C_COLLECTIVE_BUCKET_BYTES, C_DENSE_LAYERS, C_FFN, C_GATED_MLP, C_GRAD_REDUCE_BYTES, C_HIDDEN, C_MOE_FFN,
+    C_ACTIVATION_OFFLOAD, C_COLLECTIVE_BUCKET_BYTES, C_CUDA_GRAPH_MICROBATCH_BUFFERS, C_DENSE_LAYERS, C_FFN, C_GATED_MLP,
+    C_GRAD_REDUCE_BYTES, C_HIDDEN, C_MOE_FFN,
     C_MOE_ACT_INPUT_FP8, C_MOE_SHARED_EXPERTS, C_PP, C_SHARDING, C_STEP_GRAD_COPY_BYTES, C_TP, C_VOCAB, RECOMPUTE_MODULE_MLP,
     RECOMPUTE_MODULE_MOE, RECOMPUTE_MODULE_MOE_ACT, RECOMPUTE_MODULE_SHARED_EXPERTS, SHARD_FSDP,
 )
@@ -32,10 +33,10 @@ from fastmodel.kernels.lm.memory_activations import (
     replicated_divisor, routed_tokens,
 )
 from fastmodel.kernels.lm.memory_chunks import held_bytes
-from fastmodel.kernels.lm.pipeline import mirror_stage
+from fastmodel.kernels.lm.pipeline import microbatches, mirror_stage
 from fastmodel.kernels.lm.memory_states import (
-    B16, is_moe, gradients_bytes, optimizer_bytes, stage_params, stage_uncast_params, stored_grad_bytes, weights_bytes,
-    accumulates_unsharded, holds_stage_gathered,
+    B16, is_moe, gradients_bytes, optimizer_bytes, stage_layers, stage_params, stage_uncast_params, stored_grad_bytes,
+    weights_bytes, accumulates_unsharded, holds_stage_gathered,
 )
 from fastmodel.kernels.lm.parallel import param_bytes
 
@@ -176,6 +177,23 @@ def backward_passed_head_bytes(row, stage):
 
 
 @njit(error_model='numpy')
+def cuda_graph_buffer_bytes(row, stage):
+    """Static buffers of per-layer CUDA graphs captured once per (layer, micro-batch) of the step without buffer
+    reuse (``cuda_graph_microbatch_buffers``: Transformer Engine ``make_graphed_callables`` with ``_order``, TE < 2.7),
+    held by rank ``stage`` at every moment of the step: ``3 m L_r X``, ``X = 2 T h / t_sp`` one BF16 layer output,
+    ``m`` micro-batches per step, ``L_r`` the rank's layers. Beyond what the eager run holds, every graph keeps its
+    static output (the next layer copies it into its own static input), its static output gradient and its static
+    input gradient (TE v1.6 transformer_engine/pytorch/graph.py ``per_callable_static_outputs``,
+    ``static_grad_outputs``, ``static_grad_inputs``, none released); its static input is the layer input the eager
+    run saves anyway. docs/model_memory.md "CUDA graphs (issue 23)"."""
+    if row[C_CUDA_GRAPH_MICROBATCH_BUFFERS] <= 0.0:
+        return 0.0
+    dense, moe, _ = stage_layers(row, stage)           # decoder layers only: the MTP modules are not graphed
+    layer_output = B16 * micro_batch_tokens(row) * row[C_HIDDEN] / replicated_divisor(row)
+    return 3.0 * microbatches(row) * (dense + moe) * layer_output
+
+
+@njit(error_model='numpy')
 def _phase(row, stage, phase, state, shared):
     """(weights, gradients, optimizer, activations, buffers) at ``phase`` from the rank's ``state`` (``_stage_state``:
     states ``w, g, o``, optimizer ``transient``, the activations it holds at the loss, at a backward's start and at
@@ -186,22 +204,23 @@ def _phase(row, stage, phase, state, shared):
     w, g, o, transient, at_loss, at_backward, at_embedding = state
     working, gather, comm, grad_work, logits, resident = shared
     kept = 1.0 - row[C_ACTIVATION_OFFLOAD]
+    graphs = cuda_graph_buffer_bytes(row, stage)               # held at every moment, as the states
     if phase == P_OPTIMIZER:
-        return w, g, o + transient, 0.0, 0.0
+        return w, g, o + transient, 0.0, graphs
     last = row[C_PP] - 1
     if phase == P_LOSS:
         if stage != last and mirror_stage(row, stage) != last:   # DualPipe: rank 0 ends the reverse chain
-            return w, g, o, 0.0, 0.0
-        return w, g, o, at_loss * kept + resident, loss_gather_bytes(row, gather) + comm + logits
+            return w, g, o, 0.0, graphs
+        return w, g, o, at_loss * kept + resident, loss_gather_bytes(row, gather) + comm + logits + graphs
     if phase == P_BACKWARD:
-        return w, g, o, (at_backward + working) * kept + 2.0 * resident, gather + comm + grad_work
+        return w, g, o, (at_backward + working) * kept + 2.0 * resident, gather + comm + grad_work + graphs
     if stage != 0 and mirror_stage(row, stage) != 0:          # DualPipe: rank pp - 1 starts the reverse chain
-        return w, g, o, 0.0, 0.0
+        return w, g, o, 0.0, graphs
     held = at_embedding * kept                                 # the micro-batch's chunk 0 is freed
     held += resident if held > 0.0 else 0.0
     if int(row[C_SHARDING]) == SHARD_FSDP:
-        return w, g, o, held, comm + embedding_grad_bytes(row)
-    return w, g + embedding_grad_bytes(row), o, held, comm
+        return w, g, o, held, comm + embedding_grad_bytes(row) + graphs
+    return w, g + embedding_grad_bytes(row), o, held, comm + graphs
 
 
 @njit(error_model='numpy')
