@@ -50,7 +50,7 @@ def uniform_touched(experts: int, topk: int, tokens: float) -> float:
 def power_law_quantile(u, alpha: float, lo: float, hi: float):
     """Inverse CDF of the power law ``x^-alpha`` on ``[lo, hi]`` at ``u`` in [0, 1]."""
     a = 1.0 - alpha
-    return ((hi ** a - lo ** a) * u + lo ** a) ** (1.0 / a)
+    return ((hi**a - lo**a) * u + lo**a) ** (1.0 / a)
 
 
 def power_law_loads(rng, tokens: int, experts: int, topk: int, alpha: float) -> np.ndarray:
@@ -69,8 +69,9 @@ def power_law_loads(rng, tokens: int, experts: int, topk: int, alpha: float) -> 
     return loads
 
 
-def power_law_busiest(tokens: int, experts: int, topk: int, ep: int, alpha: float, draws: int = 200,
-                      seed: int = 0) -> tuple[float, float]:
+def power_law_busiest(
+    tokens: int, experts: int, topk: int, ep: int, alpha: float, draws: int = 200, seed: int = 0
+) -> tuple[float, float]:
     """(mean experts with tokens on the most loaded of ``ep`` groups, mean experts with tokens in all) over draws."""
     rng = np.random.default_rng(seed)
     busy, total = [], []
@@ -89,8 +90,14 @@ def expert_stream_s(model: dict, serve: dict, bw: float, experts: float) -> floa
     return model["layers"] * experts * nbytes / bw
 
 
-def price(csv_path: str, records_path: str, mode: str, model_name: str = "Qwen3-235B-A22B-FP8",
-          split: str = "dev", alpha: float = 1.2) -> tuple[float, float, dict]:
+def price(
+    csv_path: str,
+    records_path: str,
+    mode: str,
+    model_name: str = "Qwen3-235B-A22B-FP8",
+    split: str = "dev",
+    alpha: float = 1.2,
+) -> tuple[float, float, dict]:
     """(TPOT MAPE of the split before, after adding the weight-stream change of ``mode`` to the rows of
     ``model_name``, {(engine, tp, ep, N): [(error before, error after, added s)]})."""
     recs = {}
@@ -120,7 +127,8 @@ def price(csv_path: str, records_path: str, mode: str, model_name: str = "Qwen3-
                 bw = rec["system"]["hbm_bw_bytes_s"] * HBM_EFF
                 added = expert_stream_s(m, s, bw, new - uniform_touched(E, k, tokens) / ep)
                 groups.setdefault((row["engine"], s["tp"], ep, s["concurrency"]), []).append(
-                    (pred / meas - 1.0, (pred + added) / meas - 1.0, added))
+                    (pred / meas - 1.0, (pred + added) / meas - 1.0, added)
+                )
             before.append(abs(pred / meas - 1.0))
             after.append(abs((pred + added) / meas - 1.0))
     return 100.0 * statistics.mean(before), 100.0 * statistics.mean(after), groups
@@ -140,11 +148,15 @@ def main() -> None:
             print(f"{tokens} | {ep} | {mean:.2f} | {hi:.2f} | {pl_busy:.2f} | {pl_all:.1f}")
     for mode in ("busy", "pl"):
         b, a, groups = price(args.csv, args.records, mode, split=args.split)
-        print(f"\n{mode}: {args.split} TPOT MAPE {b:.2f} -> {a:.2f} %\nengine | tp | ep | N | rows | bias before -> "
-              "after % | added ms")
+        print(
+            f"\n{mode}: {args.split} TPOT MAPE {b:.2f} -> {a:.2f} %\nengine | tp | ep | N | rows | bias before -> "
+            "after % | added ms"
+        )
         for key, v in sorted(groups.items()):
-            print(" | ".join(map(str, key)) + f" | {len(v)} | {100 * statistics.mean(x for x, _, _ in v):+.1f} -> "
-                  f"{100 * statistics.mean(y for _, y, _ in v):+.1f} | {1e3 * statistics.mean(z for *_, z in v):+.2f}")
+            print(
+                " | ".join(map(str, key)) + f" | {len(v)} | {100 * statistics.mean(x for x, _, _ in v):+.1f} -> "
+                f"{100 * statistics.mean(y for _, y, _ in v):+.1f} | {1e3 * statistics.mean(z for *_, z in v):+.2f}"
+            )
 
 
 if __name__ == "__main__":

@@ -12,8 +12,14 @@ from tests.bench_scripts import load_bench
 
 serve_ep_routing = load_bench("serve_ep_routing")
 
-QWEN3 = {"name": "Qwen3-235B-A22B-FP8", "layers": 94, "hidden": 4096, "moe_ffn": 1536, "moe_experts": 128,
-         "moe_topk": 8}
+QWEN3 = {
+    "name": "Qwen3-235B-A22B-FP8",
+    "layers": 94,
+    "hidden": 4096,
+    "moe_ffn": 1536,
+    "moe_experts": 128,
+    "moe_topk": 8,
+}
 
 
 def test_uniform_touched_by_hand():
@@ -55,8 +61,12 @@ def test_expert_stream_of_one_expert_by_hand():
 
 
 def test_price_adds_the_busiest_rank_to_one_row(tmp_path):
-    rec = {"id": "q", "model": QWEN3, "system": {"hbm_bw_bytes_s": 3.35e12},
-           "serve": {"tp": 8, "ep": 8, "precision": "fp8", "concurrency": 4}}
+    rec = {
+        "id": "q",
+        "model": QWEN3,
+        "system": {"hbm_bw_bytes_s": 3.35e12},
+        "serve": {"tp": 8, "ep": 8, "precision": "fp8", "concurrency": 4},
+    }
     other = {"id": "l", "model": {"name": "Llama-3.1-70B"}, "system": {}, "serve": {"tp": 1}}
     (tmp_path / "r.jsonl").write_text(json.dumps(rec) + "\n" + json.dumps(other) + "\n")
     cols = ["id", "status", "split", "engine", "measured_tpot_s", "predicted_tpot_s", "implied_running"]
@@ -67,7 +77,7 @@ def test_price_adds_the_busiest_rank_to_one_row(tmp_path):
         w.writerow(["l", "ok", "dev", "vLLM", 0.010, 0.011, 4.0])
     before, after, groups = serve_ep_routing.price(str(tmp_path / "v.csv"), str(tmp_path / "r.jsonl"), "busy")
     hi, mean = serve_ep_routing.ep_busiest_experts(128, 8, 4, 8)
-    added = 94 * (hi - mean) * 3 * 4096 * 1536 / 8 * 8 / 2.68e12     # etp = tp / ep = 1
+    added = 94 * (hi - mean) * 3 * 4096 * 1536 / 8 * 8 / 2.68e12  # etp = tp / ep = 1
     assert groups[("TensorRT-LLM", 8, 8, 4)][0][2] == pytest.approx(added, rel=1e-9)
     assert before == pytest.approx(100 * (abs(0.0093 / 0.0115 - 1) + 0.1) / 2, rel=1e-9)
     assert after == pytest.approx(100 * (abs((0.0093 + added) / 0.0115 - 1) + 0.1) / 2, rel=1e-9)
