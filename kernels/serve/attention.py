@@ -118,7 +118,7 @@ def attention_launches(row):
     """Per-kernel overhead of one iteration's attention kernels (``kernel_overhead_s``): one per layer, plus the
     engine's own KV-cache write kernel where it launches one (``kv_write_kernel``, vLLM V1: docs/model_serving.md
     S45) and its FP8 query quantization kernel where it launches one (``q_quant_kernel``, vLLM 0.10.2 with an FP8
-    KV cache on Hopper: S54)."""
+    KV cache: S54)."""
     return (1.0 + row[C_KV_WRITE_KERNEL] + row[C_Q_QUANT_KERNEL]) * row[C_LAYERS] / row[C_PP] * row[C_KERNEL_OVERHEAD_S]
 
 

@@ -1,5 +1,5 @@
-"""vLLM 0.10.2's FP8 query quantization kernel on Hopper (``q_quant_kernel``, kernels/serve/attention.py
-``attention_launches``; fastmodel/serve/engine_kernels.py ``query_quant_kernel``; ``serve.query_quant_kernel``;
+"""vLLM 0.10.2's FP8 query quantization kernel (Hopper; Blackwell where stated) (``q_quant_kernel``,
+kernels/serve/attention.py ``attention_launches``; fastmodel/serve/engine_kernels.py ``query_quant_kernel``; ``serve.query_quant_kernel``;
 docs/model_serving.md S54), derived by hand: one more kernel per layer and iteration, 80 x 4 us on Llama-3.1-70B."""
 
 from __future__ import annotations
@@ -47,8 +47,13 @@ def test_the_rule_by_engine_version_device_and_kv_cache():
     # 0.12.0 and 0.18.0: the Attention layer's QuantFP8, fused by torch.compile into the kernel before
     for version in ((0, 11, 2), (0, 12, 0), (0, 18, 0), None):
         assert query_quant_kernel("vllm", version, True, True) == 0.0
-    # Blackwell (FlashInfer backend, not read), a 16-bit KV cache (no query quantization), other engines
+    # Blackwell: FlashInfer quantizes the query only on its TRTLLM path, a condition of the run (the cubin repository
+    # reachable at start), so only a stated record takes it there; another device never
+    assert query_quant_kernel("vllm", (0, 10, 2), False, True, sm100=True) == 0.0
+    assert query_quant_kernel("vllm", None, False, True, stated=True, sm100=True) == 1.0
     assert query_quant_kernel("vllm", (0, 10, 2), False, True) == 0.0
+    assert query_quant_kernel("vllm", (0, 10, 2), False, True, stated=True) == 0.0
+    # a 16-bit KV cache (no query quantization), other engines
     assert query_quant_kernel("vllm", (0, 10, 2), True, False) == 0.0
     for engine in ("trtllm", "sglang", None):
         assert query_quant_kernel(engine, (0, 10, 2), True, True) == 0.0
@@ -69,23 +74,34 @@ def test_one_request_pays_one_more_launch_per_layer_per_step():
     assert quant["ttft"] == base["ttft"]
 
 
-def test_exactly_the_0_10_2_llama_hopper_rows_state_it_and_lower_to_one_kernel():
+def test_exactly_the_0_10_2_llama_rows_state_it_and_lower_to_one_kernel():
     records = _records()
     stated = [r for r in records if "query_quant_kernel" in r["serve"]]
-    # the InferenceX vLLM 0.10.2 Llama-3.1-70B launchers on H100 (45 rows) and H200 (60), kv-cache-dtype fp8 (S45)
-    assert len(stated) == 105
+    # the InferenceX vLLM 0.10.2 Llama-3.1-70B launchers with kv-cache-dtype fp8 (S45): H100 (45 rows) and H200 (60),
+    # FlashAttention; B200 FP8 (60) and NVFP4 (60), FlashInfer's TRTLLM path (the launchers' cubin patch)
+    counts: dict[tuple, int] = {}
     for record in stated:
+        key = (record["system"]["gpu"], record["serve"]["precision"])
+        counts[key] = counts.get(key, 0) + 1
         assert record["serve"]["query_quant_kernel"] is True
         assert record["framework"] == "vLLM (version not recorded)" and record["serve"]["kv_precision"] == "fp8"
-        assert record["system"]["gpu"] in ("H100-SXM-80GB", "H200-SXM-141GB")
         lines = [a for a in record["assumptions"] if a.startswith("serve.query_quant_kernel=true")]
-        assert len(lines) == 1 and "flash_attn.py:509-518" in lines[0] and "v0.10.2" in lines[0]
-    lowered = lower_serve_record(stated[0])
-    assert lowered.columns[COLUMN_INDEX["q_quant_kernel"]] == 1.0
-    assert any("serve.query_quant_kernel = true" in note for note in lowered.notes)
-    plain = copy.deepcopy(stated[0])
-    plain["serve"].pop("query_quant_kernel")
-    assert lower_serve_record(plain).columns[COLUMN_INDEX["q_quant_kernel"]] == 0.0  # unversioned: the newest rule
+        assert len(lines) == 1 and "v0.10.2" in lines[0]
+        cited = "flashinfer.py:770-777" if record["system"]["gpu"] == "B200" else "flash_attn.py:509-518"
+        assert cited in lines[0]
+    assert counts == {
+        ("H100-SXM-80GB", "fp8"): 45,
+        ("H200-SXM-141GB", "fp8"): 60,
+        ("B200", "fp8"): 60,
+        ("B200", "fp4"): 60,
+    }
+    for record in (stated[0], next(r for r in stated if r["system"]["gpu"] == "B200")):
+        lowered = lower_serve_record(record)
+        assert lowered.columns[COLUMN_INDEX["q_quant_kernel"]] == 1.0
+        assert any("serve.query_quant_kernel = true" in note for note in lowered.notes)
+        plain = copy.deepcopy(record)
+        plain["serve"].pop("query_quant_kernel")
+        assert lower_serve_record(plain).columns[COLUMN_INDEX["q_quant_kernel"]] == 0.0  # unversioned: newest rule
     # every other aggregated record lowers to no such kernel
     others = [r for r in records if "query_quant_kernel" not in r["serve"]][:60]
     assert all(lower_serve_record(r).columns[COLUMN_INDEX["q_quant_kernel"]] == 0.0 for r in others)
