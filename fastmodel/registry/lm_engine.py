@@ -57,6 +57,11 @@ ENGINE_KERNEL_ROWS = (
     ("kv_write_kernel", "1", 0, "1: the engine writes each step's new keys and values into the paged KV cache with "
      "a kernel of its own before the attention kernel (vLLM V1 reshape_and_cache_flash), one more launch per layer "
      "and iteration; 0: the model's one attention kernel per layer (docs/model_serving.md S45).", 0, 1),
+    ("q_quant_kernel", "1", 0, "1: the engine's attention backend quantizes each step's queries to FP8 with a kernel "
+     "of its own before the attention kernel (vLLM 0.10.2 with an FP8 KV cache: ops.scaled_fp8_quant in its "
+     "FlashAttention backend, and in its FlashInfer backend on the TRTLLM path), one more launch per layer and "
+     "iteration; 0: none, or fused by torch.compile into the kernel before (vLLM 0.12.0 and later) "
+     "(docs/model_serving.md S54).", 0, 1),
     ("custom_allreduce_bytes", "bytes", 0, "Largest allreduce run by the engine's own P2P kernel (0: NCCL).", 0, 1 << 40),
     ("act_quant_inputs", "bits", 0, "Inputs of a layer's quantized linears the engine quantizes in a kernel of "
      "their own (bits: 1 QKV, 2 output projection, 4 gate/up, 8 down, 16 an MoE layer's input to MXFP8 before the "

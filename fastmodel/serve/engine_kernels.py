@@ -76,6 +76,32 @@ def linear_kernels(engine: str | None, version: tuple[int, ...] | None, precisio
     return {"act_quant_inputs": float(bits), "allreduce_norm_fusion": 1.0 if fusion else 0.0}
 
 
+#: last vLLM release read whose attention backend quantizes the query to FP8 in a kernel of its own when the KV cache
+#: is FP8: @v0.10.2 (wheel 26b999c71) the FlashAttention backend (Hopper's default) calls ``ops.scaled_fp8_quant(query
+#: ..., layer._q_scale)`` -> ``torch.ops._C.static_scaled_fp8_quant`` (``vllm/v1/attention/backends/flash_attn.py:
+#: 509-518``, ``_custom_ops.py:1273``) inside the attention op, and so does the FlashInfer backend (Blackwell's
+#: default, ``platforms/cuda.py:333-345``) when its TRTLLM attention path is available (``flashinfer.py:285-289,
+#: 770-777``; ``utils/flashinfer.py:157-178``: SM100 and NVIDIA's cubin repository reachable at start, a condition of
+#: the run, so only a record states it on SM100); @v0.12.0 and @v0.18.0 the ``Attention`` layer quantizes it before the
+#: op with ``QuantFP8`` ("quantizing with a simple torch operation enables torch.compile to fuse this into previous
+#: ops", ``attention/layer.py:303-342`` @v0.12.0; ``model_executor/layers/attention/attention.py:362-409`` @v0.18.0),
+#: no kernel of its own; 0.11.x not read, taken as 0.12 (docs/model_serving.md S54)
+VLLM_QUERY_QUANT_KERNEL_LAST = (0, 10, 2)
+
+
+def query_quant_kernel(engine: str | None, version: tuple[int, ...] | None, sm90: bool, kv_fp8: bool,
+                       stated: bool | None = None, sm100: bool = False) -> float:
+    """``q_quant_kernel``: 1.0 where vLLM's attention backend quantizes each step's queries to FP8 in a kernel of its
+    own: an FP8 KV cache and vLLM up to ``VLLM_QUERY_QUANT_KERNEL_LAST`` on SM90 (FlashAttention), or a record's
+    ``serve.query_quant_kernel`` on SM90 or SM100 (FlashInfer's TRTLLM path), which replaces the version's rule; else
+    0.0 (docs/model_serving.md S54)."""
+    if engine != "vllm" or not kv_fp8 or not (sm90 or sm100):
+        return 0.0
+    if stated is not None:
+        return 1.0 if stated else 0.0
+    return 1.0 if sm90 and version is not None and version <= VLLM_QUERY_QUANT_KERNEL_LAST else 0.0
+
+
 def assumed_note(engine: str | None, version: tuple[int, ...] | None, fusion: float,
                  stated: bool | None = None) -> str | None:
     """The note a record gets when vLLM's allreduce+RMSNorm fusion is assumed on for want of a version (none when

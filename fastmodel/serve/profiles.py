@@ -213,10 +213,12 @@ def deployment_limits(serve) -> dict[str, float]:
 def _vllm_flags(serve, engine: str | None, notes: list[str], source=None) -> None:
     """Refuse vLLM's launcher flags on another engine, note them on vLLM (docs/model_serving.md S45):
     ``serve.moe_backend = "flashinfer_mxfp8"`` (``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1``, priced by
-    ``fp4_activation``) and ``serve.allreduce_norm_fusion`` (``pass_config.enable_fi_allreduce_fusion``, priced by
-    ``engine_kernels.linear_kernels``)."""
+    ``fp4_activation``), ``serve.allreduce_norm_fusion`` (``pass_config.enable_fi_allreduce_fusion``, priced by
+    ``engine_kernels.linear_kernels``) and ``serve.query_quant_kernel`` (the image's FP8 query quantization kernel,
+    priced by ``engine_kernels.query_quant_kernel``, S54)."""
     flags = {"serve.moe_backend": serve.moe_backend == "flashinfer_mxfp8",
-             "serve.allreduce_norm_fusion": serve.allreduce_norm_fusion is not None}
+             "serve.allreduce_norm_fusion": serve.allreduce_norm_fusion is not None,
+             "serve.query_quant_kernel": serve.query_quant_kernel is not None}
     for field, stated in flags.items():
         if stated and engine != "vllm":
             raise SpecError(source, field, f"a vLLM launcher flag (docs/model_serving.md S45); the record's engine "
@@ -227,6 +229,9 @@ def _vllm_flags(serve, engine: str | None, notes: list[str], source=None) -> Non
     if flags["serve.allreduce_norm_fusion"]:
         notes.append(f"serve.allreduce_norm_fusion = {str(serve.allreduce_norm_fusion).lower()}: the deployment's "
                      "allreduce+RMSNorm fusion flag replaces the version's default; docs S45")
+    if flags["serve.query_quant_kernel"]:
+        notes.append(f"serve.query_quant_kernel = {str(serve.query_quant_kernel).lower()}: the image's FP8 query "
+                     "quantization kernel (an FP8 KV cache) replaces the version's rule; docs S54")
 
 
 def stated_flags(serve, engine: str | None, mixed_prefill: float, notes: list[str], source=None) -> dict[str, float]:

@@ -113,6 +113,9 @@ class ServeBlock(Block):
     # vLLM's allreduce + RMSNorm fusion as the deployment's compilation config set it (pass_config.
     # enable_fi_allreduce_fusion; absent: the engine profile's, docs/model_serving.md S22, S45)
     allreduce_norm_fusion: bool | None = None
+    # vLLM's attention backend quantizes the queries to FP8 in a kernel of its own (FP8 KV cache, vLLM 0.10.2:
+    # FlashAttention on Hopper, FlashInfer's TRTLLM path on Blackwell; absent: the version's rule, docs S54)
+    query_quant_kernel: bool | None = None
     # the engine's token budget and batch cap as the deployment set them (absent: the engine profile's default)
     max_num_tokens: int | None = bounds("max_num_tokens", None)
     max_batch_size: int | None = bounds("max_batch_size", None)

@@ -43,6 +43,7 @@ from fastmodel.serve.engine_kernels import (
     expert_kernel_columns,
     expert_padding,
     linear_kernels,
+    query_quant_kernel,
     trtllm_gen_moe,
     trtllm_triton_moe,
 )
@@ -254,6 +255,8 @@ def lower_serve_record(data: dict, source: str | None = None) -> ServeRecord:
     if fusion_note:
         notes.append(fusion_note)
     sm90 = device_is_one_of(device, device_table(), SM90_DEVICES)
+    values["q_quant_kernel"] = query_quant_kernel(engine, version, sm90, values["kv_bytes"] == 1.0, serve.query_quant_kernel,
+                                                  device_is_one_of(device, device_table(), SM100_DEVICES))
     values.update(_expert_kernel(engine, version, sm90, model.get("name"), precision, data, serve, layers, device))
     if values["peak_flops_4"] > 0:     # the engine's FP4 MoE kernel; without FP4 tensor cores, another backend
         values["expert_tile_min"], values["expert_tile_max"] = expert_row_tiles(engine, precision)

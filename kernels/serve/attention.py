@@ -13,7 +13,7 @@ from fastmodel.kernels.lm.layout import (
     C_PEAK_FLOPS_16, C_PP, C_QK_ROPE_HEAD_DIM, C_SLIDING_WINDOW, C_TP,
 )
 from fastmodel.kernels.serve.costs import ACT_BYTES
-from fastmodel.kernels.columns import C_ATTENTION_DP, C_KV_WRITE_KERNEL
+from fastmodel.kernels.columns import C_ATTENTION_DP, C_KV_WRITE_KERNEL, C_Q_QUANT_KERNEL
 
 
 # --- attention -----------------------------------------------------------------
@@ -117,8 +117,9 @@ def decode_attention_sum(row, n, lo, hi):
 def attention_launches(row):
     """Per-kernel overhead of one iteration's attention kernels (``kernel_overhead_s``): one per layer, plus the
     engine's own KV-cache write kernel where it launches one (``kv_write_kernel``, vLLM V1: docs/model_serving.md
-    S45)."""
-    return (1.0 + row[C_KV_WRITE_KERNEL]) * row[C_LAYERS] / row[C_PP] * row[C_KERNEL_OVERHEAD_S]
+    S45) and its FP8 query quantization kernel where it launches one (``q_quant_kernel``, vLLM 0.10.2 with an FP8
+    KV cache: S54)."""
+    return (1.0 + row[C_KV_WRITE_KERNEL] + row[C_Q_QUANT_KERNEL]) * row[C_LAYERS] / row[C_PP] * row[C_KERNEL_OVERHEAD_S]
 
 
 @njit
