@@ -101,6 +101,27 @@ def test_the_memory_of_an_underfilled_layout_is_each_ranks_own_layers_by_hand():
     assert states == list(_kinds(layout, 3)[:3])
 
 
+
+def test_interleaved_a_last_rank_heavier_than_the_others_spreads_its_layers_over_its_chunks():
+    """PP 4 x VP 2: n_last 14 against 6 on each other rank (3 a chunk) gives the last rank 7 + 7, not 3 + 11 (the
+    loss's chunk holds the fewest micro-batches in flight); a lighter one (n_last 2, others 10: 5 a chunk) still
+    fills its first chunk: 2 + 0 (memory_chunks.layout_chunk_layers)."""
+    from fastmodel.kernels.lm.memory import peak_terms
+    from fastmodel.kernels.lm.memory_activations import head_activation_bytes
+    from fastmodel.kernels.lm.memory_chunks import chunk_microbatch_bytes
+    values = {**SMALL32, "vp": 2, "pipeline_schedule": "interleaved", "global_batch": 16}
+    default = row(**values)
+    dense, head = peak_terms(default)[0], head_activation_bytes(default)
+    for n, (first, second) in ((14, (7, 7)), (2, (2, 0))):
+        layout = row(**values, last_stage_layers=n)
+        assert _status(**{k: v for k, v in values.items() if k in ("vp", "pipeline_schedule")},
+                       last_stage_layers=n) == 0
+        chunks = [chunk_microbatch_bytes(layout, 3.0, c, dense, 0.0) for c in (0.0, 1.0)]
+        assert chunks == pytest.approx([first * dense, second * dense + head], rel=1e-12)
+    # the other ranks: 3 layers a chunk under n_last 14
+    assert chunk_microbatch_bytes(row(**values, last_stage_layers=14), 1.0, 0.0, dense, 0.0) == pytest.approx(
+        3 * dense, rel=1e-12)
+
 def test_the_data_parallel_reduction_is_of_the_slower_end_ranks_own_gradients_by_hand():
     """DDP over dp 2: one all-reduce of the rank's FP32 gradients, counted as the step counts parameters (a layer's
     GEMM weights 4 h^2 + 2 h f, kernels/lm/layer.py W_PARAMS; the head's or the embedding's V h). Default: 8 layers
