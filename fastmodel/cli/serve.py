@@ -178,7 +178,7 @@ def serve(records, model, list_models, device, tp, pp, ep, attention_dp, moe_tp,
         state = SERVE_STATUS_NAMES[int(status[i])]
         mode = load_mode(params[:, i])
         if state != "ok":   # one configuration that cannot be evaluated: one line, exit 2
-            raise FastmodelError(render(label, state, result, mode))
+            raise FastmodelError(render(label, state, result, mode, params[:, i]))
         rows.append(json_record(label, state, result))
         click.echo(json.dumps(rows[-1]) if as_json else render(label, state, result, mode))
     if output:
@@ -201,7 +201,7 @@ def _record_rows(found: list, labels: list[str], as_json: bool) -> list[dict]:
             text = render_disagg(label, record, state, result, limiting)
         else:
             rows.append(json_record(label, state, result))
-            text = render(label, state, result, load_mode(record.columns))
+            text = render(label, state, result, load_mode(record.columns), record.columns)
         click.echo(json.dumps(rows[-1]) if as_json else text)
     return rows
 

@@ -69,27 +69,23 @@ def devices_reason(row: np.ndarray) -> str:
 
 def layout_reason(row: np.ndarray) -> str:
     """Which rule of ``layout_not_runnable`` (kernels/lm/rules.py ``layout_broken``) ``plan.last_stage_layers``
-    breaks, with its numbers."""
-    from fastmodel.kernels.lm.memory_states import layout_busiest_layers
+    breaks, with its numbers and the Megatron-Core check that refuses it (docs/model.md §11.25)."""
     from fastmodel.kernels.lm.pipeline import is_multiple
     from fastmodel.registry.lm import COLUMN_INDEX as C
 
     n, pp, layers = row[C["last_stage_layers"]], row[C["pp"]], row[C["layers"]]
     field = f"plan.last_stage_layers = {n:g}"
+    check = "Megatron-Core validate_layer_layout: a layout's decoder layers must match num_layers"
     # the kernel's own test (layout_broken): is_multiple's 1e-9 tolerance; NaN and inf are no whole number
     if not np.isfinite(n) or n < 0.0 or not is_multiple(n, 1.0):
         return f"{field}: a whole number of decoder layers >= 0, or -1 (no explicit layout)"
-    if pp <= 1.0:
-        return f"{field} needs pp > 1 (an explicit layout splits a pipeline; plan pp = {pp:g})"
     if n > layers:
-        return f"{field} exceeds the model's {layers:g} layers"
+        return f"{field} exceeds the model's {layers:g} layers ({check})"
     if row[C["embedding_loss_in_split"]] > 0.0:
         return (f"{field} cannot be set with embedding_loss_in_split (Megatron-Core TransformerConfig refuses "
                 "pipeline_model_parallel_layout beside account_for_embedding/loss_in_pipeline_split)")
-    busiest = layout_busiest_layers(row)
-    return (f"{field} leaves {layers - n:g} of the model's {layers:g} layers to the other {pp - 1:g} ranks, fewer "
-            f"than the default split's busiest rank's {busiest:g}, which fastmodel charges the busiest of them "
-            f"(docs/model.md §11.22)")
+    return (f"{field} at pp = {pp:g}: the one pipeline rank builds all the model's {layers:g} layers ({check}); "
+            f"set {layers:g}, or -1")
 
 
 def node_limit_reason(row: np.ndarray) -> str:

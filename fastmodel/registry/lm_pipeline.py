@@ -16,7 +16,7 @@ PIPELINE_PLAN_ROWS = (
     ("last_stage_layers", "layers", -1, "Decoder layers the last pipeline rank builds (all its virtual stages) "
      "beside the loss and the MTP modules, under an explicit pipeline layout (Megatron-Core "
      "pipeline_model_parallel_layout, e.g. DeepSeek-V3 'Et*4|(t*4|)*14tmL': 1 on the last of 16 ranks); the "
-     "busiest other rank holds max(the default split's count, ceil((L - last) / (pp - 1))), at pp 2 exactly L - last. "
+     "other ranks split the rest evenly, the busiest ceil((L - last) / (pp - 1)); short and empty stages run. "
      "-1: no explicit layout (docs/model.md §11.22).",
      -1, 1e4, False, "number"),
     ("reduce_every_microbatch", "1", 0, "1: FSDP with pipeline stages reduce-scatters each micro-batch's gradient into "

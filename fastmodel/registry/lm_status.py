@@ -35,10 +35,10 @@ STATUSES: tuple[Status, ...] = (
     Status("offload_conflict", "activation_offload_modules cannot run so: with activation_offload (layer-level CPU "
            "offloading), attn_proj without core_attn, or expert_fc1 / moe_act with recompute_modules moe (Megatron-Core "
            "refuses each, transformer_config.py@0823c73 lines 1743-1780)"),
-    Status("layout_not_runnable", "last_stage_layers (an explicit pipeline layout) is not a whole number of the "
-           "model's layers, is set without a pipeline or with embedding_loss_in_split (Megatron-Core refuses "
-           "pipeline_model_parallel_layout with account_for_*_in_pipeline_split), or leaves the other ranks a "
-           "remainder their busiest count cannot hold (docs/model.md §11.22)"),
+    Status("layout_not_runnable", "last_stage_layers (an explicit pipeline layout) states a layout Megatron-Core "
+           "refuses: not a whole number of decoder layers, more than the model's (or at pp 1 other than all of "
+           "them), or set with embedding_loss_in_split (pipeline_model_parallel_layout with "
+           "account_for_*_in_pipeline_split; docs/model.md §11.22, §11.25)"),
     NOT_COMPUTED,
 )
 STATUS_CODES: dict[str, int] = {s.name: i for i, s in enumerate(STATUSES)}

@@ -38,7 +38,7 @@ class ServeRecords:
         out.results = {r.name: [None] * n for r in SERVE_RESULTS}
         for (j, record), (state, result, pool) in zip(lowered, evaluate_records([r for _, r in lowered])):
             if state != "ok":
-                out.errors[j] = _refusal(SERVE_STATUSES[SERVE_STATUS[state]])
+                out.errors[j] = _refusal(SERVE_STATUSES[SERVE_STATUS[state]], getattr(record, "columns", None))
                 continue
             out.columns["id"][j] = record.id
             out.columns["limiting_pool"][j] = pool["limiting_pool"] if pool is not None else None
@@ -48,7 +48,11 @@ class ServeRecords:
         return out
 
 
-def _refusal(state) -> str:
-    """The status row of a configuration the serving kernels refused."""
-    return f"{state.name}: {state.message}" if state.name == "not_finite" else \
-        f"illegal serving configuration ({state.name}): {state.message}"
+def _refusal(state, columns=None) -> str:
+    """The status row of a configuration the serving kernels refused (``columns``: its values, which
+    ``fastmodel.serve.report.status_message`` names where the status has them)."""
+    from fastmodel.serve.report import status_message
+
+    if state.name == "not_finite":
+        return f"{state.name}: {state.message}"
+    return f"illegal serving configuration ({state.name}): {status_message(state.name, columns)}"

@@ -31,13 +31,37 @@ def load_mode(columns) -> str:
     return f"{name} {columns[COLUMN_INDEX['batch_size']]:g}"   # batch_size: the batch, or the requests in flight
 
 
-def render(label: str, status: str, r: dict, mode: str | None = None) -> str:
-    """A serving report a person reads in ten seconds; ``mode`` (:func:`load_mode`) names the load in a status."""
-    if status != "ok":
-        from fastmodel.registry.serve import SERVE_STATUS, SERVE_STATUSES
+def status_message(status: str, columns=None) -> str:
+    """The text of a serving status; with the configuration's ``columns``, ``ep_not_dividing`` names the field
+    and the values that break it (kernels/serve/evaluate.py ``check``), else the registry's text."""
+    from fastmodel.registry.serve import SERVE_STATUS, SERVE_STATUSES
 
+    message = SERVE_STATUSES[SERVE_STATUS[status]].message
+    if status != "ep_not_dividing" or columns is None:
+        return message
+    from fastmodel.registry.lm import COLUMN_INDEX as C
+
+    ep, experts, tp, adp, moe_tp = (float(columns[C[k]]) for k in ("ep", "moe_experts", "tp", "attention_dp",
+                                                                    "moe_tp"))
+    field = f"serve.ep = {ep:g}"
+    if experts <= 0.0:
+        return f"{field} on a dense model (model.moe_experts = 0): a dense model has none to split; set ep 1"
+    if experts % ep:
+        return f"{field} does not divide the model's {experts:g} routed experts (model.moe_experts)"
+    group = tp * adp
+    if group % ep:
+        return (f"{field} does not divide the instance's tp x attention_dp = {tp:g} x {adp:g} = {group:g} GPUs "
+                "(serve.tp, serve.attention_dp)")
+    return (f"serve.moe_tp x serve.ep = {moe_tp:g} x {ep:g} = {moe_tp * ep:g} must equal tp x attention_dp = "
+            f"{tp:g} x {adp:g} = {group:g}")
+
+
+def render(label: str, status: str, r: dict, mode: str | None = None, columns=None) -> str:
+    """A serving report a person reads in ten seconds; ``mode`` (:func:`load_mode`) names the load in a status,
+    ``columns`` (the configuration) lets a status name its values (:func:`status_message`)."""
+    if status != "ok":
         under = f"{mode}: " if mode else ""
-        return f"{label}: not evaluated ({status}: {under}{SERVE_STATUSES[SERVE_STATUS[status]].message})"
+        return f"{label}: not evaluated ({status}: {under}{status_message(status, columns)})"
     lines = [f"{label}: batch {r['batch_size']:g} requests, {'fits' if r['fits_memory'] else 'does NOT fit'} "
              f"in memory"]
     lines.append(f"  ttft {1e3 * r['ttft']:,.2f} ms   tpot {1e3 * r['tpot']:,.3f} ms   "
@@ -117,5 +141,6 @@ def run_record(data: dict, source: str | None = None, calibration: Any = None) -
     result = {r.name: float(out[k, 0]) for k, r in enumerate(SERVE_RESULTS)}
     state = SERVE_STATUS_NAMES[int(status[0])]
     label = f"{record.id or source} (serving record; measured values ignored)"
-    return RunReport(render(label, state, result, load_mode(record.columns)), json_record(label, state, result),
+    return RunReport(render(label, state, result, load_mode(record.columns), record.columns),
+                     json_record(label, state, result),
                      ok=state == "ok")

@@ -74,9 +74,12 @@ def layout_chunk_layers(row, chunk, full):
     fill the chunks in order, ``full`` (the busiest rank's per chunk) each, and chunk ``v - 1`` (the loss's)
     takes the rest, as the recipes' layouts do (DeepSeek-V3 ``Et*4|(t*4|)*14tmL`` at PP 4 x VP 4: 4, 4, 4, 1).
     Filling the earlier chunks first is the most a layout of that count can hold in flight: a rank holds more
-    micro-batches of its earlier chunks than of the loss's (:func:`held_bytes`)."""
+    micro-batches of its earlier chunks than of the loss's (:func:`held_bytes`). A last rank that holds more than
+    the others (``n_last > v full``, docs/model.md §11.25) spreads them evenly, ``n_last / v`` per chunk, as
+    Megatron-Core's own split does, rather than piling the excess onto the loss's chunk."""
     n = row[C_LAST_STAGE_LAYERS]
     v = row[C_VP]
+    full = max(full, n / v)
     if chunk < v - 1.0:
         return min(max(n - chunk * full, 0.0), full)
     return max(n - (v - 1.0) * full, 0.0)

@@ -73,18 +73,15 @@ def explicit_layout(row):
 def layout_busiest_layers(row):
     """Layers on the busiest rank other than the last, ``n_mid``: ``layers_per_stage`` without an explicit layout;
     with one (:func:`explicit_layout`), the ``L - n_last`` layers the other ``p - 1`` ranks hold, split as evenly
-    as whole layers allow but not below the default split's busiest, ``max(layers_per_stage, ceil((L - n_last) /
-    (p - 1)))``, and at pp = 2 exactly ``L - n_last`` (one other rank). Megatron-Core runs any split that builds
-    every decoder layer once (``PipelineParallelLayerLayout.validate_layer_layout``: embedding first, loss last,
-    the decoder count equal to ``num_layers``; empty stages allowed; megatron/core/transformer/
-    pipeline_parallel_layer_layout.py), so a layout may give the other ranks more than the default split."""
-    per = layers_per_stage(row)
+    as whole layers allow, ``ceil((L - n_last) / (p - 1))`` (``L - n_last`` at pp = 2), fewer than the default
+    split's when the last rank holds more, 0 when it holds them all. Megatron-Core runs any layout that builds
+    every decoder layer once, short and empty stages included (``PipelineParallelLayerLayout
+    .validate_layer_layout``, megatron/core/transformer/pipeline_parallel_layer_layout.py, NVIDIA/Megatron-LM@0823c73
+    lines 85-150; docs/model.md §11.25)."""
     if not explicit_layout(row):
-        return per
+        return layers_per_stage(row)
     rest = row[C_LAYERS] - row[C_LAST_STAGE_LAYERS]
-    if row[C_PP] == 2.0:
-        return rest
-    return max(per, math.ceil(rest / (row[C_PP] - 1.0) - 1e-9))
+    return math.ceil(rest / (row[C_PP] - 1.0) - 1e-9)
 
 
 @njit(error_model='numpy')
@@ -95,8 +92,8 @@ def stage_layers(row, stage):
     and last rank one fewer, ``split_slots``), in order: the leading dense layers of a MoE model sit on
     the first rank(s); DeepSeek-V3's MTP modules sit after the last layer, on the last rank. An explicit layout
     (:func:`explicit_layout`) gives the last rank its ``last_stage_layers``, the model's last ones; every other
-    rank holds the busiest other rank's count (:func:`layout_busiest_layers`), which the rule table's
-    ``layout_not_runnable`` checks against ``L - n_last`` (docs/model_memory.md "Explicit pipeline layouts").
+    rank holds the busiest other rank's count (:func:`layout_busiest_layers`), the even split of the other
+    ``L - n_last`` layers (docs/model_memory.md "Explicit pipeline layouts").
     """
     pp = row[C_PP]
     per_stage = layout_busiest_layers(row)

@@ -15,7 +15,7 @@ from fastmodel.kernels.lm.layout import (
     C_MOE_TOPK, C_N_GPUS, C_PEAK_FLOPS_8, C_PP, C_PRECISION, C_SEQ_LEN, C_TP, C_UNEVEN_STAGES, C_VP, PRECISION_FP8,
 )
 from fastmodel.kernels.lm.memory_offload import offload_conflict
-from fastmodel.kernels.lm.memory_states import layout_busiest_layers
+from fastmodel.kernels.lm.memory_states import explicit_layout
 from fastmodel.kernels.lm.moe import expert_tp, node_limit_short
 from fastmodel.kernels.lm.pipeline import is_multiple, schedule_status
 from fastmodel.registry.lm import STATUS_CODES
@@ -50,7 +50,8 @@ def plan_status_row(row):
         return ST_HEADS
     if cp > 1.0 and row[C_CP_ALGORITHM] == CP_ALLTOALL and not is_multiple(row[C_HEADS], tp * cp):
         return ST_HEADS
-    if not is_multiple(row[C_LAYERS], pp * row[C_VP]) and row[C_UNEVEN_STAGES] <= 0.0:
+    # an explicit layout places every layer itself: Megatron-Core asks no divisibility of it (§11.25)
+    if not is_multiple(row[C_LAYERS], pp * row[C_VP]) and row[C_UNEVEN_STAGES] <= 0.0 and not explicit_layout(row):
         return ST_LAYERS
     micro_batches = row[C_GLOBAL_BATCH] / (row[C_MICRO_BATCH] * dp)
     if micro_batches < 1.0 or not is_multiple(micro_batches, 1.0):
@@ -84,24 +85,21 @@ def plan_status_row(row):
 
 @njit
 def layout_broken(row):
-    """True when ``last_stage_layers`` (an explicit pipeline layout's last rank, docs/model.md §11.22) cannot be
-    read: set (not the -1 default) but negative or fractional; without a pipeline; above the model's layers; with
-    ``embedding_loss_in_split`` (Megatron-Core's TransformerConfig refuses ``pipeline_model_parallel_layout`` beside
-    ``account_for_embedding/loss_in_pipeline_split``); or leaving the other ``p - 1`` ranks ``L - n_last`` layers
-    outside ``[n_mid, (p - 1) n_mid]``, n_mid the busiest other rank's count (``layout_busiest_layers``:
-    ``max(layers_per_stage, ceil((L - n_last) / (p - 1)))``, ``L - n_last`` at pp = 2) at which the step and
-    memory models charge the busiest of them (so at pp > 2 only an ``L - n_last`` below the default split's busiest
-    is refused) (``fastmodel.lm.rules.layout_reason`` says which)."""
+    """True when ``last_stage_layers`` (an explicit pipeline layout's last rank, docs/model.md §11.22, §11.25)
+    states a layout Megatron-Core refuses (NVIDIA/Megatron-LM@0823c73): set (not the -1 default) but not a whole
+    number >= 0 (no layout string says it); above the model's layers, or at pp = 1 other than all of them
+    (``PipelineParallelLayerLayout.validate_layer_layout``: the layout's decoder layers must match ``num_layers``);
+    beside ``embedding_loss_in_split`` (TransformerConfig: "pipeline_model_parallel_layout cannot be set with other
+    pipeline layout arguments"). Short and empty stages run, so every count 0 .. L at pp > 1 is accepted
+    (``fastmodel.lm.rules.layout_reason`` says which rule)."""
     n = row[C_LAST_STAGE_LAYERS]
     if n == -1.0:
         return False
-    if n < 0.0 or not is_multiple(n, 1.0) or row[C_PP] <= 1.0 or n > row[C_LAYERS]:
+    if n < 0.0 or not is_multiple(n, 1.0) or n > row[C_LAYERS]:
         return True
     if row[C_EMBEDDING_LOSS_IN_SPLIT] > 0.0:
         return True
-    rest = row[C_LAYERS] - n
-    busiest = layout_busiest_layers(row)
-    return rest < busiest - 1e-9 or rest > (row[C_PP] - 1.0) * busiest + 1e-9
+    return row[C_PP] <= 1.0 and abs(n - row[C_LAYERS]) > 0.5
 
 
 @njit(parallel=True)

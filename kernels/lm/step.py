@@ -208,11 +208,39 @@ def tied_head_copy(row):
     return 0.0
 
 
+#: which end of the model the rank of :func:`_data_parallel_step` holds beside its layers
+END_LARGER, END_FIRST, END_LAST = -1.0, 0.0, 1.0
+
+
 @njit
-def _data_parallel_step(row, work, per_stage, head_params, micro_batches, stage_mb, out):
+def _data_parallel_ranks(row, work, head_params, micro_batches, stage_mb, out):
+    """The data-parallel step (:func:`_data_parallel_step`) of the rank whose reduction and optimizer take
+    longest, into ``out``; returns its critical-path seconds. Without an explicit layout: the busiest rank's
+    ``layers_per_stage`` beside the larger end of the model. Under one (docs/model.md §11.25): the first rank's
+    ``n_mid`` layers with the embedding or the last rank's ``n_last`` with the head and MTP modules, each with
+    the layers it holds, the slower of the two (a middle rank holds rank 0's layers without its embedding)."""
+    if not explicit_layout(row) or model_copies(row) > 1.0:
+        return _data_parallel_step(row, work, layers_per_stage(row), head_params, micro_batches, stage_mb, out,
+                                   END_LARGER)
+    first = _data_parallel_step(row, work, layout_busiest_layers(row), head_params, micro_batches, stage_mb, out,
+                                END_FIRST)
+    comm, exposed, optimizer = out[R_COMM_DP], out[R_EXPOSED_DP], out[R_TIME_OPTIMIZER]
+    last = _data_parallel_step(row, work, row[C_LAST_STAGE_LAYERS], head_params, micro_batches, stage_mb, out,
+                               END_LAST)
+    if last >= first:
+        return last
+    out[R_COMM_DP] = comm
+    out[R_EXPOSED_DP] = exposed
+    out[R_TIME_OPTIMIZER] = optimizer
+    return first
+
+
+@njit
+def _data_parallel_step(row, work, per_stage, head_params, micro_batches, stage_mb, out, end):
     """Data-parallel gradient reduction and parameter gather once per step (with ``reduce_every_microbatch``
     the earlier micro-batches' reductions too, each beside the next micro-batch's ``stage_mb``), and the
-    optimizer step, into ``out``; returns their critical-path seconds."""
+    optimizer step, into ``out``, of a rank of ``per_stage`` layers and the model's ``end`` (``END_*``: the
+    larger of the two, the embedding, the head); returns their critical-path seconds."""
     p = row[C_PP]
     t = row[C_TP]
     params = work[A_PARAMS]
@@ -227,7 +255,7 @@ def _data_parallel_step(row, work, per_stage, head_params, micro_batches, stage_
         ends = embedding_params + last_end
         holds_last = True       # DualPipe: rank 0 holds the embedding and the last stage (head, MTP)
     elif p > 1.0:
-        holds_last = last_end >= embedding_params
+        holds_last = last_end >= embedding_params if end == END_LARGER else end == END_LAST
         ends = last_end if holds_last else embedding_params
     else:
         ends = embedding_params + last_end
@@ -269,7 +297,7 @@ def _data_parallel_step(row, work, per_stage, head_params, micro_batches, stage_
     if row[C_OPTIMIZER] == OPT_MUON:
         # Muon on the layers' matrices, AdamW on the rest (kernels/lm/muon.py): its passes replace the AdamW
         # kernel's over the matrices the device holds
-        dense, moe, mtp = stage_layers(row, row[C_PP] - 1.0)
+        dense, moe, mtp = stage_layers(row, 0.0 if end == END_FIRST else row[C_PP] - 1.0)
         dense, moe = mtp_stage_layers(row, dense, moe, mtp)
         optimizer, muon_bytes, muon_params = muon_step(row, dense, moe, stored_grad_bytes(row), mtp)
         matrices = muon_params * min(1.0, local_params / max(stage_params, 1.0))
@@ -353,7 +381,8 @@ def step_row(row, work, out):
     head_tp = share * (1.0 + TP_BACKWARD_PASSES) * work[W_TP]
     bubble = host_bound_bubble(row, average_mb, forward, weight)
     pp_comm, pp_exposed = pipeline_p2p(row, micro_batches)
-    outside = _data_parallel_step(row, work, layers_per_stage(row), head_params, micro_batches, stage_mb, out)
+    outside = _data_parallel_ranks(row, work, head_params, micro_batches, stage_mb, out)
+    # per-layer FSDP runs without a pipeline only (passes.per_layer_fsdp), so never under an explicit layout
     fsdp_exposed = _fsdp_step(row, work, micro_batches, layers_per_stage(row), out)
     host_wait = micro_batches * host_wait_per_microbatch(row, per_stage, stage_mb)
     step = micro_batches * stage_mb + host_wait + bubble + fsdp_exposed + pp_exposed + outside \

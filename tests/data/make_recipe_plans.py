@@ -147,13 +147,13 @@ def recipe_layout(model: str, gpu: str, cfg, pp: int, vp: int) -> str | None:
 
 def last_stage_layers(layout: str, pp: int, layers: int) -> int:
     """Decoder layers of the last pipeline rank (virtual stages r, r + pp, ..., Megatron-Core's 1D-to-2D
-    conversion, the file above lines 47-52); checks that the busiest other rank holds the uneven split's
-    ceil(L / (pp vp)) vp layers, what fastmodel charges a middle rank (docs/model.md §11.22)."""
+    conversion, the file above lines 47-52); checks that the busiest other rank holds the even split of the rest,
+    ceil((L - n_last) / (pp - 1)) layers, what fastmodel charges a middle rank (docs/model.md §11.22, §11.25)."""
     stages = expand_layout(layout)
     vp = len(stages) // pp
     per_rank = [sum(stages[v * pp + r].count("t") for v in range(vp)) for r in range(pp)]
     assert sum(per_rank) == layers, (layout, per_rank)
-    assert max(per_rank[:-1]) == -(-layers // (pp * vp)) * vp, (layout, per_rank)
+    assert max(per_rank[:-1]) == -(-(layers - per_rank[-1]) // (pp - 1)), (layout, per_rank)
     return per_rank[-1]
 
 

@@ -77,33 +77,31 @@ def _status(**values):
     return plan_status_row(row(**{**BASE, "global_batch": 32, **values}))
 
 
-def test_a_layout_the_model_cannot_read_is_layout_not_runnable():
+def test_a_layout_megatron_core_refuses_is_layout_not_runnable():
     from fastmodel.registry.lm import STATUS_CODES
     bad = STATUS_CODES["layout_not_runnable"]
-    # 7 layers on 4 ranks, the default split's busiest 2 layers: n_mid = max(2, ceil((7 - n_last) / 3))
-    assert [_status(last_stage_layers=n) for n in (-1, 1, 3, 5)] == [0, 0, 0, 0]
-    assert _status(last_stage_layers=0) == 0              # 7 layers left: n_mid = 3, the others hold 3, 2, 2
-    assert _status(last_stage_layers=6) == bad            # 1 layer left, fewer than the busiest count 2
+    # 7 layers on 4 ranks: every count 0 .. 7 runs (short and empty stages, docs/model.md §11.25)
+    assert [_status(last_stage_layers=n) for n in (-1, 0, 1, 3, 5, 6, 7)] == [0] * 7
     assert _status(last_stage_layers=float("nan")) == bad and _status(last_stage_layers=float("inf")) == bad
     assert _status(last_stage_layers=8) == bad            # above the model's 7 layers
     assert _status(last_stage_layers=1.5) == bad          # not a whole number of layers
     assert _status(last_stage_layers=-2) == bad           # negative but not the -1 default
     assert _status(last_stage_layers=1, embedding_loss_in_split=1) == bad    # Megatron-Core refuses the pair
-    assert _status(last_stage_layers=1, pp=1, dp=16) == bad                   # no pipeline to lay out
-    assert _status(pp=1, dp=16) == 0
+    assert _status(last_stage_layers=1, pp=1, dp=16) == bad                   # pp 1: the one rank holds all 7
+    assert _status(last_stage_layers=7, pp=1, dp=16) == 0 and _status(pp=1, dp=16) == 0
 
 
 def test_a_single_plan_with_a_bad_layout_is_one_line_naming_the_field():
     from fastmodel.errors import PlanError
     from fastmodel.lm.rules import check_plan
     with pytest.raises(PlanError, match=r"^r\.json: plan: illegal plan \(layout_not_runnable\): "
-                                        r"plan\.last_stage_layers = 8 exceeds the model's 7 layers$"):
+                                        r"plan\.last_stage_layers = 8 exceeds the model's 7 layers \(Megatron-Core "
+                                        r"validate_layer_layout: a layout's decoder layers must match num_layers\)$"):
         check_plan(row(**{**BASE, "global_batch": 32, "last_stage_layers": 8}), "r.json: plan")
-    with pytest.raises(PlanError, match=r"last_stage_layers = 1 needs pp > 1"):
+    with pytest.raises(PlanError, match=r"last_stage_layers = 1 at pp = 1: the one pipeline rank builds all the "
+                                        r"model's 7 layers"):
         check_plan(row(**{**BASE, "global_batch": 32, "last_stage_layers": 1, "pp": 1, "dp": 16}))
-    with pytest.raises(PlanError, match=r"leaves 1 of the model's 7 layers to the other 3 ranks, fewer than the "
-                                        r"default split's busiest rank's 2"):
-        check_plan(row(**{**BASE, "global_batch": 32, "last_stage_layers": 6}))
+    check_plan(row(**{**BASE, "global_batch": 32, "last_stage_layers": 6}))      # 1 layer on 3 ranks: runs
     # NaN and inf give the reason line, not a crash in int()
     for bad in (float("nan"), float("inf")):
         with pytest.raises(PlanError, match=r"last_stage_layers = (nan|inf): a whole number of decoder layers"):
@@ -111,13 +109,14 @@ def test_a_single_plan_with_a_bad_layout_is_one_line_naming_the_field():
 
 
 def test_layout_reason_reads_whole_numbers_as_the_kernel_does():
-    """The kernel's is_multiple takes 6 + 1e-12 as the whole number 6 (1e-9 relative): the reason names the rule
-    the kernel broke (too few layers left), not a fractional count."""
+    """The kernel's is_multiple takes 8 + 1e-12 as the whole number 8 (1e-9 relative): the reason names the rule
+    the kernel broke (more than the model's 7 layers), not a fractional count."""
     from fastmodel.kernels.lm.rules import layout_broken
     from fastmodel.lm.rules import layout_reason
-    columns = row(**{**BASE, "global_batch": 32, "last_stage_layers": 6 + 1e-12})
+    columns = row(**{**BASE, "global_batch": 32, "last_stage_layers": 8 + 1e-12})
     assert layout_broken(columns)
-    assert "fewer than the default split's busiest" in layout_reason(columns)
+    assert "exceeds the model's 7 layers" in layout_reason(columns)
+    assert not layout_broken(row(**{**BASE, "global_batch": 32, "last_stage_layers": 6 + 1e-12}))
     assert "whole number" in layout_reason(row(**{**BASE, "global_batch": 32, "last_stage_layers": 5.5}))
 
 
@@ -138,9 +137,10 @@ def test_at_pp2_every_last_stage_count_megatron_runs_is_accepted_and_charged_by_
     # n_last 2: rank 0's 6 layers lead; n_last 4 (the default split): 4 t_layer + t_head
     assert _per_microbatch(**values, last_stage_layers=2) == pytest.approx(
         _per_microbatch(**values) + 2 * t_layer - t_head, rel=1e-9)
-    # p > 2 keeps the default split's floor: 7 layers on 4 ranks with n_last 0 charge the others ceil(7 / 3) = 3
+    # p > 2: the other ranks split the rest evenly, 7 layers on 4 ranks with n_last 0 charge them ceil(7 / 3) = 3
     assert layout_busiest_layers(row(**{**BASE, "global_batch": 32, "last_stage_layers": 0})) == 3
     assert layout_busiest_layers(row(**{**BASE, "global_batch": 32, "last_stage_layers": 3})) == 2
+    assert layout_busiest_layers(row(**{**BASE, "global_batch": 32, "last_stage_layers": 5})) == 1   # was 2
 
 
 # --- memory: the last rank holds the layers the layout states (kernels/lm/memory_states.py stage_layers,
