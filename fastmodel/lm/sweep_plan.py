@@ -37,7 +37,7 @@ class LMSweepPlan(SweepPlan):
         self.model, self.cluster, self.execution = model, cluster, execution
         self.global_batch, self.only_fitting = int(global_batch), bool(only_fitting)
         self.calibration = as_calibration(calibration)
-        axes = dict(axes or {})
+        axes = {name: _one_or_many(name, values) for name, values in (axes or {}).items()}
         nodes = axes.get("num_nodes", [cluster.num_nodes])
         max_gpus = int(max(nodes) * cluster.gpus_per_node) if len(nodes) else cluster.n_gpus
         check_degree_axes(list(axes))
@@ -133,3 +133,13 @@ def _coordinate_attrs(name: str) -> dict:
         units = COLUMNS[COLUMN_INDEX[name]].units
         return {"field": name, **({"units": units} if units not in ("1", "code") else {})}
     return {"field": name}
+
+
+def _one_or_many(name: str, values: Any) -> Any:
+    """An axis's values as ``fastmodel.sweep`` documents them: a scalar (a number, or one plan string other than
+    ``'all'``) is a one-point axis; lists, arrays and ``plan = 'all'`` pass unchanged."""
+    if isinstance(values, (str, bytes)):
+        return values if name == MESH_AXIS and values == "all" else [values]
+    if isinstance(values, (int, float, np.integer, np.floating)):
+        return [values]
+    return values

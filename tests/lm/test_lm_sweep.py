@@ -232,3 +232,14 @@ def test_a_plan_in_any_case_or_with_spaces_is_the_same_mesh_and_dp_is_named():
         parse_mesh("tp8.dp8")
     with pytest.raises(SweepError, match=r"'pq4' is not a degree like tp8"):
         parse_mesh("tp8.pq4")
+
+
+def test_a_scalar_axis_is_a_one_point_axis_as_fastmodel_sweep_documents():
+    """``fastmodel.sweep``'s docstring: an axis is "a list, a scalar, or a range". A scalar number of nodes or a
+    single plan string is the one-point list (it crashed with a TypeError on ``len(4)`` before)."""
+    import fastmodel as fm
+
+    scalar = fm.sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", axes={"num_nodes": 4, "plan": "tp2.pp2"})
+    listed = fm.sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", axes={"num_nodes": [4], "plan": ["tp2.pp2"]})
+    assert scalar.step_time.sizes == listed.step_time.sizes == {"num_nodes": 1, "plan": 1}
+    assert float(scalar.step_time.item()) == float(listed.step_time.item()) > 0
