@@ -1,4 +1,5 @@
-"""Columns of PyTorch-native stacks' kernels: PyTorch SDPA's FlashAttention-2 backend, DTensor TP plans.
+"""Columns of PyTorch-native stacks' kernels: PyTorch SDPA's FlashAttention-2 backend, DTensor TP plans, FSDP1's
+gradient passes.
 
 Rows of ``fastmodel.registry.lm`` (name, units, default, doc, lo, hi, fittable, option), kept here so the registry
 module stays readable. docs/model.md §11.3 ("Attention through PyTorch SDPA") gives the equation and sources;
@@ -16,6 +17,11 @@ SDPA_PLAN_ROWS = (
      "projection on its own (DTensor ColwiseParallel on q, k, v and on gate, up: 3 + 2 per layer, docs/model.md "
      "§11.6 'Per-projection TP'); 0: one redistribution before attention and one before the MLP (Megatron's f "
      "operator, TorchTitan's PrepareModuleInput). Set by the stack.", 0, 1, False, "flag"),
+    ("fsdp1_grad_passes", "1", 0, "Memory-bound passes (each a read + write of 2 B per element) FSDP1 runs over "
+     "each unit's unsharded 16-bit gradient on the compute stream before its reduce-scatter, once per micro-batch "
+     "(docs/model.md §11.26): autograd's concatenation of the views' gradients into the FlatParameter's "
+     "(split_with_sizes backward: cat) and the predivide div_ (_reduce_grad, _div_if_needed). 2: FSDP1; 0: other "
+     "stacks (FSDP2's copy-in is fsdp_copy_out's). Set by the stack.", 0, 4, False, "number"),
 )
 
 SDPA_DEVICE_ROWS = (

@@ -8,7 +8,7 @@ hidden behind the compute it overlaps with (:func:`exposed`).
 from fastmodel.kernels.roofline import memory_bound_time
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.layout import (
-    C_COLLECTIVE_BUCKET_BYTES, C_COMM_SM_SHARE, C_FP8_PARAMS, C_FSDP_COPY_OUT, C_GRAD_ALLREDUCE, C_GRAD_REDUCE_BYTES,
+    C_COLLECTIVE_BUCKET_BYTES, C_COMM_SM_SHARE, C_FSDP1_GRAD_PASSES, C_FP8_PARAMS, C_FSDP_COPY_OUT, C_GRAD_ALLREDUCE, C_GRAD_REDUCE_BYTES,
     C_OVERLAP_GRAD_REDUCE, C_OVERLAP_PARAM_GATHER, C_PARAM_FETCH_BW, C_PP, C_REDUCE_EVERY_MICROBATCH, C_SHARDING,
     SHARD_DDP, SHARD_FSDP,
 )
@@ -46,6 +46,15 @@ def fsdp_reduce_copy_in_time(row, layer_params):
     if row[C_FSDP_COPY_OUT] <= 0.0:
         return 0.0
     return memory_bound_time(row, layer_params * (GRAD_BYTES_16 + row[C_GRAD_REDUCE_BYTES]))
+
+
+@njit
+def fsdp1_grad_pass_time(row, layer_params):
+    """FSDP1's passes over one unit's unsharded 16-bit gradient before its reduce-scatter, on the compute stream
+    (docs/model.md §11.26): ``fsdp1_grad_passes`` x (read + write 2 B) per element -- autograd's ``cat`` of the
+    views' gradients into the FlatParameter's gradient (its views come from ``torch.split``) and the predivide
+    ``div_`` of ``_reduce_grad``. 0 unless ``fsdp1_grad_passes``."""
+    return memory_bound_time(row, row[C_FSDP1_GRAD_PASSES] * 2.0 * GRAD_BYTES_16 * layer_params)
 
 
 @njit

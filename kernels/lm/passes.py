@@ -33,7 +33,7 @@ from fastmodel.kernels.lm.layout import (
     C_GATED_MLP, C_SEQUENCE_PARALLEL, C_TP_PER_PROJECTION,
 )
 from fastmodel.kernels.lm.parallel import (
-    exposed, fsdp_copy_out_time, fsdp_layer_exposed, fsdp_reduce_copy_in_time, hook_fetch_time, param_bytes,
+    exposed, fsdp1_grad_pass_time, fsdp_copy_out_time, fsdp_layer_exposed, fsdp_reduce_copy_in_time, hook_fetch_time, param_bytes,
 )
 from fastmodel.kernels.nccl import bucketed_allgather_time
 from fastmodel.kernels.roofline import memory_bound_time
@@ -144,7 +144,10 @@ def _add_layer_kind(row, weight, full, selective, fsdp, work):
     # FSDP2 copies: each gather out of its buffer, the gradients into the reduce-scatter buffer (a real shard group)
     sharded = fsdp and fsdp_shard_group(row) > 1.0
     copy = fsdp_copy_out_time(row, work[W_PARAMS]) if sharded else 0.0
-    copy_in = fsdp_reduce_copy_in_time(row, work[W_PARAMS]) if sharded else 0.0
+    # FSDP1: the flat gradient's cat and predivide passes (fsdp1_grad_passes, 0 otherwise)
+    copy_in = 0.0
+    if sharded:
+        copy_in = fsdp_reduce_copy_in_time(row, work[W_PARAMS]) + fsdp1_grad_pass_time(row, work[W_PARAMS])
     # a MoE layer's forward-only seconds (GPU idle after host syncs, einsum gating passes) run in each forward it
     # runs (forward, recomputed forward); its backward-only memory-bound seconds (W_BACKWARD_MEM) in the backward
     forward_only = work[W_FORWARD_ONLY]

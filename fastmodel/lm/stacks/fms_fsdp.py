@@ -15,6 +15,10 @@ using PyTorch FSDP" (IBM + Meta, 2024-03-13) was published, foundation-model-sta
   the all-gather output (no copy-out); activation checkpointing by ``apply_activation_checkpointing`` with the
   non-reentrant wrapper over whole ``LLaMABlock`` s (``fms_fsdp/policies/ac_handler.py``).
 
+- FSDP1's two passes over each unit's unsharded BF16 gradient before its reduce-scatter, autograd's ``cat`` of the
+  ``torch.split`` views' gradients and the predivide ``div_`` of ``_reduce_grad`` (``fsdp1_grad_passes = 2``,
+  docs/model.md §11.26).
+
 Everything else is the ``pytorch-fsdp`` 2.x profile's: eager element-wise kernels, op-level selective recompute,
 attention through SDPA's FlashAttention-2.
 """
@@ -25,7 +29,7 @@ from fastmodel.lm.stacks.base import StackProfile
 
 def defaults(execution, framework: str | None) -> dict:
     values = pytorch_fsdp.defaults(execution, framework)
-    values.update({"fsdp_copy_out": False, "grad_reduce_dtype": "bf16"})
+    values.update({"fsdp_copy_out": False, "grad_reduce_dtype": "bf16", "fsdp1_grad_passes": 2})
     return values
 
 

@@ -1,0 +1,59 @@
+"""FSDP1's passes over each unit's unsharded gradient before its reduce-scatter (``fsdp1_grad_passes``, docs/model.md
+§11.26, issue 26): autograd's ``cat`` of the views' gradients into the FlatParameter's gradient and the predivide
+``div_``, each a read + write of the 16-bit gradient, derived by hand."""
+
+import pytest
+
+from fastmodel.kernels.lm.parallel import fsdp1_grad_pass_time
+from fastmodel.lm.engine import evaluate_table
+from fastmodel.lm.execution import ExecutionSpec
+from fastmodel.lm.stacks import resolve
+from fastmodel.lm.table import row, table
+
+H100 = dict(peak_flops_16=989e12, gemm_eff_16=0.75, sm_count=132, gemm_tile_m=128, gemm_tile_n=256,
+            gemm_k_half=128, kernel_overhead_s=4e-6, hbm_bw=3.35e12, hbm_eff=0.8, attn_eff=0.45)
+NET = dict(domain_size=8, intra_bw=450e9, intra_eff=0.8, intra_latency=3e-6, inter_bw=12.5e9, inter_eff=0.85,
+           inter_latency=8e-6)
+# Llama 2 7B as the IBM blog ran it: HSDP, 8-GPU shards, batch 2 of 4,096 tokens, one micro-batch per step
+LLAMA7B = dict(layers=32, hidden=4096, ffn=11008, heads=32, kv_heads=32, head_dim=128, vocab=32000, seq_len=4096,
+               gated_mlp=1, n_gpus=16, micro_batch=2, global_batch=32, tp=1, pp=1, dp=16, sharding="hsdp",
+               shard_degree=8, grad_reduce_bytes=2, **H100, **NET)
+FMS = "PyTorch FSDP (post-2.2 nightly) + SDPA FlashAttention-2 (fms-fsdp)"
+
+
+def one(**values):
+    return {k: v[0] for k, v in evaluate_table(table(1, **values)).items()}
+
+
+def test_one_units_passes_read_and_write_its_bf16_gradient_twice():
+    # a 7B layer: 4 h^2 attention + 3 h ffn MLP + 2 h norms = 202,383,360 elements; cat + div_: 2 x (2 + 2) B each
+    params = 4 * 4096**2 + 3 * 4096 * 11008 + 2 * 4096
+    assert params == 202_383_360
+    assert fsdp1_grad_pass_time(row(**H100, fsdp1_grad_passes=2), params) == pytest.approx(
+        params * 8 / (3.35e12 * 0.8), rel=1e-12)            # 0.604 ms per layer and micro-batch
+    assert fsdp1_grad_pass_time(row(**H100, fsdp1_grad_passes=0), params) == 0.0
+
+
+def test_a_step_charges_them_once_per_layer_and_micro_batch():
+    with_passes, without = one(**LLAMA7B, fsdp1_grad_passes=2), one(**LLAMA7B, fsdp1_grad_passes=0)
+    layer = 4 * 4096**2 + 3 * 4096 * 11008 + 2 * 4096
+    expected = 32 * layer * 8 / (3.35e12 * 0.8)              # 1 micro-batch x 32 layers: 19.3 ms
+    assert with_passes["time_memory_bound"] - without["time_memory_bound"] == pytest.approx(expected, rel=1e-3)
+    assert with_passes["step_time"] - without["step_time"] == pytest.approx(expected, rel=1e-2)
+    # two micro-batches per step: FSDP1 reduce-scatters after every backward, so twice the passes
+    twice = {**LLAMA7B, "global_batch": 64}
+    doubled = one(**twice, fsdp1_grad_passes=2)["time_memory_bound"] - one(**twice)["time_memory_bound"]
+    assert doubled == pytest.approx(2 * expected, rel=1e-3)
+
+
+def test_unsharded_data_parallel_runs_no_fsdp_passes():
+    plain = {**LLAMA7B, "sharding": "ddp", "shard_degree": 1}
+    assert one(**plain, fsdp1_grad_passes=2)["time_memory_bound"] == pytest.approx(
+        one(**plain)["time_memory_bound"], rel=1e-12)
+
+
+def test_the_fms_fsdp_profile_sets_two_passes_and_fsdp2_stacks_none():
+    fms = resolve(ExecutionSpec(framework=FMS, sharding="hsdp"), pp=1, layers=32)
+    titan = resolve(ExecutionSpec(framework="TorchTitan (FSDP2)", sharding="fsdp"), pp=1, layers=32)
+    assert fms.fsdp1_grad_passes == 2
+    assert not titan.fsdp1_grad_passes
