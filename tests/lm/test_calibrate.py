@@ -18,6 +18,8 @@ from fastmodel.lm.calibrate.overlay import (
     FRAMEWORK_FIELDS,
     STACK_FIELDS,
     canonical_device,
+    record_stack_key,
+    stack_key,
     stack_name,
     to_toml,
 )
@@ -43,7 +45,7 @@ def synthetic(records, truth):
     table = np.stack([r.columns for r in records], axis=1).copy()
     for i, r in enumerate(records):
         for (group, column), value in truth.items():
-            if group in (canonical_device(r.gpu), f"stack:{stack_name(r.raw.get('framework'))}"):
+            if group in (canonical_device(r.gpu), f"stack:{record_stack_key(r)}"):
                 table[C[column], i] = value
     steps = evaluate_table(table)["step_time"]
     return [dataclasses.replace(r, measured={"step_time_s": float(s)}) for r, s in zip(records, steps)]
@@ -81,15 +83,15 @@ def test_synthetic_runs_recover_a_software_stack_and_a_device_beside_it(records)
     # what its other runs (fms-fsdp, Llama 3) show beside them. H100, not A100: since fms-fsdp's BF16 gradient
     # reduction and 13B full shard (issue 26), A100 inter_eff at 0.60 moves no run by more than 4% and is not
     # separable from the Megatron-DeepSpeed stack's share; H100's moves ten MLPerf and Llama 3 runs by 12-34%
-    truth = {("stack:nemo", "stack_compute_eff"): 0.88, (H100, "inter_eff"): 0.60}
+    truth = {("stack:megatron-core", "stack_compute_eff"): 0.88, (H100, "inter_eff"): 0.60}
     result = fit(synthetic(records, truth), prior=0.0)
     got = fitted(result)
     for key, value in truth.items():
         assert key in got, key
         assert got[key].value == pytest.approx(value, rel=2e-3), key
-    assert got[("stack:nemo", "stack_compute_eff")].label == 'stack."nemo".compute_eff'
+    assert got[("stack:megatron-core", "stack_compute_eff")].label == 'stack."megatron-core".compute_eff'
     cal = result.calibration()
-    assert cal.stacks["nemo"]["stack_compute_eff"] == pytest.approx(0.88, rel=2e-3)
+    assert cal.stacks["megatron-core"]["stack_compute_eff"] == pytest.approx(0.88, rel=2e-3)
     assert result.cost_after < 1e-8 < result.cost_before
 
 
@@ -100,12 +102,12 @@ def test_five_small_runs_recover_their_stack_host_issue_time():
     host_layer_s, which would replace it, physical (identify.replaced_terms)."""
     small = sorted(read_records(RUNS.parent / "runs_dev_small.jsonl"), key=lambda r: r.id)
     five = [r for r in small if r.columns[C["micro_batch"]] <= 2.0][:5]
-    truth = {("stack:megatron-lm", "host_op_s"): 1.6e-3 / 60}
+    truth = {("stack:megatron-2021", "host_op_s"): 1.6e-3 / 60}
     result = fit(synthetic(five, truth), prior=0.0)
     got = fitted(result)
-    assert got[("stack:megatron-lm", "host_op_s")].value == pytest.approx(1.6e-3 / 60, rel=1e-2)
-    assert got[("stack:megatron-lm", "host_op_s")].label == 'stack."megatron-lm".host_op_s'
-    held = {p.column: p.status for p in result.parameters if p.stack == "megatron-lm"}
+    assert got[("stack:megatron-2021", "host_op_s")].value == pytest.approx(1.6e-3 / 60, rel=1e-2)
+    assert got[("stack:megatron-2021", "host_op_s")].label == 'stack."megatron-2021".host_op_s'
+    held = {p.column: p.status for p in result.parameters if p.stack == "megatron-2021"}
     assert held["host_layer_s"].startswith("would replace the counted issue time")
 
 
@@ -204,27 +206,69 @@ def test_stack_name_is_the_framework_without_versions_or_details(framework, stac
     assert stack_name(framework) == stack
 
 
+@pytest.mark.parametrize("framework, stack, key", [
+    # the profile the model resolves, whatever the text's head says (the former text key in the comment)
+    ("PyTorch FSDP (post-2.2 nightly) + SDPA FlashAttention-2 (fms-fsdp)", None, "fms-fsdp"),   # "pytorch fsdp"
+    ("PyTorch 1.10 FSDP (minGPT), FP16, SGD", None, "pytorch-fsdp"),                           # "pytorch fsdp"
+    ("NeMo (MLPerf v3.1 submission, NGC 23.09)", None, "megatron-core"),                       # "nemo"
+    ("Megatron-DeepSpeed (3D)", None, "megatron-2021"),                                       # "megatron-deepspeed"
+    ("OLMo-core (TorchTitan FSDP2)", None, "torchtitan"),                                     # "olmo-core"
+    ("DeepSpeed 0.3 ZeRO-3", "megatron-2021", "megatron-2021"),   # an explicit stack wins over the text
+    # a text naming no profile: its own key under default; no text, no key (an explicit default adds none)
+    ("llm.c train_gpt2cu (commit 7d4ba62)", None, "default:llm.c train_gpt2cu"),
+    ("HAI-LLM", "default", "default:hai-llm"),
+    (None, None, None), (None, "default", None), ("(unknown)", None, None),
+])
+def test_stack_key_is_the_resolved_profile(framework, stack, key):
+    assert stack_key(framework, stack) == key
+
+
+def test_an_fms_fsdp_run_and_a_pytorch_fsdp_run_are_calibrated_apart(records):
+    """The review finding (MEDIUM): the fms-fsdp rows and the PyTorch 1.10 FSDP row all reduce to the text key
+    "pytorch fsdp"; the model runs them under two profiles (fms-fsdp: BF16 gradient reduction, no copy-out;
+    pytorch-fsdp 1.x: no flash attention, dropout), so the fit gives them two stack parameters, and a table of
+    one reaches only its own runs."""
+    fms = [r for r in records if r.stack == "fms-fsdp"]
+    old = [r for r in records if r.stack == "pytorch-fsdp"]
+    assert fms and old and {stack_name(r.raw.get("framework")) for r in fms + old} == {"pytorch fsdp"}
+    params = fit_module.candidate_parameters(fms + old)
+    groups = {p.group: set(p.rows.tolist()) for p in params if p.column == "stack_compute_eff"}
+    assert groups == {"stack:fms-fsdp": set(range(len(fms))),
+                      "stack:pytorch-fsdp": set(range(len(fms), len(fms + old)))}
+    cal = Calibration(header={"format": 2, "fitted_on": "x", "fitted_at": "now"},
+                      stacks={"fms-fsdp": {"stack_compute_eff": 0.81}})
+    assert all(r.columns[C["stack_compute_eff"]] == 0.81 for r in apply_calibration(fms, cal))
+    assert all(r.columns[C["stack_compute_eff"]] == 1.0 for r in apply_calibration(old, cal))
+
+
+def test_every_record_key_is_the_profile_its_columns_were_lowered_with(records):
+    for r in records:
+        key = record_stack_key(r)
+        assert key == r.stack or (r.stack == "default" and (key is None or key.startswith("default:"))), r.id
+
+
 def test_stack_tables_round_trip_through_toml(records):
-    cal = Calibration(header={"format": 1, "fitted_on": "x", "fitted_at": "now"},
-                      stacks={"pytorch fsdp": {"stack_compute_eff": 0.81}})
+    cal = Calibration(header={"format": 2, "fitted_on": "x", "fitted_at": "now"},
+                      stacks={"fms-fsdp": {"stack_compute_eff": 0.81}, "default:llm.c": {"host_layer_s": 0.002}})
     text = to_toml(cal)
-    assert '[stack."pytorch fsdp"]\ncompute_eff = 0.81' in text
+    assert '[stack."fms-fsdp"]\ncompute_eff = 0.81' in text
+    assert '[stack."default:llm.c"]\nhost_layer_s = 0.002' in text
     back = parse_calibration(tomllib.loads(text))
     assert back.stacks == cal.stacks
-    fsdp = [r for r in records if stack_name(r.raw.get("framework")) == "pytorch fsdp"]
-    other = [r for r in records if stack_name(r.raw.get("framework")) != "pytorch fsdp"]
+    fsdp = [r for r in records if r.stack == "fms-fsdp"]
+    other = [r for r in records if r.stack != "fms-fsdp"]
     assert fsdp and other
     assert all(r.columns[C["stack_compute_eff"]] == 0.81 for r in apply_calibration(fsdp, back))
     assert all(r.columns[C["stack_compute_eff"]] == 1.0 for r in apply_calibration(other, back))
 
 
 def test_a_stack_left_physical_is_noted_under_its_stack_not_as_a_device():
-    cal = Calibration(header={"format": 1, "fitted_on": "x", "fitted_at": "now"})
-    text = to_toml(cal, device_notes={"stack:nemo": ["left physical (1): compute_eff: too weak"]})
-    assert '[stack."nemo"]\n# left physical (1): compute_eff: too weak' in text
+    cal = Calibration(header={"format": 2, "fitted_on": "x", "fitted_at": "now"})
+    text = to_toml(cal, device_notes={"stack:megatron-core": ["left physical (1): compute_eff: too weak"]})
+    assert '[stack."megatron-core"]\n# left physical (1): compute_eff: too weak' in text
     assert "[device." not in text
     back = parse_calibration(tomllib.loads(text))
-    assert back.devices == {} and back.stacks == {"nemo": {}}
+    assert back.devices == {} and back.stacks == {"megatron-core": {}}
 
 
 def test_no_calibration_applies_nothing(records):
@@ -270,7 +314,7 @@ def test_custom_device_is_written_and_read_back(records, tmp_path):
 
 
 def test_device_with_nothing_fitted_reads_back(tmp_path):
-    cal = Calibration(header={"format": 1, "fitted_on": "x", "fitted_at": "now"})
+    cal = Calibration(header={"format": 2, "fitted_on": "x", "fitted_at": "now"})
     path = tmp_path / "cal.toml"
     path.write_text(to_toml(cal, device_notes={"MyGPU-1": ["left physical: attn_eff"], H100: ["left physical"]}))
     back = read_calibration(path)
@@ -296,7 +340,9 @@ inter.eff = 0.8
     ("inter.eff = 0.8", "inter.latency_s = -1e-6", "inter.latency_s: -1e-06 outside the physical range [0, 0.01] s"),
     ('[device."H100-SXM-80GB"]', '[device."H100-SXM-80G"]', "no built-in device of this name (did you mean 'H100-SXM-80GB'?)"),
     ("[calibration]", "[calibraton]", "calibraton: unknown table (did you mean 'calibration'?)"),
-    ("format = 1", "format = 2", "calibration.format: unsupported format 2"),
+    ("format = 1", "format = 3", "calibration.format: unsupported format 3; this fastmodel reads formats 1, 2"),
+    ("inter.eff = 0.8", 'inter.eff = 0.8\n[stack."nemo"]\ncompute_eff = 0.9',
+     'stack."nemo": format 1 keys [stack] tables by framework text, format 2 by the stack profile'),
     ('fitted_at = "2026-11-30T00:00:00Z"', "", "calibration.fitted_at: required field missing"),
     ('fitted_on = "runs.jsonl"', 'fited_on = "runs.jsonl"', "calibration.fited_on: unknown field (did you mean 'fitted_on'?)"),
     ("gemm_eff.bf16 = 0.7", "gemm_eff.bf16 = 0.7\ngemm_eff.fp16 = 0.6", "gemm_eff.fp16: gemm_eff.bf16 and gemm_eff.fp16 are one value"),
