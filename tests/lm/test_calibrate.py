@@ -293,7 +293,7 @@ def test_overlay_sets_only_its_device_and_values(records):
 
 def test_toml_round_trip_keeps_values_and_reads_back(records, tmp_path):
     result = fit(records[:20])
-    cal = result.calibration({"format": 1, "fitted_on": "dev", "fitted_at": "2026-11-30T00:00:00Z", "runs": 20})
+    cal = result.calibration({"format": 2, "fitted_on": "dev", "fitted_at": "2026-11-30T00:00:00Z", "runs": 20})
     path = tmp_path / "cal.toml"
     path.write_text(to_toml(cal, precision_names=result.precision_names))
     back = read_calibration(path)
@@ -307,7 +307,7 @@ def test_toml_round_trip_keeps_values_and_reads_back(records, tmp_path):
 def test_custom_device_is_written_and_read_back(records, tmp_path):
     raw = [dict(r.raw, system=dict(r.raw["system"], gpu="MyGPU-1")) for r in records[:12]]
     custom = [dataclasses.replace(lower_record(d), measured=r.measured) for d, r in zip(raw, records[:12])]
-    cal = fit(custom).calibration({"format": 1, "fitted_on": "x", "fitted_at": "now"})
+    cal = fit(custom).calibration({"format": 2, "fitted_on": "x", "fitted_at": "now"})
     assert "MyGPU-1" in cal.devices and cal.custom == {"MyGPU-1"}
     path = tmp_path / "cal.toml"
     path.write_text(to_toml(cal))
