@@ -1,13 +1,15 @@
 """Calibration from a handful of runs (issue 26 item 6): fit on 5 runs of one stack, predict that stack's others.
 
-For every (file, stack) group of measured runs in ``tests/data`` with at least 10 runs, the 5 runs whose ids
-have the smallest SHA-256 are the calibration set (a choice made before any fit, blind to the errors), and
+For every (file, stack) group of measured runs in ``tests/data`` with at least 10 runs -- a stack as the
+calibration keys it (``overlay.stack_key``: the resolved stack profile, ``default:TEXT`` for a framework text
+naming none; ``--group profile``: the profile alone, so every unnamed stack of a file is one group) -- the 5
+runs whose ids have the smallest SHA-256 are the calibration set (a choice made before any fit, blind to the errors), and
 the rest of the group is predicted before and after. Printed per group: step-time MAPE and median |error| of
 the predicted runs, uncalibrated and calibrated (default prior: chosen by leave-one-out on the five), the pull
 chosen, which parameters 5 runs identified (``fitted``), and which they left at their physical values with the
 reason the fit gives (those with no run of their kind, or too weak, counted).
 
-    python bench/five_run_calibrate.py [--runs 5] [--min-group 10]
+    python bench/five_run_calibrate.py [--runs 5] [--min-group 10] [--group key|profile]
 """
 
 from __future__ import annotations
@@ -28,12 +30,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5, help="runs to calibrate on per stack")
     parser.add_argument("--min-group", type=int, default=10, help="smallest stack group scored")
+    parser.add_argument("--group", choices=("key", "profile"), default="key",
+                        help="group runs by the calibration's stack key (default) or by stack profile")
     args = parser.parse_args()
 
     import numpy as np
 
     from fastmodel.lm.calibrate.fit import calibrate
-    from fastmodel.lm.calibrate.overlay import apply_calibration
+    from fastmodel.lm.calibrate.overlay import apply_calibration, record_stack_key
     from fastmodel.lm.records import read_records, with_measurements
     from fastmodel.lm.validate import rows
 
@@ -47,7 +51,7 @@ def main() -> None:
         measured, _ = with_measurements(read_records(DATA / name, refused=[]), DATA / name)
         groups = defaultdict(list)
         for record, row in zip(measured, rows(measured)):
-            groups[row["stack"]].append(record)
+            groups[str(record_stack_key(record)) if args.group == "key" else row["stack"]].append(record)
         for stack, group in sorted(groups.items()):
             if len(group) < args.min_group:
                 continue

@@ -38,7 +38,7 @@ def calibrate(runs, output, force, folds, loss, prior, seed):
     from fastmodel.io.outputs import check_output, claim_output
     from fastmodel.lm.calibrate.fit import calibrate as fit_runs
     from fastmodel.lm.calibrate.fit import objective_text
-    from fastmodel.lm.calibrate.overlay import apply_calibration, to_toml, write_calibration
+    from fastmodel.lm.calibrate.overlay import FORMAT, apply_calibration, to_toml, write_calibration
     from fastmodel.lm.calibrate.report import cross_validate, format_report, toml_annotations
     from fastmodel.lm.records import read_records, with_measurements
     from fastmodel.lm.validate import group_scores, rows
@@ -79,7 +79,7 @@ def calibrate(runs, output, force, folds, loss, prior, seed):
         return round(group_scores(table, None)[0][1].mape, 6)
 
     header = {
-        "format": 1, "fitted_on": str(runs), "runs": len(records),
+        "format": FORMAT, "fitted_on": str(runs), "runs": len(records),
         "sha256": hashlib.sha256(Path(runs).read_bytes()).hexdigest(),
         "fitted_at": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "fastmodel": __version__,

@@ -73,7 +73,7 @@ def validate(runs, output, plot_path, force, calibration, split_file):
         for record in records:
             seen.setdefault(record.gpu, set()).update(tiers_used(record.columns))
         with cli_warnings():
-            check(cal, seen, frameworks={record.raw.get("framework") for record in records})
+            check(cal, seen, software={(r.raw.get("framework"), r.raw.get("stack")) for r in records})
         records = apply_calibration(records, cal)
         click.echo(cal.describe())
     table = (rows(records) if records else []) + refused_rows(refused)

@@ -32,7 +32,7 @@ class RunRecords:
 
         self.calibration = as_calibration(calibration)  # an overlay for every record (None: physical values)
         self.seen: dict[str, set] = {}       # device -> network tiers used by the records evaluated so far
-        self.frameworks: set = set()         # the records' framework texts (their software stacks)
+        self.software: set = set()           # the records' (framework, stack): their software stacks
 
     def finish(self) -> None:
         """After the last chunk: a ``CalibrationWarning`` per device or tier the calibration does not cover."""
@@ -46,7 +46,7 @@ class RunRecords:
         elif self.calibration is not None:
             from fastmodel.lm.calibrate.use import check
 
-            check(self.calibration, self.seen, frameworks=self.frameworks)
+            check(self.calibration, self.seen, software=self.software)
 
     def claims(self, case: dict) -> bool:
         if type(case.get("model")) is not dict or type(case.get("plan")) is not dict:   # spec lines: no walk
@@ -68,7 +68,7 @@ class RunRecords:
 
             for _, record in lowered:
                 self.seen.setdefault(record.gpu, set()).update(tiers_used(record.columns))
-                self.frameworks.add(record.raw.get("framework"))
+                self.software.add((record.raw.get("framework"), record.raw.get("stack")))
             calibrated = apply_calibration([record for _, record in lowered], self.calibration)
             lowered = [(j, record) for (j, _), record in zip(lowered, calibrated)]
         params = np.stack([record.columns for _, record in lowered], axis=1)

@@ -62,11 +62,12 @@ class LMSweepPlan(SweepPlan):
         if self.calibration is not None:
             from fastmodel.lm.calibrate import use
 
-            base = use.overlay(base, self.calibration, self.cluster.gpu, self.execution.framework)
+            base = use.overlay(base, self.calibration, self.cluster.gpu, self.execution.framework,
+                               self.execution.stack)
             widest = base.copy()
             widest[COLUMN_INDEX["n_gpus"]] = max_gpus
             use.check(self.calibration, {self.cluster.gpu: use.tiers_used(widest)},
-                      frameworks=[self.execution.framework])
+                      software=[(self.execution.framework, self.execution.stack)])
         return base
 
     def evaluate_unit(self, unit, out: np.ndarray, status: np.ndarray, offset: int) -> None:
@@ -123,7 +124,8 @@ class LMSweepPlan(SweepPlan):
         if self.calibration is not None:
             from fastmodel.lm.calibrate import use
 
-            attrs.update(use.attrs(self.calibration, [self.cluster.gpu], [self.execution.framework]))
+            attrs.update(use.attrs(self.calibration, [self.cluster.gpu],
+                                   [(self.execution.framework, self.execution.stack)]))
         return attrs
 
 

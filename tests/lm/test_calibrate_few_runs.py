@@ -121,12 +121,12 @@ def test_runs_the_model_predicts_exactly_leave_it_unchanged():
 
 
 def test_a_stack_host_op_s_reads_back_and_scales_the_counted_issue_time():
-    """``[stack."megatron-lm"] host_op_s`` keeps each run's operator count (60 here): the host time per layer
+    """``[stack."megatron-2021"] host_op_s`` keeps each run's operator count (60 here): the host time per layer
     pass becomes 60 x 30 us = 1.8 ms, and host_layer_s stays 0 (the count is used)."""
     from fastmodel.lm.calibrate import apply_calibration, parse_calibration
 
-    cal = parse_calibration({"calibration": {"format": 1, "fitted_on": "x", "fitted_at": "y"},
-                             "stack": {"megatron-lm": {"host_op_s": 30e-6}}})
+    cal = parse_calibration({"calibration": {"format": 2, "fitted_on": "x", "fitted_at": "y"},
+                             "stack": {"megatron-2021": {"host_op_s": 30e-6}}})
     five = read_records(SMALL)[:5]
     out = apply_calibration(five, cal)
     for r in out:

@@ -30,7 +30,7 @@ H100_HBM_EFF = 0.80          # specs/devices/h100-sxm.toml
 A100_HBM_EFF = 0.85          # specs/devices/a100-sxm.toml
 
 HEADER = """[calibration]
-format = 1
+format = 2
 fitted_on = "hand.jsonl"
 fitted_at = "2026-11-30T00:00:00Z"
 """
@@ -202,10 +202,15 @@ def test_cli_run_record_with_a_calibration(tmp_path, a100_record):
 @pytest.mark.parametrize("body, expected", [
     ('[device."H100-SXM-80GB"]\nhbm_eff = 2.0\n', 'device."H100-SXM-80GB".hbm_eff: 2.0 outside the physical range'),
     ('[device."H100-SXM-80GB"]\nhbm_ef = 0.5\n', "hbm_ef: unknown field (did you mean 'hbm_eff'?)"),
-    ('[stack."nemo"]\ncompute_ef = 0.9\n', "stack.\"nemo\".compute_ef: unknown field (did you mean 'compute_eff'?)"),
-    ('[stack."NeMo 24.07"]\ncompute_eff = 0.9\n', 'stack."NeMo 24.07": a stack name is lower case without '
-                                                 'versions or parentheses: write "nemo"'),
-    ('[stack."nemo"]\ncompute_eff = 3.0\n', 'stack."nemo".compute_eff: 3.0 outside the physical range [0.5, 2]'),
+    ('[stack."megatron-core"]\ncompute_ef = 0.9\n',
+     "stack.\"megatron-core\".compute_ef: unknown field (did you mean 'compute_eff'?)"),
+    ('[stack."nemo"]\ncompute_eff = 0.9\n', 'stack."nemo": not a stack profile'),
+    ('[stack."megatron_core"]\ncompute_eff = 0.9\n', "not a stack profile (did you mean 'megatron-core'?)"),
+    ('[stack."default:LLM.c 2"]\ncompute_eff = 0.9\n', 'stack."default:LLM.c 2": after \'default:\' the framework '
+                                                       'text lower case without versions or parentheses: write '
+                                                       '"default:llm.c"'),
+    ('[stack."megatron-core"]\ncompute_eff = 3.0\n',
+     'stack."megatron-core".compute_eff: 3.0 outside the physical range [0.5, 2]'),
 ])
 @pytest.mark.parametrize("command", [
     ["run", "-m", "llama3-8b", "-s", "dgx-h100", "-t", "llm-pretrain"],

@@ -13,8 +13,8 @@ Parameters (``Parameter``): one per fittable column and group that appears in
 the runs -- device x precision for the GEMM efficiency, device for the other
 device efficiencies, device x network tier (``intra``: the NVLink domain,
 ``inter``: scale-out) for bandwidth efficiency and latency, one framework
-overhead per step shared by every run, and per software stack (the runs'
-``framework`` reduced by ``stack_name``) the share of the modelled kernel speed
+overhead per step shared by every run, and per software stack (the stack profile the runs resolve to,
+``overlay.stack_key``) the share of the modelled kernel speed
 it attains (``stack_compute_eff``) and its host issue time (``host_op_s``, a scale on the counted operators,
 or ``host_layer_s`` where it counts none); runs that name no framework get none. Built-in (physical) values
 are the starting point.
@@ -51,7 +51,7 @@ from fastmodel.lm.calibrate.overlay import (
     Calibration,
     canonical_device,
     device_aliases,
-    stack_name,
+    record_stack_key,
 )
 from fastmodel.lm.calibrate.prior import HELD, auto_prior
 from fastmodel.lm.calibrate.search import Box, coarse_search, refine, robust_cost  # noqa: F401 (re-exported)
@@ -264,7 +264,7 @@ def candidate_parameters(records) -> list[Parameter]:
         make(None, column, np.arange(len(records)))
     by_stack: dict[str, list[int]] = {}
     for i, r in enumerate(records):
-        stack = stack_name(r.raw.get("framework"))
+        stack = record_stack_key(r)
         if stack is not None:
             by_stack.setdefault(stack, []).append(i)
     for stack in sorted(by_stack):

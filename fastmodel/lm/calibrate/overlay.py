@@ -28,12 +28,10 @@ A device without a built-in file is allowed when its table says
 value is checked against the registry bounds; errors name file, field path and
 reason, with the nearest valid key.
 
-A *stack* is the software a run used, named by its framework text (a run
-record's ``framework``, an execution spec's ``framework``) reduced by
-:func:`stack_name`: lower case, up to the first ``(`` or ``,``, version numbers
-dropped -- ``"PyTorch 1.10 FSDP (minGPT)"`` and ``"PyTorch FSDP"`` are both
-``pytorch fsdp``. A ``[stack."NAME"]`` table applies only to evaluations whose
-framework reduces to NAME.
+A *stack* is the software a run used, keyed by :func:`stack_key` (the profile the model resolves, e.g.
+``fms-fsdp``; ``default:TEXT`` for a framework text naming none); a ``[stack."NAME"]`` table applies only to
+evaluations whose key is NAME. Format 1 keyed stacks by framework text and is read only without ``[stack]``
+tables (docs/calibration.md, "The calibration file").
 """
 
 from __future__ import annotations
@@ -57,7 +55,11 @@ try:
 except ModuleNotFoundError:  # pragma: no cover - python < 3.11
     import tomli as tomllib
 
-FORMAT = 1
+FORMAT = 2
+#: formats read: 1 keyed ``[stack]`` tables by framework text and is read only without them (``_parse_stacks``)
+READ_FORMATS = (1, 2)
+#: prefix of the key of a framework text that names no stack profile (:func:`stack_key`)
+DEFAULT_PREFIX = "default:"
 
 #: registry column -> field of the ``[framework]`` table (applies to every run)
 FRAMEWORK_FIELDS: dict[str, str] = {"step_overhead_s": "step_overhead_s"}
@@ -112,6 +114,25 @@ def stack_name(framework: str | None) -> str | None:
     return name or None
 
 
+def stack_key(framework: str | None, stack: str | None = None) -> str | None:
+    """The calibration key of an evaluation's software stack: the name of the profile the model uses for it
+    (``profile_for(framework, stack)``); for the ``default`` profile, which says only that no profile was
+    named, ``default:`` + the framework text reduced by :func:`stack_name` (one key per unknown stack, so
+    llm.c and a DDP script are not calibrated together), and None when no text says what ran."""
+    from fastmodel.lm.stacks import profile_for
+
+    profile, _ = profile_for(framework, stack)
+    if profile.name != "default":
+        return profile.name
+    text = stack_name(framework)
+    return DEFAULT_PREFIX + text if text else None
+
+
+def record_stack_key(record) -> str | None:
+    """:func:`stack_key` of a run record (``fastmodel.lm.records.RunRecord``): its framework text and stack."""
+    return stack_key(record.raw.get("framework"), record.raw.get("stack"))
+
+
 def canonical_device(gpu: str) -> str:
     """The canonical built-in name of ``gpu`` (its device file's first name), or ``gpu`` itself."""
     return device_aliases().get(gpu.lower(), gpu)
@@ -120,7 +141,7 @@ def canonical_device(gpu: str) -> str:
 @dataclass(frozen=True)
 class Calibration:
     """Fitted values by device (canonical name -> column -> value), for every run (``framework``) and by
-    software stack (:func:`stack_name` -> column -> value)."""
+    software stack (:func:`stack_key` -> column -> value)."""
     header: dict = field(default_factory=dict)
     devices: dict[str, dict[str, float]] = field(default_factory=dict)
     framework: dict[str, float] = field(default_factory=dict)
@@ -129,12 +150,12 @@ class Calibration:
     source: str = ""
     digest: str = ""                         # sha256 of the file's bytes (read_calibration)
 
-    def values_for(self, gpu: str, framework: str | None = None) -> dict[str, float]:
-        """Column values the calibration sets for a run on ``gpu`` with software ``framework`` (its
-        ``[framework]`` values and its ``[stack]`` table for that framework's stack included)."""
+    def values_for(self, gpu: str, stack: str | None = None) -> dict[str, float]:
+        """Column values the calibration sets for a run on ``gpu`` whose software stack has key ``stack``
+        (:func:`stack_key`; its ``[framework]`` values and its ``[stack]`` table included)."""
         out = dict(self.framework)
         out.update(self.devices.get(canonical_device(gpu), {}))
-        out.update(self.stacks.get(stack_name(framework) or "", {}))
+        out.update(self.stacks.get(stack or "", {}))
         return out
 
     def fingerprint(self) -> str:
@@ -199,9 +220,9 @@ def parse_calibration(data: dict, source: str = "<calibration>") -> Calibration:
     for key in HEADER_REQUIRED:
         if key not in header:
             raise SpecError(source, f"calibration.{key}", "required field missing")
-    if header["format"] != FORMAT:
+    if header["format"] not in READ_FORMATS:
         raise SpecError(source, "calibration.format", f"unsupported format {header['format']}; this fastmodel "
-                                                      f"reads format {FORMAT}")
+                                                      f"reads formats {', '.join(map(str, READ_FORMATS))}")
 
     path_to_column = {path: col for col, path in DEVICE_FIELDS.items()}
     path_to_column["gemm_eff.fp16"] = "gemm_eff_16"
@@ -250,31 +271,51 @@ def parse_calibration(data: dict, source: str = "<calibration>") -> Calibration:
             raise SpecError(source, f"framework.{path}", f"unknown field{nearest(path, FRAMEWORK_FIELDS.values())}")
         framework[column] = _bounded(value, column, f"framework.{path}", source)
     return Calibration(header=dict(header), devices=devices, framework=framework, custom=frozenset(custom),
-                       source=source, stacks=_parse_stacks(data.get("stack", {}), source))
+                       source=source, stacks=_parse_stacks(data.get("stack", {}), source, header["format"]))
 
 
-def _parse_stacks(block: Any, source: str) -> dict[str, dict[str, float]]:
-    """``[stack."NAME"]`` tables: NAME as :func:`stack_name` reduces it, fields of ``STACK_FIELDS``."""
+def _parse_stacks(block: Any, source: str, form: int = FORMAT) -> dict[str, dict[str, float]]:
+    """``[stack."NAME"]`` tables: NAME a key of :func:`stack_key`, fields of ``STACK_FIELDS``; none in format 1."""
     if not isinstance(block, dict):
         raise SpecError(source, "stack", 'expected tables [stack."NAME"]')
+    if form == 1 and block:
+        raise SpecError(source, f"stack.{_quote(next(iter(block)))}", "format 1 keys [stack] tables by framework "
+                        "text, format 2 by the stack profile the runs resolve to, and a text cannot be mapped to "
+                        "one (runs of one text may resolve to several): refit with fastmodel calibrate, or delete "
+                        "the [stack] tables")
     by_path = {p: c for c, p in STACK_FIELDS.items()}
     stacks: dict[str, dict[str, float]] = {}
     for name, table in block.items():
         where = f"stack.{_quote(name)}"
         if not isinstance(table, dict):
             raise SpecError(source, where, f"expected a table, got {table!r}")
-        key = stack_name(name)
-        if key != name:
-            raise SpecError(source, where, f"a stack name is lower case without versions or parentheses: "
-                                           f"write {_quote(key) if key else 'a framework name'}")
+        _check_stack_key(name, where, source)
         values: dict[str, float] = {}
         for path, value in _flatten(table).items():
             column = by_path.get(path)
             if column is None:
                 raise SpecError(source, f"{where}.{path}", f"unknown field{nearest(path, STACK_FIELDS.values())}")
             values[column] = _bounded(value, column, f"{where}.{path}", source)
-        stacks[key] = values
+        stacks[name] = values
     return stacks
+
+
+def _check_stack_key(name: str, where: str, source: str) -> None:
+    """A SpecError unless ``name`` is a stack profile's name (not ``default``) or ``default:`` + a reduced text."""
+    from fastmodel.lm.stacks import STACK_NAMES
+
+    profiles = [n for n in STACK_NAMES if n != "default"]
+    if name in profiles:
+        return
+    if name.startswith(DEFAULT_PREFIX):
+        text = name[len(DEFAULT_PREFIX):]
+        if text and stack_name(text) == text:
+            return
+        raise SpecError(source, where, f"after {DEFAULT_PREFIX!r} the framework text lower case without versions "
+                                       f"or parentheses: write {_quote(DEFAULT_PREFIX + (stack_name(text) or 'TEXT'))}")
+    raise SpecError(source, where, f"not a stack profile{nearest(name, profiles)}; a stack table is named by the "
+                                   f"profile its runs resolve to ({', '.join(profiles)}), or {DEFAULT_PREFIX!r} + "
+                                   f"the framework text of a stack no profile names")
 
 
 def read_calibration(path: str | Path) -> Calibration:
@@ -315,7 +356,7 @@ def apply_calibration(records: list, calibration: "Calibration | str | Path | No
         return list(records)
     out = []
     for record in records:
-        values = cal.values_for(record.gpu, record.raw.get("framework"))
+        values = cal.values_for(record.gpu, record_stack_key(record))
         if not values:
             out.append(record)
             continue

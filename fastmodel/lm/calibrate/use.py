@@ -26,9 +26,12 @@ from fastmodel.lm.calibrate.overlay import (
     Calibration,
     canonical_device,
     overlay_columns,
-    stack_name,
+    stack_key,
 )
 from fastmodel.registry.lm import COLUMN_INDEX as C
+
+#: an evaluation's software: (framework text, explicit stack name), either may be None
+Software = tuple[str | None, str | None]
 
 TIERS = {"intra": ("intra_eff", "intra_latency"), "inter": ("inter_eff", "inter_latency")}
 
@@ -37,12 +40,13 @@ class CalibrationWarning(UserWarning):
     """A calibration leaves part of an evaluation at its physical values (device or tier not calibrated)."""
 
 
-def overlay(columns: np.ndarray, cal: Calibration | None, gpu: str, framework: str | None = None) -> np.ndarray:
+def overlay(columns: np.ndarray, cal: Calibration | None, gpu: str, framework: str | None = None,
+            stack: str | None = None) -> np.ndarray:
     """A copy of ``columns`` (a column vector, or a table columns-first) with ``cal``'s values for ``gpu``
-    and the software stack of ``framework``."""
+    and the software stack of ``framework`` and ``stack`` (``overlay.stack_key``)."""
     if cal is None:
         return columns
-    return overlay_columns(columns, cal.values_for(gpu, framework))
+    return overlay_columns(columns, cal.values_for(gpu, stack_key(framework, stack)))
 
 
 def tiers_used(columns: np.ndarray) -> set[str]:
@@ -57,38 +61,38 @@ def tiers_used(columns: np.ndarray) -> set[str]:
     return used
 
 
-def applied(cal: Calibration, gpus: Iterable[str], frameworks: Iterable[str | None] = ()) -> dict[str, float]:
-    """The calibration values applied to runs on ``gpus`` with software ``frameworks``, by the calibration
-    file's field path."""
+def applied(cal: Calibration, gpus: Iterable[str], software: Iterable[Software] = ()) -> dict[str, float]:
+    """The calibration values applied to runs on ``gpus`` with ``software`` ((framework, stack) pairs), by
+    the calibration file's field path."""
     out = {f"framework.{FRAMEWORK_FIELDS[c]}": v for c, v in cal.framework.items()}
     for device in sorted({canonical_device(g) for g in gpus}):
         for column, value in cal.devices.get(device, {}).items():
             out[f'device."{device}".{DEVICE_FIELDS[column]}'] = value
-    for stack in sorted({s for s in map(stack_name, frameworks) if s is not None}):
+    for stack in sorted({s for s in (stack_key(*pair) for pair in software) if s is not None}):
         for column, value in cal.stacks.get(stack, {}).items():
             out[f'stack."{stack}".{STACK_FIELDS[column]}'] = value
     return out
 
 
-def attrs(cal: Calibration | None, gpus: Iterable[str], frameworks: Iterable[str | None] = ()) -> dict[str, str]:
+def attrs(cal: Calibration | None, gpus: Iterable[str], software: Iterable[Software] = ()) -> dict[str, str]:
     """Dataset attrs recording the calibration (none without one)."""
     if cal is None:
         return {}
     return {"calibration": Path(cal.source).name if cal.source else "(in memory)",
             "calibration_sha256": cal.fingerprint(),
-            "calibration_values": json.dumps(applied(cal, gpus, frameworks))}
+            "calibration_values": json.dumps(applied(cal, gpus, software))}
 
 
 def mismatches(cal: Calibration, tiers_by_gpu: Mapping[str, set[str]],
-               frameworks: Iterable[str | None] = ()) -> list[str]:
+               software: Iterable[Software] = ()) -> list[str]:
     """One line per evaluated device the calibration does not cover, per tier used it sets nothing for, and
-    (when it has ``[stack]`` tables) per evaluated framework whose stack it has no table for."""
+    (when it has ``[stack]`` tables) per evaluated (framework, stack) whose stack key it has no table for."""
     name = cal.source or "calibration (in memory)"
     lines = []
     if cal.stacks:
         have = ", ".join(sorted(cal.stacks))
-        for framework in sorted(set(frameworks), key=str):
-            stack = stack_name(framework)
+        for framework, explicit in sorted(set(software), key=str):
+            stack = stack_key(framework, explicit)
             if stack is None:
                 lines.append(f"{name}: the evaluation names no framework, so no [stack] table applies "
                              f"(calibrated stacks: {have}); its kernels keep their modelled speed")
@@ -113,12 +117,12 @@ def mismatches(cal: Calibration, tiers_by_gpu: Mapping[str, set[str]],
 
 
 def check(cal: Calibration | None, tiers_by_gpu: Mapping[str, set[str]], stacklevel: int = 3,
-          frameworks: Iterable[str | None] = ()) -> None:
+          software: Iterable[Software] = ()) -> None:
     """Warn (:class:`CalibrationWarning`) about every mismatch of ``cal`` and the evaluated devices, tiers and
     software stacks."""
     if cal is None:
         return
-    for line in mismatches(cal, tiers_by_gpu, frameworks):
+    for line in mismatches(cal, tiers_by_gpu, software):
         warnings.warn(line, CalibrationWarning, stacklevel=stacklevel)
 
 
