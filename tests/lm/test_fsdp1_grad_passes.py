@@ -52,8 +52,13 @@ def test_unsharded_data_parallel_runs_no_fsdp_passes():
         one(**plain)["time_memory_bound"], rel=1e-12)
 
 
-def test_the_fms_fsdp_profile_sets_two_passes_and_fsdp2_stacks_none():
-    fms = resolve(ExecutionSpec(framework=FMS, sharding="hsdp"), pp=1, layers=32)
-    titan = resolve(ExecutionSpec(framework="TorchTitan (FSDP2)", sharding="fsdp"), pp=1, layers=32)
-    assert fms.fsdp1_grad_passes == 2
-    assert not titan.fsdp1_grad_passes
+@pytest.mark.parametrize("framework", [FMS, "PyTorch 1.10 FSDP (minGPT)", "PyTorch FSDP", "FSDP1",
+                                       "Composer (llm-foundry)", "HF Accelerate (FSDP)"])
+def test_every_fsdp1_profile_sets_two_passes(framework):
+    # the passes are FSDP1's (flat parameters), not one stack's: every FSDP1 profile sets them
+    assert resolve(ExecutionSpec(framework=framework, sharding="fsdp"), pp=1, layers=32).fsdp1_grad_passes == 2
+
+
+@pytest.mark.parametrize("framework", ["TorchTitan (FSDP2)", "KempnerForge (PyTorch FSDP2)", "Megatron-LM"])
+def test_fsdp2_and_other_stacks_set_none(framework):
+    assert not resolve(ExecutionSpec(framework=framework, sharding="fsdp"), pp=1, layers=32).fsdp1_grad_passes

@@ -3,7 +3,8 @@
 Defaults from Accelerate's own source, huggingface/accelerate@16cb6eb (2026-07-24),
 ``src/accelerate/utils/dataclasses.py`` ``FullyShardedDataParallelPlugin``:
 
-- ``fsdp_version`` 1 (FSDP1: flat parameters, views of the all-gather output, no copy-out), ``reshard_after_forward``
+- ``fsdp_version`` 1 (FSDP1: flat parameters, views of the all-gather output, no copy-out; its two gradient passes
+  ``fsdp1_grad_passes = 2``, docs/model.md §11.26), ``reshard_after_forward``
   ``'FULL_SHARD'``, ``limit_all_gathers = True``, ``backward_prefetch`` None ("NO_PREFETCH"),
   ``forward_prefetch = False``;
 - ``set_mixed_precision``: ``param_dtype`` and ``reduce_dtype`` both the run's mixed-precision dtype, so
@@ -17,7 +18,7 @@ from fastmodel.lm.stacks.base import StackProfile
 
 def defaults(execution, framework: str | None) -> dict:
     dtype = "fp16" if execution.precision == "fp16" else "bf16"
-    return {"fused_kernels": False, "selective_policy": "op", "fsdp_copy_out": False, "grad_reduce_dtype": dtype}
+    return {"fused_kernels": False, "selective_policy": "op", "fsdp_copy_out": False, "fsdp1_grad_passes": 2, "grad_reduce_dtype": dtype}
 
 
 PROFILE = StackProfile(

@@ -11,7 +11,9 @@ Defaults from Composer's own source, mosaicml/composer@6405188 (2026-04-29):
   "fp32"``); ``PURE`` reduces in the training precision, ``FULL`` runs everything in FP32 (a record states
   either through ``plan.grad_reduce_dtype``).
 
-FSDP1's flat parameters are views of the all-gather output (no copy-out). The model code is eager PyTorch
+FSDP1's flat parameters are views of the all-gather output (no copy-out); its two passes over each unit's
+unsharded gradient before the reduce-scatter are counted (``fsdp1_grad_passes = 2``, docs/model.md §11.26; on
+16-bit gradients: the FP32 cast and FP32 predivide of ``reduce_dtype = torch.float32`` are wider, not counted). The model code is eager PyTorch
 (element-wise ops one kernel each, op-level selective recompute) unless the run compiles it
 (``plan.torch_compile``).
 """
@@ -20,7 +22,7 @@ from fastmodel.lm.stacks.base import StackProfile
 
 
 def defaults(execution, framework: str | None) -> dict:
-    return {"fused_kernels": False, "selective_policy": "op", "fsdp_copy_out": False, "grad_reduce_dtype": "fp32"}
+    return {"fused_kernels": False, "selective_policy": "op", "fsdp_copy_out": False, "fsdp1_grad_passes": 2, "grad_reduce_dtype": "fp32"}
 
 
 PROFILE = StackProfile(

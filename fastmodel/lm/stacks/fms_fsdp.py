@@ -29,7 +29,7 @@ from fastmodel.lm.stacks.base import StackProfile
 
 def defaults(execution, framework: str | None) -> dict:
     values = pytorch_fsdp.defaults(execution, framework)
-    values.update({"fsdp_copy_out": False, "grad_reduce_dtype": "bf16", "fsdp1_grad_passes": 2})
+    values.update({"fsdp_copy_out": False, "grad_reduce_dtype": "bf16"})
     return values
 
 

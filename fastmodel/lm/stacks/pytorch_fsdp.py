@@ -1,6 +1,8 @@
 """PyTorch FSDP (FSDP1, flat parameters) and trainers built on it: stack ``pytorch-fsdp``.
 
-Named by ``pytorch fsdp``, ``pytorch <version> fsdp`` or ``fsdp1``. PyTorch-native training runs the model's
+Named by ``pytorch fsdp``, ``pytorch <version> fsdp`` or ``fsdp1``. FSDP1 runs two memory-bound passes over each unit's unsharded gradient before its
+reduce-scatter (autograd's ``cat`` into the FlatParameter's gradient, the predivide ``div_``:
+``fsdp1_grad_passes = 2``, docs/model.md §11.26). PyTorch-native training runs the model's
 element-wise ops eagerly, one kernel per op (no fused bias-GeLU or norm kernels), and its selective
 recompute is op-level (matmul outputs kept, element-wise ops recomputed). On 2.x attention goes through
 ``scaled_dot_product_attention``, whose flash backend (FlashAttention-2) PyTorch tries first (``attn_fa2``,
@@ -25,7 +27,8 @@ def major_version(framework: str | None) -> int | None:
 
 def defaults(execution, framework: str | None) -> dict:
     # 2.x: attention through SDPA, whose flash backend (FlashAttention-2) comes first (docs/model.md §11.3)
-    values = {"fused_kernels": False, "selective_policy": "op", "attn_fa2": True}
+    # FSDP1 (flat parameters): the cat and predivide passes over each unit's unsharded gradient (§11.26)
+    values = {"fused_kernels": False, "selective_policy": "op", "attn_fa2": True, "fsdp1_grad_passes": 2}
     if major_version(framework) == 1:
         # issue 26 (audit): the 1.x branch exists for one dev row (minGPT on PyTorch 1.10)
         values.update({"dropout": True, "flash_attention": False, "attn_fa2": False, "overlap_grad_reduce": False,
