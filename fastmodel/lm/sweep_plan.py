@@ -138,10 +138,13 @@ def _coordinate_attrs(name: str) -> dict:
 
 
 def _one_or_many(name: str, values: Any) -> Any:
-    """An axis's values as ``fastmodel.sweep`` documents them: a scalar (a number, or one plan string other than
-    ``'all'``) is a one-point axis; lists, arrays and ``plan = 'all'`` pass unchanged."""
-    if isinstance(values, (str, bytes)):
-        return values if name == MESH_AXIS and values == "all" else [values]
-    if isinstance(values, (int, float, np.integer, np.floating)):
-        return [values]
-    return values
+    """An axis's values as ``fastmodel.sweep`` documents them: a list, a scalar (a one-point axis) or a range
+    table ``{start, stop, num|step, scale}`` (``fastmodel.sweeps.ranges.expand``); the plan axis takes ``'all'``,
+    one plan string or a list of them."""
+    if name == MESH_AXIS:
+        if isinstance(values, (str, bytes)):
+            return values if values == "all" else [values]
+        return values
+    from fastmodel.sweeps.ranges import expand
+
+    return expand(name, values)

@@ -85,21 +85,24 @@ def linear_kernels(engine: str | None, version: tuple[int, ...] | None, precisio
 #: the run, so only a record states it on SM100); @v0.12.0 and @v0.18.0 the ``Attention`` layer quantizes it before the
 #: op with ``QuantFP8`` ("quantizing with a simple torch operation enables torch.compile to fuse this into previous
 #: ops", ``attention/layer.py:303-342`` @v0.12.0; ``model_executor/layers/attention/attention.py:362-409`` @v0.18.0),
-#: no kernel of its own; 0.11.x not read, taken as 0.12 (docs/model_serving.md S54)
+#: no kernel of its own; 0.11.x not read, taken as 0.12; releases before 0.10.2 not read, taken as none (no kernel
+#: charged where no source was read) (docs/model_serving.md S54)
+VLLM_QUERY_QUANT_KERNEL_FIRST = (0, 10, 2)
 VLLM_QUERY_QUANT_KERNEL_LAST = (0, 10, 2)
 
 
 def query_quant_kernel(engine: str | None, version: tuple[int, ...] | None, sm90: bool, kv_fp8: bool,
                        stated: bool | None = None, sm100: bool = False) -> float:
     """``q_quant_kernel``: 1.0 where vLLM's attention backend quantizes each step's queries to FP8 in a kernel of its
-    own: an FP8 KV cache and vLLM up to ``VLLM_QUERY_QUANT_KERNEL_LAST`` on SM90 (FlashAttention), or a record's
+    own: an FP8 KV cache and vLLM from ``VLLM_QUERY_QUANT_KERNEL_FIRST`` to ``_LAST`` (the versions read) on SM90 (FlashAttention), or a record's
     ``serve.query_quant_kernel`` on SM90 or SM100 (FlashInfer's TRTLLM path), which replaces the version's rule; else
     0.0 (docs/model_serving.md S54)."""
     if engine != "vllm" or not kv_fp8 or not (sm90 or sm100):
         return 0.0
     if stated is not None:
         return 1.0 if stated else 0.0
-    return 1.0 if sm90 and version is not None and version <= VLLM_QUERY_QUANT_KERNEL_LAST else 0.0
+    read = version is not None and VLLM_QUERY_QUANT_KERNEL_FIRST <= version <= VLLM_QUERY_QUANT_KERNEL_LAST
+    return 1.0 if sm90 and read else 0.0
 
 
 def assumed_note(engine: str | None, version: tuple[int, ...] | None, fusion: float,

@@ -231,7 +231,8 @@ def _vllm_flags(serve, engine: str | None, notes: list[str], source=None) -> Non
                      "allreduce+RMSNorm fusion flag replaces the version's default; docs S45")
     if flags["serve.query_quant_kernel"]:
         notes.append(f"serve.query_quant_kernel = {str(serve.query_quant_kernel).lower()}: the image's FP8 query "
-                     "quantization kernel (an FP8 KV cache) replaces the version's rule; docs S54")
+                     "quantization kernel replaces the version's rule where it exists (an FP8 KV cache on SM90 or "
+                     "SM100; elsewhere the flag prices nothing); docs S54")
 
 
 def stated_flags(serve, engine: str | None, mixed_prefill: float, notes: list[str], source=None) -> dict[str, float]:

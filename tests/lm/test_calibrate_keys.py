@@ -27,6 +27,9 @@ def records():
     ("Megatron-LM v0.8, TE 1.9", "megatron-lm"),
     ("TorchTitan (FSDP2), PyTorch nightly mid-2024", "torchtitan"),
     ("Megatron-DeepSpeed (3D)", "megatron-deepspeed"),
+    # one stack built for two CUDA versions is one stack (runs_small_public: +cu121 and +cu124)
+    ("PyTorch 2.4+cu121 DDP + torch.compile", "pytorch ddp + torch.compile"),
+    ("PyTorch 2.5 +cu124 DDP + torch.compile", "pytorch ddp + torch.compile"),
     (None, None), ("", None), ("(unknown)", None),
 ])
 def test_stack_name_is_the_framework_without_versions_or_details(framework, stack):

@@ -243,3 +243,13 @@ def test_a_scalar_axis_is_a_one_point_axis_as_fastmodel_sweep_documents():
     listed = fm.sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", axes={"num_nodes": [4], "plan": ["tp2.pp2"]})
     assert scalar.step_time.sizes == listed.step_time.sizes == {"num_nodes": 1, "plan": 1}
     assert float(scalar.step_time.item()) == float(listed.step_time.item()) > 0
+
+
+def test_a_range_axis_is_expanded_as_fastmodel_sweep_documents():
+    import fastmodel as fm
+
+    ranged = fm.sweep("llama3.1-8b", "dgx-h100", "llm-pretrain",
+                      axes={"num_nodes": {"start": 2, "stop": 4, "num": 2}, "plan": "tp2.pp2"})
+    assert list(ranged.num_nodes.values) == [2, 4]
+    with pytest.raises(SweepError):
+        fm.sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", axes={"num_nodes": {"start": 2, "stop": 4}})

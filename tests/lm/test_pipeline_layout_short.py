@@ -101,7 +101,6 @@ def test_the_memory_of_an_underfilled_layout_is_each_ranks_own_layers_by_hand():
     assert states == list(_kinds(layout, 3)[:3])
 
 
-
 def test_interleaved_a_last_rank_heavier_than_the_others_spreads_its_layers_over_its_chunks():
     """PP 4 x VP 2: n_last 14 against 6 on each other rank (3 a chunk) gives the last rank 7 + 7, not 3 + 11 (the
     loss's chunk holds the fewest micro-batches in flight); a lighter one (n_last 2, others 10: 5 a chunk) still
@@ -121,6 +120,7 @@ def test_interleaved_a_last_rank_heavier_than_the_others_spreads_its_layers_over
     # the other ranks: 3 layers a chunk under n_last 14
     assert chunk_microbatch_bytes(row(**values, last_stage_layers=14), 1.0, 0.0, dense, 0.0) == pytest.approx(
         3 * dense, rel=1e-12)
+
 
 def test_the_data_parallel_reduction_is_of_the_slower_end_ranks_own_gradients_by_hand():
     """DDP over dp 2: one all-reduce of the rank's FP32 gradients, counted as the step counts parameters (a layer's

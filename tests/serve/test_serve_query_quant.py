@@ -43,7 +43,8 @@ def test_the_rule_by_engine_version_device_and_kv_cache():
     assert COLUMNS[COLUMN_INDEX["q_quant_kernel"]].default == 0  # sweeps without --engine: no such kernel
     assert VLLM_QUERY_QUANT_KERNEL_LAST == (0, 10, 2)
     assert query_quant_kernel("vllm", (0, 10, 2), True, True) == 1.0
-    assert query_quant_kernel("vllm", (0, 9, 0), True, True) == 1.0
+    # before 0.10.2 no source was read: no kernel is charged
+    assert query_quant_kernel("vllm", (0, 9, 0), True, True) == 0.0
     # 0.12.0 and 0.18.0: the Attention layer's QuantFP8, fused by torch.compile into the kernel before
     for version in ((0, 11, 2), (0, 12, 0), (0, 18, 0), None):
         assert query_quant_kernel("vllm", version, True, True) == 0.0

@@ -5,7 +5,7 @@ A calibration names, per device, the fitted values of the registry's
 its physical, built-in value (``specs/devices/*.toml``). Layout::
 
     [calibration]                          # what it was fitted on, and when
-    format = 1
+    format = 2
     fitted_on = "runs.jsonl"
     runs = 32
     fitted_at = "2026-11-30T14:00:00Z"
@@ -20,7 +20,7 @@ its physical, built-in value (``specs/devices/*.toml``). Layout::
     [framework]
     step_overhead_s = 0.05                 # every run, every device
 
-    [stack."megatron-lm"]                  # runs whose framework names this software stack
+    [stack."megatron-core"]                # runs whose framework resolves to this stack profile
     compute_eff = 0.93                     # share of the modelled kernel speed the stack attains
 
 A device without a built-in file is allowed when its table says
@@ -101,16 +101,18 @@ def device_aliases() -> dict[str, str]:
 
 
 _VERSION = re.compile(r"\bv?\d[\w.]*")
+#: a wheel's CUDA build tag (``+cu121``): the same stack built for another CUDA
+_CUDA_BUILD = re.compile(r"\+\s*cu\d+\b")
 
 
 def stack_name(framework: str | None) -> str | None:
     """The software stack a framework text names: lower case, up to the first ``(`` or ``,``, version
-    numbers dropped, spaces collapsed (``"PyTorch 1.10 FSDP (minGPT)"`` -> ``"pytorch fsdp"``); None when
+    numbers and CUDA build tags (``+cu124``) dropped, spaces collapsed (``"PyTorch 1.10 FSDP (minGPT)"`` -> ``"pytorch fsdp"``); None when
     the text is missing or names nothing."""
     if not isinstance(framework, str):
         return None
     head = re.split(r"[(,;]", framework, maxsplit=1)[0].lower()
-    name = " ".join(_VERSION.sub(" ", head).split())
+    name = " ".join(_VERSION.sub(" ", _CUDA_BUILD.sub(" ", head)).split())
     return name or None
 
 

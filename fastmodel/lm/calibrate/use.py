@@ -97,7 +97,8 @@ def mismatches(cal: Calibration, tiers_by_gpu: Mapping[str, set[str]],
                 lines.append(f"{name}: the evaluation names no framework, so no [stack] table applies "
                              f"(calibrated stacks: {have}); its kernels keep their modelled speed")
             elif stack not in cal.stacks:
-                lines.append(f"{name}: no [stack.\"{stack}\"] table for framework {framework!r} (calibrated "
+                named = f"framework {framework!r}" if framework else f"stack {explicit!r}"
+                lines.append(f"{name}: no [stack.\"{stack}\"] table for {named} (calibrated "
                              f"stacks: {have}); its kernels keep their modelled speed")
     for gpu in sorted(tiers_by_gpu):
         device = canonical_device(gpu)
