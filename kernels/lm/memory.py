@@ -350,9 +350,12 @@ def memory_row(row, out):
     # worse (tests/lm/test_memory_peak.py checks the result against every rank). Not under ZB-H1: rank r holds
     # pp - r micro-batches and r deferred weight gradients (memory_chunks.zb_h1_held_bytes), more where those are larger
     skip = int(row[C_PIPELINE_SCHEDULE]) != SCHED_ZB_H1
+    # ranks 1 .. pp - 2 of a model without routed experts all hold the busiest count, no split slot, no MTP
+    # (stage_layers), so they are the same without asking stage_layers twice per rank (pp up to the layer count)
+    uniform = not is_moe(row)
     for k in range(int(row[C_PP])):
         stage = 0.0 if k == 0 else (last if k == 1 else k - 1.0)
-        if skip and k >= 3 and _same_layers(row, stage, stage - 1.0):
+        if skip and k >= 3 and (uniform or _same_layers(row, stage, stage - 1.0)):
             continue
         w1, g1, o1, a1, b1 = stage_peak(row, stage, dense_layer, moe_layer, working, gather, comm, grad_work, logits,
                                           resident)

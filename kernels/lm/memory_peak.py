@@ -121,13 +121,14 @@ def embedding_grad_bytes(row):
     compute dtype and ``g`` = ``grad_reduce_bytes``; it replaces the layer gathers at that moment.
     """
     params = row[C_VOCAB] * row[C_HIDDEN] / row[C_TP]
-    if accumulates_unsharded(row):
-        # FSDP + PP, one reduction per step: the unsharded gradient is a state; the lookup's dense gradient as
-        # unsharded, beside the gathered weight unless the stage is held gathered (also a state)
-        return (0.0 if holds_stage_gathered(row) else param_bytes(row)) * params + B16 * params
-    if int(row[C_SHARDING]) == SHARD_FSDP:     # the gathered weight, unless the stage is held gathered (a state)
-        return ((0.0 if holds_stage_gathered(row) else param_bytes(row)) + row[C_GRAD_REDUCE_BYTES]) * params
-    return B16 * params
+    if int(row[C_SHARDING]) != SHARD_FSDP:
+        return B16 * params
+    # FSDP: the gathered weight, unless the stage is held gathered (a state); the gradient: the unsharded one to
+    # reduce-scatter, or with one reduction per step (FSDP + PP: the unsharded gradient is a state) the lookup's
+    # dense 16-bit one ((w + g) p equals w p + g p bit for bit: w, g are 0, 1, 2 or 4 bytes)
+    weight = 0.0 if holds_stage_gathered(row) else param_bytes(row)
+    grad = B16 if accumulates_unsharded(row) else row[C_GRAD_REDUCE_BYTES]
+    return (weight + grad) * params
 
 
 @njit(error_model='numpy')

@@ -96,11 +96,14 @@ def stage_layers(row, stage):
     ``L - n_last`` layers (docs/model_memory.md "Explicit pipeline layouts").
     """
     pp = row[C_PP]
-    per_stage = layout_busiest_layers(row)
-    if explicit_layout(row) and stage == pp - 1:
+    explicit = explicit_layout(row)
+    if explicit and stage == pp - 1:
         per_stage = row[C_LAST_STAGE_LAYERS]
         first = row[C_LAYERS] - per_stage
     else:
+        # layout_busiest_layers is layers_per_stage without an explicit layout: called directly, as this runs for
+        # every rank of every point (docs/performance.md, "The dense sweep after the layout rules")
+        per_stage = layout_busiest_layers(row) if explicit else layers_per_stage(row)
         if split_slots(row) > 0.0 and (stage == 0 or stage == pp - 1):
             per_stage -= 1.0                        # the embedding or the loss holds this rank's extra slot
         first = stage * per_stage

@@ -44,7 +44,7 @@ import math
 
 import numpy as np
 
-from fastmodel.kernels.finite import finite_or_marked
+from fastmodel.kernels.finite import all_finite
 from fastmodel.kernels.jit import njit, prange, stack_vector
 from fastmodel.kernels.columns import (
     N_COLUMNS, C_BATCH_SIZE, C_EP, C_FRAMEWORK_MEMORY_BYTES, C_HBM_BYTES, C_HEADS, C_INPUT_LEN, C_INSTANCES,
@@ -354,10 +354,11 @@ def _serve_rows(params, status, out, lo, hi):
 @njit(inline="always")
 def _emit(row, result, scratch, memo, status, out, r):
     """One row's results and status into column ``r``; results that are not all finite numbers give the
-    ``not_finite`` status and NaN results (``kernels/finite.py``, applied here while the row is in its frame
-    vector)."""
+    ``not_finite`` status (``kernels/finite.py`` ``all_finite``, applied here while the row is in its frame
+    vector) and, as every row that is not ``ok``, NaN results (written once, below)."""
     code = serve_row(row, result, scratch, memo)
-    code = finite_or_marked(result, N_SERVE_RESULTS, code, code == ST_OK, ST_NOT_FINITE)
+    if code == ST_OK and not all_finite(result, N_SERVE_RESULTS):
+        code = ST_NOT_FINITE
     status[r] = code
     if code == ST_OK:
         for v in range(N_SERVE_RESULTS):

@@ -378,12 +378,16 @@ def _every_rank_by_brute_force(columns):
     dict(pipeline_schedule="zb_h1", embedding_loss_in_split=1, layers=14),
     dict(pipeline_schedule="zb_h1", recompute="full"),     # deferred W residues larger than a checkpointed batch
     dict(pipeline_schedule="dualpipe"),
+    dict(pipeline_schedule="dualpipe", pp=6),
+    dict(pipeline_schedule="1f1b", pp=6, last_stage_layers=1),     # explicit layout: ranks 1-4 hold n_mid = 3
+    dict(pipeline_schedule="1f1b", pp=6, embedding_loss_in_split=1, uneven_stages=1, layers=16),
 ])
 @pytest.mark.parametrize("moe", [False, True])
 def test_reported_peak_is_the_largest_over_every_rank(plan, moe):
     """Small plans of every schedule, dense and MoE (leading dense layers, MTP on the last rank): the peak
     ``memory_row`` reports is the largest of every rank's ``stage_peak`` total, enumerated rank by rank, and the
-    rank it names holds that total."""
+    rank it names holds that total. At pp = 6 a dense model's middle ranks are skipped without comparing their
+    layers (``memory_row``'s ``uniform``), a MoE model's after comparing them."""
     model = dict(moe_experts=8, moe_topk=2, moe_ffn=512, dense_layers=3, mtp_layers=1, ep=2, dp=2) if moe else {}
     values = {**GPT, "layers": 12, "pp": 4, "micro_batch": 1, "global_batch": 16, **model, **plan}
     out = np.full(N_MEMORY_KINDS, np.nan)
