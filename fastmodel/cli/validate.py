@@ -66,14 +66,14 @@ def validate(runs, output, plot_path, force, calibration, split_file):
             click.echo(line, err=True)
     if calibration:  # nothing fitted is applied unless asked for
         from fastmodel.lm.calibrate import apply_calibration, read_calibration
-        from fastmodel.lm.calibrate.use import check, cli_warnings, tiers_used
+        from fastmodel.lm.calibrate.use import check, cli_warnings, record_software, tiers_used
 
         cal = read_calibration(calibration)
         seen: dict[str, set] = {}
         for record in records:
             seen.setdefault(record.gpu, set()).update(tiers_used(record.columns))
         with cli_warnings():
-            check(cal, seen, software={(r.raw.get("framework"), r.raw.get("stack")) for r in records})
+            check(cal, seen, software={record_software(r) for r in records})
         records = apply_calibration(records, cal)
         click.echo(cal.describe())
     table = (rows(records) if records else []) + refused_rows(refused)

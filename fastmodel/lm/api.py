@@ -68,7 +68,7 @@ def record_values(record: dict, source: str | None = None, calibration: Any = No
         from fastmodel.lm.calibrate import use
 
         use.check(cal, {lowered.gpu: use.tiers_used(lowered.columns)},
-                  software=[(lowered.raw.get("framework"), lowered.raw.get("stack"))])
+                  software=[use.record_software(lowered)])
         lowered = apply_calibration([lowered], cal)[0]
     check_plan(lowered.columns, f"{source + ': ' if source else ''}plan")
     results = evaluate_one(lowered.columns, f"{source + ': ' if source else ''}{lowered.id or 'run record'}")
@@ -76,7 +76,7 @@ def record_values(record: dict, source: str | None = None, calibration: Any = No
     attrs = {"id": lowered.id, "semantics": "default", "notes": "; ".join(lowered.notes),
              "hbm_bytes": float(lowered.columns[COLUMN_INDEX["hbm_bytes"]])}
     if cal is not None:
-        attrs.update(use.attrs(cal, [lowered.gpu], [(lowered.raw.get("framework"), lowered.raw.get("stack"))]))
+        attrs.update(use.attrs(cal, [lowered.gpu], [use.record_software(lowered)]))
     return results, attrs
 
 

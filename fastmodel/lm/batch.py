@@ -64,11 +64,11 @@ class RunRecords:
             return out
         if self.calibration is not None:
             from fastmodel.lm.calibrate.overlay import apply_calibration
-            from fastmodel.lm.calibrate.use import tiers_used
+            from fastmodel.lm.calibrate.use import record_software, tiers_used
 
             for _, record in lowered:
                 self.seen.setdefault(record.gpu, set()).update(tiers_used(record.columns))
-                self.software.add((record.raw.get("framework"), record.raw.get("stack")))
+                self.software.add(record_software(record))
             calibrated = apply_calibration([record for _, record in lowered], self.calibration)
             lowered = [(j, record) for (j, _), record in zip(lowered, calibrated)]
         params = np.stack([record.columns for _, record in lowered], axis=1)

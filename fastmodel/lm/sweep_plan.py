@@ -56,18 +56,21 @@ class LMSweepPlan(SweepPlan):
                             attrs=_coordinate_attrs(name)) for name, coord in zip(names, labels)],
                       unit_configs or self.UNIT_CONFIGS)
 
+    def _software(self) -> tuple:
+        """The sweep's software as the calibration keys it (``overlay.stack_key``): (framework text, stack)."""
+        return self.execution.framework, self.execution.stack
+
     def _base(self, max_gpus: int) -> np.ndarray:
         """The base column vector (trivial mesh), with the calibration's values overlaid and checked."""
         base = base_columns(self.model, self.cluster, self.execution, self.global_batch)
         if self.calibration is not None:
             from fastmodel.lm.calibrate import use
 
-            base = use.overlay(base, self.calibration, self.cluster.gpu, self.execution.framework,
-                               self.execution.stack)
+            base = use.overlay(base, self.calibration, self.cluster.gpu, *self._software())
             widest = base.copy()
             widest[COLUMN_INDEX["n_gpus"]] = max_gpus
             use.check(self.calibration, {self.cluster.gpu: use.tiers_used(widest)},
-                      software=[(self.execution.framework, self.execution.stack)])
+                      software=[self._software()])
         return base
 
     def evaluate_unit(self, unit, out: np.ndarray, status: np.ndarray, offset: int) -> None:
@@ -125,7 +128,7 @@ class LMSweepPlan(SweepPlan):
             from fastmodel.lm.calibrate import use
 
             attrs.update(use.attrs(self.calibration, [self.cluster.gpu],
-                                   [(self.execution.framework, self.execution.stack)]))
+                                   [self._software()]))
         return attrs
 
 

@@ -33,6 +33,12 @@ from fastmodel.registry.lm import COLUMN_INDEX as C
 #: an evaluation's software: (framework text, explicit stack name), either may be None
 Software = tuple[str | None, str | None]
 
+
+def record_software(record) -> Software:
+    """A run record's (``fastmodel.lm.records.RunRecord``) software: its framework text and explicit stack, as
+    ``overlay.record_stack_key`` keys them."""
+    return record.raw.get("framework"), record.raw.get("stack")
+
 TIERS = {"intra": ("intra_eff", "intra_latency"), "inter": ("inter_eff", "inter_latency")}
 
 
