@@ -80,6 +80,17 @@ def _profile_name(stem: str) -> str:
     return importlib.import_module(f"fastmodel.lm.stacks.{stem}").PROFILE.name
 
 
+def cluster_keys() -> list[str]:
+    """The datasheet and topology keys of the ``kind = "cluster"`` system files (``specs/systems``), names and
+    texts (``kind``, ``name``, ``source``, ``gpu``) and the node count, a default the user overrides, left out."""
+    seen: dict[str, None] = {}
+    for path in sorted((ROOT / "specs" / "systems").glob("*.toml")):
+        data = tomllib.loads(path.read_text())
+        if data.get("kind") == "cluster":
+            seen.update(dict.fromkeys(k for k in data if k not in ("kind", "name", "source", "gpu", "num_nodes")))
+    return list(seen)
+
+
 def stack_fields() -> dict[str, list[str]]:
     """ExecutionSpec field -> the profiles whose module sets it (dict keys, subscripts and ``pop`` of a string)."""
     from fastmodel.lm.execution import ExecutionSpec

@@ -54,6 +54,13 @@ def test_every_registry_device_and_network_column_is_documented(tables):
         )
 
 
+def test_every_datasheet_field_of_the_cluster_system_files_has_a_row(tables):
+    keys = inventory.cluster_keys()
+    assert "peak_flops_bf16" in keys
+    missing = undocumented(keys, tables[3])
+    assert not missing, f"cluster system-file keys without a row in docs/model.md B.3: {missing}"
+
+
 def test_every_field_a_stack_profile_sets_has_a_row_naming_its_profiles(tables):
     fields = inventory.stack_fields()
     assert len(fields) >= 30
