@@ -134,13 +134,11 @@ def module_constants() -> list[tuple[str, str, str]]:
     out = []
     for path in _constant_files():
         for node in ast.parse(path.read_text()).body:
-            if isinstance(node, ast.Assign) and len(node.targets) == 1:
-                target, value = node.targets[0], node.value
+            if isinstance(node, ast.Assign):
+                targets, value = node.targets, node.value  # ``A = B = 1`` names both
             elif isinstance(node, ast.AnnAssign) and node.value is not None:
-                target, value = node.target, node.value
+                targets, value = [node.target], node.value
             else:
-                continue
-            if not isinstance(target, ast.Name) or not target.id.lstrip("_").isupper():
                 continue
             numbers = [
                 c.value
@@ -149,8 +147,11 @@ def module_constants() -> list[tuple[str, str, str]]:
             ]
             total = _value(value)
             physical = isinstance(total, (int, float)) and total not in STRUCTURAL
-            if numbers and (not set(numbers) <= STRUCTURAL or physical):
-                out.append((str(path.relative_to(ROOT)), target.id, ast.unparse(value)))
+            if not numbers or (set(numbers) <= STRUCTURAL and not physical):
+                continue
+            for target in targets:
+                if isinstance(target, ast.Name) and target.id.lstrip("_").isupper():
+                    out.append((str(path.relative_to(ROOT)), target.id, ast.unparse(value)))
     return out
 
 
