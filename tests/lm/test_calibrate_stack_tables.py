@@ -83,3 +83,14 @@ def test_a_stack_fitted_on_one_gpu_reaches_no_other_gpu(fms):
     assert 'stack."fms-fsdp".compute_eff' in applied(cal, [H100, A100], software)
     lines = mismatches(cal, {A100: {"intra", "inter"}}, software)
     assert any(f'[stack."fms-fsdp"] applies on {H100}' in line and f"not on {A100}" in line for line in lines)
+
+
+def test_the_report_names_the_devices_a_stack_value_applies_on(fms):
+    from fastmodel.lm.calibrate.report import parameter_table
+
+    h100 = [dataclasses.replace(r, measured={"step_time_s": 1.1 * float(s)}) for r, s in zip(
+        [r for r in fms if r.gpu == H100],
+        evaluate_table(np.stack([r.columns for r in fms if r.gpu == H100], axis=1))["step_time"])]
+    result = fit(h100, prior=0.0)
+    line = next(t for t in parameter_table(result).splitlines() if t.startswith('stack."fms-fsdp".compute_eff'))
+    assert line.endswith(f"pinned by the runs; applies on {H100}")
