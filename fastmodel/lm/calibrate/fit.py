@@ -102,6 +102,7 @@ class Parameter:
     status: str = ""              # "fitted" or why it kept its physical value
     sensitivity: float = 0.0      # largest |change of log step time| of a PROBE x scale change
     stack: str | None = None      # the software stack whose runs it applies to (device is then None)
+    devices: tuple = ()           # a stack's: the (canonical) devices of its runs, where its value applies
 
     @property
     def group(self) -> str | None:
@@ -139,11 +140,13 @@ class FitResult:
         devices: dict[str, dict[str, float]] = {}
         framework: dict[str, float] = {}
         stacks: dict[str, dict[str, float]] = {}
+        scopes: dict[str, tuple] = {}
         for p in self.parameters:
             if not p.fitted:
                 continue
-            if p.stack is not None:
+            if p.stack is not None:   # the runs identify the stack on their devices only (stack_tables.py)
                 stacks.setdefault(p.stack, {})[p.column] = p.value
+                scopes[p.stack] = p.devices
             elif p.device is None:
                 framework[p.column] = p.value
             else:
@@ -151,7 +154,7 @@ class FitResult:
         known = set(device_aliases().values())
         custom = frozenset(d for d in devices if d not in known)
         return Calibration(header=dict(header or {}), devices=devices, framework=framework, custom=custom,
-                           source=source, stacks=stacks)
+                           source=source, stacks=stacks, stack_devices=scopes)
 
 
 def measured_step_times(records) -> np.ndarray:
@@ -241,8 +244,9 @@ def candidate_parameters(records) -> list[Parameter]:
             scale = max(start, host_layer_scale(records, rows))
         else:
             scale = start if start > 0 else max(col.default, 1e-6)
+        devices = tuple(sorted({canonical_device(records[i].gpu) for i in rows})) if stack is not None else ()
         params.append(Parameter(device, column, rows, start, col.lo, col.hi, scale, value=start, status=status,
-                                stack=stack))
+                                stack=stack, devices=devices))
 
     for device in sorted(by_device):
         rows = by_device[device]

@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 
 from fastmodel.errors import SpecError, nearest
+from fastmodel.lm.calibrate.stack_tables import DEVICES_FIELD, applies, parse_stacks
 from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
 
 try:
@@ -56,7 +57,7 @@ except ModuleNotFoundError:  # pragma: no cover - python < 3.11
     import tomli as tomllib
 
 FORMAT = 2
-#: formats read: 1 keyed ``[stack]`` tables by framework text and is read only without them (``_parse_stacks``)
+#: formats read: 1 keyed ``[stack]`` tables by framework text and is read only without them (``stack_tables.parse_stacks``)
 READ_FORMATS = (1, 2)
 #: prefix of the key of a framework text that names no stack profile (:func:`stack_key`)
 DEFAULT_PREFIX = "default:"
@@ -151,13 +152,17 @@ class Calibration:
     custom: frozenset = frozenset()          # device names without a built-in file
     source: str = ""
     digest: str = ""                         # sha256 of the file's bytes (read_calibration)
+    #: stack key -> the (canonical) devices its values apply to; a stack absent here: every device
+    stack_devices: dict[str, tuple] = field(default_factory=dict)
 
     def values_for(self, gpu: str, stack: str | None = None) -> dict[str, float]:
         """Column values the calibration sets for a run on ``gpu`` whose software stack has key ``stack``
-        (:func:`stack_key`; its ``[framework]`` values and its ``[stack]`` table included)."""
+        (:func:`stack_key`; its ``[framework]`` values and its ``[stack]`` table included where the table's
+        ``devices`` name ``gpu`` or the table names none)."""
         out = dict(self.framework)
         out.update(self.devices.get(canonical_device(gpu), {}))
-        out.update(self.stacks.get(stack or "", {}))
+        if applies(self.stack_devices, stack, canonical_device(gpu)):
+            out.update(self.stacks.get(stack, {}))
         return out
 
     def fingerprint(self) -> str:
@@ -272,52 +277,9 @@ def parse_calibration(data: dict, source: str = "<calibration>") -> Calibration:
         if column is None:
             raise SpecError(source, f"framework.{path}", f"unknown field{nearest(path, FRAMEWORK_FIELDS.values())}")
         framework[column] = _bounded(value, column, f"framework.{path}", source)
+    stacks, scopes = parse_stacks(data.get("stack", {}), source, header["format"])
     return Calibration(header=dict(header), devices=devices, framework=framework, custom=frozenset(custom),
-                       source=source, stacks=_parse_stacks(data.get("stack", {}), source, header["format"]))
-
-
-def _parse_stacks(block: Any, source: str, form: int = FORMAT) -> dict[str, dict[str, float]]:
-    """``[stack."NAME"]`` tables: NAME a key of :func:`stack_key`, fields of ``STACK_FIELDS``; none in format 1."""
-    if not isinstance(block, dict):
-        raise SpecError(source, "stack", 'expected tables [stack."NAME"]')
-    if form == 1 and block:
-        raise SpecError(source, f"stack.{_quote(next(iter(block)))}", "format 1 keys [stack] tables by framework "
-                        "text, format 2 by the stack profile the runs resolve to, and a text cannot be mapped to "
-                        "one (runs of one text may resolve to several): refit with fastmodel calibrate, or delete "
-                        "the [stack] tables")
-    by_path = {p: c for c, p in STACK_FIELDS.items()}
-    stacks: dict[str, dict[str, float]] = {}
-    for name, table in block.items():
-        where = f"stack.{_quote(name)}"
-        if not isinstance(table, dict):
-            raise SpecError(source, where, f"expected a table, got {table!r}")
-        _check_stack_key(name, where, source)
-        values: dict[str, float] = {}
-        for path, value in _flatten(table).items():
-            column = by_path.get(path)
-            if column is None:
-                raise SpecError(source, f"{where}.{path}", f"unknown field{nearest(path, STACK_FIELDS.values())}")
-            values[column] = _bounded(value, column, f"{where}.{path}", source)
-        stacks[name] = values
-    return stacks
-
-
-def _check_stack_key(name: str, where: str, source: str) -> None:
-    """A SpecError unless ``name`` is a stack profile's name (not ``default``) or ``default:`` + a reduced text."""
-    from fastmodel.lm.stacks import STACK_NAMES
-
-    profiles = [n for n in STACK_NAMES if n != "default"]
-    if name in profiles:
-        return
-    if name.startswith(DEFAULT_PREFIX):
-        text = name[len(DEFAULT_PREFIX):]
-        if text and stack_name(text) == text:
-            return
-        raise SpecError(source, where, f"after {DEFAULT_PREFIX!r} the framework text lower case without versions "
-                                       f"or parentheses: write {_quote(DEFAULT_PREFIX + (stack_name(text) or 'TEXT'))}")
-    raise SpecError(source, where, f"not a stack profile{nearest(name, profiles)}; a stack table is named by the "
-                                   f"profile its runs resolve to ({', '.join(profiles)}), or {DEFAULT_PREFIX!r} + "
-                                   f"the framework text of a stack no profile names")
+                       source=source, stacks=stacks, stack_devices=scopes)
 
 
 def read_calibration(path: str | Path) -> Calibration:
@@ -434,6 +396,8 @@ def to_toml(cal: Calibration, comments: dict[tuple[str | None, str], str] | None
                                           if isinstance(g, str) and g.startswith(STACK_GROUP)}):
         group = STACK_GROUP + name
         lines += ["", f"[stack.{_quote(name)}]"]
+        if name in cal.stack_devices:
+            lines.append(f"{DEVICES_FIELD} = [{', '.join(_toml_value(d) for d in cal.stack_devices[name])}]")
         for column, path in STACK_FIELDS.items():
             if column in cal.stacks.get(name, {}):
                 lines.append(value_line(path, cal.stacks[name][column], comments.get((group, column))))

@@ -63,6 +63,11 @@ def _fmt(value: float) -> str:
     return f"{value:.4g}"
 
 
+def _pinned(p) -> str:
+    """Status of a fitted parameter; a stack's names the devices its value applies on (``stack_tables``)."""
+    return "pinned by the runs" + (f"; applies on {', '.join(p.devices)}" if p.stack is not None else "")
+
+
 def parameter_table(result: FitResult) -> str:
     """Every candidate parameter: physical value, fitted value, bounds, and whether the runs pinned it."""
     lines = [f"{'parameter':46s} {'physical':>9s} {'fitted':>9s} {'bounds':>17s}  status"]
@@ -70,7 +75,7 @@ def parameter_table(result: FitResult) -> str:
         fitted = _fmt(p.value) if p.fitted else "-"
         bounds = f"[{p.lo:g}, {p.hi:g}]"
         lines.append(f"{p.label[:46]:46s} {_fmt(p.start):>9s} {fitted:>9s} {bounds:>17s}  "
-                     f"{'pinned by the runs' if p.fitted else 'left physical: ' + p.status}")
+                     f"{_pinned(p) if p.fitted else 'left physical: ' + p.status}")
     return "\n".join(lines)
 
 

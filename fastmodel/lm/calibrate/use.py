@@ -28,6 +28,7 @@ from fastmodel.lm.calibrate.overlay import (
     overlay_columns,
     stack_key,
 )
+from fastmodel.lm.calibrate.stack_tables import applies
 from fastmodel.registry.lm import COLUMN_INDEX as C
 
 #: an evaluation's software: (framework text, explicit stack name), either may be None
@@ -71,10 +72,13 @@ def applied(cal: Calibration, gpus: Iterable[str], software: Iterable[Software] 
     """The calibration values applied to runs on ``gpus`` with ``software`` ((framework, stack) pairs), by
     the calibration file's field path."""
     out = {f"framework.{FRAMEWORK_FIELDS[c]}": v for c, v in cal.framework.items()}
-    for device in sorted({canonical_device(g) for g in gpus}):
+    devices = {canonical_device(g) for g in gpus}
+    for device in sorted(devices):
         for column, value in cal.devices.get(device, {}).items():
             out[f'device."{device}".{DEVICE_FIELDS[column]}'] = value
     for stack in sorted({s for s in (stack_key(*pair) for pair in software) if s is not None}):
+        if not any(applies(cal.stack_devices, stack, d) for d in devices):
+            continue
         for column, value in cal.stacks.get(stack, {}).items():
             out[f'stack."{stack}".{STACK_FIELDS[column]}'] = value
     return out
@@ -106,6 +110,11 @@ def mismatches(cal: Calibration, tiers_by_gpu: Mapping[str, set[str]],
                 named = f"framework {framework!r}" if framework else f"stack {explicit!r}"
                 lines.append(f"{name}: no [stack.\"{stack}\"] table for {named} (calibrated "
                              f"stacks: {have}); its kernels keep their modelled speed")
+            else:
+                lines += [f"{name}: [stack.\"{stack}\"] applies on {', '.join(cal.stack_devices[stack])} (the devices "
+                          f"of the runs it was fitted on), not on {gpu}: its kernels keep their modelled speed there"
+                          for gpu in sorted(tiers_by_gpu)
+                          if not applies(cal.stack_devices, stack, canonical_device(gpu))]
     for gpu in sorted(tiers_by_gpu):
         device = canonical_device(gpu)
         table = cal.devices.get(device)
