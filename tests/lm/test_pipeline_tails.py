@@ -82,6 +82,24 @@ def test_the_drain_is_the_other_ranks_last_backward_chunks_by_hand():
     assert pipeline_drain(row(**{**SMALL32, "pp": 1, "n_gpus": 1}), 32.0, b) == 0.0
 
 
+@pytest.mark.parametrize("schedule, v, gap", [("1f1b", 1, 6.0), ("gpipe", 1, 6.0), ("interleaved", 2, 3.0),
+                                              ("interleaved", 4, 1.5), ("zb_h1", 1, 0.0), ("dualpipe", 1, 0.0)])
+def test_the_exact_schedule_ends_the_last_stage_the_drain_before_the_first(schedule, v, gap):
+    """The exact path (docs/model.md §11.7.1) on 4 stages, 8 micro-batches, F = 1, B + W = 2 (W = 1) per stage: the
+    last stage's last op ends (p - 1)(B + W)/v = 6 / v before stage 0's under 1F1B, GPipe and interleaved, as
+    ``pipeline_drain`` charges; under ZB-H1 and DualPipe every stage ends together (drain 0)."""
+    from fastmodel.kernels.lm.pipeline import pipeline_drain
+    from fastmodel.lm.pipeline_program import pipeline_program, pipeline_slots, schedule_pipeline
+    p, m = 4, 8
+    program = pipeline_program(p, m, schedule, v)
+    times = schedule_pipeline(program, pipeline_slots(1.0, 2.0, p, v, 0.0, 1.0))
+    ends = [times.end[program.op_stream == s].max() for s in range(p)]
+    assert ends[0] - ends[-1] == pytest.approx(gap, abs=1e-12)
+    # the kernel's drain for 8 layers of 2 / 8 s backward each on the other ranks
+    columns = row(**{**SMALL32, "global_batch": 32, "vp": v, "pipeline_schedule": schedule})
+    assert pipeline_drain(columns, 8.0, 2.0 / 8.0) == pytest.approx(gap, abs=1e-12)
+
+
 def test_the_step_waits_for_the_slower_end_ranks_reduction_after_its_own_backward_by_hand():
     """DDP over dp 2 without overlap (each rank all-reduces when its backward ends), layout n_last 14 on 4 ranks:
     rank 0 reduces 6 layers + the embedding (c_0), the last rank 14 layers + the head (c_3), which it starts
