@@ -6,7 +6,9 @@ from __future__ import annotations
 import numpy as np
 
 from fastmodel.errors import PlanError
-from fastmodel.registry.lm import STATUSES
+from fastmodel.registry.lm import COLUMN_INDEX, STATUSES
+
+C_GRAPHS = COLUMN_INDEX["cuda_graph_microbatch_buffers"]
 
 
 def plan_status(params: np.ndarray) -> np.ndarray:
@@ -38,6 +40,10 @@ def status_reason(code: int, column: np.ndarray) -> str:
         return devices_reason(row)
     if name == "layout_not_runnable":
         return layout_reason(row)
+    if name == "schedule_not_runnable" and row[C_GRAPHS] > 0.0:
+        return ("plan.cuda_graph_microbatch_buffers = 1 with pipeline_schedule dualpipe: DualPipe runs its modules "
+                "eagerly and defers weight gradients (WeightGradStore, deepseek-ai/DualPipe dualpipe.py@3da1bbe), "
+                "which per-layer graphs of a Transformer Engine _order cannot split; set 0 (docs/model.md §11.27)")
     return STATUSES[code].message
 
 

@@ -12,6 +12,7 @@ CUDA_GRAPH_PLAN_ROWS = (
      "the rank once per micro-batch of the step (_order given) without reusing buffers between graphs (TE < 2.7, "
      "or _reuse_graph_input_output_buffers off: the MLPerf v4.0 NeMo GPT-3 runs); each graph keeps its static "
      "output, output gradient and input gradient, one layer output each, for the whole step "
-     "(docs/model_memory.md \"CUDA graphs (issue 23)\"). 0: none (eager; Megatron-Core's graphs, which reuse them).",
+     "(docs/model_memory.md \"CUDA graphs (issue 23)\"); refused under DualPipe (eager modules, deferred weight "
+     "gradients: schedule_not_runnable). 0: none (eager; Megatron-Core's graphs, which reuse them).",
      0, 1, False, "flag"),
 )

@@ -87,6 +87,22 @@ def attention_context(row, sliding):
 
 
 @njit
+def layer_kind_params(row, moe):
+    """(parameters, routed-expert parameters) of one dense (``moe`` False) or MoE layer on a device, counted as
+    :func:`layer_costs` counts them (``W_PARAMS``, ``W_EXPERT_PARAMS``): the attention over tp, and the MLP over tp
+    or the rank's routed experts, the shared experts over tp and the router. The data-parallel step of an explicit
+    layout's end ranks sums them over the rank's own layers (kernels/lm/step.py, docs/model.md §11.27)."""
+    h = row[C_HIDDEN]
+    t = row[C_TP]
+    params = attention_params(row) / t
+    if moe:
+        experts = expert_weight_params(row, expert_tp(row, 0.0))
+        shared = row[C_MOE_SHARED_EXPERTS] * row[C_MOE_FFN]
+        return params + experts + mlp_matrices(row) * h * shared / t + h * row[C_MOE_EXPERTS], experts
+    return params + mlp_matrices(row) * h * row[C_FFN] / t, 0.0
+
+
+@njit
 def layer_costs(row, moe, sliding, work):
     """Forward costs of one transformer layer for one micro-batch on one device (into ``work``)."""
     h = row[C_HIDDEN]

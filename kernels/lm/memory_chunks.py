@@ -11,6 +11,8 @@ timeline (fastmodel/lm/memory_timeline.py) walks the same op orders and must agr
 ``error_model='numpy'`` (see kernels/lm/memory.py).
 """
 
+import math
+
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.layout import (
     C_DENSE_LAYERS, C_FFN, C_GATED_MLP, C_HEADS, C_HEAD_DIM, C_HIDDEN, C_KV_LORA_RANK, C_MLA, C_MOE_FFN,
@@ -70,16 +72,22 @@ def chunk_microbatch_bytes(row, stage, chunk, dense_layer, moe_layer):
 
 @njit(error_model='numpy')
 def layout_chunk_layers(row, chunk, full):
-    """Decoder layers of chunk ``chunk`` of the last rank under an explicit layout: its ``last_stage_layers``
-    fill the chunks in order, ``full`` (the busiest rank's per chunk) each, and chunk ``v - 1`` (the loss's)
-    takes the rest, as the recipes' layouts do (DeepSeek-V3 ``Et*4|(t*4|)*14tmL`` at PP 4 x VP 4: 4, 4, 4, 1).
-    Filling the earlier chunks first is the most a layout of that count can hold in flight: a rank holds more
-    micro-batches of its earlier chunks than of the loss's (:func:`held_bytes`). A last rank that holds more than
-    the others (``n_last > v full``, docs/model.md §11.25) spreads them evenly, ``n_last / v`` per chunk, as
-    Megatron-Core's own split does, rather than piling the excess onto the loss's chunk."""
+    """Decoder layers of chunk ``chunk`` of the last rank under an explicit layout, whole layers as a layout string
+    states them (Megatron-Core ``get_num_layers_to_build`` counts the ``t``s of one virtual stage,
+    megatron/core/transformer/pipeline_parallel_layer_layout.py@0823c73 line 167). Its ``last_stage_layers`` ``n``
+    fill the chunks in order, ``ceil(full)`` each (``full``: the busiest rank's per chunk), and chunk ``v - 1`` (the
+    loss's) takes the rest, as the recipes' layouts do (DeepSeek-V3 ``Et*4|(t*4|)*14tmL`` at PP 4 x VP 4: 4, 4, 4, 1). Filling
+    the earlier chunks first is the most a layout of that count can hold in flight: a rank holds more micro-batches
+    of its earlier chunks than of the loss's (:func:`held_bytes`). A last rank that holds more than the others
+    (``n > v full``, docs/model.md §11.25) spreads them as evenly as whole layers allow, ``floor(n / v)`` per chunk
+    and one more in each of the first ``n mod v`` chunks (docs/model.md §11.27), rather than piling the excess onto
+    the loss's chunk."""
     n = row[C_LAST_STAGE_LAYERS]
     v = row[C_VP]
-    full = max(full, n / v)
+    if n > v * full + 1e-9:
+        base = math.floor(n / v + 1e-9)
+        return base + (1.0 if chunk < n - base * v - 1e-9 else 0.0)
+    full = math.ceil(full - 1e-9)               # a chunk holds whole layers: at most the others' largest chunk
     if chunk < v - 1.0:
         return min(max(n - chunk * full, 0.0), full)
     return max(n - (v - 1.0) * full, 0.0)

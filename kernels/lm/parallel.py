@@ -117,11 +117,23 @@ def microbatch_reduce(row, stage_params, shard_group, stride, micro_batches, sta
 
 
 @njit
-def data_parallel(row, stage_params, last_backward, first_forward, shard_group, d, stride):
-    """(seconds, exposed seconds, parameters the optimizer steps per device) of the data-parallel work once
-    per step: gradient reduction (allreduce under DDP; reduce-scatter and parameter all-gather under sharded
-    optimizers and ZeRO-3 with pipelining; the replica allreduce of HSDP), each hidden behind the last
-    backward or first forward where the framework overlaps it. Per-layer FSDP collectives are in the layer loop.
+def reduce_tail(row, comm, window, idle):
+    """(exposed seconds, idle seconds left) of a gradient reduction that overlaps ``window`` seconds of the rank's
+    backward and then runs while the rank waits ``idle`` seconds for the other pipeline ranks to finish theirs (the
+    drain, docs/model.md §11.27): the part that outlasts the window runs in the idle time first; the compute slowed
+    during the overlap (:func:`exposed`) stays. ``idle = 0``: :func:`exposed`."""
+    late = max(0.0, comm - window)
+    return max(0.0, late - idle) + row[C_COMM_SM_SHARE] * min(comm, window), max(0.0, idle - late)
+
+
+@njit
+def data_parallel(row, stage_params, last_backward, first_forward, shard_group, d, stride, idle):
+    """(seconds, exposed seconds before the optimizer step, exposed seconds after it, parameters the optimizer steps
+    per device) of the data-parallel work once per step: gradient reduction (allreduce under DDP; reduce-scatter
+    under sharded optimizers and ZeRO-3 with pipelining; the replica allreduce of HSDP), each hidden behind the
+    last backward where the framework overlaps it and in the ``idle`` seconds the rank then waits for the other
+    pipeline ranks (:func:`reduce_tail`), and the parameter all-gather after the step, behind the first forward
+    where overlapped. Per-layer FSDP collectives are in the layer loop.
     ``d`` devices ``stride`` apart hold replicas: the data-parallel group (``dp``, ``tp cp`` apart) for the dense
     parameters, the expert-data-parallel group (``edp``, ``etp ep`` apart) for the routed experts."""
     sharded = row[C_SHARDING] == SHARD_FSDP
@@ -129,24 +141,27 @@ def data_parallel(row, stage_params, last_backward, first_forward, shard_group, 
     grad_bytes = row[C_GRAD_REDUCE_BYTES]
     bucket = row[C_COLLECTIVE_BUCKET_BYTES]
     dp_comm = 0.0
-    dp_exposed = 0.0
+    before = 0.0
+    after = 0.0
     sharding = row[C_SHARDING]
     if sharded:
         if not fsdp:
             reduce = bucketed_allgather_time(row, stage_params * grad_bytes, shard_group, stride, bucket)
             gather = bucketed_allgather_time(row, stage_params * param_bytes(row), shard_group, stride, bucket)
             dp_comm = reduce + gather
-            dp_exposed = exposed(row, reduce, last_backward) + exposed(row, gather, first_forward)
+            before, idle = reduce_tail(row, reduce, last_backward, idle)
+            after = exposed(row, gather, first_forward)
         replicas = d / shard_group
         if replicas > 1.0:
             replica = allreduce_time(row, stage_params * grad_bytes / shard_group, replicas, stride * shard_group)
             dp_comm += replica
-            dp_exposed += exposed(row, replica, last_backward)
+            before += reduce_tail(row, replica, last_backward, idle)[0]
         local_params = stage_params / shard_group
     elif d > 1.0:
+        overlap = row[C_OVERLAP_GRAD_REDUCE] > 0.0      # else launched when the rank's backward has ended
         if sharding == SHARD_DDP:
             dp_comm = allreduce_time(row, stage_params * grad_bytes, d, stride)
-            dp_exposed = exposed(row, dp_comm, last_backward) if row[C_OVERLAP_GRAD_REDUCE] > 0.0 else dp_comm
+            before = reduce_tail(row, dp_comm, last_backward if overlap else 0.0, idle)[0]
         else:
             # a reduce-scatter, or the whole gradient all-reduced (DeepSpeed ZeRO-1, BF16_Optimizer: grad_allreduce)
             if row[C_GRAD_ALLREDUCE] > 0.0:
@@ -155,9 +170,9 @@ def data_parallel(row, stage_params, last_backward, first_forward, shard_group, 
                 reduce = allgather_time(row, stage_params * grad_bytes, d, stride)
             gather = allgather_time(row, stage_params * param_bytes(row), d, stride)
             dp_comm = reduce + gather
-            dp_exposed = exposed(row, reduce, last_backward) if row[C_OVERLAP_GRAD_REDUCE] > 0.0 else reduce
-            dp_exposed += exposed(row, gather, first_forward) if row[C_OVERLAP_PARAM_GATHER] > 0.0 else gather
+            before = reduce_tail(row, reduce, last_backward if overlap else 0.0, idle)[0]
+            after = exposed(row, gather, first_forward) if row[C_OVERLAP_PARAM_GATHER] > 0.0 else gather
         local_params = stage_params / d if sharding != SHARD_DDP else stage_params
     else:
         local_params = stage_params
-    return dp_comm, dp_exposed, local_params
+    return dp_comm, before, after, local_params

@@ -38,7 +38,7 @@ import numpy as np
 
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.layout import (
-    C_CP, C_DP, C_GLOBAL_BATCH, C_HIDDEN, C_MICRO_BATCH, C_PIPELINE_SCHEDULE, C_PP, C_SEQUENCE_PARALLEL, C_SEQ_LEN,
+    C_CP, C_CUDA_GRAPH_MICROBATCH_BUFFERS, C_DP, C_GLOBAL_BATCH, C_HIDDEN, C_MICRO_BATCH, C_PIPELINE_SCHEDULE, C_PP, C_SEQUENCE_PARALLEL, C_SEQ_LEN,
     C_TP, C_VP, SCHED_1F1B, SCHED_DUALPIPE, SCHED_GPIPE, SCHED_INTERLEAVED, SCHED_ZB_H1,
 )
 from fastmodel.kernels.lm.layer import ACT_BYTES
@@ -132,6 +132,21 @@ def model_copies(row):
 
 
 @njit
+def pipeline_drain(row, layers, backward):
+    """Seconds the last pipeline rank's last backward ends before the first rank's (docs/model.md §11.27): the
+    last micro-batch's backward leaves rank p - 1 and crosses ranks p - 2 .. 0, one chunk each (chunk 0 under the
+    interleaved schedule), ``(p - 1) layers / v`` layers of ``backward`` seconds (``layers``: another rank's),
+    while the last rank has nothing left to run (1F1B, GPipe, interleaved: Narayanan et al. 2021 Fig. 3-4; the
+    exact path's orders, :func:`stage_order`). 0 for ZB-H1 and DualPipe, whose deferred weight passes fill that
+    time, and without a pipeline. The sends between the ranks are not added (a lower bound)."""
+    p = row[C_PP]
+    schedule = int(row[C_PIPELINE_SCHEDULE])
+    if p <= 1.0 or schedule == SCHED_ZB_H1 or schedule == SCHED_DUALPIPE:
+        return 0.0
+    return max((p - 1.0) * layers / max(row[C_VP], 1.0), 0.0) * backward
+
+
+@njit
 def pipeline_p2p(row, micro_batches):
     """(seconds, exposed seconds) of the pipeline's point-to-point sends in one step: a micro-batch's activations
     forward and gradients backward at every virtual-stage boundary; what is exposed are the sends of the
@@ -182,7 +197,10 @@ def schedule_status(row, micro_batches):
     the bubble grows; so does GPipe; its interleaved schedule asserted ``m % p == 0`` (megatron/training.py,
     2021-23), and ZB-H1 and DualPipe need their warm-up (``too_few_microbatches``). DualPipe needs an even
     number of ranks and of micro-batches, at least twice the ranks (deepseek-ai/DualPipe ``dualpipe.py``
-    ``step()``; ``schedule_not_runnable``)."""
+    ``step()``; ``schedule_not_runnable``), and runs its modules eagerly: per-layer CUDA graphs captured in a
+    Transformer Engine ``_order`` (``cuda_graph_microbatch_buffers``) are refused beside it (docs/model.md
+    §11.27: DualPipe@3da1bbe calls ``self.module[phase](*inputs)`` and defers weight gradients through
+    ``WeightGradStore``, which one captured backward graph per layer cannot split)."""
     pp = row[C_PP]
     if pp <= 1.0:
         return 0
@@ -191,7 +209,8 @@ def schedule_status(row, micro_batches):
     if micro_batches < pp and not plain:
         return ST_MICROBATCHES
     if schedule == SCHED_DUALPIPE and (
-            not is_multiple(pp, 2.0) or not is_multiple(micro_batches, 2.0) or micro_batches < 2.0 * pp):
+            not is_multiple(pp, 2.0) or not is_multiple(micro_batches, 2.0) or micro_batches < 2.0 * pp
+            or row[C_CUDA_GRAPH_MICROBATCH_BUFFERS] > 0.0):
         return ST_SCHEDULE
     return 0
 

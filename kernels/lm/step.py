@@ -22,7 +22,9 @@ hidden behind the compute it overlaps with (``kernels/lm/parallel.py``).
 """
 
 from fastmodel.kernels.jit import njit
-from fastmodel.kernels.lm.layer import W_FLOPS, W_GEMM, W_MEM, W_PARAMS, W_TP, model_flops_per_token, recompute_share
+from fastmodel.kernels.lm.layer import (
+    W_FLOPS, W_GEMM, W_MEM, W_PARAMS, W_TP, layer_kind_params, model_flops_per_token, recompute_share,
+)
 from fastmodel.kernels.lm.layout import (
     C_LAST_STAGE_LAYERS,
     C_CP, C_DENSE_LAYERS, C_DP, C_EP, C_GLOBAL_BATCH, C_MOE_EXPERTS, C_MOE_LAYER_FREQ, C_UNEVEN_STAGES, C_VP, C_MTP_LAYERS, C_HIDDEN, C_MICRO_BATCH, C_N_GPUS,
@@ -49,7 +51,7 @@ from fastmodel.kernels.lm.passes import (
     TP_BACKWARD_PASSES, fsdp_shard_group,
     head_passes, layer_passes, layer_passes_of, layer_time, per_layer_fsdp,
 )
-from fastmodel.kernels.lm.pipeline import model_copies, pipeline_bubble, pipeline_p2p
+from fastmodel.kernels.lm.pipeline import model_copies, pipeline_bubble, pipeline_drain, pipeline_p2p
 from fastmodel.kernels.nccl import allreduce_time
 from fastmodel.kernels.roofline import memory_bound_time
 
@@ -214,33 +216,46 @@ END_LARGER, END_FIRST, END_LAST = -1.0, 0.0, 1.0
 
 @njit
 def _data_parallel_ranks(row, work, head_params, micro_batches, stage_mb, out):
-    """The data-parallel step (:func:`_data_parallel_step`) of the rank whose reduction and optimizer take
-    longest, into ``out``; returns its critical-path seconds. Without an explicit layout: the busiest rank's
-    ``layers_per_stage`` beside the larger end of the model. Under one (docs/model.md §11.25): the first rank's
-    ``n_mid`` layers with the embedding or the last rank's ``n_last`` with the head and MTP modules, each with
-    the layers it holds, the slower of the two (a middle rank holds rank 0's layers without its embedding)."""
-    if not explicit_layout(row) or model_copies(row) > 1.0:
-        return _data_parallel_step(row, work, layers_per_stage(row), head_params, micro_batches, stage_mb, out,
-                                   END_LARGER)
-    first = _data_parallel_step(row, work, layout_busiest_layers(row), head_params, micro_batches, stage_mb, out,
-                                END_FIRST)
-    comm, exposed, optimizer = out[R_COMM_DP], out[R_EXPOSED_DP], out[R_TIME_OPTIMIZER]
-    last = _data_parallel_step(row, work, row[C_LAST_STAGE_LAYERS], head_params, micro_batches, stage_mb, out,
-                               END_LAST)
-    if last >= first:
-        return last
-    out[R_COMM_DP] = comm
-    out[R_EXPOSED_DP] = exposed
-    out[R_TIME_OPTIMIZER] = optimizer
-    return first
+    """The data-parallel step (:func:`_data_parallel_step`) into ``out``; returns its critical-path seconds. Each
+    rank reduces its gradients when its own backward ends (Megatron-Core ``finish_grad_sync`` per model chunk,
+    distributed/finalize_model_grads.py@0823c73 lines 501-502); the gradient norm's all-reduce over the
+    model-parallel group (optimizer.py lines 759-760, clip_grads.py lines 102-104) then waits for every rank, and
+    the slowest rank's optimizer step and parameter gather follow: max over ranks of the reduction's tail, plus
+    max over ranks of the step after it (docs/model.md §11.27). The end ranks bound it: the first rank (the
+    busiest other rank's layers, ``n_mid``, and the embedding), and the last (its layers, the head and MTP
+    modules), whose reduction also runs in the :func:`pipeline_drain` of the other ranks' layers (rank 0's first
+    chunk one fewer with the embedding's slot; a middle rank holds rank 0's layers without its embedding and ends
+    its backward earlier). Without a pipeline, or under DualPipe (rank 0 holds both
+    ends), one rank: the busiest beside the larger end."""
+    if row[C_PP] <= 1.0 or model_copies(row) > 1.0:
+        before, after = _data_parallel_step(row, work, layers_per_stage(row), head_params, micro_batches, stage_mb,
+                                            out, END_LARGER, 0.0)
+    else:
+        last = row[C_LAST_STAGE_LAYERS] if explicit_layout(row) else layers_per_stage(row)
+        backward = work[A_BACKWARD_INPUT] + work[A_BACKWARD_WEIGHT] + work[A_RECOMPUTE]   # a layer's
+        drain = max(0.0, pipeline_drain(row, layout_busiest_layers(row), backward) - 0.5 * split_slots(row) * backward)
+        before, after = _data_parallel_step(row, work, layout_busiest_layers(row), head_params, micro_batches,
+                                            stage_mb, out, END_FIRST, 0.0)
+        comm, optimizer = out[R_COMM_DP], out[R_TIME_OPTIMIZER]
+        last_before, last_after = _data_parallel_step(row, work, last, head_params, micro_batches, stage_mb, out,
+                                                      END_LAST, drain)
+        before, after = max(before, last_before), max(after, last_after)
+        out[R_COMM_DP] = max(comm, out[R_COMM_DP])
+        out[R_TIME_OPTIMIZER] = max(optimizer, out[R_TIME_OPTIMIZER])
+    out[R_EXPOSED_DP] = before + after - out[R_TIME_OPTIMIZER]
+    return before + after
 
 
 @njit
-def _data_parallel_step(row, work, per_stage, head_params, micro_batches, stage_mb, out, end):
+def _data_parallel_step(row, work, per_stage, head_params, micro_batches, stage_mb, out, end, idle):
     """Data-parallel gradient reduction and parameter gather once per step (with ``reduce_every_microbatch``
     the earlier micro-batches' reductions too, each beside the next micro-batch's ``stage_mb``), and the
-    optimizer step, into ``out``, of a rank of ``per_stage`` layers and the model's ``end`` (``END_*``: the
-    larger of the two, the embedding, the head); returns their critical-path seconds."""
+    optimizer step, of a rank of ``per_stage`` layers and the model's ``end`` (``END_*``: the larger of the two,
+    the embedding, the head) that waits ``idle`` seconds after its backward for the other ranks (its reduction
+    runs in them); returns (the exposed seconds before the optimizer step, the optimizer step and the exposed
+    seconds after it) and leaves ``R_COMM_DP`` and ``R_TIME_OPTIMIZER`` in ``out``. Under an explicit layout an end
+    rank's parameters are its own layers' (``stage_layers``: dense and MoE as it holds them, ``layer_kind_params``
+    each), as its Muon matrices are; else ``per_stage`` average layers."""
     p = row[C_PP]
     t = row[C_TP]
     params = work[A_PARAMS]
@@ -263,24 +278,33 @@ def _data_parallel_step(row, work, per_stage, head_params, micro_batches, stage_
     # the MTP modules' routed experts are on the rank that holds the last stage
     experts_held = copies * per_stage * experts + (mtp_experts if holds_last else 0.0)
     stage_params = copies * per_stage * (params - experts) + ends
+    if explicit_layout(row) and end != END_LARGER:     # the rank's own dense and MoE layers (§11.27)
+        dense, moe, _ = stage_layers(row, p - 1.0 if holds_last else 0.0)
+        dense_params = layer_kind_params(row, False)[0]
+        moe_params, moe_experts = layer_kind_params(row, True)
+        stage_params = dense * dense_params + moe * (moe_params - moe_experts) + ends
+        experts_held = moe * moe_experts + (mtp_experts if holds_last else 0.0)
     if split_slots(row) > 0.0:      # the embedding and the head hold a layer's slot (last_rank_layers)
         stage_params = max(stage_params - ends, stage_params - copies * (params - experts))
     last_backward = per_stage * (work[A_BACKWARD_INPUT] + work[A_BACKWARD_WEIGHT] + work[A_RECOMPUTE])
     first_forward = per_stage * work[A_FORWARD]
     shard_group = fsdp_shard_group(row)
-    dp_comm, dp_exposed, local_params = data_parallel(row, stage_params, last_backward, first_forward, shard_group,
-                                                      row[C_DP], t * row[C_CP])
+    dp_comm, before, after, local_params = data_parallel(row, stage_params, last_backward, first_forward,
+                                                         shard_group, row[C_DP], t * row[C_CP], idle)
     mb_comm, mb_exposed = microbatch_reduce(row, stage_params, shard_group, t * row[C_CP], micro_batches, stage_mb)
     dp_comm += mb_comm
-    dp_exposed += mb_exposed
-    if experts > 0.0:
+    before += mb_exposed
+    if experts_held > 0.0:
         edp = expert_dp(row)
         stride = expert_tp(row) * row[C_EP]
         expert_group = min(edp, max(1.0, shard_group * t * row[C_CP] / stride))
-        e_comm, e_exposed, e_local = data_parallel(row, experts_held, max(0.0, last_backward - dp_comm),
-                                                   max(0.0, first_forward - dp_comm), expert_group, edp, stride)
+        # after the dense reduction on the same stream: the windows and the idle time it left
+        e_comm, e_before, e_after, e_local = data_parallel(
+            row, experts_held, max(0.0, last_backward - dp_comm), max(0.0, first_forward - dp_comm), expert_group,
+            edp, stride, max(0.0, idle - max(0.0, dp_comm - last_backward)))
         dp_comm += e_comm
-        dp_exposed += e_exposed
+        before += e_before
+        after += e_after
         local_params += e_local
     # the gradients the rank holds: the stage's whole buffer, or its shard under ZeRO-2 and FSDP
     held = local_params if row[C_SHARDING] >= SHARD_ZERO2 else stage_params + experts_held
@@ -291,7 +315,7 @@ def _data_parallel_step(row, work, per_stage, head_params, micro_batches, stage_
     if shared > 0.0:
         tied = allreduce_time(row, shared * row[C_GRAD_REDUCE_BYTES], 2.0, (p - 1.0) * t * row[C_CP] * row[C_DP])
         dp_comm += tied
-        dp_exposed += tied
+        before += tied
     step_bytes = optimizer_step_bytes(row, local_params, held)
     optimizer = 0.0
     if row[C_OPTIMIZER] == OPT_MUON:
@@ -304,9 +328,8 @@ def _data_parallel_step(row, work, per_stage, head_params, micro_batches, stage_
         step_bytes += muon_bytes - matrices * optimizer_bytes_per_param(row)
     optimizer += memory_bound_time(row, step_bytes)
     out[R_COMM_DP] = dp_comm
-    out[R_EXPOSED_DP] = dp_exposed
     out[R_TIME_OPTIMIZER] = optimizer
-    return dp_exposed + optimizer
+    return before, after + optimizer
 
 
 @njit
