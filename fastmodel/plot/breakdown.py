@@ -20,7 +20,7 @@ STYLE = {
     "optimizer": ("#555555", "optimizer"), "bubble": ("#DDDDDD", "pipeline bubble"), "tp": ("#009E73", "TP comm."),
     "cp": ("#E69F00", "CP comm."), "ep": ("#CC79A7", "EP comm."), "pp": ("#F0E442", "PP comm."),
     "dp": ("#D55E00", "DP comm."), "host_wait": ("#000000", "host-bound wait"),
-    "offload": ("#8C564B", "offload copies"),
+    "offload": ("#8C564B", "offload copies"), "eval": ("#AA4499", "evaluation"),
 }
 
 

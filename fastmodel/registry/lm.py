@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from fastmodel.registry.lm_cudagraph import CUDA_GRAPH_PLAN_ROWS
 from fastmodel.registry.lm_engine import ENGINE_KERNEL_ROWS
+from fastmodel.registry.lm_eval import EVAL_PLAN_ROWS, EVAL_RESULT_ROWS
 from fastmodel.registry.lm_lowprec import FP8_DEVICE_ROWS, FP8_RECIPES, LOW_PRECISION_PLAN_ROWS, OPTIMIZER_MOMENTS
 from fastmodel.registry.lm_muon import MUON_PLAN_ROWS
 from fastmodel.registry.lm_offload import OFFLOAD_DEVICE_ROWS, OFFLOAD_MODULES, OFFLOAD_PLAN_ROWS, OFFLOAD_RESULT_ROWS  # noqa: F401
@@ -220,8 +221,7 @@ PLAN_COLUMNS = _cols(
      "multiplies them and keeps the expert output (memory only).", 0, 1, False, "flag"),
     *LOW_PRECISION_PLAN_ROWS,
     *MUON_PLAN_ROWS,
-    *OFFLOAD_PLAN_ROWS, *CUDA_GRAPH_PLAN_ROWS,
-    *PIPELINE_PLAN_ROWS,
+    *OFFLOAD_PLAN_ROWS, *CUDA_GRAPH_PLAN_ROWS, *PIPELINE_PLAN_ROWS, *EVAL_PLAN_ROWS,
     *SDPA_PLAN_ROWS,
     ("moe_imbalance", "1", 1, "Dropless routing: routed tokens of the busiest expert-parallel rank / the mean "
      "(1 = balanced, as forced balancing runs).", 1, 64, False, "number"),
@@ -426,7 +426,7 @@ RESULTS: tuple[Variable, ...] = (
            "memory_allocated x (1 + allocator_cache_fraction), as torch.cuda.max_memory_reserved reports (its "
            "cache is released on demand, so memory_per_device = memory_allocated + overhead decides fits_memory)."),
     Result("memory_peak_stage", "1", "", "Pipeline rank (0 = first) whose peak memory_per_device is reported."),
-    *(Result(*r) for r in OFFLOAD_RESULT_ROWS),
+    *(Result(*r) for r in OFFLOAD_RESULT_ROWS), *(Result(*r) for r in EVAL_RESULT_ROWS),
 )
 RESULT_INDEX: dict[str, int] = {r.name: i for i, r in enumerate(RESULTS)}
 MEMORY_RESULTS = tuple("memory_" + k for k in MEMORY_KINDS)
@@ -438,7 +438,7 @@ RANK_ONLY_FITTING = True
 #: the step as stacked bars (kernels/lm/step.py): compute on the busiest device + optimizer + pipeline bubble +
 #: each process group's whole ("serialized") or exposed communication (= step_time exactly)
 _COMPUTE = ("time_gemm", "time_attention", "time_memory_bound", "time_optimizer", "pipeline_bubble", "time_host_wait",
-            "time_offload")
+            "time_offload", "time_eval")
 BREAKDOWN = Breakdown((*_COMPUTE, *(f"comm_{g}" for g in ("tp", "cp", "ep", "pp", "dp"))),
                       (*_COMPUTE, *(f"exposed_{g}" for g in ("tp", "cp", "ep", "pp", "dp"))))
 #: dataset variables made of several result rows: (variable, its rows, one per coordinate of its dimension)

@@ -33,7 +33,7 @@ from fastmodel.kernels.lm.layout import (
     SHARD_ZERO2, C_VOCAB, OPT_ADAM, OPT_MUON, OPT_SGD, OPT_SGD_NO_MOMENTUM, PRECISION_FP8, R_COMM_CP, R_COMM_DP, R_COMM_EP, R_COMM_EP_SCALE_OUT,
     R_COMM_PP, R_COMM_TP, R_EXPOSED_CP, R_EXPOSED_DP, R_EXPOSED_EP, R_EXPOSED_PP, R_EXPOSED_TP, R_FLOPS_PER_TOKEN,
     R_HFU, R_MFU, R_PIPELINE_BUBBLE, R_STEP_TIME, R_TIME_HOST_WAIT, R_TIME_ATTENTION, R_TIME_GEMM, R_TIME_MEMORY_BOUND, R_TIME_OPTIMIZER,
-    R_TIME_OFFLOAD, R_TIME_RECOMPUTE, R_TOKENS_PER_S, R_TOKENS_PER_S_PER_GPU,
+    R_TIME_OFFLOAD, R_TIME_RECOMPUTE, R_TOKENS_PER_S, R_TOKENS_PER_S_PER_GPU, C_EVAL_INTERVAL, C_EVAL_ITERS, R_TIME_EVAL,
 )
 from fastmodel.kernels.lm.memory_states import (
     explicit_layout, layers_per_stage, layout_busiest_layers, moment_bytes, split_slots, stage_layers, stored_grad_bytes,
@@ -387,6 +387,19 @@ def host_bound_bubble(row, average_mb, forward, weight):
 
 
 @njit
+def eval_time(row, forward, micro_batches):
+    """Seconds per training step of the evaluation the run interleaves (docs/model.md §11.17.1): every
+    ``eval_interval`` steps Megatron-LM runs ``eval_iters`` iterations of ``forward_only`` passes over a whole global
+    batch (megatron/training.py ``train``, ``evaluate``; stanford-futuredata/Megatron-LM 0bdc8181), each of the
+    ``micro_batches`` a forward of the average stage (``forward``, from :func:`stage_passes`) or its host issue,
+    whichever is longer, and ``pp - 1`` more of fill and drain. 0 unless both columns are set."""
+    if row[C_EVAL_INTERVAL] <= 0.0 or row[C_EVAL_ITERS] <= 0.0:
+        return 0.0
+    mb = max(forward, row[C_LAYERS] / row[C_PP] * host_layer_forward_s(row))
+    return row[C_EVAL_ITERS] / row[C_EVAL_INTERVAL] * (micro_batches + row[C_PP] - 1.0) * mb
+
+
+@njit
 def step_row(row, work, out):
     """Every time result of one configuration into ``out`` (registry result indices): layer mix and per-layer
     passes (:func:`stage_passes`), then the step composition."""
@@ -408,8 +421,9 @@ def step_row(row, work, out):
     # per-layer FSDP runs without a pipeline only (passes.per_layer_fsdp), so never under an explicit layout
     fsdp_exposed = _fsdp_step(row, work, micro_batches, layers_per_stage(row), out)
     host_wait = micro_batches * host_wait_per_microbatch(row, per_stage, stage_mb)
+    evaluation = eval_time(row, forward, micro_batches)      # the run's interleaved evaluation, per step (§11.17.1)
     step = micro_batches * stage_mb + host_wait + bubble + fsdp_exposed + pp_exposed + outside \
-        + row[C_STEP_OVERHEAD_S] + offload
+        + row[C_STEP_OVERHEAD_S] + offload + evaluation
 
     full, _ = recompute_share(row)
     flops = work[A_FLOPS]
@@ -432,6 +446,7 @@ def step_row(row, work, out):
     out[R_PIPELINE_BUBBLE] = bubble
     out[R_TIME_HOST_WAIT] = host_wait
     out[R_TIME_OFFLOAD] = offload
+    out[R_TIME_EVAL] = evaluation
     out[R_COMM_TP] = micro_batches * (per_stage * work[A_TP_COMM] + head_tp)
     out[R_COMM_CP] = micro_batches * per_stage * work[A_CP_COMM]
     out[R_COMM_EP] = micro_batches * per_stage * work[A_EP_COMM]
