@@ -1,5 +1,5 @@
-"""Scripts of bench/ loaded as modules, and the input files they read, for the tests that check their tables by
-hand."""
+"""Scripts of bench/ (and the generators of tests/data) loaded as modules, and the input files the serving
+diagnostics read, for the tests that check their tables by hand."""
 
 import csv
 import importlib.util
@@ -9,12 +9,17 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 
 
-def load_bench(name: str):
-    """The module of ``bench/<name>.py`` (bench/ is not a package)."""
-    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+def load_script(path: Path):
+    """The module of the script at ``path``, named by its stem (bench/ and tests/data are not packages)."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def load_bench(name: str):
+    """The module of ``bench/<name>.py``."""
+    return load_script(BENCH / f"{name}.py")
 
 
 def write_validated(tmp_path: Path, records: list[dict], header: list[str], rows: list[list]) -> tuple[str, str]:
