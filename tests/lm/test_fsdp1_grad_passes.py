@@ -8,7 +8,7 @@ from fastmodel.kernels.lm.parallel import fsdp1_grad_pass_time
 from fastmodel.lm.execution import ExecutionSpec
 from fastmodel.lm.stacks import resolve
 from fastmodel.lm.table import row
-from tests.table_fixtures import H100, NET, one
+from tests.suite_fixtures import H100, NET, one
 
 # the blog's 800 Gb/s per 8-GPU node (tests/data/runs_dev.jsonl ibm-fsdp-*): the shared network at 12.5 GB/s per
 # GPU across nodes

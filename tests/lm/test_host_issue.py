@@ -10,7 +10,7 @@ import pytest
 from fastmodel.lm.execution import ExecutionSpec
 from fastmodel.lm.stacks import megatron_2021 as m21
 from fastmodel.lm.stacks import resolve
-from tests.table_fixtures import NET, one
+from tests.suite_fixtures import NET, one
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "model.md"
 A100 = dict(peak_flops_16=312e12, gemm_eff_16=0.75, sm_count=108, gemm_tile_m=128, gemm_tile_n=256,

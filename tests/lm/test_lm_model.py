@@ -13,14 +13,14 @@ from fastmodel.kernels.roofline import gemm_time, grouped_gemm_time, memory_boun
 from fastmodel.lm.engine import evaluate_table
 from fastmodel.lm.records import lower_record, read_records
 from fastmodel.lm.table import row, table
-from tests import table_fixtures
-from tests.table_fixtures import NET, one
+from tests import suite_fixtures
+from tests.suite_fixtures import NET, one
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 RUNS = DATA / "runs_dev.jsonl"
 
 # the shared H100 less its flash-attention efficiency: these tests run at the table's default attn_eff (0.55)
-H100 = {k: v for k, v in table_fixtures.H100.items() if k != "attn_eff"}
+H100 = {k: v for k, v in suite_fixtures.H100.items() if k != "attn_eff"}
 
 
 def test_flops_per_token_match_the_mfu_std_convention_on_every_dev_row():

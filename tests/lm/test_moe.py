@@ -36,7 +36,7 @@ from fastmodel.lm.rules import plan_status
 from fastmodel.lm.stacks import megatron_core, resolve
 from fastmodel.lm.table import row, table
 from fastmodel.registry.lm import STATUS_CODES
-from tests.table_fixtures import NET
+from tests.suite_fixtures import NET
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "model.md"

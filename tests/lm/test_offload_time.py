@@ -26,7 +26,7 @@ from fastmodel.kernels.lm.passes import (
 )
 from fastmodel.lm.table import row
 from fastmodel.registry.lm import OFFLOAD_MODULES
-from tests import table_fixtures
+from tests import suite_fixtures
 
 T, H, A, D = 8192, 1024, 16, 64
 BYTES = 4 * 2 * T * A * D   # core_attn + attn_proj: Q, K, V and O at 2 bytes
@@ -38,7 +38,7 @@ SLOW = dict(host_link_bw=1e9, host_link_eff=1.0)       # 67 ms per layer each wa
 
 
 def one(**values):
-    return table_fixtures.one(**{**DENSE, **values})
+    return suite_fixtures.one(**{**DENSE, **values})
 
 
 def passes(columns, moe_only=False):

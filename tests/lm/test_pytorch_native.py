@@ -14,7 +14,7 @@ from fastmodel.kernels.roofline import attention_time
 from fastmodel.lm.execution import ExecutionSpec
 from fastmodel.lm.stacks import resolve
 from fastmodel.lm.table import row
-from tests.table_fixtures import H100, NET, one
+from tests.suite_fixtures import H100, NET, one
 
 # a Llama-3-8B-shaped model trained with FSDP over one 8-GPU node, two micro-batches per step
 LLAMA8B = dict(layers=32, hidden=4096, ffn=14336, heads=32, kv_heads=8, head_dim=128, vocab=128256, seq_len=4096,

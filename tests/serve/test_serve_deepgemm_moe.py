@@ -18,7 +18,7 @@ from fastmodel.serve.api import columns
 from fastmodel.serve.engine_kernels import DEEPGEMM_MOE_BLOCK_M, deepgemm_moe_columns
 from fastmodel.serve.precisions import block_fp8_checkpoint
 from fastmodel.serve.records import lower_any, lower_serve_record
-from tests.table_fixtures import QWEN3
+from tests.suite_fixtures import QWEN3
 
 H, N_UP = 4096.0, 2.0 * 768.0          # gate/up of one expert at TP 2
 DATA = Path(__file__).resolve().parents[1] / "data"

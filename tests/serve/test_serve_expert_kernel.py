@@ -16,7 +16,7 @@ from fastmodel.serve.api import columns
 from fastmodel.serve.engine_kernels import TRITON_BLOCK_FP8_SM90_EFF, expert_kernel_eff
 from fastmodel.serve.precisions import block_fp8_checkpoint
 from fastmodel.serve.records import lower_serve_record
-from tests.table_fixtures import QWEN3
+from tests.suite_fixtures import QWEN3
 
 H, GROUPS, ROWS, N = 4096.0, 128.0, 256.0, 2.0 * 1536.0 / 2.0     # gate/up of one expert at TP 2: 2 x 768
 DATA = Path(__file__).resolve().parents[1] / "data" / "serve_dev_load.jsonl"

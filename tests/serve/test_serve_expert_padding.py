@@ -16,7 +16,7 @@ from fastmodel.registry.lm import COLUMN_INDEX
 from fastmodel.serve.api import columns
 from fastmodel.serve.engine_kernels import VLLM_MXFP4_PAD, expert_padding
 from fastmodel.serve.records import lower_serve_record
-from tests.table_fixtures import GPT_OSS
+from tests.suite_fixtures import GPT_OSS
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "serve_dev_load.jsonl"
 WB = 4.25 / 8.0

@@ -17,7 +17,7 @@ from fastmodel.registry.lm import COLUMN_INDEX
 from fastmodel.serve.api import columns
 from fastmodel.serve.engine_kernels import MARLIN_HIDE_ROWS, MARLIN_MOE_SM90_EFF, expert_hide_rows, expert_kernel_eff
 from fastmodel.serve.records import lower_serve_record
-from tests.table_fixtures import GPT_OSS
+from tests.suite_fixtures import GPT_OSS
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "serve_dev_load.jsonl"
 MIXTRAL = {"layers": 32, "hidden": 4096, "ffn": 14336, "heads": 32, "kv_heads": 8, "head_dim": 128, "vocab": 32000,

@@ -12,7 +12,7 @@ from fastmodel.kernels.roofline import tiled_bounds
 from fastmodel.kernels.serve import costs, upcast
 from fastmodel.registry.lm import COLUMN_INDEX
 from fastmodel.serve.api import columns, device_columns, evaluate
-from tests.table_fixtures import GPT_OSS
+from tests.suite_fixtures import GPT_OSS
 
 H, E, K, FFN = 2880.0, 128.0, 4.0, 2880.0
 ONE = dict(input_len=1024, output_len=2, batch_size=1, quant_experts_only=1.0)

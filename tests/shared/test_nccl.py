@@ -1,6 +1,6 @@
 """The NCCL collective times of the shared kernels (kernels/nccl.py): ring bandwidth and tree latency inside a node,
 one NIC per group member in a node across nodes, the protocol NCCL picks by buffer size, all-to-all through the
-NIC, derived by hand on an 8-GPU-node network (NET of tests/table_fixtures.py, which tests/lm/test_lm_model.py runs in
+NIC, derived by hand on an 8-GPU-node network (NET of tests/suite_fixtures.py, which tests/lm/test_lm_model.py runs in
 step times)."""
 
 import math
@@ -9,7 +9,7 @@ import pytest
 
 from fastmodel.kernels.nccl import allgather_time, allreduce_time, alltoall_time, bus_bandwidth, engine_alltoall_time
 from fastmodel.lm.table import row
-from tests.table_fixtures import NET
+from tests.suite_fixtures import NET
 
 
 def test_allreduce_inside_a_node_is_ring_bandwidth_plus_tree_latency():

@@ -1,5 +1,6 @@
-"""Column values shared by the tests that derive a table row's figures by hand: the H100 device and the 8-GPU-node
-network of the lm table's rows, the lm engine's outputs of one row, and two serving models' shapes.
+"""What several test modules share: the column values of the tests that derive a table row's figures by hand (the
+H100 device and the 8-GPU-node network of the lm table's rows, the lm engine's outputs of one row, two serving
+models' shapes), and the check of the command line's one-line errors.
 
 A test that needs other values states them as an override where it uses these (``dict(NET, inter_bw=12.5e9)``),
 so the numbers it derives from stay in sight. Importing it loads no engine (the serving tests use its shapes)."""
@@ -29,3 +30,12 @@ def one(**values) -> dict:
     from fastmodel.lm.table import table
 
     return {k: v[0] for k, v in evaluate_table(table(1, **values)).items()}
+
+
+def one_line_error(result, *texts: str) -> None:
+    """A command-line run (click's ``Result``) refused with exit code 2 and one line, ``error: ...``, that holds every
+    one of ``texts``."""
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("error: ") and result.output.count("\n") == 1, result.output
+    for text in texts:
+        assert text in result.output, (text, result.output)
