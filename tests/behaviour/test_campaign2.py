@@ -9,6 +9,7 @@ import xarray as xr
 from click.testing import CliRunner
 
 from fastmodel.cli import main
+from tests.suite_fixtures import one_line_error
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 RECORD = json.loads(next(line for line in (DATA / "runs_dev.jsonl").read_text().splitlines() if "tp8pp12" in line))
@@ -16,13 +17,6 @@ RECORD = json.loads(next(line for line in (DATA / "runs_dev.jsonl").read_text().
 
 def cli(*args):
     return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
-
-
-def one_line_error(result, *texts):
-    assert result.exit_code == 2, result.output
-    assert result.output.startswith("error: ") and result.output.count("\n") == 1, result.output
-    for text in texts:
-        assert text in result.output, result.output
 
 
 def _record(tmp_path, name="r.json", **blocks):

@@ -12,16 +12,11 @@ import fastmodel.madmax.spec.loader
 from fastmodel.cli import main
 from fastmodel.errors import FastmodelError
 from fastmodel.io.atomic import atomic_write
+from tests.suite_fixtures import one_line_error
 
 
 def run(*args, **kw):
     return CliRunner().invoke(main, list(args), catch_exceptions=False, **kw)
-
-
-def one_line_error(result, text=""):
-    assert result.exit_code == 2, result.output
-    assert result.output.startswith("error: ") and result.output.count("\n") == 1, result.output
-    assert text in result.output, result.output
 
 
 @pytest.mark.parametrize("plan, text", [("tp0,ddp/mp", "degree 0"), ("tp3,ddp/mp", "does not divide the 128"),

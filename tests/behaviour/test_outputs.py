@@ -10,6 +10,7 @@ from click.testing import CliRunner
 
 from fastmodel.cli import main
 from fastmodel.io.outputs import content_kind
+from tests.suite_fixtures import one_line_error
 
 RUNS = Path(__file__).resolve().parents[1] / "data" / "runs_dev.jsonl"
 
@@ -27,12 +28,6 @@ SAMPLES = {
 
 def cli(*args):
     return CliRunner().invoke(main, [str(a) for a in args])
-
-
-def one_line_error(result, text):
-    assert result.exit_code == 2, result.output
-    assert result.output.startswith("error: ") and result.output.count("\n") == 1, result.output
-    assert text in result.output, result.output
 
 
 def _write(path: Path, kind: str) -> bytes:

@@ -17,6 +17,7 @@ from fastmodel.madmax.lowering.params import STATUS
 from fastmodel.madmax.sweep.axes import MAX_AXIS_VALUES, axis_values
 from fastmodel.madmax.sweep.definition import Sweep
 from fastmodel.sweeps import create_store, run_in_memory, run_to_store, write_units
+from tests.suite_fixtures import one_line_error
 
 AXES = {"num_nodes": [2, 4], "flops_util": {"start": 0.4, "stop": 0.8, "num": 9}, "plan": ["fsdp/ddp", "tp,ddp/mp"]}
 SWEEP_TOML = ('model = "llama-7b"\nsystem = "dc-a"\ntask = "llm-pretrain"\n'
@@ -26,12 +27,6 @@ SWEEP_TOML = ('model = "llama-7b"\nsystem = "dc-a"\ntask = "llm-pretrain"\n'
 
 def cli(*args, **kw):
     return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False, **kw)
-
-
-def one_line_error(result, text):
-    assert result.exit_code == 2, result.output
-    assert result.output.startswith("error: ") and result.output.count("\n") == 1, result.output
-    assert text in result.output, result.output
 
 
 @pytest.fixture

@@ -358,13 +358,11 @@ def test_group_k_fold_keeps_a_run_and_its_copies_in_one_fold():
     """bench/bench_calibrate.py's copies ``<id>-x2-N`` sort next to their original, so folding by rank put them in
     other folds than it (the copy of a held-out run was fitted on). With ``groups`` (the original id) a run and its
     copies share a fold, the groups alternate over the folds, and no group sits on both sides of a split."""
-    import importlib.util
     from types import SimpleNamespace
 
-    spec = importlib.util.spec_from_file_location("bench_calibrate", Path(__file__).parents[2] / "bench" /
-                                                  "bench_calibrate.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    from tests.bench_scripts import load_bench
+
+    bench = load_bench("bench_calibrate")
     runs = bench.replicated(100, 0)
     records = [SimpleNamespace(id=run["id"]) for run in runs]
     groups = [bench.original_id(run["id"]) for run in runs]

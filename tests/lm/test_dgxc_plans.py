@@ -8,7 +8,6 @@ precision's dense peak; the bounds' reasons are given there and were not chosen 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import pytest
 from fastmodel.lm.records import read_records
 from fastmodel.lm.rules import plan_status
 from fastmodel.lm.validate import predict_records
+from tests.bench_scripts import load_script
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 PLANS = DATA / "dgxc_plans.jsonl"
@@ -25,10 +25,7 @@ MFU_LOW, MFU_HIGH = 0.15, 0.75
 
 
 def _generator():
-    spec = importlib.util.spec_from_file_location("make_dgxc_plans", DATA / "make_dgxc_plans.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(DATA / "make_dgxc_plans.py")
 
 
 @pytest.fixture(scope="module")

@@ -7,24 +7,20 @@ from pathlib import Path
 
 import pytest
 
-from fastmodel.lm.engine import evaluate_table
 from fastmodel.lm.execution import ExecutionSpec
 from fastmodel.lm.stacks import megatron_2021 as m21
 from fastmodel.lm.stacks import resolve
-from fastmodel.lm.table import table
+from tests.suite_fixtures import NET, one
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "model.md"
 A100 = dict(peak_flops_16=312e12, gemm_eff_16=0.75, sm_count=108, gemm_tile_m=128, gemm_tile_n=256,
             gemm_k_half=128, kernel_overhead_s=4e-6, hbm_bw=2.039e12, hbm_eff=0.8)
-NET = dict(domain_size=8, intra_bw=300e9, intra_eff=0.8, intra_latency=3e-6, inter_bw=25e9, inter_eff=0.85,
-           inter_latency=8e-6)
+# an A100 node: the shared network at NVLink 3's 300 GB/s inside and a 200 Gb/s NIC per GPU across nodes
+A100_NET = dict(NET, intra_bw=300e9, inter_bw=25e9)
 # a 12-layer GPT of hidden 1,024 at one sequence per micro-batch: its GPU layer pass is far below 1 ms on an A100
 SMALL = dict(layers=12, hidden=1024, ffn=4096, heads=16, kv_heads=16, head_dim=64, vocab=50257, seq_len=1024,
-             gated_mlp=0, n_gpus=1, tp=1, pp=1, dp=1, micro_batch=1, global_batch=4, recompute="full", **A100, **NET)
-
-
-def one(**values):
-    return {k: v[0] for k, v in evaluate_table(table(1, **values)).items()}
+             gated_mlp=0, n_gpus=1, tp=1, pp=1, dp=1, micro_batch=1, global_batch=4, recompute="full", **A100,
+             **A100_NET)
 
 
 def test_issue_time_is_operators_times_seconds_per_operator():

@@ -36,11 +36,10 @@ from fastmodel.lm.rules import plan_status
 from fastmodel.lm.stacks import megatron_core, resolve
 from fastmodel.lm.table import row, table
 from fastmodel.registry.lm import STATUS_CODES
+from tests.suite_fixtures import NET
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "model.md"
-NET = dict(domain_size=8, intra_bw=450e9, intra_eff=0.8, intra_latency=3e-6, inter_bw=50e9, inter_eff=0.85,
-           inter_latency=8e-6)
 #: an 8-expert top-2 model (Mixtral-8x7B shape), 4096-token sequences
 MIXTRAL = dict(layers=32, hidden=4096, ffn=14336, heads=32, kv_heads=8, vocab=32000, seq_len=4096, moe_experts=8,
                moe_topk=2, moe_ffn=14336, **NET)

@@ -24,9 +24,9 @@ from fastmodel.kernels.lm.passes import (
     N_WORK,
     layer_passes_of,
 )
-from fastmodel.lm.engine import evaluate_table
-from fastmodel.lm.table import row, table
+from fastmodel.lm.table import row
 from fastmodel.registry.lm import OFFLOAD_MODULES
+from tests import suite_fixtures
 
 T, H, A, D = 8192, 1024, 16, 64
 BYTES = 4 * 2 * T * A * D   # core_attn + attn_proj: Q, K, V and O at 2 bytes
@@ -38,7 +38,7 @@ SLOW = dict(host_link_bw=1e9, host_link_eff=1.0)       # 67 ms per layer each wa
 
 
 def one(**values):
-    return {k: v[0] for k, v in evaluate_table(table(1, **{**DENSE, **values})).items()}
+    return suite_fixtures.one(**{**DENSE, **values})
 
 
 def passes(columns, moe_only=False):

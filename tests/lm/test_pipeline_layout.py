@@ -2,7 +2,6 @@
 docs/model.md §11.22) against a hand derivation, and the recipe builder's reading of Megatron-Core layout strings
 (tests/data/make_recipe_plans.py ``expand_layout``, ``last_stage_layers``)."""
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -10,6 +9,7 @@ import pytest
 
 from fastmodel.lm.engine import evaluate_table
 from fastmodel.lm.table import row, table
+from tests.bench_scripts import load_script
 
 # 7 dense layers on 4 pipeline ranks, uneven: the busiest rank holds ceil(7 / 4) = 2 layers; the default split
 # charges the last rank 2 layers + the LM head. The layout "Et*2|t*2|t*2|tL" gives the last rank 1 layer.
@@ -50,11 +50,7 @@ def test_with_a_head_heavier_than_a_layer_the_last_rank_stays_the_busiest_with_i
 
 
 def _builder():
-    path = Path(__file__).resolve().parents[1] / "data" / "make_recipe_plans.py"
-    spec = importlib.util.spec_from_file_location("make_recipe_plans", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(Path(__file__).resolve().parents[1] / "data" / "make_recipe_plans.py")
 
 
 def test_megatron_layout_strings_expand_as_megatron_core_reads_them():

@@ -11,24 +11,16 @@ from fastmodel.kernels.lm.parallel import fsdp_copy_out_time, fsdp_reduce_copy_i
 from fastmodel.kernels.lm.passes import tp_pass_factors
 from fastmodel.kernels.nccl import allreduce_time, bus_bandwidth
 from fastmodel.kernels.roofline import attention_time
-from fastmodel.lm.engine import evaluate_table
 from fastmodel.lm.execution import ExecutionSpec
 from fastmodel.lm.stacks import resolve
-from fastmodel.lm.table import row, table
+from fastmodel.lm.table import row
+from tests.suite_fixtures import H100, NET, one
 
-H100 = dict(peak_flops_16=989e12, gemm_eff_16=0.75, sm_count=132, gemm_tile_m=128, gemm_tile_n=256,
-            gemm_k_half=128, kernel_overhead_s=4e-6, hbm_bw=3.35e12, hbm_eff=0.8, attn_eff=0.45)
-NET = dict(domain_size=8, intra_bw=450e9, intra_eff=0.8, intra_latency=3e-6, inter_bw=50e9, inter_eff=0.85,
-           inter_latency=8e-6)
 # a Llama-3-8B-shaped model trained with FSDP over one 8-GPU node, two micro-batches per step
 LLAMA8B = dict(layers=32, hidden=4096, ffn=14336, heads=32, kv_heads=8, head_dim=128, vocab=128256, seq_len=4096,
                gated_mlp=1, n_gpus=8, micro_batch=2, global_batch=32, tp=1, pp=1, dp=8, sharding="fsdp",
                grad_reduce_bytes=4, **H100, **NET)
 DEVICES = Path(__file__).resolve().parents[2] / "specs" / "devices"
-
-
-def one(**values):
-    return {k: v[0] for k, v in evaluate_table(table(1, **values)).items()}
 
 
 def test_fsdp2_copies_each_layers_gradients_into_the_reduce_scatter_buffer_in_the_reduce_dtype():

@@ -18,9 +18,8 @@ from fastmodel.serve.api import columns
 from fastmodel.serve.engine_kernels import DEEPGEMM_MOE_BLOCK_M, deepgemm_moe_columns
 from fastmodel.serve.precisions import block_fp8_checkpoint
 from fastmodel.serve.records import lower_any, lower_serve_record
+from tests.suite_fixtures import QWEN3
 
-QWEN3 = {"layers": 94, "hidden": 4096, "ffn": 1536, "heads": 64, "kv_heads": 4, "head_dim": 128, "vocab": 151936,
-         "gated_mlp": 1, "tied_embeddings": 0, "moe_experts": 128, "moe_topk": 8, "moe_ffn": 1536}
 H, N_UP = 4096.0, 2.0 * 768.0          # gate/up of one expert at TP 2
 DATA = Path(__file__).resolve().parents[1] / "data"
 

@@ -2,13 +2,10 @@
 the power law's inverse CDF, aiconfigurator's generator's invariants, the weight stream of one expert, and one
 priced row."""
 
-import csv
-import json
-
 import numpy as np
 import pytest
 
-from tests.bench_scripts import load_bench
+from tests.bench_scripts import load_bench, write_validated
 
 serve_ep_routing = load_bench("serve_ep_routing")
 
@@ -68,14 +65,10 @@ def test_price_adds_the_busiest_rank_to_one_row(tmp_path):
         "serve": {"tp": 8, "ep": 8, "precision": "fp8", "concurrency": 4},
     }
     other = {"id": "l", "model": {"name": "Llama-3.1-70B"}, "system": {}, "serve": {"tp": 1}}
-    (tmp_path / "r.jsonl").write_text(json.dumps(rec) + "\n" + json.dumps(other) + "\n")
     cols = ["id", "status", "split", "engine", "measured_tpot_s", "predicted_tpot_s", "implied_running"]
-    with open(tmp_path / "v.csv", "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(cols)
-        w.writerow(["q", "ok", "dev", "TensorRT-LLM", 0.0115, 0.0093, 4.0])
-        w.writerow(["l", "ok", "dev", "vLLM", 0.010, 0.011, 4.0])
-    before, after, groups = serve_ep_routing.price(str(tmp_path / "v.csv"), str(tmp_path / "r.jsonl"), "busy")
+    rows = [["q", "ok", "dev", "TensorRT-LLM", 0.0115, 0.0093, 4.0], ["l", "ok", "dev", "vLLM", 0.010, 0.011, 4.0]]
+    table, recs = write_validated(tmp_path, [rec, other], cols, rows)
+    before, after, groups = serve_ep_routing.price(table, recs, "busy")
     hi, mean = serve_ep_routing.ep_busiest_experts(128, 8, 4, 8)
     added = 94 * (hi - mean) * 3 * 4096 * 1536 / 8 * 8 / 2.68e12  # etp = tp / ep = 1
     assert groups[("TensorRT-LLM", 8, 8, 4)][0][2] == pytest.approx(added, rel=1e-9)

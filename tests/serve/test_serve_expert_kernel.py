@@ -16,9 +16,8 @@ from fastmodel.serve.api import columns
 from fastmodel.serve.engine_kernels import TRITON_BLOCK_FP8_SM90_EFF, expert_kernel_eff
 from fastmodel.serve.precisions import block_fp8_checkpoint
 from fastmodel.serve.records import lower_serve_record
+from tests.suite_fixtures import QWEN3
 
-QWEN3 = {"layers": 94, "hidden": 4096, "ffn": 1536, "heads": 64, "kv_heads": 4, "head_dim": 128, "vocab": 151936,
-         "gated_mlp": 1, "tied_embeddings": 0, "moe_experts": 128, "moe_topk": 8, "moe_ffn": 1536}
 H, GROUPS, ROWS, N = 4096.0, 128.0, 256.0, 2.0 * 1536.0 / 2.0     # gate/up of one expert at TP 2: 2 x 768
 DATA = Path(__file__).resolve().parents[1] / "data" / "serve_dev_load.jsonl"
 

@@ -16,11 +16,9 @@ from fastmodel.registry.lm import COLUMN_INDEX
 from fastmodel.serve.api import columns
 from fastmodel.serve.engine_kernels import VLLM_MXFP4_PAD, expert_padding
 from fastmodel.serve.records import lower_serve_record
+from tests.suite_fixtures import GPT_OSS
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "serve_dev_load.jsonl"
-GPT_OSS = {"layers": 36, "hidden": 2880, "ffn": 2880, "heads": 64, "kv_heads": 8, "head_dim": 64,
-           "vocab": 201088, "gated_mlp": 1, "tied_embeddings": 0, "moe_experts": 128, "moe_topk": 4,
-           "moe_ffn": 2880}
 WB = 4.25 / 8.0
 
 

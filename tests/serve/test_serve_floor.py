@@ -1,11 +1,8 @@
 """The low-load TTFT excess table of bench/serve_floor.py (docs/model_serving.md §S27), by hand."""
 
-import csv
-import json
-
 import pytest
 
-from tests.bench_scripts import load_bench
+from tests.bench_scripts import load_bench, write_validated
 
 serve_floor = load_bench("serve_floor")
 
@@ -14,17 +11,11 @@ _COLS = ["id", "status", "framework", "gpu", "model", "measured_ttft_s", "predic
 
 def _write(tmp_path, rows):
     """rows: (id, tp, N, attention_dp, ep, measured TTFT, predicted TTFT, measured TPOT, status)."""
-    recs, table = tmp_path / "r.jsonl", tmp_path / "v.csv"
-    with open(recs, "w") as fh:
-        for rid, tp, n, adp, ep, *_ in rows:
-            fh.write(json.dumps({"id": rid, "serve": {"tp": tp, "concurrency": n, "attention_dp": adp, "ep": ep}})
-                     + "\n")
-    with open(table, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(_COLS)
-        for rid, _tp, _n, _adp, _ep, ttft, pred, tpot, status in rows:
-            w.writerow([rid, status, "vLLM 0.15.1", "B200", "gpt-oss-120b", ttft, pred, tpot])
-    return str(table), str(recs)
+    records = [{"id": rid, "serve": {"tp": tp, "concurrency": n, "attention_dp": adp, "ep": ep}}
+               for rid, tp, n, adp, ep, *_ in rows]
+    table = [[rid, status, "vLLM 0.15.1", "B200", "gpt-oss-120b", ttft, pred, tpot]
+             for rid, _tp, _n, _adp, _ep, ttft, pred, tpot, status in rows]
+    return write_validated(tmp_path, records, _COLS, table)
 
 
 def test_excess_groups_by_tp_and_counts_tpot_units(tmp_path):

@@ -1,11 +1,8 @@
 """The harness-kind and prompt-length split of bench/serve_kind_split.py (docs/model_serving.md §S53), by hand."""
 
-import csv
-import json
-
 import pytest
 
-from tests.bench_scripts import load_bench
+from tests.bench_scripts import load_bench, write_validated
 
 serve_kind_split = load_bench("serve_kind_split")
 
@@ -15,18 +12,12 @@ _COLS = ["id", "status", "framework", "gpu", "model", "measured_ttft_s", "predic
 
 def _write(tmp_path, rows):
     """rows: (id, source_file, model, tp, ep, N, isl, osl, measured TTFT, predicted TTFT, status)."""
-    recs, table = tmp_path / "r.jsonl", tmp_path / "v.csv"
-    with open(recs, "w") as fh:
-        for rid, src, _, tp, ep, n, isl, osl, *_ in rows:
-            fh.write(json.dumps({"id": rid, "aic": {"provenance": {"source_file": src}},
-                                 "serve": {"tp": tp, "ep": ep, "concurrency": n, "input_len": isl,
-                                           "output_len": osl}}) + "\n")
-    with open(table, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(_COLS)
-        for rid, _, model, *_, ttft, pred, status in rows:
-            w.writerow([rid, status, "TensorRT-LLM 1.0.0rc3", "H100-SXM-80GB", model, ttft, pred, 0.010, 0.011])
-    return str(table), str(recs)
+    records = [{"id": rid, "aic": {"provenance": {"source_file": src}},
+                "serve": {"tp": tp, "ep": ep, "concurrency": n, "input_len": isl, "output_len": osl}}
+               for rid, src, _, tp, ep, n, isl, osl, *_ in rows]
+    table = [[rid, status, "TensorRT-LLM 1.0.0rc3", "H100-SXM-80GB", model, ttft, pred, 0.010, 0.011]
+             for rid, _, model, *_, ttft, pred, status in rows]
+    return write_validated(tmp_path, records, _COLS, table)
 
 
 def test_kind_reads_the_gap_analysis_folder():

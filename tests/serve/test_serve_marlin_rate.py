@@ -17,13 +17,11 @@ from fastmodel.registry.lm import COLUMN_INDEX
 from fastmodel.serve.api import columns
 from fastmodel.serve.engine_kernels import MARLIN_HIDE_ROWS, MARLIN_MOE_SM90_EFF, expert_hide_rows, expert_kernel_eff
 from fastmodel.serve.records import lower_serve_record
+from tests.suite_fixtures import GPT_OSS
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "serve_dev_load.jsonl"
 MIXTRAL = {"layers": 32, "hidden": 4096, "ffn": 14336, "heads": 32, "kv_heads": 8, "head_dim": 128, "vocab": 32000,
            "gated_mlp": 1, "tied_embeddings": 0, "moe_experts": 8, "moe_topk": 2, "moe_ffn": 14336}
-GPT_OSS = {"layers": 36, "hidden": 2880, "ffn": 2880, "heads": 64, "kv_heads": 8, "head_dim": 64,
-           "vocab": 201088, "gated_mlp": 1, "tied_embeddings": 0, "moe_experts": 128, "moe_topk": 4,
-           "moe_ffn": 2880}
 #: FlagGems PR #4350, H100 table, vLLM ``fused_marlin_moe`` W4A16 on Mixtral: tokens -> ms
 PUBLISHED = {4: 0.186099, 16: 0.282324, 32: 0.297245, 256: 0.921453, 1024: 2.720316, 4096: 9.909706,
              16384: 38.999008, 32768: 78.78656}

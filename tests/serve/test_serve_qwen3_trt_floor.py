@@ -1,16 +1,14 @@
 """The arithmetic of bench/serve_qwen3_trt_floor.py (docs/model_serving.md §S41), by hand."""
 
-import csv
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
+from tests.bench_scripts import load_bench, write_validated
+
 _ROOT = Path(__file__).resolve().parents[2]
-_SPEC = importlib.util.spec_from_file_location("serve_qwen3_trt_floor", _ROOT / "bench" / "serve_qwen3_trt_floor.py")
-floor = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(floor)
+floor = load_bench("serve_qwen3_trt_floor")
 _RECORDS = _ROOT / "tests" / "data" / "serve_dev_load.jsonl"
 
 
@@ -68,22 +66,16 @@ def test_budget_and_prompts_per_iteration_by_hand():
 def test_isl_table_keeps_one_engine_model_gpu(tmp_path):
     """Row a: measured 0.170, predicted 0.070, TPOT 0.013 at TP 4, N 4, 512 / 128. Left out: b is vLLM, c is H200,
     d is refused, e has no concurrency."""
-    recs, table = tmp_path / "r.jsonl", tmp_path / "v.csv"
     rows = [("a", "TensorRT-LLM 1.0.0rc3", "H100-SXM-80GB", "ok", 4), ("b", "vLLM 0.12.0", "H100-SXM-80GB", "ok", 4),
             ("c", "TensorRT-LLM 1.0.0rc3", "H200-SXM-141GB", "ok", 4),
             ("d", "TensorRT-LLM 1.0.0rc3", "H100-SXM-80GB", "refused", 4),
             ("e", "TensorRT-LLM 1.0.0rc3", "H100-SXM-80GB", "ok", None)]
-    with open(recs, "w") as fh:
-        for rid, *_, n in rows:
-            fh.write(json.dumps({"id": rid, "serve": {"tp": 4, "concurrency": n, "input_len": 512,
-                                                      "output_len": 128}}) + "\n")
-    with open(table, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(["id", "status", "framework", "gpu", "model", "measured_ttft_s", "predicted_ttft_s",
-                    "measured_tpot_s"])
-        for rid, fw, gpu, st, _ in rows:
-            w.writerow([rid, st, fw, gpu, "Qwen3-235B-A22B-FP8", 0.170, 0.070, 0.013])
-    out = floor.isl_table(str(table), str(recs))
+    table, recs = write_validated(
+        tmp_path, [{"id": rid, "serve": {"tp": 4, "concurrency": n, "input_len": 512, "output_len": 128}}
+                   for rid, *_, n in rows],
+        ["id", "status", "framework", "gpu", "model", "measured_ttft_s", "predicted_ttft_s", "measured_tpot_s"],
+        [[rid, st, fw, gpu, "Qwen3-235B-A22B-FP8", 0.170, 0.070, 0.013] for rid, fw, gpu, st, _ in rows])
+    out = floor.isl_table(table, recs)
     assert dict(out) == {(4, 4, 128): {512: (0.170, 0.070, 0.013)}}
 
 

@@ -1,11 +1,8 @@
 """The low-load TTFT split of bench/serve_tp_split.py (docs/model_serving.md §S49), by hand."""
 
-import csv
-import json
-
 import pytest
 
-from tests.bench_scripts import load_bench
+from tests.bench_scripts import load_bench, write_validated
 
 serve_tp_split = load_bench("serve_tp_split")
 
@@ -14,17 +11,10 @@ _COLS = ["id", "status", "framework", "gpu", "precision", "model", "measured_ttf
 
 def _write(tmp_path, rows):
     """rows: (id, tp, N, isl, attention_dp, ep, measured TTFT, predicted TTFT, status)."""
-    recs, table = tmp_path / "r.jsonl", tmp_path / "v.csv"
-    with open(recs, "w") as fh:
-        for rid, tp, n, isl, adp, ep, *_ in rows:
-            fh.write(json.dumps({"id": rid, "serve": {"tp": tp, "concurrency": n, "input_len": isl,
-                                                      "attention_dp": adp, "ep": ep}}) + "\n")
-    with open(table, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(_COLS)
-        for rid, *_, ttft, pred, status in rows:
-            w.writerow([rid, status, "vLLM 0.15.1", "B200", "fp4", "gpt-oss-120b", ttft, pred])
-    return str(table), str(recs)
+    records = [{"id": rid, "serve": {"tp": tp, "concurrency": n, "input_len": isl, "attention_dp": adp, "ep": ep}}
+               for rid, tp, n, isl, adp, ep, *_ in rows]
+    table = [[rid, status, "vLLM 0.15.1", "B200", "fp4", "gpt-oss-120b", ttft, pred] for rid, *_, ttft, pred, status in rows]
+    return write_validated(tmp_path, records, _COLS, table)
 
 
 def test_tp_fit_recovers_a_plus_b_over_tp():

@@ -1,11 +1,8 @@
 """The TPOT slices and the FP4-minus-FP8 excess of bench/serve_tpot_split.py (docs/model_serving.md §S50), by hand."""
 
-import csv
-import json
-
 import pytest
 
-from tests.bench_scripts import load_bench
+from tests.bench_scripts import load_bench, write_validated
 
 serve_tpot_split = load_bench("serve_tpot_split")
 
@@ -15,18 +12,11 @@ _COLS = ["id", "status", "split", "engine", "framework", "gpu", "precision", "mo
 
 def _write(tmp_path, rows):
     """rows: (id, engine, precision, tp, N, measured TPOT s, predicted TPOT s, split, status); ISL/OSL 1024."""
-    recs, table = tmp_path / "r.jsonl", tmp_path / "v.csv"
-    with open(recs, "w") as fh:
-        for rid, _, _, tp, n, *_ in rows:
-            fh.write(json.dumps({"id": rid, "serve": {"tp": tp, "concurrency": n, "input_len": 1024,
-                                                      "output_len": 1024}}) + "\n")
-    with open(table, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(_COLS)
-        for rid, engine, prec, _, _, meas, pred, split, status in rows:
-            w.writerow([rid, status, split, engine, engine + " x", "B200", prec, "Llama-3.1-70B", meas, pred,
-                        (pred - meas) / meas])
-    return str(table), str(recs)
+    records = [{"id": rid, "serve": {"tp": tp, "concurrency": n, "input_len": 1024, "output_len": 1024}}
+               for rid, _, _, tp, n, *_ in rows]
+    table = [[rid, status, split, engine, engine + " x", "B200", prec, "Llama-3.1-70B", meas, pred, (pred - meas) / meas]
+             for rid, engine, prec, _, _, meas, pred, split, status in rows]
+    return write_validated(tmp_path, records, _COLS, table)
 
 
 _ROWS = [

@@ -1,11 +1,8 @@
 """The arithmetic of bench/serve_trt_triton_moe.py (docs/model_serving.md §S37), by hand."""
 
-import csv
-import json
-
 import pytest
 
-from tests.bench_scripts import load_bench
+from tests.bench_scripts import load_bench, write_validated
 
 trt_moe = load_bench("serve_trt_triton_moe")
 
@@ -46,20 +43,15 @@ def test_busiest_rank_is_the_mean_with_one_rank_and_grows_with_ep():
 def test_gaps_keep_one_engine_model_gpu_and_no_ep(tmp_path):
     """Row a: TTFT 0.100 against 0.020, TPOT 0.005 against 0.004 -> (0.080, 0.001). Left out: b is vLLM, c has
     EP 8, d is refused."""
-    recs, table = tmp_path / "r.jsonl", tmp_path / "v.csv"
     rows = [("a", "TensorRT-LLM x", 8, 1, "ok"), ("b", "vLLM 0.18.0", 8, 1, "ok"),
             ("c", "TensorRT-LLM x", 8, 8, "ok"), ("d", "TensorRT-LLM x", 8, 1, "refused")]
-    with open(recs, "w") as fh:
-        for rid, _fw, tp, ep, _st in rows:
-            fh.write(json.dumps({"id": rid, "serve": {"tp": tp, "ep": ep, "input_len": 1024, "concurrency": 4}})
-                     + "\n")
-    with open(table, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(["id", "status", "framework", "gpu", "model", "measured_ttft_s", "predicted_ttft_s",
-                    "measured_tpot_s", "predicted_tpot_s"])
-        for rid, fw, _tp, _ep, st in rows:
-            w.writerow([rid, st, fw, "H200-SXM-141GB", "gpt-oss-120b", 0.100, 0.020, 0.005, 0.004])
-    out = trt_moe.gaps(str(table), str(recs))
+    table, recs = write_validated(
+        tmp_path, [{"id": rid, "serve": {"tp": tp, "ep": ep, "input_len": 1024, "concurrency": 4}}
+                   for rid, _fw, tp, ep, _st in rows],
+        ["id", "status", "framework", "gpu", "model", "measured_ttft_s", "predicted_ttft_s", "measured_tpot_s",
+         "predicted_tpot_s"],
+        [[rid, st, fw, "H200-SXM-141GB", "gpt-oss-120b", 0.100, 0.020, 0.005, 0.004] for rid, fw, _tp, _ep, st in rows])
+    out = trt_moe.gaps(table, recs)
     assert list(out) == [(8, 1024, 4)]
     (ttft, tpot), = out[(8, 1024, 4)]
     assert (ttft, tpot) == (pytest.approx(0.080), pytest.approx(0.001))

@@ -12,11 +12,9 @@ from fastmodel.kernels.roofline import tiled_bounds
 from fastmodel.kernels.serve import costs, upcast
 from fastmodel.registry.lm import COLUMN_INDEX
 from fastmodel.serve.api import columns, device_columns, evaluate
+from tests.suite_fixtures import GPT_OSS
 
 H, E, K, FFN = 2880.0, 128.0, 4.0, 2880.0
-GPT_OSS = {"layers": 36, "hidden": 2880, "ffn": 2880, "heads": 64, "kv_heads": 8, "head_dim": 64,
-           "vocab": 201088, "gated_mlp": 1, "tied_embeddings": 0, "moe_experts": 128, "moe_topk": 4,
-           "moe_ffn": 2880}
 ONE = dict(input_len=1024, output_len=2, batch_size=1, quant_experts_only=1.0)
 
 

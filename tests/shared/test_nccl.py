@@ -1,6 +1,7 @@
 """The NCCL collective times of the shared kernels (kernels/nccl.py): ring bandwidth and tree latency inside a node,
 one NIC per group member in a node across nodes, the protocol NCCL picks by buffer size, all-to-all through the
-NIC, derived by hand on an 8-GPU-node network (NET; tests/lm/test_lm_model.py runs it in step times)."""
+NIC, derived by hand on an 8-GPU-node network (NET of tests/suite_fixtures.py, which tests/lm/test_lm_model.py runs in
+step times)."""
 
 import math
 
@@ -8,9 +9,7 @@ import pytest
 
 from fastmodel.kernels.nccl import allgather_time, allreduce_time, alltoall_time, bus_bandwidth, engine_alltoall_time
 from fastmodel.lm.table import row
-
-NET = dict(domain_size=8, intra_bw=450e9, intra_eff=0.8, intra_latency=3e-6, inter_bw=50e9, inter_eff=0.85,
-           inter_latency=8e-6)
+from tests.suite_fixtures import NET
 
 
 def test_allreduce_inside_a_node_is_ring_bandwidth_plus_tree_latency():

@@ -10,6 +10,7 @@ import xarray as xr
 from click.testing import CliRunner
 
 from fastmodel.cli import main
+from tests.suite_fixtures import one_line_error
 
 LM = """
 model = "llama3-70b"
@@ -45,13 +46,6 @@ def write(tmp_path, text, name="s.toml"):
     path = tmp_path / name
     path.write_text(text)
     return path
-
-
-def one_line_error(result, *parts):
-    assert result.exit_code == 2, result.output
-    assert result.output.startswith("error: ") and result.output.count("\n") == 1, result.output
-    for part in parts:
-        assert part in result.output, (part, result.output)
 
 
 # --- real-world LM training -------------------------------------------------------------
