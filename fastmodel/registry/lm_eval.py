@@ -2,7 +2,7 @@
 
 Rows of ``fastmodel.registry.lm`` (plan: name, units, default, doc, lo, hi, fittable, option; result: name, units,
 better, doc), kept here so the registry module stays under the line cap. docs/model.md §11.17.1 gives the equation
-and sources; ``kernels/lm/step.py`` ``eval_time`` computes it. Source: Megatron-LM's training loop (the
+and sources; ``kernels/lm/host_step.py`` ``eval_time`` computes it. Source: Megatron-LM's training loop (the
 stanford-futuredata/Megatron-LM fork 0bdc8181, megatron/training.py ``train`` lines 740-746 and ``evaluate`` lines
 792-833): every ``--eval-interval`` steps, ``--eval-iters`` iterations of ``forward_backward_func(...,
 forward_only=True)``, each a whole global batch (all ``get_num_microbatches()`` micro-batches of every data-parallel

@@ -28,12 +28,12 @@ from fastmodel.kernels.lm.layer import (
 from fastmodel.kernels.lm.layout import (
     C_LAST_STAGE_LAYERS,
     C_CP, C_DENSE_LAYERS, C_DP, C_EP, C_GLOBAL_BATCH, C_MOE_EXPERTS, C_MOE_LAYER_FREQ, C_UNEVEN_STAGES, C_VP, C_MTP_LAYERS, C_HIDDEN, C_MICRO_BATCH, C_N_GPUS,
-    C_HOST_LAYER_S, C_HOST_OP_S, C_HOST_OPS_LAYER, C_LAYERS, C_MASTER_WEIGHTS, C_OPTIMIZER, C_PEAK_FLOPS_8, C_PEAK_FLOPS_16, C_PP, C_PRECISION,
+    C_LAYERS, C_MASTER_WEIGHTS, C_OPTIMIZER, C_PEAK_FLOPS_8, C_PEAK_FLOPS_16, C_PP, C_PRECISION,
     C_GRAD_REDUCE_BYTES, C_SEQ_LEN, C_TIED_EMBEDDINGS, C_SHARDING, C_STEP_GRAD_PASSES, C_STEP_MASTER_COPY, C_STEP_OVERHEAD_S, C_STEP_ZERO_GRAD, C_TP,
     SHARD_ZERO2, C_VOCAB, OPT_ADAM, OPT_MUON, OPT_SGD, OPT_SGD_NO_MOMENTUM, PRECISION_FP8, R_COMM_CP, R_COMM_DP, R_COMM_EP, R_COMM_EP_SCALE_OUT,
     R_COMM_PP, R_COMM_TP, R_EXPOSED_CP, R_EXPOSED_DP, R_EXPOSED_EP, R_EXPOSED_PP, R_EXPOSED_TP, R_FLOPS_PER_TOKEN,
     R_HFU, R_MFU, R_PIPELINE_BUBBLE, R_STEP_TIME, R_TIME_HOST_WAIT, R_TIME_ATTENTION, R_TIME_GEMM, R_TIME_MEMORY_BOUND, R_TIME_OPTIMIZER,
-    R_TIME_OFFLOAD, R_TIME_RECOMPUTE, R_TOKENS_PER_S, R_TOKENS_PER_S_PER_GPU, C_EVAL_INTERVAL, C_EVAL_ITERS, R_TIME_EVAL,
+    R_TIME_OFFLOAD, R_TIME_RECOMPUTE, R_TOKENS_PER_S, R_TOKENS_PER_S_PER_GPU, R_TIME_EVAL,
 )
 from fastmodel.kernels.lm.memory_states import (
     explicit_layout, layers_per_stage, layout_busiest_layers, moment_bytes, split_slots, stage_layers, stored_grad_bytes,
@@ -51,7 +51,8 @@ from fastmodel.kernels.lm.passes import (
     TP_BACKWARD_PASSES, fsdp_shard_group,
     head_passes, layer_passes, layer_passes_of, layer_time, per_layer_fsdp,
 )
-from fastmodel.kernels.lm.pipeline import model_copies, pipeline_bubble, pipeline_drain, pipeline_p2p
+from fastmodel.kernels.lm.host_step import eval_time, host_bound_bubble, host_wait_per_microbatch
+from fastmodel.kernels.lm.pipeline import model_copies, pipeline_drain, pipeline_p2p
 from fastmodel.kernels.nccl import allreduce_time
 from fastmodel.kernels.roofline import memory_bound_time
 
@@ -346,57 +347,6 @@ def _fsdp_step(row, work, micro_batches, per_stage, out):
     out[R_COMM_DP] += micro_batches * per_stage * work[A_FSDP_COMM]
     out[R_EXPOSED_DP] += exposed_step
     return exposed_step
-
-
-@njit
-def host_layer_forward_s(row):
-    """Host (CPU) seconds to issue one transformer layer's forward pass: ``host_layer_s`` where set (a
-    calibration), else the stack's operators per layer forward times its seconds per operator
-    (``host_ops_layer x host_op_s``, docs/model.md "Host issue time"). The backward pass issues about twice the
-    operators at about half the cost each (the autograd engine runs them from C++, without the Python frame),
-    and a recomputed forward is a forward: each takes this time too."""
-    if row[C_HOST_LAYER_S] > 0.0:
-        return row[C_HOST_LAYER_S]
-    return row[C_HOST_OPS_LAYER] * row[C_HOST_OP_S]
-
-
-@njit
-def host_microbatch_s(row, layers):
-    """Host seconds to issue one micro-batch of ``layers`` layers: forward, backward and, under full
-    recompute, the recomputed forward, each :func:`host_layer_forward_s` per layer."""
-    full, _ = recompute_share(row)
-    return layers * host_layer_forward_s(row) * (2.0 + full)
-
-
-@njit
-def host_wait_per_microbatch(row, per_stage, stage_mb):
-    """Seconds a micro-batch of the busiest stage lasts beyond its GPU time ``stage_mb`` because the host issues
-    its kernels more slowly: the GPU cannot start a kernel before it is issued, so the micro-batch lasts
-    max(GPU time, issue time) (docs/model.md §11.7)."""
-    return max(0.0, host_microbatch_s(row, per_stage) - stage_mb)
-
-
-@njit
-def host_bound_bubble(row, average_mb, forward, weight):
-    """The pipeline bubble with every stage's micro-batch lasting max(GPU time, host issue time): warm-up and
-    cool-down wait on the stages' issue as much as on their kernels (docs/model.md §11.7)."""
-    average_layers = row[C_LAYERS] / row[C_PP]
-    host_forward = average_layers * host_layer_forward_s(row)
-    return pipeline_bubble(row, max(average_mb, host_microbatch_s(row, average_layers)),
-                           max(forward, host_forward), weight)
-
-
-@njit
-def eval_time(row, forward, micro_batches):
-    """Seconds per training step of the evaluation the run interleaves (docs/model.md §11.17.1): every
-    ``eval_interval`` steps Megatron-LM runs ``eval_iters`` iterations of ``forward_only`` passes over a whole global
-    batch (megatron/training.py ``train``, ``evaluate``; stanford-futuredata/Megatron-LM 0bdc8181), each of the
-    ``micro_batches`` a forward of the average stage (``forward``, from :func:`stage_passes`) or its host issue,
-    whichever is longer, and ``pp - 1`` more of fill and drain. 0 unless both columns are set."""
-    if row[C_EVAL_INTERVAL] <= 0.0 or row[C_EVAL_ITERS] <= 0.0:
-        return 0.0
-    mb = max(forward, row[C_LAYERS] / row[C_PP] * host_layer_forward_s(row))
-    return row[C_EVAL_ITERS] / row[C_EVAL_INTERVAL] * (micro_batches + row[C_PP] - 1.0) * mb
 
 
 @njit

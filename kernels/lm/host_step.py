@@ -1,0 +1,59 @@
+"""Host-bound pieces of the step (docs/model.md §11.7 "Host issue time", §11.17.1): the CPU seconds to issue a
+layer and a micro-batch, the wait they add where the host is slower than the GPU, the bubble with host-bound
+stages, and the evaluation a run interleaves with its training steps."""
+
+from fastmodel.kernels.jit import njit
+from fastmodel.kernels.lm.layer import recompute_share
+from fastmodel.kernels.lm.layout import C_EVAL_INTERVAL, C_EVAL_ITERS, C_HOST_LAYER_S, C_HOST_OP_S, C_HOST_OPS_LAYER, C_LAYERS, C_PP
+from fastmodel.kernels.lm.pipeline import pipeline_bubble
+
+
+@njit
+def host_layer_forward_s(row):
+    """Host (CPU) seconds to issue one transformer layer's forward pass: ``host_layer_s`` where set (a
+    calibration), else the stack's operators per layer forward times its seconds per operator
+    (``host_ops_layer x host_op_s``, docs/model.md "Host issue time"). The backward pass issues about twice the
+    operators at about half the cost each (the autograd engine runs them from C++, without the Python frame),
+    and a recomputed forward is a forward: each takes this time too."""
+    if row[C_HOST_LAYER_S] > 0.0:
+        return row[C_HOST_LAYER_S]
+    return row[C_HOST_OPS_LAYER] * row[C_HOST_OP_S]
+
+
+@njit
+def host_microbatch_s(row, layers):
+    """Host seconds to issue one micro-batch of ``layers`` layers: forward, backward and, under full
+    recompute, the recomputed forward, each :func:`host_layer_forward_s` per layer."""
+    full, _ = recompute_share(row)
+    return layers * host_layer_forward_s(row) * (2.0 + full)
+
+
+@njit
+def host_wait_per_microbatch(row, per_stage, stage_mb):
+    """Seconds a micro-batch of the busiest stage lasts beyond its GPU time ``stage_mb`` because the host issues
+    its kernels more slowly: the GPU cannot start a kernel before it is issued, so the micro-batch lasts
+    max(GPU time, issue time) (docs/model.md §11.7)."""
+    return max(0.0, host_microbatch_s(row, per_stage) - stage_mb)
+
+
+@njit
+def host_bound_bubble(row, average_mb, forward, weight):
+    """The pipeline bubble with every stage's micro-batch lasting max(GPU time, host issue time): warm-up and
+    cool-down wait on the stages' issue as much as on their kernels (docs/model.md §11.7)."""
+    average_layers = row[C_LAYERS] / row[C_PP]
+    host_forward = average_layers * host_layer_forward_s(row)
+    return pipeline_bubble(row, max(average_mb, host_microbatch_s(row, average_layers)),
+                           max(forward, host_forward), weight)
+
+
+@njit
+def eval_time(row, forward, micro_batches):
+    """Seconds per training step of the evaluation the run interleaves (docs/model.md §11.17.1): every
+    ``eval_interval`` steps Megatron-LM runs ``eval_iters`` iterations of ``forward_only`` passes over a whole global
+    batch (megatron/training.py ``train``, ``evaluate``; stanford-futuredata/Megatron-LM 0bdc8181), each of the
+    ``micro_batches`` a forward of the average stage (``forward``, from :func:`stage_passes`) or its host issue,
+    whichever is longer, and ``pp - 1`` more of fill and drain. 0 unless both columns are set."""
+    if row[C_EVAL_INTERVAL] <= 0.0 or row[C_EVAL_ITERS] <= 0.0:
+        return 0.0
+    mb = max(forward, row[C_LAYERS] / row[C_PP] * host_layer_forward_s(row))
+    return row[C_EVAL_ITERS] / row[C_EVAL_INTERVAL] * (micro_batches + row[C_PP] - 1.0) * mb
