@@ -229,6 +229,9 @@ def prepare(data, var: str | None = None, sel=None, reduce=(), relative_to=None,
         if var is None:
             raise PlotError("name the variable to plot (var=...)")
         da = get_var(data, var)
+        if da.name in data.dims:   # a grid axis: its values, not a quantity over the grid (was a misleading error)
+            raise PlotError(f"{da.name!r} is a dimension of the result (an axis of the figure, or --sel), not a "
+                            f"variable to plot; variables: {', '.join(data.data_vars)}")
         if status is None and "status" in data:
             status = data["status"]
     elif isinstance(data, xr.DataArray):

@@ -294,3 +294,20 @@ def test_validate_a_file_with_no_json_line(tmp_path):
     mixed.write_text("step time 1.4 s\n" + open("tests/data/runs_dev_small.jsonl").readline())
     result = run("validate", str(mixed))
     assert result.exit_code == 0 and f"refused (a miss): {mixed}:1: invalid JSON" in result.output
+
+
+def test_best_by_a_dimension_and_its_csv_message(tmp_path):
+    """best --by plan names plan a dimension to filter on (was "unknown variable 'plan'", as if the result had
+    none); --csv onto a file of another kind says "CSV table" (was "the CSV CSV this command writes")."""
+    from plot_data import synthetic_sweep
+
+    result = tmp_path / "out.nc"
+    synthetic_sweep().to_netcdf(result, engine="scipy")
+    one_line_error(run("best", str(result), "--by", "plan"),
+                   "--by 'plan' is a dimension of the result (filter it with --where plan=...), not a variable to "
+                   "rank by; variables: ")
+    text = tmp_path / "notes.csv"
+    text.write_text("notes\n")
+    bad = run("best", str(result), "--by", "throughput", "--csv", str(text), "--force")
+    one_line_error(bad, "not the CSV table this command writes")
+    assert text.read_text() == "notes\n"
