@@ -246,6 +246,9 @@ def prepare(data, var: str | None = None, sel=None, reduce=(), relative_to=None,
         check_quantity(da, "--relative-to")
         da = relative(da, relative_to, relative_dim)
     for how, dim in reduce or ():
+        if dim in keep:   # was "unknown dimension" for the axis the user named, once reduced away
+            raise PlotError(f"--reduce {how}:{dim} removes {dim!r}, which the figure is drawn along; reduce "
+                            "another dimension, or draw along another")
         check_dim(da.dims, dim)
         da = reduce_one(da, how, dim)
         if status is not None:

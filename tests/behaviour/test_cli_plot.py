@@ -81,6 +81,9 @@ def test_pareto_prints_the_frontier(cli, result_file, tmp_path):
      "'global_batch' is a dimension of the result (an axis of the figure, or --sel), not a variable to plot"),
     (["heatmap", "{r}", "--x", "num_nodes", "--y", "plan", "--var", "plan", "--sel", "global_batch=512"],
      "'plan' is a dimension of the result"),
+    # reducing the axis the figure is drawn along: was "unknown dimension 'plan'; dimensions: num_nodes"
+    (["heatmap", "{r}", "--x", "num_nodes", "--y", "plan", "--sel", "global_batch=512", "--reduce", "max:plan"],
+     "--reduce max:plan removes 'plan', which the figure is drawn along"),
 ])
 def test_errors_are_one_line_exit_2(cli, result_file, tmp_path, args, text):
     out = tmp_path / "x.png"
