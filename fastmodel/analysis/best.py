@@ -182,6 +182,9 @@ def best(ds: xr.Dataset, by: str, top: int = 10, where: list[str] | None = None,
     from fastmodel.analysis.margin import describe, fits_under, margin
 
     by = resolve(ds.data_vars, by)     # a variable's alias ranks by it too (iteration_time: step_time)
+    if by in ds.dims:   # was "unknown variable 'plan'", as if the result had no plan
+        raise SweepError(f"--by {by!r} is a dimension of the result (filter it with --where {by}=...), not a "
+                         f"variable to rank by; variables: {', '.join(n for n in ds.data_vars if n != 'status')}")
     if by not in ds.data_vars:
         raise SweepError(f"unknown variable {by!r}{variable_hint(ds, by, list(ds.data_vars))}")
     if top < 1:

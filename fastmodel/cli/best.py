@@ -32,7 +32,7 @@ def best_command(result, by, top, where, ascending, csv_path, force, include_oom
     from fastmodel.io.outputs import check_output, claim_output
 
     if csv_path:
-        check_output(csv_path, "csv", inputs=(result,), force=force, what="CSV")
+        check_output(csv_path, "csv", inputs=(result,), force=force, what="table")
     ds = open_result(result)
     from fastmodel.analysis.margin import describe, gib_margin
 
@@ -44,6 +44,6 @@ def best_command(result, by, top, where, ascending, csv_path, force, include_oom
                    f"(memory_per_device over {describe(fits['margin'])}); --include-oom keeps them", err=True)
     click.echo(table.to_string(index=False))
     if csv_path:
-        with claim_output(csv_path, "csv", inputs=(result,), force=force, what="CSV"), \
+        with claim_output(csv_path, "csv", inputs=(result,), force=force, what="table"), \
                 atomic_write(csv_path) as handle:
             table.to_csv(handle, index=False)

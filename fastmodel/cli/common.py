@@ -59,6 +59,15 @@ class OneLineGroup(click.Group):
         except click.exceptions.Exit as error:
             sys.exit(error.exit_code)
 
+    def invoke(self, ctx):
+        """Ctrl-C outside a command's own handler (``friendly``: while a command module loads): "interrupted" and
+        130, without the empty line click writes before its Abort."""
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            sys.exit(130)      # not click's Exit: main(standalone_mode=False) would return its code, and exit 0
+
 
 class PresetChoice(Choice):
     """The semantics presets, read from ``fastmodel.semantics`` (pydantic) only when parsed or shown."""

@@ -229,6 +229,9 @@ def prepare(data, var: str | None = None, sel=None, reduce=(), relative_to=None,
         if var is None:
             raise PlotError("name the variable to plot (var=...)")
         da = get_var(data, var)
+        if da.name in data.dims:   # a grid axis: its values, not a quantity over the grid (was a misleading error)
+            raise PlotError(f"{da.name!r} is a dimension of the result (an axis of the figure, or --sel), not a "
+                            f"variable to plot; variables: {', '.join(data.data_vars)}")
         if status is None and "status" in data:
             status = data["status"]
     elif isinstance(data, xr.DataArray):
@@ -243,6 +246,9 @@ def prepare(data, var: str | None = None, sel=None, reduce=(), relative_to=None,
         check_quantity(da, "--relative-to")
         da = relative(da, relative_to, relative_dim)
     for how, dim in reduce or ():
+        if dim in keep:   # was "unknown dimension" for the axis the user named, once reduced away
+            raise PlotError(f"--reduce {how}:{dim} removes {dim!r}, which the figure is drawn along; reduce "
+                            "another dimension, or draw along another")
         check_dim(da.dims, dim)
         da = reduce_one(da, how, dim)
         if status is not None:

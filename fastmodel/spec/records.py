@@ -58,18 +58,23 @@ def read_jsonl(path: str | Path, lower, what: str, whole_object: bool = False, r
     ``refused`` list (``validate``, which never stops a file for one record: issue 26), a line whose field or
     value the engine does not take (:class:`UnsupportedError`) and a malformed line (invalid JSON, a wrong type,
     a bound, a missing field: :class:`SpecError`) are appended to it as a :class:`Refused` instead, each with
-    its one-line reason (``validate`` counts them as misses); a file of such lines only then returns []."""
+    its one-line reason (``validate`` counts them as misses); a file of such lines only then returns [], unless
+    not one of its lines is JSON (another kind of file): a SpecError naming its first line. A file that is not
+    UTF-8 text (a figure, a netCDF file) is a SpecError naming its first bad byte."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8-sig")
     except OSError as error:
         raise SpecError(str(path), "", f"cannot read: {error.strerror or error}") from None
+    except UnicodeDecodeError as error:   # a binary file (a figure, a netCDF file) given as JSON lines
+        raise SpecError(str(path), "", f"not UTF-8 text (byte {error.object[error.start]:#04x} at offset "
+                                       f"{error.start}): JSON lines are text") from None
     stripped = text.strip()
     if whole_object and stripped.startswith("{") and "\n{" not in stripped:
         lines = [(1, stripped)]
     else:
         lines = [(n, line) for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
-    records = []
+    records, parsed, first_refused = [], 0, len(refused or ())
     for number, line in lines:
         where = f"{path}:{number}"
         data: object = {}
@@ -80,6 +85,7 @@ def read_jsonl(path: str | Path, lower, what: str, whole_object: bool = False, r
                 raise SpecError(where, "", f"invalid JSON: {error.msg}") from None
             except RecursionError:
                 raise SpecError(where, "", f"invalid JSON: {NESTED_TOO_DEEP}") from None
+            parsed += 1
             records.append(lower(data, where))
         except (UnsupportedError, SpecError) as error:
             if refused is None:
@@ -87,6 +93,9 @@ def read_jsonl(path: str | Path, lower, what: str, whole_object: bool = False, r
             refused.append(Refused(where, data if isinstance(data, dict) else {}, str(error)))
     if not records and not refused:
         raise SpecError(str(path), "", f"no {what} in the file")
+    if refused and not parsed:   # not one line is JSON: another kind of file, not a file of refused records
+        raise SpecError(None, None, f"{refused[first_refused].reason}; not one line of the file is JSON, so it "
+                                    f"holds no {what}")
     return records
 
 

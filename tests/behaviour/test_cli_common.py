@@ -66,3 +66,40 @@ def test_a_stale_interrupt_does_not_hide_a_bug_where_friendly_installs_no_handle
             command()
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def test_an_interrupt_outside_a_commands_handler_is_one_line_and_130(capsys):
+    """Ctrl-C that lands in a command's invocation before ``friendly`` installs its handler (a command module
+    loading): "interrupted" alone (click writes an empty line first) and exit 130 (click's Exit would be returned
+    by main(standalone_mode=False), and the process would exit 0)."""
+    import click
+
+    from fastmodel.cli.common import OneLineGroup
+
+    group = click.group(cls=OneLineGroup)(lambda: None)
+
+    @group.command()
+    def boom():
+        raise KeyboardInterrupt
+
+    with pytest.raises(SystemExit) as caught:
+        group.main(["boom"], prog_name="fastmodel")
+    assert caught.value.code == 130
+    assert capsys.readouterr().err == "interrupted\n"
+
+
+def test_an_interrupt_while_the_command_line_loads_is_one_line_and_130():
+    """Ctrl-C during ``from fastmodel.cli import entry`` (the console script's first 0.1-0.5 s): "interrupted" and
+    130, not a traceback of the import. The interrupt is made by a finder raising it when fastmodel.cli.plot is
+    imported, as SIGINT would there."""
+    import subprocess
+
+    code = ("import sys, importlib.abc\n"
+            "class Boom(importlib.abc.MetaPathFinder):\n"
+            "    def find_spec(self, name, path, target=None):\n"
+            "        if name == 'fastmodel.cli.plot':\n"
+            "            raise KeyboardInterrupt\n"
+            "sys.meta_path.insert(0, Boom())\n"
+            "from fastmodel.cli import entry\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stderr) == (130, "interrupted\n")

@@ -76,6 +76,14 @@ def test_pareto_prints_the_frontier(cli, result_file, tmp_path):
     (["breakdown", "{r}", "--sel", "num_nodes=64"], "--sel"),
     (["pareto", "{r}", "--x", "cost", "--y", "throughput"], "unknown variable 'cost'"),
     (["pareto", "missing.nc", "--x", "iteration_time", "--y", "throughput"], "no such file"),
+    # a dimension as --var: was a ValueError traceback (scaling) and "unknown dimension 'global_batch'" (heatmap)
+    (["scaling", "{r}", "--x", "num_nodes", "--var", "global_batch"],
+     "'global_batch' is a dimension of the result (an axis of the figure, or --sel), not a variable to plot"),
+    (["heatmap", "{r}", "--x", "num_nodes", "--y", "plan", "--var", "plan", "--sel", "global_batch=512"],
+     "'plan' is a dimension of the result"),
+    # reducing the axis the figure is drawn along: was "unknown dimension 'plan'; dimensions: num_nodes"
+    (["heatmap", "{r}", "--x", "num_nodes", "--y", "plan", "--sel", "global_batch=512", "--reduce", "max:plan"],
+     "--reduce max:plan removes 'plan', which the figure is drawn along"),
 ])
 def test_errors_are_one_line_exit_2(cli, result_file, tmp_path, args, text):
     out = tmp_path / "x.png"

@@ -267,3 +267,42 @@ def test_search_disagg_pools_that_do_not_add_up(mode, gpus, text):
     """--mode disagg on one GPU (no room for two pools) and a mode typo: one line, not '0 configurations fit'."""
     one_line_error(run("serve", "-m", "llama3.1-8b", "-d", "h100", "--search", "--ttft", "2s", "--tpot", "50ms",
                        "--mode", mode, "--gpus", gpus), text)
+
+
+@pytest.mark.parametrize("command", ["validate", "calibrate", "serve"])
+def test_binary_file_as_records(command, tmp_path):
+    """A figure (or any binary file) given where JSON lines are read: one line naming the file and the first byte
+    that is not UTF-8, exit 2 (it was a UnicodeDecodeError traceback in validate and calibrate)."""
+    path = tmp_path / "runs.jsonl"
+    path.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00")
+    one_line_error(run(command, str(path)), f"{path}: not UTF-8 text (byte 0x89 at offset 0)")
+
+
+def test_validate_a_file_with_no_json_line(tmp_path):
+    """validate counts a malformed line among records as a miss (issue 26), but a file of which not one line is
+    JSON is not a file of runs: one line, exit 2, instead of empty tables and exit 0."""
+    text = tmp_path / "notes.jsonl"
+    text.write_text("step time 1.4 s\nmfu 40%\n")
+    one_line_error(run("validate", str(text)), f"{text}:1: invalid JSON: Expecting value; not one line of the file "
+                                               "is JSON, so it holds no run records")
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text("step time 1.4 s\n" + open("tests/data/runs_dev_small.jsonl").readline())
+    result = run("validate", str(mixed))
+    assert result.exit_code == 0 and f"refused (a miss): {mixed}:1: invalid JSON" in result.output
+
+
+def test_best_by_a_dimension_and_its_csv_message(tmp_path):
+    """best --by plan names plan a dimension to filter on (was "unknown variable 'plan'", as if the result had
+    none); --csv onto a file of another kind says "CSV table" (was "the CSV CSV this command writes")."""
+    from plot_data import synthetic_sweep
+
+    result = tmp_path / "out.nc"
+    synthetic_sweep().to_netcdf(result, engine="scipy")
+    one_line_error(run("best", str(result), "--by", "plan"),
+                   "--by 'plan' is a dimension of the result (filter it with --where plan=...), not a variable to "
+                   "rank by; variables: ")
+    text = tmp_path / "notes.csv"
+    text.write_text("notes\n")
+    bad = run("best", str(result), "--by", "throughput", "--csv", str(text), "--force")
+    one_line_error(bad, "not the CSV table this command writes")
+    assert text.read_text() == "notes\n"
