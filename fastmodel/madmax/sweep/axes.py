@@ -194,7 +194,10 @@ def plan_values(spec: Any, clusters: list[tuple[int, int]], transformer: bool = 
         if max_levels not in (1, 2):
             raise SweepError(f"plan rule max_levels must be 1 or 2 (got {max_levels!r})")
         shapes: dict[str, Plan] = {}
-        for nodes, per_node in clusters:
+        # enumerate_plan_shapes reads only whether the cluster has several devices and several multi-device
+        # nodes: one cluster of each kind, in grid order, gives the same shapes as all of them
+        kinds = {(n * d > 1, n > 1 and d > 1): (n, d) for n, d in reversed(clusters)}
+        for nodes, per_node in sorted(kinds.values(), key=clusters.index):
             for plan in enumerate_plan_shapes(nodes, per_node, transformer):
                 if (set(plan.dense_strategies) <= dense_ok and set(plan.emb_strategies) <= emb_ok
                         and set(plan.transformer_strategies) <= dense_ok
