@@ -53,7 +53,7 @@ def no_device_note(gpu: str) -> str:
 
 #: a stated HBM capacity within this fraction of the device file's is a reading of the same part's datasheet figure
 #: (docs/model_memory.md "One capacity per GPU"): decimal "X GB" is 0.931 X GiB, and every listed GPU's CUDA-visible
-#: total lies between 0.929 X GiB (B300) and 0.999 X GiB (MI300X), so the readings of one part fall within 8% of its
+#: total lies between 0.927 X GiB (L40S) and 0.999 X GiB (MI300X), so the readings of one part fall within 8% of its
 #: device file; two parts that share a device name lie further apart (H100 NVL's 94 GB against H100 SXM's 80 GB: +17%)
 SAME_PART_SLACK = 0.10
 #: a replacement closer than this is rounding of the datasheet figure and gets no note
