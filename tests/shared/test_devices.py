@@ -30,7 +30,8 @@ def _row(device):
 
 def test_b200_datasheet():
     """DGX B200 datasheet: 72 PF FP8 training and 144 PF FP4 inference (both with 2:4 sparsity, twice the dense
-    rate) and 1,440 GB HBM3e at 64 TB/s over 8 GPUs (180 GB; the file holds the CUDA-visible 178.35 GiB, docs/model_memory.md "One capacity per GPU"); BF16 half of FP8; NVLink 5 1.8 TB/s per GPU both ways."""
+    rate) and 1,440 GB HBM3e at 64 TB/s over 8 GPUs (180 GB; the file holds the CUDA-visible 178.35 GiB,
+    docs/model_memory.md "One capacity per GPU"); BF16 half of FP8; NVLink 5 1.8 TB/s per GPU both ways."""
     assert B200["peak_flops_8"] == 72e15 / 8 / 2 and B200["peak_flops_16"] == B200["peak_flops_8"] / 2
     assert B200["peak_flops_4"] == 144e15 / 8 / 2
     assert B200["hbm_bytes"] == round(178.35 * 2**30) and B200["hbm_bw"] == 64e12 / 8
