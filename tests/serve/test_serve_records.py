@@ -233,7 +233,8 @@ def test_blackwell_ultra_device_files_carry_their_datasheets():
     b300, gb300 = device_columns("B300"), device_columns("GB300")
     assert b300["peak_flops_4"] == 13.5e15 and gb300["peak_flops_4"] == 15e15
     assert b300["peak_flops_8"] == 4.5e15 and gb300["peak_flops_8"] == 5e15
-    assert b300["hbm_bytes"] == gb300["hbm_bytes"] == 288e9 and b300["hbm_bw"] == 8e12
+    # 288 GB on the datasheets; the CUDA-visible totals (docs/model_memory.md "One capacity per GPU (issue 23)")
+    assert b300["hbm_bytes"] == round(267.69 * 2**30) and gb300["hbm_bytes"] == 276.5 * 2**30 and b300["hbm_bw"] == 8e12
     assert gb300["domain_size"] == 72 and b300["inter_bw"] == 100e9
 
 
