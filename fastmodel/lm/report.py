@@ -32,7 +32,7 @@ def run_one(model: Any, system: Any, task: Any, *, semantics: Any = "default", p
             num_nodes: int | None = None, calibration: Any = None, memory_margin: float | None = None) -> RunReport:
     """One real-world configuration (a task's mesh plan applies when ``plan`` is None); ``memory_margin``
     (bytes): the plan fits when memory_per_device <= HBM - margin (default: the stack's reserve)."""
-    from fastmodel.lm.loader import load_cluster, load_lm_model
+    from fastmodel.lm.loader import load_lm_model
     from fastmodel.lm.task import load_train_task
 
     spec = load_lm_model(model)
@@ -46,12 +46,21 @@ def run_one(model: Any, system: Any, task: Any, *, semantics: Any = "default", p
         from fastmodel.lm.api import config_values
 
         values = config_values(spec, system, train, plan=plan, num_nodes=num_nodes)
-        return _with_notes(_report(*_margin(values, {}, load_cluster(system).hbm_bytes, memory_margin), title), notes)
+        return _with_notes(_report(*_margin(values, {}, _capacity(system), memory_margin), title), notes)
     from fastmodel.lm.api import evaluate_lm, report_values
 
     ds = evaluate_lm(spec, system, train, plan=plan, num_nodes=num_nodes, calibration=calibration)
-    hbm = ds.attrs.get("hbm_bytes", load_cluster(system).hbm_bytes)
+    hbm = ds.attrs.get("hbm_bytes") or _capacity(system)
     return _with_notes(_report(*_margin(report_values(ds), ds.attrs, hbm, memory_margin), title), notes)
+
+
+def _capacity(system: Any) -> float:
+    """The HBM capacity the plan was lowered with: the device file's where the system reads the same part
+    (``cluster_values``; docs/model_memory.md "One capacity per GPU (issue 23)")."""
+    from fastmodel.lm.loader import load_cluster
+    from fastmodel.lm.lowering import cluster_values
+
+    return float(cluster_values(load_cluster(system))["hbm_bytes"])
 
 
 def _margin(values: dict, attrs: dict, hbm: float, memory_margin: float | None) -> tuple[dict, dict]:

@@ -60,7 +60,7 @@ from fastmodel.serve.profiles import (
     parse_framework,
     stated_flags,
 )
-from fastmodel.spec.devices import device_table
+from fastmodel.spec.devices import device_table, same_part_hbm
 from fastmodel.spec.records import read_jsonl
 
 SERVE_BLOCKS = ("model", "system", "serve")
@@ -68,8 +68,6 @@ SERVE_BLOCKS = ("model", "system", "serve")
 DATASHEET_FIELDS = {"peak_flops_bf16": "peak_flops_16", "peak_flops_fp8": "peak_flops_8", "hbm_bytes": "hbm_bytes",
                     "hbm_bw_bytes_s": "hbm_bw", "intra_node_bw_bytes_s_per_gpu": "intra_bw",
                     "inter_node_bw_bytes_s_per_gpu": "inter_bw"}
-#: largest relative gap between a record's hbm_bytes and the device file's kept as rounding (GB vs GiB is 7.4%)
-HBM_UNIT_SLACK = 0.02
 #: below this a record's HBM capacity (bytes) or bandwidth (bytes/s) is a unit slip (80 for 80 GB, 3.35 for
 #: 3.35 TB/s): the smallest accelerator HBM in specs/devices is 40 GiB and its slowest bandwidth above 800 GB/s
 HBM_UNIT_FLOOR = 1e9
@@ -85,14 +83,13 @@ def driver_hbm(system: dict, device: dict, gpu: str, notes: list[str]) -> None:
     """The HBM an engine sizes its KV cache from is what the CUDA driver reports (vLLM: ``total_gpu_memory x
     gpu_memory_utilization`` from ``torch.cuda.mem_get_info``; TensorRT-LLM: ``free_gpu_memory_fraction`` of
     ``cudaMemGetInfo``'s free bytes; SGLang: ``mem_fraction_static`` of the same total), i.e. the device's
-    capacity, which its built-in device file holds (docs/model_serving.md S20). A record's ``hbm_bytes`` more
-    than ``HBM_UNIT_SLACK`` away from it (a datasheet "141 GB" read as 141e9 bytes where the device has 141 GiB)
-    gives way to the device file, with a note; within it (rounding of a datasheet figure) the record's stays."""
-    capacity, stated = device.get("hbm_bytes"), system.get("hbm_bytes")
-    if capacity and isinstance(stated, (int, float)) and abs(stated / capacity - 1) > HBM_UNIT_SLACK:
-        system["hbm_bytes"] = capacity
-        notes.append(f"system.hbm_bytes {stated / 2**30:.1f} GiB -> {capacity / 2**30:.1f} GiB: the engine sizes its "
-                     f"KV cache from the capacity the driver reports (device file of {gpu})")
+    CUDA-visible total, which its built-in device file holds (docs/model_serving.md S20). A record's ``hbm_bytes``
+    that reads the same part (within ``SAME_PART_SLACK``: a datasheet "141 GB" read as 141e9 bytes, or as 141 GiB)
+    gives way to it, the same rule as training's (``fastmodel.spec.devices.same_part_hbm``, docs/model_memory.md
+    "One capacity per GPU"), with a note above ``HBM_NOTE_SLACK``."""
+    stated = system.get("hbm_bytes")
+    if isinstance(stated, (int, float)) and not isinstance(stated, bool):
+        system["hbm_bytes"] = same_part_hbm(device.get("hbm_bytes"), stated, gpu, notes)
 
 
 def _hbm_units(system: dict, source: str) -> None:

@@ -49,3 +49,36 @@ def no_device_note(gpu: str) -> str:
     match = difflib.get_close_matches(gpu.lower(), same, n=1, cutoff=0.6)
     hint = f" (did you mean '{match[0]}'?)" if match else ""
     return f"no built-in device file for {gpu!r}{hint}: generic efficiencies"
+
+
+#: a stated HBM capacity within this fraction of the device file's is a reading of the same part's datasheet figure
+#: (docs/model_memory.md "One capacity per GPU"): decimal "X GB" is 0.931 X GiB, and every listed GPU's CUDA-visible
+#: total lies between 0.927 X GiB (L40S) and 0.999 X GiB (MI300X), so the readings of one part fall within 8% of its
+#: device file; two parts that share a device name lie further apart (H100 NVL's 94 GB against H100 SXM's 80 GB: +17%)
+SAME_PART_SLACK = 0.10
+#: a replacement closer than this is rounding of the datasheet figure and gets no note
+HBM_NOTE_SLACK = 0.02
+
+
+def device_hbm(gpu: str, stated: float | None, notes: list[str] | None = None) -> float | None:
+    """The HBM capacity a plan on ``gpu`` may fill: its device file's ``hbm_bytes`` (``same_part_hbm``)."""
+    return same_part_hbm(device_table().get(str(gpu).lower(), {}).get("hbm_bytes"), stated, gpu, notes)
+
+
+def same_part_hbm(capacity: float | None, stated: float | None, gpu: str, notes: list[str] | None = None):
+    """``capacity``, a device file's CUDA-visible total (what ``cudaMemGetInfo`` reports and what runs out), in
+    place of a ``stated`` capacity that reads the same part (within ``SAME_PART_SLACK``); a stated figure further
+    away (another part under the same name), or no device capacity, keeps ``stated``. Gaps above
+    ``HBM_NOTE_SLACK`` are noted in ``notes``."""
+    if not capacity or stated is None or isinstance(stated, bool) or not isinstance(stated, (int, float)):
+        return stated if stated is not None else capacity
+    gap = stated / capacity - 1
+    if abs(gap) > SAME_PART_SLACK:
+        if notes is not None:
+            notes.append(f"system.hbm_bytes {stated / 2**30:.1f} GiB is {gap:+.0%} from the device file of {gpu} "
+                         f"({capacity / 2**30:.2f} GiB): kept, another part's capacity")
+        return float(stated)
+    if abs(gap) > HBM_NOTE_SLACK and notes is not None:
+        notes.append(f"system.hbm_bytes {stated / 2**30:.1f} GiB -> {capacity / 2**30:.2f} GiB: the CUDA-visible "
+                     f"total in the device file of {gpu} (the same part's datasheet figure read another way)")
+    return float(capacity)

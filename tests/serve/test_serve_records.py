@@ -233,7 +233,8 @@ def test_blackwell_ultra_device_files_carry_their_datasheets():
     b300, gb300 = device_columns("B300"), device_columns("GB300")
     assert b300["peak_flops_4"] == 13.5e15 and gb300["peak_flops_4"] == 15e15
     assert b300["peak_flops_8"] == 4.5e15 and gb300["peak_flops_8"] == 5e15
-    assert b300["hbm_bytes"] == gb300["hbm_bytes"] == 288e9 and b300["hbm_bw"] == 8e12
+    # 288 GB on the datasheets; the CUDA-visible totals (docs/model_memory.md "One capacity per GPU (issue 23)")
+    assert b300["hbm_bytes"] == round(267.69 * 2**30) and gb300["hbm_bytes"] == 276.5 * 2**30 and b300["hbm_bw"] == 8e12
     assert gb300["domain_size"] == 72 and b300["inter_bw"] == 100e9
 
 
@@ -362,18 +363,21 @@ def test_disaggregated_start_wave_queues_at_the_prefill_pool():
 
 
 def test_the_engine_sees_the_drivers_hbm_not_a_decimal_datasheet_reading():
-    """docs/model_serving.md S20: an H200 record stating 141e9 bytes (141 GB read as decimal) is lowered at the
-    device file's 141 GiB = 151,397,597,184 bytes (7.4% apart, above the 2% slack), with a note; 140.5 GiB
-    (0.35% below) is kept as the record states it."""
+    """docs/model_serving.md S20: an H200 record stating 141e9 bytes (141 GB read as decimal, 131.3 GiB) is lowered
+    at the device file's CUDA-visible total, 139.81 GiB (6.1% apart: a note); 140.5 GiB (0.5% above) is rounding
+    of the same part and also gives way, silently; 80 GiB (43% below: another part) keeps the record's value."""
     from fastmodel.serve.records import driver_hbm
 
-    device = {"hbm_bytes": 141 * 2**30}
+    device = {"hbm_bytes": 139.81 * 2**30}
     system, notes = {"hbm_bytes": 141e9}, []
     driver_hbm(system, device, "H200-SXM-141GB", notes)
-    assert system["hbm_bytes"] == 151_397_597_184 and len(notes) == 1 and "131.3 GiB -> 141.0 GiB" in notes[0]
+    assert system["hbm_bytes"] == 139.81 * 2**30 and len(notes) == 1 and "131.3 GiB -> 139.81 GiB" in notes[0]
     system, notes = {"hbm_bytes": 140.5 * 2**30}, []
     driver_hbm(system, device, "H200-SXM-141GB", notes)
-    assert system["hbm_bytes"] == 140.5 * 2**30 and notes == []
+    assert system["hbm_bytes"] == 139.81 * 2**30 and notes == []
+    system, notes = {"hbm_bytes": 80 * 2**30}, []
+    driver_hbm(system, device, "H200-SXM-141GB", notes)
+    assert system["hbm_bytes"] == 80 * 2**30 and len(notes) == 1 and "kept" in notes[0]
     system, notes = {"hbm_bytes": 141e9}, []
     driver_hbm(system, {}, "MI355X", notes)                       # no device file: the record's value
     assert system["hbm_bytes"] == 141e9 and notes == []

@@ -30,10 +30,11 @@ def _row(device):
 
 def test_b200_datasheet():
     """DGX B200 datasheet: 72 PF FP8 training and 144 PF FP4 inference (both with 2:4 sparsity, twice the dense
-    rate) and 1,440 GB HBM3e at 64 TB/s over 8 GPUs (180 GB read as GiB, as H100's 80 GB); BF16 half of FP8; NVLink 5 1.8 TB/s per GPU both ways."""
+    rate) and 1,440 GB HBM3e at 64 TB/s over 8 GPUs (180 GB; the file holds the CUDA-visible 178.35 GiB,
+    docs/model_memory.md "One capacity per GPU"); BF16 half of FP8; NVLink 5 1.8 TB/s per GPU both ways."""
     assert B200["peak_flops_8"] == 72e15 / 8 / 2 and B200["peak_flops_16"] == B200["peak_flops_8"] / 2
     assert B200["peak_flops_4"] == 144e15 / 8 / 2
-    assert B200["hbm_bytes"] == 180 * 2**30 and B200["hbm_bw"] == 64e12 / 8
+    assert B200["hbm_bytes"] == round(178.35 * 2**30) and B200["hbm_bw"] == 64e12 / 8
     assert B200["intra_bw"] == 1.8e12 / 2 and B200["sm_count"] == 148
     for name in ("B200", "dgx-b200", "HGX-B200"):
         assert device_table()[name.lower()] == B200
@@ -185,12 +186,12 @@ def test_every_built_in_cluster_names_a_device_file():
 
 
 def test_mi300x_datasheet_and_mesh():
-    """AMD MI300X data sheet: 1,307.4 / 2,614.9 TFLOP/s BF16 / FP8 dense, no FP4, 192 GB HBM3 (read as GiB) at
+    """AMD MI300X data sheet: 1,307.4 / 2,614.9 TFLOP/s BF16 / FP8 dense, no FP4, 192 GB HBM3 (ROCm's HSA pool: 201,310,208 KiB = 191.98 GiB) at
     5.3 TB/s, 304 CUs; 7 Infinity Fabric links of 64 GB/s one way to its 7 peers, a direct mesh of 8 (a pair of GPUs
     reaches 1/7 of the 448 GB/s). gemm_eff_16: MAMF 668.4 / 1,307.4 x H100's 0.75 / 0.803."""
     mi300x = device_table()["mi300x"]
     assert mi300x["peak_flops_16"] == 1307.4e12 and mi300x["peak_flops_8"] == 2614.9e12 and mi300x["peak_flops_4"] == 0
-    assert mi300x["hbm_bytes"] == 192 * 2**30 and mi300x["hbm_bw"] == 5.3e12 and mi300x["sm_count"] == 304
+    assert mi300x["hbm_bytes"] == 201310208 * 2**10 and mi300x["hbm_bw"] == 5.3e12 and mi300x["sm_count"] == 304
     assert mi300x["intra_bw"] == 7 * 64e9 and mi300x["nvlink_mesh_max"] == 8
     assert mi300x["gemm_eff_16"] == pytest.approx(668.4 / 1307.4 * 0.75 / (794.5 / 989), abs=0.005)
     assert mi300x["gemm_eff_8"] == pytest.approx(mi300x["gemm_eff_16"] * 70.9 / 80.3, abs=0.005)

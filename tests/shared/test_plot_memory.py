@@ -81,7 +81,7 @@ def test_one_configuration_is_one_bar_named_by_its_coordinates(two_dims, tmp_pat
     label = ax.get_xticklabels()[0].get_text()
     assert "plan=tp8.pp4" in label and "num_nodes=16" in label
     P.save(fig, tmp_path / "one.svg")
-    assert "usable HBM 76 GiB" in (tmp_path / "one.svg").read_text()   # 0.95 x 80 GiB (H100 80 GB)
+    assert "usable HBM 75 GiB" in (tmp_path / "one.svg").read_text()   # 0.95 x 79.11 GiB (H100 80 GB, CUDA-visible)
 
 
 def test_python_errors(two_dims):
