@@ -15,9 +15,10 @@ the schedule (lines 996-1001) and hides behind nothing. The parameter all-gather
 before the first forward (lines 550-552), that of chunk ``c >= 2`` at the first forward of chunk ``c - 1``
 (forward index ``(c - 1) p``, lines 605-615), each needed at forward index ``c p``: ``p`` chunk forwards ``f``
 after it, chunk 0's at once. NeMo's MLPerf GPT-3 (distributed_fused_adam, ``overlap_grad_sync`` and
-``overlap_param_sync``) passes these per-chunk functions (megatron_gpt_model.py ``fwd_bwd_step``:
-``reduce_overlap_gradients``, ``sync_overlap_parameters``), as Megatron-LM's training.py does with
-``overlap_grad_reduce``/``delay_grad_reduce`` and ``overlap_param_gather``/``delay_param_gather`` (lines 928-943).
+``overlap_param_sync``) passes these per-chunk functions (NeMo v2.0.0.rc0.beta megatron_gpt_model.py
+``fwd_bwd_step``, lines 588-607: ``reduce_overlap_gradients``, ``sync_overlap_parameters``), as Megatron-LM's
+training.py does with ``overlap_grad_reduce``/``delay_grad_reduce`` and
+``overlap_param_gather``/``delay_param_gather`` (lines 928-943).
 
 The chunks' collectives (``rho = R / v`` each of the stage's reduction ``R``) queue on one communication stream,
 so the last finishes at ``max_c (launch_c + (c + 1) rho)`` and the exposed part is
