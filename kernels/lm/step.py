@@ -41,10 +41,11 @@ from fastmodel.kernels.lm.memory_states import (
 from fastmodel.kernels.lm.shape import mtp_layer_is_moe, mtp_stage_layers
 from fastmodel.kernels.lm.muon import muon_step
 from fastmodel.kernels.lm.offload_time import offload_layer_s
+from fastmodel.kernels.lm.dp_window import dp_overlap_windows
 from fastmodel.kernels.lm.moe import expert_dp, expert_tp
 from fastmodel.kernels.lm.parallel import data_parallel, fsdp_first_layer_exposed, microbatch_reduce
 from fastmodel.kernels.lm.passes import (
-    A_ATTN, A_BACKWARD_INPUT, A_BACKWARD_WEIGHT, A_CP_COMM, A_CP_EXPOSED, A_EP_COMM, A_EXPOSED_F, A_FLOPS, A_FORWARD,
+    A_ATTN, A_BACKWARD_WEIGHT, A_CP_COMM, A_CP_EXPOSED, A_EP_COMM, A_EXPOSED_F, A_FLOPS, A_FORWARD,
     A_EP_EXPOSED, A_EP_SCALE_OUT, A_EXPERT_PARAMS, A_MTP_EXPERT_PARAMS, A_MTP_PARAMS,
     A_FSDP_COMM, A_FSDP_EXPOSED, A_FSDP_GATHER, A_FSDP_REDUCE, A_FSDP_REFETCH, A_FSDP_WINDOW, A_GEMM, A_MEM,
     A_PARAMS, A_RECOMPUTE, A_TP_COMM, A_TP_EXPOSED, BACKWARD_GEMM,
@@ -286,8 +287,7 @@ def _data_parallel_step(row, work, per_stage, head_params, micro_batches, stage_
         experts_held = moe * moe_experts + (mtp_experts if holds_last else 0.0)
     if split_slots(row) > 0.0:      # the embedding and the head hold a layer's slot (last_rank_layers)
         stage_params = max(stage_params - ends, stage_params - copies * (params - experts))
-    last_backward = per_stage * (work[A_BACKWARD_INPUT] + work[A_BACKWARD_WEIGHT] + work[A_RECOMPUTE])
-    first_forward = per_stage * work[A_FORWARD]
+    last_backward, first_forward = dp_overlap_windows(row, work, per_stage, stage_params)   # §11.28
     shard_group = fsdp_shard_group(row)
     dp_comm, before, after, local_params = data_parallel(row, stage_params, last_backward, first_forward,
                                                          shard_group, row[C_DP], t * row[C_CP], idle)
