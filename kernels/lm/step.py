@@ -45,7 +45,7 @@ from fastmodel.kernels.lm.dp_window import dp_overlap_windows
 from fastmodel.kernels.lm.moe import expert_dp, expert_tp
 from fastmodel.kernels.lm.parallel import data_parallel, fsdp_first_layer_exposed, microbatch_reduce
 from fastmodel.kernels.lm.passes import (
-    A_ATTN, A_BACKWARD_WEIGHT, A_CP_COMM, A_CP_EXPOSED, A_EP_COMM, A_EXPOSED_F, A_FLOPS, A_FORWARD,
+    A_ATTN, A_BACKWARD_INPUT, A_BACKWARD_WEIGHT, A_CP_COMM, A_CP_EXPOSED, A_EP_COMM, A_EXPOSED_F, A_FLOPS, A_FORWARD,
     A_EP_EXPOSED, A_EP_SCALE_OUT, A_EXPERT_PARAMS, A_MTP_EXPERT_PARAMS, A_MTP_PARAMS,
     A_FSDP_COMM, A_FSDP_EXPOSED, A_FSDP_GATHER, A_FSDP_REDUCE, A_FSDP_REFETCH, A_FSDP_WINDOW, A_GEMM, A_MEM,
     A_PARAMS, A_RECOMPUTE, A_TP_COMM, A_TP_EXPOSED, BACKWARD_GEMM,
