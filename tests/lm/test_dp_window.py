@@ -73,6 +73,6 @@ def test_stage_collectives_are_those_data_parallel_times():
     for sharding in ("distopt", "ddp"):
         columns = row(**dict(PLAN, sharding=sharding))
         reduce, gather = stage_collectives(columns, 4e8)
-        comm, _, _ = data_parallel(columns, 4e8, 0.0, 0.0, 8.0, 8.0, 1.0)
+        comm, _, _, _ = data_parallel(columns, 4e8, 0.0, 0.0, 8.0, 8.0, 1.0, 0.0)
         assert reduce + gather == pytest.approx(comm, rel=1e-12)
     assert stage_collectives(row(**dict(PLAN, sharding="ddp")), 4e8)[1] == 0.0
