@@ -41,6 +41,7 @@ from fastmodel.kernels.lm.memory_states import (
 from fastmodel.kernels.lm.shape import mtp_layer_is_moe, mtp_stage_layers
 from fastmodel.kernels.lm.muon import muon_step
 from fastmodel.kernels.lm.offload_time import offload_layer_s
+from fastmodel.kernels.lm.dp_window import dp_overlap_windows
 from fastmodel.kernels.lm.moe import expert_dp, expert_tp
 from fastmodel.kernels.lm.parallel import data_parallel, fsdp_first_layer_exposed, microbatch_reduce
 from fastmodel.kernels.lm.passes import (
@@ -287,8 +288,7 @@ def _data_parallel_step(row, work, per_stage, head_params, micro_batches, stage_
         experts_held = moe * moe_experts + (mtp_experts if holds_last else 0.0)
     if split_slots(row) > 0.0:      # the embedding and the head hold a layer's slot (last_rank_layers)
         stage_params = max(stage_params - ends, stage_params - copies * (params - experts))
-    last_backward = per_stage * (work[A_BACKWARD_INPUT] + work[A_BACKWARD_WEIGHT] + work[A_RECOMPUTE])
-    first_forward = per_stage * work[A_FORWARD]
+    last_backward, first_forward = dp_overlap_windows(row, work, per_stage, stage_params)   # §11.28
     shard_group = fsdp_shard_group(row)
     dp_comm, before, after, local_params = data_parallel(row, stage_params, last_backward, first_forward,
                                                          shard_group, row[C_DP], t * row[C_CP], idle)

@@ -1,0 +1,78 @@
+"""The data-parallel overlap window under interleaving (kernels/lm/dp_window.py, docs/model.md §11.28).
+
+Hand-derived case: p = 2 ranks, v = 2 chunks, m = 4 micro-batches. Megatron-Core's backward order on a rank
+(schedules.py ``get_model_chunk_id``, core_v0.7.0.beta): virtual micro-batch k runs chunk
+``v - 1 - (k mod 4) // 2``, i.e. k = 0..7 -> chunks 1, 1, 0, 0, 1, 1, 0, 0; chunk c's last one is k = 5 (c = 1)
+and k = 7 (c = 0) = ``m v - 1 - c p``. On rank 0 the reduction of chunk 1 starts after k = 5 with two chunk
+backwards b left; chunk 0's starts after the last. With b = 1 s:
+
+- R = 3 s (1.5 s a chunk): chunk 1 reduces over [-2, -0.5], chunk 0 over [0, 1.5]: 1.5 s exposed, window 1.5 s.
+- R = 6 s (3 s a chunk): chunk 1 over [-2, 1], chunk 0 queues behind it, [1, 4]: 4 s exposed, window 2 s.
+"""
+
+import numpy as np
+import pytest
+
+from fastmodel.kernels.lm.dp_window import chunked_window, dp_overlap_windows, stage_collectives
+from fastmodel.kernels.lm.parallel import data_parallel
+from fastmodel.kernels.lm.passes import A_BACKWARD_INPUT, A_BACKWARD_WEIGHT, A_FORWARD, A_RECOMPUTE, N_WORK
+from fastmodel.lm.table import row
+
+PLAN = dict(layers=8, hidden=1024, ffn=4096, heads=16, kv_heads=16, head_dim=64, vocab=8, seq_len=2048, tp=1,
+            pp=2, vp=2, dp=8, n_gpus=16, micro_batch=1, global_batch=32, sharding="distopt", overlap_grad_reduce=1,
+            overlap_param_gather=1, pipeline_schedule="interleaved")
+
+
+def test_two_chunks_two_ranks_by_hand():
+    # per-chunk hidden compute: p chunk backwards = 2 x 1 s
+    assert chunked_window(3.0, 2.0, 2.0) == pytest.approx(1.5, rel=1e-15)
+    assert chunked_window(6.0, 2.0, 2.0) == pytest.approx(2.0, rel=1e-15)
+    assert 3.0 - chunked_window(3.0, 2.0, 2.0) == pytest.approx(1.5, rel=1e-15)    # chunk 0 alone exposed
+    assert 6.0 - chunked_window(6.0, 2.0, 2.0) == pytest.approx(4.0, rel=1e-15)    # queue: ends at t = 4
+
+
+def test_window_matches_a_queue_of_chunks_launched_p_backwards_apart():
+    # v = 4 chunks, launches at -c h (c = 3..0) on one stream; the last finish past t = 0 is the exposed part
+    for total, h in ((2.0, 1.0), (4.0, 1.0), (10.0, 1.0), (10.0, 0.5)):
+        done = -np.inf
+        for c in (3, 2, 1, 0):
+            done = max(done, -c * h) + total / 4.0
+        assert total - chunked_window(total, 4.0, h) == pytest.approx(max(done, 0.0), rel=1e-12)
+    assert chunked_window(5.0, 1.0, 9.0) == 0.0     # one chunk: nothing after its launch
+
+
+def _work(forward, backward):
+    work = np.zeros(N_WORK)
+    work[A_FORWARD] = forward
+    work[A_BACKWARD_INPUT] = 0.5 * backward
+    work[A_BACKWARD_WEIGHT] = 0.5 * backward
+    work[A_RECOMPUTE] = 0.0
+    return work
+
+
+def test_interleaved_windows_from_the_stage_collectives():
+    columns = row(**PLAN)
+    work = _work(1e-3, 2e-3)
+    per_stage, params = 4.0, 4e8
+    reduce, gather = stage_collectives(columns, params)
+    assert reduce > 0.0 and gather > 0.0
+    backward, forward = dp_overlap_windows(columns, work, per_stage, params)
+    # chunk backward b = 2 layers x 2 ms; chunk c's reduction has c p b = 8 ms c after its launch
+    assert backward == pytest.approx(min(reduce / 2.0, 2.0 * 4e-3), rel=1e-12)
+    assert forward == pytest.approx(min(gather / 2.0, 2.0 * 2e-3), rel=1e-12)
+
+
+def test_without_interleaving_the_window_is_one_micro_batch_of_the_stage():
+    work = _work(1e-3, 2e-3)
+    for plan in (dict(PLAN, vp=1, pipeline_schedule="1f1b"), dict(PLAN, pipeline_schedule="zb_h1", vp=1),
+                 dict(PLAN, dp=1, n_gpus=2), dict(PLAN, sharding="fsdp")):
+        assert dp_overlap_windows(row(**plan), work, 4.0, 4e8) == pytest.approx((8e-3, 4e-3), rel=1e-15)
+
+
+def test_stage_collectives_are_those_data_parallel_times():
+    for sharding in ("distopt", "ddp"):
+        columns = row(**dict(PLAN, sharding=sharding))
+        reduce, gather = stage_collectives(columns, 4e8)
+        comm, _, _, _ = data_parallel(columns, 4e8, 0.0, 0.0, 8.0, 8.0, 1.0, 0.0)
+        assert reduce + gather == pytest.approx(comm, rel=1e-12)
+    assert stage_collectives(row(**dict(PLAN, sharding="ddp")), 4e8)[1] == 0.0

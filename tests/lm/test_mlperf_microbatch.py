@@ -1,0 +1,121 @@
+"""The MLPerf GPT-3 175B micro-batch (docs/model.md §11.29): the sourced candidates, priced, do not close it.
+
+Hand derivations on the model's own functions (H100: 132 SMs, 128 x 256 tiles, FP8 at 0.65 of 1,979 TFLOP/s), one
+micro-batch of 2,048 tokens, h 12,288, ffn 49,152, TP 4 (the v3.1 rows: 12 layers a rank, 128/16/8 micro-batches):
+
+- Transformer Engine's ring-exchange all-gather overlap (TE 09ba842 ``split_overlap_ag``) runs each of the four
+  AG GEMMs as tp = 4 chunk GEMMs of 512 rows. QKV forward (n = 9,216): 16 x 36 = 576 tiles in 5 waves of 132
+  (Q = 576/660) whole, 4 x 36 = 144 tiles in 2 waves (Q = 144/264) a chunk; FC1 forward and FC2 dgrad
+  (n = 12,288): 768/792 vs 192/264; proj dgrad (n = 3,072): 192/264 whole, 48 tiles split-K by 2 (96/132) a chunk.
+- The userbuffers SMs (v3.1 ``conf/tp_overlap/h100tp4pp8mbs1.yaml``): a GEMM beside a comm kernel of n SMs runs on
+  132 - n, i.e. n/(132 - n) longer, only for proj/fc2 fprop (pipeline) and the bulk dgrad/wgrad ops.
+"""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fastmodel.kernels.roofline import gemm_bounds, tile_quantization
+from fastmodel.lm.records import read_records
+from fastmodel.lm.validate import predict_records
+from fastmodel.registry.lm import COLUMN_INDEX as C
+
+RUNS = Path(__file__).resolve().parents[1] / "data" / "runs_dev.jsonl"
+T, H, F, TP = 2048.0, 12288.0, 49152.0, 4.0
+# v3.1 tp_overlap yaml: num_sm of each SM-based overlap (ring_exchange ops run on copy engines: use_ce = 1)
+UB_SMS_V31 = {"proj_fprop": 24, "fc2_fprop": 4, "qkv_dgrad": 4, "qkv_wgrad": 8, "fc1_dgrad": 2, "fc1_wgrad": 4}
+# (in, out) features of each TP-sharded linear; fprop (T, out, in), dgrad (T, in, out), wgrad (in, out, T)
+LINEARS = {"qkv": (H, 3 * H / TP), "proj": (H / TP, H), "fc1": (H, F / TP), "fc2": (F / TP, H)}
+AG_OPS = {
+    "qkv_fprop": (T, 3 * H / TP, H),
+    "fc1_fprop": (T, F / TP, H),
+    "proj_dgrad": (T, H / TP, H),
+    "fc2_dgrad": (T, F / TP, H),
+}
+
+
+@pytest.fixture(scope="module")
+def v31():
+    records = [r for r in read_records(RUNS) if r.id == "mlperf-v31-gpt3-175b-nvidia-n64"]
+    assert len(records) == 1
+    return records[0], predict_records(records, np.zeros(1, dtype=np.int8))
+
+
+def _gemm(col, m, n, k, groups=1.0):
+    return gemm_bounds(col, groups, m, n, k, True, 1.0)[0]
+
+
+def _ops(col):
+    for name, (i, o) in LINEARS.items():
+        for kind, shape in (("fprop", (T, o, i)), ("dgrad", (T, i, o)), ("wgrad", (i, o, T))):
+            yield f"{name}_{kind}", shape
+
+
+def test_ring_exchange_chunks_quantize_by_hand(v31):
+    col = v31[0].columns
+    assert col[C["sm_count"]] == 132 and col[C["gemm_tile_m"]] == 128 and col[C["gemm_tile_n"]] == 256
+    assert tile_quantization(col, 1.0, T, 3 * H / TP, H) == pytest.approx(576 / 660, rel=1e-12)
+    assert tile_quantization(col, 1.0, T / TP, 3 * H / TP, H) == pytest.approx(144 / 264, rel=1e-12)
+    assert tile_quantization(col, 1.0, T, F / TP, H) == pytest.approx(768 / 792, rel=1e-12)
+    assert tile_quantization(col, 1.0, T / TP, F / TP, H) == pytest.approx(192 / 264, rel=1e-12)
+    assert tile_quantization(col, 1.0, T, H / TP, H) == pytest.approx(192 / 264, rel=1e-12)
+    assert tile_quantization(col, 1.0, T / TP, H / TP, H) == pytest.approx(96 / 132, rel=1e-12)
+
+
+def _chunk_serial_extra(col):
+    """Upper bound: the four chunk GEMMs of each AG op one after another (no stream concurrency)."""
+    return sum(TP * _gemm(col, m / TP, n, k) - _gemm(col, m, n, k) for m, n, k in AG_OPS.values())
+
+
+def _sm_bound(col):
+    sms = col[C["sm_count"]]
+    return sum(_gemm(col, *shape) * UB_SMS_V31.get(op, 0) / (sms - UB_SMS_V31.get(op, 0)) for op, shape in _ops(col))
+
+
+def test_chunk_serial_bound_by_hand(v31):
+    col = v31[0].columns
+    # per layer: QKV (576/660)/(144/264) = 1.6x, FC1 fprop and FC2 dgrad (768/792)/(192/264) = 4/3x, proj 1x
+    qkv, fc = _gemm(col, T, 3 * H / TP, H), _gemm(col, T, F / TP, H)
+    assert _chunk_serial_extra(col) == pytest.approx(0.6 * qkv + 2.0 * fc / 3.0, rel=1e-12)
+    layers = col[C["layers"]] / col[C["pp"]]
+    assert layers == 12.0
+    assert 1e3 * layers * _chunk_serial_extra(col) == pytest.approx(7.01, abs=0.01)  # ms a micro-batch
+
+
+def test_userbuffer_sms_cost_less_than_the_contention_already_charged(v31):
+    record, out = v31
+    col = record.columns
+    layers = col[C["layers"]] / col[C["pp"]]
+    m = col[C["global_batch"]] / col[C["dp"]] / col[C["micro_batch"]]
+    assert m == 128.0
+    # FLOP units of 2 T h h/4 per op: qkv 3, proj 1, fc1 4, fc2 4 (each of fprop, dgrad, wgrad): 36 a layer
+    units = {"proj_fprop": 1, "fc2_fprop": 4, "qkv_dgrad": 3, "qkv_wgrad": 3, "fc1_dgrad": 4, "fc1_wgrad": 4}
+    by_flops = sum(u * UB_SMS_V31[op] / (132 - UB_SMS_V31[op]) for op, u in units.items()) / 36.0
+    layer = sum(_gemm(col, *shape) for _, shape in _ops(col))
+    assert by_flops == pytest.approx(0.0228, abs=5e-4)
+    assert _sm_bound(col) / layer == pytest.approx(by_flops, rel=0.05)  # shapes quantize a little differently
+    sm_bound = layers * _sm_bound(col)
+    assert 1e3 * sm_bound == pytest.approx(1.26, abs=0.01)
+    # the layers' TP hidden under tp_comm_overlap: exposed ~ comm_sm_share x comm (§11.6 contention; the other 0.7%
+    # is TP time outside the overlapped layer GEMMs), 1.79 ms a micro-batch
+    share = col[C["comm_sm_share"]]
+    assert share * out["comm_tp"][0] <= out["exposed_tp"][0] <= 1.01 * share * out["comm_tp"][0]
+    assert 1e3 * out["exposed_tp"][0] / m == pytest.approx(1.79, abs=0.01)
+    assert out["exposed_tp"][0] / m > sm_bound
+
+
+def test_the_sourced_upper_bounds_leave_most_of_the_residual(v31):
+    record, out = v31
+    col = record.columns
+    m = col[C["global_batch"]] / col[C["dp"]] / col[C["micro_batch"]]
+    residual = (record.measured["step_time_s"] - out["step_time"][0]) / m
+    assert 1e3 * residual == pytest.approx(13.6, abs=0.1)
+    layers = col[C["layers"]] / col[C["pp"]]
+    # TE delayed-scaling bookkeeping: 3 modules x 2 directions x ~6 launch-bound kernels a layer, kernel_overhead_s
+    amax = layers * 3 * 2 * 6 * col[C["kernel_overhead_s"]]
+    assert 1e3 * amax == pytest.approx(1.73, abs=0.01)
+    sm_net = max(0.0, layers * _sm_bound(col) - out["exposed_tp"][0] / m)
+    bound = layers * _chunk_serial_extra(col) + amax + sm_net
+    assert 1e3 * bound == pytest.approx(8.74, abs=0.02)
+    assert residual - bound > 4.5e-3  # at least 4.9 ms a micro-batch stays unexplained
