@@ -74,11 +74,19 @@ def dp_overlap_windows(row, work, per_stage, stage_params):
     of more than one device (FSDP gathers per layer; kernels/lm/parallel.py)."""
     backward = per_stage * (work[A_BACKWARD_INPUT] + work[A_BACKWARD_WEIGHT] + work[A_RECOMPUTE])
     forward = per_stage * work[A_FORWARD]
+    if not per_chunk_collectives(row):
+        return backward, forward
     v = row[C_VP]
     p = row[C_PP]
-    schedule = int(row[C_PIPELINE_SCHEDULE])
-    if (schedule != SCHED_INTERLEAVED and schedule != SCHED_1F1B) or v <= 1.0 or p <= 1.0 \
-            or row[C_SHARDING] == SHARD_FSDP or row[C_DP] <= 1.0:
-        return backward, forward
     reduce, gather = stage_collectives(row, stage_params)
     return chunked_window(reduce, v, p * backward / v), chunked_window(gather, v, p * forward / v)
+
+
+@njit
+def per_chunk_collectives(row):
+    """Whether the once-per-step data-parallel collectives run per model chunk, launched at the same wall time on
+    every rank (module docstring): ``vp > 1`` under ``1f1b`` or ``interleaved``, ``pp > 1``, and a non-FSDP
+    data-parallel group of more than one device."""
+    schedule = int(row[C_PIPELINE_SCHEDULE])
+    return (schedule == SCHED_INTERLEAVED or schedule == SCHED_1F1B) and row[C_VP] > 1.0 and row[C_PP] > 1.0 \
+        and row[C_SHARDING] != SHARD_FSDP and row[C_DP] > 1.0

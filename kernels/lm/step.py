@@ -26,7 +26,7 @@ from fastmodel.kernels.lm.layer import (
     W_FLOPS, W_GEMM, W_MEM, W_PARAMS, W_TP, layer_kind_params, model_flops_per_token, recompute_share,
 )
 from fastmodel.kernels.lm.layout import (
-    C_LAST_STAGE_LAYERS,
+    C_LAST_STAGE_LAYERS, C_OVERLAP_GRAD_REDUCE,
     C_CP, C_DENSE_LAYERS, C_DP, C_EP, C_GLOBAL_BATCH, C_MOE_EXPERTS, C_MOE_LAYER_FREQ, C_UNEVEN_STAGES, C_VP, C_MTP_LAYERS, C_HIDDEN, C_MICRO_BATCH, C_N_GPUS,
     C_LAYERS, C_MASTER_WEIGHTS, C_OPTIMIZER, C_PEAK_FLOPS_8, C_PEAK_FLOPS_16, C_PP, C_PRECISION,
     C_GRAD_REDUCE_BYTES, C_SEQ_LEN, C_TIED_EMBEDDINGS, C_SHARDING, C_STEP_GRAD_PASSES, C_STEP_MASTER_COPY, C_STEP_OVERHEAD_S, C_STEP_ZERO_GRAD, C_TP,
@@ -41,7 +41,7 @@ from fastmodel.kernels.lm.memory_states import (
 from fastmodel.kernels.lm.shape import mtp_layer_is_moe, mtp_stage_layers
 from fastmodel.kernels.lm.muon import muon_step
 from fastmodel.kernels.lm.offload_time import offload_layer_s
-from fastmodel.kernels.lm.dp_window import dp_overlap_windows
+from fastmodel.kernels.lm.dp_window import dp_overlap_windows, per_chunk_collectives
 from fastmodel.kernels.lm.moe import expert_dp, expert_tp
 from fastmodel.kernels.lm.parallel import data_parallel, fsdp_first_layer_exposed, microbatch_reduce
 from fastmodel.kernels.lm.passes import (
@@ -236,14 +236,19 @@ def _data_parallel_ranks(row, work, head_params, micro_batches, stage_mb, out):
         last = row[C_LAST_STAGE_LAYERS] if explicit_layout(row) else layers_per_stage(row)
         backward = work[A_BACKWARD_INPUT] + work[A_BACKWARD_WEIGHT] + work[A_RECOMPUTE]   # a layer's
         drain = max(0.0, pipeline_drain(row, layout_busiest_layers(row), backward) - 0.5 * split_slots(row) * backward)
+        if per_chunk_collectives(row) and row[C_OVERLAP_GRAD_REDUCE] > 0.0:
+            drain = 0.0     # per-chunk reductions launched at one wall time on every rank (§11.28): no drain credited
         before, after = _data_parallel_step(row, work, layout_busiest_layers(row), head_params, micro_batches,
                                             stage_mb, out, END_FIRST, 0.0)
         comm, optimizer = out[R_COMM_DP], out[R_TIME_OPTIMIZER]
         last_before, last_after = _data_parallel_step(row, work, last, head_params, micro_batches, stage_mb, out,
                                                       END_LAST, drain)
-        before, after = max(before, last_before), max(after, last_after)
+        before = max(before, last_before)
+        if after > last_after:      # the optimizer step of the rank whose step after the reduction is longer
+            out[R_TIME_OPTIMIZER] = optimizer
+        else:
+            after = last_after
         out[R_COMM_DP] = max(comm, out[R_COMM_DP])
-        out[R_TIME_OPTIMIZER] = max(optimizer, out[R_TIME_OPTIMIZER])
     out[R_EXPOSED_DP] = before + after - out[R_TIME_OPTIMIZER]
     return before + after
 

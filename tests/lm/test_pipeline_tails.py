@@ -204,3 +204,23 @@ def test_layer_kind_params_are_the_layer_costs_count():
         assert layer_kind_params(columns, moe) == pytest.approx((work[W_PARAMS], work[W_EXPERT_PARAMS]), rel=1e-15)
     assert layer_kind_params(columns, False)[0] == GEMM
     assert layer_kind_params(columns, True) == (MOE_LAYER + ROUTED, ROUTED)
+
+
+def test_per_chunk_overlapped_reductions_get_no_drain_credit_by_hand():
+    """Interleaved (vp 2) with overlap_grad_reduce: each chunk's reduction is launched at one wall time on every
+    rank (docs/model.md §11.28), so the last rank's drain is not credited; exposed DP is the slower end rank's own
+    per-chunk exposure, the larger of the two ranks' values computed alone. Without overlap the reductions start
+    when each rank's schedule ends and the drain counts (the test above)."""
+    from fastmodel.kernels.lm.dp_window import per_chunk_collectives
+    values = {**SMALL32, "dp": 2, "n_gpus": 8, "vp": 2, "pipeline_schedule": "interleaved",
+              "last_stage_layers": 14}
+    overlapped = row(**values, overlap_grad_reduce=1)
+    assert per_chunk_collectives(overlapped)
+    assert not per_chunk_collectives(row(**{**values, "dp": 1, "n_gpus": 4}, overlap_grad_reduce=1))
+    assert not per_chunk_collectives(row(**{**values, "vp": 1, "pipeline_schedule": "1f1b"}))
+    with_drain = evaluate_table(table(1, **values, overlap_grad_reduce=1))
+    same_ends = evaluate_table(table(1, **{**values, "last_stage_layers": 8}, overlap_grad_reduce=1))
+    # the heavier last rank (14 layers + head) reduces 1.7x what the equal split's rank 0 does and, with no drain
+    # credit, stays exposed above it (1.14 against 0.65 ms; crediting the 3 x 6 layer-backward drain gave 0.49 ms)
+    assert with_drain["comm_dp"][0] > 1.5 * same_ends["comm_dp"][0]
+    assert with_drain["exposed_dp"][0] > 1.5 * same_ends["exposed_dp"][0]
