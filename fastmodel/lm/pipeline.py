@@ -116,7 +116,9 @@ def stage_times(columns: np.ndarray, uniform: bool = False, schedule: str | None
     m = _col(columns, "global_batch") / (_col(columns, "micro_batch") * _col(columns, "dp"))
     if abs(m - round(m)) > 1e-9 * m:
         raise ValueError(f"{m} micro-batches per step is not a whole number")
-    outside = r["exposed_pp"] + r["exposed_dp"] + r["time_optimizer"] + _col(columns, "step_overhead_s")
+    # once-per-step terms (kernels/lm/step.step_row); the host wait is per micro-batch and stays in the stage's time
+    outside = (r["exposed_pp"] + r["exposed_dp"] + r["time_optimizer"] + _col(columns, "step_overhead_s")
+               + r["time_offload"] + r["time_eval"])
     stage_mb = (r["step_time"] - r["pipeline_bubble"] - outside) / m
     head_f, head_b, head_w = head_passes(columns, np.zeros(N_WORK))
     head = head_f + head_b + head_w

@@ -84,3 +84,16 @@ def test_the_megablocks_rows_state_the_launch_scripts_schedule():
         _, _, forward, _, _, _ = stage_passes(record.columns, np.zeros(N_WORK))
         m = 512 / (record_by_id(run_id)["plan"]["micro_batch"] * 8)
         assert predicted["time_eval"][0] == pytest.approx(0.1 * m * forward, rel=1e-9)
+
+
+def test_the_exact_pipeline_path_keeps_the_evaluation_outside_the_micro_batch():
+    """``fastmodel/lm/pipeline.stage_times`` splits the step back into per-micro-batch stage times: the evaluation is
+    a once-per-step term like the optimizer step, so the stage times are the same with and without it."""
+    from fastmodel.lm.pipeline import stage_times
+
+    base = dict(GPT, pp=2, dp=4, micro_batch=4)
+    plain = row(**base)
+    evaluated = row(**base, eval_interval=1000, eval_iters=100)
+    assert _results(**{**base, "eval_interval": 1000, "eval_iters": 100})["time_eval"] > 0.0
+    a, b = stage_times(plain), stage_times(evaluated)
+    assert np.allclose(a.forward, b.forward, rtol=1e-12) and np.allclose(a.backward, b.backward, rtol=1e-12)
