@@ -91,9 +91,10 @@ def read_jsonl(path: str | Path, lower, what: str, whole_object: bool = False, r
             if refused is None:
                 raise
             refused.append(Refused(where, data if isinstance(data, dict) else {}, str(error)))
-    if not records and not refused:
+    new_refusals = refused is not None and len(refused) > first_refused    # the caller's list may hold others'
+    if not records and not new_refusals:
         raise SpecError(str(path), "", f"no {what} in the file")
-    if refused and not parsed:   # not one line is JSON: another kind of file, not a file of refused records
+    if new_refusals and not parsed:   # not one line is JSON: another kind of file, not a file of refused records
         raise SpecError(None, None, f"{refused[first_refused].reason}; not one line of the file is JSON, so it "
                                     f"holds no {what}")
     return records
