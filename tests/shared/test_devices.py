@@ -230,3 +230,11 @@ def test_no_device_note_suggests_only_the_same_model_number():
     assert "did you mean 'a100-sxm4-80gb'" in no_device_note("A100-SXM4-80G")
     for other in ("MI250X", "TPUv5", "b20"):
         assert no_device_note(other) == f"no built-in device file for {other!r}: generic efficiencies"
+
+
+def test_the_shared_h100_test_fixture_is_the_h100_device_file():
+    """tests/suite_fixtures.H100 says it holds specs/devices/h100-sxm.toml's values; hand derivations rest on it."""
+    from tests.suite_fixtures import H100
+
+    device = device_table()["h100"]
+    assert {key: device[key] for key in H100} == pytest.approx(H100, rel=1e-12)
