@@ -3,8 +3,10 @@
 ``python tests/constants_inventory.py`` prints the inventory: every key of the device files
 (``specs/devices/*.toml``) with its value per device, every field a stack profile (``fastmodel/lm/stacks``)
 sets, and every module-level UPPER_CASE constant with a number in it under ``fastmodel/lm``, ``fastmodel/serve``,
-``kernels/lm``, ``kernels/serve`` and ``kernels/roofline.py``. ``tests/meta/test_constants_documented.py`` checks
-each against its row in docs/model.md "Appendix B. Constants and their sources".
+``kernels/lm``, ``kernels/serve``, every top-level ``kernels/*.py`` (``roofline``, ``nccl``, ``schedule``,
+``streams``, ...; not ``kernels/madmax``, the MAD-Max engine) and ``fastmodel/spec/devices.py``.
+``tests/meta/test_constants_documented.py`` checks each against its row in docs/model.md "Appendix B. Constants
+and their sources".
 """
 
 from __future__ import annotations
@@ -22,7 +24,16 @@ ROOT = Path(__file__).resolve().parents[1]
 MODEL_DOC = ROOT / "docs" / "model.md"
 DEVICE_DIR = ROOT / "specs" / "devices"
 STACK_DIR = ROOT / "fastmodel" / "lm" / "stacks"
-CONSTANT_DIRS = ("fastmodel/lm", "fastmodel/serve", "kernels/lm", "kernels/serve", "kernels/roofline.py")
+#: folders (every module under them), files and globs; ``kernels/*.py`` is the top-level kernels package, without
+#: ``kernels/madmax`` (the MAD-Max engine, Appendix A)
+CONSTANT_DIRS = (
+    "fastmodel/lm",
+    "fastmodel/serve",
+    "kernels/lm",
+    "kernels/serve",
+    "kernels/*.py",
+    "fastmodel/spec/devices.py",
+)
 #: literals that are structure, not physics (skipped when they are a constant's only numbers)
 STRUCTURAL = {0, 1, 2, -1}
 
@@ -116,7 +127,10 @@ def _constant_files() -> list[Path]:
     files: list[Path] = []
     for place in CONSTANT_DIRS:
         path = ROOT / place
-        files += [path] if path.is_file() else sorted(path.rglob("*.py"))
+        if "*" in place:
+            files += sorted(ROOT.glob(place))
+        else:
+            files += [path] if path.is_file() else sorted(path.rglob("*.py"))
     return files
 
 
