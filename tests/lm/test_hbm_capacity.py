@@ -19,7 +19,8 @@ GIB = 2**30
 CLUSTERS = ("dgx-a100-40gb", "dgx-a100-80gb", "dgx-h100", "dgx-h200", "dgx-b200", "gb200-nvl72", "gb300-nvl72",
             "mi300x")
 #: the CUDA-visible totals the device files hold (GiB): PyTorch's "total capacity" in public out-of-memory
-#: messages, ROCm's HSA pool for MI300X, nvidia-smi's total for GH200 96 GB (sources in the doc section)
+#: messages; for MI300X the ROCm-visible total (hipMemGetInfo, the HSA pool); for GH200 96 GB nvidia-smi's total,
+#: an upper bound [A] (sources, and the [A] values' sensitivity, in the doc section)
 CUDA_VISIBLE_GIB = {"A100-SXM4-40GB": 39.50, "A100-SXM4-80GB": 79.25, "H100-SXM-80GB": 79.11,
                     "H200-SXM-141GB": 139.81, "B200": 178.35, "GB200": 184.31, "B300": 267.69, "GB300": 276.50,
                     "GH200-96GB": 97871 / 1024, "GH200-144GB": 153008209920 / GIB, "L40S": 44.52,
