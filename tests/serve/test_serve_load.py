@@ -224,11 +224,12 @@ def test_concurrencies_past_the_kv_room_reuse_the_steady_state_exactly():
     steady state (kernels/serve/evaluate.py's memo): the grid, and a table whose rows alternate between two
     configurations and a static batch, give bit for bit what each configuration evaluated alone gives."""
     kw = dict(tp=1, input_len=1024, output_len=8192, precision="fp8", client_rounds=10)
-    levels = [1, 2, 30, 42, 43, 44, 45, 300, 3000, 8192]
+    levels = [1, 2, 30, 41, 42, 43, 44, 300, 3000, 8192]
     ds = sweep("llama3.1-70b", device="H200", precision="fp8", tp=1, batch_size=levels, input_len=1024,
                output_len=8192, load_mode="concurrency", client_rounds=10)
     alone = [evaluate("llama3.1-70b", "H200", concurrency=n, **kw) for n in levels]
-    assert alone[4]["batch_size"] == alone[-1]["batch_size"] == 43       # the KV cache caps the running requests
+    # the KV cache caps the running requests (42 on the H200's CUDA-visible 139.81 GiB)
+    assert alone[3]["batch_size"] == 41 and alone[4]["batch_size"] == alone[-1]["batch_size"] == 42
     for name in ("ttft", "tpot", "output_tokens_per_s", "effective_batch_size", "prefill_gemm", "decode_attention"):
         assert ds[name].values.reshape(-1).tolist() == [a[name.replace("effective_", "")] for a in alone]
     other = dict(kw, input_len=2048)       # rows: hit, miss (another column), a static batch, hit after it
