@@ -23,7 +23,7 @@ from fastmodel.lm.fp8_recipe import ignored_note
 from fastmodel.lm.router_balance import expert_maxvio
 from fastmodel.lm.table import encode
 from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS, OFFLOAD_MODULES, RECOMPUTE_MODULES
-from fastmodel.spec.devices import device_table, same_part_hbm
+from fastmodel.spec.devices import device_table
 
 #: the kernels' columns of tier 0 and tier 1 (domain size, bandwidth, efficiency, latency); tier 1's domain
 #: is the whole job (``n_gpus``)
@@ -130,13 +130,13 @@ def model_values(model) -> dict[str, float]:
     return values
 
 
-def cluster_values(cluster, notes: list[str] | None = None) -> dict[str, float]:
-    """The device file of ``cluster.gpu`` overridden by the cluster's datasheet numbers; the HBM capacity is the
-    device file's CUDA-visible total where the cluster's reads the same part (``same_part_hbm``)."""
+def cluster_values(cluster) -> dict[str, float]:
+    """The device file of ``cluster.gpu`` overridden by the cluster's datasheet numbers, its HBM capacity as stated
+    (a spec file's what-if stays; run records read the device file's total, ``records.record_specs``)."""
     values = dict(device_table().get(cluster.gpu.lower(), {}))
     values.update({
         "peak_flops_16": cluster.peak_flops_bf16, "peak_flops_8": cluster.peak_flops_fp8 or 0.0,
-        "hbm_bytes": same_part_hbm(values.get("hbm_bytes"), cluster.hbm_bytes, cluster.gpu, notes), "hbm_bw": cluster.hbm_bw_bytes_s,
+        "hbm_bytes": cluster.hbm_bytes, "hbm_bw": cluster.hbm_bw_bytes_s,
         "intra_bw": cluster.intra_node_bw_bytes_s_per_gpu, "inter_bw": cluster.inter_node_bw_bytes_s_per_gpu,
         "gpus_per_node": float(cluster.gpus_per_node),
         "domain_size": float(cluster.nvlink_domain_size or cluster.gpus_per_node),
@@ -233,7 +233,7 @@ def lower(model, cluster, execution, mesh: Mesh, global_batch: int, notes: list[
                         f"{execution.recompute_num_layers} exceeds the model's {model.layers} layers")
     values = model_values(model)
     dense_moe_note(model, notes)
-    values.update(cluster_values(cluster, notes))
+    values.update(cluster_values(cluster))
     values.update(execution_values(execution, model, mesh, notes))
     values["global_batch"] = float(global_batch)
     # FP8 on a device without an FP8 peak is the rule table's no_fp8 (kernels/lm/rules.py): a sweep marks the

@@ -38,7 +38,7 @@ from fastmodel.spec.detect import (
     is_run_record,  # noqa: F401 - detection by content lives in spec/detect.py
     is_serve_record,
 )
-from fastmodel.spec.devices import device_table  # noqa: F401 - the serving wing's former import path
+from fastmodel.spec.devices import device_hbm, device_table  # noqa: F401 - device_table: the serving wing's former import path
 from fastmodel.spec.records import number as _number  # noqa: F401 - this module's former helper
 from fastmodel.spec.records import read_jsonl, require_blocks
 
@@ -123,7 +123,7 @@ def record_specs(record, source: str | None = None, notes: list[str] | None = No
         name=str(record.id), gpu=system.gpu, num_nodes=max(1, math.ceil(system.n_gpus / system.gpus_per_node)),
         gpus_per_node=system.gpus_per_node, nvlink_domain_size=system.nvlink_domain_size,
         peak_flops_bf16=system.peak_flops_bf16, peak_flops_fp8=system.peak_flops_fp8 or None,
-        hbm_bytes=system.hbm_bytes, hbm_bw_bytes_s=system.hbm_bw_bytes_s,
+        hbm_bytes=device_hbm(system.gpu, system.hbm_bytes, notes), hbm_bw_bytes_s=system.hbm_bw_bytes_s,
         intra_node_bw_bytes_s_per_gpu=system.intra_node_bw_bytes_s_per_gpu,
         inter_node_bw_bytes_s_per_gpu=system.inter_node_bw_bytes_s_per_gpu, efficiency={})
     return model, cluster, execution, mesh, plan.global_batch

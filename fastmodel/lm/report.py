@@ -55,8 +55,8 @@ def run_one(model: Any, system: Any, task: Any, *, semantics: Any = "default", p
 
 
 def _capacity(system: Any) -> float:
-    """The HBM capacity the plan was lowered with: the device file's where the system reads the same part
-    (``cluster_values``; docs/model_memory.md "One capacity per GPU (issue 23)")."""
+    """The HBM capacity the plan was lowered with: the system's (``cluster_values``; the built-in cluster files state
+    their device's CUDA-visible total, docs/model_memory.md "One capacity per GPU (issue 23)")."""
     from fastmodel.lm.loader import load_cluster
     from fastmodel.lm.lowering import cluster_values
 

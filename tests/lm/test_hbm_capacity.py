@@ -7,14 +7,20 @@ part's datasheet figure another way (decimal GB, GiB) are read at it.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from fastmodel.lm.loader import load_cluster
 from fastmodel.lm.lowering import cluster_values
+from fastmodel.lm.records import lower_record
+from fastmodel.registry.lm import COLUMN_INDEX
 from fastmodel.serve.records import driver_hbm
 from fastmodel.spec.devices import SAME_PART_SLACK, device_hbm, device_table, same_part_hbm
 
 GIB = 2**30
+DATA = Path(__file__).resolve().parents[1] / "data"
 #: every built-in real-world (kind = "cluster") system file and its GPU
 CLUSTERS = ("dgx-a100-40gb", "dgx-a100-80gb", "dgx-h100", "dgx-h200", "dgx-b200", "gb200-nvl72", "gb300-nvl72",
             "mi300x")
@@ -55,7 +61,7 @@ def test_a_stated_reading_of_the_same_part_gives_way_with_a_note_above_two_perce
 
 def test_another_part_under_the_same_name_keeps_its_stated_capacity():
     """An H100 NVL (94 GB, 95 GiB CUDA-visible in a record) named "H100" resolves to h100-sxm.toml (79.11 GiB):
-    95 / 79.11 - 1 = 20.1% > 10%, another part: its own figure stays, with a note. No device file: stated."""
+    95 / 79.11 - 1 = 20.1% > 8.5%, another part: its own figure stays, with a note. No device file: stated."""
     notes: list[str] = []
     assert device_hbm("H100", 95 * GIB, notes) == 95 * GIB
     assert len(notes) == 1 and "+20%" in notes[0] and "kept" in notes[0]
@@ -69,5 +75,14 @@ def test_serving_and_training_read_one_capacity():
     device = device_table()["h200-sxm-141gb"]
     system, notes = {"hbm_bytes": 141e9}, []
     driver_hbm(system, device, "H200-SXM-141GB", notes)
-    training = cluster_values(load_cluster("dgx-h200").model_copy(update={"hbm_bytes": 141e9}))
-    assert system["hbm_bytes"] == training["hbm_bytes"] == device["hbm_bytes"] and len(notes) == 1
+    record = json.loads((DATA / "runs_dev_b200.jsonl").read_text().splitlines()[0])
+    record["system"].update(gpu="H200-SXM-141GB", hbm_bytes=141e9)
+    training = lower_record(record).columns[COLUMN_INDEX["hbm_bytes"]]
+    assert system["hbm_bytes"] == training == device["hbm_bytes"] and len(notes) == 1
+
+
+def test_a_cluster_spec_files_capacity_is_a_what_if_and_stays():
+    """A user's system file stating 84 GiB for an H100 cluster (6% over the device file) is a hardware what-if: the
+    lowering keeps it; only run records read the device file's total."""
+    what_if = load_cluster("dgx-h100").model_copy(update={"hbm_bytes": 84 * GIB})
+    assert cluster_values(what_if)["hbm_bytes"] == 84 * GIB
