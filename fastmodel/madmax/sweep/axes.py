@@ -196,8 +196,10 @@ def plan_values(spec: Any, clusters: list[tuple[int, int]], transformer: bool = 
         shapes: dict[str, Plan] = {}
         # enumerate_plan_shapes reads only whether the cluster has several devices and several multi-device
         # nodes: one cluster of each kind, in grid order, gives the same shapes as all of them
-        kinds = {(n * d > 1, n > 1 and d > 1): (n, d) for n, d in reversed(clusters)}
-        for nodes, per_node in sorted(kinds.values(), key=clusters.index):
+        first_of_kind: dict[tuple[bool, bool], tuple[int, int]] = {}
+        for n, d in clusters:
+            first_of_kind.setdefault((n * d > 1, n > 1 and d > 1), (n, d))
+        for nodes, per_node in first_of_kind.values():
             for plan in enumerate_plan_shapes(nodes, per_node, transformer):
                 if (set(plan.dense_strategies) <= dense_ok and set(plan.emb_strategies) <= emb_ok
                         and set(plan.transformer_strategies) <= dense_ok
