@@ -1,6 +1,6 @@
 """Plan columns of pipeline execution: an explicit layout (the decoder layers the last pipeline rank builds beside
-the loss) and, under FSDP, a gradient reduction per micro-batch
-and whether the stage's weights stay gathered.
+the loss), under FSDP a gradient reduction per micro-batch and whether the stage's weights stay gathered, and
+whether DeepSpeed's pipeline engine (its partitioned, blocking sends; docs/model.md §11.31) runs the schedule.
 
 Rows of ``fastmodel.registry.lm.PLAN_COLUMNS`` (name, units, default, doc, lo, hi, fittable, option), kept here so
 the registry module stays under the line cap. docs/model.md §11.22 gives the equation, ``kernels/lm/step.py``
@@ -24,5 +24,10 @@ PIPELINE_PLAN_ROWS = (
     ("fsdp_stage_gathered", "1", 0, "1: FSDP with pipeline stages keeps the stage's weights gathered between "
      "micro-batches (TorchTitan reshard_after_forward = not pp_enabled; PyTorch pipelining, no reshard after "
      "backward; docs/model_memory.md 'FSDP with pipeline stages'). 0: resharded per layer. Set by the stack.",
+     0, 1, False, "flag"),
+    ("pp_engine_deepspeed", "1", 0, "1: DeepSpeed's PipelineEngine runs the pipeline (Megatron-DeepSpeed with its "
+     "DeepSpeed engine, GPT-NeoX): each send carries 1/tp of the activation, gathered over the TP group on receipt "
+     "(PartitionedTensor), and TrainSchedule's blocking send/recv order exposes 4(m - 1) + 2(p - 2) sends and "
+     "3(m + p - 1) - 5 gathers per step (docs/model.md §11.31). 0: Megatron's schedules. Set by the stack.",
      0, 1, False, "flag"),
 )

@@ -38,11 +38,13 @@ import numpy as np
 
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.layout import (
-    C_CP, C_CUDA_GRAPH_MICROBATCH_BUFFERS, C_DP, C_GLOBAL_BATCH, C_HIDDEN, C_MICRO_BATCH, C_PIPELINE_SCHEDULE, C_PP, C_SEQUENCE_PARALLEL, C_SEQ_LEN,
+    C_COLLECTIVE_OVERHEAD_S, C_CP, C_CUDA_GRAPH_MICROBATCH_BUFFERS, C_DP, C_GLOBAL_BATCH, C_HIDDEN, C_MICRO_BATCH,
+    C_PIPELINE_SCHEDULE, C_PP, C_PP_ENGINE_DEEPSPEED, C_SEQUENCE_PARALLEL, C_SEQ_LEN,
     C_TP, C_VP, SCHED_1F1B, SCHED_DUALPIPE, SCHED_GPIPE, SCHED_INTERLEAVED, SCHED_ZB_H1,
 )
 from fastmodel.kernels.lm.layer import ACT_BYTES
-from fastmodel.kernels.nccl import p2p_time
+from fastmodel.kernels.nccl import allgather_time, p2p_time
+from fastmodel.kernels.roofline import memory_bound_time
 from fastmodel.registry.lm import PIPELINE_SCHEDULES, STATUS_CODES
 
 SCHEDULES = tuple(PIPELINE_SCHEDULES)
@@ -174,12 +176,57 @@ def pipeline_p2p(row, micro_batches):
         nbytes = ACT_BYTES * b * row[C_SEQ_LEN] / c * row[C_HIDDEN]
         if row[C_SEQUENCE_PARALLEL] > 0.0:
             nbytes = nbytes / t
+        if deepspeed_engine(row):
+            return deepspeed_p2p(row, micro_batches, nbytes)
         send = p2p_time(row, nbytes, t * c * d)
         pp_comm = 2.0 * (micro_batches * v + p - 1.0) * send      # every send of the schedule's critical path
         steady = v <= 1.0 and int(row[C_PIPELINE_SCHEDULE]) != SCHED_DUALPIPE
         chain = p * max(v, 1.0)                                    # virtual stages a micro-batch crosses
         pp_exposed = 2.0 * (chain - 1.0) * send + (2.0 * micro_batches * send if steady else 0.0)
     return pp_comm, pp_exposed
+
+
+@njit
+def deepspeed_engine(row):
+    """DeepSpeed's PipelineEngine runs this pipeline (``pp_engine_deepspeed``): its one schedule,
+    ``TrainSchedule``, is 1F1B on one model chunk per rank; other schedules keep their own sends."""
+    return row[C_PP_ENGINE_DEEPSPEED] > 0.0 and row[C_VP] <= 1.0 and int(row[C_PIPELINE_SCHEDULE]) == SCHED_1F1B
+
+
+@njit
+def deepspeed_exposed_counts(m, p):
+    """(sends, gathers) on the critical path of DeepSpeed's ``TrainSchedule`` with blocking point-to-point
+    calls, counted by an event simulation of the schedule's command order (docs/model.md §11.31;
+    tests/lm/test_deepspeed_pipe.py repeats it): a forward step runs RecvActivation, SendGrad, ForwardPass, a
+    backward step SendActivation, RecvGrad, BackwardPass, and each blocking send waits for its receive. The
+    gathers: a stage's forward gathers its received input (not the first stage), its backward the output and
+    the received gradient (not the last stage)."""
+    if m <= 1.0:
+        return 2.0 * (p - 1.0), 3.0 * (p - 1.0)
+    if p <= 2.0:
+        return 2.0 * m, 2.0 * m
+    return 4.0 * m + 2.0 * p - 8.0, 3.0 * m + 3.0 * p - 8.0
+
+
+@njit
+def deepspeed_p2p(row, micro_batches, nbytes):
+    """(seconds, exposed seconds) of DeepSpeed's pipeline sends (docs/model.md §11.31). With TP, each rank sends
+    its 1/t slice of the ``nbytes`` activation or gradient (``PartitionedTensor``, ``is_pipe_partitioned =
+    is_model_parallel``, microsoft/DeepSpeed v0.5.4 ``runtime/pipe/engine.py`` lines 115-116, 589-596, 892-896);
+    the receiver rebuilds the whole tensor by ``PartitionedTensor.full()`` (``runtime/utils.py`` lines 693-721):
+    a zero-filled buffer, the local slice copied in, an all-gather over the TP group, a clone, (3 + 2/t)
+    ``nbytes`` through HBM beside the gather, plus the clone of the received slice (2/t)."""
+    t = row[C_TP]
+    p = row[C_PP]
+    part = nbytes / t
+    send = p2p_time(row, part, t * row[C_CP] * row[C_DP])
+    gather = 0.0
+    if t > 1.0:
+        gather = allgather_time(row, nbytes, t, 1.0) + row[C_COLLECTIVE_OVERHEAD_S] \
+            + memory_bound_time(row, (3.0 + 4.0 / t) * nbytes)
+    sends, gathers = deepspeed_exposed_counts(micro_batches, p)
+    pp_comm = 2.0 * (micro_batches + p - 1.0) * send
+    return pp_comm, sends * send + gathers * gather
 
 
 @njit(inline="always")

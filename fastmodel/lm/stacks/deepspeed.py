@@ -166,6 +166,7 @@ def defaults(execution, framework: str | None) -> dict:
     if stage3 and stated is not None and stated <= LAST_HOOK_FETCH:
         values.update({"overlap_param_gather": False, "param_fetch_bw": HOOK_FETCH_BYTES_S})
     values.update(gradient_path(execution, framework))
+    values["pp_engine_deepspeed"] = True         # a DeepSpeed pipeline is its PipelineEngine (docs/model.md §11.31)
     return values
 
 

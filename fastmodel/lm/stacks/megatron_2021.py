@@ -131,7 +131,11 @@ def defaults(execution, framework: str | None) -> dict:
     elif framework is not None and names_in(tokens(framework), "megatron-deepspeed"):
         # Megatron-DeepSpeed shards optimizer states only through DeepSpeed's engine (ZeRO-1 or BF16_Optimizer):
         # its gradient accumulation and reduction are DeepSpeed's (stacks.deepspeed.gradient_path)
-        values.update(deepspeed.gradient_path(execution, framework, DEEPSPEED_ERA))
+        path = deepspeed.gradient_path(execution, framework, DEEPSPEED_ERA)
+        # with DeepSpeed's engine in use (a path was read), pretrain_gpt.py builds GPTModelPipe, so DeepSpeed's
+        # PipelineEngine runs the pipeline (docs/model.md §11.31); a text naming no ZeRO stage and no ZeRO-1
+        # sharding (the vTrain runs' ddp) may be Megatron's own schedule, and keeps it
+        values.update(path, **({"pp_engine_deepspeed": True} if path else {}))
     return values
 
 
