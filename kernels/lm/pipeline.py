@@ -212,7 +212,7 @@ def deepspeed_exposed_counts(m, p):
 def deepspeed_p2p(row, micro_batches, nbytes):
     """(seconds, exposed seconds) of DeepSpeed's pipeline sends (docs/model.md §11.31). With TP, each rank sends
     its 1/t slice of the ``nbytes`` activation or gradient (``PartitionedTensor``, ``is_pipe_partitioned =
-    is_model_parallel``, microsoft/DeepSpeed v0.5.4 ``runtime/pipe/engine.py`` lines 115-116, 589-596, 892-896);
+    is_model_parallel``, microsoft/DeepSpeed v0.5.4 ``runtime/pipe/engine.py`` lines 115-116, 590-600, 892-896);
     the receiver rebuilds the whole tensor by ``PartitionedTensor.full()`` (``runtime/utils.py`` lines 693-721):
     a zero-filled buffer, the local slice copied in, an all-gather over the TP group, a clone, (3 + 2/t)
     ``nbytes`` through HBM beside the gather, plus the clone of the received slice (2/t)."""

@@ -1,7 +1,7 @@
 """DeepSpeed's pipeline engine (docs/model.md §11.31, ``pp_engine_deepspeed``): its sends carry 1/t of the
 activation, gathered over the TP group on receipt, and its blocking send/recv order exposes 4(m - 1) + 2(p - 2)
 sends and 3(m + p - 1) - 5 gathers per step. The counts are checked against an event simulation of
-``TrainSchedule`` written here from microsoft/DeepSpeed v0.5.4 ``runtime/pipe/schedule.py`` lines 189-276; the
+``TrainSchedule`` written here from microsoft/DeepSpeed v0.5.4 ``runtime/pipe/schedule.py`` lines 189-289; the
 seconds by hand."""
 
 import pytest
