@@ -71,8 +71,9 @@ def _counts(m, p):
     return counts(float(m), float(p))
 
 
-@pytest.mark.parametrize("m, p", [(1, 2), (1, 5), (2, 2), (6, 2), (2, 3), (3, 3), (12, 3), (2, 6), (8, 4),
-                                  (16, 4), (32, 8), (128, 12)])
+@pytest.mark.parametrize(
+    "m, p", [(1, 2), (1, 5), (2, 2), (6, 2), (2, 3), (3, 3), (12, 3), (2, 6), (8, 4), (16, 4), (32, 8), (128, 12)]
+)
 def test_exposed_counts_match_the_event_simulation_of_train_schedule(m, p):
     """Without sends and gathers the schedule runs (m + p - 1)(F + B), 1F1B's time; each send or gather adds its
     count: 4m + 2p - 8 and 3m + 3p - 8 for p >= 3, m >= 2 (240 micro-batches on 35 stages: 1022 and 817)."""
@@ -91,9 +92,30 @@ def test_mtnlg_counts_by_hand():
 # --- the seconds ----------------------------------------------------------------------------------------------
 
 #: a small 3D run: TP 4 inside a 4-GPU NVLink domain, PP 4 across domains (the NICs), 8 micro-batches of 2 x 1024 tokens, h 2048
-RUN = dict(layers=8, hidden=2048, ffn=8192, heads=16, kv_heads=16, head_dim=128, vocab=1000, seq_len=1024,
-           micro_batch=2, global_batch=16, tp=4, pp=4, dp=1, n_gpus=16, domain_size=4, sharding="ddp", inter_bw=25e9,
-           inter_eff=0.8, inter_latency=10e-6, hbm_bw=2.0e12, hbm_eff=0.8, collective_overhead_s=20e-6)
+RUN = dict(
+    layers=8,
+    hidden=2048,
+    ffn=8192,
+    heads=16,
+    kv_heads=16,
+    head_dim=128,
+    vocab=1000,
+    seq_len=1024,
+    micro_batch=2,
+    global_batch=16,
+    tp=4,
+    pp=4,
+    dp=1,
+    n_gpus=16,
+    domain_size=4,
+    sharding="ddp",
+    inter_bw=25e9,
+    inter_eff=0.8,
+    inter_latency=10e-6,
+    hbm_bw=2.0e12,
+    hbm_eff=0.8,
+    collective_overhead_s=20e-6,
+)
 
 
 def _p2p(**values):
@@ -144,4 +166,6 @@ def test_the_stacks_set_the_engine_where_deepspeed_runs():
     vtrain = "Megatron-LM (vTrain ground truth, 2023-24; data/README: Megatron-DeepSpeed codebase)"
     assert "pp_engine_deepspeed" not in megatron_2021.defaults(_Execution("ddp"), vtrain)
     assert "pp_engine_deepspeed" not in megatron_2021.defaults(_Execution("distopt"), "Megatron-LM")
-    assert deepspeed.defaults(_Execution("zero1", "fp16"), "GPT-NeoX (Megatron + DeepSpeed ZeRO-1)")["pp_engine_deepspeed"]
+    assert deepspeed.defaults(_Execution("zero1", "fp16"), "GPT-NeoX (Megatron + DeepSpeed ZeRO-1)")[
+        "pp_engine_deepspeed"
+    ]
