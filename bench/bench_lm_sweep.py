@@ -29,6 +29,9 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _args import add_previous  # noqa: E402  (bench/ is not a package)
+
 NODES = [4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048]
 BATCHES = [64 * i for i in range(1, 129)]
 MICRO = [1, 2, 4, 8]
@@ -85,7 +88,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--child", choices=["default", "moe", "madmax"])
-    parser.add_argument("--previous", default="none", help="a commit to measure next to this tree ('none': skip)")
+    add_previous(parser)
     args = parser.parse_args()
     if args.child:
         if args.child == "moe":       # issue 22: the MoE sweep (expert meshes, dispatch) beside the dense one
@@ -95,7 +98,6 @@ def main() -> None:
         print(json.dumps(result))
         return
     print(f"machine: {platform.machine()} {os.cpu_count()} cores, python {platform.python_version()}")
-    sys.path.insert(0, str(Path(__file__).parent))
     from bench_batch import save_results
     from bench_batch import trees as bench_trees
 

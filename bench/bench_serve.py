@@ -30,6 +30,9 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _args import add_previous  # noqa: E402  (bench/ is not a package)
+
 AXES = {
     "device": ["A100-80GB", "H100", "H200", "GH200", "L40S"],
     "precision": ["bf16", "fp8", "int4"],
@@ -79,7 +82,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--modes", default="batch,concurrency,max_throughput")
-    parser.add_argument("--previous", default="none", help="a commit to measure next to this tree ('none': skip)")
+    add_previous(parser)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if not args.child:
@@ -132,7 +135,6 @@ def main() -> None:
 
 def compare(args) -> None:
     """This tree's figures and, with ``--previous``, that commit's, each sweep measured in its own process."""
-    sys.path.insert(0, str(Path(__file__).parent))
     from bench_batch import save_results
     from bench_batch import trees as bench_trees
 

@@ -38,6 +38,9 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _args import add_previous  # noqa: E402  (bench/ is not a package)
+
 SLO = dict(input_len=1024, output_len=1024, ttft=1.0, tpot=0.05)
 CASES = {
     "readme": dict(gpus=8, precisions=("bf16", "fp8"), concurrency=tuple(2**k for k in range(11))),
@@ -150,14 +153,13 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--cases", default="readme,large")
-    parser.add_argument("--previous", default="none", help="a commit to measure next to this tree ('none': skip)")
+    add_previous(parser)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         name, kind = args.child.split(":")
         print("RESULT " + json.dumps(child(name, kind, args.repeats)))
         return
-    sys.path.insert(0, str(Path(__file__).parent))
     from bench_batch import save_results
     from bench_batch import trees as bench_trees
 

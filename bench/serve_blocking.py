@@ -20,12 +20,12 @@ longer mean context of O2, cancel in the comparison). A TTFT that is longer than
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _args import validated_parser  # noqa: E402  (bench/ is not a package)
 from serve_rows import answered_rows  # noqa: E402  (bench/ is not a package)
 
 
@@ -52,9 +52,7 @@ def groups(csv_path: str, records_path: str, engine: str, max_n: int) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("csv")
-    ap.add_argument("records")
+    ap = validated_parser(__doc__)
     ap.add_argument("--engine", default="TensorRT-LLM")
     ap.add_argument("--max-n", type=int, default=32)
     args = ap.parse_args()

@@ -24,7 +24,6 @@ The batch of a row is its measured ``implied_running`` (§S26, model-free).
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import statistics
@@ -34,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _args import validated_parser  # noqa: E402  (bench/ is not a package)
 from serve_trt_triton_moe import ep_busiest_experts  # noqa: E402  (bench/ is not a package)
 
 #: HBM efficiency of the H100 and H200 device files (specs/devices/h100-sxm.toml, h200-sxm.toml)
@@ -135,9 +135,7 @@ def price(
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("csv")
-    ap.add_argument("records")
+    ap = validated_parser(__doc__)
     ap.add_argument("--split", default="dev")
     args = ap.parse_args()
     print("T | ep | uniform per rank | uniform busiest | power-law 1.2 busiest | power-law all")

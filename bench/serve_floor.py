@@ -13,13 +13,13 @@ layouts differ in more than TP).
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _args import validated_parser  # noqa: E402  (bench/ is not a package)
 from serve_rows import answered_rows  # noqa: E402  (bench/ is not a package)
 
 
@@ -39,9 +39,7 @@ def excess(csv_path: str, records_path: str, max_n: int) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("csv")
-    ap.add_argument("records")
+    ap = validated_parser(__doc__)
     ap.add_argument("--max-n", type=int, default=8)
     args = ap.parse_args()
     print("framework | gpu | model | tp | rows | median excess (ms) | range (ms) | median excess / TPOT")

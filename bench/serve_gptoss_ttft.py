@@ -10,12 +10,12 @@ split; then the same by prompt length and TP inside each engine x GPU group.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _args import validated_parser  # noqa: E402  (bench/ is not a package)
 from serve_rows import answered_rows  # noqa: E402  (bench/ is not a package)
 
 
@@ -64,9 +64,7 @@ def _print(title: str, table: dict) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("csv")
-    ap.add_argument("records")
+    ap = validated_parser(__doc__)
     ap.add_argument("--model", default="gpt-oss-120b")
     ap.add_argument("--metric", default="ttft", choices=("ttft", "tpot"))
     ap.add_argument("--max-n", type=int, default=1 << 30, help="only rows with at most this many requests in flight")

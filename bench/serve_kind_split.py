@@ -21,13 +21,17 @@ Three tables over the answered rows of a ``fastmodel validate -o`` CSV:
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import statistics
+import sys
 from collections import defaultdict
+from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _args import validated_parser  # noqa: E402  (bench/ is not a package)
 
 GAP_ANALYSIS = "aic-auto-gap-analysis"
 
@@ -118,9 +122,7 @@ def by_isl(pairs, model: str) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("csv")
-    ap.add_argument("records")
+    ap = validated_parser(__doc__)
     ap.add_argument("--model", default="Qwen3-235B-A22B-FP8")
     args = ap.parse_args()
     pairs = list(rows(args.csv, args.records))

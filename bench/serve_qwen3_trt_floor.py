@@ -19,12 +19,12 @@ Three pieces of arithmetic that §S41 prices against the floor, and the floor it
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _args import validated_parser  # noqa: E402  (bench/ is not a package)
 from serve_rows import group_rows  # noqa: E402  (bench/ is not a package)
 
 #: (piece, calls) of one Qwen3-MoE decoder layer at TP > 1 (at TP 1 the two fused all-reduce + norm calls are the
@@ -87,9 +87,7 @@ def isl_table(csv_path: str, records_path: str, model: str = "Qwen3-235B-A22B-FP
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("csv")
-    ap.add_argument("records")
+    ap = validated_parser(__doc__)
     args = ap.parse_args()
     for piece, n in QWEN3_MOE_LAYER_OPS:
         print(f"{n} | {piece}")

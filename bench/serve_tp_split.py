@@ -22,7 +22,6 @@ Three tables over the answered rows without attention DP or expert parallelism:
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -32,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _args import validated_parser  # noqa: E402  (bench/ is not a package)
 from serve_rows import answered_rows  # noqa: E402  (bench/ is not a package)
 
 
@@ -118,9 +118,7 @@ def _print_tp(table: dict) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("csv")
-    ap.add_argument("records")
+    ap = validated_parser(__doc__)
     ap.add_argument("--max-n", type=int, default=4)
     ap.add_argument("--tp", type=int, default=8)
     args = ap.parse_args()

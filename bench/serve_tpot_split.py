@@ -19,7 +19,6 @@ Three tables over the answered rows of one split (default ``dev``) of a ``valida
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 from collections import defaultdict
@@ -28,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _args import validated_parser  # noqa: E402  (bench/ is not a package)
 from serve_rows import answered_rows  # noqa: E402  (bench/ is not a package)
 
 #: the fields ``--by`` may name: CSV columns, then the record's ``serve`` block
@@ -84,9 +84,7 @@ def per_tp_fit(tps, values) -> tuple[float, float, float]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("csv")
-    ap.add_argument("records")
+    ap = validated_parser(__doc__)
     ap.add_argument("--split", default="dev")
     ap.add_argument("--by", default="engine,model,gpu,precision")
     ap.add_argument("--top", type=int, default=25)

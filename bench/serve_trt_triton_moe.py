@@ -20,7 +20,6 @@ Three pieces of arithmetic that §S37 prices against the measured gap, and the g
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 from collections import defaultdict
@@ -28,6 +27,7 @@ from math import comb
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _args import validated_parser  # noqa: E402  (bench/ is not a package)
 from serve_rows import group_rows  # noqa: E402  (bench/ is not a package)
 
 K_ALIGNMENT = 128   # TritonMXFP4FusedMoEMethod.__init__: k_alignment
@@ -74,9 +74,7 @@ def gaps(csv_path: str, records_path: str, model: str = "gpt-oss-120b", gpu: str
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("csv")
-    ap.add_argument("records")
+    ap = validated_parser(__doc__)
     args = ap.parse_args()
     print("moe_tp | K1 x N1 | K2 x N2 | padded / unpadded")
     for tp in (1, 2, 4, 8):

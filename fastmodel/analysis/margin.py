@@ -47,7 +47,7 @@ def _at_least_zero(raw, name: str, shown: str, unit: str, hint: str) -> float:
         raise SweepError(f"{name}: {shown} {unit} is negative; give the HBM to keep free{hint}")
     if value == float("inf"):
         raise SweepError(f"{name}: {shown} {unit} is not below any HBM; give the HBM to keep free{hint}")
-    return value
+    return value + 0.0   # -0 typed is a margin of 0.0, not "-0.0 GiB" in best's line
 
 
 def check_below_hbm(value: float, hbm: float) -> float:

@@ -25,11 +25,17 @@ def split_file_for(runs: str | Path, given: str | None) -> Path:
     return Path(given) if given else Path(runs).resolve().parent / "heldout.json"
 
 
-def heldout_ids(split_file: str | Path, runs: str | Path) -> set[str]:
-    """The held-out ids of RUNS (by file name) in ``split_file``; a SpecError when it lists none for RUNS."""
+def heldout_ids(split_file: str | Path, runs: str | Path, default: bool = False) -> set[str]:
+    """The held-out ids of RUNS (by file name) in ``split_file``; a SpecError when it lists none for RUNS.
+    ``default``: ``split_file`` is the one ``--heldout`` reads without a value (:func:`split_file_for`), so a
+    missing one says how to name another."""
     try:
         data = json.loads(Path(split_file).read_text())
         files = data["files"]
+    except FileNotFoundError:
+        hint = "; --heldout without a value reads heldout.json beside RUNS: name the split, --heldout SPLIT.json"
+        raise SpecError(str(split_file), "", f"cannot read the held-out split: no such file{hint if default else ''}") \
+            from None
     except OSError as error:
         raise SpecError(str(split_file), "", f"cannot read the held-out split: {error.strerror or error}") from None
     except (json.JSONDecodeError, KeyError, TypeError):

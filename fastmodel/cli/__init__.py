@@ -1,6 +1,7 @@
 """The ``fastmodel`` command line: thin wrappers over the Python API, one module per command group.
 
 - ``app``: the ``main`` group and the console ``entry``; ``common``: one-line errors (``friendly``, ``OneLineGroup``), choices, shared options;
+  ``interrupted``: Ctrl-C's one line and exit 130 (``exit_interrupted``);
 - ``run``, ``batch``, ``sweep``, ``best``, ``specs`` (``specs`` and ``plans``), ``plot``, ``validate``,
   ``calibrate``, ``serve``, ``warmup``: the commands.
 
@@ -8,7 +9,7 @@ Command modules import lazily what they evaluate with, so ``fastmodel --help`` i
 xarray (tests/test_startup.py).
 """
 
-import sys
+from fastmodel.cli.interrupted import exit_interrupted
 
 try:   # Ctrl-C while the command line loads (its first 0.1-0.5 s): one line and 130, as later, not a traceback
     from fastmodel.cli import batch as _batch  # noqa: F401  (each module adds its commands to main)
@@ -23,8 +24,7 @@ try:   # Ctrl-C while the command line loads (its first 0.1-0.5 s): one line and
     from fastmodel.cli.validate import validate as _validate
     from fastmodel.cli.warmup import warmup as _warmup
 except KeyboardInterrupt:
-    sys.stderr.write("interrupted\n")
-    raise SystemExit(130) from None
+    exit_interrupted()
 
 for _command in (plot, _validate, _calibrate, _serve, _warmup):
     main.add_command(_command)

@@ -11,6 +11,7 @@ import sys
 
 import click
 
+from fastmodel.cli.interrupted import exit_interrupted
 from fastmodel.errors import FastmodelError
 
 
@@ -54,8 +55,7 @@ class OneLineGroup(click.Group):
             click.echo(f"error: {' '.join(error.format_message().split())}", err=True)
             sys.exit(error.exit_code)
         except click.exceptions.Abort:
-            click.echo("interrupted", err=True)
-            sys.exit(130)
+            exit_interrupted()
         except click.exceptions.Exit as error:
             sys.exit(error.exit_code)
 
@@ -65,8 +65,7 @@ class OneLineGroup(click.Group):
         try:
             return super().invoke(ctx)
         except KeyboardInterrupt:
-            click.echo("interrupted", err=True)
-            sys.exit(130)      # not click's Exit: main(standalone_mode=False) would return its code, and exit 0
+            exit_interrupted()
 
 
 class PresetChoice(Choice):
@@ -109,8 +108,7 @@ def friendly(func):
             click.echo(f"error: {' '.join(str(error).split())}", err=True)
             sys.exit(2)
         except KeyboardInterrupt:
-            click.echo(f"interrupted{interrupted_outputs()}", err=True)   # outputs are whole or absent
-            sys.exit(130)
+            exit_interrupted(interrupted_outputs())   # outputs are whole or absent
         except MemoryError:   # numpy's _ArrayMemoryError too: a limit the size check could not see
             click.echo("error: out of memory (a container or `ulimit -v` limit?); a sweep needs less with -o "
                        "out.zarr and fewer --unit-configs, and a .zarr store it began completes with --resume"
@@ -126,8 +124,7 @@ def friendly(func):
         except Exception:
             if previous is None or not Interrupt.seen:    # no handler of ours: a stale ``seen`` proves nothing
                 raise
-            click.echo(f"interrupted{interrupted_outputs()}", err=True)   # an error Ctrl-C caused (see Interrupt)
-            sys.exit(130)
+            exit_interrupted(interrupted_outputs())   # an error Ctrl-C caused (see Interrupt)
         finally:
             _restore_interrupts(previous)
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
-import sys
 
 import click
 
 from fastmodel.cli.app import main
 from fastmodel.cli.common import calibration_option, friendly, read_calibration
+from fastmodel.cli.interrupted import exit_interrupted
 
 
 @main.command("sweep")
@@ -143,8 +143,7 @@ def _interrupted(bar, output, resumable: bool) -> None:
         said = f" before {output} was created: nothing was written; rerun the same command to start again"
     else:
         said = f": {output} was not written (a .nc file is written whole at the end); rerun to start again"
-    click.echo(f"interrupted{said}", err=True)
-    sys.exit(130)
+    exit_interrupted(said)
 
 
 def _claim_netcdf(output, source, force):

@@ -80,8 +80,7 @@ def _one_dimension(data, names: list[str], total: str, sel, labels) -> tuple[lis
     if data[total].ndim == 0:
         data = data.expand_dims(config=[labels[0] if labels else "configuration"])
     dim = data[total].dims[0]
-    if data[dim].size == 0:
-        raise D.PlotError("the selection is empty")
+    D.check_not_empty(data[total])
     shown = list(labels) if labels is not None else [S.fmt_coord(v) for v in data[dim].values]
     return shown, dim, {n: np.asarray(data[n].values, dtype=float) for n in names}
 

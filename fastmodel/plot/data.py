@@ -133,6 +133,14 @@ def _coord_value(coord: xr.DataArray, value):
     return values[match[0]]
 
 
+def check_not_empty(obj) -> None:
+    """A one-line PlotError for data with no value to draw, naming each dimension of length 0 (a result with
+    no configuration along it, or a selection that left none)."""
+    empty = [str(d) for d, n in obj.sizes.items() if n == 0]
+    if empty:
+        raise PlotError(f"the selection is empty: {', '.join(empty)} {'has' if len(empty) == 1 else 'have'} no value")
+
+
 def select(obj, sel: Mapping[str, object] | None):
     """``obj.sel`` with values matched exactly (numbers within 1e-9); a list keeps the dimension."""
     if not sel:
@@ -256,8 +264,7 @@ def prepare(data, var: str | None = None, sel=None, reduce=(), relative_to=None,
     da = da.load() if hasattr(da, "load") else da
     if status is not None:
         status = status.broadcast_like(da).transpose(*da.dims).load()
-    if da.size == 0:
-        raise PlotError("the selection is empty")
+    check_not_empty(da)
     single = [d for d in da.dims if da.sizes[d] == 1 and d not in keep]
     if single:
         da = da.isel({d: 0 for d in single}, drop=True)

@@ -34,6 +34,7 @@ def memory_table(ds, dim: str | None = None, sel=None):
         raise D.PlotError("a memory breakdown needs a real-world training result (a 'memory' variable with a "
                           f"memory_kind dimension, from the default semantics' model); {_what_it_holds(ds)}")
     memory = D.select(ds["memory"], sel)
+    D.check_not_empty(memory)
     dims = [d for d in memory.dims if d != "memory_kind"]
     if dim is not None:
         D.check_dim(dims, dim)
@@ -53,8 +54,6 @@ def memory_table(ds, dim: str | None = None, sel=None):
         memory = memory.drop_vars([c for c in memory.coords if c != "memory_kind"])
         memory = memory.expand_dims({dim: [", ".join(fixed) or "configuration"]})
     memory = memory.transpose(dim, "memory_kind").load()
-    if memory.sizes[dim] == 0:
-        raise D.PlotError("the selection is empty")
     return dim, memory
 
 

@@ -103,3 +103,29 @@ def test_an_interrupt_while_the_command_line_loads_is_one_line_and_130():
             "from fastmodel.cli import entry\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert (done.returncode, done.stderr) == (130, "interrupted\n")
+
+
+def test_every_interrupt_ends_through_one_helper_with_one_line_and_130(capsys):
+    """``exit_interrupted``: "interrupted", what the command left on disk, one line on stderr, SystemExit 130
+    (never click's Exit, which ``main(standalone_mode=False)`` would return as exit 0); the places that catch
+    Ctrl-C (cli/__init__.py, OneLineGroup, friendly, the sweep command) print nothing of their own."""
+    import ast
+    from pathlib import Path
+
+    from fastmodel.cli.interrupted import exit_interrupted
+
+    with pytest.raises(SystemExit) as caught:
+        exit_interrupted(": out.csv not written")
+    assert type(caught.value) is SystemExit and caught.value.code == 130
+    assert capsys.readouterr() == ("", "interrupted: out.csv not written\n")
+    cli = Path(__file__).resolve().parents[2] / "fastmodel" / "cli"
+    for path in sorted(cli.glob("*.py")):
+        if path.name == "interrupted.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            assert not (isinstance(node, ast.Constant) and node.value == 130), f"{path.name}:{node.lineno}"
+            said = node.args[0] if isinstance(node, ast.Call) and node.args else None
+            if isinstance(said, ast.JoinedStr):
+                said = said.values[0]
+            assert not (isinstance(said, ast.Constant) and str(said.value).startswith("interrupted")), \
+                f"{path.name}:{node.lineno}"

@@ -117,3 +117,34 @@ def test_timeline_command(cli, tmp_path):
     bad = cli("plot", "timeline", "--model", "llama2-70c", "--system", "dc-a", "--task", "llm-pretrain-fsdp",
               "-o", str(tmp_path / "u.png"))
     assert bad.exit_code == 2 and "did you mean 'llama2-70b'" in bad.output
+
+
+@pytest.fixture(scope="module")
+def empty_result(tmp_path_factory):
+    """The synthetic sweep with no plan left (a dimension of length 0), and a real-world ``memory`` variable."""
+    import numpy as np
+    import xarray as xr
+
+    ds = synthetic_sweep().isel(plan=[]).transpose("plan", ...)   # netCDF-3 (scipy) reads a length-0 dimension
+    ds["memory"] = xr.DataArray(np.zeros((0, 4, 3, 2)), dims=("plan", "num_nodes", "global_batch", "memory_kind"),
+                                coords={"memory_kind": ["weights", "activations"]})     # only as the first one
+    path = tmp_path_factory.mktemp("empty") / "empty.nc"
+    ds.to_netcdf(path, engine="scipy")
+    return str(path)
+
+
+@pytest.mark.parametrize("args", [
+    ["heatmap", "{r}", "--x", "num_nodes", "--y", "plan", "--sel", "global_batch=2048"],
+    ["scaling", "{r}", "--x", "num_nodes", "--hue", "plan", "--sel", "global_batch=2048"],
+    ["breakdown", "{r}", "--sel", "num_nodes=64", "--sel", "global_batch=2048"],
+    ["memory", "{r}", "--sel", "num_nodes=64", "--sel", "global_batch=2048"],
+    ["memory", "{r}", "--sel", "num_nodes=64", "--sel", "global_batch=2048", "--dim", "plan"],
+])
+def test_a_result_without_configurations_is_one_line_naming_the_empty_dimension(cli, empty_result, tmp_path, args):
+    """A result with no plan: one line naming the dimension of length 0, exit 2, no figure (plot memory was an
+    IndexError traceback: it read the first value of each fixed dimension before checking for one)."""
+    out = tmp_path / "x.png"
+    result = cli("plot", *[a.format(r=empty_result) for a in args], "-o", str(out))
+    assert result.exit_code == 2, result.output
+    assert result.output == "error: the selection is empty: plan has no value\n"
+    assert not out.exists()

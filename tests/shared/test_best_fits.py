@@ -152,3 +152,15 @@ def test_cli_memory_margin_says_which_margin(result_file):
                       ("1000000", "memory_margin: 1000000.0 GiB is not below the HBM")):
         result = runner.invoke(main, ["best", result_file, "--by", "tokens_per_s_per_gpu", "--memory-margin", bad])
         assert result.exit_code == 2 and result.output.count("\n") == 1 and said in result.output, result.output
+
+
+def test_a_margin_typed_as_minus_zero_is_zero_not_minus_zero():
+    """``--memory-margin -0`` is a margin of 0 bytes; best's line said "a margin of -0.0 GiB"."""
+    import math
+
+    from fastmodel.analysis.margin import check_margin, describe, gib_margin
+
+    for value in (gib_margin("-0"), gib_margin("-0.0"), check_margin(-0.0)):
+        assert value == 0.0 and math.copysign(1.0, value) == 1.0
+    chosen = {"bytes": gib_margin("-0"), "hbm_bytes": 80 * 2**30, "source": "user"}
+    assert describe(chosen) == "HBM 80.0 GiB minus a margin of 0.0 GiB, set by --memory-margin"
