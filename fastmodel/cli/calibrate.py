@@ -53,9 +53,9 @@ def calibrate(runs, output, force, folds, loss, prior, seed):
         if not (math.isfinite(weight) and weight >= 0):
             raise FastmodelError(f"--prior: must be a finite number >= 0, 'cv' or 'auto', got {prior!r}")
         prior = weight
-    from fastmodel.spec.records import file_record_kind
+    from fastmodel.serve.records import file_has_serve_records
 
-    if file_record_kind(runs) == "serving":
+    if file_has_serve_records(runs):
         raise FastmodelError(f"{runs}: these are serving records (SERVE_RUNS.md); calibrate fits the training "
                              "model to run records (RUNS.md: model, system, plan, measured step_time_s)")
     records, skipped = with_measurements(read_records(runs), runs)   # measured is read only here

@@ -37,11 +37,11 @@ def validate(runs, output, plot_path, force, calibration, split_file):
     if plot_path:
         check_output(plot_path, _figure_kind(plot_path), inputs=(runs,), force=force, what="figure")
     from fastmodel.analysis.splits import heldout_ids, mark_split, split_file_for
-    from fastmodel.spec.records import file_record_kind
+    from fastmodel.serve.records import file_has_serve_records
 
-    heldout = None if split_file is None else heldout_ids(split_file_for(runs, split_file), runs, not split_file)
+    heldout = None if split_file is None else heldout_ids(split_file_for(runs, split_file), runs)
     refused: list = []
-    if file_record_kind(runs) == "serving":      # serving records (SERVE_RUNS.md): fastmodel.serve.validate
+    if file_has_serve_records(runs):      # serving records (SERVE_RUNS.md): fastmodel.serve.validate
         from fastmodel.serve.validate import format_report as serve_report
         from fastmodel.serve.validate import read_measured_records
         from fastmodel.serve.validate import refused_rows as serve_refused

@@ -100,39 +100,6 @@ def read_jsonl(path: str | Path, lower, what: str, whole_object: bool = False, r
     return records
 
 
-#: the two kinds of measured record, as :func:`file_record_kind` names them
-KIND_NAMES = {"serving": ("serving record", "SERVE_RUNS.md"), "run": ("training run record", "RUNS.md")}
-
-
-def file_record_kind(path: str | Path) -> str | None:
-    """``"serving"`` or ``"run"``: the kind of the records of a JSON/JSONL file, read by content
-    (``spec.detect``); None when no line is a record of either kind, or the file cannot be read (its reader says
-    why). A file holding both kinds is a SpecError naming the first line of the kind that its first record is
-    not: ``validate`` and ``calibrate`` score one kind per file (a record of the other kind would count as the
-    model's miss). A line that is not JSON, or not a record, is left to the reader."""
-    from fastmodel.spec.detect import is_run_record, is_serve_record
-
-    kind, first = None, 0
-    try:
-        with open(path, encoding="utf-8-sig") as handle:
-            for number, line in enumerate(handle, start=1):
-                try:
-                    data = json.loads(line) if line.strip() else None
-                except (json.JSONDecodeError, RecursionError):
-                    continue
-                this = "serving" if is_serve_record(data) else "run" if is_run_record(data) else None
-                if kind is None:
-                    kind, first = this, number
-                elif this is not None and this != kind:
-                    (name, schema), (names, schemas) = KIND_NAMES[this], KIND_NAMES[kind]
-                    raise SpecError(f"{path}:{number}", "record", f"a {name} ({schema}) in a file of {names}s "
-                                    f"({schemas}, from line {first}): one kind per file; write each kind to a file "
-                                    "of its own")
-    except (OSError, UnicodeDecodeError):
-        return None
-    return kind
-
-
 @dataclass(frozen=True)
 class Refused:
     """A record the engine refused: where it is (``file:line``), its raw JSON object and the one-line reason."""

@@ -31,26 +31,3 @@ def test_an_empty_file_is_an_error_even_beside_another_files_refusals(tmp_path):
     path.write_text("not json\n")
     with pytest.raises(SpecError, match="not one line of the file is JSON"):
         read_jsonl(path, _lower, "records", refused=earlier)
-
-
-def test_file_record_kind_reads_the_kind_by_content_and_refuses_a_file_of_both(tmp_path):
-    """``file_record_kind``: "run" (model, system, plan blocks), "serving" (model, system, serve), None for a file
-    of neither or one it cannot read; a line that is not JSON or not a record is the reader's to report."""
-    import json
-
-    from fastmodel.spec.records import file_record_kind
-
-    run = json.dumps({"model": {}, "system": {}, "plan": {}})
-    serve = json.dumps({"model": {}, "system": {}, "serve": {}})
-    path = tmp_path / "r.jsonl"
-    cases = {f"{run}\nnot json\n{{\"id\": 1}}\n{run}\n": "run", f"\n{serve}\n{serve}\n": "serving",
-             '{"model": {}}\n': None, "": None}
-    for text, kind in cases.items():
-        path.write_text(text)
-        assert file_record_kind(path) == kind, text
-    assert file_record_kind(tmp_path / "missing.jsonl") is None
-    path.write_text(f'{{"id": 1}}\n{serve}\n{run}\n')
-    with pytest.raises(SpecError) as caught:
-        file_record_kind(path)
-    assert str(caught.value) == (f"{path}:3: record: a training run record (RUNS.md) in a file of serving records "
-                                 "(SERVE_RUNS.md, from line 2): one kind per file; write each kind to a file of its own")
