@@ -39,7 +39,7 @@ def validate(runs, output, plot_path, force, calibration, split_file):
     from fastmodel.analysis.splits import heldout_ids, mark_split, split_file_for
     from fastmodel.serve.records import file_has_serve_records
 
-    heldout = None if split_file is None else heldout_ids(split_file_for(runs, split_file), runs)
+    heldout = None if split_file is None else heldout_ids(split_file_for(runs, split_file), runs, not split_file)
     refused: list = []
     if file_has_serve_records(runs):      # serving records (SERVE_RUNS.md): fastmodel.serve.validate
         from fastmodel.serve.validate import format_report as serve_report
