@@ -1,26 +1,59 @@
 """The memory margin ``best`` ranks by: how much HBM a plan must leave free to count as fitting.
 
-A real-world result says, per configuration, ``memory_per_device`` (reserved by the caching allocator plus what
-lies outside it) and, in its attrs, the device's ``hbm_bytes`` and ``usable_hbm_bytes``. A plan fits when
-``memory_per_device <= hbm_bytes - margin``. The default margin is the stack's reserve, ``hbm_bytes -
-usable_hbm_bytes`` (``usable_hbm_fraction`` of the device column; what ``fits_memory`` was computed with); a
-margin the user sets (``--memory-margin`` / ``memory_margin=``, bytes) replaces it. A margin below zero or at
-least the HBM is a one-line error.
+A real-world result says, per configuration, ``memory_per_device`` (allocated tensors plus what lies outside the
+caching allocator) and, in its attrs, the device's ``hbm_bytes``. A plan fits when ``memory_per_device <= hbm_bytes
+- margin``. The default margin (what ``fits_memory`` was computed with, kernels/lm/evaluate.py
+``usable_hbm_bytes``) is each plan's own allocator cache, ``allocator_cache_fraction x memory_allocated``
+(attribute ``memory_margin_rule`` = "allocator_cache"; docs/model_memory.md "What a run keeps free"), or, when the
+device column ``usable_hbm_fraction`` is set, ``hbm_bytes - usable_hbm_bytes``. A margin the user sets
+(``--memory-margin`` / ``memory_margin=``, bytes) replaces it. A margin below zero or at least the HBM is a
+one-line error.
 """
 
 from __future__ import annotations
 
 from fastmodel.errors import SweepError
 
+#: the attribute value of a real-world result whose default margin is each plan's allocator cache
+ALLOCATOR_CACHE_RULE = "allocator_cache"
+
+
+def usable_attrs(base) -> dict:
+    """A real-world result's attrs for its default margin, from its base column vector ``base``:
+    ``usable_hbm_bytes`` when the device column ``usable_hbm_fraction`` is set (> 0), else ``memory_margin_rule``
+    (each plan keeps its own allocator cache free, a margin per configuration)."""
+    from fastmodel.registry.lm import COLUMN_INDEX
+
+    fraction = float(base[COLUMN_INDEX["usable_hbm_fraction"]])
+    if fraction > 0.0:
+        return {"usable_hbm_bytes": fraction * float(base[COLUMN_INDEX["hbm_bytes"]])}
+    return {"memory_margin_rule": ALLOCATOR_CACHE_RULE}
+
+
+def default_margin_bytes(row, allocated: float) -> float:
+    """The default margin of one configuration (column vector ``row``, ``allocated`` its peak allocated bytes),
+    as kernels/lm/evaluate.py ``usable_hbm_bytes`` applies it: ``(1 - usable_hbm_fraction) x HBM`` when the
+    column is set, else ``allocator_cache_fraction x allocated``."""
+    from fastmodel.registry.lm import COLUMN_INDEX as C
+
+    fraction = float(row[C["usable_hbm_fraction"]])
+    if fraction > 0.0:
+        return (1.0 - fraction) * float(row[C["hbm_bytes"]])
+    return float(row[C["allocator_cache_fraction"]]) * float(allocated)
+
 
 def margin(ds, memory_margin: float | None = None) -> dict:
     """The margin applied to ``ds``: ``{"bytes", "hbm_bytes", "source"}`` (``source``: ``"default"`` or
-    ``"user"``); ``hbm_bytes`` None when the result does not record its HBM (then only the default applies)."""
+    ``"user"``); ``hbm_bytes`` None when the result does not record its HBM (then only the default applies).
+    The default's ``bytes`` is None when it is a margin per configuration (``"rule"``: "allocator_cache")."""
     hbm = ds.attrs.get("hbm_bytes")
     usable = ds.attrs.get("usable_hbm_bytes")
     if memory_margin is None:
         reserve = float(hbm) - float(usable) if hbm is not None and usable is not None else None
-        return {"bytes": reserve, "hbm_bytes": None if hbm is None else float(hbm), "source": "default"}
+        chosen = {"bytes": reserve, "hbm_bytes": None if hbm is None else float(hbm), "source": "default"}
+        if ds.attrs.get("memory_margin_rule") == ALLOCATOR_CACHE_RULE:
+            chosen["rule"] = ALLOCATOR_CACHE_RULE
+        return chosen
     value = check_margin(memory_margin)
     if hbm is None:
         raise SweepError("memory_margin: this result does not record its device's HBM (attribute hbm_bytes); "
@@ -85,9 +118,13 @@ def fits_under(ds, chosen: dict):
 
 def describe(chosen: dict) -> str:
     """The margin in words, for ``best``'s line on the plans it dropped."""
+    if chosen.get("rule") == ALLOCATOR_CACHE_RULE:
+        hbm = f"HBM {chosen['hbm_bytes'] / 2**30:.1f} GiB" if chosen["hbm_bytes"] is not None else "the HBM"
+        return (f"{hbm} minus each plan's own allocator cache, allocator_cache_fraction x memory_allocated "
+                "(the default: memory_reserved + overhead must fit)")
     if chosen["bytes"] is None:
         return "usable HBM"
     hbm = f"HBM {chosen['hbm_bytes'] / 2**30:.1f} GiB minus " if chosen["hbm_bytes"] is not None else ""
     which = "set by --memory-margin" if chosen["source"] == "user" else \
-        "the default: the stack's reserve, 1 - usable_hbm_fraction"
+        "the default: 1 - usable_hbm_fraction, set on the device"
     return f"{hbm}a margin of {chosen['bytes'] / 2**30:.1f} GiB, {which}"

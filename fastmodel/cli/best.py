@@ -23,7 +23,7 @@ from fastmodel.cli.common import friendly
               help="Also rank plans that do not fit in usable HBM (real-world datasets rank only plans that fit).")
 @click.option("--memory-margin", "memory_margin", metavar="GIB",
               help="HBM to keep free, GiB: a plan fits when memory_per_device <= HBM - margin (default: the "
-                   "stack's reserve, 1 - usable_hbm_fraction of the HBM).")
+                   "plan's own allocator cache, allocator_cache_fraction x memory_allocated).")
 @friendly
 def best_command(result, by, top, where, ascending, csv_path, force, include_oom, memory_margin):
     """Top-k configurations of a sweep result by any variable, best first (real-world datasets: only plans that fit)."""

@@ -204,7 +204,7 @@ def timeline_command(model, system, task, num_nodes, plan, semantics, window, ag
 @click.option("--nodes", "num_nodes", type=click.IntRange(min=1), help="Cluster size in nodes.")
 @click.option("--plan", "-p", help="A mesh like 'tp8.pp4' (overrides the task's).")
 @click.option("--memory-margin", "memory_margin", metavar="GIB",
-              help="HBM kept free, GiB (default: the stack's reserve, 1 - usable_hbm_fraction of the HBM).")
+              help="HBM kept free, GiB (default: the plan's own allocator cache, allocator_cache_fraction x memory_allocated).")
 @_figure_options("double")
 @friendly
 def memory_timeline_command(model, system, task, num_nodes, plan, memory_margin, output, dpi, size, title):

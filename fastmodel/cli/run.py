@@ -35,7 +35,7 @@ REPORTS = {"madmax": "fastmodel.madmax.report", "lm": "fastmodel.lm.report", "se
 @calibration_option
 @click.option("--memory-margin", "memory_margin", metavar="GIB",
               help="HBM to keep free, GiB: the plan fits when memory_per_device <= HBM - margin (default: the "
-              "stack's reserve, 1 - usable_hbm_fraction of the HBM); real-world training models and run records.")
+              "plan's own allocator cache, allocator_cache_fraction x memory_allocated); real-world training models and run records.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the report.")
 @friendly
 def run(model, system, task, num_nodes, plan, semantics, calibration, memory_margin, as_json):

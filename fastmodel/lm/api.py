@@ -227,7 +227,7 @@ def memory_timeline(model: Any = None, system: Any = None, task: Any = None, *, 
                     memory_margin: float | None = None):
     """The engine's door for ``fastmodel.plot.memory_timeline``: memory over one step on every pipeline rank, by
     kind (``fastmodel.lm.memory_timeline.MemoryTimeline``), of specs or a run ``record``; ``memory_margin``
-    (bytes kept free of the HBM; default: the stack's reserve, ``1 - usable_hbm_fraction``)."""
+    (bytes kept free of the HBM; default: the plan's own allocator cache, fastmodel/analysis/margin.py)."""
     from fastmodel.lm.memory_timeline import memory_timeline as build
     from fastmodel.lm.records import lower_record
     from fastmodel.lm.rules import check_plan

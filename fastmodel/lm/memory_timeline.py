@@ -144,8 +144,9 @@ def stage_memory(row: np.ndarray, stage: int, terms: dict | None = None) -> Stag
 def memory_timeline(columns: np.ndarray, title: str = "the configuration",
                     memory_margin: float | None = None) -> MemoryTimeline:
     """Every pipeline rank's memory over one step of the configuration ``columns`` (one column vector).
-    ``memory_margin`` (bytes): HBM kept free; default: the stack's reserve, ``(1 - usable_hbm_fraction)`` of
-    the HBM."""
+    ``memory_margin`` (bytes): HBM kept free; default: the configuration's own allocator cache,
+    ``allocator_cache_fraction x`` its allocated peak, or ``(1 - usable_hbm_fraction)`` of the HBM when that
+    device column is set (fastmodel/analysis/margin.py ``default_margin_bytes``)."""
     from fastmodel.kernels.lm.memory import memory_row
     from fastmodel.registry.lm import MEMORY_KINDS as KINDS
 
@@ -157,7 +158,9 @@ def memory_timeline(columns: np.ndarray, title: str = "the configuration",
     allocated = out.sum() - out[KINDS.index("overhead")]
     hbm = float(row[C["hbm_bytes"]])
     if memory_margin is None:
-        margin = (1.0 - row[C["usable_hbm_fraction"]]) * hbm
+        from fastmodel.analysis.margin import default_margin_bytes
+
+        margin = default_margin_bytes(row, allocated)
     else:  # the checks run and best make (fastmodel/analysis/margin.py)
         from fastmodel.analysis.margin import check_below_hbm, check_margin
 

@@ -31,7 +31,7 @@ def _report(values: dict, attrs: dict, title: str) -> RunReport:
 def run_one(model: Any, system: Any, task: Any, *, semantics: Any = "default", plan: str | None = None,
             num_nodes: int | None = None, calibration: Any = None, memory_margin: float | None = None) -> RunReport:
     """One real-world configuration (a task's mesh plan applies when ``plan`` is None); ``memory_margin``
-    (bytes): the plan fits when memory_per_device <= HBM - margin (default: the stack's reserve)."""
+    (bytes): the plan fits when memory_per_device <= HBM - margin (default: its own allocator cache)."""
     from fastmodel.lm.loader import load_lm_model
     from fastmodel.lm.task import load_train_task
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from fastmodel.analysis.margin import usable_attrs
 from fastmodel.errors import SweepError
 from fastmodel.lm.sweep import MESH_AXIS, _axis_arrays, _axis_values, base_columns, check_degree_axes, parse_mesh
 from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
@@ -119,8 +120,7 @@ class LMSweepPlan(SweepPlan):
             "model": json.dumps(self.model.model_dump()), "system": json.dumps(self.cluster.model_dump()),
             "execution": json.dumps(self.execution.model_dump()), "global_batch": self.global_batch,
             "semantics": "default", "fastmodel_version": __version__, "codes": json.dumps(CODE_TABLES),
-            "usable_hbm_bytes": float(self.base[COLUMN_INDEX["usable_hbm_fraction"]]
-                                      * self.base[COLUMN_INDEX["hbm_bytes"]]),
+            **usable_attrs(self.base),
             "hbm_bytes": float(self.base[COLUMN_INDEX["hbm_bytes"]]),
             "fastmodel_task": "llm-pretrain", "sweep": json.dumps(self.definition()),
         }

@@ -22,6 +22,18 @@ def _what_it_holds(ds) -> str:
     return "MAD-Max results hold weights only"
 
 
+def _hbm_line(attrs) -> tuple[float, str] | None:
+    """The dashed line over the bars (GiB, label): the usable HBM when the result has one, else the HBM itself
+    when each plan keeps its own allocator cache free (fastmodel/analysis/margin.py); None without either."""
+    if "usable_hbm_bytes" in attrs:
+        usable = float(attrs["usable_hbm_bytes"]) / 2**30
+        return usable, f"usable HBM {usable:.0f} GiB"
+    if "hbm_bytes" in attrs and "memory_margin_rule" in attrs:
+        hbm = float(attrs["hbm_bytes"]) / 2**30
+        return hbm, f"HBM {hbm:.0f} GiB (less each plan's allocator cache)"
+    return None
+
+
 def memory_table(ds, dim: str | None = None, sel=None):
     """(the dimension along the bars, ``memory`` as [configuration, memory_kind]) after ``sel``.
 
@@ -82,10 +94,10 @@ def memory_bars(ds, dim: str | None = None, sel=None, size="single", height: flo
             ax.bar(x, values[:, k], bottom=bottom, color=KIND_COLOURS.get(str(kind), "0.5"), width=0.75,
                    label=str(kind).replace("_", " "), gid=f"memory:{kind}")
             bottom += values[:, k]
-        if "usable_hbm_bytes" in ds.attrs:
-            usable = float(ds.attrs["usable_hbm_bytes"]) / 2**30
-            ax.axhline(usable, color="0.2", linestyle="--", linewidth=0.8, gid="hbm")
-            ax.annotate(f"usable HBM {usable:.0f} GiB", (1.0, usable), xycoords=("axes fraction", "data"),
+        line = _hbm_line(ds.attrs)
+        if line is not None:
+            ax.axhline(line[0], color="0.2", linestyle="--", linewidth=0.8, gid="hbm")
+            ax.annotate(line[1], (1.0, line[0]), xycoords=("axes fraction", "data"),
                         ha="right", va="bottom", fontsize=6, color="0.2")
         # many bars: vertical labels at the usual size; make_readable thins them to every k-th bar when they
         # would still touch (never a font below plot/readable.MIN_FONT_PT)

@@ -16,14 +16,18 @@ NCCL_LL128_BYTES = 120 * 640 * 8 * 8
 NCCL_SIMPLE_BYTES = 1 << 22
 
 OVERHEAD_DEVICE_ROWS = (
-    ("usable_hbm_fraction", "1", 0.95, "Share of HBM usable by the framework.", 0.1, 1),
+    ("usable_hbm_fraction", "1", 0.0, "Share of HBM a plan may fill, when set (> 0): fits_memory is then "
+     "memory_per_device <= f x HBM. 0 (default): not set; the training engine keeps free the plan's own allocator "
+     "cache, allocator_cache_fraction x memory_allocated (docs/model_memory.md \"What a run keeps free\"), and the "
+     "serving engine uses SERVE_USABLE_HBM_FRACTION (fastmodel/registry/serve.py).", 0, 1),
     ("framework_memory_bytes", "bytes", 3 * 2**30, "Serving engine: per-device memory that is not a live tensor "
      "(CUDA context, NCCL, library handles, fragmentation), one constant. The training engine counts these "
      "terms one by one (cuda_context_bytes, cublas_workspace_bytes, nccl_channels) and does not read it.", 0, 1e12),
     ("allocator_cache_fraction", "1", 0.05, "Memory the caching allocator reserves beyond its peak allocated "
      "bytes, as a share of them: memory_reserved = (1 + f) x memory_allocated (cached free blocks; "
-     "torch.cuda.memory_stats: reserved = allocated + cached). Reported, not used for fits_memory: the "
-     "allocator releases its cache and retries when a device allocation fails. 0.05: the Megatron-LM B200 runs of "
+     "torch.cuda.memory_stats: reserved = allocated + cached). Also the default margin of fits_memory "
+     "(the most of it a failed allocation does not get back: free blocks split from segments in use; "
+     "docs/model_memory.md \"What a run keeps free\"). 0.05: the Megatron-LM B200 runs of "
      "runs_dev_b200.jsonl report max_memory_reserved / max_memory_allocated of 1.028-1.069.", 0, 1),
     ("cuda_context_bytes", "bytes", 287047680, "Device memory of the process's CUDA context with lazy module "
      "loading (PyTorch sets CUDA_MODULE_LOADING=LAZY since 1.13; pytorch/pytorch PR #86509 measured 287,047,680 "

@@ -78,5 +78,9 @@ RESULTS = SERVE_RESULTS
 STATUSES = SERVE_STATUSES
 COORDS: dict[str, tuple[str, ...]] = {}
 GROUPED: tuple[tuple[Variable, tuple[str, ...]], ...] = ()
+#: serving's share of HBM a batch may fill when the device column usable_hbm_fraction is not set (0): the flat
+#: allowance the serving engine has always used beside framework_memory_bytes (docs/model_serving.md S9; an
+#: assumption, unchanged by issue 23's training margin)
+SERVE_USABLE_HBM_FRACTION = 0.95
 RANK_ONLY_FITTING = True   # best ranks only batches whose weights, KV cache and workspace fit usable HBM
 BREAKDOWN = None      # a serving step has no breakdown figure (prefill/decode parts are their own variables)

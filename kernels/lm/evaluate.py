@@ -28,6 +28,18 @@ CHUNK_ROWS = 256
 
 
 @njit
+def usable_hbm_bytes(row, allocated):
+    """The HBM a plan may fill (docs/model_memory.md "What a run keeps free"): ``usable_hbm_fraction x HBM`` when
+    the column is set (> 0); else the HBM less the plan's own allocator cache, ``allocator_cache_fraction x
+    allocated`` (reserved - allocated, the most the caching allocator can hold that a failed allocation does not
+    get back), so that the plan fits when ``memory_reserved + overhead <= HBM``."""
+    fraction = row[C_USABLE_HBM_FRACTION]
+    if fraction > 0.0:
+        return fraction * row[C_HBM_BYTES]
+    return row[C_HBM_BYTES] - row[C_ALLOCATOR_CACHE_FRACTION] * allocated
+
+
+@njit
 def evaluate_row(row, work, memory, result):
     """Every result of one legal configuration: step time (kernels/lm/step.py) and memory per device by kind
     (kernels/lm/memory.py; their sum is the peak, ``fits_memory`` compares it with usable HBM), the peak's
@@ -43,7 +55,7 @@ def evaluate_row(row, work, memory, result):
     result[R_MEMORY_ALLOCATED] = allocated
     result[R_MEMORY_RESERVED] = allocated * (1.0 + row[C_ALLOCATOR_CACHE_FRACTION])
     result[R_MEMORY_PEAK_STAGE] = stage
-    result[R_FITS_MEMORY] = 1.0 if total <= row[C_USABLE_HBM_FRACTION] * row[C_HBM_BYTES] else 0.0
+    result[R_FITS_MEMORY] = 1.0 if total <= usable_hbm_bytes(row, allocated) else 0.0
     result[R_HOST_OFFLOAD_BYTES] = host_offload_bytes(row)
 
 

@@ -53,6 +53,7 @@ from fastmodel.kernels.columns import (
     C_ATTENTION_DP, C_KV_ON_DEMAND, C_MOE_TP, LOAD_BATCH, LOAD_CONCURRENCY, LOAD_MAX_THROUGHPUT,
 )
 from fastmodel.kernels.serve.load import queue_ttft, steady_loop
+from fastmodel.registry.serve import SERVE_USABLE_HBM_FRACTION
 from fastmodel.kernels.serve.layout import (
     N_SERVE_RESULTS, ST_EP_NOT_DIVIDING, ST_HEADS_NOT_DIVISIBLE_BY_TP, ST_LAYERS_NOT_DIVISIBLE_BY_PP, ST_NO_FP8,
     ST_NO_KV_ROOM, ST_NOT_FINITE, ST_OK, S_ACTIVATION_MEMORY, S_BATCH_SIZE, S_CLUSTER_OUTPUT_TOKENS_PER_S, S_DECODE_ATTENTION,
@@ -104,6 +105,14 @@ def decode_fixed_costs(row, n, costs):
 
 
 # --- one configuration ---------------------------------------------------------------
+
+@njit(inline="always")
+def usable_fraction(row):
+    """The share of HBM a batch may fill: the device column ``usable_hbm_fraction`` when set (> 0), else the
+    serving default ``SERVE_USABLE_HBM_FRACTION`` (fastmodel/registry/serve.py)."""
+    fraction = row[C_USABLE_HBM_FRACTION]
+    return fraction if fraction > 0.0 else SERVE_USABLE_HBM_FRACTION
+
 
 @njit(inline="always")
 def _divides(d, x):
@@ -208,7 +217,7 @@ def _fixed(row, batch, kv_token, weights, out, scratch):
     if row[C_LOAD_MODE] == LOAD_MAX_THROUGHPUT:
         fits = 1.0 if kv_memory <= capacity else 0.0
     else:
-        fits = 1.0 if memory <= row[C_USABLE_HBM_FRACTION] * row[C_HBM_BYTES] else 0.0
+        fits = 1.0 if memory <= usable_fraction(row) * row[C_HBM_BYTES] else 0.0
     _write_times(row, out, ttft, tpot, e2e, throughput)
     _write_memory(out, batch, kv_token, kv_memory, capacity, weights, workspace, memory, fits, touched)
     _write_parts(out, pre, dec, steps * host)
@@ -287,7 +296,7 @@ def _concurrency(row, requests, out, scratch, memo):
         dec[k] = memo[1, k] * steps
     kv_memory = kv_token * held * math.ceil(running / adp)
     memory = weights + kv_memory + workspace + row[C_FRAMEWORK_MEMORY_BYTES]
-    fits = 1.0 if memory <= row[C_USABLE_HBM_FRACTION] * row[C_HBM_BYTES] else 0.0
+    fits = 1.0 if memory <= usable_fraction(row) * row[C_HBM_BYTES] else 0.0
     _write_times(row, out, ttft, tpot, ttft + steps * tpot, lam * outp)
     _write_memory(out, running, kv_token, kv_memory, capacity, weights, workspace, memory, fits, state[4])
     _write_parts(out, pre, dec, steps * host)

@@ -44,8 +44,9 @@ KNOWN_MEMORY_GAPS: frozenset[str] = frozenset((
     # since memory_row evaluates every pipeline rank (issue 23, h-worstrank): PP 16 x VP 8 with the embedding and
     # the loss in the split gives rank 0 seven layers and rank 1 eight; rank 1 runs 2 (16 - 2) + 7 x 16 = 140
     # warm-up forwards and one more before its first backward (get_pp_rank_microbatches), so it holds 141 one-layer
-    # chunks: 140.0 GiB beside 41.6 GiB of states, 183.0 GiB per device against 169.4 / 175.1 GiB usable (0.95 of the
-    # CUDA-visible 178.35 / 184.31 GiB, docs/model_memory.md "One capacity per GPU (issue 23)").
+    # chunks: 140.0 GiB beside 41.6 GiB of states, 183.0 GiB per device against 169.2 / 175.2 GiB usable (the
+    # CUDA-visible 178.35 / 184.31 GiB less the plan's allocator cache, 0.05 x 182.4 GiB allocated,
+    # docs/model_memory.md "What a run keeps free: the default margin (issue 23)").
     # The tensor-by-tensor audit against Megatron-LM@0823c731 + TransformerEngine@d64bc14d (issue 23, h-fit405;
     # docs/model_memory.md "Llama 3.1 405B v2 recipe plans") finds every one of the 31.78 T h / t bytes a layer is
     # charged saved for backward, and nothing saved that is not charged beyond the RMSNorm rstd (0.0005 T h / t):
@@ -56,11 +57,9 @@ KNOWN_MEMORY_GAPS: frozenset[str] = frozenset((
     # Megatron-Bridge@0013c9a8 makes the B200 V2 config an alias of the GB200 one, so "they ran" is not shown
     "mbridge-llama31-405b-b200-bf16-v2",
     "mbridge-llama31-405b-gb200-bf16-v2",
-    # issue 23, one capacity per GPU: B200 is read at its CUDA-visible 178.35 GiB (PyTorch's "total capacity"),
-    # not 180 GiB; the FP8 current-scaling V2 plan's predicted 169.65 GiB is 95.1% of it, 0.22 GiB over the
-    # unsourced 5% reserve (usable_hbm_fraction 0.95: 169.43 GiB usable, 171.0 before). It fits the device itself
-    # with 8.7 GiB to spare; the margin, not the capacity, decides it (docs/model_memory.md "One capacity per GPU")
-    "mbridge-llama31-405b-b200-fp8-cs-v2",
+    # mbridge-llama31-405b-b200-fp8-cs-v2 (169.65 GiB per device, 0.22 GiB over the former unsourced 5% reserve)
+    # fits since the default margin is the plan's own allocator cache (issue 23): 169.65 + 0.05 x 169.07 = 178.10
+    # of the B200's CUDA-visible 178.35 GiB (docs/model_memory.md "What a run keeps free: the default margin")
 ))
 #: plans predicted outside the MFU band. Closed by reading the recipes' pipeline layouts (DeepSeek-V3, Kimi K2:
 #: the last rank holds 1 decoder layer + MTP + loss, not the uneven split's 4 + head, docs/model.md §11.22) and

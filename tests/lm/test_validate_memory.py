@@ -46,7 +46,8 @@ def test_no_dev_run_that_ran_is_predicted_not_to_fit():
     table = rows([r for r in records if r.id not in heldout])
     assert len(table) == 54
     assert [r["id"] for r in table if not r["fits_memory"]] == []
-    gib = {r["id"]: r["memory_per_device"] / 2**30 for r in table}
-    usable = 0.95 * 79.11       # GiB: the default reserve on the smaller of A100 80GB and H100 SXM (79.25, 79.11 GiB)
-    assert gib["narayanan2021_t2-GPT-529.6B-n640-tp1pp1-full-zero3"] < usable
-    assert gib["llama3-paper-405b-s8192-n8192"] < usable
+    # the default margin is each plan's allocator cache (docs/model_memory.md "What a run keeps free"): reserved +
+    # overhead within the smaller of A100 80GB and H100 SXM (79.25, 79.11 GiB)
+    kept = {r["id"]: (r["memory_per_device"] + r["memory_reserved"] - r["memory_allocated"]) / 2**30 for r in table}
+    assert kept["narayanan2021_t2-GPT-529.6B-n640-tp1pp1-full-zero3"] < 79.11
+    assert kept["llama3-paper-405b-s8192-n8192"] < 79.11

@@ -20,9 +20,11 @@ def grid():
 
 @pytest.fixture(scope="module")
 def oom(grid):
-    """Legal plans whose memory exceeds usable HBM, from memory_per_device and the dataset's usable HBM."""
+    """Legal plans whose memory exceeds usable HBM, from memory_per_device, memory_reserved and the dataset's HBM:
+    the default margin is each plan's allocator cache, so a plan fits when reserved + overhead <= HBM."""
     legal = np.isfinite(grid.tokens_per_s_per_gpu.values)
-    over = grid.memory_per_device.values > grid.attrs["usable_hbm_bytes"]
+    cache = grid.memory_reserved.values - grid.memory_allocated.values
+    over = grid.memory_per_device.values + cache > grid.attrs["hbm_bytes"]
     return set(grid.plan.values[legal & over]), set(grid.plan.values[legal & ~over])
 
 
@@ -40,7 +42,7 @@ def test_default_ranks_only_plans_that_fit(grid, oom):
     fits = table.attrs["fits_filter"]
     assert (fits["applied"], fits["dropped"], fits["of"]) == (True, len(over), len(over) + len(under))
     hbm = grid.attrs["hbm_bytes"]
-    assert fits["margin"] == {"bytes": hbm - grid.attrs["usable_hbm_bytes"], "hbm_bytes": hbm, "source": "default"}
+    assert fits["margin"] == {"bytes": None, "hbm_bytes": hbm, "source": "default", "rule": "allocator_cache"}
     fastest = max(under, key=lambda p: float(grid.tokens_per_s_per_gpu.sel(plan=p)))
     assert table.plan.iloc[0] == fastest
     assert list(table.status) == ["ok"] * len(table)      # the dataset's own status names
@@ -144,7 +146,7 @@ def test_a_bad_memory_margin_is_one_error(grid, margin, message):
 def test_cli_memory_margin_says_which_margin(result_file):
     runner = CliRunner()
     default = runner.invoke(main, ["best", result_file, "--by", "tokens_per_s_per_gpu"])
-    assert "the default: the stack's reserve" in default.stderr
+    assert "minus each plan's own allocator cache" in default.stderr and "(the default:" in default.stderr
     user = runner.invoke(main, ["best", result_file, "--by", "tokens_per_s_per_gpu", "--memory-margin", "10"])
     assert user.exit_code == 0 and "a margin of 10.0 GiB, set by --memory-margin" in user.stderr
     # A6: the value as typed, in GiB (not "-5368709120.0 is negative"); nan is "not a number"
