@@ -7,18 +7,15 @@ FLOPS comparison table": H200 SXM (GH100, 700 W) MSMF BF16 708.5 TFLOP/s at 8,19
 2 m n (k + k_half) / (P eta Q) (§11.3).
 """
 
-import sys
-from pathlib import Path
-
 import pytest
 
 from fastmodel.kernels.roofline import gemm_roofline, tile_quantization
 from fastmodel.registry.lm import COLUMN_INDEX as C
 from fastmodel.serve.api import columns
 from fastmodel.spec.devices import device_table
+from tests.bench_scripts import load_bench
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-from h100_residual import ratio_spread  # noqa: E402  (bench/ is not a package)
+ratio_spread = load_bench("h100_residual").ratio_spread
 
 MSMF_BF16 = (708.5e12, 8192.0, 8448.0, 20480.0)
 MSMF_FP8 = (1288.7e12, 8448.0, 8192.0, 16384.0)
