@@ -6,7 +6,7 @@ A test that needs other values states them as an override where it uses these (`
 so the numbers it derives from stay in sight. Importing it loads no engine (the serving tests use its shapes)."""
 
 #: an H100 SXM's 16-bit GEMM, flash-attention, memory and launch columns: the values of specs/devices/h100-sxm.toml
-H100 = dict(peak_flops_16=989e12, gemm_eff_16=0.75, sm_count=132, gemm_tile_m=128, gemm_tile_n=256,
+H100 = dict(peak_flops_16=989e12, gemm_eff_16=0.72, sm_count=132, gemm_tile_m=128, gemm_tile_n=256,
             gemm_k_half=128, kernel_overhead_s=4e-6, hbm_bw=3.35e12, hbm_eff=0.8, attn_eff=0.45)
 
 #: 8-GPU NVLink domains (450 GB/s each way per GPU) joined by one 400 Gb/s NIC per GPU; round latencies (not the

@@ -110,7 +110,7 @@ def test_the_sourced_upper_bounds_leave_most_of_the_residual(v31):
     col = record.columns
     m = col[C["global_batch"]] / col[C["dp"]] / col[C["micro_batch"]]
     residual = (record.measured["step_time_s"] - out["step_time"][0]) / m
-    assert 1e3 * residual == pytest.approx(13.6, abs=0.1)
+    assert 1e3 * residual == pytest.approx(13.45, abs=0.1)  # 13.6 before the H100 eta16 0.72 (docs/model.md 11.30)
     layers = col[C["layers"]] / col[C["pp"]]
     # TE delayed-scaling bookkeeping: 3 modules x 2 directions x ~6 launch-bound kernels a layer, kernel_overhead_s
     amax = layers * 3 * 2 * 6 * col[C["kernel_overhead_s"]]
@@ -118,4 +118,4 @@ def test_the_sourced_upper_bounds_leave_most_of_the_residual(v31):
     sm_net = max(0.0, layers * _sm_bound(col) - out["exposed_tp"][0] / m)
     bound = layers * _chunk_serial_extra(col) + amax + sm_net
     assert 1e3 * bound == pytest.approx(8.74, abs=0.02)
-    assert residual - bound > 4.5e-3  # at least 4.9 ms a micro-batch stays unexplained
+    assert residual - bound > 4.5e-3  # at least 4.7 ms a micro-batch stays unexplained (4.9 at eta16 0.75)

@@ -69,7 +69,7 @@ def test_sixteen_bit_experts_take_the_share_of_the_sixteen_bit_peak():
     row = _row(0.19)
     compute, _ = expert_bounds(row, GROUPS, ROWS, N, H, 0.0, 2.0)
     base, _ = tiled_bounds(_row(), GROUPS, ROWS, N, H, 0.0, 2.0, 128.0)
-    assert compute / base == pytest.approx(0.75 / 0.19, rel=1e-12)
+    assert compute / base == pytest.approx(0.72 / 0.19, rel=1e-12)
 
 
 def test_only_sglang_block_fp8_experts_on_hopper_take_the_triton_share():
