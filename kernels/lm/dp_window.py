@@ -30,12 +30,8 @@ all-gather likewise with ``f``. Only the compute counts: the cool-down's idle ti
 """
 
 from fastmodel.kernels.jit import njit
-from fastmodel.kernels.lm.layout import (
-    C_CP, C_DP, C_FP8_PARAMS, C_GRAD_ALLREDUCE, C_GRAD_REDUCE_BYTES, C_PIPELINE_SCHEDULE, C_PP, C_SHARDING, C_TP,
-    C_VP, SCHED_1F1B, SCHED_INTERLEAVED, SHARD_DDP, SHARD_FSDP,
-)
-from fastmodel.kernels.lm.passes import A_BACKWARD_INPUT, A_BACKWARD_WEIGHT, A_FORWARD, A_RECOMPUTE
-from fastmodel.kernels.nccl import allgather_time, allreduce_time
+from fastmodel.kernels.lm.layout import C_DP, C_PIPELINE_SCHEDULE, C_PP, C_SHARDING, C_VP, SCHED_1F1B, \
+    SCHED_INTERLEAVED, SHARD_FSDP
 
 
 @njit
@@ -50,35 +46,18 @@ def chunked_window(total, chunks, hidden_per_chunk):
 
 
 @njit
-def stage_collectives(row, stage_params):
-    """(gradient reduction, parameter all-gather) seconds of a stage of ``stage_params`` parameters over the
-    data-parallel group under DDP and the ZeRO-1/2 (distributed) optimizers, as ``parallel.data_parallel``
-    times them (its non-FSDP branches)."""
-    d = row[C_DP]
-    stride = row[C_TP] * row[C_CP]
-    grad = stage_params * row[C_GRAD_REDUCE_BYTES]
-    if row[C_SHARDING] == SHARD_DDP:
-        return allreduce_time(row, grad, d, stride), 0.0
-    reduce = allreduce_time(row, grad, d, stride) if row[C_GRAD_ALLREDUCE] > 0.0 else allgather_time(row, grad, d,
-                                                                                                      stride)
-    gather = allgather_time(row, stage_params * (1.0 if row[C_FP8_PARAMS] > 0.0 else 2.0), d, stride)
-    return reduce, gather
-
-
-@njit
-def dp_overlap_windows(row, work, per_stage, stage_params):
-    """(backward window, forward window): seconds of compute the stage's once-per-step gradient reduction and
-    parameter all-gather overlap (module docstring). ``per_stage`` layers per rank with per-layer passes in
-    ``work``; the per-chunk window applies with ``vp > 1`` (Megatron-Core runs the interleaved schedule whenever a
-    virtual pipeline size is set: ``1f1b`` and ``interleaved``), ``pp > 1`` and a non-FSDP data-parallel group
-    of more than one device (FSDP gathers per layer; kernels/lm/parallel.py)."""
-    backward = per_stage * (work[A_BACKWARD_INPUT] + work[A_BACKWARD_WEIGHT] + work[A_RECOMPUTE])
-    forward = per_stage * work[A_FORWARD]
+def dp_overlap_windows(row, reduce, gather, backward, forward):
+    """(backward window, forward window): seconds of compute the stage's once-per-step gradient reduction
+    (``reduce`` seconds) and parameter all-gather (``gather`` seconds) overlap (module docstring), given the
+    stage's backward and forward of one micro-batch (``per_stage`` layers' passes). ``parallel.data_parallel``
+    calls it for the dense parameters where it has timed the two collectives; the per-chunk window applies with
+    ``vp > 1`` (Megatron-Core runs the interleaved schedule whenever a virtual pipeline size is set: ``1f1b`` and
+    ``interleaved``), ``pp > 1`` and a non-FSDP data-parallel group of more than one device (FSDP gathers per
+    layer; kernels/lm/parallel.py); else the windows are ``backward`` and ``forward``."""
     if not per_chunk_collectives(row):
         return backward, forward
     v = row[C_VP]
     p = row[C_PP]
-    reduce, gather = stage_collectives(row, stage_params)
     return chunked_window(reduce, v, p * backward / v), chunked_window(gather, v, p * forward / v)
 
 

@@ -7,6 +7,7 @@ hidden behind the compute it overlaps with (:func:`exposed`).
 
 from fastmodel.kernels.roofline import memory_bound_time
 from fastmodel.kernels.jit import njit
+from fastmodel.kernels.lm.dp_window import dp_overlap_windows
 from fastmodel.kernels.lm.layout import (
     C_COLLECTIVE_BUCKET_BYTES, C_COMM_SM_SHARE, C_FSDP1_GRAD_PASSES, C_FP8_PARAMS, C_FSDP_COPY_OUT, C_GRAD_ALLREDUCE, C_GRAD_REDUCE_BYTES,
     C_OVERLAP_GRAD_REDUCE, C_OVERLAP_PARAM_GATHER, C_PARAM_FETCH_BW, C_PP, C_REDUCE_EVERY_MICROBATCH, C_SHARDING,
@@ -127,15 +128,18 @@ def reduce_tail(row, comm, window, idle):
 
 
 @njit
-def data_parallel(row, stage_params, last_backward, first_forward, shard_group, d, stride, idle):
+def data_parallel(row, stage_params, last_backward, first_forward, shard_group, d, stride, idle, chunked):
     """(seconds, exposed seconds before the optimizer step, exposed seconds after it, parameters the optimizer steps
-    per device) of the data-parallel work once per step: gradient reduction (allreduce under DDP; reduce-scatter
-    under sharded optimizers and ZeRO-3 with pipelining; the replica allreduce of HSDP), each hidden behind the
-    last backward where the framework overlaps it and in the ``idle`` seconds the rank then waits for the other
-    pipeline ranks (:func:`reduce_tail`), and the parameter all-gather after the step, behind the first forward
-    where overlapped. Per-layer FSDP collectives are in the layer loop.
+    per device, backward window, forward window) of the data-parallel work once per step: gradient reduction
+    (allreduce under DDP; reduce-scatter under sharded optimizers and ZeRO-3 with pipelining; the replica allreduce
+    of HSDP), each hidden behind the last backward where the framework overlaps it and in the ``idle`` seconds the
+    rank then waits for the other pipeline ranks (:func:`reduce_tail`), and the parameter all-gather after the
+    step, behind the first forward where overlapped. Per-layer FSDP collectives are in the layer loop.
     ``d`` devices ``stride`` apart hold replicas: the data-parallel group (``dp``, ``tp cp`` apart) for the dense
-    parameters, the expert-data-parallel group (``edp``, ``etp ep`` apart) for the routed experts."""
+    parameters, the expert-data-parallel group (``edp``, ``etp ep`` apart) for the routed experts.
+    ``last_backward`` and ``first_forward`` are the stage's backward and forward of one micro-batch; with
+    ``chunked`` (the dense parameters' call) the collectives timed here may run per model chunk and the windows
+    they overlap are ``dp_window.dp_overlap_windows``'s (docs/model.md §11.28). The windows used are returned."""
     sharded = row[C_SHARDING] == SHARD_FSDP
     fsdp = sharded and row[C_PP] <= 1.0
     grad_bytes = row[C_GRAD_REDUCE_BYTES]
@@ -161,6 +165,8 @@ def data_parallel(row, stage_params, last_backward, first_forward, shard_group, 
         overlap = row[C_OVERLAP_GRAD_REDUCE] > 0.0      # else launched when the rank's backward has ended
         if sharding == SHARD_DDP:
             dp_comm = allreduce_time(row, stage_params * grad_bytes, d, stride)
+            if chunked:
+                last_backward, first_forward = dp_overlap_windows(row, dp_comm, 0.0, last_backward, first_forward)
             before = reduce_tail(row, dp_comm, last_backward if overlap else 0.0, idle)[0]
         else:
             # a reduce-scatter, or the whole gradient all-reduced (DeepSpeed ZeRO-1, BF16_Optimizer: grad_allreduce)
@@ -169,10 +175,12 @@ def data_parallel(row, stage_params, last_backward, first_forward, shard_group, 
             else:
                 reduce = allgather_time(row, stage_params * grad_bytes, d, stride)
             gather = allgather_time(row, stage_params * param_bytes(row), d, stride)
+            if chunked:
+                last_backward, first_forward = dp_overlap_windows(row, reduce, gather, last_backward, first_forward)
             dp_comm = reduce + gather
             before = reduce_tail(row, reduce, last_backward if overlap else 0.0, idle)[0]
             after = exposed(row, gather, first_forward) if row[C_OVERLAP_PARAM_GATHER] > 0.0 else gather
         local_params = stage_params / d if sharding != SHARD_DDP else stage_params
     else:
         local_params = stage_params
-    return dp_comm, before, after, local_params
+    return dp_comm, before, after, local_params, last_backward, first_forward

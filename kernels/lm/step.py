@@ -41,7 +41,7 @@ from fastmodel.kernels.lm.memory_states import (
 from fastmodel.kernels.lm.shape import mtp_layer_is_moe, mtp_stage_layers
 from fastmodel.kernels.lm.muon import muon_step
 from fastmodel.kernels.lm.offload_time import offload_layer_s
-from fastmodel.kernels.lm.dp_window import dp_overlap_windows, per_chunk_collectives
+from fastmodel.kernels.lm.dp_window import per_chunk_collectives
 from fastmodel.kernels.lm.moe import expert_dp, expert_tp
 from fastmodel.kernels.lm.parallel import data_parallel, fsdp_first_layer_exposed, microbatch_reduce
 from fastmodel.kernels.lm.passes import (
@@ -232,25 +232,52 @@ def _data_parallel_ranks(row, work, head_params, micro_batches, stage_mb, out):
     if row[C_PP] <= 1.0 or model_copies(row) > 1.0:
         before, after = _data_parallel_step(row, work, layers_per_stage(row), head_params, micro_batches, stage_mb,
                                             out, END_LARGER, 0.0)
+    elif ends_alike(row, head_params):      # the last rank's step is the first's, but for its drain: one call
+        before, after = _data_parallel_step(row, work, layers_per_stage(row), head_params, micro_batches, stage_mb,
+                                            out, END_FIRST, 0.0)
     else:
-        last = row[C_LAST_STAGE_LAYERS] if explicit_layout(row) else layers_per_stage(row)
-        backward = work[A_BACKWARD_INPUT] + work[A_BACKWARD_WEIGHT] + work[A_RECOMPUTE]   # a layer's
-        drain = max(0.0, pipeline_drain(row, layout_busiest_layers(row), backward) - 0.5 * split_slots(row) * backward)
-        if per_chunk_collectives(row) and row[C_OVERLAP_GRAD_REDUCE] > 0.0:
-            drain = 0.0     # per-chunk reductions launched at one wall time on every rank (§11.28): no drain credited
-        before, after = _data_parallel_step(row, work, layout_busiest_layers(row), head_params, micro_batches,
-                                            stage_mb, out, END_FIRST, 0.0)
-        comm, optimizer = out[R_COMM_DP], out[R_TIME_OPTIMIZER]
-        last_before, last_after = _data_parallel_step(row, work, last, head_params, micro_batches, stage_mb, out,
-                                                      END_LAST, drain)
-        before = max(before, last_before)
-        if after > last_after:      # the optimizer step of the rank whose step after the reduction is longer
-            out[R_TIME_OPTIMIZER] = optimizer
-        else:
-            after = last_after
-        out[R_COMM_DP] = max(comm, out[R_COMM_DP])
+        before, after = _data_parallel_ends(row, work, head_params, micro_batches, stage_mb, out)
     out[R_EXPOSED_DP] = before + after - out[R_TIME_OPTIMIZER]
     return before + after
+
+
+@njit
+def _data_parallel_ends(row, work, head_params, micro_batches, stage_mb, out):
+    """(exposed seconds before the optimizer step, the optimizer step and the exposed seconds after it) of a
+    pipeline's two end ranks (:func:`_data_parallel_ranks`): the first rank's step and the last's, which waits the
+    drain, each :func:`_data_parallel_step`; the larger of each part, ``R_COMM_DP`` the larger and
+    ``R_TIME_OPTIMIZER`` of the rank whose step after the reduction is longer, into ``out``."""
+    last = row[C_LAST_STAGE_LAYERS] if explicit_layout(row) else layers_per_stage(row)
+    backward = work[A_BACKWARD_INPUT] + work[A_BACKWARD_WEIGHT] + work[A_RECOMPUTE]   # a layer's
+    drain = max(0.0, pipeline_drain(row, layout_busiest_layers(row), backward) - 0.5 * split_slots(row) * backward)
+    if per_chunk_collectives(row) and row[C_OVERLAP_GRAD_REDUCE] > 0.0:
+        drain = 0.0     # per-chunk reductions launched at one wall time on every rank (§11.28): no drain credited
+    before, after = _data_parallel_step(row, work, layout_busiest_layers(row), head_params, micro_batches,
+                                        stage_mb, out, END_FIRST, 0.0)
+    comm, optimizer = out[R_COMM_DP], out[R_TIME_OPTIMIZER]
+    last_before, last_after = _data_parallel_step(row, work, last, head_params, micro_batches, stage_mb, out,
+                                                  END_LAST, drain)
+    before = max(before, last_before)
+    if after > last_after:      # the optimizer step of the rank whose step after the reduction is longer
+        out[R_TIME_OPTIMIZER] = optimizer
+    else:
+        after = last_after
+    out[R_COMM_DP] = max(comm, out[R_COMM_DP])
+    return before, after
+
+
+@njit
+def ends_alike(row, head_params):
+    """True when the two end ranks of a pipeline (no DualPipe) get the same data-parallel step but for the drain
+    the last one waits (:func:`_data_parallel_ranks`), so that the first rank's bounds both: no explicit layout
+    (both hold ``layers_per_stage`` average layers), no MTP modules, not Muon (whose matrices follow the rank's
+    dense and MoE layers) and the head's parameters with the tied copy equal to the embedding's (an untied head
+    or a tied copy is ``V h / t``, as the embedding). Then every quantity of :func:`_data_parallel_step` is the
+    same for both ends except ``idle``, and the exposed seconds do not grow with it (``parallel.reduce_tail``):
+    the first rank's step (``idle = 0``) is the maximum, bit for bit."""
+    if explicit_layout(row) or row[C_MTP_LAYERS] > 0.0 or row[C_OPTIMIZER] == OPT_MUON:
+        return False
+    return head_params + tied_head_copy(row) + 0.0 == row[C_VOCAB] * row[C_HIDDEN] / row[C_TP]
 
 
 @njit
@@ -293,10 +320,12 @@ def _data_parallel_step(row, work, per_stage, head_params, micro_batches, stage_
         experts_held = moe * moe_experts + (mtp_experts if holds_last else 0.0)
     if split_slots(row) > 0.0:      # the embedding and the head hold a layer's slot (last_rank_layers)
         stage_params = max(stage_params - ends, stage_params - copies * (params - experts))
-    last_backward, first_forward = dp_overlap_windows(row, work, per_stage, stage_params)   # §11.28
+    backward = per_stage * (work[A_BACKWARD_INPUT] + work[A_BACKWARD_WEIGHT] + work[A_RECOMPUTE])
+    forward = per_stage * work[A_FORWARD]
     shard_group = fsdp_shard_group(row)
-    dp_comm, before, after, local_params = data_parallel(row, stage_params, last_backward, first_forward,
-                                                         shard_group, row[C_DP], t * row[C_CP], idle)
+    # the windows the dense collectives overlap: per model chunk under interleaving (dp_overlap_windows, §11.28)
+    dp_comm, before, after, local_params, last_backward, first_forward = data_parallel(
+        row, stage_params, backward, forward, shard_group, row[C_DP], t * row[C_CP], idle, True)
     mb_comm, mb_exposed = microbatch_reduce(row, stage_params, shard_group, t * row[C_CP], micro_batches, stage_mb)
     dp_comm += mb_comm
     before += mb_exposed
@@ -305,9 +334,9 @@ def _data_parallel_step(row, work, per_stage, head_params, micro_batches, stage_
         stride = expert_tp(row) * row[C_EP]
         expert_group = min(edp, max(1.0, shard_group * t * row[C_CP] / stride))
         # after the dense reduction on the same stream: the windows and the idle time it left
-        e_comm, e_before, e_after, e_local = data_parallel(
+        e_comm, e_before, e_after, e_local, _, _ = data_parallel(
             row, experts_held, max(0.0, last_backward - dp_comm), max(0.0, first_forward - dp_comm), expert_group,
-            edp, stride, max(0.0, idle - max(0.0, dp_comm - last_backward)))
+            edp, stride, max(0.0, idle - max(0.0, dp_comm - last_backward)), False)
         dp_comm += e_comm
         before += e_before
         after += e_after

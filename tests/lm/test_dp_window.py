@@ -13,10 +13,11 @@ backwards b left; chunk 0's starts after the last. With b = 1 s:
 import numpy as np
 import pytest
 
-from fastmodel.kernels.lm.dp_window import chunked_window, dp_overlap_windows, stage_collectives
+from fastmodel.kernels.lm.dp_window import chunked_window, dp_overlap_windows
 from fastmodel.kernels.lm.parallel import data_parallel
-from fastmodel.kernels.lm.passes import A_BACKWARD_INPUT, A_BACKWARD_WEIGHT, A_FORWARD, A_RECOMPUTE, N_WORK
+from fastmodel.kernels.nccl import allgather_time, allreduce_time
 from fastmodel.lm.table import row
+from fastmodel.registry.lm import COLUMN_INDEX as C
 
 PLAN = dict(layers=8, hidden=1024, ffn=4096, heads=16, kv_heads=16, head_dim=64, vocab=8, seq_len=2048, tp=1,
             pp=2, vp=2, dp=8, n_gpus=16, micro_batch=1, global_batch=32, sharding="distopt", overlap_grad_reduce=1,
@@ -41,38 +42,40 @@ def test_window_matches_a_queue_of_chunks_launched_p_backwards_apart():
     assert chunked_window(5.0, 1.0, 9.0) == 0.0     # one chunk: nothing after its launch
 
 
-def _work(forward, backward):
-    work = np.zeros(N_WORK)
-    work[A_FORWARD] = forward
-    work[A_BACKWARD_INPUT] = 0.5 * backward
-    work[A_BACKWARD_WEIGHT] = 0.5 * backward
-    work[A_RECOMPUTE] = 0.0
-    return work
+def _stage_collectives(columns, params):
+    """The stage's reduction and gather under the distributed optimizer: reduce-scatter and all-gather over dp = 8
+    adjacent devices (tp = cp = 1), gradients in ``grad_reduce_bytes``, 16-bit weights."""
+    grad = params * columns[C["grad_reduce_bytes"]]
+    return allgather_time(columns, grad, 8.0, 1.0), allgather_time(columns, params * 2.0, 8.0, 1.0)
 
 
 def test_interleaved_windows_from_the_stage_collectives():
     columns = row(**PLAN)
-    work = _work(1e-3, 2e-3)
-    per_stage, params = 4.0, 4e8
-    reduce, gather = stage_collectives(columns, params)
+    params = 4e8
+    reduce, gather = _stage_collectives(columns, params)
     assert reduce > 0.0 and gather > 0.0
-    backward, forward = dp_overlap_windows(columns, work, per_stage, params)
+    # 4 layers a stage: backward 4 x 2 ms, forward 4 x 1 ms of one micro-batch
+    comm, _, _, _, backward, forward = data_parallel(columns, params, 8e-3, 4e-3, 8.0, 8.0, 1.0, 0.0, True)
+    assert comm == pytest.approx(reduce + gather, rel=1e-12)     # the collectives the windows are taken from
     # chunk backward b = 2 layers x 2 ms; chunk c's reduction has c p b = 8 ms c after its launch
     assert backward == pytest.approx(min(reduce / 2.0, 2.0 * 4e-3), rel=1e-12)
     assert forward == pytest.approx(min(gather / 2.0, 2.0 * 2e-3), rel=1e-12)
+    assert dp_overlap_windows(columns, reduce, gather, 8e-3, 4e-3) == pytest.approx((backward, forward), rel=1e-15)
+    # the expert call (chunked False) keeps the windows it is given
+    assert data_parallel(columns, params, 8e-3, 4e-3, 8.0, 8.0, 1.0, 0.0, False)[4:] == (8e-3, 4e-3)
 
 
 def test_without_interleaving_the_window_is_one_micro_batch_of_the_stage():
-    work = _work(1e-3, 2e-3)
     for plan in (dict(PLAN, vp=1, pipeline_schedule="1f1b"), dict(PLAN, pipeline_schedule="zb_h1", vp=1),
                  dict(PLAN, dp=1, n_gpus=2), dict(PLAN, sharding="fsdp")):
-        assert dp_overlap_windows(row(**plan), work, 4.0, 4e8) == pytest.approx((8e-3, 4e-3), rel=1e-15)
+        assert dp_overlap_windows(row(**plan), 0.5, 0.25, 8e-3, 4e-3) == pytest.approx((8e-3, 4e-3), rel=1e-15)
+        assert data_parallel(row(**plan), 4e8, 8e-3, 4e-3, 8.0, 8.0, 1.0, 0.0, True)[4:] == (8e-3, 4e-3)
 
 
-def test_stage_collectives_are_those_data_parallel_times():
-    for sharding in ("distopt", "ddp"):
-        columns = row(**dict(PLAN, sharding=sharding))
-        reduce, gather = stage_collectives(columns, 4e8)
-        comm, _, _, _ = data_parallel(columns, 4e8, 0.0, 0.0, 8.0, 8.0, 1.0, 0.0)
-        assert reduce + gather == pytest.approx(comm, rel=1e-12)
-    assert stage_collectives(row(**dict(PLAN, sharding="ddp")), 4e8)[1] == 0.0
+def test_ddp_windows_take_its_allreduce_and_no_gather():
+    columns = row(**dict(PLAN, sharding="ddp"))
+    reduce = allreduce_time(columns, 4e8 * columns[C["grad_reduce_bytes"]], 8.0, 1.0)
+    comm, _, after, _, backward, forward = data_parallel(columns, 4e8, 8e-3, 4e-3, 8.0, 8.0, 1.0, 0.0, True)
+    assert comm == pytest.approx(reduce, rel=1e-12) and after == 0.0
+    assert backward == pytest.approx(min(reduce / 2.0, 2.0 * 4e-3), rel=1e-12)
+    assert forward == 0.0       # no gather: nothing to hide behind the forward

@@ -400,7 +400,7 @@ def test_fms_fsdp_hsdp_replica_allreduce_moves_bf16_gradient_shards_by_hand():
     assert row[C["grad_reduce_bytes"]] == 2.0
     p = 7.0e9
     hand = 2.0 * 11.0 / 12.0 * (2.0 * p / 8.0) / (12.5e9 * 0.85) + 8 * 9.6e-6
-    comm, exposed, after, local = data_parallel(row, p, 10.0, 10.0, 8.0, 96.0, 1.0, 0.0)
+    comm, exposed, after, local, _, _ = data_parallel(row, p, 10.0, 10.0, 8.0, 96.0, 1.0, 0.0, True)
     assert comm == pytest.approx(hand, rel=1e-9)
     assert local == p / 8.0
     assert after == 0.0                             # FSDP at pp = 1: its gathers are per layer, not here
