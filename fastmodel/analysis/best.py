@@ -174,7 +174,8 @@ def best(ds: xr.Dataset, by: str, top: int = 10, where: list[str] | None = None,
     usable HBM are ranked unless ``include_oom`` or a ``where`` filter names ``fits_memory``; the table's
     ``attrs["fits_filter"]`` says whether that filter applied (``applied``) and how many of the ``of``
     candidates (finite ``by`` passing ``where``) it dropped (``dropped``), and the memory margin it used
-    (``margin``: bytes of HBM kept free, ``source`` "default" -- the stack's reserve -- or "user" for
+    (``margin``: bytes of HBM kept free, ``source`` "default" -- each plan's allocator cache, or ``1 - usable_hbm_fraction`` of the HBM when a device
+    sets it -- or "user" for
     ``memory_margin``, bytes; fastmodel/analysis/margin.py).
     """
     import pandas as pd

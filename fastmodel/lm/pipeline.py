@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fastmodel.errors import UnsupportedError
 from fastmodel.lm.pipeline_program import PipelineTimes, pipeline_program, pipeline_slots, schedule_pipeline
 from fastmodel.registry.lm import COLUMN_INDEX, PIPELINE_SCHEDULES
 
@@ -146,11 +147,17 @@ def stage_times(columns: np.ndarray, uniform: bool = False, schedule: str | None
 
 def send_time(columns: np.ndarray) -> float:
     """Seconds of one point-to-point send of the configuration ``columns``: the kernel's ``comm_pp`` counts
-    2 (m v + p - 1) sends (``kernels/lm_parallel.pipeline_p2p``)."""
+    2 (m v + p - 1) sends (``kernels/lm/pipeline.pipeline_p2p``). An UnsupportedError for a pipeline that
+    DeepSpeed's engine runs (blocking sends, ``kernels/lm/pipeline.deepspeed_p2p``)."""
     from fastmodel.lm.engine import evaluate_table
 
     columns = np.asarray(columns, dtype=np.float64)
     p, v = _col(columns, "pp"), max(_col(columns, "vp"), 1.0)
+    if _col(columns, "pp_engine_deepspeed") > 0.0 and v <= 1.0 and \
+            int(round(_col(columns, "pipeline_schedule"))) == PIPELINE_SCHEDULES["1f1b"]:
+        raise UnsupportedError("", "plan.pp_engine_deepspeed", "the exact pipeline path runs each send on a stream of "
+                               "its own; DeepSpeed's blocking sends and TP gathers (docs/model.md §11.31) are in "
+                               "the step kernel only")
     m = _col(columns, "global_batch") / (_col(columns, "micro_batch") * _col(columns, "dp"))
     return float(evaluate_table(columns[:, None])["comm_pp"][0]) / (2.0 * (m * v + p - 1.0))
 

@@ -27,6 +27,7 @@ from fastmodel.lm.loader import load_cluster, load_execution, load_lm_model
 from fastmodel.lm.lowering import Mesh, lower
 from fastmodel.lm.table import CODE_TABLES, encode
 from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
+from fastmodel.registry.lm_overhead import usable_fraction_problem
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -136,6 +137,9 @@ def _axis_values(name: str, values: Any, model, cluster, max_gpus: int) -> tuple
         if outside:
             raise SweepError(f"axis {name!r}: {outside[0]!r} is outside [{column.lo:g}, {column.hi:g}]"
                              f"{' ' + column.units if column.units not in ('1', 'code') else ''}")
+        wrong = [usable_fraction_problem(x) for x in numeric] if name == "usable_hbm_fraction" else []
+        if any(wrong):
+            raise SweepError(f"axis {name!r}: {next(w for w in wrong if w)}")
     return list(values), numeric
 
 

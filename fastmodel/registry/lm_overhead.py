@@ -15,6 +15,20 @@ NCCL_LL_BYTES = 8 * 512 * 8 * 16
 NCCL_LL128_BYTES = 120 * 640 * 8 * 8
 NCCL_SIMPLE_BYTES = 1 << 22
 
+#: the smallest share of HBM a set ``usable_hbm_fraction`` may give (its bound before 0 came to mean "not set");
+#: a value below it reads as the share to keep FREE typed by mistake ("0.05" for a 5 % reserve)
+USABLE_HBM_FRACTION_MIN = 0.1
+
+
+def usable_fraction_problem(value: float) -> str | None:
+    """Why ``value`` is not a ``usable_hbm_fraction`` (None when it is): 0 means not set; a set share is in
+    [``USABLE_HBM_FRACTION_MIN``, 1]."""
+    if value == 0.0 or USABLE_HBM_FRACTION_MIN <= value <= 1.0:
+        return None
+    return (f"{value:g} is the share of HBM a plan may FILL (0 = not set: keep the plan's allocator cache free); "
+            f"a set share is in [{USABLE_HBM_FRACTION_MIN:g}, 1] (to keep a margin free, use --memory-margin)")
+
+
 OVERHEAD_DEVICE_ROWS = (
     ("usable_hbm_fraction", "1", 0.0, "Share of HBM a plan may fill, when set (> 0): fits_memory is then "
      "memory_per_device <= f x HBM. 0 (default): not set; the training engine keeps free the plan's own allocator "

@@ -163,7 +163,8 @@ def pipeline_p2p(row, micro_batches):
     ``recv_tensor_from_previous_stage``, a blocking ``send_forward_recv_forward`` per warm-up chunk;
     megatron/core/pipeline_parallel/schedules.py, NVIDIA/Megatron-LM@d98e8a6) and ``n = p`` otherwise (DualPipe:
     each direction a chain of p). The exact pipeline path adds exactly these for uniform stages
-    (tests/lm/test_pipeline_program.py)."""
+    (tests/lm/test_pipeline_program.py); it does not model DeepSpeed's blocking sends (:func:`deepspeed_p2p`) and
+    refuses those rows (``fastmodel.lm.pipeline.send_time``)."""
     t = row[C_TP]
     p = row[C_PP]
     v = row[C_VP]
@@ -215,7 +216,8 @@ def deepspeed_p2p(row, micro_batches, nbytes):
     is_model_parallel``, microsoft/DeepSpeed v0.5.4 ``runtime/pipe/engine.py`` lines 115-116, 590-600, 892-896);
     the receiver rebuilds the whole tensor by ``PartitionedTensor.full()`` (``runtime/utils.py`` lines 693-721):
     a zero-filled buffer, the local slice copied in, an all-gather over the TP group, a clone, (3 + 2/t)
-    ``nbytes`` through HBM beside the gather, plus the clone of the received slice (2/t)."""
+    ``nbytes`` through HBM beside the gather, plus the clone of the received slice (2/t). Blocking: seconds =
+    exposed seconds."""
     t = row[C_TP]
     p = row[C_PP]
     part = nbytes / t
@@ -225,8 +227,8 @@ def deepspeed_p2p(row, micro_batches, nbytes):
         gather = allgather_time(row, nbytes, t, 1.0) + row[C_COLLECTIVE_OVERHEAD_S] \
             + memory_bound_time(row, (3.0 + 4.0 / t) * nbytes)
     sends, gathers = deepspeed_exposed_counts(micro_batches, p)
-    pp_comm = 2.0 * (micro_batches + p - 1.0) * send
-    return pp_comm, sends * send + gathers * gather
+    exposed = sends * send + gathers * gather     # all blocking: ``comm_pp`` counts the critical path's sends
+    return exposed, exposed
 
 
 @njit(inline="always")

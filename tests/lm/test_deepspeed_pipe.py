@@ -138,7 +138,18 @@ def test_partitioned_blocking_sends_by_hand():
     assert part == pytest.approx(114.8576e-6, rel=1e-6)
     gather = allgather_time(row(**RUN), c, 4.0, 1.0) + 20e-6 + 4.0 * c / (2.0e12 * 0.8)
     assert exposed == pytest.approx(32 * part + 28 * gather, rel=1e-12)
-    assert comm == pytest.approx(2 * (8 + 4 - 1) * part, rel=1e-12)
+    assert comm == exposed          # blocking: what is on the critical path is all exposed (review HIGH 1)
+
+
+def test_the_exact_pipeline_path_refuses_deepspeed_blocking_sends():
+    """The exact path runs each send on its own stream; DeepSpeed's blocking order is in the step kernel only."""
+    from fastmodel.errors import UnsupportedError
+    from fastmodel.lm.pipeline import send_time
+
+    columns = row(**RUN, pp_engine_deepspeed=1)
+    with pytest.raises(UnsupportedError, match="plan.pp_engine_deepspeed"):
+        send_time(columns)
+    assert send_time(row(**RUN)) > 0.0
 
 
 def test_without_tp_nothing_is_gathered_and_interleaving_keeps_megatron_sends():

@@ -212,6 +212,7 @@ def test_allgather_context_parallelism_gathers_k_and_v_and_is_exposed():
     {"host_layer_s": 0.05},                       # host-bound: every micro-batch waits on the CPU
     {"offload_modules": 12, "host_link_bw": 1e9},  # fine-grained offloading over a slow host link (§11.21)
     {"sharding": "fsdp", "shard_degree": 8, "reduce_every_microbatch": 1},   # Llama 3: FP32 reduce-scatter per mb
+    {"pp_engine_deepspeed": 1},      # DeepSpeed's blocking partitioned sends and TP gathers (§11.31): all exposed
 ])
 def test_step_time_is_the_sum_of_its_parts(variant):
     r = one(**{**LLAMA70B, **variant})

@@ -106,3 +106,18 @@ def test_a_plan_over_the_hbm_does_not_fit():
     per_device = 76.0 * GIB  # 75.5 allocated + 0.5 overhead: 76.0 + 0.05 x 75.5 = 79.78 > 79.11
     assert per_device > usable_hbm_bytes(row, 75.5 * GIB)
     assert 74.0 * GIB <= usable_hbm_bytes(row, 73.5 * GIB)  # 74.0 + 3.675 = 77.675 <= 79.11
+
+
+def test_a_set_usable_fraction_below_a_tenth_is_refused_as_a_reserve_typed_by_mistake():
+    """Review MEDIUM 2: 0 now means "not set", so the column's bound is [0, 1]; a user who types 0.05 meaning "keep 5 %
+    free" would get 5 % usable and every plan "does not fit". 0 and [0.1, 1] are taken; (0, 0.1) is one line."""
+    from fastmodel.errors import SweepError
+    from fastmodel.lm.sweep import lm_sweep
+    from fastmodel.registry.lm_overhead import usable_fraction_problem
+
+    assert usable_fraction_problem(0.0) is None and usable_fraction_problem(0.1) is None
+    assert usable_fraction_problem(0.95) is None and usable_fraction_problem(1.0) is None
+    assert "FILL" in usable_fraction_problem(0.05) and "--memory-margin" in usable_fraction_problem(0.05)
+    assert usable_fraction_problem(1.5) is not None
+    with pytest.raises(SweepError, match="axis 'usable_hbm_fraction': 0.05 is the share of HBM a plan may FILL"):
+        lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", axes={"usable_hbm_fraction": [0.9, 0.05]})
