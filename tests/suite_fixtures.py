@@ -1,9 +1,15 @@
 """What several test modules share: the column values of the tests that derive a table row's figures by hand (the
 H100 device and the 8-GPU-node network of the lm table's rows, the lm engine's outputs of one row, two serving
-models' shapes), and the check of the command line's one-line errors.
+models' shapes), the command line's invocation and the check of its one-line errors, and the first records of a
+test data file.
 
 A test that needs other values states them as an override where it uses these (``dict(NET, inter_bw=12.5e9)``),
 so the numbers it derives from stay in sight. Importing it loads no engine (the serving tests use its shapes)."""
+
+from pathlib import Path
+
+#: the test data folder (tests/data)
+DATA = Path(__file__).resolve().parent / "data"
 
 #: an H100 SXM's 16-bit GEMM, flash-attention, memory and launch columns: the values of specs/devices/h100-sxm.toml
 H100 = dict(peak_flops_16=989e12, gemm_eff_16=0.72, sm_count=132, gemm_tile_m=128, gemm_tile_n=256,
@@ -39,3 +45,17 @@ def one_line_error(result, *texts: str) -> None:
     assert result.output.startswith("error: ") and result.output.count("\n") == 1, result.output
     for text in texts:
         assert text in result.output, (text, result.output)
+
+
+def cli(*args):
+    """click's ``Result`` of ``fastmodel ARGS`` (each argument as text), exceptions raised, not caught."""
+    from click.testing import CliRunner
+
+    from fastmodel.cli import main
+
+    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+
+
+def data_lines(name: str, count: int) -> list[str]:
+    """The first ``count`` non-blank lines of the test data file ``name`` (tests/data)."""
+    return [line for line in (DATA / name).read_text().splitlines() if line.strip()][:count]

@@ -245,8 +245,8 @@ def lower(model, cluster, execution, mesh: Mesh, global_batch: int, notes: list[
     for name, value in cluster.efficiency.items():
         if name not in COLUMN_INDEX:
             raise SpecError(cluster.name, f"efficiency.{name}", f"unknown column{nearest(name, COLUMN_INDEX)}")
-        if name == "usable_hbm_fraction" and usable_fraction_problem(value):
-            raise SpecError(cluster.name, f"efficiency.{name}", usable_fraction_problem(value))
+        if name == "usable_hbm_fraction" and (problem := usable_fraction_problem(value)):
+            raise SpecError(cluster.name, f"efficiency.{name}", problem)
         columns[COLUMN_INDEX[name]] = value
     for tier, names in zip(cluster.tiers, TIER_COLUMNS):  # the network columns come from the tier list
         for name, value in zip(names, (tier.domain_size, tier.bandwidth_per_device_bytes_per_s, tier.efficiency,

@@ -153,8 +153,9 @@ def send_time(columns: np.ndarray) -> float:
 
     columns = np.asarray(columns, dtype=np.float64)
     p, v = _col(columns, "pp"), max(_col(columns, "vp"), 1.0)
-    if _col(columns, "pp_engine_deepspeed") > 0.0 and v <= 1.0 and \
-            int(round(_col(columns, "pipeline_schedule"))) == PIPELINE_SCHEDULES["1f1b"]:
+    from fastmodel.kernels.lm.pipeline import deepspeed_engine
+
+    if deepspeed_engine(columns):
         raise UnsupportedError("", "plan.pp_engine_deepspeed", "the exact pipeline path runs each send on a stream of "
                                "its own; DeepSpeed's blocking sends and TP gathers (docs/model.md §11.31) are in "
                                "the step kernel only")

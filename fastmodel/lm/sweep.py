@@ -137,9 +137,9 @@ def _axis_values(name: str, values: Any, model, cluster, max_gpus: int) -> tuple
         if outside:
             raise SweepError(f"axis {name!r}: {outside[0]!r} is outside [{column.lo:g}, {column.hi:g}]"
                              f"{' ' + column.units if column.units not in ('1', 'code') else ''}")
-        wrong = [usable_fraction_problem(x) for x in numeric] if name == "usable_hbm_fraction" else []
-        if any(wrong):
-            raise SweepError(f"axis {name!r}: {next(w for w in wrong if w)}")
+        problems = map(usable_fraction_problem, numeric) if name == "usable_hbm_fraction" else ()
+        if problem := next((p for p in problems if p), None):
+            raise SweepError(f"axis {name!r}: {problem}")
     return list(values), numeric
 
 

@@ -32,9 +32,8 @@ def device_table() -> dict[str, dict[str, float]]:
         for key in data:
             if key not in COLUMN_INDEX:
                 raise SpecError(f"specs/devices/{entry.name}", key, f"unknown column{nearest(key, COLUMN_INDEX)}")
-        if usable_fraction_problem(float(data.get("usable_hbm_fraction", 0.0))):
-            raise SpecError(f"specs/devices/{entry.name}", "usable_hbm_fraction",
-                            usable_fraction_problem(float(data["usable_hbm_fraction"])))
+        if problem := usable_fraction_problem(float(data.get("usable_hbm_fraction", 0.0))):
+            raise SpecError(f"specs/devices/{entry.name}", "usable_hbm_fraction", problem)
         for name in names:
             table[name.lower()] = {k: float(v) for k, v in data.items()}
     return table

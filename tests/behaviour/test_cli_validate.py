@@ -3,43 +3,29 @@ before any record is evaluated. (A record of the other kind in a file is refused
 a reason to stop the file: issue 26 item 7, "it never aborts a file for one record".)"""
 
 import json
-from pathlib import Path
 
-from click.testing import CliRunner
-
-from fastmodel.cli import main
-from tests.suite_fixtures import one_line_error
-
-DATA = Path(__file__).resolve().parents[1] / "data"
-
-
-def _lines(name: str, count: int) -> list[str]:
-    return [line for line in (DATA / name).read_text().splitlines() if line.strip()][:count]
-
-
-def run(*args):
-    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+from tests.suite_fixtures import cli, data_lines, one_line_error
 
 
 def test_heldout_without_a_split_beside_runs_says_how_to_name_one(tmp_path):
     runs = tmp_path / "runs.jsonl"
-    runs.write_text("\n".join(_lines("runs_dev_small.jsonl", 2)) + "\n")
-    one_line_error(run("validate", runs, "--heldout"), f"{tmp_path / 'heldout.json'}: cannot read the held-out "
+    runs.write_text("\n".join(data_lines("runs_dev_small.jsonl", 2)) + "\n")
+    one_line_error(cli("validate", runs, "--heldout"), f"{tmp_path / 'heldout.json'}: cannot read the held-out "
                    "split: no such file; --heldout without a value reads heldout.json beside RUNS: name the split, "
                    "--heldout SPLIT.json")
-    result = run("validate", runs, "--heldout", tmp_path / "split.json")   # named: no hint about the default
+    result = cli("validate", runs, "--heldout", tmp_path / "split.json")   # named: no hint about the default
     one_line_error(result, "split.json: cannot read the held-out split: no such file")
     assert "beside RUNS" not in result.output
 
 
 def test_a_calibration_of_the_wrong_kind_and_an_output_without_force_are_one_line(tmp_path):
     runs = tmp_path / "runs.jsonl"
-    runs.write_text("\n".join(_lines("runs_dev_small.jsonl", 2)) + "\n")
-    one_line_error(run("validate", runs, "--calibration", runs), "runs.jsonl: invalid TOML")
+    runs.write_text("\n".join(data_lines("runs_dev_small.jsonl", 2)) + "\n")
+    one_line_error(cli("validate", runs, "--calibration", runs), "runs.jsonl: invalid TOML")
     spec = tmp_path / "not_a_calibration.toml"
     spec.write_text('[device]\nname = "H100"\n')
-    one_line_error(run("validate", runs, "--calibration", spec), "not_a_calibration.toml")
+    one_line_error(cli("validate", runs, "--calibration", spec), "not_a_calibration.toml")
     table = tmp_path / "v.csv"
     table.write_text("id,status\n")
-    one_line_error(run("validate", runs, "-o", table), "v.csv exists; pass --force to replace it")
+    one_line_error(cli("validate", runs, "-o", table), "v.csv exists; pass --force to replace it")
     assert json.loads(runs.read_text().splitlines()[0])["id"]          # RUNS untouched
