@@ -1,7 +1,10 @@
-"""The docs the code cites exist: every ``docs/model.md §x.y`` names a section of docs/model.md,
-and every relative link of README.md and docs/*.md points at a file of the repository."""
+"""The docs the code cites exist: every ``docs/model.md §x.y`` names a section of docs/model.md; every
+relative link of README.md and docs/ points at a file of the repository (and at a heading of it, with
+``#``); docs/architecture.md's package tables name every module, and only modules that exist."""
 
+import os
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -53,8 +56,96 @@ def test_model_doc_cross_references_resolve():
     assert not missing, f"docs/model.md refers to missing sections {missing}"
 
 
-@pytest.mark.parametrize("doc", ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))])
+DOCS = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").rglob("*.md"))]
+#: a relative link: its file (empty for a link within the page) and its anchor (without '#'), if any
+LINK = re.compile(r"\]\(([^()#:\s]*)(?:#([^()\s]*))?\)")
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor of a heading: markup dropped, lower case, punctuation but '-' and '_' removed, spaces
+    to '-' (``## 10. Semantics`` -> ``10-semantics``; `` ### `fastmodel/lm/` `` -> ``fastmodellm``)."""
+    text = re.sub(r"\[([^]]*)\]\([^)]*\)", r"\1", heading.strip())
+    return re.sub(r"[^\w\- ]", "", text.lower()).replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    """The anchors of a Markdown file's headings (outside code blocks), a repeated one as GitHub numbers it."""
+    found: set[str] = set()
+    fenced = False
+    for line in path.read_text().splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        match = None if fenced else re.match(r"#{1,6} (.+)", line)
+        if match:
+            base = slug(match.group(1))
+            name, n = base, 0
+            while name in found:
+                n += 1
+                name = f"{base}-{n}"
+            found.add(name)
+    return found
+
+
+def test_slug_is_githubs():
+    assert slug("10. Semantics") == "10-semantics"
+    assert slug("4. Lowering: one Program per structure") == "4-lowering-one-program-per-structure"
+    assert slug("`fastmodel/lm/`") == "fastmodellm"
+    assert slug("Where the code diverges from ARCHITECTURE.md") == "where-the-code-diverges-from-architecturemd"
+
+
+@pytest.mark.parametrize("doc", DOCS)
 def test_relative_links_resolve(doc):
+    """Every relative link of README.md and docs/ names a file of the repository and, with '#', a heading of
+    that Markdown file (or of the page itself)."""
     path = ROOT / doc
-    for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", path.read_text()):
-        assert (path.parent / target).exists(), f"{doc} links to {target}, which does not exist"
+    for target, anchor in LINK.findall(path.read_text()):
+        linked = path.parent / target if target else path
+        assert linked.exists(), f"{doc} links to {target}, which does not exist"
+        if anchor and linked.suffix == ".md":
+            assert anchor in anchors(linked), f"{doc} links to {target}#{anchor}: {target or doc} has no such heading"
+
+
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+
+
+def documented_modules() -> list[str]:
+    """The modules docs/architecture.md's package tables name: a row `` | `name.py` | job | `` under a heading
+    `` ### `folder/` ``, as ``folder/name.py``."""
+    named, folder = [], None
+    for line in ARCHITECTURE.read_text().splitlines():
+        if line.startswith("#"):
+            match = re.match(r"### `([\w/]+/)`$", line)
+            folder = match.group(1) if match else None
+        elif folder:
+            row = re.match(r"\| `([\w/]+\.py)` \|", line)
+            if row:
+                named.append(folder + row.group(1))
+    return named
+
+
+def source_modules() -> set[str]:
+    """Every module of fastmodel/, kernels/, specs/ and bench/ (not through a symlink, as a worktree's
+    fastmodel/kernels)."""
+    found = set()
+    for folder in ("fastmodel", "kernels", "specs", "bench"):
+        for where, _, files in os.walk(ROOT / folder):
+            found.update(str((Path(where) / f).relative_to(ROOT).as_posix()) for f in files if f.endswith(".py"))
+    return found
+
+
+def test_architecture_names_every_module_once():
+    named = documented_modules()
+    assert len(named) > 200
+    twice = sorted({m for m in named if named.count(m) > 1})
+    assert not twice, f"docs/architecture.md lists these modules twice: {twice}"
+    missing = sorted(source_modules() - set(named))
+    assert not missing, f"add a row per module to docs/architecture.md's package tables: {missing}"
+    stale = sorted(set(named) - source_modules())
+    assert not stale, f"docs/architecture.md names modules that do not exist: {stale}"
+
+
+def test_module_finder_reads_a_table(tmp_path, monkeypatch):
+    page = tmp_path / "architecture.md"
+    page.write_text("### `fastmodel/x/`\n\n| module | job |\n|---|---|\n| `a.py` | A |\n\n## Other\n\n| `b.py` | B |\n")
+    monkeypatch.setattr(sys.modules[__name__], "ARCHITECTURE", page)
+    assert documented_modules() == ["fastmodel/x/a.py"]
