@@ -1,5 +1,5 @@
 """Analysis of results shared by the engines: top-k tables (``best``), the one-configuration report
-record every engine's report returns (``run_report``) and the rule that turns results that are not finite
-numbers into a status (``finite``). Each engine's report and validation live in its wing. Nothing is
-imported here.
+record every engine's report returns (``run_report``), the memory margin (``margin``), validation scores
+(``scores``) and the held-out split (``splits``). Each engine's report and validation live in its wing
+(results that are not finite numbers become a status in ``kernels/finite.py``). Nothing is imported here.
 """

@@ -1,9 +1,10 @@
-"""Specs: what is modelled (a model, a system or cluster, a task, an execution).
+"""Spec machinery every engine shares; each engine's own spec kinds live in its wing (``fastmodel.madmax.spec``,
+``fastmodel.lm.spec``, ``fastmodel.serve.spec``).
 
-One module per spec kind (``model``, ``system``, ``task``, ``lm``, ``serve``;
-``network``: the tiers both system kinds describe their network with),
-units in spec files (``quantity``), the built-in device files by name (``devices``), reading files, built-in names and dicts
-(``loader``, ``lm_loader``, ``madmax_format``) and JSON Schemas (``schema``).
+``loader`` (built-in names, TOML/JSON files and dicts, one-line errors), ``detect`` (what an input is, by its
+content), ``quantity`` (units in spec files), ``network`` (the tiers both system kinds describe their network
+with), ``devices`` (the built-in device files by name), ``columns`` (the real-world column vector by name),
+``records`` and ``record_blocks`` (measured-run files and their typed blocks).
 The built-in spec *files* are the separate data package ``fastmodel.specs``.
 Nothing is imported here, so ``import fastmodel.spec`` loads no pydantic.
 """
