@@ -4,10 +4,10 @@ A real-world result says, per configuration, ``memory_per_device`` (allocated te
 caching allocator) and, in its attrs, the device's ``hbm_bytes``. A plan fits when ``memory_per_device <= hbm_bytes
 - margin``. The default margin (what ``fits_memory`` was computed with, kernels/lm/evaluate.py
 ``usable_hbm_bytes``) is each plan's own allocator cache, ``allocator_cache_fraction x memory_allocated``
-(``allocator_cache_fraction_expandable`` under expandable segments, ``unrecoverable_share``) (attribute ``memory_margin_rule`` = "allocator_cache"; docs/model_memory.md "What a run keeps free"), or, when the
-device column ``usable_hbm_fraction`` is set, ``hbm_bytes - usable_hbm_bytes``. A margin the user sets
-(``--memory-margin`` / ``memory_margin=``, bytes) replaces it. A margin below zero or at least the HBM is a
-one-line error.
+(``allocator_cache_fraction_expandable`` under expandable segments, ``unrecoverable_share``) (attribute
+``memory_margin_rule`` = "allocator_cache"; docs/model_memory.md "What a run keeps free"), or, when the device
+column ``usable_hbm_fraction`` is set, ``hbm_bytes - usable_hbm_bytes``. A margin the user sets (``--memory-margin``
+/ ``memory_margin=``, bytes) replaces it. A margin below zero or at least the HBM is a one-line error.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ def usable_attrs(base) -> dict:
 
 def unrecoverable_share(row) -> float:
     """The share of allocated bytes a failed allocation does not get back from the caching allocator, as
-    kernels/lm/evaluate.py ``unrecoverable_cache_share`` takes it: ``allocator_cache_fraction_expandable`` when the plan column ``allocator_expandable_segments`` is
-    set, else ``allocator_cache_fraction`` (docs/model_memory.md "Expandable segments")."""
+    kernels/lm/evaluate.py ``unrecoverable_cache_share`` takes it: ``allocator_cache_fraction_expandable`` when the
+    plan column ``allocator_expandable_segments`` is set, else ``allocator_cache_fraction`` (docs/model_memory.md "Expandable segments")."""
     from fastmodel.registry.lm import COLUMN_INDEX as C
 
     if float(row[C["allocator_expandable_segments"]]) > 0.0:

@@ -66,8 +66,9 @@ def test_one_h100_plan_by_hand_under_both_modes():
     assert default_margin_bytes(default, allocated) == pytest.approx(3.5 * GIB, rel=1e-15)
     assert default_margin_bytes(expandable, allocated) == pytest.approx(0.91 * GIB, rel=1e-12)
     assert usable_hbm_bytes(expandable, allocated) == pytest.approx(H100_HBM - 0.91 * GIB, rel=1e-15)
-    assert (usable_hbm_bytes(expandable, allocated) - usable_hbm_bytes(default, allocated)) / GIB == \
-        pytest.approx(3.5 - 0.91, rel=1e-12)
+    assert (usable_hbm_bytes(expandable, allocated) - usable_hbm_bytes(default, allocated)) / GIB == pytest.approx(
+        3.5 - 0.91, rel=1e-12
+    )
     # a user's usable_hbm_fraction still replaces either rule
     expandable[C["usable_hbm_fraction"]] = 0.9
     assert usable_hbm_bytes(expandable, allocated) == pytest.approx(0.9 * H100_HBM, rel=1e-15)
@@ -114,13 +115,20 @@ def test_a_value_other_than_0_or_1_is_one_line(tmp_path):
     """A record or execution spec takes a boolean (one line naming file and field; the CLI exits 2); a sweep
     axis takes 0/1 or false/true and refuses 0.5 in one line before any point is evaluated."""
     spec = tmp_path / "sweep.toml"
-    spec.write_text('model = "llama3.1-8b"\nsystem = "dgx-h100"\ntask = "llm-pretrain"\n'
-                    '[execution]\nallocator_expandable_segments = 2\n[axes]\nmicro_batch = [1]\n')
-    one_line_error(cli("sweep", spec, "-o", tmp_path / "out.nc"),
-                   "execution.allocator_expandable_segments", "valid boolean")
-    spec.write_text('model = "llama3.1-8b"\nsystem = "dgx-h100"\ntask = "llm-pretrain"\n'
-                    "[axes]\nallocator_expandable_segments = [0, 0.5]\n")
-    one_line_error(cli("sweep", spec, "-o", tmp_path / "out.nc"),
-                   "axes.allocator_expandable_segments: 0.5 is not a switch (0 or 1, false or true)")
+    spec.write_text(
+        'model = "llama3.1-8b"\nsystem = "dgx-h100"\ntask = "llm-pretrain"\n'
+        "[execution]\nallocator_expandable_segments = 2\n[axes]\nmicro_batch = [1]\n"
+    )
+    one_line_error(
+        cli("sweep", spec, "-o", tmp_path / "out.nc"), "execution.allocator_expandable_segments", "valid boolean"
+    )
+    spec.write_text(
+        'model = "llama3.1-8b"\nsystem = "dgx-h100"\ntask = "llm-pretrain"\n'
+        "[axes]\nallocator_expandable_segments = [0, 0.5]\n"
+    )
+    one_line_error(
+        cli("sweep", spec, "-o", tmp_path / "out.nc"),
+        "axes.allocator_expandable_segments: 0.5 is not a switch (0 or 1, false or true)",
+    )
     with pytest.raises(SweepError, match="'allocator_expandable_segments': 2 is outside"):
         lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", axes={"allocator_expandable_segments": [0, 2]})
