@@ -132,7 +132,8 @@ def describe(chosen: dict) -> str:
     if chosen.get("rule") == ALLOCATOR_CACHE_RULE:
         hbm = f"HBM {chosen['hbm_bytes'] / 2**30:.1f} GiB" if chosen["hbm_bytes"] is not None else "the HBM"
         return (f"{hbm} minus each plan's own allocator cache, allocator_cache_fraction x memory_allocated "
-                "(the default: memory_reserved + overhead must fit)")
+                "(the default: memory_reserved + overhead must fit; allocator_cache_fraction_expandable under "
+                "expandable segments)")
     if chosen["bytes"] is None:
         return "usable HBM"
     hbm = f"HBM {chosen['hbm_bytes'] / 2**30:.1f} GiB minus " if chosen["hbm_bytes"] is not None else ""
