@@ -4,10 +4,10 @@ A real-world result says, per configuration, ``memory_per_device`` (allocated te
 caching allocator) and, in its attrs, the device's ``hbm_bytes``. A plan fits when ``memory_per_device <= hbm_bytes
 - margin``. The default margin (what ``fits_memory`` was computed with, kernels/lm/evaluate.py
 ``usable_hbm_bytes``) is each plan's own allocator cache, ``allocator_cache_fraction x memory_allocated``
-(attribute ``memory_margin_rule`` = "allocator_cache"; docs/model_memory.md "What a run keeps free"), or, when the
-device column ``usable_hbm_fraction`` is set, ``hbm_bytes - usable_hbm_bytes``. A margin the user sets
-(``--memory-margin`` / ``memory_margin=``, bytes) replaces it. A margin below zero or at least the HBM is a
-one-line error.
+(``allocator_cache_fraction_expandable`` under expandable segments, ``unrecoverable_share``) (attribute
+``memory_margin_rule`` = "allocator_cache"; docs/model_memory.md "What a run keeps free"), or, when the device
+column ``usable_hbm_fraction`` is set, ``hbm_bytes - usable_hbm_bytes``. A margin the user sets (``--memory-margin``
+/ ``memory_margin=``, bytes) replaces it. A margin below zero or at least the HBM is a one-line error.
 """
 
 from __future__ import annotations
@@ -30,16 +30,27 @@ def usable_attrs(base) -> dict:
     return {"memory_margin_rule": ALLOCATOR_CACHE_RULE}
 
 
+def unrecoverable_share(row) -> float:
+    """The share of allocated bytes a failed allocation does not get back from the caching allocator, as
+    kernels/lm/evaluate.py ``unrecoverable_cache_share`` takes it: ``allocator_cache_fraction_expandable`` when the
+    plan column ``allocator_expandable_segments`` is set, else ``allocator_cache_fraction`` (docs/model_memory.md "Expandable segments")."""
+    from fastmodel.registry.lm import COLUMN_INDEX as C
+
+    if float(row[C["allocator_expandable_segments"]]) > 0.0:
+        return float(row[C["allocator_cache_fraction_expandable"]])
+    return float(row[C["allocator_cache_fraction"]])
+
+
 def default_margin_bytes(row, allocated: float) -> float:
     """The default margin of one configuration (column vector ``row``, ``allocated`` its peak allocated bytes),
     as kernels/lm/evaluate.py ``usable_hbm_bytes`` applies it: ``(1 - usable_hbm_fraction) x HBM`` when the
-    column is set, else ``allocator_cache_fraction x allocated``."""
+    column is set, else ``unrecoverable_share x allocated``."""
     from fastmodel.registry.lm import COLUMN_INDEX as C
 
     fraction = float(row[C["usable_hbm_fraction"]])
     if fraction > 0.0:
         return (1.0 - fraction) * float(row[C["hbm_bytes"]])
-    return float(row[C["allocator_cache_fraction"]]) * float(allocated)
+    return unrecoverable_share(row) * float(allocated)
 
 
 def margin(ds, memory_margin: float | None = None) -> dict:
@@ -121,7 +132,8 @@ def describe(chosen: dict) -> str:
     if chosen.get("rule") == ALLOCATOR_CACHE_RULE:
         hbm = f"HBM {chosen['hbm_bytes'] / 2**30:.1f} GiB" if chosen["hbm_bytes"] is not None else "the HBM"
         return (f"{hbm} minus each plan's own allocator cache, allocator_cache_fraction x memory_allocated "
-                "(the default: memory_reserved + overhead must fit)")
+                "(the default: memory_reserved + overhead must fit; allocator_cache_fraction_expandable under "
+                "expandable segments)")
     if chosen["bytes"] is None:
         return "usable HBM"
     hbm = f"HBM {chosen['hbm_bytes'] / 2**30:.1f} GiB minus " if chosen["hbm_bytes"] is not None else ""

@@ -145,8 +145,8 @@ def memory_timeline(columns: np.ndarray, title: str = "the configuration",
                     memory_margin: float | None = None) -> MemoryTimeline:
     """Every pipeline rank's memory over one step of the configuration ``columns`` (one column vector).
     ``memory_margin`` (bytes): HBM kept free; default: the configuration's own allocator cache,
-    ``allocator_cache_fraction x`` its allocated peak, or ``(1 - usable_hbm_fraction)`` of the HBM when that
-    device column is set (fastmodel/analysis/margin.py ``default_margin_bytes``)."""
+    ``allocator_cache_fraction x`` (``allocator_cache_fraction_expandable x`` under expandable segments) its
+    allocated peak, or ``(1 - usable_hbm_fraction)`` of the HBM when that device column is set (fastmodel/analysis/margin.py ``default_margin_bytes``)."""
     from fastmodel.kernels.lm.memory import memory_row
     from fastmodel.registry.lm import MEMORY_KINDS as KINDS
 

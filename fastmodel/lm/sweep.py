@@ -137,6 +137,8 @@ def _axis_values(name: str, values: Any, model, cluster, max_gpus: int) -> tuple
         if outside:
             raise SweepError(f"axis {name!r}: {outside[0]!r} is outside [{column.lo:g}, {column.hi:g}]"
                              f"{' ' + column.units if column.units not in ('1', 'code') else ''}")
+        if column.option == "flag" and (odd := [v for v, x in zip(values, numeric) if x not in (0.0, 1.0)]):
+            raise SweepError(f"axis {name!r}: {odd[0]!r} is not a switch (0 or 1, false or true)")
         problems = map(usable_fraction_problem, numeric) if name == "usable_hbm_fraction" else ()
         if problem := next((p for p in problems if p), None):
             raise SweepError(f"axis {name!r}: {problem}")

@@ -1,9 +1,10 @@
 """Device columns of the memory that is not a model tensor: what fits, the allocator, the overhead's terms.
 
-Rows of ``fastmodel.registry.lm.DEVICE_COLUMNS`` (name, units, default, doc, lo, hi), kept here so the registry
-module stays readable. The overhead of the training engine (``kernels/lm/memory.py`` ``overhead_bytes``) is the
-CUDA context, the cuBLAS workspaces and the NCCL communicator buffers; docs/model_memory.md "Overhead" gives the
-equations and sources. ``framework_memory_bytes`` is the serving engine's flat constant (kernels/serve).
+Rows of ``fastmodel.registry.lm.DEVICE_COLUMNS`` (name, units, default, doc, lo, hi), and the allocator's plan
+column (``ALLOCATOR_PLAN_ROWS``, a row of ``PLAN_COLUMNS``), kept here so the registry module stays readable.
+The overhead of the training engine (``kernels/lm/memory.py`` ``overhead_bytes``) is the CUDA context, the cuBLAS
+workspaces and the NCCL communicator buffers; docs/model_memory.md "Overhead" gives the equations and sources.
+``framework_memory_bytes`` is the serving engine's flat constant (kernels/serve).
 """
 
 from __future__ import annotations
@@ -42,7 +43,16 @@ OVERHEAD_DEVICE_ROWS = (
      "torch.cuda.memory_stats: reserved = allocated + cached). Also the default margin of fits_memory "
      "(the most of it a failed allocation does not get back: free blocks split from segments in use; "
      "docs/model_memory.md \"What a run keeps free\"). 0.05: the Megatron-LM B200 runs of "
-     "runs_dev_b200.jsonl report max_memory_reserved / max_memory_allocated of 1.028-1.069.", 0, 1),
+     "runs_dev_b200.jsonl report max_memory_reserved / max_memory_allocated of 1.028-1.069. Under "
+     "expandable segments (plan column allocator_expandable_segments) the margin takes "
+     "allocator_cache_fraction_expandable instead; memory_reserved keeps this share.", 0, 1),
+    ("allocator_cache_fraction_expandable", "1", 0.013, "The default margin of fits_memory, as a share of "
+     "allocated bytes, of a run under PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (plan "
+     "allocator_expandable_segments = 1): a failed allocation unmaps every whole free page, so only partial pages "
+     "at the ends of free blocks stay (c10/cuda/CUDACachingAllocator.cpp, Note [Expandable Segments]). 0.013: "
+     "TorchTitan's DeepEP snapshot, 122.28 of 123.89 GB reserved allocated, its whole cache (pytorch/torchtitan"
+     "@022f885f34 scripts/memory_analysis/compare_deepep_vs_baseline.py lines 15-20; docs/model_memory.md "
+     "\"Expandable segments\").", 0, 1),
     ("cuda_context_bytes", "bytes", 287047680, "Device memory of the process's CUDA context with lazy module "
      "loading (PyTorch sets CUDA_MODULE_LOADING=LAZY since 1.13; pytorch/pytorch PR #86509 measured 287,047,680 "
      "bytes lazy vs 666,632,192 eager).", 0, 1e11),
@@ -55,4 +65,18 @@ OVERHEAD_DEVICE_ROWS = (
      "NVIDIA/nccl-tests#100). 0: NCCL buffers not counted.", 0, 64),
     ("nccl_p2p_channels_per_peer", "1", 2, "NCCL channels per peer of point-to-point traffic (pipeline sends, "
      "all-to-all), each a Simple buffer (NCCL logs '2 p2p channels per peer', NVIDIA/nccl#1189, #1706).", 0, 64),
+)
+
+
+#: plan (stack) column of the caching allocator's mode: which share, ``allocator_cache_fraction`` or
+#: ``allocator_cache_fraction_expandable``, sets the default margin (docs/model_memory.md
+#: "Expandable segments (``allocator_expandable_segments``)"); the stack profiles set it where their launcher does
+ALLOCATOR_PLAN_ROWS = (
+    ("allocator_expandable_segments", "1", 0, "1: the run's PyTorch caching allocator maps its segments in pages "
+     "(PYTORCH_CUDA_ALLOC_CONF or PYTORCH_ALLOC_CONF expandable_segments:True): the default margin of "
+     "fits_memory takes allocator_cache_fraction_expandable instead of allocator_cache_fraction (memory_reserved "
+     "does not move: the pages stay cached until an allocation fails). Set by "
+     "the TorchTitan profile (run_train.sh, pytorch/torchtitan a5e57e4a9 on) and Megatron-Bridge's performance "
+     "launcher (scripts/performance/utils/executors.py PERF_ENV_VARS at b7b4e11b); 0: the default allocator.",
+     0, 1, False, "flag"),
 )

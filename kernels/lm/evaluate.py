@@ -12,7 +12,8 @@ import numpy as np
 from fastmodel.kernels.finite import finite_or_marked
 from fastmodel.kernels.jit import njit, prange, stack_vector
 from fastmodel.kernels.lm.layout import (
-    N_COLUMNS, C_ALLOCATOR_CACHE_FRACTION, C_HBM_BYTES, C_USABLE_HBM_FRACTION, M_OVERHEAD, N_MEMORY_KINDS, N_RESULTS,
+    N_COLUMNS, C_ALLOCATOR_CACHE_FRACTION, C_ALLOCATOR_CACHE_FRACTION_EXPANDABLE, C_ALLOCATOR_EXPANDABLE_SEGMENTS,
+    C_HBM_BYTES, C_USABLE_HBM_FRACTION, M_OVERHEAD, N_MEMORY_KINDS, N_RESULTS,
     R_FITS_MEMORY, R_HOST_OFFLOAD_BYTES, R_MEMORY_ALLOCATED, R_MEMORY_PEAK_STAGE, R_MEMORY_PER_DEVICE, R_MEMORY_RESERVED, R_MEMORY_WEIGHTS,
 )
 from fastmodel.kernels.lm.passes import N_WORK
@@ -28,15 +29,26 @@ CHUNK_ROWS = 256
 
 
 @njit
+def unrecoverable_cache_share(row):
+    """The share of allocated bytes the caching allocator holds that a failed allocation does not get back
+    (docs/model_memory.md "Expandable segments (``allocator_expandable_segments``)"):
+    ``allocator_cache_fraction_expandable`` when the plan runs with expandable segments (only partial pages at the
+    ends of free blocks stay mapped), else ``allocator_cache_fraction`` (the default allocator's cache)."""
+    if row[C_ALLOCATOR_EXPANDABLE_SEGMENTS] > 0.0:
+        return row[C_ALLOCATOR_CACHE_FRACTION_EXPANDABLE]
+    return row[C_ALLOCATOR_CACHE_FRACTION]
+
+
+@njit
 def usable_hbm_bytes(row, allocated):
     """The HBM a plan may fill (docs/model_memory.md "What a run keeps free"): ``usable_hbm_fraction x HBM`` when
-    the column is set (> 0); else the HBM less the plan's own allocator cache, ``allocator_cache_fraction x
+    the column is set (> 0); else the HBM less the plan's own allocator cache, ``unrecoverable_cache_share x
     allocated`` (reserved - allocated, the most the caching allocator can hold that a failed allocation does not
-    get back), so that the plan fits when ``memory_reserved + overhead <= HBM``."""
+    get back), so that under the default allocator the plan fits when ``memory_reserved + overhead <= HBM``."""
     fraction = row[C_USABLE_HBM_FRACTION]
     if fraction > 0.0:
         return fraction * row[C_HBM_BYTES]
-    return row[C_HBM_BYTES] - row[C_ALLOCATOR_CACHE_FRACTION] * allocated
+    return row[C_HBM_BYTES] - unrecoverable_cache_share(row) * allocated
 
 
 @njit

@@ -51,6 +51,13 @@ def launcher_defaults(framework: str | None) -> dict:
     return {}
 
 
+#: BRIDGE_ALLOCATOR: Megatron-Bridge's performance launcher runs every recipe with
+#: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (NVIDIA-NeMo/Megatron-Bridge@b7b4e11b
+#: scripts/performance/utils/executors.py line 48, PERF_ENV_VARS, since 6f24c71f3 of 2026-05-12) and drops it for
+#: user-buffer NCCL and for Llama under Megatron-FSDP (perf_plugins.py lines 314-319): the profile sets
+#: ``allocator_expandable_segments`` for a text naming megatron-bridge unless ``sharding = "fsdp"`` (it cannot see
+#: the model family, so DeepSeek-V3's FSDP plans, which keep the option, take the default allocator's cache)
+
 #: small memory-bound CUDA kernels one MoE layer forward launches besides its GEMMs, flash attention and NCCL
 #: collectives: Megatron-LM 23e00ed (megatron/core/transformer/moe/router.py, moe_utils.py, token_dispatcher.py,
 #: moe_layer.py) with TransformerEngine 2.11 fused permutation (transformer_engine/pytorch/triton/permutation.py),
@@ -85,6 +92,8 @@ def defaults(execution, framework: str | None) -> dict:
     launcher = launcher_defaults(framework)
     if getattr(execution, "sharding", None) == "fsdp":
         launcher.pop("overlap_param_gather", None)
+    elif names_in(tokens(framework or ""), "megatron-bridge"):
+        launcher["allocator_expandable_segments"] = True  # BRIDGE_ALLOCATOR
     return {**launcher, "moe_mem_kernels": MOE_MEM_KERNELS_MEGATRON_CORE,
             "moe_probs_in_experts": True, "wgrad_fused_accumulation": True}
 

@@ -14,7 +14,7 @@ The loss is ``torch.nn.functional.cross_entropy(pred.flatten(0, 1).float(), labe
 torchtitan/components/loss.py at 785c34c and 92ed8b3), eager or compiled with the model (``loss_impl``).
 """
 
-from fastmodel.lm.stacks.base import StackProfile
+from fastmodel.lm.stacks.base import StackProfile, names_in, tokens
 from fastmodel.lm.stacks.megatron_2021 import HOST_OP_S_EAGER  # §11.8 "Host issue time" [A]
 from fastmodel.registry.lm import MOE_DISPATCHERS
 
@@ -41,6 +41,11 @@ def defaults(execution, framework: str | None) -> dict:
     # pipelining's set_reshard_after_backward(False) (torch/distributed/pipelining/stage.py, pytorch/pytorch@0138610)
     out = {"fsdp_copy_out": True, "fused_kernels": False, "selective_policy": "op", "loss_impl": loss,
            "attn_fa2": True, "fsdp_stage_gathered": True}
+    # TorchTitan's launcher runs torchrun under expandable segments (run_train.sh, PYTORCH_ALLOC_CONF
+    # "expandable_segments:True"; added to run_llama_train.sh by a5e57e4a9, PR #643, 2024-10-22): a text that
+    # names TorchTitan, not FSDP2 alone (other launchers of FSDP2 set no allocator option)
+    if names_in(tokens(framework or ""), "torchtitan"):
+        out["allocator_expandable_segments"] = True
     # DeepEP needs ep > 1: its MoE path runs eager when the model is not compiled or its blocks fall back to eager;
     # the registry's code, not the spelling ("flex" is the same dispatcher, MOE_DISPATCHERS)
     deepep = MOE_DISPATCHERS.get(execution.moe_dispatcher) == MOE_DISPATCHERS["deepep"]
