@@ -92,6 +92,18 @@ FIRST_BF16_ACCUM_DEFAULT = (0, 18, 0)
 INPLACE_16BIT_ACCUM_BYTES = 2.0 + 2.0 + 2.0
 #: BF16_Optimizer.update_hp_grads: ``lp.grad.to(fp32)`` reads 2 and writes 4, ``hp_grad.add_`` reads 4 + 4, writes 4
 BF16_OPTIMIZER_ACCUM_BYTES = (2.0 + 4.0) + (4.0 + 4.0 + 4.0)
+#: The per-step passes of DeepSpeed's engine at ZeRO stage 0 under fp16, in bytes per local parameter beyond the
+#: Adam kernel's own count (``step.optimizer_bytes_per_param``, which reads a 2-B gradient), read at v0.5.8.
+#: ``FP16_Optimizer.step`` (the fused path DeepSpeed wraps an Apex or DeepSpeed ``FusedAdam`` in;
+#: runtime/fp16/fused_optimizer.py lines 217-298, runtime/utils.py ``CheckOverflow`` lines 223-286): the overflow
+#: check's ``float(x.float().sum())`` per gradient tensor (read 2, write 4, read 4 = 10), ``p.grad.to(fp32)``
+#: (2 + 4) and ``_flatten_dense_tensors`` (4 + 4), the norm of the flat FP32 gradient (4), ``unscale_and_clip_grads``'
+#: ``mul_`` (4 + 4), Adam reading it at 4 B, not 2 (+2): 38 B. The reduction before it (engine.py
+#: ``buffered_allreduce_fallback`` -> ``allreduce_and_copy``, lines 2088-2131, experts over their own group): the
+#: bucket's ``flatten`` (2 + 2), ``prescale_gradients``' ``mul_`` (2 + 2), the copy back (2 + 2): 12 B. 50 B = 25
+#: passes of the 2-B gradient; ``p.data.copy_(q.data)`` from the FP32 master rereads it (``step_master_copy``); no
+#: zeroing (``p.grad = None``) (docs/model.md §11.32)
+STAGE0_FP16_STEP_PASSES = {"step_grad_passes": 25.0, "step_master_copy": True}
 
 
 def version(framework: str | None) -> tuple[int, ...] | None:
@@ -150,12 +162,13 @@ def stage0_path(execution, framework: str | None) -> dict:
     fp16 the engine wraps ``FP16_Optimizer``, the gradients stay
     in the model's fp16 ``param.grad``, which autograd accumulates in place (no hooks: 6 B per parameter and
     micro-batch), and ``allreduce_gradients`` -> ``buffered_allreduce_fallback`` all-reduces them after the
-    backward pass in ``communication_data_type`` = fp16 (v0.5.8 engine.py lines 746-755 and 1656-1671). {} else."""
+    backward pass in ``communication_data_type`` = fp16 (v0.5.8 engine.py lines 746-755 and 1656-1671); the
+    reduction's buffers and the step's passes are ``STAGE0_FP16_STEP_PASSES``. {} else."""
     named = names_in(tokens(framework or ""), ZERO_STAGE0) is not None
     stage0 = named and zero_stages(framework) == (0,)
     if not stage0 or execution.precision != "fp16":
         return {}
-    return {"grad_reduce_dtype": "fp16", "grad_accum_bytes": INPLACE_16BIT_ACCUM_BYTES}
+    return {"grad_reduce_dtype": "fp16", "grad_accum_bytes": INPLACE_16BIT_ACCUM_BYTES, **STAGE0_FP16_STEP_PASSES}
 
 
 def defaults(execution, framework: str | None) -> dict:
