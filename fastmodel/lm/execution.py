@@ -108,7 +108,8 @@ class ExecutionSpec(BaseModel):
     recompute_modules: list[_names(RECOMPUTE_MODULES)] | None = Field(  # type: ignore[valid-type]
         None, max_length=len(RECOMPUTE_MODULES),
         description="Megatron-Core recompute_modules under selective recompute; default [\"core_attn\"].")
-    activation_offload: float = bounds("activation_offload", 0.0, description="Share of activations held in host memory.")
+    activation_offload: float = bounds("activation_offload", 0.0,
+                                       description="Share of activations held in host memory.")
     activation_offload_modules: list[_names(OFFLOAD_MODULES)] | None = Field(  # type: ignore[valid-type]
         None, max_length=len(OFFLOAD_MODULES),
         description="Megatron-Core fine-grained activation offloading: the modules whose saved inputs go to host "

@@ -2,10 +2,11 @@
 
 A column (``fastmodel.registry.lm.Column``) bounds its values to ``[lo, hi]`` and may declare, in its
 registry row, ``Forbidden`` open intervals inside that range, each with the reason a value there is refused
-(``usable_hbm_fraction``: a set share below 0.1 reads as a reserve typed by mistake). Spec lowering (execution
-options, a cluster's ``efficiency`` table), device files, sweep axes, calibration overlays and run records all
-call :func:`column_problem`, so a value gets the same reason whichever path reads it; each path adds its file
-and field. Dependency-free, like the registry.
+(``usable_hbm_fraction``: a set share below 0.1 reads as a reserve typed by mistake). Specs (the model's fields,
+execution options, a serving task's fields, through ``fastmodel.spec.record_blocks.bounds``; a cluster's
+``efficiency`` table at lowering), device files, sweep axes, calibration overlays and run records all call
+:func:`column_problem`, so a value gets the same reason whichever path reads it; each path adds its file and
+field. Dependency-free, like the registry.
 """
 
 from __future__ import annotations

@@ -126,3 +126,20 @@ def test_a_run_record_and_an_execution_spec_give_the_registry_reason():
     with pytest.raises(SpecError) as caught:
         validate(ExecutionSpec, {"moe_imbalance": 0.5}, "x.toml", "execution")
     assert str(caught.value) == "x.toml: execution.moe_imbalance: 0.5 is outside [1, 64]"
+
+
+@pytest.mark.parametrize("kind, column, value", [("model", "layers", 5000), ("model", "kv_heads", 0),
+                                                 ("task", "input_len", 0), ("task", "kv_cache_mem_fraction", 0.001)])
+def test_a_model_spec_and_a_serving_task_give_the_registry_reason(kind, column, value):
+    """The model and serving-task specs' fields that are registry columns take the column's check (not a copy of
+    its bounds)."""
+    from fastmodel.lm.loader import load_lm_model
+    from fastmodel.lm.spec import LMSpec
+    from fastmodel.serve.spec import ServeTaskSpec
+    from fastmodel.spec.loader import validate
+
+    cls, data = {"model": (LMSpec, load_lm_model("llama3.1-8b").model_dump()),
+                 "task": (ServeTaskSpec, {"name": "t", "kind": "serve", "input_len": 1024, "output_len": 128})}[kind]
+    with pytest.raises(SpecError) as caught:
+        validate(cls, {**data, column: value}, "x.toml", kind)
+    assert str(caught.value) == f"x.toml: {kind}.{column}: " + column_problem(COLUMNS[COLUMN_INDEX[column]], value)
