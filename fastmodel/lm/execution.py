@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -47,6 +48,8 @@ from fastmodel.registry.lm import (
     SELECTIVE_POLICIES,
     SHARDING_CODES,
 )
+from fastmodel.registry.validators import checker
+from fastmodel.spec.record_blocks import bounds
 
 #: bytes per gradient element of the data-parallel reduction, by ``grad_reduce_dtype``
 GRAD_REDUCE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0}
@@ -86,26 +89,27 @@ class ExecutionSpec(BaseModel):
                                                    "holds ceil(layers / (pp x vp)) x vp layers.")
     # data parallelism and sharding
     sharding: _names(SHARDING_CODES) = "distopt"  # type: ignore[valid-type]
-    shard_degree: PositiveInt | None = Field(None, le=1 << 24, description="FSDP/HSDP shard group; default dp.")
+    shard_degree: PositiveInt | None = bounds("shard_degree", None, description="FSDP/HSDP shard group; default dp.")
     overlap_grad_reduce: bool | None = None
     overlap_param_gather: bool | None = None
     collective_algorithm: _names(COLLECTIVE_ALGORITHMS) = "auto"  # type: ignore[valid-type]
-    collective_bucket_bytes: float | None = Field(None, ge=0, le=1e12)
+    collective_bucket_bytes: float | None = bounds("collective_bucket_bytes", None)
     fsdp_copy_out: bool | None = None
     # tensor and context parallelism
     sequence_parallel: bool = True
     tp_comm_overlap: bool = False
     cp_algorithm: _names(CP_ALGORITHMS) | None = None  # type: ignore[valid-type]  # None: the stack's (ring)
     # batch and recompute
-    micro_batch: PositiveInt = Field(1, le=1 << 20)
+    micro_batch: int = bounds("micro_batch", 1)
     recompute: _names(RECOMPUTE_CODES) = "selective"  # type: ignore[valid-type]
-    recompute_fraction: float | None = Field(None, ge=0, le=1)
+    recompute_fraction: float | None = bounds("recompute_fraction", None)
     recompute_num_layers: NonNegativeInt | None = Field(None, le=4096)
     selective_policy: _names(SELECTIVE_POLICIES) | None = None  # type: ignore[valid-type]
     recompute_modules: list[_names(RECOMPUTE_MODULES)] | None = Field(  # type: ignore[valid-type]
         None, max_length=len(RECOMPUTE_MODULES),
         description="Megatron-Core recompute_modules under selective recompute; default [\"core_attn\"].")
-    activation_offload: float = Field(0.0, ge=0, le=1, description="Share of activations held in host memory.")
+    activation_offload: float = bounds("activation_offload", 0.0,
+                                       description="Share of activations held in host memory.")
     activation_offload_modules: list[_names(OFFLOAD_MODULES)] | None = Field(  # type: ignore[valid-type]
         None, max_length=len(OFFLOAD_MODULES),
         description="Megatron-Core fine-grained activation offloading: the modules whose saved inputs go to host "
@@ -178,7 +182,7 @@ def option_fields(columns) -> dict[str, tuple]:
         if not column.option:
             continue
         annotation = {"flag": bool, "code": _names(CODE_TABLES.get(column.name, {})),
-                      "number": Annotated[float, Field(ge=column.lo, le=column.hi)]}[column.option]
+                      "number": Annotated[float, AfterValidator(checker(column))]}[column.option]
         fields[column.name] = (annotation | None, Field(None, description=column.doc))
     return fields
 

@@ -23,7 +23,7 @@ from fastmodel.lm.fp8_recipe import ignored_note
 from fastmodel.lm.router_balance import expert_maxvio
 from fastmodel.lm.table import encode
 from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS, OFFLOAD_MODULES, RECOMPUTE_MODULES
-from fastmodel.registry.lm_overhead import usable_fraction_problem
+from fastmodel.registry.validators import column_problem
 from fastmodel.spec.devices import device_table
 
 #: the kernels' columns of tier 0 and tier 1 (domain size, bandwidth, efficiency, latency); tier 1's domain
@@ -245,7 +245,7 @@ def lower(model, cluster, execution, mesh: Mesh, global_batch: int, notes: list[
     for name, value in cluster.efficiency.items():
         if name not in COLUMN_INDEX:
             raise SpecError(cluster.name, f"efficiency.{name}", f"unknown column{nearest(name, COLUMN_INDEX)}")
-        if name == "usable_hbm_fraction" and (problem := usable_fraction_problem(value)):
+        if problem := column_problem(COLUMNS[COLUMN_INDEX[name]], value):
             raise SpecError(cluster.name, f"efficiency.{name}", problem)
         columns[COLUMN_INDEX[name]] = value
     for tier, names in zip(cluster.tiers, TIER_COLUMNS):  # the network columns come from the tier list

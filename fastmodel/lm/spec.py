@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
 from fastmodel.errors import FieldValueError
 from fastmodel.lm.execution import ExecutionSpec
 from fastmodel.spec.quantity import Bytes, BytesPerSecond, FlopPerSecond
+from fastmodel.spec.record_blocks import bounds
 
 __all__ = ["LMSpec", "ClusterSpec", "ExecutionSpec"]
 
@@ -31,42 +32,42 @@ class LMSpec(_Spec):
     family: Literal["lm"] = "lm"
     name: str
     source: str = Field("", description="Where the dimensions come from (model card, paper).")
-    layers: PositiveInt = Field(le=4096)
-    hidden: PositiveInt = Field(le=1 << 20)
-    ffn: PositiveInt = Field(le=1 << 22, description="Dense MLP intermediate width.")
-    heads: PositiveInt = Field(le=4096)
-    kv_heads: PositiveInt | None = Field(None, le=4096, description="Key/value heads (GQA); default: heads.")
-    head_dim: PositiveInt | None = Field(None, le=4096, description="Per-head width; default: hidden / heads.")
-    vocab: PositiveInt = Field(le=1 << 24)
-    seq_len: PositiveInt = Field(le=1 << 24, description="Training sequence length, tokens.")
+    layers: int = bounds("layers")
+    hidden: int = bounds("hidden")
+    ffn: int = bounds("ffn", description="Dense MLP intermediate width.")
+    heads: int = bounds("heads")
+    kv_heads: int | None = bounds("kv_heads", None, description="Key/value heads (GQA); default: heads.")
+    head_dim: int | None = bounds("head_dim", None, description="Per-head width; default: hidden / heads.")
+    vocab: int = bounds("vocab")
+    seq_len: int = bounds("seq_len", description="Training sequence length, tokens.")
     ffn_kind: Literal["gelu2", "swiglu3"] = Field(description="gelu2: 2-matrix MLP; swiglu3: gated 3-matrix MLP.")
     tied_embeddings: bool = False
-    moe_experts: NonNegativeInt = Field(0, le=1 << 16)
-    moe_topk: NonNegativeInt = Field(0, le=1024)
-    moe_ffn: NonNegativeInt = Field(0, le=1 << 22)
-    moe_shared_experts: NonNegativeInt = Field(0, le=1024)
-    moe_capacity_factor: float = Field(0.0, ge=0, le=64, description="Token capacity factor (0 = dropless).")
+    moe_experts: int = bounds("moe_experts", 0)
+    moe_topk: int = bounds("moe_topk", 0)
+    moe_ffn: int = bounds("moe_ffn", 0)
+    moe_shared_experts: int = bounds("moe_shared_experts", 0)
+    moe_capacity_factor: float = bounds("moe_capacity_factor", 0.0, description="Token capacity factor (0 = dropless).")
     moe_pad_to_capacity: bool = Field(False, description="Pad every expert's input to its capacity "
                                       "(needs moe_capacity_factor > 0).")
-    moe_layer_freq: PositiveInt = Field(1, le=4096, description="One MoE layer every N layers after the "
-                                        "leading dense ones (DeepSpeed-MoE: 2).")
-    moe_max_nodes: NonNegativeInt = Field(0, le=1 << 16, description="Node-limited routing: nodes one token's "
-                                          "experts may span (DeepSeek-V3: 4; 0 = unlimited).")
+    moe_layer_freq: int = bounds("moe_layer_freq", 1, description="One MoE layer every N layers after the "
+                                 "leading dense ones (DeepSpeed-MoE: 2).")
+    moe_max_nodes: int = bounds("moe_max_nodes", 0, description="Node-limited routing: nodes one token's "
+                                "experts may span (DeepSeek-V3: 4; 0 = unlimited).")
     moe_routing: Literal["uniform", "round_robin"] = Field(
         "uniform", description="Expert choice the dispatch sees: uniform (expected destinations of k experts drawn "
         "without replacement) or round_robin (TorchTitan _debug_force_load_balance: token i to experts k i ... "
         "k i + k - 1 mod E); docs/model.md §11.14.2.")
-    dense_layers: NonNegativeInt = Field(0, le=4096, description="Leading dense layers of a MoE model.")
+    dense_layers: int = bounds("dense_layers", 0, description="Leading dense layers of a MoE model.")
     attention: Literal["mha", "mla"] = "mha"
-    q_lora_rank: NonNegativeInt = Field(0, le=1 << 20)
-    kv_lora_rank: NonNegativeInt = Field(0, le=1 << 20)
-    qk_nope_head_dim: NonNegativeInt = Field(0, le=4096)
-    qk_rope_head_dim: NonNegativeInt = Field(0, le=4096)
-    v_head_dim: NonNegativeInt = Field(0, le=4096)
-    sliding_window: NonNegativeInt = Field(0, le=1 << 24)
-    sliding_window_layers: PositiveInt | None = Field(None, le=4096,
-                                                      description="Layers using the window; default: all.")
-    mtp_layers: NonNegativeInt = Field(0, le=64)
+    q_lora_rank: int = bounds("q_lora_rank", 0)
+    kv_lora_rank: int = bounds("kv_lora_rank", 0)
+    qk_nope_head_dim: int = bounds("qk_nope_head_dim", 0)
+    qk_rope_head_dim: int = bounds("qk_rope_head_dim", 0)
+    v_head_dim: int = bounds("v_head_dim", 0)
+    sliding_window: int = bounds("sliding_window", 0)
+    sliding_window_layers: PositiveInt | None = bounds("sliding_window_layers", None,
+                                                       description="Layers using the window; default: all.")
+    mtp_layers: int = bounds("mtp_layers", 0)
     normalization: str | None = Field(None, max_length=64, description="e.g. \"rmsnorm\", \"layernorm\"; a name "
                                       "containing 'rms' is RMSNorm, any other LayerNorm; default: RMSNorm for "
                                       "gated MLPs (swiglu3), LayerNorm otherwise.")

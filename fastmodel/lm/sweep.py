@@ -27,7 +27,7 @@ from fastmodel.lm.loader import load_cluster, load_execution, load_lm_model
 from fastmodel.lm.lowering import Mesh, lower
 from fastmodel.lm.table import CODE_TABLES, encode
 from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
-from fastmodel.registry.lm_overhead import usable_fraction_problem
+from fastmodel.registry.validators import column_problem
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -133,15 +133,10 @@ def _axis_values(name: str, values: Any, model, cluster, max_gpus: int) -> tuple
         raise SweepError(f"axis {name!r}: values must be finite")
     if name in COLUMN_INDEX:
         column = COLUMNS[COLUMN_INDEX[name]]
-        outside = [v for v, x in zip(values, numeric) if not column.lo <= x <= column.hi]
-        if outside:
-            raise SweepError(f"axis {name!r}: {outside[0]!r} is outside [{column.lo:g}, {column.hi:g}]"
-                             f"{' ' + column.units if column.units not in ('1', 'code') else ''}")
+        if problem := next(filter(None, (column_problem(column, x) for x in numeric)), None):
+            raise SweepError(f"axis {name!r}: {problem}")
         if column.option == "flag" and (odd := [v for v, x in zip(values, numeric) if x not in (0.0, 1.0)]):
             raise SweepError(f"axis {name!r}: {odd[0]!r} is not a switch (0 or 1, false or true)")
-        problems = map(usable_fraction_problem, numeric) if name == "usable_hbm_fraction" else ()
-        if problem := next((p for p in problems if p), None):
-            raise SweepError(f"axis {name!r}: {problem}")
     return list(values), numeric
 
 

@@ -49,6 +49,7 @@ class Column:
     #: an execution option ``ExecutionSpec`` derives a field for (fastmodel/lm/execution.py): "flag" (true/false),
     #: "number" (within lo..hi) or "code" (a name of its CODE_TABLES entry); "" for every other column
     option: str = ""
+    forbid: tuple = ()  # ``Forbidden`` open intervals of [lo, hi], each with its reason (registry/validators.py)
 
 
 def _cols(group: str, *rows: tuple) -> tuple[Column, ...]:
@@ -372,7 +373,6 @@ SERVE_COLUMNS = _cols(
 
 COLUMNS: tuple[Column, ...] = MODEL_COLUMNS + PLAN_COLUMNS + DEVICE_COLUMNS + NETWORK_COLUMNS + SERVE_COLUMNS
 COLUMN_INDEX: dict[str, int] = {c.name: i for i, c in enumerate(COLUMNS)}
-
 
 ENGINE = "lm"
 #: a result variable of the real-world training model (name, units, better, description)

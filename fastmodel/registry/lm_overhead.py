@@ -9,6 +9,8 @@ workspaces and the NCCL communicator buffers; docs/model_memory.md "Overhead" gi
 
 from __future__ import annotations
 
+from fastmodel.registry.validators import Forbidden
+
 #: NCCL connection buffers per protocol, bytes (NVIDIA/nccl src/init.cc, DEFAULT_LL_BUFFSIZE,
 #: DEFAULT_LL128_BUFFSIZE, DEFAULT_BUFFSIZE; NCCL_BUFFSIZE sets the Simple one): LL 8 lines x 512 threads x
 #: NCCL_STEPS 8 x 16 B; LL128 120 elements x 640 threads x 8 steps x 8 B; Simple 4 MiB
@@ -19,22 +21,19 @@ NCCL_SIMPLE_BYTES = 1 << 22
 #: the smallest share of HBM a set ``usable_hbm_fraction`` may give (its bound before 0 came to mean "not set");
 #: a value below it reads as the share to keep FREE typed by mistake ("0.05" for a 5 % reserve)
 USABLE_HBM_FRACTION_MIN = 0.1
-
-
-def usable_fraction_problem(value: float) -> str | None:
-    """Why ``value`` is not a ``usable_hbm_fraction`` (None when it is): 0 means not set; a set share is in
-    [``USABLE_HBM_FRACTION_MIN``, 1]."""
-    if value == 0.0 or USABLE_HBM_FRACTION_MIN <= value <= 1.0:
-        return None
-    return (f"{value:g} is the share of HBM a plan may FILL (0 = not set: keep the plan's allocator cache free); "
-            f"a set share is in [{USABLE_HBM_FRACTION_MIN:g}, 1] (to keep a margin free, use --memory-margin)")
+#: the values of ``usable_hbm_fraction`` between "not set" (0) and ``USABLE_HBM_FRACTION_MIN`` it refuses, and why
+USABLE_HBM_FRACTION_GAP = Forbidden(
+    0.0, USABLE_HBM_FRACTION_MIN,
+    "is the share of HBM a plan may FILL (0 = not set: keep the plan's allocator cache free); a set share is in "
+    f"[{USABLE_HBM_FRACTION_MIN:g}, 1] (to keep a margin free, use --memory-margin)")
 
 
 OVERHEAD_DEVICE_ROWS = (
     ("usable_hbm_fraction", "1", 0.0, "Share of HBM a plan may fill, when set (> 0): fits_memory is then "
      "memory_per_device <= f x HBM. 0 (default): not set; the training engine keeps free the plan's own allocator "
      "cache, allocator_cache_fraction x memory_allocated (docs/model_memory.md \"What a run keeps free\"), and the "
-     "serving engine uses SERVE_USABLE_HBM_FRACTION (fastmodel/registry/serve.py).", 0, 1),
+     "serving engine uses SERVE_USABLE_HBM_FRACTION (fastmodel/registry/serve.py).", 0, 1, False, "",
+     (USABLE_HBM_FRACTION_GAP,)),
     ("framework_memory_bytes", "bytes", 3 * 2**30, "Serving engine: per-device memory that is not a live tensor "
      "(CUDA context, NCCL, library handles, fragmentation), one constant. The training engine counts these "
      "terms one by one (cuda_context_bytes, cublas_workspace_bytes, nccl_channels) and does not read it.", 0, 1e12),

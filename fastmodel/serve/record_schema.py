@@ -37,7 +37,7 @@ class PoolBlock(Block):
     workers: int = Field(ge=1, le=1 << 20)
     tp: int = bounds("tp")
     pp: int = bounds("pp", 1)
-    attention_dp: int = Field(1, ge=1, le=1 << 16)
+    attention_dp: int = bounds("attention_dp", 1)
     moe_tp: int | None = Field(None, ge=1, le=1 << 16)
     ep: int = bounds("ep", 1)
     gpus_per_worker: int | None = Field(None, ge=1, le=1 << 20)
@@ -82,7 +82,7 @@ class ServeBlock(Block):
     tp: int | None = bounds("tp", None)
     pp: int = bounds("pp", 1)
     ep: int = bounds("ep", 1)
-    attention_dp: int = Field(1, ge=1, le=1 << 16)
+    attention_dp: int = bounds("attention_dp", 1)
     moe_tp: int | None = Field(None, ge=1, le=1 << 16)
     precision: Literal[PRECISION_NAMES] = "bf16"  # type: ignore[valid-type]
     kv_precision: Literal[KV_PRECISION_NAMES] | None = None  # type: ignore[valid-type]
@@ -93,7 +93,7 @@ class ServeBlock(Block):
     concurrency: Count | None = None
     max_throughput: bool | None = None
     num_requests: Count | None = None
-    kv_cache_mem_fraction: float = Field(0.9, gt=0, le=1)
+    kv_cache_mem_fraction: float = bounds("kv_cache_mem_fraction", 0.9)
     # TensorRT-LLM batch waiting (batch_wait_timeout_iters, batch_wait_max_tokens_ratio): off unless stated
     batch_wait_iters: int = bounds("batch_wait_iters", 0)
     batch_wait_tokens_ratio: float = bounds("batch_wait_tokens_ratio", 0.0)

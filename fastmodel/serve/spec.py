@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
 from fastmodel.errors import SpecError
+from fastmodel.spec.record_blocks import bounds
 
 
 class ServeTaskSpec(BaseModel):
@@ -29,21 +30,23 @@ class ServeTaskSpec(BaseModel):
     name: str
     kind: Literal["serve"]
     description: str = ""
-    input_len: PositiveInt = Field(le=1 << 24, description="Prompt tokens per request.")
-    output_len: PositiveInt = Field(le=1 << 24, description="Generated tokens per request.")
-    batch_size: PositiveInt | None = Field(None, le=1 << 24, description="Static batch of requests.")
+    input_len: int = bounds("input_len", description="Prompt tokens per request.")
+    output_len: int = bounds("output_len", description="Generated tokens per request.")
+    batch_size: int | None = bounds("batch_size", None, description="Static batch of requests.")
     concurrency: PositiveInt | None = Field(None, le=1 << 24, description="Requests in flight (continuous batching).")
     max_throughput: bool = Field(False, description="As many requests as the KV cache holds.")
     precision: Literal["bf16", "fp16", "fp8", "int8", "int4"] = "bf16"
     kv_precision: Literal["bf16", "fp16", "fp8"] | None = Field(None, description="Default: fp8 with fp8, else bf16.")
-    kv_cache_mem_fraction: float = Field(0.9, gt=0, le=1, description="Share of free HBM for the KV cache.")
+    kv_cache_mem_fraction: float = bounds("kv_cache_mem_fraction", 0.9,
+                                          description="Share of free HBM for the KV cache.")
     tp: PositiveInt = Field(1, le=1024)
     pp: PositiveInt = Field(1, le=1024)
     ep: PositiveInt = Field(1, le=1024)
     instances: PositiveInt = Field(1, le=1 << 20, description="Serving instances in the cluster.")
-    spec_tokens: int = Field(0, ge=0, le=64, description="Speculative decoding: draft tokens per decode step "
-                             "(concurrency load; docs/model_serving.md S18).")
-    spec_acceptance: float = Field(0.0, ge=0, le=1, description="Speculative decoding: a draft token's acceptance.")
+    spec_tokens: int = bounds("spec_tokens", 0, description="Speculative decoding: draft tokens per decode step "
+                              "(concurrency load; docs/model_serving.md S18).")
+    spec_acceptance: float = bounds("spec_acceptance", 0.0,
+                                    description="Speculative decoding: a draft token's acceptance.")
 
     @model_validator(mode="after")
     def _one_load_mode(self):

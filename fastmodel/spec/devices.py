@@ -11,8 +11,8 @@ from functools import lru_cache
 from importlib import resources
 
 from fastmodel.errors import SpecError, nearest
-from fastmodel.registry.lm import COLUMN_INDEX
-from fastmodel.registry.lm_overhead import usable_fraction_problem
+from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
+from fastmodel.registry.validators import column_problem
 
 try:
     import tomllib
@@ -29,11 +29,11 @@ def device_table() -> dict[str, dict[str, float]]:
             continue
         data = tomllib.loads(entry.read_text())
         names = data.pop("names")
-        for key in data:
+        for key, value in data.items():
             if key not in COLUMN_INDEX:
                 raise SpecError(f"specs/devices/{entry.name}", key, f"unknown column{nearest(key, COLUMN_INDEX)}")
-        if problem := usable_fraction_problem(float(data.get("usable_hbm_fraction", 0.0))):
-            raise SpecError(f"specs/devices/{entry.name}", "usable_hbm_fraction", problem)
+            if problem := column_problem(COLUMNS[COLUMN_INDEX[key]], float(value)):
+                raise SpecError(f"specs/devices/{entry.name}", key, problem)
         for name in names:
             table[name.lower()] = {k: float(v) for k, v in data.items()}
     return table

@@ -11,16 +11,19 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from fastmodel.errors import FieldValueError, SpecError, UnsupportedError, nearest
 from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
+from fastmodel.registry.validators import checker
 
 
 def bounds(column: str, default: Any = ..., **kw) -> Any:
-    """A Field bounded like the registry column ``column`` (``fastmodel.registry.lm``)."""
-    spec = COLUMNS[COLUMN_INDEX[column]]
-    return Field(default, ge=spec.lo, le=spec.hi, **kw)
+    """A Field checked like the registry column ``column`` (``fastmodel.registry.lm``): its bounds and forbidden
+    intervals, with the reason every input path gives (``fastmodel.registry.validators.column_problem``)."""
+    field = Field(default, **kw)
+    field.metadata.append(AfterValidator(checker(COLUMNS[COLUMN_INDEX[column]])))
+    return field
 
 
 def drop_nulls(data: Any, fields) -> Any:

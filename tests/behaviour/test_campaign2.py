@@ -2,21 +2,13 @@
 traceback, a misleading message, a silently ignored axis or a physically impossible answer."""
 
 import json
-from pathlib import Path
 
 import pytest
 import xarray as xr
-from click.testing import CliRunner
 
-from fastmodel.cli import main
-from tests.suite_fixtures import one_line_error
+from tests.suite_fixtures import DATA, cli, data_lines, one_line_error
 
-DATA = Path(__file__).resolve().parents[1] / "data"
 RECORD = json.loads(next(line for line in (DATA / "runs_dev.jsonl").read_text().splitlines() if "tp8pp12" in line))
-
-
-def cli(*args):
-    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
 
 
 def _record(tmp_path, name="r.json", **blocks):
@@ -140,7 +132,7 @@ def test_an_output_named_for_another_kind_is_refused(tmp_path, args, name, text)
     """Was written: JSON lines into out.nc and out.parquet, a TOML calibration into cal.json, a CSV table into
     rows.jsonl -- files a later command reads by their name."""
     runs = tmp_path / "runs.jsonl"
-    runs.write_text("\n".join((DATA / "runs_dev.jsonl").read_text().splitlines()[:2]) + "\n")
+    runs.write_text("\n".join(data_lines("runs_dev.jsonl", 2)) + "\n")
     argv = [a.replace("{runs}", str(runs)) for a in args]
     flag = [] if argv[-1] == "--csv" else ["-o"]
     result = cli(*argv, *flag, tmp_path / name)
@@ -204,11 +196,11 @@ def test_ctrl_c_says_what_each_output_is(tmp_path, monkeypatch):
     runs = tmp_path / "runs.jsonl"
     runs.write_text((DATA / "runs_dev.jsonl").read_text() * 40)
     out = tmp_path / "out.jsonl"
-    result = CliRunner().invoke(main, ["batch", str(runs), "-o", str(out)])
+    result = cli("batch", runs, "-o", out)
     assert result.exit_code == 130, result.output
     assert result.output.strip().splitlines()[-1] == f"interrupted: {out} not written"
     out.write_text('{"earlier": 1}\n')
-    result = CliRunner().invoke(main, ["batch", str(runs), "-o", str(out), "--force"])
+    result = cli("batch", runs, "-o", out, "--force")
     assert result.exit_code == 130 and result.output.strip().splitlines()[-1] == f"interrupted: {out} left as it was"
     assert out.read_text() == '{"earlier": 1}\n'
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl", "runs.jsonl"]
@@ -218,7 +210,7 @@ def test_json_and_toml_nested_thousands_deep_are_one_line(tmp_path):
     """Was a traceback (RecursionError) in batch -- which stopped the whole batch -- run, validate, serve and
     calibrate, and in the spec loader for TOML."""
     deep = tmp_path / "deep.jsonl"
-    deep.write_text("[" * 100000 + "]" * 100000 + "\n" + (DATA / "runs_dev.jsonl").read_text().splitlines()[0] + "\n")
+    deep.write_text("[" * 100000 + "]" * 100000 + "\n" + data_lines("runs_dev.jsonl", 1)[0] + "\n")
     out = tmp_path / "out.jsonl"
     assert cli("batch", deep, "-o", out).exit_code == 0
     lines = [json.loads(line) for line in out.read_text().splitlines()]

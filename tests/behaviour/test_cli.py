@@ -1,29 +1,17 @@
 """The command line, driven through click's runner (same process, real commands)."""
 
 import json
-from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from fastmodel.cli import main
 from fastmodel.testing import assert_matches_reference, dev_cases, illegal_cases
+from tests.suite_fixtures import cli, data_lines
 
 RUN = ["run", "--model", "llama2-70b", "--system", "dc-a", "--nodes", "256", "--task", "llm-pretrain-fsdp",
        "--semantics", "madmax"]
 
 
-@pytest.fixture
-def cli():
-    runner = CliRunner()
-
-    def invoke(*args, **kw):
-        return runner.invoke(main, list(args), catch_exceptions=False, **kw)
-
-    return invoke
-
-
-def test_run_report(cli):
+def test_run_report():
     result = cli(*RUN)
     assert result.exit_code == 0
     out = result.output
@@ -32,7 +20,7 @@ def test_run_report(cli):
         assert text in out, text
 
 
-def test_run_json(cli):
+def test_run_json():
     result = cli(*RUN, "--json")
     data = json.loads(result.output)
     assert data["plan"] == "fsdp2048/ddp2048"
@@ -40,7 +28,7 @@ def test_run_json(cli):
     assert data["num_devices"] == 2048
 
 
-def test_run_madmax_json_files(cli, tmp_path):
+def test_run_madmax_json_files(tmp_path):
     case = dev_cases("LLM")[0]
     paths = []
     for kind in ("model", "system", "task"):
@@ -63,18 +51,18 @@ def test_run_madmax_json_files(cli, tmp_path):
         (["run", "--model", "nofile.toml", "--system", "dc-a", "--task", "llm-pretrain"], "nofile.toml: no such file"),
     ],
 )
-def test_run_errors_are_one_line_exit_2(cli, args, text):
+def test_run_errors_are_one_line_exit_2(args, text):
     result = cli(*args)
     assert result.exit_code == 2
     assert text in result.output
     assert result.output.startswith("error: ") and result.output.count("\n") == 1
 
 
-def test_run_nodes_must_be_positive(cli):
+def test_run_nodes_must_be_positive():
     assert cli(*RUN[:-4], "--nodes", "0", "--task", "llm-pretrain-fsdp").exit_code == 2
 
 
-def test_batch_file(cli, tmp_path):
+def test_batch_file(tmp_path):
     good = dev_cases("LLM")[:3]
     bad = illegal_cases("LLM")[:2]
     lines = [json.dumps(c) for c in good] + ["{not json", "", json.dumps({"model": "llama2-70b"})]
@@ -99,12 +87,12 @@ def test_batch_file(cli, tmp_path):
     assert not list(tmp_path.glob(".results.jsonl.*"))  # no temp file left behind
 
 
-def test_batch_missing_input(cli, tmp_path):
+def test_batch_missing_input(tmp_path):
     result = cli("batch", str(tmp_path / "none.jsonl"))
     assert result.exit_code == 2 and "cannot read" in result.output
 
 
-def test_specs_commands(cli):
+def test_specs_commands():
     listed = cli("specs", "list").output
     assert "llama2-70b" in listed and "dc-a" in listed and "llm-pretrain-fsdp" in listed
     shown = cli("specs", "show", "llama2-70b").output
@@ -119,7 +107,7 @@ def test_specs_commands(cli):
         assert "properties" in (schema["$defs"]["LLMSpec"] if kind == "model" else schema)
 
 
-def test_plans_command(cli):
+def test_plans_command():
     out = cli("plans", "--system", "dc-a", "--nodes", "16").output.splitlines()
     assert len(out) == 52 and any("tp8,ddp16/mp128" in line for line in out)
     single = cli("plans", "--system", "dc-a", "--nodes", "1").output.splitlines()
@@ -128,7 +116,7 @@ def test_plans_command(cli):
     assert len(three) == 13 * 4 * 13 and any("tp8,ddp2/mp16/fsdp16" in line for line in three)
 
 
-def test_sweep_and_best_commands(cli, tmp_path):
+def test_sweep_and_best_commands(tmp_path):
     sweep_file = tmp_path / "s.toml"
     sweep_file.write_text('model = "llama-7b"\nsystem = "dc-a"\ntask = "llm-pretrain"\n'
                           '[axes]\nnum_nodes = [2, 4]\nplan = ["fsdp/ddp", "tp,ddp/mp"]\n')
@@ -157,7 +145,7 @@ def test_sweep_and_best_commands(cli, tmp_path):
         ('model = "llama-7b"\nsystem = "dc-a"\ntask = "llm-pretrain"\n[axes]\nplan = ["tp8;ddp/mp"]\n', "cannot parse"),
     ],
 )
-def test_sweep_file_errors(cli, tmp_path, text, message):
+def test_sweep_file_errors(tmp_path, text, message):
     path = tmp_path / "bad.toml"
     path.write_text(text)
     result = cli("sweep", str(path), "-o", str(tmp_path / "o.nc"))
@@ -177,13 +165,13 @@ def test_builtin_sweeps_load():
         assert load_sweep_file(name).num_configs > 0
 
 
-def test_run_real_world_model_and_run_record(cli, tmp_path):
+def test_run_real_world_model_and_run_record(tmp_path):
     result = cli("run", "-m", "llama3.1-70b", "-s", "dgx-h100", "-t", "llm-pretrain", "--nodes", "16", "--plan",
                  "tp8.pp4")
     assert result.exit_code == 0, result.output
     for text in ("step time", "MFU / HFU", "pipeline bubble", "exposed", "memory per device", "activations"):
         assert text in result.output, text
-    record = (Path(__file__).resolve().parents[1] / "data" / "runs_dev.jsonl").read_text().splitlines()[0]
+    record = data_lines("runs_dev.jsonl", 1)[0]
     path = tmp_path / "run.json"
     path.write_text(record)
     data = json.loads(cli("run", "-m", str(path), "--json").output)
@@ -191,7 +179,7 @@ def test_run_real_world_model_and_run_record(cli, tmp_path):
     assert data["step_time"] > 0
 
 
-def test_run_real_world_errors_are_one_line(cli):
+def test_run_real_world_errors_are_one_line():
     result = cli("run", "-m", "llama3.1-70b", "-s", "dgx-h100", "-t", "llm-pretrain", "--plan", "tp3")
     assert result.exit_code == 2 and "devices_not_divisible" in result.output
     assert len(result.output.strip().splitlines()) == 1
@@ -199,8 +187,8 @@ def test_run_real_world_errors_are_one_line(cli):
     assert result.exit_code == 2 and "semantics 'default'" in result.output
 
 
-def test_options_that_do_not_apply_are_refused_not_ignored(cli, tmp_path):
-    record = (Path(__file__).resolve().parents[1] / "data" / "runs_dev.jsonl").read_text().splitlines()[0]
+def test_options_that_do_not_apply_are_refused_not_ignored(tmp_path):
+    record = data_lines("runs_dev.jsonl", 1)[0]
     path = tmp_path / "run.json"
     path.write_text(record)
     for flags, name in ((("--plan", "tp8"), "--plan"), (("--nodes", "4"), "--nodes"), (("-s", "dgx-h100"), "--system"),
@@ -218,13 +206,13 @@ def test_options_that_do_not_apply_are_refused_not_ignored(cli, tmp_path):
     assert result.exit_code == 2
 
 
-def test_serve_on_an_illegal_layout_is_an_error(cli):
+def test_serve_on_an_illegal_layout_is_an_error():
     result = cli("serve", "-m", "llama3.1-70b", "--tp", "3")
     assert result.exit_code == 2 and "heads_not_divisible" in result.output
     assert len(result.output.strip().splitlines()) == 1
 
 
-def test_sweep_output_suffix_in_upper_case_or_empty_is_one_line(cli):
+def test_sweep_output_suffix_in_upper_case_or_empty_is_one_line():
     """cli/sweep.py: `-o out.NC` names the lower-case name it means; `-o ''` shows the empty name quoted."""
     upper = cli("sweep", "llama2_70b_plans", "-o", "out.NC")
     assert upper.exit_code == 2 and "error: out.NC: the output must end in .zarr or .nc (lower case: out.nc)" in \

@@ -1,12 +1,11 @@
 """`fastmodel plot ...` through click's runner: figures written in each format, one-line errors with exit 2."""
 
 import pytest
-from click.testing import CliRunner
 from plot_data import synthetic_sweep
 
-from fastmodel.cli import main
 from fastmodel.cli.plot import parse_window
 from fastmodel.plot.data import PlotError
+from tests.suite_fixtures import cli
 
 MAGIC = {".png": b"\x89PNG", ".pdf": b"%PDF", ".svg": b"<?xml"}
 
@@ -16,16 +15,6 @@ def result_file(tmp_path_factory):
     path = tmp_path_factory.mktemp("sweep") / "out.nc"
     synthetic_sweep().to_netcdf(path, engine="scipy")
     return str(path)
-
-
-@pytest.fixture
-def cli():
-    runner = CliRunner()
-
-    def invoke(*args):
-        return runner.invoke(main, list(args), catch_exceptions=False)
-
-    return invoke
 
 
 @pytest.mark.parametrize("args, suffix", [
@@ -40,7 +29,7 @@ def cli():
     (["scaling", "{r}", "--x", "num_nodes", "--var", "throughput", "--hue", "plan", "--sel", "global_batch=2048"],
      ".png"),
 ])
-def test_each_kind_writes_each_format(cli, result_file, tmp_path, args, suffix):
+def test_each_kind_writes_each_format(result_file, tmp_path, args, suffix):
     out = tmp_path / f"fig{suffix}"
     result = cli("plot", *[a.format(r=result_file) for a in args], "-o", str(out), "--dpi", "80")
     assert result.exit_code == 0, result.output
@@ -48,7 +37,7 @@ def test_each_kind_writes_each_format(cli, result_file, tmp_path, args, suffix):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary left behind
 
 
-def test_svg_carries_the_labels(cli, result_file, tmp_path):
+def test_svg_carries_the_labels(result_file, tmp_path):
     out = tmp_path / "h.svg"
     cli("plot", "heatmap", result_file, "--x", "num_nodes", "--y", "plan", "--var", "iteration_time",
         "--sel", "global_batch=2048", "-o", str(out))
@@ -57,7 +46,7 @@ def test_svg_carries_the_labels(cli, result_file, tmp_path):
         assert text in svg, text
 
 
-def test_pareto_prints_the_frontier(cli, result_file, tmp_path):
+def test_pareto_prints_the_frontier(result_file, tmp_path):
     result = cli("plot", "pareto", result_file, "--x", "iteration_time", "--y", "throughput",
                  "--sel", "num_nodes=64", "-o", str(tmp_path / "p.png"))
     assert result.exit_code == 0
@@ -85,7 +74,7 @@ def test_pareto_prints_the_frontier(cli, result_file, tmp_path):
     (["heatmap", "{r}", "--x", "num_nodes", "--y", "plan", "--sel", "global_batch=512", "--reduce", "max:plan"],
      "--reduce max:plan removes 'plan', which the figure is drawn along"),
 ])
-def test_errors_are_one_line_exit_2(cli, result_file, tmp_path, args, text):
+def test_errors_are_one_line_exit_2(result_file, tmp_path, args, text):
     out = tmp_path / "x.png"
     result = cli("plot", *[a.format(r=result_file) for a in args], "-o", str(out))
     assert result.exit_code == 2
@@ -94,7 +83,7 @@ def test_errors_are_one_line_exit_2(cli, result_file, tmp_path, args, text):
     assert not out.exists()
 
 
-def test_bad_suffix(cli, result_file, tmp_path):
+def test_bad_suffix(result_file, tmp_path):
     result = cli("plot", "breakdown", result_file, "--sel", "num_nodes=64", "--sel", "global_batch=2048",
                  "-o", str(tmp_path / "fig.jpg"))
     assert result.exit_code == 2 and ".png, .pdf or .svg" in result.output
@@ -107,7 +96,7 @@ def test_parse_window():
         parse_window("0.5")
 
 
-def test_timeline_command(cli, tmp_path):
+def test_timeline_command(tmp_path):
     out = tmp_path / "t.svg"
     result = cli("plot", "timeline", "--model", "llama2-70b", "--system", "dc-a", "--nodes", "256",
                  "--task", "llm-pretrain-fsdp", "--window", "0:200ms", "--aggregate", "-o", str(out))
@@ -140,7 +129,7 @@ def empty_result(tmp_path_factory):
     ["memory", "{r}", "--sel", "num_nodes=64", "--sel", "global_batch=2048"],
     ["memory", "{r}", "--sel", "num_nodes=64", "--sel", "global_batch=2048", "--dim", "plan"],
 ])
-def test_a_result_without_configurations_is_one_line_naming_the_empty_dimension(cli, empty_result, tmp_path, args):
+def test_a_result_without_configurations_is_one_line_naming_the_empty_dimension(empty_result, tmp_path, args):
     """A result with no plan: one line naming the dimension of length 0, exit 2, no figure (plot memory was an
     IndexError traceback: it read the first value of each fixed dimension before checking for one)."""
     out = tmp_path / "x.png"

@@ -14,27 +14,22 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 hypothesis = pytest.importorskip("hypothesis")
 from fuzz_inputs import fuzz_settings, leaf_paths, mutate, weird  # noqa: E402
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from fastmodel.cli import main  # noqa: E402
 from fastmodel.engines import load_model, load_system  # noqa: E402
 from fastmodel.errors import SpecError  # noqa: E402
 from fastmodel.lm.record_schema import BLOCKS  # noqa: E402
 from fastmodel.lm.records import lower_record  # noqa: E402
 from fastmodel.registry.lm import COLUMNS  # noqa: E402
+from tests.suite_fixtures import DATA, cli  # noqa: E402
 
 FUZZ = fuzz_settings(40)
 WEIRD = weird([0, 1, -1, 2, 80, 1e300, 1e-300, 0.5, 1.5, 70, "40 GB", "1555 GB/s", "312 TFLOP/s", "1e400 B", "-5 TB/s",
                "abc GB/s", "70", "0.5"])
-
-
-def run(*args):
-    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
 
 
 def assert_clean(result, outputs=()):
@@ -65,7 +60,7 @@ def test_fuzz_spec_fields(tmp_path, which, index, value, action):
     spec = tmp_path / f"{which}.json"
     spec.write_text(json.dumps(mutate(base, path, value, action)))
     args = {"model": "llama-7b", "system": "dc-a", which: spec}
-    result = run("run", "-m", args["model"], "-s", args["system"], "-t", "llm-pretrain", "--plan", "fsdp/ddp",
+    result = cli("run", "-m", args["model"], "-s", args["system"], "-t", "llm-pretrain", "--plan", "fsdp/ddp",
                  "--nodes", 2, "--json")
     assert_clean(result)
     hypothesis.event(f"exit {result.exit_code}")
@@ -84,7 +79,7 @@ PLAN_TOKENS = st.sampled_from(["tp", "ddp", "fsdp", "pp", "mp", "2", "8", "16", 
 @given(plan=st.one_of(st.lists(PLAN_TOKENS, max_size=8).map("".join), st.text(max_size=12)),
        semantics=st.sampled_from(["madmax", "default"]))
 def test_fuzz_plan_strings(plan, semantics):
-    result = run("run", "-m", "llama-7b", "-s", "dc-a", "-t", "llm-pretrain", "--nodes", 4, "--plan", plan,
+    result = cli("run", "-m", "llama-7b", "-s", "dc-a", "-t", "llm-pretrain", "--nodes", 4, "--plan", plan,
                  "--semantics", semantics, "--json")
     assert_clean(result)
     hypothesis.event(f"exit {result.exit_code}")
@@ -133,14 +128,14 @@ def test_fuzz_sweep_axes(tmp_path, axes, plan, suffix):
     sweep_file = folder / "s.toml"
     sweep_file.write_text("\n".join(lines) + "\n")
     out = folder / f"out{suffix}"
-    result = run("sweep", sweep_file, "-o", out, "--no-progress")
+    result = cli("sweep", sweep_file, "-o", out, "--no-progress")
     assert_clean(result, [out])
     hypothesis.event(f"exit {result.exit_code}: " + (result.output.strip().splitlines()[-1][:50] if result.exit_code else ""))
     assert not (folder / f"out{suffix}.lock").exists()
     if result.exit_code == 2:
         assert not out.exists() or suffix == ".zarr"
     else:
-        best = run("best", out, "--by", "throughput", "--top", "2")
+        best = cli("best", out, "--by", "throughput", "--top", "2")
         assert_clean(best)
 
 
@@ -164,7 +159,7 @@ def test_fuzz_batch_lines(tmp_path, lines):
     out = tmp_path / "out.jsonl"
     if out.exists():
         os.unlink(out)
-    result = run("batch", cases, "-o", out)
+    result = cli("batch", cases, "-o", out)
     assert_clean(result, [out])
     hypothesis.event(f"exit {result.exit_code}: " + (result.output.strip().splitlines()[-1][:50] if result.exit_code else ""))
     assert result.exit_code == 0, result.output
@@ -175,8 +170,7 @@ def test_fuzz_batch_lines(tmp_path, lines):
         assert "internal error" not in record["status"], record
 
 
-DEV_RUNS = Path(__file__).resolve().parents[1] / "data" / "runs_dev.jsonl"
-RUN_RECORD = json.loads(next(line for line in DEV_RUNS.read_text().splitlines() if "405b-s131072" in line))
+RUN_RECORD = json.loads(next(line for line in (DATA / "runs_dev.jsonl").read_text().splitlines() if "405b-s131072" in line))
 RUN_PATHS = sorted(p for p in leaf_paths(RUN_RECORD) if p[0] != "measured" or len(p) == 2)
 
 
@@ -201,7 +195,7 @@ def test_fuzz_run_record_fields(tmp_path, index, value, action):
         data = mutate(RUN_RECORD, (*path[:-1], "bogus_field"), value, "set")
     runs = tmp_path / "runs.jsonl"
     runs.write_text(json.dumps(data) + "\n")
-    assert_clean(run("validate", runs))
+    assert_clean(cli("validate", runs))
     _check_record_mutation(data, path, value, action)
 
 

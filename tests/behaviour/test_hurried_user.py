@@ -9,20 +9,15 @@ from click.testing import CliRunner
 
 import fastmodel
 import fastmodel.madmax.spec.loader
-from fastmodel.cli import main
 from fastmodel.errors import FastmodelError
 from fastmodel.io.atomic import atomic_write
-from tests.suite_fixtures import one_line_error
-
-
-def run(*args, **kw):
-    return CliRunner().invoke(main, list(args), catch_exceptions=False, **kw)
+from tests.suite_fixtures import cli, data_lines, one_line_error
 
 
 @pytest.mark.parametrize("plan, text", [("tp0,ddp/mp", "degree 0"), ("tp3,ddp/mp", "does not divide the 128"),
                                         ("tp,ddp128/mp", "implied")])
 def test_bad_degrees(plan, text):
-    one_line_error(run("run", "-m", "llama2-70b", "-s", "dc-a", "-t", "llm-pretrain", "--plan", plan), text)
+    one_line_error(cli("run", "-m", "llama2-70b", "-s", "dc-a", "-t", "llm-pretrain", "--plan", plan), text)
 
 
 @pytest.mark.parametrize(
@@ -37,33 +32,33 @@ def test_bad_degrees(plan, text):
     ],
 )
 def test_usage_errors_are_one_line(args, text):
-    one_line_error(run(*args), text)
+    one_line_error(cli(*args), text)
 
 
 def test_group_without_command_prints_help():
-    result = run("specs")
+    result = cli("specs")
     assert result.exit_code == 0 and "list" in result.output
 
 
 def test_plan_error_names_task_source(tmp_path):
     path = tmp_path / "t.toml"
     path.write_text('name = "t"\nkind = "pretrain"\nglobal_batch = 2048\nplan = "tp,ddp/mpp"\n')
-    one_line_error(run("run", "-m", "llama2-70b", "-s", "dc-a", "-t", str(path)), f"{path}: task.plan: illegal plan")
+    one_line_error(cli("run", "-m", "llama2-70b", "-s", "dc-a", "-t", str(path)), f"{path}: task.plan: illegal plan")
 
 
 def test_non_utf8_and_empty_files(tmp_path):
     binary = tmp_path / "bin.toml"
     binary.write_bytes(b"\xff\xfe\x00")
-    one_line_error(run("run", "-m", str(binary), "-s", "dc-a", "-t", "llm-pretrain-fsdp"), "not UTF-8")
+    one_line_error(cli("run", "-m", str(binary), "-s", "dc-a", "-t", "llm-pretrain-fsdp"), "not UTF-8")
     empty = tmp_path / "empty.toml"
     empty.write_text("")
-    one_line_error(run("run", "-m", str(empty), "-s", "dc-a", "-t", "llm-pretrain-fsdp"), "empty")
+    one_line_error(cli("run", "-m", str(empty), "-s", "dc-a", "-t", "llm-pretrain-fsdp"), "empty")
 
 
 def test_builtin_name_wins_over_a_file_of_that_name(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "dc-a").write_text("garbage = 1\n")
-    assert run("run", "-m", "llama2-70b", "-s", "dc-a", "-t", "llm-pretrain-fsdp").exit_code == 0
+    assert cli("run", "-m", "llama2-70b", "-s", "dc-a", "-t", "llm-pretrain-fsdp").exit_code == 0
 
 
 def test_strict_types():
@@ -94,7 +89,7 @@ def test_batch_lines_that_used_to_crash(tmp_path):
     src.write_bytes(b"\n".join([json.dumps(x).encode() for x in lines] + [b"\xff\xfe", "\ufeff".encode() +
                                 json.dumps(lines[-1]).encode()]) + b"\n")
     out = tmp_path / "out.jsonl"
-    assert run("batch", str(src), "-o", str(out)).exit_code == 0
+    assert cli("batch", str(src), "-o", str(out)).exit_code == 0
     records = [json.loads(x) for x in out.read_text().splitlines()]
     assert [r["status"].startswith("error: ") for r in records] == [True] * 5 + [False, True, False]
     assert records[6]["status"] == "error: line is not UTF-8 text"
@@ -104,16 +99,16 @@ def test_batch_lines_that_used_to_crash(tmp_path):
 def test_output_paths(tmp_path):
     src = tmp_path / "in.jsonl"
     src.write_text(json.dumps({"model": "llama-7b", "system": "dc-a", "task": "llm-pretrain-fsdp"}) + "\n")
-    one_line_error(run("batch", str(src), "-o", str(tmp_path / "nodir" / "out.jsonl")), "cannot write")
+    one_line_error(cli("batch", str(src), "-o", str(tmp_path / "nodir" / "out.jsonl")), "cannot write")
     # permissions are kept, a symlink stays a symlink, a special file is written, not replaced
     target = tmp_path / "target.jsonl"
     target.write_text("old\n")        # plain text, not JSON lines: another kind, kept even with --force
-    one_line_error(run("batch", str(src), "-o", str(target), "--force"), "not the JSON/JSONL output")
+    one_line_error(cli("batch", str(src), "-o", str(target), "--force"), "not the JSON/JSONL output")
     target.write_text('{"old": 1}\n')
     os.chmod(target, 0o644)
     link = tmp_path / "link.jsonl"
     link.symlink_to(target)
-    assert run("batch", str(src), "-o", str(link), "--force").exit_code == 0
+    assert cli("batch", str(src), "-o", str(link), "--force").exit_code == 0
     assert link.is_symlink() and "iteration_time" in target.read_text()
     assert stat.S_IMODE(target.stat().st_mode) == 0o644
     with atomic_write(os.devnull) as handle:
@@ -137,7 +132,7 @@ def test_nan_is_not_inside_a_range(option, value):
     args = ["serve", "-m", "llama3.1-8b", "-d", "H100", "--concurrency", "4", option, value]
     if option == "--spec-acceptance":
         args += ["--spec-tokens", "3"]
-    one_line_error(run(*args), f"Invalid value for '{option}'")
+    one_line_error(cli(*args), f"Invalid value for '{option}'")
 
 
 def test_batch_record_with_a_block_that_is_not_an_object(tmp_path):
@@ -148,7 +143,7 @@ def test_batch_record_with_a_block_that_is_not_an_object(tmp_path):
     src = tmp_path / "in.jsonl"
     src.write_text("\n".join(json.dumps(x) for x in (serving, run_record)) + "\n")
     out = tmp_path / "out.jsonl"
-    assert run("batch", str(src), "-o", str(out)).exit_code == 0
+    assert cli("batch", str(src), "-o", str(out)).exit_code == 0
     statuses = [json.loads(x)["status"] for x in out.read_text().splitlines()]
     assert "serving record's serve block must be an object" in statuses[0], statuses
     assert "run record's model block must be an object" in statuses[1], statuses
@@ -160,7 +155,7 @@ def test_a_misspelt_system_kind_is_named(tmp_path, model):
     'node'?)' (MAD-Max model); it is the kind, with the nearest one."""
     path = tmp_path / "s.toml"
     path.write_text('name = "x"\nkind = "clustr"\n')
-    one_line_error(run("run", "-m", model, "-s", str(path), "-t", "llm-pretrain"),
+    one_line_error(cli("run", "-m", model, "-s", str(path), "-t", "llm-pretrain"),
                    "system.kind: unknown kind 'clustr' (did you mean 'cluster'?)")
 
 
@@ -169,7 +164,7 @@ def test_a_misspelt_system_kind_is_named(tmp_path, model):
 def test_margin_above_the_hbm(command, margin, tmp_path):
     """A margin past the HBM (or past the float range once in bytes) is one line naming it, never "inf GiB"."""
     with CliRunner().isolated_filesystem(temp_dir=tmp_path):
-        result = run(*command, "-m", "llama3-70b", "-s", "dgx-h100", "--nodes", "4", "-t", "llm-pretrain",
+        result = cli(*command, "-m", "llama3-70b", "-s", "dgx-h100", "--nodes", "4", "-t", "llm-pretrain",
                      "--memory-margin", margin)
         one_line_error(result, "not below")
         assert "inf GiB" not in result.output or margin == "inf", result.output
@@ -186,19 +181,19 @@ def test_margin_above_the_hbm_api():
 @pytest.mark.parametrize("field, value", [("hbm_bytes", 80), ("hbm_bw_bytes_s", 3.35)])
 def test_serve_record_hbm_in_gb(field, value, tmp_path):
     """A serving record's HBM given in GB (TB/s) where bytes (bytes/s) are expected: one line naming the field."""
-    line = open("tests/data/serve_dev_load.jsonl").readline()
+    line = data_lines("serve_dev_load.jsonl", 1)[0]
     record = json.loads(line)
     record["system"][field] = value
     path = tmp_path / "r.jsonl"
     path.write_text(json.dumps(record) + "\n")
-    one_line_error(run("serve", str(path)), f"system.{field}")
-    assert "not GB" in run("serve", str(path)).output
+    one_line_error(cli("serve", str(path)), f"system.{field}")
+    assert "not GB" in cli("serve", str(path)).output
 
 
 def test_calibrate_serving_records(tmp_path):
     """calibrate on a file of serving records says so, and what it accepts, in one line."""
     with CliRunner().isolated_filesystem(temp_dir=tmp_path):
-        result = run("calibrate", os.path.join(os.path.dirname(__file__), "../data/serve_dev_load.jsonl"),
+        result = cli("calibrate", os.path.join(os.path.dirname(__file__), "../data/serve_dev_load.jsonl"),
                      "-o", "cal.toml")
         one_line_error(result, "serving records")
         assert "run records" in result.output and not os.path.exists("cal.toml")
@@ -208,10 +203,10 @@ def test_batch_calibration_on_serving_records(tmp_path):
     """batch --calibration on a file of serving records only: the results, and a warning that it applied to
     no line (a calibration fits run records)."""
     cal = tmp_path / "cal.toml"
-    assert run("calibrate", "tests/data/runs_dev_small.jsonl", "-o", str(cal), "--folds", "0").exit_code == 0
+    assert cli("calibrate", "tests/data/runs_dev_small.jsonl", "-o", str(cal), "--folds", "0").exit_code == 0
     serving = tmp_path / "s.jsonl"
-    serving.write_text(open("tests/data/serve_dev_load.jsonl").readline())
-    result = CliRunner().invoke(main, ["batch", str(serving), "--calibration", str(cal), "-o", str(tmp_path / "o.jsonl")])
+    serving.write_text(data_lines("serve_dev_load.jsonl", 1)[0] + "\n")
+    result = cli("batch", serving, "--calibration", cal, "-o", tmp_path / "o.jsonl")
     assert result.exit_code == 0, result.output
     assert "warning: --calibration applied to no line" in result.output, result.output
 
@@ -227,7 +222,7 @@ def test_unwritable_output(where, text):
                  ["validate", "tests/data/runs_dev_small.jsonl", "-o", where + ".csv"],
                  ["batch", "tests/data/runs_dev_small.jsonl", "-o", where + ".jsonl"],
                  ["calibrate", "tests/data/runs_dev_small.jsonl", "-o", where + ".toml"]):
-        one_line_error(run(*args), "cannot write: " + text)
+        one_line_error(cli(*args), "cannot write: " + text)
     assert not os.path.exists("/nonexistent-h2")
 
 
@@ -242,7 +237,7 @@ def test_output_checked_before_the_spec(tmp_path):
                        ("o.jsonl", ["batch", str(bad_jsonl)])):
         out = tmp_path / name
         out.write_text("x")
-        one_line_error(run(*args, "-o", str(out)), "exists")
+        one_line_error(cli(*args, "-o", str(out)), "exists")
 
 
 @pytest.mark.parametrize("name, remark", [
@@ -253,11 +248,11 @@ def test_serve_record_mtp_depth_named(name, remark, tmp_path):
     """An engine's name for the draft depth (MTP) in a serving record points at serve.spec_tokens: vLLM's
     num_speculative_tokens and SGLang's speculative_num_steps are the same count; SGLang's
     speculative_num_draft_tokens counts the verified token too (steps + 1 at top-k 1), and the hint says so."""
-    record = json.loads(open("tests/data/serve_dev_load.jsonl").readline())
+    record = json.loads(data_lines("serve_dev_load.jsonl", 1)[0])
     record["serve"][name] = 3
     path = tmp_path / "r.jsonl"
     path.write_text(json.dumps(record) + "\n")
-    one_line_error(run("serve", str(path)),
+    one_line_error(cli("serve", str(path)),
                    f"serve.{name}: unknown field (the schema calls it 'spec_tokens'{remark})")
 
 
@@ -265,7 +260,7 @@ def test_serve_record_mtp_depth_named(name, remark, tmp_path):
                                               ("disag", "8", "(did you mean 'disagg'?)")])
 def test_search_disagg_pools_that_do_not_add_up(mode, gpus, text):
     """--mode disagg on one GPU (no room for two pools) and a mode typo: one line, not '0 configurations fit'."""
-    one_line_error(run("serve", "-m", "llama3.1-8b", "-d", "h100", "--search", "--ttft", "2s", "--tpot", "50ms",
+    one_line_error(cli("serve", "-m", "llama3.1-8b", "-d", "h100", "--search", "--ttft", "2s", "--tpot", "50ms",
                        "--mode", mode, "--gpus", gpus), text)
 
 
@@ -275,7 +270,7 @@ def test_binary_file_as_records(command, tmp_path):
     that is not UTF-8, exit 2 (it was a UnicodeDecodeError traceback in validate and calibrate)."""
     path = tmp_path / "runs.jsonl"
     path.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00")
-    one_line_error(run(command, str(path)), f"{path}: not UTF-8 text (byte 0x89 at offset 0)")
+    one_line_error(cli(command, str(path)), f"{path}: not UTF-8 text (byte 0x89 at offset 0)")
 
 
 def test_validate_a_file_with_no_json_line(tmp_path):
@@ -283,11 +278,11 @@ def test_validate_a_file_with_no_json_line(tmp_path):
     JSON is not a file of runs: one line, exit 2, instead of empty tables and exit 0."""
     text = tmp_path / "notes.jsonl"
     text.write_text("step time 1.4 s\nmfu 40%\n")
-    one_line_error(run("validate", str(text)), f"{text}:1: invalid JSON: Expecting value; not one line of the file "
+    one_line_error(cli("validate", str(text)), f"{text}:1: invalid JSON: Expecting value; not one line of the file "
                                                "is JSON, so it holds no run records")
     mixed = tmp_path / "mixed.jsonl"
-    mixed.write_text("step time 1.4 s\n" + open("tests/data/runs_dev_small.jsonl").readline())
-    result = run("validate", str(mixed))
+    mixed.write_text("step time 1.4 s\n" + data_lines("runs_dev_small.jsonl", 1)[0] + "\n")
+    result = cli("validate", str(mixed))
     assert result.exit_code == 0 and f"refused (a miss): {mixed}:1: invalid JSON" in result.output
 
 
@@ -298,11 +293,11 @@ def test_best_by_a_dimension_and_its_csv_message(tmp_path):
 
     result = tmp_path / "out.nc"
     synthetic_sweep().to_netcdf(result, engine="scipy")
-    one_line_error(run("best", str(result), "--by", "plan"),
+    one_line_error(cli("best", str(result), "--by", "plan"),
                    "--by 'plan' is a dimension of the result (filter it with --where plan=...), not a variable to "
                    "rank by; variables: ")
     text = tmp_path / "notes.csv"
     text.write_text("notes\n")
-    bad = run("best", str(result), "--by", "throughput", "--csv", str(text), "--force")
+    bad = cli("best", str(result), "--by", "throughput", "--csv", str(text), "--force")
     one_line_error(bad, "not the CSV table this command writes")
     assert text.read_text() == "notes\n"

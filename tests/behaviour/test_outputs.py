@@ -6,13 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from fastmodel.cli import main
 from fastmodel.io.outputs import content_kind
-from tests.suite_fixtures import one_line_error
-
-RUNS = Path(__file__).resolve().parents[1] / "data" / "runs_dev.jsonl"
+from tests.suite_fixtures import cli, data_lines, one_line_error
 
 #: a file of each kind, as the first bytes a user's file might have
 SAMPLES = {
@@ -24,10 +20,6 @@ SAMPLES = {
     "netcdf": b"CDF\x01\0\0\0\0",
     "text": "my notes\n",
 }
-
-
-def cli(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
 
 
 def _write(path: Path, kind: str) -> bytes:
@@ -47,7 +39,7 @@ def test_content_kinds():
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     path = tmp_path_factory.mktemp("runs") / "runs.jsonl"
-    path.write_text("\n".join(RUNS.read_text().splitlines()[:3]) + "\n")
+    path.write_text("\n".join(data_lines("runs_dev.jsonl", 3)) + "\n")
     return path
 
 

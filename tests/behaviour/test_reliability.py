@@ -7,26 +7,20 @@ import sys
 
 import pytest
 import xarray as xr
-from click.testing import CliRunner
 
 from fastmodel.analysis.best import best, open_result, where_mask
-from fastmodel.cli import main
 from fastmodel.errors import FastmodelError, SweepError
 from fastmodel.io.store import writer_lock
 from fastmodel.madmax.lowering.params import STATUS
 from fastmodel.madmax.sweep.axes import MAX_AXIS_VALUES, axis_values
 from fastmodel.madmax.sweep.definition import Sweep
 from fastmodel.sweeps import create_store, run_in_memory, run_to_store, write_units
-from tests.suite_fixtures import one_line_error
+from tests.suite_fixtures import cli, one_line_error
 
 AXES = {"num_nodes": [2, 4], "flops_util": {"start": 0.4, "stop": 0.8, "num": 9}, "plan": ["fsdp/ddp", "tp,ddp/mp"]}
 SWEEP_TOML = ('model = "llama-7b"\nsystem = "dc-a"\ntask = "llm-pretrain"\n'
               '[axes]\nnum_nodes = [2, 4]\nflops_util = { start = 0.4, stop = 0.8, num = 9 }\n'
               'plan = ["fsdp/ddp", "tp,ddp/mp"]\n')
-
-
-def cli(*args, **kw):
-    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False, **kw)
 
 
 @pytest.fixture

@@ -255,9 +255,9 @@ inter.eff = 0.8
 
 @pytest.mark.parametrize("old, new, expected", [
     ("attn_eff = 0.4", "atn_eff = 0.4", "device.\"H100-SXM-80GB\".atn_eff: unknown field (did you mean 'attn_eff'?)"),
-    ("attn_eff = 0.4", "attn_eff = 1.5", "device.\"H100-SXM-80GB\".attn_eff: 1.5 outside the physical range [0.05, 1]"),
+    ("attn_eff = 0.4", "attn_eff = 1.5", "device.\"H100-SXM-80GB\".attn_eff: 1.5 is outside [0.05, 1]"),
     ("attn_eff = 0.4", "attn_eff = \"fast\"", "device.\"H100-SXM-80GB\".attn_eff: expected a number"),
-    ("inter.eff = 0.8", "inter.latency_s = -1e-6", "inter.latency_s: -1e-06 outside the physical range [0, 0.01] s"),
+    ("inter.eff = 0.8", "inter.latency_s = -1e-6", "inter.latency_s: -1e-06 is outside [0, 0.01] s"),
     ('[device."H100-SXM-80GB"]', '[device."H100-SXM-80G"]', "no built-in device of this name (did you mean 'H100-SXM-80GB'?)"),
     ("[calibration]", "[calibraton]", "calibraton: unknown table (did you mean 'calibration'?)"),
     ("format = 1", "format = 3", "calibration.format: unsupported format 3; this fastmodel reads formats 1, 2"),

@@ -200,7 +200,7 @@ def test_cli_run_record_with_a_calibration(tmp_path, a100_record):
 
 
 @pytest.mark.parametrize("body, expected", [
-    ('[device."H100-SXM-80GB"]\nhbm_eff = 2.0\n', 'device."H100-SXM-80GB".hbm_eff: 2.0 outside the physical range'),
+    ('[device."H100-SXM-80GB"]\nhbm_eff = 2.0\n', 'device."H100-SXM-80GB".hbm_eff: 2 is outside [0.05, 1]'),
     ('[device."H100-SXM-80GB"]\nhbm_ef = 0.5\n', "hbm_ef: unknown field (did you mean 'hbm_eff'?)"),
     ('[stack."megatron-core"]\ncompute_ef = 0.9\n',
      "stack.\"megatron-core\".compute_ef: unknown field (did you mean 'compute_eff'?)"),
@@ -210,7 +210,7 @@ def test_cli_run_record_with_a_calibration(tmp_path, a100_record):
                                                        'text lower case without versions or parentheses: write '
                                                        '"default:llm.c"'),
     ('[stack."megatron-core"]\ncompute_eff = 3.0\n',
-     'stack."megatron-core".compute_eff: 3.0 outside the physical range [0.5, 2]'),
+     'stack."megatron-core".compute_eff: 3 is outside [0.5, 2]'),
 ])
 @pytest.mark.parametrize("command", [
     ["run", "-m", "llama3-8b", "-s", "dgx-h100", "-t", "llm-pretrain"],

@@ -113,11 +113,12 @@ def test_a_set_usable_fraction_below_a_tenth_is_refused_as_a_reserve_typed_by_mi
     free" would get 5 % usable and every plan "does not fit". 0 and [0.1, 1] are taken; (0, 0.1) is one line."""
     from fastmodel.errors import SweepError
     from fastmodel.lm.sweep import lm_sweep
-    from fastmodel.registry.lm_overhead import usable_fraction_problem
+    from fastmodel.registry.validators import column_problem
 
-    assert usable_fraction_problem(0.0) is None and usable_fraction_problem(0.1) is None
-    assert usable_fraction_problem(0.95) is None and usable_fraction_problem(1.0) is None
-    assert "FILL" in usable_fraction_problem(0.05) and "--memory-margin" in usable_fraction_problem(0.05)
-    assert usable_fraction_problem(1.5) is not None
+    column = COLUMNS[C["usable_hbm_fraction"]]
+    assert column_problem(column, 0.0) is None and column_problem(column, 0.1) is None
+    assert column_problem(column, 0.95) is None and column_problem(column, 1.0) is None
+    assert "FILL" in column_problem(column, 0.05) and "--memory-margin" in column_problem(column, 0.05)
+    assert column_problem(column, 1.5) is not None
     with pytest.raises(SweepError, match="axis 'usable_hbm_fraction': 0.05 is the share of HBM a plan may FILL"):
         lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", axes={"usable_hbm_fraction": [0.9, 0.05]})

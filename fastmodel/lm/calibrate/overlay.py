@@ -50,6 +50,7 @@ import numpy as np
 from fastmodel.errors import SpecError, nearest
 from fastmodel.lm.calibrate.stack_tables import DEVICES_FIELD, applies, parse_stacks
 from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
+from fastmodel.registry.validators import column_problem
 
 try:
     import tomllib
@@ -187,9 +188,8 @@ def _bounded(value: Any, column: str, where: str, source: str) -> float:
     col = COLUMNS[COLUMN_INDEX[column]]
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise SpecError(source, where, f"expected a number, got {value!r}")
-    if not col.lo <= value <= col.hi:
-        units = "" if col.units == "1" else f" {col.units}"
-        raise SpecError(source, where, f"{value!r} outside the physical range [{col.lo:g}, {col.hi:g}]{units}")
+    if problem := column_problem(col, value):
+        raise SpecError(source, where, problem)
     return float(value)
 
 

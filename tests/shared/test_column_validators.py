@@ -1,0 +1,145 @@
+"""One check of a registry column's value (fastmodel/registry/validators.py), called by every input path that
+reads one: spec lowering (execution options, a cluster's ``efficiency`` table), device files, sweep axes,
+calibration overlays and run records give the same reason, each after its own file and field."""
+
+import copy
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from fastmodel.errors import SpecError, SweepError
+from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
+from fastmodel.registry.lm_overhead import USABLE_HBM_FRACTION_GAP
+from fastmodel.registry.validators import Forbidden, column_problem
+from tests.suite_fixtures import DATA
+
+USABLE = COLUMNS[COLUMN_INDEX["usable_hbm_fraction"]]
+FILL = (
+    "is the share of HBM a plan may FILL (0 = not set: keep the plan's allocator cache free); a set share is in "
+    "[0.1, 1] (to keep a margin free, use --memory-margin)"
+)
+
+
+def _column(**kw):
+    return SimpleNamespace(**{"lo": 0.0, "hi": 1.0, "units": "1", "forbid": (), **kw})
+
+
+def test_a_value_is_checked_against_its_bounds_and_forbidden_intervals():
+    """[lo, hi] closed, each forbidden interval open; units named unless dimensionless or a code."""
+    assert column_problem(_column(), 0.0) is None and column_problem(_column(), 1.0) is None
+    assert column_problem(_column(), 1.5) == "1.5 is outside [0, 1]"
+    assert column_problem(_column(), float("nan")) == "nan is outside [0, 1]"
+    assert column_problem(_column(units="code"), -1) == "-1 is outside [0, 1]"
+    assert column_problem(_column(lo=1e8, hi=1e14, units="bytes"), 1) == "1 is outside [100000000, 1e+14] bytes"
+    gap = _column(forbid=(Forbidden(0.2, 0.4, "is in the gap"),))
+    assert [column_problem(gap, v) for v in (0.2, 0.3, 0.4)] == [None, "0.3 is in the gap", None]
+
+
+def test_usable_hbm_fraction_declares_its_gap_in_the_registry():
+    """0 = not set and [0.1, 1] are taken; (0, 0.1) reads as a reserve typed by mistake; above 1 is out of range."""
+    assert USABLE.forbid == (USABLE_HBM_FRACTION_GAP,) and (USABLE.lo, USABLE.hi) == (0, 1)
+    assert [column_problem(USABLE, v) for v in (0.0, 0.1, 0.95, 1.0)] == [None] * 4
+    assert column_problem(USABLE, 0.05) == f"0.05 {FILL}"
+    assert column_problem(USABLE, 1.5) == "1.5 is outside [0, 1]"
+    assert sum(c.forbid != () for c in COLUMNS) == 1  # the only column with a gap today
+
+
+def _device_file(tmp_path, monkeypatch, column, value):
+    from fastmodel.spec import devices
+
+    folder = tmp_path / "devices"
+    folder.mkdir()
+    (folder / "x.toml").write_text(f'names = ["x-gpu"]\n{column} = {value}\n')
+    monkeypatch.setattr(devices, "resources", SimpleNamespace(files=lambda _: tmp_path))
+    devices.device_table.__wrapped__()  # not the cached table of the built-in files
+
+
+def _cluster_table(tmp_path, monkeypatch, column, value):
+    from fastmodel.lm.execution import ExecutionSpec
+    from fastmodel.lm.loader import load_cluster, load_lm_model
+    from fastmodel.lm.lowering import Mesh, lower
+
+    cluster = load_cluster("dgx-h100", 1)
+    cluster = cluster.model_copy(update={"efficiency": {column: value}})
+    lower(load_lm_model("llama3.1-8b"), cluster, ExecutionSpec(), Mesh(dp=cluster.n_gpus), 8 * cluster.n_gpus)
+
+
+def _sweep_axis(tmp_path, monkeypatch, column, value):
+    from fastmodel.lm.sweep import lm_sweep
+
+    lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", axes={column: [value]})
+
+
+PATHS = {
+    "device file": (_device_file, "specs/devices/x.toml: {column}: "),
+    "cluster table": (_cluster_table, "dgx-h100: efficiency.{column}: "),
+    "sweep axis": (_sweep_axis, "axis '{column}': "),
+}
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("column, value", [("usable_hbm_fraction", 0.05), ("attn_eff", 1.5)])
+def test_every_path_gives_the_registry_reason(tmp_path, monkeypatch, path, column, value):
+    read, prefix = PATHS[path]
+    with pytest.raises((SpecError, SweepError)) as caught:
+        read(tmp_path, monkeypatch, column, value)
+    where = prefix.format(column=column)
+    assert str(caught.value).endswith(where + column_problem(COLUMNS[COLUMN_INDEX[column]], value)), caught.value
+
+
+def test_a_calibration_overlay_gives_the_registry_reason():
+    from fastmodel.lm.calibrate.overlay import parse_calibration
+
+    data = {
+        "calibration": {"format": 2, "fitted_on": "x", "fitted_at": "now"},
+        "device": {"H100-SXM-80GB": {"attn_eff": 1.5}},
+    }
+    with pytest.raises(SpecError) as caught:
+        parse_calibration(data, "cal.toml")
+    assert str(caught.value) == 'cal.toml: device."H100-SXM-80GB".attn_eff: ' + column_problem(
+        COLUMNS[COLUMN_INDEX["attn_eff"]], 1.5
+    )
+    with pytest.raises(SweepError, match=r"^axis 'attn_eff': 1\.5 is outside \[0\.05, 1\]$"):
+        _sweep_axis(None, None, "attn_eff", 1.5)
+
+
+def test_a_run_record_and_an_execution_spec_give_the_registry_reason():
+    """A record's system and plan fields (``record_blocks.bounds``) and an execution option of kind "number"
+    (``execution.option_fields``) run the same check."""
+    from fastmodel.lm.execution import ExecutionSpec
+    from fastmodel.lm.records import lower_record
+    from fastmodel.spec.loader import validate
+
+    record = json.loads((DATA / "runs_dev.jsonl").read_text().splitlines()[0])
+    for block, field, column, value in (
+        ("plan", "recompute_fraction", "recompute_fraction", 5),
+        ("plan", "moe_imbalance", "moe_imbalance", 0.5),
+        ("system", "hbm_bytes", "hbm_bytes", 1),
+    ):
+        bad = copy.deepcopy(record)
+        bad[block][field] = value
+        with pytest.raises(SpecError) as caught:
+            lower_record(bad, "runs.jsonl:1")
+        reason = column_problem(COLUMNS[COLUMN_INDEX[column]], value)
+        assert str(caught.value) == f"runs.jsonl:1: {block}.{field}: {reason}"
+    with pytest.raises(SpecError) as caught:
+        validate(ExecutionSpec, {"moe_imbalance": 0.5}, "x.toml", "execution")
+    assert str(caught.value) == "x.toml: execution.moe_imbalance: 0.5 is outside [1, 64]"
+
+
+@pytest.mark.parametrize("kind, column, value", [("model", "layers", 5000), ("model", "kv_heads", 0),
+                                                 ("task", "input_len", 0), ("task", "kv_cache_mem_fraction", 0.001)])
+def test_a_model_spec_and_a_serving_task_give_the_registry_reason(kind, column, value):
+    """The model and serving-task specs' fields that are registry columns take the column's check (not a copy of
+    its bounds)."""
+    from fastmodel.lm.loader import load_lm_model
+    from fastmodel.lm.spec import LMSpec
+    from fastmodel.serve.spec import ServeTaskSpec
+    from fastmodel.spec.loader import validate
+
+    cls, data = {"model": (LMSpec, load_lm_model("llama3.1-8b").model_dump()),
+                 "task": (ServeTaskSpec, {"name": "t", "kind": "serve", "input_len": 1024, "output_len": 128})}[kind]
+    with pytest.raises(SpecError) as caught:
+        validate(cls, {**data, column: value}, "x.toml", kind)
+    assert str(caught.value) == f"x.toml: {kind}.{column}: " + column_problem(COLUMNS[COLUMN_INDEX[column]], value)
