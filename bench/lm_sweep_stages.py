@@ -17,6 +17,7 @@ its own process, the trees alternating in ABBA order (each runs first in every o
 both alike; every figure printed is the median over rounds x repeats.
 
     python bench/lm_sweep_stages.py [--rounds 3] [--repeats 2] [--previous 97eefc3] [--batches 128]
+                                    [--model qwen3-30b-a3b --batches 8]   (the MoE sweep, a slice of it)
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _args import add_previous  # noqa: E402  (bench/ is not a package)
 
-MODEL, SYSTEM, TASK = "llama3.1-70b", "dgx-h100", "llm-pretrain"
+MODEL, SYSTEM, TASK = "llama3.1-70b", "dgx-h100", "llm-pretrain"   # MODEL: the --model default
 NODES = [4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048]
 MICRO = [1, 2, 4, 8]
 #: stages in the order lm_sweep runs them
@@ -71,8 +72,8 @@ def thread_seconds() -> dict[int, float]:
     return found
 
 
-def one_sweep(batches: int) -> tuple[dict, list[float]]:
-    """Every stage of ``lm_sweep(MODEL, SYSTEM, TASK, axes=_axes(batches))`` timed (as lm.sweep.sweep_plan and
+def one_sweep(model_name: str, batches: int) -> tuple[dict, list[float]]:
+    """Every stage of ``lm_sweep(model_name, SYSTEM, TASK, axes=_axes(batches))`` timed (as lm.sweep.sweep_plan and
     sweeps.run.run_in_memory run them; require_ok=False as lm_sweep passes); (figures, each thread's CPU seconds
     in the kernel stage, largest first)."""
     import numpy as np
@@ -86,7 +87,7 @@ def one_sweep(batches: int) -> tuple[dict, list[float]]:
 
     clock = Clock()
     t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
-    model, cluster, execution, batch = clock("specs", lambda: (load_lm_model(MODEL), load_cluster(SYSTEM, None),
+    model, cluster, execution, batch = clock("specs", lambda: (load_lm_model(model_name), load_cluster(SYSTEM, None),
                                                                  load_execution(None), _task_global_batch(TASK)))
     plan = clock("plan", lambda: LMSweepPlan(model, cluster, execution, batch, _axes(batches)))
 
@@ -106,16 +107,16 @@ def one_sweep(batches: int) -> tuple[dict, list[float]]:
     return {**clock.figures, "points": plan.num_configs}, threads
 
 
-def child(repeats: int, batches: int) -> dict:
+def child(model: str, repeats: int, batches: int) -> dict:
     import numba
 
     from fastmodel.lm.sweep import lm_sweep
 
-    lm_sweep(MODEL, SYSTEM, TASK, axes={"plan": ["tp8"], "num_nodes": [4]})       # load or compile: not timed
+    lm_sweep(model, SYSTEM, TASK, axes={"plan": ["tp8"], "num_nodes": [4]})       # load or compile: not timed
     runs, parts = [], []
     count = numba.get_num_threads()
     for _ in range(repeats):
-        figures, threads = one_sweep(batches)
+        figures, threads = one_sweep(model, batches)
         runs.append(figures)
         parts.append(threads[:count])
     return {"points": runs[0].pop("points"), "threads": count, "runs": runs, "shares": parts}
@@ -159,11 +160,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="processes per tree, alternating the trees")
     parser.add_argument("--repeats", type=int, default=2, help="timed sweeps per process, after its warm-up")
     parser.add_argument("--batches", type=int, default=128, help="global batches 64, 128, ..., 64 x BATCHES")
+    parser.add_argument("--model", default=MODEL)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     add_previous(parser)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(args.repeats, args.batches)))
+        print(json.dumps(child(args.model, args.repeats, args.batches)))
         return
     from bench_batch import save_results
     from bench_batch import trees as bench_trees
@@ -173,11 +175,12 @@ def main() -> None:
     for round_ in range(args.rounds):
         for name, env in trees[::-1] if round_ % 2 else trees:     # ABBA: neither tree always runs first
             out = subprocess.run([sys.executable, __file__, "--child", "--repeats", str(args.repeats),
-                                  "--batches", str(args.batches)], capture_output=True, text=True, check=True, env=env)
+                                  "--batches", str(args.batches), "--model", args.model],
+                                 capture_output=True, text=True, check=True, env=env)
             results[name].append(json.loads(out.stdout.strip().splitlines()[-1]))
     summaries = [(name, summary(found)) for name, found in results.items()]
     first = summaries[0][1]
-    print(f"{MODEL}/{SYSTEM} dense sweep: {first['points']:,} points, "
+    print(f"{args.model}/{SYSTEM} sweep: {first['points']:,} points, "
           f"{first['threads']} numba threads, median of {first['runs']} sweeps per tree; seconds")
     print(table(summaries))
     save_results("lm_sweep_stages", {name: sm for name, sm in summaries})
