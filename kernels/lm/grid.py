@@ -7,7 +7,8 @@ its columns (-1 ends the list; the ``plan`` axis sets tp, pp, cp and ep
 together). Then the derived columns are filled (``dp = n_gpus / (tp pp cp)``;
 the FSDP shard group defaults to dp), the rule table gives the status, and
 legal points are evaluated; a point whose results are not all finite gets status
-``not_finite`` and NaN results (``kernels/finite.py``). Chunks of points run in parallel (``prange``).
+``not_finite`` and NaN results (``kernels/finite.py``). Chunks of points run in parallel (``prange``), dealt to
+the threads round-robin (:func:`evaluate_grid`).
 """
 
 import numpy as np
@@ -70,19 +71,30 @@ def _evaluate_points(lo, hi, base, axis_columns, axis_values, shape, auto_shard,
 
 
 @njit(parallel=True)
-def evaluate_grid(base, axis_columns, axis_values, shape, auto_shard, only_fitting, status, out, offset):
+def evaluate_grid(base, axis_columns, axis_values, shape, auto_shard, only_fitting, status, out, offset, lanes):
     """Status and every result of each point of the grid of ``shape`` into ``status[offset + i]`` (int8) and
     ``out[:, offset + i]`` (N_RESULTS rows) for point ``i`` (C order), so a sweep writes a unit of work straight
     into its place in a larger result matrix. With ``only_fitting``, legal points that do not fit in memory get
-    status ``does_not_fit`` (their results stay, so the memory breakdown shows why)."""
+    status ``does_not_fit`` (their results stay, so the memory breakdown shows why).
+
+    numba hands each thread one contiguous 1/T of a ``prange`` (chunksize 0; under the OpenMP layer a plain
+    ``omp for``, static), and a point's cost follows its place in the grid (the first axis, e.g. num_nodes,
+    decides how many plans are legal), so 1/T of the grid in a row is not 1/T of the work: the dense sweep of
+    bench/bench_lm_sweep.py gave 57 % and 43 % of the CPU seconds to its two halves (docs/performance.md). The
+    ``prange`` therefore runs over ``lanes`` (the caller passes numba's thread count T; asking numba for it in
+    here would make the kernel uncacheable), lane ``k`` taking chunks ``k, k + T, k + 2T, ...``: every thread gets
+    chunks from the whole grid. Each point is still evaluated by the same code into its own place, so the results
+    do not depend on ``lanes``."""
     n = 1
     for size in shape:
         n *= size
     chunks = (n + CHUNK_POINTS - 1) // CHUNK_POINTS
-    for chunk in prange(chunks):
-        lo = chunk * CHUNK_POINTS
-        _evaluate_points(lo, min(n, lo + CHUNK_POINTS), base, axis_columns, axis_values, shape, auto_shard,
-                         only_fitting, status, out, offset)
+    lanes = min(chunks, max(1, lanes))
+    for lane in prange(lanes):
+        for chunk in range(lane, chunks, lanes):
+            lo = chunk * CHUNK_POINTS
+            _evaluate_points(lo, min(n, lo + CHUNK_POINTS), base, axis_columns, axis_values, shape, auto_shard,
+                             only_fitting, status, out, offset)
 
 
 @njit

@@ -1,0 +1,190 @@
+"""CPU seconds of each stage of the dense real-world sweep of bench_lm_sweep.py, this tree beside --previous.
+
+``lm_sweep`` end to end is: load the specs (model, system, execution, task), build the sweep plan (axes, the
+"all" meshes, the base column vector lowered once), allocate the result matrix and status, run the grid kernel
+(``kernels/lm/grid.py`` ``evaluate_grid``, numba threads over ``prange`` chunks), and assemble the xarray
+Dataset (views of the matrix, the bool ``fits_memory``, attrs with the JSON sweep definition, aliases). Each
+stage is timed here in CPU seconds (``getrusage``: user + system of every thread of the process; the shared
+2-core VM makes wall-clock swing with the other sessions' load) and in wall seconds.
+
+The ``thread k`` rows are the CPU seconds each numba thread ran during the kernel stage (``schedstat`` of every
+thread of the process, largest first). numba splits a ``prange`` statically, one contiguous 1/T of it per
+thread, so on an otherwise idle machine the kernel's wall-clock is the busiest thread's CPU time, not the mean:
+``balance`` (busiest / mean) is the wall-clock a T-core machine loses to the split.
+
+The first sweep of each process (it loads or compiles the kernels) is a warm-up, not timed. Each tree runs in
+its own process, the trees alternating in ABBA order (each runs first in every other round) so the load hits
+both alike; every figure printed is the median over rounds x repeats.
+
+    python bench/lm_sweep_stages.py [--rounds 3] [--repeats 2] [--previous 97eefc3] [--batches 128]
+                                    [--model qwen3-30b-a3b --batches 8]   (the MoE sweep, a slice of it)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _args import add_previous  # noqa: E402  (bench/ is not a package)
+
+MODEL, SYSTEM, TASK = "llama3.1-70b", "dgx-h100", "llm-pretrain"   # MODEL: the --model default
+NODES = [4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048]
+MICRO = [1, 2, 4, 8]
+#: stages in the order lm_sweep runs them
+STAGES = ("specs", "plan", "buffers", "kernel", "assemble", "total")
+
+
+class Clock:
+    """CPU (user, system) and wall seconds of consecutive stages of one process."""
+
+    def __init__(self):
+        self.figures: dict[str, tuple[float, float, float]] = {}
+
+    def __call__(self, name: str, call):
+        before, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+        result = call()
+        wall, after = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF)
+        self.figures[name] = (after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime, wall)
+        return result
+
+
+def _axes(batches: int) -> dict:
+    return {"num_nodes": NODES, "global_batch": [64 * i for i in range(1, batches + 1)], "micro_batch": MICRO,
+            "plan": "all"}
+
+
+def thread_seconds() -> dict[int, float]:
+    """CPU seconds each thread of this process has run (``/proc/self/task/*/schedstat``, nanoseconds: finer than
+    getrusage's ticks); {} where there is no /proc."""
+    found = {}
+    for task in Path("/proc/self/task").glob("*"):
+        try:
+            found[int(task.name)] = int((task / "schedstat").read_text().split()[0]) / 1e9
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+def one_sweep(model_name: str, batches: int) -> tuple[dict, list[float]]:
+    """Every stage of ``lm_sweep(model_name, SYSTEM, TASK, axes=_axes(batches))`` timed (as lm.sweep.sweep_plan and
+    sweeps.run.run_in_memory run them; require_ok=False as lm_sweep passes); (figures, each thread's CPU seconds
+    in the kernel stage, largest first)."""
+    import numpy as np
+
+    from fastmodel.lm.loader import load_cluster, load_execution, load_lm_model
+    from fastmodel.lm.sweep import _task_global_batch
+    from fastmodel.lm.sweep_plan import LMSweepPlan
+    from fastmodel.sweeps.assemble import assemble
+    from fastmodel.sweeps.buffers import result_matrix
+    from fastmodel.sweeps.size import check_memory
+
+    clock = Clock()
+    t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+    model, cluster, execution, batch = clock("specs", lambda: (load_lm_model(model_name), load_cluster(SYSTEM, None),
+                                                                 load_execution(None), _task_global_batch(TASK)))
+    plan = clock("plan", lambda: LMSweepPlan(model, cluster, execution, batch, _axes(batches)))
+
+    def buffers():
+        check_memory(plan)
+        return result_matrix(plan.num_rows, plan.num_configs), np.zeros(plan.num_configs, dtype=np.int8)
+
+    out, status = clock("buffers", buffers)
+    threads_before = thread_seconds()
+    clock("kernel", lambda: [plan.evaluate_unit(u, out, status, plan.unit_offset(u))
+                             for u in plan.units(plan.MEMORY_UNIT_CONFIGS)])
+    threads = sorted((t - threads_before.get(tid, 0.0) for tid, t in thread_seconds().items()), reverse=True)
+    clock("assemble", lambda: assemble(plan, out, status))
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    clock.figures["total"] = (after.ru_utime - t0[0].ru_utime, after.ru_stime - t0[0].ru_stime,
+                              time.perf_counter() - t0[1])
+    return {**clock.figures, "points": plan.num_configs}, threads
+
+
+def child(model: str, repeats: int, batches: int) -> dict:
+    import numba
+
+    from fastmodel.lm.sweep import lm_sweep
+
+    lm_sweep(model, SYSTEM, TASK, axes={"plan": ["tp8"], "num_nodes": [4]})       # load or compile: not timed
+    runs, parts = [], []
+    count = numba.get_num_threads()
+    for _ in range(repeats):
+        figures, threads = one_sweep(model, batches)
+        runs.append(figures)
+        parts.append(threads[:count])
+    return {"points": runs[0].pop("points"), "threads": count, "runs": runs, "shares": parts}
+
+
+def _median(values) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def summary(results: list[dict]) -> dict:
+    """Median over every run of one tree: per stage (user, sys, wall), and each thread's kernel CPU seconds."""
+    runs = [r for result in results for r in result["runs"]]
+    parts = [p for result in results for p in result["shares"] if p]
+    stages = {s: tuple(_median([r[s][k] for r in runs]) for k in range(3)) for s in STAGES}
+    share = [_median([p[k] for p in parts if k < len(p)]) for k in range(max(map(len, parts)))] if parts else []
+    return {"points": results[0]["points"], "threads": results[0]["threads"], "stages": stages, "threads_s": share,
+            "runs": len(runs)}
+
+
+def table(summaries: list[tuple[str, dict]]) -> str:
+    """Stages as rows, each tree's CPU (user + sys) and wall seconds as columns, then this / previous CPU."""
+    nan = [float("nan")] * len(summaries)
+    lines = [f"{'stage':14s}" + "".join(f" {name[:20]:>20s} cpu   wall" for name, _ in summaries)
+             + ("   cpu ratio" if len(summaries) > 1 else "")]
+    rows = [(s, [sm["stages"][s][0] + sm["stages"][s][1] for _, sm in summaries],
+             [sm["stages"][s][2] for _, sm in summaries]) for s in STAGES]
+    rows.append(("  kernel sys", [sm["stages"]["kernel"][1] for _, sm in summaries], nan))
+    for k in range(max(len(sm["threads_s"]) for _, sm in summaries)):
+        rows.append((f"  thread {k + 1}", [sm["threads_s"][k] if k < len(sm["threads_s"]) else float("nan")
+                                           for _, sm in summaries], nan))
+    rows.append(("  balance", [max(sm["threads_s"], default=float("nan")) / statistics.mean(sm["threads_s"] or [1])
+                               for _, sm in summaries], nan))
+    for name, cpu, wall in rows:
+        line = f"{name:14s}" + "".join(f" {c:24.3f} {w:6.3f}" for c, w in zip(cpu, wall))
+        lines.append(line + (f" {cpu[0] / cpu[1]:11.3f}" if len(cpu) > 1 and cpu[1] else ""))
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=3, help="processes per tree, alternating the trees")
+    parser.add_argument("--repeats", type=int, default=2, help="timed sweeps per process, after its warm-up")
+    parser.add_argument("--batches", type=int, default=128, help="global batches 64, 128, ..., 64 x BATCHES")
+    parser.add_argument("--model", default=MODEL)
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    add_previous(parser)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(child(args.model, args.repeats, args.batches)))
+        return
+    from bench_batch import save_results
+    from bench_batch import trees as bench_trees
+
+    trees = bench_trees(args.previous)
+    results: dict[str, list[dict]] = {name: [] for name, _ in trees}
+    for round_ in range(args.rounds):
+        for name, env in trees[::-1] if round_ % 2 else trees:     # ABBA: neither tree always runs first
+            out = subprocess.run([sys.executable, __file__, "--child", "--repeats", str(args.repeats),
+                                  "--batches", str(args.batches), "--model", args.model],
+                                 capture_output=True, text=True, check=True, env=env)
+            results[name].append(json.loads(out.stdout.strip().splitlines()[-1]))
+    summaries = [(name, summary(found)) for name, found in results.items()]
+    first = summaries[0][1]
+    print(f"{args.model}/{SYSTEM} sweep: {first['points']:,} points, "
+          f"{first['threads']} numba threads, median of {first['runs']} sweeps per tree; seconds")
+    print(table(summaries))
+    save_results("lm_sweep_stages", {name: sm for name, sm in summaries})
+
+
+if __name__ == "__main__":
+    main()
