@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -107,8 +108,9 @@ def for_specs(model: Any, semantics: Any = "default", system: Any = None) -> Eng
     if not chosen.real_world:
         raise SpecError(None, "semantics", f"{what} is a real-world spec: evaluate it under semantics 'default' "
                         f"(not {chosen.name!r}, which is the MAD-Max model only)")
-    if not real_model:
-        raise SpecError(None, "model", f"{what} is a real-world cluster: pair it with a real-world model "
+    if not real_model:     # the model is what to change: its file, when it is one, is named
+        source = str(model) if isinstance(model, (str, Path)) and Path(str(model)).is_file() else None
+        raise SpecError(source, "model", f"{what} is a real-world cluster: pair it with a real-world model "
                         "(family = \"lm\", e.g. llama3.1-70b; 'fastmodel specs list model')")
     return LM
 

@@ -109,13 +109,21 @@ def is_kind(path: str | os.PathLike, kind: str) -> bool:
 
 
 _NAMES = {"csv": "CSV", "json": "JSON/JSONL", "toml": "TOML", "png": "PNG", "pdf": "PDF", "svg": "SVG",
-          "netcdf": "netCDF", "parquet": "Parquet", "binary": "binary", "text": "plain-text"}
+          "netcdf": "netCDF", "parquet": "Parquet", "binary": "binary", "text": "plain-text",
+          "spreadsheet": "spreadsheet", "compressed": "compressed", "image": "image"}
 
 
-#: file-name suffixes that say which kind a file holds (a suffix not listed says nothing: out.txt, rows.dat)
+#: file-name suffixes that say which kind a file holds (a suffix not listed says nothing: out.txt, rows.dat); the
+#: spreadsheet, binary, compressed and image suffixes name formats fastmodel never writes, so an output named so is
+#: refused rather than filled with JSON lines or CSV that a spreadsheet program, an HDF5 reader or gunzip fails on
 SUFFIX_KINDS = {".csv": "csv", ".tsv": "csv", ".json": "json", ".jsonl": "json", ".ndjson": "json",
                 ".toml": "toml", ".png": "png", ".pdf": "pdf", ".svg": "svg", ".nc": "netcdf", ".nc4": "netcdf",
-                ".cdf": "netcdf", ".parquet": "parquet", ".pq": "parquet", ".zarr": "zarr"}
+                ".cdf": "netcdf", ".parquet": "parquet", ".pq": "parquet", ".zarr": "zarr",
+                **dict.fromkeys((".xlsx", ".xls", ".ods"), "spreadsheet"),
+                **dict.fromkeys((".h5", ".hdf5", ".hdf", ".feather", ".arrow", ".pkl", ".pickle", ".npy", ".npz"),
+                                "binary"),
+                **dict.fromkeys((".gz", ".bz2", ".xz", ".zst", ".zip"), "compressed"),
+                **dict.fromkeys((".jpg", ".jpeg", ".gif", ".tif", ".tiff", ".webp", ".eps"), "image")}
 
 
 def _check_suffix(path: str, kind: str, what: str, by_suffix: bool = False) -> None:

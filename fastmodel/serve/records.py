@@ -61,7 +61,7 @@ from fastmodel.serve.profiles import (
     stated_flags,
 )
 from fastmodel.spec.devices import device_table, same_part_hbm
-from fastmodel.spec.records import read_jsonl
+from fastmodel.spec.records import read_jsonl, require_blocks
 
 SERVE_BLOCKS = ("model", "system", "serve")
 #: record system field <- device-file column
@@ -177,6 +177,8 @@ def lower_serve_record(data: dict, source: str | None = None) -> ServeRecord:
     from fastmodel.serve.record_schema import parse_serve_record
 
     if not is_serve_record(data):
+        if isinstance(data, dict) and "plan" not in data and any(block in data for block in SERVE_BLOCKS):
+            require_blocks(data, SERVE_BLOCKS, source, "SERVE_RUNS.md")     # the block it lacks
         raise SpecError(source, "record", "not a serving record (needs model, system and serve blocks, "
                                           "SERVE_RUNS.md)")
     record = parse_serve_record(data, source)

@@ -116,3 +116,17 @@ def test_serve_writes_the_rows_it_prints(tmp_path):
     printed = cli("serve", "-m", "llama3.1-8b", "--json", "-o", out)
     assert printed.exit_code == 0
     assert json.loads(out.read_text()) == json.loads(printed.output.splitlines()[0])
+
+
+@pytest.mark.parametrize("command, name, writes", [
+    (["batch", RUNS], "out.xlsx", "JSON/JSONL"),
+    (["batch", RUNS], "out.jsonl.gz", "JSON/JSONL"),
+    (["validate", RUNS], "rows.h5", "CSV"),
+    (["serve", "-m", "llama3.1-8b"], "rows.xls", "JSON/JSONL"),
+])
+def test_a_name_of_a_format_fastmodel_never_writes_is_refused(tmp_path, command, name, writes):
+    """`-o out.xlsx` (or .gz, .h5): JSON lines or CSV under a spreadsheet's, an archive's or HDF5's name would fail
+    in the program the name opens, so the name is refused before any work and nothing is written."""
+    out = tmp_path / name
+    one_line_error(cli(*command, "-o", out), f"a {out.suffix} name, but this command writes {writes} here")
+    assert list(tmp_path.iterdir()) == []
