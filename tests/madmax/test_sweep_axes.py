@@ -2,9 +2,8 @@
 
 import pytest
 
-from fastmodel.errors import SweepError
 from fastmodel.madmax.parallel.plans import enumerate_plan_shapes
-from fastmodel.madmax.sweep.axes import axis_path, plan_values
+from fastmodel.madmax.sweep.axes import plan_values
 
 CLUSTERS = [(1, 1), (1, 8), (4, 8), (2, 1), (3, 8), (1, 4), (16, 8)]
 
@@ -53,15 +52,3 @@ def test_a_hundred_thousand_cluster_sizes_take_one_pass_per_kind(monkeypatch):
     plans = plan_values("all", clusters)
     assert [p.shape for p in plans] == _every_cluster([(1, 8), (2, 8)], False)
     assert calls[:2] == [(1, 8), (2, 8)] and len(calls) <= 3    # the two kinds (+ the ordering's reference cluster)
-
-
-def test_an_unknown_axis_names_the_near_one_or_else_lists_them():
-    """A misspelt axis gets its nearest name alone (the list of about 60 sweepable names made an 800-character
-    line); a name near nothing gets the list."""
-    with pytest.raises(SweepError) as near:
-        axis_path("num_node")
-    assert str(near.value) == "unknown axis 'num_node' (did you mean 'num_nodes'?)"
-    with pytest.raises(SweepError) as far:
-        axis_path("zzzq")
-    assert str(far.value).startswith("unknown axis 'zzzq'; sweepable: plan, model, system, ")
-    assert "num_nodes" in str(far.value)

@@ -112,10 +112,9 @@ def axis_path(name: str) -> str:
         return SHORT_NAMES[name]
     if name in _SHORT:
         raise SweepError(f"axis {name!r} is ambiguous: use one of {', '.join(_SHORT[name])}")
-    hint = nearest(name, ["plan", *SPEC_AXES, *SHORT_NAMES, *FIELDS])
-    if hint:     # the likely axis; the whole list (about 60 names) only when nothing is near
-        raise SweepError(f"unknown axis {name!r}{hint}")
-    raise SweepError(f"unknown axis {name!r}; sweepable: plan, model, system, {', '.join(sorted(SHORT_NAMES))}")
+    valid = ["plan", *SPEC_AXES, *SHORT_NAMES, *FIELDS]
+    raise SweepError(f"unknown axis {name!r}{nearest(name, valid)}; sweepable: plan, model, system, "
+                     f"{', '.join(sorted(SHORT_NAMES))}")
 
 
 def axis_dim(path: str) -> str:
