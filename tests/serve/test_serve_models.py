@@ -135,3 +135,10 @@ def test_a_madmax_model_is_refused_with_serving_s_models_not_the_madmax_semantic
     sweep.write_text('model = "llama2-70b"\nsystem = "H100"\ntask = "serve-chat"\n[axes]\ntp = [1, 2]\n')
     one_line_error(cli("sweep", sweep, "-o", tmp_path / "s.nc"), f"{sweep}: model: llama2-70b: model.family: 'llm'")
     assert not (tmp_path / "s.nc").exists()
+
+
+def test_moe_tp_on_a_dense_model_is_refused_not_ignored():
+    """The kernel's moe_tp rule reads routed experts only: on a dense model --moe-tp changed nothing, silently."""
+    one_line_error(cli("serve", "-m", "llama3.1-8b", "--moe-tp", "3", "--batch-size", "1"),
+                   "--moe-tp: llama3.1-8b is a dense model (no routed experts to split); leave it out")
+    assert cli("serve", "-m", "mixtral-8x7b", "--tp", "2", "--moe-tp", "2", "--batch-size", "1").exit_code == 0
