@@ -96,3 +96,21 @@ def is_cluster(data: Any) -> bool:
 
 def is_serve_task(data: Any) -> bool:
     return field(data, "kind") == SERVE_TASK_KIND
+
+
+def misplaced(data: Any, kind: str) -> str | None:
+    """Why ``data``, given as a ``kind`` spec (model, system), is another input: a spec wrapped in a table of its
+    kind's name (``[model]`` above the fields), the other kind of real-world spec (a ``family = "lm"`` model given as
+    the system, a ``kind = "cluster"`` system as the model), or a sweep file (its ``[axes]``). None otherwise."""
+    if not isinstance(data, dict):
+        return None
+    if len(data) == 1 and isinstance(data.get(kind), dict):
+        return f"the fields sit under a [{kind}] table; write them at the top level of the file, without it"
+    if "axes" in data and isinstance(data["axes"], dict):
+        return "a sweep file (it has [axes]): run it with 'fastmodel sweep FILE -o out.nc'"
+    if kind == "system" and is_real_world_model(data):
+        return "a model spec (family = \"lm\"), not a system: give it with --model"
+    if kind == "model" and is_cluster(data):
+        return "a cluster spec (kind = \"cluster\"), not a model: give it with --system"
+    return None
+

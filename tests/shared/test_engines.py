@@ -90,3 +90,25 @@ def test_a_madmax_model_file_on_a_cluster_is_named(tmp_path):
     with pytest.raises(SpecError) as error:
         engines.for_specs("llama2-70b", "default", "dgx-h100")
     assert str(error.value).startswith("model: system 'dgx-h100'")      # a built-in name: no file to name
+
+
+@pytest.mark.parametrize("text, as_kind, reason", [
+    ('[model]\nfamily = "lm"\nname = "x"\n', "model", "the fields sit under a [model] table; write them at the top "
+                                                       "level of the file, without it"),
+    ('[system]\nkind = "cluster"\nname = "x"\n', "system", "the fields sit under a [system] table"),
+    ('family = "lm"\nname = "x"\n', "system", 'a model spec (family = "lm"), not a system: give it with --model'),
+    ('kind = "cluster"\nname = "x"\n', "model", 'a cluster spec (kind = "cluster"), not a model: give it with --system'),
+    ('model = "llama3.1-70b"\n[axes]\nnum_nodes = [1]\n', "model", "a sweep file (it has [axes]): run it with "
+                                                                    "'fastmodel sweep FILE -o out.nc'"),
+])
+def test_a_file_given_as_the_wrong_input_says_what_it_is(tmp_path, text, as_kind, reason):
+    """A model file wrapped in [model], a model given as the system, a sweep file given as the model: one line
+    naming the file and what it is (it was "pair it with a real-world model" or "a MAD-Max system")."""
+    path = tmp_path / "f.toml"
+    path.write_text(text)
+    model, system = (str(path), "dgx-h100") if as_kind == "model" else ("llama3.1-70b", str(path))
+    with pytest.raises(SpecError) as error:
+        engines.for_specs(model, "default", system)
+    assert str(error.value).startswith(f"{path}: {as_kind}: {reason}")
+    assert detect.misplaced({"family": "lm", "name": "x"}, "model") is None
+    assert detect.misplaced({"name": "dc-a", "device": {}}, "system") is None
