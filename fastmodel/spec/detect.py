@@ -109,8 +109,8 @@ def misplaced(data: Any, kind: str) -> str | None:
     if "axes" in data and isinstance(data["axes"], dict):
         return "a sweep file (it has [axes]): run it with 'fastmodel sweep FILE -o out.nc'"
     if kind == "system" and is_real_world_model(data):
-        return "a model spec (family = \"lm\"), not a system: give it with --model"
+        return "a model spec (family = \"lm\"), not a system: give it as the model (-m)"
     if kind == "model" and is_cluster(data):
-        return "a cluster spec (kind = \"cluster\"), not a model: give it with --system"
+        return "a cluster spec (kind = \"cluster\"), not a model: give it as the system (-s)"
     return None
 

@@ -96,8 +96,8 @@ def test_a_madmax_model_file_on_a_cluster_is_named(tmp_path):
     ('[model]\nfamily = "lm"\nname = "x"\n', "model", "the fields sit under a [model] table; write them at the top "
                                                        "level of the file, without it"),
     ('[system]\nkind = "cluster"\nname = "x"\n', "system", "the fields sit under a [system] table"),
-    ('family = "lm"\nname = "x"\n', "system", 'a model spec (family = "lm"), not a system: give it with --model'),
-    ('kind = "cluster"\nname = "x"\n', "model", 'a cluster spec (kind = "cluster"), not a model: give it with --system'),
+    ('family = "lm"\nname = "x"\n', "system", 'a model spec (family = "lm"), not a system: give it as the model (-m)'),
+    ('kind = "cluster"\nname = "x"\n', "model", 'a cluster spec (kind = "cluster"), not a model: give it as the system (-s)'),
     ('model = "llama3.1-70b"\n[axes]\nnum_nodes = [1]\n', "model", "a sweep file (it has [axes]): run it with "
                                                                     "'fastmodel sweep FILE -o out.nc'"),
 ])
