@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -90,6 +91,11 @@ def _peek(spec: Any, kind: str):
     return resolve_source(spec, kind)[0]
 
 
+def _file_of(spec: Any) -> str | None:
+    """The path of a spec given as an existing file (for an error's source), else None."""
+    return str(spec) if isinstance(spec, (str, Path)) and Path(str(spec)).is_file() else None
+
+
 def for_specs(model: Any, semantics: Any = "default", system: Any = None) -> Engine:
     """The engine of a configuration given as specs: ``lm`` for a real-world model (``family = "lm"``) or
     cluster under a preset with ``real_world``, else ``madmax``. A real-world spec under a MAD-Max-only
@@ -97,6 +103,9 @@ def for_specs(model: Any, semantics: Any = "default", system: Any = None) -> Eng
     from fastmodel.semantics import get_semantics
 
     data = _peek(model, "model")
+    for spec, kind, content in ((model, "model", data), (system, "system", _peek(system, "system"))):
+        if problem := detect.misplaced(content, kind):
+            raise SpecError(_file_of(spec), kind, problem)
     real_model = detect.is_real_world_model(data)
     real_system = system is not None and not real_model and detect.is_cluster(_peek(system, "system"))
     if not (real_model or real_system):
@@ -107,8 +116,8 @@ def for_specs(model: Any, semantics: Any = "default", system: Any = None) -> Eng
     if not chosen.real_world:
         raise SpecError(None, "semantics", f"{what} is a real-world spec: evaluate it under semantics 'default' "
                         f"(not {chosen.name!r}, which is the MAD-Max model only)")
-    if not real_model:
-        raise SpecError(None, "model", f"{what} is a real-world cluster: pair it with a real-world model "
+    if not real_model:     # the model is what to change: its file, when it is one, is named
+        raise SpecError(_file_of(model), "model", f"{what} is a real-world cluster: pair it with a real-world model "
                         "(family = \"lm\", e.g. llama3.1-70b; 'fastmodel specs list model')")
     return LM
 

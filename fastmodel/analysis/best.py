@@ -68,9 +68,13 @@ def _value(ds: xr.Dataset, name: str, text: str):
             raise SweepError(f"where: {name} is true or false, cannot compare with {text!r}")
         return _TRUTH[text.lower()]
     try:
-        return float(text)
+        number = float(text)
     except ValueError:
         pass
+    else:      # inf and nan compare false with every value (inf's tolerance is inf - inf): say so, not "none passes"
+        if number != number or number in (float("inf"), float("-inf")):
+            raise SweepError(f"where: {name} compares with a finite number, not {text!r}")
+        return number
     units = ds[name].attrs.get("units")
     if units in _UNIT_KINDS:
         from fastmodel.spec.quantity import parse_quantity

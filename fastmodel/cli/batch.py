@@ -32,12 +32,12 @@ def batch(cases, output, force, semantics, calibration, progress):
     from fastmodel.lm.calibrate.use import cli_warnings
 
     kind = "parquet" if str(output).lower().endswith(".parquet") else "text"
-    check_output(output, kind, inputs=(cases,), force=force)
+    check_output(output, kind, inputs=(cases,), force=force, stdout=True)
     cal = read_calibration(calibration)
     if cal is not None:
         click.echo(cal.describe(), err=True)
     source = sys.stdin.buffer if cases == "-" else _open_input(cases)
-    with source, cli_warnings(), claim_output(output, kind, inputs=(cases,), force=force):  # io/outputs.py
+    with source, cli_warnings(), claim_output(output, kind, inputs=(cases,), force=force, stdout=True):  # io/outputs.py
         ok, bad = run_to_output(source, output, semantics, progress, calibration=cal)
     click.echo(f"{ok} ok, {bad} errors", err=True)
 

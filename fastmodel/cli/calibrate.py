@@ -21,7 +21,7 @@ from fastmodel.cli.common import friendly
               help="Weight pulling each fitted value toward its physical one, per scale (0: none); 'cv': "
                    "chosen among 0, 0.5, 1, 2, 4 by 3-fold cross-validation on RUNS; 'auto': 0.5 from 10 runs, "
                    "below chosen among 0, 0.5, 1, 2, 4 and inf (nothing fitted) by leave-one-out.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the coarse search's random points.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the coarse search's random points.")
 @friendly
 def calibrate(runs, output, force, folds, loss, prior, seed):
     """Fit the fittable efficiencies (GEMM by precision, attention, HBM, network tiers, step overhead) of

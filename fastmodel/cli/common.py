@@ -1,6 +1,6 @@
 """What every command of the ``fastmodel`` command line shares: one-line errors, choices, options.
 
-User errors print one line (``error: ...``) and exit 2; Ctrl-C exits 130;
+User errors print one line (``error: ...``) and exit 2; Ctrl-C exits 130 (SIGTERM: 143, after the same clean-up);
 anything else is an internal bug and shows a traceback (exit 1).
 """
 
@@ -139,8 +139,13 @@ class Interrupt:
     seen = False
 
 
-def _on_sigint(signum, frame):
+def _on_signal(signum, frame):
+    """SIGINT or SIGTERM: a KeyboardInterrupt, so the command unwinds (outputs whole or absent, locks released)
+    and ``exit_interrupted`` names the signal."""
+    from fastmodel.cli.interrupted import RECEIVED
+
     Interrupt.seen = True
+    RECEIVED["signum"] = signum
     raise KeyboardInterrupt
 
 
@@ -154,16 +159,20 @@ def _unraisable(previous):
 
 
 def _catch_interrupts():
-    """Install the SIGINT handler and unraisable hook of :class:`Interrupt` (main thread only); the previous
-    ones, for :func:`_restore_interrupts`."""
+    """Install the SIGINT (and, where it has none, SIGTERM) handler and unraisable hook of :class:`Interrupt`
+    (main thread only); the previous ones, for :func:`_restore_interrupts`."""
     import signal
     import threading
+
+    from fastmodel.cli.interrupted import RECEIVED
 
     if threading.current_thread() is not threading.main_thread() or \
             signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
         return None        # a command inside a command, or a caller's own handler: left as it is
     Interrupt.seen = False
-    previous = (signal.signal(signal.SIGINT, _on_sigint), sys.unraisablehook)
+    RECEIVED["signum"] = signal.SIGINT
+    term = signal.signal(signal.SIGTERM, _on_signal) if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL else None
+    previous = (signal.signal(signal.SIGINT, _on_signal), sys.unraisablehook, term)
     sys.unraisablehook = _unraisable(sys.unraisablehook)
     return previous
 
@@ -173,6 +182,8 @@ def _restore_interrupts(previous) -> None:
         import signal
 
         signal.signal(signal.SIGINT, previous[0])
+        if previous[2] is not None:
+            signal.signal(signal.SIGTERM, previous[2])
         sys.unraisablehook = previous[1]
 
 

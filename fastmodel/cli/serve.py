@@ -158,7 +158,10 @@ def serve(records, model, list_models, device, tp, pp, ep, attention_dp, moe_tp,
         from fastmodel.serve.models import serving_model
         from fastmodel.serve.profiles import profile_columns
 
-        for note in serving_model(model)[2]:
+        _, shape, notes = serving_model(model)
+        if moe_tp and not shape.get("moe_experts"):    # the kernel's moe_tp rule reads routed experts only
+            raise FastmodelError(f"--moe-tp: {model} is a dense model (no routed experts to split); leave it out")
+        for note in notes:
             click.echo(f"note: {note}", err=True)
         profile = profile_columns(engine, None, device_columns(device)["hbm_bytes"]) if engine else {}
         params = columns(model, device, precision=precision, kv_precision=kv_precision, batch_size=batch_size,

@@ -8,7 +8,7 @@ import click
 
 from fastmodel.cli.app import main
 from fastmodel.cli.common import KIND_CHOICE, LIST_CHOICE, SHOW_CHOICE, friendly
-from fastmodel.errors import FastmodelError
+from fastmodel.errors import FastmodelError, SpecError
 
 
 @main.group()
@@ -127,7 +127,14 @@ def _real_world_plans(cluster, model) -> None:
     from fastmodel.lm.rules import legal_meshes
     from fastmodel.lm.sweep import mesh_label
 
-    lm = load_lm_model(model)
+    try:
+        lm = load_lm_model(model)
+    except SpecError as error:    # its hint, "or semantics 'madmax'", is no option of this command
+        if error.field != "model.family":
+            raise
+        raise SpecError(error.source, error.field, f"{error.reason.split(';')[0]}; {cluster.name} is a real-world "
+                        "cluster: pair it with a family = \"lm\" model (e.g. -m llama3.1-70b), or list a MAD-Max "
+                        "system's plans (e.g. -s dc-a)") from None
     found = legal_meshes(lm, cluster)
     if not found:
         raise FastmodelError(f"{lm.name} on {cluster.name} with {cluster.n_gpus} GPU(s) has no legal mesh")

@@ -109,13 +109,21 @@ def is_kind(path: str | os.PathLike, kind: str) -> bool:
 
 
 _NAMES = {"csv": "CSV", "json": "JSON/JSONL", "toml": "TOML", "png": "PNG", "pdf": "PDF", "svg": "SVG",
-          "netcdf": "netCDF", "parquet": "Parquet", "binary": "binary", "text": "plain-text"}
+          "netcdf": "netCDF", "parquet": "Parquet", "binary": "binary", "text": "plain-text",
+          "spreadsheet": "spreadsheet", "compressed": "compressed", "image": "image"}
 
 
-#: file-name suffixes that say which kind a file holds (a suffix not listed says nothing: out.txt, rows.dat)
+#: file-name suffixes that say which kind a file holds (a suffix not listed says nothing: out.txt, rows.dat); the
+#: spreadsheet, binary, compressed and image suffixes name formats fastmodel never writes, so an output named so is
+#: refused rather than filled with JSON lines or CSV that a spreadsheet program, an HDF5 reader or gunzip fails on
 SUFFIX_KINDS = {".csv": "csv", ".tsv": "csv", ".json": "json", ".jsonl": "json", ".ndjson": "json",
                 ".toml": "toml", ".png": "png", ".pdf": "pdf", ".svg": "svg", ".nc": "netcdf", ".nc4": "netcdf",
-                ".cdf": "netcdf", ".parquet": "parquet", ".pq": "parquet", ".zarr": "zarr"}
+                ".cdf": "netcdf", ".parquet": "parquet", ".pq": "parquet", ".zarr": "zarr",
+                **dict.fromkeys((".xlsx", ".xls", ".ods"), "spreadsheet"),
+                **dict.fromkeys((".h5", ".hdf5", ".hdf", ".feather", ".arrow", ".pkl", ".pickle", ".npy", ".npz"),
+                                "binary"),
+                **dict.fromkeys((".gz", ".bz2", ".xz", ".zst", ".zip"), "compressed"),
+                **dict.fromkeys((".jpg", ".jpeg", ".gif", ".tif", ".tiff", ".webp", ".eps"), "image")}
 
 
 def _check_suffix(path: str, kind: str, what: str, by_suffix: bool = False) -> None:
@@ -131,12 +139,18 @@ def _check_suffix(path: str, kind: str, what: str, by_suffix: bool = False) -> N
 
 
 def check_output(path: str, kind: str, inputs: tuple[str, ...] = (), force: bool = False,
-                 what: str = "output") -> None:
+                 what: str = "output", stdout: bool = False) -> None:
     """Refuse ``path`` if it is an input, or an existing file we may not replace (see the module doc).
     ``kind``: what the command writes (``csv``, ``json``, ``toml``, ``png``, ``pdf``, ``svg``, ``netcdf``,
-    ``parquet``; ``text``: by suffix, :func:`output_kind`)."""
-    if path in ("-", ""):
+    ``parquet``; ``text``: by suffix, :func:`output_kind`). ``-`` is standard output where the command writes
+    there (``stdout``: batch), else refused: it would become a file named ``-`` that no later run is stopped
+    from replacing; an empty path is refused."""
+    if path == "-" and stdout:
         return
+    if path in ("-", ""):
+        named = ".jsonl or .csv" if kind == "text" else next((s for s, k in SUFFIX_KINDS.items() if k == kind), "")
+        problem = f"this command writes its {what} to a file, not to standard output" if path else f"an empty {what} name"
+        raise OutputError(f"{path or repr(path)}: {problem}; name a {named} file")
     PENDING.setdefault(str(path), os.path.lexists(path))
     for source in inputs:
         if source and source != "-" and os.path.lexists(source) and _same_file(path, source):
@@ -177,13 +191,14 @@ def _special(path: str) -> bool:
 
 
 @contextlib.contextmanager
-def claim_output(path: str, kind: str, inputs: tuple[str, ...] = (), force: bool = False, what: str = "output"):
+def claim_output(path: str, kind: str, inputs: tuple[str, ...] = (), force: bool = False, what: str = "output",
+                 stdout: bool = False):
     """Hold ``path``'s writer lock, check it again under the lock (:func:`check_output`: a file that appeared
     since the first check is refused without --force) and remove temporary files a killed writer of it left;
     the caller writes it atomically inside (``io.atomic``). Another process holding the lock: a one-line
     error naming it. Standard output and special files are written without a lock."""
     if path in ("-", "") or _special(path):
-        check_output(path, kind, inputs, force, what)
+        check_output(path, kind, inputs, force, what, stdout)
         yield
         PENDING.pop(str(path), None)
         return

@@ -65,7 +65,9 @@ def breakdown_table(data, sel=None, labels=None) -> tuple[list[str], dict[str, n
     shown, dim, values = _one_dimension(data, names, parts.total, sel, labels)
     if not np.all(np.isfinite(values[parts.total])):
         bad = [shown[i] for i in np.flatnonzero(~np.isfinite(values[parts.total]))]
-        raise D.PlotError(f"no result (illegal or does not fit) for {dim}={', '.join(bad)}")
+        listed = ", ".join(bad[:12]) + (f" ... ({len(bad)} of {len(shown)})" if len(bad) > 12 else "")
+        raise D.PlotError(f"no result (illegal or does not fit) for {dim}={listed}; keep the others with --sel "
+                          f"{dim}=VALUE (repeatable)")
     return shown, values
 
 

@@ -257,6 +257,9 @@ def prepare(data, var: str | None = None, sel=None, reduce=(), relative_to=None,
         if dim in keep:   # was "unknown dimension" for the axis the user named, once reduced away
             raise PlotError(f"--reduce {how}:{dim} removes {dim!r}, which the figure is drawn along; reduce "
                             "another dimension, or draw along another")
+        if dim in (sel or {}) and dim not in da.dims:    # was "unknown dimension" for a dimension --sel fixed
+            raise PlotError(f"--reduce {how}:{dim}: {dim} is fixed by --sel {dim}=...; reduce it or select it, "
+                            "not both")
         check_dim(da.dims, dim)
         da = reduce_one(da, how, dim)
         if status is not None:

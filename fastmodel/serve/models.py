@@ -80,6 +80,9 @@ def serving_model(spec: Any, base=None) -> tuple[str, dict[str, float], list[str
     try:
         name, values = engines.LM.door().model_columns(spec_ref(spec, Path(base or Path.cwd())))
     except SpecError as error:
+        if error.field == "model.family":    # the training engine's pointer to the MAD-Max semantics: not serving's
+            raise SpecError(error.source, error.field, f"{error.reason.split(';')[0]}; serving models: "
+                            f"{', '.join(SERVE_MODELS)} or a family-\"lm\" spec (fastmodel serve --list-models)") from None
         if error.source:
             raise
         reason = error.reason

@@ -61,7 +61,7 @@ from fastmodel.serve.profiles import (
     stated_flags,
 )
 from fastmodel.spec.devices import device_table, same_part_hbm
-from fastmodel.spec.records import read_jsonl
+from fastmodel.spec.records import read_jsonl, require_blocks
 
 SERVE_BLOCKS = ("model", "system", "serve")
 #: record system field <- device-file column
@@ -171,14 +171,22 @@ def _expert_kernel(engine: str | None, version: tuple[int, ...] | None, sm90: bo
     return values
 
 
+def _require_serve_record(data, source: str | None) -> None:
+    """A SpecError for anything but a serving record: the block it lacks (a dict with one of them and no ``plan``),
+    else "not a serving record"."""
+    if not is_serve_record(data):
+        if isinstance(data, dict) and "plan" not in data and any(block in data for block in SERVE_BLOCKS):
+            require_blocks(data, SERVE_BLOCKS, source, "SERVE_RUNS.md")     # the block it lacks
+        raise SpecError(source, "record", "not a serving record (needs model, system and serve blocks, "
+                                          "SERVE_RUNS.md)")
+
+
 def lower_serve_record(data: dict, source: str | None = None) -> ServeRecord:
     """Check one serving record (``fastmodel.serve.record_schema``) and lower it to a column vector; a
     SpecError names the file, line, block and field."""
     from fastmodel.serve.record_schema import parse_serve_record
 
-    if not is_serve_record(data):
-        raise SpecError(source, "record", "not a serving record (needs model, system and serve blocks, "
-                                          "SERVE_RUNS.md)")
+    _require_serve_record(data, source)
     record = parse_serve_record(data, source)
     serve = record.serve
     if serve.mode == "disagg":

@@ -35,6 +35,8 @@ def model_columns(source: str | None, spec: Any, base: Path) -> tuple[str, dict,
     try:
         name, values, notes = serving_model(spec, base)
     except SpecError as error:
+        if error.source and source:    # the sweep file's key, then the spec's own source, field and reason
+            raise type(error)(source, "model", str(error)) from None
         if error.source:
             raise
         raise type(error)(source, error.field, error.reason) from None

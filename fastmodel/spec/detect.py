@@ -34,17 +34,38 @@ def is_serve_record(data: Any) -> bool:
     return isinstance(data, dict) and all(isinstance(data.get(k), dict) for k in SERVE_RECORD_BLOCKS)
 
 
+#: top-level keys only a run or serving record has (RUNS.md, SERVE_RUNS.md): a dict with one of them and a block
+#: missing is a record with a hole, never a MAD-Max case or spec (their keys: ``case``, ``model``, ``system``,
+#: ``task``, ``plan`` as text, ...)
+RECORD_ONLY_KEYS = ("measured", "workload", "reliability", "source_ref", "parallelism_kind", "tier")
+
+
 def misshapen_record(data: Any) -> str | None:
-    """The problem of a dict with every block name of a run or serving record whose block is not an object
-    (``"serve": "tp4"``), as ``(block, reason)``'s text ``"<block>: ..."``; None for anything else. Such a dict is no
-    record by :func:`is_run_record`, and would otherwise be read as a MAD-Max case and refused for its keys."""
+    """The problem of a dict that is a run or serving record but for one block, as ``"<block>: reason"``: a dict
+    with every block name of a record whose block is not an object (``"serve": "tp4"``), or a dict with a key only
+    a record has (``RECORD_ONLY_KEYS``, a ``plan`` or ``serve`` object) that lacks a block (``model``: required
+    block missing, naming a key that looks like its misspelling). None for anything else. Such a dict is no
+    record by :func:`is_run_record`, and would otherwise be read as a MAD-Max case and refused for its keys, or as
+    a spec that needs ``--system``."""
     if not isinstance(data, dict) or is_run_record(data) or is_serve_record(data):
         return None
     for blocks, kind in ((RUN_RECORD_BLOCKS, "run"), (SERVE_RECORD_BLOCKS, "serving")):
         if set(blocks) <= set(data):
             wrong = next(name for name in blocks if not isinstance(data[name], dict))
             return f"{wrong}: a {kind} record's {wrong} block must be an object (got {data[wrong]!r:.40})"
-    return None
+    serving = isinstance(data.get("serve"), dict)
+    if not (serving or isinstance(data.get("plan"), dict) or any(key in data for key in RECORD_ONLY_KEYS)):
+        return None
+    from fastmodel.spec.records import block_missing
+
+    blocks, kind = (SERVE_RECORD_BLOCKS, "serving") if serving else (RUN_RECORD_BLOCKS, "run")
+    missing = next(name for name in blocks if not isinstance(data.get(name), dict))
+    if missing in data:
+        return f"{missing}: a {kind} record's {missing} block must be an object (got {data[missing]!r:.40})"
+    needs = f"a {kind} record needs {', '.join(blocks)}"
+    if not serving and "plan" not in data:    # neither plan nor serve: either kind of record
+        needs = f"a run record needs {', '.join(RUN_RECORD_BLOCKS)}; a serving record {', '.join(SERVE_RECORD_BLOCKS)}"
+    return f"{missing}: {block_missing(data, missing)} ({needs})"
 
 
 def check_system_kind(data: Any, source: str | None) -> None:
@@ -75,3 +96,21 @@ def is_cluster(data: Any) -> bool:
 
 def is_serve_task(data: Any) -> bool:
     return field(data, "kind") == SERVE_TASK_KIND
+
+
+def misplaced(data: Any, kind: str) -> str | None:
+    """Why ``data``, given as a ``kind`` spec (model, system), is another input: a spec wrapped in a table of its
+    kind's name (``[model]`` above the fields), the other kind of real-world spec (a ``family = "lm"`` model given as
+    the system, a ``kind = "cluster"`` system as the model), or a sweep file (its ``[axes]``). None otherwise."""
+    if not isinstance(data, dict):
+        return None
+    if len(data) == 1 and isinstance(data.get(kind), dict):
+        return f"the fields sit under a [{kind}] table; write them at the top level of the file, without it"
+    if "axes" in data and isinstance(data["axes"], dict):
+        return "a sweep file (it has [axes]): run it with 'fastmodel sweep FILE -o out.nc'"
+    if kind == "system" and is_real_world_model(data):
+        return "a model spec (family = \"lm\"), not a system: give it as the model (-m)"
+    if kind == "model" and is_cluster(data):
+        return "a cluster spec (kind = \"cluster\"), not a model: give it as the system (-s)"
+    return None
+

@@ -114,6 +114,10 @@ def load_sweep_file(path: str, unit_configs: int | None = None, calibration: Any
     data = read_file(Path(path))
     base = Path(path).parent
     axes = data.get("axes") if isinstance(data.get("axes"), dict) else {}
+    for key in ("model", "system", "task"):
+        if isinstance(data.get(key), list):
+            axis = f"; MAD-Max sweeps take several as an axis: [axes] {key} = [...]" if key != "task" else ""
+            raise SpecError(str(path), key, f"expected one {key} (a built-in name or a path), got a list{axis}")
     model = data.get("model", (axes.get("model") or [None])[0] if isinstance(axes.get("model"), list)
                      else axes.get("model"))
     task = _task_first(str(path), data.get("task"), base)

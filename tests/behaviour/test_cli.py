@@ -116,6 +116,14 @@ def test_plans_command():
     assert len(three) == 13 * 4 * 13 and any("tp8,ddp2/mp16/fsdp16" in line for line in three)
 
 
+def test_plans_of_a_madmax_model_on_a_real_world_cluster():
+    """`plans` has no --semantics: the model-family refusal names the pairings this command takes instead."""
+    result = cli("plans", "-s", "dgx-h100", "--nodes", "1", "-m", "llama2-70b")
+    assert result.exit_code == 2 and result.output == (
+        "error: llama2-70b: model.family: 'llm' is a MAD-Max model; dgx-h100 is a real-world cluster: pair it with a "
+        "family = \"lm\" model (e.g. -m llama3.1-70b), or list a MAD-Max system's plans (e.g. -s dc-a)\n")
+
+
 def test_sweep_and_best_commands(tmp_path):
     sweep_file = tmp_path / "s.toml"
     sweep_file.write_text('model = "llama-7b"\nsystem = "dc-a"\ntask = "llm-pretrain"\n'

@@ -12,3 +12,12 @@ def test_no_run_is_one_line_and_an_existing_calibration_needs_force(tmp_path):
     runs.write_text("\n".join(data_lines("runs_dev_small.jsonl", 2)) + "\n")
     (tmp_path / "cal.toml").write_text("[calibration]\n")
     one_line_error(cli("calibrate", runs, "-o", tmp_path / "cal.toml"), "cal.toml exists; pass --force to replace it")
+
+
+def test_a_negative_seed_is_one_line(tmp_path):
+    """numpy's generator takes non-negative seeds only: --seed -1 was a traceback (ValueError) after the runs were
+    read; it is refused by the option itself."""
+    runs = tmp_path / "runs.jsonl"
+    runs.write_text("\n".join(data_lines("runs_dev_small.jsonl", 2)) + "\n")
+    one_line_error(cli("calibrate", runs, "--seed", "-1", "--folds", "0"), "Invalid value for '--seed': -1 is not in "
+                   "the range x>=0")

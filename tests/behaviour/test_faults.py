@@ -249,8 +249,10 @@ def _assert_same_nc(path, reference):
         assert got[name].values.tobytes() == reference[name].values.tobytes(), name
 
 
-@pytest.mark.parametrize("sig", ["SIGKILL", "SIGINT"])
+@pytest.mark.parametrize("sig", ["SIGKILL", "SIGINT", "SIGTERM"])
 def test_interrupted_nc_write_leaves_no_file_and_a_rerun_completes_it(tmp_path, nc_reference, sig):
+    """SIGTERM (kill, timeout, a batch scheduler) unwinds as Ctrl-C does, its lock and temporary file removed
+    (it killed the process where it stood, leaving both), and says "terminated", exit 143."""
     sweep_file, reference = nc_reference
     (tmp_path / "s.toml").write_text(sweep_file.read_text())
     killed = subprocess.run([sys.executable, "-c", NC_DRIVER, sig, "s.toml", "out.nc"], cwd=tmp_path,
@@ -258,8 +260,9 @@ def test_interrupted_nc_write_leaves_no_file_and_a_rerun_completes_it(tmp_path, 
     if sig == "SIGKILL":
         assert killed.returncode == -signal.SIGKILL, killed.stderr
     else:   # Ctrl-C: one line saying nothing was written, never a hint at --resume (a .nc cannot resume)
-        assert killed.returncode == 130 and "Traceback" not in killed.stderr, killed.stderr
-        assert killed.stderr.splitlines()[-1] == ("interrupted: out.nc was not written (a .nc file is written whole "
+        code, word = (130, "interrupted") if sig == "SIGINT" else (143, "terminated")
+        assert killed.returncode == code and "Traceback" not in killed.stderr, killed.stderr
+        assert killed.stderr.splitlines()[-1] == (f"{word}: out.nc was not written (a .nc file is written whole "
                                                   "at the end); rerun to start again"), killed.stderr
         assert _leftovers(tmp_path) == []
     assert not (tmp_path / "out.nc").exists()

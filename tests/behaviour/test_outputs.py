@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from fastmodel.io.outputs import content_kind
-from tests.suite_fixtures import cli, data_lines, one_line_error
+from tests.suite_fixtures import DATA, cli, data_lines, one_line_error
+
+RUNS = DATA / "runs_dev.jsonl"
 
 #: a file of each kind, as the first bytes a user's file might have
 SAMPLES = {
@@ -108,3 +110,37 @@ def test_serve_writes_the_rows_it_prints(tmp_path):
     printed = cli("serve", "-m", "llama3.1-8b", "--json", "-o", out)
     assert printed.exit_code == 0
     assert json.loads(out.read_text()) == json.loads(printed.output.splitlines()[0])
+
+
+@pytest.mark.parametrize("command, name, writes", [
+    (["batch", RUNS], "out.xlsx", "JSON/JSONL"),
+    (["batch", RUNS], "out.jsonl.gz", "JSON/JSONL"),
+    (["validate", RUNS], "rows.h5", "CSV"),
+    (["serve", "-m", "llama3.1-8b"], "rows.xls", "JSON/JSONL"),
+])
+def test_a_name_of_a_format_fastmodel_never_writes_is_refused(tmp_path, command, name, writes):
+    """`-o out.xlsx` (or .gz, .h5): JSON lines or CSV under a spreadsheet's, an archive's or HDF5's name would fail
+    in the program the name opens, so the name is refused before any work and nothing is written."""
+    out = tmp_path / name
+    one_line_error(cli(*command, "-o", out), f"a {out.suffix} name, but this command writes {writes} here")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("command, flag, named", [
+    (["validate", RUNS], "-o", ".csv"),
+    (["calibrate", RUNS, "--folds", "0"], "-o", ".toml"),
+    (["serve", "-m", "llama3.1-8b"], "-o", ".jsonl or .csv"),
+    (["serve", "--search", "-m", "llama3.1-8b", "--gpus", "1", "--ttft", "2s", "--tpot", "50ms"], "-o", ".nc"),
+])
+def test_dash_is_standard_output_only_where_a_command_writes_there(tmp_path, monkeypatch, command, flag, named):
+    """`-o -` was skipped by the output checks as standard output, then written as a file named "-" (replaced by
+    the next run without --force); only batch writes to standard output, everyone else refuses it in one line."""
+    monkeypatch.chdir(tmp_path)
+    result = cli(*command, flag, "-")
+    assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
+    assert result.output.startswith("error: -: ") and f"name a {named} file" in result.output, result.output
+    assert list(tmp_path.iterdir()) == []
+    batch = cli("batch", RUNS, "-o", "-")
+    assert batch.exit_code == 0 and batch.output.count('"status"') == len(RUNS.read_text().splitlines())
+    assert list(tmp_path.iterdir()) == []
+    one_line_error(cli("batch", RUNS, "-o", ""), "'': an empty output name; name a .jsonl or .csv file")

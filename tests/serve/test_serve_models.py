@@ -13,6 +13,7 @@ from fastmodel.cli import main
 from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
 from fastmodel.serve.api import evaluate
 from fastmodel.serve.models import serving_model
+from tests.suite_fixtures import cli, one_line_error
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -122,3 +123,22 @@ def test_a_misspelled_serving_model_is_answered_with_the_nearest_of_both_lists()
     result = CliRunner().invoke(main, ["serve", "--model", "llama-3.1-8b", "--concurrency", "4"])
     assert result.exit_code != 0
     assert "did you mean 'llama3.1-8b'?" in result.output
+
+
+def test_a_madmax_model_is_refused_with_serving_s_models_not_the_madmax_semantics(tmp_path):
+    """`serve -m llama2-70b` (a MAD-Max spec): the training engine's "or semantics 'madmax'" does not apply to
+    serving, whose one line lists its own models; a sweep file names itself, then the model."""
+    result = cli("serve", "-m", "llama2-70b", "--batch-size", "1")
+    one_line_error(result, "llama2-70b: model.family: 'llm' is a MAD-Max model; serving models: llama3.1-8b")
+    assert "semantics" not in result.output
+    sweep = tmp_path / "s.toml"
+    sweep.write_text('model = "llama2-70b"\nsystem = "H100"\ntask = "serve-chat"\n[axes]\ntp = [1, 2]\n')
+    one_line_error(cli("sweep", sweep, "-o", tmp_path / "s.nc"), f"{sweep}: model: llama2-70b: model.family: 'llm'")
+    assert not (tmp_path / "s.nc").exists()
+
+
+def test_moe_tp_on_a_dense_model_is_refused_not_ignored():
+    """The kernel's moe_tp rule reads routed experts only: on a dense model --moe-tp changed nothing, silently."""
+    one_line_error(cli("serve", "-m", "llama3.1-8b", "--moe-tp", "3", "--batch-size", "1"),
+                   "--moe-tp: llama3.1-8b is a dense model (no routed experts to split); leave it out")
+    assert cli("serve", "-m", "mixtral-8x7b", "--tp", "2", "--moe-tp", "2", "--batch-size", "1").exit_code == 0

@@ -84,3 +84,13 @@ def test_a_filter_value_may_carry_the_variable_s_unit(ds):
     assert bool((where_mask(ds, ["iteration_time<5000 ms"]) == where_mask(ds, ["iteration_time<5"])).all())
     assert bool((where_mask(ds, ["memory_per_device<80GB"]) == where_mask(ds, ["memory_per_device<80e9"])).all())
     assert bool((where_mask(ds, ["memory_per_device<80GiB"]) == where_mask(ds, [f"memory_per_device<{80 * 2**30}"])).all())
+
+
+@pytest.mark.parametrize("text", ["inf", "-inf", "nan", "Infinity"])
+def test_a_filter_value_that_is_not_finite_is_refused(ds, text):
+    """``iteration_time<inf`` kept nothing (the tolerance of inf is inf, and x < inf - inf is false), and the command
+    said "no configuration passes the filters": it is refused, naming the variable and the value."""
+    with pytest.raises(SweepError) as error:
+        where_mask(ds, [f"iteration_time<{text}"])
+    assert str(error.value) == f"where: iteration_time compares with a finite number, not {text!r}"
+    assert bool(where_mask(ds, ["iteration_time<1e300"]).sum() == np.isfinite(ds.iteration_time).sum())

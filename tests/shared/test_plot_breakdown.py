@@ -3,6 +3,7 @@ bar sums to the step time."""
 
 import numpy as np
 import pytest
+import xarray as xr
 from plot_data import PLANS, synthetic_sweep
 
 import fastmodel.plot as P
@@ -64,3 +65,16 @@ def test_errors(ds):
     with pytest.raises(PlotError, match="did you mean 'plan'"):
         P.breakdown(ds, sel={"plans": "fsdp/ddp"})
     assert np.isfinite(ds.iteration_time.sel(num_nodes=16, global_batch=1024, plan="fsdp/ddp"))
+
+
+def test_many_configurations_without_a_result_are_one_short_line(ds):
+    """Of 30 plans, 20 illegal: the error lists the first 12 and the count, not all 20 (a sweep's plan = "all"
+    leaves hundreds), and says how to keep the others."""
+    one = ds.sel(num_nodes=32, global_batch=1024, plan="fsdp/ddp", drop=True)
+    plans = [f"p{i}" for i in range(30)]
+    many = xr.concat([one] * 30, dim="plan").assign_coords(plan=plans)
+    many["step_time"] = many.step_time.where(np.arange(30) >= 20)
+    with pytest.raises(PlotError) as error:
+        P.breakdown(many)
+    assert str(error.value) == ("no result (illegal or does not fit) for plan=" + ", ".join(plans[:12])
+                                + " ... (20 of 30); keep the others with --sel plan=VALUE (repeatable)")

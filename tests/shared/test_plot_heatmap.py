@@ -112,6 +112,10 @@ def test_svg_text_and_deterministic_bytes(ds, tmp_path):
     # a wrong x or y is named even while other dimensions are left to fix (it used to say only "needs 2 dimensions")
     ({"x": "num_node", "y": "plan", "var": "throughput"}, "did you mean 'num_nodes'"),
     ({"x": "plan", "y": "plan", "var": "throughput"}, "x and y are both 'plan'"),
+    # a dimension --sel fixed, then reduced: it was "unknown dimension 'global_batch'; dimensions: num_nodes, plan"
+    ({"x": "num_nodes", "y": "plan", "var": "throughput", "sel": {"global_batch": 512},
+      "reduce": [("max", "global_batch")]}, "--reduce max:global_batch: global_batch is fixed by --sel "
+                                            "global_batch=...; reduce it or select it, not both"),
 ])
 def test_errors_name_what_is_wrong(ds, kwargs, text):
     with pytest.raises(PlotError, match=re.escape(text)):
