@@ -159,20 +159,25 @@ def _unraisable(previous):
 
 
 def _catch_interrupts():
-    """Install the SIGINT (and, where it has none, SIGTERM) handler and unraisable hook of :class:`Interrupt`
+    """Install the SIGINT and SIGTERM handlers (each where its signal is at the default) and the unraisable hook of :class:`Interrupt`
     (main thread only); the previous ones, for :func:`_restore_interrupts`."""
     import signal
     import threading
 
     from fastmodel.cli.interrupted import RECEIVED
 
-    if threading.current_thread() is not threading.main_thread() or \
-            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-        return None        # a command inside a command, or a caller's own handler: left as it is
+    if threading.current_thread() is not threading.main_thread():
+        return None        # a command inside a thread: left as it is
+    # each signal is taken only at its default: a caller's own handler, or the SIGINT a shell ignores for a
+    # background job (`cmd &`), is left as it is; SIGTERM is still taken then
+    sigint = signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    sigterm = signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    if not (sigint or sigterm):
+        return None        # a command inside a command: the outer one's handlers stay
     Interrupt.seen = False
     RECEIVED["signum"] = signal.SIGINT
-    term = signal.signal(signal.SIGTERM, _on_signal) if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL else None
-    previous = (signal.signal(signal.SIGINT, _on_signal), sys.unraisablehook, term)
+    previous = (signal.signal(signal.SIGINT, _on_signal) if sigint else None, sys.unraisablehook,
+                signal.signal(signal.SIGTERM, _on_signal) if sigterm else None)
     sys.unraisablehook = _unraisable(sys.unraisablehook)
     return previous
 
@@ -181,10 +186,14 @@ def _restore_interrupts(previous) -> None:
     if previous is not None:
         import signal
 
-        signal.signal(signal.SIGINT, previous[0])
+        from fastmodel.cli.interrupted import RECEIVED
+
+        if previous[0] is not None:
+            signal.signal(signal.SIGINT, previous[0])
         if previous[2] is not None:
             signal.signal(signal.SIGTERM, previous[2])
         sys.unraisablehook = previous[1]
+        RECEIVED["signum"] = signal.SIGINT     # a later interrupt under a caller's handler is not a stale SIGTERM
 
 
 semantics_option = click.option(

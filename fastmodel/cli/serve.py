@@ -136,7 +136,7 @@ def serve(records, model, list_models, device, tp, pp, ep, attention_dp, moe_tp,
     from fastmodel.serve.search import engine_list
 
     engine = _one([engine_list(e) for e in engine], "--engine", None)
-    if output:
+    if output is not None:
         from fastmodel.io.outputs import check_output
 
         check_output(output, "text", inputs=(records,) if records else (), force=force)
@@ -284,7 +284,7 @@ def _search(model, device, input_len, output_len, ttft, tpot, gpus, precisions, 
         if _bare_number(value) and targets[-1] > SECONDS_PLAUSIBLE[name]:
             click.echo(f"note: {name} {value} reads as {targets[-1]:g} s (a number without a unit is seconds); "
                        f"write e.g. {value}ms for milliseconds", err=True)
-    if output:
+    if output is not None:
         from fastmodel.io.outputs import check_output
 
         check_output(output, "netcdf", force=force, what="search sweep")

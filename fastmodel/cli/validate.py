@@ -32,9 +32,9 @@ def validate(runs, output, plot_path, force, calibration, split_file):
     from fastmodel.lm.records import read_records, with_measurements
     from fastmodel.lm.validate import format_report, refused_rows, rows, skipped_lines
 
-    if output:
+    if output is not None:
         check_output(output, "csv", inputs=(runs,), force=force, what="table")
-    if plot_path:
+    if plot_path is not None:
         check_output(plot_path, _figure_kind(plot_path), inputs=(runs,), force=force, what="figure")
     from fastmodel.analysis.splits import heldout_ids, mark_split, split_file_for
     from fastmodel.serve.records import file_has_serve_records

@@ -241,7 +241,7 @@ PLAN_COLUMNS = _cols(
      "fuse_wgrad_accumulation); charged on routed experts (docs/model.md §11.3). Set by the stack.", 0, 1, False, "flag"),
     ("step_grad_passes", "1", 0, "Reads of the local gradient shard per optimizer step besides the optimizer "
      "kernel's own (docs/model.md §11.7, optimizer step): 1 for the gradient norm (Megatron-Core "
-     "get_grad_norm_fp32, multi_tensor_l2norm). 0: not counted. The stack profile sets it.", 0, 16, False, "number"),
+     "get_grad_norm_fp32; DeepSpeed stage 0 fp16: 25, §11.32). 0: not counted. Set by the stack.", 0, 64, False, "number"),
     ("step_master_copy", "1", 0, "1: a separate kernel reads the FP32 master shard again to write the 16-bit "
      "parameters after the optimizer kernel (Megatron distributed optimizer _copy_main_params_to_model_params); "
      "the 16-bit write is in the optimizer count either way.", 0, 1, False, "flag"),

@@ -216,6 +216,9 @@ NC_DRIVER = textwrap.dedent("""
     from fastmodel.cli import main
 
     action = sys.argv[1]
+    if action == "SIGTERM_BACKGROUND":     # a shell's `cmd &` job: SIGINT ignored, SIGTERM still unwinds
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        action = "SIGTERM"
     real = xr.Dataset.to_netcdf
     def to_netcdf(self, *a, **k):
         if action == "pause":
@@ -249,10 +252,11 @@ def _assert_same_nc(path, reference):
         assert got[name].values.tobytes() == reference[name].values.tobytes(), name
 
 
-@pytest.mark.parametrize("sig", ["SIGKILL", "SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("sig", ["SIGKILL", "SIGINT", "SIGTERM", "SIGTERM_BACKGROUND"])
 def test_interrupted_nc_write_leaves_no_file_and_a_rerun_completes_it(tmp_path, nc_reference, sig):
     """SIGTERM (kill, timeout, a batch scheduler) unwinds as Ctrl-C does, its lock and temporary file removed
-    (it killed the process where it stood, leaving both), and says "terminated", exit 143."""
+    (it killed the process where it stood, leaving both), and says "terminated", exit 143; also in a background
+    job, whose SIGINT the shell ignores."""
     sweep_file, reference = nc_reference
     (tmp_path / "s.toml").write_text(sweep_file.read_text())
     killed = subprocess.run([sys.executable, "-c", NC_DRIVER, sig, "s.toml", "out.nc"], cwd=tmp_path,

@@ -144,3 +144,13 @@ def test_dash_is_standard_output_only_where_a_command_writes_there(tmp_path, mon
     assert batch.exit_code == 0 and batch.output.count('"status"') == len(RUNS.read_text().splitlines())
     assert list(tmp_path.iterdir()) == []
     one_line_error(cli("batch", RUNS, "-o", ""), "'': an empty output name; name a .jsonl or .csv file")
+
+
+@pytest.mark.parametrize("command", [["validate", str(RUNS), "-o"], ["validate", str(RUNS), "--plot"],
+                                     ["serve", "-m", "llama3.1-8b", "-o"]])
+def test_an_empty_output_name_is_refused_before_any_work(tmp_path, monkeypatch, command):
+    """`-o ''` was read as "no output" (exit 0, nothing written) where batch refuses it: one line everywhere."""
+    monkeypatch.chdir(tmp_path)
+    result = cli(*command, "")
+    assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
+    assert result.output.startswith("error: ") and list(tmp_path.iterdir()) == []

@@ -47,7 +47,7 @@ def test_every_lane_count_gives_the_compiled_result_bit_for_bit(plan, monkeypatc
     assert (status != -1).all() and (out != -7.0).all()
     assert 0 < (status == 0).sum() < plan.num_configs                # legal and illegal points both
     # chunks of 5 points: 4 chunks, the last one short; lanes fewer, as many as and more than the chunks
-    for lanes in (1, 2, 3, 4, 9):
+    for lanes in (-1, 0, 1, 2, 3, 4, 9):       # lanes <= 0 run as one lane
         with monkeypatch.context() as patch:
             got_status, got_out = _sweep(plan, patch, INTERPRETED_LOOP, lanes=lanes, chunk=5)
         assert np.array_equal(got_status, status), lanes

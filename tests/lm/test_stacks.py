@@ -405,3 +405,22 @@ def test_fms_fsdp_hsdp_replica_allreduce_moves_bf16_gradient_shards_by_hand():
     assert local == p / 8.0
     assert after == 0.0                             # FSDP at pp = 1: its gathers are per layer, not here
     assert exposed == pytest.approx(row[C["comm_sm_share"]] * hand, rel=1e-9)    # hidden behind a long backward
+
+
+def test_every_record_lowers_to_values_its_columns_accept():
+    """What a stack profile sets passes the registry's check of the column (registry/validators.py), so a user can
+    state the plan the profile models: every record of tests/data, lowered, is inside every column's bounds (the
+    DeepSpeed stage-0 fp16 profile's 25 gradient passes were outside step_grad_passes' [0, 16])."""
+    from fastmodel.registry.lm import COLUMNS
+    from fastmodel.registry.validators import column_problem
+
+    files = sorted(DATA.glob("runs_*.jsonl")) + [DATA / "recipe_plans.jsonl", DATA / "dgxc_plans.jsonl"]
+    problems, lowered = [], 0
+    for path in files:
+        for line in path.read_text().splitlines():
+            if line.strip():
+                record = lower_record(json.loads(line), str(path))
+                lowered += 1
+                problems += [f"{record.id}: {column.name}: {problem}" for column, value in
+                             zip(COLUMNS, record.columns.reshape(-1)) if (problem := column_problem(column, float(value)))]
+    assert lowered > 1000 and problems == []
