@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import sys
 
 import click
@@ -37,6 +38,12 @@ def batch(cases, output, force, semantics, calibration, progress):
     if cal is not None:
         click.echo(cal.describe(), err=True)
     source = sys.stdin.buffer if cases == "-" else _open_input(cases)
+    if not hasattr(source, "peek"):  # a test runner's in-memory stdin
+        source = io.BufferedReader(source)
+    if not source.peek(1):  # nothing to evaluate is bad input, like an empty sweep axis: refused, no output written
+        source.close()
+        raise FastmodelError(f"{cases}: no records: {'standard input' if cases == '-' else 'the file'} is empty "
+                             "(batch reads one configuration or record per line)")
     with source, cli_warnings(), claim_output(output, kind, inputs=(cases,), force=force, stdout=True):  # io/outputs.py
         ok, bad = run_to_output(source, output, semantics, progress, calibration=cal)
     click.echo(f"{ok} ok, {bad} errors", err=True)

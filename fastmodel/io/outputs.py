@@ -25,6 +25,7 @@ import contextlib
 import os
 import re
 import stat
+import tempfile
 from pathlib import Path
 
 from fastmodel.errors import FastmodelError
@@ -162,9 +163,8 @@ def check_output(path: str, kind: str, inputs: tuple[str, ...] = (), force: bool
     except FileNotFoundError:  # a new file: its folder must exist and take files, checked before any work
         if not target.parent.is_dir():
             raise OutputError(f"{path}: cannot write: no such directory {target.parent}") from None
-        if not os.access(target.parent, os.W_OK | os.X_OK):
-            raise OutputError(f"{path}: cannot write in {target.parent}: permission denied") from None
         _check_suffix(path, output_kind(path, kind), what, by_suffix=kind == "text")
+        _probe_folders(path, target)
         return
     except OSError as error:
         raise OutputError(f"{path}: cannot write: {error.strerror}") from None
@@ -181,6 +181,21 @@ def check_output(path: str, kind: str, inputs: tuple[str, ...] = (), force: bool
     _check_suffix(path, want, what, by_suffix=kind == "text")
     if not force:
         raise OutputError(f"{path} exists; pass --force to replace it")
+    _probe_folders(path, target)
+
+
+def _probe_folders(path: str, target: Path) -> None:
+    """Create and remove a file where the writer will create its own, before any work: the writer lock beside
+    ``path`` (``io.store.lock_path``) and the temporary file beside its real ``target`` (``io.atomic``). A
+    folder that refuses one (no write permission, a read-only file system, /proc) fails here in one line, not
+    after the command's work; ``os.access`` alone passes them for root."""
+    for folder in dict.fromkeys((Path(os.path.abspath(path)).parent, target.parent)):
+        try:
+            fd, probe = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".probe", dir=folder)
+        except OSError as error:
+            raise OutputError(f"{path}: cannot write in {folder}: {error.strerror}") from None
+        os.close(fd)
+        os.unlink(probe)
 
 
 def _special(path: str) -> bool:

@@ -25,7 +25,6 @@ from pydantic import (
     ConfigDict,
     Field,
     NonNegativeInt,
-    PositiveInt,
     create_model,
     model_validator,
 )
@@ -89,7 +88,8 @@ class ExecutionSpec(BaseModel):
                                                    "holds ceil(layers / (pp x vp)) x vp layers.")
     # data parallelism and sharding
     sharding: _names(SHARDING_CODES) = "distopt"  # type: ignore[valid-type]
-    shard_degree: PositiveInt | None = bounds("shard_degree", None, description="FSDP/HSDP shard group; default dp.")
+    shard_degree: int | None = bounds("shard_degree", None, zero_unset=True,
+                                      description="FSDP/HSDP shard group; default dp.")
     overlap_grad_reduce: bool | None = None
     overlap_param_gather: bool | None = None
     collective_algorithm: _names(COLLECTIVE_ALGORITHMS) = "auto"  # type: ignore[valid-type]

@@ -123,7 +123,7 @@ def _optimizer_name(value: Any) -> Any:
 _PLAN_OVERRIDES: dict[str, tuple] = {
     "sequence_parallel": (bool, False),
     "recompute": (Literal[(*RECOMPUTE_CODES, "unknown")], "none"),  # type: ignore[misc]
-    "micro_batch": (PositiveInt | None, _bounds("micro_batch", None)),
+    "micro_batch": (int | None, _bounds("micro_batch", None)),
     "pipeline_schedule": (Annotated[Literal[tuple(PIPELINE_SCHEDULES)], BeforeValidator(_schedule_name)]  # type: ignore[misc]
                           | None, None),
     "optimizer": (Annotated[Literal[tuple(OPTIMIZER_CODES)], BeforeValidator(_optimizer_name)], "adam"),  # type: ignore[misc]

@@ -65,8 +65,8 @@ class LMSpec(_Spec):
     qk_rope_head_dim: int = bounds("qk_rope_head_dim", 0)
     v_head_dim: int = bounds("v_head_dim", 0)
     sliding_window: int = bounds("sliding_window", 0)
-    sliding_window_layers: PositiveInt | None = bounds("sliding_window_layers", None,
-                                                       description="Layers using the window; default: all.")
+    sliding_window_layers: int | None = bounds("sliding_window_layers", None,
+                                               description="Layers using the window; default: all; 0: none.")
     mtp_layers: int = bounds("mtp_layers", 0)
     normalization: str | None = Field(None, max_length=64, description="e.g. \"rmsnorm\", \"layernorm\"; a name "
                                       "containing 'rms' is RMSNorm, any other LayerNorm; default: RMSNorm for "
@@ -127,9 +127,9 @@ class ClusterSpec(_Spec):
     source: str = Field("", description="Datasheets the numbers come from.")
     gpu: str = Field(description="Device name; selects specs/devices/*.toml efficiencies.")
     num_nodes: PositiveInt = Field(le=1 << 20)
-    gpus_per_node: PositiveInt = Field(le=1024)
-    nvlink_domain_size: PositiveInt | None = Field(None, le=1 << 16,
-                                                   description="GPUs per NVLink domain (NVL72: 72); default a node.")
+    gpus_per_node: int = bounds("gpus_per_node")
+    nvlink_domain_size: int | None = bounds("domain_size", None,
+                                            description="GPUs per NVLink domain (NVL72: 72); default a node.")
     peak_flops_bf16: FlopPerSecond
     peak_flops_fp8: FlopPerSecond | None = None
     hbm_bytes: Bytes

@@ -8,6 +8,9 @@ group below). The waits of the compute row for communication are drawn in the ``
 
 from __future__ import annotations
 
+import math
+import sys
+
 import numpy as np
 from matplotlib.patches import Patch
 
@@ -34,12 +37,25 @@ KIND_LABELS = {
 }
 
 
+#: the largest tick step matplotlib's MaxNLocator tries, in spans of the axis: its steps [1, 2, 2.5, 5, 10] x 10
+#: at the top of its staircase (matplotlib 3.11 ticker.py, ``MaxNLocator._staircase``: ``10 * steps[1]``), times
+#: 10^floor(log10(span / nbins)) <= span; a window whose span times this overflows makes it warn (ticker.py 2247)
+TICK_STEP_REACH = 20.0
+MAX_WINDOW_SPAN_S = sys.float_info.max / TICK_STEP_REACH
+
+
 def window_bounds(window: tuple[float, float] | None, total: float, what: str = "step") -> tuple[float, float]:
     """(start, end) in seconds of the drawn window (None: all of ``what``, which lasts ``total``); PlotError
-    for a window that is empty, negative or starts after the end."""
+    for a window that is empty, negative, not finite, wider than the axis can tick (:data:`MAX_WINDOW_SPAN_S`)
+    or starts after the end."""
     lo, hi = (0.0, total) if window is None else (float(window[0]), float(window[1]))
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        raise D.PlotError(f"window must be finite seconds (got {window[0]}:{window[1]})")
     if not hi > lo or lo < 0:
         raise D.PlotError(f"window must be 0 <= start < end (got {window[0]}:{window[1]})")
+    if not math.isfinite((hi - lo) * TICK_STEP_REACH):
+        raise D.PlotError(f"window {lo:g}:{hi:g} s spans more than the time axis can tick (at most "
+                          f"{MAX_WINDOW_SPAN_S:.3g} s)")
     if lo >= total:
         raise D.PlotError(f"window starts at {lo:g} s, after the {what} ends ({total:g} s)")
     return lo, hi

@@ -38,7 +38,7 @@ class PoolBlock(Block):
     tp: int = bounds("tp")
     pp: int = bounds("pp", 1)
     attention_dp: int = bounds("attention_dp", 1)
-    moe_tp: int | None = Field(None, ge=1, le=1 << 16)
+    moe_tp: int | None = bounds("moe_tp", None, zero_unset=True)
     ep: int = bounds("ep", 1)
     gpus_per_worker: int | None = Field(None, ge=1, le=1 << 20)
     aic_batch_size: Count | None = None
@@ -83,7 +83,7 @@ class ServeBlock(Block):
     pp: int = bounds("pp", 1)
     ep: int = bounds("ep", 1)
     attention_dp: int = bounds("attention_dp", 1)
-    moe_tp: int | None = Field(None, ge=1, le=1 << 16)
+    moe_tp: int | None = bounds("moe_tp", None, zero_unset=True)
     precision: Literal[PRECISION_NAMES] = "bf16"  # type: ignore[valid-type]
     kv_precision: Literal[KV_PRECISION_NAMES] | None = None  # type: ignore[valid-type]
     quantized_layers: Literal["all", "experts"] = "all"

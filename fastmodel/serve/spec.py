@@ -39,10 +39,10 @@ class ServeTaskSpec(BaseModel):
     kv_precision: Literal["bf16", "fp16", "fp8"] | None = Field(None, description="Default: fp8 with fp8, else bf16.")
     kv_cache_mem_fraction: float = bounds("kv_cache_mem_fraction", 0.9,
                                           description="Share of free HBM for the KV cache.")
-    tp: PositiveInt = Field(1, le=1024)
-    pp: PositiveInt = Field(1, le=1024)
-    ep: PositiveInt = Field(1, le=1024)
-    instances: PositiveInt = Field(1, le=1 << 20, description="Serving instances in the cluster.")
+    tp: int = bounds("tp", 1)
+    pp: int = bounds("pp", 1)
+    ep: int = bounds("ep", 1)
+    instances: int = bounds("instances", 1, description="Serving instances in the cluster.")
     spec_tokens: int = bounds("spec_tokens", 0, description="Speculative decoding: draft tokens per decode step "
                               "(concurrency load; docs/model_serving.md S18).")
     spec_acceptance: float = bounds("spec_acceptance", 0.0,

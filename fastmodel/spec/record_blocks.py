@@ -18,12 +18,26 @@ from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
 from fastmodel.registry.validators import checker
 
 
-def bounds(column: str, default: Any = ..., **kw) -> Any:
+def bounds(column: str, default: Any = ..., *, zero_unset: bool = False, **kw) -> Any:
     """A Field checked like the registry column ``column`` (``fastmodel.registry.lm``): its bounds and forbidden
-    intervals, with the reason every input path gives (``fastmodel.registry.validators.column_problem``)."""
+    intervals, with the reason every input path gives (``fastmodel.registry.validators.column_problem``).
+    ``zero_unset``: the column's 0 is its "not set" code (``moe_tp`` 0: tp x attention_dp / ep); a spec or record
+    says "not set" by leaving the field out (null), so a 0 there is refused saying so (:data:`ZERO_UNSET`)."""
     field = Field(default, **kw)
     field.metadata.append(AfterValidator(checker(COLUMNS[COLUMN_INDEX[column]])))
+    if zero_unset:
+        field.metadata.append(AfterValidator(_not_zero))
     return field
+
+
+#: the reason a 0 is refused where the column's 0 means "not set" (``bounds(..., zero_unset=True)``)
+ZERO_UNSET = "0 is the registry's code for 'not set'; leave the field out (or null) for its default"
+
+
+def _not_zero(value):
+    if value == 0:
+        raise ValueError(ZERO_UNSET)
+    return value
 
 
 def drop_nulls(data: Any, fields) -> Any:

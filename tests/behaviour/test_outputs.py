@@ -154,3 +154,14 @@ def test_an_empty_output_name_is_refused_before_any_work(tmp_path, monkeypatch, 
     result = cli(*command, "")
     assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
     assert result.output.startswith("error: ") and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux /proc: a folder where even root creates no file")
+def test_a_folder_that_takes_no_file_is_refused_before_any_work(tmp_path, runs):
+    """`best r.nc --csv DIR/t.csv` with a DIR that refuses new files (no write permission, a read-only file
+    system; /proc refuses one even to root, whom ``os.access`` lets through) failed only when the finished table
+    was written: every writer now creates and removes a file there first (``io.outputs._probe_folders``)."""
+    for args, flag, _, suffix in [*_writers(runs), (["best", tmp_path / "absent.nc", "--by", "step_time"], "--csv", "csv", ".csv")]:
+        one_line_error(cli(*args, flag, f"/proc/fastmodel-out{suffix}"), f"/proc/fastmodel-out{suffix}: cannot "
+                       "write in /proc: ")
+    assert list(tmp_path.iterdir()) == []

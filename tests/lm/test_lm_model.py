@@ -385,6 +385,9 @@ def test_sliding_window_at_or_above_the_sequence_is_full_attention():
         for name in ("time_attention", "time_recompute", "step_time", "memory_per_device"):
             assert windowed[name] == full[name], (window, name)
 
+    none = one(**LLAMA70B, sliding_window=1024, sliding_window_layers=0)   # a window on no layer: share 0 / 80
+    assert {k: none[k] for k in ("time_attention", "step_time")} == {k: full[k] for k in ("time_attention", "step_time")}
+
 
 def test_windowed_attention_cost_is_the_band_of_the_score_matrix():
     """A causal window of w keys over s queries: query i sees min(i + 1, w) keys; in the continuous limit the

@@ -52,3 +52,22 @@ def test_a_hundred_thousand_cluster_sizes_take_one_pass_per_kind(monkeypatch):
     plans = plan_values("all", clusters)
     assert [p.shape for p in plans] == _every_cluster([(1, 8), (2, 8)], False)
     assert calls[:2] == [(1, 8), (2, 8)] and len(calls) <= 3    # the two kinds (+ the ordering's reference cluster)
+
+
+@pytest.mark.parametrize("axis, said", [
+    ("flops_utl", "unknown axis 'flops_utl' (did you mean 'flops_util'?)"),
+    ("num_node", "unknown axis 'num_node' (did you mean 'num_nodes'?)"),
+    ("zzqqxx", "unknown axis 'zzqqxx': an axis is plan, model, system or a field of the model, system or task spec "
+               "by its name or path (fields: `fastmodel specs schema model|system|task`; docs/usage.md, "
+               "`fastmodel sweep`)"),
+])
+def test_an_unknown_axis_names_the_nearest_or_where_the_axes_are(tmp_path, axis, said):
+    """The message listed every sweepable name (~60, ~800 characters on one line): now the nearest axis, or,
+    when none is near, where the fields are listed (``axis_path``)."""
+    from tests.suite_fixtures import cli, one_line_error
+
+    path = tmp_path / "s.toml"
+    path.write_text(f'model = "llama2-70b"\nsystem = "dc-a"\ntask = "llm-pretrain"\n[axes]\n{axis} = [1]\n')
+    result = cli("sweep", path, "-o", tmp_path / "out.nc")
+    one_line_error(result, said)
+    assert len(result.output) < 300 and "num_nodes, " not in result.output

@@ -46,6 +46,8 @@ def _with(path: str, value, record=RECORD):
     ("serve.concurrency", 16.0, r"serve\.concurrency: .*integer"),
     ("serve.max_throughput", "true", r"serve\.max_throughput: .*boolean"),
     ("serve.moe_tpp", 1, r"serve\.moe_tpp: unknown field \(did you mean 'moe_tp'\?\)"),
+    ("serve.moe_tp", 0, r"serve\.moe_tp: 0 is the registry's code for 'not set'; leave the field out \(or null\)"),
+    ("serve.moe_tp", 1 << 17, r"serve\.moe_tp: 131072 is outside \[0, 65536\]$"),
     ("serve.precision", "fp6", r"serve\.precision: .*\(got 'fp6'\)"),
     ("serve.kv_precision", "fp4", r"serve\.kv_precision: "),
     ("serve.input_len", 0, r"serve\.input_len: 0 is outside \[1, 16777216\] tokens"),

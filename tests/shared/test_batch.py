@@ -294,3 +294,19 @@ def test_a_failed_background_write_is_raised_in_the_batch(tmp_path, monkeypatch)
         for chunk in batch_module.run_chunks(batch_module.read_chunks(source)):
             writer.write(chunk)
         writer.close()
+
+
+def test_an_empty_input_is_one_line_and_writes_nothing(tmp_path):
+    """An empty file (or standard input) printed "0 ok, 0 errors" and exited 0 with an empty output: nothing to
+    evaluate is bad input (like an empty sweep axis), one line, exit 2, no output written. A blank line is a
+    line: its row says "empty line"."""
+    from tests.suite_fixtures import cli, one_line_error
+
+    empty, out = tmp_path / "cases.jsonl", tmp_path / "out.jsonl"
+    empty.write_bytes(b"")
+    one_line_error(cli("batch", empty, "-o", out), f"{empty}: no records: the file is empty")
+    assert not out.exists()
+    result = CliRunner().invoke(main, ["batch", "-"], input=b"")
+    assert result.exit_code == 2 and "error: -: no records: standard input is empty" in result.output, result.output
+    result = CliRunner().invoke(main, ["batch", "-"], input=b"\n")
+    assert result.exit_code == 0 and '"status":"error: empty line"' in result.output, result.output

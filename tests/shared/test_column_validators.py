@@ -143,3 +143,57 @@ def test_a_model_spec_and_a_serving_task_give_the_registry_reason(kind, column, 
     with pytest.raises(SpecError) as caught:
         validate(cls, {**data, column: value}, "x.toml", kind)
     assert str(caught.value) == f"x.toml: {kind}.{column}: " + column_problem(COLUMNS[COLUMN_INDEX[column]], value)
+
+
+@pytest.mark.parametrize("kind, field, column, value", [
+    ("system", "gpus_per_node", "gpus_per_node", 1 << 17), ("system", "nvlink_domain_size", "domain_size", 1 << 17),
+    ("task", "tp", "tp", 1 << 17), ("task", "pp", "pp", 0), ("task", "ep", "ep", 1 << 17),
+    ("task", "instances", "instances", 1 << 25),
+])
+def test_a_cluster_and_a_serving_task_take_their_columns_bounds(kind, field, column, value):
+    """ClusterSpec.gpus_per_node and ServeTaskSpec tp/pp/ep refused above 1024 and instances above 2^20 while
+    their columns (run and serving records, sweep axes) allow 2^16 and 2^24: now the column's check. A node is
+    the NVLink domain in records (NVL72 racks: gpus_per_node 72) and the domain defaults to a node, so its bound
+    is the domain's; instances x tp x pp <= n_gpus (2^24)."""
+    from fastmodel.lm.loader import load_cluster
+    from fastmodel.lm.spec import ClusterSpec
+    from fastmodel.serve.spec import ServeTaskSpec
+    from fastmodel.spec.loader import validate
+
+    cls, data = {"system": (ClusterSpec, load_cluster("dgx-h100", 1).model_dump()),
+                 "task": (ServeTaskSpec, {"name": "t", "kind": "serve", "input_len": 1024, "output_len": 128})}[kind]
+    col = COLUMNS[COLUMN_INDEX[column]]
+    assert validate(cls, {**data, field: int(col.hi)}, "x.toml", kind).model_dump()[field] == col.hi
+    with pytest.raises(SpecError) as caught:
+        validate(cls, {**data, field: value}, "x.toml", kind)
+    assert str(caught.value) == f"x.toml: {kind}.{field}: " + column_problem(col, value)
+
+
+def test_a_zero_that_means_not_set_is_left_out_of_a_spec_or_record():
+    """``moe_tp`` (serving records) and ``shard_degree`` (execution) are 0 in their column for "not set" (tp x
+    attention_dp / ep; all of dp); a spec or record says that with null. ``moe_tp`` 0 in a record was refused by
+    pydantic's own ">= 1" (then 0 * ep != tp read as a layout error), ``shard_degree`` 0 by "greater than 0"."""
+    from fastmodel.lm.execution import ExecutionSpec
+    from fastmodel.spec.loader import validate
+    from fastmodel.spec.record_blocks import ZERO_UNSET
+
+    assert column_problem(COLUMNS[COLUMN_INDEX["moe_tp"]], 0) is None                # a sweep axis may say 0
+    with pytest.raises(SpecError) as caught:
+        validate(ExecutionSpec, {"shard_degree": 0}, "x.toml", "execution")
+    assert str(caught.value) == f"x.toml: execution.shard_degree: {ZERO_UNSET}"
+    assert validate(ExecutionSpec, {"shard_degree": None}, "x.toml", "execution").shard_degree is None
+
+
+def test_a_model_may_window_no_layer():
+    """``sliding_window_layers`` 0 (a window on no layer: full attention everywhere, kernels/lm/shape.py's share
+    min(0, layers) / layers = 0) is in its column and a sweep axis takes it; the model spec refused it with
+    pydantic's "greater than 0"."""
+    from fastmodel.lm.loader import load_lm_model
+    from fastmodel.lm.spec import LMSpec
+    from fastmodel.spec.loader import validate
+
+    data = {**load_lm_model("llama3.1-8b").model_dump(), "sliding_window": 4096}
+    assert validate(LMSpec, {**data, "sliding_window_layers": 0}, "x.toml", "model").sliding_window_layers == 0
+    with pytest.raises(SpecError) as caught:
+        validate(LMSpec, {**data, "sliding_window_layers": -1}, "x.toml", "model")
+    assert str(caught.value) == "x.toml: model.sliding_window_layers: -1 is outside [0, 4096]"

@@ -108,3 +108,28 @@ def test_bad_window(config):
         P.timeline(config, window=(100.0, 200.0))
     with pytest.raises(PlotError, match="window must be"):
         P.timeline(config, window=(0.5, 0.1))
+
+
+def test_a_window_not_finite_or_too_wide_to_tick_is_refused(config, tmp_path):
+    """`--window 0:1e308` made matplotlib's tick locator overflow (RuntimeWarnings on stderr), `0:1e999` (inf)
+    raised a traceback: both are one line; the widest window allowed draws without a warning. The reach: the
+    locator's largest step is 10 x steps[1] = 20 of its scale 10^floor(log10(span / nbins)) <= span."""
+    import warnings
+
+    from fastmodel.plot.timeline import MAX_WINDOW_SPAN_S, TICK_STEP_REACH
+    from tests.suite_fixtures import cli, one_line_error
+
+    assert TICK_STEP_REACH == 10 * 2 and MAX_WINDOW_SPAN_S * 20 <= np.finfo(float).max
+    with pytest.raises(PlotError, match=r"^window must be finite seconds \(got 0.0:inf\)$"):
+        P.timeline(config, window=(0.0, float("inf")))
+    with pytest.raises(PlotError, match=r"^window 0:1e\+308 s spans more than the time axis can tick \(at most "
+                       r"8\.99e\+306 s\)$"):
+        P.timeline(config, window=(0.0, 1e308))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fig, _ = P.timeline(config, window=(0.0, MAX_WINDOW_SPAN_S))
+        P.save(fig, tmp_path / "wide.png")
+    args = ["plot", "timeline", "-m", "llama3.1-8b", "-s", "dgx-h100", "-t", "llm-pretrain", "--nodes", "1", "-o",
+            tmp_path / "t.png", "--window"]
+    one_line_error(cli(*args, "0:1e999"), "window must be finite seconds (got 0.0:inf)")
+    one_line_error(cli(*args, "0:1e308"), "spans more than the time axis can tick")

@@ -112,9 +112,10 @@ def axis_path(name: str) -> str:
         return SHORT_NAMES[name]
     if name in _SHORT:
         raise SweepError(f"axis {name!r} is ambiguous: use one of {', '.join(_SHORT[name])}")
-    valid = ["plan", *SPEC_AXES, *SHORT_NAMES, *FIELDS]
-    raise SweepError(f"unknown axis {name!r}{nearest(name, valid)}; sweepable: plan, model, system, "
-                     f"{', '.join(sorted(SHORT_NAMES))}")
+    near = nearest(name, ["plan", *SPEC_AXES, *SHORT_NAMES, *FIELDS])
+    raise SweepError(f"unknown axis {name!r}" + (near or ": an axis is plan, model, system or a field of the model, "
+                     "system or task spec by its name or path (fields: `fastmodel specs schema model|system|task`; "
+                     "docs/usage.md, `fastmodel sweep`)"))
 
 
 def axis_dim(path: str) -> str:
