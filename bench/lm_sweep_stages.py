@@ -1,5 +1,10 @@
 """CPU seconds of each stage of the dense real-world sweep of bench_lm_sweep.py, this tree beside --previous.
 
+``--engine serve`` times the serving sweep of bench/bench_serve.py's grid (llama3.1-70b, 1,044,480 points: 5
+devices x 3 precisions x 4 TP x 68 batch sizes x 16 input x 16 output lengths) the same way, as a serving sweep
+file runs it (``ServeSweepPlan``, the fused kernel ``kernels/serve/evaluate.py`` ``serve_grid``), in the load mode
+``--mode`` (batch; concurrency: the batch-size axis as a concurrency axis; max_throughput: the task's load mode).
+
 ``lm_sweep`` end to end is: load the specs (model, system, execution, task), build the sweep plan (axes, the
 "all" meshes, the base column vector lowered once), allocate the result matrix and status, run the grid kernel
 (``kernels/lm/grid.py`` ``evaluate_grid``, numba threads over ``prange`` chunks), and assemble the xarray
@@ -18,6 +23,7 @@ both alike; every figure printed is the median over rounds x repeats.
 
     python bench/lm_sweep_stages.py [--rounds 3] [--repeats 2] [--previous 97eefc3] [--batches 128]
                                     [--model qwen3-30b-a3b --batches 8]   (the MoE sweep, a slice of it)
+    python bench/lm_sweep_stages.py --engine serve [--mode batch|concurrency|max_throughput] [--rounds 3] ...
 """
 
 from __future__ import annotations
@@ -35,6 +41,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _args import add_previous  # noqa: E402  (bench/ is not a package)
 
 MODEL, SYSTEM, TASK = "llama3.1-70b", "dgx-h100", "llm-pretrain"   # MODEL: the --model default
+#: --engine serve: the device axis sets the device, the task the input and output lengths' defaults
+SERVE_TASK = "serve-chat"
+MODES = ("batch", "concurrency", "max_throughput")
 NODES = [4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048]
 MICRO = [1, 2, 4, 8]
 #: stages in the order lm_sweep runs them
@@ -72,24 +81,58 @@ def thread_seconds() -> dict[int, float]:
     return found
 
 
-def one_sweep(model_name: str, batches: int) -> tuple[dict, list[float]]:
-    """Every stage of ``lm_sweep(model_name, SYSTEM, TASK, axes=_axes(batches))`` timed (as lm.sweep.sweep_plan and
-    sweeps.run.run_in_memory run them; require_ok=False as lm_sweep passes); (figures, each thread's CPU seconds
-    in the kernel stage, largest first)."""
-    import numpy as np
-
+def _lm_plan(clock: Clock, model_name: str, batches: int, mode: str):
+    """The dense sweep's plan, as lm.sweep.sweep_plan builds it: its specs, then the plan (two stages)."""
     from fastmodel.lm.loader import load_cluster, load_execution, load_lm_model
     from fastmodel.lm.sweep import _task_global_batch
     from fastmodel.lm.sweep_plan import LMSweepPlan
+
+    model, cluster, execution, batch = clock("specs", lambda: (load_lm_model(model_name), load_cluster(SYSTEM, None),
+                                                                 load_execution(None), _task_global_batch(TASK)))
+    return clock("plan", lambda: LMSweepPlan(model, cluster, execution, batch, _axes(batches)))
+
+
+def _serve_plan(clock: Clock, model_name: str, batches: int, mode: str):
+    """bench/bench_serve.py's grid in load mode ``mode`` as serve.sweep_file.serve_plan builds it: the serving
+    model's columns and the task, then the plan."""
+    from bench_serve import AXES
+
+    from fastmodel.serve.models import serving_model
+    from fastmodel.serve.spec import load_serve_task
+    from fastmodel.serve.sweep_plan import ServeSweepPlan
+
+    axes = {("concurrency" if name == "batch_size" and mode == "concurrency" else name): list(values)
+            for name, values in AXES.items()}
+    if mode == "max_throughput":
+        del axes["batch_size"]
+
+    def specs():
+        task = load_serve_task(SERVE_TASK)
+        if mode == "max_throughput":
+            task = load_serve_task({**task.model_dump(exclude_none=True), "batch_size": None, "max_throughput": True})
+        return serving_model(model_name, Path.cwd()), task
+
+    (name, columns, notes), task = clock("specs", specs)
+    return clock("plan", lambda: ServeSweepPlan(name, columns, axes["device"][0], task, axes, notes=notes))
+
+
+#: the plan of each --engine, in the stages "specs" and "plan"
+PLANS = {"lm": _lm_plan, "serve": _serve_plan}
+
+
+def one_sweep(engine: str, model_name: str, batches: int, mode: str) -> tuple[dict, list[float]]:
+    """Every stage of one sweep of ``engine`` timed (as lm.sweep.sweep_plan or serve.sweep_file.serve_plan build
+    the plan and sweeps.run.run_in_memory runs it; require_ok=False as lm_sweep passes); (figures, each thread's
+    CPU seconds in the kernel stage, largest first)."""
+    import numpy as np
+
     from fastmodel.sweeps.assemble import assemble
     from fastmodel.sweeps.buffers import result_matrix
     from fastmodel.sweeps.size import check_memory
 
     clock = Clock()
     t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
-    model, cluster, execution, batch = clock("specs", lambda: (load_lm_model(model_name), load_cluster(SYSTEM, None),
-                                                                 load_execution(None), _task_global_batch(TASK)))
-    plan = clock("plan", lambda: LMSweepPlan(model, cluster, execution, batch, _axes(batches)))
+    plan = PLANS[engine](clock, model_name, batches, mode)
 
     def buffers():
         check_memory(plan)
@@ -107,16 +150,26 @@ def one_sweep(model_name: str, batches: int) -> tuple[dict, list[float]]:
     return {**clock.figures, "points": plan.num_configs}, threads
 
 
-def child(model: str, repeats: int, batches: int) -> dict:
+def _warm_up(engine: str, model: str) -> None:
+    """One small sweep of ``engine``: it loads or compiles the kernels (not timed)."""
+    if engine == "serve":
+        from fastmodel.serve.api import sweep
+
+        sweep(model, device=["H100"], tp=[1, 2], batch_size=[1, 2])
+    else:
+        from fastmodel.lm.sweep import lm_sweep
+
+        lm_sweep(model, SYSTEM, TASK, axes={"plan": ["tp8"], "num_nodes": [4]})
+
+
+def child(engine: str, model: str, repeats: int, batches: int, mode: str) -> dict:
     import numba
 
-    from fastmodel.lm.sweep import lm_sweep
-
-    lm_sweep(model, SYSTEM, TASK, axes={"plan": ["tp8"], "num_nodes": [4]})       # load or compile: not timed
+    _warm_up(engine, model)
     runs, parts = [], []
     count = numba.get_num_threads()
     for _ in range(repeats):
-        figures, threads = one_sweep(model, batches)
+        figures, threads = one_sweep(engine, model, batches, mode)
         runs.append(figures)
         parts.append(threads[:count])
     return {"points": runs[0].pop("points"), "threads": count, "runs": runs, "shares": parts}
@@ -161,11 +214,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2, help="timed sweeps per process, after its warm-up")
     parser.add_argument("--batches", type=int, default=128, help="global batches 64, 128, ..., 64 x BATCHES")
     parser.add_argument("--model", default=MODEL)
+    parser.add_argument("--engine", choices=tuple(PLANS), default="lm")
+    parser.add_argument("--mode", choices=MODES, default="batch", help="--engine serve: the load mode")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     add_previous(parser)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(args.model, args.repeats, args.batches)))
+        print(json.dumps(child(args.engine, args.model, args.repeats, args.batches, args.mode)))
         return
     from bench_batch import save_results
     from bench_batch import trees as bench_trees
@@ -175,15 +230,18 @@ def main() -> None:
     for round_ in range(args.rounds):
         for name, env in trees[::-1] if round_ % 2 else trees:     # ABBA: neither tree always runs first
             out = subprocess.run([sys.executable, __file__, "--child", "--repeats", str(args.repeats),
-                                  "--batches", str(args.batches), "--model", args.model],
+                                  "--batches", str(args.batches), "--model", args.model, "--engine", args.engine,
+                                  "--mode", args.mode],
                                  capture_output=True, text=True, check=True, env=env)
             results[name].append(json.loads(out.stdout.strip().splitlines()[-1]))
     summaries = [(name, summary(found)) for name, found in results.items()]
     first = summaries[0][1]
-    print(f"{args.model}/{SYSTEM} sweep: {first['points']:,} points, "
+    what = f"{args.model}/{SYSTEM}" if args.engine == "lm" else f"serving {args.model} ({args.mode})"
+    print(f"{what} sweep: {first['points']:,} points, "
           f"{first['threads']} numba threads, median of {first['runs']} sweeps per tree; seconds")
     print(table(summaries))
-    save_results("lm_sweep_stages", {name: sm for name, sm in summaries})
+    save_results("lm_sweep_stages" if args.engine == "lm" else f"serve_sweep_stages_{args.mode}",
+                 {name: sm for name, sm in summaries})
 
 
 if __name__ == "__main__":
