@@ -71,7 +71,6 @@ from fastmodel.kernels.serve.attention import attention_lines, sum_max_lines, su
 from fastmodel.kernels.serve.costs import experts_touched  # noqa: F401
 
 
-
 # --- phases --------------------------------------------------------------------
 
 @njit
@@ -430,17 +429,22 @@ def _grid_rows(base, axis_cols, col_start, axis_vals, val_start, shape, derive, 
 
 
 @njit(parallel=True)
-def serve_grid(base, axis_cols, col_start, axis_vals, val_start, shape, derive, status, out, offset):
+def serve_grid(base, axis_cols, col_start, axis_vals, val_start, shape, derive, status, out, offset, lanes):
     """Evaluate a Cartesian grid without materialising its parameter table: row r is ``base`` with, for every
     axis a (C order, last fastest), the columns ``axis_cols[col_start[a]:col_start[a+1]]`` set to that axis's
     values at index i_a (``axis_vals[val_start[a] + j * shape[a] + i_a]`` for its j-th column); then
     ``derive`` (n_gpus = tp x pp, seq_len = input_len + output_len). Results into ``out[:, offset + r]`` and
-    ``status[offset + r]``, so a sweep writes a unit of work straight into its place in a larger matrix."""
+    ``status[offset + r]``, so a sweep writes a unit of work straight into its place in a larger matrix. The
+    ``prange`` runs over ``lanes`` (numba's thread count, from the caller), lane k taking chunks k, k + lanes, ...,
+    so no thread gets one contiguous 1/T of a grid whose cost varies along it (kernels/lm/grid.py
+    ``evaluate_grid``); each chunk runs whole from a fresh memo, so the results do not depend on ``lanes``."""
     n = 1
     for size in shape:
         n *= size
     chunks = (n + CHUNK_ROWS - 1) // CHUNK_ROWS
-    for chunk in prange(chunks):
-        lo = chunk * CHUNK_ROWS
-        _grid_rows(base, axis_cols, col_start, axis_vals, val_start, shape, derive, status, out, lo,
-                   min(n, lo + CHUNK_ROWS), offset)
+    lanes = min(chunks, max(1, lanes))
+    for lane in prange(lanes):
+        for chunk in range(lane, chunks, lanes):
+            lo = chunk * CHUNK_ROWS
+            _grid_rows(base, axis_cols, col_start, axis_vals, val_start, shape, derive, status, out, lo,
+                       min(n, lo + CHUNK_ROWS), offset)
