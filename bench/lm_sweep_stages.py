@@ -24,6 +24,15 @@ both alike; every figure printed is the median over rounds x repeats.
     python bench/lm_sweep_stages.py [--rounds 3] [--repeats 2] [--previous 97eefc3] [--batches 128]
                                     [--model qwen3-30b-a3b --batches 8]   (the MoE sweep, a slice of it)
     python bench/lm_sweep_stages.py --engine serve [--mode batch|concurrency|max_throughput] [--rounds 3] ...
+
+``--schedules`` compares instead, in one process on one compiled kernel, the two ways of dealing the kernel's
+chunks to the threads: round-robin (lanes = numba's thread count, as the plans pass) and numba's contiguous static
+split (lanes = 2**40: one chunk a lane, the schedule before lanes), --rounds sweeps of each, alternated ABBA,
+each into a new result matrix as a sweep's (so its first-touch page faults are in the kernel's CPU).
+Each thread's CPU seconds are summed by thread id over the sweeps (not the busiest of each sweep, which load
+noise alone would lift above the mean), so ``balance`` is the split's, not the noise's.
+
+    python bench/lm_sweep_stages.py --engine serve --mode batch --schedules --rounds 12
 """
 
 from __future__ import annotations
@@ -175,6 +184,53 @@ def child(engine: str, model: str, repeats: int, batches: int, mode: str) -> dic
     return {"points": runs[0].pop("points"), "threads": count, "runs": runs, "shares": parts}
 
 
+#: the grid kernel each engine's plan calls (module, name), its last argument the lane count
+KERNELS = {"lm": ("fastmodel.kernels.lm.grid", "evaluate_grid"), "serve": ("fastmodel.kernels.serve.evaluate", "serve_grid")}
+
+
+def schedules(engine: str, model: str, batches: int, mode: str, rounds: int) -> str:
+    """The kernel stage of one plan under each schedule (round-robin, contiguous), alternated; a table."""
+    import importlib
+    import os
+
+    import numba
+    import numpy as np
+
+    from fastmodel.sweeps.buffers import result_matrix
+
+    _warm_up(engine, model)
+    plan = PLANS[engine](Clock(), model, batches, mode)
+    module, name = importlib.import_module(KERNELS[engine][0]), KERNELS[engine][1]
+    kernel, count = getattr(module, name), numba.get_num_threads()
+    runs: dict[str, list] = {"round-robin": [], "contiguous": []}
+    try:
+        for round_ in range(rounds):
+            for which in list(runs)[::-1] if round_ % 2 else list(runs):
+                lanes = count if which == "round-robin" else 1 << 40
+                setattr(module, name, lambda *args, lanes=lanes: kernel(*args[:-1], lanes))   # the plan imports it
+                out, status = result_matrix(plan.num_rows, plan.num_configs), np.zeros(plan.num_configs, np.int8)
+                before, usage, t0 = thread_seconds(), resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+                for unit in plan.units(plan.MEMORY_UNIT_CONFIGS):
+                    plan.evaluate_unit(unit, out, status, plan.unit_offset(unit))
+                wall, after = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF)
+                runs[which].append(({tid: t - before.get(tid, 0.0) for tid, t in thread_seconds().items()},
+                                    after.ru_utime - usage.ru_utime + after.ru_stime - usage.ru_stime, wall))
+    finally:
+        setattr(module, name, kernel)
+    lines = [f"{engine} {model} ({mode if engine == 'serve' else f'{batches} batches'}): {plan.num_configs:,} points, "
+             f"{count} numba threads, {rounds} sweeps a schedule, load average {os.getloadavg()[0]:.1f}; seconds"]
+    for which, found in runs.items():
+        per_thread: dict[int, float] = {}
+        for threads, _, _ in found:
+            for tid, t in threads.items():
+                per_thread[tid] = per_thread.get(tid, 0.0) + t / len(found)
+        busiest = sorted(per_thread.values(), reverse=True)[:count]
+        lines.append(f"  {which:12s} threads {' / '.join(f'{t:.3f}' for t in busiest)}   balance "
+                     f"{max(busiest) / statistics.mean(busiest):.3f}   cpu {_median([r[1] for r in found]):.3f}   "
+                     f"wall {_median([r[2] for r in found]):.3f}")
+    return "\n".join(lines)
+
+
 def _median(values) -> float:
     return statistics.median(values) if values else float("nan")
 
@@ -216,9 +272,13 @@ def main() -> None:
     parser.add_argument("--model", default=MODEL)
     parser.add_argument("--engine", choices=tuple(PLANS), default="lm")
     parser.add_argument("--mode", choices=MODES, default="batch", help="--engine serve: the load mode")
+    parser.add_argument("--schedules", action="store_true", help="round-robin against contiguous, this tree")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     add_previous(parser)
     args = parser.parse_args()
+    if args.schedules:
+        print(schedules(args.engine, args.model, args.batches, args.mode, args.rounds))
+        return
     if args.child:
         print(json.dumps(child(args.engine, args.model, args.repeats, args.batches, args.mode)))
         return
