@@ -67,7 +67,7 @@ def test_every_lane_count_gives_the_compiled_sweep_bit_for_bit(monkeypatch):
     # chunks of 5 rows: 10 chunks, the last one short; lanes fewer than, as many as and more than the chunks
     for lanes in (1, 2, 3, 4, 9, 10, 11):
         with monkeypatch.context() as patch:
-            patch.setattr(evaluate, "CHUNK_ROWS", 5)
+            patch.setattr(evaluate, "GRID_CHUNK_ROWS", 5)
             got_status, got = _api(patch, _lanes(INTERPRETED_LOOP, lanes))
         assert np.array_equal(got_status, status), lanes
         for name, values in data.items():
@@ -82,7 +82,7 @@ def test_every_lane_count_gives_the_plan_bit_for_bit(plan, monkeypatch):
     assert (status != -1).all() and (out != -7.0).all()
     for lanes in (1, 2, 3, 4, 9):
         with monkeypatch.context() as patch:
-            patch.setattr(evaluate, "CHUNK_ROWS", 5)                 # 5 chunks of each unit of 24 rows
+            patch.setattr(evaluate, "GRID_CHUNK_ROWS", 5)                 # 5 chunks of each unit of 24 rows
             got_status, got = _plan(patch, _lanes(INTERPRETED_LOOP, lanes), plan)
         assert np.array_equal(got_status, status), lanes
         assert np.array_equal(got, out, equal_nan=True), lanes
