@@ -232,7 +232,7 @@ def sweep(model, device: str | Sequence[str] = "H100", precision: str | Sequence
         derive = np.array(["n_gpus" not in dims and "n_gpus" not in fixed,
                            "seq_len" not in dims and "seq_len" not in fixed], dtype=np.bool_)
         serve_grid(base, axis_cols, col_start, np.concatenate(flat).astype(np.float64), val_start,
-                   np.array(shape, dtype=np.int64), derive, status, out, 0)     # marks not_finite itself
+                   np.array(shape, dtype=np.int64), derive, status, out, 0, grid_lanes())   # marks not_finite itself
     # a result named like a swept column (batch_size under a fixed-batch sweep) is stored as effective_<name>;
     # flags (fits_memory) as booleans, as in every engine's datasets
     data = {(f"effective_{r.name}" if r.name in dims else r.name):
@@ -240,6 +240,18 @@ def sweep(model, device: str | Sequence[str] = "H100", precision: str | Sequence
             for i, r in enumerate(SERVE_RESULTS)}
     data["status"] = (dims, status.reshape(shape), status_attrs("serve"))
     return xr.Dataset(data, coords={d: coords[d] for d in dims}, attrs=dataset_attrs(model, load_mode))
+
+
+def grid_lanes() -> int:
+    """The lanes ``serve_grid`` deals its chunks over: numba's thread count (1 when the kernels run interpreted),
+    passed in because asking numba for it inside the kernel makes the kernel uncacheable (kernels/lm/grid.py)."""
+    from fastmodel.kernels.jit import INTERPRETED
+
+    if INTERPRETED:
+        return 1
+    import numba
+
+    return numba.get_num_threads()
 
 
 def dataset_attrs(model, load_mode: str) -> dict[str, str]:

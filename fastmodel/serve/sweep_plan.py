@@ -73,6 +73,7 @@ class ServeSweepPlan(SweepPlan):
     def evaluate_unit(self, unit, out: np.ndarray, status: np.ndarray, offset: int) -> None:
         """The box of ``unit`` into ``out[:, offset:offset + unit.size]`` (its points in C order)."""
         from fastmodel.kernels.serve.evaluate import serve_grid
+        from fastmodel.serve.api import grid_lanes
         from fastmodel.spec.columns import check_base
 
         check_base(self.base)
@@ -82,7 +83,7 @@ class ServeSweepPlan(SweepPlan):
         values = np.concatenate(flat).astype(np.float64) if flat else np.zeros(0)
         with np.errstate(all="ignore"):  # interpreted kernels (FASTMODEL_JIT=0) overflow in numpy scalars
             serve_grid(self.base, self.axis_cols, self.col_start, values, val_start, np.array(sizes, dtype=np.int64),
-                       self.derive, status, out, offset)       # the kernel marks not_finite points itself
+                       self.derive, status, out, offset, grid_lanes())   # the kernel marks not_finite points itself
 
     def scalar_coords(self) -> dict[str, Any]:
         """The device and precisions the grid does not sweep, as 0-d coordinates."""

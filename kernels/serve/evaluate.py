@@ -71,7 +71,6 @@ from fastmodel.kernels.serve.attention import attention_lines, sum_max_lines, su
 from fastmodel.kernels.serve.costs import experts_touched  # noqa: F401
 
 
-
 # --- phases --------------------------------------------------------------------
 
 @njit
@@ -342,8 +341,9 @@ def _write_parts(out, pre, dec, overhead):
 
 # --- fused passes ------------------------------------------------------------------
 
-#: rows per prange chunk
+#: rows per prange chunk (serve_grid's: 8 KiB of each result row, whole 4 KiB pages: its lanes share no page)
 CHUNK_ROWS = 256
+GRID_CHUNK_ROWS = 1024
 
 
 @njit
@@ -430,17 +430,21 @@ def _grid_rows(base, axis_cols, col_start, axis_vals, val_start, shape, derive, 
 
 
 @njit(parallel=True)
-def serve_grid(base, axis_cols, col_start, axis_vals, val_start, shape, derive, status, out, offset):
+def serve_grid(base, axis_cols, col_start, axis_vals, val_start, shape, derive, status, out, offset, lanes):
     """Evaluate a Cartesian grid without materialising its parameter table: row r is ``base`` with, for every
     axis a (C order, last fastest), the columns ``axis_cols[col_start[a]:col_start[a+1]]`` set to that axis's
     values at index i_a (``axis_vals[val_start[a] + j * shape[a] + i_a]`` for its j-th column); then
     ``derive`` (n_gpus = tp x pp, seq_len = input_len + output_len). Results into ``out[:, offset + r]`` and
-    ``status[offset + r]``, so a sweep writes a unit of work straight into its place in a larger matrix."""
+    ``status[offset + r]``, so a sweep writes a unit of work straight into its place in a larger matrix. Lane k of
+    ``lanes`` (numba's thread count) takes chunks k, k + lanes, ... (kernels/lm/grid.py ``evaluate_grid``); a chunk
+    runs whole from a fresh memo, so the results do not depend on ``lanes`` (docs/performance.md)."""
     n = 1
     for size in shape:
         n *= size
-    chunks = (n + CHUNK_ROWS - 1) // CHUNK_ROWS
-    for chunk in prange(chunks):
-        lo = chunk * CHUNK_ROWS
-        _grid_rows(base, axis_cols, col_start, axis_vals, val_start, shape, derive, status, out, lo,
-                   min(n, lo + CHUNK_ROWS), offset)
+    chunks = (n + GRID_CHUNK_ROWS - 1) // GRID_CHUNK_ROWS
+    lanes = min(chunks, max(1, lanes))
+    for lane in prange(lanes):
+        for chunk in range(lane, chunks, lanes):
+            lo = chunk * GRID_CHUNK_ROWS
+            _grid_rows(base, axis_cols, col_start, axis_vals, val_start, shape, derive, status, out, lo,
+                       min(n, lo + GRID_CHUNK_ROWS), offset)
