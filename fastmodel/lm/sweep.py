@@ -133,8 +133,9 @@ def _axis_values(name: str, values: Any, model, cluster, max_gpus: int) -> tuple
         raise SweepError(f"axis {name!r}: values must be finite")
     if name in COLUMN_INDEX:
         column = COLUMNS[COLUMN_INDEX[name]]
-        if problem := next(filter(None, (column_problem(column, x) for x in numeric)), None):
-            raise SweepError(f"axis {name!r}: {problem}")
+        if bad := next(((v, p) for v, x in zip(values, numeric) if (p := column_problem(column, x))), None):
+            typed = "" if isinstance(bad[0], (int, float)) else f" (given as {bad[0]!r})"
+            raise SweepError(f"axis {name!r}: {bad[1]}{typed}")
         if column.option == "flag" and (odd := [v for v, x in zip(values, numeric) if x not in (0.0, 1.0)]):
             raise SweepError(f"axis {name!r}: {odd[0]!r} is not a switch (0 or 1, false or true)")
     return list(values), numeric

@@ -203,6 +203,10 @@ def test_a_column_axis_outside_the_registry_bounds_is_refused():
         lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", axes={"uneven_stages": [0, 2]})
     with pytest.raises(SweepError, match=r"axis 'gemm_eff_16': 1.5 is outside \[0.05, 1\]"):
         lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", axes={"gemm_eff_16": [1.5]})
+    # a unit string is named as typed beside the number it parsed to
+    with pytest.raises(SweepError, match=r"axis 'hbm_bytes': 2e\+15 is outside \[100000000, 1e\+14\] bytes "
+                                         r"\(given as '2 PB'\)$"):
+        lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", axes={"hbm_bytes": ["80 GB", "2 PB"]})
 
 
 def test_an_unknown_dispatcher_in_a_sweep_file_is_one_line_exit_2(tmp_path):
