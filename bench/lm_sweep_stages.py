@@ -48,13 +48,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _args import add_previous  # noqa: E402  (bench/ is not a package)
+from bench_lm_sweep import MICRO, NODES  # noqa: E402  (the dense sweep's grid, timed here by stage)
 
 MODEL, SYSTEM, TASK = "llama3.1-70b", "dgx-h100", "llm-pretrain"   # MODEL: the --model default
 #: --engine serve: the device axis sets the device, the task the input and output lengths' defaults
 SERVE_TASK = "serve-chat"
 MODES = ("batch", "concurrency", "max_throughput")
-NODES = [4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048]
-MICRO = [1, 2, 4, 8]
 #: stages in the order lm_sweep runs them
 STAGES = ("specs", "plan", "buffers", "kernel", "assemble", "total")
 

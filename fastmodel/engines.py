@@ -102,16 +102,16 @@ def for_specs(model: Any, semantics: Any = "default", system: Any = None) -> Eng
     preset is a SpecError naming the preset to use."""
     from fastmodel.semantics import get_semantics
 
-    data = _peek(model, "model")
-    for spec, kind, content in ((model, "model", data), (system, "system", _peek(system, "system"))):
+    data, system_data = _peek(model, "model"), _peek(system, "system")      # each file read once
+    for spec, kind, content in ((model, "model", data), (system, "system", system_data)):
         if problem := detect.misplaced(content, kind):
             raise SpecError(_file_of(spec), kind, problem)
     real_model = detect.is_real_world_model(data)
-    real_system = system is not None and not real_model and detect.is_cluster(_peek(system, "system"))
+    real_system = system is not None and not real_model and detect.is_cluster(system_data)
     if not (real_model or real_system):
         return MADMAX
     chosen = get_semantics(semantics)
-    name = detect.field(data, "name") if real_model else detect.field(_peek(system, "system"), "name")
+    name = detect.field(data, "name") if real_model else detect.field(system_data, "name")
     what = f"model {name!r}" if real_model else f"system {name!r}"
     if not chosen.real_world:
         raise SpecError(None, "semantics", f"{what} is a real-world spec: evaluate it under semantics 'default' "

@@ -19,7 +19,7 @@ from fastmodel.analysis.margin import usable_attrs
 from fastmodel.errors import SweepError
 from fastmodel.lm.sweep import MESH_AXIS, _axis_arrays, _axis_values, base_columns, check_degree_axes, parse_mesh
 from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
-from fastmodel.sweeps.plan import Axis, SweepPlan
+from fastmodel.sweeps.plan import Axis, SweepPlan, grid_lanes
 
 
 class LMSweepPlan(SweepPlan):
@@ -76,7 +76,6 @@ class LMSweepPlan(SweepPlan):
 
     def evaluate_unit(self, unit, out: np.ndarray, status: np.ndarray, offset: int) -> None:
         """The box of ``unit`` into ``out[:, offset:offset + unit.size]`` (its points in C order)."""
-        from fastmodel.kernels.jit import INTERPRETED
         from fastmodel.kernels.lm.grid import evaluate_grid
         from fastmodel.spec.columns import check_base
 
@@ -85,13 +84,8 @@ class LMSweepPlan(SweepPlan):
         values = np.zeros_like(self.axis_values[:, :, :max(1, int(shape.max()))])
         for axis, block in enumerate(unit.blocks):
             values[axis, :, :block.stop - block.start] = self.axis_values[axis, :, block]
-        lanes = 1
-        if not INTERPRETED:
-            import numba
-
-            lanes = numba.get_num_threads()     # the threads the kernel's prange is split among
         evaluate_grid(self.base, self.axis_columns, values, shape, self.execution.shard_degree is None,
-                      self.only_fitting, status, out, offset, lanes)  # it marks not_finite points itself
+                      self.only_fitting, status, out, offset, grid_lanes())  # it marks not_finite points itself
 
     def definition(self) -> dict:
         """JSON that rebuilds this plan (a zarr store's ``sweep`` attr; resume and Dask workers)."""

@@ -222,6 +222,7 @@ def sweep(model, device: str | Sequence[str] = "H100", precision: str | Sequence
     status = np.zeros(total, dtype=np.int8)
     if total:
         from fastmodel.kernels.serve.evaluate import serve_grid
+        from fastmodel.sweeps.plan import grid_lanes
 
         check_base(base)
         sizes = np.array([len(block[0]) for block in blocks], dtype=np.int64)
@@ -240,18 +241,6 @@ def sweep(model, device: str | Sequence[str] = "H100", precision: str | Sequence
             for i, r in enumerate(SERVE_RESULTS)}
     data["status"] = (dims, status.reshape(shape), status_attrs("serve"))
     return xr.Dataset(data, coords={d: coords[d] for d in dims}, attrs=dataset_attrs(model, load_mode))
-
-
-def grid_lanes() -> int:
-    """The lanes ``serve_grid`` deals its chunks over: numba's thread count (1 when the kernels run interpreted),
-    passed in because asking numba for it inside the kernel makes the kernel uncacheable (kernels/lm/grid.py)."""
-    from fastmodel.kernels.jit import INTERPRETED
-
-    if INTERPRETED:
-        return 1
-    import numba
-
-    return numba.get_num_threads()
 
 
 def dataset_attrs(model, load_mode: str) -> dict[str, str]:

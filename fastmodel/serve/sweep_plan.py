@@ -17,7 +17,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from fastmodel.errors import SpecError
-from fastmodel.sweeps.plan import Axis, SweepPlan
+from fastmodel.sweeps.plan import Axis, SweepPlan, grid_lanes
 
 #: serving task fields fixed in every configuration unless an axis of the same name sweeps them
 SERVE_FIXED = ("input_len", "output_len", "tp", "pp", "ep", "instances", "kv_cache_mem_fraction", "spec_tokens",
@@ -73,7 +73,6 @@ class ServeSweepPlan(SweepPlan):
     def evaluate_unit(self, unit, out: np.ndarray, status: np.ndarray, offset: int) -> None:
         """The box of ``unit`` into ``out[:, offset:offset + unit.size]`` (its points in C order)."""
         from fastmodel.kernels.serve.evaluate import serve_grid
-        from fastmodel.serve.api import grid_lanes
         from fastmodel.spec.columns import check_base
 
         check_base(self.base)

@@ -27,6 +27,19 @@ from fastmodel.errors import SweepError
 from fastmodel.sweeps.grid import GridLayout, Unit
 
 
+def grid_lanes() -> int:
+    """The lanes a grid kernel deals its ``prange`` chunks over (kernels/lm/grid.py ``evaluate_grid``,
+    kernels/serve/evaluate.py ``serve_grid``): numba's thread count, 1 when the kernels run interpreted. Passed in
+    by the caller because asking numba for it inside a kernel makes the kernel uncacheable."""
+    from fastmodel.kernels.jit import INTERPRETED
+
+    if INTERPRETED:
+        return 1
+    import numba
+
+    return numba.get_num_threads()
+
+
 @dataclass(frozen=True)
 class Axis:
     """One dimension of a sweep grid."""
