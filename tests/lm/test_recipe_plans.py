@@ -74,11 +74,19 @@ KNOWN_MFU_GAPS: frozenset[str] = frozenset((
     # exposed expert-parallel traffic over InfiniBand (50 GB/s per GPU): EP 16-64 spans 2-8 nodes of 8 H100 / B200.
     # They run the NCCL alltoall dispatcher (set_workload_base_configs resets it when the workload config names no
     # flex backend, utils/overrides.py lines 264-267); a2a overlap is off except on the Qwen3 H100 plan
-    # (batch-level, hides about half). Exposed EP is 38-69% of the step
+    # (batch-level, hides about half). Exposed EP is 38-69% of the step. What the launchers run (docs/model.md
+    # §11.36): a default launch keeps that dispatcher (run_script's --moe_flex_dispatcher_backend defaults to -1,
+    # which apply_flex_dispatcher_backend skips as "not a valid flex dispatcher backend"; Megatron-Bridge HEAD's
+    # argument_parser.py says so, lines 875-877), in the r0.4.0 releases NVIDIA's README names for the 26.04
+    # container, in the llmb-r0.4.1 commit DGX Cloud's kimi-k2/launch.sh pins and in the flat perf recipes
     "mbridge-gpt-oss-120b-b200-fp8-mx-v1",
     "mbridge-kimi-k2-b200-bf16",
     "mbridge-kimi-k2-b200-fp8-cs",
     "mbridge-kimi-k2-b200-fp8-mx",
+    # Kimi K2 H100 BF16 (0.166 -> 0.149, §11.36): the Kimi K2 base recipe builds CommOverlapConfig(
+    # tp_comm_overlap=False) (recipes/kimi/h100/kimi_k2.py line 187), so TP 8 with sequence parallelism runs its
+    # all-gathers and reduce-scatters exposed, beside the EP 64 all-to-all over 8 nodes
+    "mbridge-kimi-k2-h100-bf16",
     "mbridge-kimi-k2-h100-fp8-cs",
     "mbridge-kimi-k2-h100-fp8-sc",
     "mbridge-qwen3-235b-a22b-h100-fp8-cs-large-scale",
