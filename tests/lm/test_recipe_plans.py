@@ -172,3 +172,23 @@ def test_every_recipe_plan_has_a_sane_mfu(predicted):
 def test_validate_refuses_a_file_of_plan_only_records_and_points_to_batch():
     with pytest.raises(SpecError, match="plan-only records are predicted by `fastmodel batch`"):
         with_measurements(read_records(DATA), DATA)
+
+
+def test_plans_carry_what_the_launch_sets_beside_the_workload_config():
+    """docs/model.md §11.36: Kimi K2 launches with Muon (``--optimizer_type`` default "muon"; Megatron-Core's
+    LayerWiseDistributedOptimizer with ``use_distributed_optimizer = False``: DDP gradients, ``muon_distributed``
+    1) and, under MXFP8, without the FP8 parameter gather; the DeepSeek-V3 and Kimi K2 base recipes build
+    ``CommOverlapConfig(tp_comm_overlap=False)``; DeepSeek-V3 on H100 turns the gradient-reduce overlap off; every
+    other MoE family keeps Adam on the distributed optimizer."""
+    raw = [json.loads(line) for line in DATA.read_text().splitlines() if line.strip()]
+    for r in raw:
+        plan, name, gpu = r["plan"], r["model"]["name"], r["system"]["gpu"]
+        kimi = name == "Kimi K2"
+        assert plan.get("optimizer", "adam") == ("muon" if kimi else "adam"), r["id"]
+        assert (plan["sharding"] == "ddp") == kimi, r["id"]
+        if kimi and plan.get("fp8_recipe", "").startswith("mxfp8"):
+            assert plan["fp8_params"] is False, r["id"]
+        if name in ("Kimi K2", "DeepSeek-V3"):
+            assert plan["tp_comm_overlap"] is False, r["id"]
+        deepseek_h100 = name == "DeepSeek-V3" and gpu.startswith("H100")
+        assert plan.get("overlap_grad_reduce", True) is not deepseek_h100, r["id"]
