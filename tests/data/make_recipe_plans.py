@@ -110,7 +110,7 @@ def tp_overlap(model: str, gpu: str, tp: int) -> bool:
     and Kimi K2 base recipes build ``CommOverlapConfig(tp_comm_overlap=False)`` (src/megatron/bridge/recipes/
     deepseek/h100/deepseek_v3.py line 212, recipes/kimi/h100/kimi_k2.py line 187) and neither family's
     performance function replaces it, so Megatron-Bridge's ``_get_model_comm_overlap_cfgs`` keeps it off
-    (src/megatron/bridge/training/comm_overlap.py lines 434 and 581-587; docs/model.md §11.36)."""
+    (src/megatron/bridge/training/comm_overlap.py lines 434, 546 and 581-587; docs/model.md §11.36)."""
     if (model == "QWEN3_235B_A22B" and gpu == "H100") or model in ("DEEPSEEK_V3", "KIMI_K2"):
         return False
     return tp > 1
