@@ -106,10 +106,44 @@ def dispatcher(model: str, gpu: str, cfg) -> tuple[str, str]:
 
 def tp_overlap(model: str, gpu: str, tp: int) -> bool:
     """TP communication overlap as the pretrain functions set it: on when TP > 1 (CommOverlapConfig
-    ``tp_comm_overlap=tp > 1`` in the Llama and gpt-oss functions; Qwen3 235B on H100 sets it off)."""
-    if model == "QWEN3_235B_A22B" and gpu == "H100":
+    ``tp_comm_overlap=tp > 1`` in the Llama and gpt-oss functions; Qwen3 235B on H100 sets it off). The DeepSeek-V3
+    and Kimi K2 base recipes build ``CommOverlapConfig(tp_comm_overlap=False)`` (src/megatron/bridge/recipes/
+    deepseek/h100/deepseek_v3.py line 212, recipes/kimi/h100/kimi_k2.py line 187) and neither family's
+    performance function replaces it, so Megatron-Bridge's ``_get_model_comm_overlap_cfgs`` keeps it off
+    (src/megatron/bridge/training/comm_overlap.py lines 434, 546 and 581-587; docs/model.md §11.36)."""
+    if (model == "QWEN3_235B_A22B" and gpu == "H100") or model in ("DEEPSEEK_V3", "KIMI_K2"):
         return False
     return tp > 1
+
+
+def launch_settings(model: str, gpu: str, dtype: str, plan: dict) -> list[str]:
+    """Settings the launch applies beside the workload config (docs/model.md §11.36); returns the assumption
+    lines that cite them. DeepSeek-V3 on H100 turns the gradient-reduce overlap off in both the DDP and the
+    comm-overlap config (deepseek_llm_pretrain.py lines 292-293). Kimi K2 runs the Muon optimizer by default
+    (argument_parser.py ``--optimizer_type`` default "muon", lines 683-690, passed by run_script.py through
+    ``get_perf_optimized_recipe``, utils/utils.py lines 271-272; ``kimi_k2_pretrain_config_*`` default
+    ``optimizer_type="muon"``): ``_apply_kimi_k2_optimizer`` (src/megatron/bridge/recipes/kimi/h100/kimi_k2.py
+    lines 65-74) builds ``distributed_muon_with_cosine_annealing`` (5 Newton-Schulz steps, blockwise TP mode:
+    recipes/utils/optimizer_utils.py lines 26-27) with ``use_distributed_optimizer = False``: Megatron-Core's
+    LayerWiseDistributedOptimizer all-reduces the full gradients, deals whole matrices to the data-parallel
+    ranks and all-gathers the updated ones (``sharding = ddp`` with ``muon_distributed = 1``). Muon with MXFP8
+    turns the FP8 parameter gather off (kimi_llm_pretrain.py lines 38-44)."""
+    notes = []
+    if model == "DEEPSEEK_V3" and gpu == "H100":
+        plan["overlap_grad_reduce"] = False
+        notes.append("no gradient-reduce overlap: deepseek_v3_pretrain_config_h100 sets ddp.overlap_grad_reduce "
+                     "and comm_overlap.overlap_grad_reduce False (configs/deepseek/deepseek_llm_pretrain.py "
+                     "lines 292-293)")
+    if model == "KIMI_K2":
+        plan["optimizer"], plan["sharding"] = "muon", "ddp"
+        notes.append("Muon (dist_muon, LayerWiseDistributedOptimizer, use_distributed_optimizer False): "
+                     "argument_parser.py --optimizer_type default 'muon' (lines 683-690); "
+                     "src/megatron/bridge/recipes/kimi/h100/kimi_k2.py _apply_kimi_k2_optimizer lines 65-74")
+        if dtype == "FP8_MX":
+            plan["fp8_params"] = False
+            notes.append("no FP8 parameter gather: Muon + MXFP8 sets fp8_param_gather False "
+                         "(configs/kimi/kimi_llm_pretrain.py lines 38-44)")
+    return notes
 
 
 #: layouts the pretrain functions set when the workload config names none, by (pp, vp), in Megatron-Core's layout
@@ -225,7 +259,7 @@ def record(name: str, cfg, model: str, gpu: str, dtype: str, variant: str) -> di
         plan["embedding_loss_in_split"] = True
     if cfg.cpu_offloading_num_layers:
         plan["activation_offload_layers"] = cfg.cpu_offloading_num_layers
-    assumptions = []
+    assumptions = launch_settings(model, gpu, dtype, plan)
     if cfg.fine_grained_activation_offloading:
         # the line citation below is the DeepSeek-V3 GB300 workload's; another config that offloads needs its own
         assert (model, gpu) == ("DEEPSEEK_V3", "GB300"), f"{name}: cite its own offload_modules lines"

@@ -74,11 +74,19 @@ KNOWN_MFU_GAPS: frozenset[str] = frozenset((
     # exposed expert-parallel traffic over InfiniBand (50 GB/s per GPU): EP 16-64 spans 2-8 nodes of 8 H100 / B200.
     # They run the NCCL alltoall dispatcher (set_workload_base_configs resets it when the workload config names no
     # flex backend, utils/overrides.py lines 264-267); a2a overlap is off except on the Qwen3 H100 plan
-    # (batch-level, hides about half). Exposed EP is 38-69% of the step
+    # (batch-level, hides about half). Exposed EP is 38-69% of the step. What the launchers run (docs/model.md
+    # §11.36): a default launch keeps that dispatcher (run_script's --moe_flex_dispatcher_backend defaults to -1,
+    # which apply_flex_dispatcher_backend skips as "not a valid flex dispatcher backend"; Megatron-Bridge HEAD's
+    # argument_parser.py says so, lines 875-877), in the r0.4.0 releases NVIDIA's README names for the 26.04
+    # container, in the llmb-r0.4.1 commit DGX Cloud's kimi-k2/launch.sh pins and in the flat perf recipes
     "mbridge-gpt-oss-120b-b200-fp8-mx-v1",
     "mbridge-kimi-k2-b200-bf16",
     "mbridge-kimi-k2-b200-fp8-cs",
     "mbridge-kimi-k2-b200-fp8-mx",
+    # Kimi K2 H100 BF16 (0.166 -> 0.149, §11.36): the Kimi K2 base recipe builds CommOverlapConfig(
+    # tp_comm_overlap=False) (recipes/kimi/h100/kimi_k2.py line 187), so TP 8 with sequence parallelism runs its
+    # all-gathers and reduce-scatters exposed, beside the EP 64 all-to-all over 8 nodes
+    "mbridge-kimi-k2-h100-bf16",
     "mbridge-kimi-k2-h100-fp8-cs",
     "mbridge-kimi-k2-h100-fp8-sc",
     "mbridge-qwen3-235b-a22b-h100-fp8-cs-large-scale",
@@ -164,3 +172,23 @@ def test_every_recipe_plan_has_a_sane_mfu(predicted):
 def test_validate_refuses_a_file_of_plan_only_records_and_points_to_batch():
     with pytest.raises(SpecError, match="plan-only records are predicted by `fastmodel batch`"):
         with_measurements(read_records(DATA), DATA)
+
+
+def test_plans_carry_what_the_launch_sets_beside_the_workload_config():
+    """docs/model.md §11.36: Kimi K2 launches with Muon (``--optimizer_type`` default "muon"; Megatron-Core's
+    LayerWiseDistributedOptimizer with ``use_distributed_optimizer = False``: DDP gradients, ``muon_distributed``
+    1) and, under MXFP8, without the FP8 parameter gather; the DeepSeek-V3 and Kimi K2 base recipes build
+    ``CommOverlapConfig(tp_comm_overlap=False)``; DeepSeek-V3 on H100 turns the gradient-reduce overlap off; every
+    other MoE family keeps Adam on the distributed optimizer."""
+    raw = [json.loads(line) for line in DATA.read_text().splitlines() if line.strip()]
+    for r in raw:
+        plan, name, gpu = r["plan"], r["model"]["name"], r["system"]["gpu"]
+        kimi = name == "Kimi K2"
+        assert plan.get("optimizer", "adam") == ("muon" if kimi else "adam"), r["id"]
+        assert (plan["sharding"] == "ddp") == kimi, r["id"]
+        if kimi and plan.get("fp8_recipe", "").startswith("mxfp8"):
+            assert plan["fp8_params"] is False, r["id"]
+        if name in ("Kimi K2", "DeepSeek-V3"):
+            assert plan["tp_comm_overlap"] is False, r["id"]
+        deepseek_h100 = name == "DeepSeek-V3" and gpu.startswith("H100")
+        assert plan.get("overlap_grad_reduce", True) is not deepseek_h100, r["id"]
