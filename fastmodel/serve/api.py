@@ -156,7 +156,7 @@ def columns(model, device: str, *, precision: str = "bf16", kv_precision: str | 
 def evaluate_table(params: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(results ``N_SERVE_RESULTS`` x n, status int8 n) of a ``(N_COLUMNS, n)`` table; a configuration whose
     results are not all finite gets status ``not_finite`` and NaN results (``kernels/finite.py``)."""
-    from fastmodel.kernels.serve.evaluate import serve_parallel, serve_serial
+    from fastmodel.kernels.serve.fused import serve_parallel, serve_serial
 
     params = np.ascontiguousarray(params, dtype=np.float64)
     check_table(params)
@@ -221,7 +221,7 @@ def sweep(model, device: str | Sequence[str] = "H100", precision: str | Sequence
     out = np.empty((len(SERVE_RESULTS), total))
     status = np.zeros(total, dtype=np.int8)
     if total:
-        from fastmodel.kernels.serve.evaluate import serve_grid
+        from fastmodel.kernels.serve.fused import serve_grid
         from fastmodel.sweeps.plan import grid_lanes
 
         check_base(base)
