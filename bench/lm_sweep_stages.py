@@ -2,7 +2,7 @@
 
 ``--engine serve`` times the serving sweep of bench/bench_serve.py's grid (llama3.1-70b, 1,044,480 points: 5
 devices x 3 precisions x 4 TP x 68 batch sizes x 16 input x 16 output lengths) the same way, as a serving sweep
-file runs it (``ServeSweepPlan``, the fused kernel ``kernels/serve/evaluate.py`` ``serve_grid``), in the load mode
+file runs it (``ServeSweepPlan``, the fused kernel ``kernels/serve/fused.py`` ``serve_grid``), in the load mode
 ``--mode`` (batch; concurrency: the batch-size axis as a concurrency axis; max_throughput: the task's load mode).
 
 ``lm_sweep`` end to end is: load the specs (model, system, execution, task), build the sweep plan (axes, the
@@ -184,7 +184,7 @@ def child(engine: str, model: str, repeats: int, batches: int, mode: str) -> dic
 
 
 #: the grid kernel each engine's plan calls (module, name), its last argument the lane count
-KERNELS = {"lm": ("fastmodel.kernels.lm.grid", "evaluate_grid"), "serve": ("fastmodel.kernels.serve.evaluate", "serve_grid")}
+KERNELS = {"lm": ("fastmodel.kernels.lm.grid", "evaluate_grid"), "serve": ("fastmodel.kernels.serve.fused", "serve_grid")}
 
 
 def schedules(engine: str, model: str, batches: int, mode: str, rounds: int) -> str:

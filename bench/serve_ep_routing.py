@@ -25,7 +25,6 @@ The batch of a row is its measured ``implied_running`` (§S26, model-free).
 from __future__ import annotations
 
 import csv
-import json
 import statistics
 import sys
 from pathlib import Path
@@ -34,6 +33,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _args import validated_parser  # noqa: E402  (bench/ is not a package)
+from serve_rows import records_by_id  # noqa: E402  (bench/ is not a package)
 from serve_trt_triton_moe import ep_busiest_experts  # noqa: E402  (bench/ is not a package)
 
 #: HBM efficiency of the H100 and H200 device files (specs/devices/h100-sxm.toml, h200-sxm.toml)
@@ -100,11 +100,7 @@ def price(
 ) -> tuple[float, float, dict]:
     """(TPOT MAPE of the split before, after adding the weight-stream change of ``mode`` to the rows of
     ``model_name``, {(engine, tp, ep, N): [(error before, error after, added s)]})."""
-    recs = {}
-    with open(records_path) as fh:
-        for line in fh:
-            rec = json.loads(line)
-            recs[rec["id"]] = rec
+    recs = records_by_id(records_path)
     cache, groups, before, after = {}, {}, [], []
     with open(csv_path) as fh:
         for row in csv.DictReader(fh):

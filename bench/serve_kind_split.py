@@ -21,8 +21,6 @@ Three tables over the answered rows of a ``fastmodel validate -o`` CSV:
 
 from __future__ import annotations
 
-import csv
-import json
 import statistics
 import sys
 from collections import defaultdict
@@ -32,6 +30,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _args import validated_parser  # noqa: E402  (bench/ is not a package)
+from serve_rows import answered_records  # noqa: E402  (bench/ is not a package)
 
 GAP_ANALYSIS = "aic-auto-gap-analysis"
 
@@ -59,16 +58,7 @@ def slope_per_k(isls, times) -> float:
 
 def rows(csv_path: str, records_path: str):
     """(CSV row, record) of every answered row whose id is a record of ``records_path``."""
-    recs = {}
-    with open(records_path) as fh:
-        for line in fh:
-            rec = json.loads(line)
-            recs[rec["id"]] = rec
-    with open(csv_path) as fh:
-        for row in csv.DictReader(fh):
-            rec = recs.get(row["id"])
-            if rec is not None and row["status"] == "ok":
-                yield row, rec
+    yield from answered_records(csv_path, records_path)
 
 
 def _err(row: dict, metric: str) -> float:

@@ -9,19 +9,34 @@ import json
 from collections.abc import Iterator
 
 
-def answered_rows(csv_path: str, records_path: str) -> Iterator[tuple[dict, dict]]:
-    """(CSV row, record's ``serve`` block) of every row with status ``ok`` whose id is a record of
-    ``records_path`` (JSONL)."""
-    serve = {}
+def records_by_id(records_path: str) -> dict[str, dict]:
+    """{id: record} of a JSONL records file (a later record of the same id wins)."""
+    recs = {}
     with open(records_path) as fh:
         for line in fh:
             rec = json.loads(line)
-            serve[rec["id"]] = rec["serve"]
+            recs[rec["id"]] = rec
+    return recs
+
+
+def answered(csv_path: str, by_id: dict) -> Iterator[tuple[dict, dict]]:
+    """(CSV row, ``by_id[id]``) of every row with status ``ok`` whose id is a key of ``by_id``."""
     with open(csv_path) as fh:
         for row in csv.DictReader(fh):
-            s = serve.get(row["id"])
-            if s is not None and row["status"] == "ok":
-                yield row, s
+            found = by_id.get(row["id"])
+            if found is not None and row["status"] == "ok":
+                yield row, found
+
+
+def answered_records(csv_path: str, records_path: str) -> Iterator[tuple[dict, dict]]:
+    """(CSV row, record) of every row with status ``ok`` whose id is a record of ``records_path`` (JSONL)."""
+    yield from answered(csv_path, records_by_id(records_path))
+
+
+def answered_rows(csv_path: str, records_path: str) -> Iterator[tuple[dict, dict]]:
+    """(CSV row, record's ``serve`` block) of every row with status ``ok`` whose id is a record of
+    ``records_path`` (JSONL)."""
+    yield from answered(csv_path, {k: rec["serve"] for k, rec in records_by_id(records_path).items()})
 
 
 def group_rows(csv_path: str, records_path: str, model: str, gpu: str, engine: str) -> Iterator[tuple[dict, dict]]:

@@ -22,7 +22,6 @@ Three tables over the answered rows without attention DP or expert parallelism:
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 from collections import defaultdict
@@ -32,7 +31,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _args import validated_parser  # noqa: E402  (bench/ is not a package)
-from serve_rows import answered_rows  # noqa: E402  (bench/ is not a package)
+from serve_rows import answered_rows, records_by_id  # noqa: E402  (bench/ is not a package)
 
 
 def plain_layout(s: dict) -> bool:
@@ -90,11 +89,7 @@ def model_comm(record: dict) -> float:
 
 def by_parts(csv_path: str, records_path: str, max_n: int, comm=model_comm) -> dict:
     """{(framework, gpu, precision, model): [(measured s, predicted s, comm s, tp)]} at N <= max_n."""
-    records = {}
-    with open(records_path) as fh:
-        for line in fh:
-            rec = json.loads(line)
-            records[rec["id"]] = rec
+    records = records_by_id(records_path)
     out = defaultdict(list)
     for row, s in answered_rows(csv_path, records_path):
         if int(s.get("concurrency") or 0) > max_n or not plain_layout(s):

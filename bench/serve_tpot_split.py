@@ -24,11 +24,10 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _args import validated_parser  # noqa: E402  (bench/ is not a package)
 from serve_rows import answered_rows  # noqa: E402  (bench/ is not a package)
+from serve_tp_split import tp_fit  # noqa: E402  (bench/ is not a package): a + b / tp, least squares
 
 #: the fields ``--by`` may name: CSV columns, then the record's ``serve`` block
 CSV_FIELDS = ("engine", "framework", "model", "gpu", "precision")
@@ -75,14 +74,6 @@ def paired_excess(rows: list[tuple[dict, dict]]) -> dict[tuple, dict[int, float]
     return {k: {tp: statistics.median(v) for tp, v in sorted(d.items())} for k, d in acc.items()}
 
 
-def per_tp_fit(tps, values) -> tuple[float, float, float]:
-    """Least-squares ``(a, b, largest |residual|)`` of ``values ~ a + b / tp``."""
-    A = np.c_[np.ones(len(tps)), 1.0 / np.asarray(tps, dtype=float)]
-    y = np.asarray(values, dtype=float)
-    coef = np.linalg.lstsq(A, y, rcond=None)[0]
-    return float(coef[0]), float(coef[1]), float(np.abs(A @ coef - y).max())
-
-
 def main() -> None:
     ap = validated_parser(__doc__)
     ap.add_argument("--split", default="dev")
@@ -100,7 +91,7 @@ def main() -> None:
     for key, cells in sorted(paired_excess(rows).items()):
         line = " | ".join(key) + " | " + ", ".join(f"TP {tp}: {g:+.2f}" for tp, g in cells.items())
         if len(cells) >= 3:
-            a, b, r = per_tp_fit(list(cells), list(cells.values()))
+            a, b, r = tp_fit(list(cells), list(cells.values()))
             line += f" | {a:+.2f} | {b:+.2f} | {r:.2f}"
         print(line)
 

@@ -35,6 +35,7 @@ from fastmodel.lm.stacks import STACK_NAMES
 from fastmodel.registry.lm import (
     CODE_TABLES,
     COLLECTIVE_ALGORITHMS,
+    COLUMN_INDEX,
     COLUMNS,
     CP_ALGORITHMS,
     LOSS_IMPLS,
@@ -55,14 +56,23 @@ GRAD_REDUCE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0}
 
 
 
+#: the registry column of the virtual stages: its bounds are ``vp``'s
+_VP = COLUMNS[COLUMN_INDEX["vp"]]
+_vp_check = checker(_VP)
+
+
 def _virtual_stages(value):
     if value == "unknown" or (isinstance(value, int) and not isinstance(value, bool)):
         return value
-    raise ValueError(f"expected a whole number >= 1 or \"unknown\" (got {value!r})")
+    raise ValueError(f"expected a whole number >= {_VP.lo:g} or \"unknown\" (got {value!r})")
 
 
-#: virtual stages per pipeline rank: a count, or "unknown" (resolved by the stack's rule)
-VirtualStages = Annotated[Annotated[int, Field(ge=1, le=1024)] | Literal["unknown"], BeforeValidator(_virtual_stages)]
+def _vp_in_column(value):
+    return value if value == "unknown" else _vp_check(value)
+
+
+#: virtual stages per pipeline rank: a count in the ``vp`` column's bounds, or "unknown" (the stack's rule)
+VirtualStages = Annotated[int | Literal["unknown"], BeforeValidator(_virtual_stages), AfterValidator(_vp_in_column)]
 
 
 def _names(codes: dict) -> type:

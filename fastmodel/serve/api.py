@@ -156,7 +156,7 @@ def columns(model, device: str, *, precision: str = "bf16", kv_precision: str | 
 def evaluate_table(params: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(results ``N_SERVE_RESULTS`` x n, status int8 n) of a ``(N_COLUMNS, n)`` table; a configuration whose
     results are not all finite gets status ``not_finite`` and NaN results (``kernels/finite.py``)."""
-    from fastmodel.kernels.serve.evaluate import serve_parallel, serve_serial
+    from fastmodel.kernels.serve.fused import serve_parallel, serve_serial
 
     params = np.ascontiguousarray(params, dtype=np.float64)
     check_table(params)
@@ -221,7 +221,7 @@ def sweep(model, device: str | Sequence[str] = "H100", precision: str | Sequence
     out = np.empty((len(SERVE_RESULTS), total))
     status = np.zeros(total, dtype=np.int8)
     if total:
-        from fastmodel.kernels.serve.evaluate import serve_grid
+        from fastmodel.kernels.serve.fused import serve_grid
         from fastmodel.sweeps.plan import grid_lanes
 
         check_base(base)
@@ -293,6 +293,17 @@ def evaluate_record(record: dict, source: str | None = None, calibration: Any = 
     ``evaluate_record``); a calibration is a SpecError (it applies to training runs)."""
     import xarray as xr
 
+    lowered, out, status = evaluate_one_record(record, source, calibration)
+    data = {r.name: ((), bool(out[i] > 0.5) if r.dtype == "bool" else np.float64(out[i]), r.attrs())
+            for i, r in enumerate(SERVE_RESULTS)}
+    return xr.Dataset(data, attrs={"id": lowered.id, "status": SERVE_STATUS_NAMES[status],
+                                   "fastmodel_task": "serve", "notes": "; ".join(lowered.notes)})
+
+
+def evaluate_one_record(record: dict, source: str | None = None, calibration: Any = None):
+    """(the lowered record, its results in ``SERVE_RESULTS`` order, its status code) of one serving record: the
+    evaluation behind :func:`evaluate_record` and ``fastmodel run`` (``fastmodel.serve.report.run_record``); a
+    calibration is a SpecError (it applies to training runs)."""
     from fastmodel.serve.records import lower_serve_record
 
     if calibration is not None:
@@ -300,10 +311,7 @@ def evaluate_record(record: dict, source: str | None = None, calibration: Any = 
                         "to serving records")
     lowered = lower_serve_record(record, source)
     out, status = evaluate_table(lowered.columns[:, None])
-    data = {r.name: ((), bool(out[i, 0] > 0.5) if r.dtype == "bool" else np.float64(out[i, 0]), r.attrs())
-            for i, r in enumerate(SERVE_RESULTS)}
-    return xr.Dataset(data, attrs={"id": lowered.id, "status": SERVE_STATUS_NAMES[int(status[0])],
-                                   "fastmodel_task": "serve", "notes": "; ".join(lowered.notes)})
+    return lowered, out[:, 0], int(status[0])
 
 
 def sweep_plan(model: Any, system: Any, task: Any, axes: dict, *, semantics: Any = "default",

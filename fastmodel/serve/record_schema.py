@@ -16,12 +16,13 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from fastmodel.errors import FieldValueError, SpecError
-from fastmodel.spec.record_blocks import Block, bounds, first_error
+from fastmodel.spec.record_blocks import Block, bounds, column_check, first_error
 from fastmodel.spec.records import require_blocks
 
 Text = Annotated[str, Field(max_length=100_000)]
 TextOrList = Text | list[Text]
-Count = Annotated[int, Field(ge=1, le=1 << 24)]
+#: a count of requests (a batch, requests in flight, requests sent): the ``batch_size`` column's bounds
+Count = Annotated[int, column_check("batch_size")]
 
 PRECISION_NAMES = ("bf16", "fp16", "fp8", "fp4", "mxfp4", "int8", "int4")
 KV_PRECISION_NAMES = ("bf16", "fp16", "fp8")

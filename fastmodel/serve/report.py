@@ -128,18 +128,12 @@ def render_disagg(label: str, rec, status: str, r: dict, limiting: str | None) -
 
 def run_record(data: dict, source: str | None = None, calibration: Any = None) -> RunReport:
     """``fastmodel run`` of one serving record (SERVE_RUNS.md); ``measured`` is not read."""
-    from fastmodel.errors import SpecError
     from fastmodel.registry.serve import SERVE_RESULTS, SERVE_STATUS_NAMES
-    from fastmodel.serve.api import evaluate_table
-    from fastmodel.serve.records import lower_serve_record
+    from fastmodel.serve.api import evaluate_one_record
 
-    if calibration is not None:
-        raise SpecError(source, "calibration", "applies to training runs (the real-world training model), "
-                        "not to serving records")
-    record = lower_serve_record(data, source)
-    out, status = evaluate_table(record.columns[:, None])
-    result = {r.name: float(out[k, 0]) for k, r in enumerate(SERVE_RESULTS)}
-    state = SERVE_STATUS_NAMES[int(status[0])]
+    record, out, status = evaluate_one_record(data, source, calibration)
+    result = {r.name: float(out[k]) for k, r in enumerate(SERVE_RESULTS)}
+    state = SERVE_STATUS_NAMES[status]
     label = f"{record.id or source} (serving record; measured values ignored)"
     return RunReport(render(label, state, result, load_mode(record.columns), record.columns),
                      json_record(label, state, result),

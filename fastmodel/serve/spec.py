@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fastmodel.errors import SpecError
 from fastmodel.spec.record_blocks import bounds
@@ -33,7 +33,7 @@ class ServeTaskSpec(BaseModel):
     input_len: int = bounds("input_len", description="Prompt tokens per request.")
     output_len: int = bounds("output_len", description="Generated tokens per request.")
     batch_size: int | None = bounds("batch_size", None, description="Static batch of requests.")
-    concurrency: PositiveInt | None = Field(None, le=1 << 24, description="Requests in flight (continuous batching).")
+    concurrency: int | None = bounds("batch_size", None, description="Requests in flight (continuous batching).")
     max_throughput: bool = Field(False, description="As many requests as the KV cache holds.")
     precision: Literal["bf16", "fp16", "fp8", "int8", "int4"] = "bf16"
     kv_precision: Literal["bf16", "fp16", "fp8"] | None = Field(None, description="Default: fp8 with fp8, else bf16.")

@@ -4,7 +4,7 @@ A configuration is the real-world column vector (``registry.lm`` columns, its se
 base vector holds the model, the fixed device and precisions and the task's fields; each axis sets its
 columns per value (a ``device`` axis a device file's datasheet and efficiencies, a ``precision`` axis the
 compute, weight and KV formats, ``concurrency`` the ``batch_size`` column under continuous batching). A unit of
-work is a box of the grid; the fused kernel ``kernels/serve/evaluate.py:serve_grid`` builds each point of the
+work is a box of the grid; the fused kernel ``kernels/serve/fused.py:serve_grid`` builds each point of the
 box from its index and writes it straight into its place in the result matrix. The shared machinery
 (``fastmodel.sweeps``) runs the plan in memory, into a zarr store with resume, or on Dask workers.
 """
@@ -72,7 +72,7 @@ class ServeSweepPlan(SweepPlan):
 
     def evaluate_unit(self, unit, out: np.ndarray, status: np.ndarray, offset: int) -> None:
         """The box of ``unit`` into ``out[:, offset:offset + unit.size]`` (its points in C order)."""
-        from fastmodel.kernels.serve.evaluate import serve_grid
+        from fastmodel.kernels.serve.fused import serve_grid
         from fastmodel.spec.columns import check_base
 
         check_base(self.base)

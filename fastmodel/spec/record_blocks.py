@@ -24,10 +24,16 @@ def bounds(column: str, default: Any = ..., *, zero_unset: bool = False, **kw) -
     ``zero_unset``: the column's 0 is its "not set" code (``moe_tp`` 0: tp x attention_dp / ep); a spec or record
     says "not set" by leaving the field out (null), so a 0 there is refused saying so (:data:`ZERO_UNSET`)."""
     field = Field(default, **kw)
-    field.metadata.append(AfterValidator(checker(COLUMNS[COLUMN_INDEX[column]])))
+    field.metadata.append(column_check(column))
     if zero_unset:
         field.metadata.append(AfterValidator(_not_zero))
     return field
+
+
+def column_check(column: str) -> AfterValidator:
+    """The registry column ``column``'s check as a pydantic ``AfterValidator`` (for a type: ``Annotated[int,
+    column_check("batch_size")]``), so a spec or record bound is the column's, not a copy of it."""
+    return AfterValidator(checker(COLUMNS[COLUMN_INDEX[column]]))
 
 
 #: the reason a 0 is refused where the column's 0 means "not set" (``bounds(..., zero_unset=True)``)

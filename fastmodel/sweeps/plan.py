@@ -29,7 +29,7 @@ from fastmodel.sweeps.grid import GridLayout, Unit
 
 def grid_lanes() -> int:
     """The lanes a grid kernel deals its ``prange`` chunks over (kernels/lm/grid.py ``evaluate_grid``,
-    kernels/serve/evaluate.py ``serve_grid``): numba's thread count, 1 when the kernels run interpreted. Passed in
+    kernels/serve/fused.py ``serve_grid``): numba's thread count, 1 when the kernels run interpreted. Passed in
     by the caller because asking numba for it inside a kernel makes the kernel uncacheable."""
     from fastmodel.kernels.jit import INTERPRETED
 

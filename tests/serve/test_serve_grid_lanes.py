@@ -1,4 +1,4 @@
-"""kernels/serve/evaluate.py ``serve_grid`` deals its chunks to the threads round-robin (lane k: chunks k, k + T,
+"""kernels/serve/fused.py ``serve_grid`` deals its chunks to the threads round-robin (lane k: chunks k, k + T,
 ...), each chunk whole from a fresh memo: every row is evaluated once, into its own place, whatever the number of
 lanes, so a serving sweep's status and results do not depend on the thread count (docs/performance.md "The
 serving grid's threads")."""
@@ -6,13 +6,13 @@ serving grid's threads")."""
 import numpy as np
 import pytest
 
-import fastmodel.kernels.serve.evaluate as evaluate
+import fastmodel.kernels.serve.fused as fused
 from fastmodel.serve.api import sweep
 from fastmodel.serve.spec import load_serve_task
 from fastmodel.serve.sweep_plan import ServeSweepPlan
 
 #: the kernel as compiled (or the plain function under FASTMODEL_JIT=0)
-COMPILED = evaluate.serve_grid
+COMPILED = fused.serve_grid
 #: the same loop run by the interpreter, so the lane count and the chunk size can be set
 INTERPRETED_LOOP = getattr(COMPILED, "py_func", COMPILED)
 #: 2 x 2 x 2 x 6 = 48 points under continuous batching: A100-80GB has no FP8 (status no_fp8), 32 heads do not
@@ -33,14 +33,14 @@ def _lanes(kernel, lanes):
 
 def _api(patch, kernel):
     """(status, every variable) of ``fastmodel.serve.api.sweep`` of AXES with ``kernel`` as serve_grid."""
-    patch.setattr(evaluate, "serve_grid", kernel)           # the callers import it at each call
+    patch.setattr(fused, "serve_grid", kernel)           # the callers import it at each call
     ds = sweep("llama3.1-8b", load_mode="concurrency", **AXES)
     return ds.status.values, {name: ds[name].values for name in ds.data_vars}
 
 
 def _plan(patch, kernel, plan):
     """(status, result matrix) of ``plan`` run unit by unit, each slot pre-filled with a value no row writes."""
-    patch.setattr(evaluate, "serve_grid", kernel)
+    patch.setattr(fused, "serve_grid", kernel)
     out = np.full((plan.num_rows, plan.num_configs), -7.0)
     status = np.full(plan.num_configs, -1, dtype=np.int8)
     for unit in plan.units():
@@ -67,7 +67,7 @@ def test_every_lane_count_gives_the_compiled_sweep_bit_for_bit(monkeypatch):
     # chunks of 5 rows: 10 chunks, the last one short; lanes fewer than, as many as and more than the chunks
     for lanes in (1, 2, 3, 4, 9, 10, 11):
         with monkeypatch.context() as patch:
-            patch.setattr(evaluate, "GRID_CHUNK_ROWS", 5)
+            patch.setattr(fused, "GRID_CHUNK_ROWS", 5)
             got_status, got = _api(patch, _lanes(INTERPRETED_LOOP, lanes))
         assert np.array_equal(got_status, status), lanes
         for name, values in data.items():
@@ -82,7 +82,7 @@ def test_every_lane_count_gives_the_plan_bit_for_bit(plan, monkeypatch):
     assert (status != -1).all() and (out != -7.0).all()
     for lanes in (1, 2, 3, 4, 9):
         with monkeypatch.context() as patch:
-            patch.setattr(evaluate, "GRID_CHUNK_ROWS", 5)                 # 5 chunks of each unit of 24 rows
+            patch.setattr(fused, "GRID_CHUNK_ROWS", 5)                 # 5 chunks of each unit of 24 rows
             got_status, got = _plan(patch, _lanes(INTERPRETED_LOOP, lanes), plan)
         assert np.array_equal(got_status, status), lanes
         assert np.array_equal(got, out, equal_nan=True), lanes
@@ -93,8 +93,8 @@ def test_a_lane_that_skipped_its_chunks_would_be_seen(plan, monkeypatch):
     def lane_zero_only(base, axis_cols, col_start, axis_vals, val_start, shape, derive, status, out, offset, lanes):
         n = int(np.prod(shape))
         for chunk in range(0, (n + 4) // 5, 2):          # lane 0 of 2 only, chunks of 5 rows
-            evaluate._grid_rows(base, axis_cols, col_start, axis_vals, val_start, shape, derive, status, out,
-                                chunk * 5, min(n, chunk * 5 + 5), offset)
+            fused._grid_rows(base, axis_cols, col_start, axis_vals, val_start, shape, derive, status, out,
+                             chunk * 5, min(n, chunk * 5 + 5), offset)
 
     status, _ = _plan(monkeypatch, lane_zero_only, plan)
     assert (status[5:10] == -1).all() and (status[:5] != -1).all() and (status[24:29] != -1).all()

@@ -418,3 +418,22 @@ def test_aic_quant_modes_are_typed_and_other_aic_keys_kept(tmp_path):
     result = CliRunner().invoke(main, ["validate", str(path)])
     assert f"{path}:1: aic.moe_quant_mode: " in result.output
     assert "(got 'fp8_blok') (did you mean 'fp8_block'?)" in result.output
+
+
+def test_run_and_evaluate_record_give_one_evaluation():
+    """``fastmodel run`` (serve.report.run_record) and serve.api.evaluate_record of a serving record both go
+    through serve.api.evaluate_one_record: the same status and results, bit for bit, and a calibration refused
+    by each with the same line."""
+    from fastmodel.registry.serve import SERVE_RESULTS, SERVE_STATUS_NAMES
+    from fastmodel.serve.api import evaluate_one_record, evaluate_record
+    from fastmodel.serve.report import run_record
+
+    _, out, status = evaluate_one_record(RECORD, "f.jsonl:3")
+    ds, report = evaluate_record(RECORD, "f.jsonl:3"), run_record(RECORD, "f.jsonl:3")
+    assert ds.attrs["status"] == report.record["status"] == SERVE_STATUS_NAMES[status] == "ok" and report.ok
+    names = [r.name for r in SERVE_RESULTS]
+    assert [float(ds[n]) for n in names] == [report.record[n] for n in names] == [float(v) for v in out]
+    for call in (evaluate_one_record, evaluate_record, run_record):
+        with pytest.raises(SpecError, match=r"^f\.jsonl:3: calibration: applies to training runs \(the real-world "
+                                            r"training model\), not to serving records$"):
+            call(RECORD, "f.jsonl:3", calibration={"x": 1})

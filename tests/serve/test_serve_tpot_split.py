@@ -62,5 +62,5 @@ def test_paired_excess_and_its_tp_fit(tmp_path):
     assert list(pairs) == [("TensorRT-LLM", "B200", "Llama-3.1-70B")]
     cells = pairs[("TensorRT-LLM", "B200", "Llama-3.1-70B")]
     assert cells == {1: pytest.approx(2.0), 8: pytest.approx(1.0)}
-    a, b, r = serve_tpot_split.per_tp_fit(list(cells), list(cells.values()))
+    a, b, r = serve_tpot_split.tp_fit(list(cells), list(cells.values()))
     assert (a, b, r) == (pytest.approx(6 / 7), pytest.approx(8 / 7), pytest.approx(0.0, abs=1e-12))

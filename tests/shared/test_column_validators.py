@@ -197,3 +197,38 @@ def test_a_model_may_window_no_layer():
     with pytest.raises(SpecError) as caught:
         validate(LMSpec, {**data, "sliding_window_layers": -1}, "x.toml", "model")
     assert str(caught.value) == "x.toml: model.sliding_window_layers: -1 is outside [0, 4096]"
+
+
+def _serve_record(**serve):
+    """tests/serve/test_serve_records.py's record with ``serve`` fields replaced."""
+    from tests.serve.test_serve_records import RECORD
+
+    return {**copy.deepcopy(RECORD), "serve": {**RECORD["serve"], **serve}}
+
+
+@pytest.mark.parametrize("where, column, top, message", [
+    ("task.concurrency", "batch_size", 1 << 24, "x.toml: task.concurrency: 16777217 is outside [1, 16777216] requests"),
+    ("execution.vp", "vp", 1024, "x.toml: execution.vp: 1025 is outside [1, 1024]"),
+    ("serve.concurrency", "batch_size", 1 << 24,
+     "f.jsonl:3: serve.concurrency: 16777217 is outside [1, 16777216] requests"),
+])
+def test_a_count_once_bounded_by_hand_takes_its_columns_bound(where, column, top, message):
+    """ServeTaskSpec.concurrency, ExecutionSpec.vp (``VirtualStages``) and a serving record's request counts
+    (``record_schema.Count``) restated their columns' bounds (1..2^24 of ``batch_size``, 1..1024 of ``vp``) with
+    pydantic's wording ("less than or equal to"; for vp, under a ``constrained-int`` union tag): now the column's
+    check, so the top is accepted and one past it is refused with the column's reason."""
+    from fastmodel.lm.execution import ExecutionSpec
+    from fastmodel.serve.records import lower_serve_record
+    from fastmodel.serve.spec import ServeTaskSpec
+    from fastmodel.spec.loader import validate
+
+    task = {"name": "t", "kind": "serve", "input_len": 1024, "output_len": 128}
+    check = {"task.concurrency": lambda n: validate(ServeTaskSpec, {**task, "concurrency": n}, "x.toml", "task"),
+             "execution.vp": lambda n: validate(ExecutionSpec, {"vp": n}, "x.toml", "execution"),
+             "serve.concurrency": lambda n: lower_serve_record(_serve_record(concurrency=n), "f.jsonl:3")}[where]
+    assert COLUMNS[COLUMN_INDEX[column]].hi == top
+    check(top)
+    with pytest.raises(SpecError) as caught:
+        check(top + 1)
+    assert str(caught.value) == message
+    assert message.endswith(column_problem(COLUMNS[COLUMN_INDEX[column]], top + 1))
