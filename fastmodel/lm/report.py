@@ -70,7 +70,7 @@ def _margin(values: dict, attrs: dict, hbm: float, memory_margin: float | None) 
         return values, attrs
     from fastmodel.analysis.margin import check_below_hbm, check_margin
 
-    margin = check_below_hbm(check_margin(memory_margin), float(hbm))
+    margin = check_below_hbm(check_margin(memory_margin), float(hbm), memory_margin)
     fits = values["memory_per_device"] <= float(hbm) - margin
     return {**values, "fits_memory": bool(fits)}, {**attrs, "memory_margin": margin, "hbm_bytes": float(hbm)}
 

@@ -36,7 +36,7 @@ def test_run_memory_margin_is_best_s_margin():
     big = runner.invoke(main, [*base, "--memory-margin", "191.9", "--json"])
     assert big.exit_code == 0 and '"fits_memory": 0.0' in big.output and '"memory_margin": ' in big.output
     for bad, said in (("-5", "--memory-margin: -5 GiB is negative"), ("nan", "'nan' is not a number"),
-                      ("192", "192.0 GiB is not below the HBM of 192.0 GiB")):
+                      ("192", "--memory-margin: 192 GiB is not below the HBM of 192.0 GiB")):
         result = runner.invoke(main, [*base, "--memory-margin", bad])
         assert result.exit_code == 2 and result.output.count("\n") == 1 and said in result.output, result.output
     madmax = runner.invoke(main, ["run", "-m", "dlrm-a", "-s", "zionex", "-t", "dlrm-pretrain",

@@ -62,3 +62,9 @@ def test_cli(record, tmp_path):
     bad = runner.invoke(main, ["plot", "memory-timeline", "-m", str(path), "-o", str(tmp_path / "b.png"),
                                "--memory-margin", "-1"])
     assert bad.exit_code == 2 and bad.output.count("\n") == 1 and "--memory-margin: -1 GiB is negative" in bad.output
+    # above the HBM: named as the option and the value as typed, as the negative one (it said "memory_margin: 900.0")
+    big = runner.invoke(main, ["plot", "memory-timeline", "-m", str(path), "-o", str(tmp_path / "c.png"),
+                               "--memory-margin", "900"])
+    assert big.exit_code == 2 and big.output.count("\n") == 1, big.output
+    assert "error: --memory-margin: 900 GiB is not below the HBM of " in big.output, big.output
+    assert not (tmp_path / "c.png").exists()
