@@ -165,15 +165,16 @@ def timeline(config: Any = None, *, model: Any = None, system: Any = None, task:
 
 def memory_timeline(*, model: Any = None, system: Any = None, task: Any = None, record: Any = None,
                     source: str | None = None, plan: str | None = None, num_nodes: int | None = None,
-                    memory_margin: float | None = None):
+                    memory_margin: float | None = None, execution: Any = None):
     """Memory over one training step per pipeline rank and kind, from the engine that draws one (the real-world
-    training model); a SpecError for others (MAD-Max holds weights only, serving has no training step)."""
+    training model; ``execution`` as in ``fastmodel.evaluate``, for specs); a SpecError for others (MAD-Max
+    holds weights only, serving has no training step)."""
     engine = for_record(record) if record is not None else for_specs(model, "default", system)
     if engine is None or not hasattr(engine.door(), "memory_timeline"):
         what = "a serving record" if engine is SERVE else "not a real-world training configuration"
         raise SpecError(source, "model", f"{what}: memory timelines are drawn for the real-world training model")
     return engine.door().memory_timeline(model, system, task, record=record, source=source, plan=plan,
-                                         num_nodes=num_nodes, memory_margin=memory_margin)
+                                         num_nodes=num_nodes, memory_margin=memory_margin, execution=execution)
 
 
 def load_model(spec: Any):

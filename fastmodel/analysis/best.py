@@ -243,6 +243,29 @@ def best(ds: xr.Dataset, by: str, top: int = 10, where: list[str] | None = None,
         names = status_names(ds)
         rows["status"] = [names[int(s)] if 0 <= int(s) < len(names) else str(int(s))
                           for s in ds["status"].transpose(*variable.dims).values[index]]
+    if kept_free["source"] == "user" and fits_filter_applies(ds):
+        _under_user_margin(ds, rows, fits_under(ds, kept_free).broadcast_like(variable)
+                           .transpose(*variable.dims).values[index])
     table = pd.DataFrame(rows)
     table.attrs["fits_filter"] = {"applied": applied, "dropped": dropped, "of": ranked, "margin": kept_free}
     return table
+
+
+def _under_user_margin(ds: xr.Dataset, rows: dict, fits: np.ndarray) -> None:
+    """Rewrite the table's ``fits_memory`` and ``does_not_fit`` / ``ok`` statuses (``rows``, in place) for a
+    margin the user set (``fits``: each row fits under it): the stored ones were decided under the default
+    margin, so a row that now fits said ``does_not_fit`` beside a ranking that counts it as fitting. ``ok`` becomes
+    ``does_not_fit`` only where the sweep marked points over memory (``only_fitting`` in its ``sweep`` attr)."""
+    import json
+
+    if "fits_memory" in rows:
+        rows["fits_memory"] = fits.astype(rows["fits_memory"].dtype)
+    if "status" not in rows:
+        return
+    try:
+        marks = bool(json.loads(ds.attrs.get("sweep", "{}")).get("only_fitting"))
+    except (TypeError, ValueError, AttributeError):
+        marks = False
+    rows["status"] = ["ok" if status == "does_not_fit" and fit else
+                      "does_not_fit" if status == "ok" and marks and not fit else status
+                      for status, fit in zip(rows["status"], fits)]

@@ -69,7 +69,7 @@ def margin(ds, memory_margin: float | None = None) -> dict:
     if hbm is None:
         raise SweepError("memory_margin: this result does not record its device's HBM (attribute hbm_bytes); "
                          "re-run the sweep with this version, or filter with --where memory_per_device<BYTES")
-    return {"bytes": check_below_hbm(value, float(hbm)), "hbm_bytes": float(hbm), "source": "user"}
+    return {"bytes": check_below_hbm(value, float(hbm), memory_margin), "hbm_bytes": float(hbm), "source": "user"}
 
 
 def check_margin(memory_margin) -> float:
@@ -94,12 +94,22 @@ def _at_least_zero(raw, name: str, shown: str, unit: str, hint: str) -> float:
     return value + 0.0   # -0 typed is a margin of 0.0, not "-0.0 GiB" in best's line
 
 
-def check_below_hbm(value: float, hbm: float) -> float:
-    """``value`` (bytes) if it is below the HBM ``hbm``, else a one-line SweepError (nothing would fit)."""
+def check_below_hbm(value: float, hbm: float, given=None) -> float:
+    """``value`` (bytes) if it is below the HBM ``hbm``, else a one-line SweepError (nothing would fit) naming
+    the margin as the user gave it: ``memory_margin``, or the option and its text for a :class:`TypedMargin`
+    (``given``, the margin before :func:`check_margin`)."""
     if value >= hbm:
-        raise SweepError(f"memory_margin: {_gib(value)} GiB is not below the HBM of "
-                         f"{hbm / 2**30:.1f} GiB; nothing would fit")
+        name, shown = getattr(given, "flag", "memory_margin"), getattr(given, "typed", _gib(value))
+        raise SweepError(f"{name}: {shown} GiB is not below the HBM of {hbm / 2**30:.1f} GiB; nothing would fit")
     return value
+
+
+class TypedMargin(float):
+    """A margin in bytes typed on a command line (:func:`gib_margin`): ``flag`` (the option) and ``typed`` (the
+    GiB as typed) let a later check name them, as the option's other errors do."""
+
+    flag = "--memory-margin"
+    typed = ""
 
 
 def _gib(value: float) -> str:
@@ -109,14 +119,17 @@ def _gib(value: float) -> str:
 
 
 def gib_margin(text: str | None, flag: str = "--memory-margin") -> float | None:
-    """A command line's margin in GiB (``text`` as typed) in bytes; None when not given. The errors name the
-    value as the user typed it, in GiB: "not a number" (nan or text) or "negative"."""
+    """A command line's margin in GiB (``text`` as typed) in bytes, a :class:`TypedMargin`; None when not given.
+    The errors name the option and the value as the user typed it, in GiB: "not a number" (nan or text),
+    "negative", and later (:func:`check_below_hbm`) "not below the HBM"."""
     if text is None:
         return None
     value = _at_least_zero(text, flag, text, "GiB", " in GiB, >= 0") * 2**30
     if value == float("inf"):  # finite GiB past the float range once in bytes (1e300)
         raise SweepError(f"{flag}: {text} GiB is not below any HBM; give the HBM to keep free in GiB, >= 0")
-    return value
+    margin = TypedMargin(value)
+    margin.flag, margin.typed = flag, text.strip()
+    return margin
 
 
 def fits_under(ds, chosen: dict):

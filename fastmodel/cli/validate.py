@@ -26,7 +26,10 @@ def validate(runs, output, plot_path, force, calibration, split_file):
     """Predict every run record of RUNS (JSONL, RUNS.md schema) and print the step-time error tables
     beside the constant-MFU baselines at 0.40 and 0.50. Serving records (SERVE_RUNS.md) with measurements
     get throughput, TTFT and TPOT error tables. A record the model refuses is named on stderr and counted
-    as a miss (column miss; the hit rate counts it against the model)."""
+    as a miss (column miss; the hit rate counts it against the model). Runs with routed experts add an MoE
+    section (by dispatcher, overlap, routing and stack; one line per MoE run with its expert share, load
+    factor and EP communication); runs that log memory add the peak memory errors (memory_allocated, or
+    memory_reserved) and the runs predicted not to fit under the default margin."""
     from fastmodel.errors import SpecError
     from fastmodel.io.outputs import check_output
     from fastmodel.lm.records import read_records, with_measurements

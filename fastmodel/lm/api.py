@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
-from fastmodel.errors import PlanError
+from fastmodel.errors import PlanError, SpecError
 from fastmodel.registry.lm import COLUMN_INDEX, MEMORY_KINDS, STATUS_CODES, STATUSES
 
 if TYPE_CHECKING:
@@ -224,16 +224,20 @@ def timeline(model: Any = None, system: Any = None, task: Any = None, *, record:
 
 def memory_timeline(model: Any = None, system: Any = None, task: Any = None, *, record: dict | None = None,
                     source: str | None = None, plan: str | None = None, num_nodes: int | None = None,
-                    memory_margin: float | None = None):
+                    memory_margin: float | None = None, execution: Any = None):
     """The engine's door for ``fastmodel.plot.memory_timeline``: memory over one step on every pipeline rank, by
-    kind (``fastmodel.lm.memory_timeline.MemoryTimeline``), of specs or a run ``record``; ``memory_margin``
-    (bytes kept free of the HBM; default: the plan's own allocator cache, fastmodel/analysis/margin.py)."""
+    kind (``fastmodel.lm.memory_timeline.MemoryTimeline``), of specs (run as ``execution`` says, as in
+    :func:`evaluate_lm`) or a run ``record`` (its plan block; ``execution`` is refused beside it);
+    ``memory_margin`` (bytes kept free of the HBM; default: the plan's own allocator cache,
+    fastmodel/analysis/margin.py)."""
     from fastmodel.lm.memory_timeline import memory_timeline as build
     from fastmodel.lm.records import lower_record
     from fastmodel.lm.rules import check_plan
     from fastmodel.lm.sweep import point_columns
 
     if record is not None:
+        if execution is not None:
+            raise SpecError(source, "execution", "a run record executes as its plan block says; edit the record")
         lowered = lower_record(record, source)
         check_plan(lowered.columns, f"{source}: plan" if source else "plan")
         return build(lowered.columns, lowered.id or "run record", memory_margin)
@@ -243,5 +247,5 @@ def memory_timeline(model: Any = None, system: Any = None, task: Any = None, *, 
     spec = load_lm_model(model)
     train = load_train_task(task)
     plan = plan if plan is not None else train.plan
-    columns = point_columns(spec, system, train, plan=plan, num_nodes=num_nodes)
+    columns = point_columns(spec, system, train, plan=plan, execution=execution, num_nodes=num_nodes)
     return build(columns, f"{spec.name}, {plan or 'dp'}", memory_margin)

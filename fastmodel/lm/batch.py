@@ -77,18 +77,22 @@ class RunRecords:
         status = np.where(status == 0, finite, status)         # not_finite: results that overflow
         for k, (j, _) in enumerate(lowered):
             if status[k]:
-                out.errors[j] = _status_error(int(status[k]))
+                out.errors[j] = _status_error(int(status[k]), params[:, k])
         legal = [(k, j, record.id) for k, (j, record) in enumerate(lowered) if not status[k]]
         _fill(out, len(cases), "id", results, legal)
         return out
 
 
-def _status_error(code: int) -> str:
-    """The error line of a batch line whose configuration got status ``code``."""
+def _status_error(code: int, columns) -> str:
+    """The error line of a batch line whose configuration (column vector ``columns``) got status ``code``: an
+    illegal plan with the reason ``run`` gives it (``rules.status_reason``: the expert mesh's degrees, ...)."""
+    from fastmodel.lm.rules import status_reason
     from fastmodel.registry.lm import STATUSES
 
     name, message = STATUSES[code].name, STATUSES[code].message
-    return f"not_finite: {message}" if name == "not_finite" else f"plan: illegal plan ({name}): {message}"
+    if name == "not_finite":
+        return f"not_finite: {message}"
+    return f"plan: illegal plan ({name}): {status_reason(code, columns)}"
 
 
 def _fill(out: Prepared, n: int, label: str, results: dict, legal: list[tuple[int, int, str]]) -> None:
@@ -175,9 +179,9 @@ class SpecLines:
         if built:
             status = np.zeros(len(built), dtype=np.int8)
             results = evaluate_table(np.stack([columns for _, columns, _ in built], axis=1), status)
-            for k, (j, _, _) in enumerate(built):
+            for k, (j, columns, _) in enumerate(built):
                 if status[k]:
-                    out.errors[j] = _status_error(int(status[k]))
+                    out.errors[j] = _status_error(int(status[k]), columns)
             _fill(out, len(cases), "plan", results,
                   [(k, j, plan) for k, (j, _, plan) in enumerate(built) if not status[k]])
         return out

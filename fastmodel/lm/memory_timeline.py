@@ -164,6 +164,6 @@ def memory_timeline(columns: np.ndarray, title: str = "the configuration",
     else:  # the checks run and best make (fastmodel/analysis/margin.py)
         from fastmodel.analysis.margin import check_below_hbm, check_margin
 
-        margin = check_below_hbm(check_margin(memory_margin), hbm)
+        margin = check_below_hbm(check_margin(memory_margin), hbm, memory_margin)
     reserved = allocated * (1.0 + row[C["allocator_cache_fraction"]]) + out[KINDS.index("overhead")]
     return MemoryTimeline(stages, KINDS, hbm, hbm - margin, float(reserved), title)

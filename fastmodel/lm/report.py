@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from fastmodel.analysis.run_report import RunReport
+from fastmodel.errors import PlanError
 
 
 def calibrated_suffix(cal) -> str:
@@ -38,18 +39,24 @@ def run_one(model: Any, system: Any, task: Any, *, semantics: Any = "default", p
     spec = load_lm_model(model)
     train = load_train_task(task)
     notes = device_notes(system)
+    from_task = plan is None and train.plan is not None and isinstance(task, str)
     plan = plan if plan is not None else train.plan
     name = semantics if isinstance(semantics, str) else getattr(semantics, "name", "custom")
     title = (f"{spec.name} on {system}" + (f" x {num_nodes} nodes" if num_nodes else "")
              + f", plan {plan or 'dp'}, semantics {name}" + calibrated_suffix(calibration))
-    if calibration is None:  # no xarray: the report needs only the numbers
-        from fastmodel.lm.api import config_values
+    try:
+        if calibration is None:  # no xarray: the report needs only the numbers
+            from fastmodel.lm.api import config_values
 
-        values = config_values(spec, system, train, plan=plan, num_nodes=num_nodes)
-        return _with_notes(_report(*_margin(values, {}, _capacity(system), memory_margin), title), notes)
-    from fastmodel.lm.api import evaluate_lm, report_values
+            values = config_values(spec, system, train, plan=plan, num_nodes=num_nodes)
+            return _with_notes(_report(*_margin(values, {}, _capacity(system), memory_margin), title), notes)
+        from fastmodel.lm.api import evaluate_lm, report_values
 
-    ds = evaluate_lm(spec, system, train, plan=plan, num_nodes=num_nodes, calibration=calibration)
+        ds = evaluate_lm(spec, system, train, plan=plan, num_nodes=num_nodes, calibration=calibration)
+    except PlanError as error:   # the task file's plan: say so, as MAD-Max's tasks do (file, field, rule)
+        if from_task:
+            raise error.located(f"{task}: task.plan") from None
+        raise
     hbm = ds.attrs.get("hbm_bytes") or _capacity(system)
     return _with_notes(_report(*_margin(report_values(ds), ds.attrs, hbm, memory_margin), title), notes)
 
@@ -70,7 +77,7 @@ def _margin(values: dict, attrs: dict, hbm: float, memory_margin: float | None) 
         return values, attrs
     from fastmodel.analysis.margin import check_below_hbm, check_margin
 
-    margin = check_below_hbm(check_margin(memory_margin), float(hbm))
+    margin = check_below_hbm(check_margin(memory_margin), float(hbm), memory_margin)
     fits = values["memory_per_device"] <= float(hbm) - margin
     return {**values, "fits_memory": bool(fits)}, {**attrs, "memory_margin": margin, "hbm_bytes": float(hbm)}
 

@@ -38,6 +38,8 @@ def status_reason(code: int, column: np.ndarray) -> str:
         return experts_reason(row)
     if name == "devices_not_divisible":
         return devices_reason(row)
+    if name == "layers_not_divisible":
+        return layers_reason(row)
     if name == "layout_not_runnable":
         return layout_reason(row)
     if name == "schedule_not_runnable" and row[C_GRAPHS] > 0.0:
@@ -71,6 +73,19 @@ def devices_reason(row: np.ndarray) -> str:
     tp, pp, cp = row[C["tp"]], row[C["pp"]], row[C["cp"]]
     return (f"n_gpus = {row[C['n_gpus']]:g} is not a multiple of tp x pp x cp = {tp:g} x {pp:g} x {cp:g} = "
             f"{tp * pp * cp:g}")
+
+
+def layers_reason(row: np.ndarray) -> str:
+    """layers_not_divisible with its numbers, the degrees that divide the layers and where ``uneven_stages`` is
+    set (``fastmodel run`` takes no execution: DeepSeek-V3's 61 layers divide by no pp > 1)."""
+    from fastmodel.registry.lm import COLUMN_INDEX as C
+
+    layers, pp, vp = row[C["layers"]], row[C["pp"]], row[C["vp"]]
+    whole = int(layers) if float(layers).is_integer() else 0
+    divisors = ", ".join(str(d) for d in range(1, min(whole, 128) + 1) if whole % d == 0) or "none"
+    return (f"model.layers = {layers:g} is not divisible by pp x vp = {pp:g} x {vp:g} = {pp * vp:g} (pp x vp "
+            f"dividing them: {divisors}); execution.uneven_stages = true allows it (a sweep file's [execution] "
+            "table, execution= in Python, or a run record's plan block)")
 
 
 def layout_reason(row: np.ndarray) -> str:

@@ -150,6 +150,41 @@ def check_degree_axes(names) -> None:
                          f"plans (plan = ['tp2', 'tp8', ...]) or drop the plan axis")
 
 
+#: execution fields whose axis values the execution spec's rules can refuse at every point of a grid (the rule
+#: table has no status for them): moe_dispatcher 'deepep_ll', moe_a2a_overlap 'dualpipe' without DualPipe
+RULED_EXECUTION_AXES = ("moe_dispatcher", "moe_a2a_overlap")
+
+
+def check_execution_axes(axes: dict, execution) -> None:
+    """An axis value of ``RULED_EXECUTION_AXES`` that the execution spec refuses (fastmodel/lm/execution.py)
+    under every pipeline schedule of the grid (the execution's, or each of a ``pipeline_schedule`` axis) is one
+    line, with the spec's reason, as the same value in the ``[execution]`` table: such a point was evaluated as
+    if the value were another (``deepep_ll`` as all-to-all, ``dualpipe`` overlap as batch-level)."""
+    from fastmodel.errors import SpecError
+    from fastmodel.lm.loader import load_execution
+
+    base = execution.model_dump()
+    schedules = [_code_name("pipeline_schedule", v) for v in axes.get("pipeline_schedule", [])] or \
+        [base["pipeline_schedule"]]
+    for name in RULED_EXECUTION_AXES:
+        for value in axes.get(name, ()):
+            reasons = []
+            for schedule in schedules:
+                try:
+                    load_execution({**base, name: _code_name(name, value), "pipeline_schedule": schedule})
+                except SpecError as error:
+                    reasons.append(str(error).split(": ", 1)[-1])
+            if len(reasons) == len(schedules):
+                raise SweepError(f"axis {name!r}: {reasons[0]}")
+
+
+def _code_name(name: str, value: Any) -> Any:
+    """A coded axis value by its name (an axis may give the code's number); other values as they are."""
+    if isinstance(value, str):
+        return value
+    return next((key for key, code in CODE_TABLES.get(name, {}).items() if code == value), value)
+
+
 def _check_model_axis(name: str, values: Any, model) -> None:
     """An axis over a field of the model spec: each value must make a model the spec accepts (kv_heads
     dividing heads, moe_topk with moe_experts, ...), as the same model in a spec file must."""

@@ -17,7 +17,15 @@ import numpy as np
 
 from fastmodel.analysis.margin import usable_attrs
 from fastmodel.errors import SweepError
-from fastmodel.lm.sweep import MESH_AXIS, _axis_arrays, _axis_values, base_columns, check_degree_axes, parse_mesh
+from fastmodel.lm.sweep import (
+    MESH_AXIS,
+    _axis_arrays,
+    _axis_values,
+    base_columns,
+    check_degree_axes,
+    check_execution_axes,
+    parse_mesh,
+)
 from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
 from fastmodel.sweeps.plan import Axis, SweepPlan, grid_lanes
 
@@ -42,6 +50,7 @@ class LMSweepPlan(SweepPlan):
         nodes = axes.get("num_nodes", [cluster.num_nodes])
         max_gpus = int(max(nodes) * cluster.gpus_per_node) if len(nodes) else cluster.n_gpus
         check_degree_axes(list(axes))
+        check_execution_axes(axes, execution)
         names, labels, numeric = [], [], []
         for name, values in axes.items():
             coords, values_num = _axis_values(name, values, model, cluster, max_gpus)

@@ -21,17 +21,19 @@ def panel_stages(n: int, most: int = MAX_PANELS) -> list[int]:
 
 
 def memory_timeline(data=None, *, model=None, system=None, task=None, record=None, source=None, plan=None,
-                    num_nodes=None, memory_margin=None, size="double", title: str | None = None):
+                    num_nodes=None, memory_margin=None, size="double", title: str | None = None, execution=None):
     """Stacked memory by kind (GiB) over one step, one panel per pipeline rank (at most ``MAX_PANELS``); ``data``
-    is a ``MemoryTimeline`` (``fastmodel.engines.memory_timeline``), else it is built from the specs or
-    ``record``. Lines: the HBM, the usable HBM (HBM minus ``memory_margin``) and the worst rank's reserved peak plus
-    the overhead (what the device shows in use with the allocator's cache).
+    is a ``MemoryTimeline`` (``fastmodel.engines.memory_timeline``), else it is built from the specs (run as
+    ``execution`` says: a dict of execution fields, as in ``fastmodel.evaluate``) or ``record``. Lines: the HBM,
+    the usable HBM (HBM minus ``memory_margin``) and the worst rank's reserved peak plus the overhead (what the
+    device shows in use with the allocator's cache).
     Returns ``(fig, axes)``."""
     if data is None:
         from fastmodel import engines
 
         data = engines.memory_timeline(model=model, system=system, task=task, record=record, source=source,
-                                       plan=plan, num_nodes=num_nodes, memory_margin=memory_margin)
+                                       plan=plan, num_nodes=num_nodes, memory_margin=memory_margin,
+                                       execution=execution)
     ranks = panel_stages(len(data.stages))
     gib = 2.0 ** 30
     with S.paper_rc():

@@ -29,3 +29,18 @@ def test_a_calibration_of_the_wrong_kind_and_an_output_without_force_are_one_lin
     table.write_text("id,status\n")
     one_line_error(cli("validate", runs, "-o", table), "v.csv exists; pass --force to replace it")
     assert json.loads(runs.read_text().splitlines()[0])["id"]          # RUNS untouched
+
+
+def test_help_names_the_moe_and_memory_sections_the_output_prints(tmp_path):
+    """Walk of issues 22-23: `validate --help` said nothing of the MoE section (issue 22 item 7) nor of the memory
+    tables (issue 23); it names both, and a file with a measured MoE run prints each of them."""
+    help_text = " ".join(cli("validate", "--help").output.split())
+    assert "MoE section (by dispatcher, overlap, routing and stack" in help_text
+    assert "peak memory errors" in help_text and "predicted not to fit" in help_text
+    moe = [line for line in data_lines("runs_dev_b200.jsonl", 100) if json.loads(line)["model"].get("moe_experts")]
+    runs = tmp_path / "runs.jsonl"
+    runs.write_text(moe[0] + "\n")
+    output = cli("validate", runs).output
+    for header in ("MoE step time by dispatcher", "MoE step time by overlap", "MoE step time by routing",
+                   "MoE step time by stack", "peak memory per device", "runs that ran but are predicted not to fit"):
+        assert header in output, header

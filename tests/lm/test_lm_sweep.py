@@ -257,3 +257,34 @@ def test_a_range_axis_is_expanded_as_fastmodel_sweep_documents():
     assert list(ranged.num_nodes.values) == [2, 4]
     with pytest.raises(SweepError):
         fm.sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", axes={"num_nodes": {"start": 2, "stop": 4}})
+
+
+def test_an_execution_value_no_point_can_run_is_one_line():
+    """Walk of issues 22-23: an axis value the execution spec refuses at every point was evaluated as another
+    value with status ok (moe_dispatcher 'deepep_ll' as all-to-all; moe_a2a_overlap 'dualpipe' under 1F1B as
+    batch-level overlap, step times equal to the 'batch' column's). It is now refused before any work, with the
+    reason the same value gets in the [execution] table; by name or by its code number."""
+    moe = ("qwen3-30b-a3b", "dgx-h100", "llm-pretrain")
+    with pytest.raises(SweepError, match=r"^axis 'moe_dispatcher': 'deepep_ll' is DeepEP's low-latency decode kernels"):
+        lm_sweep(*moe, axes={"plan": ["tp2.ep8"], "moe_dispatcher": ["alltoall", "deepep_ll"]})
+    with pytest.raises(SweepError, match="it needs pipeline_schedule = 'dualpipe'"):
+        lm_sweep(*moe, axes={"plan": ["tp2.pp2.ep8"], "moe_a2a_overlap": ["none", 2]})
+    with pytest.raises(SweepError, match="it needs pipeline_schedule = 'dualpipe'"):
+        lm_sweep(*moe, axes={"plan": ["tp2.pp2.ep8"], "pipeline_schedule": ["1f1b", "gpipe"],
+                             "moe_a2a_overlap": ["dualpipe"]})
+    with pytest.raises(SpecError, match="execution.moe_dispatcher: 'deepep_ll'"):   # the table's own refusal
+        lm_sweep(*moe, axes={"plan": ["tp2.ep8"]}, execution={"moe_dispatcher": "deepep_ll"})
+
+
+def test_dualpipe_overlap_runs_where_the_grid_runs_dualpipe():
+    """The overlap axis is accepted beside a DualPipe schedule (the execution's, or one value of a schedule axis):
+    there it hides the all-to-all as batch-level overlap does under 1F1B."""
+    moe = ("qwen3-30b-a3b", "dgx-h100", "llm-pretrain")
+    ds = lm_sweep(*moe, num_nodes=8, axes={"plan": ["tp2.pp2.ep8"], "moe_a2a_overlap": ["none", "dualpipe"]},
+                  execution={"pipeline_schedule": "dualpipe"})
+    assert (ds.status == 0).all()
+    hidden = ds.exposed_ep.sel(moe_a2a_overlap="dualpipe").item()
+    assert hidden < ds.exposed_ep.sel(moe_a2a_overlap="none").item() == ds.comm_ep.sel(moe_a2a_overlap="none").item()
+    crossed = lm_sweep(*moe, num_nodes=8, axes={"plan": ["tp2.pp2.ep8"], "pipeline_schedule": ["1f1b", "dualpipe"],
+                                                "moe_a2a_overlap": ["none", "dualpipe"]})
+    assert crossed.exposed_ep.sel(pipeline_schedule="dualpipe", moe_a2a_overlap="dualpipe").item() == hidden

@@ -36,9 +36,29 @@ def test_run_memory_margin_is_best_s_margin():
     big = runner.invoke(main, [*base, "--memory-margin", "191.9", "--json"])
     assert big.exit_code == 0 and '"fits_memory": 0.0' in big.output and '"memory_margin": ' in big.output
     for bad, said in (("-5", "--memory-margin: -5 GiB is negative"), ("nan", "'nan' is not a number"),
-                      ("192", "192.0 GiB is not below the HBM of 192.0 GiB")):
+                      ("192", "--memory-margin: 192 GiB is not below the HBM of 192.0 GiB")):
         result = runner.invoke(main, [*base, "--memory-margin", bad])
         assert result.exit_code == 2 and result.output.count("\n") == 1 and said in result.output, result.output
     madmax = runner.invoke(main, ["run", "-m", "dlrm-a", "-s", "zionex", "-t", "dlrm-pretrain",
                                   "--memory-margin", "5"])
     assert madmax.exit_code == 2 and "not to MAD-Max semantics" in madmax.output, madmax.output
+
+
+def test_an_illegal_plan_of_a_task_file_names_the_file_and_field(tmp_path):
+    """Walk of issues 22-23: a task file's mesh that does not multiply out (EP 32 under TP 2 x DP 16 with etp = tp
+    = 2: 64 expert ranks on 32 GPUs) said only "plan 'tp2.ep32': illegal plan ..."; it names the file and the
+    field, as MAD-Max tasks do. A --plan of the user is not the file's and keeps its own label."""
+    import pytest
+
+    from fastmodel.errors import PlanError
+
+    task = tmp_path / "t.toml"
+    task.write_text('name = "t"\nkind = "pretrain"\nglobal_batch = 256\nplan = "tp2.ep32"\n')
+    with pytest.raises(PlanError, match=r"^.*t\.toml: task\.plan: illegal plan \(experts_not_divisible\): etp = tp "
+                                        r"= 2 \(plan etp unset\) x ep = 32 = 64 does not divide tp x cp x dp = "
+                                        r"2 x 1 x 16 = 32") as raised:
+        run_one("qwen3-30b-a3b", "dgx-h100", str(task), num_nodes=4)
+    assert str(raised.value).startswith(f"{task}: task.plan: ")
+    with pytest.raises(PlanError, match=r"^plan 'tp2\.ep3': illegal plan \(experts_not_divisible\)"):
+        run_one("qwen3-30b-a3b", "dgx-h100", str(task), num_nodes=4, plan="tp2.ep3")
+    assert run_one("qwen3-30b-a3b", "dgx-h100", str(task), num_nodes=4, plan="tp2.ep32.etp1").ok

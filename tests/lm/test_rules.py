@@ -64,3 +64,17 @@ def test_bad_moe_input_is_one_line_naming_file_field_and_rule_exit_2(tmp_path, b
     result = CliRunner().invoke(main, ["run", "-m", str(path)])
     assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
     assert result.output.startswith(f"error: {path}: ") and said in result.output, result.output
+
+
+def test_layers_not_divisible_names_the_layers_the_degrees_and_where_to_allow_it():
+    """Walk of issues 22-23: `run -m deepseek-v3 ... -p pp8.ep64` said "layers not divisible by pp x vp
+    (execution.uneven_stages = true allows it)" though run takes no execution; DeepSeek-V3's 61 layers divide by
+    no pp > 1. The reason gives the numbers, the degrees that divide and where uneven_stages is set."""
+    with pytest.raises(PlanError, match="layers_not_divisible") as info:
+        check_plan(row(**{**MOE, "layers": 61, "n_gpus": 16, "tp": 1, "pp": 8, "dp": 2, "ep": 1}))
+    assert str(info.value).endswith(
+        "model.layers = 61 is not divisible by pp x vp = 8 x 1 = 8 (pp x vp dividing them: 1, 61); "
+        "execution.uneven_stages = true allows it (a sweep file's [execution] table, execution= in Python, or a run "
+        "record's plan block)"), str(info.value)
+    with pytest.raises(PlanError, match=r"pp x vp = 4 x 2 = 8 \(pp x vp dividing them: 1, 2, 3, 4, 6, 12\)"):
+        check_plan(row(**{**MOE, "layers": 12, "n_gpus": 4, "tp": 1, "pp": 4, "vp": 2, "dp": 1, "ep": 1}))

@@ -133,3 +133,19 @@ def test_a_line_carries_only_its_engine_s_variables_and_tables_the_union_of_the_
     assert CliRunner().invoke(main, ["batch", str(only_madmax), "-o", str(tmp_path / "m.csv")]).exit_code == 0
     with open(tmp_path / "m.csv", newline="") as handle:
         assert next(csv.reader(handle)) == ["case", "status", "plan", *engine_outputs("madmax")[0]]
+
+
+def test_an_illegal_plan_in_batch_says_what_run_says():
+    """Walk of issues 22-23: batch gave an illegal plan the status's generic text ("experts not divisible by ep,
+    or etp x ep does not divide tp x cp x dp"), run its degrees; both now give run's reason, for records and spec
+    lines: a record's expert mesh of etp 2 x ep 8 = 16 on tp x cp x dp = 1 x 1 x 8, a spec line's EP 32 under
+    tp = etp = 2 on 32 GPUs."""
+    lines = (RUNS.parent / "runs_dev_b200.jsonl").read_text().splitlines()
+    record = next(json.loads(line) for line in lines if json.loads(line)["model"].get("moe_experts"))
+    record["plan"]["etp"] = 2
+    spec = {"model": "qwen3-30b-a3b", "system": "dgx-h100", "task": "llm-pretrain", "num_nodes": 4, "plan": "tp2.ep32"}
+    got = [r["status"] for r in run_batch([json.dumps(record), json.dumps(spec)])]
+    assert got[0] == ("error: plan: illegal plan (experts_not_divisible): plan etp = 2 x ep = 8 = 16 does not divide "
+                      "tp x cp x dp = 1 x 1 x 8 = 8 (the expert mesh etp x ep x edp refolds the attention mesh)")
+    assert got[1].endswith("etp = tp = 2 (plan etp unset) x ep = 32 = 64 does not divide tp x cp x dp = 2 x 1 x 16 "
+                           "= 32 (the expert mesh etp x ep x edp refolds the attention mesh)"), got[1]

@@ -5,7 +5,7 @@ import pytest
 from click.testing import CliRunner
 
 from fastmodel import sweep
-from fastmodel.analysis.best import best, fits_filter_applies
+from fastmodel.analysis.best import best, fits_filter_applies, status_names
 from fastmodel.cli import main
 from fastmodel.errors import SweepError
 from fastmodel.lm.sweep import lm_sweep
@@ -151,7 +151,7 @@ def test_cli_memory_margin_says_which_margin(result_file):
     assert user.exit_code == 0 and "a margin of 10.0 GiB, set by --memory-margin" in user.stderr
     # A6: the value as typed, in GiB (not "-5368709120.0 is negative"); nan is "not a number"
     for bad, said in (("-5", "--memory-margin: -5 GiB is negative"), ("nan", "--memory-margin: 'nan' is not a number"),
-                      ("1000000", "memory_margin: 1000000.0 GiB is not below the HBM")):
+                      ("1000000", "--memory-margin: 1000000 GiB is not below the HBM")):
         result = runner.invoke(main, ["best", result_file, "--by", "tokens_per_s_per_gpu", "--memory-margin", bad])
         assert result.exit_code == 2 and result.output.count("\n") == 1 and said in result.output, result.output
 
@@ -166,3 +166,40 @@ def test_a_margin_typed_as_minus_zero_is_zero_not_minus_zero():
         assert value == 0.0 and math.copysign(1.0, value) == 1.0
     chosen = {"bytes": gib_margin("-0"), "hbm_bytes": 80 * 2**30, "source": "user"}
     assert describe(chosen) == "HBM 80.0 GiB minus a margin of 0.0 GiB, set by --memory-margin"
+
+
+@pytest.fixture(scope="module")
+def marked():
+    """A sweep that marks plans over usable HBM ``does_not_fit`` (only_fitting): Llama 3.1 70B on 16 DGX H100,
+    tp8 at about 77.9 GiB (over the default margin, under the HBM of 79.11 GiB), tp4.pp4 about 74.7, tp8.pp4
+    about 40.9, dp far over."""
+    return lm_sweep("llama3.1-70b", "dgx-h100", "llm-pretrain", num_nodes=16, only_fitting=True,
+                    axes={"plan": ["tp8.pp4", "tp4.pp4", "tp8", "dp"]})
+
+
+def test_a_user_margin_decides_the_status_best_shows(marked):
+    """The stored status was decided under the default margin; under the user's margin a ranked row said
+    ``does_not_fit`` while best counted it as fitting (walk of issues 22-23). ok / does_not_fit and fits_memory now
+    follow the margin used: a plan is ok when memory_per_device <= HBM - margin."""
+    hbm = marked.attrs["hbm_bytes"]
+    memory = dict(zip(marked.plan.values, marked.memory_per_device.values))
+    names = status_names(marked)
+    stored = {p: names[int(s)] for p, s in zip(marked.plan.values, marked.status.values)}
+    assert stored["tp8"] == "does_not_fit" and memory["tp8"] <= hbm          # the case the fix is for
+    table = best(marked, "tokens_per_s_per_gpu", memory_margin=0.0)
+    assert set(table.plan) == {"tp8.pp4", "tp4.pp4", "tp8"} and list(table.status) == ["ok"] * 3
+    margin = 10 * 2**30                                                       # 69.1 GiB usable: tp4.pp4 is over
+    table = best(marked, "tokens_per_s_per_gpu", memory_margin=margin, include_oom=True)
+    for plan, status, fits in zip(table.plan, table.status, table.fits_memory):
+        assert bool(fits) == (memory[plan] <= hbm - margin)
+        assert status == ("ok" if memory[plan] <= hbm - margin else "does_not_fit"), plan
+    assert stored["tp4.pp4"] == "ok" and dict(zip(table.plan, table.status))["tp4.pp4"] == "does_not_fit"
+
+
+def test_a_user_margin_leaves_ok_alone_where_the_sweep_marks_nothing(grid):
+    """A sweep without only_fitting keeps status ok over memory (fits_memory says it); the margin does not invent
+    does_not_fit there, but fits_memory follows it."""
+    hbm = grid.attrs["hbm_bytes"]
+    table = best(grid, "tokens_per_s_per_gpu", top=10, memory_margin=0.0, include_oom=True)
+    assert set(table.status) == {"ok"}
+    assert list(table.fits_memory) == [m <= hbm for m in table.memory_per_device]

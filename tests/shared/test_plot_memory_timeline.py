@@ -62,3 +62,33 @@ def test_cli(record, tmp_path):
     bad = runner.invoke(main, ["plot", "memory-timeline", "-m", str(path), "-o", str(tmp_path / "b.png"),
                                "--memory-margin", "-1"])
     assert bad.exit_code == 2 and bad.output.count("\n") == 1 and "--memory-margin: -1 GiB is negative" in bad.output
+    # above the HBM: named as the option and the value as typed, as the negative one (it said "memory_margin: 900.0")
+    big = runner.invoke(main, ["plot", "memory-timeline", "-m", str(path), "-o", str(tmp_path / "c.png"),
+                               "--memory-margin", "900"])
+    assert big.exit_code == 2 and big.output.count("\n") == 1, big.output
+    assert "error: --memory-margin: 900 GiB is not below the HBM of " in big.output, big.output
+    assert not (tmp_path / "c.png").exists()
+
+
+def test_specs_take_an_execution_as_evaluate_does(record):
+    """Walk of issues 22-23: the API drew specs only under the default execution (a DualPipe or fully recomputed
+    timeline of a built-in model needed a hand-written record). ``execution=`` runs them as ``fastmodel.evaluate``
+    does: the highest moment over the ranks (plus nothing: overhead is a kind) is evaluate's memory_per_device
+    under the same execution; beside a record it is refused."""
+    import fastmodel
+    from fastmodel import engines
+
+    specs = {"model": "qwen3-30b-a3b", "system": "dgx-h100", "task": "llm-pretrain", "plan": "tp2.pp4.ep8",
+             "num_nodes": 8}
+    peaks = {}
+    for recompute in ("selective", "full"):
+        data = engines.memory_timeline(**specs, execution={"recompute": recompute})
+        peaks[recompute] = max(stage.totals.max() for stage in data.stages)
+        ds = fastmodel.evaluate(specs["model"], specs["system"], specs["task"], plan=specs["plan"],
+                                num_nodes=specs["num_nodes"], execution={"recompute": recompute})
+        assert peaks[recompute] == pytest.approx(float(ds.memory_per_device), rel=1e-9)
+    assert peaks["full"] < 0.75 * peaks["selective"]     # full recompute keeps one layer input per layer
+    fig, axes = memory_timeline(**specs, execution={"pipeline_schedule": "dualpipe", "moe_a2a_overlap": "dualpipe"})
+    assert len(axes) == 4
+    with pytest.raises(SpecError, match="execution: a run record executes as its plan block says"):
+        engines.memory_timeline(record=record, execution={"recompute": "full"})
