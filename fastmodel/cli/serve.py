@@ -53,7 +53,7 @@ def _one(values, name: str, default):
 @click.option("--model", "-m", help="Built-in serving model (llama3.1-8b/70b/405b, mistral-7b, mixtral-8x7b) or "
               "family-\"lm\" model spec (deepseek-v3, kimi-k2, qwen3-235b-a22b, gpt-oss-120b, ...; --list-models).")
 @click.option("--list-models", is_flag=True, help="List the models --model takes, with their attention and MoE shape.")
-@click.option("--device", "-d", default="H100", show_default=True, help="Built-in device (specs/devices).")
+@click.option("--device", "-d", default="H100", show_default=True, help="Built-in device (specs/devices; fastmodel specs list device).")
 @click.option("--tp", default=1, show_default=True, type=click.IntRange(min=1))
 @click.option("--pp", default=1, show_default=True, type=click.IntRange(min=1))
 @click.option("--ep", multiple=True, type=IntList(1), help="Expert parallelism (default 1: experts split by TP). "
