@@ -65,3 +65,5 @@ def test_a_run_record_report_names_its_stack_and_what_picked_it():
         assert parsed.record["stack"] == stack
     bare = run_record({k: v for k, v in record.items() if k not in ("stack", "framework")})
     assert "stack                default (no framework)" in bare.text.splitlines()
+    assert bare.text.splitlines()[1] == ("note: no framework and no stack: profile 'default' (registry defaults) "
+                                         "assumed (give the record's framework text or stack)")   # one line, not two
