@@ -162,7 +162,7 @@ def serve(records, model, list_models, device, tp, pp, ep, attention_dp, moe_tp,
         _, shape, notes = serving_model(model)
         if moe_tp and not shape.get("moe_experts"):    # the kernel's moe_tp rule reads routed experts only
             raise FastmodelError(f"--moe-tp: {model} is a dense model (no routed experts to split); leave it out")
-        for note in notes + precision_notes(model, device, precision):
+        for note in [speculative_note(n, spec) for n in notes] + precision_notes(model, device, precision):
             click.echo(f"note: {note}", err=True)
         profile = profile_columns(engine, None, device_columns(device)["hbm_bytes"]) if engine else {}
         params = columns(model, device, precision=precision, kv_precision=kv_precision, batch_size=batch_size,
@@ -199,6 +199,18 @@ def _check_spec(spec_tokens, spec_acceptance) -> None:
     if spec_acceptance is not None and not drafts:
         raise FastmodelError("--spec-acceptance: applies with --spec-tokens > 0 (draft tokens per decode step); "
                              "without them there is no speculative decoding")
+
+
+def speculative_note(note: str, spec_tokens: int) -> str:
+    """A model note as it holds under --spec-tokens: the MTP note says "no speculative decoding", which is false
+    with draft tokens; then the draft is priced as a one-layer head (docs/model_serving.md S18) and the MTP
+    layers' own weights are still not counted."""
+    from fastmodel.serve.models import UNSERVED
+
+    if spec_tokens > 0 and note.endswith(UNSERVED["mtp_layers"]):
+        return note.replace(UNSERVED["mtp_layers"], "with --spec-tokens its draft steps are priced as a one-layer "
+                            "draft head (docs/model_serving.md S18); the MTP layers' own weights are not counted")
+    return note
 
 
 def precision_notes(model: str, device: str, precision: str) -> list[str]:

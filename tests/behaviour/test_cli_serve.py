@@ -63,3 +63,20 @@ def test_the_engine_default_is_what_the_help_says():
     text = " ".join(CliRunner().invoke(main, ["serve", "--help"]).output.split())
     assert "TensorRT-LLM's scheduler limits with NCCL allreduces and no host issue time" in text
     assert "--search without it: TensorRT-LLM's profile" in text
+
+
+def test_the_mtp_note_holds_under_speculative_decoding():
+    """DeepSeek-V3's MTP layers note said "not served (no speculative decoding)" even with --spec-tokens 1, which
+    is MTP speculative decoding; with draft tokens it says how the draft is priced (S18: a one-layer draft head)
+    and that the MTP layers' own weights are still not counted. Without them the note is unchanged."""
+    from fastmodel.serve.models import UNSERVED
+
+    args = ("serve", "-m", "deepseek-v3", "-d", "H200", "--tp", "8", "--ep", "8", "--concurrency", "8",
+            "--precision", "fp8", "--json")
+    plain = CliRunner().invoke(main, list(args), catch_exceptions=False)
+    assert plain.exit_code == 0 and plain.stderr.splitlines()[0].endswith(UNSERVED["mtp_layers"])
+    spec = CliRunner().invoke(main, [*args, "--spec-tokens", "1", "--spec-acceptance", "0.8"], catch_exceptions=False)
+    assert spec.exit_code == 0, spec.output
+    note = spec.stderr.splitlines()[0]
+    assert note.startswith("note: DeepSeek-V3: model.mtp_layers = 1: with --spec-tokens its draft steps are priced")
+    assert "no speculative decoding" not in spec.stderr and "weights are not counted" in note
