@@ -87,10 +87,11 @@ def _one(values, name: str, default):
               help="--search: precisions to sweep (repeat; default bf16 and fp8).")
 @click.option("--search-concurrency", type=click.IntRange(min=1), metavar="N",
               help="--search: every concurrency 1..N per instance (default: the powers of two to 1024).")
-@click.option("--engine", multiple=True, help="The engine's scheduler profile: trtllm, vllm or sglang "
-              "(fastmodel/serve/profiles.py). Without it, the serving columns' defaults: TensorRT-LLM's scheduler "
-              "limits with NCCL allreduces and no host issue time (docs/model_serving.md S13); --search without it: "
-              "TensorRT-LLM's profile. --search: several (comma list or repeated).")
+@click.option("--engine", multiple=True, help="The engine's scheduler profile: trtllm, vllm or sglang, at its "
+              "newest version (fastmodel/serve/profiles.py; a record's framework picks a version). Without it, the "
+              "serving columns' defaults: TensorRT-LLM's scheduler limits with NCCL allreduces and no host issue time "
+              "(docs/model_serving.md S13); --search without it: TensorRT-LLM's profile. --search: several (comma "
+              "list or repeated).")
 @click.option("--mode", "modes", default="agg", show_default=True,
               help="--search: agg, disagg or agg,disagg (disaggregated prefill/decode pools within --gpus).")
 @click.option("--spec-tokens", multiple=True, type=IntList(0), help="Speculative decoding (MTP, EAGLE): draft "

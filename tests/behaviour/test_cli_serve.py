@@ -63,6 +63,7 @@ def test_the_engine_default_is_what_the_help_says():
     text = " ".join(CliRunner().invoke(main, ["serve", "--help"]).output.split())
     assert "TensorRT-LLM's scheduler limits with NCCL allreduces and no host issue time" in text
     assert "--search without it: TensorRT-LLM's profile" in text
+    assert "at its newest version" in text    # profile_columns(engine, None, ...): no version from the CLI
 
 
 def test_the_mtp_note_holds_under_speculative_decoding():
