@@ -29,3 +29,16 @@ def test_a_calibration_of_the_wrong_kind_and_an_output_without_force_are_one_lin
     table.write_text("id,status\n")
     one_line_error(cli("validate", runs, "-o", table), "v.csv exists; pass --force to replace it")
     assert json.loads(runs.read_text().splitlines()[0])["id"]          # RUNS untouched
+
+
+def test_the_help_names_the_groups_each_table_is_split_by():
+    """--help named the error tables but not their groups; issue 26 asks for tables by stack and issue 24 by
+    engine, GPU and precision, which the tables do (lm/validate.py and serve/validate.py GROUP_KEYS)."""
+    from fastmodel.lm.validate import GROUP_KEYS as RUN_GROUPS
+    from fastmodel.serve.validate import GROUP_KEYS as SERVE_GROUPS
+
+    text = " ".join(cli("validate", "--help").output.split())
+    assert RUN_GROUPS == ("source", "stack", "gpu", "parallelism_kind", "tier")
+    assert "by source, software stack, GPU, parallelism kind and tier" in text
+    assert SERVE_GROUPS == ("engine", "gpu", "precision", "mode", "model", "load")
+    assert "by engine, GPU, precision, mode, model and load" in text and "naive baseline" in text
