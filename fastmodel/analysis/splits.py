@@ -18,6 +18,9 @@ from fastmodel.errors import SpecError
 #: a prediction within this relative error of the measurement is a hit (refused records are misses)
 HIT_TOLERANCE = 0.25
 SPLITS = ("dev", "held-out")
+#: the group label (gpu, model, ...) of a refused record that does not give the field (a malformed line gives
+#: none), so that its row in validate's tables is named rather than blank
+NOT_GIVEN = "(not given)"
 
 
 def split_file_for(runs: str | Path, given: str | None) -> Path:

@@ -26,8 +26,10 @@ from fastmodel.cli.common import friendly
 def calibrate(runs, output, force, folds, loss, prior, seed):
     """Fit the fittable efficiencies (GEMM by precision, attention, HBM, network tiers, step overhead) of
     every device, precision and network tier appearing in RUNS (JSONL, RUNS.md schema, with measured step
-    times), print before / after / cross-validated errors and the fitted values, and write them as a TOML
-    overlay to apply with --calibration."""
+    times), and per software stack (the profile each run's framework or stack names) its share of the modelled
+    kernel speed and its host time to issue a layer; print before / after / cross-validated errors and each
+    parameter fitted or left physical with the reason (too few runs, not separable, too weak), and write them as
+    a TOML overlay to apply with --calibration."""
     import datetime
     import hashlib
     import math

@@ -86,8 +86,11 @@ class PresetChoice(Choice):
 
 
 KIND_CHOICE = Choice(["model", "system", "task"])
-SHOW_CHOICE = Choice(["model", "system", "task", "sweep"])
-LIST_CHOICE = Choice(["model", "system", "task", "sweep"])
+#: the kinds of built-in spec files ``specs list`` and ``specs show`` read (``device``: specs/devices, the datasheet
+#: values a system's or serving record's GPU and ``serve --device`` pick)
+SPEC_KINDS = ("model", "system", "task", "sweep", "device")
+SHOW_CHOICE = Choice(list(SPEC_KINDS))
+LIST_CHOICE = Choice(list(SPEC_KINDS))
 
 
 def friendly(func):

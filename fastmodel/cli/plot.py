@@ -311,6 +311,7 @@ def _serving_pareto(ds, curve, x, y, sel, mask, output, dpi, size, title):
     if mask is not None and agg:  # filtered-out points leave the frontier as illegal points do
         ds = ds.assign(status=ds["status"].where(mask, 1).astype(ds["status"].dtype))
     fig, ax = serving_pareto(ds, curve, x or X, y or Y, sel=_sel(sel), size=size, title=title)
+    click.echo(f"  {'x':>12s} {'y':>12s}  configuration   (x: {x or X}, y: {y or Y})")
     for value, (xv, yv, labels) in ax.frontiers.items():
         click.echo(f"{value}:" if str(value) == "mode=disagg" else f"{curve} = {value}:")
         for a, b, text in zip(xv, yv, labels):

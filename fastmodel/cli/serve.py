@@ -53,7 +53,7 @@ def _one(values, name: str, default):
 @click.option("--model", "-m", help="Built-in serving model (llama3.1-8b/70b/405b, mistral-7b, mixtral-8x7b) or "
               "family-\"lm\" model spec (deepseek-v3, kimi-k2, qwen3-235b-a22b, gpt-oss-120b, ...; --list-models).")
 @click.option("--list-models", is_flag=True, help="List the models --model takes, with their attention and MoE shape.")
-@click.option("--device", "-d", default="H100", show_default=True, help="Built-in device (specs/devices).")
+@click.option("--device", "-d", default="H100", show_default=True, help="Built-in device (specs/devices; fastmodel specs list device).")
 @click.option("--tp", default=1, show_default=True, type=click.IntRange(min=1))
 @click.option("--pp", default=1, show_default=True, type=click.IntRange(min=1))
 @click.option("--ep", multiple=True, type=IntList(1), help="Expert parallelism (default 1: experts split by TP). "
@@ -87,8 +87,11 @@ def _one(values, name: str, default):
               help="--search: precisions to sweep (repeat; default bf16 and fp8).")
 @click.option("--search-concurrency", type=click.IntRange(min=1), metavar="N",
               help="--search: every concurrency 1..N per instance (default: the powers of two to 1024).")
-@click.option("--engine", multiple=True, help="The engine's scheduler profile: trtllm, vllm or sglang "
-              "(fastmodel/serve/profiles.py; default TensorRT-LLM's). --search: several (comma list or repeated).")
+@click.option("--engine", multiple=True, help="The engine's scheduler profile: trtllm, vllm or sglang, at its "
+              "newest version (fastmodel/serve/profiles.py; a record's framework picks a version). Without it, the "
+              "serving columns' defaults: TensorRT-LLM's scheduler limits with NCCL allreduces and no host issue time "
+              "(docs/model_serving.md S13); --search without it: TensorRT-LLM's profile. --search: several (comma "
+              "list or repeated).")
 @click.option("--mode", "modes", default="agg", show_default=True,
               help="--search: agg, disagg or agg,disagg (disaggregated prefill/decode pools within --gpus).")
 @click.option("--spec-tokens", multiple=True, type=IntList(0), help="Speculative decoding (MTP, EAGLE): draft "
@@ -118,8 +121,7 @@ def serve(records, model, list_models, device, tp, pp, ep, attention_dp, moe_tp,
         raise FastmodelError("give RECORDS or --model, not both")
     raw = ep, attention_dp, spec_tokens
     ep, attention_dp, spec_tokens = _flat(ep), _flat(attention_dp), _flat(spec_tokens)
-    if spec_tokens and max(spec_tokens) > 0 and spec_acceptance is None:
-        raise FastmodelError("--spec-acceptance: required with --spec-tokens (the draft tokens' acceptance rate)")
+    _check_spec(spec_tokens, spec_acceptance)
     if search:
         return _search(model, device, input_len, output_len, ttft, tpot, gpus, search_precision, engine, output,
                        force, search_concurrency, dict(ep=ep, attention_dp=attention_dp, modes=modes.split(","),
@@ -161,7 +163,7 @@ def serve(records, model, list_models, device, tp, pp, ep, attention_dp, moe_tp,
         _, shape, notes = serving_model(model)
         if moe_tp and not shape.get("moe_experts"):    # the kernel's moe_tp rule reads routed experts only
             raise FastmodelError(f"--moe-tp: {model} is a dense model (no routed experts to split); leave it out")
-        for note in notes:
+        for note in [speculative_note(n, spec) for n in notes] + precision_notes(model, device, precision):
             click.echo(f"note: {note}", err=True)
         profile = profile_columns(engine, None, device_columns(device)["hbm_bytes"]) if engine else {}
         params = columns(model, device, precision=precision, kv_precision=kv_precision, batch_size=batch_size,
@@ -186,6 +188,44 @@ def serve(records, model, list_models, device, tp, pp, ep, attention_dp, moe_tp,
         click.echo(json.dumps(rows[-1]) if as_json else render(label, state, result, mode))
     if output:
         _write_rows(rows, output, records, force)
+
+
+def _check_spec(spec_tokens, spec_acceptance) -> None:
+    """--spec-acceptance goes with draft tokens (--spec-tokens > 0): required there, refused without them."""
+    from fastmodel.errors import FastmodelError
+
+    drafts = bool(spec_tokens) and max(spec_tokens) > 0
+    if drafts and spec_acceptance is None:
+        raise FastmodelError("--spec-acceptance: required with --spec-tokens (the draft tokens' acceptance rate)")
+    if spec_acceptance is not None and not drafts:
+        raise FastmodelError("--spec-acceptance: applies with --spec-tokens > 0 (draft tokens per decode step); "
+                             "without them there is no speculative decoding")
+
+
+def speculative_note(note: str, spec_tokens: int) -> str:
+    """A model note as it holds under --spec-tokens: the MTP note says "no speculative decoding", which is false
+    with draft tokens; then the draft is priced as a one-layer head (docs/model_serving.md S18) and the MTP
+    layers' own weights are still not counted."""
+    from fastmodel.serve.models import UNSERVED
+
+    if spec_tokens > 0 and note.endswith(UNSERVED["mtp_layers"]):
+        return note.replace(UNSERVED["mtp_layers"], "with --spec-tokens its draft steps are priced as a one-layer "
+                            "draft head (docs/model_serving.md S18); the MTP layers' own weights are not counted")
+    return note
+
+
+def precision_notes(model: str, device: str, precision: str) -> list[str]:
+    """What --precision means for this model and device, as a record's lowering says it
+    (``fastmodel.serve.records``): gpt-oss's fp4 read as its published MXFP4 experts-only checkpoint, and FP4
+    weights on a GPU without FP4 tensor cores (Hopper) run weight-only in 16-bit GEMMs (docs/model_serving.md S12)."""
+    from fastmodel.serve.api import device_columns
+    from fastmodel.serve.precisions import FP4_PRECISIONS, published_fp4_checkpoint
+
+    precision, _, checkpoint = published_fp4_checkpoint(model, precision, None)
+    notes = [checkpoint.replace("serve.precision", "--precision")] if checkpoint else []
+    if precision in FP4_PRECISIONS and device_columns(device).get("peak_flops_4", 0.0) <= 0:
+        notes.append(f"{precision} on {device} (no FP4 tensor cores): weight-only, dequantised into 16-bit GEMMs")
+    return notes
 
 
 def _record_rows(found: list, labels: list[str], as_json: bool) -> list[dict]:

@@ -7,7 +7,7 @@ import json
 import click
 
 from fastmodel.cli.app import main
-from fastmodel.cli.common import KIND_CHOICE, LIST_CHOICE, SHOW_CHOICE, friendly
+from fastmodel.cli.common import KIND_CHOICE, LIST_CHOICE, SHOW_CHOICE, SPEC_KINDS, friendly
 from fastmodel.errors import FastmodelError, SpecError
 
 
@@ -20,13 +20,14 @@ def specs():
 @click.argument("kind", required=False, type=LIST_CHOICE)
 @friendly
 def specs_list(kind):
-    """List built-in specs (of one KIND, or all)."""
+    """List built-in specs (of one KIND, or all); a device file with the GPU names it answers to."""
     from fastmodel.spec.loader import builtin_names
 
-    for k in [kind] if kind else ["model", "system", "task", "sweep"]:
+    for k in [kind] if kind else SPEC_KINDS:
         click.echo(f"{k}s:")
+        names = device_names() if k == "device" else {}
         for name in builtin_names(k):
-            click.echo(f"  {name}")
+            click.echo(f"  {name:16s} {', '.join(names[name])}" if names.get(name) else f"  {name}")
 
 
 @specs.command("show")
@@ -34,13 +35,18 @@ def specs_list(kind):
 @click.option("--kind", type=SHOW_CHOICE, help="Which kind NAME is (needed only if ambiguous).")
 @friendly
 def specs_show(name, kind):
-    """Print a built-in spec file."""
+    """Print a built-in spec file (a device file also by a GPU name it answers to, e.g. B300)."""
     from fastmodel.errors import SpecError, nearest
     from fastmodel.spec.loader import builtin_names, builtin_text
 
-    kinds = [kind] if kind else [k for k in ("model", "system", "task", "sweep") if name in builtin_names(k)]
+    others = [k for k in SPEC_KINDS if k != "device" and name in builtin_names(k)]     # dgx-b200: the system
+    if kind == "device" or (kind is None and not others):    # a GPU name (B300): its device file
+        name = next((stem for stem, gpus in device_names().items() if name.lower() in map(str.lower, gpus)), name)
+    kinds = [kind] if kind else [k for k in SPEC_KINDS if name in builtin_names(k)]
+    if len(kinds) > 1 and "device" in kinds:    # mi300x: the system; its device file with --kind device
+        kinds.remove("device")
     if not kinds:
-        every = [n for k in ("model", "system", "task", "sweep") for n in builtin_names(k)]
+        every = [n for k in SPEC_KINDS for n in builtin_names(k)]
         if name.lower().endswith((".toml", ".json")) or "/" in name:
             raise SpecError(name, None, "specs show prints a built-in spec (fastmodel specs list), not a file; "
                                         "read the file itself")
@@ -53,6 +59,18 @@ def specs_show(name, kind):
     if kinds[0] == "system":
         for line in tier_lines(name):
             click.echo(line)
+
+
+def device_names() -> dict[str, list[str]]:
+    """Each built-in device file's name (specs/devices, without .toml) -> the GPU names it answers to."""
+    from fastmodel.spec.loader import builtin_names, builtin_text
+
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # pragma: no cover - python < 3.11
+        import tomli as tomllib
+
+    return {stem: list(tomllib.loads(builtin_text("device", stem)).get("names", [])) for stem in builtin_names("device")}
 
 
 def tier_lines(name: str) -> list[str]:

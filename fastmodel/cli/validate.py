@@ -23,11 +23,12 @@ from fastmodel.cli.common import friendly
                    "split file defaults to heldout.json beside RUNS.")
 @friendly
 def validate(runs, output, plot_path, force, calibration, split_file):
-    """Predict every run record of RUNS (JSONL, RUNS.md schema) and print the step-time error tables
-    beside the constant-MFU baselines at 0.40 and 0.50. Serving records (SERVE_RUNS.md) with measurements
-    get throughput, TTFT and TPOT error tables. A record the model refuses is named on stderr and counted
-    as a miss (column miss; the hit rate counts it against the model). Runs with routed experts add an MoE
-    section (by dispatcher, overlap, routing and stack; one line per MoE run with its expert share, load
+    """Predict every run record of RUNS (JSONL, RUNS.md schema) and print the step-time error tables (all runs,
+    then by source, software stack, GPU, parallelism kind and tier) beside the constant-MFU baselines at 0.40 and
+    0.50. Serving records (SERVE_RUNS.md) with measurements get throughput, TTFT and TPOT error tables (by
+    engine, GPU, precision, mode, model and load) beside a naive baseline. A record the model refuses is named on
+    stderr and counted as a miss (column miss; the hit rate counts it against the model). Runs with routed experts
+    add an MoE section (by dispatcher, overlap, routing and stack; one line per MoE run with its expert share, load
     factor and EP communication); runs that log memory add the peak memory errors (memory_allocated, or
     memory_reserved) and the runs predicted not to fit under the default margin."""
     from fastmodel.errors import SpecError

@@ -74,7 +74,7 @@ def record_values(record: dict, source: str | None = None, calibration: Any = No
     results = evaluate_one(lowered.columns, f"{source + ': ' if source else ''}{lowered.id or 'run record'}")
     results["fits_memory"] = results["fits_memory"] == 1.0
     attrs = {"id": lowered.id, "semantics": "default", "notes": "; ".join(lowered.notes),
-             "hbm_bytes": float(lowered.columns[COLUMN_INDEX["hbm_bytes"]])}
+             "hbm_bytes": float(lowered.columns[COLUMN_INDEX["hbm_bytes"]]), "stack": lowered.stack}
     if cal is not None:
         attrs.update(use.attrs(cal, [lowered.gpu], [use.record_software(lowered)]))
     return results, attrs

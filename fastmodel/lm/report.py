@@ -101,6 +101,15 @@ def _with_notes(report: RunReport, notes: list[str]) -> RunReport:
     return RunReport(text, {**report.record, "notes": notes})
 
 
+def stack_line(data: dict, stack: str) -> str:
+    """The report line naming the stack profile a record was evaluated under (docs/model.md §11.8) and what picked
+    it: the record's explicit ``stack``, or its ``framework`` text."""
+    if data.get("stack"):
+        return f"stack                {stack} (the record's stack)"
+    framework = data.get("framework")
+    return f"stack                {stack} " + (f"(from framework {framework!r})" if framework else "(no framework)")
+
+
 def run_record(data: dict, source: str | None = None, calibration: Any = None,
                memory_margin: float | None = None) -> RunReport:
     """One run record (RUNS.md); its ``measured`` block is not read; ``memory_margin`` as in :func:`run_one`."""
@@ -110,5 +119,7 @@ def run_record(data: dict, source: str | None = None, calibration: Any = None,
     values, attrs = _margin(values, attrs, attrs["hbm_bytes"], memory_margin)
     title = f"{data.get('id') or source} (run record; measured values ignored)" + calibrated_suffix(calibration)
     report = _report(values, attrs, title)
+    report = RunReport(report.text.replace("\n", f"\n{stack_line(data, attrs['stack'])}\n", 1),
+                       {**report.record, "stack": attrs["stack"]})
     # what the model assumed where the record is silent (an unknown GPU or framework, vp "unknown", ...)
     return _with_notes(report, [note for note in attrs.get("notes", "").split("; ") if note])

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from fastmodel.analysis.scores import Scores, score  # noqa: F401 - shared with serving's validate
-from fastmodel.analysis.splits import HIT_TOLERANCE, SPLITS, hit_rate
+from fastmodel.analysis.splits import HIT_TOLERANCE, NOT_GIVEN, SPLITS, hit_rate
 from fastmodel.lm.records import RunRecord
 
 BASELINE_MFUS = (0.40, 0.50)
@@ -87,8 +87,9 @@ def refused_rows(refused: list) -> list[dict]:
         raw = item.raw
         system = raw.get("system") if isinstance(raw.get("system"), dict) else {}
         table.append({"id": item.id, "source": str(raw.get("source") or "(unreadable)"), "stack": "(refused)",
-                      "gpu": str(system.get("gpu", "")), "parallelism_kind": str(raw.get("parallelism_kind", "")),
-                      "tier": str(raw.get("tier", "")), "status": "refused",
+                      "gpu": str(system.get("gpu", NOT_GIVEN)),
+                      "parallelism_kind": str(raw.get("parallelism_kind", NOT_GIVEN)),
+                      "tier": str(raw.get("tier", NOT_GIVEN)), "status": "refused",
                       "measured_step_time_s": np.nan, "predicted_step_time_s": np.nan, "error": np.nan,
                       **{f"baseline_mfu{mfu:.2f}_error": np.nan for mfu in BASELINE_MFUS},
                       **refused_moe_fields(raw), "notes": item.reason})

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from fastmodel.analysis.scores import score
-from fastmodel.analysis.splits import HIT_TOLERANCE, hit_rate
+from fastmodel.analysis.splits import HIT_TOLERANCE, NOT_GIVEN, hit_rate
 from fastmodel.errors import FastmodelError
 from fastmodel.serve.profiles import parse_framework
 from fastmodel.serve.records import LOAD_KEYS, ServeRecord
@@ -199,9 +199,10 @@ def refused_rows(refused: list) -> list[dict]:
         system = raw.get("system") if isinstance(raw.get("system"), dict) else {}
         measured = raw.get("measured") if isinstance(raw.get("measured"), dict) else {}
         row = {"id": item.id, "engine": ENGINE_TITLES[parse_framework(raw.get("framework"))[0]],
-               "framework": raw.get("framework"), "gpu": str(system.get("gpu", "")),
-               "precision": str(serve.get("precision", "bf16")), "mode": str(serve.get("mode", "aggregated")),
-               "model": _model_name(raw), "load": load_band(serve),
+               "framework": raw.get("framework"), "gpu": str(system.get("gpu", NOT_GIVEN)),
+               "precision": str(serve.get("precision", "bf16")) if serve else NOT_GIVEN,    # no serve block: no
+               "mode": str(serve.get("mode", "aggregated")) if serve else NOT_GIVEN,      # default to read either
+               "model": _model_name(raw) or NOT_GIVEN, "load": load_band(serve),
                "load_mode": load_mode(serve),
                "status": "refused"}
         for key in METRICS:

@@ -107,6 +107,27 @@ def test_specs_commands():
         assert "properties" in (schema["$defs"]["LLMSpec"] if kind == "model" else schema)
 
 
+def test_specs_list_and_show_the_device_files():
+    """The device files (specs/devices) are built-in specs too: listed with the GPU names each answers to, and
+    shown by file name or by one of those names (B300's FP4 peak is 13.5 PFLOP/s dense in b300.toml); a name
+    that is also a system shows the system unless --kind device says otherwise."""
+    listed = cli("specs", "list", "device")
+    assert listed.exit_code == 0 and listed.output.startswith("devices:\n")
+    row = next(line for line in listed.output.splitlines() if line.split()[0] == "b300")
+    assert "B300," in row and "HGX-B300" in row
+    assert "devices:" in cli("specs", "list").output
+    for name in ("b300", "B300", "hgx-b300"):
+        shown = cli("specs", "show", name)
+        assert shown.exit_code == 0 and "peak_flops_4 = 13.5e15" in shown.output, name
+    assert "kind = \"cluster\"" in cli("specs", "show", "dgx-b200").output       # the system, not B200's file
+    assert "names = [\"B200\"" in cli("specs", "show", "DGX-B200", "--kind", "device").output
+    assert "kind = \"cluster\"" in cli("specs", "show", "mi300x").output
+    assert "names = [\"MI300X\"" in cli("specs", "show", "mi300x", "--kind", "device").output
+    missing = cli("specs", "show", "b400", "--kind", "device")
+    assert missing.exit_code == 2 and missing.output.startswith("error: no built-in device 'b400'")
+    assert len(missing.output.strip().splitlines()) == 1
+
+
 def test_plans_command():
     out = cli("plans", "--system", "dc-a", "--nodes", "16").output.splitlines()
     assert len(out) == 52 and any("tp8,ddp16/mp128" in line for line in out)

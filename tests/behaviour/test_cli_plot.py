@@ -137,3 +137,21 @@ def test_a_result_without_configurations_is_one_line_naming_the_empty_dimension(
     assert result.exit_code == 2, result.output
     assert result.output == "error: the selection is empty: plan has no value\n"
     assert not out.exists()
+
+
+def test_the_serving_frontier_printout_names_its_columns(tmp_path):
+    """`plot pareto` of a serving result printed each frontier as bare number pairs; a header now names them: x
+    the tokens/s per user, y the tokens/s per GPU (plot/serving.py X, Y), or the --x / --y given."""
+    from fastmodel.plot.serving import X, Y
+
+    search = tmp_path / "s.nc"
+    run = cli("serve", "--search", "-m", "llama3.1-8b", "-d", "H100", "--ttft", "2s", "--tpot", "50ms", "--gpus", "2",
+              "--search-precision", "bf16", "--search-concurrency", "4", "-o", search)
+    assert run.exit_code == 0, run.output
+    result = cli("plot", "pareto", search, "-o", tmp_path / "p.png")
+    assert result.exit_code == 0, result.output
+    head, first = result.output.splitlines()[:2]
+    assert head.split() == ["x", "y", "configuration", "(x:", f"{X},", "y:", f"{Y})"]
+    assert first.endswith(":")      # then each frontier under its name
+    other = cli("plot", "pareto", search, "--x", "ttft", "--y", "tpot", "-o", tmp_path / "q.png")
+    assert other.exit_code == 0 and "(x: ttft, y: tpot)" in other.output.splitlines()[0]

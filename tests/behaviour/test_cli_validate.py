@@ -44,3 +44,16 @@ def test_help_names_the_moe_and_memory_sections_the_output_prints(tmp_path):
     for header in ("MoE step time by dispatcher", "MoE step time by overlap", "MoE step time by routing",
                    "MoE step time by stack", "peak memory per device", "runs that ran but are predicted not to fit"):
         assert header in output, header
+
+
+def test_the_help_names_the_groups_each_table_is_split_by():
+    """--help named the error tables but not their groups; issue 26 asks for tables by stack and issue 24 by
+    engine, GPU and precision, which the tables do (lm/validate.py and serve/validate.py GROUP_KEYS)."""
+    from fastmodel.lm.validate import GROUP_KEYS as RUN_GROUPS
+    from fastmodel.serve.validate import GROUP_KEYS as SERVE_GROUPS
+
+    text = " ".join(cli("validate", "--help").output.split())
+    assert RUN_GROUPS == ("source", "stack", "gpu", "parallelism_kind", "tier")
+    assert "by source, software stack, GPU, parallelism kind and tier" in text
+    assert SERVE_GROUPS == ("engine", "gpu", "precision", "mode", "model", "load")
+    assert "by engine, GPU, precision, mode, model and load" in text and "naive baseline" in text

@@ -62,3 +62,28 @@ def test_an_illegal_plan_of_a_task_file_names_the_file_and_field(tmp_path):
     with pytest.raises(PlanError, match=r"^plan 'tp2\.ep3': illegal plan \(experts_not_divisible\)"):
         run_one("qwen3-30b-a3b", "dgx-h100", str(task), num_nodes=4, plan="tp2.ep3")
     assert run_one("qwen3-30b-a3b", "dgx-h100", str(task), num_nodes=4, plan="tp2.ep32.etp1").ok
+
+
+def test_a_run_record_report_names_its_stack_and_what_picked_it():
+    """A run record is evaluated under the stack profile its explicit ``stack`` names, else the one its
+    ``framework`` text parses to (docs/model.md §11.8): the report says which, since "NeMo 24.09" and
+    "Megatron-LM" name different profiles (megatron-core, megatron-2021) and an unknown text takes ``default``."""
+    import json
+
+    from fastmodel.lm.report import run_record
+    from tests.suite_fixtures import data_lines
+
+    record = json.loads(data_lines("runs_dev.jsonl", 1)[0])
+    assert record["stack"] == "megatron-2021"
+    named = run_record(record)
+    assert named.text.splitlines()[1] == "stack                megatron-2021 (the record's stack)"
+    assert named.record["stack"] == "megatron-2021"
+    for framework, stack in (("NeMo 24.09", "megatron-core"), ("TorchTitan", "torchtitan"), ("FooTrainer 3.1", "default")):
+        parsed = run_record({k: v for k, v in record.items() if k != "stack"} | {"framework": framework})
+        line = next(line for line in parsed.text.splitlines() if line.startswith("stack "))
+        assert line == f"stack                {stack} (from framework {framework!r})"
+        assert parsed.record["stack"] == stack
+    bare = run_record({k: v for k, v in record.items() if k not in ("stack", "framework")})
+    assert "stack                default (no framework)" in bare.text.splitlines()
+    assert bare.text.splitlines()[1] == ("note: no framework and no stack: profile 'default' (registry defaults) "
+                                         "assumed (give the record's framework text or stack)")   # one line, not two

@@ -85,6 +85,12 @@ def test_a_malformed_line_is_a_miss_and_the_file_is_still_scored(tmp_path):
     assert f"{bad}:3: system.hbm_bytes: Input should be a valid number (got '80GB')" in result.stderr
     all_line = next(line for line in result.stdout.splitlines() if line.startswith("all "))
     assert all_line.split()[1:3] == ["1", "2"]     # one run answered, two misses
+    # the invalid line gives no gpu, parallelism kind or tier: its row says so instead of a blank group name
+    lines = result.stdout.splitlines()
+    for table in ("gpu", "parallelism_kind", "tier"):
+        start = lines.index(f"step time by {table}")
+        rows = lines[start + 2:lines.index("", start)]
+        assert rows[0].split()[:4] == ["(not", "given)", "0", "1"], (table, rows)
 
 
 def _runs_with_one_refused(tmp_path, n_good=3):

@@ -60,6 +60,12 @@ def test_a_malformed_serving_line_is_a_miss_in_every_table(tmp_path):
     assert f"refused (a miss): {path}:1: invalid JSON" in result.stderr
     all_lines = [line for line in result.stdout.splitlines() if line.startswith("all ")]
     assert [line.split()[1:3] for line in all_lines[:2]] == [["2", "1"], ["2", "1"]]   # TTFT, TPOT
+    # the unreadable line's groups are named, not blank, and not the defaults of a readable record (bf16,
+    # aggregated): it gives no serve block to read them from
+    groups = {line[:30].strip() for line in result.stdout.splitlines()[:20]}
+    for group in ("gpu", "model", "precision", "mode"):
+        assert f"{group}=(not given)" in groups and f"{group}=" not in groups, group
+    assert "precision=bf16" not in groups and "mode=aggregated" in groups    # the good record is aggregated
 
 
 @pytest.mark.parametrize("ttft, reason", [("173ms", "measured.ttft_s: "), (-1.0, "measured.ttft_s: "),

@@ -48,8 +48,8 @@ def profile_for(framework: str | None, stack: str | None = None) -> tuple[StackP
     if stack is not None:
         return BY_NAME[stack], None
     if framework is None:
-        return default.PROFILE, ("no framework and no stack: profile 'default' (registry defaults) assumed; "
-                                 "give the record's framework text or stack")
+        return default.PROFILE, ("no framework and no stack: profile 'default' (registry defaults) assumed "
+                                 "(give the record's framework text or stack)")
     text = tokens(framework)
     for profile in PROFILES:
         if profile.named_in(text):

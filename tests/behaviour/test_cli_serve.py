@@ -1,0 +1,83 @@
+"""``fastmodel serve`` (fastmodel/cli/serve.py) as a user meets it: what --precision means on the device given,
+options that apply only together, and what the engine default is."""
+
+from click.testing import CliRunner
+
+from fastmodel.cli import main
+from tests.suite_fixtures import one_line_error
+
+ARGS = ("serve", "-m", "llama3.1-8b", "--concurrency", "4", "--json")
+
+
+def _serve(*args):
+    return CliRunner().invoke(main, [*ARGS, *args], catch_exceptions=False)
+
+
+def test_fp4_without_fp4_tensor_cores_says_it_runs_weight_only():
+    """H100's device file has no FP4 peak (peak_flops_4 unset: 0), B200's 9 PFLOP/s dense: FP4 weights on H100 are
+    dequantised into 16-bit GEMMs (docs/model_serving.md S12), which a record's lowering notes and `serve -m`
+    now notes too (on stderr); on B200 they run W4A4, with no note."""
+    from fastmodel.serve.api import device_columns
+
+    assert device_columns("H100").get("peak_flops_4", 0.0) == 0.0 and device_columns("B200")["peak_flops_4"] == 9e15
+    hopper = _serve("-d", "H100", "--precision", "fp4")
+    assert hopper.exit_code == 0, hopper.output
+    assert hopper.stderr == "note: fp4 on H100 (no FP4 tensor cores): weight-only, dequantised into 16-bit GEMMs\n"
+    blackwell = _serve("-d", "B200", "--precision", "fp4")
+    assert blackwell.exit_code == 0 and blackwell.stderr == ""
+    assert _serve("-d", "H100", "--precision", "fp8").stderr == ""
+
+
+def test_gpt_oss_fp4_names_its_published_checkpoint():
+    """gpt-oss is published only as MXFP4 experts (precisions.MXFP4_EXPERT_CHECKPOINTS): --precision fp4 reads as
+    that checkpoint, and on H200 (no FP4 tensor cores) as weight-only mxfp4; both say so, naming --precision."""
+    run = CliRunner().invoke(main, ["serve", "-m", "gpt-oss-120b", "-d", "H200", "--tp", "2", "--concurrency", "4",
+                                    "--precision", "fp4", "--json"], catch_exceptions=False)
+    assert run.exit_code == 0, run.output
+    notes = run.stderr.splitlines()
+    assert notes[0].startswith("note: --precision fp4 of gpt-oss-120b: read as its published MXFP4 checkpoint")
+    assert notes[1] == "note: mxfp4 on H200 (no FP4 tensor cores): weight-only, dequantised into 16-bit GEMMs"
+
+
+def test_spec_acceptance_without_draft_tokens_is_refused_not_ignored():
+    """An acceptance rate with no draft tokens (no --spec-tokens, or 0) changed nothing and said nothing."""
+    one_line_error(_serve("--spec-acceptance", "0.7"), "--spec-acceptance", "--spec-tokens > 0")
+    one_line_error(_serve("--spec-tokens", "0", "--spec-acceptance", "0.7"), "--spec-acceptance")
+    one_line_error(_serve("--spec-tokens", "3"), "--spec-acceptance: required")
+
+
+def test_the_engine_default_is_what_the_help_says():
+    """Without --engine a configuration keeps the serving columns' defaults, which are TensorRT-LLM's profile less
+    its eager host issue time (host_op_s 20 us) and its 4 MiB custom allreduce (custom_allreduce_bytes 0: NCCL);
+    the search without --engine takes TensorRT-LLM's whole profile. The help said "default TensorRT-LLM's" for
+    both."""
+    from fastmodel.registry.lm import COLUMNS
+    from fastmodel.serve.api import columns, device_columns
+    from fastmodel.serve.profiles import profile_columns
+
+    kw = dict(tp=4, concurrency=16)
+    bare = columns("llama3.1-70b", "H200", **kw)
+    trtllm = columns("llama3.1-70b", "H200", **kw, **profile_columns("trtllm", None, device_columns("H200")["hbm_bytes"]))
+    differ = {c.name: (bare[i], trtllm[i]) for i, c in enumerate(COLUMNS) if bare[i] != trtllm[i]}
+    assert differ == {"host_op_s": (0.0, 20e-6), "custom_allreduce_bytes": (0.0, 4 * 2**20 + 1)}
+    text = " ".join(CliRunner().invoke(main, ["serve", "--help"]).output.split())
+    assert "TensorRT-LLM's scheduler limits with NCCL allreduces and no host issue time" in text
+    assert "--search without it: TensorRT-LLM's profile" in text
+    assert "at its newest version" in text    # profile_columns(engine, None, ...): no version from the CLI
+
+
+def test_the_mtp_note_holds_under_speculative_decoding():
+    """DeepSeek-V3's MTP layers note said "not served (no speculative decoding)" even with --spec-tokens 1, which
+    is MTP speculative decoding; with draft tokens it says how the draft is priced (S18: a one-layer draft head)
+    and that the MTP layers' own weights are still not counted. Without them the note is unchanged."""
+    from fastmodel.serve.models import UNSERVED
+
+    args = ("serve", "-m", "deepseek-v3", "-d", "H200", "--tp", "8", "--ep", "8", "--concurrency", "8",
+            "--precision", "fp8", "--json")
+    plain = CliRunner().invoke(main, list(args), catch_exceptions=False)
+    assert plain.exit_code == 0 and plain.stderr.splitlines()[0].endswith(UNSERVED["mtp_layers"])
+    spec = CliRunner().invoke(main, [*args, "--spec-tokens", "1", "--spec-acceptance", "0.8"], catch_exceptions=False)
+    assert spec.exit_code == 0, spec.output
+    note = spec.stderr.splitlines()[0]
+    assert note.startswith("note: DeepSeek-V3: model.mtp_layers = 1: with --spec-tokens its draft steps are priced")
+    assert "no speculative decoding" not in spec.stderr and "weights are not counted" in note
