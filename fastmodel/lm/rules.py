@@ -87,15 +87,15 @@ def devices_reason(row: np.ndarray) -> str:
 
 def layers_reason(row: np.ndarray) -> str:
     """layers_not_divisible with its numbers, the degrees that divide the layers and where ``uneven_stages`` is
-    set (``fastmodel run`` takes no execution: DeepSeek-V3's 61 layers divide by no pp > 1)."""
+    set (DeepSeek-V3's 61 layers divide by no pp > 1: ``fastmodel run -x uneven_stages=true`` runs it)."""
     from fastmodel.registry.lm import COLUMN_INDEX as C
 
     layers, pp, vp = row[C["layers"]], row[C["pp"]], row[C["vp"]]
     whole = int(layers) if float(layers).is_integer() else 0
     divisors = ", ".join(str(d) for d in range(1, min(whole, 128) + 1) if whole % d == 0) or "none"
     return (f"model.layers = {layers:g} is not divisible by pp x vp = {pp:g} x {vp:g} = {pp * vp:g} (pp x vp "
-            f"dividing them: {divisors}); execution.uneven_stages = true allows it (a sweep file's [execution] "
-            "table, execution= in Python, or a run record's plan block)")
+            f"dividing them: {divisors}); execution.uneven_stages = true allows it (run's -x uneven_stages=true or "
+            "--execution FILE, a sweep file's [execution] table, execution= in Python, or a run record's plan block)")
 
 
 def layout_reason(row: np.ndarray) -> str:

@@ -123,3 +123,9 @@ def test_the_plots_of_one_configuration_take_the_execution(tmp_path):
         assert figures[0] != figures[1], command
     assert _error(cli("plot", "timeline", *small, "-x", "pipeline_schedul=dualpipe", "-o", tmp_path / "x.png")) == (
         "error: --set: execution.pipeline_schedul: unknown field (did you mean 'pipeline_schedule'?)")
+
+
+def test_the_layers_refusal_names_the_option_run_now_has():
+    """DeepSeek-V3's 61 layers on pp 8 without uneven stages: the reason points at run's own -x."""
+    line = _error(cli("run", *DSV3, "-x", "pipeline_schedule=dualpipe"))
+    assert "illegal plan (layers_not_divisible)" in line and "run's -x uneven_stages=true or --execution FILE" in line
