@@ -149,18 +149,23 @@ def for_record(data: Any) -> Engine | None:
 
 def timeline(config: Any = None, *, model: Any = None, system: Any = None, task: Any = None, record: Any = None,
              source: str | None = None, semantics: Any = "default", plan: str | None = None,
-             num_nodes: int | None = None):
+             num_nodes: int | None = None, execution: Any = None):
     """The op-by-op step (``fastmodel.schedule.timeline.Timeline``) of one configuration, from the engine that
     evaluates it: a resolved ``config`` (``fastmodel.make_config``) is MAD-Max's, a ``record`` its engine's,
-    specs :func:`for_specs`'. A SpecError for an engine without timelines (serving)."""
+    specs :func:`for_specs`'. A SpecError for an engine without timelines (serving); ``execution`` (a dict of
+    execution fields, as in ``fastmodel.evaluate``) applies to the real-world training model's specs only."""
     if config is not None:
         return MADMAX.door().timeline(config=config)
     engine = for_record(record) if record is not None else for_specs(model, semantics, system)
     if engine is None or not hasattr(engine.door(), "timeline"):
         what = "a serving record" if engine is SERVE else "not a run record"
         raise SpecError(source, "model", f"{what}: timelines are drawn for training steps")
+    if execution is not None and engine is not LM:
+        raise SpecError(source, "execution", "applies to real-world training models (family = \"lm\") only; the "
+                        "MAD-Max model has no execution spec")
+    extra = {} if execution is None else {"execution": execution}
     return engine.door().timeline(model, system, task, record=record, source=source, semantics=semantics,
-                                  plan=plan, num_nodes=num_nodes)
+                                  plan=plan, num_nodes=num_nodes, **extra)
 
 
 def memory_timeline(*, model: Any = None, system: Any = None, task: Any = None, record: Any = None,

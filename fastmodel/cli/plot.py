@@ -14,6 +14,7 @@ import re
 import click
 
 from fastmodel.cli.common import friendly
+from fastmodel.cli.execution import execution_options
 
 SIZE_CHOICE = click.Choice(["single", "double"])
 
@@ -170,11 +171,13 @@ def parse_window(text: str | None) -> tuple[float, float] | None:
 @click.option("--plan", "-p", help="MAD-Max specs: 'DENSE/EMB'; real-world models: a mesh like 'tp8.pp4' "
               "(overrides the task's).")
 @click.option("--semantics", default="default", show_default=True, help="Modelling preset (default, madmax-fixed or madmax).")
+@execution_options
 @click.option("--window", metavar="START:END", help="Only this time window, e.g. 0:0.5 or 100ms:300ms.")
 @click.option("--aggregate", is_flag=True, help="Merge back-to-back ops of one category into one bar.")
 @_figure_options("double")
 @friendly
-def timeline_command(model, system, task, num_nodes, plan, semantics, window, aggregate, output, dpi, size, title):
+def timeline_command(model, system, task, num_nodes, plan, semantics, execution_file, execution_sets, window, aggregate,
+                     output, dpi, size, title):
     """Gantt chart of the compute and communication streams of one configuration.
 
     Real-world models (and run records) draw the busiest pipeline stage's step, op by op, with one row per
@@ -191,9 +194,10 @@ def timeline_command(model, system, task, num_nodes, plan, semantics, window, ag
 
         if engines.for_record(record) is engines.SERVE:
             raise click.UsageError(f"{model} is a serving record: timelines are drawn for training steps")
+    execution = _execution(model, record, semantics, system, execution_file, execution_sets)
     fig, _ = timeline(model=None if record is not None else model, system=system, task=task, record=record,
                       source=model if record is not None else None, semantics=semantics, plan=plan, num_nodes=num_nodes, window=parse_window(window),
-                      aggregate=aggregate, size=size, title=title)
+                      aggregate=aggregate, size=size, title=title, execution=execution)
     _save(fig, output, dpi)
 
 
@@ -205,9 +209,11 @@ def timeline_command(model, system, task, num_nodes, plan, semantics, window, ag
 @click.option("--plan", "-p", help="A mesh like 'tp8.pp4' (overrides the task's).")
 @click.option("--memory-margin", "memory_margin", metavar="GIB",
               help="HBM kept free, GiB (default: the plan's own allocator cache, allocator_cache_fraction x memory_allocated).")
+@execution_options
 @_figure_options("double")
 @friendly
-def memory_timeline_command(model, system, task, num_nodes, plan, memory_margin, output, dpi, size, title):
+def memory_timeline_command(model, system, task, num_nodes, plan, memory_margin, execution_file, execution_sets, output,
+                            dpi, size, title):
     """Memory over one training step per pipeline rank, by kind, with the HBM line (real-world models).
 
     Each panel is one pipeline rank's operations in schedule order (F j / B j: forward / backward of
@@ -222,10 +228,26 @@ def memory_timeline_command(model, system, task, num_nodes, plan, memory_margin,
     from fastmodel.analysis.margin import gib_margin
 
     margin = gib_margin(memory_margin)
+    execution = _execution(model, record, "default", system, execution_file, execution_sets)
     fig, _ = memory_timeline(model=None if record is not None else model, system=system, task=task, record=record,
                              source=model if record is not None else None, plan=plan, num_nodes=num_nodes,
-                             memory_margin=margin, size=size, title=title)
+                             memory_margin=margin, size=size, title=title, execution=execution)
     _save(fig, output, dpi)
+
+
+def _execution(model, record, semantics, system, path, sets) -> dict | None:
+    """The execution of --execution / --set (fastmodel/cli/execution.py): refused beside a record and for specs
+    of another engine than the real-world training model, each in one line."""
+    from fastmodel.cli import execution as ex
+
+    if path is None and not sets:
+        return None
+    if record is not None:
+        ex.refuse_with_record(model, path, sets)
+    from fastmodel import engines
+
+    ex.refuse_for_engine(engines.for_specs(model, semantics, system).name, path, sets)
+    return ex.read_execution(path, sets)
 
 
 @plot.command("breakdown")

@@ -14,6 +14,7 @@ import click
 
 from fastmodel.cli.app import main
 from fastmodel.cli.common import calibration_option, friendly, read_calibration, semantics_option
+from fastmodel.cli.execution import execution_options
 from fastmodel.errors import FastmodelError, SpecError
 
 #: engine -> its report module (``run_one`` for specs, ``run_record`` for records)
@@ -32,18 +33,24 @@ REPORTS = {"madmax": "fastmodel.madmax.report", "lm": "fastmodel.lm.report", "se
               "task's); real-world specs: a mesh, e.g. 'tp8.pp4' or 'tp4.pp8.cp2' (dp fills the cluster); not with "
               "a record.")
 @semantics_option
+@execution_options
 @calibration_option
 @click.option("--memory-margin", "memory_margin", metavar="GIB",
               help="HBM to keep free, GiB: the plan fits when memory_per_device <= HBM - margin (default: the "
               "plan's own allocator cache, allocator_cache_fraction x memory_allocated); real-world training models and run records.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the report.")
 @friendly
-def run(model, system, task, num_nodes, plan, semantics, calibration, memory_margin, as_json):
-    """Evaluate one configuration and print a report."""
+def run(model, system, task, num_nodes, plan, semantics, execution_file, execution_sets, calibration, memory_margin,
+        as_json):
+    """Evaluate one configuration and print a report.
+
+    Real-world training specs run as --execution FILE (an [execution] table) and -x/--set KEY=VALUE say, e.g.
+    -x pipeline_schedule=dualpipe -x moe_a2a_overlap=dualpipe; a record's plan block states its own."""
     import importlib
 
     from fastmodel import engines
     from fastmodel.analysis.margin import gib_margin
+    from fastmodel.cli import execution as ex
     from fastmodel.lm.calibrate.use import cli_warnings
 
     cal = read_calibration(calibration)
@@ -53,6 +60,7 @@ def run(model, system, task, num_nodes, plan, semantics, calibration, memory_mar
         if record is not None:
             engine = engines.for_record(record)
             _refuse_with_record(model, system=system, task=task, nodes=num_nodes, plan=plan, semantics=semantics)
+            ex.refuse_with_record(model, execution_file, execution_sets)
             report = importlib.import_module(REPORTS[engine.name]).run_record(record, model, calibration=cal,
                                                                               **_margin_kwargs(engine, margin))
         else:
@@ -60,9 +68,11 @@ def run(model, system, task, num_nodes, plan, semantics, calibration, memory_mar
             if system is None or task is None:
                 raise click.UsageError("--system and --task are required (unless --model is a run or serving "
                                        "record)")
+            ex.refuse_for_engine(engine.name, execution_file, execution_sets)
+            execution = ex.read_execution(execution_file, execution_sets)
             report = importlib.import_module(REPORTS[engine.name]).run_one(
                 model, system, task, semantics=semantics, plan=plan, num_nodes=num_nodes, calibration=cal,
-                **_margin_kwargs(engine, margin))
+                **_margin_kwargs(engine, margin), **({} if execution is None else {"execution": execution}))
     if not report.ok:
         raise FastmodelError(report.text)
     click.echo(json.dumps(report.record) if as_json else report.text)

@@ -81,13 +81,13 @@ def record_values(record: dict, source: str | None = None, calibration: Any = No
 
 
 def config_values(model: Any, system: Any, task: Any = None, plan: str | None = None,
-                  num_nodes: int | None = None) -> dict:
+                  num_nodes: int | None = None, execution: Any = None) -> dict:
     """Results of one real-world configuration without xarray (as :func:`record_values`); the same point a
-    sweep evaluates (``lm_sweep.point_columns``); a PlanError for an illegal plan."""
+    sweep evaluates (``lm_sweep.point_columns``, run as ``execution`` says); a PlanError for an illegal plan."""
     from fastmodel.lm.engine import evaluate_one
     from fastmodel.lm.sweep import point_columns
 
-    columns = point_columns(model, system, task, plan=plan, num_nodes=num_nodes)
+    columns = point_columns(model, system, task, plan=plan, num_nodes=num_nodes, execution=execution)
     results = evaluate_one(columns, f"plan {plan or 'dp'!r}")
     results["fits_memory"] = results["fits_memory"] == 1.0
     return results
@@ -205,17 +205,20 @@ def record_columns(record: dict, source: str | None = None) -> tuple[np.ndarray,
 
 def timeline(model: Any = None, system: Any = None, task: Any = None, *, record: dict | None = None,
              source: str | None = None, semantics: Any = "default", plan: str | None = None,
-             num_nodes: int | None = None):
-    """The engine's door for ``fastmodel.plot.timeline``: one configuration (specs, or a run ``record``) laid
-    out op by op (``fastmodel.lm.timeline``) as a ``fastmodel.schedule.timeline.Timeline``: the busiest stage's
-    compute stream on top, one row per process group below."""
+             num_nodes: int | None = None, execution: Any = None):
+    """The engine's door for ``fastmodel.plot.timeline``: one configuration (specs, run as ``execution`` says,
+    or a run ``record``; ``execution`` is refused beside it) laid out op by op (``fastmodel.lm.timeline``) as a
+    ``fastmodel.schedule.timeline.Timeline``: the busiest stage's compute stream on top, one row per process
+    group below."""
     from fastmodel.lm.timeline import KINDS, STREAMS, record_timeline, spec_timeline
     from fastmodel.schedule.timeline import Timeline
 
     if record is not None:
+        if execution is not None:
+            raise SpecError(source, "execution", "a run record executes as its plan block says; edit the record")
         tl, label = record_timeline(record, source)
     else:
-        tl, label = spec_timeline(model, system, task, plan=plan, num_nodes=num_nodes)
+        tl, label = spec_timeline(model, system, task, plan=plan, num_nodes=num_nodes, execution=execution)
     return Timeline(STREAMS, KINDS, tuple(tl.names), np.asarray(tl.stream, dtype=np.int64),
                     np.asarray(tl.kind, dtype=np.int64), np.asarray(tl.start, dtype=float),
                     np.asarray(tl.end, dtype=float), float(tl.step_time), label,

@@ -16,6 +16,15 @@ def calibrated_suffix(cal) -> str:
     return f", calibration {Path(cal.source).name} (sha256 {cal.fingerprint()[:12]})"
 
 
+def execution_label(fields: Any) -> str:
+    """Title suffix naming the execution fields given as a dict (empty without)."""
+    if not isinstance(fields, dict) or not fields:
+        return ""
+    import json
+
+    return ", execution " + " ".join(f"{key}={v if isinstance(v, str) else json.dumps(v)}" for key, v in fields.items())
+
+
 def _report(values: dict, attrs: dict, title: str) -> RunReport:
     from fastmodel.lm.api import format_report
 
@@ -30,8 +39,10 @@ def _report(values: dict, attrs: dict, title: str) -> RunReport:
 
 
 def run_one(model: Any, system: Any, task: Any, *, semantics: Any = "default", plan: str | None = None,
-            num_nodes: int | None = None, calibration: Any = None, memory_margin: float | None = None) -> RunReport:
-    """One real-world configuration (a task's mesh plan applies when ``plan`` is None); ``memory_margin``
+            num_nodes: int | None = None, calibration: Any = None, memory_margin: float | None = None,
+            execution: Any = None) -> RunReport:
+    """One real-world configuration (a task's mesh plan applies when ``plan`` is None), run as ``execution``
+    (a dict of execution fields, as in ``fastmodel.evaluate``; the title names them) says; ``memory_margin``
     (bytes): the plan fits when memory_per_device <= HBM - margin (default: its own allocator cache)."""
     from fastmodel.lm.loader import load_lm_model
     from fastmodel.lm.task import load_train_task
@@ -43,16 +54,18 @@ def run_one(model: Any, system: Any, task: Any, *, semantics: Any = "default", p
     plan = plan if plan is not None else train.plan
     name = semantics if isinstance(semantics, str) else getattr(semantics, "name", "custom")
     title = (f"{spec.name} on {system}" + (f" x {num_nodes} nodes" if num_nodes else "")
-             + f", plan {plan or 'dp'}, semantics {name}" + calibrated_suffix(calibration))
+             + f", plan {plan or 'dp'}, semantics {name}" + calibrated_suffix(calibration)
+             + execution_label(execution))
     try:
         if calibration is None:  # no xarray: the report needs only the numbers
             from fastmodel.lm.api import config_values
 
-            values = config_values(spec, system, train, plan=plan, num_nodes=num_nodes)
+            values = config_values(spec, system, train, plan=plan, num_nodes=num_nodes, execution=execution)
             return _with_notes(_report(*_margin(values, {}, _capacity(system), memory_margin), title), notes)
         from fastmodel.lm.api import evaluate_lm, report_values
 
-        ds = evaluate_lm(spec, system, train, plan=plan, num_nodes=num_nodes, calibration=calibration)
+        ds = evaluate_lm(spec, system, train, plan=plan, num_nodes=num_nodes, calibration=calibration,
+                         execution=execution)
     except PlanError as error:   # the task file's plan: say so, as MAD-Max's tasks do (file, field, rule)
         if from_task:
             raise error.located(f"{task}: task.plan") from None

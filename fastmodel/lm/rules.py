@@ -6,9 +6,14 @@ from __future__ import annotations
 import numpy as np
 
 from fastmodel.errors import PlanError
-from fastmodel.registry.lm import COLUMN_INDEX, STATUSES
+from fastmodel.registry.lm import COLUMN_INDEX, MOE_A2A_OVERLAPS, PIPELINE_SCHEDULES, STATUSES
 
 C_GRAPHS = COLUMN_INDEX["cuda_graph_microbatch_buffers"]
+C_A2A = COLUMN_INDEX["moe_a2a_overlap"]
+C_SCHEDULE = COLUMN_INDEX["pipeline_schedule"]
+A2A_DUALPIPE = MOE_A2A_OVERLAPS["dualpipe"]
+SCHED_DUALPIPE = PIPELINE_SCHEDULES["dualpipe"]
+PIPELINE_NAMES = {code: name for name, code in PIPELINE_SCHEDULES.items()}
 
 
 def plan_status(params: np.ndarray) -> np.ndarray:
@@ -42,6 +47,11 @@ def status_reason(code: int, column: np.ndarray) -> str:
         return layers_reason(row)
     if name == "layout_not_runnable":
         return layout_reason(row)
+    if name == "schedule_not_runnable" and row[C_A2A] == A2A_DUALPIPE and row[C_SCHEDULE] != SCHED_DUALPIPE:
+        return ("plan.moe_a2a_overlap = dualpipe with pipeline_schedule "
+                f"{PIPELINE_NAMES.get(int(row[C_SCHEDULE]), int(row[C_SCHEDULE]))}: the all-to-all is hidden inside "
+                "DualPipe's forward-backward chunk pairs, which no other schedule runs; use moe_a2a_overlap batch "
+                "(Megatron-Core's batch-level overlap) or pipeline_schedule dualpipe")
     if name == "schedule_not_runnable" and row[C_GRAPHS] > 0.0:
         return ("plan.cuda_graph_microbatch_buffers = 1 with pipeline_schedule dualpipe: DualPipe runs its modules "
                 "eagerly and defers weight gradients (WeightGradStore, deepseek-ai/DualPipe dualpipe.py@3da1bbe), "
@@ -77,15 +87,15 @@ def devices_reason(row: np.ndarray) -> str:
 
 def layers_reason(row: np.ndarray) -> str:
     """layers_not_divisible with its numbers, the degrees that divide the layers and where ``uneven_stages`` is
-    set (``fastmodel run`` takes no execution: DeepSeek-V3's 61 layers divide by no pp > 1)."""
+    set (DeepSeek-V3's 61 layers divide by no pp > 1: ``fastmodel run -x uneven_stages=true`` runs it)."""
     from fastmodel.registry.lm import COLUMN_INDEX as C
 
     layers, pp, vp = row[C["layers"]], row[C["pp"]], row[C["vp"]]
     whole = int(layers) if float(layers).is_integer() else 0
     divisors = ", ".join(str(d) for d in range(1, min(whole, 128) + 1) if whole % d == 0) or "none"
     return (f"model.layers = {layers:g} is not divisible by pp x vp = {pp:g} x {vp:g} = {pp * vp:g} (pp x vp "
-            f"dividing them: {divisors}); execution.uneven_stages = true allows it (a sweep file's [execution] "
-            "table, execution= in Python, or a run record's plan block)")
+            f"dividing them: {divisors}); execution.uneven_stages = true allows it (run's -x uneven_stages=true or "
+            "--execution FILE, a sweep file's [execution] table, execution= in Python, or a run record's plan block)")
 
 
 def layout_reason(row: np.ndarray) -> str:

@@ -150,16 +150,18 @@ def check_degree_axes(names) -> None:
                          f"plans (plan = ['tp2', 'tp8', ...]) or drop the plan axis")
 
 
-#: execution fields whose axis values the execution spec's rules can refuse at every point of a grid (the rule
-#: table has no status for them): moe_dispatcher 'deepep_ll', moe_a2a_overlap 'dualpipe' without DualPipe
+#: execution fields whose axis values the execution spec's rules can refuse at every point of a grid:
+#: moe_dispatcher 'deepep_ll', moe_a2a_overlap 'dualpipe' without DualPipe (a point of it under another schedule
+#: of a ``pipeline_schedule`` axis gets ``schedule_not_runnable`` from the rule table, kernels/lm/rules.py)
 RULED_EXECUTION_AXES = ("moe_dispatcher", "moe_a2a_overlap")
 
 
 def check_execution_axes(axes: dict, execution) -> None:
     """An axis value of ``RULED_EXECUTION_AXES`` that the execution spec refuses (fastmodel/lm/execution.py)
     under every pipeline schedule of the grid (the execution's, or each of a ``pipeline_schedule`` axis) is one
-    line, with the spec's reason, as the same value in the ``[execution]`` table: such a point was evaluated as
-    if the value were another (``deepep_ll`` as all-to-all, ``dualpipe`` overlap as batch-level)."""
+    line, with the spec's reason, as the same value in the ``[execution]`` table. Under only some schedules of
+    the axis, the points of the others keep a status: ``dualpipe`` overlap under another schedule is
+    ``schedule_not_runnable`` (kernels/lm/rules.py ``overlap_needs_dualpipe``), never batch-level overlap."""
     from fastmodel.errors import SpecError
     from fastmodel.lm.loader import load_execution
 

@@ -229,9 +229,10 @@ def record_timeline(data: dict, source: str | None = None) -> tuple["Timeline", 
     return timeline(record.columns, f"{source}: {label}" if source else label), label
 
 
-def spec_timeline(model, system, task, plan: str | None = None, num_nodes: int | None = None) -> tuple["Timeline", str]:
+def spec_timeline(model, system, task, plan: str | None = None, num_nodes: int | None = None,
+                  execution=None) -> tuple["Timeline", str]:
     """(timeline, title) of one real-world configuration given as specs (a task's mesh plan applies when
-    ``plan`` is None)."""
+    ``plan`` is None), run as ``execution`` (a dict of execution fields) says."""
     from fastmodel.lm.loader import load_lm_model
     from fastmodel.lm.sweep import point_columns
     from fastmodel.lm.task import load_train_task
@@ -239,5 +240,5 @@ def spec_timeline(model, system, task, plan: str | None = None, num_nodes: int |
     spec = load_lm_model(model)
     train = load_train_task(task)
     plan = plan if plan is not None else train.plan
-    columns = point_columns(spec, system, train, plan=plan, num_nodes=num_nodes)
+    columns = point_columns(spec, system, train, plan=plan, num_nodes=num_nodes, execution=execution)
     return timeline(columns, f"plan {plan or 'dp'!r}"), f"{spec.name}, {plan or 'dp'}"

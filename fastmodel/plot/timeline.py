@@ -74,7 +74,8 @@ def merge_ops(starts: np.ndarray, ends: np.ndarray, gap: float) -> np.ndarray:
 
 def timeline(config=None, *, model=None, system=None, task=None, record=None, source=None, semantics="default",
              plan: str | None = None, num_nodes: int | None = None, window: tuple[float, float] | None = None,
-             aggregate: bool = False, size="double", height: float | None = None, title: str | None = None, ax=None):
+             aggregate: bool = False, size="double", height: float | None = None, title: str | None = None, ax=None,
+             execution=None):
     """Gantt chart of one configuration's step; returns ``(fig, ax)``.
 
     Pass a :class:`~fastmodel.schedule.timeline.Timeline`, a resolved MAD-Max config (``fastmodel.make_config``),
@@ -82,7 +83,8 @@ def timeline(config=None, *, model=None, system=None, task=None, record=None, so
     ``num_nodes``): the engine that evaluates them lays the step out (``fastmodel.engines.timeline``). One bar
     per op; ``aggregate=True`` merges ops of one kind less than 1/1000 of the window apart (closer than a
     pixel); ``window=(t0, t1)`` in seconds draws only the ops overlapping that window. The step time and the
-    exposed communication are annotated.
+    exposed communication are annotated. ``execution``: a dict of execution fields for real-world specs (as in
+    ``fastmodel.evaluate``).
     """
     if isinstance(config, Timeline):
         tl = config
@@ -92,7 +94,7 @@ def timeline(config=None, *, model=None, system=None, task=None, record=None, so
         if config is None and record is None and (model is None or system is None or task is None):
             raise D.PlotError("timeline needs a config, a run record, or model, system and task")
         tl = engines.timeline(config, model=model, system=system, task=task, record=record, source=source,
-                              semantics=semantics, plan=plan, num_nodes=num_nodes)
+                              semantics=semantics, plan=plan, num_nodes=num_nodes, execution=execution)
     return timeline_figure(tl, window=window, aggregate=aggregate, size=size, height=height, title=title, ax=ax)
 
 

@@ -11,7 +11,7 @@ from fastmodel.kernels.lm.fp8 import fp8_recipe_supported
 from fastmodel.kernels.jit import njit, prange
 from fastmodel.kernels.lm.layout import (
     C_CP, C_CP_ALGORITHM, CP_ALLTOALL, C_DP, C_EMBEDDING_LOSS_IN_SPLIT, C_EP, C_GLOBAL_BATCH, C_HEADS, C_KV_HEADS, C_LAST_STAGE_LAYERS, C_LAYERS,
-    C_MICRO_BATCH, C_MOE_EXPERTS,
+    C_MICRO_BATCH, C_MOE_A2A_OVERLAP, C_MOE_EXPERTS, C_PIPELINE_SCHEDULE, A2A_DUALPIPE, SCHED_DUALPIPE,
     C_MOE_TOPK, C_N_GPUS, C_PEAK_FLOPS_8, C_PP, C_PRECISION, C_SEQ_LEN, C_TP, C_UNEVEN_STAGES, C_VP, PRECISION_FP8,
 )
 from fastmodel.kernels.lm.memory_offload import offload_conflict
@@ -33,6 +33,7 @@ ST_TOPK = STATUS_CODES["topk_above_experts"]
 ST_FP8_RECIPE = STATUS_CODES["fp8_recipe_unsupported"]
 ST_OFFLOAD = STATUS_CODES["offload_conflict"]
 ST_LAYOUT = STATUS_CODES["layout_not_runnable"]
+ST_SCHEDULE = STATUS_CODES["schedule_not_runnable"]
 
 
 @njit
@@ -59,6 +60,8 @@ def plan_status_row(row):
     status = schedule_status(row, micro_batches)
     if status:
         return status
+    if overlap_needs_dualpipe(row):
+        return ST_SCHEDULE
     experts = row[C_MOE_EXPERTS]
     # a spec file refuses k > E (fastmodel/lm/spec.py); a grid can cross a moe_experts axis with a moe_topk axis
     if experts > 0.0 and row[C_MOE_TOPK] > experts:
@@ -81,6 +84,15 @@ def plan_status_row(row):
     if layout_broken(row):
         return ST_LAYOUT
     return 0
+
+
+@njit
+def overlap_needs_dualpipe(row):
+    """True when ``moe_a2a_overlap`` is DualPipe's (the all-to-all hidden inside DualPipe's forward-backward chunk
+    pairs, DeepSeek-V3 report sec. 3.2.1) under another pipeline schedule: only DualPipe pairs the chunks so, and
+    the execution spec refuses the pair (fastmodel/lm/execution.py); a grid crossing a ``pipeline_schedule`` axis
+    with a ``moe_a2a_overlap`` axis gets ``schedule_not_runnable`` there, never batch-level overlap instead."""
+    return row[C_MOE_A2A_OVERLAP] == A2A_DUALPIPE and int(row[C_PIPELINE_SCHEDULE]) != SCHED_DUALPIPE
 
 
 @njit

@@ -74,7 +74,7 @@ def test_layers_not_divisible_names_the_layers_the_degrees_and_where_to_allow_it
         check_plan(row(**{**MOE, "layers": 61, "n_gpus": 16, "tp": 1, "pp": 8, "dp": 2, "ep": 1}))
     assert str(info.value).endswith(
         "model.layers = 61 is not divisible by pp x vp = 8 x 1 = 8 (pp x vp dividing them: 1, 61); "
-        "execution.uneven_stages = true allows it (a sweep file's [execution] table, execution= in Python, or a run "
-        "record's plan block)"), str(info.value)
+        "execution.uneven_stages = true allows it (run's -x uneven_stages=true or --execution FILE, a sweep file's "
+        "[execution] table, execution= in Python, or a run record's plan block)"), str(info.value)
     with pytest.raises(PlanError, match=r"pp x vp = 4 x 2 = 8 \(pp x vp dividing them: 1, 2, 3, 4, 6, 12\)"):
         check_plan(row(**{**MOE, "layers": 12, "n_gpus": 4, "tp": 1, "pp": 4, "vp": 2, "dp": 1, "ep": 1}))

@@ -1,0 +1,122 @@
+"""``--execution FILE`` and ``-x/--set KEY=VALUE``: how one configuration given as specs executes (pipeline
+schedule, MoE dispatcher and overlap, recompute, offload, CUDA graphs, ...), for ``fastmodel run``, ``plot
+timeline`` and ``plot memory-timeline``.
+
+The file holds one ``[execution]`` table, the schema and loader of a sweep file's ``[execution]`` table
+(``fastmodel.lm.loader.load_execution``); each ``--set`` is one of its fields, the value read as TOML (``8``,
+``true``, ``0.5``, ``"dualpipe"``, ``["moe", "mlp"]``; a bare word such as ``dualpipe`` is that string), and wins
+over the file. Errors are one line naming the file (or ``--set``), the field path and the reason; a record (its
+plan block states its execution), MAD-Max specs and serving configurations refuse both options.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import click
+
+from fastmodel.errors import FastmodelError, SpecError, nearest
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+#: a --set value that is not TOML but one word: that word as a string (``pipeline_schedule=dualpipe``)
+BARE_WORD = re.compile(r"[A-Za-z0-9_.+-]+")
+
+
+def execution_options(func):
+    """The ``--execution FILE`` and repeatable ``-x/--set KEY=VALUE`` options (parameters ``execution_file``
+    and ``execution_sets``)."""
+    func = click.option(
+        "--set", "-x", "execution_sets", multiple=True, metavar="KEY=VALUE",
+        help="One execution field (repeatable; wins over --execution), the value as TOML, e.g. -x "
+        "pipeline_schedule=dualpipe -x micro_batch=2 -x uneven_stages=true; real-world training specs only.")(func)
+    return click.option(
+        "--execution", "execution_file", type=click.Path(dir_okay=False), metavar="FILE",
+        help="A TOML file with an [execution] table (a sweep file's schema: pipeline_schedule, moe_dispatcher, "
+        "recompute_modules, ...); real-world training specs only (a record's plan block states its own).")(func)
+
+
+def given_flag(path: str | None, sets: tuple[str, ...]) -> str | None:
+    """The flag named in a refusal: ``--execution`` or ``--set`` (None when neither is given)."""
+    return "--execution" if path is not None else "--set" if sets else None
+
+
+def refuse_with_record(model: str, path: str | None, sets: tuple[str, ...]) -> None:
+    """A run record executes as its plan block says: --execution and --set are refused beside it."""
+    flag = given_flag(path, sets)
+    if flag:
+        raise FastmodelError(f"{flag}: {model} is a measured-run record and its plan block states the execution; "
+                             "edit the record (or give specs with --model) instead")
+
+
+def refuse_for_engine(engine_name: str, path: str | None, sets: tuple[str, ...]) -> None:
+    """--execution and --set apply to the real-world training model only (engine ``lm``)."""
+    flag = given_flag(path, sets)
+    if flag and engine_name != "lm":
+        what = "a serving configuration" if engine_name == "serve" else "MAD-Max specs (the MAD-Max model has no " \
+            "execution spec)"
+        raise FastmodelError(f"{flag}: applies to real-world training models (family = \"lm\"), not to {what}")
+
+
+def read_execution(path: str | None, sets: tuple[str, ...]) -> dict | None:
+    """The execution fields of ``--execution`` and ``--set`` (None when neither is given), checked by the sweep
+    file's loader; an error names the file, or ``--set`` when the field it blames came from one."""
+    if path is None and not sets:
+        return None
+    from fastmodel.lm.loader import load_execution
+
+    fields = _file_fields(path) if path is not None else {}
+    overrides = dict(parse_set(item) for item in sets)
+    merged = {**fields, **overrides}
+    try:
+        load_execution(merged)
+    except SpecError as error:
+        key = (error.field or "").removeprefix("execution.").split(".")[0].split("[")[0]
+        source = "--set" if key in overrides or path is None else path
+        raise SpecError(source, error.field, error.reason) from None
+    return merged
+
+
+def parse_set(item: str) -> tuple[str, object]:
+    """``KEY=VALUE`` of one ``--set`` as (field, value): the value read as a TOML value (a bare word: a string)."""
+    key, sep, text = item.partition("=")
+    key = key.strip().removeprefix("execution.")
+    if not sep or not key:
+        raise SpecError("--set", None, f"{item!r}: expected KEY=VALUE (e.g. pipeline_schedule=dualpipe)")
+    text = text.strip()
+    try:
+        value = tomllib.loads(f"value = {text}")["value"]
+    except tomllib.TOMLDecodeError:
+        if not BARE_WORD.fullmatch(text):
+            raise SpecError("--set", f"execution.{key}", f"{text!r} is not a TOML value (a number, true/false, "
+                            "a word, a \"string\" or an [array])") from None
+        value = text
+    if isinstance(value, dict):
+        raise SpecError("--set", f"execution.{key}", f"{text!r}: a table; give each field as its own --set")
+    return key, value
+
+
+def _file_fields(path: str) -> dict:
+    """The ``[execution]`` table of an execution file; anything else in it is refused, naming the key."""
+    try:
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8-sig"))
+    except FileNotFoundError:
+        raise SpecError(path, None, "no such file") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+        raise SpecError(path, None, f"not valid TOML: {error}") from None
+    for key in data:
+        if key != "execution":
+            raise SpecError(path, key, "unknown table or key: an execution file holds one [execution] table"
+                            f"{nearest(key, ['execution'])}")
+    if "execution" not in data:
+        raise SpecError(path, "execution", "required: an [execution] table of execution fields (pipeline_schedule, "
+                        "moe_dispatcher, ...)")
+    if not isinstance(data["execution"], dict):
+        raise SpecError(path, "execution", "expected a table of execution fields (pipeline_schedule, ...)")
+    return data["execution"]
+

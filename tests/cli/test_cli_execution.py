@@ -1,0 +1,131 @@
+"""``--execution FILE`` and ``-x/--set KEY=VALUE`` (fastmodel/cli/execution.py) on ``run``, ``plot timeline`` and
+``plot memory-timeline``: walk of issues 22-23 (DeepSeek-V3 with pp > 1 could not say DualPipe from ``run``)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fastmodel.lm.api import config_values
+from tests.suite_fixtures import cli
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+DSV3 = ["-m", "deepseek-v3", "-s", "dgx-h100", "-t", "llm-pretrain", "--nodes", "128", "-p", "pp8.ep64"]
+DUALPIPE = {"pipeline_schedule": "dualpipe", "uneven_stages": True, "moe_a2a_overlap": "dualpipe"}
+SETS = ["-x", "pipeline_schedule=dualpipe", "-x", "uneven_stages=true", "-x", "moe_a2a_overlap=dualpipe"]
+
+
+def _error(result) -> str:
+    """The one error line of a refused command (exit 2)."""
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1, result.output
+    return lines[0]
+
+
+@pytest.fixture
+def record(tmp_path):
+    path = tmp_path / "record.json"
+    path.write_text(next(line for line in (DATA / "runs_dev.jsonl").read_text().splitlines() if line.strip()))
+    return str(path)
+
+
+def test_a_dualpipe_run_via_set_is_the_python_api_point():
+    """DeepSeek-V3 on pp8.ep64 under DualPipe from the command line: the same point fastmodel's Python API gives
+    with execution=, and not the default schedule's (its bubble is DualPipe's closed form, not 1F1B's)."""
+    result = cli("run", *DSV3, *SETS, "--json")
+    assert result.exit_code == 0, result.output
+    got = json.loads(result.output)
+    want = config_values("deepseek-v3", "dgx-h100", "llm-pretrain", plan="pp8.ep64", num_nodes=128,
+                         execution=DUALPIPE)
+    assert got["step_time"] == want["step_time"] and got["pipeline_bubble"] == want["pipeline_bubble"]
+    assert got["title"].endswith("execution pipeline_schedule=dualpipe uneven_stages=true moe_a2a_overlap=dualpipe")
+    plain = config_values("deepseek-v3", "dgx-h100", "llm-pretrain", plan="pp8.ep64", num_nodes=128,
+                          execution={"uneven_stages": True})
+    assert plain["pipeline_bubble"] != want["pipeline_bubble"]
+
+
+def test_set_wins_over_the_file(tmp_path):
+    path = tmp_path / "exec.toml"
+    path.write_text('[execution]\npipeline_schedule = "1f1b"\nuneven_stages = true\nmoe_a2a_overlap = "dualpipe"\n')
+    both = cli("run", *DSV3, "--execution", path, "-x", "pipeline_schedule=dualpipe", "--json")
+    only = cli("run", *DSV3, *SETS, "--json")
+    assert both.exit_code == 0, both.output
+    assert json.loads(both.output)["step_time"] == json.loads(only.output)["step_time"]
+    # the file alone pairs DualPipe's overlap with 1F1B: refused, naming the file and the field
+    line = _error(cli("run", *DSV3, "--execution", path))
+    assert line.startswith(f"error: {path}: execution.moe_a2a_overlap: 'dualpipe' overlaps the all-to-all")
+
+
+def test_a_typo_key_names_the_nearest_field(tmp_path):
+    line = _error(cli("run", *DSV3, "-x", "pipeline_schedul=dualpipe"))
+    assert line == "error: --set: execution.pipeline_schedul: unknown field (did you mean 'pipeline_schedule'?)"
+    path = tmp_path / "exec.toml"
+    path.write_text("[execution]\nmoe_dispatch = 'deepep'\n")
+    line = _error(cli("run", *DSV3, "--execution", path))
+    assert line.startswith(f"error: {path}: execution.moe_dispatch: unknown field (did you mean 'moe_dispatcher'")
+
+
+@pytest.mark.parametrize("item, expected", [
+    ("micro_batch=abc", "error: --set: execution.micro_batch: "),
+    ("pipeline_schedule=dualpip", "error: --set: execution.pipeline_schedule: "),
+    ("micro_batch=[1,", "error: --set: execution.micro_batch: '[1,' is not a TOML value"),
+    ("micro_batch={a = 1}", "error: --set: execution.micro_batch: '{a = 1}': a table"),
+    ("micro_batch", "error: --set: 'micro_batch': expected KEY=VALUE"),
+])
+def test_a_bad_value_is_one_line(item, expected):
+    assert _error(cli("run", *DSV3, "-x", item)).startswith(expected)
+
+
+def test_a_file_with_an_unknown_table(tmp_path):
+    path = tmp_path / "exec.toml"
+    path.write_text("[execution]\nmicro_batch = 1\n[exection]\nmicro_batch = 2\n")
+    line = _error(cli("run", *DSV3, "--execution", path))
+    assert line == (f"error: {path}: exection: unknown table or key: an execution file holds one [execution] "
+                    "table (did you mean 'execution'?)")
+    path.write_text("micro_batch = 1\n")
+    assert _error(cli("run", *DSV3, "--execution", path)).startswith(f"error: {path}: micro_batch: unknown table")
+    path.write_text("[execution\n")
+    assert _error(cli("run", *DSV3, "--execution", path)).startswith(f"error: {path}: not valid TOML")
+    assert _error(cli("run", *DSV3, "--execution", tmp_path / "none.toml")).endswith("none.toml: no such file")
+
+
+def test_refused_with_a_record_and_with_madmax_specs(record, tmp_path):
+    line = _error(cli("run", "-m", record, "-x", "micro_batch=2"))
+    assert line.startswith(f"error: --set: {record} is a measured-run record and its plan block states the execution")
+    path = tmp_path / "exec.toml"
+    path.write_text("[execution]\nmicro_batch = 2\n")
+    assert _error(cli("run", "-m", record, "--execution", path)).startswith(f"error: --execution: {record} is a")
+    madmax = ["-m", "llama2-70b", "-s", "dc-a", "-t", "llm-pretrain-fsdp"]
+    line = _error(cli("run", *madmax, "-x", "micro_batch=2"))
+    assert line == ('error: --set: applies to real-world training models (family = "lm"), not to MAD-Max specs '
+                    "(the MAD-Max model has no execution spec)")
+    out = tmp_path / "t.png"
+    assert _error(cli("plot", "timeline", "-m", record, "-x", "micro_batch=2", "-o", out)).startswith(
+        f"error: --set: {record} is a measured-run record")
+    assert _error(cli("plot", "timeline", *madmax, "--execution", path, "-o", out)).startswith(
+        "error: --execution: applies to real-world training models")
+    assert _error(cli("plot", "memory-timeline", "-m", record, "-x", "micro_batch=2", "-o", out)).startswith(
+        f"error: --set: {record} is a measured-run record")
+    assert not out.exists()
+
+
+def test_the_plots_of_one_configuration_take_the_execution(tmp_path):
+    """plot timeline / memory-timeline draw the DualPipe step: its figure differs from the default schedule's."""
+    small = ["-m", "qwen3-30b-a3b", "-s", "dgx-h100", "-t", "llm-pretrain", "--nodes", "8", "-p", "tp2.pp2.ep8"]
+    for command in ("timeline", "memory-timeline"):
+        figures = []
+        for extra in ([], ["-x", "pipeline_schedule=dualpipe"]):
+            out = tmp_path / f"{command}{len(extra)}.svg"
+            result = cli("plot", command, *small, *extra, "-o", out)
+            assert result.exit_code == 0, result.output
+            figures.append(out.read_text())
+        assert figures[0] != figures[1], command
+    assert _error(cli("plot", "timeline", *small, "-x", "pipeline_schedul=dualpipe", "-o", tmp_path / "x.png")) == (
+        "error: --set: execution.pipeline_schedul: unknown field (did you mean 'pipeline_schedule'?)")
+
+
+def test_the_layers_refusal_names_the_option_run_now_has():
+    """DeepSeek-V3's 61 layers on pp 8 without uneven stages: the reason points at run's own -x."""
+    line = _error(cli("run", *DSV3, "-x", "pipeline_schedule=dualpipe"))
+    assert "illegal plan (layers_not_divisible)" in line and "run's -x uneven_stages=true or --execution FILE" in line
