@@ -51,7 +51,8 @@ def test_run_of_a_record_says_what_it_assumed(tmp_path):
     assert lines[1] == ("note: framework 'jax-maxtext' names no known stack: profile 'default' (registry defaults) "
                         "assumed")
     assert lines[2] == "note: no built-in device file for 'TPU-v5': generic efficiencies"
-    assert lines[3].startswith("step time")
+    assert lines[3] == "stack                default (from framework 'jax-maxtext')"
+    assert lines[4].startswith("step time")
     data = json.loads(cli("run", "-m", path, "--json").output)
     assert len(data["notes"]) == 2
     plain = _record(tmp_path, "plain.json", framework="Megatron-LM (NVIDIA, 2021)")
