@@ -61,8 +61,8 @@ def test_records_state_graphs_as_a_boolean_or_a_scope():
     rows = [json.loads(line) for line in RUNS.read_text().splitlines() if line.strip()]
     mlperf = next(r for r in rows if r["id"].startswith("mlperf-v40-gpt3-175b-eos-dfw_n1344"))
     record = lower_record(mlperf)
-    assert record.columns[C["cuda_graphs"]] == 1                     # true: per-layer graphs (TE, the _cg configs)
-    assert not any("cuda_graphs" in note for note in record.notes)   # modelled, no "recorded, not modelled" note
+    assert record.columns[C["cuda_graphs"]] == 1  # true: per-layer graphs (TE, the _cg configs)
+    assert not any("cuda_graphs" in note for note in record.notes)  # modelled, no "recorded, not modelled" note
     full = copy.deepcopy(mlperf)
     full["plan"]["cuda_graphs"] = "full_iteration"
     assert lower_record(full).columns[C["cuda_graphs"]] == 2
@@ -78,12 +78,18 @@ def test_cuda_graphs_is_a_sweep_axis():
     # issue 32 x 3 x 3 ms = 0.288 s, below the GPU's micro-batch here (about 0.34 s: no wait), and one
     # full-iteration graph nothing: the GPU's own step. One node, tp 8: dp 1, 8 micro-batches of 1 sequence
     execution = {"framework": "Megatron-DeepSpeed", "recompute": "full", "host_op_s": 1e-3}
-    ds = lm_sweep("llama3.1-8b", "dgx-h100", global_batch=8, num_nodes=1, execution=execution,
-                  axes={"cuda_graphs": ["none", "layer", "full_iteration"], "tp": [8]})
+    ds = lm_sweep(
+        "llama3.1-8b",
+        "dgx-h100",
+        global_batch=8,
+        num_nodes=1,
+        execution=execution,
+        axes={"cuda_graphs": ["none", "layer", "full_iteration"], "tp": [8]},
+    )
     wait, step = ds.time_host_wait.values.ravel(), ds.step_time.values.ravel()
     assert ds.time_host_wait.dims[0] == "cuda_graphs"
     assert wait[0] > 0.0 and wait[2] == 0.0 and wait[1] < wait[0]
-    assert step[0] - step[2] == pytest.approx(wait[0], rel=1e-9)     # eager: the GPU's step plus the host wait
-    gpu_mb = 32 * 3 * 60e-3 - wait[0] / 8                             # the GPU's micro-batch, from the eager wait
+    assert step[0] - step[2] == pytest.approx(wait[0], rel=1e-9)  # eager: the GPU's step plus the host wait
+    gpu_mb = 32 * 3 * 60e-3 - wait[0] / 8  # the GPU's micro-batch, from the eager wait
     assert 0.288 < gpu_mb < 5.76
     assert wait[1] == pytest.approx(8 * max(0.0, 32 * 3 * 3e-3 - gpu_mb), abs=1e-12)
