@@ -33,7 +33,13 @@ from fastmodel.errors import FieldValueError, SpecError
 from fastmodel.lm.execution import ExecutionSpec
 from fastmodel.lm.spec import LMSpec
 from fastmodel.lm.stacks import STACK_NAMES
-from fastmodel.registry.lm import MOE_A2A_OVERLAPS, OPTIMIZER_CODES, PIPELINE_SCHEDULES, RECOMPUTE_CODES
+from fastmodel.registry.lm import (
+    CUDA_GRAPH_SCOPES,
+    MOE_A2A_OVERLAPS,
+    OPTIMIZER_CODES,
+    PIPELINE_SCHEDULES,
+    RECOMPUTE_CODES,
+)
 from fastmodel.spec.record_blocks import Block, bounds, drop_nulls, first_error
 
 # the strict block machinery is shared with the serving records (fastmodel/spec/record_blocks.py)
@@ -94,6 +100,15 @@ def _a2a_overlap_name(value: Any) -> Any:
     return value
 
 
+def _graph_scope(value: Any) -> Any:
+    """RUNS.md's boolean ``cuda_graphs``: true is per-layer graphs (the MLPerf NeMo runs' TE
+    ``make_graphed_callables``, Megatron-Core's per-layer implementations), false none; a scope name as it is
+    (docs/model.md §11.37)."""
+    if isinstance(value, bool):
+        return "layer" if value else "none"
+    return value
+
+
 #: names RUNS.md records use for a schedule: DeepSeek-V2's "zero-bubble" PP (report sec. 3.1.3, citing Qi et al.
 #: 2024) is the handcrafted schedule at 1F1B's memory, ZB-H1
 SCHEDULE_ALIASES = {"zero_bubble": "zb_h1", "zero-bubble": "zb_h1", "zb-h1": "zb_h1", "zbh1": "zb_h1"}
@@ -129,6 +144,8 @@ _PLAN_OVERRIDES: dict[str, tuple] = {
     "optimizer": (Annotated[Literal[tuple(OPTIMIZER_CODES)], BeforeValidator(_optimizer_name)], "adam"),  # type: ignore[misc]
     "moe_a2a_overlap": (Annotated[Literal[tuple(MOE_A2A_OVERLAPS)], BeforeValidator(_a2a_overlap_name)]  # type: ignore[misc]
                         | None, None),
+    "cuda_graphs": (Annotated[Literal[tuple(CUDA_GRAPH_SCOPES)], BeforeValidator(_graph_scope)]  # type: ignore[misc]
+                    | None, None),
 }
 #: RUNS.md plan fields that are no execution option: the mesh, the batch, and informational fields
 _PLAN_FIELDS: dict[str, tuple] = {
@@ -139,14 +156,14 @@ _PLAN_FIELDS: dict[str, tuple] = {
     "activation_offload_layers": (NonNegativeInt | None, Field(None, le=4096)),
     "recompute_detail": (Text | None, None),
     # a recipe name or text naming one (fastmodel/lm/fp8_recipe.py; record_specs reads it)
-    "fp8_recipe": (Text | None, None), "cuda_graphs": (bool | None, None),
+    "fp8_recipe": (Text | None, None),
     "moe_dispatch_detail": (Text | None, None), "moe_grouped_gemm": (bool | None, None),
     "fsdp_limit_all_gathers": (bool | None, None), "zero_detail": (Text | None, None),
     "pipeline_layer_balance": (Text | None, None),
 }
 #: plan fields recorded but not modelled yet -> the value the model assumes (a note names any other value;
 #: None: every value is noted)
-UNMODELLED = {"cuda_graphs": False, "moe_grouped_gemm": None,
+UNMODELLED = {"moe_grouped_gemm": None,
               # PyTorch FSDP1's rate limiter (default True since PyTorch 2.0, torch/distributed/fsdp docs): at most
               # two gathered units in flight, what fsdp_gather_buffer_bytes counts; False is noted
               "fsdp_limit_all_gathers": True}

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fastmodel.registry.lm_cudagraph import CUDA_GRAPH_PLAN_ROWS
+from fastmodel.registry.lm_cudagraph import CUDA_GRAPH_PLAN_ROWS, CUDA_GRAPH_SCOPES
 from fastmodel.registry.lm_engine import ENGINE_KERNEL_ROWS
 from fastmodel.registry.lm_eval import EVAL_PLAN_ROWS, EVAL_RESULT_ROWS
 from fastmodel.registry.lm_lowprec import FP8_DEVICE_ROWS, FP8_RECIPES, LOW_PRECISION_PLAN_ROWS, OPTIMIZER_MOMENTS
@@ -92,7 +92,7 @@ CODE_TABLES: dict[str, dict[str, int]] = {
     "optimizer": OPTIMIZER_CODES, "pipeline_schedule": PIPELINE_SCHEDULES, "cp_algorithm": CP_ALGORITHMS,
     "collective_algorithm": COLLECTIVE_ALGORITHMS, "load_mode": LOAD_MODES, "selective_policy": SELECTIVE_POLICIES,
     "moe_dispatcher": MOE_DISPATCHERS, "moe_a2a_overlap": MOE_A2A_OVERLAPS, "loss_impl": LOSS_IMPLS,
-    "optimizer_moments": OPTIMIZER_MOMENTS, "fp8_recipe": FP8_RECIPES,
+    "optimizer_moments": OPTIMIZER_MOMENTS, "fp8_recipe": FP8_RECIPES, "cuda_graphs": CUDA_GRAPH_SCOPES,
 }
 
 MODEL_COLUMNS = _cols(

@@ -4,20 +4,61 @@ stages, and the evaluation a run interleaves with its training steps."""
 
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.layer import recompute_share
-from fastmodel.kernels.lm.layout import C_EVAL_INTERVAL, C_EVAL_ITERS, C_HOST_LAYER_S, C_HOST_OP_S, C_HOST_OPS_LAYER, C_LAYERS, C_PP
+from fastmodel.kernels.lm.layout import (
+    C_CUDA_GRAPHS,
+    C_EVAL_INTERVAL,
+    C_EVAL_ITERS,
+    C_HOST_LAYER_S,
+    C_HOST_OP_S,
+    C_HOST_OPS_LAYER,
+    C_LAYERS,
+    C_MOE_EXPERTS,
+    C_MOE_PAD_TO_CAPACITY,
+    C_MOE_SYNC_ISSUE_OPS,
+    C_PP,
+)
 from fastmodel.kernels.lm.pipeline import pipeline_bubble
+
+
+#: host calls of one graphed layer pass (TransformerEngine d0067d0 transformer_engine/pytorch/graph.py, class
+#: ``Graphed``, lines 1031-1068 forward, 1072-1118 backward): the copy of the caller's tensor into the static input
+#: (the incoming gradient into the static output gradient), the graph replay, the ``detach`` of the static output
+#: (input gradient); each charged ``host_op_s`` as an eager operator [A] (docs/model.md §11.37)
+GRAPH_REPLAY_OPS = 3.0
+
+
+@njit
+def issued_host_ops(row):
+    """Operators the host issues per layer forward under the plan's CUDA graphs (docs/model.md §11.37): the
+    stack's ``host_ops_layer`` where nothing is captured -- no graphs, a stack whose MoE layer blocks the host on
+    its token counts (``moe_sync_issue_ops > 0``: a stream capture cannot synchronize), or a dropless MoE layer
+    under per-layer graphs (Megatron-Core graphs experts only with drop-and-pad MoE) --, else the replay's
+    ``min(host_ops_layer, GRAPH_REPLAY_OPS)`` under per-layer graphs and 0 under a full-iteration graph (one
+    replay per step)."""
+    ops = row[C_HOST_OPS_LAYER]
+    if row[C_CUDA_GRAPHS] <= 0.0 or ops <= 0.0:
+        return ops
+    moe = row[C_MOE_EXPERTS] > 0.0
+    if moe and row[C_MOE_SYNC_ISSUE_OPS] > 0.0:
+        return ops
+    if row[C_CUDA_GRAPHS] >= 2.0:
+        return 0.0
+    if moe and row[C_MOE_PAD_TO_CAPACITY] <= 0.0:
+        return ops
+    return min(ops, GRAPH_REPLAY_OPS)
 
 
 @njit
 def host_layer_forward_s(row):
     """Host (CPU) seconds to issue one transformer layer's forward pass: ``host_layer_s`` where set (a
     calibration), else the stack's operators per layer forward times its seconds per operator
-    (``host_ops_layer x host_op_s``, docs/model.md "Host issue time"). The backward pass issues about twice the
+    (``host_ops_layer x host_op_s``, docs/model.md "Host issue time"; under CUDA graphs ``issued_host_ops``,
+    §11.37). The backward pass issues about twice the
     operators at about half the cost each (the autograd engine runs them from C++, without the Python frame),
     and a recomputed forward is a forward: each takes this time too."""
     if row[C_HOST_LAYER_S] > 0.0:
         return row[C_HOST_LAYER_S]
-    return row[C_HOST_OPS_LAYER] * row[C_HOST_OP_S]
+    return issued_host_ops(row) * row[C_HOST_OP_S]
 
 
 @njit
