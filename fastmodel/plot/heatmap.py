@@ -48,7 +48,7 @@ def heatmap(data, x: str | None = None, y: str | None = None, *, var: str | None
     da = da.transpose(y, x)
     st = st.transpose(y, x) if st is not None else None
     ny, nx = da.shape
-    if height is None and isinstance(size, str):
+    if height is None and not isinstance(size, tuple):
         height = round(min(9.0, max(S.figure_size(size)[1], 0.9 + 0.13 * ny)), 2)
     with S.paper_rc():
         fig, ax = S.new_axes(size, height, ax)
@@ -92,7 +92,7 @@ def heatmap(data, x: str | None = None, y: str | None = None, *, var: str | None
         if best and best != "none" and not categorical and image.count():
             handles.append(_mark_best(ax, da, image, best, factor, shown))
         if handles:
-            fig.legend(handles=handles, loc="outside lower center", ncol=1 if size == "single" else 2,
+            fig.legend(handles=handles, loc="outside lower center", ncol=1 if fig.get_figwidth() < 5 else 2,
                        handlelength=1.4)
         if da[y].dtype.kind in "USO":  # categories read top to bottom in coordinate order
             ax.invert_yaxis()
@@ -149,8 +149,9 @@ def _categorical(values):
     codes = np.full(values.shape, -1, dtype=float)
     for i, name in enumerate(labels):
         codes[values.astype(str) == name] = i
-    base = matplotlib.colormaps["tab20" if len(labels) > 10 else "tab10"]
-    cmap = mcolors.ListedColormap([base(i % base.N) for i in range(max(1, len(labels)))]).with_extremes(
+    colours = S.CYCLE if len(labels) <= len(S.CYCLE) else [matplotlib.colormaps["tab20"](i % 20)
+                                                           for i in range(len(labels))]
+    cmap = mcolors.ListedColormap([colours[i] for i in range(max(1, len(labels)))]).with_extremes(
         bad=(1.0, 1.0, 1.0, 0.0))
     norm = mcolors.BoundaryNorm(np.arange(-0.5, max(1, len(labels)) + 0.5), cmap.N)
     return np.ma.masked_less(codes, 0), list(range(len(labels))), labels, cmap, norm
@@ -162,7 +163,7 @@ def _ticks(ax, da, x, y):
         factor, shown = (1.0, "") if coord.dtype.kind in "USO" else S.display_unit(D.units_of(coord), coord.values)
         labels = [S.fmt_coord(v) if coord.dtype.kind in "USO" else _coord_label(v, factor) for v in coord.values]
         axis.set_ticks(np.arange(n), labels=labels)
-        axis.set_label_text(S.label(dim, shown))
+        axis.set_label_text(S.label(D.long_name_of(coord), shown))   # "num nodes", as the Pareto figure says
         axis.set_tick_params(length=0)
     if da.shape[1] > 6 and max(len(t.get_text()) for t in ax.get_xticklabels()) > 4:
         for text in ax.get_xticklabels():

@@ -3,14 +3,19 @@ operations, with the HBM and usable-HBM lines (in the style of PyTorch's memory 
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from fastmodel.plot import style as S
 from fastmodel.plot.memory import KIND_COLOURS
-from fastmodel.plot.readable import make_readable
+from fastmodel.plot.readable import crowded, make_readable
 
 #: at most this many pipeline ranks get a panel (the first, evenly spaced middle ones, the last)
 MAX_PANELS = 4
+_OP = re.compile(r"^[FB](\d+)\b")
+#: the x label of the lowest panel
+XLABEL = "operations of the step (F j / B j: forward / backward of micro-batch j)"
 
 
 def panel_stages(n: int, most: int = MAX_PANELS) -> list[int]:
@@ -56,10 +61,9 @@ def memory_timeline(data=None, *, model=None, system=None, task=None, record=Non
             ax.axhline(data.usable_bytes / gib, color="0.2", linestyle="--", linewidth=0.8, gid="usable")
             ax.axhline(data.reserved_bytes / gib, color="#D55E00", linestyle=":", linewidth=0.8, gid="reserved")
             ax.set_xlim(-0.5, len(x) - 0.5)
-            ax.set_ylabel(f"rank {rank}\nGiB")
-            ticks = x[1:-1:max(1, (len(x) - 2) // 12)]
-            ax.set_xticks(ticks, [stage.labels[i] for i in ticks], rotation=90)
-        axes[-1].set_xlabel("operations of the step (F j / B j: forward / backward of micro-batch j)")
+            ax.set_ylabel(f"rank {rank}\nmemory [GiB]")
+            ax.set_xticks(x, minor=True)                                     # a tick per op, labelled or not
+        axes[-1].set_xlabel(XLABEL)
         top = axes[0]
         top.annotate(f"HBM {data.hbm_bytes / gib:.0f} GiB", (1.0, data.hbm_bytes / gib),
                      xycoords=("axes fraction", "data"), ha="right", va="bottom", fontsize=6)
@@ -70,5 +74,55 @@ def memory_timeline(data=None, *, model=None, system=None, task=None, record=Non
         top.set_title(title if title is not None else f"memory over one step: {data.title}", loc="left")
         handles, labels = top.get_legend_handles_labels()
         fig.legend(handles, labels, loc="outside right upper", fontsize=6)
+    rule = label_ops(fig, axes, [data.stages[rank] for rank in ranks])
+    if rule:
+        axes[-1].set_xlabel(f"{XLABEL}\n{rule}")
     make_readable(fig)
     return fig, axes
+
+
+def short_label(text: str) -> str:
+    """A moment's tick label: ``optimizer step`` shortened to ``opt. step``, the others as they are."""
+    return "opt. step" if text == "optimizer step" else text
+
+
+def micro_batch(text: str) -> int | None:
+    """The micro-batch of an operation's label (``F3``, ``B3``, ``B3 emb`` -> 3); None for ``start`` and the
+    optimizer step."""
+    match = _OP.match(text)
+    return int(match.group(1)) if match else None
+
+
+def label_sets(labels) -> list[tuple[list[int], str]]:
+    """The label sets tried, fewest labels last, each with the rule said under the axis ('' for all): every
+    operation; the forward and backward passes (F j, B j; sub-steps such as ``B j emb`` left to their ticks);
+    the forwards of micro-batches 0, s, 2s ... (s = 1, 2, 4 ...). A rule keeps whole passes: thinning every
+    k-th operation dropped some micro-batches' forwards and others' backwards (F1, F3 missing beside B1)."""
+    batches = [micro_batch(text) for text in labels]
+    passes = [i for i, text in enumerate(labels) if batches[i] is not None and text.split()[0] == text]
+    sets = [(list(range(len(labels))), ""), (passes, "labelled: F j and B j; a tick marks every operation")]
+    count = 1 + max((j for j in batches if j is not None), default=0)
+    stride = 1
+    while stride < 2 * count:
+        forwards = [i for i, text in enumerate(labels) if text.startswith("F") and batches[i] is not None
+                    and batches[i] % stride == 0]
+        sets.append((forwards, "labelled: the forward (F j) of " + ("every micro-batch" if stride == 1 else
+                     f"micro-batches 0, {stride}, {2 * stride}, ...") + "; a tick marks every operation"))
+        stride *= 2
+    return sets
+
+
+def label_ops(fig, axes, stages) -> str:
+    """Label every panel's operations with the first rule of :func:`label_sets` whose labels overlap on no
+    panel (horizontal, else vertical), the same rule on all; returns it ('' when every operation is labelled)."""
+    renderer = fig.canvas.get_renderer()
+    sets = [label_sets(stage.labels) for stage in stages]
+    for level in range(min(len(s) for s in sets)):
+        for rotation in (0, 90):
+            for ax, stage, choice in zip(axes, stages, sets):
+                keep = choice[level][0]
+                ax.set_xticks(keep, [short_label(stage.labels[i]) for i in keep], rotation=rotation)
+            fig.draw_without_rendering()
+            if not any(crowded(ax.xaxis, renderer) for ax in axes):
+                return sets[0][level][1]
+    return sets[0][level][1]

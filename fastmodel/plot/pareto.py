@@ -171,7 +171,7 @@ def pareto(data, x: str, y: str, *, x_dir: str | None = None, y_dir: str | None 
             for collection in ax.collections:
                 if collection.get_gid() == "frontier":
                     collection.set_label(f"Pareto frontier ({text})")
-        fig.legend(loc="outside upper center", ncol=2)
+        fig.legend(loc="outside lower center", ncol=2)   # under the x label, as the other figures' legends
         if title is not None:
             ax.set_title(title)
     ax.frontier = table

@@ -97,3 +97,28 @@ def _step_needed(axis, renderer, locs) -> int:
     points = [transform.transform((loc, 0) if horizontal else (0, loc)) for loc in locs[:2]]
     spacing = abs(points[1][0 if horizontal else 1] - points[0][0 if horizontal else 1])
     return max(1, math.ceil(widest / max(spacing, 1e-9)))
+
+
+def drop_overlapping(fig, texts, markers=(), gap_pt: float = GAP_PT) -> list:
+    """Hide each of ``texts`` (annotations, in order of priority) whose box, as drawn, comes closer than ``gap_pt``
+    to one kept before it or to a marker of ``markers`` ((ax, (x, y) in data, size in points)); returns the kept
+    ones. Point labels of a dense curve otherwise print on each other (and on the SLO's star)."""
+    from matplotlib.transforms import Bbox
+
+    fig.draw_without_rendering()
+    renderer = fig.canvas.get_renderer()
+    to_px = fig.dpi / 72.0
+    boxes = []
+    for ax, xy, size in markers:
+        cx, cy = ax.transData.transform(xy)
+        half = size * to_px / 2
+        boxes.append(Bbox.from_extents(cx - half, cy - half, cx + half, cy + half))
+    kept = []
+    for text in texts:
+        box = text.get_window_extent(renderer).padded(gap_pt * to_px / 2)
+        if any(box.overlaps(other) for other in boxes):
+            text.set_visible(False)
+            continue
+        kept.append(text)
+        boxes.append(box)
+    return kept

@@ -96,7 +96,7 @@ def test_svg_text_and_deterministic_bytes(ds, tmp_path):
         P.save(fig, b, dpi=100)
         assert a.read_bytes() == b.read_bytes(), suffix
     svg = (tmp_path / "a.svg").read_text()
-    for text in ("step time [s]", "tp,ddp/mp", "num_nodes", "does not fit in memory", "global_batch=2048"):
+    for text in ("step time [s]", "tp,ddp/mp", "num nodes", "does not fit in memory", "global_batch=2048"):
         assert text in svg, text
     assert "<dc:date>" not in svg
     assert b"CreationDate" not in (tmp_path / "a.pdf").read_bytes()

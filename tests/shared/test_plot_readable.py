@@ -97,3 +97,19 @@ def test_a_timeline_window_shows_every_category_in_it_with_its_time(llama_timeli
     assert waited > 0.15 * (hi - lo) and "exposed comm." in legend
     assert _drawn_seconds(ax, "exposed") == pytest.approx(waited, rel=1e-6)
 
+
+
+def test_overlapping_point_labels_are_dropped_and_the_marker_stays_clear():
+    from fastmodel.plot.readable import drop_overlapping
+    from fastmodel.plot.style import new_axes
+
+    fig, ax = new_axes("single")
+    ax.set_xlim(0, 10)
+    ax.set_ylim(0, 10)
+    first = ax.annotate("tp=2, pp=1, b=256", (2, 5))
+    on_top = ax.annotate("tp=2, pp=1, b=1024", (2.1, 5))     # the gallery's SLO figure printed these on each other
+    apart = ax.annotate("tp=8, pp=1, b=1", (7, 1))
+    under_star = ax.annotate("b=512", (5, 8), xytext=(0, 0), textcoords="offset points")
+    kept = drop_overlapping(fig, [first, on_top, apart, under_star], markers=[(ax, (5, 8), 9.0)])
+    assert kept == [first, apart]
+    assert not on_top.get_visible() and not under_star.get_visible()
