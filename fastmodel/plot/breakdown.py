@@ -151,7 +151,7 @@ def breakdown(data, sel=None, labels=None, *, quantity: str = "time", size="sing
                    loc="outside right upper", handlelength=1.2)
         if title is not None:
             ax.set_title(title)
-        elif single:
-            ax.set_title(names[0])
+        elif single or D.subject(data):
+            ax.set_title(", ".join(t for t in (D.subject(data), names[0] if single else "") if t))
     make_readable(fig)   # minimum font, no overlapping tick labels (plot/readable.py)
     return fig, ax

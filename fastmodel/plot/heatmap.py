@@ -96,7 +96,7 @@ def heatmap(data, x: str | None = None, y: str | None = None, *, var: str | None
                        handlelength=1.4)
         if da[y].dtype.kind in "USO":  # categories read top to bottom in coordinate order
             ax.invert_yaxis()
-        ax.set_title(title if title is not None else _default_title(da, sel))
+        ax.set_title(title if title is not None else _default_title(da, sel, D.subject(data)))
         for spine in ax.spines.values():
             spine.set_visible(False)
     make_readable(fig)   # minimum font, no overlapping tick labels (plot/readable.py)
@@ -233,9 +233,14 @@ def _mark_best(ax, da, image, best, factor, shown):
     r, c = np.unravel_index(np.argmax(filled) if way == "max" else np.argmin(filled), filled.shape)
     ax.add_patch(Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, edgecolor="black", linewidth=1.4, gid="best"))
     value = S.fmt_number(float(image[r, c]) / factor)
-    return Patch(fill=False, edgecolor="black", linewidth=1.2, label=f"best ({way}): {value} {shown}".rstrip())
+    y, x = da.dims       # the cell named too: a row between two thinned labels is otherwise a guess
+    where = ", ".join(f"{d}={S.fmt_quantity(da[d].values[k], D.units_of(da[d]))}" for d, k in ((y, r), (x, c)))
+    return Patch(fill=False, edgecolor="black", linewidth=1.2, label=f"best ({way}): {value} {shown}".rstrip()
+                 + f" at {where}")
 
 
-def _default_title(da, sel):
+def _default_title(da, sel, subject: str = ""):
+    """``Llama 3 70B on dgx-h100: global_batch=2048 samples``: what the result is of, then the fixed coordinates."""
     fixed = {k: v for k, v in da.coords.items() if k not in da.dims and v.ndim == 0}
-    return ", ".join(f"{k}={S.fmt_quantity(v.values.item(), D.units_of(v))}" for k, v in fixed.items())
+    text = ", ".join(f"{k}={S.fmt_quantity(v.values.item(), D.units_of(v))}" for k, v in fixed.items())
+    return f"{subject}: {text}" if subject and text else subject or text

@@ -8,7 +8,8 @@ Every figure function ends with :func:`make_readable`:
 - on each axis whose ticks are fixed category labels (plans, systems, stream names), the labels are
   measured as drawn: a crowded x axis is turned vertical, and labels that still overlap are thinned to
   every k-th one, the smallest k that leaves :data:`GAP_PT` between neighbours (the first label stays, so
-  the order reads as before). Numeric axes keep matplotlib's own locators, which never overlap.
+  the order reads as before); every item keeps a (minor) tick and the axis label says ``(every k-th
+  labelled)``, so no item goes missing unannounced. Numeric axes keep matplotlib's own locators, which never overlap.
 """
 
 from __future__ import annotations
@@ -73,17 +74,33 @@ def _separate(fig, axis) -> None:
     style = axis.get_majorticklabels()[0]
     rotation, align, size = style.get_rotation(), style.get_horizontalalignment(), style.get_fontsize()
     step = max(2, _step_needed(axis, renderer, locs))
+    axis.set_ticks(locs, minor=True)            # every item keeps a tick, labelled or not
+    axis.set_tick_params(which="minor", length=2.0, width=0.4)
     while step < len(locs):
         axis.set_ticks(locs[::step], labels=texts[::step])
         for label in axis.get_majorticklabels():
             label.set_rotation(rotation)
             label.set_horizontalalignment(align)
             label.set_fontsize(size)
+        _say_thinned(axis, step)
         fig.draw_without_rendering()
         if not crowded(axis, renderer):
             return
         step += 1
     axis.set_ticks(locs[:1], labels=texts[:1])
+    _say_thinned(axis, len(locs))
+
+
+def thinned_note(step: int) -> str:
+    """What a thinned axis says after its label: ``every 2nd labelled``."""
+    suffix = "th" if 10 <= step % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(step % 10, "th")
+    return f"every {step}{suffix} labelled"
+
+
+def _say_thinned(axis, step: int) -> None:
+    """Append (or update) the thinning note of ``axis``'s label: a reader sees that items sit between labels."""
+    text = axis.label.get_text().split(" (every ")[0]
+    axis.set_label_text(f"{text} ({thinned_note(step)})" if text else thinned_note(step))
 
 
 def _step_needed(axis, renderer, locs) -> int:

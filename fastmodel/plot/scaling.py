@@ -98,7 +98,8 @@ def scaling(data, x: str, *, var: str | None = None, hue: str | None = None, sel
         ax.set_ylabel(S.label(D.long_name_of(da), shown))
         if hue or ax.get_legend_handles_labels()[1]:
             fig.legend(title=hue, loc="outside right upper", handlelength=2.2, ncol=2 if len(names) > 16 else 1)
-        if title is not None:   # over the whole figure: a long title over the axes ran into the legend's title
+        title = title if title is not None else D.subject(data)
+        if title:   # over the whole figure: a long title over the axes ran into the legend's title
             fig.suptitle(title, fontsize=8)
     make_readable(fig)   # minimum font, no overlapping tick labels (plot/readable.py)
     return fig, ax

@@ -85,14 +85,17 @@ def serving_pareto(ds, curve: str = "device", x: str = X, y: str = Y, sel=None, 
                           for k in range(0, len(labels), step)]
         ax.set_xscale("log")
         ax.set_yscale("log")
+        for axis in (ax.xaxis, ax.yaxis):    # plain numbers (1,000 and 20, not 10^3 and 2 x 10^1), as elsewhere
+            axis.set_major_formatter(S.unit_formatter(1.0))
+            axis.set_minor_formatter(S.log_minor_formatter(axis))
         ax.set_xlabel(f"{AXIS_NAMES.get(x, x.replace('_', ' '))} (higher is better)")
         ax.set_ylabel(f"{AXIS_NAMES.get(y, y.replace('_', ' '))} (higher is better)")
         ax.best = mark_slo(ax, D.select(ds, sel), x, y)
         handles, names = ax.get_legend_handles_labels()   # below the axes: never over a curve or its labels
         fig.legend(handles, names, title=curve, loc="outside lower center", ncol=min(len(names), 3),
                    title_fontsize=7)
-        if title is not None:
-            ax.set_title(title)
+        if title is not None or D.subject(ds):
+            ax.set_title(title if title is not None else D.subject(ds))
     ax.frontiers = frontiers
     make_readable(fig)   # minimum font, no overlapping tick labels (plot/readable.py)
     drop_overlapping(fig, texts, [(ax, ax.best, 9.0)] if ax.best is not None else ())

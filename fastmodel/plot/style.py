@@ -212,6 +212,22 @@ def unit_formatter(factor: float):
     return FuncFormatter(lambda v, _pos: fmt_tick(v / factor))
 
 
+def log_minor_formatter(axis, factor: float = 1.0):
+    """Minor tick labels of a log ``axis`` (values divided by ``factor``): 2, 3 and 5 times a power of ten while
+    the view spans under two decades and shows fewer than three major ticks, none otherwise (a wide axis, or
+    fixed major ticks such as 16, 32, 64 nodes); plain numbers, as the major labels (``20``, ``30``, ``50``, not
+    ``2 x 10^1``)."""
+    def fmt(value, _pos):
+        lo, hi = sorted(axis.get_view_interval())
+        majors = [v for v in axis.get_majorticklocs() if lo <= v <= hi]
+        if value <= 0 or lo <= 0 or hi / lo >= 100 or len(majors) >= 3:
+            return ""
+        mantissa = value / 10 ** math.floor(math.log10(value) + 1e-9)
+        return fmt_tick(value / factor) if any(abs(mantissa - m) < 1e-6 for m in (2, 3, 5)) else ""
+
+    return FuncFormatter(fmt)
+
+
 def fmt_tick(value: float) -> str:
     """Tick label: up to 6 significant digits, thousands separators, no float noise."""
     return f"{value:,.6g}" if abs(value) < 1e7 else f"{value:.3g}"
