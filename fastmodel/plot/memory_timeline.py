@@ -14,6 +14,10 @@ from fastmodel.plot.readable import crowded, make_readable
 #: at most this many pipeline ranks get a panel (the first, evenly spaced middle ones, the last)
 MAX_PANELS = 4
 _OP = re.compile(r"^[FB](\d+)\b")
+#: the least room between two per-operation ticks, in points (closer, the ticks are left out)
+MIN_TICK_GAP_PT = 1.5
+#: how a thinned label rule says the ticks mark every operation
+TICK_NOTE = "; a tick marks every operation"
 #: the x label of the lowest panel
 XLABEL = "operations of the step (F j / B j: forward / backward of micro-batch j)"
 
@@ -75,6 +79,8 @@ def memory_timeline(data=None, *, model=None, system=None, task=None, record=Non
         handles, labels = top.get_legend_handles_labels()
         fig.legend(handles, labels, loc="outside right upper", fontsize=6)
     rule = label_ops(fig, axes, [data.stages[rank] for rank in ranks])
+    if drop_dense_ticks(fig, axes):
+        rule = rule.replace(TICK_NOTE, "")
     if rule:
         axes[-1].set_xlabel(f"{XLABEL}\n{rule}")
     make_readable(fig)
@@ -100,16 +106,31 @@ def label_sets(labels) -> list[tuple[list[int], str]]:
     k-th operation dropped some micro-batches' forwards and others' backwards (F1, F3 missing beside B1)."""
     batches = [micro_batch(text) for text in labels]
     passes = [i for i, text in enumerate(labels) if batches[i] is not None and text.split()[0] == text]
-    sets = [(list(range(len(labels))), ""), (passes, "labelled: F j and B j; a tick marks every operation")]
+    sets = [(list(range(len(labels))), ""), (passes, "labelled: F j and B j" + TICK_NOTE)]
     count = 1 + max((j for j in batches if j is not None), default=0)
     stride = 1
     while stride < 2 * count:
         forwards = [i for i, text in enumerate(labels) if text.startswith("F") and batches[i] is not None
                     and batches[i] % stride == 0]
         sets.append((forwards, "labelled: the forward (F j) of " + ("every micro-batch" if stride == 1 else
-                     f"micro-batches 0, {stride}, {2 * stride}, ...") + "; a tick marks every operation"))
+                     f"micro-batches 0, {stride}, {2 * stride}, ...") + TICK_NOTE))
         stride *= 2
     return sets
+
+
+def drop_dense_ticks(fig, axes) -> bool:
+    """Remove the per-operation ticks of panels where they would sit under :data:`MIN_TICK_GAP_PT` apart (a
+    thousand micro-batches drew a solid black bar); True when any went."""
+    fig.draw_without_rendering()
+    renderer = fig.canvas.get_renderer()
+    dropped = False
+    for ax in axes:
+        count = len(set(ax.xaxis.get_minorticklocs()) | set(ax.xaxis.get_majorticklocs()))
+        width_pt = ax.get_window_extent(renderer).width * 72.0 / fig.dpi
+        if count > 1 and width_pt / count < MIN_TICK_GAP_PT:
+            ax.set_xticks([], minor=True)
+            dropped = True
+    return dropped
 
 
 def label_ops(fig, axes, stages) -> str:

@@ -15,6 +15,12 @@ LINESTYLES = ("-", "--", ":", "-.")
 SIZE_DIMS = ("num_nodes", "num_devices")
 
 
+def line_style(k: int):
+    """The line style of the k-th line: the next one each time the colours (style.CYCLE) start over, so colour,
+    marker and style together tell 160 lines apart (the old rule gave lines 0 and 40 the same all three)."""
+    return LINESTYLES[(k // len(S.CYCLE)) % len(LINESTYLES)]
+
+
 def ideal_line(x, rows, maximize: bool):
     """Linear scaling from the best value at the smallest x: a rate grows with x, a time shrinks (NaN if none)."""
     x = np.asarray(x, dtype=float)
@@ -71,7 +77,7 @@ def scaling(data, x: str, *, var: str | None = None, hue: str | None = None, sel
     with S.paper_rc():
         fig, ax = S.new_axes(size, height, ax)
         for k, (row, name) in enumerate(zip(rows, names)):
-            ax.plot(xpos, row, marker=MARKERS[k % len(MARKERS)], linestyle=LINESTYLES[(k // len(MARKERS) + k) % len(LINESTYLES)],
+            ax.plot(xpos, row, marker=MARKERS[k % len(MARKERS)], linestyle=line_style(k),
                     markersize=3.5, markerfacecolor="none" if k % 2 else None, label=name, gid=f"line:{name}")
         name = str(da.name)
         rate_or_time = D.direction(name, da.attrs) == "max" or units == "s"

@@ -117,3 +117,15 @@ def test_many_micro_batches_label_forwards_at_a_stride_said_under_the_axis():
         ticks = set(ax.xaxis.get_minorticklocs()) | set(ax.xaxis.get_majorticklocs())   # minor ones under a
         assert ticks == set(range(len(stage.labels)))                                  # major are not drawn
         assert not crowded(ax.xaxis, renderer)
+
+
+def test_ticks_closer_than_the_gap_are_left_out_and_the_rule_says_so():
+    """512 micro-batches (about 1,500 operations on 6.9 in): a tick per operation drew a solid bar."""
+    from fastmodel.plot.memory_timeline import MIN_TICK_GAP_PT, TICK_NOTE
+
+    fig, axes = memory_timeline(_synthetic(512))
+    width_pt = axes[0].get_window_extent().width * 72.0 / fig.dpi
+    assert width_pt / len(_one_f_one_b(512, True)) < MIN_TICK_GAP_PT
+    assert all(len(ax.xaxis.get_minorticklocs()) == 0 for ax in axes)
+    assert "labelled: the forward (F j) of micro-batches 0, " in axes[-1].get_xlabel()
+    assert TICK_NOTE not in axes[-1].get_xlabel()

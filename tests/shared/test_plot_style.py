@@ -87,3 +87,10 @@ def test_pdf_and_svg_bytes_do_not_depend_on_the_run(result_file, tmp_path):
                          "--sel", "global_batch=2048", "-o", out)
             assert result.exit_code == 0, result.output
         assert outs[0].read_bytes() == outs[1].read_bytes(), suffix
+
+
+def test_scaling_lines_differ_in_colour_marker_or_style():
+    from fastmodel.plot.scaling import MARKERS, line_style
+
+    looks = [(S.CYCLE[k % len(S.CYCLE)], MARKERS[k % len(MARKERS)], line_style(k)) for k in range(160)]
+    assert len(set(looks)) == 160
