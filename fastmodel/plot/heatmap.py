@@ -77,7 +77,7 @@ def heatmap(data, x: str | None = None, y: str | None = None, *, var: str | None
             cbar.set_label(S.label(D.long_name_of(da), units))
         else:
             factor, shown = S.display_unit(units, image.compressed())
-            cbar.ax.yaxis.set_major_formatter(S.unit_formatter(factor))
+            cbar.ax.yaxis.set_major_formatter(S.unit_formatter(factor, cbar.ax.yaxis))
             if isinstance(norm, mcolors.LogNorm):  # label minor ticks only when few major ones show
                 cbar.ax.yaxis.set_minor_formatter(S.unit_formatter(factor) if _few_decades(norm) else "")
             if da.attrs.get("ratio") and image.count():  # 1 stays white; the bar shows only the range of the data
@@ -236,7 +236,7 @@ def _mark_best(ax, da, image, best, factor, shown):
     y, x = da.dims       # the cell named too: a row between two thinned labels is otherwise a guess
     where = ", ".join(f"{d}={S.fmt_quantity(da[d].values[k], D.units_of(da[d]))}" for d, k in ((y, r), (x, c)))
     return Patch(fill=False, edgecolor="black", linewidth=1.2, label=f"best ({way}): {value} {shown}".rstrip()
-                 + f" at {where}")
+                 + f"\nat {where}")
 
 
 def _default_title(da, sel, subject: str = ""):

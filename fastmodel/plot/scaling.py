@@ -25,9 +25,9 @@ def ideal_line(x, rows, maximize: bool):
     """Linear scaling from the best value at the smallest x: a rate grows with x, a time shrinks (NaN if none)."""
     x = np.asarray(x, dtype=float)
     for j in range(x.size):
-        column = rows[:, j]
-        if np.isfinite(column).any():
-            start = np.nanmax(column) if maximize else np.nanmin(column)
+        column = rows[:, j][np.isfinite(rows[:, j])]      # an inf (a broken point) starts no line
+        if column.size:
+            start = column.max() if maximize else column.min()
             return start * (x / x[j]) if maximize else start * (x[j] / x)
     return np.full(x.shape, np.nan)
 
@@ -78,13 +78,15 @@ def scaling(data, x: str, *, var: str | None = None, hue: str | None = None, sel
         fig, ax = S.new_axes(size, height, ax)
         for k, (row, name) in enumerate(zip(rows, names)):
             ax.plot(xpos, row, marker=MARKERS[k % len(MARKERS)], linestyle=line_style(k),
-                    markersize=3.5, markerfacecolor="none" if k % 2 else None, label=name, gid=f"line:{name}")
+                    markersize=3.5, markerfacecolor="none" if k % 2 else None, gid=f"line:{name}",
+                    label=name if name is None or np.isfinite(row).any() else f"{name} (no result)")
         name = str(da.name)
         rate_or_time = D.direction(name, da.attrs) == "max" or units == "s"
         if (ideal if ideal is not None else (x in SIZE_DIMS and rate_or_time and not categorical)) and xv.size > 1:
             line = ideal_line(xpos, rows, D.direction(name, da.attrs) == "max")
-            ax.plot(xpos, line, color="0.45", linestyle=(0, (4, 2)), linewidth=0.8, marker=None, zorder=1,
-                    label="ideal (linear)", gid="ideal")
+            if np.isfinite(line).any():
+                ax.plot(xpos, line, color="0.45", linestyle=(0, (4, 2)), linewidth=0.8, marker=None, zorder=1,
+                        label="ideal (linear)", gid="ideal")
         if categorical:
             ax.set_xticks(xpos, labels=[str(v) for v in xv], rotation=45, ha="right")
         else:
@@ -98,7 +100,7 @@ def scaling(data, x: str, *, var: str | None = None, hue: str | None = None, sel
         finite = rows[np.isfinite(rows)]
         if logy if logy is not None else (finite.size and np.all(finite > 0) and finite.max() / finite.min() >= 100):
             ax.set_yscale("log")
-        ax.yaxis.set_major_formatter(S.unit_formatter(factor))
+        ax.yaxis.set_major_formatter(S.unit_formatter(factor, ax.yaxis))
         ax.yaxis.set_minor_formatter("")
         ax.set_xlabel(S.label(D.long_name_of(da[x]), xshown))   # "num nodes", as the Pareto figure says
         ax.set_ylabel(S.label(D.long_name_of(da), shown))

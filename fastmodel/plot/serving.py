@@ -86,7 +86,7 @@ def serving_pareto(ds, curve: str = "device", x: str = X, y: str = Y, sel=None, 
         ax.set_xscale("log")
         ax.set_yscale("log")
         for axis in (ax.xaxis, ax.yaxis):    # plain numbers (1,000 and 20, not 10^3 and 2 x 10^1), as elsewhere
-            axis.set_major_formatter(S.unit_formatter(1.0))
+            axis.set_major_formatter(S.unit_formatter(1.0, axis))
             axis.set_minor_formatter(S.log_minor_formatter(axis))
         ax.set_xlabel(f"{AXIS_NAMES.get(x, x.replace('_', ' '))} (higher is better)")
         ax.set_ylabel(f"{AXIS_NAMES.get(y, y.replace('_', ' '))} (higher is better)")

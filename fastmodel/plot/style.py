@@ -207,9 +207,23 @@ def fmt_quantity(value, units: str | None) -> str:
     return f"{text} {shown}"
 
 
-def unit_formatter(factor: float):
-    """A tick formatter dividing by ``factor`` (values stay in SI units, labels in display units)."""
-    return FuncFormatter(lambda v, _pos: fmt_tick(v / factor))
+#: a log axis spanning at least this many decades labels its ticks 10^k, all alike
+POWER_LABEL_DECADES = 4
+
+
+def unit_formatter(factor: float, axis=None):
+    """A tick formatter dividing by ``factor`` (values stay in SI units, labels in display units). Given its
+    ``axis``, a log axis spanning :data:`POWER_LABEL_DECADES` decades or more labels every tick ``10^k``: plain
+    numbers there mixed ``1e-05``, ``0.0001`` and ``1,000`` on one axis."""
+    def fmt(value, _pos):
+        if axis is not None and axis.get_scale() == "log" and value > 0:
+            lo, hi = sorted(axis.get_view_interval())
+            if lo > 0 and math.log10(hi / lo) >= POWER_LABEL_DECADES:
+                k = math.log10(value / factor)
+                return f"$10^{{{round(k)}}}$" if abs(k - round(k)) < 1e-9 else ""
+        return fmt_tick(value / factor)
+
+    return FuncFormatter(fmt)
 
 
 def log_minor_formatter(axis, factor: float = 1.0):

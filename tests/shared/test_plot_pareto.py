@@ -106,3 +106,9 @@ def test_the_legend_sits_under_the_axes():
     renderer = fig.canvas.get_renderer()
     legend = fig.legends[0].get_window_extent(renderer)
     assert legend.y1 <= ax.get_tightbbox(renderer).y0 + 1e-6    # below the x label, never over the points
+
+
+def test_one_point_has_no_dominated_entry():
+    one = synthetic_sweep().isel(num_nodes=[0], global_batch=[0], plan=[0])
+    fig, ax = P.pareto(one, "iteration_time", "throughput")
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["Pareto frontier"]

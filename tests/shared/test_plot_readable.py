@@ -41,6 +41,9 @@ def test_a_heatmap_of_179_plans_thins_its_labels_instead_of_overlapping_them():
         assert 10 < len(shown) < len(plans) and shown[0] == plans[0]
         step = plans.index(shown[1])
         assert shown == plans[::step][:len(shown)]        # every k-th plan, in order
+        suffix = {2: "nd", 3: "rd"}.get(step, "th")
+        assert ax.get_ylabel() == f"plan (every {step}{suffix} labelled)"        # said, not silent
+        assert len(ax.yaxis.get_minorticklocs()) + len(ax.yaxis.get_majorticklocs()) == len(plans)   # a tick each
         fig, ax = P.heatmap(da, x="plan", y="num_nodes", size=size)   # the long axis across: vertical, thinned
         _assert_readable(fig)
         assert {t.get_rotation() for t in visible_labels(ax.xaxis)} == {90.0}

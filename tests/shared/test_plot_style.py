@@ -94,3 +94,42 @@ def test_scaling_lines_differ_in_colour_marker_or_style():
 
     looks = [(S.CYCLE[k % len(S.CYCLE)], MARKERS[k % len(MARKERS)], line_style(k)) for k in range(160)]
     assert len(set(looks)) == 160
+
+
+def _log_axis(lo, hi):
+    fig, ax = S.new_axes("single")
+    ax.set_yscale("log")
+    ax.set_ylim(lo, hi)
+    return ax.yaxis
+
+
+def test_a_log_axis_of_many_decades_labels_powers_of_ten_alike():
+    axis = _log_axis(1e-5, 1e3)                       # 8 decades: was '1e-05', '0.0001', ..., '1,000'
+    fmt = S.unit_formatter(1.0, axis)
+    assert [fmt(v, 0) for v in (1e-5, 1e-4, 1.0, 1e3)] == ["$10^{-5}$", "$10^{-4}$", "$10^{0}$", "$10^{3}$"]
+    assert fmt(3e-4, 0) == ""
+    axis = _log_axis(1.0, 1e3)                        # 3 decades: plain numbers
+    assert [S.unit_formatter(1.0, axis)(v, 0) for v in (1.0, 1e3)] == ["1", "1,000"]
+    assert S.unit_formatter(1e3)(2e6, 0) == "2,000"   # no axis: the old formatter
+
+
+def test_minor_labels_only_where_majors_are_too_few():
+    axis = _log_axis(15, 150)                         # one decade, one major tick (100) in view
+    fmt = S.log_minor_formatter(axis)
+    assert [fmt(v, 0) for v in (20, 30, 40, 50, 200)] == ["20", "30", "", "50", "200"]
+    assert S.log_minor_formatter(_log_axis(1, 1e3))(20, 0) == ""    # three decades: majors suffice
+
+
+def test_default_titles_say_model_and_system():
+    from fastmodel.plot.data import subject
+
+    ds = synthetic_sweep()
+    ds.attrs.update(model='{"name": "LLaMA2-70B", "num_layers": 80}', system='{"name": "dc-a"}')
+    assert subject(ds) == "LLaMA2-70B on dc-a"
+    assert subject(ds.assign_attrs(system="")) == "LLaMA2-70B"
+    fig, ax = P.pareto(ds, "iteration_time", "throughput")
+    assert ax.get_title() == "LLaMA2-70B on dc-a"
+    fig, ax = P.heatmap(ds, x="num_nodes", y="plan", var="throughput", sel={"global_batch": 2048})
+    assert ax.get_title() == "LLaMA2-70B on dc-a: global_batch=2048 samples"
+    fig, ax = P.pareto(ds, "iteration_time", "throughput", title="")
+    assert ax.get_title() == ""
