@@ -49,7 +49,8 @@ def heatmap(data, x: str | None = None, y: str | None = None, *, var: str | None
     st = st.transpose(y, x) if st is not None else None
     ny, nx = da.shape
     if height is None and not isinstance(size, tuple):
-        height = round(min(9.0, max(S.figure_size(size)[1], 0.9 + 0.13 * ny)), 2)
+        # the best cell's legend entry takes two lines: room for the second, so the rows keep theirs
+        height = round(min(9.0, max(S.figure_size(size)[1], 0.9 + 0.13 * ny) + (0.12 if best else 0.0)), 2)
     with S.paper_rc():
         fig, ax = S.new_axes(size, height, ax)
         da = _as_labels(da)

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import re
 
+import matplotlib as mpl
 import numpy as np
 
 from fastmodel.plot import style as S
 from fastmodel.plot.memory import KIND_COLOURS
-from fastmodel.plot.readable import crowded, make_readable
+from fastmodel.plot.readable import GAP_PT, crowded, make_readable
 
 #: at most this many pipeline ranks get a panel (the first, evenly spaced middle ones, the last)
 MAX_PANELS = 4
@@ -66,7 +67,6 @@ def memory_timeline(data=None, *, model=None, system=None, task=None, record=Non
             ax.axhline(data.reserved_bytes / gib, color="#D55E00", linestyle=":", linewidth=0.8, gid="reserved")
             ax.set_xlim(-0.5, len(x) - 0.5)
             ax.set_ylabel(f"rank {rank}\nmemory [GiB]")
-            ax.set_xticks(x, minor=True)                                     # a tick per op, labelled or not
         axes[-1].set_xlabel(XLABEL)
         top = axes[0]
         top.annotate(f"HBM {data.hbm_bytes / gib:.0f} GiB", (1.0, data.hbm_bytes / gib),
@@ -78,11 +78,11 @@ def memory_timeline(data=None, *, model=None, system=None, task=None, record=Non
         top.set_title(title if title is not None else f"memory over one step: {data.title}", loc="left")
         handles, labels = top.get_legend_handles_labels()
         fig.legend(handles, labels, loc="outside right upper", fontsize=6)
-    rule = label_ops(fig, axes, [data.stages[rank] for rank in ranks])
-    if drop_dense_ticks(fig, axes):
-        rule = rule.replace(TICK_NOTE, "")
-    if rule:
-        axes[-1].set_xlabel(f"{XLABEL}\n{rule}")
+        rule = label_ops(fig, axes, [data.stages[rank] for rank in ranks])
+        if not tick_every_op(fig, axes, [len(data.stages[rank].labels) for rank in ranks]):
+            rule = rule.replace(TICK_NOTE, "")
+        if rule:
+            axes[-1].set_xlabel(f"{XLABEL}\n{rule}")
     make_readable(fig)
     return fig, axes
 
@@ -118,19 +118,15 @@ def label_sets(labels) -> list[tuple[list[int], str]]:
     return sets
 
 
-def drop_dense_ticks(fig, axes) -> bool:
-    """Remove the per-operation ticks of panels where they would sit under :data:`MIN_TICK_GAP_PT` apart (a
-    thousand micro-batches drew a solid black bar); True when any went."""
-    fig.draw_without_rendering()
-    renderer = fig.canvas.get_renderer()
-    dropped = False
-    for ax in axes:
-        count = len(set(ax.xaxis.get_minorticklocs()) | set(ax.xaxis.get_majorticklocs()))
-        width_pt = ax.get_window_extent(renderer).width * 72.0 / fig.dpi
-        if count > 1 and width_pt / count < MIN_TICK_GAP_PT:
-            ax.set_xticks([], minor=True)
-            dropped = True
-    return dropped
+def tick_every_op(fig, axes, counts) -> bool:
+    """A (minor) tick at every operation of each panel, unless they would sit under :data:`MIN_TICK_GAP_PT` apart
+    on a panel as last drawn (a thousand micro-batches drew a solid black bar): then none; True when drawn."""
+    widths = [ax.get_window_extent().width * 72.0 / fig.dpi for ax in axes]
+    if any(count > 1 and width / count < MIN_TICK_GAP_PT for width, count in zip(widths, counts)):
+        return False
+    for ax, count in zip(axes, counts):
+        ax.set_xticks(range(count), minor=True)
+    return True
 
 
 def label_ops(fig, axes, stages) -> str:
@@ -138,7 +134,10 @@ def label_ops(fig, axes, stages) -> str:
     panel (horizontal, else vertical), the same rule on all; returns it ('' when every operation is labelled)."""
     renderer = fig.canvas.get_renderer()
     sets = [label_sets(stage.labels) for stage in stages]
+    room = fig.get_figwidth() * 72.0 / (0.9 * mpl.rcParams["xtick.labelsize"] + GAP_PT)   # vertical labels at most
     for level in range(min(len(s) for s in sets)):
+        if max(len(choice[level][0]) for choice in sets) > room:   # cannot fit: not worth a draw (1,000s of ticks)
+            continue
         for rotation in (0, 90):
             for ax, stage, choice in zip(axes, stages, sets):
                 keep = choice[level][0]

@@ -105,7 +105,10 @@ def scaling(data, x: str, *, var: str | None = None, hue: str | None = None, sel
         ax.set_xlabel(S.label(D.long_name_of(da[x]), xshown))   # "num nodes", as the Pareto figure says
         ax.set_ylabel(S.label(D.long_name_of(da), shown))
         if hue or ax.get_legend_handles_labels()[1]:
-            fig.legend(title=hue, loc="outside right upper", handlelength=2.2, ncol=2 if len(names) > 16 else 1)
+            # beside the axes, its top level with theirs (constrained layout keeps it in the figure): a figure
+            # legend at the figure's top put its title on the same line as a long title
+            ax.legend(title=hue, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, handlelength=2.2,
+                      ncol=2 if len(names) > 16 else 1)
         title = title if title is not None else D.subject(data)
         if title:   # over the whole figure: a long title over the axes ran into the legend's title
             fig.suptitle(title, fontsize=8)

@@ -78,5 +78,5 @@ def test_a_line_without_results_says_so_and_inf_starts_no_ideal_line():
     da = xr.DataArray([[np.nan, np.nan, np.nan], [1.0, 2.0, 3.0]], dims=("plan", "num_nodes"),
                       coords={"plan": ["a", "b"], "num_nodes": [1, 2, 4]}, name="throughput")
     fig, ax = P.scaling(da, "num_nodes", hue="plan")
-    labels = fig.legends[0].get_texts()
+    labels = ax.get_legend().get_texts()
     assert [t.get_text() for t in labels][:2] == ["a (no result)", "b"]
