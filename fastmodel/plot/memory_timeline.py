@@ -67,7 +67,8 @@ def memory_timeline(data=None, *, model=None, system=None, task=None, record=Non
             ax.axhline(data.reserved_bytes / gib, color="#D55E00", linestyle=":", linewidth=0.8, gid="reserved")
             ax.set_xlim(-0.5, len(x) - 0.5)
             ax.set_ylabel(f"rank {rank}\nmemory [GiB]")
-        axes[-1].set_xlabel(XLABEL)
+        xlabel = XLABEL if fig.get_figwidth() >= 5 else XLABEL.replace(" (", "\n(")   # a column: two lines
+        axes[-1].set_xlabel(xlabel)
         top = axes[0]
         top.annotate(f"HBM {data.hbm_bytes / gib:.0f} GiB", (1.0, data.hbm_bytes / gib),
                      xycoords=("axes fraction", "data"), ha="right", va="bottom", fontsize=6)
@@ -77,12 +78,14 @@ def memory_timeline(data=None, *, model=None, system=None, task=None, record=Non
                      xycoords=("axes fraction", "data"), ha="right", va="bottom", fontsize=6, color="#D55E00")
         top.set_title(title if title is not None else f"memory over one step: {data.title}", loc="left")
         handles, labels = top.get_legend_handles_labels()
-        fig.legend(handles, labels, loc="outside right upper", fontsize=6)
+        # beside the top panel, its top level with the panel's: a figure legend at the figure's top ran into the
+        # title and the HBM note of a one-column figure
+        top.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize=6)
         rule = label_ops(fig, axes, [data.stages[rank] for rank in ranks])
         if not tick_every_op(fig, axes, [len(data.stages[rank].labels) for rank in ranks]):
             rule = rule.replace(TICK_NOTE, "")
         if rule:
-            axes[-1].set_xlabel(f"{XLABEL}\n{rule}")
+            axes[-1].set_xlabel(f"{xlabel}\n{rule}")
     make_readable(fig)
     return fig, axes
 
