@@ -116,3 +116,18 @@ def test_overlapping_point_labels_are_dropped_and_the_marker_stays_clear():
     kept = drop_overlapping(fig, [first, on_top, apart, under_star], markers=[(ax, (5, 8), 9.0)])
     assert kept == [first, apart]
     assert not on_top.get_visible() and not under_star.get_visible()
+
+
+def test_the_validation_figure_labels_units_and_ticks_as_the_others():
+    from fastmodel.plot.validation import predicted_vs_measured
+
+    table = [{"measured_step_time_s": m, "predicted_step_time_s": m * 1.1, "source": f"source {i}"}
+             for i, m in enumerate(np.geomspace(1.0, 100.0, 9))]
+    fig, ax = predicted_vs_measured(table)
+    fig.draw_without_rendering()
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("measured step time [s]", "predicted step time [s]")
+    ticks = {t.get_text() for t in ax.get_xticklabels() if t.get_text()}
+    assert {"1", "10", "100"} <= ticks                      # were 10^0, 10^1, 10^2
+    first, ninth = ax.collections[1], ax.collections[9]     # the band, then one scatter per source
+    assert np.allclose(first.get_facecolor(), ninth.get_facecolor())                  # 8 colours, 9 sources:
+    assert not np.array_equal(first.get_paths()[0].vertices, ninth.get_paths()[0].vertices)   # told by marker
