@@ -2,7 +2,8 @@
 
 Runs the LLaMA2-70B plan sweep (1,300 configurations) in memory and one
 trace, and the cloud-provider study (``specs/sweeps/cloud_dlrm_a.toml``, 336
-configurations) for its Pareto frontiers and a cost heatmap, and the serving SLO search's frontier.
+configurations) for its Pareto frontiers and a cost heatmap, the serving SLO search's frontier and the
+memory timeline of a B200 run record.
 """
 
 from __future__ import annotations
@@ -73,7 +74,19 @@ def main() -> int:
     fig, _ = P.timeline(config)
     write(fig, "timeline_dlrm_a_fsdp.png")
     serving_search()
+    memory_over_the_step()
     return 0
+
+
+def memory_over_the_step() -> None:
+    """The README's memory timeline: the Megatron-LM run of tests/data/runs_dev_b200.jsonl line 7 (Llama 3 70B,
+    12 layers, on 8 B200, tp1.pp2.dp4, 8 micro-batches; ``fastmodel plot memory-timeline -m RUN.json``)."""
+    import json
+
+    record = json.loads((ROOT / "tests" / "data" / "runs_dev_b200.jsonl").read_text().splitlines()[6])
+    fig, _ = P.memory_timeline(record=record, title="Llama 3 70B (12 layers) on 8 B200, tp1.pp2.dp4, "
+                               "8 micro-batches: memory over one step")
+    write(fig, "memory_timeline_llama3_70b_b200_pp2.png")
 
 
 def serving_search() -> None:

@@ -17,10 +17,23 @@ from fastmodel.cli.common import friendly
 from fastmodel.cli.execution import execution_options
 
 SIZE_CHOICE = click.Choice(["single", "double"])
+#: the --width range in inches (fastmodel.plot.style.WIDTH_RANGE, restated so the command line loads without matplotlib)
+WIDTH_RANGE = (1.5, 20.0)
 
 
 def _remember_force(ctx, param, value):
     ctx.meta["fastmodel.plot.force"] = bool(value)
+
+
+def _remember_width(ctx, param, value):
+    ctx.meta["fastmodel.plot.width"] = value
+
+
+def _size(size: str):
+    """The figure size the plot functions take: ``--width`` in inches when given, else the ``--size`` preset."""
+    ctx = click.get_current_context(silent=True)
+    width = ctx.meta.get("fastmodel.plot.width") if ctx is not None else None
+    return size if width is None else float(width)
 
 
 def _output_rule() -> tuple[bool, tuple]:
@@ -41,6 +54,9 @@ def _figure_options(size_default: str):
                          help="Resolution of PNG output (and of images inside PDF/SVG)."),
             click.option("--size", default=size_default, show_default=True, type=SIZE_CHOICE,
                          help="Width preset: one column (3.5 in) or the full page width (7.16 in)."),
+            click.option("--width", type=click.FloatRange(*WIDTH_RANGE), metavar="IN", expose_value=False,
+                         callback=_remember_width, help="Figure width in inches, e.g. 3.3 (one column) or 7 (two "
+                         "columns); overrides --size. Height: 0.72 x width, at most 2.8 in (or the figure's own)."),
             click.option("--title", help="Title (default: the fixed coordinates or the configuration)."),
         ]):
             func = option(func)
@@ -136,7 +152,7 @@ def heatmap_command(result, x, y, var, sel, reduce, relative_to, annotate, best,
     _check_suffix(output, result)
     ds = _open(result)
     fig, _ = heatmap(ds, x, y, var=_default_var(ds, var), sel=_sel(sel), reduce=parse_reduce(reduce), relative_to=relative_to,
-                     annotate=annotate, best=None if best == "none" else best, log=log, size=size, title=title)
+                     annotate=annotate, best=None if best == "none" else best, log=log, size=_size(size), title=title)
     _save(fig, output, dpi)
 
 
@@ -197,7 +213,7 @@ def timeline_command(model, system, task, num_nodes, plan, semantics, execution_
     execution = _execution(model, record, semantics, system, execution_file, execution_sets)
     fig, _ = timeline(model=None if record is not None else model, system=system, task=task, record=record,
                       source=model if record is not None else None, semantics=semantics, plan=plan, num_nodes=num_nodes, window=parse_window(window),
-                      aggregate=aggregate, size=size, title=title, execution=execution)
+                      aggregate=aggregate, size=_size(size), title=title, execution=execution)
     _save(fig, output, dpi)
 
 
@@ -231,7 +247,7 @@ def memory_timeline_command(model, system, task, num_nodes, plan, memory_margin,
     execution = _execution(model, record, "default", system, execution_file, execution_sets)
     fig, _ = memory_timeline(model=None if record is not None else model, system=system, task=task, record=record,
                              source=model if record is not None else None, plan=plan, num_nodes=num_nodes,
-                             memory_margin=margin, size=size, title=title, execution=execution)
+                             memory_margin=margin, size=_size(size), title=title, execution=execution)
     _save(fig, output, dpi)
 
 
@@ -264,7 +280,7 @@ def breakdown_command(result, sel, quantity, memory, output, dpi, size, title):
     from fastmodel.plot import breakdown
 
     _check_suffix(output, result)
-    fig, _ = breakdown(_open(result), _sel(sel), quantity="memory" if memory else quantity, size=size, title=title)
+    fig, _ = breakdown(_open(result), _sel(sel), quantity="memory" if memory else quantity, size=_size(size), title=title)
     _save(fig, output, dpi)
 
 
@@ -279,7 +295,7 @@ def memory_command(result, sel, dim, output, dpi, size, title):
     from fastmodel.plot.memory import memory_bars
 
     _check_suffix(output, result)
-    fig, _ = memory_bars(_open(result), dim=dim, sel=_sel(sel), size=size, title=title)
+    fig, _ = memory_bars(_open(result), dim=dim, sel=_sel(sel), size=_size(size), title=title)
     _save(fig, output, dpi)
 
 
@@ -316,7 +332,7 @@ def pareto_command(result, x, y, x_dir, y_dir, sel, where, label, curve, output,
 
         raise PlotError("give --x and --y (only serving sweeps have default axes)")
     fig, ax = pareto(ds, x, y, x_dir=x_dir, y_dir=y_dir, sel=_sel(sel), where=mask, label=list(label) or None,
-                     size=size, title=title)
+                     size=_size(size), title=title)
     table = ax.frontier
     front = table[table.on_frontier].drop(columns="on_frontier").sort_values(x)
     click.echo(front.to_string(index=False))
@@ -332,7 +348,7 @@ def _serving_pareto(ds, curve, x, y, sel, mask, output, dpi, size, title):
         curve = "device" if "device" in ds.dims else next(iter(ds["status"].dims if agg else ()), "device")
     if mask is not None and agg:  # filtered-out points leave the frontier as illegal points do
         ds = ds.assign(status=ds["status"].where(mask, 1).astype(ds["status"].dtype))
-    fig, ax = serving_pareto(ds, curve, x or X, y or Y, sel=_sel(sel), size=size, title=title)
+    fig, ax = serving_pareto(ds, curve, x or X, y or Y, sel=_sel(sel), size=_size(size), title=title)
     click.echo(f"  {'x':>12s} {'y':>12s}  configuration   (x: {x or X}, y: {y or Y})")
     for value, (xv, yv, labels) in ax.frontiers.items():
         click.echo(f"{value}:" if str(value) == "mode=disagg" else f"{curve} = {value}:")
@@ -359,5 +375,5 @@ def scaling_command(result, x, var, hue, sel, reduce, top, output, dpi, size, ti
     _check_suffix(output, result)
     ds = _open(result)
     fig, _ = scaling(ds, x, var=_default_var(ds, var), hue=hue, sel=_sel(sel), reduce=parse_reduce(reduce), top=top,
-                     size=size, title=title)
+                     size=_size(size), title=title)
     _save(fig, output, dpi)

@@ -145,13 +145,16 @@ def breakdown(data, sel=None, labels=None, *, quantity: str = "time", size="sing
                             textcoords="offset points", ha="center", va="top", fontsize=6)
         ax.yaxis.set_major_formatter(S.unit_formatter(factor))
         ax.set_ylabel(S.label("time per step", unit))
-        ax.margins(y=0.08)
+        # room for the totals over the bars, under a title (a margin cannot pass the sticky edge of a zero-height
+        # part stacked on top)
+        tallest = max((p.get_y() + p.get_height() for p in ax.patches), default=0.0)
+        ax.set_ylim(0.0, tallest * 1.14 if tallest > 0 else 1.0)
         order = [c for c in dict.fromkeys(_component(p) for p in (*serialized, *overlapped)) if c in used]
         fig.legend(handles=[Patch(facecolor=colours[c], label=legend[c]) for c in order],
                    loc="outside right upper", handlelength=1.2)
         if title is not None:
             ax.set_title(title)
-        elif single:
-            ax.set_title(names[0])
+        elif single or D.subject(data):
+            ax.set_title(", ".join(t for t in (D.subject(data), names[0] if single else "") if t))
     make_readable(fig)   # minimum font, no overlapping tick labels (plot/readable.py)
     return fig, ax

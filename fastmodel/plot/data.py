@@ -6,6 +6,7 @@ same thing everywhere and every error is one line naming what is wrong.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Mapping
 
@@ -291,3 +292,26 @@ def status_legend(codes: Iterable[int], names: list[str] | None = None) -> str:
     """Reasons for a legend entry: ``'product_ne_devices, first_degree'`` (``names``: the status names)."""
     names = names or []
     return ", ".join(names[int(c)] if 0 <= int(c) < len(names) else str(int(c)) for c in sorted({int(c) for c in codes}))
+
+
+def subject(data) -> str:
+    """What a result is of, for a default title: ``Llama 3 70B on dgx-h100`` from its ``model`` and ``system``
+    attributes (a name, or a spec as JSON with a ``name``), the one ``device`` of a serving result standing in
+    for a system; '' when it says neither."""
+    attrs = getattr(data, "attrs", {}) or {}
+
+    def name(key: str) -> str:
+        text = attrs.get(key)
+        if not text:
+            return ""
+        try:
+            value = json.loads(text)
+        except (TypeError, ValueError):
+            return str(text)
+        return str(value.get("name", "")) if isinstance(value, dict) else str(value)
+
+    model, system = name("model"), name("system")
+    coords = getattr(data, "coords", {})
+    if not system and "device" in coords and coords["device"].size == 1:
+        system = str(np.asarray(coords["device"].values).ravel()[0])
+    return f"{model} on {system}" if model and system else model or system

@@ -48,8 +48,9 @@ def heatmap(data, x: str | None = None, y: str | None = None, *, var: str | None
     da = da.transpose(y, x)
     st = st.transpose(y, x) if st is not None else None
     ny, nx = da.shape
-    if height is None and isinstance(size, str):
-        height = round(min(9.0, max(S.figure_size(size)[1], 0.9 + 0.13 * ny)), 2)
+    if height is None and not isinstance(size, tuple):
+        # the best cell's legend entry takes two lines: room for the second, so the rows keep theirs
+        height = round(min(9.0, max(S.figure_size(size)[1], 0.9 + 0.13 * ny) + (0.12 if best else 0.0)), 2)
     with S.paper_rc():
         fig, ax = S.new_axes(size, height, ax)
         da = _as_labels(da)
@@ -77,7 +78,7 @@ def heatmap(data, x: str | None = None, y: str | None = None, *, var: str | None
             cbar.set_label(S.label(D.long_name_of(da), units))
         else:
             factor, shown = S.display_unit(units, image.compressed())
-            cbar.ax.yaxis.set_major_formatter(S.unit_formatter(factor))
+            cbar.ax.yaxis.set_major_formatter(S.unit_formatter(factor, cbar.ax.yaxis))
             if isinstance(norm, mcolors.LogNorm):  # label minor ticks only when few major ones show
                 cbar.ax.yaxis.set_minor_formatter(S.unit_formatter(factor) if _few_decades(norm) else "")
             if da.attrs.get("ratio") and image.count():  # 1 stays white; the bar shows only the range of the data
@@ -92,11 +93,11 @@ def heatmap(data, x: str | None = None, y: str | None = None, *, var: str | None
         if best and best != "none" and not categorical and image.count():
             handles.append(_mark_best(ax, da, image, best, factor, shown))
         if handles:
-            fig.legend(handles=handles, loc="outside lower center", ncol=1 if size == "single" else 2,
+            fig.legend(handles=handles, loc="outside lower center", ncol=1 if fig.get_figwidth() < 5 else 2,
                        handlelength=1.4)
         if da[y].dtype.kind in "USO":  # categories read top to bottom in coordinate order
             ax.invert_yaxis()
-        ax.set_title(title if title is not None else _default_title(da, sel))
+        ax.set_title(title if title is not None else _default_title(da, sel, D.subject(data)))
         for spine in ax.spines.values():
             spine.set_visible(False)
     make_readable(fig)   # minimum font, no overlapping tick labels (plot/readable.py)
@@ -149,8 +150,9 @@ def _categorical(values):
     codes = np.full(values.shape, -1, dtype=float)
     for i, name in enumerate(labels):
         codes[values.astype(str) == name] = i
-    base = matplotlib.colormaps["tab20" if len(labels) > 10 else "tab10"]
-    cmap = mcolors.ListedColormap([base(i % base.N) for i in range(max(1, len(labels)))]).with_extremes(
+    colours = S.CYCLE if len(labels) <= len(S.CYCLE) else [matplotlib.colormaps["tab20"](i % 20)
+                                                           for i in range(len(labels))]
+    cmap = mcolors.ListedColormap([colours[i] for i in range(max(1, len(labels)))]).with_extremes(
         bad=(1.0, 1.0, 1.0, 0.0))
     norm = mcolors.BoundaryNorm(np.arange(-0.5, max(1, len(labels)) + 0.5), cmap.N)
     return np.ma.masked_less(codes, 0), list(range(len(labels))), labels, cmap, norm
@@ -162,7 +164,7 @@ def _ticks(ax, da, x, y):
         factor, shown = (1.0, "") if coord.dtype.kind in "USO" else S.display_unit(D.units_of(coord), coord.values)
         labels = [S.fmt_coord(v) if coord.dtype.kind in "USO" else _coord_label(v, factor) for v in coord.values]
         axis.set_ticks(np.arange(n), labels=labels)
-        axis.set_label_text(S.label(dim, shown))
+        axis.set_label_text(S.label(D.long_name_of(coord), shown))   # "num nodes", as the Pareto figure says
         axis.set_tick_params(length=0)
     if da.shape[1] > 6 and max(len(t.get_text()) for t in ax.get_xticklabels()) > 4:
         for text in ax.get_xticklabels():
@@ -232,9 +234,14 @@ def _mark_best(ax, da, image, best, factor, shown):
     r, c = np.unravel_index(np.argmax(filled) if way == "max" else np.argmin(filled), filled.shape)
     ax.add_patch(Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, edgecolor="black", linewidth=1.4, gid="best"))
     value = S.fmt_number(float(image[r, c]) / factor)
-    return Patch(fill=False, edgecolor="black", linewidth=1.2, label=f"best ({way}): {value} {shown}".rstrip())
+    y, x = da.dims       # the cell named too: a row between two thinned labels is otherwise a guess
+    where = ", ".join(f"{d}={S.fmt_quantity(da[d].values[k], D.units_of(da[d]))}" for d, k in ((y, r), (x, c)))
+    return Patch(fill=False, edgecolor="black", linewidth=1.2, label=f"best ({way}): {value} {shown}".rstrip()
+                 + f"\nat {where}")
 
 
-def _default_title(da, sel):
+def _default_title(da, sel, subject: str = ""):
+    """``Llama 3 70B on dgx-h100: global_batch=2048 samples``: what the result is of, then the fixed coordinates."""
     fixed = {k: v for k, v in da.coords.items() if k not in da.dims and v.ndim == 0}
-    return ", ".join(f"{k}={S.fmt_quantity(v.values.item(), D.units_of(v))}" for k, v in fixed.items())
+    text = ", ".join(f"{k}={S.fmt_quantity(v.values.item(), D.units_of(v))}" for k, v in fixed.items())
+    return f"{subject}: {text}" if subject and text else subject or text

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from fastmodel.plot import data as D
 from fastmodel.plot import style as S
 from fastmodel.plot.readable import make_readable
 
@@ -105,8 +106,8 @@ def memory_bars(ds, dim: str | None = None, sel=None, size="single", height: flo
         if dim != "configuration":
             ax.set_xlabel(dim)
         ax.set_ylabel(S.label("memory per device", "GiB"))
-        if title is not None:
-            ax.set_title(title, loc="left")
+        if title is not None or D.subject(ds):
+            ax.set_title(title if title is not None else D.subject(ds), loc="left")
         fig.legend(*ax.get_legend_handles_labels(), loc="outside right upper", fontsize=6)
     make_readable(fig)   # minimum font, no overlapping tick labels (plot/readable.py)
     return fig, ax

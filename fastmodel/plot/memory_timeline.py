@@ -3,14 +3,24 @@ operations, with the HBM and usable-HBM lines (in the style of PyTorch's memory 
 
 from __future__ import annotations
 
+import re
+
+import matplotlib as mpl
 import numpy as np
 
 from fastmodel.plot import style as S
 from fastmodel.plot.memory import KIND_COLOURS
-from fastmodel.plot.readable import make_readable
+from fastmodel.plot.readable import GAP_PT, crowded, make_readable
 
 #: at most this many pipeline ranks get a panel (the first, evenly spaced middle ones, the last)
 MAX_PANELS = 4
+_OP = re.compile(r"^[FB](\d+)\b")
+#: the least room between two per-operation ticks, in points (closer, the ticks are left out)
+MIN_TICK_GAP_PT = 1.5
+#: how a thinned label rule says the ticks mark every operation
+TICK_NOTE = "; a tick marks every operation"
+#: the x label of the lowest panel
+XLABEL = "operations of the step (F j / B j: forward / backward of micro-batch j)"
 
 
 def panel_stages(n: int, most: int = MAX_PANELS) -> list[int]:
@@ -58,10 +68,9 @@ def memory_timeline(data=None, *, model=None, system=None, task=None, record=Non
             ax.axhline(data.usable_bytes / gib, color="0.2", linestyle="--", linewidth=0.8, gid="usable")
             ax.axhline(data.reserved_bytes / gib, color="#D55E00", linestyle=":", linewidth=0.8, gid="reserved")
             ax.set_xlim(-0.5, len(x) - 0.5)
-            ax.set_ylabel(f"rank {rank}\nGiB")
-            ticks = x[1:-1:max(1, (len(x) - 2) // 12)]
-            ax.set_xticks(ticks, [stage.labels[i] for i in ticks], rotation=90)
-        axes[-1].set_xlabel("operations of the step (F j / B j: forward / backward of micro-batch j)")
+            ax.set_ylabel(f"rank {rank}\nmemory [GiB]")
+        xlabel = XLABEL if fig.get_figwidth() >= 5 else XLABEL.replace(" (", "\n(")   # a column: two lines
+        axes[-1].set_xlabel(xlabel)
         top = axes[0]
         top.annotate(f"HBM {data.hbm_bytes / gib:.0f} GiB", (1.0, data.hbm_bytes / gib),
                      xycoords=("axes fraction", "data"), ha="right", va="bottom", fontsize=6)
@@ -71,6 +80,74 @@ def memory_timeline(data=None, *, model=None, system=None, task=None, record=Non
                      xycoords=("axes fraction", "data"), ha="right", va="bottom", fontsize=6, color="#D55E00")
         top.set_title(title if title is not None else f"memory over one step: {data.title}", loc="left")
         handles, labels = top.get_legend_handles_labels()
-        fig.legend(handles, labels, loc="outside right upper", fontsize=6)
+        # beside the top panel, its top level with the panel's: a figure legend at the figure's top ran into the
+        # title and the HBM note of a one-column figure
+        top.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize=6)
+        rule = label_ops(fig, axes, [data.stages[rank] for rank in ranks])
+        if not tick_every_op(fig, axes, [len(data.stages[rank].labels) for rank in ranks]):
+            rule = rule.replace(TICK_NOTE, "")
+        if rule:
+            axes[-1].set_xlabel(f"{xlabel}\n{rule}")
     make_readable(fig)
     return fig, axes
+
+
+def short_label(text: str) -> str:
+    """A moment's tick label: ``optimizer step`` shortened to ``opt. step``, the others as they are."""
+    return "opt. step" if text == "optimizer step" else text
+
+
+def micro_batch(text: str) -> int | None:
+    """The micro-batch of an operation's label (``F3``, ``B3``, ``B3 emb`` -> 3); None for ``start`` and the
+    optimizer step."""
+    match = _OP.match(text)
+    return int(match.group(1)) if match else None
+
+
+def label_sets(labels) -> list[tuple[list[int], str]]:
+    """The label sets tried, fewest labels last, each with the rule said under the axis ('' for all): every
+    operation; the forward and backward passes (F j, B j; sub-steps such as ``B j emb`` left to their ticks);
+    the forwards of micro-batches 0, s, 2s ... (s = 1, 2, 4 ...). A rule keeps whole passes: thinning every
+    k-th operation dropped some micro-batches' forwards and others' backwards (F1, F3 missing beside B1)."""
+    batches = [micro_batch(text) for text in labels]
+    passes = [i for i, text in enumerate(labels) if batches[i] is not None and text.split()[0] == text]
+    sets = [(list(range(len(labels))), ""), (passes, "labelled: F j and B j" + TICK_NOTE)]
+    count = 1 + max((j for j in batches if j is not None), default=0)
+    stride = 1
+    while stride < 2 * count:
+        forwards = [i for i, text in enumerate(labels) if text.startswith("F") and batches[i] is not None
+                    and batches[i] % stride == 0]
+        sets.append((forwards, "labelled: the forward (F j) of " + ("every micro-batch" if stride == 1 else
+                     f"micro-batches 0, {stride}, {2 * stride}, ...") + TICK_NOTE))
+        stride *= 2
+    return sets
+
+
+def tick_every_op(fig, axes, counts) -> bool:
+    """A (minor) tick at every operation of each panel, unless they would sit under :data:`MIN_TICK_GAP_PT` apart
+    on a panel as last drawn (a thousand micro-batches drew a solid black bar): then none; True when drawn."""
+    widths = [ax.get_window_extent().width * 72.0 / fig.dpi for ax in axes]
+    if any(count > 1 and width / count < MIN_TICK_GAP_PT for width, count in zip(widths, counts)):
+        return False
+    for ax, count in zip(axes, counts):
+        ax.set_xticks(range(count), minor=True)
+    return True
+
+
+def label_ops(fig, axes, stages) -> str:
+    """Label every panel's operations with the first rule of :func:`label_sets` whose labels overlap on no
+    panel (horizontal, else vertical), the same rule on all; returns it ('' when every operation is labelled)."""
+    renderer = fig.canvas.get_renderer()
+    sets = [label_sets(stage.labels) for stage in stages]
+    room = fig.get_figwidth() * 72.0 / (0.9 * mpl.rcParams["xtick.labelsize"] + GAP_PT)   # vertical labels at most
+    for level in range(min(len(s) for s in sets)):
+        if max(len(choice[level][0]) for choice in sets) > room:   # cannot fit: not worth a draw (1,000s of ticks)
+            continue
+        for rotation in (0, 90):
+            for ax, stage, choice in zip(axes, stages, sets):
+                keep = choice[level][0]
+                ax.set_xticks(keep, [short_label(stage.labels[i]) for i in keep], rotation=rotation)
+            fig.draw_without_rendering()
+            if not any(crowded(ax.xaxis, renderer) for ax in axes):
+                return sets[0][level][1]
+    return sets[0][level][1]

@@ -138,7 +138,8 @@ def pareto(data, x: str, y: str, *, x_dir: str | None = None, y_dir: str | None 
     yf, yu = S.display_unit(table.attrs["y_units"], yv)
     with S.paper_rc():
         fig, ax = S.new_axes(size, height, ax)
-        ax.scatter(rest[x], rest[y], s=6, color="0.6", alpha=0.35, linewidths=0, label="dominated", gid="dominated")
+        ax.scatter(rest[x], rest[y], s=6, color="0.6", alpha=0.35, linewidths=0, label="dominated" if len(rest) else None,
+                   gid="dominated")
         ax.scatter(front[x], front[y], s=14, color=S.PALETTE["gemm"], zorder=3, linewidths=0, label="Pareto frontier",
                    gid="frontier")
         step = "post" if table.attrs["x_dir"] == "min" else "pre"  # the edge of the dominated region
@@ -152,10 +153,10 @@ def pareto(data, x: str, y: str, *, x_dir: str | None = None, y_dir: str | None 
                 (ax.set_xscale if axis == "x" else ax.set_yscale)("log", base=base)
                 if geometric and levels.size <= 12:
                     (ax.set_xticks if axis == "x" else ax.set_yticks)(levels, labels=[S.fmt_coord(v) for v in levels])
-        ax.xaxis.set_major_formatter(S.unit_formatter(xf))
-        ax.yaxis.set_major_formatter(S.unit_formatter(yf))
-        ax.xaxis.set_minor_formatter("")
-        ax.yaxis.set_minor_formatter("")
+        ax.xaxis.set_major_formatter(S.unit_formatter(xf, ax.xaxis))
+        ax.yaxis.set_major_formatter(S.unit_formatter(yf, ax.yaxis))
+        for axis, factor in ((ax.xaxis, xf), (ax.yaxis, yf)):   # a log axis of under two decades: 20, 30, 50
+            axis.set_minor_formatter(S.log_minor_formatter(axis, factor) if axis.get_scale() == "log" else "")
         better = {"min": "lower is better", "max": "higher is better"}
         ax.set_xlabel(S.label(f"{table.attrs['x_name']} ({better[table.attrs['x_dir']]})", xu))
         ax.set_ylabel(S.label(f"{table.attrs['y_name']} ({better[table.attrs['y_dir']]})", yu))
@@ -171,9 +172,9 @@ def pareto(data, x: str, y: str, *, x_dir: str | None = None, y_dir: str | None 
             for collection in ax.collections:
                 if collection.get_gid() == "frontier":
                     collection.set_label(f"Pareto frontier ({text})")
-        fig.legend(loc="outside upper center", ncol=2)
-        if title is not None:
-            ax.set_title(title)
+        fig.legend(loc="outside lower center", ncol=2)   # under the x label, as the other figures' legends
+        if title is not None or D.subject(data):
+            ax.set_title(title if title is not None else D.subject(data))
     ax.frontier = table
     make_readable(fig)   # minimum font, no overlapping tick labels (plot/readable.py)
     return fig, ax

@@ -8,7 +8,8 @@ Every figure function ends with :func:`make_readable`:
 - on each axis whose ticks are fixed category labels (plans, systems, stream names), the labels are
   measured as drawn: a crowded x axis is turned vertical, and labels that still overlap are thinned to
   every k-th one, the smallest k that leaves :data:`GAP_PT` between neighbours (the first label stays, so
-  the order reads as before). Numeric axes keep matplotlib's own locators, which never overlap.
+  the order reads as before); every item keeps a (minor) tick and the axis label says ``(every k-th
+  labelled)``, so no item goes missing unannounced. Numeric axes keep matplotlib's own locators, which never overlap.
 """
 
 from __future__ import annotations
@@ -73,17 +74,33 @@ def _separate(fig, axis) -> None:
     style = axis.get_majorticklabels()[0]
     rotation, align, size = style.get_rotation(), style.get_horizontalalignment(), style.get_fontsize()
     step = max(2, _step_needed(axis, renderer, locs))
+    axis.set_ticks(locs, minor=True)            # every item keeps a tick, labelled or not
+    axis.set_tick_params(which="minor", length=2.0, width=0.4)
     while step < len(locs):
         axis.set_ticks(locs[::step], labels=texts[::step])
         for label in axis.get_majorticklabels():
             label.set_rotation(rotation)
             label.set_horizontalalignment(align)
             label.set_fontsize(size)
+        _say_thinned(axis, step)
         fig.draw_without_rendering()
         if not crowded(axis, renderer):
             return
         step += 1
     axis.set_ticks(locs[:1], labels=texts[:1])
+    _say_thinned(axis, len(locs))
+
+
+def thinned_note(step: int) -> str:
+    """What a thinned axis says after its label: ``every 2nd labelled``."""
+    suffix = "th" if 10 <= step % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(step % 10, "th")
+    return f"every {step}{suffix} labelled"
+
+
+def _say_thinned(axis, step: int) -> None:
+    """Append (or update) the thinning note of ``axis``'s label: a reader sees that items sit between labels."""
+    text = axis.label.get_text().split(" (every ")[0]
+    axis.set_label_text(f"{text} ({thinned_note(step)})" if text else thinned_note(step))
 
 
 def _step_needed(axis, renderer, locs) -> int:
@@ -97,3 +114,28 @@ def _step_needed(axis, renderer, locs) -> int:
     points = [transform.transform((loc, 0) if horizontal else (0, loc)) for loc in locs[:2]]
     spacing = abs(points[1][0 if horizontal else 1] - points[0][0 if horizontal else 1])
     return max(1, math.ceil(widest / max(spacing, 1e-9)))
+
+
+def drop_overlapping(fig, texts, markers=(), gap_pt: float = GAP_PT) -> list:
+    """Hide each of ``texts`` (annotations, in order of priority) whose box, as drawn, comes closer than ``gap_pt``
+    to one kept before it or to a marker of ``markers`` ((ax, (x, y) in data, size in points)); returns the kept
+    ones. Point labels of a dense curve otherwise print on each other (and on the SLO's star)."""
+    from matplotlib.transforms import Bbox
+
+    fig.draw_without_rendering()
+    renderer = fig.canvas.get_renderer()
+    to_px = fig.dpi / 72.0
+    boxes = []
+    for ax, xy, size in markers:
+        cx, cy = ax.transData.transform(xy)
+        half = size * to_px / 2
+        boxes.append(Bbox.from_extents(cx - half, cy - half, cx + half, cy + half))
+    kept = []
+    for text in texts:
+        box = text.get_window_extent(renderer).padded(gap_pt * to_px / 2)
+        if any(box.overlaps(other) for other in boxes):
+            text.set_visible(False)
+            continue
+        kept.append(text)
+        boxes.append(box)
+    return kept

@@ -15,13 +15,19 @@ LINESTYLES = ("-", "--", ":", "-.")
 SIZE_DIMS = ("num_nodes", "num_devices")
 
 
+def line_style(k: int):
+    """The line style of the k-th line: the next one each time the colours (style.CYCLE) start over, so colour,
+    marker and style together tell 160 lines apart (the old rule gave lines 0 and 40 the same all three)."""
+    return LINESTYLES[(k // len(S.CYCLE)) % len(LINESTYLES)]
+
+
 def ideal_line(x, rows, maximize: bool):
     """Linear scaling from the best value at the smallest x: a rate grows with x, a time shrinks (NaN if none)."""
     x = np.asarray(x, dtype=float)
     for j in range(x.size):
-        column = rows[:, j]
-        if np.isfinite(column).any():
-            start = np.nanmax(column) if maximize else np.nanmin(column)
+        column = rows[:, j][np.isfinite(rows[:, j])]      # an inf (a broken point) starts no line
+        if column.size:
+            start = column.max() if maximize else column.min()
             return start * (x / x[j]) if maximize else start * (x[j] / x)
     return np.full(x.shape, np.nan)
 
@@ -71,14 +77,16 @@ def scaling(data, x: str, *, var: str | None = None, hue: str | None = None, sel
     with S.paper_rc():
         fig, ax = S.new_axes(size, height, ax)
         for k, (row, name) in enumerate(zip(rows, names)):
-            ax.plot(xpos, row, marker=MARKERS[k % len(MARKERS)], linestyle=LINESTYLES[(k // len(MARKERS) + k) % len(LINESTYLES)],
-                    markersize=3.5, markerfacecolor="none" if k % 2 else None, label=name, gid=f"line:{name}")
+            ax.plot(xpos, row, marker=MARKERS[k % len(MARKERS)], linestyle=line_style(k),
+                    markersize=3.5, markerfacecolor="none" if k % 2 else None, gid=f"line:{name}",
+                    label=name if name is None or np.isfinite(row).any() else f"{name} (no result)")
         name = str(da.name)
         rate_or_time = D.direction(name, da.attrs) == "max" or units == "s"
         if (ideal if ideal is not None else (x in SIZE_DIMS and rate_or_time and not categorical)) and xv.size > 1:
             line = ideal_line(xpos, rows, D.direction(name, da.attrs) == "max")
-            ax.plot(xpos, line, color="0.45", linestyle=(0, (4, 2)), linewidth=0.8, marker=None, zorder=1,
-                    label="ideal (linear)", gid="ideal")
+            if np.isfinite(line).any():
+                ax.plot(xpos, line, color="0.45", linestyle=(0, (4, 2)), linewidth=0.8, marker=None, zorder=1,
+                        label="ideal (linear)", gid="ideal")
         if categorical:
             ax.set_xticks(xpos, labels=[str(v) for v in xv], rotation=45, ha="right")
         else:
@@ -92,13 +100,17 @@ def scaling(data, x: str, *, var: str | None = None, hue: str | None = None, sel
         finite = rows[np.isfinite(rows)]
         if logy if logy is not None else (finite.size and np.all(finite > 0) and finite.max() / finite.min() >= 100):
             ax.set_yscale("log")
-        ax.yaxis.set_major_formatter(S.unit_formatter(factor))
+        ax.yaxis.set_major_formatter(S.unit_formatter(factor, ax.yaxis))
         ax.yaxis.set_minor_formatter("")
-        ax.set_xlabel(S.label(x, xshown))
+        ax.set_xlabel(S.label(D.long_name_of(da[x]), xshown))   # "num nodes", as the Pareto figure says
         ax.set_ylabel(S.label(D.long_name_of(da), shown))
         if hue or ax.get_legend_handles_labels()[1]:
-            fig.legend(title=hue, loc="outside right upper", handlelength=2.2, ncol=2 if len(names) > 16 else 1)
-        if title is not None:
-            ax.set_title(title)
+            # beside the axes, its top level with theirs (constrained layout keeps it in the figure): a figure
+            # legend at the figure's top put its title on the same line as a long title
+            ax.legend(title=hue, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, handlelength=2.2,
+                      ncol=2 if len(names) > 16 else 1)
+        title = title if title is not None else D.subject(data)
+        if title:   # over the whole figure: a long title over the axes ran into the legend's title
+            fig.suptitle(title, fontsize=8)
     make_readable(fig)   # minimum font, no overlapping tick labels (plot/readable.py)
     return fig, ax

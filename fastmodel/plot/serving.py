@@ -15,12 +15,12 @@ import numpy as np
 from fastmodel.plot import data as D
 from fastmodel.plot import style as S
 from fastmodel.plot.pareto import pareto_mask
-from fastmodel.plot.readable import make_readable
+from fastmodel.plot.readable import drop_overlapping, make_readable
 
 X = "output_tokens_per_s_per_user"
 Y = "output_tokens_per_s_per_gpu"
-#: Okabe-Ito colours, one per curve
-COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000")
+#: Okabe-Ito colours, one per curve (the paper style's cycle)
+COLOURS = S.CYCLE
 MARKERS = "os^vD<>p"
 AXIS_NAMES = {X: "output tokens/s per user", Y: "output tokens/s per GPU"}
 
@@ -73,25 +73,32 @@ def serving_pareto(ds, curve: str = "device", x: str = X, y: str = Y, sel=None, 
                                                    and f"disagg_{x}" in ds and k in ds[f"disagg_{x}"].dims}), x, y))
     with S.paper_rc():
         fig, ax = S.new_axes(size, height, ax)
+        texts = []
         for i, (value, (xv, yv, labels)) in enumerate(frontiers.items()):
             colour = COLOURS[i % len(COLOURS)]
             ax.plot(xv, yv, color=colour, marker=MARKERS[i % len(MARKERS)], markersize=3, linewidth=1.0,
                     label=S.fmt_coord(value), gid=f"frontier-{value}")
             if label_points:
                 step = max(1, len(labels) // 6)
-                for k in range(0, len(labels), step):
-                    ax.annotate(_short(labels[k]), (xv[k], yv[k]), xytext=(2, 2),
-                                textcoords="offset points", fontsize=5, color=colour)
+                texts += [ax.annotate(_short(labels[k]), (xv[k], yv[k]), xytext=(2, 2), textcoords="offset points",
+                                      fontsize=5, color=colour, gid=f"point-label-{value}")
+                          for k in range(0, len(labels), step)]
         ax.set_xscale("log")
         ax.set_yscale("log")
+        for axis in (ax.xaxis, ax.yaxis):    # plain numbers (1,000 and 20, not 10^3 and 2 x 10^1), as elsewhere
+            axis.set_major_formatter(S.unit_formatter(1.0, axis))
+            axis.set_minor_formatter(S.log_minor_formatter(axis))
         ax.set_xlabel(f"{AXIS_NAMES.get(x, x.replace('_', ' '))} (higher is better)")
         ax.set_ylabel(f"{AXIS_NAMES.get(y, y.replace('_', ' '))} (higher is better)")
         ax.best = mark_slo(ax, D.select(ds, sel), x, y)
-        ax.legend(title=curve, loc="best")
-        if title is not None:
-            ax.set_title(title)
+        handles, names = ax.get_legend_handles_labels()   # below the axes: never over a curve or its labels
+        fig.legend(handles, names, title=curve, loc="outside lower center", ncol=min(len(names), 3),
+                   title_fontsize=7)
+        if title is not None or D.subject(ds):
+            ax.set_title(title if title is not None else D.subject(ds))
     ax.frontiers = frontiers
     make_readable(fig)   # minimum font, no overlapping tick labels (plot/readable.py)
+    drop_overlapping(fig, texts, [(ax, ax.best, 9.0)] if ax.best is not None else ())
     return fig, ax
 
 

@@ -18,6 +18,7 @@ matplotlib.use("Agg", force=False)  # never require a display
 
 import matplotlib as mpl
 import numpy as np
+from cycler import cycler
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
@@ -38,6 +39,9 @@ CATEGORY_LABELS: dict[str, str] = {
     "gemm": "GEMM", "emb": "embedding", "all2all": "all-to-all", "allreduce": "allreduce",
     "allgather": "allgather", "reducescatter": "reduce-scatter", "exposed": "exposed comm.",
 }
+#: the colour cycle of every line and curve (scaling lines, serving frontiers): Okabe & Ito's colour-blind-safe
+#: palette (https://jfly.uni-koeln.de/color/, 2008), darkest first; matplotlib's default tab10 puts red beside green
+CYCLE: tuple[str, ...] = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000")
 #: figure widths in inches: one column (ACM/IEEE ~3.33-3.5 in) and the full page width
 SIZES: dict[str, float] = {"single": 3.5, "double": 7.16}
 FORMATS = ("png", "pdf", "svg")
@@ -50,7 +54,10 @@ PAPER_RC = {
     "axes.spines.right": False, "figure.dpi": 100, "savefig.dpi": 300, "savefig.bbox": "tight",
     "savefig.pad_inches": 0.02, "pdf.fonttype": 42, "ps.fonttype": 42, "svg.fonttype": "none",
     "svg.hashsalt": "fastmodel", "path.simplify": False, "image.interpolation": "nearest",
+    "axes.prop_cycle": cycler(color=CYCLE),
 }
+#: the narrowest and widest figure ``--width`` takes, in inches (a thumbnail to a landscape page)
+WIDTH_RANGE = (1.5, 20.0)
 
 
 @contextlib.contextmanager
@@ -60,15 +67,28 @@ def paper_rc():
         yield
 
 
-def figure_size(size: str | tuple[float, float], height: float | None = None) -> tuple[float, float]:
-    """(width, height) in inches from a preset name (``single``/``double``) or a (w, h) pair."""
+def figure_size(size: str | float | tuple[float, float], height: float | None = None) -> tuple[float, float]:
+    """(width, height) in inches from a preset name (``single``/``double``), a width in inches, or a (w, h) pair.
+
+    The default height is 0.72 x the width, at most 2.8 in (``single``: 3.5 x 2.52; ``double``: 7.16 x 2.8)."""
     if isinstance(size, str):
         if size not in SIZES:
             raise FastmodelError(f"unknown figure size {size!r}; one of {', '.join(SIZES)}{nearest(size, SIZES)}")
-        width = SIZES[size]
-        return width, height if height is not None else round(width * 0.72 if size == "single" else 2.8, 2)
+        size = SIZES[size]
+    if isinstance(size, (int, float, np.floating, np.integer)) and not isinstance(size, bool):
+        width = check_width(size)
+        return width, float(height) if height is not None else round(min(width * 0.72, 2.8), 2)
     width, h = size
     return float(width), float(h)
+
+
+def check_width(width) -> float:
+    """``width`` (inches) as a float, or a one-line error naming the range :data:`WIDTH_RANGE`."""
+    lo, hi = WIDTH_RANGE
+    value = float(width)
+    if not math.isfinite(value) or not lo <= value <= hi:
+        raise FastmodelError(f"figure width must be between {lo:g} and {hi:g} inches (got {width!r})")
+    return value
 
 
 def new_axes(size="single", height: float | None = None, ax=None):
@@ -187,9 +207,39 @@ def fmt_quantity(value, units: str | None) -> str:
     return f"{text} {shown}"
 
 
-def unit_formatter(factor: float):
-    """A tick formatter dividing by ``factor`` (values stay in SI units, labels in display units)."""
-    return FuncFormatter(lambda v, _pos: fmt_tick(v / factor))
+#: a log axis spanning at least this many decades labels its ticks 10^k, all alike
+POWER_LABEL_DECADES = 4
+
+
+def unit_formatter(factor: float, axis=None):
+    """A tick formatter dividing by ``factor`` (values stay in SI units, labels in display units). Given its
+    ``axis``, a log axis spanning :data:`POWER_LABEL_DECADES` decades or more labels every tick ``10^k``: plain
+    numbers there mixed ``1e-05``, ``0.0001`` and ``1,000`` on one axis."""
+    def fmt(value, _pos):
+        if axis is not None and axis.get_scale() == "log" and value > 0:
+            lo, hi = sorted(axis.get_view_interval())
+            if lo > 0 and math.log10(hi / lo) >= POWER_LABEL_DECADES:
+                k = math.log10(value / factor)
+                return f"$10^{{{round(k)}}}$" if abs(k - round(k)) < 1e-9 else ""
+        return fmt_tick(value / factor)
+
+    return FuncFormatter(fmt)
+
+
+def log_minor_formatter(axis, factor: float = 1.0):
+    """Minor tick labels of a log ``axis`` (values divided by ``factor``): 2, 3 and 5 times a power of ten while
+    the view spans under two decades and shows fewer than three major ticks, none otherwise (a wide axis, or
+    fixed major ticks such as 16, 32, 64 nodes); plain numbers, as the major labels (``20``, ``30``, ``50``, not
+    ``2 x 10^1``)."""
+    def fmt(value, _pos):
+        lo, hi = sorted(axis.get_view_interval())
+        majors = [v for v in axis.get_majorticklocs() if lo <= v <= hi]
+        if value <= 0 or lo <= 0 or hi / lo >= 100 or len(majors) >= 3:
+            return ""
+        mantissa = value / 10 ** math.floor(math.log10(value) + 1e-9)
+        return fmt_tick(value / factor) if any(abs(mantissa - m) < 1e-6 for m in (2, 3, 5)) else ""
+
+    return FuncFormatter(fmt)
 
 
 def fmt_tick(value: float) -> str:

@@ -20,6 +20,8 @@ from fastmodel.plot.readable import make_readable
 from fastmodel.plot.timeline_rows import dense_columns, draw_row, in_window
 from fastmodel.schedule.timeline import Timeline, idle_intervals  # noqa: F401 - idle_intervals: this module's API
 
+#: room above the top row, in rows, for the forward | backward note of MAD-Max timelines
+BARRIER_ROOM = 0.4
 BAR_HEIGHT = 0.6
 #: colour-blind-safe colours per op kind: the scheduler's categories (style.PALETTE) and the real-world
 #: model's kinds (Okabe-Ito, completed from Paul Tol's palette); bubble and host time are greys
@@ -127,12 +129,14 @@ def timeline_figure(tl: Timeline, *, window: tuple[float, float] | None = None, 
             for gid, kind, _ in row:
                 if gid in drawn and kind not in handles:
                     handles[kind] = Patch(facecolor=KIND_COLOURS[kind], label=KIND_LABELS[kind])
-        if tl.barrier is not None and lo <= tl.barrier <= hi:
+        top = len(used) - 0.5
+        if tl.barrier is not None and lo <= tl.barrier <= hi:   # its note inside the axes: above them it ran
+            top += BARRIER_ROOM                                  # into the title
             ax.axvline(tl.barrier, color="0.3", linewidth=0.6, linestyle="--")
-            ax.annotate("fwd | bwd", (tl.barrier, len(used) - 0.5), ha="center", va="bottom", fontsize=6,
-                        color="0.3", annotation_clip=False)
+            ax.annotate("fwd | bwd", (tl.barrier, top), ha="center", va="top", fontsize=6, color="0.3",
+                        bbox={"boxstyle": "square,pad=0.1", "facecolor": "white", "linewidth": 0}, gid="barrier")
         ax.set_xlim(lo, min(hi, total) if window is None else hi)
-        ax.set_ylim(-0.5, len(used) - 0.5)
+        ax.set_ylim(-0.5, top)
         ax.set_yticks([y[r] for r in used], labels=[tl.rows[r] for r in used])
         ax.tick_params(axis="y", length=0)
         ax.spines["left"].set_visible(False)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from fastmodel.plot.readable import make_readable
-from fastmodel.plot.style import new_axes, paper_rc
+from fastmodel.plot.style import label, new_axes, paper_rc, unit_formatter
 
 #: the shaded band: the issue's dense-run accuracy bar
 BAND = 0.15
@@ -32,7 +32,7 @@ def _draw(table, size, ax):
     ax.fill_between(line, line * (1 - BAND), line * (1 + BAND), color="0.9", lw=0, label=f"±{BAND:.0%}")
     ax.plot(line, line, color="0.4", lw=0.8, label="predicted = measured")
     sources = sorted({r["source"] for r in table})
-    markers = "os^vD<>phX*"
+    markers = "os^vD<>pXh*"     # the 9th source shares the 1st's colour (8 Okabe-Ito): a cross, not a hexagon
     for i, source in enumerate(sources):
         pick = ok & np.array([r["source"] == source for r in table])
         if pick.any():
@@ -42,8 +42,10 @@ def _draw(table, size, ax):
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
     ax.set_ylim(lo, hi)
-    ax.set_xlabel("measured step time (s)")
-    ax.set_ylabel("predicted step time (s)")
+    for axis in (ax.xaxis, ax.yaxis):   # plain numbers (1, 10, 100), as the other figures; 10^k past 4 decades
+        axis.set_major_formatter(unit_formatter(1.0, axis))
+    ax.set_xlabel(label("measured step time", "s"))      # "[s]", as every other figure
+    ax.set_ylabel(label("predicted step time", "s"))
     errors = predicted[ok] / measured[ok] - 1
     ax.set_title(f"{ok.sum()} runs, MAPE {100 * np.mean(np.abs(errors)):.1f}%", loc="left")
     fig.legend(*ax.get_legend_handles_labels(), loc="outside right upper", handlelength=1.2)

@@ -78,3 +78,18 @@ def test_many_configurations_without_a_result_are_one_short_line(ds):
         P.breakdown(many)
     assert str(error.value) == ("no result (illegal or does not fit) for plan=" + ", ".join(plans[:12])
                                 + " ... (20 of 30); keep the others with --sel plan=VALUE (repeatable)")
+
+
+def test_the_totals_sit_inside_the_axes_under_the_title():
+    """A zero-height part stacked on top pinned the axis to the tallest bar: its total printed over the title."""
+    ds = synthetic_sweep()
+    ds.attrs.update(model='{"name": "LLaMA2-70B"}', system='{"name": "dc-a"}')
+    fig, ax = P.breakdown(ds, sel={"num_nodes": 64, "global_batch": 2048, "plan": ["fsdp/ddp", "tp,ddp/mp"]})
+    assert ax.get_title() == "LLaMA2-70B on dc-a"
+    tallest = max(p.get_y() + p.get_height() for p in ax.patches)
+    assert ax.get_ylim() == (0.0, pytest.approx(tallest * 1.14))
+    fig.draw_without_rendering()
+    renderer = fig.canvas.get_renderer()
+    top = ax.get_window_extent(renderer).y1
+    totals = [t for t in ax.texts if t.get_text() and t.xycoords == "data"]
+    assert totals and all(t.get_window_extent(renderer).y1 <= top for t in totals)

@@ -96,7 +96,7 @@ def test_svg_text_and_deterministic_bytes(ds, tmp_path):
         P.save(fig, b, dpi=100)
         assert a.read_bytes() == b.read_bytes(), suffix
     svg = (tmp_path / "a.svg").read_text()
-    for text in ("step time [s]", "tp,ddp/mp", "num_nodes", "does not fit in memory", "global_batch=2048"):
+    for text in ("step time [s]", "tp,ddp/mp", "num nodes", "does not fit in memory", "global_batch=2048"):
         assert text in svg, text
     assert "<dc:date>" not in svg
     assert b"CreationDate" not in (tmp_path / "a.pdf").read_bytes()
@@ -157,3 +157,11 @@ def test_relative_to_colour_bar_spans_the_data(ds):
     gains = (ds.throughput.sel(global_batch=2048) / ds.throughput.sel(global_batch=2048, plan="fsdp/ddp")).values
     lo, hi = np.nanmin(gains), np.nanmax(gains)
     np.testing.assert_allclose(sorted(colorbar.get_ylim()), [lo, hi], rtol=1e-12)
+
+
+def test_the_best_cell_is_named_in_the_legend(ds):
+    fig, ax = P.heatmap(ds, x="num_nodes", y="plan", var="throughput", sel={"global_batch": 2048}, best="max")
+    values = ds.throughput.sel(global_batch=2048).where(ds.status.sel(global_batch=2048) == 0)
+    at = values.where(values == values.max(), drop=True)
+    text = [t.get_text() for t in fig.legends[0].get_texts() if t.get_text().startswith("best")][0]
+    assert text.endswith(f"at plan={at.plan.item()}, num_nodes={at.num_nodes.item()}")

@@ -92,3 +92,70 @@ def test_specs_take_an_execution_as_evaluate_does(record):
     assert len(axes) == 4
     with pytest.raises(SpecError, match="execution: a run record executes as its plan block says"):
         engines.memory_timeline(record=record, execution={"recompute": "full"})
+
+
+def _one_f_one_b(micro_batches: int, emb: bool) -> tuple[str, ...]:
+    """Rank 0's moments under 1F1B with two stages: F0, F1, B0 [B0 emb], F2, B1 ..."""
+    labels, forward = ["start", "F0", "F1"], 2
+    for j in range(micro_batches):
+        labels += [f"B{j}"] + ([f"B{j} emb"] if emb else [])
+        if forward < micro_batches:
+            labels.append(f"F{forward}")
+            forward += 1
+    return (*labels, "optimizer step")
+
+
+def _synthetic(micro_batches: int):
+    from fastmodel.lm.memory_timeline import MemoryTimeline, StageMemory
+
+    stages = tuple(StageMemory(r, labels, np.full((len(labels), 1), 2.0**30))
+                   for r, labels in enumerate((_one_f_one_b(micro_batches, True), _one_f_one_b(micro_batches, False))))
+    return MemoryTimeline(stages, ("weights",), 80 * 2.0**30, 76 * 2.0**30, 10 * 2.0**30, "synthetic")
+
+
+def test_label_sets_keep_whole_passes():
+    from fastmodel.plot.memory_timeline import label_sets
+
+    labels = _one_f_one_b(8, True)
+    sets = label_sets(labels)
+    assert sets[0] == (list(range(len(labels))), "")
+    assert [labels[i] for i in sets[1][0]] == [t for t in labels if t[0] in "FB" and " " not in t]
+    stride4 = next(keep for keep, note in sets if "micro-batches 0, 4, 8" in note)
+    assert [labels[i] for i in stride4] == ["F0", "F4"]
+
+
+def test_few_micro_batches_label_every_operation():
+    """The gallery's case: F1 and F3 were missing on rank 0 (every 2nd operation of 'F0 F1 B0 B0 emb ...')."""
+    fig, axes = memory_timeline(_synthetic(8))
+    texts = [t.get_text() for t in axes[0].get_xticklabels()]
+    assert texts == [("opt. step" if t == "optimizer step" else t) for t in _one_f_one_b(8, True)]
+    assert "labelled" not in axes[-1].get_xlabel()
+
+
+def test_many_micro_batches_label_forwards_at_a_stride_said_under_the_axis():
+    data = _synthetic(64)
+    fig, axes = memory_timeline(data)
+    from fastmodel.plot.readable import crowded
+
+    renderer = fig.canvas.get_renderer()
+    xlabel = axes[-1].get_xlabel()
+    stride = int(xlabel.split("micro-batches 0, ")[1].split(",")[0]) if "micro-batches 0, " in xlabel else 1
+    assert "a tick marks every operation" in xlabel
+    for ax, stage in zip(axes, data.stages):
+        texts = [t.get_text() for t in ax.get_xticklabels()]
+        assert texts == [f"F{j}" for j in range(0, 64, stride)]    # the same rule on every panel
+        ticks = set(ax.xaxis.get_minorticklocs()) | set(ax.xaxis.get_majorticklocs())   # minor ones under a
+        assert ticks == set(range(len(stage.labels)))                                  # major are not drawn
+        assert not crowded(ax.xaxis, renderer)
+
+
+def test_ticks_closer_than_the_gap_are_left_out_and_the_rule_says_so():
+    """512 micro-batches (about 1,500 operations on 6.9 in): a tick per operation drew a solid bar."""
+    from fastmodel.plot.memory_timeline import MIN_TICK_GAP_PT, TICK_NOTE
+
+    fig, axes = memory_timeline(_synthetic(512))
+    width_pt = axes[0].get_window_extent().width * 72.0 / fig.dpi
+    assert width_pt / len(_one_f_one_b(512, True)) < MIN_TICK_GAP_PT
+    assert all(len(ax.xaxis.get_minorticklocs()) == 0 for ax in axes)
+    assert "labelled: the forward (F j) of micro-batches 0, " in axes[-1].get_xlabel()
+    assert TICK_NOTE not in axes[-1].get_xlabel()

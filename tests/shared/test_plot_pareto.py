@@ -97,3 +97,18 @@ def test_a_dimension_constant_on_the_frontier_is_named_once_in_the_legend():
     assert front.get_label() == f"Pareto frontier (num_nodes={front_nodes.pop()})"
     labels = sorted(t.get_text() for t in ax.texts if t.get_gid() == "frontier-label")
     assert labels == sorted(f"global_batch={b}" for b in table[table.on_frontier].global_batch)
+
+
+def test_the_legend_sits_under_the_axes():
+    ds = synthetic_sweep()
+    fig, ax = P.pareto(ds, "iteration_time", "throughput", title="a title")
+    fig.draw_without_rendering()
+    renderer = fig.canvas.get_renderer()
+    legend = fig.legends[0].get_window_extent(renderer)
+    assert legend.y1 <= ax.get_tightbbox(renderer).y0 + 1e-6    # below the x label, never over the points
+
+
+def test_one_point_has_no_dominated_entry():
+    one = synthetic_sweep().isel(num_nodes=[0], global_batch=[0], plan=[0])
+    fig, ax = P.pareto(one, "iteration_time", "throughput")
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["Pareto frontier"]

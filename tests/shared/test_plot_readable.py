@@ -41,6 +41,9 @@ def test_a_heatmap_of_179_plans_thins_its_labels_instead_of_overlapping_them():
         assert 10 < len(shown) < len(plans) and shown[0] == plans[0]
         step = plans.index(shown[1])
         assert shown == plans[::step][:len(shown)]        # every k-th plan, in order
+        suffix = {2: "nd", 3: "rd"}.get(step, "th")
+        assert ax.get_ylabel() == f"plan (every {step}{suffix} labelled)"        # said, not silent
+        assert len(ax.yaxis.get_minorticklocs()) + len(ax.yaxis.get_majorticklocs()) == len(plans)   # a tick each
         fig, ax = P.heatmap(da, x="plan", y="num_nodes", size=size)   # the long axis across: vertical, thinned
         _assert_readable(fig)
         assert {t.get_rotation() for t in visible_labels(ax.xaxis)} == {90.0}
@@ -97,3 +100,34 @@ def test_a_timeline_window_shows_every_category_in_it_with_its_time(llama_timeli
     assert waited > 0.15 * (hi - lo) and "exposed comm." in legend
     assert _drawn_seconds(ax, "exposed") == pytest.approx(waited, rel=1e-6)
 
+
+
+def test_overlapping_point_labels_are_dropped_and_the_marker_stays_clear():
+    from fastmodel.plot.readable import drop_overlapping
+    from fastmodel.plot.style import new_axes
+
+    fig, ax = new_axes("single")
+    ax.set_xlim(0, 10)
+    ax.set_ylim(0, 10)
+    first = ax.annotate("tp=2, pp=1, b=256", (2, 5))
+    on_top = ax.annotate("tp=2, pp=1, b=1024", (2.1, 5))     # the gallery's SLO figure printed these on each other
+    apart = ax.annotate("tp=8, pp=1, b=1", (7, 1))
+    under_star = ax.annotate("b=512", (5, 8), xytext=(0, 0), textcoords="offset points")
+    kept = drop_overlapping(fig, [first, on_top, apart, under_star], markers=[(ax, (5, 8), 9.0)])
+    assert kept == [first, apart]
+    assert not on_top.get_visible() and not under_star.get_visible()
+
+
+def test_the_validation_figure_labels_units_and_ticks_as_the_others():
+    from fastmodel.plot.validation import predicted_vs_measured
+
+    table = [{"measured_step_time_s": m, "predicted_step_time_s": m * 1.1, "source": f"source {i}"}
+             for i, m in enumerate(np.geomspace(1.0, 100.0, 9))]
+    fig, ax = predicted_vs_measured(table)
+    fig.draw_without_rendering()
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("measured step time [s]", "predicted step time [s]")
+    ticks = {t.get_text() for t in ax.get_xticklabels() if t.get_text()}
+    assert {"1", "10", "100"} <= ticks                      # were 10^0, 10^1, 10^2
+    first, ninth = ax.collections[1], ax.collections[9]     # the band, then one scatter per source
+    assert np.allclose(first.get_facecolor(), ninth.get_facecolor())                  # 8 colours, 9 sources:
+    assert not np.array_equal(first.get_paths()[0].vertices, ninth.get_paths()[0].vertices)   # told by marker

@@ -66,3 +66,17 @@ def test_lines_differ_in_marker_and_style_and_ideal_scaling_is_linear(ds):
     np.testing.assert_allclose(ideal.get_ydata(), np.nanmin(times[:, first]) * nodes[first] / nodes, rtol=1e-12)
     _, ax = P.scaling(ds, "global_batch", var="throughput", hue="plan", sel={"num_nodes": 32})
     assert not [line for line in ax.get_lines() if line.get_gid() == "ideal"]  # not a hardware axis
+
+
+def test_a_line_without_results_says_so_and_inf_starts_no_ideal_line():
+    import xarray as xr
+
+    from fastmodel.plot.scaling import ideal_line
+
+    rows = np.array([[np.inf, 2.0, 4.0], [1.0, 2.0, 3.0]])
+    np.testing.assert_allclose(ideal_line([1, 2, 4], rows, True), [1.0, 2.0, 4.0])   # from the finite 1.0
+    da = xr.DataArray([[np.nan, np.nan, np.nan], [1.0, 2.0, 3.0]], dims=("plan", "num_nodes"),
+                      coords={"plan": ["a", "b"], "num_nodes": [1, 2, 4]}, name="throughput")
+    fig, ax = P.scaling(da, "num_nodes", hue="plan")
+    labels = ax.get_legend().get_texts()
+    assert [t.get_text() for t in labels][:2] == ["a (no result)", "b"]
