@@ -286,9 +286,12 @@ def _first(value):
 
 def axis_block(name: str, values: list, own_kv: bool, profile=None) -> tuple[np.ndarray, np.ndarray]:
     """(column indices, table columns x len(values)) an axis sets for each of its values; a device axis sets the
-    engine ``profile(device)`` columns too (vLLM's and SGLang's budgets follow the GPU's memory, S13)."""
+    engine ``profile(device)`` columns that differ between its devices too (vLLM's and SGLang's budgets follow the
+    GPU's memory, S13; the others are the base vector's, set from the first device)."""
     if name == "device":
-        rows = [{**device_columns(v), **(profile(v) if profile else {})} for v in values]
+        extra = [profile(v) if profile else {} for v in values]
+        varying = {k for k in set().union(*extra) if len({e.get(k) for e in extra}) > 1}
+        rows = [{**device_columns(v), **{k: e[k] for k in varying}} for v, e in zip(values, extra)]
         keys = sorted(set().union(*rows))
         # a device without a column keeps the registry default
         table = np.array([[r.get(k, COLUMNS[COLUMN_INDEX[k]].default) for r in rows] for k in keys], dtype=float)
