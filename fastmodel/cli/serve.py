@@ -87,11 +87,10 @@ def _one(values, name: str, default):
               help="--search: precisions to sweep (repeat; default bf16 and fp8).")
 @click.option("--search-concurrency", type=click.IntRange(min=1), metavar="N",
               help="--search: every concurrency 1..N per instance (default: the powers of two to 1024).")
-@click.option("--engine", multiple=True, help="The engine's scheduler profile: trtllm, vllm or sglang, at its "
-              "newest version (fastmodel/serve/profiles.py; a record's framework picks a version). Without it, the "
-              "serving columns' defaults: TensorRT-LLM's scheduler limits with NCCL allreduces and no host issue time "
-              "(docs/model_serving.md S13); --search without it: TensorRT-LLM's profile. --search: several (comma "
-              "list or repeated).")
+@click.option("--engine", multiple=True, help="The engine's profile: trtllm, vllm or sglang, at its newest version, "
+              "or with a known version as a record's framework names it, e.g. \"vLLM 0.10.2\" "
+              "(fastmodel/serve/profiles.py). Default (with a note): the default engine, TensorRT-LLM's newest "
+              "profile (docs/model_serving.md S13). --search: several (comma list or repeated).")
 @click.option("--mode", "modes", default="agg", show_default=True,
               help="--search: agg, disagg or agg,disagg (disaggregated prefill/decode pools within --gpus).")
 @click.option("--spec-tokens", multiple=True, type=IntList(0), help="Speculative decoding (MTP, EAGLE): draft "
@@ -133,6 +132,7 @@ def serve(records, model, list_models, device, tp, pp, ep, attention_dp, moe_tp,
     if records and (engine or attention_dp or moe_tp or ep or spec_tokens):
         raise FastmodelError("--engine, --ep, --attention-dp, --moe-tp and --spec-tokens apply to --model (a record "
                              "names its own)")
+    engine_notes: list[str] = []
     ep, attention_dp, spec = (_one(v, n, d) for v, n, d in zip(raw, ("--ep", "--attention-dp", "--spec-tokens"),
                                                                 (1, 1, 0)))
     from fastmodel.serve.search import engine_list
@@ -158,14 +158,14 @@ def serve(records, model, list_models, device, tp, pp, ep, attention_dp, moe_tp,
         _check_layout(attention_dp, batch_size or concurrency, spec, concurrency)
         from fastmodel.serve.api import device_columns
         from fastmodel.serve.models import serving_model
-        from fastmodel.serve.profiles import profile_columns
+        from fastmodel.serve.profiles import engine_profile
 
         _, shape, notes = serving_model(model)
         if moe_tp and not shape.get("moe_experts"):    # the kernel's moe_tp rule reads routed experts only
             raise FastmodelError(f"--moe-tp: {model} is a dense model (no routed experts to split); leave it out")
+        profile, engine_notes = engine_profile(engine, device_columns(device)["hbm_bytes"])
         for note in [speculative_note(n, spec) for n in notes] + precision_notes(model, device, precision):
             click.echo(f"note: {note}", err=True)
-        profile = profile_columns(engine, None, device_columns(device)["hbm_bytes"]) if engine else {}
         params = columns(model, device, precision=precision, kv_precision=kv_precision, batch_size=batch_size,
                          concurrency=concurrency, max_throughput=max_throughput, tp=tp, pp=pp, ep=ep,
                          attention_dp=attention_dp, moe_tp=moe_tp, input_len=input_len, output_len=output_len,
@@ -184,6 +184,8 @@ def serve(records, model, list_models, device, tp, pp, ep, attention_dp, moe_tp,
         mode = load_mode(params[:, i])
         if state != "ok":   # one configuration that cannot be evaluated: one line, exit 2
             raise FastmodelError(render(label, state, result, mode, params[:, i]))
+        for note in engine_notes if i == 0 else ():      # the default engine, once, with a result (not an error)
+            click.echo(f"note: {note}", err=True)
         rows.append(json_record(label, state, result))
         click.echo(json.dumps(rows[-1]) if as_json else render(label, state, result, mode))
     if output:
@@ -328,10 +330,15 @@ def _search(model, device, input_len, output_len, ttft, tpot, gpus, precisions, 
         from fastmodel.io.outputs import check_output
 
         check_output(output, "netcdf", force=force, what="search sweep")
+
     result = slo_search(model, device, input_len=input_len, output_len=output_len, ttft=targets[0],
                         tpot=targets[1], gpus=gpus, precisions=precisions or ("bf16", "fp8"), engine=engine or None,
                         **(axes or {}),
                         **({"concurrency": range(1, concurrency + 1)} if concurrency else {}))
+    if not engine:      # the default engine, with the result (an error stays one line)
+        from fastmodel.serve.profiles import default_engine_note
+
+        click.echo(f"note: {default_engine_note()}", err=True)
     click.echo(format_search(result, *targets))
     if output:
         from fastmodel.cli.sweep import _write_netcdf

@@ -103,6 +103,8 @@ def _run(sweep_file, output, is_zarr, resume, force, workers, scheduler, unit_co
 
     click.echo(f"{plan.num_configs:,} configurations in {plan.num_units:,} units ({ENGINES[plan.engine].title}) -> "
                f"{output} ({estimate})", err=True)
+    for note in getattr(plan, "run_notes", ()):    # once per sweep, once it runs: the profile a default picked
+        click.echo(f"note: {note}", err=True)
     client = cluster = None
     if workers or scheduler:
         client, cluster = connect(scheduler, workers)

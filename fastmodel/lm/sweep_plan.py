@@ -66,6 +66,15 @@ class LMSweepPlan(SweepPlan):
                             attrs=_coordinate_attrs(name)) for name, coord in zip(names, labels)],
                       unit_configs or self.UNIT_CONFIGS)
 
+    @property
+    def run_notes(self) -> tuple[str, ...]:
+        """The notes ``fastmodel sweep`` prints once on stderr: a framework text that names no stack profile (or no
+        framework and no stack) gets the note records and ``fastmodel run`` print (``stacks.profile_for``)."""
+        from fastmodel.lm.stacks import profile_for
+
+        note = profile_for(self.execution.framework, self.execution.stack)[1]
+        return (note,) if note else ()
+
     def _software(self) -> tuple:
         """The sweep's software as the calibration keys it (``overlay.stack_key``): (framework text, stack)."""
         return self.execution.framework, self.execution.stack

@@ -168,13 +168,27 @@ def evaluate_table(params: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return out, status
 
 
-def evaluate(model, device: str, **kwargs) -> dict[str, float | str]:
-    """Every serving result of one configuration (see :func:`columns`), plus its ``status`` name and ``notes``
-    (:func:`model_notes` joined by "; ", empty when there are none)."""
-    out, status = evaluate_table(columns(model, device, **kwargs)[:, None])
+def engine_columns(engine: str | None, device: str, given: Mapping[str, Any] = (),
+                   field: str = "engine") -> tuple[dict[str, float], list[str]]:
+    """(columns, notes) of a serving engine's profile on ``device`` (``profiles.engine_profile``: ``"vllm"``,
+    ``"vLLM 0.18.0"``; None: the default engine, TensorRT-LLM's newest profile, with a note), less the columns
+    ``given`` names (a column the caller sets replaces the profile's)."""
+    from fastmodel.serve.profiles import engine_profile
+
+    profile, notes = engine_profile(engine, device_columns(device)["hbm_bytes"], field)
+    named = {column_name(key) for key in given}
+    return {k: v for k, v in profile.items() if k not in named}, notes
+
+
+def evaluate(model, device: str, engine: str | None = None, **kwargs) -> dict[str, float | str]:
+    """Every serving result of one configuration (see :func:`columns`) under ``engine``'s profile
+    (:func:`engine_columns`; None: the default engine), plus its ``status`` name and ``notes``
+    (:func:`model_notes` and the engine's note, joined by "; ")."""
+    profile, notes = engine_columns(engine, device, kwargs)
+    out, status = evaluate_table(columns(model, device, **profile, **kwargs)[:, None])
     result: dict[str, float | str] = {r.name: float(out[i, 0]) for i, r in enumerate(SERVE_RESULTS)}
     result["status"] = SERVE_STATUS_NAMES[int(status[0])]
-    result["notes"] = "; ".join(model_notes(model))
+    result["notes"] = "; ".join([*model_notes(model), *notes])
     return result
 
 
@@ -186,17 +200,20 @@ def _axis_values(name: str, values) -> list:
 
 
 def sweep(model, device: str | Sequence[str] = "H100", precision: str | Sequence[str] = "bf16",
-          kv_precision: str | Sequence[str] | None = None, load_mode: str = "batch", **axes):
+          kv_precision: str | Sequence[str] | None = None, load_mode: str = "batch", engine: str | None = None,
+          **axes):
     """A labeled grid of serving configurations: an ``xarray.Dataset`` with one dimension per axis given as a
     list (device, precision, kv_precision and any column: tp, batch_size, input_len, ...), every
     ``SERVE_RESULTS`` variable with its units, and ``status`` (``SERVE_STATUS_NAMES``). Scalars are fixed
-    values. ``load_mode``: batch | concurrency (``batch_size`` is the concurrency) | max_throughput. Its attrs
-    carry the model's ``notes`` (:func:`model_notes`, joined by "; ")."""
+    values. ``load_mode``: batch | concurrency (``batch_size`` is the concurrency) | max_throughput. ``engine``:
+    the engine profile (:func:`engine_columns`, per device; None: the default engine). Its attrs carry the
+    model's ``notes`` (:func:`model_notes`) and the engine's, joined by "; "."""
     import xarray as xr
 
     _check_grid_size([v for v in (device, precision, kv_precision, *axes.values()) if v is not None])
+    profile, engine_notes = engine_columns(engine, _first(device), axes)
     base = columns(model, _first(device), precision=_first(precision), kv_precision=_first(kv_precision),
-                   max_throughput=True)
+                   max_throughput=True, **profile)
     base[COLUMN_INDEX["load_mode"]] = encode("load_mode", load_mode)
     special = {"device": _axis_values("device", device), "precision": _axis_values("precision", precision)}
     if kv_precision is not None:
@@ -215,7 +232,8 @@ def sweep(model, device: str | Sequence[str] = "H100", precision: str | Sequence
     for name, value in fixed.items():
         base[COLUMN_INDEX[name]] = value
     # per-axis column blocks: for each axis value, the columns it sets
-    blocks = [axis_block(name, coords[name], kv_precision is not None) for name in dims]
+    blocks = [axis_block(name, coords[name], kv_precision is not None, lambda d: engine_columns(engine, d, axes)[0])
+              for name in dims]
     shape = tuple(len(coords[d]) for d in dims)
     total = int(np.prod(shape))
     out = np.empty((len(SERVE_RESULTS), total))
@@ -240,14 +258,15 @@ def sweep(model, device: str | Sequence[str] = "H100", precision: str | Sequence
             (dims, out[i].reshape(shape) > 0.5 if r.dtype == "bool" else out[i].reshape(shape), r.attrs())
             for i, r in enumerate(SERVE_RESULTS)}
     data["status"] = (dims, status.reshape(shape), status_attrs("serve"))
-    return xr.Dataset(data, coords={d: coords[d] for d in dims}, attrs=dataset_attrs(model, load_mode))
+    return xr.Dataset(data, coords={d: coords[d] for d in dims}, attrs=dataset_attrs(model, load_mode, engine_notes))
 
 
-def dataset_attrs(model, load_mode: str) -> dict[str, str]:
+def dataset_attrs(model, load_mode: str, notes: Sequence[str] = ()) -> dict[str, str]:
     """The attrs of a serving Dataset of ``model`` (:func:`sweep`, the SLO search): its name ("custom" for a
-    mapping of columns), the load mode, the task kind and the model's notes (:func:`model_notes`, "; "-joined)."""
+    mapping of columns), the load mode, the task kind and the model's notes (:func:`model_notes`) and ``notes``,
+    "; "-joined."""
     return {"model": model if isinstance(model, str) else "custom", "load_mode": load_mode,
-            "fastmodel_task": "serve", "notes": "; ".join(model_notes(model))}
+            "fastmodel_task": "serve", "notes": "; ".join([*model_notes(model), *notes])}
 
 
 def _check_grid_size(values) -> None:
@@ -265,10 +284,14 @@ def _first(value):
     return value
 
 
-def axis_block(name: str, values: list, own_kv: bool) -> tuple[np.ndarray, np.ndarray]:
-    """(column indices, table columns x len(values)) an axis sets for each of its values."""
+def axis_block(name: str, values: list, own_kv: bool, profile=None) -> tuple[np.ndarray, np.ndarray]:
+    """(column indices, table columns x len(values)) an axis sets for each of its values; a device axis sets the
+    engine ``profile(device)`` columns that differ between its devices too (vLLM's and SGLang's budgets follow the
+    GPU's memory, S13; the others are the base vector's, set from the first device)."""
     if name == "device":
-        rows = [device_columns(v) for v in values]
+        extra = [profile(v) if profile else {} for v in values]
+        varying = {k for k in set().union(*extra) if len({e.get(k) for e in extra}) > 1}
+        rows = [{**device_columns(v), **{k: e[k] for k in varying}} for v, e in zip(values, extra)]
         keys = sorted(set().union(*rows))
         # a device without a column keeps the registry default
         table = np.array([[r.get(k, COLUMNS[COLUMN_INDEX[k]].default) for r in rows] for k in keys], dtype=float)

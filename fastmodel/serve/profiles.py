@@ -70,6 +70,16 @@ KV_WRITE_KERNEL_VLLM = 1.0
 #: engine publishes its loop's total host time per request at the records' versions (S36 lists what is published)
 SCHED_HOST = {"trtllm": (0.0, 0.0), "vllm": (0.0, 0.0), "sglang": (0.0, 0.0)}
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?")
+#: how the engines are spelled in notes and errors
+ENGINE_LABELS = {"trtllm": "TensorRT-LLM", "vllm": "vLLM", "sglang": "SGLang"}
+#: the versions the model knows each engine at: the releases whose source this module and ``engine_kernels`` read
+#: (vLLM 0.10.2, 0.11.2, 0.12.0, 0.15.1, 0.18.0; SGLang 0.5.6.post2, above) and those the serving records carry
+#: (TensorRT-LLM 1.0.0rc3, 1.2.0rc2, 1.3.0rc1/rc5; ``tests/data/serve_*.jsonl``). A version given by a user
+#: (``--engine "vLLM 0.10.2"``, a sweep file's ``engine``) must be one of them (``engine_choice``; a record's need
+#: not, it keeps its version). Its first three numbers count (1.0.0rc3 is 1.0.0; 0.12 is 0.12.0).
+KNOWN_VERSIONS = {"trtllm": ((1, 0, 0), (1, 2, 0), (1, 3, 0)),
+                  "vllm": ((0, 10, 2), (0, 11, 2), (0, 12, 0), (0, 15, 1), (0, 18, 0)),
+                  "sglang": ((0, 5, 6),)}
 
 
 def parse_framework(framework: str | None) -> tuple[str | None, tuple[int, ...] | None]:
@@ -85,6 +95,65 @@ def parse_framework(framework: str | None) -> tuple[str | None, tuple[int, ...] 
         if match:
             version = tuple(int(g) for g in match.groups() if g is not None)
     return engine, version
+
+
+def default_engine_note() -> str:
+    """The one-line note of every serving path that evaluates without an engine (docs/model_serving.md S13)."""
+    return (f"no engine given: the default engine, the {ENGINE_LABELS[DEFAULT_ENGINE]} profile at its newest "
+            f"version, is used (docs/model_serving.md S13)")
+
+
+def _dotted(version: tuple[int, ...]) -> str:
+    return ".".join(map(str, version))
+
+
+def engine_label(engine: str, version: tuple[int, ...] | None) -> str:
+    """``"vllm"`` or ``"vllm 0.10.2"``: an engine choice as text that ``engine_choice`` reads back."""
+    return engine if version is None else f"{engine} {_dotted(version)}"
+
+
+def engine_choice(text, field: str = "--engine", source=None) -> tuple[str, tuple[int, ...] | None, list[str]]:
+    """(engine key, version or None, notes) of an engine a user names: ``"vllm"``, ``"vLLM 0.10.2"``,
+    ``"TensorRT-LLM 1.0.0rc3"``, read by ``parse_framework`` as a record's ``framework`` is. None or "" is the
+    default engine (``DEFAULT_ENGINE`` at its newest version, with ``default_engine_note``). An unknown engine, a
+    second word that is no version, or a version outside ``KNOWN_VERSIONS`` is a SpecError naming the choices."""
+    from fastmodel.errors import nearest
+
+    words = str(text or "").strip().split()
+    if not words:
+        return DEFAULT_ENGINE, None, [default_engine_note()]
+    engine, version = parse_framework(" ".join(words))
+    if engine is None:
+        aliases = [alias for key, names in ENGINE_NAMES.items() for alias in (key, *names)]
+        raise SpecError(source, field, f"unknown engine {words[0]!r}{nearest(words[0], aliases)}; choose one of "
+                        f"{', '.join(ENGINE_NAMES)}, optionally with a version (e.g. \"vllm 0.18.0\")")
+    if len(words) == 1:
+        return engine, None, []
+    known = KNOWN_VERSIONS[engine]
+    padded = None if version is None else (version + (0, 0))[:3]
+    if len(words) > 2 or padded not in known:
+        near = " ".join(words[1:])
+        if padded is not None:
+            near = f"; nearest {_dotted(min(known, key=lambda k: (_distance(k, padded), k)))}"
+        else:
+            near = f" ({near!r} is not a version)"
+        raise SpecError(source, field, f"{ENGINE_LABELS[engine]} version {' '.join(words[1:])!r} is not known{near}; "
+                        f"known: {', '.join(map(_dotted, known))}")
+    return engine, padded, []
+
+
+def _distance(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    """How far apart two versions are, major first: the absolute differences of each number."""
+    return tuple(abs(x - y) for x, y in zip(a, b))
+
+
+def engine_profile(text, hbm_bytes: float, field: str = "--engine", source=None) -> tuple[dict[str, float], list[str]]:
+    """(profile columns, notes) of an engine a user names (``engine_choice``; None: the default engine, noted) on
+    a GPU of ``hbm_bytes``: what ``fastmodel serve`` (with and without --search), ``fastmodel.serve.api``'s
+    ``evaluate`` and ``sweep`` and serving sweep files evaluate with. A record's ``framework`` takes the same
+    profile through ``framework_profile``."""
+    engine, version, notes = engine_choice(text, field, source)
+    return profile_columns(engine, version, hbm_bytes), notes
 
 
 def _sched_host(engine: str) -> dict[str, float]:
@@ -190,9 +259,11 @@ def framework_profile(framework: str | None, hbm_bytes: float) -> tuple[dict[str
     """(profile columns, notes) of a record's ``framework`` on a GPU of ``hbm_bytes``."""
     engine, version = parse_framework(framework)
     notes = []
-    if engine is None:
+    if engine is None and not str(framework or "").strip():
+        notes.append(default_engine_note())
+    elif engine is None:
         notes.append(f"framework {framework!r} is not a known serving engine (TensorRT-LLM, vLLM, SGLang): "
-                     f"the TensorRT-LLM profile is used")
+                     f"the TensorRT-LLM profile, the default engine, is used")
     elif version is None:
         notes.append(f"framework {framework!r}: no version recorded, the newest {engine} profile is used")
     return profile_columns(engine, version, hbm_bytes), notes

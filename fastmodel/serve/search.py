@@ -85,21 +85,14 @@ def _rows(coords: dict, values: dict, shape: tuple, flat: np.ndarray, slo_ok: np
 
 
 def engine_list(engine) -> list[str]:
-    """The engines to sweep: None (TensorRT-LLM's profile, the sweep columns' default), a name, a comma list or a
-    sequence of names."""
-    from fastmodel.serve.profiles import DEFAULT_ENGINE, ENGINE_NAMES
+    """The engines to sweep, as labels (``"vllm"``, ``"vllm 0.10.2"``): None (the default engine,
+    ``profiles.DEFAULT_ENGINE`` at its newest version), a name with an optional version, a comma list or a
+    sequence of them, each read by ``profiles.engine_choice`` (a record's spelling works too: TensorRT-LLM, vLLM)."""
+    from fastmodel.serve.profiles import engine_choice, engine_label
 
-    names = [DEFAULT_ENGINE] if engine is None else [e for part in ([engine] if isinstance(engine, str) else engine)
-                                                     for e in str(part).split(",") if e]
-    from fastmodel.errors import nearest
-
-    aliases = {alias: key for key, spelled in ENGINE_NAMES.items() for alias in (key, *spelled)}
-    for i, name in enumerate(names):     # a record's spelling works too: TensorRT-LLM, vLLM, SGLang
-        if name.strip().lower() not in aliases:
-            raise SpecError(None, "--engine", f"unknown engine {name!r}{nearest(name, list(aliases))}; choose one of "
-                                              f"{', '.join(ENGINE_NAMES)}")
-        names[i] = aliases[name.strip().lower()]
-    return list(dict.fromkeys(names)) or [DEFAULT_ENGINE]
+    names = [None] if engine is None else [e for part in ([engine] if isinstance(engine, str) else engine)
+                                           for e in str(part).split(",") if e.strip()]
+    return list(dict.fromkeys(engine_label(*engine_choice(name)[:2]) for name in names or [None]))
 
 
 def _axis(name: str, values, default: list[int], low: int) -> list[int]:
@@ -115,10 +108,10 @@ def _agg_grid(model, device, engines, precisions, axes: dict, fixed: dict, hbm: 
     dense model, keeps its place with its status (``attention_dp_not_dividing``, ``attention_dp_dense``)."""
     from fastmodel.registry.serve import SERVE_STATUS
     from fastmodel.serve.api import sweep
-    from fastmodel.serve.profiles import profile_columns
+    from fastmodel.serve.profiles import engine_profile
 
     sets = [sweep(model, device=device, precision=list(precisions), load_mode="concurrency", client_rounds=0,
-                  **axes, **fixed, **profile_columns(engine, None, hbm)) for engine in engines]
+                  engine=engine, **axes, **fixed, **engine_profile(engine, hbm)[0]) for engine in engines]
     dims = ("engine", *sets[0].status.dims)
     coords = {"engine": np.array(engines), **{d: sets[0][d].values for d in dims[1:]}}
     names = list(sets[0].data_vars)

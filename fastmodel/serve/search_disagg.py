@@ -92,16 +92,17 @@ def disagg_grid(model, device: str, *, engines, precisions, gpus: int, concurren
     """(coords, arrays) of the disaggregated grid: dims engine, precision, the four pool dims, batch_size
     (the concurrency of the deployment)."""
     from fastmodel.serve.api import columns
-    from fastmodel.serve.profiles import profile_columns
+    from fastmodel.serve.profiles import engine_choice, profile_columns
 
     powers = np.array([2**k for k in range(12) if 2**k <= gpus], dtype=np.int64)
     conc = np.asarray(concurrency, dtype=np.int64)
     parts = []
-    for engine in engines:
+    for label in engines:
+        engine, version, _ = engine_choice(label)
         row = []
         for precision in precisions:
             base = columns(model, device, precision=precision, batch_size=1, input_len=input_len,
-                           output_len=output_len, client_rounds=0, **profile_columns(engine, None, hbm))
+                           output_len=output_len, client_rounds=0, **profile_columns(engine, version, hbm))
             with np.errstate(all="ignore"):
                 row.append(disagg_point_arrays(base, powers, conc, gpus, engine))
         parts.append(row)

@@ -7,6 +7,7 @@
     batch_size = 64            # or concurrency = 64, or max_throughput = true (or leave it to a sweep axis)
     precision = "bf16"         # bf16 | fp16 | fp8 | int8 | int4 (weight-only)
     tp = 4
+    engine = "vllm 0.18.0"     # optional: trtllm, vllm, sglang [VERSION]; default TensorRT-LLM (docs S13)
 
 The fields are the serving columns of ``fastmodel.serve.api`` (docs/model_serving.md);
 a sweep axis of the same name overrides the task's value.
@@ -47,6 +48,9 @@ class ServeTaskSpec(BaseModel):
                               "(concurrency load; docs/model_serving.md S18).")
     spec_acceptance: float = bounds("spec_acceptance", 0.0,
                                     description="Speculative decoding: a draft token's acceptance.")
+    engine: str | None = Field(None, description="The serving engine whose profile sets the scheduler columns: "
+                               "trtllm, vllm or sglang, optionally with a known version (\"vLLM 0.18.0\"); "
+                               "default: TensorRT-LLM's newest profile (docs/model_serving.md S13).")
 
     @model_validator(mode="after")
     def _one_load_mode(self):

@@ -37,11 +37,14 @@ class ServeSweepPlan(SweepPlan):
 
     def __init__(self, model_name: str, model_columns: dict, device: str, task: Any, axes: dict[str, list],
                  unit_configs: int | None = None, notes: Sequence[str] = ()):
-        from fastmodel.serve.api import axis_block, columns
+        from fastmodel.serve.api import axis_block, columns, engine_columns
         from fastmodel.spec.columns import encode
 
         self.model_name, self.model_columns, self.device, self.task = model_name, dict(model_columns), device, task
-        self.notes = tuple(notes)      # the model's (serving_model): in the Dataset's attrs, not the definition
+        # the engine's profile (task.engine; None: the default engine, noted), less the columns an axis sets
+        profile, self.run_notes = engine_columns(task.engine, self._first_device(axes, device), axes, "task.engine")
+        # the model's notes (serving_model) and the engine's: in the Dataset's attrs, not the definition
+        self.notes = (*notes, *self.run_notes)
         self.axis_lists = {name: list(values) for name, values in axes.items()}
         self.load_mode = "concurrency" if "concurrency" in axes else "batch" if "batch_size" in axes else \
             task.load_mode
@@ -52,11 +55,12 @@ class ServeSweepPlan(SweepPlan):
         own_kv = "kv_precision" in axes or task.kv_precision is not None
         self.base = columns(self.model_columns, self._fixed("device", device), max_throughput=True,
                             precision=self._fixed("precision", task.precision),
-                            kv_precision=self._fixed("kv_precision", task.kv_precision), **fixed)
+                            kv_precision=self._fixed("kv_precision", task.kv_precision), **fixed, **profile)
         self.base[_column("load_mode")] = encode("load_mode", self.load_mode)
         if self.load_mode != "max_throughput" and "batch_size" not in axes and "concurrency" not in axes:
             self.base[_column("batch_size")] = task.batch_size if task.batch_size is not None else task.concurrency
-        blocks = [axis_block("batch_size" if name == "concurrency" else name, values, own_kv)
+        blocks = [axis_block("batch_size" if name == "concurrency" else name, values, own_kv,
+                             lambda d: engine_columns(task.engine, d, axes, "task.engine")[0])
                   for name, values in self.axis_lists.items()]
         self.axis_cols = np.concatenate([b[0] for b in blocks] or [np.zeros(0)]).astype(np.int64)
         self.col_start = np.concatenate([[0], np.cumsum([len(b[0]) for b in blocks])]).astype(np.int64)
@@ -65,6 +69,10 @@ class ServeSweepPlan(SweepPlan):
         self.set_axes([Axis(name, name, np.array(values, dtype=object if name in SPECIAL_AXES[:3] else None),
                             attrs={"field": name}) for name, values in self.axis_lists.items()],
                       unit_configs or self.UNIT_CONFIGS)
+
+    @staticmethod
+    def _first_device(axes: dict, device: str) -> str:
+        return axes["device"][0] if "device" in axes else device
 
     def _fixed(self, name: str, value):
         """The value of a special axis in the base vector: the first of its axis values, else ``value``."""

@@ -4,7 +4,11 @@ options that apply only together, and what the engine default is."""
 from click.testing import CliRunner
 
 from fastmodel.cli import main
+from fastmodel.serve.profiles import default_engine_note
 from tests.suite_fixtures import one_line_error
+
+#: the note every run without --engine prints on stderr, once, after the model's and precision's notes
+DEFAULT = f"note: {default_engine_note()}\n"
 
 ARGS = ("serve", "-m", "llama3.1-8b", "--concurrency", "4", "--json")
 
@@ -22,10 +26,11 @@ def test_fp4_without_fp4_tensor_cores_says_it_runs_weight_only():
     assert device_columns("H100").get("peak_flops_4", 0.0) == 0.0 and device_columns("B200")["peak_flops_4"] == 9e15
     hopper = _serve("-d", "H100", "--precision", "fp4")
     assert hopper.exit_code == 0, hopper.output
-    assert hopper.stderr == "note: fp4 on H100 (no FP4 tensor cores): weight-only, dequantised into 16-bit GEMMs\n"
+    assert hopper.stderr == "note: fp4 on H100 (no FP4 tensor cores): weight-only, dequantised into 16-bit GEMMs\n" \
+        + DEFAULT
     blackwell = _serve("-d", "B200", "--precision", "fp4")
-    assert blackwell.exit_code == 0 and blackwell.stderr == ""
-    assert _serve("-d", "H100", "--precision", "fp8").stderr == ""
+    assert blackwell.exit_code == 0 and blackwell.stderr == DEFAULT
+    assert _serve("-d", "H100", "--precision", "fp8", "--engine", "trtllm").stderr == ""
 
 
 def test_gpt_oss_fp4_names_its_published_checkpoint():
@@ -47,10 +52,13 @@ def test_spec_acceptance_without_draft_tokens_is_refused_not_ignored():
 
 
 def test_the_engine_default_is_what_the_help_says():
-    """Without --engine a configuration keeps the serving columns' defaults, which are TensorRT-LLM's profile less
-    its eager host issue time (host_op_s 20 us) and its 4 MiB custom allreduce (custom_allreduce_bytes 0: NCCL);
-    the search without --engine takes TensorRT-LLM's whole profile. The help said "default TensorRT-LLM's" for
-    both."""
+    """Without --engine a configuration kept the serving columns' defaults, which are TensorRT-LLM's profile less
+    its eager host issue time (host_op_s 20 us) and its 4 MiB custom allreduce (custom_allreduce_bytes 0: NCCL),
+    while the search and a record without framework took the whole profile: TPOT 15.10 ms against 14.56 ms with
+    --engine trtllm. Now every path takes the default engine (TensorRT-LLM's newest profile) and says so once on
+    stderr, outside the --json line."""
+    import json
+
     from fastmodel.registry.lm import COLUMNS
     from fastmodel.serve.api import columns, device_columns
     from fastmodel.serve.profiles import profile_columns
@@ -60,10 +68,32 @@ def test_the_engine_default_is_what_the_help_says():
     trtllm = columns("llama3.1-70b", "H200", **kw, **profile_columns("trtllm", None, device_columns("H200")["hbm_bytes"]))
     differ = {c.name: (bare[i], trtllm[i]) for i, c in enumerate(COLUMNS) if bare[i] != trtllm[i]}
     assert differ == {"host_op_s": (0.0, 20e-6), "custom_allreduce_bytes": (0.0, 4 * 2**20 + 1)}
+    args = ["serve", "-m", "llama3.1-70b", "-d", "H200", "--tp", "4", "--concurrency", "16", "--precision", "fp8",
+            "--json"]
+    plain = CliRunner().invoke(main, args, catch_exceptions=False)
+    named = CliRunner().invoke(main, [*args, "--engine", "trtllm"], catch_exceptions=False)
+    assert plain.stderr == DEFAULT and named.stderr == ""
+    assert json.loads(plain.stdout)["tpot"] == json.loads(named.stdout)["tpot"]
     text = " ".join(CliRunner().invoke(main, ["serve", "--help"]).output.split())
-    assert "TensorRT-LLM's scheduler limits with NCCL allreduces and no host issue time" in text
-    assert "--search without it: TensorRT-LLM's profile" in text
-    assert "at its newest version" in text    # profile_columns(engine, None, ...): no version from the CLI
+    assert "Default (with a note): the default engine," in text and "newest profile (docs/model_serving.md S13)" in text
+    assert "NCCL allreduces" not in text
+
+
+def test_an_engine_takes_a_known_version_as_a_record_names_it():
+    """--engine "vLLM 0.10.2" is the record's spelling: vLLM's profile at 0.10.2 (async scheduling off, overlap_step
+    0), not the newest; an unknown version is one line naming the known ones and the nearest (exit 2)."""
+    import json
+
+    from fastmodel.serve.api import evaluate
+
+    old = CliRunner().invoke(main, [*ARGS, "-d", "H200", "--engine", "vLLM 0.10.2"], catch_exceptions=False)
+    new = CliRunner().invoke(main, [*ARGS, "-d", "H200", "--engine", "vllm"], catch_exceptions=False)
+    assert old.exit_code == 0 and old.stderr == "" and new.exit_code == 0
+    tpot = json.loads(old.stdout)["tpot"]
+    assert tpot == evaluate("llama3.1-8b", "H200", engine="vllm 0.10.2", concurrency=4)["tpot"] != \
+        json.loads(new.stdout)["tpot"]
+    one_line_error(_serve("-d", "H200", "--engine", "vLLM 0.13"), "--engine", "vLLM version '0.13' is not known",
+                   "nearest 0.12.0", "known: 0.10.2, 0.11.2, 0.12.0, 0.15.1, 0.18.0")
 
 
 def test_the_mtp_note_holds_under_speculative_decoding():

@@ -109,7 +109,7 @@ def test_serve_writes_the_rows_it_prints(tmp_path):
     out = tmp_path / "s.jsonl"
     printed = cli("serve", "-m", "llama3.1-8b", "--json", "-o", out)
     assert printed.exit_code == 0
-    assert json.loads(out.read_text()) == json.loads(printed.output.splitlines()[0])
+    assert json.loads(out.read_text()) == json.loads(printed.stdout.splitlines()[0])
 
 
 @pytest.mark.parametrize("command, name, writes", [

@@ -288,3 +288,24 @@ def test_dualpipe_overlap_runs_where_the_grid_runs_dualpipe():
     crossed = lm_sweep(*moe, num_nodes=8, axes={"plan": ["tp2.pp2.ep8"], "pipeline_schedule": ["1f1b", "dualpipe"],
                                                 "moe_a2a_overlap": ["none", "dualpipe"]})
     assert crossed.exposed_ep.sel(pipeline_schedule="dualpipe", moe_a2a_overlap="dualpipe").item() == hidden
+
+
+def test_a_sweep_file_whose_framework_names_no_stack_says_so_once(tmp_path):
+    """Records and `fastmodel run` note a framework text that names no stack profile (stacks.profile_for); a sweep
+    file's ``[execution] framework`` got the default profile silently. It prints the same note, once per sweep,
+    on stderr; a framework naming a stack prints none."""
+    from click.testing import CliRunner
+
+    from fastmodel.cli import main
+    from fastmodel.lm.stacks import profile_for
+
+    note = profile_for("FooTrainer")[1]
+    assert note and "names no known stack" in note
+    for framework, expected in (("FooTrainer", 1), ("Megatron-Core", 0)):
+        path = tmp_path / f"{framework}.toml"
+        path.write_text(f'model = "llama3-70b"\nsystem = "dgx-h100"\ntask = "llm-pretrain"\n[execution]\n'
+                        f'framework = "{framework}"\n[axes]\nnum_nodes = [4]\nplan = ["tp8.pp4"]\nmicro_batch = [1, 2]\n')
+        run = CliRunner().invoke(main, ["sweep", str(path), "-o", str(tmp_path / f"{framework}.nc")],
+                                 catch_exceptions=False)
+        assert run.exit_code == 0, run.output
+        assert run.stderr.count(f"note: {note}") == expected and run.stderr.count("note:") == expected, run.stderr

@@ -333,7 +333,7 @@ def test_cli_serve_and_validate_serving_records(tmp_path):
     result = runner.invoke(main, ["serve", "-m", "llama3.1-8b", "-d", "H10"])
     assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
     result = runner.invoke(main, ["serve", "-m", "llama3.1-8b", "--json", "--max-throughput"])
-    assert result.exit_code == 0 and json.loads(result.output)["batch_size"] >= 1
+    assert result.exit_code == 0 and json.loads(result.stdout)["batch_size"] >= 1
 
 
 def test_serving_pareto_frontier_figure(tmp_path):

@@ -96,7 +96,7 @@ def test_token_budget_is_shared_with_the_other_requests_decodes_only():
     decoding request the free budget is 8191, so it takes a chunk of 8191 and a last chunk of 1 token, each
     iteration priced at its own size (two full iterations would be 0.86 s, not 0.45 s)."""
     kw = dict(tp=4, input_len=8192, output_len=8192, precision="fp8", overlap_step=0, client_rounds=0,
-              chunked_prefill=1, max_num_tokens=8192)
+              chunked_prefill=1, max_num_tokens=8192, custom_allreduce_bytes=0, host_op_s=0.0)   # as _row's columns
     one = evaluate("llama3.1-70b", "H100", concurrency=1, **kw)
     assert one["ttft"] == pytest.approx(evaluate("llama3.1-70b", "H100", batch_size=1, **kw)["ttft"], rel=1e-12)
     two = evaluate("llama3.1-70b", "H100", concurrency=2, **kw)

@@ -92,19 +92,23 @@ def test_the_python_api_returns_the_notes_the_cli_prints():
     attrs (fastmodel.sweep), each "; "-joined and empty for a model without them; evaluate_record carries the
     lowering's notes, as the training engine's does."""
     from fastmodel.serve.api import evaluate_record, sweep
+    from fastmodel.serve.profiles import default_engine_note
     from fastmodel.serve.records import lower_serve_record
     from fastmodel.serve.sweep_file import serve_plan
 
     notes = "; ".join(serving_model("deepseek-v3")[2])
     assert "model.mtp_layers = 1" in notes
-    kw = dict(tp=8, ep=8, precision="fp8", input_len=128, output_len=16)
+    kw = dict(tp=8, ep=8, precision="fp8", input_len=128, output_len=16, engine="trtllm")
     assert evaluate("deepseek-v3", "H200", concurrency=1, **kw)["notes"] == notes
-    assert evaluate("llama3.1-70b", "H200", tp=8, concurrency=1)["notes"] == ""
+    assert evaluate("llama3.1-70b", "H200", tp=8, concurrency=1, engine="trtllm")["notes"] == ""
     assert sweep("deepseek-v3", device="H200", batch_size=[1, 2], **kw).attrs["notes"] == notes
-    assert sweep("llama3.1-8b", device="H200", batch_size=[1, 2]).attrs["notes"] == ""
+    assert sweep("llama3.1-8b", device="H200", batch_size=[1, 2], engine="trtllm").attrs["notes"] == ""
+    # without an engine, the default engine's note follows the model's (docs/model_serving.md S13)
+    assert evaluate("llama3.1-70b", "H200", tp=8, concurrency=1)["notes"] == default_engine_note()
     specs = Path(__file__).resolve().parents[2] / "specs"
     plan = serve_plan(None, "deepseek-v3", "H200", "serve-chat", {"tp": [8], "ep": [8]}, specs)
-    assert plan.dataset_attrs()["notes"] == notes and "notes" not in plan.definition()
+    assert plan.dataset_attrs()["notes"] == f"{notes}; {default_engine_note()}" and "notes" not in plan.definition()
+    assert plan.run_notes == [default_engine_note()]
     lowered = "; ".join(lower_serve_record(_gpt_oss_record()).notes)     # the device file's fill-ins
     assert "from the device file of H200" in lowered and evaluate_record(_gpt_oss_record()).attrs["notes"] == lowered
 

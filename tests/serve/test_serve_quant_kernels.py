@@ -51,8 +51,8 @@ def test_nvfp4_quant_kernels_and_the_allreduce_fusion():
     per_layer = _kernel(d, HEADS * D / 4, q) - 2.0 * d["kernel_overhead_s"]
     assert fused - base4 == pytest.approx(STEPS * LAYERS * per_layer, rel=1e-9)
     # without the engine's own allreduce kernel (NCCL) nothing is fused: three quantization kernels again
-    nccl = _decode_membound("B200", "fp4", 4, act_quant_inputs=7.0, allreduce_norm_fusion=1.0)
-    assert nccl - _decode_membound("B200", "fp4", 4) == pytest.approx(
+    nccl = _decode_membound("B200", "fp4", 4, act_quant_inputs=7.0, allreduce_norm_fusion=1.0, custom_allreduce_bytes=0)
+    assert nccl - _decode_membound("B200", "fp4", 4, custom_allreduce_bytes=0) == pytest.approx(
         STEPS * LAYERS * (_kernel(d, H, q) + _kernel(d, HEADS * D / 4, q) + _kernel(d, H, q)), rel=1e-9)
 
 

@@ -341,7 +341,7 @@ def test_cli_serve_takes_attention_dp_moe_tp_and_an_engine_profile():
     sglang = runner.invoke(main, [*base, "--engine", "sglang"])
     assert trt.exit_code == 0 and sglang.exit_code == 0, trt.output + sglang.output
     # SGLang's prefill batches stall the decodes; TensorRT-LLM's ride in them
-    assert json.loads(sglang.output)["tpot"] > json.loads(trt.output)["tpot"]
+    assert json.loads(sglang.stdout)["tpot"] > json.loads(trt.stdout)["tpot"]
     bad = runner.invoke(main, [*base[:-3], "--ep", "4", "--concurrency", "64"])
     assert bad.exit_code == 2 and "ep_not_dividing" in bad.output
 

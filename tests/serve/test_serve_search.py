@@ -95,7 +95,7 @@ def test_a_bare_slo_number_far_beyond_an_interactive_service_gets_a_note():
     assert "note: --tpot 50 reads as 50 s" in noted.stderr and "50ms" in noted.stderr
     for quiet in ("0.05", "50ms"):
         run = CliRunner().invoke(main, [*base, "--tpot", quiet])
-        assert run.exit_code == 0 and "note:" not in run.stderr
+        assert run.exit_code == 0 and "reads as" not in run.stderr
 
 
 def test_a_search_too_large_for_memory_is_refused_before_it_runs(monkeypatch):
@@ -117,7 +117,7 @@ def test_a_search_with_nothing_legal_says_why():
     names the status that ruled out most points."""
     run = CliRunner().invoke(main, [*ARGS, "--ep", "3"])
     assert run.exit_code == 0, run.output
-    first = run.output.splitlines()[0]
+    first = run.stdout.splitlines()[0]
     assert first.startswith("0 configurations fit") and "none is legal" in first and "ep" in first, first
 
 
@@ -129,5 +129,10 @@ def test_engine_names_take_a_records_spelling_and_a_typo_gets_the_nearest():
     assert engine_list("vLLM,TensorRT-LLM") == ["vllm", "trtllm"]
     assert engine_list(["SGLang", "sglang"]) == ["sglang"]
     with pytest.raises(SpecError, match=r"^--engine: unknown engine 'vlm' \(did you mean 'vllm'\?\); choose one of "
-                                        r"trtllm, vllm, sglang$"):
+                                        r"trtllm, vllm, sglang, optionally with a version"):
         engine_list("vlm")
+    # a version, as a record's framework states it (profiles.engine_choice): labels that read back the same way
+    assert engine_list("vLLM 0.10.2, trtllm,TensorRT-LLM 1.0.0rc3") == ["vllm 0.10.2", "trtllm", "trtllm 1.0.0"]
+    assert engine_list(None) == ["trtllm"]
+    with pytest.raises(SpecError, match=r"vLLM version '0.13' is not known; nearest 0.12.0; known: 0.10.2"):
+        engine_list("vllm 0.13")

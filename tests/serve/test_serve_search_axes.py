@@ -194,7 +194,7 @@ def test_speculative_decoding_on_one_configuration_and_as_a_record_field(tmp_pat
     run = CliRunner().invoke(main, ["serve", "-m", "llama3.1-70b", "-d", "H200", "--tp", "8", "--precision", "fp8",
                                     "--concurrency", "8", "--spec-tokens", "3", "--spec-acceptance", "0.7", "--json"])
     assert run.exit_code == 0, run.output
-    got = json.loads(run.output.splitlines()[0])
+    got = json.loads(run.stdout.splitlines()[0])
     want = evaluate("llama3.1-70b", "H200", tp=8, precision="fp8", concurrency=8, spec_tokens=3,
                     spec_acceptance=0.7)["tpot"]
     plain = evaluate("llama3.1-70b", "H200", tp=8, precision="fp8", concurrency=8)["tpot"]
