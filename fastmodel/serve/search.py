@@ -315,14 +315,16 @@ def _none_legal(ds) -> str:
 
 
 def format_search(result: SearchResult, ttft: float, tpot: float) -> str:
-    """The frontier as a table (mode, engine, precision, layout) and the best configuration meeting the SLOs."""
+    """The frontier as a table (mode, engine, precision, layout) and the best configuration meeting the SLOs; the
+    engine column widens to its longest label (a versioned one, "vllm 0.10.2")."""
+    ew = max([6, *(len(str(r["engine"])) for r in result.frontier)])
     lines = [f"{result.evaluated} configurations fit, {result.feasible} meet TTFT <= {ttft * 1e3:g} ms and "
              f"TPOT <= {tpot * 1e3:g} ms{_none_legal(result.dataset)}",
              "Pareto frontier (tokens/s per GPU against tokens/s per user):",
-             f"{'mode':6s} {'engine':6s} {'precision':>9s} {'layout':24s} {'conc':>5s} {'ttft ms':>9s} "
+             f"{'mode':6s} {'engine':{ew}s} {'precision':>9s} {'layout':24s} {'conc':>5s} {'ttft ms':>9s} "
              f"{'tpot ms':>8s} {'tok/s/user':>10s} {'tok/s/GPU':>10s}  SLO"]
     for r in result.frontier:
-        lines.append(f"{r['mode']:6s} {r['engine']:6s} {r['precision']:>9s} {layout(r):24s} {r['batch_size']:5d} "
+        lines.append(f"{r['mode']:6s} {r['engine']:{ew}s} {r['precision']:>9s} {layout(r):24s} {r['batch_size']:5d} "
                      f"{r['ttft'] * 1e3:9.1f} {r['tpot'] * 1e3:8.2f} {r[X]:10.1f} {r[Y]:10.1f}  "
                      f"{'yes' if r['meets_slo'] else 'no'}")
     if result.best is None:

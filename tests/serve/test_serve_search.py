@@ -136,3 +136,22 @@ def test_engine_names_take_a_records_spelling_and_a_typo_gets_the_nearest():
     assert engine_list(None) == ["trtllm"]
     with pytest.raises(SpecError, match=r"vLLM version '0.13' is not known; nearest 0.12.0; known: 0.10.2"):
         engine_list("vllm 0.13")
+
+
+def test_the_frontier_table_widens_the_engine_column_to_a_versioned_label():
+    """A versioned engine label ("vllm 0.10.2") overflowed the 6-character column and shifted its row."""
+    import xarray as xr
+
+    from fastmodel.serve.search import SearchResult, X, Y, format_search
+
+    def row(engine):
+        return {"mode": "agg", "engine": engine, "precision": "fp8", "tp": 4, "pp": 1, "ep": 1, "attention_dp": 1,
+                "spec_tokens": 0, "batch_size": 16, "ttft": 0.2, "tpot": 0.02, X: 50.0, Y: 900.0, "meets_slo": True}
+
+    result = SearchResult(xr.Dataset(), [row("trtllm"), row("vllm 0.10.2")], None, 2, 2)
+    lines = format_search(result, 2.0, 0.05).splitlines()
+    table = [line for line in lines if line.startswith(("mode", "agg"))]
+    assert len(table) == 3
+    assert len({line.index("precision") + 9 if line.startswith("mode") else line.index("fp8") + 3 for line in table}) == 1
+    narrow = format_search(SearchResult(xr.Dataset(), [row("trtllm")], None, 1, 1), 2.0, 0.05)
+    assert "mode   engine precision" in narrow                      # six characters while every label fits
