@@ -65,7 +65,8 @@ def refuse_for_engine(engine_name: str, path: str | None, sets: tuple[str, ...])
 
 def read_execution(path: str | None, sets: tuple[str, ...]) -> dict | None:
     """The execution fields of ``--execution`` and ``--set`` (None when neither is given), checked by the sweep
-    file's loader; an error names the file, or ``--set`` when the field it blames came from one."""
+    file's loader; an error names the file when the file alone is wrong, else ``--set`` (the field blamed can be the
+    file's when a ``--set`` value conflicts with it: dualpipe overlap in the file, ``-x pipeline_schedule=1f1b``)."""
     if path is None and not sets:
         return None
     from fastmodel.lm.loader import load_execution
@@ -76,10 +77,18 @@ def read_execution(path: str | None, sets: tuple[str, ...]) -> dict | None:
     try:
         load_execution(merged)
     except SpecError as error:
-        key = (error.field or "").removeprefix("execution.").split(".")[0].split("[")[0]
-        source = "--set" if key in overrides or path is None else path
+        source = "--set" if path is None or (overrides and _valid(load_execution, fields)) else path
         raise SpecError(source, error.field, error.reason) from None
     return merged
+
+
+def _valid(load, fields: dict) -> bool:
+    """Whether the file's fields alone pass: then what ``--set`` laid over them made the merged set wrong."""
+    try:
+        load(fields)
+    except SpecError:
+        return False
+    return True
 
 
 def parse_set(item: str) -> tuple[str, object]:

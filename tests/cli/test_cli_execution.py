@@ -129,3 +129,13 @@ def test_the_layers_refusal_names_the_option_run_now_has():
     """DeepSeek-V3's 61 layers on pp 8 without uneven stages: the reason points at run's own -x."""
     line = _error(cli("run", *DSV3, "-x", "pipeline_schedule=dualpipe"))
     assert "illegal plan (layers_not_divisible)" in line and "run's -x uneven_stages=true or --execution FILE" in line
+
+
+def test_a_set_value_that_conflicts_with_a_valid_file_is_blamed_on_set(tmp_path):
+    """Review L7: the file passes alone (DualPipe schedule and overlap); ``-x pipeline_schedule=1f1b`` breaks the pair,
+    and the message blamed the file."""
+    path = tmp_path / "exec.toml"
+    path.write_text('[execution]\npipeline_schedule = "dualpipe"\nuneven_stages = true\nmoe_a2a_overlap = "dualpipe"\n')
+    assert cli("run", *DSV3, "--execution", path, "--json").exit_code == 0
+    line = _error(cli("run", *DSV3, "--execution", path, "-x", "pipeline_schedule=1f1b"))
+    assert line.startswith("error: --set: execution.moe_a2a_overlap: 'dualpipe' overlaps the all-to-all"), line
