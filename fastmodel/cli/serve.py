@@ -118,6 +118,7 @@ def serve(records, model, list_models, device, tp, pp, ep, attention_dp, moe_tp,
         return
     if records and model:
         raise FastmodelError("give RECORDS or --model, not both")
+    _check_requests(batch_size=batch_size, concurrency=concurrency, search_concurrency=search_concurrency)
     raw = ep, attention_dp, spec_tokens
     ep, attention_dp, spec_tokens = _flat(ep), _flat(attention_dp), _flat(spec_tokens)
     _check_spec(spec_tokens, spec_acceptance)
@@ -190,6 +191,20 @@ def serve(records, model, list_models, device, tp, pp, ep, attention_dp, moe_tp,
         click.echo(json.dumps(rows[-1]) if as_json else render(label, state, result, mode))
     if output:
         _write_rows(rows, output, records, force)
+
+
+def _check_requests(**counts) -> None:
+    """A request count of the command line is a value of the ``batch_size`` column (requests, [1, 2^24]), as in a
+    serving task or record (``ServeTaskSpec.concurrency``, records' ``Count``): ``--concurrency 99999999`` was
+    answered (TTFT 5.8e9 ms)."""
+    from fastmodel.errors import FastmodelError
+    from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
+    from fastmodel.registry.validators import column_problem
+
+    column = COLUMNS[COLUMN_INDEX["batch_size"]]
+    for name, value in counts.items():
+        if value is not None and (problem := column_problem(column, value)):
+            raise FastmodelError(f"--{name.replace('_', '-')}: {problem}")
 
 
 def _check_spec(spec_tokens, spec_acceptance) -> None:

@@ -111,3 +111,16 @@ def test_the_mtp_note_holds_under_speculative_decoding():
     note = spec.stderr.splitlines()[0]
     assert note.startswith("note: DeepSeek-V3: model.mtp_layers = 1: with --spec-tokens its draft steps are priced")
     assert "no speculative decoding" not in spec.stderr and "weights are not counted" in note
+
+
+def test_a_request_count_above_the_column_is_one_line():
+    """Review L12: --concurrency 99999999 was answered (TTFT 5.8e9 ms) though a serving task or record refuses it:
+    every request count of the command line is a value of the batch_size column, [1, 2^24] requests."""
+    runner = CliRunner()
+    for flag in ("--concurrency", "--batch-size"):
+        result = runner.invoke(main, ["serve", "-m", "llama3.1-8b", flag, "99999999"])
+        one_line_error(result, f"{flag}: 99999999 is outside [1, 16777216] requests")
+    search = runner.invoke(main, ["serve", "-m", "llama3.1-8b", "-d", "H100", "--search", "--ttft", "2s", "--tpot",
+                                  "50ms", "--search-concurrency", "99999999"])
+    one_line_error(search, "--search-concurrency: 99999999 is outside [1, 16777216] requests")
+    assert runner.invoke(main, ["serve", "-m", "llama3.1-8b", "--concurrency", "16777216", "--json"]).exit_code == 0
