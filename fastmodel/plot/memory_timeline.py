@@ -88,8 +88,8 @@ def memory_timeline(data=None, *, model=None, system=None, task=None, record=Non
             rule = rule.replace(TICK_NOTE, "")
         if rule:
             axes[-1].set_xlabel(f"{xlabel}\n{rule}")
-    make_readable(fig)
-    return fig, axes
+    make_readable(fig, fixed=[ax.xaxis for ax in axes])   # label_ops chose them: thinning them again
+    return fig, axes                                       # said a second, contradicting rule
 
 
 def short_label(text: str) -> str:
@@ -107,20 +107,38 @@ def micro_batch(text: str) -> int | None:
 def label_sets(labels) -> list[tuple[list[int], str]]:
     """The label sets tried, fewest labels last, each with the rule said under the axis ('' for all): every
     operation; the forward and backward passes (F j, B j; sub-steps such as ``B j emb`` left to their ticks);
-    the forwards of micro-batches 0, s, 2s ... (s = 1, 2, 4 ...). A rule keeps whole passes: thinning every
-    k-th operation dropped some micro-batches' forwards and others' backwards (F1, F3 missing beside B1)."""
+    one forward per micro-batch j = 0, s, 2s ... (s = 1, 2, 4 ... while s < the micro-batch count), its first
+    ``F j`` (an interleaved schedule runs ``F j`` once per chunk; DualPipe's two directions each number their
+    micro-batches from 0, so each ``F j`` occurs twice: every occurrence was labelled, every level crowded).
+    A rule keeps whole passes: thinning every k-th operation dropped some micro-batches' forwards and others'
+    backwards (F1, F3 missing beside B1); it names only micro-batches that exist."""
     batches = [micro_batch(text) for text in labels]
     passes = [i for i, text in enumerate(labels) if batches[i] is not None and text.split()[0] == text]
     sets = [(list(range(len(labels))), ""), (passes, "labelled: F j and B j" + TICK_NOTE)]
+    first: dict[int, int] = {}     # micro-batch -> the index of its first forward
+    forwards = [i for i in passes if labels[i].startswith("F")]
+    for i in forwards:
+        first.setdefault(batches[i], i)
     count = 1 + max((j for j in batches if j is not None), default=0)
+    which = "the first forward (F j)" if len(forwards) > len(first) else "the forward (F j)"
     stride = 1
-    while stride < 2 * count:
-        forwards = [i for i, text in enumerate(labels) if text.startswith("F") and batches[i] is not None
-                    and batches[i] % stride == 0]
-        sets.append((forwards, "labelled: the forward (F j) of " + ("every micro-batch" if stride == 1 else
-                     f"micro-batches 0, {stride}, {2 * stride}, ...") + TICK_NOTE))
+    while True:
+        kept = sorted(j for j in first if j % stride == 0)
+        sets.append((sorted(first[j] for j in kept), f"labelled: {which} of {said_micro_batches(kept, stride)}"
+                     + TICK_NOTE))
         stride *= 2
-    return sets
+        if stride >= count:
+            return sets
+
+
+def said_micro_batches(kept: list[int], stride: int) -> str:
+    """The micro-batches a forward level labels, as said under the axis, naming only ones that exist:
+    ``every micro-batch``, ``micro-batches 0, 2`` (four or fewer), ``micro-batches 0, 8, 16, ..., 1016``."""
+    if stride == 1:
+        return "every micro-batch"
+    if len(kept) <= 4:
+        return ("micro-batch " if len(kept) == 1 else "micro-batches ") + ", ".join(map(str, kept))
+    return f"micro-batches {kept[0]}, {kept[1]}, {kept[2]}, ..., {kept[-1]}"
 
 
 def tick_every_op(fig, axes, counts) -> bool:

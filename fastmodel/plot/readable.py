@@ -10,6 +10,8 @@ Every figure function ends with :func:`make_readable`:
   every k-th one, the smallest k that leaves :data:`GAP_PT` between neighbours (the first label stays, so
   the order reads as before); every item keeps a (minor) tick and the axis label says ``(every k-th
   labelled)``, so no item goes missing unannounced. Numeric axes keep matplotlib's own locators, which never overlap.
+  An axis the caller labelled by a rule it states (``make_readable(fig, fixed=[axis])``: the memory
+  timeline's passes) is left as labelled: a second rule under it contradicted the first.
 """
 
 from __future__ import annotations
@@ -25,12 +27,15 @@ MIN_FONT_PT = 5.0
 GAP_PT = 1.0
 
 
-def make_readable(fig) -> None:
-    """Raise every text of ``fig`` to :data:`MIN_FONT_PT` and thin crowded category tick labels."""
+def make_readable(fig, fixed=()) -> None:
+    """Raise every text of ``fig`` to :data:`MIN_FONT_PT` and thin crowded category tick labels, except on the
+    axes of ``fixed``: their labels were chosen by a rule the figure states (the memory timeline's passes)."""
     enforce_min_font(fig)
     fig.draw_without_rendering()            # lays the figure out: tick labels get their final places
     for ax in fig.axes:
         for axis in (ax.xaxis, ax.yaxis):
+            if any(axis is kept for kept in fixed):
+                continue
             if isinstance(axis.get_major_locator(), FixedLocator) and len(axis.get_majorticklocs()) > 1:
                 _separate(fig, axis)
 

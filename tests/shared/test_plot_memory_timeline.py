@@ -120,8 +120,9 @@ def test_label_sets_keep_whole_passes():
     sets = label_sets(labels)
     assert sets[0] == (list(range(len(labels))), "")
     assert [labels[i] for i in sets[1][0]] == [t for t in labels if t[0] in "FB" and " " not in t]
-    stride4 = next(keep for keep, note in sets if "micro-batches 0, 4, 8" in note)
-    assert [labels[i] for i in stride4] == ["F0", "F4"]
+    stride4 = next(keep for keep, note in sets if note.startswith("labelled: the forward (F j) of micro-batches 0, 4;"))
+    assert [labels[i] for i in stride4] == ["F0", "F4"]     # 8 micro-batches: it said "0, 4, 8, ..."
+    assert len(sets) == 2 + 3    # every operation, F j and B j, the forwards at strides 1, 2, 4 (< 8)
 
 
 def test_few_micro_batches_label_every_operation():
@@ -159,3 +160,78 @@ def test_ticks_closer_than_the_gap_are_left_out_and_the_rule_says_so():
     assert all(len(ax.xaxis.get_minorticklocs()) == 0 for ax in axes)
     assert "labelled: the forward (F j) of micro-batches 0, " in axes[-1].get_xlabel()
     assert TICK_NOTE not in axes[-1].get_xlabel()
+
+
+def _named(rule: str) -> list[int]:
+    """The micro-batches a forward rule names: 'micro-batches 0, 8, 16, ..., 120' -> [0, 8, 16, 120]."""
+    said = rule.split("micro-batch")[1].split(";")[0]
+    return [int(word) for word in said.replace(",", " ").split() if word.isdigit()]
+
+
+def test_four_micro_batches_name_none_that_does_not_exist():
+    """Review MEDIUM 4: the strides ran while s < 2 x count and the rule said '0, s, 2s, ...' whatever existed
+    (4 micro-batches: 'micro-batches 0, 4, 8, ...'). Now s < count and the rule names what it labels."""
+    from fastmodel.plot.memory_timeline import TICK_NOTE, label_sets
+
+    sets = label_sets(_one_f_one_b(4, True))
+    rules = [note for _, note in sets[2:]]
+    assert rules == ["labelled: the forward (F j) of every micro-batch" + TICK_NOTE,
+                     "labelled: the forward (F j) of micro-batches 0, 2" + TICK_NOTE]
+    fig, axes = memory_timeline(_synthetic(4), size=2.4)   # narrow: the forward levels are reached
+    xlabel = axes[-1].get_xlabel()
+    assert "labelled: the forward (F j) of micro-batches 0, 2" + TICK_NOTE in xlabel, xlabel
+    assert xlabel.count("labelled") == 1 and "(every " not in xlabel
+    for ax in axes:
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["F0", "F2"]
+
+
+def _check_one_forward_per_micro_batch(data, fig, axes):
+    """Each panel labels the first ``F j`` of micro-batches 0, s, 2s ... < count, the rule (said once, under
+    the lowest panel) names only labelled micro-batches, no panel is thinned again or crowded; returns s."""
+    from fastmodel.plot.readable import crowded
+
+    xlabel = axes[-1].get_xlabel()
+    assert xlabel.count("labelled") == 1 and "(every " not in xlabel, xlabel   # make_readable's rule: not added
+    assert "labelled: the first forward (F j) of micro-batches 0, " in xlabel, xlabel
+    assert all(ax.get_xlabel() == "" for ax in axes[:-1])
+    named = _named(xlabel.split("\n")[-1])
+    stride = named[1]
+    renderer = fig.canvas.get_renderer()
+    ranks = [int(ax.get_ylabel().split()[1]) for ax in axes]
+    for ax, rank in zip(axes, ranks):
+        labels = data.stages[rank].labels
+        count = 1 + max(int(t[1:]) for t in labels if t[0] in "FB" and " " not in t)
+        first = {}
+        for i, t in enumerate(labels):
+            first.setdefault(t, i)
+        expect = list(range(0, count, stride))
+        assert [t.get_text() for t in ax.get_xticklabels()] == [f"F{j}" for j in expect]
+        assert list(ax.get_xticks()) == [first[f"F{j}"] for j in expect]
+        assert named[-1] == expect[-1] < count and set(named) <= set(expect)
+        assert not crowded(ax.xaxis, renderer)
+    return stride
+
+
+def test_interleaved_labels_one_forward_per_micro_batch():
+    """Review MEDIUM 4: interleaved (vp 2) runs F j once per chunk; each was labelled, every level crowded, and
+    the figure showed F0 alone with 'micro-batches 0, 1024, 2048, ...' of 1,024 and 'every 2nd labelled'."""
+    from fastmodel import engines
+
+    data = engines.memory_timeline(model="llama3.1-70b", system="dgx-h100", task="llm-pretrain", plan="tp8.pp4",
+                                   num_nodes=8, execution={"pipeline_schedule": "interleaved", "vp": 2})
+    labels = data.stages[0].labels
+    assert labels.count("F0") == 2 and sum(t.startswith("F") for t in labels) == 2 * 1024
+    fig, axes = memory_timeline(data)
+    assert 1 < _check_one_forward_per_micro_batch(data, fig, axes) < 1024
+
+
+def test_dualpipe_labels_one_forward_per_micro_batch():
+    """DualPipe runs F j once per direction: F0 ... F6 were each labelled twice."""
+    from fastmodel import engines
+
+    data = engines.memory_timeline(model="qwen3-30b-a3b", system="dgx-h100", task="llm-pretrain",
+                                   plan="tp2.pp4.ep8", num_nodes=8,
+                                   execution={"pipeline_schedule": "dualpipe", "moe_a2a_overlap": "dualpipe"})
+    assert all(stage.labels.count("F0") == 2 for stage in data.stages)
+    fig, axes = memory_timeline(data)
+    assert 1 < _check_one_forward_per_micro_batch(data, fig, axes)

@@ -131,3 +131,22 @@ def test_the_validation_figure_labels_units_and_ticks_as_the_others():
     first, ninth = ax.collections[1], ax.collections[9]     # the band, then one scatter per source
     assert np.allclose(first.get_facecolor(), ninth.get_facecolor())                  # 8 colours, 9 sources:
     assert not np.array_equal(first.get_paths()[0].vertices, ninth.get_paths()[0].vertices)   # told by marker
+
+
+def test_an_axis_labelled_by_its_own_rule_is_not_thinned_again():
+    """Review MEDIUM 4: make_readable thinned the memory timeline's chosen labels to 'every 2nd' under a rule
+    that already said which were labelled. ``fixed`` axes keep their labels (fonts still raised); others thin."""
+    from fastmodel.plot.readable import make_readable
+    from fastmodel.plot.style import new_axes
+
+    texts = [f"label {i}" for i in range(60)]
+    for fixed in (False, True):
+        fig, ax = new_axes("single")
+        ax.set_xticks(range(60), texts, fontsize=3.0)
+        ax.set_xlim(-0.5, 59.5)
+        ax.set_xlabel("items")
+        make_readable(fig, fixed=[ax.xaxis] if fixed else ())
+        shown = [t.get_text() for t in visible_labels(ax.xaxis)]
+        assert min(t.get_fontsize() for t in ax.get_xticklabels()) >= MIN_FONT_PT
+        assert (shown == texts and ax.get_xlabel() == "items") if fixed else \
+            (len(shown) < 60 and ax.get_xlabel().startswith("items (every "))
