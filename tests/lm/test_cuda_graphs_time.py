@@ -98,3 +98,24 @@ def test_cuda_graphs_is_a_sweep_axis():
     gpu_mb = 32 * 3 * 60e-3 - wait[0] / 8  # the GPU's micro-batch, from the eager wait
     assert 0.288 < gpu_mb < 5.76
     assert wait[1] == pytest.approx(8 * max(0.0, 32 * 3 * 3e-3 - gpu_mb), abs=1e-12)
+
+
+def test_a_boolean_names_the_scope_everywhere_the_column_is_read_by_name():
+    # review LOW 13: records read true as layer and false as none (§11.37); an [execution] field, -x and a sweep
+    # axis read them the same way, and a number is still no scope
+    from fastmodel.lm.loader import load_execution
+    from fastmodel.spec.columns import encode
+
+    assert load_execution({"cuda_graphs": True}).cuda_graphs == "layer"
+    assert load_execution({"cuda_graphs": False}).cuda_graphs == "none"
+    assert load_execution({"cuda_graphs": "full_iteration"}).cuda_graphs == "full_iteration"
+    with pytest.raises(SpecError, match=r"cuda_graphs"):
+        load_execution({"cuda_graphs": 2})
+    assert (encode("cuda_graphs", True), encode("cuda_graphs", False), encode("sequence_parallel", True)) == (1, 0, True)
+    execution = {"framework": "Megatron-DeepSpeed", "recompute": "full", "host_op_s": 1e-3}
+    sweep = dict(model="llama3.1-8b", system="dgx-h100", global_batch=8, num_nodes=1, execution=execution)
+    named = lm_sweep(**sweep, axes={"cuda_graphs": ["none", "layer"], "tp": [8]})
+    booleans = lm_sweep(**sweep, axes={"cuda_graphs": [False, True], "tp": [8]})
+    assert list(booleans.cuda_graphs.values) == ["none", "layer"]
+    assert (booleans.step_time.values == named.step_time.values).all()
+    assert booleans.time_host_wait.values.ravel()[1] < booleans.time_host_wait.values.ravel()[0]
