@@ -49,6 +49,7 @@ from fastmodel.registry.lm import (
     SHARDING_CODES,
 )
 from fastmodel.registry.validators import checker
+from fastmodel.spec.columns import boolean_name
 from fastmodel.spec.record_blocks import bounds
 
 #: bytes per gradient element of the data-parallel reduction, by ``grad_reduce_dtype``
@@ -185,14 +186,17 @@ class ExecutionSpec(BaseModel):
 
 def option_fields(columns) -> dict[str, tuple]:
     """Pydantic fields of the registry columns marked as execution options (``Column.option``): true/false for a
-    ``flag``, a number within the column's bounds for a ``number``, a name of its code table for a ``code``;
-    each ``None`` by default (the stack decides, else the column's default)."""
+    ``flag``, a number within the column's bounds for a ``number``, a name of its code table for a ``code`` (or
+    the boolean a record may give, ``fastmodel.spec.columns.BOOLEAN_CODE_NAMES``: ``cuda_graphs = true`` is
+    ``layer``); each ``None`` by default (the stack decides, else the column's default)."""
     fields = {}
     for column in columns:
         if not column.option:
             continue
-        annotation = {"flag": bool, "code": _names(CODE_TABLES.get(column.name, {})),
-                      "number": Annotated[float, AfterValidator(checker(column))]}[column.option]
+        annotation = {"flag": bool, "number": Annotated[float, AfterValidator(checker(column))],
+                      "code": Annotated[_names(CODE_TABLES.get(column.name, {})),  # type: ignore[valid-type]
+                                        BeforeValidator(lambda value, name=column.name: boolean_name(name, value))],
+                      }[column.option]
         fields[column.name] = (annotation | None, Field(None, description=column.doc))
     return fields
 

@@ -40,6 +40,7 @@ from fastmodel.registry.lm import (
     PIPELINE_SCHEDULES,
     RECOMPUTE_CODES,
 )
+from fastmodel.spec.columns import boolean_name
 from fastmodel.spec.record_blocks import Block, bounds, drop_nulls, first_error
 
 # the strict block machinery is shared with the serving records (fastmodel/spec/record_blocks.py)
@@ -104,9 +105,7 @@ def _graph_scope(value: Any) -> Any:
     """RUNS.md's boolean ``cuda_graphs``: true is per-layer graphs (the MLPerf NeMo runs' TE
     ``make_graphed_callables``, Megatron-Core's per-layer implementations), false none; a scope name as it is
     (docs/model.md §11.37)."""
-    if isinstance(value, bool):
-        return "layer" if value else "none"
-    return value
+    return boolean_name("cuda_graphs", value)
 
 
 #: names RUNS.md records use for a schedule: DeepSeek-V2's "zero-bubble" PP (report sec. 3.1.3, citing Qi et al.

@@ -9,6 +9,7 @@ from fastmodel.errors import PlanError
 from fastmodel.registry.lm import COLUMN_INDEX, MOE_A2A_OVERLAPS, PIPELINE_SCHEDULES, STATUSES
 
 C_GRAPHS = COLUMN_INDEX["cuda_graph_microbatch_buffers"]
+C_GRAPH_SCOPE = COLUMN_INDEX["cuda_graphs"]
 C_A2A = COLUMN_INDEX["moe_a2a_overlap"]
 C_SCHEDULE = COLUMN_INDEX["pipeline_schedule"]
 A2A_DUALPIPE = MOE_A2A_OVERLAPS["dualpipe"]
@@ -52,10 +53,14 @@ def status_reason(code: int, column: np.ndarray) -> str:
                 f"{PIPELINE_NAMES.get(int(row[C_SCHEDULE]), int(row[C_SCHEDULE]))}: the all-to-all is hidden inside "
                 "DualPipe's forward-backward chunk pairs, which no other schedule runs; use moe_a2a_overlap batch "
                 "(Megatron-Core's batch-level overlap) or pipeline_schedule dualpipe")
-    if name == "schedule_not_runnable" and row[C_GRAPHS] > 0.0:
+    if name == "schedule_not_runnable" and row[C_SCHEDULE] == SCHED_DUALPIPE and row[C_GRAPHS] > 0.0:
         return ("plan.cuda_graph_microbatch_buffers = 1 with pipeline_schedule dualpipe: DualPipe runs its modules "
                 "eagerly and defers weight gradients (WeightGradStore, deepseek-ai/DualPipe dualpipe.py@3da1bbe), "
                 "which per-layer graphs of a Transformer Engine _order cannot split; set 0 (docs/model.md §11.27)")
+    if name == "schedule_not_runnable" and row[C_SCHEDULE] == SCHED_DUALPIPE and row[C_GRAPH_SCOPE] == 1.0:
+        return ("plan.cuda_graphs = layer with pipeline_schedule dualpipe: DualPipe runs its modules eagerly and "
+                "defers weight gradients (WeightGradStore, deepseek-ai/DualPipe dualpipe.py@3da1bbe), which one "
+                "captured backward graph per layer cannot split; use none or full_iteration (docs/model.md §11.37)")
     return STATUSES[code].message
 
 

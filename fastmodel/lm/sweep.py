@@ -28,6 +28,7 @@ from fastmodel.lm.lowering import Mesh, lower
 from fastmodel.lm.table import CODE_TABLES, encode
 from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
 from fastmodel.registry.validators import column_problem
+from fastmodel.spec.columns import boolean_name
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -127,6 +128,7 @@ def _axis_values(name: str, values: Any, model, cluster, max_gpus: int) -> tuple
     if name == "dp":
         raise SweepError("axis 'dp': derived for every point (dp = n_gpus / (tp pp cp) fills the cluster): sweep "
                          "num_nodes and the plan (or the degrees tp, pp, cp) instead")
+    values = [boolean_name(name, v) for v in values]  # cuda_graphs = [true, false]: layer, none (as records)
     numeric = np.array([_axis_number(name, v) for v in values])
     _check_model_axis(name, values, model)
     if not np.all(np.isfinite(numeric)):
@@ -182,6 +184,7 @@ def check_execution_axes(axes: dict, execution) -> None:
 
 def _code_name(name: str, value: Any) -> Any:
     """A coded axis value by its name (an axis may give the code's number); other values as they are."""
+    value = boolean_name(name, value)
     if isinstance(value, str):
         return value
     return next((key for key, code in CODE_TABLES.get(name, {}).items() if code == value), value)

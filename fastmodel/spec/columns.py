@@ -31,9 +31,25 @@ def check_base(base) -> None:
         raise ValueError(f"a base vector of {len(COLUMNS)} columns is needed, got shape {np.shape(base)}")
 
 
+#: coded columns that also take a boolean, as run records state them (RUNS.md): the code names false and true
+#: stand for. ``cuda_graphs``: true is per-layer graphs, false none (docs/model.md §11.37)
+BOOLEAN_CODE_NAMES = {"cuda_graphs": ("none", "layer")}
+
+
+def boolean_name(name: str, value):
+    """A boolean given for a column of ``BOOLEAN_CODE_NAMES`` as the code name it stands for (an execution field,
+    a sweep axis value, a record's plan field); any other value as it is."""
+    names = BOOLEAN_CODE_NAMES.get(name)
+    if names is not None and isinstance(value, (bool, np.bool_)):
+        return names[int(value)]
+    return value
+
+
 def encode(name: str, value):
     """A column value as a number: code names are looked up in their code table (SpecError naming the
-    column and the nearest code otherwise); numbers pass through."""
+    column and the nearest code otherwise), a boolean of ``BOOLEAN_CODE_NAMES`` by the name it stands for;
+    numbers pass through."""
+    value = boolean_name(name, value)
     codes = CODE_TABLES.get(name)
     if codes is not None and isinstance(value, str):
         if value not in codes:
@@ -42,4 +58,4 @@ def encode(name: str, value):
     return value
 
 
-__all__ = ["CODE_TABLES", "encode"]
+__all__ = ["BOOLEAN_CODE_NAMES", "CODE_TABLES", "boolean_name", "encode"]

@@ -32,7 +32,8 @@ def issued_host_ops(row):
     """Operators the host issues per layer forward under the plan's CUDA graphs (docs/model.md §11.37): the
     stack's ``host_ops_layer`` where nothing is captured -- no graphs, a stack whose MoE layer blocks the host on
     its token counts (``moe_sync_issue_ops > 0``: a stream capture cannot synchronize), or a dropless MoE layer
-    under per-layer graphs (Megatron-Core graphs experts only with drop-and-pad MoE) --, else the replay's
+    under either scope (Megatron-LM d98e8a6 moe/README.md "CUDA Graph": without capacity and padding the dynamic
+    shapes make MoE layers uncapturable) --, else the replay's
     ``min(host_ops_layer, GRAPH_REPLAY_OPS)`` under per-layer graphs and 0 under a full-iteration graph (one
     replay per step)."""
     ops = row[C_HOST_OPS_LAYER]
@@ -41,10 +42,10 @@ def issued_host_ops(row):
     moe = row[C_MOE_EXPERTS] > 0.0
     if moe and row[C_MOE_SYNC_ISSUE_OPS] > 0.0:
         return ops
-    if row[C_CUDA_GRAPHS] >= 2.0:
-        return 0.0
     if moe and row[C_MOE_PAD_TO_CAPACITY] <= 0.0:
         return ops
+    if row[C_CUDA_GRAPHS] >= 2.0:
+        return 0.0
     return min(ops, GRAPH_REPLAY_OPS)
 
 

@@ -38,8 +38,8 @@ import numpy as np
 
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.layout import (
-    C_COLLECTIVE_OVERHEAD_S, C_CP, C_CUDA_GRAPH_MICROBATCH_BUFFERS, C_DP, C_GLOBAL_BATCH, C_HIDDEN, C_MICRO_BATCH,
-    C_PIPELINE_SCHEDULE, C_PP, C_PP_ENGINE_DEEPSPEED, C_SEQUENCE_PARALLEL, C_SEQ_LEN,
+    C_COLLECTIVE_OVERHEAD_S, C_CP, C_CUDA_GRAPH_MICROBATCH_BUFFERS, C_CUDA_GRAPHS, C_DP, C_GLOBAL_BATCH, C_HIDDEN,
+    C_MICRO_BATCH, C_PIPELINE_SCHEDULE, C_PP, C_PP_ENGINE_DEEPSPEED, C_SEQUENCE_PARALLEL, C_SEQ_LEN,
     C_TP, C_VP, SCHED_1F1B, SCHED_DUALPIPE, SCHED_GPIPE, SCHED_INTERLEAVED, SCHED_ZB_H1,
 )
 from fastmodel.kernels.lm.layer import ACT_BYTES
@@ -246,10 +246,10 @@ def schedule_status(row, micro_batches):
     the bubble grows; so does GPipe; its interleaved schedule asserted ``m % p == 0`` (megatron/training.py,
     2021-23), and ZB-H1 and DualPipe need their warm-up (``too_few_microbatches``). DualPipe needs an even
     number of ranks and of micro-batches, at least twice the ranks (deepseek-ai/DualPipe ``dualpipe.py``
-    ``step()``; ``schedule_not_runnable``), and runs its modules eagerly: per-layer CUDA graphs captured in a
-    Transformer Engine ``_order`` (``cuda_graph_microbatch_buffers``) are refused beside it (docs/model.md
-    §11.27: DualPipe@3da1bbe calls ``self.module[phase](*inputs)`` and defers weight gradients through
-    ``WeightGradStore``, which one captured backward graph per layer cannot split)."""
+    ``step()``; ``schedule_not_runnable``), and runs its modules eagerly: per-layer CUDA graphs (``cuda_graphs``
+    layer, or a Transformer Engine ``_order``: ``cuda_graph_microbatch_buffers``) are refused beside it (§11.27,
+    §11.37: DualPipe@3da1bbe calls ``self.module[phase](*inputs)`` and defers weight gradients through
+    ``WeightGradStore``, which one captured backward graph per layer cannot split; a whole-step graph can)."""
     pp = row[C_PP]
     if pp <= 1.0:
         return 0
@@ -259,7 +259,7 @@ def schedule_status(row, micro_batches):
         return ST_MICROBATCHES
     if schedule == SCHED_DUALPIPE and (
             not is_multiple(pp, 2.0) or not is_multiple(micro_batches, 2.0) or micro_batches < 2.0 * pp
-            or row[C_CUDA_GRAPH_MICROBATCH_BUFFERS] > 0.0):
+            or row[C_CUDA_GRAPH_MICROBATCH_BUFFERS] > 0.0 or row[C_CUDA_GRAPHS] == 1.0):
         return ST_SCHEDULE
     return 0
 

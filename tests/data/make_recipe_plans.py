@@ -271,7 +271,7 @@ def record(name: str, cfg, model: str, gpu: str, dtype: str, variant: str) -> di
                            "configs/deepseek/deepseek_workload_base_configs.py lines 302-303), "
                            "utils/overrides.py lines 254-257 apply them")
     graphs = cfg.cuda_graph_impl not in (None, "none")
-    plan["cuda_graphs"] = graphs
+    plan["cuda_graphs"] = graph_scope(cfg.cuda_graph_impl, cfg.cuda_graph_scope)
     layout = recipe_layout(model, gpu, cfg, pp, cfg.virtual_pipeline_model_parallel_size or 1)
     if layout:
         plan["pipeline_layer_balance"] = f"pipeline_model_parallel_layout {layout!r}"
@@ -293,6 +293,19 @@ def record(name: str, cfg, model: str, gpu: str, dtype: str, variant: str) -> di
         "parallelism_kind": kind, "tier": 1, **({"assumptions": assumptions} if assumptions else {}), "flags": flags,
         "notes": f"plan-only: a published recipe plan, no measurement (config variant {variant})",
     }
+
+
+def graph_scope(impl, scope) -> str:
+    """The plan's ``cuda_graphs`` (docs/model.md §11.37) of a recipe's ``cuda_graph_impl`` and ``cuda_graph_scope``:
+    Megatron-Bridge's ``is_full_iteration_cuda_graph`` (src/megatron/bridge/utils/cuda_graph.py lines 118-126 at
+    COMMIT) is full-iteration for ``full_iteration``, or ``local`` with ``full_iteration`` in the scope; any other
+    implementation (``local``, ``transformer_engine``) graphs per layer; none (or unset) is eager."""
+    if impl in (None, "none"):
+        return "none"
+    names = [scope] if isinstance(scope, str) else list(scope or ())
+    if impl == "full_iteration" or (impl == "local" and "full_iteration" in names):
+        return "full_iteration"
+    return "layer"
 
 
 def main(perf_dir: str) -> None:

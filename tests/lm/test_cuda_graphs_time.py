@@ -45,10 +45,15 @@ def test_a_host_bound_step_eager_per_layer_graphs_and_full_iteration_by_hand():
 
 def test_what_a_graph_cannot_hold_stays_eager():
     moe = dict(moe_experts=8, moe_topk=2, moe_ffn=1024, host_ops_layer=60)
-    # dropless MoE: Megatron-Core graphs its experts only with drop-and-pad MoE (transformer_config.py@d98e8a6 2844)
+    # dropless MoE: Megatron-Core graphs its experts only with drop-and-pad MoE (transformer_config.py@d98e8a6 2844),
+    # under either scope: without capacity and padding the dynamic shapes make MoE layers uncapturable
+    # (Megatron-LM d98e8a6 megatron/core/transformer/moe/README.md "CUDA Graph", line 514): 60 issued each
+    padded = dict(moe, moe_capacity_factor=1.0, moe_pad_to_capacity=1)
     assert issued_host_ops(row(**moe, cuda_graphs="layer")) == 60
-    assert issued_host_ops(row(**moe, moe_capacity_factor=1.0, moe_pad_to_capacity=1, cuda_graphs="layer")) == 3
-    assert issued_host_ops(row(**moe, cuda_graphs="full_iteration")) == 0
+    assert issued_host_ops(row(**moe, cuda_graphs="full_iteration")) == 60
+    assert issued_host_ops(row(**padded, cuda_graphs="layer")) == 3
+    assert issued_host_ops(row(**padded, cuda_graphs="full_iteration")) == 0
+    assert issued_host_ops(row(**padded, cuda_graphs="none")) == 60
     # a stack whose MoE layer syncs the host on its token counts: nothing is captured, the syncs stay charged
     synced = dict(moe, moe_sync_issue_ops=31, host_op_s=20e-6)
     for scope in ("layer", "full_iteration"):
@@ -93,3 +98,25 @@ def test_cuda_graphs_is_a_sweep_axis():
     gpu_mb = 32 * 3 * 60e-3 - wait[0] / 8  # the GPU's micro-batch, from the eager wait
     assert 0.288 < gpu_mb < 5.76
     assert wait[1] == pytest.approx(8 * max(0.0, 32 * 3 * 3e-3 - gpu_mb), abs=1e-12)
+
+
+def test_a_boolean_names_the_scope_everywhere_the_column_is_read_by_name():
+    # review LOW 13: records read true as layer and false as none (§11.37); an [execution] field, -x and a sweep
+    # axis read them the same way, and a number is still no scope
+    from fastmodel.lm.loader import load_execution
+    from fastmodel.spec.columns import encode
+
+    assert load_execution({"cuda_graphs": True}).cuda_graphs == "layer"
+    assert load_execution({"cuda_graphs": False}).cuda_graphs == "none"
+    assert load_execution({"cuda_graphs": "full_iteration"}).cuda_graphs == "full_iteration"
+    with pytest.raises(SpecError, match=r"cuda_graphs"):
+        load_execution({"cuda_graphs": 2})
+    assert (encode("cuda_graphs", True), encode("cuda_graphs", False)) == (1, 0)
+    assert encode("sequence_parallel", True) is True  # a switch's boolean is no code name
+    execution = {"framework": "Megatron-DeepSpeed", "recompute": "full", "host_op_s": 1e-3}
+    sweep = dict(model="llama3.1-8b", system="dgx-h100", global_batch=8, num_nodes=1, execution=execution)
+    named = lm_sweep(**sweep, axes={"cuda_graphs": ["none", "layer"], "tp": [8]})
+    booleans = lm_sweep(**sweep, axes={"cuda_graphs": [False, True], "tp": [8]})
+    assert list(booleans.cuda_graphs.values) == ["none", "layer"]
+    assert (booleans.step_time.values == named.step_time.values).all()
+    assert booleans.time_host_wait.values.ravel()[1] < booleans.time_host_wait.values.ravel()[0]

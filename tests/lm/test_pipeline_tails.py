@@ -224,3 +224,21 @@ def test_per_chunk_overlapped_reductions_get_no_drain_credit_by_hand():
     # credit, stays exposed above it (1.14 against 0.65 ms; crediting the 3 x 6 layer-backward drain gave 0.49 ms)
     assert with_drain["comm_dp"][0] > 1.5 * same_ends["comm_dp"][0]
     assert with_drain["exposed_dp"][0] > 1.5 * same_ends["exposed_dp"][0]
+
+
+# --- MEDIUM 2: any per-layer CUDA graph under DualPipe (docs/model.md §11.37) ----------------------------------
+
+def test_layer_cuda_graphs_are_refused_under_dualpipe_full_iteration_is_not():
+    from fastmodel.errors import PlanError
+    from fastmodel.kernels.lm.rules import plan_status_row
+    from fastmodel.lm.rules import check_plan
+    from fastmodel.registry.lm import STATUS_CODES
+    values = {**SMALL32, "pipeline_schedule": "dualpipe"}
+    assert plan_status_row(row(**values, cuda_graphs="layer")) == STATUS_CODES["schedule_not_runnable"]
+    assert plan_status_row(row(**values, cuda_graphs="full_iteration")) == 0   # the whole step's order is captured
+    assert plan_status_row(row(**values, cuda_graphs="none")) == 0
+    assert plan_status_row(row(**SMALL32, cuda_graphs="layer")) == 0          # 1F1B: Megatron-Core's per-layer graphs
+    with pytest.raises(PlanError) as caught:
+        check_plan(row(**values, cuda_graphs="layer"))
+    text = str(caught.value)
+    assert "\n" not in text and "plan.cuda_graphs = layer" in text and "WeightGradStore" in text
