@@ -66,6 +66,11 @@ def test_sxm_shares_by_hand():
     ratios = [share(e, b, th, H100_SXM) / share(e, b, ta, A100_SXM) for _, e, b, ta, th in SXM]
     assert ratios == pytest.approx([1.044, 1.031, 1.135, 1.005, 1.062], abs=5e-4)
     assert min(ratios) >= 1.0
+    # the model's share ratio (device files' hbm_eff, H100 / A100) stays below every measured one: §11.34's
+    # decision not to lower H100's; raising H100's hbm_eff above A100's x 1.005 would contradict the pairs
+    eff = {gpu: columns("llama3.1-8b", gpu, batch_size=1)[C["hbm_eff"]] for gpu in ("A100", "H100")}
+    assert eff["H100"] / eff["A100"] == pytest.approx(0.80 / 0.85, rel=1e-12)
+    assert eff["H100"] / eff["A100"] < min(ratios)
 
 
 def test_the_nvl_pcie_pair_shows_the_little_law_loss_by_hand():
@@ -75,6 +80,12 @@ def test_the_nvl_pcie_pair_shows_the_little_law_loss_by_hand():
     ratios = [(ta / th) / (H100_NVL / A100_PCIE) for _, _, _, ta, th in NVL]
     assert ratios == pytest.approx([0.787, 0.794, 0.854, 0.878], abs=5e-4)
     assert max(ratios) < 0.9
+    # §11.34 applies no such loss because no built-in device is an H100 NVL or a PCIe A100: a device file for
+    # either must take these pairs into account (this assertion then fails and points here)
+    from fastmodel.cli.specs import device_names
+
+    gpus = " ".join(name for names in device_names().values() for name in names).upper()
+    assert "NVL " not in gpus + " " and "H100-NVL" not in gpus and "PCIE" not in gpus
 
 
 def test_the_model_already_charges_h100_relatively_more_than_the_sxm_measurements():
