@@ -6,13 +6,11 @@ from __future__ import annotations
 import numpy as np
 
 from fastmodel.errors import PlanError
-from fastmodel.registry.lm import COLUMN_INDEX, MOE_A2A_OVERLAPS, PIPELINE_SCHEDULES, STATUSES
+from fastmodel.registry.lm import COLUMN_INDEX, PIPELINE_SCHEDULES, STATUSES
 
 C_GRAPHS = COLUMN_INDEX["cuda_graph_microbatch_buffers"]
 C_GRAPH_SCOPE = COLUMN_INDEX["cuda_graphs"]
-C_A2A = COLUMN_INDEX["moe_a2a_overlap"]
 C_SCHEDULE = COLUMN_INDEX["pipeline_schedule"]
-A2A_DUALPIPE = MOE_A2A_OVERLAPS["dualpipe"]
 SCHED_DUALPIPE = PIPELINE_SCHEDULES["dualpipe"]
 PIPELINE_NAMES = {code: name for name, code in PIPELINE_SCHEDULES.items()}
 
@@ -48,7 +46,7 @@ def status_reason(code: int, column: np.ndarray) -> str:
         return layers_reason(row)
     if name == "layout_not_runnable":
         return layout_reason(row)
-    if name == "schedule_not_runnable" and row[C_A2A] == A2A_DUALPIPE and row[C_SCHEDULE] != SCHED_DUALPIPE:
+    if name == "schedule_not_runnable" and _overlap_needs_dualpipe(row):
         return ("plan.moe_a2a_overlap = dualpipe with pipeline_schedule "
                 f"{PIPELINE_NAMES.get(int(row[C_SCHEDULE]), int(row[C_SCHEDULE]))}: the all-to-all is hidden inside "
                 "DualPipe's forward-backward chunk pairs, which no other schedule runs; use moe_a2a_overlap batch "
@@ -90,11 +88,18 @@ def devices_reason(row: np.ndarray) -> str:
             f"{tp * pp * cp:g}")
 
 
+def _overlap_needs_dualpipe(row: np.ndarray) -> bool:
+    """The rule table's own test (kernels/lm/rules.py ``overlap_needs_dualpipe``): DualPipe's overlap under
+    another schedule."""
+    from fastmodel.kernels.lm.rules import overlap_needs_dualpipe
+
+    return bool(overlap_needs_dualpipe(row))
+
+
 def layers_reason(row: np.ndarray) -> str:
     """layers_not_divisible with its numbers, the degrees that divide the layers and where ``uneven_stages`` is
     set (DeepSeek-V3's 61 layers divide by no pp > 1: ``fastmodel run -x uneven_stages=true`` runs it)."""
-    from fastmodel.registry.lm import COLUMN_INDEX as C
-
+    C = COLUMN_INDEX
     layers, pp, vp = row[C["layers"]], row[C["pp"]], row[C["vp"]]
     whole = int(layers) if float(layers).is_integer() else 0
     divisors = ", ".join(str(d) for d in range(1, min(whole, 128) + 1) if whole % d == 0) or "none"
