@@ -41,11 +41,11 @@ class ServeSweepPlan(SweepPlan):
         from fastmodel.spec.columns import encode
 
         self.model_name, self.model_columns, self.device, self.task = model_name, dict(model_columns), device, task
+        self.axis_lists = {name: list(values) for name, values in axes.items()}
         # the engine's profile (task.engine; None: the default engine, noted), less the columns an axis sets
-        profile, self.run_notes = engine_columns(task.engine, self._first_device(axes, device), axes, "task.engine")
+        profile, self.run_notes = engine_columns(task.engine, self._fixed("device", device), axes, "task.engine")
         # the model's notes (serving_model) and the engine's: in the Dataset's attrs, not the definition
         self.notes = (*notes, *self.run_notes)
-        self.axis_lists = {name: list(values) for name, values in axes.items()}
         self.load_mode = "concurrency" if "concurrency" in axes else "batch" if "batch_size" in axes else \
             task.load_mode
         if self.load_mode is None:
@@ -69,10 +69,6 @@ class ServeSweepPlan(SweepPlan):
         self.set_axes([Axis(name, name, np.array(values, dtype=object if name in SPECIAL_AXES[:3] else None),
                             attrs={"field": name}) for name, values in self.axis_lists.items()],
                       unit_configs or self.UNIT_CONFIGS)
-
-    @staticmethod
-    def _first_device(axes: dict, device: str) -> str:
-        return axes["device"][0] if "device" in axes else device
 
     def _fixed(self, name: str, value):
         """The value of a special axis in the base vector: the first of its axis values, else ``value``."""
