@@ -63,10 +63,13 @@ def refuse_for_engine(engine_name: str, path: str | None, sets: tuple[str, ...])
         raise FastmodelError(f"{flag}: applies to real-world training models (family = \"lm\"), not to {what}")
 
 
-def read_execution(path: str | None, sets: tuple[str, ...]) -> dict | None:
-    """The execution fields of ``--execution`` and ``--set`` (None when neither is given), checked by the sweep
-    file's loader; an error names the file when the file alone is wrong, else ``--set`` (the field blamed can be the
-    file's when a ``--set`` value conflicts with it: dualpipe overlap in the file, ``-x pipeline_schedule=1f1b``)."""
+def read_execution(path: str | None, sets: tuple[str, ...], engine_name: str) -> dict | None:
+    """The execution fields of ``--execution`` and ``--set`` (None when neither is given) for specs the engine
+    ``engine_name`` evaluates (refused unless it is the real-world training model, :func:`refuse_for_engine`),
+    checked by the sweep file's loader; an error names the file when the file alone is wrong, else ``--set`` (the
+    field blamed can be the file's when a ``--set`` value conflicts with it: dualpipe overlap in the file,
+    ``-x pipeline_schedule=1f1b``)."""
+    refuse_for_engine(engine_name, path, sets)
     if path is None and not sets:
         return None
     from fastmodel.lm.loader import load_execution

@@ -262,8 +262,7 @@ def _execution(model, record, semantics, system, path, sets) -> dict | None:
         ex.refuse_with_record(model, path, sets)
     from fastmodel import engines
 
-    ex.refuse_for_engine(engines.for_specs(model, semantics, system).name, path, sets)
-    return ex.read_execution(path, sets)
+    return ex.read_execution(path, sets, engines.for_specs(model, semantics, system).name)
 
 
 @plot.command("breakdown")

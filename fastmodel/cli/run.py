@@ -68,8 +68,7 @@ def run(model, system, task, num_nodes, plan, semantics, execution_file, executi
             if system is None or task is None:
                 raise click.UsageError("--system and --task are required (unless --model is a run or serving "
                                        "record)")
-            ex.refuse_for_engine(engine.name, execution_file, execution_sets)
-            execution = ex.read_execution(execution_file, execution_sets)
+            execution = ex.read_execution(execution_file, execution_sets, engine.name)
             report = importlib.import_module(REPORTS[engine.name]).run_one(
                 model, system, task, semantics=semantics, plan=plan, num_nodes=num_nodes, calibration=cal,
                 **_margin_kwargs(engine, margin), **({} if execution is None else {"execution": execution}))
