@@ -15,6 +15,7 @@ _LAZY = {
     "evaluate": "fastmodel.api",
     "evaluate_record": "fastmodel.api",
     "make_config": "fastmodel.madmax.api",
+    "memory_by_stage": "fastmodel.api",
     "FastmodelError": "fastmodel.errors",
     "PlanError": "fastmodel.errors",
     "SpecError": "fastmodel.errors",

@@ -47,6 +47,19 @@ def evaluate_record(record: dict, source: str | None = None, calibration: Any = 
     return engine.evaluate_record(record, source, calibration)
 
 
+def memory_by_stage(model: Any = None, system: Any = None, task: Any = None, *, record: dict | None = None,
+                    source: str | None = None, plan: str | None = None, num_nodes: int | None = None,
+                    memory_margin: float | None = None, execution: Any = None) -> "xr.Dataset":
+    """Memory of a real-world training configuration (specs, or a run ``record``) by kind AND by pipeline stage:
+    a Dataset with dims (``stage``, ``memory_kind``) holding each rank's peak moment of its memory timeline
+    (``memory``; ``memory_allocated``, ``memory_reserved``, ``memory_per_device``, ``fits_memory``, ``peak_moment``
+    per stage; attrs ``memory_peak_stage``, ``hbm_bytes``). ``memory_margin``: bytes of HBM kept free (default: each
+    rank's own allocator cache). A SpecError for MAD-Max specs or a serving record (docs/model_memory.md
+    "Memory by pipeline stage (report)")."""
+    return engines.memory_by_stage(model=model, system=system, task=task, record=record, source=source, plan=plan,
+                                   num_nodes=num_nodes, memory_margin=memory_margin, execution=execution)
+
+
 def sweep(model: Any, system: Any, task: Any, axes: dict[str, Any], semantics: Any = "default",
           store: str | None = None, resume: bool = False, workers: int | None = None, scheduler: str | None = None,
           progress: bool | None = False, unit_configs: int | None = None, overwrite: bool = False,

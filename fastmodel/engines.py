@@ -182,6 +182,19 @@ def memory_timeline(*, model: Any = None, system: Any = None, task: Any = None, 
                                          num_nodes=num_nodes, memory_margin=memory_margin, execution=execution)
 
 
+def memory_by_stage(*, model: Any = None, system: Any = None, task: Any = None, record: Any = None,
+                    source: str | None = None, plan: str | None = None, num_nodes: int | None = None,
+                    memory_margin: float | None = None, execution: Any = None):
+    """Memory by kind at each pipeline rank's peak moment (a Dataset over ``stage`` and ``memory_kind``), from the
+    engine that has a memory timeline (the real-world training model); a SpecError for others."""
+    engine = for_record(record) if record is not None else for_specs(model, "default", system)
+    if engine is None or not hasattr(engine.door(), "memory_by_stage"):
+        what = "a serving record" if engine is SERVE else "not a real-world training configuration"
+        raise SpecError(source, "model", f"{what}: memory by pipeline stage is the real-world training model's")
+    return engine.door().memory_by_stage(model, system, task, record=record, source=source, plan=plan,
+                                         num_nodes=num_nodes, memory_margin=memory_margin, execution=execution)
+
+
 def load_model(spec: Any):
     """A model spec of whichever engine it belongs to (by its content; nothing of the other wing imported)."""
     if detect.is_real_world_model(_peek(spec, "model")):

@@ -154,6 +154,8 @@ def format_report(values: Mapping, title: str = "") -> str:
             amount = value(f"memory_{kind}")
             if amount > 0:
                 lines.append(f"  {str(kind):20s} {amount / 2**30:10.2f} GiB")
+        lines.append(f"memory allocated     {value('memory_allocated') / 2**30:,.2f} GiB, reserved "
+                     f"{value('memory_reserved') / 2**30:,.2f} GiB (torch.cuda.max_memory_allocated / _reserved)")
     return "\n".join(lines)
 
 
@@ -234,6 +236,24 @@ def memory_timeline(model: Any = None, system: Any = None, task: Any = None, *, 
     ``memory_margin`` (bytes kept free of the HBM; default: the plan's own allocator cache,
     fastmodel/analysis/margin.py)."""
     from fastmodel.lm.memory_timeline import memory_timeline as build
+
+    return build(*_one_configuration(model, system, task, record, source, plan, num_nodes, execution), memory_margin)
+
+
+def memory_by_stage(model: Any = None, system: Any = None, task: Any = None, *, record: dict | None = None,
+                    source: str | None = None, plan: str | None = None, num_nodes: int | None = None,
+                    memory_margin: float | None = None, execution: Any = None) -> "xr.Dataset":
+    """The engine's door for ``fastmodel.memory_by_stage``: every pipeline rank's peak moment of the memory
+    timeline, by kind, as a Dataset with dims (``stage``, ``memory_kind``)
+    (``fastmodel.lm.memory_stages.memory_by_stage``), of the configuration :func:`memory_timeline` takes."""
+    from fastmodel.lm.memory_stages import memory_by_stage as build
+
+    return build(*_one_configuration(model, system, task, record, source, plan, num_nodes, execution), memory_margin)
+
+
+def _one_configuration(model, system, task, record, source, plan, num_nodes, execution) -> tuple[np.ndarray, str]:
+    """(column vector, title) of specs (run as ``execution`` says) or a run ``record`` (its plan block, checked;
+    ``execution`` is refused beside it)."""
     from fastmodel.lm.records import lower_record
     from fastmodel.lm.rules import check_plan
     from fastmodel.lm.sweep import point_columns
@@ -243,7 +263,7 @@ def memory_timeline(model: Any = None, system: Any = None, task: Any = None, *, 
             raise SpecError(source, "execution", "a run record executes as its plan block says; edit the record")
         lowered = lower_record(record, source)
         check_plan(lowered.columns, f"{source}: plan" if source else "plan")
-        return build(lowered.columns, lowered.id or "run record", memory_margin)
+        return lowered.columns, lowered.id or "run record"
     from fastmodel.lm.loader import load_lm_model
     from fastmodel.lm.task import load_train_task
 
@@ -251,4 +271,4 @@ def memory_timeline(model: Any = None, system: Any = None, task: Any = None, *, 
     train = load_train_task(task)
     plan = plan if plan is not None else train.plan
     columns = point_columns(spec, system, train, plan=plan, execution=execution, num_nodes=num_nodes)
-    return build(columns, f"{spec.name}, {plan or 'dp'}", memory_margin)
+    return columns, f"{spec.name}, {plan or 'dp'}"

@@ -61,17 +61,40 @@ def run_one(model: Any, system: Any, task: Any, *, semantics: Any = "default", p
             from fastmodel.lm.api import config_values
 
             values = config_values(spec, system, train, plan=plan, num_nodes=num_nodes, execution=execution)
-            return _with_notes(_report(*_margin(values, {}, _capacity(system), memory_margin), title), notes)
-        from fastmodel.lm.api import evaluate_lm, report_values
+            report = _report(*_margin(values, {}, _capacity(system), memory_margin), title)
+        else:
+            from fastmodel.lm.api import evaluate_lm, report_values
 
-        ds = evaluate_lm(spec, system, train, plan=plan, num_nodes=num_nodes, calibration=calibration,
-                         execution=execution)
+            ds = evaluate_lm(spec, system, train, plan=plan, num_nodes=num_nodes, calibration=calibration,
+                             execution=execution)
+            hbm = ds.attrs.get("hbm_bytes") or _capacity(system)
+            report = _report(*_margin(report_values(ds), ds.attrs, hbm, memory_margin), title)
     except PlanError as error:   # the task file's plan: say so, as MAD-Max's tasks do (file, field, rule)
         if from_task:
             raise error.located(f"{task}: task.plan") from None
         raise
-    hbm = ds.attrs.get("hbm_bytes") or _capacity(system)
-    return _with_notes(_report(*_margin(report_values(ds), ds.attrs, hbm, memory_margin), title), notes)
+    from fastmodel.lm.sweep import point_columns
+
+    columns = point_columns(spec, system, train, plan=plan, num_nodes=num_nodes, execution=execution)
+    return _with_notes(_with_stages(report, columns), notes)
+
+
+def _with_stages(report: RunReport, columns) -> RunReport:
+    """``report`` with, when pp > 1, the "memory by pipeline stage" table under its memory block and its JSON twin
+    ``memory_by_stage`` (``fastmodel/lm/memory_stages.py``: each rank's peak moment of the memory timeline, fitting
+    under the report's ``memory_margin`` where given). ``columns``: the configuration uncalibrated -- a calibration
+    sets only time columns (the registry's ``fittable`` ones), never a memory term."""
+    import math
+
+    from fastmodel.registry.lm import COLUMN_INDEX
+
+    if int(columns[COLUMN_INDEX["pp"]]) <= 1 or not math.isfinite(report.record.get("memory_per_device", math.nan)):
+        return report
+    from fastmodel.lm.memory_stages import stage_peaks, stage_record, stage_table
+
+    peaks = stage_peaks(columns, memory_margin=report.record.get("memory_margin"))
+    return RunReport("\n".join([report.text, *stage_table(peaks)]),
+                     {**report.record, "memory_by_stage": stage_record(peaks)})
 
 
 def _capacity(system: Any) -> float:
@@ -128,10 +151,12 @@ def run_record(data: dict, source: str | None = None, calibration: Any = None,
     """One run record (RUNS.md); its ``measured`` block is not read; ``memory_margin`` as in :func:`run_one`."""
     from fastmodel.lm.api import record_values
 
+    from fastmodel.lm.records import lower_record
+
     values, attrs = record_values(data, source, calibration=calibration)
     values, attrs = _margin(values, attrs, attrs["hbm_bytes"], memory_margin)
     title = f"{data.get('id') or source} (run record; measured values ignored)" + calibrated_suffix(calibration)
-    report = _report(values, attrs, title)
+    report = _with_stages(_report(values, attrs, title), lower_record(data, source).columns)
     report = RunReport(report.text.replace("\n", f"\n{stack_line(data, attrs['stack'])}\n", 1),
                        {**report.record, "stack": attrs["stack"]})
     # what the model assumed where the record is silent (an unknown GPU or framework, vp "unknown", ...)

@@ -1,0 +1,162 @@
+"""Memory by kind and by pipeline stage (issue 23 item 1): each pipeline rank's peak moment of the memory timeline.
+
+The kernel reports the worst rank only (``memory`` by kind, ``memory_allocated``, ``memory_reserved``,
+``memory_peak_stage``; kernels/lm/evaluate.py ``evaluate_row``). The memory timeline
+(``fastmodel/lm/memory_timeline.py`` ``stage_memory``) composes every moment of every rank from the same kernel
+terms, so its largest moment per rank is that rank's kernel peak (``tests/lm/test_memory_stages.py``). This module
+takes, per rank, that largest moment, by kind, and applies the kernel's rules to it (docs/model_memory.md
+"Memory by pipeline stage (report)"):
+
+- ``memory_allocated`` = every kind but ``overhead`` (``torch.cuda.max_memory_allocated``);
+- ``memory_reserved = (1 + allocator_cache_fraction) x memory_allocated`` -- the kernel's rule, which keeps
+  ``allocator_cache_fraction`` under expandable segments too (registry ``allocator_cache_fraction``);
+- ``memory_per_device`` = allocated + overhead; ``fits_memory``: ``memory_per_device <= HBM - margin`` with the
+  rank's own default margin (``analysis.margin.default_margin_bytes`` of its allocated bytes, which takes
+  ``allocator_cache_fraction_expandable`` under expandable segments) or the margin given;
+- the peak stage is the worst rank, searched in the kernel's order (first, last, 1, 2, ..., pp - 2; a tie keeps
+  the earlier, ``kernels/lm/memory.py`` ``memory_row``), so it is ``memory_peak_stage``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from fastmodel.registry.lm import COLUMN_INDEX as C
+from fastmodel.registry.lm import MEMORY_KINDS
+
+if TYPE_CHECKING:
+    import xarray as xr
+
+#: relative difference below which two ranks' peaks tie (the timeline sums its kinds in another order than the
+#: kernel, so equal peaks may differ in their last bits); a tie keeps the rank the kernel visits first
+TIE = 1e-12
+#: the report prints every stage up to this many; beyond it the first, the last and the worst few
+SHOWN_STAGES = 16
+#: how many of the worst stages the report prints beyond SHOWN_STAGES stages (besides the first and the last)
+WORST_SHOWN = 6
+GIB = 2.0**30
+
+
+@dataclass(frozen=True)
+class StagePeaks:
+    """Every pipeline rank's peak moment: ``values[s, k]`` bytes of ``kinds[k]`` on rank ``s`` at the moment
+    ``labels[s]`` (a memory-timeline label: ``F3`` after the forward of micro-batch 3, ``B0`` / ``I0`` at the start
+    of a backward, ``B0 emb`` at the embedding's backward, ``optimizer step``), and the kernel's rules applied to it."""
+    kinds: tuple[str, ...]
+    values: np.ndarray
+    labels: tuple[str, ...]
+    allocated: np.ndarray
+    reserved: np.ndarray
+    per_device: np.ndarray
+    fits: np.ndarray
+    peak_stage: int
+    hbm_bytes: float
+    title: str
+
+
+def kernel_order(pp: int) -> list[int]:
+    """The ranks in the order ``memory_row`` visits them: first, last, then 1, 2, ..., pp - 2."""
+    return [0] if pp == 1 else [0, pp - 1, *range(1, pp - 1)]
+
+
+def worst_stage(allocated: np.ndarray) -> int:
+    """The rank with the largest allocated peak, a tie (within ``TIE``) keeping the one the kernel visits first."""
+    best = -1
+    for stage in kernel_order(len(allocated)):
+        if best < 0 or allocated[stage] > allocated[best] * (1.0 + TIE):
+            best = stage
+    return best
+
+
+def stage_peaks(columns: np.ndarray, title: str = "the configuration",
+                memory_margin: float | None = None) -> StagePeaks:
+    """Every pipeline rank's peak moment of the configuration ``columns`` (one column vector), by kind, with its
+    allocated, reserved and per-device bytes and whether it fits (``memory_margin``: bytes of HBM kept free;
+    default: the rank's own allocator cache, as ``fits_memory``)."""
+    from fastmodel.analysis.margin import check_below_hbm, check_margin, default_margin_bytes
+    from fastmodel.lm.memory_timeline import _terms, stage_memory
+
+    row = np.asarray(columns, dtype=np.float64)
+    pp = int(row[C["pp"]])
+    terms = _terms(row)
+    values, labels = np.zeros((pp, len(MEMORY_KINDS))), []
+    for stage in range(pp):
+        moments = stage_memory(row, stage, terms)
+        i = int(np.argmax(moments.totals))
+        values[stage] = moments.values[i]
+        labels.append(moments.labels[i])
+    overhead = values[:, MEMORY_KINDS.index("overhead")]
+    allocated = values.sum(axis=1) - overhead
+    per_device = allocated + overhead
+    hbm = float(row[C["hbm_bytes"]])
+    if memory_margin is None:
+        usable = np.array([hbm - default_margin_bytes(row, a) for a in allocated])
+    else:
+        usable = np.full(pp, hbm - check_below_hbm(check_margin(memory_margin), hbm, memory_margin))
+    return StagePeaks(tuple(MEMORY_KINDS), values, tuple(labels), allocated,
+                      allocated * (1.0 + row[C["allocator_cache_fraction"]]), per_device, per_device <= usable,
+                      worst_stage(allocated), hbm, title)
+
+
+def memory_by_stage(columns: np.ndarray, title: str = "the configuration",
+                    memory_margin: float | None = None) -> "xr.Dataset":
+    """:func:`stage_peaks` as a Dataset with dims (``stage``, ``memory_kind``): ``memory`` (bytes by kind at each
+    rank's peak moment), ``memory_allocated``, ``memory_reserved``, ``memory_per_device``, ``fits_memory`` and
+    ``peak_moment`` (its timeline label) per stage; attrs ``memory_peak_stage``, ``hbm_bytes`` and ``title``."""
+    import xarray as xr
+
+    peaks = stage_peaks(columns, title, memory_margin)
+    per_stage = {"memory_allocated": peaks.allocated, "memory_reserved": peaks.reserved,
+                 "memory_per_device": peaks.per_device, "fits_memory": peaks.fits,
+                 "peak_moment": np.array(peaks.labels, dtype=object)}
+    data = {"memory": (("stage", "memory_kind"), peaks.values, {"units": "bytes"}),
+            **{name: ("stage", value, {"units": "bytes"} if name.startswith("memory") else {})
+               for name, value in per_stage.items()}}
+    coords = {"stage": np.arange(len(peaks.labels)), "memory_kind": list(peaks.kinds)}
+    return xr.Dataset(data, coords=coords, attrs={"memory_peak_stage": peaks.peak_stage,
+                                                  "hbm_bytes": peaks.hbm_bytes, "title": title})
+
+
+def shown_stages(peaks: StagePeaks) -> list[int]:
+    """The stages the report prints: all up to ``SHOWN_STAGES``; beyond, the first, the last and the
+    ``WORST_SHOWN`` largest (the peak stage among them), in stage order."""
+    pp = len(peaks.labels)
+    if pp <= SHOWN_STAGES:
+        return list(range(pp))
+    worst = [int(s) for s in np.argsort(-peaks.allocated, kind="stable")[:WORST_SHOWN]]
+    return sorted({0, pp - 1, peaks.peak_stage, *worst})
+
+
+def stage_table(peaks: StagePeaks) -> list[str]:
+    """The report's "memory by pipeline stage" lines (GiB): one row per shown stage, a column per kind that is
+    non-zero on some stage, allocated and reserved; ``*`` marks the peak stage."""
+    kinds = [k for k, kind in enumerate(peaks.kinds) if np.any(peaks.values[:, k] > 0.0)]
+    heads = [str(peaks.kinds[k])[:11] for k in kinds] + ["allocated", "reserved"]
+    lines = ["memory by pipeline stage (GiB; each stage at its peak moment, * = memory_peak_stage)",
+             "  stage " + "".join(f"{h:>12s}" for h in heads) + "  peak moment"]
+    shown = shown_stages(peaks)
+    for s in shown:
+        cells = [peaks.values[s, k] for k in kinds] + [peaks.allocated[s], peaks.reserved[s]]
+        mark = "*" if s == peaks.peak_stage else " "
+        fits = "" if peaks.fits[s] else "  (does NOT fit)"
+        lines.append(f"  {s:4d}{mark} " + "".join(f"{c / GIB:12.2f}" for c in cells) + f"  {peaks.labels[s]}{fits}")
+    if len(shown) < len(peaks.labels):
+        lines.append(f"  ({len(peaks.labels) - len(shown)} of {len(peaks.labels)} stages left out: the first, "
+                     f"the last and the {WORST_SHOWN} largest are shown; --json lists all)")
+    return lines
+
+
+def stage_record(peaks: StagePeaks) -> dict:
+    """The JSON twin of :func:`stage_table`, every stage: bytes by kind (``memory_<kind>``), allocated, reserved,
+    per device, whether it fits, the peak moment's label; and ``memory_peak_stage``."""
+    stages = []
+    for s, label in enumerate(peaks.labels):
+        entry = {"stage": s, "peak_moment": label}
+        entry.update({f"memory_{kind}": float(peaks.values[s, k]) for k, kind in enumerate(peaks.kinds)})
+        entry.update({"memory_allocated": float(peaks.allocated[s]), "memory_reserved": float(peaks.reserved[s]),
+                      "memory_per_device": float(peaks.per_device[s]), "fits_memory": bool(peaks.fits[s])})
+        stages.append(entry)
+    return {"memory_peak_stage": peaks.peak_stage, "stages": stages}
