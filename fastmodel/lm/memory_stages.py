@@ -30,14 +30,6 @@ from fastmodel.registry.lm import MEMORY_KINDS
 if TYPE_CHECKING:
     import xarray as xr
 
-#: relative difference below which two ranks' peaks tie (the timeline sums its kinds in another order than the
-#: kernel, so equal peaks may differ in their last bits); a tie keeps the rank the kernel visits first
-TIE = 1e-12
-#: the report prints every stage up to this many; beyond it the first, the last and the worst few
-SHOWN_STAGES = 16
-#: how many of the worst stages the report prints beyond SHOWN_STAGES stages (besides the first and the last)
-WORST_SHOWN = 6
-GIB = 2.0**30
 
 
 @dataclass(frozen=True)
@@ -62,11 +54,13 @@ def kernel_order(pp: int) -> list[int]:
     return [0] if pp == 1 else [0, pp - 1, *range(1, pp - 1)]
 
 
-def worst_stage(allocated: np.ndarray) -> int:
-    """The rank with the largest allocated peak, a tie (within ``TIE``) keeping the one the kernel visits first."""
+def worst_stage(allocated: np.ndarray, tie: float = 1e-12) -> int:
+    """The rank with the largest allocated peak, a tie keeping the one the kernel visits first: two peaks within
+    ``tie`` (relative) tie, as the timeline sums its kinds in another order than the kernel and equal peaks may
+    differ in their last bits."""
     best = -1
     for stage in kernel_order(len(allocated)):
-        if best < 0 or allocated[stage] > allocated[best] * (1.0 + TIE):
+        if best < 0 or allocated[stage] > allocated[best] * (1.0 + tie):
             best = stage
     return best
 
@@ -120,32 +114,32 @@ def memory_by_stage(columns: np.ndarray, title: str = "the configuration",
                                                   "hbm_bytes": peaks.hbm_bytes, "title": title})
 
 
-def shown_stages(peaks: StagePeaks) -> list[int]:
-    """The stages the report prints: all up to ``SHOWN_STAGES``; beyond, the first, the last and the
-    ``WORST_SHOWN`` largest (the peak stage among them), in stage order."""
+def shown_stages(peaks: StagePeaks, limit: int = 16, worst: int = 6) -> list[int]:
+    """The stages the report prints: all up to ``limit``; beyond, the first, the last and the ``worst`` largest
+    (the peak stage among them), in stage order."""
     pp = len(peaks.labels)
-    if pp <= SHOWN_STAGES:
+    if pp <= limit:
         return list(range(pp))
-    worst = [int(s) for s in np.argsort(-peaks.allocated, kind="stable")[:WORST_SHOWN]]
-    return sorted({0, pp - 1, peaks.peak_stage, *worst})
+    largest = [int(s) for s in np.argsort(-peaks.allocated, kind="stable")[:worst]]
+    return sorted({0, pp - 1, peaks.peak_stage, *largest})
 
 
-def stage_table(peaks: StagePeaks) -> list[str]:
-    """The report's "memory by pipeline stage" lines (GiB): one row per shown stage, a column per kind that is
-    non-zero on some stage, allocated and reserved; ``*`` marks the peak stage."""
+def stage_table(peaks: StagePeaks, limit: int = 16, worst: int = 6) -> list[str]:
+    """The report's "memory by pipeline stage" lines (GiB): one row per stage shown (:func:`shown_stages`), a column
+    per kind that is non-zero on some stage, allocated and reserved; ``*`` marks the peak stage."""
     kinds = [k for k, kind in enumerate(peaks.kinds) if np.any(peaks.values[:, k] > 0.0)]
     heads = [str(peaks.kinds[k])[:11] for k in kinds] + ["allocated", "reserved"]
     lines = ["memory by pipeline stage (GiB; each stage at its peak moment, * = memory_peak_stage)",
              "  stage " + "".join(f"{h:>12s}" for h in heads) + "  peak moment"]
-    shown = shown_stages(peaks)
+    shown = shown_stages(peaks, limit, worst)
     for s in shown:
         cells = [peaks.values[s, k] for k in kinds] + [peaks.allocated[s], peaks.reserved[s]]
         mark = "*" if s == peaks.peak_stage else " "
         fits = "" if peaks.fits[s] else "  (does NOT fit)"
-        lines.append(f"  {s:4d}{mark} " + "".join(f"{c / GIB:12.2f}" for c in cells) + f"  {peaks.labels[s]}{fits}")
+        lines.append(f"  {s:4d}{mark} " + "".join(f"{c / 2**30:12.2f}" for c in cells) + f"  {peaks.labels[s]}{fits}")
     if len(shown) < len(peaks.labels):
         lines.append(f"  ({len(peaks.labels) - len(shown)} of {len(peaks.labels)} stages left out: the first, "
-                     f"the last and the {WORST_SHOWN} largest are shown; --json lists all)")
+                     f"the last and the {worst} largest are shown; --json lists all)")
     return lines
 
 

@@ -150,7 +150,6 @@ def run_record(data: dict, source: str | None = None, calibration: Any = None,
                memory_margin: float | None = None) -> RunReport:
     """One run record (RUNS.md); its ``measured`` block is not read; ``memory_margin`` as in :func:`run_one`."""
     from fastmodel.lm.api import record_values
-
     from fastmodel.lm.records import lower_record
 
     values, attrs = record_values(data, source, calibration=calibration)
