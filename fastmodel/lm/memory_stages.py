@@ -145,7 +145,7 @@ def stage_table(peaks: StagePeaks, limit: int = 16, worst: int = 6) -> list[str]
 
 def stage_record(peaks: StagePeaks) -> dict:
     """The JSON twin of :func:`stage_table`, every stage: bytes by kind (``memory_<kind>``), allocated, reserved,
-    per device, whether it fits, the peak moment's label; and ``memory_peak_stage``."""
+    per device, whether it fits, the peak moment's label; ``memory_peak_stage`` and the HBM (``hbm_bytes``)."""
     stages = []
     for s, label in enumerate(peaks.labels):
         entry = {"stage": s, "peak_moment": label}
@@ -153,4 +153,4 @@ def stage_record(peaks: StagePeaks) -> dict:
         entry.update({"memory_allocated": float(peaks.allocated[s]), "memory_reserved": float(peaks.reserved[s]),
                       "memory_per_device": float(peaks.per_device[s]), "fits_memory": bool(peaks.fits[s])})
         stages.append(entry)
-    return {"memory_peak_stage": peaks.peak_stage, "stages": stages}
+    return {"memory_peak_stage": peaks.peak_stage, "hbm_bytes": peaks.hbm_bytes, "stages": stages}

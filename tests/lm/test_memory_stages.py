@@ -209,3 +209,26 @@ def test_run_record_table_and_refusals(tmp_path):
     assert len(text) == at + 2 + 16
     with pytest.raises(SpecError, match="memory by pipeline stage"):
         fastmodel.memory_by_stage("dlrm-a-transformer", "dc-a", "dlrm-a-train")
+
+
+def test_run_with_a_calibration_and_a_margin(tmp_path):
+    """A calibration sets only fittable (time) columns: the calibrated run's stages are the uncalibrated ones and
+    still end at its memory_allocated. --memory-margin: every stage fits against HBM less it (a margin of 0
+    fits the stages of 70B tp4.pp4 under 79.1 GiB; one of 79 GiB fits none)."""
+    from fastmodel.lm.calibrate import read_calibration
+    from fastmodel.lm.report import run_one
+
+    cal = tmp_path / "cal.toml"
+    cal.write_text('[calibration]\nformat = 2\nfitted_on = "hand.jsonl"\nfitted_at = "2026-11-30T00:00:00Z"\n\n'
+                   '[device."H100-SXM-80GB"]\nhbm_eff = 0.4\nintra.eff = 0.8\ninter.eff = 0.85\n')
+    config = ("llama3-70b", "dgx-h100", "llm-pretrain")
+    base = run_one(*config, plan="tp4.pp4", num_nodes=4).record
+    calibrated = run_one(*config, plan="tp4.pp4", num_nodes=4, calibration=read_calibration(cal)).record
+    assert calibrated["time_memory_bound"] != base["time_memory_bound"]
+    assert calibrated["memory_by_stage"] == base["memory_by_stage"]
+    assert max(s["memory_allocated"] for s in calibrated["memory_by_stage"]["stages"]) == calibrated["memory_allocated"]
+    for margin, fits in ((0.0, lambda s: s["memory_per_device"] <= base["memory_by_stage"]["hbm_bytes"]),
+                         (79 * 2**30, lambda s: False)):
+        record = run_one(*config, plan="tp4.pp4", num_nodes=4, memory_margin=margin).record
+        assert [s["fits_memory"] for s in record["memory_by_stage"]["stages"]] == \
+            [fits(s) for s in record["memory_by_stage"]["stages"]]
