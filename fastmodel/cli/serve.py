@@ -7,6 +7,7 @@ import click
 
 from fastmodel.cli.common import Choice, FloatRange, friendly
 from fastmodel.serve.precisions import KV_PRECISIONS, PRECISIONS
+from fastmodel.serve.profiles import PROFILE_COLUMNS, RECORD_ENGINE_COLUMNS
 from fastmodel.serve.report import load_mode, render
 
 
@@ -90,7 +91,10 @@ def _one(values, name: str, default):
 @click.option("--engine", multiple=True, help="The engine's profile: trtllm, vllm or sglang, at its newest version, "
               "or with a known version as a record's framework names it, e.g. \"vLLM 0.10.2\" "
               "(fastmodel/serve/profiles.py). Default (with a note): the default engine, TensorRT-LLM's newest "
-              "profile (docs/model_serving.md S13). --search: several (comma list or repeated).")
+              "profile (docs/model_serving.md S13). --search: several (comma list or repeated). It sets the "
+              f"profile's columns only: {', '.join(PROFILE_COLUMNS)}; the engine-dependent columns a record's "
+              f"framework also sets ({', '.join(RECORD_ENGINE_COLUMNS)}: FP4 activations, MoE dispatcher, "
+              "linear, query-quantization and expert kernels, lockstep client) keep their defaults.")
 @click.option("--mode", "modes", default="agg", show_default=True,
               help="--search: agg, disagg or agg,disagg (disaggregated prefill/decode pools within --gpus).")
 @click.option("--spec-tokens", multiple=True, type=IntList(0), help="Speculative decoding (MTP, EAGLE): draft "
