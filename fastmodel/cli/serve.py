@@ -7,6 +7,7 @@ import click
 
 from fastmodel.cli.common import Choice, FloatRange, friendly
 from fastmodel.serve.precisions import KV_PRECISIONS, PRECISIONS
+from fastmodel.serve.profiles import PROFILE_COLUMNS, RECORD_ENGINE_COLUMNS
 from fastmodel.serve.report import load_mode, render
 
 
@@ -90,7 +91,10 @@ def _one(values, name: str, default):
 @click.option("--engine", multiple=True, help="The engine's profile: trtllm, vllm or sglang, at its newest version, "
               "or with a known version as a record's framework names it, e.g. \"vLLM 0.10.2\" "
               "(fastmodel/serve/profiles.py). Default (with a note): the default engine, TensorRT-LLM's newest "
-              "profile (docs/model_serving.md S13). --search: several (comma list or repeated).")
+              "profile (docs/model_serving.md S13). --search: several (comma list or repeated). It sets the "
+              f"profile's columns only: {', '.join(PROFILE_COLUMNS)}; the engine-dependent columns a record's "
+              f"framework also sets ({', '.join(RECORD_ENGINE_COLUMNS)}: FP4 activations, MoE dispatcher, "
+              "linear, query-quantization and expert kernels, lockstep client) keep their defaults.")
 @click.option("--mode", "modes", default="agg", show_default=True,
               help="--search: agg, disagg or agg,disagg (disaggregated prefill/decode pools within --gpus).")
 @click.option("--spec-tokens", multiple=True, type=IntList(0), help="Speculative decoding (MTP, EAGLE): draft "
@@ -122,6 +126,8 @@ def serve(records, model, list_models, device, tp, pp, ep, attention_dp, moe_tp,
     raw = ep, attention_dp, spec_tokens
     ep, attention_dp, spec_tokens = _flat(ep), _flat(attention_dp), _flat(spec_tokens)
     _check_spec(spec_tokens, spec_acceptance)
+    if model:
+        _check_context(model, input_len, output_len)
     if search:
         return _search(model, device, input_len, output_len, ttft, tpot, gpus, search_precision, engine, output,
                        force, search_concurrency, dict(ep=ep, attention_dp=attention_dp, modes=modes.split(","),
@@ -205,6 +211,21 @@ def _check_requests(**counts) -> None:
     for name, value in counts.items():
         if value is not None and (problem := column_problem(column, value)):
             raise FastmodelError(f"--{name.replace('_', '-')}: {problem}")
+
+
+def _check_context(model, input_len: int, output_len: int) -> None:
+    """--input-len and --output-len against the model's context (``context_len``: a built-in serving model's
+    config.json ``max_position_embeddings``; a family-"lm" spec states none, no bound): a request longer than the
+    context is refused by the engine (vLLM's OpenAI server: prompt + max_tokens > max_model_len), so here in one
+    line, exit 2; a serving sweep marks such a point ``context_exceeded`` (docs/model_serving.md S40)."""
+    from fastmodel.errors import FastmodelError
+    from fastmodel.serve.models import serving_model
+
+    context = int(serving_model(model)[1].get("context_len", 0))
+    if context and input_len + output_len > context:
+        raise FastmodelError(f"--input-len {input_len}: with --output-len {output_len}, a request of "
+                             f"{input_len + output_len} tokens exceeds {model}'s context of {context} tokens "
+                             f"(max_position_embeddings); --input-len + --output-len must be at most {context}")
 
 
 def _check_spec(spec_tokens, spec_acceptance) -> None:

@@ -19,6 +19,9 @@ that rank's peak (``tests/lm/test_memory_peak.py`` ``test_timeline_peak_is_the_k
 - the optimizer step ends the step (``P_OPTIMIZER``);
 - per-layer CUDA graphs' static buffers (``memory_peak.cuda_graph_buffer_bytes``) are buffers at every moment.
 
+A moment is labelled by its operation and micro-batch (:func:`op_label`: ``F3``, ``B3``, ``I3``, ``B3 emb``); under
+DualPipe the reverse direction's carry a mark (``F3'``), since both directions number their micro-batches from 0.
+
 ``overhead`` is ``overhead_bytes`` (kernels/lm/memory.py); the allocator's cache shows as the ``reserved`` line, the peak
 allocated bytes times ``(1 + allocator_cache_fraction)`` plus the overhead (the cache is released on demand, so
 it does not decide what fits).
@@ -36,8 +39,9 @@ from fastmodel.registry.lm import MEMORY_KINDS
 
 @dataclass(frozen=True)
 class StageMemory:
-    """One pipeline rank's moments: ``labels[i]`` (e.g. ``F3`` = after the forward of micro-batch 3) and
-    ``values[i, k]`` bytes of ``MEMORY_KINDS[k]``."""
+    """One pipeline rank's moments: ``labels[i]`` (e.g. ``F3`` = after the forward of micro-batch 3; ``F3'``
+    under DualPipe that of micro-batch 3 of the reverse direction, :func:`op_label`) and ``values[i, k]`` bytes
+    of ``MEMORY_KINDS[k]``."""
     stage: int
     labels: tuple[str, ...]
     values: np.ndarray
@@ -50,13 +54,28 @@ class StageMemory:
 @dataclass(frozen=True)
 class MemoryTimeline:
     """Memory over one step on every pipeline rank (``stages``), the device's HBM, the usable HBM under the
-    memory margin, and the worst rank's reserved peak plus the overhead (``reserved_bytes``)."""
+    memory margin, and the worst rank's reserved peak plus the overhead (``reserved_bytes``); ``label_note``
+    says what marked labels mean ('' when none is marked: :data:`REVERSE_NOTE` under DualPipe)."""
     stages: tuple[StageMemory, ...]
     kinds: tuple[str, ...]
     hbm_bytes: float
     usable_bytes: float
     reserved_bytes: float
     title: str
+    label_note: str = ""
+
+
+#: the mark after the micro-batch of a DualPipe reverse-direction operation (``F3'``): ASCII, so text keeps it
+REVERSE_MARK = "'"
+#: what the mark means, for the figure's axis label
+REVERSE_NOTE = f"F j{REVERSE_MARK} / B j{REVERSE_MARK}: of DualPipe's reverse direction"
+
+
+def op_label(kind: str, micro_batch: int, reverse: bool = False) -> str:
+    """A moment's label: ``F3`` (after the forward of micro-batch 3), ``B3``, ``I3``; ``F3'`` when the operation
+    is of DualPipe's reverse direction (chunk 1 of ``kernels/lm/pipeline.py:dualpipe_order``: the micro-batches
+    entering at the last rank), which numbers its micro-batches from 0 as the forward direction does."""
+    return f"{kind}{micro_batch}{REVERSE_MARK if reverse else ''}"
 
 
 def _terms(row: np.ndarray) -> dict:
@@ -115,14 +134,15 @@ def stage_memory(row: np.ndarray, stage: int, terms: dict | None = None) -> Stag
         position = virtual_stage(schedule, pp, stage, part) % chain     # along the chain of model stages
         chunk = chunks[part]
         loss = position == chain - 1
+        reverse = schedule == "dualpipe" and part == 1
         if kind in ("F", "P"):      # a forward (DualPipe: also one overlapped with a backward) holds a chunk
             held += chunk
-            labels.append(f"F{micro_batch}")
+            labels.append(op_label("F", micro_batch, reverse))
             moment(held + (t["resident"] if loss else 0.0),
                    (t["loss_gather"] + t["logits"] if loss else t["gather"]) + t["comm"])
             continue
         if kind in ("B", "I"):      # a backward (ZB-H1: its input-gradient pass) starts
-            labels.append(f"{kind}{micro_batch}")
+            labels.append(op_label(kind, micro_batch, reverse))
             head = passed_head if loss else 0.0      # the head inputs go with the backward of the loss's chunk
             moment(held + (t["working"] - head) * kept + 2.0 * t["resident"], t["gather"] + t["comm"] + t["grads"])
             if kind == "I":
@@ -130,7 +150,7 @@ def stage_memory(row: np.ndarray, stage: int, terms: dict | None = None) -> Stag
                 continue
         held = max(held - (residue if zb else chunk), 0.0)   # B, or the weight-gradient pass W, frees the rest
         if position == 0:
-            labels.append(f"B{micro_batch} emb")
+            labels.append(f"{op_label('B', micro_batch, reverse)} emb")
             near = held + (t["resident"] if held > 0.0 else 0.0)   # the next backward's last layer, reloaded
             if fsdp:
                 moment(near, t["comm"] + t["embedding"])
@@ -166,4 +186,5 @@ def memory_timeline(columns: np.ndarray, title: str = "the configuration",
 
         margin = check_below_hbm(check_margin(memory_margin), hbm, memory_margin)
     reserved = allocated * (1.0 + row[C["allocator_cache_fraction"]]) + out[KINDS.index("overhead")]
-    return MemoryTimeline(stages, KINDS, hbm, hbm - margin, float(reserved), title)
+    marked = any(REVERSE_MARK in text for stage in stages for text in stage.labels)
+    return MemoryTimeline(stages, KINDS, hbm, hbm - margin, float(reserved), title, REVERSE_NOTE if marked else "")

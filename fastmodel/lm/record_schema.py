@@ -95,10 +95,9 @@ class SystemBlock(_Block):
 
 
 def _a2a_overlap_name(value: Any) -> Any:
-    """RUNS.md's older boolean ``moe_a2a_overlap``: true is Megatron's batch-level overlap, false none."""
-    if isinstance(value, bool):
-        return "batch" if value else "none"
-    return value
+    """RUNS.md's older boolean ``moe_a2a_overlap``: true is Megatron's batch-level overlap, false none; read as
+    every other place the column is named reads it (``fastmodel.spec.columns.BOOLEAN_CODE_NAMES``)."""
+    return boolean_name("moe_a2a_overlap", value)
 
 
 def _graph_scope(value: Any) -> Any:

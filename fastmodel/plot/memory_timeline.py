@@ -69,7 +69,9 @@ def memory_timeline(data=None, *, model=None, system=None, task=None, record=Non
             ax.axhline(data.reserved_bytes / gib, color="#D55E00", linestyle=":", linewidth=0.8, gid="reserved")
             ax.set_xlim(-0.5, len(x) - 0.5)
             ax.set_ylabel(f"rank {rank}\nmemory [GiB]")
-        xlabel = XLABEL if fig.get_figwidth() >= 5 else XLABEL.replace(" (", "\n(")   # a column: two lines
+        # the data's note on marked labels (DualPipe's reverse direction: F j'), inside the parenthesis
+        xlabel = XLABEL[:-1] + f"; {data.label_note})" if data.label_note else XLABEL
+        xlabel = xlabel if fig.get_figwidth() >= 5 else xlabel.replace(" (", "\n(")   # a column: two lines
         axes[-1].set_xlabel(xlabel)
         top = axes[0]
         top.annotate(f"HBM {data.hbm_bytes / gib:.0f} GiB", (1.0, data.hbm_bytes / gib),
@@ -98,8 +100,8 @@ def short_label(text: str) -> str:
 
 
 def micro_batch(text: str) -> int | None:
-    """The micro-batch of an operation's label (``F3``, ``B3``, ``B3 emb`` -> 3); None for ``start`` and the
-    optimizer step."""
+    """The micro-batch of an operation's label (``F3``, ``B3``, ``B3 emb``, DualPipe's reverse ``F3'`` -> 3); None
+    for ``start`` and the optimizer step."""
     match = _OP.match(text)
     return int(match.group(1)) if match else None
 
@@ -109,7 +111,8 @@ def label_sets(labels) -> list[tuple[list[int], str]]:
     operation; the forward and backward passes (F j, B j; sub-steps such as ``B j emb`` left to their ticks);
     one forward per micro-batch j = 0, s, 2s ... (s = 1, 2, 4 ... while s < the micro-batch count), its first
     ``F j`` (an interleaved schedule runs ``F j`` once per chunk; DualPipe's two directions each number their
-    micro-batches from 0, so each ``F j`` occurs twice: every occurrence was labelled, every level crowded).
+    micro-batches from 0, ``F j`` and the reverse ``F j'``: every occurrence was labelled, every level crowded;
+    the first of the two is labelled, its mark saying which direction).
     A rule keeps whole passes: thinning every k-th operation dropped some micro-batches' forwards and others'
     backwards (F1, F3 missing beside B1); it names only micro-batches that exist."""
     batches = [micro_batch(text) for text in labels]

@@ -18,7 +18,9 @@ CUDA_GRAPH_PLAN_ROWS = (
      "transformer layer's forward and backward replayed as one graph each, its host issue time that of the "
      "replay call (GRAPH_REPLAY_OPS operators per layer pass); full_iteration: the forward-backward of every "
      "micro-batch in one graph, no per-layer issue time. Layers a graph cannot hold stay eager: a stack whose MoE "
-     "layer syncs the host (moe_sync_issue_ops > 0), and under layer graphs a dropless MoE layer.",
+     "layer syncs the host (moe_sync_issue_ops > 0), and under layer graphs a dropless MoE layer. layer is refused "
+     "under DualPipe (its modules run eagerly and defer weight gradients: schedule_not_runnable, "
+     "kernels/lm/pipeline.py schedule_status); full_iteration is kept there.",
      0, 2, False, "code"),
     ("cuda_graph_microbatch_buffers", "1", 0, "1: Transformer Engine make_graphed_callables graphs every layer of "
      "the rank once per micro-batch of the step (_order given) without reusing buffers between graphs (TE < 2.7, "

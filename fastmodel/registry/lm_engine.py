@@ -2,7 +2,8 @@
 shape, its own allreduce and the kernels around its quantized linears.
 
 Rows of ``fastmodel.registry.lm.SERVE_COLUMNS`` (name, units, default, doc, lo, hi), kept here so the registry
-module stays readable. The engine profiles set them (``fastmodel/serve/profiles.py``,
+module stays readable; the last, ``context_len``, is the served model's context bound (the built-in serving models
+set it). The engine profiles set them (``fastmodel/serve/profiles.py``,
 ``fastmodel/serve/engine_kernels.py``); docs/model_serving.md gives the equations. ``COLUMN_ALIASES``: older
 names of a column that a user may still write (``host_step_s``).
 """
@@ -70,6 +71,9 @@ ENGINE_KERNEL_ROWS = (
     ("allreduce_norm_fusion", "1", 0, "1: a TP allreduce that runs the engine's own kernel also does the residual "
      "add, RMSNorm and the next linear's input quantization (vLLM fuse_allreduce_rms); set by the engine "
      "profile.", 0, 1),
+    ("context_len", "tokens", 0, "The model's context: most tokens one request may hold, prompt and output "
+     "together (config.json max_position_embeddings, vLLM's default max_model_len); input_len + output_len above "
+     "it is context_exceeded (docs/model_serving.md S40). 0: not stated, no bound.", 0, 1 << 24),
 )
 
 #: an older name of a column -> the column: what a user may still write where a column is named (a keyword of

@@ -68,6 +68,8 @@ SERVE_STATUSES: tuple[Status, ...] = (
     Status("attention_dp_dense", "SLO search: attention_dp > 1 on a dense model (a set of replicas the search "
            "already covers as smaller instances)"),
     Status("pools_over_budget", "SLO search, disaggregated: the prefill and decode pools use more GPUs than --gpus"),
+    Status("context_exceeded", "input_len + output_len exceed the model's context (context_len): the engine refuses "
+           "the request"),
     NOT_COMPUTED,
 )
 SERVE_STATUS_NAMES: tuple[str, ...] = tuple(s.name for s in SERVE_STATUSES)

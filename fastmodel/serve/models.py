@@ -3,7 +3,9 @@
 Each entry is the model's published ``config.json`` (Hugging Face model cards of
 meta-llama/Llama-3.1-8B, -70B, -405B, mistralai/Mistral-7B-v0.3 and
 mistralai/Mixtral-8x7B-v0.1): layers, width, MLP width, heads, KV heads, head
-width, vocabulary, and for Mixtral its 8 experts with top-2 routing. All use
+width, vocabulary, its context (``max_position_embeddings``: 131072 for Llama 3.1, 32768 for Mistral 7B v0.3 and
+Mixtral 8x7B; ``context_len``, the most tokens one request may hold, prompt and output together, as vLLM's default
+``max_model_len``), and for Mixtral its 8 experts with top-2 routing. All use
 SwiGLU (gated 3-matrix MLPs) and untied embeddings.
 
 Every other name is read as a real-world (``family = "lm"``) model spec through the training engine's door
@@ -22,18 +24,21 @@ from typing import Any
 from fastmodel.errors import SpecError, nearest
 
 _LLAMA = {"gated_mlp": 1, "tied_embeddings": 0, "head_dim": 128}
+#: config.json ``max_position_embeddings`` of Llama 3.1 (8B, 70B, 405B: 128K tokens, Dubey et al. 2024 sec. 3.4.2)
+#: and of Mistral-7B-v0.3 and Mixtral-8x7B-v0.1 (32K)
+LLAMA31_CONTEXT, MISTRAL_CONTEXT = 131072, 32768
 
 SERVE_MODELS: dict[str, dict[str, float]] = {
     "llama3.1-8b": {**_LLAMA, "layers": 32, "hidden": 4096, "ffn": 14336, "heads": 32, "kv_heads": 8,
-                    "vocab": 128256},
+                    "vocab": 128256, "context_len": LLAMA31_CONTEXT},
     "llama3.1-70b": {**_LLAMA, "layers": 80, "hidden": 8192, "ffn": 28672, "heads": 64, "kv_heads": 8,
-                     "vocab": 128256},
+                     "vocab": 128256, "context_len": LLAMA31_CONTEXT},
     "llama3.1-405b": {**_LLAMA, "layers": 126, "hidden": 16384, "ffn": 53248, "heads": 128, "kv_heads": 8,
-                      "vocab": 128256},
+                      "vocab": 128256, "context_len": LLAMA31_CONTEXT},
     "mistral-7b": {**_LLAMA, "layers": 32, "hidden": 4096, "ffn": 14336, "heads": 32, "kv_heads": 8,
-                   "vocab": 32768},
+                   "vocab": 32768, "context_len": MISTRAL_CONTEXT},
     "mixtral-8x7b": {**_LLAMA, "layers": 32, "hidden": 4096, "ffn": 14336, "heads": 32, "kv_heads": 8,
-                     "vocab": 32000, "moe_experts": 8, "moe_topk": 2, "moe_ffn": 14336},
+                     "vocab": 32000, "moe_experts": 8, "moe_topk": 2, "moe_ffn": 14336, "context_len": MISTRAL_CONTEXT},
 }
 
 

@@ -69,6 +69,19 @@ KV_WRITE_KERNEL_VLLM = 1.0
 #: (serve_step_overhead_s, host_req_s) of each engine's scheduler loop per iteration (docs/model_serving.md S36): not set, no
 #: engine publishes its loop's total host time per request at the records' versions (S36 lists what is published)
 SCHED_HOST = {"trtllm": (0.0, 0.0), "vllm": (0.0, 0.0), "sglang": (0.0, 0.0)}
+#: the columns an engine's profile sets (``profile_columns``): all that ``fastmodel serve --engine``, the API's
+#: ``engine=`` and a serving sweep's ``engine`` set
+PROFILE_COLUMNS = ("max_num_tokens", "max_batch_size", "chunked_prefill", "mixed_prefill", "overlap_step",
+                   "kv_on_demand", "custom_allreduce_bytes", "host_op_s", "host_ops_layer", "kv_write_kernel",
+                   "serve_step_overhead_s", "host_req_s")
+#: engine-dependent columns a record's ``framework`` sets beyond its profile (``fastmodel/serve/records.py``
+#: ``lower_serve_record``), as they depend on the record's device, checkpoint and launcher flags; ``--engine``
+#: leaves them at the column defaults: FP4 activations (``fp4_activation``), the MoE dispatcher
+#: (``moe_dispatcher``), the linear, query-quantization and expert kernels (``engine_kernels``) and a prefill-first
+#: engine's lockstep client (``lockstep_columns``)
+RECORD_ENGINE_COLUMNS = ("fp4_act", "moe_dispatcher", "act_quant_inputs", "allreduce_norm_fusion", "q_quant_kernel",
+                         "expert_gemm_eff", "expert_hide_rows", "expert_tile_min", "expert_tile_max",
+                         "expert_align_rows", "expert_ffn_align", "expert_hidden_align", "client_rounds")
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?")
 #: how the engines are spelled in notes and errors
 ENGINE_LABELS = {"trtllm": "TensorRT-LLM", "vllm": "vLLM", "sglang": "SGLang"}
@@ -162,7 +175,7 @@ def _sched_host(engine: str) -> dict[str, float]:
 
 
 def profile_columns(engine: str | None, version: tuple[int, ...] | None, hbm_bytes: float) -> dict[str, float]:
-    """The serving columns of an engine's profile at a version, on a GPU of ``hbm_bytes``."""
+    """The serving columns of an engine's profile at a version, on a GPU of ``hbm_bytes``: :data:`PROFILE_COLUMNS`."""
     engine = engine or DEFAULT_ENGINE
     if engine == "vllm":
         large = hbm_bytes >= 70 * GIB

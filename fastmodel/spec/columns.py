@@ -32,8 +32,9 @@ def check_base(base) -> None:
 
 
 #: coded columns that also take a boolean, as run records state them (RUNS.md): the code names false and true
-#: stand for. ``cuda_graphs``: true is per-layer graphs, false none (docs/model.md §11.37)
-BOOLEAN_CODE_NAMES = {"cuda_graphs": ("none", "layer")}
+#: stand for. ``cuda_graphs``: true is per-layer graphs, false none (docs/model.md §11.37); ``moe_a2a_overlap``:
+#: RUNS.md's older boolean, true is Megatron-Core's batch-level EP all-to-all overlap, false none (§11.14)
+BOOLEAN_CODE_NAMES = {"cuda_graphs": ("none", "layer"), "moe_a2a_overlap": ("none", "batch")}
 
 
 def boolean_name(name: str, value):

@@ -15,6 +15,11 @@ from fastmodel.kernels.serve.evaluate import MEMO_SIZE, MEMO_WIDTH, new_memo, se
 
 
 # --- fused passes ------------------------------------------------------------------
+# serve_parallel / serve_serial and serve_grid's lanes have the shape of kernels/lm/evaluate.py evaluate_parallel /
+# evaluate_serial and kernels/lm/grid.py evaluate_grid, on purpose: one shared driver would take the row function as
+# an argument, and numba (0.68.1) types a jitted-function argument by its dispatcher, whose type differs in every
+# process, so the cached driver misses its cache in each new process and compiles again (checked: cache_misses 1,
+# cache_hits 0 on the second run of a two-line example). Each engine keeps its own driver.
 
 #: rows per prange chunk (serve_grid's: 8 KiB of each result row, whole 4 KiB pages: its lanes share no page)
 CHUNK_ROWS = 256

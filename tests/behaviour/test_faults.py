@@ -161,13 +161,18 @@ def test_interrupted_sweep_resumes_bit_identical(tmp_path, references, engine, p
     assert _leftovers(tmp_path) == []
 
 
+def _two_writers(tmp_path, output: str, flags: list[str]) -> list[tuple[int, str]]:
+    """(exit code, stderr) of two ``fastmodel sweep s.toml -o OUTPUT`` started together in ``tmp_path``."""
+    runs = [subprocess.Popen([sys.executable, "-m", "fastmodel.cli", "sweep", "s.toml", "-o", output,
+                              "--no-progress", *flags], cwd=tmp_path, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    return [(p.wait(timeout=600), p.stderr.read()) for p in runs]
+
+
 def test_two_concurrent_writers(tmp_path, reference):
     (tmp_path / "s.toml").write_text(SWEEP)
     for flags in ([], ["--force"]):
-        runs = [subprocess.Popen([sys.executable, "-m", "fastmodel.cli", "sweep", "s.toml", "-o", "out.zarr",
-                                  "--no-progress", *flags], cwd=tmp_path, stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True) for _ in range(2)]
-        results = [(p.wait(timeout=600), p.stderr.read()) for p in runs]
+        results = _two_writers(tmp_path, "out.zarr", flags)
         codes = sorted(code for code, _ in results)
         assert codes[0] == 0 and codes[1] in (0, 2), results
         for code, err in results:
@@ -280,10 +285,7 @@ def test_two_concurrent_nc_writers_never_both_succeed(tmp_path, nc_reference):
     sweep_file, reference = nc_reference
     (tmp_path / "s.toml").write_text(sweep_file.read_text())
     for flags in ([], ["--force"]):
-        runs = [subprocess.Popen([sys.executable, "-m", "fastmodel.cli", "sweep", "s.toml", "-o", "out.nc",
-                                  "--no-progress", *flags], cwd=tmp_path, stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True) for _ in range(2)]
-        results = [(p.wait(timeout=600), p.stderr.read()) for p in runs]
+        results = _two_writers(tmp_path, "out.nc", flags)
         codes = sorted(code for code, _ in results)
         if flags:       # both may replace the file in turn; never a traceback, the file whole
             assert codes[0] == 0 and codes[1] in (0, 2), results

@@ -120,3 +120,26 @@ def test_a_boolean_names_the_scope_everywhere_the_column_is_read_by_name():
     assert list(booleans.cuda_graphs.values) == ["none", "layer"]
     assert (booleans.step_time.values == named.step_time.values).all()
     assert booleans.time_host_wait.values.ravel()[1] < booleans.time_host_wait.values.ravel()[0]
+
+
+def test_moe_a2a_overlap_booleans_read_as_records_read_them_everywhere():
+    """A record's older boolean moe_a2a_overlap (RUNS.md: true is batch-level overlap, false none) was refused as an
+    [execution] field, by -x and on a sweep axis; now each reads it as the record does (BOOLEAN_CODE_NAMES)."""
+    from fastmodel.cli.execution import parse_set
+    from fastmodel.lm.loader import load_execution
+    from fastmodel.lm.record_schema import _a2a_overlap_name
+    from fastmodel.spec.columns import boolean_name, encode
+
+    assert (_a2a_overlap_name(True), _a2a_overlap_name(False), _a2a_overlap_name("dualpipe")) == \
+        ("batch", "none", "dualpipe")
+    assert load_execution({"moe_a2a_overlap": True}).moe_a2a_overlap == "batch"
+    assert load_execution({"moe_a2a_overlap": False}).moe_a2a_overlap == "none"
+    key, value = parse_set("moe_a2a_overlap=true")
+    assert load_execution({key: value}).moe_a2a_overlap == "batch"
+    with pytest.raises(SpecError, match=r"moe_a2a_overlap"):
+        load_execution({"moe_a2a_overlap": 1})          # a number is no overlap name
+    assert (encode("moe_a2a_overlap", True), encode("moe_a2a_overlap", False)) == (1, 0)
+    assert [boolean_name("moe_a2a_overlap", v) for v in (False, True)] == ["none", "batch"]
+    sweep = dict(model="llama3.1-8b", system="dgx-h100", global_batch=8, num_nodes=1)
+    booleans = lm_sweep(**sweep, axes={"moe_a2a_overlap": [False, True], "tp": [8]})
+    assert list(booleans.moe_a2a_overlap.values) == ["none", "batch"]

@@ -161,3 +161,28 @@ def test_a_serving_sweep_file_takes_an_engine_and_notes_the_default_once(tmp_pat
     run, _ = _sweep_file(tmp_path, 'engine = "vllm 0.13.0"')
     assert run.exit_code == 2 and run.output.count("\n") == 1, run.output
     assert "s.toml: task.engine: vLLM version '0.13.0' is not known; nearest 0.12.0" in run.output
+
+
+def test_engine_help_names_exactly_the_columns_a_profile_sets():
+    """``--engine`` sets an engine's profile (``profile_columns``) and nothing else; its help names those columns
+    (``PROFILE_COLUMNS``, every engine, version and memory size) and the engine-dependent columns only a record's
+    framework sets (``RECORD_ENGINE_COLUMNS``: registry columns, none of them in a profile)."""
+    from click.testing import CliRunner
+
+    from fastmodel.cli import main
+    from fastmodel.registry.lm import COLUMN_INDEX
+    from fastmodel.serve.profiles import PROFILE_COLUMNS, RECORD_ENGINE_COLUMNS
+
+    for engine, versions in KNOWN_VERSIONS.items():
+        for version in (None, *versions):
+            for hbm in (40 * 2**30, 80 * 2**30, 192 * 2**30):
+                assert tuple(profile_columns(engine, version, hbm)) == PROFILE_COLUMNS, (engine, version, hbm)
+    assert set(RECORD_ENGINE_COLUMNS) <= set(COLUMN_INDEX) and set(PROFILE_COLUMNS) <= set(COLUMN_INDEX)
+    assert not set(RECORD_ENGINE_COLUMNS) & set(PROFILE_COLUMNS)
+    text = " ".join(CliRunner().invoke(main, ["serve", "--help"]).output.split())
+    assert "It sets the profile's columns only: " + ", ".join(PROFILE_COLUMNS) + ";" in text
+    assert "(" + ", ".join(RECORD_ENGINE_COLUMNS) + ": FP4 activations" in text
+    vllm = columns("llama3.1-70b", "H100", **KW, **profile_columns("vllm", None, 80 * 2**30))
+    default = columns("llama3.1-70b", "H100", **KW)
+    for name in RECORD_ENGINE_COLUMNS:        # the engine's profile leaves them where the column builder put them
+        assert vllm[COLUMN_INDEX[name]] == default[COLUMN_INDEX[name]], name

@@ -156,20 +156,27 @@ def test_csv_and_parquet_hold_the_jsonl_results(tmp_path):
             assert (row[name] == "") if value is None else (type(value)(row[name]) == value)
 
 
-def test_ctrl_c_leaves_no_output(tmp_path, monkeypatch):
-    src = write_input(tmp_path, varied_lines(300, seed=5))
-    out = tmp_path / "out.parquet"
-    out.write_bytes(b"PAR1 old")          # an earlier output of the same kind, replaceable with --force
-    calls = []
+def _interrupt_chunk(monkeypatch, n: int) -> list:
+    """Make batch's ``n``-th ``evaluate_chunk`` call raise KeyboardInterrupt (Ctrl-C in the middle of a run);
+    returns the list of calls so far (clear it to count again)."""
     real = batch_module.evaluate_chunk
+    calls = []
 
     def interrupted(*args, **kwargs):
         calls.append(1)
-        if len(calls) == 3:
+        if len(calls) == n:
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
     monkeypatch.setattr(batch_module, "evaluate_chunk", interrupted)
+    return calls
+
+
+def test_ctrl_c_leaves_no_output(tmp_path, monkeypatch):
+    src = write_input(tmp_path, varied_lines(300, seed=5))
+    out = tmp_path / "out.parquet"
+    out.write_bytes(b"PAR1 old")          # an earlier output of the same kind, replaceable with --force
+    calls = _interrupt_chunk(monkeypatch, 3)
     monkeypatch.setattr(batch_module, "CHUNK_LINES", 50)
     for target in (out, tmp_path / "new.jsonl"):
         calls.clear()
@@ -264,16 +271,7 @@ def test_background_writes_give_the_same_bytes_and_leave_nothing_when_interrupte
     expected = list(run_batch(open(src).read().splitlines()))
     assert [json.loads(line) for line in (tmp_path / "True.jsonl").read_text().splitlines()] == expected
 
-    real = batch_module.evaluate_chunk
-    calls = []
-
-    def interrupted(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == 4:
-            raise KeyboardInterrupt
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(batch_module, "evaluate_chunk", interrupted)
+    _interrupt_chunk(monkeypatch, 4)
     with open(src, "rb") as source, pytest.raises(KeyboardInterrupt):
         run_to_output(source, str(tmp_path / "cut.jsonl"), background=True)
     assert not (tmp_path / "cut.jsonl").exists() and not list(tmp_path.glob(".cut.jsonl.*"))

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from fastmodel.cli import main
 from fastmodel.errors import FastmodelError, SpecError
-from fastmodel.plot.memory_timeline import memory_timeline, panel_stages
+from fastmodel.plot.memory_timeline import memory_timeline, micro_batch, panel_stages
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -200,13 +200,14 @@ def _check_one_forward_per_micro_batch(data, fig, axes):
     ranks = [int(ax.get_ylabel().split()[1]) for ax in axes]
     for ax, rank in zip(axes, ranks):
         labels = data.stages[rank].labels
-        count = 1 + max(int(t[1:]) for t in labels if t[0] in "FB" and " " not in t)
-        first = {}
+        count = 1 + max(micro_batch(t) for t in labels if t[0] in "FB" and " " not in t)
+        first = {}     # micro-batch -> its first forward's index, of either DualPipe direction (F j or F j')
         for i, t in enumerate(labels):
-            first.setdefault(t, i)
+            if t[0] == "F":
+                first.setdefault(micro_batch(t), i)
         expect = list(range(0, count, stride))
-        assert [t.get_text() for t in ax.get_xticklabels()] == [f"F{j}" for j in expect]
-        assert list(ax.get_xticks()) == [first[f"F{j}"] for j in expect]
+        assert [t.get_text() for t in ax.get_xticklabels()] == [labels[first[j]] for j in expect]
+        assert list(ax.get_xticks()) == [first[j] for j in expect]
         assert named[-1] == expect[-1] < count and set(named) <= set(expect)
         assert not crowded(ax.xaxis, renderer)
     return stride
@@ -226,12 +227,33 @@ def test_interleaved_labels_one_forward_per_micro_batch():
 
 
 def test_dualpipe_labels_one_forward_per_micro_batch():
-    """DualPipe runs F j once per direction: F0 ... F6 were each labelled twice."""
+    """DualPipe runs micro-batch j once per direction: F0 ... F6 were each labelled twice, and the two were both
+    ``F j``; now the reverse direction's is ``F j'``. Hand derivation on pp 4 (kernels/lm/pipeline.py
+    ``dualpipe_order``, n = 2, h = 0 on ranks 0 and 3): step 1 runs 2 (n - h - 1) = 2 forwards of the rank's own
+    direction, step 2 one pair (own, other): rank 0 F0 F1 F2 F0', rank 3 (own direction: the reverse) F0' F1' F2'
+    F0."""
     from fastmodel import engines
 
     data = engines.memory_timeline(model="qwen3-30b-a3b", system="dgx-h100", task="llm-pretrain",
                                    plan="tp2.pp4.ep8", num_nodes=8,
                                    execution={"pipeline_schedule": "dualpipe", "moe_a2a_overlap": "dualpipe"})
-    assert all(stage.labels.count("F0") == 2 for stage in data.stages)
+    assert data.stages[0].labels[1:5] == ("F0", "F1", "F2", "F0'")
+    assert data.stages[3].labels[1:5] == ("F0'", "F1'", "F2'", "F0")
+    for stage in data.stages:
+        forwards = [t for t in stage.labels if t[0] == "F"]
+        half = len(forwards) // 2     # every rank runs each micro-batch of each direction forward once
+        assert sorted(forwards) == sorted([f"F{j}" for j in range(half)] + [f"F{j}'" for j in range(half)])
+    assert data.label_note == "F j' / B j': of DualPipe's reverse direction"
     fig, axes = memory_timeline(data)
     assert 1 < _check_one_forward_per_micro_batch(data, fig, axes)
+    assert "F j' / B j': of DualPipe's reverse direction)" in axes[-1].get_xlabel()
+
+
+def test_one_direction_schedules_mark_no_label(record):
+    """Only DualPipe's reverse direction is marked: a 1F1B run's labels and axis say nothing of directions."""
+    from fastmodel import engines
+
+    data = engines.memory_timeline(record=record)
+    assert data.label_note == "" and not any("'" in t for stage in data.stages for t in stage.labels)
+    fig, axes = memory_timeline(data)
+    assert "reverse" not in axes[-1].get_xlabel()
