@@ -240,3 +240,37 @@ def test_the_search_pools_use_the_records_closed_loop(monkeypatch):
                             concurrency=[8], input_len=1024, output_len=256, hbm=80 * 2**30)
     assert set(calls) == {"closed_loop", "pool_response", "decode_room", "kv_transfer_seconds", "token_steps"}
     assert np.isfinite(arrays["ttft"]).any()
+
+
+def test_run_and_evaluate_record_answer_a_disaggregated_record(tmp_path):
+    """Coverage walk (issue 26, "every run answered"): ``fastmodel run -m`` and ``fastmodel.evaluate_record`` of a
+    disaggregated record refused it (``serve.mode``: "not one kernel configuration") while ``serve`` and ``batch``
+    answered it. Both now give the two-pool answer ``serve RECORDS --json`` prints, value for value, with its
+    limiting pool; a disaggregated record with a calibration is still refused."""
+    from click.testing import CliRunner
+
+    import fastmodel
+    from fastmodel.cli import main
+    from fastmodel.errors import SpecError
+
+    line = _first_disagg(1)[0]
+    record = json.loads(line)
+    path = tmp_path / "d.jsonl"
+    path.write_text(line + "\n")
+    served = json.loads(CliRunner().invoke(main, ["serve", str(path), "--json"]).stdout)
+    one = tmp_path / "d.json"
+    one.write_text(line)
+    result = CliRunner().invoke(main, ["run", "-m", str(one), "--json"])
+    assert result.exit_code == 0, result.output
+    ran = json.loads(result.stdout)
+    ds = fastmodel.evaluate_record(record)
+    assert ran["status"] == served["status"] == ds.attrs["status"] == "ok"
+    assert ran["mode"] == ds.attrs["mode"] == "disagg"
+    assert ran["limiting_pool"] == served["limiting_pool"] == ds.attrs["limiting_pool"]
+    for key in ("ttft", "tpot", "e2e_latency", "output_tokens_per_s", "output_tokens_per_s_per_gpu", "batch_size"):
+        assert ran[key] == served[key] == float(ds[key]), key
+    assert ds.ttft.attrs["units"] == "s" and ds.decode_room.attrs["units"] == "requests"
+    text = CliRunner().invoke(main, ["run", "-m", str(one)]).stdout
+    assert "disaggregated, 1 prefill x 4 GPUs + 4 decode x 8 GPUs" in text and "limiting pool: " in text
+    with pytest.raises(SpecError, match="calibration: applies to training runs"):
+        fastmodel.evaluate_record(record, calibration={"x": 1})
