@@ -70,6 +70,10 @@ ENGINE_KERNEL_ROWS = (
     ("allreduce_norm_fusion", "1", 0, "1: a TP allreduce that runs the engine's own kernel also does the residual "
      "add, RMSNorm and the next linear's input quantization (vLLM fuse_allreduce_rms); set by the engine "
      "profile.", 0, 1),
+    ("fp8_weight_only", "1", 0, "1: FP8 weights on a device without FP8 tensor cores (peak_flops_8 = 0) run "
+     "weight-only, dequantised inside 16-bit GEMMs (W8A16: vLLM's FP8 Marlin, its Fp8LinearMethod and Fp8MoEMethod "
+     "below compute capability 8.9); 0: such a configuration is refused (no_fp8). Set by the engine profile "
+     "(docs/model_serving.md S55).", 0, 1),
 )
 
 #: an older name of a column -> the column: what a user may still write where a column is named (a keyword of
