@@ -274,3 +274,24 @@ def test_run_and_evaluate_record_answer_a_disaggregated_record(tmp_path):
     assert "disaggregated, 1 prefill x 4 GPUs + 4 decode x 8 GPUs" in text and "limiting pool: " in text
     with pytest.raises(SpecError, match="calibration: applies to training runs"):
         fastmodel.evaluate_record(record, calibration={"x": 1})
+
+
+def test_a_disaggregated_deployment_whose_pools_cannot_hold_one_request_is_no_kv_room():
+    """Coverage walk (docs/model_serving.md S55): a disaggregated record whose decode pool has KV room for no
+    request (here Kimi-K2.5 in BF16 on L40S: about 1 T parameters x 2 bytes over 8 GPUs of 48 GB, weights alone
+    over the HBM) was answered "ok" with a TTFT and TPOT, since both pools run at a static batch, whose kernel
+    reports fits_memory rather than a status. It is now ``no_kv_room``, as the same load on one aggregated instance
+    (a closed loop, concurrency) is; the dev record it is built from stays ok."""
+    import fastmodel
+
+    record = json.loads(_first_disagg(1)[0])
+    assert fastmodel.evaluate_record(record).attrs["status"] == "ok"
+    record["system"] = {"gpu": "L40S", "n_gpus": record["system"]["n_gpus"]}
+    record["serve"]["precision"] = "bf16"
+    ds = fastmodel.evaluate_record(record)
+    assert ds.attrs["status"] == "no_kv_room" and math.isnan(float(ds.ttft))
+    from fastmodel.serve.api import evaluate
+
+    layout = record["disagg"]["decode"]
+    alone = evaluate("kimi-k2", "L40S", tp=layout["tp"], ep=layout["ep"], concurrency=1, precision="bf16")
+    assert alone["status"] == "no_kv_room"
