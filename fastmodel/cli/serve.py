@@ -171,7 +171,8 @@ def serve(records, model, list_models, device, tp, pp, ep, attention_dp, moe_tp,
         if moe_tp and not shape.get("moe_experts"):    # the kernel's moe_tp rule reads routed experts only
             raise FastmodelError(f"--moe-tp: {model} is a dense model (no routed experts to split); leave it out")
         profile, engine_notes = engine_profile(engine, device_columns(device)["hbm_bytes"])
-        for note in [speculative_note(n, spec) for n in notes] + precision_notes(model, device, precision):
+        weight_only = profile.get("fp8_weight_only", 0.0)
+        for note in [speculative_note(n, spec) for n in notes] + precision_notes(model, device, precision, weight_only):
             click.echo(f"note: {note}", err=True)
         params = columns(model, device, precision=precision, kv_precision=kv_precision, batch_size=batch_size,
                          concurrency=concurrency, max_throughput=max_throughput, tp=tp, pp=pp, ep=ep,
@@ -252,7 +253,7 @@ def speculative_note(note: str, spec_tokens: int) -> str:
     return note
 
 
-def precision_notes(model: str, device: str, precision: str) -> list[str]:
+def precision_notes(model: str, device: str, precision: str, fp8_weight_only: float = 0.0) -> list[str]:
     """What --precision means for this model and device, as a record's lowering says it
     (``fastmodel.serve.records``): gpt-oss's fp4 read as its published MXFP4 experts-only checkpoint, and FP4
     weights on a GPU without FP4 tensor cores (Hopper) run weight-only in 16-bit GEMMs (docs/model_serving.md S12)."""
@@ -263,6 +264,9 @@ def precision_notes(model: str, device: str, precision: str) -> list[str]:
     notes = [checkpoint.replace("serve.precision", "--precision")] if checkpoint else []
     if precision in FP4_PRECISIONS and device_columns(device).get("peak_flops_4", 0.0) <= 0:
         notes.append(f"{precision} on {device} (no FP4 tensor cores): weight-only, dequantised into 16-bit GEMMs")
+    if precision == "fp8" and fp8_weight_only > 0 and device_columns(device).get("peak_flops_8", 0.0) <= 0:
+        notes.append(f"fp8 on {device} (no FP8 tensor cores): weight-only W8A16, dequantised into 16-bit GEMMs as the "
+                     "engine's FP8 Marlin does (docs/model_serving.md S55)")
     return notes
 
 

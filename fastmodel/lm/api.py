@@ -20,7 +20,7 @@ def evaluate(model: Any, system: Any, task: Any, *, semantics: Any = "default", 
     from fastmodel.lm.task import load_train_task
 
     if plan is None and task is not None:
-        plan = load_train_task(task).plan
+        plan = load_train_task(task).mesh()
     return evaluate_lm(model, system, task, plan=plan, execution=execution, num_nodes=num_nodes,
                        calibration=calibration)
 
@@ -269,6 +269,6 @@ def _one_configuration(model, system, task, record, source, plan, num_nodes, exe
 
     spec = load_lm_model(model)
     train = load_train_task(task)
-    plan = plan if plan is not None else train.plan
+    plan = train.mesh(plan)
     columns = point_columns(spec, system, train, plan=plan, execution=execution, num_nodes=num_nodes)
     return columns, f"{spec.name}, {plan or 'dp'}"

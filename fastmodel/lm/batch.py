@@ -160,7 +160,7 @@ class SpecLines:
         if plan is None:
             from fastmodel.lm.task import load_train_task
 
-            plan = load_train_task(case["task"]).plan
+            plan = load_train_task(case["task"]).mesh()
         return point_columns(case["model"], case["system"], case["task"], plan=plan,
                              execution=case.get("execution"), num_nodes=nodes), plan or "dp"
 

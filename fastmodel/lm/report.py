@@ -51,7 +51,7 @@ def run_one(model: Any, system: Any, task: Any, *, semantics: Any = "default", p
     train = load_train_task(task)
     notes = device_notes(system)
     from_task = plan is None and train.plan is not None and isinstance(task, str)
-    plan = plan if plan is not None else train.plan
+    plan = train.mesh(plan)
     name = semantics if isinstance(semantics, str) else getattr(semantics, "name", "custom")
     title = (f"{spec.name} on {system}" + (f" x {num_nodes} nodes" if num_nodes else "")
              + f", plan {plan or 'dp'}, semantics {name}" + calibrated_suffix(calibration)

@@ -3,14 +3,15 @@
 A task file (``specs/tasks/*.toml``) is shared by the engines; the real-world training model reads a
 ``kind = "pretrain"`` task's ``global_batch`` (sequences per optimizer step) and, where the task names one,
 its plan as a mesh (``"tp8.pp4"``). It models pretraining steps only: a fine-tuning or inference task, or
-a MAD-Max plan string (``"fsdp/ddp"``), is refused with the reason, never evaluated as something else.
+a MAD-Max plan string (``"fsdp/ddp"``) that no given mesh replaces, is refused with the reason, never evaluated as
+something else.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, PrivateAttr
 
 from fastmodel.errors import SpecError
 from fastmodel.spec.loader import resolve_source, validate
@@ -35,13 +36,19 @@ class TrainTaskSpec(BaseModel):
     global_batch: PositiveInt = Field(le=1 << 30, description="Sequences per optimizer step.")
     plan: str | None = Field(None, description="A mesh such as 'tp8.pp4' (dp fills the cluster).")
 
-    @field_validator("plan")
-    @classmethod
-    def _mesh(cls, value: str | None) -> str | None:
-        if value is not None and "/" in value:
-            raise ValueError(f"{value!r} is a MAD-Max plan (DENSE/EMB); the real-world model takes a mesh such "
-                             "as 'tp8.pp4' (give one with --plan)")
-        return value
+    _source: str | None = PrivateAttr(None)
+
+    def mesh(self, plan: str | None = None) -> str | None:
+        """The mesh a configuration evaluates: ``plan`` when the caller gives one (``--plan``, a sweep's plan axis),
+        else the task's own. A task's MAD-Max plan string (DENSE/EMB: ``llm-moe-pretrain``'s ``tp,ddp/ddp``, shared
+        with the MAD-Max engine) is refused only when it would be read, not when a mesh replaces it (a coverage walk
+        found ``-t llm-moe-pretrain -p ep8`` refused with "give one with --plan")."""
+        if plan is not None:
+            return plan
+        if self.plan is not None and "/" in self.plan:
+            raise SpecError(self._source, "task.plan", f"{self.plan!r} is a MAD-Max plan (DENSE/EMB); the real-world "
+                            "model takes a mesh such as 'tp8.pp4' (give one with --plan)")
+        return self.plan
 
 
 def load_train_task(spec: Any) -> TrainTaskSpec:
@@ -63,4 +70,6 @@ def load_train_task(spec: Any) -> TrainTaskSpec:
                                     "global_batch (and a mesh plan) of a pretraining task")
         data = {k: v for k, v in data.items() if not (k.startswith("freeze_") or k in (
             "min_frozen_layer", "local_batch", "train_samples"))}
-    return validate(TrainTaskSpec, data, source, "task")
+    train = validate(TrainTaskSpec, data, source, "task")
+    train._source = source
+    return train

@@ -239,6 +239,6 @@ def spec_timeline(model, system, task, plan: str | None = None, num_nodes: int |
 
     spec = load_lm_model(model)
     train = load_train_task(task)
-    plan = plan if plan is not None else train.plan
+    plan = train.mesh(plan)
     columns = point_columns(spec, system, train, plan=plan, num_nodes=num_nodes, execution=execution)
     return timeline(columns, f"plan {plan or 'dp'!r}"), f"{spec.name}, {plan or 'dp'}"

@@ -74,6 +74,10 @@ ENGINE_KERNEL_ROWS = (
     ("context_len", "tokens", 0, "The model's context: most tokens one request may hold, prompt and output "
      "together (config.json max_position_embeddings, vLLM's default max_model_len); input_len + output_len above "
      "it is context_exceeded (docs/model_serving.md S40). 0: not stated, no bound.", 0, 1 << 24),
+    ("fp8_weight_only", "1", 0, "1: FP8 weights on a device without FP8 tensor cores (peak_flops_8 = 0) run "
+     "weight-only, dequantised inside 16-bit GEMMs (W8A16: vLLM's FP8 Marlin, its Fp8LinearMethod and Fp8MoEMethod "
+     "below compute capability 8.9); 0: such a configuration is refused (no_fp8). Set by the engine profile "
+     "(docs/model_serving.md S55).", 0, 1),
 )
 
 #: an older name of a column -> the column: what a user may still write where a column is named (a keyword of

@@ -58,7 +58,8 @@ SERVE_STATUSES: tuple[Status, ...] = (
     Status("layers_not_divisible_by_pp", "layers not divisible by pp"),
     Status("ep_not_dividing", "ep must divide tp x attention_dp and the routed experts, and moe_tp x ep must equal "
            "tp x attention_dp when moe_tp is set (a dense model has none: ep 1)"),
-    Status("no_fp8", "precision is fp8 but the device has no FP8 peak"),
+    Status("no_fp8", "precision is fp8 but the device has no FP8 peak and the engine runs no weight-only FP8 "
+           "(fp8_weight_only 0; vLLM's FP8 Marlin runs it, docs/model_serving.md S55)"),
     Status("no_kv_room", "not one request's KV cache fits in the memory the weights, workspace and framework "
            "leave"),
     Status("not_finite", "a result is not a finite number: an input magnitude is out of range (e.g. a "

@@ -305,6 +305,9 @@ def evaluate_disagg(records: list[DisaggRecord]) -> list[dict]:
         # requests the decode pool can hold (KV at full length, as the decode kernel reserves it)
         room = float(decode_room(dec[R["kv_cache_capacity"], i], dec[R["kv_bytes_per_token"], i],
                                  rec.decode[C["input_len"]] + out, rec.decode[C["attention_dp"]] * rec.decode_workers))
+        if room < 1.0 or pre[R["fits_memory"], i] < 0.5:     # a pool that cannot hold one request: as a closed loop
+            results.append({"status": "no_kv_room"})          # of the aggregated kernels says it (§S55)
+            continue
         running = max(1.0, min(n, room))
         own, response = prefill_pool(float(lone[R["ttft"], i]), full, rec.prefill[C["attention_dp"]],
                                      rec.prefill_workers, think, running, rec.fixed_lengths)

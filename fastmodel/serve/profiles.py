@@ -66,6 +66,13 @@ HOST_OP_S_EAGER = 20e-6
 #: ``flash_attn.py:93,797-819`` and ``flashinfer.py:393,1619-1635`` (docs/model_serving.md S45). TensorRT-LLM and
 #: SGLang keep 0 (not read here)
 KV_WRITE_KERNEL_VLLM = 1.0
+#: vLLM runs FP8 checkpoints on GPUs without FP8 tensor cores (compute capability below 8.9) weight-only, W8A16, in
+#: its FP8 Marlin kernels: ``Fp8LinearMethod.__init__`` sets ``use_marlin = not
+#: current_platform.has_device_capability(89)`` and ``Fp8MoEMethod`` repacks its experts with
+#: ``prepare_moe_fp8_layer_for_marlin`` (vllm@0071b24 vllm/model_executor/layers/quantization/fp8.py; FP8 Marlin is
+#: vLLM PR #5975, July 2024, before every version this module knows); vLLM docs "FP8 W8A8": "Turing/Ampere GPUs are
+#: supported for W8A16 (weight-only FP8) utilizing Marlin kernels". TensorRT-LLM and SGLang's profile keep 0 (S55)
+FP8_WEIGHT_ONLY_VLLM = 1.0
 #: (serve_step_overhead_s, host_req_s) of each engine's scheduler loop per iteration (docs/model_serving.md S36): not set, no
 #: engine publishes its loop's total host time per request at the records' versions (S36 lists what is published)
 SCHED_HOST = {"trtllm": (0.0, 0.0), "vllm": (0.0, 0.0), "sglang": (0.0, 0.0)}
@@ -183,7 +190,7 @@ def profile_columns(engine: str | None, version: tuple[int, ...] | None, hbm_byt
                 "chunked_prefill": 1, "mixed_prefill": 1,
                 "overlap_step": 1 if version is None or version >= (0, 15, 1) else 0, "kv_on_demand": 1,
                 "custom_allreduce_bytes": CUSTOM_AR_VLLM, "host_op_s": 0.0, "host_ops_layer": 0.0,
-                "kv_write_kernel": KV_WRITE_KERNEL_VLLM, **_sched_host("vllm")}
+                "kv_write_kernel": KV_WRITE_KERNEL_VLLM, "fp8_weight_only": FP8_WEIGHT_ONLY_VLLM, **_sched_host("vllm")}
     if engine == "sglang":
         return {"max_num_tokens": 16384 if hbm_bytes >= 160 * GIB else 8192, "max_batch_size": 4096,
                 "chunked_prefill": 1, "mixed_prefill": 0, "overlap_step": 1, "kv_on_demand": 1,

@@ -181,6 +181,16 @@ def _require_serve_record(data, source: str | None) -> None:
                                           "SERVE_RUNS.md)")
 
 
+def _fp8_weight_only(profile: dict, framework: str | None, gpu: str, source: str | None) -> str:
+    """The note of fp8 on a GPU without an FP8 peak where the engine runs it weight-only (``fp8_weight_only``,
+    docs/model_serving.md S55); else a SpecError naming the field and the rule."""
+    if not profile.get("fp8_weight_only"):
+        raise SpecError(source, "system.peak_flops_fp8", f"serve.precision is fp8 but the device has no FP8 peak and "
+                        f"{framework or 'the default engine'} runs no weight-only FP8 (vLLM's FP8 Marlin does; "
+                        "docs/model_serving.md S55)")
+    return f"fp8 on {gpu} (no FP8 tensor cores): weight-only W8A16, dequantised into 16-bit GEMMs (S55)"
+
+
 def lower_serve_record(data: dict, source: str | None = None) -> ServeRecord:
     """Check one serving record (``fastmodel.serve.record_schema``) and lower it to a column vector; a
     SpecError names the file, line, block and field."""
@@ -239,12 +249,12 @@ def lower_serve_record(data: dict, source: str | None = None) -> ServeRecord:
     if checkpoint_note:
         notes.append(checkpoint_note)
     values.update(precision_columns(precision, serve.kv_precision))
-    if values["precision"] == 1 and columns[COLUMN_INDEX["peak_flops_8"]] <= 0:
-        raise SpecError(source, "system.peak_flops_fp8", "serve.precision is fp8 but the device has no FP8 peak")
     if precision in FP4_PRECISIONS and values["peak_flops_4"] <= 0:
         notes.append(f"fp4 on {gpu} (no FP4 tensor cores): weight-only, dequantised into 16-bit GEMMs")
     engine, version = parse_framework(record.framework)
     profile, profile_notes = framework_profile(record.framework, float(columns[COLUMN_INDEX["hbm_bytes"]]))
+    if values["precision"] == 1 and columns[COLUMN_INDEX["peak_flops_8"]] <= 0:
+        notes.append(_fp8_weight_only(profile, record.framework, gpu, source))
     values.update(profile, **stated_flags(serve, engine, profile["mixed_prefill"], notes, source))
     notes.extend(profile_notes)
     values["quant_experts_only"] = 1.0 if layers == "experts" else 0.0

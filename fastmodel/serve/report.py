@@ -88,6 +88,27 @@ DISAGG_KEYS = ("ttft", "tpot", "e2e_latency", "output_tokens_per_s", "output_tok
                "prefill_busy", "decode_s", "decode_room")
 
 
+#: units and meaning of a disaggregated deployment's own quantities (the others are serving results, SERVE_RESULTS)
+DISAGG_ONLY = {"kv_transfer_s": ("s", "KV cache transfer of one prompt from the prefill to the decode pool"),
+               "prefill_s": ("s", "a prompt's own prefill time in its prefill worker"),
+               "prefill_response_s": ("s", "the prefill pool's response time, queueing included"),
+               "prefill_busy": ("1", "share of the prefill pool's servers busy"),
+               "decode_s": ("s", "decode time of one request's output tokens"),
+               "decode_room": ("requests", "requests the decode pool has KV room for")}
+
+
+def disagg_attrs(name: str) -> dict[str, str]:
+    """xarray attrs of one result of a disaggregated record: a serving result's own (SERVE_RESULTS), else
+    :data:`DISAGG_ONLY`'s units and description."""
+    from fastmodel.registry.serve import SERVE_RESULTS
+
+    found = next((r for r in SERVE_RESULTS if r.name == name), None)
+    if found is not None:
+        return found.attrs()
+    units, description = DISAGG_ONLY[name]
+    return {"units": units, "long_name": name.replace("_", " "), "description": description}
+
+
 def disagg_result(rec, pooled: dict) -> dict:
     """The row of one evaluated disaggregated record (``evaluate_disagg``): its TTFT, TPOT, end-to-end latency
     (TTFT + (O - 1) TPOT), throughput of the deployment, per GPU and per user (1 / TPOT while streaming), the
@@ -127,14 +148,16 @@ def render_disagg(label: str, rec, status: str, r: dict, limiting: str | None) -
 
 
 def run_record(data: dict, source: str | None = None, calibration: Any = None) -> RunReport:
-    """``fastmodel run`` of one serving record (SERVE_RUNS.md); ``measured`` is not read."""
-    from fastmodel.registry.serve import SERVE_RESULTS, SERVE_STATUS_NAMES
-    from fastmodel.serve.api import evaluate_one_record
+    """``fastmodel run`` of one serving record (SERVE_RUNS.md), aggregated or disaggregated (its two worker
+    pools, as ``serve RECORDS`` prints it); ``measured`` is not read."""
+    from fastmodel.serve.api import evaluate_any_record
 
-    record, out, status = evaluate_one_record(data, source, calibration)
-    result = {r.name: float(out[k]) for k, r in enumerate(SERVE_RESULTS)}
-    state = SERVE_STATUS_NAMES[status]
+    record, state, result, pool = evaluate_any_record(data, source, calibration)
     label = f"{record.id or source} (serving record; measured values ignored)"
+    if pool is not None:
+        limiting = pool.get("limiting_pool")
+        return RunReport(render_disagg(label, record, state, result, limiting),
+                         disagg_json(label, state, result, limiting), ok=state == "ok")
     return RunReport(render(label, state, result, load_mode(record.columns), record.columns),
                      json_record(label, state, result),
                      ok=state == "ok")

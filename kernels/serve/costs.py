@@ -13,7 +13,7 @@ from fastmodel.kernels.lm.shape import (  # noqa: F401 - ACT_BYTES, expert_tp re
 )
 from fastmodel.kernels.columns import (
     C_ATTENTION_DP, C_FP4_ACT, C_MOE_DISPATCHER, DISPATCH_ALLGATHER, DISPATCH_DEEPEP_LL,
-    C_FP4_GEMM, C_KERNEL_OVERHEAD_S, C_MOE_TP, C_PEAK_FLOPS_4, C_QUANT_EXPERTS_ONLY,
+    C_FP4_GEMM, C_KERNEL_OVERHEAD_S, C_MOE_TP, C_PEAK_FLOPS_4, C_PEAK_FLOPS_8, C_QUANT_EXPERTS_ONLY,
 )
 from fastmodel.kernels.roofline import gemm_roofline, memory_bound_time
 from fastmodel.kernels.lm.layout import (
@@ -50,8 +50,9 @@ K_COMM = 3
 
 @njit(inline="always")
 def is_fp8(row):
-    """True when the GEMMs run in FP8."""
-    return row[C_PRECISION] == PRECISION_FP8
+    """True when the GEMMs run in FP8: FP8 weights on a device with FP8 tensor cores (without them an engine that
+    runs FP8 weight-only, ``fp8_weight_only``, dequantises them into 16-bit GEMMs; docs/model_serving.md S55)."""
+    return row[C_PRECISION] == PRECISION_FP8 and row[C_PEAK_FLOPS_8] > 0.0
 
 
 @njit(inline="always")

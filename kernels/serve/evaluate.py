@@ -50,6 +50,7 @@ from fastmodel.kernels.columns import (
     C_KV_CACHE_MEM_FRACTION, C_KV_HEADS, C_LAYERS, C_LOAD_MODE, C_MAX_BATCH_SIZE, C_MAX_NUM_TOKENS, C_MOE_EXPERTS,
     C_OUTPUT_LEN, C_PEAK_FLOPS_8, C_PP, C_SERVE_STEP_OVERHEAD_S, C_TP, C_USABLE_HBM_FRACTION,
     C_ATTENTION_DP, C_KV_ON_DEMAND, C_MOE_TP, LOAD_BATCH, LOAD_CONCURRENCY, LOAD_MAX_THROUGHPUT, C_CONTEXT_LEN,
+    C_FP8_WEIGHT_ONLY, C_PRECISION, PRECISION_FP8,
 )
 from fastmodel.kernels.serve.load import queue_ttft, steady_loop
 from fastmodel.registry.serve import SERVE_USABLE_HBM_FRACTION
@@ -62,7 +63,7 @@ from fastmodel.kernels.serve.layout import (
     S_PREFILL_COMM, S_PREFILL_GEMM, S_PREFILL_MEMORY_BOUND, S_TPOT, S_TTFT, S_WEIGHT_MEMORY,
 )
 from fastmodel.kernels.serve.attention import attention_launches, kv_bytes_per_token, decode_attention_sum, prefill_attention_time
-from fastmodel.kernels.serve.costs import is_fp8, head_costs, body_costs, K_GEMM, K_ATTN, K_MEM, K_COMM, LAUNCH
+from fastmodel.kernels.serve.costs import head_costs, body_costs, K_GEMM, K_ATTN, K_MEM, K_COMM, LAUNCH
 from fastmodel.kernels.serve.memory import weight_memory, activation_memory
 from fastmodel.kernels.serve.host import eager_host_s
 # building blocks tests and callers use by their old address
@@ -132,7 +133,7 @@ def check(row):
         return ST_EP_NOT_DIVIDING
     if row[C_MOE_EXPERTS] <= 0.0 and row[C_EP] > 1.0:     # a dense model has no experts to split
         return ST_EP_NOT_DIVIDING
-    if is_fp8(row) and row[C_PEAK_FLOPS_8] <= 0.0:
+    if row[C_PRECISION] == PRECISION_FP8 and row[C_PEAK_FLOPS_8] <= 0.0 and row[C_FP8_WEIGHT_ONLY] <= 0.0:
         return ST_NO_FP8
     # the engine refuses a request longer than the model's context (vLLM serving_engine.py, docs S40)
     if row[C_CONTEXT_LEN] > 0.0 and row[C_INPUT_LEN] + row[C_OUTPUT_LEN] > row[C_CONTEXT_LEN]:

@@ -309,3 +309,30 @@ def test_a_sweep_file_whose_framework_names_no_stack_says_so_once(tmp_path):
                                  catch_exceptions=False)
         assert run.exit_code == 0, run.output
         assert run.stderr.count(f"note: {note}") == expected and run.stderr.count("note:") == expected, run.stderr
+
+
+def test_a_task_with_a_madmax_plan_runs_the_mesh_given_to_it():
+    """Coverage walk: the built-in tasks llm-pretrain-fsdp (``fsdp/ddp``) and llm-moe-pretrain (``tp,ddp/ddp``) carry
+    MAD-Max plan strings for the MAD-Max engine; a real-world model refused them even with a mesh given (``-p ep8``,
+    a sweep's plan axis: "give one with --plan"). The task's plan is now refused only when it would be read. Both
+    tasks say 2,048 sequences, as llm-pretrain: the same step as llm-pretrain's at the same mesh."""
+    from click.testing import CliRunner
+
+    import fastmodel
+    from fastmodel.cli import main
+    from fastmodel.errors import SpecError
+
+    ds = fastmodel.evaluate("llama3.1-8b", "dgx-h100", "llm-pretrain-fsdp", plan="tp2", num_nodes=1)
+    same = fastmodel.evaluate("llama3.1-8b", "dgx-h100", "llm-pretrain", plan="tp2", num_nodes=1)
+    assert float(ds.step_time) == float(same.step_time) > 0
+    grid = fastmodel.sweep(model="qwen3-30b-a3b", system="dgx-h100", task="llm-moe-pretrain",
+                           axes={"plan": ["dp", "ep8"], "num_nodes": [1]})
+    assert (grid.status.values == 0).all()
+    with pytest.raises(SpecError, match=r"^llm-pretrain-fsdp: task\.plan: 'fsdp/ddp' is a MAD-Max plan \(DENSE/EMB\)"):
+        fastmodel.evaluate("llama3.1-8b", "dgx-h100", "llm-pretrain-fsdp", num_nodes=1)
+    result = CliRunner().invoke(main, ["run", "-m", "qwen3-30b-a3b", "-s", "dgx-h100", "--nodes", "1", "-t",
+                                       "llm-moe-pretrain", "-p", "ep8"])
+    assert result.exit_code == 0 and "step time" in result.output
+    refused = CliRunner().invoke(main, ["run", "-m", "qwen3-30b-a3b", "-s", "dgx-h100", "--nodes", "1", "-t",
+                                        "llm-moe-pretrain"])
+    assert refused.exit_code == 2 and "task.plan: 'tp,ddp/ddp' is a MAD-Max plan" in refused.output

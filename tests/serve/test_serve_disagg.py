@@ -240,3 +240,58 @@ def test_the_search_pools_use_the_records_closed_loop(monkeypatch):
                             concurrency=[8], input_len=1024, output_len=256, hbm=80 * 2**30)
     assert set(calls) == {"closed_loop", "pool_response", "decode_room", "kv_transfer_seconds", "token_steps"}
     assert np.isfinite(arrays["ttft"]).any()
+
+
+def test_run_and_evaluate_record_answer_a_disaggregated_record(tmp_path):
+    """Coverage walk (issue 26, "every run answered"): ``fastmodel run -m`` and ``fastmodel.evaluate_record`` of a
+    disaggregated record refused it (``serve.mode``: "not one kernel configuration") while ``serve`` and ``batch``
+    answered it. Both now give the two-pool answer ``serve RECORDS --json`` prints, value for value, with its
+    limiting pool; a disaggregated record with a calibration is still refused."""
+    from click.testing import CliRunner
+
+    import fastmodel
+    from fastmodel.cli import main
+    from fastmodel.errors import SpecError
+
+    line = _first_disagg(1)[0]
+    record = json.loads(line)
+    path = tmp_path / "d.jsonl"
+    path.write_text(line + "\n")
+    served = json.loads(CliRunner().invoke(main, ["serve", str(path), "--json"]).stdout)
+    one = tmp_path / "d.json"
+    one.write_text(line)
+    result = CliRunner().invoke(main, ["run", "-m", str(one), "--json"])
+    assert result.exit_code == 0, result.output
+    ran = json.loads(result.stdout)
+    ds = fastmodel.evaluate_record(record)
+    assert ran["status"] == served["status"] == ds.attrs["status"] == "ok"
+    assert ran["mode"] == ds.attrs["mode"] == "disagg"
+    assert ran["limiting_pool"] == served["limiting_pool"] == ds.attrs["limiting_pool"]
+    for key in ("ttft", "tpot", "e2e_latency", "output_tokens_per_s", "output_tokens_per_s_per_gpu", "batch_size"):
+        assert ran[key] == served[key] == float(ds[key]), key
+    assert ds.ttft.attrs["units"] == "s" and ds.decode_room.attrs["units"] == "requests"
+    text = CliRunner().invoke(main, ["run", "-m", str(one)]).stdout
+    assert "disaggregated, 1 prefill x 4 GPUs + 4 decode x 8 GPUs" in text and "limiting pool: " in text
+    with pytest.raises(SpecError, match="calibration: applies to training runs"):
+        fastmodel.evaluate_record(record, calibration={"x": 1})
+
+
+def test_a_disaggregated_deployment_whose_pools_cannot_hold_one_request_is_no_kv_room():
+    """Coverage walk (docs/model_serving.md S55): a disaggregated record whose decode pool has KV room for no
+    request (here Kimi-K2.5 in BF16 on L40S: about 1 T parameters x 2 bytes over 8 GPUs of 48 GB, weights alone
+    over the HBM) was answered "ok" with a TTFT and TPOT, since both pools run at a static batch, whose kernel
+    reports fits_memory rather than a status. It is now ``no_kv_room``, as the same load on one aggregated instance
+    (a closed loop, concurrency) is; the dev record it is built from stays ok."""
+    import fastmodel
+
+    record = json.loads(_first_disagg(1)[0])
+    assert fastmodel.evaluate_record(record).attrs["status"] == "ok"
+    record["system"] = {"gpu": "L40S", "n_gpus": record["system"]["n_gpus"]}
+    record["serve"]["precision"] = "bf16"
+    ds = fastmodel.evaluate_record(record)
+    assert ds.attrs["status"] == "no_kv_room" and math.isnan(float(ds.ttft))
+    from fastmodel.serve.api import evaluate
+
+    layout = record["disagg"]["decode"]
+    alone = evaluate("kimi-k2", "L40S", tp=layout["tp"], ep=layout["ep"], concurrency=1, precision="bf16")
+    assert alone["status"] == "no_kv_room"

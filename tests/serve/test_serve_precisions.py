@@ -133,3 +133,45 @@ def test_vllm_mxfp4_experts_take_the_trtllm_gen_row_tiles():
     for m in (1.0, 4.0):
         assert layer_gemms(vllm.columns, m, MOE, 0.0) <= layer_gemms(library, m, MOE, 0.0)
         assert layer_gemms(exposed, m, MOE, 0.0) < layer_gemms(exposed_library, m, MOE, 0.0)
+
+
+def test_fp8_without_fp8_tensor_cores_runs_weight_only_where_the_engine_does():
+    """docs/model_serving.md S55 (coverage walk): vLLM runs FP8 checkpoints on Ampere weight-only (W8A16, its FP8
+    Marlin kernels), so ``fp8_weight_only`` (vLLM's profile) answers fp8 on an A100 instead of ``no_fp8``. By hand,
+    W8A16 is the int8 weight-only configuration (precision code 0, 1 byte per weight, 16-bit GEMMs) with the same
+    KV format: the two are equal result for result. TensorRT-LLM (the default engine) still refuses it; on a GPU
+    with FP8 tensor cores the column changes nothing."""
+    from fastmodel.serve.api import evaluate, sweep
+
+    kw = dict(tp=2, input_len=1024, output_len=256, concurrency=16)
+    fp8 = evaluate("llama3.1-8b", "A100", engine="vllm", precision="fp8", kv_precision="fp8", **kw)
+    int8 = evaluate("llama3.1-8b", "A100", engine="vllm", precision="int8", kv_precision="fp8", **kw)
+    assert fp8["status"] == int8["status"] == "ok"
+    assert {k: v for k, v in fp8.items() if k != "notes"} == {k: v for k, v in int8.items() if k != "notes"}
+    moe = evaluate("mixtral-8x7b", "A100", engine="vLLM 0.10.2", precision="fp8", tp=4, ep=4, concurrency=8)
+    assert moe["status"] == "ok" and moe["tpot"] > 0
+    assert evaluate("llama3.1-8b", "A100", precision="fp8", **kw)["status"] == "no_fp8"      # TensorRT-LLM
+    assert evaluate("llama3.1-8b", "A100", engine="vllm", precision="fp8", fp8_weight_only=0, **kw)["status"] == \
+        "no_fp8"
+    on = evaluate("llama3.1-8b", "H100", engine="vllm", precision="fp8", **kw)
+    off = evaluate("llama3.1-8b", "H100", engine="vllm", precision="fp8", fp8_weight_only=0, **kw)
+    assert on["status"] == "ok" and on["tpot"] == off["tpot"] and on["ttft"] == off["ttft"]
+    grid = sweep("llama3.1-8b", device=["A100", "H100"], precision="fp8", engine="vllm", load_mode="concurrency",
+                 batch_size=16, tp=2, input_len=1024, output_len=256)
+    assert list(grid.status.values.ravel()) == [0, 0]
+    assert grid.tpot.sel(device="A100").item() == pytest.approx(fp8["tpot"], rel=1e-12)
+
+
+def test_a_record_of_fp8_on_a_gpu_without_fp8_is_answered_by_vllm_and_refused_by_tensorrt_llm():
+    """A serving record: vLLM's fp8 on an A100 lowers weight-only, with a note; TensorRT-LLM's is one line naming
+    system.peak_flops_fp8 and the rule."""
+    from fastmodel.errors import SpecError
+
+    record = _with("system.gpu", "A100-SXM4-80GB")
+    lowered = lower_serve_record(record)
+    assert any("weight-only W8A16" in n for n in lowered.notes)
+    _, status = evaluate_table(lowered.columns[:, None])
+    assert int(status[0]) == 0
+    with pytest.raises(SpecError, match=r"system\.peak_flops_fp8: serve\.precision is fp8 but the device has no FP8 "
+                                        r"peak and TensorRT-LLM 1\.2\.0 runs no weight-only FP8"):
+        lower_serve_record(_with("framework", "TensorRT-LLM 1.2.0", record))
