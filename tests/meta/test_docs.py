@@ -149,3 +149,12 @@ def test_module_finder_reads_a_table(tmp_path, monkeypatch):
     page.write_text("### `fastmodel/x/`\n\n| module | job |\n|---|---|\n| `a.py` | A |\n\n## Other\n\n| `b.py` | B |\n")
     monkeypatch.setattr(sys.modules[__name__], "ARCHITECTURE", page)
     assert documented_modules() == ["fastmodel/x/a.py"]
+
+
+def test_architecture_names_every_test_folder():
+    """A test lives in a folder docs/architecture.md's `tests/` section names (`tests/<wing>`, `shared`, `behaviour`,
+    `meta`, `data`): a new folder (a tests/cli/ beside tests/behaviour/, say) fails until the page follows."""
+    text = ARCHITECTURE.read_text().split("### `tests/`", 1)[1].split("\n## ", 1)[0]
+    named = set(re.findall(r"`tests/(\w+)", text))
+    folders = {p.name for p in (ROOT / "tests").iterdir() if p.is_dir() and not p.name.startswith((".", "__"))}
+    assert folders - named == set(), f"docs/architecture.md's tests/ section names no {sorted(folders - named)}"
