@@ -36,12 +36,12 @@ def test_a_dualpipe_run_via_set_is_the_python_api_point():
     result = cli("run", *DSV3, *SETS, "--json")
     assert result.exit_code == 0, result.output
     got = json.loads(result.output)
-    want = config_values("deepseek-v3", "dgx-h100", "llm-pretrain", plan="pp8.ep64", num_nodes=128,
-                         execution=DUALPIPE)
+    want = config_values("deepseek-v3", "dgx-h100", "llm-pretrain", plan="pp8.ep64", num_nodes=128, execution=DUALPIPE)
     assert got["step_time"] == want["step_time"] and got["pipeline_bubble"] == want["pipeline_bubble"]
     assert got["title"].endswith("execution pipeline_schedule=dualpipe uneven_stages=true moe_a2a_overlap=dualpipe")
-    plain = config_values("deepseek-v3", "dgx-h100", "llm-pretrain", plan="pp8.ep64", num_nodes=128,
-                          execution={"uneven_stages": True})
+    plain = config_values(
+        "deepseek-v3", "dgx-h100", "llm-pretrain", plan="pp8.ep64", num_nodes=128, execution={"uneven_stages": True}
+    )
     assert plain["pipeline_bubble"] != want["pipeline_bubble"]
 
 
@@ -66,13 +66,16 @@ def test_a_typo_key_names_the_nearest_field(tmp_path):
     assert line.startswith(f"error: {path}: execution.moe_dispatch: unknown field (did you mean 'moe_dispatcher'")
 
 
-@pytest.mark.parametrize("item, expected", [
-    ("micro_batch=abc", "error: --set: execution.micro_batch: "),
-    ("pipeline_schedule=dualpip", "error: --set: execution.pipeline_schedule: "),
-    ("micro_batch=[1,", "error: --set: execution.micro_batch: '[1,' is not a TOML value"),
-    ("micro_batch={a = 1}", "error: --set: execution.micro_batch: '{a = 1}': a table"),
-    ("micro_batch", "error: --set: 'micro_batch': expected KEY=VALUE"),
-])
+@pytest.mark.parametrize(
+    "item, expected",
+    [
+        ("micro_batch=abc", "error: --set: execution.micro_batch: "),
+        ("pipeline_schedule=dualpip", "error: --set: execution.pipeline_schedule: "),
+        ("micro_batch=[1,", "error: --set: execution.micro_batch: '[1,' is not a TOML value"),
+        ("micro_batch={a = 1}", "error: --set: execution.micro_batch: '{a = 1}': a table"),
+        ("micro_batch", "error: --set: 'micro_batch': expected KEY=VALUE"),
+    ],
+)
 def test_a_bad_value_is_one_line(item, expected):
     assert _error(cli("run", *DSV3, "-x", item)).startswith(expected)
 
@@ -81,8 +84,10 @@ def test_a_file_with_an_unknown_table(tmp_path):
     path = tmp_path / "exec.toml"
     path.write_text("[execution]\nmicro_batch = 1\n[exection]\nmicro_batch = 2\n")
     line = _error(cli("run", *DSV3, "--execution", path))
-    assert line == (f"error: {path}: exection: unknown table or key: an execution file holds one [execution] "
-                    "table (did you mean 'execution'?)")
+    assert line == (
+        f"error: {path}: exection: unknown table or key: an execution file holds one [execution] "
+        "table (did you mean 'execution'?)"
+    )
     path.write_text("micro_batch = 1\n")
     assert _error(cli("run", *DSV3, "--execution", path)).startswith(f"error: {path}: micro_batch: unknown table")
     path.write_text("[execution\n")
@@ -98,15 +103,20 @@ def test_refused_with_a_record_and_with_madmax_specs(record, tmp_path):
     assert _error(cli("run", "-m", record, "--execution", path)).startswith(f"error: --execution: {record} is a")
     madmax = ["-m", "llama2-70b", "-s", "dc-a", "-t", "llm-pretrain-fsdp"]
     line = _error(cli("run", *madmax, "-x", "micro_batch=2"))
-    assert line == ('error: --set: applies to real-world training models (family = "lm"), not to MAD-Max specs '
-                    "(the MAD-Max model has no execution spec)")
+    assert line == (
+        'error: --set: applies to real-world training models (family = "lm"), not to MAD-Max specs '
+        "(the MAD-Max model has no execution spec)"
+    )
     out = tmp_path / "t.png"
     assert _error(cli("plot", "timeline", "-m", record, "-x", "micro_batch=2", "-o", out)).startswith(
-        f"error: --set: {record} is a measured-run record")
+        f"error: --set: {record} is a measured-run record"
+    )
     assert _error(cli("plot", "timeline", *madmax, "--execution", path, "-o", out)).startswith(
-        "error: --execution: applies to real-world training models")
+        "error: --execution: applies to real-world training models"
+    )
     assert _error(cli("plot", "memory-timeline", "-m", record, "-x", "micro_batch=2", "-o", out)).startswith(
-        f"error: --set: {record} is a measured-run record")
+        f"error: --set: {record} is a measured-run record"
+    )
     assert not out.exists()
 
 
@@ -122,7 +132,8 @@ def test_the_plots_of_one_configuration_take_the_execution(tmp_path):
             figures.append(out.read_text())
         assert figures[0] != figures[1], command
     assert _error(cli("plot", "timeline", *small, "-x", "pipeline_schedul=dualpipe", "-o", tmp_path / "x.png")) == (
-        "error: --set: execution.pipeline_schedul: unknown field (did you mean 'pipeline_schedule'?)")
+        "error: --set: execution.pipeline_schedul: unknown field (did you mean 'pipeline_schedule'?)"
+    )
 
 
 def test_the_layers_refusal_names_the_option_run_now_has():
