@@ -80,7 +80,7 @@ SCHED_HOST = {"trtllm": (0.0, 0.0), "vllm": (0.0, 0.0), "sglang": (0.0, 0.0)}
 #: ``engine=`` and a serving sweep's ``engine`` set
 PROFILE_COLUMNS = ("max_num_tokens", "max_batch_size", "chunked_prefill", "mixed_prefill", "overlap_step",
                    "kv_on_demand", "custom_allreduce_bytes", "host_op_s", "host_ops_layer", "kv_write_kernel",
-                   "serve_step_overhead_s", "host_req_s")
+                   "fp8_weight_only", "serve_step_overhead_s", "host_req_s")
 #: engine-dependent columns a record's ``framework`` sets beyond its profile (``fastmodel/serve/records.py``
 #: ``lower_serve_record``), as they depend on the record's device, checkpoint and launcher flags; ``--engine``
 #: leaves them at the column defaults: FP4 activations (``fp4_activation``), the MoE dispatcher
@@ -195,10 +195,11 @@ def profile_columns(engine: str | None, version: tuple[int, ...] | None, hbm_byt
         return {"max_num_tokens": 16384 if hbm_bytes >= 160 * GIB else 8192, "max_batch_size": 4096,
                 "chunked_prefill": 1, "mixed_prefill": 0, "overlap_step": 1, "kv_on_demand": 1,
                 "custom_allreduce_bytes": CUSTOM_AR_SGLANG, "host_op_s": 0.0, "host_ops_layer": 0.0,
-                "kv_write_kernel": 0.0, **_sched_host("sglang")}
+                "kv_write_kernel": 0.0, "fp8_weight_only": 0.0, **_sched_host("sglang")}
     return {"max_num_tokens": 8192, "max_batch_size": 2048, "chunked_prefill": 0, "mixed_prefill": 1,
             "overlap_step": 1, "kv_on_demand": 0, "custom_allreduce_bytes": CUSTOM_AR_TRTLLM,
-            "host_op_s": HOST_OP_S_EAGER, "host_ops_layer": 0.0, "kv_write_kernel": 0.0, **_sched_host("trtllm")}
+            "host_op_s": HOST_OP_S_EAGER, "host_ops_layer": 0.0, "kv_write_kernel": 0.0, "fp8_weight_only": 0.0,
+            **_sched_host("trtllm")}
 
 
 def fp4_activation(engine: str | None, precision: str, moe_backend: str = "default") -> tuple[float, str | None]:
