@@ -101,7 +101,8 @@ def _run(sweep_file, output, is_zarr, resume, force, workers, scheduler, unit_co
     estimate = check_size(plan, output, is_zarr, confirm_large)
     from fastmodel.engines import ENGINES
 
-    click.echo(f"{plan.num_configs:,} configurations in {plan.num_units:,} units ({ENGINES[plan.engine].title}) -> "
+    units = f"{plan.num_units:,} unit" + ("" if plan.num_units == 1 else "s")
+    click.echo(f"{plan.num_configs:,} configurations in {units} ({ENGINES[plan.engine].title}) -> "
                f"{output} ({estimate})", err=True)
     for note in getattr(plan, "run_notes", ()):    # once per sweep, once it runs: the profile a default picked
         click.echo(f"note: {note}", err=True)
