@@ -287,3 +287,16 @@ def test_cli_validate_warns_about_devices_the_calibration_does_not_cover(tmp_pat
     assert warned == [f'warning: {cal}: no [device."{name}"] table (calibrated devices: H100-SXM-80GB); the '
                       f"efficiencies of {gpu} keep their physical values"
                       for name, gpu in (("A100-SXM4-40GB", "A100-SXM4-40GB"), ("A100-SXM4-80GB", "A100-SXM4-80GB"))]
+
+
+def test_one_device_spelt_two_ways_is_warned_once(tmp_path):
+    """Records that spell one GPU two ways ("H100" and "H100-SXM-80GB") get one line for it, the tiers of both."""
+    from fastmodel.lm.calibrate import read_calibration
+    from fastmodel.lm.calibrate.use import mismatches
+
+    cal = read_calibration(write(tmp_path, '[device."A100-SXM4-80GB"]\nhbm_eff = 0.5\n'))
+    lines = mismatches(cal, {"H100": {"intra"}, "H100-SXM-80GB": {"inter"}})
+    assert len(lines) == 1 and 'no [device."H100-SXM-80GB"] table' in lines[0]
+    tiers = read_calibration(write(tmp_path, '[device."H100-SXM-80GB"]\nhbm_eff = 0.5\n', "h100.toml"))
+    (line,) = mismatches(tiers, {"H100": {"intra"}, "H100-SXM-80GB": {"inter"}})
+    assert "intra and inter network tiers" in line

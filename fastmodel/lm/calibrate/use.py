@@ -99,6 +99,10 @@ def mismatches(cal: Calibration, tiers_by_gpu: Mapping[str, set[str]],
     (when it has ``[stack]`` tables) per evaluated (framework, stack) whose stack key it has no table for."""
     name = cal.source or "calibration (in memory)"
     lines = []
+    by_device: dict[str, set[str]] = {}      # one line per device, however the records spell it ("H100", "H100-SXM-80GB")
+    for gpu, tiers in tiers_by_gpu.items():
+        by_device.setdefault(canonical_device(gpu), set()).update(tiers)
+    tiers_by_gpu = by_device
     if cal.stacks:
         have = ", ".join(sorted(cal.stacks))
         for framework, explicit in sorted(set(software), key=str):
