@@ -41,6 +41,17 @@ def device_table() -> dict[str, dict[str, float]]:
     return table
 
 
+@lru_cache(maxsize=None)
+def device_files() -> dict[str, str]:
+    """Every name a built-in device file lists (lower case) -> the file's stem (``"dgx-b200"`` -> ``"b200"``)."""
+    files: dict[str, str] = {}
+    for entry in resources.files("fastmodel.specs").joinpath("devices").iterdir():
+        if entry.name.endswith(".toml"):
+            for name in tomllib.loads(entry.read_text()).get("names", []):
+                files[str(name).lower()] = entry.name[: -len(".toml")]
+    return files
+
+
 def vendor_code(name, source: str | None = None) -> int:
     """The ``vendor`` column's code of a device file's ``vendor`` (``VENDORS``: "nvidia", "amd"). Every built-in
     device file states it; a missing or unknown name is a SpecError naming the file, the field and the choices."""
