@@ -76,3 +76,15 @@ def test_the_cli_refuses_tensorrt_llm_on_mi300x_and_notes_the_default():
     run = runner.invoke(main, ["serve", "--model", "llama3.1-8b", "--device", "MI300X"])
     assert run.exit_code == 0, run.output
     assert "the vLLM profile at its newest version is used (docs/model_serving.md S56)" in run.output
+
+
+def test_a_record_takes_the_vendors_default_and_keeps_a_stated_engine_for_the_kernel():
+    """A serving record without a ``framework`` on an AMD GPU takes vLLM's profile with the note; one that names
+    TensorRT-LLM keeps its profile, whose ``engine_nvidia_only`` the kernel turns into ``engine_not_on_device``."""
+    from fastmodel.serve.profiles import framework_profile
+
+    hbm = 192 * 2**30
+    profile, notes = framework_profile(None, hbm, "amd")
+    assert profile == profile_columns("vllm", None, hbm) and notes == [default_engine_note("amd")]
+    assert framework_profile(None, hbm)[0] == profile_columns("trtllm", None, hbm)       # NVIDIA: unchanged
+    assert framework_profile("TensorRT-LLM 1.2.0rc2", hbm, "amd")[0]["engine_nvidia_only"] == 1.0
