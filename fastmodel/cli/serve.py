@@ -170,7 +170,10 @@ def serve(records, model, list_models, device, tp, pp, ep, attention_dp, moe_tp,
         _, shape, notes = serving_model(model)
         if moe_tp and not shape.get("moe_experts"):    # the kernel's moe_tp rule reads routed experts only
             raise FastmodelError(f"--moe-tp: {model} is a dense model (no routed experts to split); leave it out")
-        profile, engine_notes = engine_profile(engine, device_columns(device)["hbm_bytes"])
+        from fastmodel.spec.devices import device_vendor
+
+        profile, engine_notes = engine_profile(engine, device_columns(device)["hbm_bytes"], vendor=device_vendor(device),
+                                               device=device)
         weight_only = profile.get("fp8_weight_only", 0.0)
         for note in [speculative_note(n, spec) for n in notes] + precision_notes(model, device, precision, weight_only):
             click.echo(f"note: {note}", err=True)
@@ -377,8 +380,9 @@ def _search(model, device, input_len, output_len, ttft, tpot, gpus, precisions, 
                         **({"concurrency": range(1, concurrency + 1)} if concurrency else {}))
     if not engine:      # the default engine, with the result (an error stays one line)
         from fastmodel.serve.profiles import default_engine_note
+        from fastmodel.spec.devices import device_vendor
 
-        click.echo(f"note: {default_engine_note()}", err=True)
+        click.echo(f"note: {default_engine_note(device_vendor(device))}", err=True)
     click.echo(format_search(result, *targets))
     if output:
         from fastmodel.cli.sweep import _write_netcdf

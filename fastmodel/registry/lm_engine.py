@@ -78,6 +78,10 @@ ENGINE_KERNEL_ROWS = (
      "weight-only, dequantised inside 16-bit GEMMs (W8A16: vLLM's FP8 Marlin, its Fp8LinearMethod and Fp8MoEMethod "
      "below compute capability 8.9); 0: such a configuration is refused (no_fp8). Set by the engine profile "
      "(docs/model_serving.md S55).", 0, 1),
+    ("engine_nvidia_only", "1", 0, "1: the engine runs on NVIDIA GPUs only (TensorRT-LLM: CUDA and TensorRT, its "
+     "supported-hardware page lists NVIDIA architectures only), so a device whose vendor is not nvidia is "
+     "engine_not_on_device; 0: it runs on AMD (ROCm) too (vLLM, SGLang). Set by the engine profile "
+     "(docs/model_serving.md S56).", 0, 1),
 )
 
 #: an older name of a column -> the column: what a user may still write where a column is named (a keyword of

@@ -47,8 +47,16 @@ LOW_PRECISION_PLAN_ROWS = (
      "0: the step reads the stored gradients. Set by the stack.", 0, 16, False, "number"),
 )
 
+#: the GPU's vendor (a device file's ``vendor``): it decides the software that runs there, i.e. the FP8 recipes of
+#: Transformer Engine's ROCm fork (docs/model.md §11.19) and the serving engines (TensorRT-LLM is NVIDIA-only,
+#: docs/model_serving.md S56)
+VENDORS = {"nvidia": 0, "amd": 1}
+
 #: device rows of the FP8 recipes (rows of ``fastmodel.registry.lm.DEVICE_COLUMNS``)
 FP8_DEVICE_ROWS = (
+    ("vendor", "code", 0, "VENDORS, the GPU's vendor: 0 nvidia, 1 amd (a device file writes the name). AMD parts "
+     "run ROCm: no MXFP8 or blockwise FP8 recipe on CDNA 3 (docs/model.md §11.19) and no TensorRT-LLM "
+     "(docs/model_serving.md S56).", 0, 1),
     ("compute_capability", "1", 0.0, "NVIDIA compute capability major.minor (9.0 Hopper, 10.0 B200/GB200, 10.3 "
      "B300/GB300); decides the FP8 recipes' layouts and support (docs/model.md §11.19). 0: not stated (no recipe is "
      "refused for it; Hopper's layouts assumed).", 0, 100),

@@ -33,7 +33,8 @@ STATUSES: tuple[Status, ...] = (
     Status("topk_above_experts", "moe_topk exceeds moe_experts: a token's k experts are distinct, so k <= E (a sweep "
            "crossing a moe_experts axis with a moe_topk axis)"),
     Status("fp8_recipe_unsupported", "fp8_recipe mxfp8 needs compute capability 10.x (Blackwell block-scaled tensor "
-           "cores), blockwise 9.0 or higher (Transformer Engine quantization.py)"),
+           "cores), blockwise 9.0 or higher (Transformer Engine quantization.py); on an AMD device (MI300X, CDNA 3) "
+           "neither runs: ROCm Transformer Engine runs MXFP8 on gfx95x only and no block-scaled FP8 GEMM"),
     Status("offload_conflict", "activation_offload_modules cannot run so: with activation_offload (layer-level CPU "
            "offloading), attn_proj without core_attn, or expert_fc1 / moe_act with recompute_modules moe (Megatron-Core "
            "refuses each, transformer_config.py@0823c73 lines 1743-1780)"),

@@ -71,6 +71,8 @@ SERVE_STATUSES: tuple[Status, ...] = (
     Status("pools_over_budget", "SLO search, disaggregated: the prefill and decode pools use more GPUs than --gpus"),
     Status("context_exceeded", "input_len + output_len exceed the model's context (context_len): the engine refuses "
            "the request"),
+    Status("engine_not_on_device", "the serving engine does not run on the device's vendor: TensorRT-LLM runs on "
+           "NVIDIA GPUs only (docs/model_serving.md S56)"),
     NOT_COMPUTED,
 )
 SERVE_STATUS_NAMES: tuple[str, ...] = tuple(s.name for s in SERVE_STATUSES)

@@ -168,14 +168,18 @@ def evaluate_table(params: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return out, status
 
 
-def engine_columns(engine: str | None, device: str, given: Mapping[str, Any] = (),
-                   field: str = "engine") -> tuple[dict[str, float], list[str]]:
+def engine_columns(engine: str | None, device: str, given: Mapping[str, Any] = (), field: str = "engine",
+                   refuse: bool = False) -> tuple[dict[str, float], list[str]]:
     """(columns, notes) of a serving engine's profile on ``device`` (``profiles.engine_profile``: ``"vllm"``,
-    ``"vLLM 0.18.0"``; None: the default engine, TensorRT-LLM's newest profile, with a note), less the columns
-    ``given`` names (a column the caller sets replaces the profile's)."""
+    ``"vLLM 0.18.0"``; None: the device vendor's default engine, TensorRT-LLM's newest profile on NVIDIA and
+    vLLM's on AMD, with a note), less the columns ``given`` names (a column the caller sets replaces the
+    profile's). ``refuse``: an engine that does not run on the device is a SpecError (one evaluation); else its
+    points are ``engine_not_on_device`` (a sweep, docs/model_serving.md S56)."""
     from fastmodel.serve.profiles import engine_profile
+    from fastmodel.spec.devices import device_vendor
 
-    profile, notes = engine_profile(engine, device_columns(device)["hbm_bytes"], field)
+    profile, notes = engine_profile(engine, device_columns(device)["hbm_bytes"], field, vendor=device_vendor(device),
+                                    device=device if refuse else None)
     named = {column_name(key) for key in given}
     return {k: v for k, v in profile.items() if k not in named}, notes
 
@@ -184,7 +188,7 @@ def evaluate(model, device: str, engine: str | None = None, **kwargs) -> dict[st
     """Every serving result of one configuration (see :func:`columns`) under ``engine``'s profile
     (:func:`engine_columns`; None: the default engine), plus its ``status`` name and ``notes``
     (:func:`model_notes` and the engine's note, joined by "; ")."""
-    profile, notes = engine_columns(engine, device, kwargs)
+    profile, notes = engine_columns(engine, device, kwargs, refuse=True)
     out, status = evaluate_table(columns(model, device, **profile, **kwargs)[:, None])
     result: dict[str, float | str] = {r.name: float(out[i, 0]) for i, r in enumerate(SERVE_RESULTS)}
     result["status"] = SERVE_STATUS_NAMES[int(status[0])]
@@ -212,6 +216,8 @@ def sweep(model, device: str | Sequence[str] = "H100", precision: str | Sequence
 
     _check_grid_size([v for v in (device, precision, kv_precision, *axes.values()) if v is not None])
     profile, engine_notes = engine_columns(engine, _first(device), axes)
+    # each vendor's default engine says so (S56): the notes of every device, once each
+    engine_notes = list(dict.fromkeys(n for d in _axis_values("device", device) for n in engine_columns(engine, d, axes)[1]))
     base = columns(model, _first(device), precision=_first(precision), kv_precision=_first(kv_precision),
                    max_throughput=True, **profile)
     base[COLUMN_INDEX["load_mode"]] = encode("load_mode", load_mode)
@@ -291,7 +297,10 @@ def axis_block(name: str, values: list, own_kv: bool, profile=None) -> tuple[np.
     if name == "device":
         extra = [profile(v) if profile else {} for v in values]
         varying = {k for k in set().union(*extra) if len({e.get(k) for e in extra}) > 1}
-        rows = [{**device_columns(v), **{k: e[k] for k in varying}} for v, e in zip(values, extra)]
+        # the vendors' default engines differ (S56): a column one device's profile sets and another's does not
+        # keeps the registry default there
+        rows = [{**device_columns(v), **{k: e.get(k, COLUMNS[COLUMN_INDEX[k]].default) for k in varying}}
+                for v, e in zip(values, extra)]
         keys = sorted(set().union(*rows))
         # a device without a column keeps the registry default
         table = np.array([[r.get(k, COLUMNS[COLUMN_INDEX[k]].default) for r in rows] for k in keys], dtype=float)

@@ -42,6 +42,15 @@ GIB = 2**30
 ENGINE_NAMES = {"trtllm": ("tensorrt-llm", "trt-llm", "tensorrt_llm", "trtllm"), "vllm": ("vllm",),
                 "sglang": ("sglang",)}
 DEFAULT_ENGINE = "trtllm"
+#: the device vendors (a device file's ``vendor``) each engine runs on (docs/model_serving.md S56): TensorRT-LLM is
+#: built on CUDA and TensorRT and lists NVIDIA architectures only (nvidia.github.io/TensorRT-LLM "Supported
+#: Hardware": Blackwell, Hopper, Ada Lovelace, Ampere); vLLM runs on ROCm (docs.vllm.ai, GPU installation, "AMD
+#: ROCm": MI200s gfx90a, MI300 gfx942, MI350 gfx950, ROCm 6.3 or above) and so does SGLang (docs.sglang.io,
+#: "AMD GPUs": MI300X, built from the v0.5.6.post2 branch with ``sgl-kernel/setup_rocm.py``)
+ENGINE_VENDORS = {"trtllm": ("nvidia",), "vllm": ("nvidia", "amd"), "sglang": ("nvidia", "amd")}
+#: the default engine on each vendor's devices: TensorRT-LLM (newest) where it runs, vLLM (newest) on AMD, the
+#: engine with the most versions this module knows that runs there (S56)
+VENDOR_DEFAULT_ENGINE = {"nvidia": DEFAULT_ENGINE, "amd": "vllm"}
 #: largest allreduce (bytes) each engine runs with its own peer-to-peer kernel (kernels/serve/allreduce.py): vLLM
 #: ``CustomAllreduce(max_size=8192 * 1024)`` (vllm/distributed/device_communicators/custom_all_reduce.py @00d618a),
 #: SGLang ``CustomAllreduce._MAX_CAR_SIZE = 8192 * 1024`` (python/sglang/srt/distributed/device_communicators/
@@ -80,7 +89,7 @@ SCHED_HOST = {"trtllm": (0.0, 0.0), "vllm": (0.0, 0.0), "sglang": (0.0, 0.0)}
 #: ``engine=`` and a serving sweep's ``engine`` set
 PROFILE_COLUMNS = ("max_num_tokens", "max_batch_size", "chunked_prefill", "mixed_prefill", "overlap_step",
                    "kv_on_demand", "custom_allreduce_bytes", "host_op_s", "host_ops_layer", "kv_write_kernel",
-                   "fp8_weight_only", "serve_step_overhead_s", "host_req_s")
+                   "serve_step_overhead_s", "host_req_s", "fp8_weight_only", "engine_nvidia_only")
 #: engine-dependent columns a record's ``framework`` sets beyond its profile (``fastmodel/serve/records.py``
 #: ``lower_serve_record``), as they depend on the record's device, checkpoint and launcher flags; ``--engine``
 #: leaves them at the column defaults: FP4 activations (``fp4_activation``), the MoE dispatcher
@@ -117,10 +126,29 @@ def parse_framework(framework: str | None) -> tuple[str | None, tuple[int, ...] 
     return engine, version
 
 
-def default_engine_note() -> str:
-    """The one-line note of every serving path that evaluates without an engine (docs/model_serving.md S13)."""
+def default_engine_note(vendor: str = "nvidia") -> str:
+    """The one-line note of every serving path that evaluates without an engine (docs/model_serving.md S13; on a
+    device TensorRT-LLM does not run on, S56)."""
+    engine = VENDOR_DEFAULT_ENGINE.get(vendor, DEFAULT_ENGINE)
+    if engine != DEFAULT_ENGINE:
+        return (f"no engine given: {ENGINE_LABELS[DEFAULT_ENGINE]}, the default engine, does not run on an "
+                f"{vendor.upper()} device; the {ENGINE_LABELS[engine]} profile at its newest version is used "
+                f"(docs/model_serving.md S56)")
     return (f"no engine given: the default engine, the {ENGINE_LABELS[DEFAULT_ENGINE]} profile at its newest "
             f"version, is used (docs/model_serving.md S13)")
+
+
+def engine_runs_on(engine: str | None, vendor: str) -> bool:
+    """Whether ``engine`` (a key; None: the default engine) runs on a ``vendor`` device (``ENGINE_VENDORS``)."""
+    return vendor in ENGINE_VENDORS.get(engine or DEFAULT_ENGINE, ("nvidia",))
+
+
+def engine_not_on_device(engine: str, vendor: str, device=None) -> str:
+    """The one-line reason an engine is refused on a device of another vendor (docs/model_serving.md S56)."""
+    where = f"{device} is an {vendor.upper()} device" if device else f"the device is {vendor.upper()}"
+    others = [key for key, vendors in ENGINE_VENDORS.items() if vendor in vendors]
+    return (f"{ENGINE_LABELS.get(engine, engine)} runs on NVIDIA GPUs only and {where}; choose "
+            f"{' or '.join(others)} (docs/model_serving.md S56)")
 
 
 def _dotted(version: tuple[int, ...]) -> str:
@@ -132,17 +160,23 @@ def engine_label(engine: str, version: tuple[int, ...] | None) -> str:
     return engine if version is None else f"{engine} {_dotted(version)}"
 
 
-def engine_choice(text, field: str = "--engine", source=None) -> tuple[str, tuple[int, ...] | None, list[str]]:
+def engine_choice(text, field: str = "--engine", source=None, vendor: str = "nvidia",
+                  device=None) -> tuple[str, tuple[int, ...] | None, list[str]]:
     """(engine key, version or None, notes) of an engine a user names: ``"vllm"``, ``"vLLM 0.10.2"``,
     ``"TensorRT-LLM 1.0.0rc3"``, read by ``parse_framework`` as a record's ``framework`` is. None or "" is the
-    default engine (``DEFAULT_ENGINE`` at its newest version, with ``default_engine_note``). An unknown engine, a
-    second word that is no version, or a version outside ``KNOWN_VERSIONS`` is a SpecError naming the choices."""
+    default engine of a ``vendor`` device (``VENDOR_DEFAULT_ENGINE`` at its newest version, with
+    ``default_engine_note``). An unknown engine, a second word that is no version, or a version outside
+    ``KNOWN_VERSIONS`` is a SpecError naming the choices. ``device`` (its name) given: an engine that does not run
+    on its vendor is a SpecError too (``engine_not_on_device``; a sweep passes none and the kernel marks the point
+    ``engine_not_on_device``, S56)."""
     from fastmodel.errors import nearest
 
     words = str(text or "").strip().split()
     if not words:
-        return DEFAULT_ENGINE, None, [default_engine_note()]
+        return VENDOR_DEFAULT_ENGINE.get(vendor, DEFAULT_ENGINE), None, [default_engine_note(vendor)]
     engine, version = parse_framework(" ".join(words))
+    if engine is not None and device is not None and not engine_runs_on(engine, vendor):
+        raise SpecError(source, field, engine_not_on_device(engine, vendor, device))
     if engine is None:
         aliases = [alias for key, names in ENGINE_NAMES.items() for alias in (key, *names)]
         raise SpecError(source, field, f"unknown engine {words[0]!r}{nearest(words[0], aliases)}; choose one of "
@@ -167,18 +201,24 @@ def _distance(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(abs(x - y) for x, y in zip(a, b))
 
 
-def engine_profile(text, hbm_bytes: float, field: str = "--engine", source=None) -> tuple[dict[str, float], list[str]]:
-    """(profile columns, notes) of an engine a user names (``engine_choice``; None: the default engine, noted) on
-    a GPU of ``hbm_bytes``: what ``fastmodel serve`` (with and without --search), ``fastmodel.serve.api``'s
-    ``evaluate`` and ``sweep`` and serving sweep files evaluate with. A record's ``framework`` takes the same
+def engine_profile(text, hbm_bytes: float, field: str = "--engine", source=None, vendor: str = "nvidia",
+                   device=None) -> tuple[dict[str, float], list[str]]:
+    """(profile columns, notes) of an engine a user names (``engine_choice``; None: the ``vendor``'s default
+    engine, noted) on a GPU of ``hbm_bytes``: what ``fastmodel serve`` (with and without --search),
+    ``fastmodel.serve.api``'s ``evaluate`` and ``sweep`` and serving sweep files evaluate with. ``device`` given
+    (one evaluation), an engine that does not run there is refused (S56). A record's ``framework`` takes the same
     profile through ``framework_profile``."""
-    engine, version, notes = engine_choice(text, field, source)
+    engine, version, notes = engine_choice(text, field, source, vendor, device)
     return profile_columns(engine, version, hbm_bytes), notes
 
 
 def _sched_host(engine: str) -> dict[str, float]:
+    """The profile's last columns: the scheduler loop's host time (S36), weight-only FP8 (vLLM's FP8 Marlin, S55;
+    0 elsewhere) and whether the engine runs on NVIDIA GPUs only (S56)."""
     step, per_request = SCHED_HOST[engine]
-    return {"serve_step_overhead_s": step, "host_req_s": per_request}
+    return {"serve_step_overhead_s": step, "host_req_s": per_request,
+            "fp8_weight_only": FP8_WEIGHT_ONLY_VLLM if engine == "vllm" else 0.0,
+            "engine_nvidia_only": 0.0 if "amd" in ENGINE_VENDORS[engine] else 1.0}
 
 
 def profile_columns(engine: str | None, version: tuple[int, ...] | None, hbm_bytes: float) -> dict[str, float]:
@@ -190,16 +230,15 @@ def profile_columns(engine: str | None, version: tuple[int, ...] | None, hbm_byt
                 "chunked_prefill": 1, "mixed_prefill": 1,
                 "overlap_step": 1 if version is None or version >= (0, 15, 1) else 0, "kv_on_demand": 1,
                 "custom_allreduce_bytes": CUSTOM_AR_VLLM, "host_op_s": 0.0, "host_ops_layer": 0.0,
-                "kv_write_kernel": KV_WRITE_KERNEL_VLLM, "fp8_weight_only": FP8_WEIGHT_ONLY_VLLM, **_sched_host("vllm")}
+                "kv_write_kernel": KV_WRITE_KERNEL_VLLM, **_sched_host("vllm")}
     if engine == "sglang":
         return {"max_num_tokens": 16384 if hbm_bytes >= 160 * GIB else 8192, "max_batch_size": 4096,
                 "chunked_prefill": 1, "mixed_prefill": 0, "overlap_step": 1, "kv_on_demand": 1,
                 "custom_allreduce_bytes": CUSTOM_AR_SGLANG, "host_op_s": 0.0, "host_ops_layer": 0.0,
-                "kv_write_kernel": 0.0, "fp8_weight_only": 0.0, **_sched_host("sglang")}
+                "kv_write_kernel": 0.0, **_sched_host("sglang")}
     return {"max_num_tokens": 8192, "max_batch_size": 2048, "chunked_prefill": 0, "mixed_prefill": 1,
             "overlap_step": 1, "kv_on_demand": 0, "custom_allreduce_bytes": CUSTOM_AR_TRTLLM,
-            "host_op_s": HOST_OP_S_EAGER, "host_ops_layer": 0.0, "kv_write_kernel": 0.0, "fp8_weight_only": 0.0,
-            **_sched_host("trtllm")}
+            "host_op_s": HOST_OP_S_EAGER, "host_ops_layer": 0.0, "kv_write_kernel": 0.0, **_sched_host("trtllm")}
 
 
 def fp4_activation(engine: str | None, precision: str, moe_backend: str = "default") -> tuple[float, str | None]:
@@ -276,12 +315,16 @@ def lockstep_columns(fixed_lengths: bool, mixed_prefill: float, load: str, notes
     return {"client_rounds": rounds}
 
 
-def framework_profile(framework: str | None, hbm_bytes: float) -> tuple[dict[str, float], list[str]]:
-    """(profile columns, notes) of a record's ``framework`` on a GPU of ``hbm_bytes``."""
+def framework_profile(framework: str | None, hbm_bytes: float, vendor: str = "nvidia") -> tuple[dict[str, float],
+                                                                                             list[str]]:
+    """(profile columns, notes) of a record's ``framework`` on a GPU of ``hbm_bytes`` from ``vendor``: no framework
+    is the vendor's default engine (S56); an engine that does not run there keeps its profile and the kernel marks
+    the record ``engine_not_on_device``."""
     engine, version = parse_framework(framework)
     notes = []
     if engine is None and not str(framework or "").strip():
-        notes.append(default_engine_note())
+        engine = VENDOR_DEFAULT_ENGINE.get(vendor, DEFAULT_ENGINE)
+        notes.append(default_engine_note(vendor))
     elif engine is None:
         notes.append(f"framework {framework!r} is not a known serving engine (TensorRT-LLM, vLLM, SGLang): "
                      f"the TensorRT-LLM profile, the default engine, is used")

@@ -32,6 +32,7 @@ import numpy as np
 from fastmodel.errors import SpecError, UnsupportedError
 from fastmodel.kernels.serve.host import triton_moe_layer_ops
 from fastmodel.registry.lm import COLUMN_INDEX, LOAD_MODES
+from fastmodel.registry.lm_lowprec import VENDORS
 from fastmodel.serve.api import precision_columns
 from fastmodel.serve.engine_kernels import (
     SM90_DEVICES,
@@ -252,7 +253,8 @@ def lower_serve_record(data: dict, source: str | None = None) -> ServeRecord:
     if precision in FP4_PRECISIONS and values["peak_flops_4"] <= 0:
         notes.append(f"fp4 on {gpu} (no FP4 tensor cores): weight-only, dequantised into 16-bit GEMMs")
     engine, version = parse_framework(record.framework)
-    profile, profile_notes = framework_profile(record.framework, float(columns[COLUMN_INDEX["hbm_bytes"]]))
+    vendor = "amd" if columns[COLUMN_INDEX["vendor"]] == VENDORS["amd"] else "nvidia"
+    profile, profile_notes = framework_profile(record.framework, float(columns[COLUMN_INDEX["hbm_bytes"]]), vendor)
     if values["precision"] == 1 and columns[COLUMN_INDEX["peak_flops_8"]] <= 0:
         notes.append(_fp8_weight_only(profile, record.framework, gpu, source))
     values.update(profile, **stated_flags(serve, engine, profile["mixed_prefill"], notes, source))

@@ -84,15 +84,19 @@ def _rows(coords: dict, values: dict, shape: tuple, flat: np.ndarray, slo_ok: np
     return [dict(zip(names, row)) for row in zip(*columns.values())]
 
 
-def engine_list(engine) -> list[str]:
-    """The engines to sweep, as labels (``"vllm"``, ``"vllm 0.10.2"``): None (the default engine,
-    ``profiles.DEFAULT_ENGINE`` at its newest version), a name with an optional version, a comma list or a
-    sequence of them, each read by ``profiles.engine_choice`` (a record's spelling works too: TensorRT-LLM, vLLM)."""
+def engine_list(engine, device: str | None = None) -> list[str]:
+    """The engines to sweep, as labels (``"vllm"``, ``"vllm 0.10.2"``): None (the default engine of the device's
+    vendor, ``profiles.VENDOR_DEFAULT_ENGINE``, at its newest version), a name with an optional version, a comma
+    list or a sequence of them, each read by ``profiles.engine_choice`` (a record's spelling works too:
+    TensorRT-LLM, vLLM); with a ``device``, an engine that does not run on it is refused (S56)."""
     from fastmodel.serve.profiles import engine_choice, engine_label
+    from fastmodel.spec.devices import device_vendor
 
+    vendor = device_vendor(device) if device is not None else "nvidia"
     names = [None] if engine is None else [e for part in ([engine] if isinstance(engine, str) else engine)
                                            for e in str(part).split(",") if e.strip()]
-    return list(dict.fromkeys(engine_label(*engine_choice(name)[:2]) for name in names or [None]))
+    return list(dict.fromkeys(engine_label(*engine_choice(name, vendor=vendor, device=device)[:2])
+                              for name in names or [None]))
 
 
 def _axis(name: str, values, default: list[int], low: int) -> list[int]:
@@ -186,7 +190,7 @@ def slo_search(model, device: str, *, input_len: int, output_len: int, ttft: flo
     for name, value in (("--ttft", ttft), ("--tpot", tpot)):
         if not value > 0:
             raise SpecError(None, name, f"{value:g} s: an SLO must be a positive duration, e.g. 2s or 50ms")
-    engines = engine_list(engine)
+    engines = engine_list(engine, device)
     powers = [2**k for k in range(12) if 2**k <= gpus]
     if not powers:
         raise SpecError(None, "--gpus", "the GPU budget must be at least 1")

@@ -12,6 +12,7 @@ from importlib import resources
 
 from fastmodel.errors import SpecError, nearest
 from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
+from fastmodel.registry.lm_lowprec import VENDORS
 from fastmodel.registry.validators import column_problem
 
 try:
@@ -29,6 +30,7 @@ def device_table() -> dict[str, dict[str, float]]:
             continue
         data = tomllib.loads(entry.read_text())
         names = data.pop("names")
+        data["vendor"] = vendor_code(data.get("vendor"), f"specs/devices/{entry.name}")
         for key, value in data.items():
             if key not in COLUMN_INDEX:
                 raise SpecError(f"specs/devices/{entry.name}", key, f"unknown column{nearest(key, COLUMN_INDEX)}")
@@ -37,6 +39,34 @@ def device_table() -> dict[str, dict[str, float]]:
         for name in names:
             table[name.lower()] = {k: float(v) for k, v in data.items()}
     return table
+
+
+@lru_cache(maxsize=None)
+def device_files() -> dict[str, str]:
+    """Every name a built-in device file lists (lower case) -> the file's stem (``"dgx-b200"`` -> ``"b200"``)."""
+    files: dict[str, str] = {}
+    for entry in resources.files("fastmodel.specs").joinpath("devices").iterdir():
+        if entry.name.endswith(".toml"):
+            for name in tomllib.loads(entry.read_text()).get("names", []):
+                files[str(name).lower()] = entry.name[: -len(".toml")]
+    return files
+
+
+def vendor_code(name, source: str | None = None) -> int:
+    """The ``vendor`` column's code of a device file's ``vendor`` (``VENDORS``: "nvidia", "amd"). Every built-in
+    device file states it; a missing or unknown name is a SpecError naming the file, the field and the choices."""
+    if name is None:
+        raise SpecError(source, "vendor", f"missing; write one of {', '.join(VENDORS)}")
+    if not isinstance(name, str) or name.lower() not in VENDORS:
+        raise SpecError(source, "vendor", f"unknown vendor {name!r}{nearest(str(name), VENDORS)}; choose one of "
+                        f"{', '.join(VENDORS)}")
+    return VENDORS[name.lower()]
+
+
+def device_vendor(gpu: str) -> str:
+    """The vendor name of a built-in device (``"nvidia"`` for a GPU with no device file: the registry default)."""
+    code = device_table().get(str(gpu).lower(), {}).get("vendor", 0.0)
+    return next(name for name, value in VENDORS.items() if value == code)
 
 
 

@@ -162,6 +162,23 @@ def _not_empty(data: dict, source: str, kind: str) -> dict:
     return data
 
 
+def _device_hint(text: str, kind: str) -> str:
+    """For a device name given as a system (``-s b300``): the built-in systems whose ``gpu`` is that device (the
+    same device file), as the "did you mean", or, for a device no built-in system is built on, that it is a device
+    (a cluster file states it as ``gpu``); "" for anything else."""
+    from fastmodel.spec.devices import device_files
+
+    stem = device_files().get(text.lower()) if kind == "system" else None
+    if stem is None:
+        return ""
+    systems = [name for name in _builtin_names("system")
+               if device_files().get(str(_builtin_data("system", name).get("gpu", "")).lower()) == stem]
+    if not systems:
+        return f"; {text!r} is a device with no built-in system (a kind = \"cluster\" file states it as gpu)"
+    what = "the built-in system" if len(systems) == 1 else "the built-in systems"
+    return f" (did you mean {' or '.join(map(repr, systems))}, {what} on device {text!r}?)"
+
+
 def resolve_source(spec: Any, kind: str) -> tuple[dict | BaseModel, str | None]:
     """Turn a name, path or dict into (data, source label)."""
     if isinstance(spec, BaseModel) or isinstance(spec, dict):
@@ -180,7 +197,7 @@ def resolve_source(spec: Any, kind: str) -> tuple[dict | BaseModel, str | None]:
         if path.exists():
             return _not_empty(read_file(path), text, kind), text
         other = [k for k in ("model", "system", "task", "sweep") if k != kind and text in _builtin_names(k)]
-        hint = f"; {text!r} is a built-in {other[0]}" if other else nearest(text, names)
+        hint = f"; {text!r} is a built-in {other[0]}" if other else _device_hint(text, kind) or nearest(text, names)
         raise SpecError(None, kind, f"unknown built-in {kind} {text!r}{hint}; "
                         f"see 'fastmodel specs list' or pass a .toml/.json path")
     raise SpecError(None, kind, f"expected a name, a path or a dict, got {type(spec).__name__}")

@@ -25,7 +25,7 @@ What each Transformer Engine recipe (TE d0067d0, 2.20.0.dev0) costs beyond the F
 
 from fastmodel.kernels.columns import (
     C_COLLECTIVE_OVERHEAD_S, C_COMPUTE_CAPABILITY, C_FP8_RECIPE, C_PRECISION, C_TP, FP8_BLOCKWISE, FP8_DELAYED,
-    FP8_MXFP8, FP8_TENSORWISE, FP8_UNSTATED, PRECISION_FP8,
+    FP8_MXFP8, FP8_TENSORWISE, FP8_UNSTATED, PRECISION_FP8, C_VENDOR, VENDOR_AMD,
 )
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.nccl import allreduce_time
@@ -106,12 +106,17 @@ def fp8_saved_input_bytes(row):
 
 @njit
 def fp8_recipe_supported(row):
-    """False for a recipe the device cannot run: MXFP8 off compute capability 10.x, blockwise below 9.0; a
-    device that states no compute capability (0) is not refused."""
+    """False for a recipe the device cannot run: MXFP8 off compute capability 10.x, blockwise below 9.0; on an
+    AMD device (vendor amd: MI300X, CDNA 3) neither, as Transformer Engine's ROCm fork runs MXFP8 on gfx95x only
+    and no block-scaled FP8 GEMM (ROCm/TransformerEngine@030b792 transformer_engine/pytorch/quantization.py
+    ``check_mxfp8_support``, ``check_fp8_block_scaling_support``; docs/model.md §11.19); an NVIDIA device that
+    states no compute capability (0) is not refused."""
+    recipe = row[C_FP8_RECIPE]
+    if row[C_VENDOR] == VENDOR_AMD:
+        return recipe != FP8_MXFP8 and recipe != FP8_BLOCKWISE
     cc = row[C_COMPUTE_CAPABILITY]
     if cc <= 0.0:
         return True
-    recipe = row[C_FP8_RECIPE]
     if recipe == FP8_MXFP8:
         return non_tn(row)
     if recipe == FP8_BLOCKWISE:

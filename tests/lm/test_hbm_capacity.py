@@ -22,8 +22,8 @@ from fastmodel.spec.devices import SAME_PART_SLACK, device_hbm, device_table, sa
 GIB = 2**30
 DATA = Path(__file__).resolve().parents[1] / "data"
 #: every built-in real-world (kind = "cluster") system file and its GPU
-CLUSTERS = ("dgx-a100-40gb", "dgx-a100-80gb", "dgx-h100", "dgx-h200", "dgx-b200", "gb200-nvl72", "gb300-nvl72",
-            "mi300x")
+CLUSTERS = ("dgx-a100-40gb", "dgx-a100-80gb", "dgx-h100", "dgx-h200", "dgx-b200", "dgx-b300", "gb200-nvl72",
+            "gb300-nvl72", "mi300x")
 #: the CUDA-visible totals the device files hold (GiB): PyTorch's "total capacity" in public out-of-memory
 #: messages; for MI300X the ROCm-visible total (hipMemGetInfo, the HSA pool); for GH200 96 GB nvidia-smi's total,
 #: an upper bound [A] (sources, and the [A] values' sensitivity, in the doc section)
