@@ -154,7 +154,7 @@ def test_gemm_rate_per_recipe(recipe, cc, rate):
 ])
 def test_recipes_a_device_cannot_run_are_refused(recipe, cc, ok):
     row = _row(recipe, cc, n_gpus=1.0)      # one device: every other rule holds
-    assert fp8_recipe_supported(row) is ok
+    assert bool(fp8_recipe_supported(row)) is ok
     assert plan_status_row(row) == (0 if ok else STATUS_CODES["fp8_recipe_unsupported"])
 
 
