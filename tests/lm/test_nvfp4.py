@@ -40,16 +40,34 @@ def test_fp4_and_nvfp4_name_one_gemm_format():
 def test_a_gemm_runs_at_the_fp4_peak_times_the_fp8_efficiency_times_the_measured_nvfp4_rate():
     """m = n = 256 on 4 SMs with 128 x 128 tiles: 4 tiles, one full wave, quantization 1; HBM far from binding:
     t = 2 m n (k + k_half) / (peak_4 x eff_8 x 0.603)."""
-    row = _row("fp4", sm_count=4.0, gemm_tile_m=128.0, gemm_tile_n=128.0, hbm_bw=1e18, kernel_overhead_s=0.0,
-               stack_compute_eff=1.0, gemm_eff_8=0.48, gemm_k_half=128.0)
+    row = _row(
+        "fp4",
+        sm_count=4.0,
+        gemm_tile_m=128.0,
+        gemm_tile_n=128.0,
+        hbm_bw=1e18,
+        kernel_overhead_s=0.0,
+        stack_compute_eff=1.0,
+        gemm_eff_8=0.48,
+        gemm_k_half=128.0,
+    )
     m = n = 256.0
     k = 4096.0
     expected = 2.0 * m * n * (k + 128.0) / (13.5e15 * 0.48 * RATE)
     assert gemm_time(row, m, n, k, 2.0) == pytest.approx(expected, rel=1e-12)
     assert RATE == pytest.approx(0.6033, abs=1e-4)
     # the same GEMM under FP8: 4.5e15 x 0.48 x 1 (per-tensor scaling, unstated recipe) -> 1.81x longer
-    fp8 = _row("fp8", sm_count=4.0, gemm_tile_m=128.0, gemm_tile_n=128.0, hbm_bw=1e18, kernel_overhead_s=0.0,
-               stack_compute_eff=1.0, gemm_eff_8=0.48, gemm_k_half=128.0)
+    fp8 = _row(
+        "fp8",
+        sm_count=4.0,
+        gemm_tile_m=128.0,
+        gemm_tile_n=128.0,
+        hbm_bw=1e18,
+        kernel_overhead_s=0.0,
+        stack_compute_eff=1.0,
+        gemm_eff_8=0.48,
+        gemm_k_half=128.0,
+    )
     assert gemm_time(fp8, m, n, k, 1.0) / expected == pytest.approx(6.812 / 3.764, rel=1e-12)
 
 
@@ -82,10 +100,13 @@ def test_the_layer_charges_the_nvfp4_casts_of_its_gemm_inputs_and_runs_its_gemms
     assert work[1][W_GEMM] < work[0][W_GEMM]
 
 
-@pytest.mark.parametrize("fp8_params, expected", [
-    (0.0, 2.0 + 2.0 * (0.5 + 1.0 / 16.0)),    # BF16 weight + NVFP4 rowwise and columnwise copies
-    (1.0, 2.0 * (0.5 + 1.0 / 16.0)),          # FP4 parameters (Megatron --fp4-param): the two copies only
-])
+@pytest.mark.parametrize(
+    "fp8_params, expected",
+    [
+        (0.0, 2.0 + 2.0 * (0.5 + 1.0 / 16.0)),  # BF16 weight + NVFP4 rowwise and columnwise copies
+        (1.0, 2.0 * (0.5 + 1.0 / 16.0)),  # FP4 parameters (Megatron --fp4-param): the two copies only
+    ],
+)
 def test_weight_bytes_hold_the_nvfp4_copies(fp8_params, expected):
     assert weight_bytes_per_param(_row("fp4", fp8_params=fp8_params)) == pytest.approx(expected, rel=1e-15)
 
@@ -94,13 +115,16 @@ def test_a_saved_gemm_input_is_its_columnwise_nvfp4_copy():
     assert gemm_input_bytes(_row("fp4")) == pytest.approx(0.5 + 1.0 / 16.0, rel=1e-15)
 
 
-@pytest.mark.parametrize("values, ok", [
-    ({"peak_flops_4": 0.0, "compute_capability": 9.0}, False),      # H100 SXM: no FP4 peak
-    ({"peak_flops_4": 9e15, "compute_capability": 9.0}, False),     # a peak stated on a Hopper part
-    ({"peak_flops_4": 9e15, "compute_capability": 10.0}, True),     # B200
-    ({"peak_flops_4": 13.5e15, "compute_capability": 10.3}, True),  # B300
-    ({"peak_flops_4": 9e15, "compute_capability": 0.0}, True),      # no compute capability stated
-])
+@pytest.mark.parametrize(
+    "values, ok",
+    [
+        ({"peak_flops_4": 0.0, "compute_capability": 9.0}, False),  # H100 SXM: no FP4 peak
+        ({"peak_flops_4": 9e15, "compute_capability": 9.0}, False),  # a peak stated on a Hopper part
+        ({"peak_flops_4": 9e15, "compute_capability": 10.0}, True),  # B200
+        ({"peak_flops_4": 13.5e15, "compute_capability": 10.3}, True),  # B300
+        ({"peak_flops_4": 9e15, "compute_capability": 0.0}, True),  # no compute capability stated
+    ],
+)
 def test_fp4_off_fp4_tensor_cores_is_refused(values, ok):
     row = _row("fp4", n_gpus=1.0, **values)
     assert bool(fp4_supported(row)) is ok
