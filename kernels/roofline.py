@@ -23,13 +23,17 @@ from fastmodel.kernels.columns import (
     C_HBM_EFF,
     C_EP, C_EXPERT_ALIGN_ROWS, C_EXPERT_GEMM_EFF, C_EXPERT_HIDE_ROWS, C_EXPERT_TILE_MAX, C_EXPERT_TILE_MIN, C_KERNEL_OVERHEAD_S, C_MOE_EXPERTS,
     C_PEAK_FLOPS_16, C_PEAK_FLOPS_4, C_PEAK_FLOPS_8, C_SM_COUNT, C_STACK_COMPUTE_EFF, C_COMPUTE_CAPABILITY, C_FP8_RECIPE,
-    FP8_BLOCKWISE, FP8_MXFP8,
+    C_PRECISION, FP8_BLOCKWISE, FP8_MXFP8, PRECISION_FP4,
 )
 
 #: MXFP8 GEMM kernel time over per-tensor FP8's on the same shapes: TE
 #: docs/examples/gemm_profiling/gemm_profiling.rst, B300, pre-quantized (kernel-only) per-layer GEMM time of the
 #: 5B config, FP8 CurrentScaling 6.812 ms, MXFP8 7.161 ms: 6.812 / 7.161 = 0.951
 MX_GEMM_RATE = 6.812 / 7.161
+#: NVFP4 training GEMM rate over per-tensor FP8's at the FP4 peak, the same page and shapes: NVFP4 3.764 ms, so
+#: NVFP4 runs 6.812 / 3.764 = 1.81x faster than FP8 where B300's datasheet ratio (peak_flops_4 / peak_flops_8) is
+#: 13.5 / 4.5 = 3: (6.812 / 3.764) / 3 = 0.603 (docs/model.md §11.38)
+NVFP4_GEMM_RATE = (6.812 / 3.764) / (13.5 / 4.5)
 #: compute capability from which FP8 GEMMs take non-TN layouts (TE utils.py ``is_non_tn_fp8_gemm_supported``:
 #: 10.0 <= cc < 12.0) and MXFP8 runs (quantization.py ``_compute_mxfp8_support``); 12.x lacks both
 NON_TN_CC = 10.0
@@ -53,6 +57,14 @@ def fp8_gemm_rate(row):
     if recipe == FP8_MXFP8 or (recipe == FP8_BLOCKWISE and non_tn(row)):
         return MX_GEMM_RATE
     return 1.0
+
+
+@njit(inline="always")
+def fp4_gemm_rate(row):
+    """Share of ``peak_flops_4 x gemm_eff_8`` an FP4 GEMM attains: ``NVFP4_GEMM_RATE`` in NVFP4 training
+    (``precision`` fp4, TE's cuBLASLt NVFP4 GEMMs, docs/model.md §11.38); 1 for serving's W4A4 (precision code 0
+    there, its engines' kernels; docs/model_serving.md S12)."""
+    return NVFP4_GEMM_RATE if row[C_PRECISION] == PRECISION_FP4 else 1.0
 
 
 @njit(inline="always")
@@ -108,10 +120,11 @@ def tiled_quantization(row, groups, m, n, k, tm):
 def format_peak(row, fp8):
     """(datasheet FLOP/s, measured large-GEMM efficiency) of the GEMM precision ``fp8`` (False/0: 16-bit, True/1:
     FP8, 2: FP4 W4A4 at the FP4 peak x the FP8 efficiency, serving only: no FP4 microbenchmark in the device
-    files); a format the device has no peak for runs at the next wider one. FP8 at the training recipe's rate
+    files; NVFP4 training GEMMs at :func:`fp4_gemm_rate`); a format the device has no peak for runs at the next
+    wider one. FP8 at the training recipe's rate
     (``fp8_recipe``, :func:`fp8_gemm_rate`; 1 unless a recipe is stated)."""
     if fp8 >= 2.0 and row[C_PEAK_FLOPS_4] > 0.0:
-        return row[C_PEAK_FLOPS_4], row[C_GEMM_EFF_8]
+        return row[C_PEAK_FLOPS_4], row[C_GEMM_EFF_8] * fp4_gemm_rate(row)
     if fp8 and row[C_PEAK_FLOPS_8] > 0.0:
         return row[C_PEAK_FLOPS_8], row[C_GEMM_EFF_8] * fp8_gemm_rate(row)
     return row[C_PEAK_FLOPS_16], row[C_GEMM_EFF_16]

@@ -144,6 +144,8 @@ _PLAN_OVERRIDES: dict[str, tuple] = {
                         | None, None),
     "cuda_graphs": (Annotated[Literal[tuple(CUDA_GRAPH_SCOPES)], BeforeValidator(_graph_scope)]  # type: ignore[misc]
                     | None, None),
+    # RUNS.md's precision list (bf16 | fp8 | fp16): fp4 (NVFP4) is for specs, sweeps and -x (docs/model.md §11.38)
+    "precision": (Literal["bf16", "fp8", "fp16"], "bf16"),
 }
 #: RUNS.md plan fields that are no execution option: the mesh, the batch, and informational fields
 _PLAN_FIELDS: dict[str, tuple] = {

@@ -59,7 +59,7 @@ def _cols(group: str, *rows: tuple) -> tuple[Column, ...]:
 # --- integer codes -----------------------------------------------------------
 SHARDING_CODES = {"ddp": 0, "zero1": 1, "distopt": 1, "zero2": 2, "fsdp": 3, "hsdp": 3}
 RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2, "partial_layers": 3}
-PRECISION_CODES = {"bf16": 0, "fp16": 0, "fp8": 1}
+PRECISION_CODES = {"bf16": 0, "fp16": 0, "fp8": 1, "fp4": 2, "nvfp4": 2}
 #: ``sgd`` keeps a momentum buffer (``sgd_momentum`` the same); ``sgd_no_momentum`` is ``torch.optim.SGD`` at its
 #: default ``momentum=0``, which keeps no state (PyTorch docs, torch.optim.SGD); ``muon`` is Muon on the layers'
 #: weight matrices and AdamW on every other parameter (KellerJordan/Muon muon.py, docs/model.md §11.7 "Muon")
@@ -168,7 +168,7 @@ PLAN_COLUMNS = _cols(
      "shared_experts); 0 = the default core_attn.", 0, 127),
     ("sequence_parallel", "1", 0, "1: Megatron sequence parallelism with TP (RS+AG instead of AR).", 0, 1),
     ("tp_comm_overlap", "1", 0, "1: TP communication overlapped with GEMMs (userbuffers).", 0, 1),
-    ("precision", "code", 0, "PRECISION_CODES: 0 bf16/fp16, 1 fp8 GEMMs.", 0, 1),
+    ("precision", "code", 0, "PRECISION_CODES: 0 bf16/fp16, 1 fp8, 2 fp4 (NVFP4, §11.38) GEMMs.", 0, 2),
     ("grad_reduce_bytes", "bytes", 4, "Bytes per gradient element in the data-parallel reduction.", 1, 8),
     ("optimizer", "code", 0, "OPTIMIZER_CODES: 0 Adam(W), 1 SGD-momentum, 2 Adafactor, 3 SGD without momentum "
      "(no state), 4 Muon (layer matrices) + AdamW (the rest).", 0, 4),

@@ -42,6 +42,9 @@ STATUSES: tuple[Status, ...] = (
            "refuses: not a whole number of decoder layers, more than the model's (or at pp 1 other than all of "
            "them), or set with embedding_loss_in_split (pipeline_model_parallel_layout with "
            "account_for_*_in_pipeline_split; docs/model.md §11.22, §11.25)"),
+    Status("no_fp4", "precision fp4 (NVFP4 training) needs FP4 tensor cores: the device has no FP4 peak "
+           "(peak_flops_4) or a compute capability below 10.0 (Transformer Engine NVFP4BlockScaling; docs/model.md "
+           "§11.38)"),
     NOT_COMPUTED,
 )
 STATUS_CODES: dict[str, int] = {s.name: i for i, s in enumerate(STATUSES)}

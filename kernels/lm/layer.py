@@ -8,14 +8,15 @@ layer mix) is ``kernels/lm/shape.py``, which serving reads too; ``kernels/lm/pas
 passes and ``kernels/lm/step.py`` composes the step.
 """
 
-from fastmodel.kernels.lm.fp8 import amax_reduction_time, fp8_cast_bytes
+from fastmodel.kernels.lm.fp4 import gemm_format, gemm_weight_bytes, lowp_cast_bytes
+from fastmodel.kernels.lm.fp8 import amax_reduction_time
 from fastmodel.kernels.roofline import attention_time, gemm_time, grouped_gemm_time, memory_bound_time
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.layout import (
     CP_ALLGATHER, CP_ALLTOALL, C_CAUSAL, C_COLLECTIVE_OVERHEAD_S, C_CP, C_CP_ALGORITHM, C_EP, C_FFN, C_FLASH_ATTENTION, C_HEADS, C_HEAD_DIM, C_HIDDEN,
     C_KV_HEADS, C_LAYERS, C_LOSS_TRAFFIC_BYTES_PER_LOGIT, C_MICRO_BATCH, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS,
-    C_MOE_TOPK, C_MTP_LAYERS, C_PRECISION, C_RECOMPUTE, C_RECOMPUTE_FRACTION, C_ROTARY_FRACTION, C_SEQUENCE_PARALLEL, C_SEQ_LEN,
-    C_SLIDING_WINDOW, C_TIED_EMBEDDINGS, C_TP, C_VOCAB, PRECISION_FP8, RECOMPUTE_FULL, RECOMPUTE_PARTIAL_LAYERS,
+    C_MOE_TOPK, C_MTP_LAYERS, C_RECOMPUTE, C_RECOMPUTE_FRACTION, C_ROTARY_FRACTION, C_SEQUENCE_PARALLEL, C_SEQ_LEN,
+    C_SLIDING_WINDOW, C_TIED_EMBEDDINGS, C_TP, C_VOCAB, RECOMPUTE_FULL, RECOMPUTE_PARTIAL_LAYERS,
     RECOMPUTE_SELECTIVE,
 )
 from fastmodel.kernels.lm.shape import (  # noqa: F401 - the shape terms, re-exported for the layer's callers
@@ -110,8 +111,8 @@ def layer_costs(row, moe, sliding, work):
     t = row[C_TP]
     c = row[C_CP]
     sp = row[C_SEQUENCE_PARALLEL] > 0.0
-    fp8 = row[C_PRECISION] == PRECISION_FP8
-    element = 1.0 if fp8 else 2.0      # GEMM operands at the GEMM precision
+    fp8 = gemm_format(row)             # 0 16-bit, 1 FP8, 2 NVFP4 GEMMs (docs/model.md §11.38)
+    element = gemm_weight_bytes(fp8)   # GEMM weights at the GEMM precision
     tokens = row[C_MICRO_BATCH] * row[C_SEQ_LEN] / c
     dqk, dv = attention_dims(row)
     nm = mlp_matrices(row)
@@ -161,8 +162,9 @@ def layer_costs(row, moe, sliding, work):
     nbytes = elementwise_bytes(row, norm_tokens * h, mlp_out,
                                tokens * (a + row[C_KV_HEADS]) * dqk / t * row[C_ROTARY_FRACTION])
     if fp8:
-        # FP8 casts of the GEMM inputs, per recipe (docs/model.md §11.19; unstated: 2 casts, read 2 B, write 1 B)
-        nbytes += fp8_cast_bytes(row) * tokens * (2.0 * h / (t if sp else 1.0) + a * dv / t + mlp_out / tokens)
+        # FP8 casts of the GEMM inputs, per recipe (docs/model.md §11.19; unstated: 2 casts, read 2 B, write 1 B);
+        # NVFP4's amax pass, rowwise and columnwise (RHT) casts under fp4 (§11.38)
+        nbytes += lowp_cast_bytes(row) * tokens * (2.0 * h / (t if sp else 1.0) + a * dv / t + mlp_out / tokens)
     mem = memory_bound_time(row, nbytes) + core_mem + moe_mem
     # communication of the layer, forward direction
     tp_bytes = ACT_BYTES * tokens * h
@@ -265,7 +267,7 @@ def mtp_costs(row, tokens, norm_tokens):
         return 0.0, 0.0, 0.0, 0.0
     h = row[C_HIDDEN]
     t = row[C_TP]
-    fp8 = row[C_PRECISION] == PRECISION_FP8
+    fp8 = gemm_format(row)
     gemm = gemm_time(row, tokens, h / t, 2.0 * h, fp8)
     norm, _, _ = elementwise_unit_bytes(row)
     mem_bytes = norm_tokens * h * (3.0 * norm * (1.0 + 2.0) + 8.0) / 2.0

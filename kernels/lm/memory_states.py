@@ -8,7 +8,7 @@ them with activations and buffers; docs/model_memory.md collects the equations).
 
 import math
 
-from fastmodel.kernels.lm.fp8 import fp8_weight_copy_bytes
+from fastmodel.kernels.lm.fp4 import lowp_weight_copy_bytes
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.parallel import param_bytes
 from fastmodel.kernels.lm.pipeline import mirror_stage
@@ -21,7 +21,7 @@ from fastmodel.kernels.lm.layout import (
     C_MASTER_WEIGHTS, C_MTP_LAYERS, C_OPTIMIZER, C_OPTIMIZER_MOMENTS, C_PP, C_PRECISION, C_SHARDING,
     C_SHARD_DEGREE, C_TIED_EMBEDDINGS, C_EMBEDDING_LOSS_IN_SPLIT, C_LEARNED_POSITIONS, C_SEQ_LEN, C_TP, C_UNEVEN_STAGES, C_VOCAB, C_VP, OPT_ADAFACTOR, OPT_SGD,
     OPT_MUON, OPT_SGD_NO_MOMENTUM, C_LAST_STAGE_LAYERS, C_REDUCE_EVERY_MICROBATCH, C_FSDP_STAGE_GATHERED,
-    PRECISION_FP8, SHARD_FSDP, SHARD_ZERO1, SHARD_ZERO2,
+    PRECISION_FP4, PRECISION_FP8, SHARD_FSDP, SHARD_ZERO1, SHARD_ZERO2,
 )
 from fastmodel.kernels.lm.muon import muon_state_bytes, owned_share, stage_matrices
 
@@ -245,12 +245,13 @@ def weight_bytes_per_param(row):
     the FP8 forms are cached across micro-batches (TE ``is_first_microbatch``). FP8 parameters
     (``fp8_params``, TE ``fp8_model_init``): w, the high-precision master stays in the optimizer. ``w`` is the
     recipe's FP8 weight forms, ``fastmodel.kernels.lm.fp8.fp8_weight_copy_bytes`` (1 when ``fp8_recipe`` is unstated;
-    docs/model_memory.md "FP8 recipe copies").
+    docs/model_memory.md "FP8 recipe copies"); under fp4 the NVFP4 rowwise + columnwise forms, 1.125
+    (``fastmodel.kernels.lm.fp4.lowp_weight_copy_bytes``, docs/model.md §11.38).
     """
     if row[C_FP8_PARAMS] > 0:
-        return fp8_weight_copy_bytes(row)
-    if int(row[C_PRECISION]) == PRECISION_FP8:
-        return B16 + fp8_weight_copy_bytes(row)
+        return lowp_weight_copy_bytes(row)
+    if int(row[C_PRECISION]) == PRECISION_FP8 or int(row[C_PRECISION]) == PRECISION_FP4:
+        return B16 + lowp_weight_copy_bytes(row)
     return B16
 
 

@@ -7,6 +7,7 @@ PlanErrors for single configurations.
 """
 
 
+from fastmodel.kernels.lm.fp4 import fp4_supported
 from fastmodel.kernels.lm.fp8 import fp8_recipe_supported
 from fastmodel.kernels.jit import njit, prange
 from fastmodel.kernels.lm.layout import (
@@ -28,6 +29,7 @@ ST_EXPERTS = STATUS_CODES["experts_not_divisible"]
 ST_SEQUENCE = STATUS_CODES["sequence_not_divisible"]
 ST_EP_DENSE = STATUS_CODES["ep_without_experts"]
 ST_NO_FP8 = STATUS_CODES["no_fp8"]
+ST_NO_FP4 = STATUS_CODES["no_fp4"]
 ST_NODE_LIMIT = STATUS_CODES["node_limit_below_topk"]
 ST_TOPK = STATUS_CODES["topk_above_experts"]
 ST_FP8_RECIPE = STATUS_CODES["fp8_recipe_unsupported"]
@@ -79,6 +81,8 @@ def plan_status_row(row):
         return ST_NO_FP8
     if row[C_PRECISION] == PRECISION_FP8 and not fp8_recipe_supported(row):
         return ST_FP8_RECIPE
+    if not fp4_supported(row):
+        return ST_NO_FP4
     if offload_conflict(row):
         return ST_OFFLOAD
     if layout_broken(row):
