@@ -50,7 +50,7 @@ def _device_file(tmp_path, monkeypatch, column, value):
 
     folder = tmp_path / "devices"
     folder.mkdir()
-    (folder / "x.toml").write_text(f'names = ["x-gpu"]\n{column} = {value}\n')
+    (folder / "x.toml").write_text(f'names = ["x-gpu"]\nvendor = "nvidia"\n{column} = {value}\n')
     monkeypatch.setattr(devices, "resources", SimpleNamespace(files=lambda _: tmp_path))
     devices.device_table.__wrapped__()  # not the cached table of the built-in files
 
