@@ -29,6 +29,7 @@ def test_bad_degrees(plan, text):
         (["bogus"], "No such command"),
         (["specs", "list", "systems"], "did you mean 'system'"),
         (["run", "-m", "dc-a", "-s", "dc-a", "-t", "llm-pretrain-fsdp"], "'dc-a' is a built-in system"),
+        (["run", "-m", "llama2-70b", "-s", "dc-a", "-t", "train-llm"], "task 'train-llm' (did you mean 'llm-pretrain'?)"),
     ],
 )
 def test_usage_errors_are_one_line(args, text):
