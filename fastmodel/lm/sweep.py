@@ -36,6 +36,11 @@ if TYPE_CHECKING:
 DEGREES = ("tp", "pp", "cp", "ep", "etp")
 #: a degree left out of a plan: 1, but etp 0 (= tp, Megatron-Core's --expert-tensor-parallel-size default)
 DEGREE_DEFAULTS = {"etp": 0}
+#: axes counting whole things: the mesh degrees, the virtual stages and sharding group, and every plan column
+#: counted in sequences, layers, steps or batches (``micro_batch = [1.5]`` made every point batch_not_divisible;
+#: ``-x micro_batch=1.5`` is refused as not an integer by ExecutionSpec)
+WHOLE_AXES = (*DEGREES, "vp", "shard_degree",
+              *(c.name for c in COLUMNS if c.group == "plan" and c.units in ("sequences", "layers", "steps", "batches")))
 MESH_AXIS = "plan"
 
 
@@ -133,6 +138,8 @@ def _axis_values(name: str, values: Any, model, cluster, max_gpus: int) -> tuple
     _check_model_axis(name, values, model)
     if not np.all(np.isfinite(numeric)):
         raise SweepError(f"axis {name!r}: values must be finite")
+    if name in WHOLE_AXES and (part := next((v for v, x in zip(values, numeric) if not x.is_integer()), None)) is not None:
+        raise SweepError(f"axis {name!r}: every value must be a whole number (got {part!r})")
     if name in COLUMN_INDEX:
         column = COLUMNS[COLUMN_INDEX[name]]
         if bad := next(((v, p) for v, x in zip(values, numeric) if (p := column_problem(column, x))), None):

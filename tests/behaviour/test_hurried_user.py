@@ -302,3 +302,11 @@ def test_best_by_a_dimension_and_its_csv_message(tmp_path):
     bad = cli("best", str(result), "--by", "throughput", "--csv", str(text), "--force")
     one_line_error(bad, "not the CSV table this command writes")
     assert text.read_text() == "notes\n"
+
+
+def test_a_fractional_micro_batch_in_a_sweep_file_is_named(tmp_path):
+    """micro_batch = [1.5] ran to "every point of the sweep is illegal or infeasible: 100% batch_not_divisible"."""
+    path = tmp_path / "s.toml"
+    path.write_text('model = "llama3-8b"\nsystem = "dgx-h100"\ntask = "llm-pretrain"\n[axes]\nmicro_batch = [1.5]\n')
+    one_line_error(cli("sweep", path, "-o", tmp_path / "out.nc"),
+                   f"{path}: axes.micro_batch: every value must be a whole number (got 1.5)")

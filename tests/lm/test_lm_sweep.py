@@ -174,6 +174,24 @@ def test_bad_axes_are_one_line_errors():
         lm_sweep("llama2-70b", "dgx-h100", "llm-pretrain")
 
 
+@pytest.mark.parametrize("axis, values", [("micro_batch", [1, 1.5]), ("tp", [2.5]), ("global_batch", [1024.5]),
+                                          ("vp", [1.5]), ("eval_iters", [0.5])])
+def test_a_count_axis_takes_whole_numbers(axis, values):
+    """Hurried-user walk: ``micro_batch = [1.5]`` in a sweep file ran, every point batch_not_divisible ("every
+    point of the sweep is illegal"), where ``-x micro_batch=1.5`` is refused as not an integer; a fractional
+    degree, batch or count is now refused by name, the first offending value named."""
+    with pytest.raises(SweepError, match=rf"^axis '{axis}': every value must be a whole number \(got {values[-1]}\)$"):
+        lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", axes={axis: values})
+
+
+def test_a_count_axis_accepts_whole_floats():
+    """A log range makes floats (1.0, 2.0, 4.0): whole values stay accepted."""
+    from fastmodel.lm.sweep import _axis_values
+
+    labels, numeric = _axis_values("micro_batch", [1.0, 2.0, 4.0], None, None, 8)
+    assert numeric.tolist() == [1.0, 2.0, 4.0]
+
+
 def test_throughput_identity_holds_for_every_legal_point(grid):
     ok = grid.status == 0
     product = (grid.tokens_per_s * grid.step_time).where(ok)
