@@ -139,3 +139,26 @@ def test_a_set_value_that_conflicts_with_a_valid_file_is_blamed_on_set(tmp_path)
     assert cli("run", *DSV3, "--execution", path, "--json").exit_code == 0
     line = _error(cli("run", *DSV3, "--execution", path, "-x", "pipeline_schedule=1f1b"))
     assert line.startswith("error: --set: execution.moe_a2a_overlap: 'dualpipe' overlaps the all-to-all"), line
+
+
+@pytest.mark.parametrize("item, where", [
+    ("num_nodes=0", "the cluster size is --nodes N"),
+    ("tp=8", "the mesh is --plan, e.g. --plan tp8.pp4 (dp fills the cluster)"),
+    ("dp=4", "dp fills the cluster: set --nodes and the --plan degrees"),
+    ("global_batch=1e3", "the global batch is the task's"),
+    ("seq_len=4096", "seq_len is the model's"),
+])
+def test_a_field_set_elsewhere_names_where(item, where):
+    """Hurried-user walk: ``-x num_nodes=0`` said "unknown field", ``-x global_batch=1e3`` "did you mean
+    'micro_batch'?": a cluster size, mesh degree, global batch or model column names its option or spec."""
+    key = item.split("=")[0]
+    line = _error(cli("run", "-m", "llama3-8b", "-s", "dgx-h100", "-t", "llm-pretrain", "-x", item))
+    assert line.startswith(f"error: --set: execution.{key}: not an execution field: {where}"), line
+
+
+def test_a_field_set_twice_is_refused():
+    """``-x micro_batch=1 -x micro_batch=2`` ran micro_batch 2 silently; the same value twice still runs."""
+    args = ["run", "-m", "llama3-8b", "-s", "dgx-h100", "-t", "llm-pretrain", "-x", "micro_batch=1"]
+    line = _error(cli(*args, "-x", "micro_batch=2"))
+    assert line == "error: --set: execution.micro_batch: given twice (1, then 2); give it once"
+    assert cli(*args, "-x", "micro_batch=1").exit_code == 0
