@@ -133,11 +133,14 @@ def _axis_values(name: str, values: Any, model, cluster, max_gpus: int) -> tuple
     if name == "dp":
         raise SweepError("axis 'dp': derived for every point (dp = n_gpus / (tp pp cp) fills the cluster): sweep "
                          "num_nodes and the plan (or the degrees tp, pp, cp) instead")
-    values = [boolean_name(name, v) for v in values]  # cuda_graphs = [true, false]: layer, none (as records)
+    given, values = list(values), [boolean_name(name, v) for v in values]  # cuda_graphs = [true, false]: layer, none (as records)
     numeric = np.array([_axis_number(name, v) for v in values])
     _check_model_axis(name, values, model)
     if not np.all(np.isfinite(numeric)):
         raise SweepError(f"axis {name!r}: values must be finite")
+    same = next(((v, given[j]) for i, v in enumerate(given) for j in range(i) if numeric[j] == numeric[i]), None)
+    if same is not None:    # ['80GB', 80e9], ['distopt', 'zero1']: one point twice under two spellings
+        raise SweepError(f"axis {name!r}: {same[0]!r} is the same value as {same[1]!r} (duplicate point)")
     if name in WHOLE_AXES and (part := next((v for v, x in zip(values, numeric) if not x.is_integer()), None)) is not None:
         raise SweepError(f"axis {name!r}: every value must be a whole number (got {part!r})")
     if name in COLUMN_INDEX:

@@ -77,6 +77,9 @@ def _axes(source: str, axes: dict, model, cluster) -> dict[str, Any]:
     for name, spec in axes.items():
         if name not in names:
             raise SpecError(source, f"axes.{name}", f"unknown axis{nearest(name, names)}")
+        if name == MESH_AXIS and isinstance(spec, str) and spec != "all" and nearest(spec, ["all"]):
+            raise SpecError(source, "axes.plan", f"{spec!r} is no mesh{nearest(spec, ['all'])}: \"all\" or a list "
+                            "of meshes (tp8.pp4, ...)")
         expanded[name] = spec if name == MESH_AXIS and spec == "all" else axis_values(source, name, spec)
     nodes = expanded.get("num_nodes", [cluster.num_nodes])
     for value in nodes:
@@ -93,7 +96,8 @@ def _axes(source: str, axes: dict, model, cluster) -> dict[str, Any]:
                 raise SpecError(source, "axes.plan", "no mesh of this model fits the cluster")
             labels = [mesh_label(m) for m in meshes]
             if len(set(labels)) != len(labels):
-                raise SpecError(source, "axes.plan", "duplicate mesh")
+                twice = next(label for label in labels if labels.count(label) > 1)
+                raise SpecError(source, "axes.plan", f"duplicate mesh {twice!r}")
             expanded[name] = labels
             continue
         try:

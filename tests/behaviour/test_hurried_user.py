@@ -310,3 +310,12 @@ def test_a_fractional_micro_batch_in_a_sweep_file_is_named(tmp_path):
     path.write_text('model = "llama3-8b"\nsystem = "dgx-h100"\ntask = "llm-pretrain"\n[axes]\nmicro_batch = [1.5]\n')
     one_line_error(cli("sweep", path, "-o", tmp_path / "out.nc"),
                    f"{path}: axes.micro_batch: every value must be a whole number (got 1.5)")
+
+
+@pytest.mark.parametrize("plan, said", [('"al"', "axes.plan: 'al' is no mesh (did you mean 'all'?)"),
+                                        ('["tp8", "TP8"]', "axes.plan: duplicate mesh 'tp8'")])
+def test_a_misspelt_or_repeated_plan_axis_is_named(tmp_path, plan, said):
+    """plan = "al" said "'al' is not a degree like tp8"; a repeated mesh was "duplicate mesh", not which."""
+    path = tmp_path / "s.toml"
+    path.write_text(f'model = "llama3-8b"\nsystem = "dgx-h100"\ntask = "llm-pretrain"\n[axes]\nplan = {plan}\n')
+    one_line_error(cli("sweep", path, "-o", tmp_path / "out.nc"), f"{path}: {said}")

@@ -1,5 +1,7 @@
 """Real-world sweeps: grid construction, the rule table and plan enumeration (docs/model.md §11.9)."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -181,6 +183,19 @@ def test_a_count_axis_takes_whole_numbers(axis, values):
     point of the sweep is illegal"), where ``-x micro_batch=1.5`` is refused as not an integer; a fractional
     degree, batch or count is now refused by name, the first offending value named."""
     with pytest.raises(SweepError, match=rf"^axis '{axis}': every value must be a whole number \(got {values[-1]}\)$"):
+        lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", axes={axis: values})
+
+
+@pytest.mark.parametrize("axis, values, said", [
+    ("hbm_bytes", ["80GB", 80e9], "80000000000.0 is the same value as '80GB'"),
+    ("sharding", ["distopt", "zero1"], "'zero1' is the same value as 'distopt'"),
+    ("cuda_graphs", [False, "none"], "'none' is the same value as False"),
+])
+def test_one_value_under_two_spellings_is_a_duplicate(axis, values, said):
+    """Hurried-user walk: the duplicate check compared the values as written, so ``hbm_bytes = ['80GB', 80e9]``
+    (80 GB = 8e10 bytes) or two names of one code (SHARDING_CODES: distopt and zero1 are both 1) made the same
+    point twice; now compared as the numbers evaluated."""
+    with pytest.raises(SweepError, match=rf"^axis '{axis}': {re.escape(said)} \(duplicate point\)$"):
         lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", axes={axis: values})
 
 
