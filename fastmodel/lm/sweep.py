@@ -231,6 +231,8 @@ def _axis_number(name: str, value: Any) -> float:
 
     if isinstance(value, str) and name in CODE_TABLES:
         return float(encode(name, value))
+    if name in CODE_TABLES:     # recompute = ["full", 1]: a code number, which --set and the records refuse
+        raise SweepError(f"axis {name!r}: {value!r} is not a name; choose one of {', '.join(CODE_TABLES[name])}")
     units = COLUMNS[COLUMN_INDEX[name]].units if name in COLUMN_INDEX else "1"
     if isinstance(value, str) and units in QUANTITY_KINDS:
         try:

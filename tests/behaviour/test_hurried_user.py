@@ -319,3 +319,12 @@ def test_a_misspelt_or_repeated_plan_axis_is_named(tmp_path, plan, said):
     path = tmp_path / "s.toml"
     path.write_text(f'model = "llama3-8b"\nsystem = "dgx-h100"\ntask = "llm-pretrain"\n[axes]\nplan = {plan}\n')
     one_line_error(cli("sweep", path, "-o", tmp_path / "out.nc"), f"{path}: {said}")
+
+
+def test_a_model_axis_of_a_real_world_sweep_says_one_model_per_file(tmp_path):
+    """[axes] model = [...] (a MAD-Max sweep axis) was "unknown axis (did you mean 'num_nodes'?)"."""
+    path = tmp_path / "s.toml"
+    path.write_text('model = "llama3-8b"\nsystem = "dgx-h100"\ntask = "llm-pretrain"\n[axes]\n'
+                    'model = ["llama3-8b", "llama3-70b"]\n')
+    one_line_error(cli("sweep", path, "-o", tmp_path / "out.nc"), f"{path}: axes.model: a real-world sweep takes one "
+                   "model (the file's model key; MAD-Max sweeps take a model axis)")

@@ -199,6 +199,14 @@ def test_one_value_under_two_spellings_is_a_duplicate(axis, values, said):
         lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", axes={axis: values})
 
 
+def test_a_code_axis_takes_names_not_numbers():
+    """Hurried-user walk: ``recompute = ["full", 1]`` ran (1 is selective's code) where ``-x recompute=1`` is
+    refused; a coded axis takes the names of its code table."""
+    with pytest.raises(SweepError, match=r"^axis 'recompute': 1 is not a name; choose one of none, selective, full, "
+                                         r"partial_layers$"):
+        lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", axes={"recompute": ["full", 1]})
+
+
 def test_a_count_axis_accepts_whole_floats():
     """A log range makes floats (1.0, 2.0, 4.0): whole values stay accepted."""
     from fastmodel.lm.sweep import _axis_values
