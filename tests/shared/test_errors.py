@@ -37,3 +37,11 @@ def test_nearest_by_the_words_where_the_spelling_misses():
     assert nearest("70b-llama2", ["llama2-7b", "llama2-70b"]) == " (did you mean 'llama2-70b'?)"
     assert nearest("xx-llm", tasks) == ""                # a word no choice holds: no suggestion
     assert nearest("tr-llm", tasks) == ""                # 2-letter words are not looked for inside others
+
+
+def test_nearest_by_initials_last():
+    """`--sel mb=1` named no dimension; the initials of a choice's words are looked at when nothing else is near."""
+    dims = ["num_nodes", "plan", "micro_batch", "recompute"]
+    assert nearest("mb", dims) == " (did you mean 'micro_batch'?)"
+    assert nearest("nn", dims) == " (did you mean 'num_nodes'?)"
+    assert nearest("p", dims) == ""          # one letter: no choice's initials (each has 2 words or more)
