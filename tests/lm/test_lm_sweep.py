@@ -350,3 +350,20 @@ def test_a_sweep_file_whose_framework_names_no_stack_says_so_once(tmp_path):
                                  catch_exceptions=False)
         assert run.exit_code == 0, run.output
         assert run.stderr.count(f"note: {note}") == expected and run.stderr.count("note:") == expected, run.stderr
+
+
+def test_a_gpu_without_a_device_file_is_noted_once_by_the_sweep():
+    """Hurried-user walk: a system file's misspelt ``gpu = "H100-SXM-80G"`` swept on generic efficiencies without
+    a word, where ``fastmodel run`` notes it; the sweep prints run's note once (run_notes)."""
+    from fastmodel.lm.loader import load_cluster, load_execution, load_lm_model
+    from fastmodel.lm.sweep_plan import LMSweepPlan
+    from fastmodel.spec.devices import no_device_note
+
+    model, execution = load_lm_model("llama3-8b"), load_execution(None)
+    typo = load_cluster({"kind": "cluster", "name": "t", "gpu": "H100-SXM-80G", "num_nodes": 1, "gpus_per_node": 8,
+                         "peak_flops_bf16": "989 TFLOP/s", "hbm_bytes": "80 GB", "hbm_bw_bytes_s": "3350 GB/s",
+                         "intra_node_bw_bytes_s_per_gpu": "450 GB/s", "inter_node_bw_bytes_s_per_gpu": "50 GB/s"})
+    plan = LMSweepPlan(model, typo, execution, 64, {"micro_batch": [1]})
+    assert plan.run_notes == (no_device_note("H100-SXM-80G"),)
+    assert "did you mean 'h100-sxm-80gb'?" in plan.run_notes[0]
+    assert LMSweepPlan(model, load_cluster("dgx-h100"), execution, 64, {"micro_batch": [1]}).run_notes == ()
