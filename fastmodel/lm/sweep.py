@@ -138,9 +138,10 @@ def _axis_values(name: str, values: Any, model, cluster, max_gpus: int) -> tuple
     _check_model_axis(name, values, model)
     if not np.all(np.isfinite(numeric)):
         raise SweepError(f"axis {name!r}: values must be finite")
-    same = next(((v, given[j]) for i, v in enumerate(given) for j in range(i) if numeric[j] == numeric[i]), None)
-    if same is not None:    # ['80GB', 80e9], ['distopt', 'zero1']: one point twice under two spellings
-        raise SweepError(f"axis {name!r}: {same[0]!r} is the same value as {same[1]!r} (duplicate point)")
+    first: dict = {}    # ['80GB', 80e9], ['distopt', 'zero1']: one point twice under two spellings
+    for i, number in enumerate(numeric.tolist()):
+        if (j := first.setdefault(number, i)) != i:
+            raise SweepError(f"axis {name!r}: {given[i]!r} is the same value as {given[j]!r} (duplicate point)")
     if name in WHOLE_AXES and (part := next((v for v, x in zip(values, numeric) if not x.is_integer()), None)) is not None:
         raise SweepError(f"axis {name!r}: every value must be a whole number (got {part!r})")
     if name in COLUMN_INDEX:

@@ -199,6 +199,19 @@ def test_one_value_under_two_spellings_is_a_duplicate(axis, values, said):
         lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", axes={axis: values})
 
 
+def test_the_duplicate_check_is_linear_in_the_axis_length():
+    """The first check compared every pair: a 100,000-value range axis (the size refusal's test) took minutes."""
+    import time
+
+    from fastmodel.lm.sweep import _axis_values
+
+    start = time.perf_counter()
+    _axis_values("micro_batch", list(range(1, 100_001)), None, None, 8)
+    assert time.perf_counter() - start < 20
+    with pytest.raises(SweepError, match=r"'full' is the same value as 'full'"):   # the Python API's axes too
+        _axis_values("recompute", ["full", "full"], None, None, 8)
+
+
 def test_a_code_axis_takes_names_not_numbers():
     """Hurried-user walk: ``recompute = ["full", 1]`` ran (1 is selective's code) where ``-x recompute=1`` is
     refused; a coded axis takes the names of its code table."""
