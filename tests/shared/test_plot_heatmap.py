@@ -203,3 +203,18 @@ def test_points_over_memory_of_a_real_world_sweep_are_not_shown_or_reduced():
     with pytest.raises(PlotError, match=r"^tokens_per_s_per_gpu: every point of this selection is illegal or "
                                         r"infeasible \(does_not_fit\); nothing to draw$"):
         prepare(ds.isel(plan=[0]), "tokens_per_s_per_gpu", reduce=[("max", "num_nodes")])
+
+
+def test_a_map_of_no_feasible_cell_has_no_colour_scale():
+    """Hurried-user walk: a real-world sweep whose every point is over HBM drew hatched cells beside a colour bar
+    reading -0.1 .. 0.1, a scale of no value; the bar keeps its label and shows no ticks."""
+    ds = _real_world_like().isel(plan=[0])          # dp: over HBM at both sizes
+    fig, ax = P.heatmap(ds, x="plan", y="num_nodes", var="tokens_per_s_per_gpu")
+    assert np.ma.getmaskarray(_image(ax)[1]).all()
+    cbar = fig.axes[1]
+    fig.canvas.draw()
+    assert [t.get_text() for t in cbar.get_yticklabels() if t.get_text()] == []
+    assert "tokens" in cbar.get_ylabel()
+    _, ax = P.heatmap(_real_world_like(), x="plan", y="num_nodes", var="tokens_per_s_per_gpu")
+    ax.figure.canvas.draw()
+    assert [t.get_text() for t in ax.figure.axes[1].get_yticklabels() if t.get_text()]   # a scale where values are
