@@ -25,7 +25,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 #: a --set value that is not TOML but one word: that word as a string (``pipeline_schedule=dualpipe``)
-BARE_WORD = re.compile(r"[A-Za-z0-9_.+-]+")
+BARE_WORD = re.compile(r"[A-Za-z0-9_.+/-]+")     # "/": a rate with its unit, param_fetch_bw=10GB/s
 
 
 def execution_options(func):

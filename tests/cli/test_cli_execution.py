@@ -162,3 +162,19 @@ def test_a_field_set_twice_is_refused():
     line = _error(cli(*args, "-x", "micro_batch=2"))
     assert line == "error: --set: execution.micro_batch: given twice (1, then 2); give it once"
     assert cli(*args, "-x", "micro_batch=1").exit_code == 0
+
+
+def test_a_byte_field_takes_its_unit_as_a_sweep_axis_does():
+    """Hurried-user walk: ``-x collective_bucket_bytes=25MB`` was "Input should be a valid number" where the sweep
+    axis of that column reads '25MB' (lm/sweep.py _axis_number); a bytes or bytes/s execution field now reads a
+    unit string through the same parser (25 MB = 25e6 bytes, 10 GB/s = 1e10 bytes/s), a number stays as given."""
+    from fastmodel.cli.execution import read_execution
+    from fastmodel.lm.loader import load_execution
+
+    got = load_execution(read_execution(None, ("collective_bucket_bytes=25MB", "param_fetch_bw=10GB/s"), "lm"))
+    assert (got.collective_bucket_bytes, got.param_fetch_bw) == (25e6, 1e10)
+    assert load_execution({"collective_bucket_bytes": 4096}).collective_bucket_bytes == 4096
+    line = _error(cli("run", "-m", "llama3-8b", "-s", "dgx-h100", "-t", "llm-pretrain", "-x",
+                      "collective_bucket_bytes=25Mb"))
+    assert line == "error: --set: execution.collective_bucket_bytes: unknown unit 'Mb' for bytes; write e.g. " \
+                   "'40 GB' or 40e9"
