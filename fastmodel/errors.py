@@ -92,10 +92,14 @@ def nearest(word: str, choices: Iterable[str]) -> str:
     with the word, 4 characters or more, comes first ("disaggregated" -> 'disagg', not the closer spelling
     'aggregated'; "fp8_blok" -> 'fp8_block', not 'fp8'), the closest spelling among equals; otherwise the
     closest spelling (difflib). A choice equal to the word but for case and the separators ``-_. `` comes before
-    both ("llama-3.1-8b" -> 'llama3.1-8b', not 'llama-30b')."""
+    both ("llama-3.1-8b" -> 'llama3.1-8b', not 'llama-30b'), and so does a choice of the same words in another
+    order ("70b-llama2" -> 'llama2-70b', not 'llama2-7b'). Where no spelling is close, the choice holding every
+    word of ``word`` ("train-llm" -> 'llm-pretrain', :func:`_by_words`), else the choice whose words' initials
+    the word is ("mb" -> 'micro_batch')."""
     choices = list(choices)
     low = word.lower()
-    bare = [c for c in choices if _bare(c) == _bare(word)]
+    bare = [c for c in choices if _bare(c) == _bare(word)] or [
+        c for c in choices if len(_words(word)) > 1 and sorted(_words(c)) == sorted(_words(word))]
     if bare:
         return f" (did you mean '{bare[0]}'?)"
 
@@ -107,5 +111,27 @@ def nearest(word: str, choices: Iterable[str]) -> str:
         tied = [c for c in choices if shared(c) == longest]
         pick = max(tied, key=lambda c: difflib.SequenceMatcher(None, low, c.lower()).ratio())
         return f" (did you mean '{pick}'?)"
-    match = difflib.get_close_matches(word, choices, n=1, cutoff=0.5)
+    match = difflib.get_close_matches(word, choices, n=1, cutoff=0.5) or _by_words(word, choices) or [
+        c for c in choices if len(_words(c)) > 1 and "".join(w[0] for w in _words(c)) == low]   # mb: micro_batch
     return f" (did you mean '{match[0]}'?)" if match else ""
+
+
+def _words(text: str) -> list[str]:
+    """``text`` lower-cased and split at the separators ``-_. /``."""
+    return [w for w in re.split(r"[-_. /]+", text.lower()) if w]
+
+
+def _same_word(a: str, b: str) -> bool:
+    """Equal, or one inside the other, both 3 characters or more ('train' in 'pretrain')."""
+    return a == b or (min(len(a), len(b)) >= 3 and (a in b or b in a))
+
+
+def _by_words(word: str, choices: list[str]) -> list[str]:
+    """The choice holding every word of ``word`` (2 words or more), in any order, where the spelling misses:
+    "train-llm" -> ['llm-pretrain']; the choice with the fewest other words first, then the closest spelling."""
+    words = _words(word)
+    if len(words) < 2:
+        return []
+    fits = [c for c in choices if all(any(_same_word(w, o) for o in _words(c)) for w in words)]
+    fits.sort(key=lambda c: (len(_words(c)), -difflib.SequenceMatcher(None, word.lower(), c.lower()).ratio()))
+    return fits[:1]

@@ -16,8 +16,14 @@ _EXPR = re.compile(r"^\s*(!?)([A-Za-z_][\w.]*)\s*(?:(==|=|!=|>=|<=|>|<)\s*(.+?))
 
 def open_result(path: str) -> xr.Dataset:
     """Open a sweep result (.zarr store or .nc file) of any engine, its variables' aliases added (files hold one
-    name per variable, ``fastmodel.io.aliases``); an incomplete store is refused."""
-    return with_aliases(_open(path))
+    name per variable, ``fastmodel.io.aliases``); an incomplete store, and a netCDF file or zarr store without a
+    status variable (another program's: ranked as if a sweep result), are refused."""
+    ds = _open(path)
+    if not any(str(name).endswith("status") for name in ds.data_vars):    # every engine's result has one
+        held = ", ".join(map(str, list(ds.data_vars)[:6])) or "no variable"
+        raise FastmodelError(f"{path}: not a fastmodel sweep result (no status variable; it holds {held}); give a "
+                             ".nc file or .zarr store written by 'fastmodel sweep'")
+    return with_aliases(ds)
 
 
 def _open(path: str) -> xr.Dataset:

@@ -124,12 +124,33 @@ def gib_margin(text: str | None, flag: str = "--memory-margin") -> float | None:
     "negative", and later (:func:`check_below_hbm`) "not below the HBM"."""
     if text is None:
         return None
+    text = _in_gib(text, flag)
     value = _at_least_zero(text, flag, text, "GiB", " in GiB, >= 0") * 2**30
     if value == float("inf"):  # finite GiB past the float range once in bytes (1e300)
         raise SweepError(f"{flag}: {text} GiB is not below any HBM; give the HBM to keep free in GiB, >= 0")
     margin = TypedMargin(value)
     margin.flag, margin.typed = flag, text.strip()
     return margin
+
+
+def _in_gib(text: str, flag: str) -> str:
+    """``text`` without the unit the option is in (``8GiB``, ``8 gib``: 8), which was "not a number"; a decimal
+    unit (``8GB``) is refused naming its value in GiB (8 GB = 7.451 GiB), never read as GiB."""
+    import re
+
+    match = re.fullmatch(r"\s*(.*?)\s*(gib|([kmgt])b)\s*", text, flags=re.IGNORECASE)
+    if match is None:
+        return text
+    if match.group(3) is None:
+        return match.group(1)
+    try:
+        gib = float(match.group(1)) * 1000 ** "kmgt".index(match.group(3).lower()) * 1000 / 2**30
+    except ValueError:
+        return text
+    if gib != gib or abs(gib) == float("inf"):   # nan, 1e400: "not a number", "not below any HBM" say it
+        return text
+    raise SweepError(f"{flag}: {text.strip()!r} is in {match.group(2)}, the option in GiB ({text.strip()} = {gib:.4g} "
+                     "GiB); give the HBM to keep free in GiB, >= 0")
 
 
 def fits_under(ds, chosen: dict):

@@ -25,7 +25,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 #: a --set value that is not TOML but one word: that word as a string (``pipeline_schedule=dualpipe``)
-BARE_WORD = re.compile(r"[A-Za-z0-9_.+-]+")
+BARE_WORD = re.compile(r"[A-Za-z0-9_.+/-]+")     # "/": a rate with its unit, param_fetch_bw=10GB/s
 
 
 def execution_options(func):
@@ -75,14 +75,42 @@ def read_execution(path: str | None, sets: tuple[str, ...], engine_name: str) ->
     from fastmodel.lm.loader import load_execution
 
     fields = _file_fields(path) if path is not None else {}
-    overrides = dict(parse_set(item) for item in sets)
+    overrides: dict = {}
+    for key, value in map(parse_set, sets):   # the last of two was taken, silently (-x micro_batch=1 -x ...=2)
+        if key in overrides and overrides[key] != value:
+            raise SpecError("--set", f"execution.{key}", f"given twice ({overrides[key]!r}, then {value!r}); give "
+                            "it once")
+        overrides[key] = value
     merged = {**fields, **overrides}
     try:
         load_execution(merged)
     except SpecError as error:
         source = "--set" if path is None or (overrides and _valid(load_execution, fields)) else path
-        raise SpecError(source, error.field, error.reason) from None
+        elsewhere = _elsewhere(str(error.field).removeprefix("execution."))
+        reason = f"not an execution field: {elsewhere}" if elsewhere and error.reason.startswith("unknown field") \
+            else error.reason
+        raise SpecError(source, error.field, reason) from None
     return merged
+
+
+def _elsewhere(key: str) -> str | None:
+    """Where a field given as an execution field is set instead: the cluster size and mesh by the command's
+    options, the global batch by the task, a model column by the model (``-x num_nodes=8`` was "unknown field",
+    ``-x global_batch=1024`` "did you mean 'micro_batch'?")."""
+    from fastmodel.lm.sweep import DEGREES
+    from fastmodel.registry.lm import COLUMNS
+
+    if key in ("num_nodes", "nodes"):
+        return "the cluster size is --nodes N"
+    if key in (*DEGREES, "plan", "mesh"):
+        return "the mesh is --plan, e.g. --plan tp8.pp4 (dp fills the cluster)"
+    if key == "dp":
+        return "dp fills the cluster: set --nodes and the --plan degrees"
+    if key == "global_batch":
+        return "the global batch is the task's (a task file: 'fastmodel specs show llm-pretrain' prints one)"
+    if any(c.name == key and c.group == "model" for c in COLUMNS):
+        return f"{key} is the model's (a model file: 'fastmodel specs show llama3-8b' prints one)"
+    return None
 
 
 def _valid(load, fields: dict) -> bool:

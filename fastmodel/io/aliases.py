@@ -57,6 +57,8 @@ def variable_hint(ds: "xr.Dataset", name: str, names: list) -> str:
     """What to say after ``unknown variable NAME``: a variable another engine writes (``throughput``, MAD-Max's
     samples/s) names this result's variables of the same kind (a rate per second ranked the same way, from the
     registry: ``tokens_per_s``, ``tokens_per_s_per_gpu`` of a real-world result); else the nearest name."""
+    import difflib
+
     from fastmodel.errors import nearest
 
     var = VARIABLES.get(name)
@@ -66,6 +68,11 @@ def variable_hint(ds: "xr.Dataset", name: str, names: list) -> str:
         if kin:
             return (f": {name} ({var.units}) is a variable of the {', '.join(var.engines)} results; this one "
                     f"has {', '.join(kin)}")
+    # a misspelt registry name this result lacks ('thruput': throughput) was answered with the nearest of
+    # this result's names ('recompute'), or none: the registry's name, and what this result has of its kind
+    near = difflib.get_close_matches(name, {*VARIABLES, *names}, n=1, cutoff=0.75)   # the closest of both
+    if near and var is None and near[0] not in names and (hint := variable_hint(ds, near[0], names)).startswith(":"):
+        return f" (did you mean '{near[0]}'?){hint}"
     return nearest(name, names)
 
 

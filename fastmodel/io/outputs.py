@@ -152,6 +152,8 @@ def check_output(path: str, kind: str, inputs: tuple[str, ...] = (), force: bool
         named = ".jsonl or .csv" if kind == "text" else next((s for s, k in SUFFIX_KINDS.items() if k == kind), "")
         problem = f"this command writes its {what} to a file, not to standard output" if path else f"an empty {what} name"
         raise OutputError(f"{path or repr(path)}: {problem}; name a {named} file")
+    if str(path).endswith(("/", os.sep)):   # 'out.csv/' was written as the file out.csv
+        raise OutputError(f"{path}: ends in '/', so names a directory; name the {what} file (without the '/')")
     PENDING.setdefault(str(path), os.path.lexists(path))
     for source in inputs:
         if source and source != "-" and os.path.lexists(source) and _same_file(path, source):

@@ -146,6 +146,26 @@ class ExecutionSpec(BaseModel):
         None, description="Router load balancing (fastmodel/lm/router_balance.py); sets moe_imbalance when the plan "
                           "leaves it unset (docs/model.md §11.14.5).")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _quantities(cls, data):
+        """A bytes or bytes/s field given with its unit (``"25 MB"``, ``"10 GB/s"``), read as a sweep axis and a
+        system spec read it (``-x collective_bucket_bytes=25MB`` was "Input should be a valid number")."""
+        if not isinstance(data, dict):
+            return data
+        from fastmodel.spec.quantity import parse_quantity
+
+        kinds = {"bytes": "bytes", "bytes/s": "bytes_per_s"}
+        out = dict(data)
+        for key, value in data.items():
+            kind = kinds.get(COLUMNS[COLUMN_INDEX[key]].units) if key in COLUMN_INDEX else None
+            if kind and isinstance(value, str):
+                try:
+                    out[key] = parse_quantity(value, kind)
+                except ValueError as error:
+                    raise FieldValueError((key,), str(error)) from None
+        return out
+
     @model_validator(mode="after")
     def _consistent(self):
         interleaved = self.vp == "unknown" or self.vp > 1

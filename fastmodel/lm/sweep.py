@@ -36,6 +36,11 @@ if TYPE_CHECKING:
 DEGREES = ("tp", "pp", "cp", "ep", "etp")
 #: a degree left out of a plan: 1, but etp 0 (= tp, Megatron-Core's --expert-tensor-parallel-size default)
 DEGREE_DEFAULTS = {"etp": 0}
+#: axes counting whole things: the mesh degrees, the virtual stages and sharding group, and every plan column
+#: counted in sequences, layers, steps or batches (``micro_batch = [1.5]`` made every point batch_not_divisible;
+#: ``-x micro_batch=1.5`` is refused as not an integer by ExecutionSpec)
+WHOLE_AXES = (*DEGREES, "vp", "shard_degree",
+              *(c.name for c in COLUMNS if c.group == "plan" and c.units in ("sequences", "layers", "steps", "batches")))
 MESH_AXIS = "plan"
 
 
@@ -128,11 +133,17 @@ def _axis_values(name: str, values: Any, model, cluster, max_gpus: int) -> tuple
     if name == "dp":
         raise SweepError("axis 'dp': derived for every point (dp = n_gpus / (tp pp cp) fills the cluster): sweep "
                          "num_nodes and the plan (or the degrees tp, pp, cp) instead")
-    values = [boolean_name(name, v) for v in values]  # cuda_graphs = [true, false]: layer, none (as records)
+    given, values = list(values), [boolean_name(name, v) for v in values]  # cuda_graphs = [true, false]: layer, none (as records)
     numeric = np.array([_axis_number(name, v) for v in values])
     _check_model_axis(name, values, model)
     if not np.all(np.isfinite(numeric)):
         raise SweepError(f"axis {name!r}: values must be finite")
+    first: dict = {}    # ['80GB', 80e9], ['distopt', 'zero1']: one point twice under two spellings
+    for i, number in enumerate(numeric.tolist()):
+        if (j := first.setdefault(number, i)) != i:
+            raise SweepError(f"axis {name!r}: {given[i]!r} is the same value as {given[j]!r} (duplicate point)")
+    if name in WHOLE_AXES and (part := next((v for v, x in zip(values, numeric) if not x.is_integer()), None)) is not None:
+        raise SweepError(f"axis {name!r}: every value must be a whole number (got {part!r})")
     if name in COLUMN_INDEX:
         column = COLUMNS[COLUMN_INDEX[name]]
         if bad := next(((v, p) for v, x in zip(values, numeric) if (p := column_problem(column, x))), None):
@@ -221,6 +232,8 @@ def _axis_number(name: str, value: Any) -> float:
 
     if isinstance(value, str) and name in CODE_TABLES:
         return float(encode(name, value))
+    if name in CODE_TABLES:     # recompute = ["full", 1]: a code number, which --set and the records refuse
+        raise SweepError(f"axis {name!r}: {value!r} is not a name; choose one of {', '.join(CODE_TABLES[name])}")
     units = COLUMNS[COLUMN_INDEX[name]].units if name in COLUMN_INDEX else "1"
     if isinstance(value, str) and units in QUANTITY_KINDS:
         try:

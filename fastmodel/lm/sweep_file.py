@@ -75,8 +75,14 @@ def _axes(source: str, axes: dict, model, cluster) -> dict[str, Any]:
     names = [*COLUMN_INDEX, "num_nodes", MESH_AXIS]
     expanded = {}
     for name, spec in axes.items():
+        if name in ("model", "system", "task"):   # was "unknown axis (did you mean 'num_nodes'?)"
+            raise SpecError(source, f"axes.{name}", f"a real-world sweep takes one {name} (the file's {name} key; "
+                            f"MAD-Max sweeps take a {name} axis): sweep its fields, or write one file per {name}")
         if name not in names:
             raise SpecError(source, f"axes.{name}", f"unknown axis{nearest(name, names)}")
+        if name == MESH_AXIS and isinstance(spec, str) and spec != "all" and nearest(spec, ["all"]):
+            raise SpecError(source, "axes.plan", f"{spec!r} is no mesh{nearest(spec, ['all'])}: \"all\" or a list "
+                            "of meshes (tp8.pp4, ...)")
         expanded[name] = spec if name == MESH_AXIS and spec == "all" else axis_values(source, name, spec)
     nodes = expanded.get("num_nodes", [cluster.num_nodes])
     for value in nodes:
@@ -93,7 +99,8 @@ def _axes(source: str, axes: dict, model, cluster) -> dict[str, Any]:
                 raise SpecError(source, "axes.plan", "no mesh of this model fits the cluster")
             labels = [mesh_label(m) for m in meshes]
             if len(set(labels)) != len(labels):
-                raise SpecError(source, "axes.plan", "duplicate mesh")
+                twice = next(label for label in labels if labels.count(label) > 1)
+                raise SpecError(source, "axes.plan", f"duplicate mesh {twice!r}")
             expanded[name] = labels
             continue
         try:

@@ -69,11 +69,16 @@ class LMSweepPlan(SweepPlan):
     @property
     def run_notes(self) -> tuple[str, ...]:
         """The notes ``fastmodel sweep`` prints once on stderr: a framework text that names no stack profile (or no
-        framework and no stack) gets the note records and ``fastmodel run`` print (``stacks.profile_for``)."""
+        framework and no stack) gets the note records and ``fastmodel run`` print (``stacks.profile_for``); a GPU
+        with no device file, ``run``'s note (``report.device_notes``: a misspelt ``gpu`` swept on generic
+        efficiencies without a word)."""
         from fastmodel.lm.stacks import profile_for
+        from fastmodel.spec.devices import device_table, no_device_note
 
         note = profile_for(self.execution.framework, self.execution.stack)[1]
-        return (note,) if note else ()
+        gpu = str(self.cluster.gpu)
+        device = () if gpu.lower() in device_table() else (no_device_note(gpu),)
+        return ((note,) if note else ()) + device
 
     def _software(self) -> tuple:
         """The sweep's software as the calibration keys it (``overlay.stack_key``): (framework text, stack)."""

@@ -186,6 +186,33 @@ def reduce_status(status: xr.DataArray, dim: str) -> xr.DataArray:
     return xr.where(best == -2, 0, xr.where(best == -1, does_not_fit, best)).astype(np.int8)
 
 
+def over_memory(status: xr.DataArray, fits: xr.DataArray | None) -> xr.DataArray:
+    """``status`` with the legal points that do not fit in memory (``fits_memory`` 0: a real-world sweep without
+    ``only_fitting`` keeps them ``ok``) coded ``does_not_fit``, as ``only_fitting`` codes them; unchanged for a
+    result without ``fits_memory`` or that code. A heatmap marked a plan over HBM best, and ``--reduce max:plan``
+    took the fastest plan whether it fit or not (``best`` ranks only plans that fit)."""
+    names = status_names_of(status)
+    if fits is None or "does_not_fit" not in names:
+        return status
+    folded = xr.where((status == 0) & (fits <= 0), names.index("does_not_fit"), status).astype(status.dtype)
+    folded.attrs = dict(status.attrs)
+    return folded
+
+
+def shown(da: xr.DataArray, status: xr.DataArray | None) -> xr.DataArray:
+    """``da`` where its point is legal and feasible (NaN elsewhere), before a reduction: a memory variable keeps
+    the points that do not fit (their memory is the answer), as the heatmap shows them; numbers only."""
+    if status is None or da.dtype.kind not in "fc":
+        return da
+    names = status_names_of(status)
+    keep = status == 0
+    if "does_not_fit" in names and "memory" in str(da.name):
+        keep = keep | (status == names.index("does_not_fit"))
+    out = da.where(keep.broadcast_like(da))
+    out.attrs, out.name = dict(da.attrs), da.name
+    return out
+
+
 def reduce_one(da: xr.DataArray, how: str, dim: str) -> xr.DataArray:
     """max/min over ``dim`` (NaN where all NaN), or argmax/argmin: the ``dim`` coordinate of the extreme."""
     check_dim(da.dims, dim)
@@ -242,7 +269,7 @@ def prepare(data, var: str | None = None, sel=None, reduce=(), relative_to=None,
             raise PlotError(f"{da.name!r} is a dimension of the result (an axis of the figure, or --sel), not a "
                             f"variable to plot; variables: {', '.join(data.data_vars)}")
         if status is None and "status" in data:
-            status = data["status"]
+            status = over_memory(data["status"], data.get("fits_memory"))
     elif isinstance(data, xr.DataArray):
         da = data
     else:
@@ -262,7 +289,7 @@ def prepare(data, var: str | None = None, sel=None, reduce=(), relative_to=None,
             raise PlotError(f"--reduce {how}:{dim}: {dim} is fixed by --sel {dim}=...; reduce it or select it, "
                             "not both")
         check_dim(da.dims, dim)
-        da = reduce_one(da, how, dim)
+        da = reduce_one(shown(da, status), how, dim)
         if status is not None:
             status = reduce_status(status, dim)
     da = da.load() if hasattr(da, "load") else da
@@ -277,6 +304,10 @@ def prepare(data, var: str | None = None, sel=None, reduce=(), relative_to=None,
         status.attrs.update(status_attrs)
     if da.dtype.kind in "fc" and not np.isfinite(da.values).any():
         bad = int((status.values != 0).sum()) if status is not None else 0
+        if bad == da.size:   # was asked whether a price is missing, the reason each point has aside
+            reasons = status_legend(status.values.ravel(), status_names_of(status))
+            raise PlotError(f"{da.name}: every point of this selection is illegal or infeasible ({reasons}); "
+                            "nothing to draw")
         why = f" ({bad:,} of {da.size:,} points illegal or infeasible, the rest NaN)" if bad else ""
         raise PlotError(f"{da.name} has no finite value in this selection{why}; is an input it needs missing, "
                         "e.g. a price, TDP or train_samples for cost and energy?")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 from matplotlib import colors as mcolors
+from matplotlib import ticker as mticker
 from matplotlib.collections import PatchCollection
 from matplotlib.patches import Patch, Rectangle
 
@@ -86,6 +87,9 @@ def heatmap(data, x: str | None = None, y: str | None = None, *, var: str | None
                 if hi > lo:
                     cbar.ax.set_ylim(max(lo, norm.vmin), min(hi, norm.vmax))
             cbar.set_label(S.label(D.long_name_of(da), shown))
+            if not image.count():   # every cell illegal or infeasible: no value, no scale (it read -0.1 .. 0.1)
+                cbar.set_ticks([])
+                cbar.ax.yaxis.set_minor_locator(mticker.NullLocator())
         _ticks(ax, da, x, y)
         handles = _missing_cells(ax, image if not categorical else np.ma.masked_equal(image, -1), st)
         if annotate and not categorical:

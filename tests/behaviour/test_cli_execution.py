@@ -150,3 +150,42 @@ def test_a_set_value_that_conflicts_with_a_valid_file_is_blamed_on_set(tmp_path)
     assert cli("run", *DSV3, "--execution", path, "--json").exit_code == 0
     line = _error(cli("run", *DSV3, "--execution", path, "-x", "pipeline_schedule=1f1b"))
     assert line.startswith("error: --set: execution.moe_a2a_overlap: 'dualpipe' overlaps the all-to-all"), line
+
+
+@pytest.mark.parametrize("item, where", [
+    ("num_nodes=0", "the cluster size is --nodes N"),
+    ("tp=8", "the mesh is --plan, e.g. --plan tp8.pp4 (dp fills the cluster)"),
+    ("dp=4", "dp fills the cluster: set --nodes and the --plan degrees"),
+    ("global_batch=1e3", "the global batch is the task's"),
+    ("seq_len=4096", "seq_len is the model's"),
+])
+def test_a_field_set_elsewhere_names_where(item, where):
+    """Hurried-user walk: ``-x num_nodes=0`` said "unknown field", ``-x global_batch=1e3`` "did you mean
+    'micro_batch'?": a cluster size, mesh degree, global batch or model column names its option or spec."""
+    key = item.split("=")[0]
+    line = _error(cli("run", "-m", "llama3-8b", "-s", "dgx-h100", "-t", "llm-pretrain", "-x", item))
+    assert line.startswith(f"error: --set: execution.{key}: not an execution field: {where}"), line
+
+
+def test_a_field_set_twice_is_refused():
+    """``-x micro_batch=1 -x micro_batch=2`` ran micro_batch 2 silently; the same value twice still runs."""
+    args = ["run", "-m", "llama3-8b", "-s", "dgx-h100", "-t", "llm-pretrain", "-x", "micro_batch=1"]
+    line = _error(cli(*args, "-x", "micro_batch=2"))
+    assert line == "error: --set: execution.micro_batch: given twice (1, then 2); give it once"
+    assert cli(*args, "-x", "micro_batch=1").exit_code == 0
+
+
+def test_a_byte_field_takes_its_unit_as_a_sweep_axis_does():
+    """Hurried-user walk: ``-x collective_bucket_bytes=25MB`` was "Input should be a valid number" where the sweep
+    axis of that column reads '25MB' (lm/sweep.py _axis_number); a bytes or bytes/s execution field now reads a
+    unit string through the same parser (25 MB = 25e6 bytes, 10 GB/s = 1e10 bytes/s), a number stays as given."""
+    from fastmodel.cli.execution import read_execution
+    from fastmodel.lm.loader import load_execution
+
+    got = load_execution(read_execution(None, ("collective_bucket_bytes=25MB", "param_fetch_bw=10GB/s"), "lm"))
+    assert (got.collective_bucket_bytes, got.param_fetch_bw) == (25e6, 1e10)
+    assert load_execution({"collective_bucket_bytes": 4096}).collective_bucket_bytes == 4096
+    line = _error(cli("run", "-m", "llama3-8b", "-s", "dgx-h100", "-t", "llm-pretrain", "-x",
+                      "collective_bucket_bytes=25Mb"))
+    assert line == "error: --set: execution.collective_bucket_bytes: unknown unit 'Mb' for bytes; write e.g. " \
+                   "'40 GB' or 40e9"

@@ -29,6 +29,7 @@ def test_bad_degrees(plan, text):
         (["bogus"], "No such command"),
         (["specs", "list", "systems"], "did you mean 'system'"),
         (["run", "-m", "dc-a", "-s", "dc-a", "-t", "llm-pretrain-fsdp"], "'dc-a' is a built-in system"),
+        (["run", "-m", "llama2-70b", "-s", "dc-a", "-t", "train-llm"], "task 'train-llm' (did you mean 'llm-pretrain'?)"),
     ],
 )
 def test_usage_errors_are_one_line(args, text):
@@ -301,3 +302,29 @@ def test_best_by_a_dimension_and_its_csv_message(tmp_path):
     bad = cli("best", str(result), "--by", "throughput", "--csv", str(text), "--force")
     one_line_error(bad, "not the CSV table this command writes")
     assert text.read_text() == "notes\n"
+
+
+def test_a_fractional_micro_batch_in_a_sweep_file_is_named(tmp_path):
+    """micro_batch = [1.5] ran to "every point of the sweep is illegal or infeasible: 100% batch_not_divisible"."""
+    path = tmp_path / "s.toml"
+    path.write_text('model = "llama3-8b"\nsystem = "dgx-h100"\ntask = "llm-pretrain"\n[axes]\nmicro_batch = [1.5]\n')
+    one_line_error(cli("sweep", path, "-o", tmp_path / "out.nc"),
+                   f"{path}: axes.micro_batch: every value must be a whole number (got 1.5)")
+
+
+@pytest.mark.parametrize("plan, said", [('"al"', "axes.plan: 'al' is no mesh (did you mean 'all'?)"),
+                                        ('["tp8", "TP8"]', "axes.plan: duplicate mesh 'tp8'")])
+def test_a_misspelt_or_repeated_plan_axis_is_named(tmp_path, plan, said):
+    """plan = "al" said "'al' is not a degree like tp8"; a repeated mesh was "duplicate mesh", not which."""
+    path = tmp_path / "s.toml"
+    path.write_text(f'model = "llama3-8b"\nsystem = "dgx-h100"\ntask = "llm-pretrain"\n[axes]\nplan = {plan}\n')
+    one_line_error(cli("sweep", path, "-o", tmp_path / "out.nc"), f"{path}: {said}")
+
+
+def test_a_model_axis_of_a_real_world_sweep_says_one_model_per_file(tmp_path):
+    """[axes] model = [...] (a MAD-Max sweep axis) was "unknown axis (did you mean 'num_nodes'?)"."""
+    path = tmp_path / "s.toml"
+    path.write_text('model = "llama3-8b"\nsystem = "dgx-h100"\ntask = "llm-pretrain"\n[axes]\n'
+                    'model = ["llama3-8b", "llama3-70b"]\n')
+    one_line_error(cli("sweep", path, "-o", tmp_path / "out.nc"), f"{path}: axes.model: a real-world sweep takes one "
+                   "model (the file's model key; MAD-Max sweeps take a model axis)")

@@ -165,3 +165,16 @@ def test_a_folder_that_takes_no_file_is_refused_before_any_work(tmp_path, runs):
         one_line_error(cli(*args, flag, f"/proc/fastmodel-out{suffix}"), f"/proc/fastmodel-out{suffix}: cannot "
                        "write in /proc: ")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("command, name, what", [
+    (["batch", str(RUNS), "-o"], "out.csv/", "output"),
+    (["validate", str(RUNS), "-o"], "table.csv/", "table"),
+    (["sweep", "llama3_70b_h100_plans", "-o"], "out.nc/", "dataset"),
+])
+def test_an_output_name_ending_in_a_slash_is_refused(tmp_path, monkeypatch, command, name, what):
+    """Hurried-user walk: `batch -o out.csv/` and `sweep -o out.nc/` wrote the files out.csv and out.nc (pathlib
+    drops the '/'); a name ending in '/' names a directory: one line, nothing written."""
+    monkeypatch.chdir(tmp_path)
+    one_line_error(cli(*command, name), f"{name}: ends in '/', so names a directory; name the {what} file")
+    assert list(tmp_path.iterdir()) == []

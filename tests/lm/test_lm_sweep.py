@@ -1,5 +1,7 @@
 """Real-world sweeps: grid construction, the rule table and plan enumeration (docs/model.md §11.9)."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -174,6 +176,58 @@ def test_bad_axes_are_one_line_errors():
         lm_sweep("llama2-70b", "dgx-h100", "llm-pretrain")
 
 
+@pytest.mark.parametrize("axis, values", [("micro_batch", [1, 1.5]), ("tp", [2.5]), ("global_batch", [1024.5]),
+                                          ("vp", [1.5]), ("eval_iters", [0.5])])
+def test_a_count_axis_takes_whole_numbers(axis, values):
+    """Hurried-user walk: ``micro_batch = [1.5]`` in a sweep file ran, every point batch_not_divisible ("every
+    point of the sweep is illegal"), where ``-x micro_batch=1.5`` is refused as not an integer; a fractional
+    degree, batch or count is now refused by name, the first offending value named."""
+    with pytest.raises(SweepError, match=rf"^axis '{axis}': every value must be a whole number \(got {values[-1]}\)$"):
+        lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", axes={axis: values})
+
+
+@pytest.mark.parametrize("axis, values, said", [
+    ("hbm_bytes", ["80GB", 80e9], "80000000000.0 is the same value as '80GB'"),
+    ("sharding", ["distopt", "zero1"], "'zero1' is the same value as 'distopt'"),
+    ("cuda_graphs", [False, "none"], "'none' is the same value as False"),
+])
+def test_one_value_under_two_spellings_is_a_duplicate(axis, values, said):
+    """Hurried-user walk: the duplicate check compared the values as written, so ``hbm_bytes = ['80GB', 80e9]``
+    (80 GB = 8e10 bytes) or two names of one code (SHARDING_CODES: distopt and zero1 are both 1) made the same
+    point twice; now compared as the numbers evaluated."""
+    with pytest.raises(SweepError, match=rf"^axis '{axis}': {re.escape(said)} \(duplicate point\)$"):
+        lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", axes={axis: values})
+
+
+def test_the_duplicate_check_is_linear_in_the_axis_length():
+    """The first check compared every pair: a 100,000-value range axis (the size refusal's test) took minutes."""
+    import time
+
+    from fastmodel.lm.sweep import _axis_values
+
+    start = time.perf_counter()
+    _axis_values("micro_batch", list(range(1, 100_001)), None, None, 8)
+    assert time.perf_counter() - start < 20
+    with pytest.raises(SweepError, match=r"'full' is the same value as 'full'"):   # the Python API's axes too
+        _axis_values("recompute", ["full", "full"], None, None, 8)
+
+
+def test_a_code_axis_takes_names_not_numbers():
+    """Hurried-user walk: ``recompute = ["full", 1]`` ran (1 is selective's code) where ``-x recompute=1`` is
+    refused; a coded axis takes the names of its code table."""
+    with pytest.raises(SweepError, match=r"^axis 'recompute': 1 is not a name; choose one of none, selective, full, "
+                                         r"partial_layers$"):
+        lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", axes={"recompute": ["full", 1]})
+
+
+def test_a_count_axis_accepts_whole_floats():
+    """A log range makes floats (1.0, 2.0, 4.0): whole values stay accepted."""
+    from fastmodel.lm.sweep import _axis_values
+
+    labels, numeric = _axis_values("micro_batch", [1.0, 2.0, 4.0], None, None, 8)
+    assert numeric.tolist() == [1.0, 2.0, 4.0]
+
+
 def test_throughput_identity_holds_for_every_legal_point(grid):
     ok = grid.status == 0
     product = (grid.tokens_per_s * grid.step_time).where(ok)
@@ -336,3 +390,20 @@ def test_a_task_with_a_madmax_plan_runs_the_mesh_given_to_it():
     refused = CliRunner().invoke(main, ["run", "-m", "qwen3-30b-a3b", "-s", "dgx-h100", "--nodes", "1", "-t",
                                         "llm-moe-pretrain"])
     assert refused.exit_code == 2 and "task.plan: 'tp,ddp/ddp' is a MAD-Max plan" in refused.output
+
+
+def test_a_gpu_without_a_device_file_is_noted_once_by_the_sweep():
+    """Hurried-user walk: a system file's misspelt ``gpu = "H100-SXM-80G"`` swept on generic efficiencies without
+    a word, where ``fastmodel run`` notes it; the sweep prints run's note once (run_notes)."""
+    from fastmodel.lm.loader import load_cluster, load_execution, load_lm_model
+    from fastmodel.lm.sweep_plan import LMSweepPlan
+    from fastmodel.spec.devices import no_device_note
+
+    model, execution = load_lm_model("llama3-8b"), load_execution(None)
+    typo = load_cluster({"kind": "cluster", "name": "t", "gpu": "H100-SXM-80G", "num_nodes": 1, "gpus_per_node": 8,
+                         "peak_flops_bf16": "989 TFLOP/s", "hbm_bytes": "80 GB", "hbm_bw_bytes_s": "3350 GB/s",
+                         "intra_node_bw_bytes_s_per_gpu": "450 GB/s", "inter_node_bw_bytes_s_per_gpu": "50 GB/s"})
+    plan = LMSweepPlan(model, typo, execution, 64, {"micro_batch": [1]})
+    assert plan.run_notes == (no_device_note("H100-SXM-80G"),)
+    assert "did you mean 'h100-sxm-80gb'?" in plan.run_notes[0]
+    assert LMSweepPlan(model, load_cluster("dgx-h100"), execution, 64, {"micro_batch": [1]}).run_notes == ()

@@ -94,3 +94,19 @@ def test_a_filter_value_that_is_not_finite_is_refused(ds, text):
         where_mask(ds, [f"iteration_time<{text}"])
     assert str(error.value) == f"where: iteration_time compares with a finite number, not {text!r}"
     assert bool(where_mask(ds, ["iteration_time<1e300"]).sum() == np.isfinite(ds.iteration_time).sum())
+
+
+def test_a_netcdf_file_that_is_not_a_sweep_result_is_refused(tmp_path):
+    """Hurried-user walk: `best other.nc --by a` ranked another program's netCDF file as if a sweep result, and
+    `plot heatmap other.nc` said "unknown variable 'throughput'"; every engine's result has a status variable."""
+    import xarray as xr
+
+    from fastmodel.errors import FastmodelError
+
+    path = tmp_path / "other.nc"
+    xr.Dataset({"a": ("x", [1.0, 2.0])}).to_netcdf(path, engine="scipy")
+    with pytest.raises(FastmodelError, match=r"other.nc: not a fastmodel sweep result \(no status variable; it "
+                                             r"holds a\); give a .nc file or .zarr store written by 'fastmodel sweep'$"):
+        open_result(str(path))
+    xr.Dataset({"a": ("x", [1.0]), "disagg_status": ("x", [0])}).to_netcdf(path, engine="scipy")
+    assert "a" in open_result(str(path))   # a disaggregated-only serving search has disagg_status alone

@@ -168,6 +168,19 @@ def test_a_margin_typed_as_minus_zero_is_zero_not_minus_zero():
     assert describe(chosen) == "HBM 80.0 GiB minus a margin of 0.0 GiB, set by --memory-margin"
 
 
+def test_a_margin_typed_with_its_unit_is_read_and_a_decimal_unit_is_named():
+    """Hurried-user walk: ``--memory-margin 8GiB`` was "not a number" (the option is in GiB); ``8GB`` is refused
+    naming its value in GiB, 8e9 / 2^30 = 7.451, never read as 8 GiB."""
+    from fastmodel.analysis.margin import gib_margin
+    from fastmodel.errors import SweepError
+
+    assert gib_margin("8GiB") == gib_margin(" 8 gib ") == gib_margin("8") == 8 * 2**30
+    with pytest.raises(SweepError, match=r"^--memory-margin: '8GB' is in GB, the option in GiB \(8GB = 7.451 GiB\)"):
+        gib_margin("8GB")
+    with pytest.raises(SweepError, match="'nanGB' is not a number"):
+        gib_margin("nanGB")
+
+
 @pytest.fixture(scope="module")
 def marked():
     """A sweep that marks plans over usable HBM ``does_not_fit`` (only_fitting): Llama 3.1 70B on 16 DGX H100,

@@ -165,3 +165,56 @@ def test_the_best_cell_is_named_in_the_legend(ds):
     at = values.where(values == values.max(), drop=True)
     text = [t.get_text() for t in fig.legends[0].get_texts() if t.get_text().startswith("best")][0]
     assert text.endswith(f"at plan={at.plan.item()}, num_nodes={at.num_nodes.item()}")
+
+
+def _real_world_like():
+    """A real-world sweep without only_fitting: every point ok, fits_memory 0 for two of six (the faster ones)."""
+    import xarray as xr
+
+    from fastmodel.registry.lm_status import STATUSES
+
+    dims, coords = ("num_nodes", "plan"), {"num_nodes": [4, 8], "plan": ["dp", "tp2", "tp8.pp2"]}
+    rate = np.array([[1384.0, 1100.0, 1006.0], [1380.0, 1200.0, 1126.0]])
+    fits = np.array([[0, 0, 1], [0, 1, 1]], dtype=np.int8)
+    status = xr.DataArray(np.zeros((2, 3), dtype=np.int8), dims=dims,
+                          attrs={"flag_meanings": " ".join(s.name for s in STATUSES)})
+    return xr.Dataset({"tokens_per_s_per_gpu": (dims, rate, {"units": "tokens/s"}),
+                       "memory_per_device": (dims, np.full((2, 3), 9e10), {"units": "bytes"}),
+                       "fits_memory": (dims, fits), "status": status}, coords=coords)
+
+
+def test_points_over_memory_of_a_real_world_sweep_are_not_shown_or_reduced():
+    """Hurried-user walk: a real-world sweep without only_fitting keeps points over HBM ``ok`` (fits_memory 0);
+    the heatmap drew them as results and marked one best, and ``--reduce max:plan`` took the fastest plan
+    whether it fit or not (1384 at 4 nodes where ``best`` says 1006). They are now drawn as not fitting, and
+    reduced over the plans that fit; a memory map still shows them."""
+    ds = _real_world_like()
+    _, ax = P.heatmap(ds, x="plan", y="num_nodes", var="tokens_per_s_per_gpu")
+    _, array = _image(ax)
+    np.testing.assert_array_equal(np.ma.getmaskarray(array), ds.fits_memory.values == 0)
+    groups = {c.get_label(): len(c.get_paths()) for c in ax.collections if c.get_gid() == "missing"}
+    assert groups == {"does not fit in memory": 3}
+    _, ax = P.heatmap(ds, x="plan", y="num_nodes", var="memory_per_device")
+    assert not np.ma.getmaskarray(_image(ax)[1]).any()
+    from fastmodel.plot.data import prepare
+
+    best, status = prepare(ds, "tokens_per_s_per_gpu", reduce=[("max", "plan")])
+    assert best.values.tolist() == [1006.0, 1200.0] and status.values.tolist() == [0, 0]
+    with pytest.raises(PlotError, match=r"^tokens_per_s_per_gpu: every point of this selection is illegal or "
+                                        r"infeasible \(does_not_fit\); nothing to draw$"):
+        prepare(ds.isel(plan=[0]), "tokens_per_s_per_gpu", reduce=[("max", "num_nodes")])
+
+
+def test_a_map_of_no_feasible_cell_has_no_colour_scale():
+    """Hurried-user walk: a real-world sweep whose every point is over HBM drew hatched cells beside a colour bar
+    reading -0.1 .. 0.1, a scale of no value; the bar keeps its label and shows no ticks."""
+    ds = _real_world_like().isel(plan=[0])          # dp: over HBM at both sizes
+    fig, ax = P.heatmap(ds, x="plan", y="num_nodes", var="tokens_per_s_per_gpu")
+    assert np.ma.getmaskarray(_image(ax)[1]).all()
+    cbar = fig.axes[1]
+    fig.canvas.draw()
+    assert [t.get_text() for t in cbar.get_yticklabels() if t.get_text()] == []
+    assert "tokens" in cbar.get_ylabel()
+    _, ax = P.heatmap(_real_world_like(), x="plan", y="num_nodes", var="tokens_per_s_per_gpu")
+    ax.figure.canvas.draw()
+    assert [t.get_text() for t in ax.figure.axes[1].get_yticklabels() if t.get_text()]   # a scale where values are

@@ -100,3 +100,20 @@ def test_a_variable_of_another_engine_names_this_results_kin():
     assert hint == ": throughput (samples/s) is a variable of the madmax results; this one has tokens_per_s, " \
                    "tokens_per_s_per_gpu"
     assert variable_hint(ds, "step_tme", list(ds.data_vars)) == " (did you mean 'step_time'?)"
+
+
+def test_a_misspelt_variable_of_another_engine_is_named_with_this_results_kin():
+    """Hurried-user walk: `best --by thruput` on a real-world result said "unknown variable 'thruput'" and
+    `plot heatmap --var thruput` suggested 'recompute' (a dimension): the registry name it misspells
+    (throughput, ratio 0.82 >= 0.75) and this result's tokens/s variables. A misspelling of a variable the result
+    has still gets that one."""
+    import xarray as xr
+
+    from fastmodel.io.aliases import variable_hint
+
+    ds = xr.Dataset({"tokens_per_s": ("x", [1.0]), "step_time": ("x", [2.0])}, coords={"recompute": ("x", ["full"])})
+    names = [*ds.data_vars, *ds.coords]
+    assert variable_hint(ds, "thruput", names) == " (did you mean 'throughput'?): throughput (samples/s) is a " \
+                                                  "variable of the madmax results; this one has tokens_per_s"
+    assert variable_hint(ds, "tokens_per_sec", names) == " (did you mean 'tokens_per_s'?)"
+    assert variable_hint(xr.Dataset({"step_time": ("x", [2.0])}), "thruput", ["step_time"]) == ""   # no kin
