@@ -315,21 +315,29 @@ def lockstep_columns(fixed_lengths: bool, mixed_prefill: float, load: str, notes
     return {"client_rounds": rounds}
 
 
+def record_engine(framework: str | None, vendor: str = "nvidia") -> tuple[str, tuple[int, ...] | None, list[str]]:
+    """(engine, version, notes) a record's ``framework`` runs on a ``vendor`` device: the engine it names, or the
+    vendor's default engine (``VENDOR_DEFAULT_ENGINE``, S56) when it names none or no known one, so the profile
+    and every engine-dependent column of the record read one engine."""
+    engine, version = parse_framework(framework)
+    default = VENDOR_DEFAULT_ENGINE.get(vendor, DEFAULT_ENGINE)
+    if engine is None and not str(framework or "").strip():
+        return default, None, [default_engine_note(vendor)]
+    if engine is None:
+        return default, None, [f"framework {framework!r} is not a known serving engine (TensorRT-LLM, vLLM, SGLang): "
+                               f"the {ENGINE_LABELS[default]} profile, the default engine of an {vendor.upper()} device, "
+                               f"is used"]
+    if version is None:
+        return engine, None, [f"framework {framework!r}: no version recorded, the newest {engine} profile is used"]
+    return engine, version, []
+
+
 def framework_profile(framework: str | None, hbm_bytes: float, vendor: str = "nvidia") -> tuple[dict[str, float],
                                                                                              list[str]]:
-    """(profile columns, notes) of a record's ``framework`` on a GPU of ``hbm_bytes`` from ``vendor``: no framework
-    is the vendor's default engine (S56); an engine that does not run there keeps its profile and the kernel marks
-    the record ``engine_not_on_device``."""
-    engine, version = parse_framework(framework)
-    notes = []
-    if engine is None and not str(framework or "").strip():
-        engine = VENDOR_DEFAULT_ENGINE.get(vendor, DEFAULT_ENGINE)
-        notes.append(default_engine_note(vendor))
-    elif engine is None:
-        notes.append(f"framework {framework!r} is not a known serving engine (TensorRT-LLM, vLLM, SGLang): "
-                     f"the TensorRT-LLM profile, the default engine, is used")
-    elif version is None:
-        notes.append(f"framework {framework!r}: no version recorded, the newest {engine} profile is used")
+    """(profile columns, notes) of a record's ``framework`` on a GPU of ``hbm_bytes`` from ``vendor``
+    (:func:`record_engine`); an engine that does not run there keeps its profile and the kernel marks the record
+    ``engine_not_on_device``."""
+    engine, version, notes = record_engine(framework, vendor)
     return profile_columns(engine, version, hbm_bytes), notes
 
 

@@ -56,9 +56,9 @@ from fastmodel.serve.precisions import (
 from fastmodel.serve.profiles import (
     expert_row_tiles,
     fp4_activation,
-    framework_profile,
     moe_dispatcher,
-    parse_framework,
+    profile_columns,
+    record_engine,
     stated_flags,
 )
 from fastmodel.spec.devices import device_table, same_part_hbm
@@ -252,9 +252,9 @@ def lower_serve_record(data: dict, source: str | None = None) -> ServeRecord:
     values.update(precision_columns(precision, serve.kv_precision))
     if precision in FP4_PRECISIONS and values["peak_flops_4"] <= 0:
         notes.append(f"fp4 on {gpu} (no FP4 tensor cores): weight-only, dequantised into 16-bit GEMMs")
-    engine, version = parse_framework(record.framework)
     vendor = "amd" if columns[COLUMN_INDEX["vendor"]] == VENDORS["amd"] else "nvidia"
-    profile, profile_notes = framework_profile(record.framework, float(columns[COLUMN_INDEX["hbm_bytes"]]), vendor)
+    engine, version, profile_notes = record_engine(record.framework, vendor)   # one engine for every column below
+    profile = profile_columns(engine, version, float(columns[COLUMN_INDEX["hbm_bytes"]]))
     if values["precision"] == 1 and columns[COLUMN_INDEX["peak_flops_8"]] <= 0:
         notes.append(_fp8_weight_only(profile, record.framework, gpu, source))
     values.update(profile, **stated_flags(serve, engine, profile["mixed_prefill"], notes, source))

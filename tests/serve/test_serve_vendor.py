@@ -88,3 +88,22 @@ def test_a_record_takes_the_vendors_default_and_keeps_a_stated_engine_for_the_ke
     assert profile == profile_columns("vllm", None, hbm) and notes == [default_engine_note("amd")]
     assert framework_profile(None, hbm)[0] == profile_columns("trtllm", None, hbm)       # NVIDIA: unchanged
     assert framework_profile("TensorRT-LLM 1.2.0rc2", hbm, "amd")[0]["engine_nvidia_only"] == 1.0
+
+
+def test_a_record_without_framework_on_an_amd_gpu_lowers_as_the_vendors_default_engine_record():
+    """Review MED: the profile of a framework-less MI300X record was vLLM's, its engine-dependent kernel columns
+    (act_quant_inputs, fp4_act, the MoE and query-quantization kernels) TensorRT-LLM's; one engine sets both now.
+    The record is a dev Qwen3-235B FP8 row moved to MI300X: without a framework it lowers to the same columns as
+    the same record naming vLLM (newest version), its notes aside."""
+    import json
+    from pathlib import Path
+
+    from fastmodel.serve.records import lower_serve_record
+
+    line = Path(__file__).parents[1].joinpath("data", "serve_dev_load.jsonl").read_text().splitlines()[0]
+    data = json.loads(line)
+    data["system"] = {"gpu": "MI300X", "n_gpus": data["system"]["n_gpus"], "gpus_per_node": 8}
+    bare = lower_serve_record({k: v for k, v in data.items() if k != "framework"})
+    named = lower_serve_record({**data, "framework": "vLLM"})
+    assert (bare.columns == named.columns).all()
+    assert any("does not run on an AMD device" in note for note in bare.notes)
