@@ -43,7 +43,10 @@ class ServeSweepPlan(SweepPlan):
         self.model_name, self.model_columns, self.device, self.task = model_name, dict(model_columns), device, task
         self.axis_lists = {name: list(values) for name, values in axes.items()}
         # the engine's profile (task.engine; None: the default engine, noted), less the columns an axis sets
-        profile, self.run_notes = engine_columns(task.engine, self._fixed("device", device), axes, "task.engine")
+        profile, _ = engine_columns(task.engine, self._fixed("device", device), axes, "task.engine")
+        # each vendor's default engine says so (S56): the notes of every device of a device axis, once each
+        self.run_notes = tuple(dict.fromkeys(note for d in axes.get("device", [device])
+                                             for note in engine_columns(task.engine, d, axes, "task.engine")[1]))
         # the model's notes (serving_model) and the engine's: in the Dataset's attrs, not the definition
         self.notes = (*notes, *self.run_notes)
         self.load_mode = "concurrency" if "concurrency" in axes else "batch" if "batch_size" in axes else \

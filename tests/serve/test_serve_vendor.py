@@ -107,3 +107,16 @@ def test_a_record_without_framework_on_an_amd_gpu_lowers_as_the_vendors_default_
     named = lower_serve_record({**data, "framework": "vLLM"})
     assert (bare.columns == named.columns).all()
     assert any("does not run on an AMD device" in note for note in bare.notes)
+
+
+def test_a_serving_sweep_file_notes_every_devices_default_engine():
+    """Review LOW: a sweep file's device axis [H100, MI300X] noted the first device's default engine only, while
+    MI300X ran vLLM's profile; the plan's notes now hold each vendor's, as the API's sweep does."""
+    from fastmodel.serve.models import serving_model
+    from fastmodel.serve.spec import load_serve_task
+    from fastmodel.serve.sweep_plan import ServeSweepPlan
+
+    name, columns, notes = serving_model("llama3.1-8b")
+    plan = ServeSweepPlan(name, columns, "H100", load_serve_task("serve-chat"),
+                          {"device": ["H100", "MI300X"], "batch_size": [1]}, notes=notes)
+    assert plan.run_notes == (default_engine_note("nvidia"), default_engine_note("amd"))
