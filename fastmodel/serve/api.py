@@ -324,7 +324,8 @@ def evaluate_record(record: dict, source: str | None = None, calibration: Any = 
     serving result, with its ``status`` and the lowering's ``notes`` (joined by "; ", as the training engine's
     ``evaluate_record``); a calibration is a SpecError (it applies to training runs). A disaggregated record
     (``serve.mode = "disagg"``) is answered through its two worker pools, as ``serve`` and ``batch`` answer it: the
-    results of ``fastmodel.serve.report.disagg_result`` and the attrs ``mode`` and ``limiting_pool``."""
+    results of ``fastmodel.serve.report.disagg_result`` and the attrs ``mode`` and ``limiting_pool`` ("" when
+    the record is not answered)."""
     import xarray as xr
 
     lowered, state, result, pool = evaluate_any_record(record, source, calibration)
@@ -333,7 +334,7 @@ def evaluate_record(record: dict, source: str | None = None, calibration: Any = 
         from fastmodel.serve.report import disagg_attrs
 
         data = {name: ((), np.float64(value), disagg_attrs(name)) for name, value in result.items()}
-        return xr.Dataset(data, attrs={**attrs, "mode": "disagg", "limiting_pool": str(pool.get("limiting_pool"))})
+        return xr.Dataset(data, attrs={**attrs, "mode": "disagg", "limiting_pool": str(pool.get("limiting_pool") or "")})
     data = {r.name: ((), bool(result[r.name] > 0.5) if r.dtype == "bool" else np.float64(result[r.name]), r.attrs())
             for r in SERVE_RESULTS}
     return xr.Dataset(data, attrs=attrs)

@@ -289,7 +289,7 @@ def test_a_disaggregated_deployment_whose_pools_cannot_hold_one_request_is_no_kv
     record["system"] = {"gpu": "L40S", "n_gpus": record["system"]["n_gpus"]}
     record["serve"]["precision"] = "bf16"
     ds = fastmodel.evaluate_record(record)
-    assert ds.attrs["status"] == "no_kv_room" and math.isnan(float(ds.ttft))
+    assert ds.attrs["status"] == "no_kv_room" and math.isnan(float(ds.ttft)) and ds.attrs["limiting_pool"] == ""
     from fastmodel.serve.api import evaluate
 
     layout = record["disagg"]["decode"]
