@@ -261,15 +261,14 @@ def precision_notes(model: str, device: str, precision: str, fp8_weight_only: fl
     (``fastmodel.serve.records``): gpt-oss's fp4 read as its published MXFP4 experts-only checkpoint, and FP4
     weights on a GPU without FP4 tensor cores (Hopper) run weight-only in 16-bit GEMMs (docs/model_serving.md S12)."""
     from fastmodel.serve.api import device_columns
-    from fastmodel.serve.precisions import FP4_PRECISIONS, published_fp4_checkpoint
+    from fastmodel.serve.precisions import FP4_PRECISIONS, published_fp4_checkpoint, weight_only_note
 
     precision, _, checkpoint = published_fp4_checkpoint(model, precision, None)
     notes = [checkpoint.replace("serve.precision", "--precision")] if checkpoint else []
     if precision in FP4_PRECISIONS and device_columns(device).get("peak_flops_4", 0.0) <= 0:
-        notes.append(f"{precision} on {device} (no FP4 tensor cores): weight-only, dequantised into 16-bit GEMMs")
+        notes.append(weight_only_note(precision, device))
     if precision == "fp8" and fp8_weight_only > 0 and device_columns(device).get("peak_flops_8", 0.0) <= 0:
-        notes.append(f"fp8 on {device} (no FP8 tensor cores): weight-only W8A16, dequantised into 16-bit GEMMs as the "
-                     "engine's FP8 Marlin does (docs/model_serving.md S55)")
+        notes.append(weight_only_note(precision, device))
     return notes
 
 

@@ -72,3 +72,13 @@ def published_fp4_checkpoint(model_name: str | None, precision: str, quantized_l
     layers = quantized_layers or "experts"
     return "mxfp4", layers, (f"serve.precision fp4 of {model_name}: read as its published MXFP4 checkpoint "
                              f"(quantized_layers {layers}; fastmodel/serve/precisions.py MXFP4_EXPERT_CHECKPOINTS)")
+
+
+def weight_only_note(precision: str, gpu: str) -> str:
+    """The note of ``precision`` weights on a GPU without tensor cores of that width, which run weight-only,
+    dequantised into 16-bit GEMMs: FP4 on Hopper (docs/model_serving.md S12), FP8 on Ampere where the engine does
+    (vLLM's FP8 Marlin, ``fp8_weight_only``, S55). One wording for a record's lowering and ``fastmodel serve``."""
+    if precision == "fp8":
+        return (f"fp8 on {gpu} (no FP8 tensor cores): weight-only W8A16, dequantised into 16-bit GEMMs as the "
+                "engine's FP8 Marlin does (docs/model_serving.md S55)")
+    return f"{precision} on {gpu} (no FP4 tensor cores): weight-only, dequantised into 16-bit GEMMs"

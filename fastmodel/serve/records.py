@@ -52,6 +52,7 @@ from fastmodel.serve.precisions import (
     FP4_PRECISIONS,
     block_fp8_checkpoint,
     published_fp4_checkpoint,
+    weight_only_note,
 )
 from fastmodel.serve.profiles import (
     expert_row_tiles,
@@ -189,7 +190,7 @@ def _fp8_weight_only(profile: dict, framework: str | None, gpu: str, source: str
         raise SpecError(source, "system.peak_flops_fp8", f"serve.precision is fp8 but the device has no FP8 peak and "
                         f"{framework or 'the default engine'} runs no weight-only FP8 (vLLM's FP8 Marlin does; "
                         "docs/model_serving.md S55)")
-    return f"fp8 on {gpu} (no FP8 tensor cores): weight-only W8A16, dequantised into 16-bit GEMMs (S55)"
+    return weight_only_note("fp8", gpu)
 
 
 def lower_serve_record(data: dict, source: str | None = None) -> ServeRecord:
@@ -251,7 +252,7 @@ def lower_serve_record(data: dict, source: str | None = None) -> ServeRecord:
         notes.append(checkpoint_note)
     values.update(precision_columns(precision, serve.kv_precision))
     if precision in FP4_PRECISIONS and values["peak_flops_4"] <= 0:
-        notes.append(f"fp4 on {gpu} (no FP4 tensor cores): weight-only, dequantised into 16-bit GEMMs")
+        notes.append(weight_only_note(precision, gpu))
     vendor = "amd" if columns[COLUMN_INDEX["vendor"]] == VENDORS["amd"] else "nvidia"
     engine, version, profile_notes = record_engine(record.framework, vendor)   # one engine for every column below
     profile = profile_columns(engine, version, float(columns[COLUMN_INDEX["hbm_bytes"]]))
