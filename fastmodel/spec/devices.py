@@ -22,9 +22,10 @@ except ModuleNotFoundError:  # pragma: no cover - python < 3.11
 
 
 @lru_cache(maxsize=None)
-def device_table() -> dict[str, dict[str, float]]:
-    """Built-in device files, keyed by every name they list (lower case) -> column name -> value."""
+def _read_device_files() -> tuple[dict[str, dict[str, float]], dict[str, str]]:
+    """Every built-in device file, read once: (name -> column -> value, name -> file stem), names in lower case."""
     table: dict[str, dict[str, float]] = {}
+    files: dict[str, str] = {}
     for entry in resources.files("fastmodel.specs").joinpath("devices").iterdir():
         if not entry.name.endswith(".toml"):
             continue
@@ -38,18 +39,18 @@ def device_table() -> dict[str, dict[str, float]]:
                 raise SpecError(f"specs/devices/{entry.name}", key, problem)
         for name in names:
             table[name.lower()] = {k: float(v) for k, v in data.items()}
-    return table
+            files[name.lower()] = entry.name[: -len(".toml")]
+    return table, files
 
 
-@lru_cache(maxsize=None)
+def device_table() -> dict[str, dict[str, float]]:
+    """Built-in device files, keyed by every name they list (lower case) -> column name -> value."""
+    return _read_device_files()[0]
+
+
 def device_files() -> dict[str, str]:
     """Every name a built-in device file lists (lower case) -> the file's stem (``"dgx-b200"`` -> ``"b200"``)."""
-    files: dict[str, str] = {}
-    for entry in resources.files("fastmodel.specs").joinpath("devices").iterdir():
-        if entry.name.endswith(".toml"):
-            for name in tomllib.loads(entry.read_text()).get("names", []):
-                files[str(name).lower()] = entry.name[: -len(".toml")]
-    return files
+    return _read_device_files()[1]
 
 
 def vendor_code(name, source: str | None = None) -> int:

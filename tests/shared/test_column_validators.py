@@ -52,7 +52,7 @@ def _device_file(tmp_path, monkeypatch, column, value):
     folder.mkdir()
     (folder / "x.toml").write_text(f'names = ["x-gpu"]\nvendor = "nvidia"\n{column} = {value}\n')
     monkeypatch.setattr(devices, "resources", SimpleNamespace(files=lambda _: tmp_path))
-    devices.device_table.__wrapped__()  # not the cached table of the built-in files
+    devices._read_device_files.__wrapped__()  # not the cached table of the built-in files
 
 
 def _cluster_table(tmp_path, monkeypatch, column, value):
