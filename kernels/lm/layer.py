@@ -8,7 +8,7 @@ layer mix) is ``kernels/lm/shape.py``, which serving reads too; ``kernels/lm/pas
 passes and ``kernels/lm/step.py`` composes the step.
 """
 
-from fastmodel.kernels.lm.fp4 import gemm_format, gemm_weight_bytes, lowp_cast_bytes
+from fastmodel.kernels.lm.fp4 import gemm_weight_bytes, lowp_cast_bytes, train_gemm_format
 from fastmodel.kernels.lm.fp8 import amax_reduction_time
 from fastmodel.kernels.roofline import attention_time, gemm_time, grouped_gemm_time, memory_bound_time
 from fastmodel.kernels.jit import njit
@@ -111,7 +111,7 @@ def layer_costs(row, moe, sliding, work):
     t = row[C_TP]
     c = row[C_CP]
     sp = row[C_SEQUENCE_PARALLEL] > 0.0
-    fp8 = gemm_format(row)             # 0 16-bit, 1 FP8, 2 NVFP4 GEMMs (docs/model.md §11.38)
+    fp8 = train_gemm_format(row)       # 0 16-bit, 1 FP8, 2 NVFP4 GEMMs (docs/model.md §11.38)
     element = gemm_weight_bytes(fp8)   # GEMM weights at the GEMM precision
     tokens = row[C_MICRO_BATCH] * row[C_SEQ_LEN] / c
     dqk, dv = attention_dims(row)
@@ -267,7 +267,7 @@ def mtp_costs(row, tokens, norm_tokens):
         return 0.0, 0.0, 0.0, 0.0
     h = row[C_HIDDEN]
     t = row[C_TP]
-    fp8 = gemm_format(row)
+    fp8 = train_gemm_format(row)
     gemm = gemm_time(row, tokens, h / t, 2.0 * h, fp8)
     norm, _, _ = elementwise_unit_bytes(row)
     mem_bytes = norm_tokens * h * (3.0 * norm * (1.0 + 2.0) + 8.0) / 2.0

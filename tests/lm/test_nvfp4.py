@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fastmodel.kernels.lm.fp4 import fp4_supported, gemm_format, nvfp4_cast_bytes
+from fastmodel.kernels.lm.fp4 import fp4_supported, nvfp4_cast_bytes, train_gemm_format
 from fastmodel.kernels.lm.layer import N_WORK, W_GEMM, W_MEM, layer_costs
 from fastmodel.kernels.lm.memory_activations import gemm_input_bytes
 from fastmodel.kernels.lm.memory_states import weight_bytes_per_param
@@ -34,7 +34,7 @@ def _row(precision: str, **values) -> np.ndarray:
 
 def test_fp4_and_nvfp4_name_one_gemm_format():
     assert PRECISION_CODES["fp4"] == PRECISION_CODES["nvfp4"] == 2
-    assert [gemm_format(_row(p)) for p in ("bf16", "fp8", "fp4")] == [0.0, 1.0, 2.0]
+    assert [train_gemm_format(_row(p)) for p in ("bf16", "fp8", "fp4")] == [0.0, 1.0, 2.0]
 
 
 def test_a_gemm_runs_at_the_fp4_peak_times_the_fp8_efficiency_times_the_measured_nvfp4_rate():
