@@ -51,15 +51,15 @@ def routing_name(cf: float, padded: float) -> str:
 def moe_terms(columns: np.ndarray) -> dict[str, float]:
     """One MoE layer's terms for one micro-batch on the busiest device of a record's column vector: routed-expert
     GEMM share of the layer's forward compute, load factor, routed rows per local expert (module docstring)."""
+    from fastmodel.kernels.lm.fp4 import train_gemm_format
     from fastmodel.kernels.lm.layer import N_WORK, W_ATTN, W_GEMM, W_MEM, layer_costs
     from fastmodel.kernels.lm.moe import expert_rows, load_factor, moe_compute
     from fastmodel.registry.lm import COLUMN_INDEX as C
-    from fastmodel.registry.lm import PRECISION_CODES
 
     row = np.ascontiguousarray(columns, dtype=np.float64)
     work = np.zeros(N_WORK)
     layer_costs(row, True, False, work)
-    routed = moe_compute(row, bool(row[C["precision"]] == PRECISION_CODES["fp8"]))[5]
+    routed = moe_compute(row, train_gemm_format(row))[5]   # the layer's GEMM format (0, 1, 2 NVFP4)
     local = row[C["moe_experts"]] / row[C["ep"]]
     compute = work[W_GEMM] + work[W_ATTN] + work[W_MEM]
     return {"moe_expert_share": float(routed / compute) if compute > 0 else np.nan,

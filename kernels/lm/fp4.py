@@ -33,7 +33,7 @@ FP4_CC = 10.0
 
 
 @njit(inline="always")
-def gemm_format(row):
+def train_gemm_format(row):
     """The GEMM format of a training row, the ``fp8`` argument of the roofline (``kernels/roofline.py``
     ``format_peak``): 0 16-bit, 1 FP8, 2 FP4 (NVFP4)."""
     precision = row[C_PRECISION]

@@ -8,15 +8,15 @@ layer mix) is ``kernels/lm/shape.py``, which serving reads too; ``kernels/lm/pas
 passes and ``kernels/lm/step.py`` composes the step.
 """
 
-from fastmodel.kernels.lm.fp4 import gemm_format, gemm_weight_bytes, lowp_cast_bytes
+from fastmodel.kernels.lm.fp4 import gemm_weight_bytes, lowp_cast_bytes, train_gemm_format
 from fastmodel.kernels.lm.fp8 import amax_reduction_time
-from fastmodel.kernels.roofline import attention_time, gemm_time, grouped_gemm_time, memory_bound_time
+from fastmodel.kernels.roofline import attention_time, gemm_roofline, gemm_time, grouped_gemm_time, memory_bound_time
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.layout import (
     CP_ALLGATHER, CP_ALLTOALL, C_CAUSAL, C_COLLECTIVE_OVERHEAD_S, C_CP, C_CP_ALGORITHM, C_EP, C_FFN, C_FLASH_ATTENTION, C_HEADS, C_HEAD_DIM, C_HIDDEN,
     C_KV_HEADS, C_LAYERS, C_LOSS_TRAFFIC_BYTES_PER_LOGIT, C_MICRO_BATCH, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS,
     C_MOE_TOPK, C_MTP_LAYERS, C_RECOMPUTE, C_RECOMPUTE_FRACTION, C_ROTARY_FRACTION, C_SEQUENCE_PARALLEL, C_SEQ_LEN,
-    C_SLIDING_WINDOW, C_TIED_EMBEDDINGS, C_TP, C_VOCAB, RECOMPUTE_FULL, RECOMPUTE_PARTIAL_LAYERS,
+    C_SLIDING_WINDOW, C_STACK_COMPUTE_EFF, C_TIED_EMBEDDINGS, C_TP, C_VOCAB, RECOMPUTE_FULL, RECOMPUTE_PARTIAL_LAYERS,
     RECOMPUTE_SELECTIVE,
 )
 from fastmodel.kernels.lm.shape import (  # noqa: F401 - the shape terms, re-exported for the layer's callers
@@ -111,7 +111,7 @@ def layer_costs(row, moe, sliding, work):
     t = row[C_TP]
     c = row[C_CP]
     sp = row[C_SEQUENCE_PARALLEL] > 0.0
-    fp8 = gemm_format(row)             # 0 16-bit, 1 FP8, 2 NVFP4 GEMMs (docs/model.md §11.38)
+    fp8 = train_gemm_format(row)       # 0 16-bit, 1 FP8, 2 NVFP4 GEMMs (docs/model.md §11.38)
     element = gemm_weight_bytes(fp8)   # GEMM weights at the GEMM precision
     tokens = row[C_MICRO_BATCH] * row[C_SEQ_LEN] / c
     dqk, dv = attention_dims(row)
@@ -253,7 +253,7 @@ def mtp_costs(row, tokens, norm_tokens):
     Each module (DeepSeek-V3 report sec. 2.2; Megatron-Core ``MultiTokenPredictionLayer``,
     megatron/core/transformer/multi_token_prediction.py, NVIDIA/Megatron-LM@d98e8a6) normalises the shifted
     tokens' embedding and the previous depth's hidden state (``enorm``, ``hnorm``), concatenates them (2h) and
-    projects them back to h (``eh_proj``, column-parallel 2h x h/t, FP8 in FP8 recipes), and normalises its
+    projects them back to h (``eh_proj``, column-parallel 2h x h/t, at the training GEMM format and its weight bytes), and normalises its
     layer's output (``final_layernorm``) before the shared head; ``process_mtp_loss`` then runs the shared output
     layer and the loss once per depth. The loss's passes over each depth's logits cost what the main head's do
     (``loss_traffic_bytes_per_logit``, half per pass) and so does its vocab-parallel all-reduce (3 x 4 B per
@@ -267,8 +267,9 @@ def mtp_costs(row, tokens, norm_tokens):
         return 0.0, 0.0, 0.0, 0.0
     h = row[C_HIDDEN]
     t = row[C_TP]
-    fp8 = gemm_format(row)
-    gemm = gemm_time(row, tokens, h / t, 2.0 * h, fp8)
+    fp8 = train_gemm_format(row)
+    wb = gemm_weight_bytes(fp8)   # NVFP4 weights at 0.5625 B (docs/model.md §11.38)
+    gemm = gemm_roofline(row, 1.0, tokens, h / t, 2.0 * h, fp8, wb, 1.0) / row[C_STACK_COMPUTE_EFF]
     norm, _, _ = elementwise_unit_bytes(row)
     mem_bytes = norm_tokens * h * (3.0 * norm * (1.0 + 2.0) + 8.0) / 2.0
     loss = tokens * row[C_VOCAB] / t * 0.5 * row[C_LOSS_TRAFFIC_BYTES_PER_LOGIT]

@@ -8,10 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fastmodel.kernels.lm.fp4 import fp4_supported, gemm_format, nvfp4_cast_bytes
-from fastmodel.kernels.lm.layer import N_WORK, W_GEMM, W_MEM, layer_costs
+from fastmodel.kernels.lm.fp4 import fp4_supported, nvfp4_cast_bytes, train_gemm_format
+from fastmodel.kernels.lm.layer import N_WORK, W_GEMM, W_MEM, layer_costs, mtp_costs
 from fastmodel.kernels.lm.memory_activations import gemm_input_bytes
 from fastmodel.kernels.lm.memory_states import weight_bytes_per_param
+from fastmodel.kernels.lm.moe import expert_rows, moe_compute
 from fastmodel.kernels.lm.rules import plan_status_row
 from fastmodel.kernels.roofline import format_peak, gemm_time
 from fastmodel.lm.records import lower_record
@@ -34,7 +35,7 @@ def _row(precision: str, **values) -> np.ndarray:
 
 def test_fp4_and_nvfp4_name_one_gemm_format():
     assert PRECISION_CODES["fp4"] == PRECISION_CODES["nvfp4"] == 2
-    assert [gemm_format(_row(p)) for p in ("bf16", "fp8", "fp4")] == [0.0, 1.0, 2.0]
+    assert [train_gemm_format(_row(p)) for p in ("bf16", "fp8", "fp4")] == [0.0, 1.0, 2.0]
 
 
 def test_a_gemm_runs_at_the_fp4_peak_times_the_fp8_efficiency_times_the_measured_nvfp4_rate():
@@ -98,6 +99,64 @@ def test_the_layer_charges_the_nvfp4_casts_of_its_gemm_inputs_and_runs_its_gemms
     extra = 7.125 * elements / (row[C["hbm_bw"]] * row[C["hbm_eff"]])
     assert work[1][W_MEM] - work[0][W_MEM] == pytest.approx(extra, rel=1e-9)
     assert work[1][W_GEMM] < work[0][W_GEMM]
+
+
+#: a small memory-bound MoE layer: 8 experts of 8 rows (64 tokens, top-1, ep 1, tp 1), h 2048, moe_ffn 4096,
+#: ungated, one shared expert; an FP4 peak so large that the MMA time is below 1e-15 s
+MOE_FP4 = {
+    "tp": 1.0,
+    "cp": 1.0,
+    "dp": 1.0,
+    "ep": 1.0,
+    "micro_batch": 1.0,
+    "seq_len": 64.0,
+    "hidden": 2048.0,
+    "moe_experts": 8.0,
+    "moe_topk": 1.0,
+    "moe_ffn": 4096.0,
+    "moe_shared_experts": 1.0,
+    "gated_mlp": 0.0,
+    "moe_capacity_factor": 0.0,
+    "moe_imbalance": 1.0,
+    "moe_expert_maxvio": 0.0,
+    "mtp_layers": 1.0,
+    "peak_flops_4": 1e30,
+    "hbm_bw": 8e12,
+    "hbm_eff": 0.8,
+    "stack_compute_eff": 0.5,
+    "kernel_overhead_s": 0.0,
+}
+
+
+def test_moe_and_mtp_gemms_read_nvfp4_weights_at_0_5625_bytes():
+    """Expert GEMM roofline (kernels/roofline.py ``expert_gemm_roofline``): ``max(c, w) + s min(c, w)`` over
+    ``stack_compute_eff``, s = min(1, 16 / 8) = 1 (row tile 16 > the 8 rows of an expert), c ~ 0 here, so
+    t = w / 0.5 with ``w = E (0.5625 k n + 1 m k + 2 m n) / (hbm_bw hbm_eff)`` (weights at NVFP4's 0.5 + 1/16 B,
+    the input at 1 B, the output at 2 B). Routed: FC1 (k 2048, n 4096) + FC2 (k 4096, n 2048) over E = 8
+    experts of m = 8 rows; shared: the same two GEMMs once at m = 64 tokens; MTP's ``eh_proj``: k 2h, n h,
+    m 64. Each was read at 1 B per weight before (docs/model.md §11.38)."""
+    row = _row("fp4", **MOE_FP4)
+    assert expert_rows(row) == 64.0
+    bw = 8e12 * 0.8
+    wb = 0.5 + 1.0 / 16.0
+
+    def memory(groups, m, n, k, weight):
+        return groups * (weight * k * n + 1.0 * m * k + 2.0 * m * n) / bw / 0.5
+
+    def mlp(groups, m, weight):
+        return memory(groups, m, 4096.0, 2048.0, weight) + memory(groups, m, 2048.0, 4096.0, weight)
+
+    _, _, shared, _, _, routed = moe_compute(row, 2.0)
+    assert routed == pytest.approx(mlp(8.0, 8.0, wb), rel=1e-12)
+    assert shared == pytest.approx(mlp(1.0, 64.0, wb), rel=1e-12)
+    # the weight stream at 1 B per element (the FP8 bytes the fp4 path read before) is 2 x 8 x 2048 x 4096 x
+    # (1 - 0.5625) B longer
+    assert mlp(8.0, 8.0, 1.0) - routed == pytest.approx(2.0 * 8.0 * 2048.0 * 4096.0 * 0.4375 / bw / 0.5, rel=1e-9)
+    mtp_gemm = mtp_costs(row, 64.0, 64.0)[0]
+    assert mtp_gemm == pytest.approx(memory(1.0, 64.0, 2048.0, 4096.0, wb), rel=1e-12)
+    # FP8 keeps its 1 B weights
+    fp8 = _row("fp8", **{**MOE_FP4, "peak_flops_8": 1e30})
+    assert moe_compute(fp8, 1.0)[5] == pytest.approx(mlp(8.0, 8.0, 1.0), rel=1e-12)
 
 
 @pytest.mark.parametrize(
