@@ -174,12 +174,9 @@ def memory_timeline(*, model: Any = None, system: Any = None, task: Any = None, 
     """Memory over one training step per pipeline rank and kind, from the engine that draws one (the real-world
     training model; ``execution`` as in ``fastmodel.evaluate``, for specs); a SpecError for others (MAD-Max
     holds weights only, serving has no training step)."""
-    engine = for_record(record) if record is not None else for_specs(model, "default", system)
-    if engine is None or not hasattr(engine.door(), "memory_timeline"):
-        what = "a serving record" if engine is SERVE else "not a real-world training configuration"
-        raise SpecError(source, "model", f"{what}: memory timelines are drawn for the real-world training model")
-    return engine.door().memory_timeline(model, system, task, record=record, source=source, plan=plan,
-                                         num_nodes=num_nodes, memory_margin=memory_margin, execution=execution)
+    door = _memory_door(model, system, record, source, "memory_timeline", "memory timelines are drawn for")
+    return door.memory_timeline(model, system, task, record=record, source=source, plan=plan, num_nodes=num_nodes,
+                                memory_margin=memory_margin, execution=execution)
 
 
 def memory_by_stage(*, model: Any = None, system: Any = None, task: Any = None, record: Any = None,
@@ -187,12 +184,19 @@ def memory_by_stage(*, model: Any = None, system: Any = None, task: Any = None, 
                     memory_margin: float | None = None, execution: Any = None):
     """Memory by kind at each pipeline rank's peak moment (a Dataset over ``stage`` and ``memory_kind``), from the
     engine that has a memory timeline (the real-world training model); a SpecError for others."""
+    door = _memory_door(model, system, record, source, "memory_by_stage", "memory by pipeline stage is given for")
+    return door.memory_by_stage(model, system, task, record=record, source=source, plan=plan, num_nodes=num_nodes,
+                                memory_margin=memory_margin, execution=execution)
+
+
+def _memory_door(model: Any, system: Any, record: Any, source: str | None, method: str, said: str):
+    """The door of the engine that has ``method`` (the real-world training model's memory over a step), or a
+    SpecError naming what was given instead: "<what>: <said> the real-world training model"."""
     engine = for_record(record) if record is not None else for_specs(model, "default", system)
-    if engine is None or not hasattr(engine.door(), "memory_by_stage"):
+    if engine is None or not hasattr(engine.door(), method):
         what = "a serving record" if engine is SERVE else "not a real-world training configuration"
-        raise SpecError(source, "model", f"{what}: memory by pipeline stage is the real-world training model's")
-    return engine.door().memory_by_stage(model, system, task, record=record, source=source, plan=plan,
-                                         num_nodes=num_nodes, memory_margin=memory_margin, execution=execution)
+        raise SpecError(source, "model", f"{what}: {said} the real-world training model")
+    return engine.door()
 
 
 def load_model(spec: Any):

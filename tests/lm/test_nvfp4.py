@@ -38,37 +38,22 @@ def test_fp4_and_nvfp4_name_one_gemm_format():
     assert [train_gemm_format(_row(p)) for p in ("bf16", "fp8", "fp4")] == [0.0, 1.0, 2.0]
 
 
+#: a GEMM of 4 tiles on 4 SMs, one full wave, far from the HBM bound, no launch time
+ONE_WAVE = dict(sm_count=4.0, gemm_tile_m=128.0, gemm_tile_n=128.0, hbm_bw=1e18, kernel_overhead_s=0.0,
+                stack_compute_eff=1.0, gemm_eff_8=0.48, gemm_k_half=128.0)
+
+
 def test_a_gemm_runs_at_the_fp4_peak_times_the_fp8_efficiency_times_the_measured_nvfp4_rate():
     """m = n = 256 on 4 SMs with 128 x 128 tiles: 4 tiles, one full wave, quantization 1; HBM far from binding:
     t = 2 m n (k + k_half) / (peak_4 x eff_8 x 0.603)."""
-    row = _row(
-        "fp4",
-        sm_count=4.0,
-        gemm_tile_m=128.0,
-        gemm_tile_n=128.0,
-        hbm_bw=1e18,
-        kernel_overhead_s=0.0,
-        stack_compute_eff=1.0,
-        gemm_eff_8=0.48,
-        gemm_k_half=128.0,
-    )
+    row = _row("fp4", **ONE_WAVE)
     m = n = 256.0
     k = 4096.0
     expected = 2.0 * m * n * (k + 128.0) / (13.5e15 * 0.48 * RATE)
     assert gemm_time(row, m, n, k, 2.0) == pytest.approx(expected, rel=1e-12)
     assert RATE == pytest.approx(0.6033, abs=1e-4)
     # the same GEMM under FP8: 4.5e15 x 0.48 x 1 (per-tensor scaling, unstated recipe) -> 1.81x longer
-    fp8 = _row(
-        "fp8",
-        sm_count=4.0,
-        gemm_tile_m=128.0,
-        gemm_tile_n=128.0,
-        hbm_bw=1e18,
-        kernel_overhead_s=0.0,
-        stack_compute_eff=1.0,
-        gemm_eff_8=0.48,
-        gemm_k_half=128.0,
-    )
+    fp8 = _row("fp8", **ONE_WAVE)
     assert gemm_time(fp8, m, n, k, 1.0) / expected == pytest.approx(6.812 / 3.764, rel=1e-12)
 
 
