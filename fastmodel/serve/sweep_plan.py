@@ -45,7 +45,7 @@ class ServeSweepPlan(SweepPlan):
         # the engine's profile (task.engine; None: the default engine, noted), less the columns an axis sets
         profile, _ = engine_columns(task.engine, self._fixed("device", device), axes, "task.engine")
         # each vendor's default engine says so (S56): the notes of every device of a device axis, once each
-        self.run_notes = tuple(dict.fromkeys(note for d in axes.get("device", [device])
+        self.run_notes = list(dict.fromkeys(note for d in axes.get("device", [device])
                                              for note in engine_columns(task.engine, d, axes, "task.engine")[1]))
         # the model's notes (serving_model) and the engine's: in the Dataset's attrs, not the definition
         self.notes = (*notes, *self.run_notes)

@@ -119,4 +119,4 @@ def test_a_serving_sweep_file_notes_every_devices_default_engine():
     name, columns, notes = serving_model("llama3.1-8b")
     plan = ServeSweepPlan(name, columns, "H100", load_serve_task("serve-chat"),
                           {"device": ["H100", "MI300X"], "batch_size": [1]}, notes=notes)
-    assert plan.run_notes == (default_engine_note("nvidia"), default_engine_note("amd"))
+    assert plan.run_notes == [default_engine_note("nvidia"), default_engine_note("amd")]
