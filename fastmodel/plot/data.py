@@ -199,14 +199,22 @@ def over_memory(status: xr.DataArray, fits: xr.DataArray | None) -> xr.DataArray
     return folded
 
 
+def is_bytes(da: xr.DataArray) -> bool:
+    """Whether ``da`` is a size in bytes (its ``units``): the variables whose value a plan that does not fit still
+    answers (memory by kind, allocated, reserved, offloaded bytes); not ``time_memory_bound`` (s) nor
+    ``memory_peak_stage`` (a rank), which a name test took for memory."""
+    return da.attrs.get("units") == "bytes"
+
+
 def shown(da: xr.DataArray, status: xr.DataArray | None) -> xr.DataArray:
     """``da`` where its point is legal and feasible (NaN elsewhere), before a reduction: a memory variable keeps
-    the points that do not fit (their memory is the answer), as the heatmap shows them; numbers only."""
+    the points that do not fit (a size in bytes, :func:`is_bytes`, is the answer), as the heatmap shows them;
+    numbers only."""
     if status is None or da.dtype.kind not in "fc":
         return da
     names = status_names_of(status)
     keep = status == 0
-    if "does_not_fit" in names and "memory" in str(da.name):
+    if "does_not_fit" in names and is_bytes(da):
         keep = keep | (status == names.index("does_not_fit"))
     out = da.where(keep.broadcast_like(da))
     out.attrs, out.name = dict(da.attrs), da.name

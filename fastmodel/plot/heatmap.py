@@ -61,11 +61,11 @@ def heatmap(data, x: str | None = None, y: str | None = None, *, var: str | None
         else:
             values = np.asarray(da.values, dtype=float)
             image = np.ma.masked_invalid(values)
-            if st is not None:  # real-world sweeps keep results of points that do not fit: only memory shows them
+            if st is not None:  # real-world sweeps keep results of points that do not fit: only sizes show them
                 codes = np.asarray(st.values).astype(int)
                 names = D.status_names_of(st)
                 hide = codes != 0
-                if "does_not_fit" in names and "memory" in str(da.name):
+                if "does_not_fit" in names and D.is_bytes(da):
                     hide &= codes != names.index("does_not_fit")
                 image = np.ma.masked_where(hide | np.ma.getmaskarray(image), values)
             cmap_obj, norm = _scale(da, image, cmap, log)

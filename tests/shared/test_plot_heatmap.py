@@ -205,6 +205,19 @@ def test_points_over_memory_of_a_real_world_sweep_are_not_shown_or_reduced():
         prepare(ds.isel(plan=[0]), "tokens_per_s_per_gpu", reduce=[("max", "num_nodes")])
 
 
+def test_only_sizes_in_bytes_keep_the_points_over_memory():
+    """Review: 'memory' in a variable's name kept the points over HBM, so ``time_memory_bound`` (seconds) drew
+    them and marked a plan that does not fit best; the rule is the variable's units, bytes."""
+    ds = _real_world_like()
+    ds["time_memory_bound"] = (ds.memory_per_device.dims, np.full((2, 3), 18.0), {"units": "s"})
+    ds["memory_peak_stage"] = (ds.memory_per_device.dims, np.zeros((2, 3)), {"units": "1"})
+    for var in ("time_memory_bound", "memory_peak_stage"):
+        _, ax = P.heatmap(ds, x="plan", y="num_nodes", var=var)
+        np.testing.assert_array_equal(np.ma.getmaskarray(_image(ax)[1]), ds.fits_memory.values == 0)
+    _, ax = P.heatmap(ds, x="plan", y="num_nodes", var="memory_per_device")
+    assert not np.ma.getmaskarray(_image(ax)[1]).any()
+
+
 def test_a_map_of_no_feasible_cell_has_no_colour_scale():
     """Hurried-user walk: a real-world sweep whose every point is over HBM drew hatched cells beside a colour bar
     reading -0.1 .. 0.1, a scale of no value; the bar keeps its label and shows no ticks."""
