@@ -95,7 +95,7 @@ def nearest(word: str, choices: Iterable[str]) -> str:
     both ("llama-3.1-8b" -> 'llama3.1-8b', not 'llama-30b'), and so does a choice of the same words in another
     order ("70b-llama2" -> 'llama2-70b', not 'llama2-7b'). Where no spelling is close, the choice holding every
     word of ``word`` ("train-llm" -> 'llm-pretrain', :func:`_by_words`), else the choice whose words' initials
-    the word is ("mb" -> 'micro_batch')."""
+    the word is, when one alone is ("mb" -> 'micro_batch')."""
     choices = list(choices)
     low = word.lower()
     bare = [c for c in choices if _bare(c) == _bare(word)] or [
@@ -111,8 +111,9 @@ def nearest(word: str, choices: Iterable[str]) -> str:
         tied = [c for c in choices if shared(c) == longest]
         pick = max(tied, key=lambda c: difflib.SequenceMatcher(None, low, c.lower()).ratio())
         return f" (did you mean '{pick}'?)"
-    match = difflib.get_close_matches(word, choices, n=1, cutoff=0.5) or _by_words(word, choices) or [
-        c for c in choices if len(_words(c)) > 1 and "".join(w[0] for w in _words(c)) == low]   # mb: micro_batch
+    initials = [c for c in choices if len(_words(c)) > 1 and "".join(w[0] for w in _words(c)) == low]  # mb
+    match = difflib.get_close_matches(word, choices, n=1, cutoff=0.5) or _by_words(word, choices) or (
+        initials if len(initials) == 1 else [])   # 'dh' fits dgx-h100 and dgx-h200 alike: name neither
     return f" (did you mean '{match[0]}'?)" if match else ""
 
 

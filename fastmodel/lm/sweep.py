@@ -141,6 +141,9 @@ def _axis_values(name: str, values: Any, model, cluster, max_gpus: int) -> tuple
     first: dict = {}    # ['80GB', 80e9], ['distopt', 'zero1']: one point twice under two spellings
     for i, number in enumerate(numeric.tolist()):
         if (j := first.setdefault(number, i)) != i:
+            if isinstance(given[i], str) and isinstance(given[j], str) and given[i].lower() != given[j].lower():
+                raise SweepError(f"axis {name!r}: {given[i]!r} and {given[j]!r} are one point to the model, code "
+                                 f"{number:g}: an alias or modelled alike (duplicate point)")
             raise SweepError(f"axis {name!r}: {given[i]!r} is the same value as {given[j]!r} (duplicate point)")
     if name in WHOLE_AXES and (part := next((v for v, x in zip(values, numeric) if not x.is_integer()), None)) is not None:
         raise SweepError(f"axis {name!r}: every value must be a whole number (got {part!r})")

@@ -75,6 +75,8 @@ def _axes(source: str, axes: dict, model, cluster) -> dict[str, Any]:
     names = [*COLUMN_INDEX, "num_nodes", MESH_AXIS]
     expanded = {}
     for name, spec in axes.items():
+        if name == MESH_AXIS and isinstance(spec, str) and spec.strip().lower() == "all":
+            spec = "all"                       # "ALL", " all": the keyword whatever its case
         if name in ("model", "system", "task"):   # was "unknown axis (did you mean 'num_nodes'?)"
             raise SpecError(source, f"axes.{name}", f"a real-world sweep takes one {name} (the file's {name} key; "
                             f"MAD-Max sweeps take a {name} axis): sweep its fields, or write one file per {name}")

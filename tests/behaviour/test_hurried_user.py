@@ -321,6 +321,16 @@ def test_a_misspelt_or_repeated_plan_axis_is_named(tmp_path, plan, said):
     one_line_error(cli("sweep", path, "-o", tmp_path / "out.nc"), f"{path}: {said}")
 
 
+def test_the_all_plan_keyword_is_read_whatever_its_case():
+    """Second review: plan = "ALL" was refused with "did you mean 'all'?"."""
+    from fastmodel.lm.loader import load_cluster, load_lm_model
+    from fastmodel.lm.sweep_file import _axes
+
+    model, cluster = load_lm_model("llama3-8b"), load_cluster("dgx-h100")
+    assert _axes("s.toml", {"plan": "ALL"}, model, cluster) == _axes("s.toml", {"plan": " all"}, model, cluster) \
+        == _axes("s.toml", {"plan": "all"}, model, cluster)
+
+
 def test_a_model_axis_of_a_real_world_sweep_says_one_model_per_file(tmp_path):
     """[axes] model = [...] (a MAD-Max sweep axis) was "unknown axis (did you mean 'num_nodes'?)"."""
     path = tmp_path / "s.toml"

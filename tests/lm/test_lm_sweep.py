@@ -188,7 +188,11 @@ def test_a_count_axis_takes_whole_numbers(axis, values):
 
 @pytest.mark.parametrize("axis, values, said", [
     ("hbm_bytes", ["80GB", 80e9], "80000000000.0 is the same value as '80GB'"),
-    ("sharding", ["distopt", "zero1"], "'zero1' is the same value as 'distopt'"),
+    ("sharding", ["distopt", "zero1"], "'zero1' and 'distopt' are one point to the model, code 1: an alias or "
+                                       "modelled alike"),
+    ("sharding", ["fsdp", "hsdp"], "'hsdp' and 'fsdp' are one point to the model, code 3: an alias or modelled alike"),
+    ("precision", ["bf16", "fp16"], "'fp16' and 'bf16' are one point to the model, code 0: an alias or modelled "
+                                    "alike"),
     ("cuda_graphs", [False, "none"], "'none' is the same value as False"),
 ])
 def test_one_value_under_two_spellings_is_a_duplicate(axis, values, said):

@@ -45,3 +45,4 @@ def test_nearest_by_initials_last():
     assert nearest("mb", dims) == " (did you mean 'micro_batch'?)"
     assert nearest("nn", dims) == " (did you mean 'num_nodes'?)"
     assert nearest("p", dims) == ""          # one letter: no choice's initials (each has 2 words or more)
+    assert nearest("dh", ["dgx-h100", "dgx-h200", "dgx-a100"]) == ""    # two choices' initials: name neither
