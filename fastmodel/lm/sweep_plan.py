@@ -147,6 +147,8 @@ class LMSweepPlan(SweepPlan):
             "hbm_bytes": float(self.base[COLUMN_INDEX["hbm_bytes"]]),
             "fastmodel_task": "llm-pretrain", "sweep": json.dumps(self.definition()),
         }
+        if self.run_notes:   # what the CLI prints once, kept with the result as the serving sweep keeps its notes
+            attrs["notes"] = "; ".join(self.run_notes)
         if self.calibration is not None:
             from fastmodel.lm.calibrate import use
 

@@ -411,3 +411,6 @@ def test_a_gpu_without_a_device_file_is_noted_once_by_the_sweep():
     assert plan.run_notes == (no_device_note("H100-SXM-80G"),)
     assert "did you mean 'h100-sxm-80gb'?" in plan.run_notes[0]
     assert LMSweepPlan(model, load_cluster("dgx-h100"), execution, 64, {"micro_batch": [1]}).run_notes == ()
+    assert plan.dataset_attrs()["notes"] == plan.run_notes[0]          # the Python API's Dataset keeps it too
+    assert "notes" not in LMSweepPlan(model, load_cluster("dgx-h100"), execution, 64,
+                                      {"micro_batch": [1]}).dataset_attrs()
