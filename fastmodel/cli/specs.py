@@ -41,7 +41,9 @@ def specs_show(name, kind):
 
     others = [k for k in SPEC_KINDS if k != "device" and name in builtin_names(k)]     # dgx-b200: the system
     if kind == "device" or (kind is None and not others):    # a GPU name (B300): its device file
-        name = next((stem for stem, gpus in device_names().items() if name.lower() in map(str.lower, gpus)), name)
+        from fastmodel.spec.devices import device_files
+
+        name = device_files().get(name.lower(), name)
     kinds = [kind] if kind else [k for k in SPEC_KINDS if name in builtin_names(k)]
     if len(kinds) > 1 and "device" in kinds:    # mi300x: the system; its device file with --kind device
         kinds.remove("device")
@@ -63,14 +65,9 @@ def specs_show(name, kind):
 
 def device_names() -> dict[str, list[str]]:
     """Each built-in device file's name (specs/devices, without .toml) -> the GPU names it answers to."""
-    from fastmodel.spec.loader import builtin_names, builtin_text
+    from fastmodel.spec.devices import device_file_names
 
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # pragma: no cover - python < 3.11
-        import tomli as tomllib
-
-    return {stem: list(tomllib.loads(builtin_text("device", stem)).get("names", [])) for stem in builtin_names("device")}
+    return device_file_names()
 
 
 def tier_lines(name: str) -> list[str]:

@@ -22,10 +22,12 @@ except ModuleNotFoundError:  # pragma: no cover - python < 3.11
 
 
 @lru_cache(maxsize=None)
-def _read_device_files() -> tuple[dict[str, dict[str, float]], dict[str, str]]:
-    """Every built-in device file, read once: (name -> column -> value, name -> file stem), names in lower case."""
+def _read_device_files() -> tuple[dict[str, dict[str, float]], dict[str, str], dict[str, list[str]]]:
+    """Every built-in device file, read once: (name -> column -> value, name -> file stem), names in lower case,
+    and file stem -> the names as the file writes them."""
     table: dict[str, dict[str, float]] = {}
     files: dict[str, str] = {}
+    written: dict[str, list[str]] = {}
     for entry in resources.files("fastmodel.specs").joinpath("devices").iterdir():
         if not entry.name.endswith(".toml"):
             continue
@@ -37,10 +39,11 @@ def _read_device_files() -> tuple[dict[str, dict[str, float]], dict[str, str]]:
                 raise SpecError(f"specs/devices/{entry.name}", key, f"unknown column{nearest(key, COLUMN_INDEX)}")
             if problem := column_problem(COLUMNS[COLUMN_INDEX[key]], float(value)):
                 raise SpecError(f"specs/devices/{entry.name}", key, problem)
+        written[entry.name[: -len(".toml")]] = list(names)
         for name in names:
             table[name.lower()] = {k: float(v) for k, v in data.items()}
             files[name.lower()] = entry.name[: -len(".toml")]
-    return table, files
+    return table, files, written
 
 
 def device_table() -> dict[str, dict[str, float]]:
@@ -51,6 +54,11 @@ def device_table() -> dict[str, dict[str, float]]:
 def device_files() -> dict[str, str]:
     """Every name a built-in device file lists (lower case) -> the file's stem (``"dgx-b200"`` -> ``"b200"``)."""
     return _read_device_files()[1]
+
+
+def device_file_names() -> dict[str, list[str]]:
+    """Each built-in device file's stem -> the GPU names it answers to, as written (``specs list``)."""
+    return _read_device_files()[2]
 
 
 def vendor_code(name, source: str | None = None) -> int:
