@@ -152,9 +152,10 @@ def breakdown(data, sel=None, labels=None, *, quantity: str = "time", size="sing
         order = [c for c in dict.fromkeys(_component(p) for p in (*serialized, *overlapped)) if c in used]
         fig.legend(handles=[Patch(facecolor=colours[c], label=legend[c]) for c in order],
                    loc="outside right upper", handlelength=1.2)
+        subject = D.subject(data) if title is None else ""
         if title is not None:
             ax.set_title(title)
-        elif single or D.subject(data):
-            ax.set_title(", ".join(t for t in (D.subject(data), names[0] if single else "") if t))
+        elif single or subject:
+            ax.set_title(", ".join(t for t in (subject, names[0] if single else "") if t))
     make_readable(fig)   # minimum font, no overlapping tick labels (plot/readable.py)
     return fig, ax

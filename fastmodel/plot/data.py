@@ -206,17 +206,22 @@ def is_bytes(da: xr.DataArray) -> bool:
     return da.attrs.get("units") == "bytes"
 
 
-def shown(da: xr.DataArray, status: xr.DataArray | None) -> xr.DataArray:
-    """``da`` where its point is legal and feasible (NaN elsewhere), before a reduction: a memory variable keeps
-    the points that do not fit (a size in bytes, :func:`is_bytes`, is the answer), as the heatmap shows them;
-    numbers only."""
-    if status is None or da.dtype.kind not in "fc":
-        return da
+def visible(da: xr.DataArray, status: xr.DataArray) -> xr.DataArray:
+    """Where a point of ``da`` is drawn and reduced: legal and feasible, and for a size in bytes
+    (:func:`is_bytes`) also where it does not fit (its memory is the answer)."""
     names = status_names_of(status)
     keep = status == 0
     if "does_not_fit" in names and is_bytes(da):
         keep = keep | (status == names.index("does_not_fit"))
-    out = da.where(keep.broadcast_like(da))
+    return keep
+
+
+def shown(da: xr.DataArray, status: xr.DataArray | None) -> xr.DataArray:
+    """``da`` where its point is :func:`visible` (NaN elsewhere), before a reduction, as the heatmap shows it;
+    numbers only."""
+    if status is None or da.dtype.kind not in "fc":
+        return da
+    out = da.where(visible(da, status).broadcast_like(da))
     out.attrs, out.name = dict(da.attrs), da.name
     return out
 

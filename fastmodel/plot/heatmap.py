@@ -62,11 +62,7 @@ def heatmap(data, x: str | None = None, y: str | None = None, *, var: str | None
             values = np.asarray(da.values, dtype=float)
             image = np.ma.masked_invalid(values)
             if st is not None:  # real-world sweeps keep results of points that do not fit: only sizes show them
-                codes = np.asarray(st.values).astype(int)
-                names = D.status_names_of(st)
-                hide = codes != 0
-                if "does_not_fit" in names and D.is_bytes(da):
-                    hide &= codes != names.index("does_not_fit")
+                hide = ~np.asarray(D.visible(da, st).values)
                 image = np.ma.masked_where(hide | np.ma.getmaskarray(image), values)
             cmap_obj, norm = _scale(da, image, cmap, log)
         im = ax.imshow(image, cmap=cmap_obj, norm=norm, origin="lower", aspect="auto",

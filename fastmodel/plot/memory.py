@@ -106,8 +106,9 @@ def memory_bars(ds, dim: str | None = None, sel=None, size="single", height: flo
         if dim != "configuration":
             ax.set_xlabel(dim)
         ax.set_ylabel(S.label("memory per device", "GiB"))
-        if title is not None or D.subject(ds):
-            ax.set_title(title if title is not None else D.subject(ds), loc="left")
+        shown_title = title if title is not None else D.subject(ds)
+        if title is not None or shown_title:
+            ax.set_title(shown_title, loc="left")
         fig.legend(*ax.get_legend_handles_labels(), loc="outside right upper", fontsize=6)
     make_readable(fig)   # minimum font, no overlapping tick labels (plot/readable.py)
     return fig, ax

@@ -173,8 +173,9 @@ def pareto(data, x: str, y: str, *, x_dir: str | None = None, y_dir: str | None 
                 if collection.get_gid() == "frontier":
                     collection.set_label(f"Pareto frontier ({text})")
         fig.legend(loc="outside lower center", ncol=2)   # under the x label, as the other figures' legends
-        if title is not None or D.subject(data):
-            ax.set_title(title if title is not None else D.subject(data))
+        shown_title = title if title is not None else D.subject(data)
+        if title is not None or shown_title:
+            ax.set_title(shown_title)
     ax.frontier = table
     make_readable(fig)   # minimum font, no overlapping tick labels (plot/readable.py)
     return fig, ax

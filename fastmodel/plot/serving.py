@@ -94,8 +94,9 @@ def serving_pareto(ds, curve: str = "device", x: str = X, y: str = Y, sel=None, 
         handles, names = ax.get_legend_handles_labels()   # below the axes: never over a curve or its labels
         fig.legend(handles, names, title=curve, loc="outside lower center", ncol=min(len(names), 3),
                    title_fontsize=7)
-        if title is not None or D.subject(ds):
-            ax.set_title(title if title is not None else D.subject(ds))
+        shown_title = title if title is not None else D.subject(ds)
+        if title is not None or shown_title:
+            ax.set_title(shown_title)
     ax.frontiers = frontiers
     make_readable(fig)   # minimum font, no overlapping tick labels (plot/readable.py)
     drop_overlapping(fig, texts, [(ax, ax.best, 9.0)] if ax.best is not None else ())
