@@ -184,6 +184,14 @@ def engine_columns(engine: str | None, device: str, given: Mapping[str, Any] = (
     return {k: v for k, v in profile.items() if k not in named}, notes
 
 
+def device_profiles(engine: str | None, first: str, devices: Sequence[str], given: Mapping[str, Any] = (),
+                    field: str = "engine") -> tuple[dict[str, tuple[dict[str, float], list[str]]], list[str]]:
+    """:func:`engine_columns` of the base vector's device ``first`` and of every device of a device axis, each
+    once, and the notes of them all, once each (each vendor's default engine says so, S56)."""
+    profiles = {d: engine_columns(engine, d, given, field) for d in dict.fromkeys([first, *devices])}
+    return profiles, list(dict.fromkeys(note for d in [first, *devices] for note in profiles[d][1]))
+
+
 def evaluate(model, device: str, engine: str | None = None, **kwargs) -> dict[str, float | str]:
     """Every serving result of one configuration (see :func:`columns`) under ``engine``'s profile
     (:func:`engine_columns`; None: the default engine), plus its ``status`` name and ``notes``
@@ -215,9 +223,8 @@ def sweep(model, device: str | Sequence[str] = "H100", precision: str | Sequence
     import xarray as xr
 
     _check_grid_size([v for v in (device, precision, kv_precision, *axes.values()) if v is not None])
-    profile, engine_notes = engine_columns(engine, _first(device), axes)
-    # each vendor's default engine says so (S56): the notes of every device, once each
-    engine_notes = list(dict.fromkeys(n for d in _axis_values("device", device) for n in engine_columns(engine, d, axes)[1]))
+    profiles, engine_notes = device_profiles(engine, _first(device), _axis_values("device", device), axes)
+    profile = profiles[_first(device)][0]
     base = columns(model, _first(device), precision=_first(precision), kv_precision=_first(kv_precision),
                    max_throughput=True, **profile)
     base[COLUMN_INDEX["load_mode"]] = encode("load_mode", load_mode)
@@ -238,8 +245,7 @@ def sweep(model, device: str | Sequence[str] = "H100", precision: str | Sequence
     for name, value in fixed.items():
         base[COLUMN_INDEX[name]] = value
     # per-axis column blocks: for each axis value, the columns it sets
-    blocks = [axis_block(name, coords[name], kv_precision is not None, lambda d: engine_columns(engine, d, axes)[0])
-              for name in dims]
+    blocks = [axis_block(name, coords[name], kv_precision is not None, lambda d: profiles[d][0]) for name in dims]
     shape = tuple(len(coords[d]) for d in dims)
     total = int(np.prod(shape))
     out = np.empty((len(SERVE_RESULTS), total))

@@ -37,16 +37,16 @@ class ServeSweepPlan(SweepPlan):
 
     def __init__(self, model_name: str, model_columns: dict, device: str, task: Any, axes: dict[str, list],
                  unit_configs: int | None = None, notes: Sequence[str] = ()):
-        from fastmodel.serve.api import axis_block, columns, engine_columns
+        from fastmodel.serve.api import axis_block, columns, device_profiles
         from fastmodel.spec.columns import encode
 
         self.model_name, self.model_columns, self.device, self.task = model_name, dict(model_columns), device, task
         self.axis_lists = {name: list(values) for name, values in axes.items()}
         # the engine's profile (task.engine; None: the default engine, noted), less the columns an axis sets
-        profile, _ = engine_columns(task.engine, self._fixed("device", device), axes, "task.engine")
-        # each vendor's default engine says so (S56): the notes of every device of a device axis, once each
-        self.run_notes = list(dict.fromkeys(note for d in axes.get("device", [device])
-                                             for note in engine_columns(task.engine, d, axes, "task.engine")[1]))
+        # (each vendor's default engine says so, S56: the notes of every device of a device axis, once each)
+        profiles, self.run_notes = device_profiles(task.engine, self._fixed("device", device),
+                                                   axes.get("device", [device]), axes, "task.engine")
+        profile = profiles[self._fixed("device", device)][0]
         # the model's notes (serving_model) and the engine's: in the Dataset's attrs, not the definition
         self.notes = (*notes, *self.run_notes)
         self.load_mode = "concurrency" if "concurrency" in axes else "batch" if "batch_size" in axes else \
@@ -63,7 +63,7 @@ class ServeSweepPlan(SweepPlan):
         if self.load_mode != "max_throughput" and "batch_size" not in axes and "concurrency" not in axes:
             self.base[_column("batch_size")] = task.batch_size if task.batch_size is not None else task.concurrency
         blocks = [axis_block("batch_size" if name == "concurrency" else name, values, own_kv,
-                             lambda d: engine_columns(task.engine, d, axes, "task.engine")[0])
+                             lambda d: profiles[d][0])
                   for name, values in self.axis_lists.items()]
         self.axis_cols = np.concatenate([b[0] for b in blocks] or [np.zeros(0)]).astype(np.int64)
         self.col_start = np.concatenate([[0], np.cumsum([len(b[0]) for b in blocks])]).astype(np.int64)
