@@ -163,17 +163,13 @@ def serve(records, model, list_models, device, tp, pp, ep, attention_dp, moe_tp,
         if batch_size is None and concurrency is None and not max_throughput:
             batch_size = 1
         _check_layout(attention_dp, batch_size or concurrency, spec, concurrency)
-        from fastmodel.serve.api import device_columns
+        from fastmodel.serve.api import engine_columns
         from fastmodel.serve.models import serving_model
-        from fastmodel.serve.profiles import engine_profile
 
         _, shape, notes = serving_model(model)
         if moe_tp and not shape.get("moe_experts"):    # the kernel's moe_tp rule reads routed experts only
             raise FastmodelError(f"--moe-tp: {model} is a dense model (no routed experts to split); leave it out")
-        from fastmodel.spec.devices import device_vendor
-
-        profile, engine_notes = engine_profile(engine, device_columns(device)["hbm_bytes"], vendor=device_vendor(device),
-                                               device=device)
+        profile, engine_notes = engine_columns(engine, device, (), "--engine", refuse=True)
         weight_only = profile.get("fp8_weight_only", 0.0)
         for note in [speculative_note(n, spec) for n in notes] + precision_notes(model, device, precision, weight_only):
             click.echo(f"note: {note}", err=True)

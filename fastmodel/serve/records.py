@@ -32,7 +32,6 @@ import numpy as np
 from fastmodel.errors import SpecError, UnsupportedError
 from fastmodel.kernels.serve.host import triton_moe_layer_ops
 from fastmodel.registry.lm import COLUMN_INDEX, LOAD_MODES
-from fastmodel.registry.lm_lowprec import VENDORS
 from fastmodel.serve.api import precision_columns
 from fastmodel.serve.engine_kernels import (
     SM90_DEVICES,
@@ -62,7 +61,7 @@ from fastmodel.serve.profiles import (
     record_engine,
     stated_flags,
 )
-from fastmodel.spec.devices import device_table, same_part_hbm
+from fastmodel.spec.devices import device_table, same_part_hbm, vendor_name
 from fastmodel.spec.records import read_jsonl, require_blocks
 
 SERVE_BLOCKS = ("model", "system", "serve")
@@ -253,7 +252,7 @@ def lower_serve_record(data: dict, source: str | None = None) -> ServeRecord:
     values.update(precision_columns(precision, serve.kv_precision))
     if precision in FP4_PRECISIONS and values["peak_flops_4"] <= 0:
         notes.append(weight_only_note(precision, gpu))
-    vendor = "amd" if columns[COLUMN_INDEX["vendor"]] == VENDORS["amd"] else "nvidia"
+    vendor = vendor_name(columns[COLUMN_INDEX["vendor"]])
     engine, version, profile_notes = record_engine(record.framework, vendor)   # one engine for every column below
     profile = profile_columns(engine, version, float(columns[COLUMN_INDEX["hbm_bytes"]]))
     if values["precision"] == 1 and columns[COLUMN_INDEX["peak_flops_8"]] <= 0:

@@ -100,11 +100,10 @@ DISAGG_ONLY = {"kv_transfer_s": ("s", "KV cache transfer of one prompt from the 
 def disagg_attrs(name: str) -> dict[str, str]:
     """xarray attrs of one result of a disaggregated record: a serving result's own (SERVE_RESULTS), else
     :data:`DISAGG_ONLY`'s units and description."""
-    from fastmodel.registry.serve import SERVE_RESULTS
+    from fastmodel.registry.serve import SERVE_RESULT_INDEX, SERVE_RESULTS
 
-    found = next((r for r in SERVE_RESULTS if r.name == name), None)
-    if found is not None:
-        return found.attrs()
+    if name in SERVE_RESULT_INDEX:
+        return SERVE_RESULTS[SERVE_RESULT_INDEX[name]].attrs()
     units, description = DISAGG_ONLY[name]
     return {"units": units, "long_name": name.replace("_", " "), "description": description}
 

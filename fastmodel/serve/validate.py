@@ -19,7 +19,7 @@ import numpy as np
 from fastmodel.analysis.scores import score
 from fastmodel.analysis.splits import HIT_TOLERANCE, NOT_GIVEN, hit_rate
 from fastmodel.errors import FastmodelError
-from fastmodel.serve.profiles import parse_framework
+from fastmodel.serve.profiles import ENGINE_LABELS, parse_framework
 from fastmodel.serve.records import LOAD_KEYS, ServeRecord
 
 #: measured key -> predicted result
@@ -28,7 +28,7 @@ GROUP_KEYS = ("engine", "gpu", "precision", "mode", "model", "load")
 #: upper ends of the concurrency bands (requests in flight) of the ``load`` group, and their labels
 LOAD_BANDS = ((4, "c1-4"), (32, "c5-32"))
 LOAD_TOP = "c33+"
-ENGINE_TITLES = {"trtllm": "TensorRT-LLM", "vllm": "vLLM", "sglang": "SGLang", None: "other"}
+ENGINE_TITLES = {**ENGINE_LABELS, None: "other"}
 NAIVE = {"ttft_s": "a lone prefill", "tpot_s": "the decode-only iteration at the running batch",
          "output_tokens_per_s": "none"}
 DECODE = ("decode_gemm", "decode_attention", "decode_memory_bound", "decode_comm", "decode_overhead")

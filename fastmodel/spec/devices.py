@@ -74,7 +74,11 @@ def vendor_code(name, source: str | None = None) -> int:
 
 def device_vendor(gpu: str) -> str:
     """The vendor name of a built-in device (``"nvidia"`` for a GPU with no device file: the registry default)."""
-    code = device_table().get(str(gpu).lower(), {}).get("vendor", 0.0)
+    return vendor_name(device_table().get(str(gpu).lower(), {}).get("vendor", 0.0))
+
+
+def vendor_name(code: float) -> str:
+    """The name of a ``vendor`` column's code (``VENDORS``)."""
     return next(name for name, value in VENDORS.items() if value == code)
 
 
