@@ -122,10 +122,9 @@ def device_notes(system: Any) -> list[str]:
     """A note when the cluster's GPU has no built-in device file (specs/devices): its efficiencies are then the
     registry's generic (H100-era) defaults, which the report must say (records say it through lower_record)."""
     from fastmodel.lm.loader import load_cluster
-    from fastmodel.spec.devices import device_table, no_device_note
+    from fastmodel.spec.devices import gpu_notes
 
-    gpu = load_cluster(system).gpu
-    return [] if gpu.lower() in device_table() else [no_device_note(gpu)]
+    return gpu_notes(load_cluster(system).gpu)
 
 
 def _with_notes(report: RunReport, notes: list[str]) -> RunReport:

@@ -73,12 +73,10 @@ class LMSweepPlan(SweepPlan):
         with no device file, ``run``'s note (``report.device_notes``: a misspelt ``gpu`` swept on generic
         efficiencies without a word)."""
         from fastmodel.lm.stacks import profile_for
-        from fastmodel.spec.devices import device_table, no_device_note
+        from fastmodel.spec.devices import gpu_notes
 
         note = profile_for(self.execution.framework, self.execution.stack)[1]
-        gpu = str(self.cluster.gpu)
-        device = () if gpu.lower() in device_table() else (no_device_note(gpu),)
-        return ((note,) if note else ()) + device
+        return ((note,) if note else ()) + tuple(gpu_notes(self.cluster.gpu))
 
     def _software(self) -> tuple:
         """The sweep's software as the calibration keys it (``overlay.stack_key``): (framework text, stack)."""
@@ -147,8 +145,8 @@ class LMSweepPlan(SweepPlan):
             "hbm_bytes": float(self.base[COLUMN_INDEX["hbm_bytes"]]),
             "fastmodel_task": "llm-pretrain", "sweep": json.dumps(self.definition()),
         }
-        if self.run_notes:   # what the CLI prints once, kept with the result as the serving sweep keeps its notes
-            attrs["notes"] = "; ".join(self.run_notes)
+        if notes := self.run_notes:   # what the CLI prints once, kept with the result as the serving sweep's
+            attrs["notes"] = "; ".join(notes)
         if self.calibration is not None:
             from fastmodel.lm.calibrate import use
 

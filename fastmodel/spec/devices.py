@@ -83,6 +83,12 @@ def vendor_name(code: float) -> str:
 
 
 
+def gpu_notes(gpu: str) -> list[str]:
+    """``[no_device_note(gpu)]`` for a GPU with no built-in device file (its efficiencies are the registry's
+    generic defaults, which a report or sweep must say), else none."""
+    return [] if str(gpu).lower() in device_table() else [no_device_note(str(gpu))]
+
+
 def no_device_note(gpu: str) -> str:
     """The note for a GPU with no built-in device file, naming the nearest device name only when it has the same
     model number (the first run of digits: "h100-sxn" -> 'h100-sxm-80gb', but "mi250x" gets no 'mi300x', a
