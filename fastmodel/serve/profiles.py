@@ -209,7 +209,7 @@ def engine_profile(text, hbm_bytes: float, field: str = "--engine", source=None,
     (one evaluation), an engine that does not run there is refused (S56). A record's ``framework`` takes the same
     profile through ``framework_profile``."""
     engine, version, notes = engine_choice(text, field, source, vendor, device)
-    return profile_columns(engine, version, hbm_bytes), notes
+    return profile_columns(engine, version, hbm_bytes, vendor), notes
 
 
 def _sched_host(engine: str) -> dict[str, float]:
@@ -221,9 +221,19 @@ def _sched_host(engine: str) -> dict[str, float]:
             "engine_nvidia_only": 0.0 if "amd" in ENGINE_VENDORS[engine] else 1.0}
 
 
-def profile_columns(engine: str | None, version: tuple[int, ...] | None, hbm_bytes: float) -> dict[str, float]:
-    """The serving columns of an engine's profile at a version, on a GPU of ``hbm_bytes``: :data:`PROFILE_COLUMNS`."""
+def profile_columns(engine: str | None, version: tuple[int, ...] | None, hbm_bytes: float,
+                    vendor: str = "nvidia") -> dict[str, float]:
+    """The serving columns of an engine's profile at a version, on a GPU of ``hbm_bytes`` from ``vendor``:
+    :data:`PROFILE_COLUMNS`, with the columns its source on that vendor's platform sets otherwise
+    (``profiles_vendor.VENDOR_VARIANTS``, docs/model_serving.md S57)."""
+    from fastmodel.serve.profiles_vendor import vendor_variant
+
     engine = engine or DEFAULT_ENGINE
+    return {**_cuda_profile(engine, version, hbm_bytes), **vendor_variant(engine, vendor)}
+
+
+def _cuda_profile(engine: str, version: tuple[int, ...] | None, hbm_bytes: float) -> dict[str, float]:
+    """:func:`profile_columns` as each engine's CUDA source sets them."""
     if engine == "vllm":
         large = hbm_bytes >= 70 * GIB
         return {"max_num_tokens": 8192 if large else 2048, "max_batch_size": 1024 if large else 256,
@@ -338,7 +348,7 @@ def framework_profile(framework: str | None, hbm_bytes: float, vendor: str = "nv
     (:func:`record_engine`); an engine that does not run there keeps its profile and the kernel marks the record
     ``engine_not_on_device``."""
     engine, version, notes = record_engine(framework, vendor)
-    return profile_columns(engine, version, hbm_bytes), notes
+    return profile_columns(engine, version, hbm_bytes, vendor), notes
 
 
 def deployment_limits(serve) -> dict[str, float]:

@@ -254,7 +254,7 @@ def lower_serve_record(data: dict, source: str | None = None) -> ServeRecord:
         notes.append(weight_only_note(precision, gpu))
     vendor = vendor_name(columns[COLUMN_INDEX["vendor"]])
     engine, version, profile_notes = record_engine(record.framework, vendor)   # one engine for every column below
-    profile = profile_columns(engine, version, float(columns[COLUMN_INDEX["hbm_bytes"]]))
+    profile = profile_columns(engine, version, float(columns[COLUMN_INDEX["hbm_bytes"]]), vendor)
     if values["precision"] == 1 and columns[COLUMN_INDEX["peak_flops_8"]] <= 0:
         notes.append(_fp8_weight_only(profile, record.framework, gpu, source))
     values.update(profile, **stated_flags(serve, engine, profile["mixed_prefill"], notes, source))
