@@ -83,6 +83,17 @@ def gemm_weight_bytes(fmt):
 
 
 @njit(inline="always")
+def gemm_act_bytes(row, fmt):
+    """Bytes per element of a GEMM's activation operands (input, or the output gradient and input of a weight
+    gradient): 2 (16-bit), 1 (FP8), 0.5625 in NVFP4 training (``precision`` fp4, W4A4: TE's ``NVFP4BlockScaling``
+    quantizes every linear's input, ``fp4_quant_fwd_inp``, and output gradient, ``fp4_quant_bwd_grad``; docs/model.md
+    §11.39). Serving's W4A4 (precision code 0 there) keeps 1 B, as before."""
+    if fmt >= 2.0 and row[C_PRECISION] == PRECISION_FP4:
+        return NVFP4_COPY_BYTES
+    return 1.0 if fmt else 2.0
+
+
+@njit(inline="always")
 def pow2_tile(extent, smallest, largest):
     """The power of two >= the extent, clamped to [smallest, largest] (smallest a power of two)."""
     tile = smallest
@@ -156,8 +167,8 @@ def gemm_peak(row, fp8):
 def gemm_bounds(row, groups, m, n, k, fp8, weight_bytes):
     """(compute, memory) seconds of ``groups`` equal (m x k) @ (k x n) GEMMs at the modelled speed:
     ``2 m n (k + gemm_k_half) / (peak x quantization)`` and ``(weights + activations) / HBM`` per group, the
-    weights at ``weight_bytes`` per element, the input at the GEMM precision's (1 B FP8, else 2 B), the output at
-    2 B."""
+    weights at ``weight_bytes`` per element, the input at the GEMM precision's (:func:`gemm_act_bytes`), the output
+    at 2 B."""
     return tiled_bounds(row, groups, m, n, k, fp8, weight_bytes, tile_size(m, row[C_GEMM_TILE_M]))
 
 
@@ -166,7 +177,7 @@ def tiled_bounds(row, groups, m, n, k, fp8, weight_bytes, tm):
     """:func:`gemm_bounds` with the row tile ``tm`` given (grouped expert kernels)."""
     quantization = tiled_quantization(row, groups, m, n, k, tm)
     compute = 2.0 * groups * m * n * (k + row[C_GEMM_K_HALF]) / (gemm_peak(row, fp8) * quantization)
-    element = 1.0 if fp8 else 2.0
+    element = gemm_act_bytes(row, fp8)
     traffic = groups * (weight_bytes * k * n + element * m * k + 2.0 * m * n)
     return compute, traffic / (row[C_HBM_BW] * row[C_HBM_EFF])
 
@@ -271,7 +282,7 @@ def expert_wgrad_roofline(row, groups, m, n, k, fp8, source_bytes, launch):
     without a source (beta = 0). Same launch rule as :func:`gemm_roofline`; 0 when empty."""
     if groups <= 0.0 or m <= 0.0 or n <= 0.0 or k <= 0.0:
         return 0.0
-    element = 1.0 if fp8 else 2.0
+    element = gemm_act_bytes(row, fp8)
     compute, memory = tiled_bounds(row, groups, k, n, m, fp8, element, tile_size(k, row[C_GEMM_TILE_M]))
     source = groups * k * n * source_bytes / (row[C_HBM_BW] * row[C_HBM_EFF])
     return max(compute, memory) + source + launch * row[C_KERNEL_OVERHEAD_S]

@@ -1,0 +1,49 @@
+"""The transformer layers a low-precision run keeps in BF16 (docs/model.md §11.39): Megatron-LM's
+``--first-last-layers-bf16`` with ``--num-layers-at-start-in-bf16`` / ``--num-layers-at-end-in-bf16``
+(NVIDIA/Megatron-LM@d98e8a6 megatron/core/fp4_utils.py 245-263 ``get_fp4_context``, fp8_utils.py 712-724
+``get_fp8_context``: layer ``l`` runs under a ``nullcontext``, i.e. in BF16, when ``l < start`` or
+``l >= L - end``); the NVFP4 pretraining recipe keeps its last blocks so (arXiv 2509.25149).
+
+Such a layer runs every GEMM at 16 bits and casts nothing: its passes are those of the row at precision bf16. The
+first ``start`` layers sit on the first pipeline rank, the last ``end`` on the last (Megatron-Core builds layers in
+order, ``get_transformer_layer_offset``), both on the one rank without a pipeline:
+
+    dt_first = start (t16 - t),   dt_last = end (t16 - t)
+
+per micro-batch, ``t`` and ``t16`` the average layer's time (``passes.layer_time``) at the row's GEMM format and at
+bf16. ``kernels/lm/step.py`` ``stage_passes`` adds them to the ranks that hold them.
+"""
+
+import numpy as np
+
+from fastmodel.kernels.jit import njit
+from fastmodel.kernels.lm.fp4 import low_precision_gemms
+from fastmodel.kernels.lm.layout import (
+    C_BF16_LAYERS_END,
+    C_BF16_LAYERS_START,
+    C_FP8_PARAMS,
+    C_PP,
+    C_PRECISION,
+    PRECISION_BF16,
+)
+from fastmodel.kernels.lm.passes import N_WORK, layer_passes, layer_time
+
+
+@njit
+def bf16_layer_seconds(row, t_layer):
+    """(first rank, last rank) seconds per micro-batch the BF16 layers add beyond ``t_layer`` each (the average
+    layer at the row's GEMM format): ``start (t16 - t)`` and ``end (t16 - t)``,
+    both on the last rank when ``pp`` is 1; (0, 0) for 16-bit GEMMs or no BF16 layers."""
+    start = row[C_BF16_LAYERS_START]
+    end = row[C_BF16_LAYERS_END]
+    if start + end <= 0.0 or not low_precision_gemms(row):
+        return 0.0, 0.0
+    wide = row.copy()
+    wide[C_PRECISION] = PRECISION_BF16  # 16-bit GEMMs, no casts, no low-precision weight forms
+    wide[C_FP8_PARAMS] = 0.0
+    scratch = np.zeros(N_WORK)
+    layer_passes(wide, scratch)
+    delta = layer_time(scratch) - t_layer
+    if row[C_PP] <= 1.0:
+        return 0.0, (start + end) * delta
+    return start * delta, end * delta
