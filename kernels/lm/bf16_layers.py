@@ -11,7 +11,10 @@ order, ``get_transformer_layer_offset``), both on the one rank without a pipelin
     dt_first = start (t16 - t),   dt_last = end (t16 - t)
 
 per micro-batch, ``t`` and ``t16`` the average layer's time (``passes.layer_time``) at the row's GEMM format and at
-bf16. ``kernels/lm/step.py`` ``stage_passes`` adds them to the ranks that hold them.
+bf16. ``kernels/lm/step.py`` ``stage_passes`` adds them to the ranks that hold them. Memory
+(``kernels/lm/memory.py`` ``memory_row``): a rank holding n of its L_s layers in BF16 takes each memory kind at
+its peak as ``m + (n / L_s)(m16 - m)``, ``m16`` the rank's peak at bf16 (weights without the NVFP4/FP8 forms,
+16-bit saved GEMM inputs; docs/model_memory.md "NVFP4 (issue 26)").
 """
 
 import numpy as np
@@ -30,6 +33,26 @@ from fastmodel.kernels.lm.passes import N_WORK, layer_passes, layer_time
 
 
 @njit
+def bf16_row(row):
+    """The row at 16-bit GEMMs: a BF16 layer runs every GEMM at 16 bits, casts nothing and holds no low-precision
+    weight forms or saved inputs (its parameters are built outside the FP8/FP4 context too)."""
+    wide = row.copy()
+    wide[C_PRECISION] = PRECISION_BF16
+    wide[C_FP8_PARAMS] = 0.0
+    return wide
+
+
+@njit
+def bf16_stage_layers(row, stage):
+    """BF16 layers held by pipeline rank ``stage``: ``bf16_layers_start`` on the first, ``bf16_layers_end`` on the
+    last, both on the one rank without a pipeline; 0 under 16-bit GEMMs."""
+    if not low_precision_gemms(row):
+        return 0.0
+    held = row[C_BF16_LAYERS_START] if stage == 0.0 else 0.0
+    return held + (row[C_BF16_LAYERS_END] if stage == row[C_PP] - 1.0 else 0.0)
+
+
+@njit
 def bf16_layer_seconds(row, t_layer):
     """(first rank, last rank) seconds per micro-batch the BF16 layers add beyond ``t_layer`` each (the average
     layer at the row's GEMM format): ``start (t16 - t)`` and ``end (t16 - t)``,
@@ -38,11 +61,8 @@ def bf16_layer_seconds(row, t_layer):
     end = row[C_BF16_LAYERS_END]
     if start + end <= 0.0 or not low_precision_gemms(row):
         return 0.0, 0.0
-    wide = row.copy()
-    wide[C_PRECISION] = PRECISION_BF16  # 16-bit GEMMs, no casts, no low-precision weight forms
-    wide[C_FP8_PARAMS] = 0.0
     scratch = np.zeros(N_WORK)
-    layer_passes(wide, scratch)
+    layer_passes(bf16_row(row), scratch)
     delta = layer_time(scratch) - t_layer
     if row[C_PP] <= 1.0:
         return 0.0, (start + end) * delta

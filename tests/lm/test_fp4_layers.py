@@ -149,3 +149,44 @@ def test_the_columns_default_to_megatron_default_and_are_execution_options():
     defaults = column_defaults()
     assert defaults[C["bf16_layers_start"]] == 0.0 and defaults[C["bf16_layers_end"]] == 0.0
     assert ExecutionSpec(bf16_layers_end=2).bf16_layers_end == 2.0
+
+
+def _memory(row):
+    from fastmodel.kernels.lm.memory import memory_row
+    from fastmodel.registry.lm import MEMORY_KINDS
+
+    out = np.zeros(len(MEMORY_KINDS))
+    memory_row(row, out)
+    return dict(zip(MEMORY_KINDS, out))
+
+
+def test_a_bf16_layer_holds_16_bit_weights_without_the_nvfp4_forms():
+    """pp 1, tp 1, 16 dense layers (h 4096, 32 heads of 128, gated f 11008): a layer's linear parameters are
+    ``h (a d + 2 kv d) + a d h + 3 h f`` = 202,375,168; under fp4 each is held at 2 + 2 x 0.5625 B, in a BF16 layer
+    at 2 B. Three BF16 layers (1 first, 2 last) hold 3 x 202,375,168 x 1.125 B = 683,016,192 B less."""
+    values = dict(pp=1.0, tp=1.0, layers=16.0, hidden=4096.0, heads=32.0, kv_heads=32.0, head_dim=128.0, ffn=11008.0)
+    base, kept = (
+        _memory(_row("fp4", **values)),
+        _memory(_row("fp4", bf16_layers_start=1.0, bf16_layers_end=2.0, **values)),
+    )
+    linear = 4096.0 * (32 * 128 + 2 * 32 * 128) + 32 * 128 * 4096.0 + 3 * 4096.0 * 11008.0
+    assert linear == 202_375_168
+    assert base["weights"] - kept["weights"] == pytest.approx(3.0 * linear * 1.125, rel=1e-12)
+    # every kind moves by the held share 3/16 of the way to the 16-bit run's
+    wide = _memory(_row("bf16", **values))
+    for kind in ("weights", "gradients", "optimizer", "activations", "buffers"):
+        assert kept[kind] == pytest.approx(base[kind] + 3.0 / 16.0 * (wide[kind] - base[kind]), rel=1e-12)
+    assert kept["activations"] > base["activations"]  # 16-bit saved GEMM inputs instead of NVFP4 copies
+
+
+def test_the_memory_timeline_agrees_with_the_kernel_with_bf16_layers():
+    """The report's per-rank timeline (fastmodel/lm/memory_timeline.py) blends every moment as the kernel blends
+    every phase: the same peak on each end rank (pp 2: the first BF16 layer on rank 0, the last two on rank 1)."""
+    from fastmodel.lm.memory_timeline import memory_timeline
+    from fastmodel.registry.lm import MEMORY_KINDS
+
+    row = _row("fp4", pp=2.0, layers=16.0, bf16_layers_start=1.0, bf16_layers_end=2.0)
+    kernel = _memory(row)
+    overhead = MEMORY_KINDS.index("overhead")
+    peaks = [(s.values.sum(axis=1) - s.values[:, overhead]).max() for s in memory_timeline(row).stages]
+    assert max(peaks) == pytest.approx(sum(kernel.values()) - kernel["overhead"], rel=1e-12)
