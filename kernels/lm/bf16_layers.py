@@ -1,8 +1,8 @@
 """The transformer layers a low-precision run keeps in BF16 (docs/model.md §11.39): Megatron-LM's
 ``--first-last-layers-bf16`` with ``--num-layers-at-start-in-bf16`` / ``--num-layers-at-end-in-bf16``
-(NVIDIA/Megatron-LM@d98e8a6 megatron/core/fp4_utils.py 245-263 ``get_fp4_context``, fp8_utils.py 712-724
-``get_fp8_context``: layer ``l`` runs under a ``nullcontext``, i.e. in BF16, when ``l < start`` or
-``l >= L - end``); the NVFP4 pretraining recipe keeps its last blocks so (arXiv 2509.25149).
+(NVIDIA/Megatron-LM@d98e8a6 megatron/core/fp4_utils.py 247-263 ``get_fp4_context``, fp8_utils.py 711-726
+``is_first_last_bf16_layer``: layer ``l`` runs under a ``nullcontext``, i.e. in BF16, when ``l < start`` or
+``l >= L - end``); the NVFP4 pretraining paper's "selective high-precision layers" (arXiv 2509.25149).
 
 Such a layer runs every GEMM at 16 bits and casts nothing: its passes are those of the row at precision bf16. The
 first ``start`` layers sit on the first pipeline rank, the last ``end`` on the last (Megatron-Core builds layers in
@@ -13,7 +13,7 @@ order, ``get_transformer_layer_offset``), both on the one rank without a pipelin
 per micro-batch, ``t`` and ``t16`` the average layer's time (``passes.layer_time``) at the row's GEMM format and at
 bf16. ``kernels/lm/step.py`` ``stage_passes`` adds them to the ranks that hold them. Memory
 (``kernels/lm/memory.py`` ``memory_row``): a rank holding n of its L_s layers in BF16 takes each memory kind at
-its peak as ``m + (n / L_s)(m16 - m)``, ``m16`` the rank's peak at bf16 (weights without the NVFP4/FP8 forms,
+every phase as ``m + (n / L_s)(m16 - m)``, ``m16`` the same phase at bf16 (weights without the NVFP4/FP8 forms,
 16-bit saved GEMM inputs; docs/model_memory.md "NVFP4 (issue 26)").
 """
 
