@@ -17,6 +17,8 @@ every phase as ``m + (n / L_s)(m16 - m)``, ``m16`` the same phase at bf16 (weigh
 16-bit saved GEMM inputs; docs/model_memory.md "NVFP4 (issue 26)").
 """
 
+import math
+
 import numpy as np
 
 from fastmodel.kernels.jit import njit
@@ -25,6 +27,7 @@ from fastmodel.kernels.lm.layout import (
     C_BF16_LAYERS_END,
     C_BF16_LAYERS_START,
     C_FP8_PARAMS,
+    C_LAYERS,
     C_PP,
     C_PRECISION,
     PRECISION_BF16,
@@ -43,13 +46,25 @@ def bf16_row(row):
 
 
 @njit
-def bf16_stage_layers(row, stage):
-    """BF16 layers held by pipeline rank ``stage``: ``bf16_layers_start`` on the first, ``bf16_layers_end`` on the
-    last, both on the one rank without a pipeline; 0 under 16-bit GEMMs."""
+def bf16_rank_layers(row):
+    """(first rank, last rank) BF16 layers: ``bf16_layers_start`` and ``bf16_layers_end``, each at most a rank's
+    ``ceil(L / pp)`` layers (Megatron-LM refuses more under FP8, transformer_config.py 1533-1557); without a
+    pipeline (0, start + end) at most L; (0, 0) under 16-bit GEMMs."""
     if not low_precision_gemms(row):
-        return 0.0
-    held = row[C_BF16_LAYERS_START] if stage == 0.0 else 0.0
-    return held + (row[C_BF16_LAYERS_END] if stage == row[C_PP] - 1.0 else 0.0)
+        return 0.0, 0.0
+    layers = row[C_LAYERS]
+    if row[C_PP] <= 1.0:
+        return 0.0, min(row[C_BF16_LAYERS_START] + row[C_BF16_LAYERS_END], layers)
+    cap = float(math.ceil(layers / row[C_PP]))
+    return min(row[C_BF16_LAYERS_START], cap), min(row[C_BF16_LAYERS_END], cap)
+
+
+@njit
+def bf16_stage_layers(row, stage):
+    """BF16 layers held by pipeline rank ``stage`` (:func:`bf16_rank_layers`): the first rank's, the last's, both
+    on the one rank without a pipeline."""
+    first, last = bf16_rank_layers(row)
+    return (first if stage == 0.0 else 0.0) + (last if stage == row[C_PP] - 1.0 else 0.0)
 
 
 @njit
@@ -57,13 +72,10 @@ def bf16_layer_seconds(row, t_layer):
     """(first rank, last rank) seconds per micro-batch the BF16 layers add beyond ``t_layer`` each (the average
     layer at the row's GEMM format): ``start (t16 - t)`` and ``end (t16 - t)``,
     both on the last rank when ``pp`` is 1; (0, 0) for 16-bit GEMMs or no BF16 layers."""
-    start = row[C_BF16_LAYERS_START]
-    end = row[C_BF16_LAYERS_END]
-    if start + end <= 0.0 or not low_precision_gemms(row):
+    first, last = bf16_rank_layers(row)
+    if first + last <= 0.0:
         return 0.0, 0.0
     scratch = np.zeros(N_WORK)
     layer_passes(bf16_row(row), scratch)
     delta = layer_time(scratch) - t_layer
-    if row[C_PP] <= 1.0:
-        return 0.0, (start + end) * delta
-    return start * delta, end * delta
+    return first * delta, last * delta

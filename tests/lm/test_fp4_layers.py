@@ -190,3 +190,13 @@ def test_the_memory_timeline_agrees_with_the_kernel_with_bf16_layers():
     overhead = MEMORY_KINDS.index("overhead")
     peaks = [(s.values.sum(axis=1) - s.values[:, overhead]).max() for s in memory_timeline(row).stages]
     assert max(peaks) == pytest.approx(sum(kernel.values()) - kernel["overhead"], rel=1e-12)
+
+
+def test_a_rank_holds_at_most_its_layers_in_bf16():
+    """More BF16 layers than a rank holds (Megatron-LM refuses them under FP8: at most L / pp) count as the rank's
+    ceil(L / pp) layers; without a pipeline at most L."""
+    from fastmodel.kernels.lm.bf16_layers import bf16_rank_layers
+
+    assert bf16_rank_layers(_row("fp4", pp=1.0, layers=16.0, bf16_layers_start=10.0, bf16_layers_end=10.0)) == (0, 16)
+    assert bf16_rank_layers(_row("fp4", pp=2.0, layers=15.0, bf16_layers_start=100.0, bf16_layers_end=1.0)) == (8, 1)
+    assert bf16_rank_layers(_row("bf16", pp=2.0, layers=16.0, bf16_layers_start=1.0, bf16_layers_end=1.0)) == (0, 0)
