@@ -34,6 +34,12 @@ MX_GEMM_RATE = 6.812 / 7.161
 #: NVFP4 runs 6.812 / 3.764 = 1.81x faster than FP8 where B300's datasheet ratio (peak_flops_4 / peak_flops_8) is
 #: 13.5 / 4.5 = 3: (6.812 / 3.764) / 3 = 0.603 (docs/model.md §11.38)
 NVFP4_GEMM_RATE = (6.812 / 3.764) / (13.5 / 4.5)
+#: bytes of one E2M1 element (two per byte)
+FP4_BYTES = 0.5
+#: one E4M3 scale byte per 1 x 16 block (TE recipe ``NVFP4BlockScaling``; quantizer.cpp ``get_scale_shape``)
+NVFP4_SCALE_BYTES = 1.0 / 16.0
+#: bytes per element of one NVFP4 tensor (data + block scales): 0.5625 (docs/model.md §11.38)
+NVFP4_COPY_BYTES = FP4_BYTES + NVFP4_SCALE_BYTES
 #: compute capability from which FP8 GEMMs take non-TN layouts (TE utils.py ``is_non_tn_fp8_gemm_supported``:
 #: 10.0 <= cc < 12.0) and MXFP8 runs (quantization.py ``_compute_mxfp8_support``); 12.x lacks both
 NON_TN_CC = 10.0
@@ -65,6 +71,26 @@ def fp4_gemm_rate(row):
     (``precision`` fp4, TE's cuBLASLt NVFP4 GEMMs, docs/model.md §11.38); 1 for serving's W4A4 (precision code 0
     there, its engines' kernels; docs/model_serving.md S12)."""
     return NVFP4_GEMM_RATE if row[C_PRECISION] == PRECISION_FP4 else 1.0
+
+
+@njit(inline="always")
+def gemm_weight_bytes(fmt):
+    """Bytes per weight element a GEMM of format ``fmt`` reads: 2 (16-bit), 1 (FP8), 0.5625 (NVFP4,
+    :data:`NVFP4_COPY_BYTES`); the one element size of the GEMM formats (``kernels/lm/fp4.train_gemm_format``)."""
+    if fmt >= 2.0:
+        return NVFP4_COPY_BYTES
+    return 1.0 if fmt else 2.0
+
+
+@njit(inline="always")
+def gemm_act_bytes(row, fmt):
+    """Bytes per element of a GEMM's activation operands (input, or the output gradient and input of a weight
+    gradient): 2 (16-bit), 1 (FP8), 0.5625 in NVFP4 training (``precision`` fp4, W4A4: TE's ``NVFP4BlockScaling``
+    quantizes every linear's input, ``fp4_quant_fwd_inp``, and output gradient, ``fp4_quant_bwd_grad``; docs/model.md
+    §11.39). Serving's W4A4 (precision code 0 there) keeps 1 B, as before."""
+    if fmt >= 2.0 and row[C_PRECISION] == PRECISION_FP4:
+        return NVFP4_COPY_BYTES
+    return 1.0 if fmt else 2.0
 
 
 @njit(inline="always")
@@ -141,8 +167,8 @@ def gemm_peak(row, fp8):
 def gemm_bounds(row, groups, m, n, k, fp8, weight_bytes):
     """(compute, memory) seconds of ``groups`` equal (m x k) @ (k x n) GEMMs at the modelled speed:
     ``2 m n (k + gemm_k_half) / (peak x quantization)`` and ``(weights + activations) / HBM`` per group, the
-    weights at ``weight_bytes`` per element, the input at the GEMM precision's (1 B FP8, else 2 B), the output at
-    2 B."""
+    weights at ``weight_bytes`` per element, the input at the GEMM precision's (:func:`gemm_act_bytes`), the output
+    at 2 B."""
     return tiled_bounds(row, groups, m, n, k, fp8, weight_bytes, tile_size(m, row[C_GEMM_TILE_M]))
 
 
@@ -151,7 +177,7 @@ def tiled_bounds(row, groups, m, n, k, fp8, weight_bytes, tm):
     """:func:`gemm_bounds` with the row tile ``tm`` given (grouped expert kernels)."""
     quantization = tiled_quantization(row, groups, m, n, k, tm)
     compute = 2.0 * groups * m * n * (k + row[C_GEMM_K_HALF]) / (gemm_peak(row, fp8) * quantization)
-    element = 1.0 if fp8 else 2.0
+    element = gemm_act_bytes(row, fp8)
     traffic = groups * (weight_bytes * k * n + element * m * k + 2.0 * m * n)
     return compute, traffic / (row[C_HBM_BW] * row[C_HBM_EFF])
 
@@ -256,7 +282,7 @@ def expert_wgrad_roofline(row, groups, m, n, k, fp8, source_bytes, launch):
     without a source (beta = 0). Same launch rule as :func:`gemm_roofline`; 0 when empty."""
     if groups <= 0.0 or m <= 0.0 or n <= 0.0 or k <= 0.0:
         return 0.0
-    element = 1.0 if fp8 else 2.0
+    element = gemm_act_bytes(row, fp8)
     compute, memory = tiled_bounds(row, groups, k, n, m, fp8, element, tile_size(k, row[C_GEMM_TILE_M]))
     source = groups * k * n * source_bytes / (row[C_HBM_BW] * row[C_HBM_EFF])
     return max(compute, memory) + source + launch * row[C_KERNEL_OVERHEAD_S]
@@ -265,15 +291,16 @@ def expert_wgrad_roofline(row, groups, m, n, k, fp8, source_bytes, launch):
 @njit
 def grouped_gemm_time(row, groups, m, n, k, fp8):
     """Seconds for ``groups`` equal (m x k) @ (k x n) GEMMs launched as one batched/grouped kernel
-    (attention heads, MoE experts), both operands at the GEMM precision (:func:`gemm_roofline`)."""
-    return gemm_roofline(row, groups, m, n, k, fp8, 1.0 if fp8 else 2.0, 1.0) / row[C_STACK_COMPUTE_EFF]
+    (attention heads, MoE experts), the weights at the GEMM format's bytes (:func:`gemm_weight_bytes`;
+    :func:`gemm_roofline`)."""
+    return gemm_roofline(row, groups, m, n, k, fp8, gemm_weight_bytes(fp8), 1.0) / row[C_STACK_COMPUTE_EFF]
 
 
 @njit
 def expert_gemm_time(row, groups, m, n, k, fp8):
-    """Seconds for a grouped GEMM over ``groups`` routed experts of ``m`` rows each, both operands at the GEMM
-    precision (:func:`expert_gemm_roofline`)."""
-    return expert_gemm_roofline(row, groups, m, n, k, fp8, 1.0 if fp8 else 2.0, 1.0) / row[C_STACK_COMPUTE_EFF]
+    """Seconds for a grouped GEMM over ``groups`` routed experts of ``m`` rows each, the weights at the GEMM
+    format's bytes (:func:`gemm_weight_bytes`; :func:`expert_gemm_roofline`)."""
+    return expert_gemm_roofline(row, groups, m, n, k, fp8, gemm_weight_bytes(fp8), 1.0) / row[C_STACK_COMPUTE_EFF]
 
 
 @njit

@@ -40,6 +40,15 @@ LOW_PRECISION_PLAN_ROWS = (
      "count), 1 delayed, 2 tensorwise (current scaling), 3 mxfp8 (1x32 E8M0 blocks, needs compute capability "
      "10.x), 4 blockwise (1x128 / 128x128 FP32-scaled blocks); casts, GEMM rate and FP8 copies per docs/model.md "
      "§11.19.", 0, 4, False, "code"),
+    ("bf16_layers_start", "1", 0, "Leading transformer layers whose linears stay in BF16 under fp8/fp4 GEMMs "
+     "(Megatron-LM --first-last-layers-bf16 with --num-layers-at-start-in-bf16; megatron/core/fp4_utils.py and "
+     "fp8_utils.py get_fp*_context: a nullcontext for those layers). 0: the framework's default (the flag is off; "
+     "with it on, 1 each). Charged on the first pipeline rank at the 16-bit layer time (docs/model.md §11.39).",
+     0, 4096, False, "number"),
+    ("bf16_layers_end", "1", 0, "Trailing transformer layers whose linears stay in BF16 under fp8/fp4 GEMMs "
+     "(--num-layers-at-end-in-bf16; the NVFP4 pretraining recipe keeps its last blocks in BF16, arXiv "
+     "2509.25149). 0: the framework's default. Charged on the last pipeline rank (docs/model.md §11.39).",
+     0, 4096, False, "number"),
     ("step_grad_copy_bytes", "bytes", 0, "Bytes per local parameter of the gradient copies the optimizer step "
      "allocates and holds until the next step's zero_grad (memory only, an optimizer transient): 4 in MegaBlocks' "
      "Megatron-LM fork under fp16 (optimizer.py _copy_model_grads_to_main_grads, main_grad.float(); the routed "

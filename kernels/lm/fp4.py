@@ -18,12 +18,9 @@ from fastmodel.kernels.columns import C_COMPUTE_CAPABILITY, C_PEAK_FLOPS_4, C_PR
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.fp8 import SOURCE_BYTES, fp8_cast_bytes, fp8_saved_input_bytes, fp8_weight_copy_bytes
 
-#: bytes of one E2M1 element (two per byte)
-FP4_BYTES = 0.5
-#: one E4M3 scale byte per 1 x 16 block (TE recipe ``NVFP4BlockScaling``; quantizer.cpp ``get_scale_shape``)
-NVFP4_SCALE_BYTES = 1.0 / 16.0
-#: bytes per element of one NVFP4 copy (data + block scales): 0.5625
-NVFP4_COPY_BYTES = FP4_BYTES + NVFP4_SCALE_BYTES
+# the NVFP4 element size lives with the roofline, which reads it for every GEMM format (gemm_weight_bytes)
+from fastmodel.kernels.roofline import FP4_BYTES, NVFP4_COPY_BYTES, NVFP4_SCALE_BYTES, gemm_weight_bytes  # noqa: F401
+
 #: NVFP4 copies of a tensor the forward and backward GEMMs both read (rowwise + columnwise)
 NVFP4_COPIES = 2.0
 #: 16-bit reads of an activation or gradient cast: the amax pass, the rowwise cast, the columnwise RHT cast
@@ -45,11 +42,10 @@ def train_gemm_format(row):
 
 
 @njit(inline="always")
-def gemm_weight_bytes(fmt):
-    """Bytes per weight element a GEMM of format ``fmt`` reads: 2 (16-bit), 1 (FP8), 0.5625 (NVFP4)."""
-    if fmt >= 2.0:
-        return NVFP4_COPY_BYTES
-    return 1.0 if fmt else 2.0
+def low_precision_gemms(row):
+    """True when the row's linear GEMMs run in a low-precision format (FP8 or NVFP4, :func:`train_gemm_format`
+    > 0): the recipe's weight forms and saved GEMM inputs are held (docs/model_memory.md "FP8 recipe copies")."""
+    return train_gemm_format(row) > 0.0
 
 
 @njit

@@ -25,7 +25,7 @@ What each Transformer Engine recipe (TE d0067d0, 2.20.0.dev0) costs beyond the F
 
 from fastmodel.kernels.columns import (
     C_COLLECTIVE_OVERHEAD_S, C_COMPUTE_CAPABILITY, C_FP8_RECIPE, C_PRECISION, C_TP, FP8_BLOCKWISE, FP8_DELAYED,
-    FP8_MXFP8, FP8_TENSORWISE, FP8_UNSTATED, PRECISION_FP8, C_VENDOR, VENDOR_AMD,
+    FP8_MXFP8, FP8_TENSORWISE, FP8_UNSTATED, PRECISION_FP4, PRECISION_FP8, C_VENDOR, VENDOR_AMD,
 )
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.nccl import allreduce_time
@@ -130,13 +130,25 @@ AMAX_BYTES = 4.0
 #: parallelism: the inputs of the two column-parallel linears (QKV, FC1) forward and the output gradients of the
 #: two row-parallel ones (proj, FC2) backward (TE pytorch/module/linear.py 351-352, 809-818)
 AMAX_REDUCTIONS = 2.0
+#: amaxes per NVFP4 amax all-reduce: the rowwise and the columnwise (RHT) one of the quantized tensor, one coalesced
+#: all-reduce (TE 000b637 pytorch/csrc/quantizer.cpp 2486-2512 ``NVFP4Quantizer::quantize_impl`` ``reduce_amaxes``)
+NVFP4_AMAXES = 2.0
 
 
 @njit
 def amax_reduction_time(row):
     """Seconds per layer and direction of current scaling's amax all-reduces over the TP group under sequence
     parallelism (``Float8CurrentScalingQuantizer::quantize_impl`` waits on each before the cast; the layer adds it under SP): ``2 x
-    (allreduce(4 B over tp) + collective_overhead_s)``; 0 for every other recipe and 16-bit GEMMs."""
-    if row[C_PRECISION] != PRECISION_FP8 or row[C_FP8_RECIPE] != FP8_TENSORWISE or row[C_TP] <= 1.0:
+    (allreduce(4 B over tp) + collective_overhead_s)``; under NVFP4 (fp4) the same count of coalesced all-reduces of
+    its two amaxes, 8 B (TE 000b637 module/linear.py 319-323, 781-797, layernorm_linear.py 232, 727: the
+    column-parallel input's and the row-parallel output gradient's quantizer reduce over the TP group under
+    sequence parallelism); 0 for every other recipe and 16-bit GEMMs."""
+    if row[C_TP] <= 1.0:
         return 0.0
-    return AMAX_REDUCTIONS * (allreduce_time(row, AMAX_BYTES, row[C_TP], 1.0) + row[C_COLLECTIVE_OVERHEAD_S])
+    amaxes = 1.0 if row[C_PRECISION] == PRECISION_FP8 and row[C_FP8_RECIPE] == FP8_TENSORWISE else 0.0
+    if row[C_PRECISION] == PRECISION_FP4:
+        amaxes = NVFP4_AMAXES       # NVFP4 reduces its amaxes too (docs/model.md §11.39)
+    if amaxes <= 0.0:
+        return 0.0
+    bytes_ = amaxes * AMAX_BYTES
+    return AMAX_REDUCTIONS * (allreduce_time(row, bytes_, row[C_TP], 1.0) + row[C_COLLECTIVE_OVERHEAD_S])

@@ -8,15 +8,15 @@ layer mix) is ``kernels/lm/shape.py``, which serving reads too; ``kernels/lm/pas
 passes and ``kernels/lm/step.py`` composes the step.
 """
 
-from fastmodel.kernels.lm.fp4 import gemm_weight_bytes, lowp_cast_bytes, train_gemm_format
+from fastmodel.kernels.lm.fp4 import lowp_cast_bytes, train_gemm_format
 from fastmodel.kernels.lm.fp8 import amax_reduction_time
-from fastmodel.kernels.roofline import attention_time, gemm_roofline, gemm_time, grouped_gemm_time, memory_bound_time
+from fastmodel.kernels.roofline import attention_time, gemm_time, gemm_weight_bytes, grouped_gemm_time, memory_bound_time
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.layout import (
     CP_ALLGATHER, CP_ALLTOALL, C_CAUSAL, C_COLLECTIVE_OVERHEAD_S, C_CP, C_CP_ALGORITHM, C_EP, C_FFN, C_FLASH_ATTENTION, C_HEADS, C_HEAD_DIM, C_HIDDEN,
     C_KV_HEADS, C_LAYERS, C_LOSS_TRAFFIC_BYTES_PER_LOGIT, C_MICRO_BATCH, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS,
     C_MOE_TOPK, C_MTP_LAYERS, C_RECOMPUTE, C_RECOMPUTE_FRACTION, C_ROTARY_FRACTION, C_SEQUENCE_PARALLEL, C_SEQ_LEN,
-    C_SLIDING_WINDOW, C_STACK_COMPUTE_EFF, C_TIED_EMBEDDINGS, C_TP, C_VOCAB, RECOMPUTE_FULL, RECOMPUTE_PARTIAL_LAYERS,
+    C_SLIDING_WINDOW, C_TIED_EMBEDDINGS, C_TP, C_VOCAB, RECOMPUTE_FULL, RECOMPUTE_PARTIAL_LAYERS,
     RECOMPUTE_SELECTIVE,
 )
 from fastmodel.kernels.lm.shape import (  # noqa: F401 - the shape terms, re-exported for the layer's callers
@@ -267,9 +267,8 @@ def mtp_costs(row, tokens, norm_tokens):
         return 0.0, 0.0, 0.0, 0.0
     h = row[C_HIDDEN]
     t = row[C_TP]
-    fp8 = train_gemm_format(row)
-    wb = gemm_weight_bytes(fp8)   # NVFP4 weights at 0.5625 B (docs/model.md §11.38)
-    gemm = gemm_roofline(row, 1.0, tokens, h / t, 2.0 * h, fp8, wb, 1.0) / row[C_STACK_COMPUTE_EFF]
+    # at the training GEMM format, NVFP4 weights at 0.5625 B (roofline.gemm_weight_bytes, docs/model.md §11.38)
+    gemm = gemm_time(row, tokens, h / t, 2.0 * h, train_gemm_format(row))
     norm, _, _ = elementwise_unit_bytes(row)
     mem_bytes = norm_tokens * h * (3.0 * norm * (1.0 + 2.0) + 8.0) / 2.0
     loss = tokens * row[C_VOCAB] / t * 0.5 * row[C_LOSS_TRAFFIC_BYTES_PER_LOGIT]

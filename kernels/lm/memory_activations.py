@@ -6,7 +6,7 @@ schedule. ``T`` is the tokens of one micro-batch on one device before sequence-p
 ``T = micro_batch * seq_len / cp``. Compiled with ``error_model='numpy'`` (see kernels/lm/memory.py).
 """
 
-from fastmodel.kernels.lm.fp4 import lowp_saved_input_bytes
+from fastmodel.kernels.lm.fp4 import lowp_saved_input_bytes, low_precision_gemms
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.moe import expert_rows, expert_tp
 from fastmodel.kernels.lm.layout import (
@@ -14,11 +14,11 @@ from fastmodel.kernels.lm.layout import (
     C_HEADS, C_HEAD_DIM, C_HIDDEN, C_KV_HEADS, C_KV_LORA_RANK, C_MICRO_BATCH, C_MLA, C_MTP_LAYERS,
     C_ATTN_OUT_E5M6, C_MOE_ACT_INPUT_FP8, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_PROBS_IN_EXPERTS,
     C_MOE_SHARED_EXPERTS, C_NORM_RECOMPUTE_FP8, C_PP,
-    C_PRECISION, C_QK_NOPE_HEAD_DIM, C_QK_ROPE_HEAD_DIM, C_Q_LORA_RANK, C_RECOMPUTE, C_RECOMPUTE_FRACTION,
+    C_QK_NOPE_HEAD_DIM, C_QK_ROPE_HEAD_DIM, C_Q_LORA_RANK, C_RECOMPUTE, C_RECOMPUTE_FRACTION,
     C_RMS_NORM, RECOMPUTE_MODULE_CORE_ATTN, RECOMPUTE_MODULE_LAYERNORM,
     RECOMPUTE_MODULE_MLA_UP_PROJ, RECOMPUTE_MODULE_MLP, RECOMPUTE_MODULE_MOE, RECOMPUTE_MODULE_MOE_ACT,
     RECOMPUTE_MODULE_SHARED_EXPERTS,
-    C_SELECTIVE_POLICY, C_SEQUENCE_PARALLEL, C_SEQ_LEN, C_TP, C_V_HEAD_DIM, PRECISION_FP4, PRECISION_FP8, RECOMPUTE_FULL,
+    C_SELECTIVE_POLICY, C_SEQUENCE_PARALLEL, C_SEQ_LEN, C_TP, C_V_HEAD_DIM, RECOMPUTE_FULL,
     RECOMPUTE_NONE, RECOMPUTE_PARTIAL_LAYERS, RECOMPUTE_SELECTIVE,
 )
 from fastmodel.kernels.lm.memory_states import B16, B32, is_moe, stage_layers
@@ -70,7 +70,7 @@ def gemm_input_bytes(row):
     """Bytes per stored GEMM input: under FP8 GEMMs the FP8-cast input Transformer Engine saves for the
     weight-gradient GEMM, 1 + the recipe's scale bytes (``fastmodel.kernels.lm.fp8.fp8_saved_input_bytes``: 1/32
     MXFP8, 4/128 blockwise, else 0), else 2."""
-    if int(row[C_PRECISION]) == PRECISION_FP8 or int(row[C_PRECISION]) == PRECISION_FP4:
+    if low_precision_gemms(row):
         return lowp_saved_input_bytes(row)      # NVFP4: the columnwise copy, 0.5625 (docs/model.md §11.38)
     return B16
 

@@ -8,7 +8,7 @@ them with activations and buffers; docs/model_memory.md collects the equations).
 
 import math
 
-from fastmodel.kernels.lm.fp4 import lowp_weight_copy_bytes
+from fastmodel.kernels.lm.fp4 import lowp_weight_copy_bytes, low_precision_gemms
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.parallel import param_bytes
 from fastmodel.kernels.lm.pipeline import mirror_stage
@@ -18,10 +18,10 @@ from fastmodel.kernels.lm.shape import (  # noqa: F401 - attention_params, mlp_p
 from fastmodel.kernels.lm.layout import (
     C_CP, C_DENSE_LAYERS, C_DP, C_EP, C_FFN, C_FP8_PARAMS, C_GATED_MLP, C_GRAD_REDUCE_BYTES, C_HEADS, C_HEAD_DIM,
     C_HIDDEN, C_LAYERS, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_LAYER_FREQ, C_MOE_SHARED_EXPERTS, C_MOE_TOPK,
-    C_MASTER_WEIGHTS, C_MTP_LAYERS, C_OPTIMIZER, C_OPTIMIZER_MOMENTS, C_PP, C_PRECISION, C_SHARDING,
+    C_MASTER_WEIGHTS, C_MTP_LAYERS, C_OPTIMIZER, C_OPTIMIZER_MOMENTS, C_PP, C_SHARDING,
     C_SHARD_DEGREE, C_TIED_EMBEDDINGS, C_EMBEDDING_LOSS_IN_SPLIT, C_LEARNED_POSITIONS, C_SEQ_LEN, C_TP, C_UNEVEN_STAGES, C_VOCAB, C_VP, OPT_ADAFACTOR, OPT_SGD,
     OPT_MUON, OPT_SGD_NO_MOMENTUM, C_LAST_STAGE_LAYERS, C_REDUCE_EVERY_MICROBATCH, C_FSDP_STAGE_GATHERED,
-    PRECISION_FP4, PRECISION_FP8, SHARD_FSDP, SHARD_ZERO1, SHARD_ZERO2,
+    SHARD_FSDP, SHARD_ZERO1, SHARD_ZERO2,
 )
 from fastmodel.kernels.lm.muon import muon_state_bytes, owned_share, stage_matrices
 
@@ -250,7 +250,7 @@ def weight_bytes_per_param(row):
     """
     if row[C_FP8_PARAMS] > 0:
         return lowp_weight_copy_bytes(row)
-    if int(row[C_PRECISION]) == PRECISION_FP8 or int(row[C_PRECISION]) == PRECISION_FP4:
+    if low_precision_gemms(row):
         return B16 + lowp_weight_copy_bytes(row)
     return B16
 

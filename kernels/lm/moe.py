@@ -27,8 +27,7 @@ from fastmodel.kernels.lm.layout import (
 )
 from fastmodel.kernels.lm.shape import expert_tp as shape_expert_tp
 from fastmodel.kernels.nccl import allgather_time, alltoall_time, members_per_domain
-from fastmodel.kernels.lm.fp4 import gemm_weight_bytes
-from fastmodel.kernels.roofline import expert_gemm_roofline, expert_wgrad_time, gemm_roofline, gemm_time, memory_bound_time
+from fastmodel.kernels.roofline import expert_gemm_time, expert_wgrad_time, gemm_time, memory_bound_time
 
 #: bytes per dispatched element in FP8: 1 byte plus one FP32 scale per 128 elements (DeepEP's FP8 dispatch,
 #: DeepSeek-V3 report sec. 3.3: 1x128 activation tiles)
@@ -198,7 +197,7 @@ def moe_compute(row, fp8):
     ``roofline.expert_gemm_roofline``: exposed weight stream at few rows per expert). Shared experts: a dense MLP
     of width ``shared moe_ffn`` split over TP on the TP group's ``b s / cp`` tokens (Megatron-Core: shared experts
     follow the dense layers' parallelism). Both read their weights at the training GEMM format's bytes
-    (``fp4.gemm_weight_bytes``: 2, 1, or 0.5625 under NVFP4), as the dense layer GEMMs do.
+    (``roofline.gemm_weight_bytes``: 2, 1, or 0.5625 under NVFP4; ``roofline.expert_gemm_time``, ``gemm_time``), as the dense layer GEMMs do.
     Memory-bound: router scores, top-k and auxiliary loss (``ROUTER_BYTES_PER_SCORE`` per token and expert),
     permutation and unpermutation (``PERMUTE_BYTES_PER_ELEMENT`` per routed element and ``permutation_pairs``),
     and the launch time of the stack's small router and dispatcher kernels (``moe_launch_time``).
@@ -211,15 +210,13 @@ def moe_compute(row, fp8):
     tokens_r = rank_tokens(row)
     rows = expert_rows(row)
     width = row[C_MOE_FFN] / expert_tp(row)
-    wb = gemm_weight_bytes(fp8)   # weights at the GEMM format's bytes: 0.5625 under NVFP4 (docs/model.md §11.38)
-    eff = row[C_STACK_COMPUTE_EFF]
-    routed = expert_gemm_roofline(row, local, rows / local, (nm - 1.0) * width, h, fp8, wb, 1.0) / eff \
-        + expert_gemm_roofline(row, local, rows / local, h, width, fp8, wb, 1.0) / eff
+    # weights at the GEMM format's bytes (roofline.gemm_weight_bytes): 0.5625 under NVFP4 (docs/model.md §11.38)
+    routed = expert_gemm_time(row, local, rows / local, (nm - 1.0) * width, h, fp8) \
+        + expert_gemm_time(row, local, rows / local, h, width, fp8)
     gemm = gemm_time(row, tokens_r, experts, h, False) + routed
     shared = row[C_MOE_SHARED_EXPERTS] * row[C_MOE_FFN]
     tokens = tokens_r * t
-    shared_time = gemm_roofline(row, 1.0, tokens, (nm - 1.0) * shared / t, h, fp8, wb, 1.0) / eff \
-        + gemm_roofline(row, 1.0, tokens, h, shared / t, fp8, wb, 1.0) / eff
+    shared_time = gemm_time(row, tokens, (nm - 1.0) * shared / t, h, fp8) + gemm_time(row, tokens, h, shared / t, fp8)
     permute = PERMUTE_BYTES_PER_ELEMENT * permutation_pairs(row) * rows * h
     mem = memory_bound_time(row, ROUTER_BYTES_PER_SCORE * tokens_r * experts + permute) + moe_launch_time(row)
     flops = expert_flops(row) + 2.0 * tokens * nm * h * shared / t + 2.0 * tokens_r * h * experts

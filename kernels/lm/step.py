@@ -44,6 +44,7 @@ from fastmodel.kernels.lm.offload_time import offload_layer_s
 from fastmodel.kernels.lm.dp_window import per_chunk_collectives
 from fastmodel.kernels.lm.moe import expert_dp, expert_tp
 from fastmodel.kernels.lm.parallel import data_parallel, fsdp_first_layer_exposed, microbatch_reduce
+from fastmodel.kernels.lm.bf16_layers import bf16_layer_seconds
 from fastmodel.kernels.lm.passes import (
     A_ATTN, A_BACKWARD_INPUT, A_BACKWARD_WEIGHT, A_CP_COMM, A_CP_EXPOSED, A_EP_COMM, A_EXPOSED_F, A_FLOPS, A_FORWARD,
     A_EP_EXPOSED, A_EP_SCALE_OUT, A_EXPERT_PARAMS, A_MTP_EXPERT_PARAMS, A_MTP_PARAMS,
@@ -118,6 +119,7 @@ def stage_passes(row, work):
     work[A_MTP_EXPERT_PARAMS] = mtp_experts
     layer_passes(row, work)
     t_layer = layer_time(work)
+    first_bf16, last_bf16 = bf16_layer_seconds(row, t_layer)    # the recipe's BF16 layers (§11.39)
     forward = (per_stage - slots) * (work[A_FORWARD] + work[A_EXPOSED_F])
     weight = (per_stage - slots) * work[A_BACKWARD_WEIGHT]
     t_last = t_layer
@@ -130,12 +132,14 @@ def stage_passes(row, work):
     # decoder's last layer's kind (mtp_layer); their extra LM heads are in the head's passes
     mtp = row[C_MTP_LAYERS] * t_mtp
     last = last_rank_layers(row)
-    last_mb = last * t_last + (head + mtp) / model_copies(row)    # DualPipe: on two ranks, half each
+    last_mb = last * t_last + (head + mtp) / model_copies(row) + last_bf16    # DualPipe: on two ranks, half each
     # the slots hold the embedding and the head, not layers: the average rank's layers are L / p
-    average_mb = (per_stage - slots) * t_layer + (head + mtp) / p
+    average_mb = (per_stage - slots) * t_layer + (head + mtp + first_bf16 + last_bf16) / p
     middle = layout_busiest_layers(row)     # an explicit layout's busiest other rank; else per_stage
     if middle_rank_can_lead(row) and middle * t_layer > last_mb:   # a middle rank: a full share, no head
         return middle * t_layer, average_mb, forward + head_f / p, weight + head_w / p, middle, 0.0
+    if first_bf16 > 0.0 and per_stage * t_layer + first_bf16 > last_mb:     # the first rank and its BF16 layers
+        return per_stage * t_layer + first_bf16, average_mb, forward + head_f / p, weight + head_w / p, per_stage, 0.0
     return last_mb, average_mb, forward + head_f / p, weight + head_w / p, last, 1.0
 
 

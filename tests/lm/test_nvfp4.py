@@ -116,8 +116,8 @@ MOE_FP4 = {
 def test_moe_and_mtp_gemms_read_nvfp4_weights_at_0_5625_bytes():
     """Expert GEMM roofline (kernels/roofline.py ``expert_gemm_roofline``): ``max(c, w) + s min(c, w)`` over
     ``stack_compute_eff``, s = min(1, 16 / 8) = 1 (row tile 16 > the 8 rows of an expert), c ~ 0 here, so
-    t = w / 0.5 with ``w = E (0.5625 k n + 1 m k + 2 m n) / (hbm_bw hbm_eff)`` (weights at NVFP4's 0.5 + 1/16 B,
-    the input at 1 B, the output at 2 B). Routed: FC1 (k 2048, n 4096) + FC2 (k 4096, n 2048) over E = 8
+    t = w / 0.5 with ``w = E (0.5625 k n + 0.5625 m k + 2 m n) / (hbm_bw hbm_eff)`` (weights and, W4A4, the input
+    at NVFP4's 0.5 + 1/16 B, docs/model.md §11.39; the output at 2 B). Routed: FC1 (k 2048, n 4096) + FC2 (k 4096, n 2048) over E = 8
     experts of m = 8 rows; shared: the same two GEMMs once at m = 64 tokens; MTP's ``eh_proj``: k 2h, n h,
     m 64. Each was read at 1 B per weight before (docs/model.md §11.38)."""
     row = _row("fp4", **MOE_FP4)
@@ -125,11 +125,11 @@ def test_moe_and_mtp_gemms_read_nvfp4_weights_at_0_5625_bytes():
     bw = 8e12 * 0.8
     wb = 0.5 + 1.0 / 16.0
 
-    def memory(groups, m, n, k, weight):
-        return groups * (weight * k * n + 1.0 * m * k + 2.0 * m * n) / bw / 0.5
+    def memory(groups, m, n, k, weight, act=wb):
+        return groups * (weight * k * n + act * m * k + 2.0 * m * n) / bw / 0.5
 
-    def mlp(groups, m, weight):
-        return memory(groups, m, 4096.0, 2048.0, weight) + memory(groups, m, 2048.0, 4096.0, weight)
+    def mlp(groups, m, weight, act=wb):
+        return memory(groups, m, 4096.0, 2048.0, weight, act) + memory(groups, m, 2048.0, 4096.0, weight, act)
 
     _, _, shared, _, _, routed = moe_compute(row, 2.0)
     assert routed == pytest.approx(mlp(8.0, 8.0, wb), rel=1e-12)
@@ -141,7 +141,7 @@ def test_moe_and_mtp_gemms_read_nvfp4_weights_at_0_5625_bytes():
     assert mtp_gemm == pytest.approx(memory(1.0, 64.0, 2048.0, 4096.0, wb), rel=1e-12)
     # FP8 keeps its 1 B weights
     fp8 = _row("fp8", **{**MOE_FP4, "peak_flops_8": 1e30})
-    assert moe_compute(fp8, 1.0)[5] == pytest.approx(mlp(8.0, 8.0, 1.0), rel=1e-12)
+    assert moe_compute(fp8, 1.0)[5] == pytest.approx(mlp(8.0, 8.0, 1.0, 1.0), rel=1e-12)
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,81 @@
+"""The transformer layers a low-precision run keeps in BF16 (docs/model.md §11.39): Megatron-LM's
+``--first-last-layers-bf16`` with ``--num-layers-at-start-in-bf16`` / ``--num-layers-at-end-in-bf16``
+(NVIDIA/Megatron-LM@d98e8a6 megatron/core/fp4_utils.py 247-263 ``get_fp4_context``, fp8_utils.py 711-726
+``is_first_last_bf16_layer``: layer ``l`` runs under a ``nullcontext``, i.e. in BF16, when ``l < start`` or
+``l >= L - end``); the NVFP4 pretraining paper's "selective high-precision layers" (arXiv 2509.25149).
+
+Such a layer runs every GEMM at 16 bits and casts nothing: its passes are those of the row at precision bf16. The
+first ``start`` layers sit on the first pipeline rank, the last ``end`` on the last (Megatron-Core builds layers in
+order, ``get_transformer_layer_offset``), both on the one rank without a pipeline:
+
+    dt_first = start (t16 - t),   dt_last = end (t16 - t)
+
+per micro-batch, ``t`` and ``t16`` the average layer's time (``passes.layer_time``) at the row's GEMM format and at
+bf16. ``kernels/lm/step.py`` ``stage_passes`` adds them to the ranks that hold them. Memory
+(``kernels/lm/memory.py`` ``memory_row``): a rank holding n of its L_s layers in BF16 takes each memory kind at
+every phase as ``m + (n / L_s)(m16 - m)``, ``m16`` the same phase at bf16 (weights without the NVFP4/FP8 forms,
+16-bit saved GEMM inputs; docs/model_memory.md "NVFP4 (issue 26)").
+"""
+
+import math
+
+import numpy as np
+
+from fastmodel.kernels.jit import njit
+from fastmodel.kernels.lm.fp4 import low_precision_gemms
+from fastmodel.kernels.lm.layout import (
+    C_BF16_LAYERS_END,
+    C_BF16_LAYERS_START,
+    C_FP8_PARAMS,
+    C_LAYERS,
+    C_PP,
+    C_PRECISION,
+    PRECISION_BF16,
+)
+from fastmodel.kernels.lm.passes import N_WORK, layer_passes, layer_time
+
+
+@njit
+def bf16_row(row):
+    """The row at 16-bit GEMMs: a BF16 layer runs every GEMM at 16 bits, casts nothing and holds no low-precision
+    weight forms or saved inputs (its parameters are built outside the FP8/FP4 context too)."""
+    wide = row.copy()
+    wide[C_PRECISION] = PRECISION_BF16
+    wide[C_FP8_PARAMS] = 0.0
+    return wide
+
+
+@njit
+def bf16_rank_layers(row):
+    """(first rank, last rank) BF16 layers: ``bf16_layers_start`` and ``bf16_layers_end``, each at most a rank's
+    ``ceil(L / pp)`` layers (Megatron-LM refuses more under FP8, transformer_config.py 1533-1557); without a
+    pipeline (0, start + end) at most L; (0, 0) under 16-bit GEMMs."""
+    if not low_precision_gemms(row):
+        return 0.0, 0.0
+    layers = row[C_LAYERS]
+    if row[C_PP] <= 1.0:
+        return 0.0, min(row[C_BF16_LAYERS_START] + row[C_BF16_LAYERS_END], layers)
+    cap = float(math.ceil(layers / row[C_PP]))
+    return min(row[C_BF16_LAYERS_START], cap), min(row[C_BF16_LAYERS_END], cap)
+
+
+@njit
+def bf16_stage_layers(row, stage):
+    """BF16 layers held by pipeline rank ``stage`` (:func:`bf16_rank_layers`): the first rank's, the last's, both
+    on the one rank without a pipeline."""
+    first, last = bf16_rank_layers(row)
+    return (first if stage == 0.0 else 0.0) + (last if stage == row[C_PP] - 1.0 else 0.0)
+
+
+@njit
+def bf16_layer_seconds(row, t_layer):
+    """(first rank, last rank) seconds per micro-batch the BF16 layers add beyond ``t_layer`` each (the average
+    layer at the row's GEMM format): ``start (t16 - t)`` and ``end (t16 - t)``,
+    both on the last rank when ``pp`` is 1; (0, 0) for 16-bit GEMMs or no BF16 layers."""
+    first, last = bf16_rank_layers(row)
+    if first + last <= 0.0:
+        return 0.0, 0.0
+    scratch = np.zeros(N_WORK)
+    layer_passes(bf16_row(row), scratch)
+    delta = layer_time(scratch) - t_layer
+    return first * delta, last * delta
