@@ -57,12 +57,18 @@ def evaluate_lm(model: Any, system: Any, task: Any = None, plan: str | None = No
 def record_values(record: dict, source: str | None = None, calibration: Any = None) -> tuple[dict, dict]:
     """(results, attrs) of one run record without xarray: every result name (``memory_*`` by kind included)
     -> a float (``fits_memory`` a bool), and the record's id, notes and calibration attrs. See evaluate_record."""
+    from fastmodel.lm.records import lower_record
+
+    return lowered_values(lower_record(record, source), source, calibration)
+
+
+def lowered_values(lowered, source: str | None = None, calibration: Any = None) -> tuple[dict, dict]:
+    """:func:`record_values` of a record already lowered (``fastmodel.lm.records.lower_record``): the calibration
+    checked and applied to a copy of its columns, its plan checked, then evaluated."""
     from fastmodel.lm.calibrate.overlay import apply_calibration, as_calibration
     from fastmodel.lm.engine import evaluate_one
-    from fastmodel.lm.records import lower_record
     from fastmodel.lm.rules import check_plan
 
-    lowered = lower_record(record, source)
     cal = as_calibration(calibration)
     if cal is not None:
         from fastmodel.lm.calibrate import use
@@ -84,10 +90,15 @@ def config_values(model: Any, system: Any, task: Any = None, plan: str | None = 
                   num_nodes: int | None = None, execution: Any = None) -> dict:
     """Results of one real-world configuration without xarray (as :func:`record_values`); the same point a
     sweep evaluates (``lm_sweep.point_columns``, run as ``execution`` says); a PlanError for an illegal plan."""
-    from fastmodel.lm.engine import evaluate_one
     from fastmodel.lm.sweep import point_columns
 
-    columns = point_columns(model, system, task, plan=plan, num_nodes=num_nodes, execution=execution)
+    return column_values(point_columns(model, system, task, plan=plan, num_nodes=num_nodes, execution=execution), plan)
+
+
+def column_values(columns: np.ndarray, plan: str | None = None) -> dict:
+    """:func:`config_values` of a configuration already lowered (``lm_sweep.point_columns`` of ``plan``)."""
+    from fastmodel.lm.engine import evaluate_one
+
     results = evaluate_one(columns, f"plan {plan or 'dp'!r}")
     results["fits_memory"] = results["fits_memory"] == 1.0
     return results
