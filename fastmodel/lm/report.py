@@ -113,9 +113,9 @@ def _margin(values: dict, attrs: dict, hbm: float, memory_margin: float | None) 
     ``analysis.margin``), and the margin in the attrs; unchanged without one."""
     if memory_margin is None:
         return values, attrs
-    from fastmodel.analysis.margin import check_below_hbm, check_margin
+    from fastmodel.analysis.margin import user_margin_bytes
 
-    margin = check_below_hbm(check_margin(memory_margin), float(hbm), memory_margin)
+    margin = user_margin_bytes(memory_margin, hbm)
     fits = values["memory_per_device"] <= float(hbm) - margin
     return {**values, "fits_memory": bool(fits)}, {**attrs, "memory_margin": margin, "hbm_bytes": float(hbm)}
 
