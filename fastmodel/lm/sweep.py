@@ -197,8 +197,8 @@ def check_execution_axes(axes: dict, execution) -> None:
 
 
 def _code_name(name: str, value: Any) -> Any:
-    """A coded axis value by its name (an axis may give the code's number); other values as they are."""
-    value = boolean_name(name, value)
+    """A coded axis value by its name (an axis may give the code's number; a boolean of ``BOOLEAN_CODE_NAMES`` is
+    its code 0 or 1 here, the name ``boolean_name`` gives it); other values as they are."""
     if isinstance(value, str):
         return value
     return next((key for key, code in CODE_TABLES.get(name, {}).items() if code == value), value)
