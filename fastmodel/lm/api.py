@@ -267,7 +267,7 @@ def _one_configuration(model, system, task, record, source, plan, num_nodes, exe
     ``execution`` is refused beside it)."""
     from fastmodel.lm.records import lower_record
     from fastmodel.lm.rules import check_plan
-    from fastmodel.lm.sweep import point_columns
+    from fastmodel.lm.sweep import spec_point
 
     if record is not None:
         if execution is not None:
@@ -275,11 +275,5 @@ def _one_configuration(model, system, task, record, source, plan, num_nodes, exe
         lowered = lower_record(record, source)
         check_plan(lowered.columns, f"{source}: plan" if source else "plan")
         return lowered.columns, lowered.id or "run record"
-    from fastmodel.lm.loader import load_lm_model
-    from fastmodel.lm.task import load_train_task
-
-    spec = load_lm_model(model)
-    train = load_train_task(task)
-    plan = train.mesh(plan)
-    columns = point_columns(spec, system, train, plan=plan, execution=execution, num_nodes=num_nodes)
+    spec, plan, columns = spec_point(model, system, task, plan, execution, num_nodes)
     return columns, f"{spec.name}, {plan or 'dp'}"

@@ -301,6 +301,18 @@ def point_columns(model: Any, system: Any, task: Any = None, plan: str | None = 
     return columns
 
 
+def spec_point(model: Any, system: Any, task: Any, plan: str | None = None, execution: Any = None,
+               num_nodes: int | None = None) -> tuple[Any, str | None, np.ndarray]:
+    """(model spec, mesh, column vector) of one configuration given as specs: the task's mesh plan applies when
+    ``plan`` is None (``TrainTask.mesh``), then :func:`point_columns` (a PlanError for an illegal plan)."""
+    from fastmodel.lm.task import load_train_task
+
+    spec = load_lm_model(model)
+    train = load_train_task(task)
+    plan = train.mesh(plan)
+    return spec, plan, point_columns(spec, system, train, plan=plan, execution=execution, num_nodes=num_nodes)
+
+
 def mesh_columns(base: np.ndarray, plan: str | None, shard_is_dp: bool) -> np.ndarray:
     """A copy of ``base`` (a trivial-mesh column vector, ``base_columns``) with the mesh of ``plan`` applied as
     the grid kernel applies it: the degrees, ``dp = n_gpus / (tp pp cp)``, and ``shard_degree = dp`` when
