@@ -108,6 +108,16 @@ def test_timeline_command(tmp_path):
     assert bad.exit_code == 2 and "did you mean 'llama2-70b'" in bad.output
 
 
+@pytest.mark.parametrize("command", ["timeline", "memory-timeline"])
+def test_a_timeline_of_specs_needs_system_and_task(command, tmp_path):
+    """Specs (not a run record) need --system and --task: a usage error (exit 2) naming both, before any file."""
+    for given in (["--system", "dgx-h100"], ["--task", "llm-pretrain"]):
+        result = cli("plot", command, "--model", "llama3.1-8b", *given, "-o", str(tmp_path / "t.svg"))
+        assert result.exit_code == 2 and "--system and --task are required (unless --model is a run record)" \
+            in result.output, result.output
+    assert not (tmp_path / "t.svg").exists()
+
+
 @pytest.fixture(scope="module")
 def empty_result(tmp_path_factory):
     """The synthetic sweep with no plan left (a dimension of length 0), and a real-world ``memory`` variable."""
