@@ -1,7 +1,7 @@
 """`fastmodel plot ...` through click's runner: figures written in each format, one-line errors with exit 2."""
 
 import pytest
-from plot_data import synthetic_sweep
+from plot_data import synthetic_file, synthetic_sweep
 
 from fastmodel.cli.plot import parse_window
 from fastmodel.plot.data import PlotError
@@ -12,9 +12,7 @@ MAGIC = {".png": b"\x89PNG", ".pdf": b"%PDF", ".svg": b"<?xml"}
 
 @pytest.fixture(scope="module")
 def result_file(tmp_path_factory):
-    path = tmp_path_factory.mktemp("sweep") / "out.nc"
-    synthetic_sweep().to_netcdf(path, engine="scipy")
-    return str(path)
+    return synthetic_file(tmp_path_factory)
 
 
 @pytest.mark.parametrize("args, suffix", [
