@@ -54,3 +54,11 @@ def synthetic_sweep(seed: int = 0) -> xr.Dataset:
               "global_batch": ("global_batch", np.array(BATCHES, dtype=np.int32), {"field": "task.global_batch"}),
               "plan": ("plan", np.array(PLANS, dtype=object), {"field": "plan"})}
     return with_aliases(xr.Dataset(data, coords=coords))
+
+
+def synthetic_file(tmp_path_factory) -> str:
+    """:func:`synthetic_sweep` written as netCDF into a fresh temporary folder: its path, as the ``fastmodel plot``
+    tests pass it on the command line."""
+    path = tmp_path_factory.mktemp("sweep") / "out.nc"
+    synthetic_sweep().to_netcdf(path, engine="scipy")
+    return str(path)

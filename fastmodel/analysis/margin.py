@@ -53,6 +53,23 @@ def default_margin_bytes(row, allocated: float) -> float:
     return unrecoverable_share(row) * float(allocated)
 
 
+def row_margin_bytes(row, allocated: float, memory_margin: float | None = None) -> float:
+    """The margin one configuration (column vector ``row``, ``allocated`` its peak allocated bytes) keeps free, as
+    its memory timeline and its stage table apply it: the user's ``memory_margin`` (bytes) as
+    :func:`user_margin_bytes` checks it against the row's HBM, else :func:`default_margin_bytes`."""
+    if memory_margin is None:
+        return default_margin_bytes(row, allocated)
+    from fastmodel.registry.lm import COLUMN_INDEX as C
+
+    return user_margin_bytes(memory_margin, float(row[C["hbm_bytes"]]))
+
+
+def user_margin_bytes(memory_margin, hbm: float) -> float:
+    """A margin the user gave (bytes, or a :class:`TypedMargin`) as a float, checked as ``run``, ``best`` and the
+    memory figures check it: a number >= 0 (:func:`check_margin`) below the HBM ``hbm`` (:func:`check_below_hbm`)."""
+    return check_below_hbm(check_margin(memory_margin), float(hbm), memory_margin)
+
+
 def margin(ds, memory_margin: float | None = None) -> dict:
     """The margin applied to ``ds``: ``{"bytes", "hbm_bytes", "source"}`` (``source``: ``"default"`` or
     ``"user"``); ``hbm_bytes`` None when the result does not record its HBM (then only the default applies).

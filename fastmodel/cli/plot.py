@@ -199,12 +199,9 @@ def timeline_command(model, system, task, num_nodes, plan, semantics, execution_
     Real-world models (and run records) draw the busiest pipeline stage's step, op by op, with one row per
     process group (docs/model.md section 11.12); MAD-Max specs draw the MAD-Max schedule."""
     _check_suffix(output)
-    from fastmodel.cli.run import _record_in
     from fastmodel.plot import timeline
 
-    record = _record_in(model)
-    if record is None and (system is None or task is None):
-        raise click.UsageError("--system and --task are required (unless --model is a run record)")
+    record = _record_or_specs(model, system, task)
     if record is not None:
         from fastmodel import engines
 
@@ -235,12 +232,9 @@ def memory_timeline_command(model, system, task, num_nodes, plan, memory_margin,
     Each panel is one pipeline rank's operations in schedule order (F j / B j: forward / backward of
     micro-batch j); its highest point is the rank's peak (docs/model_memory.md)."""
     _check_suffix(output)
-    from fastmodel.cli.run import _record_in
     from fastmodel.plot.memory_timeline import memory_timeline
 
-    record = _record_in(model)
-    if record is None and (system is None or task is None):
-        raise click.UsageError("--system and --task are required (unless --model is a run record)")
+    record = _record_or_specs(model, system, task)
     from fastmodel.analysis.margin import gib_margin
 
     margin = gib_margin(memory_margin)
@@ -249,6 +243,17 @@ def memory_timeline_command(model, system, task, num_nodes, plan, memory_margin,
                              source=model if record is not None else None, plan=plan, num_nodes=num_nodes,
                              memory_margin=margin, size=_size(size), title=title, execution=execution)
     _save(fig, output, dpi)
+
+
+def _record_or_specs(model, system, task) -> dict | None:
+    """The run record --model names (``fastmodel.cli.run._record_in``), else None: specs, which need --system and
+    --task (a UsageError without them)."""
+    from fastmodel.cli.run import _record_in
+
+    record = _record_in(model)
+    if record is None and (system is None or task is None):
+        raise click.UsageError("--system and --task are required (unless --model is a run record)")
+    return record
 
 
 def _execution(model, record, semantics, system, path, sets) -> dict | None:

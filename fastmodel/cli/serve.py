@@ -127,7 +127,7 @@ def serve(records, model, list_models, device, tp, pp, ep, attention_dp, moe_tp,
     ep, attention_dp, spec_tokens = _flat(ep), _flat(attention_dp), _flat(spec_tokens)
     _check_spec(spec_tokens, spec_acceptance)
     if model:
-        _check_context(model, input_len, output_len)
+        shape, notes = _check_context(model, input_len, output_len)
     if search:
         return _search(model, device, input_len, output_len, ttft, tpot, gpus, search_precision, engine, output,
                        force, search_concurrency, dict(ep=ep, attention_dp=attention_dp, modes=modes.split(","),
@@ -164,9 +164,7 @@ def serve(records, model, list_models, device, tp, pp, ep, attention_dp, moe_tp,
             batch_size = 1
         _check_layout(attention_dp, batch_size or concurrency, spec, concurrency)
         from fastmodel.serve.api import engine_columns
-        from fastmodel.serve.models import serving_model
 
-        _, shape, notes = serving_model(model)
         if moe_tp and not shape.get("moe_experts"):    # the kernel's moe_tp rule reads routed experts only
             raise FastmodelError(f"--moe-tp: {model} is a dense model (no routed experts to split); leave it out")
         profile, engine_notes = engine_columns(engine, device, (), "--engine", refuse=True)
@@ -213,19 +211,22 @@ def _check_requests(**counts) -> None:
             raise FastmodelError(f"--{name.replace('_', '-')}: {problem}")
 
 
-def _check_context(model, input_len: int, output_len: int) -> None:
-    """--input-len and --output-len against the model's context (``context_len``: a built-in serving model's
+def _check_context(model, input_len: int, output_len: int) -> tuple[dict[str, float], list[str]]:
+    """The model's (columns, notes) (``serving_model``, read once for the command), with --input-len and
+    --output-len checked against its context (``context_len``: a built-in serving model's
     config.json ``max_position_embeddings``; a family-"lm" spec states none, no bound): a request longer than the
     context is refused by the engine (vLLM's OpenAI server: prompt + max_tokens > max_model_len), so here in one
     line, exit 2; a serving sweep marks such a point ``context_exceeded`` (docs/model_serving.md S40)."""
     from fastmodel.errors import FastmodelError
     from fastmodel.serve.models import serving_model
 
-    context = int(serving_model(model)[1].get("context_len", 0))
+    _, shape, notes = serving_model(model)
+    context = int(shape.get("context_len", 0))
     if context and input_len + output_len > context:
         raise FastmodelError(f"--input-len {input_len}: with --output-len {output_len}, a request of "
                              f"{input_len + output_len} tokens exceeds {model}'s context of {context} tokens "
                              f"(max_position_embeddings); --input-len + --output-len must be at most {context}")
+    return shape, notes
 
 
 def _check_spec(spec_tokens, spec_acceptance) -> None:

@@ -57,12 +57,18 @@ def evaluate_lm(model: Any, system: Any, task: Any = None, plan: str | None = No
 def record_values(record: dict, source: str | None = None, calibration: Any = None) -> tuple[dict, dict]:
     """(results, attrs) of one run record without xarray: every result name (``memory_*`` by kind included)
     -> a float (``fits_memory`` a bool), and the record's id, notes and calibration attrs. See evaluate_record."""
+    from fastmodel.lm.records import lower_record
+
+    return lowered_values(lower_record(record, source), source, calibration)
+
+
+def lowered_values(lowered, source: str | None = None, calibration: Any = None) -> tuple[dict, dict]:
+    """:func:`record_values` of a record already lowered (``fastmodel.lm.records.lower_record``): the calibration
+    checked and applied to a copy of its columns, its plan checked, then evaluated."""
     from fastmodel.lm.calibrate.overlay import apply_calibration, as_calibration
     from fastmodel.lm.engine import evaluate_one
-    from fastmodel.lm.records import lower_record
     from fastmodel.lm.rules import check_plan
 
-    lowered = lower_record(record, source)
     cal = as_calibration(calibration)
     if cal is not None:
         from fastmodel.lm.calibrate import use
@@ -84,10 +90,15 @@ def config_values(model: Any, system: Any, task: Any = None, plan: str | None = 
                   num_nodes: int | None = None, execution: Any = None) -> dict:
     """Results of one real-world configuration without xarray (as :func:`record_values`); the same point a
     sweep evaluates (``lm_sweep.point_columns``, run as ``execution`` says); a PlanError for an illegal plan."""
-    from fastmodel.lm.engine import evaluate_one
     from fastmodel.lm.sweep import point_columns
 
-    columns = point_columns(model, system, task, plan=plan, num_nodes=num_nodes, execution=execution)
+    return column_values(point_columns(model, system, task, plan=plan, num_nodes=num_nodes, execution=execution), plan)
+
+
+def column_values(columns: np.ndarray, plan: str | None = None) -> dict:
+    """:func:`config_values` of a configuration already lowered (``lm_sweep.point_columns`` of ``plan``)."""
+    from fastmodel.lm.engine import evaluate_one
+
     results = evaluate_one(columns, f"plan {plan or 'dp'!r}")
     results["fits_memory"] = results["fits_memory"] == 1.0
     return results
@@ -256,7 +267,7 @@ def _one_configuration(model, system, task, record, source, plan, num_nodes, exe
     ``execution`` is refused beside it)."""
     from fastmodel.lm.records import lower_record
     from fastmodel.lm.rules import check_plan
-    from fastmodel.lm.sweep import point_columns
+    from fastmodel.lm.sweep import spec_point
 
     if record is not None:
         if execution is not None:
@@ -264,11 +275,5 @@ def _one_configuration(model, system, task, record, source, plan, num_nodes, exe
         lowered = lower_record(record, source)
         check_plan(lowered.columns, f"{source}: plan" if source else "plan")
         return lowered.columns, lowered.id or "run record"
-    from fastmodel.lm.loader import load_lm_model
-    from fastmodel.lm.task import load_train_task
-
-    spec = load_lm_model(model)
-    train = load_train_task(task)
-    plan = train.mesh(plan)
-    columns = point_columns(spec, system, train, plan=plan, execution=execution, num_nodes=num_nodes)
+    spec, plan, columns = spec_point(model, system, task, plan, execution, num_nodes)
     return columns, f"{spec.name}, {plan or 'dp'}"

@@ -70,7 +70,7 @@ def stage_peaks(columns: np.ndarray, title: str = "the configuration",
     """Every pipeline rank's peak moment of the configuration ``columns`` (one column vector), by kind, with its
     allocated, reserved and per-device bytes and whether it fits (``memory_margin``: bytes of HBM kept free;
     default: the rank's own allocator cache, as ``fits_memory``)."""
-    from fastmodel.analysis.margin import check_below_hbm, check_margin, default_margin_bytes
+    from fastmodel.analysis.margin import row_margin_bytes
     from fastmodel.lm.memory_timeline import _terms, stage_memory
 
     row = np.asarray(columns, dtype=np.float64)
@@ -86,10 +86,7 @@ def stage_peaks(columns: np.ndarray, title: str = "the configuration",
     allocated = values.sum(axis=1) - overhead
     per_device = allocated + overhead
     hbm = float(row[C["hbm_bytes"]])
-    if memory_margin is None:
-        usable = np.array([hbm - default_margin_bytes(row, a) for a in allocated])
-    else:
-        usable = np.full(pp, hbm - check_below_hbm(check_margin(memory_margin), hbm, memory_margin))
+    usable = np.array([hbm - row_margin_bytes(row, a, memory_margin) for a in allocated])
     return StagePeaks(tuple(MEMORY_KINDS), values, tuple(labels), allocated,
                       allocated * (1.0 + row[C["allocator_cache_fraction"]]), per_device, per_device <= usable,
                       worst_stage(allocated), hbm, title)

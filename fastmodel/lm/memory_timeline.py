@@ -174,6 +174,7 @@ def memory_timeline(columns: np.ndarray, title: str = "the configuration",
     ``memory_margin`` (bytes): HBM kept free; default: the configuration's own allocator cache,
     ``allocator_cache_fraction x`` (``allocator_cache_fraction_expandable x`` under expandable segments) its
     allocated peak, or ``(1 - usable_hbm_fraction)`` of the HBM when that device column is set (fastmodel/analysis/margin.py ``default_margin_bytes``)."""
+    from fastmodel.analysis.margin import row_margin_bytes
     from fastmodel.kernels.lm.memory import memory_row
     from fastmodel.registry.lm import MEMORY_KINDS as KINDS
 
@@ -184,14 +185,7 @@ def memory_timeline(columns: np.ndarray, title: str = "the configuration",
     memory_row(row, out)
     allocated = out.sum() - out[KINDS.index("overhead")]
     hbm = float(row[C["hbm_bytes"]])
-    if memory_margin is None:
-        from fastmodel.analysis.margin import default_margin_bytes
-
-        margin = default_margin_bytes(row, allocated)
-    else:  # the checks run and best make (fastmodel/analysis/margin.py)
-        from fastmodel.analysis.margin import check_below_hbm, check_margin
-
-        margin = check_below_hbm(check_margin(memory_margin), hbm, memory_margin)
+    margin = row_margin_bytes(row, allocated, memory_margin)
     reserved = allocated * (1.0 + row[C["allocator_cache_fraction"]]) + out[KINDS.index("overhead")]
     marked = any(REVERSE_MARK in text for stage in stages for text in stage.labels)
     return MemoryTimeline(stages, KINDS, hbm, hbm - margin, float(reserved), title, REVERSE_NOTE if marked else "")

@@ -33,14 +33,7 @@ from fastmodel.errors import FieldValueError, SpecError
 from fastmodel.lm.execution import ExecutionSpec
 from fastmodel.lm.spec import LMSpec
 from fastmodel.lm.stacks import STACK_NAMES
-from fastmodel.registry.lm import (
-    CUDA_GRAPH_SCOPES,
-    MOE_A2A_OVERLAPS,
-    OPTIMIZER_CODES,
-    PIPELINE_SCHEDULES,
-    RECOMPUTE_CODES,
-)
-from fastmodel.spec.columns import boolean_name
+from fastmodel.registry.lm import OPTIMIZER_CODES, PIPELINE_SCHEDULES, RECOMPUTE_CODES
 from fastmodel.spec.record_blocks import Block, bounds, drop_nulls, first_error
 
 # the strict block machinery is shared with the serving records (fastmodel/spec/record_blocks.py)
@@ -94,19 +87,6 @@ class SystemBlock(_Block):
     intra_node_bw_assumed: bool | None = None
 
 
-def _a2a_overlap_name(value: Any) -> Any:
-    """RUNS.md's older boolean ``moe_a2a_overlap``: true is Megatron's batch-level overlap, false none; read as
-    every other place the column is named reads it (``fastmodel.spec.columns.BOOLEAN_CODE_NAMES``)."""
-    return boolean_name("moe_a2a_overlap", value)
-
-
-def _graph_scope(value: Any) -> Any:
-    """RUNS.md's boolean ``cuda_graphs``: true is per-layer graphs (the MLPerf NeMo runs' TE
-    ``make_graphed_callables``, Megatron-Core's per-layer implementations), false none; a scope name as it is
-    (docs/model.md §11.37)."""
-    return boolean_name("cuda_graphs", value)
-
-
 #: names RUNS.md records use for a schedule: DeepSeek-V2's "zero-bubble" PP (report sec. 3.1.3, citing Qi et al.
 #: 2024) is the handcrafted schedule at 1F1B's memory, ZB-H1
 SCHEDULE_ALIASES = {"zero_bubble": "zb_h1", "zero-bubble": "zb_h1", "zb-h1": "zb_h1", "zbh1": "zb_h1"}
@@ -140,10 +120,6 @@ _PLAN_OVERRIDES: dict[str, tuple] = {
     "pipeline_schedule": (Annotated[Literal[tuple(PIPELINE_SCHEDULES)], BeforeValidator(_schedule_name)]  # type: ignore[misc]
                           | None, None),
     "optimizer": (Annotated[Literal[tuple(OPTIMIZER_CODES)], BeforeValidator(_optimizer_name)], "adam"),  # type: ignore[misc]
-    "moe_a2a_overlap": (Annotated[Literal[tuple(MOE_A2A_OVERLAPS)], BeforeValidator(_a2a_overlap_name)]  # type: ignore[misc]
-                        | None, None),
-    "cuda_graphs": (Annotated[Literal[tuple(CUDA_GRAPH_SCOPES)], BeforeValidator(_graph_scope)]  # type: ignore[misc]
-                    | None, None),
     # RUNS.md's precision list (bf16 | fp8 | fp16): fp4 (NVFP4) is for specs, sweeps and -x (docs/model.md §11.38)
     "precision": (Literal["bf16", "fp8", "fp16"], "bf16"),
 }

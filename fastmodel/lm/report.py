@@ -56,12 +56,15 @@ def run_one(model: Any, system: Any, task: Any, *, semantics: Any = "default", p
     title = (f"{spec.name} on {system}" + (f" x {num_nodes} nodes" if num_nodes else "")
              + f", plan {plan or 'dp'}, semantics {name}" + calibrated_suffix(calibration)
              + execution_label(execution))
+    from fastmodel.lm.sweep import point_columns
+
+    columns = None   # the configuration uncalibrated, lowered once for the numbers and the stage table
     try:
         if calibration is None:  # no xarray: the report needs only the numbers
-            from fastmodel.lm.api import config_values
+            from fastmodel.lm.api import column_values
 
-            values = config_values(spec, system, train, plan=plan, num_nodes=num_nodes, execution=execution)
-            report = _report(*_margin(values, {}, _capacity(system), memory_margin), title)
+            columns = point_columns(spec, system, train, plan=plan, num_nodes=num_nodes, execution=execution)
+            report = _report(*_margin(column_values(columns, plan), {}, _capacity(system), memory_margin), title)
         else:
             from fastmodel.lm.api import evaluate_lm, report_values
 
@@ -73,9 +76,8 @@ def run_one(model: Any, system: Any, task: Any, *, semantics: Any = "default", p
         if from_task:
             raise error.located(f"{task}: task.plan") from None
         raise
-    from fastmodel.lm.sweep import point_columns
-
-    columns = point_columns(spec, system, train, plan=plan, num_nodes=num_nodes, execution=execution)
+    if columns is None:   # calibrated: the sweep path lowered its own point
+        columns = point_columns(spec, system, train, plan=plan, num_nodes=num_nodes, execution=execution)
     return _with_notes(_with_stages(report, columns), notes)
 
 
@@ -111,9 +113,9 @@ def _margin(values: dict, attrs: dict, hbm: float, memory_margin: float | None) 
     ``analysis.margin``), and the margin in the attrs; unchanged without one."""
     if memory_margin is None:
         return values, attrs
-    from fastmodel.analysis.margin import check_below_hbm, check_margin
+    from fastmodel.analysis.margin import user_margin_bytes
 
-    margin = check_below_hbm(check_margin(memory_margin), float(hbm), memory_margin)
+    margin = user_margin_bytes(memory_margin, hbm)
     fits = values["memory_per_device"] <= float(hbm) - margin
     return {**values, "fits_memory": bool(fits)}, {**attrs, "memory_margin": margin, "hbm_bytes": float(hbm)}
 
@@ -148,13 +150,14 @@ def stack_line(data: dict, stack: str) -> str:
 def run_record(data: dict, source: str | None = None, calibration: Any = None,
                memory_margin: float | None = None) -> RunReport:
     """One run record (RUNS.md); its ``measured`` block is not read; ``memory_margin`` as in :func:`run_one`."""
-    from fastmodel.lm.api import record_values
+    from fastmodel.lm.api import lowered_values
     from fastmodel.lm.records import lower_record
 
-    values, attrs = record_values(data, source, calibration=calibration)
+    lowered = lower_record(data, source)   # one lowering: the numbers (calibrated on a copy) and the stage table
+    values, attrs = lowered_values(lowered, source, calibration=calibration)
     values, attrs = _margin(values, attrs, attrs["hbm_bytes"], memory_margin)
     title = f"{data.get('id') or source} (run record; measured values ignored)" + calibrated_suffix(calibration)
-    report = _with_stages(_report(values, attrs, title), lower_record(data, source).columns)
+    report = _with_stages(_report(values, attrs, title), lowered.columns)
     report = RunReport(report.text.replace("\n", f"\n{stack_line(data, attrs['stack'])}\n", 1),
                        {**report.record, "stack": attrs["stack"]})
     # what the model assumed where the record is silent (an unknown GPU or framework, vp "unknown", ...)

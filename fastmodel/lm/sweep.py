@@ -197,8 +197,8 @@ def check_execution_axes(axes: dict, execution) -> None:
 
 
 def _code_name(name: str, value: Any) -> Any:
-    """A coded axis value by its name (an axis may give the code's number); other values as they are."""
-    value = boolean_name(name, value)
+    """A coded axis value by its name (an axis may give the code's number; a boolean of ``BOOLEAN_CODE_NAMES`` is
+    its code 0 or 1 here, the name ``boolean_name`` gives it); other values as they are."""
     if isinstance(value, str):
         return value
     return next((key for key, code in CODE_TABLES.get(name, {}).items() if code == value), value)
@@ -299,6 +299,18 @@ def point_columns(model: Any, system: Any, task: Any = None, plan: str | None = 
     columns = mesh_columns(columns, plan, execution.shard_degree is None)
     check_plan(columns, f"plan {plan or 'dp'!r}")
     return columns
+
+
+def spec_point(model: Any, system: Any, task: Any, plan: str | None = None, execution: Any = None,
+               num_nodes: int | None = None) -> tuple[Any, str | None, np.ndarray]:
+    """(model spec, mesh, column vector) of one configuration given as specs: the task's mesh plan applies when
+    ``plan`` is None (``TrainTask.mesh``), then :func:`point_columns` (a PlanError for an illegal plan)."""
+    from fastmodel.lm.task import load_train_task
+
+    spec = load_lm_model(model)
+    train = load_train_task(task)
+    plan = train.mesh(plan)
+    return spec, plan, point_columns(spec, system, train, plan=plan, execution=execution, num_nodes=num_nodes)
 
 
 def mesh_columns(base: np.ndarray, plan: str | None, shard_is_dp: bool) -> np.ndarray:

@@ -233,12 +233,7 @@ def spec_timeline(model, system, task, plan: str | None = None, num_nodes: int |
                   execution=None) -> tuple["Timeline", str]:
     """(timeline, title) of one real-world configuration given as specs (a task's mesh plan applies when
     ``plan`` is None), run as ``execution`` (a dict of execution fields) says."""
-    from fastmodel.lm.loader import load_lm_model
-    from fastmodel.lm.sweep import point_columns
-    from fastmodel.lm.task import load_train_task
+    from fastmodel.lm.sweep import spec_point
 
-    spec = load_lm_model(model)
-    train = load_train_task(task)
-    plan = train.mesh(plan)
-    columns = point_columns(spec, system, train, plan=plan, num_nodes=num_nodes, execution=execution)
+    spec, plan, columns = spec_point(model, system, task, plan, execution, num_nodes)
     return timeline(columns, f"plan {plan or 'dp'!r}"), f"{spec.name}, {plan or 'dp'}"

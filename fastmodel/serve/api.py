@@ -366,18 +366,6 @@ def _refuse_calibration(source: str | None, calibration: Any) -> None:
                         "to serving records")
 
 
-def evaluate_one_record(record: dict, source: str | None = None, calibration: Any = None):
-    """(the lowered record, its results in ``SERVE_RESULTS`` order, its status code) of one serving record: the
-    evaluation behind :func:`evaluate_record` and ``fastmodel run`` (``fastmodel.serve.report.run_record``); a
-    calibration is a SpecError (it applies to training runs)."""
-    from fastmodel.serve.records import lower_serve_record
-
-    _refuse_calibration(source, calibration)
-    lowered = lower_serve_record(record, source)
-    out, status = evaluate_table(lowered.columns[:, None])
-    return lowered, out[:, 0], int(status[0])
-
-
 def sweep_plan(model: Any, system: Any, task: Any, axes: dict, *, semantics: Any = "default",
                unit_configs: int | None = None, execution: Any = None, only_fitting: bool = False,
                calibration: Any = None):

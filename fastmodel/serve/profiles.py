@@ -206,8 +206,8 @@ def engine_profile(text, hbm_bytes: float, field: str = "--engine", source=None,
     """(profile columns, notes) of an engine a user names (``engine_choice``; None: the ``vendor``'s default
     engine, noted) on a GPU of ``hbm_bytes``: what ``fastmodel serve`` (with and without --search),
     ``fastmodel.serve.api``'s ``evaluate`` and ``sweep`` and serving sweep files evaluate with. ``device`` given
-    (one evaluation), an engine that does not run there is refused (S56). A record's ``framework`` takes the same
-    profile through ``framework_profile``."""
+    (one evaluation), an engine that does not run there is refused (S56). A record's ``framework`` names its engine
+    through ``record_engine``, whose profile is the same ``profile_columns``."""
     engine, version, notes = engine_choice(text, field, source, vendor, device)
     return profile_columns(engine, version, hbm_bytes, vendor), notes
 
@@ -340,15 +340,6 @@ def record_engine(framework: str | None, vendor: str = "nvidia") -> tuple[str, t
     if version is None:
         return engine, None, [f"framework {framework!r}: no version recorded, the newest {engine} profile is used"]
     return engine, version, []
-
-
-def framework_profile(framework: str | None, hbm_bytes: float, vendor: str = "nvidia") -> tuple[dict[str, float],
-                                                                                             list[str]]:
-    """(profile columns, notes) of a record's ``framework`` on a GPU of ``hbm_bytes`` from ``vendor``
-    (:func:`record_engine`); an engine that does not run there keeps its profile and the kernel marks the record
-    ``engine_not_on_device``."""
-    engine, version, notes = record_engine(framework, vendor)
-    return profile_columns(engine, version, hbm_bytes, vendor), notes
 
 
 def deployment_limits(serve) -> dict[str, float]:

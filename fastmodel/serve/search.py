@@ -116,9 +116,10 @@ def _agg_grid(model, device, engines, precisions, axes: dict, fixed: dict, hbm: 
     from fastmodel.spec.devices import device_vendor
 
     vendor = device_vendor(device)
+    # each engine's profile as columns, at the search's HBM (``hbm_bytes``) and on the device's vendor: every
+    # profile column is given, so the sweep's own engine (the default) sets none of them
     sets = [sweep(model, device=device, precision=list(precisions), load_mode="concurrency", client_rounds=0,
-                  engine=engine, **axes, **fixed, **engine_profile(engine, hbm, vendor=vendor)[0])
-            for engine in engines]
+                  **axes, **fixed, **engine_profile(engine, hbm, vendor=vendor)[0]) for engine in engines]
     dims = ("engine", *sets[0].status.dims)
     coords = {"engine": np.array(engines), **{d: sets[0][d].values for d in dims[1:]}}
     names = list(sets[0].data_vars)

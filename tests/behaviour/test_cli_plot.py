@@ -1,7 +1,7 @@
 """`fastmodel plot ...` through click's runner: figures written in each format, one-line errors with exit 2."""
 
 import pytest
-from plot_data import synthetic_sweep
+from plot_data import synthetic_file, synthetic_sweep
 
 from fastmodel.cli.plot import parse_window
 from fastmodel.plot.data import PlotError
@@ -12,9 +12,7 @@ MAGIC = {".png": b"\x89PNG", ".pdf": b"%PDF", ".svg": b"<?xml"}
 
 @pytest.fixture(scope="module")
 def result_file(tmp_path_factory):
-    path = tmp_path_factory.mktemp("sweep") / "out.nc"
-    synthetic_sweep().to_netcdf(path, engine="scipy")
-    return str(path)
+    return synthetic_file(tmp_path_factory)
 
 
 @pytest.mark.parametrize("args, suffix", [
@@ -106,6 +104,16 @@ def test_timeline_command(tmp_path):
     bad = cli("plot", "timeline", "--model", "llama2-70c", "--system", "dc-a", "--task", "llm-pretrain-fsdp",
               "-o", str(tmp_path / "u.png"))
     assert bad.exit_code == 2 and "did you mean 'llama2-70b'" in bad.output
+
+
+@pytest.mark.parametrize("command", ["timeline", "memory-timeline"])
+def test_a_timeline_of_specs_needs_system_and_task(command, tmp_path):
+    """Specs (not a run record) need --system and --task: a usage error (exit 2) naming both, before any file."""
+    for given in (["--system", "dgx-h100"], ["--task", "llm-pretrain"]):
+        result = cli("plot", command, "--model", "llama3.1-8b", *given, "-o", str(tmp_path / "t.svg"))
+        assert result.exit_code == 2 and "--system and --task are required (unless --model is a run record)" \
+            in result.output, result.output
+    assert not (tmp_path / "t.svg").exists()
 
 
 @pytest.fixture(scope="module")

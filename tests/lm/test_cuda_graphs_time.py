@@ -104,8 +104,12 @@ def test_a_boolean_names_the_scope_everywhere_the_column_is_read_by_name():
     # review LOW 13: records read true as layer and false as none (§11.37); an [execution] field, -x and a sweep
     # axis read them the same way, and a number is still no scope
     from fastmodel.lm.loader import load_execution
+    from fastmodel.lm.record_schema import PlanBlock
     from fastmodel.spec.columns import encode
 
+    plan = dict(tp=1, pp=1, global_batch=8)      # a record's plan block: the execution option's field (option_fields)
+    assert [PlanBlock.model_validate({**plan, "cuda_graphs": v}).cuda_graphs
+            for v in (True, False, "full_iteration")] == ["layer", "none", "full_iteration"]
     assert load_execution({"cuda_graphs": True}).cuda_graphs == "layer"
     assert load_execution({"cuda_graphs": False}).cuda_graphs == "none"
     assert load_execution({"cuda_graphs": "full_iteration"}).cuda_graphs == "full_iteration"
@@ -127,11 +131,12 @@ def test_moe_a2a_overlap_booleans_read_as_records_read_them_everywhere():
     [execution] field, by -x and on a sweep axis; now each reads it as the record does (BOOLEAN_CODE_NAMES)."""
     from fastmodel.cli.execution import parse_set
     from fastmodel.lm.loader import load_execution
-    from fastmodel.lm.record_schema import _a2a_overlap_name
+    from fastmodel.lm.record_schema import PlanBlock
     from fastmodel.spec.columns import boolean_name, encode
 
-    assert (_a2a_overlap_name(True), _a2a_overlap_name(False), _a2a_overlap_name("dualpipe")) == \
-        ("batch", "none", "dualpipe")
+    plan = dict(tp=1, pp=1, global_batch=8)      # a record's plan block: the execution option's field (option_fields)
+    assert [PlanBlock.model_validate({**plan, "moe_a2a_overlap": v}).moe_a2a_overlap
+            for v in (True, False, "dualpipe")] == ["batch", "none", "dualpipe"]
     assert load_execution({"moe_a2a_overlap": True}).moe_a2a_overlap == "batch"
     assert load_execution({"moe_a2a_overlap": False}).moe_a2a_overlap == "none"
     key, value = parse_set("moe_a2a_overlap=true")

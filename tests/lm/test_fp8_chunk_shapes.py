@@ -13,17 +13,12 @@ residual:
   compute-bound), 1 or 0.848 / 0.970 where the tile counts fall on different wave counts.
 """
 
-from pathlib import Path
-
-import numpy as np
 import pytest
 
 from fastmodel.kernels.roofline import gemm_bounds, tile_quantization
-from fastmodel.lm.records import read_records
-from fastmodel.lm.validate import predict_records
 from fastmodel.registry.lm import COLUMN_INDEX as C
+from tests.data_records import lowered_and_predicted
 
-RUNS = Path(__file__).resolve().parents[1] / "data" / "runs_dev.jsonl"
 T, H, F, TP = 2048.0, 12288.0, 49152.0, 4.0
 # the four ring-exchange AG GEMMs of one layer (TE split_overlap_ag, docs/model.md §11.29): (m, n, k)
 AG_OPS = ((T, 3 * H / TP, H), (T, F / TP, H), (T, H / TP, H), (T, F / TP, H))
@@ -38,9 +33,7 @@ PR3893_US = {2048.0: 731.423974, 4096.0: 1354.048014}
 
 @pytest.fixture(scope="module")
 def v31():
-    records = [r for r in read_records(RUNS) if r.id == "mlperf-v31-gpt3-175b-nvidia-n64"]
-    assert len(records) == 1
-    return records[0], predict_records(records, np.zeros(1, dtype=np.int8))
+    return lowered_and_predicted("mlperf-v31-gpt3-175b-nvidia-n64")
 
 
 def _rate(col, m, n, k):

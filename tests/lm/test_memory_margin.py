@@ -63,6 +63,24 @@ def test_default_usable_hbm_of_one_h100_plan_by_hand():
     assert default_margin_bytes(row, 10 * GIB) == pytest.approx(0.5 * GIB, rel=1e-15)
 
 
+def test_one_rule_picks_a_configuration_s_margin():
+    """``row_margin_bytes``, what the memory timeline and the per-stage table apply: without a margin the plan's own
+    allocator cache (0.05 x 70 GiB = 3.5 GiB), a given one as it is (6 GiB), and one at or above the row's HBM
+    (79.11 GiB) refused in one line, as ``run --memory-margin`` refuses it (``user_margin_bytes``)."""
+    from fastmodel.analysis.margin import TypedMargin, row_margin_bytes, user_margin_bytes
+    from fastmodel.errors import SweepError
+
+    row = _row(H100_HBM)
+    assert row_margin_bytes(row, 70 * GIB) == pytest.approx(3.5 * GIB, rel=1e-15)
+    assert row_margin_bytes(row, 70 * GIB, 6 * GIB) == user_margin_bytes(6 * GIB, H100_HBM) == 6 * GIB
+    typed = TypedMargin(80 * GIB)
+    typed.typed = "80"
+    for margin, said in ((80 * GIB, "memory_margin: 80.0 GiB"), (typed, "--memory-margin: 80 GiB"),
+                         (-1.0, "memory_margin: -1.0 bytes is negative")):
+        with pytest.raises(SweepError, match=said):
+            row_margin_bytes(row, 70 * GIB, margin)
+
+
 def test_a_set_usable_hbm_fraction_replaces_the_rule():
     """A user's usable_hbm_fraction (device file or spec) still rules: 0.9 x 79.11 GiB, whatever is allocated."""
     row = _row(H100_HBM, fraction=0.9)

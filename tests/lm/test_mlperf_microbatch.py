@@ -11,17 +11,12 @@ micro-batch of 2,048 tokens, h 12,288, ffn 49,152, TP 4 (the v3.1 rows: 12 layer
   132 - n, i.e. n/(132 - n) longer, only for proj/fc2 fprop (pipeline) and the bulk dgrad/wgrad ops.
 """
 
-from pathlib import Path
-
-import numpy as np
 import pytest
 
 from fastmodel.kernels.roofline import gemm_bounds, tile_quantization
-from fastmodel.lm.records import read_records
-from fastmodel.lm.validate import predict_records
 from fastmodel.registry.lm import COLUMN_INDEX as C
+from tests.data_records import lowered_and_predicted
 
-RUNS = Path(__file__).resolve().parents[1] / "data" / "runs_dev.jsonl"
 T, H, F, TP = 2048.0, 12288.0, 49152.0, 4.0
 # v3.1 tp_overlap yaml: num_sm of each SM-based overlap (ring_exchange ops run on copy engines: use_ce = 1)
 UB_SMS_V31 = {"proj_fprop": 24, "fc2_fprop": 4, "qkv_dgrad": 4, "qkv_wgrad": 8, "fc1_dgrad": 2, "fc1_wgrad": 4}
@@ -37,9 +32,7 @@ AG_OPS = {
 
 @pytest.fixture(scope="module")
 def v31():
-    records = [r for r in read_records(RUNS) if r.id == "mlperf-v31-gpt3-175b-nvidia-n64"]
-    assert len(records) == 1
-    return records[0], predict_records(records, np.zeros(1, dtype=np.int8))
+    return lowered_and_predicted("mlperf-v31-gpt3-175b-nvidia-n64")
 
 
 def _gemm(col, m, n, k, groups=1.0):

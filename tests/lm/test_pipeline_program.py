@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 
 from fastmodel.kernels.madmax.layout import MAX_STREAMS
+from fastmodel.lm.calibrate.overlay import overlay_columns
 from fastmodel.lm.engine import evaluate_table
 from fastmodel.lm.pipeline import chunk_layers, exact_pipeline, send_time, stage_times
 from fastmodel.lm.pipeline_program import pipeline_program, pipeline_slots, schedule_pipeline, stage_order
 from fastmodel.lm.records import read_records
-from fastmodel.registry.lm import COLUMN_INDEX
 
 RECORDS = {r.id: r for r in read_records(Path(__file__).resolve().parents[1] / "data" / "runs_dev.jsonl")}
 
@@ -188,10 +188,7 @@ PIPELINED = [
 
 
 def _columns(record_id, **changes):
-    columns = RECORDS[record_id].columns.copy()
-    for name, value in changes.items():
-        columns[COLUMN_INDEX[name]] = value
-    return columns
+    return overlay_columns(RECORDS[record_id].columns, changes)    # a copy with the columns changed by name
 
 
 @pytest.mark.parametrize("record_id", PIPELINED)

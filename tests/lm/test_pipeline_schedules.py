@@ -13,6 +13,7 @@ import pytest
 
 from fastmodel.errors import SpecError
 from fastmodel.kernels.lm.pipeline import dualpipe_order, stage_order, zb_h1_order
+from fastmodel.lm.calibrate.overlay import overlay_columns
 from fastmodel.lm.engine import evaluate_table
 from fastmodel.lm.pipeline import exact_pipeline, stage_times
 from fastmodel.lm.pipeline_program import pipeline_program, pipeline_slots, schedule_pipeline
@@ -27,10 +28,7 @@ PIPELINED = ["narayanan2021_t1-GPT-39.1B-n512-tp8pp2-full", "narayanan2021_t1-GP
 
 
 def _columns(record_id, **changes):
-    columns = RECORDS[record_id].columns.copy()
-    for name, value in changes.items():
-        columns[COLUMN_INDEX[name]] = value
-    return columns
+    return overlay_columns(RECORDS[record_id].columns, changes)    # a copy with the columns changed by name
 
 
 def _times(schedule, p, m, forward, backward_input, weight):

@@ -87,3 +87,29 @@ def test_a_run_record_report_names_its_stack_and_what_picked_it():
     assert "stack                default (no framework)" in bare.text.splitlines()
     assert bare.text.splitlines()[1] == ("note: no framework and no stack: profile 'default' (registry defaults) "
                                          "assumed (give the record's framework text or stack)")   # one line, not two
+
+
+def test_run_and_run_record_lower_their_configuration_once(monkeypatch):
+    """The report's numbers and its "memory by pipeline stage" table come from one lowering: ``run_record`` calls
+    ``lower_record`` once (it was twice, ~6.5 ms), ``run_one`` ``point_columns`` once (twice without a calibration);
+    the table's peak stage is still the report's memory_per_device."""
+    import json
+
+    from fastmodel.lm import records, sweep
+    from fastmodel.lm.report import run_record
+    from tests.suite_fixtures import data_lines
+
+    calls = []
+    for module, name in ((records, "lower_record"), (sweep, "point_columns")):
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, _real=real, _name=name, **k: calls.append(_name) or _real(*a, **k))
+    record = next(r for r in map(json.loads, data_lines("runs_dev.jsonl", 100)) if r["plan"].get("pp", 1) > 1)
+    for run, lowering in ((lambda: run_record(record, "runs_dev.jsonl"), "lower_record"),
+                          (lambda: run_one("llama3.1-70b", "dgx-h100", "llm-pretrain", plan="tp8.pp4", num_nodes=8),
+                           "point_columns")):
+        report = run()
+        assert calls == [lowering], calls
+        calls.clear()
+        stages = report.record["memory_by_stage"]
+        peak = stages["stages"][stages["memory_peak_stage"]]["memory_per_device"]
+        assert abs(peak - report.record["memory_per_device"]) <= 1e-9 * peak

@@ -49,3 +49,24 @@ def test_a_serving_sweep_marks_a_longer_request_context_exceeded():
     data = sweep("mistral-7b", "H100", input_len=[1024, 32768 - 128, 32768 - 127], output_len=128)
     status = np.asarray(data["status"]).ravel().tolist()
     assert status == [SERVE_STATUS["ok"], SERVE_STATUS["ok"], SERVE_STATUS["context_exceeded"]]
+
+
+def test_serve_reads_its_model_once(monkeypatch):
+    """``fastmodel serve -m`` reads the model (``serving_model``) once itself: the context check and the MoE check
+    and notes take the same (columns, notes); a dense model's --moe-tp is still refused by it."""
+    import sys
+
+    from fastmodel.serve import models
+
+    calls = []
+    real = models.serving_model
+
+    def counted(*args, **kwargs):
+        calls.append(sys._getframe(1).f_code.co_filename.endswith("cli/serve.py"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(models, "serving_model", counted)
+    assert cli("serve", "-m", "llama3.1-8b", "--concurrency", 4, "--json").exit_code == 0
+    assert calls.count(True) == 1, calls          # (serve.api.columns reads the model by name on its own)
+    one_line_error(cli("serve", "-m", "llama3.1-8b", "--moe-tp", 2), "--moe-tp: llama3.1-8b is a dense model")
+    assert calls.count(True) == 2, calls

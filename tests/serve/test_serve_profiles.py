@@ -14,9 +14,9 @@ from fastmodel.serve.profiles import (
     KNOWN_VERSIONS,
     default_engine_note,
     engine_choice,
-    framework_profile,
     parse_framework,
     profile_columns,
+    record_engine,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,10 +66,10 @@ def test_the_known_versions_cover_every_serving_record():
 
 
 def test_a_record_without_framework_takes_the_default_engine_with_its_note():
-    profile, notes = framework_profile(None, 80 * 2**30)
-    assert profile == profile_columns(DEFAULT_ENGINE, None, 80 * 2**30) and notes == [default_engine_note()]
-    profile, notes = framework_profile("FooServe 1.0", 80 * 2**30)       # unknown engine: unchanged wording
-    assert profile == profile_columns("trtllm", None, 80 * 2**30) and "TensorRT-LLM profile" in notes[0]
+    engine, version, notes = record_engine(None)       # the engine whose profile_columns the record lowers with
+    assert (engine, version) == (DEFAULT_ENGINE, None) and notes == [default_engine_note()]
+    engine, version, notes = record_engine("FooServe 1.0")       # unknown engine: unchanged wording
+    assert (engine, version) == ("trtllm", None) and "TensorRT-LLM profile" in notes[0]
 
 
 def test_evaluate_without_an_engine_is_the_default_engine_and_says_so():

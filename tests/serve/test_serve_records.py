@@ -422,18 +422,22 @@ def test_aic_quant_modes_are_typed_and_other_aic_keys_kept(tmp_path):
 
 def test_run_and_evaluate_record_give_one_evaluation():
     """``fastmodel run`` (serve.report.run_record) and serve.api.evaluate_record of a serving record both go
-    through serve.api.evaluate_one_record: the same status and results, bit for bit, and a calibration refused
-    by each with the same line."""
+    through serve.api.evaluate_any_record: the kernel's status and results of the lowered record, bit for bit, and
+    a calibration refused by each with the same line."""
     from fastmodel.registry.serve import SERVE_RESULTS, SERVE_STATUS_NAMES
-    from fastmodel.serve.api import evaluate_one_record, evaluate_record
+    from fastmodel.serve.api import evaluate_any_record, evaluate_record, evaluate_table
+    from fastmodel.serve.records import lower_serve_record
     from fastmodel.serve.report import run_record
 
-    _, out, status = evaluate_one_record(RECORD, "f.jsonl:3")
+    out, status = evaluate_table(lower_serve_record(RECORD, "f.jsonl:3").columns[:, None])
+    _, state, result, pool = evaluate_any_record(RECORD, "f.jsonl:3")
     ds, report = evaluate_record(RECORD, "f.jsonl:3"), run_record(RECORD, "f.jsonl:3")
-    assert ds.attrs["status"] == report.record["status"] == SERVE_STATUS_NAMES[status] == "ok" and report.ok
+    assert pool is None and state == SERVE_STATUS_NAMES[int(status[0])] == "ok"
+    assert ds.attrs["status"] == report.record["status"] == state and report.ok
     names = [r.name for r in SERVE_RESULTS]
-    assert [float(ds[n]) for n in names] == [report.record[n] for n in names] == [float(v) for v in out]
-    for call in (evaluate_one_record, evaluate_record, run_record):
+    assert [float(ds[n]) for n in names] == [report.record[n] for n in names] == [float(result[n]) for n in names] \
+        == [float(v) for v in out[:, 0]]
+    for call in (evaluate_any_record, evaluate_record, run_record):
         with pytest.raises(SpecError, match=r"^f\.jsonl:3: calibration: applies to training runs \(the real-world "
                                             r"training model\), not to serving records$"):
             call(RECORD, "f.jsonl:3", calibration={"x": 1})

@@ -7,7 +7,7 @@ from fastmodel.kernels.nccl import allreduce_time
 from fastmodel.kernels.serve.allreduce import serve_allreduce
 from fastmodel.registry.lm import COLUMN_INDEX
 from fastmodel.serve.api import columns, evaluate
-from fastmodel.serve.profiles import KNOWN_VERSIONS, PROFILE_COLUMNS, framework_profile, profile_columns
+from fastmodel.serve.profiles import KNOWN_VERSIONS, PROFILE_COLUMNS, profile_columns, record_engine
 from fastmodel.serve.profiles_vendor import CUSTOM_AR_SGLANG_ROCM, VENDOR_VARIANTS, vendor_variant
 
 MIB = 2**20
@@ -38,7 +38,8 @@ def test_sglang_on_rocm_takes_its_hip_allreduce_and_kv_store():
     assert vendor_variant("sglang", "nvidia") == {} and vendor_variant("trtllm", "amd") == {}
     assert profile_columns("trtllm", None, HBM, "amd") == profile_columns("trtllm", None, HBM)
     # a record's framework on an AMD device takes the variant too
-    assert framework_profile("SGLang 0.5.6.post2", HBM, "amd")[0] == amd
+    engine, version, _ = record_engine("SGLang 0.5.6.post2", "amd")
+    assert profile_columns(engine, version, HBM, "amd") == amd
 
 
 def test_the_mi300x_allreduce_by_hand():

@@ -81,13 +81,13 @@ def test_the_cli_refuses_tensorrt_llm_on_mi300x_and_notes_the_default():
 def test_a_record_takes_the_vendors_default_and_keeps_a_stated_engine_for_the_kernel():
     """A serving record without a ``framework`` on an AMD GPU takes vLLM's profile with the note; one that names
     TensorRT-LLM keeps its profile, whose ``engine_nvidia_only`` the kernel turns into ``engine_not_on_device``."""
-    from fastmodel.serve.profiles import framework_profile
+    from fastmodel.serve.profiles import record_engine
 
     hbm = 192 * 2**30
-    profile, notes = framework_profile(None, hbm, "amd")
-    assert profile == profile_columns("vllm", None, hbm) and notes == [default_engine_note("amd")]
-    assert framework_profile(None, hbm)[0] == profile_columns("trtllm", None, hbm)       # NVIDIA: unchanged
-    assert framework_profile("TensorRT-LLM 1.2.0rc2", hbm, "amd")[0]["engine_nvidia_only"] == 1.0
+    engine, version, notes = record_engine(None, "amd")      # the engine whose profile_columns the record lowers with
+    assert (engine, version) == ("vllm", None) and notes == [default_engine_note("amd")]
+    assert record_engine(None)[:2] == ("trtllm", None)       # NVIDIA: unchanged
+    assert profile_columns(*record_engine("TensorRT-LLM 1.2.0rc2", "amd")[:2], hbm)["engine_nvidia_only"] == 1.0
 
 
 def test_a_record_without_framework_on_an_amd_gpu_lowers_as_the_vendors_default_engine_record():

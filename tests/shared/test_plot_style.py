@@ -2,7 +2,7 @@
 
 import matplotlib.colors as mcolors
 import pytest
-from plot_data import synthetic_sweep
+from plot_data import synthetic_file, synthetic_sweep
 
 import fastmodel.plot as P
 from fastmodel.cli.plot import WIDTH_RANGE as CLI_WIDTH_RANGE
@@ -13,9 +13,7 @@ from tests.suite_fixtures import cli
 
 @pytest.fixture(scope="module")
 def result_file(tmp_path_factory):
-    path = tmp_path_factory.mktemp("sweep") / "out.nc"
-    synthetic_sweep().to_netcdf(path, engine="scipy")
-    return str(path)
+    return synthetic_file(tmp_path_factory)
 
 
 def test_presets_keep_their_sizes_and_a_width_gets_the_same_height_rule():

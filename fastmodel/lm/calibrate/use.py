@@ -118,16 +118,15 @@ def mismatches(cal: Calibration, tiers_by_gpu: Mapping[str, set[str]],
                 lines += [f"{name}: [stack.\"{stack}\"] applies on {', '.join(cal.stack_devices[stack])} (the devices "
                           f"of the runs it was fitted on), not on {gpu}: its kernels keep their modelled speed there"
                           for gpu in sorted(tiers_by_gpu)
-                          if not applies(cal.stack_devices, stack, canonical_device(gpu))]
-    for gpu in sorted(tiers_by_gpu):
-        device = canonical_device(gpu)
+                          if not applies(cal.stack_devices, stack, gpu)]
+    for device in sorted(tiers_by_gpu):       # canonical names already (by_device)
         table = cal.devices.get(device)
         if table is None:
             have = ", ".join(sorted(cal.devices)) or "none"
             lines.append(f"{name}: no [device.\"{device}\"] table (calibrated devices: {have}); the efficiencies "
-                         f"of {gpu} keep their physical values")
+                         f"of {device} keep their physical values")
             continue
-        bare = [tier for tier in TIERS if tier in tiers_by_gpu[gpu] and not any(c in table for c in TIERS[tier])]
+        bare = [tier for tier in TIERS if tier in tiers_by_gpu[device] and not any(c in table for c in TIERS[tier])]
         if bare:
             fields = ", ".join(f"{tier}.eff, {tier}.latency_s" for tier in bare)
             lines.append(f"{name}: device.\"{device}\" sets no value of the {' and '.join(bare)} network "
