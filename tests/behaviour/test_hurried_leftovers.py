@@ -35,3 +35,34 @@ def test_a_margin_of_8_tib_on_the_command_line_is_above_the_hbm(tmp_path):
                  "-t", "llm-pretrain", "--memory-margin", "8TiB")
     one_line_error(result, "--memory-margin: 8192 GiB (8TiB) is not below the HBM of")
     assert not figure.exists()
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory):
+    """A small MAD-Max-shaped result (tests/plot_data.py) written as netCDF."""
+    from plot_data import synthetic_sweep
+
+    path = tmp_path_factory.mktemp("synthetic") / "out.nc"
+    synthetic_sweep().to_netcdf(path, engine="scipy")
+    return path
+
+
+def test_best_csv_with_another_suffix_is_written_as_csv_and_says_so(synthetic, tmp_path):
+    """``best --csv x.txt`` wrote CSV and said nothing; a suffix that says nothing of the format (.txt, none) is
+    written as CSV with the line ``wrote x.txt (CSV; the name does not end in .csv)``, as validate -o does; a
+    suffix naming another format (.json, .parquet) stays refused in one line before any work, as every writer does
+    (fastmodel/io/outputs.py); x.csv says ``wrote x.csv``."""
+    text = tmp_path / "x.txt"
+    result = cli("best", synthetic, "--by", "throughput", "--top", "2", "--csv", text)
+    assert result.exit_code == 0 and f"wrote {text} (CSV; the name does not end in .csv)" in result.stderr
+    assert text.read_text().startswith("num_nodes,")
+    plain = tmp_path / "x.csv"
+    result = cli("best", synthetic, "--by", "throughput", "--top", "2", "--csv", plain)
+    assert result.exit_code == 0 and f"wrote {plain}\n" in result.stderr and "does not end" not in result.stderr
+    for name in ("x.json", "x.parquet"):
+        one_line_error(cli("best", synthetic, "--by", "throughput", "--csv", tmp_path / name),
+                       f"a {name[1:]} name, but this command writes CSV here; name the table .csv")
+        assert not (tmp_path / name).exists()
+    rows = tmp_path / "rows.dat"
+    result = cli("validate", "tests/data/runs_dev_small.jsonl", "-o", rows)
+    assert result.exit_code == 0 and f"wrote {rows} (CSV; the name does not end in .csv)" in result.stderr
