@@ -66,3 +66,34 @@ def test_best_csv_with_another_suffix_is_written_as_csv_and_says_so(synthetic, t
     rows = tmp_path / "rows.dat"
     result = cli("validate", "tests/data/runs_dev_small.jsonl", "-o", rows)
     assert result.exit_code == 0 and f"wrote {rows} (CSV; the name does not end in .csv)" in result.stderr
+
+
+@pytest.mark.parametrize("text, expected", [("25MB", 25e6), ("25MiB", 25 * 2**20), ("25 MB", 25e6),
+                                            ("25 MiB", 25 * 2**20), ("1.5 GB", 1.5e9), ('"25 MB"', 25e6)])
+def test_a_set_value_with_its_unit_needs_no_toml_quotes(text, expected):
+    """``-x 'collective_bucket_bytes=25 MB'`` was "not a TOML value" (it needed TOML's quotes, "25 MB"); a number, a
+    space and a unit is read as the bytes field reads it in a file, the same as 25MB (25e6 B) and 25MiB
+    (25 x 2^20 B)."""
+    from fastmodel.cli.execution import read_execution
+    from fastmodel.lm.loader import load_execution
+
+    fields = read_execution(None, (f"collective_bucket_bytes={text}",), "lm")
+    assert load_execution(fields).collective_bucket_bytes == expected
+
+
+def test_a_list_of_bare_words_is_read_as_docs_usage_writes_it():
+    """docs/usage.md writes a list as ``[core_attn, mlp]``; it was "not a TOML value" (TOML wants the quotes)."""
+    from fastmodel.cli.execution import read_execution
+
+    for text in ("[core_attn, mlp]", "[core_attn,mlp,]", '["core_attn", "mlp"]'):
+        assert read_execution(None, (f"recompute_modules={text}",), "lm") == {"recompute_modules": ["core_attn", "mlp"]}
+
+
+@pytest.mark.parametrize("text, hint", [
+    ("pipeline_schedule=dual pipe", """quote a text with spaces for TOML inside the shell's quotes: -x 'pipeline_schedule="dual pipe"'"""),
+    ("recompute_modules=moe, mlp", """write a list in brackets, in the shell's quotes: -x 'recompute_modules=["moe", "mlp"]'"""),
+])
+def test_a_set_value_that_is_not_toml_names_the_quoting(text, hint):
+    """Text with spaces that is not a quantity stays refused, in one line that says how to quote it."""
+    result = cli("run", "-m", "llama3-8b", "-s", "dgx-h100", "-t", "llm-pretrain", "-x", text)
+    one_line_error(result, "is not a TOML value", hint)
