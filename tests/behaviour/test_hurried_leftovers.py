@@ -97,3 +97,30 @@ def test_a_set_value_that_is_not_toml_names_the_quoting(text, hint):
     """Text with spaces that is not a quantity stays refused, in one line that says how to quote it."""
     result = cli("run", "-m", "llama3-8b", "-s", "dgx-h100", "-t", "llm-pretrain", "-x", text)
     one_line_error(result, "is not a TOML value", hint)
+
+
+@pytest.mark.parametrize("suffix", [".nc", ".zarr"])
+def test_a_sweep_whose_every_point_is_illegal_is_written_and_exits_3(tmp_path, suffix):
+    """plan = ["tp3", "tp5"] on 8 GPUs: neither degree divides the 8 devices (devices_not_divisible at both points).
+    The .nc sweep exited 2 and wrote nothing (the .zarr one exited 2 after writing its store); illegal points stay
+    in the grid with their status code, so the grid is written, one line names the most common status with its
+    reason, and the exit status is 3 (spec errors stay 2; docs/usage.md)."""
+    import xarray as xr
+
+    from fastmodel.cli.sweep import NO_LEGAL_POINT_EXIT
+    from fastmodel.io.store import is_sweep_store
+
+    path, out = tmp_path / "s.toml", tmp_path / f"out{suffix}"
+    path.write_text('model = "llama3-8b"\nsystem = "dgx-h100"\ntask = "llm-pretrain"\n[axes]\nplan = ["tp3", "tp5"]\n')
+    result = cli("sweep", path, "-o", out)
+    assert result.exit_code == NO_LEGAL_POINT_EXIT == 3, result.output
+    last = result.stderr.strip().splitlines()[-1]
+    assert last == ("every point is illegal or infeasible: devices_not_divisible (100% of 2 points: n_gpus is not a "
+                    f"multiple of tp x pp x cp); {out} holds the grid, each point's reason in its status variable "
+                    "(exit 3)"), result.stderr
+    assert "Traceback" not in result.output and "error:" not in result.output
+    ds = xr.open_zarr(out) if suffix == ".zarr" else xr.open_dataset(out)
+    names = ds["status"].attrs["flag_meanings"].split()
+    assert [names[int(code)] for code in ds["status"].values.ravel()] == ["devices_not_divisible"] * 2
+    assert suffix == ".nc" or is_sweep_store(out)
+    assert not list(tmp_path.glob(".out*"))      # no temporary file left: the .nc was renamed whole
