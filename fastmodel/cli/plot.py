@@ -335,6 +335,8 @@ def pareto_command(result, x, y, x_dir, y_dir, sel, where, label, curve, output,
     table = ax.frontier
     front = table[table.on_frontier].drop(columns="on_frontier").sort_values(x)
     click.echo(front.to_string(index=False))
+    if table.attrs.get("left_out"):
+        click.echo(table.attrs["left_out"], err=True)
     _save(fig, output, dpi)
     click.echo(f"{len(front)} of {len(table)} points on the frontier", err=True)
 
@@ -345,14 +347,15 @@ def _serving_pareto(ds, curve, x, y, sel, mask, output, dpi, size, title):
     agg = "status" in ds      # a --mode disagg search has only the disagg_* variables (one mode=disagg frontier)
     if curve is None:
         curve = "device" if "device" in ds.dims else next(iter(ds["status"].dims if agg else ()), "device")
-    if mask is not None and agg:  # filtered-out points leave the frontier as illegal points do
-        ds = ds.assign(status=ds["status"].where(mask, 1).astype(ds["status"].dtype))
-    fig, ax = serving_pareto(ds, curve, x or X, y or Y, sel=_sel(sel), size=_size(size), title=title)
+    where = mask if mask is not None and agg else None     # filtered-out points leave the frontier, said so
+    fig, ax = serving_pareto(ds, curve, x or X, y or Y, sel=_sel(sel), size=_size(size), title=title, where=where)
     click.echo(f"  {'x':>12s} {'y':>12s}  configuration   (x: {x or X}, y: {y or Y})")
     for value, (xv, yv, labels) in ax.frontiers.items():
         click.echo(f"{value}:" if str(value) == "mode=disagg" else f"{curve} = {value}:")
         for a, b, text in zip(xv, yv, labels):
             click.echo(f"  {a:12.4g} {b:12.4g}  {text}")
+    if ax.left_out:
+        click.echo(ax.left_out, err=True)
     _save(fig, output, dpi)
 
 

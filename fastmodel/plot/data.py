@@ -338,6 +338,35 @@ def status_legend(codes: Iterable[int], names: list[str] | None = None) -> str:
     return ", ".join(names[int(c)] if 0 <= int(c) < len(names) else str(int(c)) for c in sorted({int(c) for c in codes}))
 
 
+def left_out_line(reasons, total: int) -> str:
+    """What a figure left out and why, for its legend and the command's line: ``"left out 5 of 24 points: 3
+    no_kv_room, 2 does_not_fit"`` (``reasons``: one reason name per point left out, most common first); '' when
+    none was."""
+    reasons = [str(r) for r in reasons]
+    if not reasons:
+        return ""
+    counts: dict[str, int] = {}
+    for reason in reasons:
+        counts[reason] = counts.get(reason, 0) + 1
+    parts = ", ".join(f"{n:,} {r}" for r, n in sorted(counts.items(), key=lambda item: (-item[1], item[0])))
+    return f"left out {len(reasons):,} of {total:,} points: {parts}"
+
+
+def reasons_of(status: xr.DataArray, left: np.ndarray, extra: Mapping[str, np.ndarray] | None = None) -> list[str]:
+    """The reason of each point ``left`` out (a boolean grid in ``status``'s shape): its status name where it is
+    not ``ok``, else the first name of ``extra`` (``{reason: grid of points it rules out}``) that rules it out."""
+    codes = np.asarray(status.values).astype(int)
+    names = status_names_of(status)
+    out = []
+    for index in zip(*np.nonzero(left)):
+        code = int(codes[index])
+        if code != 0:
+            out.append(names[code] if 0 <= code < len(names) else str(code))
+            continue
+        out.append(next((name for name, grid in (extra or {}).items() if np.asarray(grid)[index]), "no result"))
+    return out
+
+
 def subject(data) -> str:
     """What a result is of, for a default title: ``Llama 3 70B on dgx-h100`` from its ``model`` and ``system``
     attributes (a name, or a spec as JSON with a ``name``), the one ``device`` of a serving result standing in
