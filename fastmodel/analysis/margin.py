@@ -184,6 +184,47 @@ def fits_under(ds, chosen: dict):
     return ds["memory_per_device"] <= chosen["hbm_bytes"] - chosen["bytes"]
 
 
+def fit_view(ds, memory_margin: float | None = None, include_oom: bool = False, flag: str = "--memory-margin"):
+    """``ds`` as a figure of it shows what fits, under ``best``'s rules: with ``memory_margin`` (bytes, as
+    :func:`margin` checks it) ``fits_memory`` and the ``ok`` / ``does_not_fit`` statuses follow
+    ``memory_per_device <= HBM - margin`` (``does_not_fit`` is set only where the sweep marks points over memory,
+    ``only_fitting``) and the attrs say the usable HBM it leaves (``usable_hbm_bytes``, the memory figure's line);
+    with ``include_oom`` the plans over memory are drawn as answers (their status ``ok``, the status attr
+    ``include_oom`` telling :func:`fastmodel.plot.data.over_memory` not to fold them back). ``ds`` itself is left
+    as it is; without either option it is returned. Real-world training results only (a one-line error
+    otherwise: MAD-Max's fit is its 3 x weights rule, serving's a KV-cache rule)."""
+    import json
+
+    if memory_margin is None and not include_oom:
+        return ds
+    if ds.attrs.get("fastmodel_engine") != "lm" or "fits_memory" not in ds or "status" not in ds:
+        given = flag if memory_margin is not None else "--include-oom"
+        raise SweepError(f"{given}: applies to real-world training results (fits_memory of the real-world memory "
+                         "model), not to this one")
+    out = ds.copy(deep=False)
+    out.attrs = dict(ds.attrs)
+    status = ds["status"]
+    names = str(status.attrs.get("flag_meanings", "")).split()
+    dnf = names.index("does_not_fit")
+    if memory_margin is not None:
+        chosen = margin(ds, memory_margin)
+        fits = fits_under(ds, chosen).broadcast_like(status)
+        try:
+            marks = bool(json.loads(ds.attrs.get("sweep", "{}")).get("only_fitting"))
+        except (TypeError, ValueError, AttributeError):
+            marks = False
+        status = status.where(~((status == dnf) & fits), 0)
+        if marks:
+            status = status.where(~((status == 0) & ~fits), dnf)
+        out["fits_memory"] = fits.astype(ds["fits_memory"].dtype).assign_attrs(ds["fits_memory"].attrs)
+        out.attrs.pop("memory_margin_rule", None)
+        out.attrs.update(usable_hbm_bytes=chosen["hbm_bytes"] - chosen["bytes"], memory_margin=chosen["bytes"])
+    if include_oom:
+        status = status.where(status != dnf, 0)
+    out["status"] = status.astype(ds["status"].dtype).assign_attrs(ds["status"].attrs, include_oom=int(include_oom))
+    return out
+
+
 def describe(chosen: dict) -> str:
     """The margin in words, for ``best``'s line on the plans it dropped."""
     if chosen.get("rule") == ALLOCATOR_CACHE_RULE:

@@ -192,7 +192,7 @@ def over_memory(status: xr.DataArray, fits: xr.DataArray | None) -> xr.DataArray
     result without ``fits_memory`` or that code. A heatmap marked a plan over HBM best, and ``--reduce max:plan``
     took the fastest plan whether it fit or not (``best`` ranks only plans that fit)."""
     names = status_names_of(status)
-    if fits is None or "does_not_fit" not in names:
+    if fits is None or "does_not_fit" not in names or status.attrs.get("include_oom"):   # --include-oom: drawn
         return status
     folded = xr.where((status == 0) & (fits <= 0), names.index("does_not_fit"), status).astype(status.dtype)
     folded.attrs = dict(status.attrs)

@@ -124,3 +124,114 @@ def test_a_sweep_whose_every_point_is_illegal_is_written_and_exits_3(tmp_path, s
     assert [names[int(code)] for code in ds["status"].values.ravel()] == ["devices_not_divisible"] * 2
     assert suffix == ".nc" or is_sweep_store(out)
     assert not list(tmp_path.glob(".out*"))      # no temporary file left: the .nc was renamed whole
+
+
+@pytest.fixture(scope="module")
+def serving_grid():
+    """Llama 3.1 70B, FP8 on H100 and A100 (no FP8 peak: every A100 point illegal), tp 1 and 8, batch 1 and 256,
+    8k input: tp1 cannot hold 70 GB of FP8 weights and a KV cache in 80 GB."""
+    from fastmodel.serve.api import sweep
+
+    return sweep("llama3.1-70b", device=["H100", "A100"], precision="fp8", tp=[1, 8], batch_size=[1, 256],
+                 input_len=8192, output_len=256, load_mode="concurrency")
+
+
+def test_a_serving_frontier_says_which_points_it_left_out_and_why(serving_grid, tmp_path):
+    """The serving Pareto figure dropped points that are no answer (no_fp8, no_kv_room, over memory) silently; its
+    legend now says how many and why, counted here by hand from the grid's status and fits_memory, and `plot
+    pareto` prints the same line."""
+    from fastmodel.plot.data import status_names_of
+    from fastmodel.plot.serving import serving_pareto
+
+    ds = serving_grid
+    names = status_names_of(ds["status"])
+    codes = ds["status"].values.ravel()
+    fits = (ds["fits_memory"].broadcast_like(ds["status"]).transpose(*ds["status"].dims).values.ravel() > 0)
+    expected: dict = {}
+    for code, fit in zip(codes, fits):
+        if code != 0 or not fit:
+            reason = names[code] if code != 0 else "does_not_fit"
+            expected[reason] = expected.get(reason, 0) + 1
+    assert expected.get("no_fp8") == codes.size // 2            # every A100 point
+    fig, ax = serving_pareto(ds, curve="device")
+    parts = ", ".join(f"{n} {r}" for r, n in sorted(expected.items(), key=lambda item: (-item[1], item[0])))
+    assert ax.left_out == f"left out {sum(expected.values())} of {codes.size} points: {parts}"
+    legend = [text.get_text() for legend in fig.legends for text in legend.get_texts()]
+    assert ax.left_out in legend
+    result_file = tmp_path / "serve.nc"
+    from fastmodel.io.aliases import without_aliases
+
+    without_aliases(ds).to_netcdf(result_file, engine="scipy")
+    result = cli("plot", "pareto", result_file, "-o", tmp_path / "p.png")
+    assert result.exit_code == 0 and ax.left_out in result.stderr, result.output
+    filtered = cli("plot", "pareto", result_file, "--where", "tp=8", "-o", tmp_path / "w.png")
+    assert filtered.exit_code == 0 and "filtered_by_where" in filtered.stderr, filtered.output
+
+
+@pytest.fixture(scope="module")
+def plans(tmp_path_factory):
+    """Llama 3.1 70B on 16 DGX H100 (HBM 79.11 GiB), four plans, status ok at each (no only_fitting): tp8.pp4 at
+    40.9 GiB and tp4.pp4 at 74.7 fit; tp8 at 77.9 is over the default margin (its allocator cache), dp at 574.5
+    over the HBM; dp is the fastest (98 s a step) and tp8 the next-to-slowest."""
+    from fastmodel.io.aliases import without_aliases
+    from fastmodel.lm.sweep import lm_sweep
+
+    ds = lm_sweep("llama3.1-70b", "dgx-h100", "llm-pretrain", num_nodes=16,
+                  axes={"plan": ["tp8.pp4", "tp4.pp4", "tp8", "dp"]})
+    path = tmp_path_factory.mktemp("plans") / "plans.nc"
+    without_aliases(ds).to_netcdf(path, engine="scipy")
+    return ds, path
+
+
+def test_a_training_frontier_leaves_out_plans_over_memory_and_says_so(plans):
+    """The Pareto figure ignored the status: dp, 574 GiB on a 79 GiB device, stood on the step-time frontier as
+    the fastest plan. It is left out now as the heatmap leaves it (plot.data.visible after over_memory), with the
+    count and reason in the legend."""
+    from fastmodel.plot import pareto
+
+    ds, _ = plans
+    assert list(ds.fits_memory.values) == [True, True, False, False]
+    fig, ax = pareto(ds, "step_time", "tokens_per_s_per_gpu")
+    assert set(ax.frontier.plan) == {"tp8.pp4", "tp4.pp4"}
+    assert ax.frontier.attrs["left_out"] == "left out 2 of 4 points: 2 does_not_fit"
+    assert ax.frontier.attrs["left_out"] in [t.get_text() for legend in fig.legends for t in legend.get_texts()]
+
+
+def test_plot_commands_take_best_s_memory_margin_and_include_oom(plans, tmp_path):
+    """plot heatmap / scaling / pareto lacked --memory-margin and --include-oom (best has them), memory and breakdown
+    --memory-margin. Same semantics: a plan fits when memory_per_device <= HBM - margin (79.11 - 10 = 69.11 GiB
+    leaves only tp8.pp4; a margin of 0 lets tp8's 77.9 GiB in); --include-oom draws the plans over memory too."""
+    from fastmodel.analysis.margin import fit_view, gib_margin
+    from fastmodel.plot import pareto
+    from fastmodel.plot.memory import memory_bars
+
+    ds, path = plans
+    plans_of = {}
+    for name, view in (("oom", fit_view(ds, include_oom=True)), ("10", fit_view(ds, gib_margin("10"))),
+                       ("0", fit_view(ds, gib_margin("0")))):
+        _, ax = pareto(view, "step_time", "tokens_per_s_per_gpu")
+        plans_of[name] = (set(ax.frontier.plan), ax.frontier.attrs["left_out"])
+    assert plans_of["oom"][0] == {"tp8.pp4", "tp4.pp4", "tp8", "dp"} and plans_of["oom"][1] == ""
+    assert plans_of["10"] == ({"tp8.pp4"}, "left out 3 of 4 points: 3 does_not_fit")
+    assert plans_of["0"] == ({"tp8.pp4", "tp4.pp4", "tp8"}, "left out 1 of 4 points: 1 does_not_fit")
+    assert list(ds.fits_memory.values) == [True, True, False, False]          # the result itself is left alone
+    fig, ax = memory_bars(fit_view(ds, gib_margin("10")))
+    assert "usable HBM 69 GiB" in [t.get_text() for t in ax.texts]
+    front = cli("plot", "pareto", path, "--x", "step_time", "--y", "tokens_per_s_per_gpu", "--include-oom",
+                "-o", tmp_path / "p.png")
+    assert front.exit_code == 0 and " dp " in front.stdout and "left out" not in front.stderr, front.output
+    for args in (["scaling", "--x", "plan", "--var", "tokens_per_s_per_gpu", "--memory-margin", "0"],
+                 ["scaling", "--x", "plan", "--var", "tokens_per_s_per_gpu", "--include-oom"],
+                 ["memory", "--memory-margin", "10GiB"], ["breakdown", "--memory", "--memory-margin", "10"]):
+        result = cli("plot", args[0], path, *args[1:], "-o", tmp_path / f"{args[0]}.png", "--force")
+        assert result.exit_code == 0, (args, result.output)
+    one_line_error(cli("plot", "heatmap", path, "--x", "plan", "--y", "plan", "--memory-margin", "8TiB", "-o",
+                       tmp_path / "h.png"), "--memory-margin: 8192 GiB (8TiB) is not below the HBM of 79.1 GiB")
+
+
+def test_the_fit_options_refuse_a_result_of_another_memory_model(synthetic, tmp_path):
+    """A MAD-Max result's fit is its 3 x weights rule: --include-oom and --memory-margin are one line there."""
+    for option in (["--include-oom"], ["--memory-margin", "8"]):
+        one_line_error(cli("plot", "scaling", synthetic, "--x", "num_nodes", "--sel", "global_batch=2048", "--hue",
+                           "plan", *option, "-o", tmp_path / "s.png"),
+                       f"{option[0]}: applies to real-world training results")
