@@ -335,7 +335,12 @@ def pareto_command(result, x, y, x_dir, y_dir, sel, where, label, curve, memory_
     ds = _open(result, memory_margin, include_oom)
     mask = where_mask(ds, list(where)) if where else None
     if curve is not None or ds.attrs.get("fastmodel_task") == "serve":
-        _serving_pareto(ds, curve, x, y, sel, mask, output, dpi, size, title)
+        if label:    # was ignored: the serving frontier names each point by the dimensions varying along its curve
+            from fastmodel.plot.data import PlotError
+
+            raise PlotError("--label: the serving frontier labels each point with the dimensions that vary along "
+                            "its curve (e.g. batch_size=64); leave --label out (--curve picks the curves)")
+        _serving_pareto(ds, curve, x, y, sel, mask, output, dpi, size, title, x_dir, y_dir)
         return
     if x is None or y is None:
         from fastmodel.plot.data import PlotError
@@ -352,14 +357,15 @@ def pareto_command(result, x, y, x_dir, y_dir, sel, where, label, curve, memory_
     click.echo(f"{len(front)} of {len(table)} points on the frontier", err=True)
 
 
-def _serving_pareto(ds, curve, x, y, sel, mask, output, dpi, size, title):
+def _serving_pareto(ds, curve, x, y, sel, mask, output, dpi, size, title, x_dir=None, y_dir=None):
     from fastmodel.plot.serving import X, Y, serving_pareto
 
     agg = "status" in ds      # a --mode disagg search has only the disagg_* variables (one mode=disagg frontier)
     if curve is None:
         curve = "device" if "device" in ds.dims else next(iter(ds["status"].dims if agg else ()), "device")
     where = mask if mask is not None and agg else None     # filtered-out points leave the frontier, said so
-    fig, ax = serving_pareto(ds, curve, x or X, y or Y, sel=_sel(sel), size=_size(size), title=title, where=where)
+    fig, ax = serving_pareto(ds, curve, x or X, y or Y, sel=_sel(sel), size=_size(size), title=title, where=where,
+                             x_dir=x_dir, y_dir=y_dir)
     click.echo(f"  {'x':>12s} {'y':>12s}  configuration   (x: {x or X}, y: {y or Y})")
     for value, (xv, yv, labels) in ax.frontiers.items():
         click.echo(f"{value}:" if str(value) == "mode=disagg" else f"{curve} = {value}:")

@@ -25,7 +25,8 @@ MARKERS = "os^vD<>p"
 AXIS_NAMES = {X: "output tokens/s per user", Y: "output tokens/s per GPU"}
 
 
-def serving_frontiers(ds, curve: str = "device", x: str = X, y: str = Y, sel=None, keep=None) -> dict:
+def serving_frontiers(ds, curve: str = "device", x: str = X, y: str = Y, sel=None, keep=None, x_dir: str = "max",
+                      y_dir: str = "max") -> dict:
     """``{curve value: (x, y, labels)}``: each curve's frontier points sorted by x, labelled with the
     swept values (e.g. ``batch_size=64``) of the other dimensions that vary along it. ``keep``: a boolean grid of
     the points that may stand (within the GPU budget, passing --where), besides status ok and fitting."""
@@ -42,7 +43,7 @@ def serving_frontiers(ds, curve: str = "device", x: str = X, y: str = Y, sel=Non
         dims = xs.dims
         xv = np.asarray(xs.values, dtype=float).ravel()
         yv = np.asarray(ys.transpose(*dims).values, dtype=float).ravel()
-        mask = pareto_mask(xv, yv, "max", "max")
+        mask = pareto_mask(xv, yv, x_dir, y_dir)
         if not mask.any():
             continue
         index = np.flatnonzero(mask)
@@ -100,7 +101,8 @@ def left_out(ds, sel=None, keep=None) -> str:
 
 
 def serving_pareto(ds, curve: str = "device", x: str = X, y: str = Y, sel=None, label_points: bool = True,
-                   size="single", height: float | None = None, title: str | None = None, ax=None, where=None):
+                   size="single", height: float | None = None, title: str | None = None, ax=None, where=None,
+                   x_dir: str | None = None, y_dir: str | None = None):
     """One frontier per value of ``curve``: tokens/s per GPU (y) against tokens/s per user (x), log-log,
     frontier points labelled with the batch (or whichever dimensions vary along the curve). Points that are no
     answer (not ok, over memory, over an SLO search's GPU budget, or outside ``where``, a boolean grid) are left
@@ -109,9 +111,13 @@ def serving_pareto(ds, curve: str = "device", x: str = X, y: str = Y, sel=None, 
     for name in (x, y):             # an unknown variable: one line naming the nearest, not xarray's KeyError
         if name not in ds and f"disagg_{name}" not in ds:
             D.get_var(ds, name)
-    frontiers = serving_frontiers(ds, curve, x, y, sel, where) if x in ds else {}   # a --mode disagg search: none
+    # each axis's better direction: tokens/s are higher-is-better, ttft and tpot lower (--x-dir / --y-dir force it;
+    # the frontier was always max-max, so --x ttft kept the slowest first tokens)
+    x_dir, y_dir = (D.check_direction(way, name, _attrs(ds, name)) for way, name in ((x_dir, x), (y_dir, y)))
+    frontiers = serving_frontiers(ds, curve, x, y, sel, where, x_dir, y_dir) if x in ds else {}   # disagg only: none
     frontiers.update(disagg_frontier(D.select(ds, {k: v for k, v in (sel or {}).items() if k in ds.dims
-                                                   and f"disagg_{x}" in ds and k in ds[f"disagg_{x}"].dims}), x, y))
+                                                   and f"disagg_{x}" in ds and k in ds[f"disagg_{x}"].dims}), x, y,
+                                     x_dir, y_dir))
     with S.paper_rc():
         fig, ax = S.new_axes(size, height, ax)
         texts = []
@@ -129,8 +135,9 @@ def serving_pareto(ds, curve: str = "device", x: str = X, y: str = Y, sel=None, 
         for axis in (ax.xaxis, ax.yaxis):    # plain numbers (1,000 and 20, not 10^3 and 2 x 10^1), as elsewhere
             axis.set_major_formatter(S.unit_formatter(1.0, axis))
             axis.set_minor_formatter(S.log_minor_formatter(axis))
-        ax.set_xlabel(f"{AXIS_NAMES.get(x, x.replace('_', ' '))} (higher is better)")
-        ax.set_ylabel(f"{AXIS_NAMES.get(y, y.replace('_', ' '))} (higher is better)")
+        better = {"min": "lower is better", "max": "higher is better"}
+        ax.set_xlabel(f"{AXIS_NAMES.get(x, x.replace('_', ' '))} ({better[x_dir]})")
+        ax.set_ylabel(f"{AXIS_NAMES.get(y, y.replace('_', ' '))} ({better[y_dir]})")
         ax.best = mark_slo(ax, D.select(ds, sel), x, y)
         ax.left_out = left_out(ds, sel, where)
         if ax.left_out:   # said, never silent: the points that are no answer (status, memory, budget, --where)
@@ -154,7 +161,15 @@ def _short(label: str) -> str:
     return label
 
 
-def disagg_frontier(ds, x: str = X, y: str = Y) -> dict:
+def _attrs(ds, name: str) -> dict:
+    """The attrs of variable ``name`` (or of its ``disagg_`` twin) for its better direction."""
+    for candidate in (name, f"disagg_{name}"):
+        if candidate in ds.variables:
+            return dict(ds[candidate].attrs)
+    return {}
+
+
+def disagg_frontier(ds, x: str = X, y: str = Y, x_dir: str = "max", y_dir: str = "max") -> dict:
     """``{"mode=disagg": (x, y, labels)}``: the frontier of an SLO search's disaggregated points (``disagg_*``
     variables, fastmodel/serve/search_disagg.py) that are legal, within the budget and fit; {} when it has none."""
     if f"disagg_{x}" not in ds or f"disagg_{y}" not in ds:
@@ -163,7 +178,7 @@ def disagg_frontier(ds, x: str = X, y: str = Y) -> dict:
     ok = (ds["disagg_status"].values == 0) & (ds["disagg_fits_memory"].values > 0)
     xv = np.where(ok, np.asarray(xs.values, dtype=float), np.nan).ravel()
     yv = np.where(ok, np.asarray(ds[f"disagg_{y}"].transpose(*xs.dims).values, dtype=float), np.nan).ravel()
-    mask = pareto_mask(xv, yv, "max", "max") & np.isfinite(xv) & np.isfinite(yv)
+    mask = pareto_mask(xv, yv, x_dir, y_dir) & np.isfinite(xv) & np.isfinite(yv)
     if not mask.any():
         return {}
     index = np.flatnonzero(mask)

@@ -235,3 +235,43 @@ def test_the_fit_options_refuse_a_result_of_another_memory_model(synthetic, tmp_
         one_line_error(cli("plot", "scaling", synthetic, "--x", "num_nodes", "--sel", "global_batch=2048", "--hue",
                            "plan", *option, "-o", tmp_path / "s.png"),
                        f"{option[0]}: applies to real-world training results")
+
+
+def test_a_serving_frontier_over_ttft_keeps_the_fastest_first_tokens(serving_grid, tmp_path):
+    """`plot pareto SEARCH.nc --x ttft` took the frontier max-max, the slowest first tokens, and --x-dir min was
+    ignored on the serving path. The direction now comes from the variable (ttft: lower is better) or --x-dir;
+    the frontier is the non-dominated set of the answers (status ok, fitting), checked by pareto_mask here."""
+    import numpy as np
+
+    from fastmodel.plot.pareto import pareto_mask
+    from fastmodel.plot.serving import serving_pareto
+
+    fig, ax = serving_pareto(serving_grid, curve="device", x="ttft")
+    part = serving_grid.sel(device="H100")
+    ok = (part.status == 0) & (part.fits_memory > 0)
+    xs, ys = part.ttft.where(ok).values.ravel(), part.output_tokens_per_s_per_gpu.where(ok).values.ravel()
+    mask = pareto_mask(xs, ys, "min", "max")
+    assert sorted(ax.frontiers["H100"][0]) == sorted(xs[mask])
+    assert ax.get_xlabel().endswith("(lower is better)")
+    forced = serving_pareto(serving_grid, curve="device", x="ttft", x_dir="max")[1]
+    assert sorted(forced.frontiers["H100"][0]) == sorted(xs[pareto_mask(xs, ys, "max", "max")])
+    assert not np.array_equal(sorted(forced.frontiers["H100"][0]), sorted(xs[mask]))
+
+
+def test_the_serving_search_walk(serving_grid, tmp_path):
+    """serve --search and plot pareto as a hurried user: `--ttft 2 s` unquoted left 's' as RECORDS and said "give
+    RECORDS or --model, not both"; `--engine ''` (or ',') ran the default engine without its note; `--label` on a
+    serving frontier was ignored. Each is one line now."""
+    one_line_error(cli("serve", "--search", "-m", "llama3.1-8b", "--ttft", "2", "s", "--tpot", "50ms"),
+                   "(RECORDS is 's': a unit a space split from its number? write --ttft 2s, or quote it: --ttft '2 s')")
+    one_line_error(cli("serve", "-m", "llama3.1-8b", "absent.jsonl"), "(RECORDS is 'absent.jsonl', which is no file)")
+    for given in ("", ","):
+        one_line_error(cli("serve", "--search", "-m", "llama3.1-8b", "--ttft", "2s", "--tpot", "50ms", "--engine",
+                           given), f"--engine {given!r}: no engine named")
+    from fastmodel.io.aliases import without_aliases
+
+    path = tmp_path / "serve.nc"
+    without_aliases(serving_grid).to_netcdf(path, engine="scipy")
+    one_line_error(cli("plot", "pareto", path, "--label", "tp", "-o", tmp_path / "p.png"),
+                   "--label: the serving frontier labels each point")
+    assert not (tmp_path / "p.png").exists()
