@@ -30,7 +30,7 @@ def serving_frontiers(ds, curve: str = "device", x: str = X, y: str = Y, sel=Non
     """``{curve value: (x, y, labels)}``: each curve's frontier points sorted by x, labelled with the
     swept values (e.g. ``batch_size=64``) of the other dimensions that vary along it. ``keep``: a boolean grid of
     the points that may stand (within the GPU budget, passing --where), besides status ok and fitting."""
-    ds = D.select(ds, sel)
+    whole, ds = ds, D.select(ds, sel)
     ok = answers(ds, _selected(keep, sel))
     D.check_dim(list(ds.dims), curve, "curve dimension")
     x, y = (D.get_var(ds, name).name for name in (x, y))
@@ -53,8 +53,9 @@ def serving_frontiers(ds, curve: str = "device", x: str = X, y: str = Y, sel=Non
         labels = [", ".join(f"{d}={S.fmt_coord(part[d].values[g[k]])}" for d, g in zip(dims, grids)
                             if d in varying) for k in range(order.size)]
         out[value.item() if hasattr(value, "item") else value] = (xv[order], yv[order], labels)
-    if not out:
-        raise D.PlotError(f"no point of the sweep is legal and fits in memory (status 0) for a {curve} frontier")
+    if not out:   # why, as the legend would have said it (was only "no point ... is legal")
+        raise D.PlotError(f"no point of the sweep is legal and fits in memory (status 0) for a {curve} frontier: "
+                          f"{left_out(whole, sel, keep)}")
     return out
 
 

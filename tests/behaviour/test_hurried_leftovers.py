@@ -275,3 +275,13 @@ def test_the_serving_search_walk(serving_grid, tmp_path):
     one_line_error(cli("plot", "pareto", path, "--label", "tp", "-o", tmp_path / "p.png"),
                    "--label: the serving frontier labels each point")
     assert not (tmp_path / "p.png").exists()
+
+
+def test_a_serving_frontier_with_no_answer_says_why(serving_grid):
+    """A search where nothing fits (llama3.1-405b on one GPU) said only "no point of the sweep is legal"; the line
+    now ends with the count and reasons: on the A100 every point is no_fp8 (2 tp x 2 batch sizes = 4)."""
+    from fastmodel.plot.data import PlotError
+    from fastmodel.plot.serving import serving_pareto
+
+    with pytest.raises(PlotError, match=r"for a tp frontier: left out 4 of 4 points: 4 no_fp8$"):
+        serving_pareto(serving_grid, curve="tp", sel={"device": "A100"})
