@@ -12,6 +12,8 @@ column ``usable_hbm_fraction`` is set, ``hbm_bytes - usable_hbm_bytes``. A margi
 
 from __future__ import annotations
 
+import re
+
 from fastmodel.errors import SweepError
 
 #: the attribute value of a real-world result whose default margin is each plan's allocator cache
@@ -117,7 +119,9 @@ def check_below_hbm(value: float, hbm: float, given=None) -> float:
     (``given``, the margin before :func:`check_margin`)."""
     if value >= hbm:
         name, shown = getattr(given, "flag", "memory_margin"), getattr(given, "typed", _gib(value))
-        raise SweepError(f"{name}: {shown} GiB is not below the HBM of {hbm / 2**30:.1f} GiB; nothing would fit")
+        unit = getattr(given, "unit", "")     # 8TiB: "8192 GiB (8TiB)", the value as typed beside it
+        raise SweepError(f"{name}: {shown} GiB{f' ({unit})' if unit else ''} is not below the HBM of "
+                         f"{hbm / 2**30:.1f} GiB; nothing would fit")
     return value
 
 
@@ -127,6 +131,7 @@ class TypedMargin(float):
 
     flag = "--memory-margin"
     typed = ""
+    unit = ""    # the text as typed when it named another binary unit than GiB (8TiB), else ""
 
 
 def _gib(value: float) -> str:
@@ -141,27 +146,29 @@ def gib_margin(text: str | None, flag: str = "--memory-margin") -> float | None:
     "negative", and later (:func:`check_below_hbm`) "not below the HBM"."""
     if text is None:
         return None
-    text = _in_gib(text, flag)
+    typed, text = text, _in_gib(text, flag)
     value = _at_least_zero(text, flag, text, "GiB", " in GiB, >= 0") * 2**30
     if value == float("inf"):  # finite GiB past the float range once in bytes (1e300)
         raise SweepError(f"{flag}: {text} GiB is not below any HBM; give the HBM to keep free in GiB, >= 0")
     margin = TypedMargin(value)
     margin.flag, margin.typed = flag, text.strip()
+    margin.unit = typed.strip() if re.search(r"[kmtpe]ib\s*$", typed, flags=re.IGNORECASE) else ""
     return margin
 
 
 def _in_gib(text: str, flag: str) -> str:
-    """``text`` without the unit the option is in (``8GiB``, ``8 gib``: 8), which was "not a number"; a decimal
-    unit (``8GB``) is refused naming its value in GiB (8 GB = 7.451 GiB), never read as GiB."""
-    import re
-
-    match = re.fullmatch(r"\s*(.*?)\s*(gib|([kmgt])b)\s*", text, flags=re.IGNORECASE)
+    """``text`` without the unit the option is in (``8GiB``, ``8 gib``: 8), which was "not a number"; another
+    binary unit (``8TiB``, ``512MiB``) is read as its GiB (8192, 0.5), so a margin past the HBM says so (was "not a
+    number"); a decimal unit (``8GB``) is refused naming its value in GiB (8 GB = 7.451 GiB), never read as GiB."""
+    match = re.fullmatch(r"\s*(.*?)\s*(gib|([kmgtpe])b|([kmtpe])ib)\s*", text, flags=re.IGNORECASE)
     if match is None:
         return text
+    if match.group(4) is not None:
+        return _binary_in_gib(match.group(1), match.group(4), text, flag)
     if match.group(3) is None:
         return match.group(1)
     try:
-        gib = float(match.group(1)) * 1000 ** "kmgt".index(match.group(3).lower()) * 1000 / 2**30
+        gib = float(match.group(1)) * 1000 ** "kmgtpe".index(match.group(3).lower()) * 1000 / 2**30
     except ValueError:
         return text
     if gib != gib or abs(gib) == float("inf"):   # nan, 1e400: "not a number", "not below any HBM" say it
@@ -170,12 +177,69 @@ def _in_gib(text: str, flag: str) -> str:
                      "GiB); give the HBM to keep free in GiB, >= 0")
 
 
+def _binary_in_gib(number: str, prefix: str, text: str, flag: str) -> str:
+    """``number`` KiB/MiB/TiB/PiB/EiB (``prefix``) as GiB, as text; ``text`` unchanged when ``number`` is not a
+    number (then "not a number"); past the float range, "not below any HBM"."""
+    try:
+        gib = float(number) * 1024.0 ** ("kmgtpe".index(prefix.lower()) - 2)
+    except ValueError:
+        return text
+    if gib != gib:
+        return text
+    if gib == -float("inf"):
+        return "-inf"         # "negative"
+    if gib == float("inf"):
+        raise SweepError(f"{flag}: {text.strip()!r} is not below any HBM; give the HBM to keep free in GiB, >= 0")
+    return repr(gib) if gib != int(gib) or abs(gib) >= 1e16 else str(int(gib))
+
+
 def fits_under(ds, chosen: dict):
     """Whether each configuration fits under the margin ``chosen`` (:func:`margin`): ``fits_memory`` for the
     default, else ``memory_per_device <= hbm_bytes - margin``."""
     if chosen["source"] == "default":
         return ds["fits_memory"] > 0.5
     return ds["memory_per_device"] <= chosen["hbm_bytes"] - chosen["bytes"]
+
+
+def fit_view(ds, memory_margin: float | None = None, include_oom: bool = False, flag: str = "--memory-margin"):
+    """``ds`` as a figure of it shows what fits, under ``best``'s rules: with ``memory_margin`` (bytes, as
+    :func:`margin` checks it) ``fits_memory`` and the ``ok`` / ``does_not_fit`` statuses follow
+    ``memory_per_device <= HBM - margin`` (``does_not_fit`` is set only where the sweep marks points over memory,
+    ``only_fitting``) and the attrs say the usable HBM it leaves (``usable_hbm_bytes``, the memory figure's line);
+    with ``include_oom`` the plans over memory are drawn as answers (their status ``ok``, the status attr
+    ``include_oom`` telling :func:`fastmodel.plot.data.over_memory` not to fold them back). ``ds`` itself is left
+    as it is; without either option it is returned. Real-world training results only (a one-line error
+    otherwise: MAD-Max's fit is its 3 x weights rule, serving's a KV-cache rule)."""
+    import json
+
+    if memory_margin is None and not include_oom:
+        return ds
+    if ds.attrs.get("fastmodel_engine") != "lm" or "fits_memory" not in ds or "status" not in ds:
+        given = flag if memory_margin is not None else "--include-oom"
+        raise SweepError(f"{given}: applies to real-world training results (fits_memory of the real-world memory "
+                         "model), not to this one")
+    out = ds.copy(deep=False)
+    out.attrs = dict(ds.attrs)
+    status = ds["status"]
+    names = str(status.attrs.get("flag_meanings", "")).split()
+    dnf = names.index("does_not_fit")
+    if memory_margin is not None:
+        chosen = margin(ds, memory_margin)
+        fits = fits_under(ds, chosen).broadcast_like(status)
+        try:
+            marks = bool(json.loads(ds.attrs.get("sweep", "{}")).get("only_fitting"))
+        except (TypeError, ValueError, AttributeError):
+            marks = False
+        status = status.where(~((status == dnf) & fits), 0)
+        if marks:
+            status = status.where(~((status == 0) & ~fits), dnf)
+        out["fits_memory"] = fits.astype(ds["fits_memory"].dtype).assign_attrs(ds["fits_memory"].attrs)
+        out.attrs.pop("memory_margin_rule", None)
+        out.attrs.update(usable_hbm_bytes=chosen["hbm_bytes"] - chosen["bytes"], memory_margin=chosen["bytes"])
+    if include_oom:
+        status = status.where(status != dnf, 0)
+    out["status"] = status.astype(ds["status"].dtype).assign_attrs(ds["status"].attrs, include_oom=int(include_oom))
+    return out
 
 
 def describe(chosen: dict) -> str:

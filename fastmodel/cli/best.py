@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from fastmodel.cli.app import main
-from fastmodel.cli.common import friendly
+from fastmodel.cli.common import friendly, include_oom_option, memory_margin_option
 
 
 @main.command("best")
@@ -17,19 +17,17 @@ from fastmodel.cli.common import friendly
 @click.option("--ascending/--descending", default=None,
               help="Smallest / largest first (default: best first: smallest for times, costs and memory, "
                    "largest for throughputs, from the variable's registry direction).")
-@click.option("--csv", "csv_path", type=click.Path(dir_okay=False), help="Also write the table as CSV (atomically).")
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False), help="Also write the table as CSV (atomically; a name "
+              "ending in another format's suffix, .json or .parquet, is refused; any other, e.g. .txt, is CSV).")
 @click.option("--force", is_flag=True, help="Replace an existing CSV file.")
-@click.option("--include-oom", is_flag=True,
-              help="Also rank plans that do not fit in usable HBM (real-world datasets rank only plans that fit).")
-@click.option("--memory-margin", "memory_margin", metavar="GIB",
-              help="HBM to keep free, GiB: a plan fits when memory_per_device <= HBM - margin (default: the "
-                   "plan's own allocator cache, allocator_cache_fraction x memory_allocated).")
+@include_oom_option("rank")
+@memory_margin_option()
 @friendly
 def best_command(result, by, top, where, ascending, csv_path, force, include_oom, memory_margin):
     """Top-k configurations of a sweep result by any variable, best first (real-world datasets: only plans that fit)."""
     from fastmodel.analysis.best import best, open_result
     from fastmodel.io.atomic import atomic_write
-    from fastmodel.io.outputs import check_output, claim_output
+    from fastmodel.io.outputs import check_output, claim_output, wrote
 
     if csv_path:
         check_output(csv_path, "csv", inputs=(result,), force=force, what="table")
@@ -47,3 +45,4 @@ def best_command(result, by, top, where, ascending, csv_path, force, include_oom
         with claim_output(csv_path, "csv", inputs=(result,), force=force, what="table"), \
                 atomic_write(csv_path) as handle:
             table.to_csv(handle, index=False)
+        click.echo(wrote(csv_path, "csv"), err=True)   # x.txt is written as CSV, and says so

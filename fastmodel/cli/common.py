@@ -206,6 +206,23 @@ semantics_option = click.option(
 )
 
 
+def memory_margin_option(applies: str = ""):
+    """``--memory-margin GIB`` (parameter ``memory_margin``, the text as typed; fastmodel.analysis.margin.gib_margin
+    reads it), one definition for every command that takes it: ``best``, ``run``, and the ``plot`` commands;
+    ``applies`` ends the help (to what it applies)."""
+    return click.option("--memory-margin", "memory_margin", metavar="GIB",
+                        help="HBM to keep free, GiB: a plan fits when memory_per_device <= HBM - margin (default: "
+                        "the plan's own allocator cache, allocator_cache_fraction x memory_allocated)" + applies + ".")
+
+
+def include_oom_option(verb: str = "rank"):
+    """``--include-oom`` (parameter ``include_oom``), one definition for ``best`` (``verb`` "rank") and the plot
+    commands that draw training sweeps ("draw")."""
+    return click.option("--include-oom", "include_oom", is_flag=True,
+                        help=f"Also {verb} plans that do not fit in usable HBM (real-world datasets {verb} only "
+                        "plans that fit).")
+
+
 calibration_option = click.option(
     "--calibration", type=click.Path(dir_okay=False),
     help="Apply a calibration overlay (.toml from 'fastmodel calibrate') to the real-world model "

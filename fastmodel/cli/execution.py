@@ -26,6 +26,11 @@ else:  # pragma: no cover
 
 #: a --set value that is not TOML but one word: that word as a string (``pipeline_schedule=dualpipe``)
 BARE_WORD = re.compile(r"[A-Za-z0-9_.+/-]+")     # "/": a rate with its unit, param_fetch_bw=10GB/s
+#: a --set list of bare words (``[core_attn, mlp]``): each a string, as a bare word is
+BARE_LIST = re.compile(r"\[\s*[A-Za-z0-9_.+/-]+(?:\s*,\s*[A-Za-z0-9_.+/-]+)*\s*,?\s*\]")
+#: a --set value that is a number, a space and a unit (``-x 'collective_bucket_bytes=25 MB'``): that text, read by
+#: the field as a bytes field reads ``"25 MB"`` in a file (fastmodel/spec/quantity.py); it needed TOML's quotes
+QUANTITY_WORDS = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?\s+[A-Za-z/]+")
 
 
 def execution_options(func):
@@ -132,13 +137,33 @@ def parse_set(item: str) -> tuple[str, object]:
     try:
         value = tomllib.loads(f"value = {text}")["value"]
     except tomllib.TOMLDecodeError:
-        if not BARE_WORD.fullmatch(text):
+        if BARE_LIST.fullmatch(text):   # [core_attn, mlp], as docs/usage.md writes it: each bare word a string
+            return key, [_scalar(item.strip()) for item in text.strip()[1:-1].split(",") if item.strip()]
+        if not (BARE_WORD.fullmatch(text) or QUANTITY_WORDS.fullmatch(text)):
             raise SpecError("--set", f"execution.{key}", f"{text!r} is not a TOML value (a number, true/false, "
-                            "a word, a \"string\" or an [array])") from None
+                            f"a word, a \"string\" or an [array]); {_quoting(key, text)}") from None
         value = text
     if isinstance(value, dict):
         raise SpecError("--set", f"execution.{key}", f"{text!r}: a table; give each field as its own --set")
     return key, value
+
+
+def _scalar(text: str):
+    """One item of a bracketed list: a TOML value, else the bare word itself."""
+    try:
+        return tomllib.loads(f"value = {text}")["value"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def _quoting(key: str, text: str) -> str:
+    """How to write ``text`` so --set reads it: a list in brackets, other text in TOML's quotes inside the
+    shell's (the shell takes the outer ones)."""
+    if "," in text:
+        items = ", ".join(f'"{item.strip()}"' for item in text.strip("[]").split(",") if item.strip())
+        return f"write a list in brackets, in the shell's quotes: -x '{key}=[{items}]'"
+    inner = text.replace("\\", "\\\\").replace('"', '\\"')
+    return f"quote a text with spaces for TOML inside the shell's quotes: -x '{key}=\"{inner}\"'"
 
 
 def _file_fields(path: str) -> dict:

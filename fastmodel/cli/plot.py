@@ -13,7 +13,7 @@ import re
 
 import click
 
-from fastmodel.cli.common import friendly
+from fastmodel.cli.common import friendly, include_oom_option, memory_margin_option
 from fastmodel.cli.execution import execution_options
 
 SIZE_CHOICE = click.Choice(["single", "double"])
@@ -71,10 +71,14 @@ _reduce_option = click.option("--reduce", "reduce", multiple=True, metavar="HOW:
                               help="Reduce a dimension: max|min|argmax|argmin, e.g. max:global_batch (repeatable).")
 
 
-def _open(path):
+def _open(path, memory_margin: str | None = None, include_oom: bool = False):
+    """The result at ``path`` as the figure shows what fits: ``--memory-margin`` and ``--include-oom`` as
+    ``best`` takes them (fastmodel.analysis.margin.fit_view)."""
     from fastmodel.analysis.best import open_result
+    from fastmodel.analysis.margin import fit_view, gib_margin
 
-    return open_result(path)
+    margin = gib_margin(memory_margin)      # a bad margin is refused before the result is read
+    return fit_view(open_result(path), margin, include_oom)
 
 
 def _sel(texts):
@@ -142,15 +146,18 @@ def _default_var(ds, var: str | None) -> str:
 @click.option("--best", default="auto", show_default=True, type=click.Choice(["auto", "max", "min", "none"]),
               help="Mark the best cell (auto: max for rates, min for times, memory, cost).")
 @click.option("--log/--linear", "log", default=None, help="Colour scale (default: log when values span 2 decades).")
+@memory_margin_option("; real-world training results")
+@include_oom_option("draw")
 @_figure_options("single")
 @friendly
-def heatmap_command(result, x, y, var, sel, reduce, relative_to, annotate, best, log, output, dpi, size, title):
+def heatmap_command(result, x, y, var, sel, reduce, relative_to, annotate, best, log, memory_margin, include_oom,
+                    output, dpi, size, title):
     """Heatmap of VAR over two dimensions of a sweep RESULT (.zarr or .nc)."""
     from fastmodel.plot import heatmap
     from fastmodel.plot.data import parse_reduce
 
     _check_suffix(output, result)
-    ds = _open(result)
+    ds = _open(result, memory_margin, include_oom)
     fig, _ = heatmap(ds, x, y, var=_default_var(ds, var), sel=_sel(sel), reduce=parse_reduce(reduce), relative_to=relative_to,
                      annotate=annotate, best=None if best == "none" else best, log=log, size=_size(size), title=title)
     _save(fig, output, dpi)
@@ -220,8 +227,7 @@ def timeline_command(model, system, task, num_nodes, plan, semantics, execution_
 @click.option("--task", "-t", help="Built-in name or path (not needed for a run record).")
 @click.option("--nodes", "num_nodes", type=click.IntRange(min=1), help="Cluster size in nodes.")
 @click.option("--plan", "-p", help="A mesh like 'tp8.pp4' (overrides the task's).")
-@click.option("--memory-margin", "memory_margin", metavar="GIB",
-              help="HBM kept free, GiB (default: the plan's own allocator cache, allocator_cache_fraction x memory_allocated).")
+@memory_margin_option()
 @execution_options
 @_figure_options("double")
 @friendly
@@ -277,14 +283,15 @@ def _execution(model, record, semantics, system, path, sets) -> dict | None:
               help="Stack time (serialized vs overlapped) or memory per device by kind with the usable-HBM line "
               "(real-world results).")
 @click.option("--memory", "memory", is_flag=True, help="Same as --quantity memory.")
+@memory_margin_option("; real-world training results: the usable-HBM line of --quantity memory")
 @_figure_options("single")
 @friendly
-def breakdown_command(result, sel, quantity, memory, output, dpi, size, title):
+def breakdown_command(result, sel, quantity, memory, memory_margin, output, dpi, size, title):
     """Where the time (or memory) of each configuration goes (one dimension may stay, e.g. several plans)."""
     from fastmodel.plot import breakdown
 
     _check_suffix(output, result)
-    fig, _ = breakdown(_open(result), _sel(sel), quantity="memory" if memory else quantity, size=_size(size), title=title)
+    fig, _ = breakdown(_open(result, memory_margin), _sel(sel), quantity="memory" if memory else quantity, size=_size(size), title=title)
     _save(fig, output, dpi)
 
 
@@ -292,14 +299,15 @@ def breakdown_command(result, sel, quantity, memory, output, dpi, size, title):
 @click.argument("result", type=click.Path())
 @_sel_option
 @click.option("--dim", help="Dimension along the bars (default: the one left with several values, e.g. plan).")
+@memory_margin_option("; the usable-HBM line is HBM - margin")
 @_figure_options("single")
 @friendly
-def memory_command(result, sel, dim, output, dpi, size, title):
+def memory_command(result, sel, dim, memory_margin, output, dpi, size, title):
     """Memory per device by kind across plans (stacked bars) with the usable-HBM line; real-world results."""
     from fastmodel.plot.memory import memory_bars
 
     _check_suffix(output, result)
-    fig, _ = memory_bars(_open(result), dim=dim, sel=_sel(sel), size=_size(size), title=title)
+    fig, _ = memory_bars(_open(result, memory_margin), dim=dim, sel=_sel(sel), size=_size(size), title=title)
     _save(fig, output, dpi)
 
 
@@ -315,9 +323,12 @@ def memory_command(result, sel, dim, output, dpi, size, title):
 @click.option("--label", "label", multiple=True, help="Dimension(s) naming frontier points (default: plan).")
 @click.option("--curve", help="One frontier per value of this dimension (e.g. device, tp, precision): the "
               "serving throughput-latency figure; the default for serving sweeps is device.")
+@memory_margin_option("; real-world training results")
+@include_oom_option("draw")
 @_figure_options("single")
 @friendly
-def pareto_command(result, x, y, x_dir, y_dir, sel, where, label, curve, output, dpi, size, title):
+def pareto_command(result, x, y, x_dir, y_dir, sel, where, label, curve, memory_margin, include_oom, output, dpi,
+                   size, title):
     """Pareto frontier of two variables; prints the frontier and draws every point.
 
     On a serving sweep (or with --curve): tokens/s per GPU against tokens/s per user, one frontier per
@@ -326,10 +337,15 @@ def pareto_command(result, x, y, x_dir, y_dir, sel, where, label, curve, output,
     from fastmodel.plot import pareto
 
     _check_suffix(output, result)
-    ds = _open(result)
+    ds = _open(result, memory_margin, include_oom)
     mask = where_mask(ds, list(where)) if where else None
     if curve is not None or ds.attrs.get("fastmodel_task") == "serve":
-        _serving_pareto(ds, curve, x, y, sel, mask, output, dpi, size, title)
+        if label:    # was ignored: the serving frontier names each point by the dimensions varying along its curve
+            from fastmodel.plot.data import PlotError
+
+            raise PlotError("--label: the serving frontier labels each point with the dimensions that vary along "
+                            "its curve (e.g. batch_size=64); leave --label out (--curve picks the curves)")
+        _serving_pareto(ds, curve, x, y, sel, mask, output, dpi, size, title, x_dir, y_dir)
         return
     if x is None or y is None:
         from fastmodel.plot.data import PlotError
@@ -340,24 +356,28 @@ def pareto_command(result, x, y, x_dir, y_dir, sel, where, label, curve, output,
     table = ax.frontier
     front = table[table.on_frontier].drop(columns="on_frontier").sort_values(x)
     click.echo(front.to_string(index=False))
+    if table.attrs.get("left_out"):
+        click.echo(table.attrs["left_out"], err=True)
     _save(fig, output, dpi)
     click.echo(f"{len(front)} of {len(table)} points on the frontier", err=True)
 
 
-def _serving_pareto(ds, curve, x, y, sel, mask, output, dpi, size, title):
+def _serving_pareto(ds, curve, x, y, sel, mask, output, dpi, size, title, x_dir=None, y_dir=None):
     from fastmodel.plot.serving import X, Y, serving_pareto
 
     agg = "status" in ds      # a --mode disagg search has only the disagg_* variables (one mode=disagg frontier)
     if curve is None:
         curve = "device" if "device" in ds.dims else next(iter(ds["status"].dims if agg else ()), "device")
-    if mask is not None and agg:  # filtered-out points leave the frontier as illegal points do
-        ds = ds.assign(status=ds["status"].where(mask, 1).astype(ds["status"].dtype))
-    fig, ax = serving_pareto(ds, curve, x or X, y or Y, sel=_sel(sel), size=_size(size), title=title)
+    where = mask if mask is not None and agg else None     # filtered-out points leave the frontier, said so
+    fig, ax = serving_pareto(ds, curve, x or X, y or Y, sel=_sel(sel), size=_size(size), title=title, where=where,
+                             x_dir=x_dir, y_dir=y_dir)
     click.echo(f"  {'x':>12s} {'y':>12s}  configuration   (x: {x or X}, y: {y or Y})")
     for value, (xv, yv, labels) in ax.frontiers.items():
         click.echo(f"{value}:" if str(value) == "mode=disagg" else f"{curve} = {value}:")
         for a, b, text in zip(xv, yv, labels):
             click.echo(f"  {a:12.4g} {b:12.4g}  {text}")
+    if ax.left_out:
+        click.echo(ax.left_out, err=True)
     _save(fig, output, dpi)
 
 
@@ -369,15 +389,17 @@ def _serving_pareto(ds, curve, x, y, sel, mask, output, dpi, size, title):
 @_sel_option
 @_reduce_option
 @click.option("--top", type=click.IntRange(min=1), help="Keep the TOP lines with the best values.")
+@memory_margin_option("; real-world training results")
+@include_oom_option("draw")
 @_figure_options("single")
 @friendly
-def scaling_command(result, x, var, hue, sel, reduce, top, output, dpi, size, title):
+def scaling_command(result, x, var, hue, sel, reduce, top, memory_margin, include_oom, output, dpi, size, title):
     """A variable against one dimension, one line per value of another."""
     from fastmodel.plot import scaling
     from fastmodel.plot.data import parse_reduce
 
     _check_suffix(output, result)
-    ds = _open(result)
+    ds = _open(result, memory_margin, include_oom)
     fig, _ = scaling(ds, x, var=_default_var(ds, var), hue=hue, sel=_sel(sel), reduce=parse_reduce(reduce), top=top,
                      size=_size(size), title=title)
     _save(fig, output, dpi)

@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from fastmodel.cli.app import main
-from fastmodel.cli.common import calibration_option, friendly, read_calibration, semantics_option
+from fastmodel.cli.common import calibration_option, friendly, memory_margin_option, read_calibration, semantics_option
 from fastmodel.cli.execution import execution_options
 from fastmodel.errors import FastmodelError, SpecError
 
@@ -35,9 +35,7 @@ REPORTS = {"madmax": "fastmodel.madmax.report", "lm": "fastmodel.lm.report", "se
 @semantics_option
 @execution_options
 @calibration_option
-@click.option("--memory-margin", "memory_margin", metavar="GIB",
-              help="HBM to keep free, GiB: the plan fits when memory_per_device <= HBM - margin (default: the "
-              "plan's own allocator cache, allocator_cache_fraction x memory_allocated); real-world training models and run records.")
+@memory_margin_option("; real-world training models and run records")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the report.")
 @friendly
 def run(model, system, task, num_nodes, plan, semantics, execution_file, execution_sets, calibration, memory_margin,

@@ -121,7 +121,11 @@ def serve(records, model, list_models, device, tp, pp, ep, attention_dp, moe_tp,
             click.echo(f"{name:18s} {summary}")
         return
     if records and model:
-        raise FastmodelError("give RECORDS or --model, not both")
+        raise FastmodelError(f"give RECORDS or --model, not both{_stray_argument(records)}")
+    for given in engine:    # '' or ',' ran the default engine without its note, as if --engine were left out
+        if not any(part.strip() for part in given.split(",")):
+            raise FastmodelError(f"--engine {given!r}: no engine named; give trtllm, vllm or sglang (a comma list "
+                                 "with --search), or leave --engine out for the default engine")
     _check_requests(batch_size=batch_size, concurrency=concurrency, search_concurrency=search_concurrency)
     raw = ep, attention_dp, spec_tokens
     ep, attention_dp, spec_tokens = _flat(ep), _flat(attention_dp), _flat(spec_tokens)
@@ -195,6 +199,21 @@ def serve(records, model, list_models, device, tp, pp, ep, attention_dp, moe_tp,
         click.echo(json.dumps(rows[-1]) if as_json else render(label, state, result, mode))
     if output:
         _write_rows(rows, output, records, force)
+
+
+#: words a value split from its unit leaves behind as a stray argument (``--ttft 2 s``: RECORDS is "s")
+_UNIT_WORDS = ("s", "ms", "us", "µs", "sec", "secs", "seconds", "msec")
+
+
+def _stray_argument(records: str) -> str:
+    """Why a RECORDS argument beside --model is likely no records file: a unit a space split from its number
+    (``--ttft 2 s``) or a path that does not exist, as a hint ending the one line; '' for an existing file."""
+    import os
+
+    if records.strip().lower() in _UNIT_WORDS:
+        return (f" (RECORDS is {records!r}: a unit a space split from its number? write --ttft 2s, or quote it: "
+                "--ttft '2 s')")
+    return "" if os.path.exists(records) else f" (RECORDS is {records!r}, which is no file)"
 
 
 def _check_requests(**counts) -> None:

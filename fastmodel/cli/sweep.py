@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import click
 
@@ -113,7 +114,7 @@ def _run(sweep_file, output, is_zarr, resume, force, workers, scheduler, unit_co
     try:
         if is_zarr:
             try:
-                ds = run_to_store(plan, output, resume, bar, client, overwrite=force)
+                ds = run_to_store(plan, output, resume, bar, client, overwrite=force, require_ok=False)
             except KeyboardInterrupt:
                 _interrupted(bar, output, resumable=True)
             finally:
@@ -124,13 +125,13 @@ def _run(sweep_file, output, is_zarr, resume, force, workers, scheduler, unit_co
         else:
             try:
                 with _claim_netcdf(output, sweep_file, force):
-                    ds = run_in_memory(plan, bar)
+                    ds = run_in_memory(plan, bar, require_ok=False)   # an all-illegal grid is written too
                     _write_netcdf(ds, output)
             except KeyboardInterrupt:
                 _interrupted(bar, output, resumable=False)
     finally:
         bar.close()
-    _done(ds, plan.num_configs)
+    _done(ds, plan, output)
 
 
 def _interrupted(bar, output, resumable: bool) -> None:
@@ -156,7 +157,21 @@ def _claim_netcdf(output, source, force):
     return claim_output(output, "netcdf", inputs=(source,), force=force, what="dataset")
 
 
-def _done(ds, num_configs: int) -> None:
+#: the exit status of a sweep whose output was written but holds no legal, feasible point (docs/usage.md)
+NO_LEGAL_POINT_EXIT = 3
+
+
+def _done(ds, plan, output) -> None:
+    """The summary line; a grid without one ``ok`` point (written, each point with its status code) says so in
+    one line, the most common status and its reason, and exits NO_LEGAL_POINT_EXIT (3; spec errors stay 2)."""
+    from fastmodel.sweeps.run import COUNT_STATUS_CONFIGS, no_legal_point
+
+    num_configs = plan.num_configs
+    why = no_legal_point(plan, ds["status"].values) if num_configs <= COUNT_STATUS_CONFIGS else None
+    if why is not None:
+        click.echo(f"every point is illegal or infeasible: {why}; {output} holds the grid, each point's "
+                   f"reason in its status variable (exit {NO_LEGAL_POINT_EXIT})", err=True)
+        sys.exit(NO_LEGAL_POINT_EXIT)
     fits, too_big = fit_counts(ds)
     click.echo(f"done: {fits:,} of {num_configs:,} configurations legal and feasible (fit in memory), {too_big:,} "
                f"legal but over memory, {num_configs - fits - too_big:,} illegal or not evaluated", err=True)

@@ -116,9 +116,10 @@ def _write_rows(table: list[dict], path: str, runs: str, force: bool) -> None:
     import csv
 
     from fastmodel.io.atomic import atomic_write
-    from fastmodel.io.outputs import claim_output
+    from fastmodel.io.outputs import claim_output, wrote
 
     with claim_output(path, "csv", inputs=(runs,), force=force, what="table"), atomic_write(path) as handle:
         writer = csv.DictWriter(handle, fieldnames=list(table[0]))
         writer.writeheader()
         writer.writerows(table)
+    click.echo(wrote(path, "csv"), err=True)

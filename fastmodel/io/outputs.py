@@ -139,6 +139,17 @@ def _check_suffix(path: str, kind: str, what: str, by_suffix: bool = False) -> N
                           f"name the {what} {fits}")
 
 
+def wrote(path: str, kind: str) -> str:
+    """The line a command prints once it wrote ``path`` as ``kind``: ``wrote PATH``, and for a name whose suffix
+    says nothing of its kind (``x.txt``, ``rows``; a suffix naming another kind is refused before any work,
+    :func:`_check_suffix`) what it holds: ``wrote x.txt (CSV; the name does not end in .csv)``."""
+    suffix = Path(str(path)).suffix.lower()
+    if SUFFIX_KINDS.get(suffix) == kind or not os.path.isfile(path):   # /dev/stdout, a FIFO: nothing to name
+        return f"wrote {path}"
+    usual = next(s for s, k in SUFFIX_KINDS.items() if k == kind)
+    return f"wrote {path} ({_NAMES.get(kind, kind)}; the name does not end in {usual})"
+
+
 def check_output(path: str, kind: str, inputs: tuple[str, ...] = (), force: bool = False,
                  what: str = "output", stdout: bool = False) -> None:
     """Refuse ``path`` if it is an input, or an existing file we may not replace (see the module doc).

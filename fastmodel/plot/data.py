@@ -192,7 +192,7 @@ def over_memory(status: xr.DataArray, fits: xr.DataArray | None) -> xr.DataArray
     result without ``fits_memory`` or that code. A heatmap marked a plan over HBM best, and ``--reduce max:plan``
     took the fastest plan whether it fit or not (``best`` ranks only plans that fit)."""
     names = status_names_of(status)
-    if fits is None or "does_not_fit" not in names:
+    if fits is None or "does_not_fit" not in names or status.attrs.get("include_oom"):   # --include-oom: drawn
         return status
     folded = xr.where((status == 0) & (fits <= 0), names.index("does_not_fit"), status).astype(status.dtype)
     folded.attrs = dict(status.attrs)
@@ -336,6 +336,35 @@ def status_legend(codes: Iterable[int], names: list[str] | None = None) -> str:
     """Reasons for a legend entry: ``'product_ne_devices, first_degree'`` (``names``: the status names)."""
     names = names or []
     return ", ".join(names[int(c)] if 0 <= int(c) < len(names) else str(int(c)) for c in sorted({int(c) for c in codes}))
+
+
+def left_out_line(reasons, total: int) -> str:
+    """What a figure left out and why, for its legend and the command's line: ``"left out 5 of 24 points: 3
+    no_kv_room, 2 does_not_fit"`` (``reasons``: one reason name per point left out, most common first); '' when
+    none was."""
+    reasons = [str(r) for r in reasons]
+    if not reasons:
+        return ""
+    counts: dict[str, int] = {}
+    for reason in reasons:
+        counts[reason] = counts.get(reason, 0) + 1
+    parts = ", ".join(f"{n:,} {r}" for r, n in sorted(counts.items(), key=lambda item: (-item[1], item[0])))
+    return f"left out {len(reasons):,} of {total:,} points: {parts}"
+
+
+def reasons_of(status: xr.DataArray, left: np.ndarray, extra: Mapping[str, np.ndarray] | None = None) -> list[str]:
+    """The reason of each point ``left`` out (a boolean grid in ``status``'s shape): its status name where it is
+    not ``ok``, else the first name of ``extra`` (``{reason: grid of points it rules out}``) that rules it out."""
+    codes = np.asarray(status.values).astype(int)
+    names = status_names_of(status)
+    out = []
+    for index in zip(*np.nonzero(left)):
+        code = int(codes[index])
+        if code != 0:
+            out.append(names[code] if 0 <= code < len(names) else str(code))
+            continue
+        out.append(next((name for name, grid in (extra or {}).items() if np.asarray(grid)[index]), "no result"))
+    return out
 
 
 def subject(data) -> str:

@@ -69,6 +69,9 @@ def frontier(data, x: str, y: str, *, x_dir: str | None = None, y_dir: str | Non
         where = D.select(where, {k: v for k, v in (sel or {}).items() if k in where.dims})
         xs, ys = xs.where(where), ys.where(where)
     xs, ys = xr.broadcast(xs, ys)
+    left = _leave_out(ds, xs, ys, where)
+    if left is not None:
+        xs, ys, left = left
     dims = xs.dims
     xv = np.asarray(xs.transpose(*dims).values, dtype=float).ravel()
     yv = np.asarray(ys.transpose(*dims).values, dtype=float).ravel()
@@ -82,10 +85,32 @@ def frontier(data, x: str, y: str, *, x_dir: str | None = None, y_dir: str | Non
     table = pd.DataFrame({**columns, x: xv, y: yv} if x != y else {**columns, x: xv})
     table["on_frontier"] = pareto_mask(xv, yv, x_dir, y_dir)
     table = table[finite].reset_index(drop=True)
-    table.attrs.update(x=x, y=y, x_dir=x_dir, y_dir=y_dir, dims=list(dims),
+    table.attrs.update(x=x, y=y, x_dir=x_dir, y_dir=y_dir, dims=list(dims), left_out=left or "",
                        x_units=D.units_of(xs), y_units=D.units_of(ys),
                        x_name=D.long_name_of(xs), y_name=D.long_name_of(ys))
     return table
+
+
+def _leave_out(ds, xs, ys, where):
+    """(x, y, line) with the points that are no answer left out, as the heatmap leaves them
+    (:func:`fastmodel.plot.data.visible`: status ok, or over memory for a size in bytes; a real-world plan over
+    HBM is ``does_not_fit``, :func:`fastmodel.plot.data.over_memory`), and the line saying how many and why
+    (:func:`fastmodel.plot.data.left_out_line`; a point outside ``where`` is ``filtered_by_where``); None for data
+    without a status. The frontier drew an illegal or over-memory point that had numbers as an answer."""
+    import xarray as xr
+
+    if not hasattr(ds, "data_vars") or "status" not in ds:
+        return None
+    status = D.over_memory(ds["status"], ds.get("fits_memory"))
+    keep = D.visible(xs, status) & D.visible(ys, status)
+    status, keep = (a.broadcast_like(xs).transpose(*xs.dims) for a in xr.broadcast(status, keep))
+    outside = ~where.broadcast_like(xs).transpose(*xs.dims) if where is not None else None
+    left = ~np.asarray(keep.values, dtype=bool)
+    if outside is not None:
+        left = left | np.asarray(outside.values, dtype=bool)
+    extra = {"filtered_by_where": outside.values} if outside is not None else {}
+    line = D.left_out_line(D.reasons_of(status, left, extra), int(np.asarray(keep.values).size))
+    return xs.where(keep), ys.where(keep), line
 
 
 def _label_points(ax, chosen, x, y, dims, gap_pt: float = 7.0) -> None:
@@ -172,6 +197,8 @@ def pareto(data, x: str, y: str, *, x_dir: str | None = None, y_dir: str | None 
             for collection in ax.collections:
                 if collection.get_gid() == "frontier":
                     collection.set_label(f"Pareto frontier ({text})")
+        if table.attrs["left_out"]:   # said, never silent: the points that are no answer, and why
+            ax.plot([], [], linestyle="none", marker="x", color="0.55", label=table.attrs["left_out"], gid="left-out")
         fig.legend(loc="outside lower center", ncol=2)   # under the x label, as the other figures' legends
         shown_title = title if title is not None else D.subject(data)
         if title is not None or shown_title:

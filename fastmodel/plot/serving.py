@@ -5,7 +5,7 @@ precision: any dimension of a serving sweep), the Pareto frontier over every
 other swept dimension (batch size or concurrency, TP, lengths ...) of
 ``output_tokens_per_s_per_gpu`` (y, higher is better) against
 ``output_tokens_per_s_per_user`` = 1 / tpot (x, higher is better). Points that do
-not fit in memory or are illegal (``status`` != 0) are left out.
+not fit in memory or are illegal (``status`` != 0) are left out, and the legend says how many and why.
 """
 
 from __future__ import annotations
@@ -25,15 +25,15 @@ MARKERS = "os^vD<>p"
 AXIS_NAMES = {X: "output tokens/s per user", Y: "output tokens/s per GPU"}
 
 
-def serving_frontiers(ds, curve: str = "device", x: str = X, y: str = Y, sel=None) -> dict:
+def serving_frontiers(ds, curve: str = "device", x: str = X, y: str = Y, sel=None, keep=None, x_dir: str = "max",
+                      y_dir: str = "max") -> dict:
     """``{curve value: (x, y, labels)}``: each curve's frontier points sorted by x, labelled with the
-    swept values (e.g. ``batch_size=64``) of the other dimensions that vary along it."""
-    ds = D.select(ds, sel)
+    swept values (e.g. ``batch_size=64``) of the other dimensions that vary along it. ``keep``: a boolean grid of
+    the points that may stand (within the GPU budget, passing --where), besides status ok and fitting."""
+    whole, ds = ds, D.select(ds, sel)
+    ok = answers(ds, _selected(keep, sel))
     D.check_dim(list(ds.dims), curve, "curve dimension")
     x, y = (D.get_var(ds, name).name for name in (x, y))
-    ok = ds["status"] == 0
-    if "fits_memory" in ds:
-        ok = ok & (ds["fits_memory"] > 0)
     out = {}
     for value in ds[curve].values:
         part = ds.sel({curve: value})
@@ -43,7 +43,7 @@ def serving_frontiers(ds, curve: str = "device", x: str = X, y: str = Y, sel=Non
         dims = xs.dims
         xv = np.asarray(xs.values, dtype=float).ravel()
         yv = np.asarray(ys.transpose(*dims).values, dtype=float).ravel()
-        mask = pareto_mask(xv, yv, "max", "max")
+        mask = pareto_mask(xv, yv, x_dir, y_dir)
         if not mask.any():
             continue
         index = np.flatnonzero(mask)
@@ -53,24 +53,72 @@ def serving_frontiers(ds, curve: str = "device", x: str = X, y: str = Y, sel=Non
         labels = [", ".join(f"{d}={S.fmt_coord(part[d].values[g[k]])}" for d, g in zip(dims, grids)
                             if d in varying) for k in range(order.size)]
         out[value.item() if hasattr(value, "item") else value] = (xv[order], yv[order], labels)
-    if not out:
-        raise D.PlotError(f"no point of the sweep is legal and fits in memory (status 0) for a {curve} frontier")
+    if not out:   # why, as the legend would have said it (was only "no point ... is legal")
+        raise D.PlotError(f"no point of the sweep is legal and fits in memory (status 0) for a {curve} frontier: "
+                          f"{left_out(whole, sel, keep)}")
     return out
 
 
+def answers(ds, keep=None):
+    """The aggregated points that stand as answers: status ok, fitting in memory, within the GPU budget of an SLO
+    search (``within_budget``), and in ``keep`` (e.g. --where)."""
+    ok = ds["status"] == 0
+    if "fits_memory" in ds:
+        ok = ok & (ds["fits_memory"] > 0)
+    if "within_budget" in ds:       # an SLO search (fastmodel serve --search -o): points over the GPU budget leave
+        ok = ok & (ds["within_budget"] > 0)
+    return ok if keep is None else ok & keep
+
+
+def _selected(keep, sel):
+    """``keep`` (a boolean grid, or None) under the selection ``sel``, as the dataset is."""
+    return None if keep is None else D.select(keep, {k: v for k, v in (sel or {}).items() if k in keep.dims})
+
+
+def left_out(ds, sel=None, keep=None) -> str:
+    """The line saying which points the figure left out and why (:func:`fastmodel.plot.data.left_out_line`): each
+    aggregated point that is not an answer (:func:`answers`) by its status, else ``does_not_fit``,
+    ``over_gpu_budget`` or ``filtered_by_where``; a disaggregated point (``disagg_*``) by its status, else
+    ``does_not_fit``, named ``disagg:REASON``; '' when every point stands."""
+    ds, keep = D.select(ds, {k: v for k, v in (sel or {}).items() if k in ds.dims}), _selected(keep, sel)
+    reasons, total = [], 0
+    if "status" in ds:
+        status = ds["status"]
+        extra = {"does_not_fit": ds["fits_memory"] <= 0 if "fits_memory" in ds else False,
+                 "over_gpu_budget": ds["within_budget"] <= 0 if "within_budget" in ds else False,
+                 "filtered_by_where": ~keep if keep is not None else False}
+        extra = {k: np.broadcast_to(np.asarray(v.broadcast_like(status).transpose(*status.dims).values
+                                               if hasattr(v, "dims") else v), status.shape) for k, v in extra.items()}
+        left = ~np.asarray(answers(ds, keep).broadcast_like(status).transpose(*status.dims).values, dtype=bool)
+        reasons += D.reasons_of(status, left, extra)
+        total += status.size
+    if "disagg_status" in ds:
+        status = ds["disagg_status"]
+        fits = np.asarray(ds["disagg_fits_memory"].values) > 0
+        left = ~((np.asarray(status.values) == 0) & fits)
+        reasons += [f"disagg:{r}" for r in D.reasons_of(status, left, {"does_not_fit": ~fits})]
+        total += status.size
+    return D.left_out_line(reasons, total)
+
+
 def serving_pareto(ds, curve: str = "device", x: str = X, y: str = Y, sel=None, label_points: bool = True,
-                   size="single", height: float | None = None, title: str | None = None, ax=None):
+                   size="single", height: float | None = None, title: str | None = None, ax=None, where=None,
+                   x_dir: str | None = None, y_dir: str | None = None):
     """One frontier per value of ``curve``: tokens/s per GPU (y) against tokens/s per user (x), log-log,
-    frontier points labelled with the batch (or whichever dimensions vary along the curve).
+    frontier points labelled with the batch (or whichever dimensions vary along the curve). Points that are no
+    answer (not ok, over memory, over an SLO search's GPU budget, or outside ``where``, a boolean grid) are left
+    out, and a legend entry says how many and why (``ax.left_out``, :func:`left_out`).
     Returns ``(fig, ax)``; the frontiers are ``ax.frontiers``."""
     for name in (x, y):             # an unknown variable: one line naming the nearest, not xarray's KeyError
         if name not in ds and f"disagg_{name}" not in ds:
             D.get_var(ds, name)
-    if "within_budget" in ds:       # an SLO search (fastmodel serve --search -o): points over the GPU budget leave
-        ds = ds.assign(status=ds["status"].where(ds["within_budget"] > 0, 1).astype(ds["status"].dtype))
-    frontiers = serving_frontiers(ds, curve, x, y, sel) if x in ds else {}     # a --mode disagg search: none
+    # each axis's better direction: tokens/s are higher-is-better, ttft and tpot lower (--x-dir / --y-dir force it;
+    # the frontier was always max-max, so --x ttft kept the slowest first tokens)
+    x_dir, y_dir = (D.check_direction(way, name, _attrs(ds, name)) for way, name in ((x_dir, x), (y_dir, y)))
+    frontiers = serving_frontiers(ds, curve, x, y, sel, where, x_dir, y_dir) if x in ds else {}   # disagg only: none
     frontiers.update(disagg_frontier(D.select(ds, {k: v for k, v in (sel or {}).items() if k in ds.dims
-                                                   and f"disagg_{x}" in ds and k in ds[f"disagg_{x}"].dims}), x, y))
+                                                   and f"disagg_{x}" in ds and k in ds[f"disagg_{x}"].dims}), x, y,
+                                     x_dir, y_dir))
     with S.paper_rc():
         fig, ax = S.new_axes(size, height, ax)
         texts = []
@@ -88,9 +136,13 @@ def serving_pareto(ds, curve: str = "device", x: str = X, y: str = Y, sel=None, 
         for axis in (ax.xaxis, ax.yaxis):    # plain numbers (1,000 and 20, not 10^3 and 2 x 10^1), as elsewhere
             axis.set_major_formatter(S.unit_formatter(1.0, axis))
             axis.set_minor_formatter(S.log_minor_formatter(axis))
-        ax.set_xlabel(f"{AXIS_NAMES.get(x, x.replace('_', ' '))} (higher is better)")
-        ax.set_ylabel(f"{AXIS_NAMES.get(y, y.replace('_', ' '))} (higher is better)")
+        better = {"min": "lower is better", "max": "higher is better"}
+        ax.set_xlabel(f"{AXIS_NAMES.get(x, x.replace('_', ' '))} ({better[x_dir]})")
+        ax.set_ylabel(f"{AXIS_NAMES.get(y, y.replace('_', ' '))} ({better[y_dir]})")
         ax.best = mark_slo(ax, D.select(ds, sel), x, y)
+        ax.left_out = left_out(ds, sel, where)
+        if ax.left_out:   # said, never silent: the points that are no answer (status, memory, budget, --where)
+            ax.plot([], [], linestyle="none", marker="x", color="0.55", label=ax.left_out, gid="left-out")
         handles, names = ax.get_legend_handles_labels()   # below the axes: never over a curve or its labels
         fig.legend(handles, names, title=curve, loc="outside lower center", ncol=min(len(names), 3),
                    title_fontsize=7)
@@ -110,7 +162,15 @@ def _short(label: str) -> str:
     return label
 
 
-def disagg_frontier(ds, x: str = X, y: str = Y) -> dict:
+def _attrs(ds, name: str) -> dict:
+    """The attrs of variable ``name`` (or of its ``disagg_`` twin) for its better direction."""
+    for candidate in (name, f"disagg_{name}"):
+        if candidate in ds.variables:
+            return dict(ds[candidate].attrs)
+    return {}
+
+
+def disagg_frontier(ds, x: str = X, y: str = Y, x_dir: str = "max", y_dir: str = "max") -> dict:
     """``{"mode=disagg": (x, y, labels)}``: the frontier of an SLO search's disaggregated points (``disagg_*``
     variables, fastmodel/serve/search_disagg.py) that are legal, within the budget and fit; {} when it has none."""
     if f"disagg_{x}" not in ds or f"disagg_{y}" not in ds:
@@ -119,7 +179,7 @@ def disagg_frontier(ds, x: str = X, y: str = Y) -> dict:
     ok = (ds["disagg_status"].values == 0) & (ds["disagg_fits_memory"].values > 0)
     xv = np.where(ok, np.asarray(xs.values, dtype=float), np.nan).ravel()
     yv = np.where(ok, np.asarray(ds[f"disagg_{y}"].transpose(*xs.dims).values, dtype=float), np.nan).ravel()
-    mask = pareto_mask(xv, yv, "max", "max") & np.isfinite(xv) & np.isfinite(yv)
+    mask = pareto_mask(xv, yv, x_dir, y_dir) & np.isfinite(xv) & np.isfinite(yv)
     if not mask.any():
         return {}
     index = np.flatnonzero(mask)

@@ -29,6 +29,27 @@ def _check_some_ok(plan: SweepPlan, status: np.ndarray) -> None:
                          f"{summarise_status(counts, plan.num_configs, plan.status_names())}")
 
 
+def no_legal_point(plan: SweepPlan, status) -> str | None:
+    """None when a point of the grid is ``ok`` (or the grid is empty); else what the points are, for the
+    command's one line: the most common status, its share and its reason (the registry's message), e.g.
+    ``batch_not_divisible (100% of 4 points: global_batch is not a multiple of micro_batch x dp)``, then the
+    share of each other status."""
+    from fastmodel.registry import statuses
+
+    codes = np.asarray(status).reshape(-1)
+    counts = np.bincount(codes[codes >= 0].astype(np.int64), minlength=len(plan.status_names()))
+    if not plan.num_configs or counts[0] > 0:
+        return None
+    found = statuses(plan.engine)
+    top = int(np.argmax(counts))
+    name, reason = (found[top].name, found[top].message) if top < len(found) else (str(top), "unknown code")
+    text = f"{name} ({100 * counts[top] / plan.num_configs:.0f}% of {plan.num_configs:,} points: {reason})"
+    rest = counts.copy()
+    rest[top] = 0
+    others = summarise_status(rest, plan.num_configs, plan.status_names())
+    return f"{text}{f'; also {others}' if others else ''}"
+
+
 def run_in_memory(plan: SweepPlan, progress: Callable[[int], None] | None = None,
                   require_ok: bool = True) -> xr.Dataset:
     """Evaluate every unit into one result matrix; return the Dataset (views, no copies). With ``require_ok``,
@@ -46,8 +67,9 @@ def run_in_memory(plan: SweepPlan, progress: Callable[[int], None] | None = None
 
 
 def run_to_store(plan: SweepPlan, path: str, resume: bool = False, progress: Callable[[int], None] | None = None,
-                 client=None, overwrite: bool = False) -> xr.Dataset:
-    """Stream the sweep into a zarr store (resumable); return the opened Dataset (aliases added).
+                 client=None, overwrite: bool = False, require_ok: bool = True) -> xr.Dataset:
+    """Stream the sweep into a zarr store (resumable); return the opened Dataset (aliases added). With
+    ``require_ok``, a store without one legal, feasible point is a SweepError saying why (the store is written).
 
     Holds the store's writer lock throughout. ``overwrite`` replaces an existing sweep store (never anything
     else); ``resume`` completes one made by the same definition. The path is made absolute, so Dask workers
@@ -80,7 +102,7 @@ def run_to_store(plan: SweepPlan, path: str, resume: bool = False, progress: Cal
         # no metadata changes after creation (its consolidated metadata was written before the rename), so there
         # is no finalization step to interrupt: the last unit's done flag completes the store
     ds = xr.open_zarr(path)
-    if plan.num_configs <= COUNT_STATUS_CONFIGS:
+    if require_ok and plan.num_configs <= COUNT_STATUS_CONFIGS:
         _check_some_ok(plan, ds["status"].values)
     return with_aliases(ds)
 
@@ -111,4 +133,4 @@ def run(plan: SweepPlan, store: str | None = None, resume: bool = False, workers
             bar.close()
 
 
-__all__ = ["run", "run_in_memory", "run_to_store"]
+__all__ = ["no_legal_point", "run", "run_in_memory", "run_to_store"]
