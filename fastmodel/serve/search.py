@@ -113,11 +113,12 @@ def _agg_grid(model, device, engines, precisions, axes: dict, fixed: dict, hbm: 
     from fastmodel.registry.serve import SERVE_STATUS
     from fastmodel.serve.api import sweep
     from fastmodel.serve.profiles import engine_profile
+    from fastmodel.serve.profiles_device import reported_name
     from fastmodel.spec.devices import device_vendor
 
-    vendor = device_vendor(device)
+    vendor, name = device_vendor(device), reported_name(device)
     sets = [sweep(model, device=device, precision=list(precisions), load_mode="concurrency", client_rounds=0,
-                  engine=engine, **axes, **fixed, **engine_profile(engine, hbm, vendor=vendor)[0])
+                  engine=engine, **axes, **fixed, **engine_profile(engine, hbm, vendor=vendor, device_name=name)[0])
             for engine in engines]
     dims = ("engine", *sets[0].status.dims)
     coords = {"engine": np.array(engines), **{d: sets[0][d].values for d in dims[1:]}}
