@@ -90,7 +90,7 @@ SCHED_HOST = {"trtllm": (0.0, 0.0), "vllm": (0.0, 0.0), "sglang": (0.0, 0.0)}
 #: ``engine=`` and a serving sweep's ``engine`` set
 PROFILE_COLUMNS = ("max_num_tokens", "max_batch_size", "chunked_prefill", "mixed_prefill", "overlap_step",
                    "kv_on_demand", "custom_allreduce_bytes", "host_op_s", "host_ops_layer", "kv_write_kernel",
-                   "serve_step_overhead_s", "host_req_s", "fp8_weight_only", "engine_nvidia_only")
+                   "serve_step_overhead_s", "host_req_s", "fp8_weight_only", "engine_nvidia_only", "kv_pool_upcast")
 #: engine-dependent columns a record's ``framework`` sets beyond its profile (``fastmodel/serve/records.py``
 #: ``lower_serve_record``), as they depend on the record's device, checkpoint and launcher flags; ``--engine``
 #: leaves them at the column defaults: FP4 activations (``fp4_activation``), the MoE dispatcher
@@ -215,11 +215,12 @@ def engine_profile(text, hbm_bytes: float, field: str = "--engine", source=None,
 
 def _sched_host(engine: str) -> dict[str, float]:
     """The profile's last columns: the scheduler loop's host time (S36), weight-only FP8 (vLLM's FP8 Marlin, S55;
-    0 elsewhere) and whether the engine runs on NVIDIA GPUs only (S56)."""
+    0 elsewhere), whether the engine runs on NVIDIA GPUs only (S56) and the FP8 KV pool's conversion at every
+    forward (0 on CUDA; SGLang's ROCm variant sets it, ``profiles_vendor``, S58)."""
     step, per_request = SCHED_HOST[engine]
     return {"serve_step_overhead_s": step, "host_req_s": per_request,
             "fp8_weight_only": FP8_WEIGHT_ONLY_VLLM if engine == "vllm" else 0.0,
-            "engine_nvidia_only": 0.0 if "amd" in ENGINE_VENDORS[engine] else 1.0}
+            "engine_nvidia_only": 0.0 if "amd" in ENGINE_VENDORS[engine] else 1.0, "kv_pool_upcast": 0.0}
 
 
 def profile_columns(engine: str | None, version: tuple[int, ...] | None, hbm_bytes: float,
