@@ -40,6 +40,9 @@ def test_the_pool_and_its_conversion_by_hand():
     # pp 2: each device holds half the layers and converts its own pool; the whole-model time sums both stages
     row2 = columns("llama3.1-70b", "MI300X", batch_size=64, pp=2, **KW, **_sglang())
     assert kv_upcast_time(row2) == pytest.approx(3 * 2 * kv_pool_bytes(row2) / BW, rel=1e-12)
+    # an MLA model: the MLA branch reads the cache as stored (aiter_backend.py:1043-1053 converts selected rows only)
+    row[COLUMN_INDEX["mla"]] = 1.0
+    assert kv_upcast_time(row) == 0.0
 
 
 def test_every_forward_pays_it_once():
