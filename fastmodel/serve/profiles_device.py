@@ -28,12 +28,11 @@ the API). The sources, at the versions the profiles name (PyPI sdists):
 
 from __future__ import annotations
 
-GIB = 2**30
 #: vLLM's ``UsageContext`` of the deployment: ``"server"`` (``OPENAI_API_SERVER``, ``vllm serve``, what every
 #: serving record and path here runs) or ``"offline"`` (``LLM_CLASS``, ``vllm bench throughput``)
 VLLM_USAGE = "server"
 #: the memory from which vLLM takes its large defaults (``device_memory >= 70 * GiB_bytes``)
-VLLM_LARGE_BYTES = 70 * GIB
+VLLM_LARGE_BYTES = 70 * 2**30
 #: the device-name substring that keeps a large GPU on vLLM's small defaults
 VLLM_SMALL_NAME = "a100"
 #: usage -> ((max_num_batched_tokens, max_num_seqs) on a large GPU, (the same) on any other)
@@ -76,7 +75,7 @@ def vllm_batch_defaults(hbm_bytes: float, device_name: str, usage: str = VLLM_US
 
 def sglang_chunk(hbm_bytes: float) -> int:
     """SGLang's ``chunked_prefill_size`` on a GPU of ``hbm_bytes`` (module docstring)."""
-    return next((tokens for below, tokens in SGLANG_CHUNK_BY_MEMORY if hbm_bytes < below * GIB), SGLANG_CHUNK_LARGEST)
+    return next((tokens for below, tokens in SGLANG_CHUNK_BY_MEMORY if hbm_bytes < below * 2**30), SGLANG_CHUNK_LARGEST)
 
 
 def device_limits(engine: str, hbm_bytes: float, device_name: str = "", usage: str = VLLM_USAGE) -> dict[str, float]:
