@@ -5,7 +5,7 @@ from the GPU's memory and name (docs/model_serving.md S58).
 ``max_batch_size`` from it, for every engine, on every path (records, ``fastmodel serve``, ``serve --search``,
 the API). The sources, at the versions the profiles name (PyPI sdists):
 
-- **vLLM** (``EngineArgs``: ``_set_default_args`` in 0.10.2, ``get_batch_defaults`` from 0.11.2): a GPU whose
+- **vLLM** (``EngineArgs``: ``_set_default_args_v1`` in 0.10.2, ``get_batch_defaults`` from 0.11.2): a GPU whose
   total memory (``current_platform.get_device_total_memory()``) is at least 70 GiB and whose name
   (``get_device_name().lower()``) does not contain ``"a100"`` ("Setting large ``max_num_batched_tokens`` for
   A100 reduces throughput, see PR #17885") takes ``max_num_batched_tokens`` 8192 under the OpenAI server and
@@ -39,9 +39,15 @@ VLLM_SMALL_NAME = "a100"
 VLLM_BATCH_DEFAULTS = {"server": ((8192, 1024), (2048, 256)), "offline": ((16384, 1024), (8192, 256))}
 #: vLLM version -> the lines of ``vllm/engine/arg_utils.py`` holding the rule (memory query, test, the two pairs)
 #: in its sdist; 0.15.1 publishes none and lies between 0.14.1 and 0.16.0, whose rules are identical [A]
-VLLM_RULE_LINES = {(0, 10, 2): "1658-1688", (0, 11, 2): "1882-1911", (0, 12, 0): "1817-1846",
-                   (0, 14, 1): "1835-1865", (0, 15, 1): "0.14.1 1835-1865 = 0.16.0 1866-1896",
-                   (0, 16, 0): "1866-1896", (0, 18, 0): "1997-2027"}
+VLLM_RULE_LINES = {
+    (0, 10, 2): "1658-1688",
+    (0, 11, 2): "1882-1911",
+    (0, 12, 0): "1817-1846",
+    (0, 14, 1): "1835-1865",
+    (0, 15, 1): "0.14.1 1835-1865 = 0.16.0 1866-1896",
+    (0, 16, 0): "1866-1896",
+    (0, 18, 0): "1997-2027",
+}
 #: SGLang ``chunked_prefill_size`` by GPU memory: (below this many GiB, tokens), then ``SGLANG_CHUNK_LARGEST``
 SGLANG_CHUNK_BY_MEMORY = ((20, 2048), (35, 2048), (60, 4096), (90, 8192), (160, 8192))
 SGLANG_CHUNK_LARGEST = 16384

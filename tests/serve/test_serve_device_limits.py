@@ -15,12 +15,22 @@ from fastmodel.spec.devices import device_table, device_vendor
 
 GIB = 2**30
 #: device -> (the name its driver reports as the rule reads it, hbm GiB from its device file)
-DEVICES = {"A100-40GB": ("A100-SXM4-40GB", 39.50), "A100": ("A100-SXM4-80GB", 79.25), "H100": ("H100-SXM-80GB", 79.11),
-           "B200": ("B200", 178.35), "MI300X": ("MI300X", 191.98)}
+DEVICES = {
+    "A100-40GB": ("A100-SXM4-40GB", 39.50),
+    "A100": ("A100-SXM4-80GB", 79.25),
+    "H100": ("H100-SXM-80GB", 79.11),
+    "B200": ("B200", 178.35),
+    "MI300X": ("MI300X", 191.98),
+}
 #: vLLM OpenAI server, by hand: >= 70 GiB and no "a100" in the name -> (8192, 1024), else (2048, 256).
 #: A100 80 GB has 79.25 GiB but its name holds "a100": the small pair (vLLM PR #17885)
-VLLM_SERVER = {"A100-40GB": (2048, 256), "A100": (2048, 256), "H100": (8192, 1024), "B200": (8192, 1024),
-               "MI300X": (8192, 1024)}
+VLLM_SERVER = {
+    "A100-40GB": (2048, 256),
+    "A100": (2048, 256),
+    "H100": (8192, 1024),
+    "B200": (8192, 1024),
+    "MI300X": (8192, 1024),
+}
 #: SGLang chunked_prefill_size, by hand: 39.5 GiB < 60 -> 4096; 79 GiB < 90 -> 8192; >= 160 GiB -> 16384
 SGLANG_CHUNK = {"A100-40GB": 4096, "A100": 8192, "H100": 8192, "B200": 16384, "MI300X": 16384}
 
@@ -42,14 +52,14 @@ def test_vllm_limits_at_every_known_version(device):
     for version in KNOWN_VERSIONS["vllm"]:
         profile = profile_columns("vllm", version, _hbm(device), device_vendor(device), reported_name(device))
         assert (profile["max_num_tokens"], profile["max_batch_size"]) == (tokens, seqs), (device, version)
-        assert version in VLLM_RULE_LINES                                   # the rule was read at this version
+        assert version in VLLM_RULE_LINES  # the rule was read at this version
 
 
 def test_vllm_rule_edges_and_usage_context():
-    assert vllm_batch_defaults(70 * GIB, "NVIDIA H100") == (8192, 1024)            # ">= 70 GiB"
+    assert vllm_batch_defaults(70 * GIB, "NVIDIA H100") == (8192, 1024)  # ">= 70 GiB"
     assert vllm_batch_defaults(70 * GIB - 1, "NVIDIA H100") == (2048, 256)
     assert vllm_batch_defaults(79.25 * GIB, "NVIDIA A100-SXM4-80GB") == (2048, 256)
-    assert vllm_batch_defaults(79.11 * GIB, "", "offline") == (16384, 1024)          # LLM class: 16384 tokens
+    assert vllm_batch_defaults(79.11 * GIB, "", "offline") == (16384, 1024)  # LLM class: 16384 tokens
     assert vllm_batch_defaults(39.5 * GIB, "", "offline") == (8192, 256)
     assert reported_name("a100-80gb") == "A100-SXM4-80GB" and reported_name("my-gpu") == "my-gpu"
     assert reported_name(None) == ""
@@ -65,8 +75,17 @@ def test_sglang_and_trtllm_limits(device):
 
 def test_sglang_memory_steps():
     # server_args.py: gpu_mem (MiB) < 20*1024 -> 2048, < 35*1024 -> 2048, < 60*1024 -> 4096, < 160*1024 -> 8192
-    assert [sglang_chunk(g * GIB) for g in (16, 24, 34.9, 35, 59.9, 60, 90, 159.9, 160)] == \
-        [2048, 2048, 2048, 4096, 4096, 8192, 8192, 8192, 16384]
+    assert [sglang_chunk(g * GIB) for g in (16, 24, 34.9, 35, 59.9, 60, 90, 159.9, 160)] == [
+        2048,
+        2048,
+        2048,
+        4096,
+        4096,
+        8192,
+        8192,
+        8192,
+        16384,
+    ]
 
 
 def test_every_path_reads_the_device_name():
@@ -74,4 +93,4 @@ def test_every_path_reads_the_device_name():
 
     assert engine_columns("vllm", "A100", ())[0]["max_num_tokens"] == 2048
     assert engine_columns("vLLM 0.10.2", "H100", ())[0]["max_batch_size"] == 1024
-    assert engine_columns("sglang", "L40S", ())[0]["max_num_tokens"] == 4096      # 44.52 GiB < 60
+    assert engine_columns("sglang", "L40S", ())[0]["max_num_tokens"] == 4096  # 44.52 GiB < 60

@@ -8,8 +8,8 @@ from fastmodel.registry.lm import COLUMN_INDEX
 from fastmodel.serve.api import columns, engine_columns, evaluate
 from fastmodel.serve.profiles_vendor import VENDOR_VARIANTS
 
-HBM = 206141652992                 # specs/devices/mi300x.toml: 191.98 GiB
-BW = 5.3e12 * 0.80                 # hbm_bw x hbm_eff
+HBM = 206141652992  # specs/devices/mi300x.toml: 191.98 GiB
+BW = 5.3e12 * 0.80  # hbm_bw x hbm_eff
 KW = dict(precision="fp8", tp=8, input_len=1024, output_len=128)
 #: Llama 3.1 70B on one of 8 GPUs at 1 byte per weight: per layer attention (2 x 8192^2 + 2 x 8192 x 1024) / 8,
 #: two norms 2 x 8192, SwiGLU 3 x 8192 x 28672 / 8; 80 layers; the 16-bit embedding and LM head, 128256 x 8192 / 8
@@ -19,9 +19,9 @@ WEIGHTS = 80 * LAYER + 2 * 128256 * 8192 / 8 * 2
 #: the workspace of SGLang's 4096-request cap: min(16384 (its MI300X chunk), 4096 x 1024) tokens x 2 B x
 #: (3 x 8192 + (64 + 2 x 8) x 128 / 8 + 3 x 28672 / 8), plus 4096 FP32 logits of 128256 / 8
 WORKSPACE = 16384 * 2 * (3 * 8192 + 80 * 128 / 8 + 3 * 28672 / 8) + 4096 * 128256 / 8 * 4
-FRAMEWORK = 3 * 2**30              # the device's framework_memory_bytes
+FRAMEWORK = 3 * 2**30  # the device's framework_memory_bytes
 POOL = 0.9 * (HBM - WEIGHTS - WORKSPACE - FRAMEWORK)
-UPCAST = 3 * POOL / BW             # read 1 B, write 2 B per element of the whole pool, every forward
+UPCAST = 3 * POOL / BW  # read 1 B, write 2 B per element of the whole pool, every forward
 
 
 def _sglang(**kw):
@@ -31,8 +31,8 @@ def _sglang(**kw):
 
 def test_the_pool_and_its_conversion_by_hand():
     assert WEIGHTS == 9083027456 and WORKSPACE == 1462239232
-    assert POOL == pytest.approx(173.1376e9, rel=1e-6)             # 161.2 GiB of FP8 K and V per GPU
-    assert UPCAST == pytest.approx(0.122503, rel=1e-5)             # 519.4 GB at 4.24 TB/s per forward
+    assert POOL == pytest.approx(173.1376e9, rel=1e-6)  # 161.2 GiB of FP8 K and V per GPU
+    assert UPCAST == pytest.approx(0.122503, rel=1e-5)  # 519.4 GB at 4.24 TB/s per forward
     row = columns("llama3.1-70b", "MI300X", batch_size=64, **KW, **_sglang())
     assert row[COLUMN_INDEX["kv_pool_upcast"]] == 1.0 and row[COLUMN_INDEX["kv_bytes"]] == 1.0
     assert kv_pool_bytes(row) == pytest.approx(POOL, rel=1e-12)
@@ -61,9 +61,10 @@ def test_every_forward_pays_it_once():
 
 def test_only_an_fp8_cache_under_the_variant():
     bf16 = evaluate("llama3.1-70b", "MI300X", batch_size=64, kv_precision="bf16", **KW, **_sglang())
-    bf16_off = evaluate("llama3.1-70b", "MI300X", batch_size=64, kv_precision="bf16", **KW,
-                        **_sglang(kv_pool_upcast=0.0))
-    assert bf16["tpot"] == bf16_off["tpot"]                      # a 16-bit cache is read as stored
+    bf16_off = evaluate(
+        "llama3.1-70b", "MI300X", batch_size=64, kv_precision="bf16", **KW, **_sglang(kv_pool_upcast=0.0)
+    )
+    assert bf16["tpot"] == bf16_off["tpot"]  # a 16-bit cache is read as stored
     assert VENDOR_VARIANTS[("sglang", "amd")]["kv_pool_upcast"] == 1.0
     for engine, device in (("sglang", "H100"), ("sglang", "B200"), ("vllm", "MI300X"), ("trtllm", "H100")):
         assert engine_columns(engine, device)[0]["kv_pool_upcast"] == 0.0
