@@ -94,3 +94,33 @@ def test_every_path_reads_the_device_name():
     assert engine_columns("vllm", "A100", ())[0]["max_num_tokens"] == 2048
     assert engine_columns("vLLM 0.10.2", "H100", ())[0]["max_batch_size"] == 1024
     assert engine_columns("sglang", "L40S", ())[0]["max_num_tokens"] == 4096  # 44.52 GiB < 60
+
+
+def test_a_record_reads_its_gpu_name():
+    from fastmodel.registry.lm import COLUMN_INDEX
+    from fastmodel.serve.records import lower_serve_record
+
+    record = {
+        "id": "r1",
+        "source": "hand",
+        "framework": "vLLM 0.18.0",
+        "model": {
+            "name": "llama-3.1-8b",
+            "layers": 32,
+            "hidden": 4096,
+            "ffn": 14336,
+            "heads": 32,
+            "kv_heads": 8,
+            "head_dim": 128,
+            "vocab": 128256,
+            "ffn_kind": "swiglu3",
+        },
+        "system": {"gpu": "A100-SXM4-80GB", "n_gpus": 1, "gpus_per_node": 8},
+        "serve": {"tp": 1, "precision": "bf16", "input_len": 1024, "output_len": 256, "concurrency": 16},
+        "measured": {"ttft_s": 0.1, "tpot_s": 0.01},
+    }
+    columns = lower_serve_record(record).columns
+    assert (columns[COLUMN_INDEX["max_num_tokens"]], columns[COLUMN_INDEX["max_batch_size"]]) == (2048, 256)
+    record["system"]["gpu"] = "H100-SXM-80GB"  # 79.11 GiB, no "a100": the large pair
+    columns = lower_serve_record(record).columns
+    assert (columns[COLUMN_INDEX["max_num_tokens"]], columns[COLUMN_INDEX["max_batch_size"]]) == (8192, 1024)
