@@ -55,6 +55,9 @@ ENGINE_KERNEL_ROWS = (
     ("host_req_s", "s", 0.0, "Host (CPU) seconds the engine's per-iteration loop spends per running request on a "
      "rank (input preparation, sampler update, output handling); added to serve_step_overhead_s "
      "(docs/model_serving.md S36; 0: off).", 0, 1e-2),
+    ("kv_pool_upcast", "1", 0, "1: the engine's attention converts each layer's whole FP8 KV pool (K and V, as "
+     "allocated) to 16 bits at every forward before its kernel runs, (1 + 2 B / kv_bytes) x the pool at the HBM rate "
+     "(SGLang's aiter backend on ROCm; docs/model_serving.md S58); 0: the kernel reads the cache as stored.", 0, 1),
     ("kv_write_kernel", "1", 0, "1: the engine writes each step's new keys and values into the paged KV cache with "
      "a kernel of its own before the attention kernel (vLLM V1 reshape_and_cache_flash), one more launch per layer "
      "and iteration; 0: the model's one attention kernel per layer (docs/model_serving.md S45).", 0, 1),

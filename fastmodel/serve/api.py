@@ -176,10 +176,11 @@ def engine_columns(engine: str | None, device: str, given: Mapping[str, Any] = (
     profile's). ``refuse``: an engine that does not run on the device is a SpecError (one evaluation); else its
     points are ``engine_not_on_device`` (a sweep, docs/model_serving.md S56)."""
     from fastmodel.serve.profiles import engine_profile
+    from fastmodel.serve.profiles_device import reported_name
     from fastmodel.spec.devices import device_vendor
 
     profile, notes = engine_profile(engine, device_columns(device)["hbm_bytes"], field, vendor=device_vendor(device),
-                                    device=device if refuse else None)
+                                    device=device if refuse else None, device_name=reported_name(device))
     named = {column_name(key) for key in given}
     return {k: v for k, v in profile.items() if k not in named}, notes
 

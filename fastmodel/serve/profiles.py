@@ -2,12 +2,13 @@
 
 A record's ``framework`` (``"TensorRT-LLM 1.0.0rc3"``, ``"vLLM 0.18.0"``, ``"SGLang 0.5.6.post2"``) names the
 engine (its first word) and version (its second, when it looks like one). Each profile holds the engine's
-documented defaults at that version, with the source of every value (docs/sources/serving_facts.md §1):
+documented defaults at that version, with the source of every value (docs/sources/serving_facts.md §1); the first
+two rows by the device's memory and name (``profiles_device.device_limits``, docs/model_serving.md S58):
 
 | column | TensorRT-LLM | vLLM V1 | SGLang 0.5.6.post2 |
 |---|---|---|---|
-| ``max_num_tokens`` (token budget) | 8192 | 8192 on GPUs >= 70 GiB, else 2048 | ``chunked_prefill_size`` 8192 below 160 GiB, 16384 from 160 GiB |
-| ``max_batch_size`` | 2048 | ``max_num_seqs`` 1024 (>= 70 GiB), else 256 | 4096 (the request-pool cap) |
+| ``max_num_tokens`` (token budget) | 8192 | 8192 (>= 70 GiB, not A100), else 2048 | ``chunked_prefill_size`` 2048/4096/8192/16384 (S58) |
+| ``max_batch_size`` | 2048 | ``max_num_seqs`` 1024 (>= 70 GiB, not A100), else 256 | 4096 (the request-pool cap) |
 | ``chunked_prefill`` | 0 (off by default) | 1 | 1 |
 | ``mixed_prefill`` | 1 (in-flight batching) | 1 (decodes first, prefill fills the budget) | 0 (prefill first, decodes wait; no mixed chunk) |
 | ``overlap_step`` | 1 (overlap scheduler on) | 0 up to 0.12, 1 from 0.15.1 (async scheduling) | 1 (overlap scheduler on) |
@@ -89,7 +90,7 @@ SCHED_HOST = {"trtllm": (0.0, 0.0), "vllm": (0.0, 0.0), "sglang": (0.0, 0.0)}
 #: ``engine=`` and a serving sweep's ``engine`` set
 PROFILE_COLUMNS = ("max_num_tokens", "max_batch_size", "chunked_prefill", "mixed_prefill", "overlap_step",
                    "kv_on_demand", "custom_allreduce_bytes", "host_op_s", "host_ops_layer", "kv_write_kernel",
-                   "serve_step_overhead_s", "host_req_s", "fp8_weight_only", "engine_nvidia_only")
+                   "serve_step_overhead_s", "host_req_s", "fp8_weight_only", "engine_nvidia_only", "kv_pool_upcast")
 #: engine-dependent columns a record's ``framework`` sets beyond its profile (``fastmodel/serve/records.py``
 #: ``lower_serve_record``), as they depend on the record's device, checkpoint and launcher flags; ``--engine``
 #: leaves them at the column defaults: FP4 activations (``fp4_activation``), the MoE dispatcher
@@ -202,51 +203,56 @@ def _distance(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def engine_profile(text, hbm_bytes: float, field: str = "--engine", source=None, vendor: str = "nvidia",
-                   device=None) -> tuple[dict[str, float], list[str]]:
+                   device=None, device_name: str = "") -> tuple[dict[str, float], list[str]]:
     """(profile columns, notes) of an engine a user names (``engine_choice``; None: the ``vendor``'s default
     engine, noted) on a GPU of ``hbm_bytes``: what ``fastmodel serve`` (with and without --search),
     ``fastmodel.serve.api``'s ``evaluate`` and ``sweep`` and serving sweep files evaluate with. ``device`` given
-    (one evaluation), an engine that does not run there is refused (S56). A record's ``framework`` names its engine
-    through ``record_engine``, whose profile is the same ``profile_columns``."""
+    (one evaluation), an engine that does not run there is refused (S56); ``device_name``: the device's reported
+    name (S58). A record's ``framework`` names its engine through ``record_engine``, whose profile is the same
+    ``profile_columns``."""
     engine, version, notes = engine_choice(text, field, source, vendor, device)
-    return profile_columns(engine, version, hbm_bytes, vendor), notes
+    return profile_columns(engine, version, hbm_bytes, vendor, device_name), notes
 
 
 def _sched_host(engine: str) -> dict[str, float]:
     """The profile's last columns: the scheduler loop's host time (S36), weight-only FP8 (vLLM's FP8 Marlin, S55;
-    0 elsewhere) and whether the engine runs on NVIDIA GPUs only (S56)."""
+    0 elsewhere), whether the engine runs on NVIDIA GPUs only (S56) and the FP8 KV pool's conversion at every
+    forward (0 on CUDA; SGLang's ROCm variant sets it, ``profiles_vendor``, S58)."""
     step, per_request = SCHED_HOST[engine]
     return {"serve_step_overhead_s": step, "host_req_s": per_request,
             "fp8_weight_only": FP8_WEIGHT_ONLY_VLLM if engine == "vllm" else 0.0,
-            "engine_nvidia_only": 0.0 if "amd" in ENGINE_VENDORS[engine] else 1.0}
+            "engine_nvidia_only": 0.0 if "amd" in ENGINE_VENDORS[engine] else 1.0, "kv_pool_upcast": 0.0}
 
 
 def profile_columns(engine: str | None, version: tuple[int, ...] | None, hbm_bytes: float,
-                    vendor: str = "nvidia") -> dict[str, float]:
-    """The serving columns of an engine's profile at a version, on a GPU of ``hbm_bytes`` from ``vendor``:
-    :data:`PROFILE_COLUMNS`, with the columns its source on that vendor's platform sets otherwise
+                    vendor: str = "nvidia", device_name: str = "") -> dict[str, float]:
+    """The serving columns of an engine's profile at a version, on a GPU of ``hbm_bytes`` from ``vendor`` whose
+    driver reports ``device_name`` (``profiles_device.reported_name``; the token budget and batch cap read both,
+    S58): :data:`PROFILE_COLUMNS`, with the columns its source on that vendor's platform sets otherwise
     (``profiles_vendor.VENDOR_VARIANTS``, docs/model_serving.md S57)."""
     from fastmodel.serve.profiles_vendor import vendor_variant
 
     engine = engine or DEFAULT_ENGINE
-    return {**_cuda_profile(engine, version, hbm_bytes), **vendor_variant(engine, vendor)}
+    return {**_cuda_profile(engine, version, hbm_bytes, device_name), **vendor_variant(engine, vendor)}
 
 
-def _cuda_profile(engine: str, version: tuple[int, ...] | None, hbm_bytes: float) -> dict[str, float]:
-    """:func:`profile_columns` as each engine's CUDA source sets them."""
+def _cuda_profile(engine: str, version: tuple[int, ...] | None, hbm_bytes: float, device_name: str = "") -> dict[
+        str, float]:
+    """:func:`profile_columns` as each engine's CUDA source sets them; the token budget and batch cap by the
+    device's memory and name (``profiles_device.device_limits``, S58)."""
+    from fastmodel.serve.profiles_device import device_limits
+
+    limits = device_limits(engine, hbm_bytes, device_name)
     if engine == "vllm":
-        large = hbm_bytes >= 70 * GIB
-        return {"max_num_tokens": 8192 if large else 2048, "max_batch_size": 1024 if large else 256,
-                "chunked_prefill": 1, "mixed_prefill": 1,
+        return {**limits, "chunked_prefill": 1, "mixed_prefill": 1,
                 "overlap_step": 1 if version is None or version >= (0, 15, 1) else 0, "kv_on_demand": 1,
                 "custom_allreduce_bytes": CUSTOM_AR_VLLM, "host_op_s": 0.0, "host_ops_layer": 0.0,
                 "kv_write_kernel": KV_WRITE_KERNEL_VLLM, **_sched_host("vllm")}
     if engine == "sglang":
-        return {"max_num_tokens": 16384 if hbm_bytes >= 160 * GIB else 8192, "max_batch_size": 4096,
-                "chunked_prefill": 1, "mixed_prefill": 0, "overlap_step": 1, "kv_on_demand": 1,
+        return {**limits, "chunked_prefill": 1, "mixed_prefill": 0, "overlap_step": 1, "kv_on_demand": 1,
                 "custom_allreduce_bytes": CUSTOM_AR_SGLANG, "host_op_s": 0.0, "host_ops_layer": 0.0,
                 "kv_write_kernel": 0.0, **_sched_host("sglang")}
-    return {"max_num_tokens": 8192, "max_batch_size": 2048, "chunked_prefill": 0, "mixed_prefill": 1,
+    return {**limits, "chunked_prefill": 0, "mixed_prefill": 1,
             "overlap_step": 1, "kv_on_demand": 0, "custom_allreduce_bytes": CUSTOM_AR_TRTLLM,
             "host_op_s": HOST_OP_S_EAGER, "host_ops_layer": 0.0, "kv_write_kernel": 0.0, **_sched_host("trtllm")}
 

@@ -26,6 +26,8 @@ custom_all_reduce.py:46-49``); the default attention backend of an MHA model is 
 ``token_to_kv_pool.set_kv_buffer`` before ``paged_attention_ragged`` (``srt/layers/attention/aiter_backend.py:
 1281-1284,1355``); ``MHATokenToKVPool.set_kv_buffer`` writes K and V as two index-put kernels, overlapped on a second
 stream only on CUDA (``srt/mem_cache/memory_pool.py:555-556,787-797``), so two launches per layer in sequence.
+With an FP8 KV cache the same backend converts each layer's whole K and V pool to BF16 before its decode and extend
+kernels (``aiter_backend.py:1237-1241,1344-1349``; ``kv_pool_upcast``, docs/model_serving.md S58).
 """
 
 from __future__ import annotations
@@ -34,12 +36,16 @@ from __future__ import annotations
 CUSTOM_AR_SGLANG_ROCM = 2 * 8192 * 1024
 #: SGLang's KV-cache store on HIP: K and V index-put kernels, in sequence (no second stream off CUDA), above
 KV_WRITE_KERNEL_SGLANG_ROCM = 2.0
+#: SGLang's aiter attention on HIP converts each layer's whole FP8 KV pool to BF16 at every forward
+#: (``srt/layers/attention/aiter_backend.py:1237-1241,1344-1349``, "TODO kkhuang-amd need to remove it when
+#: paged_attention_ragged support fp8-kv"; ``kernels/serve/kv_upcast.py``, docs/model_serving.md S58)
+KV_POOL_UPCAST_SGLANG_ROCM = 1.0
 #: (engine, vendor) -> the profile columns its source on that vendor's platform sets otherwise; an empty entry:
 #: read, and every column is the CUDA profile's
 VENDOR_VARIANTS: dict[tuple[str, str], dict[str, float]] = {
     ("vllm", "amd"): {},
     ("sglang", "amd"): {"custom_allreduce_bytes": float(CUSTOM_AR_SGLANG_ROCM),
-                        "kv_write_kernel": KV_WRITE_KERNEL_SGLANG_ROCM},
+                        "kv_write_kernel": KV_WRITE_KERNEL_SGLANG_ROCM, "kv_pool_upcast": KV_POOL_UPCAST_SGLANG_ROCM},
 }
 #: the version each variant was read at
 VARIANT_VERSIONS = {("vllm", "amd"): "0.18.0", ("sglang", "amd"): "0.5.6.post2"}

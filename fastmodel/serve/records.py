@@ -61,6 +61,7 @@ from fastmodel.serve.profiles import (
     record_engine,
     stated_flags,
 )
+from fastmodel.serve.profiles_device import reported_name
 from fastmodel.spec.devices import device_table, same_part_hbm, vendor_name
 from fastmodel.spec.records import read_jsonl, require_blocks
 
@@ -254,7 +255,7 @@ def lower_serve_record(data: dict, source: str | None = None) -> ServeRecord:
         notes.append(weight_only_note(precision, gpu))
     vendor = vendor_name(columns[COLUMN_INDEX["vendor"]])
     engine, version, profile_notes = record_engine(record.framework, vendor)   # one engine for every column below
-    profile = profile_columns(engine, version, float(columns[COLUMN_INDEX["hbm_bytes"]]), vendor)
+    profile = profile_columns(engine, version, float(columns[COLUMN_INDEX["hbm_bytes"]]), vendor, reported_name(gpu))
     if values["precision"] == 1 and columns[COLUMN_INDEX["peak_flops_8"]] <= 0:
         notes.append(_fp8_weight_only(profile, record.framework, gpu, source))
     values.update(profile, **stated_flags(serve, engine, profile["mixed_prefill"], notes, source))

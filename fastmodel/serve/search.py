@@ -113,13 +113,15 @@ def _agg_grid(model, device, engines, precisions, axes: dict, fixed: dict, hbm: 
     from fastmodel.registry.serve import SERVE_STATUS
     from fastmodel.serve.api import sweep
     from fastmodel.serve.profiles import engine_profile
+    from fastmodel.serve.profiles_device import reported_name
     from fastmodel.spec.devices import device_vendor
 
-    vendor = device_vendor(device)
-    # each engine's profile as columns, at the search's HBM (``hbm_bytes``) and on the device's vendor: every
+    vendor, name = device_vendor(device), reported_name(device)
+    # each engine's profile as columns, at the search's HBM (``hbm_bytes``), on the device's vendor and name: every
     # profile column is given, so the sweep's own engine (the default) sets none of them
     sets = [sweep(model, device=device, precision=list(precisions), load_mode="concurrency", client_rounds=0,
-                  **axes, **fixed, **engine_profile(engine, hbm, vendor=vendor)[0]) for engine in engines]
+                  **axes, **fixed, **engine_profile(engine, hbm, vendor=vendor, device_name=name)[0])
+            for engine in engines]
     dims = ("engine", *sets[0].status.dims)
     coords = {"engine": np.array(engines), **{d: sets[0][d].values for d in dims[1:]}}
     names = list(sets[0].data_vars)

@@ -93,6 +93,7 @@ def disagg_grid(model, device: str, *, engines, precisions, gpus: int, concurren
     (the concurrency of the deployment)."""
     from fastmodel.serve.api import columns
     from fastmodel.serve.profiles import engine_choice, profile_columns
+    from fastmodel.serve.profiles_device import reported_name
     from fastmodel.spec.devices import device_vendor
 
     powers = np.array([2**k for k in range(12) if 2**k <= gpus], dtype=np.int64)
@@ -104,7 +105,7 @@ def disagg_grid(model, device: str, *, engines, precisions, gpus: int, concurren
         for precision in precisions:
             base = columns(model, device, precision=precision, batch_size=1, input_len=input_len,
                            output_len=output_len, client_rounds=0,
-                           **profile_columns(engine, version, hbm, device_vendor(device)))
+                           **profile_columns(engine, version, hbm, device_vendor(device), reported_name(device)))
             with np.errstate(all="ignore"):
                 row.append(disagg_point_arrays(base, powers, conc, gpus, engine))
         parts.append(row)

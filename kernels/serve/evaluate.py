@@ -66,6 +66,7 @@ from fastmodel.kernels.serve.attention import attention_launches, kv_bytes_per_t
 from fastmodel.kernels.serve.costs import head_costs, body_costs, K_GEMM, K_ATTN, K_MEM, K_COMM, LAUNCH
 from fastmodel.kernels.serve.memory import weight_memory, activation_memory
 from fastmodel.kernels.serve.host import eager_host_s
+from fastmodel.kernels.serve.kv_upcast import kv_upcast_time
 # building blocks tests and callers use by their old address
 from fastmodel.kernels.serve.attention import attention_lines, sum_max_lines, sum_window  # noqa: F401
 from fastmodel.kernels.serve.costs import experts_touched  # noqa: F401
@@ -87,6 +88,7 @@ def prefill_costs(row, prompts, costs, part):
         part[k] = 0.0
     body_costs(row, m, LAUNCH, part, m / groups)
     head_costs(row, prompts / chunks, LAUNCH, part)
+    part[K_MEM] += kv_upcast_time(row)                # every chunk is a forward (kernels/serve/kv_upcast.py)
     for k in range(4):
         costs[k] += chunks * part[k]
     costs[K_ATTN] += prefill_attention_time(row, prompts / groups, row[C_INPUT_LEN])
@@ -100,6 +102,7 @@ def decode_fixed_costs(row, n, costs):
     touched = body_costs(row, n, LAUNCH, costs)
     head_costs(row, n, LAUNCH, costs)
     costs[K_ATTN] += attention_launches(row)
+    costs[K_MEM] += kv_upcast_time(row)
     return touched
 
 
@@ -208,6 +211,7 @@ def _fixed(row, batch, kv_token, weights, out, scratch):
         m = decoding + n * inp / outp
         touched = body_costs(row, m, LAUNCH, dec)
         head_costs(row, n, LAUNCH, dec)
+        dec[K_MEM] += kv_upcast_time(row)
         mean_attention = decode_attention_sum(row, decoding, inp + 1.0, inp + steps) / steps if steps > 0.0 \
             else 0.0
         dec[K_ATTN] = mean_attention + prefill_attention_time(row, n / outp, inp) + attention_launches(row)

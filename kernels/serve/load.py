@@ -40,6 +40,7 @@ from fastmodel.kernels.columns import (
 from fastmodel.kernels.serve.attention import attention_launches, decode_attention_sum, prefill_attention_time
 from fastmodel.kernels.serve.costs import K_ATTN, K_COMM, K_GEMM, K_MEM, LAUNCH, body_costs, head_costs
 from fastmodel.kernels.serve.host import eager_host_s, iteration_s, rank_requests
+from fastmodel.kernels.serve.kv_upcast import kv_upcast_time
 
 #: fixed-point passes over the batch composition (decode batch, prompts per prefill iteration); a pass stops the
 #: loop when neither moved by more than REFRESH (relative), and an iteration time is recomputed only when its
@@ -60,6 +61,7 @@ def decode_iteration(row, n, costs):
     queries = n * (1.0 + k)                           # a verify step checks k draft tokens of every request
     touched = body_costs(row, queries, LAUNCH, costs)
     head_costs(row, queries / row[C_ATTENTION_DP], LAUNCH, costs)
+    costs[K_MEM] += kv_upcast_time(row)               # once per forward (kernels/serve/kv_upcast.py)
     inp = row[C_INPUT_LEN]
     steps = row[C_OUTPUT_LEN] - 1.0
     costs[K_ATTN] += attention_launches(row)
@@ -106,6 +108,7 @@ def prefill_iteration(row, n, q, per_request, costs):
     mine = dec / row[C_ATTENTION_DP] + q
     body_costs(row, dec + q, LAUNCH, costs, mine)
     head_costs(row, dec / row[C_ATTENTION_DP] + q / inp, LAUNCH, costs)
+    costs[K_MEM] += kv_upcast_time(row)
     if dec > 0.0:
         costs[K_ATTN] += dec * per_request + attention_launches(row)
     costs[K_ATTN] += prefill_attention_time(row, q / inp, inp)

@@ -30,7 +30,7 @@ def test_sglang_on_rocm_takes_its_hip_allreduce_and_kv_store():
     assert CUSTOM_AR_SGLANG_ROCM == 2 * 8192 * 1024 == 16 * MIB
     amd, cuda = profile_columns("sglang", None, HBM, "amd"), profile_columns("sglang", None, HBM)
     assert tuple(amd) == PROFILE_COLUMNS
-    assert {k for k in amd if amd[k] != cuda[k]} == {"custom_allreduce_bytes", "kv_write_kernel"}
+    assert {k for k in amd if amd[k] != cuda[k]} == {"custom_allreduce_bytes", "kv_write_kernel", "kv_pool_upcast"}
     assert amd["custom_allreduce_bytes"] == 16 * MIB and cuda["custom_allreduce_bytes"] == 8 * MIB
     assert amd["kv_write_kernel"] == 2.0 and cuda["kv_write_kernel"] == 0.0
     assert amd["max_num_tokens"] == 16384          # chunked_prefill_size from 160 GiB ("B200, MI300")
@@ -65,9 +65,11 @@ def test_sglang_decode_on_mi300x_pays_its_two_kv_stores_per_layer():
     # a static batch of 64 requests, Llama 3.1 70B FP8 on 8 MI300X: the decode allreduce (1 MiB) and the prefill
     # chunks' (16384 x 8192 x 2 B = 256 MiB) sit on the same side of 8 and 16 MiB, so only the KV store moves:
     # 80 layers x 2 kernels x 4 us = 640 us per decode step, the prefill (no per-kernel attention launches) not
+    # (the FP8 pool's conversion, kv_pool_upcast, is S58's and tests/serve/test_serve_kv_upcast.py's: held here)
     cuda_columns = {"custom_allreduce_bytes": 8 * MIB, "kv_write_kernel": 0.0}
-    amd = evaluate("llama3.1-70b", "MI300X", engine="sglang", batch_size=64, **KW)
-    as_cuda = evaluate("llama3.1-70b", "MI300X", engine="sglang", batch_size=64, **KW, **cuda_columns)
+    amd = evaluate("llama3.1-70b", "MI300X", engine="sglang", batch_size=64, kv_pool_upcast=0.0, **KW)
+    as_cuda = evaluate("llama3.1-70b", "MI300X", engine="sglang", batch_size=64, kv_pool_upcast=0.0, **KW,
+                       **cuda_columns)
     assert amd["tpot"] - as_cuda["tpot"] == pytest.approx(640e-6, rel=1e-9)
     assert amd["ttft"] == as_cuda["ttft"]
 
