@@ -68,3 +68,17 @@ def test_only_an_fp8_cache_under_the_variant():
     assert VENDOR_VARIANTS[("sglang", "amd")]["kv_pool_upcast"] == 1.0
     for engine, device in (("sglang", "H100"), ("sglang", "B200"), ("vllm", "MI300X"), ("trtllm", "H100")):
         assert engine_columns(engine, device)[0]["kv_pool_upcast"] == 0.0
+
+
+def test_serve_says_so_and_how_to_avoid_it():
+    from click.testing import CliRunner
+
+    from fastmodel.cli import main
+
+    base = ["serve", "-m", "llama3.1-70b", "-d", "MI300X", "--tp", "8", "--precision", "fp8", "--engine", "sglang",
+            "--batch-size", "8"]
+    said = CliRunner().invoke(main, base)
+    assert said.exit_code == 0 and "whole FP8 KV pool to BF16" in said.output and "--kv-precision bf16" in said.output
+    for other in (["--kv-precision", "bf16"], ["--engine", "vllm"]):
+        quiet = CliRunner().invoke(main, base + other)
+        assert quiet.exit_code == 0 and "FP8 KV pool" not in quiet.output
