@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from fastmodel import engines
-from fastmodel.errors import SpecError
+from fastmodel.errors import SpecError, checked_arguments
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from fastmodel.semantics import Semantics
 
 
+@checked_arguments
 def evaluate(model: Any, system: Any, task: Any, semantics: "str | Semantics | dict" = "default",
              plan: str | None = None, num_nodes: int | None = None, execution: Any = None,
              calibration: Any = None) -> "xr.Dataset":
@@ -37,6 +38,7 @@ def evaluate(model: Any, system: Any, task: Any, semantics: "str | Semantics | d
                            execution=execution, calibration=calibration)
 
 
+@checked_arguments
 def evaluate_record(record: dict, source: str | None = None, calibration: Any = None) -> "xr.Dataset":
     """Evaluate one measured-run record (a training run of RUNS.md or a serving record of SERVE_RUNS.md)
     into a 0-d Dataset; its ``measured`` block is not read."""
@@ -47,6 +49,7 @@ def evaluate_record(record: dict, source: str | None = None, calibration: Any = 
     return engine.evaluate_record(record, source, calibration)
 
 
+@checked_arguments
 def memory_by_stage(model: Any = None, system: Any = None, task: Any = None, *, record: dict | None = None,
                     source: str | None = None, plan: str | None = None, num_nodes: int | None = None,
                     memory_margin: float | None = None, execution: Any = None) -> "xr.Dataset":
@@ -60,6 +63,7 @@ def memory_by_stage(model: Any = None, system: Any = None, task: Any = None, *, 
                                    num_nodes=num_nodes, memory_margin=memory_margin, execution=execution)
 
 
+@checked_arguments
 def sweep(model: Any, system: Any, task: Any, axes: dict[str, Any], semantics: Any = "default",
           store: str | None = None, resume: bool = False, workers: int | None = None, scheduler: str | None = None,
           progress: bool | None = False, unit_configs: int | None = None, overwrite: bool = False,
@@ -104,6 +108,7 @@ def _refuse_over_memory(axes: dict) -> None:
     check_grid_memory(total, total * MIN_BYTES_PER_POINT, "write it to a zarr store with store='out.zarr'")
 
 
+@checked_arguments
 def make_config(model: Any, system: Any, task: Any, semantics: "str | Semantics | dict" = "default",
                 plan: str | None = None, num_nodes: int | None = None):
     """A resolved MAD-Max configuration (see :func:`fastmodel.madmax.api.make_config`)."""

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from fastmodel.errors import FastmodelError, SweepError, nearest
+from fastmodel.errors import FastmodelError, SweepError, checked_arguments, nearest
 from fastmodel.io.aliases import resolve, variable_hint, with_aliases
 
 _EXPR = re.compile(r"^\s*(!?)([A-Za-z_][\w.]*)\s*(?:(==|=|!=|>=|<=|>|<)\s*(.+?))?\s*$")
@@ -172,6 +172,7 @@ def _names_fits_memory(where: list[str]) -> bool:
     return False
 
 
+@checked_arguments
 def best(ds: xr.Dataset, by: str, top: int = 10, where: list[str] | None = None, ascending: bool | None = None,
          columns: tuple[str, ...] = ("throughput", "step_time", "exposed_comm", "tokens_per_s_per_gpu", "mfu", "tpot",
                                      "output_tokens_per_s_per_user", "memory_per_device"),

@@ -1,0 +1,42 @@
+"""The Python API as a hurried notebook user calls it (fastmodel.__all__, fastmodel.analysis.best.best,
+fastmodel.plot, fastmodel.serve.api): a misspelt keyword, a str where a list goes, numpy integers, a path where a
+dict goes, a calibration of the wrong type -- each one line of a FastmodelError naming the argument and the
+reason (the nearest valid name for a typo), never a bare TypeError, AttributeError or KeyError."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+import fastmodel
+import fastmodel.plot as fp
+from fastmodel.analysis.best import best
+from fastmodel.errors import ArgumentError, FastmodelError
+
+LM = ("llama3.1-8b", "dgx-h100", "llm-pretrain")
+
+
+@pytest.mark.parametrize("call, said", [
+    (lambda: fastmodel.evaluate(*LM, num_node=2), "evaluate(): unknown argument 'num_node' (did you mean 'num_nodes'?)"),
+    (lambda: fastmodel.sweep(*LM, axes={}, only_fiting=True), "(did you mean 'only_fitting'?)"),
+    (lambda: fastmodel.evaluate_record({}, sorce="x"), "(did you mean 'source'?)"),
+    (lambda: fastmodel.memory_by_stage(*LM, memory_marign=0), "(did you mean 'memory_margin'?)"),
+    (lambda: best(None, "step_time", acending=True), "best(): unknown argument 'acending' (did you mean 'ascending'?)"),
+    (lambda: fp.heatmap(None, varr="step_time"), "heatmap(): unknown argument 'varr' (did you mean 'var'?)"),
+    (lambda: fastmodel.evaluate("llama3.1-8b"), "evaluate(): missing a required argument: 'system'"),
+])
+def test_a_misspelt_keyword_names_the_nearest_parameter(call, said):
+    """Python's own error names neither the function's parameters nor the nearest one; the call is refused before
+    anything is loaded."""
+    with pytest.raises(ArgumentError) as error:
+        call()
+    assert said in str(error.value) and "\n" not in str(error.value)
+    assert isinstance(error.value, TypeError) and isinstance(error.value, FastmodelError)
+
+
+def test_checked_functions_keep_their_signature_and_docstring():
+    """``help(fastmodel.evaluate)`` shows the parameters, not ``*args, **kwargs``."""
+    assert list(inspect.signature(fastmodel.evaluate).parameters)[:3] == ["model", "system", "task"]
+    assert "var" in inspect.signature(fp.heatmap).parameters
+    assert fastmodel.evaluate.__doc__.startswith("Evaluate one configuration")
