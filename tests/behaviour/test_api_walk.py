@@ -40,3 +40,14 @@ def test_checked_functions_keep_their_signature_and_docstring():
     assert list(inspect.signature(fastmodel.evaluate).parameters)[:3] == ["model", "system", "task"]
     assert "var" in inspect.signature(fp.heatmap).parameters
     assert fastmodel.evaluate.__doc__.startswith("Evaluate one configuration")
+
+
+@pytest.mark.parametrize("call", [
+    lambda: fastmodel.evaluate(*LM, plan="tp2", num_nodes=2, calibration=3),
+    lambda: fastmodel.sweep(*LM, axes={"plan": ["tp2"]}, calibration=["cal.toml"]),
+])
+def test_a_calibration_of_the_wrong_type_is_named(call):
+    """A path (str or Path) or a Calibration; anything else was ``TypeError: expected str, bytes or os.PathLike``."""
+    with pytest.raises(FastmodelError, match=r"^calibration: expected a path to a 'fastmodel calibrate' TOML file "
+                                             r"or a Calibration, got (int|list)$"):
+        call()
