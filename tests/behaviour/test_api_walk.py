@@ -51,3 +51,24 @@ def test_a_calibration_of_the_wrong_type_is_named(call):
     with pytest.raises(FastmodelError, match=r"^calibration: expected a path to a 'fastmodel calibrate' TOML file "
                                              r"or a Calibration, got (int|list)$"):
         call()
+
+
+def test_numpy_numbers_in_an_execution_dict_are_numbers():
+    """``np.int64(2)`` from a notebook's ``np.arange`` is the integer 2 (the strict schema refused it: "Input should
+    be a valid integer (got np.int64(2))"); the result is the one the Python int gives."""
+    import numpy as np
+
+    given = fastmodel.evaluate(*LM, plan="tp2", num_nodes=2, execution={"micro_batch": np.int64(2),
+                                                                      "recompute_fraction": np.float32(0.5)})
+    plain = fastmodel.evaluate(*LM, plan="tp2", num_nodes=2, execution={"micro_batch": 2, "recompute_fraction": 0.5})
+    assert float(given.step_time) == float(plain.step_time)
+
+
+def test_plain_numbers_keeps_what_is_not_numpy():
+    import numpy as np
+
+    from fastmodel.spec.loader import plain_numbers
+
+    out = plain_numbers({"a": np.int64(3), "b": [np.float64(0.5), "x"], "c": (np.bool_(True),), "d": None})
+    assert out == {"a": 3, "b": [0.5, "x"], "c": (True,), "d": None}
+    assert type(out["a"]) is int and type(out["c"][0]) is bool
