@@ -44,9 +44,27 @@ def evaluate_record(record: dict, source: str | None = None, calibration: Any = 
     into a 0-d Dataset; its ``measured`` block is not read."""
     engine = engines.for_record(record)
     if engine is None:
-        raise SpecError(source, "record", "not a run record (RUNS.md: model, system and plan blocks) nor a "
-                        "serving record (SERVE_RUNS.md: model, system and serve blocks)")
+        _refuse_record(record, source)
     return engine.evaluate_record(record, source, calibration)
+
+
+def _refuse_record(record: Any, source: str | None) -> None:
+    """The SpecError for what :func:`evaluate_record` cannot read: a path or JSON text where the parsed record
+    goes, a record with a block missing or not an object (the block named), anything else."""
+    from pathlib import Path
+
+    from fastmodel.spec.detect import misshapen_record
+
+    if isinstance(record, (str, Path)):
+        raise SpecError(source, "record", f"expected one record as a dict (a parsed JSON line), got "
+                        f"{type(record).__name__}: read a file of records with json.loads per line, or run "
+                        "'fastmodel validate' / 'fastmodel batch' on it")
+    if not isinstance(record, dict):
+        raise SpecError(source, "record", f"expected one record as a dict, got {type(record).__name__}")
+    if problem := misshapen_record(record):
+        raise SpecError(source, None, problem)
+    raise SpecError(source, "record", "not a run record (RUNS.md: model, system and plan blocks) nor a "
+                    "serving record (SERVE_RUNS.md: model, system and serve blocks)")
 
 
 @checked_arguments

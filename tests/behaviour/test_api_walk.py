@@ -72,3 +72,24 @@ def test_plain_numbers_keeps_what_is_not_numpy():
     out = plain_numbers({"a": np.int64(3), "b": [np.float64(0.5), "x"], "c": (np.bool_(True),), "d": None})
     assert out == {"a": 3, "b": [0.5, "x"], "c": (True,), "d": None}
     assert type(out["a"]) is int and type(out["c"][0]) is bool
+
+
+def _run_record() -> dict:
+    import json
+    from pathlib import Path
+
+    return json.loads((Path(__file__).parents[1] / "data" / "runs_dev.jsonl").read_text().splitlines()[0])
+
+
+@pytest.mark.parametrize("change, said", [
+    (lambda r: "runs.jsonl", "record: expected one record as a dict (a parsed JSON line), got str: read a file"),
+    (lambda r: [r], "record: expected one record as a dict, got list"),
+    (lambda r: {k: v for k, v in r.items() if k != "plan"}, "plan: required block missing (a run record needs"),
+    (lambda r: {**r, "plan": "tp8"}, "plan: a run record's plan block must be an object (got 'tp8')"),
+])
+def test_evaluate_record_names_what_is_not_a_record(change, said):
+    """A path, a list of records or a record with a hole was "not a run record ... nor a serving record", which
+    named neither the type given nor the block missing."""
+    with pytest.raises(FastmodelError) as error:
+        fastmodel.evaluate_record(change(_run_record()))
+    assert str(error.value).startswith(said)
