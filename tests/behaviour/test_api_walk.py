@@ -93,3 +93,19 @@ def test_evaluate_record_names_what_is_not_a_record(change, said):
     with pytest.raises(FastmodelError) as error:
         fastmodel.evaluate_record(change(_run_record()))
     assert str(error.value).startswith(said)
+
+
+@pytest.mark.parametrize("kwargs, said", [
+    ({"model": "record"}, "model: a run record: pass it as record=..."),
+    ({}, "model: give model, system and task (specs) or record= (a run record)"),
+    ({"record": "runs.jsonl"}, "record: expected one run record as a dict (a parsed JSON line), got str"),
+    ({"record": {}}, "record: not a real-world training configuration"),
+])
+def test_memory_by_stage_says_where_a_record_goes(kwargs, said):
+    """A record given positionally, nothing at all, or a path as ``record`` was "model: not a real-world training
+    configuration", which sent the user to the wrong argument."""
+    kwargs = {k: _run_record() if v == "record" else v for k, v in kwargs.items()}
+    for function in (fastmodel.memory_by_stage, fp.memory_timeline):
+        with pytest.raises(FastmodelError) as error:
+            function(**kwargs)
+        assert str(error.value).startswith(said)
