@@ -109,3 +109,33 @@ def test_memory_by_stage_says_where_a_record_goes(kwargs, said):
         with pytest.raises(FastmodelError) as error:
             function(**kwargs)
         assert str(error.value).startswith(said)
+
+
+@pytest.fixture(scope="module")
+def grid():
+    return fastmodel.sweep(*LM, axes={"num_nodes": [1, 2], "plan": ["dp", "tp2", "tp2.pp2"]})
+
+
+def test_best_takes_what_a_notebook_hands_it(grid, tmp_path):
+    """One filter as a str (was split into characters: "filter on unknown variable 'n'"), a numpy top, and the
+    path of a result as the CLI takes it; the table names each column's units."""
+    import numpy as np
+
+    table = best(grid, "step_time", top=np.int64(2), where="num_nodes=2")
+    assert list(table.num_nodes) == [2, 2] and table.equals(best(grid, "step_time", top=2, where=["num_nodes=2"]))
+    assert table.attrs["units"]["step_time"] == "s" and table.attrs["units"]["memory_per_device"] == "bytes"
+    grid.to_netcdf(tmp_path / "grid.nc")
+    assert best(tmp_path / "grid.nc", "step_time", top=2).step_time.tolist() == best(grid, "step_time", top=2).step_time.tolist()
+
+
+@pytest.mark.parametrize("ds, top, said", [
+    ("grid.step_time", 3, "ds: expected a result Dataset (fastmodel.sweep) or the path of a .nc/.zarr result, got "
+                          "DataArray: pass the Dataset (ds), not one of its variables"),
+    ("grid", "3", "top: expected a whole number of configurations >= 1 (got '3')"),
+    ("grid", 2.5, "top: expected a whole number of configurations >= 1 (got 2.5)"),
+])
+def test_best_names_a_wrong_argument(grid, ds, top, said):
+    """Were AttributeError ('DataArray' object has no attribute 'data_vars') and TypeError ('<' not supported)."""
+    with pytest.raises(FastmodelError) as error:
+        best(grid.step_time if ds == "grid.step_time" else grid, "step_time", top=top)
+    assert str(error.value) == said
