@@ -8,10 +8,12 @@ package ``fastmodel.sweeps``).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fastmodel import engines
-from fastmodel.errors import SpecError, checked_arguments
+from fastmodel.errors import SpecError, SweepError, checked_arguments
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -51,8 +53,6 @@ def evaluate_record(record: dict, source: str | None = None, calibration: Any = 
 def _refuse_record(record: Any, source: str | None) -> None:
     """The SpecError for what :func:`evaluate_record` cannot read: a path or JSON text where the parsed record
     goes, a record with a block missing or not an object (the block named), anything else."""
-    from pathlib import Path
-
     from fastmodel.spec.detect import misshapen_record
 
     if isinstance(record, (str, Path)):
@@ -103,6 +103,9 @@ def sweep(model: Any, system: Any, task: Any, axes: dict[str, Any], semantics: A
     """
     from fastmodel.sweeps.run import run
 
+    if axes is not None and not isinstance(axes, Mapping):
+        raise SweepError(f"axes: expected a dict of axis name -> values (e.g. {{'num_nodes': [16, 32]}}), got "
+                         f"{type(axes).__name__}")
     if store is None:
         _refuse_over_memory(axes)
     engine = engines.for_sweep(model, system, task, semantics)

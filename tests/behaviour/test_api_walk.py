@@ -139,3 +139,11 @@ def test_best_names_a_wrong_argument(grid, ds, top, said):
     with pytest.raises(FastmodelError) as error:
         best(grid.step_time if ds == "grid.step_time" else grid, "step_time", top=top)
     assert str(error.value) == said
+
+
+@pytest.mark.parametrize("axes", [["num_nodes"], "num_nodes=2", ("plan", "tp2")])
+def test_sweep_axes_must_be_a_dict(axes):
+    """Was AttributeError: 'list' object has no attribute 'values'."""
+    with pytest.raises(FastmodelError, match=r"^axes: expected a dict of axis name -> values \(e\.g\. "
+                                             r"\{'num_nodes': \[16, 32\]\}\), got (list|str|tuple)$"):
+        fastmodel.sweep(*LM, axes=axes)
