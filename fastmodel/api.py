@@ -108,6 +108,9 @@ def sweep(model: Any, system: Any, task: Any, axes: dict[str, Any], semantics: A
                          f"{type(axes).__name__}")
     if store is None:
         _refuse_over_memory(axes)
+    elif not isinstance(store, (str, Path)) or Path(store).suffix != ".zarr":
+        raise SweepError(f"store: a zarr store's path, ending in .zarr (got {store!r}); for a .nc file sweep in "
+                         "memory (store=None) and call ds.to_netcdf('out.nc')")
     engine = engines.for_sweep(model, system, task, semantics)
     plan = engine.door().sweep_plan(model, system, task, axes, semantics=semantics, unit_configs=unit_configs,
                                     execution=execution, only_fitting=only_fitting, calibration=calibration)

@@ -147,3 +147,13 @@ def test_sweep_axes_must_be_a_dict(axes):
     with pytest.raises(FastmodelError, match=r"^axes: expected a dict of axis name -> values \(e\.g\. "
                                              r"\{'num_nodes': \[16, 32\]\}\), got (list|str|tuple)$"):
         fastmodel.sweep(*LM, axes=axes)
+
+
+@pytest.mark.parametrize("store", ["grid.nc", "grid", "grid.ZARR"])
+def test_a_sweep_store_ends_in_zarr(store, tmp_path, monkeypatch):
+    """store='grid.nc' wrote a zarr directory named grid.nc (the CLI's -o writes netCDF there); now refused, as
+    the CLI refuses an output that ends in neither .zarr nor .nc, and nothing is written."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FastmodelError, match=rf"^store: a zarr store's path, ending in \.zarr \(got '{store}'\)"):
+        fastmodel.sweep(*LM, axes={"plan": ["tp2"]}, store=store)
+    assert not list(tmp_path.iterdir())
