@@ -129,7 +129,9 @@ def load_columns(batch_size=None, concurrency=None, max_throughput: bool = False
 
 def columns(model, device: str, *, precision: str = "bf16", kv_precision: str | None = None, batch_size=None,
             concurrency=None, max_throughput: bool = False, **values) -> np.ndarray:
-    """One configuration's column vector. ``values``: any column by name (tp, pp, ep, input_len, ...)."""
+    """One configuration's column vector. ``values``: any column by name (tp, pp, ep, input_len, ...), a number
+    (a code name for a coded column); a misspelt name or a value that is no number is one line naming it."""
+    values = {key: _number(key, encode(key, value)) for key, value in by_column_name(values).items()}
     merged: dict[str, Any] = {}
     merged.update(device_columns(device))
     merged.update(model_columns(model))
@@ -143,14 +145,21 @@ def columns(model, device: str, *, precision: str = "bf16", kv_precision: str | 
     merged.update(precision_columns(precision, kv_precision))
     merged.update(load_columns(batch_size, concurrency, max_throughput))
     merged["n_gpus"] = values.get("tp", 1) * values.get("attention_dp", 1) * values.get("pp", 1)
-    for key, value in by_column_name(values).items():
-        if key not in COLUMN_INDEX:
-            raise SpecError(None, key, f"unknown column{nearest(key, COLUMN_INDEX)}")
-        merged[key] = encode(key, value)
+    merged.update(values)
     vector = np.array([float(c.default) for c in COLUMNS])
     for key, value in merged.items():
         vector[COLUMN_INDEX[key]] = float(value)
     return vector
+
+
+def _number(key: str, value) -> float:
+    """A column's value as a float: a SpecError naming an unknown column (the nearest name) or a value that is no
+    number (``input_len="1k"`` was a bare TypeError; ``tp="4"`` was read as 4)."""
+    if key not in COLUMN_INDEX:
+        raise SpecError(None, key, f"unknown column{nearest(key, COLUMN_INDEX)}")
+    if isinstance(value, (str, bytes)) or not np.isscalar(value) or not np.isreal(value):
+        raise SpecError(None, key, f"expected a number, got {value!r}")
+    return float(value)
 
 
 def evaluate_table(params: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

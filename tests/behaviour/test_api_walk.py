@@ -157,3 +157,30 @@ def test_a_sweep_store_ends_in_zarr(store, tmp_path, monkeypatch):
     with pytest.raises(FastmodelError, match=rf"^store: a zarr store's path, ending in \.zarr \(got '{store}'\)"):
         fastmodel.sweep(*LM, axes={"plan": ["tp2"]}, store=store)
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("kwargs, said", [
+    ({"tpp": 4, "batch_size": 1}, "tpp: unknown column (did you mean 'tp'?)"),
+    ({"tpp": 4}, "tpp: unknown column (did you mean 'tp'?)"),
+    ({"tp": 4, "input_len": "1k", "batch_size": 1}, "input_len: expected a number, got '1k'"),
+    ({"tp": "4", "batch_size": 1}, "tp: expected a number, got '4'"),
+    ({"tp": [2, 4], "batch_size": 1}, "tp: expected a number, got [2, 4]"),
+])
+def test_serve_evaluate_names_a_misspelt_column_or_a_value_that_is_no_number(kwargs, said):
+    """``tpp=4`` was "load: give exactly one of batch_size, ..." (the load was checked first) and
+    ``input_len="1k"`` a bare TypeError; ``tp="4"`` was read as 4 and ``tp=[2, 4]`` was a TypeError (a list is
+    an axis of ``sweep``, not of ``evaluate``)."""
+    from fastmodel.serve.api import evaluate
+
+    with pytest.raises(FastmodelError) as error:
+        evaluate("llama3.1-70b", "H100", **kwargs)
+    assert str(error.value) == said
+
+
+def test_serve_evaluate_takes_numpy_integers():
+    import numpy as np
+
+    from fastmodel.serve.api import evaluate
+
+    given = evaluate("llama3.1-70b", "H100", tp=np.int64(4), input_len=np.int32(128), output_len=128, batch_size=1)
+    assert given == evaluate("llama3.1-70b", "H100", tp=4, input_len=128, output_len=128, batch_size=1)
