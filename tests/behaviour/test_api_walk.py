@@ -184,3 +184,14 @@ def test_serve_evaluate_takes_numpy_integers():
 
     given = evaluate("llama3.1-70b", "H100", tp=np.int64(4), input_len=np.int32(128), output_len=128, batch_size=1)
     assert given == evaluate("llama3.1-70b", "H100", tp=4, input_len=128, output_len=128, batch_size=1)
+
+
+def test_memory_by_stage_labels_every_variable():
+    """``fits_memory``, ``peak_moment`` and the ``stage`` coordinate had no attrs; every number now names its
+    units and every variable its long name, as the Datasets of ``evaluate`` and ``sweep`` do."""
+    ds = fastmodel.memory_by_stage(*LM, plan="tp2.pp2", num_nodes=2)
+    assert ds.fits_memory.attrs["units"] == "1" and ds.memory.attrs["units"] == "bytes"
+    assert ds.stage.attrs["units"] == "1" and list(ds.stage.values) == [0, 1]
+    assert all("long_name" in ds[name].attrs for name in ds.variables if name != "memory_kind")
+    assert all("units" in ds[name].attrs for name in ds.data_vars if ds[name].dtype.kind in "fiub")
+    assert float(ds.memory.sel(stage=0).sum("memory_kind")) == pytest.approx(float(ds.memory_per_device.sel(stage=0)))
