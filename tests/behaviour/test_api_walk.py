@@ -195,3 +195,27 @@ def test_memory_by_stage_labels_every_variable():
     assert all("long_name" in ds[name].attrs for name in ds.variables if name != "memory_kind")
     assert all("units" in ds[name].attrs for name in ds.data_vars if ds[name].dtype.kind in "fiub")
     assert float(ds.memory.sel(stage=0).sum("memory_kind")) == pytest.approx(float(ds.memory_per_device.sel(stage=0)))
+
+
+def test_slo_search_reads_one_name_and_durations_as_the_cli_does():
+    """``precisions="fp8"`` was read letter by letter ("unknown value 'f'"), ``modes="agg"`` too, and
+    ``ttft="1s"`` was a bare TypeError; now they are the one name and the duration ``--ttft 1s`` reads."""
+    from fastmodel.serve.search import slo_search
+
+    args = dict(input_len=1024, output_len=256, gpus=2, concurrency=(1, 8, 64))
+    given = slo_search("llama3.1-8b", "H100", ttft="1s", tpot="50ms", precisions="fp8", modes="agg", **args)
+    plain = slo_search("llama3.1-8b", "H100", ttft=1.0, tpot=0.05, precisions=("fp8",), modes=("agg",), **args)
+    assert given.best == plain.best and given.best["precision"] == "fp8"
+    assert given.dataset.identical(plain.dataset) and list(given.dataset.precision.values) == ["fp8"]
+
+
+@pytest.mark.parametrize("kwargs, said", [
+    ({"ttft": "1 sec", "tpot": 0.05}, "ttft: "),
+    ({"ttft": 1, "tpot": 0.05, "gpu": 2}, "slo_search(): unknown argument 'gpu' (did you mean 'gpus'?)"),
+])
+def test_slo_search_names_a_wrong_argument(kwargs, said):
+    from fastmodel.serve.search import slo_search
+
+    with pytest.raises(FastmodelError) as error:
+        slo_search("llama3.1-8b", "H100", input_len=1024, output_len=256, **kwargs)
+    assert str(error.value).startswith(said)
