@@ -219,3 +219,17 @@ def test_slo_search_names_a_wrong_argument(kwargs, said):
     with pytest.raises(FastmodelError) as error:
         slo_search("llama3.1-8b", "H100", input_len=1024, output_len=256, **kwargs)
     assert str(error.value).startswith(said)
+
+
+@pytest.mark.parametrize("figure", ["heatmap", "scaling", "pareto", "breakdown", "memory_bars"])
+@pytest.mark.parametrize("sel", ["num_nodes=2", ["num_nodes=2"]])
+def test_a_figure_names_a_selection_that_is_no_dict(grid, figure, sel):
+    """``sel="num_nodes=2"`` (the CLI's --sel text) was AttributeError: 'str' object has no attribute 'items'."""
+    calls = {"heatmap": lambda: fp.heatmap(grid, x="num_nodes", y="plan", var="step_time", sel=sel),
+             "scaling": lambda: fp.scaling(grid, "num_nodes", var="step_time", hue="plan", sel=sel),
+             "pareto": lambda: fp.pareto(grid, "step_time", "tokens_per_s_per_gpu", sel=sel),
+             "breakdown": lambda: fp.breakdown(grid, sel=sel),
+             "memory_bars": lambda: fp.memory_bars(grid, sel=sel)}
+    with pytest.raises(FastmodelError, match=r"^sel: expected a dict of dimension -> value \(e\.g\. "
+                                             r"sel=\{'num_nodes': 256\}\), got (str|list) "):
+        calls[figure]()
