@@ -233,3 +233,24 @@ def test_a_figure_names_a_selection_that_is_no_dict(grid, figure, sel):
     with pytest.raises(FastmodelError, match=r"^sel: expected a dict of dimension -> value \(e\.g\. "
                                              r"sel=\{'num_nodes': 256\}\), got (str|list) "):
         calls[figure]()
+
+
+def test_run_batch_takes_dicts_and_refuses_a_str_or_path():
+    """A list of parsed records was TypeError (unhashable type: 'dict'); a path or one line as a str was read
+    character by character (a status 'invalid JSON' per character)."""
+    import json
+    from pathlib import Path
+
+    import numpy as np
+
+    from fastmodel.io.batch import run_batch
+
+    lines = (Path(__file__).parents[1] / "data" / "runs_dev.jsonl").read_text().splitlines()[:2]
+    dicts = [json.loads(line) for line in lines]
+    dicts[1]["plan"]["micro_batch"] = np.int64(dicts[1]["plan"]["micro_batch"])
+    assert list(run_batch(dicts)) == list(run_batch(lines))
+    for given in (lines[0], Path("runs.jsonl"), lines[0].encode()):
+        with pytest.raises(FastmodelError, match=r"^lines: expected an iterable of JSON lines or dicts"):
+            run_batch(given)
+    with pytest.raises(FastmodelError, match=r"^lines: line 1: a dict that is not JSON"):
+        list(run_batch([{"model": object()}]))
