@@ -108,6 +108,10 @@ def checked_arguments(func: _F) -> _F:
             unknown = [k for k in kwargs if k not in signature.parameters]
             reason = (f"unknown argument {unknown[0]!r}{nearest(unknown[0], params)}; it takes "
                       f"{', '.join(params)}" if unknown and not _takes_any_keyword(signature) else str(error))
+            if "too many positional" in reason:
+                keywords = [n for n, p in signature.parameters.items() if p.kind is p.KEYWORD_ONLY]
+                named = f"; by keyword: {', '.join(f'{k}=' for k in keywords)}" if keywords else ""
+                reason += f" (positional: {', '.join(params[:len(params) - len(keywords)]) or 'none'}{named})"
             raise ArgumentError(f"{func.__qualname__}(): {reason}") from None
         return func(*args, **kwargs)
 

@@ -25,6 +25,10 @@ LM = ("llama3.1-8b", "dgx-h100", "llm-pretrain")
     (lambda: best(None, "step_time", acending=True), "best(): unknown argument 'acending' (did you mean 'ascending'?)"),
     (lambda: fp.heatmap(None, varr="step_time"), "heatmap(): unknown argument 'varr' (did you mean 'var'?)"),
     (lambda: fastmodel.evaluate("llama3.1-8b"), "evaluate(): missing a required argument: 'system'"),
+    (lambda: fp.timeline(*LM), "timeline(): too many positional arguments (positional: config; by keyword: model=, "
+                               "system=, task=, record="),
+    (lambda: fastmodel.evaluate(*LM, *range(6)), "evaluate(): too many positional arguments (positional: model, "
+                                                  "system, task, semantics, plan, num_nodes, execution, calibration)"),
 ])
 def test_a_misspelt_keyword_names_the_nearest_parameter(call, said):
     """Python's own error names neither the function's parameters nor the nearest one; the call is refused before
