@@ -258,3 +258,11 @@ def test_run_batch_takes_dicts_and_refuses_a_str_or_path():
             run_batch(given)
     with pytest.raises(FastmodelError, match=r"^lines: line 1: a dict that is not JSON"):
         list(run_batch([{"model": object()}]))
+
+
+def test_a_command_name_on_the_package_says_its_python_call():
+    """``fastmodel.run`` (the CLI's name) was a bare "no attribute 'run'"; it now names ``fastmodel.evaluate``.
+    Still an AttributeError, so ``hasattr`` keeps working."""
+    with pytest.raises(AttributeError, match=r"'fastmodel run' is fastmodel\.evaluate \(specs\)"):
+        fastmodel.run  # noqa: B018
+    assert not hasattr(fastmodel, "best") and not hasattr(fastmodel, "nothing_here")
