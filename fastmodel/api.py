@@ -106,6 +106,9 @@ def sweep(model: Any, system: Any, task: Any, axes: dict[str, Any], semantics: A
     if axes is not None and not isinstance(axes, Mapping):
         raise SweepError(f"axes: expected a dict of axis name -> values (e.g. {{'num_nodes': [16, 32]}}), got "
                          f"{type(axes).__name__}")
+    plan = (axes or {}).get("plan")
+    if isinstance(plan, str) and plan.strip().lower() == "all":    # "ALL", " all": the keyword, as sweep files read it
+        axes = {**axes, "plan": "all"}
     if store is None:
         _refuse_over_memory(axes)
     elif not isinstance(store, (str, Path)) or Path(store).suffix != ".zarr":

@@ -266,3 +266,13 @@ def test_a_command_name_on_the_package_says_its_python_call():
     with pytest.raises(AttributeError, match=r"'fastmodel run' is fastmodel\.evaluate \(specs\)"):
         fastmodel.run  # noqa: B018
     assert not hasattr(fastmodel, "best") and not hasattr(fastmodel, "nothing_here")
+
+
+@pytest.mark.parametrize("specs, semantics", [(LM, "default"), (("llama2-70b", "dc-a", "llm-pretrain"), "madmax")])
+def test_the_all_plan_keyword_is_read_whatever_its_case_in_python(specs, semantics):
+    """A sweep file read plan = "ALL" as "all" (test_hurried_user); fastmodel.sweep refused it ("'all' is not a
+    degree like tp8" for the real-world model, "cannot parse plan 'ALL'" for MAD-Max)."""
+    def plans(keyword):
+        return fastmodel.sweep(*specs, axes={"plan": keyword, "num_nodes": 16}, semantics=semantics)
+
+    assert plans("ALL").identical(plans("all")) and plans(" All ").identical(plans("all"))
