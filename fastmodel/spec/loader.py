@@ -215,4 +215,6 @@ def resolve_source(spec: Any, kind: str) -> tuple[dict | BaseModel, str | None]:
         hint = f"; {text!r} is a built-in {other[0]}" if other else _device_hint(text, kind) or nearest(text, names)
         raise SpecError(None, kind, f"unknown built-in {kind} {text!r}{hint}; "
                         f"see 'fastmodel specs list' or pass a .toml/.json path")
-    raise SpecError(None, kind, f"expected a name, a path or a dict, got {type(spec).__name__}")
+    several = f" (several {kind}s: a MAD-Max sweep's {kind} axis, axes={{'{kind}': [...]}})" \
+        if isinstance(spec, (list, tuple)) and kind in ("model", "system") else ""
+    raise SpecError(None, kind, f"expected a name, a path or a dict, got {type(spec).__name__}{several}")

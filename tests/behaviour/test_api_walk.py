@@ -276,3 +276,13 @@ def test_the_all_plan_keyword_is_read_whatever_its_case_in_python(specs, semanti
         return fastmodel.sweep(*specs, axes={"plan": keyword, "num_nodes": 16}, semantics=semantics)
 
     assert plans("ALL").identical(plans("all")) and plans(" All ").identical(plans("all"))
+
+
+def test_several_models_say_where_they_go():
+    """A list of models was "expected a name, a path or a dict, got list" (MAD-Max) and "unknown axis 'model'
+    (did you mean 'num_nodes'?)" (a real-world model axis)."""
+    with pytest.raises(FastmodelError, match=r"got list \(several models: a MAD-Max sweep's model axis, "
+                                             r"axes=\{'model': \[\.\.\.\]\}\)$"):
+        fastmodel.sweep(["llama2-70b", "llama-7b"], "dc-a", "llm-pretrain", axes={"num_nodes": [16]})
+    with pytest.raises(FastmodelError, match=r"^axis 'model': a real-world sweep takes one model"):
+        fastmodel.sweep(*LM, axes={"model": ["llama3.1-8b", "llama3.1-70b"]})
