@@ -25,7 +25,9 @@ if TYPE_CHECKING:
 def evaluate(model: Any, system: Any, task: Any, semantics: "str | Semantics | dict" = "default",
              plan: str | None = None, num_nodes: int | None = None, execution: Any = None,
              calibration: Any = None) -> "xr.Dataset":
-    """Evaluate one configuration; a 0-d Dataset of every variable its engine produces.
+    """Evaluate one configuration; a 0-d Dataset of every variable its engine produces, each with ``units``
+    (SI: s, bytes, FLOP/s, tokens/s; ``1`` for ratios and flags), ``long_name`` and ``description`` in its attrs,
+    and ``status`` (0 ok; ``flag_meanings`` names each code). ``num_nodes``: nodes of the system's size.
 
     ``model``, ``system``, ``task``: built-in name, path (.toml/.json), dict in fastmodel or MAD-Max format,
     or spec object. ``plan`` overrides the task's plan (MAD-Max specs: ``'DENSE/EMB'``; real-world specs: a
@@ -42,8 +44,9 @@ def evaluate(model: Any, system: Any, task: Any, semantics: "str | Semantics | d
 
 @checked_arguments
 def evaluate_record(record: dict, source: str | None = None, calibration: Any = None) -> "xr.Dataset":
-    """Evaluate one measured-run record (a training run of RUNS.md or a serving record of SERVE_RUNS.md)
-    into a 0-d Dataset; its ``measured`` block is not read."""
+    """Evaluate one measured-run record (a training run of RUNS.md or a serving record of SERVE_RUNS.md, as a
+    dict: one parsed JSON line) into a 0-d Dataset, each variable's ``units`` in its attrs as :func:`evaluate`'s;
+    its ``measured`` block is not read. ``source`` names the record in errors (a file, a line)."""
     engine = engines.for_record(record)
     if engine is None:
         _refuse_record(record, source)
@@ -86,7 +89,9 @@ def sweep(model: Any, system: Any, task: Any, axes: dict[str, Any], semantics: A
           store: str | None = None, resume: bool = False, workers: int | None = None, scheduler: str | None = None,
           progress: bool | None = False, unit_configs: int | None = None, overwrite: bool = False,
           execution: Any = None, only_fitting: bool = False, calibration: Any = None) -> "xr.Dataset":
-    """Evaluate a grid of configurations; a labeled Dataset with one dimension per axis.
+    """Evaluate a grid of configurations; a labeled Dataset with one dimension per axis (its coordinate the axis
+    values, ``.sel(num_nodes=16, plan="tp8")``), the variables of :func:`evaluate` with their ``units`` attrs and
+    a ``status`` per point (0 ok; ``flag_meanings`` names every code: an illegal point keeps its reason).
 
     ``axes`` maps axis names to values: a list, a scalar, or a range ``{start, stop, num|step,
     scale='linear'|'log'}``. Which axes exist is the engine's: MAD-Max specs sweep spec fields (short or dotted

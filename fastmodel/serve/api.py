@@ -204,7 +204,8 @@ def device_profiles(engine: str | None, first: str, devices: Sequence[str], give
 def evaluate(model, device: str, engine: str | None = None, **kwargs) -> dict[str, float | str]:
     """Every serving result of one configuration (see :func:`columns`) under ``engine``'s profile
     (:func:`engine_columns`; None: the default engine), plus its ``status`` name and ``notes``
-    (:func:`model_notes` and the engine's note, joined by "; ")."""
+    (:func:`model_notes` and the engine's note, joined by "; "). Plain floats in the units of
+    ``fastmodel.registry.serve.SERVE_RESULTS`` (s, tokens/s, bytes; :func:`sweep` keeps them in attrs)."""
     profile, notes = engine_columns(engine, device, kwargs, refuse=True)
     out, status = evaluate_table(columns(model, device, **profile, **kwargs)[:, None])
     result: dict[str, float | str] = {r.name: float(out[i, 0]) for i, r in enumerate(SERVE_RESULTS)}

@@ -286,3 +286,21 @@ def test_several_models_say_where_they_go():
         fastmodel.sweep(["llama2-70b", "llama-7b"], "dc-a", "llm-pretrain", axes={"num_nodes": [16]})
     with pytest.raises(FastmodelError, match=r"^axis 'model': a real-world sweep takes one model"):
         fastmodel.sweep(*LM, axes={"model": ["llama3.1-8b", "llama3.1-70b"]})
+
+
+@pytest.mark.parametrize("name", [n for n in fastmodel.__all__ if n[0].islower() and n != "__version__"])
+def test_every_public_function_has_a_docstring(name):
+    """``help(fastmodel.X)`` says what X does; the four that return results say their units."""
+    value = getattr(fastmodel, name)
+    assert (value.__doc__ or "").strip(), name
+    if name in ("evaluate", "evaluate_record", "sweep", "memory_by_stage"):
+        assert "units" in value.__doc__ or "bytes" in value.__doc__, name
+
+
+def test_a_serving_result_dict_names_where_its_units_are():
+    from fastmodel.registry.serve import SERVE_RESULTS
+    from fastmodel.serve.api import evaluate
+
+    assert "SERVE_RESULTS" in evaluate.__doc__
+    result = evaluate("llama3.1-70b", "H100", tp=4, input_len=128, output_len=128, batch_size=1)
+    assert set(result) == {r.name for r in SERVE_RESULTS} | {"status", "notes"}
