@@ -304,3 +304,16 @@ def test_a_serving_result_dict_names_where_its_units_are():
     assert "SERVE_RESULTS" in evaluate.__doc__
     result = evaluate("llama3.1-70b", "H100", tp=4, input_len=128, output_len=128, batch_size=1)
     assert set(result) == {r.name for r in SERVE_RESULTS} | {"status", "notes"}
+
+
+def test_a_memory_margin_with_a_bytes_unit():
+    """memory_margin="2 GiB" (a spec file's way to write bytes) was "'2 GiB' is not a number"; it is 2 x 2^30
+    bytes, the same result as the number. A wrong unit or a negative one stays one line."""
+    ds = fastmodel.memory_by_stage(*LM, plan="tp2.pp2", num_nodes=2, memory_margin="2 GiB")
+    assert ds.identical(fastmodel.memory_by_stage(*LM, plan="tp2.pp2", num_nodes=2, memory_margin=2 * 2**30))
+    for given, said in (("2 XB", "memory_margin: unknown unit 'XB' for bytes"),
+                        ("-2 GiB", "memory_margin: '-2 GiB' is negative"),
+                        ("2 GB/s", "memory_margin: '2 GB/s' is not a number")):
+        with pytest.raises(FastmodelError) as error:
+            fastmodel.memory_by_stage(*LM, plan="tp2.pp2", num_nodes=2, memory_margin=given)
+        assert str(error.value).startswith(said)
