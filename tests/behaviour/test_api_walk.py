@@ -317,3 +317,19 @@ def test_a_memory_margin_with_a_bytes_unit():
         with pytest.raises(FastmodelError) as error:
             fastmodel.memory_by_stage(*LM, plan="tp2.pp2", num_nodes=2, memory_margin=given)
         assert str(error.value).startswith(said)
+
+
+@pytest.mark.parametrize("nodes", [None, [[1, 2]], [float("nan")], [-1], [1.5], [0], ["two"]])
+def test_a_node_count_that_is_no_whole_number_is_named(nodes):
+    """None, a nested list and nan were TypeError / ValueError from int(max(nodes) * gpus_per_node); -1 and 1.5
+    were swept and came back as "every point is illegal (devices_not_divisible / batch_not_divisible)"."""
+    with pytest.raises(FastmodelError, match=r"^axis 'num_nodes': (every value must be a whole number of nodes >= 1 "
+                                             r"\(got .*\)|'two' is not a number)$"):
+        fastmodel.sweep(*LM, axes={"num_nodes": nodes, "plan": "tp2"})
+
+
+def test_whole_node_counts_of_any_type_sweep_alike():
+    import numpy as np
+
+    plain = fastmodel.sweep(*LM, axes={"num_nodes": [1, 2], "plan": "tp2"})
+    assert fastmodel.sweep(*LM, axes={"num_nodes": np.array([1.0, 2.0]), "plan": "tp2"}).step_time.equals(plain.step_time)
