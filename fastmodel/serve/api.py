@@ -25,6 +25,7 @@ from fastmodel.registry import status_attrs
 from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
 from fastmodel.registry.lm_engine import COLUMN_ALIASES, column_name
 from fastmodel.registry.serve import SERVE_RESULTS, SERVE_STATUS_NAMES
+from fastmodel.registry.validators import column_problem
 from fastmodel.serve.precisions import FP4_PRECISIONS, FP8_KV_DEFAULT, KV_PRECISIONS, PRECISIONS  # noqa: F401
 from fastmodel.spec.columns import check_base, check_table, encode
 
@@ -143,7 +144,11 @@ def columns(model, device: str, *, precision: str = "bf16", kv_precision: str | 
         precision, layers, _ = published_fp4_checkpoint(model, precision, None)
         merged["quant_experts_only"] = 1.0 if layers == "experts" else 0.0
     merged.update(precision_columns(precision, kv_precision))
-    merged.update(load_columns(batch_size, concurrency, max_throughput))
+    load = load_columns(batch_size, concurrency, max_throughput)
+    if "batch_size" in load:       # batch_size=0 was evaluated
+        load["batch_size"] = _number("batch_size", load["batch_size"], "batch_size" if batch_size is not None
+                                     else "concurrency")
+    merged.update(load)
     merged["n_gpus"] = values.get("tp", 1) * values.get("attention_dp", 1) * values.get("pp", 1)
     merged.update(values)
     vector = np.array([float(c.default) for c in COLUMNS])
@@ -152,13 +157,16 @@ def columns(model, device: str, *, precision: str = "bf16", kv_precision: str | 
     return vector
 
 
-def _number(key: str, value) -> float:
+def _number(key: str, value, field: str | None = None) -> float:
     """A column's value as a float: a SpecError naming an unknown column (the nearest name) or a value that is no
-    number (``input_len="1k"`` was a bare TypeError; ``tp="4"`` was read as 4)."""
+    number (``input_len="1k"`` was a bare TypeError; ``tp="4"`` was read as 4) or outside the column's bounds
+    (``tp=0`` divided by zero in the kernel, ``tp=-1`` was evaluated). ``field``: the name the user gave."""
     if key not in COLUMN_INDEX:
         raise SpecError(None, key, f"unknown column{nearest(key, COLUMN_INDEX)}")
     if isinstance(value, (str, bytes)) or not np.isscalar(value) or not np.isreal(value):
-        raise SpecError(None, key, f"expected a number, got {value!r}")
+        raise SpecError(None, field or key, f"expected a number, got {value!r}")
+    if problem := column_problem(COLUMNS[COLUMN_INDEX[key]], float(value)):    # tp=0 divided by zero in the kernel
+        raise SpecError(None, field or key, problem)
     return float(value)
 
 
@@ -330,7 +338,7 @@ def axis_block(name: str, values: list, own_kv: bool, profile=None) -> tuple[np.
         keys = ["kv_bytes"]
     else:
         column = column_name(name)
-        return np.array([COLUMN_INDEX[column]]), np.array([[float(encode(column, v)) for v in values]])
+        return np.array([COLUMN_INDEX[column]]), np.array([[_number(column, encode(column, v)) for v in values]])
     return np.array([COLUMN_INDEX[k] for k in keys]), np.array([[r[k] for r in rows] for k in keys], dtype=float)
 
 

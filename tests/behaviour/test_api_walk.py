@@ -333,3 +333,22 @@ def test_whole_node_counts_of_any_type_sweep_alike():
 
     plain = fastmodel.sweep(*LM, axes={"num_nodes": [1, 2], "plan": "tp2"})
     assert fastmodel.sweep(*LM, axes={"num_nodes": np.array([1.0, 2.0]), "plan": "tp2"}).step_time.equals(plain.step_time)
+
+
+@pytest.mark.parametrize("call, said", [
+    (lambda e, s: e("llama3.1-8b", "H100", batch_size=1, tp=0), "tp: 0 is outside [1, 65536]"),
+    (lambda e, s: e("llama3.1-8b", "H100", batch_size=1, tp=-1), "tp: -1 is outside [1, 65536]"),
+    (lambda e, s: e("llama3.1-8b", "H100", concurrency=0), "concurrency: 0 is outside [1, 16777216] requests"),
+    (lambda e, s: e("llama3.1-8b", "H100", batch_size=1, input_len=0), "input_len: 0 is outside [1, 16777216] tokens"),
+    (lambda e, s: s("llama3.1-8b", tp=[1, 0], batch_size=1), "tp: 0 is outside [1, 65536]"),
+    (lambda e, s: s("llama3.1-8b", tp=[float("nan")], batch_size=1), "tp: nan is outside [1, 65536]"),
+    (lambda e, s: s("llama3.1-8b", tp=[None], batch_size=1), "tp: expected a number, got None"),
+])
+def test_a_serving_value_outside_its_column_is_named(call, said):
+    """tp=0 was ZeroDivisionError inside the numba kernel (SystemError from the sweep), tp=-1 and input_len=0
+    were evaluated as if legal, tp=[None] a bare TypeError; each is now one line with the column's bounds."""
+    from fastmodel.serve.api import evaluate, sweep
+
+    with pytest.raises(FastmodelError) as error:
+        call(evaluate, sweep)
+    assert str(error.value) == said
