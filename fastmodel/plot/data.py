@@ -146,6 +146,9 @@ def select(obj, sel: Mapping[str, object] | None):
     """``obj.sel`` with values matched exactly (numbers within 1e-9); a list keeps the dimension."""
     if not sel:
         return obj
+    if not isinstance(sel, Mapping):       # a CLI --sel text: was AttributeError ('str' object has no attribute 'items')
+        raise PlotError(f"sel: expected a dict of dimension -> value (e.g. sel={{'num_nodes': 256}}), got "
+                        f"{type(sel).__name__} {sel!r:.60}")
     indexers = {}
     for dim, value in sel.items():
         check_dim(obj.dims, dim)
