@@ -8,6 +8,7 @@ import click
 from fastmodel.cli.common import Choice, FloatRange, friendly
 from fastmodel.serve.precisions import KV_PRECISIONS, PRECISIONS
 from fastmodel.serve.profiles import PROFILE_COLUMNS, RECORD_ENGINE_COLUMNS
+from fastmodel.serve.profiles_vendor import kv_upcast_note
 from fastmodel.serve.report import load_mode, render
 
 
@@ -180,8 +181,6 @@ def serve(records, model, list_models, device, tp, pp, ep, attention_dp, moe_tp,
                          attention_dp=attention_dp, moe_tp=moe_tp, input_len=input_len, output_len=output_len,
                          kv_cache_mem_fraction=kv_cache_mem_fraction, instances=instances, spec_tokens=spec,
                          spec_acceptance=spec_acceptance or 0.0, **profile)[:, None]
-        from fastmodel.serve.profiles_vendor import kv_upcast_note
-
         if upcast := kv_upcast_note(params[:, 0]):
             click.echo(f"note: {upcast}", err=True)
         labels = [f"{model} on {tp * attention_dp * pp}x {device}"]
