@@ -207,8 +207,13 @@ def _missing_cells(ax, image, status):
         collection.set_gid("missing")
         ax.add_collection(collection)
         handles.append(Patch(facecolor=style["facecolor"], edgecolor=style["edgecolor"], hatch=style["hatch"],
-                             linewidth=0.4, label=text))
+                             linewidth=0.4, label=f"{text} ({cell_count(len(rows))})"))
     return handles
+
+
+def cell_count(n: int) -> str:
+    """``1 cell`` / ``63 cells``: how many cells a legend entry of the missing ones stands for."""
+    return f"{n:,} cell" + ("" if n == 1 else "s")
 
 
 def _annotate(ax, im, image, factor):

@@ -40,7 +40,8 @@ def test_illegal_and_infeasible_cells_are_drawn_with_reasons(ds):
     assert groups == {"does not fit in memory": int((status == STATUS["does_not_fit"]).sum()),
                       "illegal: product_ne_devices": int((status == STATUS["product_ne_devices"]).sum())}
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
-    assert "does not fit in memory" in legend and "illegal: product_ne_devices" in legend
+    counts = [f"{label} ({n} cell{'' if n == 1 else 's'})" for label, n in groups.items()]
+    assert all(text in legend for text in counts), (counts, legend)   # each entry says how many cells it marks
 
 
 def test_dataarray_without_status_marks_nan_as_no_result(ds):
