@@ -15,6 +15,10 @@ from fastmodel.plot.readable import make_readable
 ILLEGAL_STYLE = {"facecolor": "#d9d9d9", "edgecolor": "#808080", "hatch": "xxx"}
 INFEASIBLE_STYLE = {"facecolor": "#f0f0f0", "edgecolor": "#a0a0a0", "hatch": "///"}
 NORESULT_STYLE = {"facecolor": "#bdbdbd", "edgecolor": "none", "hatch": None}
+#: the most cells ``annotate`` writes a number in: 50 x 50. A number at the 5 pt minimum font
+#: (plot/readable.MIN_FONT_PT) is ~15 pt wide, so even a 7.16 in page-wide map fits ~30 columns of them; a
+#: 10^6-cell map took over 5 minutes of text layout to print unreadable numbers
+MAX_ANNOTATED_CELLS = 2500
 
 
 def heatmap(data, x: str | None = None, y: str | None = None, *, var: str | None = None, sel=None, reduce=(),
@@ -49,6 +53,9 @@ def heatmap(data, x: str | None = None, y: str | None = None, *, var: str | None
     da = da.transpose(y, x)
     st = st.transpose(y, x) if st is not None else None
     ny, nx = da.shape
+    if annotate and nx * ny > MAX_ANNOTATED_CELLS:
+        raise D.PlotError(f"--annotate writes a number in each cell; {ny:,} x {nx:,} cells are too many to read (at "
+                          f"most {MAX_ANNOTATED_CELLS:,}): leave out --annotate, or draw fewer with --sel")
     if height is None and not isinstance(size, tuple):
         # the best cell's legend entry takes two lines: room for the second, so the rows keep theirs
         height = round(min(9.0, max(S.figure_size(size)[1], 0.9 + 0.13 * ny) + (0.12 if best else 0.0)), 2)

@@ -232,3 +232,24 @@ def test_a_map_of_no_feasible_cell_has_no_colour_scale():
     _, ax = P.heatmap(_real_world_like(), x="plan", y="num_nodes", var="tokens_per_s_per_gpu")
     ax.figure.canvas.draw()
     assert [t.get_text() for t in ax.figure.axes[1].get_yticklabels() if t.get_text()]   # a scale where values are
+
+
+def test_annotating_more_cells_than_can_be_read_is_refused_at_once():
+    """A 1,000 x 1,000 map with --annotate spent over 5 minutes laying out 10^6 numbers nobody can read; it is
+    refused in one line before any drawing, and a map at the limit (50 x 50) is still annotated cell by cell."""
+    import time
+
+    import xarray as xr
+
+    from fastmodel.plot.heatmap import MAX_ANNOTATED_CELLS
+
+    n = 1000
+    big = xr.DataArray(np.arange(n * n, dtype=float).reshape(n, n) + 1.0, dims=("a", "b"), name="throughput",
+                       coords={"a": np.arange(n), "b": np.arange(n)}, attrs={"units": "samples/s"})
+    start = time.perf_counter()
+    with pytest.raises(PlotError, match=r"1,000 x 1,000 cells are too many to read \(at most 2,500\)"):
+        P.heatmap(big, x="b", y="a", annotate=True)
+    assert time.perf_counter() - start < 5.0
+    side = int(MAX_ANNOTATED_CELLS ** 0.5)
+    _, ax = P.heatmap(big.isel(a=slice(0, side), b=slice(0, side)), x="b", y="a", annotate=True, best=None)
+    assert len([t for t in ax.texts if t.get_text()]) == side * side
