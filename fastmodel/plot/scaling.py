@@ -13,6 +13,16 @@ MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "*")
 LINESTYLES = ("-", "--", ":", "-.")
 #: dimensions that count hardware: an ideal (linear) scaling line is drawn against them
 SIZE_DIMS = ("num_nodes", "num_devices")
+#: rates normalised by the device count whose names do not say so: MAD-Max's effective FLOP/s (peak x
+#: flops_util of one device, fastmodel/registry/madmax.py). With ``*_per_gpu``/``*_per_device`` names and
+#: fractions of peak (units '1': mfu, hfu, utilisations) they stay flat under ideal scaling
+PER_DEVICE_RATES = ("eff_flop_per_s",)
+
+
+def per_device(name: str, units: str) -> bool:
+    """True for a variable normalised by the device count (tokens/s per GPU, MFU): linear scaling keeps it
+    constant as devices are added, where the whole cluster's rate grows with them."""
+    return name.endswith(("_per_gpu", "_per_device")) or units == "1" or name in PER_DEVICE_RATES
 
 
 def line_style(k: int):
@@ -21,13 +31,16 @@ def line_style(k: int):
     return LINESTYLES[(k // len(S.CYCLE)) % len(LINESTYLES)]
 
 
-def ideal_line(x, rows, maximize: bool):
-    """Linear scaling from the best value at the smallest x: a rate grows with x, a time shrinks (NaN if none)."""
+def ideal_line(x, rows, maximize: bool, flat: bool = False):
+    """Linear scaling from the best value at the smallest x: a rate grows with x, a time shrinks, a rate per
+    device (``flat``) stays where it starts (NaN if none)."""
     x = np.asarray(x, dtype=float)
     for j in range(x.size):
         column = rows[:, j][np.isfinite(rows[:, j])]      # an inf (a broken point) starts no line
         if column.size:
             start = column.max() if maximize else column.min()
+            if flat:
+                return np.full(x.shape, start)
             return start * (x / x[j]) if maximize else start * (x[j] / x)
     return np.full(x.shape, np.nan)
 
@@ -83,10 +96,11 @@ def scaling(data, x: str, *, var: str | None = None, hue: str | None = None, sel
         name = str(da.name)
         rate_or_time = D.direction(name, da.attrs) == "max" or units == "s"
         if (ideal if ideal is not None else (x in SIZE_DIMS and rate_or_time and not categorical)) and xv.size > 1:
-            line = ideal_line(xpos, rows, D.direction(name, da.attrs) == "max")
+            flat = per_device(name, units)
+            line = ideal_line(xpos, rows, D.direction(name, da.attrs) == "max", flat)
             if np.isfinite(line).any():
                 ax.plot(xpos, line, color="0.45", linestyle=(0, (4, 2)), linewidth=0.8, marker=None, zorder=1,
-                        label="ideal (linear)", gid="ideal")
+                        label="ideal (constant per device)" if flat else "ideal (linear)", gid="ideal")
         if categorical:
             ax.set_xticks(xpos, labels=[str(v) for v in xv], rotation=45, ha="right")
         else:

@@ -80,3 +80,29 @@ def test_a_line_without_results_says_so_and_inf_starts_no_ideal_line():
     fig, ax = P.scaling(da, "num_nodes", hue="plan")
     labels = ax.get_legend().get_texts()
     assert [t.get_text() for t in labels][:2] == ["a (no result)", "b"]
+
+
+def test_ideal_scaling_of_a_rate_per_device_is_flat():
+    """Linear scaling multiplies the cluster's tokens/s by the node ratio and leaves tokens/s per GPU (and MFU)
+    where they were: the ideal line of a per-GPU rate ran up 2x from 8 to 16 nodes, as if each GPU got faster.
+    Hand derivation: best at 8 nodes 1,000 tokens/s per GPU -> ideal 1,000 at 8, 16 and 32 nodes; the cluster's
+    8 x 8 x 1,000 = 64,000 tokens/s -> 64,000, 128,000, 256,000."""
+    import xarray as xr
+
+    from fastmodel.plot.scaling import per_device
+
+    nodes = [8, 16, 32]
+    per_gpu = xr.DataArray([[1000.0, 900.0, 800.0], [950.0, 940.0, 930.0]], dims=("plan", "num_nodes"),
+                           coords={"plan": ["a", "b"], "num_nodes": nodes}, name="tokens_per_s_per_gpu",
+                           attrs={"units": "tokens/s"})
+    _, ax = P.scaling(per_gpu, "num_nodes", hue="plan")
+    (ideal,) = [line for line in ax.get_lines() if line.get_gid() == "ideal"]
+    np.testing.assert_allclose(ideal.get_ydata(), [1000.0, 1000.0, 1000.0])
+    assert ideal.get_label() == "ideal (constant per device)"
+    whole = (per_gpu * xr.DataArray(np.array(nodes) * 8.0, dims="num_nodes")).rename("tokens_per_s")
+    _, ax = P.scaling(whole.assign_attrs(units="tokens/s"), "num_nodes", hue="plan")
+    (ideal,) = [line for line in ax.get_lines() if line.get_gid() == "ideal"]
+    np.testing.assert_allclose(ideal.get_ydata(), [64000.0, 128000.0, 256000.0])
+    assert ideal.get_label() == "ideal (linear)"
+    assert per_device("mfu", "1") and per_device("eff_flop_per_s", "FLOP/s") and not per_device("throughput",
+                                                                                                  "samples/s")
