@@ -106,3 +106,53 @@ def test_ideal_scaling_of_a_rate_per_device_is_flat():
     assert ideal.get_label() == "ideal (linear)"
     assert per_device("mfu", "1") and per_device("eff_flop_per_s", "FLOP/s") and not per_device("throughput",
                                                                                                   "samples/s")
+
+
+def test_many_lines_keep_the_best_and_say_how_many_of_all():
+    """114 plans drew 114 lines and a legend taller than the figure (the axes collapsed to a sliver): without
+    --top, the 12 best are drawn and the legend's title counts them; --top asks for any number."""
+    import xarray as xr
+
+    from fastmodel.plot.scaling import MAX_LINES
+
+    n = 30
+    values = np.arange(n, dtype=float)[:, None] * np.array([1.0, 2.0])[None, :] + 1.0   # plan k: k+1, 2k+2
+    da = xr.DataArray(values, dims=("plan", "num_nodes"), name="throughput", attrs={"units": "samples/s"},
+                      coords={"plan": [f"p{k}" for k in range(n)], "num_nodes": [16, 32]})
+    fig, ax = P.scaling(da, "num_nodes", hue="plan")
+    drawn = [line.get_label() for line in ax.get_lines() if line.get_gid() != "ideal"]
+    assert drawn == [f"p{k}" for k in range(n - MAX_LINES, n)]              # the highest throughputs
+    assert ax.get_legend().get_title().get_text() == f"plan: {MAX_LINES} best of {n}"
+    fig.draw_without_rendering()
+    legend = ax.get_legend().get_window_extent()
+    assert legend.height <= fig.bbox.height                               # the legend fits the figure
+    _, ax = P.scaling(da, "num_nodes", hue="plan", top=n)
+    assert len([line for line in ax.get_lines() if line.get_gid() != "ideal"]) == n
+    assert ax.get_legend().get_title().get_text() == "plan"
+
+
+def test_points_that_do_not_fit_are_gaps_and_the_legend_counts_them(ds):
+    """A real-world sweep keeps the results of plans over HBM (fits_memory 0): scaling drew 'dp' at 570 GiB per
+    GPU as the best line. Such points are now gaps, as in the heatmap, and a legend line counts what the drawn
+    lines leave out. Hand count: dp does not fit at 4 and 8 nodes, tp2 at 4 -> 3 points, no line for dp."""
+    import xarray as xr
+
+    from fastmodel.registry.lm_status import STATUSES
+
+    dims, coords = ("num_nodes", "plan"), {"num_nodes": [4, 8], "plan": ["dp", "tp2", "tp8.pp2"]}
+    rate = np.array([[1384.0, 1100.0, 1006.0], [1380.0, 1200.0, 1126.0]])
+    fits = np.array([[0, 0, 1], [0, 1, 1]], dtype=np.int8)
+    status = xr.DataArray(np.zeros((2, 3), dtype=np.int8), dims=dims,
+                          attrs={"flag_meanings": " ".join(s.name for s in STATUSES)})
+    real = xr.Dataset({"tokens_per_s_per_gpu": (dims, rate, {"units": "tokens/s"}), "fits_memory": (dims, fits),
+                       "status": status}, coords=coords)
+    _, ax = P.scaling(real, "num_nodes", var="tokens_per_s_per_gpu", hue="plan")
+    lines = {line.get_label(): line.get_ydata() for line in ax.get_lines() if line.get_gid() != "ideal"}
+    assert list(lines) == ["dp (no result)", "tp2", "tp8.pp2"]
+    np.testing.assert_array_equal(lines["tp2"], [np.nan, 1200.0])
+    np.testing.assert_array_equal(lines["tp8.pp2"], [1006.0, 1126.0])
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend[-1] == "3 points left out: 3 do not fit"
+    # the MAD-Max sweep: ddp/ddp does not fit at 16 nodes, tp,ddp/mp is illegal at 128 (global batch 2048)
+    _, ax = P.scaling(ds, "num_nodes", var="throughput", hue="plan", sel={"global_batch": 2048})
+    assert [t.get_text() for t in ax.get_legend().get_texts()][-1] == "2 points left out: 1 does not fit, 1 illegal"
