@@ -133,3 +133,18 @@ def test_default_titles_say_model_and_system():
     assert ax.get_title() == "LLaMA2-70B on dc-a: global_batch=2048 samples"
     fig, ax = P.pareto(ds, "iteration_time", "throughput", title="")
     assert ax.get_title() == ""
+
+
+def test_default_titles_say_task_and_semantics_too():
+    """A reviewer reads from the title what was modelled: the task and, when not the default, the semantics
+    (MAD-Max's exact semantics give other numbers than the real-world model)."""
+    from fastmodel.plot.data import subject
+
+    ds = synthetic_sweep().assign_attrs(model='{"name": "LLaMA2-70B"}', system='{"name": "dc-a"}',
+                                        task='{"name": "llm-pretrain", "kind": "pretrain"}',
+                                        semantics='{"name": "madmax"}')
+    assert subject(ds) == "LLaMA2-70B on dc-a, llm-pretrain, madmax semantics"
+    fig, ax = P.heatmap(ds, x="num_nodes", y="plan", var="throughput", sel={"global_batch": 2048})
+    assert ax.get_title() == "LLaMA2-70B on dc-a, llm-pretrain, madmax semantics: global_batch=2048 samples"
+    real = ds.assign_attrs(task="", fastmodel_task="llm-pretrain", semantics="default")   # a real-world result
+    assert subject(real) == "LLaMA2-70B on dc-a, llm-pretrain"
