@@ -363,3 +363,13 @@ def subject(data) -> str:
     task, semantics = name("task") or str(attrs.get("fastmodel_task", "") or ""), name("semantics")
     setting = [task] + ([f"{semantics} semantics"] if semantics and semantics != "default" else [])
     return ", ".join(t for t in (text, *setting) if t)
+
+
+def fixed_title(da: xr.DataArray, subject: str = "") -> str:
+    """``Llama 3 70B on dgx-h100: global_batch=2048 samples``: what the result is of (:func:`subject`), then the
+    coordinates ``--sel`` fixed (the 0-d coordinates of ``da``), each with its units."""
+    from fastmodel.plot import style as S
+
+    fixed = {k: v for k, v in da.coords.items() if k not in da.dims and v.ndim == 0}
+    text = ", ".join(f"{k}={S.fmt_quantity(v.values.item(), units_of(v))}" for k, v in fixed.items())
+    return f"{subject}: {text}" if subject and text else subject or text

@@ -104,7 +104,7 @@ def heatmap(data, x: str | None = None, y: str | None = None, *, var: str | None
                        handlelength=1.4)
         if da[y].dtype.kind in "USO":  # categories read top to bottom in coordinate order
             ax.invert_yaxis()
-        ax.set_title(title if title is not None else _default_title(da, sel, D.subject(data)))
+        ax.set_title(title if title is not None else D.fixed_title(da, D.subject(data)))
         for spine in ax.spines.values():
             spine.set_visible(False)
     make_readable(fig)   # minimum font, no overlapping tick labels (plot/readable.py)
@@ -250,10 +250,3 @@ def _mark_best(ax, da, image, best, factor, shown):
     where = ", ".join(f"{d}={S.fmt_quantity(da[d].values[k], D.units_of(da[d]))}" for d, k in ((y, r), (x, c)))
     return Patch(fill=False, edgecolor="black", linewidth=1.2, label=f"best ({way}): {value} {shown}".rstrip()
                  + f"\nat {where}")
-
-
-def _default_title(da, sel, subject: str = ""):
-    """``Llama 3 70B on dgx-h100: global_batch=2048 samples``: what the result is of, then the fixed coordinates."""
-    fixed = {k: v for k, v in da.coords.items() if k not in da.dims and v.ndim == 0}
-    text = ", ".join(f"{k}={S.fmt_quantity(v.values.item(), D.units_of(v))}" for k, v in fixed.items())
-    return f"{subject}: {text}" if subject and text else subject or text

@@ -67,6 +67,7 @@ def memory_table(ds, dim: str | None = None, sel=None):
         memory = memory.drop_vars([c for c in memory.coords if c != "memory_kind"])
         memory = memory.expand_dims({dim: [", ".join(fixed) or "configuration"]})
     memory = memory.transpose(dim, "memory_kind").load()
+    memory.attrs["fixed"] = ", ".join(fixed) if dim != "configuration" else ""   # for the title
     return dim, memory
 
 
@@ -106,7 +107,8 @@ def memory_bars(ds, dim: str | None = None, sel=None, size="single", height: flo
         if dim != "configuration":
             ax.set_xlabel(dim + (f" ({left_out:,} illegal left out)" if left_out else ""))
         ax.set_ylabel(S.label("memory per device", "GiB"))
-        shown_title = title if title is not None else D.subject(ds)
+        fixed = memory.attrs.get("fixed", "")   # what --sel fixed, as the heatmap's title says it
+        shown_title = title if title is not None else ": ".join(t for t in (D.subject(ds), fixed) if t)
         if title is not None or shown_title:
             ax.set_title(shown_title, loc="left")
         fig.legend(*ax.get_legend_handles_labels(), loc="outside right upper", fontsize=6)

@@ -160,7 +160,7 @@ def scaling(data, x: str, *, var: str | None = None, hue: str | None = None, sel
             shown_lines = hue if len(names) == total else f"{hue}: {len(names)} best of {total:,}"
             ax.legend(handles, labels, title=shown_lines, loc="upper left", bbox_to_anchor=(1.02, 1.0),
                       borderaxespad=0.0, handlelength=2.2, ncol=2 if len(names) > 16 else 1)
-        title = title if title is not None else D.subject(data)
+        title = title if title is not None else D.fixed_title(da, D.subject(data))   # with what --sel fixed
         if title:   # over the whole figure: a long title over the axes ran into the legend's title
             fig.suptitle(title, fontsize=8)
     make_readable(fig)   # minimum font, no overlapping tick labels (plot/readable.py)

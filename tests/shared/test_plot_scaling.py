@@ -22,6 +22,7 @@ def test_lines_are_the_data(ds, tmp_path):
         np.testing.assert_array_equal(line.get_ydata(), ds.throughput.sel(global_batch=2048, plan=plan).values)
     assert ax.get_xscale() == "log" and ax.xaxis.get_transform().base == 2
     assert [t.get_text() for t in ax.get_xticklabels()] == ["16", "32", "64", "128"]
+    assert fig.get_suptitle() == "global_batch=2048 samples"       # the title says what --sel fixed
     P.save(fig, tmp_path / "s.svg")
     svg = (tmp_path / "s.svg").read_text()
     assert "throughput [samples/s]" in svg and "tp,ddp/mp" in svg
