@@ -48,6 +48,9 @@ def test_errors(ds):
         P.scaling(ds, "num_nodes", var="throughput", hue="plan")
     with pytest.raises(PlotError, match="did you mean 'plan'"):
         P.scaling(ds, "num_nodes", var="throughput", hue="plna", sel={"global_batch": 512})
+    # one --sel value fixes the dimension: it was "unknown dimension 'plan'; dimensions: num_nodes"
+    with pytest.raises(PlotError, match=r"^--hue plan: plan is fixed by --sel plan=\.\.\.; keep two or more"):
+        P.scaling(ds, "num_nodes", var="throughput", hue="plan", sel={"global_batch": 512, "plan": "fsdp/ddp"})
 
 
 def test_lines_differ_in_marker_and_style_and_ideal_scaling_is_linear(ds):
