@@ -89,6 +89,21 @@ def test_pdf_and_svg_bytes_do_not_depend_on_the_run(result_file, tmp_path):
         assert outs[0].read_bytes() == outs[1].read_bytes(), suffix
 
 
+def test_pdf_and_svg_keep_text_as_text(tmp_path):
+    """Journals (IEEE PDF eXpress, ACM) reject Type 3 fonts: PDF text is embedded TrueType (fonttype 42, a Type0
+    font over a CIDFontType2), SVG text stays <text> elements (svg.fonttype 'none'), so labels stay editable."""
+    import re
+
+    assert S.PAPER_RC["pdf.fonttype"] == 42 and S.PAPER_RC["svg.fonttype"] == "none"
+    fig, _ = P.heatmap(synthetic_sweep(), x="num_nodes", y="plan", var="throughput", sel={"global_batch": 2048})
+    P.save(fig, tmp_path / "f.pdf")
+    P.save(fig, tmp_path / "f.svg")
+    subtypes = set(re.findall(rb"/Subtype\s*/(\w+)", (tmp_path / "f.pdf").read_bytes()))
+    assert b"CIDFontType2" in subtypes and b"Type3" not in subtypes, subtypes
+    svg = (tmp_path / "f.svg").read_text()
+    assert "<text" in svg and "throughput [samples/s]" in svg
+
+
 def test_scaling_lines_differ_in_colour_marker_or_style():
     from fastmodel.plot.scaling import MARKERS, line_style
 
