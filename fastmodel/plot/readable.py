@@ -42,14 +42,24 @@ def make_readable(fig, fixed=()) -> None:
 
 
 def wrap_titles(fig) -> None:
-    """Break every title (and the figure's suptitle) into lines at the figure's width: a title longer than the
-    figure widened the saved file past its column (``savefig.bbox = 'tight'`` takes in all text), e.g. a 3.5 in
-    heatmap saved 4.7 in wide. A title set later on the same axes (``ax.set_title``) wraps too."""
-    titles = [t for ax in fig.axes for t in (ax.title, ax._left_title, ax._right_title)]
+    """Break every axes title into lines at its axes' width, and the figure's suptitle at the figure's: a title
+    longer than the figure widened the saved file past its column (``savefig.bbox = 'tight'`` takes in all text),
+    e.g. a 3.5 in heatmap saved 4.7 in wide; wrapped at the figure's width (matplotlib's ``wrap``), a title over
+    the axes still ran into a legend beside them. A title set later on the same axes wraps too."""
+    for ax in fig.axes:
+        for text in (ax.title, ax._left_title, ax._right_title):
+            text.set_wrap(True)
+            text._get_wrap_line_width = _within(text, ax)
     if getattr(fig, "_suptitle", None) is not None:
-        titles.append(fig._suptitle)
-    for text in titles:
-        text.set_wrap(True)
+        fig._suptitle.set_wrap(True)
+
+
+def _within(text, ax):
+    """The wrap width of ``text`` (matplotlib 3.11 ``Text._get_wrap_line_width``, the room to the figure's edge),
+    at most the width of ``ax`` as laid out."""
+    from matplotlib.text import Text
+
+    return lambda: min(ax.bbox.width, Text._get_wrap_line_width(text))
 
 
 def enforce_min_font(fig) -> None:

@@ -173,3 +173,19 @@ def test_a_long_title_wraps_at_the_figure_width(kind, tmp_path):
     P.save(fig, tmp_path / "t.png", dpi=100)
     saved = imread(tmp_path / "t.png").shape[1] / 100     # inches at 100 dpi
     assert saved <= width + 0.05, (saved, width)
+
+
+def test_a_long_title_stays_clear_of_a_legend_beside_the_axes():
+    """Wrapped at the figure's width, the memory figure's left title ran under the legend right of the axes; it
+    wraps at the axes' width."""
+    from fastmodel.plot.memory import memory_bars
+
+    ds = lm_sweep("llama3.1-70b", "dgx-h100", "llm-pretrain", num_nodes=16,
+                  axes={"plan": ["tp8.pp8", "tp8.pp4", "tp4.pp8"]}, execution={"recompute": "selective"})
+    fig, ax = memory_bars(ds, title="Llama 3 70B on dgx-h100, llm-pretrain: recompute=selective, micro_batch=1, "
+                                    "num_nodes=16")
+    fig.draw_without_rendering()
+    renderer = fig.canvas.get_renderer()
+    title = ax._left_title.get_window_extent(renderer)
+    assert title.height > 1.5 * ax._left_title.get_fontsize() * fig.dpi / 72     # two lines or more
+    assert title.x1 <= ax.bbox.x1 + 1 and not title.overlaps(fig.legends[0].get_window_extent(renderer))
