@@ -163,3 +163,17 @@ def test_default_titles_say_task_and_semantics_too():
     assert ax.get_title() == "LLaMA2-70B on dc-a, llm-pretrain, madmax semantics: global_batch=2048 samples"
     real = ds.assign_attrs(task="", fastmodel_task="llm-pretrain", semantics="default")   # a real-world result
     assert subject(real) == "LLaMA2-70B on dc-a, llm-pretrain"
+
+
+def test_sizes_in_bytes_are_shown_in_binary_units_as_the_memory_figures():
+    """A memory heatmap's colour bar read 'GB' beside the memory figures' and `run`'s GiB: one paper, two units.
+    Hand values: 85,899,345,920 B = 80 x 2^30 -> 80 GiB; 25e9 B/s stays 25 GB/s (rates are decimal)."""
+    assert S.display_unit("bytes", [80 * 2**30]) == (2**30, "GiB")
+    assert S.fmt_quantity(80 * 2**30, "bytes") == "80 GiB"
+    assert S.fmt_quantity(512 * 2**20, "bytes") == "512 MiB"
+    assert S.fmt_quantity(25e9, "B/s") == "25 GB/s"
+    ds = synthetic_sweep()
+    fig, _ = P.heatmap(ds, x="num_nodes", y="plan", var="memory_per_device", sel={"global_batch": 2048})
+    colorbar = fig.axes[-1]
+    assert colorbar.get_ylabel().endswith("[GiB]")
+    assert colorbar.yaxis.get_major_formatter()(80 * 2**30, 0) == "80"    # ticks in GiB, the data in bytes
