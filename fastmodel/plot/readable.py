@@ -25,6 +25,9 @@ from matplotlib.ticker import FixedLocator
 MIN_FONT_PT = 5.0
 #: the least space between two neighbouring tick labels, in points
 GAP_PT = 1.0
+#: the least distance between the unlabelled ticks of a thinned axis (0.4 pt wide), in points; closer, they merge
+#: into a solid bar and are left out (the axis label still says every k-th item is labelled)
+MIN_TICK_SPACING_PT = 2.0
 
 
 def make_readable(fig, fixed=()) -> None:
@@ -101,8 +104,9 @@ def _separate(fig, axis) -> None:
     style = axis.get_majorticklabels()[0]
     rotation, align, size = style.get_rotation(), style.get_horizontalalignment(), style.get_fontsize()
     step = max(2, _step_needed(axis, renderer, locs))
-    axis.set_ticks(locs, minor=True)            # every item keeps a tick, labelled or not
-    axis.set_tick_params(which="minor", length=2.0, width=0.4)
+    if _spacing_pt(axis, locs) >= MIN_TICK_SPACING_PT:   # every item keeps a tick, labelled or not, while they
+        axis.set_ticks(locs, minor=True)                 # stay apart: 1,000 rows drew a solid black bar
+        axis.set_tick_params(which="minor", length=2.0, width=0.4)
     while step < len(locs):
         axis.set_ticks(locs[::step], labels=texts[::step])
         for label in axis.get_majorticklabels():
@@ -128,6 +132,15 @@ def _say_thinned(axis, step: int) -> None:
     """Append (or update) the thinning note of ``axis``'s label: a reader sees that items sit between labels."""
     text = axis.label.get_text().split(" (every ")[0]
     axis.set_label_text(f"{text} ({thinned_note(step)})" if text else thinned_note(step))
+
+
+def _spacing_pt(axis, locs) -> float:
+    """The distance between two neighbouring ticks of ``axis`` at ``locs``, in points."""
+    if len(locs) < 2:
+        return math.inf
+    horizontal = axis.axis_name == "x"
+    a, b = (axis.axes.transData.transform((loc, 0) if horizontal else (0, loc)) for loc in locs[:2])
+    return abs(b[0 if horizontal else 1] - a[0 if horizontal else 1]) * 72.0 / axis.figure.dpi
 
 
 def _step_needed(axis, renderer, locs) -> int:

@@ -189,3 +189,18 @@ def test_a_long_title_stays_clear_of_a_legend_beside_the_axes():
     title = ax._left_title.get_window_extent(renderer)
     assert title.height > 1.5 * ax._left_title.get_fontsize() * fig.dpi / 72     # two lines or more
     assert title.x1 <= ax.bbox.x1 + 1 and not title.overlaps(fig.legends[0].get_window_extent(renderer))
+
+
+def test_a_thousand_rows_get_no_tick_each_where_ticks_would_merge():
+    """1,000 rows on a 9 in axis are 0.65 pt apart: a minor tick for each drew a solid black bar beside the map.
+    Ticks for every item are kept only while at least MIN_TICK_SPACING_PT apart (the 179-plan map: 3.6 pt)."""
+    from fastmodel.plot.readable import MIN_TICK_SPACING_PT, _spacing_pt
+
+    n = 1000
+    da = xr.DataArray(np.random.default_rng(1).uniform(1, 2, (n, 4)), dims=("global_batch", "num_nodes"),
+                      coords={"global_batch": np.arange(1, n + 1) * 16, "num_nodes": [4, 8, 16, 32]},
+                      name="throughput", attrs={"units": "samples/s"})
+    fig, ax = P.heatmap(da, x="num_nodes", y="global_batch", size="double", best=None)
+    assert _spacing_pt(ax.yaxis, list(range(n))) < MIN_TICK_SPACING_PT
+    assert len(ax.yaxis.get_minorticklocs()) == 0
+    assert "labelled" in ax.get_ylabel() and 5 <= len(visible_labels(ax.yaxis)) <= 80
