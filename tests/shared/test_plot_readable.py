@@ -131,6 +131,10 @@ def test_the_validation_figure_labels_units_and_ticks_as_the_others():
     first, ninth = ax.collections[1], ax.collections[9]     # the band, then one scatter per source
     assert np.allclose(first.get_facecolor(), ninth.get_facecolor())                  # 8 colours, 9 sources:
     assert not np.array_equal(first.get_paths()[0].vertices, ninth.get_paths()[0].vertices)   # told by marker
+    assert ax.get_title(loc="left") == "9 runs, MAPE 10.0%"
+    refused = table + [{"measured_step_time_s": 2.0, "predicted_step_time_s": None, "source": "source 0"}] * 2
+    _, ax = predicted_vs_measured(refused)      # a refused run has no point; the title counts it
+    assert ax.get_title(loc="left") == "9 runs, MAPE 10.0%; 2 without a prediction left out"
 
 
 def test_an_axis_labelled_by_its_own_rule_is_not_thinned_again():
