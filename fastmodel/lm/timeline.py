@@ -17,7 +17,8 @@ the rest overlaps the layer's compute. Within a layer the forward / backward
 split follows the model's pass ratios (GEMMs and memory-bound ops 1 : 2,
 attention 1 : 2.5, TP and EP collectives 1 : 1 + full recompute, CP 1 : 2 +
 full recompute, ZeRO-3 gathers 1 : 2); layers of different kinds (dense, MoE,
-sliding window) are drawn at their average.
+sliding window) are drawn at their average, the layers a low-precision run keeps in BF16 at their own ops
+(``L<i> (BF16)``, docs/model.md §11.39).
 """
 
 from __future__ import annotations

@@ -11,7 +11,9 @@ order, ``get_transformer_layer_offset``), both on the one rank without a pipelin
     dt_first = start (t16 - t),   dt_last = end (t16 - t)
 
 per micro-batch, ``t`` and ``t16`` the average layer's time (``passes.layer_time``) at the row's GEMM format and at
-bf16. ``kernels/lm/step.py`` ``stage_passes`` adds them to the ranks that hold them. Memory
+bf16. ``kernels/lm/step.py`` ``busiest_stage`` adds them to the ranks that hold them pass by pass
+(:func:`bf16_end_work`: the average stage's F and W, so the bubble follows) and ``step_row`` part by part to the
+busiest rank's breakdown (:func:`add_bf16_layers`), so the step stays the sum of its parts. Memory
 (``kernels/lm/memory.py`` ``memory_row``): a rank holding n of its L_s layers in BF16 takes each memory kind at
 every phase as ``m + (n / L_s)(m16 - m)``, ``m16`` the same phase at bf16 (weights without the NVFP4/FP8 forms,
 16-bit saved GEMM inputs; docs/model_memory.md "NVFP4 (issue 26)").
