@@ -6,7 +6,7 @@ import numpy as np
 
 from fastmodel.plot import data as D
 from fastmodel.plot import style as S
-from fastmodel.plot.readable import make_readable
+from fastmodel.plot.readable import legend_label, make_readable
 
 
 def pareto_mask(x, y, x_dir: str = "min", y_dir: str = "min") -> np.ndarray:
@@ -198,7 +198,7 @@ def pareto(data, x: str, y: str, *, x_dir: str | None = None, y_dir: str | None 
                 if collection.get_gid() == "frontier":
                     collection.set_label(f"Pareto frontier ({text})")
         if table.attrs["left_out"]:   # said, never silent: the points that are no answer, and why
-            ax.plot([], [], linestyle="none", marker="x", color="0.55", label=table.attrs["left_out"], gid="left-out")
+            ax.plot([], [], linestyle="none", marker="x", color="0.55", label=legend_label(fig, table.attrs["left_out"]), gid="left-out")
         fig.legend(loc="outside lower center", ncol=2)   # under the x label, as the other figures' legends
         shown_title = title if title is not None else _default_title(data, x, y, sel)
         if title is not None or shown_title:

@@ -15,7 +15,7 @@ import numpy as np
 from fastmodel.plot import data as D
 from fastmodel.plot import style as S
 from fastmodel.plot.pareto import pareto_mask
-from fastmodel.plot.readable import drop_overlapping, make_readable
+from fastmodel.plot.readable import drop_overlapping, legend_label, make_readable
 
 X = "output_tokens_per_s_per_user"
 Y = "output_tokens_per_s_per_gpu"
@@ -142,7 +142,8 @@ def serving_pareto(ds, curve: str = "device", x: str = X, y: str = Y, sel=None, 
         ax.best = mark_slo(ax, D.select(ds, sel), x, y)
         ax.left_out = left_out(ds, sel, where)
         if ax.left_out:   # said, never silent: the points that are no answer (status, memory, budget, --where)
-            ax.plot([], [], linestyle="none", marker="x", color="0.55", label=ax.left_out, gid="left-out")
+            ax.plot([], [], linestyle="none", marker="x", color="0.55", label=legend_label(fig, ax.left_out),
+                    gid="left-out")
         handles, names = ax.get_legend_handles_labels()   # below the axes: never over a curve or its labels
         fig.legend(handles, names, title=curve, loc="outside lower center", ncol=min(len(names), 3),
                    title_fontsize=7)

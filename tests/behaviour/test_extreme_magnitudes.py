@@ -177,10 +177,12 @@ def test_sweep_points_of_absurd_magnitude_get_the_status_not_finite():
     NaN results, beside the finite ones; a serving grid likewise."""
     import numpy as np
 
+    from fastmodel.errors import SpecError
     from fastmodel.lm.loader import load_cluster
     from fastmodel.lm.sweep import lm_sweep
-    from fastmodel.registry.lm import STATUS_CODES
+    from fastmodel.registry.lm import COLUMN_INDEX, STATUS_CODES
     from fastmodel.registry.serve import SERVE_STATUS
+    from fastmodel.serve.api import columns, evaluate_table
     from fastmodel.serve.api import sweep as serve_sweep
 
     slow = load_cluster("dgx-h100").model_copy(update={"intra_node_bw_bytes_s_per_gpu": 1e-300,
@@ -190,9 +192,15 @@ def test_sweep_points_of_absurd_magnitude_get_the_status_not_finite():
     assert np.isnan(ds.step_time.values).all() and np.isnan(ds.memory.values).all()
     one = lm_sweep("llama3.1-8b", "dgx-h100", global_batch=256, num_nodes=1, axes={"plan": ["dp"]})
     assert int(one.status.squeeze()) == 0 and np.isfinite(float(one.step_time.squeeze()))
-    grid = serve_sweep("llama3.1-8b", device="H100", hbm_bw=[3.35e12, 1e-300], batch_size=[1, 8])
-    assert grid.status.sel(hbm_bw=1e-300).values.ravel().tolist() == [SERVE_STATUS["not_finite"]] * 2
-    assert (grid.status.sel(hbm_bw=3.35e12).values == 0).all() and np.isnan(grid.ttft.sel(hbm_bw=1e-300)).all()
+    # a serving axis value outside its column's bounds is bad input, named in one line (not a point's status)
+    with pytest.raises(SpecError, match="hbm_bw: 1e-300 is outside"):
+        serve_sweep("llama3.1-8b", device="H100", hbm_bw=[3.35e12, 1e-300], batch_size=[1, 8])
+    # a table built past those checks keeps the overflowing configuration with status not_finite and NaN results
+    table = np.repeat(columns("llama3.1-8b", "H100", batch_size=8)[:, None], 2, axis=1)
+    table[COLUMN_INDEX["hbm_bw"], 1] = 1e-300
+    results, status = evaluate_table(table)
+    assert status.tolist() == [0, SERVE_STATUS["not_finite"]]
+    assert np.isfinite(results[:, 0]).all() and np.isnan(results[:, 1]).all()
 
 
 def test_cli_warnings_passes_other_warnings_on_once_and_ends():

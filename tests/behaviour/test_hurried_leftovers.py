@@ -4,6 +4,7 @@ whose every point is illegal, output suffixes. Each is one line and a documented
 import pytest
 
 from fastmodel.errors import SweepError
+from fastmodel.plot.readable import legend_label
 from tests.suite_fixtures import cli, one_line_error
 
 
@@ -157,7 +158,7 @@ def test_a_serving_frontier_says_which_points_it_left_out_and_why(serving_grid, 
     parts = ", ".join(f"{n} {r}" for r, n in sorted(expected.items(), key=lambda item: (-item[1], item[0])))
     assert ax.left_out == f"left out {sum(expected.values())} of {codes.size} points: {parts}"
     legend = [text.get_text() for legend in fig.legends for text in legend.get_texts()]
-    assert ax.left_out in legend
+    assert legend_label(fig, ax.left_out) in legend and ax.left_out.startswith(legend_label(fig, ax.left_out))
     result_file = tmp_path / "serve.nc"
     from fastmodel.io.aliases import without_aliases
 
@@ -194,7 +195,9 @@ def test_a_training_frontier_leaves_out_plans_over_memory_and_says_so(plans):
     fig, ax = pareto(ds, "step_time", "tokens_per_s_per_gpu")
     assert set(ax.frontier.plan) == {"tp8.pp4", "tp4.pp4"}
     assert ax.frontier.attrs["left_out"] == "left out 2 of 4 points: 2 does_not_fit"
-    assert ax.frontier.attrs["left_out"] in [t.get_text() for legend in fig.legends for t in legend.get_texts()]
+    # the legend says it whole where it fits, else its count (the whole line: the attrs and stderr)
+    assert legend_label(fig, ax.frontier.attrs["left_out"]) in [t.get_text() for legend in fig.legends
+                                                                  for t in legend.get_texts()]
 
 
 def test_plot_commands_take_best_s_memory_margin_and_include_oom(plans, tmp_path):
@@ -216,7 +219,7 @@ def test_plot_commands_take_best_s_memory_margin_and_include_oom(plans, tmp_path
     assert plans_of["0"] == ({"tp8.pp4", "tp4.pp4", "tp8"}, "left out 1 of 4 points: 1 does_not_fit")
     assert list(ds.fits_memory.values) == [True, True, False, False]          # the result itself is left alone
     fig, ax = memory_bars(fit_view(ds, gib_margin("10")))
-    assert "usable HBM 69 GiB" in [t.get_text() for t in ax.texts]
+    assert "usable HBM 69 GiB" in [t.get_text() for legend in fig.legends for t in legend.get_texts()]
     front = cli("plot", "pareto", path, "--x", "step_time", "--y", "tokens_per_s_per_gpu", "--include-oom",
                 "-o", tmp_path / "p.png")
     assert front.exit_code == 0 and " dp " in front.stdout and "left out" not in front.stderr, front.output

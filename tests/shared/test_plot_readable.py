@@ -208,3 +208,19 @@ def test_a_thousand_rows_get_no_tick_each_where_ticks_would_merge():
     assert _spacing_pt(ax.yaxis, list(range(n))) < MIN_TICK_SPACING_PT
     assert len(ax.yaxis.get_minorticklocs()) == 0
     assert "labelled" in ax.get_ylabel() and 5 <= len(visible_labels(ax.yaxis)) <= 80
+
+
+def test_a_legend_entry_wider_than_its_share_keeps_its_count():
+    """A Pareto figure's left-out line widened a 3.5 in figure to 5.6 in: an entry wider than half the figure keeps
+    the words before its colon, and a short one stays whole."""
+    import matplotlib.pyplot as plt
+
+    from fastmodel.plot.readable import legend_label
+
+    fig = plt.figure(figsize=(3.5, 2.5))
+    long = "left out 8 of 36 points: 4 batch_not_divisible, 3 does_not_fit, 1 product_ne_devices"
+    assert legend_label(fig, long) == "left out 8 of 36 points"
+    assert legend_label(fig, "left out 1 of 4") == "left out 1 of 4"
+    wide = plt.figure(figsize=(24, 4))
+    assert legend_label(wide, long) == long
+    plt.close("all")
