@@ -7,9 +7,8 @@ import pytest
 
 from fastmodel.kernels.lm.fp8 import amax_reduction_time
 from fastmodel.kernels.lm.layer import N_WORK, W_TP, W_TP_BACKWARD, layer_costs
-from fastmodel.kernels.lm.passes import A_TP_COMM
+from fastmodel.kernels.lm.passes import A_TP_COMM, layer_passes
 from fastmodel.kernels.lm.passes import N_WORK as N_PASS_WORK
-from fastmodel.kernels.lm.passes import layer_passes
 from fastmodel.kernels.nccl import allgather_time, allreduce_time
 from fastmodel.kernels.roofline import sp_gather_bytes
 from fastmodel.registry.lm import COLUMN_INDEX as C
