@@ -23,7 +23,7 @@ from fastmodel.kernels.columns import (
     C_HBM_EFF,
     C_EP, C_EXPERT_ALIGN_ROWS, C_EXPERT_GEMM_EFF, C_EXPERT_HIDE_ROWS, C_EXPERT_TILE_MAX, C_EXPERT_TILE_MIN, C_KERNEL_OVERHEAD_S, C_MOE_EXPERTS,
     C_PEAK_FLOPS_16, C_PEAK_FLOPS_4, C_PEAK_FLOPS_8, C_SM_COUNT, C_STACK_COMPUTE_EFF, C_COMPUTE_CAPABILITY, C_FP8_RECIPE,
-    C_PRECISION, FP8_BLOCKWISE, FP8_MXFP8, PRECISION_FP4,
+    C_PRECISION, FP8_BLOCKWISE, FP8_MXFP8, PRECISION_FP4, PRECISION_FP8,
 )
 
 #: MXFP8 GEMM kernel time over per-tensor FP8's on the same shapes: TE
@@ -40,6 +40,11 @@ FP4_BYTES = 0.5
 NVFP4_SCALE_BYTES = 1.0 / 16.0
 #: bytes per element of one NVFP4 tensor (data + block scales): 0.5625 (docs/model.md §11.38)
 NVFP4_COPY_BYTES = FP4_BYTES + NVFP4_SCALE_BYTES
+#: MXFP8: one E8M0 scale byte per 32 elements (OCP Microscaling Formats (MX) v1.0, sec. 5: k = 32, E8M0)
+MX_SCALE_BYTES = 1.0 / 32.0
+#: blockwise FP8: one FP32 scale per 1 x 128 block of an activation or gradient (TE recipe/__init__.py
+#: ``Float8BlockScaling``: x and grad block_scaling_dim 1, "float32 containers")
+BLOCK_ACT_SCALE_BYTES = 4.0 / 128.0
 #: compute capability from which FP8 GEMMs take non-TN layouts (TE utils.py ``is_non_tn_fp8_gemm_supported``:
 #: 10.0 <= cc < 12.0) and MXFP8 runs (quantization.py ``_compute_mxfp8_support``); 12.x lacks both
 NON_TN_CC = 10.0
@@ -91,6 +96,30 @@ def gemm_act_bytes(row, fmt):
     if fmt >= 2.0 and row[C_PRECISION] == PRECISION_FP4:
         return NVFP4_COPY_BYTES
     return 1.0 if fmt else 2.0
+
+
+@njit(inline="always")
+def sp_gather_bytes(row, grad):
+    """Bytes per element of a GEMM operand all-gathered over the TP group under sequence parallelism (docs/model.md
+    §11.40): the forward input of a column-parallel linear (``grad`` False) or the output gradient of a row-parallel
+    one before its dgrad (``grad`` True). Transformer Engine quantizes both before the gather, NCCL or Userbuffers
+    (TE 09ba842 and v1.6rc1 ``layernorm_linear.py``, ``base.py`` ``grad_output_preprocess``; v2.14
+    ``distributed.py`` ``gather_along_first_dim``). Per-tensor FP8 (delayed, current, unstated) gathers the rowwise
+    data, 1 B, and transposes locally; MXFP8 and blockwise add their scales (1/32, 4/128 B), and the output
+    gradient gathers the rowwise and the columnwise copy (2x); NVFP4 likewise at 0.5625 B per copy. 2 B for 16-bit
+    GEMMs and serving's precision codes."""
+    precision = row[C_PRECISION]
+    copies = 2.0 if grad else 1.0
+    if precision == PRECISION_FP4:
+        return copies * NVFP4_COPY_BYTES
+    if precision != PRECISION_FP8:
+        return 2.0
+    recipe = row[C_FP8_RECIPE]
+    if recipe == FP8_MXFP8:
+        return copies * (1.0 + MX_SCALE_BYTES)
+    if recipe == FP8_BLOCKWISE:
+        return copies * (1.0 + BLOCK_ACT_SCALE_BYTES)
+    return 1.0
 
 
 @njit(inline="always")

@@ -29,17 +29,16 @@ from fastmodel.kernels.columns import (
 )
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.nccl import allreduce_time
-from fastmodel.kernels.roofline import fp8_gemm_rate, non_tn  # noqa: F401 - the GEMM rate lives with the roofline
+from fastmodel.kernels.roofline import (  # noqa: F401 - the GEMM rate and the scale sizes live with the roofline
+    BLOCK_ACT_SCALE_BYTES, MX_SCALE_BYTES, fp8_gemm_rate, non_tn,
+)
 
 #: bytes of the 16-bit tensor a cast reads
 SOURCE_BYTES = 2.0
 #: generic cast count of an unstated recipe (docs/model.md §11.4): two casts, each reading 2 B and writing 1 B
 UNSTATED_CAST_BYTES = 6.0
-#: MXFP8: one E8M0 scale byte per 32 elements (OCP Microscaling Formats (MX) v1.0, sec. 5: k = 32, E8M0)
-MX_SCALE_BYTES = 1.0 / 32.0
-#: blockwise: one FP32 scale per 1 x 128 block (activations, gradients) and per 128 x 128 block (weights)
-#: (TE recipe/__init__.py ``Float8BlockScaling``: x and grad block_scaling_dim 1, w 2, "float32 containers")
-BLOCK_ACT_SCALE_BYTES = 4.0 / 128.0
+#: blockwise: one FP32 scale per 128 x 128 weight block (TE recipe/__init__.py ``Float8BlockScaling``: w
+#: block_scaling_dim 2); MX_SCALE_BYTES and the 1 x 128 BLOCK_ACT_SCALE_BYTES live in kernels/roofline.py
 BLOCK_WEIGHT_SCALE_BYTES = 4.0 / (128.0 * 128.0)
 #: compute capability from which blockwise FP8 GEMMs run (quantization.py ``_compute_fp8_block_scaling_support``)
 BLOCKWISE_CC = 9.0

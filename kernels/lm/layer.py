@@ -10,7 +10,9 @@ passes and ``kernels/lm/step.py`` composes the step.
 
 from fastmodel.kernels.lm.fp4 import lowp_cast_bytes, train_gemm_format
 from fastmodel.kernels.lm.fp8 import amax_reduction_time
-from fastmodel.kernels.roofline import attention_time, gemm_time, gemm_weight_bytes, grouped_gemm_time, memory_bound_time
+from fastmodel.kernels.roofline import (
+    attention_time, gemm_time, gemm_weight_bytes, grouped_gemm_time, memory_bound_time, sp_gather_bytes,
+)
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.layout import (
     CP_ALLGATHER, CP_ALLTOALL, C_CAUSAL, C_COLLECTIVE_OVERHEAD_S, C_CP, C_CP_ALGORITHM, C_EP, C_FFN, C_FLASH_ATTENTION, C_HEADS, C_HEAD_DIM, C_HIDDEN,
@@ -48,7 +50,8 @@ W_AGAIN_EP = 14       # EP seconds (forward direction) a recomputed MoE layer ru
 W_WGRAD = 15          # weight-gradient GEMM seconds beyond the forward's W_GEMM (routed experts, kernels/lm/moe.py)
 W_FORWARD_ONLY = 16   # forward-only seconds of a MoE layer: GPU idle after its host syncs, einsum gating's forward passes
 W_BACKWARD_MEM = 17   # backward-only memory-bound seconds of a MoE layer (einsum gating's backward, kernels/lm/moe.py)
-N_WORK = 18
+W_TP_BACKWARD = 18    # TP collective seconds, backward (one pass; W_TP's conjugates, the SP gathers at their bytes)
+N_WORK = 19
 
 
 @njit
@@ -166,17 +169,8 @@ def layer_costs(row, moe, sliding, work):
         # NVFP4's amax pass, rowwise and columnwise (RHT) casts under fp4 (§11.38)
         nbytes += lowp_cast_bytes(row) * tokens * (2.0 * h / (t if sp else 1.0) + a * dv / t + mlp_out / tokens)
     mem = memory_bound_time(row, nbytes) + core_mem + moe_mem
-    # communication of the layer, forward direction
-    tp_bytes = ACT_BYTES * tokens * h
-    tp = 0.0
-    if t > 1.0:
-        # SP: an all-gather before and a reduce-scatter after attention and the MLP; else two all-reduces;
-        # each collective also idles the GPU for collective_overhead_s
-        if sp:
-            tp = 2.0 * (allgather_time(row, tp_bytes, t, 1.0) + allgather_time(row, tp_bytes, t, 1.0))
-            tp += 4.0 * row[C_COLLECTIVE_OVERHEAD_S] + amax_reduction_time(row)   # current scaling's amaxes
-        else:
-            tp = 2.0 * (allreduce_time(row, tp_bytes, t, 1.0) + row[C_COLLECTIVE_OVERHEAD_S])
+    # communication of the layer, forward and backward direction
+    tp, tp_backward = tp_layer_time(row, tokens, h, t, sp)
     cp = cp_forward_time(row, tokens, a, dqk, dv, t, c)
     ep = 0.0
     ep_remote = 0.0
@@ -188,6 +182,7 @@ def layer_costs(row, moe, sliding, work):
     work[W_MEM] = mem
     work[W_ATTN_CORE_MEM] = core_mem
     work[W_TP] = tp
+    work[W_TP_BACKWARD] = tp_backward
     work[W_CP] = cp
     work[W_EP] = ep
     work[W_PARAMS] = params
@@ -199,6 +194,28 @@ def layer_costs(row, moe, sliding, work):
     gating_forward, gating_backward = einsum_gating_time(row) if moe else (0.0, 0.0)
     work[W_FORWARD_ONLY] = moe_sync_idle_time(row) + gating_forward if moe else 0.0
     work[W_BACKWARD_MEM] = gating_backward
+
+
+@njit
+def tp_layer_time(row, tokens, h, t, sp):
+    """(forward, backward) TP seconds of one layer and micro-batch (docs/model.md §11.4, §11.40). Without SP two
+    all-reduces of ``tokens h`` 16-bit elements each way. With SP an all-gather before and a reduce-scatter after
+    attention and the MLP: forward the column-parallel inputs are gathered at :func:`sp_gather_bytes` (quantized
+    under FP8 / NVFP4) and the row-parallel outputs reduce-scattered at 2 B; backward the conjugates, the output
+    gradients gathered at their bytes before the row-parallel dgrads and the input gradients reduce-scattered at
+    2 B. Each collective also idles the GPU for collective_overhead_s; current scaling's and NVFP4's amax
+    all-reduces are added each way (:func:`amax_reduction_time`)."""
+    if t <= 1.0:
+        return 0.0, 0.0
+    elements = tokens * h
+    if not sp:
+        tp = 2.0 * (allreduce_time(row, ACT_BYTES * elements, t, 1.0) + row[C_COLLECTIVE_OVERHEAD_S])
+        return tp, tp
+    scatter = allgather_time(row, ACT_BYTES * elements, t, 1.0)
+    fixed = 4.0 * row[C_COLLECTIVE_OVERHEAD_S] + amax_reduction_time(row)
+    forward = 2.0 * (allgather_time(row, sp_gather_bytes(row, False) * elements, t, 1.0) + scatter) + fixed
+    backward = 2.0 * (allgather_time(row, sp_gather_bytes(row, True) * elements, t, 1.0) + scatter) + fixed
+    return forward, backward
 
 
 @njit
@@ -300,6 +317,7 @@ def head_costs(row, work):
     work[W_MEM] = memory_bound_time(row, tokens * vocab * 0.5 * row[C_LOSS_TRAFFIC_BYTES_PER_LOGIT]) + mtp_mem
     work[W_ATTN_CORE_MEM] = 0.0
     work[W_TP] = (allreduce_time(row, 3.0 * 4.0 * tokens, t, 1.0) if t > 1.0 else 0.0) + mtp_tp
+    work[W_TP_BACKWARD] = work[W_TP]
     work[W_CP] = 0.0
     work[W_EP] = 0.0
     work[W_PARAMS] = row[C_VOCAB] * h / t * (1.0 if row[C_TIED_EMBEDDINGS] <= 0.0 else 0.0)

@@ -22,7 +22,7 @@ from fastmodel.kernels.lm.layer import (
 )
 from fastmodel.kernels.lm.layer import (
     W_AGAIN, W_AGAIN_EP, W_AGAIN_GEMM, W_ATTN, W_ATTN_CORE_MEM, W_CP, W_EP, W_EP_REMOTE, W_EXPERT_PARAMS, W_FLOPS, W_GEMM,
-    W_BACKWARD_MEM, W_MEM, W_PARAMS, W_SHARED, W_FORWARD_ONLY, W_TP, W_WGRAD, head_costs, layer_costs, layer_mix, recompute_share,
+    W_BACKWARD_MEM, W_MEM, W_PARAMS, W_SHARED, W_FORWARD_ONLY, W_TP, W_TP_BACKWARD, W_WGRAD, head_costs, layer_costs, layer_mix, recompute_share,
 )
 from fastmodel.kernels.lm.recompute import core_attention_recomputed
 from fastmodel.kernels.lm.layout import (
@@ -165,7 +165,7 @@ def _add_layer_kind(row, weight, full, selective, fsdp, work):
     cheap = core * (a_ + work[W_ATTN_CORE_MEM]) + work[W_AGAIN] if megatron else 0.5 * g + m_
     again = full * (g + a_ + m_ + forward_only) + selective * cheap
     tp_forward, tp_backward = tp_pass_factors(row)
-    tp = work[W_TP] * (tp_forward * (1.0 + full) + tp_backward)
+    tp = work[W_TP] * tp_forward * (1.0 + full) + work[W_TP_BACKWARD] * tp_backward
     cp = work[W_CP] * (1.0 + CP_BACKWARD_PASSES + full)
     ep = work[W_EP] * (1.0 + EP_BACKWARD_PASSES + full) + selective * work[W_AGAIN_EP]
     passes = 1.0 + BACKWARD_GEMM + full
