@@ -31,9 +31,21 @@ _LAZY = {
 __all__ = ["__version__", *_LAZY]
 
 
+#: the Python call of each CLI command that has no name of its own here (``fastmodel.run`` is ``evaluate``)
+_COMMANDS = {
+    "run": "fastmodel.evaluate (specs) or fastmodel.evaluate_record (a run or serving record)",
+    "best": "fastmodel.analysis.best.best",
+    "serve": "fastmodel.serve.api.evaluate / .sweep, fastmodel.serve.search.slo_search",
+    "plot": "fastmodel.plot", "batch": "fastmodel.io.batch.run_batch",
+}
+
+
 def __getattr__(name: str):
     module = _LAZY.get(name)
     if module is None:
+        if name in _COMMANDS:
+            raise AttributeError(f"module 'fastmodel' has no attribute {name!r}: 'fastmodel {name}' is "
+                                 f"{_COMMANDS[name]} in Python")
         raise AttributeError(f"module 'fastmodel' has no attribute {name!r}")
     import importlib
 

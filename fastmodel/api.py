@@ -8,10 +8,12 @@ package ``fastmodel.sweeps``).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fastmodel import engines
-from fastmodel.errors import SpecError
+from fastmodel.errors import SpecError, SweepError, checked_arguments
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -19,10 +21,13 @@ if TYPE_CHECKING:
     from fastmodel.semantics import Semantics
 
 
+@checked_arguments
 def evaluate(model: Any, system: Any, task: Any, semantics: "str | Semantics | dict" = "default",
              plan: str | None = None, num_nodes: int | None = None, execution: Any = None,
              calibration: Any = None) -> "xr.Dataset":
-    """Evaluate one configuration; a 0-d Dataset of every variable its engine produces.
+    """Evaluate one configuration; a 0-d Dataset of every variable its engine produces, each with ``units``
+    (SI: s, bytes, FLOP/s, tokens/s; ``1`` for ratios and flags), ``long_name`` and ``description`` in its attrs,
+    and ``status`` (0 ok; ``flag_meanings`` names each code). ``num_nodes``: nodes of the system's size.
 
     ``model``, ``system``, ``task``: built-in name, path (.toml/.json), dict in fastmodel or MAD-Max format,
     or spec object. ``plan`` overrides the task's plan (MAD-Max specs: ``'DENSE/EMB'``; real-world specs: a
@@ -37,16 +42,35 @@ def evaluate(model: Any, system: Any, task: Any, semantics: "str | Semantics | d
                            execution=execution, calibration=calibration)
 
 
+@checked_arguments
 def evaluate_record(record: dict, source: str | None = None, calibration: Any = None) -> "xr.Dataset":
-    """Evaluate one measured-run record (a training run of RUNS.md or a serving record of SERVE_RUNS.md)
-    into a 0-d Dataset; its ``measured`` block is not read."""
+    """Evaluate one measured-run record (a training run of RUNS.md or a serving record of SERVE_RUNS.md, as a
+    dict: one parsed JSON line) into a 0-d Dataset, each variable's ``units`` in its attrs as :func:`evaluate`'s;
+    its ``measured`` block is not read. ``source`` names the record in errors (a file, a line)."""
     engine = engines.for_record(record)
     if engine is None:
-        raise SpecError(source, "record", "not a run record (RUNS.md: model, system and plan blocks) nor a "
-                        "serving record (SERVE_RUNS.md: model, system and serve blocks)")
+        _refuse_record(record, source)
     return engine.evaluate_record(record, source, calibration)
 
 
+def _refuse_record(record: Any, source: str | None) -> None:
+    """The SpecError for what :func:`evaluate_record` cannot read: a path or JSON text where the parsed record
+    goes, a record with a block missing or not an object (the block named), anything else."""
+    from fastmodel.spec.detect import misshapen_record
+
+    if isinstance(record, (str, Path)):
+        raise SpecError(source, "record", f"expected one record as a dict (a parsed JSON line), got "
+                        f"{type(record).__name__}: read a file of records with json.loads per line, or run "
+                        "'fastmodel validate' / 'fastmodel batch' on it")
+    if not isinstance(record, dict):
+        raise SpecError(source, "record", f"expected one record as a dict, got {type(record).__name__}")
+    if problem := misshapen_record(record):
+        raise SpecError(source, None, problem)
+    raise SpecError(source, "record", "not a run record (RUNS.md: model, system and plan blocks) nor a "
+                    "serving record (SERVE_RUNS.md: model, system and serve blocks)")
+
+
+@checked_arguments
 def memory_by_stage(model: Any = None, system: Any = None, task: Any = None, *, record: dict | None = None,
                     source: str | None = None, plan: str | None = None, num_nodes: int | None = None,
                     memory_margin: float | None = None, execution: Any = None) -> "xr.Dataset":
@@ -60,11 +84,14 @@ def memory_by_stage(model: Any = None, system: Any = None, task: Any = None, *, 
                                    num_nodes=num_nodes, memory_margin=memory_margin, execution=execution)
 
 
+@checked_arguments
 def sweep(model: Any, system: Any, task: Any, axes: dict[str, Any], semantics: Any = "default",
           store: str | None = None, resume: bool = False, workers: int | None = None, scheduler: str | None = None,
           progress: bool | None = False, unit_configs: int | None = None, overwrite: bool = False,
           execution: Any = None, only_fitting: bool = False, calibration: Any = None) -> "xr.Dataset":
-    """Evaluate a grid of configurations; a labeled Dataset with one dimension per axis.
+    """Evaluate a grid of configurations; a labeled Dataset with one dimension per axis (its coordinate the axis
+    values, ``.sel(num_nodes=16, plan="tp8")``), the variables of :func:`evaluate` with their ``units`` attrs and
+    a ``status`` per point (0 ok; ``flag_meanings`` names every code: an illegal point keeps its reason).
 
     ``axes`` maps axis names to values: a list, a scalar, or a range ``{start, stop, num|step,
     scale='linear'|'log'}``. Which axes exist is the engine's: MAD-Max specs sweep spec fields (short or dotted
@@ -81,8 +108,17 @@ def sweep(model: Any, system: Any, task: Any, axes: dict[str, Any], semantics: A
     """
     from fastmodel.sweeps.run import run
 
+    if axes is not None and not isinstance(axes, Mapping):
+        raise SweepError(f"axes: expected a dict of axis name -> values (e.g. {{'num_nodes': [16, 32]}}), got "
+                         f"{type(axes).__name__}")
+    plan = (axes or {}).get("plan")
+    if isinstance(plan, str) and plan.strip().lower() == "all":    # "ALL", " all": the keyword, as sweep files read it
+        axes = {**axes, "plan": "all"}
     if store is None:
         _refuse_over_memory(axes)
+    elif not isinstance(store, (str, Path)) or Path(store).suffix != ".zarr":
+        raise SweepError(f"store: a zarr store's path, ending in .zarr (got {store!r}); for a .nc file sweep in "
+                         "memory (store=None) and call ds.to_netcdf('out.nc')")
     engine = engines.for_sweep(model, system, task, semantics)
     plan = engine.door().sweep_plan(model, system, task, axes, semantics=semantics, unit_configs=unit_configs,
                                     execution=execution, only_fitting=only_fitting, calibration=calibration)
@@ -104,6 +140,7 @@ def _refuse_over_memory(axes: dict) -> None:
     check_grid_memory(total, total * MIN_BYTES_PER_POINT, "write it to a zarr store with store='out.zarr'")
 
 
+@checked_arguments
 def make_config(model: Any, system: Any, task: Any, semantics: "str | Semantics | dict" = "default",
                 plan: str | None = None, num_nodes: int | None = None):
     """A resolved MAD-Max configuration (see :func:`fastmodel.madmax.api.make_config`)."""

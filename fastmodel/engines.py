@@ -192,10 +192,16 @@ def memory_by_stage(*, model: Any = None, system: Any = None, task: Any = None, 
 def _memory_door(model: Any, system: Any, record: Any, source: str | None, method: str, said: str):
     """The door of the engine that has ``method`` (the real-world training model's memory over a step), or a
     SpecError naming what was given instead: "<what>: <said> the real-world training model"."""
+    if record is None and (model is None or for_record(model) is not None):
+        raise SpecError(source, "model", "a run record: pass it as record=..." if model is not None else
+                        "give model, system and task (specs) or record= (a run record)")
+    if record is not None and not isinstance(record, dict):
+        raise SpecError(source, "record", f"expected one run record as a dict (a parsed JSON line), got "
+                        f"{type(record).__name__}")
     engine = for_record(record) if record is not None else for_specs(model, "default", system)
     if engine is None or not hasattr(engine.door(), method):
         what = "a serving record" if engine is SERVE else "not a real-world training configuration"
-        raise SpecError(source, "model", f"{what}: {said} the real-world training model")
+        raise SpecError(source, "model" if record is None else "record", f"{what}: {said} the real-world training model")
     return engine.door()
 
 

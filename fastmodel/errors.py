@@ -7,9 +7,11 @@ The CLI prints ``str(error)`` on one line and exits with status 2 for any
 from __future__ import annotations
 
 import difflib
+import functools
+import inspect
 import os
 import re
-from typing import Iterable
+from typing import Callable, Iterable, TypeVar
 
 #: the reason given for JSON nested deeper than the parser recurses (``[[[[...`` thousands of levels)
 NESTED_TOO_DEEP = "nested too deeply (no spec or record nests more than a few levels)"
@@ -80,6 +82,44 @@ class NotFiniteError(FastmodelError):
 
 class SweepError(FastmodelError):
     """A sweep definition is invalid or too large to hold in memory."""
+
+
+class ArgumentError(FastmodelError, TypeError):
+    """A Python API function called with an argument it does not take (a misspelt keyword, one too many
+    positional): one line naming the function, the argument and the nearest parameter. A TypeError too, as
+    Python's own error for such a call is."""
+
+
+_F = TypeVar("_F", bound=Callable)
+
+
+def checked_arguments(func: _F) -> _F:
+    """``func`` whose call with arguments its signature does not take raises :class:`ArgumentError` (naming the
+    nearest parameter of a misspelt keyword) instead of Python's bare TypeError; ``help`` and
+    ``inspect.signature`` still show ``func``'s own signature."""
+    signature = inspect.signature(func)
+    params = [name for name, p in signature.parameters.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        try:
+            signature.bind(*args, **kwargs)
+        except TypeError as error:
+            unknown = [k for k in kwargs if k not in signature.parameters]
+            reason = (f"unknown argument {unknown[0]!r}{nearest(unknown[0], params)}; it takes "
+                      f"{', '.join(params)}" if unknown and not _takes_any_keyword(signature) else str(error))
+            if "too many positional" in reason:
+                keywords = [n for n, p in signature.parameters.items() if p.kind is p.KEYWORD_ONLY]
+                named = f"; by keyword: {', '.join(f'{k}=' for k in keywords)}" if keywords else ""
+                reason += f" (positional: {', '.join(params[:len(params) - len(keywords)]) or 'none'}{named})"
+            raise ArgumentError(f"{func.__qualname__}(): {reason}") from None
+        return func(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _takes_any_keyword(signature: inspect.Signature) -> bool:
+    return any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values())
 
 
 def _bare(text: str) -> str:

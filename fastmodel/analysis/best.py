@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from fastmodel.errors import FastmodelError, SweepError, nearest
+from fastmodel.errors import FastmodelError, SweepError, checked_arguments, nearest
 from fastmodel.io.aliases import resolve, variable_hint, with_aliases
 
 _EXPR = re.compile(r"^\s*(!?)([A-Za-z_][\w.]*)\s*(?:(==|=|!=|>=|<=|>|<)\s*(.+?))?\s*$")
@@ -172,11 +172,28 @@ def _names_fits_memory(where: list[str]) -> bool:
     return False
 
 
+def _inputs(ds, top, where) -> tuple[xr.Dataset, int, list[str] | None]:
+    """:func:`best`'s ``ds`` (a Dataset, or the path of a result file, opened), ``top`` (a whole number; a numpy
+    integer too) and ``where`` (a list of filters; one filter as a str is that list): one line for anything else."""
+    if isinstance(ds, (str, Path)):
+        ds = open_result(str(ds))
+    if not isinstance(ds, xr.Dataset):
+        hint = ": pass the Dataset (ds), not one of its variables" if isinstance(ds, xr.DataArray) else ""
+        raise SweepError(f"ds: expected a result Dataset (fastmodel.sweep) or the path of a .nc/.zarr result, got "
+                         f"{type(ds).__name__}{hint}")
+    if isinstance(top, (bool, np.bool_)) or not isinstance(top, (int, np.integer)):
+        raise SweepError(f"top: expected a whole number of configurations >= 1 (got {top!r})")
+    return ds, int(top), [where] if isinstance(where, str) else where
+
+
+@checked_arguments
 def best(ds: xr.Dataset, by: str, top: int = 10, where: list[str] | None = None, ascending: bool | None = None,
          columns: tuple[str, ...] = ("throughput", "step_time", "exposed_comm", "tokens_per_s_per_gpu", "mfu", "tpot",
                                      "output_tokens_per_s_per_user", "memory_per_device"),
          include_oom: bool = False, memory_margin: float | None = None):
-    """The ``top`` configurations by ``by`` as a pandas DataFrame, best first: smallest first for a variable
+    """The ``top`` configurations of ``ds`` (a sweep's Dataset, or the path of a ``.nc`` / ``.zarr`` result) by
+    ``by`` as a pandas DataFrame, best first (``where``: filters such as ``"status=ok"``, a list or one str; the
+    table's columns keep the variables' units in ``df.attrs["units"]`` where given): smallest first for a variable
     that improves downward (``better = "min"`` in its attrs or the registry: times, costs, memory), largest
     first otherwise; ``ascending`` True / False forces the order.
 
@@ -192,6 +209,7 @@ def best(ds: xr.Dataset, by: str, top: int = 10, where: list[str] | None = None,
 
     from fastmodel.analysis.margin import describe, fits_under, margin
 
+    ds, top, where = _inputs(ds, top, where)
     by = resolve(ds.data_vars, by)     # a variable's alias ranks by it too (iteration_time: step_time)
     if by in ds.dims:   # was "unknown variable 'plan'", as if the result had no plan
         raise SweepError(f"--by {by!r} is a dimension of the result (filter it with --where {by}=...), not a "
@@ -254,6 +272,8 @@ def best(ds: xr.Dataset, by: str, top: int = 10, where: list[str] | None = None,
                            .transpose(*variable.dims).values[index])
     table = pd.DataFrame(rows)
     table.attrs["fits_filter"] = {"applied": applied, "dropped": dropped, "of": ranked, "margin": kept_free}
+    table.attrs["units"] = {name: ds[name].attrs["units"] for name in rows if name in ds.variables
+                            and name != "status" and "units" in ds[name].attrs}
     return table
 
 

@@ -92,8 +92,17 @@ def margin(ds, memory_margin: float | None = None) -> dict:
 
 
 def check_margin(memory_margin) -> float:
-    """``memory_margin`` (bytes) as a float >= 0; nan (or a non-number) is "not a number", below 0 "negative",
-    each a one-line SweepError naming the value as given."""
+    """``memory_margin`` (bytes, or a text with a bytes unit as spec files write one: ``"2 GiB"``) as a float >= 0;
+    nan (or a non-number) is "not a number", below 0 "negative", each a one-line SweepError naming the value as
+    given."""
+    if isinstance(memory_margin, str) and memory_margin.strip().endswith("B"):       # "2GiB", "500 MB"
+        from fastmodel.spec.quantity import parse_quantity
+
+        try:
+            return _at_least_zero(parse_quantity(memory_margin, "bytes"), "memory_margin", repr(memory_margin),
+                                  "", ", >= 0 bytes")
+        except ValueError as error:
+            raise SweepError(f"memory_margin: {error}") from None
     return _at_least_zero(memory_margin, "memory_margin", repr(memory_margin), "bytes", ", >= 0 bytes")
 
 
@@ -106,10 +115,11 @@ def _at_least_zero(raw, name: str, shown: str, unit: str, hint: str) -> float:
         value = float("nan")
     if value != value:
         raise SweepError(f"{name}: {raw!r} is not a number; give the HBM to keep free{hint}")
+    given = " ".join(part for part in (shown, unit) if part)
     if value < 0.0:
-        raise SweepError(f"{name}: {shown} {unit} is negative; give the HBM to keep free{hint}")
+        raise SweepError(f"{name}: {given} is negative; give the HBM to keep free{hint}")
     if value == float("inf"):
-        raise SweepError(f"{name}: {shown} {unit} is not below any HBM; give the HBM to keep free{hint}")
+        raise SweepError(f"{name}: {given} is not below any HBM; give the HBM to keep free{hint}")
     return value + 0.0   # -0 typed is a margin of 0.0, not "-0.0 GiB" in best's line
 
 

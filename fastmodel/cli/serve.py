@@ -8,6 +8,7 @@ import click
 from fastmodel.cli.common import Choice, FloatRange, friendly
 from fastmodel.serve.precisions import KV_PRECISIONS, PRECISIONS
 from fastmodel.serve.profiles import PROFILE_COLUMNS, RECORD_ENGINE_COLUMNS
+from fastmodel.serve.profiles_vendor import kv_upcast_note
 from fastmodel.serve.report import load_mode, render
 
 
@@ -180,8 +181,6 @@ def serve(records, model, list_models, device, tp, pp, ep, attention_dp, moe_tp,
                          attention_dp=attention_dp, moe_tp=moe_tp, input_len=input_len, output_len=output_len,
                          kv_cache_mem_fraction=kv_cache_mem_fraction, instances=instances, spec_tokens=spec,
                          spec_acceptance=spec_acceptance or 0.0, **profile)[:, None]
-        from fastmodel.serve.profiles_vendor import kv_upcast_note
-
         if upcast := kv_upcast_note(params[:, 0]):
             click.echo(f"note: {upcast}", err=True)
         labels = [f"{model} on {tp * attention_dp * pp}x {device}"]
@@ -369,6 +368,18 @@ def _bare_number(value) -> bool:
     return True
 
 
+def _search_precision_notes(model, device, precisions, engines) -> list[str]:
+    """``precision_notes`` of every searched precision, once each, as plain ``serve`` prints them: FP4 weight-only on
+    a GPU without FP4 tensor cores, FP8 weight-only where a searched engine runs it so."""
+    from fastmodel.serve.api import engine_columns
+    from fastmodel.serve.search import engine_list
+
+    weight_only = max(engine_columns(name, device)[0].get("fp8_weight_only", 0.0)
+                      for name in engine_list(engines or None, device))
+    notes = [note for precision in precisions for note in precision_notes(model, device, precision, weight_only)]
+    return list(dict.fromkeys(notes))
+
+
 def _search(model, device, input_len, output_len, ttft, tpot, gpus, precisions, engine, output=None,
             force=False, concurrency=None, axes=None) -> None:
     """``--search``: the SLO search of fastmodel.serve.search, printed as a table; with ``output`` its sweep (with
@@ -397,6 +408,8 @@ def _search(model, device, input_len, output_len, ttft, tpot, gpus, precisions, 
                         tpot=targets[1], gpus=gpus, precisions=precisions or ("bf16", "fp8"), engine=engine or None,
                         **(axes or {}),
                         **({"concurrency": range(1, concurrency + 1)} if concurrency else {}))
+    for note in _search_precision_notes(model, device, precisions or ("bf16", "fp8"), engine):
+        click.echo(f"note: {note}", err=True)
     if not engine:      # the default engine, with the result (an error stays one line)
         from fastmodel.serve.profiles import default_engine_note
         from fastmodel.spec.devices import device_vendor

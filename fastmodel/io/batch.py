@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
+import os
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import IO, Iterable, Iterator
@@ -396,13 +397,34 @@ def records(chunk: Chunk) -> Iterator[dict]:
         yield record
 
 
-def run_batch(lines: Iterable["str | bytes"], semantics="default", calibration=None) -> Iterator[dict]:
-    """Yield one result record per input line (text or bytes, no newline needed), in order.
-    ``calibration``: a calibration overlay (TOML path or ``Calibration``) for run-record lines."""
+def run_batch(lines: Iterable["str | bytes | dict"], semantics="default", calibration=None) -> Iterator[dict]:
+    """Yield one result record per input line (text or bytes, no newline needed, or a parsed record or spec line
+    as a dict), in order. ``calibration``: a calibration overlay (TOML path or ``Calibration``) for run-record
+    lines. ``lines`` is an iterable of lines (``open("runs.jsonl")``, a list): a str, bytes or path is refused
+    (it was read character by character)."""
+    if isinstance(lines, (str, bytes, os.PathLike)):
+        raise FastmodelError(f"lines: expected an iterable of JSON lines or dicts (e.g. open('runs.jsonl')), got "
+                             f"{type(lines).__name__}: pass open(path) for a file, [line] for one line")
+    return _run_batch(lines, semantics, calibration)
+
+
+def _as_bytes(line, number: int) -> bytes:
+    """One input line as bytes: text encoded, a dict serialised (numpy numbers as numbers)."""
+    if isinstance(line, str):
+        return line.encode("utf-8", "surrogateescape")
+    if isinstance(line, dict):
+        try:
+            return orjson.dumps(line, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
+        except orjson.JSONEncodeError as error:
+            raise FastmodelError(f"lines: line {number}: a dict that is not JSON ({error})") from None
+    return line
+
+
+def _run_batch(lines, semantics, calibration) -> Iterator[dict]:
     def chunks():
         chunk: list[bytes] = []
-        for line in lines:
-            chunk.append(line.encode("utf-8", "surrogateescape") if isinstance(line, str) else line)
+        for number, line in enumerate(lines, 1):
+            chunk.append(_as_bytes(line, number))
             if len(chunk) >= CHUNK_LINES:
                 yield chunk
                 chunk = []

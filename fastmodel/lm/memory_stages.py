@@ -103,12 +103,26 @@ def memory_by_stage(columns: np.ndarray, title: str = "the configuration",
     per_stage = {"memory_allocated": peaks.allocated, "memory_reserved": peaks.reserved,
                  "memory_per_device": peaks.per_device, "fits_memory": peaks.fits,
                  "peak_moment": np.array(peaks.labels, dtype=object)}
-    data = {"memory": (("stage", "memory_kind"), peaks.values, {"units": "bytes"}),
-            **{name: ("stage", value, {"units": "bytes"} if name.startswith("memory") else {})
-               for name, value in per_stage.items()}}
-    coords = {"stage": np.arange(len(peaks.labels)), "memory_kind": list(peaks.kinds)}
+    data = {"memory": (("stage", "memory_kind"), peaks.values, _per_rank("memory")),
+            **{name: ("stage", value, _per_rank(name)) for name, value in per_stage.items()}}
+    coords = {"stage": ("stage", np.arange(len(peaks.labels)), {"long_name": "pipeline stage", "units": "1",
+                                                                "description": "pipeline rank, 0 first"}),
+              "memory_kind": list(peaks.kinds)}
     return xr.Dataset(data, coords=coords, attrs={"memory_peak_stage": peaks.peak_stage,
                                                   "hbm_bytes": peaks.hbm_bytes, "title": title})
+
+
+def _per_rank(name: str) -> dict[str, str]:
+    """The attrs of a :func:`memory_by_stage` variable: the registry's (units, long_name, description) said of
+    each pipeline rank at its own peak moment; ``peak_moment`` (text) its own."""
+    from fastmodel.registry import attrs
+
+    if name == "peak_moment":
+        return {"long_name": "peak moment", "description": "The memory timeline's label of the operation at which "
+                "the rank's memory peaks ('B0': the backward of micro-batch 0)."}
+    given = attrs(name)
+    return {**given, "long_name": f"{given['long_name']} per pipeline rank",
+            "description": f"{given['description']} Here: each pipeline rank at its own peak moment."}
 
 
 def shown_stages(peaks: StagePeaks, limit: int = 16, worst: int = 6) -> list[int]:

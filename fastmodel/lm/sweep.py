@@ -127,6 +127,9 @@ def _axis_values(name: str, values: Any, model, cluster, max_gpus: int) -> tuple
         raise SweepError(f"axis {name!r}: expected a list of values, got {values!r}")
     if len(values) == 0:
         raise SweepError(f"axis {name!r}: empty list")
+    if name in ("model", "system", "task"):   # was "unknown axis 'model' (did you mean 'num_nodes'?)"
+        raise SweepError(f"axis {name!r}: a real-world sweep takes one {name} (MAD-Max sweeps take a {name} "
+                         f"axis): sweep its fields, or call fastmodel.sweep once per {name}")
     if name not in ("num_nodes",) and name not in COLUMN_INDEX:
         from fastmodel.errors import nearest
         raise SweepError(f"unknown axis {name!r}{nearest(name, [*COLUMN_INDEX, 'num_nodes', MESH_AXIS])}")

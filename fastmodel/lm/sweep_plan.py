@@ -47,7 +47,7 @@ class LMSweepPlan(SweepPlan):
         self.global_batch, self.only_fitting = int(global_batch), bool(only_fitting)
         self.calibration = as_calibration(calibration)
         axes = {name: _one_or_many(name, values) for name, values in (axes or {}).items()}
-        nodes = axes.get("num_nodes", [cluster.num_nodes])
+        nodes = _node_counts(axes["num_nodes"]) if "num_nodes" in axes else [cluster.num_nodes]
         max_gpus = int(max(nodes) * cluster.gpus_per_node) if len(nodes) else cluster.n_gpus
         check_degree_axes(list(axes))
         check_execution_axes(axes, execution)
@@ -174,3 +174,16 @@ def _one_or_many(name: str, values: Any) -> Any:
     from fastmodel.sweeps.ranges import expand
 
     return expand(name, values)
+
+
+def _node_counts(values) -> list[int]:
+    """The ``num_nodes`` axis as whole numbers >= 1 (numpy integers, 2.0): one line for anything else (None, a
+    nested list and nan were TypeError / ValueError; -1 and 1.5 were swept into "every point is illegal")."""
+    counts = []
+    for value in values:
+        number = value if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool) \
+            else None
+        if number is None or not np.isfinite(number) or number < 1 or number != int(number):
+            raise SweepError(f"axis 'num_nodes': every value must be a whole number of nodes >= 1 (got {value!r})")
+        counts.append(int(number))
+    return counts

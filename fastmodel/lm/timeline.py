@@ -17,7 +17,8 @@ the rest overlaps the layer's compute. Within a layer the forward / backward
 split follows the model's pass ratios (GEMMs and memory-bound ops 1 : 2,
 attention 1 : 2.5, TP and EP collectives 1 : 1 + full recompute, CP 1 : 2 +
 full recompute, ZeRO-3 gathers 1 : 2); layers of different kinds (dense, MoE,
-sliding window) are drawn at their average.
+sliding window) are drawn at their average, the layers a low-precision run keeps in BF16 at their own ops
+(``L<i> (BF16)``, docs/model.md §11.39).
 """
 
 from __future__ import annotations
@@ -77,12 +78,23 @@ class _Builder:
 def _layer_terms(columns: np.ndarray, r: dict) -> dict:
     """Per layer and micro-batch seconds of the average layer, recovered from the kernel's results with the
     kernel's own pass ratios (``kernels/lm/passes.py``): forward and backward ops by kind, recompute, and per
-    process group the collective and its exposed part with the forward's share of its runs."""
+    process group the collective and its exposed part with the forward's share of its runs. The busiest rank's
+    BF16 layers (docs/model.md §11.39) are taken out of the results first: ``bf16`` is one BF16 layer's extra
+    accumulators (``kernels/lm/bf16_layers.bf16_layer_work``), ``lead`` / ``trail`` how many of them open and
+    close the rank's layers."""
     from fastmodel.kernels.lm.layer import W_GEMM, W_MEM, W_TP, recompute_share
     from fastmodel.kernels.lm.passes import (
-        BACKWARD_ATTN,
+        A_ATTN,
+        A_CP_COMM,
+        A_CP_EXPOSED,
+        A_EP_COMM,
+        A_EP_EXPOSED,
+        A_GEMM,
+        A_MEM,
+        A_RECOMPUTE,
+        A_TP_COMM,
+        A_TP_EXPOSED,
         BACKWARD_GEMM,
-        BACKWARD_MEM,
         CP_BACKWARD_PASSES,
         EP_BACKWARD_PASSES,
         GATHER_BACKWARD_PASSES,
@@ -91,45 +103,97 @@ def _layer_terms(columns: np.ndarray, r: dict) -> dict:
         head_passes,
         tp_pass_factors,
     )
-    from fastmodel.kernels.lm.step import stage_passes
+    from fastmodel.kernels.lm.step import busiest_stage
 
     def col(name):
         return float(columns[COLUMN_INDEX[name]])
 
     pp, m = col("pp"), col("global_batch") / (col("micro_batch") * col("dp"))
-    # the busiest rank's layers, and whether it holds the LM head (share 1: the last rank; 0: a middle rank)
-    *_, layers, share = stage_passes(columns, np.zeros(N_WORK))
+    # the busiest rank's layers, whether it holds the LM head (share 1: the last rank; 0: a middle or the first
+    # rank) and its BF16 layers: n16 of them, each d16 beyond the rank's layer
+    *_, layers, share, n16, d16 = busiest_stage(columns, np.zeros(N_WORK))
     full, _ = recompute_share(columns)
     work = np.zeros(N_WORK)
     head_f, head_b, head_w = (share * t for t in head_passes(columns, work))
     work *= share
     head_gemm, head_mem, head_tp = work[W_GEMM], 2.0 * work[W_MEM], (1.0 + TP_BACKWARD_PASSES) * work[W_TP]
     fsdp = col("sharding") == CODE_TABLES["sharding"]["fsdp"] and pp <= 1.0
-    gemm = (r["time_gemm"] / m - (1.0 + BACKWARD_GEMM) * head_gemm) / layers
-    attn = r["time_attention"] / m / layers
-    mem = (r["time_memory_bound"] / m - head_mem) / layers
-    again = r["time_recompute"] / m / layers
-    keep = 1.0 - again / (gemm + attn + mem) if gemm + attn + mem > 0.0 else 1.0
-    gemm, attn, mem = gemm * keep, attn * keep, mem * keep
-    gemm_runs, attn_runs, mem_runs = 1.0 + BACKWARD_GEMM, 1.0 + BACKWARD_ATTN, 1.0 + BACKWARD_MEM
+    gemm = (r["time_gemm"] / m - (1.0 + BACKWARD_GEMM) * head_gemm - n16 * d16[A_GEMM]) / layers
+    attn = (r["time_attention"] / m - n16 * d16[A_ATTN]) / layers
+    mem = (r["time_memory_bound"] / m - head_mem - n16 * d16[A_MEM]) / layers
+    again = (r["time_recompute"] / m - n16 * d16[A_RECOMPUTE]) / layers
     groups = ["tp", "cp", "ep"] + (["dp"] if fsdp else [])
-    comm = {g: r[f"comm_{g}"] / m for g in groups}
-    hidden = {g: r[f"exposed_{g}"] / m for g in groups}
+    slots = {"tp": (A_TP_COMM, A_TP_EXPOSED), "cp": (A_CP_COMM, A_CP_EXPOSED), "ep": (A_EP_COMM, A_EP_EXPOSED)}
+    comm = {g: r[f"comm_{g}"] / m - (n16 * d16[slots[g][0]] if g in slots else 0.0) for g in groups}
+    hidden = {g: r[f"exposed_{g}"] / m - (n16 * d16[slots[g][1]] if g in slots else 0.0) for g in groups}
     comm["tp"] -= head_tp
     hidden["tp"] -= head_tp
     tp_f, tp_b = tp_pass_factors(columns)          # per-projection TP (KempnerForge) runs more backward passes
     backward_runs = {"tp": (tp_b + tp_f * full) / tp_f, "cp": CP_BACKWARD_PASSES + full, "ep": EP_BACKWARD_PASSES + full,
                      "dp": GATHER_BACKWARD_PASSES + 1.0}           # ZeRO-3: gather, gather again, reduce-scatter
+    shares = {g: 1.0 / (1.0 + backward_runs[g]) for g in groups}
+    if n16 <= 0.0:
+        lead = 0.0
+    elif pp <= 1.0:                                 # the one rank: the first layers and the last
+        lead = min(col("bf16_layers_start"), n16)
+    else:                                           # the first rank's open its layers, the last rank's close them
+        lead = n16 if share == 0.0 else 0.0
+    extra = {"gemm": d16[A_GEMM], "attn": d16[A_ATTN], "mem": d16[A_MEM], "again": d16[A_RECOMPUTE],
+             "comm": {g: d16[slots[g][0]] if g in slots else 0.0 for g in groups},
+             "hidden": {g: d16[slots[g][1]] if g in slots else 0.0 for g in groups}}
     return {
-        "m": m, "layers": layers, "fsdp": fsdp, "groups": groups, "again": again, "head_tp": head_tp,
+        "m": m, "layers": layers, "fsdp": fsdp, "groups": groups, "head_tp": head_tp,
         "head_f": head_f - work[W_TP], "head_b": head_b + head_w - work[W_TP] * TP_BACKWARD_PASSES,
+        "n16": n16, "lead": lead, "trail": n16 - lead, "extra": extra,
+        "base": {"gemm": gemm, "attn": attn, "mem": mem, "again": again, "comm": comm, "hidden": hidden},
+        **_pass_ops(gemm, attn, mem, again, comm, hidden, layers, shares),
+    }
+
+
+def _pass_ops(gemm, attn, mem, again, comm, hidden, layers, shares) -> dict:
+    """One layer's ops per micro-batch from its GEMM, attention, memory-bound and recompute seconds (recompute
+    inside the first three) and each group's collective and exposed seconds over ``layers`` layers."""
+    from fastmodel.kernels.lm.passes import BACKWARD_ATTN, BACKWARD_GEMM, BACKWARD_MEM
+
+    keep = 1.0 - again / (gemm + attn + mem) if gemm + attn + mem > 0.0 else 1.0
+    gemm, attn, mem = gemm * keep, attn * keep, mem * keep
+    gemm_runs, attn_runs, mem_runs = 1.0 + BACKWARD_GEMM, 1.0 + BACKWARD_ATTN, 1.0 + BACKWARD_MEM
+    return {
+        "again": again, "shares": shares,
         "fwd": {"gemm": gemm / gemm_runs, "attention": attn / attn_runs, "memory_bound": mem / mem_runs},
         "bwd": {"gemm": BACKWARD_GEMM * gemm / gemm_runs, "attention": BACKWARD_ATTN * attn / attn_runs,
                 "memory_bound": BACKWARD_MEM * mem / mem_runs},
-        "shares": {g: 1.0 / (1.0 + backward_runs[g]) for g in groups},
         "comm": {g: max(0.0, v) / layers for g, v in comm.items()},
         "hidden": {g: max(0.0, v) / layers for g, v in hidden.items()},
     }
+
+
+def _bf16_terms(terms: dict, ratio: float) -> dict:
+    """A BF16 layer's ops (docs/model.md §11.39): the rank's layer plus ``ratio`` times one BF16 layer's extra
+    seconds per part (1 when the layer is drawn at one layer's scale)."""
+    base, extra, layers = terms["base"], terms["extra"], terms["layers"]
+    per = {k: base[k] + ratio * extra[k] for k in ("gemm", "attn", "mem", "again")}
+    comm = {g: base["comm"][g] + ratio * extra["comm"][g] * layers for g in terms["groups"]}
+    hidden = {g: base["hidden"][g] + ratio * extra["hidden"][g] * layers for g in terms["groups"]}
+    return {**terms, **_pass_ops(per["gemm"], per["attn"], per["mem"], per["again"], comm, hidden, layers,
+                                 terms["shares"])}
+
+
+def _segments(terms: dict, per_layer: bool) -> list[tuple[str, dict, float]]:
+    """The busiest rank's layers in forward order as (label, terms, scale): one per layer (``per_layer``), the BF16
+    ones at their own ops, or one block of each kind."""
+    layers, n16, lead, trail = terms["layers"], terms["n16"], terms["lead"], terms["trail"]
+    if not per_layer:
+        wide = _bf16_terms(terms, 1.0)
+        blocks = [("BF16 layers", wide, lead), ("layers", terms, layers - n16), ("BF16 layers", wide, trail)]
+        return [b for b in blocks if b[2] > 0.0]
+    repeat = max(1, int(round(layers)))
+    first, last = min(int(round(lead)), repeat), min(int(round(trail)), repeat)
+    marked = [i < first or i >= repeat - last for i in range(repeat)]
+    scale = layers / repeat
+    # every layer draws the rank's layer at scale; the marked ones each add n16 / (marked) BF16 extras
+    wide = _bf16_terms(terms, n16 / max(sum(marked), 1) / scale) if n16 > 0.0 else terms
+    return [(f"L{i} (BF16)" if on else f"L{i}", wide if on else terms, scale) for i, on in enumerate(marked)]
 
 
 def _layer_pass(b: _Builder, terms: dict, label: str, direction: str, t: float, scale: float) -> float:
@@ -152,15 +216,15 @@ def _layer_pass(b: _Builder, terms: dict, label: str, direction: str, t: float, 
     return gap_end
 
 
-def _micro_batch(b: _Builder, terms: dict, r: dict, i: int, repeat: int, per_layer: bool, t: float) -> float:
-    """Micro-batch ``i`` on the busiest stage: layer forwards, the LM head (when it holds it), its sends and the
-    layer backwards."""
-    m, scale = terms["m"], terms["layers"] / repeat
+def _micro_batch(b: _Builder, terms: dict, r: dict, i: int, segments: list, t: float) -> float:
+    """Micro-batch ``i`` on the busiest stage: layer forwards (``segments``, :func:`_segments`), the LM head (when
+    it holds it), its sends and the layer backwards."""
+    m = terms["m"]
     head_f, head_b, head_tp = terms["head_f"], terms["head_b"], terms["head_tp"]
     pp_gap, pp_send = r["exposed_pp"] / (2.0 * m), r["comm_pp"] / (2.0 * m)
     mb = f"mb{i}"
-    for layer in range(repeat):
-        t = _layer_pass(b, terms, f"{mb} L{layer} fwd" if per_layer else f"{mb} layers fwd", "f", t, scale)
+    for label, ops, scale in segments:
+        t = _layer_pass(b, ops, f"{mb} {label} fwd", "f", t, scale)
     b.op(f"{mb} LM head fwd", "compute", "head", t, t + head_f)
     t += head_f
     b.op(f"{mb} LM head bwd", "compute", "head", t, t + head_b)
@@ -169,8 +233,8 @@ def _micro_batch(b: _Builder, terms: dict, r: dict, i: int, repeat: int, per_lay
     t = t_head_end + head_tp
     b.comm(f"{mb} pp send fwd", "pp", pp_send, t, t + pp_gap, t - head_b)
     t += pp_gap
-    for layer in reversed(range(repeat)):
-        t = _layer_pass(b, terms, f"{mb} L{layer} bwd" if per_layer else f"{mb} layers bwd", "b", t, scale)
+    for label, ops, scale in reversed(segments):
+        t = _layer_pass(b, ops, f"{mb} {label} bwd", "b", t, scale)
     b.comm(f"{mb} pp send bwd", "pp", pp_send, t, t + pp_gap, t)
     return t + pp_gap
 
@@ -185,16 +249,16 @@ def timeline(columns: np.ndarray, label: str = "the configuration") -> Timeline:
     terms = _layer_terms(columns, r)
     m, layers = terms["m"], terms["layers"]
     per_layer = layers * m <= MAX_LAYER_OPS
-    repeat = max(1, int(round(layers))) if per_layer else 1
+    segments = _segments(terms, per_layer)
     b = _Builder()
-    compute_f = sum(terms["fwd"].values()) * layers + terms["head_f"]
-    compute_b = (sum(terms["bwd"].values()) + terms["again"]) * layers + terms["head_b"]
+    compute_f = sum(sum(ops["fwd"].values()) * scale for _, ops, scale in segments) + terms["head_f"]
+    compute_b = sum((sum(ops["bwd"].values()) + ops["again"]) * scale for _, ops, scale in segments) + terms["head_b"]
     bubble = r["pipeline_bubble"]
     warm = bubble * compute_f / (compute_f + compute_b) if compute_f + compute_b > 0.0 else 0.0
     b.op("pipeline warm-up", "compute", "bubble", 0.0, warm)
     t = warm
     for i in range(int(round(m))):
-        t = _micro_batch(b, terms, r, i, repeat, per_layer, t)
+        t = _micro_batch(b, terms, r, i, segments, t)
     last_backward_start = t - (compute_b - terms["head_b"] + r["exposed_pp"] / (2.0 * m))
     b.op("pipeline cool-down", "compute", "bubble", t, t + bubble - warm)
     t += bubble - warm

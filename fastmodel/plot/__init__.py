@@ -7,6 +7,7 @@ draws on the non-interactive Agg canvas in the paper style and returns
 reproducible bytes.
 """
 
+from fastmodel.errors import checked_arguments
 from fastmodel.plot.breakdown import breakdown
 from fastmodel.plot.data import PlotError, direction
 from fastmodel.plot.heatmap import heatmap
@@ -16,6 +17,10 @@ from fastmodel.plot.pareto import frontier, pareto, pareto_mask
 from fastmodel.plot.scaling import scaling
 from fastmodel.plot.style import PALETTE, SIZES, paper_rc, save
 from fastmodel.plot.timeline import timeline
+
+# a misspelt keyword is one line naming the nearest parameter (fastmodel.errors.ArgumentError), as in fastmodel.*
+breakdown, heatmap, memory_bars, memory_timeline, frontier, pareto, scaling, save, timeline = map(
+    checked_arguments, (breakdown, heatmap, memory_bars, memory_timeline, frontier, pareto, scaling, save, timeline))
 
 __all__ = ["PALETTE", "SIZES", "PlotError", "breakdown", "direction", "frontier", "heatmap", "memory_bars", "memory_timeline",
            "paper_rc",

@@ -153,6 +153,8 @@ def breakdown(data, sel=None, labels=None, *, quantity: str = "time", size="sing
         fig.legend(handles=[Patch(facecolor=colours[c], label=legend[c]) for c in order],
                    loc="outside right upper", handlelength=1.2)
         subject = D.subject(data) if title is None else ""
+        if title is None and isinstance(data, xr.Dataset):   # and what --sel fixed, as the heatmap's title says
+            subject = D.fixed_title(D.select(data[breakdown_of(data).total], sel), subject)
         if title is not None:
             ax.set_title(title)
         elif single or subject:

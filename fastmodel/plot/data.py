@@ -146,6 +146,9 @@ def select(obj, sel: Mapping[str, object] | None):
     """``obj.sel`` with values matched exactly (numbers within 1e-9); a list keeps the dimension."""
     if not sel:
         return obj
+    if not isinstance(sel, Mapping):       # a CLI --sel text: was AttributeError ('str' object has no attribute 'items')
+        raise PlotError(f"sel: expected a dict of dimension -> value (e.g. sel={{'num_nodes': 256}}), got "
+                        f"{type(sel).__name__} {sel!r:.60}")
     indexers = {}
     for dim, value in sel.items():
         check_dim(obj.dims, dim)
@@ -368,9 +371,10 @@ def reasons_of(status: xr.DataArray, left: np.ndarray, extra: Mapping[str, np.nd
 
 
 def subject(data) -> str:
-    """What a result is of, for a default title: ``Llama 3 70B on dgx-h100`` from its ``model`` and ``system``
-    attributes (a name, or a spec as JSON with a ``name``), the one ``device`` of a serving result standing in
-    for a system; '' when it says neither."""
+    """What a result is of, for a default title: ``LLaMA2-70B on dc-a, llm-pretrain, madmax semantics`` from its
+    ``model``, ``system``, ``task`` and ``semantics`` attributes (a name, or a spec as JSON with a ``name``; the
+    task's name else ``fastmodel_task``; the semantics only when not ``default``), the one ``device`` of a serving
+    result standing in for a system; '' when it says none of them."""
     attrs = getattr(data, "attrs", {}) or {}
 
     def name(key: str) -> str:
@@ -387,4 +391,17 @@ def subject(data) -> str:
     coords = getattr(data, "coords", {})
     if not system and "device" in coords and coords["device"].size == 1:
         system = str(np.asarray(coords["device"].values).ravel()[0])
-    return f"{model} on {system}" if model and system else model or system
+    text = f"{model} on {system}" if model and system else model or system
+    task, semantics = name("task") or str(attrs.get("fastmodel_task", "") or ""), name("semantics")
+    setting = [task] + ([f"{semantics} semantics"] if semantics and semantics != "default" else [])
+    return ", ".join(t for t in (text, *setting) if t)
+
+
+def fixed_title(da: xr.DataArray, subject: str = "") -> str:
+    """``Llama 3 70B on dgx-h100: global_batch=2048 samples``: what the result is of (:func:`subject`), then the
+    coordinates ``--sel`` fixed (the 0-d coordinates of ``da``), each with its units."""
+    from fastmodel.plot import style as S
+
+    fixed = {k: v for k, v in da.coords.items() if k not in da.dims and v.ndim == 0}
+    text = ", ".join(f"{k}={S.fmt_quantity(v.values.item(), units_of(v))}" for k, v in fixed.items())
+    return f"{subject}: {text}" if subject and text else subject or text

@@ -15,6 +15,10 @@ from fastmodel.plot.readable import make_readable
 ILLEGAL_STYLE = {"facecolor": "#d9d9d9", "edgecolor": "#808080", "hatch": "xxx"}
 INFEASIBLE_STYLE = {"facecolor": "#f0f0f0", "edgecolor": "#a0a0a0", "hatch": "///"}
 NORESULT_STYLE = {"facecolor": "#bdbdbd", "edgecolor": "none", "hatch": None}
+#: the most cells ``annotate`` writes a number in: 50 x 50. A number at the 5 pt minimum font
+#: (plot/readable.MIN_FONT_PT) is ~15 pt wide, so even a 7.16 in page-wide map fits ~30 columns of them; a
+#: 10^6-cell map took over 5 minutes of text layout to print unreadable numbers
+MAX_ANNOTATED_CELLS = 2500
 
 
 def heatmap(data, x: str | None = None, y: str | None = None, *, var: str | None = None, sel=None, reduce=(),
@@ -49,6 +53,9 @@ def heatmap(data, x: str | None = None, y: str | None = None, *, var: str | None
     da = da.transpose(y, x)
     st = st.transpose(y, x) if st is not None else None
     ny, nx = da.shape
+    if annotate and nx * ny > MAX_ANNOTATED_CELLS:
+        raise D.PlotError(f"--annotate writes a number in each cell; {ny:,} x {nx:,} cells are too many to read (at "
+                          f"most {MAX_ANNOTATED_CELLS:,}): leave out --annotate, or draw fewer with --sel")
     if height is None and not isinstance(size, tuple):
         # the best cell's legend entry takes two lines: room for the second, so the rows keep theirs
         height = round(min(9.0, max(S.figure_size(size)[1], 0.9 + 0.13 * ny) + (0.12 if best else 0.0)), 2)
@@ -97,7 +104,7 @@ def heatmap(data, x: str | None = None, y: str | None = None, *, var: str | None
                        handlelength=1.4)
         if da[y].dtype.kind in "USO":  # categories read top to bottom in coordinate order
             ax.invert_yaxis()
-        ax.set_title(title if title is not None else _default_title(da, sel, D.subject(data)))
+        ax.set_title(title if title is not None else D.fixed_title(da, D.subject(data)))
         for spine in ax.spines.values():
             spine.set_visible(False)
     make_readable(fig)   # minimum font, no overlapping tick labels (plot/readable.py)
@@ -207,8 +214,13 @@ def _missing_cells(ax, image, status):
         collection.set_gid("missing")
         ax.add_collection(collection)
         handles.append(Patch(facecolor=style["facecolor"], edgecolor=style["edgecolor"], hatch=style["hatch"],
-                             linewidth=0.4, label=text))
+                             linewidth=0.4, label=f"{text} ({cell_count(len(rows))})"))
     return handles
+
+
+def cell_count(n: int) -> str:
+    """``1 cell`` / ``63 cells``: how many cells a legend entry of the missing ones stands for."""
+    return f"{n:,} cell" + ("" if n == 1 else "s")
 
 
 def _annotate(ax, im, image, factor):
@@ -238,10 +250,3 @@ def _mark_best(ax, da, image, best, factor, shown):
     where = ", ".join(f"{d}={S.fmt_quantity(da[d].values[k], D.units_of(da[d]))}" for d, k in ((y, r), (x, c)))
     return Patch(fill=False, edgecolor="black", linewidth=1.2, label=f"best ({way}): {value} {shown}".rstrip()
                  + f"\nat {where}")
-
-
-def _default_title(da, sel, subject: str = ""):
-    """``Llama 3 70B on dgx-h100: global_batch=2048 samples``: what the result is of, then the fixed coordinates."""
-    fixed = {k: v for k, v in da.coords.items() if k not in da.dims and v.ndim == 0}
-    text = ", ".join(f"{k}={S.fmt_quantity(v.values.item(), D.units_of(v))}" for k, v in fixed.items())
-    return f"{subject}: {text}" if subject and text else subject or text

@@ -31,7 +31,7 @@ def _hbm_line(attrs) -> tuple[float, str] | None:
         return usable, f"usable HBM {usable:.0f} GiB"
     if "hbm_bytes" in attrs and "memory_margin_rule" in attrs:
         hbm = float(attrs["hbm_bytes"]) / 2**30
-        return hbm, f"HBM {hbm:.0f} GiB (less each plan's allocator cache)"
+        return hbm, f"HBM {hbm:.0f} GiB\n(less each plan's\nallocator cache)"   # a legend entry as wide as the kinds
     return None
 
 
@@ -67,6 +67,7 @@ def memory_table(ds, dim: str | None = None, sel=None):
         memory = memory.drop_vars([c for c in memory.coords if c != "memory_kind"])
         memory = memory.expand_dims({dim: [", ".join(fixed) or "configuration"]})
     memory = memory.transpose(dim, "memory_kind").load()
+    memory.attrs["fixed"] = ", ".join(fixed) if dim != "configuration" else ""   # for the title
     return dim, memory
 
 
@@ -97,16 +98,17 @@ def memory_bars(ds, dim: str | None = None, sel=None, size="single", height: flo
             bottom += values[:, k]
         line = _hbm_line(ds.attrs)
         if line is not None:
-            ax.axhline(line[0], color="0.2", linestyle="--", linewidth=0.8, gid="hbm")
-            ax.annotate(line[1], (1.0, line[0]), xycoords=("axes fraction", "data"),
-                        ha="right", va="bottom", fontsize=6, color="0.2")
+            # named in the legend: a label written on the line sat on the bars that cross it
+            ax.axhline(line[0], color="0.2", linestyle="--", linewidth=0.8, gid="hbm", label=line[1])
         # many bars: vertical labels at the usual size; make_readable thins them to every k-th bar when they
         # would still touch (never a font below plot/readable.MIN_FONT_PT)
         ax.set_xticks(x, labels, rotation=90 if len(labels) > 6 else 0)
+        left_out = int((~keep).sum())   # the illegal configurations have no bar: the axis says how many
         if dim != "configuration":
-            ax.set_xlabel(dim)
+            ax.set_xlabel(dim + (f" ({left_out:,} illegal left out)" if left_out else ""))
         ax.set_ylabel(S.label("memory per device", "GiB"))
-        shown_title = title if title is not None else D.subject(ds)
+        fixed = memory.attrs.get("fixed", "")   # what --sel fixed, as the heatmap's title says it
+        shown_title = title if title is not None else ": ".join(t for t in (D.subject(ds), fixed) if t)
         if title is not None or shown_title:
             ax.set_title(shown_title, loc="left")
         fig.legend(*ax.get_legend_handles_labels(), loc="outside right upper", fontsize=6)

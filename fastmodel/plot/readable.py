@@ -4,7 +4,7 @@ each other.
 Every figure function ends with :func:`make_readable`:
 
 - every visible text of the figure (tick labels, annotations, legends, titles) is at least
-  :data:`MIN_FONT_PT` points;
+  :data:`MIN_FONT_PT` points, and titles wrap at the figure's width;
 - on each axis whose ticks are fixed category labels (plans, systems, stream names), the labels are
   measured as drawn: a crowded x axis is turned vertical, and labels that still overlap are thinned to
   every k-th one, the smallest k that leaves :data:`GAP_PT` between neighbours (the first label stays, so
@@ -25,12 +25,16 @@ from matplotlib.ticker import FixedLocator
 MIN_FONT_PT = 5.0
 #: the least space between two neighbouring tick labels, in points
 GAP_PT = 1.0
+#: the least distance between the unlabelled ticks of a thinned axis (0.4 pt wide), in points; closer, they merge
+#: into a solid bar and are left out (the axis label still says every k-th item is labelled)
+MIN_TICK_SPACING_PT = 2.0
 
 
 def make_readable(fig, fixed=()) -> None:
     """Raise every text of ``fig`` to :data:`MIN_FONT_PT` and thin crowded category tick labels, except on the
     axes of ``fixed``: their labels were chosen by a rule the figure states (the memory timeline's passes)."""
     enforce_min_font(fig)
+    wrap_titles(fig)
     fig.draw_without_rendering()            # lays the figure out: tick labels get their final places
     for ax in fig.axes:
         for axis in (ax.xaxis, ax.yaxis):
@@ -38,6 +42,27 @@ def make_readable(fig, fixed=()) -> None:
                 continue
             if isinstance(axis.get_major_locator(), FixedLocator) and len(axis.get_majorticklocs()) > 1:
                 _separate(fig, axis)
+
+
+def wrap_titles(fig) -> None:
+    """Break every axes title into lines at its axes' width, and the figure's suptitle at the figure's: a title
+    longer than the figure widened the saved file past its column (``savefig.bbox = 'tight'`` takes in all text),
+    e.g. a 3.5 in heatmap saved 4.7 in wide; wrapped at the figure's width (matplotlib's ``wrap``), a title over
+    the axes still ran into a legend beside them. A title set later on the same axes wraps too."""
+    for ax in fig.axes:
+        for text in (ax.title, ax._left_title, ax._right_title):
+            text.set_wrap(True)
+            text._get_wrap_line_width = _within(text, ax)
+    if getattr(fig, "_suptitle", None) is not None:
+        fig._suptitle.set_wrap(True)
+
+
+def _within(text, ax):
+    """The wrap width of ``text`` (matplotlib 3.11 ``Text._get_wrap_line_width``, the room to the figure's edge),
+    at most the width of ``ax`` as laid out."""
+    from matplotlib.text import Text
+
+    return lambda: min(ax.bbox.width, Text._get_wrap_line_width(text))
 
 
 def enforce_min_font(fig) -> None:
@@ -79,8 +104,9 @@ def _separate(fig, axis) -> None:
     style = axis.get_majorticklabels()[0]
     rotation, align, size = style.get_rotation(), style.get_horizontalalignment(), style.get_fontsize()
     step = max(2, _step_needed(axis, renderer, locs))
-    axis.set_ticks(locs, minor=True)            # every item keeps a tick, labelled or not
-    axis.set_tick_params(which="minor", length=2.0, width=0.4)
+    if _spacing_pt(axis, locs) >= MIN_TICK_SPACING_PT:   # every item keeps a tick, labelled or not, while they
+        axis.set_ticks(locs, minor=True)                 # stay apart: 1,000 rows drew a solid black bar
+        axis.set_tick_params(which="minor", length=2.0, width=0.4)
     while step < len(locs):
         axis.set_ticks(locs[::step], labels=texts[::step])
         for label in axis.get_majorticklabels():
@@ -106,6 +132,15 @@ def _say_thinned(axis, step: int) -> None:
     """Append (or update) the thinning note of ``axis``'s label: a reader sees that items sit between labels."""
     text = axis.label.get_text().split(" (every ")[0]
     axis.set_label_text(f"{text} ({thinned_note(step)})" if text else thinned_note(step))
+
+
+def _spacing_pt(axis, locs) -> float:
+    """The distance between two neighbouring ticks of ``axis`` at ``locs``, in points."""
+    if len(locs) < 2:
+        return math.inf
+    horizontal = axis.axis_name == "x"
+    a, b = (axis.axes.transData.transform((loc, 0) if horizontal else (0, loc)) for loc in locs[:2])
+    return abs(b[0 if horizontal else 1] - a[0 if horizontal else 1]) * 72.0 / axis.figure.dpi
 
 
 def _step_needed(axis, renderer, locs) -> int:

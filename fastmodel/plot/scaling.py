@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+from matplotlib.lines import Line2D
 
 from fastmodel.plot import data as D
 from fastmodel.plot import style as S
@@ -13,6 +14,19 @@ MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "*")
 LINESTYLES = ("-", "--", ":", "-.")
 #: dimensions that count hardware: an ideal (linear) scaling line is drawn against them
 SIZE_DIMS = ("num_nodes", "num_devices")
+#: rates normalised by the device count whose names do not say so: MAD-Max's effective FLOP/s (peak x
+#: flops_util of one device, fastmodel/registry/madmax.py). With ``*_per_gpu``/``*_per_device`` names and
+#: fractions of peak (units '1': mfu, hfu, utilisations) they stay flat under ideal scaling
+PER_DEVICE_RATES = ("eff_flop_per_s",)
+#: the most lines drawn when ``top`` is not given: a one-column legend of 12 entries (+ the ideal line) at 7 pt
+#: fits the 2.5 in figure height; 114 plans made a 2-column legend taller than the figure, the axes collapsed
+MAX_LINES = 12
+
+
+def per_device(name: str, units: str) -> bool:
+    """True for a variable normalised by the device count (tokens/s per GPU, MFU): linear scaling keeps it
+    constant as devices are added, where the whole cluster's rate grows with them."""
+    return name.endswith(("_per_gpu", "_per_device")) or units == "1" or name in PER_DEVICE_RATES
 
 
 def line_style(k: int):
@@ -21,15 +35,52 @@ def line_style(k: int):
     return LINESTYLES[(k // len(S.CYCLE)) % len(LINESTYLES)]
 
 
-def ideal_line(x, rows, maximize: bool):
-    """Linear scaling from the best value at the smallest x: a rate grows with x, a time shrinks (NaN if none)."""
+def ideal_line(x, rows, maximize: bool, flat: bool = False):
+    """Linear scaling from the best value at the smallest x: a rate grows with x, a time shrinks, a rate per
+    device (``flat``) stays where it starts (NaN if none)."""
     x = np.asarray(x, dtype=float)
     for j in range(x.size):
         column = rows[:, j][np.isfinite(rows[:, j])]      # an inf (a broken point) starts no line
         if column.size:
             start = column.max() if maximize else column.min()
+            if flat:
+                return np.full(x.shape, start)
             return start * (x / x[j]) if maximize else start * (x[j] / x)
     return np.full(x.shape, np.nan)
+
+
+def _lines(da, status, hue, top):
+    """(rows, names, how many hue values there were, the left-out note) of the lines to draw: the ``top`` best
+    (:data:`MAX_LINES` when not given and there are more) in coordinate order."""
+    rows = da.values if hue else da.values[None, :]
+    names = [S.fmt_coord(v) for v in da[hue].values] if hue else [None]
+    total = len(names)
+    order = np.arange(total)
+    if top is None and total > MAX_LINES:
+        top = MAX_LINES
+    if top is not None and hue:
+        way = D.direction(str(da.name), da.attrs)
+        signed = rows if way == "max" else -rows
+        score = np.where(np.isnan(signed), -np.inf, signed).max(axis=1)
+        order = np.sort(np.argsort(-score, kind="stable")[:top])
+        rows, names = rows[order], [names[i] for i in order]
+    codes = None if status is None else np.asarray(status.values).reshape(total, -1)[order]
+    return rows, names, total, left_out_note(codes, D.status_names_of(status))
+
+
+def left_out_note(codes, names) -> str:
+    """``5 points left out: 3 do not fit, 2 illegal`` for the status ``codes`` of the drawn lines' points ('' when
+    every one is ok)."""
+    if codes is None:
+        return ""
+    codes = np.asarray(codes).ravel()
+    dnf = names.index("does_not_fit") if "does_not_fit" in names else -1
+    over, illegal = int((codes == dnf).sum()), int(((codes != 0) & (codes != dnf)).sum())
+    if not over + illegal:
+        return ""
+    parts = [f"{over:,} do{'es' if over == 1 else ''} not fit" if over else "",
+             f"{illegal:,} illegal" if illegal else ""]
+    return f"{over + illegal:,} point{'s' if over + illegal > 1 else ''} left out: " + ", ".join(p for p in parts if p)
 
 
 def scaling(data, x: str, *, var: str | None = None, hue: str | None = None, sel=None, reduce=(), top: int | None = None,
@@ -39,14 +90,19 @@ def scaling(data, x: str, *, var: str | None = None, hue: str | None = None, sel
 
     Every other dimension must be fixed (``sel``) or reduced (``reduce``).
     ``top``: keep the ``top`` hue values with the best value anywhere (by the
-    variable's direction). A geometric x axis is drawn on a log scale (base 2 for
+    variable's direction); without it, more than :data:`MAX_LINES` hue values keep the best ``MAX_LINES``,
+    and the legend's title says so (``plan: 12 best of 114``). A geometric x axis is drawn on a log scale (base 2 for
     powers of two); y goes log when it spans two decades (``logx``/``logy`` force).
     Lines cycle markers and line styles. ``ideal`` (default: when x is
     num_nodes or num_devices and the variable is a rate or a time) adds the
     linear-scaling line from the best value at the smallest x.
     """
-    da, _ = D.prepare(data, var, sel, reduce, keep=(x, hue))
+    da, status = D.prepare(data, var, sel, reduce, keep=(x, hue))
     D.check_quantity(da, "a scaling line")
+    for option, dim in (("--x", x), ("--hue", hue)):   # was "unknown dimension 'plan'" for a plan --sel fixed
+        if dim is not None and dim not in da.dims and dim in (sel or {}):
+            raise D.PlotError(f"{option} {dim}: {dim} is fixed by --sel {dim}=...; keep two or more values (repeat "
+                              f"--sel {dim}=VALUE) or draw along another dimension")
     D.check_dim(da.dims, x)
     if hue is not None:
         D.check_dim(da.dims, hue)
@@ -58,16 +114,10 @@ def scaling(data, x: str, *, var: str | None = None, hue: str | None = None, sel
         raise D.PlotError(f"fix or reduce the other dimensions with --sel/--reduce: {', '.join(extra)}")
     if da.dtype.kind not in "iufb":
         raise D.PlotError(f"{da.name} is not numeric")
-    da = da.transpose(*([hue] if hue else []), x).astype(float)
-    rows = da.values if hue else da.values[None, :]
-    names = [S.fmt_coord(v) for v in da[hue].values] if hue else [None]
-    if top is not None and hue:
-        way = D.direction(str(da.name), da.attrs)
-        signed = rows if way == "max" else -rows
-        score = np.where(np.isnan(signed), -np.inf, signed).max(axis=1)
-        order = np.argsort(-score, kind="stable")[:top]
-        order = np.sort(order)
-        rows, names = rows[order], [names[i] for i in order]
+    order = [*([hue] if hue else []), x]
+    da = D.shown(da, status).transpose(*order).astype(float)      # points that do not fit or are illegal: gaps
+    status = status.transpose(*order) if status is not None else None
+    rows, names, total, left_out = _lines(da, status, hue, top)
     xv = da[x].values
     categorical = xv.dtype.kind in "USO"
     xpos = np.arange(xv.size) if categorical else xv.astype(float)
@@ -83,10 +133,11 @@ def scaling(data, x: str, *, var: str | None = None, hue: str | None = None, sel
         name = str(da.name)
         rate_or_time = D.direction(name, da.attrs) == "max" or units == "s"
         if (ideal if ideal is not None else (x in SIZE_DIMS and rate_or_time and not categorical)) and xv.size > 1:
-            line = ideal_line(xpos, rows, D.direction(name, da.attrs) == "max")
+            flat = per_device(name, units)
+            line = ideal_line(xpos, rows, D.direction(name, da.attrs) == "max", flat)
             if np.isfinite(line).any():
                 ax.plot(xpos, line, color="0.45", linestyle=(0, (4, 2)), linewidth=0.8, marker=None, zorder=1,
-                        label="ideal (linear)", gid="ideal")
+                        label="ideal (constant per device)" if flat else "ideal (linear)", gid="ideal")
         if categorical:
             ax.set_xticks(xpos, labels=[str(v) for v in xv], rotation=45, ha="right")
         else:
@@ -104,12 +155,16 @@ def scaling(data, x: str, *, var: str | None = None, hue: str | None = None, sel
         ax.yaxis.set_minor_formatter("")
         ax.set_xlabel(S.label(D.long_name_of(da[x]), xshown))   # "num nodes", as the Pareto figure says
         ax.set_ylabel(S.label(D.long_name_of(da), shown))
-        if hue or ax.get_legend_handles_labels()[1]:
+        handles, labels = ax.get_legend_handles_labels()
+        if left_out:   # a legend line of text, no line: the points of the drawn lines that are not drawn, and why
+            handles, labels = [*handles, Line2D([], [], linestyle="none", marker=None)], [*labels, left_out]
+        if hue or labels:
             # beside the axes, its top level with theirs (constrained layout keeps it in the figure): a figure
             # legend at the figure's top put its title on the same line as a long title
-            ax.legend(title=hue, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, handlelength=2.2,
-                      ncol=2 if len(names) > 16 else 1)
-        title = title if title is not None else D.subject(data)
+            shown_lines = hue if len(names) == total else f"{hue}: {len(names)} best of {total:,}"
+            ax.legend(handles, labels, title=shown_lines, loc="upper left", bbox_to_anchor=(1.02, 1.0),
+                      borderaxespad=0.0, handlelength=2.2, ncol=2 if len(names) > 16 else 1)
+        title = title if title is not None else D.fixed_title(da, D.subject(data))   # with what --sel fixed
         if title:   # over the whole figure: a long title over the axes ran into the legend's title
             fig.suptitle(title, fontsize=8)
     make_readable(fig)   # minimum font, no overlapping tick labels (plot/readable.py)

@@ -146,7 +146,9 @@ def serving_pareto(ds, curve: str = "device", x: str = X, y: str = Y, sel=None, 
         handles, names = ax.get_legend_handles_labels()   # below the axes: never over a curve or its labels
         fig.legend(handles, names, title=curve, loc="outside lower center", ncol=min(len(names), 3),
                    title_fontsize=7)
-        shown_title = title if title is not None else D.subject(ds)
+        fixed = D.select(ds[x], sel) if x in ds else ds.get(f"disagg_{x}")   # the title says what --sel fixed
+        shown_title = title if title is not None else D.fixed_title(fixed, D.subject(ds)) if fixed is not None \
+            else D.subject(ds)
         if title is not None or shown_title:
             ax.set_title(shown_title)
     ax.frontiers = frontiers

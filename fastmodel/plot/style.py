@@ -129,7 +129,9 @@ def save(fig, path: str | Path, dpi: int = 300) -> Path:
 
 _SCALES = {
     "s": [(1.0, "s"), (1e-3, "ms"), (1e-6, "µs")],
-    "bytes": [(1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "kB"), (1.0, "bytes")],
+    # sizes in binary units, as the memory figures, `run` and `best` say them (GiB); rates stay decimal (GB/s, the
+    # datasheets' unit)
+    "bytes": [(2.0**40, "TiB"), (2.0**30, "GiB"), (2.0**20, "MiB"), (2.0**10, "KiB"), (1.0, "bytes")],
     "FLOP/s": [(1e15, "PFLOP/s"), (1e12, "TFLOP/s"), (1e9, "GFLOP/s"), (1.0, "FLOP/s")],
     "B/s": [(1e12, "TB/s"), (1e9, "GB/s"), (1e6, "MB/s"), (1.0, "B/s")],
 }

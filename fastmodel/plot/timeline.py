@@ -100,6 +100,16 @@ def timeline(config=None, *, model=None, system=None, task=None, record=None, so
     return timeline_figure(tl, window=window, aggregate=aggregate, size=size, height=height, title=title, ax=ax)
 
 
+def step_note(total: float, exposed: float) -> str:
+    """``step 5.62 s; exposed comm. 17.0 ms (0.3% of the step)``: each time in its own unit (the exposed time read
+    ``0.0170 s`` in the step's); '' for an empty step."""
+    if total <= 0:
+        return ""
+    (tfac, tunit), (efac, eunit) = S.display_unit("s", [total]), S.display_unit("s", [exposed])
+    return (f"step {S.fmt_number(total / tfac)} {tunit}; exposed comm. {S.fmt_number(exposed / efac)} {eunit} "
+            f"({exposed / total:.1%} of the step)")
+
+
 def timeline_figure(tl: Timeline, *, window: tuple[float, float] | None = None, aggregate: bool = False,
                     size="double", height: float | None = None, title: str | None = None, ax=None):
     """The Gantt chart of ``tl``: a row per stream that has ops, the compute row's waits in the ``exposed``
@@ -142,10 +152,7 @@ def timeline_figure(tl: Timeline, *, window: tuple[float, float] | None = None, 
         ax.spines["left"].set_visible(False)
         ax.xaxis.set_major_formatter(S.unit_formatter(factor))
         ax.set_xlabel(S.label("time", unit))
-        exposed = float(np.sum(np.diff(waits, axis=1)))
-        tfac, tunit = S.display_unit("s", [total])
-        note = (f"step {S.fmt_number(total / tfac)} {tunit}; exposed comm. {S.fmt_number(exposed / tfac)} {tunit} "
-                f"({exposed / total:.1%} of the step)" if total > 0 else "")
+        note = step_note(total, float(np.sum(np.diff(waits, axis=1))))
         ax.set_title(title if title is not None else f"{tl.label}: {note}" if tl.label else note, loc="left")
         fig.legend(handles=list(handles.values()), loc="outside right upper", handlelength=1.2)
     make_readable(fig)   # minimum font, no overlapping tick labels (plot/readable.py)

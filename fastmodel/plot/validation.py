@@ -47,7 +47,9 @@ def _draw(table, size, ax):
     ax.set_xlabel(label("measured step time", "s"))      # "[s]", as every other figure
     ax.set_ylabel(label("predicted step time", "s"))
     errors = predicted[ok] / measured[ok] - 1
-    ax.set_title(f"{ok.sum()} runs, MAPE {100 * np.mean(np.abs(errors)):.1f}%", loc="left")
+    left_out = int((~ok).sum())   # refused or skipped runs: no point, but counted (they are misses in the scores)
+    ax.set_title(f"{ok.sum()} runs, MAPE {100 * np.mean(np.abs(errors)):.1f}%"
+                 + (f"; {left_out} without a prediction left out" if left_out else ""), loc="left")
     fig.legend(*ax.get_legend_handles_labels(), loc="outside right upper", handlelength=1.2)
     make_readable(fig)   # minimum font, no overlapping tick labels (plot/readable.py)
     return fig, ax

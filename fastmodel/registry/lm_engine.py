@@ -58,9 +58,10 @@ ENGINE_KERNEL_ROWS = (
     ("kv_pool_upcast", "1", 0, "1: the engine's attention converts each layer's whole FP8 KV pool (K and V, as "
      "allocated) to 16 bits at every forward before its kernel runs, (1 + 2 B / kv_bytes) x the pool at the HBM rate "
      "(SGLang's aiter backend on ROCm; docs/model_serving.md S58); 0: the kernel reads the cache as stored.", 0, 1),
-    ("kv_write_kernel", "1", 0, "1: the engine writes each step's new keys and values into the paged KV cache with "
-     "a kernel of its own before the attention kernel (vLLM V1 reshape_and_cache_flash), one more launch per layer "
-     "and iteration; 0: the model's one attention kernel per layer (docs/model_serving.md S45).", 0, 1),
+    ("kv_write_kernel", "kernels", 0, "Kernels of its own the engine launches per layer and iteration to write each "
+     "step's new keys and values into the paged KV cache before the attention kernel: 1 vLLM V1 "
+     "reshape_and_cache_flash (docs/model_serving.md S45); 2 SGLang on ROCm, K and V index-puts in sequence (S57); "
+     "0: the model's one attention kernel per layer.", 0, 2),
     ("q_quant_kernel", "1", 0, "1: the engine's attention backend quantizes each step's queries to FP8 with a kernel "
      "of its own before the attention kernel (vLLM 0.10.2 with an FP8 KV cache: ops.scaled_fp8_quant in its "
      "FlashAttention backend, and in its FlashInfer backend on the TRTLLM path), one more launch per layer and "

@@ -25,6 +25,7 @@ from fastmodel.registry import status_attrs
 from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
 from fastmodel.registry.lm_engine import COLUMN_ALIASES, column_name
 from fastmodel.registry.serve import SERVE_RESULTS, SERVE_STATUS_NAMES
+from fastmodel.registry.validators import column_problem
 from fastmodel.serve.precisions import FP4_PRECISIONS, FP8_KV_DEFAULT, KV_PRECISIONS, PRECISIONS  # noqa: F401
 from fastmodel.spec.columns import check_base, check_table, encode
 
@@ -129,7 +130,9 @@ def load_columns(batch_size=None, concurrency=None, max_throughput: bool = False
 
 def columns(model, device: str, *, precision: str = "bf16", kv_precision: str | None = None, batch_size=None,
             concurrency=None, max_throughput: bool = False, **values) -> np.ndarray:
-    """One configuration's column vector. ``values``: any column by name (tp, pp, ep, input_len, ...)."""
+    """One configuration's column vector. ``values``: any column by name (tp, pp, ep, input_len, ...), a number
+    (a code name for a coded column); a misspelt name or a value that is no number is one line naming it."""
+    values = {key: _number(key, encode(key, value)) for key, value in by_column_name(values).items()}
     merged: dict[str, Any] = {}
     merged.update(device_columns(device))
     merged.update(model_columns(model))
@@ -141,16 +144,30 @@ def columns(model, device: str, *, precision: str = "bf16", kv_precision: str | 
         precision, layers, _ = published_fp4_checkpoint(model, precision, None)
         merged["quant_experts_only"] = 1.0 if layers == "experts" else 0.0
     merged.update(precision_columns(precision, kv_precision))
-    merged.update(load_columns(batch_size, concurrency, max_throughput))
+    load = load_columns(batch_size, concurrency, max_throughput)
+    if "batch_size" in load:       # batch_size=0 was evaluated
+        load["batch_size"] = _number("batch_size", load["batch_size"], "batch_size" if batch_size is not None
+                                     else "concurrency")
+    merged.update(load)
     merged["n_gpus"] = values.get("tp", 1) * values.get("attention_dp", 1) * values.get("pp", 1)
-    for key, value in by_column_name(values).items():
-        if key not in COLUMN_INDEX:
-            raise SpecError(None, key, f"unknown column{nearest(key, COLUMN_INDEX)}")
-        merged[key] = encode(key, value)
+    merged.update(values)
     vector = np.array([float(c.default) for c in COLUMNS])
     for key, value in merged.items():
         vector[COLUMN_INDEX[key]] = float(value)
     return vector
+
+
+def _number(key: str, value, field: str | None = None) -> float:
+    """A column's value as a float: a SpecError naming an unknown column (the nearest name) or a value that is no
+    number (``input_len="1k"`` was a bare TypeError; ``tp="4"`` was read as 4) or outside the column's bounds
+    (``tp=0`` divided by zero in the kernel, ``tp=-1`` was evaluated). ``field``: the name the user gave."""
+    if key not in COLUMN_INDEX:
+        raise SpecError(None, key, f"unknown column{nearest(key, COLUMN_INDEX)}")
+    if isinstance(value, (str, bytes)) or not np.isscalar(value) or not np.isreal(value):
+        raise SpecError(None, field or key, f"expected a number, got {value!r}")
+    if problem := column_problem(COLUMNS[COLUMN_INDEX[key]], float(value)):    # tp=0 divided by zero in the kernel
+        raise SpecError(None, field or key, problem)
+    return float(value)
 
 
 def evaluate_table(params: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -196,7 +213,8 @@ def device_profiles(engine: str | None, first: str, devices: Sequence[str], give
 def evaluate(model, device: str, engine: str | None = None, **kwargs) -> dict[str, float | str]:
     """Every serving result of one configuration (see :func:`columns`) under ``engine``'s profile
     (:func:`engine_columns`; None: the default engine), plus its ``status`` name and ``notes``
-    (:func:`model_notes` and the engine's note, joined by "; ")."""
+    (:func:`model_notes` and the engine's note, joined by "; "). Plain floats in the units of
+    ``fastmodel.registry.serve.SERVE_RESULTS`` (s, tokens/s, bytes; :func:`sweep` keeps them in attrs)."""
     profile, notes = engine_columns(engine, device, kwargs, refuse=True)
     out, status = evaluate_table(columns(model, device, **profile, **kwargs)[:, None])
     result: dict[str, float | str] = {r.name: float(out[i, 0]) for i, r in enumerate(SERVE_RESULTS)}
@@ -321,7 +339,7 @@ def axis_block(name: str, values: list, own_kv: bool, profile=None) -> tuple[np.
         keys = ["kv_bytes"]
     else:
         column = column_name(name)
-        return np.array([COLUMN_INDEX[column]]), np.array([[float(encode(column, v)) for v in values]])
+        return np.array([COLUMN_INDEX[column]]), np.array([[_number(column, encode(column, v)) for v in values]])
     return np.array([COLUMN_INDEX[k] for k in keys]), np.array([[r[k] for r in rows] for k in keys], dtype=float)
 
 

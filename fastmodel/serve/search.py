@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fastmodel.errors import SpecError
+from fastmodel.errors import SpecError, checked_arguments
 
 CONCURRENCY = tuple(2**k for k in range(11))
 X = "output_tokens_per_s_per_user"
@@ -97,6 +97,23 @@ def engine_list(engine, device: str | None = None) -> list[str]:
                                            for e in str(part).split(",") if e.strip()]
     return list(dict.fromkeys(engine_label(*engine_choice(name, vendor=vendor, device=device)[:2])
                               for name in names or [None]))
+
+
+def _duration(name: str, value) -> float:
+    """An SLO in seconds from a number or a duration text (``"500ms"``, as ``--ttft`` takes it); one line else."""
+    if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
+        return float(value)
+    from fastmodel.spec.quantity import parse_quantity
+
+    try:
+        return parse_quantity(value, "duration")
+    except (ValueError, TypeError) as error:
+        raise SpecError(None, name, str(error)) from None
+
+
+def _names(value) -> tuple:
+    """One name (a str) as a tuple of it: ``precisions="fp8"`` was read letter by letter ('f', 'p', '8')."""
+    return (value,) if isinstance(value, str) else tuple(value)
 
 
 def _axis(name: str, values, default: list[int], low: int) -> list[int]:
@@ -179,6 +196,7 @@ def _shaped(coords: dict, dims, name: str) -> np.ndarray:
     return np.asarray(coords[name]).reshape(shape)
 
 
+@checked_arguments
 def slo_search(model, device: str, *, input_len: int, output_len: int, ttft: float, tpot: float, gpus: int = 8,
                precisions=("bf16", "fp8"), engine=None, hbm_bytes: float | None = None,
                concurrency=CONCURRENCY, ep=None, attention_dp=None, modes=("agg",), spec_tokens=(0,),
@@ -188,11 +206,14 @@ def slo_search(model, device: str, *, input_len: int, output_len: int, ttft: flo
     precision, speculative decoding (``spec_tokens``: draft lengths, 0 off; at ``spec_acceptance``) and
     concurrency (requests in flight per instance; default the powers of two to 1024): the aggregated grid with
     ``"agg"`` in ``modes``, the disaggregated pools of ``search_disagg`` with ``"disagg"`` (only the grids of the
-    modes asked for are swept); keep what meets the SLOs."""
+    modes asked for are swept); keep what meets the SLOs. ``ttft`` and ``tpot``: seconds, or a duration with its
+    unit as the CLI takes it (``"500ms"``); ``precisions``, ``engine`` and ``modes``: one name or several."""
     import xarray as xr
 
     from fastmodel.serve.api import dataset_attrs, device_columns, model_columns
 
+    ttft, tpot = _duration("ttft", ttft), _duration("tpot", tpot)
+    precisions, modes = _names(precisions), _names(modes)
     for name, value in (("--ttft", ttft), ("--tpot", tpot)):
         if not value > 0:
             raise SpecError(None, name, f"{value:g} s: an SLO must be a positive duration, e.g. 2s or 50ms")

@@ -115,9 +115,24 @@ def validation_to_spec_error(error: ValidationError, cls: type[BaseModel], sourc
 
 def validate(cls: type[BaseModel], data: dict, source: str | None, kind: str):
     try:
-        return cls.model_validate(data)
+        return cls.model_validate(plain_numbers(data))
     except ValidationError as error:
         raise validation_to_spec_error(error, cls, source, kind) from None
+
+
+def plain_numbers(data: Any, depth: int = 0) -> Any:
+    """``data`` (a spec dict from Python) with each numpy scalar as the Python number it holds (``np.int64(2)`` ->
+    ``2``): the strict spec schemas take ``int``, and a notebook's values are often numpy's. Containers are
+    rebuilt only down to the nesting any spec has (deeper data is left for the schema to refuse)."""
+    if hasattr(data, "dtype") and getattr(data, "shape", None) == () and hasattr(data, "item"):
+        return data.item()
+    if depth > 8:
+        return data
+    if isinstance(data, dict):
+        return {key: plain_numbers(value, depth + 1) for key, value in data.items()}
+    if isinstance(data, (list, tuple)):
+        return type(data)(plain_numbers(value, depth + 1) for value in data)
+    return data
 
 
 # --- reading ---------------------------------------------------------------
@@ -200,4 +215,6 @@ def resolve_source(spec: Any, kind: str) -> tuple[dict | BaseModel, str | None]:
         hint = f"; {text!r} is a built-in {other[0]}" if other else _device_hint(text, kind) or nearest(text, names)
         raise SpecError(None, kind, f"unknown built-in {kind} {text!r}{hint}; "
                         f"see 'fastmodel specs list' or pass a .toml/.json path")
-    raise SpecError(None, kind, f"expected a name, a path or a dict, got {type(spec).__name__}")
+    several = f" (several {kind}s: a MAD-Max sweep's {kind} axis, axes={{'{kind}': [...]}})" \
+        if isinstance(spec, (list, tuple)) and kind in ("model", "system") else ""
+    raise SpecError(None, kind, f"expected a name, a path or a dict, got {type(spec).__name__}{several}")

@@ -11,7 +11,9 @@ order, ``get_transformer_layer_offset``), both on the one rank without a pipelin
     dt_first = start (t16 - t),   dt_last = end (t16 - t)
 
 per micro-batch, ``t`` and ``t16`` the average layer's time (``passes.layer_time``) at the row's GEMM format and at
-bf16. ``kernels/lm/step.py`` ``stage_passes`` adds them to the ranks that hold them. Memory
+bf16. ``kernels/lm/step.py`` ``busiest_stage`` adds them to the ranks that hold them pass by pass
+(:func:`bf16_end_work`: the average stage's F and W, so the bubble follows) and ``step_row`` part by part to the
+busiest rank's breakdown (:func:`add_bf16_layers`), so the step stays the sum of its parts. Memory
 (``kernels/lm/memory.py`` ``memory_row``): a rank holding n of its L_s layers in BF16 takes each memory kind at
 every phase as ``m + (n / L_s)(m16 - m)``, ``m16`` the same phase at bf16 (weights without the NVFP4/FP8 forms,
 16-bit saved GEMM inputs; docs/model_memory.md "NVFP4 (issue 26)").
@@ -31,8 +33,35 @@ from fastmodel.kernels.lm.layout import (
     C_PP,
     C_PRECISION,
     PRECISION_BF16,
+    R_COMM_CP,
+    R_COMM_EP,
+    R_COMM_EP_SCALE_OUT,
+    R_COMM_TP,
+    R_EXPOSED_CP,
+    R_EXPOSED_EP,
+    R_EXPOSED_TP,
+    R_TIME_ATTENTION,
+    R_TIME_GEMM,
+    R_TIME_MEMORY_BOUND,
+    R_TIME_RECOMPUTE,
 )
-from fastmodel.kernels.lm.passes import N_WORK, layer_passes, layer_time
+from fastmodel.kernels.lm.passes import (
+    A_ATTN,
+    A_CP_COMM,
+    A_CP_EXPOSED,
+    A_EP_COMM,
+    A_EP_EXPOSED,
+    A_EP_SCALE_OUT,
+    A_GEMM,
+    A_MEM,
+    A_RECOMPUTE,
+    A_TP_COMM,
+    A_TP_EXPOSED,
+    N_WORK,
+    layer_passes,
+    layer_passes_of,
+    layer_time,
+)
 
 
 @njit
@@ -68,6 +97,28 @@ def bf16_stage_layers(row, stage):
 
 
 @njit
+def bf16_layer_work(row, moe_only):
+    """One BF16 layer's accumulators (``passes.A_*``: its passes, breakdown and communication) minus the row's layer
+    of the same kind (the average layer, or the MoE layer when ``moe_only``, ``layer_passes_of``): what each part
+    of the breakdown grows by per BF16 layer and micro-batch."""
+    wide = np.zeros(N_WORK)
+    base = np.zeros(N_WORK)
+    layer_passes_of(bf16_row(row), wide, moe_only)
+    layer_passes_of(row, base, moe_only)
+    return wide - base
+
+
+@njit
+def bf16_end_work(row, last_moe):
+    """(first rank's count, its :func:`bf16_layer_work`, last rank's count, its work) of :func:`bf16_rank_layers`;
+    the last rank's layers of the MoE kind when ``last_moe`` (``step.last_rank_all_moe``), zeros where none."""
+    first, last = bf16_rank_layers(row)
+    first_work = bf16_layer_work(row, False) if first > 0.0 else np.zeros(N_WORK)
+    last_work = bf16_layer_work(row, last_moe) if last > 0.0 else np.zeros(N_WORK)
+    return first, first_work, last, last_work
+
+
+@njit
 def bf16_layer_seconds(row, t_layer):
     """(first rank, last rank) seconds per micro-batch the BF16 layers add beyond ``t_layer`` each (the average
     layer at the row's GEMM format): ``start (t16 - t)`` and ``end (t16 - t)``,
@@ -79,3 +130,27 @@ def bf16_layer_seconds(row, t_layer):
     layer_passes(bf16_row(row), scratch)
     delta = layer_time(scratch) - t_layer
     return first * delta, last * delta
+
+
+@njit
+def add_bf16_layers(out, count, work):
+    """Add ``count`` (micro-batches x BF16 layers on the busiest rank) times one BF16 layer's extra accumulators
+    ``work`` (:func:`bf16_layer_work`) to the step's breakdown in ``out``: GEMM, attention, memory-bound and
+    recompute seconds, and each group's collective and exposed seconds, so that the parts still add up to the step
+    (docs/model.md §11.39)."""
+    if count <= 0.0:
+        return
+    for result, slot in (
+        (R_TIME_GEMM, A_GEMM),
+        (R_TIME_ATTENTION, A_ATTN),
+        (R_TIME_MEMORY_BOUND, A_MEM),
+        (R_TIME_RECOMPUTE, A_RECOMPUTE),
+        (R_COMM_TP, A_TP_COMM),
+        (R_COMM_CP, A_CP_COMM),
+        (R_COMM_EP, A_EP_COMM),
+        (R_EXPOSED_TP, A_TP_EXPOSED),
+        (R_EXPOSED_CP, A_CP_EXPOSED),
+        (R_EXPOSED_EP, A_EP_EXPOSED),
+        (R_COMM_EP_SCALE_OUT, A_EP_SCALE_OUT),
+    ):
+        out[result] += count * work[slot]

@@ -28,23 +28,24 @@ from fastmodel.kernels.lm.layer import (
 from fastmodel.kernels.lm.layout import (
     C_LAST_STAGE_LAYERS, C_OVERLAP_GRAD_REDUCE,
     C_CP, C_DENSE_LAYERS, C_DP, C_EP, C_GLOBAL_BATCH, C_MOE_EXPERTS, C_MOE_LAYER_FREQ, C_UNEVEN_STAGES, C_VP, C_MTP_LAYERS, C_HIDDEN, C_MICRO_BATCH, C_N_GPUS,
-    C_LAYERS, C_MASTER_WEIGHTS, C_OPTIMIZER, C_PEAK_FLOPS_4, C_PEAK_FLOPS_8, C_PEAK_FLOPS_16, C_PP, C_PRECISION,
-    C_GRAD_REDUCE_BYTES, C_SEQ_LEN, C_TIED_EMBEDDINGS, C_SHARDING, C_STEP_GRAD_PASSES, C_STEP_MASTER_COPY, C_STEP_OVERHEAD_S, C_STEP_ZERO_GRAD, C_TP,
-    SHARD_ZERO2, C_VOCAB, OPT_ADAM, OPT_MUON, OPT_SGD, OPT_SGD_NO_MOMENTUM, PRECISION_FP4, PRECISION_FP8, R_COMM_CP, R_COMM_DP, R_COMM_EP, R_COMM_EP_SCALE_OUT,
+    C_LAYERS, C_OPTIMIZER, C_PEAK_FLOPS_4, C_PEAK_FLOPS_8, C_PEAK_FLOPS_16, C_PP, C_PRECISION,
+    C_GRAD_REDUCE_BYTES, C_SEQ_LEN, C_TIED_EMBEDDINGS, C_SHARDING, C_STEP_OVERHEAD_S, C_TP,
+    SHARD_ZERO2, C_VOCAB, OPT_MUON, PRECISION_FP4, PRECISION_FP8, R_COMM_CP, R_COMM_DP, R_COMM_EP, R_COMM_EP_SCALE_OUT,
     R_COMM_PP, R_COMM_TP, R_EXPOSED_CP, R_EXPOSED_DP, R_EXPOSED_EP, R_EXPOSED_PP, R_EXPOSED_TP, R_FLOPS_PER_TOKEN,
     R_HFU, R_MFU, R_PIPELINE_BUBBLE, R_STEP_TIME, R_TIME_HOST_WAIT, R_TIME_ATTENTION, R_TIME_GEMM, R_TIME_MEMORY_BOUND, R_TIME_OPTIMIZER,
     R_TIME_OFFLOAD, R_TIME_RECOMPUTE, R_TOKENS_PER_S, R_TOKENS_PER_S_PER_GPU, R_TIME_EVAL,
 )
 from fastmodel.kernels.lm.memory_states import (
-    explicit_layout, layers_per_stage, layout_busiest_layers, moment_bytes, split_slots, stage_layers, stored_grad_bytes,
+    explicit_layout, layers_per_stage, layout_busiest_layers, split_slots, stage_layers, stored_grad_bytes,
 )
 from fastmodel.kernels.lm.shape import mtp_layer_is_moe, mtp_stage_layers
 from fastmodel.kernels.lm.muon import muon_step
+from fastmodel.kernels.lm.optimizer_step import optimizer_bytes_per_param, optimizer_step_bytes
 from fastmodel.kernels.lm.offload_time import offload_layer_s
 from fastmodel.kernels.lm.dp_window import per_chunk_collectives
 from fastmodel.kernels.lm.moe import expert_dp, expert_tp
 from fastmodel.kernels.lm.parallel import data_parallel, fsdp_first_layer_exposed, microbatch_reduce
-from fastmodel.kernels.lm.bf16_layers import bf16_layer_seconds
+from fastmodel.kernels.lm.bf16_layers import add_bf16_layers, bf16_end_work
 from fastmodel.kernels.lm.passes import (
     A_ATTN, A_BACKWARD_INPUT, A_BACKWARD_WEIGHT, A_CP_COMM, A_CP_EXPOSED, A_EP_COMM, A_EXPOSED_F, A_FLOPS, A_FORWARD,
     A_EP_EXPOSED, A_EP_SCALE_OUT, A_EXPERT_PARAMS, A_MTP_EXPERT_PARAMS, A_MTP_PARAMS,
@@ -60,40 +61,6 @@ from fastmodel.kernels.roofline import memory_bound_time
 
 
 @njit
-def optimizer_bytes_per_param(row):
-    """HBM traffic of the optimizer step per local parameter: FP32 master and states read and written,
-    gradient read, 16-bit weight copy written (Adam: 4+4 master, 8+8 moments; 4+4 with BF16 moments,
-    ``moment_bytes``). A 16-bit model (``master_weights = 0``) reads and writes its 16-bit parameters instead
-    (2+2), writes no copy, and its states are 16-bit (AdamW: 2 + 2 + 8 + 2 = 14 bytes with 16-bit gradients)."""
-    master = row[C_MASTER_WEIGHTS] > 0
-    grad = stored_grad_bytes(row)
-    params = 8.0 + 2.0 if master else 2.0 + 2.0
-    # FP32 moments: 1; BF16 moments or a 16-bit model's (torch.optim zeros_like(p)): 0.5
-    states = moment_bytes(row) / 4.0 if master else 0.5
-    if row[C_OPTIMIZER] == OPT_ADAM or row[C_OPTIMIZER] == OPT_MUON:     # Muon: its AdamW part (muon_step)
-        return params + 16.0 * states + grad
-    if row[C_OPTIMIZER] == OPT_SGD:
-        return params + 8.0 * states + grad
-    if row[C_OPTIMIZER] == OPT_SGD_NO_MOMENTUM:
-        return params + grad
-    return params + 2.0 + grad   # Adafactor: factored second moment, no first moment
-
-
-@njit
-def optimizer_step_bytes(row, local_params, held_params):
-    """HBM bytes of one optimizer step (docs/model.md §11.7, optimizer step): the optimizer kernel's traffic over
-    the ``local_params`` it updates (:func:`optimizer_bytes_per_param`) and the stack's passes around it --
-    ``step_grad_passes`` reads of the local gradient shard (the gradient norm), the FP32 master shard read again
-    by a separate copy into the 16-bit parameters (``step_master_copy``, with master weights), and the gradient
-    buffer zeroed over all ``held_params`` whose gradients the rank holds (``step_zero_grad``)."""
-    grad = stored_grad_bytes(row)
-    per_local = optimizer_bytes_per_param(row) + row[C_STEP_GRAD_PASSES] * grad
-    if row[C_MASTER_WEIGHTS] > 0:
-        per_local += 4.0 * row[C_STEP_MASTER_COPY]
-    return local_params * per_local + row[C_STEP_ZERO_GRAD] * grad * held_params
-
-
-@njit
 def mtp_layer(row, work):
     """(seconds, non-expert parameters, routed-expert parameters) of the MTP module's transformer layer, one
     micro-batch, per device (docs/model.md §11.4 "MTP module"): the MoE layer's passes when the layer is MoE
@@ -104,11 +71,19 @@ def mtp_layer(row, work):
 
 @njit
 def stage_passes(row, work):
-    """(t_mb, t_avg, F_avg, W_avg, layers, head share): one micro-batch on the busiest stage and on the average
-    stage, the average stage's forward and weight-gradient passes (what the pipeline schedule's bubble reads),
-    and the busiest rank's layers and share of the LM head (1: the last rank; 0: a middle rank, when the loss
-    takes a layer's slot in the split and the head is lighter than a layer, :func:`last_rank_layers`). Leaves
-    the busiest rank's layer accumulators in ``work[A_*]`` and the head's parameters and FLOPs in ``work[W_*]``."""
+    """(t_mb, t_avg, F_avg, W_avg, layers, head share): :func:`busiest_stage` without its BF16 layers."""
+    t_mb, average_mb, forward, weight, layers, share, _, _ = busiest_stage(row, work)
+    return t_mb, average_mb, forward, weight, layers, share
+
+
+@njit
+def busiest_stage(row, work):
+    """(t_mb, t_avg, F_avg, W_avg, layers, head share, n16, d16): one micro-batch on the busiest stage and on the
+    average stage, the average stage's forward and weight-gradient passes (what the pipeline schedule's bubble
+    reads), the busiest rank's layers and share of the LM head (1: the last rank; 0: a middle or the first rank,
+    :func:`last_rank_layers`), and the BF16 layers it holds with one's accumulators beyond its kind's
+    (``bf16_layers.bf16_layer_work``, §11.39). Leaves the busiest rank's layer accumulators in ``work[A_*]`` and
+    the head's parameters and FLOPs in ``work[W_*]``."""
     p = row[C_PP]
     per_stage = layers_per_stage(row)       # the busiest rank's layers (uneven stages: a layer more than average)
     slots = split_slots(row) / p            # the embedding's and the loss's slots, per rank on average
@@ -117,13 +92,18 @@ def stage_passes(row, work):
         t_mtp, mtp_params, mtp_experts = mtp_layer(row, work)
     work[A_MTP_PARAMS] = mtp_params         # kept by layer_passes_of, read by the data-parallel step
     work[A_MTP_EXPERT_PARAMS] = mtp_experts
+    all_moe = last_rank_all_moe(row)
+    n_first, d_first, n_last, d_last = bf16_end_work(row, all_moe)      # the recipe's BF16 layers (§11.39)
+    first_bf16, last_bf16 = n_first * layer_time(d_first), n_last * layer_time(d_last)
     layer_passes(row, work)
     t_layer = layer_time(work)
-    first_bf16, last_bf16 = bf16_layer_seconds(row, t_layer)    # the recipe's BF16 layers (§11.39)
-    forward = (per_stage - slots) * (work[A_FORWARD] + work[A_EXPOSED_F])
-    weight = (per_stage - slots) * work[A_BACKWARD_WEIGHT]
+    # the average stage's passes: its L / p layers and its share of the end ranks' BF16 layers, each pass its own
+    forward = (per_stage - slots) * (work[A_FORWARD] + work[A_EXPOSED_F]) + (
+        n_first * (d_first[A_FORWARD] + d_first[A_EXPOSED_F]) + n_last * (d_last[A_FORWARD] + d_last[A_EXPOSED_F])) / p
+    weight = (per_stage - slots) * work[A_BACKWARD_WEIGHT] \
+        + (n_first * d_first[A_BACKWARD_WEIGHT] + n_last * d_last[A_BACKWARD_WEIGHT]) / p
     t_last = t_layer
-    if last_rank_all_moe(row):
+    if all_moe:
         layer_passes_of(row, work, True)    # the last rank's layers, left in work[A_*] for the step's breakdown
         t_last = layer_time(work)
     head_f, head_b, head_w = head_passes(row, work)
@@ -135,12 +115,17 @@ def stage_passes(row, work):
     last_mb = last * t_last + (head + mtp) / model_copies(row) + last_bf16    # DualPipe: on two ranks, half each
     # the slots hold the embedding and the head, not layers: the average rank's layers are L / p
     average_mb = (per_stage - slots) * t_layer + (head + mtp + first_bf16 + last_bf16) / p
+    forward, weight = forward + head_f / p, weight + head_w / p
     middle = layout_busiest_layers(row)     # an explicit layout's busiest other rank; else per_stage
-    if middle_rank_can_lead(row) and middle * t_layer > last_mb:   # a middle rank: a full share, no head
-        return middle * t_layer, average_mb, forward + head_f / p, weight + head_w / p, middle, 0.0
-    if first_bf16 > 0.0 and per_stage * t_layer + first_bf16 > last_mb:     # the first rank and its BF16 layers
-        return per_stage * t_layer + first_bf16, average_mb, forward + head_f / p, weight + head_w / p, per_stage, 0.0
-    return last_mb, average_mb, forward + head_f / p, weight + head_w / p, last, 1.0
+    lead = middle * t_layer if middle_rank_can_lead(row) else 0.0       # a middle rank: a full share, no head
+    dense, moe, _ = stage_layers(row, 0.0)  # the first rank and its BF16 layers
+    if n_first > 0.0 and (dense + moe) * t_layer + first_bf16 > max(last_mb, lead):
+        if all_moe:
+            layer_passes(row, work)         # the first rank's layers are the average's
+        return (dense + moe) * t_layer + first_bf16, average_mb, forward, weight, dense + moe, 0.0, n_first, d_first
+    if lead > last_mb:
+        return lead, average_mb, forward, weight, middle, 0.0, 0.0, d_first
+    return last_mb, average_mb, forward, weight, last, 1.0, n_last, d_last
 
 
 @njit
@@ -394,7 +379,7 @@ def step_row(row, work, out):
     p = row[C_PP]
     micro_batches = row[C_GLOBAL_BATCH] / (row[C_MICRO_BATCH] * row[C_DP])
     offload_layer = offload_layer_s(row, work, last_rank_all_moe(row))  # first: stage_passes leaves work[A_*]
-    stage_mb, average_mb, forward, weight, layers, share = stage_passes(row, work)
+    stage_mb, average_mb, forward, weight, layers, share, n16, d16 = busiest_stage(row, work)
     per_stage = layers + share * row[C_MTP_LAYERS] / model_copies(row)   # the busiest rank's layers
     offload = micro_batches * per_stage * offload_layer
     head_params = work[W_PARAMS]
@@ -444,3 +429,4 @@ def step_row(row, work, out):
     out[R_EXPOSED_EP] = micro_batches * per_stage * work[A_EP_EXPOSED]
     out[R_COMM_EP_SCALE_OUT] = micro_batches * per_stage * work[A_EP_SCALE_OUT]
     out[R_EXPOSED_PP] = pp_exposed
+    add_bf16_layers(out, micro_batches * n16, d16)     # the busiest rank's BF16 layers, part by part (§11.39)

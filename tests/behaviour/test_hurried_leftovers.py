@@ -285,3 +285,14 @@ def test_a_serving_frontier_with_no_answer_says_why(serving_grid):
 
     with pytest.raises(PlotError, match=r"for a tp frontier: left out 4 of 4 points: 4 no_fp8$"):
         serving_pareto(serving_grid, curve="tp", sel={"device": "A100"})
+
+
+def test_search_says_what_a_weight_only_precision_means_as_serve_does():
+    search = ("serve", "--search", "-m", "llama3.1-8b", "--ttft", "2s", "--tpot", "50ms", "--gpus", "1",
+              "--search-concurrency", "2")
+    fp4 = cli(*search, "-d", "H100", "--search-precision", "fp4")
+    assert fp4.exit_code == 0 and fp4.output.count("fp4 on H100 (no FP4 tensor cores): weight-only") == 1
+    fp8 = cli(*search, "-d", "A100", "--search-precision", "fp8", "--engine", "vllm")
+    assert fp8.exit_code == 0 and "fp8 on A100 (no FP8 tensor cores): weight-only" in fp8.output
+    native = cli(*search, "-d", "H100", "--search-precision", "fp8")
+    assert native.exit_code == 0 and "weight-only" not in native.output

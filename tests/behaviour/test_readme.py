@@ -332,3 +332,14 @@ def test_every_result_number_in_readme_is_checked_measured_or_about():
             unchecked.append(f"{match.group(0)!r} in: {paragraph[max(0, match.start() - 60): match.end() + 20]!r}")
         offset += len(paragraph)
     assert not unchecked, "README numbers no test produces (check them here, or say 'about'):\n" + "\n".join(unchecked)
+
+
+def test_the_python_api_section_runs(capsys):
+    """README's "Python API" example runs as written on a fresh interpreter's view of the package, and prints
+    what it says: a step time in seconds, a throughput, a ranked table and a serving TPOT."""
+    section = README.split("## Python API\n", 1)[1].split("\n## ", 1)[0]
+    code = re.search(r"```python\n(.*?)```", section, flags=re.S).group(1)
+    exec(compile(code, "README.md (Python API)", "exec"), {})
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0].split()[1:] == ["s", "True"] and float(printed[0].split()[0]) > 0
+    assert float(printed[1]) > 0 and printed[2].split()[:2] == ["num_nodes", "plan"] and float(printed[-1]) > 0

@@ -10,7 +10,7 @@ from fastmodel.kernels.lm.fp4 import low_precision_gemms
 from fastmodel.kernels.lm.fp8 import amax_reduction_time
 from fastmodel.kernels.lm.layer import N_WORK as N_LAYER_WORK
 from fastmodel.kernels.lm.layer import W_TP, layer_costs
-from fastmodel.kernels.lm.passes import N_WORK, layer_passes, layer_time
+from fastmodel.kernels.lm.passes import N_WORK, head_passes, layer_passes, layer_time
 from fastmodel.kernels.lm.step import stage_passes
 from fastmodel.kernels.nccl import allgather_time, allreduce_time
 from fastmodel.kernels.roofline import (
@@ -203,3 +203,148 @@ def test_a_rank_holds_at_most_its_layers_in_bf16():
     assert bf16_rank_layers(_row("fp4", pp=1.0, layers=16.0, bf16_layers_start=10.0, bf16_layers_end=10.0)) == (0, 16)
     assert bf16_rank_layers(_row("fp4", pp=2.0, layers=15.0, bf16_layers_start=100.0, bf16_layers_end=1.0)) == (8, 1)
     assert bf16_rank_layers(_row("bf16", pp=2.0, layers=16.0, bf16_layers_start=1.0, bf16_layers_end=1.0)) == (0, 0)
+
+
+def _spec_columns(precision, plan, start, end, **values):
+    """Llama 3 8B on one DGX B200 node (``fastmodel run -m llama3-8b -s dgx-b200 -t llm-pretrain -p PLAN``)."""
+    from fastmodel.lm.loader import load_lm_model
+    from fastmodel.lm.sweep import point_columns
+    from fastmodel.lm.task import load_train_task
+
+    train = load_train_task("llm-pretrain")
+    execution = {"precision": precision, "bf16_layers_start": start, "bf16_layers_end": end}
+    columns = point_columns(load_lm_model("llama3-8b"), "dgx-b200", train, plan=train.mesh(plan), execution=execution)
+    for name, value in values.items():
+        columns[C[name]] = value
+    return columns
+
+
+def _results(columns):
+    from fastmodel.lm.engine import evaluate_table
+
+    return {k: float(v[0]) for k, v in evaluate_table(columns[:, None]).items()}
+
+
+def _passes(columns):
+    work = np.zeros(N_WORK)
+    layer_passes(columns, work)
+    return work
+
+
+PARTS = (
+    "time_gemm",
+    "time_attention",
+    "time_memory_bound",
+    "pipeline_bubble",
+    "time_host_wait",
+    "time_optimizer",
+    "time_offload",
+    "time_eval",
+    *(f"exposed_{g}" for g in ("tp", "cp", "ep", "pp", "dp")),
+)
+
+
+@pytest.mark.parametrize("precision", ["fp8", "fp4"])
+@pytest.mark.parametrize("plan, start, end", [("tp1.pp1", 2, 2), ("tp1.pp4", 2, 2), ("tp1.pp4", 8, 0)])
+def test_the_step_is_the_sum_of_its_parts_with_bf16_layers(precision, plan, start, end):
+    """The breakdown holds the busiest rank's BF16 layers part by part: with them the step is still the sum of its
+    parts, and each part grows by m n (x16 - x), x a layer's seconds of that part at bf16 and at the row's format,
+    n the busiest rank's BF16 layers (pp 1: 2 + 2 on the one rank; pp 4: the last rank's 2, or the first rank's 8
+    when they make it the busiest: 8 t16 > 8 t + t_head). The per-op timeline draws them and still adds up."""
+    from fastmodel.kernels.lm.passes import A_ATTN, A_GEMM, A_MEM, A_TP_COMM
+    from fastmodel.lm.timeline import KINDS, timeline
+
+    kept, base = _spec_columns(precision, plan, start, end), _spec_columns(precision, plan, 0, 0)
+    r, r0 = _results(kept), _results(base)
+    assert r["step_time"] == pytest.approx(sum(r[k] for k in PARTS), rel=1e-12)
+    wide = kept.copy()
+    wide[C["precision"]] = PRECISION_CODES["bf16"]
+    low, high = _passes(kept), _passes(wide)
+    m = kept[C["global_batch"]] / (kept[C["micro_batch"]] * kept[C["dp"]])
+    n = {("tp1.pp1", 2): 4.0, ("tp1.pp4", 2): 2.0, ("tp1.pp4", 8): 8.0}[plan, start]
+    for part, slot in (("time_gemm", A_GEMM), ("time_attention", A_ATTN), ("time_memory_bound", A_MEM)):
+        if start == 8:  # the first rank leads: its 8 layers, no head, against the last rank's 8 and the head
+            continue
+        assert r[part] - r0[part] == pytest.approx(m * n * (high[slot] - low[slot]), rel=1e-9, abs=1e-12)
+    assert r["comm_tp"] == r0["comm_tp"] == 0.0 and high[A_TP_COMM] == 0.0  # tp 1
+    if start == 8:
+        t, t16 = layer_time(low), layer_time(high)
+        assert r["time_gemm"] == pytest.approx(m * 8.0 * high[A_GEMM], rel=1e-9)  # every layer of rank 0 at bf16
+        assert 8.0 * t16 > 8.0 * t + sum(head_passes(kept, np.zeros(N_WORK)))
+    tl = timeline(kept)
+    assert tl.end.max() == pytest.approx(r["step_time"], rel=1e-9)
+    compute = np.isin(tl.kind, [KINDS.index(k) for k in ("gemm", "attention", "memory_bound", "recompute", "head")])
+    drawn = float(np.sum((tl.end - tl.start)[compute & (tl.stream == 0)]))
+    assert drawn == pytest.approx(r["time_gemm"] + r["time_attention"] + r["time_memory_bound"], rel=1e-9)
+
+
+def _layer_ops(tl, name):
+    """Seconds of one layer's compute ops (forward, backward, recompute) in micro-batch 0 of a timeline."""
+    from fastmodel.lm.timeline import KINDS
+
+    on = np.array([n.startswith(f"mb0 {name} ") for n in tl.names]) & (tl.stream == 0)
+    on &= tl.kind != KINDS.index("head")
+    return float(np.sum((tl.end - tl.start)[on]))
+
+
+@pytest.mark.parametrize(
+    "plan, bf16, other",
+    [("tp1.pp1", ("L0", "L1", "L30", "L31"), ("L2", "L29")), ("tp1.pp4", ("L6", "L7"), ("L0", "L5"))],
+)
+def test_the_timeline_draws_the_bf16_layers_at_their_16_bit_ops(plan, bf16, other):
+    """A BF16 layer's ops last a layer's compute at bf16 (GEMM + attention + memory-bound seconds of all its
+    passes, ``layer_passes`` of the bf16 row), the others the fp4 layer's: pp 1 draws Megatron's layers 0, 1 and
+    30, 31 so; pp 4's busiest (last) rank its last two of 8."""
+    from fastmodel.kernels.lm.passes import A_ATTN, A_GEMM, A_MEM
+    from fastmodel.lm.timeline import timeline
+
+    columns = _spec_columns("fp4", plan, 2, 2)
+    wide = columns.copy()
+    wide[C["precision"]] = PRECISION_CODES["bf16"]
+    low, high = _passes(columns), _passes(wide)
+    tl = timeline(columns)
+    for name in bf16:
+        assert _layer_ops(tl, f"{name} (BF16)") == pytest.approx(high[A_GEMM] + high[A_ATTN] + high[A_MEM], rel=1e-9)
+    for name in other:
+        assert _layer_ops(tl, name) == pytest.approx(low[A_GEMM] + low[A_ATTN] + low[A_MEM], rel=1e-9)
+    assert _layer_ops(tl, f"{bf16[0]} (BF16)") > _layer_ops(tl, other[0])
+
+
+def test_the_1f1b_bubble_takes_the_first_ranks_bf16_layers_in_its_average_stage():
+    """1F1B, pp 4 (8B: 32 layers, 8 a rank), the first 2 layers in BF16 on rank 0. The schedule's rule is
+    (p - 1) t_avg with t_avg = (L / p) t + t_head / p + 2 (t16 - t) / p; the busiest rank stays the last
+    (8 t + t_head > 8 t + 2 (t16 - t)), so the step grows by the bubble's 3 x 2 (t16 - t) / 4 only."""
+    from fastmodel.kernels.lm.pipeline import pipeline_bubble
+
+    kept, base = _spec_columns("fp4", "tp1.pp4", 2, 0), _spec_columns("fp4", "tp1.pp4", 0, 0)
+    assert kept[C["pipeline_schedule"]] == 0.0 and kept[C["pp"]] == 4.0 and kept[C["layers"]] == 32.0
+    wide = kept.copy()
+    wide[C["precision"]] = PRECISION_CODES["bf16"]
+    t, t16 = layer_time(_passes(kept)), layer_time(_passes(wide))
+    head = sum(head_passes(kept, np.zeros(N_WORK)))
+    assert 8.0 * t + head > 8.0 * t + 2.0 * (t16 - t)
+    bubble = 3.0 * (8.0 * t + head / 4.0 + 2.0 * (t16 - t) / 4.0)
+    r, r0 = _results(kept), _results(base)
+    assert r["time_host_wait"] == 0.0
+    assert r["pipeline_bubble"] == pytest.approx(bubble, rel=1e-9)
+    assert r["step_time"] - r0["step_time"] == pytest.approx(3.0 * 2.0 * (t16 - t) / 4.0, rel=1e-9)
+    # ZB-H1 reads the average stage's F and W: the BF16 layers' forward and weight passes are in them
+    zb = kept.copy()
+    zb[C["pipeline_schedule"]] = 3.0
+    _, average, forward, weight, *_ = stage_passes(zb, np.zeros(N_WORK))
+    low, high = _passes(kept), _passes(wide)
+    from fastmodel.kernels.lm.passes import A_BACKWARD_WEIGHT, A_EXPOSED_F, A_FORWARD
+
+    f = (
+        8.0 * (low[A_FORWARD] + low[A_EXPOSED_F])
+        + head_passes(kept, np.zeros(N_WORK))[0] / 4.0
+        + 2.0 * (high[A_FORWARD] + high[A_EXPOSED_F] - low[A_FORWARD] - low[A_EXPOSED_F]) / 4.0
+    )
+    w = (
+        8.0 * low[A_BACKWARD_WEIGHT]
+        + head_passes(kept, np.zeros(N_WORK))[2] / 4.0
+        + 2.0 * (high[A_BACKWARD_WEIGHT] - low[A_BACKWARD_WEIGHT]) / 4.0
+    )
+    assert (forward, weight) == (pytest.approx(f, rel=1e-12), pytest.approx(w, rel=1e-12))
+    b = average - f - w
+    assert pipeline_bubble(zb, average, forward, weight) == pytest.approx(3.0 * (f + b - min(b, w)), rel=1e-12)

@@ -356,6 +356,8 @@ def test_serving_pareto_frontier_figure(tmp_path):
     assert all("batch_size=" in label for label in labels)
     path = save(fig, tmp_path / "pareto.png")
     assert path.stat().st_size > 10_000
+    _, ax = serving_pareto(ds, curve="device", sel={"tp": 8})
+    assert ax.get_title() == "llama3.1-70b, serve: tp=8"      # what --sel fixed, as the other figures say
 
 
 def test_validate_serving_records_without_measurements_is_a_one_line_error(tmp_path):

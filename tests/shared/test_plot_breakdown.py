@@ -85,7 +85,7 @@ def test_the_totals_sit_inside_the_axes_under_the_title():
     ds = synthetic_sweep()
     ds.attrs.update(model='{"name": "LLaMA2-70B"}', system='{"name": "dc-a"}')
     fig, ax = P.breakdown(ds, sel={"num_nodes": 64, "global_batch": 2048, "plan": ["fsdp/ddp", "tp,ddp/mp"]})
-    assert ax.get_title() == "LLaMA2-70B on dc-a"
+    assert ax.get_title() == "LLaMA2-70B on dc-a: num_nodes=64, global_batch=2048 samples"   # what --sel fixed
     tallest = max(p.get_y() + p.get_height() for p in ax.patches)
     assert ax.get_ylim() == (0.0, pytest.approx(tallest * 1.14))
     fig.draw_without_rendering()

@@ -40,7 +40,8 @@ def test_illegal_and_infeasible_cells_are_drawn_with_reasons(ds):
     assert groups == {"does not fit in memory": int((status == STATUS["does_not_fit"]).sum()),
                       "illegal: product_ne_devices": int((status == STATUS["product_ne_devices"]).sum())}
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
-    assert "does not fit in memory" in legend and "illegal: product_ne_devices" in legend
+    counts = [f"{label} ({n} cell{'' if n == 1 else 's'})" for label, n in groups.items()]
+    assert all(text in legend for text in counts), (counts, legend)   # each entry says how many cells it marks
 
 
 def test_dataarray_without_status_marks_nan_as_no_result(ds):
@@ -231,3 +232,24 @@ def test_a_map_of_no_feasible_cell_has_no_colour_scale():
     _, ax = P.heatmap(_real_world_like(), x="plan", y="num_nodes", var="tokens_per_s_per_gpu")
     ax.figure.canvas.draw()
     assert [t.get_text() for t in ax.figure.axes[1].get_yticklabels() if t.get_text()]   # a scale where values are
+
+
+def test_annotating_more_cells_than_can_be_read_is_refused_at_once():
+    """A 1,000 x 1,000 map with --annotate spent over 5 minutes laying out 10^6 numbers nobody can read; it is
+    refused in one line before any drawing, and a map at the limit (50 x 50) is still annotated cell by cell."""
+    import time
+
+    import xarray as xr
+
+    from fastmodel.plot.heatmap import MAX_ANNOTATED_CELLS
+
+    n = 1000
+    big = xr.DataArray(np.arange(n * n, dtype=float).reshape(n, n) + 1.0, dims=("a", "b"), name="throughput",
+                       coords={"a": np.arange(n), "b": np.arange(n)}, attrs={"units": "samples/s"})
+    start = time.perf_counter()
+    with pytest.raises(PlotError, match=r"1,000 x 1,000 cells are too many to read \(at most 2,500\)"):
+        P.heatmap(big, x="b", y="a", annotate=True)
+    assert time.perf_counter() - start < 5.0
+    side = int(MAX_ANNOTATED_CELLS ** 0.5)
+    _, ax = P.heatmap(big.isel(a=slice(0, side), b=slice(0, side)), x="b", y="a", annotate=True, best=None)
+    assert len([t for t in ax.texts if t.get_text()]) == side * side

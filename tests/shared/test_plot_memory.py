@@ -34,6 +34,12 @@ def test_bars_stack_to_memory_per_device_and_draw_the_hbm_line(grid):
     assert grid.attrs["memory_margin_rule"] == "allocator_cache" and "usable_hbm_bytes" not in grid.attrs
     assert line and line[0].get_ydata()[0] == pytest.approx(grid.attrs["hbm_bytes"] / 2**30)
     assert len(ax.get_xticklabels()) == int(legal.sum())              # the illegal tp3 is left out
+    assert ax.get_xlabel() == "plan (1 illegal left out)"              # ... and the axis says so
+    assert ax.get_title(loc="left") == "Llama 3.1 70B on dgx-h100, llm-pretrain"
+    # the HBM line is named in the legend, not by a text on the line, which sat on the bars crossing it
+    assert not [t for t in ax.texts if "HBM" in t.get_text()]
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert f"HBM {grid.attrs['hbm_bytes'] / 2**30:.0f} GiB\n(less each plan's\nallocator cache)" in legend
 
 
 def test_memory_kinds_sum_to_memory_per_device(grid):
@@ -85,7 +91,15 @@ def test_one_configuration_is_one_bar_named_by_its_coordinates(two_dims, tmp_pat
     assert "plan=tp8.pp4" in label and "num_nodes=16" in label
     P.save(fig, tmp_path / "one.svg")
     # the H100 80 GB's CUDA-visible 79.11 GiB; each plan keeps its own allocator cache free below it
-    assert "HBM 79 GiB (less each plan" in (tmp_path / "one.svg").read_text()
+    svg = (tmp_path / "one.svg").read_text()
+    assert "HBM 79 GiB" in svg and "(less each plan" in svg
+    fig.draw_without_rendering()
+    assert ax.get_window_extent().width > 0.3 * fig.bbox.width     # the legend leaves the bars their room
+
+
+def test_the_title_says_what_the_selection_fixed(two_dims):
+    _, ax = memory_bars(two_dims, sel={"num_nodes": 16})
+    assert ax.get_title(loc="left") == "Llama 3.1 70B on dgx-h100, llm-pretrain: num_nodes=16"
 
 
 def test_python_errors(two_dims):

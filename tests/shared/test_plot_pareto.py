@@ -112,3 +112,11 @@ def test_one_point_has_no_dominated_entry():
     one = synthetic_sweep().isel(num_nodes=[0], global_batch=[0], plan=[0])
     fig, ax = P.pareto(one, "iteration_time", "throughput")
     assert [t.get_text() for t in fig.legends[0].get_texts()] == ["Pareto frontier"]
+
+
+def test_the_title_says_what_sel_fixed():
+    ds = synthetic_sweep().assign_attrs(model='{"name": "LLaMA2-70B"}', system='{"name": "dc-a"}')
+    _, ax = P.pareto(ds, "num_nodes", "throughput", sel={"global_batch": 2048})
+    assert ax.get_title() == "LLaMA2-70B on dc-a: global_batch=2048 samples"
+    _, ax = P.pareto(ds, "num_nodes", "throughput")
+    assert ax.get_title() == "LLaMA2-70B on dc-a"

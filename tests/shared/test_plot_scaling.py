@@ -22,6 +22,7 @@ def test_lines_are_the_data(ds, tmp_path):
         np.testing.assert_array_equal(line.get_ydata(), ds.throughput.sel(global_batch=2048, plan=plan).values)
     assert ax.get_xscale() == "log" and ax.xaxis.get_transform().base == 2
     assert [t.get_text() for t in ax.get_xticklabels()] == ["16", "32", "64", "128"]
+    assert fig.get_suptitle() == "global_batch=2048 samples"       # the title says what --sel fixed
     P.save(fig, tmp_path / "s.svg")
     svg = (tmp_path / "s.svg").read_text()
     assert "throughput [samples/s]" in svg and "tp,ddp/mp" in svg
@@ -47,6 +48,9 @@ def test_errors(ds):
         P.scaling(ds, "num_nodes", var="throughput", hue="plan")
     with pytest.raises(PlotError, match="did you mean 'plan'"):
         P.scaling(ds, "num_nodes", var="throughput", hue="plna", sel={"global_batch": 512})
+    # one --sel value fixes the dimension: it was "unknown dimension 'plan'; dimensions: num_nodes"
+    with pytest.raises(PlotError, match=r"^--hue plan: plan is fixed by --sel plan=\.\.\.; keep two or more"):
+        P.scaling(ds, "num_nodes", var="throughput", hue="plan", sel={"global_batch": 512, "plan": "fsdp/ddp"})
 
 
 def test_lines_differ_in_marker_and_style_and_ideal_scaling_is_linear(ds):
@@ -80,3 +84,79 @@ def test_a_line_without_results_says_so_and_inf_starts_no_ideal_line():
     fig, ax = P.scaling(da, "num_nodes", hue="plan")
     labels = ax.get_legend().get_texts()
     assert [t.get_text() for t in labels][:2] == ["a (no result)", "b"]
+
+
+def test_ideal_scaling_of_a_rate_per_device_is_flat():
+    """Linear scaling multiplies the cluster's tokens/s by the node ratio and leaves tokens/s per GPU (and MFU)
+    where they were: the ideal line of a per-GPU rate ran up 2x from 8 to 16 nodes, as if each GPU got faster.
+    Hand derivation: best at 8 nodes 1,000 tokens/s per GPU -> ideal 1,000 at 8, 16 and 32 nodes; the cluster's
+    8 x 8 x 1,000 = 64,000 tokens/s -> 64,000, 128,000, 256,000."""
+    import xarray as xr
+
+    from fastmodel.plot.scaling import per_device
+
+    nodes = [8, 16, 32]
+    per_gpu = xr.DataArray([[1000.0, 900.0, 800.0], [950.0, 940.0, 930.0]], dims=("plan", "num_nodes"),
+                           coords={"plan": ["a", "b"], "num_nodes": nodes}, name="tokens_per_s_per_gpu",
+                           attrs={"units": "tokens/s"})
+    _, ax = P.scaling(per_gpu, "num_nodes", hue="plan")
+    (ideal,) = [line for line in ax.get_lines() if line.get_gid() == "ideal"]
+    np.testing.assert_allclose(ideal.get_ydata(), [1000.0, 1000.0, 1000.0])
+    assert ideal.get_label() == "ideal (constant per device)"
+    whole = (per_gpu * xr.DataArray(np.array(nodes) * 8.0, dims="num_nodes")).rename("tokens_per_s")
+    _, ax = P.scaling(whole.assign_attrs(units="tokens/s"), "num_nodes", hue="plan")
+    (ideal,) = [line for line in ax.get_lines() if line.get_gid() == "ideal"]
+    np.testing.assert_allclose(ideal.get_ydata(), [64000.0, 128000.0, 256000.0])
+    assert ideal.get_label() == "ideal (linear)"
+    assert per_device("mfu", "1") and per_device("eff_flop_per_s", "FLOP/s") and not per_device("throughput",
+                                                                                                  "samples/s")
+
+
+def test_many_lines_keep_the_best_and_say_how_many_of_all():
+    """114 plans drew 114 lines and a legend taller than the figure (the axes collapsed to a sliver): without
+    --top, the 12 best are drawn and the legend's title counts them; --top asks for any number."""
+    import xarray as xr
+
+    from fastmodel.plot.scaling import MAX_LINES
+
+    n = 30
+    values = np.arange(n, dtype=float)[:, None] * np.array([1.0, 2.0])[None, :] + 1.0   # plan k: k+1, 2k+2
+    da = xr.DataArray(values, dims=("plan", "num_nodes"), name="throughput", attrs={"units": "samples/s"},
+                      coords={"plan": [f"p{k}" for k in range(n)], "num_nodes": [16, 32]})
+    fig, ax = P.scaling(da, "num_nodes", hue="plan")
+    drawn = [line.get_label() for line in ax.get_lines() if line.get_gid() != "ideal"]
+    assert drawn == [f"p{k}" for k in range(n - MAX_LINES, n)]              # the highest throughputs
+    assert ax.get_legend().get_title().get_text() == f"plan: {MAX_LINES} best of {n}"
+    fig.draw_without_rendering()
+    legend = ax.get_legend().get_window_extent()
+    assert legend.height <= fig.bbox.height                               # the legend fits the figure
+    _, ax = P.scaling(da, "num_nodes", hue="plan", top=n)
+    assert len([line for line in ax.get_lines() if line.get_gid() != "ideal"]) == n
+    assert ax.get_legend().get_title().get_text() == "plan"
+
+
+def test_points_that_do_not_fit_are_gaps_and_the_legend_counts_them(ds):
+    """A real-world sweep keeps the results of plans over HBM (fits_memory 0): scaling drew 'dp' at 570 GiB per
+    GPU as the best line. Such points are now gaps, as in the heatmap, and a legend line counts what the drawn
+    lines leave out. Hand count: dp does not fit at 4 and 8 nodes, tp2 at 4 -> 3 points, no line for dp."""
+    import xarray as xr
+
+    from fastmodel.registry.lm_status import STATUSES
+
+    dims, coords = ("num_nodes", "plan"), {"num_nodes": [4, 8], "plan": ["dp", "tp2", "tp8.pp2"]}
+    rate = np.array([[1384.0, 1100.0, 1006.0], [1380.0, 1200.0, 1126.0]])
+    fits = np.array([[0, 0, 1], [0, 1, 1]], dtype=np.int8)
+    status = xr.DataArray(np.zeros((2, 3), dtype=np.int8), dims=dims,
+                          attrs={"flag_meanings": " ".join(s.name for s in STATUSES)})
+    real = xr.Dataset({"tokens_per_s_per_gpu": (dims, rate, {"units": "tokens/s"}), "fits_memory": (dims, fits),
+                       "status": status}, coords=coords)
+    _, ax = P.scaling(real, "num_nodes", var="tokens_per_s_per_gpu", hue="plan")
+    lines = {line.get_label(): line.get_ydata() for line in ax.get_lines() if line.get_gid() != "ideal"}
+    assert list(lines) == ["dp (no result)", "tp2", "tp8.pp2"]
+    np.testing.assert_array_equal(lines["tp2"], [np.nan, 1200.0])
+    np.testing.assert_array_equal(lines["tp8.pp2"], [1006.0, 1126.0])
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend[-1] == "3 points left out: 3 do not fit"
+    # the MAD-Max sweep: ddp/ddp does not fit at 16 nodes, tp,ddp/mp is illegal at 128 (global batch 2048)
+    _, ax = P.scaling(ds, "num_nodes", var="throughput", hue="plan", sel={"global_batch": 2048})
+    assert [t.get_text() for t in ax.get_legend().get_texts()][-1] == "2 points left out: 1 does not fit, 1 illegal"

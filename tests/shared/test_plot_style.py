@@ -87,6 +87,21 @@ def test_pdf_and_svg_bytes_do_not_depend_on_the_run(result_file, tmp_path):
         assert outs[0].read_bytes() == outs[1].read_bytes(), suffix
 
 
+def test_pdf_and_svg_keep_text_as_text(tmp_path):
+    """Journals (IEEE PDF eXpress, ACM) reject Type 3 fonts: PDF text is embedded TrueType (fonttype 42, a Type0
+    font over a CIDFontType2), SVG text stays <text> elements (svg.fonttype 'none'), so labels stay editable."""
+    import re
+
+    assert S.PAPER_RC["pdf.fonttype"] == 42 and S.PAPER_RC["svg.fonttype"] == "none"
+    fig, _ = P.heatmap(synthetic_sweep(), x="num_nodes", y="plan", var="throughput", sel={"global_batch": 2048})
+    P.save(fig, tmp_path / "f.pdf")
+    P.save(fig, tmp_path / "f.svg")
+    subtypes = set(re.findall(rb"/Subtype\s*/(\w+)", (tmp_path / "f.pdf").read_bytes()))
+    assert b"CIDFontType2" in subtypes and b"Type3" not in subtypes, subtypes
+    svg = (tmp_path / "f.svg").read_text()
+    assert "<text" in svg and "throughput [samples/s]" in svg
+
+
 def test_scaling_lines_differ_in_colour_marker_or_style():
     from fastmodel.plot.scaling import MARKERS, line_style
 
@@ -131,3 +146,32 @@ def test_default_titles_say_model_and_system():
     assert ax.get_title() == "LLaMA2-70B on dc-a: global_batch=2048 samples"
     fig, ax = P.pareto(ds, "iteration_time", "throughput", title="")
     assert ax.get_title() == ""
+
+
+def test_default_titles_say_task_and_semantics_too():
+    """A reviewer reads from the title what was modelled: the task and, when not the default, the semantics
+    (MAD-Max's exact semantics give other numbers than the real-world model)."""
+    from fastmodel.plot.data import subject
+
+    ds = synthetic_sweep().assign_attrs(model='{"name": "LLaMA2-70B"}', system='{"name": "dc-a"}',
+                                        task='{"name": "llm-pretrain", "kind": "pretrain"}',
+                                        semantics='{"name": "madmax"}')
+    assert subject(ds) == "LLaMA2-70B on dc-a, llm-pretrain, madmax semantics"
+    fig, ax = P.heatmap(ds, x="num_nodes", y="plan", var="throughput", sel={"global_batch": 2048})
+    assert ax.get_title() == "LLaMA2-70B on dc-a, llm-pretrain, madmax semantics: global_batch=2048 samples"
+    real = ds.assign_attrs(task="", fastmodel_task="llm-pretrain", semantics="default")   # a real-world result
+    assert subject(real) == "LLaMA2-70B on dc-a, llm-pretrain"
+
+
+def test_sizes_in_bytes_are_shown_in_binary_units_as_the_memory_figures():
+    """A memory heatmap's colour bar read 'GB' beside the memory figures' and `run`'s GiB: one paper, two units.
+    Hand values: 85,899,345,920 B = 80 x 2^30 -> 80 GiB; 25e9 B/s stays 25 GB/s (rates are decimal)."""
+    assert S.display_unit("bytes", [80 * 2**30]) == (2**30, "GiB")
+    assert S.fmt_quantity(80 * 2**30, "bytes") == "80 GiB"
+    assert S.fmt_quantity(512 * 2**20, "bytes") == "512 MiB"
+    assert S.fmt_quantity(25e9, "B/s") == "25 GB/s"
+    ds = synthetic_sweep()
+    fig, _ = P.heatmap(ds, x="num_nodes", y="plan", var="memory_per_device", sel={"global_batch": 2048})
+    colorbar = fig.axes[-1]
+    assert colorbar.get_ylabel().endswith("[GiB]")
+    assert colorbar.yaxis.get_major_formatter()(80 * 2**30, 0) == "80"    # ticks in GiB, the data in bytes

@@ -133,3 +133,13 @@ def test_a_window_not_finite_or_too_wide_to_tick_is_refused(config, tmp_path):
             tmp_path / "t.png", "--window"]
     one_line_error(cli(*args, "0:1e999"), "window must be finite seconds (got 0.0:inf)")
     one_line_error(cli(*args, "0:1e308"), "spans more than the time axis can tick")
+
+
+def test_the_title_gives_each_time_in_its_own_unit():
+    """The exposed time was written in the step's unit: 'step 5.62 s; exposed comm. 0.0171 s'. Hand values:
+    17.1 ms of 5.62 s = 0.30 %."""
+    from fastmodel.plot.timeline import step_note
+
+    assert step_note(5.62, 0.0171) == "step 5.62 s; exposed comm. 17.1 ms (0.3% of the step)"
+    assert step_note(7.28, 1.68) == "step 7.28 s; exposed comm. 1.68 s (23.1% of the step)"
+    assert step_note(0.0, 0.0) == ""

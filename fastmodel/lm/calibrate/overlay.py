@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -305,6 +306,9 @@ def as_calibration(calibration: "Calibration | str | Path | None") -> Calibratio
     """A Calibration from itself, a path, or None."""
     if calibration is None or isinstance(calibration, Calibration):
         return calibration
+    if not isinstance(calibration, (str, os.PathLike)):
+        raise SpecError(None, "calibration", "expected a path to a 'fastmodel calibrate' TOML file or a "
+                        f"Calibration, got {type(calibration).__name__}")
     return read_calibration(calibration)
 
 
