@@ -109,3 +109,21 @@ def test_dtensor_stacks_save_the_gathered_input():
     execution = SimpleNamespace(torch_compile=False, moe_dispatcher="alltoall", compile_scope="model")
     assert torchtitan.defaults(execution, "TorchTitan")["sp_wgrad_regather"] is False
     assert kempnerforge.defaults(execution, "KempnerForge")["sp_wgrad_regather"] is False
+
+
+def _moe_layer(**values):
+    row = _row(heads=96.0, kv_heads=96.0, head_dim=128.0, moe_experts=64.0, moe_topk=2.0, moe_ffn=2048.0, **values)
+    work = np.zeros(N_WORK)
+    layer_costs(row, True, False, work)
+    return row, work[W_TP_BACKWARD]
+
+
+@pytest.mark.parametrize("shared, overlap, linears", [
+    (0.0, 0.0, 1.0),    # QKV only: the dispatcher's gather (a mapping) feeds the experts, nothing re-gathered
+    (1.0, 0.0, 2.0),    # + the shared expert's FC1, a TE column-parallel linear on the SP input
+    (1.0, 1.0, 1.0),    # --moe-shared-expert-overlap: its gather is gather_from_sequence_parallel_region
+])
+def test_a_moe_layer_regathers_its_own_column_parallel_inputs(shared, overlap, linears):
+    row, on = _moe_layer(moe_shared_experts=shared, moe_shared_expert_overlap=overlap)
+    _, off = _moe_layer(moe_shared_experts=shared, moe_shared_expert_overlap=overlap, sp_wgrad_regather=0.0)
+    assert on - off == pytest.approx(linears * (allgather_time(row, 2.0 * N, TP, 1.0) + OVERHEAD), rel=1e-9)
