@@ -18,8 +18,8 @@ SDPA_PLAN_ROWS = (
      "§11.6 'Per-projection TP'); 0: one redistribution before attention and one before the MLP (Megatron's f "
      "operator, TorchTitan's PrepareModuleInput). Set by the stack.", 0, 1, False, "flag"),
     ("sp_wgrad_regather", "1", 1, "1: under sequence parallelism each column-parallel GEMM saves its input as the "
-     "local sequence slice and all-gathers it again in backward for the weight gradient, 2 all-gathers per layer "
-     "(Megatron-Core LinearWithGradAccumulationAndAsyncCommunication.backward, Transformer Engine Linear / "
+     "local sequence slice and all-gathers it again in backward for the weight gradient: QKV and FC1, in a MoE "
+     "layer QKV and a shared expert's FC1 (Megatron-Core LinearWithGradAccumulationAndAsyncCommunication.backward, Transformer Engine Linear / "
      "LayerNormLinear; docs/model.md §11.41); 0: autograd saves the gathered input (PyTorch DTensor plans: "
      "TorchTitan, KempnerForge). Set by the stack.", 0, 1, False, "flag"),
     ("fsdp1_grad_passes", "1", 0, "Memory-bound passes (each a read + write of 2 B per element) FSDP1 runs over "
