@@ -1,5 +1,5 @@
-"""Columns of PyTorch-native stacks' kernels: PyTorch SDPA's FlashAttention-2 backend, DTensor TP plans, FSDP1's
-gradient passes.
+"""Columns of PyTorch-native stacks' kernels: PyTorch SDPA's FlashAttention-2 backend, DTensor TP plans (and
+whether the SP input is gathered again for the weight gradient), FSDP1's gradient passes.
 
 Rows of ``fastmodel.registry.lm`` (name, units, default, doc, lo, hi, fittable, option), kept here so the registry
 module stays readable. docs/model.md §11.3 ("Attention through PyTorch SDPA") gives the equation and sources;
@@ -17,6 +17,11 @@ SDPA_PLAN_ROWS = (
      "projection on its own (DTensor ColwiseParallel on q, k, v and on gate, up: 3 + 2 per layer, docs/model.md "
      "§11.6 'Per-projection TP'); 0: one redistribution before attention and one before the MLP (Megatron's f "
      "operator, TorchTitan's PrepareModuleInput). Set by the stack.", 0, 1, False, "flag"),
+    ("sp_wgrad_regather", "1", 1, "1: under sequence parallelism each column-parallel GEMM saves its input as the "
+     "local sequence slice and all-gathers it again in backward for the weight gradient: QKV and FC1, in a MoE "
+     "layer QKV and a shared expert's FC1 (Megatron-Core LinearWithGradAccumulationAndAsyncCommunication.backward, Transformer Engine Linear / "
+     "LayerNormLinear; docs/model.md §11.41); 0: autograd saves the gathered input (PyTorch DTensor plans: "
+     "TorchTitan, KempnerForge). Set by the stack.", 0, 1, False, "flag"),
     ("fsdp1_grad_passes", "1", 0, "Memory-bound passes (each a read + write of 2 B per element) FSDP1 runs over "
      "each unit's unsharded 16-bit gradient on the compute stream before its reduce-scatter, once per micro-batch "
      "(docs/model.md §11.26): autograd's concatenation of the views' gradients into the FlatParameter's "

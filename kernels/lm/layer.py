@@ -17,8 +17,8 @@ from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.layout import (
     CP_ALLGATHER, CP_ALLTOALL, C_CAUSAL, C_COLLECTIVE_OVERHEAD_S, C_CP, C_CP_ALGORITHM, C_EP, C_FFN, C_FLASH_ATTENTION, C_HEADS, C_HEAD_DIM, C_HIDDEN,
     C_KV_HEADS, C_LAYERS, C_LOSS_TRAFFIC_BYTES_PER_LOGIT, C_MICRO_BATCH, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS,
-    C_MOE_TOPK, C_MTP_LAYERS, C_RECOMPUTE, C_RECOMPUTE_FRACTION, C_ROTARY_FRACTION, C_SEQUENCE_PARALLEL, C_SEQ_LEN,
-    C_SLIDING_WINDOW, C_TIED_EMBEDDINGS, C_TP, C_VOCAB, RECOMPUTE_FULL, RECOMPUTE_PARTIAL_LAYERS,
+    C_MOE_SHARED_EXPERT_OVERLAP, C_MOE_TOPK, C_MTP_LAYERS, C_RECOMPUTE, C_RECOMPUTE_FRACTION, C_ROTARY_FRACTION, C_SEQUENCE_PARALLEL, C_SEQ_LEN,
+    C_SLIDING_WINDOW, C_SP_WGRAD_REGATHER, C_TIED_EMBEDDINGS, C_TP, C_VOCAB, RECOMPUTE_FULL, RECOMPUTE_PARTIAL_LAYERS,
     RECOMPUTE_SELECTIVE,
 )
 from fastmodel.kernels.lm.shape import (  # noqa: F401 - the shape terms, re-exported for the layer's callers
@@ -170,7 +170,12 @@ def layer_costs(row, moe, sliding, work):
         nbytes += lowp_cast_bytes(row) * tokens * (2.0 * h / (t if sp else 1.0) + a * dv / t + mlp_out / tokens)
     mem = memory_bound_time(row, nbytes) + core_mem + moe_mem
     # communication of the layer, forward and backward direction
-    tp, tp_backward = tp_layer_time(row, tokens, h, t, sp)
+    # the column-parallel linears that gather their own SP input, and so re-gather it for wgrad (§11.41): QKV and
+    # FC1; in a MoE layer the dispatcher's gather feeds the experts, so QKV and a shared expert's FC1 unless the
+    # shared expert overlaps the dispatch (its gather then a mapping, not the linear's)
+    shared_fc1 = row[C_MOE_SHARED_EXPERTS] > 0.0 and row[C_MOE_SHARED_EXPERT_OVERLAP] <= 0.0
+    linears = (2.0 if shared_fc1 else 1.0) if moe else 2.0
+    tp, tp_backward = tp_layer_time(row, tokens, h, t, sp, linears)
     cp = cp_forward_time(row, tokens, a, dqk, dv, t, c)
     ep = 0.0
     ep_remote = 0.0
@@ -197,14 +202,17 @@ def layer_costs(row, moe, sliding, work):
 
 
 @njit
-def tp_layer_time(row, tokens, h, t, sp):
-    """(forward, backward) TP seconds of one layer and micro-batch (docs/model.md §11.4, §11.40). Without SP two
+def tp_layer_time(row, tokens, h, t, sp, linears):
+    """(forward, backward) TP seconds of one layer and micro-batch (docs/model.md §11.4, §11.40, §11.41). Without SP two
     all-reduces of ``tokens h`` 16-bit elements each way. With SP an all-gather before and a reduce-scatter after
     attention and the MLP: forward the column-parallel inputs are gathered at :func:`sp_gather_bytes` (quantized
     under FP8 / NVFP4) and the row-parallel outputs reduce-scattered at 2 B; backward the conjugates, the output
     gradients gathered at their bytes before the row-parallel dgrads and the input gradients reduce-scattered at
-    2 B. Each collective also idles the GPU for collective_overhead_s; current scaling's and NVFP4's amax
-    all-reduces are added each way (:func:`amax_reduction_time`)."""
+    2 B; with ``sp_wgrad_regather`` (Megatron-Core, Transformer Engine) the inputs of the ``linears``
+    column-parallel linears that gather their own input are gathered again in backward for the weight gradients,
+    at the forward gather's bytes (§11.41). Each collective also idles
+    the GPU for collective_overhead_s; current scaling's and NVFP4's amax all-reduces are added each way
+    (:func:`amax_reduction_time`)."""
     if t <= 1.0:
         return 0.0, 0.0
     elements = tokens * h
@@ -213,9 +221,12 @@ def tp_layer_time(row, tokens, h, t, sp):
         return tp, tp
     scatter = allgather_time(row, ACT_BYTES * elements, t, 1.0)
     fixed = 4.0 * row[C_COLLECTIVE_OVERHEAD_S] + amax_reduction_time(row)
-    forward = 2.0 * (allgather_time(row, sp_gather_bytes(row, False) * elements, t, 1.0) + scatter) + fixed
+    gather = allgather_time(row, sp_gather_bytes(row, False) * elements, t, 1.0)
+    forward = 2.0 * (gather + scatter) + fixed
     backward = 2.0 * (allgather_time(row, sp_gather_bytes(row, True) * elements, t, 1.0) + scatter) + fixed
-    return forward, backward
+    # the column-parallel inputs, saved as the local slice, gathered again for the weight gradients (§11.41)
+    regather = linears * (gather + row[C_COLLECTIVE_OVERHEAD_S]) if row[C_SP_WGRAD_REGATHER] > 0.0 else 0.0
+    return forward, backward + regather
 
 
 @njit

@@ -25,6 +25,7 @@ def _row(precision: str, recipe: str = "unstated", cc: float = HOPPER, **values)
     row[C["compute_capability"]] = cc
     row[C["hidden"]], row[C["seq_len"]], row[C["micro_batch"]], row[C["tp"]] = H, SEQ, MICRO, TP
     row[C["sequence_parallel"]] = 1.0
+    row[C["sp_wgrad_regather"]] = 0.0       # §11.41's wgrad re-gathers: tests/lm/test_sp_wgrad_gather.py
     for name, value in values.items():
         row[C[name]] = value
     return row

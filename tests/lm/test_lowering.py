@@ -72,7 +72,7 @@ def test_every_execution_field_named_like_a_column_reaches_its_column():
                "step_zero_grad": True, "wgrad_fused_accumulation": True, "optimizer_moments": "bf16",
                "moe_act_input_fp8": True, "attn_out_e5m6": True, "norm_recompute_fp8": True,
                "muon_ns_steps": 10.0, "muon_ns_gram_square": False, "muon_distributed": False,
-               "attn_fa2": True, "tp_per_projection": True, "fp8_recipe": "blockwise", "last_stage_layers": 3.0,
+               "attn_fa2": True, "tp_per_projection": True, "sp_wgrad_regather": False, "fp8_recipe": "blockwise", "last_stage_layers": 3.0,
                "step_grad_copy_bytes": 4.0, "fsdp_stage_gathered": True, "bf16_layers_start": 1.0, "bf16_layers_end": 2.0,
                "cuda_graphs": "full_iteration", "cuda_graph_microbatch_buffers": True, "fsdp1_grad_passes": 2.0,
                "eval_interval": 1000.0,

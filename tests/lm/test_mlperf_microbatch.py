@@ -91,11 +91,11 @@ def test_userbuffer_sms_cost_less_than_the_contention_already_charged(v31):
     sm_bound = layers * _sm_bound(col)
     assert 1e3 * sm_bound == pytest.approx(1.26, abs=0.01)
     # the layers' TP hidden under tp_comm_overlap: exposed ~ comm_sm_share x comm (§11.6 contention; the other 0.7%
-    # is TP time outside the overlapped layer GEMMs), 1.41 ms a micro-batch (1.79 before the SP all-gathers moved
-    # FP8 bytes, docs/model.md §11.40)
+    # is TP time outside the overlapped layer GEMMs), 1.67 ms a micro-batch (1.79 before the SP all-gathers moved
+    # FP8 bytes, docs/model.md §11.40; 1.41 before the backward's wgrad re-gathers, §11.41)
     share = col[C["comm_sm_share"]]
     assert share * out["comm_tp"][0] <= out["exposed_tp"][0] <= 1.01 * share * out["comm_tp"][0]
-    assert 1e3 * out["exposed_tp"][0] / m == pytest.approx(1.41, abs=0.01)
+    assert 1e3 * out["exposed_tp"][0] / m == pytest.approx(1.67, abs=0.01)
     assert out["exposed_tp"][0] / m > sm_bound
 
 
@@ -104,8 +104,9 @@ def test_the_sourced_upper_bounds_leave_most_of_the_residual(v31):
     col = record.columns
     m = col[C["global_batch"]] / col[C["dp"]] / col[C["micro_batch"]]
     residual = (record.measured["step_time_s"] - out["step_time"][0]) / m
-    # 13.6 before the H100 eta16 0.72 (docs/model.md 11.30), 13.45 before FP8 SP all-gathers (11.40)
-    assert 1e3 * residual == pytest.approx(13.83, abs=0.1)
+    # 13.6 before the H100 eta16 0.72 (docs/model.md 11.30), 13.45 before FP8 SP all-gathers (11.40), 13.83 before
+    # the wgrad re-gathers (11.41)
+    assert 1e3 * residual == pytest.approx(13.58, abs=0.1)
     layers = col[C["layers"]] / col[C["pp"]]
     # TE delayed-scaling bookkeeping: 3 modules x 2 directions x ~6 launch-bound kernels a layer, kernel_overhead_s
     amax = layers * 3 * 2 * 6 * col[C["kernel_overhead_s"]]
