@@ -76,9 +76,13 @@ def _open(path, memory_margin: str | None = None, include_oom: bool = False):
     ``best`` takes them (fastmodel.analysis.margin.fit_view)."""
     from fastmodel.analysis.best import open_result
     from fastmodel.analysis.margin import fit_view, gib_margin
+    from fastmodel.errors import SweepError
 
     margin = gib_margin(memory_margin)      # a bad margin is refused before the result is read
-    return fit_view(open_result(path), margin, include_oom)
+    try:
+        return fit_view(open_result(path), margin, include_oom)
+    except SweepError as error:             # the result file named, as every other one-line error names its file
+        raise SweepError(f"{path}: {error}") from None
 
 
 def _sel(texts):

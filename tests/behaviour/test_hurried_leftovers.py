@@ -237,7 +237,7 @@ def test_the_fit_options_refuse_a_result_of_another_memory_model(synthetic, tmp_
     for option in (["--include-oom"], ["--memory-margin", "8"]):
         one_line_error(cli("plot", "scaling", synthetic, "--x", "num_nodes", "--sel", "global_batch=2048", "--hue",
                            "plan", *option, "-o", tmp_path / "s.png"),
-                       f"{option[0]}: applies to real-world training results")
+                       f"{synthetic}: {option[0]}: applies to real-world training results")
 
 
 def test_a_serving_frontier_over_ttft_keeps_the_fastest_first_tokens(serving_grid, tmp_path):
