@@ -47,7 +47,7 @@ import numpy as np
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.columns import (
     N_COLUMNS, C_BATCH_SIZE, C_EP, C_FRAMEWORK_MEMORY_BYTES, C_HBM_BYTES, C_HEADS, C_INPUT_LEN, C_INSTANCES,
-    C_KV_CACHE_MEM_FRACTION, C_KV_HEADS, C_LAYERS, C_LOAD_MODE, C_MAX_BATCH_SIZE, C_MAX_NUM_TOKENS, C_MOE_EXPERTS,
+    C_KV_HEADS, C_LAYERS, C_LOAD_MODE, C_MAX_BATCH_SIZE, C_MAX_NUM_TOKENS, C_MOE_EXPERTS,
     C_OUTPUT_LEN, C_PEAK_FLOPS_8, C_PP, C_SERVE_STEP_OVERHEAD_S, C_TP, C_USABLE_HBM_FRACTION,
     C_ATTENTION_DP, C_KV_ON_DEMAND, C_MOE_TP, LOAD_BATCH, LOAD_CONCURRENCY, LOAD_MAX_THROUGHPUT, C_CONTEXT_LEN,
     C_FP8_WEIGHT_ONLY, C_PRECISION, PRECISION_FP8, C_ENGINE_NVIDIA_ONLY, C_VENDOR, VENDOR_NVIDIA,
@@ -64,7 +64,7 @@ from fastmodel.kernels.serve.layout import (
 )
 from fastmodel.kernels.serve.attention import attention_launches, kv_bytes_per_token, decode_attention_sum, prefill_attention_time
 from fastmodel.kernels.serve.costs import head_costs, body_costs, K_GEMM, K_ATTN, K_MEM, K_COMM, LAUNCH
-from fastmodel.kernels.serve.memory import weight_memory, activation_memory
+from fastmodel.kernels.serve.memory import weight_memory, activation_memory, kv_capacity
 from fastmodel.kernels.serve.host import eager_host_s
 from fastmodel.kernels.serve.kv_upcast import kv_upcast_time
 # building blocks tests and callers use by their old address
@@ -162,8 +162,7 @@ def serve_row(row, out, scratch, memo):
     batch = row[C_BATCH_SIZE]
     if mode == LOAD_MAX_THROUGHPUT:
         workspace = activation_memory(row, row[C_MAX_BATCH_SIZE])
-        capacity = max(0.0, row[C_KV_CACHE_MEM_FRACTION] * (row[C_HBM_BYTES] - weights - workspace
-                                                             - row[C_FRAMEWORK_MEMORY_BYTES]))
+        capacity = kv_capacity(row, weights, workspace)
         batch = min(math.floor(capacity / (kv_token * (row[C_INPUT_LEN] + row[C_OUTPUT_LEN]))),
                     row[C_MAX_BATCH_SIZE])
         if batch < 1.0:
@@ -185,8 +184,7 @@ def _fixed(row, batch, kv_token, weights, out, scratch):
     outp = row[C_OUTPUT_LEN]
     steps = outp - 1.0                              # decode steps after the prefill's first token
     workspace = activation_memory(row, batch)
-    capacity = max(0.0, row[C_KV_CACHE_MEM_FRACTION] * (row[C_HBM_BYTES] - weights - workspace
-                                                         - row[C_FRAMEWORK_MEMORY_BYTES]))
+    capacity = kv_capacity(row, weights, workspace)
     n = batch / p                                     # requests per pipeline micro-batch
     pre = scratch[0]
     dec = scratch[1]
@@ -285,8 +283,7 @@ def _concurrency(row, requests, out, scratch, memo):
     inp = row[C_INPUT_LEN]
     outp = row[C_OUTPUT_LEN]
     workspace = activation_memory(row, min(requests, row[C_MAX_BATCH_SIZE]))
-    capacity = max(0.0, row[C_KV_CACHE_MEM_FRACTION] * (row[C_HBM_BYTES] - weights - workspace
-                                                         - row[C_FRAMEWORK_MEMORY_BYTES]))
+    capacity = kv_capacity(row, weights, workspace)
     held = inp + (0.5 * outp if row[C_KV_ON_DEMAND] > 0.0 else outp)   # tokens a running request holds
     room = math.floor(capacity / (kv_token * held)) * adp
     if room < 1.0:

@@ -20,32 +20,23 @@ its MLA decode reads the cache as stored.
 
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.columns import (
-    C_FRAMEWORK_MEMORY_BYTES,
     C_HBM_BW,
-    C_HBM_BYTES,
     C_HBM_EFF,
     C_KV_BYTES,
-    C_KV_CACHE_MEM_FRACTION,
     C_KV_POOL_UPCAST,
     C_MAX_BATCH_SIZE,
     C_MLA,
     C_PP,
 )
 from fastmodel.kernels.serve.costs import ACT_BYTES
-from fastmodel.kernels.serve.memory import activation_memory, weight_memory
+from fastmodel.kernels.serve.memory import activation_memory, kv_capacity, weight_memory
 
 
 @njit(inline="always")
 def kv_pool_bytes(row):
     """KV-pool bytes one device allocates: ``kv_cache_mem_fraction`` x (HBM - weights - the workspace of
     ``max_batch_size`` requests - framework), at least 0."""
-    free = (
-        row[C_HBM_BYTES]
-        - weight_memory(row)
-        - activation_memory(row, row[C_MAX_BATCH_SIZE])
-        - row[C_FRAMEWORK_MEMORY_BYTES]
-    )
-    return max(0.0, row[C_KV_CACHE_MEM_FRACTION] * free)
+    return kv_capacity(row, weight_memory(row), activation_memory(row, row[C_MAX_BATCH_SIZE]))
 
 
 @njit

@@ -10,7 +10,12 @@ from fastmodel.kernels.lm.layout import (
     C_FFN, C_HEADS, C_HIDDEN, C_INPUT_LEN, C_KV_HEADS, C_MAX_NUM_TOKENS, C_MOE_EXPERTS, C_MOE_FFN,
     C_MOE_SHARED_EXPERTS, C_MOE_TOPK, C_PP, C_TIED_EMBEDDINGS, C_TP, C_VOCAB, C_WEIGHT_BYTES,
 )
-from fastmodel.kernels.columns import C_QUANT_EXPERTS_ONLY
+from fastmodel.kernels.columns import (
+    C_FRAMEWORK_MEMORY_BYTES,
+    C_HBM_BYTES,
+    C_KV_CACHE_MEM_FRACTION,
+    C_QUANT_EXPERTS_ONLY,
+)
 from fastmodel.kernels.serve.costs import ACT_BYTES, DENSE, MOE, ffn_tp, serve_etp
 
 
@@ -67,3 +72,12 @@ def activation_memory(row, requests):
     per_token = ACT_BYTES * (3.0 * h + (row[C_HEADS] + 2.0 * row[C_KV_HEADS]) * dqk / t + nm * width)
     tokens = min(row[C_MAX_NUM_TOKENS], max(requests, requests * row[C_INPUT_LEN]))
     return tokens * per_token + requests * row[C_VOCAB] / t * 4.0
+
+
+@njit(inline="always")
+def kv_capacity(row, weights, workspace):
+    """KV-cache bytes one device allocates: ``kv_cache_mem_fraction`` x (HBM - ``weights`` - ``workspace`` (the
+    step's activations, :func:`activation_memory`) - the framework constant), at least 0; the engines' rule
+    (vLLM ``gpu_memory_utilization``, SGLang ``mem_fraction_static``, TRT-LLM ``free_gpu_memory_fraction``)."""
+    return max(0.0, row[C_KV_CACHE_MEM_FRACTION] * (row[C_HBM_BYTES] - weights - workspace
+                                                    - row[C_FRAMEWORK_MEMORY_BYTES]))
