@@ -179,3 +179,79 @@ def drop_overlapping(fig, texts, markers=(), gap_pt: float = GAP_PT) -> list:
         kept.append(text)
         boxes.append(box)
     return kept
+
+
+#: the least space between a point label and a curve, a marker or another label, in points
+LABEL_GAP_PT = 2.0
+#: where a point label may sit, as offsets from its point in points, tried in order: the four diagonals close to
+#: the point, beside it (right, left, above, below: centred on it), then the diagonals farther out; a label takes
+#: the first that crosses no curve, no kept label and no marker
+LABEL_OFFSETS_PT = ((3, 3), (-3, -3), (-3, 3), (3, -3), (4, 0), (-4, 0), (0, 4), (0, -4),
+                    (6, 9), (-6, -9), (-6, 9), (6, -9))
+
+
+def display_path(line):
+    """The path of ``line`` (a Line2D) as drawn, in display pixels: a step line's corners included."""
+    import numpy as np
+    from matplotlib.cbook import STEP_LOOKUP_MAP
+    from matplotlib.path import Path
+
+    x = np.asarray(line.get_xdata(), dtype=float)
+    y = np.asarray(line.get_ydata(), dtype=float)
+    keep = np.isfinite(x) & np.isfinite(y)
+    x, y = STEP_LOOKUP_MAP[line.get_drawstyle()](x[keep], y[keep])
+    return Path(line.axes.transData.transform(np.column_stack([x, y])))
+
+
+def place_labels(fig, texts, lines, markers=(), gap_pt: float = LABEL_GAP_PT) -> int:
+    """Put each of ``texts`` (annotations in offset points, in order of priority) at the first offset of
+    :data:`LABEL_OFFSETS_PT` where its box, as drawn, stays ``gap_pt`` clear of every path of ``lines`` (Line2D),
+    of the labels placed before it and of ``markers`` ((ax, (x, y) in data, size in points)), inside its axes or,
+    when no offset inside is clear, inside the figure and clear of the axis labels, title and legends; a label
+    with no such place is hidden. Returns how many were hidden, for the figure to say. A label written to one
+    fixed side of its point sat on the frontier line of a staircase (and on its neighbours)."""
+    from matplotlib.transforms import Bbox
+
+    fig.draw_without_rendering()
+    renderer = fig.canvas.get_renderer()
+    to_px = fig.dpi / 72.0
+    paths = [display_path(line) for line in lines]
+    boxes = []
+    for ax, xy, size in markers:
+        cx, cy = ax.transData.transform(xy)
+        half = size * to_px / 2
+        boxes.append(Bbox.from_extents(cx - half, cy - half, cx + half, cy + half))
+    frame = [a.get_tightbbox(renderer) for ax in {t.axes for t in texts} for a in (ax.xaxis, ax.yaxis, ax.title)
+             if a.get_visible()] + [legend.get_window_extent(renderer) for legend in fig.legends]
+    hidden = 0
+    for text in texts:
+        box = _first_clear(text, renderer, gap_pt * to_px / 2, paths, boxes, [b for b in frame if b is not None])
+        if box is None:
+            text.set_visible(False)
+            hidden += 1
+        else:
+            boxes.append(box)
+    return hidden
+
+
+def _first_clear(text, renderer, pad, paths, boxes, frame):
+    """The box of ``text`` at the first clear offset (inside its axes, else inside the figure clear of
+    ``frame``), the text left there; None when there is none."""
+    text.set_visible(True)
+    outer = text.get_figure(root=True).bbox
+    for area, more in ((text.axes.bbox, []), (outer, frame)):
+        for dx, dy in LABEL_OFFSETS_PT:
+            text.xyann = (dx, dy)
+            text.set_horizontalalignment("left" if dx > 0 else "right" if dx < 0 else "center")
+            text.set_verticalalignment("bottom" if dy > 0 else "top" if dy < 0 else "center_baseline")
+            box = text.get_window_extent(renderer).padded(pad)
+            if area.contains(box.x0, box.y0) and area.contains(box.x1, box.y1) \
+                    and not any(path.intersects_bbox(box, filled=False) for path in paths) \
+                    and not any(box.overlaps(other) for other in boxes + more):
+                return box
+    return None
+
+
+def labels_left_out(hidden: int, total: int) -> str:
+    """The figure's note on point labels :func:`place_labels` hid: ``2 of 9 labels left out (no room)``."""
+    return f"{hidden} of {total} labels left out (no room)" if hidden else ""
