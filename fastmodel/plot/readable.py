@@ -4,7 +4,8 @@ each other.
 Every figure function ends with :func:`make_readable`:
 
 - every visible text of the figure (tick labels, annotations, legends, titles) is at least
-  :data:`MIN_FONT_PT` points, and titles wrap at the figure's width;
+  :data:`MIN_FONT_PT` points, and titles wrap at the figure's width; a default title longer than
+  :data:`MAX_TITLE_LINES` lines keeps its model and system and ellipsizes what ``--sel`` fixed (:func:`shorten_titles`);
 - on each axis whose ticks are fixed category labels (plans, systems, stream names), the labels are
   measured as drawn: a crowded x axis is turned vertical, and labels that still overlap are thinned to
   every k-th one, the smallest k that leaves :data:`GAP_PT` between neighbours (the first label stays, so
@@ -17,6 +18,8 @@ Every figure function ends with :func:`make_readable`:
 from __future__ import annotations
 
 import math
+import re
+import warnings
 
 from matplotlib.text import Text
 from matplotlib.ticker import FixedLocator
@@ -35,13 +38,56 @@ def make_readable(fig, fixed=()) -> None:
     axes of ``fixed``: their labels were chosen by a rule the figure states (the memory timeline's passes)."""
     enforce_min_font(fig)
     wrap_titles(fig)
-    fig.draw_without_rendering()            # lays the figure out: tick labels get their final places
+    with warnings.catch_warnings(record=True) as said:    # a long title may collapse the layout until shortened
+        warnings.simplefilter("always")
+        fig.draw_without_rendering()        # lays the figure out: tick labels get their final places
+    if shorten_titles(fig):
+        fig.draw_without_rendering()        # the shorter title gave the axes their height back
+    else:
+        for warning in said:
+            warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
     for ax in fig.axes:
         for axis in (ax.xaxis, ax.yaxis):
             if any(axis is kept for kept in fixed):
                 continue
             if isinstance(axis.get_major_locator(), FixedLocator) and len(axis.get_majorticklocs()) > 1:
                 _separate(fig, axis)
+
+
+#: the most lines a default title (``SUBJECT: dim=value, ...``) wraps onto before what --sel fixed is ellipsized:
+#: four lines of 8 pt over a 2.5 in figure left the axes under half its height
+MAX_TITLE_LINES = 3
+#: a default title (fastmodel.plot.data.fixed_title): the subject, then the coordinates --sel fixed
+_SEL_TITLE = re.compile(r"^(?P<subject>.+?): (?P<fixed>[A-Za-z_][\w.]*=.*)$", re.S)
+_SEL_ITEM = re.compile(r", (?=[A-Za-z_][\w.]*=)")
+
+
+def shorten_titles(fig, max_lines: int = MAX_TITLE_LINES) -> bool:
+    """Ellipsize the fixed coordinates of every default title (``LLaMA2-70B on dc-a: num_nodes=64, ...``) that
+    wraps onto more than ``max_lines`` lines: the subject (model, system, task) stays, then as many fixed
+    coordinates as fit, then ``… (3 more fixed)``. Titles of another form (``--title``) are left whole. The figure
+    must have been drawn (wrapping needs the renderer). Returns whether a title changed."""
+    texts = [t for ax in fig.axes for t in (ax.title, ax._left_title, ax._right_title)]
+    texts += [fig._suptitle] if getattr(fig, "_suptitle", None) is not None else []
+    changed = False
+    for text in texts:
+        match = _SEL_TITLE.match(text.get_text())
+        if not match or _lines(text) <= max_lines:
+            continue
+        items = _SEL_ITEM.split(match["fixed"])
+        for kept in range(len(items) - 1, -1, -1):
+            shown = ", ".join(items[:kept] + [f"\u2026 ({len(items) - kept} more fixed)"])
+            text.set_text(f"{match['subject']}: {shown}")
+            if _lines(text) <= max_lines:
+                break
+        changed = True
+    return changed
+
+
+def _lines(text) -> int:
+    """How many lines ``text`` wraps onto as drawn."""
+    return text._get_wrapped_text().count("\n") + 1 if text.get_wrap() and text._renderer is not None else \
+        text.get_text().count("\n") + 1
 
 
 def wrap_titles(fig) -> None:
