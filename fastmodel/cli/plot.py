@@ -368,7 +368,8 @@ def _serving_pareto(ds, curve, x, y, sel, mask, output, dpi, size, title, x_dir=
 @click.option("--hue", help="One line per value of this dimension, e.g. plan.")
 @_sel_option
 @_reduce_option
-@click.option("--top", type=click.IntRange(min=1), help="Keep the TOP lines with the best values.")
+@click.option("--top", type=click.IntRange(min=1), help="Keep the TOP lines with the best values (default: all "
+              "up to 12, else the 12 best, the legend title saying so: 'plan: 12 best of 114').")
 @memory_margin_option("; real-world training results")
 @include_oom_option("draw")
 @_figure_options("single")
