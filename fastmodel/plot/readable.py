@@ -246,14 +246,15 @@ def display_path(line):
     y = np.asarray(line.get_ydata(), dtype=float)
     keep = np.isfinite(x) & np.isfinite(y)
     x, y = STEP_LOOKUP_MAP[line.get_drawstyle()](x[keep], y[keep])
-    return Path(line.axes.transData.transform(np.column_stack([x, y])))
+    return Path(line.get_transform().transform(np.column_stack([x, y])))   # axvline: x in data, y in axes
 
 
 def place_labels(fig, texts, lines, markers=(), gap_pt: float = LABEL_GAP_PT) -> int:
     """Put each of ``texts`` (annotations in offset points, in order of priority) at the first offset of
     :data:`LABEL_OFFSETS_PT` where its box, as drawn, stays ``gap_pt`` clear of every path of ``lines`` (Line2D),
     of the labels placed before it and of ``markers`` ((ax, (x, y) in data, size in points)), inside its axes or,
-    when no offset inside is clear, inside the figure and clear of the axis labels, title and legends; a label
+    when no offset inside is clear, wholly outside them (off the spines and ticks) inside the figure, clear of the
+    axis labels, title and legends; a label
     with no such place is hidden. Returns how many were hidden, for the figure to say. A label written to one
     fixed side of its point sat on the frontier line of a staircase (and on its neighbours)."""
     from matplotlib.transforms import Bbox
@@ -285,7 +286,7 @@ def _first_clear(text, renderer, pad, paths, boxes, frame):
     ``frame``), the text left there; None when there is none."""
     text.set_visible(True)
     outer = text.get_figure(root=True).bbox
-    for area, more in ((text.axes.bbox, []), (outer, frame)):
+    for area, more in ((text.axes.bbox, []), (outer, [*frame, text.axes.bbox])):    # wholly inside, else outside
         for dx, dy in LABEL_OFFSETS_PT:
             text.xyann = (dx, dy)
             text.set_horizontalalignment("left" if dx > 0 else "right" if dx < 0 else "center")

@@ -158,9 +158,9 @@ def serving_pareto(ds, curve: str = "device", x: str = X, y: str = Y, sel=None, 
 
 
 def _place_point_labels(fig, ax, texts) -> None:
-    """Point labels off every frontier line, each other and the SLO's star (readable.place_labels); the legend's
+    """Point labels off every frontier line, the TPOT target, each other and the SLO's star (readable.place_labels); the legend's
     title says how many had no room (``ax.labels_left_out``)."""
-    lines = [line for line in ax.lines if str(line.get_gid()).startswith("frontier-")]
+    lines = [line for line in ax.lines if str(line.get_gid()).startswith(("frontier-", "slo-tpot"))]
     star = [(ax, ax.best, 9.0)] if ax.best is not None else ()
     hidden = place_labels(fig, texts, lines, star)
     legend = fig.legends[0] if fig.legends else None

@@ -99,3 +99,18 @@ def test_serving_pareto_labels_do_not_cross_any_frontier_or_each_other():
     _assert_clear(fig, texts, lines)
     title = fig.legends[0].get_title().get_text()
     assert title == ("precision" if not ax.labels_left_out else f"precision\n{labels_left_out(ax.labels_left_out, 16)}")
+
+
+def test_display_path_of_a_vertical_target_line_spans_the_axes():
+    """The TPOT target (axvline: x in data, y in axes) is an obstacle where it is drawn, top to bottom."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    ax.set_xlim(0, 10)
+    ax.set_ylim(100, 200)
+    line = ax.axvline(5.0)
+    fig.draw_without_rendering()
+    vertices = display_path(line).vertices
+    np.testing.assert_allclose(vertices[:, 0], ax.transData.transform((5.0, 150))[0])
+    np.testing.assert_allclose(sorted(vertices[:, 1]), [ax.bbox.y0, ax.bbox.y1])
+    plt.close(fig)
