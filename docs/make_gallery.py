@@ -1,14 +1,20 @@
-"""Regenerate the figure gallery of docs/usage.md: ``python docs/make_gallery.py`` (writes docs/gallery/*.png).
+"""Regenerate the figure gallery of docs/usage.md and README.md: ``python docs/make_gallery.py`` (writes
+docs/gallery/*.png; ``python docs/make_gallery.py readme`` only the README's).
 
 Runs the LLaMA2-70B plan sweep (1,300 configurations) in memory and one
 trace, and the cloud-provider study (``specs/sweeps/cloud_dlrm_a.toml``, 336
-configurations) for its Pareto frontiers and a cost heatmap, the serving SLO search's frontier and the
-memory timeline of a B200 run record.
+configurations) for its Pareto frontiers and a cost heatmap. The README's images are made by the command lines
+the README shows beside them (:data:`README_COMMANDS`, run as written through the command line, their last
+``-o`` pointed at the gallery; tests/behaviour/test_gallery_commands.py checks the README shows them): the
+Llama 3 70B memory bars, the Llama 3.1 70B timeline, the memory timeline of a B200 run record and the serving
+SLO search's frontier.
 """
 
 from __future__ import annotations
 
+import shlex
 import sys
+import tempfile
 from pathlib import Path
 
 import fastmodel
@@ -20,6 +26,29 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "gallery"
 SWEEPS = ROOT / "specs" / "sweeps"
 DPI = 200
+#: the README's images and the command lines the README shows beside them, run as written: each line's ``-o``
+#: file goes to a scratch folder (later lines read it by the same name) except the last line's, which is the image
+#: (``--dpi 200 --force`` added). ``my_run.json`` is tests/data/runs_dev_b200.jsonl line 7 (:data:`MY_RUN`).
+README_COMMANDS = {
+    "memory_llama3_70b_h100.png": [
+        "fastmodel sweep llama3_70b_h100_plans -o plans.nc",
+        "fastmodel plot memory plans.nc --sel num_nodes=16 --sel micro_batch=1 --sel recompute=selective -o memory.png",
+    ],
+    "timeline_llama31_70b_tp8pp4.png": [
+        "fastmodel plot timeline -m llama3.1-70b -s dgx-h100 -t llm-pretrain --nodes 8 -p tp8.pp4 --window 0:3 -o tl.png",
+    ],
+    "memory_timeline_llama3_70b_b200_pp2.png": [
+        "fastmodel plot memory-timeline -m my_run.json -o memory_timeline.png",
+    ],
+    "pareto_serving_slo_llama31_70b_h200.png": [
+        "fastmodel serve --search -m llama3.1-70b -d H200 --ttft 1 --tpot 0.05 --gpus 8 --input-len 1024 "
+        "--output-len 1024 -o search.nc",
+        "fastmodel plot pareto search.nc --curve precision -o slo_pareto.png",
+    ],
+}
+#: the run record the README's ``my_run.json`` stands for in the gallery (Llama 3 70B, 12 layers, on 8 B200,
+#: tp1.pp2.dp4, 8 micro-batches; Megatron-LM)
+MY_RUN = ("tests/data/runs_dev_b200.jsonl", 7)
 
 
 def write(fig, name: str) -> None:
@@ -73,34 +102,31 @@ def main() -> int:
     config = fastmodel.make_config("dlrm-a", "dc-a", "dlrm-pretrain", num_nodes=16)
     fig, _ = P.timeline(config)
     write(fig, "timeline_dlrm_a_fsdp.png")
-    serving_search()
-    memory_over_the_step()
+    readme_figures()
     return 0
 
 
-def memory_over_the_step() -> None:
-    """The README's memory timeline: the Megatron-LM run of tests/data/runs_dev_b200.jsonl line 7 (Llama 3 70B,
-    12 layers, on 8 B200, tp1.pp2.dp4, 8 micro-batches; ``fastmodel plot memory-timeline -m RUN.json``)."""
-    import json
+def readme_figures(names=None) -> None:
+    """Run the command lines of :data:`README_COMMANDS` (``names``: only these images) as the README shows them."""
+    from fastmodel.cli import main as cli
 
-    record = json.loads((ROOT / "tests" / "data" / "runs_dev_b200.jsonl").read_text().splitlines()[6])
-    fig, _ = P.memory_timeline(record=record, title="Llama 3 70B (12 layers) on 8 B200, tp1.pp2.dp4, "
-                               "8 micro-batches: memory over one step")
-    write(fig, "memory_timeline_llama3_70b_b200_pp2.png")
-
-
-def serving_search() -> None:
-    """The SLO search of the README (``fastmodel serve --search -m llama3.1-70b -d H200 --ttft 1 --tpot 50ms
-    --gpus 8 --input-len 1024 --output-len 1024 -o search.nc``, then ``fastmodel plot pareto search.nc --curve
-    precision``): one frontier per precision, the TPOT target and the best point meeting both SLOs."""
-    from fastmodel.plot.serving import serving_pareto
-    from fastmodel.serve.search import slo_search
-
-    result = slo_search("llama3.1-70b", "H200", input_len=1024, output_len=1024, ttft=1.0, tpot=0.05, gpus=8)
-    fig, _ = serving_pareto(result.dataset, "precision",
-                            title="Llama 3.1 70B, up to 8 H200, 1k in / 1k out")
-    write(fig, "pareto_serving_slo_llama31_70b_h200.png")
+    for name, lines in README_COMMANDS.items():
+        if names is not None and name not in names:
+            continue
+        with tempfile.TemporaryDirectory() as scratch:
+            run = ROOT / MY_RUN[0]
+            (Path(scratch) / "my_run.json").write_text(run.read_text().splitlines()[MY_RUN[1] - 1])
+            for k, line in enumerate(lines):
+                argv = [str(Path(scratch) / a) if a.endswith((".nc", ".json")) else a for a in shlex.split(line)[1:]]
+                out = argv.index("-o") + 1
+                if k == len(lines) - 1:
+                    argv[out:out + 1] = [str(OUT / name), "--dpi", str(DPI), "--force"]
+                cli.main(argv, prog_name="fastmodel", standalone_mode=False)
+        print(f"wrote docs/gallery/{name} by: {' && '.join(lines)}")
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] == ["readme"]:
+        readme_figures()
+        sys.exit(0)
     sys.exit(main())

@@ -243,3 +243,32 @@ class ConsoleState:
     """``console``: set by :func:`fastmodel.cli.entry` -- this process is the console command (``batch`` may
     then choose interpreted kernels, fastmodel/io/batch_jit.py)."""
     console = False
+
+
+#: the --width range in inches (fastmodel.plot.style.WIDTH_RANGE, restated so the command line loads without matplotlib)
+WIDTH_RANGE = (1.5, 20.0)
+
+
+def _remember_width(ctx, param, value):
+    ctx.meta["fastmodel.plot.width"] = value
+
+
+def figure_size_options(size_default: str) -> list:
+    """--dpi, --size and --width: one definition for every command that draws a figure (``plot ...``,
+    ``validate --plot``); the command reads the size with :func:`figure_size`."""
+    return [
+        click.option("--dpi", default=300, show_default=True, type=click.IntRange(10, 2400),
+                     help="Resolution of PNG output (and of images inside PDF/SVG)."),
+        click.option("--size", default=size_default, show_default=True, type=click.Choice(["single", "double"]),
+                     help="Width preset: one column (3.5 in) or the full page width (7.16 in)."),
+        click.option("--width", type=click.FloatRange(*WIDTH_RANGE), metavar="IN", expose_value=False,
+                     callback=_remember_width, help="Figure width in inches, e.g. 3.3 (one column) or 7 (two "
+                     "columns); overrides --size. Height: 0.72 x width, at most 2.8 in (or the figure's own)."),
+    ]
+
+
+def figure_size(size: str):
+    """The figure size the plot functions take: ``--width`` in inches when given, else the ``--size`` preset."""
+    ctx = click.get_current_context(silent=True)
+    width = ctx.meta.get("fastmodel.plot.width") if ctx is not None else None
+    return size if width is None else float(width)

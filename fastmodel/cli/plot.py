@@ -13,27 +13,13 @@ import re
 
 import click
 
-from fastmodel.cli.common import friendly, include_oom_option, memory_margin_option
+from fastmodel.cli.common import figure_size as _size
+from fastmodel.cli.common import figure_size_options, friendly, include_oom_option, memory_margin_option
 from fastmodel.cli.execution import execution_options
-
-SIZE_CHOICE = click.Choice(["single", "double"])
-#: the --width range in inches (fastmodel.plot.style.WIDTH_RANGE, restated so the command line loads without matplotlib)
-WIDTH_RANGE = (1.5, 20.0)
 
 
 def _remember_force(ctx, param, value):
     ctx.meta["fastmodel.plot.force"] = bool(value)
-
-
-def _remember_width(ctx, param, value):
-    ctx.meta["fastmodel.plot.width"] = value
-
-
-def _size(size: str):
-    """The figure size the plot functions take: ``--width`` in inches when given, else the ``--size`` preset."""
-    ctx = click.get_current_context(silent=True)
-    width = ctx.meta.get("fastmodel.plot.width") if ctx is not None else None
-    return size if width is None else float(width)
 
 
 def _output_rule() -> tuple[bool, tuple]:
@@ -50,13 +36,7 @@ def _figure_options(size_default: str):
                          help="Figure file: .png, .pdf or .svg (written atomically)."),
             click.option("--force", is_flag=True, expose_value=False, callback=_remember_force,
                          help="Replace an existing figure of the same format (never a file of another kind)."),
-            click.option("--dpi", default=300, show_default=True, type=click.IntRange(10, 2400),
-                         help="Resolution of PNG output (and of images inside PDF/SVG)."),
-            click.option("--size", default=size_default, show_default=True, type=SIZE_CHOICE,
-                         help="Width preset: one column (3.5 in) or the full page width (7.16 in)."),
-            click.option("--width", type=click.FloatRange(*WIDTH_RANGE), metavar="IN", expose_value=False,
-                         callback=_remember_width, help="Figure width in inches, e.g. 3.3 (one column) or 7 (two "
-                         "columns); overrides --size. Height: 0.72 x width, at most 2.8 in (or the figure's own)."),
+            *figure_size_options(size_default),
             click.option("--title", help="Title (default: the fixed coordinates or the configuration)."),
         ]):
             func = option(func)
@@ -392,7 +372,8 @@ def _serving_pareto(ds, curve, x, y, sel, mask, output, dpi, size, title, x_dir=
 @click.option("--hue", help="One line per value of this dimension, e.g. plan.")
 @_sel_option
 @_reduce_option
-@click.option("--top", type=click.IntRange(min=1), help="Keep the TOP lines with the best values.")
+@click.option("--top", type=click.IntRange(min=1), help="Keep the TOP lines with the best values (default: all "
+              "up to 12, else the 12 best, the legend title saying so: 'plan: 12 best of 114').")
 @memory_margin_option("; real-world training results")
 @include_oom_option("draw")
 @_figure_options("single")

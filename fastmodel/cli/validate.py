@@ -6,7 +6,13 @@ from pathlib import Path
 
 import click
 
-from fastmodel.cli.common import friendly
+from fastmodel.cli.common import figure_size, figure_size_options, friendly
+
+
+def _plot_size_options(func):
+    for option in reversed(figure_size_options("single")):
+        func = option(func)
+    return func
 
 
 @click.command("validate")
@@ -14,7 +20,9 @@ from fastmodel.cli.common import friendly
 @click.option("--output", "-o", type=click.Path(dir_okay=False),
               help="Write one row per run (.csv), atomically; never onto RUNS.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
-              help="Draw predicted vs measured step time (.png/.pdf/.svg).")
+              help="Draw predicted vs measured step time (.png/.pdf/.svg); sized by --dpi, --size, --width as the "
+                   "plot commands.")
+@_plot_size_options
 @click.option("--force", is_flag=True, help="Replace existing outputs of the same kind (a CSV file, a figure).")
 @click.option("--calibration", type=click.Path(dir_okay=False),
               help="Apply a calibration overlay (.toml from `fastmodel calibrate`); default: physical values.")
@@ -22,7 +30,7 @@ from fastmodel.cli.common import friendly
               help="Score the frozen held-out runs beside the in-sample (dev) ones, every group twice; the "
                    "split file defaults to heldout.json beside RUNS.")
 @friendly
-def validate(runs, output, plot_path, force, calibration, split_file):
+def validate(runs, output, plot_path, dpi, size, force, calibration, split_file):
     """Predict every run record of RUNS (JSONL, RUNS.md schema) and print the step-time error tables (all runs,
     then by source, software stack, GPU, parallelism kind and tier) beside the constant-MFU baselines at 0.40 and
     0.50. Serving records (SERVE_RUNS.md) with measurements get throughput, TTFT and TPOT error tables (by
@@ -38,6 +46,7 @@ def validate(runs, output, plot_path, force, calibration, split_file):
 
     if output is not None:
         check_output(output, "csv", inputs=(runs,), force=force, what="table")
+    _sized_without_plot(plot_path)
     if plot_path is not None:
         check_output(plot_path, _figure_kind(plot_path), inputs=(runs,), force=force, what="figure")
     from fastmodel.analysis.splits import heldout_ids, mark_split, split_file_for
@@ -92,9 +101,18 @@ def validate(runs, output, plot_path, force, calibration, split_file):
         from fastmodel.plot.style import save
         from fastmodel.plot.validation import predicted_vs_measured
 
-        fig, _ = predicted_vs_measured(table)
+        fig, _ = predicted_vs_measured(table, size=figure_size(size))
         with claim_output(plot_path, _figure_kind(plot_path), inputs=(runs,), force=force, what="figure"):
-            save(fig, plot_path)
+            save(fig, plot_path, dpi)
+
+
+def _sized_without_plot(plot_path) -> None:
+    """--dpi, --size or --width without --plot is one line: there is no figure to size."""
+    ctx = click.get_current_context()
+    given = [f"--{name}" for name in ("dpi", "size", "width")
+             if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE]
+    if plot_path is None and given:
+        raise click.UsageError(f"{'/'.join(given)} size the --plot figure: give --plot FILE.png too")
 
 
 def _echo_refused(refused: list) -> None:

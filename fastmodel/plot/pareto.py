@@ -6,7 +6,7 @@ import numpy as np
 
 from fastmodel.plot import data as D
 from fastmodel.plot import style as S
-from fastmodel.plot.readable import legend_label, make_readable
+from fastmodel.plot.readable import labels_left_out, legend_label, make_readable, place_labels
 
 
 def pareto_mask(x, y, x_dir: str = "min", y_dir: str = "min") -> np.ndarray:
@@ -113,23 +113,31 @@ def _leave_out(ds, xs, ys, where):
     return xs.where(keep), ys.where(keep), line
 
 
-def _label_points(ax, chosen, x, y, dims, gap_pt: float = 7.0) -> None:
-    """Label frontier points to their upper right, pushing a label down when it would
-    overlap the one above it (greedy, in display points)."""
-    fig = ax.figure
-    fig.canvas.draw()  # final limits and scales, so data -> display is exact
-    to_pt = 72.0 / fig.dpi
-    rows = [(row, ax.transData.transform((row[x], row[y]))[1] * to_pt) for _, row in chosen.iterrows()]
-    last = np.inf
-    for row, y_pt in sorted(rows, key=lambda item: -item[1]):
+def _label_points(ax, chosen, x, y, dims) -> list:
+    """One label per chosen frontier point (its plan, or the dimensions named), unplaced: :func:`_place_labels`
+    puts them where they cross neither the frontier nor each other once the figure is laid out."""
+    texts = []
+    for _, row in chosen.iterrows():
         text = ", ".join(S.fmt_coord(row[d]) if isinstance(row[d], str) else f"{d}={S.fmt_coord(row[d])}"
                          for d in dims)
-        if not text:
-            continue
-        target = min(y_pt + 3.0, last - gap_pt)
-        ax.annotate(text, (row[x], row[y]), xytext=(3, target - y_pt), textcoords="offset points", fontsize=5.5,
-                    color="0.15", gid="frontier-label")
-        last = target
+        if text:
+            texts.append(ax.annotate(text, (row[x], row[y]), xytext=(3, 3), textcoords="offset points",
+                                     fontsize=5.5, color="0.15", gid="frontier-label"))
+    return texts
+
+
+def _place_labels(fig, ax, texts, line) -> None:
+    """Labels off the frontier line and each other (:func:`fastmodel.plot.readable.place_labels`); the ones with
+    no room are left out and the frontier's legend entry says how many (``ax.labels_left_out``)."""
+    hidden = place_labels(fig, texts, [line])
+    entry = next((t for legend in fig.legends for t in legend.get_texts()
+                  if t.get_text().startswith("Pareto frontier")), None)
+    if hidden and entry is not None:
+        base = entry.get_text()
+        entry.set_text(f"{base}\n{labels_left_out(hidden, len(texts))}")
+        hidden = place_labels(fig, texts, [line])       # the longer entry may have moved the axes: once more
+        entry.set_text(f"{base}\n{labels_left_out(hidden, len(texts))}" if hidden else base)
+    ax.labels_left_out = hidden
 
 
 def _label_dims(table, label):
@@ -168,7 +176,8 @@ def pareto(data, x: str, y: str, *, x_dir: str | None = None, y_dir: str | None 
         ax.scatter(front[x], front[y], s=14, color=S.PALETTE["gemm"], zorder=3, linewidths=0, label="Pareto frontier",
                    gid="frontier")
         step = "post" if table.attrs["x_dir"] == "min" else "pre"  # the edge of the dominated region
-        ax.step(front[x], front[y], where=step, color=S.PALETTE["gemm"], linewidth=0.9, zorder=2)
+        (line,) = ax.step(front[x], front[y], where=step, color=S.PALETTE["gemm"], linewidth=0.9, zorder=2,
+                          gid="frontier-line")
         for axis, values, name in (("x", xv, x), ("y", yv, y)):
             levels = np.unique(values)
             geometric = name in table.attrs["dims"] and S.is_geometric(levels)
@@ -189,7 +198,7 @@ def pareto(data, x: str, y: str, *, x_dir: str | None = None, y_dir: str | None 
                                                                    .astype(int)]
         # a dimension with one value on the whole frontier is named once, in the legend, not on every point
         same = [d for d in dims if len(front) > 1 and front[d].nunique() == 1]
-        _label_points(ax, chosen, x, y, [d for d in dims if d not in same])
+        texts = _label_points(ax, chosen, x, y, [d for d in dims if d not in same])
         if same:
             first = front.iloc[0]
             text = ", ".join(S.fmt_coord(first[d]) if isinstance(first[d], str) else f"{d}={S.fmt_coord(first[d])}"
@@ -198,13 +207,15 @@ def pareto(data, x: str, y: str, *, x_dir: str | None = None, y_dir: str | None 
                 if collection.get_gid() == "frontier":
                     collection.set_label(f"Pareto frontier ({text})")
         if table.attrs["left_out"]:   # said, never silent: the points that are no answer, and why
-            ax.plot([], [], linestyle="none", marker="x", color="0.55", label=legend_label(fig, table.attrs["left_out"]), gid="left-out")
+            ax.plot([], [], linestyle="none", marker="x", color="0.55", label=legend_label(fig, table.attrs["left_out"]),
+                    gid="left-out")
         fig.legend(loc="outside lower center", ncol=2)   # under the x label, as the other figures' legends
         shown_title = title if title is not None else _default_title(data, x, y, sel)
         if title is not None or shown_title:
             ax.set_title(shown_title)
     ax.frontier = table
     make_readable(fig)   # minimum font, no overlapping tick labels (plot/readable.py)
+    _place_labels(fig, ax, texts, line)
     return fig, ax
 
 

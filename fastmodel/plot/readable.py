@@ -4,7 +4,8 @@ each other.
 Every figure function ends with :func:`make_readable`:
 
 - every visible text of the figure (tick labels, annotations, legends, titles) is at least
-  :data:`MIN_FONT_PT` points, and titles wrap at the figure's width;
+  :data:`MIN_FONT_PT` points, and titles wrap at the figure's width; a default title longer than
+  :data:`MAX_TITLE_LINES` lines keeps its model and system and ellipsizes what ``--sel`` fixed (:func:`shorten_titles`);
 - on each axis whose ticks are fixed category labels (plans, systems, stream names), the labels are
   measured as drawn: a crowded x axis is turned vertical, and labels that still overlap are thinned to
   every k-th one, the smallest k that leaves :data:`GAP_PT` between neighbours (the first label stays, so
@@ -17,6 +18,8 @@ Every figure function ends with :func:`make_readable`:
 from __future__ import annotations
 
 import math
+import re
+import warnings
 
 from matplotlib.text import Text
 from matplotlib.ticker import FixedLocator
@@ -35,7 +38,14 @@ def make_readable(fig, fixed=()) -> None:
     axes of ``fixed``: their labels were chosen by a rule the figure states (the memory timeline's passes)."""
     enforce_min_font(fig)
     wrap_titles(fig)
-    fig.draw_without_rendering()            # lays the figure out: tick labels get their final places
+    with warnings.catch_warnings(record=True) as said:    # a long title may collapse the layout until shortened
+        warnings.simplefilter("always")
+        fig.draw_without_rendering()        # lays the figure out: tick labels get their final places
+    if shorten_titles(fig):
+        fig.draw_without_rendering()        # the shorter title gave the axes their height back
+    else:
+        for warning in said:
+            warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
     for ax in fig.axes:
         for axis in (ax.xaxis, ax.yaxis):
             if any(axis is kept for kept in fixed):
@@ -56,6 +66,42 @@ def legend_label(fig, text: str, share: float = 0.5) -> str:
     points = FontProperties(size=rcParams["legend.fontsize"]).get_size_in_points()
     chars = max(16, int(share * fig.get_figwidth() * 72 / (0.6 * points)))
     return text if len(text) <= chars else text.split(":")[0]
+
+
+#: the most lines a default title (``SUBJECT: dim=value, ...``) wraps onto before what --sel fixed is ellipsized:
+#: four lines of 8 pt over a 2.5 in figure left the axes under half its height
+MAX_TITLE_LINES = 3
+#: a default title (fastmodel.plot.data.fixed_title): the subject, then the coordinates --sel fixed
+_SEL_TITLE = re.compile(r"^(?P<subject>.+?): (?P<fixed>[A-Za-z_][\w.]*=.*)$", re.S)
+_SEL_ITEM = re.compile(r", (?=[A-Za-z_][\w.]*=)")
+
+
+def shorten_titles(fig, max_lines: int = MAX_TITLE_LINES) -> bool:
+    """Ellipsize the fixed coordinates of every default title (``LLaMA2-70B on dc-a: num_nodes=64, ...``) that
+    wraps onto more than ``max_lines`` lines: the subject (model, system, task) stays, then as many fixed
+    coordinates as fit, then ``… (3 more fixed)``. Titles of another form (``--title``) are left whole. The figure
+    must have been drawn (wrapping needs the renderer). Returns whether a title changed."""
+    texts = [t for ax in fig.axes for t in (ax.title, ax._left_title, ax._right_title)]
+    texts += [fig._suptitle] if getattr(fig, "_suptitle", None) is not None else []
+    changed = False
+    for text in texts:
+        match = _SEL_TITLE.match(text.get_text())
+        if not match or _lines(text) <= max_lines:
+            continue
+        items = _SEL_ITEM.split(match["fixed"])
+        for kept in range(len(items) - 1, -1, -1):
+            shown = ", ".join(items[:kept] + [f"\u2026 ({len(items) - kept} more fixed)"])
+            text.set_text(f"{match['subject']}: {shown}")
+            if _lines(text) <= max_lines:
+                break
+        changed = True
+    return changed
+
+
+def _lines(text) -> int:
+    """How many lines ``text`` wraps onto as drawn."""
+    return text._get_wrapped_text().count("\n") + 1 if text.get_wrap() and text._renderer is not None else \
+        text.get_text().count("\n") + 1
 
 
 def wrap_titles(fig) -> None:
@@ -193,3 +239,80 @@ def drop_overlapping(fig, texts, markers=(), gap_pt: float = GAP_PT) -> list:
         kept.append(text)
         boxes.append(box)
     return kept
+
+
+#: the least space between a point label and a curve, a marker or another label, in points
+LABEL_GAP_PT = 2.0
+#: where a point label may sit, as offsets from its point in points, tried in order: the four diagonals close to
+#: the point, beside it (right, left, above, below: centred on it), then the diagonals farther out; a label takes
+#: the first that crosses no curve, no kept label and no marker
+LABEL_OFFSETS_PT = ((3, 3), (-3, -3), (-3, 3), (3, -3), (4, 0), (-4, 0), (0, 4), (0, -4),
+                    (6, 9), (-6, -9), (-6, 9), (6, -9))
+
+
+def display_path(line):
+    """The path of ``line`` (a Line2D) as drawn, in display pixels: a step line's corners included."""
+    import numpy as np
+    from matplotlib.cbook import STEP_LOOKUP_MAP
+    from matplotlib.path import Path
+
+    x = np.asarray(line.get_xdata(), dtype=float)
+    y = np.asarray(line.get_ydata(), dtype=float)
+    keep = np.isfinite(x) & np.isfinite(y)
+    x, y = STEP_LOOKUP_MAP[line.get_drawstyle()](x[keep], y[keep])
+    return Path(line.get_transform().transform(np.column_stack([x, y])))   # axvline: x in data, y in axes
+
+
+def place_labels(fig, texts, lines, markers=(), gap_pt: float = LABEL_GAP_PT) -> int:
+    """Put each of ``texts`` (annotations in offset points, in order of priority) at the first offset of
+    :data:`LABEL_OFFSETS_PT` where its box, as drawn, stays ``gap_pt`` clear of every path of ``lines`` (Line2D),
+    of the labels placed before it and of ``markers`` ((ax, (x, y) in data, size in points)), inside its axes or,
+    when no offset inside is clear, wholly outside them (off the spines and ticks) inside the figure, clear of the
+    axis labels, title and legends; a label
+    with no such place is hidden. Returns how many were hidden, for the figure to say. A label written to one
+    fixed side of its point sat on the frontier line of a staircase (and on its neighbours)."""
+    from matplotlib.transforms import Bbox
+
+    fig.draw_without_rendering()
+    renderer = fig.canvas.get_renderer()
+    to_px = fig.dpi / 72.0
+    paths = [display_path(line) for line in lines]
+    boxes = []
+    for ax, xy, size in markers:
+        cx, cy = ax.transData.transform(xy)
+        half = size * to_px / 2
+        boxes.append(Bbox.from_extents(cx - half, cy - half, cx + half, cy + half))
+    frame = [a.get_tightbbox(renderer) for ax in {t.axes for t in texts} for a in (ax.xaxis, ax.yaxis, ax.title)
+             if a.get_visible()] + [legend.get_window_extent(renderer) for legend in fig.legends]
+    hidden = 0
+    for text in texts:
+        box = _first_clear(text, renderer, gap_pt * to_px / 2, paths, boxes, [b for b in frame if b is not None])
+        if box is None:
+            text.set_visible(False)
+            hidden += 1
+        else:
+            boxes.append(box)
+    return hidden
+
+
+def _first_clear(text, renderer, pad, paths, boxes, frame):
+    """The box of ``text`` at the first clear offset (inside its axes, else inside the figure clear of
+    ``frame``), the text left there; None when there is none."""
+    text.set_visible(True)
+    outer = text.get_figure(root=True).bbox
+    for area, more in ((text.axes.bbox, []), (outer, [*frame, text.axes.bbox])):    # wholly inside, else outside
+        for dx, dy in LABEL_OFFSETS_PT:
+            text.xyann = (dx, dy)
+            text.set_horizontalalignment("left" if dx > 0 else "right" if dx < 0 else "center")
+            text.set_verticalalignment("bottom" if dy > 0 else "top" if dy < 0 else "center_baseline")
+            box = text.get_window_extent(renderer).padded(pad)
+            if area.contains(box.x0, box.y0) and area.contains(box.x1, box.y1) \
+                    and not any(path.intersects_bbox(box, filled=False) for path in paths) \
+                    and not any(box.overlaps(other) for other in boxes + more):
+                return box
+    return None
+
+
+def labels_left_out(hidden: int, total: int) -> str:
+    """The figure's note on point labels :func:`place_labels` hid: ``2 of 9 labels left out (no room)``."""
+    return f"{hidden} of {total} labels left out (no room)" if hidden else ""

@@ -90,8 +90,10 @@ def scaling(data, x: str, *, var: str | None = None, hue: str | None = None, sel
 
     Every other dimension must be fixed (``sel``) or reduced (``reduce``).
     ``top``: keep the ``top`` hue values with the best value anywhere (by the
-    variable's direction); without it, more than :data:`MAX_LINES` hue values keep the best ``MAX_LINES``,
-    and the legend's title says so (``plan: 12 best of 114``). A geometric x axis is drawn on a log scale (base 2 for
+    variable's direction). The default, ``top=None``, draws every hue value up to :data:`MAX_LINES` (12) and
+    the best ``MAX_LINES`` of more, in the Python API as on the command line, and the legend's title says so
+    (``plan: 12 best of 114``): more lines made a legend taller than the figure. For every line pass a ``top``
+    at least the number of hue values (``top=ds.sizes["plan"]``). A geometric x axis is drawn on a log scale (base 2 for
     powers of two); y goes log when it spans two decades (``logx``/``logy`` force).
     Lines cycle markers and line styles. ``ideal`` (default: when x is
     num_nodes or num_devices and the variable is a rate or a time) adds the

@@ -15,7 +15,7 @@ import numpy as np
 from fastmodel.plot import data as D
 from fastmodel.plot import style as S
 from fastmodel.plot.pareto import pareto_mask
-from fastmodel.plot.readable import drop_overlapping, legend_label, make_readable
+from fastmodel.plot.readable import labels_left_out, legend_label, make_readable, place_labels
 
 X = "output_tokens_per_s_per_user"
 Y = "output_tokens_per_s_per_gpu"
@@ -128,7 +128,7 @@ def serving_pareto(ds, curve: str = "device", x: str = X, y: str = Y, sel=None, 
                     label=S.fmt_coord(value), gid=f"frontier-{value}")
             if label_points:
                 step = max(1, len(labels) // 6)
-                texts += [ax.annotate(_short(labels[k]), (xv[k], yv[k]), xytext=(2, 2), textcoords="offset points",
+                texts += [ax.annotate(_short(labels[k]), (xv[k], yv[k]), xytext=(3, 3), textcoords="offset points",
                                       fontsize=5, color=colour, gid=f"point-label-{value}")
                           for k in range(0, len(labels), step)]
         ax.set_xscale("log")
@@ -154,8 +154,23 @@ def serving_pareto(ds, curve: str = "device", x: str = X, y: str = Y, sel=None, 
             ax.set_title(shown_title)
     ax.frontiers = frontiers
     make_readable(fig)   # minimum font, no overlapping tick labels (plot/readable.py)
-    drop_overlapping(fig, texts, [(ax, ax.best, 9.0)] if ax.best is not None else ())
+    _place_point_labels(fig, ax, texts)
     return fig, ax
+
+
+def _place_point_labels(fig, ax, texts) -> None:
+    """Point labels off every frontier line, the TPOT target, each other and the SLO's star (readable.place_labels); the legend's
+    title says how many had no room (``ax.labels_left_out``)."""
+    lines = [line for line in ax.lines if str(line.get_gid()).startswith(("frontier-", "slo-tpot"))]
+    star = [(ax, ax.best, 9.0)] if ax.best is not None else ()
+    hidden = place_labels(fig, texts, lines, star)
+    legend = fig.legends[0] if fig.legends else None
+    if hidden and legend is not None:
+        base = legend.get_title().get_text()
+        legend.set_title(f"{base}\n{labels_left_out(hidden, len(texts))}")
+        hidden = place_labels(fig, texts, lines, star)     # a longer title may have moved the axes: once more
+        legend.set_title(f"{base}\n{labels_left_out(hidden, len(texts))}" if hidden else base)
+    ax.labels_left_out = hidden
 
 
 def _short(label: str) -> str:

@@ -57,3 +57,33 @@ def test_the_help_names_the_groups_each_table_is_split_by():
     assert "by source, software stack, GPU, parallelism kind and tier" in text
     assert SERVE_GROUPS == ("engine", "gpu", "precision", "mode", "model", "load")
     assert "by engine, GPU, precision, mode, model and load" in text and "naive baseline" in text
+
+
+def test_validate_plot_takes_the_plot_commands_dpi_and_width(tmp_path, monkeypatch):
+    """`validate --plot` is sized as `plot ...` is (one definition: cli/common.py figure_size_options): --width 3
+    gives a 3 in figure, --dpi 50 reaches save; --size double a 7.16 in one."""
+    import fastmodel.plot.style as style
+
+    runs = tmp_path / "runs.jsonl"
+    runs.write_text("\n".join(data_lines("runs_dev_small.jsonl", 2)) + "\n")
+    saved = []
+    monkeypatch.setattr(style, "save", lambda fig, path, dpi=300: saved.append((fig.get_size_inches()[0], dpi)))
+    assert cli("validate", runs, "--plot", tmp_path / "v.png", "--width", "3", "--dpi", "50").exit_code == 0
+    assert cli("validate", runs, "--plot", tmp_path / "w.png", "--size", "double").exit_code == 0
+    assert saved == [(3.0, 50), (7.16, 300)]
+
+
+def test_validate_dpi_without_plot_is_one_line(tmp_path):
+    runs = tmp_path / "runs.jsonl"
+    runs.write_text("\n".join(data_lines("runs_dev_small.jsonl", 2)) + "\n")
+    one_line_error(cli("validate", runs, "--dpi", "100"), "--dpi size the --plot figure: give --plot FILE.png too")
+
+
+def test_validate_and_plot_share_one_definition_of_the_figure_options():
+    from fastmodel.cli.plot import plot
+    from fastmodel.cli.validate import validate
+
+    def helps(command):
+        return {p.name: p.help for p in command.params if p.name in ("dpi", "size", "width")}
+
+    assert helps(validate) == helps(plot.commands["memory"]) and set(helps(validate)) == {"dpi", "size", "width"}

@@ -160,3 +160,18 @@ def test_points_that_do_not_fit_are_gaps_and_the_legend_counts_them(ds):
     # the MAD-Max sweep: ddp/ddp does not fit at 16 nodes, tp,ddp/mp is illegal at 128 (global batch 2048)
     _, ax = P.scaling(ds, "num_nodes", var="throughput", hue="plan", sel={"global_batch": 2048})
     assert [t.get_text() for t in ax.get_legend().get_texts()][-1] == "2 points left out: 1 does not fit, 1 illegal"
+
+
+def test_top_at_least_the_hue_count_draws_every_line_and_the_legend_says_plain_hue():
+    """The cap applies in the Python API too (top=None): an author asking for all of 30 lines passes top=30 (or
+    more) and gets all 30, the legend titled 'plan' (no 'best of')."""
+    import xarray as xr
+
+    n = 30
+    values = np.arange(n, dtype=float)[:, None] * np.array([1.0, 2.0])[None, :] + 1.0
+    da = xr.DataArray(values, dims=("plan", "num_nodes"), name="throughput", attrs={"units": "samples/s"},
+                      coords={"plan": [f"p{k}" for k in range(n)], "num_nodes": [16, 32]})
+    for top in (n, 10 * n):
+        _, ax = P.scaling(da, "num_nodes", hue="plan", top=top)
+        assert len([line for line in ax.get_lines() if line.get_gid() != "ideal"]) == n
+        assert ax.get_legend().get_title().get_text() == "plan"

@@ -5,7 +5,7 @@ import pytest
 from plot_data import synthetic_file, synthetic_sweep
 
 import fastmodel.plot as P
-from fastmodel.cli.plot import WIDTH_RANGE as CLI_WIDTH_RANGE
+from fastmodel.cli.common import WIDTH_RANGE as CLI_WIDTH_RANGE
 from fastmodel.errors import FastmodelError
 from fastmodel.plot import style as S
 from tests.suite_fixtures import cli
