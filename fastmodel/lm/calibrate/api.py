@@ -16,7 +16,8 @@ LOSSES = ("soft_l1", "linear")
 
 @dataclass(frozen=True)
 class Fitted:
-    """A calibration fitted to runs: the overlay (header included), its TOML text as ``-o`` writes it, the
+    """A calibration fitted to runs: the overlay (header included; as read back from its TOML text, so its values
+    are the file's), its TOML text as ``-o`` writes it, the
     report ``fastmodel calibrate`` prints and the lines it prints on stderr (records skipped or left out)."""
     calibration: Calibration
     toml: str
@@ -60,7 +61,7 @@ def fit_runs(runs: Any, folds: int | None = None, loss: str = "soft_l1", prior: 
     from fastmodel.analysis.validation import source_of
     from fastmodel.lm.calibrate.fit import calibrate as fit
     from fastmodel.lm.calibrate.fit import objective_text
-    from fastmodel.lm.calibrate.overlay import FORMAT, apply_calibration, to_toml
+    from fastmodel.lm.calibrate.overlay import FORMAT, apply_calibration, parse_calibration, to_toml, tomllib
     from fastmodel.lm.calibrate.report import cross_validate, format_report, toml_annotations
     from fastmodel.lm.records import read_records, with_measurements
     from fastmodel.lm.validate import group_scores, rows
@@ -97,8 +98,10 @@ def fit_runs(runs: Any, folds: int | None = None, loss: str = "soft_l1", prior: 
     if cv:
         header.update(folds=folds, cv_step_time_mape=mape(cv))
     comments, notes = toml_annotations(result)
-    cal = result.calibration(header)
-    return Fitted(cal, to_toml(cal, comments, notes, result.precision_names), report, messages)
+    text = to_toml(result.calibration(header), comments, notes, result.precision_names)
+    # the calibration as the file holds it (its values at the TOML's precision), so that calibration=the object
+    # predicts as --calibration the file does
+    return Fitted(parse_calibration(tomllib.loads(text), ""), text, report, messages)
 
 
 def _finite_records(records: list, source: str, messages: list[str]) -> list:
