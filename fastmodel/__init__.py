@@ -26,6 +26,8 @@ _LAZY = {
     "Semantics": "fastmodel.semantics",
     "get_semantics": "fastmodel.semantics",
     "sweep": "fastmodel.api",
+    "validate": "fastmodel.api",
+    "calibrate": "fastmodel.api",
 }
 
 __all__ = ["__version__", *_LAZY]

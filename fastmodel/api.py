@@ -2,7 +2,8 @@
 sweep a grid of configurations.
 
 Each call asks :mod:`fastmodel.engines` which engine evaluates its input and calls that engine's door;
-no engine logic lives here. ``fastmodel.sweep`` is :func:`sweep` (the shared machinery that runs it is the
+no engine logic lives here (``validate`` hands run records to the training wing, serving records to the serving
+wing; ``calibrate`` fits the training wing's calibration). ``fastmodel.sweep`` is :func:`sweep` (the shared machinery that runs it is the
 package ``fastmodel.sweeps``).
 """
 
@@ -18,6 +19,8 @@ from fastmodel.errors import SpecError, SweepError, checked_arguments
 if TYPE_CHECKING:
     import xarray as xr
 
+    from fastmodel.analysis.validation import Validation
+    from fastmodel.lm.calibrate import Calibration
     from fastmodel.semantics import Semantics
 
 
@@ -138,6 +141,68 @@ def _refuse_over_memory(axes: dict) -> None:
 
     total = axes_points((axes or {}).values())
     check_grid_memory(total, total * MIN_BYTES_PER_POINT, "write it to a zarr store with store='out.zarr'")
+
+
+@checked_arguments
+def validate(runs: Any, *, heldout: Any = None, calibration: Any = None) -> "Validation":
+    """Predict every measured record of ``runs`` (a JSON-lines file's path, or a list of record dicts: training
+    runs of RUNS.md or serving records of SERVE_RUNS.md, told apart by content) and score the predictions as
+    ``fastmodel validate`` prints them: a :class:`~fastmodel.analysis.validation.Validation` (``rows`` as ``-o``
+    writes them, ``scores`` one dict per printed score line, ``messages`` the stderr lines, ``report`` the tables).
+    ``heldout``: ``True`` (heldout.json beside ``runs``, as ``--heldout``), a split file's path, or a set of
+    held-out ids: every score twice, ``dev`` and ``held-out``. ``calibration`` (run records only): a ``fastmodel
+    calibrate`` TOML path or ``Calibration``; its mismatches with the records are CalibrationWarnings. A refused
+    record is a row with status ``refused``, a miss in every score."""
+    from fastmodel.analysis.validation import heldout_of, is_serving
+
+    ids = heldout_of(runs, heldout)
+    if is_serving(runs):
+        if calibration is not None:
+            raise SpecError(None, "calibration", "applies to run records, not serving records")
+        from fastmodel.serve.validate import validation
+
+        return validation(runs, ids)
+    from fastmodel.lm.validate_run import validation
+
+    return validation(runs, ids, calibration)
+
+
+@checked_arguments
+def calibrate(runs: Any, *, folds: int | None = None, loss: str = "soft_l1", prior: Any = "auto", seed: int = 0,
+              output: str | None = None, force: bool = False) -> "Calibration":
+    """Fit the fittable efficiencies of every device, precision, network tier and software stack of ``runs`` (a
+    JSON-lines path or a list of run-record dicts with measured step times) as ``fastmodel calibrate`` does
+    (``folds``, ``loss``, ``prior``, ``seed``: its options; docs/calibration.md); the fitted
+    :class:`~fastmodel.lm.calibrate.Calibration`, to pass as ``calibration=`` to :func:`evaluate`, :func:`sweep`,
+    :func:`evaluate_record` or :func:`validate`. Nothing is written unless ``output`` names a ``.toml`` file (as
+    ``-o``; an existing one replaced only with ``force``; then the file as read back). The report the command
+    prints: ``fastmodel.lm.calibrate.api.fit_runs(runs).report``."""
+    from fastmodel.io.outputs import check_output
+    from fastmodel.lm.calibrate.api import fit_runs, write_fitted
+    from fastmodel.lm.calibrate.overlay import read_calibration
+
+    if output is not None:   # before any work: an earlier calibration is never replaced without force
+        check_output(output, "toml", inputs=_inputs(runs), force=force, what="calibration")
+    refuse_serving(runs)
+    fitted = fit_runs(runs, folds, loss, prior, seed)
+    if output is None:
+        return fitted.calibration
+    write_fitted(fitted, output, runs, force)
+    return read_calibration(output)     # as --calibration reads it: its source and sha256 the file's
+
+
+def _inputs(runs: Any) -> tuple:
+    return (runs,) if isinstance(runs, (str, Path)) else ()
+
+
+def refuse_serving(runs: Any) -> None:
+    """A one-line error for serving records given to calibrate (it fits the training model to run records)."""
+    from fastmodel.analysis.validation import is_serving, source_of
+    from fastmodel.errors import FastmodelError
+
+    if is_serving(runs):
+        raise FastmodelError(f"{source_of(runs)}: these are serving records (SERVE_RUNS.md); calibrate fits the "
+                             "training model to run records (RUNS.md: model, system, plan, measured step_time_s)")
 
 
 @checked_arguments

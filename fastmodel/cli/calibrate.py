@@ -30,83 +30,17 @@ def calibrate(runs, output, force, folds, loss, prior, seed):
     kernel speed and its host time to issue a layer; print before / after / cross-validated errors and each
     parameter fitted or left physical with the reason (too few runs, not separable, too weak), and write them as
     a TOML overlay to apply with --calibration."""
-    import datetime
-    import hashlib
-    import math
-    from pathlib import Path
-
-    from fastmodel import __version__
-    from fastmodel.errors import FastmodelError
-    from fastmodel.io.outputs import check_output, claim_output
-    from fastmodel.lm.calibrate.fit import calibrate as fit_runs
-    from fastmodel.lm.calibrate.fit import objective_text
-    from fastmodel.lm.calibrate.overlay import FORMAT, apply_calibration, to_toml, write_calibration
-    from fastmodel.lm.calibrate.report import cross_validate, format_report, toml_annotations
-    from fastmodel.lm.records import read_records, with_measurements
-    from fastmodel.lm.validate import group_scores, rows
+    from fastmodel.api import refuse_serving
+    from fastmodel.io.outputs import check_output
+    from fastmodel.lm.calibrate.api import fit_runs, write_fitted
 
     if output:   # before any work: an earlier calibration is never replaced without --force
         check_output(output, "toml", inputs=(runs,), force=force, what="calibration")
-    if prior not in ("cv", "auto"):
-        try:
-            weight = float(prior)
-        except ValueError:
-            weight = -1.0
-        if not (math.isfinite(weight) and weight >= 0):
-            raise FastmodelError(f"--prior: must be a finite number >= 0, 'cv' or 'auto', got {prior!r}")
-        prior = weight
-    from fastmodel.serve.records import file_has_serve_records
-
-    if file_has_serve_records(runs):
-        raise FastmodelError(f"{runs}: these are serving records (SERVE_RUNS.md); calibrate fits the training "
-                             "model to run records (RUNS.md: model, system, plan, measured step_time_s)")
-    records, skipped = with_measurements(read_records(runs), runs)   # measured is read only here
-    for line in skipped:
+    refuse_serving(runs)
+    fitted = fit_runs(runs, folds=folds, loss=loss, prior=prior, seed=seed)
+    for line in fitted.messages:
         click.echo(line, err=True)
-    records = _finite_records(records, runs)
-    if folds is None:
-        folds = min(5, len(records)) if len(records) >= 2 else 0
-    if folds and not 2 <= folds <= len(records):
-        raise FastmodelError(f"--folds: must be 0 or between 2 and the number of runs ({len(records)}), "
-                             f"got {folds}")
-    result = fit_runs(records, loss=loss, prior=prior, seed=seed)
-    cal = result.calibration()
-    before, after = rows(records), rows(apply_calibration(records, cal))
-    cv = cross_validate(records, folds, loss=loss, prior=prior, seed=seed) if folds else None
-    click.echo(format_report(result, before, after, cv, folds))
-    if not output:
-        return
-
-    def mape(table):
-        return round(group_scores(table, None)[0][1].mape, 6)
-
-    header = {
-        "format": FORMAT, "fitted_on": str(runs), "runs": len(records),
-        "sha256": hashlib.sha256(Path(runs).read_bytes()).hexdigest(),
-        "fitted_at": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "fastmodel": __version__,
-        "objective": objective_text(loss, prior=result.prior) + (f", {result.prior_rule}" if result.prior_rule else ""),
-        "step_time_mape_before": mape(before), "step_time_mape_after": mape(after),
-    }
-    if cv:
-        header.update(folds=folds, cv_step_time_mape=mape(cv))
-    comments, notes = toml_annotations(result)
-    text = to_toml(result.calibration(header), comments, notes, result.precision_names)
-    with claim_output(output, "toml", inputs=(runs,), force=force, what="calibration"):
-        write_calibration(text, output)
-    click.echo(f"\nwrote {output}")
-
-
-def _finite_records(records: list, runs: str) -> list:
-    """The records ``validate`` scores (a finite prediction at physical values); one warning line names each
-    one left out, a one-line error when none is left."""
-    from fastmodel.errors import FastmodelError
-    from fastmodel.lm.validate import rows, skipped_lines
-
-    table = rows(records)
-    for line in skipped_lines(table):
-        click.echo(f"warning: {runs}: {line.replace('the scores', 'the fit')}", err=True)
-    kept = [record for record, row in zip(records, table) if row["status"] == "ok"]
-    if not kept:
-        raise FastmodelError(f"{runs}: no run record can be predicted; nothing to calibrate")
-    return kept
+    click.echo(fitted.report)
+    if output:
+        write_fitted(fitted, output, runs, force)
+        click.echo(f"\nwrote {output}")

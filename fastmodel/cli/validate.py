@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import click
@@ -39,69 +40,39 @@ def validate(runs, output, plot_path, dpi, size, force, calibration, split_file)
     add an MoE section (by dispatcher, overlap, routing and stack; one line per MoE run with its expert share, load
     factor and EP communication); runs that log memory add the peak memory errors (memory_allocated, or
     memory_reserved) and the runs predicted not to fit under the default margin."""
+    from fastmodel.api import validate as validate_runs
     from fastmodel.errors import SpecError
     from fastmodel.io.outputs import check_output
-    from fastmodel.lm.records import read_records, with_measurements
-    from fastmodel.lm.validate import format_report, refused_rows, rows, skipped_lines
+    from fastmodel.lm.calibrate.use import CalibrationWarning
+    from fastmodel.serve.records import file_has_serve_records
 
     if output is not None:
         check_output(output, "csv", inputs=(runs,), force=force, what="table")
     _sized_without_plot(plot_path)
     if plot_path is not None:
         check_output(plot_path, _figure_kind(plot_path), inputs=(runs,), force=force, what="figure")
-    from fastmodel.analysis.splits import heldout_ids, mark_split, split_file_for
-    from fastmodel.serve.records import file_has_serve_records
-
-    heldout = None if split_file is None else heldout_ids(split_file_for(runs, split_file), runs, not split_file)
-    refused: list = []
     if file_has_serve_records(runs):      # serving records (SERVE_RUNS.md): fastmodel.serve.validate
-        from fastmodel.serve.validate import format_report as serve_report
-        from fastmodel.serve.validate import read_measured_records
-        from fastmodel.serve.validate import refused_rows as serve_refused
-        from fastmodel.serve.validate import rows as serve_rows
-
         if plot_path:
             raise SpecError(plot_path, "", "--plot draws step times of run records, not serving records")
         if calibration:
             raise SpecError(calibration, "", "--calibration applies to run records, not serving records")
-        records = read_measured_records(runs, refused)
-        _echo_refused(refused)
-        table = (serve_rows(records) if records else []) + serve_refused(refused)
-        click.echo(serve_report(table if heldout is None else mark_split(table, heldout), heldout is not None))
-        if output:
-            _write_rows(table, output, runs, force)
-        return
-    records = read_records(runs, refused)
-    _echo_refused(refused)
-    if records:
-        records, skipped = with_measurements(records, runs)   # measured is read only here
-        for line in skipped:
-            click.echo(line, err=True)
-    if calibration:  # nothing fitted is applied unless asked for
-        from fastmodel.lm.calibrate import apply_calibration, read_calibration
-        from fastmodel.lm.calibrate.use import check, cli_warnings, record_software, tiers_used
-
-        cal = read_calibration(calibration)
-        seen: dict[str, set] = {}
-        for record in records:
-            seen.setdefault(record.gpu, set()).update(tiers_used(record.columns))
-        with cli_warnings():
-            check(cal, seen, software={record_software(r) for r in records})
-        records = apply_calibration(records, cal)
-        click.echo(cal.describe())
-    table = (rows(records) if records else []) + refused_rows(refused)
-    for line in skipped_lines(table):
-        if not line.split(": ")[1].startswith("refused"):
-            click.echo(f"warning: {runs}: {line}", err=True)
-    click.echo(format_report(table if heldout is None else mark_split(table, heldout), heldout is not None))
+    heldout = None if split_file is None else (split_file or True)
+    with warnings.catch_warnings():     # the calibration's mismatches are lines of result.messages
+        warnings.simplefilter("ignore", CalibrationWarning)
+        result = validate_runs(runs, heldout=heldout, calibration=calibration or None)
+    for line in result.messages:
+        click.echo(line, err=True)
+    if result.calibration:
+        click.echo(result.calibration)
+    click.echo(result.report)
     if output:
-        _write_rows(table, output, runs, force)
+        _write_rows(result.rows, output, runs, force)
     if plot_path:
         from fastmodel.io.outputs import claim_output
         from fastmodel.plot.style import save
         from fastmodel.plot.validation import predicted_vs_measured
 
-        fig, _ = predicted_vs_measured(table, size=figure_size(size))
+        fig, _ = predicted_vs_measured(result.rows, size=figure_size(size))
         with claim_output(plot_path, _figure_kind(plot_path), inputs=(runs,), force=force, what="figure"):
             save(fig, plot_path, dpi)
 
@@ -113,12 +84,6 @@ def _sized_without_plot(plot_path) -> None:
              if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE]
     if plot_path is None and given:
         raise click.UsageError(f"{'/'.join(given)} size the --plot figure: give --plot FILE.png too")
-
-
-def _echo_refused(refused: list) -> None:
-    """One stderr line per record the engine refused (a miss in the scores)."""
-    for item in refused:
-        click.echo(f"refused (a miss): {item.reason}", err=True)
 
 
 def _figure_kind(path: str) -> str:

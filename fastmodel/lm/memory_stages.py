@@ -92,6 +92,13 @@ def stage_peaks(columns: np.ndarray, title: str = "the configuration",
                       worst_stage(allocated), hbm, title)
 
 
+#: the attrs of :func:`memory_by_stage`'s ``memory_kind`` coordinate, as ``stage`` has its own
+MEMORY_KIND_ATTRS = {"long_name": "memory kind",
+                     "description": "What the bytes of memory hold (fastmodel.registry.lm.MEMORY_KINDS: weights, "
+                                    "gradients, optimizer, activations, kv_cache, buffers, overhead; "
+                                    "docs/model_memory.md)."}
+
+
 def memory_by_stage(columns: np.ndarray, title: str = "the configuration",
                     memory_margin: float | None = None) -> "xr.Dataset":
     """:func:`stage_peaks` as a Dataset with dims (``stage``, ``memory_kind``): ``memory`` (bytes by kind at each
@@ -107,7 +114,7 @@ def memory_by_stage(columns: np.ndarray, title: str = "the configuration",
             **{name: ("stage", value, _per_rank(name)) for name, value in per_stage.items()}}
     coords = {"stage": ("stage", np.arange(len(peaks.labels)), {"long_name": "pipeline stage", "units": "1",
                                                                 "description": "pipeline rank, 0 first"}),
-              "memory_kind": list(peaks.kinds)}
+              "memory_kind": ("memory_kind", list(peaks.kinds), MEMORY_KIND_ATTRS)}
     return xr.Dataset(data, coords=coords, attrs={"memory_peak_stage": peaks.peak_stage,
                                                   "hbm_bytes": peaks.hbm_bytes, "title": title})
 

@@ -121,26 +121,53 @@ def group_scores(table: list[dict], key: str | None) -> list[tuple[str, Scores, 
     return out
 
 
-def _group_lines(table: list[dict], key: str | None, label: str) -> dict[str, str]:
-    """One line (by group name) per group of ``key``: answered n, misses (refused or not finite), model scores, hit rate
-    within HIT_TOLERANCE over every record of the group, baselines' MAPE."""
+def group_summary(table: list[dict], key: str | None) -> dict[str, dict]:
+    """The numbers of each score line of ``key`` (None: all rows), by group name: ``n`` answered, ``miss`` (refused
+    or not finite), the model's ``mape``, ``median`` and ``bias`` (NaN when none is answered), ``hit_rate`` within
+    HIT_TOLERANCE over every record of the group, and each baseline's MAPE (``baseline_mfu0.40_mape``, ...)."""
     members: dict[str, list[dict]] = {}
     for row in table:
         members.setdefault("all" if key is None else str(row[key]), []).append(row)
     scored = {name: rest for name, *rest in group_scores(table, key)}
-    lines = {}
+    out = {}
     for name in sorted(members):
         rows_ = members[name]
         misses = sum(row["status"] != "ok" for row in rows_)
         hits = hit_rate([row["error"] for row in rows_ if row["status"] == "ok"], len(rows_))
+        model, *baselines = scored.get(name, [score([])] * (1 + len(BASELINE_MFUS)))
+        out[name] = {"n": model.n, "miss": misses, "mape": model.mape, "median": model.median, "bias": model.bias,
+                     "hit_rate": hits, **{f"baseline_mfu{mfu:.2f}_mape": b.mape
+                                          for mfu, b in zip(BASELINE_MFUS, baselines)}}
+    return out
+
+
+def _group_lines(table: list[dict], key: str | None, label: str) -> dict[str, str]:
+    """One line (by group name) per group of ``key``: :func:`group_summary`'s numbers as the report prints them."""
+    lines = {}
+    for name, s in group_summary(table, key).items():
         title = f"{name} [{label}]" if label else name
-        if name not in scored:
-            lines[name] = f"{title[:40]:40s} {0:4d} {misses:4d} {'-':>7s} {'-':>7s} {'-':>7s} {100 * hits:5.0f}%"
+        hits = s["hit_rate"]
+        if s["n"] == 0:
+            lines[name] = f"{title[:40]:40s} {0:4d} {s['miss']:4d} {'-':>7s} {'-':>7s} {'-':>7s} {100 * hits:5.0f}%"
             continue
-        model, b40, b50 = scored[name]
-        lines[name] = (f"{title[:40]:40s} {model.n:4d} {misses:4d} {100 * model.mape:6.1f}% {100 * model.median:6.1f}% "
-                     f"{100 * model.bias:+6.1f}% {100 * hits:5.0f}%   {100 * b40.mape:10.1f}% {100 * b50.mape:10.1f}%")
+        b40, b50 = (s[f"baseline_mfu{mfu:.2f}_mape"] for mfu in BASELINE_MFUS)
+        lines[name] = (f"{title[:40]:40s} {s['n']:4d} {s['miss']:4d} {100 * s['mape']:6.1f}% "
+                       f"{100 * s['median']:6.1f}% {100 * s['bias']:+6.1f}% {100 * hits:5.0f}%   "
+                       f"{100 * b40:10.1f}% {100 * b50:10.1f}%")
     return lines
+
+
+def summaries(table: list[dict], by_split: bool = False) -> list[dict]:
+    """Every score line of the step-time tables of :func:`format_report` as a dict: ``metric`` (step_time),
+    ``key`` (the group key, None for all runs), ``group``, ``split`` (``all``, or ``dev`` / ``held-out`` with
+    ``by_split``) and :func:`group_summary`'s numbers."""
+    out = []
+    for key in (None, *GROUP_KEYS):
+        for split in (SPLITS if by_split else ("all",)):
+            chosen = table if split == "all" else [row for row in table if row["split"] == split]
+            out += [{"metric": "step_time", "key": key, "group": name, "split": split, **numbers}
+                    for name, numbers in group_summary(chosen, key).items()]
+    return out
 
 
 def score_header() -> str:

@@ -5,13 +5,15 @@ precision: any dimension of a serving sweep), the Pareto frontier over every
 other swept dimension (batch size or concurrency, TP, lengths ...) of
 ``output_tokens_per_s_per_gpu`` (y, higher is better) against
 ``output_tokens_per_s_per_user`` = 1 / tpot (x, higher is better). Points that do
-not fit in memory or are illegal (``status`` != 0) are left out, and the legend says how many and why.
+not fit in memory or are illegal (``status`` != 0) are left out, and the legend says how many and why. A
+misspelt keyword of an entry point is one line naming the nearest parameter (``fastmodel.errors.ArgumentError``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from fastmodel.errors import checked_arguments
 from fastmodel.plot import data as D
 from fastmodel.plot import style as S
 from fastmodel.plot.pareto import pareto_mask
@@ -25,6 +27,7 @@ MARKERS = "os^vD<>p"
 AXIS_NAMES = {X: "output tokens/s per user", Y: "output tokens/s per GPU"}
 
 
+@checked_arguments
 def serving_frontiers(ds, curve: str = "device", x: str = X, y: str = Y, sel=None, keep=None, x_dir: str = "max",
                       y_dir: str = "max") -> dict:
     """``{curve value: (x, y, labels)}``: each curve's frontier points sorted by x, labelled with the
@@ -75,6 +78,7 @@ def _selected(keep, sel):
     return None if keep is None else D.select(keep, {k: v for k, v in (sel or {}).items() if k in keep.dims})
 
 
+@checked_arguments
 def left_out(ds, sel=None, keep=None) -> str:
     """The line saying which points the figure left out and why (:func:`fastmodel.plot.data.left_out_line`): each
     aggregated point that is not an answer (:func:`answers`) by its status, else ``does_not_fit``,
@@ -101,6 +105,7 @@ def left_out(ds, sel=None, keep=None) -> str:
     return D.left_out_line(reasons, total)
 
 
+@checked_arguments
 def serving_pareto(ds, curve: str = "device", x: str = X, y: str = Y, sel=None, label_points: bool = True,
                    size="single", height: float | None = None, title: str | None = None, ax=None, where=None,
                    x_dir: str | None = None, y_dir: str | None = None):
@@ -188,6 +193,7 @@ def _attrs(ds, name: str) -> dict:
     return {}
 
 
+@checked_arguments
 def disagg_frontier(ds, x: str = X, y: str = Y, x_dir: str = "max", y_dir: str = "max") -> dict:
     """``{"mode=disagg": (x, y, labels)}``: the frontier of an SLO search's disaggregated points (``disagg_*``
     variables, fastmodel/serve/search_disagg.py) that are legal, within the budget and fit; {} when it has none."""
@@ -209,6 +215,7 @@ def disagg_frontier(ds, x: str = X, y: str = Y, x_dir: str = "max", y_dir: str =
     return {"mode=disagg": (xv[order], yv[order], labels)}
 
 
+@checked_arguments
 def mark_slo(ax, ds, x: str = X, y: str = Y):
     """On an SLO search (``meets_slo`` and the ``slo_tpot_s`` attribute): the TPOT target as the vertical line
     x = 1 / tpot (tokens/s per user; the SLO is met to its right) and the best point meeting both SLOs (most

@@ -256,6 +256,8 @@ def sweep(model, device: str | Sequence[str] = "H100", precision: str | Sequence
     for name, value in {**special, **by_column_name(axes)}.items():
         if name not in special and name not in COLUMN_INDEX:
             raise SpecError(None, name, f"unknown sweep axis{nearest(name, [*COLUMN_INDEX, *SPECIAL_AXES])}")
+        if name not in special:
+            _check_whole(name, _axis_values(name, value))
         if name in special or isinstance(value, (list, tuple, np.ndarray, range)):
             dims.append(name)
             coords[name] = _axis_values(name, value)
@@ -307,6 +309,28 @@ def _check_grid_size(values) -> None:
 
     total = axes_points(values)
     check_grid_memory(total, total * (8 * len(SERVE_RESULTS) + 1), "sweep fewer values")
+
+
+#: serving axes counting whole things: the mesh degrees, the attention-DP groups, the serving counts
+#: (``sweep_file._COUNTS``) and the plan columns counted in sequences, layers, steps or batches (as the training
+#: sweeps' WHOLE_AXES)
+WHOLE_AXES = ("tp", "pp", "cp", "ep", "etp", "attention_dp", "instances", "concurrency", "batch_size", "input_len",
+              "output_len", *(c.name for c in COLUMNS if c.group == "plan" and c.units in ("sequences", "layers",
+                                                                                             "steps", "batches")))
+
+
+def _check_whole(name: str, values: list) -> None:
+    """The training sweeps' rule (``fastmodel.lm.sweep.WHOLE_AXES``, its message word for word) on a serving axis
+    counting whole things (:data:`WHOLE_AXES`): a SweepError naming the first value that is not a whole number
+    (``tp=[1.5]`` was evaluated as a mesh of 1.5 GPUs)."""
+    from fastmodel.errors import SweepError
+
+    if name not in WHOLE_AXES:
+        return
+    for value in values:
+        number = encode(name, value)
+        if isinstance(number, (int, float, np.number)) and np.isfinite(number) and not float(number).is_integer():
+            raise SweepError(f"axis {name!r}: every value must be a whole number (got {value!r})")
 
 
 def _first(value):

@@ -22,7 +22,6 @@ experts, on the vLLM gpt-oss B200 rows, S45) absent: ``"default"``; ``allreduce_
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -324,15 +323,6 @@ def read_serve_records(path: str | Path, refused: list | None = None) -> list:
 def file_has_serve_records(path: str | Path) -> bool:
     """True when the first readable record of a JSON/JSONL file is a serving record (content detection; a
     malformed line before it is validate's to report)."""
-    try:
-        with open(path, encoding="utf-8-sig") as handle:
-            for line in handle:
-                try:
-                    data = json.loads(line) if line.strip() else None
-                except (json.JSONDecodeError, RecursionError):
-                    continue
-                if data is not None:
-                    return is_serve_record(data)
-    except (OSError, UnicodeDecodeError):   # the run-record reader says why
-        return False
-    return False
+    from fastmodel.spec.records import first_record
+
+    return is_serve_record(first_record(path))

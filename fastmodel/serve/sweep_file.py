@@ -84,7 +84,9 @@ def check_values(source: str | None, axes: dict[str, list]) -> None:
                     if isinstance(number, bool) or not isinstance(number, (int, float)) \
                             or not math.isfinite(number) or number < 0:
                         raise SpecError(None, name, f"{value!r} is not a non-negative number")
-                    if name in _COUNTS and (number < 1 or number != int(number)):
+                    if name in _COUNTS and number != int(number):    # the training sweeps' rule
+                        raise SpecError(None, name, f"every value must be a whole number (got {value!r})")
+                    if name in _COUNTS and number < 1:
                         raise SpecError(None, name, f"{value!r} is not a positive integer")
             except SpecError as error:
                 raise SpecError(source, f"axes.{name}", error.reason) from None

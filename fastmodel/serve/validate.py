@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from fastmodel.analysis.scores import score
-from fastmodel.analysis.splits import HIT_TOLERANCE, NOT_GIVEN, hit_rate
+from fastmodel.analysis.splits import HIT_TOLERANCE, NOT_GIVEN, SPLITS, hit_rate
 from fastmodel.errors import FastmodelError
 from fastmodel.serve.profiles import ENGINE_LABELS, parse_framework
 from fastmodel.serve.records import LOAD_KEYS, ServeRecord
@@ -215,19 +215,52 @@ def refused_rows(refused: list) -> list[dict]:
     return table
 
 
-def _cells(rows_: list[dict], key: str) -> str:
+def cell_summary(rows_: list[dict], key: str) -> dict | None:
+    """The numbers of one cell of the ``key`` table (a measured metric) over ``rows_``: ``n`` records that
+    measured it, ``miss`` those without a prediction, the model's ``mape``, ``median`` and ``bias`` (NaN when none
+    is predicted), ``hit_rate`` within HIT_TOLERANCE over all ``n``, the naive baseline's ``naive_mape``; None when
+    no row measured it."""
     measured = [r for r in rows_ if r[f"measured_{key}"]]
     if not measured:
-        return " " * len(HEAD)
+        return None
     errors = [r[f"error_{key}"] for r in measured if np.isfinite(r[f"error_{key}"])]
-    misses = len(measured) - len(errors)
-    hits = 100 * hit_rate(errors, len(measured))
     base = score([r[f"baseline_error_{key}"] for r in measured if np.isfinite(r[f"baseline_error_{key}"])])
-    if not errors:
-        return f"{len(measured):5d} {misses:4d} {'-':>7s} {'-':>7s} {'-':>7s} {hits:5.0f}% {'-':>7s}"
     s = score(errors)
-    return f"{len(measured):5d} {misses:4d} {100 * s.mape:6.1f}% {100 * s.median:6.1f}% {100 * s.bias:+6.1f}% " \
-           f"{hits:5.0f}% {100 * base.mape:6.1f}%"
+    return {"n": len(measured), "miss": len(measured) - len(errors), "mape": s.mape, "median": s.median,
+            "bias": s.bias, "hit_rate": hit_rate(errors, len(measured)), "naive_mape": base.mape}
+
+
+def _cells(rows_: list[dict], key: str) -> str:
+    s = cell_summary(rows_, key)
+    if s is None:
+        return " " * len(HEAD)
+    hits = 100 * s["hit_rate"]
+    if s["miss"] == s["n"]:
+        return f"{s['n']:5d} {s['miss']:4d} {'-':>7s} {'-':>7s} {'-':>7s} {hits:5.0f}% {'-':>7s}"
+    return f"{s['n']:5d} {s['miss']:4d} {100 * s['mape']:6.1f}% {100 * s['median']:6.1f}% {100 * s['bias']:+6.1f}% " \
+           f"{hits:5.0f}% {100 * s['naive_mape']:6.1f}%"
+
+
+def _groups(table: list[dict]):
+    """(group key, group name, label, rows) of every line of a metric's table: all records, then each group."""
+    for group in (None, *GROUP_KEYS):
+        for name in sorted({"all" if group is None else str(r[group]) for r in table}):
+            chosen = [r for r in table if group is None or str(r[group]) == name]
+            yield group, name, "all" if group is None else f"{group}={name}", chosen
+
+
+def summaries(table: list[dict], by_split: bool = False) -> list[dict]:
+    """Every cell of :func:`format_report`'s tables as a dict: ``metric`` (the measured key), ``key`` (the group
+    key, None for all records), ``group``, ``split`` (``all``, or ``dev`` / ``held-out`` with ``by_split``) and
+    :func:`cell_summary`'s numbers; a cell no record measured is left out."""
+    out = []
+    for metric in METRICS:
+        for group, name, _, chosen in _groups(table):
+            for split in (SPLITS if by_split else ("all",)):
+                s = cell_summary([r for r in chosen if split == "all" or r["split"] == split], metric)
+                if s is not None:
+                    out.append({"metric": metric, "key": group, "group": name, "split": split, **s})
+    return out
 
 
 HEAD = f"{'n':>5s} {'miss':>4s} {'MAPE':>7s} {'median':>7s} {'bias':>7s} {'<=' + format(HIT_TOLERANCE, '.0%'):>6s} " \
@@ -239,7 +272,7 @@ def format_report(table: list[dict], by_split: bool = False) -> str:
     MAPE; ``miss``: records that measured the metric but have no prediction (refused), counted against the hit
     rate (share within HIT_TOLERANCE). With ``by_split`` (rows marked by ``analysis.splits.mark_split``), the
     in-sample (dev) and held-out columns side by side."""
-    splits = ["dev", "held-out"] if by_split else ["all"]
+    splits = SPLITS if by_split else ("all",)
     lines = []
     for key in METRICS:
         if not any(r[f"measured_{key}"] for r in table):
@@ -247,11 +280,24 @@ def format_report(table: list[dict], by_split: bool = False) -> str:
         lines.append("")
         lines.append(f"{key}: model vs measured (naive: {NAIVE[key]})")
         lines.append(f"{'group':30s} " + " | ".join(f"{s:>9s} {HEAD}" for s in splits))
-        for group in (None, *GROUP_KEYS):
-            for name in sorted({"all" if group is None else str(r[group]) for r in table}):
-                chosen = [r for r in table if group is None or str(r[group]) == name]
-                label = "all" if group is None else f"{group}={name}"
-                cells = [f"{'':9s} {_cells([r for r in chosen if not by_split or r['split'] == s], key)}"
-                         for s in splits]
-                lines.append(f"{label[:30]:30s} " + " | ".join(cells))
+        for _, _, label, chosen in _groups(table):
+            cells = [f"{'':9s} {_cells([r for r in chosen if not by_split or r['split'] == s], key)}"
+                     for s in splits]
+            lines.append(f"{label[:30]:30s} " + " | ".join(cells))
     return "\n".join(lines).lstrip("\n")
+
+
+def validation(runs, ids: set[str] | None = None):
+    """``fastmodel.validate`` of serving records (``runs``: a JSONL path or a list of dicts): a
+    ``fastmodel.analysis.validation.Validation`` whose rows, scores and report ``fastmodel validate`` prints; a
+    refused record is a row with status ``refused``; ``ids``: the held-out ids (None: no split)."""
+    from fastmodel.analysis.splits import mark_split
+    from fastmodel.analysis.validation import Validation, refused_lines
+
+    refused: list = []
+    records = read_measured_records(runs, refused)
+    table = (rows(records) if records else []) + refused_rows(refused)
+    if ids is not None:
+        mark_split(table, ids)
+    return Validation("serving", table, summaries(table, ids is not None), refused_lines(refused), None,
+                      format_report(table, ids is not None))

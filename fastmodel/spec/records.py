@@ -61,6 +61,8 @@ def read_jsonl(path: str | Path, lower, what: str, whole_object: bool = False, r
     its one-line reason (``validate`` counts them as misses); a file of such lines only then returns [], unless
     not one of its lines is JSON (another kind of file): a SpecError naming its first line. A file that is not
     UTF-8 text (a figure, a netCDF file) is a SpecError naming its first bad byte."""
+    if isinstance(path, (list, tuple)):
+        return lower_objects(path, lower, what, refused)
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8-sig")
@@ -98,6 +100,45 @@ def read_jsonl(path: str | Path, lower, what: str, whole_object: bool = False, r
         raise SpecError(None, None, f"{refused[first_refused].reason}; not one line of the file is JSON, so it "
                                     f"holds no {what}")
     return records
+
+
+def lower_objects(objects: list | tuple, lower, what: str, refused: list | None = None,
+                  source: str = "runs") -> list:
+    """:func:`read_jsonl` of records already parsed (a list of dicts from Python): ``lower(data, "runs[i]")`` of
+    each, a bad one a SpecError naming ``runs[i]`` (with a ``refused`` list, appended to it as a :class:`Refused`);
+    an empty list is a SpecError."""
+    if not objects:
+        raise SpecError(source, "", f"no {what} in the list")
+    records = []
+    for i, data in enumerate(objects):
+        where = f"{source}[{i}]"
+        try:
+            if not isinstance(data, dict):
+                raise SpecError(where, "", f"expected a record as a dict (a parsed JSON line), got "
+                                           f"{type(data).__name__}")
+            records.append(lower(data, where))
+        except (UnsupportedError, SpecError) as error:
+            if refused is None:
+                raise
+            refused.append(Refused(where, data if isinstance(data, dict) else {}, str(error)))
+    return records
+
+
+def first_record(path: str | Path):
+    """The first readable JSON value of a JSON/JSONL file (None when there is none or the file cannot be read: its
+    reader says why); a malformed line before it is skipped (the reader's to report)."""
+    try:
+        with open(path, encoding="utf-8-sig") as handle:
+            for line in handle:
+                try:
+                    data = json.loads(line) if line.strip() else None
+                except (json.JSONDecodeError, RecursionError):
+                    continue
+                if data is not None:
+                    return data
+    except (OSError, UnicodeDecodeError):
+        return None
+    return None
 
 
 @dataclass(frozen=True)

@@ -352,3 +352,27 @@ def test_a_serving_value_outside_its_column_is_named(call, said):
     with pytest.raises(FastmodelError) as error:
         call(evaluate, sweep)
     assert str(error.value) == said
+
+
+@pytest.mark.parametrize("name, wrong, right", [("serving_pareto", "yy", "y"), ("serving_frontiers", "curv", "curve"),
+                                               ("disagg_frontier", "x_dri", "x_dir"), ("mark_slo", "yy", "y"),
+                                               ("left_out", "kep", "keep")])
+def test_the_serving_figures_name_a_misspelt_keyword(name, wrong, right):
+    """The walk's leftover: fastmodel.plot.serving's entry points took ``curv=`` with Python's bare TypeError."""
+    import fastmodel.plot.serving as serving
+
+    with pytest.raises(ArgumentError, match=rf"^{name}\(\): unknown argument '{wrong}' \(did you mean '{right}'\?\)"):
+        getattr(serving, name)(None, **{wrong: "tpot"})
+
+
+@pytest.mark.parametrize("axes", [{"tp": [1, 1.5]}, {"tp": 1.5}, {"batch_size": [2.5]}, {"input_len": [1024.5]}])
+def test_a_serving_sweep_refuses_a_degree_that_is_no_whole_number(axes):
+    """The training sweeps' rule (``axis 'tp': every value must be a whole number``) on the serving sweep's axes,
+    scalars included: tp=[1.5] was evaluated as a mesh of 1.5 GPUs."""
+    from fastmodel.errors import SweepError
+    from fastmodel.serve.api import sweep
+
+    name, value = next(iter(axes.items()))
+    bad = value[-1] if isinstance(value, list) else value
+    with pytest.raises(SweepError, match=rf"^axis '{name}': every value must be a whole number \(got {bad}\)$"):
+        sweep("llama3.1-8b", "H100", **axes)

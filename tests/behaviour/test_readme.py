@@ -336,10 +336,13 @@ def test_every_result_number_in_readme_is_checked_measured_or_about():
 
 def test_the_python_api_section_runs(capsys):
     """README's "Python API" example runs as written on a fresh interpreter's view of the package, and prints
-    what it says: a step time in seconds, a throughput, a ranked table and a serving TPOT."""
+    what it says: a step time in seconds, a throughput, a ranked table, a serving TPOT, the held-out validation
+    scores and a calibrated step time."""
     section = README.split("## Python API\n", 1)[1].split("\n## ", 1)[0]
     code = re.search(r"```python\n(.*?)```", section, flags=re.S).group(1)
     exec(compile(code, "README.md (Python API)", "exec"), {})
     printed = capsys.readouterr().out.splitlines()
     assert printed[0].split()[1:] == ["s", "True"] and float(printed[0].split()[0]) > 0
-    assert float(printed[1]) > 0 and printed[2].split()[:2] == ["num_nodes", "plan"] and float(printed[-1]) > 0
+    assert float(printed[1]) > 0 and printed[2].split()[:2] == ["num_nodes", "plan"] and float(printed[-3]) > 0
+    assert printed[-2].startswith("{'metric': 'step_time', 'key': None, 'group': 'all', 'split': 'held-out'")
+    assert float(printed[-1]) > 0

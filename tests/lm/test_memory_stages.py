@@ -150,6 +150,10 @@ def test_dataset_dims_and_variables():
     np.testing.assert_array_equal(ds.memory.values, peaks.values)
     np.testing.assert_array_equal(ds.memory_reserved.values, peaks.reserved)
     assert ds.attrs["memory_peak_stage"] == peaks.peak_stage and ds.attrs["title"] == "gpt"
+    # each coordinate says what it is, as every variable does (the memory_kind coordinate had no attrs)
+    for name in ("stage", "memory_kind"):
+        assert ds[name].attrs["long_name"] and ds[name].attrs["description"], name
+    assert all(kind in ds.memory_kind.attrs["description"] for kind in MEMORY_KINDS)
 
 
 def test_kernel_order_and_the_stages_shown_beyond_16():

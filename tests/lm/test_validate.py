@@ -155,3 +155,27 @@ def test_the_frozen_split_holds_out_a_fifth_of_every_dev_file():
         every = {json.loads(line)["id"] for line in (DATA / name).read_text().splitlines() if line.strip()}
         assert set(ids) <= every, name
         assert 0.1 <= len(ids) / len(every) <= 0.25, name
+
+
+def test_group_summary_is_the_printed_line_by_hand():
+    """fastmodel.validate's run scores (lm.validate.group_summary, what each report line prints): n answered,
+    misses (refused or not finite), MAPE, median, bias, the hit rate over every record and each baseline's MAPE."""
+    from fastmodel.lm.validate import GROUP_KEYS, group_summary, summaries
+
+    def row(status, error, b40, split="dev"):
+        return {"source": "s", "stack": "k", "gpu": "H100", "parallelism_kind": "p", "tier": "t", "status": status,
+                "error": error, "baseline_mfu0.40_error": b40, "baseline_mfu0.50_error": b40 / 2, "split": split}
+
+    table = [row("ok", 0.1, 0.4), row("ok", -0.5, -0.2), row("refused", np.nan, np.nan), row("ok", 0.2, 0.0, "held-out")]
+    line = group_summary(table[:3], None)["all"]
+    assert (line["n"], line["miss"]) == (2, 1)
+    assert line["mape"] == pytest.approx(0.3) and line["median"] == pytest.approx(0.3)
+    assert line["bias"] == pytest.approx(-0.2) and line["hit_rate"] == pytest.approx(1 / 3)
+    assert line["baseline_mfu0.40_mape"] == pytest.approx(0.3) and line["baseline_mfu0.50_mape"] == pytest.approx(0.15)
+    refused_only = group_summary([table[2]], "gpu")["H100"]
+    assert (refused_only["n"], refused_only["miss"], refused_only["hit_rate"]) == (0, 1, 0.0)
+    assert np.isnan(refused_only["mape"])
+    lines = summaries(table, by_split=True)
+    assert len(lines) == (1 + len(GROUP_KEYS)) * 2
+    held = next(x for x in lines if x["key"] == "gpu" and x["split"] == "held-out")
+    assert (held["group"], held["n"], held["mape"]) == ("H100", 1, pytest.approx(0.2))

@@ -82,3 +82,29 @@ def test_an_unreadable_measurement_is_named_not_dropped(tmp_path, ttft, reason):
     result = CliRunner().invoke(main, ["validate", str(path)])
     assert result.exit_code == 0, result.output
     assert f"refused (a miss): {path}:2: {reason}" in result.stderr, result.stderr
+
+
+def test_summaries_are_the_printed_cells_by_hand():
+    """fastmodel.validate's serving scores: per metric, group and split, n records that measured it, misses
+    (no prediction), MAPE, bias, hit rate (within 25 % over all n) and the naive MAPE; a cell nobody measured is
+    left out, as the report leaves it blank."""
+    from fastmodel.serve.validate import GROUP_KEYS, cell_summary, summaries
+
+    def row(error, naive, split, ttft=1.0):
+        groups = {key: "g" for key in GROUP_KEYS}
+        return {**groups, "split": split, "measured_ttft_s": ttft, "error_ttft_s": error,
+                "baseline_error_ttft_s": naive, "measured_tpot_s": 0.0, "error_tpot_s": np.nan,
+                "baseline_error_tpot_s": np.nan, "measured_output_tokens_per_s": 0.0,
+                "error_output_tokens_per_s": np.nan, "baseline_error_output_tokens_per_s": np.nan}
+
+    table = [row(0.1, -0.5, "dev"), row(-0.3, 0.5, "dev"), row(np.nan, np.nan, "dev"), row(0.2, 1.0, "held-out")]
+    cell = cell_summary(table[:3], "ttft_s")
+    assert (cell["n"], cell["miss"]) == (3, 1)
+    assert cell["mape"] == pytest.approx(0.2) and cell["bias"] == pytest.approx(-0.1)
+    assert cell["hit_rate"] == pytest.approx(1 / 3) and cell["naive_mape"] == pytest.approx(0.5)
+    assert cell_summary(table, "tpot_s") is None
+    lines = summaries(table, by_split=True)
+    assert {line["metric"] for line in lines} == {"ttft_s"}
+    assert len(lines) == (1 + len(GROUP_KEYS)) * 2        # every group ("g") in both splits
+    held = next(line for line in lines if line["key"] is None and line["split"] == "held-out")
+    assert (held["n"], held["mape"], held["naive_mape"]) == (1, pytest.approx(0.2), pytest.approx(1.0))

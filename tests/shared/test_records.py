@@ -3,7 +3,7 @@
 import pytest
 
 from fastmodel.errors import SpecError
-from fastmodel.spec.records import Refused, read_jsonl
+from fastmodel.spec.records import Refused, first_record, lower_objects, read_jsonl
 
 
 def _lower(data, where):
@@ -31,3 +31,26 @@ def test_an_empty_file_is_an_error_even_beside_another_files_refusals(tmp_path):
     path.write_text("not json\n")
     with pytest.raises(SpecError, match="not one line of the file is JSON"):
         read_jsonl(path, _lower, "records", refused=earlier)
+
+
+def test_a_list_of_parsed_records_is_read_as_a_file_is(tmp_path):
+    """fastmodel.validate takes a list of dicts: each named ``runs[i]``, a bad one refused (a miss) or raised."""
+    def lower(data, where):
+        if "x" not in data:
+            raise SpecError(where, "x", "required field missing")
+        return (where, data["x"])
+
+    refused: list = []
+    assert read_jsonl([{"x": 1}, {"y": 2}, "text"], lower, "things", refused=refused) == [("runs[0]", 1)]
+    assert [r.reason for r in refused] == ["runs[1]: x: required field missing",
+                                           "runs[2]: expected a record as a dict (a parsed JSON line), got str"]
+    with pytest.raises(SpecError, match=r"^runs\[1\]: x: required field missing$"):
+        lower_objects([{"x": 1}, {}], lower, "things")
+    with pytest.raises(SpecError, match="^runs: no things in the list$"):
+        lower_objects([], lower, "things", refused=[])
+
+
+def test_first_record_skips_what_is_not_json(tmp_path):
+    path = tmp_path / "r.jsonl"
+    path.write_text("\n{bad\n[1]\n{}\n")
+    assert first_record(path) == [1] and first_record(tmp_path / "none.jsonl") is None
