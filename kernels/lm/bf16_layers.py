@@ -58,9 +58,7 @@ from fastmodel.kernels.lm.passes import (
     A_TP_COMM,
     A_TP_EXPOSED,
     N_WORK,
-    layer_passes,
     layer_passes_of,
-    layer_time,
 )
 
 
@@ -116,20 +114,6 @@ def bf16_end_work(row, last_moe):
     first_work = bf16_layer_work(row, False) if first > 0.0 else np.zeros(N_WORK)
     last_work = bf16_layer_work(row, last_moe) if last > 0.0 else np.zeros(N_WORK)
     return first, first_work, last, last_work
-
-
-@njit
-def bf16_layer_seconds(row, t_layer):
-    """(first rank, last rank) seconds per micro-batch the BF16 layers add beyond ``t_layer`` each (the average
-    layer at the row's GEMM format): ``start (t16 - t)`` and ``end (t16 - t)``,
-    both on the last rank when ``pp`` is 1; (0, 0) for 16-bit GEMMs or no BF16 layers."""
-    first, last = bf16_rank_layers(row)
-    if first + last <= 0.0:
-        return 0.0, 0.0
-    scratch = np.zeros(N_WORK)
-    layer_passes(bf16_row(row), scratch)
-    delta = layer_time(scratch) - t_layer
-    return first * delta, last * delta
 
 
 @njit

@@ -5,7 +5,7 @@ operands of W4A4 GEMMs and NVFP4's amax all-reduces over the TP group, each agai
 import numpy as np
 import pytest
 
-from fastmodel.kernels.lm.bf16_layers import bf16_layer_seconds
+from fastmodel.kernels.lm.bf16_layers import bf16_end_work
 from fastmodel.kernels.lm.fp4 import low_precision_gemms
 from fastmodel.kernels.lm.fp8 import amax_reduction_time
 from fastmodel.kernels.lm.layer import N_WORK as N_LAYER_WORK
@@ -128,13 +128,14 @@ def test_the_bf16_layers_take_the_16_bit_layer_time_on_the_ranks_that_hold_them(
     t4 = _layer_time(row)
     delta = _layer_time(_row("bf16", pp=pp)) - t4
     assert delta > 0.0
-    first, last = bf16_layer_seconds(row, t4)
+    n_first, d_first, n_last, d_last = bf16_end_work(row, False)
+    first, last = n_first * layer_time(d_first), n_last * layer_time(d_last)
     if pp == 1.0:
         assert (first, last) == (0.0, pytest.approx((start + end) * delta, rel=1e-12))
     else:
         assert (first, last) == (pytest.approx(start * delta, rel=1e-12), pytest.approx(end * delta, rel=1e-12))
     # a 16-bit run has no low-precision layer to keep in BF16
-    assert bf16_layer_seconds(_row("bf16", bf16_layers_end=end), t4) == (0.0, 0.0)
+    assert bf16_end_work(_row("bf16", bf16_layers_end=end), False)[::2] == (0.0, 0.0)
 
 
 def test_the_last_stage_carries_its_bf16_layers_per_micro_batch():
