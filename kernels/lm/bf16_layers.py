@@ -29,10 +29,14 @@ from fastmodel.kernels.lm.layout import (
     C_BF16_LAYERS_END,
     C_BF16_LAYERS_START,
     C_FP8_PARAMS,
+    C_FP8_RECIPE,
     C_LAYERS,
     C_PP,
     C_PRECISION,
+    C_VP,
+    FP8_DELAYED,
     PRECISION_BF16,
+    PRECISION_FP8,
     R_COMM_CP,
     R_COMM_EP,
     R_COMM_EP_SCALE_OUT,
@@ -73,16 +77,45 @@ def bf16_row(row):
 
 
 @njit
+def bf16_layers_cap(row):
+    """Most BF16 layers an end may hold: L without a pipeline; ``floor(L / pp)`` with one (Megatron-LM refuses
+    more under FP8: NVIDIA/Megatron-LM@d98e8a6 megatron/core/transformer/transformer_config.py 1533-1557,
+    ``num_layers // pipeline_model_parallel_size``); under interleaving (vp > 1) the end chunk's
+    ``floor(L / (pp vp))``: more would sit on the next ranks' chunks (``get_transformer_layer_offset``), which the
+    model does not place [A] (docs/model.md §11.39)."""
+    if row[C_PP] <= 1.0:
+        return row[C_LAYERS]
+    return float(math.floor(row[C_LAYERS] / (row[C_PP] * max(row[C_VP], 1.0))))
+
+
+@njit
+def bf16_layers_delayed(row):
+    """True when an FP8 run keeps layers in BF16 under delayed scaling, stated or unstated (Megatron-Core's default
+    recipe is delayed, transformer_config.py 594-596): Megatron-LM raises "Delayed scaling does not support first /
+    last layer in BF16." (transformer_config.py 1527-1530; fp8_utils.py 883-888)."""
+    if row[C_PRECISION] != PRECISION_FP8 or row[C_BF16_LAYERS_START] + row[C_BF16_LAYERS_END] <= 0.0:
+        return False
+    return row[C_FP8_RECIPE] == 0.0 or row[C_FP8_RECIPE] == FP8_DELAYED
+
+
+@njit
+def bf16_layers_above_stage(row):
+    """True when a low-precision run keeps more BF16 layers at an end than :func:`bf16_layers_cap`."""
+    cap = bf16_layers_cap(row)
+    return low_precision_gemms(row) and (row[C_BF16_LAYERS_START] > cap or row[C_BF16_LAYERS_END] > cap)
+
+
+@njit
 def bf16_rank_layers(row):
-    """(first rank, last rank) BF16 layers: ``bf16_layers_start`` and ``bf16_layers_end``, each at most a rank's
-    ``ceil(L / pp)`` layers (Megatron-LM refuses more under FP8, transformer_config.py 1533-1557); without a
-    pipeline (0, start + end) at most L; (0, 0) under 16-bit GEMMs."""
+    """(first rank, last rank) BF16 layers: ``bf16_layers_start`` and ``bf16_layers_end``, each at most
+    :func:`bf16_layers_cap` (the rule table refuses more, ``bf16_layers_above_stage``); without a pipeline
+    (0, start + end) at most L; (0, 0) under 16-bit GEMMs."""
     if not low_precision_gemms(row):
         return 0.0, 0.0
     layers = row[C_LAYERS]
     if row[C_PP] <= 1.0:
         return 0.0, min(row[C_BF16_LAYERS_START] + row[C_BF16_LAYERS_END], layers)
-    cap = float(math.ceil(layers / row[C_PP]))
+    cap = bf16_layers_cap(row)
     return min(row[C_BF16_LAYERS_START], cap), min(row[C_BF16_LAYERS_END], cap)
 
 

@@ -33,3 +33,56 @@ def test_a_leading_first_rank_keeps_the_heads_costs_for_the_step():
     head_passes(columns, head)
     assert head[7] == 102_400 * 5_120 == 524_288_000  # W_PARAMS
     np.testing.assert_array_equal(work[:N_LAYER_WORK], head[:N_LAYER_WORK])
+
+
+def _row(precision, **values):
+    from fastmodel.registry.lm import COLUMN_INDEX as C
+    from fastmodel.registry.lm import PRECISION_CODES, column_defaults
+
+    row = np.array(column_defaults())
+    row[C["precision"]] = PRECISION_CODES[precision]
+    for name, value in {"peak_flops_8": 4.5e15, "peak_flops_4": 9e15, "compute_capability": 10.0, **values}.items():
+        row[C[name]] = value
+    return row
+
+
+def test_the_rule_table_refuses_the_bf16_layer_counts_megatron_refuses():
+    """Megatron-LM@d98e8a6 transformer_config.py 1527-1557, under fp8: BF16 layers with the delayed recipe (its
+    default, line 594-596; so an unstated recipe too) raise, and so does a count above num_layers // pp per end.
+    L = 30, pp = 4: floor(30 / 4) = 7 (ceil would allow 8); vp = 2: an end chunk's floor(30 / 8) = 3. A sweep
+    keeps the code of each point."""
+    from fastmodel.kernels.lm.bf16_layers import bf16_layers_cap
+    from fastmodel.lm.rules import plan_status
+    from fastmodel.registry.lm import STATUS_CODES
+
+    ok, delayed, above = 0, STATUS_CODES["bf16_layers_delayed"], STATUS_CODES["bf16_layers_above_stage"]
+    base = dict(layers=32.0, pp=4.0, uneven_stages=1.0, n_gpus=4.0, tp=1.0, cp=1.0, ep=1.0, dp=1.0, global_batch=8.0,
+                micro_batch=1.0)
+    cases = [
+        (_row("fp8", fp8_recipe=0.0, bf16_layers_start=1.0, **base), delayed),      # unstated: Megatron's delayed
+        (_row("fp8", fp8_recipe=1.0, bf16_layers_end=1.0, **base), delayed),
+        (_row("fp8", fp8_recipe=1.0, **base), ok),                                  # no BF16 layer: nothing refused
+        (_row("fp8", fp8_recipe=2.0, bf16_layers_start=8.0, **base), ok),           # 32 // 4 = 8
+        (_row("fp8", fp8_recipe=2.0, bf16_layers_start=9.0, **base), above),
+        (_row("fp8", fp8_recipe=2.0, bf16_layers_end=8.0, **{**base, "layers": 30.0}), above),  # 30 // 4 = 7
+        (_row("fp8", fp8_recipe=2.0, bf16_layers_end=7.0, **{**base, "layers": 30.0}), ok),
+        (_row("fp4", bf16_layers_end=4.0, vp=2.0, **{**base, "layers": 30.0}), above),  # 30 // 8 = 3
+        (_row("fp4", bf16_layers_end=3.0, vp=2.0, **{**base, "layers": 30.0}), ok),
+        (_row("bf16", bf16_layers_start=99.0, **base), ok),                         # read only under fp8 / fp4
+    ]
+    assert bf16_layers_cap(cases[5][0]) == 7.0 and bf16_layers_cap(cases[7][0]) == 3.0
+    table = np.stack([row for row, _ in cases], axis=1)
+    assert list(plan_status(table)) == [code for _, code in cases]
+
+
+def test_fastmodel_run_refuses_them_with_one_line_and_exit_2():
+    from click.testing import CliRunner
+
+    from fastmodel.cli import main
+
+    args = ["run", "-m", "llama3-8b", "-s", "dgx-b200", "-t", "llm-pretrain", "-x", "precision=fp8"]
+    result = CliRunner().invoke(main, [*args, "-x", "bf16_layers_start=1"])
+    assert result.exit_code == 2 and "bf16_layers_delayed" in result.output
+    result = CliRunner().invoke(main, [*args, "-x", "fp8_recipe=tensorwise", "-p", "tp1.pp4", "-x", "bf16_layers_end=9"])
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
+    assert "bf16_layers_end = 9: each at most floor(layers / pp) = floor(32 / 4) = 8" in result.output

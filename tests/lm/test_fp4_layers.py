@@ -197,12 +197,12 @@ def test_the_memory_timeline_agrees_with_the_kernel_with_bf16_layers():
 
 
 def test_a_rank_holds_at_most_its_layers_in_bf16():
-    """More BF16 layers than a rank holds (Megatron-LM refuses them under FP8: at most L / pp) count as the rank's
-    ceil(L / pp) layers; without a pipeline at most L."""
+    """More BF16 layers than a rank holds (the rule table refuses them, ``bf16_layers_above_stage``: Megatron-LM's
+    floor(L / pp) under FP8) count as floor(L / pp) layers if a kernel meets them; without a pipeline at most L."""
     from fastmodel.kernels.lm.bf16_layers import bf16_rank_layers
 
     assert bf16_rank_layers(_row("fp4", pp=1.0, layers=16.0, bf16_layers_start=10.0, bf16_layers_end=10.0)) == (0, 16)
-    assert bf16_rank_layers(_row("fp4", pp=2.0, layers=15.0, bf16_layers_start=100.0, bf16_layers_end=1.0)) == (8, 1)
+    assert bf16_rank_layers(_row("fp4", pp=2.0, layers=15.0, bf16_layers_start=100.0, bf16_layers_end=1.0)) == (7, 1)
     assert bf16_rank_layers(_row("bf16", pp=2.0, layers=16.0, bf16_layers_start=1.0, bf16_layers_end=1.0)) == (0, 0)
 
 
@@ -214,6 +214,8 @@ def _spec_columns(precision, plan, start, end, **values):
 
     train = load_train_task("llm-pretrain")
     execution = {"precision": precision, "bf16_layers_start": start, "bf16_layers_end": end}
+    if precision == "fp8":  # Megatron-LM refuses BF16 layers under delayed scaling, its default (§11.39)
+        execution["fp8_recipe"] = "tensorwise"
     columns = point_columns(load_lm_model("llama3-8b"), "dgx-b200", train, plan=train.mesh(plan), execution=execution)
     for name, value in values.items():
         columns[C[name]] = value
