@@ -3,6 +3,7 @@ leading first rank, the counts Megatron-LM refuses are refused, the BF16 layers 
 timeline's TP ops follow the kernel's forward / backward split."""
 
 import numpy as np
+import pytest
 
 from fastmodel.kernels.lm.layer import N_WORK as N_LAYER_WORK
 from fastmodel.kernels.lm.passes import N_WORK, head_passes
@@ -86,3 +87,42 @@ def test_fastmodel_run_refuses_them_with_one_line_and_exit_2():
     result = CliRunner().invoke(main, [*args, "-x", "fp8_recipe=tensorwise", "-p", "tp1.pp4", "-x", "bf16_layers_end=9"])
     assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
     assert "bf16_layers_end = 9: each at most floor(layers / pp) = floor(32 / 4) = 8" in result.output
+
+
+def _tp_ops(tl):
+    """(forward, backward) seconds of the layers' TP collectives in a timeline (the LM head's left out)."""
+    tp = [(n, e - s) for n, s, e in zip(tl.names, tl.start, tl.end) if n.endswith(" tp") and "LM head" not in n]
+    return sum(d for n, d in tp if " fwd " in n), sum(d for n, d in tp if " bwd " in n)
+
+
+def test_the_timeline_splits_tp_forward_and_backward_as_the_kernel_does_under_mxfp8_and_sp():
+    """Llama 3 8B, tp4 with SP on a DGX B200, MXFP8, selective recompute (no TP replayed): a layer's forward TP seconds are W_TP (its
+    all-gathers move 1.03125 B an element) and its backward W_TP_BACKWARD (2.0625 B: rowwise and columnwise
+    copies, §11.40), so the timeline's backward : forward TP is W_TP_BACKWARD / W_TP, not 1 (the equal
+    collectives the 1 / (1 + backward runs) split assumed). With 2 + 2 BF16 layers the BF16 layers' ops carry the
+    bf16 row's split (its own W_TP_BACKWARD / W_TP)."""
+    from fastmodel.kernels.lm.bf16_layers import bf16_row
+    from fastmodel.kernels.lm.layer import W_TP, W_TP_BACKWARD, layer_costs, recompute_share
+    from fastmodel.lm.timeline import timeline
+    from fastmodel.registry.lm import COLUMN_INDEX as C
+
+    columns = _columns("llama3-8b", "dgx-b200", "tp4", precision="fp8", fp8_recipe="mxfp8", sequence_parallel=True)
+    assert columns[C["sequence_parallel"]] == 1.0 and recompute_share(columns)[0] == 0.0  # selective: no TP replay
+    work = np.zeros(N_LAYER_WORK)
+    layer_costs(columns, False, False, work)
+    assert work[W_TP_BACKWARD] > 1.01 * work[W_TP] > 0.0
+    forward, backward = _tp_ops(timeline(columns))
+    assert backward / forward == pytest.approx(work[W_TP_BACKWARD] / work[W_TP], rel=1e-9)
+    kept = _columns("llama3-8b", "dgx-b200", "tp4", precision="fp8", fp8_recipe="mxfp8", sequence_parallel=True,
+                    bf16_layers_start=2, bf16_layers_end=2)
+    wide = np.zeros(N_LAYER_WORK)
+    layer_costs(bf16_row(kept), False, False, wide)
+    ratio16 = wide[W_TP_BACKWARD] / wide[W_TP]  # 16-bit gathers (and §11.41's wgrad re-gathers backward)
+    assert abs(ratio16 - work[W_TP_BACKWARD] / work[W_TP]) > 0.01
+    tl = timeline(kept)
+    seconds = tl.end - tl.start
+    for on, ratio in ((True, ratio16), (False, work[W_TP_BACKWARD] / work[W_TP])):  # BF16 layers, the FP8 ones
+        pick = [("(BF16)" in n) == on and n.endswith(" tp") and "LM head" not in n for n in tl.names]
+        f = float(np.sum(seconds[np.array([p and " fwd " in n for p, n in zip(pick, tl.names)])]))
+        b = float(np.sum(seconds[np.array([p and " bwd " in n for p, n in zip(pick, tl.names)])]))
+        assert b / f == pytest.approx(ratio, rel=1e-9)
