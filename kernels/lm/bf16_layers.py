@@ -6,7 +6,8 @@
 
 Such a layer runs every GEMM at 16 bits and casts nothing: its passes are those of the row at precision bf16. The
 first ``start`` layers sit on the first pipeline rank, the last ``end`` on the last (Megatron-Core builds layers in
-order, ``get_transformer_layer_offset``), both on the one rank without a pipeline:
+order, ``get_transformer_layer_offset``), both on the one rank without a pipeline; under interleaving only an end
+chunk's ``L / (pp vp)`` are the end rank's, and the rule table refuses more (:func:`bf16_layers_cap`, [A]):
 
     dt_first = start (t16 - t),   dt_last = end (t16 - t)
 

@@ -126,3 +126,21 @@ def test_the_timeline_splits_tp_forward_and_backward_as_the_kernel_does_under_mx
         f = float(np.sum(seconds[np.array([p and " fwd " in n for p, n in zip(pick, tl.names)])]))
         b = float(np.sum(seconds[np.array([p and " bwd " in n for p, n in zip(pick, tl.names)])]))
         assert b / f == pytest.approx(ratio, rel=1e-9)
+
+
+def test_under_interleaving_only_an_end_chunks_layers_are_the_end_ranks():
+    """Megatron-Core places layers by virtual chunk (``get_transformer_layer_offset``): L = 32, pp = 4, vp = 2,
+    chunks of 32 / 8 = 4 layers, rank r holding chunks r and r + 4. start = 8 (Megatron's floor(32 / 4) allows it)
+    puts layers 0-3 on rank 0 and 4-7 on rank 1, which the model, charging BF16 layers to the end ranks only, would
+    put all on rank 0: refused (bf16_layers_above_stage); start = 4 (rank 0's first chunk) runs, as does 8
+    without interleaving."""
+    from fastmodel.lm.rules import plan_status
+    from fastmodel.registry.lm import STATUS_CODES
+
+    base = dict(layers=32.0, pp=4.0, n_gpus=4.0, tp=1.0, cp=1.0, ep=1.0, dp=1.0, global_batch=8.0, micro_batch=1.0,
+                pipeline_schedule=1.0, fp8_recipe=2.0)
+    assert [layer // 4 % 4 for layer in range(8)] == [0] * 4 + [1] * 4  # layer l: rank (l // (L / (pp vp))) % pp
+    rows = [_row("fp8", vp=2.0, bf16_layers_start=8.0, **base), _row("fp8", vp=2.0, bf16_layers_start=4.0, **base),
+            _row("fp8", vp=1.0, bf16_layers_start=8.0, **{**base, "pipeline_schedule": 0.0})]
+    codes = list(plan_status(np.stack(rows, axis=1)))
+    assert codes == [STATUS_CODES["bf16_layers_above_stage"], 0, 0]
