@@ -46,6 +46,8 @@ def status_reason(code: int, column: np.ndarray) -> str:
         return layers_reason(row)
     if name == "layout_not_runnable":
         return layout_reason(row)
+    if name == "bf16_layers_above_stage":
+        return bf16_above_reason(row)
     if name == "schedule_not_runnable" and _overlap_needs_dualpipe(row):
         return ("plan.moe_a2a_overlap = dualpipe with pipeline_schedule "
                 f"{PIPELINE_NAMES.get(int(row[C_SCHEDULE]), int(row[C_SCHEDULE]))}: the all-to-all is hidden inside "
@@ -60,6 +62,20 @@ def status_reason(code: int, column: np.ndarray) -> str:
                 "defers weight gradients (WeightGradStore, deepseek-ai/DualPipe dualpipe.py@3da1bbe), which one "
                 "captured backward graph per layer cannot split; use none or full_iteration (docs/model.md §11.37)")
     return STATUSES[code].message
+
+
+def bf16_above_reason(row: np.ndarray) -> str:
+    """bf16_layers_above_stage with its numbers: each end's count against ``bf16_layers.bf16_layers_cap``."""
+    from fastmodel.kernels.lm.bf16_layers import bf16_layers_cap
+
+    C = COLUMN_INDEX
+    cap, pp, vp = bf16_layers_cap(row), row[C["pp"]], max(row[C["vp"]], 1.0)
+    which = f"floor(layers / (pp x vp)) = floor({row[C['layers']]:g} / ({pp:g} x {vp:g}))" if vp > 1.0 else \
+        f"floor(layers / pp) = floor({row[C['layers']]:g} / {pp:g})"
+    return (f"plan.bf16_layers_start = {row[C['bf16_layers_start']]:g}, bf16_layers_end = "
+            f"{row[C['bf16_layers_end']]:g}: each at most {which} = {cap:g} (Megatron-LM refuses more under fp8, "
+            "transformer_config.py@d98e8a6 lines 1533-1557; beyond an end chunk under interleaving the model places "
+            "none, docs/model.md §11.39)")
 
 
 def experts_reason(row: np.ndarray) -> str:

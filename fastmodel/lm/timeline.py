@@ -82,6 +82,7 @@ def _layer_terms(columns: np.ndarray, r: dict) -> dict:
     BF16 layers (docs/model.md §11.39) are taken out of the results first: ``bf16`` is one BF16 layer's extra
     accumulators (``kernels/lm/bf16_layers.bf16_layer_work``), ``lead`` / ``trail`` how many of them open and
     close the rank's layers."""
+    from fastmodel.kernels.lm.bf16_layers import bf16_row
     from fastmodel.kernels.lm.layer import W_GEMM, W_MEM, W_TP, recompute_share
     from fastmodel.kernels.lm.passes import (
         A_ATTN,
@@ -103,7 +104,7 @@ def _layer_terms(columns: np.ndarray, r: dict) -> dict:
         head_passes,
         tp_pass_factors,
     )
-    from fastmodel.kernels.lm.step import busiest_stage
+    from fastmodel.kernels.lm.step import busiest_stage, last_rank_all_moe
 
     def col(name):
         return float(columns[COLUMN_INDEX[name]])
@@ -132,6 +133,12 @@ def _layer_terms(columns: np.ndarray, r: dict) -> dict:
     backward_runs = {"tp": (tp_b + tp_f * full) / tp_f, "cp": CP_BACKWARD_PASSES + full, "ep": EP_BACKWARD_PASSES + full,
                      "dp": GATHER_BACKWARD_PASSES + 1.0}           # ZeRO-3: gather, gather again, reduce-scatter
     shares = {g: 1.0 / (1.0 + backward_runs[g]) for g in groups}
+    # TP: the kernel's own forward and backward seconds (W_TP, W_TP_BACKWARD differ under SP with quantized
+    # gathers, §11.40 / §11.41), for the busiest rank's layer kind; a BF16 layer's at the bf16 row's
+    moe_only = share == 1.0 and bool(last_rank_all_moe(columns))
+    tp_split = _tp_split(columns, moe_only)
+    shares["tp"] = tp_split[0] / tp_split[1] if tp_split[1] > 0.0 else shares["tp"]
+    wide_split = _tp_split(bf16_row(columns), moe_only) if n16 > 0.0 else tp_split
     if n16 <= 0.0:
         lead = 0.0
     elif pp <= 1.0:                                 # the one rank: the first layers and the last
@@ -140,14 +147,35 @@ def _layer_terms(columns: np.ndarray, r: dict) -> dict:
         lead = n16 if share == 0.0 else 0.0
     extra = {"gemm": d16[A_GEMM], "attn": d16[A_ATTN], "mem": d16[A_MEM], "again": d16[A_RECOMPUTE],
              "comm": {g: d16[slots[g][0]] if g in slots else 0.0 for g in groups},
-             "hidden": {g: d16[slots[g][1]] if g in slots else 0.0 for g in groups}}
+             "hidden": {g: d16[slots[g][1]] if g in slots else 0.0 for g in groups},
+             "tp_split": (wide_split[0] - tp_split[0], wide_split[1] - tp_split[1])}
     return {
         "m": m, "layers": layers, "fsdp": fsdp, "groups": groups, "head_tp": head_tp,
         "head_f": head_f - work[W_TP], "head_b": head_b + head_w - work[W_TP] * TP_BACKWARD_PASSES,
-        "n16": n16, "lead": lead, "trail": n16 - lead, "extra": extra,
+        "n16": n16, "lead": lead, "trail": n16 - lead, "extra": extra, "tp_split": tp_split,
         "base": {"gemm": gemm, "attn": attn, "mem": mem, "again": again, "comm": comm, "hidden": hidden},
         **_pass_ops(gemm, attn, mem, again, comm, hidden, layers, shares),
     }
+
+
+def _tp_split(columns: np.ndarray, moe_only: bool) -> tuple[float, float]:
+    """(forward, all passes) TP seconds of the average layer (of the MoE layers when ``moe_only``) per
+    micro-batch as the kernel charges them (``passes._add_layer_kind``): ``W_TP f (1 + full)`` with the recompute's
+    replay in the backward, plus ``W_TP_BACKWARD b`` (``tp_pass_factors`` f, b), over the layer mix."""
+    from fastmodel.kernels.lm.layer import N_WORK as N_LAYER_WORK
+    from fastmodel.kernels.lm.layer import W_TP, W_TP_BACKWARD, layer_costs, layer_mix, recompute_share
+    from fastmodel.kernels.lm.passes import tp_pass_factors
+
+    full, _ = recompute_share(columns)
+    tp_f, tp_b = tp_pass_factors(columns)
+    counts, work = layer_mix(columns), np.zeros(N_LAYER_WORK)
+    forward = total = 0.0
+    for kind in range(2 if moe_only else 0, 4):
+        if counts[kind] > 0.0:
+            layer_costs(columns, kind >= 2, kind % 2 == 1, work)
+            forward += counts[kind] * work[W_TP] * tp_f
+            total += counts[kind] * (work[W_TP] * tp_f * (1.0 + full) + work[W_TP_BACKWARD] * tp_b)
+    return forward, total
 
 
 def _pass_ops(gemm, attn, mem, again, comm, hidden, layers, shares) -> dict:
@@ -175,8 +203,11 @@ def _bf16_terms(terms: dict, ratio: float) -> dict:
     per = {k: base[k] + ratio * extra[k] for k in ("gemm", "attn", "mem", "again")}
     comm = {g: base["comm"][g] + ratio * extra["comm"][g] * layers for g in terms["groups"]}
     hidden = {g: base["hidden"][g] + ratio * extra["hidden"][g] * layers for g in terms["groups"]}
-    return {**terms, **_pass_ops(per["gemm"], per["attn"], per["mem"], per["again"], comm, hidden, layers,
-                                 terms["shares"])}
+    (forward, total), (d_forward, d_total) = terms["tp_split"], extra["tp_split"]
+    shares = dict(terms["shares"])
+    if total + ratio * d_total > 0.0:           # the blend's own TP split: the layer's plus ratio BF16 extras
+        shares["tp"] = (forward + ratio * d_forward) / (total + ratio * d_total)
+    return {**terms, **_pass_ops(per["gemm"], per["attn"], per["mem"], per["again"], comm, hidden, layers, shares)}
 
 
 def _segments(terms: dict, per_layer: bool) -> list[tuple[str, dict, float]]:

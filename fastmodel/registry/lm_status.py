@@ -45,6 +45,13 @@ STATUSES: tuple[Status, ...] = (
     Status("no_fp4", "precision fp4 (NVFP4 training) needs FP4 tensor cores: the device has no FP4 peak "
            "(peak_flops_4) or a compute capability below 10.0 (Transformer Engine NVFP4BlockScaling; docs/model.md "
            "§11.38)"),
+    Status("bf16_layers_delayed", "bf16_layers_start / bf16_layers_end under fp8 need a stated per-layer recipe "
+           "(tensorwise, mxfp8 or blockwise): Megatron-LM refuses BF16 layers under delayed scaling, its default "
+           "recipe (transformer_config.py@d98e8a6 lines 1527-1530; docs/model.md §11.39)"),
+    Status("bf16_layers_above_stage", "bf16_layers_start or bf16_layers_end exceeds floor(layers / pp), a rank's "
+           "layers (Megatron-LM refuses more under fp8, transformer_config.py@d98e8a6 lines 1533-1557), or under "
+           "interleaving floor(layers / (pp x vp)), an end chunk's (the model places no BF16 layer beyond it; "
+           "docs/model.md §11.39)"),
     NOT_COMPUTED,
 )
 STATUS_CODES: dict[str, int] = {s.name: i for i, s in enumerate(STATUSES)}

@@ -6,7 +6,8 @@
 
 Such a layer runs every GEMM at 16 bits and casts nothing: its passes are those of the row at precision bf16. The
 first ``start`` layers sit on the first pipeline rank, the last ``end`` on the last (Megatron-Core builds layers in
-order, ``get_transformer_layer_offset``), both on the one rank without a pipeline:
+order, ``get_transformer_layer_offset``), both on the one rank without a pipeline; under interleaving only an end
+chunk's ``L / (pp vp)`` are the end rank's, and the rule table refuses more (:func:`bf16_layers_cap`, [A]):
 
     dt_first = start (t16 - t),   dt_last = end (t16 - t)
 
@@ -29,10 +30,14 @@ from fastmodel.kernels.lm.layout import (
     C_BF16_LAYERS_END,
     C_BF16_LAYERS_START,
     C_FP8_PARAMS,
+    C_FP8_RECIPE,
     C_LAYERS,
     C_PP,
     C_PRECISION,
+    C_VP,
+    FP8_DELAYED,
     PRECISION_BF16,
+    PRECISION_FP8,
     R_COMM_CP,
     R_COMM_EP,
     R_COMM_EP_SCALE_OUT,
@@ -58,9 +63,7 @@ from fastmodel.kernels.lm.passes import (
     A_TP_COMM,
     A_TP_EXPOSED,
     N_WORK,
-    layer_passes,
     layer_passes_of,
-    layer_time,
 )
 
 
@@ -75,16 +78,45 @@ def bf16_row(row):
 
 
 @njit
+def bf16_layers_cap(row):
+    """Most BF16 layers an end may hold: L without a pipeline; ``floor(L / pp)`` with one (Megatron-LM refuses
+    more under FP8: NVIDIA/Megatron-LM@d98e8a6 megatron/core/transformer/transformer_config.py 1533-1557,
+    ``num_layers // pipeline_model_parallel_size``); under interleaving (vp > 1) the end chunk's
+    ``floor(L / (pp vp))``: more would sit on the next ranks' chunks (``get_transformer_layer_offset``), which the
+    model does not place [A] (docs/model.md §11.39)."""
+    if row[C_PP] <= 1.0:
+        return row[C_LAYERS]
+    return float(math.floor(row[C_LAYERS] / (row[C_PP] * max(row[C_VP], 1.0))))
+
+
+@njit
+def bf16_layers_delayed(row):
+    """True when an FP8 run keeps layers in BF16 under delayed scaling, stated or unstated (Megatron-Core's default
+    recipe is delayed, transformer_config.py 594-596): Megatron-LM raises "Delayed scaling does not support first /
+    last layer in BF16." (transformer_config.py 1527-1530; fp8_utils.py 883-888)."""
+    if row[C_PRECISION] != PRECISION_FP8 or row[C_BF16_LAYERS_START] + row[C_BF16_LAYERS_END] <= 0.0:
+        return False
+    return row[C_FP8_RECIPE] == 0.0 or row[C_FP8_RECIPE] == FP8_DELAYED
+
+
+@njit
+def bf16_layers_above_stage(row):
+    """True when a low-precision run keeps more BF16 layers at an end than :func:`bf16_layers_cap`."""
+    cap = bf16_layers_cap(row)
+    return low_precision_gemms(row) and (row[C_BF16_LAYERS_START] > cap or row[C_BF16_LAYERS_END] > cap)
+
+
+@njit
 def bf16_rank_layers(row):
-    """(first rank, last rank) BF16 layers: ``bf16_layers_start`` and ``bf16_layers_end``, each at most a rank's
-    ``ceil(L / pp)`` layers (Megatron-LM refuses more under FP8, transformer_config.py 1533-1557); without a
-    pipeline (0, start + end) at most L; (0, 0) under 16-bit GEMMs."""
+    """(first rank, last rank) BF16 layers: ``bf16_layers_start`` and ``bf16_layers_end``, each at most
+    :func:`bf16_layers_cap` (the rule table refuses more, ``bf16_layers_above_stage``); without a pipeline
+    (0, start + end) at most L; (0, 0) under 16-bit GEMMs."""
     if not low_precision_gemms(row):
         return 0.0, 0.0
     layers = row[C_LAYERS]
     if row[C_PP] <= 1.0:
         return 0.0, min(row[C_BF16_LAYERS_START] + row[C_BF16_LAYERS_END], layers)
-    cap = float(math.ceil(layers / row[C_PP]))
+    cap = bf16_layers_cap(row)
     return min(row[C_BF16_LAYERS_START], cap), min(row[C_BF16_LAYERS_END], cap)
 
 
@@ -116,20 +148,6 @@ def bf16_end_work(row, last_moe):
     first_work = bf16_layer_work(row, False) if first > 0.0 else np.zeros(N_WORK)
     last_work = bf16_layer_work(row, last_moe) if last > 0.0 else np.zeros(N_WORK)
     return first, first_work, last, last_work
-
-
-@njit
-def bf16_layer_seconds(row, t_layer):
-    """(first rank, last rank) seconds per micro-batch the BF16 layers add beyond ``t_layer`` each (the average
-    layer at the row's GEMM format): ``start (t16 - t)`` and ``end (t16 - t)``,
-    both on the last rank when ``pp`` is 1; (0, 0) for 16-bit GEMMs or no BF16 layers."""
-    first, last = bf16_rank_layers(row)
-    if first + last <= 0.0:
-        return 0.0, 0.0
-    scratch = np.zeros(N_WORK)
-    layer_passes(bf16_row(row), scratch)
-    delta = layer_time(scratch) - t_layer
-    return first * delta, last * delta
 
 
 @njit

@@ -7,6 +7,7 @@ PlanErrors for single configurations.
 """
 
 
+from fastmodel.kernels.lm.bf16_layers import bf16_layers_above_stage, bf16_layers_delayed
 from fastmodel.kernels.lm.fp4 import fp4_supported
 from fastmodel.kernels.lm.fp8 import fp8_recipe_supported
 from fastmodel.kernels.jit import njit, prange
@@ -36,6 +37,8 @@ ST_FP8_RECIPE = STATUS_CODES["fp8_recipe_unsupported"]
 ST_OFFLOAD = STATUS_CODES["offload_conflict"]
 ST_LAYOUT = STATUS_CODES["layout_not_runnable"]
 ST_SCHEDULE = STATUS_CODES["schedule_not_runnable"]
+ST_BF16_DELAYED = STATUS_CODES["bf16_layers_delayed"]
+ST_BF16_ABOVE = STATUS_CODES["bf16_layers_above_stage"]
 
 
 @njit
@@ -83,6 +86,10 @@ def plan_status_row(row):
         return ST_FP8_RECIPE
     if not fp4_supported(row):
         return ST_NO_FP4
+    if bf16_layers_delayed(row):            # docs/model.md §11.39
+        return ST_BF16_DELAYED
+    if bf16_layers_above_stage(row):
+        return ST_BF16_ABOVE
     if offload_conflict(row):
         return ST_OFFLOAD
     if layout_broken(row):

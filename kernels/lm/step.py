@@ -22,6 +22,7 @@ hidden behind the compute it overlaps with (``kernels/lm/parallel.py``).
 """
 
 from fastmodel.kernels.jit import njit
+from fastmodel.kernels.lm.layer import N_WORK as N_LAYER_WORK
 from fastmodel.kernels.lm.layer import (
     W_FLOPS, W_GEMM, W_MEM, W_PARAMS, W_TP, layer_kind_params, model_flops_per_token, recompute_share,
 )
@@ -120,8 +121,10 @@ def busiest_stage(row, work):
     lead = middle * t_layer if middle_rank_can_lead(row) else 0.0       # a middle rank: a full share, no head
     dense, moe, _ = stage_layers(row, 0.0)  # the first rank and its BF16 layers
     if n_first > 0.0 and (dense + moe) * t_layer + first_bf16 > max(last_mb, lead):
-        if all_moe:
-            layer_passes(row, work)         # the first rank's layers are the average's
+        if all_moe:     # the first rank's layers are the average's; work[W_*] keeps the head's for step_row
+            head_costs = work[:N_LAYER_WORK].copy()
+            layer_passes(row, work)
+            work[:N_LAYER_WORK] = head_costs
         return (dense + moe) * t_layer + first_bf16, average_mb, forward, weight, dense + moe, 0.0, n_first, d_first
     if lead > last_mb:
         return lead, average_mb, forward, weight, middle, 0.0, 0.0, d_first

@@ -5,7 +5,7 @@ operands of W4A4 GEMMs and NVFP4's amax all-reduces over the TP group, each agai
 import numpy as np
 import pytest
 
-from fastmodel.kernels.lm.bf16_layers import bf16_layer_seconds
+from fastmodel.kernels.lm.bf16_layers import bf16_end_work
 from fastmodel.kernels.lm.fp4 import low_precision_gemms
 from fastmodel.kernels.lm.fp8 import amax_reduction_time
 from fastmodel.kernels.lm.layer import N_WORK as N_LAYER_WORK
@@ -128,13 +128,14 @@ def test_the_bf16_layers_take_the_16_bit_layer_time_on_the_ranks_that_hold_them(
     t4 = _layer_time(row)
     delta = _layer_time(_row("bf16", pp=pp)) - t4
     assert delta > 0.0
-    first, last = bf16_layer_seconds(row, t4)
+    n_first, d_first, n_last, d_last = bf16_end_work(row, False)
+    first, last = n_first * layer_time(d_first), n_last * layer_time(d_last)
     if pp == 1.0:
         assert (first, last) == (0.0, pytest.approx((start + end) * delta, rel=1e-12))
     else:
         assert (first, last) == (pytest.approx(start * delta, rel=1e-12), pytest.approx(end * delta, rel=1e-12))
     # a 16-bit run has no low-precision layer to keep in BF16
-    assert bf16_layer_seconds(_row("bf16", bf16_layers_end=end), t4) == (0.0, 0.0)
+    assert bf16_end_work(_row("bf16", bf16_layers_end=end), False)[::2] == (0.0, 0.0)
 
 
 def test_the_last_stage_carries_its_bf16_layers_per_micro_batch():
@@ -196,12 +197,12 @@ def test_the_memory_timeline_agrees_with_the_kernel_with_bf16_layers():
 
 
 def test_a_rank_holds_at_most_its_layers_in_bf16():
-    """More BF16 layers than a rank holds (Megatron-LM refuses them under FP8: at most L / pp) count as the rank's
-    ceil(L / pp) layers; without a pipeline at most L."""
+    """More BF16 layers than a rank holds (the rule table refuses them, ``bf16_layers_above_stage``: Megatron-LM's
+    floor(L / pp) under FP8) count as floor(L / pp) layers if a kernel meets them; without a pipeline at most L."""
     from fastmodel.kernels.lm.bf16_layers import bf16_rank_layers
 
     assert bf16_rank_layers(_row("fp4", pp=1.0, layers=16.0, bf16_layers_start=10.0, bf16_layers_end=10.0)) == (0, 16)
-    assert bf16_rank_layers(_row("fp4", pp=2.0, layers=15.0, bf16_layers_start=100.0, bf16_layers_end=1.0)) == (8, 1)
+    assert bf16_rank_layers(_row("fp4", pp=2.0, layers=15.0, bf16_layers_start=100.0, bf16_layers_end=1.0)) == (7, 1)
     assert bf16_rank_layers(_row("bf16", pp=2.0, layers=16.0, bf16_layers_start=1.0, bf16_layers_end=1.0)) == (0, 0)
 
 
@@ -213,6 +214,8 @@ def _spec_columns(precision, plan, start, end, **values):
 
     train = load_train_task("llm-pretrain")
     execution = {"precision": precision, "bf16_layers_start": start, "bf16_layers_end": end}
+    if precision == "fp8":  # Megatron-LM refuses BF16 layers under delayed scaling, its default (§11.39)
+        execution["fp8_recipe"] = "tensorwise"
     columns = point_columns(load_lm_model("llama3-8b"), "dgx-b200", train, plan=train.mesh(plan), execution=execution)
     for name, value in values.items():
         columns[C[name]] = value
