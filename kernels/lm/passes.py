@@ -194,7 +194,9 @@ def _add_layer_kind(row, weight, full, selective, fsdp, work):
         work[A_FSDP_REFETCH] += weight * refetch
     # the exposed collectives split over the passes in the ratio of their runs (forward : backward)
     comm_left = tp_left + cp_left + ep_left
-    forward_runs = work[W_TP] * tp_forward * tp_left / tp if tp > 0.0 else 0.0
+    # (the re-gathers' hidden share, W_TP_HIDDEN, is all backward: without TP overlap the forward stays exposed)
+    tp_share = tp_left / tp if row[C_TP_COMM_OVERLAP] > 0.0 else 1.0
+    forward_runs = work[W_TP] * tp_forward * tp_share if tp > 0.0 else 0.0
     forward_runs += work[W_CP] * cp_left / cp if cp > 0.0 else 0.0
     forward_runs += work[W_EP] * ep_left / ep if ep > 0.0 else 0.0
     work[A_FORWARD] += weight * forward

@@ -10,7 +10,7 @@ import pytest
 
 from fastmodel.kernels.lm.fp8 import amax_reduction_time
 from fastmodel.kernels.lm.layer import N_WORK, W_GEMM, W_TP, W_TP_BACKWARD, W_TP_HIDDEN, layer_costs
-from fastmodel.kernels.lm.passes import A_TP_COMM, A_TP_EXPOSED, layer_passes
+from fastmodel.kernels.lm.passes import A_EXPOSED_B, A_EXPOSED_F, A_TP_COMM, A_TP_EXPOSED, layer_passes
 from fastmodel.kernels.lm.passes import N_WORK as N_PASS_WORK
 from fastmodel.kernels.nccl import allgather_time
 from fastmodel.kernels.roofline import gemm_roofline
@@ -195,6 +195,9 @@ def test_exposed_tp_drops_by_the_hidden_share_only_without_tp_overlap():
         else:
             assert work[A_TP_EXPOSED] == pytest.approx(work[A_TP_COMM] - layer[W_TP_HIDDEN], rel=1e-12)
             assert layer[W_TP_HIDDEN] > 0.0
+            # the hidden share is the backward's: the forward's TP stays exposed whole
+            assert work[A_EXPOSED_F] == pytest.approx(layer[W_TP], rel=1e-12)
+            assert work[A_EXPOSED_B] == pytest.approx(layer[W_TP_BACKWARD] - layer[W_TP_HIDDEN], rel=1e-12)
 
 
 def test_nothing_hidden_without_a_regather():
