@@ -236,8 +236,8 @@ def tp_layer_time(row, tokens, h, t, sp, linears):
 
 @njit
 def regather_hidden_time(row, tokens, h, t, sp, fc1, fp8, element):
-    """Seconds of one layer's wgrad re-gathers (§11.41) hidden under the dgrad GEMM of their own linear, which
-    only ``tp_comm_overlap``'s rule does not use. Megatron-Core's ``LinearWithGradAccumulationAndAsyncCommunication``
+    """Seconds of one layer's wgrad re-gathers (§11.41) hidden under the dgrad GEMM of their own linear (used
+    without ``tp_comm_overlap``; with it the layer's own overlap rule hides all its TP). Megatron-Core's ``LinearWithGradAccumulationAndAsyncCommunication``
     and Transformer Engine's ``Linear`` / ``LayerNormLinear`` issue the gather with ``async_op=True`` before the dgrad
     GEMM and wait before the wgrad GEMM: linear i's gather (AG + o) adds ``exposed(AG + o, D_i)``
     (:func:`parallel.exposed`: the excess over the window plus ``comm_sm_share`` of the overlap) and hides the rest.
