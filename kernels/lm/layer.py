@@ -11,14 +11,14 @@ passes and ``kernels/lm/step.py`` composes the step.
 from fastmodel.kernels.lm.fp4 import lowp_cast_bytes, train_gemm_format
 from fastmodel.kernels.lm.fp8 import amax_reduction_time
 from fastmodel.kernels.roofline import (
-    attention_time, gemm_time, gemm_weight_bytes, grouped_gemm_time, memory_bound_time, sp_gather_bytes,
+    attention_time, gemm_roofline, gemm_time, gemm_weight_bytes, grouped_gemm_time, memory_bound_time, sp_gather_bytes,
 )
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.layout import (
     CP_ALLGATHER, CP_ALLTOALL, C_CAUSAL, C_COLLECTIVE_OVERHEAD_S, C_CP, C_CP_ALGORITHM, C_EP, C_FFN, C_FLASH_ATTENTION, C_HEADS, C_HEAD_DIM, C_HIDDEN,
-    C_KV_HEADS, C_LAYERS, C_LOSS_TRAFFIC_BYTES_PER_LOGIT, C_MICRO_BATCH, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS,
+    C_KV_HEADS, C_LAYERS, C_LOSS_TRAFFIC_BYTES_PER_LOGIT, C_MICRO_BATCH, C_MLA, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS,
     C_MOE_SHARED_EXPERT_OVERLAP, C_MOE_TOPK, C_MTP_LAYERS, C_RECOMPUTE, C_RECOMPUTE_FRACTION, C_ROTARY_FRACTION, C_SEQUENCE_PARALLEL, C_SEQ_LEN,
-    C_SLIDING_WINDOW, C_SP_WGRAD_REGATHER, C_TIED_EMBEDDINGS, C_TP, C_VOCAB, RECOMPUTE_FULL, RECOMPUTE_PARTIAL_LAYERS,
+    C_SLIDING_WINDOW, C_SP_WGRAD_REGATHER, C_STACK_COMPUTE_EFF, C_TIED_EMBEDDINGS, C_TP, C_VOCAB, RECOMPUTE_FULL, RECOMPUTE_PARTIAL_LAYERS,
     RECOMPUTE_SELECTIVE,
 )
 from fastmodel.kernels.lm.shape import (  # noqa: F401 - the shape terms, re-exported for the layer's callers
@@ -26,6 +26,7 @@ from fastmodel.kernels.lm.shape import (  # noqa: F401 - the shape terms, re-exp
     layer_mix, mlp_matrices, moe_layers,
 )
 from fastmodel.kernels.nccl import allgather_time, allreduce_time, alltoall_time
+from fastmodel.kernels.lm.parallel import exposed
 from fastmodel.kernels.lm.moe import (
     dispatch_time, einsum_gating_time, einsum_time, expert_rows, expert_wgrad_extra, moe_compute, moe_sync_idle_time,
 )
@@ -51,7 +52,8 @@ W_WGRAD = 15          # weight-gradient GEMM seconds beyond the forward's W_GEMM
 W_FORWARD_ONLY = 16   # forward-only seconds of a MoE layer: GPU idle after its host syncs, einsum gating's forward passes
 W_BACKWARD_MEM = 17   # backward-only memory-bound seconds of a MoE layer (einsum gating's backward, kernels/lm/moe.py)
 W_TP_BACKWARD = 18    # TP collective seconds, backward (one pass; W_TP's conjugates, the SP gathers at their bytes)
-N_WORK = 19
+W_TP_HIDDEN = 19      # of W_TP_BACKWARD: the wgrad re-gathers' seconds hidden under their dgrad GEMMs (§11.41)
+N_WORK = 20
 
 
 @njit
@@ -176,6 +178,8 @@ def layer_costs(row, moe, sliding, work):
     shared_fc1 = row[C_MOE_SHARED_EXPERTS] > 0.0 and row[C_MOE_SHARED_EXPERT_OVERLAP] <= 0.0
     linears = (2.0 if shared_fc1 else 1.0) if moe else 2.0
     tp, tp_backward = tp_layer_time(row, tokens, h, t, sp, linears)
+    fc1 = (nm - 1.0) * (row[C_MOE_SHARED_EXPERTS] * row[C_MOE_FFN] if moe else row[C_FFN]) if linears > 1.0 else 0.0
+    tp_hidden = regather_hidden_time(row, tokens, h, t, sp, fc1, fp8, element)
     cp = cp_forward_time(row, tokens, a, dqk, dv, t, c)
     ep = 0.0
     ep_remote = 0.0
@@ -188,6 +192,7 @@ def layer_costs(row, moe, sliding, work):
     work[W_ATTN_CORE_MEM] = core_mem
     work[W_TP] = tp
     work[W_TP_BACKWARD] = tp_backward
+    work[W_TP_HIDDEN] = tp_hidden
     work[W_CP] = cp
     work[W_EP] = ep
     work[W_PARAMS] = params
@@ -227,6 +232,30 @@ def tp_layer_time(row, tokens, h, t, sp, linears):
     # the column-parallel inputs, saved as the local slice, gathered again for the weight gradients (§11.41)
     regather = linears * (gather + row[C_COLLECTIVE_OVERHEAD_S]) if row[C_SP_WGRAD_REGATHER] > 0.0 else 0.0
     return forward, backward + regather
+
+
+@njit
+def regather_hidden_time(row, tokens, h, t, sp, fc1, fp8, element):
+    """Seconds of one layer's wgrad re-gathers (§11.41) hidden under the dgrad GEMM of their own linear (used
+    without ``tp_comm_overlap``; with it the layer's own overlap rule hides all its TP). Megatron-Core's ``LinearWithGradAccumulationAndAsyncCommunication``
+    and Transformer Engine's ``Linear`` / ``LayerNormLinear`` issue the gather with ``async_op=True`` before the dgrad
+    GEMM and wait before the wgrad GEMM: linear i's gather (AG + o) adds ``exposed(AG + o, D_i)``
+    (:func:`parallel.exposed`: the excess over the window plus ``comm_sm_share`` of the overlap) and hides the rest.
+    D_i is the dgrad GEMM, the size of the forward's (``BACKWARD_INPUT_GEMM`` = 1): tokens x h x n_i / t, with
+    n = (a + 2 kv) d_head for QKV and ``fc1`` = (m - 1) f (a shared expert's (m - 1) s f_moe; 0: no FC1 re-gather);
+    an MLA layer's QKV window is taken as 0 (not modelled)."""
+    if t <= 1.0 or not sp or row[C_SP_WGRAD_REGATHER] <= 0.0:
+        return 0.0
+    comm = allgather_time(row, sp_gather_bytes(row, False) * tokens * h, t, 1.0) + row[C_COLLECTIVE_OVERHEAD_S]
+    eff = row[C_STACK_COMPUTE_EFF]
+    qkv = 0.0
+    if row[C_MLA] <= 0.0:
+        width = (row[C_HEADS] + 2.0 * row[C_KV_HEADS]) * row[C_HEAD_DIM] / t
+        qkv = gemm_roofline(row, 1.0, tokens, width, h, fp8, element, 1.0) / eff
+    hidden = comm - exposed(row, comm, qkv)
+    if fc1 > 0.0:
+        hidden += comm - exposed(row, comm, gemm_roofline(row, 1.0, tokens, fc1 / t, h, fp8, element, 1.0) / eff)
+    return hidden
 
 
 @njit
@@ -329,6 +358,7 @@ def head_costs(row, work):
     work[W_ATTN_CORE_MEM] = 0.0
     work[W_TP] = (allreduce_time(row, 3.0 * 4.0 * tokens, t, 1.0) if t > 1.0 else 0.0) + mtp_tp
     work[W_TP_BACKWARD] = work[W_TP]
+    work[W_TP_HIDDEN] = 0.0
     work[W_CP] = 0.0
     work[W_EP] = 0.0
     work[W_PARAMS] = row[C_VOCAB] * h / t * (1.0 if row[C_TIED_EMBEDDINGS] <= 0.0 else 0.0)

@@ -22,7 +22,7 @@ from fastmodel.kernels.lm.layer import (
 )
 from fastmodel.kernels.lm.layer import (
     W_AGAIN, W_AGAIN_EP, W_AGAIN_GEMM, W_ATTN, W_ATTN_CORE_MEM, W_CP, W_EP, W_EP_REMOTE, W_EXPERT_PARAMS, W_FLOPS, W_GEMM,
-    W_BACKWARD_MEM, W_MEM, W_PARAMS, W_SHARED, W_FORWARD_ONLY, W_TP, W_TP_BACKWARD, W_WGRAD, head_costs, layer_costs, layer_mix, recompute_share,
+    W_BACKWARD_MEM, W_MEM, W_PARAMS, W_SHARED, W_FORWARD_ONLY, W_TP, W_TP_BACKWARD, W_TP_HIDDEN, W_WGRAD, head_costs, layer_costs, layer_mix, recompute_share,
 )
 from fastmodel.kernels.lm.recompute import core_attention_recomputed
 from fastmodel.kernels.lm.layout import (
@@ -171,7 +171,8 @@ def _add_layer_kind(row, weight, full, selective, fsdp, work):
     passes = 1.0 + BACKWARD_GEMM + full
     ep_left = expert_parallel_exposed(row, ep, work[W_SHARED] * passes, forward + backward_input + backward_weight
                                       + again)
-    tp_left = exposed(row, tp, g * passes) if row[C_TP_COMM_OVERLAP] > 0.0 else tp
+    # without TP overlap the wgrad re-gathers still run under their dgrad GEMMs (async, §11.41): W_TP_HIDDEN
+    tp_left = exposed(row, tp, g * passes) if row[C_TP_COMM_OVERLAP] > 0.0 else tp - work[W_TP_HIDDEN] * tp_backward
     if row[C_CP_ALGORITHM] == CP_ALLTOALL or row[C_CP_ALGORITHM] == CP_ALLGATHER:
         cp_left = cp                    # the all-to-alls / K-V all-gathers sit between the projections and attention
     else:
@@ -193,7 +194,9 @@ def _add_layer_kind(row, weight, full, selective, fsdp, work):
         work[A_FSDP_REFETCH] += weight * refetch
     # the exposed collectives split over the passes in the ratio of their runs (forward : backward)
     comm_left = tp_left + cp_left + ep_left
-    forward_runs = work[W_TP] * tp_forward * tp_left / tp if tp > 0.0 else 0.0
+    # (the re-gathers' hidden share, W_TP_HIDDEN, is all backward: without TP overlap the forward stays exposed)
+    tp_share = tp_left / tp if row[C_TP_COMM_OVERLAP] > 0.0 else 1.0
+    forward_runs = work[W_TP] * tp_forward * tp_share if tp > 0.0 else 0.0
     forward_runs += work[W_CP] * cp_left / cp if cp > 0.0 else 0.0
     forward_runs += work[W_EP] * ep_left / ep if ep > 0.0 else 0.0
     work[A_FORWARD] += weight * forward

@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 
 from fastmodel.kernels.lm.layer import N_WORK, W_TP, layer_costs
+from fastmodel.kernels.nccl import allgather_time
+from fastmodel.kernels.roofline import gemm_roofline
 from fastmodel.lm.engine import evaluate_table
 from fastmodel.lm.records import lower_record
 from fastmodel.registry.lm import COLUMN_INDEX as C
@@ -42,14 +44,23 @@ def test_each_tp_collective_idles_the_gpu_once(sp, collectives):
 
 
 def test_the_step_pays_it_forward_and_backward_on_every_layer_and_micro_batch():
-    """Llama 3 70B (12 layers), TP 8 with SP, 32 micro-batches, no TP overlap: 12 x 32 x (4 + 4 + 2) collectives
-    (forward, backward, the backward's wgrad re-gathers of docs/model.md §11.41) each 23.6 us longer = 90.6 ms
-    more step time."""
+    """Llama 3 70B (12 layers), TP 8 with SP, 32 micro-batches, no TP overlap: 12 x 32 x (4 + 4) collectives
+    each 23.6 us longer, plus the backward's two wgrad re-gathers (docs/model.md §11.41), which run under their own
+    dgrad GEMM (D): each costs max(0, AG + o - D) + s min(AG + o, D). QKV's D (0.150 ms) lies between AG
+    (0.142 ms) and AG + o (0.166 ms): o adds (AG + o - D) + s D - s AG = 0.70 o; FC1's D (0.516 ms) holds
+    AG + o: s o. So 12 x 32 x 8.85 o = 80.2 ms more step time."""
     row = _record(TP8).columns
     bare = row.copy()
     bare[C["collective_overhead_s"]] = 0.0
     step = evaluate_table(np.stack([row, bare], axis=1))["step_time"]
-    assert step[0] - step[1] == pytest.approx(12 * 32 * (8 + 2) * 23.6e-6, rel=1e-6)
+    o, s, h, tokens = 23.6e-6, row[C["comm_sm_share"]], 8192.0, 4096.0
+    ag = allgather_time(row, 2.0 * tokens * h, 8.0, 1.0)
+    qkv = gemm_roofline(row, 1.0, tokens, (64.0 + 16.0) * 128.0 / 8.0, h, False, 2.0, 1.0)
+    fc1 = gemm_roofline(row, 1.0, tokens, 2.0 * 28672.0 / 8.0, h, False, 2.0, 1.0)
+    assert ag < qkv < ag + o < fc1
+    regather_o = (ag + o - qkv) + s * qkv - s * ag + s * o
+    assert regather_o / o == pytest.approx(0.85, abs=0.01)
+    assert step[0] - step[1] == pytest.approx(12 * 32 * (8 * o + regather_o), rel=1e-6)
 
 
 def _tp16_layer(**values):
