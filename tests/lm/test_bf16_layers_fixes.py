@@ -144,3 +144,29 @@ def test_under_interleaving_only_an_end_chunks_layers_are_the_end_ranks():
             _row("fp8", vp=1.0, bf16_layers_start=8.0, **{**base, "pipeline_schedule": 0.0})]
     codes = list(plan_status(np.stack(rows, axis=1)))
     assert codes == [STATUS_CODES["bf16_layers_above_stage"], 0, 0]
+
+
+def test_the_timelines_forward_exposed_tp_is_the_kernels_without_tp_overlap():
+    """Llama 3 8B, tp4 with SP on a DGX B200, BF16, Megatron defaults (no tp_comm_overlap): the kernel exposes the
+    whole forward TP (``passes._add_layer_kind``: tp_share 1 without overlap) and takes the wgrad re-gathers'
+    hidden seconds (W_TP_HIDDEN, §11.41) off the backward only, so a micro-batch's forward gaps on the compute
+    stream are layers x A_EXPOSED_F, not the collectives' forward share of the exposed seconds."""
+    from fastmodel.kernels.lm.layer import W_TP_HIDDEN, layer_costs
+    from fastmodel.kernels.lm.passes import A_EXPOSED_F, layer_passes
+    from fastmodel.lm.timeline import timeline
+    from fastmodel.registry.lm import COLUMN_INDEX as C
+
+    columns = _columns("llama3-8b", "dgx-b200", "tp4", sequence_parallel=True)
+    assert columns[C["tp_comm_overlap"]] == 0.0 and columns[C["cp"]] == columns[C["ep"]] == 1.0
+    layer = np.zeros(N_LAYER_WORK)
+    layer_costs(columns, False, False, layer)
+    assert layer[W_TP_HIDDEN] > 0.0                 # the re-gathers hide some backward TP: the splits differ
+    work = np.zeros(N_WORK)
+    layer_passes(columns, work)
+    tl = timeline(columns)
+    on = [i for i in np.argsort(tl.start) if tl.stream[i] == 0]
+    fwd = [i for i in on if tl.names[i].startswith("mb0 ") and " fwd" in tl.names[i] and "LM head" not in tl.names[i]]
+    head = next(i for i in on if tl.names[i] == "mb0 LM head fwd")
+    busy = float(np.sum([tl.end[i] - tl.start[i] for i in fwd]))
+    gaps = tl.start[head] - tl.start[fwd[0]] - busy
+    assert gaps == pytest.approx(columns[C["layers"]] * work[A_EXPOSED_F], rel=1e-9)
