@@ -32,12 +32,14 @@ from fastmodel.kernels.lm.layout import (
     C_FP8_PARAMS,
     C_FP8_RECIPE,
     C_LAYERS,
+    C_PIPELINE_SCHEDULE,
     C_PP,
     C_PRECISION,
     C_VP,
     FP8_DELAYED,
     PRECISION_BF16,
     PRECISION_FP8,
+    SCHED_DUALPIPE,
     R_COMM_CP,
     R_COMM_EP,
     R_COMM_EP_SCALE_OUT,
@@ -104,6 +106,17 @@ def bf16_layers_above_stage(row):
     """True when a low-precision run keeps more BF16 layers at an end than :func:`bf16_layers_cap`."""
     cap = bf16_layers_cap(row)
     return low_precision_gemms(row) and (row[C_BF16_LAYERS_START] > cap or row[C_BF16_LAYERS_END] > cap)
+
+
+@njit
+def bf16_layers_dualpipe(row):
+    """True when a low-precision run keeps BF16 layers under DualPipe: it puts stages s and pp - 1 - s on rank s
+    (``pipeline.mirror_stage``), so the first and last layers sit on both end ranks, which the model, giving the
+    first layers to rank 0 and the last to rank pp - 1 (:func:`bf16_stage_layers`), does not place; Megatron-LM,
+    whose flags these are, runs no DualPipe (megatron/core/pipeline_parallel/schedules.py@d98e8a6
+    ``get_forward_backward_func``: no pipelining, 1F1B, interleaved 1F1B) [A]."""
+    return (low_precision_gemms(row) and row[C_PIPELINE_SCHEDULE] == SCHED_DUALPIPE
+            and row[C_BF16_LAYERS_START] + row[C_BF16_LAYERS_END] > 0.0)
 
 
 @njit

@@ -170,3 +170,22 @@ def test_the_timelines_forward_exposed_tp_is_the_kernels_without_tp_overlap():
     busy = float(np.sum([tl.end[i] - tl.start[i] for i in fwd]))
     gaps = tl.start[head] - tl.start[fwd[0]] - busy
     assert gaps == pytest.approx(columns[C["layers"]] * work[A_EXPOSED_F], rel=1e-9)
+
+
+def test_bf16_layers_under_dualpipe_are_refused():
+    """DualPipe puts stages s and pp - 1 - s on rank s (``pipeline.mirror_stage``): with pp 4, rank 0 holds copy
+    A's first layers and copy B's last, which bf16_stage_layers (the first layers on rank 0, the last on rank 3)
+    does not place, and Megatron-LM, whose flags these are, runs no DualPipe: refused (bf16_layers_dualpipe),
+    while 1F1B with the same layers runs and DualPipe without BF16 layers or under bf16 runs."""
+    from fastmodel.kernels.lm.pipeline import mirror_stage
+    from fastmodel.lm.rules import plan_status
+    from fastmodel.registry.lm import COLUMN_INDEX as C
+    from fastmodel.registry.lm import PIPELINE_SCHEDULES, STATUS_CODES
+
+    base = dict(layers=32.0, pp=4.0, n_gpus=4.0, tp=1.0, cp=1.0, ep=1.0, dp=1.0, global_batch=8.0, micro_batch=1.0)
+    dual, one = float(PIPELINE_SCHEDULES["dualpipe"]), float(PIPELINE_SCHEDULES["1f1b"])
+    row = _row("fp4", bf16_layers_end=2.0, pipeline_schedule=dual, **base)
+    assert row[C["pipeline_schedule"]] == dual and mirror_stage(row, 0.0) == 3.0   # rank 0 also runs stage 3
+    rows = [row, _row("fp4", bf16_layers_end=2.0, pipeline_schedule=one, **base),
+            _row("fp4", pipeline_schedule=dual, **base), _row("bf16", bf16_layers_end=2.0, pipeline_schedule=dual, **base)]
+    assert list(plan_status(np.stack(rows, axis=1))) == [STATUS_CODES["bf16_layers_dualpipe"], 0, 0, 0]
