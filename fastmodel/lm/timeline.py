@@ -4,7 +4,7 @@ The step of the busiest pipeline stage laid out as ops on a compute stream and o
 (tp, cp, ep, pp, dp), in 1F1B order: the warm-up bubble, then per micro-batch
 the forward of each layer (GEMMs, attention, memory-bound ops), the LM head
 when the busiest stage is the last (with the loss in the pipeline split a middle
-stage can be busiest: a full share of layers, no head; ``stage_passes``),
+stage can be busiest: a full share of layers, no head; ``busiest_stage``),
 and the backward of each layer (recompute first), then the cool-down bubble, the
 once-per-step data-parallel reduction, the optimizer step, fine-grained offloading's exposed copies (one
 block: docs/model.md §11.21) and the host overhead.
