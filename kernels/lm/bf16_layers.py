@@ -26,6 +26,7 @@ import numpy as np
 
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.fp4 import low_precision_gemms
+from fastmodel.kernels.lm.memory_states import stage_layers
 from fastmodel.kernels.lm.layout import (
     C_BF16_LAYERS_END,
     C_BF16_LAYERS_START,
@@ -139,6 +140,15 @@ def bf16_stage_layers(row, stage):
     on the one rank without a pipeline."""
     first, last = bf16_rank_layers(row)
     return (first if stage == 0.0 else 0.0) + (last if stage == row[C_PP] - 1.0 else 0.0)
+
+
+@njit(error_model='numpy')
+def bf16_stage_share(row, stage):
+    """The share ``s`` of pipeline rank ``stage``'s layers (``memory_states.stage_layers``: dense + MoE) it holds in
+    BF16 (:func:`bf16_stage_layers`), at most 1: its memory at every phase is ``m + s (m16 - m)`` (module docstring;
+    ``kernels/lm/memory.py`` peak and ``fastmodel/lm/memory_timeline.py`` moments)."""
+    dense, moe, _ = stage_layers(row, stage)
+    return min(1.0, bf16_stage_layers(row, stage) / max(dense + moe, 1.0))
 
 
 @njit
