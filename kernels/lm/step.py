@@ -115,9 +115,9 @@ def busiest_stage(row, work):
     dense, moe, _ = stage_layers(row, 0.0)  # the first rank and its BF16 layers
     if n_first > 0.0 and (dense + moe) * t_layer + first_bf16 > max(last_mb, lead):
         if all_moe:     # the first rank's layers are the average's; work[W_*] keeps the head's for step_row
-            head_costs = work[:N_LAYER_WORK].copy()
+            head_work = work[:N_LAYER_WORK].copy()
             layer_passes(row, work)
-            work[:N_LAYER_WORK] = head_costs
+            work[:N_LAYER_WORK] = head_work
         return (dense + moe) * t_layer + first_bf16, average_mb, forward, weight, dense + moe, 0.0, n_first, d_first
     if lead > last_mb:
         return lead, average_mb, forward, weight, middle, 0.0, 0.0, d_first
