@@ -92,7 +92,7 @@ def gemm_act_bytes(row, fmt):
     """Bytes per element of a GEMM's activation operands (input, or the output gradient and input of a weight
     gradient): 2 (16-bit), 1 (FP8), 0.5625 in NVFP4 training (``precision`` fp4, W4A4: TE's ``NVFP4BlockScaling``
     quantizes every linear's input, ``fp4_quant_fwd_inp``, and output gradient, ``fp4_quant_bwd_grad``; docs/model.md
-    §11.39). Serving's W4A4 (precision code 0 there) keeps 1 B, as before."""
+    §11.39). Serving's W4A4 (precision code 0 there) keeps 1 B."""
     if fmt >= 2.0 and row[C_PRECISION] == PRECISION_FP4:
         return NVFP4_COPY_BYTES
     return 1.0 if fmt else 2.0

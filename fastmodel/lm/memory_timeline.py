@@ -91,7 +91,7 @@ def _terms(row: np.ndarray) -> dict:
 
 def stage_memory(row: np.ndarray, stage: int, terms: dict | None = None) -> StageMemory:
     """The moments of pipeline rank ``stage`` over one step (see the module docstring)."""
-    from fastmodel.kernels.lm.bf16_layers import bf16_row, bf16_stage_layers
+    from fastmodel.kernels.lm.bf16_layers import bf16_row, bf16_stage_share
     from fastmodel.kernels.lm.memory import overhead_bytes
     from fastmodel.kernels.lm.memory_chunks import chunk_microbatch_bytes, rank_wgrad_pending_bytes
     from fastmodel.kernels.lm.memory_peak import (
@@ -101,7 +101,6 @@ def stage_memory(row: np.ndarray, stage: int, terms: dict | None = None) -> Stag
         cuda_graph_buffer_bytes,
         phase_kinds,
     )
-    from fastmodel.kernels.lm.memory_states import stage_layers
     from fastmodel.kernels.lm.pipeline import chain_length, exact_schedule, microbatches, stage_order, virtual_stage
 
     t = _terms(row) if terms is None else terms
@@ -161,9 +160,8 @@ def stage_memory(row: np.ndarray, stage: int, terms: dict | None = None) -> Stag
     labels.append("optimizer step")
     moment(optimizer=o_step)
     values = np.array(rows)
-    held = bf16_stage_layers(row, float(stage))
-    if held > 0.0:  # the recipe's BF16 layers, at every moment (kernels/lm/memory.py _with_bf16_layers, §11.39)
-        share = min(1.0, held / max(sum(stage_layers(row, float(stage))[:2]), 1.0))
+    share = bf16_stage_share(row, float(stage))
+    if share > 0.0:  # the recipe's BF16 layers, at every moment (kernels/lm/memory.py _with_bf16_layers, §11.39)
         values = values + share * (stage_memory(bf16_row(row), stage).values - values)
     return StageMemory(stage, tuple(labels), values)
 

@@ -13,7 +13,7 @@ times exactly:
   over m; ``t_head`` the LM head and loss (``kernels/lm/passes.head_passes``), on the last
   virtual stage only (under DualPipe the last stage of each direction: half of it per micro-batch);
   when the loss takes a layer's slot (``embedding_loss_in_split``) and a middle rank is the busiest,
-  ``t_body = t_mb``: the body of a full rank, scaled from the busiest rank's layers (``stage_passes``);
+  ``t_body = t_mb``: the body of a full rank, scaled from the busiest rank's layers (``busiest_stage``);
 - each virtual stage (chunk) holds ``t_body / v``; with ``uneven_stages``, in proportion to the
   layers it holds (:func:`chunk_layers`); forward, backward and its weight-gradient part in the
   kernel's pass ratios (:func:`pass_shares`), a split the 1F1B, GPipe and interleaved makespans do
@@ -106,7 +106,7 @@ def stage_times(columns: np.ndarray, uniform: bool = False, schedule: str | None
     from fastmodel.kernels.lm.memory_states import layers_per_stage, split_slots
     from fastmodel.kernels.lm.passes import N_WORK, head_passes
     from fastmodel.kernels.lm.pipeline import model_copies
-    from fastmodel.kernels.lm.step import stage_passes
+    from fastmodel.kernels.lm.step import busiest_stage
     from fastmodel.lm.engine import evaluate_table
 
     columns = np.asarray(columns, dtype=np.float64)
@@ -123,9 +123,9 @@ def stage_times(columns: np.ndarray, uniform: bool = False, schedule: str | None
     stage_mb = (r["step_time"] - r["pipeline_bubble"] - outside) / m
     head_f, head_b, head_w = head_passes(columns, np.zeros(N_WORK))
     head = head_f + head_b + head_w
-    # the busiest rank holds ``layers`` layers and ``share`` of the head (kernels/lm/step.stage_passes): the body
+    # the busiest rank holds ``layers`` layers and ``share`` of the head (kernels/lm/step.busiest_stage): the body
     # is the time of a full rank's layers (layers_per_stage), scaled back from it
-    *_, layers_busiest, share = stage_passes(columns, np.zeros(N_WORK))
+    layers_busiest, share = busiest_stage(columns, np.zeros(N_WORK))[4:6]
     body = (stage_mb - share * head / model_copies(columns)) * layers_per_stage(columns) / layers_busiest
     f_share, w_share = pass_shares(columns)
     if uniform:

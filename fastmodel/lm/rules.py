@@ -48,6 +48,12 @@ def status_reason(code: int, column: np.ndarray) -> str:
         return layout_reason(row)
     if name == "bf16_layers_above_stage":
         return bf16_above_reason(row)
+    if name == "bf16_layers_dualpipe":
+        C = COLUMN_INDEX
+        return (f"plan.bf16_layers_start = {row[C['bf16_layers_start']]:g}, bf16_layers_end = "
+                f"{row[C['bf16_layers_end']]:g} with pipeline_schedule dualpipe: DualPipe puts stages s and pp - 1 - s "
+                "on rank s, so the first and last layers sit on both end ranks, which the model does not place; "
+                "Megatron-LM, whose flags these are, runs no DualPipe (use 1f1b or interleaved; docs/model.md §11.39)")
     if name == "schedule_not_runnable" and _overlap_needs_dualpipe(row):
         return ("plan.moe_a2a_overlap = dualpipe with pipeline_schedule "
                 f"{PIPELINE_NAMES.get(int(row[C_SCHEDULE]), int(row[C_SCHEDULE]))}: the all-to-all is hidden inside "

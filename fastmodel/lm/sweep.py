@@ -127,7 +127,7 @@ def _axis_values(name: str, values: Any, model, cluster, max_gpus: int) -> tuple
         raise SweepError(f"axis {name!r}: expected a list of values, got {values!r}")
     if len(values) == 0:
         raise SweepError(f"axis {name!r}: empty list")
-    if name in ("model", "system", "task"):   # was "unknown axis 'model' (did you mean 'num_nodes'?)"
+    if name in ("model", "system", "task"):   # one spec per sweep: say so rather than "unknown axis"
         raise SweepError(f"axis {name!r}: a real-world sweep takes one {name} (MAD-Max sweeps take a {name} "
                          f"axis): sweep its fields, or call fastmodel.sweep once per {name}")
     if name not in ("num_nodes",) and name not in COLUMN_INDEX:

@@ -178,7 +178,7 @@ def _one_or_many(name: str, values: Any) -> Any:
 
 def _node_counts(values) -> list[int]:
     """The ``num_nodes`` axis as whole numbers >= 1 (numpy integers, 2.0): one line for anything else (None, a
-    nested list and nan were TypeError / ValueError; -1 and 1.5 were swept into "every point is illegal")."""
+    nested list, nan, -1, 1.5)."""
     counts = []
     for value in values:
         number = value if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool) \

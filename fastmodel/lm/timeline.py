@@ -4,7 +4,7 @@ The step of the busiest pipeline stage laid out as ops on a compute stream and o
 (tp, cp, ep, pp, dp), in 1F1B order: the warm-up bubble, then per micro-batch
 the forward of each layer (GEMMs, attention, memory-bound ops), the LM head
 when the busiest stage is the last (with the loss in the pipeline split a middle
-stage can be busiest: a full share of layers, no head; ``stage_passes``),
+stage can be busiest: a full share of layers, no head; ``busiest_stage``),
 and the backward of each layer (recompute first), then the cool-down bubble, the
 once-per-step data-parallel reduction, the optimizer step, fine-grained offloading's exposed copies (one
 block: docs/model.md §11.21) and the host overhead.
@@ -126,9 +126,9 @@ def _layer_terms(columns: np.ndarray, r: dict) -> dict:
     groups = ["tp", "cp", "ep"] + (["dp"] if fsdp else [])
     slots = {"tp": (A_TP_COMM, A_TP_EXPOSED), "cp": (A_CP_COMM, A_CP_EXPOSED), "ep": (A_EP_COMM, A_EP_EXPOSED)}
     comm = {g: r[f"comm_{g}"] / m - (n16 * d16[slots[g][0]] if g in slots else 0.0) for g in groups}
-    hidden = {g: r[f"exposed_{g}"] / m - (n16 * d16[slots[g][1]] if g in slots else 0.0) for g in groups}
+    exposed = {g: r[f"exposed_{g}"] / m - (n16 * d16[slots[g][1]] if g in slots else 0.0) for g in groups}
     comm["tp"] -= head_tp
-    hidden["tp"] -= head_tp
+    exposed["tp"] -= head_tp
     tp_f, tp_b = tp_pass_factors(columns)          # per-projection TP (KempnerForge) runs more backward passes
     backward_runs = {"tp": (tp_b + tp_f * full) / tp_f, "cp": CP_BACKWARD_PASSES + full, "ep": EP_BACKWARD_PASSES + full,
                      "dp": GATHER_BACKWARD_PASSES + 1.0}           # ZeRO-3: gather, gather again, reduce-scatter
@@ -138,6 +138,7 @@ def _layer_terms(columns: np.ndarray, r: dict) -> dict:
     moe_only = share == 1.0 and bool(last_rank_all_moe(columns))
     tp_split = _tp_split(columns, moe_only)
     shares["tp"] = tp_split[0] / tp_split[1] if tp_split[1] > 0.0 else shares["tp"]
+    exposed_shares = {**shares, "tp": _exposed_share(tp_split, shares["tp"])}
     wide_split = _tp_split(bf16_row(columns), moe_only) if n16 > 0.0 else tp_split
     if n16 <= 0.0:
         lead = 0.0
@@ -147,52 +148,66 @@ def _layer_terms(columns: np.ndarray, r: dict) -> dict:
         lead = n16 if share == 0.0 else 0.0
     extra = {"gemm": d16[A_GEMM], "attn": d16[A_ATTN], "mem": d16[A_MEM], "again": d16[A_RECOMPUTE],
              "comm": {g: d16[slots[g][0]] if g in slots else 0.0 for g in groups},
-             "hidden": {g: d16[slots[g][1]] if g in slots else 0.0 for g in groups},
-             "tp_split": (wide_split[0] - tp_split[0], wide_split[1] - tp_split[1])}
+             "exposed": {g: d16[slots[g][1]] if g in slots else 0.0 for g in groups},
+             "tp_split": tuple(w - v for w, v in zip(wide_split, tp_split))}
     return {
         "m": m, "layers": layers, "fsdp": fsdp, "groups": groups, "head_tp": head_tp,
         "head_f": head_f - work[W_TP], "head_b": head_b + head_w - work[W_TP] * TP_BACKWARD_PASSES,
         "n16": n16, "lead": lead, "trail": n16 - lead, "extra": extra, "tp_split": tp_split,
-        "base": {"gemm": gemm, "attn": attn, "mem": mem, "again": again, "comm": comm, "hidden": hidden},
-        **_pass_ops(gemm, attn, mem, again, comm, hidden, layers, shares),
+        "base": {"gemm": gemm, "attn": attn, "mem": mem, "again": again, "comm": comm, "exposed": exposed},
+        **_pass_ops(gemm, attn, mem, again, comm, exposed, layers, shares, exposed_shares),
     }
 
 
-def _tp_split(columns: np.ndarray, moe_only: bool) -> tuple[float, float]:
-    """(forward, all passes) TP seconds of the average layer (of the MoE layers when ``moe_only``) per
+def _exposed_share(tp_split: tuple[float, float, float], fallback: float) -> float:
+    """The forward's share of a layer's exposed TP seconds from :func:`_tp_split`'s (forward, all passes, hidden):
+    ``forward / (all - hidden)``, as ``passes._add_layer_kind`` charges it (the whole forward exposed, the wgrad
+    re-gathers' hidden seconds off the backward only; with ``tp_comm_overlap`` hidden is 0 and the share is the
+    collectives' own)."""
+    forward, total, hidden = tp_split
+    return forward / (total - hidden) if total - hidden > 0.0 else fallback
+
+
+def _tp_split(columns: np.ndarray, moe_only: bool) -> tuple[float, float, float]:
+    """(forward, all passes, hidden) TP seconds of the average layer (of the MoE layers when ``moe_only``) per
     micro-batch as the kernel charges them (``passes._add_layer_kind``): ``W_TP f (1 + full)`` with the recompute's
-    replay in the backward, plus ``W_TP_BACKWARD b`` (``tp_pass_factors`` f, b), over the layer mix."""
+    replay in the backward, plus ``W_TP_BACKWARD b`` (``tp_pass_factors`` f, b), over the layer mix; hidden is the
+    wgrad re-gathers' seconds under their dgrad GEMMs without ``tp_comm_overlap`` (``W_TP_HIDDEN b``, §11.41; 0
+    with it, whose overlap rule hides in proportion)."""
     from fastmodel.kernels.lm.layer import N_WORK as N_LAYER_WORK
-    from fastmodel.kernels.lm.layer import W_TP, W_TP_BACKWARD, layer_costs, layer_mix, recompute_share
+    from fastmodel.kernels.lm.layer import W_TP, W_TP_BACKWARD, W_TP_HIDDEN, layer_costs, layer_mix, recompute_share
     from fastmodel.kernels.lm.passes import tp_pass_factors
 
     full, _ = recompute_share(columns)
     tp_f, tp_b = tp_pass_factors(columns)
+    no_overlap = columns[COLUMN_INDEX["tp_comm_overlap"]] <= 0.0
     counts, work = layer_mix(columns), np.zeros(N_LAYER_WORK)
-    forward = total = 0.0
+    forward = total = hidden = 0.0
     for kind in range(2 if moe_only else 0, 4):
         if counts[kind] > 0.0:
             layer_costs(columns, kind >= 2, kind % 2 == 1, work)
             forward += counts[kind] * work[W_TP] * tp_f
             total += counts[kind] * (work[W_TP] * tp_f * (1.0 + full) + work[W_TP_BACKWARD] * tp_b)
-    return forward, total
+            hidden += counts[kind] * work[W_TP_HIDDEN] * tp_b if no_overlap else 0.0
+    return forward, total, hidden
 
 
-def _pass_ops(gemm, attn, mem, again, comm, hidden, layers, shares) -> dict:
+def _pass_ops(gemm, attn, mem, again, comm, exposed, layers, shares, exposed_shares) -> dict:
     """One layer's ops per micro-batch from its GEMM, attention, memory-bound and recompute seconds (recompute
-    inside the first three) and each group's collective and exposed seconds over ``layers`` layers."""
+    inside the first three) and each group's collective and exposed seconds over ``layers`` layers; ``shares``
+    and ``exposed_shares`` give each group's forward share of its collective and exposed seconds."""
     from fastmodel.kernels.lm.passes import BACKWARD_ATTN, BACKWARD_GEMM, BACKWARD_MEM
 
     keep = 1.0 - again / (gemm + attn + mem) if gemm + attn + mem > 0.0 else 1.0
     gemm, attn, mem = gemm * keep, attn * keep, mem * keep
     gemm_runs, attn_runs, mem_runs = 1.0 + BACKWARD_GEMM, 1.0 + BACKWARD_ATTN, 1.0 + BACKWARD_MEM
     return {
-        "again": again, "shares": shares,
+        "again": again, "shares": shares, "exposed_shares": exposed_shares,
         "fwd": {"gemm": gemm / gemm_runs, "attention": attn / attn_runs, "memory_bound": mem / mem_runs},
         "bwd": {"gemm": BACKWARD_GEMM * gemm / gemm_runs, "attention": BACKWARD_ATTN * attn / attn_runs,
                 "memory_bound": BACKWARD_MEM * mem / mem_runs},
         "comm": {g: max(0.0, v) / layers for g, v in comm.items()},
-        "hidden": {g: max(0.0, v) / layers for g, v in hidden.items()},
+        "exposed": {g: max(0.0, v) / layers for g, v in exposed.items()},
     }
 
 
@@ -202,12 +217,15 @@ def _bf16_terms(terms: dict, ratio: float) -> dict:
     base, extra, layers = terms["base"], terms["extra"], terms["layers"]
     per = {k: base[k] + ratio * extra[k] for k in ("gemm", "attn", "mem", "again")}
     comm = {g: base["comm"][g] + ratio * extra["comm"][g] * layers for g in terms["groups"]}
-    hidden = {g: base["hidden"][g] + ratio * extra["hidden"][g] * layers for g in terms["groups"]}
-    (forward, total), (d_forward, d_total) = terms["tp_split"], extra["tp_split"]
+    exposed = {g: base["exposed"][g] + ratio * extra["exposed"][g] * layers for g in terms["groups"]}
+    # the blend's own TP split: the layer's plus ratio BF16 extras
+    (forward, total, hidden) = (v + ratio * d for v, d in zip(terms["tp_split"], extra["tp_split"]))
     shares = dict(terms["shares"])
-    if total + ratio * d_total > 0.0:           # the blend's own TP split: the layer's plus ratio BF16 extras
-        shares["tp"] = (forward + ratio * d_forward) / (total + ratio * d_total)
-    return {**terms, **_pass_ops(per["gemm"], per["attn"], per["mem"], per["again"], comm, hidden, layers, shares)}
+    if total > 0.0:
+        shares["tp"] = forward / total
+    exposed_shares = {**terms["exposed_shares"], "tp": _exposed_share((forward, total, hidden), shares["tp"])}
+    return {**terms, **_pass_ops(per["gemm"], per["attn"], per["mem"], per["again"], comm, exposed, layers, shares,
+                                 exposed_shares)}
 
 
 def _segments(terms: dict, per_layer: bool) -> list[tuple[str, dict, float]]:
@@ -241,7 +259,8 @@ def _layer_pass(b: _Builder, terms: dict, label: str, direction: str, t: float, 
     gap_start = gap_end = t
     for g in terms["groups"]:
         share = terms["shares"][g] if direction == "f" else 1.0 - terms["shares"][g]
-        exposed_here = terms["hidden"][g] * share * scale
+        exposed_share = terms["exposed_shares"][g] if direction == "f" else 1.0 - terms["exposed_shares"][g]
+        exposed_here = terms["exposed"][g] * exposed_share * scale
         b.comm(f"{label} {g}", g, terms["comm"][g] * share * scale, gap_start, gap_start + exposed_here, first)
         gap_end += exposed_here
     return gap_end

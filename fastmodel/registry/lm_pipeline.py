@@ -4,7 +4,7 @@ whether DeepSpeed's pipeline engine (its partitioned, blocking sends; docs/model
 
 Rows of ``fastmodel.registry.lm.PLAN_COLUMNS`` (name, units, default, doc, lo, hi, fittable, option), kept here so
 the registry module stays under the line cap. docs/model.md §11.22 gives the equation, ``kernels/lm/step.py``
-``stage_passes`` / ``last_rank_layers`` compute it. Source: Megatron-Core ``pipeline_model_parallel_layout``
+``busiest_stage`` / ``last_rank_layers`` compute it. Source: Megatron-Core ``pipeline_model_parallel_layout``
 (NVIDIA/Megatron-LM@0823c73, the submodule Megatron-Bridge b7b4e11 pins,
 megatron/core/transformer/pipeline_parallel_layer_layout.py): one list of layers per virtual pipeline stage,
 stage ``v p + r`` on rank ``r``.

@@ -52,6 +52,9 @@ STATUSES: tuple[Status, ...] = (
            "layers (Megatron-LM refuses more under fp8, transformer_config.py@d98e8a6 lines 1533-1557), or under "
            "interleaving floor(layers / (pp x vp)), an end chunk's (the model places no BF16 layer beyond it; "
            "docs/model.md §11.39)"),
+    Status("bf16_layers_dualpipe", "bf16_layers_start / bf16_layers_end with pipeline_schedule dualpipe: DualPipe "
+           "puts stages s and pp - 1 - s on rank s, so the first and last layers sit on both end ranks, which the "
+           "model does not place; Megatron-LM, whose flags these are, runs no DualPipe (docs/model.md §11.39)"),
     NOT_COMPUTED,
 )
 STATUS_CODES: dict[str, int] = {s.name: i for i, s in enumerate(STATUSES)}

@@ -26,18 +26,21 @@ import numpy as np
 
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.fp4 import low_precision_gemms
+from fastmodel.kernels.lm.memory_states import stage_layers
 from fastmodel.kernels.lm.layout import (
     C_BF16_LAYERS_END,
     C_BF16_LAYERS_START,
     C_FP8_PARAMS,
     C_FP8_RECIPE,
     C_LAYERS,
+    C_PIPELINE_SCHEDULE,
     C_PP,
     C_PRECISION,
     C_VP,
     FP8_DELAYED,
     PRECISION_BF16,
     PRECISION_FP8,
+    SCHED_DUALPIPE,
     R_COMM_CP,
     R_COMM_EP,
     R_COMM_EP_SCALE_OUT,
@@ -107,6 +110,17 @@ def bf16_layers_above_stage(row):
 
 
 @njit
+def bf16_layers_dualpipe(row):
+    """True when a low-precision run keeps BF16 layers under DualPipe: it puts stages s and pp - 1 - s on rank s
+    (``pipeline.mirror_stage``), so the first and last layers sit on both end ranks, which the model, giving the
+    first layers to rank 0 and the last to rank pp - 1 (:func:`bf16_stage_layers`), does not place; Megatron-LM,
+    whose flags these are, runs no DualPipe (megatron/core/pipeline_parallel/schedules.py@d98e8a6
+    ``get_forward_backward_func``: no pipelining, 1F1B, interleaved 1F1B) [A]."""
+    return (low_precision_gemms(row) and row[C_PIPELINE_SCHEDULE] == SCHED_DUALPIPE
+            and row[C_BF16_LAYERS_START] + row[C_BF16_LAYERS_END] > 0.0)
+
+
+@njit
 def bf16_rank_layers(row):
     """(first rank, last rank) BF16 layers: ``bf16_layers_start`` and ``bf16_layers_end``, each at most
     :func:`bf16_layers_cap` (the rule table refuses more, ``bf16_layers_above_stage``); without a pipeline
@@ -126,6 +140,15 @@ def bf16_stage_layers(row, stage):
     on the one rank without a pipeline."""
     first, last = bf16_rank_layers(row)
     return (first if stage == 0.0 else 0.0) + (last if stage == row[C_PP] - 1.0 else 0.0)
+
+
+@njit(error_model='numpy')
+def bf16_stage_share(row, stage):
+    """The share ``s`` of pipeline rank ``stage``'s layers (``memory_states.stage_layers``: dense + MoE) it holds in
+    BF16 (:func:`bf16_stage_layers`), at most 1: its memory at every phase is ``m + s (m16 - m)`` (module docstring;
+    ``kernels/lm/memory.py`` peak and ``fastmodel/lm/memory_timeline.py`` moments)."""
+    dense, moe, _ = stage_layers(row, stage)
+    return min(1.0, bf16_stage_layers(row, stage) / max(dense + moe, 1.0))
 
 
 @njit

@@ -18,8 +18,8 @@ from fastmodel.kernels.columns import C_COMPUTE_CAPABILITY, C_PEAK_FLOPS_4, C_PR
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.fp8 import SOURCE_BYTES, fp8_cast_bytes, fp8_saved_input_bytes, fp8_weight_copy_bytes
 
-# the NVFP4 element size lives with the roofline, which reads it for every GEMM format (gemm_weight_bytes)
-from fastmodel.kernels.roofline import FP4_BYTES, NVFP4_COPY_BYTES, NVFP4_SCALE_BYTES, gemm_weight_bytes  # noqa: F401
+# the NVFP4 copy's bytes per element live with the roofline, which reads them for every GEMM format
+from fastmodel.kernels.roofline import NVFP4_COPY_BYTES
 
 #: NVFP4 copies of a tensor the forward and backward GEMMs both read (rowwise + columnwise)
 NVFP4_COPIES = 2.0

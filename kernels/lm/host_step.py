@@ -93,7 +93,7 @@ def eval_time(row, forward, micro_batches):
     """Seconds per training step of the evaluation the run interleaves (docs/model.md §11.17.1): every
     ``eval_interval`` steps Megatron-LM runs ``eval_iters`` iterations of ``forward_only`` passes over a whole global
     batch (megatron/training.py ``train``, ``evaluate``; stanford-futuredata/Megatron-LM 0bdc8181), each of the
-    ``micro_batches`` a forward of the average stage (``forward``, from :func:`stage_passes`) or its host issue,
+    ``micro_batches`` a forward of the average stage (``forward``, from ``step.busiest_stage``) or its host issue,
     whichever is longer, and ``pp - 1`` more of fill and drain. 0 unless both columns are set."""
     if row[C_EVAL_INTERVAL] <= 0.0 or row[C_EVAL_ITERS] <= 0.0:
         return 0.0

@@ -235,7 +235,7 @@ def tp_layer_time(row, tokens, h, t, sp, linears):
 
 
 @njit
-def regather_hidden_time(row, tokens, h, t, sp, fc1, fp8, element):
+def regather_hidden_time(row, tokens, h, t, sp, fc1, fp8, weight_bytes):
     """Seconds of one layer's wgrad re-gathers (§11.41) hidden under the dgrad GEMM of their own linear (used
     without ``tp_comm_overlap``; with it the layer's own overlap rule hides all its TP). Megatron-Core's ``LinearWithGradAccumulationAndAsyncCommunication``
     and Transformer Engine's ``Linear`` / ``LayerNormLinear`` issue the gather with ``async_op=True`` before the dgrad
@@ -243,7 +243,8 @@ def regather_hidden_time(row, tokens, h, t, sp, fc1, fp8, element):
     (:func:`parallel.exposed`: the excess over the window plus ``comm_sm_share`` of the overlap) and hides the rest.
     D_i is the dgrad GEMM, the size of the forward's (``BACKWARD_INPUT_GEMM`` = 1): tokens x h x n_i / t, with
     n = (a + 2 kv) d_head for QKV and ``fc1`` = (m - 1) f (a shared expert's (m - 1) s f_moe; 0: no FC1 re-gather);
-    an MLA layer's QKV window is taken as 0 (not modelled)."""
+    an MLA layer's QKV window is taken as 0 (not modelled). ``weight_bytes``: the GEMM weights' bytes per element
+    (``roofline.gemm_weight_bytes``), as :func:`roofline.gemm_roofline` takes them."""
     if t <= 1.0 or not sp or row[C_SP_WGRAD_REGATHER] <= 0.0:
         return 0.0
     comm = allgather_time(row, sp_gather_bytes(row, False) * tokens * h, t, 1.0) + row[C_COLLECTIVE_OVERHEAD_S]
@@ -251,10 +252,10 @@ def regather_hidden_time(row, tokens, h, t, sp, fc1, fp8, element):
     qkv = 0.0
     if row[C_MLA] <= 0.0:
         width = (row[C_HEADS] + 2.0 * row[C_KV_HEADS]) * row[C_HEAD_DIM] / t
-        qkv = gemm_roofline(row, 1.0, tokens, width, h, fp8, element, 1.0) / eff
+        qkv = gemm_roofline(row, 1.0, tokens, width, h, fp8, weight_bytes, 1.0) / eff
     hidden = comm - exposed(row, comm, qkv)
     if fc1 > 0.0:
-        hidden += comm - exposed(row, comm, gemm_roofline(row, 1.0, tokens, fc1 / t, h, fp8, element, 1.0) / eff)
+        hidden += comm - exposed(row, comm, gemm_roofline(row, 1.0, tokens, fc1 / t, h, fp8, weight_bytes, 1.0) / eff)
     return hidden
 
 

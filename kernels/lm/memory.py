@@ -42,7 +42,7 @@ from fastmodel.kernels.lm.memory_activations import (
     stored_layer_bytes, recompute_working_bytes,
 )
 from fastmodel.kernels.lm.memory_offload import offloaded_layer_bytes
-from fastmodel.kernels.lm.bf16_layers import bf16_row, bf16_stage_layers
+from fastmodel.kernels.lm.bf16_layers import bf16_row, bf16_stage_share
 from fastmodel.kernels.lm.memory_peak import N_PHASES, backward_grad_bytes, phase_kinds, stage_peak
 from fastmodel.kernels.lm.pipeline import mirror_stage
 from fastmodel.kernels.lm.memory_states import (
@@ -360,9 +360,9 @@ def memory_row(row, out):
             continue
         w1, g1, o1, a1, b1 = stage_peak(row, stage, dense_layer, moe_layer, working, gather, comm, grad_work, logits,
                                           resident)
-        held = bf16_stage_layers(row, stage)
-        if held > 0.0:      # the recipe's BF16 layers: 16-bit weights and saved GEMM inputs (docs/model.md §11.39)
-            w1, g1, o1, a1, b1 = _with_bf16_layers(row, stage, held)
+        s = bf16_stage_share(row, stage)
+        if s > 0.0:         # the recipe's BF16 layers: 16-bit weights and saved GEMM inputs (docs/model.md §11.39)
+            w1, g1, o1, a1, b1 = _with_bf16_layers(row, stage, s)
         total = w1 + g1 + o1 + a1 + b1
         if total > best:
             best = total
@@ -379,13 +379,11 @@ def memory_row(row, out):
 
 
 @njit(error_model='numpy')
-def _with_bf16_layers(row, stage, held):
-    """The kinds of rank ``stage`` at its peak with ``held`` of its layers in BF16: at every phase of the step
-    (``memory_peak.phase_kinds``) each kind is ``m + s (m16 - m)``, ``s`` the held share of the rank's layers and
+def _with_bf16_layers(row, stage, s):
+    """The kinds of rank ``stage`` at its peak with share ``s`` of its layers in BF16 (``bf16_stage_share``): at
+    every phase of the step (``memory_peak.phase_kinds``) each kind is ``m + s (m16 - m)``,
     ``m16`` the kind at 16-bit GEMMs (``bf16_layers.bf16_row``; the embedding, head and optimizer terms are the
     same in both and cancel); the largest phase is the peak."""
-    dense, moe, _ = stage_layers(row, stage)
-    s = min(1.0, held / max(dense + moe, 1.0))
     wide = bf16_row(row)
     d, m, res, work, gather, comm, grads, logits = peak_terms(row)
     d16, m16, res16, work16, gather16, comm16, grads16, logits16 = peak_terms(wide)

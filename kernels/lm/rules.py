@@ -7,7 +7,7 @@ PlanErrors for single configurations.
 """
 
 
-from fastmodel.kernels.lm.bf16_layers import bf16_layers_above_stage, bf16_layers_delayed
+from fastmodel.kernels.lm.bf16_layers import bf16_layers_above_stage, bf16_layers_delayed, bf16_layers_dualpipe
 from fastmodel.kernels.lm.fp4 import fp4_supported
 from fastmodel.kernels.lm.fp8 import fp8_recipe_supported
 from fastmodel.kernels.jit import njit, prange
@@ -39,6 +39,7 @@ ST_LAYOUT = STATUS_CODES["layout_not_runnable"]
 ST_SCHEDULE = STATUS_CODES["schedule_not_runnable"]
 ST_BF16_DELAYED = STATUS_CODES["bf16_layers_delayed"]
 ST_BF16_ABOVE = STATUS_CODES["bf16_layers_above_stage"]
+ST_BF16_DUALPIPE = STATUS_CODES["bf16_layers_dualpipe"]
 
 
 @njit
@@ -90,6 +91,8 @@ def plan_status_row(row):
         return ST_BF16_DELAYED
     if bf16_layers_above_stage(row):
         return ST_BF16_ABOVE
+    if bf16_layers_dualpipe(row):
+        return ST_BF16_DUALPIPE
     if offload_conflict(row):
         return ST_OFFLOAD
     if layout_broken(row):

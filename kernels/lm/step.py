@@ -71,13 +71,6 @@ def mtp_layer(row, work):
 
 
 @njit
-def stage_passes(row, work):
-    """(t_mb, t_avg, F_avg, W_avg, layers, head share): :func:`busiest_stage` without its BF16 layers."""
-    t_mb, average_mb, forward, weight, layers, share, _, _ = busiest_stage(row, work)
-    return t_mb, average_mb, forward, weight, layers, share
-
-
-@njit
 def busiest_stage(row, work):
     """(t_mb, t_avg, F_avg, W_avg, layers, head share, n16, d16): one micro-batch on the busiest stage and on the
     average stage, the average stage's forward and weight-gradient passes (what the pipeline schedule's bubble
@@ -122,9 +115,9 @@ def busiest_stage(row, work):
     dense, moe, _ = stage_layers(row, 0.0)  # the first rank and its BF16 layers
     if n_first > 0.0 and (dense + moe) * t_layer + first_bf16 > max(last_mb, lead):
         if all_moe:     # the first rank's layers are the average's; work[W_*] keeps the head's for step_row
-            head_costs = work[:N_LAYER_WORK].copy()
+            head_work = work[:N_LAYER_WORK].copy()
             layer_passes(row, work)
-            work[:N_LAYER_WORK] = head_costs
+            work[:N_LAYER_WORK] = head_work
         return (dense + moe) * t_layer + first_bf16, average_mb, forward, weight, dense + moe, 0.0, n_first, d_first
     if lead > last_mb:
         return lead, average_mb, forward, weight, middle, 0.0, 0.0, d_first
@@ -378,16 +371,16 @@ def _fsdp_step(row, work, micro_batches, per_stage, out):
 @njit
 def step_row(row, work, out):
     """Every time result of one configuration into ``out`` (registry result indices): layer mix and per-layer
-    passes (:func:`stage_passes`), then the step composition."""
+    passes (:func:`busiest_stage`), then the step composition."""
     p = row[C_PP]
     micro_batches = row[C_GLOBAL_BATCH] / (row[C_MICRO_BATCH] * row[C_DP])
-    offload_layer = offload_layer_s(row, work, last_rank_all_moe(row))  # first: stage_passes leaves work[A_*]
+    offload_layer = offload_layer_s(row, work, last_rank_all_moe(row))  # first: busiest_stage leaves work[A_*]
     stage_mb, average_mb, forward, weight, layers, share, n16, d16 = busiest_stage(row, work)
     per_stage = layers + share * row[C_MTP_LAYERS] / model_copies(row)   # the busiest rank's layers
     offload = micro_batches * per_stage * offload_layer
     head_params = work[W_PARAMS]
     head_flops = 3.0 * work[W_FLOPS]
-    # the head's forward costs, left by stage_passes, on the busiest rank when it is the last (share 1)
+    # the head's forward costs, left by busiest_stage, on the busiest rank when it is the last (share 1)
     head_gemm = share * (1.0 + BACKWARD_GEMM) * work[W_GEMM]
     head_mem = share * 2.0 * work[W_MEM]
     head_tp = share * (1.0 + TP_BACKWARD_PASSES) * work[W_TP]

@@ -17,8 +17,8 @@ from fastmodel.kernels.lm.step import (
     _data_parallel_ends,
     _data_parallel_ranks,
     _data_parallel_step,
+    busiest_stage,
     ends_alike,
-    stage_passes,
 )
 from fastmodel.lm.table import row
 
@@ -49,7 +49,7 @@ ROWS = [
 def _prepared(values):
     columns = row(**values)
     work = np.zeros(N_WORK)
-    stage_mb = stage_passes(columns, work)[0]
+    stage_mb = busiest_stage(columns, work)[0]
     micro_batches = values["global_batch"] / (values["micro_batch"] * values["dp"])
     return columns, work, work[W_PARAMS], micro_batches, stage_mb
 

@@ -11,24 +11,12 @@ from fastmodel.kernels.lm.passes import A_TP_COMM, layer_passes
 from fastmodel.kernels.lm.passes import N_WORK as N_PASS_WORK
 from fastmodel.kernels.nccl import allgather_time, allreduce_time
 from fastmodel.kernels.roofline import sp_gather_bytes
-from fastmodel.registry.lm import COLUMN_INDEX as C
-from fastmodel.registry.lm import FP8_RECIPES, PRECISION_CODES, column_defaults
-
-HOPPER, BLACKWELL = 9.0, 10.0
-H, SEQ, MICRO, TP = 12288.0, 2048.0, 1.0, 4.0       # MLPerf GPT-3 175B's shape and TP (runs_dev.jsonl)
+from tests.lm.sp_rows import BLACKWELL, HOPPER, MICRO, SEQ, TP, H, sp_row
 
 
 def _row(precision: str, recipe: str = "unstated", cc: float = HOPPER, **values) -> np.ndarray:
-    row = np.array(column_defaults())
-    row[C["precision"]] = PRECISION_CODES[precision]
-    row[C["fp8_recipe"]] = FP8_RECIPES[recipe]
-    row[C["compute_capability"]] = cc
-    row[C["hidden"]], row[C["seq_len"]], row[C["micro_batch"]], row[C["tp"]] = H, SEQ, MICRO, TP
-    row[C["sequence_parallel"]] = 1.0
-    row[C["sp_wgrad_regather"]] = 0.0       # §11.41's wgrad re-gathers: tests/lm/test_sp_wgrad_gather.py
-    for name, value in values.items():
-        row[C[name]] = value
-    return row
+    """SP on, §11.41's wgrad re-gathers off (they are tests/lm/test_sp_wgrad_gather.py's)."""
+    return sp_row(precision, recipe, cc, regather=0.0, **values)
 
 
 # forward: rowwise data (+ its scales); backward output gradient: rowwise and columnwise copies, except per-tensor

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from fastmodel.kernels.lm.passes import N_WORK
-from fastmodel.kernels.lm.step import stage_passes
+from fastmodel.kernels.lm.step import busiest_stage
 from fastmodel.lm.engine import evaluate_table
 from fastmodel.lm.records import lower_record
 from fastmodel.lm.table import row, table
@@ -60,11 +60,11 @@ def test_host_bound_evaluation_by_hand():
 def test_gpu_bound_evaluation_is_the_forward_of_each_micro_batch():
     """One stage: the evaluation of a step is eval_iters / eval_interval x m forward passes of the stage (its
     layers' forward with their exposed forward communication, and the LM head's forward), the kernel's own
-    forward (``stage_passes``); 100 / 1000 x 4 micro-batches (512 / (16 x 8)). The forward is about a third of a
+    forward (``busiest_stage``); 100 / 1000 x 4 micro-batches (512 / (16 x 8)). The forward is about a third of a
     training micro-batch here (GEMMs run once forward, twice backward), so the evaluation adds 2-5% of the step."""
     r = _results(eval_interval=1000, eval_iters=100)
     columns = row(**GPT, eval_interval=1000, eval_iters=100)
-    stage_mb, _, forward, _, _, _ = stage_passes(columns, np.zeros(N_WORK))
+    stage_mb, _, forward, *_ = busiest_stage(columns, np.zeros(N_WORK))
     assert r["time_eval"] == pytest.approx(0.1 * 4 * forward, rel=1e-12)
     assert 0.25 < forward / stage_mb < 0.4
     assert 0.02 < r["time_eval"] / r["step_time"] < 0.05
@@ -81,7 +81,7 @@ def test_the_megablocks_rows_state_the_launch_scripts_schedule():
     for run_id in ("megablocks-dmoe-medium-e64-top1-a100-n8", "megablocks-megatron-transformer-356m-a100-n8"):
         record = lower_record(record_by_id(run_id))
         predicted = predict_records([record])
-        _, _, forward, _, _, _ = stage_passes(record.columns, np.zeros(N_WORK))
+        _, _, forward, *_ = busiest_stage(record.columns, np.zeros(N_WORK))
         m = 512 / (record_by_id(run_id)["plan"]["micro_batch"] * 8)
         assert predicted["time_eval"][0] == pytest.approx(0.1 * m * forward, rel=1e-9)
 

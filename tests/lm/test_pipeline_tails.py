@@ -60,9 +60,9 @@ def test_a_lighter_last_rank_fills_whole_chunks_in_order_by_hand():
 def _backward(columns):
     """One average layer's backward seconds (B + W + R) as the step's passes give them."""
     from fastmodel.kernels.lm.passes import A_BACKWARD_INPUT, A_BACKWARD_WEIGHT, A_RECOMPUTE, N_WORK
-    from fastmodel.kernels.lm.step import stage_passes
+    from fastmodel.kernels.lm.step import busiest_stage
     work = np.zeros(N_WORK)
-    stage_passes(columns, work)
+    busiest_stage(columns, work)
     return work[A_BACKWARD_INPUT] + work[A_BACKWARD_WEIGHT] + work[A_RECOMPUTE]
 
 
@@ -161,10 +161,10 @@ MOE_LAYER = 4 * H * H + H * 4                   # its attention and router (no s
 def _first_rank_step(columns):
     from fastmodel.kernels.lm.layer import W_PARAMS
     from fastmodel.kernels.lm.passes import N_WORK
-    from fastmodel.kernels.lm.step import END_FIRST, _data_parallel_step, stage_passes
+    from fastmodel.kernels.lm.step import END_FIRST, _data_parallel_step, busiest_stage
     from fastmodel.registry.lm import RESULTS
     work, out = np.zeros(N_WORK), np.zeros(len(RESULTS))
-    stage_mb = stage_passes(columns, work)[0]
+    stage_mb = busiest_stage(columns, work)[0]
     _data_parallel_step(columns, work, 4.0, work[W_PARAMS], 4.0, stage_mb, out, END_FIRST, 0.0)
     names = [r.name for r in RESULTS]
     return out[names.index("comm_dp")], out[names.index("time_optimizer")]

@@ -91,8 +91,8 @@ def test_a_run_record_report_names_its_stack_and_what_picked_it():
 
 def test_run_and_run_record_lower_their_configuration_once(monkeypatch):
     """The report's numbers and its "memory by pipeline stage" table come from one lowering: ``run_record`` calls
-    ``lower_record`` once (it was twice, ~6.5 ms), ``run_one`` ``point_columns`` once (twice without a calibration);
-    the table's peak stage is still the report's memory_per_device."""
+    ``lower_record`` once, ``run_one`` without a calibration ``point_columns`` once (a calibrated run lowers through
+    the sweep path and once more for the table); the table's peak stage is the report's memory_per_device."""
     import json
 
     from fastmodel.lm import records, sweep

@@ -16,25 +16,16 @@ from fastmodel.kernels.nccl import allgather_time
 from fastmodel.kernels.roofline import gemm_roofline
 from fastmodel.lm.stacks import kempnerforge, torchtitan
 from fastmodel.registry.lm import COLUMN_INDEX as C
-from fastmodel.registry.lm import FP8_RECIPES, PRECISION_CODES, RECOMPUTE_CODES, column_defaults
+from fastmodel.registry.lm import RECOMPUTE_CODES, column_defaults
+from tests.lm.sp_rows import BLACKWELL, HOPPER, MICRO, SEQ, TP, H, sp_row
 
-HOPPER, BLACKWELL = 9.0, 10.0
-H, SEQ, MICRO, TP = 12288.0, 2048.0, 1.0, 4.0       # MLPerf GPT-3 175B's shape and TP (runs_dev.jsonl)
 N = SEQ * MICRO * H                                 # 25,165,824 elements gathered per collective
 OVERHEAD = 20e-6
 
 
 def _row(precision="bf16", recipe="unstated", cc=HOPPER, **values) -> np.ndarray:
-    row = np.array(column_defaults())
-    row[C["precision"]] = PRECISION_CODES[precision]
-    row[C["fp8_recipe"]] = FP8_RECIPES[recipe]
-    row[C["compute_capability"]] = cc
-    row[C["hidden"]], row[C["seq_len"]], row[C["micro_batch"]], row[C["tp"]] = H, SEQ, MICRO, TP
-    row[C["sequence_parallel"]] = 1.0
-    row[C["collective_overhead_s"]] = OVERHEAD
-    for name, value in values.items():
-        row[C[name]] = value
-    return row
+    """SP on, the default wgrad re-gather, a collective overhead of OVERHEAD."""
+    return sp_row(precision, recipe, cc, overhead=OVERHEAD, **values)
 
 
 def _layer(row):
