@@ -343,6 +343,10 @@ def test_whole_node_counts_of_any_type_sweep_alike():
     (lambda e, s: s("llama3.1-8b", tp=[1, 0], batch_size=1), "tp: 0 is outside [1, 65536]"),
     (lambda e, s: s("llama3.1-8b", tp=[float("nan")], batch_size=1), "tp: nan is outside [1, 65536]"),
     (lambda e, s: s("llama3.1-8b", tp=[None], batch_size=1), "tp: expected a number, got None"),
+    (lambda e, s: e("llama3.1-8b", "H100", batch_size=2.5), "batch_size: every value must be a whole number (got 2.5)"),
+    (lambda e, s: e("llama3.1-8b", "H100", concurrency=1.5), "concurrency: every value must be a whole number (got 1.5)"),
+    (lambda e, s: e("llama3.1-8b", "H100", batch_size=1, input_len=100.5),
+     "input_len: every value must be a whole number (got 100.5)"),
 ])
 def test_a_serving_value_outside_its_column_is_named(call, said):
     """tp=0 was ZeroDivisionError inside the numba kernel (SystemError from the sweep), tp=-1 and input_len=0
