@@ -268,6 +268,17 @@ def test_a_command_name_on_the_package_says_its_python_call():
     assert not hasattr(fastmodel, "best") and not hasattr(fastmodel, "nothing_here")
 
 
+def test_fastmodel_plot_is_the_plot_subpackage_after_import_fastmodel(monkeypatch):
+    """``fastmodel.plot`` said "'fastmodel plot' is fastmodel.plot in Python", the name just typed; it is now the
+    subpackage, imported on first use (the attribute an earlier import set is removed, so the package's
+    ``__getattr__`` answers)."""
+    import importlib
+
+    monkeypatch.delattr(fastmodel, "plot", raising=False)
+    assert fastmodel.plot is importlib.import_module("fastmodel.plot")
+    assert callable(fastmodel.plot.heatmap)
+
+
 @pytest.mark.parametrize("specs, semantics", [(LM, "default"), (("llama2-70b", "dc-a", "llm-pretrain"), "madmax")])
 def test_the_all_plan_keyword_is_read_whatever_its_case_in_python(specs, semantics):
     """A sweep file read plan = "ALL" as "all" (test_hurried_user); fastmodel.sweep refused it ("'all' is not a
