@@ -322,6 +322,10 @@ def test_a_memory_margin_with_a_bytes_unit():
     bytes, the same result as the number. A wrong unit or a negative one stays one line."""
     ds = fastmodel.memory_by_stage(*LM, plan="tp2.pp2", num_nodes=2, memory_margin="2 GiB")
     assert ds.identical(fastmodel.memory_by_stage(*LM, plan="tp2.pp2", num_nodes=2, memory_margin=2 * 2**30))
+    from fastmodel.analysis.margin import check_margin
+
+    # the unit in any case, as the CLI's --memory-margin 8 gib ("2 gib" was "not a number")
+    assert check_margin("2 gib") == check_margin("2GIB") == 2 * 2**30 and check_margin("500 mb") == 500e6
     for given, said in (("2 XB", "memory_margin: unknown unit 'XB' for bytes"),
                         ("-2 GiB", "memory_margin: '-2 GiB' is negative"),
                         ("2 GB/s", "memory_margin: '2 GB/s' is not a number")):
