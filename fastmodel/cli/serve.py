@@ -132,7 +132,7 @@ def serve(records, model, list_models, device, tp, pp, ep, attention_dp, moe_tp,
     ep, attention_dp, spec_tokens = _flat(ep), _flat(attention_dp), _flat(spec_tokens)
     _check_spec(spec_tokens, spec_acceptance)
     if model:
-        shape, notes = _check_context(model, input_len, output_len)
+        shape, notes = _model_within_context(model, input_len, output_len)
     if search:
         return _search(model, device, input_len, output_len, ttft, tpot, gpus, search_precision, engine, output,
                        force, search_concurrency, dict(ep=ep, attention_dp=attention_dp, modes=modes.split(","),
@@ -233,7 +233,7 @@ def _check_requests(**counts) -> None:
             raise FastmodelError(f"--{name.replace('_', '-')}: {problem}")
 
 
-def _check_context(model, input_len: int, output_len: int) -> tuple[dict[str, float], list[str]]:
+def _model_within_context(model, input_len: int, output_len: int) -> tuple[dict[str, float], list[str]]:
     """The model's (columns, notes) (``serving_model``, read once for the command), with --input-len and
     --output-len checked against its context (``context_len``: a built-in serving model's
     config.json ``max_position_embeddings``; a family-"lm" spec states none, no bound): a request longer than the
