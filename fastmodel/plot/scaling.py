@@ -90,7 +90,7 @@ def scaling(data, x: str, *, var: str | None = None, hue: str | None = None, sel
     """
     da, status = D.prepare(data, var, sel, reduce, keep=(x, hue))
     D.check_quantity(da, "a scaling line")
-    for option, dim in (("--x", x), ("--hue", hue)):   # was "unknown dimension 'plan'" for a plan --sel fixed
+    for option, dim in (("--x", x), ("--hue", hue)):   # a dimension --sel fixed to one value cannot be drawn along
         if dim is not None and dim not in da.dims and dim in (sel or {}):
             raise D.PlotError(f"{option} {dim}: {dim} is fixed by --sel {dim}=...; keep two or more values (repeat "
                               f"--sel {dim}=VALUE) or draw along another dimension")

@@ -56,7 +56,7 @@ def serving_frontiers(ds, curve: str = "device", x: str = X, y: str = Y, sel=Non
         labels = [", ".join(f"{d}={S.fmt_coord(part[d].values[g[k]])}" for d, g in zip(dims, grids)
                             if d in varying) for k in range(order.size)]
         out[value.item() if hasattr(value, "item") else value] = (xv[order], yv[order], labels)
-    if not out:   # why, as the legend would have said it (was only "no point ... is legal")
+    if not out:   # why, as the legend would have said it
         raise D.PlotError(f"no point of the sweep is legal and fits in memory (status 0) for a {curve} frontier: "
                           f"{left_out(whole, sel, keep)}")
     return out
@@ -117,8 +117,8 @@ def serving_pareto(ds, curve: str = "device", x: str = X, y: str = Y, sel=None, 
     for name in (x, y):             # an unknown variable: one line naming the nearest, not xarray's KeyError
         if name not in ds and f"disagg_{name}" not in ds:
             D.get_var(ds, name)
-    # each axis's better direction: tokens/s are higher-is-better, ttft and tpot lower (--x-dir / --y-dir force it;
-    # the frontier was always max-max, so --x ttft kept the slowest first tokens)
+    # each axis's better direction: tokens/s are higher-is-better, ttft and tpot lower (--x-dir / --y-dir force it),
+    # so --x ttft keeps the fastest first tokens
     x_dir, y_dir = (D.check_direction(way, name, _attrs(ds, name)) for way, name in ((x_dir, x), (y_dir, y)))
     frontiers = serving_frontiers(ds, curve, x, y, sel, where, x_dir, y_dir) if x in ds else {}   # disagg only: none
     frontiers.update(disagg_frontier(D.select(ds, {k: v for k, v in (sel or {}).items() if k in ds.dims
