@@ -38,19 +38,24 @@ _COMMANDS = {
     "run": "fastmodel.evaluate (specs) or fastmodel.evaluate_record (a run or serving record)",
     "best": "fastmodel.analysis.best.best",
     "serve": "fastmodel.serve.api.evaluate / .sweep, fastmodel.serve.search.slo_search",
-    "plot": "fastmodel.plot", "batch": "fastmodel.io.batch.run_batch",
+    "batch": "fastmodel.io.batch.run_batch",
 }
+#: subpackages reached as attributes of the package (``fastmodel.plot.heatmap`` after ``import fastmodel``), imported
+#: on first use so that ``import fastmodel`` does not load matplotlib
+_SUBPACKAGES = ("plot",)
 
 
 def __getattr__(name: str):
+    import importlib
+
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f"fastmodel.{name}")
     module = _LAZY.get(name)
     if module is None:
         if name in _COMMANDS:
             raise AttributeError(f"module 'fastmodel' has no attribute {name!r}: 'fastmodel {name}' is "
                                  f"{_COMMANDS[name]} in Python")
         raise AttributeError(f"module 'fastmodel' has no attribute {name!r}")
-    import importlib
-
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value

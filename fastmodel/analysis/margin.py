@@ -94,12 +94,15 @@ def margin(ds, memory_margin: float | None = None) -> dict:
 def check_margin(memory_margin) -> float:
     """``memory_margin`` (bytes, or a text with a bytes unit as spec files write one: ``"2 GiB"``) as a float >= 0;
     nan (or a non-number) is "not a number", below 0 "negative", each a one-line SweepError naming the value as
-    given."""
-    if isinstance(memory_margin, str) and memory_margin.strip().endswith("B"):       # "2GiB", "500 MB"
+    given. The unit is read whatever its case (``"2 gib"`` is 2 GiB, ``"500 mb"`` 500 MB), as ``gib_margin``
+    reads the command line's."""
+    if isinstance(memory_margin, str) and memory_margin.strip()[-1:] in ("B", "b"):       # "2GiB", "500 MB"
         from fastmodel.spec.quantity import parse_quantity
 
+        unit = re.fullmatch(r"\s*(.*?[\d.])\s*([kmgtpe]?)(i?)b\s*", memory_margin, flags=re.IGNORECASE)
+        text = f"{unit[1]} {unit[2].upper()}{unit[3].lower()}B" if unit else memory_margin
         try:
-            return _at_least_zero(parse_quantity(memory_margin, "bytes"), "memory_margin", repr(memory_margin),
+            return _at_least_zero(parse_quantity(text, "bytes"), "memory_margin", repr(memory_margin),
                                   "", ", >= 0 bytes")
         except ValueError as error:
             raise SweepError(f"memory_margin: {error}") from None
@@ -167,9 +170,9 @@ def gib_margin(text: str | None, flag: str = "--memory-margin") -> float | None:
 
 
 def _in_gib(text: str, flag: str) -> str:
-    """``text`` without the unit the option is in (``8GiB``, ``8 gib``: 8), which was "not a number"; another
-    binary unit (``8TiB``, ``512MiB``) is read as its GiB (8192, 0.5), so a margin past the HBM says so (was "not a
-    number"); a decimal unit (``8GB``) is refused naming its value in GiB (8 GB = 7.451 GiB), never read as GiB."""
+    """``text`` without the unit the option is in (``8GiB``, ``8 gib``: 8); another binary unit (``8TiB``,
+    ``512MiB``) is read as its GiB (8192, 0.5), so a margin past the HBM says so; a decimal unit (``8GB``) is
+    refused naming its value in GiB (8 GB = 7.451 GiB), never read as GiB."""
     match = re.fullmatch(r"\s*(.*?)\s*(gib|([kmgtpe])b|([kmtpe])ib)\s*", text, flags=re.IGNORECASE)
     if match is None:
         return text

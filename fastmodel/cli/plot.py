@@ -111,8 +111,8 @@ _VAR_HELP = ", ".join(DEFAULT_VARS)
 
 
 def _default_var(ds, var: str | None) -> str:
-    """``var``, or the first of DEFAULT_VARS the result holds (was 'throughput', which real-world and serving
-    results do not have)."""
+    """``var``, or the first of DEFAULT_VARS the result holds (each engine names its rate differently: MAD-Max's
+    ``throughput`` is not in real-world or serving results)."""
     if var is not None:
         return var
     return next((name for name in DEFAULT_VARS if name in ds.data_vars), DEFAULT_VARS[0])
@@ -324,7 +324,7 @@ def pareto_command(result, x, y, x_dir, y_dir, sel, where, label, curve, memory_
     ds = _open(result, memory_margin, include_oom)
     mask = where_mask(ds, list(where)) if where else None
     if curve is not None or ds.attrs.get("fastmodel_task") == "serve":
-        if label:    # was ignored: the serving frontier names each point by the dimensions varying along its curve
+        if label:    # refused: the serving frontier names each point by the dimensions varying along its curve
             from fastmodel.plot.data import PlotError
 
             raise PlotError("--label: the serving frontier labels each point with the dimensions that vary along "

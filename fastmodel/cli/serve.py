@@ -132,7 +132,7 @@ def serve(records, model, list_models, device, tp, pp, ep, attention_dp, moe_tp,
     ep, attention_dp, spec_tokens = _flat(ep), _flat(attention_dp), _flat(spec_tokens)
     _check_spec(spec_tokens, spec_acceptance)
     if model:
-        shape, notes = _check_context(model, input_len, output_len)
+        shape, notes = _model_within_context(model, input_len, output_len)
     if search:
         return _search(model, device, input_len, output_len, ttft, tpot, gpus, search_precision, engine, output,
                        force, search_concurrency, dict(ep=ep, attention_dp=attention_dp, modes=modes.split(","),
@@ -233,7 +233,7 @@ def _check_requests(**counts) -> None:
             raise FastmodelError(f"--{name.replace('_', '-')}: {problem}")
 
 
-def _check_context(model, input_len: int, output_len: int) -> tuple[dict[str, float], list[str]]:
+def _model_within_context(model, input_len: int, output_len: int) -> tuple[dict[str, float], list[str]]:
     """The model's (columns, notes) (``serving_model``, read once for the command), with --input-len and
     --output-len checked against its context (``context_len``: a built-in serving model's
     config.json ``max_position_embeddings``; a family-"lm" spec states none, no bound): a request longer than the
@@ -314,10 +314,11 @@ def _record_rows(found: list, labels: list[str], as_json: bool) -> list[dict]:
 
 def _echo_notes(found: list, labels: list[str]) -> None:
     """Each distinct note of the records (an engine mapped to a default profile, a value the lowering
-    replaced, an assumed constant) once on stderr, with the records it applies to."""
+    replaced, an assumed constant, an FP8 KV pool converted at every forward) once on stderr, with the records it applies to."""
     by_note: dict[str, list[str]] = {}
     for record, label in zip(found, labels):
-        for note in record.notes:
+        upcast = kv_upcast_note(record.columns) if hasattr(record, "columns") else None
+        for note in [*record.notes, *([upcast] if upcast else [])]:
             by_note.setdefault(note, []).append(label)
     for note, which in by_note.items():
         more = f" and {len(which) - 3} more" if len(which) > 3 else ""
@@ -370,14 +371,17 @@ def _bare_number(value) -> bool:
 
 def _search_precision_notes(model, device, precisions, engines) -> list[str]:
     """``precision_notes`` of every searched precision, once each, as plain ``serve`` prints them: FP4 weight-only on
-    a GPU without FP4 tensor cores, FP8 weight-only where a searched engine runs it so."""
-    from fastmodel.serve.api import engine_columns
+    a GPU without FP4 tensor cores, FP8 weight-only where a searched engine runs it so, and the FP8 KV pool's
+    conversion at every forward where a searched engine does it (``kv_upcast_note``)."""
+    from fastmodel.serve.api import columns, engine_columns
     from fastmodel.serve.search import engine_list
 
-    weight_only = max(engine_columns(name, device)[0].get("fp8_weight_only", 0.0)
-                      for name in engine_list(engines or None, device))
+    profiles = [engine_columns(name, device)[0] for name in engine_list(engines or None, device)]
+    weight_only = max(profile.get("fp8_weight_only", 0.0) for profile in profiles)
     notes = [note for precision in precisions for note in precision_notes(model, device, precision, weight_only)]
-    return list(dict.fromkeys(notes))
+    notes += [kv_upcast_note(columns(model, device, precision=precision, max_throughput=True, **profile))
+              for precision in precisions for profile in profiles]
+    return list(dict.fromkeys(note for note in notes if note))
 
 
 def _search(model, device, input_len, output_len, ttft, tpot, gpus, precisions, engine, output=None,

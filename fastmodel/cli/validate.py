@@ -40,18 +40,18 @@ def validate(runs, output, plot_path, dpi, size, force, calibration, split_file)
     add an MoE section (by dispatcher, overlap, routing and stack; one line per MoE run with its expert share, load
     factor and EP communication); runs that log memory add the peak memory errors (memory_allocated, or
     memory_reserved) and the runs predicted not to fit under the default margin."""
+    from fastmodel.analysis.validation import is_serving
     from fastmodel.api import validate as validate_runs
     from fastmodel.errors import SpecError
     from fastmodel.io.outputs import check_output
     from fastmodel.lm.calibrate.use import CalibrationWarning
-    from fastmodel.serve.records import file_has_serve_records
 
     if output is not None:
         check_output(output, "csv", inputs=(runs,), force=force, what="table")
     _sized_without_plot(plot_path)
     if plot_path is not None:
         check_output(plot_path, _figure_kind(plot_path), inputs=(runs,), force=force, what="figure")
-    if file_has_serve_records(runs):      # serving records (SERVE_RUNS.md): fastmodel.serve.validate
+    if is_serving(runs):      # serving records (SERVE_RUNS.md): fastmodel.serve.validate
         if plot_path:
             raise SpecError(plot_path, "", "--plot draws step times of run records, not serving records")
         if calibration:

@@ -401,7 +401,7 @@ def run_batch(lines: Iterable["str | bytes | dict"], semantics="default", calibr
     """Yield one result record per input line (text or bytes, no newline needed, or a parsed record or spec line
     as a dict), in order. ``calibration``: a calibration overlay (TOML path or ``Calibration``) for run-record
     lines. ``lines`` is an iterable of lines (``open("runs.jsonl")``, a list): a str, bytes or path is refused
-    (it was read character by character)."""
+    (iterating one yields characters, not lines)."""
     if isinstance(lines, (str, bytes, os.PathLike)):
         raise FastmodelError(f"lines: expected an iterable of JSON lines or dicts (e.g. open('runs.jsonl')), got "
                              f"{type(lines).__name__}: pass open(path) for a file, [line] for one line")

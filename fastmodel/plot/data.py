@@ -146,7 +146,7 @@ def select(obj, sel: Mapping[str, object] | None):
     """``obj.sel`` with values matched exactly (numbers within 1e-9); a list keeps the dimension."""
     if not sel:
         return obj
-    if not isinstance(sel, Mapping):       # a CLI --sel text: was AttributeError ('str' object has no attribute 'items')
+    if not isinstance(sel, Mapping):       # a CLI --sel text ("num_nodes=2") given to the Python API
         raise PlotError(f"sel: expected a dict of dimension -> value (e.g. sel={{'num_nodes': 256}}), got "
                         f"{type(sel).__name__} {sel!r:.60}")
     indexers = {}
@@ -281,7 +281,7 @@ def prepare(data, var: str | None = None, sel=None, reduce=(), relative_to=None,
         if var is None:
             raise PlotError("name the variable to plot (var=...)")
         da = get_var(data, var)
-        if da.name in data.dims:   # a grid axis: its values, not a quantity over the grid (was a misleading error)
+        if da.name in data.dims:   # a grid axis: its values, not a quantity over the grid
             raise PlotError(f"{da.name!r} is a dimension of the result (an axis of the figure, or --sel), not a "
                             f"variable to plot; variables: {', '.join(data.data_vars)}")
         if status is None and "status" in data:
@@ -298,10 +298,10 @@ def prepare(data, var: str | None = None, sel=None, reduce=(), relative_to=None,
         check_quantity(da, "--relative-to")
         da = relative(da, relative_to, relative_dim)
     for how, dim in reduce or ():
-        if dim in keep:   # was "unknown dimension" for the axis the user named, once reduced away
+        if dim in keep:   # the axis the figure is drawn along cannot be reduced away
             raise PlotError(f"--reduce {how}:{dim} removes {dim!r}, which the figure is drawn along; reduce "
                             "another dimension, or draw along another")
-        if dim in (sel or {}) and dim not in da.dims:    # was "unknown dimension" for a dimension --sel fixed
+        if dim in (sel or {}) and dim not in da.dims:    # a dimension --sel fixed is no longer there to reduce
             raise PlotError(f"--reduce {how}:{dim}: {dim} is fixed by --sel {dim}=...; reduce it or select it, "
                             "not both")
         check_dim(da.dims, dim)
@@ -320,7 +320,7 @@ def prepare(data, var: str | None = None, sel=None, reduce=(), relative_to=None,
         status.attrs.update(status_attrs)
     if da.dtype.kind in "fc" and not np.isfinite(da.values).any():
         bad = int((status.values != 0).sum()) if status is not None else 0
-        if bad == da.size:   # was asked whether a price is missing, the reason each point has aside
+        if bad == da.size:   # every point has its own reason: name those, not a missing price
             reasons = status_legend(status.values.ravel(), status_names_of(status))
             raise PlotError(f"{da.name}: every point of this selection is illegal or infeasible ({reasons}); "
                             "nothing to draw")

@@ -6,7 +6,7 @@ import numpy as np
 
 from fastmodel.plot import data as D
 from fastmodel.plot import style as S
-from fastmodel.plot.readable import labels_left_out, legend_label, make_readable, place_labels
+from fastmodel.plot.readable import legend_label, make_readable, place_labels_noted
 
 
 def pareto_mask(x, y, x_dir: str = "min", y_dir: str = "min") -> np.ndarray:
@@ -127,17 +127,11 @@ def _label_points(ax, chosen, x, y, dims) -> list:
 
 
 def _place_labels(fig, ax, texts, line) -> None:
-    """Labels off the frontier line and each other (:func:`fastmodel.plot.readable.place_labels`); the ones with
-    no room are left out and the frontier's legend entry says how many (``ax.labels_left_out``)."""
-    hidden = place_labels(fig, texts, [line])
+    """Labels off the frontier line and each other (:func:`fastmodel.plot.readable.place_labels_noted`); the ones
+    with no room are left out and the frontier's legend entry says how many (``ax.labels_left_out``)."""
     entry = next((t for legend in fig.legends for t in legend.get_texts()
                   if t.get_text().startswith("Pareto frontier")), None)
-    if hidden and entry is not None:
-        base = entry.get_text()
-        entry.set_text(f"{base}\n{labels_left_out(hidden, len(texts))}")
-        hidden = place_labels(fig, texts, [line])       # the longer entry may have moved the axes: once more
-        entry.set_text(f"{base}\n{labels_left_out(hidden, len(texts))}" if hidden else base)
-    ax.labels_left_out = hidden
+    place_labels_noted(fig, ax, texts, [line], base=entry and entry.get_text(), show=entry and entry.set_text)
 
 
 def _label_dims(table, label):

@@ -313,6 +313,18 @@ def _first_clear(text, renderer, pad, paths, boxes, frame):
     return None
 
 
+def place_labels_noted(fig, ax, texts, lines, markers=(), base: str | None = None, show=None) -> None:
+    """:func:`place_labels`, then the count of labels with no room appended to a legend text ``base`` (written by
+    ``show``; none when ``base`` is None) and the labels placed again, since the longer legend text may have moved
+    the axes; ``ax.labels_left_out`` is the count."""
+    hidden = place_labels(fig, texts, lines, markers)
+    if hidden and base is not None:
+        show(f"{base}\n{labels_left_out(hidden, len(texts))}")
+        hidden = place_labels(fig, texts, lines, markers)
+        show(f"{base}\n{labels_left_out(hidden, len(texts))}" if hidden else base)
+    ax.labels_left_out = hidden
+
+
 def labels_left_out(hidden: int, total: int) -> str:
     """The figure's note on point labels :func:`place_labels` hid: ``2 of 9 labels left out (no room)``."""
     return f"{hidden} of {total} labels left out (no room)" if hidden else ""

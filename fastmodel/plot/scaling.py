@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
+import xarray as xr
 from matplotlib.lines import Line2D
 
 from fastmodel.plot import data as D
 from fastmodel.plot import style as S
-from fastmodel.plot.readable import make_readable
+from fastmodel.plot.readable import legend_label, make_readable
 
 #: markers and line styles cycled over the lines, so lines that overlap stay distinguishable
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "*")
@@ -64,23 +65,11 @@ def _lines(da, status, hue, top):
         score = np.where(np.isnan(signed), -np.inf, signed).max(axis=1)
         order = np.sort(np.argsort(-score, kind="stable")[:top])
         rows, names = rows[order], [names[i] for i in order]
-    codes = None if status is None else np.asarray(status.values).reshape(total, -1)[order]
-    return rows, names, total, left_out_note(codes, D.status_names_of(status))
-
-
-def left_out_note(codes, names) -> str:
-    """``5 points left out: 3 do not fit, 2 illegal`` for the status ``codes`` of the drawn lines' points ('' when
-    every one is ok)."""
-    if codes is None:
-        return ""
-    codes = np.asarray(codes).ravel()
-    dnf = names.index("does_not_fit") if "does_not_fit" in names else -1
-    over, illegal = int((codes == dnf).sum()), int(((codes != 0) & (codes != dnf)).sum())
-    if not over + illegal:
-        return ""
-    parts = [f"{over:,} do{'es' if over == 1 else ''} not fit" if over else "",
-             f"{illegal:,} illegal" if illegal else ""]
-    return f"{over + illegal:,} point{'s' if over + illegal > 1 else ''} left out: " + ", ".join(p for p in parts if p)
+    if status is None:
+        return rows, names, total, ""
+    codes = np.asarray(status.values).reshape(total, -1)[order]    # the drawn lines' points
+    drawn = xr.DataArray(codes, attrs=status.attrs)
+    return rows, names, total, D.left_out_line(D.reasons_of(drawn, codes != 0), codes.size)
 
 
 def scaling(data, x: str, *, var: str | None = None, hue: str | None = None, sel=None, reduce=(), top: int | None = None,
@@ -101,7 +90,7 @@ def scaling(data, x: str, *, var: str | None = None, hue: str | None = None, sel
     """
     da, status = D.prepare(data, var, sel, reduce, keep=(x, hue))
     D.check_quantity(da, "a scaling line")
-    for option, dim in (("--x", x), ("--hue", hue)):   # was "unknown dimension 'plan'" for a plan --sel fixed
+    for option, dim in (("--x", x), ("--hue", hue)):   # a dimension --sel fixed to one value cannot be drawn along
         if dim is not None and dim not in da.dims and dim in (sel or {}):
             raise D.PlotError(f"{option} {dim}: {dim} is fixed by --sel {dim}=...; keep two or more values (repeat "
                               f"--sel {dim}=VALUE) or draw along another dimension")
@@ -128,6 +117,7 @@ def scaling(data, x: str, *, var: str | None = None, hue: str | None = None, sel
     xfactor, xshown = (1.0, "") if categorical else S.display_unit(D.units_of(da[x]), xpos)
     with S.paper_rc():
         fig, ax = S.new_axes(size, height, ax)
+        ax.left_out = left_out     # the whole line; the legend keeps its head when it is long (legend_label)
         for k, (row, name) in enumerate(zip(rows, names)):
             ax.plot(xpos, row, marker=MARKERS[k % len(MARKERS)], linestyle=line_style(k),
                     markersize=3.5, markerfacecolor="none" if k % 2 else None, gid=f"line:{name}",
@@ -159,7 +149,7 @@ def scaling(data, x: str, *, var: str | None = None, hue: str | None = None, sel
         ax.set_ylabel(S.label(D.long_name_of(da), shown))
         handles, labels = ax.get_legend_handles_labels()
         if left_out:   # a legend line of text, no line: the points of the drawn lines that are not drawn, and why
-            handles, labels = [*handles, Line2D([], [], linestyle="none", marker=None)], [*labels, left_out]
+            handles, labels = [*handles, Line2D([], [], linestyle="none", marker=None)], [*labels, legend_label(fig, left_out)]
         if hue or labels:
             # beside the axes, its top level with theirs (constrained layout keeps it in the figure): a figure
             # legend at the figure's top put its title on the same line as a long title

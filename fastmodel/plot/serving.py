@@ -17,7 +17,7 @@ from fastmodel.errors import checked_arguments
 from fastmodel.plot import data as D
 from fastmodel.plot import style as S
 from fastmodel.plot.pareto import pareto_mask
-from fastmodel.plot.readable import labels_left_out, legend_label, make_readable, place_labels
+from fastmodel.plot.readable import legend_label, make_readable, place_labels_noted
 
 X = "output_tokens_per_s_per_user"
 Y = "output_tokens_per_s_per_gpu"
@@ -56,7 +56,7 @@ def serving_frontiers(ds, curve: str = "device", x: str = X, y: str = Y, sel=Non
         labels = [", ".join(f"{d}={S.fmt_coord(part[d].values[g[k]])}" for d, g in zip(dims, grids)
                             if d in varying) for k in range(order.size)]
         out[value.item() if hasattr(value, "item") else value] = (xv[order], yv[order], labels)
-    if not out:   # why, as the legend would have said it (was only "no point ... is legal")
+    if not out:   # why, as the legend would have said it
         raise D.PlotError(f"no point of the sweep is legal and fits in memory (status 0) for a {curve} frontier: "
                           f"{left_out(whole, sel, keep)}")
     return out
@@ -117,8 +117,8 @@ def serving_pareto(ds, curve: str = "device", x: str = X, y: str = Y, sel=None, 
     for name in (x, y):             # an unknown variable: one line naming the nearest, not xarray's KeyError
         if name not in ds and f"disagg_{name}" not in ds:
             D.get_var(ds, name)
-    # each axis's better direction: tokens/s are higher-is-better, ttft and tpot lower (--x-dir / --y-dir force it;
-    # the frontier was always max-max, so --x ttft kept the slowest first tokens)
+    # each axis's better direction: tokens/s are higher-is-better, ttft and tpot lower (--x-dir / --y-dir force it),
+    # so --x ttft keeps the fastest first tokens
     x_dir, y_dir = (D.check_direction(way, name, _attrs(ds, name)) for way, name in ((x_dir, x), (y_dir, y)))
     frontiers = serving_frontiers(ds, curve, x, y, sel, where, x_dir, y_dir) if x in ds else {}   # disagg only: none
     frontiers.update(disagg_frontier(D.select(ds, {k: v for k, v in (sel or {}).items() if k in ds.dims
@@ -164,18 +164,13 @@ def serving_pareto(ds, curve: str = "device", x: str = X, y: str = Y, sel=None, 
 
 
 def _place_point_labels(fig, ax, texts) -> None:
-    """Point labels off every frontier line, the TPOT target, each other and the SLO's star (readable.place_labels); the legend's
-    title says how many had no room (``ax.labels_left_out``)."""
+    """Point labels off every frontier line, the TPOT target, each other and the SLO's star
+    (readable.place_labels_noted); the legend's title says how many had no room (``ax.labels_left_out``)."""
     lines = [line for line in ax.lines if str(line.get_gid()).startswith(("frontier-", "slo-tpot"))]
     star = [(ax, ax.best, 9.0)] if ax.best is not None else ()
-    hidden = place_labels(fig, texts, lines, star)
     legend = fig.legends[0] if fig.legends else None
-    if hidden and legend is not None:
-        base = legend.get_title().get_text()
-        legend.set_title(f"{base}\n{labels_left_out(hidden, len(texts))}")
-        hidden = place_labels(fig, texts, lines, star)     # a longer title may have moved the axes: once more
-        legend.set_title(f"{base}\n{labels_left_out(hidden, len(texts))}" if hidden else base)
-    ax.labels_left_out = hidden
+    place_labels_noted(fig, ax, texts, lines, star, base=legend and legend.get_title().get_text(),
+                       show=legend and legend.set_title)
 
 
 def _short(label: str) -> str:

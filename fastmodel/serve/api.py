@@ -145,9 +145,8 @@ def columns(model, device: str, *, precision: str = "bf16", kv_precision: str | 
         merged["quant_experts_only"] = 1.0 if layers == "experts" else 0.0
     merged.update(precision_columns(precision, kv_precision))
     load = load_columns(batch_size, concurrency, max_throughput)
-    if "batch_size" in load:       # batch_size=0 was evaluated
-        load["batch_size"] = _number("batch_size", load["batch_size"], "batch_size" if batch_size is not None
-                                     else "concurrency")
+    if "batch_size" in load:       # bounds and whole numbers, named as the user gave them
+        load["batch_size"] = _number("batch_size", load["batch_size"], "concurrency" if batch_size is None else None)
     merged.update(load)
     merged["n_gpus"] = values.get("tp", 1) * values.get("attention_dp", 1) * values.get("pp", 1)
     merged.update(values)
@@ -158,15 +157,18 @@ def columns(model, device: str, *, precision: str = "bf16", kv_precision: str | 
 
 
 def _number(key: str, value, field: str | None = None) -> float:
-    """A column's value as a float: a SpecError naming an unknown column (the nearest name) or a value that is no
-    number (``input_len="1k"`` was a bare TypeError; ``tp="4"`` was read as 4) or outside the column's bounds
-    (``tp=0`` divided by zero in the kernel, ``tp=-1`` was evaluated). ``field``: the name the user gave."""
+    """A column's value as a float: a SpecError naming an unknown column (the nearest name), a value that is no
+    number (a string such as ``input_len="1k"`` or ``tp="4"``), a value outside the column's bounds (``tp=0``,
+    ``tp=-1``) or a fraction on a column counting whole things (:data:`WHOLE_AXES`, the sweeps' rule of
+    :func:`_check_whole`). ``field``: the name the user gave."""
     if key not in COLUMN_INDEX:
         raise SpecError(None, key, f"unknown column{nearest(key, COLUMN_INDEX)}")
     if isinstance(value, (str, bytes)) or not np.isscalar(value) or not np.isreal(value):
         raise SpecError(None, field or key, f"expected a number, got {value!r}")
-    if problem := column_problem(COLUMNS[COLUMN_INDEX[key]], float(value)):    # tp=0 divided by zero in the kernel
+    if problem := column_problem(COLUMNS[COLUMN_INDEX[key]], float(value)):    # tp=0 would divide by zero
         raise SpecError(None, field or key, problem)
+    if _not_whole(key, value):
+        raise SpecError(None, field or key, f"{WHOLE_MESSAGE} (got {value!r})")
     return float(value)
 
 
@@ -311,26 +313,29 @@ def _check_grid_size(values) -> None:
     check_grid_memory(total, total * (8 * len(SERVE_RESULTS) + 1), "sweep fewer values")
 
 
-#: serving axes counting whole things: the mesh degrees, the attention-DP groups, the serving counts
-#: (``sweep_file._COUNTS``) and the plan columns counted in sequences, layers, steps or batches (as the training
-#: sweeps' WHOLE_AXES)
+#: serving axes counting whole things: mesh degrees, attention-DP groups, serving counts (``sweep_file._COUNTS``)
+#: and plan columns counted in sequences, layers, steps or batches (as the training sweeps' WHOLE_AXES)
 WHOLE_AXES = ("tp", "pp", "cp", "ep", "etp", "attention_dp", "instances", "concurrency", "batch_size", "input_len",
               "output_len", *(c.name for c in COLUMNS if c.group == "plan" and c.units in ("sequences", "layers",
                                                                                              "steps", "batches")))
+WHOLE_MESSAGE = "every value must be a whole number"
+
+
+def _not_whole(name: str, number) -> bool:
+    """Whether ``number`` (an encoded value) is a finite fraction on an axis counting whole things."""
+    return (name in WHOLE_AXES and isinstance(number, (int, float, np.number)) and bool(np.isfinite(number))
+            and not float(number).is_integer())
 
 
 def _check_whole(name: str, values: list) -> None:
     """The training sweeps' rule (``fastmodel.lm.sweep.WHOLE_AXES``, its message word for word) on a serving axis
     counting whole things (:data:`WHOLE_AXES`): a SweepError naming the first value that is not a whole number
-    (``tp=[1.5]`` was evaluated as a mesh of 1.5 GPUs)."""
+    (``tp=[1.5]`` would be a mesh of 1.5 GPUs). :func:`_number` applies the same rule to one value."""
     from fastmodel.errors import SweepError
 
-    if name not in WHOLE_AXES:
-        return
     for value in values:
-        number = encode(name, value)
-        if isinstance(number, (int, float, np.number)) and np.isfinite(number) and not float(number).is_integer():
-            raise SweepError(f"axis {name!r}: every value must be a whole number (got {value!r})")
+        if _not_whole(name, encode(name, value)):
+            raise SweepError(f"axis {name!r}: {WHOLE_MESSAGE} (got {value!r})")
 
 
 def _first(value):

@@ -48,8 +48,9 @@ VLLM_RULE_LINES = {
     (0, 16, 0): "1866-1896",
     (0, 18, 0): "1997-2027",
 }
-#: SGLang ``chunked_prefill_size`` by GPU memory: (below this many GiB, tokens), then ``SGLANG_CHUNK_LARGEST``
-SGLANG_CHUNK_BY_MEMORY = ((20, 2048), (35, 2048), (60, 4096), (90, 8192), (160, 8192))
+#: SGLang ``chunked_prefill_size`` by GPU memory: (below this many GiB, tokens), then ``SGLANG_CHUNK_LARGEST``;
+#: its < 20 and < 35 GiB tiers (and its < 90 and < 160 GiB tiers) share a chunk size, one entry each here
+SGLANG_CHUNK_BY_MEMORY = ((35, 2048), (60, 4096), (160, 8192))
 SGLANG_CHUNK_LARGEST = 16384
 #: SGLang's request-pool ceiling (``max_num_reqs``), the batch cap of its profile
 SGLANG_MAX_BATCH = 4096

@@ -47,8 +47,6 @@ VENDOR_VARIANTS: dict[tuple[str, str], dict[str, float]] = {
     ("sglang", "amd"): {"custom_allreduce_bytes": float(CUSTOM_AR_SGLANG_ROCM),
                         "kv_write_kernel": KV_WRITE_KERNEL_SGLANG_ROCM, "kv_pool_upcast": KV_POOL_UPCAST_SGLANG_ROCM},
 }
-#: the version each variant was read at
-VARIANT_VERSIONS = {("vllm", "amd"): "0.18.0", ("sglang", "amd"): "0.5.6.post2"}
 
 
 def vendor_variant(engine: str, vendor: str) -> dict[str, float]:
@@ -57,17 +55,14 @@ def vendor_variant(engine: str, vendor: str) -> dict[str, float]:
     return dict(VENDOR_VARIANTS.get((engine, vendor), {}))
 
 
-
 def kv_upcast_note(columns) -> str | None:
     """One line for a configuration whose engine converts its FP8 KV pool to 16 bits at every forward
     (``kv_pool_upcast`` on a 1-byte, non-MLA KV cache; ``kernels/serve/kv_upcast.py``), else None: the cost is
     large (a whole pool's traffic per forward) and avoidable, so the user is told how."""
+    from fastmodel.kernels.serve.kv_upcast import upcasts_kv_pool
     from fastmodel.registry.lm import COLUMN_INDEX
 
-    def value(name):
-        return float(columns[COLUMN_INDEX[name]])
-
-    if value("kv_pool_upcast") <= 0 or value("kv_bytes") != 1.0 or value("mla") > 0:
+    if not upcasts_kv_pool(*(float(columns[COLUMN_INDEX[name]]) for name in ("kv_pool_upcast", "kv_bytes", "mla"))):
         return None
     return ("SGLang's aiter attention on ROCm converts each layer's whole FP8 KV pool to BF16 at every forward "
             "(docs/model_serving.md S58), charged to every step's memory-bound time; --kv-precision bf16 avoids it")

@@ -318,11 +318,3 @@ def read_serve_records(path: str | Path, refused: list | None = None) -> list:
     (validate), a record with a field or value the engine does not take is appended to it
     (``fastmodel.spec.records.read_jsonl``: a miss)."""
     return read_jsonl(path, lower_any, "serving records", whole_object=True, refused=refused)
-
-
-def file_has_serve_records(path: str | Path) -> bool:
-    """True when the first readable record of a JSON/JSONL file is a serving record (content detection; a
-    malformed line before it is validate's to report)."""
-    from fastmodel.spec.records import first_record
-
-    return is_serve_record(first_record(path))

@@ -112,7 +112,7 @@ def _duration(name: str, value) -> float:
 
 
 def _names(value) -> tuple:
-    """One name (a str) as a tuple of it: ``precisions="fp8"`` was read letter by letter ('f', 'p', '8')."""
+    """One name (a str) as a tuple of it (``precisions="fp8"`` is ``("fp8",)``, not its letters); else a tuple."""
     return (value,) if isinstance(value, str) else tuple(value)
 
 

@@ -23,10 +23,9 @@ COUNT_STATUS_CONFIGS = 50_000_000
 
 
 def _check_some_ok(plan: SweepPlan, status: np.ndarray) -> None:
-    counts = np.bincount(status.reshape(-1), minlength=len(plan.status_names()))
-    if plan.num_configs and counts[0] == 0:
-        raise SweepError("every point of the sweep is illegal or infeasible: "
-                         f"{summarise_status(counts, plan.num_configs, plan.status_names())}")
+    """A SweepError when no point is ``ok``, saying what the points are (:func:`no_legal_point`)."""
+    if (why := no_legal_point(plan, status)) is not None:
+        raise SweepError(f"every point of the sweep is illegal or infeasible: {why}")
 
 
 def no_legal_point(plan: SweepPlan, status) -> str | None:

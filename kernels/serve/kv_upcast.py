@@ -39,12 +39,21 @@ def kv_pool_bytes(row):
     return kv_capacity(row, weight_memory(row), activation_memory(row, row[C_MAX_BATCH_SIZE]))
 
 
+def upcasts_kv_pool(kv_pool_upcast, kv_bytes, mla) -> bool:
+    """Whether a configuration converts its KV pool to 16 bits at every forward: ``kv_pool_upcast`` set, a 1-byte
+    (FP8) KV cache and no MLA (module docstring). Plain Python, for callers outside the kernels
+    (``serve.profiles_vendor.kv_upcast_note``); the kernels call its compiled copy."""
+    return kv_pool_upcast > 0.0 and kv_bytes == 1.0 and mla <= 0.0
+
+
+_upcasts_kv_pool = njit(inline="always")(upcasts_kv_pool)
+
+
 @njit
 def kv_upcast_time(row):
     """Seconds one forward (a decode step, a prefill chunk, a mixed iteration) spends converting the FP8 KV pool
-    to 16 bits (module docstring); 0 unless ``kv_pool_upcast`` is set, the KV cache is 1 byte and the model has
-    no MLA."""
-    if row[C_KV_POOL_UPCAST] <= 0.0 or row[C_KV_BYTES] != 1.0 or row[C_MLA] > 0.0:
+    to 16 bits (module docstring); 0 unless :func:`upcasts_kv_pool`."""
+    if not _upcasts_kv_pool(row[C_KV_POOL_UPCAST], row[C_KV_BYTES], row[C_MLA]):
         return 0.0
     moved = (1.0 + ACT_BYTES / row[C_KV_BYTES]) * row[C_PP] * kv_pool_bytes(row)
     return moved / (row[C_HBM_BW] * row[C_HBM_EFF])

@@ -268,6 +268,17 @@ def test_a_command_name_on_the_package_says_its_python_call():
     assert not hasattr(fastmodel, "best") and not hasattr(fastmodel, "nothing_here")
 
 
+def test_fastmodel_plot_is_the_plot_subpackage_after_import_fastmodel(monkeypatch):
+    """``fastmodel.plot`` said "'fastmodel plot' is fastmodel.plot in Python", the name just typed; it is now the
+    subpackage, imported on first use (the attribute an earlier import set is removed, so the package's
+    ``__getattr__`` answers)."""
+    import importlib
+
+    monkeypatch.delattr(fastmodel, "plot", raising=False)
+    assert fastmodel.plot is importlib.import_module("fastmodel.plot")
+    assert callable(fastmodel.plot.heatmap)
+
+
 @pytest.mark.parametrize("specs, semantics", [(LM, "default"), (("llama2-70b", "dc-a", "llm-pretrain"), "madmax")])
 def test_the_all_plan_keyword_is_read_whatever_its_case_in_python(specs, semantics):
     """A sweep file read plan = "ALL" as "all" (test_hurried_user); fastmodel.sweep refused it ("'all' is not a
@@ -311,6 +322,10 @@ def test_a_memory_margin_with_a_bytes_unit():
     bytes, the same result as the number. A wrong unit or a negative one stays one line."""
     ds = fastmodel.memory_by_stage(*LM, plan="tp2.pp2", num_nodes=2, memory_margin="2 GiB")
     assert ds.identical(fastmodel.memory_by_stage(*LM, plan="tp2.pp2", num_nodes=2, memory_margin=2 * 2**30))
+    from fastmodel.analysis.margin import check_margin
+
+    # the unit in any case, as the CLI's --memory-margin 8 gib ("2 gib" was "not a number")
+    assert check_margin("2 gib") == check_margin("2GIB") == 2 * 2**30 and check_margin("500 mb") == 500e6
     for given, said in (("2 XB", "memory_margin: unknown unit 'XB' for bytes"),
                         ("-2 GiB", "memory_margin: '-2 GiB' is negative"),
                         ("2 GB/s", "memory_margin: '2 GB/s' is not a number")):
@@ -343,6 +358,10 @@ def test_whole_node_counts_of_any_type_sweep_alike():
     (lambda e, s: s("llama3.1-8b", tp=[1, 0], batch_size=1), "tp: 0 is outside [1, 65536]"),
     (lambda e, s: s("llama3.1-8b", tp=[float("nan")], batch_size=1), "tp: nan is outside [1, 65536]"),
     (lambda e, s: s("llama3.1-8b", tp=[None], batch_size=1), "tp: expected a number, got None"),
+    (lambda e, s: e("llama3.1-8b", "H100", batch_size=2.5), "batch_size: every value must be a whole number (got 2.5)"),
+    (lambda e, s: e("llama3.1-8b", "H100", concurrency=1.5), "concurrency: every value must be a whole number (got 1.5)"),
+    (lambda e, s: e("llama3.1-8b", "H100", batch_size=1, input_len=100.5),
+     "input_len: every value must be a whole number (got 100.5)"),
 ])
 def test_a_serving_value_outside_its_column_is_named(call, said):
     """tp=0 was ZeroDivisionError inside the numba kernel (SystemError from the sweep), tp=-1 and input_len=0

@@ -127,6 +127,17 @@ def test_a_sweep_whose_every_point_is_illegal_is_written_and_exits_3(tmp_path, s
     assert not list(tmp_path.glob(".out*"))      # no temporary file left: the .nc was renamed whole
 
 
+def test_a_python_sweep_whose_every_point_is_illegal_says_why():
+    """fastmodel.sweep's SweepError gave only the status shares ("100% devices_not_divisible"); it now says what
+    the command's line says: the most common status, its share of the points and its reason."""
+    import fastmodel
+
+    with pytest.raises(SweepError) as error:
+        fastmodel.sweep("llama3-8b", "dgx-h100", "llm-pretrain", axes={"plan": ["tp3", "tp5"]})
+    assert str(error.value) == ("every point of the sweep is illegal or infeasible: devices_not_divisible (100% of "
+                                "2 points: n_gpus is not a multiple of tp x pp x cp)")
+
+
 @pytest.fixture(scope="module")
 def serving_grid():
     """Llama 3.1 70B, FP8 on H100 and A100 (no FP8 peak: every A100 point illegal), tp 1 and 8, batch 1 and 256,

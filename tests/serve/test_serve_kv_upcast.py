@@ -82,3 +82,27 @@ def test_serve_says_so_and_how_to_avoid_it():
     for other in (["--kv-precision", "bf16"], ["--engine", "vllm"]):
         quiet = CliRunner().invoke(main, base + other)
         assert quiet.exit_code == 0 and "FP8 KV pool" not in quiet.output
+
+
+def test_the_upcast_condition_is_one_function_for_the_kernel_and_the_note():
+    """kv_pool_upcast set, a 1-byte KV cache, no MLA: all three, or no conversion (hand truth table)."""
+    from fastmodel.kernels.serve.kv_upcast import upcasts_kv_pool
+
+    assert upcasts_kv_pool(1.0, 1.0, 0.0)
+    assert not upcasts_kv_pool(0.0, 1.0, 0.0)   # the engine reads FP8 as stored
+    assert not upcasts_kv_pool(1.0, 2.0, 0.0)   # a 16-bit cache
+    assert not upcasts_kv_pool(1.0, 1.0, 1.0)   # MLA
+
+
+def test_the_slo_search_says_so_too():
+    """``serve --search`` printed no upcast note although its FP8 points pay the conversion; it prints plain
+    serve's line once, and none for an engine that reads FP8 as stored."""
+    from click.testing import CliRunner
+
+    from fastmodel.cli import main
+
+    base = ["serve", "-m", "llama3.1-70b", "-d", "MI300X", "--search", "--ttft", "2s", "--tpot", "50ms", "--gpus", "8"]
+    said = CliRunner().invoke(main, [*base, "--engine", "sglang"])
+    assert said.exit_code == 0 and said.output.count("whole FP8 KV pool to BF16") == 1, said.output
+    quiet = CliRunner().invoke(main, [*base, "--engine", "vllm"])
+    assert quiet.exit_code == 0 and "FP8 KV pool" not in quiet.output
