@@ -134,6 +134,7 @@ def serve(records, model, list_models, device, tp, pp, ep, attention_dp, moe_tp,
     if model:
         shape, notes = _model_within_context(model, input_len, output_len)
     if search:
+        _no_single_precision(kv_precision)
         return _search(model, device, input_len, output_len, ttft, tpot, gpus, search_precision, engine, output,
                        force, search_concurrency, dict(ep=ep, attention_dp=attention_dp, modes=modes.split(","),
                                                        spec_tokens=spec_tokens or (0,),
@@ -367,6 +368,17 @@ def _bare_number(value) -> bool:
     except ValueError:
         return False
     return True
+
+
+def _no_single_precision(kv_precision) -> None:
+    """--precision and --kv-precision given with --search are one line: the search sweeps --search-precision, each
+    precision with its default KV cache, and would ignore them."""
+    from fastmodel.errors import FastmodelError
+
+    given = click.get_current_context().get_parameter_source("precision") == click.core.ParameterSource.COMMANDLINE
+    if kv_precision or given:
+        raise FastmodelError("--precision and --kv-precision set one configuration; --search sweeps "
+                             "--search-precision, each with its default KV cache (FP8 with fp8 or fp4 weights)")
 
 
 def _search_precision_notes(model, device, precisions, engines) -> list[str]:

@@ -65,4 +65,4 @@ def kv_upcast_note(columns) -> str | None:
     if not upcasts_kv_pool(*(float(columns[COLUMN_INDEX[name]]) for name in ("kv_pool_upcast", "kv_bytes", "mla"))):
         return None
     return ("SGLang's aiter attention on ROCm converts each layer's whole FP8 KV pool to BF16 at every forward "
-            "(docs/model_serving.md S58), charged to every step's memory-bound time; --kv-precision bf16 avoids it")
+            "(docs/model_serving.md S58), charged to every step's memory-bound time; a 16-bit KV cache (--kv-precision bf16) avoids it")

@@ -310,3 +310,13 @@ def test_search_says_what_a_weight_only_precision_means_as_serve_does():
     assert fp8.exit_code == 0 and "fp8 on A100 (no FP8 tensor cores): weight-only" in fp8.output
     native = cli(*search, "-d", "H100", "--search-precision", "fp8")
     assert native.exit_code == 0 and "weight-only" not in native.output
+
+
+def test_search_refuses_the_one_configuration_precisions_it_would_ignore():
+    """--search sweeps --search-precision with each precision's default KV cache; --precision and --kv-precision
+    were silently ignored there."""
+    search = ("serve", "--search", "-m", "llama3.1-8b", "-d", "H100", "--ttft", "2s", "--tpot", "50ms", "--gpus",
+              "1", "--search-concurrency", "2")
+    for given in (["--kv-precision", "bf16"], ["--precision", "fp8"]):
+        one_line_error(cli(*search, *given), "--search sweeps --search-precision")
+    assert cli(*search).exit_code == 0
