@@ -93,11 +93,14 @@ def test_lm_grid_marks_overflowing_points_and_leaves_refused_ones():
 
 
 def test_serve_table_marks_an_overflowing_row_and_leaves_a_refused_one():
+    from fastmodel.registry.lm import COLUMN_INDEX
     from fastmodel.registry.serve import SERVE_STATUS
     from fastmodel.serve.api import columns, evaluate_table
 
-    rows = [columns("llama3.1-8b", "H100", batch_size=8, hbm_bw=bw, tp=tp)
-            for bw, tp in ((3.35e12, 1), (1e-300, 1), (1e-300, 3))]
-    out, status = evaluate_table(np.stack(rows, axis=1))
+    # columns() refuses an hbm_bw outside its bounds; the table is built past that check, as a corrupt input would be
+    rows = [columns("llama3.1-8b", "H100", batch_size=8, tp=tp) for tp in (1, 1, 3)]
+    table = np.stack(rows, axis=1)
+    table[COLUMN_INDEX["hbm_bw"], 1:] = 1e-300
+    out, status = evaluate_table(table)
     assert status.tolist() == [0, SERVE_STATUS["not_finite"], SERVE_STATUS["heads_not_divisible_by_tp"]]
     assert np.isfinite(out[:, 0]).all() and np.isnan(out[:, 1:]).all()
