@@ -38,14 +38,10 @@ def test_a_leading_first_rank_keeps_the_heads_costs_for_the_step():
 
 
 def _row(precision, **values):
-    from fastmodel.registry.lm import COLUMN_INDEX as C
-    from fastmodel.registry.lm import PRECISION_CODES, column_defaults
+    from tests.lm.lowprec_rows import precision_row
 
-    row = np.array(column_defaults())
-    row[C["precision"]] = PRECISION_CODES[precision]
-    for name, value in {"peak_flops_8": 4.5e15, "peak_flops_4": 9e15, "compute_capability": 10.0, **values}.items():
-        row[C[name]] = value
-    return row
+    return precision_row(precision, **{"peak_flops_8": 4.5e15, "peak_flops_4": 9e15, "compute_capability": 10.0,
+                                       **values})
 
 
 def test_the_rule_table_refuses_the_bf16_layer_counts_megatron_refuses():

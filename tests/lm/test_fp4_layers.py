@@ -25,17 +25,14 @@ from fastmodel.kernels.roofline import (
 from fastmodel.lm.execution import ExecutionSpec
 from fastmodel.registry.lm import COLUMN_INDEX as C
 from fastmodel.registry.lm import PRECISION_CODES, column_defaults
+from tests.lm.lowprec_rows import precision_row
 
 NVFP4 = 0.5 + 1.0 / 16.0
 B200 = {"peak_flops_16": 2.25e15, "peak_flops_8": 4.5e15, "peak_flops_4": 9e15, "compute_capability": 10.0}
 
 
 def _row(precision: str, **values) -> np.ndarray:
-    row = np.array(column_defaults())
-    row[C["precision"]] = PRECISION_CODES[precision]
-    for name, value in {**B200, **values}.items():
-        row[C[name]] = value
-    return row
+    return precision_row(precision, **{**B200, **values})
 
 
 def test_one_element_size_per_gemm_format():

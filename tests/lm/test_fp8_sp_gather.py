@@ -11,7 +11,7 @@ from fastmodel.kernels.lm.passes import A_TP_COMM, layer_passes
 from fastmodel.kernels.lm.passes import N_WORK as N_PASS_WORK
 from fastmodel.kernels.nccl import allgather_time, allreduce_time
 from fastmodel.kernels.roofline import sp_gather_bytes
-from tests.lm.sp_rows import BLACKWELL, HOPPER, MICRO, SEQ, TP, H, sp_row
+from tests.lm.lowprec_rows import BLACKWELL, HOPPER, MICRO, SEQ, TP, H, sp_row
 
 
 def _row(precision: str, recipe: str = "unstated", cc: float = HOPPER, **values) -> np.ndarray:

@@ -17,7 +17,8 @@ from fastmodel.kernels.lm.rules import plan_status_row
 from fastmodel.kernels.roofline import format_peak, gemm_time
 from fastmodel.lm.records import lower_record
 from fastmodel.registry.lm import COLUMN_INDEX as C
-from fastmodel.registry.lm import PRECISION_CODES, STATUS_CODES, column_defaults
+from fastmodel.registry.lm import PRECISION_CODES, STATUS_CODES
+from tests.lm.lowprec_rows import precision_row
 
 DATA = Path(__file__).parents[1] / "data"
 #: B300's datasheet peaks (specs/devices/b300.toml) and TE gemm_profiling.rst's kernel-only per-layer times
@@ -26,11 +27,7 @@ RATE = (6.812 / 3.764) / (13.5 / 4.5)
 
 
 def _row(precision: str, **values) -> np.ndarray:
-    row = np.array(column_defaults())
-    row[C["precision"]] = PRECISION_CODES[precision]
-    for name, value in {**B300, **values}.items():
-        row[C[name]] = value
-    return row
+    return precision_row(precision, **{**B300, **values})
 
 
 def test_fp4_and_nvfp4_name_one_gemm_format():

@@ -17,7 +17,7 @@ from fastmodel.kernels.roofline import gemm_roofline
 from fastmodel.lm.stacks import kempnerforge, torchtitan
 from fastmodel.registry.lm import COLUMN_INDEX as C
 from fastmodel.registry.lm import RECOMPUTE_CODES, column_defaults
-from tests.lm.sp_rows import BLACKWELL, HOPPER, MICRO, SEQ, TP, H, sp_row
+from tests.lm.lowprec_rows import BLACKWELL, HOPPER, MICRO, SEQ, TP, H, sp_row
 
 N = SEQ * MICRO * H                                 # 25,165,824 elements gathered per collective
 OVERHEAD = 20e-6
