@@ -1,7 +1,7 @@
-"""Registry rows for the low-precision tests: a row at a precision with columns set by name (the NVFP4 and BF16-layer
-tests, docs/model.md §11.38-11.39), and the sequence-parallel gather tests' row (§11.40, §11.41): MLPerf GPT-3
-175B's shape and TP (runs_dev.jsonl) with sequence parallelism on, at a precision, FP8 recipe and compute
-capability."""
+"""Registry rows for the low-precision tests: a row at a precision with columns set by name (the NVFP4 and
+BF16-layer tests, docs/model.md §11.38, §11.39), and the sequence-parallel gather tests' row (docs/model.md §11.40,
+§11.41): MLPerf GPT-3 175B's shape and TP (runs_dev.jsonl) with sequence parallelism on, at a precision, FP8 recipe
+and compute capability."""
 
 import numpy as np
 
