@@ -83,7 +83,7 @@ def _layer_terms(columns: np.ndarray, r: dict) -> dict:
     accumulators (``kernels/lm/bf16_layers.bf16_layer_work``), ``lead`` / ``trail`` how many of them open and
     close the rank's layers."""
     from fastmodel.kernels.lm.bf16_layers import bf16_row
-    from fastmodel.kernels.lm.layer import W_GEMM, W_MEM, W_TP, recompute_share
+    from fastmodel.kernels.lm.layer import W_GEMM, W_MEM, W_TP, W_TP_BACKWARD, W_TP_HIDDEN, recompute_share
     from fastmodel.kernels.lm.passes import (
         A_ATTN,
         A_CP_COMM,
@@ -117,7 +117,10 @@ def _layer_terms(columns: np.ndarray, r: dict) -> dict:
     work = np.zeros(N_WORK)
     head_f, head_b, head_w = (share * t for t in head_passes(columns, work))
     work *= share
-    head_gemm, head_mem, head_tp = work[W_GEMM], 2.0 * work[W_MEM], (1.0 + TP_BACKWARD_PASSES) * work[W_TP]
+    head_gemm, head_mem = work[W_GEMM], 2.0 * work[W_MEM]
+    # the head's backward TP with its SP re-gathers, of which W_TP_HIDDEN run under their dgrad GEMMs (§11.42)
+    head_backward_tp = TP_BACKWARD_PASSES * (work[W_TP_BACKWARD] - work[W_TP_HIDDEN])
+    head_comm, head_tp = work[W_TP] + TP_BACKWARD_PASSES * work[W_TP_BACKWARD], work[W_TP] + head_backward_tp
     fsdp = col("sharding") == CODE_TABLES["sharding"]["fsdp"] and pp <= 1.0
     gemm = (r["time_gemm"] / m - (1.0 + BACKWARD_GEMM) * head_gemm - n16 * d16[A_GEMM]) / layers
     attn = (r["time_attention"] / m - n16 * d16[A_ATTN]) / layers
@@ -127,7 +130,7 @@ def _layer_terms(columns: np.ndarray, r: dict) -> dict:
     slots = {"tp": (A_TP_COMM, A_TP_EXPOSED), "cp": (A_CP_COMM, A_CP_EXPOSED), "ep": (A_EP_COMM, A_EP_EXPOSED)}
     comm = {g: r[f"comm_{g}"] / m - (n16 * d16[slots[g][0]] if g in slots else 0.0) for g in groups}
     exposed = {g: r[f"exposed_{g}"] / m - (n16 * d16[slots[g][1]] if g in slots else 0.0) for g in groups}
-    comm["tp"] -= head_tp
+    comm["tp"] -= head_comm
     exposed["tp"] -= head_tp
     tp_f, tp_b = tp_pass_factors(columns)          # per-projection TP (KempnerForge) runs more backward passes
     backward_runs = {"tp": (tp_b + tp_f * full) / tp_f, "cp": CP_BACKWARD_PASSES + full, "ep": EP_BACKWARD_PASSES + full,
@@ -152,7 +155,7 @@ def _layer_terms(columns: np.ndarray, r: dict) -> dict:
              "tp_split": tuple(w - v for w, v in zip(wide_split, tp_split))}
     return {
         "m": m, "layers": layers, "fsdp": fsdp, "groups": groups, "head_tp": head_tp,
-        "head_f": head_f - work[W_TP], "head_b": head_b + head_w - work[W_TP] * TP_BACKWARD_PASSES,
+        "head_f": head_f - work[W_TP], "head_b": head_b + head_w - head_backward_tp,
         "n16": n16, "lead": lead, "trail": n16 - lead, "extra": extra, "tp_split": tp_split,
         "base": {"gemm": gemm, "attn": attn, "mem": mem, "again": again, "comm": comm, "exposed": exposed},
         **_pass_ops(gemm, attn, mem, again, comm, exposed, layers, shares, exposed_shares),

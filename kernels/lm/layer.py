@@ -19,7 +19,7 @@ from fastmodel.kernels.lm.layout import (
     C_KV_HEADS, C_LAYERS, C_LOSS_TRAFFIC_BYTES_PER_LOGIT, C_MICRO_BATCH, C_MLA, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS,
     C_MOE_SHARED_EXPERT_OVERLAP, C_MOE_TOPK, C_MTP_LAYERS, C_RECOMPUTE, C_RECOMPUTE_FRACTION, C_ROTARY_FRACTION, C_SEQUENCE_PARALLEL, C_SEQ_LEN,
     C_SLIDING_WINDOW, C_SP_WGRAD_REGATHER, C_STACK_COMPUTE_EFF, C_TIED_EMBEDDINGS, C_TP, C_VOCAB, RECOMPUTE_FULL, RECOMPUTE_PARTIAL_LAYERS,
-    RECOMPUTE_SELECTIVE,
+    RECOMPUTE_SELECTIVE, C_GATED_MLP, C_KV_LORA_RANK, C_Q_LORA_RANK, C_QK_NOPE_HEAD_DIM, C_TP_PER_PROJECTION, C_V_HEAD_DIM,
 )
 from fastmodel.kernels.lm.shape import (  # noqa: F401 - the shape terms, re-exported for the layer's callers
     ACT_BYTES, attention_dims, attention_params, elementwise_bytes, elementwise_unit_bytes, expert_tp, expert_weight_params, layer_gemm_time,
@@ -31,6 +31,7 @@ from fastmodel.kernels.lm.moe import (
     dispatch_time, einsum_gating_time, einsum_time, expert_rows, expert_wgrad_extra, moe_compute, moe_sync_idle_time,
 )
 from fastmodel.kernels.lm.recompute import module_recompute_costs
+from fastmodel.kernels.lm.sp_regather import eh_proj_gather_bytes, head_tp_backward, mla_regathers
 
 # --- per-layer work slots (scratch vector filled by layer_costs) ------------
 W_GEMM = 0            # forward GEMM seconds of one layer, one micro-batch
@@ -208,29 +209,43 @@ def layer_costs(row, moe, sliding, work):
 
 @njit
 def tp_layer_time(row, tokens, h, t, sp, linears):
-    """(forward, backward) TP seconds of one layer and micro-batch (docs/model.md §11.4, §11.40, §11.41). Without SP two
+    """(forward, backward) TP seconds of one layer and micro-batch (docs/model.md §11.4, §11.40, §11.41, §11.42). Without SP two
     all-reduces of ``tokens h`` 16-bit elements each way. With SP an all-gather before and a reduce-scatter after
     attention and the MLP: forward the column-parallel inputs are gathered at :func:`sp_gather_bytes` (quantized
     under FP8 / NVFP4) and the row-parallel outputs reduce-scattered at 2 B; backward the conjugates, the output
     gradients gathered at their bytes before the row-parallel dgrads and the input gradients reduce-scattered at
     2 B; with ``sp_wgrad_regather`` (Megatron-Core, Transformer Engine) the inputs of the ``linears``
     column-parallel linears that gather their own input are gathered again in backward for the weight gradients,
-    at the forward gather's bytes (§11.41). Each collective also idles
-    the GPU for collective_overhead_s; current scaling's and NVFP4's amax all-reduces are added each way
-    (:func:`amax_reduction_time`)."""
+    at the forward gather's bytes (§11.41; an MLA layer's attention re-gathers its up-projections' inputs instead,
+    :func:`mla_regathers`, §11.42). With ``tp_per_projection`` under SP the n column-parallel projections gather
+    their inputs one by one: n gathers and 2 reduce-scatters forward, 2 gathers and n reduce-scatters backward
+    (§11.42). Each collective also idles the GPU for collective_overhead_s; current scaling's and NVFP4's amax
+    all-reduces (:func:`amax_reduction_time`, one per two quantized gathers) are added each way."""
     if t <= 1.0:
         return 0.0, 0.0
     elements = tokens * h
     if not sp:
         tp = 2.0 * (allreduce_time(row, ACT_BYTES * elements, t, 1.0) + row[C_COLLECTIVE_OVERHEAD_S])
         return tp, tp
+    o = row[C_COLLECTIVE_OVERHEAD_S]
     scatter = allgather_time(row, ACT_BYTES * elements, t, 1.0)
-    fixed = 4.0 * row[C_COLLECTIVE_OVERHEAD_S] + amax_reduction_time(row)
     gather = allgather_time(row, sp_gather_bytes(row, False) * elements, t, 1.0)
-    forward = 2.0 * (gather + scatter) + fixed
-    backward = 2.0 * (allgather_time(row, sp_gather_bytes(row, True) * elements, t, 1.0) + scatter) + fixed
+    # the column-parallel inputs gathered forward (and reduce-scattered backward): 2, or per projection n (§11.42)
+    inputs = 2.0
+    if row[C_TP_PER_PROJECTION] > 0.0:
+        inputs = 3.0 + (2.0 if row[C_GATED_MLP] > 0.0 else 1.0)
+    amax = amax_reduction_time(row)
+    forward = inputs * gather + 2.0 * scatter + (inputs + 2.0) * o + 0.5 * inputs * amax
+    backward = 2.0 * allgather_time(row, sp_gather_bytes(row, True) * elements, t, 1.0) + inputs * scatter \
+        + (inputs + 2.0) * o + amax
     # the column-parallel inputs, saved as the local slice, gathered again for the weight gradients (§11.41)
-    regather = linears * (gather + row[C_COLLECTIVE_OVERHEAD_S]) if row[C_SP_WGRAD_REGATHER] > 0.0 else 0.0
+    regather = 0.0
+    if row[C_SP_WGRAD_REGATHER] > 0.0:
+        if row[C_MLA] > 0.0:
+            q, kv = mla_regathers(row, tokens, t)
+            regather = (linears - 1.0) * (gather + o) + q + kv
+        else:
+            regather = linears * (gather + o)
     return forward, backward + regather
 
 
@@ -243,17 +258,28 @@ def regather_hidden_time(row, tokens, h, t, sp, fc1, fp8, weight_bytes):
     (:func:`parallel.exposed`: the excess over the window plus ``comm_sm_share`` of the overlap) and hides the rest.
     D_i is the dgrad GEMM, the size of the forward's (``BACKWARD_INPUT_GEMM`` = 1): tokens x h x n_i / t, with
     n = (a + 2 kv) d_head for QKV and ``fc1`` = (m - 1) f (a shared expert's (m - 1) s f_moe; 0: no FC1 re-gather);
-    an MLA layer's QKV window is taken as 0 (not modelled). ``weight_bytes``: the GEMM weights' bytes per element
-    (``roofline.gemm_weight_bytes``), as :func:`roofline.gemm_roofline` takes them."""
+    an MLA layer's attention re-gathers its up-projections' inputs under their dgrads (:func:`mla_regathers`,
+    §11.42). ``weight_bytes``: the GEMM weights' bytes per element (``roofline.gemm_weight_bytes``), as
+    :func:`roofline.gemm_roofline` takes them."""
     if t <= 1.0 or not sp or row[C_SP_WGRAD_REGATHER] <= 0.0:
         return 0.0
     comm = allgather_time(row, sp_gather_bytes(row, False) * tokens * h, t, 1.0) + row[C_COLLECTIVE_OVERHEAD_S]
     eff = row[C_STACK_COMPUTE_EFF]
-    qkv = 0.0
-    if row[C_MLA] <= 0.0:
+    if row[C_MLA] > 0.0:
+        # the up-projections' dgrads: tokens x a (nope + rope) / t x q_lora (h without a query low rank), tokens x
+        # a (nope + v) / t x kv_lora
+        q, kv = mla_regathers(row, tokens, t)
+        dqk, _ = attention_dims(row)
+        a = row[C_HEADS]
+        q_width = row[C_Q_LORA_RANK] if row[C_Q_LORA_RANK] > 0.0 else h
+        d_q = gemm_roofline(row, 1.0, tokens, a * dqk / t, q_width, fp8, weight_bytes, 1.0) / eff
+        d_kv = gemm_roofline(row, 1.0, tokens, a * (row[C_QK_NOPE_HEAD_DIM] + row[C_V_HEAD_DIM]) / t,
+                             row[C_KV_LORA_RANK], fp8, weight_bytes, 1.0) / eff
+        hidden = q - exposed(row, q, d_q) + kv - exposed(row, kv, d_kv)
+    else:
         width = (row[C_HEADS] + 2.0 * row[C_KV_HEADS]) * row[C_HEAD_DIM] / t
         qkv = gemm_roofline(row, 1.0, tokens, width, h, fp8, weight_bytes, 1.0) / eff
-    hidden = comm - exposed(row, comm, qkv)
+        hidden = comm - exposed(row, comm, qkv)
     if fc1 > 0.0:
         hidden += comm - exposed(row, comm, gemm_roofline(row, 1.0, tokens, fc1 / t, h, fp8, weight_bytes, 1.0) / eff)
     return hidden
@@ -319,7 +345,7 @@ def mtp_costs(row, tokens, norm_tokens):
     backward, the concatenation writes its 2h output after reading its two halves (8 B per token-element of
     h); like the loss, half of forward + backward is charged to each head pass. Under TP the projection's
     output is all-gathered over the hidden dimension (``gather_from_tensor_model_parallel_region``) and, with
-    SP, its input all-gathered over the sequence first (``ColumnParallelLinear``)."""
+    SP, its input all-gathered over the sequence first (``ColumnParallelLinear``), at :func:`eh_proj_gather_bytes`."""
     d = row[C_MTP_LAYERS]
     if d <= 0.0:
         return 0.0, 0.0, 0.0, 0.0
@@ -335,7 +361,7 @@ def mtp_costs(row, tokens, norm_tokens):
     if t > 1.0:
         tp = allreduce_time(row, 3.0 * 4.0 * tokens, t, 1.0) + allgather_time(row, ACT_BYTES * tokens * h, t, 1.0)
         if row[C_SEQUENCE_PARALLEL] > 0.0:
-            tp += allgather_time(row, ACT_BYTES * tokens * 2.0 * h, t, 1.0)
+            tp += allgather_time(row, eh_proj_gather_bytes(row) * tokens * 2.0 * h, t, 1.0)
     flops = 2.0 * tokens * 2.0 * h * h / t
     return d * gemm, d * mem, d * tp, d * flops
 
@@ -358,8 +384,10 @@ def head_costs(row, work):
     work[W_MEM] = memory_bound_time(row, tokens * vocab * 0.5 * row[C_LOSS_TRAFFIC_BYTES_PER_LOGIT]) + mtp_mem
     work[W_ATTN_CORE_MEM] = 0.0
     work[W_TP] = (allreduce_time(row, 3.0 * 4.0 * tokens, t, 1.0) if t > 1.0 else 0.0) + mtp_tp
-    work[W_TP_BACKWARD] = work[W_TP]
-    work[W_TP_HIDDEN] = 0.0
+    # backward: the same, plus the SP re-gathers of the output layer's and eh_proj's inputs (§11.42)
+    extra, hidden = head_tp_backward(row, tokens)
+    work[W_TP_BACKWARD] = work[W_TP] + extra
+    work[W_TP_HIDDEN] = hidden
     work[W_CP] = 0.0
     work[W_EP] = 0.0
     work[W_PARAMS] = row[C_VOCAB] * h / t * (1.0 if row[C_TIED_EMBEDDINGS] <= 0.0 else 0.0)

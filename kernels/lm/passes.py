@@ -89,14 +89,12 @@ def tp_pass_factors(row):
     before attention and one before the MLP, and their conjugates). With ``tp_per_projection`` the plan
     redistributes the input of each column-parallel projection on its own, n = 3 (q, k, v) + 2 (gate, up; 1
     without a gate) per layer: without SP each input's gradient is all-reduced in backward (n all-reduces, the
-    forward's two row-parallel all-reduces unchanged); with SP n all-gathers and 2 reduce-scatters each way
-    (docs/model.md §11.6 "Per-projection TP")."""
-    if row[C_TP_PER_PROJECTION] <= 0.0:
+    forward's two row-parallel all-reduces unchanged); with SP ``layer.tp_layer_time`` prices the n all-gathers and
+    2 reduce-scatters forward, 2 all-gathers and n reduce-scatters backward, each at its own bytes (docs/model.md
+    §11.6 "Per-projection TP", §11.42), so the factors are 1."""
+    if row[C_TP_PER_PROJECTION] <= 0.0 or row[C_SEQUENCE_PARALLEL] > 0.0:
         return 1.0, TP_BACKWARD_PASSES
     inputs = 3.0 + (2.0 if row[C_GATED_MLP] > 0.0 else 1.0)
-    if row[C_SEQUENCE_PARALLEL] > 0.0:
-        share = (inputs + 2.0) / 4.0
-        return share, share * TP_BACKWARD_PASSES
     return 1.0, inputs / 2.0 * TP_BACKWARD_PASSES
 
 
@@ -261,10 +259,13 @@ def layer_time(work):
 @njit
 def head_passes(row, work):
     """(forward, backward for inputs, backward for weights) seconds of the LM head and loss for one micro-batch
-    on the last stage (not recomputed); ``work[W_*]`` keeps the head's forward costs (``layer.head_costs``)."""
+    on the last stage (not recomputed); ``work[W_*]`` keeps the head's forward costs (``layer.head_costs``), its
+    backward TP ``W_TP_BACKWARD`` with the SP re-gathers and of them ``W_TP_HIDDEN`` hidden under their dgrad GEMMs
+    (docs/model.md §11.42)."""
     head_costs(row, work)
     gemm, mem, tp = work[W_GEMM], work[W_MEM], work[W_TP]
     forward = gemm + mem + tp
-    backward_input = BACKWARD_INPUT_GEMM * gemm + mem + TP_BACKWARD_PASSES * tp   # loss and logits gradient
+    backward_tp = TP_BACKWARD_PASSES * (work[W_TP_BACKWARD] - work[W_TP_HIDDEN])
+    backward_input = BACKWARD_INPUT_GEMM * gemm + mem + backward_tp   # loss and logits gradient
     backward_weight = BACKWARD_WEIGHT_GEMM * gemm
     return forward, backward_input, backward_weight

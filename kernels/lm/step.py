@@ -24,7 +24,7 @@ hidden behind the compute it overlaps with (``kernels/lm/parallel.py``).
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.layer import N_WORK as N_LAYER_WORK
 from fastmodel.kernels.lm.layer import (
-    W_FLOPS, W_GEMM, W_MEM, W_PARAMS, W_TP, layer_kind_params, model_flops_per_token, recompute_share,
+    W_FLOPS, W_GEMM, W_MEM, W_PARAMS, W_TP, W_TP_BACKWARD, W_TP_HIDDEN, layer_kind_params, model_flops_per_token, recompute_share,
 )
 from fastmodel.kernels.lm.layout import (
     C_LAST_STAGE_LAYERS, C_OVERLAP_GRAD_REDUCE,
@@ -383,7 +383,8 @@ def step_row(row, work, out):
     # the head's forward costs, left by busiest_stage, on the busiest rank when it is the last (share 1)
     head_gemm = share * (1.0 + BACKWARD_GEMM) * work[W_GEMM]
     head_mem = share * 2.0 * work[W_MEM]
-    head_tp = share * (1.0 + TP_BACKWARD_PASSES) * work[W_TP]
+    head_tp = share * (work[W_TP] + TP_BACKWARD_PASSES * work[W_TP_BACKWARD])    # §11.42: the re-gathers backward
+    head_tp_left = head_tp - share * TP_BACKWARD_PASSES * work[W_TP_HIDDEN]
     bubble = host_bound_bubble(row, average_mb, forward, weight)
     pp_comm, pp_exposed = pipeline_p2p(row, micro_batches)
     outside = _data_parallel_ranks(row, work, head_params, micro_batches, stage_mb, out)
@@ -420,7 +421,7 @@ def step_row(row, work, out):
     out[R_COMM_CP] = micro_batches * per_stage * work[A_CP_COMM]
     out[R_COMM_EP] = micro_batches * per_stage * work[A_EP_COMM]
     out[R_COMM_PP] = pp_comm
-    out[R_EXPOSED_TP] = micro_batches * (per_stage * work[A_TP_EXPOSED] + head_tp)
+    out[R_EXPOSED_TP] = micro_batches * (per_stage * work[A_TP_EXPOSED] + head_tp_left)
     out[R_EXPOSED_CP] = micro_batches * per_stage * work[A_CP_EXPOSED]
     out[R_EXPOSED_EP] = micro_batches * per_stage * work[A_EP_EXPOSED]
     out[R_COMM_EP_SCALE_OUT] = micro_batches * per_stage * work[A_EP_SCALE_OUT]
