@@ -8,7 +8,7 @@ import pytest
 
 from fastmodel.kernels.lm.layer import N_WORK, W_TP, layer_costs
 from fastmodel.kernels.nccl import allgather_time
-from fastmodel.kernels.roofline import gemm_roofline
+from fastmodel.kernels.roofline import gemm_roofline, gemm_time
 from fastmodel.lm.engine import evaluate_table
 from fastmodel.lm.records import lower_record
 from fastmodel.registry.lm import COLUMN_INDEX as C
@@ -48,7 +48,9 @@ def test_the_step_pays_it_forward_and_backward_on_every_layer_and_micro_batch():
     each 23.6 us longer, plus the backward's two wgrad re-gathers (docs/model.md §11.41), which run under their own
     dgrad GEMM (D): each costs max(0, AG + o - D) + s min(AG + o, D). QKV's D (0.150 ms) lies between AG
     (0.142 ms) and AG + o (0.166 ms): o adds (AG + o - D) + s D - s AG = 0.70 o; FC1's D (0.516 ms) holds
-    AG + o: s o. So 12 x 32 x 8.85 o = 80.2 ms more step time."""
+    AG + o: s o. So 12 x 32 x 8.85 o = 80.2 ms more step time; and the LM head's re-gather of its SP input
+    (docs/model.md §11.42) under the head's dgrad GEMM (T x 8,192 x 128,256 / 8, far longer): s o per micro-batch,
+    32 x 0.15 o = 0.11 ms."""
     row = _record(TP8).columns
     bare = row.copy()
     bare[C["collective_overhead_s"]] = 0.0
@@ -60,7 +62,9 @@ def test_the_step_pays_it_forward_and_backward_on_every_layer_and_micro_batch():
     assert ag < qkv < ag + o < fc1
     regather_o = (ag + o - qkv) + s * qkv - s * ag + s * o
     assert regather_o / o == pytest.approx(0.85, abs=0.01)
-    assert step[0] - step[1] == pytest.approx(12 * 32 * (8 * o + regather_o), rel=1e-6)
+    head_dgrad = gemm_time(row, tokens, row[C["vocab"]] / 8.0, h, False)
+    assert head_dgrad > ag + o
+    assert step[0] - step[1] == pytest.approx(12 * 32 * (8 * o + regather_o) + 32 * s * o, rel=1e-6)
 
 
 def _tp16_layer(**values):
