@@ -1,10 +1,9 @@
 """Memory per device of the real-world LM model (``default`` semantics), by memory kind.
 
 ``memory_row(row, out)`` fills ``out[M_<KIND>]`` (bytes per device) for one
-configuration at the peak over the step of the most loaded pipeline rank: the
-first stage (most micro-batches in flight, the input embedding) or the last
-stage (LM head, its logits workspace, MTP layers); the phases of the step are in
-``memory_peak``. It allocates nothing, so the fused pass can call it per
+configuration at the peak over the step of the most loaded pipeline rank, over
+every rank (``memory_row``; docs/model_memory.md "Every pipeline rank (issue 23)");
+the phases of the step are in ``memory_peak``. It allocates nothing, so the fused pass can call it per
 configuration inside ``prange``.
 ``memory_table(params)`` evaluates a whole ``(N_COLUMNS, n)`` table.
 
@@ -347,16 +346,20 @@ def memory_row(row, out):
     # every rank, in the order first, last, 1, 2, ..., pp - 2 (a tie keeps the earlier): an uneven layer split
     # or the embedding's and head's placement can make a middle rank the worst. A middle rank that holds the same
     # layers as the rank before it is skipped: it holds no more micro-batches in flight (1F1B: pp - r;
-    # interleaved: 2 (pp - r - 1) + (v - 1) pp + 1; GPipe and DualPipe: the same on every rank), so it cannot be
-    # worse (tests/lm/test_memory_peak.py checks the result against every rank). Not under ZB-H1: rank r holds
-    # pp - r micro-batches and r deferred weight gradients (memory_chunks.zb_h1_held_bytes), more where those are larger
+    # interleaved: 2 (pp - r - 1) + (v - 1) pp + 1; GPipe: m on every rank), so it cannot be worse
+    # (docs/model_memory.md "Every pipeline rank (issue 23)"; tests/lm/test_memory_every_rank.py checks the result
+    # against every rank). Not under ZB-H1: rank r holds pp - r micro-batches and r deferred weight gradients
+    # (memory_chunks.zb_h1_held_bytes), more where those are larger. Not under DualPipe either: rank r holds pp - r
+    # micro-batches of its stage and r + 1 of its mirror stage, more than rank r - 1 where the mirror's are larger
     skip = int(row[C_PIPELINE_SCHEDULE]) != SCHED_ZB_H1
+    mirrored = mirror_stage(row, 0.0) >= 0.0
     # ranks 1 .. pp - 2 of a model without routed experts all hold the busiest count, no split slot, no MTP
-    # (stage_layers), so they are the same without asking stage_layers twice per rank (pp up to the layer count)
+    # (stage_layers), so they are the same without asking stage_layers twice per rank (pp up to the layer count);
+    # under DualPipe their mirror stages too, so they hold pp + 1 micro-batches of the same bytes
     uniform = not is_moe(row)
     for k in range(int(row[C_PP])):
         stage = 0.0 if k == 0 else (last if k == 1 else k - 1.0)
-        if skip and k >= 3 and (uniform or _same_layers(row, stage, stage - 1.0)):
+        if skip and k >= 3 and (uniform or (not mirrored and _layers_equal(row, stage, stage - 1.0))):
             continue
         w1, g1, o1, a1, b1 = stage_peak(row, stage, dense_layer, moe_layer, working, gather, comm, grad_work, logits,
                                           resident)
@@ -416,18 +419,9 @@ def peak_terms(row):
             logits_workspace_bytes(row))
 
 
-@njit(error_model='numpy')
-def _same_layers(row, stage, other):
-    """True when pipeline ranks ``stage`` and ``other`` hold the same (dense, MoE, MTP) layers, their DualPipe
-    mirror stages' included (:func:`stage_layers`, ``pipeline.mirror_stage``)."""
-    if not _layers_equal(row, stage, other):
-        return False
-    mirror = mirror_stage(row, stage)
-    return mirror < 0.0 or _layers_equal(row, mirror, mirror_stage(row, other))
-
-
 @njit(inline="always")
 def _layers_equal(row, stage, other):
+    """True when pipeline ranks ``stage`` and ``other`` hold the same (dense, MoE, MTP) layers (:func:`stage_layers`)."""
     d1, m1, t1 = stage_layers(row, stage)
     d2, m2, t2 = stage_layers(row, other)
     return d1 == d2 and m1 == m2 and t1 == t2

@@ -150,6 +150,9 @@ def held_bytes(row, stage, dense_layer, moe_layer, passed_head):
         high = n * mid + 2.0 * p * odd if steady >= 2.0 else low
         largest = max(low, high)
         return largest, largest, embedding
+    if stage == p - 1.0 and explicit_layout(row):
+        at_loss, backward = layout_last_rank_held(row, stage, dense_layer, moe_layer, passed_head, steady)
+        return at_loss, backward, embedding
     if stage == p - 1.0:
         with_odd = n * mid + chunk_microbatch_bytes(row, stage, v - 1.0, dense_layer, moe_layer) - mid
         backward = with_odd - passed_head       # the first backward (of chunk v - 1), right after the loss
@@ -157,6 +160,44 @@ def held_bytes(row, stage, dense_layer, moe_layer, passed_head):
             backward = max(backward, n * mid)
         return with_odd, backward, embedding
     return n * mid, n * mid, embedding
+
+
+@njit(error_model='numpy')
+def layout_last_rank_held(row, stage, dense_layer, moe_layer, passed_head, steady):
+    """(at the loss, at a backward's start) of the last rank ``stage = p - 1`` under the interleaved schedule with an
+    explicit layout, whose chunks hold different layer counts (:func:`layout_chunk_layers`), ``b_c`` bytes each.
+
+    The rank warms up ``W = (v - 1) p`` forwards (:func:`held_bytes`). Before backward ``k = a p + r`` of a period
+    (``0 <= a < v``, ``0 <= r < p``; the counts repeat every ``p v`` backwards while forwards remain, ``k <
+    steady``), counting the chunks' forwards and backwards so far (:func:`_count`), it holds of chunk ``c``:
+    ``a = 0``: ``p`` for ``c < v - 1`` and 1 of chunk ``v - 1`` (the loss's micro-batch, just through the head;
+    that backward has released its head inputs, ``passed_head``); ``a >= 1``: ``p + p [c <= a - 2] + (r + 1) [c =
+    a - 1] - p [c >= v - a] - r [c = v - 1 - a]``, linear in ``r``, so its largest value is at ``r = 0`` or at the
+    last ``r`` the step reaches. The loss comes right after a forward of chunk ``v - 1``: the ``a = 0`` moments.
+    With every ``b_c`` alike (no explicit layout) this is ``held_bytes``' ``n b + D (b_odd - b)``."""
+    p = row[C_PP]
+    v = row[C_VP]
+    total = 0.0
+    for c in range(int(v)):
+        total += chunk_microbatch_bytes(row, stage, float(c), dense_layer, moe_layer)
+    last = chunk_microbatch_bytes(row, stage, v - 1.0, dense_layer, moe_layer)
+    at_loss = p * (total - last) + last
+    backward = at_loss - passed_head
+    low = 0.0                                   # sum of b_c over c <= a - 2
+    high = last                                 # sum of b_c over c >= v - a
+    for a in range(1, int(v)):
+        reach = steady - 1.0 - a * p            # the last r this a reaches
+        if reach < 0.0:
+            break
+        if a >= 2:
+            low += chunk_microbatch_bytes(row, stage, a - 2.0, dense_layer, moe_layer)
+            high += chunk_microbatch_bytes(row, stage, v - a, dense_layer, moe_layer)
+        rising = chunk_microbatch_bytes(row, stage, a - 1.0, dense_layer, moe_layer)
+        falling = chunk_microbatch_bytes(row, stage, v - 1.0 - a, dense_layer, moe_layer)
+        base = p * (total + low - high) + rising
+        backward = max(backward, base + min(reach, p - 1.0) * (rising - falling))
+        backward = max(backward, base)
+    return at_loss, backward
 
 
 # --- ZB-H1: the weight-gradient pass deferred ---------------------------------------------------------------------

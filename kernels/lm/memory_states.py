@@ -392,9 +392,13 @@ def optimizer_bytes(row, stage, non_expert, expert):
 
     Replicated under DDP; sharded by the shard group under ZeRO-1 / distributed optimizer, ZeRO-2 and
     FSDP/HSDP (ZeRO paper, Sec. 5.1; Megatron-LM ``docs/distrib_optimizer.md``: ``12/d`` bytes per parameter).
+    Under DualPipe the rank's mirror stage (``pipeline.mirror_stage``) keeps its factors and momenta too.
     """
     per = optimizer_bytes_per_param(row)
     factored = adafactor_factored_bytes(row, stage) + muon_momentum_bytes(row, stage)
+    mirror = mirror_stage(row, stage)
+    if mirror >= 0.0:
+        factored += adafactor_factored_bytes(row, mirror) + muon_momentum_bytes(row, mirror)
     if int(row[C_SHARDING]) >= SHARD_ZERO1:
         return per * sharded_params(row, non_expert, expert) + factored / shard_group(row)
     return per * (non_expert + expert) + factored
