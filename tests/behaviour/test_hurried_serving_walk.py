@@ -1,0 +1,52 @@
+"""The hurried user's walk through serving sweep files, serving validation, figures of serving results and
+calibration on tiny inputs (session 2026-12-06g): each test is a case that was silent or wrong before."""
+
+import pytest
+
+from tests.suite_fixtures import cli, one_line_error
+
+SERVE_SWEEP = 'model = "llama3.1-70b"\nsystem = "H100"\ntask = "serve-chat"\n[axes]\ntp = [4]\n'
+
+
+def _sweep(tmp_path, axes: str):
+    (tmp_path / "s.toml").write_text(SERVE_SWEEP + axes)
+    return cli("sweep", tmp_path / "s.toml", "-o", tmp_path / "s.nc")
+
+
+@pytest.mark.parametrize("axes, field, reason", [
+    # serve-chat is a static batch: its TPOT was the same with and without the drafts (they were not modelled)
+    ("spec_tokens = [0, 3]\nspec_acceptance = [0.7]\n", "axes.spec_tokens",
+     "under a concurrency load (docs/model_serving.md S18), not a static batch"),
+    ("spec_tokens = [3]\nspec_acceptance = [0.7]\nbatch_size = [8]\n", "axes.spec_tokens", "not a static batch"),
+    # the task's spec_acceptance default, 0, rejected every draft: a slower TPOT than without them, silently
+    ("spec_tokens = [0, 3]\nconcurrency = [8]\n", "axes.spec_tokens", "give spec_acceptance too"),
+    # a column's bound named the column, not the axis it came from
+    ("kv_cache_mem_fraction = [0]\n", "axes.kv_cache_mem_fraction", "0 is outside [0.01, 1]"),
+])
+def test_a_serving_sweep_refuses_what_it_would_ignore_in_one_line(tmp_path, axes, field, reason):
+    one_line_error(_sweep(tmp_path, axes), f"s.toml: {field}: ", reason)
+    assert not (tmp_path / "s.nc").exists()
+
+
+def test_a_serving_sweep_with_drafts_their_acceptance_and_a_concurrency_runs(tmp_path):
+    """The legal form of the cases above: the drafts at acceptance 0.7 shorten TPOT, at 0 lengthen it (each draft
+    is verified and rejected: docs/model_serving.md S18)."""
+    import xarray as xr
+
+    result = _sweep(tmp_path, "spec_tokens = [0, 3]\nspec_acceptance = [0.0, 0.7]\nconcurrency = [8]\n")
+    assert result.exit_code == 0, result.output
+    with xr.open_dataset(tmp_path / "s.nc") as ds:
+        tpot = ds.tpot.squeeze()
+        off = float(tpot.sel(spec_tokens=0, spec_acceptance=0.7))
+        assert float(tpot.sel(spec_tokens=3, spec_acceptance=0.7)) < off
+        assert float(tpot.sel(spec_tokens=3, spec_acceptance=0.0)) > off
+        assert float(tpot.sel(spec_tokens=0, spec_acceptance=0.0)) == off
+
+
+def test_a_serving_task_with_drafts_and_no_acceptance_is_named(tmp_path):
+    """A task file's spec_tokens is named as the task's field."""
+    (tmp_path / "t.toml").write_text('name = "t"\nkind = "serve"\ninput_len = 128\noutput_len = 16\n'
+                                     'concurrency = 4\nspec_tokens = 2\n')
+    (tmp_path / "s.toml").write_text(SERVE_SWEEP.replace('"serve-chat"', '"t.toml"'))
+    one_line_error(cli("sweep", tmp_path / "s.toml", "-o", tmp_path / "s.nc"),
+                   "s.toml: task.spec_tokens: give spec_acceptance too")
