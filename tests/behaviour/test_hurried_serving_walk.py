@@ -50,3 +50,39 @@ def test_a_serving_task_with_drafts_and_no_acceptance_is_named(tmp_path):
     (tmp_path / "s.toml").write_text(SERVE_SWEEP.replace('"serve-chat"', '"t.toml"'))
     one_line_error(cli("sweep", tmp_path / "s.toml", "-o", tmp_path / "s.nc"),
                    "s.toml: task.spec_tokens: give spec_acceptance too")
+
+
+def _serving_records(tmp_path, *measured):
+    """serve_dev_load.jsonl's first record once per ``measured`` block, ids r0, r1, ..."""
+    import json
+
+    from tests.suite_fixtures import data_lines
+
+    base = json.loads(data_lines("serve_dev_load.jsonl", 1)[0])
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps({**base, "id": f"r{i}", "measured": m}) + "\n" for i, m in enumerate(measured)))
+    return base["measured"], path
+
+
+def test_validate_names_a_serving_measured_block_it_cannot_score(tmp_path):
+    """A measured block with none of ttft_s, tpot_s, output_tokens_per_s (``{}``, a per-GPU throughput) was left out
+    of every table without a word, and ``tpot`` beside ``ttft_s`` was dropped silently: the first is skipped by
+    name (as a run record without step_time_s is), the second is a warning; the ``naive`` column of the
+    throughput table, which has no baseline, reads '-' (it read 'nan%')."""
+    real = _serving_records(tmp_path, {})[0]
+    blocks = [{"ttft_s": real["ttft_s"], "tpot_s": real["tpot_s"]}, {"ttft_s": real["ttft_s"], "tpot": 0.01},
+              {}, {"output_tokens_per_s_per_gpu": 900.0}, {"output_tokens_per_s": 900.0}]
+    _, path = _serving_records(tmp_path, *blocks)
+    result = cli("validate", path)
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert f"warning: {path}:2: measured.tpot: not read (did you mean 'tpot_s'?)" in lines
+    assert f"skipped: {path}:3: measured: none of ttft_s, tpot_s, output_tokens_per_s" in lines
+    assert f"skipped: {path}:4: measured: none of ttft_s, tpot_s, output_tokens_per_s; has " \
+           "'output_tokens_per_s_per_gpu' (did you mean 'output_tokens_per_s'?)" in lines
+    assert "nan%" not in result.output
+    all_rows = [line.split() for line in lines if line.startswith("all ")]
+    assert [row[1] for row in all_rows] == ["2", "1", "1"]      # ttft_s by r0, r1; tpot_s by r0; throughput by r4
+    assert all_rows[2][-1] == "-"
+    one_line_error(cli("validate", _serving_records(tmp_path, {"tpot": 0.01})[1]),
+                   "no serving record carries measured", "measured: none of", "'tpot' (did you mean 'tpot_s'?)")
