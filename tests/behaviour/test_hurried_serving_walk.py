@@ -86,3 +86,48 @@ def test_validate_names_a_serving_measured_block_it_cannot_score(tmp_path):
     assert all_rows[2][-1] == "-"
     one_line_error(cli("validate", _serving_records(tmp_path, {"tpot": 0.01})[1]),
                    "no serving record carries measured", "measured: none of", "'tpot' (did you mean 'tpot_s'?)")
+
+
+@pytest.fixture(scope="module")
+def serving_over_memory(tmp_path_factory):
+    """Llama 3.1 70B on H100 (serve-chat, BF16), tp 1, 2, 4 x batch 1, 64: tp1 (about 131 GiB of weights) fits at
+    neither batch, tp2 only at batch 1 (the sweep's own count: 3 of 6 over memory), every point status ok."""
+    folder = tmp_path_factory.mktemp("serving")
+    (folder / "s.toml").write_text(SERVE_SWEEP.replace("tp = [4]", "tp = [1, 2, 4]\nbatch_size = [1, 64]"))
+    result = cli("sweep", folder / "s.toml", "-o", folder / "s.nc")
+    assert "3 of 6 configurations legal and feasible (fit in memory), 3 legal but over memory" in result.output
+    return folder / "s.nc"
+
+
+def test_a_figure_of_a_serving_result_leaves_out_points_over_memory(serving_over_memory, tmp_path):
+    """A heatmap or scaling figure of a serving result drew points over HBM as answers and boxed one as the best
+    (a 70B model on one H100), while best refused them and the Pareto figure left them out: the serving status has
+    no does_not_fit code, so the figure's copy now gets one (as a real-world training result's points over HBM are
+    folded); --include-oom draws them, as best --include-oom ranks them."""
+    import numpy as np
+    import xarray as xr
+
+    from fastmodel.analysis.margin import fit_view
+    from fastmodel.plot.data import prepare, status_names_of
+
+    with xr.open_dataset(serving_over_memory) as ds:
+        ds = ds.load()
+    fits = ds.fits_memory.squeeze().transpose("tp", "batch_size").values.astype(bool)
+    assert (ds.status == 0).all() and fits.sum() == 3
+    da, status = prepare(ds, "tpot", keep=("tp", "batch_size"))
+    names = status_names_of(status)
+    codes = status.transpose("tp", "batch_size").values
+    assert names[-1] == "does_not_fit" and list(status.attrs["flag_values"]) == list(range(len(names)))
+    assert ((codes == 0) == fits).all() and (codes[~fits] == names.index("does_not_fit")).all()
+    assert "does_not_fit" not in status_names_of(ds.status)           # the result itself is left as it was
+    _, status = prepare(fit_view(ds, include_oom=True), "tpot", keep=("tp", "batch_size"))
+    assert (status == 0).all()
+    assert np.isfinite(da.where(status == 0)).all()
+    result = cli("plot", "heatmap", serving_over_memory, "--x", "batch_size", "--y", "tp", "--var", "tpot",
+                 "-o", tmp_path / "h.png")
+    assert result.exit_code == 0, result.output
+    result = cli("plot", "pareto", serving_over_memory, "--include-oom", "-o", tmp_path / "p.png")
+    assert result.exit_code == 0 and "left out" not in result.output, result.output
+    one_line_error(cli("plot", "heatmap", serving_over_memory, "--x", "batch_size", "--y", "tp", "--var", "tpot",
+                       "--memory-margin", "2", "-o", tmp_path / "m.png"),
+                   "--memory-margin: applies to real-world training results (")
