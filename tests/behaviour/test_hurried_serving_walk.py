@@ -131,3 +131,51 @@ def test_a_figure_of_a_serving_result_leaves_out_points_over_memory(serving_over
     one_line_error(cli("plot", "heatmap", serving_over_memory, "--x", "batch_size", "--y", "tp", "--var", "tpot",
                        "--memory-margin", "2", "-o", tmp_path / "m.png"),
                    "--memory-margin: applies to real-world training results (")
+
+
+def test_calibrate_refuses_a_run_given_twice(tmp_path):
+    """A runs file concatenated with itself (cat a.jsonl a.jsonl): the copy counted as a second run toward the
+    two-runs-per-parameter rule, and the 2-fold cross-validation put one copy in each fold, so the report called
+    a fit on the run itself 'cross-validated' (stack compute_eff fitted on one run, after 0.0%). Now one line
+    naming both lines; a record without an id, given twice, likewise; two different runs without ids are fine."""
+    import json
+
+    import fastmodel as fm
+    from tests.suite_fixtures import data_lines
+
+    line = data_lines("runs_dev.jsonl", 1)[0]
+    path = tmp_path / "runs.jsonl"
+    path.write_text(line + "\n" + line + "\n")
+    run_id = json.loads(line)["id"]
+    one_line_error(cli("calibrate", path, "-o", tmp_path / "cal.toml"),
+                   f"{path}:2: id: '{run_id}' is the id of {path}:1 too; a run is fitted once")
+    assert not (tmp_path / "cal.toml").exists()
+    run = {k: v for k, v in json.loads(line).items() if k != "id"}
+    with pytest.raises(fm.FastmodelError, match=r"^runs\[1\]: the same record \(no id\) as runs\[0\] too"):
+        fm.calibrate([run, run], folds=0)
+    other = {**run, "plan": {**run["plan"], "micro_batch": 2, "global_batch": 4, "grad_accum": 2}}
+    assert fm.calibrate([run, other], folds=0) is not None
+
+
+SEARCH = ("serve", "--search", "-m", "llama3.1-8b", "-d", "H100", "--ttft", "2s", "--tpot", "50ms", "--gpus", "1",
+          "--search-concurrency", "2")
+
+
+@pytest.mark.parametrize("given, named", [
+    (["--json"], "--json"),                        # printed the text table: a pipe into a JSON reader broke
+    (["--tp", "2"], "--tp"), (["--pp", "2"], "--pp"),
+    (["--batch-size", "4"], "--batch-size"), (["--concurrency", "4"], "--concurrency"),
+    (["--max-throughput"], "--max-throughput"), (["--instances", "2"], "--instances"),
+    (["--kv-cache-mem-fraction", "0.5"], "--kv-cache-mem-fraction"), (["--moe-tp", "2"], "--moe-tp"),
+    (["--tp", "1", "--json"], "--tp, --json"),     # a value equal to the default is still a choice it ignores
+])
+def test_search_refuses_the_one_configuration_options_it_would_ignore(given, named):
+    """Each of these ran the very same search, its frontier and best configuration unchanged, without a word."""
+    one_line_error(cli(*SEARCH, *given), f"error: {named}: not read by --search")
+
+
+def test_gpus_without_search_is_refused_as_the_other_search_options_are():
+    """--gpus has a default (8), so a plain serve with --gpus 4 ran one configuration on tp 1 silently."""
+    one_line_error(cli("serve", "-m", "llama3.1-8b", "-d", "H100", "--batch-size", "1", "--gpus", "4"),
+                   "--gpus", "apply to --search only")
+    assert cli(*SEARCH).exit_code == 0
