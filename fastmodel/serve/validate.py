@@ -67,15 +67,14 @@ def read_measured_records(path, refused: list, skipped: list | None = None) -> l
     def lower(data, where):
         if isinstance(data, dict) and "measured" in data:
             parse_measured(data, where)
-            if not any(key in data["measured"] for key in METRICS):
-                if skipped is None:
-                    return lower_any(data, where)
-                skipped.append(f"skipped: {where}: {no_metric(data['measured'])}")
+        record = lower_any(data, where)      # a run record among serving records is refused here, a miss
+        measured = data.get("measured") if isinstance(data, dict) else None
+        if skipped is not None and isinstance(measured, dict):
+            if not any(key in measured for key in METRICS):
+                skipped.append(f"skipped: {where}: {no_metric(measured)}")
                 return None
-            if skipped is not None:
-                skipped.extend(f"warning: {where}: measured.{key}: not read{hint}" for key, hint in
-                               _misspelt(data["measured"]))
-        return lower_any(data, where)
+            skipped.extend(f"warning: {where}: measured.{key}: not read{hint}" for key, hint in _misspelt(measured))
+        return record
 
     return [r for r in read_jsonl(path, lower, "serving records", whole_object=True, refused=refused)
             if r is not None]
@@ -92,10 +91,8 @@ def _misspelt(measured: dict) -> list[tuple[str, str]]:
 
 
 def no_metric(measured: dict) -> str:
-    """The line of a ``measured`` block without ttft_s, tpot_s or output_tokens_per_s: its key nearest to one."""
-    from fastmodel.errors import nearest
-
-    hint = next((f"; has {key!r}{nearest(key, METRICS)}" for key in measured if nearest(key, METRICS)), "")
+    """The line of a ``measured`` block without ttft_s, tpot_s or output_tokens_per_s: its key spelt like one."""
+    hint = next((f"; has {key!r}{hint}" for key, hint in _misspelt(measured)), "")
     return f"measured: none of {', '.join(METRICS)}{hint}"
 
 

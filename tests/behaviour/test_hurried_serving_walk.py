@@ -69,6 +69,8 @@ def test_validate_names_a_serving_measured_block_it_cannot_score(tmp_path):
     of every table without a word, and ``tpot`` beside ``ttft_s`` was dropped silently: the first is skipped by
     name (as a run record without step_time_s is), the second is a warning; the ``naive`` column of the
     throughput table, which has no baseline, reads '-' (it read 'nan%')."""
+    from tests.suite_fixtures import data_lines
+
     real = _serving_records(tmp_path, {})[0]
     blocks = [{"ttft_s": real["ttft_s"], "tpot_s": real["tpot_s"]}, {"ttft_s": real["ttft_s"], "tpot": 0.01},
               {}, {"output_tokens_per_s_per_gpu": 900.0}, {"output_tokens_per_s": 900.0}]
@@ -86,6 +88,12 @@ def test_validate_names_a_serving_measured_block_it_cannot_score(tmp_path):
     assert all_rows[2][-1] == "-"
     one_line_error(cli("validate", _serving_records(tmp_path, {"tpot": 0.01})[1]),
                    "no serving record carries measured", "measured: none of", "'tpot' (did you mean 'tpot_s'?)")
+    # a run record among serving records stays refused (a miss), not skipped for its step_time_s
+    _, path = _serving_records(tmp_path, blocks[0])
+    path.write_text(path.read_text() + data_lines("runs_dev.jsonl", 1)[0] + "\n")
+    result = cli("validate", path)
+    assert f"refused (a miss): {path}:2: record: not a serving record" in result.output, result.output
+    assert "skipped" not in result.output
 
 
 @pytest.fixture(scope="module")
