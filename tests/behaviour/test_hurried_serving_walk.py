@@ -187,3 +187,40 @@ def test_gpus_without_search_is_refused_as_the_other_search_options_are():
     one_line_error(cli("serve", "-m", "llama3.1-8b", "-d", "H100", "--batch-size", "1", "--gpus", "4"),
                    "--gpus", "apply to --search only")
     assert cli(*SEARCH).exit_code == 0
+
+
+@pytest.mark.parametrize("axes, message", [
+    ({"plan": None}, "axis 'plan': None; give a list"),                       # was TypeError: not iterable
+    ({1: [1]}, "axes: an axis name is a string, e.g. 'num_nodes' (got 1)"),   # was AttributeError: .lower
+    ({"plan": ["tp2"], "num_nodes": {1, 2}}, "axis 'num_nodes': a set, which has no order"),
+])
+def test_python_sweep_axes_of_the_wrong_kind_are_one_line(axes, message):
+    import fastmodel as fm
+
+    with pytest.raises(fm.FastmodelError) as error:
+        fm.sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", axes=axes)
+    assert str(error.value).startswith(message) and "\n" not in str(error.value), str(error.value)
+
+
+def test_python_sweep_reads_a_generator_axis_as_its_list():
+    """A generator (``(n for n in ...)``, ``map``) was refused as 'every value must be a whole number of nodes
+    (got <generator ...>)'; it is the list it yields, as a range or an array is."""
+    import fastmodel as fm
+
+    kw = dict(model="llama3.1-8b", system="dgx-h100", task="llm-pretrain")
+    made = fm.sweep(**kw, axes={"plan": ["tp2"], "num_nodes": (n for n in (1, 2))})
+    listed = fm.sweep(**kw, axes={"plan": ["tp2"], "num_nodes": [1, 2]})
+    assert list(made.num_nodes.values) == [1, 2]
+    assert (made.step_time == listed.step_time).all()
+
+
+def test_serving_evaluate_names_the_load_keyword_a_typo_meant():
+    """serve.api.evaluate(concurency=3) said 'did you mean intra_latency?': concurrency and max_throughput are
+    keywords of columns(), not columns, and were not among the choices."""
+    from fastmodel.errors import SpecError
+    from fastmodel.serve.api import evaluate
+
+    for typo, meant in (("concurency", "concurrency"), ("max_througput", "max_throughput"),
+                        ("kv_precison", "kv_precision")):
+        with pytest.raises(SpecError, match=rf"^{typo}: unknown column \(did you mean '{meant}'\?\)$"):
+            evaluate("llama3.1-70b", "H100", tp=4, **{typo: 1})
