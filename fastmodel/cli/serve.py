@@ -66,7 +66,7 @@ def _one(values, name: str, default):
 @click.option("--moe-tp", default=0, show_default=True, type=click.IntRange(min=0),
               help="Tensor parallelism of each expert (0: tp x attention_dp / ep).")
 @click.option("--precision", default="bf16", show_default=True, type=Choice(list(PRECISIONS), case_sensitive=False))
-@click.option("--kv-precision", type=Choice(list(KV_PRECISIONS), case_sensitive=False), help="Default: fp8 with fp8 weights, else bf16.")
+@click.option("--kv-precision", type=Choice(list(KV_PRECISIONS), case_sensitive=False), help="Default: fp8 with fp8, fp4 or mxfp4 weights, else bf16.")
 @click.option("--input-len", default=1024, show_default=True, type=click.IntRange(min=1))
 @click.option("--output-len", default=128, show_default=True, type=click.IntRange(min=1))
 @click.option("--batch-size", type=click.IntRange(min=1), help="Static batch of N requests.")

@@ -224,3 +224,21 @@ def test_serving_evaluate_names_the_load_keyword_a_typo_meant():
                         ("kv_precison", "kv_precision")):
         with pytest.raises(SpecError, match=rf"^{typo}: unknown column \(did you mean '{meant}'\?\)$"):
             evaluate("llama3.1-70b", "H100", tp=4, **{typo: 1})
+
+
+def test_a_serving_task_takes_the_precisions_its_axis_takes(tmp_path):
+    """A task's precision = "fp4" (or "mxfp4") was refused ("Input should be 'bf16', ... (did you mean 'fp8'?)")
+    while a precision axis, serve --precision and records take it; the task's value now gives the axis's result."""
+    import xarray as xr
+
+    (tmp_path / "t.toml").write_text('name = "t"\nkind = "serve"\ninput_len = 128\noutput_len = 16\n'
+                                     'concurrency = 4\nprecision = "fp4"\n')
+    sweep = 'model = "llama3.1-70b"\nsystem = "B200"\ntask = "t.toml"\n[axes]\ntp = [4]\n'
+    tpot = []
+    for name, axes in (("task", ""), ("axis", 'precision = ["fp4"]\n')):
+        (tmp_path / f"{name}.toml").write_text(sweep + axes)
+        result = cli("sweep", tmp_path / f"{name}.toml", "-o", tmp_path / f"{name}.nc")
+        assert result.exit_code == 0, result.output
+        with xr.open_dataset(tmp_path / f"{name}.nc") as ds:
+            tpot.append(float(ds.tpot.values.ravel()[0]))
+    assert tpot[0] == tpot[1]
