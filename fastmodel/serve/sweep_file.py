@@ -111,6 +111,10 @@ def serve_plan(source: str | None, model: Any, system: Any, task: Any, axes: dic
     names = [*SPECIAL_AXES, *COLUMN_INDEX]
     values = {}
     for axis, spec in by_column_name(axes, source, "axes.").items():     # host_step_s: serve_step_overhead_s
+        if axis == "engine":        # not 'engine_nvidia_only': the engine is the task's, one per sweep
+            raise SpecError(source, "axes.engine", "not an axis: the serving task's engine field names the one "
+                            "engine of a sweep (engine = \"vllm\"); serve --search --engine trtllm,vllm compares "
+                            "engines")
         if axis not in names:
             raise SpecError(source, f"axes.{axis}", f"unknown axis{nearest(axis, names)}")
         values[axis] = axis_values(source, axis, spec)

@@ -22,6 +22,8 @@ def _sweep(tmp_path, axes: str):
     ("spec_tokens = [0, 3]\nconcurrency = [8]\n", "axes.spec_tokens", "give spec_acceptance too"),
     # a column's bound named the column, not the axis it came from
     ("kv_cache_mem_fraction = [0]\n", "axes.kv_cache_mem_fraction", "0 is outside [0.01, 1]"),
+    # 'did you mean engine_nvidia_only?': the engine is the task's field, one per sweep
+    ('engine = ["vllm", "trtllm"]\n', "axes.engine", "not an axis: the serving task's engine field"),
 ])
 def test_a_serving_sweep_refuses_what_it_would_ignore_in_one_line(tmp_path, axes, field, reason):
     one_line_error(_sweep(tmp_path, axes), f"s.toml: {field}: ", reason)
