@@ -244,3 +244,17 @@ def test_a_serving_task_takes_the_precisions_its_axis_takes(tmp_path):
         with xr.open_dataset(tmp_path / f"{name}.nc") as ds:
             tpot.append(float(ds.tpot.values.ravel()[0]))
     assert tpot[0] == tpot[1]
+
+
+def test_calibrate_prior_cv_on_too_few_runs_says_it_fell_back(tmp_path):
+    """--prior cv on one run printed 'pull toward physical values: 1, chosen by 3-fold cross-validation': below 2 x 3
+    runs no fold is scored and the pull is cv's fallback, 1; the report (and the file's objective) now say so."""
+    from tests.suite_fixtures import data_lines
+
+    path = tmp_path / "runs.jsonl"
+    path.write_text(data_lines("runs_dev.jsonl", 1)[0] + "\n")
+    result = cli("calibrate", path, "--prior", "cv", "-k", "0")
+    assert result.exit_code == 0, result.output
+    assert "pull toward physical values: 1, cv's fallback below 6 runs, too few for 3-fold cross-validation" \
+        in result.output
+    assert "chosen by 3-fold" not in result.output
