@@ -268,3 +268,10 @@ def test_best_names_the_values_of_a_dimension_a_filter_misses(serving_over_memor
     assert cli("best", serving_over_memory, "--by", "tpot", "--where", "tp=4.0").exit_code == 0
     one_line_error(cli("best", serving_over_memory, "--by", "tpot", "--where", "tp=4", "--where", "tpot<1ms"),
                    "no configuration passes the filters")
+
+
+def test_a_time_breakdown_of_a_serving_result_says_what_to_plot(serving_over_memory, tmp_path):
+    """plot breakdown of a serving result listed MAD-Max's missing step components (exposed_comm, time_emb, ...);
+    it says a breakdown draws training steps and names the serving variables to plot, as --memory does."""
+    one_line_error(cli("plot", "breakdown", serving_over_memory, "--sel", "tp=4", "-o", tmp_path / "b.png"),
+                   "breakdown draws training steps", "prefill_gemm ... decode_comm: plot one with --var NAME")
