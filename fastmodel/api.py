@@ -97,7 +97,8 @@ def sweep(model: Any, system: Any, task: Any, axes: dict[str, Any], semantics: A
     a ``status`` per point (0 ok; ``flag_meanings`` names every code: an illegal point keeps its reason).
 
     ``axes`` maps axis names to values: a list, a scalar, or a range ``{start, stop, num|step,
-    scale='linear'|'log'}`` (a generator is read as its list; ``None`` and a set are refused). Which axes exist is the engine's: MAD-Max specs sweep spec fields (short or dotted
+    scale='linear'|'log'}`` (a generator is read as its list; ``None`` and a set are refused). Which axes exist
+    is the engine's: MAD-Max specs sweep spec fields (short or dotted
     names), ``plan`` (``'all'``, plan strings, or rules ``{dense=[...], emb=[...], max_levels=1|2}``),
     ``model`` and ``system``; a real-world model (``family = "lm"``, under ``default``) sweeps registry columns,
     ``num_nodes``, ``global_batch`` and ``plan`` meshes (``execution``, ``only_fitting`` and ``calibration`` --
