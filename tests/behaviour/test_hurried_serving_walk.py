@@ -275,3 +275,14 @@ def test_a_time_breakdown_of_a_serving_result_says_what_to_plot(serving_over_mem
     it says a breakdown draws training steps and names the serving variables to plot, as --memory does."""
     one_line_error(cli("plot", "breakdown", serving_over_memory, "--sel", "tp=4", "-o", tmp_path / "b.png"),
                    "breakdown draws training steps", "prefill_gemm ... decode_comm: plot one with --var NAME")
+
+
+@pytest.mark.parametrize("name, value", [("FASTMODEL_JIT", "false"), ("FASTMODEL_JIT", " 0"),
+                                         ("FASTMODEL_COMPILE_NOTE", "yes")])
+def test_a_fastmodel_setting_the_kernels_would_misread_is_one_line(monkeypatch, name, value):
+    """kernels/jit.py reads FASTMODEL_JIT == "0" and FASTMODEL_COMPILE_NOTE in ("0", "1"): FASTMODEL_JIT=false ran
+    the compiled kernels and FASTMODEL_COMPILE_NOTE=yes the terminal test, without a word."""
+    monkeypatch.setenv(name, value)
+    one_line_error(cli("specs", "list", "model"), f"error: {name}={value!r}: give 0 (", "or unset it")
+    monkeypatch.setenv(name, "0")
+    assert cli("specs", "list", "model").exit_code == 0
