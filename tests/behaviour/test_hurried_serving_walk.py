@@ -286,3 +286,15 @@ def test_a_fastmodel_setting_the_kernels_would_misread_is_one_line(monkeypatch, 
     one_line_error(cli("specs", "list", "model"), f"error: {name}={value!r}: give 0 (", "or unset it")
     monkeypatch.setenv(name, "0")
     assert cli("specs", "list", "model").exit_code == 0
+
+
+def test_a_scaling_figure_with_nothing_to_draw_is_one_line(serving_over_memory, tmp_path):
+    """plot scaling of a selection whose every point is left out (tp 1: over memory at both batches) wrote an empty
+    axes, y from -0.04 to 0.04, with 'left out 2 of 2 points': it is refused in one line naming why, and with
+    --include-oom the points over memory are drawn."""
+    args = ("plot", "scaling", serving_over_memory, "--x", "batch_size", "--var", "tpot", "--sel", "tp=1")
+    one_line_error(cli(*args, "-o", tmp_path / "s.png"),
+                   "tpot: no point of this selection has a result to draw (left out 2 of 2 points: 2 does_not_fit); "
+                   "--include-oom draws the points over memory")
+    assert not (tmp_path / "s.png").exists()
+    assert cli(*args, "--include-oom", "-o", tmp_path / "s.png").exit_code == 0
