@@ -9,7 +9,7 @@ package ``fastmodel.sweeps``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -97,7 +97,8 @@ def sweep(model: Any, system: Any, task: Any, axes: dict[str, Any], semantics: A
     a ``status`` per point (0 ok; ``flag_meanings`` names every code: an illegal point keeps its reason).
 
     ``axes`` maps axis names to values: a list, a scalar, or a range ``{start, stop, num|step,
-    scale='linear'|'log'}``. Which axes exist is the engine's: MAD-Max specs sweep spec fields (short or dotted
+    scale='linear'|'log'}`` (a generator is read as its list; ``None`` and a set are refused). Which axes exist
+    is the engine's: MAD-Max specs sweep spec fields (short or dotted
     names), ``plan`` (``'all'``, plan strings, or rules ``{dense=[...], emb=[...], max_levels=1|2}``),
     ``model`` and ``system``; a real-world model (``family = "lm"``, under ``default``) sweeps registry columns,
     ``num_nodes``, ``global_batch`` and ``plan`` meshes (``execution``, ``only_fitting`` and ``calibration`` --
@@ -114,6 +115,7 @@ def sweep(model: Any, system: Any, task: Any, axes: dict[str, Any], semantics: A
     if axes is not None and not isinstance(axes, Mapping):
         raise SweepError(f"axes: expected a dict of axis name -> values (e.g. {{'num_nodes': [16, 32]}}), got "
                          f"{type(axes).__name__}")
+    axes = _axis_lists(axes)
     plan = (axes or {}).get("plan")
     if isinstance(plan, str) and plan.strip().lower() == "all":    # "ALL", " all": the keyword, as sweep files read it
         axes = {**axes, "plan": "all"}
@@ -126,6 +128,23 @@ def sweep(model: Any, system: Any, task: Any, axes: dict[str, Any], semantics: A
     plan = engine.door().sweep_plan(model, system, task, axes, semantics=semantics, unit_configs=unit_configs,
                                     execution=execution, only_fitting=only_fitting, calibration=calibration)
     return run(plan, store, resume, workers, scheduler, progress, overwrite)
+
+
+def _axis_lists(axes: Mapping | None) -> dict | None:
+    """``axes`` with each name a string and each axis values a sweep reads: a generator (``range`` mapped, a
+    comprehension without brackets) is read as a list; a name that is no string, ``None`` and a set (no order to
+    lay the axis in) are one line each (an int name was an AttributeError, ``plan=None`` a TypeError)."""
+    if axes is None:
+        return None
+    out = {}
+    for name, values in axes.items():
+        if not isinstance(name, str):
+            raise SweepError(f"axes: an axis name is a string, e.g. 'num_nodes' (got {name!r})")
+        if values is None or isinstance(values, (set, frozenset)):
+            what = "None" if values is None else "a set, which has no order to lay the axis in"
+            raise SweepError(f"axis {name!r}: {what}; give a list, a scalar or a range {{'start', 'stop', 'num'}}")
+        out[name] = list(values) if isinstance(values, Iterator) else values
+    return out
 
 
 #: the fewest bytes an in-memory grid point of any engine holds (a few of its result variables and its status): a

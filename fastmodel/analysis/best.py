@@ -141,6 +141,9 @@ def where_mask(ds: xr.Dataset, expressions: list[str]) -> xr.DataArray:
         else:
             value = _value(ds, name, text)
             cond = _compare(var, op, value)
+            if op in ("=", "==") and name in ds.dims and not negate and not bool(cond.any()):
+                shown = ", ".join(str(v) for v in ds[name].values[:12]) + (", ..." if ds.sizes[name] > 12 else "")
+                raise SweepError(f"where: {name}={text} is not in the data; values: {shown}")   # not 'no config...'
         mask = mask & (~cond if negate else cond)
     return mask
 

@@ -222,15 +222,22 @@ def fit_view(ds, memory_margin: float | None = None, include_oom: bool = False, 
     with ``include_oom`` the plans over memory are drawn as answers (their status ``ok``, the status attr
     ``include_oom`` telling :func:`fastmodel.plot.data.over_memory` not to fold them back). ``ds`` itself is left
     as it is; without either option it is returned. Real-world training results only (a one-line error
-    otherwise: MAD-Max's fit is its 3 x weights rule, serving's a KV-cache rule)."""
+    otherwise: MAD-Max's fit is its 3 x weights rule, serving's a KV-cache rule), but for ``include_oom`` on a
+    serving result, which draws its points over HBM as best --include-oom ranks them."""
     import json
 
     if memory_margin is None and not include_oom:
         return ds
+    if memory_margin is None and ds.attrs.get("fastmodel_engine") == "serve" and "fits_memory" in ds \
+            and "status" in ds:    # serving: its points over HBM are ok, folded for figures only (plot.data)
+        out = ds.copy(deep=False)
+        out["status"] = ds["status"].copy(deep=False).assign_attrs(ds["status"].attrs, include_oom=1)
+        return out
     if ds.attrs.get("fastmodel_engine") != "lm" or "fits_memory" not in ds or "status" not in ds:
         given = flag if memory_margin is not None else "--include-oom"
-        raise SweepError(f"{given}: applies to real-world training results (fits_memory of the real-world memory "
-                         "model), not to this one")
+        also = "" if memory_margin is not None else " and serving results"
+        raise SweepError(f"{given}: applies to real-world training results{also} (fits_memory of the real-world "
+                         "memory model), not to this one")
     out = ds.copy(deep=False)
     out.attrs = dict(ds.attrs)
     status = ds["status"]

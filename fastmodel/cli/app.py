@@ -27,3 +27,18 @@ def entry() -> None:
 @click.version_option(__version__, prog_name="fastmodel")
 def main():
     """Predict step time and memory of large models on GPU clusters: one plan, or millions in a sweep."""
+    _check_environment()
+
+
+#: the environment variables kernels/jit.py reads and the values it tells apart (anything else read as the default)
+ENVIRONMENT = {"FASTMODEL_JIT": "0 (kernels interpreted) or 1 (compiled, the default)",
+               "FASTMODEL_COMPILE_NOTE": "0 (no compile note) or 1 (a note even when stderr is no terminal)"}
+
+
+def _check_environment() -> None:
+    """A FASTMODEL_* setting kernels/jit.py would not read as written (FASTMODEL_JIT=false ran the compiled
+    kernels, FASTMODEL_COMPILE_NOTE=yes fell back to the terminal test) is one line, exit 2."""
+    for name, meaning in ENVIRONMENT.items():
+        value = os.environ.get(name, "")
+        if value not in ("", "0", "1"):
+            raise click.UsageError(f"{name}={value!r}: give {meaning}, or unset it")

@@ -66,7 +66,7 @@ def _one(values, name: str, default):
 @click.option("--moe-tp", default=0, show_default=True, type=click.IntRange(min=0),
               help="Tensor parallelism of each expert (0: tp x attention_dp / ep).")
 @click.option("--precision", default="bf16", show_default=True, type=Choice(list(PRECISIONS), case_sensitive=False))
-@click.option("--kv-precision", type=Choice(list(KV_PRECISIONS), case_sensitive=False), help="Default: fp8 with fp8 weights, else bf16.")
+@click.option("--kv-precision", type=Choice(list(KV_PRECISIONS), case_sensitive=False), help="Default: fp8 with fp8, fp4 or mxfp4 weights, else bf16.")
 @click.option("--input-len", default=1024, show_default=True, type=click.IntRange(min=1))
 @click.option("--output-len", default=128, show_default=True, type=click.IntRange(min=1))
 @click.option("--batch-size", type=click.IntRange(min=1), help="Static batch of N requests.")
@@ -139,9 +139,9 @@ def serve(records, model, list_models, device, tp, pp, ep, attention_dp, moe_tp,
                        force, search_concurrency, dict(ep=ep, attention_dp=attention_dp, modes=modes.split(","),
                                                        spec_tokens=spec_tokens or (0,),
                                                        spec_acceptance=spec_acceptance or 0.0))
-    if ttft or tpot or search_precision or search_concurrency or modes != "agg":
-        raise FastmodelError("--ttft, --tpot, --search-precision, --search-concurrency and --mode apply to --search "
-                             "only")
+    if ttft or tpot or search_precision or search_concurrency or modes != "agg" or _given("gpus"):
+        raise FastmodelError("--ttft, --tpot, --gpus, --search-precision, --search-concurrency and --mode apply to "
+                             "--search only")
     if records and (engine or attention_dp or moe_tp or ep or spec_tokens):
         raise FastmodelError("--engine, --ep, --attention-dp, --moe-tp and --spec-tokens apply to --model (a record "
                              "names its own)")
@@ -370,15 +370,26 @@ def _bare_number(value) -> bool:
     return True
 
 
+def _given(*names: str) -> list[str]:
+    """The long flags of the options among ``names`` (parameter names) given on the command line."""
+    ctx = click.get_current_context()
+    return [max(param.opts, key=len) for param in ctx.command.params
+            if param.name in names and ctx.get_parameter_source(param.name) == click.core.ParameterSource.COMMANDLINE]
+
+
 def _no_single_precision(kv_precision) -> None:
-    """--precision and --kv-precision given with --search are one line: the search sweeps --search-precision, each
-    precision with its default KV cache, and would ignore them."""
+    """--precision, --kv-precision (--search sweeps --search-precision) and the other options of one configuration
+    given with --search are one line: it ignored them (--tp, --batch-size, --json ran the same search silently)."""
     from fastmodel.errors import FastmodelError
 
-    given = click.get_current_context().get_parameter_source("precision") == click.core.ParameterSource.COMMANDLINE
-    if kv_precision or given:
+    if kv_precision or _given("precision"):
         raise FastmodelError("--precision and --kv-precision set one configuration; --search sweeps "
                              "--search-precision, each with its default KV cache (FP8 with fp8 or fp4 weights)")
+    if ignored := _given("tp", "pp", "moe_tp", "batch_size", "concurrency", "max_throughput", "kv_cache_mem_fraction",
+                         "instances", "as_json"):
+        raise FastmodelError(f"{', '.join(ignored)}: not read by --search, which sweeps TP x PP within --gpus and "
+                             "the concurrency (--search-concurrency) of one instance and prints a table (-o "
+                             "SEARCH.nc writes the searched sweep); leave them out, or drop --search")
 
 
 def _search_precision_notes(model, device, precisions, engines) -> list[str]:

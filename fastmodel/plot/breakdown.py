@@ -40,6 +40,9 @@ def breakdown_of(data):
     for candidate in found:
         if {*candidate.serialized, *candidate.overlapped, candidate.total} <= names:
             return candidate
+    if {"ttft", "tpot", "decode_gemm"} <= names:     # it listed MAD-Max's step components for a serving result
+        raise D.PlotError("breakdown draws training steps; a serving result's times by kind are its variables "
+                          "prefill_gemm ... decode_comm: plot one with --var NAME (heatmap, scaling)")
     missing = sorted({*found[0].serialized, *found[0].overlapped, found[0].total} - names)
     raise D.PlotError(f"breakdown needs the variables {', '.join(missing)} (or another engine's step components)")
 

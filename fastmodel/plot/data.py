@@ -189,16 +189,23 @@ def reduce_status(status: xr.DataArray, dim: str) -> xr.DataArray:
     return xr.where(best == -2, 0, xr.where(best == -1, does_not_fit, best)).astype(np.int8)
 
 
-def over_memory(status: xr.DataArray, fits: xr.DataArray | None) -> xr.DataArray:
+def over_memory(status: xr.DataArray, fits: xr.DataArray | None, add_code: bool = False) -> xr.DataArray:
     """``status`` with the legal points that do not fit in memory (``fits_memory`` 0: a real-world sweep without
     ``only_fitting`` keeps them ``ok``) coded ``does_not_fit``, as ``only_fitting`` codes them; unchanged for a
     result without ``fits_memory`` or that code. A heatmap marked a plan over HBM best, and ``--reduce max:plan``
-    took the fastest plan whether it fit or not (``best`` ranks only plans that fit)."""
+    took the fastest plan whether it fit or not (``best`` ranks only plans that fit). With ``add_code`` (a result
+    whose engine ranks only what fits but has no such code: serving, whose points over HBM are ``ok`` with
+    ``fits_memory`` 0) the code is appended to the figure's copy of the status names, so a heatmap of a 70B
+    model on one H100 no longer boxed a point that does not fit as the best one."""
     names = status_names_of(status)
-    if fits is None or "does_not_fit" not in names or status.attrs.get("include_oom"):   # --include-oom: drawn
-        return status
+    if fits is None or status.attrs.get("include_oom") or ("does_not_fit" not in names and not add_code):
+        return status                                                              # --include-oom: drawn
+    attrs = dict(status.attrs)
+    if "does_not_fit" not in names:
+        names = [*names, "does_not_fit"]
+        attrs.update(flag_meanings=" ".join(names), flag_values=np.arange(len(names), dtype=np.int32))
     folded = xr.where((status == 0) & (fits <= 0), names.index("does_not_fit"), status).astype(status.dtype)
-    folded.attrs = dict(status.attrs)
+    folded.attrs = attrs
     return folded
 
 
@@ -285,7 +292,9 @@ def prepare(data, var: str | None = None, sel=None, reduce=(), relative_to=None,
             raise PlotError(f"{da.name!r} is a dimension of the result (an axis of the figure, or --sel), not a "
                             f"variable to plot; variables: {', '.join(data.data_vars)}")
         if status is None and "status" in data:
-            status = over_memory(data["status"], data.get("fits_memory"))
+            from fastmodel.analysis.best import fits_filter_applies
+
+            status = over_memory(data["status"], data.get("fits_memory"), fits_filter_applies(data))
     elif isinstance(data, xr.DataArray):
         da = data
     else:

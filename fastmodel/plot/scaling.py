@@ -109,6 +109,10 @@ def scaling(data, x: str, *, var: str | None = None, hue: str | None = None, sel
     da = D.shown(da, status).transpose(*order).astype(float)      # points that do not fit or are illegal: gaps
     status = status.transpose(*order) if status is not None else None
     rows, names, total, left_out = _lines(da, status, hue, top)
+    if not np.isfinite(rows).any():     # an empty axes from -0.04 to 0.04 was written, 'left out 4 of 4 points'
+        hint = "; --include-oom draws the points over memory" if "does_not_fit" in left_out else ""
+        raise D.PlotError(f"{da.name}: no point of this selection has a result to draw "
+                          f"({left_out or 'every value is NaN'}){hint}")
     xv = da[x].values
     categorical = xv.dtype.kind in "USO"
     xpos = np.arange(xv.size) if categorical else xv.astype(float)

@@ -63,10 +63,10 @@ def serving_frontiers(ds, curve: str = "device", x: str = X, y: str = Y, sel=Non
 
 
 def answers(ds, keep=None):
-    """The aggregated points that stand as answers: status ok, fitting in memory, within the GPU budget of an SLO
-    search (``within_budget``), and in ``keep`` (e.g. --where)."""
+    """The aggregated points that stand as answers: status ok, fitting in memory (unless --include-oom), within the
+    GPU budget of an SLO search (``within_budget``), and in ``keep`` (e.g. --where)."""
     ok = ds["status"] == 0
-    if "fits_memory" in ds:
+    if "fits_memory" in ds and not ds["status"].attrs.get("include_oom"):    # --include-oom: drawn
         ok = ok & (ds["fits_memory"] > 0)
     if "within_budget" in ds:       # an SLO search (fastmodel serve --search -o): points over the GPU budget leave
         ok = ok & (ds["within_budget"] > 0)

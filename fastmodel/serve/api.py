@@ -161,8 +161,9 @@ def _number(key: str, value, field: str | None = None) -> float:
     number (a string such as ``input_len="1k"`` or ``tp="4"``), a value outside the column's bounds (``tp=0``,
     ``tp=-1``) or a fraction on a column counting whole things (:data:`WHOLE_AXES`, the sweeps' rule of
     :func:`_check_whole`). ``field``: the name the user gave."""
-    if key not in COLUMN_INDEX:
-        raise SpecError(None, key, f"unknown column{nearest(key, COLUMN_INDEX)}")
+    if key not in COLUMN_INDEX:     # concurency=: 'concurrency' (a keyword of columns()), not 'intra_latency'
+        words = [*COLUMN_INDEX, "concurrency", "max_throughput", "kv_precision"]
+        raise SpecError(None, key, f"unknown column{nearest(key, words)}")
     if isinstance(value, (str, bytes)) or not np.isscalar(value) or not np.isreal(value):
         raise SpecError(None, field or key, f"expected a number, got {value!r}")
     if problem := column_problem(COLUMNS[COLUMN_INDEX[key]], float(value)):    # tp=0 would divide by zero

@@ -5,7 +5,7 @@
     input_len = 1024
     output_len = 128
     batch_size = 64            # or concurrency = 64, or max_throughput = true (or leave it to a sweep axis)
-    precision = "bf16"         # bf16 | fp16 | fp8 | int8 | int4 (weight-only)
+    precision = "bf16"         # bf16 | fp16 | fp8 | fp4 | mxfp4 | int8 | int4 (weight-only)
     tp = 4
     engine = "vllm 0.18.0"     # optional: trtllm, vllm, sglang [VERSION]; default TensorRT-LLM (docs S13)
 
@@ -36,8 +36,10 @@ class ServeTaskSpec(BaseModel):
     batch_size: int | None = bounds("batch_size", None, description="Static batch of requests.")
     concurrency: int | None = bounds("batch_size", None, description="Requests in flight (continuous batching).")
     max_throughput: bool = Field(False, description="As many requests as the KV cache holds.")
-    precision: Literal["bf16", "fp16", "fp8", "int8", "int4"] = "bf16"
-    kv_precision: Literal["bf16", "fp16", "fp8"] | None = Field(None, description="Default: fp8 with fp8, else bf16.")
+    # the precisions a precision axis and `serve --precision` take (fastmodel.serve.precisions.PRECISIONS)
+    precision: Literal["bf16", "fp16", "fp8", "fp4", "mxfp4", "int8", "int4"] = "bf16"
+    kv_precision: Literal["bf16", "fp16", "fp8"] | None = Field(None, description="Default: fp8 with fp8, fp4 or "
+                                                                "mxfp4 weights, else bf16.")
     kv_cache_mem_fraction: float = bounds("kv_cache_mem_fraction", 0.9,
                                           description="Share of free HBM for the KV cache.")
     tp: int = bounds("tp", 1)

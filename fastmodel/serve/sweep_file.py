@@ -25,6 +25,8 @@ from fastmodel.sweeps.file import axis_values, check_keys, raw_spec, spec_ref
 KEYS = ("model", "system", "task", "semantics", "axes", "unit_configs", "description")
 #: axes whose every value must be a positive whole number
 _COUNTS = ("concurrency", "batch_size", "tp", "pp", "ep", "instances", "input_len", "output_len")
+#: a load mode in words (check_speculation)
+_LOADS = {"batch": "a static batch", "batch_size": "a static batch", None: "a task without a load mode"}
 
 
 def model_columns(source: str | None, spec: Any, base: Path) -> tuple[str, dict, list[str]]:
@@ -109,6 +111,10 @@ def serve_plan(source: str | None, model: Any, system: Any, task: Any, axes: dic
     names = [*SPECIAL_AXES, *COLUMN_INDEX]
     values = {}
     for axis, spec in by_column_name(axes, source, "axes.").items():     # host_step_s: serve_step_overhead_s
+        if axis == "engine":        # not 'engine_nvidia_only': the engine is the task's, one per sweep
+            raise SpecError(source, "axes.engine", "not an axis: the serving task's engine field names the one "
+                            "engine of a sweep (engine = \"vllm\"); serve --search --engine trtllm,vllm compares "
+                            "engines")
         if axis not in names:
             raise SpecError(source, f"axes.{axis}", f"unknown axis{nearest(axis, names)}")
         values[axis] = axis_values(source, axis, spec)
@@ -116,10 +122,31 @@ def serve_plan(source: str | None, model: Any, system: Any, task: Any, axes: dic
         raise SpecError(source, "axes.concurrency", "sweep batch_size or concurrency, not both")
     device = device_of(source, system, values, base)
     check_values(source, values)
+    check_speculation(source, task, values)
     try:
         return ServeSweepPlan(name, columns, device, task, values, unit_configs, notes=notes)
-    except SpecError as error:
-        raise SpecError(source, error.field, error.reason) from None
+    except SpecError as error:       # a column's bound (kv_cache_mem_fraction = [0]): the axis it came from
+        field = f"axes.{error.field}" if error.field in values else error.field
+        raise SpecError(source, field, error.reason) from None
+
+
+def check_speculation(source: str | None, task: Any, values: dict) -> None:
+    """Speculative decoding in a sweep as ``fastmodel serve`` and a record take it: draft tokens under a
+    concurrency load only (docs/model_serving.md S18; a static batch or max_throughput ran without them, silently)
+    and with their acceptance rate given (the task's default 0 rejected every draft, silently)."""
+    drafts = values.get("spec_tokens", [task.spec_tokens])
+    if not any(k > 0 for k in drafts):
+        return
+    field = "axes.spec_tokens" if "spec_tokens" in values else "task.spec_tokens"
+    load = "concurrency" if "concurrency" in values else "batch_size" if "batch_size" in values else \
+        task.load_mode
+    if load != "concurrency":
+        raise SpecError(source, field, f"speculative decoding is modelled under a concurrency load "
+                        f"(docs/model_serving.md S18), not {_LOADS.get(load, load)}: sweep concurrency, or give "
+                        "the task concurrency")
+    if "spec_acceptance" not in values and "spec_acceptance" not in task.model_fields_set:
+        raise SpecError(source, field, "give spec_acceptance too (the draft tokens' acceptance rate, 0 to 1), in "
+                        "the task or as an axis")
 
 
 def sweep_plan_from_file(source: str, data: dict, base: Path, unit_configs: int | None = None,

@@ -54,10 +54,12 @@ def _model_name(raw: dict) -> str:
     return str(model.get("name", "")) if isinstance(model, dict) else str(model or "")
 
 
-def read_measured_records(path, refused: list) -> list:
+def read_measured_records(path, refused: list, skipped: list | None = None) -> list:
     """``read_serve_records`` for validate: a record whose ``measured`` block cannot be read (``ttft_s = "173ms"``,
     a negative or NaN value; ``record_schema.parse_measured``) is refused, a miss naming the field, instead of
-    leaving the tables that metric's row without a word."""
+    leaving the tables that metric's row without a word. A ``measured`` block holding none of the three metrics
+    (``tpot`` for ``tpot_s``, or ``{}``) is left out with a line in ``skipped`` naming the key it likely meant,
+    as a run record without ``measured.step_time_s`` is (it was left out of every table without a word)."""
     from fastmodel.serve.record_schema import parse_measured
     from fastmodel.serve.records import lower_any
     from fastmodel.spec.records import read_jsonl
@@ -65,9 +67,33 @@ def read_measured_records(path, refused: list) -> list:
     def lower(data, where):
         if isinstance(data, dict) and "measured" in data:
             parse_measured(data, where)
-        return lower_any(data, where)
+        record = lower_any(data, where)      # a run record among serving records is refused here, a miss
+        measured = data.get("measured") if isinstance(data, dict) else None
+        if skipped is not None and isinstance(measured, dict):
+            if not any(key in measured for key in METRICS):
+                skipped.append(f"skipped: {where}: {no_metric(measured)}")
+                return None
+            skipped.extend(f"warning: {where}: measured.{key}: not read{hint}" for key, hint in _misspelt(measured))
+        return record
 
-    return read_jsonl(path, lower, "serving records", whole_object=True, refused=refused)
+    return [r for r in read_jsonl(path, lower, "serving records", whole_object=True, refused=refused)
+            if r is not None]
+
+
+def _misspelt(measured: dict) -> list[tuple[str, str]]:
+    """(key, " (did you mean 'tpot_s'?)") of each key of ``measured`` spelt like a metric the block lacks
+    (``tpot``, ``ttft_ms``; difflib ratio 0.75 or more, so ``tpot_ms_published`` is left alone)."""
+    import difflib
+
+    missing = [key for key in METRICS if key not in measured]
+    close = {key: difflib.get_close_matches(key, missing, n=1, cutoff=0.75) for key in measured}
+    return [(key, f" (did you mean {match[0]!r}?)") for key, match in close.items() if match and key not in METRICS]
+
+
+def no_metric(measured: dict) -> str:
+    """The line of a ``measured`` block without ttft_s, tpot_s or output_tokens_per_s: its key spelt like one."""
+    hint = next((f"; has {key!r}{hint}" for key, hint in _misspelt(measured)), "")
+    return f"measured: none of {', '.join(METRICS)}{hint}"
 
 
 def _measured(record) -> dict:
@@ -237,8 +263,9 @@ def _cells(rows_: list[dict], key: str) -> str:
     hits = 100 * s["hit_rate"]
     if s["miss"] == s["n"]:
         return f"{s['n']:5d} {s['miss']:4d} {'-':>7s} {'-':>7s} {'-':>7s} {hits:5.0f}% {'-':>7s}"
+    naive = f"{100 * s['naive_mape']:6.1f}%" if np.isfinite(s["naive_mape"]) else f"{'-':>7s}"   # no baseline
     return f"{s['n']:5d} {s['miss']:4d} {100 * s['mape']:6.1f}% {100 * s['median']:6.1f}% {100 * s['bias']:+6.1f}% " \
-           f"{hits:5.0f}% {100 * s['naive_mape']:6.1f}%"
+           f"{hits:5.0f}% {naive}"
 
 
 def _groups(table: list[dict]):
@@ -295,9 +322,13 @@ def validation(runs, ids: set[str] | None = None):
     from fastmodel.analysis.validation import Validation, refused_lines
 
     refused: list = []
-    records = read_measured_records(runs, refused)
+    skipped: list = []
+    records = read_measured_records(runs, refused, skipped)
+    if not records and not refused:
+        raise FastmodelError(f"no serving record carries measured output_tokens_per_s, ttft_s or tpot_s ("
+                             f"{skipped[0]})")
     table = (rows(records) if records else []) + refused_rows(refused)
     if ids is not None:
         mark_split(table, ids)
-    return Validation("serving", table, summaries(table, ids is not None), refused_lines(refused), None,
+    return Validation("serving", table, summaries(table, ids is not None), skipped + refused_lines(refused), None,
                       format_report(table, ids is not None))

@@ -339,7 +339,7 @@ def test_a_node_count_that_is_no_whole_number_is_named(nodes):
     """None, a nested list and nan were TypeError / ValueError from int(max(nodes) * gpus_per_node); -1 and 1.5
     were swept and came back as "every point is illegal (devices_not_divisible / batch_not_divisible)"."""
     with pytest.raises(FastmodelError, match=r"^axis 'num_nodes': (every value must be a whole number of nodes >= 1 "
-                                             r"\(got .*\)|'two' is not a number)$"):
+                                             r"\(got .*\)|'two' is not a number|None; give a list, a scalar .*)$"):
         fastmodel.sweep(*LM, axes={"num_nodes": nodes, "plan": "tp2"})
 
 

@@ -73,6 +73,7 @@ def fit_runs(runs: Any, folds: int | None = None, loss: str = "soft_l1", prior: 
     prior = _prior(prior)
     source = source_of(runs)
     records, messages = with_measurements(read_records(runs), source)   # measured is read only here
+    _distinct_ids(records)
     records = _finite_records(records, source, messages)
     if folds is None:
         folds = min(5, len(records)) if len(records) >= 2 else 0
@@ -102,6 +103,22 @@ def fit_runs(runs: Any, folds: int | None = None, loss: str = "soft_l1", prior: 
     # the calibration as the file holds it (its values at the TOML's precision), so that calibration=the object
     # predicts as --calibration the file does
     return Fitted(parse_calibration(tomllib.loads(text), ""), text, report, messages)
+
+
+def _distinct_ids(records: list) -> None:
+    """A run given twice (one id on two lines: a file concatenated with itself) is a one-line error: it counted as
+    two runs toward the rule that a parameter needs two runs, and its copies sat in two cross-validation folds,
+    each predicting the other (calibrate fitted a parameter on one run and reported its CV error as held out)."""
+    import json
+
+    first: dict[str, str] = {}
+    for record in records:       # a record without an id: the same record twice
+        key = record.id or json.dumps(record.raw, sort_keys=True, default=str)
+        if key in first:
+            what = f"id: {record.id!r} is the id of" if record.id else "the same record (no id) as"
+            raise FastmodelError(f"{record.where}: {what} {first[key]} too; a run is fitted once (remove the copy, "
+                                 "or give each run its own id)")
+        first[key] = record.where
 
 
 def _finite_records(records: list, source: str, messages: list[str]) -> list:

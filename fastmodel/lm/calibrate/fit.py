@@ -399,8 +399,9 @@ def calibrate(records, *, prior: float | str = "auto", loss: str = "soft_l1", f_
         prior, scores, rule = auto_prior(records, loss, f_scale, **kw)
     elif prior == "cv":
         rule = f"chosen by {folds}-fold cross-validation"
-        if len(records) < 2 * folds:
+        if len(records) < 2 * folds:    # said 'chosen by 3-fold cross-validation' of one run
             prior = PRIOR_FEW_RUNS
+            rule = f"cv's fallback below {2 * folds} runs, too few for {folds}-fold cross-validation"
         else:
             fold = fold_of(records, folds)
             for choice in choices:
