@@ -89,7 +89,7 @@ def host_bound_bubble(row, average_mb, forward, weight, last_mb):
     host_forward = average_layers * host_layer_forward_s(row)
     host_mb = host_microbatch_s(row, average_layers)
     bubble = pipeline_bubble(row, max(average_mb, host_mb), max(forward, host_forward), weight)
-    if host_mb < average_mb:    # host-bound stages issue alike: the average stage's bubble stays
+    if host_mb < average_mb:  # host-bound stages issue alike: the average stage's bubble stays
         bubble -= last_rank_bubble_credit(row, last_mb, average_mb)
     return max(bubble, 0.0)
 

@@ -53,7 +53,7 @@ def test_the_sum_form_is_the_exact_1f1b_makespan_when_the_last_stage_is_the_busi
     for _ in range(40):
         p, m = int(rng.integers(2, 9)), int(rng.integers(1, 17))
         f, b = rng.uniform(0.1, 2.0, p), rng.uniform(0.1, 3.0, p)
-        k = int(np.argmax(f + b))           # any forward : backward ratio per stage, the busiest moved last
+        k = int(np.argmax(f + b))  # any forward : backward ratio per stage, the busiest moved last
         f[[k, -1]], b[[k, -1]] = f[[-1, k]], b[[-1, k]]
         assert makespan(f, b, m) == pytest.approx(sum_form(f, b, m), rel=1e-9, abs=0.0)
         # GPipe: the same once the last stage also has the largest forward and the largest backward
