@@ -17,6 +17,7 @@ from fastmodel.kernels.lm.layout import (
     C_MOE_SYNC_ISSUE_OPS,
     C_PP,
 )
+from fastmodel.kernels.lm.bubble_last import last_rank_bubble_credit
 from fastmodel.kernels.lm.pipeline import pipeline_bubble
 
 
@@ -79,13 +80,18 @@ def host_wait_per_microbatch(row, per_stage, stage_mb):
 
 
 @njit
-def host_bound_bubble(row, average_mb, forward, weight):
+def host_bound_bubble(row, average_mb, forward, weight, last_mb):
     """The pipeline bubble with every stage's micro-batch lasting max(GPU time, host issue time): warm-up and
-    cool-down wait on the stages' issue as much as on their kernels (docs/model.md §11.7)."""
+    cool-down wait on the stages' issue as much as on their kernels (docs/model.md §11.7). ``last_mb``: one
+    micro-batch on the last rank when it is the busiest (else ``average_mb``); on GPU-bound stages the bubble is
+    then the exact ``(p t_avg - t_last) / v`` (``bubble_last``, §11.43)."""
     average_layers = row[C_LAYERS] / row[C_PP]
     host_forward = average_layers * host_layer_forward_s(row)
-    return pipeline_bubble(row, max(average_mb, host_microbatch_s(row, average_layers)),
-                           max(forward, host_forward), weight)
+    host_mb = host_microbatch_s(row, average_layers)
+    bubble = pipeline_bubble(row, max(average_mb, host_mb), max(forward, host_forward), weight)
+    if host_mb < average_mb:  # host-bound stages issue alike: the average stage's bubble stays
+        bubble -= last_rank_bubble_credit(row, last_mb, average_mb)
+    return max(bubble, 0.0)
 
 
 @njit

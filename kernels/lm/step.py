@@ -385,7 +385,7 @@ def step_row(row, work, out):
     head_mem = share * 2.0 * work[W_MEM]
     head_tp = share * (work[W_TP] + TP_BACKWARD_PASSES * work[W_TP_BACKWARD])    # §11.42: the re-gathers backward
     head_tp_left = head_tp - share * TP_BACKWARD_PASSES * work[W_TP_HIDDEN]
-    bubble = host_bound_bubble(row, average_mb, forward, weight)
+    bubble = host_bound_bubble(row, average_mb, forward, weight, stage_mb if share > 0.0 else average_mb)
     pp_comm, pp_exposed = pipeline_p2p(row, micro_batches)
     outside = _data_parallel_ranks(row, work, head_params, micro_batches, stage_mb, out)
     # per-layer FSDP runs without a pipeline only (passes.per_layer_fsdp), so never under an explicit layout

@@ -311,9 +311,10 @@ def test_the_timeline_draws_the_bf16_layers_at_their_16_bit_ops(plan, bf16, othe
 
 
 def test_the_1f1b_bubble_takes_the_first_ranks_bf16_layers_in_its_average_stage():
-    """1F1B, pp 4 (8B: 32 layers, 8 a rank), the first 2 layers in BF16 on rank 0. The schedule's rule is
-    (p - 1) t_avg with t_avg = (L / p) t + t_head / p + 2 (t16 - t) / p; the busiest rank stays the last
-    (8 t + t_head > 8 t + 2 (t16 - t)), so the step grows by the bubble's 3 x 2 (t16 - t) / 4 only."""
+    """1F1B, pp 4 (8B: 32 layers, 8 a rank), the first 2 layers in BF16 on rank 0. The busiest rank stays the last
+    (8 t + t_head > 8 t + 2 (t16 - t)), so the bubble is the exact p t_avg - t_mb, the ranks before the last
+    (docs/model.md §11.43): 3 x 8 t + 2 (t16 - t), with t_avg = (L / p) t + t_head / p + 2 (t16 - t) / p; the
+    step grows by the first rank's 2 (t16 - t) only."""
     from fastmodel.kernels.lm.pipeline import pipeline_bubble
 
     kept, base = _spec_columns("fp4", "tp1.pp4", 2, 0), _spec_columns("fp4", "tp1.pp4", 0, 0)
@@ -323,11 +324,13 @@ def test_the_1f1b_bubble_takes_the_first_ranks_bf16_layers_in_its_average_stage(
     t, t16 = layer_time(_passes(kept)), layer_time(_passes(wide))
     head = sum(head_passes(kept, np.zeros(N_WORK)))
     assert 8.0 * t + head > 8.0 * t + 2.0 * (t16 - t)
-    bubble = 3.0 * (8.0 * t + head / 4.0 + 2.0 * (t16 - t) / 4.0)
+    average = 8.0 * t + head / 4.0 + 2.0 * (t16 - t) / 4.0
+    bubble = 4.0 * average - (8.0 * t + head)
+    assert bubble == pytest.approx(3.0 * 8.0 * t + 2.0 * (t16 - t), rel=1e-12)
     r, r0 = _results(kept), _results(base)
     assert r["time_host_wait"] == 0.0
     assert r["pipeline_bubble"] == pytest.approx(bubble, rel=1e-9)
-    assert r["step_time"] - r0["step_time"] == pytest.approx(3.0 * 2.0 * (t16 - t) / 4.0, rel=1e-9)
+    assert r["step_time"] - r0["step_time"] == pytest.approx(2.0 * (t16 - t), rel=1e-9)
     # ZB-H1 reads the average stage's F and W: the BF16 layers' forward and weight passes are in them
     zb = kept.copy()
     zb[C["pipeline_schedule"]] = 3.0

@@ -196,20 +196,23 @@ def test_the_closed_form_bubble_is_exact_for_uniform_stages(record_id):
     times = stage_times(_columns(record_id), uniform=True)
     p, v, m = times.stages, times.virtual_stages, times.micro_batches
     assert p > 1 and times.head > 0.0
-    # the kernel's bubble is (p - 1)/v x the average stage (body + head / p)
-    average = times.stage_mb - times.head + times.head / p
-    assert times.closed_bubble == pytest.approx((p - 1) / v * average, rel=1e-12)
+    # the kernel's bubble: the last rank (with the head) is the busiest, so (p t_avg - t_mb)/v = (p - 1)/v x the
+    # body (kernels/lm/bubble_last.py, §11.43); with every stage the average one (body + head / p) the schedule's
+    # own form, (p - 1)/v x the average stage, is exact
+    body = times.stage_mb - times.head
+    average = body + times.head / p
+    assert times.closed_bubble == pytest.approx((p - 1) / v * body, rel=1e-12)
     exact = exact_pipeline(times)
-    assert exact.makespan == pytest.approx(m * average + times.closed_bubble, rel=1e-9)
-    assert exact.idle == pytest.approx(np.full(p, times.closed_bubble), rel=1e-9)
+    assert exact.makespan == pytest.approx(m * average + (p - 1) / v * average, rel=1e-9)
+    assert exact.idle == pytest.approx(np.full(p, (p - 1) / v * average), rel=1e-9)
 
 
 @pytest.mark.parametrize("record_id, gpipe", [(r, False) for r in PIPELINED] + [(r, True) for r in PIPELINED[:3]])
-def test_the_closed_form_overestimates_by_the_head_on_the_last_stage(record_id, gpipe):
+def test_the_closed_form_is_exact_with_the_head_on_the_last_stage(record_id, gpipe):
     # The last stage is the slowest (it holds the LM head), so it never waits once it has started: its first
     # forward starts after (p - 1) chunk forwards, its last backward is followed by (p - 1) chunk backwards,
-    # so the exact makespan is m t_mb + (p - 1)/v (t_mb - t_head). The closed form charges the bubble with the
-    # average stage, (p - 1)/v (t_mb - t_head + t_head / p): (p - 1)/(p v) t_head too much.
+    # so the exact makespan is m t_mb + (p - 1)/v (t_mb - t_head). The kernel's bubble is that (§11.43); the
+    # average stage's, (p - 1)/v (t_mb - t_head + t_head / p), charged (p - 1)/(p v) t_head too much.
     columns = _columns(record_id, pipeline_schedule=2) if gpipe else _columns(record_id)
     times = stage_times(columns)
     assert times.schedule == ("gpipe" if gpipe else "1f1b" if times.virtual_stages == 1 else "interleaved")
@@ -217,8 +220,8 @@ def test_the_closed_form_overestimates_by_the_head_on_the_last_stage(record_id, 
     exact = exact_pipeline(times)
     body = times.stage_mb - times.head
     assert exact.makespan == pytest.approx(m * times.stage_mb + (p - 1) / v * body, rel=1e-9)
-    assert times.closed - exact.makespan == pytest.approx((p - 1) / (p * v) * times.head, rel=1e-6)
-    assert 0.0 < times.closed / exact.makespan - 1.0 < 1e-3
+    assert times.closed == pytest.approx(exact.makespan, rel=1e-9)
+    assert times.closed_bubble == pytest.approx((p - 1) / v * body, rel=1e-9)
     assert exact.idle[-1] == pytest.approx((p - 1) / v * body, rel=1e-9)
 
 
