@@ -214,9 +214,9 @@ def test_gpus_without_search_is_refused_as_the_other_search_options_are():
 
 
 @pytest.mark.parametrize("axes, message", [
-    ({"plan": None}, "axis 'plan': None; give a list"),                       # was TypeError: not iterable
+    ({"plan": None}, "axes.plan: None; give a list"),                       # was TypeError: not iterable
     ({1: [1]}, "axes: an axis name is a string, e.g. 'num_nodes' (got 1)"),   # was AttributeError: .lower
-    ({"plan": ["tp2"], "num_nodes": {1, 2}}, "axis 'num_nodes': a set, which has no order"),
+    ({"plan": ["tp2"], "num_nodes": {1, 2}}, "axes.num_nodes: a set, which has no order"),
 ])
 def test_python_sweep_axes_of_the_wrong_kind_are_one_line(axes, message):
     import fastmodel as fm

@@ -138,5 +138,5 @@ def test_a_set_usable_fraction_below_a_tenth_is_refused_as_a_reserve_typed_by_mi
     assert column_problem(column, 0.95) is None and column_problem(column, 1.0) is None
     assert "FILL" in column_problem(column, 0.05) and "--memory-margin" in column_problem(column, 0.05)
     assert column_problem(column, 1.5) is not None
-    with pytest.raises(SweepError, match="axis 'usable_hbm_fraction': 0.05 is the share of HBM a plan may FILL"):
+    with pytest.raises(SweepError, match="axes.usable_hbm_fraction: 0.05 is the share of HBM a plan may FILL"):
         lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", axes={"usable_hbm_fraction": [0.9, 0.05]})
