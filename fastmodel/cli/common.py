@@ -85,7 +85,7 @@ class PresetChoice(Choice):
         pass
 
 
-KIND_CHOICE = Choice(["model", "system", "task"])
+KIND_CHOICE = Choice(["model", "system", "task", "serve-task"])
 #: the kinds of built-in spec files ``specs list`` and ``specs show`` read (``device``: specs/devices, the datasheet
 #: values a system's or serving record's GPU and ``serve --device`` pick)
 SPEC_KINDS = ("model", "system", "task", "sweep", "device")
