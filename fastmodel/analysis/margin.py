@@ -89,6 +89,10 @@ def margin(ds, memory_margin: float | None = None) -> dict:
         name = getattr(memory_margin, "flag", "memory_margin")
         if ds.attrs.get("fastmodel_engine") == "serve":
             raise SweepError(serving_margin_refusal(name))
+        if ds.attrs.get("fastmodel_engine") == "madmax":     # a re-run records no HBM either
+            raise SweepError(f"{name}: applies to real-world training results; a MAD-Max result fits by its "
+                             "3 x weights rule (fits_memory), not HBM - margin; filter with --where "
+                             "memory_per_device<BYTES instead")
         raise SweepError(f"{name}: this result does not record its device's HBM (attribute hbm_bytes); "
                          "re-run the sweep with this version, or filter with --where memory_per_device<BYTES")
     return {"bytes": check_below_hbm(value, float(hbm), memory_margin), "hbm_bytes": float(hbm), "source": "user"}
