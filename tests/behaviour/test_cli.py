@@ -112,13 +112,13 @@ def test_specs_schema_has_the_serving_task():
     schema of the model load_serve_task validates against (ServeTaskSpec: every field, its default), each
     registry-bounded field with the column's units and bounds, and the built-in serving tasks validate against it
     while a task the loader refuses (an unknown key, input_len 0) fails it too."""
-    import tomllib
     from pathlib import Path
 
     import jsonschema
 
     from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
     from fastmodel.serve.spec import ServeTaskSpec
+    from fastmodel.spec.loader import tomllib  # tomli below Python 3.11
 
     result = cli("specs", "schema", "serve-task")
     assert result.exit_code == 0, result.output
