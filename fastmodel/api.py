@@ -142,7 +142,7 @@ def _axis_lists(axes: Mapping | None) -> dict | None:
             raise SweepError(f"axes: an axis name is a string, e.g. 'num_nodes' (got {name!r})")
         if values is None or isinstance(values, (set, frozenset)):
             what = "None" if values is None else "a set, which has no order to lay the axis in"
-            raise SweepError(f"axis {name!r}: {what}; give a list, a scalar or a range {{'start', 'stop', 'num'}}")
+            raise SweepError(f"axes.{name}: {what}; give a list, a scalar or a range {{'start', 'stop', 'num'}}")
         out[name] = list(values) if isinstance(values, Iterator) else values
     return out
 

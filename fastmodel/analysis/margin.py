@@ -86,9 +86,25 @@ def margin(ds, memory_margin: float | None = None) -> dict:
         return chosen
     value = check_margin(memory_margin)
     if hbm is None:
-        raise SweepError("memory_margin: this result does not record its device's HBM (attribute hbm_bytes); "
+        name = getattr(memory_margin, "flag", "memory_margin")
+        if ds.attrs.get("fastmodel_engine") == "serve":
+            raise SweepError(serving_margin_refusal(name))
+        if ds.attrs.get("fastmodel_engine") == "madmax":     # a re-run records no HBM either
+            raise SweepError(f"{name}: applies to real-world training results; a MAD-Max result fits by its "
+                             "3 x weights rule (fits_memory), not HBM - margin; filter with --where "
+                             "memory_per_device<BYTES instead")
+        raise SweepError(f"{name}: this result does not record its device's HBM (attribute hbm_bytes); "
                          "re-run the sweep with this version, or filter with --where memory_per_device<BYTES")
     return {"bytes": check_below_hbm(value, float(hbm), memory_margin), "hbm_bytes": float(hbm), "source": "user"}
+
+
+def serving_margin_refusal(flag: str) -> str:
+    """Why a serving result takes no memory margin, in one line: it records ``memory_per_device`` but not the
+    device's HBM capacity (no ``hbm_bytes`` attribute; a serving sweep's attrs are its model, task and engine), so
+    ``HBM - margin`` has no HBM to start from; ``--where memory_per_device<BYTES`` filters on what it has."""
+    return (f"{flag}: this serving result records memory_per_device but not its device's HBM capacity (no "
+            "hbm_bytes attribute), so there is no HBM to take the margin from; filter with "
+            "--where memory_per_device<BYTES instead")
 
 
 def check_margin(memory_margin) -> float:
@@ -222,8 +238,9 @@ def fit_view(ds, memory_margin: float | None = None, include_oom: bool = False, 
     with ``include_oom`` the plans over memory are drawn as answers (their status ``ok``, the status attr
     ``include_oom`` telling :func:`fastmodel.plot.data.over_memory` not to fold them back). ``ds`` itself is left
     as it is; without either option it is returned. Real-world training results only (a one-line error
-    otherwise: MAD-Max's fit is its 3 x weights rule, serving's a KV-cache rule), but for ``include_oom`` on a
-    serving result, which draws its points over HBM as best --include-oom ranks them."""
+    otherwise: MAD-Max's fit is its 3 x weights rule; a serving result records no HBM capacity,
+    :func:`serving_margin_refusal`), but for ``include_oom`` on a serving result, which draws its points over HBM
+    as best --include-oom ranks them."""
     import json
 
     if memory_margin is None and not include_oom:
@@ -233,6 +250,8 @@ def fit_view(ds, memory_margin: float | None = None, include_oom: bool = False, 
         out = ds.copy(deep=False)
         out["status"] = ds["status"].copy(deep=False).assign_attrs(ds["status"].attrs, include_oom=1)
         return out
+    if memory_margin is not None and ds.attrs.get("fastmodel_engine") == "serve" and "hbm_bytes" not in ds.attrs:
+        raise SweepError(serving_margin_refusal(flag))
     if ds.attrs.get("fastmodel_engine") != "lm" or "fits_memory" not in ds or "status" not in ds:
         given = flag if memory_margin is not None else "--include-oom"
         also = "" if memory_margin is not None else " and serving results"

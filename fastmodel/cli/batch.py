@@ -23,7 +23,9 @@ from fastmodel.errors import FastmodelError
 @friendly
 def batch(cases, output, force, semantics, calibration, progress):
     """Evaluate every line of a JSONL file; one result per input line, in order. --calibration applies to
-    run-record lines (the real-world model); a file with none gets a warning that it applied to no line."""
+    run-record lines (the real-world model); a file with none gets a warning that it applied to no line. Exit 0
+    when any line is ok; exit 3 when every line is an error (the output is still written, as an all-illegal
+    sweep's)."""
     if ConsoleState.console:  # few distinct lines: interpret the kernels rather than load numba (fastmodel/io/batch_jit.py)
         from fastmodel.io.batch_jit import interpret_if_few
 
@@ -46,6 +48,12 @@ def batch(cases, output, force, semantics, calibration, progress):
                              "(batch reads one configuration or record per line)")
     with source, cli_warnings(), claim_output(output, kind, inputs=(cases,), force=force, stdout=True):  # io/outputs.py
         ok, bad = run_to_output(source, output, semantics, progress, calibration=cal)
+    if ok == 0 and bad:  # nothing evaluated: a script sees it without reading the file, as a sweep's exit 3
+        from fastmodel.cli.sweep import NO_LEGAL_POINT_EXIT
+
+        click.echo(f"0 ok, {bad} errors: every line is an error, each line's reason in its status; "
+                   f"{'standard output' if output == '-' else output} holds them (exit {NO_LEGAL_POINT_EXIT})", err=True)
+        sys.exit(NO_LEGAL_POINT_EXIT)
     click.echo(f"{ok} ok, {bad} errors", err=True)
 
 

@@ -21,7 +21,7 @@ from fastmodel.cli.common import friendly, include_oom_option, memory_margin_opt
               "ending in another format's suffix, .json or .parquet, is refused; any other, e.g. .txt, is CSV).")
 @click.option("--force", is_flag=True, help="Replace an existing CSV file.")
 @include_oom_option("rank")
-@memory_margin_option()
+@memory_margin_option("; real-world training results")
 @friendly
 def best_command(result, by, top, where, ascending, csv_path, force, include_oom, memory_margin):
     """Top-k configurations of a sweep result by any variable, best first (real-world datasets: only plans that fit)."""

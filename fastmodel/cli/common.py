@@ -85,7 +85,7 @@ class PresetChoice(Choice):
         pass
 
 
-KIND_CHOICE = Choice(["model", "system", "task"])
+KIND_CHOICE = Choice(["model", "system", "task", "serve-task"])
 #: the kinds of built-in spec files ``specs list`` and ``specs show`` read (``device``: specs/devices, the datasheet
 #: values a system's or serving record's GPU and ``serve --device`` pick)
 SPEC_KINDS = ("model", "system", "task", "sweep", "device")
@@ -219,8 +219,8 @@ def include_oom_option(verb: str = "rank"):
     """``--include-oom`` (parameter ``include_oom``), one definition for ``best`` (``verb`` "rank") and the plot
     commands that draw training sweeps ("draw")."""
     return click.option("--include-oom", "include_oom", is_flag=True,
-                        help=f"Also {verb} plans that do not fit in usable HBM (real-world datasets {verb} only "
-                        "plans that fit).")
+                        help=f"Also {verb} plans that do not fit in usable HBM (real-world training and serving "
+                        f"results {verb} only the points that fit).")
 
 
 calibration_option = click.option(

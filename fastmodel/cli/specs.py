@@ -85,7 +85,13 @@ def tier_lines(name: str) -> list[str]:
 @click.argument("kind", type=KIND_CHOICE)
 @friendly
 def specs_schema(kind):
-    """Print the JSON Schema of a spec KIND (for editor completion and checks)."""
+    """Print the JSON Schema of a spec KIND (for editor completion and checks): model, system, task (training)
+    or serve-task (a kind = "serve" task: its fields, defaults, units and bounds, as the loader checks them)."""
+    if kind == "serve-task":     # the serving wing's own model (fastmodel/serve/spec.py)
+        from fastmodel.serve.spec import serve_task_schema
+
+        click.echo(json.dumps(serve_task_schema(), indent=2))
+        return
     from fastmodel.madmax.spec.schema import json_schema
 
     click.echo(json.dumps(json_schema(kind), indent=2))

@@ -23,7 +23,8 @@ from fastmodel.cli.interrupted import exit_interrupted
 @click.option("--unit-configs", type=click.IntRange(min=1), help="Configurations per unit of work (and zarr chunk).")
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a terminal only).")
 @click.option("--yes", "confirm_large", is_flag=True,
-              help="Run a sweep estimated as very large (over 10^10 configurations, or more disk than is free).")
+              help="Run a sweep estimated as very large (over 10^10 configurations, or more disk than is free); "
+              "a .nc grid over half the available memory is refused even then (-o out.zarr streams it).")
 @calibration_option
 @friendly
 def sweep_command(sweep_file, output, resume, force, workers, scheduler, unit_configs, progress, confirm_large,

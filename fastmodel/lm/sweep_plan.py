@@ -11,12 +11,14 @@ plan in memory, into a zarr store with resume, or on Dask workers, which rebuild
 from __future__ import annotations
 
 import json
+import re
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
 from fastmodel.analysis.margin import usable_attrs
-from fastmodel.errors import SweepError
+from fastmodel.errors import SpecError, SweepError
 from fastmodel.lm.sweep import (
     MESH_AXIS,
     _axis_arrays,
@@ -46,17 +48,18 @@ class LMSweepPlan(SweepPlan):
         self.model, self.cluster, self.execution = model, cluster, execution
         self.global_batch, self.only_fitting = int(global_batch), bool(only_fitting)
         self.calibration = as_calibration(calibration)
-        axes = {name: _one_or_many(name, values) for name, values in (axes or {}).items()}
-        nodes = _node_counts(axes["num_nodes"]) if "num_nodes" in axes else [cluster.num_nodes]
-        max_gpus = int(max(nodes) * cluster.gpus_per_node) if len(nodes) else cluster.n_gpus
-        check_degree_axes(list(axes))
-        check_execution_axes(axes, execution)
-        names, labels, numeric = [], [], []
-        for name, values in axes.items():
-            coords, values_num = _axis_values(name, values, model, cluster, max_gpus)
-            names.append(name)
-            labels.append(coords)
-            numeric.append(values_num)
+        with axes_field_paths(axes or {}):
+            axes = {name: _one_or_many(name, values) for name, values in (axes or {}).items()}
+            nodes = _node_counts(axes["num_nodes"]) if "num_nodes" in axes else [cluster.num_nodes]
+            max_gpus = int(max(nodes) * cluster.gpus_per_node) if len(nodes) else cluster.n_gpus
+            check_degree_axes(list(axes))
+            check_execution_axes(axes, execution)
+            names, labels, numeric = [], [], []
+            for name, values in axes.items():
+                coords, values_num = _axis_values(name, values, model, cluster, max_gpus)
+                names.append(name)
+                labels.append(coords)
+                numeric.append(values_num)
         meshes = [parse_mesh(label) for label in labels[names.index(MESH_AXIS)]] if MESH_AXIS in names else None
         if any(len(c) == 0 for c in labels):
             raise SweepError("the grid is empty")
@@ -187,3 +190,23 @@ def _node_counts(values) -> list[int]:
             raise SweepError(f"axis 'num_nodes': every value must be a whole number of nodes >= 1 (got {value!r})")
         counts.append(int(number))
     return counts
+
+
+@contextmanager
+def axes_field_paths(axes: dict):
+    """An axis's error named by its field path ``axes.NAME``, as a sweep file's is (fastmodel/lm/sweep_file.py)
+    and the serving sweep's Python API names it: ``axis 'precision': ...``, ``unknown axis 'x' ...`` and a
+    SpecError of field ``precision`` (the column's own check) become ``axes.precision: ...``, so
+    ``fastmodel.sweep(axes={"precision": ["fp9"]})`` and the file's ``[axes] precision = ["fp9"]`` say the same."""
+    try:
+        yield
+    except SpecError as error:
+        if error.source is None and error.field in axes:
+            raise type(error)(None, f"axes.{error.field}", error.reason) from None
+        raise
+    except SweepError as error:
+        said = re.fullmatch(r"(?:unknown )?axis '([^']+)'(: )?(.*)", str(error), flags=re.DOTALL)
+        if said is None:
+            raise
+        name, rest = said[1], said[3] if said[2] else f"unknown axis{said[3]}"
+        raise SweepError(f"axes.{name}: {rest}") from None

@@ -73,6 +73,16 @@ class ServeTaskSpec(BaseModel):
         return "max_throughput" if self.max_throughput else None
 
 
+def serve_task_schema() -> dict:
+    """The JSON Schema of a serving task (``fastmodel specs schema serve-task``): the model :func:`load_serve_task`
+    validates against, its registry-bounded fields with the column's ``units``, ``minimum`` and ``maximum``
+    (``fastmodel.spec.record_blocks.column_schema``)."""
+    schema = ServeTaskSpec.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = 'fastmodel serving task spec (kind = "serve")'
+    return schema
+
+
 def is_serve_task(data: Any) -> bool:
     return isinstance(data, dict) and data.get("kind") == "serve"
 

@@ -23,11 +23,23 @@ def bounds(column: str, default: Any = ..., *, zero_unset: bool = False, **kw) -
     intervals, with the reason every input path gives (``fastmodel.registry.validators.column_problem``).
     ``zero_unset``: the column's 0 is its "not set" code (``moe_tp`` 0: tp x attention_dp / ep); a spec or record
     says "not set" by leaving the field out (null), so a 0 there is refused saying so (:data:`ZERO_UNSET`)."""
-    field = Field(default, **kw)
+    field = Field(default, json_schema_extra=column_schema(column), **kw)
     field.metadata.append(column_check(column))
     if zero_unset:
         field.metadata.append(AfterValidator(_not_zero))
     return field
+
+
+def column_schema(column: str) -> dict:
+    """What the JSON Schema of a :func:`bounds` field says of the registry column ``column``, the bounds its check
+    applies: ``units`` (the registry's, "1" for a share or a count of nothing) and ``minimum`` / ``maximum``
+    where finite (``fastmodel specs schema serve-task``; the forbidden intervals are the check's alone)."""
+    col = COLUMNS[COLUMN_INDEX[column]]
+    said: dict = {"units": col.units}
+    for key, value in (("minimum", col.lo), ("maximum", col.hi)):
+        if abs(value) != float("inf"):
+            said[key] = int(value) if float(value).is_integer() else value
+    return said
 
 
 def column_check(column: str) -> AfterValidator:

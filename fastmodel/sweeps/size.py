@@ -127,7 +127,7 @@ def check_size(plan, output: str, to_store: bool, confirmed: bool = False) -> st
     text = (f"about {human_bytes(need)} {'on disk' if to_store else 'of output'} uncompressed, "
             f"~{human_seconds(plan.num_configs / rate)} at {rate / 1e6:g} M configs/s")
     if not to_store:
-        check_memory(plan)
+        check_memory(plan, netcdf=True)
     if confirmed:
         return text
     try:
@@ -142,9 +142,25 @@ def check_size(plan, output: str, to_store: bool, confirmed: bool = False) -> st
     return text
 
 
-def check_memory(plan) -> None:
-    """SweepError when the in-memory result grid would take more than half of the available memory."""
-    check_grid_memory(plan.num_configs, plan.result_bytes(), "write it to a zarr store with -o out.zarr")
+def netcdf_peak_bytes(plan) -> tuple[int, int]:
+    """(result matrix, the netCDF-3 writer's copy) in bytes of an in-memory sweep written to ``.nc``: scipy's
+    ``netcdf_file.createVariable`` allocates every variable whole (``empty(shape, dtype=type.newbyteorder("B"))``,
+    scipy 1.17.1 ``scipy/io/_netcdf.py``) and writes them at close, so the stored output is held a second time
+    beside the matrix (docs/usage.md "Size"; measured: a 1,560,000-point MAD-Max grid, 323 + 301 MiB estimated,
+    peaked 665 MiB above the same sweep at 1,560 points)."""
+    return plan.result_bytes(), plan.num_configs * plan.stored_bytes_per_config()
+
+
+def check_memory(plan, netcdf: bool = False) -> None:
+    """SweepError when the in-memory result grid would take more than half of the available memory; with
+    ``netcdf`` (``fastmodel sweep -o out.nc``) the writer's copy counts too (:func:`netcdf_peak_bytes`)."""
+    if not netcdf:
+        check_grid_memory(plan.num_configs, plan.result_bytes(), "write it to a zarr store with -o out.zarr")
+        return
+    matrix, copy = netcdf_peak_bytes(plan)
+    check_grid_memory(plan.num_configs, matrix + copy, "write it to a zarr store with -o out.zarr (streamed in "
+                      "units, memory bounded)", f"{matrix / 2**30:.1f} GiB of results + {copy / 2**30:.1f} GiB "
+                      "the .nc writer holds at once, ")
 
 
 def axes_points(values) -> int:
@@ -159,12 +175,13 @@ def axes_points(values) -> int:
     return total
 
 
-def check_grid_memory(configs: int, need: int, hint: str) -> None:
+def check_grid_memory(configs: int, need: int, hint: str, parts: str = "") -> None:
     """SweepError (one line ending in ``hint``) when ``need`` bytes for a grid of ``configs`` points exceed half of
-    the available memory: refused before anything is allocated, not after minutes of swapping."""
+    the available memory (the limit, named in the line): refused before anything is allocated, not after minutes
+    of swapping. ``parts``: what the bytes are, said before the count ("... GiB of results + ..., ")."""
     have = available_memory_bytes()
     if need > have // 2:
         raise SweepError(
-            f"the result grid needs about {need / 2**30:.1f} GiB ({configs:,} configurations) but only "
-            f"{have / 2**30:.1f} GiB is available; {hint}"
+            f"the result grid needs about {need / 2**30:.1f} GiB ({parts}{configs:,} configurations) but only "
+            f"{have / 2**30:.1f} GiB is available (the limit is half of it, {have / 2 / 2**30:.1f} GiB); {hint}"
         )

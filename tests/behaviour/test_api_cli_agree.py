@@ -73,3 +73,21 @@ def test_serving_configuration():
     api = evaluate("llama3.1-70b", "H100", tp=4, input_len=128, output_len=128, batch_size=1)
     assert said["status"] == api["status"] == "ok"
     _agree(_numbers(api), said, 10)
+
+
+@pytest.mark.parametrize("axis, values, said", [
+    ("precision", ["fp9"], "axes.precision: unknown value 'fp9'"),     # the API said 'precision: unknown value'
+    ("micro_batch", ["x"], "axes.micro_batch: 'x' is not a number of sequences"),       # was "axis 'micro_batch'"
+    ("num_nodes", [0], "axes.num_nodes: "),
+])
+def test_a_training_sweep_axis_error_names_the_same_field_path(tmp_path, axis, values, said):
+    """The same bad axis in a sweep file and in fastmodel.sweep(axes=...) names one field path, axes.NAME."""
+    from fastmodel.errors import FastmodelError
+
+    (tmp_path / "s.toml").write_text(f'model = "{LM[0]}"\nsystem = "{LM[1]}"\ntask = "{LM[2]}"\n[axes]\n'
+                                     f'plan = ["tp2"]\n{axis} = {json.dumps(values)}\n')
+    result = cli("sweep", tmp_path / "s.toml", "-o", tmp_path / "s.nc")
+    assert result.exit_code == 2 and f"s.toml: {said}" in result.output, result.output
+    with pytest.raises(FastmodelError) as error:
+        fastmodel.sweep(*LM, axes={"plan": ["tp2"], axis: values})
+    assert str(error.value).startswith(said), error.value

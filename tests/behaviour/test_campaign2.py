@@ -85,7 +85,7 @@ def test_quantity_axes_read_unit_strings_like_spec_files(tmp_path):
 @pytest.mark.parametrize("axis", ["tp", "pp", "cp", "ep"])
 def test_a_degree_axis_beside_a_plan_axis_is_refused(tmp_path, axis):
     """Was silent: ``tp = [2]`` beside ``plan = ["tp8"]`` evaluated tp2 in a dataset whose plan says tp8."""
-    one_line_error(_sweep(tmp_path, f"{axis} = [2]\n")[0], f"axis '{axis}': the plan axis sets tp, pp, cp, ep")
+    one_line_error(_sweep(tmp_path, f"{axis} = [2]\n")[0], f"axes.{axis}: the plan axis sets tp, pp, cp, ep")
     (tmp_path / "alone.toml").write_text(LM_SWEEP.replace('plan = ["tp8"]', f"{axis} = [1, 2]"))
     assert cli("sweep", tmp_path / "alone.toml", "-o", tmp_path / "alone.nc").exit_code == 0
 

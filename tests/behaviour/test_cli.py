@@ -5,7 +5,7 @@ import json
 import pytest
 
 from fastmodel.testing import assert_matches_reference, dev_cases, illegal_cases
-from tests.suite_fixtures import cli, data_lines
+from tests.suite_fixtures import cli, data_lines, one_line_error
 
 RUN = ["run", "--model", "llama2-70b", "--system", "dc-a", "--nodes", "256", "--task", "llm-pretrain-fsdp",
        "--semantics", "madmax"]
@@ -105,6 +105,39 @@ def test_specs_commands():
     for kind in ("model", "system", "task"):
         schema = json.loads(cli("specs", "schema", kind).output)
         assert "properties" in (schema["$defs"]["LLMSpec"] if kind == "model" else schema)
+
+
+def test_specs_schema_has_the_serving_task():
+    """`specs schema` had no serving task kind (model, system, task: the training task's). serve-task prints the
+    schema of the model load_serve_task validates against (ServeTaskSpec: every field, its default), each
+    registry-bounded field with the column's units and bounds, and the built-in serving tasks validate against it
+    while a task the loader refuses (an unknown key, input_len 0) fails it too."""
+    from pathlib import Path
+
+    import jsonschema
+
+    from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
+    from fastmodel.serve.spec import ServeTaskSpec
+    from fastmodel.spec.loader import tomllib  # tomli below Python 3.11
+
+    result = cli("specs", "schema", "serve-task")
+    assert result.exit_code == 0, result.output
+    schema = json.loads(result.output)
+    assert set(schema["properties"]) == set(ServeTaskSpec.model_fields)
+    assert schema["properties"]["kind"]["const"] == "serve" and schema["additionalProperties"] is False
+    assert schema["properties"]["precision"]["default"] == "bf16"
+    length = COLUMNS[COLUMN_INDEX["input_len"]]
+    assert schema["properties"]["input_len"]["units"] == length.units == "tokens"
+    assert schema["properties"]["input_len"]["minimum"] == length.lo
+    assert schema["properties"]["kv_cache_mem_fraction"] == {**schema["properties"]["kv_cache_mem_fraction"],
+                                                             "default": 0.9, "units": "1", "maximum": 1}
+    for name in ("serve-chat", "serve-offline"):
+        jsonschema.validate(tomllib.loads(Path(f"specs/tasks/{name}.toml").read_text()), schema)
+    good = {"name": "t", "kind": "serve", "input_len": 8, "output_len": 8}
+    for bad in ({**good, "input_lenn": 8}, {**good, "input_len": 0}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(bad, schema)
+    one_line_error(cli("specs", "schema", "serve"), "'serve' is not one of")
 
 
 def test_specs_list_and_show_the_device_files():

@@ -32,9 +32,10 @@ WEIRD = weird([0, 1, -1, 2, 80, 1e300, 1e-300, 0.5, 1.5, 70, "40 GB", "1555 GB/s
                "abc GB/s", "70", "0.5"])
 
 
-def assert_clean(result, outputs=()):
-    """Exit 0, or exit 2 with one 'error:' line; no temporary file beside any output."""
-    assert result.exit_code in (0, 2), result.output
+def assert_clean(result, outputs=(), codes=(0, 2)):
+    """Exit 0, or exit 2 with one 'error:' line (or another of ``codes``: batch's 3); no temporary file beside
+    any output."""
+    assert result.exit_code in codes, result.output
     if result.exit_code == 2:
         lines = result.output.strip().splitlines()
         assert lines and lines[-1].startswith("error: ") and len(lines) <= 2, result.output  # (+ sweep's size line)
@@ -160,14 +161,15 @@ def test_fuzz_batch_lines(tmp_path, lines):
     if out.exists():
         os.unlink(out)
     result = cli("batch", cases, "-o", out)
-    assert_clean(result, [out])
+    assert_clean(result, [out], codes=(0, 2, 3))
     hypothesis.event(f"exit {result.exit_code}: " + (result.output.strip().splitlines()[-1][:50] if result.exit_code else ""))
-    assert result.exit_code == 0, result.output
+    assert result.exit_code in (0, 3), result.output
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(records) == len(cases.read_bytes().split(b"\n")) - 1
     for record in records:
         assert record["status"] == "ok" or record["status"].startswith("error: "), record
         assert "internal error" not in record["status"], record
+    assert (result.exit_code == 3) == all(r["status"] != "ok" for r in records), result.output   # exit 3: no ok line
 
 
 RUN_RECORD = json.loads(next(line for line in (DATA / "runs_dev.jsonl").read_text().splitlines() if "405b-s131072" in line))

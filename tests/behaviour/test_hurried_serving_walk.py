@@ -139,8 +139,30 @@ def test_a_figure_of_a_serving_result_leaves_out_points_over_memory(serving_over
     result = cli("plot", "pareto", serving_over_memory, "--include-oom", "-o", tmp_path / "p.png")
     assert result.exit_code == 0 and "left out" not in result.output, result.output
     one_line_error(cli("plot", "heatmap", serving_over_memory, "--x", "batch_size", "--y", "tp", "--var", "tpot",
-                       "--memory-margin", "2", "-o", tmp_path / "m.png"),
-                   "--memory-margin: applies to real-world training results (")
+                       "--memory-margin", "2", "-o", tmp_path / "m.png"), MISSING_HBM)
+
+
+#: a serving result's memory margin: it records memory_per_device but not the HBM capacity (no hbm_bytes attr)
+MISSING_HBM = ("--memory-margin: this serving result records memory_per_device but not its device's HBM capacity "
+               "(no hbm_bytes attribute)")
+
+
+@pytest.mark.parametrize("command, options", [
+    (("best",), ("--by", "tpot")),
+    (("plot", "pareto"), ()),
+    (("plot", "scaling"), ("--x", "tp", "--var", "tpot")),
+])
+def test_a_memory_margin_on_a_serving_result_names_what_it_lacks(serving_over_memory, tmp_path, command, options):
+    """--memory-margin on a serving result said 'applies to real-world training results' (plots) or 're-run the
+    sweep with this version' (best; a re-run records no more): a serving sweep's attrs hold no hbm_bytes, so
+    HBM - margin has no HBM; every command names what is missing and the filter that works on what it has."""
+    import xarray as xr
+
+    with xr.open_dataset(serving_over_memory) as ds:
+        assert "memory_per_device" in ds and "hbm_bytes" not in ds.attrs
+    where = () if command[0] == "best" else ("-o", tmp_path / "f.png")
+    result = cli(*command, serving_over_memory, *options, "--memory-margin", "2", *where)
+    one_line_error(result, MISSING_HBM, "--where memory_per_device<BYTES")
 
 
 def test_calibrate_refuses_a_run_given_twice(tmp_path):
@@ -192,9 +214,9 @@ def test_gpus_without_search_is_refused_as_the_other_search_options_are():
 
 
 @pytest.mark.parametrize("axes, message", [
-    ({"plan": None}, "axis 'plan': None; give a list"),                       # was TypeError: not iterable
+    ({"plan": None}, "axes.plan: None; give a list"),                       # was TypeError: not iterable
     ({1: [1]}, "axes: an axis name is a string, e.g. 'num_nodes' (got 1)"),   # was AttributeError: .lower
-    ({"plan": ["tp2"], "num_nodes": {1, 2}}, "axis 'num_nodes': a set, which has no order"),
+    ({"plan": ["tp2"], "num_nodes": {1, 2}}, "axes.num_nodes: a set, which has no order"),
 ])
 def test_python_sweep_axes_of_the_wrong_kind_are_one_line(axes, message):
     import fastmodel as fm

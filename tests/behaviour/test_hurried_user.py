@@ -144,7 +144,7 @@ def test_batch_record_with_a_block_that_is_not_an_object(tmp_path):
     src = tmp_path / "in.jsonl"
     src.write_text("\n".join(json.dumps(x) for x in (serving, run_record)) + "\n")
     out = tmp_path / "out.jsonl"
-    assert cli("batch", str(src), "-o", str(out)).exit_code == 0
+    assert cli("batch", str(src), "-o", str(out)).exit_code == 3       # both lines errors: exit 3, output written
     statuses = [json.loads(x)["status"] for x in out.read_text().splitlines()]
     assert "serving record's serve block must be an object" in statuses[0], statuses
     assert "run record's model block must be an object" in statuses[1], statuses

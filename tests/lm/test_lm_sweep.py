@@ -182,7 +182,7 @@ def test_a_count_axis_takes_whole_numbers(axis, values):
     """Hurried-user walk: ``micro_batch = [1.5]`` in a sweep file ran, every point batch_not_divisible ("every
     point of the sweep is illegal"), where ``-x micro_batch=1.5`` is refused as not an integer; a fractional
     degree, batch or count is now refused by name, the first offending value named."""
-    with pytest.raises(SweepError, match=rf"^axis '{axis}': every value must be a whole number \(got {values[-1]}\)$"):
+    with pytest.raises(SweepError, match=rf"^axes\.{axis}: every value must be a whole number \(got {values[-1]}\)$"):
         lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", axes={axis: values})
 
 
@@ -199,7 +199,7 @@ def test_one_value_under_two_spellings_is_a_duplicate(axis, values, said):
     """Hurried-user walk: the duplicate check compared the values as written, so ``hbm_bytes = ['80GB', 80e9]``
     (80 GB = 8e10 bytes) or two names of one code (SHARDING_CODES: distopt and zero1 are both 1) made the same
     point twice; now compared as the numbers evaluated."""
-    with pytest.raises(SweepError, match=rf"^axis '{axis}': {re.escape(said)} \(duplicate point\)$"):
+    with pytest.raises(SweepError, match=rf"^axes\.{axis}: {re.escape(said)} \(duplicate point\)$"):
         lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", axes={axis: values})
 
 
@@ -219,7 +219,7 @@ def test_the_duplicate_check_is_linear_in_the_axis_length():
 def test_a_code_axis_takes_names_not_numbers():
     """Hurried-user walk: ``recompute = ["full", 1]`` ran (1 is selective's code) where ``-x recompute=1`` is
     refused; a coded axis takes the names of its code table."""
-    with pytest.raises(SweepError, match=r"^axis 'recompute': 1 is not a name; choose one of none, selective, full, "
+    with pytest.raises(SweepError, match=r"^axes\.recompute: 1 is not a name; choose one of none, selective, full, "
                                          r"partial_layers$"):
         lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", axes={"recompute": ["full", 1]})
 
@@ -257,12 +257,12 @@ def test_a_column_axis_outside_the_registry_bounds_is_refused():
     from fastmodel.errors import SweepError
     from fastmodel.lm.sweep import lm_sweep
 
-    with pytest.raises(SweepError, match=r"axis 'uneven_stages': 2 is outside \[0, 1\]"):
+    with pytest.raises(SweepError, match=r"axes.uneven_stages: 2 is outside \[0, 1\]"):
         lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", axes={"uneven_stages": [0, 2]})
-    with pytest.raises(SweepError, match=r"axis 'gemm_eff_16': 1.5 is outside \[0.05, 1\]"):
+    with pytest.raises(SweepError, match=r"axes.gemm_eff_16: 1.5 is outside \[0.05, 1\]"):
         lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", axes={"gemm_eff_16": [1.5]})
     # a unit string is named as typed beside the number it parsed to
-    with pytest.raises(SweepError, match=r"axis 'hbm_bytes': 2e\+15 is outside \[100000000, 1e\+14\] bytes "
+    with pytest.raises(SweepError, match=r"axes.hbm_bytes: 2e\+15 is outside \[100000000, 1e\+14\] bytes "
                                          r"\(given as '2 PB'\)$"):
         lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", axes={"hbm_bytes": ["80 GB", "2 PB"]})
 
@@ -323,7 +323,7 @@ def test_an_execution_value_no_point_can_run_is_one_line():
     batch-level overlap, step times equal to the 'batch' column's). It is now refused before any work, with the
     reason the same value gets in the [execution] table; by name or by its code number."""
     moe = ("qwen3-30b-a3b", "dgx-h100", "llm-pretrain")
-    with pytest.raises(SweepError, match=r"^axis 'moe_dispatcher': 'deepep_ll' is DeepEP's low-latency decode kernels"):
+    with pytest.raises(SweepError, match=r"^axes\.moe_dispatcher: 'deepep_ll' is DeepEP's low-latency decode kernels"):
         lm_sweep(*moe, axes={"plan": ["tp2.ep8"], "moe_dispatcher": ["alltoall", "deepep_ll"]})
     with pytest.raises(SweepError, match="it needs pipeline_schedule = 'dualpipe'"):
         lm_sweep(*moe, axes={"plan": ["tp2.pp2.ep8"], "moe_a2a_overlap": ["none", 2]})

@@ -138,5 +138,21 @@ def test_a_set_usable_fraction_below_a_tenth_is_refused_as_a_reserve_typed_by_mi
     assert column_problem(column, 0.95) is None and column_problem(column, 1.0) is None
     assert "FILL" in column_problem(column, 0.05) and "--memory-margin" in column_problem(column, 0.05)
     assert column_problem(column, 1.5) is not None
-    with pytest.raises(SweepError, match="axis 'usable_hbm_fraction': 0.05 is the share of HBM a plan may FILL"):
+    with pytest.raises(SweepError, match="axes.usable_hbm_fraction: 0.05 is the share of HBM a plan may FILL"):
         lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", axes={"usable_hbm_fraction": [0.9, 0.05]})
+
+
+def test_a_madmax_result_refuses_a_margin_naming_its_own_rule():
+    """best --memory-margin on a MAD-Max result said 're-run the sweep with this version' (a re-run records no
+    HBM either: MAD-Max fits by its 3 x weights rule); it names that rule and the filter that works."""
+    import fastmodel
+    from fastmodel.analysis.best import best
+    from fastmodel.analysis.margin import gib_margin
+    from fastmodel.errors import SweepError
+
+    ds = fastmodel.sweep("llama2-70b", "dc-a", "llm-pretrain", axes={"num_nodes": [16], "plan": ["fsdp/ddp"]},
+                         semantics="madmax")
+    assert ds.attrs["fastmodel_engine"] == "madmax" and "hbm_bytes" not in ds.attrs
+    with pytest.raises(SweepError, match=r"^--memory-margin: applies to real-world training results; a MAD-Max "
+                                         r"result fits by its 3 x weights rule .*--where memory_per_device<BYTES"):
+        best(ds, "throughput", memory_margin=gib_margin("2"))

@@ -306,5 +306,24 @@ def test_an_empty_input_is_one_line_and_writes_nothing(tmp_path):
     assert not out.exists()
     result = CliRunner().invoke(main, ["batch", "-"], input=b"")
     assert result.exit_code == 2 and "error: -: no records: standard input is empty" in result.output, result.output
-    result = CliRunner().invoke(main, ["batch", "-"], input=b"\n")
-    assert result.exit_code == 0 and '"status":"error: empty line"' in result.output, result.output
+    result = CliRunner().invoke(main, ["batch", "-"], input=b"\n")       # its only line an error: exit 3
+    assert result.exit_code == 3 and '"status":"error: empty line"' in result.output, result.output
+
+
+def test_a_batch_whose_every_line_is_an_error_exits_3(tmp_path):
+    """Every line an error printed "0 ok, 2 errors" and exited 0, where a sweep with no legal point exits 3: now
+    the output is written (one row per line, each with its reason) and the exit is 3, the line saying so; one ok
+    line among errors keeps exit 0."""
+    bad, out = tmp_path / "bad.jsonl", tmp_path / "out.jsonl"
+    bad.write_text('{"x": 1}\nnot json\n')
+    result = CliRunner().invoke(main, ["batch", str(bad), "-o", str(out)])
+    assert result.exit_code == 3, result.output
+    assert "0 ok, 2 errors: every line is an error" in result.output and "(exit 3)" in result.output
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 2 and all(row["status"].startswith("error: ") for row in rows)
+    case = dev_cases()[0]
+    good = json.dumps({key: case[key] for key in ("model", "system", "task")})
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text(f"{good}\nnot json\n")
+    result = CliRunner().invoke(main, ["batch", str(mixed), "-o", str(tmp_path / "m.jsonl")])
+    assert result.exit_code == 0 and "1 ok, 1 errors" in result.output, result.output

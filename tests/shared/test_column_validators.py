@@ -74,7 +74,7 @@ def _sweep_axis(tmp_path, monkeypatch, column, value):
 PATHS = {
     "device file": (_device_file, "specs/devices/x.toml: {column}: "),
     "cluster table": (_cluster_table, "dgx-h100: efficiency.{column}: "),
-    "sweep axis": (_sweep_axis, "axis '{column}': "),
+    "sweep axis": (_sweep_axis, "axes.{column}: "),
 }
 
 
@@ -100,7 +100,7 @@ def test_a_calibration_overlay_gives_the_registry_reason():
     assert str(caught.value) == 'cal.toml: device."H100-SXM-80GB".attn_eff: ' + column_problem(
         COLUMNS[COLUMN_INDEX["attn_eff"]], 1.5
     )
-    with pytest.raises(SweepError, match=r"^axis 'attn_eff': 1\.5 is outside \[0\.05, 1\]$"):
+    with pytest.raises(SweepError, match=r"^axes\.attn_eff: 1\.5 is outside \[0\.05, 1\]$"):
         _sweep_axis(None, None, "attn_eff", 1.5)
 
 

@@ -91,3 +91,34 @@ def test_a_range_is_an_axis_in_every_engine():
     assert list(ds.num_nodes.values) == [2, 3, 4]
     with pytest.raises(SweepError, match="at most"):
         expand("num_nodes", range(MAX_AXIS_VALUES + 1))
+
+
+def test_a_netcdf_sweep_counts_the_writers_copy(monkeypatch, tmp_path):
+    """A .nc sweep was checked against its result matrix alone, but scipy's netCDF-3 writer allocates every stored
+    variable whole before it writes (a 1.56 M-point grid estimated at 323 MiB peaked 665 MiB above the small run):
+    a grid whose matrix fits half the memory but whose matrix + stored copy does not is refused up front, the
+    line naming both parts and the limit; the same grid into a .zarr store (streamed) and in Python (no writer)
+    is not refused by it."""
+    from fastmodel.sweeps.file import load_sweep_file
+
+    sweep_file = tmp_path / "s.toml"
+    sweep_file.write_text('model = "llama2-70b"\nsystem = "dc-a"\ntask = "llm-pretrain"\nsemantics = "madmax"\n'
+                          '[axes]\nnum_nodes = [16, 32, 64]\nplan = "all"\n')
+    plan = load_sweep_file(str(sweep_file), None, None)
+    matrix, copy = size.netcdf_peak_bytes(plan)
+    assert matrix == plan.num_configs * (8 * plan.num_rows + 1)        # float64 rows + an int8 status
+    assert copy == plan.num_configs * plan.stored_bytes_per_config() and copy > 0
+    have = 2 * (matrix + copy) - 2                    # half of it: 1 byte short of matrix + copy, above the matrix
+    monkeypatch.setattr(size, "available_memory_bytes", lambda: have)
+    size.check_memory(plan)                           # the matrix alone fits: the Python API's in-memory sweep
+    with pytest.raises(size.SweepError) as error:
+        size.check_memory(plan, netcdf=True)
+    assert f"({matrix / GIB:.1f} GiB of results + {copy / GIB:.1f} GiB the .nc writer holds at once, " \
+           f"{plan.num_configs:,} configurations)" in str(error.value)
+    assert f"(the limit is half of it, {have / 2 / GIB:.1f} GiB)" in str(error.value)
+    out = tmp_path / "s.nc"
+    result = CliRunner().invoke(main, ["sweep", str(sweep_file), "-o", str(out)])
+    assert result.exit_code == 2 and result.output.count("\n") == 1 and "-o out.zarr" in result.output, result.output
+    assert not out.exists()
+    result = CliRunner().invoke(main, ["sweep", str(sweep_file), "-o", str(tmp_path / "s.zarr")])
+    assert result.exit_code == 0, result.output
