@@ -27,7 +27,12 @@ from pathlib import Path
 #: ``FASTMODEL_JIT=0``: kernels run as plain Python (numba is not imported). The ``fastmodel run`` console
 #: command sets it for its one configuration, where loading numba and its compiled kernels (about 1.5 s)
 #: costs far more than interpreting one row.
-INTERPRETED = os.environ.get("FASTMODEL_JIT", "1") == "0"
+#: Any other value is refused here, at the first import of a kernel, so the Python API refuses it as the CLI does
+#: (``fastmodel/cli/app.py`` ``_check_environment``, one line before any kernel loads): ``false`` ran compiled.
+_JIT = os.environ.get("FASTMODEL_JIT", "")
+if _JIT not in ("", "0", "1"):
+    raise ValueError(f"FASTMODEL_JIT={_JIT!r}: give 0 (kernels interpreted) or 1 (compiled, the default), or unset it")
+INTERPRETED = _JIT == "0"
 
 if INTERPRETED:
     prange = range

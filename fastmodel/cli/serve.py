@@ -139,9 +139,9 @@ def serve(records, model, list_models, device, tp, pp, ep, attention_dp, moe_tp,
                        force, search_concurrency, dict(ep=ep, attention_dp=attention_dp, modes=modes.split(","),
                                                        spec_tokens=spec_tokens or (0,),
                                                        spec_acceptance=spec_acceptance or 0.0))
-    if ttft or tpot or search_precision or search_concurrency or modes != "agg" or _given("gpus"):
-        raise FastmodelError("--ttft, --tpot, --gpus, --search-precision, --search-concurrency and --mode apply to "
-                             "--search only")
+    stray = _given("ttft", "tpot", "gpus", "search_precision", "search_concurrency") + ["--mode"] * (modes != "agg")
+    if stray:   # the flags given, not all six (serve --gpus 4 listed every one)
+        raise FastmodelError(f"{', '.join(stray)} given without --search: the search options apply to --search only")
     if records and (engine or attention_dp or moe_tp or ep or spec_tokens):
         raise FastmodelError("--engine, --ep, --attention-dp, --moe-tp and --spec-tokens apply to --model (a record "
                              "names its own)")

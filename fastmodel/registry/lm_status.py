@@ -55,6 +55,10 @@ STATUSES: tuple[Status, ...] = (
     Status("bf16_layers_dualpipe", "bf16_layers_start / bf16_layers_end with pipeline_schedule dualpipe: DualPipe "
            "puts stages s and pp - 1 - s on rank s, so the first and last layers sit on both end ranks, which the "
            "model does not place; Megatron-LM, whose flags these are, runs no DualPipe (docs/model.md §11.39)"),
+    Status("tp_per_projection_unsupported", "tp_per_projection (a DTensor plan per projection, KempnerForge's) at "
+           "tp > 1 on an MoE or MLA model: its collective counts (3 + 2 projection inputs a layer) are a dense "
+           "Llama block's; the model places no per-projection plan on experts or latent projections "
+           "(docs/model.md §11.42)"),
     NOT_COMPUTED,
 )
 STATUS_CODES: dict[str, int] = {s.name: i for i, s in enumerate(STATUSES)}

@@ -12,23 +12,47 @@ crosses the other ranks back. With ``t_k`` one micro-batch on rank ``k`` (forwar
 so the bubble is ``(p t_avg - t_last) / v``, ``(t_last - t_avg) / v`` below the average stage's ``(p - 1)/v
 t_avg``. GPipe's makespan is the same when the last stage also has the largest forward and the largest
 backward (as with the head added to a stage like the others). The exact scheduler (``fastmodel/lm/
-pipeline_program.py``) gives these to 1e-9 on random stage times (tests/lm/test_bubble_last.py). When a rank
-other than the last is the busiest the makespan is no sum of stage times (the critical path changes rank
-several times; §11.43) and the average stage's bubble stays, an upper bound. ZB-H1 and DualPipe keep their
-own closed forms.
+pipeline_program.py``) gives these to 1e-9 on random stage times (tests/lm/test_bubble_last.py).
+
+Domain (:func:`credit_applies`): 1F1B at v = 1 for any stage times with the last rank the busiest; interleaved
+and GPipe only where the ranks before the last hold alike chunks of no more layers than the last: no BF16 first
+layers (§11.39: rank 0's chunk 0 heavier; on a Llama 3 70B pp 4 vp 5 plan the exact bubble is then 0.207 s,
+above both forms, 0.179 and 0.174 s) and no explicit layout (§11.22). Rank 0's chunk 0 a layer lighter (the
+embedding in the split) keeps the interleaved credit: the exact makespan is then at most the credited one.
+Outside the domain, or when a rank other than the last is the busiest (the makespan is then no sum of stage
+times; §11.43), the average stage's bubble stays. ZB-H1 and DualPipe keep their own closed forms.
 """
 
 from fastmodel.kernels.jit import njit
-from fastmodel.kernels.lm.layout import C_PIPELINE_SCHEDULE, C_PP, C_VP, SCHED_DUALPIPE, SCHED_ZB_H1
+from fastmodel.kernels.lm.bf16_layers import bf16_rank_layers
+from fastmodel.kernels.lm.layout import C_PIPELINE_SCHEDULE, C_PP, C_VP, SCHED_DUALPIPE, SCHED_GPIPE, SCHED_ZB_H1
+from fastmodel.kernels.lm.memory_states import explicit_layout, split_slots
+
+
+@njit
+def credit_applies(row):
+    """True where :func:`last_rank_bubble_credit` is exact (module docstring): a pipeline under 1F1B, GPipe or
+    interleaved, and under GPipe or interleaved the ranks before the last alike and no heavier than it: no BF16
+    first layers, no explicit layout, and under GPipe no embedding and loss in the split (the last rank then
+    holds a layer fewer than the middle ones, so its forward or backward need not be the largest)."""
+    schedule = int(row[C_PIPELINE_SCHEDULE])
+    if row[C_PP] <= 1.0 or schedule == SCHED_ZB_H1 or schedule == SCHED_DUALPIPE:
+        return False
+    gpipe = schedule == SCHED_GPIPE
+    if row[C_VP] <= 1.0 and not gpipe:
+        return True
+    if bf16_rank_layers(row)[0] > 0.0 or explicit_layout(row):
+        return False
+    return not (gpipe and split_slots(row) > 0.0)
 
 
 @njit
 def last_rank_bubble_credit(row, last_mb, average_mb):
     """Seconds the average stage's bubble ``(p - 1)/v t_avg`` charges above the exact schedule when the last
     rank, ``last_mb`` seconds per micro-batch, is the busiest and the stages average ``average_mb``:
-    ``(last_mb - average_mb) / v`` for 1F1B, GPipe and interleaved (module docstring); 0 for ZB-H1, DualPipe
-    and without a pipeline."""
-    schedule = int(row[C_PIPELINE_SCHEDULE])
-    if row[C_PP] <= 1.0 or schedule == SCHED_ZB_H1 or schedule == SCHED_DUALPIPE:
+    ``(last_mb - average_mb) / v`` where :func:`credit_applies` (1F1B; GPipe and interleaved with the ranks
+    before the last alike); 0 elsewhere (ZB-H1, DualPipe, no pipeline, BF16 first layers or an explicit layout
+    under GPipe or interleaved)."""
+    if not credit_applies(row):
         return 0.0
     return max(0.0, last_mb - average_mb) / max(row[C_VP], 1.0)

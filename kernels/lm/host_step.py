@@ -84,7 +84,7 @@ def host_bound_bubble(row, average_mb, forward, weight, last_mb):
     """The pipeline bubble with every stage's micro-batch lasting max(GPU time, host issue time): warm-up and
     cool-down wait on the stages' issue as much as on their kernels (docs/model.md §11.7). ``last_mb``: one
     micro-batch on the last rank when it is the busiest (else ``average_mb``); on GPU-bound stages the bubble is
-    then the exact ``(p t_avg - t_last) / v`` (``bubble_last``, §11.43)."""
+    then the exact ``(p t_avg - t_last) / v`` within ``bubble_last.credit_applies``' domain (§11.43)."""
     average_layers = row[C_LAYERS] / row[C_PP]
     host_forward = average_layers * host_layer_forward_s(row)
     host_mb = host_microbatch_s(row, average_layers)

@@ -244,8 +244,8 @@ def tp_layer_time(row, tokens, h, t, sp, linears):
         if row[C_MLA] > 0.0:
             q, kv = mla_regathers(row, tokens, t)
             regather = (linears - 1.0) * (gather + o) + q + kv
-        else:
-            regather = linears * (gather + o)
+        else:   # per projection (dense layers only, rules.py): each of the n re-gathers its own input
+            regather = (inputs if row[C_TP_PER_PROJECTION] > 0.0 else linears) * (gather + o)
     return forward, backward + regather
 
 

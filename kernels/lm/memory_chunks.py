@@ -113,8 +113,9 @@ def held_bytes(row, stage, dense_layer, moe_layer, passed_head):
     ``b = rank_microbatch_bytes`` at the loss and the backward, ``(n - 1) b`` once one has left. Interleaved: a rank
     runs ``W + 1`` forwards, ``W = 2 (p - r - 1) + (v - 1) p`` (Megatron-Core ``get_pp_rank_microbatches``,
     megatron/core/pipeline_parallel/schedules.py), then forward ``k + W`` and backward ``k`` in turn (``_count``
-    gives the chunks). Before backward ``k`` it holds ``n = W + 1`` chunks; only rank 0's chunk 0 and rank ``p -
-    1``'s chunk ``v - 1`` differ from the others (``chunk_microbatch_bytes``), and how many of that odd chunk are
+    gives the chunks). Before backward ``k`` it holds ``n = W + 1`` chunks; without an explicit layout only rank
+    0's chunk 0 and rank ``p - 1``'s chunk ``v - 1`` differ from the others (``chunk_microbatch_bytes``; under a
+    layout every chunk of rank ``p - 1`` can, :func:`layout_last_rank_held`), and how many of that odd chunk are
     in flight, ``D(k)``, is, with ``j = k mod p v``: on rank 0 ``2 p - 1`` at ``j = 0`` and ``j > (v - 1) p``,
     else ``2 p``; on rank ``p - 1`` 1 for ``j < p`` (the backward is of chunk ``v - 1``, the loss's micro-batch,
     whose head inputs are released), else 0. The moments are ``n b + D (b_odd - b)`` for the ``D`` the run

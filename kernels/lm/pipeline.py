@@ -1,10 +1,10 @@
 """Pipeline schedules of decoder-LM training in closed form (docs/model.md §11.7).
 
-One owner for everything a pipeline schedule decides in the real-world model: the bubble a step pays,
-the micro-batches a rank holds at its peak, the model copies a rank holds, and the point-to-point sends
-that stay exposed. The step (``kernels/lm/step.py``) and memory (``kernels/lm/memory_*.py``) ask this
-module; the exact scheduler path (``fastmodel/lm/pipeline_program.py``) lays the same schedules out op by op
-and tests these closed forms.
+What a schedule decides: the bubble (the average stage's closed form; ``bubble_last.py`` credits it when the
+last rank is the busiest, ``host_step.py`` stretches it on host-bound stages; §11.43), the micro-batches a rank
+holds at its peak, the model copies a rank holds, the exposed point-to-point sends. The step (``step.py``) and
+memory (``memory_*.py``) ask here; ``fastmodel/lm/pipeline_program.py`` lays the schedules out op by op and tests
+these closed forms.
 
 Stage times are per micro-batch on the average pipeline stage, split in passes (``kernels/lm/passes.py``):
 ``F`` the forward, ``B`` the backward for inputs (with recompute), ``W`` the backward for weights, all with

@@ -15,6 +15,7 @@ from fastmodel.kernels.lm.layout import (
     C_CP, C_CP_ALGORITHM, CP_ALLTOALL, C_DP, C_EMBEDDING_LOSS_IN_SPLIT, C_EP, C_GLOBAL_BATCH, C_HEADS, C_KV_HEADS, C_LAST_STAGE_LAYERS, C_LAYERS,
     C_MICRO_BATCH, C_MOE_A2A_OVERLAP, C_MOE_EXPERTS, C_PIPELINE_SCHEDULE, A2A_DUALPIPE, SCHED_DUALPIPE,
     C_MOE_TOPK, C_N_GPUS, C_PEAK_FLOPS_8, C_PP, C_PRECISION, C_SEQ_LEN, C_TP, C_UNEVEN_STAGES, C_VP, PRECISION_FP8,
+    C_MLA, C_TP_PER_PROJECTION,
 )
 from fastmodel.kernels.lm.memory_offload import offload_conflict
 from fastmodel.kernels.lm.memory_states import explicit_layout
@@ -40,6 +41,7 @@ ST_SCHEDULE = STATUS_CODES["schedule_not_runnable"]
 ST_BF16_DELAYED = STATUS_CODES["bf16_layers_delayed"]
 ST_BF16_ABOVE = STATUS_CODES["bf16_layers_above_stage"]
 ST_BF16_DUALPIPE = STATUS_CODES["bf16_layers_dualpipe"]
+ST_TP_PER_PROJECTION = STATUS_CODES["tp_per_projection_unsupported"]
 
 
 @njit
@@ -97,6 +99,8 @@ def plan_status_row(row):
         return ST_OFFLOAD
     if layout_broken(row):
         return ST_LAYOUT
+    if row[C_TP_PER_PROJECTION] > 0.0 and tp > 1.0 and (experts > 0.0 or row[C_MLA] > 0.0):     # §11.42 item 4
+        return ST_TP_PER_PROJECTION
     return 0
 
 

@@ -1,6 +1,8 @@
 """The hurried user's walk through serving sweep files, serving validation, figures of serving results and
 calibration on tiny inputs (session 2026-12-06g): each test is a case that was silent or wrong before."""
 
+import os
+
 import pytest
 
 from tests.suite_fixtures import cli, one_line_error
@@ -208,8 +210,9 @@ def test_search_refuses_the_one_configuration_options_it_would_ignore(given, nam
 
 def test_gpus_without_search_is_refused_as_the_other_search_options_are():
     """--gpus has a default (8), so a plain serve with --gpus 4 ran one configuration on tp 1 silently."""
-    one_line_error(cli("serve", "-m", "llama3.1-8b", "-d", "H100", "--batch-size", "1", "--gpus", "4"),
-                   "--gpus", "apply to --search only")
+    run = cli("serve", "-m", "llama3.1-8b", "-d", "H100", "--batch-size", "1", "--gpus", "4")
+    one_line_error(run, "error: --gpus given without --search", "apply to --search only")
+    assert "--ttft" not in run.output       # the flag given, not all six search options
     assert cli(*SEARCH).exit_code == 0
 
 
@@ -320,3 +323,20 @@ def test_a_scaling_figure_with_nothing_to_draw_is_one_line(serving_over_memory, 
                    "--include-oom draws the points over memory")
     assert not (tmp_path / "s.png").exists()
     assert cli(*args, "--include-oom", "-o", tmp_path / "s.png").exit_code == 0
+
+
+def test_the_python_api_refuses_a_fastmodel_jit_it_would_misread():
+    """The API reads FASTMODEL_JIT where every kernel loads (kernels/jit.py): ``false`` ran the compiled kernels
+    without a word from the Python API, which the CLI check does not reach; now the first kernel import refuses it."""
+    import subprocess
+    import sys
+
+    code = "import fastmodel.kernels.jit"
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))     # this tree's fastmodel
+    env = {**os.environ, "FASTMODEL_JIT": "false", "PYTHONPATH": root}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    assert done.stderr.strip().splitlines()[-1] == ("ValueError: FASTMODEL_JIT='false': give 0 (kernels "
+                                                    "interpreted) or 1 (compiled, the default), or unset it")
+    env["FASTMODEL_JIT"] = "0"
+    assert subprocess.run([sys.executable, "-c", code], env=env, timeout=120).returncode == 0

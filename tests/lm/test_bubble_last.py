@@ -97,6 +97,7 @@ def _row(pp, vp, schedule):
     row = np.zeros(len(COLUMN_INDEX))
     row[COLUMN_INDEX["pp"]], row[COLUMN_INDEX["vp"]] = pp, vp
     row[COLUMN_INDEX["pipeline_schedule"]] = PIPELINE_SCHEDULES[schedule]
+    row[COLUMN_INDEX["last_stage_layers"]] = -1.0     # no explicit layout (the registry's default)
     return row
 
 
@@ -141,3 +142,40 @@ def test_first_stage_busiest_exact_when_the_others_are_alike():
             continue
         forward, backward = np.r_[f0, np.full(p - 1, f)], np.r_[b0, np.full(p - 1, b)]
         assert makespan(forward, backward, m) == pytest.approx(first_busiest(f0, b0, f, b, p, m), rel=1e-9, abs=0.0)
+
+
+def test_the_credit_only_where_the_ranks_before_the_last_are_alike():
+    # §11.43 domain: interleaved and GPipe lose the credit with BF16 first layers (rank 0's chunk 0 heavier) or
+    # an explicit layout; GPipe also with the loss in the split (the last rank a layer short); 1F1B keeps it
+    fp8 = {"precision": 1.0}
+    cases = [("1f1b", 1, {}, 3.0), ("interleaved", 2, {}, 1.5), ("gpipe", 1, {}, 3.0),
+             ("interleaved", 2, {**fp8, "bf16_layers_start": 1}, 0.0), ("gpipe", 1, {**fp8, "bf16_layers_start": 1}, 0.0),
+             ("1f1b", 1, {**fp8, "bf16_layers_start": 1}, 3.0), ("interleaved", 2, {**fp8, "bf16_layers_end": 1}, 1.5),
+             ("interleaved", 2, {"last_stage_layers": 4}, 0.0), ("gpipe", 1, {"last_stage_layers": 4}, 0.0),
+             ("1f1b", 1, {"last_stage_layers": 4}, 3.0),
+             ("gpipe", 1, {"embedding_loss_in_split": 1}, 0.0), ("interleaved", 2, {"embedding_loss_in_split": 1}, 1.5)]
+    for schedule, v, columns, credit in cases:
+        row = _row(4, v, schedule)
+        row[COLUMN_INDEX["layers"]] = 16.0
+        for name, value in columns.items():
+            row[COLUMN_INDEX[name]] = value
+        assert last_rank_bubble_credit(row, 10.0, 7.0) == credit, (schedule, columns)
+
+
+def test_bf16_first_layers_interleaved_exact_bubble_above_both_forms():
+    # the plan shape of §11.43's domain note (pp 4, vp 5, m 16, four layers a chunk): rank 0's chunk 0 holds a
+    # BF16 layer (x = 0.25 a layer more), the last rank's last chunk the head (h = 1) and a BF16 layer. By hand:
+    # t = (20.25, 20, 20, 21.25) layer-units, t_avg = 20.375; average form (p - 1)/v t_avg = 12.225, credit form
+    # (p t_avg - t_last)/v = 12.05. The exact schedule waits on rank 0's heavier chunk each round: above both.
+    p, v, m, x, h = 4, 5, 16, 0.25, 1.0
+    forward, backward = np.full((v, p), 4.0 / 3.0), np.full((v, p), 8.0 / 3.0)
+    forward[0, 0] += x / 3.0
+    backward[0, 0] += 2.0 * x / 3.0
+    forward[-1, -1] += (x + h) / 3.0
+    backward[-1, -1] += 2.0 * (x + h) / 3.0
+    t = (forward + backward).sum(axis=0)
+    assert t.tolist() == pytest.approx([20.25, 20.0, 20.0, 21.25])
+    average, credited = (p - 1) / v * t.mean(), (p * t.mean() - t[-1]) / v
+    assert (average, credited) == pytest.approx((12.225, 12.05))
+    bubble = makespan(forward, backward, m, "interleaved", v) - m * t[-1]
+    assert bubble > average > credited

@@ -192,19 +192,24 @@ def _columns(record_id, **changes):
 
 
 @pytest.mark.parametrize("record_id", PIPELINED)
-def test_the_closed_form_bubble_is_exact_for_uniform_stages(record_id):
-    times = stage_times(_columns(record_id), uniform=True)
+def test_the_kernels_average_stage_bubble_is_exact_for_uniform_stages(record_id):
+    from fastmodel.kernels.lm.pipeline import pipeline_bubble
+
+    columns = _columns(record_id)
+    times = stage_times(columns, uniform=True)
     p, v, m = times.stages, times.virtual_stages, times.micro_batches
     assert p > 1 and times.head > 0.0
-    # the kernel's bubble: the last rank (with the head) is the busiest, so (p t_avg - t_mb)/v = (p - 1)/v x the
-    # body (kernels/lm/bubble_last.py, §11.43); with every stage the average one (body + head / p) the schedule's
-    # own form, (p - 1)/v x the average stage, is exact
-    body = times.stage_mb - times.head
-    average = body + times.head / p
-    assert times.closed_bubble == pytest.approx((p - 1) / v * body, rel=1e-12)
+    # every stage the average one (body + head / p): the kernel's closed form of kernels/lm/pipeline.py, fed that
+    # stage's F + B + W, F and W, is the exact scheduler's bubble on every rank
+    average = times.forward[:, 0].sum() + times.backward[:, 0].sum()
+    closed = pipeline_bubble(columns, average, times.forward[:, 0].sum(), times.weight[:, 0].sum())
+    assert closed == pytest.approx((p - 1) / v * average, rel=1e-12)
     exact = exact_pipeline(times)
-    assert exact.makespan == pytest.approx(m * average + (p - 1) / v * average, rel=1e-9)
-    assert exact.idle == pytest.approx(np.full(p, (p - 1) / v * average), rel=1e-9)
+    assert exact.makespan == pytest.approx(m * average + closed, rel=1e-9)
+    assert exact.idle == pytest.approx(np.full(p, closed), rel=1e-9)
+    # the kernel's own bubble for these records (the last rank, with the head, the busiest) is the credited one
+    # (kernels/lm/bubble_last.py, §11.43): (p t_avg - t_mb)/v = (p - 1)/v x the body
+    assert times.closed_bubble == pytest.approx((p - 1) / v * (times.stage_mb - times.head), rel=1e-12)
 
 
 @pytest.mark.parametrize("record_id, gpipe", [(r, False) for r in PIPELINED] + [(r, True) for r in PIPELINED[:3]])

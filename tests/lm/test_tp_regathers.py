@@ -175,3 +175,29 @@ def test_per_projection_amax_reductions_follow_the_gathers():
     ag_f, ag_b, rs = (allgather_time(row, b * N, TP, 1.0) for b in (1.0, 1.0, 2.0))
     assert work[W_TP] == pytest.approx(5.0 * ag_f + 2.0 * rs + 7.0 * OVERHEAD + 2.5 * amax, rel=1e-12)
     assert work[W_TP_BACKWARD] == pytest.approx(2.0 * ag_b + 5.0 * rs + 7.0 * OVERHEAD + amax, rel=1e-12)
+
+
+@pytest.mark.parametrize("gated, n", [(0.0, 4.0), (1.0, 5.0)])
+def test_per_projection_tp_regathers_each_projection_input(gated, n):
+    """With sp_wgrad_regather each of the n column-parallel projections saves its own local slice and gathers it
+    again for its weight gradient: n AG(2 N) + n o in backward beyond the plan's TP (the Megatron layer: 2)."""
+    row = _row(tp_per_projection=1.0, gated_mlp=gated, sp_wgrad_regather=1.0)
+    plain = _layer(_row(tp_per_projection=1.0, gated_mlp=gated, sp_wgrad_regather=0.0))
+    ag = allgather_time(row, 2.0 * N, TP, 1.0)
+    assert _layer(row)[W_TP_BACKWARD] - plain[W_TP_BACKWARD] == pytest.approx(n * (ag + OVERHEAD), rel=1e-12)
+
+
+def test_per_projection_tp_on_moe_or_mla_is_refused():
+    """The per-projection counts (3 + 2 inputs) are a dense block's: at tp > 1 an MoE or MLA model is refused with
+    its own status (kernels/lm/rules.py, §11.42 item 4); a dense one, or tp 1, is not."""
+    from fastmodel.kernels.lm.rules import plan_status_row
+    from fastmodel.registry.lm import STATUS_CODES
+
+    refused = STATUS_CODES["tp_per_projection_unsupported"]
+    legal = {"n_gpus": TP, "dp": 1.0, "pp": 1.0, "vp": 1.0, "cp": 1.0, "ep": 1.0, "global_batch": MICRO,
+             "micro_batch": MICRO}
+    assert plan_status_row(_row(tp_per_projection=1.0, **legal)) == 0
+    for values in ({"moe_experts": 8.0, "moe_topk": 2.0}, {"mla": 1.0}):
+        assert plan_status_row(_row(tp_per_projection=1.0, **legal, **values)) == refused
+        assert plan_status_row(_row(tp_per_projection=0.0, **legal, **values)) == 0
+        assert plan_status_row(_row(tp_per_projection=1.0, **{**legal, "tp": 1.0, "n_gpus": 1.0}, **values)) == 0
