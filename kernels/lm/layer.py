@@ -18,7 +18,7 @@ from fastmodel.kernels.lm.layout import (
     CP_ALLGATHER, CP_ALLTOALL, C_CAUSAL, C_COLLECTIVE_OVERHEAD_S, C_CP, C_CP_ALGORITHM, C_EP, C_FFN, C_FLASH_ATTENTION, C_HEADS, C_HEAD_DIM, C_HIDDEN,
     C_KV_HEADS, C_LAYERS, C_LOSS_TRAFFIC_BYTES_PER_LOGIT, C_MICRO_BATCH, C_MLA, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS,
     C_MOE_SHARED_EXPERT_OVERLAP, C_MOE_TOPK, C_MTP_LAYERS, C_RECOMPUTE, C_RECOMPUTE_FRACTION, C_ROTARY_FRACTION, C_SEQUENCE_PARALLEL, C_SEQ_LEN,
-    C_SLIDING_WINDOW, C_SP_WGRAD_REGATHER, C_STACK_COMPUTE_EFF, C_TIED_EMBEDDINGS, C_TP, C_VOCAB, RECOMPUTE_FULL, RECOMPUTE_PARTIAL_LAYERS,
+    C_SLIDING_WINDOW, C_SP_WGRAD_REGATHER, C_STACK_COMPUTE_EFF, C_TIED_EMBEDDINGS, C_TP, C_TP_COMM_OVERLAP, C_VOCAB, RECOMPUTE_FULL, RECOMPUTE_PARTIAL_LAYERS,
     RECOMPUTE_SELECTIVE,
 )
 from fastmodel.kernels.lm.shape import (  # noqa: F401 - the shape terms, re-exported for the layer's callers
@@ -177,9 +177,9 @@ def layer_costs(row, moe, sliding, work):
     # shared expert overlaps the dispatch (its gather then a mapping, not the linear's)
     shared_fc1 = row[C_MOE_SHARED_EXPERTS] > 0.0 and row[C_MOE_SHARED_EXPERT_OVERLAP] <= 0.0
     linears = (2.0 if shared_fc1 else 1.0) if moe else 2.0
-    tp, tp_backward = tp_layer_time(row, tokens, h, t, sp, linears)
+    tp, tp_backward, gather = tp_layer_time(row, tokens, h, t, sp, linears)
     fc1 = (nm - 1.0) * (row[C_MOE_SHARED_EXPERTS] * row[C_MOE_FFN] if moe else row[C_FFN]) if linears > 1.0 else 0.0
-    tp_hidden = regather_hidden_time(row, tokens, h, t, sp, fc1, fp8, element)
+    tp_hidden = regather_hidden_time(row, tokens, h, t, sp, fc1, fp8, element, gather)
     cp = cp_forward_time(row, tokens, a, dqk, dv, t, c)
     ep = 0.0
     ep_remote = 0.0
@@ -217,25 +217,34 @@ def tp_layer_time(row, tokens, h, t, sp, linears):
     column-parallel linears that gather their own input are gathered again in backward for the weight gradients,
     at the forward gather's bytes (§11.41). Each collective also idles
     the GPU for collective_overhead_s; current scaling's and NVFP4's amax all-reduces are added each way
-    (:func:`amax_reduction_time`)."""
+    (:func:`amax_reduction_time`). Third: the seconds of one forward gather (0 without SP), which
+    :func:`regather_hidden_time` reuses."""
     if t <= 1.0:
-        return 0.0, 0.0
+        return 0.0, 0.0, 0.0
     elements = tokens * h
     if not sp:
         tp = 2.0 * (allreduce_time(row, ACT_BYTES * elements, t, 1.0) + row[C_COLLECTIVE_OVERHEAD_S])
-        return tp, tp
+        return tp, tp, 0.0
     scatter = allgather_time(row, ACT_BYTES * elements, t, 1.0)
     fixed = 4.0 * row[C_COLLECTIVE_OVERHEAD_S] + amax_reduction_time(row)
-    gather = allgather_time(row, sp_gather_bytes(row, False) * elements, t, 1.0)
+    # a gather at the bytes of one already timed is that time (16-bit GEMMs: all three; per-tensor FP8: both gathers)
+    forward_bytes, backward_bytes = sp_gather_bytes(row, False), sp_gather_bytes(row, True)
+    gather = scatter if forward_bytes == ACT_BYTES else allgather_time(row, forward_bytes * elements, t, 1.0)
+    if backward_bytes == ACT_BYTES:
+        gather_backward = scatter
+    elif backward_bytes == forward_bytes:
+        gather_backward = gather
+    else:
+        gather_backward = allgather_time(row, backward_bytes * elements, t, 1.0)
     forward = 2.0 * (gather + scatter) + fixed
-    backward = 2.0 * (allgather_time(row, sp_gather_bytes(row, True) * elements, t, 1.0) + scatter) + fixed
+    backward = 2.0 * (gather_backward + scatter) + fixed
     # the column-parallel inputs, saved as the local slice, gathered again for the weight gradients (§11.41)
     regather = linears * (gather + row[C_COLLECTIVE_OVERHEAD_S]) if row[C_SP_WGRAD_REGATHER] > 0.0 else 0.0
-    return forward, backward + regather
+    return forward, backward + regather, gather
 
 
 @njit
-def regather_hidden_time(row, tokens, h, t, sp, fc1, fp8, weight_bytes):
+def regather_hidden_time(row, tokens, h, t, sp, fc1, fp8, weight_bytes, gather):
     """Seconds of one layer's wgrad re-gathers (§11.41) hidden under the dgrad GEMM of their own linear (used
     without ``tp_comm_overlap``; with it the layer's own overlap rule hides all its TP). Megatron-Core's ``LinearWithGradAccumulationAndAsyncCommunication``
     and Transformer Engine's ``Linear`` / ``LayerNormLinear`` issue the gather with ``async_op=True`` before the dgrad
@@ -244,10 +253,16 @@ def regather_hidden_time(row, tokens, h, t, sp, fc1, fp8, weight_bytes):
     D_i is the dgrad GEMM, the size of the forward's (``BACKWARD_INPUT_GEMM`` = 1): tokens x h x n_i / t, with
     n = (a + 2 kv) d_head for QKV and ``fc1`` = (m - 1) f (a shared expert's (m - 1) s f_moe; 0: no FC1 re-gather);
     an MLA layer's QKV window is taken as 0 (not modelled). ``weight_bytes``: the GEMM weights' bytes per element
-    (``roofline.gemm_weight_bytes``), as :func:`roofline.gemm_roofline` takes them."""
-    if t <= 1.0 or not sp or row[C_SP_WGRAD_REGATHER] <= 0.0:
-        return 0.0
-    comm = allgather_time(row, sp_gather_bytes(row, False) * tokens * h, t, 1.0) + row[C_COLLECTIVE_OVERHEAD_S]
+    (``roofline.gemm_weight_bytes``), as :func:`roofline.gemm_roofline` takes them. ``gather``: AG, the forward
+    gather's seconds from :func:`tp_layer_time`, taken where its bytes per element b are 1 or 2 (then
+    ``b (tokens h)`` there and ``(b tokens) h`` here are the same double), else timed again. 0 with
+    ``tp_comm_overlap`` (``W_TP_HIDDEN`` is read only without it)."""
+    if t <= 1.0 or not sp or row[C_SP_WGRAD_REGATHER] <= 0.0 or row[C_TP_COMM_OVERLAP] > 0.0:
+        return 0.0      # nothing re-gathered, or TP overlap's own rule hides it (W_TP_HIDDEN is read without it)
+    nbytes = sp_gather_bytes(row, False)
+    if nbytes != 1.0 and nbytes != 2.0:
+        gather = allgather_time(row, nbytes * tokens * h, t, 1.0)
+    comm = gather + row[C_COLLECTIVE_OVERHEAD_S]
     eff = row[C_STACK_COMPUTE_EFF]
     qkv = 0.0
     if row[C_MLA] <= 0.0:
