@@ -11,18 +11,18 @@ passes and ``kernels/lm/step.py`` composes the step.
 from fastmodel.kernels.lm.fp4 import lowp_cast_bytes, train_gemm_format
 from fastmodel.kernels.lm.fp8 import amax_reduction_time
 from fastmodel.kernels.roofline import (
-    attention_time, gemm_roofline, gemm_time, gemm_weight_bytes, grouped_gemm_time, memory_bound_time, sp_gather_bytes,
+    attention_time, gemm_time, gemm_weight_bytes, grouped_gemm_time, memory_bound_time, sp_gather_bytes,
 )
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.layout import (
     CP_ALLGATHER, CP_ALLTOALL, C_CAUSAL, C_COLLECTIVE_OVERHEAD_S, C_CP, C_CP_ALGORITHM, C_EP, C_FFN, C_FLASH_ATTENTION, C_HEADS, C_HEAD_DIM, C_HIDDEN,
-    C_KV_HEADS, C_LAYERS, C_LOSS_TRAFFIC_BYTES_PER_LOGIT, C_MICRO_BATCH, C_MLA, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS,
+    C_KV_HEADS, C_LAYERS, C_LOSS_TRAFFIC_BYTES_PER_LOGIT, C_MICRO_BATCH, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS,
     C_MOE_SHARED_EXPERT_OVERLAP, C_MOE_TOPK, C_MTP_LAYERS, C_RECOMPUTE, C_RECOMPUTE_FRACTION, C_ROTARY_FRACTION, C_SEQUENCE_PARALLEL, C_SEQ_LEN,
     C_SLIDING_WINDOW, C_SP_WGRAD_REGATHER, C_STACK_COMPUTE_EFF, C_TIED_EMBEDDINGS, C_TP, C_TP_COMM_OVERLAP, C_VOCAB, RECOMPUTE_FULL, RECOMPUTE_PARTIAL_LAYERS,
     RECOMPUTE_SELECTIVE,
 )
 from fastmodel.kernels.lm.shape import (  # noqa: F401 - the shape terms, re-exported for the layer's callers
-    ACT_BYTES, attention_dims, attention_params, elementwise_bytes, elementwise_unit_bytes, expert_tp, expert_weight_params, layer_gemm_time,
+    ACT_BYTES, attention_dims, attention_params, elementwise_bytes, elementwise_unit_bytes, expert_tp, expert_weight_params, layer_gemm_parts, layer_gemm_time,
     layer_mix, mlp_matrices, moe_layers,
 )
 from fastmodel.kernels.nccl import allgather_time, allreduce_time, alltoall_time
@@ -132,7 +132,8 @@ def layer_costs(row, moe, sliding, work):
         local_experts = experts / row[C_EP]
         etp = expert_tp(row, 0.0)
         rows = expert_rows(row)
-        gemm = layer_gemm_time(row, tokens, 1.0, local_experts, rows / local_experts, etp, fp8, element, 1.0)
+        gemm, qkv_gemm, fc1_gemm = layer_gemm_parts(row, tokens, 1.0, local_experts, rows / local_experts, etp, fp8,
+                                                    element, 1.0)
         # DeepSpeed-MoE's dense einsum dispatch + combine (0 for the other dispatchers; their weight-gradient
         # share: expert_wgrad_extra)
         dispatch_gemm, combine_gemm = einsum_time(row)
@@ -144,7 +145,7 @@ def layer_costs(row, moe, sliding, work):
         flops += moe_flops
     else:
         f = row[C_FFN]
-        gemm = layer_gemm_time(row, tokens, 0.0, 0.0, 0.0, 1.0, fp8, element, 1.0)
+        gemm, qkv_gemm, fc1_gemm = layer_gemm_parts(row, tokens, 0.0, 0.0, 0.0, 1.0, fp8, element, 1.0)
         params += nm * h * f / t
         flops += 2.0 * tokens * nm * h * f / t
         mlp_out = tokens * f / t
@@ -179,7 +180,7 @@ def layer_costs(row, moe, sliding, work):
     linears = (2.0 if shared_fc1 else 1.0) if moe else 2.0
     tp, tp_backward, gather = tp_layer_time(row, tokens, h, t, sp, linears)
     fc1 = (nm - 1.0) * (row[C_MOE_SHARED_EXPERTS] * row[C_MOE_FFN] if moe else row[C_FFN]) if linears > 1.0 else 0.0
-    tp_hidden = regather_hidden_time(row, tokens, h, t, sp, fc1, fp8, element, gather)
+    tp_hidden = regather_hidden_time(row, tokens, h, t, sp, fc1, gather, qkv_gemm, fc1_gemm)
     cp = cp_forward_time(row, tokens, a, dqk, dv, t, c)
     ep = 0.0
     ep_remote = 0.0
@@ -244,7 +245,7 @@ def tp_layer_time(row, tokens, h, t, sp, linears):
 
 
 @njit
-def regather_hidden_time(row, tokens, h, t, sp, fc1, fp8, weight_bytes, gather):
+def regather_hidden_time(row, tokens, h, t, sp, fc1, gather, qkv, fc1_gemm):
     """Seconds of one layer's wgrad re-gathers (§11.41) hidden under the dgrad GEMM of their own linear (used
     without ``tp_comm_overlap``; with it the layer's own overlap rule hides all its TP). Megatron-Core's ``LinearWithGradAccumulationAndAsyncCommunication``
     and Transformer Engine's ``Linear`` / ``LayerNormLinear`` issue the gather with ``async_op=True`` before the dgrad
@@ -252,8 +253,9 @@ def regather_hidden_time(row, tokens, h, t, sp, fc1, fp8, weight_bytes, gather):
     (:func:`parallel.exposed`: the excess over the window plus ``comm_sm_share`` of the overlap) and hides the rest.
     D_i is the dgrad GEMM, the size of the forward's (``BACKWARD_INPUT_GEMM`` = 1): tokens x h x n_i / t, with
     n = (a + 2 kv) d_head for QKV and ``fc1`` = (m - 1) f (a shared expert's (m - 1) s f_moe; 0: no FC1 re-gather);
-    an MLA layer's QKV window is taken as 0 (not modelled). ``weight_bytes``: the GEMM weights' bytes per element
-    (``roofline.gemm_weight_bytes``), as :func:`roofline.gemm_roofline` takes them. ``gather``: AG, the forward
+    an MLA layer's QKV window is taken as 0 (not modelled). ``qkv`` and ``fc1_gemm``: those forward GEMMs' seconds
+    at the modelled speed (``roofline.gemm_roofline`` at the GEMM format's weight bytes), as the layer's GEMM list
+    times them (``shape.layer_gemm_parts``; 0 under MLA for QKV), over ``stack_compute_eff`` here. ``gather``: AG, the forward
     gather's seconds from :func:`tp_layer_time`, taken where its bytes per element b are 1 or 2 (then
     ``b (tokens h)`` there and ``(b tokens) h`` here are the same double), else timed again. 0 with
     ``tp_comm_overlap`` (``W_TP_HIDDEN`` is read only without it)."""
@@ -264,13 +266,9 @@ def regather_hidden_time(row, tokens, h, t, sp, fc1, fp8, weight_bytes, gather):
         gather = allgather_time(row, nbytes * tokens * h, t, 1.0)
     comm = gather + row[C_COLLECTIVE_OVERHEAD_S]
     eff = row[C_STACK_COMPUTE_EFF]
-    qkv = 0.0
-    if row[C_MLA] <= 0.0:
-        width = (row[C_HEADS] + 2.0 * row[C_KV_HEADS]) * row[C_HEAD_DIM] / t
-        qkv = gemm_roofline(row, 1.0, tokens, width, h, fp8, weight_bytes, 1.0) / eff
-    hidden = comm - exposed(row, comm, qkv)
+    hidden = comm - exposed(row, comm, qkv / eff)
     if fc1 > 0.0:
-        hidden += comm - exposed(row, comm, gemm_roofline(row, 1.0, tokens, fc1 / t, h, fp8, weight_bytes, 1.0) / eff)
+        hidden += comm - exposed(row, comm, fc1_gemm / eff)
     return hidden
 
 
