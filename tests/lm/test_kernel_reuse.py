@@ -18,10 +18,24 @@ from fastmodel.registry.lm import COLUMN_INDEX as C
 from tests.lm.lowprec_rows import BLACKWELL, HOPPER, TP, H, sp_row
 
 # a GQA layer with a gated MLP, three sequences per micro-batch (tokens 6,144: not a power of two)
-SHAPE = {"layers": 8.0, "heads": 96.0, "kv_heads": 8.0, "head_dim": 128.0, "ffn": 49152.0, "gated_mlp": 1.0,
-         "micro_batch": 3.0, "collective_overhead_s": 20e-6}
-FORMATS = [("bf16", "unstated", HOPPER), ("fp8", "delayed", HOPPER), ("fp8", "tensorwise", HOPPER),
-           ("fp8", "mxfp8", BLACKWELL), ("fp8", "blockwise", HOPPER), ("fp4", "unstated", BLACKWELL)]
+SHAPE = {
+    "layers": 8.0,
+    "heads": 96.0,
+    "kv_heads": 8.0,
+    "head_dim": 128.0,
+    "ffn": 49152.0,
+    "gated_mlp": 1.0,
+    "micro_batch": 3.0,
+    "collective_overhead_s": 20e-6,
+}
+FORMATS = [
+    ("bf16", "unstated", HOPPER),
+    ("fp8", "delayed", HOPPER),
+    ("fp8", "tensorwise", HOPPER),
+    ("fp8", "mxfp8", BLACKWELL),
+    ("fp8", "blockwise", HOPPER),
+    ("fp4", "unstated", BLACKWELL),
+]
 
 
 def _fresh_tp(row, linears):
@@ -59,8 +73,7 @@ def test_a_dense_layers_tp_times_are_the_fresh_ones_bit_for_bit(precision, recip
 @pytest.mark.parametrize("precision, recipe, cc", FORMATS)
 def test_a_moe_layers_shared_expert_window_is_the_fresh_one_bit_for_bit(precision, recipe, cc):
     """The shared expert's FC1, (m - 1) s f_moe / t wide, is the window of the MoE layer's second re-gather."""
-    row = sp_row(precision, recipe, cc, moe_experts=64.0, moe_topk=2.0, moe_ffn=1408.0, moe_shared_experts=2.0,
-                 **SHAPE)
+    row = sp_row(precision, recipe, cc, moe_experts=64.0, moe_topk=2.0, moe_ffn=1408.0, moe_shared_experts=2.0, **SHAPE)
     work = np.zeros(N_WORK)
     layer_costs(row, True, False, work)
     assert work[W_TP_HIDDEN] == _fresh_hidden(row, 2.0 * 2.0 * 1408.0) > 0.0
@@ -79,13 +92,19 @@ def _columns(**execution):
     from fastmodel.lm.sweep import point_columns
     from fastmodel.lm.task import load_train_task
 
-    return point_columns("llama3.1-70b", "dgx-h100", load_train_task("llm-pretrain"), plan="tp8.pp4",
-                         execution=execution, num_nodes=16)
+    return point_columns(
+        "llama3.1-70b", "dgx-h100", load_train_task("llm-pretrain"), plan="tp8.pp4", execution=execution, num_nodes=16
+    )
 
 
-@pytest.mark.parametrize("execution", [{}, {"precision": "fp8", "fp8_recipe": "blockwise", "bf16_layers_start": 2,
-                                            "bf16_layers_end": 1},
-                                       {"precision": "fp8", "fp8_recipe": "blockwise", "bf16_layers_end": 3}])
+@pytest.mark.parametrize(
+    "execution",
+    [
+        {},
+        {"precision": "fp8", "fp8_recipe": "blockwise", "bf16_layers_start": 2, "bf16_layers_end": 1},
+        {"precision": "fp8", "fp8_recipe": "blockwise", "bf16_layers_end": 3},
+    ],
+)
 def test_busiest_stage_into_overwrites_the_callers_vectors(execution):
     """Vectors full of NaN (a frame vector starts undefined) give busiest_stage's result exactly; an end without
     BF16 layers gets zeros."""
