@@ -104,9 +104,12 @@ def bf16_layers_delayed(row):
 
 @njit
 def bf16_layers_above_stage(row):
-    """True when a low-precision run keeps more BF16 layers at an end than :func:`bf16_layers_cap`."""
+    """True when a low-precision run keeps more BF16 layers at an end than :func:`bf16_layers_cap` (the rule table
+    asks it of every point: the cap is taken only for a low-precision row)."""
+    if not low_precision_gemms(row):
+        return False
     cap = bf16_layers_cap(row)
-    return low_precision_gemms(row) and (row[C_BF16_LAYERS_START] > cap or row[C_BF16_LAYERS_END] > cap)
+    return row[C_BF16_LAYERS_START] > cap or row[C_BF16_LAYERS_END] > cap
 
 
 @njit
@@ -146,9 +149,13 @@ def bf16_stage_layers(row, stage):
 def bf16_stage_share(row, stage):
     """The share ``s`` of pipeline rank ``stage``'s layers (``memory_states.stage_layers``: dense + MoE) it holds in
     BF16 (:func:`bf16_stage_layers`), at most 1: its memory at every phase is ``m + s (m16 - m)`` (module docstring;
-    ``kernels/lm/memory.py`` peak and ``fastmodel/lm/memory_timeline.py`` moments)."""
+    ``kernels/lm/memory.py`` peak and ``fastmodel/lm/memory_timeline.py`` moments). 0 without asking
+    ``stage_layers`` when the rank holds none (``memory_row`` asks it for every rank of every point)."""
+    held = bf16_stage_layers(row, stage)
+    if held <= 0.0:
+        return 0.0
     dense, moe, _ = stage_layers(row, stage)
-    return min(1.0, bf16_stage_layers(row, stage) / max(dense + moe, 1.0))
+    return min(1.0, held / max(dense + moe, 1.0))
 
 
 @njit
@@ -166,11 +173,32 @@ def bf16_layer_work(row, moe_only):
 @njit
 def bf16_end_work(row, last_moe):
     """(first rank's count, its :func:`bf16_layer_work`, last rank's count, its work) of :func:`bf16_rank_layers`;
-    the last rank's layers of the MoE kind when ``last_moe`` (``step.last_rank_all_moe``), zeros where none."""
-    first, last = bf16_rank_layers(row)
-    first_work = bf16_layer_work(row, False) if first > 0.0 else np.zeros(N_WORK)
-    last_work = bf16_layer_work(row, last_moe) if last > 0.0 else np.zeros(N_WORK)
+    the last rank's layers of the MoE kind when ``last_moe`` (``step.last_rank_all_moe``), zeros where none
+    (:func:`bf16_end_work_into` in new vectors)."""
+    first_work = np.empty(N_WORK)
+    last_work = np.empty(N_WORK)
+    first, last = bf16_end_work_into(row, last_moe, first_work, last_work)
     return first, first_work, last, last_work
+
+
+@njit
+def bf16_end_work_into(row, last_moe, first_work, last_work):
+    """(first rank's count, last rank's count) of :func:`bf16_rank_layers`, their :func:`bf16_layer_work` written
+    into the caller's ``first_work`` and ``last_work`` (``N_WORK`` each; zeros where an end holds none). The step
+    kernel passes frame vectors (``jit.stack_vector``), so a plan without BF16 layers, every point of a 16-bit
+    sweep, allocates nothing here (docs/performance.md, 2026-12-06 evening)."""
+    first, last = bf16_rank_layers(row)
+    _end_work(row, False, first, first_work)
+    _end_work(row, last_moe, last, last_work)
+    return first, last
+
+
+@njit(inline="always")
+def _end_work(row, moe_only, count, into):
+    if count > 0.0:
+        into[:] = bf16_layer_work(row, moe_only)
+    else:
+        into[:] = 0.0
 
 
 @njit

@@ -18,11 +18,11 @@ from fastmodel.kernels.lm.layout import (
     CP_ALLGATHER, CP_ALLTOALL, C_CAUSAL, C_COLLECTIVE_OVERHEAD_S, C_CP, C_CP_ALGORITHM, C_EP, C_FFN, C_FLASH_ATTENTION, C_HEADS, C_HEAD_DIM, C_HIDDEN,
     C_KV_HEADS, C_LAYERS, C_LOSS_TRAFFIC_BYTES_PER_LOGIT, C_MICRO_BATCH, C_MLA, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS,
     C_MOE_SHARED_EXPERT_OVERLAP, C_MOE_TOPK, C_MTP_LAYERS, C_RECOMPUTE, C_RECOMPUTE_FRACTION, C_ROTARY_FRACTION, C_SEQUENCE_PARALLEL, C_SEQ_LEN,
-    C_SLIDING_WINDOW, C_SP_WGRAD_REGATHER, C_STACK_COMPUTE_EFF, C_TIED_EMBEDDINGS, C_TP, C_VOCAB, RECOMPUTE_FULL, RECOMPUTE_PARTIAL_LAYERS,
+    C_SLIDING_WINDOW, C_SP_WGRAD_REGATHER, C_STACK_COMPUTE_EFF, C_TIED_EMBEDDINGS, C_TP, C_TP_COMM_OVERLAP, C_VOCAB, RECOMPUTE_FULL, RECOMPUTE_PARTIAL_LAYERS,
     RECOMPUTE_SELECTIVE, C_GATED_MLP, C_KV_LORA_RANK, C_Q_LORA_RANK, C_QK_NOPE_HEAD_DIM, C_TP_PER_PROJECTION, C_V_HEAD_DIM,
 )
 from fastmodel.kernels.lm.shape import (  # noqa: F401 - the shape terms, re-exported for the layer's callers
-    ACT_BYTES, attention_dims, attention_params, elementwise_bytes, elementwise_unit_bytes, expert_tp, expert_weight_params, layer_gemm_time,
+    ACT_BYTES, attention_dims, attention_params, elementwise_bytes, elementwise_unit_bytes, expert_tp, expert_weight_params, layer_gemm_parts, layer_gemm_time,
     layer_mix, mlp_matrices, moe_layers,
 )
 from fastmodel.kernels.nccl import allgather_time, allreduce_time, alltoall_time
@@ -133,7 +133,8 @@ def layer_costs(row, moe, sliding, work):
         local_experts = experts / row[C_EP]
         etp = expert_tp(row, 0.0)
         rows = expert_rows(row)
-        gemm = layer_gemm_time(row, tokens, 1.0, local_experts, rows / local_experts, etp, fp8, element, 1.0)
+        gemm, qkv_gemm, fc1_gemm = layer_gemm_parts(row, tokens, 1.0, local_experts, rows / local_experts, etp, fp8,
+                                                    element, 1.0)
         # DeepSpeed-MoE's dense einsum dispatch + combine (0 for the other dispatchers; their weight-gradient
         # share: expert_wgrad_extra)
         dispatch_gemm, combine_gemm = einsum_time(row)
@@ -145,7 +146,7 @@ def layer_costs(row, moe, sliding, work):
         flops += moe_flops
     else:
         f = row[C_FFN]
-        gemm = layer_gemm_time(row, tokens, 0.0, 0.0, 0.0, 1.0, fp8, element, 1.0)
+        gemm, qkv_gemm, fc1_gemm = layer_gemm_parts(row, tokens, 0.0, 0.0, 0.0, 1.0, fp8, element, 1.0)
         params += nm * h * f / t
         flops += 2.0 * tokens * nm * h * f / t
         mlp_out = tokens * f / t
@@ -178,9 +179,9 @@ def layer_costs(row, moe, sliding, work):
     # shared expert overlaps the dispatch (its gather then a mapping, not the linear's)
     shared_fc1 = row[C_MOE_SHARED_EXPERTS] > 0.0 and row[C_MOE_SHARED_EXPERT_OVERLAP] <= 0.0
     linears = (2.0 if shared_fc1 else 1.0) if moe else 2.0
-    tp, tp_backward = tp_layer_time(row, tokens, h, t, sp, linears)
+    tp, tp_backward, gather = tp_layer_time(row, tokens, h, t, sp, linears)
     fc1 = (nm - 1.0) * (row[C_MOE_SHARED_EXPERTS] * row[C_MOE_FFN] if moe else row[C_FFN]) if linears > 1.0 else 0.0
-    tp_hidden = regather_hidden_time(row, tokens, h, t, sp, fc1, fp8, element)
+    tp_hidden = regather_hidden_time(row, tokens, h, t, sp, fc1, gather, qkv_gemm, fc1_gemm)
     cp = cp_forward_time(row, tokens, a, dqk, dv, t, c)
     ep = 0.0
     ep_remote = 0.0
@@ -220,24 +221,32 @@ def tp_layer_time(row, tokens, h, t, sp, linears):
     :func:`mla_regathers`, §11.42). With ``tp_per_projection`` under SP the n column-parallel projections gather
     their inputs one by one: n gathers and 2 reduce-scatters forward, 2 gathers and n reduce-scatters backward
     (§11.42). Each collective also idles the GPU for collective_overhead_s; current scaling's and NVFP4's amax
-    all-reduces (:func:`amax_reduction_time`, one per two quantized gathers) are added each way."""
+    all-reduces (:func:`amax_reduction_time`, one per two quantized gathers) are added each way. Third: the
+    seconds of one forward gather (0 without SP), which :func:`regather_hidden_time` reuses."""
     if t <= 1.0:
-        return 0.0, 0.0
+        return 0.0, 0.0, 0.0
     elements = tokens * h
     if not sp:
         tp = 2.0 * (allreduce_time(row, ACT_BYTES * elements, t, 1.0) + row[C_COLLECTIVE_OVERHEAD_S])
-        return tp, tp
+        return tp, tp, 0.0
     o = row[C_COLLECTIVE_OVERHEAD_S]
     scatter = allgather_time(row, ACT_BYTES * elements, t, 1.0)
-    gather = allgather_time(row, sp_gather_bytes(row, False) * elements, t, 1.0)
+    # a gather at the bytes of one already timed is that time (16-bit GEMMs: all three; per-tensor FP8: both gathers)
+    forward_bytes, backward_bytes = sp_gather_bytes(row, False), sp_gather_bytes(row, True)
+    gather = scatter if forward_bytes == ACT_BYTES else allgather_time(row, forward_bytes * elements, t, 1.0)
+    if backward_bytes == ACT_BYTES:
+        gather_backward = scatter
+    elif backward_bytes == forward_bytes:
+        gather_backward = gather
+    else:
+        gather_backward = allgather_time(row, backward_bytes * elements, t, 1.0)
     # the column-parallel inputs gathered forward (and reduce-scattered backward): 2, or per projection n (§11.42)
     inputs = 2.0
     if row[C_TP_PER_PROJECTION] > 0.0:
         inputs = 3.0 + (2.0 if row[C_GATED_MLP] > 0.0 else 1.0)
     amax = amax_reduction_time(row)
-    forward = inputs * gather + 2.0 * scatter + (inputs + 2.0) * o + 0.5 * inputs * amax
-    backward = 2.0 * allgather_time(row, sp_gather_bytes(row, True) * elements, t, 1.0) + inputs * scatter \
-        + (inputs + 2.0) * o + amax
+    forward = inputs * gather + 2.0 * scatter + ((inputs + 2.0) * o + 0.5 * inputs * amax)
+    backward = 2.0 * gather_backward + inputs * scatter + ((inputs + 2.0) * o + amax)
     # the column-parallel inputs, saved as the local slice, gathered again for the weight gradients (§11.41)
     regather = 0.0
     if row[C_SP_WGRAD_REGATHER] > 0.0:
@@ -246,11 +255,11 @@ def tp_layer_time(row, tokens, h, t, sp, linears):
             regather = (linears - 1.0) * (gather + o) + q + kv
         else:   # per projection (dense layers only, rules.py): each of the n re-gathers its own input
             regather = (inputs if row[C_TP_PER_PROJECTION] > 0.0 else linears) * (gather + o)
-    return forward, backward + regather
+    return forward, backward + regather, gather
 
 
 @njit
-def regather_hidden_time(row, tokens, h, t, sp, fc1, fp8, weight_bytes):
+def regather_hidden_time(row, tokens, h, t, sp, fc1, gather, qkv, fc1_gemm):
     """Seconds of one layer's wgrad re-gathers (§11.41) hidden under the dgrad GEMM of their own linear (used
     without ``tp_comm_overlap``; with it the layer's own overlap rule hides all its TP). Megatron-Core's ``LinearWithGradAccumulationAndAsyncCommunication``
     and Transformer Engine's ``Linear`` / ``LayerNormLinear`` issue the gather with ``async_op=True`` before the dgrad
@@ -259,15 +268,24 @@ def regather_hidden_time(row, tokens, h, t, sp, fc1, fp8, weight_bytes):
     D_i is the dgrad GEMM, the size of the forward's (``BACKWARD_INPUT_GEMM`` = 1): tokens x h x n_i / t, with
     n = (a + 2 kv) d_head for QKV and ``fc1`` = (m - 1) f (a shared expert's (m - 1) s f_moe; 0: no FC1 re-gather);
     an MLA layer's attention re-gathers its up-projections' inputs under their dgrads (:func:`mla_regathers`,
-    §11.42). ``weight_bytes``: the GEMM weights' bytes per element (``roofline.gemm_weight_bytes``), as
-    :func:`roofline.gemm_roofline` takes them."""
-    if t <= 1.0 or not sp or row[C_SP_WGRAD_REGATHER] <= 0.0:
-        return 0.0
-    comm = allgather_time(row, sp_gather_bytes(row, False) * tokens * h, t, 1.0) + row[C_COLLECTIVE_OVERHEAD_S]
+    §11.42). ``qkv`` and ``fc1_gemm``: those forward GEMMs' seconds at the modelled speed (``roofline.gemm_roofline``
+    at the GEMM format's weight bytes), as the layer's GEMM list times them (``shape.layer_gemm_parts``; 0 under MLA
+    for QKV), over ``stack_compute_eff`` here. ``gather``: AG, the forward gather's seconds from
+    :func:`tp_layer_time`, taken where its bytes per element b are 1 or 2 (then ``b (tokens h)`` there and
+    ``(b tokens) h`` here are the same double), else timed again. 0 with ``tp_comm_overlap`` (``W_TP_HIDDEN`` is
+    read only without it)."""
+    if t <= 1.0 or not sp or row[C_SP_WGRAD_REGATHER] <= 0.0 or row[C_TP_COMM_OVERLAP] > 0.0:
+        return 0.0      # nothing re-gathered, or TP overlap's own rule hides it (W_TP_HIDDEN is read without it)
+    nbytes = sp_gather_bytes(row, False)
+    if nbytes != 1.0 and nbytes != 2.0:
+        gather = allgather_time(row, nbytes * tokens * h, t, 1.0)
+    comm = gather + row[C_COLLECTIVE_OVERHEAD_S]
     eff = row[C_STACK_COMPUTE_EFF]
     if row[C_MLA] > 0.0:
         # the up-projections' dgrads: tokens x a (nope + rope) / t x q_lora (h without a query low rank), tokens x
         # a (nope + v) / t x kv_lora
+        fp8 = train_gemm_format(row)
+        weight_bytes = gemm_weight_bytes(fp8)
         q, kv = mla_regathers(row, tokens, t)
         dqk, _ = attention_dims(row)
         a = row[C_HEADS]
@@ -277,11 +295,9 @@ def regather_hidden_time(row, tokens, h, t, sp, fc1, fp8, weight_bytes):
                              row[C_KV_LORA_RANK], fp8, weight_bytes, 1.0) / eff
         hidden = q - exposed(row, q, d_q) + kv - exposed(row, kv, d_kv)
     else:
-        width = (row[C_HEADS] + 2.0 * row[C_KV_HEADS]) * row[C_HEAD_DIM] / t
-        qkv = gemm_roofline(row, 1.0, tokens, width, h, fp8, weight_bytes, 1.0) / eff
-        hidden = comm - exposed(row, comm, qkv)
+        hidden = comm - exposed(row, comm, qkv / eff)
     if fc1 > 0.0:
-        hidden += comm - exposed(row, comm, gemm_roofline(row, 1.0, tokens, fc1 / t, h, fp8, weight_bytes, 1.0) / eff)
+        hidden += comm - exposed(row, comm, fc1_gemm / eff)
     return hidden
 
 

@@ -188,11 +188,17 @@ def elementwise_unit_bytes(row):
 def attention_gemm_time(row, tokens, fp8, wbytes, launch):
     """Seconds (at the modelled speed) of the attention projections of one layer for ``tokens`` tokens on one TP rank: column-parallel
     Q, K, V (MLA: the query and key-value down and up projections), row-parallel output."""
+    return attention_gemm_parts(row, tokens, fp8, wbytes, launch)[0]
+
+
+@njit(inline="always")
+def attention_gemm_parts(row, tokens, fp8, wbytes, launch):
+    """(:func:`attention_gemm_time`, of it the fused QKV projection's seconds; 0 under MLA)."""
     h = row[C_HIDDEN]
     a = row[C_HEADS]
     t = row[C_TP]
     dqk, dv = attention_dims(row)
-    total = 0.0
+    total = qkv = 0.0
     if row[C_MLA] > 0.0:
         q_rank = row[C_Q_LORA_RANK]
         if q_rank > 0.0:
@@ -204,10 +210,10 @@ def attention_gemm_time(row, tokens, fp8, wbytes, launch):
         total += gemm_roofline(row, 1.0, tokens, kv_rank + row[C_QK_ROPE_HEAD_DIM], h, fp8, wbytes, launch)
         total += gemm_roofline(row, 1.0, tokens, a * (row[C_QK_NOPE_HEAD_DIM] + dv) / t, kv_rank, fp8, wbytes, launch)
     else:
-        total += gemm_roofline(row, 1.0, tokens, (a + 2.0 * row[C_KV_HEADS]) * row[C_HEAD_DIM] / t, h, fp8, wbytes,
-                               launch)
+        qkv = gemm_roofline(row, 1.0, tokens, (a + 2.0 * row[C_KV_HEADS]) * row[C_HEAD_DIM] / t, h, fp8, wbytes, launch)
+        total += qkv
     total += gemm_roofline(row, 1.0, tokens, h, a * dv / t, fp8, wbytes, launch)
-    return total
+    return total, qkv
 
 
 @njit(inline="always")
@@ -216,6 +222,13 @@ def mlp_gemm_time(row, tokens, moe, expert_groups, expert_rows, etp, fp8, wbytes
     router (16-bit), the routed experts as grouped GEMMs (``roofline.expert_gemm_roofline``) over ``expert_groups`` local experts of
     ``expert_rows`` rows each at width ``moe_ffn / etp`` (both dims padded as the engine pads them, :func:`expert_dims`), and the
     shared experts at TP width."""
+    return mlp_gemm_parts(row, tokens, moe, expert_groups, expert_rows, etp, fp8, wbytes, launch)[0]
+
+
+@njit(inline="always")
+def mlp_gemm_parts(row, tokens, moe, expert_groups, expert_rows, etp, fp8, wbytes, launch):
+    """(:func:`mlp_gemm_time`, of it the first column-parallel GEMM's seconds at TP width: the dense MLP's FC1, or
+    the shared experts' (0 without shared experts))."""
     h = row[C_HIDDEN]
     t = row[C_TP]
     nm = mlp_matrices(row)
@@ -225,16 +238,24 @@ def mlp_gemm_time(row, tokens, moe, expert_groups, expert_rows, etp, fp8, wbytes
         total += expert_gemm_roofline(row, expert_groups, expert_rows, (nm - 1.0) * width, he, fp8, wbytes, launch)
         total += expert_gemm_roofline(row, expert_groups, expert_rows, he, width, fp8, wbytes, launch)
         shared = row[C_MOE_SHARED_EXPERTS] * row[C_MOE_FFN] / t
-        total += gemm_roofline(row, 1.0, tokens, (nm - 1.0) * shared, h, fp8, wbytes, launch) \
-            + gemm_roofline(row, 1.0, tokens, h, shared, fp8, wbytes, launch)
-        return total
+        fc1 = gemm_roofline(row, 1.0, tokens, (nm - 1.0) * shared, h, fp8, wbytes, launch)
+        total += fc1 + gemm_roofline(row, 1.0, tokens, h, shared, fp8, wbytes, launch)
+        return total, fc1
     f = row[C_FFN] / t
-    return gemm_roofline(row, 1.0, tokens, (nm - 1.0) * f, h, fp8, wbytes, launch) \
-        + gemm_roofline(row, 1.0, tokens, h, f, fp8, wbytes, launch)
+    fc1 = gemm_roofline(row, 1.0, tokens, (nm - 1.0) * f, h, fp8, wbytes, launch)
+    return fc1 + gemm_roofline(row, 1.0, tokens, h, f, fp8, wbytes, launch), fc1
 
 
 @njit(inline="always")
 def layer_gemm_time(row, tokens, moe, expert_groups, expert_rows, etp, fp8, wbytes, launch):
     """The GEMM list of one layer (attention projections, then the MLP), in seconds over ``stack_compute_eff``."""
-    return (attention_gemm_time(row, tokens, fp8, wbytes, launch) + mlp_gemm_time(
-        row, tokens, moe, expert_groups, expert_rows, etp, fp8, wbytes, launch)) / row[C_STACK_COMPUTE_EFF]
+    return layer_gemm_parts(row, tokens, moe, expert_groups, expert_rows, etp, fp8, wbytes, launch)[0]
+
+
+@njit(inline="always")
+def layer_gemm_parts(row, tokens, moe, expert_groups, expert_rows, etp, fp8, wbytes, launch):
+    """(:func:`layer_gemm_time`, its QKV and first MLP GEMM at the modelled speed, :func:`attention_gemm_parts`,
+    :func:`mlp_gemm_parts`): ``layer.regather_hidden_time`` windows the wgrad re-gathers with them."""
+    attention, qkv = attention_gemm_parts(row, tokens, fp8, wbytes, launch)
+    mlp, fc1 = mlp_gemm_parts(row, tokens, moe, expert_groups, expert_rows, etp, fp8, wbytes, launch)
+    return (attention + mlp) / row[C_STACK_COMPUTE_EFF], qkv, fc1

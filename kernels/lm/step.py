@@ -21,7 +21,9 @@ term is a collective of ``kernels.nccl`` on its own process group and stream; "e
 hidden behind the compute it overlaps with (``kernels/lm/parallel.py``).
 """
 
-from fastmodel.kernels.jit import njit
+import numpy as np
+
+from fastmodel.kernels.jit import njit, stack_vector
 from fastmodel.kernels.lm.layer import N_WORK as N_LAYER_WORK
 from fastmodel.kernels.lm.layer import (
     W_FLOPS, W_GEMM, W_MEM, W_PARAMS, W_TP, W_TP_BACKWARD, W_TP_HIDDEN, layer_kind_params, model_flops_per_token, recompute_share,
@@ -46,12 +48,12 @@ from fastmodel.kernels.lm.offload_time import offload_layer_s
 from fastmodel.kernels.lm.dp_window import per_chunk_collectives
 from fastmodel.kernels.lm.moe import expert_dp, expert_tp
 from fastmodel.kernels.lm.parallel import data_parallel, fsdp_first_layer_exposed, microbatch_reduce
-from fastmodel.kernels.lm.bf16_layers import add_bf16_layers, bf16_end_work
+from fastmodel.kernels.lm.bf16_layers import add_bf16_layers, bf16_end_work_into
 from fastmodel.kernels.lm.passes import (
     A_ATTN, A_BACKWARD_INPUT, A_BACKWARD_WEIGHT, A_CP_COMM, A_CP_EXPOSED, A_EP_COMM, A_EXPOSED_F, A_FLOPS, A_FORWARD,
     A_EP_EXPOSED, A_EP_SCALE_OUT, A_EXPERT_PARAMS, A_MTP_EXPERT_PARAMS, A_MTP_PARAMS,
     A_FSDP_COMM, A_FSDP_EXPOSED, A_FSDP_GATHER, A_FSDP_REDUCE, A_FSDP_REFETCH, A_FSDP_WINDOW, A_GEMM, A_MEM,
-    A_PARAMS, A_RECOMPUTE, A_TP_COMM, A_TP_EXPOSED, BACKWARD_GEMM,
+    A_PARAMS, A_RECOMPUTE, A_TP_COMM, A_TP_EXPOSED, BACKWARD_GEMM, N_WORK,
     TP_BACKWARD_PASSES, fsdp_shard_group,
     head_passes, layer_passes, layer_passes_of, layer_time, per_layer_fsdp,
 )
@@ -77,7 +79,15 @@ def busiest_stage(row, work):
     reads), the busiest rank's layers and share of the LM head (1: the last rank; 0: a middle or the first rank,
     :func:`last_rank_layers`), and the BF16 layers it holds with one's accumulators beyond its kind's
     (``bf16_layers.bf16_layer_work``, §11.39). Leaves the busiest rank's layer accumulators in ``work[A_*]`` and
-    the head's parameters and FLOPs in ``work[W_*]``."""
+    the head's parameters and FLOPs in ``work[W_*]``. ``d16`` is a new vector (:func:`busiest_stage_into`)."""
+    return busiest_stage_into(row, work, np.empty(N_WORK), np.empty(N_WORK))
+
+
+@njit
+def busiest_stage_into(row, work, d_first, d_last):
+    """:func:`busiest_stage` with the first and last rank's BF16-layer accumulators written into the caller's
+    ``d_first`` and ``d_last`` (``N_WORK`` each; ``d16`` is one of them): :func:`step_row` passes frame vectors, so
+    the step allocates nothing per configuration (docs/performance.md, 2026-12-06 evening)."""
     p = row[C_PP]
     per_stage = layers_per_stage(row)       # the busiest rank's layers (uneven stages: a layer more than average)
     slots = split_slots(row) / p            # the embedding's and the loss's slots, per rank on average
@@ -87,7 +97,7 @@ def busiest_stage(row, work):
     work[A_MTP_PARAMS] = mtp_params         # kept by layer_passes_of, read by the data-parallel step
     work[A_MTP_EXPERT_PARAMS] = mtp_experts
     all_moe = last_rank_all_moe(row)
-    n_first, d_first, n_last, d_last = bf16_end_work(row, all_moe)      # the recipe's BF16 layers (§11.39)
+    n_first, n_last = bf16_end_work_into(row, all_moe, d_first, d_last)  # the recipe's BF16 layers (§11.39)
     first_bf16, last_bf16 = n_first * layer_time(d_first), n_last * layer_time(d_last)
     layer_passes(row, work)
     t_layer = layer_time(work)
@@ -112,13 +122,15 @@ def busiest_stage(row, work):
     forward, weight = forward + head_f / p, weight + head_w / p
     middle = layout_busiest_layers(row)     # an explicit layout's busiest other rank; else per_stage
     lead = middle * t_layer if middle_rank_can_lead(row) else 0.0       # a middle rank: a full share, no head
-    dense, moe, _ = stage_layers(row, 0.0)  # the first rank and its BF16 layers
-    if n_first > 0.0 and (dense + moe) * t_layer + first_bf16 > max(last_mb, lead):
-        if all_moe:     # the first rank's layers are the average's; work[W_*] keeps the head's for step_row
-            head_work = work[:N_LAYER_WORK].copy()
-            layer_passes(row, work)
-            work[:N_LAYER_WORK] = head_work
-        return (dense + moe) * t_layer + first_bf16, average_mb, forward, weight, dense + moe, 0.0, n_first, d_first
+    if n_first > 0.0:
+        dense, moe, _ = stage_layers(row, 0.0)  # the first rank and its BF16 layers
+        if (dense + moe) * t_layer + first_bf16 > max(last_mb, lead):
+            if all_moe:     # the first rank's layers are the average's; work[W_*] keeps the head's for step_row
+                head_work = work[:N_LAYER_WORK].copy()
+                layer_passes(row, work)
+                work[:N_LAYER_WORK] = head_work
+            return (dense + moe) * t_layer + first_bf16, average_mb, forward, weight, dense + moe, 0.0, n_first, \
+                d_first
     if lead > last_mb:
         return lead, average_mb, forward, weight, middle, 0.0, 0.0, d_first
     return last_mb, average_mb, forward, weight, last, 1.0, n_last, d_last
@@ -375,7 +387,9 @@ def step_row(row, work, out):
     p = row[C_PP]
     micro_batches = row[C_GLOBAL_BATCH] / (row[C_MICRO_BATCH] * row[C_DP])
     offload_layer = offload_layer_s(row, work, last_rank_all_moe(row))  # first: busiest_stage leaves work[A_*]
-    stage_mb, average_mb, forward, weight, layers, share, n16, d16 = busiest_stage(row, work)
+    # the BF16 layers' accumulators in frame vectors (jit.stack_vector): nothing allocated per configuration
+    d_first, d_last = stack_vector(N_WORK), stack_vector(N_WORK)
+    stage_mb, average_mb, forward, weight, layers, share, n16, d16 = busiest_stage_into(row, work, d_first, d_last)
     per_stage = layers + share * row[C_MTP_LAYERS] / model_copies(row)   # the busiest rank's layers
     offload = micro_batches * per_stage * offload_layer
     head_params = work[W_PARAMS]

@@ -1,0 +1,121 @@
+"""The per-configuration shortcuts of the lm step kernels give the bits a fresh computation gives (docs/performance.md,
+"The dense sweep after the BF16 layers and the SP gathers"): the SP gathers and the wgrad re-gather windows reuse
+times the layer has already taken (docs/model.md §11.40, §11.41), and the BF16-layer accumulators (§11.39) go into
+the caller's vectors. Each check is exact (``==``), against the pre-change formulas written out here."""
+
+import numpy as np
+import pytest
+
+from fastmodel.kernels.lm.fp4 import train_gemm_format
+from fastmodel.kernels.lm.fp8 import amax_reduction_time
+from fastmodel.kernels.lm.layer import N_WORK, W_TP, W_TP_BACKWARD, W_TP_HIDDEN, layer_costs
+from fastmodel.kernels.lm.parallel import exposed
+from fastmodel.kernels.lm.passes import N_WORK as N_PASS_WORK
+from fastmodel.kernels.lm.step import busiest_stage, busiest_stage_into
+from fastmodel.kernels.nccl import allgather_time
+from fastmodel.kernels.roofline import gemm_roofline, gemm_weight_bytes, sp_gather_bytes
+from fastmodel.registry.lm import COLUMN_INDEX as C
+from tests.lm.lowprec_rows import BLACKWELL, HOPPER, TP, H, sp_row
+
+# a GQA layer with a gated MLP, three sequences per micro-batch (tokens 6,144: not a power of two)
+SHAPE = {
+    "layers": 8.0,
+    "heads": 96.0,
+    "kv_heads": 8.0,
+    "head_dim": 128.0,
+    "ffn": 49152.0,
+    "gated_mlp": 1.0,
+    "micro_batch": 3.0,
+    "collective_overhead_s": 20e-6,
+}
+FORMATS = [
+    ("bf16", "unstated", HOPPER),
+    ("fp8", "delayed", HOPPER),
+    ("fp8", "tensorwise", HOPPER),
+    ("fp8", "mxfp8", BLACKWELL),
+    ("fp8", "blockwise", HOPPER),
+    ("fp4", "unstated", BLACKWELL),
+]
+
+
+def _fresh_tp(row, linears):
+    """(forward, backward) TP seconds with every gather timed at its own bytes (kernels/lm/layer.py before)."""
+    tokens, o = row[C["micro_batch"]] * row[C["seq_len"]], row[C["collective_overhead_s"]]
+    elements = tokens * H
+    scatter = allgather_time(row, 2.0 * elements, TP, 1.0)
+    gather = allgather_time(row, sp_gather_bytes(row, False) * elements, TP, 1.0)
+    fixed = 4.0 * o + amax_reduction_time(row)
+    backward = 2.0 * (allgather_time(row, sp_gather_bytes(row, True) * elements, TP, 1.0) + scatter) + fixed
+    return 2.0 * (gather + scatter) + fixed, backward + linears * (gather + o)
+
+
+def _fresh_hidden(row, fc1_width):
+    """The re-gathers' hidden seconds with the gather and both dgrad windows timed again (layer.py before)."""
+    tokens, o = row[C["micro_batch"]] * row[C["seq_len"]], row[C["collective_overhead_s"]]
+    fmt = train_gemm_format(row)
+    wb, eff = gemm_weight_bytes(fmt), row[C["stack_compute_eff"]]
+    comm = allgather_time(row, sp_gather_bytes(row, False) * tokens * H, TP, 1.0) + o
+    width = (row[C["heads"]] + 2.0 * row[C["kv_heads"]]) * row[C["head_dim"]] / TP
+    qkv = gemm_roofline(row, 1.0, tokens, width, H, fmt, wb, 1.0) / eff
+    fc1 = gemm_roofline(row, 1.0, tokens, fc1_width / TP, H, fmt, wb, 1.0) / eff
+    return comm - exposed(row, comm, qkv) + (comm - exposed(row, comm, fc1))
+
+
+@pytest.mark.parametrize("precision, recipe, cc", FORMATS)
+def test_a_dense_layers_tp_times_are_the_fresh_ones_bit_for_bit(precision, recipe, cc):
+    row = sp_row(precision, recipe, cc, **SHAPE)
+    work = np.zeros(N_WORK)
+    layer_costs(row, False, False, work)
+    assert (work[W_TP], work[W_TP_BACKWARD]) == _fresh_tp(row, 2.0)
+    assert work[W_TP_HIDDEN] == _fresh_hidden(row, 2.0 * 49152.0) > 0.0
+
+
+@pytest.mark.parametrize("precision, recipe, cc", FORMATS)
+def test_a_moe_layers_shared_expert_window_is_the_fresh_one_bit_for_bit(precision, recipe, cc):
+    """The shared expert's FC1, (m - 1) s f_moe / t wide, is the window of the MoE layer's second re-gather."""
+    row = sp_row(precision, recipe, cc, moe_experts=64.0, moe_topk=2.0, moe_ffn=1408.0, moe_shared_experts=2.0, **SHAPE)
+    work = np.zeros(N_WORK)
+    layer_costs(row, True, False, work)
+    assert work[W_TP_HIDDEN] == _fresh_hidden(row, 2.0 * 2.0 * 1408.0) > 0.0
+
+
+def test_no_regather_window_under_tp_overlap():
+    """With tp_comm_overlap the layer's own rule hides its TP and W_TP_HIDDEN is not read (passes, timeline): 0."""
+    row = sp_row("bf16", tp_comm_overlap=1.0, **SHAPE)
+    work = np.zeros(N_WORK)
+    layer_costs(row, False, False, work)
+    assert work[W_TP_HIDDEN] == 0.0
+    assert (work[W_TP], work[W_TP_BACKWARD]) == _fresh_tp(row, 2.0)
+
+
+def _columns(**execution):
+    from fastmodel.lm.sweep import point_columns
+    from fastmodel.lm.task import load_train_task
+
+    return point_columns(
+        "llama3.1-70b", "dgx-h100", load_train_task("llm-pretrain"), plan="tp8.pp4", execution=execution, num_nodes=16
+    )
+
+
+@pytest.mark.parametrize(
+    "execution",
+    [
+        {},
+        {"precision": "fp8", "fp8_recipe": "blockwise", "bf16_layers_start": 2, "bf16_layers_end": 1},
+        {"precision": "fp8", "fp8_recipe": "blockwise", "bf16_layers_end": 3},
+    ],
+)
+def test_busiest_stage_into_overwrites_the_callers_vectors(execution):
+    """Vectors full of NaN (a frame vector starts undefined) give busiest_stage's result exactly; an end without
+    BF16 layers gets zeros."""
+    columns = _columns(**execution)
+    work, into_work = np.zeros(N_PASS_WORK), np.zeros(N_PASS_WORK)
+    expected = busiest_stage(columns, work)
+    d_first, d_last = np.full(N_PASS_WORK, np.nan), np.full(N_PASS_WORK, np.nan)
+    got = busiest_stage_into(columns, into_work, d_first, d_last)
+    assert got[:7] == expected[:7]
+    np.testing.assert_array_equal(got[7], expected[7])
+    np.testing.assert_array_equal(into_work, work)
+    start, end = execution.get("bf16_layers_start", 0), execution.get("bf16_layers_end", 0)
+    assert not np.isnan(d_first).any() and not np.isnan(d_last).any()
+    assert (np.abs(d_first).sum() > 0.0) == (start > 0) and (np.abs(d_last).sum() > 0.0) == (end > 0)
