@@ -86,9 +86,9 @@ def interleaved_reason(row: np.ndarray) -> str:
     m = row[C["global_batch"]] / (row[C["micro_batch"]] * row[C["dp"]])
     return (f"{m:g} micro-batches (global_batch / (micro_batch x dp) = {row[C['global_batch']]:g} / "
             f"({row[C['micro_batch']]:g} x {row[C['dp']]:g})) is not a multiple of pp = {row[C['pp']]:g} under the "
-            f"interleaved schedule (vp = {row[C['vp']]:g}): Megatron-Core refuses it (schedules.py "
-            "forward_backward_pipelining_with_interleaving; docs/model.md §11.45); change global_batch, micro_batch "
-            "or dp, or use vp = 1")
+            f"interleaved schedule (vp = {row[C['vp']]:g}): Megatron-Core refuses it with its default "
+            "microbatch_group_size_per_vp_stage = pp (schedules.py forward_backward_pipelining_with_interleaving; a "
+            "larger group is not modelled, docs/model.md §11.45); change global_batch, micro_batch or dp, or vp = 1")
 
 
 def bf16_above_reason(row: np.ndarray) -> str:
