@@ -59,6 +59,8 @@ def status_reason(code: int, column: np.ndarray) -> str:
                 f"{PIPELINE_NAMES.get(int(row[C_SCHEDULE]), int(row[C_SCHEDULE]))}: the all-to-all is hidden inside "
                 "DualPipe's forward-backward chunk pairs, which no other schedule runs; use moe_a2a_overlap batch "
                 "(Megatron-Core's batch-level overlap) or pipeline_schedule dualpipe")
+    if name == "schedule_not_runnable" and _interleaved_remainder(row):
+        return interleaved_reason(row)
     if name == "schedule_not_runnable" and row[C_SCHEDULE] == SCHED_DUALPIPE and row[C_GRAPHS] > 0.0:
         return ("plan.cuda_graph_microbatch_buffers = 1 with pipeline_schedule dualpipe: DualPipe runs its modules "
                 "eagerly and defers weight gradients (WeightGradStore, deepseek-ai/DualPipe dualpipe.py@3da1bbe), "
@@ -68,6 +70,25 @@ def status_reason(code: int, column: np.ndarray) -> str:
                 "defers weight gradients (WeightGradStore, deepseek-ai/DualPipe dualpipe.py@3da1bbe), which one "
                 "captured backward graph per layer cannot split; use none or full_iteration (docs/model.md §11.37)")
     return STATUSES[code].message
+
+
+def _interleaved_remainder(row: np.ndarray) -> bool:
+    """The rule table's own test (kernels/lm/rules.py ``interleaved_remainder``)."""
+    from fastmodel.kernels.lm.rules import interleaved_remainder
+
+    C = COLUMN_INDEX
+    return bool(interleaved_remainder(row, row[C["global_batch"]] / (row[C["micro_batch"]] * row[C["dp"]])))
+
+
+def interleaved_reason(row: np.ndarray) -> str:
+    """schedule_not_runnable for an interleaved plan whose micro-batches are no multiple of pp, with its numbers."""
+    C = COLUMN_INDEX
+    m = row[C["global_batch"]] / (row[C["micro_batch"]] * row[C["dp"]])
+    return (f"{m:g} micro-batches (global_batch / (micro_batch x dp) = {row[C['global_batch']]:g} / "
+            f"({row[C['micro_batch']]:g} x {row[C['dp']]:g})) is not a multiple of pp = {row[C['pp']]:g} under the "
+            f"interleaved schedule (vp = {row[C['vp']]:g}): Megatron-Core refuses it with its default "
+            "microbatch_group_size_per_vp_stage = pp (schedules.py forward_backward_pipelining_with_interleaving; a "
+            "larger group is not modelled, docs/model.md §11.45); change global_batch, micro_batch or dp, or vp = 1")
 
 
 def bf16_above_reason(row: np.ndarray) -> str:

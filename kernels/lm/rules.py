@@ -16,6 +16,7 @@ from fastmodel.kernels.lm.layout import (
     C_MICRO_BATCH, C_MOE_A2A_OVERLAP, C_MOE_EXPERTS, C_PIPELINE_SCHEDULE, A2A_DUALPIPE, SCHED_DUALPIPE,
     C_MOE_TOPK, C_N_GPUS, C_PEAK_FLOPS_8, C_PP, C_PRECISION, C_SEQ_LEN, C_TP, C_UNEVEN_STAGES, C_VP, PRECISION_FP8,
     C_MLA, C_TP_PER_PROJECTION,
+    SCHED_1F1B, SCHED_INTERLEAVED,
 )
 from fastmodel.kernels.lm.memory_offload import offload_conflict
 from fastmodel.kernels.lm.memory_states import explicit_layout
@@ -68,7 +69,7 @@ def plan_status_row(row):
     status = schedule_status(row, micro_batches)
     if status:
         return status
-    if overlap_needs_dualpipe(row):
+    if overlap_needs_dualpipe(row) or interleaved_remainder(row, micro_batches):
         return ST_SCHEDULE
     experts = row[C_MOE_EXPERTS]
     # a spec file refuses k > E (fastmodel/lm/spec.py); a grid can cross a moe_experts axis with a moe_topk axis
@@ -111,6 +112,20 @@ def overlap_needs_dualpipe(row):
     the execution spec refuses the pair (fastmodel/lm/execution.py); a grid crossing a ``pipeline_schedule`` axis
     with a ``moe_a2a_overlap`` axis gets ``schedule_not_runnable`` there, never batch-level overlap instead."""
     return row[C_MOE_A2A_OVERLAP] == A2A_DUALPIPE and int(row[C_PIPELINE_SCHEDULE]) != SCHED_DUALPIPE
+
+
+@njit
+def interleaved_remainder(row, micro_batches):
+    """True when the interleaved schedule (``vp > 1``) would run a number of micro-batches ``m`` that is not a
+    multiple of ``pp`` (docs/model.md §11.45). Megatron-Core refuses it at every version: up to core_r0.9
+    ``forward_backward_pipelining_with_interleaving`` raised "number of microbatches is not divisible by
+    pipeline-model-parallel-size when using interleaved schedule"; from NVIDIA/Megatron-LM@4295be1a6c (core_r0.10)
+    on, it raises when ``0 < m mod N < pp`` with ``N = microbatch_group_size_per_vp_stage``, whose default is ``pp``
+    (model_parallel_config.py ``__post_init__``; schedules.py@d98e8a6 lines 1170-1181), which is the same rule.
+    Fewer micro-batches than ``pp`` are ``too_few_microbatches`` (checked before)."""
+    schedule = int(row[C_PIPELINE_SCHEDULE])
+    interleaved = row[C_VP] > 1.0 and (schedule == SCHED_INTERLEAVED or schedule == SCHED_1F1B)
+    return interleaved and row[C_PP] > 1.0 and not is_multiple(micro_batches, row[C_PP])
 
 
 @njit

@@ -78,3 +78,22 @@ def test_layers_not_divisible_names_the_layers_the_degrees_and_where_to_allow_it
         "[execution] table, execution= in Python, or a run record's plan block)"), str(info.value)
     with pytest.raises(PlanError, match=r"pp x vp = 4 x 2 = 8 \(pp x vp dividing them: 1, 2, 3, 4, 6, 12\)"):
         check_plan(row(**{**MOE, "layers": 12, "n_gpus": 4, "tp": 1, "pp": 4, "vp": 2, "dp": 1, "ep": 1}))
+
+
+
+@pytest.mark.parametrize("global_batch, micro_batch, code", [(48, 8, "schedule_not_runnable"), (64, 1, "ok"),
+                                                             (32, 8, "ok"), (3, 1, "too_few_microbatches")])
+def test_interleaved_micro_batches_not_a_multiple_of_pp_is_refused(global_batch, micro_batch, code):
+    """docs/model.md §11.45: Megatron-Core's interleaved schedule refuses m mod pp != 0 (before core_r0.10 by its
+    divisibility check, since then by 0 < m mod N < pp with N = microbatch_group_size_per_vp_stage = pp by
+    default). pp 4, vp 2, dp 1: m = global_batch / micro_batch = 6 (refused), 64 and 4 (run), 3 (< pp)."""
+    dense = {**MOE, "moe_experts": 0, "moe_topk": 0, "moe_ffn": 0, "n_gpus": 4, "tp": 1, "pp": 4, "vp": 2, "dp": 1,
+             "global_batch": global_batch, "micro_batch": micro_batch}
+    column = row(**dense)
+    assert plan_status(column[:, None])[0] == STATUS_CODES[code]
+    if code == "schedule_not_runnable":            # m = 48 / 8 = 6, 6 mod 4 = 2
+        with pytest.raises(PlanError, match="schedule_not_runnable") as info:
+            check_plan(column)
+        assert "6 micro-batches (global_batch / (micro_batch x dp) = 48 / (8 x 1)) is not a multiple of pp = 4" \
+            in str(info.value)
+        assert plan_status(row(**{**dense, "vp": 1})[:, None])[0] == 0      # 1F1B runs m = 6 on pp 4
