@@ -15,7 +15,7 @@ from fastmodel.kernels.lm.layout import (
     C_CP, C_CP_ALGORITHM, CP_ALLTOALL, C_DP, C_EMBEDDING_LOSS_IN_SPLIT, C_EP, C_GLOBAL_BATCH, C_HEADS, C_KV_HEADS, C_LAST_STAGE_LAYERS, C_LAYERS,
     C_MICRO_BATCH, C_MOE_A2A_OVERLAP, C_MOE_EXPERTS, C_PIPELINE_SCHEDULE, A2A_DUALPIPE, SCHED_DUALPIPE,
     C_MOE_TOPK, C_N_GPUS, C_PEAK_FLOPS_8, C_PP, C_PRECISION, C_SEQ_LEN, C_TP, C_UNEVEN_STAGES, C_VP, PRECISION_FP8,
-    C_MLA, C_TP_PER_PROJECTION,
+    C_MLA, C_TP_PER_PROJECTION, C_INTERLEAVE_ANY_MICROBATCHES,
     SCHED_1F1B, SCHED_INTERLEAVED,
 )
 from fastmodel.kernels.lm.memory_offload import offload_conflict
@@ -125,7 +125,8 @@ def interleaved_remainder(row, micro_batches):
     Fewer micro-batches than ``pp`` are ``too_few_microbatches`` (checked before)."""
     schedule = int(row[C_PIPELINE_SCHEDULE])
     interleaved = row[C_VP] > 1.0 and (schedule == SCHED_INTERLEAVED or schedule == SCHED_1F1B)
-    return interleaved and row[C_PP] > 1.0 and not is_multiple(micro_batches, row[C_PP])
+    any_m = row[C_INTERLEAVE_ANY_MICROBATCHES] > 0.0    # PyTorch's ScheduleInterleaved1F1B (TorchTitan)
+    return interleaved and not any_m and row[C_PP] > 1.0 and not is_multiple(micro_batches, row[C_PP])
 
 
 @njit

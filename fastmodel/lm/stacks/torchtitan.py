@@ -39,10 +39,12 @@ def defaults(execution, framework: str | None) -> dict:
     # under PP the FSDP2 stage stays gathered between micro-batches: apply_fsdp's reshard_after_forward =
     # not pp_enabled (torchtitan/models/llama3/infra/parallelize.py, pytorch/torchtitan@81c1243) and PyTorch
     # pipelining's set_reshard_after_backward(False) (torch/distributed/pipelining/stage.py, pytorch/pytorch@0138610)
+    # PyTorch's ScheduleInterleaved1F1B runs any m >= pp (docs/model.md §11.45; Megatron-Core refuses m mod pp != 0)
     # DTensor TP under SP: PrepareModuleInput's all-gather output is the tensor the column-parallel mm saves for
     # backward, so the weight gradient gathers nothing again (docs/model.md §11.41)
     out = {"fsdp_copy_out": True, "fused_kernels": False, "selective_policy": "op", "loss_impl": loss,
-           "attn_fa2": True, "fsdp_stage_gathered": True, "sp_wgrad_regather": False}
+           "attn_fa2": True, "fsdp_stage_gathered": True, "sp_wgrad_regather": False,
+           "interleave_any_microbatches": True}
     # TorchTitan's launcher runs torchrun under expandable segments (run_train.sh, PYTORCH_ALLOC_CONF
     # "expandable_segments:True"; added to run_llama_train.sh by a5e57e4a9, PR #643, 2024-10-22): a text that
     # names TorchTitan, not FSDP2 alone (other launchers of FSDP2 set no allocator option)
