@@ -15,7 +15,7 @@ from fastmodel.kernels.roofline import (
 )
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.layout import (
-    CP_ALLGATHER, CP_ALLTOALL, C_CAUSAL, C_COLLECTIVE_OVERHEAD_S, C_CP, C_CP_ALGORITHM, C_EP, C_FFN, C_FLASH_ATTENTION, C_HEADS, C_HEAD_DIM, C_HIDDEN,
+    CP_ALLGATHER, CP_ALLTOALL, C_CAUSAL, C_COLLECTIVE_OVERHEAD_S, C_CP, C_CP_ALGORITHM, C_EP, C_FFN, C_FLASH_ATTENTION, C_HEADS, C_HEAD_DIM, C_HIDDEN, C_PP,
     C_KV_HEADS, C_LAYERS, C_LOSS_TRAFFIC_BYTES_PER_LOGIT, C_MICRO_BATCH, C_MLA, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS,
     C_MOE_SHARED_EXPERT_OVERLAP, C_MOE_TOPK, C_MTP_LAYERS, C_RECOMPUTE, C_RECOMPUTE_FRACTION, C_ROTARY_FRACTION, C_SEQUENCE_PARALLEL, C_SEQ_LEN,
     C_SLIDING_WINDOW, C_SP_WGRAD_REGATHER, C_STACK_COMPUTE_EFF, C_TIED_EMBEDDINGS, C_TP, C_VOCAB, RECOMPUTE_FULL, RECOMPUTE_PARTIAL_LAYERS,
@@ -32,7 +32,7 @@ from fastmodel.kernels.lm.moe import (
 )
 from fastmodel.kernels.lm.recompute import module_recompute_costs
 from fastmodel.kernels.lm.sp_regather import (
-    eh_proj_gather_bytes, head_input_tp, head_tp_backward, mla_down_sp_excess, mla_regathers, mla_sp_gathers,
+    eh_proj_gather_bytes, embedding_tp, head_input_tp, head_tp_backward, mla_down_sp_excess, mla_regathers, mla_sp_gathers,
     mtp_gemm_format,
 )
 
@@ -397,6 +397,9 @@ def head_costs(row, work):
     loss_tp = (allreduce_time(row, 3.0 * 4.0 * tokens, t, 1.0) if t > 1.0 else 0.0) + mtp_tp
     # the output layer's input gather under SP, its reduce-scatter (SP) or all-reduce backward (§11.44)
     head_f, head_b, head_hidden = head_input_tp(row, tokens)
+    if row[C_PP] <= 1.0:    # one rank holds the embedding too: its reduce-scatter / all-reduce (§11.44)
+        emb_f, emb_b = embedding_tp(row, tokens)
+        head_f, head_b = head_f + emb_f, head_b + emb_b
     work[W_TP] = loss_tp + head_f
     # backward: the same, plus the SP re-gathers of the output layer's and eh_proj's inputs (§11.42)
     extra, hidden = head_tp_backward(row, tokens)

@@ -55,6 +55,25 @@ def mla_sp_gathers(row, tokens, t):
 
 
 @njit
+def embedding_tp(row, tokens):
+    """(forward, backward) seconds of the vocab-parallel word embedding's TP collectives, one micro-batch on the
+    first stage (docs/model.md §11.44). ``VocabParallelEmbedding.forward`` (Megatron-LM d98e8a6
+    ``tensor_parallel/layers.py`` 367-383) reduce-scatters its 16-bit output over the sequence under SP
+    (``reduce_scatter_embeddings``, set by ``LanguageModelEmbedding`` under SP, ``language_model_embedding.py``
+    51-63), whose backward all-gathers the output gradient (``mappings.py`` 372-377); without SP it all-reduces the
+    output (383) and its backward is the identity. Each a blocking collective + o, exposed."""
+    t = row[C_TP]
+    if t <= 1.0:
+        return 0.0, 0.0
+    nbytes = ACT_BYTES * tokens * row[C_HIDDEN]
+    o = row[C_COLLECTIVE_OVERHEAD_S]
+    if row[C_SEQUENCE_PARALLEL] > 0.0:
+        c = allgather_time(row, nbytes, t, 1.0) + o        # the reduce-scatter priced as its output's gather
+        return c, c
+    return allreduce_time(row, nbytes, t, 1.0) + o, 0.0
+
+
+@njit
 def mla_down_sp_excess(row, tokens, fp8, wbytes):
     """Seconds the layer's GEMM list (``shape.attention_gemm_time``, over ``stack_compute_eff``) charges an MLA
     layer's down-projections beyond what they take under SP (docs/model.md §11.44): replicated over TP

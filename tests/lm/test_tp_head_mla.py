@@ -23,6 +23,7 @@ from fastmodel.kernels.lm.passes import N_WORK as N_PASS_WORK
 from fastmodel.kernels.lm.passes import layer_passes_of
 from fastmodel.kernels.lm.shape import attention_params, attention_params_per_device, mla_duplicated_params
 from fastmodel.kernels.lm.sp_regather import (
+    embedding_tp,
     head_input_tp,
     mla_down_sp_excess,
     mla_sp_gathers,
@@ -86,13 +87,31 @@ def test_without_sp_the_head_all_reduces_its_input_gradient_exposed():
 
 
 def test_head_costs_add_the_output_layer_collectives_to_the_loss_all_reduce():
-    row = _row()
+    """PP 2 (the embedding on the first rank): forward loss + c, backward loss + c (RS) + c (the wgrad re-gather,
+    §11.42). PP 1: the same rank also reduce-scatters the embedding forward (c) and all-gathers its gradient (c),
+    exposed (VocabParallelEmbedding with reduce_scatter_embeddings, mappings.py 372-377)."""
+    row = _row(pp=2.0)
     work = _work(row, head_costs)
     loss = allreduce_time(row, 12.0 * T, TP, 1.0)
     c = allgather_time(row, 2.0 * N, TP, 1.0) + OVERHEAD
     assert work[W_TP] == pytest.approx(loss + c, rel=1e-12)
     assert work[W_TP_BACKWARD] == pytest.approx(loss + c + c, rel=1e-12)      # + the wgrad re-gather (§11.42)
     assert work[W_TP_HIDDEN] == pytest.approx(2.0 * (1.0 - row[C["comm_sm_share"]]) * c, rel=1e-12)
+    one = _work(_row(pp=1.0), head_costs)
+    assert one[W_TP] - work[W_TP] == pytest.approx(c, rel=1e-12)
+    assert one[W_TP_BACKWARD] - work[W_TP_BACKWARD] == pytest.approx(c, rel=1e-12)
+    assert one[W_TP_HIDDEN] == work[W_TP_HIDDEN]
+
+
+def test_the_embedding_reduce_scatters_or_all_reduces_its_output():
+    """SP: RS(2 N) + o forward (priced as the gather of its output), AG(2 N) + o backward; no SP: AR(2 N) + o
+    forward, nothing backward (the all-reduce's backward is the identity); TP 1: nothing."""
+    row = _row()
+    c = allgather_time(row, 2.0 * N, TP, 1.0) + OVERHEAD
+    assert embedding_tp(row, T) == pytest.approx((c, c), rel=1e-12)
+    off = _row(sequence_parallel=0.0)
+    assert embedding_tp(off, T) == pytest.approx((allreduce_time(off, 2.0 * N, TP, 1.0) + OVERHEAD, 0.0), rel=1e-12)
+    assert embedding_tp(_row(tp=1.0), T) == (0.0, 0.0)
 
 
 def test_mlperf_v31_n96_head_gather_by_hand():

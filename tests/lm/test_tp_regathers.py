@@ -44,8 +44,8 @@ def test_the_head_regathers_its_bf16_input_under_its_dgrad(precision, recipe, cc
     """backward = forward + AG(2 N) + o (2 B at every precision: the output layer is Megatron-Core's own BF16
     ColumnParallelLinear); hidden = c - exposed(c, D), D the head's dgrad GEMM T x h x V/t at 16 bits. Since §11.44
     the forward also gathers the input (AG(2 N) + o) and the backward reduce-scatters its gradient (as much, hidden
-    under the wgrad GEMM of the dgrad's size): twice the hidden share."""
-    row = _row(precision, recipe, cc)
+    under the wgrad GEMM of the dgrad's size): twice the hidden share. PP 2: the embedding is on another rank."""
+    row = _row(precision, recipe, cc, pp=2.0)
     work = _head(row)
     c = allgather_time(row, 2.0 * N, TP, 1.0) + OVERHEAD          # 50,331,648 B over 4 ranks, + o
     d = gemm_time(row, T, VOCAB / TP, H, False)
@@ -68,8 +68,9 @@ def test_the_head_backward_pass_charges_only_the_exposed_regather():
 
 
 def test_no_head_regather_without_sp_or_tp():
-    """Without SP the backward all-reduces the input gradient instead (§11.44, exposed); without TP nothing."""
-    row = _row(sequence_parallel=0.0)
+    """Without SP the backward all-reduces the input gradient instead (§11.44, exposed); without TP nothing (PP 2:
+    the embedding's all-reduce is on the first rank)."""
+    row = _row(sequence_parallel=0.0, pp=2.0)
     work = _head(row)
     assert work[W_TP_BACKWARD] - work[W_TP] == pytest.approx(allreduce_time(row, 2.0 * N, TP, 1.0) + OVERHEAD, rel=1e-12)
     assert work[W_TP_HIDDEN] == 0.0
