@@ -8,8 +8,9 @@ are ``kernels/lm/layer.py`` (``tp_layer_time``, ``regather_hidden_time``, §11.4
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.fp4 import train_gemm_format
 from fastmodel.kernels.lm.layout import (
-    C_COLLECTIVE_OVERHEAD_S, C_GRAD_REDUCE_BYTES, C_HIDDEN, C_KV_LORA_RANK, C_MLA, C_MTP_LAYERS, C_PRECISION, C_Q_LORA_RANK, C_QK_ROPE_HEAD_DIM,
-    C_SEQUENCE_PARALLEL, C_SP_WGRAD_REGATHER, C_STACK_COMPUTE_EFF, C_TP, C_VOCAB, PRECISION_FP8,
+    C_COLLECTIVE_OVERHEAD_S, C_GRAD_REDUCE_BYTES, C_HIDDEN, C_KV_LORA_RANK, C_LEARNED_POSITIONS, C_MLA, C_MTP_LAYERS,
+    C_PRECISION, C_Q_LORA_RANK, C_QK_ROPE_HEAD_DIM, C_SEQUENCE_PARALLEL, C_SP_WGRAD_REGATHER, C_STACK_COMPUTE_EFF,
+    C_TP, C_VOCAB, PRECISION_FP8,
 )
 from fastmodel.kernels.lm.parallel import exposed
 from fastmodel.kernels.lm.shape import ACT_BYTES, mla_duplicated_params, norm_params
@@ -59,18 +60,22 @@ def embedding_tp(row, tokens):
     """(forward, backward) seconds of the vocab-parallel word embedding's TP collectives, one micro-batch on the
     first stage (docs/model.md §11.44). ``VocabParallelEmbedding.forward`` (Megatron-LM d98e8a6
     ``tensor_parallel/layers.py`` 367-383) reduce-scatters its 16-bit output over the sequence under SP
-    (``reduce_scatter_embeddings``, set by ``LanguageModelEmbedding`` under SP, ``language_model_embedding.py``
-    51-63), whose backward all-gathers the output gradient (``mappings.py`` 372-377); without SP it all-reduces the
-    output (383) and its backward is the identity. Each a blocking collective + o, exposed."""
+    (``reduce_scatter_embeddings``, set by ``LanguageModelEmbedding`` under SP without learned positions,
+    ``language_model_embedding.py`` 51-63), whose backward all-gathers the output gradient (``mappings.py``
+    372-377); otherwise it all-reduces the output (383), and under SP ``scatter_to_sequence_parallel_region``
+    splits it (143-146; backward an all-gather), without SP the backward is the identity. Each a blocking
+    collective + o, exposed."""
     t = row[C_TP]
     if t <= 1.0:
         return 0.0, 0.0
     nbytes = ACT_BYTES * tokens * row[C_HIDDEN]
     o = row[C_COLLECTIVE_OVERHEAD_S]
-    if row[C_SEQUENCE_PARALLEL] > 0.0:
-        c = allgather_time(row, nbytes, t, 1.0) + o        # the reduce-scatter priced as its output's gather
-        return c, c
-    return allreduce_time(row, nbytes, t, 1.0) + o, 0.0
+    gather = allgather_time(row, nbytes, t, 1.0) + o
+    if row[C_SEQUENCE_PARALLEL] <= 0.0:
+        return allreduce_time(row, nbytes, t, 1.0) + o, 0.0
+    if row[C_LEARNED_POSITIONS] > 0.0:
+        return allreduce_time(row, nbytes, t, 1.0) + o, gather
+    return gather, gather       # the reduce-scatter priced as its output's gather
 
 
 @njit

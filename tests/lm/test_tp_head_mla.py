@@ -104,13 +104,15 @@ def test_head_costs_add_the_output_layer_collectives_to_the_loss_all_reduce():
 
 
 def test_the_embedding_reduce_scatters_or_all_reduces_its_output():
-    """SP: RS(2 N) + o forward (priced as the gather of its output), AG(2 N) + o backward; no SP: AR(2 N) + o
-    forward, nothing backward (the all-reduce's backward is the identity); TP 1: nothing."""
+    """SP: RS(2 N) + o forward (priced as the gather of its output), AG(2 N) + o backward; SP with learned
+    positions: AR(2 N) + o forward, then a split (backward AG(2 N) + o); no SP: AR(2 N) + o forward, nothing
+    backward (the all-reduce's backward is the identity); TP 1: nothing."""
     row = _row()
     c = allgather_time(row, 2.0 * N, TP, 1.0) + OVERHEAD
+    ar = allreduce_time(row, 2.0 * N, TP, 1.0) + OVERHEAD
     assert embedding_tp(row, T) == pytest.approx((c, c), rel=1e-12)
-    off = _row(sequence_parallel=0.0)
-    assert embedding_tp(off, T) == pytest.approx((allreduce_time(off, 2.0 * N, TP, 1.0) + OVERHEAD, 0.0), rel=1e-12)
+    assert embedding_tp(_row(learned_positions=1.0), T) == pytest.approx((ar, c), rel=1e-12)
+    assert embedding_tp(_row(sequence_parallel=0.0), T) == pytest.approx((ar, 0.0), rel=1e-12)
     assert embedding_tp(_row(tp=1.0), T) == (0.0, 0.0)
 
 
