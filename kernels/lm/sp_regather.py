@@ -63,7 +63,7 @@ def embedding_tp(row, tokens):
     (``reduce_scatter_embeddings``, set by ``LanguageModelEmbedding`` under SP without learned positions,
     ``language_model_embedding.py`` 51-63), whose backward all-gathers the output gradient (``mappings.py``
     372-377); otherwise it all-reduces the output (383), and under SP ``scatter_to_sequence_parallel_region``
-    splits it (143-146; backward an all-gather), without SP the backward is the identity. Each a blocking
+    splits it (143-147; backward an all-gather), without SP the backward is the identity. Each a blocking
     collective + o, exposed."""
     t = row[C_TP]
     if t <= 1.0:
