@@ -48,7 +48,7 @@ from fastmodel.kernels.lm.moe import expert_dp, expert_tp
 from fastmodel.kernels.lm.parallel import data_parallel, fsdp_first_layer_exposed, microbatch_reduce
 from fastmodel.kernels.lm.bf16_layers import add_bf16_layers, bf16_end_work, bf16_row
 from fastmodel.kernels.lm.fp4 import train_gemm_format
-from fastmodel.kernels.lm.sp_regather import embedding_tp, mtp_gemm_format, sp_replicated_grads_allreduce
+from fastmodel.kernels.lm.sp_regather import mtp_gemm_format, sp_replicated_grads_allreduce
 from fastmodel.kernels.lm.passes import (
     A_ATTN, A_BACKWARD_INPUT, A_BACKWARD_WEIGHT, A_CP_COMM, A_CP_EXPOSED, A_EP_COMM, A_EXPOSED_F, A_FLOPS, A_FORWARD,
     A_EP_EXPOSED, A_EP_SCALE_OUT, A_EXPERT_PARAMS, A_MTP_EXPERT_PARAMS, A_MTP_PARAMS,
@@ -114,10 +114,6 @@ def busiest_stage(row, work):
     # the slots hold the embedding and the head, not layers: the average rank's layers are L / p
     average_mb = (per_stage - slots) * t_layer + (head + mtp + first_bf16 + last_bf16) / p
     forward, weight = forward + head_f / p, weight + head_w / p
-    if p > 1.0:     # the first rank's embedding collectives (with p = 1 in the head's passes; §11.44)
-        emb_f, emb_b = embedding_tp(row, row[C_MICRO_BATCH] * row[C_SEQ_LEN] / row[C_CP])
-        average_mb += (emb_f + emb_b) / p
-        forward += emb_f / p
     middle = layout_busiest_layers(row)     # an explicit layout's busiest other rank; else per_stage
     lead = middle * t_layer if middle_rank_can_lead(row) else 0.0       # a middle rank: a full share, no head
     dense, moe, _ = stage_layers(row, 0.0)  # the first rank and its BF16 layers
