@@ -15,15 +15,15 @@ from fastmodel.kernels.roofline import (
 )
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.layout import (
-    CP_ALLGATHER, CP_ALLTOALL, C_CAUSAL, C_COLLECTIVE_OVERHEAD_S, C_CP, C_CP_ALGORITHM, C_EP, C_FFN, C_FLASH_ATTENTION, C_HEADS, C_HEAD_DIM, C_HIDDEN,
+    CP_ALLGATHER, CP_ALLTOALL, C_CAUSAL, C_COLLECTIVE_OVERHEAD_S, C_CP, C_CP_ALGORITHM, C_EP, C_FFN, C_FLASH_ATTENTION, C_HEADS, C_HEAD_DIM, C_HIDDEN, C_PP,
     C_KV_HEADS, C_LAYERS, C_LOSS_TRAFFIC_BYTES_PER_LOGIT, C_MICRO_BATCH, C_MLA, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS,
     C_MOE_SHARED_EXPERT_OVERLAP, C_MOE_TOPK, C_MTP_LAYERS, C_RECOMPUTE, C_RECOMPUTE_FRACTION, C_ROTARY_FRACTION, C_SEQUENCE_PARALLEL, C_SEQ_LEN,
     C_SLIDING_WINDOW, C_SP_WGRAD_REGATHER, C_STACK_COMPUTE_EFF, C_TIED_EMBEDDINGS, C_TP, C_TP_COMM_OVERLAP, C_VOCAB, RECOMPUTE_FULL, RECOMPUTE_PARTIAL_LAYERS,
     RECOMPUTE_SELECTIVE, C_GATED_MLP, C_KV_LORA_RANK, C_Q_LORA_RANK, C_QK_NOPE_HEAD_DIM, C_TP_PER_PROJECTION, C_V_HEAD_DIM,
 )
 from fastmodel.kernels.lm.shape import (  # noqa: F401 - the shape terms, re-exported for the layer's callers
-    ACT_BYTES, attention_dims, attention_params, elementwise_bytes, elementwise_unit_bytes, expert_tp, expert_weight_params, layer_gemm_parts, layer_gemm_time,
-    layer_mix, mlp_matrices, moe_layers,
+    ACT_BYTES, attention_dims, attention_params, attention_params_per_device, elementwise_bytes, elementwise_unit_bytes,
+    expert_tp, expert_weight_params, layer_gemm_parts, layer_gemm_time, layer_mix, mlp_matrices, moe_layers,
 )
 from fastmodel.kernels.nccl import allgather_time, allreduce_time, alltoall_time
 from fastmodel.kernels.lm.parallel import exposed
@@ -31,7 +31,10 @@ from fastmodel.kernels.lm.moe import (
     dispatch_time, einsum_gating_time, einsum_time, expert_rows, expert_wgrad_extra, moe_compute, moe_sync_idle_time,
 )
 from fastmodel.kernels.lm.recompute import module_recompute_costs
-from fastmodel.kernels.lm.sp_regather import eh_proj_gather_bytes, head_tp_backward, mla_regathers
+from fastmodel.kernels.lm.sp_regather import (
+    eh_proj_gather_bytes, embedding_tp, head_input_tp, head_tp_backward, mla_down_sp_excess, mla_regathers, mla_sp_gathers,
+    mtp_gemm_format,
+)
 
 # --- per-layer work slots (scratch vector filled by layer_costs) ------------
 W_GEMM = 0            # forward GEMM seconds of one layer, one micro-batch
@@ -101,7 +104,7 @@ def layer_kind_params(row, moe):
     layout's end ranks sums them over the rank's own layers (kernels/lm/step.py, docs/model.md §11.27)."""
     h = row[C_HIDDEN]
     t = row[C_TP]
-    params = attention_params(row) / t
+    params = attention_params_per_device(row, t)     # MLA down-projections replicated (§11.44)
     if moe:
         experts = expert_weight_params(row, expert_tp(row, 0.0))
         shared = row[C_MOE_SHARED_EXPERTS] * row[C_MOE_FFN]
@@ -123,7 +126,7 @@ def layer_costs(row, moe, sliding, work):
     dqk, dv = attention_dims(row)
     nm = mlp_matrices(row)
     flops = 2.0 * tokens * attention_params(row) / t
-    params = attention_params(row) / t
+    params = attention_params_per_device(row, t)     # MLA down-projections replicated (§11.44)
     # MLP: dense, or router + shared experts + routed experts: the busiest rank's rows over its E / ep local
     # experts, the memory-bound router and permutation and the FLOPs from kernels/lm/moe.py
     expert_params = shared_time = moe_mem = local_experts = rows = routed = 0.0
@@ -135,6 +138,7 @@ def layer_costs(row, moe, sliding, work):
         rows = expert_rows(row)
         gemm, qkv_gemm, fc1_gemm = layer_gemm_parts(row, tokens, 1.0, local_experts, rows / local_experts, etp, fp8,
                                                     element, 1.0)
+        gemm -= mla_down_sp_excess(row, tokens, fp8, element)     # MLA's down-projections on the SP slice (§11.44)
         # DeepSpeed-MoE's dense einsum dispatch + combine (0 for the other dispatchers; their weight-gradient
         # share: expert_wgrad_extra)
         dispatch_gemm, combine_gemm = einsum_time(row)
@@ -147,6 +151,7 @@ def layer_costs(row, moe, sliding, work):
     else:
         f = row[C_FFN]
         gemm, qkv_gemm, fc1_gemm = layer_gemm_parts(row, tokens, 0.0, 0.0, 0.0, 1.0, fp8, element, 1.0)
+        gemm -= mla_down_sp_excess(row, tokens, fp8, element)
         params += nm * h * f / t
         flops += 2.0 * tokens * nm * h * f / t
         mlp_out = tokens * f / t
@@ -247,6 +252,12 @@ def tp_layer_time(row, tokens, h, t, sp, linears):
     amax = amax_reduction_time(row)
     forward = inputs * gather + 2.0 * scatter + ((inputs + 2.0) * o + 0.5 * inputs * amax)
     backward = 2.0 * gather_backward + inputs * scatter + ((inputs + 2.0) * o + amax)
+    if row[C_MLA] > 0.0 and row[C_TP_PER_PROJECTION] <= 0.0:
+        # MLA gathers its latents and k_pos_emb, not h (§11.44): its attention input's AG + o and RS + o replaced,
+        # one amax all-reduce more for the third quantized gather
+        mla_f, mla_b = mla_sp_gathers(row, tokens, t)
+        forward += mla_f - gather - o + 0.5 * amax
+        backward += mla_b - scatter - o
     # the column-parallel inputs, saved as the local slice, gathered again for the weight gradients (§11.41)
     regather = 0.0
     if row[C_SP_WGRAD_REGATHER] > 0.0:
@@ -368,7 +379,7 @@ def mtp_costs(row, tokens, norm_tokens):
     h = row[C_HIDDEN]
     t = row[C_TP]
     # at the training GEMM format, NVFP4 weights at 0.5625 B (roofline.gemm_weight_bytes, docs/model.md §11.38)
-    gemm = gemm_time(row, tokens, h / t, 2.0 * h, train_gemm_format(row))
+    gemm = gemm_time(row, tokens, h / t, 2.0 * h, mtp_gemm_format(row))     # BF16 under fp4 (§11.44)
     norm, _, _ = elementwise_unit_bytes(row)
     mem_bytes = norm_tokens * h * (3.0 * norm * (1.0 + 2.0) + 8.0) / 2.0
     loss = tokens * row[C_VOCAB] / t * 0.5 * row[C_LOSS_TRAFFIC_BYTES_PER_LOGIT]
@@ -399,11 +410,17 @@ def head_costs(row, work):
     # backward together): half charged to each pass (docs/model.md §11.3)
     work[W_MEM] = memory_bound_time(row, tokens * vocab * 0.5 * row[C_LOSS_TRAFFIC_BYTES_PER_LOGIT]) + mtp_mem
     work[W_ATTN_CORE_MEM] = 0.0
-    work[W_TP] = (allreduce_time(row, 3.0 * 4.0 * tokens, t, 1.0) if t > 1.0 else 0.0) + mtp_tp
+    loss_tp = (allreduce_time(row, 3.0 * 4.0 * tokens, t, 1.0) if t > 1.0 else 0.0) + mtp_tp
+    # the output layer's input gather under SP, its reduce-scatter (SP) or all-reduce backward (§11.44)
+    head_f, head_b, head_hidden = head_input_tp(row, tokens)
+    if row[C_PP] <= 1.0:    # one rank holds the embedding too: its reduce-scatter / all-reduce (§11.44)
+        emb_f, emb_b = embedding_tp(row, tokens)
+        head_f, head_b = head_f + emb_f, head_b + emb_b
+    work[W_TP] = loss_tp + head_f
     # backward: the same, plus the SP re-gathers of the output layer's and eh_proj's inputs (§11.42)
     extra, hidden = head_tp_backward(row, tokens)
-    work[W_TP_BACKWARD] = work[W_TP] + extra
-    work[W_TP_HIDDEN] = hidden
+    work[W_TP_BACKWARD] = loss_tp + head_b + extra
+    work[W_TP_HIDDEN] = hidden + head_hidden
     work[W_CP] = 0.0
     work[W_EP] = 0.0
     work[W_PARAMS] = row[C_VOCAB] * h / t * (1.0 if row[C_TIED_EMBEDDINGS] <= 0.0 else 0.0)

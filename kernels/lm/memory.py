@@ -48,7 +48,7 @@ from fastmodel.kernels.lm.memory_states import (
     is_moe, attention_params, mlp_params, stage_layers, B16, B32, accumulates_unsharded, holds_stage_gathered,
 )
 from fastmodel.kernels.lm.parallel import param_bytes
-from fastmodel.kernels.lm.shape import norm_params
+from fastmodel.kernels.lm.shape import attention_params_per_device, norm_params
 from fastmodel.registry.lm_overhead import NCCL_LL128_BYTES, NCCL_LL_BYTES, NCCL_SIMPLE_BYTES
 from fastmodel.kernels.lm.memory_states import layers_per_stage  # noqa: F401 - re-exported for callers of the old layout
 
@@ -89,7 +89,7 @@ def gathered_expert_split(row):
 def max_layer_params(row):
     """Parameters of the largest layer on one device as FSDP gathers it (before sharding by the shard group):
     attention and dense MLP split over TP, the routed experts over ``gathered_expert_split``."""
-    attn = attention_params(row) / row[C_TP] + norm_params(row)
+    attn = attention_params_per_device(row, row[C_TP]) + norm_params(row)
     dense = attn + mlp_params(row, row[C_FFN]) / row[C_TP]
     if not is_moe(row):
         return dense

@@ -13,7 +13,7 @@ from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.parallel import param_bytes
 from fastmodel.kernels.lm.pipeline import mirror_stage
 from fastmodel.kernels.lm.shape import (  # noqa: F401 - attention_params, mlp_params re-exported
-    attention_params, expert_tp, expert_weight_params, mlp_params, mtp_layer_is_moe, mtp_stage_layers, norm_params,
+    attention_params, attention_params_per_device, expert_tp, expert_weight_params, mlp_params, mtp_layer_is_moe, mtp_stage_layers, norm_params,
 )
 from fastmodel.kernels.lm.layout import (
     C_CP, C_DENSE_LAYERS, C_DP, C_EP, C_FFN, C_FP8_PARAMS, C_GATED_MLP, C_GRAD_REDUCE_BYTES, C_HEADS, C_HEAD_DIM,
@@ -146,7 +146,7 @@ def model_stage_params(row, stage):
     h = row[C_HIDDEN]
     tp = row[C_TP]
     dense, moe, mtp = stage_layers(row, stage)
-    attn = attention_params(row) / tp + norm_params(row)
+    attn = attention_params_per_device(row, tp) + norm_params(row)    # MLA down-projections replicated (§11.44)
     dense_layer = attn + mlp_params(row, row[C_FFN]) / tp
     moe_layer = attn + mlp_params(row, row[C_MOE_SHARED_EXPERTS] * row[C_MOE_FFN]) / tp + h * row[C_MOE_EXPERTS]
     expert_layer = expert_weight_params(row, expert_tp(row, 0.0))

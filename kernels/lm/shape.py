@@ -62,6 +62,29 @@ def attention_params(row):
 
 
 @njit
+def mla_duplicated_params(row):
+    """Parameters of an MLA layer's down-projections, which Megatron-Core's Transformer Engine spec replicates over
+    TP (docs/model.md §11.44): ``linear_q_down_proj`` (h q_lora; absent without a query low rank, where
+    ``linear_q_proj`` is column-parallel) and ``linear_kv_down_proj`` (h (kv_lora + rope)), both ``TELinear``
+    with ``parallel_mode='duplicated'`` (NVIDIA/Megatron-LM d98e8a6 ``multi_latent_attention.py`` 525-527,
+    572-574; ``transformer_engine.py`` 1313-1318 marks them not tensor-parallel). 0 for other attention."""
+    if row[C_MLA] <= 0.0:
+        return 0.0
+    h = row[C_HIDDEN]
+    return h * row[C_Q_LORA_RANK] + h * (row[C_KV_LORA_RANK] + row[C_QK_ROPE_HEAD_DIM])
+
+
+@njit
+def attention_params_per_device(row, t):
+    """Attention parameters one of ``t`` TP ranks holds: :func:`attention_params` over t, but MLA's replicated
+    down-projections whole (:func:`mla_duplicated_params`, §11.44)."""
+    if t <= 1.0:
+        return attention_params(row)
+    duplicated = mla_duplicated_params(row)
+    return (attention_params(row) - duplicated) / t + duplicated
+
+
+@njit
 def norm_params(row):
     """Norm weights of one layer, replicated over TP: the two RMSNorms (``2 h``) and, under MLA, the query and
     key-value latent norms (``q_lora + kv_lora``; DeepSeek-V2 report sec. 2.1)."""

@@ -24,9 +24,8 @@ hidden behind the compute it overlaps with (``kernels/lm/parallel.py``).
 import numpy as np
 
 from fastmodel.kernels.jit import njit, stack_vector
-from fastmodel.kernels.lm.layer import N_WORK as N_LAYER_WORK
 from fastmodel.kernels.lm.layer import (
-    W_FLOPS, W_GEMM, W_MEM, W_PARAMS, W_TP, W_TP_BACKWARD, W_TP_HIDDEN, layer_kind_params, model_flops_per_token, recompute_share,
+    N_WORK as N_LAYER_WORK, W_FLOPS, W_GEMM, W_MEM, W_PARAMS, W_TP, W_TP_BACKWARD, W_TP_HIDDEN, layer_kind_params, model_flops_per_token, recompute_share,
 )
 from fastmodel.kernels.lm.layout import (
     C_LAST_STAGE_LAYERS, C_OVERLAP_GRAD_REDUCE,
@@ -48,7 +47,9 @@ from fastmodel.kernels.lm.offload_time import offload_layer_s
 from fastmodel.kernels.lm.dp_window import per_chunk_collectives
 from fastmodel.kernels.lm.moe import expert_dp, expert_tp
 from fastmodel.kernels.lm.parallel import data_parallel, fsdp_first_layer_exposed, microbatch_reduce
-from fastmodel.kernels.lm.bf16_layers import add_bf16_layers, bf16_end_work_into
+from fastmodel.kernels.lm.bf16_layers import add_bf16_layers, bf16_end_work_into, bf16_row
+from fastmodel.kernels.lm.fp4 import train_gemm_format
+from fastmodel.kernels.lm.sp_regather import mtp_gemm_format, sp_replicated_grads_allreduce
 from fastmodel.kernels.lm.passes import (
     A_ATTN, A_BACKWARD_INPUT, A_BACKWARD_WEIGHT, A_CP_COMM, A_CP_EXPOSED, A_EP_COMM, A_EXPOSED_F, A_FLOPS, A_FORWARD,
     A_EP_EXPOSED, A_EP_SCALE_OUT, A_EXPERT_PARAMS, A_MTP_EXPERT_PARAMS, A_MTP_PARAMS,
@@ -67,8 +68,10 @@ from fastmodel.kernels.roofline import memory_bound_time
 def mtp_layer(row, work):
     """(seconds, non-expert parameters, routed-expert parameters) of the MTP module's transformer layer, one
     micro-batch, per device (docs/model.md §11.4 "MTP module"): the MoE layer's passes when the layer is MoE
-    (:func:`mtp_layer_is_moe`), else the average layer's. Leaves ``work[A_*]`` with that layer's passes."""
-    layer_passes_of(row, work, mtp_layer_is_moe(row))
+    (:func:`mtp_layer_is_moe`), else the average layer's; at 16-bit GEMMs under fp4 (Megatron-LM d98e8a6 runs the
+    MTP layer outside the FP4 context, §11.44). Leaves ``work[A_*]`` with that layer's passes."""
+    layer_passes_of(bf16_row(row) if mtp_gemm_format(row) != train_gemm_format(row) else row, work,
+                    mtp_layer_is_moe(row))
     return layer_time(work), work[A_PARAMS] - work[A_EXPERT_PARAMS], work[A_EXPERT_PARAMS]
 
 
@@ -348,6 +351,10 @@ def _data_parallel_step(row, work, per_stage, head_params, micro_batches, stage_
         tied = allreduce_time(row, shared * row[C_GRAD_REDUCE_BYTES], 2.0, (p - 1.0) * t * row[C_CP] * row[C_DP])
         dp_comm += tied
         before += tied
+    # finalize_model_grads' TP all-reduce of the SP-replicated gradients (norms, MLA down-projections; §11.44)
+    sp_grads = sp_replicated_grads_allreduce(row, copies * per_stage)
+    dp_comm += sp_grads
+    before += sp_grads
     step_bytes = optimizer_step_bytes(row, local_params, held)
     optimizer = 0.0
     if row[C_OPTIMIZER] == OPT_MUON:

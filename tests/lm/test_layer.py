@@ -50,7 +50,10 @@ def test_the_step_pays_it_forward_and_backward_on_every_layer_and_micro_batch():
     (0.142 ms) and AG + o (0.166 ms): o adds (AG + o - D) + s D - s AG = 0.70 o; FC1's D (0.516 ms) holds
     AG + o: s o. So 12 x 32 x 8.85 o = 80.2 ms more step time; and the LM head's re-gather of its SP input
     (docs/model.md §11.42) under the head's dgrad GEMM (T x 8,192 x 128,256 / 8, far longer): s o per micro-batch,
-    32 x 0.15 o = 0.11 ms."""
+    32 x 0.15 o = 0.11 ms; since §11.44 the head's forward input gather (o exposed) and its backward reduce-scatter
+    under the wgrad GEMM (s o) each micro-batch, the embedding's reduce-scatter forward and its gradient's
+    all-gather backward (2 o exposed, one rank holds both ends), and the once-a-step TP all-reduce of the norms'
+    gradients (o)."""
     row = _record(TP8).columns
     bare = row.copy()
     bare[C["collective_overhead_s"]] = 0.0
@@ -64,7 +67,7 @@ def test_the_step_pays_it_forward_and_backward_on_every_layer_and_micro_batch():
     assert regather_o / o == pytest.approx(0.85, abs=0.01)
     head_dgrad = gemm_time(row, tokens, row[C["vocab"]] / 8.0, h, False)
     assert head_dgrad > ag + o
-    assert step[0] - step[1] == pytest.approx(12 * 32 * (8 * o + regather_o) + 32 * s * o, rel=1e-6)
+    assert step[0] - step[1] == pytest.approx(12 * 32 * (8 * o + regather_o) + 32 * (2 * s * o + 3 * o) + o, rel=1e-6)
 
 
 def _tp16_layer(**values):

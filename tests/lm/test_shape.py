@@ -54,7 +54,8 @@ def test_serving_and_training_hold_the_same_layer():
     training = row.copy()
     training[C["micro_batch"]], training[C["cp"]], training[C["etp"]] = 1.0, 1.0, 1.0
     layer_costs(training, True, False, work)
-    assert work[W_PARAMS] == pytest.approx(1_438_195_712 - 16_384 + 7168 * 256, rel=1e-15)
+    # training holds MLA's replicated down-projections whole (h (q_lora + kv_lora + rope) = 15,138,816; §11.44)
+    assert work[W_PARAMS] == pytest.approx(1_438_195_712 - 16_384 + 7168 * 256 + 15_138_816 * 7 / 8, rel=1e-15)
 
 
 def test_the_element_wise_byte_model_by_hand():

@@ -42,16 +42,18 @@ def _head(row):
                                                    ("fp8", "mxfp8", BLACKWELL)])
 def test_the_head_regathers_its_bf16_input_under_its_dgrad(precision, recipe, cc):
     """backward = forward + AG(2 N) + o (2 B at every precision: the output layer is Megatron-Core's own BF16
-    ColumnParallelLinear); hidden = c - exposed(c, D), D the head's dgrad GEMM T x h x V/t at 16 bits."""
-    row = _row(precision, recipe, cc)
+    ColumnParallelLinear); hidden = c - exposed(c, D), D the head's dgrad GEMM T x h x V/t at 16 bits. Since §11.44
+    the forward also gathers the input (AG(2 N) + o) and the backward reduce-scatters its gradient (as much, hidden
+    under the wgrad GEMM of the dgrad's size): twice the hidden share. PP 2: the embedding is on another rank."""
+    row = _row(precision, recipe, cc, pp=2.0)
     work = _head(row)
     c = allgather_time(row, 2.0 * N, TP, 1.0) + OVERHEAD          # 50,331,648 B over 4 ranks, + o
     d = gemm_time(row, T, VOCAB / TP, H, False)
-    assert work[W_TP] == pytest.approx(allreduce_time(row, 12.0 * T, TP, 1.0), rel=1e-12)   # forward unchanged
+    assert work[W_TP] == pytest.approx(allreduce_time(row, 12.0 * T, TP, 1.0) + c, rel=1e-12)   # + the gather
     assert work[W_TP_BACKWARD] - work[W_TP] == pytest.approx(c, rel=1e-12)
-    assert work[W_TP_HIDDEN] == pytest.approx(c - _exposed(row, c, d), rel=1e-12)
+    assert work[W_TP_HIDDEN] == pytest.approx(2.0 * (c - _exposed(row, c, d)), rel=1e-12)
     assert d > c            # the head's dgrad (T x 12,288 x 12,800) is the longer: all but the SM share hides
-    assert work[W_TP_HIDDEN] == pytest.approx((1.0 - row[C["comm_sm_share"]]) * c, rel=1e-12)
+    assert work[W_TP_HIDDEN] == pytest.approx(2.0 * (1.0 - row[C["comm_sm_share"]]) * c, rel=1e-12)
 
 
 def test_the_head_backward_pass_charges_only_the_exposed_regather():
@@ -66,9 +68,14 @@ def test_the_head_backward_pass_charges_only_the_exposed_regather():
 
 
 def test_no_head_regather_without_sp_or_tp():
-    for values in ({"sequence_parallel": 0.0}, {"tp": 1.0}):
-        work = _head(_row(**values))
-        assert work[W_TP_BACKWARD] == work[W_TP] and work[W_TP_HIDDEN] == 0.0
+    """Without SP the backward all-reduces the input gradient instead (§11.44, exposed); without TP nothing (PP 2:
+    the embedding's all-reduce is on the first rank)."""
+    row = _row(sequence_parallel=0.0, pp=2.0)
+    work = _head(row)
+    assert work[W_TP_BACKWARD] - work[W_TP] == pytest.approx(allreduce_time(row, 2.0 * N, TP, 1.0) + OVERHEAD, rel=1e-12)
+    assert work[W_TP_HIDDEN] == 0.0
+    work = _head(_row(tp=1.0))
+    assert work[W_TP_BACKWARD] == work[W_TP] == 0.0 and work[W_TP_HIDDEN] == 0.0
 
 
 # --- 3. the MTP eh_proj: its input gathered at the FP8 bytes (a TE column-parallel linear), re-gathered backward ---
@@ -87,15 +94,16 @@ def test_an_mtp_module_gathers_eh_proj_input_at_its_bytes_and_regathers_it(preci
     eh = allgather_time(row, eh_bytes * T * 2.0 * H, TP, 1.0)
     out = allgather_time(row, 2.0 * N, TP, 1.0)
     loss = allreduce_time(row, 12.0 * T, TP, 1.0)
-    assert one[W_TP] - base[W_TP] == pytest.approx(loss + out + eh, rel=1e-12)
+    head = out + OVERHEAD       # §11.44: the output layer's own input gather, and its reduce-scatter backward
+    assert one[W_TP] - base[W_TP] == pytest.approx(loss + out + eh + head, rel=1e-12)
     scatter = allgather_time(row, 2.0 * T * 2.0 * H, TP, 1.0)
-    backward = loss + out + scatter + (out + OVERHEAD) + (eh + OVERHEAD)
+    backward = loss + out + scatter + (out + OVERHEAD) + (eh + OVERHEAD) + head
     assert one[W_TP_BACKWARD] - base[W_TP_BACKWARD] == pytest.approx(backward, rel=1e-12)
     # hidden: the head's re-gather under the head's dgrad again, eh_proj's under its own (T x h/t x 2h)
-    fmt = {"bf16": 0.0, "fp8": 1.0, "fp4": 2.0}[precision]     # eh_proj GEMM at the training format
+    fmt = {"bf16": 0.0, "fp8": 1.0, "fp4": 0.0}[precision]     # eh_proj GEMM at the training format, BF16 under fp4
     c_eh, d_eh = eh + OVERHEAD, gemm_time(row, T, H / TP, 2.0 * H, fmt)
     c_head, d_head = out + OVERHEAD, gemm_time(row, T, VOCAB / TP, H, False)
-    hidden = c_head - _exposed(row, c_head, d_head) + c_eh - _exposed(row, c_eh, d_eh)
+    hidden = 2.0 * (c_head - _exposed(row, c_head, d_head)) + c_eh - _exposed(row, c_eh, d_eh)
     assert one[W_TP_HIDDEN] - base[W_TP_HIDDEN] == pytest.approx(hidden, rel=1e-12)
 
 
