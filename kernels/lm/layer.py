@@ -186,7 +186,7 @@ def layer_costs(row, moe, sliding, work):
     linears = (2.0 if shared_fc1 else 1.0) if moe else 2.0
     tp, tp_backward, gather = tp_layer_time(row, tokens, h, t, sp, linears)
     fc1 = (nm - 1.0) * (row[C_MOE_SHARED_EXPERTS] * row[C_MOE_FFN] if moe else row[C_FFN]) if linears > 1.0 else 0.0
-    tp_hidden = regather_hidden_time(row, tokens, h, t, sp, fc1, gather, qkv_gemm, fc1_gemm)
+    tp_hidden = regather_hidden_time(row, tokens, h, t, sp, fc1, gather, qkv_gemm, fc1_gemm, fp8, element)
     cp = cp_forward_time(row, tokens, a, dqk, dv, t, c)
     ep = 0.0
     ep_remote = 0.0
@@ -270,7 +270,7 @@ def tp_layer_time(row, tokens, h, t, sp, linears):
 
 
 @njit
-def regather_hidden_time(row, tokens, h, t, sp, fc1, gather, qkv, fc1_gemm):
+def regather_hidden_time(row, tokens, h, t, sp, fc1, gather, qkv, fc1_gemm, fp8, weight_bytes):
     """Seconds of one layer's wgrad re-gathers (§11.41) hidden under the dgrad GEMM of their own linear (used
     without ``tp_comm_overlap``; with it the layer's own overlap rule hides all its TP). Megatron-Core's ``LinearWithGradAccumulationAndAsyncCommunication``
     and Transformer Engine's ``Linear`` / ``LayerNormLinear`` issue the gather with ``async_op=True`` before the dgrad
@@ -281,22 +281,19 @@ def regather_hidden_time(row, tokens, h, t, sp, fc1, gather, qkv, fc1_gemm):
     an MLA layer's attention re-gathers its up-projections' inputs under their dgrads (:func:`mla_regathers`,
     §11.42). ``qkv`` and ``fc1_gemm``: those forward GEMMs' seconds at the modelled speed (``roofline.gemm_roofline``
     at the GEMM format's weight bytes), as the layer's GEMM list times them (``shape.layer_gemm_parts``; 0 under MLA
-    for QKV), over ``stack_compute_eff`` here. ``gather``: AG, the forward gather's seconds from
+    for QKV), over ``stack_compute_eff`` here; ``fp8`` and ``weight_bytes``: :func:`layer_costs`' GEMM format and
+    its weight bytes, for the MLA dgrads. ``gather``: AG, the forward gather's seconds from
     :func:`tp_layer_time`, taken where its bytes per element b are 1 or 2 (then ``b (tokens h)`` there and
     ``(b tokens) h`` here are the same double), else timed again. 0 with ``tp_comm_overlap`` (``W_TP_HIDDEN`` is
     read only without it)."""
     if t <= 1.0 or not sp or row[C_SP_WGRAD_REGATHER] <= 0.0 or row[C_TP_COMM_OVERLAP] > 0.0:
         return 0.0      # nothing re-gathered, or TP overlap's own rule hides it (W_TP_HIDDEN is read without it)
-    nbytes = sp_gather_bytes(row, False)
-    if nbytes != 1.0 and nbytes != 2.0:
-        gather = allgather_time(row, nbytes * tokens * h, t, 1.0)
-    comm = gather + row[C_COLLECTIVE_OVERHEAD_S]
     eff = row[C_STACK_COMPUTE_EFF]
-    if row[C_MLA] > 0.0:
+    mla = row[C_MLA] > 0.0
+    hidden = 0.0
+    if mla:
         # the up-projections' dgrads: tokens x a (nope + rope) / t x q_lora (h without a query low rank), tokens x
         # a (nope + v) / t x kv_lora
-        fp8 = train_gemm_format(row)
-        weight_bytes = gemm_weight_bytes(fp8)
         q, kv = mla_regathers(row, tokens, t)
         dqk, _ = attention_dims(row)
         a = row[C_HEADS]
@@ -305,7 +302,14 @@ def regather_hidden_time(row, tokens, h, t, sp, fc1, gather, qkv, fc1_gemm):
         d_kv = gemm_roofline(row, 1.0, tokens, a * (row[C_QK_NOPE_HEAD_DIM] + row[C_V_HEAD_DIM]) / t,
                              row[C_KV_LORA_RANK], fp8, weight_bytes, 1.0) / eff
         hidden = q - exposed(row, q, d_q) + kv - exposed(row, kv, d_kv)
-    else:
+        if fc1 <= 0.0:
+            return hidden
+    # one hidden-width linear's re-gather, AG + o: QKV's (not under MLA) and FC1's
+    nbytes = sp_gather_bytes(row, False)
+    if nbytes != 1.0 and nbytes != 2.0:
+        gather = allgather_time(row, nbytes * tokens * h, t, 1.0)
+    comm = gather + row[C_COLLECTIVE_OVERHEAD_S]
+    if not mla:
         hidden = comm - exposed(row, comm, qkv / eff)
     if fc1 > 0.0:
         hidden += comm - exposed(row, comm, fc1_gemm / eff)
