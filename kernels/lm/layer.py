@@ -417,9 +417,12 @@ def head_costs(row, work):
     loss_tp = (allreduce_time(row, 3.0 * 4.0 * tokens, t, 1.0) if t > 1.0 else 0.0) + mtp_tp
     # the output layer's input gather under SP, its reduce-scatter (SP) or all-reduce backward (§11.44)
     head_f, head_b, head_hidden = head_input_tp(row, tokens)
-    if row[C_PP] <= 1.0:    # one rank holds the embedding too: its reduce-scatter / all-reduce (§11.44)
+    # the word embedding's reduce-scatter / all-reduce (§11.44): here at PP 1 (one rank holds it), and once per MTP
+    # depth at any pp (each embeds its shifted tokens: MultiTokenPredictionLayer._get_embeddings)
+    lookups = row[C_MTP_LAYERS] + (1.0 if row[C_PP] <= 1.0 else 0.0)
+    if lookups > 0.0:
         emb_f, emb_b = embedding_tp(row, tokens)
-        head_f, head_b = head_f + emb_f, head_b + emb_b
+        head_f, head_b = head_f + lookups * emb_f, head_b + lookups * emb_b
     work[W_TP] = loss_tp + head_f
     # backward: the same, plus the SP re-gathers of the output layer's and eh_proj's inputs (§11.42)
     extra, hidden = head_tp_backward(row, tokens)

@@ -10,14 +10,16 @@ megatron/core/distributed/finalize_model_grads.py at NVIDIA/Megatron-LM@d98e8a6.
 import numpy as np
 import pytest
 
-from fastmodel.kernels.lm.layer import N_WORK, W_FLOPS, W_GEMM, W_MEM, W_TP, head_costs
+from fastmodel.kernels.lm.layer import N_WORK, W_FLOPS, W_GEMM, W_MEM, W_TP, W_TP_BACKWARD, head_costs, mtp_costs
 from fastmodel.kernels.lm.memory import logits_workspace_bytes
 from fastmodel.kernels.lm.memory_activations import mtp_activation_bytes, stage_microbatch_bytes
 from fastmodel.kernels.lm.memory_states import model_stage_params
+from fastmodel.kernels.lm.sp_regather import embedding_tp, head_tp_backward
 from fastmodel.kernels.lm.step import mtp_module_params
 from fastmodel.kernels.nccl import allgather_time, allreduce_time
 from fastmodel.kernels.roofline import gemm_time
 from fastmodel.lm.engine import evaluate_table
+from fastmodel.lm.records import read_records
 from fastmodel.lm.table import row, table
 from fastmodel.registry.lm import COLUMN_INDEX
 
@@ -54,19 +56,54 @@ def test_an_mtp_module_adds_its_loss_passes_projection_and_norms_to_the_head_by_
     assert two[W_MEM] - base[W_MEM] == pytest.approx(2 * (one[W_MEM] - base[W_MEM]), rel=1e-12)
 
 
-def test_under_tp_and_sp_each_module_adds_the_loss_all_reduce_and_the_projection_gathers():
+@pytest.mark.parametrize("pp", [1, 4])
+def test_under_tp_and_sp_each_module_adds_the_loss_all_reduce_and_the_projection_gathers(pp):
     # tp 8 with SP: the vocab-parallel loss's all-reduces (3 x 4 B per token, as the main head's), eh_proj's input
-    # all-gathered over the sequence (2 B x T x 2h) and its output over the hidden dimension (2 B x T x h), and
-    # the shared output layer's own input gather (2 B x T x h, + o; docs/model.md §11.44)
-    base, _ = _head(mtp_layers=0, tp=8, sequence_parallel=1)
-    one, r = _head(mtp_layers=1, tp=8, sequence_parallel=1)
+    # all-gathered over the sequence (2 B x T x 2h) and its output over the hidden dimension (2 B x T x h), the
+    # shared output layer's own input gather (2 B x T x h, + o) and the word embedding's reduce-scatter of the
+    # shifted tokens' embedding (priced as AG(2 B x T x h) + o), at any pp (docs/model.md §11.44)
+    base, _ = _head(mtp_layers=0, tp=8, sequence_parallel=1, pp=pp)
+    one, r = _head(mtp_layers=1, tp=8, sequence_parallel=1, pp=pp)
+    o = r[COLUMN_INDEX["collective_overhead_s"]]
     expected = allreduce_time(r, 12.0 * T, 8.0, 1.0) + allgather_time(r, 2.0 * T * H, 8.0, 1.0) \
         + allgather_time(r, 2.0 * T * 2 * H, 8.0, 1.0) \
-        + allgather_time(r, 2.0 * T * H, 8.0, 1.0) + r[COLUMN_INDEX["collective_overhead_s"]]
+        + allgather_time(r, 2.0 * T * H, 8.0, 1.0) + o + allgather_time(r, 2.0 * T * H, 8.0, 1.0) + o
     assert one[W_TP] - base[W_TP] == pytest.approx(expected, rel=1e-12)
     # the norms and the concatenation see T / t tokens under SP, the loss V / t of the vocabulary
     assert one[W_MEM] - base[W_MEM] == pytest.approx((T * V / 8 * 26 + T / 8 * H * 22) / BW, rel=1e-12)
 
+
+
+def test_each_mtp_depth_embeds_again_on_the_last_rank_deepseek_v3_plan():
+    """Megatron-Core's MultiTokenPredictionLayer._get_embeddings calls the shared word embedding once per depth on
+    the last rank, whatever pp: its TP collectives (§11.44 embedding_tp) run mtp_layers more times a micro-batch.
+    The DeepSeek-V3 H100 BF16 V1 plan (TP 2, SP, PP > 1, one depth, T 4,096): RS forward, AG backward, each
+    AG(2 T h) + o = 0.0934 ms, exposed: +0.0934 ms forward and +0.0934 ms backward a micro-batch."""
+    record = next(r for r in read_records("tests/data/recipe_plans.jsonl") if r.id == "mbridge-deepseek-v3-h100-bf16-v1")
+    r = np.asarray(record.columns, dtype=np.float64).ravel()
+    c = {k: r[COLUMN_INDEX[k]] for k in ("tp", "pp", "mtp_layers", "sequence_parallel", "micro_batch", "seq_len")}
+    assert (c["tp"], c["mtp_layers"], c["sequence_parallel"]) == (2.0, 1.0, 1.0) and c["pp"] > 1.0
+    tokens = c["micro_batch"] * c["seq_len"]
+    embedding = allgather_time(r, 2.0 * tokens * 7168.0, 2.0, 1.0) + r[COLUMN_INDEX["collective_overhead_s"]]
+    assert embedding == pytest.approx(0.0934e-3, abs=0.00005e-3)
+    assert embedding_tp(r, tokens) == pytest.approx((embedding, embedding), rel=1e-12)
+    r0 = r.copy()
+    r0[COLUMN_INDEX["mtp_layers"]] = 0.0
+    one, base = np.zeros(N_WORK), np.zeros(N_WORK)
+    head_costs(r, one)
+    head_costs(r0, base)
+    # the depth's loss all-reduce and eh_proj gathers (mtp_costs), its head pass's input gather (o = 0 here)
+    _, _, module, _ = mtp_costs(r, tokens, tokens / 2.0)
+    assert module == pytest.approx(allreduce_time(r, 12.0 * tokens, 2.0, 1.0)
+                                   + allgather_time(r, 2.0 * tokens * 2.0 * 7168.0, 2.0, 1.0)
+                                   + allgather_time(r, 2.0 * tokens * 7168.0, 2.0, 1.0), rel=1e-12)
+    head_input = embedding
+    assert one[W_TP] - base[W_TP] == pytest.approx(module + head_input + embedding, rel=1e-12)
+    regathers = head_tp_backward(r, tokens)[0] - head_tp_backward(r0, tokens)[0]
+    assert one[W_TP_BACKWARD] - base[W_TP_BACKWARD] == pytest.approx(module + head_input + regathers + embedding,
+                                                                     rel=1e-12)
+    # without the fix the depth's embedding was uncharged: the difference is that 0.0934 ms each way
+    assert one[W_TP] - base[W_TP] - (module + head_input) == pytest.approx(0.0934e-3, abs=0.00005e-3)
 
 def test_mtp_module_parameters_and_the_embedding_copy_by_hand():
     # layer 10 M non-expert and 2 M expert parameters; tp 2: eh_proj 2h x h / 2, three norms 3h; pp 4 with 1F1B:
