@@ -45,7 +45,7 @@ from fastmodel.kernels.lm.bf16_layers import bf16_row, bf16_stage_share
 from fastmodel.kernels.lm.memory_peak import N_PHASES, backward_grad_bytes, phase_kinds, stage_peak
 from fastmodel.kernels.lm.pipeline import mirror_stage
 from fastmodel.kernels.lm.memory_states import (
-    is_moe, attention_params, mlp_params, stage_layers, B16, B32, accumulates_unsharded, holds_stage_gathered,
+    is_moe, mlp_params, stage_layers, B16, B32, accumulates_unsharded, holds_stage_gathered,
 )
 from fastmodel.kernels.lm.parallel import param_bytes
 from fastmodel.kernels.lm.shape import attention_params_per_device, norm_params
@@ -116,11 +116,12 @@ def largest_module_params(row):
 @njit(error_model='numpy')
 def wrapped_module_params(row):
     """Parameters of the largest FSDP unit on one device when each weight-bearing module of a layer is its own
-    unit (``fsdp_module_wrap``): the attention block with all its projections ``attention_params / t``, one
-    dense MLP matrix ``h f / t``, or one expert's matrix (``largest_module_params``). minGPT as the PyTorch FSDP
-    GPT-175B/1T benchmark wraps it (mrshenli/ptd_benchmark@62f8c89 models.py ``ShardedGPT``/``Block``: ``wrap``
-    around the attention module and around each ``nn.Linear`` of the MLP)."""
-    return max(attention_params(row) / row[C_TP], largest_module_params(row))
+    unit (``fsdp_module_wrap``): the attention block with all its projections, per TP rank
+    (``attention_params_per_device``: MLA's down-projections replicated, docs/model.md §11.44, as in
+    :func:`max_layer_params`), one dense MLP matrix ``h f / t``, or one expert's matrix (``largest_module_params``).
+    minGPT as the PyTorch FSDP GPT-175B/1T benchmark wraps it (mrshenli/ptd_benchmark@62f8c89 models.py
+    ``ShardedGPT``/``Block``: ``wrap`` around the attention module and around each ``nn.Linear`` of the MLP)."""
+    return max(attention_params_per_device(row, row[C_TP]), largest_module_params(row))
 
 
 @njit(error_model='numpy')

@@ -260,3 +260,19 @@ def test_fsdp_with_pipeline_stages_counts_the_held_stage_once():
     assert b - comm == pytest.approx(4 * v * h, rel=1e-12)
     (_, _, _, _, b), _, comm, _, _ = at(cols(reduce_every_microbatch=1), 0.0, P_EMBEDDING)
     assert b - comm == pytest.approx((2 + 4) * v * h, rel=1e-12)
+
+
+def test_fsdp_module_wrap_counts_mla_s_replicated_down_projections_whole():
+    """Module-wrapped FSDP's attention unit per TP rank is ``attention_params_per_device`` (docs/model.md §11.44):
+    DeepSeek-V3's attention 187,105,280 parameters, its down-projections h (q_lora + kv_lora + rope) = 7,168 x
+    2,112 = 15,138,816 replicated over TP 8: (187,105,280 - 15,138,816) / 8 + 15,138,816 = 36,634,624 (was
+    187,105,280 / 8 = 23,388,160), above the MLP's h f / t = 7,168 x 18,432 / 8 = 16,515,072 and the QKV formula's
+    h (a + 2 kv) d / t = 7,168 x 130 x 64 / 8 = 7,454,720 (kv_heads 1, head_dim 64: not read by MLA)."""
+    from fastmodel.kernels.lm.memory import wrapped_module_params
+    from fastmodel.lm.table import row
+
+    mla = dict(mla=1, heads=128, kv_heads=1, head_dim=64, q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128,
+               qk_rope_head_dim=64, v_head_dim=128, ffn=18432, gated_mlp=1, hidden=7168, sharding="fsdp", dp=8,
+               fsdp_module_wrap=1)
+    assert wrapped_module_params(row(**mla, tp=8)) == 36_634_624.0
+    assert wrapped_module_params(row(**mla, tp=1)) == 187_105_280.0     # TP 1: the whole block
