@@ -81,14 +81,16 @@ def _interleaved_remainder(row: np.ndarray) -> bool:
 
 
 def interleaved_reason(row: np.ndarray) -> str:
-    """schedule_not_runnable for an interleaved plan whose micro-batches are no multiple of pp, with its numbers."""
+    """schedule_not_runnable for an interleaved plan whose micro-batches are no multiple of pp, with its numbers
+    (a plan with ``interleave_any_microbatches`` = 1, PyTorch's ScheduleInterleaved1F1B, is exempt: §11.45)."""
     C = COLUMN_INDEX
     m = row[C["global_batch"]] / (row[C["micro_batch"]] * row[C["dp"]])
     return (f"{m:g} micro-batches (global_batch / (micro_batch x dp) = {row[C['global_batch']]:g} / "
             f"({row[C['micro_batch']]:g} x {row[C['dp']]:g})) is not a multiple of pp = {row[C['pp']]:g} under the "
             f"interleaved schedule (vp = {row[C['vp']]:g}): Megatron-Core refuses it with its default "
             "microbatch_group_size_per_vp_stage = pp (schedules.py forward_backward_pipelining_with_interleaving; a "
-            "larger group is not modelled, docs/model.md §11.45); change global_batch, micro_batch or dp, or vp = 1")
+            "larger group is not modelled, docs/model.md §11.45); change global_batch, micro_batch or dp, or vp = 1 "
+            "(stacks on PyTorch's ScheduleInterleaved1F1B, e.g. torchtitan, run any m that its rounds divide)")
 
 
 def bf16_above_reason(row: np.ndarray) -> str:

@@ -96,6 +96,8 @@ def test_interleaved_micro_batches_not_a_multiple_of_pp_is_refused(global_batch,
             check_plan(column)
         assert "6 micro-batches (global_batch / (micro_batch x dp) = 48 / (8 x 1)) is not a multiple of pp = 4" \
             in str(info.value)
+        assert "(stacks on PyTorch's ScheduleInterleaved1F1B, e.g. torchtitan, run any m that its rounds divide)" \
+            in str(info.value)
         assert plan_status(row(**{**dense, "vp": 1})[:, None])[0] == 0      # 1F1B runs m = 6 on pp 4
         # PyTorch's ScheduleInterleaved1F1B (the TorchTitan profile sets the column) runs m = 6 on pp 4
         assert plan_status(row(**{**dense, "interleave_any_microbatches": 1})[:, None])[0] == 0
