@@ -88,16 +88,18 @@ def test_no_head_regather_without_sp_or_tp():
 def test_an_mtp_module_gathers_eh_proj_input_at_its_bytes_and_regathers_it(precision, recipe, cc, eh_bytes):
     """Per module: forward AG(b_eh T 2h) + AG(2 T h) (the output gather) + the loss all-reduce; backward the
     input gradient's reduce-scatter at 2 B (priced as AG(2 T 2h)), AG(2 T h), the loss all-reduce, and the
-    re-gathers: the head's input again (AG(2 N) + o, once more per module) and eh_proj's (AG(b_eh T 2h) + o)."""
+    re-gathers: the head's input again (AG(2 N) + o, once more per module) and eh_proj's (AG(b_eh T 2h) + o);
+    each direction also the depth's word-embedding call's RS / AG (AG(2 N) + o, docs/model.md §11.44 1c)."""
     base, one = _head(_row(precision, recipe, cc)), _head(_row(precision, recipe, cc, mtp_layers=1.0))
     row = _row(precision, recipe, cc, mtp_layers=1.0)
     eh = allgather_time(row, eh_bytes * T * 2.0 * H, TP, 1.0)
     out = allgather_time(row, 2.0 * N, TP, 1.0)
     loss = allreduce_time(row, 12.0 * T, TP, 1.0)
     head = out + OVERHEAD       # §11.44: the output layer's own input gather, and its reduce-scatter backward
-    assert one[W_TP] - base[W_TP] == pytest.approx(loss + out + eh + head, rel=1e-12)
+    embedding = out + OVERHEAD  # §11.44 1c: the depth's embedding call, RS forward (priced as AG), AG backward
+    assert one[W_TP] - base[W_TP] == pytest.approx(loss + out + eh + head + embedding, rel=1e-12)
     scatter = allgather_time(row, 2.0 * T * 2.0 * H, TP, 1.0)
-    backward = loss + out + scatter + (out + OVERHEAD) + (eh + OVERHEAD) + head
+    backward = loss + out + scatter + (out + OVERHEAD) + (eh + OVERHEAD) + head + embedding
     assert one[W_TP_BACKWARD] - base[W_TP_BACKWARD] == pytest.approx(backward, rel=1e-12)
     # hidden: the head's re-gather under the head's dgrad again, eh_proj's under its own (T x h/t x 2h)
     fmt = {"bf16": 0.0, "fp8": 1.0, "fp4": 0.0}[precision]     # eh_proj GEMM at the training format, BF16 under fp4
