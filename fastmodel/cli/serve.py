@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from fastmodel.cli.common import Choice, FloatRange, friendly
-from fastmodel.serve.precisions import KV_PRECISIONS, PRECISIONS
+from fastmodel.serve.precisions import FP8_KV_DEFAULT_SAID, KV_PRECISIONS, PRECISIONS
 from fastmodel.serve.profiles import PROFILE_COLUMNS, RECORD_ENGINE_COLUMNS
 from fastmodel.serve.profiles_vendor import kv_upcast_note
 from fastmodel.serve.report import load_mode, render
@@ -383,8 +383,8 @@ def _no_single_precision(kv_precision) -> None:
     from fastmodel.errors import FastmodelError
 
     if kv_precision or _given("precision"):
-        raise FastmodelError("--precision and --kv-precision set one configuration; --search sweeps "
-                             "--search-precision, each with its default KV cache (FP8 with fp8 or fp4 weights)")
+        raise FastmodelError("--precision and --kv-precision set one configuration; --search sweeps --search-precision"
+                             f", each with its default KV cache (FP8 with {FP8_KV_DEFAULT_SAID} weights)")
     if ignored := _given("tp", "pp", "moe_tp", "batch_size", "concurrency", "max_throughput", "kv_cache_mem_fraction",
                          "instances", "as_json"):
         raise FastmodelError(f"{', '.join(ignored)}: not read by --search, which sweeps TP x PP within --gpus and "

@@ -81,10 +81,18 @@ def _interleaved_remainder(row: np.ndarray) -> bool:
 
 
 def interleaved_reason(row: np.ndarray) -> str:
-    """schedule_not_runnable for an interleaved plan whose micro-batches are no multiple of pp, with its numbers
-    (a plan with ``interleave_any_microbatches`` = 1, PyTorch's ScheduleInterleaved1F1B, is exempt: §11.45)."""
+    """schedule_not_runnable for an interleaved plan whose micro-batches are no multiple of pp (under
+    ``interleave_any_microbatches``, PyTorch's ScheduleInterleaved1F1B: of its rounds max(1, m // pp); §11.45),
+    with its numbers."""
     C = COLUMN_INDEX
     m = row[C["global_batch"]] / (row[C["micro_batch"]] * row[C["dp"]])
+    if row[C["interleave_any_microbatches"]] > 0:
+        rounds = max(1, int(m // row[C["pp"]]))
+        return (f"{m:g} micro-batches (global_batch / (micro_batch x dp) = {row[C['global_batch']]:g} / "
+                f"({row[C['micro_batch']]:g} x {row[C['dp']]:g})) is not a multiple of the number of rounds "
+                f"max(1, floor(m / pp)) = {rounds} (pp = {row[C['pp']]:g}) under the interleaved schedule (vp = "
+                f"{row[C['vp']]:g}): PyTorch's ScheduleInterleaved1F1B refuses it (plan.interleave_any_microbatches "
+                "= 1, docs/model.md §11.45); change global_batch, micro_batch or dp, or vp = 1")
     return (f"{m:g} micro-batches (global_batch / (micro_batch x dp) = {row[C['global_batch']]:g} / "
             f"({row[C['micro_batch']]:g} x {row[C['dp']]:g})) is not a multiple of pp = {row[C['pp']]:g} under the "
             f"interleaved schedule (vp = {row[C['vp']]:g}): Megatron-Core refuses it with its default "

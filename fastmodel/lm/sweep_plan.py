@@ -195,8 +195,9 @@ def _node_counts(values) -> list[int]:
 @contextmanager
 def axes_field_paths(axes: dict):
     """An axis's error named by its field path ``axes.NAME``, as a sweep file's is (fastmodel/lm/sweep_file.py)
-    and the serving sweep's Python API names it: ``axis 'precision': ...``, ``unknown axis 'x' ...`` and a
-    SpecError of field ``precision`` (the column's own check) become ``axes.precision: ...``, so
+    and the serving sweep's Python API names it: ``axis 'precision': ...``, ``axis num_nodes: ...`` (a range's,
+    fastmodel/sweeps/ranges.py), ``unknown axis 'x' ...`` and a SpecError of field ``precision`` (the column's own
+    check) become ``axes.precision: ...``, so
     ``fastmodel.sweep(axes={"precision": ["fp9"]})`` and the file's ``[axes] precision = ["fp9"]`` say the same."""
     try:
         yield
@@ -205,8 +206,11 @@ def axes_field_paths(axes: dict):
             raise type(error)(None, f"axes.{error.field}", error.reason) from None
         raise
     except SweepError as error:
-        said = re.fullmatch(r"(?:unknown )?axis '([^']+)'(: )?(.*)", str(error), flags=re.DOTALL)
+        # the name quoted (``axis 'precision': ...``) or bare before ': ' (sweeps/ranges.py: ``axis num_nodes: ...``)
+        name_said = r"(?:'(?P<quoted>[^']+)'|(?P<bare>[^\s':]+)(?=: ))"
+        said = re.fullmatch(rf"(?:unknown )?axis {name_said}(?P<colon>: )?(?P<rest>.*)", str(error), flags=re.DOTALL)
         if said is None:
             raise
-        name, rest = said[1], said[3] if said[2] else f"unknown axis{said[3]}"
+        name = said["quoted"] or said["bare"]
+        rest = said["rest"] if said["colon"] else f"unknown axis{said['rest']}"
         raise SweepError(f"axes.{name}: {rest}") from None

@@ -22,11 +22,12 @@ SDPA_PLAN_ROWS = (
      "layer QKV and a shared expert's FC1 (Megatron-Core LinearWithGradAccumulationAndAsyncCommunication.backward, Transformer Engine Linear / "
      "LayerNormLinear; docs/model.md §11.41); 0: autograd saves the gathered input (PyTorch DTensor plans: "
      "TorchTitan, KempnerForge). Set by the stack.", 0, 1, False, "flag"),
-    ("interleave_any_microbatches", "1", 0, "1: the interleaved pipeline schedule runs any number m >= pp of "
-     "micro-batches (PyTorch's ScheduleInterleaved1F1B groups them by m / max(1, floor(m / pp)), "
-     "torch/distributed/pipelining/schedules.py at pytorch@00722e6; TorchTitan); the model keeps its groups of pp, "
-     "an approximation when m is not a multiple of pp (docs/model.md §11.45); 0: Megatron-Core's rule, m a "
-     "multiple of pp, else schedule_not_runnable. Set by the stack.", 0, 1, False, "flag"),
+    ("interleave_any_microbatches", "1", 0, "1: PyTorch's rule for the interleaved pipeline schedule: "
+     "ScheduleInterleaved1F1B runs m >= pp micro-batches in max(1, floor(m / pp)) rounds and refuses m not a "
+     "multiple of that round count (torch/distributed/pipelining/schedules.py at pytorch@00722e6, "
+     "ScheduleInterleaved1F1B.__init__; TorchTitan): pp 4 runs m = 6, refuses m = 9; the model keeps its groups of "
+     "pp, an approximation when m is not a multiple of pp (docs/model.md §11.45); 0: Megatron-Core's rule, m a "
+     "multiple of pp. Either refusal is schedule_not_runnable. Set by the stack.", 0, 1, False, "flag"),
     ("fsdp1_grad_passes", "1", 0, "Memory-bound passes (each a read + write of 2 B per element) FSDP1 runs over "
      "each unit's unsharded 16-bit gradient on the compute stream before its reduce-scatter, once per micro-batch "
      "(docs/model.md §11.26): autograd's concatenation of the views' gradients into the FlatParameter's "

@@ -24,6 +24,8 @@ PRECISIONS = {"bf16": (0, 2.0), "fp16": (0, 2.0), "fp8": (1, 1.0), "fp4": (0, 4.
 FP4_PRECISIONS = ("fp4", "mxfp4")
 #: precisions whose KV cache is FP8 unless kv_precision says otherwise
 FP8_KV_DEFAULT = ("fp8", "fp4", "mxfp4")
+#: FP8_KV_DEFAULT as a sentence says it ("fp8, fp4 or mxfp4"): serve --search's refusal of --kv-precision
+FP8_KV_DEFAULT_SAID = f"{', '.join(FP8_KV_DEFAULT[:-1])} or {FP8_KV_DEFAULT[-1]}"
 KV_PRECISIONS = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
 
 #: models whose only published 4-bit checkpoint is MXFP4 with just the routed experts quantised (the model's

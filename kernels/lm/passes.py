@@ -76,7 +76,7 @@ A_FSDP_REFETCH = A_FORWARD + 21   # the gather again for the recomputed forward 
 A_EP_EXPOSED = A_FORWARD + 22     # EP dispatch and combine not hidden (kernels/lm/moe.py overlap modes)
 A_EXPERT_PARAMS = A_FORWARD + 23  # routed-expert parameters of the layer per device (reduced over edp)
 A_EP_SCALE_OUT = A_FORWARD + 24   # EP seconds of scale-out (tier-1) traffic, all passes
-A_MTP_PARAMS = A_FORWARD + 25     # non-expert parameters of the MTP module's layer per device (step.mtp_layer)
+A_MTP_PARAMS = A_FORWARD + 25     # non-expert parameters of the MTP module's layer per device (mtp_breakdown.mtp_layer)
 A_MTP_EXPERT_PARAMS = A_FORWARD + 26   # its routed-expert parameters per device
 N_ACCUMULATORS = 27
 #: scratch slots the step needs: per-layer costs, then the accumulators

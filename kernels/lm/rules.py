@@ -6,6 +6,7 @@ their fused pass; ``fastmodel.lm.rules`` applies it to tables and turns it into
 PlanErrors for single configurations.
 """
 
+import numpy as np
 
 from fastmodel.kernels.lm.bf16_layers import bf16_layers_above_stage, bf16_layers_delayed, bf16_layers_dualpipe
 from fastmodel.kernels.lm.fp4 import fp4_supported
@@ -122,11 +123,18 @@ def interleaved_remainder(row, micro_batches):
     pipeline-model-parallel-size when using interleaved schedule"; from NVIDIA/Megatron-LM@4295be1a6c (core_r0.10)
     on, it raises when ``0 < m mod N < pp`` with ``N = microbatch_group_size_per_vp_stage``, whose default is ``pp``
     (model_parallel_config.py ``__post_init__``; schedules.py@d98e8a6 lines 1170-1181), which is the same rule.
+    Under ``interleave_any_microbatches`` (PyTorch's ``ScheduleInterleaved1F1B``, TorchTitan) the rule is PyTorch's:
+    ``__init__`` sets ``number_of_rounds = max(1, n_microbatches // pp_group_size)`` and raises ValueError when
+    ``n_microbatches % number_of_rounds != 0`` (torch/distributed/pipelining/schedules.py at
+    pytorch/pytorch@00722e648b74), so p = 4 runs m = 6 (1 round) and refuses m = 9 (2 rounds).
     Fewer micro-batches than ``pp`` are ``too_few_microbatches`` (checked before)."""
     schedule = int(row[C_PIPELINE_SCHEDULE])
     interleaved = row[C_VP] > 1.0 and (schedule == SCHED_INTERLEAVED or schedule == SCHED_1F1B)
-    any_m = row[C_INTERLEAVE_ANY_MICROBATCHES] > 0.0    # PyTorch's ScheduleInterleaved1F1B (TorchTitan)
-    return interleaved and not any_m and row[C_PP] > 1.0 and not is_multiple(micro_batches, row[C_PP])
+    if not interleaved or row[C_PP] <= 1.0:
+        return False
+    if row[C_INTERLEAVE_ANY_MICROBATCHES] > 0.0:        # PyTorch's ScheduleInterleaved1F1B (TorchTitan)
+        return not is_multiple(micro_batches, max(1.0, np.floor(micro_batches / row[C_PP] + 1e-9)))
+    return not is_multiple(micro_batches, row[C_PP])
 
 
 @njit

@@ -40,16 +40,16 @@ from fastmodel.kernels.lm.layout import (
 from fastmodel.kernels.lm.memory_states import (
     explicit_layout, layers_per_stage, layout_busiest_layers, split_slots, stage_layers, stored_grad_bytes,
 )
-from fastmodel.kernels.lm.shape import mtp_layer_is_moe, mtp_stage_layers
+from fastmodel.kernels.lm.shape import mtp_stage_layers
 from fastmodel.kernels.lm.muon import muon_step
 from fastmodel.kernels.lm.optimizer_step import optimizer_bytes_per_param, optimizer_step_bytes
 from fastmodel.kernels.lm.offload_time import offload_layer_s
 from fastmodel.kernels.lm.dp_window import per_chunk_collectives
 from fastmodel.kernels.lm.moe import expert_dp, expert_tp
 from fastmodel.kernels.lm.parallel import data_parallel, fsdp_first_layer_exposed, microbatch_reduce
-from fastmodel.kernels.lm.bf16_layers import add_bf16_layers, bf16_end_work_into, bf16_row
-from fastmodel.kernels.lm.fp4 import train_gemm_format
-from fastmodel.kernels.lm.sp_regather import mtp_gemm_format, sp_replicated_grads_allreduce
+from fastmodel.kernels.lm.bf16_layers import add_bf16_layers, bf16_end_work_into
+from fastmodel.kernels.lm.mtp_breakdown import add_mtp_layers, mtp_layer_into
+from fastmodel.kernels.lm.sp_regather import sp_replicated_grads_allreduce
 from fastmodel.kernels.lm.passes import (
     A_ATTN, A_BACKWARD_INPUT, A_BACKWARD_WEIGHT, A_CP_COMM, A_CP_EXPOSED, A_EP_COMM, A_EXPOSED_F, A_FLOPS, A_FORWARD,
     A_EP_EXPOSED, A_EP_SCALE_OUT, A_EXPERT_PARAMS, A_MTP_EXPERT_PARAMS, A_MTP_PARAMS,
@@ -65,17 +65,6 @@ from fastmodel.kernels.roofline import memory_bound_time
 
 
 @njit
-def mtp_layer(row, work):
-    """(seconds, non-expert parameters, routed-expert parameters) of the MTP module's transformer layer, one
-    micro-batch, per device (docs/model.md §11.4 "MTP module"): the MoE layer's passes when the layer is MoE
-    (:func:`mtp_layer_is_moe`), else the average layer's; at 16-bit GEMMs under fp4 (Megatron-LM d98e8a6 runs the
-    MTP layer outside the FP4 context, §11.44). Leaves ``work[A_*]`` with that layer's passes."""
-    layer_passes_of(bf16_row(row) if mtp_gemm_format(row) != train_gemm_format(row) else row, work,
-                    mtp_layer_is_moe(row))
-    return layer_time(work), work[A_PARAMS] - work[A_EXPERT_PARAMS], work[A_EXPERT_PARAMS]
-
-
-@njit
 def busiest_stage(row, work):
     """(t_mb, t_avg, F_avg, W_avg, layers, head share, n16, d16): one micro-batch on the busiest stage and on the
     average stage, the average stage's forward and weight-gradient passes (what the pipeline schedule's bubble
@@ -83,20 +72,19 @@ def busiest_stage(row, work):
     :func:`last_rank_layers`), and the BF16 layers it holds with one's accumulators beyond its kind's
     (``bf16_layers.bf16_layer_work``, §11.39). Leaves the busiest rank's layer accumulators in ``work[A_*]`` and
     the head's parameters and FLOPs in ``work[W_*]``. ``d16`` is a new vector (:func:`busiest_stage_into`)."""
-    return busiest_stage_into(row, work, np.empty(N_WORK), np.empty(N_WORK))
+    return busiest_stage_into(row, work, np.empty(N_WORK), np.empty(N_WORK), np.empty(N_WORK))
 
 
 @njit
-def busiest_stage_into(row, work, d_first, d_last):
+def busiest_stage_into(row, work, d_first, d_last, d_mtp):
     """:func:`busiest_stage` with the first and last rank's BF16-layer accumulators written into the caller's
-    ``d_first`` and ``d_last`` (``N_WORK`` each; ``d16`` is one of them): :func:`step_row` passes frame vectors, so
-    the step allocates nothing per configuration (docs/performance.md, 2026-12-06 evening)."""
+    ``d_first`` and ``d_last`` and the MTP layer's into ``d_mtp`` (``N_WORK`` each; ``d16`` is one of the first two;
+    ``mtp_breakdown.mtp_layer_into``): :func:`step_row` passes frame vectors, so the step allocates nothing per
+    configuration (docs/performance.md, 2026-12-06 evening)."""
     p = row[C_PP]
     per_stage = layers_per_stage(row)       # the busiest rank's layers (uneven stages: a layer more than average)
     slots = split_slots(row) / p            # the embedding's and the loss's slots, per rank on average
-    t_mtp, mtp_params, mtp_experts = 0.0, 0.0, 0.0
-    if row[C_MTP_LAYERS] > 0.0:             # its layer's kind first: the passes below overwrite work[A_*]
-        t_mtp, mtp_params, mtp_experts = mtp_layer(row, work)
+    t_mtp, mtp_params, mtp_experts = mtp_layer_into(row, work, d_mtp)  # first: the passes below overwrite work
     work[A_MTP_PARAMS] = mtp_params         # kept by layer_passes_of, read by the data-parallel step
     work[A_MTP_EXPERT_PARAMS] = mtp_experts
     all_moe = last_rank_all_moe(row)
@@ -179,7 +167,7 @@ def last_rank_all_moe(row):
 @njit
 def mtp_module_params(row, layer_params, layer_experts):
     """(non-expert, routed-expert, embedding-copy) parameters per device of the ``mtp_layers`` MTP modules on
-    the last pipeline rank, given the MTP layer's (:func:`mtp_layer`) ``layer_params`` non-expert and
+    the last pipeline rank, given the MTP layer's (``mtp_breakdown.mtp_layer``) ``layer_params`` non-expert and
     ``layer_experts`` expert parameters (docs/model.md §11.4 "MTP module"). A module (Megatron-Core ``MultiTokenPredictionLayer``,
     megatron/core/transformer/multi_token_prediction.py, NVIDIA/Megatron-LM@d98e8a6) holds a transformer layer,
     the ``eh_proj`` projection ``2h x h`` (column-parallel: ``/t``) and three norms (``enorm``, ``hnorm``,
@@ -395,8 +383,9 @@ def step_row(row, work, out):
     micro_batches = row[C_GLOBAL_BATCH] / (row[C_MICRO_BATCH] * row[C_DP])
     offload_layer = offload_layer_s(row, work, last_rank_all_moe(row))  # first: busiest_stage leaves work[A_*]
     # the BF16 layers' accumulators in frame vectors (jit.stack_vector): nothing allocated per configuration
-    d_first, d_last = stack_vector(N_WORK), stack_vector(N_WORK)
-    stage_mb, average_mb, forward, weight, layers, share, n16, d16 = busiest_stage_into(row, work, d_first, d_last)
+    d_first, d_last, d_mtp = stack_vector(N_WORK), stack_vector(N_WORK), stack_vector(N_WORK)
+    stage_mb, average_mb, forward, weight, layers, share, n16, d16 = busiest_stage_into(row, work, d_first, d_last,
+                                                                                        d_mtp)
     per_stage = layers + share * row[C_MTP_LAYERS] / model_copies(row)   # the busiest rank's layers
     offload = micro_batches * per_stage * offload_layer
     head_params = work[W_PARAMS]
@@ -448,3 +437,4 @@ def step_row(row, work, out):
     out[R_COMM_EP_SCALE_OUT] = micro_batches * per_stage * work[A_EP_SCALE_OUT]
     out[R_EXPOSED_PP] = pp_exposed
     add_bf16_layers(out, micro_batches * n16, d16)     # the busiest rank's BF16 layers, part by part (§11.39)
+    add_mtp_layers(out, micro_batches * (per_stage - layers), work, d_mtp)     # its MTP layers at their own parts

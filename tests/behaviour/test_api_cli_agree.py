@@ -91,3 +91,18 @@ def test_a_training_sweep_axis_error_names_the_same_field_path(tmp_path, axis, v
     with pytest.raises(FastmodelError) as error:
         fastmodel.sweep(*LM, axes={"plan": ["tp2"], axis: values})
     assert str(error.value).startswith(said), error.value
+
+
+def test_a_range_axis_error_names_the_same_field_path(tmp_path):
+    """sweeps/ranges.py names a range's axis bare (``axis num_nodes: ...``, no quotes): the API renames it to
+    axes.num_nodes as the sweep file does (it printed ``axis num_nodes: a range needs 'num' or 'step'``)."""
+    from fastmodel.errors import FastmodelError
+
+    said = "axes.num_nodes: a range needs 'num' or 'step'"
+    (tmp_path / "s.toml").write_text(f'model = "{LM[0]}"\nsystem = "{LM[1]}"\ntask = "{LM[2]}"\n[axes]\n'
+                                     'plan = ["tp2"]\nnum_nodes = {start = 1, stop = 4}\n')
+    result = cli("sweep", tmp_path / "s.toml", "-o", tmp_path / "s.nc")
+    assert result.exit_code == 2 and f"s.toml: {said}" in result.output, result.output
+    with pytest.raises(FastmodelError) as error:
+        fastmodel.sweep(*LM, axes={"plan": ["tp2"], "num_nodes": {"start": 1, "stop": 4}})
+    assert str(error.value) == said

@@ -313,10 +313,11 @@ def test_search_says_what_a_weight_only_precision_means_as_serve_does():
 
 
 def test_search_refuses_the_one_configuration_precisions_it_would_ignore():
-    """--search sweeps --search-precision with each precision's default KV cache; --precision and --kv-precision
-    were silently ignored there."""
+    """--search sweeps --search-precision with each precision's default KV cache (FP8 with fp8, fp4 or mxfp4
+    weights: it said "fp8 or fp4", without mxfp4); --precision and --kv-precision were silently ignored there."""
     search = ("serve", "--search", "-m", "llama3.1-8b", "-d", "H100", "--ttft", "2s", "--tpot", "50ms", "--gpus",
               "1", "--search-concurrency", "2")
     for given in (["--kv-precision", "bf16"], ["--precision", "fp8"]):
-        one_line_error(cli(*search, *given), "--search sweeps --search-precision")
+        one_line_error(cli(*search, *given), "--search sweeps --search-precision",
+                       "(FP8 with fp8, fp4 or mxfp4 weights)")     # serve.precisions.FP8_KV_DEFAULT, mxfp4 included
     assert cli(*search).exit_code == 0

@@ -101,3 +101,27 @@ def test_interleaved_micro_batches_not_a_multiple_of_pp_is_refused(global_batch,
         assert plan_status(row(**{**dense, "vp": 1})[:, None])[0] == 0      # 1F1B runs m = 6 on pp 4
         # PyTorch's ScheduleInterleaved1F1B (the TorchTitan profile sets the column) runs m = 6 on pp 4
         assert plan_status(row(**{**dense, "interleave_any_microbatches": 1})[:, None])[0] == 0
+
+
+@pytest.mark.parametrize("global_batch, rounds, code", [(48, 1, "ok"), (72, 2, "schedule_not_runnable"),
+                                                        (80, 2, "ok"), (64, 2, "ok")])
+def test_interleave_any_microbatches_refuses_what_pytorch_refuses(global_batch, rounds, code):
+    """docs/model.md §11.45: under interleave_any_microbatches (TorchTitan) the rule is PyTorch's
+    ScheduleInterleaved1F1B.__init__ (pytorch@00722e6): number_of_rounds = max(1, m // pp), ValueError when
+    m % number_of_rounds != 0. pp 4, vp 2, dp 1, micro_batch 8: m = 6 -> 1 round, runs; m = 9 -> 9 // 4 = 2
+    rounds, 9 mod 2 = 1, refused; m = 10 -> 2 rounds, runs; m = 8 -> 2 rounds, runs. Megatron-Core's rule (the
+    column at 0) refuses 6, 9 and 10 (not multiples of 4) and runs 8."""
+    dense = {**MOE, "moe_experts": 0, "moe_topk": 0, "moe_ffn": 0, "n_gpus": 4, "tp": 1, "pp": 4, "vp": 2, "dp": 1,
+             "global_batch": global_batch, "micro_batch": 8}
+    m = global_batch // 8
+    assert max(1, m // 4) == rounds
+    column = row(**{**dense, "interleave_any_microbatches": 1})
+    assert plan_status(column[:, None])[0] == STATUS_CODES[code]
+    megatron = "ok" if m % 4 == 0 else "schedule_not_runnable"
+    assert plan_status(row(**dense)[:, None])[0] == STATUS_CODES[megatron]
+    if code == "schedule_not_runnable":
+        with pytest.raises(PlanError, match="schedule_not_runnable") as info:
+            check_plan(column)
+        assert ("9 micro-batches (global_batch / (micro_batch x dp) = 72 / (8 x 1)) is not a multiple of the number "
+                "of rounds max(1, floor(m / pp)) = 2 (pp = 4)") in str(info.value)
+        assert "ScheduleInterleaved1F1B" in str(info.value)

@@ -19,6 +19,7 @@ from fastmodel.kernels.lm.layer import (
     head_costs,
     layer_costs,
 )
+from fastmodel.kernels.lm.mtp_breakdown import mtp_layer
 from fastmodel.kernels.lm.passes import N_WORK as N_PASS_WORK
 from fastmodel.kernels.lm.passes import layer_passes_of
 from fastmodel.kernels.lm.shape import attention_params, attention_params_per_device, mla_duplicated_params
@@ -30,7 +31,6 @@ from fastmodel.kernels.lm.sp_regather import (
     mtp_gemm_format,
     sp_replicated_grads_allreduce,
 )
-from fastmodel.kernels.lm.step import mtp_layer
 from fastmodel.kernels.nccl import allgather_time, allreduce_time
 from fastmodel.kernels.roofline import gemm_roofline, gemm_time, sp_gather_bytes
 from fastmodel.lm.records import read_records

@@ -39,7 +39,8 @@ def defaults(execution, framework: str | None) -> dict:
     # under PP the FSDP2 stage stays gathered between micro-batches: apply_fsdp's reshard_after_forward =
     # not pp_enabled (torchtitan/models/llama3/infra/parallelize.py, pytorch/torchtitan@81c1243) and PyTorch
     # pipelining's set_reshard_after_backward(False) (torch/distributed/pipelining/stage.py, pytorch/pytorch@0138610)
-    # PyTorch's ScheduleInterleaved1F1B runs any m >= pp (docs/model.md §11.45; Megatron-Core refuses m mod pp != 0)
+    # PyTorch's ScheduleInterleaved1F1B runs m >= pp with m a multiple of max(1, m // pp) rounds, not only of pp
+    # (docs/model.md §11.45; Megatron-Core refuses m mod pp != 0)
     # DTensor TP under SP: PrepareModuleInput's all-gather output is the tensor the column-parallel mm saves for
     # backward, so the weight gradient gathers nothing again (docs/model.md §11.41)
     out = {"fsdp_copy_out": True, "fused_kernels": False, "selective_policy": "op", "loss_impl": loss,
