@@ -130,5 +130,5 @@ def test_a_value_other_than_0_or_1_is_one_line(tmp_path):
         cli("sweep", spec, "-o", tmp_path / "out.nc"),
         "axes.allocator_expandable_segments: 0.5 is not a switch (0 or 1, false or true)",
     )
-    with pytest.raises(SweepError, match="'allocator_expandable_segments': 2 is outside"):
+    with pytest.raises(SweepError, match="axes.allocator_expandable_segments: 2 is outside"):
         lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", axes={"allocator_expandable_segments": [0, 2]})
