@@ -23,8 +23,8 @@ from fastmodel.kernels.roofline import (
     grouped_gemm_time,
 )
 from fastmodel.lm.execution import ExecutionSpec
+from fastmodel.registry.lm import BREAKDOWN, PRECISION_CODES, column_defaults
 from fastmodel.registry.lm import COLUMN_INDEX as C
-from fastmodel.registry.lm import PRECISION_CODES, column_defaults
 from tests.lm.lowprec_rows import precision_row
 
 NVFP4 = 0.5 + 1.0 / 16.0
@@ -231,17 +231,7 @@ def _passes(columns):
     return work
 
 
-PARTS = (
-    "time_gemm",
-    "time_attention",
-    "time_memory_bound",
-    "pipeline_bubble",
-    "time_host_wait",
-    "time_optimizer",
-    "time_offload",
-    "time_eval",
-    *(f"exposed_{g}" for g in ("tp", "cp", "ep", "pp", "dp")),
-)
+PARTS = BREAKDOWN.overlapped     # the parts that add up to step_time (registry/lm.py)
 
 
 @pytest.mark.parametrize("precision", ["fp8", "fp4"])

@@ -8,20 +8,10 @@ import pytest
 from fastmodel.kernels.lm.mtp_breakdown import add_mtp_layers, mtp_layer
 from fastmodel.kernels.lm.passes import A_ATTN, A_EP_COMM, A_EP_EXPOSED, A_GEMM, A_RECOMPUTE, N_WORK
 from fastmodel.lm.engine import evaluate_table
+from fastmodel.registry.lm import BREAKDOWN, RESULT_INDEX
 from fastmodel.registry.lm import COLUMN_INDEX as C
-from fastmodel.registry.lm import RESULT_INDEX
 
-PARTS = (
-    "time_gemm",
-    "time_attention",
-    "time_memory_bound",
-    "pipeline_bubble",
-    "time_host_wait",
-    "time_optimizer",
-    "time_offload",
-    "time_eval",
-    *(f"exposed_{g}" for g in ("tp", "cp", "ep", "pp", "dp")),
-)
+PARTS = BREAKDOWN.overlapped     # the parts that add up to step_time (registry/lm.py)
 
 
 def _deepseek_v3(system: str, **execution) -> np.ndarray:
