@@ -70,6 +70,23 @@ from fastmodel.kernels.lm.passes import (
 )
 
 
+#: (breakdown part, layer accumulator) pairs: a layer's GEMM, attention, memory-bound and recompute seconds and each
+#: group's collective and exposed seconds, as one layer adds them to the step's breakdown (``add_bf16_layers``,
+#: ``mtp_breakdown.add_mtp_layers``).
+LAYER_PARTS = (
+    (R_TIME_GEMM, A_GEMM),
+    (R_TIME_ATTENTION, A_ATTN),
+    (R_TIME_MEMORY_BOUND, A_MEM),
+    (R_TIME_RECOMPUTE, A_RECOMPUTE),
+    (R_COMM_TP, A_TP_COMM),
+    (R_COMM_CP, A_CP_COMM),
+    (R_COMM_EP, A_EP_COMM),
+    (R_EXPOSED_TP, A_TP_EXPOSED),
+    (R_EXPOSED_CP, A_CP_EXPOSED),
+    (R_EXPOSED_EP, A_EP_EXPOSED),
+    (R_COMM_EP_SCALE_OUT, A_EP_SCALE_OUT),
+)
+
 @njit
 def bf16_row(row):
     """The row at 16-bit GEMMs: a BF16 layer runs every GEMM at 16 bits, casts nothing and holds no low-precision
@@ -209,17 +226,5 @@ def add_bf16_layers(out, count, work):
     (docs/model.md §11.39)."""
     if count <= 0.0:
         return
-    for result, slot in (
-        (R_TIME_GEMM, A_GEMM),
-        (R_TIME_ATTENTION, A_ATTN),
-        (R_TIME_MEMORY_BOUND, A_MEM),
-        (R_TIME_RECOMPUTE, A_RECOMPUTE),
-        (R_COMM_TP, A_TP_COMM),
-        (R_COMM_CP, A_CP_COMM),
-        (R_COMM_EP, A_EP_COMM),
-        (R_EXPOSED_TP, A_TP_EXPOSED),
-        (R_EXPOSED_CP, A_CP_EXPOSED),
-        (R_EXPOSED_EP, A_EP_EXPOSED),
-        (R_COMM_EP_SCALE_OUT, A_EP_SCALE_OUT),
-    ):
+    for result, slot in LAYER_PARTS:
         out[result] += count * work[slot]

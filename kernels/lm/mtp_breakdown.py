@@ -8,15 +8,11 @@ as ``bf16_layers.add_bf16_layers`` does for the BF16 layers (§11.39).
 """
 
 from fastmodel.kernels.jit import njit
-from fastmodel.kernels.lm.bf16_layers import bf16_row
+from fastmodel.kernels.lm.bf16_layers import LAYER_PARTS, bf16_row
 from fastmodel.kernels.lm.fp4 import train_gemm_format
-from fastmodel.kernels.lm.layout import (
-    C_MTP_LAYERS, R_COMM_CP, R_COMM_EP, R_COMM_EP_SCALE_OUT, R_COMM_TP, R_EXPOSED_CP, R_EXPOSED_EP, R_EXPOSED_TP,
-    R_TIME_ATTENTION, R_TIME_GEMM, R_TIME_MEMORY_BOUND, R_TIME_RECOMPUTE,
-)
+from fastmodel.kernels.lm.layout import C_MTP_LAYERS
 from fastmodel.kernels.lm.passes import (
-    A_ATTN, A_CP_COMM, A_CP_EXPOSED, A_EP_COMM, A_EP_EXPOSED, A_EP_SCALE_OUT, A_EXPERT_PARAMS, A_GEMM, A_MEM,
-    A_PARAMS, A_RECOMPUTE, A_TP_COMM, A_TP_EXPOSED, layer_passes_of, layer_time,
+    A_EXPERT_PARAMS, A_PARAMS, layer_passes_of, layer_time,
 )
 from fastmodel.kernels.lm.shape import mtp_layer_is_moe
 from fastmodel.kernels.lm.sp_regather import mtp_gemm_format
@@ -53,17 +49,5 @@ def add_mtp_layers(out, count, work, d_mtp):
     own accumulators (:func:`mtp_layer_into`) in place of the ordinary layer's, as the step charges them."""
     if count <= 0.0:
         return
-    for result, slot in (
-        (R_TIME_GEMM, A_GEMM),
-        (R_TIME_ATTENTION, A_ATTN),
-        (R_TIME_MEMORY_BOUND, A_MEM),
-        (R_TIME_RECOMPUTE, A_RECOMPUTE),
-        (R_COMM_TP, A_TP_COMM),
-        (R_COMM_CP, A_CP_COMM),
-        (R_COMM_EP, A_EP_COMM),
-        (R_EXPOSED_TP, A_TP_EXPOSED),
-        (R_EXPOSED_CP, A_CP_EXPOSED),
-        (R_EXPOSED_EP, A_EP_EXPOSED),
-        (R_COMM_EP_SCALE_OUT, A_EP_SCALE_OUT),
-    ):
+    for result, slot in LAYER_PARTS:
         out[result] += count * (d_mtp[slot] - work[slot])
