@@ -1,0 +1,30 @@
+"""Plan columns of the passes a stack makes over the gradients around the optimizer step: reads of the local
+shard, the master copy, and the passes over the whole gradient buffer the rank holds (zeroing; Megatron-Core's
+check and pre-scale before the data-parallel reduction).
+
+Rows of ``fastmodel.registry.lm.PLAN_COLUMNS`` (name, units, default, doc, lo, hi, fittable, option), kept here so
+the registry module stays under the line cap. docs/model.md §11.7 "Optimizer step" gives the equation,
+``kernels/lm/optimizer_step.py`` ``optimizer_step_bytes`` computes it, the stack profiles set the values
+(``fastmodel/lm/stacks/megatron_core.py`` ``OPTIMIZER_STEP_PASSES``).
+"""
+
+from __future__ import annotations
+
+STEP_PLAN_ROWS = (
+    ("step_grad_passes", "1", 0, "Reads of the local gradient shard per optimizer step besides the optimizer "
+     "kernel's own (docs/model.md §11.7, optimizer step): 1 for the gradient norm (Megatron-Core "
+     "get_grad_norm_fp32; DeepSpeed stage 0 fp16: 25, §11.32). 0: not counted. Set by the stack.", 0, 64, False, "number"),
+    ("step_master_copy", "1", 0, "1: a separate kernel reads the FP32 master shard again to write the 16-bit "
+     "parameters after the optimizer kernel (Megatron distributed optimizer _copy_main_params_to_model_params); "
+     "the 16-bit write is in the optimizer count either way.", 0, 1, False, "flag"),
+    ("step_zero_grad", "1", 0, "1: every step writes zeros over the whole gradient buffer the rank holds (Megatron "
+     "DDP zero_grad_buffer: the stage's buffer, not the optimizer's shard).", 0, 1, False, "flag"),
+    ("step_grad_check", "1", 0, "1: before the data-parallel reduction every step reads the whole gradient buffer "
+     "the rank holds once, for the NaN / Inf check of each bucket's norm (Megatron-Core param_and_grad_buffer.py "
+     "check_grads, grad_data.norm(p=2); Megatron-LM --check-for-nan-in-loss-and-grad, on unless fp16 with dynamic "
+     "loss scaling; docs/model.md §11.7). Set by the stack.", 0, 1, False, "flag"),
+    ("step_grad_prescale", "1", 0, "1: with dp x cp > 1 every step scales the whole gradient buffer the rank holds "
+     "by 1 / (dp cp) in place before the sum reduction, a read and a write (Megatron-Core DDP "
+     "gradient_scaling_factor of dense and expert buffers alike, --ddp-average-in-collective off; docs/model.md "
+     "§11.7). Set by the stack.", 0, 1, False, "flag"),
+)
