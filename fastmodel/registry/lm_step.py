@@ -1,6 +1,7 @@
 """Plan columns of the passes a stack makes over the gradients around the optimizer step: reads of the local
 shard, the master copy, and the passes over the whole gradient buffer the rank holds (zeroing; Megatron-Core's
-check and pre-scale before the data-parallel reduction).
+check and pre-scale before the data-parallel reduction), and the word embedding's dense gradient added into the
+main gradient every micro-batch.
 
 Rows of ``fastmodel.registry.lm.PLAN_COLUMNS`` (name, units, default, doc, lo, hi, fittable, option), kept here so
 the registry module stays under the line cap. docs/model.md §11.7 "Optimizer step" gives the equation,
@@ -27,4 +28,9 @@ STEP_PLAN_ROWS = (
      "by 1 / (dp cp) in place before the sum reduction, a read and a write (Megatron-Core DDP "
      "gradient_scaling_factor of dense and expert buffers alike, --ddp-average-in-collective off; docs/model.md "
      "§11.7). Set by the stack.", 0, 1, False, "flag"),
+    ("embedding_dense_grad", "1", 0, "1: each micro-batch the word embedding's backward writes a dense 16-bit "
+     "gradient of the weight's shape (PyTorch embedding_backward_cuda_kernel: at::zeros, then a scatter) that the "
+     "DDP hook adds into the main gradient (Megatron-Core _make_backward_post_hook, param.main_grad.add_): "
+     "V h / t x (2 + 2 + 2 grad_reduce_bytes) bytes on the embedding's rank, charged with PP 1, where the head's "
+     "rank holds it (docs/model.md §11.43, the DeepSeek-V2 note). Set by the stack.", 0, 1, False, "flag"),
 )

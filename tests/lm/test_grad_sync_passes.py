@@ -1,9 +1,13 @@
 """Megatron-Core's passes over the whole gradient buffer before the data-parallel reduction (docs/model.md §11.7
 "Optimizer step"): the NaN check of each bucket's norm (``step_grad_check``) and the 1/(dp cp) pre-scale
-(``step_grad_prescale``), each against a hand count, and the Megatron-LM launcher that sets them."""
+(``step_grad_prescale``), and the word embedding's dense gradient added into the main gradient every micro-batch
+(``embedding_dense_grad``, §11.43's DeepSeek-V2 note), each against a hand count, and the Megatron-LM launcher
+that sets them."""
 
+import numpy as np
 import pytest
 
+from fastmodel.kernels.lm.layer import N_WORK, W_MEM, head_costs
 from fastmodel.kernels.lm.step import optimizer_step_bytes
 from fastmodel.lm.execution import ExecutionSpec
 from fastmodel.lm.stacks import resolve
@@ -41,5 +45,21 @@ def test_the_held_buffer_is_zeroed_checked_and_prescaled_by_hand(dp, cp, held_pa
 def test_the_megatron_lm_launcher_checks_and_prescales_its_buckets(values, check, prescale):
     execution = resolve(ExecutionSpec(framework=FRAMEWORK, **values), 1, 12)
     assert execution.step_grad_check is check and execution.step_grad_prescale is prescale
+    assert execution.embedding_dense_grad is (None if values.get("sharding") == "fsdp" else True)
     recipe = resolve(ExecutionSpec(framework="NeMo (MLPerf v4.0 NVIDIA submission, 24.04)"), 1, 12)
     assert recipe.step_grad_check is None and recipe.step_grad_prescale is None     # not its training loop
+
+
+@pytest.mark.parametrize("pp, charged", [(1, True), (2, False)])
+def test_the_embedding_dense_gradient_is_added_into_main_grad_on_the_heads_rank_at_pp1(pp, charged):
+    # DeepSeek-V2: V h = 102,400 x 5,120 = 524,288,000 elements at tp 1; a 16-bit gradient zero-filled (2 B),
+    # read by main_grad.add_ (2 B), the FP32 main gradient read and written (8 B): 12 B each, 6.29 GB a
+    # micro-batch, half charged to each pass of the head's W_MEM (as the loss's passes); at pp 2 the embedding
+    # is on the first rank, not the head's: nothing (as its TP collectives, §11.44)
+    common = dict(micro_batch=1, seq_len=4096, vocab=102400, hidden=5120, tp=1, pp=pp, hbm_bw=8e12, hbm_eff=0.8,
+                  grad_reduce_bytes=4, loss_traffic_bytes_per_logit=52)
+    on, off = np.zeros(N_WORK), np.zeros(N_WORK)
+    head_costs(row(**common, embedding_dense_grad=1), on)
+    head_costs(row(**common), off)
+    expected = 0.5 * 102400 * 5120 * 12 / (8e12 * 0.8) if charged else 0.0
+    assert on[W_MEM] - off[W_MEM] == pytest.approx(expected, rel=1e-12, abs=1e-15)

@@ -38,6 +38,8 @@ LOSS_BYTES_UNFUSED_CE = 38.0 + 14.0
 #: norm (param_and_grad_buffer.py check_grads, lines 176-204, 336-340; training.py line 927 passes
 #: --check-for-nan-in-loss-and-grad, on by default, arguments.py line 1790) and scales it in place by 1/(dp cp)
 #: (lines 345-346; distributed_data_parallel.py lines 364-371: dense and expert buffers, average_in_collective off)
+#: (and, beside them, ``embedding_dense_grad``: the word embedding's dense gradient added into main_grad every
+#: micro-batch, tensor_parallel/layers.py line 281 F.embedding, distributed_data_parallel.py line 523)
 OPTIMIZER_STEP_PASSES = {"step_grad_passes": 1.0, "step_master_copy": True, "step_zero_grad": True,
                          "step_grad_check": True, "step_grad_prescale": True}
 
@@ -52,7 +54,8 @@ def launcher_defaults(framework: str | None) -> dict:
     text = tokens(framework or "")
     if names_in(text, "megatron-lm") and not names_in(text, RECIPE_LAUNCHERS):
         return {"overlap_grad_reduce": False, "overlap_param_gather": False,
-                "loss_traffic_bytes_per_logit": LOSS_BYTES_UNFUSED_CE, **OPTIMIZER_STEP_PASSES}
+                "loss_traffic_bytes_per_logit": LOSS_BYTES_UNFUSED_CE, **OPTIMIZER_STEP_PASSES,
+                "embedding_dense_grad": True}
     return {}
 
 
@@ -102,6 +105,7 @@ def defaults(execution, framework: str | None) -> dict:
         launcher.pop("overlap_param_gather", None)
         launcher.pop("step_grad_check", None)      # FSDP reduces no DDP bucket: neither check nor pre-scale
         launcher.pop("step_grad_prescale", None)
+        launcher.pop("embedding_dense_grad", None)     # nor a main_grad to add the embedding's gradient into
     elif names_in(tokens(framework or ""), "megatron-bridge"):
         launcher["allocator_expandable_segments"] = True  # BRIDGE_ALLOCATOR
     return {**launcher, "moe_mem_kernels": MOE_MEM_KERNELS_MEGATRON_CORE,
