@@ -25,6 +25,7 @@ from fastmodel.registry.lm_overhead import ALLOCATOR_PLAN_ROWS, OVERHEAD_DEVICE_
 from fastmodel.registry.lm_pipeline import PIPELINE_PLAN_ROWS
 from fastmodel.registry.lm_sdpa import SDPA_DEVICE_ROWS, SDPA_PLAN_ROWS
 from fastmodel.registry.lm_status import STATUS_CODES, STATUSES  # noqa: F401  (re-exported: registry.lm.STATUSES)
+from fastmodel.registry.lm_step import STEP_PLAN_ROWS
 from fastmodel.registry.variables import (
     FITS_MEMORY,
     MEMORY_PER_DEVICE,
@@ -239,14 +240,7 @@ PLAN_COLUMNS = _cols(
     ("wgrad_fused_accumulation", "1", 0, "1: weight-gradient GEMMs accumulate into the main gradient (beta = 1), "
      "reading it back, grad_reduce_bytes per element (Megatron-LM gradient_accumulation_fusion; TE "
      "fuse_wgrad_accumulation); charged on routed experts (docs/model.md §11.3). Set by the stack.", 0, 1, False, "flag"),
-    ("step_grad_passes", "1", 0, "Reads of the local gradient shard per optimizer step besides the optimizer "
-     "kernel's own (docs/model.md §11.7, optimizer step): 1 for the gradient norm (Megatron-Core "
-     "get_grad_norm_fp32; DeepSpeed stage 0 fp16: 25, §11.32). 0: not counted. Set by the stack.", 0, 64, False, "number"),
-    ("step_master_copy", "1", 0, "1: a separate kernel reads the FP32 master shard again to write the 16-bit "
-     "parameters after the optimizer kernel (Megatron distributed optimizer _copy_main_params_to_model_params); "
-     "the 16-bit write is in the optimizer count either way.", 0, 1, False, "flag"),
-    ("step_zero_grad", "1", 0, "1: every step writes zeros over the whole gradient buffer the rank holds (Megatron "
-     "DDP zero_grad_buffer: the stage's buffer, not the optimizer's shard).", 0, 1, False, "flag"),
+    *STEP_PLAN_ROWS,
     ("loss_traffic_bytes_per_logit", "bytes", 20.0, "HBM bytes the LM loss moves per logit (vocab / tp x tokens), "
      "forward and backward, beyond the head GEMM's (the bytes kept live: loss_impl). 20: generic (16-bit logits "
      "written, FP32 softmax read and written, each pass). Megatron-Core's unfused vocab-parallel cross-entropy: "

@@ -3,9 +3,13 @@ kernel's bytes per local parameter and the stack's passes around it. ``kernels/l
 
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.layout import (
+    C_CP,
+    C_DP,
     C_MASTER_WEIGHTS,
     C_OPTIMIZER,
+    C_STEP_GRAD_CHECK,
     C_STEP_GRAD_PASSES,
+    C_STEP_GRAD_PRESCALE,
     C_STEP_MASTER_COPY,
     C_STEP_ZERO_GRAD,
     OPT_ADAM,
@@ -41,10 +45,15 @@ def optimizer_step_bytes(row, local_params, held_params):
     """HBM bytes of one optimizer step (docs/model.md §11.7, optimizer step): the optimizer kernel's traffic over
     the ``local_params`` it updates (:func:`optimizer_bytes_per_param`) and the stack's passes around it --
     ``step_grad_passes`` reads of the local gradient shard (the gradient norm), the FP32 master shard read again
-    by a separate copy into the 16-bit parameters (``step_master_copy``, with master weights), and the gradient
-    buffer zeroed over all ``held_params`` whose gradients the rank holds (``step_zero_grad``)."""
+    by a separate copy into the 16-bit parameters (``step_master_copy``, with master weights), and the passes
+    over all ``held_params`` whose gradients the rank holds: zeroed (``step_zero_grad``, a write), and before
+    the data-parallel reduction read for the NaN check of its norm (``step_grad_check``) and, with dp x cp > 1,
+    scaled by 1 / (dp cp) in place (``step_grad_prescale``, a read and a write)."""
     grad = stored_grad_bytes(row)
     per_local = optimizer_bytes_per_param(row) + row[C_STEP_GRAD_PASSES] * grad
     if row[C_MASTER_WEIGHTS] > 0:
         per_local += 4.0 * row[C_STEP_MASTER_COPY]
-    return local_params * per_local + row[C_STEP_ZERO_GRAD] * grad * held_params
+    held_passes = row[C_STEP_ZERO_GRAD] + row[C_STEP_GRAD_CHECK]
+    if row[C_DP] * row[C_CP] > 1.0:
+        held_passes += 2.0 * row[C_STEP_GRAD_PRESCALE]
+    return local_params * per_local + held_passes * grad * held_params

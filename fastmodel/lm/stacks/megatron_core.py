@@ -33,8 +33,15 @@ LOSS_BYTES_UNFUSED_CE = 38.0 + 14.0
 #: step"): the gradient norm reads the local FP32 gradient shard once (optimizer/clip_grads.py get_grad_norm_fp32,
 #: multi_tensor_l2norm), the distributed optimizer copies the FP32 master shard into the 16-bit parameters in a
 #: kernel of its own (distrib_optimizer.py _copy_main_params_to_model_params), and each step zeroes the stage's
-#: whole gradient buffer (training.py train_step -> distributed/param_and_grad_buffer.py reset, grad_data.zero_())
-OPTIMIZER_STEP_PASSES = {"step_grad_passes": 1.0, "step_master_copy": True, "step_zero_grad": True}
+#: whole gradient buffer (training.py train_step -> distributed/param_and_grad_buffer.py reset, grad_data.zero_());
+#: before the data-parallel reduction ``start_grad_sync`` reads that whole buffer for the NaN check of each bucket's
+#: norm (param_and_grad_buffer.py check_grads, lines 176-204, 336-340; training.py line 927 passes
+#: --check-for-nan-in-loss-and-grad, on by default, arguments.py line 1790) and scales it in place by 1/(dp cp)
+#: (lines 345-346; distributed_data_parallel.py lines 364-371: dense and expert buffers, average_in_collective off)
+#: (and, beside them, ``embedding_dense_grad``: the word embedding's dense gradient added into main_grad every
+#: micro-batch, tensor_parallel/layers.py line 281 F.embedding, distributed_data_parallel.py line 523)
+OPTIMIZER_STEP_PASSES = {"step_grad_passes": 1.0, "step_master_copy": True, "step_zero_grad": True,
+                         "step_grad_check": True, "step_grad_prescale": True}
 
 
 def launcher_defaults(framework: str | None) -> dict:
@@ -47,7 +54,8 @@ def launcher_defaults(framework: str | None) -> dict:
     text = tokens(framework or "")
     if names_in(text, "megatron-lm") and not names_in(text, RECIPE_LAUNCHERS):
         return {"overlap_grad_reduce": False, "overlap_param_gather": False,
-                "loss_traffic_bytes_per_logit": LOSS_BYTES_UNFUSED_CE, **OPTIMIZER_STEP_PASSES}
+                "loss_traffic_bytes_per_logit": LOSS_BYTES_UNFUSED_CE, **OPTIMIZER_STEP_PASSES,
+                "embedding_dense_grad": True}
     return {}
 
 
@@ -88,10 +96,16 @@ def defaults(execution, framework: str | None) -> dict:
     megatron/core/distributed/fsdp/src/megatron_fsdp/megatron_fsdp.py lines 328-330, "Default to overlapped
     parameter gather when fully-sharding"; megatron/training/arguments.py line 3190). The rule reads only
     ``sharding = "fsdp"``: Megatron-FSDP's ``optim`` / ``optim_grads`` strategies (ZeRO-1/2) keep the launcher's
-    switch."""
+    switch. Under FSDP the DDP buckets' check and pre-scale (``step_grad_check``, ``step_grad_prescale``) do not
+    run; under fp16 the launcher's dynamic loss scaling turns the check off (docs/model.md §11.7)."""
     launcher = launcher_defaults(framework)
+    if getattr(execution, "precision", None) == "fp16":     # dynamic loss scaling turns the check off
+        launcher.pop("step_grad_check", None)               # (Megatron-LM 23e00ed arguments.py lines 643-652)
     if getattr(execution, "sharding", None) == "fsdp":
         launcher.pop("overlap_param_gather", None)
+        launcher.pop("step_grad_check", None)      # FSDP reduces no DDP bucket: neither check nor pre-scale
+        launcher.pop("step_grad_prescale", None)
+        launcher.pop("embedding_dense_grad", None)     # nor a main_grad to add the embedding's gradient into
     elif names_in(tokens(framework or ""), "megatron-bridge"):
         launcher["allocator_expandable_segments"] = True  # BRIDGE_ALLOCATOR
     return {**launcher, "moe_mem_kernels": MOE_MEM_KERNELS_MEGATRON_CORE,

@@ -1,0 +1,36 @@
+"""Plan columns of the passes a stack makes over the gradients around the optimizer step: reads of the local
+shard, the master copy, and the passes over the whole gradient buffer the rank holds (zeroing; Megatron-Core's
+check and pre-scale before the data-parallel reduction), and the word embedding's dense gradient added into the
+main gradient every micro-batch.
+
+Rows of ``fastmodel.registry.lm.PLAN_COLUMNS`` (name, units, default, doc, lo, hi, fittable, option), kept here so
+the registry module stays under the line cap. docs/model.md §11.7 "Optimizer step" gives the equation,
+``kernels/lm/optimizer_step.py`` ``optimizer_step_bytes`` computes it, the stack profiles set the values
+(``fastmodel/lm/stacks/megatron_core.py`` ``OPTIMIZER_STEP_PASSES``).
+"""
+
+from __future__ import annotations
+
+STEP_PLAN_ROWS = (
+    ("step_grad_passes", "1", 0, "Reads of the local gradient shard per optimizer step besides the optimizer "
+     "kernel's own (docs/model.md §11.7, optimizer step): 1 for the gradient norm (Megatron-Core "
+     "get_grad_norm_fp32; DeepSpeed stage 0 fp16: 25, §11.32). 0: not counted. Set by the stack.", 0, 64, False, "number"),
+    ("step_master_copy", "1", 0, "1: a separate kernel reads the FP32 master shard again to write the 16-bit "
+     "parameters after the optimizer kernel (Megatron distributed optimizer _copy_main_params_to_model_params); "
+     "the 16-bit write is in the optimizer count either way.", 0, 1, False, "flag"),
+    ("step_zero_grad", "1", 0, "1: every step writes zeros over the whole gradient buffer the rank holds (Megatron "
+     "DDP zero_grad_buffer: the stage's buffer, not the optimizer's shard).", 0, 1, False, "flag"),
+    ("step_grad_check", "1", 0, "1: before the data-parallel reduction every step reads the whole gradient buffer "
+     "the rank holds once, for the NaN / Inf check of each bucket's norm (Megatron-Core param_and_grad_buffer.py "
+     "check_grads, grad_data.norm(p=2); Megatron-LM --check-for-nan-in-loss-and-grad, on unless fp16 with dynamic "
+     "loss scaling; docs/model.md §11.7). Set by the stack.", 0, 1, False, "flag"),
+    ("step_grad_prescale", "1", 0, "1: with dp x cp > 1 every step scales the whole gradient buffer the rank holds "
+     "by 1 / (dp cp) in place before the sum reduction, a read and a write (Megatron-Core DDP "
+     "gradient_scaling_factor of dense and expert buffers alike, --ddp-average-in-collective off; docs/model.md "
+     "§11.7). Set by the stack.", 0, 1, False, "flag"),
+    ("embedding_dense_grad", "1", 0, "1: each micro-batch the word embedding's backward writes a dense 16-bit "
+     "gradient of the weight's shape (PyTorch embedding_backward_cuda_kernel: at::zeros, then a scatter) that the "
+     "DDP hook adds into the main gradient (Megatron-Core _make_backward_post_hook, param.main_grad.add_): "
+     "V h / t x (2 + 2 + 2 grad_reduce_bytes) bytes on the embedding's rank, charged with PP 1, where the head's "
+     "rank holds it (docs/model.md §11.43, the DeepSeek-V2 note). Set by the stack.", 0, 1, False, "flag"),
+)
