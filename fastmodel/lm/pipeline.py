@@ -14,6 +14,8 @@ times exactly:
   virtual stage only (under DualPipe the last stage of each direction: half of it per micro-batch);
   when the loss takes a layer's slot (``embedding_loss_in_split``) and a middle rank is the busiest,
   ``t_body = t_mb``: the body of a full rank, scaled from the busiest rank's layers (``busiest_stage``);
+  ``e`` the word embedding's TP collectives at pp > 1 (``kernels/lm/first_rank.py``), on the first virtual
+  stage only (off the busiest rank's body where it holds them: the first rank, or under DualPipe half);
 - each virtual stage (chunk) holds ``t_body / v``; with ``uneven_stages``, in proportion to the
   layers it holds (:func:`chunk_layers`); forward, backward and its weight-gradient part in the
   kernel's pass ratios (:func:`pass_shares`), a split the 1F1B, GPipe and interleaved makespans do
@@ -103,6 +105,7 @@ def stage_times(columns: np.ndarray, uniform: bool = False, schedule: str | None
     from the kernel's results, split into passes in the kernel's ratios (:func:`pass_shares`). ``uniform``:
     every stage runs the average stage (body + head / p, spread over its chunks; with the loss in the split the
     body of L / p layers), the case where the closed form is exact."""
+    from fastmodel.kernels.lm.first_rank import embedding_stage_tp
     from fastmodel.kernels.lm.memory_states import layers_per_stage, split_slots
     from fastmodel.kernels.lm.passes import N_WORK, head_passes
     from fastmodel.kernels.lm.pipeline import model_copies
@@ -125,14 +128,16 @@ def stage_times(columns: np.ndarray, uniform: bool = False, schedule: str | None
     head = head_f + head_b + head_w
     # the busiest rank holds ``layers`` layers and ``share`` of the head (kernels/lm/step.busiest_stage): the body
     # is the time of a full rank's layers (layers_per_stage), scaled back from it
-    layers_busiest, share = busiest_stage(columns, np.zeros(N_WORK))[4:6]
-    body = (stage_mb - share * head / model_copies(columns)) * layers_per_stage(columns) / layers_busiest
+    busiest = busiest_stage(columns, np.zeros(N_WORK))
+    layers_busiest, share, emb = busiest[4], busiest[5], busiest[8]
+    body = (stage_mb - share * head / model_copies(columns) - emb) * layers_per_stage(columns) / layers_busiest
     f_share, w_share = pass_shares(columns)
+    emb_f, emb_b = embedding_stage_tp(columns)  # the first virtual stage's (§11.44 1d); 0 at pp 1
     if uniform:
         body *= 1.0 - split_slots(columns) / p / layers_per_stage(columns)    # L / p layers: the slots are no layers
         share = np.full((v, p), 1.0 / v)
-        forward = share * (f_share * body + head_f / p)
-        backward = share * ((1.0 - f_share) * body + (head_b + head_w) / p)
+        forward = share * (f_share * body + (head_f + emb_f) / p)
+        backward = share * ((1.0 - f_share) * body + (head_b + head_w + emb_b) / p)
         weight = share * (w_share * body + head_w / p)
     else:
         layers = chunk_layers(int(round(_col(columns, "layers"))), p, v)
@@ -141,6 +146,8 @@ def stage_times(columns: np.ndarray, uniform: bool = False, schedule: str | None
         forward[-1, -1] += head_f                 # the last model stage (DualPipe: rank p - 1 and rank 0)
         backward[-1, -1] += head_b + head_w
         weight[-1, -1] += head_w
+        forward[0, 0] += emb_f                    # the first: the embedding's collectives (its backward a B)
+        backward[0, 0] += emb_b
     return StageTimes(schedule or _schedule(columns, v), p, v, int(round(m)), forward, backward, weight, stage_mb,
                       head, r["pipeline_bubble"])
 

@@ -112,7 +112,7 @@ def _layer_terms(columns: np.ndarray, r: dict) -> dict:
     pp, m = col("pp"), col("global_batch") / (col("micro_batch") * col("dp"))
     # the busiest rank's layers, whether it holds the LM head (share 1: the last rank; 0: a middle or the first
     # rank) and its BF16 layers: n16 of them, each d16 beyond the rank's layer
-    *_, layers, share, n16, d16 = busiest_stage(columns, np.zeros(N_WORK))
+    *_, layers, share, n16, d16, _ = busiest_stage(columns, np.zeros(N_WORK))
     full, _ = recompute_share(columns)
     work = np.zeros(N_WORK)
     head_f, head_b, head_w = (share * t for t in head_passes(columns, work))

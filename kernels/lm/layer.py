@@ -421,8 +421,8 @@ def head_costs(row, work):
     loss_tp = (allreduce_time(row, 3.0 * 4.0 * tokens, t, 1.0) if t > 1.0 else 0.0) + mtp_tp
     # the output layer's input gather under SP, its reduce-scatter (SP) or all-reduce backward (§11.44)
     head_f, head_b, head_hidden = head_input_tp(row, tokens)
-    # the word embedding's reduce-scatter / all-reduce (§11.44): here at PP 1 (one rank holds it), and once per MTP
-    # depth at any pp (each embeds its shifted tokens: MultiTokenPredictionLayer._get_embeddings)
+    # the word embedding's reduce-scatter / all-reduce (§11.44): here at PP 1 (one rank holds it; at pp > 1 the
+    # first rank's, first_rank.py), and once per MTP depth at any pp (MultiTokenPredictionLayer._get_embeddings)
     lookups = row[C_MTP_LAYERS] + (1.0 if row[C_PP] <= 1.0 else 0.0)
     if lookups > 0.0:
         emb_f, emb_b = embedding_tp(row, tokens)

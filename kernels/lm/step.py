@@ -48,6 +48,7 @@ from fastmodel.kernels.lm.dp_window import per_chunk_collectives
 from fastmodel.kernels.lm.moe import expert_dp, expert_tp
 from fastmodel.kernels.lm.parallel import data_parallel, fsdp_first_layer_exposed, microbatch_reduce
 from fastmodel.kernels.lm.bf16_layers import add_bf16_layers, bf16_end_work_into
+from fastmodel.kernels.lm.first_rank import embedding_ends, first_rank_mb
 from fastmodel.kernels.lm.mtp_breakdown import add_mtp_layers, mtp_layer_into
 from fastmodel.kernels.lm.sp_regather import sp_replicated_grads_allreduce
 from fastmodel.kernels.lm.passes import (
@@ -66,12 +67,14 @@ from fastmodel.kernels.roofline import memory_bound_time
 
 @njit
 def busiest_stage(row, work):
-    """(t_mb, t_avg, F_avg, W_avg, layers, head share, n16, d16): one micro-batch on the busiest stage and on the
-    average stage, the average stage's forward and weight-gradient passes (what the pipeline schedule's bubble
+    """(t_mb, t_avg, F_avg, W_avg, layers, head share, n16, d16, emb): one micro-batch on the busiest stage and on
+    the average stage, the average stage's forward and weight-gradient passes (what the pipeline schedule's bubble
     reads), the busiest rank's layers and share of the LM head (1: the last rank; 0: a middle or the first rank,
-    :func:`last_rank_layers`), and the BF16 layers it holds with one's accumulators beyond its kind's
-    (``bf16_layers.bf16_layer_work``, §11.39). Leaves the busiest rank's layer accumulators in ``work[A_*]`` and
-    the head's parameters and FLOPs in ``work[W_*]``. ``d16`` is a new vector (:func:`busiest_stage_into`)."""
+    :func:`last_rank_layers`), the BF16 layers it holds with one's accumulators beyond its kind's
+    (``bf16_layers.bf16_layer_work``, §11.39) and its seconds of the word embedding's TP collectives a micro-batch
+    at pp > 1 (``first_rank.embedding_ends``, §11.44). Leaves the busiest rank's layer accumulators in
+    ``work[A_*]`` and the head's parameters and FLOPs in ``work[W_*]``. ``d16`` is a new vector
+    (:func:`busiest_stage_into`)."""
     return busiest_stage_into(row, work, np.empty(N_WORK), np.empty(N_WORK), np.empty(N_WORK))
 
 
@@ -90,6 +93,7 @@ def busiest_stage_into(row, work, d_first, d_last, d_mtp):
     all_moe = last_rank_all_moe(row)
     n_first, n_last = bf16_end_work_into(row, all_moe, d_first, d_last)  # the recipe's BF16 layers (§11.39)
     first_bf16, last_bf16 = n_first * layer_time(d_first), n_last * layer_time(d_last)
+    emb_first, emb_last, emb_forward, emb = embedding_ends(row)  # the embedding's TP at pp > 1 (§11.44 1d)
     layer_passes(row, work)
     t_layer = layer_time(work)
     # the average stage's passes: its L / p layers and its share of the end ranks' BF16 layers, each pass its own
@@ -107,24 +111,22 @@ def busiest_stage_into(row, work, d_first, d_last, d_mtp):
     # decoder's last layer's kind (mtp_layer); their extra LM heads are in the head's passes
     mtp = row[C_MTP_LAYERS] * t_mtp
     last = last_rank_layers(row)
-    last_mb = last * t_last + (head + mtp) / model_copies(row) + last_bf16    # DualPipe: on two ranks, half each
+    last_mb = last * t_last + (head + mtp) / model_copies(row) + last_bf16 + emb_last   # DualPipe: half each
     # the slots hold the embedding and the head, not layers: the average rank's layers are L / p
-    average_mb = (per_stage - slots) * t_layer + (head + mtp + first_bf16 + last_bf16) / p
-    forward, weight = forward + head_f / p, weight + head_w / p
+    average_mb = (per_stage - slots) * t_layer + (head + mtp + first_bf16 + last_bf16 + emb) / p
+    forward, weight = forward + (head_f + emb_forward) / p, weight + head_w / p
     middle = layout_busiest_layers(row)     # an explicit layout's busiest other rank; else per_stage
     lead = middle * t_layer if middle_rank_can_lead(row) else 0.0       # a middle rank: a full share, no head
-    if n_first > 0.0:
-        dense, moe, _ = stage_layers(row, 0.0)  # the first rank and its BF16 layers
-        if (dense + moe) * t_layer + first_bf16 > max(last_mb, lead):
-            if all_moe:     # the first rank's layers are the average's; work[W_*] keeps the head's for step_row
-                head_work = work[:N_LAYER_WORK].copy()
-                layer_passes(row, work)
-                work[:N_LAYER_WORK] = head_work
-            return (dense + moe) * t_layer + first_bf16, average_mb, forward, weight, dense + moe, 0.0, n_first, \
-                d_first
+    first_mb, first_layers = first_rank_mb(row, t_layer, first_bf16, n_first, emb_first)  # its BF16 layers, embedding
+    if first_mb > max(last_mb, lead):
+        if all_moe:     # the first rank's layers are the average's; work[W_*] keeps the head's for step_row
+            head_work = work[:N_LAYER_WORK].copy()
+            layer_passes(row, work)
+            work[:N_LAYER_WORK] = head_work
+        return first_mb, average_mb, forward, weight, first_layers, 0.0, n_first, d_first, emb_first
     if lead > last_mb:
-        return lead, average_mb, forward, weight, middle, 0.0, 0.0, d_first
-    return last_mb, average_mb, forward, weight, last, 1.0, n_last, d_last
+        return lead, average_mb, forward, weight, middle, 0.0, 0.0, d_first, 0.0
+    return last_mb, average_mb, forward, weight, last, 1.0, n_last, d_last, emb_last
 
 
 @njit
@@ -384,8 +386,8 @@ def step_row(row, work, out):
     offload_layer = offload_layer_s(row, work, last_rank_all_moe(row))  # first: busiest_stage leaves work[A_*]
     # the BF16 layers' accumulators in frame vectors (jit.stack_vector): nothing allocated per configuration
     d_first, d_last, d_mtp = stack_vector(N_WORK), stack_vector(N_WORK), stack_vector(N_WORK)
-    stage_mb, average_mb, forward, weight, layers, share, n16, d16 = busiest_stage_into(row, work, d_first, d_last,
-                                                                                        d_mtp)
+    stage_mb, average_mb, forward, weight, layers, share, n16, d16, emb = busiest_stage_into(row, work, d_first,
+                                                                                             d_last, d_mtp)
     per_stage = layers + share * row[C_MTP_LAYERS] / model_copies(row)   # the busiest rank's layers
     offload = micro_batches * per_stage * offload_layer
     head_params = work[W_PARAMS]
@@ -427,11 +429,11 @@ def step_row(row, work, out):
     out[R_TIME_HOST_WAIT] = host_wait
     out[R_TIME_OFFLOAD] = offload
     out[R_TIME_EVAL] = evaluation
-    out[R_COMM_TP] = micro_batches * (per_stage * work[A_TP_COMM] + head_tp)
+    out[R_COMM_TP] = micro_batches * (per_stage * work[A_TP_COMM] + head_tp + emb)   # emb: blocking (§11.44)
     out[R_COMM_CP] = micro_batches * per_stage * work[A_CP_COMM]
     out[R_COMM_EP] = micro_batches * per_stage * work[A_EP_COMM]
     out[R_COMM_PP] = pp_comm
-    out[R_EXPOSED_TP] = micro_batches * (per_stage * work[A_TP_EXPOSED] + head_tp_left)
+    out[R_EXPOSED_TP] = micro_batches * (per_stage * work[A_TP_EXPOSED] + head_tp_left + emb)
     out[R_EXPOSED_CP] = micro_batches * per_stage * work[A_CP_EXPOSED]
     out[R_EXPOSED_EP] = micro_batches * per_stage * work[A_EP_EXPOSED]
     out[R_COMM_EP_SCALE_OUT] = micro_batches * per_stage * work[A_EP_SCALE_OUT]

@@ -29,7 +29,7 @@ def test_a_leading_first_rank_keeps_the_heads_costs_for_the_step():
                        bf16_layers_start=15)
     assert last_rank_all_moe(columns)
     work = np.zeros(N_WORK)
-    *_, layers, share, n16, _ = busiest_stage(columns, work)
+    *_, layers, share, n16, _, _ = busiest_stage(columns, work)
     assert (layers, share, n16) == (15.0, 0.0, 15.0)
     head = np.zeros(N_WORK)
     head_passes(columns, head)

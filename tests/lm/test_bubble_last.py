@@ -179,3 +179,28 @@ def test_bf16_first_layers_interleaved_exact_bubble_above_both_forms():
     assert (average, credited) == pytest.approx((12.225, 12.05))
     bubble = makespan(forward, backward, m, "interleaved", v) - m * t[-1]
     assert bubble > average > credited
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_the_first_ranks_embedding_waits_p_times_interleaved_once_in_1f1b(seed):
+    # docs/model.md §11.44 item 1d: the embedding's e = e_F + e_B on rank 0's first chunk, the ranks' chunks
+    # otherwise alike, the head on the last: interleaved, rank 0 runs its group of p chunk-0 forwards before the
+    # chunk-1 forward the last rank waits for, and p chunk-0 backwards after its last chunk-1 backward:
+    # T = m t_last + sum_{k<p-1} body_k / v + p e (the credited form's e / v and embedding_warmup's (p - 1/v) e);
+    # 1F1B (v = 1): the sum form, e once
+    rng = np.random.default_rng(30 + seed)
+    for _ in range(15):
+        p, v = int(rng.integers(2, 7)), int(rng.integers(1, 5))
+        m = p * int(rng.integers(1, 4))
+        share, body = rng.uniform(0.2, 0.5), np.full(p, rng.uniform(0.5, 2.0))
+        forward, backward = np.tile(share * body / v, (v, 1)), np.tile((1 - share) * body / v, (v, 1))
+        forward[-1, -1] += rng.uniform(0.05, 1.0)
+        backward[-1, -1] += rng.uniform(0.1, 2.0)
+        e_f, e_b = rng.uniform(0.0, 0.02), rng.uniform(0.0, 0.02)
+        forward[0, 0] += e_f
+        backward[0, 0] += e_b
+        t = (forward + backward).sum(axis=0)
+        wait = (p if v > 1 else 1) * (e_f + e_b)
+        expected = m * t[-1] + (p - 1) * body[0] / v + wait
+        schedule = "interleaved" if v > 1 else "1f1b"
+        assert makespan(forward, backward, m, schedule, v) == pytest.approx(expected, rel=1e-9, abs=0.0)

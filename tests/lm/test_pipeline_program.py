@@ -191,6 +191,17 @@ def _columns(record_id, **changes):
     return overlay_columns(RECORDS[record_id].columns, changes)    # a copy with the columns changed by name
 
 
+def _embedding_wait(columns, p, v):
+    """What the first rank's word embedding (its TP collectives e = e_F + e_B a micro-batch on the first virtual
+    stage, docs/model.md §11.44 item 1d) adds to the makespan when the last rank is the busiest: 1F1B and GPipe
+    cross rank 0 once, e; interleaved, rank 0 runs its group of p chunk-0 forwards (backwards) before (after) the
+    chunk the last rank waits for, p e (kernels/lm/bubble_last.py)."""
+    from fastmodel.kernels.lm.first_rank import embedding_stage_tp
+
+    e = sum(embedding_stage_tp(columns))
+    return p * e if v > 1 else e
+
+
 @pytest.mark.parametrize("record_id", PIPELINED)
 def test_the_kernels_average_stage_bubble_is_exact_for_uniform_stages(record_id):
     from fastmodel.kernels.lm.pipeline import pipeline_bubble
@@ -208,26 +219,29 @@ def test_the_kernels_average_stage_bubble_is_exact_for_uniform_stages(record_id)
     assert exact.makespan == pytest.approx(m * average + closed, rel=1e-9)
     assert exact.idle == pytest.approx(np.full(p, closed), rel=1e-9)
     # the kernel's own bubble for these records (the last rank, with the head, the busiest) is the credited one
-    # (kernels/lm/bubble_last.py, §11.43): (p t_avg - t_mb)/v = (p - 1)/v x the body
-    assert times.closed_bubble == pytest.approx((p - 1) / v * (times.stage_mb - times.head), rel=1e-12)
+    # (kernels/lm/bubble_last.py, §11.43): (p t_avg - t_mb)/v = (p - 1)/v x the body, and the embedding's wait
+    wait = _embedding_wait(columns, p, v)
+    assert wait > 0.0       # TP > 1 on every record here
+    assert times.closed_bubble == pytest.approx((p - 1) / v * (times.stage_mb - times.head) + wait, rel=1e-12)
 
 
 @pytest.mark.parametrize("record_id, gpipe", [(r, False) for r in PIPELINED] + [(r, True) for r in PIPELINED[:3]])
 def test_the_closed_form_is_exact_with_the_head_on_the_last_stage(record_id, gpipe):
     # The last stage is the slowest (it holds the LM head), so it never waits once it has started: its first
     # forward starts after (p - 1) chunk forwards, its last backward is followed by (p - 1) chunk backwards,
-    # so the exact makespan is m t_mb + (p - 1)/v (t_mb - t_head). The kernel's bubble is that (§11.43); the
-    # average stage's, (p - 1)/v (t_mb - t_head + t_head / p), charged (p - 1)/(p v) t_head too much.
+    # so the exact makespan is m t_mb + (p - 1)/v (t_mb - t_head), and the first rank's embedding on the way
+    # (_embedding_wait). The kernel's bubble is that (§11.43, §11.44 item 1d); the average stage's,
+    # (p - 1)/v (t_mb - t_head + t_head / p), charged (p - 1)/(p v) t_head too much.
     columns = _columns(record_id, pipeline_schedule=2) if gpipe else _columns(record_id)
     times = stage_times(columns)
     assert times.schedule == ("gpipe" if gpipe else "1f1b" if times.virtual_stages == 1 else "interleaved")
     p, v, m = times.stages, times.virtual_stages, times.micro_batches
     exact = exact_pipeline(times)
-    body = times.stage_mb - times.head
-    assert exact.makespan == pytest.approx(m * times.stage_mb + (p - 1) / v * body, rel=1e-9)
+    bubble = (p - 1) / v * (times.stage_mb - times.head) + _embedding_wait(columns, p, v)
+    assert exact.makespan == pytest.approx(m * times.stage_mb + bubble, rel=1e-9)
     assert times.closed == pytest.approx(exact.makespan, rel=1e-9)
-    assert times.closed_bubble == pytest.approx((p - 1) / v * body, rel=1e-9)
-    assert exact.idle[-1] == pytest.approx((p - 1) / v * body, rel=1e-9)
+    assert times.closed_bubble == pytest.approx(bubble, rel=1e-9)
+    assert exact.idle[-1] == pytest.approx(bubble, rel=1e-9)
 
 
 @pytest.mark.parametrize("forward_share", [0.2, 0.5])
@@ -279,10 +293,11 @@ def test_the_loss_in_the_split_against_the_exact_path(vp):
     exact = exact_pipeline(times)
     assert exact.makespan < times.closed < 1.005 * exact.makespan
     assert times.micro_batches * times.head > 4.0 * (times.closed - exact.makespan)
-    # every rank the average one, (94 t_layer + t_head) / 8 (t_layer = t_mb / 12 here): the bubble is exact
+    # every rank the average one, (94 t_layer + t_head + e) / 8 (t_layer = t_mb / 12 here; e the first rank's
+    # embedding, §11.44 item 1d): the bubble is exact
     assert times.head < times.stage_mb / 12
     uniform = stage_times(columns, uniform=True)
-    average = (94 * times.stage_mb / 12 + times.head) / 8
+    average = (94 * times.stage_mb / 12 + times.head + _embedding_wait(columns, 8, 1)) / 8     # e: 1F1B's wait
     assert uniform.closed_bubble == pytest.approx((8 - 1) / vp * average, rel=1e-12)
     assert exact_pipeline(uniform).makespan == pytest.approx(times.micro_batches * average + uniform.closed_bubble,
                                                             rel=1e-9)
@@ -298,7 +313,10 @@ def test_sends_against_the_closed_form(record_id, changes):
     # With each stage's sends on a stream of their own (asynchronous), 1F1B hides most sends behind the
     # compute: the closed form's 2 (p - 1) + 2 m exposed sends (blocking sends) are above the exact path.
     # Interleaved, the warm-up chain crosses p v - 1 boundaries each way, and so does the closed form's
-    # 2 (p v - 1) exposed sends: the two agree.
+    # 2 (p v - 1) exposed sends: the two agree on alike chunks. With the first rank's embedding on its first chunk
+    # (§11.44 item 1d) the chain's sends run while rank 0 works through its group of p heavier chunk-0 passes, the
+    # wait the bubble charges (_embedding_wait): the exact path adds up to that wait less than the closed form
+    # (korthikanti pp 4: 5.39 against 6.72 ms, the wait 1.78 ms; MLPerf pp 4: 16.68 against 18.05 ms, 1.83 ms).
     columns = _columns(record_id, **changes)
     times = stage_times(columns)
     send = send_time(columns)
@@ -308,7 +326,7 @@ def test_sends_against_the_closed_form(record_id, changes):
     assert send > 0.0 and p <= 4
     if v == 1:
         assert closed == pytest.approx((2 * (p - 1) + 2 * m) * send, rel=1e-12)
-        assert 2 * (p - 1) * send <= added < closed
+        assert 2 * (p - 1) * send * (1.0 - 1e-12) <= added < closed
     else:
         assert closed == pytest.approx(2 * (p * v - 1) * send, rel=1e-12)
-        assert added == pytest.approx(closed, rel=1e-9)
+        assert closed - _embedding_wait(columns, p, v) < added <= closed * (1.0 + 1e-9)
