@@ -1,0 +1,69 @@
+"""Terms that count the MTP module's transformer layer, audited against its kind (issues 22/23/26; docs/model.md
+§11.4 "MTP module", "In other terms"): Megatron-Core builds that layer from the decoder's last layer's spec
+(``shape.mtp_layer_is_moe``), so a MoE model whose last layer is dense (``moe_layer_freq`` 2, an even layer count)
+has a dense MTP layer, and a DeepSeek-V3-like one (every layer after the leading dense ones MoE) a MoE one. Each
+term is checked by hand with distinct per-kind unit values: the MTP layer adds exactly one layer of its kind.
+Megatron-Core: megatron/core/transformer/multi_token_prediction.py, transformer_layer.py at NVIDIA/Megatron-LM@d98e8a6."""
+
+import pytest
+
+from fastmodel.kernels.lm.memory_activations import mtp_activation_bytes, stage_microbatch_bytes
+from fastmodel.kernels.lm.memory_chunks import (
+    chunk_microbatch_bytes,
+    rank_wgrad_pending_bytes,
+    wgrad_pending_layer_bytes,
+)
+from fastmodel.kernels.lm.shape import mtp_layer_is_moe
+from fastmodel.lm.table import row
+
+#: 4 layers, MoE every second one from layer 0 (layers 0 and 2): the last layer, 3, is dense
+MOE = dict(layers=4, hidden=1024, ffn=4096, heads=16, kv_heads=16, head_dim=64, vocab=1000, seq_len=512,
+           gated_mlp=1, moe_experts=8, moe_topk=2, moe_ffn=512, dense_layers=0, moe_layer_freq=2, ep=1, dp=1,
+           micro_batch=1, global_batch=8, sharding="ddp", flash_attention=1, dropout=0, recompute="none",
+           cuda_context_bytes=0, cublas_workspace_bytes=0, nccl_channels=0, nccl_p2p_channels_per_peer=0)
+#: the same with every layer MoE: the MTP layer is MoE (DeepSeek-V3's case)
+ALL_MOE = dict(MOE, moe_layer_freq=1)
+DENSE_LAYER, MOE_LAYER = 1.0, 1000.0       # per-kind unit bytes, far apart
+
+
+def test_the_mtp_layer_s_kind_follows_the_decoder_s_last_layer():
+    assert not mtp_layer_is_moe(row(**MOE, mtp_layers=1))
+    assert mtp_layer_is_moe(row(**ALL_MOE, mtp_layers=1))
+    assert mtp_layer_is_moe(row(**{**MOE, "layers": 5}, mtp_layers=1))     # layer 4 = 0 mod 2: MoE
+
+
+@pytest.mark.parametrize("model, unit", [(MOE, DENSE_LAYER), (ALL_MOE, MOE_LAYER)])
+def test_a_stage_keeps_the_mtp_layer_at_its_own_kind_per_micro_batch(model, unit):
+    """``stage_microbatch_bytes`` on the last of 2 ranks: the module adds its layer, of its kind, and its inputs
+    (``mtp_activation_bytes``). It charged the MoE layer's bytes whenever the model had experts."""
+    one, none = row(**model, pp=2, mtp_layers=1), row(**model, pp=2, mtp_layers=0)
+    added = stage_microbatch_bytes(one, 1.0, DENSE_LAYER, MOE_LAYER) - stage_microbatch_bytes(none, 1.0, DENSE_LAYER,
+                                                                                              MOE_LAYER)
+    assert added == pytest.approx(unit + mtp_activation_bytes(one), rel=1e-12)
+
+
+@pytest.mark.parametrize("model, unit", [(MOE, DENSE_LAYER), (ALL_MOE, MOE_LAYER)])
+def test_the_post_process_chunk_keeps_the_mtp_layer_at_its_own_kind(model, unit):
+    """Interleaved (p 2, v 2): the last rank's chunk v - 1 holds the MTP modules (``chunk_microbatch_bytes``)."""
+    values = dict(pp=2, vp=2, pipeline_schedule="interleaved")
+    one, none = row(**model, **values, mtp_layers=1), row(**model, **values, mtp_layers=0)
+    added = chunk_microbatch_bytes(one, 1.0, 1.0, DENSE_LAYER, MOE_LAYER) \
+        - chunk_microbatch_bytes(none, 1.0, 1.0, DENSE_LAYER, MOE_LAYER)
+    assert added == pytest.approx(unit + mtp_activation_bytes(one), rel=1e-12)
+
+
+def test_zb_h1_s_pending_weight_gradients_count_the_mtp_layer_and_interleaved_dense_layers_at_their_kind():
+    """``rank_wgrad_pending_bytes`` on the last of 2 ranks (layers 2 MoE, 3 dense; ``stage_layers`` gives 1 + 1):
+    ``pT + pF`` without MTP, ``pT + 2 pF`` with it (pT, pF: ``wgrad_pending_layer_bytes`` of a MoE and a dense
+    layer). The dense layer of ``moe_layer_freq`` 2 was dropped (the sum read ``dense_layers`` > 0) and the MTP
+    layer counted as MoE."""
+    values = dict(pp=2, pipeline_schedule="zb_h1")
+    none, one = row(**MOE, **values, mtp_layers=0), row(**MOE, **values, mtp_layers=1)
+    p_moe, p_dense = wgrad_pending_layer_bytes(none, True), wgrad_pending_layer_bytes(none, False)
+    assert p_moe != p_dense
+    assert rank_wgrad_pending_bytes(none, 1.0) == pytest.approx(p_moe + p_dense, rel=1e-12)
+    assert rank_wgrad_pending_bytes(one, 1.0) == pytest.approx(p_moe + 2 * p_dense, rel=1e-12)
+    all_moe = row(**ALL_MOE, **values, mtp_layers=1)
+    assert rank_wgrad_pending_bytes(all_moe, 1.0) == pytest.approx(3 * wgrad_pending_layer_bytes(all_moe, True),
+                                                                   rel=1e-12)
+
