@@ -13,8 +13,10 @@ from fastmodel.kernels.lm.memory_chunks import (
     rank_wgrad_pending_bytes,
     wgrad_pending_layer_bytes,
 )
+from fastmodel.kernels.lm.memory_offload import host_offload_bytes, offloaded_layer_bytes
 from fastmodel.kernels.lm.shape import mtp_layer_is_moe
 from fastmodel.lm.table import row
+from fastmodel.registry.lm import OFFLOAD_MODULES
 
 #: 4 layers, MoE every second one from layer 0 (layers 0 and 2): the last layer, 3, is dense
 MOE = dict(layers=4, hidden=1024, ffn=4096, heads=16, kv_heads=16, head_dim=64, vocab=1000, seq_len=512,
@@ -67,3 +69,15 @@ def test_zb_h1_s_pending_weight_gradients_count_the_mtp_layer_and_interleaved_de
     assert rank_wgrad_pending_bytes(all_moe, 1.0) == pytest.approx(3 * wgrad_pending_layer_bytes(all_moe, True),
                                                                    rel=1e-12)
 
+
+@pytest.mark.parametrize("model, moe", [(MOE, False), (ALL_MOE, True)])
+def test_fine_grained_offload_pins_the_mtp_layer_s_own_kind_on_the_host(model, moe):
+    """``host_offload_bytes`` without a pipeline (one rank, one micro-batch in flight): ``gpus_per_node x (held -
+    max(o_d, o_m))``; the MTP layer, a ``TransformerLayer`` of its kind, offloads that kind's ``o`` (``moe_act``
+    offloads routed-expert bytes in MoE layers only). It was charged ``o_m`` whenever the model had experts."""
+    values = dict(pp=1, gpus_per_node=8, offload_modules=OFFLOAD_MODULES["core_attn"] + OFFLOAD_MODULES["moe_act"],
+                  seq_len=4096, micro_batch=2, global_batch=2)     # T 8,192: tensors above the 2^20-element floor
+    none, one = row(**{**model, **values}, mtp_layers=0), row(**{**model, **values}, mtp_layers=1)
+    o_d, o_m = offloaded_layer_bytes(one, False), offloaded_layer_bytes(one, True)
+    assert 0.0 < o_d < o_m
+    assert host_offload_bytes(one) - host_offload_bytes(none) == pytest.approx(8 * (o_m if moe else o_d), rel=1e-12)
