@@ -81,3 +81,20 @@ def test_fine_grained_offload_pins_the_mtp_layer_s_own_kind_on_the_host(model, m
     o_d, o_m = offloaded_layer_bytes(one, False), offloaded_layer_bytes(one, True)
     assert 0.0 < o_d < o_m
     assert host_offload_bytes(one) - host_offload_bytes(none) == pytest.approx(8 * (o_m if moe else o_d), rel=1e-12)
+
+
+@pytest.mark.parametrize("model, mlp", [
+    (dict(MOE, moe_experts=0, moe_topk=0, moe_layer_freq=1), 3 * (1024 + 4096)),  # dense model: its gated MLP
+    (MOE, 3 * (1024 + 4096)),                   # MoE, last layer dense: the dense MLP
+    (ALL_MOE, 8 * 3 * (1024 + 512)),            # MoE layer: the 8 local experts' 3 matrices of 1,024 x 512
+])
+def test_adafactor_factors_the_mtp_layer_at_its_kind_and_its_projection(model, mlp):
+    """``adafactor_factored_bytes`` of the last of 2 ranks: 4 B x (rows + cols) per matrix. The MTP module adds
+    its layer's attention 4 x (1,024 + 16 x 64) = 8,192, its MLP of its kind, and ``eh_proj`` 2,048 + 1,024 (TP 1).
+    It counted the layer's MLP as routed experts always (none for a dense model) and not ``eh_proj``."""
+    from fastmodel.kernels.lm.memory_states import adafactor_factored_bytes
+
+    values = dict(model, pp=2, optimizer="adafactor")
+    added = adafactor_factored_bytes(row(**values, mtp_layers=1), 1.0) \
+        - adafactor_factored_bytes(row(**values, mtp_layers=0), 1.0)
+    assert added == pytest.approx(4 * (8192 + mlp + 2048 + 1024), rel=1e-12)
