@@ -98,3 +98,23 @@ def test_adafactor_factors_the_mtp_layer_at_its_kind_and_its_projection(model, m
     added = adafactor_factored_bytes(row(**values, mtp_layers=1), 1.0) \
         - adafactor_factored_bytes(row(**values, mtp_layers=0), 1.0)
     assert added == pytest.approx(4 * (8192 + mlp + 2048 + 1024), rel=1e-12)
+
+
+def test_a_dense_mtp_layer_in_a_moe_model_runs_the_dense_layer_s_passes():
+    """``mtp_breakdown.mtp_layer`` (the step charges each MTP layer its seconds): in a MoE model whose last layer is
+    dense the MTP layer is a dense layer, not the mix's average layer (half MoE here). By hand (T 512, TP 1): its
+    forward FLOPs 2 T (4,194,304 attention + 3 x 1,024 x 4,096 MLP parameters) + the causal core 2 T (s / 2) a
+    (d + d) = 17,716,740,096, its matmul parameters 16,777,216, none routed; its seconds those of the
+    same layer in a dense model of the same shape."""
+    import numpy as np
+
+    from fastmodel.kernels.lm.mtp_breakdown import mtp_layer
+    from fastmodel.kernels.lm.passes import A_FLOPS, N_WORK
+
+    work = np.zeros(N_WORK)
+    seconds, params, experts = mtp_layer(row(**MOE, mtp_layers=1), work)
+    assert work[A_FLOPS] == pytest.approx(2 * 512 * (4_194_304 + 3 * 1024 * 4096) + 2 * 512 * 256 * 16 * 128,
+                                          rel=1e-12)
+    assert (params, experts) == (16_777_216, 0.0)
+    dense = dict(MOE, moe_experts=0, moe_topk=0, moe_layer_freq=1)
+    assert seconds == pytest.approx(mtp_layer(row(**dense, mtp_layers=1), np.zeros(N_WORK))[0], rel=1e-12)
