@@ -407,7 +407,8 @@ def step_row(row, work, out):
 
     full, _ = recompute_share(row)
     flops = work[A_FLOPS]
-    executed = micro_batches * (per_stage * (3.0 * flops + full * flops) + head_flops / p)
+    executed = micro_batches * (per_stage * (3.0 * flops + full * flops) + head_flops / p    # MTP layers: their own
+                                + (per_stage - layers) * (3.0 + full) * (d_mtp[A_FLOPS] - flops))
     tokens = row[C_GLOBAL_BATCH] * row[C_SEQ_LEN]
     n = row[C_N_GPUS]
     peak = row[C_PEAK_FLOPS_8] if row[C_PRECISION] == PRECISION_FP8 and row[C_PEAK_FLOPS_8] > 0.0 \

@@ -16,7 +16,7 @@ from fastmodel.kernels.lm.memory_chunks import (
 from fastmodel.kernels.lm.memory_offload import host_offload_bytes, offloaded_layer_bytes
 from fastmodel.kernels.lm.shape import mtp_layer_is_moe
 from fastmodel.lm.table import row
-from fastmodel.registry.lm import OFFLOAD_MODULES
+from fastmodel.registry.lm import COLUMN_INDEX, OFFLOAD_MODULES
 
 #: 4 layers, MoE every second one from layer 0 (layers 0 and 2): the last layer, 3, is dense
 MOE = dict(layers=4, hidden=1024, ffn=4096, heads=16, kv_heads=16, head_dim=64, vocab=1000, seq_len=512,
@@ -98,6 +98,24 @@ def test_adafactor_factors_the_mtp_layer_at_its_kind_and_its_projection(model, m
     added = adafactor_factored_bytes(row(**values, mtp_layers=1), 1.0) \
         - adafactor_factored_bytes(row(**values, mtp_layers=0), 1.0)
     assert added == pytest.approx(4 * (8192 + mlp + 2048 + 1024), rel=1e-12)
+
+
+def test_hfu_counts_the_mtp_layer_s_own_flops():
+    """HFU's executed FLOPs (``step.step_row``, one rank, no recompute, 8 micro-batches): the MTP module adds
+    3 x (its layer's forward + its head's) per micro-batch. Its layer is dense here (T 512, TP 1): 2 T (4,194,304
+    attention + 3 x 1,024 x 4,096 MLP parameters) = 17,179,869,184 plus the causal core 2 T (s / 2) a (d + d) =
+    536,870,912; its head 2 T V h + eh_proj 2 T 2h h = 3,196,059,648. It counted the rank's average layer (MoE and
+    dense mixed) in place of the MTP layer."""
+    from fastmodel.lm.engine import evaluate_table
+    from fastmodel.lm.table import table
+
+    def executed(mtp):
+        res = evaluate_table(table(1, **MOE, pp=1, mtp_layers=mtp))
+        return res["hfu"][0] * res["step_time"][0] * row(**MOE)[COLUMN_INDEX["peak_flops_16"]]
+
+    layer = 2 * 512 * (4_194_304 + 3 * 1024 * 4096) + 2 * 512 * 256 * 16 * 128
+    head = 2 * 512 * 1000 * 1024 + 2 * 512 * 2048 * 1024
+    assert executed(1) - executed(0) == pytest.approx(8 * 3 * (layer + head), rel=1e-9)
 
 
 def test_a_dense_mtp_layer_in_a_moe_model_runs_the_dense_layer_s_passes():
