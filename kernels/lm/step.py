@@ -110,7 +110,9 @@ def busiest_stage_into(row, work, d_first, d_last, d_mtp):
     last_mb = last * t_last + (head + mtp) / model_copies(row) + last_bf16    # DualPipe: on two ranks, half each
     # the slots hold the embedding and the head, not layers: the average rank's layers are L / p
     average_mb = (per_stage - slots) * t_layer + (head + mtp + first_bf16 + last_bf16) / p
-    forward, weight = forward + head_f / p, weight + head_w / p
+    # the MTP layers' forward and weight-gradient passes are the average stage's too, as in average_mb (§11.4)
+    forward += (head_f + row[C_MTP_LAYERS] * (d_mtp[A_FORWARD] + d_mtp[A_EXPOSED_F])) / p
+    weight += (head_w + row[C_MTP_LAYERS] * d_mtp[A_BACKWARD_WEIGHT]) / p
     middle = layout_busiest_layers(row)     # an explicit layout's busiest other rank; else per_stage
     lead = middle * t_layer if middle_rank_can_lead(row) else 0.0       # a middle rank: a full share, no head
     if n_first > 0.0:

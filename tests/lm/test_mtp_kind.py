@@ -136,3 +136,28 @@ def test_a_dense_mtp_layer_in_a_moe_model_runs_the_dense_layer_s_passes():
     assert (params, experts) == (16_777_216, 0.0)
     dense = dict(MOE, moe_experts=0, moe_topk=0, moe_layer_freq=1)
     assert seconds == pytest.approx(mtp_layer(row(**dense, mtp_layers=1), np.zeros(N_WORK))[0], rel=1e-12)
+
+
+@pytest.mark.parametrize("model", [MOE, ALL_MOE])
+def test_the_average_stage_s_forward_and_weight_passes_include_its_share_of_the_mtp_layers(model):
+    """``step.busiest_stage``'s F_avg and W_avg (the bubble of ZB-H1 and DualPipe reads them): with ``average_mb``
+    growing by (head + D t_MTP) / p, F_avg grows by (head F + D (F_MTP + exposed F)) / p and W_avg by (head W + D
+    W_MTP) / p (``mtp_layer``'s passes, ``head_passes``). F_avg had the head's share only, so the MTP layer's
+    forward and weight passes landed in the bubble's B."""
+    import numpy as np
+
+    from fastmodel.kernels.lm.mtp_breakdown import mtp_layer
+    from fastmodel.kernels.lm.passes import A_BACKWARD_WEIGHT, A_EXPOSED_F, A_FORWARD, N_WORK, head_passes
+    from fastmodel.kernels.lm.step import busiest_stage
+
+    values = dict(model, pp=4, layers=8, global_batch=16)
+    none, one = row(**values, mtp_layers=0), row(**values, mtp_layers=1)
+    _, avg0, f0, w0, *_ = busiest_stage(none, np.zeros(N_WORK))
+    _, avg1, f1, w1, *_ = busiest_stage(one, np.zeros(N_WORK))
+    d = np.zeros(N_WORK)
+    t_mtp = mtp_layer(one, d)[0]
+    head0, head1 = head_passes(none, np.zeros(N_WORK)), head_passes(one, np.zeros(N_WORK))
+    assert avg1 - avg0 == pytest.approx((sum(head1) - sum(head0) + t_mtp) / 4, rel=1e-9)
+    assert f1 - f0 == pytest.approx((head1[0] - head0[0] + d[A_FORWARD] + d[A_EXPOSED_F]) / 4, rel=1e-9)
+    assert w1 - w0 == pytest.approx((head1[2] - head0[2] + d[A_BACKWARD_WEIGHT]) / 4, rel=1e-9)
+
