@@ -43,7 +43,7 @@ from fastmodel.kernels.lm.memory_states import (
 from fastmodel.kernels.lm.shape import mtp_stage_layers
 from fastmodel.kernels.lm.muon import muon_step
 from fastmodel.kernels.lm.optimizer_step import optimizer_bytes_per_param, optimizer_step_bytes
-from fastmodel.kernels.lm.offload_time import offload_layer_s
+from fastmodel.kernels.lm.offload_time import mtp_offload_s, offload_layer_s
 from fastmodel.kernels.lm.dp_window import per_chunk_collectives
 from fastmodel.kernels.lm.moe import expert_dp, expert_tp
 from fastmodel.kernels.lm.parallel import data_parallel, fsdp_first_layer_exposed, microbatch_reduce
@@ -389,7 +389,8 @@ def step_row(row, work, out):
     stage_mb, average_mb, forward, weight, layers, share, n16, d16 = busiest_stage_into(row, work, d_first, d_last,
                                                                                         d_mtp)
     per_stage = layers + share * row[C_MTP_LAYERS] / model_copies(row)   # the busiest rank's layers
-    offload = micro_batches * per_stage * offload_layer
+    offload = micro_batches * (per_stage * offload_layer + (per_stage - layers) * (mtp_offload_s(row, d_mtp)
+                                                                                 - offload_layer))  # MTP: its own
     head_params = work[W_PARAMS]
     head_flops = 3.0 * work[W_FLOPS]
     # the head's forward costs, left by busiest_stage, on the busiest rank when it is the last (share 1)

@@ -172,3 +172,34 @@ def test_host_issue_of_the_average_stage_counts_its_share_of_the_mtp_layers():
     r = row(**dict(MOE, pp=2, host_layer_s=1.0, eval_interval=1, eval_iters=1), mtp_layers=1)
     assert host_bound_bubble(r, 1e-6, 1e-7, 1e-7, 1e-6) == pytest.approx(5.0, rel=1e-12)
     assert eval_time(r, 1e-7, 8.0) == pytest.approx(22.5, rel=1e-12)
+
+
+def test_the_mtp_layer_s_offload_copies_are_its_own_kind_s_against_its_own_passes():
+    """``time_offload`` (one rank, 2 micro-batches, a 1 GB/s host link so every copy is exposed): the MTP layer, dense
+    here, adds per micro-batch ``(c - F) + (c - B)`` with ``c`` its ``core_attn`` bytes 3 x 2 T a d = 3 x 2 x 8,192
+    x 16 x 64 = 50,331,648 B over the link (no ``moe_act`` bytes: it has no experts) and F, B its own passes
+    (``mtp_layer``). It was charged the rank's average layer's exposed copies (half MoE, with ``moe_act``)."""
+    import numpy as np
+
+    from fastmodel.kernels.lm.mtp_breakdown import mtp_layer
+    from fastmodel.kernels.lm.passes import (
+        A_BACKWARD_INPUT,
+        A_BACKWARD_WEIGHT,
+        A_EXPOSED_B,
+        A_EXPOSED_F,
+        A_FORWARD,
+        A_RECOMPUTE,
+        N_WORK,
+    )
+    from fastmodel.lm.engine import evaluate_table
+    from fastmodel.lm.table import table
+
+    values = dict(MOE, pp=1, seq_len=4096, micro_batch=2, global_batch=4, host_link_bw=1e9, host_link_eff=1.0,
+                  offload_modules=OFFLOAD_MODULES["core_attn"] + OFFLOAD_MODULES["moe_act"])
+    d = np.zeros(N_WORK)
+    mtp_layer(row(**values, mtp_layers=1), d)
+    forward = d[A_FORWARD] + d[A_EXPOSED_F]
+    backward = d[A_BACKWARD_INPUT] + d[A_BACKWARD_WEIGHT] + d[A_RECOMPUTE] + d[A_EXPOSED_B]
+    c = 3 * 2 * 8192 * 16 * 64 / 1e9
+    offload = [evaluate_table(table(1, **values, mtp_layers=m))["time_offload"][0] for m in (0, 1)]
+    assert offload[1] - offload[0] == pytest.approx(2 * ((c - forward) + (c - backward)), rel=1e-9)
