@@ -341,8 +341,9 @@ def _data_parallel_step(row, work, per_stage, head_params, micro_batches, stage_
         tied = allreduce_time(row, shared * row[C_GRAD_REDUCE_BYTES], 2.0, (p - 1.0) * t * row[C_CP] * row[C_DP])
         dp_comm += tied
         before += tied
-    # finalize_model_grads' TP all-reduce of the SP-replicated gradients (norms, MLA down-projections; §11.44)
-    sp_grads = sp_replicated_grads_allreduce(row, copies * per_stage)
+    # finalize_model_grads' TP all-reduce of the SP-replicated gradients (norms, MLA down-projections; §11.44), the
+    # MTP layers' too on the rank that holds them
+    sp_grads = sp_replicated_grads_allreduce(row, copies * per_stage + (row[C_MTP_LAYERS] if holds_last else 0.0))
     dp_comm += sp_grads
     before += sp_grads
     step_bytes = optimizer_step_bytes(row, local_params, held)

@@ -203,3 +203,25 @@ def test_the_mtp_layer_s_offload_copies_are_its_own_kind_s_against_its_own_passe
     c = 3 * 2 * 8192 * 16 * 64 / 1e9
     offload = [evaluate_table(table(1, **values, mtp_layers=m))["time_offload"][0] for m in (0, 1)]
     assert offload[1] - offload[0] == pytest.approx(2 * ((c - forward) + (c - backward)), rel=1e-9)
+
+
+def test_the_mtp_layer_s_sp_replicated_gradients_join_the_tp_all_reduce():
+    """``finalize_model_grads``' TP all-reduce of the sequence-parallel gradients (docs/model.md §11.44) on the rank
+    holding the MTP module covers its layer too (a ``TransformerLayer`` of the same spec): MLA, h 1,024, q_lora 256,
+    kv_lora 128, rope 32, per layer the norms 2 x 1,024 + 256 + 128 = 2,432 and the replicated down-projections
+    1,024 x (256 + 128 + 32) = 425,984; L 4 + D 1 layers at 4 B over TP 2. Read as what SP adds to ``comm_dp``."""
+    from fastmodel.kernels.nccl import allreduce_time
+    from fastmodel.lm.engine import evaluate_table
+    from fastmodel.lm.table import table
+
+    mla = dict(mla=1, heads=16, kv_heads=16, head_dim=64, q_lora_rank=256, kv_lora_rank=128, qk_nope_head_dim=64,
+               qk_rope_head_dim=32, v_head_dim=64, hidden=1024, ffn=4096, gated_mlp=1, layers=4, vocab=1000,
+               seq_len=512, micro_batch=1, global_batch=8, dp=2, tp=2, n_gpus=4, sharding="zero1", pp=1,
+               grad_reduce_bytes=4, mtp_layers=1)
+
+    def comm_dp(sp):
+        return evaluate_table(table(1, **mla, sequence_parallel=sp))["comm_dp"][0]
+
+    r = row(**mla, sequence_parallel=1)
+    expected = allreduce_time(r, 5 * (2432 + 425_984) * 4, 2.0, 1.0) + r[COLUMN_INDEX["collective_overhead_s"]]
+    assert comm_dp(1) - comm_dp(0) == pytest.approx(expected, rel=1e-9)
