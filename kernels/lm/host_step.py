@@ -15,6 +15,7 @@ from fastmodel.kernels.lm.layout import (
     C_MOE_EXPERTS,
     C_MOE_PAD_TO_CAPACITY,
     C_MOE_SYNC_ISSUE_OPS,
+    C_MTP_LAYERS,
     C_PP,
 )
 from fastmodel.kernels.lm.bubble_last import last_rank_bubble_credit
@@ -72,6 +73,15 @@ def host_microbatch_s(row, layers):
 
 
 @njit
+def average_stage_layers(row):
+    """Layers the average pipeline stage's host issues per micro-batch: ``(L + mtp_layers) / p``. Each MTP module
+    runs one transformer layer on the last stage (DeepSeek-V3 report sec. 2.2; Megatron-LM d98e8a6 gpt_model.py
+    runs it in training and evaluation alike, lines 711-726), spread over the stages as ``step.busiest_stage``'s
+    ``average_mb`` spreads its GPU time (docs/model.md §11.4 "MTP module")."""
+    return (row[C_LAYERS] + row[C_MTP_LAYERS]) / row[C_PP]
+
+
+@njit
 def host_wait_per_microbatch(row, per_stage, stage_mb):
     """Seconds a micro-batch of the busiest stage lasts beyond its GPU time ``stage_mb`` because the host issues
     its kernels more slowly: the GPU cannot start a kernel before it is issued, so the micro-batch lasts
@@ -85,7 +95,7 @@ def host_bound_bubble(row, average_mb, forward, weight, last_mb):
     cool-down wait on the stages' issue as much as on their kernels (docs/model.md §11.7). ``last_mb``: one
     micro-batch on the last rank when it is the busiest (else ``average_mb``); on GPU-bound stages the bubble is
     then the exact ``(p t_avg - t_last) / v`` within ``bubble_last.credit_applies``' domain (§11.43)."""
-    average_layers = row[C_LAYERS] / row[C_PP]
+    average_layers = average_stage_layers(row)
     host_forward = average_layers * host_layer_forward_s(row)
     host_mb = host_microbatch_s(row, average_layers)
     bubble = pipeline_bubble(row, max(average_mb, host_mb), max(forward, host_forward), weight)
@@ -103,5 +113,5 @@ def eval_time(row, forward, micro_batches):
     whichever is longer, and ``pp - 1`` more of fill and drain. 0 unless both columns are set."""
     if row[C_EVAL_INTERVAL] <= 0.0 or row[C_EVAL_ITERS] <= 0.0:
         return 0.0
-    mb = max(forward, row[C_LAYERS] / row[C_PP] * host_layer_forward_s(row))
+    mb = max(forward, average_stage_layers(row) * host_layer_forward_s(row))
     return row[C_EVAL_ITERS] / row[C_EVAL_INTERVAL] * (micro_batches + row[C_PP] - 1.0) * mb

@@ -28,7 +28,7 @@ from fastmodel.kernels.lm.moe import expert_dp, expert_tp
 from fastmodel.kernels.lm.layout import (
     C_COLLECTIVE_BUCKET_BYTES, C_CP, C_CP_ALGORITHM, C_DENSE_LAYERS, C_EP, C_FFN, C_FSDP_COPY_OUT, C_FSDP_MODULE_WRAP,
     C_OVERLAP_PARAM_GATHER,
-    C_GRAD_REDUCE_BYTES, C_HEADS, C_HEAD_DIM, C_HIDDEN, C_KV_HEADS, C_KV_LORA_RANK, C_LAYERS, C_MLA, C_MOE_EXPERTS,
+    C_GRAD_REDUCE_BYTES, C_HEADS, C_HEAD_DIM, C_HIDDEN, C_KV_LORA_RANK, C_LAYERS, C_MLA, C_MOE_EXPERTS,
     C_MOE_FFN, C_MOE_SHARED_EXPERTS, C_PP, C_PRECISION, C_QK_ROPE_HEAD_DIM, C_SEQUENCE_PARALLEL, C_SHARDING, C_TP,
     C_LOSS_IMPL, C_MTP_LAYERS, C_VOCAB,
     LOSS_COMPILED, LOSS_EAGER, M_ACTIVATIONS, M_BUFFERS, M_GRADIENTS, M_KV_CACHE, M_OPTIMIZER, M_OVERHEAD, M_WEIGHTS, N_MEMORY_KINDS,
@@ -48,7 +48,7 @@ from fastmodel.kernels.lm.memory_states import (
     is_moe, mlp_params, stage_layers, B16, B32, accumulates_unsharded, holds_stage_gathered,
 )
 from fastmodel.kernels.lm.parallel import param_bytes
-from fastmodel.kernels.lm.shape import attention_params_per_device, norm_params
+from fastmodel.kernels.lm.shape import attention_params_per_device, largest_attention_matrix, norm_params
 from fastmodel.registry.lm_overhead import NCCL_LL128_BYTES, NCCL_LL_BYTES, NCCL_SIMPLE_BYTES
 from fastmodel.kernels.lm.memory_states import layers_per_stage  # noqa: F401 - re-exported for callers of the old layout
 
@@ -103,11 +103,12 @@ def max_layer_params(row):
 
 @njit(error_model='numpy')
 def largest_module_params(row):
-    """Parameters of the largest single weight matrix on one device: the MLP's ``h x ffn / t``, the fused
-    QKV ``h x (a + 2 kv) d / t``, or one expert's ``h x moe_ffn / etp``."""
+    """Parameters of the largest single weight matrix on one device: the MLP's ``h x ffn / t``, the attention's
+    largest (``shape.largest_attention_matrix``: the fused QKV ``h x (a + 2 kv) d / t``; MLA, which has none, its
+    down-, up- or output projection), or one expert's ``h x moe_ffn / etp``."""
     h = row[C_HIDDEN]
     tp = row[C_TP]
-    largest = max(h * row[C_FFN], h * (row[C_HEADS] + 2.0 * row[C_KV_HEADS]) * row[C_HEAD_DIM]) / tp
+    largest = max(h * row[C_FFN] / tp, largest_attention_matrix(row, tp))
     if is_moe(row):
         largest = max(largest, h * row[C_MOE_FFN] / expert_tp(row))
     return largest

@@ -23,6 +23,7 @@ from fastmodel.kernels.lm.layout import (
 )
 from fastmodel.kernels.lm.memory_states import B16, B32, is_moe, stage_layers
 from fastmodel.kernels.lm.pipeline import dualpipe_direction_in_flight, mirror_stage
+from fastmodel.kernels.lm.shape import mtp_stage_layers
 from fastmodel.kernels.lm.recompute import module_recomputed  # noqa: F401 - the one rule, re-exported
 
 
@@ -408,9 +409,11 @@ def mtp_activation_bytes(row):
 @njit(error_model='numpy')
 def stage_microbatch_bytes(row, stage, dense_layer, moe_layer):
     """What pipeline rank ``stage`` keeps for one micro-batch in flight: its layers' ``stored_layer_bytes``
-    (``dense_layer`` / ``moe_layer`` per layer) plus the embedding (first rank) or head (last rank) inputs."""
+    (``dense_layer`` / ``moe_layer`` per layer, an MTP module's layer as its kind, ``shape.mtp_stage_layers``) plus
+    the embedding (first rank) or head (last rank) inputs."""
     dense, moe, mtp = stage_layers(row, stage)
-    per_mb = dense * dense_layer + (moe + mtp) * moe_layer if is_moe(row) else (dense + mtp) * dense_layer
+    dense, moe = mtp_stage_layers(row, dense, moe, mtp)
+    per_mb = dense * dense_layer + moe * moe_layer if is_moe(row) else dense * dense_layer
     if stage == 0:
         per_mb += embedding_activation_bytes(row)
     if stage == row[C_PP] - 1:

@@ -15,7 +15,7 @@ import math
 
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.layout import (
-    C_DENSE_LAYERS, C_FFN, C_GATED_MLP, C_HEADS, C_HEAD_DIM, C_HIDDEN, C_KV_LORA_RANK, C_MLA, C_MOE_FFN,
+    C_FFN, C_GATED_MLP, C_HEADS, C_HEAD_DIM, C_HIDDEN, C_KV_LORA_RANK, C_MLA, C_MOE_FFN,
     C_MOE_SHARED_EXPERTS, C_PIPELINE_SCHEDULE, C_PP, C_QK_NOPE_HEAD_DIM, C_QK_ROPE_HEAD_DIM, C_Q_LORA_RANK, C_TP,
     C_LAST_STAGE_LAYERS, C_V_HEAD_DIM, C_VP, SCHED_INTERLEAVED, SCHED_ZB_H1,
 )
@@ -28,6 +28,7 @@ from fastmodel.kernels.lm.memory_states import (
     B16, explicit_layout, is_moe, layout_busiest_layers, split_slots, stage_layers,
 )
 from fastmodel.kernels.lm.pipeline import microbatches, microbatches_in_flight
+from fastmodel.kernels.lm.shape import mtp_layer_is_moe, mtp_stage_layers
 
 
 @njit(inline="always")
@@ -65,7 +66,7 @@ def chunk_microbatch_bytes(row, stage, chunk, dense_layer, moe_layer):
         total += embedding_activation_bytes(row)
     if stage == last and chunk == v - 1.0:
         layers -= 0.5 * split_slots(row)
-        total += mtp * (moe_layer if is_moe(row) else dense_layer) + head_activation_bytes(row)
+        total += mtp * (moe_layer if mtp_layer_is_moe(row) else dense_layer) + head_activation_bytes(row)
         total += mtp_activation_bytes(row)
     return total + max(layers, 0.0) * mean
 
@@ -256,12 +257,14 @@ def wgrad_pending_layer_bytes(row, moe):
 
 @njit(error_model='numpy')
 def rank_wgrad_pending_bytes(row, stage):
-    """``wgrad_pending_layer_bytes`` over rank ``stage``'s layers (its MTP layers as the decoder's last kind)."""
+    """``wgrad_pending_layer_bytes`` over rank ``stage``'s layers (its MTP layers as the decoder's last kind,
+    ``shape.mtp_stage_layers``; the dense layers of ``moe_layer_freq`` > 1 too, not only leading ones)."""
     dense, moe, mtp = stage_layers(row, stage)
+    dense, moe = mtp_stage_layers(row, dense, moe, mtp)
     if not is_moe(row):
-        return (dense + mtp) * wgrad_pending_layer_bytes(row, False)
-    total = (moe + mtp) * wgrad_pending_layer_bytes(row, True)
-    return total + dense * wgrad_pending_layer_bytes(row, False) if row[C_DENSE_LAYERS] > 0 else total
+        return dense * wgrad_pending_layer_bytes(row, False)
+    total = moe * wgrad_pending_layer_bytes(row, True)
+    return total + dense * wgrad_pending_layer_bytes(row, False) if dense > 0.0 else total
 
 
 @njit(error_model='numpy')

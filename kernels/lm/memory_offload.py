@@ -27,6 +27,7 @@ from fastmodel.kernels.lm.memory_activations import (
 )
 from fastmodel.kernels.lm.memory_states import B16, B32, is_moe, stage_layers
 from fastmodel.kernels.lm.pipeline import microbatches_in_flight
+from fastmodel.kernels.lm.shape import mtp_stage_layers
 from fastmodel.kernels.lm.moe import expert_tp
 
 #: Megatron-Core ``TransformerConfig.min_offloaded_tensor_size`` default: smaller tensors stay on the GPU
@@ -165,8 +166,10 @@ def offloaded_layer_bytes(row, moe):
 @njit(error_model='numpy')
 def host_offload_bytes(row):
     """Pinned host memory per node that fine-grained offloading holds at its peak: ``gpus_per_node`` x the largest
-    over pipeline ranks of ``in_flight x (dense o_d + (MoE + MTP) o_m) - max(o_d, o_m)``, the rank's offloaded
-    layers of every micro-batch in flight less the one layer that stays on the GPU (``resident``, memory_peak.py).
+    over pipeline ranks of ``in_flight x (dense o_d + MoE o_m) - max(o_d, o_m)``, the rank's offloaded layers of
+    every micro-batch in flight less the one layer that stays on the GPU (``resident``, memory_peak.py); an MTP
+    module's layer as its kind (``shape.mtp_stage_layers``: a ``TransformerLayer`` offloads as the decoder's do,
+    ``transformer_layer.py`` ``_set_offload_modules``, Megatron-LM d98e8a6).
     ``OffloadTensorPool`` (fine_grained_activation_offload.py@0823c73 lines 115-230, ``pin_memory=True``, line 437)
     keeps freed buffers by (shape, dtype) for reuse, so the pool holds that peak for the run. Every GPU of the node
     is taken at the largest rank: exact when a node holds one pipeline stage (Megatron-Core's rank order puts pp
@@ -178,6 +181,7 @@ def host_offload_bytes(row):
     best = 0.0
     for k in range(int(row[C_PP])):
         dense, moe, mtp = stage_layers(row, float(k))
-        held = microbatches_in_flight(row, float(k)) * (dense * off_dense + (moe + mtp) * off_moe)
+        dense, moe = mtp_stage_layers(row, dense, moe, mtp)
+        held = microbatches_in_flight(row, float(k)) * (dense * off_dense + moe * off_moe)
         best = max(best, held - max(off_dense, off_moe))
     return row[C_GPUS_PER_NODE] * best

@@ -372,18 +372,21 @@ def adafactor_factored_bytes(row, stage):
     """Adafactor's factored second moment: one FP32 row and one column vector per weight matrix.
 
     ``4 * (rows + cols)`` per matrix (Shazeer & Stern 2018, Sec. 3); per layer the attention's four
-    ``h x a*d`` matrices and the MLP's two or three ``h x ffn`` matrices, on the local TP shard.
+    ``h x a*d`` matrices and the MLP's two or three ``h x ffn`` matrices, on the local TP shard. An MTP module's
+    layer counts as its kind (``shape.mtp_stage_layers``), plus its ``eh_proj`` ``2h x h/t`` (docs/model_memory.md
+    "MTP module").
     """
     if int(row[C_OPTIMIZER]) != OPT_ADAFACTOR:
         return 0.0
     h = row[C_HIDDEN]
     tp = row[C_TP]
     dense, moe, mtp = stage_layers(row, stage)
+    dense, moe = mtp_stage_layers(row, dense, moe, mtp)
     n_mlp = 3.0 if row[C_GATED_MLP] > 0 else 2.0
     attn = 4.0 * (h + row[C_HEADS] * row[C_HEAD_DIM] / tp)
     dense_mlp = n_mlp * (h + row[C_FFN] / tp)
     expert_mlp = row[C_MOE_EXPERTS] / row[C_EP] * n_mlp * (h + row[C_MOE_FFN] / expert_tp(row, 0.0))
-    return B32 * ((dense + moe + mtp) * attn + dense * dense_mlp + (moe + mtp) * expert_mlp)
+    return B32 * ((dense + moe) * attn + dense * dense_mlp + moe * expert_mlp + mtp * (2.0 * h + h / tp))
 
 
 @njit(error_model='numpy')

@@ -12,9 +12,9 @@ from fastmodel.kernels.lm.bf16_layers import LAYER_PARTS, bf16_row
 from fastmodel.kernels.lm.fp4 import train_gemm_format
 from fastmodel.kernels.lm.layout import C_MTP_LAYERS
 from fastmodel.kernels.lm.passes import (
-    A_EXPERT_PARAMS, A_PARAMS, layer_passes_of, layer_time,
+    A_EXPERT_PARAMS, A_PARAMS, layer_kinds_passes, layer_passes_of, layer_time,
 )
-from fastmodel.kernels.lm.shape import mtp_layer_is_moe
+from fastmodel.kernels.lm.shape import moe_layers, mtp_layer_is_moe
 from fastmodel.kernels.lm.sp_regather import mtp_gemm_format
 
 
@@ -22,10 +22,15 @@ from fastmodel.kernels.lm.sp_regather import mtp_gemm_format
 def mtp_layer(row, work):
     """(seconds, non-expert parameters, routed-expert parameters) of the MTP module's transformer layer, one
     micro-batch, per device (docs/model.md §11.4 "MTP module"): the MoE layer's passes when the layer is MoE
-    (:func:`mtp_layer_is_moe`), else the average layer's; at 16-bit GEMMs under fp4 (Megatron-LM d98e8a6 runs the
-    MTP layer outside the FP4 context, §11.44). Leaves ``work[A_*]`` with that layer's passes."""
-    layer_passes_of(bf16_row(row) if mtp_gemm_format(row) != train_gemm_format(row) else row, work,
-                    mtp_layer_is_moe(row))
+    (:func:`mtp_layer_is_moe`), else the dense layer's (a dense model's average layer; in a MoE model whose last
+    layer is dense its dense layers', ``passes.layer_kinds_passes``, not the mix's average); at 16-bit GEMMs under
+    fp4 (Megatron-LM d98e8a6 runs the MTP layer outside the FP4 context, §11.44). Leaves ``work[A_*]`` with that
+    layer's passes."""
+    r = bf16_row(row) if mtp_gemm_format(row) != train_gemm_format(row) else row
+    if mtp_layer_is_moe(row) or moe_layers(row) <= 0.0:
+        layer_passes_of(r, work, mtp_layer_is_moe(row))
+    else:
+        layer_kinds_passes(r, work, 0, 2)
     return layer_time(work), work[A_PARAMS] - work[A_EXPERT_PARAMS], work[A_EXPERT_PARAMS]
 
 

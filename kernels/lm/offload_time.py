@@ -19,8 +19,8 @@ than one layer's backward stalls the next layer's backward.
 """
 
 from fastmodel.kernels.jit import njit
-from fastmodel.kernels.lm.layout import C_HOST_LINK_BW, C_HOST_LINK_EFF, C_LAYERS, C_OFFLOAD_MODULES
-from fastmodel.kernels.lm.shape import layer_mix
+from fastmodel.kernels.lm.layout import C_HOST_LINK_BW, C_HOST_LINK_EFF, C_LAYERS, C_MTP_LAYERS, C_OFFLOAD_MODULES
+from fastmodel.kernels.lm.shape import layer_mix, mtp_layer_is_moe
 from fastmodel.kernels.lm.memory_states import is_moe
 from fastmodel.kernels.lm.memory_offload import offloaded_layer_bytes
 from fastmodel.kernels.lm.passes import (
@@ -74,3 +74,14 @@ def offload_layer_s(row, work, moe_only):
     dense_b = (row[C_LAYERS] * avg_b - moe_layers * moe_b) / dense_layers if moe_layers > 0.0 else avg_b
     dense = exposed_copy_s(host_copy_s(row, offloaded_layer_bytes(row, False)), dense_f, dense_b)
     return (dense_layers * dense + moe_layers * moe) / row[C_LAYERS]
+
+
+@njit
+def mtp_offload_s(row, d_mtp):
+    """Exposed copy seconds of one MTP module's layer, one micro-batch (0 without ``offload_modules`` or MTP): the
+    bytes of its kind (``shape.mtp_layer_is_moe``; a ``TransformerLayer`` offloads as the decoder's do) against its
+    own passes, ``d_mtp`` (``mtp_breakdown.mtp_layer_into``), not the average layer's (docs/model.md §11.21)."""
+    if int(row[C_OFFLOAD_MODULES]) == 0 or row[C_MTP_LAYERS] <= 0.0:
+        return 0.0
+    forward, backward = _forward_backward(d_mtp)
+    return exposed_copy_s(host_copy_s(row, offloaded_layer_bytes(row, mtp_layer_is_moe(row))), forward, backward)

@@ -234,13 +234,27 @@ def layer_passes(row, work):
 def layer_passes_of(row, work, moe_only):
     """The average layer's passes over the layer mix, or over the MoE layers alone (``moe_only``: the layers of
     a pipeline rank that holds no leading dense layer, ``last_rank_all_moe``), into ``work[A_*]``."""
+    layer_kinds_passes(row, work, 2 if moe_only else 0, 4)
+
+
+@njit
+def layer_kinds_passes(row, work, first, end):
+    """The average over layer kinds ``first .. end - 1`` of ``shape.layer_mix`` (0, 1: dense full and sliding; 2, 3:
+    MoE full and sliding) of their passes, each weighted by its share of those layers, into ``work[A_*]``: all
+    four the mix's average layer, ``2, 4`` the MoE layer, ``0, 2`` the dense layer of a MoE model (an MTP module's
+    when the decoder's last layer is dense, ``mtp_breakdown.mtp_layer``)."""
     for k in range(A_FORWARD, A_MTP_PARAMS):
         work[k] = 0.0
     full, selective = recompute_share(row)
     fsdp = per_layer_fsdp(row)
     counts = layer_mix(row)
-    layers = counts[2] + counts[3] if moe_only else row[C_LAYERS]
-    for kind in range(2 if moe_only else 0, 4):
+    if first == 0 and end == 4:
+        layers = row[C_LAYERS]
+    else:
+        layers = 0.0
+        for kind in range(first, end):
+            layers += counts[kind]
+    for kind in range(first, end):
         weight = counts[kind] / layers
         if weight <= 0.0:
             continue

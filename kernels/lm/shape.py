@@ -85,6 +85,28 @@ def attention_params_per_device(row, t):
 
 
 @njit
+def largest_attention_matrix(row, t):
+    """Parameters of the attention block's largest single weight matrix on one of ``t`` TP ranks. GQA: the fused
+    QKV ``h (a + 2 kv) d / t`` (the output projection ``a d h / t`` is no larger). MLA (DeepSeek-V2 report sec. 2.1;
+    Megatron-Core ``MLASelfAttention``, NVIDIA/Megatron-LM d98e8a6 ``multi_latent_attention.py``) has no fused QKV:
+    the largest of ``linear_q_down_proj`` ``h q_lora`` and ``linear_kv_down_proj`` ``h (kv_lora + rope)``, replicated
+    (:func:`mla_duplicated_params`), ``linear_q_up_proj`` ``q_lora a (nope + rope) / t`` (``linear_q_proj``
+    ``h a (nope + rope) / t`` without a query low rank), ``linear_kv_up_proj`` ``kv_lora a (nope + v) / t`` and
+    ``linear_proj`` ``a v h / t``."""
+    h = row[C_HIDDEN]
+    a = row[C_HEADS]
+    dqk, dv = attention_dims(row)
+    out = a * dv * h / t
+    if row[C_MLA] <= 0.0:
+        return max(h * (a + 2.0 * row[C_KV_HEADS]) * row[C_HEAD_DIM] / t, out)
+    q_rank = row[C_Q_LORA_RANK]
+    q = max(h * q_rank, q_rank * a * dqk / t) if q_rank > 0.0 else h * a * dqk / t
+    kv_rank = row[C_KV_LORA_RANK]
+    kv = max(h * (kv_rank + row[C_QK_ROPE_HEAD_DIM]), kv_rank * a * (row[C_QK_NOPE_HEAD_DIM] + dv) / t)
+    return max(q, kv, out)
+
+
+@njit
 def norm_params(row):
     """Norm weights of one layer, replicated over TP: the two RMSNorms (``2 h``) and, under MLA, the query and
     key-value latent norms (``q_lora + kv_lora``; DeepSeek-V2 report sec. 2.1)."""

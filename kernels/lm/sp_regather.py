@@ -132,8 +132,8 @@ def sp_replicated_grads_allreduce(row, layers):
     coalesces every parameter marked ``sequence_parallel`` (452: the norms' weights, and MLA's duplicated
     down-projections, ``transformer_engine.py`` 1313-1318) and all-reduces them over the TP group in one call
     (474), after the last micro-batch, at the main-gradient dtype (``grad_reduce_bytes``). Per layer
-    :func:`shape.norm_params` + :func:`shape.mla_duplicated_params`; the final norm and the MTP modules' norms
-    are left out (a few h). 0 without TP or SP, and for stacks without Megatron's linears
+    :func:`shape.norm_params` + :func:`shape.mla_duplicated_params` (the caller counts an MTP module's layer as one);
+    the final norm and the MTP modules' own three norms are left out (a few h). 0 without TP or SP, and for stacks without Megatron's linears
     (``sp_wgrad_regather`` 0: DTensor reduces replicated gradients its own way) [A]."""
     t = row[C_TP]
     if t <= 1.0 or row[C_SEQUENCE_PARALLEL] <= 0.0 or row[C_SP_WGRAD_REGATHER] <= 0.0:

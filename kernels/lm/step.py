@@ -43,7 +43,7 @@ from fastmodel.kernels.lm.memory_states import (
 from fastmodel.kernels.lm.shape import mtp_stage_layers
 from fastmodel.kernels.lm.muon import muon_step
 from fastmodel.kernels.lm.optimizer_step import optimizer_bytes_per_param, optimizer_step_bytes
-from fastmodel.kernels.lm.offload_time import offload_layer_s
+from fastmodel.kernels.lm.offload_time import mtp_offload_s, offload_layer_s
 from fastmodel.kernels.lm.dp_window import per_chunk_collectives
 from fastmodel.kernels.lm.moe import expert_dp, expert_tp
 from fastmodel.kernels.lm.parallel import data_parallel, fsdp_first_layer_exposed, microbatch_reduce
@@ -114,7 +114,9 @@ def busiest_stage_into(row, work, d_first, d_last, d_mtp):
     last_mb = last * t_last + (head + mtp) / model_copies(row) + last_bf16 + emb_last   # DualPipe: half each
     # the slots hold the embedding and the head, not layers: the average rank's layers are L / p
     average_mb = (per_stage - slots) * t_layer + (head + mtp + first_bf16 + last_bf16 + emb) / p
-    forward, weight = forward + (head_f + emb_forward) / p, weight + head_w / p
+    # the MTP layers' forward and weight-gradient passes are the average stage's too, as in average_mb (§11.4)
+    forward += (head_f + emb_forward + row[C_MTP_LAYERS] * (d_mtp[A_FORWARD] + d_mtp[A_EXPOSED_F])) / p
+    weight += (head_w + row[C_MTP_LAYERS] * d_mtp[A_BACKWARD_WEIGHT]) / p
     middle = layout_busiest_layers(row)     # an explicit layout's busiest other rank; else per_stage
     lead = middle * t_layer if middle_rank_can_lead(row) else 0.0       # a middle rank: a full share, no head
     first_mb, first_layers = first_rank_mb(row, t_layer, first_bf16, n_first, emb_first)  # its BF16 layers, embedding
@@ -341,8 +343,9 @@ def _data_parallel_step(row, work, per_stage, head_params, micro_batches, stage_
         tied = allreduce_time(row, shared * row[C_GRAD_REDUCE_BYTES], 2.0, (p - 1.0) * t * row[C_CP] * row[C_DP])
         dp_comm += tied
         before += tied
-    # finalize_model_grads' TP all-reduce of the SP-replicated gradients (norms, MLA down-projections; §11.44)
-    sp_grads = sp_replicated_grads_allreduce(row, copies * per_stage)
+    # finalize_model_grads' TP all-reduce of the SP-replicated gradients (norms, MLA down-projections; §11.44), the
+    # MTP layers' too on the rank that holds them
+    sp_grads = sp_replicated_grads_allreduce(row, copies * per_stage + (row[C_MTP_LAYERS] if holds_last else 0.0))
     dp_comm += sp_grads
     before += sp_grads
     step_bytes = optimizer_step_bytes(row, local_params, held)
@@ -389,7 +392,8 @@ def step_row(row, work, out):
     stage_mb, average_mb, forward, weight, layers, share, n16, d16, emb = busiest_stage_into(row, work, d_first,
                                                                                              d_last, d_mtp)
     per_stage = layers + share * row[C_MTP_LAYERS] / model_copies(row)   # the busiest rank's layers
-    offload = micro_batches * per_stage * offload_layer
+    offload = micro_batches * (per_stage * offload_layer + (per_stage - layers) * (mtp_offload_s(row, d_mtp)
+                                                                                 - offload_layer))  # MTP: its own
     head_params = work[W_PARAMS]
     head_flops = 3.0 * work[W_FLOPS]
     # the head's forward costs, left by busiest_stage, on the busiest rank when it is the last (share 1)
@@ -409,7 +413,8 @@ def step_row(row, work, out):
 
     full, _ = recompute_share(row)
     flops = work[A_FLOPS]
-    executed = micro_batches * (per_stage * (3.0 * flops + full * flops) + head_flops / p)
+    executed = micro_batches * (per_stage * (3.0 * flops + full * flops) + head_flops / p    # MTP layers: their own
+                                + (per_stage - layers) * (3.0 + full) * (d_mtp[A_FLOPS] - flops))
     tokens = row[C_GLOBAL_BATCH] * row[C_SEQ_LEN]
     n = row[C_N_GPUS]
     peak = row[C_PEAK_FLOPS_8] if row[C_PRECISION] == PRECISION_FP8 and row[C_PEAK_FLOPS_8] > 0.0 \

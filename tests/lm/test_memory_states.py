@@ -276,3 +276,29 @@ def test_fsdp_module_wrap_counts_mla_s_replicated_down_projections_whole():
                fsdp_module_wrap=1)
     assert wrapped_module_params(row(**mla, tp=8)) == 36_634_624.0
     assert wrapped_module_params(row(**mla, tp=1)) == 187_105_280.0     # TP 1: the whole block
+
+
+def test_largest_module_under_mla_is_a_projection_it_has_not_the_fused_qkv():
+    """MLA has no fused QKV matrix (docs/model_memory.md, bucketed ZeRO-3; ``shape.largest_attention_matrix``).
+    DeepSeek-V3's record dims (h 7,168, a 128, q_lora 1,536, kv_lora 512, nope 128, rope 64, v 128; kv_heads 128 and
+    head_dim 128, which MLA does not read), by hand: ``linear_q_down_proj`` 7,168 x 1,536 = 11,010,048 and
+    ``linear_kv_down_proj`` 7,168 x 576 = 4,128,768 (replicated over TP), ``linear_q_up_proj`` 1,536 x 128 x 192 =
+    37,748,736, ``linear_kv_up_proj`` 512 x 128 x 256 = 16,777,216 and ``linear_proj`` 128 x 128 x 7,168 =
+    117,440,512 (over TP). At TP 8 the output projection leads, 14,680,064; at TP 64 the replicated query
+    down-projection, 11,010,048 (the output projection 1,835,008). The QKV formula gave 7,168 x 384 x 128 / 8 =
+    44,040,192 at TP 8, above the MLP's 7,168 x 18,432 / 8 = 16,515,072, which is now the largest module."""
+    from fastmodel.kernels.lm.memory import largest_module_params
+    from fastmodel.kernels.lm.shape import largest_attention_matrix
+    from fastmodel.lm.table import row
+
+    mla = dict(mla=1, heads=128, kv_heads=128, head_dim=128, q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128,
+               qk_rope_head_dim=64, v_head_dim=128, ffn=18432, gated_mlp=1, hidden=7168)
+    assert largest_attention_matrix(row(**mla, tp=8), 8.0) == 14_680_064.0
+    assert largest_attention_matrix(row(**mla, tp=64), 64.0) == 11_010_048.0
+    assert largest_attention_matrix(row(**mla, tp=1), 1.0) == 117_440_512.0
+    # without a query low rank linear_q_proj is h a (nope + rope) = 7,168 x 128 x 192 = 176,160,768 at TP 1
+    assert largest_attention_matrix(row(**{**mla, "q_lora_rank": 0}, tp=1), 1.0) == 176_160_768.0
+    assert largest_module_params(row(**mla, tp=8)) == 16_515_072.0
+    # GQA keeps the fused QKV: h 4,096, a 32, kv 8, d 128: 4,096 x 48 x 128 = 25,165,824 (output 16,777,216)
+    gqa = dict(hidden=4096, heads=32, kv_heads=8, head_dim=128, ffn=1024, gated_mlp=1, tp=1)
+    assert largest_module_params(row(**gqa)) == 25_165_824.0
