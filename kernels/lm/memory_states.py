@@ -12,8 +12,9 @@ from fastmodel.kernels.lm.fp4 import lowp_weight_copy_bytes, low_precision_gemms
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.parallel import param_bytes
 from fastmodel.kernels.lm.pipeline import mirror_stage
-from fastmodel.kernels.lm.shape import (  # noqa: F401 - attention_params, mlp_params re-exported
+from fastmodel.kernels.lm.shape import (  # noqa: F401 - attention_params, mlp_params, stored_grad_bytes re-exported
     attention_params, attention_params_per_device, expert_tp, expert_weight_params, mlp_params, mtp_layer_is_moe, mtp_stage_layers, norm_params,
+    stored_grad_bytes,
 )
 from fastmodel.kernels.lm.layout import (
     C_CP, C_DENSE_LAYERS, C_DP, C_EP, C_FFN, C_FP8_PARAMS, C_GATED_MLP, C_GRAD_REDUCE_BYTES, C_HEADS, C_HEAD_DIM,
@@ -301,14 +302,6 @@ def holds_stage_gathered(row):
     pipelining's ``set_reshard_after_backward(False)``). Megatron's ``no_sync`` keeps gradients unsharded but
     reshards weights; off by default."""
     return int(row[C_SHARDING]) == SHARD_FSDP and row[C_PP] > 1.0 and row[C_FSDP_STAGE_GATHERED] > 0.0
-
-
-@njit(error_model='numpy')
-def stored_grad_bytes(row):
-    """Bytes of a stored gradient element: ``grad_reduce_bytes``, or at most 2 for a 16-bit model
-    (``master_weights = 0``): autograd gives a gradient its parameter's dtype, and PyTorch FSDP2 casts a gradient
-    reduced in FP32 (``MixedPrecisionPolicy.reduce_dtype``) back to the sharded parameter's dtype."""
-    return min(row[C_GRAD_REDUCE_BYTES], B16) if row[C_MASTER_WEIGHTS] <= 0 else row[C_GRAD_REDUCE_BYTES]
 
 
 @njit(error_model='numpy')

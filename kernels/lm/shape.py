@@ -21,8 +21,8 @@ replays CUDA graphs).
 
 from fastmodel.kernels.columns import (
     C_DENSE_LAYERS, C_EP, C_ETP, C_EXPERT_FFN_ALIGN, C_EXPERT_HIDDEN_ALIGN, C_FFN, C_FUSED_KERNELS, C_GATED_MLP,
-    C_HEAD_DIM, C_HEADS, C_HIDDEN, C_KV_HEADS, C_KV_LORA_RANK,
-    C_LAYERS, C_MLA, C_MOE_EXPERTS, C_MOE_LAYER_FREQ, C_MOE_FFN, C_MOE_SHARED_EXPERTS, C_QK_NOPE_HEAD_DIM, C_QK_ROPE_HEAD_DIM,
+    C_GRAD_REDUCE_BYTES, C_HEAD_DIM, C_HEADS, C_HIDDEN, C_KV_HEADS, C_KV_LORA_RANK,
+    C_LAYERS, C_MASTER_WEIGHTS, C_MLA, C_MOE_EXPERTS, C_MOE_LAYER_FREQ, C_MOE_FFN, C_MOE_SHARED_EXPERTS, C_QK_NOPE_HEAD_DIM, C_QK_ROPE_HEAD_DIM,
     C_Q_LORA_RANK, C_SLIDING_WINDOW, C_SLIDING_WINDOW_LAYERS, C_STACK_COMPUTE_EFF, C_TP, C_V_HEAD_DIM,
 )
 import math
@@ -32,6 +32,16 @@ from fastmodel.kernels.roofline import expert_gemm_roofline, gemm_roofline
 
 #: bytes per element of activations and 16-bit weights (the LM head, embedding and router stay 16-bit)
 ACT_BYTES = 2.0
+
+
+@njit(error_model='numpy')
+def stored_grad_bytes(row):
+    """Bytes of a stored gradient element: ``grad_reduce_bytes``, or at most 2 for a 16-bit model
+    (``master_weights = 0``): autograd gives a gradient its parameter's dtype, and PyTorch FSDP2 casts a gradient
+    reduced in FP32 (``MixedPrecisionPolicy.reduce_dtype``) back to the sharded parameter's dtype. Training only;
+    here, a leaf module, so that the memory model (``memory_states``) and the head's costs (``layer.head_costs``)
+    read one definition."""
+    return min(row[C_GRAD_REDUCE_BYTES], ACT_BYTES) if row[C_MASTER_WEIGHTS] <= 0 else row[C_GRAD_REDUCE_BYTES]
 
 
 @njit(inline="always")
