@@ -23,11 +23,11 @@ STEP_PLAN_ROWS = (
     ("step_grad_check", "1", 0, "1: before the data-parallel reduction every step reads the whole gradient buffer "
      "the rank holds once, for the NaN / Inf check of each bucket's norm (Megatron-Core param_and_grad_buffer.py "
      "check_grads, grad_data.norm(p=2); Megatron-LM --check-for-nan-in-loss-and-grad, on unless fp16 with dynamic "
-     "loss scaling; docs/model.md §11.7). Set by the stack.", 0, 1, False, "flag"),
+     "loss scaling, the default: no record states --loss-scale; docs/model.md §11.7). Set by the stack.", 0, 1, False, "flag"),
     ("step_grad_prescale", "1", 0, "1: with dp x cp > 1 every step scales the whole gradient buffer the rank holds "
      "by 1 / (dp cp) in place before the sum reduction, a read and a write (Megatron-Core DDP "
-     "gradient_scaling_factor of dense and expert buffers alike, --ddp-average-in-collective off; docs/model.md "
-     "§11.7). Set by the stack.", 0, 1, False, "flag"),
+     "gradient_scaling_factor of dense and expert buffers alike, --ddp-average-in-collective and "
+     "--calculate-per-token-loss off, their defaults; docs/model.md §11.7). Set by the stack.", 0, 1, False, "flag"),
     ("embedding_dense_grad", "1", 0, "1: each micro-batch the word embedding's backward writes a dense 16-bit "
      "gradient of the weight's shape (PyTorch embedding_backward_cuda_kernel: at::zeros, then a scatter) that the "
      "DDP hook adds into the main gradient (Megatron-Core _make_backward_post_hook, param.main_grad.add_): "

@@ -97,15 +97,20 @@ def defaults(execution, framework: str | None) -> dict:
     parameter gather when fully-sharding"; megatron/training/arguments.py line 3190). The rule reads only
     ``sharding = "fsdp"``: Megatron-FSDP's ``optim`` / ``optim_grads`` strategies (ZeRO-1/2) keep the launcher's
     switch. Under FSDP the DDP buckets' check and pre-scale (``step_grad_check``, ``step_grad_prescale``) do not
-    run; under fp16 the launcher's dynamic loss scaling turns the check off (docs/model.md §11.7)."""
+    run. fp16 turns the check off only under dynamic loss scaling (Megatron-LM 23e00ed arguments.py lines
+    643-652, ``if not args.loss_scale``); no record states ``--loss-scale``, whose default (None) is dynamic, so
+    every fp16 run drops it. ``--calculate-per-token-loss`` (no pre-scale) and ``--ddp-average-in-collective``
+    (a pre-scale of expert buffers only) are no record fields either: their defaults, off (docs/model.md §11.7)."""
     launcher = launcher_defaults(framework)
-    if getattr(execution, "precision", None) == "fp16":     # dynamic loss scaling turns the check off
-        launcher.pop("step_grad_check", None)               # (Megatron-LM 23e00ed arguments.py lines 643-652)
+    if getattr(execution, "precision", None) == "fp16":     # the default --loss-scale (None): dynamic scaling,
+        launcher.pop("step_grad_check", None)               # which turns the check off (arguments.py 643-652)
     if getattr(execution, "sharding", None) == "fsdp":
         launcher.pop("overlap_param_gather", None)
         launcher.pop("step_grad_check", None)      # FSDP reduces no DDP bucket: neither check nor pre-scale
         launcher.pop("step_grad_prescale", None)
-        launcher.pop("embedding_dense_grad", None)     # nor a main_grad to add the embedding's gradient into
+        # the main_grad add (2 b_g B) is DDP's; the dense gradient's zeros and scatter (4 B) are PyTorch's under
+        # any wrapper, but FSDP's gradient path was not read: the whole term stays out (docs/model.md §11.43)
+        launcher.pop("embedding_dense_grad", None)
     elif names_in(tokens(framework or ""), "megatron-bridge"):
         launcher["allocator_expandable_segments"] = True  # BRIDGE_ALLOCATOR
     return {**launcher, "moe_mem_kernels": MOE_MEM_KERNELS_MEGATRON_CORE,
