@@ -11,7 +11,9 @@ times exactly:
   backward (with recompute and exposed TP/CP/EP), ``t_mb`` recovered from
   ``step_time - pipeline_bubble - exposed_pp - exposed_dp - time_optimizer - step_overhead_s``
   over m; ``t_head`` the LM head and loss (``kernels/lm/passes.head_passes``), on the last
-  virtual stage only (under DualPipe the last stage of each direction: half of it per micro-batch);
+  virtual stage only (under DualPipe the last stage of each direction: half of it per micro-batch), and beside
+  it the MTP modules' layers ``t_MTP = D t_mtp`` (``kernels/lm/mtp_breakdown.mtp_layer``, §11.4), as the closed
+  form's last rank holds them (``step.busiest_stage_into``: ``(t_head + t_MTP) / copies``);
   when the loss takes a layer's slot (``embedding_loss_in_split``) and a middle rank is the busiest,
   ``t_body = t_mb``: the body of a full rank, scaled from the busiest rank's layers (``busiest_stage``);
   ``e`` the word embedding's TP collectives at pp > 1 (``kernels/lm/first_rank.py``), on the first virtual
@@ -69,6 +71,7 @@ class StageTimes:
     weight: np.ndarray           # (v, p): its weight-gradient part (the W pass of split-backward schedules)
     stage_mb: float              # the closed form's t_mb: the busiest stage, one micro-batch
     head: float                  # LM head and loss, forward and backward, one micro-batch
+    mtp: float                   # the MTP modules' layers on the last stage, forward and backward, one micro-batch
     closed_bubble: float         # the kernel's pipeline_bubble
 
     @property
@@ -103,8 +106,8 @@ def pass_shares(columns: np.ndarray) -> tuple[float, float]:
 def stage_times(columns: np.ndarray, uniform: bool = False, schedule: str | None = None) -> StageTimes:
     """The per-micro-batch stage times of the configuration ``columns`` (a registry column vector, pp > 1),
     from the kernel's results, split into passes in the kernel's ratios (:func:`pass_shares`). ``uniform``:
-    every stage runs the average stage (body + head / p, spread over its chunks; with the loss in the split the
-    body of L / p layers), the case where the closed form is exact."""
+    every stage runs the average stage (body + (head + MTP layers) / p, spread over its chunks; with the loss in the
+    split the body of L / p layers), the case where the closed form is exact."""
     from fastmodel.kernels.lm.first_rank import embedding_stage_tp
     from fastmodel.kernels.lm.memory_states import layers_per_stage, split_slots
     from fastmodel.kernels.lm.passes import N_WORK, head_passes
@@ -126,30 +129,46 @@ def stage_times(columns: np.ndarray, uniform: bool = False, schedule: str | None
     stage_mb = (r["step_time"] - r["pipeline_bubble"] - outside) / m
     head_f, head_b, head_w = head_passes(columns, np.zeros(N_WORK))
     head = head_f + head_b + head_w
+    mtp_f, mtp_b, mtp_w = mtp_passes(columns)
     # the busiest rank holds ``layers`` layers and ``share`` of the head (kernels/lm/step.busiest_stage): the body
     # is the time of a full rank's layers (layers_per_stage), scaled back from it
     busiest = busiest_stage(columns, np.zeros(N_WORK))
     layers_busiest, share, emb = busiest[4], busiest[5], busiest[8]
-    body = (stage_mb - share * head / model_copies(columns) - emb) * layers_per_stage(columns) / layers_busiest
+    body = (stage_mb - share * (head + mtp_f + mtp_b) / model_copies(columns) - emb) * layers_per_stage(columns) \
+        / layers_busiest
     f_share, w_share = pass_shares(columns)
     emb_f, emb_b = embedding_stage_tp(columns)  # the first virtual stage's (§11.44 1d); 0 at pp 1
     if uniform:
         body *= 1.0 - split_slots(columns) / p / layers_per_stage(columns)    # L / p layers: the slots are no layers
         share = np.full((v, p), 1.0 / v)
-        forward = share * (f_share * body + (head_f + emb_f) / p)
-        backward = share * ((1.0 - f_share) * body + (head_b + head_w + emb_b) / p)
-        weight = share * (w_share * body + head_w / p)
+        forward = share * (f_share * body + (head_f + mtp_f + emb_f) / p)
+        backward = share * ((1.0 - f_share) * body + (head_b + head_w + mtp_b + emb_b) / p)
+        weight = share * (w_share * body + (head_w + mtp_w) / p)
     else:
         layers = chunk_layers(int(round(_col(columns, "layers"))), p, v)
         share = layers / layers.max() / v         # the busiest rank's chunks hold body / v each
         forward, backward, weight = share * f_share * body, share * (1.0 - f_share) * body, share * w_share * body
-        forward[-1, -1] += head_f                 # the last model stage (DualPipe: rank p - 1 and rank 0)
-        backward[-1, -1] += head_b + head_w
-        weight[-1, -1] += head_w
+        forward[-1, -1] += head_f + mtp_f         # the last model stage (DualPipe: rank p - 1 and rank 0)
+        backward[-1, -1] += head_b + head_w + mtp_b
+        weight[-1, -1] += head_w + mtp_w
         forward[0, 0] += emb_f                    # the first: the embedding's collectives (its backward a B)
         backward[0, 0] += emb_b
     return StageTimes(schedule or _schedule(columns, v), p, v, int(round(m)), forward, backward, weight, stage_mb,
-                      head, r["pipeline_bubble"])
+                      head, mtp_f + mtp_b, r["pipeline_bubble"])
+
+
+def mtp_passes(columns: np.ndarray) -> tuple[float, float, float]:
+    """(forward, full backward, its weight-gradient part) seconds of the ``mtp_layers`` MTP modules' transformer
+    layers, one micro-batch (``kernels/lm/mtp_breakdown.mtp_layer``: each at its own kind's passes); zeros without
+    MTP modules. Forward: F + exposed forward communication, as :func:`pass_shares` splits a layer."""
+    from fastmodel.kernels.lm.mtp_breakdown import mtp_layer_into
+    from fastmodel.kernels.lm.passes import A_BACKWARD_WEIGHT, A_EXPOSED_F, A_FORWARD, N_WORK
+
+    d_mtp = np.zeros(N_WORK)
+    seconds = mtp_layer_into(columns, np.zeros(N_WORK), d_mtp)[0]
+    depth = _col(columns, "mtp_layers")
+    forward = depth * (d_mtp[A_FORWARD] + d_mtp[A_EXPOSED_F])
+    return forward, depth * seconds - forward, depth * d_mtp[A_BACKWARD_WEIGHT]
 
 
 def send_time(columns: np.ndarray) -> float:

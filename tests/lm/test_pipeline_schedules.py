@@ -148,13 +148,21 @@ def _embedding(columns):
     return sum(embedding_stage_tp(columns))
 
 
-@pytest.mark.parametrize("record_id", PIPELINED[:3])
-def test_zb_h1_closed_form_is_exact_for_uniform_stages(record_id):
-    columns = _scheduled(record_id, "zb_h1")
+#: the ZB-H1 / DualPipe rows: the 1F1B records, and the pp 4 one with MTP modules (docs/model.md §11.4: their layers
+#: sit on the last rank beside the head, and the average stage holds 1 / p of them)
+MTP_ROWS = [(record_id, 0) for record_id in PIPELINED[:3]] + [(PIPELINED[1], 1), (PIPELINED[1], 2)]
+
+
+@pytest.mark.parametrize("record_id, mtp", MTP_ROWS)
+def test_zb_h1_closed_form_is_exact_for_uniform_stages(record_id, mtp):
+    columns = _scheduled(record_id, "zb_h1", mtp_layers=mtp)
     times = stage_times(columns, uniform=True)
     p, m = times.stages, times.micro_batches
     assert times.schedule == "zb_h1"
-    average = times.stage_mb - times.head + (times.head + _embedding(columns)) / p
+    assert (times.mtp > 0.0) == (mtp > 0)
+    # the last rank leads: t_mb = its body + head + MTP layers; the average stage holds 1 / p of each end's terms
+    ends = times.head + times.mtp
+    average = times.stage_mb - ends + (ends + _embedding(columns)) / p
     exact = exact_pipeline(times)
     assert exact.makespan == pytest.approx(m * average + times.closed_bubble, rel=1e-9)
     # (p - 1)(t - 2W): W the weight-gradient GEMMs, B (with full recompute here) the rest of the backward
@@ -181,9 +189,9 @@ def test_a_schedule_moves_the_step_by_its_bubble_only(record_id):
     assert zb_keep["memory_allocated"] == keep["memory_allocated"]
 
 
-def _dualpipe_columns():
+def _dualpipe_columns(mtp=0):
     # narayanan2021 GPT 76.1B on pp = 4, dp = 32: m = 1792 / (1 x 32) = 56 micro-batches, even and >= 2 pp
-    return _scheduled("narayanan2021_t1-GPT-76.1B-n1024-tp8pp4-full", "dualpipe")
+    return _scheduled("narayanan2021_t1-GPT-76.1B-n1024-tp8pp4-full", "dualpipe", mtp_layers=mtp)
 
 
 def test_dualpipe_holds_two_stages_and_pp_plus_one_micro_batches():
@@ -204,13 +212,16 @@ def test_dualpipe_holds_two_stages_and_pp_plus_one_micro_batches():
     assert r1["pipeline_bubble"] < r0["pipeline_bubble"]
 
 
-def test_dualpipe_closed_form_against_the_exact_path():
-    columns = _dualpipe_columns()
+@pytest.mark.parametrize("mtp", [0, 1])
+def test_dualpipe_closed_form_against_the_exact_path(mtp):
+    columns = _dualpipe_columns(mtp)
     times = stage_times(columns, uniform=True)
     p, m = times.stages, times.micro_batches
     exact = exact_pipeline(times)
-    # the end ranks run half the heads and half the embeddings (first_rank.embedding_ends), the average 1 / p
-    ends = times.head + _embedding(columns)
+    # the end ranks run half the heads, half the MTP layers and half the embeddings (first_rank.embedding_ends),
+    # the average 1 / p
+    assert (times.mtp > 0.0) == (mtp > 0)
+    ends = times.head + times.mtp + _embedding(columns)
     average = times.stage_mb - ends / 2 + ends / p
     closed = m * average + times.closed_bubble
     forward = float(times.forward[0, 0])
