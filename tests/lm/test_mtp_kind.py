@@ -138,28 +138,47 @@ def test_a_dense_mtp_layer_in_a_moe_model_runs_the_dense_layer_s_passes():
     assert seconds == pytest.approx(mtp_layer(row(**dense, mtp_layers=1), np.zeros(N_WORK))[0], rel=1e-12)
 
 
-@pytest.mark.parametrize("model", [MOE, ALL_MOE])
-def test_the_average_stage_s_forward_and_weight_passes_include_its_share_of_the_mtp_layers(model):
-    """``step.busiest_stage``'s F_avg and W_avg (the bubble of ZB-H1 and DualPipe reads them): with ``average_mb``
-    growing by (head + D t_MTP) / p, F_avg grows by (head F + D (F_MTP + exposed F)) / p and W_avg by (head W + D
-    W_MTP) / p (``mtp_layer``'s passes, ``head_passes``). F_avg had the head's share only, so the MTP layer's
-    forward and weight passes landed in the bubble's B."""
+#: an ideal device for hand counts: GEMMs and attention at the 16-bit peak (989 TFLOP/s), no GEMM K overhead, no
+#: launch overhead, memory-bound passes free (HBM 1e30 B/s), one SM (no wave quantization: a GEMM's useful share is
+#: its tile padding only) and a vocabulary of whole tiles (1,024)
+IDEAL = dict(gemm_eff_16=1.0, attn_eff=1.0, gemm_k_half=0.0, kernel_overhead_s=0.0, hbm_bw=1e30, sm_count=1,
+             vocab=1024)
+
+
+@pytest.mark.parametrize("model, forward, weight", [
+    # dense MTP layer (T 512, TP 1): GEMMs 2 T (4,194,304 attention + 3 x 1,024 x 4,096 MLP) = 17,179,869,184,
+    # the causal core 2 T (s / 2) a (d + d) = 536,870,912 (forward only); its head: the output layer once more
+    # 2 T V h = 1,073,741,824 and eh_proj 2 T (2h) h = 2,147,483,648
+    (MOE, 17_179_869_184 + 536_870_912 + 1_073_741_824 + 2_147_483_648,
+     17_179_869_184 + 1_073_741_824 + 2_147_483_648),
+    # MoE MTP layer: attention GEMMs 2 T 4,194,304 = 4,294,967,296; the experts, top-2 of 8 (128 rows each, a whole
+    # row tile), 2 (2 T) 3 x 1,024 x 512 = 3,221,225,472; the router 2 T h E = 8,388,608 run at a 16-wide tile
+    # (the smallest, tile_size) for E = 8 columns: 16,777,216 FLOP-seconds; core and head as above
+    (ALL_MOE, 4_294_967_296 + 3_221_225_472 + 16_777_216 + 536_870_912 + 1_073_741_824 + 2_147_483_648,
+     4_294_967_296 + 3_221_225_472 + 16_777_216 + 1_073_741_824 + 2_147_483_648),
+])
+def test_the_average_stage_s_forward_and_weight_passes_include_its_share_of_the_mtp_layers(model, forward, weight):
+    """``step.busiest_stage``'s F_avg and W_avg (the bubble of ZB-H1 and DualPipe reads them), p 4, one MTP module,
+    by hand on an ideal device (``IDEAL``: seconds = FLOPs / 989 TFLOP/s): F_avg grows by a quarter of the MTP
+    layer's forward and its head's (the extra output-layer pass and ``eh_proj``), W_avg by a quarter of their
+    weight-gradient GEMMs (the same GEMM FLOPs, no attention core). F_avg had the head's share only, so the MTP
+    layer's forward and weight passes landed in the bubble's B. The dense case's ``average_mb`` grows by a quarter of
+    3 x the GEMMs + 3.5 x the core (flash attention's backward 2.5 x its forward)."""
     import numpy as np
 
-    from fastmodel.kernels.lm.mtp_breakdown import mtp_layer
-    from fastmodel.kernels.lm.passes import A_BACKWARD_WEIGHT, A_EXPOSED_F, A_FORWARD, N_WORK, head_passes
+    from fastmodel.kernels.lm.passes import N_WORK
     from fastmodel.kernels.lm.step import busiest_stage
 
-    values = dict(model, pp=4, layers=8, global_batch=16)
+    peak = 989e12
+    values = dict(model, pp=4, layers=8, global_batch=16, **IDEAL)
     none, one = row(**values, mtp_layers=0), row(**values, mtp_layers=1)
     _, avg0, f0, w0, *_ = busiest_stage(none, np.zeros(N_WORK))
     _, avg1, f1, w1, *_ = busiest_stage(one, np.zeros(N_WORK))
-    d = np.zeros(N_WORK)
-    t_mtp = mtp_layer(one, d)[0]
-    head0, head1 = head_passes(none, np.zeros(N_WORK)), head_passes(one, np.zeros(N_WORK))
-    assert avg1 - avg0 == pytest.approx((sum(head1) - sum(head0) + t_mtp) / 4, rel=1e-9)
-    assert f1 - f0 == pytest.approx((head1[0] - head0[0] + d[A_FORWARD] + d[A_EXPOSED_F]) / 4, rel=1e-9)
-    assert w1 - w0 == pytest.approx((head1[2] - head0[2] + d[A_BACKWARD_WEIGHT]) / 4, rel=1e-9)
+    assert f1 - f0 == pytest.approx(forward / peak / 4, rel=1e-9)
+    assert w1 - w0 == pytest.approx(weight / peak / 4, rel=1e-9)
+    if model is MOE:
+        gemms, core = 17_179_869_184 + 1_073_741_824 + 2_147_483_648, 536_870_912
+        assert avg1 - avg0 == pytest.approx((3 * gemms + 3.5 * core) / peak / 4, rel=1e-9)
 
 
 def test_host_issue_of_the_average_stage_counts_its_share_of_the_mtp_layers():
