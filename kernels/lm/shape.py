@@ -11,7 +11,10 @@ The terms both the training step (``kernels/lm/layer.py``, ``memory_states.py``)
 - one GEMM list (:func:`layer_gemm_time`: the projections, the dense MLP or the router, grouped routed experts
   and shared experts) on one GEMM model (``roofline.gemm_roofline``);
 - one memory-bound model (:func:`elementwise_bytes`: bytes per element of the norms, residual adds, MLP
-  activation and rotary embedding, fused or eager).
+  activation and rotary embedding, fused or eager);
+- training only, kept in this leaf module so that ``layer.py`` and ``memory_states.py`` (which imports
+  ``layer.py`` through ``pipeline.py``) read one definition: a stored gradient element's bytes
+  (:func:`stored_grad_bytes`).
 
 Each engine passes what differs by workload: the tokens a device runs, how routed tokens spread over the
 local experts (training: balanced over all E/ep; serving decode: the experts a step touches), the weight bytes
