@@ -32,8 +32,9 @@ def costs(r, moe):
     """module_recompute_costs as layer_costs calls it (one device, TP 1: norm_tokens = tokens)."""
     local = E / 4
     rows = T * K
-    return module_recompute_costs(r, 1.0 if moe else 0.0, T, T, False, 2.0, local, rows / local, 1.0, rows * FE,
-                                  0.0, 1.0e-3)
+    # every argument a float64, as the kernel passes them: other types would compile a second specialisation
+    return module_recompute_costs(r, 1.0 if moe else 0.0, float(T), float(T), 0.0, 2.0, local, rows / local, 1.0,
+                                  float(rows * FE), 0.0, 1.0e-3)
 
 
 def test_layernorm_reruns_the_two_norms_by_hand():
