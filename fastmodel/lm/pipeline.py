@@ -108,7 +108,7 @@ def stage_times(columns: np.ndarray, uniform: bool = False, schedule: str | None
     from the kernel's results, split into passes in the kernel's ratios (:func:`pass_shares`). ``uniform``:
     every stage runs the average stage (body + (head + MTP layers) / p, spread over its chunks; with the loss in the
     split the body of L / p layers), the case where the closed form is exact."""
-    from fastmodel.kernels.lm.first_rank import embedding_stage_tp
+    from fastmodel.kernels.lm.first_rank import embedding_stage
     from fastmodel.kernels.lm.memory_states import layers_per_stage, split_slots
     from fastmodel.kernels.lm.passes import N_WORK, head_passes
     from fastmodel.kernels.lm.pipeline import model_copies
@@ -137,7 +137,7 @@ def stage_times(columns: np.ndarray, uniform: bool = False, schedule: str | None
     body = (stage_mb - share * (head + mtp_f + mtp_b) / model_copies(columns) - emb) * layers_per_stage(columns) \
         / layers_busiest
     f_share, w_share = pass_shares(columns)
-    emb_f, emb_b = embedding_stage_tp(columns)  # the first virtual stage's (§11.44 1d); 0 at pp 1
+    emb_f, emb_b = embedding_stage(columns)     # the first virtual stage's (§11.44 1d, dense gradient in B); 0 at pp 1
     if uniform:
         body *= 1.0 - split_slots(columns) / p / layers_per_stage(columns)    # L / p layers: the slots are no layers
         share = np.full((v, p), 1.0 / v)

@@ -31,6 +31,7 @@ STEP_PLAN_ROWS = (
     ("embedding_dense_grad", "1", 0, "1: each micro-batch the word embedding's backward writes a dense 16-bit "
      "gradient of the weight's shape (PyTorch embedding_backward_cuda_kernel: at::zeros, then a scatter) that the "
      "DDP hook adds into the main gradient (Megatron-Core _make_backward_post_hook, param.main_grad.add_): "
-     "V h / t x (2 + 2 + 2 grad_reduce_bytes) bytes on the embedding's rank, charged with PP 1, where the head's "
-     "rank holds it (docs/model.md §11.43, the DeepSeek-V2 note). Set by the stack.", 0, 1, False, "flag"),
+     "V h / t x (2 + 2 + 2 grad_reduce_bytes) bytes on the embedding's rank, in its backward: with PP 1 the "
+     "head's rank, with PP > 1 the first rank (docs/model.md §11.43, the DeepSeek-V2 note; §11.44 item 1d). "
+     "Set by the stack.", 0, 1, False, "flag"),
 )

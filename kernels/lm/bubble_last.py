@@ -22,20 +22,21 @@ embedding in the split) keeps the interleaved credit: the exact makespan is then
 Outside the domain, or when a rank other than the last is the busiest (the makespan is then no sum of stage
 times; §11.43), the average stage's bubble stays. ZB-H1 and DualPipe keep their own closed forms.
 
-The word embedding's TP collectives, ``e = e_F + e_B`` a micro-batch on rank 0's first chunk (§11.44 item 1d,
-``first_rank.py``), are in ``t_0`` and so in ``t_avg``: the 1F1B and GPipe sums hold them once, exactly. Under
-interleaving the credited form holds ``e / v`` where the exact schedule waits ``p e``: rank 0 runs the group's
-``p`` chunk-0 forwards (Megatron-Core's groups of ``p`` micro-batches, §11.45) before the chunk-1 forward the
-last rank's next chunk waits for, and ``p`` chunk-0 backwards after its last chunk-1 backward, each ``e_F``
-(``e_B``) longer, so :func:`embedding_warmup` adds ``(p - 1/v) e`` (the exact scheduler to 1e-9 with the other
-chunks alike, ``tests/lm/test_bubble_last.py``). Where rank 0's first chunk is a layer lighter (the embedding in
-the split, or uneven stages) that layer's slack takes it: the exact makespan grows by ``e`` there, which the
-credited form, an upper bound on that shape, already covers by the layer's margin.
+The word embedding's TP collectives and dense gradient, ``e = e_F + e_B`` a micro-batch on rank 0's first chunk
+(§11.44 item 1d, ``first_rank.embedding_stage``: ``e_B`` holds the dense gradient, §11.43), are in ``t_0`` and so
+in ``t_avg``: the 1F1B and GPipe sums hold them once, exactly. Under interleaving the credited form holds ``e / v``
+where the exact schedule waits ``p e``: rank 0 runs the group's ``p`` chunk-0 forwards (Megatron-Core's groups of
+``p`` micro-batches, §11.45) before the chunk-1 forward the last rank's next chunk waits for, and ``p`` chunk-0
+backwards after its last chunk-1 backward, each ``e_F`` (``e_B``) longer, so :func:`embedding_warmup` adds ``(p -
+1/v) e`` (the exact scheduler to 1e-9 with the other chunks alike, ``tests/lm/test_bubble_last.py``). Where rank
+0's first chunk is a layer lighter (the embedding in the split, or uneven stages) that layer's slack takes it: the
+exact makespan grows by ``e`` there, which the credited form, an upper bound on that shape, already covers by the
+layer's margin.
 """
 
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.bf16_layers import bf16_rank_layers
-from fastmodel.kernels.lm.first_rank import embedding_stage_tp
+from fastmodel.kernels.lm.first_rank import embedding_stage
 from fastmodel.kernels.lm.layout import (
     C_LAYERS, C_PIPELINE_SCHEDULE, C_PP, C_UNEVEN_STAGES, C_VP, SCHED_DUALPIPE, SCHED_GPIPE, SCHED_ZB_H1,
 )
@@ -74,15 +75,15 @@ def last_rank_bubble_credit(row, last_mb, average_mb):
 
 @njit
 def embedding_warmup(row):
-    """Seconds the interleaved makespan waits on the word embedding's TP collectives beyond the ``e / v`` the
+    """Seconds the interleaved makespan waits on the word embedding's TP collectives and dense gradient beyond the ``e / v`` the
     credited form holds (module docstring): ``(p - 1/v) e`` for v > 1 where rank 0's first chunk holds a full
     chunk of layers (no embedding in the split; without uneven stages or with L a multiple of p v); 0 at v = 1
     (the sum form holds ``e`` once) and where that chunk is a layer lighter; ``e`` a micro-batch of
-    ``first_rank.embedding_stage_tp`` (0 at pp 1 and without TP)."""
+    ``first_rank.embedding_stage`` (0 at pp 1, and without TP and ``embedding_dense_grad``)."""
     p, v = row[C_PP], max(row[C_VP], 1.0)
     if v <= 1.0 or split_slots(row) > 0.0:
         return 0.0
     if row[C_UNEVEN_STAGES] > 0.0 and row[C_LAYERS] % (p * v) != 0.0:
         return 0.0
-    forward, backward = embedding_stage_tp(row)
+    forward, backward = embedding_stage(row)
     return (p - 1.0 / v) * (forward + backward)

@@ -1,21 +1,28 @@
-"""The word embedding's TP collectives on the first pipeline rank at pp > 1 (docs/model.md §11.44 item 1d).
+"""The word embedding's TP collectives and dense gradient on the first pipeline rank at pp > 1 (docs/model.md
+§11.44 item 1d, §11.43's DeepSeek-V2 note).
 
 Megatron-LM builds the word embedding on the first virtual stage of the first pipeline rank
 (NVIDIA/Megatron-LM@d98e8a6 megatron/training/training.py 2382-2409: ``pre_process = is_pp_first_stage and
 is_vp_first_stage``; megatron/core/models/gpt/gpt_model.py 173-174 builds ``LanguageModelEmbedding`` when
 ``pre_process``, 348-354 runs it on every micro-batch), so its collectives (``sp_regather.embedding_tp``) run on
-that rank, one micro-batch each: ``e = e_F + e_B``. ``kernels/lm/step.py`` ``busiest_stage_into`` mirrors the LM
+that rank, one micro-batch each: ``e = e_F + e_B``, as does its backward's dense gradient added into the FP32 main
+gradient (``embedding_dense_grad``, :func:`embedding_dense_grad_s`: ``g`` in the backward, ``e_B + g``;
+:func:`embedding_stage`). ``kernels/lm/step.py`` ``busiest_stage_into`` mirrors the LM
 head on the last rank: the first rank's micro-batch grows by ``e`` (:func:`first_rank_mb`), the average stage's by
 ``e / p`` (its F by ``e_F / p``), and a leading first rank carries ``e`` in its breakdown; under DualPipe each
 end rank embeds half the micro-batches (:func:`embedding_ends`). At pp 1 the head's rank holds the embedding and
-``layer.head_costs`` charges it with the head.
+``layer.head_costs`` charges it with the head (the dense gradient there at its own copy of
+:func:`embedding_dense_grad_s`'s bytes: ``layer`` cannot import this module, ``pipeline`` imports ``layer``).
 """
 
 from fastmodel.kernels.jit import njit
-from fastmodel.kernels.lm.layout import C_CP, C_LAST_STAGE_LAYERS, C_LAYERS, C_MICRO_BATCH, C_PP, C_SEQ_LEN, C_TP
-from fastmodel.kernels.lm.memory_states import explicit_layout, stage_layers
+from fastmodel.kernels.lm.layout import (
+    C_CP, C_EMBEDDING_DENSE_GRAD, C_HIDDEN, C_LAST_STAGE_LAYERS, C_LAYERS, C_MICRO_BATCH, C_PP, C_SEQ_LEN, C_TP, C_VOCAB,
+)
+from fastmodel.kernels.lm.memory_states import explicit_layout, stage_layers, stored_grad_bytes
 from fastmodel.kernels.lm.pipeline import model_copies
 from fastmodel.kernels.lm.sp_regather import embedding_tp
+from fastmodel.kernels.roofline import memory_bound_time
 
 
 @njit
@@ -29,13 +36,52 @@ def embedding_stage_tp(row):
 
 
 @njit
-def embedding_ends(row):
-    """(first rank's, last rank's, forward, all) seconds of the embedding's TP collectives a micro-batch
-    (:func:`embedding_stage_tp`: forward ``e_F``, all ``e = e_F + e_B``): ``(e, 0, e_F, e)``; under DualPipe
-    (``model_copies`` 2) rank 0 holds stage 0 and stage p - 1 (``pipeline.mirror_stage``), so the rank that holds
-    the head embeds half the micro-batches, as it runs half the heads: ``(0, e / 2, e_F, e)``, beside the head's
-    share on the last rank's micro-batch."""
+def embedding_dense_grad_s(row):
+    """Seconds of the word embedding's dense gradient one micro-batch on the rank that holds the embedding
+    (docs/model.md §11.43, the DeepSeek-V2 note): the backward of ``F.embedding`` zero-fills a 16-bit gradient of
+    the whole ``V x h / t`` weight and scatters the tokens' rows into it (pytorch 01b9dc56
+    EmbeddingBackwardKernel.cu ``at::zeros``; Megatron-LM 23e00ed tensor_parallel/layers.py 281), and the DDP
+    hook on the weight's gradient accumulator adds it into the main gradient (distributed_data_parallel.py 427,
+    523): ``V h / t x (2 + 2 + 2 b_g)`` bytes, ``b_g`` the stored gradient's (``stored_grad_bytes``), memory-bound;
+    0 without ``embedding_dense_grad``."""
+    if row[C_EMBEDDING_DENSE_GRAD] <= 0.0:
+        return 0.0
+    return memory_bound_time(row, row[C_VOCAB] / row[C_TP] * row[C_HIDDEN] * (4.0 + 2.0 * stored_grad_bytes(row)))
+
+
+@njit
+def embedding_stage(row):
+    """(forward, backward) seconds of the word embedding one micro-batch on the first rank at pp > 1: its TP
+    collectives (:func:`embedding_stage_tp`) and, in the backward, its dense gradient ``g``
+    (:func:`embedding_dense_grad_s`): ``(e_F, e_B + g)``; (0, 0) at pp 1 (``layer.head_costs``)."""
+    if row[C_PP] <= 1.0:
+        return 0.0, 0.0
     forward, backward = embedding_stage_tp(row)
+    return forward, backward + embedding_dense_grad_s(row)
+
+
+@njit
+def embedding_parts(row, emb):
+    """(TP, memory-bound) seconds of ``emb``, the busiest rank's embedding seconds a micro-batch (one of
+    :func:`embedding_ends`' first two: ``e + g``, its half under DualPipe, or 0): ``emb`` split in the ratio of the
+    TP collectives ``e`` to the dense gradient ``g``, for the step's breakdown (``comm_tp``/``exposed_tp`` and
+    ``time_memory_bound``); ``(emb, 0)`` without the dense gradient."""
+    forward, backward = embedding_stage(row)
+    total = forward + backward
+    if total <= 0.0:
+        return 0.0, 0.0
+    dense = embedding_dense_grad_s(row) * (emb / total)
+    return emb - dense, dense
+
+
+@njit
+def embedding_ends(row):
+    """(first rank's, last rank's, forward, all) seconds of the embedding a micro-batch (:func:`embedding_stage`:
+    forward ``e_F``, all ``e + g``, its TP collectives and its dense gradient): ``(e + g, 0, e_F, e + g)``; under
+    DualPipe (``model_copies`` 2) rank 0 holds stage 0 and stage p - 1 (``pipeline.mirror_stage``), so the rank
+    that holds the head embeds half the micro-batches, as it runs half the heads: ``(0, (e + g) / 2, e_F,
+    e + g)``, beside the head's share on the last rank's micro-batch."""
+    forward, backward = embedding_stage(row)
     copies = model_copies(row)
     if copies > 1.0:
         return 0.0, (forward + backward) / copies, forward, forward + backward
@@ -46,8 +92,8 @@ def embedding_ends(row):
 def first_rank_mb(row, t_layer, first_bf16, n_first, emb):
     """(seconds, layers) of one micro-batch on the first pipeline rank: its layers (:func:`first_rank_layers`) at
     the average layer's ``t_layer``, its BF16 layers' excess ``first_bf16`` (§11.39) and the embedding's ``emb``
-    (:func:`embedding_ends`); (0, 0) when the rank holds neither BF16 layers nor the embedding's collectives (it
-    is then a middle rank's equal or lighter)."""
+    (:func:`embedding_ends`); (0, 0) when the rank holds neither BF16 layers nor the embedding's costs (it is
+    then a middle rank's equal or lighter)."""
     if n_first <= 0.0 and emb <= 0.0:
         return 0.0, 0.0
     layers = first_rank_layers(row)

@@ -414,7 +414,8 @@ def head_costs(row, work):
     # the loss's memory-bound passes over the logits (loss_traffic_bytes_per_logit, the stack's count, forward and
     # backward together): half charged to each pass (docs/model.md §11.3)
     work[W_MEM] = memory_bound_time(row, tokens * vocab * 0.5 * row[C_LOSS_TRAFFIC_BYTES_PER_LOGIT]) + mtp_mem
-    if row[C_PP] <= 1.0 and row[C_EMBEDDING_DENSE_GRAD] > 0.0:     # the embedding's dense gradient (§11.43), halved
+    if row[C_PP] <= 1.0 and row[C_EMBEDDING_DENSE_GRAD] > 0.0:     # the embedding's dense gradient (§11.43), halved;
+        # pp > 1: rank 0's (first_rank.embedding_dense_grad_s, the same bytes: a test holds the two equal)
         work[W_MEM] += 0.5 * memory_bound_time(row, vocab * h * (4.0 + 2.0 * stored_grad_bytes(row)))
     work[W_ATTN_CORE_MEM] = 0.0
     loss_tp = (allreduce_time(row, 3.0 * 4.0 * tokens, t, 1.0) if t > 1.0 else 0.0) + mtp_tp

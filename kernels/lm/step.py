@@ -48,7 +48,7 @@ from fastmodel.kernels.lm.dp_window import per_chunk_collectives
 from fastmodel.kernels.lm.moe import expert_dp, expert_tp
 from fastmodel.kernels.lm.parallel import data_parallel, fsdp_first_layer_exposed, microbatch_reduce
 from fastmodel.kernels.lm.bf16_layers import add_bf16_layers, bf16_end_work_into
-from fastmodel.kernels.lm.first_rank import embedding_ends, first_rank_mb
+from fastmodel.kernels.lm.first_rank import embedding_ends, embedding_parts, first_rank_mb
 from fastmodel.kernels.lm.mtp_breakdown import add_mtp_layers, mtp_layer_into
 from fastmodel.kernels.lm.sp_regather import sp_replicated_grads_allreduce
 from fastmodel.kernels.lm.passes import (
@@ -71,9 +71,9 @@ def busiest_stage(row, work):
     the average stage, the average stage's forward and weight-gradient passes (what the pipeline schedule's bubble
     reads), the busiest rank's layers and share of the LM head (1: the last rank; 0: a middle or the first rank,
     :func:`last_rank_layers`), the BF16 layers it holds with one's accumulators beyond its kind's
-    (``bf16_layers.bf16_layer_work``, §11.39) and its seconds of the word embedding's TP collectives a micro-batch
-    at pp > 1 (``first_rank.embedding_ends``, §11.44). Leaves the busiest rank's layer accumulators in
-    ``work[A_*]`` and the head's parameters and FLOPs in ``work[W_*]``. ``d16`` is a new vector
+    (``bf16_layers.bf16_layer_work``, §11.39) and its seconds of the word embedding's TP collectives and dense
+    gradient a micro-batch at pp > 1 (``first_rank.embedding_ends``, §11.44). Leaves the busiest rank's layer
+    accumulators in ``work[A_*]`` and the head's parameters and FLOPs in ``work[W_*]``. ``d16`` is a new vector
     (:func:`busiest_stage_into`)."""
     return busiest_stage_into(row, work, np.empty(N_WORK), np.empty(N_WORK), np.empty(N_WORK))
 
@@ -93,7 +93,7 @@ def busiest_stage_into(row, work, d_first, d_last, d_mtp):
     all_moe = last_rank_all_moe(row)
     n_first, n_last = bf16_end_work_into(row, all_moe, d_first, d_last)  # the recipe's BF16 layers (§11.39)
     first_bf16, last_bf16 = n_first * layer_time(d_first), n_last * layer_time(d_last)
-    emb_first, emb_last, emb_forward, emb = embedding_ends(row)  # the embedding's TP at pp > 1 (§11.44 1d)
+    emb_first, emb_last, emb_forward, emb = embedding_ends(row)  # the embedding at pp > 1 (§11.44 1d, §11.43)
     layer_passes(row, work)
     t_layer = layer_time(work)
     # the average stage's passes: its L / p layers and its share of the end ranks' BF16 layers, each pass its own
@@ -428,7 +428,8 @@ def step_row(row, work, out):
     out[R_HFU] = executed / (step * peak)
     out[R_TIME_GEMM] = micro_batches * (per_stage * work[A_GEMM] + head_gemm)
     out[R_TIME_ATTENTION] = micro_batches * per_stage * work[A_ATTN]
-    out[R_TIME_MEMORY_BOUND] = micro_batches * (per_stage * work[A_MEM] + head_mem)
+    emb, emb_mem = embedding_parts(row, emb)    # its TP collectives, its dense gradient (§11.44 1d, §11.43)
+    out[R_TIME_MEMORY_BOUND] = micro_batches * (per_stage * work[A_MEM] + head_mem + emb_mem)
     out[R_TIME_RECOMPUTE] = micro_batches * per_stage * work[A_RECOMPUTE]
     out[R_PIPELINE_BUBBLE] = bubble
     out[R_TIME_HOST_WAIT] = host_wait

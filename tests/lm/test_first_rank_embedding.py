@@ -1,19 +1,22 @@
-"""The word embedding's TP collectives on the first pipeline rank at pp > 1 (docs/model.md §11.44 item 1d;
-kernels/lm/first_rank.py, kernels/lm/bubble_last.py ``embedding_warmup``), each against a hand derivation:
-where they run and how often, the first rank's layers under an explicit layout, the step and its bubble when the
-last rank leads (1F1B: the sum form holds e once; interleaved: p e) and when the first rank leads with its BF16
-layers (its breakdown carries e; the step is still the sum of its parts)."""
+"""The word embedding's TP collectives and dense gradient on the first pipeline rank at pp > 1 (docs/model.md
+§11.44 item 1d, §11.43's DeepSeek-V2 note; kernels/lm/first_rank.py, kernels/lm/bubble_last.py
+``embedding_warmup``), each against a hand derivation: where they run and how often, the first rank's layers
+under an explicit layout, the step and its bubble when the last rank leads (1F1B: the sum form holds e + g once;
+interleaved: p (e + g)) and when the first rank leads with its BF16 layers (its breakdown carries e in its TP and
+g in its memory-bound time; the step is still the sum of its parts)."""
 
 import numpy as np
 import pytest
 
 from fastmodel.kernels.lm.bubble_last import embedding_warmup
 from fastmodel.kernels.lm.first_rank import embedding_ends, embedding_stage_tp, first_rank_layers
+from fastmodel.kernels.lm.layer import W_MEM, head_costs
 from fastmodel.kernels.lm.memory_states import stage_layers
 from fastmodel.kernels.lm.passes import A_TP_EXPOSED, N_WORK, head_passes, layer_passes, layer_time
 from fastmodel.kernels.lm.sp_regather import embedding_tp
 from fastmodel.kernels.nccl import allgather_time, allreduce_time
 from fastmodel.lm.engine import evaluate_table
+from fastmodel.lm.table import row as table_row
 from fastmodel.registry.lm import BREAKDOWN, PIPELINE_SCHEDULES, PRECISION_CODES
 from fastmodel.registry.lm import COLUMN_INDEX as C
 from tests.lm.lowprec_rows import MICRO, SEQ, TP, H, sp_row
@@ -42,6 +45,32 @@ def test_the_embedding_runs_on_the_first_rank_at_pp_above_one():
     ar = allreduce_time(_row(), 2.0 * SEQ * MICRO * H, TP, 1.0) + OVERHEAD
     assert embedding_ends(_row(pp=4.0, sequence_parallel=0.0)) == pytest.approx((ar, 0.0, ar, ar), rel=1e-12)
     assert embedding_ends(_row(pp=4.0, tp=1.0)) == (0.0, 0.0, 0.0, 0.0)
+
+
+def test_the_dense_gradient_is_the_first_ranks_backward_at_pp_above_one():
+    """DeepSeek-V2 at tp 1 (V h = 102,400 x 5,120, FP32 main gradient, B200 8 TB/s x 0.80): each micro-batch the
+    embedding's backward zero-fills a 2 B gradient of the whole weight, main_grad.add_ reads it (2 B) and reads and
+    writes the FP32 main gradient (8 B): g = 524,288,000 x 12 B / 6.4 TB/s = 0.98304 ms (§11.43). At pp 2 it is
+    rank 0's, in the backward: ends (g, 0, 0, g); under DualPipe each end rank embeds half the micro-batches,
+    (0, g / 2, 0, g). At pp 1 the head's rank holds it, g / 2 in each of the head's passes (layer.head_costs):
+    the same g a micro-batch, and nothing in the ends. With TP 2 the weight is V h / 2 a rank: g / 2, beside the
+    collectives e (the ends' forward e_F unchanged)."""
+    common = dict(micro_batch=1, seq_len=4096, vocab=102400, hidden=5120, tp=1, hbm_bw=8e12, hbm_eff=0.8,
+                  grad_reduce_bytes=4, loss_traffic_bytes_per_logit=52, embedding_dense_grad=1)
+    g = 102400 * 5120 * 12 / (8e12 * 0.8)
+    assert g == pytest.approx(0.98304e-3, rel=1e-12)
+    assert embedding_ends(table_row(**common, pp=2)) == pytest.approx((g, 0.0, 0.0, g), rel=1e-12)
+    dualpipe = table_row(**common, pp=2, pipeline_schedule="dualpipe")
+    assert embedding_ends(dualpipe) == pytest.approx((0.0, g / 2.0, 0.0, g), rel=1e-12)
+    assert embedding_ends(table_row(**common, pp=1)) == (0.0, 0.0, 0.0, 0.0)
+    on, off = np.zeros(N_WORK), np.zeros(N_WORK)
+    head_costs(table_row(**common, pp=1), on)
+    head_costs(table_row(**{**common, "embedding_dense_grad": 0}, pp=1), off)
+    assert 2.0 * (on[W_MEM] - off[W_MEM]) == pytest.approx(g, rel=1e-12)     # PP 1: the same g a micro-batch
+    tp2 = table_row(**{**common, "tp": 2}, pp=2)
+    e_f, e_b = embedding_stage_tp(tp2)
+    assert e_f > 0.0
+    assert embedding_ends(tp2) == pytest.approx((e_f + e_b + g / 2.0, 0.0, e_f, e_f + e_b + g / 2.0), rel=1e-12)
 
 
 @pytest.mark.parametrize("pp, vp, last, first", [
@@ -96,18 +125,32 @@ def _layer_work(columns):
     return work
 
 
+def _dense_grad(columns):
+    """g by hand: the embedding's dense gradient a micro-batch, V h / t x (2 + 2 + 2 x 4) B at the HBM's
+    effective bandwidth (FP32 main gradient; §11.43); 0 without ``embedding_dense_grad``."""
+    nbytes = columns[C["vocab"]] * columns[C["hidden"]] / columns[C["tp"]] * 12.0
+    assert columns[C["grad_reduce_bytes"]] == 4.0 and columns[C["master_weights"]] > 0.0
+    speed = columns[C["hbm_bw"]] * columns[C["hbm_eff"]] * columns[C["stack_compute_eff"]]
+    return nbytes / speed if columns[C["embedding_dense_grad"]] > 0.0 else 0.0
+
+
+@pytest.mark.parametrize("dense", [False, True])
 @pytest.mark.parametrize("vp", [1, 2])
-def test_the_bubble_holds_the_first_ranks_embedding(vp):
+def test_the_bubble_holds_the_first_ranks_embedding(vp, dense):
     """tp2.pp4, 8 layers a rank, the last rank (8 t + t_head) the busiest: 1F1B's bubble is the sum of the ranks
     before the last, 3 x 8 t + e (the first holds the embedding, §11.43); interleaved (v = 2) the credited
     (p t_avg - t_last)/v = (3 x 8 t + e)/2 and the wait (4 - 1/2) e: 12 t + 4 e. The step is the sum of its parts,
-    and the last rank's micro-batch carries no embedding."""
+    and the last rank's micro-batch carries no embedding. With the dense gradient (Megatron-LM's launcher) rank 0's
+    backward grows by g = V h / 2 x 12 B / 6.4 TB/s = 0.4925 ms: e + g in place of e."""
     from fastmodel.kernels.lm.step import busiest_stage
 
-    columns = _llama3_8b("tp2.pp4", **({"vp": 2, "pipeline_schedule": "interleaved"} if vp == 2 else {}))
+    columns = _llama3_8b("tp2.pp4", **({"vp": 2, "pipeline_schedule": "interleaved"} if vp == 2 else {}),
+                         **({"embedding_dense_grad": True} if dense else {}))
     assert columns[C["pp"]] == 4.0 and columns[C["layers"]] == 32.0 and columns[C["vp"]] == vp
     t = layer_time(_layer_work(columns))
-    e = sum(embedding_stage_tp(columns))
+    g = _dense_grad(columns)
+    assert (g == pytest.approx(128256 * 4096 / 2 * 12 / 6.4e12, rel=1e-12)) if dense else g == 0.0
+    e = sum(embedding_stage_tp(columns)) + g
     assert e > 0.0
     head = sum(head_passes(columns, np.zeros(N_WORK)))
     stage_mb, average, *_, share, _, _, emb = busiest_stage(columns, np.zeros(N_WORK))
@@ -121,14 +164,18 @@ def test_the_bubble_holds_the_first_ranks_embedding(vp):
     assert r["step_time"] == pytest.approx(sum(r[k] for k in PARTS), rel=1e-12)
 
 
-def test_a_first_rank_leading_with_bf16_layers_carries_its_embedding():
+@pytest.mark.parametrize("dense", [False, True])
+def test_a_first_rank_leading_with_bf16_layers_carries_its_embedding(dense):
     """fp8 (tensorwise), tp2.pp4, the first 8 layers in BF16: rank 0's 8 BF16 layers outrun the last rank's 8 layers
     and head (as at tp 1, tests/lm/test_fp4_layers.py), and rank 0 also runs the embedding's reduce-scatter and
     all-gather: t_mb = 8 t16 + e, its breakdown's exposed TP m (8 x_tp16 + e) with x_tp16 a BF16 layer's exposed
-    TP, and the step the sum of its parts (§11.44 item 1d, §11.39)."""
+    TP, and the step the sum of its parts (§11.44 item 1d, §11.39). With the dense gradient g (§11.43): t_mb =
+    8 t16 + e + g, the exposed TP as before and the memory-bound time m g more than without it."""
     from fastmodel.kernels.lm.step import busiest_stage
 
-    columns = _llama3_8b("tp2.pp4", precision="fp8", fp8_recipe="tensorwise", bf16_layers_start=8)
+    plan = dict(precision="fp8", fp8_recipe="tensorwise", bf16_layers_start=8)
+    columns = _llama3_8b("tp2.pp4", **plan, **({"embedding_dense_grad": True} if dense else {}))
+    g = _dense_grad(columns)
     wide = columns.copy()
     wide[C["precision"]] = PRECISION_CODES["bf16"]
     wide[C["fp8_params"]] = 0.0
@@ -136,9 +183,12 @@ def test_a_first_rank_leading_with_bf16_layers_carries_its_embedding():
     t16 = layer_time(high)
     e = sum(embedding_stage_tp(columns))
     stage_mb, *_, layers, share, n16, _, emb = busiest_stage(columns, np.zeros(N_WORK))
-    assert (layers, share, n16) == (8.0, 0.0, 8.0) and emb == pytest.approx(e, rel=1e-15) and e > 0.0
-    assert stage_mb == pytest.approx(8.0 * t16 + e, rel=1e-12)
+    assert (layers, share, n16) == (8.0, 0.0, 8.0) and emb == pytest.approx(e + g, rel=1e-15) and e > 0.0
+    assert stage_mb == pytest.approx(8.0 * t16 + e + g, rel=1e-12)
     r = _results(columns)
     m = columns[C["global_batch"]] / (columns[C["micro_batch"]] * columns[C["dp"]])
     assert r["exposed_tp"] == pytest.approx(m * (8.0 * high[A_TP_EXPOSED] + e), rel=1e-9)
+    assert r["comm_tp"] == pytest.approx(_results(_llama3_8b("tp2.pp4", **plan))["comm_tp"], rel=1e-12)
+    memory = _results(_llama3_8b("tp2.pp4", **plan))["time_memory_bound"]
+    assert r["time_memory_bound"] == pytest.approx(memory + m * g, rel=1e-12)
     assert r["step_time"] == pytest.approx(sum(r[k] for k in PARTS), rel=1e-12)

@@ -193,12 +193,12 @@ def _columns(record_id, **changes):
 
 def _embedding_wait(columns, p, v):
     """What the first rank's word embedding (its TP collectives e = e_F + e_B a micro-batch on the first virtual
-    stage, docs/model.md §11.44 item 1d) adds to the makespan when the last rank is the busiest: 1F1B and GPipe
-    cross rank 0 once, e; interleaved, rank 0 runs its group of p chunk-0 forwards (backwards) before (after) the
-    chunk the last rank waits for, p e (kernels/lm/bubble_last.py)."""
-    from fastmodel.kernels.lm.first_rank import embedding_stage_tp
+    stage, docs/model.md §11.44 item 1d, and its dense gradient in e_B, §11.43) adds to the makespan when the last
+    rank is the busiest: 1F1B and GPipe cross rank 0 once, e; interleaved, rank 0 runs its group of p chunk-0
+    forwards (backwards) before (after) the chunk the last rank waits for, p e (kernels/lm/bubble_last.py)."""
+    from fastmodel.kernels.lm.first_rank import embedding_stage
 
-    e = sum(embedding_stage_tp(columns))
+    e = sum(embedding_stage(columns))
     return p * e if v > 1 else e
 
 
@@ -225,14 +225,16 @@ def test_the_kernels_average_stage_bubble_is_exact_for_uniform_stages(record_id)
     assert times.closed_bubble == pytest.approx((p - 1) / v * (times.stage_mb - times.head) + wait, rel=1e-12)
 
 
-@pytest.mark.parametrize("record_id, gpipe", [(r, False) for r in PIPELINED] + [(r, True) for r in PIPELINED[:3]])
-def test_the_closed_form_is_exact_with_the_head_on_the_last_stage(record_id, gpipe):
+@pytest.mark.parametrize("record_id, gpipe, dense", [(r, False, 0) for r in PIPELINED]
+                         + [(r, True, 0) for r in PIPELINED[:3]] + [(PIPELINED[i], False, 1) for i in (1, 4)])
+def test_the_closed_form_is_exact_with_the_head_on_the_last_stage(record_id, gpipe, dense):
     # The last stage is the slowest (it holds the LM head), so it never waits once it has started: its first
     # forward starts after (p - 1) chunk forwards, its last backward is followed by (p - 1) chunk backwards,
     # so the exact makespan is m t_mb + (p - 1)/v (t_mb - t_head), and the first rank's embedding on the way
     # (_embedding_wait). The kernel's bubble is that (§11.43, §11.44 item 1d); the average stage's,
-    # (p - 1)/v (t_mb - t_head + t_head / p), charged (p - 1)/(p v) t_head too much.
-    columns = _columns(record_id, pipeline_schedule=2) if gpipe else _columns(record_id)
+    # (p - 1)/v (t_mb - t_head + t_head / p), charged (p - 1)/(p v) t_head too much. ``dense``: with the
+    # embedding's dense gradient in rank 0's first backward (§11.43), 1F1B at pp 4 and interleaved at (8, 4).
+    columns = _columns(record_id, embedding_dense_grad=dense, **({"pipeline_schedule": 2} if gpipe else {}))
     times = stage_times(columns)
     assert times.schedule == ("gpipe" if gpipe else "1f1b" if times.virtual_stages == 1 else "interleaved")
     p, v, m = times.stages, times.virtual_stages, times.micro_batches

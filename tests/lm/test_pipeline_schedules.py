@@ -141,11 +141,11 @@ def _scheduled(record_id, schedule, **changes):
 
 
 def _embedding(columns):
-    """The first rank's word-embedding TP seconds a micro-batch (docs/model.md §11.44 item 1d): the average stage
-    holds e / p of it, as it holds t_head / p of the head."""
-    from fastmodel.kernels.lm.first_rank import embedding_stage_tp
+    """The first rank's word-embedding seconds a micro-batch, its TP collectives and dense gradient (docs/model.md
+    §11.44 item 1d, §11.43): the average stage holds e / p of it, as it holds t_head / p of the head."""
+    from fastmodel.kernels.lm.first_rank import embedding_stage
 
-    return sum(embedding_stage_tp(columns))
+    return sum(embedding_stage(columns))
 
 
 #: the ZB-H1 / DualPipe rows: the 1F1B records, and the pp 4 one with MTP modules (docs/model.md §11.4: their layers
