@@ -83,6 +83,7 @@ def _layer_terms(columns: np.ndarray, r: dict) -> dict:
     accumulators (``kernels/lm/bf16_layers.bf16_layer_work``), ``lead`` / ``trail`` how many of them open and
     close the rank's layers."""
     from fastmodel.kernels.lm.bf16_layers import bf16_row
+    from fastmodel.kernels.lm.first_rank import embedding_parts, embedding_stage_tp
     from fastmodel.kernels.lm.layer import W_GEMM, W_MEM, W_TP, W_TP_BACKWARD, W_TP_HIDDEN, recompute_share
     from fastmodel.kernels.lm.passes import (
         A_ATTN,
@@ -112,7 +113,13 @@ def _layer_terms(columns: np.ndarray, r: dict) -> dict:
     pp, m = col("pp"), col("global_batch") / (col("micro_batch") * col("dp"))
     # the busiest rank's layers, whether it holds the LM head (share 1: the last rank; 0: a middle or the first
     # rank) and its BF16 layers: n16 of them, each d16 beyond the rank's layer
-    *_, layers, share, n16, d16, _ = busiest_stage(columns, np.zeros(N_WORK))
+    *_, layers, share, n16, d16, emb = busiest_stage(columns, np.zeros(N_WORK))
+    # the word embedding's TP collectives on the busiest rank (rank 0, or half on DualPipe's last): exposed, in
+    # comm_tp / exposed_tp (step_row), its own op, not the layers' (§11.44 item 1d); its dense gradient (§11.43) in
+    # time_memory_bound, its own op after the backward's collectives
+    emb, emb_grad = embedding_parts(columns, emb)
+    emb_f, emb_b = embedding_stage_tp(columns)
+    emb_f, emb_b = (emb * emb_f / (emb_f + emb_b), emb * emb_b / (emb_f + emb_b)) if emb > 0.0 else (0.0, 0.0)
     full, _ = recompute_share(columns)
     work = np.zeros(N_WORK)
     head_f, head_b, head_w = (share * t for t in head_passes(columns, work))
@@ -124,14 +131,14 @@ def _layer_terms(columns: np.ndarray, r: dict) -> dict:
     fsdp = col("sharding") == CODE_TABLES["sharding"]["fsdp"] and pp <= 1.0
     gemm = (r["time_gemm"] / m - (1.0 + BACKWARD_GEMM) * head_gemm - n16 * d16[A_GEMM]) / layers
     attn = (r["time_attention"] / m - n16 * d16[A_ATTN]) / layers
-    mem = (r["time_memory_bound"] / m - head_mem - n16 * d16[A_MEM]) / layers
+    mem = (r["time_memory_bound"] / m - head_mem - n16 * d16[A_MEM] - emb_grad) / layers
     again = (r["time_recompute"] / m - n16 * d16[A_RECOMPUTE]) / layers
     groups = ["tp", "cp", "ep"] + (["dp"] if fsdp else [])
     slots = {"tp": (A_TP_COMM, A_TP_EXPOSED), "cp": (A_CP_COMM, A_CP_EXPOSED), "ep": (A_EP_COMM, A_EP_EXPOSED)}
     comm = {g: r[f"comm_{g}"] / m - (n16 * d16[slots[g][0]] if g in slots else 0.0) for g in groups}
     exposed = {g: r[f"exposed_{g}"] / m - (n16 * d16[slots[g][1]] if g in slots else 0.0) for g in groups}
-    comm["tp"] -= head_comm
-    exposed["tp"] -= head_tp
+    comm["tp"] -= head_comm + emb
+    exposed["tp"] -= head_tp + emb
     tp_f, tp_b = tp_pass_factors(columns)          # per-projection TP (KempnerForge) runs more backward passes
     backward_runs = {"tp": (tp_b + tp_f * full) / tp_f, "cp": CP_BACKWARD_PASSES + full, "ep": EP_BACKWARD_PASSES + full,
                      "dp": GATHER_BACKWARD_PASSES + 1.0}           # ZeRO-3: gather, gather again, reduce-scatter
@@ -156,7 +163,7 @@ def _layer_terms(columns: np.ndarray, r: dict) -> dict:
     return {
         "m": m, "layers": layers, "fsdp": fsdp, "groups": groups, "head_tp": head_tp,
         "head_f": head_f - work[W_TP], "head_b": head_b + head_w - head_backward_tp,
-        "n16": n16, "lead": lead, "trail": n16 - lead, "extra": extra, "tp_split": tp_split,
+        "emb_f": emb_f, "emb_b": emb_b, "emb_grad": emb_grad, "n16": n16, "lead": lead, "trail": n16 - lead, "extra": extra, "tp_split": tp_split,
         "base": {"gemm": gemm, "attn": attn, "mem": mem, "again": again, "comm": comm, "exposed": exposed},
         **_pass_ops(gemm, attn, mem, again, comm, exposed, layers, shares, exposed_shares),
     }
@@ -276,6 +283,9 @@ def _micro_batch(b: _Builder, terms: dict, r: dict, i: int, segments: list, t: f
     head_f, head_b, head_tp = terms["head_f"], terms["head_b"], terms["head_tp"]
     pp_gap, pp_send = r["exposed_pp"] / (2.0 * m), r["comm_pp"] / (2.0 * m)
     mb = f"mb{i}"
+    emb_f, emb_b = terms["emb_f"], terms["emb_b"]
+    b.comm(f"{mb} embedding tp fwd", "tp", emb_f, t, t + emb_f, t)     # rank 0's embedding (§11.44 item 1d)
+    t += emb_f
     for label, ops, scale in segments:
         t = _layer_pass(b, ops, f"{mb} {label} fwd", "f", t, scale)
     b.op(f"{mb} LM head fwd", "compute", "head", t, t + head_f)
@@ -288,6 +298,10 @@ def _micro_batch(b: _Builder, terms: dict, r: dict, i: int, segments: list, t: f
     t += pp_gap
     for label, ops, scale in reversed(segments):
         t = _layer_pass(b, ops, f"{mb} {label} bwd", "b", t, scale)
+    b.comm(f"{mb} embedding tp bwd", "tp", emb_b, t, t + emb_b, t)
+    t += emb_b
+    b.op(f"{mb} embedding dense grad", "compute", "memory_bound", t, t + terms["emb_grad"])     # §11.43
+    t += terms["emb_grad"]
     b.comm(f"{mb} pp send bwd", "pp", pp_send, t, t + pp_gap, t)
     return t + pp_gap
 
@@ -312,7 +326,7 @@ def timeline(columns: np.ndarray, label: str = "the configuration") -> Timeline:
     t = warm
     for i in range(int(round(m))):
         t = _micro_batch(b, terms, r, i, segments, t)
-    last_backward_start = t - (compute_b - terms["head_b"] + r["exposed_pp"] / (2.0 * m))
+    last_backward_start = t - (compute_b - terms["head_b"] + terms["emb_b"] + terms["emb_grad"] + r["exposed_pp"] / (2.0 * m))
     b.op("pipeline cool-down", "compute", "bubble", t, t + bubble - warm)
     t += bubble - warm
     if not terms["fsdp"]:

@@ -67,7 +67,10 @@ def last_rank_bubble_credit(row, last_mb, average_mb):
     ``(last_mb - average_mb) / v`` where :func:`credit_applies` (1F1B; GPipe and interleaved with the ranks
     before the last alike), less the interleaved schedule's wait on the first rank's embedding
     (:func:`embedding_warmup`); 0 elsewhere (ZB-H1, DualPipe, no pipeline, BF16 first layers or an explicit layout
-    under GPipe or interleaved) and where the last rank is not above the average."""
+    under GPipe or interleaved) and where the last rank is not above the average. The embedding's interleaved wait
+    is charged only here, inside the credit's domain: where the credit does not apply (the first or a middle rank
+    leads, ``host_bound_bubble`` passes ``average_mb``, or an explicit layout / BF16 first layers) the closed form's
+    ``(p - 1)/v t_avg`` holds the embedding's ``e / v`` only, though the same schedule waits up to ``p e``."""
     if not credit_applies(row) or last_mb <= average_mb:
         return 0.0
     return (last_mb - average_mb) / max(row[C_VP], 1.0) - embedding_warmup(row)

@@ -109,7 +109,9 @@ def first_rank_layers(row):
     ``Et|(tt|)*30L`` at pp 16 vp 2 gives rank 0 1 + 2 layers where 59 / 15 rounds up to 4; DeepSeek-V3 H100
     ``Et|(tt|)*30mL`` at pp 8 vp 4 1 + 2 + 2 + 2 = 7 of ceil(55 / 7) = 8; with an even split, ``Et*4|(t*4|)*14tmL``
     at pp 8 vp 2, the full 8), as the missing layers of uneven stages come off the first stage (Llama 3,
-    Dubey et al. 2024 sec. 3.3.2; ``fastmodel/lm/pipeline.py`` ``chunk_layers``)."""
+    Dubey et al. 2024 sec. 3.3.2; ``fastmodel/lm/pipeline.py`` ``chunk_layers``). A heuristic, assumed from those
+    three recipe layouts: the layout string is not a column, so a layout with the shortfall on another rank, or
+    more than one layer short on rank 0, is priced at this count all the same."""
     dense, moe, _ = stage_layers(row, 0.0)
     layers = dense + moe
     if explicit_layout(row) and (row[C_LAYERS] - row[C_LAST_STAGE_LAYERS]) % (row[C_PP] - 1.0) != 0.0:

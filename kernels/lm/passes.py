@@ -263,6 +263,33 @@ def layer_kinds_passes(row, work, first, end):
 
 
 @njit
+def rank_layer_passes(row, work, dense, moe):
+    """The average layer of a pipeline rank that holds ``dense`` dense and ``moe`` MoE layers (``memory_states
+    .stage_layers``) into ``work[A_*]``: each kind of ``shape.layer_mix`` weighted by its share of the rank's layers
+    (the dense kinds share ``dense`` in the model's dense full / sliding proportion, the MoE kinds ``moe``), as
+    :func:`layer_kinds_passes` weights them over the model; returns the rank's micro-batch of layers,
+    ``(dense + moe) x layer_time`` (docs/model.md §11.44 item 1d, "by layer kind")."""
+    for k in range(A_FORWARD, A_MTP_PARAMS):
+        work[k] = 0.0
+    layers = dense + moe
+    if layers <= 0.0:
+        return 0.0
+    full, selective = recompute_share(row)
+    fsdp = per_layer_fsdp(row)
+    counts = layer_mix(row)
+    of_kind = (counts[0] + counts[1], counts[2] + counts[3])
+    for kind in range(4):
+        held = dense if kind < 2 else moe
+        total = of_kind[1 if kind >= 2 else 0]
+        weight = counts[kind] * held / (total * layers) if total > 0.0 else 0.0
+        if weight <= 0.0:
+            continue
+        layer_costs(row, kind >= 2, kind % 2 == 1, work)
+        _add_layer_kind(row, weight, full, selective, fsdp, work)
+    return layers * layer_time(work)
+
+
+@njit
 def layer_time(work):
     """Critical-path seconds of the average layer, one micro-batch: F + B + W + R + exposed TP/CP/EP (FSDP's
     per-layer collectives are charged per step)."""

@@ -25,7 +25,7 @@ import numpy as np
 
 from fastmodel.kernels.jit import njit, stack_vector
 from fastmodel.kernels.lm.layer import (
-    N_WORK as N_LAYER_WORK, W_FLOPS, W_GEMM, W_MEM, W_PARAMS, W_TP, W_TP_BACKWARD, W_TP_HIDDEN, layer_kind_params, model_flops_per_token, recompute_share,
+    W_FLOPS, W_GEMM, W_MEM, W_PARAMS, W_TP, W_TP_BACKWARD, W_TP_HIDDEN, layer_kind_params, model_flops_per_token, recompute_share,
 )
 from fastmodel.kernels.lm.layout import (
     C_LAST_STAGE_LAYERS, C_OVERLAP_GRAD_REDUCE,
@@ -48,7 +48,8 @@ from fastmodel.kernels.lm.dp_window import per_chunk_collectives
 from fastmodel.kernels.lm.moe import expert_dp, expert_tp
 from fastmodel.kernels.lm.parallel import data_parallel, fsdp_first_layer_exposed, microbatch_reduce
 from fastmodel.kernels.lm.bf16_layers import add_bf16_layers, bf16_end_work_into
-from fastmodel.kernels.lm.first_rank import embedding_ends, embedding_parts, first_rank_mb
+from fastmodel.kernels.lm.first_rank import embedding_ends, embedding_parts
+from fastmodel.kernels.lm.rank_lead import leader_passes, other_ranks_mb, priced_by_kind
 from fastmodel.kernels.lm.mtp_breakdown import add_mtp_layers, mtp_layer_into
 from fastmodel.kernels.lm.sp_regather import sp_replicated_grads_allreduce
 from fastmodel.kernels.lm.passes import (
@@ -59,7 +60,9 @@ from fastmodel.kernels.lm.passes import (
     TP_BACKWARD_PASSES, fsdp_shard_group,
     head_passes, layer_passes, layer_passes_of, layer_time, per_layer_fsdp,
 )
-from fastmodel.kernels.lm.host_step import eval_time, host_bound_bubble, host_wait_per_microbatch
+from fastmodel.kernels.lm.host_step import (
+    embedding_send_overlap, eval_time, host_bound_bubble, host_wait_per_microbatch,
+)
 from fastmodel.kernels.lm.pipeline import model_copies, pipeline_drain, pipeline_p2p
 from fastmodel.kernels.nccl import allreduce_time
 from fastmodel.kernels.roofline import memory_bound_time
@@ -101,9 +104,12 @@ def busiest_stage_into(row, work, d_first, d_last, d_mtp):
         n_first * (d_first[A_FORWARD] + d_first[A_EXPOSED_F]) + n_last * (d_last[A_FORWARD] + d_last[A_EXPOSED_F])) / p
     weight = (per_stage - slots) * work[A_BACKWARD_WEIGHT] \
         + (n_first * d_first[A_BACKWARD_WEIGHT] + n_last * d_last[A_BACKWARD_WEIGHT]) / p
+    # the first and the busiest middle rank: by layer kind in a MoE model with leading dense layers (§11.44 1d)
+    first_mb, first_layers, lead, middle = other_ranks_mb(
+        row, work, t_layer, first_bf16, n_first, emb_first, middle_rank_can_lead(row))
     t_last = t_layer
-    if all_moe:
-        layer_passes_of(row, work, True)    # the last rank's layers, left in work[A_*] for the step's breakdown
+    if all_moe or priced_by_kind(row):
+        layer_passes_of(row, work, all_moe)     # the last rank's layers, left in work[A_*] for the step's breakdown
         t_last = layer_time(work)
     head_f, head_b, head_w = head_passes(row, work)
     head = head_f + head_b + head_w
@@ -117,16 +123,11 @@ def busiest_stage_into(row, work, d_first, d_last, d_mtp):
     # the MTP layers' forward and weight-gradient passes are the average stage's too, as in average_mb (§11.4)
     forward += (head_f + emb_forward + row[C_MTP_LAYERS] * (d_mtp[A_FORWARD] + d_mtp[A_EXPOSED_F])) / p
     weight += (head_w + row[C_MTP_LAYERS] * d_mtp[A_BACKWARD_WEIGHT]) / p
-    middle = layout_busiest_layers(row)     # an explicit layout's busiest other rank; else per_stage
-    lead = middle * t_layer if middle_rank_can_lead(row) else 0.0       # a middle rank: a full share, no head
-    first_mb, first_layers = first_rank_mb(row, t_layer, first_bf16, n_first, emb_first)  # its BF16 layers, embedding
-    if first_mb > max(last_mb, lead):
-        if all_moe:     # the first rank's layers are the average's; work[W_*] keeps the head's for step_row
-            head_work = work[:N_LAYER_WORK].copy()
-            layer_passes(row, work)
-            work[:N_LAYER_WORK] = head_work
+    if first_mb > max(last_mb, lead):   # work: the rank's layer passes and the head's costs for step_row
+        leader_passes(row, work, True, all_moe)
         return first_mb, average_mb, forward, weight, first_layers, 0.0, n_first, d_first, emb_first
     if lead > last_mb:
+        leader_passes(row, work, False, all_moe)
         return lead, average_mb, forward, weight, middle, 0.0, 0.0, d_first, 0.0
     return last_mb, average_mb, forward, weight, last, 1.0, n_last, d_last, emb_last
 
@@ -403,6 +404,7 @@ def step_row(row, work, out):
     head_tp_left = head_tp - share * TP_BACKWARD_PASSES * work[W_TP_HIDDEN]
     bubble = host_bound_bubble(row, average_mb, forward, weight, stage_mb if share > 0.0 else average_mb)
     pp_comm, pp_exposed = pipeline_p2p(row, micro_batches)
+    pp_exposed -= embedding_send_overlap(row, average_mb, stage_mb if share > 0.0 else average_mb, pp_exposed)
     outside = _data_parallel_ranks(row, work, head_params, micro_batches, stage_mb, out)
     # per-layer FSDP runs without a pipeline only (passes.per_layer_fsdp), so never under an explicit layout
     fsdp_exposed = _fsdp_step(row, work, micro_batches, layers_per_stage(row), out)

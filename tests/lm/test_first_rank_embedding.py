@@ -12,8 +12,15 @@ from fastmodel.kernels.lm.bubble_last import embedding_warmup
 from fastmodel.kernels.lm.first_rank import embedding_ends, embedding_stage_tp, first_rank_layers
 from fastmodel.kernels.lm.layer import W_MEM, head_costs
 from fastmodel.kernels.lm.memory_states import stage_layers
-from fastmodel.kernels.lm.passes import A_TP_EXPOSED, N_WORK, head_passes, layer_passes, layer_time
-from fastmodel.kernels.lm.sp_regather import embedding_tp
+from fastmodel.kernels.lm.passes import (
+    A_TP_EXPOSED,
+    N_WORK,
+    head_passes,
+    layer_kinds_passes,
+    layer_passes,
+    layer_time,
+    rank_layer_passes,
+)
 from fastmodel.kernels.nccl import allgather_time, allreduce_time
 from fastmodel.lm.engine import evaluate_table
 from fastmodel.lm.table import row as table_row
@@ -38,7 +45,6 @@ def test_the_embedding_runs_on_the_first_rank_at_pp_above_one():
     c = allgather_time(_row(), 2.0 * SEQ * MICRO * H, TP, 1.0) + OVERHEAD
     assert embedding_stage_tp(_row(pp=1.0)) == (0.0, 0.0)
     assert embedding_stage_tp(_row(pp=4.0)) == pytest.approx((c, c), rel=1e-12)
-    assert embedding_stage_tp(_row(pp=4.0)) == embedding_tp(_row(pp=4.0), SEQ * MICRO)
     assert embedding_ends(_row(pp=4.0)) == pytest.approx((2.0 * c, 0.0, c, 2.0 * c), rel=1e-12)
     dualpipe = _row(pp=4.0, pipeline_schedule=PIPELINE_SCHEDULES["dualpipe"])
     assert embedding_ends(dualpipe) == pytest.approx((0.0, c, c, 2.0 * c), rel=1e-12)
@@ -191,4 +197,46 @@ def test_a_first_rank_leading_with_bf16_layers_carries_its_embedding(dense):
     assert r["comm_tp"] == pytest.approx(_results(_llama3_8b("tp2.pp4", **plan))["comm_tp"], rel=1e-12)
     memory = _results(_llama3_8b("tp2.pp4", **plan))["time_memory_bound"]
     assert r["time_memory_bound"] == pytest.approx(memory + m * g, rel=1e-12)
+    assert r["step_time"] == pytest.approx(sum(r[k] for k in PARTS), rel=1e-12)
+    # the timeline draws e as rank 0's own ops (e_F before its layers' forwards, e_B after their backwards),
+    # not spread over the layers' TP ops
+    from fastmodel.lm.timeline import timeline
+
+    ops = timeline(columns)
+    spans = dict(zip(ops.names, ops.end - ops.start))
+    forward, backward = embedding_stage_tp(columns)
+    assert spans["mb0 embedding tp fwd"] == pytest.approx(forward, rel=1e-9)
+    assert spans["mb0 embedding tp bwd"] == pytest.approx(backward, rel=1e-9)
+    assert spans.get("mb0 embedding dense grad", 0.0) == pytest.approx(g, rel=1e-9)     # its own op (§11.43)
+
+
+def test_the_first_and_middle_ranks_are_priced_by_layer_kind():
+    """Megatron-Bridge DeepSeek-V3 H100 FP8 sc V2 (tp 2, pp 8, vp 2, 'Et*4|(t*4|)*14tmL', 3 dense layers): rank 0
+    holds layers 0-3 and 32-35, 3 dense + 5 MoE and the embedding, 3 t_d + 5 t_m + e (151.9 ms); a middle rank 8
+    MoE layers, 8 t_m (182.5 ms), so the middle rank leads, not rank 0 (at the average layer both were 8 t_avg,
+    and e made rank 0 lead). t_d, t_m: the dense and MoE kinds' passes (layer_kinds_passes 0-2, 2-4); a rank's
+    mix (rank_layer_passes) is the sum of its layers' (§11.44 item 1d, "by layer kind")."""
+    from fastmodel.kernels.lm.step import busiest_stage
+    from fastmodel.lm.records import read_records
+
+    record = next(r for r in read_records("tests/data/recipe_plans.jsonl")
+                  if r.id == "mbridge-deepseek-v3-h100-fp8-sc-v2")
+    row = np.asarray(record.columns, dtype=np.float64).ravel()
+    assert (row[C["pp"]], row[C["vp"]], row[C["dense_layers"]]) == (8.0, 2.0, 3.0)
+    work = np.zeros(N_WORK)
+    layer_kinds_passes(row, work, 0, 2)
+    t_d = layer_time(work)
+    layer_kinds_passes(row, work, 2, 4)
+    t_m = layer_time(work)
+    layer_kinds_passes(row, work, 0, 4)
+    t_avg = layer_time(work)
+    assert rank_layer_passes(row, work, 3.0, 5.0) == pytest.approx(3.0 * t_d + 5.0 * t_m, rel=1e-12)
+    e = sum(embedding_stage_tp(row))
+    first = 3.0 * t_d + 5.0 * t_m + e
+    assert first == pytest.approx(0.1519, abs=1e-4) and 8.0 * t_m == pytest.approx(0.1825, abs=1e-4)
+    assert 8.0 * t_avg + e > 8.0 * t_avg            # the average layer's pricing, which let rank 0 lead
+    stage_mb, *_, layers, share, n16, _, emb = busiest_stage(row, np.zeros(N_WORK))
+    assert (layers, share, n16, emb) == (8.0, 0.0, 0.0, 0.0)
+    assert stage_mb == pytest.approx(8.0 * t_m, rel=1e-12)
+    r = _results(row)
     assert r["step_time"] == pytest.approx(sum(r[k] for k in PARTS), rel=1e-12)

@@ -1,0 +1,90 @@
+"""The first and a middle pipeline rank as candidates for the busiest stage, priced by layer kind (docs/model.md
+§11.44 item 1d, "by layer kind").
+
+``kernels/lm/step.py`` ``busiest_stage_into`` compares the last rank (its layers, the LM head, the MTP modules)
+with the first rank (its layers, its BF16 layers' excess (§11.39) and the word embedding's TP collectives,
+``first_rank.first_rank_mb``) and with the busiest middle rank (``lead``, §11.22). In a MoE model with leading
+dense layers (DeepSeek-V3's ``first_k_dense_replace`` 3) the ranks do not hold the mix's average layer: the
+dense layers sit on the first rank(s) (``memory_states.stage_layers``), the middle and last ranks hold MoE layers
+only. Priced at the average layer, a first rank of as many layers as a middle one beat it by exactly the
+embedding's ``e``, though its dense layers make it the lighter (Megatron-Bridge DeepSeek-V3 H100 FP8 sc V2, tp 2
+pp 8 vp 2: 3 dense + 5 MoE + e = 151.9 ms against a middle rank's 8 MoE layers, 182.5 ms; at the average layer
+178.6 and 178.4 ms). Here each rank's layers are priced at their kinds' passes (``passes.rank_layer_passes``).
+"""
+
+from fastmodel.kernels.jit import njit
+from fastmodel.kernels.lm.first_rank import first_rank_layers, first_rank_mb
+from fastmodel.kernels.lm.layout import C_DENSE_LAYERS, C_PP
+from fastmodel.kernels.lm.memory_states import is_moe, layout_busiest_layers, stage_layers
+from fastmodel.kernels.lm.passes import head_passes, layer_passes, rank_layer_passes
+from fastmodel.kernels.lm.pipeline import model_copies
+
+
+@njit
+def priced_by_kind(row):
+    """True when the first and the middle ranks hold other layer kinds than the mix's average: a MoE model with
+    leading dense layers in a pipeline of one model copy a rank (DualPipe's ranks hold mirror stages: both ends'
+    kinds, left at the average)."""
+    return row[C_PP] > 1.0 and is_moe(row) and row[C_DENSE_LAYERS] > 0.0 and model_copies(row) <= 1.0
+
+
+@njit
+def first_rank_kinds(row):
+    """(dense, MoE) layers of the first rank: ``stage_layers`` of rank 0 cut to ``first_rank.first_rank_layers``,
+    the layer short under an explicit layout taken off the MoE layers (the dense ones are the model's first, and
+    the first chunk holds layer 0). Under interleaving ``stage_layers`` counts rank 0's layers as one contiguous
+    block, so rank 0 holds ``min(k, its layers)`` of the ``k`` dense layers; with ``k`` above a chunk's layers it
+    holds fewer (DeepSeek-V3 H100 ``Et|(tt|)*30mL`` pp 8 vp 4: layer 0 only, counted 3), an upper bound on its
+    dense share and so a lower bound on its time."""
+    dense, moe, _ = stage_layers(row, 0.0)
+    layers = first_rank_layers(row)
+    dense = min(dense, layers)
+    return dense, layers - dense
+
+
+@njit
+def middle_rank_kinds(row, middle):
+    """(dense, MoE) of ``middle`` layers on the busiest middle rank: the kinds of rank ``p - 2`` (the last before
+    the head's, the one farthest from the leading dense layers; rank 0 at pp 2), ``middle`` of them, dense first."""
+    p = row[C_PP]
+    dense, _, _ = stage_layers(row, p - 2.0 if p > 2.0 else 0.0)
+    dense = min(dense, middle)
+    return dense, middle - dense
+
+
+@njit
+def other_ranks_mb(row, work, t_layer, first_bf16, n_first, emb_first, can_lead):
+    """(first rank's micro-batch, its layers, the busiest middle rank's micro-batch, its layers): the first rank by
+    ``first_rank.first_rank_mb``, the middle rank (when ``can_lead``) its ``layout_busiest_layers``; each at the
+    average layer's ``t_layer``, or by kind where :func:`priced_by_kind` (then ``work[A_*]`` is overwritten)."""
+    middle = layout_busiest_layers(row)
+    kinds = priced_by_kind(row)
+    t_first = t_layer
+    if kinds and (n_first > 0.0 or emb_first > 0.0):
+        dense, moe = first_rank_kinds(row)
+        t_first = rank_layer_passes(row, work, dense, moe) / max(dense + moe, 1.0)
+    first_mb, first_layers = first_rank_mb(row, t_first, first_bf16, n_first, emb_first)
+    lead = 0.0
+    if can_lead:
+        if kinds:
+            dense, moe = middle_rank_kinds(row, middle)
+            lead = rank_layer_passes(row, work, dense, moe)
+        else:
+            lead = middle * t_layer
+    return first_mb, first_layers, lead, middle
+
+
+@njit
+def leader_passes(row, work, first, all_moe):
+    """Leave the leading first (``first``) or middle rank's layer passes in ``work[A_*]`` for the step's breakdown
+    and the head's costs in ``work[W_*]`` (the layer passes overwrite them; ``head_passes`` writes them again),
+    with no copy (docs/performance.md): by kind where :func:`priced_by_kind`; else the average layer for the first
+    rank (its layers are the average's) and the passes already there for a middle rank."""
+    if priced_by_kind(row):
+        dense, moe = first_rank_kinds(row) if first else middle_rank_kinds(row, layout_busiest_layers(row))
+        rank_layer_passes(row, work, dense, moe)
+    elif first and all_moe:
+        layer_passes(row, work)
+    else:
+        return
+    head_passes(row, work)
