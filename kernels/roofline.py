@@ -147,7 +147,7 @@ def expert_row_tile(row, m):
     return pow2_tile(m, smallest, largest)
 
 
-@njit(inline="always")
+@njit
 def tile_quantization(row, groups, m, n, k):
     """Useful share of the tensor-core work launched for ``groups`` (m x n) outputs scheduled together.
 
@@ -158,7 +158,7 @@ def tile_quantization(row, groups, m, n, k):
     return tiled_quantization(row, groups, m, n, k, tile_size(m, row[C_GEMM_TILE_M]))
 
 
-@njit(inline="always")
+@njit
 def tiled_quantization(row, groups, m, n, k, tm):
     """:func:`tile_quantization` with the row tile ``tm`` given (grouped expert kernels)."""
     tn = tile_size(n, row[C_GEMM_TILE_N])
@@ -192,7 +192,7 @@ def gemm_peak(row, fp8):
     return peak * eff
 
 
-@njit(inline="always")
+@njit
 def gemm_bounds(row, groups, m, n, k, fp8, weight_bytes):
     """(compute, memory) seconds of ``groups`` equal (m x k) @ (k x n) GEMMs at the modelled speed:
     ``2 m n (k + gemm_k_half) / (peak x quantization)`` and ``(weights + activations) / HBM`` per group, the
@@ -201,7 +201,7 @@ def gemm_bounds(row, groups, m, n, k, fp8, weight_bytes):
     return tiled_bounds(row, groups, m, n, k, fp8, weight_bytes, tile_size(m, row[C_GEMM_TILE_M]))
 
 
-@njit(inline="always")
+@njit
 def tiled_bounds(row, groups, m, n, k, fp8, weight_bytes, tm):
     """:func:`gemm_bounds` with the row tile ``tm`` given (grouped expert kernels)."""
     quantization = tiled_quantization(row, groups, m, n, k, tm)
@@ -211,7 +211,7 @@ def tiled_bounds(row, groups, m, n, k, fp8, weight_bytes, tm):
     return compute, traffic / (row[C_HBM_BW] * row[C_HBM_EFF])
 
 
-@njit(inline="always")
+@njit
 def gemm_roofline(row, groups, m, n, k, fp8, weight_bytes, launch):
     """Seconds for ``groups`` equal (m x k) @ (k x n) GEMMs launched as one kernel, the one GEMM model of
     training and serving: ``max(compute, memory)`` of :func:`gemm_bounds`; ``launch`` (1.0 or 0.0: serving's
@@ -236,7 +236,7 @@ def expert_compute_scale(row, fp8):
     return eff / expert_eff
 
 
-@njit(inline="always")
+@njit
 def expert_bounds(row, groups, m, n, k, fp8, weight_bytes):
     """(compute, memory) of :func:`tiled_bounds` at the expert row tile (:func:`expert_row_tile`), the compute
     bound at the engine's expert-kernel efficiency (:func:`expert_compute_scale`)."""
@@ -261,7 +261,7 @@ def hides_math(row, groups, m):
     return limit > 0.0 and groups * m * row[C_EP] < limit * row[C_MOE_EXPERTS]
 
 
-@njit(inline="always")
+@njit
 def expert_gemm_roofline(row, groups, m, n, k, fp8, weight_bytes, launch):
     """Seconds of a grouped GEMM over ``groups`` experts of ``m`` rows each (MoE routed experts):
     ``max(c, w) + s min(c, w)`` with ``(c, w)`` of :func:`gemm_bounds` and ``s`` the exposed share
@@ -280,7 +280,7 @@ def expert_gemm_roofline(row, groups, m, n, k, fp8, weight_bytes, launch):
             + launch * row[C_KERNEL_OVERHEAD_S])
 
 
-@njit(inline="always")
+@njit
 def buffer_tail_compute(row, groups, m, n, k, fp8):
     """Compute seconds of the blocks a contiguous-layout expert kernel runs past the routed rows' own blocks
     (``expert_align_rows`` A > 0, docs/model_serving.md S42): it launches over the worst-case buffer
@@ -299,7 +299,7 @@ def buffer_tail_compute(row, groups, m, n, k, fp8):
     return compute * expert_compute_scale(row, fp8)
 
 
-@njit(inline="always")
+@njit
 def expert_wgrad_roofline(row, groups, m, n, k, fp8, source_bytes, launch):
     """Seconds of the weight-gradient GEMMs of ``groups`` routed experts of ``m`` rows each whose forward GEMM is
     (m x k) @ (k x n) (docs/model.md §11.3, "Weight gradients of routed experts"): each expert's k x n gradient is
