@@ -147,7 +147,7 @@ def expert_row_tile(row, m):
     return pow2_tile(m, smallest, largest)
 
 
-@njit
+@njit(inline="always")
 def tile_quantization(row, groups, m, n, k):
     """Useful share of the tensor-core work launched for ``groups`` (m x n) outputs scheduled together.
 
@@ -158,7 +158,7 @@ def tile_quantization(row, groups, m, n, k):
     return tiled_quantization(row, groups, m, n, k, tile_size(m, row[C_GEMM_TILE_M]))
 
 
-@njit
+@njit(inline="always")
 def tiled_quantization(row, groups, m, n, k, tm):
     """:func:`tile_quantization` with the row tile ``tm`` given (grouped expert kernels)."""
     tn = tile_size(n, row[C_GEMM_TILE_N])
@@ -192,7 +192,7 @@ def gemm_peak(row, fp8):
     return peak * eff
 
 
-@njit
+@njit(inline="always")
 def gemm_bounds(row, groups, m, n, k, fp8, weight_bytes):
     """(compute, memory) seconds of ``groups`` equal (m x k) @ (k x n) GEMMs at the modelled speed:
     ``2 m n (k + gemm_k_half) / (peak x quantization)`` and ``(weights + activations) / HBM`` per group, the
@@ -201,7 +201,7 @@ def gemm_bounds(row, groups, m, n, k, fp8, weight_bytes):
     return tiled_bounds(row, groups, m, n, k, fp8, weight_bytes, tile_size(m, row[C_GEMM_TILE_M]))
 
 
-@njit
+@njit(inline="always")
 def tiled_bounds(row, groups, m, n, k, fp8, weight_bytes, tm):
     """:func:`gemm_bounds` with the row tile ``tm`` given (grouped expert kernels)."""
     quantization = tiled_quantization(row, groups, m, n, k, tm)
@@ -236,7 +236,7 @@ def expert_compute_scale(row, fp8):
     return eff / expert_eff
 
 
-@njit
+@njit(inline="always")
 def expert_bounds(row, groups, m, n, k, fp8, weight_bytes):
     """(compute, memory) of :func:`tiled_bounds` at the expert row tile (:func:`expert_row_tile`), the compute
     bound at the engine's expert-kernel efficiency (:func:`expert_compute_scale`)."""
