@@ -119,7 +119,8 @@ SHARED = "shared"
 #: what each engine's kernels are, and about how long they take to compile on an empty cache
 #: (bench/bench_compile.py on the project's 2-core VM), for the first-use note
 LABELS = {"madmax": "MAD-Max", "lm": "real-world training", "serve": "serving", SHARED: "shared scheduling"}
-FIRST_USE = {"madmax": "about 15 s", "lm": "about a minute", "serve": "about 20 s", SHARED: "a few seconds"}
+FIRST_USE = {"madmax": "about 15 s", "lm": "about a minute and a half", "serve": "about 30 s",
+             SHARED: "a few seconds"}
 
 
 def engine_of(module: str) -> str:

@@ -211,7 +211,7 @@ def tiled_bounds(row, groups, m, n, k, fp8, weight_bytes, tm):
     return compute, traffic / (row[C_HBM_BW] * row[C_HBM_EFF])
 
 
-@njit(inline="always")
+@njit
 def gemm_roofline(row, groups, m, n, k, fp8, weight_bytes, launch):
     """Seconds for ``groups`` equal (m x k) @ (k x n) GEMMs launched as one kernel, the one GEMM model of
     training and serving: ``max(compute, memory)`` of :func:`gemm_bounds`; ``launch`` (1.0 or 0.0: serving's
@@ -261,7 +261,7 @@ def hides_math(row, groups, m):
     return limit > 0.0 and groups * m * row[C_EP] < limit * row[C_MOE_EXPERTS]
 
 
-@njit(inline="always")
+@njit
 def expert_gemm_roofline(row, groups, m, n, k, fp8, weight_bytes, launch):
     """Seconds of a grouped GEMM over ``groups`` experts of ``m`` rows each (MoE routed experts):
     ``max(c, w) + s min(c, w)`` with ``(c, w)`` of :func:`gemm_bounds` and ``s`` the exposed share
@@ -280,7 +280,7 @@ def expert_gemm_roofline(row, groups, m, n, k, fp8, weight_bytes, launch):
             + launch * row[C_KERNEL_OVERHEAD_S])
 
 
-@njit(inline="always")
+@njit
 def buffer_tail_compute(row, groups, m, n, k, fp8):
     """Compute seconds of the blocks a contiguous-layout expert kernel runs past the routed rows' own blocks
     (``expert_align_rows`` A > 0, docs/model_serving.md S42): it launches over the worst-case buffer
@@ -299,7 +299,7 @@ def buffer_tail_compute(row, groups, m, n, k, fp8):
     return compute * expert_compute_scale(row, fp8)
 
 
-@njit(inline="always")
+@njit
 def expert_wgrad_roofline(row, groups, m, n, k, fp8, source_bytes, launch):
     """Seconds of the weight-gradient GEMMs of ``groups`` routed experts of ``m`` rows each whose forward GEMM is
     (m x k) @ (k x n) (docs/model.md §11.3, "Weight gradients of routed experts"): each expert's k x n gradient is

@@ -242,14 +242,14 @@ def elementwise_unit_bytes(row):
     return 36.0, (10.0 if gated else 4.0), 24.0
 
 
-@njit(inline="always")
+@njit
 def attention_gemm_time(row, tokens, fp8, wbytes, launch):
     """Seconds (at the modelled speed) of the attention projections of one layer for ``tokens`` tokens on one TP rank: column-parallel
     Q, K, V (MLA: the query and key-value down and up projections), row-parallel output."""
     return attention_gemm_parts(row, tokens, fp8, wbytes, launch)[0]
 
 
-@njit(inline="always")
+@njit
 def attention_gemm_parts(row, tokens, fp8, wbytes, launch):
     """(:func:`attention_gemm_time`, of it the fused QKV projection's seconds; 0 under MLA)."""
     h = row[C_HIDDEN]
@@ -274,7 +274,7 @@ def attention_gemm_parts(row, tokens, fp8, wbytes, launch):
     return total, qkv
 
 
-@njit(inline="always")
+@njit
 def mlp_gemm_time(row, tokens, moe, expert_groups, expert_rows, etp, fp8, wbytes, launch):
     """Seconds (at the modelled speed) of one layer's MLP GEMMs for ``tokens`` tokens on one device: the dense MLP at TP width, or the
     router (16-bit), the routed experts as grouped GEMMs (``roofline.expert_gemm_roofline``) over ``expert_groups`` local experts of
@@ -283,7 +283,7 @@ def mlp_gemm_time(row, tokens, moe, expert_groups, expert_rows, etp, fp8, wbytes
     return mlp_gemm_parts(row, tokens, moe, expert_groups, expert_rows, etp, fp8, wbytes, launch)[0]
 
 
-@njit(inline="always")
+@njit
 def mlp_gemm_parts(row, tokens, moe, expert_groups, expert_rows, etp, fp8, wbytes, launch):
     """(:func:`mlp_gemm_time`, of it the first column-parallel GEMM's seconds at TP width: the dense MLP's FC1, or
     the shared experts' (0 without shared experts))."""
@@ -304,13 +304,13 @@ def mlp_gemm_parts(row, tokens, moe, expert_groups, expert_rows, etp, fp8, wbyte
     return fc1 + gemm_roofline(row, 1.0, tokens, h, f, fp8, wbytes, launch), fc1
 
 
-@njit(inline="always")
+@njit
 def layer_gemm_time(row, tokens, moe, expert_groups, expert_rows, etp, fp8, wbytes, launch):
     """The GEMM list of one layer (attention projections, then the MLP), in seconds over ``stack_compute_eff``."""
     return layer_gemm_parts(row, tokens, moe, expert_groups, expert_rows, etp, fp8, wbytes, launch)[0]
 
 
-@njit(inline="always")
+@njit
 def layer_gemm_parts(row, tokens, moe, expert_groups, expert_rows, etp, fp8, wbytes, launch):
     """(:func:`layer_gemm_time`, its QKV and first MLP GEMM at the modelled speed, :func:`attention_gemm_parts`,
     :func:`mlp_gemm_parts`): ``layer.regather_hidden_time`` windows the wgrad re-gathers with them."""

@@ -51,7 +51,7 @@ def upcast_time(row, groups, m, n, k):
     return UPCAST_OPS * groups * tiles * n * k * TENSOR_FLOPS_PER_CLK / (INT_LANES * row[C_PEAK_FLOPS_16])
 
 
-@njit(inline="always")
+@njit
 def upcast_extra(row, groups, m, n, k, wb):
     """Seconds the software upcast adds to one grouped expert GEMM: ``max(c + u, w) - max(c, w)`` (the exposed
     share ``s min(c, w)`` of ``roofline.expert_gemm_roofline`` is left as it was), 16-bit format, weights at ``wb``
