@@ -14,9 +14,13 @@ pp 8 vp 2: 3 dense + 5 MoE + e = 151.9 ms against a middle rank's 8 MoE layers, 
 
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.first_rank import first_rank_layers, first_rank_mb
-from fastmodel.kernels.lm.layout import C_DENSE_LAYERS, C_PP
-from fastmodel.kernels.lm.memory_states import is_moe, layout_busiest_layers, stage_layers
-from fastmodel.kernels.lm.passes import head_passes, layer_passes, rank_layer_passes
+from fastmodel.kernels.lm.layout import (
+    C_DENSE_LAYERS, C_LAYERS, C_MOE_EXPERTS, C_MOE_LAYER_FREQ, C_PP, C_UNEVEN_STAGES, C_VP,
+)
+from fastmodel.kernels.lm.memory_states import (
+    explicit_layout, is_moe, layout_busiest_layers, split_slots, stage_layers,
+)
+from fastmodel.kernels.lm.passes import head_passes, layer_passes, layer_passes_of, layer_time, rank_layer_passes
 from fastmodel.kernels.lm.pipeline import model_copies
 
 
@@ -75,6 +79,23 @@ def other_ranks_mb(row, work, t_layer, first_bf16, n_first, emb_first, can_lead)
 
 
 @njit
+def last_rank_layer_time(row, work, t_layer, all_moe):
+    """Seconds of the last rank's average layer, its passes left in ``work[A_*]`` for the step's breakdown: the MoE
+    layer where :func:`last_rank_all_moe`; by its own kinds (``stage_layers`` of rank ``p - 1``, its MTP modules
+    apart, as the first and middle ranks are) where :func:`priced_by_kind` (an explicit layout's last rank, all
+    MoE: DeepSeek-V3 GB300 BF16 V2, pp 4 vp 4 ``Et*4|(t*4|)*14tmL``, 13 MoE layers + head + MTP, 338.2 ms; at the
+    mix's average layer 335.2 ms, behind the by-kind middle rank's 16 MoE layers, 336.7 ms, which it outweighs);
+    else the mix's average ``t_layer``, already in ``work``."""
+    if all_moe:
+        layer_passes_of(row, work, True)
+        return layer_time(work)
+    if priced_by_kind(row):
+        dense, moe, _ = stage_layers(row, row[C_PP] - 1.0)
+        return rank_layer_passes(row, work, dense, moe) / max(dense + moe, 1.0)
+    return t_layer
+
+
+@njit
 def leader_passes(row, work, first, all_moe):
     """Leave the leading first (``first``) or middle rank's layer passes in ``work[A_*]`` for the step's breakdown
     and the head's costs in ``work[W_*]`` (the layer passes overwrite them; ``head_passes`` writes them again),
@@ -88,3 +109,27 @@ def leader_passes(row, work, first, all_moe):
     else:
         return
     head_passes(row, work)
+
+
+@njit
+def middle_rank_can_lead(row):
+    """True when a rank without the LM head may be the busiest: the loss takes a layer's slot in the split, or an
+    explicit layout gives the last rank fewer layers than the others (docs/model.md §11.22)."""
+    return split_slots(row) > 0.0 or explicit_layout(row)
+
+
+@njit
+def last_rank_all_moe(row):
+    """True when the busiest (last) pipeline rank holds only MoE layers while the model's leading dense layers sit
+    on earlier ranks: Megatron-Core builds the decoder's layers in order, L / (p v) per virtual stage, rank r
+    holding virtual stages r, r + p, ... (``get_transformer_layer_offset``, megatron/core/transformer/
+    transformer_layer.py, Megatron-LM 23e00ed), and ``--moe-layer-freq`` / ``first_k_dense_replace`` make layers
+    0 .. k-1 dense, so the last rank holds a dense layer only when k > (p - 1) L / (p v). Even stages, every layer
+    after the dense ones MoE (``moe_layer_freq`` <= 1), one model copy per rank (not DualPipe), no embedding or
+    loss slots in the split (docs/model.md §11.14)."""
+    p = row[C_PP]
+    if p <= 1.0 or row[C_MOE_EXPERTS] <= 0.0 or row[C_DENSE_LAYERS] <= 0.0 or row[C_MOE_LAYER_FREQ] > 1.0:
+        return False
+    if row[C_UNEVEN_STAGES] > 0.0 or model_copies(row) > 1.0 or split_slots(row) > 0.0:
+        return False
+    return row[C_DENSE_LAYERS] <= (p - 1.0) * row[C_LAYERS] / (p * max(row[C_VP], 1.0))

@@ -29,8 +29,8 @@ from fastmodel.kernels.lm.layer import (
 )
 from fastmodel.kernels.lm.layout import (
     C_LAST_STAGE_LAYERS, C_OVERLAP_GRAD_REDUCE,
-    C_CP, C_DENSE_LAYERS, C_DP, C_EP, C_GLOBAL_BATCH, C_MOE_EXPERTS, C_MOE_LAYER_FREQ, C_UNEVEN_STAGES, C_VP, C_MTP_LAYERS, C_HIDDEN, C_MICRO_BATCH, C_N_GPUS,
-    C_LAYERS, C_OPTIMIZER, C_PEAK_FLOPS_4, C_PEAK_FLOPS_8, C_PEAK_FLOPS_16, C_PP, C_PRECISION,
+    C_CP, C_DP, C_EP, C_GLOBAL_BATCH, C_MTP_LAYERS, C_HIDDEN, C_MICRO_BATCH, C_N_GPUS,
+    C_OPTIMIZER, C_PEAK_FLOPS_4, C_PEAK_FLOPS_8, C_PEAK_FLOPS_16, C_PP, C_PRECISION,
     C_GRAD_REDUCE_BYTES, C_SEQ_LEN, C_TIED_EMBEDDINGS, C_SHARDING, C_STEP_OVERHEAD_S, C_TP,
     SHARD_ZERO2, C_VOCAB, OPT_MUON, PRECISION_FP4, PRECISION_FP8, R_COMM_CP, R_COMM_DP, R_COMM_EP, R_COMM_EP_SCALE_OUT,
     R_COMM_PP, R_COMM_TP, R_EXPOSED_CP, R_EXPOSED_DP, R_EXPOSED_EP, R_EXPOSED_PP, R_EXPOSED_TP, R_FLOPS_PER_TOKEN,
@@ -49,7 +49,9 @@ from fastmodel.kernels.lm.moe import expert_dp, expert_tp
 from fastmodel.kernels.lm.parallel import data_parallel, fsdp_first_layer_exposed, microbatch_reduce
 from fastmodel.kernels.lm.bf16_layers import add_bf16_layers, bf16_end_work_into
 from fastmodel.kernels.lm.first_rank import embedding_ends, embedding_parts
-from fastmodel.kernels.lm.rank_lead import leader_passes, other_ranks_mb, priced_by_kind
+from fastmodel.kernels.lm.rank_lead import (
+    last_rank_all_moe, last_rank_layer_time, leader_passes, middle_rank_can_lead, other_ranks_mb,
+)
 from fastmodel.kernels.lm.mtp_breakdown import add_mtp_layers, mtp_layer_into
 from fastmodel.kernels.lm.sp_regather import sp_replicated_grads_allreduce
 from fastmodel.kernels.lm.passes import (
@@ -58,7 +60,7 @@ from fastmodel.kernels.lm.passes import (
     A_FSDP_COMM, A_FSDP_EXPOSED, A_FSDP_GATHER, A_FSDP_REDUCE, A_FSDP_REFETCH, A_FSDP_WINDOW, A_GEMM, A_MEM,
     A_PARAMS, A_RECOMPUTE, A_TP_COMM, A_TP_EXPOSED, BACKWARD_GEMM, N_WORK,
     TP_BACKWARD_PASSES, fsdp_shard_group,
-    head_passes, layer_passes, layer_passes_of, layer_time, per_layer_fsdp,
+    head_passes, layer_passes, layer_time, per_layer_fsdp,
 )
 from fastmodel.kernels.lm.host_step import (
     embedding_send_overlap, eval_time, host_bound_bubble, host_wait_per_microbatch,
@@ -107,10 +109,7 @@ def busiest_stage_into(row, work, d_first, d_last, d_mtp):
     # the first and the busiest middle rank: by layer kind in a MoE model with leading dense layers (§11.44 1d)
     first_mb, first_layers, lead, middle = other_ranks_mb(
         row, work, t_layer, first_bf16, n_first, emb_first, middle_rank_can_lead(row))
-    t_last = t_layer
-    if all_moe or priced_by_kind(row):
-        layer_passes_of(row, work, all_moe)     # the last rank's layers, left in work[A_*] for the step's breakdown
-        t_last = layer_time(work)
+    t_last = last_rank_layer_time(row, work, t_layer, all_moe)   # its layers' passes left in work[A_*]
     head_f, head_b, head_w = head_passes(row, work)
     head = head_f + head_b + head_w
     # the last stage also runs the MTP modules: one transformer layer each (DeepSeek-V3 report sec. 2.2), of the
@@ -143,30 +142,6 @@ def last_rank_layers(row):
     if explicit_layout(row):
         return row[C_LAST_STAGE_LAYERS]
     return layers_per_stage(row) - (1.0 if split_slots(row) > 0.0 else 0.0)
-
-
-@njit
-def middle_rank_can_lead(row):
-    """True when a rank without the LM head may be the busiest: the loss takes a layer's slot in the split, or an
-    explicit layout gives the last rank fewer layers than the others (docs/model.md §11.22)."""
-    return split_slots(row) > 0.0 or explicit_layout(row)
-
-
-@njit
-def last_rank_all_moe(row):
-    """True when the busiest (last) pipeline rank holds only MoE layers while the model's leading dense layers sit
-    on earlier ranks: Megatron-Core builds the decoder's layers in order, L / (p v) per virtual stage, rank r
-    holding virtual stages r, r + p, ... (``get_transformer_layer_offset``, megatron/core/transformer/
-    transformer_layer.py, Megatron-LM 23e00ed), and ``--moe-layer-freq`` / ``first_k_dense_replace`` make layers
-    0 .. k-1 dense, so the last rank holds a dense layer only when k > (p - 1) L / (p v). Even stages, every layer
-    after the dense ones MoE (``moe_layer_freq`` <= 1), one model copy per rank (not DualPipe), no embedding or
-    loss slots in the split (docs/model.md §11.14)."""
-    p = row[C_PP]
-    if p <= 1.0 or row[C_MOE_EXPERTS] <= 0.0 or row[C_DENSE_LAYERS] <= 0.0 or row[C_MOE_LAYER_FREQ] > 1.0:
-        return False
-    if row[C_UNEVEN_STAGES] > 0.0 or model_copies(row) > 1.0 or split_slots(row) > 0.0:
-        return False
-    return row[C_DENSE_LAYERS] <= (p - 1.0) * row[C_LAYERS] / (p * max(row[C_VP], 1.0))
 
 
 @njit

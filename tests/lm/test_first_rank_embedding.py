@@ -228,15 +228,50 @@ def test_the_first_and_middle_ranks_are_priced_by_layer_kind():
     t_d = layer_time(work)
     layer_kinds_passes(row, work, 2, 4)
     t_m = layer_time(work)
-    layer_kinds_passes(row, work, 0, 4)
-    t_avg = layer_time(work)
     assert rank_layer_passes(row, work, 3.0, 5.0) == pytest.approx(3.0 * t_d + 5.0 * t_m, rel=1e-12)
     e = sum(embedding_stage_tp(row))
     first = 3.0 * t_d + 5.0 * t_m + e
     assert first == pytest.approx(0.1519, abs=1e-4) and 8.0 * t_m == pytest.approx(0.1825, abs=1e-4)
-    assert 8.0 * t_avg + e > 8.0 * t_avg            # the average layer's pricing, which let rank 0 lead
+    assert e > 0.0      # at the average layer rank 0 (8 t_avg + e) beat the middle rank (8 t_avg) by e: it led
     stage_mb, *_, layers, share, n16, _, emb = busiest_stage(row, np.zeros(N_WORK))
     assert (layers, share, n16, emb) == (8.0, 0.0, 0.0, 0.0)
     assert stage_mb == pytest.approx(8.0 * t_m, rel=1e-12)
+    r = _results(row)
+    assert r["step_time"] == pytest.approx(sum(r[k] for k in PARTS), rel=1e-12)
+
+
+def test_an_all_moe_last_rank_is_priced_by_kind_against_a_middle_rank():
+    """Megatron-Bridge DeepSeek-V3 GB300 BF16 V2 (tp 1, pp 4, vp 4, 'Et*4|(t*4|)*14tmL', 3 dense layers, 1 MTP
+    module): the last rank holds chunks 3, 7, 11, 15, 4 + 4 + 4 + 1 = 13 layers, all MoE (the dense layers 0-2 are
+    in chunk 0, rank 0), with the MTP module and the LM head; the busiest middle rank (rank 2: chunks 2, 6, 10, 14)
+    16 MoE layers. By hand from the kinds' passes t_m (layer_kinds_passes 2-4), the head's (head_passes) and the MTP
+    layer's t_mtp (mtp_layer_into; the decoder's last layer is MoE, so t_mtp = t_m):
+    last = 13 t_m + head + t_mtp = 14 t_m + head = 338.19 ms against the middle rank's 16 t_m = 336.65 ms, so the
+    last rank leads. Priced at the mix's average layer (13 t_avg + head + t_mtp = 335.22 ms) it trailed the by-kind
+    middle rank (review 2 finding 1; §11.44 item 1d)."""
+    from fastmodel.kernels.lm.mtp_breakdown import mtp_layer_into
+    from fastmodel.kernels.lm.step import busiest_stage
+    from fastmodel.lm.records import read_records
+
+    record = next(r for r in read_records("tests/data/recipe_plans.jsonl")
+                  if r.id == "mbridge-deepseek-v3-gb300-bf16-v2")
+    row = np.asarray(record.columns, dtype=np.float64).ravel()
+    assert (row[C["pp"]], row[C["vp"]], row[C["dense_layers"]], row[C["mtp_layers"]]) == (4.0, 4.0, 3.0, 1.0)
+    assert stage_layers(row, 3.0) == (0.0, 13.0, 1.0) and stage_layers(row, 2.0)[:2] == (0.0, 16.0)
+    work = np.zeros(N_WORK)
+    layer_kinds_passes(row, work, 2, 4)
+    t_m = layer_time(work)
+    layer_kinds_passes(row, work, 0, 4)
+    t_avg = layer_time(work)
+    head = sum(head_passes(row, work))
+    t_mtp = mtp_layer_into(row, work, np.zeros(N_WORK))[0]
+    assert t_mtp == pytest.approx(t_m, rel=1e-12)
+    assert embedding_ends(row) == (0.0, 0.0, 0.0, 0.0)      # one model copy, no split slots: no e on the ends
+    last, middle = 14.0 * t_m + head, 16.0 * t_m
+    assert last == pytest.approx(0.33819, abs=1e-5) and middle == pytest.approx(0.33665, abs=1e-5)
+    assert 13.0 * t_avg + head + t_mtp == pytest.approx(0.33522, abs=1e-5)    # the average layer's pricing
+    stage_mb, *_, layers, share, n16, _, emb = busiest_stage(row, np.zeros(N_WORK))
+    assert (layers, share, n16, emb) == (13.0, 1.0, 0.0, 0.0)
+    assert stage_mb == pytest.approx(last, rel=1e-12)
     r = _results(row)
     assert r["step_time"] == pytest.approx(sum(r[k] for k in PARTS), rel=1e-12)
