@@ -243,10 +243,6 @@ def layer_kinds_passes(row, work, first, end):
     MoE full and sliding) of their passes, each weighted by its share of those layers, into ``work[A_*]``: all
     four the mix's average layer, ``2, 4`` the MoE layer, ``0, 2`` the dense layer of a MoE model (an MTP module's
     when the decoder's last layer is dense, ``mtp_breakdown.mtp_layer``)."""
-    for k in range(A_FORWARD, A_MTP_PARAMS):
-        work[k] = 0.0
-    full, selective = recompute_share(row)
-    fsdp = per_layer_fsdp(row)
     counts = layer_mix(row)
     if first == 0 and end == 4:
         layers = row[C_LAYERS]
@@ -254,12 +250,9 @@ def layer_kinds_passes(row, work, first, end):
         layers = 0.0
         for kind in range(first, end):
             layers += counts[kind]
-    for kind in range(first, end):
-        weight = counts[kind] / layers
-        if weight <= 0.0:
-            continue
-        layer_costs(row, kind >= 2, kind % 2 == 1, work)
-        _add_layer_kind(row, weight, full, selective, fsdp, work)
+    dense = 1.0 if first == 0 else 0.0         # kinds 0-1 in range (first is 0 or 2, end 2 or 4)
+    moe = 1.0 if end == 4 else 0.0
+    _kinds_into(row, work, counts, dense, layers, moe, layers)
 
 
 @njit
@@ -269,24 +262,32 @@ def rank_layer_passes(row, work, dense, moe):
     (the dense kinds share ``dense`` in the model's dense full / sliding proportion, the MoE kinds ``moe``), as
     :func:`layer_kinds_passes` weights them over the model; returns the rank's micro-batch of layers,
     ``(dense + moe) x layer_time`` (docs/model.md §11.44 item 1d, "by layer kind")."""
-    for k in range(A_FORWARD, A_MTP_PARAMS):
-        work[k] = 0.0
     layers = dense + moe
     if layers <= 0.0:
+        for k in range(A_FORWARD, A_MTP_PARAMS):
+            work[k] = 0.0
         return 0.0
+    counts = layer_mix(row)
+    _kinds_into(row, work, counts, dense, (counts[0] + counts[1]) * layers, moe, (counts[2] + counts[3]) * layers)
+    return layers * layer_time(work)
+
+
+@njit
+def _kinds_into(row, work, counts, held_dense, per_dense, held_moe, per_moe):
+    """Zero ``work[A_*]`` and add each kind of ``shape.layer_mix`` (``counts``) weighted ``counts[kind] x held /
+    per`` of its class (dense kinds 0-1, MoE kinds 2-3; a class with ``per`` <= 0 or ``held`` 0 adds nothing): the
+    shared body of :func:`layer_kinds_passes` and :func:`rank_layer_passes` (review 2 finding 4)."""
+    for k in range(A_FORWARD, A_MTP_PARAMS):
+        work[k] = 0.0
     full, selective = recompute_share(row)
     fsdp = per_layer_fsdp(row)
-    counts = layer_mix(row)
-    of_kind = (counts[0] + counts[1], counts[2] + counts[3])
     for kind in range(4):
-        held = dense if kind < 2 else moe
-        total = of_kind[1 if kind >= 2 else 0]
-        weight = counts[kind] * held / (total * layers) if total > 0.0 else 0.0
+        held, per = (held_moe, per_moe) if kind >= 2 else (held_dense, per_dense)
+        weight = counts[kind] * held / per if per > 0.0 else 0.0
         if weight <= 0.0:
             continue
         layer_costs(row, kind >= 2, kind % 2 == 1, work)
         _add_layer_kind(row, weight, full, selective, fsdp, work)
-    return layers * layer_time(work)
 
 
 @njit
