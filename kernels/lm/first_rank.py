@@ -11,18 +11,18 @@ gradient (``embedding_dense_grad``, :func:`embedding_dense_grad_s`: ``g`` in the
 head on the last rank: the first rank's micro-batch grows by ``e`` (:func:`first_rank_mb`), the average stage's by
 ``e / p`` (its F by ``e_F / p``), and a leading first rank carries ``e`` in its breakdown; under DualPipe each
 end rank embeds half the micro-batches (:func:`embedding_ends`). At pp 1 the head's rank holds the embedding and
-``layer.head_costs`` charges it with the head (the dense gradient there at its own copy of
-:func:`embedding_dense_grad_s`'s bytes: ``layer`` cannot import this module, ``pipeline`` imports ``layer``).
+``layer.head_costs`` charges it with the head (the dense gradient there by the same
+``shape.embedding_dense_grad_s``).
 """
 
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.layout import (
-    C_CP, C_EMBEDDING_DENSE_GRAD, C_HIDDEN, C_LAST_STAGE_LAYERS, C_LAYERS, C_MICRO_BATCH, C_PP, C_SEQ_LEN, C_TP, C_VOCAB,
+    C_CP, C_LAST_STAGE_LAYERS, C_LAYERS, C_MICRO_BATCH, C_PP, C_SEQ_LEN, C_TP,
 )
-from fastmodel.kernels.lm.memory_states import explicit_layout, stage_layers, stored_grad_bytes
+from fastmodel.kernels.lm.memory_states import explicit_layout, stage_layers
 from fastmodel.kernels.lm.pipeline import model_copies
+from fastmodel.kernels.lm.shape import embedding_dense_grad_s
 from fastmodel.kernels.lm.sp_regather import embedding_tp
-from fastmodel.kernels.roofline import memory_bound_time
 
 
 @njit
@@ -33,20 +33,6 @@ def embedding_stage_tp(row):
     if row[C_PP] <= 1.0 or row[C_TP] <= 1.0:
         return 0.0, 0.0
     return embedding_tp(row, row[C_MICRO_BATCH] * row[C_SEQ_LEN] / row[C_CP])
-
-
-@njit
-def embedding_dense_grad_s(row):
-    """Seconds of the word embedding's dense gradient one micro-batch on the rank that holds the embedding
-    (docs/model.md §11.43, the DeepSeek-V2 note): the backward of ``F.embedding`` zero-fills a 16-bit gradient of
-    the whole ``V x h / t`` weight and scatters the tokens' rows into it (pytorch 01b9dc56
-    EmbeddingBackwardKernel.cu ``at::zeros``; Megatron-LM 23e00ed tensor_parallel/layers.py 281), and the DDP
-    hook on the weight's gradient accumulator adds it into the main gradient (distributed_data_parallel.py 427,
-    523): ``V h / t x (2 + 2 + 2 b_g)`` bytes, ``b_g`` the stored gradient's (``stored_grad_bytes``), memory-bound;
-    0 without ``embedding_dense_grad``."""
-    if row[C_EMBEDDING_DENSE_GRAD] <= 0.0:
-        return 0.0
-    return memory_bound_time(row, row[C_VOCAB] / row[C_TP] * row[C_HIDDEN] * (4.0 + 2.0 * stored_grad_bytes(row)))
 
 
 @njit

@@ -19,12 +19,12 @@ from fastmodel.kernels.lm.layout import (
     C_KV_HEADS, C_LAYERS, C_LOSS_TRAFFIC_BYTES_PER_LOGIT, C_MICRO_BATCH, C_MLA, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS,
     C_MOE_SHARED_EXPERT_OVERLAP, C_MOE_TOPK, C_MTP_LAYERS, C_RECOMPUTE, C_RECOMPUTE_FRACTION, C_ROTARY_FRACTION, C_SEQUENCE_PARALLEL, C_SEQ_LEN,
     C_SLIDING_WINDOW, C_SP_WGRAD_REGATHER, C_STACK_COMPUTE_EFF, C_TIED_EMBEDDINGS, C_TP, C_TP_COMM_OVERLAP, C_VOCAB, RECOMPUTE_FULL, RECOMPUTE_PARTIAL_LAYERS,
-    RECOMPUTE_SELECTIVE, C_GATED_MLP, C_KV_LORA_RANK, C_Q_LORA_RANK, C_QK_NOPE_HEAD_DIM, C_TP_PER_PROJECTION, C_V_HEAD_DIM, C_EMBEDDING_DENSE_GRAD,
+    RECOMPUTE_SELECTIVE, C_GATED_MLP, C_KV_LORA_RANK, C_Q_LORA_RANK, C_QK_NOPE_HEAD_DIM, C_TP_PER_PROJECTION, C_V_HEAD_DIM,
 )
 from fastmodel.kernels.lm.shape import (  # noqa: F401 - the shape terms, re-exported for the layer's callers
     ACT_BYTES, attention_dims, attention_params, attention_params_per_device, elementwise_bytes, elementwise_unit_bytes,
     expert_tp, expert_weight_params, layer_gemm_parts, layer_gemm_time, layer_mix, mlp_matrices, moe_layers,
-    stored_grad_bytes,
+    embedding_dense_grad_s,
 )
 from fastmodel.kernels.nccl import allgather_time, allreduce_time, alltoall_time
 from fastmodel.kernels.lm.parallel import exposed
@@ -414,9 +414,8 @@ def head_costs(row, work):
     # the loss's memory-bound passes over the logits (loss_traffic_bytes_per_logit, the stack's count, forward and
     # backward together): half charged to each pass (docs/model.md §11.3)
     work[W_MEM] = memory_bound_time(row, tokens * vocab * 0.5 * row[C_LOSS_TRAFFIC_BYTES_PER_LOGIT]) + mtp_mem
-    if row[C_PP] <= 1.0 and row[C_EMBEDDING_DENSE_GRAD] > 0.0:     # the embedding's dense gradient (§11.43), halved;
-        # pp > 1: rank 0's (first_rank.embedding_dense_grad_s, the same bytes: a test holds the two equal)
-        work[W_MEM] += 0.5 * memory_bound_time(row, vocab * h * (4.0 + 2.0 * stored_grad_bytes(row)))
+    if row[C_PP] <= 1.0:    # the embedding's dense gradient (§11.43), halved; pp > 1: rank 0's (first_rank.py)
+        work[W_MEM] += 0.5 * embedding_dense_grad_s(row)
     work[W_ATTN_CORE_MEM] = 0.0
     loss_tp = (allreduce_time(row, 3.0 * 4.0 * tokens, t, 1.0) if t > 1.0 else 0.0) + mtp_tp
     # the output layer's input gather under SP, its reduce-scatter (SP) or all-reduce backward (§11.44)

@@ -24,14 +24,14 @@ replays CUDA graphs).
 
 from fastmodel.kernels.columns import (
     C_DENSE_LAYERS, C_EP, C_ETP, C_EXPERT_FFN_ALIGN, C_EXPERT_HIDDEN_ALIGN, C_FFN, C_FUSED_KERNELS, C_GATED_MLP,
-    C_GRAD_REDUCE_BYTES, C_HEAD_DIM, C_HEADS, C_HIDDEN, C_KV_HEADS, C_KV_LORA_RANK,
+    C_EMBEDDING_DENSE_GRAD, C_GRAD_REDUCE_BYTES, C_HEAD_DIM, C_HEADS, C_HIDDEN, C_KV_HEADS, C_KV_LORA_RANK,
     C_LAYERS, C_MASTER_WEIGHTS, C_MLA, C_MOE_EXPERTS, C_MOE_LAYER_FREQ, C_MOE_FFN, C_MOE_SHARED_EXPERTS, C_QK_NOPE_HEAD_DIM, C_QK_ROPE_HEAD_DIM,
-    C_Q_LORA_RANK, C_SLIDING_WINDOW, C_SLIDING_WINDOW_LAYERS, C_STACK_COMPUTE_EFF, C_TP, C_V_HEAD_DIM,
+    C_Q_LORA_RANK, C_SLIDING_WINDOW, C_SLIDING_WINDOW_LAYERS, C_STACK_COMPUTE_EFF, C_TP, C_V_HEAD_DIM, C_VOCAB,
 )
 import math
 
 from fastmodel.kernels.jit import njit
-from fastmodel.kernels.roofline import expert_gemm_roofline, gemm_roofline
+from fastmodel.kernels.roofline import expert_gemm_roofline, gemm_roofline, memory_bound_time
 
 #: bytes per element of activations and 16-bit weights (the LM head, embedding and router stay 16-bit)
 ACT_BYTES = 2.0
@@ -45,6 +45,22 @@ def stored_grad_bytes(row):
     here, a leaf module, so that the memory model (``memory_states``) and the head's costs (``layer.head_costs``)
     read one definition."""
     return min(row[C_GRAD_REDUCE_BYTES], ACT_BYTES) if row[C_MASTER_WEIGHTS] <= 0 else row[C_GRAD_REDUCE_BYTES]
+
+
+@njit
+def embedding_dense_grad_s(row):
+    """Seconds of the word embedding's dense gradient one micro-batch on the rank that holds the embedding
+    (docs/model.md §11.43, the DeepSeek-V2 note): the backward of ``F.embedding`` zero-fills a 16-bit gradient of
+    the whole ``V x h / t`` weight and scatters the tokens' rows into it (pytorch 01b9dc56
+    EmbeddingBackwardKernel.cu ``at::zeros``; Megatron-LM 23e00ed tensor_parallel/layers.py 281), and the DDP
+    hook on the weight's gradient accumulator adds it into the main gradient (distributed_data_parallel.py 427,
+    523): ``V h / t x (2 + 2 + 2 b_g)`` bytes, ``b_g`` the stored gradient's (:func:`stored_grad_bytes`),
+    memory-bound; 0 without ``embedding_dense_grad``. Training only; here, a leaf module, so that the head's costs
+    at pp 1 (``layer.head_costs``) and the first rank's at pp > 1 (``first_rank.embedding_stage``) read one
+    definition."""
+    if row[C_EMBEDDING_DENSE_GRAD] <= 0.0:
+        return 0.0
+    return memory_bound_time(row, row[C_VOCAB] / row[C_TP] * row[C_HIDDEN] * (4.0 + 2.0 * stored_grad_bytes(row)))
 
 
 @njit(inline="always")
