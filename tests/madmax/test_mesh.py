@@ -147,14 +147,15 @@ def test_cost_kernel_factors_equal_the_mesh_on_every_plan(nodes, per_node):
     from fastmodel.madmax.engine import strategy_codes
     from fastmodel.madmax.parallel.plans import enumerate_plans
 
+    interpreted = getattr(kernel_factors, "py_func", kernel_factors)   # a plain function under FASTMODEL_JIT=0
     plans = enumerate_plans(nodes, per_node, transformer=True)
     assert plans
     for plan in plans:
         mesh = plan.to_mesh(nodes * per_node, per_node)
         for name, levels in plan.components:
             degrees = mesh.degrees(name)
-            dup, shard, tp, _, _ = kernel_factors.py_func(strategy_codes(tuple(lv.strategy for lv in levels)),
-                                                          len(levels), float(degrees[0]),
-                                                          float(degrees[1]) if len(degrees) > 1 else 1.0)
+            dup, shard, tp, _, _ = interpreted(strategy_codes(tuple(lv.strategy for lv in levels)),
+                                               len(levels), float(degrees[0]),
+                                               float(degrees[1]) if len(degrees) > 1 else 1.0)
             expected = mesh.factors(name)
             assert (dup, shard, tp) == (expected.duplicate, expected.shard, expected.tp_degree), (plan.label, name)
