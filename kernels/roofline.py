@@ -23,7 +23,7 @@ from fastmodel.kernels.columns import (
     C_HBM_EFF,
     C_EP, C_EXPERT_ALIGN_ROWS, C_EXPERT_GEMM_EFF, C_EXPERT_HIDE_ROWS, C_EXPERT_TILE_MAX, C_EXPERT_TILE_MIN, C_KERNEL_OVERHEAD_S, C_MOE_EXPERTS,
     C_PEAK_FLOPS_16, C_PEAK_FLOPS_4, C_PEAK_FLOPS_8, C_SM_COUNT, C_STACK_COMPUTE_EFF, C_COMPUTE_CAPABILITY, C_FP8_RECIPE,
-    C_PRECISION, FP8_BLOCKWISE, FP8_MXFP8, PRECISION_FP4, PRECISION_FP8,
+    C_PRECISION, C_W4A4_GEMM_RATE, FP8_BLOCKWISE, FP8_MXFP8, PRECISION_FP4, PRECISION_FP8,
 )
 
 #: MXFP8 GEMM kernel time over per-tensor FP8's on the same shapes: TE
@@ -73,9 +73,12 @@ def fp8_gemm_rate(row):
 @njit(inline="always")
 def fp4_gemm_rate(row):
     """Share of ``peak_flops_4 x gemm_eff_8`` an FP4 GEMM attains: ``NVFP4_GEMM_RATE`` in NVFP4 training
-    (``precision`` fp4, TE's cuBLASLt NVFP4 GEMMs, docs/model.md §11.38); 1 for serving's W4A4 (precision code 0
-    there, its engines' kernels; docs/model_serving.md S12)."""
-    return NVFP4_GEMM_RATE if row[C_PRECISION] == PRECISION_FP4 else 1.0
+    (``precision`` fp4, TE's cuBLASLt NVFP4 GEMMs, docs/model.md §11.38); serving's W4A4 (precision code 0 there,
+    its engines' kernels) at the device's ``w4a4_gemm_rate`` where it states one, else 1 (docs/model_serving.md
+    S59). It scales the compute bound only: a memory-bound decode GEMM keeps its time."""
+    if row[C_PRECISION] == PRECISION_FP4:
+        return NVFP4_GEMM_RATE
+    return row[C_W4A4_GEMM_RATE] if row[C_W4A4_GEMM_RATE] > 0.0 else 1.0
 
 
 @njit(inline="always")
@@ -174,9 +177,9 @@ def tiled_quantization(row, groups, m, n, k, tm):
 @njit(inline="always")
 def format_peak(row, fp8):
     """(datasheet FLOP/s, measured large-GEMM efficiency) of the GEMM precision ``fp8`` (False/0: 16-bit, True/1:
-    FP8, 2: FP4 W4A4 at the FP4 peak x the FP8 efficiency, serving only: no FP4 microbenchmark in the device
-    files; NVFP4 training GEMMs at :func:`fp4_gemm_rate`); a format the device has no peak for runs at the next
-    wider one. FP8 at the training recipe's rate
+    FP8, 2: FP4 W4A4 at the FP4 peak x the FP8 efficiency x :func:`fp4_gemm_rate`: serving's engines at the
+    device's ``w4a4_gemm_rate``, NVFP4 training GEMMs at ``NVFP4_GEMM_RATE``); a format the device has no peak for
+    runs at the next wider one. FP8 at the training recipe's rate
     (``fp8_recipe``, :func:`fp8_gemm_rate`; 1 unless a recipe is stated)."""
     if fp8 >= 2.0 and row[C_PEAK_FLOPS_4] > 0.0:
         return row[C_PEAK_FLOPS_4], row[C_GEMM_EFF_8] * fp4_gemm_rate(row)

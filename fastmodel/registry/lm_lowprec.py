@@ -69,4 +69,9 @@ FP8_DEVICE_ROWS = (
     ("compute_capability", "1", 0.0, "NVIDIA compute capability major.minor (9.0 Hopper, 10.0 B200/GB200, 10.3 "
      "B300/GB300); decides the FP8 recipes' layouts and support (docs/model.md §11.19). 0: not stated (no recipe is "
      "refused for it; Hopper's layouts assumed).", 0, 100),
+    ("w4a4_gemm_rate", "1", 0.0, "Share of peak_flops_4 x gemm_eff_8 a serving engine's NVFP4 W4A4 GEMM attains at "
+     "prefill row counts: the measured FP4 / FP8 speedup at the same shapes over the datasheet ratio peak_flops_4 / "
+     "peak_flops_8 (B200, vLLM's CUTLASS kernels: 1.534 / 2 = 0.767, docs/model_serving.md S59; built, no device "
+     "file states it). 0: 1, FP4 at peak_flops_4 / peak_flops_8 times FP8's rate. NVFP4 training reads "
+     "NVFP4_GEMM_RATE instead. A device fact (not fitted).", 0, 1),
 )
