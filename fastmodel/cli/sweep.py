@@ -92,6 +92,7 @@ def sweep_command(sweep_file, output, resume, force, workers, scheduler, unit_co
 def _run(sweep_file, output, is_zarr, resume, force, workers, scheduler, unit_configs, progress, confirm_large,
          calibration):
     """Load the sweep file's plan (any engine), check its size (and a store to resume), run it; the summary."""
+    from fastmodel.io.outputs import mark_written
     from fastmodel.sweeps import Progress, check_size, connect, open_store_for_resume, run_in_memory, run_to_store
     from fastmodel.sweeps.file import load_sweep_file
 
@@ -116,6 +117,7 @@ def _run(sweep_file, output, is_zarr, resume, force, workers, scheduler, unit_co
         if is_zarr:
             try:
                 ds = run_to_store(plan, output, resume, bar, client, overwrite=force, require_ok=False)
+                mark_written(output)     # every unit: a Ctrl-C during the summary says the store is whole
             except KeyboardInterrupt:
                 _interrupted(bar, output, resumable=True)
             finally:

@@ -70,3 +70,45 @@ def test_a_signal_while_python_tears_down_after_the_command_changes_nothing(sign
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0 and done.stderr == "", (done.returncode, done.stderr)
     assert "h100" in done.stdout.lower()
+
+
+def test_ctrl_c_after_an_output_is_written_says_it_is_whole(tmp_path, capsys):
+    """Ctrl-C after ``validate -o rows.csv`` renamed its file into place, while it printed its tables (or after a
+    sweep's .zarr store got its last unit, during the summary), said a bare ``interrupted`` (exit 130): whole or
+    not written, the user could not tell. The line names what was written whole beside what was not."""
+    from fastmodel.cli.common import friendly
+    from fastmodel.io.atomic import atomic_write
+    from fastmodel.io.outputs import check_output, claim_output
+
+    table, figure = tmp_path / "rows.csv", tmp_path / "fig.png"
+
+    @friendly
+    def command():
+        with claim_output(str(table), "csv", what="table"), atomic_write(table) as handle:
+            handle.write("a,b\n1,2\n")
+        check_output(str(figure), "png", what="figure")
+        raise KeyboardInterrupt           # Ctrl-C while the command prints its summary
+
+    with pytest.raises(SystemExit) as stop:
+        command()
+    assert stop.value.code == 130
+    assert capsys.readouterr().err == f"interrupted: {table} written whole; {figure} not written\n"
+    assert table.read_text() == "a,b\n1,2\n" and not figure.exists()
+
+
+def test_ctrl_c_during_the_summary_of_a_zarr_sweep_says_the_store_is_whole(tmp_path, monkeypatch):
+    """The .zarr store is complete once its last unit is written; a Ctrl-C during the summary line that follows
+    said a bare ``interrupted``, though ``--resume`` had nothing left to do."""
+    import fastmodel.cli.sweep as sweep_cli
+
+    (tmp_path / "s.toml").write_text('model = "llama2-70b"\nsystem = "dc-a"\ntask = "llm-pretrain"\n'
+                                     '[axes]\nnum_nodes = [2]\nplan = ["fsdp/ddp"]\n')
+
+    def interrupted_summary(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sweep_cli, "_done", interrupted_summary)
+    store = tmp_path / "o.zarr"
+    result = cli("sweep", tmp_path / "s.toml", "-o", store)
+    assert result.exit_code == 130
+    assert result.output.splitlines()[-1] == f"interrupted: {store} written whole", result.output
