@@ -112,3 +112,26 @@ def test_ctrl_c_during_the_summary_of_a_zarr_sweep_says_the_store_is_whole(tmp_p
     result = cli("sweep", tmp_path / "s.toml", "-o", store)
     assert result.exit_code == 130
     assert result.output.splitlines()[-1] == f"interrupted: {store} written whole", result.output
+
+
+def test_a_batch_case_with_a_misspelt_key_is_not_read_as_a_run_record(tmp_path):
+    """``{"model": "llama2-70b", "system": "dc-a", "task": ..., "plan": "tp,ddp/mp", "nodes": 64}`` holds every
+    block name of a run record (model, system, plan), so its misspelt ``num_nodes`` was reported as "model: a run
+    record's model block must be an object (got 'llama2-70b')"; it is a case (it names a task), and the
+    error names the key and the nearest one. A record whose plan is text still gets the record's reason."""
+    import json
+
+    from fastmodel.spec.detect import misshapen_record
+
+    case = {"case": "c", "model": "llama2-70b", "system": "dc-a", "nodes": 64, "task": "llm-pretrain",
+            "plan": "tp,ddp/mp"}
+    assert misshapen_record(case) is None
+    assert misshapen_record({"id": "r", "model": {}, "system": {}, "plan": "tp8", "measured": {}}) == \
+        "plan: a run record's plan block must be an object (got 'tp8')"
+    lines = tmp_path / "c.jsonl"
+    lines.write_text(json.dumps(case) + "\n" + json.dumps({**case, "model": "llama3-70b", "system": "dgx-h100",
+                                                           "plan": "tp8.pp4"}) + "\n")
+    out = tmp_path / "o.jsonl"
+    assert cli("batch", lines, "-o", out).exit_code == 3
+    assert [json.loads(row)["status"] for row in out.read_text().splitlines()] == \
+        ["error: unknown key 'nodes' (did you mean 'num_nodes'?)"] * 2
