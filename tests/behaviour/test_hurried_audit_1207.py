@@ -135,3 +135,18 @@ def test_a_batch_case_with_a_misspelt_key_is_not_read_as_a_run_record(tmp_path):
     assert cli("batch", lines, "-o", out).exit_code == 3
     assert [json.loads(row)["status"] for row in out.read_text().splitlines()] == \
         ["error: unknown key 'nodes' (did you mean 'num_nodes'?)"] * 2
+
+
+def test_resuming_another_engines_store_says_another_sweep_not_damaged(tmp_path):
+    """``sweep llama2_70b_plans.toml -o lm_store.zarr --resume`` (the wrong sweep file for a complete real-world
+    store) said "the sweep store is damaged (KeyError: 'throughput' not found ...); pass --force": the store was
+    whole, and --force would have replaced it. The definition is compared before the variables are looked up."""
+    madmax = tmp_path / "m.toml"
+    madmax.write_text('model = "llama2-70b"\nsystem = "dc-a"\ntask = "llm-pretrain"\n'
+                      '[axes]\nnum_nodes = [2]\nplan = ["fsdp/ddp"]\n')
+    serving = tmp_path / "s.toml"
+    serving.write_text('model = "llama3.1-8b"\nsystem = "H100"\ntask = "serve-chat"\n[axes]\ntp = [1]\n')
+    store = tmp_path / "o.zarr"
+    assert cli("sweep", serving, "-o", store).exit_code == 0
+    one_line_error(cli("sweep", madmax, "-o", store, "--resume"),
+                   f"error: {store}: the store was made by a different sweep definition; cannot resume it")
