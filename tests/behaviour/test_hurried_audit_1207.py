@@ -150,3 +150,25 @@ def test_resuming_another_engines_store_says_another_sweep_not_damaged(tmp_path)
     assert cli("sweep", serving, "-o", store).exit_code == 0
     one_line_error(cli("sweep", madmax, "-o", store, "--resume"),
                    f"error: {store}: the store was made by a different sweep definition; cannot resume it")
+
+
+def test_a_record_of_the_other_kind_in_validate_is_a_miss_that_says_where_it_goes(tmp_path):
+    """A file of training run records with a serving record appended (or the reverse) scores the first record's
+    kind and counts the other as a miss; its reason said "serving records go to fastmodel serve, validate or batch"
+    -- inside validate -- and the reverse only "not a serving record". Each now says it belongs in a file of its
+    own and names the commands that read it."""
+    from tests.suite_fixtures import data_lines
+
+    runs, serving = data_lines("runs_dev_small.jsonl", 1), data_lines("serve_dev_load.jsonl", 1)
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text("\n".join(runs + serving) + "\n")
+    result = cli("validate", mixed)
+    assert result.exit_code == 0, result.output
+    assert (f"refused (a miss): {mixed}:2: record: a serving record (SERVE_RUNS.md) where training run records "
+            "(RUNS.md) are read; serving records go to fastmodel serve, validate or batch, in a file of their own "
+            "(validate scores the first record's kind)") in result.output
+    mixed.write_text("\n".join(serving + runs) + "\n")
+    result = cli("validate", mixed)
+    assert result.exit_code == 0, result.output
+    assert (f"refused (a miss): {mixed}:2: record: not a serving record but a training run record (RUNS.md); run "
+            "records go to fastmodel run, validate, calibrate or batch, in a file of their own") in result.output
