@@ -172,3 +172,13 @@ def test_a_record_of_the_other_kind_in_validate_is_a_miss_that_says_where_it_goe
     assert result.exit_code == 0, result.output
     assert (f"refused (a miss): {mixed}:2: record: not a serving record but a training run record (RUNS.md); run "
             "records go to fastmodel run, validate, calibrate or batch, in a file of their own") in result.output
+
+
+def test_vp_unknown_as_a_sweep_axis_says_where_it_goes():
+    """``[execution] vp = "unknown"`` (the stack's rule) runs, but ``vp = ["unknown", 2]`` under [axes] said
+    "'unknown' is not a number"; it says the value is one for the whole sweep, set in [execution]."""
+    from fastmodel import sweep
+
+    with pytest.raises(SweepError, match=r'^axes.vp: "unknown" \(the stack\'s rule\) is one value for the whole '
+                                         r'sweep: set vp = "unknown" in \[execution\]'):
+        sweep("llama3-70b", "dgx-h100", "llm-pretrain", {"num_nodes": [4], "plan": ["tp8.pp4"], "vp": ["unknown", 2]})
