@@ -105,7 +105,8 @@ def _run(sweep_file, output, is_zarr, resume, force, workers, scheduler, unit_co
     from fastmodel.engines import ENGINES
 
     units = f"{plan.num_units:,} unit" + ("" if plan.num_units == 1 else "s")
-    click.echo(f"{plan.num_configs:,} configurations in {units} ({ENGINES[plan.engine].title}) -> "
+    configs = f"{plan.num_configs:,} configuration" + ("" if plan.num_configs == 1 else "s")
+    click.echo(f"{configs} in {units} ({ENGINES[plan.engine].title}) -> "
                f"{output} ({estimate})", err=True)
     for note in getattr(plan, "run_notes", ()):    # once per sweep, once it runs: the profile a default picked
         click.echo(f"note: {note}", err=True)

@@ -112,6 +112,7 @@ def test_ctrl_c_during_the_summary_of_a_zarr_sweep_says_the_store_is_whole(tmp_p
     result = cli("sweep", tmp_path / "s.toml", "-o", store)
     assert result.exit_code == 130
     assert result.output.splitlines()[-1] == f"interrupted: {store} written whole", result.output
+    assert result.output.startswith("1 configuration in 1 unit (")        # was "1 configurations"
 
 
 def test_a_batch_case_with_a_misspelt_key_is_not_read_as_a_run_record(tmp_path):
