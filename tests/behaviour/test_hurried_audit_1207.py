@@ -183,3 +183,19 @@ def test_vp_unknown_as_a_sweep_axis_says_where_it_goes():
     with pytest.raises(SweepError, match=r'^axes.vp: "unknown" \(the stack\'s rule\) is one value for the whole '
                                          r'sweep: set vp = "unknown" in \[execution\]'):
         sweep("llama3-70b", "dgx-h100", "llm-pretrain", {"num_nodes": [4], "plan": ["tp8.pp4"], "vp": ["unknown", 2]})
+
+
+def test_a_real_world_model_on_a_madmax_system_is_not_sent_to_the_madmax_semantics(tmp_path):
+    """``run -m llama3-70b -s dc-a`` said the real-world model needs a cluster "or semantics 'madmax'", and
+    ``--semantics madmax`` then refused the real-world model; a sweep of a MAD-Max model on a cluster said the same
+    of 'madmax' / 'madmax-fixed'. Each says which kind of spec pairs with which, a way that runs."""
+    one_line_error(cli("run", "-m", "llama3-70b", "-s", "dc-a", "-t", "llm-pretrain", "--nodes", "4", "-p", "tp8"),
+                   "error: dc-a: system.kind: a MAD-Max system; the real-world model (a family = \"lm\" model) needs a "
+                   "kind = \"cluster\" spec (e.g. dgx-h100; 'fastmodel specs list system'), and a MAD-Max system a "
+                   "MAD-Max model (e.g. llama2-70b)")
+    sweep = tmp_path / "s.toml"
+    sweep.write_text('model = "llama2-70b"\nsystem = "dgx-h100"\ntask = "llm-pretrain"\n[axes]\nnum_nodes = [4]\n')
+    result = cli("sweep", sweep, "-o", tmp_path / "s.nc")
+    one_line_error(result, "model.family: 'llm' is a MAD-Max model; the real-world model (a kind = \"cluster\" "
+                           "system) needs a family = \"lm\" spec", "and a MAD-Max model a MAD-Max system (e.g. dc-a)")
+    assert "semantics" not in result.output
