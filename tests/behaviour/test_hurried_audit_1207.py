@@ -199,3 +199,13 @@ def test_a_real_world_model_on_a_madmax_system_is_not_sent_to_the_madmax_semanti
     one_line_error(result, "model.family: 'llm' is a MAD-Max model; the real-world model (a kind = \"cluster\" "
                            "system) needs a family = \"lm\" spec", "and a MAD-Max model a MAD-Max system (e.g. dc-a)")
     assert "semantics" not in result.output
+
+
+def test_the_python_sweeps_plan_axis_reads_all_as_the_sweep_file_does():
+    """``fastmodel.sweep(..., {"plan": "al"})`` said "'al' is not a degree like tp8, pp4, ...", and ``"ALL"`` the
+    same, where a sweep file's ``plan = "al"`` names 'all' and takes "ALL" as the keyword."""
+    from fastmodel import sweep
+
+    with pytest.raises(SweepError, match=r"""^axes.plan: 'al' is no mesh \(did you mean 'all'\?\): "all" or a list"""):
+        sweep("llama3-70b", "dgx-h100", "llm-pretrain", {"num_nodes": [4], "plan": "al"})
+    assert sweep("llama3-70b", "dgx-h100", "llm-pretrain", {"num_nodes": [4], "plan": " ALL"}).sizes["plan"] > 1
