@@ -209,3 +209,22 @@ def test_the_python_sweeps_plan_axis_reads_all_as_the_sweep_file_does():
     with pytest.raises(SweepError, match=r"""^axes.plan: 'al' is no mesh \(did you mean 'all'\?\): "all" or a list"""):
         sweep("llama3-70b", "dgx-h100", "llm-pretrain", {"num_nodes": [4], "plan": "al"})
     assert sweep("llama3-70b", "dgx-h100", "llm-pretrain", {"num_nodes": [4], "plan": " ALL"}).sizes["plan"] > 1
+
+
+@pytest.mark.parametrize("head, key, said", [
+    ('model = "llama3-70b"\nsystem = "dgx-h100"\ntask = "llm-pretrain"\n', "micro_batch = 2",
+     "micro_batch: unknown key: not a top-level key but an execution field, under [execution] or an axis, under "
+     "[axes]"),
+    ('model = "llama3.1-8b"\nsystem = "H100"\ntask = "serve-chat"\n', 'engine = "vllm"',
+     "engine: unknown key: not a top-level key but a field of the serving task, in its file or an inline task "
+     "table (task = {name = \"t\", kind = \"serve\", ...})"),
+])
+def test_a_field_at_the_top_of_a_sweep_file_says_where_it_goes(tmp_path, head, key, said):
+    """``micro_batch = 2`` or ``engine = "vllm"`` at the top of a sweep file said "unknown key" and no more (no
+    top-level key is near it); it names the table the field belongs to. A misspelt top-level key keeps its
+    nearest key."""
+    sweep = tmp_path / "s.toml"
+    sweep.write_text(f"{head}{key}\n[axes]\ntp = [1]\n")
+    one_line_error(cli("sweep", sweep, "-o", tmp_path / "s.nc"), f"error: {sweep}: {said}")
+    sweep.write_text(f'{head}descripton = "x"\n[axes]\ntp = [1]\n')
+    one_line_error(cli("sweep", sweep, "-o", tmp_path / "s.nc"), "descripton: unknown key (did you mean 'description'?)")
