@@ -228,3 +228,20 @@ def test_a_field_at_the_top_of_a_sweep_file_says_where_it_goes(tmp_path, head, k
     one_line_error(cli("sweep", sweep, "-o", tmp_path / "s.nc"), f"error: {sweep}: {said}")
     sweep.write_text(f'{head}descripton = "x"\n[axes]\ntp = [1]\n')
     one_line_error(cli("sweep", sweep, "-o", tmp_path / "s.nc"), "descripton: unknown key (did you mean 'description'?)")
+
+
+def test_a_serving_sweep_of_fp4_on_hopper_says_it_runs_weight_only(tmp_path):
+    """``fastmodel serve --precision fp4 -d H100`` and ``serve --search`` note that FP4 weights run weight-only on
+    a GPU without FP4 tensor cores (docs/model_serving.md S12); a sweep of precision = ["fp4", "bf16"] x device =
+    ["H100", "B200"] said nothing. It notes it once per such device, on stderr and in the result's notes."""
+    import xarray as xr
+
+    sweep, out = tmp_path / "s.toml", tmp_path / "s.nc"
+    sweep.write_text('model = "llama3.1-8b"\nsystem = "H100"\ntask = "serve-chat"\n[axes]\nprecision = ["fp4", '
+                     '"bf16"]\ndevice = ["H100", "B200"]\n')
+    result = cli("sweep", sweep, "-o", out)
+    assert result.exit_code == 0, result.output
+    note = "fp4 on H100 (no FP4 tensor cores): weight-only, dequantised into 16-bit GEMMs"
+    assert f"note: {note}\n" in result.output and "on B200" not in result.output
+    with xr.open_dataset(out) as ds:
+        assert note in ds.attrs["notes"]
