@@ -199,6 +199,8 @@ def _write_netcdf(ds, path):
     """The dataset as netCDF-3, written atomically, each variable under its one name (no aliases)."""
     from fastmodel.io.aliases import without_aliases
     from fastmodel.io.atomic import atomic_path
+    from fastmodel.io.outputs import mark_written
 
     with atomic_path(path) as tmp:
         without_aliases(ds).to_netcdf(tmp, engine="scipy")
+    mark_written(path)    # serve --search writes it outside a claim: a Ctrl-C after it said "not written"

@@ -245,3 +245,24 @@ def test_a_serving_sweep_of_fp4_on_hopper_says_it_runs_weight_only(tmp_path):
     assert f"note: {note}\n" in result.output and "on B200" not in result.output
     with xr.open_dataset(out) as ds:
         assert note in ds.attrs["notes"]
+
+
+def test_ctrl_c_after_the_search_sweep_is_written_does_not_say_it_was_not(tmp_path, monkeypatch):
+    """``serve --search -o search.nc`` checks its output, then writes it atomically; a Ctrl-C after the rename,
+    while it printed ``wrote search.nc``, said "interrupted: search.nc not written" -- beside the whole file."""
+    import click
+
+    echoed = click.echo
+
+    def echo(message=None, *args, **kwargs):
+        if str(message).startswith("wrote "):
+            raise KeyboardInterrupt
+        return echoed(message, *args, **kwargs)
+
+    monkeypatch.setattr(click, "echo", echo)
+    out = tmp_path / "search.nc"
+    result = cli("serve", "--search", "-m", "llama3.1-8b", "-d", "H100", "--ttft", "2s", "--tpot", "50ms", "--gpus",
+                 "1", "--search-precision", "bf16", "--search-concurrency", "2", "-o", out)
+    assert result.exit_code == 130
+    assert result.output.splitlines()[-1] == f"interrupted: {out} written whole", result.output
+    assert out.exists()
