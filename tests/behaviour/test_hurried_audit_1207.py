@@ -266,3 +266,19 @@ def test_ctrl_c_after_the_search_sweep_is_written_does_not_say_it_was_not(tmp_pa
     assert result.exit_code == 130
     assert result.output.splitlines()[-1] == f"interrupted: {out} written whole", result.output
     assert out.exists()
+
+
+def test_a_baseline_plan_illegal_everywhere_shown_is_named_as_such():
+    """``plot heatmap ... --relative-to tp8.pp5`` where tp8.pp5 is illegal at every point of the selection said
+    "step_time_gain has no finite value ...; is an input it needs missing, e.g. a price, TDP or train_samples for
+    cost and energy?"; it names the baseline and asks for one that is legal there."""
+    from fastmodel.plot.data import PlotError, prepare
+
+    ds = xr.Dataset({"step_time": (("num_nodes", "plan"), [[2.0, np.nan], [1.0, np.nan]], {"units": "s"})},
+                    coords={"num_nodes": [1, 2], "plan": ["tp8.pp4", "tp8.pp5"]})
+    with pytest.raises(PlotError, match=r"^--relative-to tp8.pp5: plan=tp8.pp5 has no finite step_time in this "
+                                        r"selection \(illegal or infeasible at every point shown\); compare with a "
+                                        r"plan that is legal here$"):
+        prepare(ds, "step_time", relative_to="tp8.pp5")
+    gain, _ = prepare(ds, "step_time", relative_to="tp8.pp4")
+    assert float(gain.sel(num_nodes=1, plan="tp8.pp4")) == 1.0
