@@ -282,3 +282,12 @@ def test_a_baseline_plan_illegal_everywhere_shown_is_named_as_such():
         prepare(ds, "step_time", relative_to="tp8.pp5")
     gain, _ = prepare(ds, "step_time", relative_to="tp8.pp4")
     assert float(gain.sel(num_nodes=1, plan="tp8.pp4")) == 1.0
+
+
+def test_a_jsonl_file_given_to_plot_memory_timeline_names_that_command(tmp_path):
+    """``plot memory-timeline -m runs.jsonl`` said "'fastmodel run' takes one record (.json) or spec"."""
+    lines = tmp_path / "runs.jsonl"
+    lines.write_text('{"id": "a"}\n{"id": "b"}\n')
+    one_line_error(cli("plot", "memory-timeline", "-m", lines, "-o", tmp_path / "m.png"),
+                   "'fastmodel plot memory-timeline' takes one record (.json) or spec")
+    one_line_error(cli("run", "-m", lines), "'fastmodel run' takes one record (.json) or spec")
