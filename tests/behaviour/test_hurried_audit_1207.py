@@ -291,3 +291,10 @@ def test_a_jsonl_file_given_to_plot_memory_timeline_names_that_command(tmp_path)
     one_line_error(cli("plot", "memory-timeline", "-m", lines, "-o", tmp_path / "m.png"),
                    "'fastmodel plot memory-timeline' takes one record (.json) or spec")
     one_line_error(cli("run", "-m", lines), "'fastmodel run' takes one record (.json) or spec")
+
+
+def test_serve_help_says_a_bare_slo_is_seconds():
+    """``--ttft 2000`` (meaning ms) reads as 2000 s with a note; the help said only "e.g. 2s or 500ms"."""
+    text = " ".join(cli("serve", "--help").output.split())
+    assert "TTFT target, e.g. 2s or 500ms (a number without a unit is seconds)" in text
+    assert "TPOT target, e.g. 50ms (a number without a unit is seconds)" in text
