@@ -126,6 +126,7 @@ def where_mask(ds: xr.Dataset, expressions: list[str]) -> xr.DataArray:
     """Boolean mask over the grid from expressions like ``fits_memory``, ``num_nodes=256``, ``status=ok``."""
     mask = xr.DataArray(True)
     names = list(ds.data_vars) + list(ds.coords)
+    each = []      # (expression, its own condition): which filter emptied the grid, when together they keep none
     for expression in expressions:
         match = _EXPR.match(expression)
         if not match:
@@ -144,8 +145,33 @@ def where_mask(ds: xr.Dataset, expressions: list[str]) -> xr.DataArray:
             if op in ("=", "==") and name in ds.dims and not negate and not bool(cond.any()):
                 shown = ", ".join(str(v) for v in ds[name].values[:12]) + (", ..." if ds.sizes[name] > 12 else "")
                 raise SweepError(f"where: {name}={text} is not in the data; values: {shown}")   # not 'no config...'
-        mask = mask & (~cond if negate else cond)
+        each.append((expression, ~cond if negate else cond))
+        mask = mask & each[-1][1]
+    if each and not bool(mask.any()):
+        raise SweepError(f"no configuration passes the filters: {_keeps_none(ds, each)}")
     return mask
+
+
+def _keeps_none(ds: xr.Dataset, each: list) -> str:
+    """Why filters keep no point: the ones that alone keep none (a bare number compared with a variable in seconds
+    or bytes is read in that unit: ``memory_per_device<80`` is 80 bytes, say so), else that only together they
+    keep none. ``best --where memory_per_device<80`` said "no configuration passes the filters" and no more, and
+    ``plot pareto`` "no point has finite step_time and memory_per_device"."""
+    empty = [expression for expression, cond in each if not bool(cond.any())]
+    if not empty:
+        return f"each keeps some points, but no point passes all of {', '.join(e for e, _ in each)}"
+    said = []
+    for expression in empty:
+        negate, name, op, text = _EXPR.match(expression).groups()
+        units = ds[name].attrs.get("units") if op is not None else None
+        try:
+            bare = units in _UNIT_KINDS and float(text) == float(text)
+        except ValueError:
+            bare = False
+        unit, example = {"s": ("seconds", "ms"), "bytes": ("bytes", "GiB")}.get(units, ("", ""))
+        said.append(f"{expression} keeps none" + (f" ({name} is in {unit}, so a bare {text} is {text} {unit}; "
+                                                   f"give a unit, e.g. {text}{example})" if bare else ""))
+    return "; ".join(said)
 
 
 def fits_filter_applies(ds: xr.Dataset) -> bool:

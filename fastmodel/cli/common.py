@@ -98,9 +98,10 @@ def friendly(func):
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
-        from fastmodel.io.outputs import PENDING, interrupted_outputs
+        from fastmodel.io.outputs import PENDING, WRITTEN, interrupted_outputs
 
         PENDING.clear()
+        WRITTEN.clear()
         previous = _catch_interrupts()
         try:
             result = func(*args, **kwargs)

@@ -89,8 +89,10 @@ def _margin_kwargs(engine, margin: float | None) -> dict:
 
 def _record_in(model: str) -> dict | None:
     """The run or serving record a ``.json`` file holds, else None (then ``model`` names a spec)."""
-    if model.endswith(".jsonl") and Path(model).is_file():
-        raise SpecError(model, None, "a JSON-lines file (one record or case per line): 'fastmodel run' takes one "
+    if model.endswith(".jsonl") and Path(model).is_file():   # plot timeline / memory-timeline read it here too
+        ctx = click.get_current_context(silent=True)
+        command = " ".join(["fastmodel", *ctx.command_path.split()[1:]]) if ctx is not None else "fastmodel run"
+        raise SpecError(model, None, f"a JSON-lines file (one record or case per line): '{command}' takes one "
                         "record (.json) or spec; evaluate every line with 'fastmodel batch' (or 'validate')")
     if not model.endswith(".json") or not Path(model).is_file():
         return None

@@ -82,8 +82,8 @@ def _one(values, name: str, default):
 @click.option("--search", is_flag=True, help="SLO search: sweep TP x PP (x EP x attention DP for MoE models) within "
               "--gpus, --search-precision, --engine, --spec-tokens, --mode and concurrency 1..1024; print the Pareto "
               "frontier and the best configuration meeting --ttft/--tpot.")
-@click.option("--ttft", help="--search: TTFT target, e.g. 2s or 500ms.")
-@click.option("--tpot", help="--search: TPOT target, e.g. 50ms.")
+@click.option("--ttft", help="--search: TTFT target, e.g. 2s or 500ms (a number without a unit is seconds).")
+@click.option("--tpot", help="--search: TPOT target, e.g. 50ms (a number without a unit is seconds).")
 @click.option("--gpus", default=8, show_default=True, type=click.IntRange(min=1), help="--search: GPUs of one instance at most.")
 @click.option("--search-precision", multiple=True, type=Choice(list(PRECISIONS), case_sensitive=False),
               help="--search: precisions to sweep (repeat; default bf16 and fp8).")

@@ -92,6 +92,7 @@ def sweep_command(sweep_file, output, resume, force, workers, scheduler, unit_co
 def _run(sweep_file, output, is_zarr, resume, force, workers, scheduler, unit_configs, progress, confirm_large,
          calibration):
     """Load the sweep file's plan (any engine), check its size (and a store to resume), run it; the summary."""
+    from fastmodel.io.outputs import mark_written
     from fastmodel.sweeps import Progress, check_size, connect, open_store_for_resume, run_in_memory, run_to_store
     from fastmodel.sweeps.file import load_sweep_file
 
@@ -104,7 +105,8 @@ def _run(sweep_file, output, is_zarr, resume, force, workers, scheduler, unit_co
     from fastmodel.engines import ENGINES
 
     units = f"{plan.num_units:,} unit" + ("" if plan.num_units == 1 else "s")
-    click.echo(f"{plan.num_configs:,} configurations in {units} ({ENGINES[plan.engine].title}) -> "
+    configs = f"{plan.num_configs:,} configuration" + ("" if plan.num_configs == 1 else "s")
+    click.echo(f"{configs} in {units} ({ENGINES[plan.engine].title}) -> "
                f"{output} ({estimate})", err=True)
     for note in getattr(plan, "run_notes", ()):    # once per sweep, once it runs: the profile a default picked
         click.echo(f"note: {note}", err=True)
@@ -116,6 +118,7 @@ def _run(sweep_file, output, is_zarr, resume, force, workers, scheduler, unit_co
         if is_zarr:
             try:
                 ds = run_to_store(plan, output, resume, bar, client, overwrite=force, require_ok=False)
+                mark_written(output)     # every unit: a Ctrl-C during the summary says the store is whole
             except KeyboardInterrupt:
                 _interrupted(bar, output, resumable=True)
             finally:
@@ -196,6 +199,8 @@ def _write_netcdf(ds, path):
     """The dataset as netCDF-3, written atomically, each variable under its one name (no aliases)."""
     from fastmodel.io.aliases import without_aliases
     from fastmodel.io.atomic import atomic_path
+    from fastmodel.io.outputs import mark_written
 
     with atomic_path(path) as tmp:
         without_aliases(ds).to_netcdf(tmp, engine="scipy")
+    mark_written(path)    # serve --search writes it outside a claim: a Ctrl-C after it said "not written"

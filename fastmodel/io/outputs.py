@@ -228,7 +228,7 @@ def claim_output(path: str, kind: str, inputs: tuple[str, ...] = (), force: bool
     if path in ("-", "") or _special(path):
         check_output(path, kind, inputs, force, what, stdout)
         yield
-        PENDING.pop(str(path), None)
+        PENDING.pop(str(path), None)      # standard output, /dev/null: no file to report
         return
     from fastmodel.io.store import writer_lock
 
@@ -240,23 +240,32 @@ def claim_output(path: str, kind: str, inputs: tuple[str, ...] = (), force: bool
                 with contextlib.suppress(OSError):
                     stale.unlink()
         yield
+    mark_written(path)
+
+
+def mark_written(path) -> None:
+    """``path`` is written whole (renamed into place; a sweep store with every unit): a Ctrl-C after it says so."""
     PENDING.pop(str(path), None)
+    if str(path) not in WRITTEN:
+        WRITTEN.append(str(path))
 
 
 #: outputs checked by this command and not yet written: path -> whether a file was there before (what Ctrl-C
 #: reports: every file is written under a temporary name and renamed when whole, so an interrupted command
 #: leaves none of them, or the earlier file as it was)
 PENDING: dict[str, bool] = {}
+#: outputs this command has written whole (:func:`mark_written`): a Ctrl-C after them (while the command prints its
+#: summary) said a bare "interrupted", as if they were not written
+WRITTEN: list[str] = []
 
 
 def interrupted_outputs() -> str:
     """What an interrupted command left on disk, for its one-line message ('' when it writes no file)."""
-    if not PENDING:
-        return ""
     new = [path for path, existed in PENDING.items() if not existed]
     kept = [path for path, existed in PENDING.items() if existed]
-    said = [f"{', '.join(new)} not written" if new else "", f"{', '.join(kept)} left as it was" if kept else ""]
-    return ": " + "; ".join(part for part in said if part)
+    said = [f"{', '.join(WRITTEN)} written whole" if WRITTEN else "", f"{', '.join(new)} not written" if new else "",
+            f"{', '.join(kept)} left as it was" if kept else ""]
+    return ": " + "; ".join(part for part in said if part) if any(said) else ""
 
 
 def glob_escape(name: str) -> str:

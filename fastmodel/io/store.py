@@ -139,16 +139,19 @@ def resume_flags(path: str | os.PathLike, definition: dict, num_units: int, vari
     try:
         group = zarr.open_group(path, mode="r")
         stored = json.loads(group.attrs["sweep"])
+    except Exception as error:  # noqa: BLE001 - a damaged store is a user-facing error
+        raise _damaged(path, error) from None
+    # the definition first: another sweep's store (another engine's variables) is not damaged
+    if stored != json.loads(json.dumps(definition)):
+        raise SweepError(f"{path}: the store was made by a different sweep definition; cannot resume it "
+                         "(pass --force instead of --resume to replace it)")
+    try:
         done = np.asarray(group["unit_done"][:], dtype=bool)
         for name in variables:
             group[name]
         stored_meanings = group["status"].attrs.get("flag_meanings") if status_meanings is not None else None
     except Exception as error:  # noqa: BLE001 - a damaged store is a user-facing error
-        raise SweepError(f"{path}: the sweep store is damaged ({type(error).__name__}: {error}); "
-                         "pass --force instead of --resume to replace it") from None
-    if stored != json.loads(json.dumps(definition)):
-        raise SweepError(f"{path}: the store was made by a different sweep definition; cannot resume it "
-                         "(pass --force instead of --resume to replace it)")
+        raise _damaged(path, error) from None
     if status_meanings is not None and stored_meanings != status_meanings:
         raise SweepError(f"{path}: the store's status codes were numbered by another fastmodel version; cannot "
                          "resume it (pass --force instead of --resume to replace it)")
@@ -156,6 +159,11 @@ def resume_flags(path: str | os.PathLike, definition: dict, num_units: int, vari
         raise SweepError(f"{path}: the sweep store is damaged (unit_done has {done.size} units, the sweep "
                          f"{num_units}); pass --force instead of --resume to replace it")
     return done
+
+
+def _damaged(path, error: Exception) -> SweepError:
+    return SweepError(f"{path}: the sweep store is damaged ({type(error).__name__}: {error}); "
+                      "pass --force instead of --resume to replace it")
 
 
 def missing_units(group) -> tuple[int, int]:

@@ -18,8 +18,8 @@ def load_lm_model(spec: Any) -> LMSpec:
     data, source = resolve_source(spec, "model")
     if isinstance(data, dict) and data.get("family", "lm") != "lm":
         raise SpecError(source, "model.family", f"{data.get('family')!r} is a MAD-Max model; the real-world model "
-                        "needs a family = \"lm\" spec (e.g. llama3.1-70b; 'fastmodel specs list model') "
-                        "or semantics 'madmax' / 'madmax-fixed'")
+                        "(a kind = \"cluster\" system) needs a family = \"lm\" spec (e.g. llama3.1-70b; 'fastmodel "
+                        "specs list model'), and a MAD-Max model a MAD-Max system (e.g. dc-a)")
     return validate(LMSpec, data, source, "model")
 
 
@@ -31,8 +31,9 @@ def load_cluster(spec: Any, num_nodes: int | None = None) -> ClusterSpec:
         data, source = resolve_source(spec, "system")
         check_system_kind(data, source)
         if isinstance(data, dict) and data.get("kind") != "cluster":
-            raise SpecError(source, "system.kind", "a MAD-Max system; the real-world model needs a kind = "
-                            "\"cluster\" spec (e.g. dgx-h100; 'fastmodel specs list system') or semantics 'madmax'")
+            raise SpecError(source, "system.kind", "a MAD-Max system; the real-world model (a family = \"lm\" "
+                            "model) needs a kind = \"cluster\" spec (e.g. dgx-h100; 'fastmodel specs list system'), "
+                            "and a MAD-Max system a MAD-Max model (e.g. llama2-70b)")
         cluster = validate(ClusterSpec, data, source, "system")
     if num_nodes is not None:
         if isinstance(num_nodes, bool) or int(num_nodes) != num_nodes or num_nodes < 1:

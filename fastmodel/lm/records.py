@@ -66,7 +66,8 @@ def parse_record(data: dict, source: str | None = None):
         raise SpecError(source, "record", f"expected a JSON object (RUNS.md), got {type(data).__name__}")
     if "plan" not in data and is_serve_record(data):
         raise SpecError(source, "record", "a serving record (SERVE_RUNS.md) where training run records (RUNS.md) are "
-                                          "read; serving records go to fastmodel serve, validate or batch")
+                                          "read; serving records go to fastmodel serve, validate or batch, in a file "
+                                          "of their own (validate scores the first record's kind)")
     require_blocks(data, RECORD_BLOCKS, source, "RUNS.md")
     try:
         return RecordSchema.model_validate(data)

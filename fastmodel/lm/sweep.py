@@ -249,6 +249,10 @@ def _axis_number(name: str, value: Any) -> float:
     column = COLUMNS[COLUMN_INDEX[name]] if name in COLUMN_INDEX else None
     if isinstance(value, bool) and column is not None and (column.lo, column.hi) == (0, 1):
         return float(value)                   # a switch (sequence_parallel = [true, false])
+    if name == "vp" and value == "unknown":   # was "'unknown' is not a number", though [execution] takes it
+        raise SweepError("axis 'vp': \"unknown\" (the stack's rule) is one value for the whole sweep: set vp = "
+                         "\"unknown\" in [execution] (execution={\"vp\": \"unknown\"}); an axis over vp takes whole "
+                         "numbers")
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise SweepError(f"axis {name!r}: {value!r} is not a number" + (f" of {units}" if units != "1" else ""))
     return float(value)

@@ -116,9 +116,14 @@ def sweep_plan_from_file(source: str, data: dict, base: Path, unit_configs: int 
                          calibration: Any = None):
     """The :class:`~fastmodel.lm.sweep_plan.LMSweepPlan` of a parsed sweep file; ``calibration`` (a
     ``Calibration``) overlays its fitted values."""
+    from fastmodel.lm.execution import ExecutionSpec
+    from fastmodel.lm.sweep import MESH_AXIS
     from fastmodel.lm.sweep_plan import LMSweepPlan
+    from fastmodel.registry.lm import COLUMN_INDEX
 
-    check_keys(source, data, KEYS, ("model", "system", "task"))
+    check_keys(source, data, KEYS, ("model", "system", "task"),
+               ((ExecutionSpec.model_fields, "an execution field, under [execution]"),
+                ((*COLUMN_INDEX, "num_nodes", MESH_AXIS), "an axis, under [axes]")))
     axes = data.get("axes")
     if not isinstance(axes, dict) or not axes:
         raise SpecError(source, "axes", "required: a table of axis = values (e.g. plan = \"all\")")

@@ -171,9 +171,15 @@ def _one_or_many(name: str, values: Any) -> Any:
     table ``{start, stop, num|step, scale}`` (``fastmodel.sweeps.ranges.expand``); the plan axis takes ``'all'``,
     one plan string or a list of them."""
     if name == MESH_AXIS:
-        if isinstance(values, (str, bytes)):
-            return values if values == "all" else [values]
-        return values
+        if isinstance(values, str) and values.strip().lower() == "all":
+            return "all"               # "ALL", " all": the keyword whatever its case, as a sweep file reads it
+        if isinstance(values, str):
+            from fastmodel.errors import nearest
+
+            if nearest(values, ["all"]):      # 'al' said "'al' is not a degree like tp8 ...", the file's line
+                raise SweepError(f"axes.plan: {values!r} is no mesh{nearest(values, ['all'])}: \"all\" or a list "
+                                 "of meshes (tp8.pp4, ...)")
+        return [values] if isinstance(values, (str, bytes)) else values
     from fastmodel.sweeps.ranges import expand
 
     return expand(name, values)

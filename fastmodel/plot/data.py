@@ -265,6 +265,9 @@ def relative(da: xr.DataArray, baseline, dim: str = "plan", maximize: bool | Non
     check_dim(da.dims, dim)
     value = _coord_value(da[dim], baseline)
     base = da.sel({dim: value}, drop=True)
+    if base.dtype.kind in "fc" and not np.isfinite(base.values).any():   # was "... is an input it needs missing?"
+        raise PlotError(f"--relative-to {value}: {dim}={value} has no finite {da.name} in this selection (illegal "
+                        f"or infeasible at every point shown); compare with a {dim} that is legal here")
     maximize = direction(str(da.name), da.attrs) == "max" if maximize is None else maximize
     out = (da / base) if maximize else (base / da)
     out.attrs = {"long_name": f"{long_name_of(da)}: gain over {value}", "units": "×", "ratio": 1,

@@ -178,6 +178,12 @@ def _require_serve_record(data, source: str | None) -> None:
     if not is_serve_record(data):
         if isinstance(data, dict) and "plan" not in data and any(block in data for block in SERVE_BLOCKS):
             require_blocks(data, SERVE_BLOCKS, source, "SERVE_RUNS.md")     # the block it lacks
+        from fastmodel.spec.detect import is_run_record
+
+        if is_run_record(data):     # among serving records: validate's misses said only "not a serving record"
+            raise SpecError(source, "record", "not a serving record but a training run record (RUNS.md); run "
+                            "records go to fastmodel run, validate, calibrate or batch, in a file of their own "
+                            "(validate scores the first record's kind)")
         raise SpecError(source, "record", "not a serving record (needs model, system and serve blocks, "
                                           "SERVE_RUNS.md)")
 

@@ -152,7 +152,13 @@ def check_speculation(source: str | None, task: Any, values: dict) -> None:
 def sweep_plan_from_file(source: str, data: dict, base: Path, unit_configs: int | None = None,
                          calibration: Any = None) -> ServeSweepPlan:
     """The plan of a parsed serving sweep file; a calibration is refused (it applies to training)."""
-    check_keys(source, data, KEYS, ("model", "task"))
+    from fastmodel.registry.lm import COLUMN_INDEX
+    from fastmodel.serve.spec import ServeTaskSpec
+
+    check_keys(source, data, KEYS, ("model", "task"),
+               ((ServeTaskSpec.model_fields, "a field of the serving task, in its file or an inline task table "
+                 "(task = {name = \"t\", kind = \"serve\", ...})"),
+                ((*SPECIAL_AXES, *COLUMN_INDEX), "an axis, under [axes]")))
     if calibration is not None:
         raise SpecError(source, "calibration", "applies to training sweeps of the real-world model, not to serving")
     if data.get("semantics", "default") != "default":

@@ -47,6 +47,8 @@ class ServeSweepPlan(SweepPlan):
         profiles, self.run_notes = device_profiles(task.engine, self._fixed("device", device),
                                                    axes.get("device", [device]), axes, "task.engine")
         profile = profiles[self._fixed("device", device)][0]
+        self.run_notes = [*self.run_notes, *_weight_only_notes(axes.get("device", [device]),
+                                                               axes.get("precision", [task.precision]))]
         # the model's notes (serving_model) and the engine's: in the Dataset's attrs, not the definition
         self.notes = (*notes, *self.run_notes)
         self.load_mode = "concurrency" if "concurrency" in axes else "batch" if "batch_size" in axes else \
@@ -119,3 +121,14 @@ def _column(name: str) -> int:
     from fastmodel.registry.lm import COLUMN_INDEX
 
     return COLUMN_INDEX[name]
+
+
+def _weight_only_notes(devices, precisions) -> tuple[str, ...]:
+    """FP4 weights on a device without FP4 tensor cores run weight-only, dequantised into 16-bit GEMMs
+    (docs/model_serving.md S12): one note per such device and precision, as ``fastmodel serve`` and ``serve
+    --search`` print it; a device x precision sweep said nothing."""
+    from fastmodel.serve.api import device_columns
+    from fastmodel.serve.precisions import FP4_PRECISIONS, weight_only_note
+
+    return tuple(weight_only_note(str(p), str(d)) for d in devices for p in precisions
+                 if p in FP4_PRECISIONS and device_columns(str(d)).get("peak_flops_4", 0.0) <= 0)

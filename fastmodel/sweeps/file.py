@@ -47,11 +47,15 @@ def raw_spec(value, base: Path, kind: str):
         return None
 
 
-def check_keys(source: str, data: dict, allowed, required) -> None:
-    """SpecError for the first top-level key not in ``allowed`` (with the nearest one) or ``required`` missing."""
+def check_keys(source: str, data: dict, allowed, required, homes: tuple = ()) -> None:
+    """SpecError for the first top-level key not in ``allowed`` (with the nearest one) or ``required`` missing.
+    ``homes``: (names, where) pairs saying where a field that is not a top-level key goes (``micro_batch``: under
+    [execution]; ``input_len``: the serving task's, or an axis), said instead of a nearest key."""
     unknown = [k for k in data if k not in allowed]
     if unknown:
-        raise SpecError(source, unknown[0], f"unknown key{nearest(unknown[0], allowed)}")
+        where = [place for names, place in homes if unknown[0] in names]
+        hint = f": not a top-level key but {' or '.join(where)}" if where else nearest(unknown[0], allowed)
+        raise SpecError(source, unknown[0], f"unknown key{hint}")
     for key in required:
         if key not in data:
             raise SpecError(source, key, "required key missing")
