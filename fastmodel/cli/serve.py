@@ -378,8 +378,7 @@ def _given(*names: str) -> list[str]:
 
 
 def _no_single_precision(kv_precision) -> None:
-    """--precision, --kv-precision (--search sweeps --search-precision) and the other options of one configuration
-    given with --search are one line: it ignored them (--tp, --batch-size, --json ran the same search silently)."""
+    """--precision, --kv-precision and the other options of one configuration given with --search: one line."""
     from fastmodel.errors import FastmodelError
 
     if kv_precision or _given("precision"):
@@ -393,9 +392,8 @@ def _no_single_precision(kv_precision) -> None:
 
 
 def _search_precision_notes(model, device, precisions, engines) -> list[str]:
-    """``precision_notes`` of every searched precision, once each, as plain ``serve`` prints them: FP4 weight-only on
-    a GPU without FP4 tensor cores, FP8 weight-only where a searched engine runs it so, and the FP8 KV pool's
-    conversion at every forward where a searched engine does it (``kv_upcast_note``)."""
+    """``precision_notes`` of every searched precision, once each, as ``serve`` prints them (FP4 / FP8 weight-only,
+    the FP8 KV pool's conversion at every forward where a searched engine does it: ``kv_upcast_note``)."""
     from fastmodel.serve.api import columns, engine_columns
     from fastmodel.serve.search import engine_list
 
@@ -410,9 +408,11 @@ def _search_precision_notes(model, device, precisions, engines) -> list[str]:
 def _search(model, device, input_len, output_len, ttft, tpot, gpus, precisions, engine, output=None,
             force=False, concurrency=None, axes=None) -> None:
     """``--search``: the SLO search of fastmodel.serve.search, printed as a table; with ``output`` its sweep (with
-    ``within_budget``, ``meets_slo`` and the SLOs as attributes) as netCDF for ``fastmodel plot pareto``."""
+    ``within_budget``, ``meets_slo`` and the SLOs as attributes) as netCDF for ``fastmodel plot pareto``; no legal
+    point exits 3, as a sweep's (the table's first line says why)."""
+    from fastmodel.cli.sweep import NO_LEGAL_POINT_EXIT, _write_netcdf
     from fastmodel.errors import FastmodelError, SpecError
-    from fastmodel.serve.search import format_search, slo_search
+    from fastmodel.serve.search import format_search, none_legal, slo_search
     from fastmodel.spec.quantity import parse_quantity
 
     if not model or not ttft or not tpot:
@@ -444,7 +444,7 @@ def _search(model, device, input_len, output_len, ttft, tpot, gpus, precisions, 
         click.echo(f"note: {default_engine_note(device_vendor(device))}", err=True)
     click.echo(format_search(result, *targets))
     if output:
-        from fastmodel.cli.sweep import _write_netcdf
-
         _write_netcdf(result.dataset, output)
         click.echo(f"wrote {output} (fastmodel plot pareto {output} --curve precision)", err=True)
+    if none_legal(result.dataset):
+        raise SystemExit(NO_LEGAL_POINT_EXIT)

@@ -330,7 +330,7 @@ def layout(row: dict) -> str:
     return f"tp{row['tp']} pp{row['pp']} ep{row['ep']} adp{row['attention_dp']} k{row['spec_tokens']}"
 
 
-def _none_legal(ds) -> str:
+def none_legal(ds) -> str:
     """When no aggregated point is legal (``--ep 3`` on a dense model), the status that ruled out most of them:
     "0 configurations fit" alone reads as a memory verdict. A disaggregated-only search has no aggregated
     ``status``: nothing to say."""
@@ -350,7 +350,7 @@ def format_search(result: SearchResult, ttft: float, tpot: float) -> str:
     engine column widens to its longest label (a versioned one, "vllm 0.10.2")."""
     ew = max([6, *(len(str(r["engine"])) for r in result.frontier)])
     lines = [f"{result.evaluated} configurations fit, {result.feasible} meet TTFT <= {ttft * 1e3:g} ms and "
-             f"TPOT <= {tpot * 1e3:g} ms{_none_legal(result.dataset)}",
+             f"TPOT <= {tpot * 1e3:g} ms{none_legal(result.dataset)}",
              "Pareto frontier (tokens/s per GPU against tokens/s per user):",
              f"{'mode':6s} {'engine':{ew}s} {'precision':>9s} {'layout':24s} {'conc':>5s} {'ttft ms':>9s} "
              f"{'tpot ms':>8s} {'tok/s/user':>10s} {'tok/s/GPU':>10s}  SLO"]
