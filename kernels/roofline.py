@@ -316,8 +316,17 @@ def expert_wgrad_roofline(row, groups, m, n, k, fp8, source_bytes, launch):
         return 0.0
     element = gemm_act_bytes(row, fp8)
     compute, memory = tiled_bounds(row, groups, k, n, m, fp8, element, tile_size(k, row[C_GEMM_TILE_M]))
-    source = groups * k * n * source_bytes / (row[C_HBM_BW] * row[C_HBM_EFF])
+    source = accumulate_source_time(row, groups * k * n, source_bytes)
     return max(compute, memory) + source + launch * row[C_KERNEL_OVERHEAD_S]
+
+
+@njit(inline="always")
+def accumulate_source_time(row, elements, source_bytes):
+    """Seconds (at the modelled speed) of the epilogue's read of the ``elements`` gradient elements a weight-gradient
+    GEMM accumulates into with beta = 1, ``source_bytes`` each: ``elements source_bytes / (HBM bw x hbm_eff)``
+    (docs/model.md §11.3, "Weight gradients accumulated into the main gradient"); the one definition of the read,
+    for the routed experts (:func:`expert_wgrad_roofline`) and the dense linears (``shape.wgrad_source_s``)."""
+    return elements * source_bytes / (row[C_HBM_BW] * row[C_HBM_EFF])
 
 
 @njit

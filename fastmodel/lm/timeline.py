@@ -84,7 +84,7 @@ def _layer_terms(columns: np.ndarray, r: dict) -> dict:
     close the rank's layers."""
     from fastmodel.kernels.lm.bf16_layers import bf16_row
     from fastmodel.kernels.lm.first_rank import embedding_parts, embedding_stage_tp
-    from fastmodel.kernels.lm.layer import W_GEMM, W_MEM, W_TP, W_TP_BACKWARD, W_TP_HIDDEN, recompute_share
+    from fastmodel.kernels.lm.layer import W_GEMM, W_MEM, W_TP, W_TP_BACKWARD, W_TP_HIDDEN, W_WGRAD, recompute_share
     from fastmodel.kernels.lm.passes import (
         A_ATTN,
         A_CP_COMM,
@@ -129,7 +129,7 @@ def _layer_terms(columns: np.ndarray, r: dict) -> dict:
     head_backward_tp = TP_BACKWARD_PASSES * (work[W_TP_BACKWARD] - work[W_TP_HIDDEN])
     head_comm, head_tp = work[W_TP] + TP_BACKWARD_PASSES * work[W_TP_BACKWARD], work[W_TP] + head_backward_tp
     fsdp = col("sharding") == CODE_TABLES["sharding"]["fsdp"] and pp <= 1.0
-    gemm = (r["time_gemm"] / m - (1.0 + BACKWARD_GEMM) * head_gemm - n16 * d16[A_GEMM]) / layers
+    gemm = (r["time_gemm"] / m - (1.0 + BACKWARD_GEMM) * head_gemm - work[W_WGRAD] - n16 * d16[A_GEMM]) / layers
     attn = (r["time_attention"] / m - n16 * d16[A_ATTN]) / layers
     mem = (r["time_memory_bound"] / m - head_mem - n16 * d16[A_MEM] - emb_grad) / layers
     again = (r["time_recompute"] / m - n16 * d16[A_RECOMPUTE]) / layers

@@ -239,7 +239,8 @@ PLAN_COLUMNS = _cols(
      "0: not counted. The stack profile sets it.", 0, 1e4, False, "number"),
     ("wgrad_fused_accumulation", "1", 0, "1: weight-gradient GEMMs accumulate into the main gradient (beta = 1), "
      "reading it back, grad_reduce_bytes per element (Megatron-LM gradient_accumulation_fusion; TE "
-     "fuse_wgrad_accumulation); charged on routed experts (docs/model.md §11.3). Set by the stack.", 0, 1, False, "flag"),
+     "fuse_wgrad_accumulation); charged on every fused linear, routed experts, dense layers and the head "
+     "(docs/model.md §11.3, §11.46). Set by the stack (or a record).", 0, 1, False, "flag"),
     *STEP_PLAN_ROWS,
     ("loss_traffic_bytes_per_logit", "bytes", 20.0, "HBM bytes the LM loss moves per logit (vocab / tp x tokens), "
      "forward and backward, beyond the head GEMM's (the bytes kept live: loss_impl). 20: generic (16-bit logits "

@@ -15,7 +15,7 @@ from fastmodel.kernels.roofline import (
 )
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.layout import (
-    CP_ALLGATHER, CP_ALLTOALL, C_CAUSAL, C_COLLECTIVE_OVERHEAD_S, C_CP, C_CP_ALGORITHM, C_EP, C_FFN, C_FLASH_ATTENTION, C_HEADS, C_HEAD_DIM, C_HIDDEN, C_PP,
+    C_CAUSAL, C_COLLECTIVE_OVERHEAD_S, C_CP, C_EP, C_FFN, C_FLASH_ATTENTION, C_HEADS, C_HIDDEN, C_PP,
     C_KV_HEADS, C_LAYERS, C_LOSS_TRAFFIC_BYTES_PER_LOGIT, C_MICRO_BATCH, C_MLA, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS,
     C_MOE_SHARED_EXPERT_OVERLAP, C_MOE_TOPK, C_MTP_LAYERS, C_RECOMPUTE, C_RECOMPUTE_FRACTION, C_ROTARY_FRACTION, C_SEQUENCE_PARALLEL, C_SEQ_LEN,
     C_SLIDING_WINDOW, C_SP_WGRAD_REGATHER, C_STACK_COMPUTE_EFF, C_TIED_EMBEDDINGS, C_TP, C_TP_COMM_OVERLAP, C_VOCAB, RECOMPUTE_FULL, RECOMPUTE_PARTIAL_LAYERS,
@@ -24,10 +24,10 @@ from fastmodel.kernels.lm.layout import (
 from fastmodel.kernels.lm.shape import (  # noqa: F401 - the shape terms, re-exported for the layer's callers
     ACT_BYTES, attention_dims, attention_params, attention_params_per_device, elementwise_bytes, elementwise_unit_bytes,
     expert_tp, expert_weight_params, layer_gemm_parts, layer_gemm_time, layer_mix, mlp_matrices, moe_layers,
-    embedding_dense_grad_s,
+    embedding_dense_grad_s, wgrad_source_s,
 )
-from fastmodel.kernels.nccl import allgather_time, allreduce_time, alltoall_time
-from fastmodel.kernels.lm.parallel import exposed
+from fastmodel.kernels.nccl import allgather_time, allreduce_time
+from fastmodel.kernels.lm.parallel import cp_forward_time, exposed
 from fastmodel.kernels.lm.moe import (
     dispatch_time, einsum_gating_time, einsum_time, expert_rows, expert_wgrad_extra, moe_compute, moe_sync_idle_time,
 )
@@ -53,7 +53,7 @@ W_EP_REMOTE = 11      # seconds of W_EP's traffic on the scale-out tier (kernels
 W_AGAIN = 12          # forward seconds the Megatron-Core recompute_modules other than core_attn run again
 W_AGAIN_GEMM = 13     # GEMM part of W_AGAIN
 W_AGAIN_EP = 14       # EP seconds (forward direction) a recomputed MoE layer runs again (kernels/lm/recompute.py)
-W_WGRAD = 15          # weight-gradient GEMM seconds beyond the forward's W_GEMM (routed experts, kernels/lm/moe.py)
+W_WGRAD = 15          # weight-gradient GEMM seconds beyond the forward's W_GEMM (routed experts, main-gradient reads)
 W_FORWARD_ONLY = 16   # forward-only seconds of a MoE layer: GPU idle after its host syncs, einsum gating's forward passes
 W_BACKWARD_MEM = 17   # backward-only memory-bound seconds of a MoE layer (einsum gating's backward, kernels/lm/moe.py)
 W_TP_BACKWARD = 18    # TP collective seconds, backward (one pass; W_TP's conjugates, the SP gathers at their bytes)
@@ -208,7 +208,9 @@ def layer_costs(row, moe, sliding, work):
     work[W_EXPERT_PARAMS] = expert_params
     work[W_SHARED] = shared_time
     work[W_EP_REMOTE] = ep_remote
-    work[W_WGRAD] = expert_wgrad_extra(row, fp8, routed) if moe else 0.0
+    # the fused dense linears' main-gradient read (§11.46): all matmul weights but routed experts' (own) and router's
+    dense = params - expert_params - (h * row[C_MOE_EXPERTS] if moe else 0.0)
+    work[W_WGRAD] = (expert_wgrad_extra(row, fp8, routed) if moe else 0.0) + wgrad_source_s(row, dense)
     gating_forward, gating_backward = einsum_gating_time(row) if moe else (0.0, 0.0)
     work[W_FORWARD_ONLY] = moe_sync_idle_time(row) + gating_forward if moe else 0.0
     work[W_BACKWARD_MEM] = gating_backward
@@ -318,23 +320,6 @@ def regather_hidden_time(row, tokens, h, t, sp, fc1, gather, qkv, fc1_gemm, fp8,
 
 
 @njit
-def cp_forward_time(row, tokens, a, dqk, dv, t, c):
-    """Context-parallel exchange of one layer's forward, ``tokens`` per rank (0 without CP; docs/model.md §11.6):
-    DeepSpeed-Ulysses' all-to-alls of Q, K, V by heads and of the output back; Llama 3's all-gather of every
-    rank's K and V over the cp group before attention (sec. 3.3.2, §11.20); or ring attention's c - 1 exchanges
-    of this rank's K and V blocks with its ring neighbour."""
-    if c <= 1.0:
-        return 0.0
-    if row[C_CP_ALGORITHM] == CP_ALLTOALL:
-        heads_width = (a + 2.0 * row[C_KV_HEADS]) * dqk / t + a * dv / t
-        return alltoall_time(row, ACT_BYTES * tokens * heads_width, c, t)
-    kv_block = 2.0 * ACT_BYTES * tokens * row[C_KV_HEADS] * row[C_HEAD_DIM] / t
-    if row[C_CP_ALGORITHM] == CP_ALLGATHER:
-        return allgather_time(row, c * kv_block, c, t)
-    return (c - 1.0) * allgather_time(row, kv_block * 2.0, 2.0, t)
-
-
-@njit
 def recomputed_modules(row, moe, tokens, norm_tokens, fp8, element, local_experts, rows, etp, moe_mem, ep, work):
     """``work[W_AGAIN*]``: the forward seconds the Megatron-Core ``recompute_modules`` other than core_attn run
     again in one layer's backward (``kernels/lm/recompute.py``), its GEMM part and the EP seconds re-run; ``rows``
@@ -438,6 +423,7 @@ def head_costs(row, work):
     work[W_EXPERT_PARAMS] = 0.0
     work[W_SHARED] = 0.0
     work[W_EP_REMOTE] = 0.0
-    work[W_WGRAD] = 0.0
+    # the head's and eh_proj's fused weight gradients read their main gradient once per application (§11.46)
+    work[W_WGRAD] = wgrad_source_s(row, (1.0 + row[C_MTP_LAYERS]) * vocab * h + row[C_MTP_LAYERS] * 2.0 * h * h / t)
     work[W_FORWARD_ONLY] = 0.0
     work[W_BACKWARD_MEM] = 0.0

@@ -21,11 +21,11 @@ from fastmodel.kernels.lm.layout import (
     C_INTRA_EFF, C_INTRA_LATENCY, C_KERNEL_OVERHEAD_S, C_MICRO_BATCH, C_MOE_CAPACITY_FACTOR, C_MOE_DISPATCHER,
     C_MOE_EXPERTS, C_MOE_FFN, C_MOE_FP8_DISPATCH, C_MOE_IMBALANCE, C_MOE_MAX_NODES, C_MOE_MEM_KERNELS,
     C_MOE_EXPERT_MAXVIO, C_MOE_ROUND_ROBIN, C_MOE_SYNC_ISSUE_OPS, C_HOST_OP_S,
-    C_GRAD_REDUCE_BYTES, C_MOE_PAD_TO_CAPACITY, C_MOE_SHARED_EXPERTS, C_MOE_TOPK, C_SEQ_LEN, C_STACK_COMPUTE_EFF, C_TP,
-    C_WGRAD_FUSED_ACCUMULATION, DISPATCH_ALLGATHER,
+    C_MOE_PAD_TO_CAPACITY, C_MOE_SHARED_EXPERTS, C_MOE_TOPK, C_SEQ_LEN, C_STACK_COMPUTE_EFF, C_TP,
+    DISPATCH_ALLGATHER,
     DISPATCH_DEEPEP, DISPATCH_EINSUM,
 )
-from fastmodel.kernels.lm.shape import expert_tp as shape_expert_tp
+from fastmodel.kernels.lm.shape import expert_tp as shape_expert_tp, wgrad_source_bytes
 from fastmodel.kernels.nccl import allgather_time, alltoall_time, members_per_domain
 from fastmodel.kernels.roofline import expert_gemm_time, expert_wgrad_time, gemm_time, memory_bound_time
 
@@ -244,7 +244,7 @@ def expert_wgrad_extra(row, fp8, forward):
     per_expert = expert_rows(row) / local
     width = row[C_MOE_FFN] / expert_tp(row)
     h = row[C_HIDDEN]
-    source = row[C_GRAD_REDUCE_BYTES] if row[C_WGRAD_FUSED_ACCUMULATION] > 0.0 else 0.0
+    source = wgrad_source_bytes(row)
     wgrad = expert_wgrad_time(row, local, per_expert, (nm - 1.0) * width, h, fp8, source) \
         + expert_wgrad_time(row, local, per_expert, h, width, fp8, source)
     return wgrad - forward - einsum_time(row)[0]

@@ -9,11 +9,13 @@ from fastmodel.kernels.roofline import memory_bound_time
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.dp_window import dp_overlap_windows
 from fastmodel.kernels.lm.layout import (
+    CP_ALLGATHER, CP_ALLTOALL, C_CP_ALGORITHM, C_HEAD_DIM, C_KV_HEADS,
     C_COLLECTIVE_BUCKET_BYTES, C_COMM_SM_SHARE, C_FSDP1_GRAD_PASSES, C_FP8_PARAMS, C_FSDP_COPY_OUT, C_GRAD_ALLREDUCE, C_GRAD_REDUCE_BYTES,
     C_OVERLAP_GRAD_REDUCE, C_OVERLAP_PARAM_GATHER, C_PARAM_FETCH_BW, C_PP, C_REDUCE_EVERY_MICROBATCH, C_SHARDING,
     SHARD_DDP, SHARD_FSDP,
 )
-from fastmodel.kernels.nccl import allgather_time, allreduce_time, bucketed_allgather_time
+from fastmodel.kernels.lm.shape import ACT_BYTES
+from fastmodel.kernels.nccl import allgather_time, allreduce_time, alltoall_time, bucketed_allgather_time
 
 
 @njit
@@ -184,3 +186,20 @@ def data_parallel(row, stage_params, last_backward, first_forward, shard_group, 
     else:
         local_params = stage_params
     return dp_comm, before, after, local_params, last_backward, first_forward
+
+
+@njit
+def cp_forward_time(row, tokens, a, dqk, dv, t, c):
+    """Context-parallel exchange of one layer's forward, ``tokens`` per rank (0 without CP; docs/model.md §11.6):
+    DeepSpeed-Ulysses' all-to-alls of Q, K, V by heads and of the output back; Llama 3's all-gather of every
+    rank's K and V over the cp group before attention (sec. 3.3.2, §11.20); or ring attention's c - 1 exchanges
+    of this rank's K and V blocks with its ring neighbour."""
+    if c <= 1.0:
+        return 0.0
+    if row[C_CP_ALGORITHM] == CP_ALLTOALL:
+        heads_width = (a + 2.0 * row[C_KV_HEADS]) * dqk / t + a * dv / t
+        return alltoall_time(row, ACT_BYTES * tokens * heads_width, c, t)
+    kv_block = 2.0 * ACT_BYTES * tokens * row[C_KV_HEADS] * row[C_HEAD_DIM] / t
+    if row[C_CP_ALGORITHM] == CP_ALLGATHER:
+        return allgather_time(row, c * kv_block, c, t)
+    return (c - 1.0) * allgather_time(row, kv_block * 2.0, 2.0, t)

@@ -309,5 +309,5 @@ def head_passes(row, work):
     forward = gemm + mem + tp
     backward_tp = TP_BACKWARD_PASSES * (work[W_TP_BACKWARD] - work[W_TP_HIDDEN])
     backward_input = BACKWARD_INPUT_GEMM * gemm + mem + backward_tp   # loss and logits gradient
-    backward_weight = BACKWARD_WEIGHT_GEMM * gemm
+    backward_weight = BACKWARD_WEIGHT_GEMM * gemm + work[W_WGRAD]    # + the fused wgrads' main-gradient read (§11.46)
     return forward, backward_input, backward_weight

@@ -27,11 +27,12 @@ from fastmodel.kernels.columns import (
     C_EMBEDDING_DENSE_GRAD, C_GRAD_REDUCE_BYTES, C_HEAD_DIM, C_HEADS, C_HIDDEN, C_KV_HEADS, C_KV_LORA_RANK,
     C_LAYERS, C_MASTER_WEIGHTS, C_MLA, C_MOE_EXPERTS, C_MOE_LAYER_FREQ, C_MOE_FFN, C_MOE_SHARED_EXPERTS, C_QK_NOPE_HEAD_DIM, C_QK_ROPE_HEAD_DIM,
     C_Q_LORA_RANK, C_SLIDING_WINDOW, C_SLIDING_WINDOW_LAYERS, C_STACK_COMPUTE_EFF, C_TP, C_V_HEAD_DIM, C_VOCAB,
+    C_WGRAD_FUSED_ACCUMULATION,
 )
 import math
 
 from fastmodel.kernels.jit import njit
-from fastmodel.kernels.roofline import expert_gemm_roofline, gemm_roofline, memory_bound_time
+from fastmodel.kernels.roofline import accumulate_source_time, expert_gemm_roofline, gemm_roofline, memory_bound_time
 
 #: bytes per element of activations and 16-bit weights (the LM head, embedding and router stay 16-bit)
 ACT_BYTES = 2.0
@@ -45,6 +46,29 @@ def stored_grad_bytes(row):
     here, a leaf module, so that the memory model (``memory_states``) and the head's costs (``layer.head_costs``)
     read one definition."""
     return min(row[C_GRAD_REDUCE_BYTES], ACT_BYTES) if row[C_MASTER_WEIGHTS] <= 0 else row[C_GRAD_REDUCE_BYTES]
+
+
+@njit(inline="always")
+def wgrad_source_bytes(row):
+    """Bytes per element a weight-gradient GEMM reads back from the gradient it accumulates into (beta = 1):
+    ``grad_reduce_bytes``, the main gradient's dtype, where the stack fuses the accumulation into the GEMM
+    (``wgrad_fused_accumulation``: Megatron-LM ``gradient_accumulation_fusion``, TE ``fuse_wgrad_accumulation``);
+    0 where the GEMM writes a fresh gradient (beta = 0; a separate accumulation, if any, is ``grad_accum_bytes``).
+    docs/model.md §11.3 and §11.46; the routed experts (``moe.expert_wgrad_extra``) and the dense linears
+    (:func:`wgrad_source_s`) read this one definition."""
+    return row[C_GRAD_REDUCE_BYTES] if row[C_WGRAD_FUSED_ACCUMULATION] > 0.0 else 0.0
+
+
+@njit
+def wgrad_source_s(row, elements):
+    """Seconds one micro-batch's dense weight-gradient GEMMs spend reading back the ``elements`` main-gradient
+    elements they accumulate into (the layer's or the head's fused linears on one device), over
+    ``stack_compute_eff``: ``roofline.accumulate_source_time`` at :func:`wgrad_source_bytes`; 0 without fusion.
+    Part of the GEMM (its epilogue), charged in the weight-gradient pass (docs/model.md §11.3, §11.46)."""
+    source = wgrad_source_bytes(row)
+    if source <= 0.0 or elements <= 0.0:
+        return 0.0
+    return accumulate_source_time(row, elements, source) / row[C_STACK_COMPUTE_EFF]
 
 
 @njit

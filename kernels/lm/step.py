@@ -25,7 +25,8 @@ import numpy as np
 
 from fastmodel.kernels.jit import njit, stack_vector
 from fastmodel.kernels.lm.layer import (
-    W_FLOPS, W_GEMM, W_MEM, W_PARAMS, W_TP, W_TP_BACKWARD, W_TP_HIDDEN, layer_kind_params, model_flops_per_token, recompute_share,
+    W_FLOPS, W_GEMM, W_MEM, W_PARAMS, W_TP, W_TP_BACKWARD, W_TP_HIDDEN, W_WGRAD, layer_kind_params, model_flops_per_token,
+    recompute_share,
 )
 from fastmodel.kernels.lm.layout import (
     C_LAST_STAGE_LAYERS, C_OVERLAP_GRAD_REDUCE,
@@ -373,7 +374,7 @@ def step_row(row, work, out):
     head_params = work[W_PARAMS]
     head_flops = 3.0 * work[W_FLOPS]
     # the head's forward costs, left by busiest_stage, on the busiest rank when it is the last (share 1)
-    head_gemm = share * (1.0 + BACKWARD_GEMM) * work[W_GEMM]
+    head_gemm = share * ((1.0 + BACKWARD_GEMM) * work[W_GEMM] + work[W_WGRAD])     # W_WGRAD: §11.46's read
     head_mem = share * 2.0 * work[W_MEM]
     head_tp = share * (work[W_TP] + TP_BACKWARD_PASSES * work[W_TP_BACKWARD])    # §11.42: the re-gathers backward
     head_tp_left = head_tp - share * TP_BACKWARD_PASSES * work[W_TP_HIDDEN]
