@@ -6,6 +6,7 @@ the caller's vectors. Each check is exact (``==``), against the pre-change formu
 import numpy as np
 import pytest
 
+from fastmodel.kernels.lm.first_rank import embedding_terms
 from fastmodel.kernels.lm.fp4 import train_gemm_format
 from fastmodel.kernels.lm.fp8 import amax_reduction_time
 from fastmodel.kernels.lm.layer import N_WORK, W_TP, W_TP_BACKWARD, W_TP_HIDDEN, layer_costs
@@ -112,7 +113,7 @@ def test_busiest_stage_into_overwrites_the_callers_vectors(execution):
     work, into_work = np.zeros(N_PASS_WORK), np.zeros(N_PASS_WORK)
     expected = busiest_stage(columns, work)
     d_first, d_last, d_mtp = (np.full(N_PASS_WORK, np.nan) for _ in range(3))
-    got = busiest_stage_into(columns, into_work, d_first, d_last, d_mtp)
+    got = busiest_stage_into(columns, into_work, d_first, d_last, d_mtp, embedding_terms(columns))
     assert got[:7] == expected[:7] and got[8] == expected[8]
     np.testing.assert_array_equal(got[7], expected[7])
     np.testing.assert_array_equal(into_work, work)
