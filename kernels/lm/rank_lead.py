@@ -9,7 +9,9 @@ dense layers sit on the first rank(s) (``memory_states.stage_layers``), the midd
 only. Priced at the average layer, a first rank of as many layers as a middle one beat it by exactly the
 embedding's ``e``, though its dense layers make it the lighter (Megatron-Bridge DeepSeek-V3 H100 FP8 sc V2, tp 2
 pp 8 vp 2: 3 dense + 5 MoE + e = 151.9 ms against a middle rank's 8 MoE layers, 182.5 ms; at the average layer
-178.6 and 178.4 ms). Here each rank's layers are priced at their kinds' passes (``passes.rank_layer_passes``).
+178.6 and 178.4 ms). Here each rank's layers are priced at their kinds' passes (``passes.rank_layer_passes``),
+from each kind's ``layer.layer_costs`` the step computed once for the average layer and kept
+(``passes.layer_passes_keeping``, ``rank_layer_passes_kept``): the same bits, no layer costed twice.
 """
 
 from fastmodel.kernels.jit import njit
@@ -20,7 +22,9 @@ from fastmodel.kernels.lm.layout import (
 from fastmodel.kernels.lm.memory_states import (
     explicit_layout, is_moe, layout_busiest_layers, split_slots, stage_layers,
 )
-from fastmodel.kernels.lm.passes import head_passes, layer_passes, layer_passes_of, layer_time, rank_layer_passes
+from fastmodel.kernels.lm.passes import (
+    head_passes, layer_passes, layer_passes_of, layer_time, moe_layer_passes_kept, rank_layer_passes_kept,
+)
 from fastmodel.kernels.lm.pipeline import model_copies
 
 
@@ -57,53 +61,60 @@ def middle_rank_kinds(row, middle):
 
 
 @njit
-def other_ranks_mb(row, work, t_layer, first_bf16, n_first, emb_first, can_lead):
+def other_ranks_mb(row, work, t_layer, first_bf16, n_first, emb_first, can_lead, costs):
     """(first rank's micro-batch, its layers, the busiest middle rank's micro-batch, its layers): the first rank by
     ``first_rank.first_rank_mb``, the middle rank (when ``can_lead``) its ``layout_busiest_layers``; each at the
-    average layer's ``t_layer``, or by kind where :func:`priced_by_kind` (then ``work[A_*]`` is overwritten)."""
+    average layer's ``t_layer``, or by kind where :func:`priced_by_kind` (then ``work[A_*]`` is overwritten), from
+    the kinds' costs ``costs`` the step kept (``passes.rank_layer_passes_kept``)."""
     middle = layout_busiest_layers(row)
     kinds = priced_by_kind(row)
     t_first = t_layer
     if kinds and (n_first > 0.0 or emb_first > 0.0):
         dense, moe = first_rank_kinds(row)
-        t_first = rank_layer_passes(row, work, dense, moe) / max(dense + moe, 1.0)
+        t_first = rank_layer_passes_kept(row, work, dense, moe, costs) / max(dense + moe, 1.0)
     first_mb, first_layers = first_rank_mb(row, t_first, first_bf16, n_first, emb_first)
     lead = 0.0
     if can_lead:
         if kinds:
             dense, moe = middle_rank_kinds(row, middle)
-            lead = rank_layer_passes(row, work, dense, moe)
+            lead = rank_layer_passes_kept(row, work, dense, moe, costs)
         else:
             lead = middle * t_layer
     return first_mb, first_layers, lead, middle
 
 
 @njit
-def last_rank_layer_time(row, work, t_layer, all_moe):
+def last_rank_layer_time(row, work, t_layer, all_moe, costs):
     """Seconds of the last rank's average layer, its passes left in ``work[A_*]`` for the step's breakdown: the MoE
     layer where :func:`last_rank_all_moe`; by its own kinds (``stage_layers`` of rank ``p - 1``, its MTP modules
     apart, as the first and middle ranks are) where :func:`priced_by_kind` (an explicit layout's last rank, all
     MoE: DeepSeek-V3 GB300 BF16 V2, pp 4 vp 4 ``Et*4|(t*4|)*14tmL``, 13 MoE layers + head + MTP, 338.2 ms; at the
     mix's average layer 335.2 ms, behind the by-kind middle rank's 16 MoE layers, 336.7 ms, which it outweighs);
-    else the mix's average ``t_layer``, already in ``work``."""
+    else the mix's average ``t_layer``, already in ``work``. Where :func:`priced_by_kind`, from the kinds' costs
+    ``costs`` the step kept."""
+    kinds = priced_by_kind(row)
     if all_moe:
-        layer_passes_of(row, work, True)
+        if kinds:
+            moe_layer_passes_kept(row, work, costs)
+        else:
+            layer_passes_of(row, work, True)
         return layer_time(work)
-    if priced_by_kind(row):
+    if kinds:
         dense, moe, _ = stage_layers(row, row[C_PP] - 1.0)
-        return rank_layer_passes(row, work, dense, moe) / max(dense + moe, 1.0)
+        return rank_layer_passes_kept(row, work, dense, moe, costs) / max(dense + moe, 1.0)
     return t_layer
 
 
 @njit
-def leader_passes(row, work, first, all_moe):
+def leader_passes(row, work, first, all_moe, costs):
     """Leave the leading first (``first``) or middle rank's layer passes in ``work[A_*]`` for the step's breakdown
     and the head's costs in ``work[W_*]`` (the layer passes overwrite them; ``head_passes`` writes them again),
     with no copy (docs/performance.md): by kind where :func:`priced_by_kind`; else the average layer for the first
-    rank (its layers are the average's) and the passes already there for a middle rank."""
+    rank (its layers are the average's) and the passes already there for a middle rank; ``costs``: the kinds'
+    costs the step kept where :func:`priced_by_kind`."""
     if priced_by_kind(row):
         dense, moe = first_rank_kinds(row) if first else middle_rank_kinds(row, layout_busiest_layers(row))
-        rank_layer_passes(row, work, dense, moe)
+        rank_layer_passes_kept(row, work, dense, moe, costs)
     elif first and all_moe:
         layer_passes(row, work)
     else:

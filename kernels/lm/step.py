@@ -50,7 +50,7 @@ from fastmodel.kernels.lm.parallel import data_parallel, fsdp_first_layer_expose
 from fastmodel.kernels.lm.bf16_layers import add_bf16_layers, bf16_end_work_into
 from fastmodel.kernels.lm.first_rank import embedding_ends_of, embedding_parts_of, embedding_terms
 from fastmodel.kernels.lm.rank_lead import (
-    last_rank_all_moe, last_rank_layer_time, leader_passes, middle_rank_can_lead, other_ranks_mb,
+    last_rank_all_moe, last_rank_layer_time, leader_passes, middle_rank_can_lead, other_ranks_mb, priced_by_kind,
 )
 from fastmodel.kernels.lm.mtp_breakdown import add_mtp_layers, mtp_layer_into
 from fastmodel.kernels.lm.sp_regather import sp_replicated_grads_allreduce
@@ -58,9 +58,9 @@ from fastmodel.kernels.lm.passes import (
     A_ATTN, A_BACKWARD_INPUT, A_BACKWARD_WEIGHT, A_CP_COMM, A_CP_EXPOSED, A_EP_COMM, A_EXPOSED_F, A_FLOPS, A_FORWARD,
     A_EP_EXPOSED, A_EP_SCALE_OUT, A_EXPERT_PARAMS, A_MTP_EXPERT_PARAMS, A_MTP_PARAMS,
     A_FSDP_COMM, A_FSDP_EXPOSED, A_FSDP_GATHER, A_FSDP_REDUCE, A_FSDP_REFETCH, A_FSDP_WINDOW, A_GEMM, A_MEM,
-    A_PARAMS, A_RECOMPUTE, A_TP_COMM, A_TP_EXPOSED, BACKWARD_GEMM, N_WORK,
+    A_PARAMS, A_RECOMPUTE, A_TP_COMM, A_TP_EXPOSED, BACKWARD_GEMM, N_KIND_COSTS, N_WORK,
     TP_BACKWARD_PASSES, fsdp_shard_group,
-    head_passes, layer_passes, layer_time, per_layer_fsdp,
+    head_passes, layer_passes, layer_passes_keeping, layer_time, per_layer_fsdp,
 )
 from fastmodel.kernels.lm.host_step import (
     embedding_send_overlap, eval_time, host_bound_bubble_of, host_wait_per_microbatch,
@@ -100,7 +100,11 @@ def busiest_stage_into(row, work, d_first, d_last, d_mtp, terms):
     n_first, n_last = bf16_end_work_into(row, all_moe, d_first, d_last)  # the recipe's BF16 layers (§11.39)
     first_bf16, last_bf16 = n_first * layer_time(d_first), n_last * layer_time(d_last)
     emb_first, emb_last, emb_forward, emb = embedding_ends_of(row, terms)  # the embedding at pp > 1 (§11.44 1d)
-    layer_passes(row, work)
+    costs = stack_vector(N_KIND_COSTS)     # by kind: each kind's layer costs, kept for the ranks (rank_lead.py)
+    if priced_by_kind(row):
+        layer_passes_keeping(row, work, costs)
+    else:
+        layer_passes(row, work)
     t_layer = layer_time(work)
     # the average stage's passes: its L / p layers and its share of the end ranks' BF16 layers, each pass its own
     forward = (per_stage - slots) * (work[A_FORWARD] + work[A_EXPOSED_F]) + (
@@ -109,8 +113,8 @@ def busiest_stage_into(row, work, d_first, d_last, d_mtp, terms):
         + (n_first * d_first[A_BACKWARD_WEIGHT] + n_last * d_last[A_BACKWARD_WEIGHT]) / p
     # the first and the busiest middle rank: by layer kind in a MoE model with leading dense layers (§11.44 1d)
     first_mb, first_layers, lead, middle = other_ranks_mb(
-        row, work, t_layer, first_bf16, n_first, emb_first, middle_rank_can_lead(row))
-    t_last = last_rank_layer_time(row, work, t_layer, all_moe)   # its layers' passes left in work[A_*]
+        row, work, t_layer, first_bf16, n_first, emb_first, middle_rank_can_lead(row), costs)
+    t_last = last_rank_layer_time(row, work, t_layer, all_moe, costs)   # its layers' passes left in work[A_*]
     head_f, head_b, head_w = head_passes(row, work)
     head = head_f + head_b + head_w
     # the last stage also runs the MTP modules: one transformer layer each (DeepSeek-V3 report sec. 2.2), of the
@@ -124,10 +128,10 @@ def busiest_stage_into(row, work, d_first, d_last, d_mtp, terms):
     forward += (head_f + emb_forward + row[C_MTP_LAYERS] * (d_mtp[A_FORWARD] + d_mtp[A_EXPOSED_F])) / p
     weight += (head_w + row[C_MTP_LAYERS] * d_mtp[A_BACKWARD_WEIGHT]) / p
     if first_mb > max(last_mb, lead):   # work: the rank's layer passes and the head's costs for step_row
-        leader_passes(row, work, True, all_moe)
+        leader_passes(row, work, True, all_moe, costs)
         return first_mb, average_mb, forward, weight, first_layers, 0.0, n_first, d_first, emb_first
     if lead > last_mb:
-        leader_passes(row, work, False, all_moe)
+        leader_passes(row, work, False, all_moe, costs)
         return lead, average_mb, forward, weight, middle, 0.0, 0.0, d_first, 0.0
     return last_mb, average_mb, forward, weight, last, 1.0, n_last, d_last, emb_last
 
