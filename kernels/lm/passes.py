@@ -83,7 +83,9 @@ N_ACCUMULATORS = 27
 N_WORK = A_FORWARD + N_ACCUMULATORS
 #: a by-kind step's kept ``layer.layer_costs``, one ``W_*`` block per kind of ``shape.layer_mix`` (``_kinds_into``)
 N_KIND_COSTS = 4 * N_LAYER_WORK
-KIND_COSTS_COMPUTE, KIND_COSTS_KEEP, KIND_COSTS_READ = 0, 1, 2
+KIND_COSTS_COMPUTE = 0   # _kinds_into: each kind's layer costs computed,
+KIND_COSTS_KEEP = 1      # computed and kept,
+KIND_COSTS_READ = 2      # or read from the kept ones
 
 
 @njit(inline="always")
