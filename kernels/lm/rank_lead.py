@@ -38,15 +38,29 @@ def priced_by_kind(row):
 
 @njit
 def first_rank_kinds(row):
-    """(dense, MoE) layers of the first rank: ``stage_layers`` of rank 0 cut to ``first_rank.first_rank_layers``,
-    the layer short under an explicit layout taken off the MoE layers (the dense ones are the model's first, and
-    the first chunk holds layer 0). Under interleaving ``stage_layers`` counts rank 0's layers as one contiguous
-    block, so rank 0 holds ``min(k, its layers)`` of the ``k`` dense layers; with ``k`` above a chunk's layers it
-    holds fewer (DeepSeek-V3 H100 ``Et|(tt|)*30mL`` pp 8 vp 4: layer 0 only, counted 3), an upper bound on its
-    dense share and so a lower bound on its time."""
-    dense, moe, _ = stage_layers(row, 0.0)
+    """(dense, MoE) layers of the first rank's ``first_rank.first_rank_layers`` ``L_0``. Megatron-Core gives rank 0
+    the virtual stages 0, p, 2p, ... (``get_transformer_layer_offset``, megatron/core/transformer/
+    transformer_layer.py, Megatron-LM 23e00ed): chunks of ``c = n_mid / v`` layers (``layout_busiest_layers``, a
+    full rank's), its chunk 0 the ``s_0 = L_0 - (v - 1) c`` they leave (the embedding's short chunk), so of the
+    ``k`` leading dense layers it holds ``min(k, s_0)`` in chunk 0 and, in chunk ``i p``, those of layers
+    ``s_0 + (i p - 1) c`` onwards (``c`` of them) below ``k``: exact where the other virtual stages hold ``c`` each
+    (DeepSeek-V3 H100 ``Et|(tt|)*30mL``, pp 8 vp 4: ``s_0 = 1``, layer 0 only, 1 dense of 7, where the rank's
+    layers counted as one block gave ``min(k, L_0) = 3``); ``min(k, L_0)`` at v = 1. With ``moe_layer_freq`` N > 1
+    the other layers are dense ``1 - 1/N`` of them, as ``stage_layers`` counts them."""
     layers = first_rank_layers(row)
-    dense = min(dense, layers)
+    k = row[C_DENSE_LAYERS]
+    v = max(row[C_VP], 1.0)
+    if v <= 1.0:
+        lead = min(k, layers)
+    else:
+        p = row[C_PP]
+        chunk = layout_busiest_layers(row) / v
+        first = max(layers - (v - 1.0) * chunk, 0.0)    # chunk 0's layers
+        lead = min(k, first)
+        for i in range(1, int(v)):
+            lead += min(max(k - (first + (i * p - 1.0) * chunk), 0.0), chunk)
+        lead = min(lead, layers)
+    dense = lead + (layers - lead) * (1.0 - 1.0 / max(1.0, row[C_MOE_LAYER_FREQ]))     # --moe-layer-freq N
     return dense, layers - dense
 
 
@@ -65,7 +79,9 @@ def other_ranks_mb(row, work, t_layer, first_bf16, n_first, emb_first, can_lead,
     """(first rank's micro-batch, its layers, the busiest middle rank's micro-batch, its layers): the first rank by
     ``first_rank.first_rank_mb``, the middle rank (when ``can_lead``) its ``layout_busiest_layers``; each at the
     average layer's ``t_layer``, or by kind where :func:`priced_by_kind` (then ``work[A_*]`` is overwritten), from
-    the kinds' costs ``costs`` the step kept (``passes.rank_layer_passes_kept``)."""
+    the kinds' costs ``costs`` the step kept (``passes.rank_layer_passes_kept``). A by-kind rank 0's BF16 layers
+    keep ``first_bf16``, their excess over the mix's average layer (``bf16_layers.bf16_end_work_into``), not over
+    their own kind's: no plan holds BF16 first layers in a model with leading dense layers (review 2 finding 3)."""
     middle = layout_busiest_layers(row)
     kinds = priced_by_kind(row)
     t_first = t_layer
