@@ -68,7 +68,12 @@ def mesh_link_share(row, g_in):
 @njit
 def bus_bandwidth(row, size, stride):
     """Bytes/s a ring collective of the group moves per device (NCCL bus bandwidth)."""
-    g_in = members_per_domain(row, size, stride)
+    return _bus_bandwidth_at(row, size, members_per_domain(row, size, stride))
+
+
+@njit(inline="always")
+def _bus_bandwidth_at(row, size, g_in):
+    """:func:`bus_bandwidth` of a group with ``g_in`` members per domain (:func:`members_per_domain`)."""
     intra = row[C_INTRA_BW] * row[C_INTRA_EFF] * mesh_link_share(row, g_in)
     if g_in >= size:
         return intra
@@ -78,7 +83,12 @@ def bus_bandwidth(row, size, stride):
 @njit
 def ring_latency(row, size, stride, protocol=SIMPLE):
     """Latency of one ring pass under ``protocol``: a step per member, inter-domain steps at the scale-out (tier 1) latency."""
-    g_in = members_per_domain(row, size, stride)
+    return _ring_latency_at(row, size, members_per_domain(row, size, stride), protocol)
+
+
+@njit(inline="always")
+def _ring_latency_at(row, size, g_in, protocol):
+    """:func:`ring_latency` of a group with ``g_in`` members per domain (:func:`members_per_domain`)."""
     g_out = size / g_in
     intra = row[C_INTRA_LATENCY] * PROTO_INTRA_HOP[protocol]
     if g_out <= 1.0:
@@ -91,19 +101,35 @@ def ring_latency(row, size, stride, protocol=SIMPLE):
 @njit
 def protocol_bandwidth(row, size, stride, protocol, gather):
     """Bus bandwidth of a ring under ``protocol`` (LL moves 8-byte words of 4 data bytes plus flags)."""
+    g_in = members_per_domain(row, size, stride)
+    return _protocol_bandwidth_at(_bus_bandwidth_at(row, size, g_in), size, g_in, protocol, gather)
+
+
+@njit(inline="always")
+def _protocol_bandwidth_at(bus, size, g_in, protocol, gather):
+    """:func:`protocol_bandwidth` of a group with ``g_in`` members per domain and bus bandwidth ``bus``."""
     factor = PROTO_BANDWIDTH[protocol]
-    if protocol == LL and gather and members_per_domain(row, size, stride) >= size:
+    if protocol == LL and gather and g_in >= size:
         factor = LL_BANDWIDTH_ONE_DOMAIN_GATHER
-    return bus_bandwidth(row, size, stride) * factor
+    return bus * factor
 
 
 @njit
 def ring_time(row, volume, size, stride, passes, gather):
     """Fastest protocol for ``passes`` ring passes moving ``volume`` bytes per device (NCCL's tuner)."""
+    g_in = members_per_domain(row, size, stride)
+    return _ring_time_at(row, volume, size, g_in, _bus_bandwidth_at(row, size, g_in), passes, gather)
+
+
+@njit(inline="always")
+def _ring_time_at(row, volume, size, g_in, bus, passes, gather):
+    """:func:`ring_time` of a group with ``g_in`` members per domain and bus bandwidth ``bus``, which every
+    protocol's latency and bandwidth share: taken once, not once per protocol (the same values, so the same
+    bits)."""
     best = math.inf
     for protocol in range(3):
-        t = PROTO_BASE_LATENCY[protocol] + passes * ring_latency(row, size, stride, protocol) \
-            + volume / protocol_bandwidth(row, size, stride, protocol, gather)
+        t = PROTO_BASE_LATENCY[protocol] + passes * _ring_latency_at(row, size, g_in, protocol) \
+            + volume / _protocol_bandwidth_at(bus, size, g_in, protocol, gather)
         best = min(best, t)
     return best
 
@@ -123,10 +149,11 @@ def allreduce_time(row, nbytes, size, stride):
     if size <= 1.0 or nbytes <= 0.0:
         return 0.0
     volume = 2.0 * (size - 1.0) / size * nbytes
-    ring = ring_time(row, volume, size, stride, 2.0, False)
     g_in = members_per_domain(row, size, stride)
+    bus = _bus_bandwidth_at(row, size, g_in)       # the ring's and the tree's
+    ring = _ring_time_at(row, volume, size, g_in, bus, 2.0, False)
     slowest = row[C_INTRA_LATENCY] if g_in >= size else row[C_INTER_LATENCY]
-    tree = volume / bus_bandwidth(row, size, stride) + 2.0 * math.ceil(math.log2(size)) * slowest
+    tree = volume / bus + 2.0 * math.ceil(math.log2(size)) * slowest
     algorithm = row[C_COLLECTIVE_ALGORITHM]
     if algorithm == ALGO_RING:
         return ring

@@ -36,7 +36,7 @@ layer's margin.
 
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.bf16_layers import bf16_rank_layers
-from fastmodel.kernels.lm.first_rank import embedding_stage
+from fastmodel.kernels.lm.first_rank import embedding_terms
 from fastmodel.kernels.lm.layout import (
     C_LAYERS, C_PIPELINE_SCHEDULE, C_PP, C_UNEVEN_STAGES, C_VP, SCHED_DUALPIPE, SCHED_GPIPE, SCHED_ZB_H1,
 )
@@ -71,9 +71,15 @@ def last_rank_bubble_credit(row, last_mb, average_mb):
     is charged only here, inside the credit's domain: where the credit does not apply (the first or a middle rank
     leads, ``host_bound_bubble`` passes ``average_mb``, or an explicit layout / BF16 first layers) the closed form's
     ``(p - 1)/v t_avg`` holds the embedding's ``e / v`` only, though the same schedule waits up to ``p e``."""
+    return last_rank_bubble_credit_of(row, last_mb, average_mb, embedding_terms(row))
+
+
+@njit
+def last_rank_bubble_credit_of(row, last_mb, average_mb, terms):
+    """:func:`last_rank_bubble_credit` of the configuration's ``first_rank.embedding_terms`` ``terms``."""
     if not credit_applies(row) or last_mb <= average_mb:
         return 0.0
-    return (last_mb - average_mb) / max(row[C_VP], 1.0) - embedding_warmup(row)
+    return (last_mb - average_mb) / max(row[C_VP], 1.0) - embedding_warmup_of(row, terms)
 
 
 @njit
@@ -83,10 +89,16 @@ def embedding_warmup(row):
     chunk of layers (no embedding in the split; without uneven stages or with L a multiple of p v); 0 at v = 1
     (the sum form holds ``e`` once) and where that chunk is a layer lighter; ``e`` a micro-batch of
     ``first_rank.embedding_stage`` (0 at pp 1, and without TP and ``embedding_dense_grad``)."""
+    return embedding_warmup_of(row, embedding_terms(row))
+
+
+@njit
+def embedding_warmup_of(row, terms):
+    """:func:`embedding_warmup` of the configuration's ``first_rank.embedding_terms`` ``terms``."""
     p, v = row[C_PP], max(row[C_VP], 1.0)
     if v <= 1.0 or split_slots(row) > 0.0:
         return 0.0
     if row[C_UNEVEN_STAGES] > 0.0 and row[C_LAYERS] % (p * v) != 0.0:
         return 0.0
-    forward, backward = embedding_stage(row)
+    forward, backward, _ = terms
     return (p - 1.0 / v) * (forward + backward)

@@ -36,14 +36,26 @@ def embedding_stage_tp(row):
 
 
 @njit
+def embedding_terms(row):
+    """(forward, backward, of it the dense gradient) seconds of the word embedding one micro-batch on the first
+    rank at pp > 1: its TP collectives (:func:`embedding_stage_tp`) and, in the backward, its dense gradient ``g``
+    (:func:`embedding_dense_grad_s`): ``(e_F, e_B + g, g)``; (0, 0, 0) at pp 1 (``layer.head_costs``). The step
+    evaluates it once a configuration (``step.step_row``) and hands it to the ``*_of`` functions here and in
+    ``bubble_last`` / ``host_step``; the plain ones evaluate it for their other callers."""
+    if row[C_PP] <= 1.0:
+        return 0.0, 0.0, 0.0
+    forward, backward = embedding_stage_tp(row)
+    dense = embedding_dense_grad_s(row)
+    return forward, backward + dense, dense
+
+
+@njit
 def embedding_stage(row):
     """(forward, backward) seconds of the word embedding one micro-batch on the first rank at pp > 1: its TP
     collectives (:func:`embedding_stage_tp`) and, in the backward, its dense gradient ``g``
     (:func:`embedding_dense_grad_s`): ``(e_F, e_B + g)``; (0, 0) at pp 1 (``layer.head_costs``)."""
-    if row[C_PP] <= 1.0:
-        return 0.0, 0.0
-    forward, backward = embedding_stage_tp(row)
-    return forward, backward + embedding_dense_grad_s(row)
+    forward, backward, _ = embedding_terms(row)
+    return forward, backward
 
 
 @njit
@@ -52,11 +64,17 @@ def embedding_parts(row, emb):
     :func:`embedding_ends`' first two: ``e + g``, its half under DualPipe, or 0): ``emb`` split in the ratio of the
     TP collectives ``e`` to the dense gradient ``g``, for the step's breakdown (``comm_tp``/``exposed_tp`` and
     ``time_memory_bound``); ``(emb, 0)`` without the dense gradient."""
-    forward, backward = embedding_stage(row)
+    return embedding_parts_of(emb, embedding_terms(row))
+
+
+@njit
+def embedding_parts_of(emb, terms):
+    """:func:`embedding_parts` of the configuration's :func:`embedding_terms` ``terms``."""
+    forward, backward, dense_grad = terms
     total = forward + backward
     if total <= 0.0:
         return 0.0, 0.0
-    dense = embedding_dense_grad_s(row) * (emb / total)
+    dense = dense_grad * (emb / total)
     return emb - dense, dense
 
 
@@ -67,7 +85,13 @@ def embedding_ends(row):
     DualPipe (``model_copies`` 2) rank 0 holds stage 0 and stage p - 1 (``pipeline.mirror_stage``), so the rank
     that holds the head embeds half the micro-batches, as it runs half the heads: ``(0, (e + g) / 2, e_F,
     e + g)``, beside the head's share on the last rank's micro-batch."""
-    forward, backward = embedding_stage(row)
+    return embedding_ends_of(row, embedding_terms(row))
+
+
+@njit
+def embedding_ends_of(row, terms):
+    """:func:`embedding_ends` of the configuration's :func:`embedding_terms` ``terms``."""
+    forward, backward, _ = terms
     copies = model_copies(row)
     if copies > 1.0:
         return 0.0, (forward + backward) / copies, forward, forward + backward

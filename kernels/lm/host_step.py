@@ -19,8 +19,8 @@ from fastmodel.kernels.lm.layout import (
     C_PP,
     C_VP,
 )
-from fastmodel.kernels.lm.bubble_last import credit_applies, embedding_warmup, last_rank_bubble_credit
-from fastmodel.kernels.lm.first_rank import embedding_stage
+from fastmodel.kernels.lm.bubble_last import credit_applies, embedding_warmup_of, last_rank_bubble_credit_of
+from fastmodel.kernels.lm.first_rank import embedding_terms
 from fastmodel.kernels.lm.pipeline import pipeline_bubble
 
 
@@ -97,17 +97,24 @@ def host_bound_bubble(row, average_mb, forward, weight, last_mb):
     cool-down wait on the stages' issue as much as on their kernels (docs/model.md §11.7). ``last_mb``: one
     micro-batch on the last rank when it is the busiest (else ``average_mb``); on GPU-bound stages the bubble is
     then the exact ``(p t_avg - t_last) / v`` within ``bubble_last.credit_applies``' domain (§11.43)."""
+    return host_bound_bubble_of(row, average_mb, forward, weight, last_mb, embedding_terms(row))
+
+
+@njit
+def host_bound_bubble_of(row, average_mb, forward, weight, last_mb, terms):
+    """:func:`host_bound_bubble` of the configuration's ``first_rank.embedding_terms`` ``terms`` (``step.step_row``
+    evaluates them once)."""
     average_layers = average_stage_layers(row)
     host_forward = average_layers * host_layer_forward_s(row)
     host_mb = host_microbatch_s(row, average_layers)
     bubble = pipeline_bubble(row, max(average_mb, host_mb), max(forward, host_forward), weight)
     if host_mb < average_mb:  # host-bound stages issue alike: the average stage's bubble stays
-        bubble -= last_rank_bubble_credit(row, last_mb, average_mb)
+        bubble -= last_rank_bubble_credit_of(row, last_mb, average_mb, terms)
     return max(bubble, 0.0)
 
 
 @njit
-def embedding_send_overlap(row, average_mb, last_mb, pp_exposed):
+def embedding_send_overlap(row, average_mb, last_mb, pp_exposed, terms):
     """Seconds of the interleaved warm-up's and cool-down's exposed sends (``pipeline.pipeline_p2p``: ``2 (p v - 1)
     s``) that run during the first rank's embedding wait, where :func:`host_bound_bubble` charges that wait
     (``bubble_last.embedding_warmup``, §11.44 item 1d): rank 0 starts micro-batch 0's chunk-1 forward at
@@ -115,14 +122,15 @@ def embedding_send_overlap(row, average_mb, last_mb, pp_exposed):
     of ``p`` sends through the other ranks, so of the ``(p - 1) e_F`` wait and the ``p s`` the closed form charges
     both, ``min((p - 1) e_F, p s)`` is one; the cool-down's backwards alike: ``min((p - 1) e_F, p s) +
     min((p - 1) e_B, p s)`` (e_B with the dense gradient, §11.43), taken off the exposed sends (the exact program, tests/lm/test_pipeline_program.py);
-    0 where the wait is not charged."""
-    if pp_exposed <= 0.0 or last_mb <= average_mb or embedding_warmup(row) <= 0.0 or not credit_applies(row):
+    0 where the wait is not charged. ``terms``: the configuration's ``first_rank.embedding_terms``."""
+    if pp_exposed <= 0.0 or last_mb <= average_mb or embedding_warmup_of(row, terms) <= 0.0 \
+            or not credit_applies(row):
         return 0.0
     if host_microbatch_s(row, average_stage_layers(row)) >= average_mb:
         return 0.0      # host-bound: host_bound_bubble keeps the average stage's bubble, no wait charged
     p = row[C_PP]
     send = pp_exposed / (2.0 * (p * row[C_VP] - 1.0))      # interleaved: the chains' sends only
-    forward, backward = embedding_stage(row)     # the backward's with the dense gradient (§11.43), as the wait
+    forward, backward, _ = terms     # the backward's with the dense gradient (§11.43), as the wait
     return min((p - 1.0) * forward, p * send) + min((p - 1.0) * backward, p * send)
 
 

@@ -81,6 +81,11 @@ A_MTP_EXPERT_PARAMS = A_FORWARD + 26   # its routed-expert parameters per device
 N_ACCUMULATORS = 27
 #: scratch slots the step needs: per-layer costs, then the accumulators
 N_WORK = A_FORWARD + N_ACCUMULATORS
+#: a by-kind step's kept ``layer.layer_costs``, one ``W_*`` block per kind of ``shape.layer_mix`` (``_kinds_into``)
+N_KIND_COSTS = 4 * N_LAYER_WORK
+KIND_COSTS_COMPUTE = 0   # _kinds_into: each kind's layer costs computed,
+KIND_COSTS_KEEP = 1      # computed and kept,
+KIND_COSTS_READ = 2      # or read from the kept ones
 
 
 @njit(inline="always")
@@ -227,14 +232,14 @@ def _add_layer_kind(row, weight, full, selective, fsdp, work):
 def layer_passes(row, work):
     """The average layer's passes and communication for one micro-batch, over the layer mix, into
     ``work[A_*]``."""
-    layer_passes_of(row, work, False)
+    _layer_kinds(row, work, 0, 4, work, KIND_COSTS_COMPUTE)    # layer_passes_of's body, one call fewer a step
 
 
 @njit
 def layer_passes_of(row, work, moe_only):
     """The average layer's passes over the layer mix, or over the MoE layers alone (``moe_only``: the layers of
     a pipeline rank that holds no leading dense layer, ``last_rank_all_moe``), into ``work[A_*]``."""
-    layer_kinds_passes(row, work, 2 if moe_only else 0, 4)
+    _layer_kinds(row, work, 2 if moe_only else 0, 4, work, KIND_COSTS_COMPUTE)     # layer_kinds_passes' body
 
 
 @njit
@@ -243,6 +248,12 @@ def layer_kinds_passes(row, work, first, end):
     MoE full and sliding) of their passes, each weighted by its share of those layers, into ``work[A_*]``: all
     four the mix's average layer, ``2, 4`` the MoE layer, ``0, 2`` the dense layer of a MoE model (an MTP module's
     when the decoder's last layer is dense, ``mtp_breakdown.mtp_layer``)."""
+    _layer_kinds(row, work, first, end, work, KIND_COSTS_COMPUTE)
+
+
+@njit
+def _layer_kinds(row, work, first, end, costs, use):
+    """:func:`layer_kinds_passes`, each kind's costs taken as :func:`_kinds_into`'s ``use`` says."""
     counts = layer_mix(row)
     if first == 0 and end == 4:
         layers = row[C_LAYERS]
@@ -252,7 +263,21 @@ def layer_kinds_passes(row, work, first, end):
             layers += counts[kind]
     dense = 1.0 if first == 0 else 0.0         # kinds 0-1 in range (first is 0 or 2, end 2 or 4)
     moe = 1.0 if end == 4 else 0.0
-    _kinds_into(row, work, counts, dense, layers, moe, layers)
+    _kinds_into(row, work, counts, dense, layers, moe, layers, costs, use)
+
+
+@njit
+def layer_passes_keeping(row, work, costs):
+    """:func:`layer_passes`, each kind's ``layer.layer_costs`` (``work[W_*]``) also kept in ``costs``
+    (``N_KIND_COSTS``), for :func:`rank_layer_passes_kept` and :func:`moe_layer_passes_kept` on the same row."""
+    _layer_kinds(row, work, 0, 4, costs, KIND_COSTS_KEEP)
+
+
+@njit
+def moe_layer_passes_kept(row, work, costs):
+    """``layer_passes_of(row, work, True)`` (the MoE layer) from the kinds' costs :func:`layer_passes_keeping` kept,
+    bit for bit."""
+    _layer_kinds(row, work, 2, 4, costs, KIND_COSTS_READ)
 
 
 @njit
@@ -262,21 +287,39 @@ def rank_layer_passes(row, work, dense, moe):
     (the dense kinds share ``dense`` in the model's dense full / sliding proportion, the MoE kinds ``moe``), as
     :func:`layer_kinds_passes` weights them over the model; returns the rank's micro-batch of layers,
     ``(dense + moe) x layer_time`` (docs/model.md §11.44 item 1d, "by layer kind")."""
+    return _rank_layers(row, work, dense, moe, work, KIND_COSTS_COMPUTE)
+
+
+@njit
+def rank_layer_passes_kept(row, work, dense, moe, costs):
+    """:func:`rank_layer_passes` from the kinds' costs :func:`layer_passes_keeping` kept for this row (no
+    ``layer_costs`` again: a by-kind step prices up to four ranks, ``rank_lead.py``), bit for bit."""
+    return _rank_layers(row, work, dense, moe, costs, KIND_COSTS_READ)
+
+
+@njit
+def _rank_layers(row, work, dense, moe, costs, use):
+    """:func:`rank_layer_passes`, each kind's costs taken as :func:`_kinds_into`'s ``use`` says."""
     layers = dense + moe
     if layers <= 0.0:
         for k in range(A_FORWARD, A_MTP_PARAMS):
             work[k] = 0.0
         return 0.0
     counts = layer_mix(row)
-    _kinds_into(row, work, counts, dense, (counts[0] + counts[1]) * layers, moe, (counts[2] + counts[3]) * layers)
+    _kinds_into(row, work, counts, dense, (counts[0] + counts[1]) * layers, moe, (counts[2] + counts[3]) * layers,
+                costs, use)
     return layers * layer_time(work)
 
 
 @njit
-def _kinds_into(row, work, counts, held_dense, per_dense, held_moe, per_moe):
+def _kinds_into(row, work, counts, held_dense, per_dense, held_moe, per_moe, costs, use):
     """Zero ``work[A_*]`` and add each kind of ``shape.layer_mix`` (``counts``) weighted ``counts[kind] x held /
     per`` of its class (dense kinds 0-1, MoE kinds 2-3; a class with ``per`` <= 0 or ``held`` 0 adds nothing): the
-    shared body of :func:`layer_kinds_passes` and :func:`rank_layer_passes` (review 2 finding 4)."""
+    shared body of :func:`layer_kinds_passes` and :func:`rank_layer_passes` (review 2 finding 4). A kind's
+    ``layer.layer_costs`` (``work[W_*]``, every slot written from ``row`` alone) per ``use``: computed
+    (``KIND_COSTS_COMPUTE``); computed and kept in ``costs[kind N_LAYER_WORK ...]`` (``KIND_COSTS_KEEP``); or
+    copied from there (``KIND_COSTS_READ``: kept for this row with every kind of weight > 0 here), the same
+    values, so the same bits."""
     for k in range(A_FORWARD, A_MTP_PARAMS):
         work[k] = 0.0
     full, selective = recompute_share(row)
@@ -286,7 +329,15 @@ def _kinds_into(row, work, counts, held_dense, per_dense, held_moe, per_moe):
         weight = counts[kind] * held / per if per > 0.0 else 0.0
         if weight <= 0.0:
             continue
-        layer_costs(row, kind >= 2, kind % 2 == 1, work)
+        base = kind * N_LAYER_WORK
+        if use == KIND_COSTS_READ:
+            for k in range(N_LAYER_WORK):
+                work[k] = costs[base + k]
+        else:
+            layer_costs(row, kind >= 2, kind % 2 == 1, work)
+            if use == KIND_COSTS_KEEP:
+                for k in range(N_LAYER_WORK):
+                    costs[base + k] = work[k]
         _add_layer_kind(row, weight, full, selective, fsdp, work)
 
 

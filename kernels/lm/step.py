@@ -49,9 +49,9 @@ from fastmodel.kernels.lm.dp_window import per_chunk_collectives
 from fastmodel.kernels.lm.moe import expert_dp, expert_tp
 from fastmodel.kernels.lm.parallel import data_parallel, fsdp_first_layer_exposed, microbatch_reduce
 from fastmodel.kernels.lm.bf16_layers import add_bf16_layers, bf16_end_work_into
-from fastmodel.kernels.lm.first_rank import embedding_ends, embedding_parts
+from fastmodel.kernels.lm.first_rank import embedding_ends_of, embedding_parts_of, embedding_terms
 from fastmodel.kernels.lm.rank_lead import (
-    last_rank_all_moe, last_rank_layer_time, leader_passes, middle_rank_can_lead, other_ranks_mb,
+    last_rank_all_moe, last_rank_layer_time, leader_passes, middle_rank_can_lead, other_ranks_mb, priced_by_kind,
 )
 from fastmodel.kernels.lm.mtp_breakdown import add_mtp_layers, mtp_layer_into
 from fastmodel.kernels.lm.sp_regather import sp_replicated_grads_allreduce
@@ -59,12 +59,12 @@ from fastmodel.kernels.lm.passes import (
     A_ATTN, A_BACKWARD_INPUT, A_BACKWARD_WEIGHT, A_CP_COMM, A_CP_EXPOSED, A_EP_COMM, A_EXPOSED_F, A_FLOPS, A_FORWARD,
     A_EP_EXPOSED, A_EP_SCALE_OUT, A_EXPERT_PARAMS, A_MTP_EXPERT_PARAMS, A_MTP_PARAMS,
     A_FSDP_COMM, A_FSDP_EXPOSED, A_FSDP_GATHER, A_FSDP_REDUCE, A_FSDP_REFETCH, A_FSDP_WINDOW, A_GEMM, A_MEM,
-    A_PARAMS, A_RECOMPUTE, A_TP_COMM, A_TP_EXPOSED, BACKWARD_GEMM, N_WORK,
+    A_PARAMS, A_RECOMPUTE, A_TP_COMM, A_TP_EXPOSED, BACKWARD_GEMM, N_KIND_COSTS, N_WORK,
     TP_BACKWARD_PASSES, fsdp_shard_group,
-    head_passes, layer_passes, layer_time, per_layer_fsdp,
+    head_passes, layer_passes, layer_passes_keeping, layer_time, per_layer_fsdp,
 )
 from fastmodel.kernels.lm.host_step import (
-    embedding_send_overlap, eval_time, host_bound_bubble, host_wait_per_microbatch,
+    embedding_send_overlap, eval_time, host_bound_bubble_of, host_wait_per_microbatch,
 )
 from fastmodel.kernels.lm.pipeline import model_copies, pipeline_drain, pipeline_p2p
 from fastmodel.kernels.nccl import allreduce_time
@@ -81,15 +81,16 @@ def busiest_stage(row, work):
     gradient a micro-batch at pp > 1 (``first_rank.embedding_ends``, §11.44). Leaves the busiest rank's layer
     accumulators in ``work[A_*]`` and the head's parameters and FLOPs in ``work[W_*]``. ``d16`` is a new vector
     (:func:`busiest_stage_into`)."""
-    return busiest_stage_into(row, work, np.empty(N_WORK), np.empty(N_WORK), np.empty(N_WORK))
+    return busiest_stage_into(row, work, np.empty(N_WORK), np.empty(N_WORK), np.empty(N_WORK), embedding_terms(row))
 
 
 @njit
-def busiest_stage_into(row, work, d_first, d_last, d_mtp):
+def busiest_stage_into(row, work, d_first, d_last, d_mtp, terms):
     """:func:`busiest_stage` with the first and last rank's BF16-layer accumulators written into the caller's
     ``d_first`` and ``d_last`` and the MTP layer's into ``d_mtp`` (``N_WORK`` each; ``d16`` is one of the first two;
     ``mtp_breakdown.mtp_layer_into``): :func:`step_row` passes frame vectors, so the step allocates nothing per
-    configuration (docs/performance.md, 2026-12-06 evening)."""
+    configuration (docs/performance.md, 2026-12-06 evening), and the embedding's ``first_rank.embedding_terms``
+    ``terms``, which it evaluates once for this and the bubble."""
     p = row[C_PP]
     per_stage = layers_per_stage(row)       # the busiest rank's layers (uneven stages: a layer more than average)
     slots = split_slots(row) / p            # the embedding's and the loss's slots, per rank on average
@@ -99,8 +100,12 @@ def busiest_stage_into(row, work, d_first, d_last, d_mtp):
     all_moe = last_rank_all_moe(row)
     n_first, n_last = bf16_end_work_into(row, all_moe, d_first, d_last)  # the recipe's BF16 layers (§11.39)
     first_bf16, last_bf16 = n_first * layer_time(d_first), n_last * layer_time(d_last)
-    emb_first, emb_last, emb_forward, emb = embedding_ends(row)  # the embedding at pp > 1 (§11.44 1d, §11.43)
-    layer_passes(row, work)
+    emb_first, emb_last, emb_forward, emb = embedding_ends_of(row, terms)  # the embedding at pp > 1 (§11.44 1d)
+    costs = stack_vector(N_KIND_COSTS)     # by kind: each kind's layer costs, kept for the ranks (rank_lead.py)
+    if priced_by_kind(row):
+        layer_passes_keeping(row, work, costs)
+    else:
+        layer_passes(row, work)
     t_layer = layer_time(work)
     # the average stage's passes: its L / p layers and its share of the end ranks' BF16 layers, each pass its own
     forward = (per_stage - slots) * (work[A_FORWARD] + work[A_EXPOSED_F]) + (
@@ -109,8 +114,8 @@ def busiest_stage_into(row, work, d_first, d_last, d_mtp):
         + (n_first * d_first[A_BACKWARD_WEIGHT] + n_last * d_last[A_BACKWARD_WEIGHT]) / p
     # the first and the busiest middle rank: by layer kind in a MoE model with leading dense layers (§11.44 1d)
     first_mb, first_layers, lead, middle = other_ranks_mb(
-        row, work, t_layer, first_bf16, n_first, emb_first, middle_rank_can_lead(row))
-    t_last = last_rank_layer_time(row, work, t_layer, all_moe)   # its layers' passes left in work[A_*]
+        row, work, t_layer, first_bf16, n_first, emb_first, middle_rank_can_lead(row), costs)
+    t_last = last_rank_layer_time(row, work, t_layer, all_moe, costs)   # its layers' passes left in work[A_*]
     head_f, head_b, head_w = head_passes(row, work)
     head = head_f + head_b + head_w
     # the last stage also runs the MTP modules: one transformer layer each (DeepSeek-V3 report sec. 2.2), of the
@@ -124,10 +129,10 @@ def busiest_stage_into(row, work, d_first, d_last, d_mtp):
     forward += (head_f + emb_forward + row[C_MTP_LAYERS] * (d_mtp[A_FORWARD] + d_mtp[A_EXPOSED_F])) / p
     weight += (head_w + row[C_MTP_LAYERS] * d_mtp[A_BACKWARD_WEIGHT]) / p
     if first_mb > max(last_mb, lead):   # work: the rank's layer passes and the head's costs for step_row
-        leader_passes(row, work, True, all_moe)
+        leader_passes(row, work, True, all_moe, costs)
         return first_mb, average_mb, forward, weight, first_layers, 0.0, n_first, d_first, emb_first
     if lead > last_mb:
-        leader_passes(row, work, False, all_moe)
+        leader_passes(row, work, False, all_moe, costs)
         return lead, average_mb, forward, weight, middle, 0.0, 0.0, d_first, 0.0
     return last_mb, average_mb, forward, weight, last, 1.0, n_last, d_last, emb_last
 
@@ -366,8 +371,9 @@ def step_row(row, work, out):
     offload_layer = offload_layer_s(row, work, last_rank_all_moe(row))  # first: busiest_stage leaves work[A_*]
     # the BF16 layers' accumulators in frame vectors (jit.stack_vector): nothing allocated per configuration
     d_first, d_last, d_mtp = stack_vector(N_WORK), stack_vector(N_WORK), stack_vector(N_WORK)
+    terms = embedding_terms(row)    # the word embedding's (§11.44 1d, §11.43), once for the stages and the bubble
     stage_mb, average_mb, forward, weight, layers, share, n16, d16, emb = busiest_stage_into(row, work, d_first,
-                                                                                             d_last, d_mtp)
+                                                                                             d_last, d_mtp, terms)
     per_stage = layers + share * row[C_MTP_LAYERS] / model_copies(row)   # the busiest rank's layers
     offload = micro_batches * (per_stage * offload_layer + (per_stage - layers) * (mtp_offload_s(row, d_mtp)
                                                                                  - offload_layer))  # MTP: its own
@@ -378,9 +384,10 @@ def step_row(row, work, out):
     head_mem = share * 2.0 * work[W_MEM]
     head_tp = share * (work[W_TP] + TP_BACKWARD_PASSES * work[W_TP_BACKWARD])    # §11.42: the re-gathers backward
     head_tp_left = head_tp - share * TP_BACKWARD_PASSES * work[W_TP_HIDDEN]
-    bubble = host_bound_bubble(row, average_mb, forward, weight, stage_mb if share > 0.0 else average_mb)
+    last_mb = stage_mb if share > 0.0 else average_mb
+    bubble = host_bound_bubble_of(row, average_mb, forward, weight, last_mb, terms)
     pp_comm, pp_exposed = pipeline_p2p(row, micro_batches)
-    pp_exposed -= embedding_send_overlap(row, average_mb, stage_mb if share > 0.0 else average_mb, pp_exposed)
+    pp_exposed -= embedding_send_overlap(row, average_mb, last_mb, pp_exposed, terms)
     outside = _data_parallel_ranks(row, work, head_params, micro_batches, stage_mb, out)
     # per-layer FSDP runs without a pipeline only (passes.per_layer_fsdp), so never under an explicit layout
     fsdp_exposed = _fsdp_step(row, work, micro_batches, layers_per_stage(row), out)
@@ -406,7 +413,7 @@ def step_row(row, work, out):
     out[R_HFU] = executed / (step * peak)
     out[R_TIME_GEMM] = micro_batches * (per_stage * work[A_GEMM] + head_gemm)
     out[R_TIME_ATTENTION] = micro_batches * per_stage * work[A_ATTN]
-    emb, emb_mem = embedding_parts(row, emb)    # its TP collectives, its dense gradient (§11.44 1d, §11.43)
+    emb, emb_mem = embedding_parts_of(emb, terms)    # its TP collectives, its dense gradient (§11.44 1d, §11.43)
     out[R_TIME_MEMORY_BOUND] = micro_batches * (per_stage * work[A_MEM] + head_mem + emb_mem)
     out[R_TIME_RECOMPUTE] = micro_batches * per_stage * work[A_RECOMPUTE]
     out[R_PIPELINE_BUBBLE] = bubble

@@ -277,3 +277,29 @@ def test_an_all_moe_last_rank_is_priced_by_kind_against_a_middle_rank():
     assert stage_mb == pytest.approx(last, rel=1e-12)
     r = _results(row)
     assert r["step_time"] == pytest.approx(sum(r[k] for k in PARTS), rel=1e-12)
+
+
+def test_rank_zeros_dense_layers_are_counted_chunk_by_chunk_under_interleaving():
+    """Rank 0 holds virtual stages 0, p, 2p, ... (rank_lead.first_rank_kinds; review 2 finding 3). DeepSeek-V3 H100
+    FP8 cs V2 (``Et|(tt|)*30mL``, pp 8, vp 4, k = 3): chunk 0 is the embedding and layer 0, chunk 8 layers 15-16,
+    chunk 16 31-32, chunk 24 47-48, so 1 dense + 6 MoE (c = 8 / 4 = 2, s_0 = 7 - 3 x 2 = 1; counted as one block,
+    min(3, 7) = 3 dense); GB300 BF16 V2 (``Et*4|(t*4|)*14tmL``, pp 4, vp 4): chunk 0 holds layers 0-3, all three
+    dense layers, 3 + 13 as before; DeepSeek-V2 (pp 16, v = 1, k = 1): min(1, 4) = 1. Interpreted
+    (tests/interpreted.py): no kernel compiled for it."""
+    from tests.interpreted import run_interpreted
+
+    kinds = run_interpreted("""
+import numpy as np
+from fastmodel.kernels.lm.rank_lead import first_rank_kinds
+from fastmodel.lm.records import read_records
+
+wanted = ("mbridge-deepseek-v3-h100-fp8-cs-v2", "mbridge-deepseek-v3-gb300-bf16-v2",
+          "deepseek-v2-pretrain-h800-172.8k-gpuh-per-T")
+result = {}
+for path in ("tests/data/recipe_plans.jsonl", "tests/data/runs_moe_public.jsonl"):
+    for record in read_records(path):
+        if record.id in wanted:
+            result[record.id] = [float(x) for x in first_rank_kinds(np.asarray(record.columns, dtype=np.float64).ravel())]
+""")
+    assert kinds == {"mbridge-deepseek-v3-h100-fp8-cs-v2": [1.0, 6.0], "mbridge-deepseek-v3-gb300-bf16-v2": [3.0, 13.0],
+                     "deepseek-v2-pretrain-h800-172.8k-gpuh-per-T": [1.0, 3.0]}

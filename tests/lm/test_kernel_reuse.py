@@ -6,6 +6,7 @@ the caller's vectors. Each check is exact (``==``), against the pre-change formu
 import numpy as np
 import pytest
 
+from fastmodel.kernels.lm.first_rank import embedding_terms
 from fastmodel.kernels.lm.fp4 import train_gemm_format
 from fastmodel.kernels.lm.fp8 import amax_reduction_time
 from fastmodel.kernels.lm.layer import N_WORK, W_TP, W_TP_BACKWARD, W_TP_HIDDEN, layer_costs
@@ -112,10 +113,47 @@ def test_busiest_stage_into_overwrites_the_callers_vectors(execution):
     work, into_work = np.zeros(N_PASS_WORK), np.zeros(N_PASS_WORK)
     expected = busiest_stage(columns, work)
     d_first, d_last, d_mtp = (np.full(N_PASS_WORK, np.nan) for _ in range(3))
-    got = busiest_stage_into(columns, into_work, d_first, d_last, d_mtp)
+    got = busiest_stage_into(columns, into_work, d_first, d_last, d_mtp, embedding_terms(columns))
     assert got[:7] == expected[:7] and got[8] == expected[8]
     np.testing.assert_array_equal(got[7], expected[7])
     np.testing.assert_array_equal(into_work, work)
     start, end = execution.get("bf16_layers_start", 0), execution.get("bf16_layers_end", 0)
     assert not np.isnan(d_first).any() and not np.isnan(d_last).any() and not np.isnan(d_mtp).any()
     assert (np.abs(d_first).sum() > 0.0) == (start > 0) and (np.abs(d_last).sum() > 0.0) == (end > 0)
+
+
+def test_kept_kind_costs_price_every_rank_bit_for_bit():
+    """A by-kind step (``rank_lead.priced_by_kind``: DeepSeek-V3, 3 leading dense layers, pp > 1) costs each layer
+    kind once for the average layer (``passes.layer_passes_keeping``) and prices every candidate rank from those
+    costs (``rank_layer_passes_kept``, ``moe_layer_passes_kept``): each rank's accumulators and micro-batch equal a
+    fresh ``rank_layer_passes`` / ``layer_passes_of`` bit for bit, ``work[W_*]`` included (the last kind's costs), on
+    the recipe plans whose middle (H100 FP8 sc V2) and last rank (GB300 BF16 V2) lead, at the ranks' own counts
+    and at all-dense, all-MoE and empty ones. Interpreted (tests/interpreted.py): no kernel compiled for it."""
+    from tests.interpreted import run_interpreted
+
+    result = run_interpreted("""
+import numpy as np
+from fastmodel.kernels.lm.passes import (N_KIND_COSTS, N_WORK, layer_passes, layer_passes_keeping, layer_passes_of,
+    moe_layer_passes_kept, rank_layer_passes, rank_layer_passes_kept)
+from fastmodel.kernels.lm.rank_lead import priced_by_kind
+from fastmodel.lm.records import read_records
+
+result = []
+for record in read_records("tests/data/recipe_plans.jsonl"):
+    if record.id not in ("mbridge-deepseek-v3-h100-fp8-sc-v2", "mbridge-deepseek-v3-gb300-bf16-v2"):
+        continue
+    row = np.asarray(record.columns, dtype=np.float64).ravel()
+    costs, kept, fresh = np.full(N_KIND_COSTS, np.nan), np.full(N_WORK, np.nan), np.full(N_WORK, np.nan)
+    layer_passes_keeping(row, kept, costs)
+    layer_passes(row, fresh)
+    same = [bool(priced_by_kind(row)), bool(np.array_equal(kept, fresh, equal_nan=True))]
+    for dense, moe in ((3.0, 5.0), (0.0, 8.0), (0.0, 13.0), (1.0, 15.0), (3.0, 0.0), (0.0, 0.0)):
+        t_fresh = rank_layer_passes(row, fresh, dense, moe)
+        t_kept = rank_layer_passes_kept(row, kept, dense, moe, costs)
+        same += [bool(t_kept == t_fresh), bool(np.array_equal(kept, fresh, equal_nan=True))]
+    layer_passes_of(row, fresh, True)
+    moe_layer_passes_kept(row, kept, costs)
+    same.append(bool(np.array_equal(kept, fresh, equal_nan=True)))
+    result.append(same)
+""")
+    assert len(result) == 2 and all(all(same) for same in result), result
