@@ -80,15 +80,10 @@ def _bus_bandwidth_at(row, size, g_in):
     return min(intra, g_in * row[C_INTER_BW] * row[C_INTER_EFF])
 
 
-@njit
-def ring_latency(row, size, stride, protocol=SIMPLE):
-    """Latency of one ring pass under ``protocol``: a step per member, inter-domain steps at the scale-out (tier 1) latency."""
-    return _ring_latency_at(row, size, members_per_domain(row, size, stride), protocol)
-
-
 @njit(inline="always")
 def _ring_latency_at(row, size, g_in, protocol):
-    """:func:`ring_latency` of a group with ``g_in`` members per domain (:func:`members_per_domain`)."""
+    """Latency of one ring pass under ``protocol`` of a group with ``g_in`` members per domain
+    (:func:`members_per_domain`): a step per member, inter-domain steps at the scale-out (tier 1) latency."""
     g_out = size / g_in
     intra = row[C_INTRA_LATENCY] * PROTO_INTRA_HOP[protocol]
     if g_out <= 1.0:
@@ -98,16 +93,10 @@ def _ring_latency_at(row, size, g_in, protocol):
     return (size - g_out) * intra + g_out * row[C_INTER_LATENCY] * PROTO_INTER_HOP[protocol]
 
 
-@njit
-def protocol_bandwidth(row, size, stride, protocol, gather):
-    """Bus bandwidth of a ring under ``protocol`` (LL moves 8-byte words of 4 data bytes plus flags)."""
-    g_in = members_per_domain(row, size, stride)
-    return _protocol_bandwidth_at(_bus_bandwidth_at(row, size, g_in), size, g_in, protocol, gather)
-
-
 @njit(inline="always")
 def _protocol_bandwidth_at(bus, size, g_in, protocol, gather):
-    """:func:`protocol_bandwidth` of a group with ``g_in`` members per domain and bus bandwidth ``bus``."""
+    """Bus bandwidth of a ring under ``protocol`` (LL moves 8-byte words of 4 data bytes plus flags) of a group with
+    ``g_in`` members per domain and bus bandwidth ``bus``."""
     factor = PROTO_BANDWIDTH[protocol]
     if protocol == LL and gather and g_in >= size:
         factor = LL_BANDWIDTH_ONE_DOMAIN_GATHER
