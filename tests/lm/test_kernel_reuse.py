@@ -120,6 +120,22 @@ def test_busiest_stage_into_overwrites_the_callers_vectors(execution):
     start, end = execution.get("bf16_layers_start", 0), execution.get("bf16_layers_end", 0)
     assert not np.isnan(d_first).any() and not np.isnan(d_last).any() and not np.isnan(d_mtp).any()
     assert (np.abs(d_first).sum() > 0.0) == (start > 0) and (np.abs(d_last).sum() > 0.0) == (end > 0)
+    # each end's accumulators as bf16_layer_work computed them in new vectors before it took frame vectors
+    # (np.zeros for the 16-bit row's passes and the row's, the 16-bit row a copy, their difference): the same bits
+    for count, got_work in ((start, d_first), (end, d_last)):
+        np.testing.assert_array_equal(got_work, _fresh_bf16_work(columns) if count else np.zeros(N_PASS_WORK))
+
+
+def _fresh_bf16_work(row):
+    """One BF16 layer's accumulators minus the average layer's, in new zeroed vectors (bf16_layers.py before)."""
+    from fastmodel.kernels.lm.passes import layer_passes_of
+
+    wide, base = np.zeros(N_PASS_WORK), np.zeros(N_PASS_WORK)
+    sixteen = row.copy()
+    sixteen[C["precision"]], sixteen[C["fp8_params"]] = 0.0, 0.0
+    layer_passes_of(sixteen, wide, False)
+    layer_passes_of(row, base, False)
+    return wide - base
 
 
 def test_kept_kind_costs_price_every_rank_bit_for_bit():
