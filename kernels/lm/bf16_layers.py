@@ -227,10 +227,15 @@ def bf16_end_work_into(row, last_moe, first_work, last_work):
     """(first rank's count, last rank's count) of :func:`bf16_rank_layers`, their :func:`bf16_layer_work` written
     into the caller's ``first_work`` and ``last_work`` (``N_WORK`` each; zeros where an end holds none). The step
     kernel passes frame vectors (``jit.stack_vector``), so a plan without BF16 layers, every point of a 16-bit
-    sweep, allocates nothing here (docs/performance.md, 2026-12-06 evening)."""
+    sweep, allocates nothing here (docs/performance.md, 2026-12-06 evening), nor one with them
+    (:func:`bf16_layer_work_into`, 2026-12-07). Where both ends hold BF16 layers of the same kind (not
+    ``last_moe``) the last's accumulators are the first's, copied: the same function of the same row."""
     first, last = bf16_rank_layers(row)
     _end_work(row, False, first, first_work)
-    _end_work(row, last_moe, last, last_work)
+    if first > 0.0 and last > 0.0 and not last_moe:
+        last_work[:] = first_work   # both ends of the same kind (the mix's average): the same accumulators, once
+    else:
+        _end_work(row, last_moe, last, last_work)
     return first, last
 
 
