@@ -24,7 +24,7 @@ import math
 
 import numpy as np
 
-from fastmodel.kernels.jit import njit
+from fastmodel.kernels.jit import njit, stack_vector
 from fastmodel.kernels.lm.fp4 import low_precision_gemms
 from fastmodel.kernels.lm.memory_states import stage_layers
 from fastmodel.kernels.lm.layout import (
@@ -38,6 +38,7 @@ from fastmodel.kernels.lm.layout import (
     C_PRECISION,
     C_VP,
     FP8_DELAYED,
+    N_COLUMNS,
     PRECISION_BF16,
     PRECISION_FP8,
     SCHED_DUALPIPE,
@@ -90,8 +91,17 @@ LAYER_PARTS = (
 @njit
 def bf16_row(row):
     """The row at 16-bit GEMMs: a BF16 layer runs every GEMM at 16 bits, casts nothing and holds no low-precision
-    weight forms or saved inputs (its parameters are built outside the FP8/FP4 context too)."""
-    wide = row.copy()
+    weight forms or saved inputs (its parameters are built outside the FP8/FP4 context too). A new vector, for the
+    Python callers (timelines, tests); kernels write it into a frame vector (:func:`bf16_row_into`)."""
+    return bf16_row_into(row, row.copy())
+
+
+@njit
+def bf16_row_into(row, wide):
+    """:func:`bf16_row` written into the caller's ``wide`` (``N_COLUMNS``, e.g. ``jit.stack_vector(N_COLUMNS)``),
+    which it returns: the kernels of a plan with BF16 layers allocate no row per configuration
+    (docs/performance.md, 2026-12-07 "BF16 layers without heap vectors")."""
+    wide[:] = row
     wide[C_PRECISION] = PRECISION_BF16
     wide[C_FP8_PARAMS] = 0.0
     return wide
@@ -179,12 +189,26 @@ def bf16_stage_share(row, stage):
 def bf16_layer_work(row, moe_only):
     """One BF16 layer's accumulators (``passes.A_*``: its passes, breakdown and communication) minus the row's layer
     of the same kind (the average layer, or the MoE layer when ``moe_only``, ``layer_passes_of``): what each part
-    of the breakdown grows by per BF16 layer and micro-batch."""
-    wide = np.zeros(N_WORK)
-    base = np.zeros(N_WORK)
-    layer_passes_of(bf16_row(row), wide, moe_only)
+    of the breakdown grows by per BF16 layer and micro-batch. A new vector (:func:`bf16_layer_work_into`)."""
+    into = np.empty(N_WORK)
+    bf16_layer_work_into(row, moe_only, into)
+    return into
+
+
+@njit
+def bf16_layer_work_into(row, moe_only, into):
+    """:func:`bf16_layer_work` written into the caller's ``into`` (``N_WORK``). The 16-bit row and the row's own
+    accumulators go in frame vectors (``jit.stack_vector``), both accumulator vectors zeroed first as the heap
+    vectors before them were (``np.zeros``; slots the passes leave unwritten stay 0 - 0), and the difference is
+    taken slot by slot, the same subtraction: the same bits, nothing allocated per configuration."""
+    wide = bf16_row_into(row, stack_vector(N_COLUMNS))
+    base = stack_vector(N_WORK)
+    into[:] = 0.0
+    base[:] = 0.0
+    layer_passes_of(wide, into, moe_only)
     layer_passes_of(row, base, moe_only)
-    return wide - base
+    for k in range(N_WORK):
+        into[k] = into[k] - base[k]
 
 
 @njit
@@ -203,17 +227,22 @@ def bf16_end_work_into(row, last_moe, first_work, last_work):
     """(first rank's count, last rank's count) of :func:`bf16_rank_layers`, their :func:`bf16_layer_work` written
     into the caller's ``first_work`` and ``last_work`` (``N_WORK`` each; zeros where an end holds none). The step
     kernel passes frame vectors (``jit.stack_vector``), so a plan without BF16 layers, every point of a 16-bit
-    sweep, allocates nothing here (docs/performance.md, 2026-12-06 evening)."""
+    sweep, allocates nothing here (docs/performance.md, 2026-12-06 evening), nor one with them
+    (:func:`bf16_layer_work_into`, 2026-12-07). Where both ends hold BF16 layers of the same kind (not
+    ``last_moe``) the last's accumulators are the first's, copied: the same function of the same row."""
     first, last = bf16_rank_layers(row)
     _end_work(row, False, first, first_work)
-    _end_work(row, last_moe, last, last_work)
+    if first > 0.0 and last > 0.0 and not last_moe:
+        last_work[:] = first_work   # both ends of the same kind (the mix's average): the same accumulators, once
+    else:
+        _end_work(row, last_moe, last, last_work)
     return first, last
 
 
 @njit(inline="always")
 def _end_work(row, moe_only, count, into):
     if count > 0.0:
-        into[:] = bf16_layer_work(row, moe_only)
+        bf16_layer_work_into(row, moe_only, into)
     else:
         into[:] = 0.0
 

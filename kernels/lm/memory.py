@@ -23,7 +23,7 @@ point of a sweep cannot raise inside the fused pass (legality is the rule table'
 
 import numpy as np
 
-from fastmodel.kernels.jit import njit, prange
+from fastmodel.kernels.jit import njit, prange, stack_vector
 from fastmodel.kernels.lm.moe import expert_dp, expert_tp
 from fastmodel.kernels.lm.layout import (
     C_COLLECTIVE_BUCKET_BYTES, C_CP, C_CP_ALGORITHM, C_DENSE_LAYERS, C_EP, C_FFN, C_FSDP_COPY_OUT, C_FSDP_MODULE_WRAP,
@@ -33,7 +33,7 @@ from fastmodel.kernels.lm.layout import (
     C_LOSS_IMPL, C_MTP_LAYERS, C_VOCAB,
     LOSS_COMPILED, LOSS_EAGER, M_ACTIVATIONS, M_BUFFERS, M_GRADIENTS, M_KV_CACHE, M_OPTIMIZER, M_OVERHEAD, M_WEIGHTS, N_MEMORY_KINDS,
     CP_ALLGATHER, CP_ALLTOALL, PRECISION_FP8, SHARD_FSDP, C_CUDA_CONTEXT_BYTES, C_CUBLAS_WORKSPACE_BYTES, C_DP, C_NCCL_CHANNELS,
-    C_NCCL_P2P_CHANNELS_PER_PEER, C_MOE_DISPATCHER, DISPATCH_DEEPEP, C_PIPELINE_SCHEDULE, SCHED_ZB_H1,
+    C_NCCL_P2P_CHANNELS_PER_PEER, C_MOE_DISPATCHER, DISPATCH_DEEPEP, C_PIPELINE_SCHEDULE, SCHED_ZB_H1, N_COLUMNS,
 )
 from fastmodel.kernels.lm.memory_deepep import deepep_buffer_bytes
 from fastmodel.kernels.lm.memory_activations import (
@@ -41,7 +41,7 @@ from fastmodel.kernels.lm.memory_activations import (
     stored_layer_bytes, recompute_working_bytes,
 )
 from fastmodel.kernels.lm.memory_offload import offloaded_layer_bytes
-from fastmodel.kernels.lm.bf16_layers import bf16_row, bf16_stage_share
+from fastmodel.kernels.lm.bf16_layers import bf16_row_into, bf16_stage_share
 from fastmodel.kernels.lm.memory_peak import N_PHASES, backward_grad_bytes, phase_kinds, stage_peak
 from fastmodel.kernels.lm.pipeline import mirror_stage
 from fastmodel.kernels.lm.memory_states import (
@@ -389,7 +389,7 @@ def _with_bf16_layers(row, stage, s):
     every phase of the step (``memory_peak.phase_kinds``) each kind is ``m + s (m16 - m)``,
     ``m16`` the kind at 16-bit GEMMs (``bf16_layers.bf16_row``; the embedding, head and optimizer terms are the
     same in both and cancel); the largest phase is the peak."""
-    wide = bf16_row(row)
+    wide = bf16_row_into(row, stack_vector(N_COLUMNS))     # a frame vector: nothing allocated per configuration
     d, m, res, work, gather, comm, grads, logits = peak_terms(row)
     d16, m16, res16, work16, gather16, comm16, grads16, logits16 = peak_terms(wide)
     best = w0 = g0 = o0 = a0 = b0 = -1.0

@@ -7,10 +7,10 @@ memory-bound, recompute, each group's collective and exposed seconds), so that t
 as ``bf16_layers.add_bf16_layers`` does for the BF16 layers (§11.39).
 """
 
-from fastmodel.kernels.jit import njit
-from fastmodel.kernels.lm.bf16_layers import LAYER_PARTS, bf16_row
+from fastmodel.kernels.jit import njit, stack_vector
+from fastmodel.kernels.lm.bf16_layers import LAYER_PARTS, bf16_row_into
 from fastmodel.kernels.lm.fp4 import train_gemm_format
-from fastmodel.kernels.lm.layout import C_MTP_LAYERS
+from fastmodel.kernels.lm.layout import C_MTP_LAYERS, N_COLUMNS
 from fastmodel.kernels.lm.passes import (
     A_EXPERT_PARAMS, A_PARAMS, layer_kinds_passes, layer_passes_of, layer_time,
 )
@@ -26,7 +26,7 @@ def mtp_layer(row, work):
     layer is dense its dense layers', ``passes.layer_kinds_passes``, not the mix's average); at 16-bit GEMMs under
     fp4 (Megatron-LM d98e8a6 runs the MTP layer outside the FP4 context, §11.44). Leaves ``work[A_*]`` with that
     layer's passes."""
-    r = bf16_row(row) if mtp_gemm_format(row) != train_gemm_format(row) else row
+    r = bf16_row_into(row, stack_vector(N_COLUMNS)) if mtp_gemm_format(row) != train_gemm_format(row) else row
     if mtp_layer_is_moe(row) or moe_layers(row) <= 0.0:
         layer_passes_of(r, work, mtp_layer_is_moe(row))
     else:

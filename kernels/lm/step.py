@@ -44,7 +44,7 @@ from fastmodel.kernels.lm.memory_states import (
 from fastmodel.kernels.lm.shape import mtp_stage_layers
 from fastmodel.kernels.lm.muon import muon_step
 from fastmodel.kernels.lm.optimizer_step import optimizer_bytes_per_param, optimizer_step_bytes
-from fastmodel.kernels.lm.offload_time import mtp_offload_s, offload_layer_s
+from fastmodel.kernels.lm.offload_time import forward_backward, mtp_offload_s, offload_layer_from
 from fastmodel.kernels.lm.dp_window import per_chunk_collectives
 from fastmodel.kernels.lm.moe import expert_dp, expert_tp
 from fastmodel.kernels.lm.parallel import data_parallel, fsdp_first_layer_exposed, microbatch_reduce
@@ -81,7 +81,9 @@ def busiest_stage(row, work):
     gradient a micro-batch at pp > 1 (``first_rank.embedding_ends``, §11.44). Leaves the busiest rank's layer
     accumulators in ``work[A_*]`` and the head's parameters and FLOPs in ``work[W_*]``. ``d16`` is a new vector
     (:func:`busiest_stage_into`)."""
-    return busiest_stage_into(row, work, np.empty(N_WORK), np.empty(N_WORK), np.empty(N_WORK), embedding_terms(row))
+    t_mb, t_avg, f_avg, w_avg, layers, share, n16, d16, emb, _ = busiest_stage_into(
+        row, work, np.empty(N_WORK), np.empty(N_WORK), np.empty(N_WORK), embedding_terms(row))
+    return t_mb, t_avg, f_avg, w_avg, layers, share, n16, d16, emb
 
 
 @njit
@@ -90,7 +92,8 @@ def busiest_stage_into(row, work, d_first, d_last, d_mtp, terms):
     ``d_first`` and ``d_last`` and the MTP layer's into ``d_mtp`` (``N_WORK`` each; ``d16`` is one of the first two;
     ``mtp_breakdown.mtp_layer_into``): :func:`step_row` passes frame vectors, so the step allocates nothing per
     configuration (docs/performance.md, 2026-12-06 evening), and the embedding's ``first_rank.embedding_terms``
-    ``terms``, which it evaluates once for this and the bubble."""
+    ``terms``, which it evaluates once for this and the bubble; and a tenth value, the average layer's exposed
+    offload copies (``offload_time.offload_layer_from``: from the passes taken here, not taken again)."""
     p = row[C_PP]
     per_stage = layers_per_stage(row)       # the busiest rank's layers (uneven stages: a layer more than average)
     slots = split_slots(row) / p            # the embedding's and the loss's slots, per rank on average
@@ -107,6 +110,7 @@ def busiest_stage_into(row, work, d_first, d_last, d_mtp, terms):
     else:
         layer_passes(row, work)
     t_layer = layer_time(work)
+    avg_f, avg_b = forward_backward(work)   # the average layer's, for the offload copies (§11.21)
     # the average stage's passes: its L / p layers and its share of the end ranks' BF16 layers, each pass its own
     forward = (per_stage - slots) * (work[A_FORWARD] + work[A_EXPOSED_F]) + (
         n_first * (d_first[A_FORWARD] + d_first[A_EXPOSED_F]) + n_last * (d_last[A_FORWARD] + d_last[A_EXPOSED_F])) / p
@@ -116,6 +120,7 @@ def busiest_stage_into(row, work, d_first, d_last, d_mtp, terms):
     first_mb, first_layers, lead, middle = other_ranks_mb(
         row, work, t_layer, first_bf16, n_first, emb_first, middle_rank_can_lead(row), costs)
     t_last = last_rank_layer_time(row, work, t_layer, all_moe, costs)   # its layers' passes left in work[A_*]
+    offload = offload_layer_from(row, all_moe, avg_f, avg_b, work)      # all_moe: the MoE layer's passes in work
     head_f, head_b, head_w = head_passes(row, work)
     head = head_f + head_b + head_w
     # the last stage also runs the MTP modules: one transformer layer each (DeepSeek-V3 report sec. 2.2), of the
@@ -130,11 +135,11 @@ def busiest_stage_into(row, work, d_first, d_last, d_mtp, terms):
     weight += (head_w + row[C_MTP_LAYERS] * d_mtp[A_BACKWARD_WEIGHT]) / p
     if first_mb > max(last_mb, lead):   # work: the rank's layer passes and the head's costs for step_row
         leader_passes(row, work, True, all_moe, costs)
-        return first_mb, average_mb, forward, weight, first_layers, 0.0, n_first, d_first, emb_first
+        return first_mb, average_mb, forward, weight, first_layers, 0.0, n_first, d_first, emb_first, offload
     if lead > last_mb:
         leader_passes(row, work, False, all_moe, costs)
-        return lead, average_mb, forward, weight, middle, 0.0, 0.0, d_first, 0.0
-    return last_mb, average_mb, forward, weight, last, 1.0, n_last, d_last, emb_last
+        return lead, average_mb, forward, weight, middle, 0.0, 0.0, d_first, 0.0, offload
+    return last_mb, average_mb, forward, weight, last, 1.0, n_last, d_last, emb_last, offload
 
 
 @njit
@@ -368,12 +373,11 @@ def step_row(row, work, out):
     passes (:func:`busiest_stage`), then the step composition."""
     p = row[C_PP]
     micro_batches = row[C_GLOBAL_BATCH] / (row[C_MICRO_BATCH] * row[C_DP])
-    offload_layer = offload_layer_s(row, work, last_rank_all_moe(row))  # first: busiest_stage leaves work[A_*]
     # the BF16 layers' accumulators in frame vectors (jit.stack_vector): nothing allocated per configuration
     d_first, d_last, d_mtp = stack_vector(N_WORK), stack_vector(N_WORK), stack_vector(N_WORK)
     terms = embedding_terms(row)    # the word embedding's (§11.44 1d, §11.43), once for the stages and the bubble
-    stage_mb, average_mb, forward, weight, layers, share, n16, d16, emb = busiest_stage_into(row, work, d_first,
-                                                                                             d_last, d_mtp, terms)
+    stage_mb, average_mb, forward, weight, layers, share, n16, d16, emb, offload_layer = busiest_stage_into(
+        row, work, d_first, d_last, d_mtp, terms)
     per_stage = layers + share * row[C_MTP_LAYERS] / model_copies(row)   # the busiest rank's layers
     offload = micro_batches * (per_stage * offload_layer + (per_stage - layers) * (mtp_offload_s(row, d_mtp)
                                                                                  - offload_layer))  # MTP: its own

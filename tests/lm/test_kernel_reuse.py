@@ -120,6 +120,22 @@ def test_busiest_stage_into_overwrites_the_callers_vectors(execution):
     start, end = execution.get("bf16_layers_start", 0), execution.get("bf16_layers_end", 0)
     assert not np.isnan(d_first).any() and not np.isnan(d_last).any() and not np.isnan(d_mtp).any()
     assert (np.abs(d_first).sum() > 0.0) == (start > 0) and (np.abs(d_last).sum() > 0.0) == (end > 0)
+    # each end's accumulators as bf16_layer_work computed them in new vectors before it took frame vectors
+    # (np.zeros for the 16-bit row's passes and the row's, the 16-bit row a copy, their difference): the same bits
+    for count, got_work in ((start, d_first), (end, d_last)):
+        np.testing.assert_array_equal(got_work, _fresh_bf16_work(columns) if count else np.zeros(N_PASS_WORK))
+
+
+def _fresh_bf16_work(row):
+    """One BF16 layer's accumulators minus the average layer's, in new zeroed vectors (bf16_layers.py before)."""
+    from fastmodel.kernels.lm.passes import layer_passes_of
+
+    wide, base = np.zeros(N_PASS_WORK), np.zeros(N_PASS_WORK)
+    sixteen = row.copy()
+    sixteen[C["precision"]], sixteen[C["fp8_params"]] = 0.0, 0.0
+    layer_passes_of(sixteen, wide, False)
+    layer_passes_of(row, base, False)
+    return wide - base
 
 
 def test_kept_kind_costs_price_every_rank_bit_for_bit():
@@ -157,3 +173,32 @@ for record in read_records("tests/data/recipe_plans.jsonl"):
     result.append(same)
 """)
     assert len(result) == 2 and all(all(same) for same in result), result
+
+
+@pytest.mark.parametrize(
+    ("model", "plan", "nodes"),
+    [("llama3.1-70b", "tp8.pp4", 16), ("deepseek-v2", "tp1.ep8", 16), ("deepseek-v2", "tp1.pp4.ep8", 16),
+     ("qwen3-30b-a3b", "tp1.pp4.ep8", 8), ("deepseek-v3", "tp1.pp8.ep8", 64)],
+)
+@pytest.mark.parametrize("host_link_bw", [None, 2e8])
+def test_the_offload_copies_come_from_the_steps_own_passes(model, plan, nodes, host_link_bw):
+    """busiest_stage_into's tenth value (offload_time.offload_layer_from: the average layer's passes the step took,
+    the MoE layer's from the last rank's passes where it is all MoE) is offload_layer_s's fresh passes bit for bit:
+    a dense model, a MoE model with a leading dense layer (mixed, and all-MoE last rank), one without dense layers,
+    DeepSeek-V3 priced by kind; the host link as built and one slow enough to expose the copies."""
+    from fastmodel.kernels.lm.offload_time import offload_layer_s
+    from fastmodel.kernels.lm.step import last_rank_all_moe
+    from fastmodel.lm.sweep import point_columns
+    from fastmodel.lm.task import load_train_task
+
+    columns = point_columns(model, "dgx-h100", load_train_task("llm-pretrain"), plan=plan, num_nodes=nodes,
+                            execution={"uneven_stages": model == "deepseek-v3"})     # 61 layers
+    columns[C["offload_modules"]] = 127.0 if "deepseek" in model else 12.0     # every module; core_attn + attn_proj
+    if host_link_bw:
+        columns[C["host_link_bw"]] = host_link_bw
+    vectors = [np.full(N_PASS_WORK, np.nan) for _ in range(4)]
+    got = busiest_stage_into(columns, *vectors, embedding_terms(columns))[9]
+    all_moe = last_rank_all_moe(columns)
+    assert all_moe == (plan == "tp1.pp4.ep8" and model == "deepseek-v2")
+    expected = offload_layer_s(columns, np.zeros(N_PASS_WORK), all_moe)
+    assert got == expected and (expected > 0.0 or host_link_bw is None)
