@@ -36,7 +36,6 @@ layer's margin.
 
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.bf16_layers import bf16_rank_layers
-from fastmodel.kernels.lm.first_rank import embedding_terms
 from fastmodel.kernels.lm.layout import (
     C_LAYERS, C_PIPELINE_SCHEDULE, C_PP, C_UNEVEN_STAGES, C_VP, SCHED_DUALPIPE, SCHED_GPIPE, SCHED_ZB_H1,
 )
@@ -61,7 +60,7 @@ def credit_applies(row):
 
 
 @njit
-def last_rank_bubble_credit(row, last_mb, average_mb):
+def last_rank_bubble_credit(row, last_mb, average_mb, terms):
     """Seconds the average stage's bubble ``(p - 1)/v t_avg`` charges above the exact schedule when the last
     rank, ``last_mb`` seconds per micro-batch, is the busiest and the stages average ``average_mb``:
     ``(last_mb - average_mb) / v`` where :func:`credit_applies` (1F1B; GPipe and interleaved with the ranks
@@ -70,31 +69,21 @@ def last_rank_bubble_credit(row, last_mb, average_mb):
     under GPipe or interleaved) and where the last rank is not above the average. The embedding's interleaved wait
     is charged only here, inside the credit's domain: where the credit does not apply (the first or a middle rank
     leads, ``host_bound_bubble`` passes ``average_mb``, or an explicit layout / BF16 first layers) the closed form's
-    ``(p - 1)/v t_avg`` holds the embedding's ``e / v`` only, though the same schedule waits up to ``p e``."""
-    return last_rank_bubble_credit_of(row, last_mb, average_mb, embedding_terms(row))
-
-
-@njit
-def last_rank_bubble_credit_of(row, last_mb, average_mb, terms):
-    """:func:`last_rank_bubble_credit` of the configuration's ``first_rank.embedding_terms`` ``terms``."""
+    ``(p - 1)/v t_avg`` holds the embedding's ``e / v`` only, though the same schedule waits up to ``p e``.
+    ``terms``: the configuration's ``first_rank.embedding_terms`` (``step.step_row`` evaluates them once)."""
     if not credit_applies(row) or last_mb <= average_mb:
         return 0.0
-    return (last_mb - average_mb) / max(row[C_VP], 1.0) - embedding_warmup_of(row, terms)
+    return (last_mb - average_mb) / max(row[C_VP], 1.0) - embedding_warmup(row, terms)
 
 
 @njit
-def embedding_warmup(row):
+def embedding_warmup(row, terms):
     """Seconds the interleaved makespan waits on the word embedding's TP collectives and dense gradient beyond the ``e / v`` the
     credited form holds (module docstring): ``(p - 1/v) e`` for v > 1 where rank 0's first chunk holds a full
     chunk of layers (no embedding in the split; without uneven stages or with L a multiple of p v); 0 at v = 1
     (the sum form holds ``e`` once) and where that chunk is a layer lighter; ``e`` a micro-batch of
-    ``first_rank.embedding_stage`` (0 at pp 1, and without TP and ``embedding_dense_grad``)."""
-    return embedding_warmup_of(row, embedding_terms(row))
-
-
-@njit
-def embedding_warmup_of(row, terms):
-    """:func:`embedding_warmup` of the configuration's ``first_rank.embedding_terms`` ``terms``."""
+    ``first_rank.embedding_stage`` (0 at pp 1, and without TP and ``embedding_dense_grad``), from ``terms``, the
+    configuration's ``first_rank.embedding_terms``."""
     p, v = row[C_PP], max(row[C_VP], 1.0)
     if v <= 1.0 or split_slots(row) > 0.0:
         return 0.0

@@ -40,8 +40,8 @@ def embedding_terms(row):
     """(forward, backward, of it the dense gradient) seconds of the word embedding one micro-batch on the first
     rank at pp > 1: its TP collectives (:func:`embedding_stage_tp`) and, in the backward, its dense gradient ``g``
     (:func:`embedding_dense_grad_s`): ``(e_F, e_B + g, g)``; (0, 0, 0) at pp 1 (``layer.head_costs``). The step
-    evaluates it once a configuration (``step.step_row``) and hands it to the ``*_of`` functions here and in
-    ``bubble_last`` / ``host_step``; the plain ones evaluate it for their other callers."""
+    evaluates it once a configuration (``step.step_row``) and hands it to :func:`embedding_ends`,
+    :func:`embedding_parts_of` and ``bubble_last`` / ``host_step``."""
     if row[C_PP] <= 1.0:
         return 0.0, 0.0, 0.0
     forward, backward = embedding_stage_tp(row)
@@ -79,18 +79,13 @@ def embedding_parts_of(emb, terms):
 
 
 @njit
-def embedding_ends(row):
+def embedding_ends(row, terms):
     """(first rank's, last rank's, forward, all) seconds of the embedding a micro-batch (:func:`embedding_stage`:
     forward ``e_F``, all ``e + g``, its TP collectives and its dense gradient): ``(e + g, 0, e_F, e + g)``; under
     DualPipe (``model_copies`` 2) rank 0 holds stage 0 and stage p - 1 (``pipeline.mirror_stage``), so the rank
     that holds the head embeds half the micro-batches, as it runs half the heads: ``(0, (e + g) / 2, e_F,
-    e + g)``, beside the head's share on the last rank's micro-batch."""
-    return embedding_ends_of(row, embedding_terms(row))
-
-
-@njit
-def embedding_ends_of(row, terms):
-    """:func:`embedding_ends` of the configuration's :func:`embedding_terms` ``terms``."""
+    e + g)``, beside the head's share on the last rank's micro-batch. ``terms``: the configuration's
+    :func:`embedding_terms`."""
     forward, backward, _ = terms
     copies = model_copies(row)
     if copies > 1.0:

@@ -19,8 +19,7 @@ from fastmodel.kernels.lm.layout import (
     C_PP,
     C_VP,
 )
-from fastmodel.kernels.lm.bubble_last import credit_applies, embedding_warmup_of, last_rank_bubble_credit_of
-from fastmodel.kernels.lm.first_rank import embedding_terms
+from fastmodel.kernels.lm.bubble_last import credit_applies, embedding_warmup, last_rank_bubble_credit
 from fastmodel.kernels.lm.pipeline import pipeline_bubble
 
 
@@ -92,24 +91,18 @@ def host_wait_per_microbatch(row, per_stage, stage_mb):
 
 
 @njit
-def host_bound_bubble(row, average_mb, forward, weight, last_mb):
+def host_bound_bubble(row, average_mb, forward, weight, last_mb, terms):
     """The pipeline bubble with every stage's micro-batch lasting max(GPU time, host issue time): warm-up and
     cool-down wait on the stages' issue as much as on their kernels (docs/model.md §11.7). ``last_mb``: one
     micro-batch on the last rank when it is the busiest (else ``average_mb``); on GPU-bound stages the bubble is
-    then the exact ``(p t_avg - t_last) / v`` within ``bubble_last.credit_applies``' domain (§11.43)."""
-    return host_bound_bubble_of(row, average_mb, forward, weight, last_mb, embedding_terms(row))
-
-
-@njit
-def host_bound_bubble_of(row, average_mb, forward, weight, last_mb, terms):
-    """:func:`host_bound_bubble` of the configuration's ``first_rank.embedding_terms`` ``terms`` (``step.step_row``
-    evaluates them once)."""
+    then the exact ``(p t_avg - t_last) / v`` within ``bubble_last.credit_applies``' domain (§11.43). ``terms``:
+    the configuration's ``first_rank.embedding_terms`` (``step.step_row`` evaluates them once)."""
     average_layers = average_stage_layers(row)
     host_forward = average_layers * host_layer_forward_s(row)
     host_mb = host_microbatch_s(row, average_layers)
     bubble = pipeline_bubble(row, max(average_mb, host_mb), max(forward, host_forward), weight)
     if host_mb < average_mb:  # host-bound stages issue alike: the average stage's bubble stays
-        bubble -= last_rank_bubble_credit_of(row, last_mb, average_mb, terms)
+        bubble -= last_rank_bubble_credit(row, last_mb, average_mb, terms)
     return max(bubble, 0.0)
 
 
@@ -123,7 +116,7 @@ def embedding_send_overlap(row, average_mb, last_mb, pp_exposed, terms):
     both, ``min((p - 1) e_F, p s)`` is one; the cool-down's backwards alike: ``min((p - 1) e_F, p s) +
     min((p - 1) e_B, p s)`` (e_B with the dense gradient, §11.43), taken off the exposed sends (the exact program, tests/lm/test_pipeline_program.py);
     0 where the wait is not charged. ``terms``: the configuration's ``first_rank.embedding_terms``."""
-    if pp_exposed <= 0.0 or last_mb <= average_mb or embedding_warmup_of(row, terms) <= 0.0 \
+    if pp_exposed <= 0.0 or last_mb <= average_mb or embedding_warmup(row, terms) <= 0.0 \
             or not credit_applies(row):
         return 0.0
     if host_microbatch_s(row, average_stage_layers(row)) >= average_mb:

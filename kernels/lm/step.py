@@ -49,7 +49,7 @@ from fastmodel.kernels.lm.dp_window import per_chunk_collectives
 from fastmodel.kernels.lm.moe import expert_dp, expert_tp
 from fastmodel.kernels.lm.parallel import data_parallel, fsdp_first_layer_exposed, microbatch_reduce
 from fastmodel.kernels.lm.bf16_layers import add_bf16_layers, bf16_end_work_into
-from fastmodel.kernels.lm.first_rank import embedding_ends_of, embedding_parts_of, embedding_terms
+from fastmodel.kernels.lm.first_rank import embedding_ends, embedding_parts_of, embedding_terms
 from fastmodel.kernels.lm.rank_lead import (
     last_rank_all_moe, last_rank_layer_time, leader_passes, middle_rank_can_lead, other_ranks_mb, priced_by_kind,
 )
@@ -64,7 +64,7 @@ from fastmodel.kernels.lm.passes import (
     head_passes, layer_passes, layer_passes_keeping, layer_time, per_layer_fsdp,
 )
 from fastmodel.kernels.lm.host_step import (
-    embedding_send_overlap, eval_time, host_bound_bubble_of, host_wait_per_microbatch,
+    embedding_send_overlap, eval_time, host_bound_bubble, host_wait_per_microbatch,
 )
 from fastmodel.kernels.lm.pipeline import model_copies, pipeline_drain, pipeline_p2p
 from fastmodel.kernels.nccl import allreduce_time
@@ -103,7 +103,7 @@ def busiest_stage_into(row, work, d_first, d_last, d_mtp, terms):
     all_moe = last_rank_all_moe(row)
     n_first, n_last = bf16_end_work_into(row, all_moe, d_first, d_last)  # the recipe's BF16 layers (§11.39)
     first_bf16, last_bf16 = n_first * layer_time(d_first), n_last * layer_time(d_last)
-    emb_first, emb_last, emb_forward, emb = embedding_ends_of(row, terms)  # the embedding at pp > 1 (§11.44 1d)
+    emb_first, emb_last, emb_forward, emb = embedding_ends(row, terms)  # the embedding at pp > 1 (§11.44 1d)
     costs = stack_vector(N_KIND_COSTS)     # by kind: each kind's layer costs, kept for the ranks (rank_lead.py)
     if priced_by_kind(row):
         layer_passes_keeping(row, work, costs)
@@ -389,7 +389,7 @@ def step_row(row, work, out):
     head_tp = share * (work[W_TP] + TP_BACKWARD_PASSES * work[W_TP_BACKWARD])    # §11.42: the re-gathers backward
     head_tp_left = head_tp - share * TP_BACKWARD_PASSES * work[W_TP_HIDDEN]
     last_mb = stage_mb if share > 0.0 else average_mb
-    bubble = host_bound_bubble_of(row, average_mb, forward, weight, last_mb, terms)
+    bubble = host_bound_bubble(row, average_mb, forward, weight, last_mb, terms)
     pp_comm, pp_exposed = pipeline_p2p(row, micro_batches)
     pp_exposed -= embedding_send_overlap(row, average_mb, last_mb, pp_exposed, terms)
     outside = _data_parallel_ranks(row, work, head_params, micro_batches, stage_mb, out)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from fastmodel.kernels.lm.bubble_last import last_rank_bubble_credit
+from fastmodel.kernels.lm.first_rank import embedding_terms
 from fastmodel.lm.pipeline_program import pipeline_program, pipeline_slots, schedule_pipeline
 from fastmodel.registry.lm import COLUMN_INDEX, PIPELINE_SCHEDULES
 
@@ -21,6 +22,11 @@ def makespan(f, b, m, schedule="1f1b", v=1):
 def sum_form(f, b, m):
     t = np.asarray(f) + np.asarray(b)
     return (m - 1) * t.max() + t.sum()
+
+
+def _credit(row, last_mb=10.0, average_mb=7.0):
+    """``last_rank_bubble_credit`` with the row's own embedding terms, as ``step.step_row`` hands them."""
+    return last_rank_bubble_credit(row, last_mb, average_mb, embedding_terms(row))
 
 
 def test_two_stages_last_busiest_by_hand():
@@ -104,12 +110,12 @@ def _row(pp, vp, schedule):
 def test_the_credit_by_hand():
     # (t_last - t_avg) / v: p = 4, t_last = 10, t_avg = 7 -> 3 (1F1B), 1.5 (v = 2); the bubble (p - 1)/v t_avg
     # less it is (p t_avg - t_last)/v: 21 - 3 = 18 = 28 - 10
-    assert last_rank_bubble_credit(_row(4, 1, "1f1b"), 10.0, 7.0) == 3.0
-    assert last_rank_bubble_credit(_row(4, 2, "interleaved"), 10.0, 7.0) == 1.5
-    assert last_rank_bubble_credit(_row(4, 1, "gpipe"), 10.0, 7.0) == 3.0
+    assert _credit(_row(4, 1, "1f1b")) == 3.0
+    assert _credit(_row(4, 2, "interleaved")) == 1.5
+    assert _credit(_row(4, 1, "gpipe")) == 3.0
     for schedule in ("zb_h1", "dualpipe"):
-        assert last_rank_bubble_credit(_row(4, 1, schedule), 10.0, 7.0) == 0.0
-    assert last_rank_bubble_credit(_row(1, 1, "1f1b"), 10.0, 7.0) == 0.0
+        assert _credit(_row(4, 1, schedule)) == 0.0
+    assert _credit(_row(1, 1, "1f1b")) == 0.0
 
 
 def first_busiest(f0, b0, f, b, p, m):
@@ -159,7 +165,7 @@ def test_the_credit_only_where_the_ranks_before_the_last_are_alike():
         row[COLUMN_INDEX["layers"]] = 16.0
         for name, value in columns.items():
             row[COLUMN_INDEX[name]] = value
-        assert last_rank_bubble_credit(row, 10.0, 7.0) == credit, (schedule, columns)
+        assert _credit(row) == credit, (schedule, columns)
 
 
 def test_bf16_first_layers_interleaved_exact_bubble_above_both_forms():

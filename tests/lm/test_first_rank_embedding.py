@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from fastmodel.kernels.lm.bubble_last import embedding_warmup
-from fastmodel.kernels.lm.first_rank import embedding_ends, embedding_stage_tp, first_rank_layers
+from fastmodel.kernels.lm.first_rank import embedding_ends, embedding_stage_tp, embedding_terms, first_rank_layers
 from fastmodel.kernels.lm.layer import W_MEM, head_costs
 from fastmodel.kernels.lm.memory_states import stage_layers
 from fastmodel.kernels.lm.passes import (
@@ -36,6 +36,16 @@ def _row(**values) -> np.ndarray:
     return sp_row(overhead=OVERHEAD, **values)
 
 
+def _ends(row):
+    """``embedding_ends`` with the row's own embedding terms, as ``step.step_row`` hands them."""
+    return embedding_ends(row, embedding_terms(row))
+
+
+def _warmup(row):
+    """``embedding_warmup`` with the row's own embedding terms."""
+    return embedding_warmup(row, embedding_terms(row))
+
+
 def test_the_embedding_runs_on_the_first_rank_at_pp_above_one():
     """MLPerf GPT-3 175B's shape (T = 2,048 tokens, h = 12,288, TP 4, SP): VocabParallelEmbedding reduce-scatters
     its 2 B output forward and all-gathers its gradient backward, c = AG(2 T h) + o each way (§11.44 item 1b). At
@@ -45,12 +55,12 @@ def test_the_embedding_runs_on_the_first_rank_at_pp_above_one():
     c = allgather_time(_row(), 2.0 * SEQ * MICRO * H, TP, 1.0) + OVERHEAD
     assert embedding_stage_tp(_row(pp=1.0)) == (0.0, 0.0)
     assert embedding_stage_tp(_row(pp=4.0)) == pytest.approx((c, c), rel=1e-12)
-    assert embedding_ends(_row(pp=4.0)) == pytest.approx((2.0 * c, 0.0, c, 2.0 * c), rel=1e-12)
+    assert _ends(_row(pp=4.0)) == pytest.approx((2.0 * c, 0.0, c, 2.0 * c), rel=1e-12)
     dualpipe = _row(pp=4.0, pipeline_schedule=PIPELINE_SCHEDULES["dualpipe"])
-    assert embedding_ends(dualpipe) == pytest.approx((0.0, c, c, 2.0 * c), rel=1e-12)
+    assert _ends(dualpipe) == pytest.approx((0.0, c, c, 2.0 * c), rel=1e-12)
     ar = allreduce_time(_row(), 2.0 * SEQ * MICRO * H, TP, 1.0) + OVERHEAD
-    assert embedding_ends(_row(pp=4.0, sequence_parallel=0.0)) == pytest.approx((ar, 0.0, ar, ar), rel=1e-12)
-    assert embedding_ends(_row(pp=4.0, tp=1.0)) == (0.0, 0.0, 0.0, 0.0)
+    assert _ends(_row(pp=4.0, sequence_parallel=0.0)) == pytest.approx((ar, 0.0, ar, ar), rel=1e-12)
+    assert _ends(_row(pp=4.0, tp=1.0)) == (0.0, 0.0, 0.0, 0.0)
 
 
 def test_the_dense_gradient_is_the_first_ranks_backward_at_pp_above_one():
@@ -65,10 +75,10 @@ def test_the_dense_gradient_is_the_first_ranks_backward_at_pp_above_one():
                   grad_reduce_bytes=4, loss_traffic_bytes_per_logit=52, embedding_dense_grad=1)
     g = 102400 * 5120 * 12 / (8e12 * 0.8)
     assert g == pytest.approx(0.98304e-3, rel=1e-12)
-    assert embedding_ends(table_row(**common, pp=2)) == pytest.approx((g, 0.0, 0.0, g), rel=1e-12)
+    assert _ends(table_row(**common, pp=2)) == pytest.approx((g, 0.0, 0.0, g), rel=1e-12)
     dualpipe = table_row(**common, pp=2, pipeline_schedule="dualpipe")
-    assert embedding_ends(dualpipe) == pytest.approx((0.0, g / 2.0, 0.0, g), rel=1e-12)
-    assert embedding_ends(table_row(**common, pp=1)) == (0.0, 0.0, 0.0, 0.0)
+    assert _ends(dualpipe) == pytest.approx((0.0, g / 2.0, 0.0, g), rel=1e-12)
+    assert _ends(table_row(**common, pp=1)) == (0.0, 0.0, 0.0, 0.0)
     on, off = np.zeros(N_WORK), np.zeros(N_WORK)
     head_costs(table_row(**common, pp=1), on)
     head_costs(table_row(**{**common, "embedding_dense_grad": 0}, pp=1), off)
@@ -76,7 +86,7 @@ def test_the_dense_gradient_is_the_first_ranks_backward_at_pp_above_one():
     tp2 = table_row(**{**common, "tp": 2}, pp=2)
     e_f, e_b = embedding_stage_tp(tp2)
     assert e_f > 0.0
-    assert embedding_ends(tp2) == pytest.approx((e_f + e_b + g / 2.0, 0.0, e_f, e_f + e_b + g / 2.0), rel=1e-12)
+    assert _ends(tp2) == pytest.approx((e_f + e_b + g / 2.0, 0.0, e_f, e_f + e_b + g / 2.0), rel=1e-12)
 
 
 @pytest.mark.parametrize("pp, vp, last, first", [
@@ -101,12 +111,12 @@ def test_the_interleaved_wait_on_the_embedding_by_hand():
     stages) 0; 32 layers on 4 x 2 uneven stages (whole chunks) 3.5 e."""
     e = sum(embedding_stage_tp(_row(pp=4.0)))
     interleaved = PIPELINE_SCHEDULES["interleaved"]
-    assert embedding_warmup(_row(pp=4.0, vp=2.0, layers=32.0, pipeline_schedule=interleaved)) == pytest.approx(
+    assert _warmup(_row(pp=4.0, vp=2.0, layers=32.0, pipeline_schedule=interleaved)) == pytest.approx(
         3.5 * e, rel=1e-12)
-    assert embedding_warmup(_row(pp=4.0, vp=1.0, layers=32.0)) == 0.0
-    assert embedding_warmup(_row(pp=4.0, vp=2.0, layers=32.0, embedding_loss_in_split=1.0)) == 0.0
-    assert embedding_warmup(_row(pp=4.0, vp=2.0, layers=30.0, uneven_stages=1.0)) == 0.0
-    assert embedding_warmup(_row(pp=4.0, vp=2.0, layers=32.0, uneven_stages=1.0)) == pytest.approx(3.5 * e, rel=1e-12)
+    assert _warmup(_row(pp=4.0, vp=1.0, layers=32.0)) == 0.0
+    assert _warmup(_row(pp=4.0, vp=2.0, layers=32.0, embedding_loss_in_split=1.0)) == 0.0
+    assert _warmup(_row(pp=4.0, vp=2.0, layers=30.0, uneven_stages=1.0)) == 0.0
+    assert _warmup(_row(pp=4.0, vp=2.0, layers=32.0, uneven_stages=1.0)) == pytest.approx(3.5 * e, rel=1e-12)
 
 
 def _llama3_8b(plan, **execution):
@@ -268,7 +278,7 @@ def test_an_all_moe_last_rank_is_priced_by_kind_against_a_middle_rank():
     head = sum(head_passes(row, work))
     t_mtp = mtp_layer_into(row, work, np.zeros(N_WORK))[0]
     assert t_mtp == pytest.approx(t_m, rel=1e-12)
-    assert embedding_ends(row) == (0.0, 0.0, 0.0, 0.0)      # one model copy, no split slots: no e on the ends
+    assert _ends(row) == (0.0, 0.0, 0.0, 0.0)      # one model copy, no split slots: no e on the ends
     last, middle = 14.0 * t_m + head, 16.0 * t_m
     assert last == pytest.approx(0.33981, abs=1e-5) and middle == pytest.approx(0.33781, abs=1e-5)
     assert 13.0 * t_avg + head + t_mtp == pytest.approx(0.33691, abs=1e-5)    # the average layer's pricing

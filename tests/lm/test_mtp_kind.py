@@ -186,10 +186,11 @@ def test_host_issue_of_the_average_stage_counts_its_share_of_the_mtp_layers():
     the average stage issues (4 + 1) / 2 = 2.5 layers, forward and backward 2 x 2.5 = 5 s per micro-batch, so the
     1F1B bubble (p - 1) x 5 = 5 s (was 4 s, the MTP layer's issue left out while its GPU time is in ``average_mb``);
     an interleaved evaluation every step of 1 iteration: (m + p - 1) x 2.5 = (8 + 1) x 2.5 = 22.5 s (was 18)."""
+    from fastmodel.kernels.lm.first_rank import embedding_terms
     from fastmodel.kernels.lm.host_step import eval_time, host_bound_bubble
 
     r = row(**dict(MOE, pp=2, host_layer_s=1.0, eval_interval=1, eval_iters=1), mtp_layers=1)
-    assert host_bound_bubble(r, 1e-6, 1e-7, 1e-7, 1e-6) == pytest.approx(5.0, rel=1e-12)
+    assert host_bound_bubble(r, 1e-6, 1e-7, 1e-7, 1e-6, embedding_terms(r)) == pytest.approx(5.0, rel=1e-12)
     assert eval_time(r, 1e-7, 8.0) == pytest.approx(22.5, rel=1e-12)
 
 
