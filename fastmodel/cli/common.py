@@ -98,39 +98,38 @@ def friendly(func):
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
-        from fastmodel.io.outputs import PENDING, WRITTEN, interrupted_outputs
+        from fastmodel.io.outputs import output_log
 
-        PENDING.clear()
-        WRITTEN.clear()
         previous = _catch_interrupts()
-        try:
-            result = func(*args, **kwargs)
-            if previous is not None and Interrupt.seen:
-                raise KeyboardInterrupt     # a Ctrl-C the unraisable hook swallowed: the command ran on, not whole
-            return result
-        except FastmodelError as error:
-            click.echo(f"error: {' '.join(str(error).split())}", err=True)
-            sys.exit(2)
-        except KeyboardInterrupt:
-            exit_interrupted(interrupted_outputs())   # outputs are whole or absent
-        except MemoryError:   # numpy's _ArrayMemoryError too: a limit the size check could not see
-            click.echo("error: out of memory (a container or `ulimit -v` limit?); a sweep needs less with -o "
-                       "out.zarr and fewer --unit-configs, and a .zarr store it began completes with --resume"
-                       f"{interrupted_outputs()}", err=True)
-            sys.exit(2)
-        except BrokenPipeError:  # e.g. piped into `head`
-            sys.stderr.close()
-            sys.exit(0)
-        except OSError as error:
-            where = f"{error.filename}: " if error.filename else ""
-            click.echo(f"error: {where}{error.strerror or error}", err=True)
-            sys.exit(2)
-        except Exception:
-            if previous is None or not Interrupt.seen:    # no handler of ours: a stale ``seen`` proves nothing
-                raise
-            exit_interrupted(interrupted_outputs())   # an error Ctrl-C caused (see Interrupt)
-        finally:
-            _restore_interrupts(previous)
+        with output_log() as outputs:         # this command's outputs, for what a Ctrl-C reports
+            try:
+                result = func(*args, **kwargs)
+                if previous is not None and Interrupt.seen:
+                    raise KeyboardInterrupt     # a Ctrl-C the unraisable hook swallowed: the command ran on, not whole
+                return result
+            except FastmodelError as error:
+                click.echo(f"error: {' '.join(str(error).split())}", err=True)
+                sys.exit(2)
+            except KeyboardInterrupt:
+                exit_interrupted(outputs.interrupted())   # outputs are whole or absent
+            except MemoryError:   # numpy's _ArrayMemoryError too: a limit the size check could not see
+                click.echo("error: out of memory (a container or `ulimit -v` limit?); a sweep needs less with -o "
+                           "out.zarr and fewer --unit-configs, and a .zarr store it began completes with --resume"
+                           f"{outputs.interrupted()}", err=True)
+                sys.exit(2)
+            except BrokenPipeError:  # e.g. piped into `head`
+                sys.stderr.close()
+                sys.exit(0)
+            except OSError as error:
+                where = f"{error.filename}: " if error.filename else ""
+                click.echo(f"error: {where}{error.strerror or error}", err=True)
+                sys.exit(2)
+            except Exception:
+                if previous is None or not Interrupt.seen:    # no handler of ours: a stale ``seen`` proves nothing
+                    raise
+                exit_interrupted(outputs.interrupted())   # an error Ctrl-C caused (see Interrupt)
+            finally:
+                _restore_interrupts(previous)
 
     return wrapper
 

@@ -26,6 +26,8 @@ import os
 import re
 import stat
 import tempfile
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from fastmodel.errors import FastmodelError
@@ -165,7 +167,8 @@ def check_output(path: str, kind: str, inputs: tuple[str, ...] = (), force: bool
         raise OutputError(f"{path or repr(path)}: {problem}; name a {named} file")
     if str(path).endswith(("/", os.sep)):   # 'out.csv/' was written as the file out.csv
         raise OutputError(f"{path}: ends in '/', so names a directory; name the {what} file (without the '/')")
-    PENDING.setdefault(str(path), os.path.lexists(path))
+    if (log := _LOG.get()) is not None:
+        log.pending.setdefault(str(path), os.path.lexists(path))
     for source in inputs:
         if source and source != "-" and os.path.lexists(source) and _same_file(path, source):
             raise OutputError(f"{path}: the {what} is also an input of this command ({source}); "
@@ -228,7 +231,8 @@ def claim_output(path: str, kind: str, inputs: tuple[str, ...] = (), force: bool
     if path in ("-", "") or _special(path):
         check_output(path, kind, inputs, force, what, stdout)
         yield
-        PENDING.pop(str(path), None)      # standard output, /dev/null: no file to report
+        if (log := _LOG.get()) is not None:
+            log.pending.pop(str(path), None)      # standard output, /dev/null: no file to report
         return
     from fastmodel.io.store import writer_lock
 
@@ -245,27 +249,50 @@ def claim_output(path: str, kind: str, inputs: tuple[str, ...] = (), force: bool
 
 def mark_written(path) -> None:
     """``path`` is written whole (renamed into place; a sweep store with every unit): a Ctrl-C after it says so."""
-    PENDING.pop(str(path), None)
-    if str(path) not in WRITTEN:
-        WRITTEN.append(str(path))
+    if (log := _LOG.get()) is not None:
+        log.pending.pop(str(path), None)
+        if str(path) not in log.written:
+            log.written.append(str(path))
 
 
-#: outputs checked by this command and not yet written: path -> whether a file was there before (what Ctrl-C
-#: reports: every file is written under a temporary name and renamed when whole, so an interrupted command
-#: leaves none of them, or the earlier file as it was)
-PENDING: dict[str, bool] = {}
-#: outputs this command has written whole (:func:`mark_written`): a Ctrl-C after them (while the command prints its
-#: summary) said a bare "interrupted", as if they were not written
-WRITTEN: list[str] = []
+@dataclass
+class OutputLog:
+    """The outputs of one command (one :func:`output_log` scope), for what a Ctrl-C reports:
+
+    - ``pending``: outputs checked and not yet written, path -> whether a file was there before (every file is
+      written under a temporary name and renamed when whole, so an interrupted command leaves none of them, or
+      the earlier file as it was);
+    - ``written``: outputs written whole (:func:`mark_written`): a Ctrl-C after them (while the command prints
+      its summary) said a bare "interrupted", as if they were not written.
+
+    One per call, never process-wide: a long-lived process (the Python API, a test session) ran many commands
+    into one module-level list and dict, which only grew (issue 23)."""
+
+    pending: dict[str, bool] = field(default_factory=dict)
+    written: list[str] = field(default_factory=list)
+
+    def interrupted(self) -> str:
+        """What an interrupted command left on disk, for its one-line message ('' when it writes no file)."""
+        new = [path for path, existed in self.pending.items() if not existed]
+        kept = [path for path, existed in self.pending.items() if existed]
+        said = [f"{', '.join(self.written)} written whole" if self.written else "",
+                f"{', '.join(new)} not written" if new else "", f"{', '.join(kept)} left as it was" if kept else ""]
+        return ": " + "; ".join(part for part in said if part) if any(said) else ""
 
 
-def interrupted_outputs() -> str:
-    """What an interrupted command left on disk, for its one-line message ('' when it writes no file)."""
-    new = [path for path, existed in PENDING.items() if not existed]
-    kept = [path for path, existed in PENDING.items() if existed]
-    said = [f"{', '.join(WRITTEN)} written whole" if WRITTEN else "", f"{', '.join(new)} not written" if new else "",
-            f"{', '.join(kept)} left as it was" if kept else ""]
-    return ": " + "; ".join(part for part in said if part) if any(said) else ""
+#: the log of the command running in this context (None outside :func:`output_log`: nothing is recorded)
+_LOG: ContextVar[OutputLog | None] = ContextVar("fastmodel_output_log", default=None)
+
+
+@contextlib.contextmanager
+def output_log():
+    """A fresh :class:`OutputLog` for the outputs checked and written inside (the CLI opens one per command,
+    ``cli.common.friendly``); the enclosing one, or none, again after. Outside any, nothing is recorded."""
+    token = _LOG.set(OutputLog())
+    try:
+        yield _LOG.get()
+    finally:
+        _LOG.reset(token)
 
 
 def glob_escape(name: str) -> str:

@@ -55,6 +55,13 @@ from fastmodel.spec.record_blocks import bounds
 #: bytes per gradient element of the data-parallel reduction, by ``grad_reduce_dtype``
 GRAD_REDUCE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0}
 
+#: why ``grad_accum_bytes`` > 0 is refused beside ``wgrad_fused_accumulation`` (docs/model.md §11.46): one reason,
+#: the execution spec's and the lowering's (a stack that fuses, a plan that adds a pass)
+WGRAD_TWICE = ("a separate gradient-accumulation pass beside wgrad_fused_accumulation: the fused weight-gradient "
+               "GEMMs already accumulate into the main gradient (beta = 1, its read charged), so the main-gradient "
+               "traffic would be charged twice (docs/model.md §11.46); set grad_accum_bytes = 0 or "
+               "wgrad_fused_accumulation = false")
+
 
 
 #: the registry column of the virtual stages: its bounds are ``vp``'s
@@ -193,6 +200,8 @@ class ExecutionSpec(BaseModel):
             raise FieldValueError(("activation_offload_modules",), "expert_fc1 and moe_act cannot be offloaded while "
                                   "selective recompute lists moe (Megatron-Core refuses the pair under selective "
                                   "granularity, transformer_config.py@0823c73 lines 1769-1779)")
+        if getattr(self, "wgrad_fused_accumulation", None) and getattr(self, "grad_accum_bytes", None):
+            raise FieldValueError(("grad_accum_bytes",), WGRAD_TWICE)
         if interleaved and self.pipeline_schedule not in (None, "interleaved"):
             raise FieldValueError(("pipeline_schedule",), f"{self.pipeline_schedule} runs one stage per rank; "
                                   "vp > 1 needs an interleaved schedule")
@@ -202,6 +211,15 @@ class ExecutionSpec(BaseModel):
         """The ``plan`` block of a run record (RUNS.md) executing this way with mesh ``degrees``."""
         data = self.model_dump(exclude={"framework", "stack"})
         return {k: v for k, v in {**data, **degrees}.items() if v is not None}
+
+
+def accumulated_twice(execution) -> str | None:
+    """The refusal of a resolved execution (its stack applied) that fuses the weight-gradient accumulation and
+    runs an accumulation pass besides (:data:`WGRAD_TWICE`, naming the stack that set one of them); else None.
+    The lowering and the run records raise it, each under its own field path."""
+    if execution.wgrad_fused_accumulation and execution.grad_accum_bytes:
+        return f"{WGRAD_TWICE} (stack {execution.stack} sets one of the two)"
+    return None
 
 
 def option_fields(columns) -> dict[str, tuple]:

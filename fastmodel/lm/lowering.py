@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fastmodel.errors import SpecError, nearest
-from fastmodel.lm.execution import GRAD_REDUCE_BYTES
+from fastmodel.lm.execution import GRAD_REDUCE_BYTES, accumulated_twice
 from fastmodel.lm.fp8_recipe import ignored_note
 from fastmodel.lm.router_balance import expert_maxvio
 from fastmodel.lm.table import encode
@@ -229,6 +229,8 @@ def lower(model, cluster, execution, mesh: Mesh, global_batch: int, notes: list[
         execution = resolve(execution, mesh.pp, model.layers, notes, expert_parallel=mesh.ep > 1)
     except ValueError as error:
         raise SpecError(source, "execution.vp", str(error)) from None
+    if twice := accumulated_twice(execution):         # docs/model.md §11.46: a stack's fusion and a plan's pass
+        raise SpecError(source, "execution.grad_accum_bytes", twice)
     if execution.recompute_num_layers is not None and execution.recompute_num_layers > model.layers:
         raise SpecError(source, "execution.recompute_num_layers",
                         f"{execution.recompute_num_layers} exceeds the model's {model.layers} layers")

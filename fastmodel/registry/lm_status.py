@@ -60,6 +60,9 @@ STATUSES: tuple[Status, ...] = (
            "tp > 1 on an MoE or MLA model: its collective counts (3 + 2 projection inputs a layer) are a dense "
            "Llama block's; the model places no per-projection plan on experts or latent projections "
            "(docs/model.md §11.42)"),
+    Status("wgrad_accumulation_twice", "wgrad_fused_accumulation with grad_accum_bytes > 0: the weight-gradient GEMMs "
+           "already accumulate into the main gradient (beta = 1, its read charged), so a separate accumulation pass "
+           "would count the main-gradient traffic twice; a stack runs one or the other (docs/model.md §11.46)"),
     NOT_COMPUTED,
 )
 STATUS_CODES: dict[str, int] = {s.name: i for i, s in enumerate(STATUSES)}

@@ -8,6 +8,7 @@ PlanErrors for single configurations.
 
 import numpy as np
 
+from fastmodel.kernels.columns import C_GRAD_ACCUM_BYTES, C_WGRAD_FUSED_ACCUMULATION
 from fastmodel.kernels.lm.bf16_layers import bf16_layers_above_stage, bf16_layers_delayed, bf16_layers_dualpipe
 from fastmodel.kernels.lm.fp4 import fp4_supported
 from fastmodel.kernels.lm.fp8 import fp8_recipe_supported
@@ -44,6 +45,7 @@ ST_BF16_DELAYED = STATUS_CODES["bf16_layers_delayed"]
 ST_BF16_ABOVE = STATUS_CODES["bf16_layers_above_stage"]
 ST_BF16_DUALPIPE = STATUS_CODES["bf16_layers_dualpipe"]
 ST_TP_PER_PROJECTION = STATUS_CODES["tp_per_projection_unsupported"]
+ST_WGRAD_TWICE = STATUS_CODES["wgrad_accumulation_twice"]
 
 
 @njit
@@ -103,6 +105,8 @@ def plan_status_row(row):
         return ST_LAYOUT
     if row[C_TP_PER_PROJECTION] > 0.0 and tp > 1.0 and (experts > 0.0 or row[C_MLA] > 0.0):     # §11.42 item 4
         return ST_TP_PER_PROJECTION
+    if row[C_WGRAD_FUSED_ACCUMULATION] > 0.0 and row[C_GRAD_ACCUM_BYTES] > 0.0:     # §11.46: one accumulation
+        return ST_WGRAD_TWICE
     return 0
 
 

@@ -189,3 +189,18 @@ def test_a_byte_field_takes_its_unit_as_a_sweep_axis_does():
                       "collective_bucket_bytes=25Mb"))
     assert line == "error: --set: execution.collective_bucket_bytes: unknown unit 'Mb' for bytes; write e.g. " \
                    "'40 GB' or 40e9"
+
+
+def test_a_fused_accumulation_beside_an_accumulation_pass_is_one_line_exit_2(tmp_path):
+    """docs/model.md §11.46: the pair would charge the main-gradient traffic twice; from --set (the stack's fusion
+    and the plan's pass, or both stated) and from an execution file, one line naming the source and the field."""
+    dense = ["-m", "llama3.1-8b", "-s", "dgx-h100", "-t", "llm-pretrain", "--nodes", "1"]
+    line = _error(cli("run", *dense, "-x", "grad_accum_bytes=6"))
+    assert "execution.grad_accum_bytes: a separate gradient-accumulation pass" in line
+    assert line.endswith("(stack megatron-core sets one of the two)")
+    line = _error(cli("run", *dense, "-x", "grad_accum_bytes=6", "-x", "wgrad_fused_accumulation=true"))
+    assert line.startswith("error: --set: execution.grad_accum_bytes:") and "charged twice" in line
+    path = tmp_path / "exec.toml"
+    path.write_text("[execution]\ngrad_accum_bytes = 10\nwgrad_fused_accumulation = true\n")
+    assert _error(cli("run", *dense, "--execution", path)).startswith(f"error: {path}: execution.grad_accum_bytes:")
+    assert cli("run", *dense, "-x", "grad_accum_bytes=6", "-x", "wgrad_fused_accumulation=false").exit_code == 0

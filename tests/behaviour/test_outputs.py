@@ -178,3 +178,40 @@ def test_an_output_name_ending_in_a_slash_is_refused(tmp_path, monkeypatch, comm
     monkeypatch.chdir(tmp_path)
     one_line_error(cli(*command, name), f"{name}: ends in '/', so names a directory; name the {what} file")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_outputs_a_ctrl_c_reports_are_per_command_never_process_wide(tmp_path, capsys):
+    """Issue 23: the outputs checked and written were one module-level list and dict, which a long-lived process
+    (the Python API, a test session) grew call after call. Now each command has its own log (``output_log``): a
+    second command's Ctrl-C names its own outputs only, a call outside any log records nothing, and a nested log
+    leaves the enclosing one as it was."""
+    import fastmodel.io.outputs as outputs
+    from fastmodel.cli.common import friendly
+    from fastmodel.io.atomic import atomic_write
+
+    def write(path):
+        with outputs.claim_output(str(path), "csv", what="table"), atomic_write(path) as handle:
+            handle.write("a,b\n1,2\n")
+
+    first, second, figure = tmp_path / "first.csv", tmp_path / "second.csv", tmp_path / "fig.png"
+
+    @friendly
+    def command(table):
+        write(table)
+        outputs.check_output(str(figure), "png", what="figure")
+        raise KeyboardInterrupt
+
+    for table in (first, second):
+        with pytest.raises(SystemExit):
+            command(table)
+        assert capsys.readouterr().err == f"interrupted: {table} written whole; {figure} not written\n"
+    assert not hasattr(outputs, "WRITTEN") and not hasattr(outputs, "PENDING")
+    write(tmp_path / "api.csv")                       # as the Python API writes: no log open, nothing kept
+    outputs.check_output(str(tmp_path / "api.png"), "png")
+    with outputs.output_log() as outer:
+        write(tmp_path / "outer.csv")
+        with outputs.output_log() as inner:
+            assert (inner.written, inner.pending) == ([], {})
+            outputs.check_output(str(figure), "png")
+        assert (outer.written, outer.pending, inner.pending) == ([str(tmp_path / "outer.csv")], {}, {str(figure): False})
+    assert outputs.OutputLog().interrupted() == "" and outer.interrupted() == f": {tmp_path / 'outer.csv'} written whole"

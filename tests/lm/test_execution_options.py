@@ -32,3 +32,14 @@ def test_a_field_declared_by_hand_wins_and_unmarked_columns_add_nothing():
     assert with_options(ExecutionSpec, [c for c in COLUMNS if not c.option]) is ExecutionSpec
     marked = [c.name for c in COLUMNS if c.option]
     assert set(marked) <= set(ExecutionSpec.model_fields)                # the registry's options are fields
+
+
+def test_a_fused_accumulation_and_an_accumulation_pass_are_refused_together():
+    """docs/model.md §11.46: both would charge the main-gradient traffic twice; the refusal names grad_accum_bytes.
+    Either alone, or grad_accum_bytes = 0 beside the fusion, is a valid execution."""
+    with pytest.raises(ValidationError, match="main-gradient traffic would be charged twice") as info:
+        ExecutionSpec(wgrad_fused_accumulation=True, grad_accum_bytes=6.0)
+    assert info.value.errors()[0]["ctx"]["error"].path == ("grad_accum_bytes",)
+    for fine in ({"wgrad_fused_accumulation": True, "grad_accum_bytes": 0.0}, {"grad_accum_bytes": 6.0},
+                 {"wgrad_fused_accumulation": False, "grad_accum_bytes": 6.0}, {"wgrad_fused_accumulation": True}):
+        ExecutionSpec(**fine)

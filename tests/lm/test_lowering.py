@@ -84,9 +84,13 @@ def test_every_execution_field_named_like_a_column_reaches_its_column():
                                                                                        "shard_degree",
                                                                                        "recompute_modules")]
     assert sorted(columns) == sorted(changed)            # a new column-named field needs a value here
-    got = lower(model, cluster, ExecutionSpec(**changed), Mesh(dp=8), 64)
-    for name, value in changed.items():
-        assert got[C[name]] == float(encode(name, value)) != COLUMNS[C[name]].default, name
+    # the fused accumulation is refused beside grad_accum_bytes (docs/model.md §11.46): lowered on its own, and
+    # the rest under the stack that fuses none (megatron-core's fusion would meet grad_accum_bytes there)
+    apart = {"wgrad_fused_accumulation": changed.pop("wgrad_fused_accumulation")}
+    for fields in (changed, apart):
+        got = lower(model, cluster, ExecutionSpec(**fields, stack="default"), Mesh(dp=8), 64)
+        for name, value in fields.items():
+            assert got[C[name]] == float(encode(name, value)) != COLUMNS[C[name]].default, name
 
 
 def test_fields_lowered_by_rule():
@@ -207,3 +211,24 @@ def test_fp8_recipe_on_a_16_bit_run_is_ignored_with_a_note():
     precision = record["plan"].get("precision", "bf16")
     assert [n for n in noted.notes if "fp8_recipe" in n] == \
         [f"fp8_recipe 'delayed scalng' ignored: precision {precision!r} runs no FP8 GEMMs"]
+
+
+def test_a_stack_that_fuses_and_a_plan_that_adds_an_accumulation_pass_are_refused():
+    """docs/model.md §11.46: megatron-core fuses the accumulation into the weight-gradient GEMMs (its read
+    charged); a plan stating grad_accum_bytes > 0 besides would charge the main-gradient traffic twice. The
+    lowering refuses it under execution.grad_accum_bytes, a run record under plan.grad_accum_bytes, each naming
+    the stack; with the fusion turned off, or 0 bytes, it lowers."""
+    model, cluster = load_lm_model("llama3.1-8b"), load_cluster("dgx-h100", 1)
+    with pytest.raises(SpecError, match=r"^s\.toml: execution\.grad_accum_bytes: .* charged twice .*\(stack "
+                                        r"megatron-core sets one of the two\)$"):
+        lower(model, cluster, ExecutionSpec(grad_accum_bytes=6.0), Mesh(dp=8), 64, source="s.toml")
+    off = lower(model, cluster, ExecutionSpec(grad_accum_bytes=6.0, wgrad_fused_accumulation=False), Mesh(dp=8), 64)
+    assert (off[C["grad_accum_bytes"]], off[C["wgrad_fused_accumulation"]]) == (6.0, 0.0)
+    assert lower(model, cluster, ExecutionSpec(grad_accum_bytes=0.0), Mesh(dp=8), 64)[C["wgrad_fused_accumulation"]] == 1
+    record = record_by_id("mlperf-v40-gpt3-175b-eos_n64_ngc24.04_nemo", "runs_dev.jsonl")
+    record["plan"]["grad_accum_bytes"] = 6.0
+    with pytest.raises(SpecError, match=r"^r\.jsonl: plan\.grad_accum_bytes: .*\(stack megatron-core sets one"):
+        lower_record(record, "r.jsonl")
+    record["plan"]["wgrad_fused_accumulation"] = True           # both stated: the record schema refuses the pair
+    with pytest.raises(SpecError, match=r"^r\.jsonl: plan\.grad_accum_bytes: .* charged twice"):
+        lower_record(record, "r.jsonl")

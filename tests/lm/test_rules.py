@@ -125,3 +125,32 @@ def test_interleave_any_microbatches_refuses_what_pytorch_refuses(global_batch, 
         assert ("9 micro-batches (global_batch / (micro_batch x dp) = 72 / (8 x 1)) is not a multiple of the number "
                 "of rounds max(1, floor(m / pp)) = 2 (pp = 4)") in str(info.value)
         assert "ScheduleInterleaved1F1B" in str(info.value)
+
+
+def test_a_fused_accumulation_beside_an_accumulation_pass_is_refused_by_the_rule_table():
+    """docs/model.md §11.46: wgrad_fused_accumulation charges the main-gradient read inside the weight-gradient GEMM
+    and grad_accum_bytes a pass of its own; both at once charge the traffic twice, so the table refuses the pair
+    (a single configuration: PlanError; a sweep crossing the two axes: the status, never a crash) and either
+    alone is legal, grad_accum_bytes = 0 beside the fusion too."""
+    dense = dict(layers=32, hidden=4096, ffn=14336, heads=32, kv_heads=8, vocab=32000, seq_len=4096, n_gpus=8, tp=8,
+                 global_batch=8)
+    twice = STATUS_CODES["wgrad_accumulation_twice"]
+    assert plan_status(row(**dense, wgrad_fused_accumulation=1, grad_accum_bytes=6.0).reshape(-1, 1))[0] == twice
+    for legal in (dict(wgrad_fused_accumulation=1), dict(grad_accum_bytes=6.0),
+                  dict(wgrad_fused_accumulation=1, grad_accum_bytes=0.0)):
+        assert plan_status(row(**dense, **legal).reshape(-1, 1))[0] == 0, legal
+    with pytest.raises(PlanError, match=r"illegal plan \(wgrad_accumulation_twice\): wgrad_fused_accumulation with "
+                                        r"grad_accum_bytes > 0"):
+        check_plan(row(**dense, wgrad_fused_accumulation=1, grad_accum_bytes=10.0))
+
+
+def test_a_sweep_crossing_the_two_accumulations_keeps_the_status():
+    from fastmodel.lm.sweep import lm_sweep
+
+    ds = lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", num_nodes=1,
+                  axes={"plan": ["tp8"], "grad_accum_bytes": [0.0, 6.0], "wgrad_fused_accumulation": [False, True]})
+    status = ds.status.squeeze()
+    assert int(status.sel(grad_accum_bytes=6.0, wgrad_fused_accumulation=True)) == STATUS_CODES[
+        "wgrad_accumulation_twice"]
+    assert int(status.where(status.grad_accum_bytes == 0.0, 0).sum() + status.sel(
+        grad_accum_bytes=6.0, wgrad_fused_accumulation=False)) == 0
