@@ -13,7 +13,8 @@ them. The terms live by concern: ``memory_states`` (parameters per stage, shard
 groups, weights, gradients, optimizer states), ``memory_activations`` (what a
 rank stores for backward, recompute, micro-batches in flight), ``memory_peak`` (the phases of the step and
 their transient tensors), and this module
-(KV cache, communication buffers, the per-device assembly; the FSDP gather buffers are in ``memory_fsdp``).
+(KV cache, communication buffers, the per-device assembly; the FSDP gather buffers and FSDP1's flat-gradient
+copy are in ``memory_fsdp``).
 Sizes are bytes; ``T`` is the tokens of one micro-batch on one device
 before sequence-parallel sharding: ``T = micro_batch * seq_len / cp``.
 
@@ -36,8 +37,8 @@ from fastmodel.kernels.lm.layout import (
 )
 from fastmodel.kernels.lm.memory_deepep import deepep_buffer_bytes
 from fastmodel.kernels.lm.memory_fsdp import (  # noqa: F401 - re-exported: callers import them from here
-    fsdp_gather_buffer_bytes, fsdp_prefetched_units, gathered_expert_split, largest_module_params, max_layer_params,
-    wrapped_module_params,
+    fsdp_flat_grad_copy_bytes, fsdp_gather_buffer_bytes, fsdp_prefetched_units, fsdp_unit_params, gathered_expert_split,
+    largest_module_params, max_layer_params, wrapped_module_params,
 )
 from fastmodel.kernels.lm.memory_activations import (
     micro_batch_tokens, replicated_divisor, local_kv_width, routed_tokens, layer_activation_bytes, kept_mode,

@@ -1,14 +1,17 @@
 """Memory of the real-world LM model: the FSDP units a rank gathers and the gradients it builds for them.
 
 What FSDP holds beside the states while a unit's backward runs (``buffers``): the unit gathered, the one
-prefetched, the unsharded gradient before its reduce-scatter (``fsdp_gather_buffer_bytes``). Moved out of
-``memory.py`` (which re-exports them). Compiled with ``error_model='numpy'`` (see kernels/lm/memory.py).
+prefetched, the unsharded gradient before its reduce-scatter (``fsdp_gather_buffer_bytes``), and, under FSDP1's
+flat parameters, the per-parameter gradients autograd concatenates into the flat gradient
+(``fsdp_flat_grad_copy_bytes``). Moved out of ``memory.py`` (which re-exports them) when the flat-gradient copy
+was added (issue 23, docs/model_memory.md "PyTorch FSDP1 on A100 40 GB: measured peaks"). Compiled with
+``error_model='numpy'`` (see kernels/lm/memory.py).
 """
 
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.moe import expert_tp
 from fastmodel.kernels.lm.layout import (
-    C_COLLECTIVE_BUCKET_BYTES, C_DENSE_LAYERS, C_EP, C_FFN, C_FSDP_COPY_OUT, C_FSDP_MODULE_WRAP,
+    C_COLLECTIVE_BUCKET_BYTES, C_DENSE_LAYERS, C_EP, C_FFN, C_FSDP1_GRAD_PASSES, C_FSDP_COPY_OUT, C_FSDP_MODULE_WRAP,
     C_GRAD_REDUCE_BYTES, C_HIDDEN, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS, C_OVERLAP_PARAM_GATHER,
     C_SHARDING, C_TP, SHARD_FSDP,
 )
@@ -121,3 +124,31 @@ def fsdp_gather_buffer_bytes(row):
     unit = wrapped_module_params(row) if row[C_FSDP_MODULE_WRAP] > 0 else max_layer_params(row)
     return (gathered * compute + grad) * unit
 
+
+@njit(error_model='numpy')
+def fsdp_unit_params(row):
+    """Parameters of the FSDP unit whose backward peaks, on one device: one module's (``fsdp_module_wrap``,
+    ``wrapped_module_params``) or the largest layer's (``max_layer_params``)."""
+    return wrapped_module_params(row) if row[C_FSDP_MODULE_WRAP] > 0 else max_layer_params(row)
+
+
+@njit(error_model='numpy')
+def fsdp_flat_grad_copy_bytes(row):
+    """FSDP1's flat parameters (``fsdp1_grad_passes > 0``): the unit's per-parameter gradients, live beside the
+    flat gradient autograd concatenates them into, ``c * unit`` (``c`` the compute dtype: autograd gives each
+    gradient its tensor's dtype, and the parameters are compute-dtype views of the gathered flat parameter).
+
+    FSDP1 unflattens its flat parameter into views with ``split`` + ``view`` at every forward
+    (torch/distributed/_fsdp/flatten_params_wrapper.py ``_unflatten_params_as_views`` -> ``_get_param_views``,
+    pytorch/pytorch@05eb7533; ``FlatParamHandle`` keeps the split views in 1.12+), so in the backward the views'
+    gradients reach the flat parameter through ``SplitWithSizesBackward``, whose ``split_with_sizes_backward``
+    (torch/csrc/autograd/FunctionsManual.cpp) returns ``at::cat`` of them: a new flat gradient while its inputs
+    are still live. With the gathered unit (``fsdp_gather_buffer_bytes``) that is three unit-sized tensors at
+    once, ``(c + c + g) * unit``; the time model's ``fsdp1_grad_passes`` counts the same ``cat``. 0 for FSDP2
+    (per-parameter sharding), bucketed ZeRO-3, plans without FSDP, and FSDP with one reduction per step
+    (``accumulates_unsharded``: not modelled). Measured: docs/model_memory.md "PyTorch FSDP1 on A100 40 GB:
+    measured peaks" (nine GPT-175B peaks of the PyTorch FSDP benchmark within 0.05 %)."""
+    if (int(row[C_SHARDING]) != SHARD_FSDP or row[C_FSDP1_GRAD_PASSES] <= 0 or row[C_COLLECTIVE_BUCKET_BYTES] > 0
+            or accumulates_unsharded(row)):
+        return 0.0
+    return param_bytes(row) * fsdp_unit_params(row)
