@@ -97,6 +97,7 @@ def stage_memory(row: np.ndarray, stage: int, terms: dict | None = None) -> Stag
     from fastmodel.kernels.lm.memory_peak import (
         P_LOSS,
         P_OPTIMIZER,
+        backward_moment,
         backward_passed_head_bytes,
         cuda_graph_buffer_bytes,
         phase_kinds,
@@ -145,7 +146,8 @@ def stage_memory(row: np.ndarray, stage: int, terms: dict | None = None) -> Stag
         if kind in ("B", "I"):      # a backward (ZB-H1: its input-gradient pass) starts
             labels.append(op_label(kind, micro_batch, reverse))
             head = passed_head if loss else 0.0      # the head inputs go with the backward of the loss's chunk
-            moment(held + (t["working"] - head) * kept + 2.0 * t["resident"], t["gather"] + t["comm"] + t["grads"])
+            moment(*backward_moment(row, held - head * kept + 2.0 * t["resident"], t["working"] * kept,
+                                    t["gather"] + t["comm"], t["grads"]))
             if kind == "I":
                 held = max(held - chunk + residue, 0.0) if zb else held
                 continue

@@ -13,7 +13,8 @@ Phases (``P_*``):
   is in flight, the logits and loss workspace are live.
 - ``P_BACKWARD``: the backward of the oldest micro-batch in flight starts on its last layer: every
   micro-batch still in flight (on the last rank less that one's head inputs, ``backward_passed_head_bytes``),
-  the layer recomputed (recompute working set), the gradients of its activations (``backward_grad_bytes``).
+  the layer recomputed (recompute working set), the gradients of its activations (``backward_grad_bytes``);
+  under FSDP1 the larger of that and the moment its flat gradient is concatenated (``backward_moment``).
 - ``P_EMBEDDING``: the first rank ends a micro-batch's backward at the word embedding: the other micro-batches
   in flight (``memory_chunks.held_bytes``), and the embedding's
   weight gradient (``embedding_grad_bytes``).
@@ -23,7 +24,8 @@ Phases (``P_*``):
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.moe import expert_tp
 from fastmodel.kernels.lm.layout import (
-    C_ACTIVATION_OFFLOAD, C_COLLECTIVE_BUCKET_BYTES, C_CUDA_GRAPH_MICROBATCH_BUFFERS, C_DENSE_LAYERS, C_FFN, C_GATED_MLP,
+    C_ACTIVATION_OFFLOAD, C_COLLECTIVE_BUCKET_BYTES, C_CUDA_GRAPH_MICROBATCH_BUFFERS, C_DENSE_LAYERS, C_FFN,
+    C_FSDP_MODULE_WRAP, C_GATED_MLP,
     C_GRAD_REDUCE_BYTES, C_HIDDEN, C_MOE_FFN,
     C_MOE_ACT_INPUT_FP8, C_MOE_SHARED_EXPERTS, C_PP, C_SHARDING, C_STEP_GRAD_COPY_BYTES, C_TP, C_VOCAB, RECOMPUTE_MODULE_MLP,
     RECOMPUTE_MODULE_MOE, RECOMPUTE_MODULE_MOE_ACT, RECOMPUTE_MODULE_SHARED_EXPERTS, SHARD_FSDP,
@@ -33,6 +35,7 @@ from fastmodel.kernels.lm.memory_activations import (
     replicated_divisor, routed_tokens,
 )
 from fastmodel.kernels.lm.memory_chunks import held_bytes
+from fastmodel.kernels.lm.memory_fsdp import fsdp_flat_grad_copy_bytes
 from fastmodel.kernels.lm.pipeline import microbatches, mirror_stage
 from fastmodel.kernels.lm.memory_states import (
     B16, is_moe, gradients_bytes, optimizer_bytes, stage_layers, stage_params, stage_uncast_params, stored_grad_bytes,
@@ -106,6 +109,40 @@ def backward_grad_bytes(row):
     if row[C_DENSE_LAYERS] > 0:
         return incoming + max(dense, experts)
     return incoming + experts
+
+
+@njit(error_model='numpy')
+def backward_moment(row, held, working, others, grad_work):
+    """(activations, buffers) of a rank at ``P_BACKWARD``: the larger of two moments of a layer's backward.
+
+    The compute moment (every plan): the activations the rank holds ``held``, the recomputed layer's working set
+    ``working``, the buffers ``others`` (gathers, communication, CUDA-graph buffers) and the activation gradients
+    ``grad_work`` (``backward_grad_bytes``). FSDP1's flat-gradient concatenation (``fsdp_flat_grad_copy_bytes``
+    ``F > 0``, docs/model_memory.md "PyTorch FSDP1 on A100 40 GB: measured peaks"): the unit's per-parameter
+    gradients and their ``cat`` are live with the gathered unit, ``others + F`` beside what the backward holds then:
+
+    - module-wrapped (``fsdp_module_wrap``): the MLP's second matrix is its own unit and the first the backward
+      reaches; its ``cat`` runs right after its GEMM's backward (autograd runs the ready node of the highest
+      sequence number first, and the split that made the unit's views was recorded after the activation), so the
+      working set is whole but for that GEMM's released input (``mlp_fc2_input_bytes``) and the gradients are the
+      incoming ``2 T h / t_sp`` and that GEMM's input gradient ``2 T f / t``: ``incoming + (2 - fc2_in) T f / t``;
+    - layer-wrapped: the unit's last gradient is the layer's first weight's, so the ``cat`` ends the layer's
+      backward, its working set released: the gradient into the layer and the one out of it, ``2 x 2 T h / t_sp``.
+    """
+    flat = fsdp_flat_grad_copy_bytes(row)
+    if flat <= 0.0:
+        return held + working, others + grad_work
+    t_tok = micro_batch_tokens(row)
+    incoming = B16 * t_tok * row[C_HIDDEN] / replicated_divisor(row)
+    if row[C_FSDP_MODULE_WRAP] > 0:
+        cat_working = working
+        cat_grads = incoming + (B16 - mlp_fc2_input_bytes(row, 0)) * t_tok * row[C_FFN] / row[C_TP]
+    else:
+        cat_working = 0.0
+        cat_grads = 2.0 * incoming
+    if cat_working + cat_grads + flat > working + grad_work:
+        return held + cat_working, others + cat_grads + flat
+    return held + working, others + grad_work
 
 
 @njit(error_model='numpy')
@@ -214,7 +251,8 @@ def _phase(row, stage, phase, state, shared):
             return w, g, o, 0.0, graphs
         return w, g, o, at_loss * kept + resident, loss_gather_bytes(row, gather) + comm + logits + graphs
     if phase == P_BACKWARD:
-        return w, g, o, (at_backward + working) * kept + 2.0 * resident, gather + comm + grad_work + graphs
+        a, b = backward_moment(row, at_backward * kept + 2.0 * resident, working * kept, gather + comm + graphs, grad_work)
+        return w, g, o, a, b
     if stage != 0 and mirror_stage(row, stage) != 0:          # DualPipe: rank pp - 1 starts the reverse chain
         return w, g, o, 0.0, graphs
     held = at_embedding * kept                                 # the micro-batch's chunk 0 is freed
