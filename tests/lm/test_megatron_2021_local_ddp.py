@@ -4,6 +4,8 @@ all-reduce, 64 B per parameter of optimizer step without a gradient buffer (the 
 it -- the Narayanan et al. 2021 records (fp16 by the SC21 scripts' CONFIG.sh), the vTrain Megatron-DeepSpeed runs;
 not a fused run, bf16, ZeRO-3, or a run whose DeepSpeed gradient path is read."""
 
+import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -11,9 +13,12 @@ import pytest
 from fastmodel.kernels.lm.step import optimizer_step_bytes
 from fastmodel.lm.execution import ExecutionSpec
 from fastmodel.lm.lowering import Mesh, execution_values
+from fastmodel.lm.records import lower_record
 from fastmodel.lm.stacks import megatron_2021, resolve
 from fastmodel.lm.table import row
+from fastmodel.registry.lm import COLUMN_INDEX as C
 
+DATA = Path(__file__).resolve().parents[1] / "data"
 PTDP = "Megatron-LM (PTD-P)"
 VTRAIN = "Megatron-LM (vTrain ground truth, 2023-24; data/README: Megatron-DeepSpeed codebase)"
 
@@ -89,3 +94,22 @@ def test_gpt_1_7b_pays_6_bytes_per_layer_parameter_every_micro_batch_by_hand():
     assert extra == pytest.approx(24 * layer_params * 6 * 16 / (2.039e12 * 0.85), rel=1e-6)
     assert extra == pytest.approx(0.0847, abs=5e-5)
 
+
+def test_the_narayanan_records_state_fp16_and_get_the_path():
+    """The 16 PTD-P records of Narayanan et al. 2021 (Tables 1 and 2) state fp16 (examples/sc21/CONFIG.sh line 54)
+    and lower to 6 B and an fp16 reduction; the Korthikanti 2022 records (fused) and the ZeRO-3 rows do not."""
+    seen = 0
+    for line in (DATA / "runs_dev.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        if record["source"] not in ("narayanan2021_t1", "narayanan2021_t2", "korthikanti2022_t5"):
+            continue
+        lowered = lower_record(record)
+        ptdp = record["source"] != "korthikanti2022_t5" and record["plan"]["sharding"] != "fsdp"
+        assert (record["plan"]["precision"] == "fp16") is ptdp, record["id"]
+        assert lowered.columns[C["grad_accum_bytes"]] == (6.0 if ptdp else 0.0), record["id"]
+        if record["source"] == "korthikanti2022_t5":
+            assert lowered.columns[C["grad_reduce_bytes"]] == 4.0
+        elif ptdp:
+            assert lowered.columns[C["grad_reduce_bytes"]] == 2.0
+        seen += ptdp
+    assert seen == 16
