@@ -173,8 +173,10 @@ def test_zb_h1_closed_form_is_exact_for_uniform_stages(record_id, mtp):
 
 @pytest.mark.parametrize("record_id", PIPELINED[:3])
 def test_a_schedule_moves_the_step_by_its_bubble_only(record_id):
-    base = _scheduled(record_id, "1f1b")
-    zb = _scheduled(record_id, "zb_h1")
+    # the fp16 step's FP32 gradient copy (docs/model.md §11.49), a peak of its own on these rows, is left out: the
+    # memory compared here is the schedules' activations
+    base = _scheduled(record_id, "1f1b", step_grad_copy_bytes=0)
+    zb = _scheduled(record_id, "zb_h1", step_grad_copy_bytes=0)
     r0 = {k: float(v[0]) for k, v in evaluate_table(base[:, None]).items()}
     r1 = {k: float(v[0]) for k, v in evaluate_table(zb[:, None]).items()}
     assert r1["pipeline_bubble"] < r0["pipeline_bubble"]
@@ -184,8 +186,10 @@ def test_a_schedule_moves_the_step_by_its_bubble_only(record_id):
     assert r1["memory_allocated"] > r0["memory_allocated"]
     # without recompute those residues (M_W) are smaller than a micro-batch (M_B): the peak stays 1F1B's on rank 0
     # (Qi et al. 2024 sec. 2.1: "does not exceed the peak memory of 1F1B")
-    keep = {k: float(v[0]) for k, v in evaluate_table(_scheduled(record_id, "1f1b", recompute=0)[:, None]).items()}
-    zb_keep = {k: float(v[0]) for k, v in evaluate_table(_scheduled(record_id, "zb_h1", recompute=0)[:, None]).items()}
+    keep = {k: float(v[0]) for k, v in evaluate_table(
+        _scheduled(record_id, "1f1b", recompute=0, step_grad_copy_bytes=0)[:, None]).items()}
+    zb_keep = {k: float(v[0]) for k, v in evaluate_table(
+        _scheduled(record_id, "zb_h1", recompute=0, step_grad_copy_bytes=0)[:, None]).items()}
     assert zb_keep["memory_allocated"] == keep["memory_allocated"]
 
 

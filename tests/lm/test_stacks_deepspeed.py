@@ -86,7 +86,10 @@ def test_zero_stage_0_fp16_keeps_16_bit_gradients_in_the_engine():
     spec = resolved(named, precision="fp16", sharding="ddp")
     assert (spec.grad_reduce_dtype, spec.grad_accum_bytes) == ("fp16", 6.0)
     assert resolved(named, precision="bf16", sharding="ddp").grad_accum_bytes is None
-    assert resolved("Megatron-DeepSpeed", precision="fp16", sharding="ddp").grad_accum_bytes is None
+    # no stage named: Megatron's own local DDP under fp16 (the same 6 B and fp16 reduction, its own step, §11.49)
+    own = resolved("Megatron-DeepSpeed", precision="fp16", sharding="ddp")
+    assert (own.grad_accum_bytes, own.step_grad_passes, own.pp_engine_deepspeed) == (6.0, 10.0, None)
+    assert spec.step_grad_passes == 25.0
 
 
 def test_the_stage_0_path_needs_exactly_one_zero_stage_named_and_two_stages_get_a_note():

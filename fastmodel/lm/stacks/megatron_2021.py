@@ -112,6 +112,53 @@ def fork_fp16_defaults(execution, framework: str | None) -> dict:
             "step_grad_copy_bytes": FORK_FP16_GRAD_COPY_BYTES, **FORK_FP16_STEP_PASSES}
 
 
+#: Optimizer-step passes of Megatron-LM's ``Float16OptimizerWithFloat16Params.step`` under fp16 without contiguous
+#: gradient buffers (NVIDIA/Megatron-LM de7dc40f88, the SC21 scripts' commit; the scripts pass no
+#: ``--use-contiguous-buffers-in-ddp``, arguments.py line 582 ``store_true``), in bytes per parameter beyond the Adam
+#: kernel's own count (which reads a 2-B gradient here): the fork's 20 B (``FORK_FP16_STEP_PASSES``, the same
+#: optimizer.py lines 303-336 and 377-420: ``main_grad.float()`` 2 + 4, unscale 4 + 4, the clip's norm 4, Adam at
+#: 4 B not 2, +2) and the bucketed all-reduce's ``_flatten_dense_tensors`` 2 + 2, ``coalesced /=`` 2 + 2 and copy
+#: back 2 + 2 (distributed.py lines 197-218): 32 B = 16 passes of the 2-B gradient; the FP32 master is reread
+#: (``_copy_main_params_to_model_params``); ``zero_grad(set_to_none=True)`` writes nothing (training.py lines 353-358)
+LOCAL_DDP_FP16_STEP_PASSES = {"step_grad_passes": 16.0, "step_master_copy": True}
+
+#: The same step in Megatron-DeepSpeed, whose local DDP keeps a contiguous gradient buffer by default
+#: (microsoft/Megatron-DeepSpeed 71e8407c megatron/arguments.py lines 1121-1124, ``--no-contiguous-buffers-in-local-
+#: ddp`` ``store_false``): the fork's passes and zeroing (``FORK_FP16_STEP_PASSES``; ``zero_grad_buffer``,
+#: training.py line 676) and the buffer's in-place ``/= dp`` before the all-reduce (distributed.py line 207,
+#: ``step_grad_prescale``)
+BUFFER_DDP_FP16_STEP_PASSES = {**FORK_FP16_STEP_PASSES, "step_grad_prescale": True}
+
+
+def local_ddp_gradient_path(execution, framework: str | None) -> dict:
+    """The gradient path of Megatron's own data parallelism (local DDP) in Megatron-LM of 2021-22 and
+    Megatron-DeepSpeed without gradient-accumulation fusion (docs/model.md §11.49). The fusion landed in
+    Megatron-LM 83b1e42f30 (2022-02): a run with it states ``wgrad_fused_accumulation`` (the Korthikanti 2022
+    records) and gets nothing here. Unfused, by the record's precision:
+
+    - fp16: ``--accumulate-allreduce-grads-in-fp32`` is opt-in (de7dc40f88 megatron/arguments.py line 553; bf16
+      alone forces it, lines 136-146), so the gradients keep the parameters' fp16 and are all-reduced in fp16
+      (distributed.py lines 128-130 and 188-218): ``grad_reduce_dtype`` fp16. Each micro-batch adds its gradient
+      to the stored one in 16 bits: by autograd in place without a buffer (``optimizer.zero_grad`` sets ``.grad``
+      to None once a step, training.py lines 353-358) or by the hook into the fp16 buffer (lines 171-176): read
+      2 + 2, write 2 (``deepspeed.INPLACE_16BIT_ACCUM_BYTES``). The step: ``LOCAL_DDP_FP16_STEP_PASSES``, or
+      ``BUFFER_DDP_FP16_STEP_PASSES`` for a text naming ``megatron-deepspeed``; its FP32 gradient copy
+      ``FORK_FP16_GRAD_COPY_BYTES``;
+    - bf16: nothing here. Megatron-LM of 2021 adds into an FP32 buffer (2 + 4 + 4 B, the hook above), but the
+      text cannot tell 2021 from 2022, when bf16 keeps the fusion on (as in the MegaBlocks fork), and no record
+      runs the 2021 code in bf16 (the SC21 scripts pass ``--fp16``).
+
+    ZeRO-3 (``fsdp``) is DeepSpeed's and keeps DeepSpeed's path; so do the Megatron-DeepSpeed runs whose
+    DeepSpeed gradient path is read (ZeRO-1, ZeRO stage 0: ``defaults`` drops this for them). {} else."""
+    if getattr(execution, "sharding", None) not in ("ddp", "distopt") or getattr(
+            execution, "wgrad_fused_accumulation", None) or getattr(execution, "precision", None) != "fp16":
+        return {}
+    buffered = framework is not None and names_in(tokens(framework), "megatron-deepspeed") is not None
+    return {"grad_reduce_dtype": "fp16", "grad_accum_bytes": deepspeed.INPLACE_16BIT_ACCUM_BYTES,
+            "step_grad_copy_bytes": FORK_FP16_GRAD_COPY_BYTES,
+            **(BUFFER_DDP_FP16_STEP_PASSES if buffered else LOCAL_DDP_FP16_STEP_PASSES)}
+
+
 #: the DeepSpeed release a Megatron-DeepSpeed text stating none is read at: v0.6.2, the first with BF16_Optimizer,
 #: written for BigScience's bf16 pipeline training (PR #1801) [A: the fork pins no version]
 DEEPSPEED_ERA = (0, 6, 2)
@@ -124,7 +171,7 @@ def defaults(execution, framework: str | None) -> dict:
     values = {"dropout": True, "flash_attention": False, "overlap_grad_reduce": False,
               "overlap_param_gather": False, "loss_traffic_bytes_per_logit": LOSS_BYTES_UNFUSED_CE,
               **host_defaults(framework), **megablocks_defaults(framework), **deepspeed_moe_defaults(execution),
-              **fork_fp16_defaults(execution, framework)}
+              **(fork_fp16_defaults(execution, framework) or local_ddp_gradient_path(execution, framework))}
     if execution.sharding == "fsdp":
         # ZeRO-3 exists in these codebases only through DeepSpeed: its communication defaults are DeepSpeed's
         values.update(deepspeed.defaults(execution, framework))
@@ -135,6 +182,9 @@ def defaults(execution, framework: str | None) -> dict:
         # with DeepSpeed's engine in use (a path was read), pretrain_gpt.py builds GPTModelPipe, so DeepSpeed's
         # PipelineEngine runs the pipeline (docs/model.md §11.31); a text naming no ZeRO stage and no ZeRO-1
         # sharding (the vTrain runs' ddp) may be Megatron's own schedule, and keeps it
+        if path:    # DeepSpeed's engine owns the gradients: Megatron's local DDP path does not run
+            for key in local_ddp_gradient_path(execution, framework):
+                values.pop(key)
         values.update(path, **({"pp_engine_deepspeed": True} if path else {}))
     return values
 

@@ -1,0 +1,115 @@
+"""Megatron's own data parallelism of 2021-22 under fp16 (``stacks.megatron_2021.local_ddp_gradient_path``,
+docs/model.md §11.49), derived by hand: 6 B per parameter and micro-batch of 16-bit gradient accumulation, an fp16
+all-reduce, 64 B per parameter of optimizer step without a gradient buffer (the SC21 scripts), and which runs get
+it -- the Narayanan et al. 2021 records (fp16 by the SC21 scripts' CONFIG.sh), the vTrain Megatron-DeepSpeed runs;
+not a fused run, bf16, ZeRO-3, or a run whose DeepSpeed gradient path is read."""
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from fastmodel.kernels.lm.step import optimizer_step_bytes
+from fastmodel.lm.execution import ExecutionSpec
+from fastmodel.lm.lowering import Mesh, execution_values
+from fastmodel.lm.records import lower_record
+from fastmodel.lm.stacks import megatron_2021, resolve
+from fastmodel.lm.table import row
+from fastmodel.registry.lm import COLUMN_INDEX as C
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+PTDP = "Megatron-LM (PTD-P)"
+VTRAIN = "Megatron-LM (vTrain ground truth, 2023-24; data/README: Megatron-DeepSpeed codebase)"
+
+
+def _resolved(framework, **fields):
+    return resolve(ExecutionSpec(framework=framework, stack="megatron-2021", **fields), pp=1, layers=24)
+
+
+def test_fp16_without_fusion_accumulates_and_reduces_16_bit_gradients():
+    """fp16 without --accumulate-allreduce-grads-in-fp32: read 2 + 2, write 2 = 6 B a parameter and micro-batch,
+    the all-reduce in fp16; the step's extra passes by the buffer (none in Megatron-LM of 2021 as the SC21 scripts
+    ran it, contiguous in Megatron-DeepSpeed); the FP32 gradient copy 4 B."""
+    for sharding in ("ddp", "distopt"):
+        spec = _resolved(PTDP, precision="fp16", sharding=sharding)
+        assert (spec.grad_reduce_dtype, spec.grad_accum_bytes) == ("fp16", 2.0 + 2.0 + 2.0)
+        assert (spec.step_grad_passes, spec.step_master_copy, spec.step_zero_grad) == (16.0, True, None)
+        assert (spec.step_grad_prescale, spec.step_grad_copy_bytes) == (None, 4.0)
+    fork = _resolved(VTRAIN, precision="fp16", sharding="ddp")
+    assert (fork.grad_reduce_dtype, fork.grad_accum_bytes, fork.step_grad_copy_bytes) == ("fp16", 6.0, 4.0)
+    assert (fork.step_grad_passes, fork.step_master_copy, fork.step_zero_grad, fork.step_grad_prescale) == (
+        10.0, True, True, True)
+    assert fork.pp_engine_deepspeed is None          # Megatron's own schedule, as before
+
+
+def test_fused_bf16_zero3_and_deepspeeds_engine_keep_their_own_paths():
+    fused = _resolved(PTDP, precision="fp16", sharding="distopt", wgrad_fused_accumulation=True)
+    assert (fused.grad_accum_bytes, fused.grad_reduce_dtype, fused.step_grad_passes) == (None, None, None)
+    bf16 = _resolved(PTDP, precision="bf16", sharding="distopt")
+    assert (bf16.grad_accum_bytes, bf16.grad_reduce_dtype, bf16.step_grad_copy_bytes) == (None, None, None)
+    assert _resolved(PTDP, precision="fp16", sharding="fsdp").grad_accum_bytes is None
+    # ZeRO stage 0 named: DeepSpeed's engine (FP16_Optimizer), nothing of Megatron's DDP left over
+    stage0 = _resolved("Megatron-DeepSpeed, ZeRO stage 0", precision="fp16", sharding="ddp")
+    assert (stage0.grad_accum_bytes, stage0.step_grad_passes) == (6.0, 25.0)
+    assert (stage0.step_zero_grad, stage0.step_grad_prescale, stage0.step_grad_copy_bytes) == (None, None, None)
+    # MegaBlocks' fork keeps its own (the same accumulation, its buffer's step)
+    fork = _resolved("Megatron-LM (stanford-futuredata fork 0bdc8181, 2022), fp16", precision="fp16", sharding="ddp")
+    assert (fork.step_grad_passes, fork.step_zero_grad, fork.step_grad_prescale) == (10.0, True, None)
+    # a field the record sets wins
+    assert _resolved(PTDP, precision="fp16", sharding="ddp", grad_accum_bytes=0).grad_accum_bytes == 0
+
+
+def test_the_sc21_fp16_step_moves_64_bytes_per_parameter_by_hand():
+    """Float16OptimizerWithFloat16Params.step as the fork's (52 B: ``main_grad.float()`` 2 + 4, unscale 4 + 4, the
+    clip's norm 4, Adam 4 + 4 + 8 + 8 + 4, the copy to the fp16 weights 4 + 2) and, without a buffer, the all-reduce's
+    flatten 2 + 2, ``/= dp`` 2 + 2 and copy back 2 + 2: 64 B per local parameter, nothing per held parameter
+    (``zero_grad(set_to_none=True)``)."""
+    r = row(optimizer="adam", grad_reduce_bytes=2, **megatron_2021.LOCAL_DDP_FP16_STEP_PASSES)
+    real = (2 + 4) + (4 + 4) + 4 + (4 + 4 + 8 + 8 + 4) + (4 + 2) + (2 + 2) + (2 + 2) + (2 + 2)
+    assert real == 64
+    assert optimizer_step_bytes(r, 1e9, 3e9) == pytest.approx(1e9 * real, rel=1e-12)
+
+
+GPT_1_7B = dict(layers=24, hidden=2304, ffn=9216, heads=24, kv_heads=24, head_dim=96, vocab=51200, seq_len=2048,
+                global_batch=512, hbm_bw=2.039e12, hbm_eff=0.85, gated_mlp=0)
+
+
+def _gpt_1_7b_step(**fields):
+    """Narayanan's GPT-1.7B row (TP 1, PP 1, DP 32, micro-batch 1 as the record assumes: 16 micro-batches), with
+    the plan columns of the resolved stack."""
+    from fastmodel.lm.engine import evaluate_table
+    from fastmodel.lm.table import table
+
+    spec = _resolved(PTDP, precision="fp16", sharding="distopt", micro_batch=1, recompute="full", **fields)
+    values = execution_values(spec, SimpleNamespace(moe_experts=0, layers=24), Mesh(dp=32))
+    return evaluate_table(table(1, **{**GPT_1_7B, **values}))["step_time"][0]
+
+
+def test_gpt_1_7b_pays_6_bytes_per_layer_parameter_every_micro_batch_by_hand():
+    """24 layers x 12 x 2304^2 weights (4 h^2 attention, 2 h x 4h MLP), 16 micro-batches: 6 B x 16 x that over
+    A100's 2.039 TB/s x 0.85 = 0.0847 s beyond the same plan with the term set to 0."""
+    layer_params = 12 * 2304 ** 2
+    extra = _gpt_1_7b_step() - _gpt_1_7b_step(grad_accum_bytes=0)
+    assert extra == pytest.approx(24 * layer_params * 6 * 16 / (2.039e12 * 0.85), rel=1e-6)
+    assert extra == pytest.approx(0.0847, abs=5e-5)
+
+
+def test_the_narayanan_records_state_fp16_and_get_the_path():
+    """The 16 PTD-P records of Narayanan et al. 2021 (Tables 1 and 2) state fp16 (examples/sc21/CONFIG.sh line 54)
+    and lower to 6 B and an fp16 reduction; the Korthikanti 2022 records (fused) and the ZeRO-3 rows do not."""
+    seen = 0
+    for line in (DATA / "runs_dev.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        if record["source"] not in ("narayanan2021_t1", "narayanan2021_t2", "korthikanti2022_t5"):
+            continue
+        lowered = lower_record(record)
+        ptdp = record["source"] != "korthikanti2022_t5" and record["plan"]["sharding"] != "fsdp"
+        assert (record["plan"]["precision"] == "fp16") is ptdp, record["id"]
+        assert lowered.columns[C["grad_accum_bytes"]] == (6.0 if ptdp else 0.0), record["id"]
+        if record["source"] == "korthikanti2022_t5":
+            assert lowered.columns[C["grad_reduce_bytes"]] == 4.0
+        elif ptdp:
+            assert lowered.columns[C["grad_reduce_bytes"]] == 2.0
+        seen += ptdp
+    assert seen == 16
