@@ -62,7 +62,7 @@ def test_a_run_record_with_tp_across_nodes_is_answered():
     lines = (Path(__file__).parents[1] / "data" / "runs_dev.jsonl").read_text().splitlines()
     record = next(r for r in map(json.loads, lines) if r["id"] == "narayanan2021_t1-GPT-18.4B-n256-tp8pp1-full")
     tp8, _ = record_values(record)
-    record["plan"].update(tp=16, dp=16)
+    record["plan"].update(tp=16, dp=16, grad_accum=8)     # micro-batch 8 (SC21 run_table_1.sh): 1024 / (8 x 16)
     tp16, _ = record_values(record)
     assert record["system"]["gpus_per_node"] == 8
     assert np.isfinite(tp16["step_time"]) and tp16["step_time"] > 0.0

@@ -194,7 +194,7 @@ def test_a_schedule_moves_the_step_by_its_bubble_only(record_id):
 
 
 def _dualpipe_columns(mtp=0):
-    # narayanan2021 GPT 76.1B on pp = 4, dp = 32: m = 1792 / (1 x 32) = 56 micro-batches, even and >= 2 pp
+    # narayanan2021 GPT 76.1B on pp = 4, dp = 32: m = 1792 / (2 x 32) = 28 micro-batches, even and >= 2 pp
     return _scheduled("narayanan2021_t1-GPT-76.1B-n1024-tp8pp4-full", "dualpipe", mtp_layers=mtp)
 
 
@@ -250,6 +250,7 @@ def test_a_record_s_zero_bubble_is_zb_h1():
     import copy
 
     raw = copy.deepcopy(RECORDS["narayanan2021_t1-GPT-76.1B-n1024-tp8pp4-full"].raw)
+    raw["plan"]["vp"] = 1     # the SC21 run interleaves (vp 3); ZB-H1 runs one stage per rank
     raw["plan"]["pipeline_schedule"] = "zero_bubble (ZB-H1, Qi et al.)"
     assert lower_record(raw).columns[COLUMN_INDEX["pipeline_schedule"]] == PIPELINE_SCHEDULES["zb_h1"]
     raw["plan"]["pipeline_schedule"] = "zb_h2"
