@@ -53,6 +53,11 @@ def test_fused_bf16_zero3_and_deepspeeds_engine_keep_their_own_paths():
     stage0 = _resolved("Megatron-DeepSpeed, ZeRO stage 0", precision="fp16", sharding="ddp")
     assert (stage0.grad_accum_bytes, stage0.step_grad_passes) == (6.0, 25.0)
     assert (stage0.step_zero_grad, stage0.step_grad_prescale, stage0.step_grad_copy_bytes) == (None, None, None)
+    # a text naming both the fork and Megatron-DeepSpeed with ZeRO stage 0: the fork's path was the one merged, and
+    # it is dropped whole under DeepSpeed's engine (was a KeyError 'step_grad_prescale', review 4 finding 1)
+    both = _resolved("Megatron-DeepSpeed (stanford-futuredata fork), ZeRO stage 0", precision="fp16", sharding="ddp")
+    assert (both.grad_accum_bytes, both.step_grad_passes, both.pp_engine_deepspeed) == (6.0, 25.0, True)
+    assert (both.step_zero_grad, both.step_grad_prescale, both.step_grad_copy_bytes) == (None, None, None)
     # MegaBlocks' fork keeps its own (the same accumulation, its buffer's step)
     fork = _resolved("Megatron-LM (stanford-futuredata fork 0bdc8181, 2022), fp16", precision="fp16", sharding="ddp")
     assert (fork.step_grad_passes, fork.step_zero_grad, fork.step_grad_prescale) == (10.0, True, None)

@@ -168,10 +168,13 @@ def defaults(execution, framework: str | None) -> dict:
     # the loss: Megatron-LM of 2021-22 runs the same unfused vocab-parallel cross-entropy as Megatron-Core, on
     # output.float() (NVIDIA/Megatron-LM aed2f75 2021-04-11 and 55ba1f7 2022-05-26: megatron/model/gpt_model.py
     # post_language_model_processing, megatron/mpu/cross_entropy.py max, sub_, exp, sum, div_; backward mul_)
+    # Megatron's own fp16 gradient path (the fork's or local DDP's), computed once: under DeepSpeed's engine the
+    # keys of the one merged are dropped, whichever it was
+    own = fork_fp16_defaults(execution, framework) or local_ddp_gradient_path(execution, framework)
     values = {"dropout": True, "flash_attention": False, "overlap_grad_reduce": False,
               "overlap_param_gather": False, "loss_traffic_bytes_per_logit": LOSS_BYTES_UNFUSED_CE,
               **host_defaults(framework), **megablocks_defaults(framework), **deepspeed_moe_defaults(execution),
-              **(fork_fp16_defaults(execution, framework) or local_ddp_gradient_path(execution, framework))}
+              **own}
     if execution.sharding == "fsdp":
         # ZeRO-3 exists in these codebases only through DeepSpeed: its communication defaults are DeepSpeed's
         values.update(deepspeed.defaults(execution, framework))
@@ -183,8 +186,8 @@ def defaults(execution, framework: str | None) -> dict:
         # PipelineEngine runs the pipeline (docs/model.md §11.31); a text naming no ZeRO stage and no ZeRO-1
         # sharding (the vTrain runs' ddp) may be Megatron's own schedule, and keeps it
         if path:    # DeepSpeed's engine owns the gradients: Megatron's local DDP path does not run
-            for key in local_ddp_gradient_path(execution, framework):
-                values.pop(key)
+            for key in own:
+                values.pop(key, None)
         values.update(path, **({"pp_engine_deepspeed": True} if path else {}))
     return values
 
