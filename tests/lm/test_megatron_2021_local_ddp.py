@@ -29,13 +29,20 @@ def _resolved(framework, **fields):
 
 def test_fp16_without_fusion_accumulates_and_reduces_16_bit_gradients():
     """fp16 without --accumulate-allreduce-grads-in-fp32: read 2 + 2, write 2 = 6 B a parameter and micro-batch,
-    the all-reduce in fp16; the step's extra passes by the buffer (none in Megatron-LM of 2021 as the SC21 scripts
-    ran it, contiguous in Megatron-DeepSpeed); the FP32 gradient copy 4 B."""
+    the all-reduce in fp16; the step's extra passes by the buffer: the contiguous buffer by default (Megatron-LM
+    from e8fb052f81, Megatron-DeepSpeed), none only for a plan stating ``step_zero_grad = false`` (the SC21
+    scripts); the FP32 gradient copy 4 B."""
     for sharding in ("ddp", "distopt"):
-        spec = _resolved(PTDP, precision="fp16", sharding=sharding)
+        spec = _resolved(PTDP, precision="fp16", sharding=sharding, step_zero_grad=False)
         assert (spec.grad_reduce_dtype, spec.grad_accum_bytes) == ("fp16", 2.0 + 2.0 + 2.0)
-        assert (spec.step_grad_passes, spec.step_master_copy, spec.step_zero_grad) == (16.0, True, None)
+        assert (spec.step_grad_passes, spec.step_master_copy, spec.step_zero_grad) == (16.0, True, False)
         assert (spec.step_grad_prescale, spec.step_grad_copy_bytes) == (None, 4.0)
+    # not stated (or stated true): the buffered step, whatever the text -- no text selects the no-buffer step
+    for stated in ({}, {"step_zero_grad": True}):
+        spec = _resolved(PTDP, precision="fp16", sharding="ddp", **stated)
+        assert (spec.grad_reduce_dtype, spec.grad_accum_bytes, spec.step_grad_copy_bytes) == ("fp16", 6.0, 4.0)
+        assert (spec.step_grad_passes, spec.step_master_copy, spec.step_zero_grad, spec.step_grad_prescale) == (
+            10.0, True, True, True)
     fork = _resolved(VTRAIN, precision="fp16", sharding="ddp")
     assert (fork.grad_reduce_dtype, fork.grad_accum_bytes, fork.step_grad_copy_bytes) == ("fp16", 6.0, 4.0)
     assert (fork.step_grad_passes, fork.step_master_copy, fork.step_zero_grad, fork.step_grad_prescale) == (
@@ -86,7 +93,8 @@ def _gpt_1_7b_step(**fields):
     from fastmodel.lm.engine import evaluate_table
     from fastmodel.lm.table import table
 
-    spec = _resolved(PTDP, precision="fp16", sharding="distopt", micro_batch=1, recompute="full", **fields)
+    spec = _resolved(PTDP, precision="fp16", sharding="distopt", micro_batch=1, recompute="full",
+                     step_zero_grad=False, **fields)
     values = execution_values(spec, SimpleNamespace(moe_experts=0, layers=24), Mesh(dp=32))
     return evaluate_table(table(1, **{**GPT_1_7B, **values}))["step_time"][0]
 
