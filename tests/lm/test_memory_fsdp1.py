@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from fastmodel.kernels.lm.layout import M_ACTIVATIONS, M_BUFFERS, N_MEMORY_KINDS
-from fastmodel.kernels.lm.memory import fsdp_flat_grad_copy_bytes, memory_row
+from fastmodel.kernels.lm.memory import memory_row
+from fastmodel.kernels.lm.memory_fsdp import fsdp_flat_grad_copy_bytes
 from fastmodel.lm.records import lower_record
 from fastmodel.lm.table import row
 from fastmodel.lm.validate import rows
