@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fastmodel.errors import SweepError
+from fastmodel.errors import SpecError, SweepError
 from fastmodel.lm.loader import load_cluster, load_execution, load_lm_model
 from fastmodel.lm.lowering import Mesh, lower
 from fastmodel.lm.table import CODE_TABLES, encode
@@ -197,6 +197,38 @@ def check_execution_axes(axes: dict, execution) -> None:
                     reasons.append(str(error).split(": ", 1)[-1])
             if len(reasons) == len(schedules):
                 raise SweepError(f"axis {name!r}: {reasons[0]}")
+
+
+#: execution fields the ``megatron-2021`` profile's defaults read (its fp16 gradient path, docs/model.md §11.49;
+#: ZeRO-3 through DeepSpeed's), which a sweep, lowering the stack once from the execution spec, cannot follow
+STACK_READ_AXES = ("precision", "sharding", "wgrad_fused_accumulation", "step_zero_grad")
+
+
+def check_stack_axes(axes: dict, execution) -> None:
+    """An axis over a field of :data:`STACK_READ_AXES` on ``megatron-2021`` whose value gives the stack other
+    defaults than the execution spec's (the gradient path of §11.49: a ``wgrad_fused_accumulation`` axis got
+    ``wgrad_accumulation_twice`` for a plan the same value in ``[execution]`` runs) is refused in one line, as an
+    ep-dependent ``fused_kernels`` is (``base_columns``): a sweep lowers the stack once for every point."""
+    from fastmodel.lm.stacks import profile_for
+
+    profile = profile_for(execution.framework, execution.stack)[0]
+    if profile.name != "megatron-2021":
+        return
+    base, own = execution.model_dump(), profile.defaults(execution, execution.framework)
+    for name in STACK_READ_AXES:
+        for value in axes.get(name, ()):
+            value = _code_name(name, value)
+            if name not in CODE_TABLES and not isinstance(value, bool) and value in (0, 1):
+                value = bool(value)         # a switch given as 0 or 1
+            try:
+                spec = load_execution({**base, name: value})
+            except SpecError:
+                continue                    # the axis's own check names it
+            if profile.defaults(spec, spec.framework) != own:
+                raise SweepError(f"axis {name!r}: stack megatron-2021 reads {name} for its gradient path "
+                                 f"(docs/model.md §11.49) and a sweep lowers the stack once for every point, so the "
+                                 f"point at {value!r} would not be the plan that {name} = {value!r} in the execution "
+                                 "spec is: set it there, one sweep per value")
 
 
 def _code_name(name: str, value: Any) -> Any:

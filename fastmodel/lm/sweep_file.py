@@ -133,3 +133,8 @@ def sweep_plan_from_file(source: str, data: dict, base: Path, unit_configs: int 
                            only_fitting, calibration, unit_configs or data.get("unit_configs"))
     except SweepError as error:
         raise SweepError(f"{source}: {error}") from None
+    except SpecError as error:
+        if error.source != model.name:
+            raise
+        # the lowering names the model (its source outside a file); here the sweep file stated the execution
+        raise type(error)(source, error.field, error.reason) from None

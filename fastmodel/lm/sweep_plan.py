@@ -26,6 +26,7 @@ from fastmodel.lm.sweep import (
     base_columns,
     check_degree_axes,
     check_execution_axes,
+    check_stack_axes,
     parse_mesh,
 )
 from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
@@ -54,6 +55,7 @@ class LMSweepPlan(SweepPlan):
             max_gpus = int(max(nodes) * cluster.gpus_per_node) if len(nodes) else cluster.n_gpus
             check_degree_axes(list(axes))
             check_execution_axes(axes, execution)
+            check_stack_axes(axes, execution)
             names, labels, numeric = [], [], []
             for name, values in axes.items():
                 coords, values_num = _axis_values(name, values, model, cluster, max_gpus)

@@ -36,10 +36,7 @@ from fastmodel.kernels.lm.layout import (
     C_NCCL_P2P_CHANNELS_PER_PEER, C_MOE_DISPATCHER, DISPATCH_DEEPEP, C_PIPELINE_SCHEDULE, SCHED_ZB_H1, N_COLUMNS,
 )
 from fastmodel.kernels.lm.memory_deepep import deepep_buffer_bytes
-from fastmodel.kernels.lm.memory_fsdp import (  # noqa: F401 - re-exported: callers import them from here
-    fsdp_flat_grad_copy_bytes, fsdp_gather_buffer_bytes, fsdp_prefetched_units, fsdp_unit_params, gathered_expert_split,
-    largest_module_params, max_layer_params, wrapped_module_params,
-)
+from fastmodel.kernels.lm.memory_fsdp import fsdp_gather_buffer_bytes
 from fastmodel.kernels.lm.memory_activations import (
     micro_batch_tokens, replicated_divisor, local_kv_width, routed_tokens, layer_activation_bytes, kept_mode,
     stored_layer_bytes, recompute_working_bytes,

@@ -147,7 +147,9 @@ def fsdp_flat_grad_copy_bytes(row):
     once, ``(c + c + g) * unit``; the time model's ``fsdp1_grad_passes`` counts the same ``cat``. 0 for FSDP2
     (per-parameter sharding), bucketed ZeRO-3, plans without FSDP, and FSDP with one reduction per step
     (``accumulates_unsharded``: not modelled). Measured: docs/model_memory.md "PyTorch FSDP1 on A100 40 GB:
-    measured peaks" (nine GPT-175B peaks of the PyTorch FSDP benchmark within 0.05 %)."""
+    measured peaks" (nine GPT-175B peaks of the PyTorch FSDP benchmark: the hand peak matches them within
+    0.05 %, the model is 0.3 to 2.7 % below them; without recompute they peak at the LM head's ``cat``, which the
+    model lacks, and it lands within 0.5 % only because a layer unit is near the head's size)."""
     if (int(row[C_SHARDING]) != SHARD_FSDP or row[C_FSDP1_GRAD_PASSES] <= 0 or row[C_COLLECTIVE_BUCKET_BYTES] > 0
             or accumulates_unsharded(row)):
         return 0.0

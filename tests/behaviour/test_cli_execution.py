@@ -204,3 +204,14 @@ def test_a_fused_accumulation_beside_an_accumulation_pass_is_one_line_exit_2(tmp
     path.write_text("[execution]\ngrad_accum_bytes = 10\nwgrad_fused_accumulation = true\n")
     assert _error(cli("run", *dense, "--execution", path)).startswith(f"error: {path}: execution.grad_accum_bytes:")
     assert cli("run", *dense, "-x", "grad_accum_bytes=6", "-x", "wgrad_fused_accumulation=false").exit_code == 0
+
+
+def test_a_sweep_files_refused_execution_names_the_file(tmp_path):
+    """The lowering names its source; in a sweep that was the model ("Llama 3.1 8B: execution...") where the
+    sweep file stated the execution (review 4 finding 9): one line naming the file, exit 2."""
+    path = tmp_path / "a.toml"
+    path.write_text('model = "llama3.1-8b"\nsystem = "dgx-h100"\ntask = "llm-pretrain"\n'
+                    '[execution]\ngrad_accum_bytes = 6\n[axes]\nplan = ["dp"]\n')
+    line = _error(cli("sweep", path, "-o", tmp_path / "a.nc"))
+    assert line.startswith(f"error: {path}: execution.grad_accum_bytes: a separate gradient-accumulation pass")
+    assert not (tmp_path / "a.nc").exists()

@@ -36,9 +36,13 @@ def test_the_fork_under_fp16_and_local_ddp_accumulates_and_reduces_16_bit_gradie
     assert _resolved(FORK, precision="bf16", sharding="ddp").grad_accum_bytes is None
     assert _resolved(FORK, precision="bf16", sharding="ddp").step_grad_copy_bytes is None
     assert _resolved(FORK, precision="fp16", sharding="zero1").grad_accum_bytes is None
-    # another Megatron text: Megatron-LM's own fp16 path (the same 6 B; its step without the fork's buffer, §11.49)
+    # another Megatron text: Megatron-LM's own fp16 path (the same 6 B; its contiguous buffer by default, as the
+    # fork's, with the buffer's /= dp; without a buffer only for a plan stating step_zero_grad = false, §11.49)
     other = _resolved("Megatron-LM 2021, fp16", precision="fp16", sharding="ddp")
-    assert (other.grad_accum_bytes, other.step_grad_passes, other.step_zero_grad) == (6.0, 16.0, None)
+    assert (other.grad_accum_bytes, other.step_grad_passes, other.step_zero_grad) == (6.0, 10.0, True)
+    assert other.step_grad_prescale is True
+    bare = _resolved("Megatron-LM 2021, fp16", precision="fp16", sharding="ddp", step_zero_grad=False)
+    assert (bare.grad_accum_bytes, bare.step_grad_passes, bare.step_zero_grad) == (6.0, 16.0, False)
     assert _resolved(FORK, precision="fp16", sharding="ddp", grad_accum_bytes=0).grad_accum_bytes == 0
 
 

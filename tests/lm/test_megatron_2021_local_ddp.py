@@ -29,13 +29,20 @@ def _resolved(framework, **fields):
 
 def test_fp16_without_fusion_accumulates_and_reduces_16_bit_gradients():
     """fp16 without --accumulate-allreduce-grads-in-fp32: read 2 + 2, write 2 = 6 B a parameter and micro-batch,
-    the all-reduce in fp16; the step's extra passes by the buffer (none in Megatron-LM of 2021 as the SC21 scripts
-    ran it, contiguous in Megatron-DeepSpeed); the FP32 gradient copy 4 B."""
+    the all-reduce in fp16; the step's extra passes by the buffer: the contiguous buffer by default (Megatron-LM
+    from e8fb052f81, Megatron-DeepSpeed), none only for a plan stating ``step_zero_grad = false`` (the SC21
+    scripts); the FP32 gradient copy 4 B."""
     for sharding in ("ddp", "distopt"):
-        spec = _resolved(PTDP, precision="fp16", sharding=sharding)
+        spec = _resolved(PTDP, precision="fp16", sharding=sharding, step_zero_grad=False)
         assert (spec.grad_reduce_dtype, spec.grad_accum_bytes) == ("fp16", 2.0 + 2.0 + 2.0)
-        assert (spec.step_grad_passes, spec.step_master_copy, spec.step_zero_grad) == (16.0, True, None)
+        assert (spec.step_grad_passes, spec.step_master_copy, spec.step_zero_grad) == (16.0, True, False)
         assert (spec.step_grad_prescale, spec.step_grad_copy_bytes) == (None, 4.0)
+    # not stated (or stated true): the buffered step, whatever the text -- no text selects the no-buffer step
+    for stated in ({}, {"step_zero_grad": True}):
+        spec = _resolved(PTDP, precision="fp16", sharding="ddp", **stated)
+        assert (spec.grad_reduce_dtype, spec.grad_accum_bytes, spec.step_grad_copy_bytes) == ("fp16", 6.0, 4.0)
+        assert (spec.step_grad_passes, spec.step_master_copy, spec.step_zero_grad, spec.step_grad_prescale) == (
+            10.0, True, True, True)
     fork = _resolved(VTRAIN, precision="fp16", sharding="ddp")
     assert (fork.grad_reduce_dtype, fork.grad_accum_bytes, fork.step_grad_copy_bytes) == ("fp16", 6.0, 4.0)
     assert (fork.step_grad_passes, fork.step_master_copy, fork.step_zero_grad, fork.step_grad_prescale) == (
@@ -53,6 +60,11 @@ def test_fused_bf16_zero3_and_deepspeeds_engine_keep_their_own_paths():
     stage0 = _resolved("Megatron-DeepSpeed, ZeRO stage 0", precision="fp16", sharding="ddp")
     assert (stage0.grad_accum_bytes, stage0.step_grad_passes) == (6.0, 25.0)
     assert (stage0.step_zero_grad, stage0.step_grad_prescale, stage0.step_grad_copy_bytes) == (None, None, None)
+    # a text naming both the fork and Megatron-DeepSpeed with ZeRO stage 0: the fork's path was the one merged, and
+    # it is dropped whole under DeepSpeed's engine (was a KeyError 'step_grad_prescale', review 4 finding 1)
+    both = _resolved("Megatron-DeepSpeed (stanford-futuredata fork), ZeRO stage 0", precision="fp16", sharding="ddp")
+    assert (both.grad_accum_bytes, both.step_grad_passes, both.pp_engine_deepspeed) == (6.0, 25.0, True)
+    assert (both.step_zero_grad, both.step_grad_prescale, both.step_grad_copy_bytes) == (None, None, None)
     # MegaBlocks' fork keeps its own (the same accumulation, its buffer's step)
     fork = _resolved("Megatron-LM (stanford-futuredata fork 0bdc8181, 2022), fp16", precision="fp16", sharding="ddp")
     assert (fork.step_grad_passes, fork.step_zero_grad, fork.step_grad_prescale) == (10.0, True, None)
@@ -81,7 +93,8 @@ def _gpt_1_7b_step(**fields):
     from fastmodel.lm.engine import evaluate_table
     from fastmodel.lm.table import table
 
-    spec = _resolved(PTDP, precision="fp16", sharding="distopt", micro_batch=1, recompute="full", **fields)
+    spec = _resolved(PTDP, precision="fp16", sharding="distopt", micro_batch=1, recompute="full",
+                     step_zero_grad=False, **fields)
     values = execution_values(spec, SimpleNamespace(moe_experts=0, layers=24), Mesh(dp=32))
     return evaluate_table(table(1, **{**GPT_1_7B, **values}))["step_time"][0]
 
@@ -111,5 +124,7 @@ def test_the_narayanan_records_state_fp16_and_get_the_path():
             assert lowered.columns[C["grad_reduce_bytes"]] == 4.0
         elif ptdp:
             assert lowered.columns[C["grad_reduce_bytes"]] == 2.0
+            assert record["plan"]["step_zero_grad"] is False, record["id"]     # SC21: no contiguous buffer
+            assert lowered.columns[C["step_grad_passes"]] == 16.0, record["id"]
         seen += ptdp
     assert seen == 16

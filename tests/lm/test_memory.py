@@ -290,7 +290,7 @@ def test_fsdp_gather_buffer_of_moe_layers_shards_with_tp():
     layer 2 h a d + 2 h kv d = 41,943,040 parameters over t plus two norms 2 h; router h E = 32,768; routed
     experts E 3 h f = 1,409,286,144, over t without EP (TorchTitan puts them on the TP mesh), over ep etp
     with EP. Buffer (2 x 2 + 4) bytes per parameter (two BF16 layers in flight, one FP32 gradient)."""
-    from fastmodel.kernels.lm.memory import fsdp_gather_buffer_bytes
+    from fastmodel.kernels.lm.memory_fsdp import fsdp_gather_buffer_bytes
 
     attention, norms, router, experts = 41_943_040, 2 * 4096, 8 * 4096, 8 * 3 * 4096 * 14336
 

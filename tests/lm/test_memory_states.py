@@ -268,7 +268,7 @@ def test_fsdp_module_wrap_counts_mla_s_replicated_down_projections_whole():
     2,112 = 15,138,816 replicated over TP 8: (187,105,280 - 15,138,816) / 8 + 15,138,816 = 36,634,624 (was
     187,105,280 / 8 = 23,388,160), above the MLP's h f / t = 7,168 x 18,432 / 8 = 16,515,072 and the QKV formula's
     h (a + 2 kv) d / t = 7,168 x 130 x 64 / 8 = 7,454,720 (kv_heads 1, head_dim 64: not read by MLA)."""
-    from fastmodel.kernels.lm.memory import wrapped_module_params
+    from fastmodel.kernels.lm.memory_fsdp import wrapped_module_params
     from fastmodel.lm.table import row
 
     mla = dict(mla=1, heads=128, kv_heads=1, head_dim=64, q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128,
@@ -287,7 +287,7 @@ def test_largest_module_under_mla_is_a_projection_it_has_not_the_fused_qkv():
     117,440,512 (over TP). At TP 8 the output projection leads, 14,680,064; at TP 64 the replicated query
     down-projection, 11,010,048 (the output projection 1,835,008). The QKV formula gave 7,168 x 384 x 128 / 8 =
     44,040,192 at TP 8, above the MLP's 7,168 x 18,432 / 8 = 16,515,072, which is now the largest module."""
-    from fastmodel.kernels.lm.memory import largest_module_params
+    from fastmodel.kernels.lm.memory_fsdp import largest_module_params
     from fastmodel.kernels.lm.shape import largest_attention_matrix
     from fastmodel.lm.table import row
 

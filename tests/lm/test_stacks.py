@@ -259,7 +259,7 @@ def test_megatron_lm_fsdp_keeps_fsdp2s_backward_prefetch():
     prefetches the next layer in backward on its own: under sharding fsdp the switch is left to the registry's
     default (on), so the FSDP gather buffer keeps the prefetched unit, (2 c + g) x the layer's parameters for
     FSDP1-style flat buffers: one layer more of 2 bytes than (c + g) without prefetch."""
-    from fastmodel.kernels.lm.memory import fsdp_gather_buffer_bytes, max_layer_params
+    from fastmodel.kernels.lm.memory_fsdp import fsdp_gather_buffer_bytes, max_layer_params
     from fastmodel.lm.table import row
 
     fsdp = resolve(ExecutionSpec(framework="Megatron-LM", sharding="fsdp"), 1, 12)

@@ -122,9 +122,10 @@ def fork_fp16_defaults(execution, framework: str | None) -> dict:
 #: (``_copy_main_params_to_model_params``); ``zero_grad(set_to_none=True)`` writes nothing (training.py lines 353-358)
 LOCAL_DDP_FP16_STEP_PASSES = {"step_grad_passes": 16.0, "step_master_copy": True}
 
-#: The same step in Megatron-DeepSpeed, whose local DDP keeps a contiguous gradient buffer by default
-#: (microsoft/Megatron-DeepSpeed 71e8407c megatron/arguments.py lines 1121-1124, ``--no-contiguous-buffers-in-local-
-#: ddp`` ``store_false``): the fork's passes and zeroing (``FORK_FP16_STEP_PASSES``; ``zero_grad_buffer``,
+#: The same step with the contiguous gradient buffer, the local DDP's default in Megatron-LM from e8fb052f81
+#: (2021-08-18, "made contiguous buffer in local ddp default": arguments.py line 582, distributed.py line 193) and in
+#: Megatron-DeepSpeed (microsoft/Megatron-DeepSpeed 71e8407c megatron/arguments.py lines 1121-1124, ``--no-contiguous-
+#: buffers-in-local-ddp`` ``store_false``): the fork's passes and zeroing (``FORK_FP16_STEP_PASSES``; ``zero_grad_buffer``,
 #: training.py line 676) and the buffer's in-place ``/= dp`` before the all-reduce (distributed.py line 207,
 #: ``step_grad_prescale``)
 BUFFER_DDP_FP16_STEP_PASSES = {**FORK_FP16_STEP_PASSES, "step_grad_prescale": True}
@@ -141,9 +142,15 @@ def local_ddp_gradient_path(execution, framework: str | None) -> dict:
       (distributed.py lines 128-130 and 188-218): ``grad_reduce_dtype`` fp16. Each micro-batch adds its gradient
       to the stored one in 16 bits: by autograd in place without a buffer (``optimizer.zero_grad`` sets ``.grad``
       to None once a step, training.py lines 353-358) or by the hook into the fp16 buffer (lines 171-176): read
-      2 + 2, write 2 (``deepspeed.INPLACE_16BIT_ACCUM_BYTES``). The step: ``LOCAL_DDP_FP16_STEP_PASSES``, or
-      ``BUFFER_DDP_FP16_STEP_PASSES`` for a text naming ``megatron-deepspeed``; its FP32 gradient copy
-      ``FORK_FP16_GRAD_COPY_BYTES``;
+      2 + 2, write 2 (``deepspeed.INPLACE_16BIT_ACCUM_BYTES``). The step: with the contiguous gradient buffer,
+      the default of Megatron-LM from e8fb052f81 (2021-08-18, ``--no-contiguous-buffers-in-local-ddp``
+      ``store_false``) and of Megatron-DeepSpeed, ``BUFFER_DDP_FP16_STEP_PASSES``; without one,
+      ``LOCAL_DDP_FP16_STEP_PASSES``, only for a plan that states ``step_zero_grad = false``: Megatron's
+      ``train_step`` zeroes the buffer every step exactly when there is one (training.py lines 354-358 at
+      de7dc40f88, 354-357 at e8fb052f81: ``if args.DDP_impl == 'local' and`` the buffer flag), so a run
+      stating that no step zeroes it states that it has none (the SC21 scripts, which pass no
+      ``--use-contiguous-buffers-in-ddp``; ``--DDP-impl torch``); no framework text selects either. Its FP32
+      gradient copy ``FORK_FP16_GRAD_COPY_BYTES``;
     - bf16: nothing here. Megatron-LM of 2021 adds into an FP32 buffer (2 + 4 + 4 B, the hook above), but the
       text cannot tell 2021 from 2022, when bf16 keeps the fusion on (as in the MegaBlocks fork), and no record
       runs the 2021 code in bf16 (the SC21 scripts pass ``--fp16``).
@@ -153,7 +160,7 @@ def local_ddp_gradient_path(execution, framework: str | None) -> dict:
     if getattr(execution, "sharding", None) not in ("ddp", "distopt") or getattr(
             execution, "wgrad_fused_accumulation", None) or getattr(execution, "precision", None) != "fp16":
         return {}
-    buffered = framework is not None and names_in(tokens(framework), "megatron-deepspeed") is not None
+    buffered = getattr(execution, "step_zero_grad", None) is not False
     return {"grad_reduce_dtype": "fp16", "grad_accum_bytes": deepspeed.INPLACE_16BIT_ACCUM_BYTES,
             "step_grad_copy_bytes": FORK_FP16_GRAD_COPY_BYTES,
             **(BUFFER_DDP_FP16_STEP_PASSES if buffered else LOCAL_DDP_FP16_STEP_PASSES)}
@@ -168,10 +175,13 @@ def defaults(execution, framework: str | None) -> dict:
     # the loss: Megatron-LM of 2021-22 runs the same unfused vocab-parallel cross-entropy as Megatron-Core, on
     # output.float() (NVIDIA/Megatron-LM aed2f75 2021-04-11 and 55ba1f7 2022-05-26: megatron/model/gpt_model.py
     # post_language_model_processing, megatron/mpu/cross_entropy.py max, sub_, exp, sum, div_; backward mul_)
+    # Megatron's own fp16 gradient path (the fork's or local DDP's), computed once: under DeepSpeed's engine the
+    # keys of the one merged are dropped, whichever it was
+    own = fork_fp16_defaults(execution, framework) or local_ddp_gradient_path(execution, framework)
     values = {"dropout": True, "flash_attention": False, "overlap_grad_reduce": False,
               "overlap_param_gather": False, "loss_traffic_bytes_per_logit": LOSS_BYTES_UNFUSED_CE,
               **host_defaults(framework), **megablocks_defaults(framework), **deepspeed_moe_defaults(execution),
-              **(fork_fp16_defaults(execution, framework) or local_ddp_gradient_path(execution, framework))}
+              **own}
     if execution.sharding == "fsdp":
         # ZeRO-3 exists in these codebases only through DeepSpeed: its communication defaults are DeepSpeed's
         values.update(deepspeed.defaults(execution, framework))
@@ -183,8 +193,8 @@ def defaults(execution, framework: str | None) -> dict:
         # PipelineEngine runs the pipeline (docs/model.md §11.31); a text naming no ZeRO stage and no ZeRO-1
         # sharding (the vTrain runs' ddp) may be Megatron's own schedule, and keeps it
         if path:    # DeepSpeed's engine owns the gradients: Megatron's local DDP path does not run
-            for key in local_ddp_gradient_path(execution, framework):
-                values.pop(key)
+            for key in own:
+                values.pop(key, None)
         values.update(path, **({"pp_engine_deepspeed": True} if path else {}))
     return values
 

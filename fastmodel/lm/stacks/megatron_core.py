@@ -87,7 +87,7 @@ def defaults(execution, framework: str | None) -> dict:
     GroupedLinear).
 
     Under FSDP (``sharding = "fsdp"``) the launcher's ``overlap_param_gather`` is not applied, so the gather
-    stays overlapped and the prefetched unit counted (kernels/lm/memory.py ``fsdp_prefetched_units``). Both of
+    stays overlapped and the prefetched unit counted (kernels/lm/memory_fsdp.py ``fsdp_prefetched_units``). Both of
     Megatron-LM's FSDP implementations do so: torch FSDP2 (``--use-torch-fsdp2``) wraps each transformer layer
     with ``fully_shard`` and sets its backward prefetch itself, reading no such switch (Megatron-LM 00caa53
     megatron/core/distributed/torch_fully_sharded_data_parallel.py ``set_modules_to_backward_prefetch``, line 141
