@@ -51,7 +51,7 @@ def usable_hbm_bytes(row, allocated):
     return row[C_HBM_BYTES] - unrecoverable_cache_share(row) * allocated
 
 
-@njit
+@njit(inline="always")   # into its two callers: no compile of its own of the whole evaluation (~3 s cold)
 def evaluate_row(row, work, memory, result):
     """Every result of one legal configuration: step time (kernels/lm/step.py) and memory per device by kind
     (kernels/lm/memory.py; their sum is the peak, ``fits_memory`` compares it with usable HBM), the peak's
