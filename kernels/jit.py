@@ -215,19 +215,47 @@ def njit(*args, **options):
 
 
 def _decorate(func, args, options):
-    """``func`` compiled with numba, cached in its engine's folder (:func:`engine_of` its module)."""
-    folder = _engine_cache_dir(engine_of(func.__module__))
+    """``func`` compiled with numba, cached in its engine's folder (:func:`engine_of` its module); an lm kernel
+    is compiled at one signature per argument type (:class:`_TypeDispatcher`)."""
+    engine = engine_of(func.__module__)
+    folder = _engine_cache_dir(engine)
     options = {**options}
     options.setdefault("cache", folder is not None)
     if not options["cache"]:
-        return _numba_njit(*args, **options)(func)
+        return _one_signature_per_type(_numba_njit(*args, **options)(func), engine)
     # numba picks the cache folder when the function is decorated: point it at ours for that moment only
     saved = _numba_config.CACHE_DIR
     _numba_config.CACHE_DIR = str(folder)
     try:
-        return _numba_njit(*args, **options)(func)
+        return _one_signature_per_type(_numba_njit(*args, **options)(func), engine)
     finally:
         _numba_config.CACHE_DIR = saved
+
+
+if not INTERPRETED:
+    from numba.core.registry import CPUDispatcher as _CPUDispatcher
+    from numba.core.types import unliteral as _unliteral
+
+    class _TypeDispatcher(_CPUDispatcher):
+        """A kernel called from another kernel is compiled for the types of its arguments, not their values.
+        numba types a constant argument as a literal (``Literal[int](8)``, ``Literal[bool](True)``) and compiles
+        the callee once per literal value and call site kind: ``memory_offload.offloads(row, MODULE)`` was
+        compiled 15 times, ``passes._layer_kinds`` 5 times, each a full compile of the callee and of what it
+        calls (bench/compile_profile.py). Typed by their types (``int64``, ``bool``) they compile once; the
+        values are the same at run time, and without fast-math LLVM folds a constant argument to the same
+        bits as it computes with it, so the results are the same (docs/performance.md "Cold compile")."""
+
+        def get_call_template(self, args, kws):
+            return super().get_call_template(tuple(_unliteral(a) for a in args),
+                                             {k: _unliteral(v) for k, v in kws.items()})
+
+
+def _one_signature_per_type(dispatcher, engine: str):
+    """``dispatcher`` typed by argument types when called from a kernel (:class:`_TypeDispatcher`), for the lm
+    engine's kernels (MAD-Max's and serving's keep numba's default)."""
+    if engine == "lm" and type(dispatcher) is _CPUDispatcher:
+        dispatcher.__class__ = _TypeDispatcher
+    return dispatcher
 
 
 # --- first use: a note when kernels compile (issue 25 item 7) ------------------------------------------------

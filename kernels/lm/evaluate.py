@@ -51,7 +51,7 @@ def usable_hbm_bytes(row, allocated):
     return row[C_HBM_BYTES] - unrecoverable_cache_share(row) * allocated
 
 
-@njit
+@njit(inline="always")   # into its two callers: no compile of its own of the whole evaluation (~3 s cold)
 def evaluate_row(row, work, memory, result):
     """Every result of one legal configuration: step time (kernels/lm/step.py) and memory per device by kind
     (kernels/lm/memory.py; their sum is the peak, ``fits_memory`` compares it with usable HBM), the peak's
@@ -71,8 +71,9 @@ def evaluate_row(row, work, memory, result):
     result[R_HOST_OFFLOAD_BYTES] = host_offload_bytes(row)
 
 
-@njit
-def _evaluate_rows(params, status, out, lo, hi):
+@njit(inline="always")   # into evaluate_parallel's prange body: one compile of the whole evaluation fewer
+def evaluate_rows(params, status, out, lo, hi):
+    """Evaluate rows ``lo .. hi - 1`` of ``params`` into ``out`` (``N_RESULTS`` x n), one after another."""
     # frame vectors (kernels/jit.py stack_vector): passed through every cost term without reference counting;
     # the row is copied out of the column-major table, as the grid kernel builds its rows
     row = stack_vector(N_COLUMNS)
@@ -101,10 +102,10 @@ def evaluate_parallel(params, status, out):
     chunks = (n + CHUNK_ROWS - 1) // CHUNK_ROWS
     for chunk in prange(chunks):
         lo = chunk * CHUNK_ROWS
-        _evaluate_rows(params, status, out, lo, min(n, lo + CHUNK_ROWS))
+        evaluate_rows(params, status, out, lo, min(n, lo + CHUNK_ROWS))
 
 
-@njit
 def evaluate_serial(params, status, out):
-    """Single-threaded :func:`evaluate_parallel` for small tables."""
-    _evaluate_rows(params, status, out, 0, params.shape[1])
+    """Single-threaded :func:`evaluate_parallel` for small tables: :func:`evaluate_rows` over every row, called
+    from Python (a compiled wrapper around it was one more cold compile of the whole evaluation, ~2 s)."""
+    evaluate_rows(params, status, out, 0, params.shape[1])

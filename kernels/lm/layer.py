@@ -168,7 +168,7 @@ def layer_costs(row, moe, sliding, work):
         # read 2 B, write 2 B, dropout mask 1 B and write 2 B per score element
         batches = row[C_MICRO_BATCH] * a / t
         queries = tokens / row[C_MICRO_BATCH]
-        attn = grouped_gemm_time(row, batches, queries, ctx, dqk, False) + grouped_gemm_time(row, batches, queries, dv, ctx, False)
+        attn = grouped_gemm_time(row, batches, queries, ctx, dqk, 0.0) + grouped_gemm_time(row, batches, queries, dv, ctx, 0.0)
         core_mem = memory_bound_time(row, 7.0 * tokens * row[C_SEQ_LEN] * a / t)
     # memory-bound kernels: 2 norms + 2 residual adds (replicated over TP unless SP), activation, rotary
     norm_tokens = tokens / t if sp else tokens
@@ -394,7 +394,7 @@ def head_costs(row, work):
     mtp_gemm, mtp_mem, mtp_tp, mtp_flops = mtp_costs(row, tokens, tokens / t if row[C_SEQUENCE_PARALLEL] > 0.0 else tokens)
     # the LM head runs in 16-bit in FP8 recipes (Transformer Engine keeps first/last layers in BF16); once more per
     # MTP module (the shared output layer)
-    work[W_GEMM] = gemm_time(row, tokens, vocab, h, False) * (1.0 + row[C_MTP_LAYERS]) + mtp_gemm
+    work[W_GEMM] = gemm_time(row, tokens, vocab, h, 0.0) * (1.0 + row[C_MTP_LAYERS]) + mtp_gemm
     work[W_ATTN] = 0.0
     # the loss's memory-bound passes over the logits (loss_traffic_bytes_per_logit, the stack's count, forward and
     # backward together): half charged to each pass (docs/model.md §11.3)

@@ -71,7 +71,7 @@ def einsum_time(row):
     tokens = rank_tokens(row)
     slots = tokens * row[C_MOE_TOPK] * load_factor(row)
     h = row[C_HIDDEN]
-    return gemm_time(row, slots, h, tokens, False), gemm_time(row, tokens, h, slots, False)
+    return gemm_time(row, slots, h, tokens, 0.0), gemm_time(row, tokens, h, slots, 0.0)
 
 
 #: HBM bytes per (token, capacity slot) element of DeepSpeed-MoE's S x E x C gating tensors in one MoE layer forward
@@ -213,7 +213,7 @@ def moe_compute(row, fp8):
     # weights at the GEMM format's bytes (roofline.gemm_weight_bytes): 0.5625 under NVFP4 (docs/model.md §11.38)
     routed = expert_gemm_time(row, local, rows / local, (nm - 1.0) * width, h, fp8) \
         + expert_gemm_time(row, local, rows / local, h, width, fp8)
-    gemm = gemm_time(row, tokens_r, experts, h, False) + routed
+    gemm = gemm_time(row, tokens_r, experts, h, 0.0) + routed
     shared = row[C_MOE_SHARED_EXPERTS] * row[C_MOE_FFN]
     tokens = tokens_r * t
     shared_time = gemm_time(row, tokens, (nm - 1.0) * shared / t, h, fp8) + gemm_time(row, tokens, h, shared / t, fp8)

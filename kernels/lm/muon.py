@@ -59,12 +59,12 @@ def ns_time(row, rows, cols, count):
         return 0.0
     m = min(rows, cols)
     n = max(rows, cols)
-    gram = gemm_time(row, m, m, n, False)                       # A = X X^T
+    gram = gemm_time(row, m, m, n, 0.0)                       # A = X X^T
     if row[C_MUON_NS_GRAM_SQUARE] > 0.0:
-        products = gemm_time(row, m, m, m, False) + gemm_time(row, m, n, m, False)
+        products = gemm_time(row, m, m, m, 0.0) + gemm_time(row, m, n, m, 0.0)
         elementwise = NS_BYTES * (3.0 * m * m + 3.0 * m * n)
     else:
-        products = 2.0 * gemm_time(row, m, n, m, False)
+        products = 2.0 * gemm_time(row, m, n, m, 0.0)
         elementwise = NS_BYTES * 4.0 * m * n
     iteration = gram + products + memory_bound_time(row, elementwise)
     prologue = memory_bound_time(row, (muon_state_bytes(row) + 2.0 * NS_BYTES) * m * n)

@@ -12,13 +12,13 @@ from fastmodel.kernels.columns import C_GRAD_ACCUM_BYTES, C_WGRAD_FUSED_ACCUMULA
 from fastmodel.kernels.lm.bf16_layers import bf16_layers_above_stage, bf16_layers_delayed, bf16_layers_dualpipe
 from fastmodel.kernels.lm.fp4 import fp4_supported
 from fastmodel.kernels.lm.fp8 import fp8_recipe_supported
-from fastmodel.kernels.jit import njit, prange
+from fastmodel.kernels.jit import njit, prange, stack_vector
 from fastmodel.kernels.lm.layout import (
     C_CP, C_CP_ALGORITHM, CP_ALLTOALL, C_DP, C_EMBEDDING_LOSS_IN_SPLIT, C_EP, C_GLOBAL_BATCH, C_HEADS, C_KV_HEADS, C_LAST_STAGE_LAYERS, C_LAYERS,
     C_MICRO_BATCH, C_MOE_A2A_OVERLAP, C_MOE_EXPERTS, C_PIPELINE_SCHEDULE, A2A_DUALPIPE, SCHED_DUALPIPE,
     C_MOE_TOPK, C_N_GPUS, C_PEAK_FLOPS_8, C_PP, C_PRECISION, C_SEQ_LEN, C_TP, C_UNEVEN_STAGES, C_VP, PRECISION_FP8,
     C_MLA, C_TP_PER_PROJECTION, C_INTERLEAVE_ANY_MICROBATCHES,
-    SCHED_1F1B, SCHED_INTERLEAVED,
+    SCHED_1F1B, SCHED_INTERLEAVED, N_COLUMNS,
 )
 from fastmodel.kernels.lm.memory_offload import offload_conflict
 from fastmodel.kernels.lm.memory_states import explicit_layout
@@ -160,8 +160,26 @@ def layout_broken(row):
     return row[C_PP] <= 1.0 and abs(n - row[C_LAYERS]) > 0.5
 
 
+#: configurations per prange chunk of :func:`plan_status_table`
+CHUNK_ROWS = 256
+
+
+@njit
+def _status_rows(params, status, lo, hi):
+    # each configuration copied into a frame vector (kernels/jit.py stack_vector), as evaluate.py and grid.py
+    # do: the rules compile for the one contiguous row type the grid kernel passes, not once more for each
+    # layout a table's column has ('A' of a C table, 'F' of a Fortran one)
+    row = stack_vector(N_COLUMNS)
+    for r in range(lo, hi):
+        for c in range(N_COLUMNS):
+            row[c] = params[c, r]
+        status[r] = plan_status_row(row)
+
+
 @njit(parallel=True)
 def plan_status_table(params, status):
-    """``plan_status_row`` of every configuration (column) of ``params`` into ``status``."""
-    for r in prange(params.shape[1]):
-        status[r] = plan_status_row(params[:, r])
+    """``plan_status_row`` of every configuration (column) of ``params`` into ``status``, chunks in parallel."""
+    n = params.shape[1]
+    for chunk in prange((n + CHUNK_ROWS - 1) // CHUNK_ROWS):
+        lo = chunk * CHUNK_ROWS
+        _status_rows(params, status, lo, min(n, lo + CHUNK_ROWS))

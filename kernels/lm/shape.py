@@ -332,7 +332,7 @@ def mlp_gemm_parts(row, tokens, moe, expert_groups, expert_rows, etp, fp8, wbyte
     nm = mlp_matrices(row)
     if moe > 0.0:
         width, he = expert_dims(row, etp)
-        total = gemm_roofline(row, 1.0, tokens, row[C_MOE_EXPERTS], h, False, ACT_BYTES, launch)
+        total = gemm_roofline(row, 1.0, tokens, row[C_MOE_EXPERTS], h, 0.0, ACT_BYTES, launch)
         total += expert_gemm_roofline(row, expert_groups, expert_rows, (nm - 1.0) * width, he, fp8, wbytes, launch)
         total += expert_gemm_roofline(row, expert_groups, expert_rows, he, width, fp8, wbytes, launch)
         shared = row[C_MOE_SHARED_EXPERTS] * row[C_MOE_FFN] / t

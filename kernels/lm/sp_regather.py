@@ -120,7 +120,7 @@ def head_input_tp(row, tokens):
     c = allgather_time(row, elements, t, 1.0) + o
     hidden = 0.0
     if row[C_SP_WGRAD_REGATHER] > 0.0:
-        hidden = n * (c - exposed(row, c, gemm_time(row, tokens, row[C_VOCAB] / t, row[C_HIDDEN], False)))
+        hidden = n * (c - exposed(row, c, gemm_time(row, tokens, row[C_VOCAB] / t, row[C_HIDDEN], 0.0)))
     return n * c, n * c, hidden
 
 
@@ -183,7 +183,7 @@ def head_tp_backward(row, tokens):
     if row[C_SP_WGRAD_REGATHER] <= 0.0:
         return extra, 0.0
     head = allgather_time(row, ACT_BYTES * tokens * h, t, 1.0) + o
-    head_dgrad = gemm_time(row, tokens, row[C_VOCAB] / t, h, False)
+    head_dgrad = gemm_time(row, tokens, row[C_VOCAB] / t, h, 0.0)
     extra += (1.0 + d) * head
     hidden = (1.0 + d) * (head - exposed(row, head, head_dgrad))
     if d > 0.0:
