@@ -121,8 +121,7 @@ def fsdp_gather_buffer_bytes(row):
     if row[C_COLLECTIVE_BUCKET_BYTES] > 0:
         return (compute + grad) * largest_module_params(row) + row[C_COLLECTIVE_BUCKET_BYTES]
     gathered = copy_out if holds_stage_gathered(row) else 1.0 + fsdp_prefetched_units(row) + copy_out
-    unit = wrapped_module_params(row) if row[C_FSDP_MODULE_WRAP] > 0 else max_layer_params(row)
-    return (gathered * compute + grad) * unit
+    return (gathered * compute + grad) * fsdp_unit_params(row)
 
 
 @njit(error_model='numpy')
