@@ -218,18 +218,19 @@ def recompute_fraction(execution, layers: int, notes: list[str] | None = None) -
 
 
 def lower(model, cluster, execution, mesh: Mesh, global_batch: int, notes: list[str] | None = None,
-          source: str | None = None) -> np.ndarray:
+          source: str | None = None, refuse_twice: bool = True) -> np.ndarray:
     """The column vector of ``model`` on ``cluster`` executed as ``execution`` on ``mesh`` with ``global_batch``
     sequences per step. Notes of the stack and fill-in rules are appended to ``notes``; a SpecError (naming
     ``source``) for what cannot run: an execution its stack cannot run (FP8 without an FP8 peak is the rule
-    table's ``no_fp8``)."""
+    table's ``no_fp8``). ``refuse_twice`` false: a weight-gradient accumulation fused beside a pass is lowered
+    (both columns set: the rule table's ``wgrad_accumulation_twice``), for a sweep's axis values."""
     from fastmodel.lm.stacks import resolve
 
     try:
         execution = resolve(execution, mesh.pp, model.layers, notes, expert_parallel=mesh.ep > 1)
     except ValueError as error:
         raise SpecError(source, "execution.vp", str(error)) from None
-    if twice := accumulated_twice(execution):         # docs/model.md §11.46: a stack's fusion and a plan's pass
+    if refuse_twice and (twice := accumulated_twice(execution)):         # docs/model.md §11.46: a stack's fusion and a plan's pass
         raise SpecError(source, "execution.grad_accum_bytes", twice)
     if execution.recompute_num_layers is not None and execution.recompute_num_layers > model.layers:
         raise SpecError(source, "execution.recompute_num_layers",

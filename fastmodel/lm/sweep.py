@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fastmodel.errors import SpecError, SweepError
+from fastmodel.errors import SweepError
 from fastmodel.lm.loader import load_cluster, load_execution, load_lm_model
 from fastmodel.lm.lowering import Mesh, lower
 from fastmodel.lm.table import CODE_TABLES, encode
@@ -104,18 +104,15 @@ def _powers(limit: int) -> list[int]:
     return [1 << i for i in range(int(math.log2(max(limit, 1))) + 1)]
 
 
-def base_columns(model, cluster, execution, global_batch: int) -> np.ndarray:
-    """The column vector of the specs with a trivial mesh (tp = pp = cp = ep = 1, dp = the cluster); a SweepError
-    when the stack decides ``fused_kernels`` by the mesh's ep (``stacks.ep_dependent_fusion``: TorchTitan's
-    compiled MoE blocks under EP and activation checkpointing, docs/model.md §11.14.1), which one lowering for
-    every mesh cannot follow."""
-    from fastmodel.lm.stacks import ep_dependent_fusion
-
-    reason = ep_dependent_fusion(execution, bool(model.moe_experts))
-    if reason is not None:
-        raise SweepError(f"execution.fused_kernels: {reason} only when ep > 1, and a sweep lowers the stack once "
-                         "for every plan: set fused_kernels true or false in the execution spec")
-    return lower(model, cluster, execution, Mesh(dp=cluster.n_gpus), global_batch, source=model.name)
+def base_columns(model, cluster, execution, global_batch: int, ep: int = 1, twice_as_status: bool = False) -> np.ndarray:
+    """The column vector of the specs with a trivial mesh (tp = pp = cp = 1, dp = the cluster) but ``ep``, whose
+    ep > 1 the stack may read (``stacks.resolve``: TorchTitan's compiled MoE blocks under EP and activation
+    checkpointing run eager, docs/model.md §11.14.1); the mesh's degrees are set point by point after it.
+    ``twice_as_status``: an execution whose stack fuses the weight-gradient accumulation beside an accumulation pass
+    keeps both columns, for the rule table's ``wgrad_accumulation_twice``, instead of the lowering's SpecError (a
+    sweep's value combination, ``fastmodel.lm.sweep_stack``)."""
+    return lower(model, cluster, execution, Mesh(dp=cluster.n_gpus, ep=ep), global_batch, source=model.name,
+                 refuse_twice=not twice_as_status)
 
 
 def _axis_values(name: str, values: Any, model, cluster, max_gpus: int) -> tuple[list, np.ndarray | None]:
@@ -197,38 +194,6 @@ def check_execution_axes(axes: dict, execution) -> None:
                     reasons.append(str(error).split(": ", 1)[-1])
             if len(reasons) == len(schedules):
                 raise SweepError(f"axis {name!r}: {reasons[0]}")
-
-
-#: execution fields the ``megatron-2021`` profile's defaults read (its fp16 gradient path, docs/model.md §11.49;
-#: ZeRO-3 through DeepSpeed's), which a sweep, lowering the stack once from the execution spec, cannot follow
-STACK_READ_AXES = ("precision", "sharding", "wgrad_fused_accumulation", "step_zero_grad")
-
-
-def check_stack_axes(axes: dict, execution) -> None:
-    """An axis over a field of :data:`STACK_READ_AXES` on ``megatron-2021`` whose value gives the stack other
-    defaults than the execution spec's (the gradient path of §11.49: a ``wgrad_fused_accumulation`` axis got
-    ``wgrad_accumulation_twice`` for a plan the same value in ``[execution]`` runs) is refused in one line, as an
-    ep-dependent ``fused_kernels`` is (``base_columns``): a sweep lowers the stack once for every point."""
-    from fastmodel.lm.stacks import profile_for
-
-    profile = profile_for(execution.framework, execution.stack)[0]
-    if profile.name != "megatron-2021":
-        return
-    base, own = execution.model_dump(), profile.defaults(execution, execution.framework)
-    for name in STACK_READ_AXES:
-        for value in axes.get(name, ()):
-            value = _code_name(name, value)
-            if name not in CODE_TABLES and not isinstance(value, bool) and value in (0, 1):
-                value = bool(value)         # a switch given as 0 or 1
-            try:
-                spec = load_execution({**base, name: value})
-            except SpecError:
-                continue                    # the axis's own check names it
-            if profile.defaults(spec, spec.framework) != own:
-                raise SweepError(f"axis {name!r}: stack megatron-2021 reads {name} for its gradient path "
-                                 f"(docs/model.md §11.49) and a sweep lowers the stack once for every point, so the "
-                                 f"point at {value!r} would not be the plan that {name} = {value!r} in the execution "
-                                 "spec is: set it there, one sweep per value")
 
 
 def _code_name(name: str, value: Any) -> Any:
@@ -334,7 +299,8 @@ def point_columns(model: Any, system: Any, task: Any = None, plan: str | None = 
     model = load_lm_model(model)
     cluster = load_cluster(system, num_nodes)
     execution = load_execution(execution)
-    columns = base_columns(model, cluster, execution, global_batch or _task_global_batch(task))
+    columns = base_columns(model, cluster, execution, global_batch or _task_global_batch(task),
+                           ep=parse_mesh("dp" if plan is None else plan)["ep"])
     columns = mesh_columns(columns, plan, execution.shard_degree is None)
     check_plan(columns, f"plan {plan or 'dp'!r}")
     return columns

@@ -1,7 +1,9 @@
 """The real-world training model's sweep plan: named axes over one base configuration, evaluated unit by unit.
 
-Axes are registry columns, ``num_nodes``, ``global_batch`` and ``plan`` meshes (``fastmodel.lm.sweep``). A unit
-of work is a box of the grid (every axis numeric: trailing axes whole, the first one split); the fused kernel
+Axes are registry columns, ``num_nodes``, ``global_batch`` and ``plan`` meshes (``fastmodel.lm.sweep``). Axes
+along which the stack profile's defaults change (``fastmodel.lm.sweep_stack``) are structural: each combination
+of their values has a base of its own (one lowering per distinct defaults). A unit of work is a box of the grid
+(one structural combination; the numeric axes: trailing axes whole, the first one split); the fused kernel
 ``kernels/lm/grid.py`` builds each point of the box from its index, checks the rule table, evaluates it and
 writes it straight into its place in the result matrix. The shared machinery (``fastmodel.sweeps``) runs the
 plan in memory, into a zarr store with resume, or on Dask workers, which rebuild it from
@@ -26,9 +28,9 @@ from fastmodel.lm.sweep import (
     base_columns,
     check_degree_axes,
     check_execution_axes,
-    check_stack_axes,
     parse_mesh,
 )
+from fastmodel.lm.sweep_stack import stack_partition
 from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
 from fastmodel.sweeps.plan import Axis, SweepPlan, grid_lanes
 
@@ -55,7 +57,6 @@ class LMSweepPlan(SweepPlan):
             max_gpus = int(max(nodes) * cluster.gpus_per_node) if len(nodes) else cluster.n_gpus
             check_degree_axes(list(axes))
             check_execution_axes(axes, execution)
-            check_stack_axes(axes, execution)
             names, labels, numeric = [], [], []
             for name, values in axes.items():
                 coords, values_num = _axis_values(name, values, model, cluster, max_gpus)
@@ -65,11 +66,21 @@ class LMSweepPlan(SweepPlan):
         meshes = [parse_mesh(label) for label in labels[names.index(MESH_AXIS)]] if MESH_AXIS in names else None
         if any(len(c) == 0 for c in labels):
             raise SweepError("the grid is empty")
-        self.base = self._base(max_gpus)
-        self.axis_columns, self.axis_values = _axis_arrays(names, numeric, meshes, cluster.gpus_per_node)
+        partition = stack_partition(model, execution, names, labels)
+        structural = partition.structural if partition is not None else ()
+        bases = [self._base(max_gpus)] if partition is None else \
+            [self._base(max_gpus, *group) for group in partition.groups]   # one lowering per distinct defaults
+        columns, values = _axis_arrays(names, numeric, meshes, cluster.gpus_per_node)
+        kept = [i for i in range(len(names)) if i not in structural]
+        self.axis_columns = columns[kept] if kept else np.full((1, columns.shape[1]), -1, dtype=np.int64)
+        self.axis_values = values[kept] if kept else np.zeros((1, values.shape[1], 1))
         self.set_axes([Axis(name, name, np.array(coord, dtype=object if name == MESH_AXIS else None),
-                            attrs=_coordinate_attrs(name)) for name, coord in zip(names, labels)],
+                            structural=i in structural, attrs=_coordinate_attrs(name))
+                       for i, (name, coord) in enumerate(zip(names, labels))],
                       unit_configs or self.UNIT_CONFIGS)
+        self._combo_bases = None if partition is None else _combo_bases(partition, self._combos, columns, values,
+                                                                         bases)
+        self.base = bases[0] if partition is None else self._combo_bases[self._combos[0]]
 
     @property
     def run_notes(self) -> tuple[str, ...]:
@@ -87,9 +98,14 @@ class LMSweepPlan(SweepPlan):
         """The sweep's software as the calibration keys it (``overlay.stack_key``): (framework text, stack)."""
         return self.execution.framework, self.execution.stack
 
-    def _base(self, max_gpus: int) -> np.ndarray:
-        """The base column vector (trivial mesh), with the calibration's values overlaid and checked."""
-        base = base_columns(self.model, self.cluster, self.execution, self.global_batch)
+    def _base(self, max_gpus: int, execution: Any = None, ep: int | None = None) -> np.ndarray:
+        """The base column vector (trivial mesh), with the calibration's values overlaid and checked: of the
+        execution spec, or (``execution``, ``ep``) of a group of a stack partition (``sweep_stack``), whose
+        fused weight-gradient accumulation beside a pass is a status, not a refusal."""
+        if execution is None:
+            base = base_columns(self.model, self.cluster, self.execution, self.global_batch)
+        else:
+            base = base_columns(self.model, self.cluster, execution, self.global_batch, ep, twice_as_status=True)
         if self.calibration is not None:
             from fastmodel.lm.calibrate import use
 
@@ -105,12 +121,13 @@ class LMSweepPlan(SweepPlan):
         from fastmodel.kernels.lm.grid import evaluate_grid
         from fastmodel.spec.columns import check_base
 
-        check_base(self.base)
+        base = self.base if self._combo_bases is None else self._combo_bases[unit.structural]
+        check_base(base)
         shape = np.array([b.stop - b.start for b in unit.blocks] or [1], dtype=np.int64)
         values = np.zeros_like(self.axis_values[:, :, :max(1, int(shape.max()))])
         for axis, block in enumerate(unit.blocks):
             values[axis, :, :block.stop - block.start] = self.axis_values[axis, :, block]
-        evaluate_grid(self.base, self.axis_columns, values, shape, self.execution.shard_degree is None,
+        evaluate_grid(base, self.axis_columns, values, shape, self.execution.shard_degree is None,
                       self.only_fitting, status, out, offset, grid_lanes())  # it marks not_finite points itself
 
     def definition(self) -> dict:
@@ -158,6 +175,21 @@ class LMSweepPlan(SweepPlan):
             attrs.update(use.attrs(self.calibration, [self.cluster.gpu],
                                    [self._software()]))
         return attrs
+
+
+def _combo_bases(partition, combos: list, columns: np.ndarray, values: np.ndarray, bases: list) -> dict:
+    """Each combination of the structural axes' indices -> its group's base with the combination's columns set
+    (as the kernel sets an axis's: ``axis_values[axis, j, index]`` into ``axis_columns[axis, j]``)."""
+    out = {}
+    for combo, group in zip(combos, partition.combo_groups):
+        base = bases[group].copy()
+        for axis, index in zip(partition.structural, combo):
+            for j in range(columns.shape[1]):
+                if columns[axis, j] < 0:
+                    break
+                base[columns[axis, j]] = values[axis, j, index]
+        out[combo] = base
+    return out
 
 
 def _coordinate_attrs(name: str) -> dict:

@@ -414,30 +414,3 @@ def test_a_gpu_without_a_device_file_is_noted_once_by_the_sweep():
     assert plan.dataset_attrs()["notes"] == plan.run_notes[0]          # the Python API's Dataset keeps it too
     assert "notes" not in LMSweepPlan(model, load_cluster("dgx-h100"), execution, 64,
                                       {"micro_batch": [1]}).dataset_attrs()
-
-
-@pytest.mark.parametrize("axis, values, execution", [
-    ("wgrad_fused_accumulation", [False, True], {"precision": "fp16", "sharding": "ddp"}),
-    ("wgrad_fused_accumulation", [0, 1], {"precision": "fp16", "sharding": "ddp"}),
-    ("precision", ["fp16"], {"sharding": "ddp"}),
-    ("step_zero_grad", [False], {"precision": "fp16", "sharding": "ddp"}),
-    ("sharding", ["ddp", "fsdp"], {}),
-])
-def test_an_axis_the_megatron_2021_gradient_path_reads_is_refused_in_one_line(axis, values, execution):
-    """megatron-2021 decides its gradient path by precision, sharding, wgrad_fused_accumulation and
-    step_zero_grad (docs/model.md §11.49); a sweep lowers the stack once, from the execution spec, so an axis value
-    that would change the stack's defaults gave another answer than the same value in [execution] (review 4: a
-    wgrad_fused_accumulation axis got wgrad_accumulation_twice at true, which the fixed value runs): refused."""
-    with pytest.raises(SweepError, match=rf"^axes\.{axis}: stack megatron-2021 reads {axis} for its gradient path"):
-        lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", axes={"plan": ["tp1"], axis: values},
-                 execution={"stack": "megatron-2021", **execution})
-
-
-def test_an_axis_that_leaves_the_stacks_defaults_alone_is_swept():
-    """bf16 on megatron-2021: ddp and distopt give the stack the same defaults (no gradient path of its own), so
-    the axis stays; the refusal is megatron-2021's (another stack's sweep is as before)."""
-    from fastmodel.lm.execution import ExecutionSpec
-    from fastmodel.lm.sweep import check_stack_axes
-
-    check_stack_axes({"sharding": ["ddp", "distopt"]}, ExecutionSpec(stack="megatron-2021"))
-    check_stack_axes({"precision": ["fp16"]}, ExecutionSpec(stack="megatron-core", sharding="ddp"))

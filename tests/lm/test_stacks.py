@@ -350,26 +350,23 @@ def test_torchtitan_compiled_moe_blocks_with_ep_and_ac_run_eager_before_pr_1895(
     assert record.columns[C["fused_kernels"]] == 0 and record.columns[C["loss_impl"]] == 2
 
 
-def test_a_sweep_refuses_a_stack_whose_fusion_follows_the_plans_ep_until_the_spec_says():
-    # TorchTitan's eager MoE blocks hold only with ep > 1 (above); a sweep lowers the stack once for every plan
-    # (base_columns, ep = 1), so it asks the spec for fused_kernels instead of silently fusing ep > 1 points
-    from fastmodel.errors import SweepError
+def test_the_base_of_a_sweep_resolves_a_fusion_that_follows_the_plans_ep_at_the_ep_given():
+    # TorchTitan's eager MoE blocks hold only with ep > 1 (above); the base columns are lowered at the ep a sweep's
+    # stack partition (fastmodel/lm/sweep_stack.py) or a single plan (point_columns) gives, so ep > 1 points are
+    # not fused (before: a SweepError asking the spec for fused_kernels; tests/lm/test_sweep_stack_axes.py)
     from fastmodel.lm.loader import load_cluster, load_lm_model
-    from fastmodel.lm.stacks import ep_dependent_fusion
     from fastmodel.lm.sweep import base_columns
 
     moe, dense, cluster = load_lm_model("qwen3-30b-a3b"), load_lm_model("llama3.1-8b"), load_cluster("dgx-b200", 1)
     titan = ExecutionSpec(framework="TorchTitan", torch_compile=True, recompute="full")
-    assert ep_dependent_fusion(titan, moe=True) is not None
-    with pytest.raises(SweepError, match="fused_kernels"):
-        base_columns(moe, cluster, titan, 64)
-    stated = ExecutionSpec(framework="TorchTitan", torch_compile=True, recompute="full", fused_kernels=False)
-    assert base_columns(moe, cluster, stated, 64)[C["fused_kernels"]] == 0
-    assert ep_dependent_fusion(titan, moe=False) is None                                  # dense: no EP
-    assert ep_dependent_fusion(ExecutionSpec(framework="TorchTitan", torch_compile=True, recompute="none"),
-                               moe=True) is None                                          # no AC: always fused
-    assert ep_dependent_fusion(ExecutionSpec(framework="Megatron-LM", torch_compile=True, recompute="full"),
-                               moe=True) is None                                          # no such rule
+    assert base_columns(moe, cluster, titan, 64)[C["fused_kernels"]] == 1                 # ep 1: compiled, fused
+    assert base_columns(moe, cluster, titan, 64, ep=8)[C["fused_kernels"]] == 0           # EP + AC: eager blocks
+    stated = ExecutionSpec(framework="TorchTitan", torch_compile=True, recompute="full", fused_kernels=True)
+    assert base_columns(moe, cluster, stated, 64, ep=8)[C["fused_kernels"]] == 1          # post-#1895 code says so
+    no_ac = ExecutionSpec(framework="TorchTitan", torch_compile=True, recompute="none")
+    assert base_columns(moe, cluster, no_ac, 64, ep=8)[C["fused_kernels"]] == 1           # no AC: always fused
+    megatron = ExecutionSpec(framework="Megatron-LM", torch_compile=True, recompute="full")
+    assert base_columns(moe, cluster, megatron, 64, ep=8)[C["fused_kernels"]] == 1        # no such rule
     assert base_columns(dense, cluster, titan, 64)[C["fused_kernels"]] == 1
 
 

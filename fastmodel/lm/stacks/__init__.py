@@ -97,18 +97,4 @@ def resolve(execution, pp: int, layers: int, notes: list[str] | None = None, exp
     return execution.model_copy(update=update)
 
 
-def ep_dependent_fusion(execution, moe: bool) -> str | None:
-    """The profile's reason a compiled model's blocks run eager under expert parallelism, when ``fused_kernels``
-    of ``execution`` depends on the mesh's ep (a MoE model, compiled, ``fused_kernels`` unset, and the profile's
-    ``eager_blocks`` differing between ep > 1 and ep = 1); else None. A sweep lowers the stack once for every
-    mesh (``fastmodel.lm.sweep.base_columns``), so it cannot follow such a rule point by point."""
-    if not moe or execution.fused_kernels is not None:
-        return None
-    profile, _ = profile_for(execution.framework, execution.stack)
-    if not compiles(execution, profile.defaults(execution, execution.framework)):
-        return None
-    with_ep, without_ep = profile.eager_blocks(execution, True), profile.eager_blocks(execution, False)
-    return with_ep if (with_ep is None) != (without_ep is None) else None
-
-
-__all__ = ["PROFILES", "STACK_NAMES", "BY_NAME", "StackProfile", "ep_dependent_fusion", "profile_for", "resolve", "tokens"]
+__all__ = ["PROFILES", "STACK_NAMES", "BY_NAME", "StackProfile", "profile_for", "resolve", "tokens"]

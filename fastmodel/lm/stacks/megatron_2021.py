@@ -55,7 +55,7 @@ def megablocks_defaults(framework: str | None) -> dict:
     """MegaBlocks' MoE layer (its framework text names ``megablocks``): its counted small kernels and host-sync
     issue operators per MoE layer forward (docs/model.md §11.14.8); else nothing. The counts are those of the
     expert-parallel path (``--expert-model-parallelism``, every MegaBlocks script and record); a plan with ep = 1
-    runs ``dMoE.forward_once``, which has fewer, and still gets these [A] (a sweep lowers the stack once)."""
+    runs ``dMoE.forward_once``, which has fewer, and still gets these [A] (``defaults`` is not given the mesh)."""
     if framework is None or names_in(tokens(framework), "megablocks") is None:
         return {}
     return {"moe_mem_kernels": MOE_MEM_KERNELS_MEGABLOCKS, "moe_sync_issue_ops": MOE_SYNC_ISSUE_OPS_MEGABLOCKS}
