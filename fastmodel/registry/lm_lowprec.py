@@ -40,6 +40,11 @@ LOW_PRECISION_PLAN_ROWS = (
      "count), 1 delayed, 2 tensorwise (current scaling), 3 mxfp8 (1x32 E8M0 blocks, needs compute capability "
      "10.x), 4 blockwise (1x128 / 128x128 FP32-scaled blocks); casts, GEMM rate and FP8 copies per docs/model.md "
      "§11.19.", 0, 4, False, "code"),
+    ("fp8_weight_transpose_per_use", "1", 0, "1: one FP8 form of each GEMM weight is kept across micro-batches "
+     "and the other orientation is made per micro-batch by a transpose of the 128x128-block data (read 1 B, "
+     "write 1 B per element) and freed after its GEMM (DeepSeek's training framework: deepseek-ai/profile-data "
+     "train.json, docs/model.md §11.50); 0: every FP8 form the recipe needs is cached across micro-batches "
+     "(Transformer Engine). FP8 GEMMs only.", 0, 1, False, "flag"),
     ("bf16_layers_start", "1", 0, "Leading transformer layers whose linears stay in BF16 under fp8/fp4 GEMMs "
      "(Megatron-LM --first-last-layers-bf16 with --num-layers-at-start-in-bf16; megatron/core/fp4_utils.py and "
      "fp8_utils.py get_fp*_context: a nullcontext for those layers). 0: the framework's default (the flag is off; "

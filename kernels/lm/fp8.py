@@ -24,7 +24,8 @@ What each Transformer Engine recipe (TE d0067d0, 2.20.0.dev0) costs beyond the F
 """
 
 from fastmodel.kernels.columns import (
-    C_COLLECTIVE_OVERHEAD_S, C_COMPUTE_CAPABILITY, C_FP8_RECIPE, C_PRECISION, C_TP, FP8_BLOCKWISE, FP8_DELAYED,
+    C_COLLECTIVE_OVERHEAD_S, C_COMPUTE_CAPABILITY, C_FP8_RECIPE, C_FP8_WEIGHT_TRANSPOSE_PER_USE, C_PRECISION, C_TP,
+    FP8_BLOCKWISE, FP8_DELAYED,
     FP8_MXFP8, FP8_TENSORWISE, FP8_UNSTATED, PRECISION_FP4, PRECISION_FP8, C_VENDOR, VENDOR_AMD,
 )
 from fastmodel.kernels.jit import njit
@@ -90,10 +91,24 @@ def fp8_cast_bytes(row):
 @njit
 def fp8_weight_copy_bytes(row):
     """Bytes per weight element of the FP8 weight forms kept across micro-batches (TE ``is_first_microbatch``
-    caching, or FP8 parameters): ``copies x (1 + weight scale bytes)``; 1 when the recipe is unstated."""
+    caching, or FP8 parameters): ``copies x (1 + weight scale bytes)``; 1 when the recipe is unstated. With
+    ``fp8_weight_transpose_per_use`` one form only, ``1 + weight scale bytes``: the other orientation is a
+    transient of one GEMM (docs/model.md §11.50)."""
     if row[C_FP8_RECIPE] == FP8_UNSTATED:
         return 1.0
-    return fp8_copies(row) * (1.0 + fp8_weight_scale_bytes(row))
+    copies = 1.0 if row[C_FP8_WEIGHT_TRANSPOSE_PER_USE] > 0.0 else fp8_copies(row)
+    return copies * (1.0 + fp8_weight_scale_bytes(row))
+
+
+@njit
+def fp8_transpose_bytes(row, params):
+    """HBM bytes per micro-batch of the per-use weight transposes (``fp8_weight_transpose_per_use``, FP8 GEMMs;
+    kernels/lm/layer.py ``layer_costs`` charges them to the backward's memory-bound time, ``W_BACKWARD_MEM``):
+    each of ``params`` weight elements read and written once in the other orientation with its block scales,
+    ``2 (1 + weight scale bytes) params``; 0 otherwise (docs/model.md §11.50)."""
+    if row[C_FP8_WEIGHT_TRANSPOSE_PER_USE] <= 0.0 or row[C_PRECISION] != PRECISION_FP8:
+        return 0.0
+    return 2.0 * (1.0 + fp8_weight_scale_bytes(row)) * params
 
 
 @njit

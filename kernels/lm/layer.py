@@ -9,7 +9,7 @@ passes and ``kernels/lm/step.py`` composes the step.
 """
 
 from fastmodel.kernels.lm.fp4 import lowp_cast_bytes, train_gemm_format
-from fastmodel.kernels.lm.fp8 import amax_reduction_time
+from fastmodel.kernels.lm.fp8 import amax_reduction_time, fp8_transpose_bytes
 from fastmodel.kernels.roofline import (
     attention_time, gemm_roofline, gemm_time, gemm_weight_bytes, grouped_gemm_time, memory_bound_time, sp_gather_bytes,
 )
@@ -213,7 +213,7 @@ def layer_costs(row, moe, sliding, work):
     work[W_WGRAD] = (expert_wgrad_extra(row, fp8, routed) if moe else 0.0) + wgrad_source_s(row, dense)
     gating_forward, gating_backward = einsum_gating_time(row) if moe else (0.0, 0.0)
     work[W_FORWARD_ONLY] = moe_sync_idle_time(row) + gating_forward if moe else 0.0
-    work[W_BACKWARD_MEM] = gating_backward
+    work[W_BACKWARD_MEM] = gating_backward + memory_bound_time(row, fp8_transpose_bytes(row, dense + expert_params))
 
 
 @njit
