@@ -19,8 +19,8 @@ import math
 
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.columns import (
-    C_ATTN_EFF, C_ATTN_EFF_FA2, C_ATTN_EFF_FWD, C_ATTN_FA2, C_MLA, C_GEMM_EFF_16, C_GEMM_EFF_8, C_GEMM_K_HALF, C_GEMM_TILE_M, C_GEMM_TILE_N, C_HBM_BW,
-    C_HBM_EFF,
+    C_ATTN_EFF, C_ATTN_EFF_FA2, C_ATTN_EFF_FWD, C_ATTN_FA2, C_ATTN_TILE_KV, C_ATTN_TILE_Q, C_MLA, C_GEMM_EFF_16, C_GEMM_EFF_8,
+    C_GEMM_K_HALF, C_GEMM_TILE_M, C_GEMM_TILE_N, C_HBM_BW, C_HBM_EFF,
     C_EP, C_EXPERT_ALIGN_ROWS, C_EXPERT_GEMM_EFF, C_EXPERT_HIDE_ROWS, C_EXPERT_TILE_MAX, C_EXPERT_TILE_MIN, C_KERNEL_OVERHEAD_S, C_MOE_EXPERTS,
     C_PEAK_FLOPS_16, C_PEAK_FLOPS_4, C_PEAK_FLOPS_8, C_SM_COUNT, C_STACK_COMPUTE_EFF, C_COMPUTE_CAPABILITY, C_FP8_RECIPE,
     C_PRECISION, C_W4A4_GEMM_RATE, FP8_BLOCKWISE, FP8_MXFP8, PRECISION_FP4, PRECISION_FP8,
@@ -357,18 +357,46 @@ def gemm_time(row, m, n, k, fp8):
     return grouped_gemm_time(row, 1.0, m, n, k, fp8)
 
 
-@njit
-def attention_time(row, flops):
-    """Seconds for flash-attention kernels executing ``flops``: at ``attn_eff``, or at ``attn_eff_fa2`` where the
-    stack runs FlashAttention-2 (PyTorch SDPA's flash backend, ``attn_fa2``) and the device states it."""
-    return _attention_seconds(row, flops, attention_eff(row))
+@njit(inline="always")
+def attention_grid_share(row, groups, s, tile, imbalance):
+    """Useful share Q of one flash-attention kernel's launched work (docs/model.md §11.51): ``groups`` (batch x local
+    heads) x ceil(s / tile) CTAs, one per query tile (forward) or key tile (backward), on ``sm_count`` SMs. Causal
+    (``imbalance``): tile j visits (j + 1) tiles of keys, the last all s; scheduled longest first, the kernel lasts
+    max(s, launched / SMs), Q = min(1, launched / (SMs s)). Equal tiles: the GEMM wave form. ``tile`` 0: 1."""
+    if tile <= 0.0 or groups <= 0.0 or s <= 0.0:
+        return 1.0
+    sms = row[C_SM_COUNT]
+    n = math.ceil(s / tile)
+    if imbalance:
+        return min(1.0, groups * (tile * n * (n - 1.0) / 2.0 + s) / (sms * s))
+    ctas = groups * n
+    return ctas / (math.ceil(ctas / sms) * sms)
+
+
+@njit(inline="always")
+def attention_wave(row, groups, s, imbalance):
+    """Q of forward + backward flash attention, the forward's grid over ``attn_tile_q`` query rows and the
+    backward's over ``attn_tile_kv`` keys, weighted as their FLOPs (1 : 2.5): 3.5 / (1/Q_f + 2.5/Q_b) (§11.51)."""
+    forward = attention_grid_share(row, groups, s, row[C_ATTN_TILE_Q], imbalance)
+    backward = attention_grid_share(row, groups, s, row[C_ATTN_TILE_KV], imbalance)
+    return 3.5 / (1.0 / forward + 2.5 / backward)
 
 
 @njit
-def attention_fwd_time(row, flops):
+def attention_time(row, flops, share):
+    """Seconds for flash-attention kernels executing ``flops``: at ``attn_eff`` x ``share`` (the grid's useful
+    share, :func:`attention_wave`; 1 for none), or at ``attn_eff_fa2`` x ``share`` where the stack runs
+    FlashAttention-2 (PyTorch SDPA's flash backend, ``attn_fa2``) and the device states it."""
+    return _attention_seconds(row, flops, attention_eff(row) * share)
+
+
+@njit
+def attention_fwd_time(row, flops, share):
     """Seconds for flash-attention forward kernels alone executing ``flops`` (serving prefill: no backward) at
-    ``attn_eff_fwd`` where the device states it, else as :func:`attention_time` (docs/model_serving.md §S48)."""
-    return _attention_seconds(row, flops, row[C_ATTN_EFF_FWD] if row[C_ATTN_EFF_FWD] > 0.0 else attention_eff(row))
+    ``attn_eff_fwd`` where the device states it, else as :func:`attention_time`, x ``share`` (the forward grid's
+    :func:`attention_grid_share`; docs/model_serving.md §S48, docs/model.md §11.51)."""
+    eff = row[C_ATTN_EFF_FWD] if row[C_ATTN_EFF_FWD] > 0.0 else attention_eff(row)
+    return _attention_seconds(row, flops, eff * share)
 
 
 @njit(inline="always")

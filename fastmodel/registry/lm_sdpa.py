@@ -4,7 +4,8 @@ whether the SP input is gathered again for the weight gradient), FSDP1's gradien
 Rows of ``fastmodel.registry.lm`` (name, units, default, doc, lo, hi, fittable, option), kept here so the registry
 module stays readable. docs/model.md §11.3 ("Attention through PyTorch SDPA") gives the equation and sources;
 ``kernels/roofline.py`` ``attention_time`` reads them, the stack profiles set ``attn_fa2``; ``attn_eff_fwd`` (the
-forward-only efficiency of serving prefill, docs/model_serving.md §S48) is read by ``attention_fwd_time``.
+forward-only efficiency of serving prefill, docs/model_serving.md §S48) is read by ``attention_fwd_time``;
+``attn_tile_q``/``attn_tile_kv`` (the flash kernels' grids, docs/model.md §11.51) by ``attention_grid_share``.
 """
 
 from __future__ import annotations
@@ -42,4 +43,11 @@ SDPA_DEVICE_ROWS = (
      "the causal FLOP count: serving prefill, which runs no backward (B200: 0.372, the forward half of the "
      "microbenchmark attn_eff comes from, docs/model_serving.md S48); 0: the same as attn_eff. A device fact (not "
      "fitted).", 0, 1),
+    ("attn_tile_q", "tokens", 0.0, "Query rows of one flash-attention forward CTA: the forward grid is batch x local "
+     "heads x ceil(s / attn_tile_q) CTAs over sm_count SMs, the causal ones longest first (docs/model.md §11.51; "
+     "B200: 256, FlashAttention-4's sm100 forward, 2 x 128-row Q tiles per CTA; Hopper, A100: 128, FA3/FA2); 0: "
+     "no grid quantization. A device fact (not fitted).", 0, 4096),
+    ("attn_tile_kv", "tokens", 0.0, "Key rows of one flash-attention backward CTA: the backward grid is batch x "
+     "local heads x ceil(s / attn_tile_kv) CTAs (docs/model.md §11.51; 128 on B200, Hopper, A100: FA4 sm100, FA3, "
+     "FA2 backward key tiles); 0: no grid quantization. A device fact (not fitted).", 0, 4096),
 )

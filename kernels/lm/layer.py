@@ -11,7 +11,7 @@ passes and ``kernels/lm/step.py`` composes the step.
 from fastmodel.kernels.lm.fp4 import lowp_cast_bytes, train_gemm_format
 from fastmodel.kernels.lm.fp8 import amax_reduction_time, fp8_transpose_bytes
 from fastmodel.kernels.roofline import (
-    attention_time, gemm_roofline, gemm_time, gemm_weight_bytes, grouped_gemm_time, memory_bound_time, sp_gather_bytes,
+    attention_time, attention_wave, gemm_roofline, gemm_time, gemm_weight_bytes, grouped_gemm_time, memory_bound_time, sp_gather_bytes,
 )
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.layout import (
@@ -114,6 +114,19 @@ def layer_kind_params(row, moe):
 
 
 @njit
+def flash_attention_time(row, flops, ctx):
+    """Seconds of the layer's flash-attention kernels (forward; the backward is 2.5x, kernels/lm/passes.py) at the
+    device's rate x the grid's useful share (docs/model.md §11.51): micro-batch x local heads x tiles of the local
+    sequence; full causal attention on one CP rank carries the tiles' imbalance, windows and CP's ring steps run
+    equal tiles."""
+    c = row[C_CP]
+    s_local = row[C_SEQ_LEN] / c
+    imbalance = row[C_CAUSAL] > 0.0 and c <= 1.0 and ctx >= 0.5 * s_local
+    groups = row[C_MICRO_BATCH] * row[C_HEADS] / row[C_TP]
+    return attention_time(row, flops, attention_wave(row, groups, s_local, imbalance))
+
+
+@njit
 def layer_costs(row, moe, sliding, work):
     """Forward costs of one transformer layer for one micro-batch on one device (into ``work``)."""
     h = row[C_HIDDEN]
@@ -162,7 +175,7 @@ def layer_costs(row, moe, sliding, work):
     flops += attn_flops
     core_mem = 0.0
     if row[C_FLASH_ATTENTION] > 0.0:
-        attn = attention_time(row, attn_flops)
+        attn = flash_attention_time(row, attn_flops, ctx)
     else:
         # unfused: batched GEMMs at GEMM efficiency + fused scale/mask/softmax/dropout over the s x s scores:
         # read 2 B, write 2 B, dropout mask 1 B and write 2 B per score element

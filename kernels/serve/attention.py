@@ -5,7 +5,7 @@ over causal prompts (docs/model_serving.md).
 
 import math
 
-from fastmodel.kernels.roofline import attention_fwd_time
+from fastmodel.kernels.roofline import attention_fwd_time, attention_grid_share
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.shape import attention_dims, layer_mix
 from fastmodel.kernels.lm.layout import (
@@ -13,7 +13,7 @@ from fastmodel.kernels.lm.layout import (
     C_PEAK_FLOPS_16, C_PP, C_QK_ROPE_HEAD_DIM, C_SLIDING_WINDOW, C_TP,
 )
 from fastmodel.kernels.serve.costs import ACT_BYTES
-from fastmodel.kernels.columns import C_ATTENTION_DP, C_KV_WRITE_KERNEL, C_Q_QUANT_KERNEL
+from fastmodel.kernels.columns import C_ATTENTION_DP, C_ATTN_TILE_Q, C_KV_WRITE_KERNEL, C_Q_QUANT_KERNEL
 
 
 # --- attention -----------------------------------------------------------------
@@ -142,5 +142,11 @@ def prefill_attention_time(row, prompts, length):
     kernels only, at the device's forward efficiency (``attention_fwd_time``, docs/model_serving.md §S48)."""
     full, slide = prefill_attention_flops(row, prompts, length)
     dense_full, dense_slide, moe_full, moe_slide = layer_mix(row)
-    return ((dense_full + moe_full) * attention_fwd_time(row, full)
-            + (dense_slide + moe_slide) * attention_fwd_time(row, slide))
+    # the forward grid: prompts x local heads x query tiles; a full causal layer's tiles carry the causal imbalance,
+    # a window's run equal tiles (docs/model.md §11.51)
+    groups = prompts * row[C_HEADS] / row[C_TP]
+    windowed = row[C_SLIDING_WINDOW] > 0.0 and length > row[C_SLIDING_WINDOW]
+    return ((dense_full + moe_full) * attention_fwd_time(row, full, attention_grid_share(row, groups, length,
+                                                                                          row[C_ATTN_TILE_Q], True))
+            + (dense_slide + moe_slide) * attention_fwd_time(row, slide, attention_grid_share(
+                row, groups, length, row[C_ATTN_TILE_Q], not windowed)))

@@ -71,7 +71,7 @@ def test_stack_compute_eff_divides_every_kernel_time():
     assert gemm_time(slow, n, n, n, False) == pytest.approx(gemm_time(base, n, n, n, False) / 0.8, rel=1e-12)
     assert memory_bound_time(slow, 2.68e9) == pytest.approx(2.68e9 / (3.35e12 * 0.8) / 0.8, rel=1e-12)
     flops = 1e15
-    assert attention_time(slow, flops) == pytest.approx(attention_time(base, flops) / 0.8, rel=1e-12)
+    assert attention_time(slow, flops, 1.0) == pytest.approx(attention_time(base, flops, 1.0) / 0.8, rel=1e-12)
     assert gemm_time(row(**H100, stack_compute_eff=1.0), n, n, n, False) == gemm_time(base, n, n, n, False)
 
 

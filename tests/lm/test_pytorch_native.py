@@ -56,11 +56,11 @@ def test_a_shard_group_of_one_device_copies_nothing():
 def test_sdpa_flash_attention_runs_at_the_flashattention2_efficiency_where_the_device_states_it():
     flops = 1e15
     fa2 = row(**H100, attn_eff_fa2=0.339, attn_fa2=1)
-    assert attention_time(fa2, flops) == pytest.approx(flops / (989e12 * 0.339) + 4e-6, rel=1e-12)
+    assert attention_time(fa2, flops, 1.0) == pytest.approx(flops / (989e12 * 0.339) + 4e-6, rel=1e-12)
     # not FlashAttention-2, a device without the figure, or MLA (unequal head widths: not SDPA's flash kernel)
     for other in (row(**H100, attn_eff_fa2=0.339, attn_fa2=0), row(**H100, attn_eff_fa2=0.0, attn_fa2=1),
                   row(**H100, attn_eff_fa2=0.339, attn_fa2=1, mla=1)):
-        assert attention_time(other, flops) == pytest.approx(flops / (989e12 * 0.45) + 4e-6, rel=1e-12)
+        assert attention_time(other, flops, 1.0) == pytest.approx(flops / (989e12 * 0.45) + 4e-6, rel=1e-12)
 
 
 def test_the_hopper_device_files_state_flashattention2_at_335_tflops():

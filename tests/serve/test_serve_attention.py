@@ -31,3 +31,14 @@ def test_a_device_without_a_forward_efficiency_keeps_attn_eff():
     assert "attn_eff_fwd" not in d
     r = evaluate("llama3.1-8b", "H100", tp=1, input_len=4096, output_len=2, batch_size=1)
     assert r["prefill_attention"] == pytest.approx(_by_hand("H100", d["attn_eff"]), rel=1e-9)
+
+
+def test_prefill_attention_of_few_heads_per_gpu_pays_the_forward_grid():
+    """At TP 8 the prompt's 4 heads per B200 launch 4 x 16 CTAs of 256 query rows; the causal tiles carry 8.5 s key
+    rows per head against the longest one's s: Q_f = 4 x 8.5 / 148 = 17/74 of the forward rate (docs/model.md
+    §11.51), each layer's FLOPs an eighth of TP 1's."""
+    d = device_columns("B200")
+    r = evaluate("llama3.1-8b", "B200", tp=8, input_len=4096, output_len=2, batch_size=1)
+    flops = 2.0 * 2.0 * 4 * 128 * 4096 * 4097 / 2.0
+    expected = 32 * (flops / (d["peak_flops_16"] * d["attn_eff_fwd"] * 17 / 74) + d["kernel_overhead_s"])
+    assert r["prefill_attention"] == pytest.approx(expected, rel=1e-9)
