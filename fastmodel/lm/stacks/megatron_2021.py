@@ -187,7 +187,9 @@ def defaults(execution, framework: str | None) -> dict:
     # Megatron's own fp16 gradient path (the fork's or local DDP's), computed once: under DeepSpeed's engine the
     # keys of the one merged are dropped, whichever it was
     own = fork_fp16_defaults(execution, framework) or local_ddp_gradient_path(execution, framework)
-    values = {"dropout": True, "flash_attention": False, "overlap_grad_reduce": False,
+    # a DDP that overlaps its reduction is --DDP-impl torch, with its bucket copies (de7dc40f88 training.py lines
+    # 246-251: torchDDP(model_module, device_ids, output_device, process_group), gradient_as_bucket_view False)
+    values = {"dropout": True, "flash_attention": False, "overlap_grad_reduce": False, "ddp_bucket_copy": True,
               "overlap_param_gather": False, "loss_traffic_bytes_per_logit": LOSS_BYTES_UNFUSED_CE,
               **host_defaults(framework), **megablocks_defaults(framework), **deepspeed_moe_defaults(execution),
               **own}
