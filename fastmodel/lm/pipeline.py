@@ -191,7 +191,7 @@ def send_time(columns: np.ndarray) -> float:
                                "the step kernel only")
     if sync_exchanges(columns):
         raise UnsupportedError("", "plan.pp_exchange_2021", "the exact pipeline path runs each send on a stream of "
-                               "its own; Megatron-LM 2021's blocking exchanges (docs/model.md §11.50) are in the "
+                               "its own; Megatron-LM 2021's blocking exchanges (docs/model.md §11.52) are in the "
                                "step kernel only")
     m = _col(columns, "global_batch") / (_col(columns, "micro_batch") * _col(columns, "dp"))
     return float(evaluate_table(columns[:, None])["comm_pp"][0]) / (2.0 * (m * v + p - 1.0))

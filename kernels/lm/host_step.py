@@ -117,7 +117,7 @@ def embedding_send_overlap(row, average_mb, last_mb, pp_exposed, terms):
     both, ``min((p - 1) e_F, p s)`` is one; the cool-down's backwards alike: ``min((p - 1) e_F, p s) +
     min((p - 1) e_B, p s)`` (e_B with the dense gradient, §11.43), taken off the exposed sends (the exact program, tests/lm/test_pipeline_program.py);
     0 where the wait is not charged, and under Megatron-LM 2021's blocking exchanges (``pipeline_2021``, whose
-    counts are not the chains', §11.50). ``terms``: the configuration's ``first_rank.embedding_terms``."""
+    counts are not the chains', §11.52). ``terms``: the configuration's ``first_rank.embedding_terms``."""
     if pp_exposed <= 0.0 or last_mb <= average_mb or embedding_warmup(row, terms) <= 0.0 \
             or not credit_applies(row) or sync_exchanges(row):
         return 0.0

@@ -163,7 +163,7 @@ def pipeline_p2p(row, micro_batches):
     megatron/core/pipeline_parallel/schedules.py, NVIDIA/Megatron-LM@d98e8a6) and ``n = p`` otherwise (DualPipe:
     each direction a chain of p). The exact pipeline path adds exactly these for uniform stages
     (tests/lm/test_pipeline_program.py); it refuses DeepSpeed's and Megatron-LM 2021's blocking sends
-    (:func:`deepspeed_p2p`, ``pipeline_2021.sync_p2p``, §11.50; ``fastmodel.lm.pipeline.send_time``)."""
+    (:func:`deepspeed_p2p`, ``pipeline_2021.sync_p2p``, §11.52; ``fastmodel.lm.pipeline.send_time``)."""
     t = row[C_TP]
     p = row[C_PP]
     v = row[C_VP]

@@ -1,4 +1,4 @@
-"""Megatron-LM 2021-22's pipeline exchanges (docs/model.md §11.50, ``pp_exchange_2021``).
+"""Megatron-LM 2021-22's pipeline exchanges (docs/model.md §11.52, ``pp_exchange_2021``).
 
 NVIDIA/Megatron-LM de7dc40f88 (the SC21 scripts' commit) ``megatron/p2p_communication.py`` ``_communicate``
 (lines 24-143) posts each exchange as one ``torch.distributed.batch_isend_irecv``, waits on every request and then

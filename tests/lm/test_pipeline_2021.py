@@ -1,4 +1,4 @@
-"""Megatron-LM 2021-22's pipeline exchanges (docs/model.md §11.50, ``pp_exchange_2021``): every exchange blocking
+"""Megatron-LM 2021-22's pipeline exchanges (docs/model.md §11.52, ``pp_exchange_2021``): every exchange blocking
 (``_communicate``: ``batch_isend_irecv``, wait, ``torch.cuda.synchronize``), and without sequence parallelism the
 sent tensor scatter-gathered over the TP group. The critical path's counts are checked against an event simulation
 of the call order written here from NVIDIA/Megatron-LM de7dc40f88 ``megatron/schedules.py`` lines 141-456; the

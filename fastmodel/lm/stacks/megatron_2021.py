@@ -33,7 +33,7 @@ EXCHANGE_BLOCKING, EXCHANGE_SCATTER_GATHER = 1.0, 2.0
 
 def host_defaults(framework: str | None) -> dict:
     """Host issue time of the stack: operators per layer forward and seconds per operator (eager PyTorch); and the
-    pipeline exchanges of that code (``pp_exchange_2021``, docs/model.md §11.50): blocking with a device
+    pipeline exchanges of that code (``pp_exchange_2021``, docs/model.md §11.52): blocking with a device
     synchronize in Megatron-LM 2021-22 and in Megatron-DeepSpeed alike; the TP scatter-gather of the sent tensors
     for Megatron-LM (de7dc40f88 ``arguments.py`` lines 585-587, on by default), not for a Megatron-DeepSpeed text,
     whose fork ran it in its 2021-22 ``megatron/p2p_communication.py`` but not in the Megatron-Core schedules it
