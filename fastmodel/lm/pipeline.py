@@ -176,17 +176,23 @@ def mtp_passes(columns: np.ndarray) -> tuple[float, float, float]:
 def send_time(columns: np.ndarray) -> float:
     """Seconds of one point-to-point send of the configuration ``columns``: the kernel's ``comm_pp`` counts
     2 (m v + p - 1) sends (``kernels/lm/pipeline.pipeline_p2p``). An UnsupportedError for a pipeline that
-    DeepSpeed's engine runs (blocking sends, ``kernels/lm/pipeline.deepspeed_p2p``)."""
+    DeepSpeed's engine runs (blocking sends, ``kernels/lm/pipeline.deepspeed_p2p``) or Megatron-LM 2021's
+    blocking exchanges (``kernels/lm/pipeline_2021.sync_p2p``)."""
     from fastmodel.lm.engine import evaluate_table
 
     columns = np.asarray(columns, dtype=np.float64)
     p, v = _col(columns, "pp"), max(_col(columns, "vp"), 1.0)
     from fastmodel.kernels.lm.pipeline import deepspeed_engine
+    from fastmodel.kernels.lm.pipeline_2021 import sync_exchanges
 
     if deepspeed_engine(columns):
         raise UnsupportedError("", "plan.pp_engine_deepspeed", "the exact pipeline path runs each send on a stream of "
                                "its own; DeepSpeed's blocking sends and TP gathers (docs/model.md §11.31) are in "
                                "the step kernel only")
+    if sync_exchanges(columns):
+        raise UnsupportedError("", "plan.pp_exchange_2021", "the exact pipeline path runs each send on a stream of "
+                               "its own; Megatron-LM 2021's blocking exchanges (docs/model.md §11.52) are in the "
+                               "step kernel only")
     m = _col(columns, "global_batch") / (_col(columns, "micro_batch") * _col(columns, "dp"))
     return float(evaluate_table(columns[:, None])["comm_pp"][0]) / (2.0 * (m * v + p - 1.0))
 

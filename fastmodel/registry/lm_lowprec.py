@@ -59,6 +59,11 @@ LOW_PRECISION_PLAN_ROWS = (
      "Megatron-LM fork under fp16 (optimizer.py _copy_model_grads_to_main_grads, main_grad.float(); the routed "
      "experts' 16-bit .grad, outside the gradient buffer, is freed as it is copied; docs/model_memory.md). "
      "0: the step reads the stored gradients. Set by the stack.", 0, 16, False, "number"),
+    ("ddp_bucket_copy", "1", 0, "1: a DDP whose gradient reduction overlaps the backward (overlap_grad_reduce, "
+     "sharding ddp) is PyTorch's DistributedDataParallel at gradient_as_bucket_view=False, the default: its Reducer "
+     "holds a flat bucket copy of every gradient, stored_grad_bytes per parameter (memory only; Megatron-LM "
+     "2021-22's --DDP-impl torch, its one overlapping DDP; docs/model_memory.md). Set by the stack.",
+     0, 1, False, "flag"),
 )
 
 #: the GPU's vendor (a device file's ``vendor``): it decides the software that runs there, i.e. the FP8 recipes of

@@ -1,6 +1,7 @@
 """Plan columns of pipeline execution: an explicit layout (the decoder layers the last pipeline rank builds beside
 the loss), under FSDP a gradient reduction per micro-batch and whether the stage's weights stay gathered, and
-whether DeepSpeed's pipeline engine (its partitioned, blocking sends; docs/model.md §11.31) runs the schedule.
+whether DeepSpeed's pipeline engine (its partitioned, blocking sends; docs/model.md §11.31) runs the schedule,
+and whether Megatron-LM 2021-22's blocking, scatter-gathered exchanges do (§11.52).
 
 Rows of ``fastmodel.registry.lm.PLAN_COLUMNS`` (name, units, default, doc, lo, hi, fittable, option), kept here so
 the registry module stays under the line cap. docs/model.md §11.22 gives the equation, ``kernels/lm/step.py``
@@ -30,4 +31,10 @@ PIPELINE_PLAN_ROWS = (
      "(PartitionedTensor), and TrainSchedule's blocking send/recv order exposes 4(m - 1) + 2(p - 2) sends and "
      "3(m + p - 1) - 5 gathers per step (docs/model.md §11.31). 0: Megatron's schedules. Set by the stack.",
      0, 1, False, "flag"),
+    ("pp_exchange_2021", "code", 0, "Megatron-LM 2021-22's pipeline exchanges (p2p_communication._communicate: "
+     "batch_isend_irecv, wait, torch.cuda.synchronize): 1: every exchange blocking, the sends and gathers on the "
+     "critical path counted from the schedules' call order; 2: also --scatter-gather-tensors-in-pipeline (on by "
+     "default): without SP each send carries 1/tp of the activation, all-gathered over the TP group on receipt "
+     "(docs/model.md §11.52). 0: Megatron-Core's closed form (§11.7). 1F1B and interleaved only. Set by the stack.",
+     0, 2, False, "number"),
 )

@@ -21,6 +21,7 @@ from fastmodel.kernels.lm.layout import (
 )
 from fastmodel.kernels.lm.bubble_last import credit_applies, embedding_warmup, last_rank_bubble_credit
 from fastmodel.kernels.lm.pipeline import pipeline_bubble
+from fastmodel.kernels.lm.pipeline_2021 import sync_exchanges
 
 
 #: host calls of one graphed layer pass (TransformerEngine d0067d0 transformer_engine/pytorch/graph.py, class
@@ -115,9 +116,10 @@ def embedding_send_overlap(row, average_mb, last_mb, pp_exposed, terms):
     of ``p`` sends through the other ranks, so of the ``(p - 1) e_F`` wait and the ``p s`` the closed form charges
     both, ``min((p - 1) e_F, p s)`` is one; the cool-down's backwards alike: ``min((p - 1) e_F, p s) +
     min((p - 1) e_B, p s)`` (e_B with the dense gradient, §11.43), taken off the exposed sends (the exact program, tests/lm/test_pipeline_program.py);
-    0 where the wait is not charged. ``terms``: the configuration's ``first_rank.embedding_terms``."""
+    0 where the wait is not charged, and under Megatron-LM 2021's blocking exchanges (``pipeline_2021``, whose
+    counts are not the chains', §11.52). ``terms``: the configuration's ``first_rank.embedding_terms``."""
     if pp_exposed <= 0.0 or last_mb <= average_mb or embedding_warmup(row, terms) <= 0.0 \
-            or not credit_applies(row):
+            or not credit_applies(row) or sync_exchanges(row):
         return 0.0
     if host_microbatch_s(row, average_stage_layers(row)) >= average_mb:
         return 0.0      # host-bound: host_bound_bubble keeps the average stage's bubble, no wait charged

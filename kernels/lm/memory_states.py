@@ -17,12 +17,13 @@ from fastmodel.kernels.lm.shape import (  # noqa: F401 - attention_params, mlp_p
     stored_grad_bytes,
 )
 from fastmodel.kernels.lm.layout import (
-    C_CP, C_DENSE_LAYERS, C_DP, C_EP, C_FFN, C_FP8_PARAMS, C_GATED_MLP, C_GRAD_REDUCE_BYTES, C_HEADS, C_HEAD_DIM,
+    C_CP, C_DDP_BUCKET_COPY, C_DENSE_LAYERS, C_DP, C_EP, C_FFN, C_FP8_PARAMS, C_GATED_MLP, C_GRAD_REDUCE_BYTES,
+    C_HEADS, C_HEAD_DIM,
     C_HIDDEN, C_LAYERS, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_LAYER_FREQ, C_MOE_SHARED_EXPERTS, C_MOE_TOPK,
-    C_MASTER_WEIGHTS, C_MTP_LAYERS, C_OPTIMIZER, C_OPTIMIZER_MOMENTS, C_PP, C_SHARDING,
+    C_MASTER_WEIGHTS, C_MTP_LAYERS, C_OPTIMIZER, C_OPTIMIZER_MOMENTS, C_OVERLAP_GRAD_REDUCE, C_PP, C_SHARDING,
     C_SHARD_DEGREE, C_TIED_EMBEDDINGS, C_EMBEDDING_LOSS_IN_SPLIT, C_LEARNED_POSITIONS, C_SEQ_LEN, C_TP, C_UNEVEN_STAGES, C_VOCAB, C_VP, OPT_ADAFACTOR, OPT_SGD,
     OPT_MUON, OPT_SGD_NO_MOMENTUM, C_LAST_STAGE_LAYERS, C_REDUCE_EVERY_MICROBATCH, C_FSDP_STAGE_GATHERED,
-    SHARD_FSDP, SHARD_ZERO1, SHARD_ZERO2,
+    SHARD_DDP, SHARD_FSDP, SHARD_ZERO1, SHARD_ZERO2,
 )
 from fastmodel.kernels.lm.muon import muon_state_bytes, owned_share, stage_matrices
 
@@ -321,7 +322,15 @@ def gradients_bytes(row, non_expert, expert):
         return row[C_GRAD_REDUCE_BYTES] * (non_expert + expert)
     if int(row[C_SHARDING]) >= SHARD_ZERO2:
         return gb * sharded_params(row, non_expert, expert)
-    return gb * (non_expert + expert)
+    return gb * (non_expert + expert) * (2.0 if torch_ddp_buckets(row) else 1.0)
+
+
+@njit(error_model='numpy')
+def torch_ddp_buckets(row):
+    """PyTorch's DistributedDataParallel holds a flat copy of every gradient in its buckets (``ddp_bucket_copy``, a
+    DDP that overlaps its reduction: ``gradient_as_bucket_view`` False, PyTorch 1.8's default, which Megatron-LM
+    de7dc40f88 ``training.py`` lines 246-251 keep; docs/model_memory.md "Gradients")."""
+    return row[C_DDP_BUCKET_COPY] > 0.0 and int(row[C_SHARDING]) == SHARD_DDP and row[C_OVERLAP_GRAD_REDUCE] > 0.0
 
 
 @njit(error_model='numpy')

@@ -26,10 +26,9 @@ W <= B (the paper's case), ``m t + (p - 1) F`` beyond. The exact scheduler path
 ``(p/2 - 1)(F + B' + B' - 3 W) = (p/2 - 1)(F + 2B - W)``, exact for F = B = W (the report's Fig. 5); for
 other ratios the exact schedule differs by at most (p/2 - 1) F on the ratios tested.
 
-A schedule lives here whole: its closed form (the jitted functions), the shapes it runs
-(:func:`schedule_status` for grids, :func:`check_shape` for the exact path) and its op order for the exact path
-and the memory timeline (:func:`stage_order`, plain Python). Adding a schedule: its name in ``registry/lm.py``
-``PIPELINE_SCHEDULES`` and its three parts here.
+A schedule lives here whole: its closed form (the jitted functions), the shapes it runs (:func:`schedule_status`
+for grids, :func:`check_shape` for the exact path) and its op order for the exact path and the memory timeline
+(:func:`stage_order`, plain Python); a new one: its name in ``registry/lm.py`` ``PIPELINE_SCHEDULES``, its parts here.
 """
 
 from __future__ import annotations
@@ -43,6 +42,7 @@ from fastmodel.kernels.lm.layout import (
     C_TP, C_VP, SCHED_1F1B, SCHED_DUALPIPE, SCHED_GPIPE, SCHED_INTERLEAVED, SCHED_ZB_H1,
 )
 from fastmodel.kernels.lm.layer import ACT_BYTES
+from fastmodel.kernels.lm.pipeline_2021 import sync_exchanges, sync_p2p
 from fastmodel.kernels.nccl import allgather_time, p2p_time
 from fastmodel.kernels.roofline import memory_bound_time
 from fastmodel.registry.lm import PIPELINE_SCHEDULES, STATUS_CODES
@@ -151,10 +151,9 @@ def pipeline_drain(row, layers, backward):
 @njit
 def pipeline_p2p(row, micro_batches):
     """(seconds, exposed seconds) of the pipeline's point-to-point sends in one step: a micro-batch's activations
-    forward and gradients backward at every virtual-stage boundary; what is exposed are the sends of the
-    warm-up and cool-down, and for one-chunk 1F1B-like schedules (1F1B, GPipe, ZB-H1) also one pair per
-    micro-batch. DualPipe overlaps the steady state's sends with the paired forward and backward chunks
-    (DeepSeek-V3 report sec. 3.2.1), as interleaving does.
+    forward and gradients backward at every virtual-stage boundary; exposed: the warm-up's and cool-down's, and
+    for one-chunk 1F1B-like schedules (1F1B, GPipe, ZB-H1) one pair per micro-batch. DualPipe overlaps the steady
+    state's with the paired chunks (DeepSeek-V3 report sec. 3.2.1), as interleaving does.
 
     Warm-up and cool-down: the first micro-batch's forward crosses every boundary of its chain of virtual
     stages before its backward starts, and the last one's backward crosses them back, so ``2 (n - 1)`` sends
@@ -163,8 +162,8 @@ def pipeline_p2p(row, micro_batches):
     ``recv_tensor_from_previous_stage``, a blocking ``send_forward_recv_forward`` per warm-up chunk;
     megatron/core/pipeline_parallel/schedules.py, NVIDIA/Megatron-LM@d98e8a6) and ``n = p`` otherwise (DualPipe:
     each direction a chain of p). The exact pipeline path adds exactly these for uniform stages
-    (tests/lm/test_pipeline_program.py); it does not model DeepSpeed's blocking sends (:func:`deepspeed_p2p`) and
-    refuses those rows (``fastmodel.lm.pipeline.send_time``)."""
+    (tests/lm/test_pipeline_program.py); it refuses DeepSpeed's and Megatron-LM 2021's blocking sends
+    (:func:`deepspeed_p2p`, ``pipeline_2021.sync_p2p``, §11.52; ``fastmodel.lm.pipeline.send_time``)."""
     t = row[C_TP]
     p = row[C_PP]
     v = row[C_VP]
@@ -179,6 +178,8 @@ def pipeline_p2p(row, micro_batches):
             nbytes = nbytes / t
         if deepspeed_engine(row):
             return deepspeed_p2p(row, micro_batches, nbytes)
+        if sync_exchanges(row):
+            return sync_p2p(row, micro_batches, nbytes)
         send = p2p_time(row, nbytes, t * c * d)
         pp_comm = 2.0 * (micro_batches * v + p - 1.0) * send      # every send of the schedule's critical path
         steady = v <= 1.0 and int(row[C_PIPELINE_SCHEDULE]) != SCHED_DUALPIPE
@@ -189,8 +190,7 @@ def pipeline_p2p(row, micro_batches):
 
 @njit
 def deepspeed_engine(row):
-    """DeepSpeed's PipelineEngine runs this pipeline (``pp_engine_deepspeed``): its one schedule,
-    ``TrainSchedule``, is 1F1B on one model chunk per rank; other schedules keep their own sends."""
+    """DeepSpeed's PipelineEngine runs this pipeline (``pp_engine_deepspeed``): ``TrainSchedule``, 1F1B, one chunk."""
     return row[C_PP_ENGINE_DEEPSPEED] > 0.0 and row[C_VP] <= 1.0 and int(row[C_PIPELINE_SCHEDULE]) == SCHED_1F1B
 
 

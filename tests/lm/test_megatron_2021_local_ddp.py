@@ -128,3 +128,35 @@ def test_the_narayanan_records_state_fp16_and_get_the_path():
             assert lowered.columns[C["step_grad_passes"]] == 16.0, record["id"]
         seen += ptdp
     assert seen == 16
+
+
+def test_torch_ddp_holds_a_bucket_copy_of_every_gradient_by_hand():
+    """``--DDP-impl torch`` (the records' ``overlap_grad_reduce``): PyTorch 1.8's reducer at
+    ``gradient_as_bucket_view=False`` keeps a flat copy of each fp16 gradient, 2 B a parameter beside the 2 B
+    ``.grad`` (docs/model_memory.md "Gradients"): 1e9 parameters, 4e9 B. The local DDP (no overlap), ZeRO-1 and a
+    stack that does not set the flag hold the ``.grad`` only."""
+    from fastmodel.kernels.lm.memory_states import gradients_bytes
+
+    grads = getattr(gradients_bytes, "py_func", gradients_bytes)
+    values = dict(precision="fp16", grad_reduce_bytes=2, sharding="ddp", master_weights=1, overlap_grad_reduce=1,
+                  ddp_bucket_copy=1)
+    assert grads(row(**values), 1e9, 0.0) == pytest.approx(4e9, rel=1e-12)
+    assert grads(row(**{**values, "overlap_grad_reduce": 0}), 1e9, 0.0) == pytest.approx(2e9, rel=1e-12)
+    assert grads(row(**{**values, "ddp_bucket_copy": 0}), 1e9, 0.0) == pytest.approx(2e9, rel=1e-12)
+    assert grads(row(**{**values, "sharding": "zero1"}), 1e9, 0.0) == pytest.approx(2e9, rel=1e-12)
+    assert megatron_2021.defaults(SimpleNamespace(sharding="ddp", precision="fp16", moe_dispatcher="none"),
+                                  PTDP)["ddp_bucket_copy"] is True
+
+
+def test_the_four_torch_ddp_records_hold_the_buckets():
+    """GPT-1.7B ... 18.4B (``--DDP-impl torch``, overlap_grad_reduce true) lower to the flag with the overlap; the
+    local-DDP rows do not overlap, so their gradients stay single."""
+    torch_rows = 0
+    for line in (DATA / "runs_dev.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        if record["source"] != "narayanan2021_t1":
+            continue
+        columns = lower_record(record).columns
+        assert columns[C["ddp_bucket_copy"]] == 1.0
+        torch_rows += columns[C["overlap_grad_reduce"]] == 1.0
+    assert torch_rows == 4

@@ -27,13 +27,22 @@ HOST_OPS_LAYER_MEGATRON_2021 = 56.0
 #: 20 us, within the 5-25 us CPU-side cost per op of the PyTorch dispatch chain (docs/model.md "Host issue time"
 #: gives the source and the sensitivity) [A]
 HOST_OP_S_EAGER = 20e-6
+#: ``pp_exchange_2021`` codes (kernels/lm/pipeline_2021.py): blocking exchanges; and the TP scatter-gather
+EXCHANGE_BLOCKING, EXCHANGE_SCATTER_GATHER = 1.0, 2.0
 
 
 def host_defaults(framework: str | None) -> dict:
-    """Host issue time of the stack: operators per layer forward and seconds per operator (eager PyTorch)."""
+    """Host issue time of the stack: operators per layer forward and seconds per operator (eager PyTorch); and the
+    pipeline exchanges of that code (``pp_exchange_2021``, docs/model.md §11.52): blocking with a device
+    synchronize in Megatron-LM 2021-22 and in Megatron-DeepSpeed alike; the TP scatter-gather of the sent tensors
+    for Megatron-LM (de7dc40f88 ``arguments.py`` lines 585-587, on by default), not for a Megatron-DeepSpeed text,
+    whose fork ran it in its 2021-22 ``megatron/p2p_communication.py`` but not in the Megatron-Core schedules it
+    later calls (71e8407c ``megatron/core/pipeline_parallel/p2p_communication.py``), the commit unstated [A].
+    A pipeline DeepSpeed's engine runs keeps DeepSpeed's sends (``pp_engine_deepspeed`` comes first)."""
     deepspeed_fork = framework is not None and names_in(tokens(framework), "megatron-deepspeed") is not None
     ops = HOST_OPS_LAYER_MEGATRON_DEEPSPEED if deepspeed_fork else HOST_OPS_LAYER_MEGATRON_2021
-    return {"host_ops_layer": ops, "host_op_s": HOST_OP_S_EAGER}
+    return {"host_ops_layer": ops, "host_op_s": HOST_OP_S_EAGER,
+            "pp_exchange_2021": EXCHANGE_BLOCKING if deepspeed_fork else EXCHANGE_SCATTER_GATHER}
 
 
 #: Small kernels of one MoE layer forward of MegaBlocks' expert-parallel path (stanford-futuredata/megablocks
@@ -178,7 +187,9 @@ def defaults(execution, framework: str | None) -> dict:
     # Megatron's own fp16 gradient path (the fork's or local DDP's), computed once: under DeepSpeed's engine the
     # keys of the one merged are dropped, whichever it was
     own = fork_fp16_defaults(execution, framework) or local_ddp_gradient_path(execution, framework)
-    values = {"dropout": True, "flash_attention": False, "overlap_grad_reduce": False,
+    # a DDP that overlaps its reduction is --DDP-impl torch, with its bucket copies (de7dc40f88 training.py lines
+    # 246-251: torchDDP(model_module, device_ids, output_device, process_group), gradient_as_bucket_view False)
+    values = {"dropout": True, "flash_attention": False, "overlap_grad_reduce": False, "ddp_bucket_copy": True,
               "overlap_param_gather": False, "loss_traffic_bytes_per_logit": LOSS_BYTES_UNFUSED_CE,
               **host_defaults(framework), **megablocks_defaults(framework), **deepspeed_moe_defaults(execution),
               **own}
