@@ -9,8 +9,9 @@ derives columns from execution fields: the stack profile (``fastmodel/lm/stacks`
 plan's ep (§11.14.1).
 
 :func:`lowering_partition` compares the columns themselves, with no list of which field derives which column: for
-every combination of the values of the sweep's execution-field axes, and of ep = 1 or > 1 of the ``plan`` (or
-``ep``) axis, it lowers the execution spec with those values (a Python loop, at most
+every combination of the values of the sweep's execution-field axes (:func:`compared`: the codes, switches and
+fields the lowering reads beyond their value; a plain number such as ``micro_batch`` sets only its own column),
+and of ep = 1 or > 1 of the ``plan`` (or ``ep``) axis, it lowers the execution spec with those values (a Python loop, at most
 :data:`MAX_LOWERED_COMBINATIONS` combinations, about 0.2 ms each) and compares the column vector, less the
 columns the kernel sets at every point (every axis's own, ``dp``, and ``shard_degree`` where it follows dp), with
 the spec's own. Where every combination gives the spec's columns nothing changes (one base, the spec's).
@@ -30,6 +31,12 @@ from fastmodel.errors import SpecError, SweepError
 
 #: axes whose values set the mesh's ep, which ``stacks.resolve`` reads (``expert_parallel``)
 EP_AXES = ("plan", "ep")
+#: numeric execution fields (neither a code, nor a 0/1 switch, nor ``lowering.SPECIAL_FIELDS``) from which the
+#: lowering derives another column: a stated ``moe_imbalance`` leaves ``moe_expert_maxvio`` unset
+#: (``lowering.balance_column``). Every other such field (``micro_batch``, ``collective_bucket_bytes``, ...) sets
+#: only its own column, so its axis is not lowered value by value (a ``micro_batch`` range of 10^5 values costs
+#: nothing); tests/lm/test_sweep_stack_axes.py lowers each under every stack and fails on one not listed here
+NUMERIC_READ_FIELDS = ("moe_imbalance",)
 #: the most value combinations of the execution-field axes (x 2 with ep = 1 and > 1) lowered to compare: about
 #: 0.2 ms a lowering, under a second (docs/model.md §11.49 "Sweeps"); a grid over more is refused in one line
 MAX_LOWERED_COMBINATIONS = 4096
@@ -60,6 +67,21 @@ def field_value(name: str, label, number):
     return int(number) if float(number).is_integer() else float(number)
 
 
+def compared(name: str) -> bool:
+    """True for an execution-field column whose axis is lowered value by value: a code, a 0/1 switch or fraction, a
+    field the lowering reads beyond its value (``lowering.SPECIAL_FIELDS``: ``vp``, ``shard_degree``, ...) or one
+    of :data:`NUMERIC_READ_FIELDS`."""
+    from fastmodel.lm.lowering import SPECIAL_FIELDS
+    from fastmodel.lm.table import CODE_TABLES
+    from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
+
+    if name not in COLUMN_INDEX:
+        return False
+    column = COLUMNS[COLUMN_INDEX[name]]
+    return name in CODE_TABLES or name in SPECIAL_FIELDS or name in NUMERIC_READ_FIELDS or \
+        (column.lo, column.hi) == (0, 1)
+
+
 def _lowered(lower, execution, update: dict, ep: int, mask: np.ndarray):
     """(the lowered columns of ``execution`` with ``update`` at ``ep``, their comparison key: the columns outside
     ``mask`` as bytes); a SpecError (an execution its stack cannot run) as its text, which the plan raises."""
@@ -80,7 +102,7 @@ def lowering_partition(model, execution, names: list[str], labels: list[list], n
     from fastmodel.lm.sweep import parse_mesh
     from fastmodel.registry.lm import COLUMN_INDEX
 
-    read = [i for i, name in enumerate(names) if name in ExecutionSpec.model_fields and name in COLUMN_INDEX]
+    read = [i for i, name in enumerate(names) if name in ExecutionSpec.model_fields and compared(name)]
     ep_axis = next((i for i, name in enumerate(names) if name in EP_AXES), None)
     eps = []
     if ep_axis is not None:
@@ -137,4 +159,5 @@ def _varies(keys: dict, n: int) -> bool:
     return any(len(found) > 1 for found in rest.values())
 
 
-__all__ = ["EP_AXES", "MAX_LOWERED_COMBINATIONS", "StackPartition", "field_value", "lowering_partition"]
+__all__ = ["EP_AXES", "MAX_LOWERED_COMBINATIONS", "NUMERIC_READ_FIELDS", "StackPartition", "compared", "field_value",
+           "lowering_partition"]

@@ -114,8 +114,47 @@ def test_more_combinations_than_the_bound_are_refused_in_one_line(monkeypatch):
     import fastmodel.lm.sweep_stack as sweep_stack
 
     monkeypatch.setattr(sweep_stack, "MAX_LOWERED_COMBINATIONS", 3)
-    with pytest.raises(SweepError, match=r"^axes micro_batch, precision: 4 value combinations of execution fields"):
-        lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", axes={"micro_batch": [1, 2], "precision": ["bf16", "fp8"]})
+    with pytest.raises(SweepError, match=r"^axes precision, master_weights: 4 value combinations of execution fields"):
+        lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain",
+                 axes={"micro_batch": [1, 2, 4, 8], "precision": ["bf16", "fp8"], "master_weights": [False, True]})
+
+
+#: framework texts that reach the profiles' branches (fork, era, ZeRO stage, launcher, version)
+FRAMEWORKS = (None, "Megatron-LM", "Megatron-DeepSpeed", "stanford-futuredata Megatron-LM MegaBlocks", "DeepSpeed 0.6.2",
+              "PyTorch 1.10 FSDP", "TorchTitan", "Accelerate", "fms-fsdp", "MaxText", "KempnerForge", "Meta internal",
+              "Composer")
+
+
+def test_a_plain_numeric_execution_field_sets_only_its_own_column_unless_listed():
+    """An axis over a plain number (``sweep_stack.compared`` false: micro_batch, collective_bucket_bytes, ...) is
+    not lowered value by value; that holds only while its lowering sets its own column alone, under every stack
+    and with the field unset or stated: this finds the fields that set another and fails on one not listed in
+    ``NUMERIC_READ_FIELDS``."""
+    from fastmodel.lm.execution import ExecutionSpec
+    from fastmodel.lm.loader import load_cluster, load_lm_model
+    from fastmodel.lm.sweep import base_columns
+    from fastmodel.lm.sweep_stack import NUMERIC_READ_FIELDS, compared
+    from fastmodel.registry.lm import COLUMNS
+
+    plain = [n for n in ExecutionSpec.model_fields if n in COLUMN_INDEX and (not compared(n) or n in NUMERIC_READ_FIELDS)]
+    assert "micro_batch" in plain and len(plain) >= 15
+    samples = [ExecutionSpec(framework=f, precision=p, sharding=s, recompute=r, moe_balance=b) for f in FRAMEWORKS
+               for p in ("bf16", "fp16") for s in ("ddp", "zero1", "fsdp") for r in ("none", "full")
+               for b in (None, "aux_loss")]
+    cluster, reads = load_cluster("dgx-h100"), set()
+    for model in (load_lm_model("llama3.1-8b"), load_lm_model("qwen3-30b-a3b")):
+        for execution in samples:
+            base = base_columns(model, cluster, execution, 64, 1, twice_as_status=True)
+            for name in plain:
+                low = COLUMNS[COLUMN_INDEX[name]].lo
+                value = max(low, 1.0) if low is not None else 1.0
+                for number in (value, value + 1):
+                    update = {name: int(number) if float(number).is_integer() else number}
+                    columns = base_columns(model, cluster, execution.model_copy(update=update), 64, 1,
+                                           twice_as_status=True)
+                    if set(np.flatnonzero(columns != base)) - {COLUMN_INDEX[name]}:
+                        reads.add(name)
+    assert reads == set(NUMERIC_READ_FIELDS)
 
 
 def test_the_ep_of_a_plan_resolves_a_compiled_moe_stacks_fusion_point_by_point():
