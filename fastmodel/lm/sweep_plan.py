@@ -1,8 +1,8 @@
 """The real-world training model's sweep plan: named axes over one base configuration, evaluated unit by unit.
 
 Axes are registry columns, ``num_nodes``, ``global_batch`` and ``plan`` meshes (``fastmodel.lm.sweep``). Axes
-along which the stack profile's defaults change (``fastmodel.lm.sweep_stack``) are structural: each combination
-of their values has a base of its own (one lowering per distinct defaults). A unit of work is a box of the grid
+over fields the lowering reads along which the lowered columns change (``fastmodel.lm.sweep_stack``) are
+structural: each combination of their values has a base of its own (one per distinct column vector). A unit of work is a box of the grid
 (one structural combination; the numeric axes: trailing axes whole, the first one split); the fused kernel
 ``kernels/lm/grid.py`` builds each point of the box from its index, checks the rule table, evaluates it and
 writes it straight into its place in the result matrix. The shared machinery (``fastmodel.sweeps``) runs the
@@ -30,7 +30,7 @@ from fastmodel.lm.sweep import (
     check_execution_axes,
     parse_mesh,
 )
-from fastmodel.lm.sweep_stack import stack_partition
+from fastmodel.lm.sweep_stack import lowering_partition
 from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
 from fastmodel.sweeps.plan import Axis, SweepPlan, grid_lanes
 
@@ -66,11 +66,12 @@ class LMSweepPlan(SweepPlan):
         meshes = [parse_mesh(label) for label in labels[names.index(MESH_AXIS)]] if MESH_AXIS in names else None
         if any(len(c) == 0 for c in labels):
             raise SweepError("the grid is empty")
-        partition = stack_partition(model, execution, names, labels)
+        columns, values = _axis_arrays(names, numeric, meshes, cluster.gpus_per_node)
+        partition = lowering_partition(model, execution, names, labels, numeric, columns.ravel().tolist(),
+                                       execution.shard_degree is None, self._lower)
         structural = partition.structural if partition is not None else ()
         bases = [self._base(max_gpus)] if partition is None else \
-            [self._base(max_gpus, *group) for group in partition.groups]   # one lowering per distinct defaults
-        columns, values = _axis_arrays(names, numeric, meshes, cluster.gpus_per_node)
+            [self._base(max_gpus, group) for group in partition.groups]   # one base per distinct column vector
         kept = [i for i in range(len(names)) if i not in structural]
         self.axis_columns = columns[kept] if kept else np.full((1, columns.shape[1]), -1, dtype=np.int64)
         self.axis_values = values[kept] if kept else np.zeros((1, values.shape[1], 1))
@@ -98,14 +99,16 @@ class LMSweepPlan(SweepPlan):
         """The sweep's software as the calibration keys it (``overlay.stack_key``): (framework text, stack)."""
         return self.execution.framework, self.execution.stack
 
-    def _base(self, max_gpus: int, execution: Any = None, ep: int | None = None) -> np.ndarray:
+    def _lower(self, execution: Any, ep: int) -> np.ndarray:
+        """The base columns of ``execution`` at ``ep`` (trivial mesh), a fused weight-gradient accumulation beside
+        a pass as the rule table's status, not a refusal: a value combination of a sweep (``sweep_stack``)."""
+        return base_columns(self.model, self.cluster, execution, self.global_batch, ep, twice_as_status=True)
+
+    def _base(self, max_gpus: int, lowered: np.ndarray | None = None) -> np.ndarray:
         """The base column vector (trivial mesh), with the calibration's values overlaid and checked: of the
-        execution spec, or (``execution``, ``ep``) of a group of a stack partition (``sweep_stack``), whose
-        fused weight-gradient accumulation beside a pass is a status, not a refusal."""
-        if execution is None:
-            base = base_columns(self.model, self.cluster, self.execution, self.global_batch)
-        else:
-            base = base_columns(self.model, self.cluster, execution, self.global_batch, ep, twice_as_status=True)
+        execution spec, or ``lowered`` (a group of a partition by lowered columns, ``sweep_stack``)."""
+        base = base_columns(self.model, self.cluster, self.execution, self.global_batch) if lowered is None \
+            else lowered.copy()
         if self.calibration is not None:
             from fastmodel.lm.calibrate import use
 

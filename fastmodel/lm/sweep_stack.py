@@ -1,97 +1,141 @@
-"""Sweep axes the stack profile reads: the grid partitioned by the stack's defaults, one lowering each.
+"""Sweep axes over fields the lowering reads: the grid partitioned by the lowered columns, one base each.
 
-A stack profile (``fastmodel/lm/stacks``) fills the execution fields a spec leaves ``None`` from the spec's other
-fields: ``megatron-2021``'s gradient path reads ``precision``, ``sharding``, ``wgrad_fused_accumulation`` and
-``step_zero_grad`` (docs/model.md §11.49), DeepSpeed's and Megatron-Core's read ``precision`` and ``sharding``,
-TorchTitan's read ``moe_dispatcher`` and ``recompute``, and a compiled TorchTitan MoE model's ``fused_kernels``
-follows the plan's ep (``eager_blocks``, §11.14.1). A sweep lowers its specs once and sets an axis's column point
-by point, so on its own an axis over such a field would keep the defaults of the spec's value.
+A sweep lowers its specs once (``fastmodel.lm.lowering.lower``) and the fused kernel sets an axis's column point
+by point. That is the plan of each value only where the value changes nothing but its own column. The lowering
+derives columns from execution fields: the stack profile (``fastmodel/lm/stacks``) fills unset fields from
+``precision``, ``sharding``, ``recompute``, ... (docs/model.md §11.49), ``grad_reduce_bytes`` follows
+``master_weights``, the ``recompute_modules`` bits count only under selective recompute, a stated
+``shard_degree`` is set only under FSDP/HSDP, a compiled TorchTitan MoE model's ``fused_kernels`` follows the
+plan's ep (§11.14.1).
 
-:func:`stack_partition` resolves the stack (``stacks.resolve``, no lowering) for every combination of the values
-of the axes of :data:`STACK_READ_AXES` in the sweep, and of ep = 1 or > 1 of the ``plan`` (or ``ep``) axis;
-combinations whose resolved executions differ only in the swept fields give the same defaults. Where every
-combination gives the same defaults nothing changes (one lowering, the execution spec's). Otherwise the axes along
-which the defaults change become *structural* (``fastmodel/sweeps/grid.py``): each combination of their values
-is evaluated by the fused kernel over the product of the other axes, on the base of its defaults, one lowering
-per distinct defaults (``fastmodel.lm.sweep_plan.LMSweepPlan``); the result keeps the axes' order.
+:func:`lowering_partition` compares the columns themselves, with no list of which field derives which column: for
+every combination of the values of the sweep's execution-field axes (:func:`compared`: the codes, switches and
+fields the lowering reads beyond their value; a plain number such as ``micro_batch`` sets only its own column),
+and of ep = 1 or > 1 of the ``plan`` (or ``ep``) axis, it lowers the execution spec with those values (a Python loop, at most
+:data:`MAX_LOWERED_COMBINATIONS` combinations, about 0.2 ms each) and compares the column vector, less the
+columns the kernel sets at every point (every axis's own, ``dp``, and ``shard_degree`` where it follows dp), with
+the spec's own. Where every combination gives the spec's columns nothing changes (one base, the spec's).
+Otherwise the axes along which the columns change become *structural* (``fastmodel/sweeps/grid.py``): each
+combination of their values is evaluated by the fused kernel over the product of the other axes on a base of its
+own, one per distinct column vector (``fastmodel.lm.sweep_plan.LMSweepPlan``); the result keeps the axes' order.
 """
 
 from __future__ import annotations
 
 import itertools
-import json
 from dataclasses import dataclass
 
-#: execution fields that are sweep axes and that a stack profile's ``defaults`` or ``eager_blocks``, or
-#: ``stacks.resolve``, read (tests/lm/test_sweep_stack_axes.py finds them in fastmodel/lm/stacks/ and fails
-#: when a profile reads one not listed here)
-STACK_READ_AXES = ("precision", "sharding", "wgrad_fused_accumulation", "step_zero_grad", "moe_dispatcher",
-                   "recompute", "fused_kernels")
+import numpy as np
+
+from fastmodel.errors import SpecError, SweepError
+
 #: axes whose values set the mesh's ep, which ``stacks.resolve`` reads (``expert_parallel``)
 EP_AXES = ("plan", "ep")
+#: numeric execution fields (neither a code, nor a 0/1 switch, nor ``lowering.SPECIAL_FIELDS``) from which the
+#: lowering derives another column: a stated ``moe_imbalance`` leaves ``moe_expert_maxvio`` unset
+#: (``lowering.balance_column``). Every other such field (``micro_batch``, ``collective_bucket_bytes``, ...) sets
+#: only its own column, so its axis is not lowered value by value (a ``micro_batch`` range of 10^5 values costs
+#: nothing); tests/lm/test_sweep_stack_axes.py lowers each under every stack and fails on one not listed here
+NUMERIC_READ_FIELDS = ("moe_imbalance",)
+#: the most value combinations of the execution-field axes (x 2 with ep = 1 and > 1) lowered to compare: about
+#: 0.2 ms a lowering, under a second (docs/model.md §11.49 "Sweeps"); a grid over more is refused in one line
+MAX_LOWERED_COMBINATIONS = 4096
 
 
 @dataclass(frozen=True)
 class StackPartition:
     """Axes (indices into the sweep's axes) evaluated one value combination at a time, and for each combination
-    of theirs (in ``itertools.product`` order) the index of its group; each group's execution and ep to lower."""
+    of theirs (in ``itertools.product`` order) the index of its group; each group's lowered base columns."""
 
     structural: tuple[int, ...]
     combo_groups: tuple[int, ...]
-    groups: tuple[tuple[object, int], ...]
+    groups: tuple[np.ndarray, ...]
 
 
-def field_value(name: str, label):
-    """The execution-field value of an axis label (a switch given as 0 or 1 is a boolean)."""
+def field_value(name: str, label, number):
+    """The execution-field value of an axis point: a code's name (its label), a switch as a boolean, the
+    ``recompute_modules`` bits as the module names, any other field its number."""
+    from fastmodel.lm.table import CODE_TABLES
+    from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS, RECOMPUTE_MODULES
+
+    if name in CODE_TABLES:
+        return label
+    if COLUMNS[COLUMN_INDEX[name]].option == "flag":
+        return bool(number)
+    if name == "recompute_modules":
+        return [module for module, bit in RECOMPUTE_MODULES.items() if int(number) & bit]
+    return int(number) if float(number).is_integer() else float(number)
+
+
+def compared(name: str) -> bool:
+    """True for an execution-field column whose axis is lowered value by value: a code, a 0/1 switch or fraction, a
+    field the lowering reads beyond its value (``lowering.SPECIAL_FIELDS``: ``vp``, ``shard_degree``, ...) or one
+    of :data:`NUMERIC_READ_FIELDS`."""
+    from fastmodel.lm.lowering import SPECIAL_FIELDS
+    from fastmodel.lm.table import CODE_TABLES
     from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
 
-    if COLUMNS[COLUMN_INDEX[name]].option == "flag":
-        return bool(label)
-    return label
+    if name not in COLUMN_INDEX:
+        return False
+    column = COLUMNS[COLUMN_INDEX[name]]
+    return name in CODE_TABLES or name in SPECIAL_FIELDS or name in NUMERIC_READ_FIELDS or \
+        (column.lo, column.hi) == (0, 1)
 
 
-def _resolved_key(execution, update: dict, expert_parallel: bool, layers: int, swept: set) -> str:
-    """The stack's defaults for ``execution`` with ``update``: the resolved execution without the swept fields
-    (their columns are set point by point), as text; a stack that cannot resolve (``vp = "unknown"`` on a stack
-    without the rule) gives its error, which the lowering raises."""
-    from fastmodel.lm.stacks import resolve
-
+def _lowered(lower, execution, update: dict, ep: int, mask: np.ndarray):
+    """(the lowered columns of ``execution`` with ``update`` at ``ep``, their comparison key: the columns outside
+    ``mask`` as bytes); a SpecError (an execution its stack cannot run) as its text, which the plan raises."""
     try:
-        resolved = resolve(execution.model_copy(update=update), 1, layers, None, expert_parallel=expert_parallel)
-    except ValueError as error:
-        return f"error: {error}"
-    dump = {key: value for key, value in resolved.model_dump().items() if key not in swept}
-    return json.dumps(dump, sort_keys=True, default=str)
+        columns = lower(execution.model_copy(update=update), ep)
+    except SpecError as error:
+        return error, f"error: {error}"
+    return columns, np.where(mask, 0.0, columns).tobytes()
 
 
-def stack_partition(model, execution, names: list[str], labels: list[list]) -> StackPartition | None:
-    """The partition of a sweep by its stack's defaults (module docstring); None when every combination gives the
-    defaults of the execution spec at ep = 1 (one lowering, as before). ``labels``: each axis's coordinate labels
-    (meshes as text)."""
+def lowering_partition(model, execution, names: list[str], labels: list[list], numeric: list, set_columns,
+                       auto_shard: bool, lower) -> StackPartition | None:
+    """The partition of a sweep by its lowered columns (module docstring); None when every combination gives the
+    spec's columns (one base, as before). ``labels`` / ``numeric``: each axis's coordinate labels (meshes as text)
+    and numbers (None for the plan axis); ``set_columns``: the column indices the axes set (``_axis_arrays``);
+    ``lower(execution, ep)``: the base columns (``sweep.base_columns``, a fusion beside a pass as a status)."""
     from fastmodel.lm.execution import ExecutionSpec
     from fastmodel.lm.sweep import parse_mesh
+    from fastmodel.registry.lm import COLUMN_INDEX
 
-    read = [i for i, name in enumerate(names) if name in STACK_READ_AXES]
+    read = [i for i, name in enumerate(names) if name in ExecutionSpec.model_fields and compared(name)]
     ep_axis = next((i for i, name in enumerate(names) if name in EP_AXES), None)
     eps = []
     if ep_axis is not None:
         eps = [parse_mesh(str(v))["ep"] if names[ep_axis] == "plan" else int(v) for v in labels[ep_axis]]
     flags = sorted({ep > 1 for ep in eps}) or [False]
     if not read and flags == [False]:
-        return None                 # nothing the stack reads is swept: base_columns's one lowering
-    swept = {name for name in names if name in ExecutionSpec.model_fields}
-    keys = {}
+        return None                 # no execution field is swept: base_columns's one lowering
+    count = int(np.prod([len(labels[i]) for i in read])) * len(flags)
+    if count > MAX_LOWERED_COMBINATIONS:
+        raise SweepError(f"axes {', '.join(names[i] for i in read)}: {count} value combinations of execution fields, "
+                         f"over the {MAX_LOWERED_COMBINATIONS} a sweep lowers to compare (docs/model.md §11.49): "
+                         "split the sweep")
+    mask = np.zeros(len(COLUMN_INDEX), dtype=bool)
+    mask[[c for c in set_columns if c >= 0] + [COLUMN_INDEX["dp"]] + ([COLUMN_INDEX["shard_degree"]] if auto_shard
+                                                                      else [])] = True
+    ep_of = {False: 1, True: next((ep for ep in eps if ep > 1), 2)}
+    lowered, keys = {}, {}
     for combo in itertools.product(*(range(len(labels[i])) for i in read)):
-        update = {names[i]: field_value(names[i], labels[i][k]) for i, k in zip(read, combo)}
+        update = {names[i]: field_value(names[i], labels[i][k], numeric[i][k]) for i, k in zip(read, combo)}
         for flag in flags:
-            keys[combo, flag] = _resolved_key(execution, update, flag, model.layers, swept)
-    own = _resolved_key(execution, {}, False, model.layers, swept)
-    if set(keys.values()) == {own}:
-        return None                 # the defaults of the spec's values at ep = 1: base_columns's one lowering
+            lowered[combo, flag], keys[combo, flag] = _lowered(lower, execution, update, ep_of[flag], mask)
+    if set(keys.values()) == {_lowered(lower, execution, {}, 1, mask)[1]}:
+        return None                 # the spec's columns at every value: base_columns's one lowering
     varies = [i for n, i in enumerate(read) if _varies(keys, n)]
     if ep_axis is not None and any(keys[combo, False] != keys[combo, True] for combo, _ in keys if len(flags) > 1):
         varies.append(ep_axis)
-    structural = tuple(sorted(varies))
+    return _groups(tuple(sorted(varies)), read, ep_axis, eps, flags, labels, keys, lowered)
+
+
+def _groups(structural: tuple, read: list, ep_axis, eps: list, flags: list, labels: list, keys: dict,
+            lowered: dict) -> StackPartition:
+    """Each combination of the ``structural`` axes' values -> its group, one per distinct key (a lowering's
+    SpecError raised here, as the spec's lowering raises it)."""
     groups, combo_groups, seen = [], [], {}
     for combo in itertools.product(*(range(len(labels[i])) for i in structural)):
         at = dict(zip(structural, combo))
@@ -99,20 +143,21 @@ def stack_partition(model, execution, names: list[str], labels: list[list]) -> S
         flag = eps[at[ep_axis]] > 1 if ep_axis in at else flags[0]
         key = keys[read_combo, flag]
         if key not in seen:
+            if isinstance(lowered[read_combo, flag], SpecError):
+                raise lowered[read_combo, flag]
             seen[key] = len(groups)
-            update = {names[i]: field_value(names[i], labels[i][k]) for i, k in zip(read, read_combo)}
-            ep = eps[at[ep_axis]] if ep_axis in at else (2 if flag else 1)
-            groups.append((execution.model_copy(update=update), ep))
+            groups.append(lowered[read_combo, flag])
         combo_groups.append(seen[key])
     return StackPartition(structural, tuple(combo_groups), tuple(groups))
 
 
 def _varies(keys: dict, n: int) -> bool:
-    """True when the key changes along the ``n``-th read axis with every other value held."""
+    """True when the key changes along the ``n``-th execution-field axis with every other value held."""
     rest: dict = {}
     for (combo, flag), key in keys.items():
         rest.setdefault((combo[:n] + combo[n + 1:], flag), set()).add(key)
     return any(len(found) > 1 for found in rest.values())
 
 
-__all__ = ["EP_AXES", "STACK_READ_AXES", "StackPartition", "field_value", "stack_partition"]
+__all__ = ["EP_AXES", "MAX_LOWERED_COMBINATIONS", "NUMERIC_READ_FIELDS", "StackPartition", "compared", "field_value",
+           "lowering_partition"]

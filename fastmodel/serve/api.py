@@ -26,6 +26,7 @@ from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
 from fastmodel.registry.lm_engine import COLUMN_ALIASES, column_name
 from fastmodel.registry.serve import SERVE_RESULTS, SERVE_STATUS_NAMES
 from fastmodel.registry.validators import column_problem
+from fastmodel.serve import precisions as serve_precisions
 from fastmodel.serve.precisions import FP4_PRECISIONS, FP8_KV_DEFAULT, KV_PRECISIONS, PRECISIONS  # noqa: F401
 from fastmodel.spec.columns import check_base, check_table, encode
 
@@ -129,21 +130,17 @@ def load_columns(batch_size=None, concurrency=None, max_throughput: bool = False
 
 
 def columns(model, device: str, *, precision: str = "bf16", kv_precision: str | None = None, batch_size=None,
-            concurrency=None, max_throughput: bool = False, **values) -> np.ndarray:
+            concurrency=None, max_throughput: bool = False, model_name: str | None = None, **values) -> np.ndarray:
     """One configuration's column vector. ``values``: any column by name (tp, pp, ep, input_len, ...), a number
-    (a code name for a coded column); a misspelt name or a value that is no number is one line naming it."""
+    (a code name for a coded column); a misspelt name or a value that is no number is one line naming it.
+    ``model_name``: a ``model`` given as columns by name (a sweep plan's), for its published checkpoint."""
     values = {key: _number(key, encode(key, value)) for key, value in by_column_name(values).items()}
     merged: dict[str, Any] = {}
     merged.update(device_columns(device))
     merged.update(model_columns(model))
     merged["seq_len"] = values.get("input_len", COLUMNS[COLUMN_INDEX["input_len"]].default) \
         + values.get("output_len", COLUMNS[COLUMN_INDEX["output_len"]].default)
-    if isinstance(model, str):     # a generic fp4 of gpt-oss: its published MXFP4 experts-only checkpoint
-        from fastmodel.serve.precisions import published_fp4_checkpoint
-
-        precision, layers, _ = published_fp4_checkpoint(model, precision, None)
-        merged["quant_experts_only"] = 1.0 if layers == "experts" else 0.0
-    merged.update(precision_columns(precision, kv_precision))
+    merged.update(serve_precisions.published_precision_columns(model_name or model, precision, kv_precision))
     load = load_columns(batch_size, concurrency, max_throughput)
     if "batch_size" in load:       # bounds and whole numbers, named as the user gave them
         load["batch_size"] = _number("batch_size", load["batch_size"], "concurrency" if batch_size is None else None)
@@ -269,7 +266,9 @@ def sweep(model, device: str | Sequence[str] = "H100", precision: str | Sequence
     for name, value in fixed.items():
         base[COLUMN_INDEX[name]] = value
     # per-axis column blocks: for each axis value, the columns it sets
-    blocks = [axis_block(name, coords[name], kv_precision is not None, lambda d: profiles[d][0]) for name in dims]
+    named = None if "quant_experts_only" in {*dims, *fixed} or not isinstance(model, str) else model
+    blocks = [axis_block(name, coords[name], kv_precision is not None, lambda d: profiles[d][0], named)
+              for name in dims]
     shape = tuple(len(coords[d]) for d in dims)
     total = int(np.prod(shape))
     out = np.empty((len(SERVE_RESULTS), total))
@@ -345,10 +344,11 @@ def _first(value):
     return value
 
 
-def axis_block(name: str, values: list, own_kv: bool, profile=None) -> tuple[np.ndarray, np.ndarray]:
+def axis_block(name: str, values: list, own_kv: bool, profile=None, model_name=None) -> tuple[np.ndarray, np.ndarray]:
     """(column indices, table columns x len(values)) an axis sets for each of its values; a device axis sets the
     engine ``profile(device)`` columns that differ between its devices too (vLLM's and SGLang's budgets follow the
-    GPU's memory, S13; the others are the base vector's, set from the first device)."""
+    GPU's memory, S13; the others are the base vector's, set from the first device). A precision axis of a named
+    model sets its published checkpoint's columns at each value, as :func:`columns` (gpt-oss fp4: MXFP4 experts)."""
     if name == "device":
         extra = [profile(v) if profile else {} for v in values]
         varying = {k for k in set().union(*extra) if len({e.get(k) for e in extra}) > 1}
@@ -361,9 +361,9 @@ def axis_block(name: str, values: list, own_kv: bool, profile=None) -> tuple[np.
         table = np.array([[r.get(k, COLUMNS[COLUMN_INDEX[k]].default) for r in rows] for k in keys], dtype=float)
         return np.array([COLUMN_INDEX[k] for k in keys]), table
     if name == "precision":
-        rows = [precision_columns(v) for v in values]
-        keys = ["precision", "weight_bytes", "fp4_gemm"] if own_kv else ["precision", "weight_bytes", "fp4_gemm",
-                                                                          "kv_bytes"]
+        rows = [serve_precisions.published_precision_columns(model_name, v) for v in values]
+        keys = ["precision", "weight_bytes", "fp4_gemm", *([] if own_kv else ["kv_bytes"]),
+                *(["quant_experts_only"] if model_name is not None else [])]
     elif name == "kv_precision":
         rows = [precision_columns("bf16", v) for v in values]
         keys = ["kv_bytes"]

@@ -76,6 +76,18 @@ def published_fp4_checkpoint(model_name: str | None, precision: str, quantized_l
                              f"(quantized_layers {layers}; fastmodel/serve/precisions.py MXFP4_EXPERT_CHECKPOINTS)")
 
 
+def published_precision_columns(model_name, precision: str, kv_precision: str | None = None) -> dict:
+    """``serve.api.precision_columns`` of the published checkpoint of a model named by ``model_name``, with
+    ``quant_experts_only`` (none for a model given as columns, not a name): a generic fp4 of gpt-oss is its MXFP4 experts-only checkpoint
+    (:func:`published_fp4_checkpoint`), in one configuration and at each value of a precision axis alike."""
+    from fastmodel.serve.api import precision_columns
+
+    if not isinstance(model_name, str):
+        return precision_columns(precision, kv_precision)
+    precision, layers, _ = published_fp4_checkpoint(model_name, precision, None)
+    return {**precision_columns(precision, kv_precision), "quant_experts_only": 1.0 if layers == "experts" else 0.0}
+
+
 def weight_only_note(precision: str, gpu: str) -> str:
     """The note of ``precision`` weights on a GPU without tensor cores of that width, which run weight-only,
     dequantised into 16-bit GEMMs: FP4 on Hopper (docs/model_serving.md S12), FP8 on Ampere where the engine does

@@ -58,14 +58,15 @@ class ServeSweepPlan(SweepPlan):
                             "concurrency or max_throughput in the task, or a batch_size/concurrency axis")
         fixed = {k: getattr(task, k) for k in SERVE_FIXED if k not in axes}
         own_kv = "kv_precision" in axes or task.kv_precision is not None
-        self.base = columns(self.model_columns, self._fixed("device", device), max_throughput=True,
+        named = None if "quant_experts_only" in axes else model_name   # a published checkpoint (gpt-oss fp4)
+        self.base = columns(self.model_columns, self._fixed("device", device), max_throughput=True, model_name=named,
                             precision=self._fixed("precision", task.precision),
                             kv_precision=self._fixed("kv_precision", task.kv_precision), **fixed, **profile)
         self.base[_column("load_mode")] = encode("load_mode", self.load_mode)
         if self.load_mode != "max_throughput" and "batch_size" not in axes and "concurrency" not in axes:
             self.base[_column("batch_size")] = task.batch_size if task.batch_size is not None else task.concurrency
         blocks = [axis_block("batch_size" if name == "concurrency" else name, values, own_kv,
-                             lambda d: profiles[d][0])
+                             lambda d: profiles[d][0], named)
                   for name, values in self.axis_lists.items()]
         self.axis_cols = np.concatenate([b[0] for b in blocks] or [np.zeros(0)]).astype(np.int64)
         self.col_start = np.concatenate([[0], np.cumsum([len(b[0]) for b in blocks])]).astype(np.int64)

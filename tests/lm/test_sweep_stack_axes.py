@@ -1,73 +1,13 @@
-"""Sweep axes the stack reads: a sweep over a field a stack profile's defaults read gives, at each value, the
-plan that value in the execution spec gives (fastmodel/lm/sweep_stack.py; docs/model.md §11.49, §11.14.1)."""
-
-import ast
-from pathlib import Path
+"""Sweep axes over fields the lowering reads: a sweep over a field from which the stack profile or the lowering
+derives other columns gives, at each value, the plan that value in the execution spec gives
+(fastmodel/lm/sweep_stack.py; docs/model.md §11.49, §11.14.1)."""
 
 import numpy as np
 import pytest
 
 from fastmodel.errors import SpecError, SweepError
-from fastmodel.lm.execution import ExecutionSpec
 from fastmodel.lm.sweep import lm_sweep
-from fastmodel.lm.sweep_stack import STACK_READ_AXES
 from fastmodel.registry.lm import COLUMN_INDEX, STATUS_CODES
-
-STACKS = Path(__file__).resolve().parents[2] / "fastmodel" / "lm" / "stacks"
-#: framework texts that reach every branch of the profiles' defaults (fork, era, ZeRO stage, launcher, version)
-FRAMEWORKS = (None, "Megatron-LM", "NeMo", "Megatron-Bridge", "Megatron-DeepSpeed", "Megatron-DeepSpeed ZeRO stage 0",
-              "stanford-futuredata Megatron-LM MegaBlocks", "DeepSpeed 0.3.15", "DeepSpeed 0.6.2", "PyTorch 1.10 FSDP",
-              "PyTorch FSDP", "TorchTitan", "FSDP2", "Composer", "Accelerate", "fms-fsdp", "MaxText", "KempnerForge",
-              "Meta internal")
-
-
-def _fields_named_in_source() -> set[str]:
-    """Execution fields the stack modules read: ``execution.X`` and ``getattr(execution, "X", ...)``."""
-    found = set()
-    for path in STACKS.glob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "execution":
-                found.add(node.attr)
-            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "getattr" and node.args and \
-                    getattr(node.args[0], "id", None) == "execution" and isinstance(node.args[1], ast.Constant):
-                found.add(node.args[1].value)
-    return found
-
-
-class _Reads:
-    """An execution that records which fields are read."""
-
-    def __init__(self, execution, seen: set):
-        object.__setattr__(self, "_execution", execution)
-        object.__setattr__(self, "_seen", seen)
-
-    def __getattr__(self, name):
-        self._seen.add(name)
-        return getattr(self._execution, name)
-
-
-def test_every_axis_a_stack_profile_reads_is_a_stack_read_axis():
-    """The profiles and the axes they read, enumerated: a new stack (or branch) that reads another swept field
-    fails here until STACK_READ_AXES lists it (a sweep would otherwise keep the spec's defaults at its values)."""
-    from fastmodel.lm.stacks import PROFILES
-
-    axes = set(COLUMN_INDEX) & set(ExecutionSpec.model_fields)     # execution fields a sweep takes as axes
-    named = _fields_named_in_source() & set(ExecutionSpec.model_fields)
-    # vp: stacks.resolve replaces only vp = "unknown", which an axis cannot take (sweep._axis_number refuses it)
-    assert named & axes - {"vp"} == set(STACK_READ_AXES)
-    assert named - axes <= {"stack", "framework", "torch_compile", "vp", "moe_balance", "grad_reduce_dtype"}
-    read = set()
-    samples = [ExecutionSpec(precision=p, sharding=s, torch_compile=c, recompute=r, moe_dispatcher=d, step_zero_grad=z)
-               for p in ("bf16", "fp16", "fp8") for s in ("ddp", "distopt", "zero1", "fsdp")
-               for c in (False, True) for r in ("none", "full") for d in ("alltoall", "deepep", "einsum")
-               for z in (None, False)]
-    for profile in PROFILES:
-        for framework in FRAMEWORKS:
-            for execution in samples:
-                profile.defaults(_Reads(execution, read), framework)
-                profile.eager_blocks(_Reads(execution, read), True)
-    assert read & axes <= set(STACK_READ_AXES)
-    assert read & axes == set(STACK_READ_AXES) - {"fused_kernels"}     # fused_kernels: stacks.resolve reads it
 
 
 def _same(sweep, alone) -> None:
@@ -120,10 +60,35 @@ def test_the_review_4_point_now_gives_the_fp16_plan():
     assert float(swept.step_time.squeeze()) == float(alone.step_time.squeeze())
 
 
-def test_a_stack_read_axis_costs_one_lowering_per_distinct_defaults(monkeypatch):
-    """megatron-2021, precision x sharding (6 combinations): fp16 under ddp/distopt (Megatron's own fp16 path),
-    fp8 under ddp/distopt (none), fsdp (DeepSpeed's): 3 lowerings; an axis no stack reads: 1, and no structural
-    axis (the grid is evaluated as before)."""
+@pytest.mark.parametrize("execution, axis, values", [
+    # the lowering's own derived columns, no stack involved (h-stackaxes left these): grad_reduce_bytes follows
+    # master_weights; the recompute_modules bits count only under selective recompute; a stated shard_degree is
+    # set only under FSDP/HSDP
+    ({"master_weights": True}, "master_weights", [False, True]),
+    ({"recompute": "none", "recompute_modules": ["core_attn", "mlp"]}, "recompute", ["none", "selective", "full"]),
+    ({"sharding": "ddp", "shard_degree": 4}, "sharding", ["ddp", "fsdp"]),
+])
+def test_a_sweep_over_a_field_the_lowering_derives_from_equals_the_value_in_the_spec(execution, axis, values):
+    test_a_sweep_over_a_field_the_stack_reads_equals_the_value_in_the_spec(execution, axis, values)
+
+
+def test_a_recompute_modules_axis_is_lowered_as_the_module_names():
+    """The bits of a recompute_modules axis are lowered as the modules they name, so beside a recompute axis
+    they count only under selective recompute, as in the spec."""
+    axes = {"plan": ["tp2"], "recompute": ["none", "selective"], "recompute_modules": [1, 17]}
+    sweep = lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", axes=axes)
+    for recompute in ("none", "selective"):
+        for bits, modules in ((1, ["core_attn"]), (17, ["core_attn", "mlp"])):
+            alone = lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", axes={"plan": ["tp2"]},
+                             execution={"recompute": recompute, "recompute_modules": modules})
+            point = sweep.sel(recompute=[recompute], recompute_modules=[bits])
+            assert float(point.step_time.squeeze()) == float(alone.step_time.squeeze())
+
+
+def test_a_derived_column_axis_costs_one_base_per_distinct_column_vector(monkeypatch):
+    """megatron-2021, precision x sharding: one base per distinct lowered column vector; an execution-field axis
+    that changes no other column (micro_batch) adds no structural axis and keeps the spec's one base; a sweep
+    with no execution-field axis (num_nodes, global_batch, a plan without ep) lowers once."""
     import fastmodel.lm.sweep as sweep_module
     from fastmodel.lm.loader import load_cluster, load_execution, load_lm_model
     from fastmodel.lm.sweep_plan import LMSweepPlan
@@ -134,15 +99,62 @@ def test_a_stack_read_axis_costs_one_lowering_per_distinct_defaults(monkeypatch)
     model, cluster = load_lm_model("llama3.1-8b"), load_cluster("dgx-h100")
     plan = LMSweepPlan(model, cluster, load_execution({"stack": "megatron-2021"}), 64,
                        {"micro_batch": [1, 2], "precision": ["fp16", "fp8"], "sharding": ["ddp", "distopt", "fsdp"]})
-    assert len(calls) == 3
     assert [a.name for a in plan.axes if a.structural] == ["precision", "sharding"]
-    calls.clear()
+    assert len({b.tobytes() for b in plan._combo_bases.values()}) == 6
     plan = LMSweepPlan(model, cluster, load_execution({"stack": "megatron-core"}), 64,
-                       {"micro_batch": [1, 2], "precision": ["bf16", "fp8"], "sharding": ["ddp", "distopt"]})
-    assert len(calls) == 1 and not plan.structural_axes
+                       {"micro_batch": [1, 2, 4], "plan": ["tp1", "tp2"]})
+    assert not plan.structural_axes and plan._combo_bases is None
     calls.clear()
-    LMSweepPlan(model, cluster, load_execution({"stack": "megatron-2021"}), 64, {"sharding": ["ddp", "distopt"]})
-    assert len(calls) == 1      # bf16: ddp and distopt give the stack the same defaults
+    LMSweepPlan(model, cluster, load_execution({"stack": "megatron-2021"}), 64,
+                {"num_nodes": [1, 2], "global_batch": [64, 128], "plan": ["tp1", "tp2.pp2"]})
+    assert len(calls) == 1
+
+
+def test_more_combinations_than_the_bound_are_refused_in_one_line(monkeypatch):
+    import fastmodel.lm.sweep_stack as sweep_stack
+
+    monkeypatch.setattr(sweep_stack, "MAX_LOWERED_COMBINATIONS", 3)
+    with pytest.raises(SweepError, match=r"^axes precision, master_weights: 4 value combinations of execution fields"):
+        lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain",
+                 axes={"micro_batch": [1, 2, 4, 8], "precision": ["bf16", "fp8"], "master_weights": [False, True]})
+
+
+#: framework texts that reach the profiles' branches (fork, era, ZeRO stage, launcher, version)
+FRAMEWORKS = (None, "Megatron-LM", "Megatron-DeepSpeed", "stanford-futuredata Megatron-LM MegaBlocks", "DeepSpeed 0.6.2",
+              "PyTorch 1.10 FSDP", "TorchTitan", "Accelerate", "fms-fsdp", "MaxText", "KempnerForge", "Meta internal",
+              "Composer")
+
+
+def test_a_plain_numeric_execution_field_sets_only_its_own_column_unless_listed():
+    """An axis over a plain number (``sweep_stack.compared`` false: micro_batch, collective_bucket_bytes, ...) is
+    not lowered value by value; that holds only while its lowering sets its own column alone, under every stack
+    and with the field unset or stated: this finds the fields that set another and fails on one not listed in
+    ``NUMERIC_READ_FIELDS``."""
+    from fastmodel.lm.execution import ExecutionSpec
+    from fastmodel.lm.loader import load_cluster, load_lm_model
+    from fastmodel.lm.sweep import base_columns
+    from fastmodel.lm.sweep_stack import NUMERIC_READ_FIELDS, compared
+    from fastmodel.registry.lm import COLUMNS
+
+    plain = [n for n in ExecutionSpec.model_fields if n in COLUMN_INDEX and (not compared(n) or n in NUMERIC_READ_FIELDS)]
+    assert "micro_batch" in plain and len(plain) >= 15
+    samples = [ExecutionSpec(framework=f, precision=p, sharding=s, recompute=r, moe_balance=b) for f in FRAMEWORKS
+               for p in ("bf16", "fp16") for s in ("ddp", "zero1", "fsdp") for r in ("none", "full")
+               for b in (None, "aux_loss")]
+    cluster, reads = load_cluster("dgx-h100"), set()
+    for model in (load_lm_model("llama3.1-8b"), load_lm_model("qwen3-30b-a3b")):
+        for execution in samples:
+            base = base_columns(model, cluster, execution, 64, 1, twice_as_status=True)
+            for name in plain:
+                low = COLUMNS[COLUMN_INDEX[name]].lo
+                value = max(low, 1.0) if low is not None else 1.0
+                for number in (value, value + 1):
+                    update = {name: int(number) if float(number).is_integer() else number}
+                    columns = base_columns(model, cluster, execution.model_copy(update=update), 64, 1,
+                                           twice_as_status=True)
+                    if set(np.flatnonzero(columns != base)) - {COLUMN_INDEX[name]}:
+                        reads.add(name)
+    assert reads == set(NUMERIC_READ_FIELDS)
 
 
 def test_the_ep_of_a_plan_resolves_a_compiled_moe_stacks_fusion_point_by_point():

@@ -175,3 +175,28 @@ def test_a_record_of_fp8_on_a_gpu_without_fp8_is_answered_by_vllm_and_refused_by
     with pytest.raises(SpecError, match=r"system\.peak_flops_fp8: serve\.precision is fp8 but the device has no FP8 "
                                         r"peak and TensorRT-LLM 1\.2\.0 runs no weight-only FP8"):
         lower_serve_record(_with("framework", "TensorRT-LLM 1.2.0", record))
+
+
+def test_a_precision_axis_of_gpt_oss_gives_its_published_checkpoint_at_each_value():
+    """fp4 of gpt-oss is its published MXFP4 experts-only checkpoint (``published_fp4_checkpoint``) at a
+    precision axis's value as in one evaluation: ``quant_experts_only`` and the MXFP4 columns follow the value
+    (before, the axis set only the generic fp4 columns: B200, batch 8, 1024/256 tokens, TTFT 0.0384 s against
+    0.0505 s for ``evaluate``); the sweep file's plan likewise, its base too for a fixed fp4."""
+    from pathlib import Path
+
+    from fastmodel.serve.api import evaluate, sweep
+    from fastmodel.serve.sweep_file import serve_plan
+    from fastmodel.sweeps.run import run_in_memory
+
+    kw = dict(batch_size=8, input_len=1024, output_len=256)
+    swept = sweep("gpt-oss-120b", device="B200", precision=["bf16", "fp4"], **{k: [v] for k, v in kw.items()})
+    specs = Path(__file__).resolve().parents[2] / "specs"
+    plan = serve_plan(None, "gpt-oss-120b", "B200", "serve-chat", {"precision": ["bf16", "fp4"], "batch_size": [8]},
+                      specs)
+    assert (plan.task.input_len, plan.task.output_len) == (1024, 256)
+    filed = run_in_memory(plan, require_ok=False)
+    for precision in ("bf16", "fp4"):
+        one = evaluate("gpt-oss-120b", "B200", precision=precision, **kw)
+        for ds in (swept, filed):
+            assert float(ds.ttft.sel(precision=precision).squeeze()) == one["ttft"]
+            assert float(ds.tpot.sel(precision=precision).squeeze()) == one["tpot"]
