@@ -3,26 +3,22 @@ per config.
 
 ``params`` is column-major (``N_COLUMNS`` x n), as ``fastmodel.lm.table`` builds
 it. Rows are cut into chunks, one ``prange`` iteration each, so scratch vectors
-are allocated once per chunk. Rows whose ``status`` is not 0 get NaN; an evaluated row whose
+are allocated once per chunk; the loops are the grid kernel's (``kernels/lm/grid.py`` ``evaluate_points``,
+which reads its points from the table here). Rows whose ``status`` is not 0 get NaN; an evaluated row whose
 results are not all finite gets status ``not_finite`` and NaN results (``kernels/finite.py``).
 """
 
 import numpy as np
 
-from fastmodel.kernels.finite import finite_or_marked
-from fastmodel.kernels.jit import njit, prange, stack_vector
+from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.layout import (
     N_COLUMNS, C_ALLOCATOR_CACHE_FRACTION, C_ALLOCATOR_CACHE_FRACTION_EXPANDABLE, C_ALLOCATOR_EXPANDABLE_SEGMENTS,
-    C_HBM_BYTES, C_USABLE_HBM_FRACTION, M_OVERHEAD, N_MEMORY_KINDS, N_RESULTS,
+    C_HBM_BYTES, C_USABLE_HBM_FRACTION, M_OVERHEAD, N_MEMORY_KINDS,
     R_FITS_MEMORY, R_HOST_OFFLOAD_BYTES, R_MEMORY_ALLOCATED, R_MEMORY_PEAK_STAGE, R_MEMORY_PER_DEVICE, R_MEMORY_RESERVED, R_MEMORY_WEIGHTS,
 )
-from fastmodel.kernels.lm.passes import N_WORK
 from fastmodel.kernels.lm.step import step_row
 from fastmodel.kernels.lm.memory import memory_row
 from fastmodel.kernels.lm.memory_offload import host_offload_bytes
-from fastmodel.registry.lm import STATUS_CODES
-
-ST_NOT_FINITE = STATUS_CODES["not_finite"]
 
 #: rows per prange chunk
 CHUNK_ROWS = 256
@@ -51,7 +47,7 @@ def usable_hbm_bytes(row, allocated):
     return row[C_HBM_BYTES] - unrecoverable_cache_share(row) * allocated
 
 
-@njit(inline="always")   # into its two callers: no compile of its own of the whole evaluation (~3 s cold)
+@njit(inline="always")   # into grid._evaluate_points: no compile of its own of the whole evaluation (~3 s cold)
 def evaluate_row(row, work, memory, result):
     """Every result of one legal configuration: step time (kernels/lm/step.py) and memory per device by kind
     (kernels/lm/memory.py; their sum is the peak, ``fits_memory`` compares it with usable HBM), the peak's
@@ -71,41 +67,47 @@ def evaluate_row(row, work, memory, result):
     result[R_HOST_OFFLOAD_BYTES] = host_offload_bytes(row)
 
 
-@njit(inline="always")   # into evaluate_parallel's prange body: one compile of the whole evaluation fewer
-def evaluate_rows(params, status, out, lo, hi):
-    """Evaluate rows ``lo .. hi - 1`` of ``params`` into ``out`` (``N_RESULTS`` x n), one after another."""
-    # frame vectors (kernels/jit.py stack_vector): passed through every cost term without reference counting;
-    # the row is copied out of the column-major table, as the grid kernel builds its rows
-    row = stack_vector(N_COLUMNS)
-    work = stack_vector(N_WORK)
-    memory = stack_vector(N_MEMORY_KINDS)
-    result = stack_vector(N_RESULTS)
-    for r in range(lo, hi):
-        if status[r] != 0:
-            for v in range(N_RESULTS):
-                out[v, r] = np.nan
-            continue
-        for v in range(N_RESULTS):
-            result[v] = np.nan
-        for c in range(N_COLUMNS):
-            row[c] = params[c, r]
-        evaluate_row(row, work, memory, result)
-        status[r] = finite_or_marked(result, N_RESULTS, 0, True, ST_NOT_FINITE)
-        for v in range(N_RESULTS):
-            out[v, r] = result[v]
-
-
-@njit(parallel=True)
-def evaluate_parallel(params, status, out):
-    """Evaluate every row of ``params`` into ``out`` (``N_RESULTS`` x n), chunks in parallel."""
+def table_memory(params):
+    """(vector, column step, configuration step) of a C or Fortran contiguous ``N_COLUMNS`` x n table: its
+    memory as one vector (no copy) and where column ``c`` of configuration ``r`` is in it, ``c * column_step +
+    r * configuration_step``. A kernel that reads tables this way has one argument type for both layouts, so it
+    is compiled once, not once per layout a caller happens to pass."""
     n = params.shape[1]
-    chunks = (n + CHUNK_ROWS - 1) // CHUNK_ROWS
-    for chunk in prange(chunks):
-        lo = chunk * CHUNK_ROWS
-        evaluate_rows(params, status, out, lo, min(n, lo + CHUNK_ROWS))
+    column_step, row_step = (x // params.itemsize for x in params.strides)
+    if n <= 1:                       # one configuration: its columns one after another, whatever the strides
+        column_step, row_step = 1, params.shape[0]
+    return params.ravel(order="K"), column_step, row_step
+
+
+def _table_call(params, status, out):
+    """The arguments of ``kernels/lm/grid.py`` ``evaluate_points`` (or its serial chunk) for a table
+    (:func:`table_memory`): no grid, ``shape`` holds the number of configurations."""
+    return (table_memory(params), NO_BASE, NO_AXIS_COLUMNS, NO_AXIS_VALUES,
+            np.array([params.shape[1]], dtype=np.int64), False, False, status, out, 0)
+
+
+#: the grid arguments of a table call (unused there; the types of a grid call's)
+NO_BASE = np.zeros(N_COLUMNS)
+NO_AXIS_COLUMNS = np.full((1, 1), -1, dtype=np.int64)
+NO_AXIS_VALUES = np.zeros((1, 1, 1))
+
+
+def evaluate_parallel(params, status, out):
+    """Evaluate every configuration (column) of ``params`` (a C or Fortran contiguous ``N_COLUMNS`` x n table)
+    into ``out`` (``N_RESULTS`` x n), chunks of ``CHUNK_ROWS`` in parallel: the grid kernel
+    (``kernels/lm/grid.py`` ``evaluate_points``) reading its points from the table, so the parallel evaluation
+    is compiled once for tables and grids (docs/performance.md "One parallel kernel for the table and the
+    grid"). Rows whose ``status`` is not 0 get NaN."""
+    from fastmodel.kernels.lm.grid import evaluate_points
+    from fastmodel.sweeps.plan import grid_lanes
+
+    evaluate_points(*_table_call(params, status, out), CHUNK_ROWS, grid_lanes())
 
 
 def evaluate_serial(params, status, out):
-    """Single-threaded :func:`evaluate_parallel` for small tables: :func:`evaluate_rows` over every row, called
-    from Python (a compiled wrapper around it was one more cold compile of the whole evaluation, ~2 s)."""
-    evaluate_rows(params, status, out, 0, params.shape[1])
+    """Single-threaded :func:`evaluate_parallel` for small tables: the grid kernel's chunk of points
+    (``kernels/lm/grid.py`` ``_evaluate_points``, inlined there) over every row, called from Python (a compiled
+    wrapper around it would be one more cold compile of the whole evaluation, ~2 s)."""
+    from fastmodel.kernels.lm.grid import _evaluate_points
+
+    _evaluate_points(0, params.shape[1], *_table_call(params, status, out))

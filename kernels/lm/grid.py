@@ -9,6 +9,11 @@ the FSDP shard group defaults to dp), the rule table gives the status, and
 legal points are evaluated; a point whose results are not all finite gets status
 ``not_finite`` and NaN results (``kernels/finite.py``). Chunks of points run in parallel (``prange``), dealt to
 the threads round-robin (:func:`evaluate_grid`).
+
+The same compiled kernel, :func:`evaluate_points`, evaluates a parameter table (``kernels/lm/evaluate.py``
+``evaluate_parallel``): its point ``r`` is then the table's configuration ``r``, with the status it was given.
+One parallel kernel holds the whole evaluation, so it is compiled and optimised once, not once per entry point
+(docs/performance.md "One parallel kernel for the table and the grid").
 """
 
 import numpy as np
@@ -28,6 +33,8 @@ ST_NOT_FINITE = STATUS_CODES["not_finite"]
 
 #: grid points per prange chunk
 CHUNK_POINTS = 1024
+#: the ``table`` argument of a grid call (no table: the points are built from the grid)
+NO_TABLE = (np.zeros(0), 0, 0)
 
 
 @njit(inline="always")
@@ -49,15 +56,23 @@ def _grid_point(flat, base, axis_columns, axis_values, shape, auto_shard, row):
 
 
 @njit(inline="always")   # into the prange body: one compile of the whole evaluation fewer (~5 s cold)
-def _evaluate_points(lo, hi, base, axis_columns, axis_values, shape, auto_shard, only_fitting, status, out, offset):
+def _evaluate_points(lo, hi, table, base, axis_columns, axis_values, shape, auto_shard, only_fitting, status, out,
+                     offset):
     # frame vectors (kernels/jit.py stack_vector): passed through every cost term without reference counting
     row = stack_vector(N_COLUMNS)
     work = stack_vector(N_WORK)
     memory = stack_vector(N_MEMORY_KINDS)
     result = stack_vector(N_RESULTS)
+    vector, column_step, row_step = table
+    from_table = column_step > 0
     for flat in range(lo, hi):
-        _grid_point(flat, base, axis_columns, axis_values, shape, auto_shard, row)
-        code = plan_status_row(row)
+        if from_table:          # configuration ``flat`` of the table, with the status it was given
+            for c in range(N_COLUMNS):
+                row[c] = vector[c * column_step + flat * row_step]
+            code = np.int64(status[offset + flat])
+        else:
+            _grid_point(flat, base, axis_columns, axis_values, shape, auto_shard, row)
+            code = plan_status_row(row)
         for v in range(N_RESULTS):
             result[v] = np.nan
         if code == 0:
@@ -71,11 +86,32 @@ def _evaluate_points(lo, hi, base, axis_columns, axis_values, shape, auto_shard,
 
 
 @njit(parallel=True)
+def evaluate_points(table, base, axis_columns, axis_values, shape, auto_shard, only_fitting, status, out, offset,
+                    chunk_points, lanes):
+    """Status and every result of each point ``i`` of the grid of ``shape`` into ``status[offset + i]`` (int8)
+    and ``out[:, offset + i]`` (N_RESULTS rows), chunks of ``chunk_points`` dealt round-robin over ``lanes``
+    (:func:`evaluate_grid`). ``table`` is ``(vector, column_step, row_step)``: with ``column_step`` > 0 point ``i``
+    is configuration ``i`` of a parameter table, column ``c`` of it at ``vector[c * column_step + i * row_step]``
+    (a C or Fortran table's memory, one type for both: kernels/lm/evaluate.py ``table_memory``), evaluated when
+    its given ``status`` is 0 (NaN results otherwise); the grid arguments are then unused but for ``shape`` (the
+    number of configurations). :data:`NO_TABLE`: the grid's points."""
+    n = 1
+    for size in shape:
+        n *= size
+    chunks = (n + chunk_points - 1) // chunk_points
+    lanes = min(chunks, max(1, lanes))
+    for lane in prange(lanes):
+        for chunk in range(lane, chunks, lanes):
+            lo = chunk * chunk_points
+            _evaluate_points(lo, min(n, lo + chunk_points), table, base, axis_columns, axis_values, shape, auto_shard,
+                             only_fitting, status, out, offset)
+
+
 def evaluate_grid(base, axis_columns, axis_values, shape, auto_shard, only_fitting, status, out, offset, lanes):
     """Status and every result of each point of the grid of ``shape`` into ``status[offset + i]`` (int8) and
     ``out[:, offset + i]`` (N_RESULTS rows) for point ``i`` (C order), so a sweep writes a unit of work straight
     into its place in a larger result matrix. With ``only_fitting``, legal points that do not fit in memory get
-    status ``does_not_fit`` (their results stay, so the memory breakdown shows why).
+    status ``does_not_fit`` (their results stay, so the memory breakdown shows why). Runs :func:`evaluate_points`.
 
     numba hands each thread one contiguous 1/T of a ``prange`` (chunksize 0; under the OpenMP layer a plain
     ``omp for``, static), and a point's cost follows its place in the grid (the first axis, e.g. num_nodes,
@@ -85,16 +121,8 @@ def evaluate_grid(base, axis_columns, axis_values, shape, auto_shard, only_fitti
     here would make the kernel uncacheable), lane ``k`` taking chunks ``k, k + T, k + 2T, ...``: every thread gets
     chunks from the whole grid. Each point is still evaluated by the same code into its own place, so the results
     do not depend on ``lanes``."""
-    n = 1
-    for size in shape:
-        n *= size
-    chunks = (n + CHUNK_POINTS - 1) // CHUNK_POINTS
-    lanes = min(chunks, max(1, lanes))
-    for lane in prange(lanes):
-        for chunk in range(lane, chunks, lanes):
-            lo = chunk * CHUNK_POINTS
-            _evaluate_points(lo, min(n, lo + CHUNK_POINTS), base, axis_columns, axis_values, shape, auto_shard,
-                             only_fitting, status, out, offset)
+    evaluate_points(NO_TABLE, base, axis_columns, axis_values, shape, auto_shard, only_fitting, status, out,
+                    offset, CHUNK_POINTS, lanes)
 
 
 @njit

@@ -165,21 +165,23 @@ CHUNK_ROWS = 256
 
 
 @njit
-def _status_rows(params, status, lo, hi):
+def _status_rows(table, column_step, row_step, status, lo, hi):
     # each configuration copied into a frame vector (kernels/jit.py stack_vector), as evaluate.py and grid.py
-    # do: the rules compile for the one contiguous row type the grid kernel passes, not once more for each
-    # layout a table's column has ('A' of a C table, 'F' of a Fortran one)
+    # do: the rules compile for the one contiguous row type the grid kernel passes; the table is read as one
+    # vector (kernels/lm/evaluate.py table_memory), so C and Fortran tables share one compile
     row = stack_vector(N_COLUMNS)
     for r in range(lo, hi):
         for c in range(N_COLUMNS):
-            row[c] = params[c, r]
+            row[c] = table[c * column_step + r * row_step]
         status[r] = plan_status_row(row)
 
 
 @njit(parallel=True)
-def plan_status_table(params, status):
-    """``plan_status_row`` of every configuration (column) of ``params`` into ``status``, chunks in parallel."""
-    n = params.shape[1]
+def plan_status_table(table, column_step, row_step, status):
+    """``plan_status_row`` of every configuration of a table into ``status`` (n of them), chunks in parallel;
+    column ``c`` of configuration ``r`` is ``table[c * column_step + r * row_step]``
+    (kernels/lm/evaluate.py ``table_memory``)."""
+    n = status.shape[0]
     for chunk in prange((n + CHUNK_ROWS - 1) // CHUNK_ROWS):
         lo = chunk * CHUNK_ROWS
-        _status_rows(params, status, lo, min(n, lo + CHUNK_ROWS))
+        _status_rows(table, column_step, row_step, status, lo, min(n, lo + CHUNK_ROWS))

@@ -71,7 +71,6 @@ from fastmodel.kernels.nccl import allreduce_time
 from fastmodel.kernels.roofline import memory_bound_time
 
 
-@njit
 def busiest_stage(row, work):
     """(t_mb, t_avg, F_avg, W_avg, layers, head share, n16, d16, emb): one micro-batch on the busiest stage and on
     the average stage, the average stage's forward and weight-gradient passes (what the pipeline schedule's bubble
@@ -80,7 +79,9 @@ def busiest_stage(row, work):
     (``bf16_layers.bf16_layer_work``, §11.39) and its seconds of the word embedding's TP collectives and dense
     gradient a micro-batch at pp > 1 (``first_rank.embedding_ends``, §11.44). Leaves the busiest rank's layer
     accumulators in ``work[A_*]`` and the head's parameters and FLOPs in ``work[W_*]``. ``d16`` is a new vector
-    (:func:`busiest_stage_into`)."""
+    (:func:`busiest_stage_into`). Called from Python (the timeline, the pipeline report): a plain function, so it
+    runs the compiled ``busiest_stage_into`` and ``embedding_terms`` at the types ``step_row`` compiles them at
+    instead of one more compile of the whole step (~1 s cold)."""
     t_mb, t_avg, f_avg, w_avg, layers, share, n16, d16, emb, _ = busiest_stage_into(
         row, work, np.empty(N_WORK), np.empty(N_WORK), np.empty(N_WORK), embedding_terms(row))
     return t_mb, t_avg, f_avg, w_avg, layers, share, n16, d16, emb

@@ -195,7 +195,7 @@ def layer_comm(row, m, moe, m_rank=-1.0):
 def head_costs(row, r, launch, costs):
     """LM head on ``r`` tokens (vocab-parallel, 16-bit weights) and the gather of the logits, added to ``costs``."""
     t = row[C_TP]
-    costs[K_GEMM] += gemm_roofline(row, 1.0, r, row[C_VOCAB] / t, row[C_HIDDEN], False, ACT_BYTES, launch) \
+    costs[K_GEMM] += gemm_roofline(row, 1.0, r, row[C_VOCAB] / t, row[C_HIDDEN], 0.0, ACT_BYTES, launch) \
         / row[C_STACK_COMPUTE_EFF]
     costs[K_COMM] += allgather_time(row, ACT_BYTES * r * row[C_VOCAB], t, 1.0) if t > 1.0 else 0.0
 
@@ -210,10 +210,11 @@ def pipeline_comm(row, m):
 
 
 @njit
-def body_costs(row, m, launch, costs, m_rank=-1.0):
+def body_costs(row, m, launch, costs, m_rank):
     """Every layer's GEMM, memory-bound and communication seconds for ``m`` tokens of the stage (``m_rank`` on
-    the busiest attention-DP group; default m / attention_dp), added to ``costs``; every memory-bound kernel
-    pays the per-kernel overhead with ``launch``; returns the experts touched per MoE layer."""
+    the busiest attention-DP group; -1: m / attention_dp), added to ``costs``; every memory-bound kernel
+    pays the per-kernel overhead with ``launch``; returns the experts touched per MoE layer. ``m_rank`` has no
+    default: every caller passes it, as an omitted default is an argument type of its own, one more compile."""
     dense_full, dense_slide, moe_full, moe_slide = layer_mix(row)
     n_dense = dense_full + dense_slide
     n_moe = moe_full + moe_slide

@@ -99,7 +99,7 @@ def prefill_costs(row, prompts, costs, part):
 @njit
 def decode_fixed_costs(row, n, costs):
     """Context-independent seconds of one decode step of ``n`` requests (weights, norms, comm, head)."""
-    touched = body_costs(row, n, LAUNCH, costs)
+    touched = body_costs(row, n, LAUNCH, costs, -1.0)
     head_costs(row, n, LAUNCH, costs)
     costs[K_ATTN] += attention_launches(row)
     costs[K_MEM] += kv_upcast_time(row)
@@ -207,7 +207,7 @@ def _fixed(row, batch, kv_token, weights, out, scratch):
         ttft = prefill_costs(row, 1.0, pre, scratch[2]) + host
         decoding = n * steps / outp
         m = decoding + n * inp / outp
-        touched = body_costs(row, m, LAUNCH, dec)
+        touched = body_costs(row, m, LAUNCH, dec, -1.0)
         head_costs(row, n, LAUNCH, dec)
         dec[K_MEM] += kv_upcast_time(row)
         mean_attention = decode_attention_sum(row, decoding, inp + 1.0, inp + steps) / steps if steps > 0.0 \

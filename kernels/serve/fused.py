@@ -1,7 +1,7 @@
 """The fused passes of the serving model over many configurations, each point through :func:`serve_row`
-(``kernels/serve/evaluate.py``) in frame vectors: a table of rows (:func:`serve_parallel`, :func:`serve_serial`;
-``fastmodel.serve.api``) and a Cartesian grid built point by point without a parameter table (:func:`serve_grid`;
-sweeps and the search). A row whose results are not all finite gets the ``not_finite`` status and NaN results
+(``kernels/serve/evaluate.py``) in frame vectors: a Cartesian grid built point by point without a parameter table
+(:func:`serve_grid`; sweeps and the search) and a table of rows (:func:`serve_parallel`, :func:`serve_serial`;
+``fastmodel.serve.api``), which runs as a grid of one axis. A row whose results are not all finite gets the ``not_finite`` status and NaN results
 (:func:`_emit`, ``kernels/finite.py``).
 """
 
@@ -15,29 +15,40 @@ from fastmodel.kernels.serve.evaluate import MEMO_SIZE, MEMO_WIDTH, new_memo, se
 
 
 # --- fused passes ------------------------------------------------------------------
-# serve_parallel / serve_serial and serve_grid's lanes have the shape of kernels/lm/evaluate.py evaluate_parallel /
-# evaluate_serial and kernels/lm/grid.py evaluate_grid, on purpose: one shared driver would take the row function as
-# an argument, and numba (0.68.1) types a jitted-function argument by its dispatcher, whose type differs in every
-# process, so the cached driver misses its cache in each new process and compiles again (checked: cache_misses 1,
-# cache_hits 0 on the second run of a two-line example). Each engine keeps its own driver.
+# One compiled driver for tables and grids: a table of n rows is a grid of one axis that sets every column
+# (:func:`_table_grid`), so serve_parallel / serve_serial run serve_grid / _grid_rows, and the whole evaluation
+# is compiled and optimised once per driver level instead of once per entry point (docs/performance.md "One
+# parallel kernel for the table and the grid"). The driver takes no row function as an argument: numba (0.68.1)
+# types a jitted-function argument by its dispatcher, whose type differs in every process, so a cached driver
+# would miss its cache in each new process (checked: cache_misses 1, cache_hits 0 on the second run of a two-line
+# example).
 
-#: rows per prange chunk (serve_grid's: 8 KiB of each result row, whole 4 KiB pages: its lanes share no page)
-CHUNK_ROWS = 256
+#: rows per prange chunk of serve_grid: 8 KiB of each result row, whole 4 KiB pages (its lanes share no page)
 GRID_CHUNK_ROWS = 1024
 
 
-@njit
-def _serve_rows(params, status, out, lo, hi):
-    # frame vectors (kernels/jit.py stack_vector): passed through every cost term without reference counting
-    result = stack_vector(N_SERVE_RESULTS)
-    scratch = stack_vector(36).reshape((6, 6))
-    memo = stack_vector(MEMO_SIZE).reshape((4, MEMO_WIDTH))
-    new_memo(memo)
-    row = stack_vector(N_COLUMNS)
-    for r in range(lo, hi):
-        for k in range(N_COLUMNS):
-            row[k] = params[k, r]
-        _emit(row, result, scratch, memo, status, out, r)
+def _table_grid(params, status, out):
+    """The arguments of :func:`_grid_rows` / :func:`serve_grid` (up to ``out``) that evaluate a C-ordered
+    ``(N_COLUMNS, n)`` table: one axis of n values setting every column, its values the table's memory
+    (``axis_vals[k * n + r]`` is ``params[k, r]``), nothing derived, so row ``r`` is the table's column ``r``."""
+    n = params.shape[1]
+    return (np.zeros(N_COLUMNS), np.arange(N_COLUMNS, dtype=np.int64), np.array([0, N_COLUMNS], dtype=np.int64),
+            np.ascontiguousarray(params).ravel(), np.zeros(1, dtype=np.int64), np.array([n], dtype=np.int64),
+            np.zeros(2, dtype=np.bool_), status, out)
+
+
+def serve_parallel(params, status, out):
+    """Evaluate every row of ``params`` (N_COLUMNS x n, C order) into ``out`` (N_SERVE_RESULTS x n) and
+    ``status``: :func:`serve_grid` over the table (:func:`_table_grid`)."""
+    from fastmodel.sweeps.plan import grid_lanes
+
+    serve_grid(*_table_grid(params, status, out), 0, grid_lanes())
+
+
+def serve_serial(params, status, out):
+    """Single-threaded :func:`serve_parallel` for small tables: :func:`_grid_rows` over every row, called from
+    Python (a compiled wrapper would be one more compile of the whole evaluation)."""
+    _grid_rows(*_table_grid(params, status, out), 0, params.shape[1], 0)
 
 
 @njit(inline="always")
@@ -55,22 +66,6 @@ def _emit(row, result, scratch, memo, status, out, r):
     else:
         for v in range(N_SERVE_RESULTS):
             out[v, r] = np.nan
-
-
-@njit(parallel=True)
-def serve_parallel(params, status, out):
-    """Evaluate every row of ``params`` (N_COLUMNS x n) into ``out`` (N_SERVE_RESULTS x n) and ``status``."""
-    n = params.shape[1]
-    chunks = (n + CHUNK_ROWS - 1) // CHUNK_ROWS
-    for chunk in prange(chunks):
-        lo = chunk * CHUNK_ROWS
-        _serve_rows(params, status, out, lo, min(n, lo + CHUNK_ROWS))
-
-
-@njit
-def serve_serial(params, status, out):
-    """Single-threaded :func:`serve_parallel` for small tables."""
-    _serve_rows(params, status, out, 0, params.shape[1])
 
 
 @njit

@@ -59,7 +59,7 @@ def decode_iteration(row, n, costs):
         return 0.0, 0.0
     k = row[C_SPEC_TOKENS]
     queries = n * (1.0 + k)                           # a verify step checks k draft tokens of every request
-    touched = body_costs(row, queries, LAUNCH, costs)
+    touched = body_costs(row, queries, LAUNCH, costs, -1.0)
     head_costs(row, queries / row[C_ATTENTION_DP], LAUNCH, costs)
     costs[K_MEM] += kv_upcast_time(row)               # once per forward (kernels/serve/kv_upcast.py)
     inp = row[C_INPUT_LEN]
@@ -82,7 +82,7 @@ def speculate(row, n, k, costs):
     divided by the tokens a step emits on average, (1 - a^(k+1)) / (1 - a) (Leviathan et al., ICML 2023, Eq. 1;
     k + 1 at a = 1). The KV of a request is read once per verify step (GQA decode attention is memory-bound)."""
     draft = np.zeros(4)
-    body_costs(row, n, LAUNCH, draft)
+    body_costs(row, n, LAUNCH, draft, -1.0)
     layers = row[C_LAYERS] / row[C_PP]
     for j in range(4):
         draft[j] /= layers

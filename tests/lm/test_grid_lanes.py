@@ -10,8 +10,16 @@ from fastmodel.lm.sweep import sweep_plan
 
 #: the kernel as compiled (or the plain function under FASTMODEL_JIT=0)
 COMPILED = grid.evaluate_grid
-#: the same loop run by the interpreter, so the lane count and the chunk size can be set
-INTERPRETED_LOOP = getattr(COMPILED, "py_func", COMPILED)
+
+
+def INTERPRETED_LOOP(base, axis_columns, axis_values, shape, auto_shard, only_fitting, status, out, offset, lanes):
+    """The same loop (``evaluate_points``) run by the interpreter, so the lane count and the chunk size can be set
+    (each chunk still runs the compiled ``_evaluate_points``, at the serial table path's argument types)."""
+    loop = getattr(grid.evaluate_points, "py_func", grid.evaluate_points)
+    loop(grid.NO_TABLE, base, axis_columns, axis_values, shape, auto_shard, only_fitting, status, out, offset,
+         grid.CHUNK_POINTS, lanes)
+
+
 #: legal and illegal plans (tp8.pp16 and cp8 do not fit 32 GPUs), 2 x 2 x 4 = 16 points
 AXES = {"num_nodes": [4, 64], "micro_batch": [1, 2], "plan": ["tp8", "tp8.pp4", "tp8.pp16", "tp4.pp2.cp8"]}
 
@@ -60,8 +68,8 @@ def test_a_lane_that_skipped_its_chunks_would_be_seen(plan, monkeypatch):
         n = int(np.prod(shape))
         chunks = (n + 4) // 5
         for chunk in range(0, chunks, 2):           # lane 0 of 2 only
-            grid._evaluate_points(chunk * 5, min(n, chunk * 5 + 5), base, axis_columns, axis_values, shape,
-                                  auto_shard, only_fitting, status, out, offset)
+            grid._evaluate_points(chunk * 5, min(n, chunk * 5 + 5), grid.NO_TABLE, base, axis_columns, axis_values,
+                                  shape, auto_shard, only_fitting, status, out, offset)
 
     status, _ = _sweep(plan, monkeypatch, lane_zero_only)
     assert (status[5:10] == -1).all() and (status[:5] != -1).all()

@@ -60,7 +60,7 @@ def test_stack_vector_holds_what_callees_write_and_views_see_it():
 @njit
 def _chunk_rows(sums, corner, lo, hi):
     """Rows lo..hi-1 of ``_through_calls`` written into ``sums`` and ``corner``: the frame vectors of one chunk,
-    as the engines' row kernels make them (kernels/serve/fused.py ``_serve_rows``)."""
+    as the engines' row kernels make them (kernels/serve/fused.py ``_grid_rows``)."""
     vector = stack_vector(SIZE)
     grid = stack_vector(SIZE).reshape((3, 4))
     for r in range(lo, hi):
