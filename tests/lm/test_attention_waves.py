@@ -2,6 +2,7 @@
 batch x local heads x ceil(s / tile) CTAs over the SMs, the causal tiles' work imbalance, derived by hand; checked
 against SimuMax's 32 B200 flash-attention microbenchmarks and the FlashAttention-2/3 papers' benchmark shapes."""
 
+import heapq
 import json
 import math
 from pathlib import Path
@@ -108,3 +109,34 @@ def test_a_layer_charges_its_attention_at_eta_times_the_grid_share():
                 **dict(H100, kernel_overhead_s=0.0), **NET)
     tiled = one(**gpt3, attn_tile_q=128, attn_tile_kv=128)["time_attention"]
     assert tiled == pytest.approx(one(**gpt3)["time_attention"] * 22 / 17, rel=1e-9)
+
+
+def _lpt_makespan(groups, s, tile, sms):
+    """Greedy longest-first list schedule (FA3's/FA4's LPT tile scheduler: the next-longest tile to the first free
+    SM) of ``groups`` copies of the causal tiles min(s, (j + 1) tile), j < ceil(s / tile): the last SM's load."""
+    n = math.ceil(s / tile)
+    loads = [0.0] * sms
+    for size in sorted([min(s, (j + 1.0) * tile) for j in range(n)] * groups, reverse=True):
+        heapq.heappush(loads, heapq.heappop(loads) + size)
+    return max(loads)
+
+
+def test_the_causal_share_is_the_longest_first_schedule_within_one_wave_and_a_bound_above_it():
+    """§11.51: Q = min(1, g L / (SMs s)) is the greedy longest-first schedule's exact share while the grid fits one
+    wave (g n <= SMs) and never below it above one wave; over A100 / H100 / B200 tiles, s 1,024-8,192, g 1-128, the
+    largest overestimate of Q is 23.3 % (148 SMs, 256-row tiles, s = 1,024, g = 60), 15.1 % from s = 2,048."""
+    worst = {}
+    for sms, tile in ((108, 128), (132, 128), (148, 256), (148, 128)):
+        r = row(sm_count=float(sms), attn_tile_q=float(tile), attn_tile_kv=float(tile))
+        for s in (1024, 2048, 4096, 8192):
+            n = math.ceil(s / tile)
+            work = tile * n * (n - 1) / 2 + s
+            for g in range(1, 129):
+                q = attention_grid_share(r, float(g), float(s), float(tile), True)
+                simulated = g * work / (sms * _lpt_makespan(g, s, tile, sms))
+                if g * n <= sms:
+                    assert q == pytest.approx(simulated, rel=1e-12)
+                assert q >= simulated * (1 - 1e-12)
+                worst[s] = max(worst.get(s, 0.0), q / simulated - 1)
+    assert max(worst.values()) == pytest.approx(0.2333, abs=1e-4)
+    assert max(v for s, v in worst.items() if s >= 2048) == pytest.approx(0.1511, abs=1e-4)
