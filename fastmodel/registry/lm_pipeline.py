@@ -13,6 +13,11 @@ stage ``v p + r`` on rank ``r``.
 
 from __future__ import annotations
 
+from fastmodel.registry.validators import Forbidden
+
+#: ``pp_exchange_2021``'s codes, whole numbers only: a value between two codes (1.5) is refused as 3 is
+PP_EXCHANGE_2021_GAPS = tuple(Forbidden(lo, lo + 1.0, "is not a code of pp_exchange_2021: 0, 1 or 2") for lo in (0.0, 1.0))
+
 PIPELINE_PLAN_ROWS = (
     ("last_stage_layers", "layers", -1, "Decoder layers the last pipeline rank builds (all its virtual stages) "
      "beside the loss and the MTP modules, under an explicit pipeline layout (Megatron-Core "
@@ -36,5 +41,5 @@ PIPELINE_PLAN_ROWS = (
      "critical path counted from the schedules' call order; 2: also --scatter-gather-tensors-in-pipeline (on by "
      "default): without SP each send carries 1/tp of the activation, all-gathered over the TP group on receipt "
      "(docs/model.md §11.52). 0: Megatron-Core's closed form (§11.7). 1F1B and interleaved only. Set by the stack.",
-     0, 2, False, "number"),
+     0, 2, False, "number", PP_EXCHANGE_2021_GAPS),
 )

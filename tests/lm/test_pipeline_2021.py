@@ -250,3 +250,17 @@ def test_the_stack_sets_the_exchanges_by_codebase():
     assert megatron_2021.defaults(_Execution("ddp"), vtrain)["pp_exchange_2021"] == 1.0
     both = megatron_2021.defaults(_Execution("zero1", "bf16"), "Megatron-DeepSpeed (3D)")
     assert both["pp_engine_deepspeed"] and both["pp_exchange_2021"] == 1.0
+
+
+@pytest.mark.parametrize("value, reason", [(1.5, "1.5 is not a code of pp_exchange_2021: 0, 1 or 2"),
+                                           (0.5, "0.5 is not a code of pp_exchange_2021: 0, 1 or 2"),
+                                           (3, "3 is outside \\[0, 2\\]")])
+def test_the_code_takes_whole_numbers_only(value, reason):
+    """Review 5 F3: 1.5 ran silently as code 1; now refused as 3 is, with one reason (registry/validators.py)."""
+    from pydantic import ValidationError
+
+    from fastmodel.lm.execution import ExecutionSpec
+
+    with pytest.raises(ValidationError, match=reason):
+        ExecutionSpec(pp_exchange_2021=value)
+    assert all(ExecutionSpec(pp_exchange_2021=code).pp_exchange_2021 == code for code in (0, 1, 2))
