@@ -15,6 +15,9 @@ from __future__ import annotations
 
 from fastmodel.registry.validators import Forbidden
 
+#: ``pp_exchange_2021`` codes (kernels/lm/pipeline_2021.py, fastmodel/lm/stacks/megatron_2021.py): blocking
+#: exchanges; and the TP scatter-gather of the sent tensors (docs/model.md §11.52)
+EXCHANGE_BLOCKING, EXCHANGE_SCATTER_GATHER = 1.0, 2.0
 #: ``pp_exchange_2021``'s codes, whole numbers only: a value between two codes (1.5) is refused as 3 is
 PP_EXCHANGE_2021_GAPS = tuple(Forbidden(lo, lo + 1.0, "is not a code of pp_exchange_2021: 0, 1 or 2") for lo in (0.0, 1.0))
 

@@ -30,10 +30,7 @@ from fastmodel.kernels.lm.layout import (
 )
 from fastmodel.kernels.nccl import allgather_time, p2p_time
 from fastmodel.kernels.roofline import memory_bound_time
-
-#: ``pp_exchange_2021`` codes: blocking exchanges; and the TP scatter-gather of the sent tensors
-EXCHANGE_BLOCKING = 1.0
-EXCHANGE_SCATTER_GATHER = 2.0
+from fastmodel.registry.lm_pipeline import EXCHANGE_BLOCKING, EXCHANGE_SCATTER_GATHER
 
 
 @njit
@@ -41,7 +38,7 @@ def sync_exchanges(row):
     """Megatron-LM 2021-22's blocking exchanges run this pipeline (``pp_exchange_2021`` set, 1F1B or interleaved:
     the two schedules that code has)."""
     schedule = int(row[C_PIPELINE_SCHEDULE])
-    return row[C_PP_EXCHANGE_2021] > 0.0 and (schedule == SCHED_1F1B or schedule == SCHED_INTERLEAVED)
+    return row[C_PP_EXCHANGE_2021] >= EXCHANGE_BLOCKING and (schedule == SCHED_1F1B or schedule == SCHED_INTERLEAVED)
 
 
 @njit

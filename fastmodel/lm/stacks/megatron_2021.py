@@ -14,6 +14,7 @@ from fastmodel.lm.stacks import deepspeed
 from fastmodel.lm.stacks.base import StackProfile, names_in, tokens
 from fastmodel.lm.stacks.megatron_core import LOSS_BYTES_UNFUSED_CE
 from fastmodel.registry.lm import MOE_DISPATCHERS
+from fastmodel.registry.lm_pipeline import EXCHANGE_BLOCKING, EXCHANGE_SCATTER_GATHER
 
 #: PyTorch dispatcher calls per transformer layer forward pass of Megatron-DeepSpeed (microsoft/Megatron-DeepSpeed
 #: f01c9e6e, 2023-06-30: megatron/model/transformer.py ParallelTransformerLayer.forward, ParallelAttention.forward,
@@ -27,8 +28,6 @@ HOST_OPS_LAYER_MEGATRON_2021 = 56.0
 #: 20 us, within the 5-25 us CPU-side cost per op of the PyTorch dispatch chain (docs/model.md "Host issue time"
 #: gives the source and the sensitivity) [A]
 HOST_OP_S_EAGER = 20e-6
-#: ``pp_exchange_2021`` codes (kernels/lm/pipeline_2021.py): blocking exchanges; and the TP scatter-gather
-EXCHANGE_BLOCKING, EXCHANGE_SCATTER_GATHER = 1.0, 2.0
 
 
 def host_defaults(framework: str | None) -> dict:
