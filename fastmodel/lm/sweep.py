@@ -142,8 +142,9 @@ def _axis_values(name: str, values: Any, model, cluster, max_gpus: int) -> tuple
     for i, number in enumerate(numeric.tolist()):
         if (j := first.setdefault(number, i)) != i:
             if isinstance(given[i], str) and isinstance(given[j], str) and given[i].lower() != given[j].lower():
-                raise SweepError(f"axis {name!r}: {given[i]!r} and {given[j]!r} are one point to the model, code "
-                                 f"{number:g}: an alias or modelled alike (duplicate point)")
+                if lowered_by_name(name):    # fp16 / bf16: the stack may lower them apart (sweep_plan)
+                    continue
+                raise SweepError(one_point(name, given[i], given[j], number))
             raise SweepError(f"axis {name!r}: {given[i]!r} is the same value as {given[j]!r} (duplicate point)")
     if name in WHOLE_AXES and (part := next((v for v, x in zip(values, numeric) if not x.is_integer()), None)) is not None:
         raise SweepError(f"axis {name!r}: every value must be a whole number (got {part!r})")
@@ -155,6 +156,21 @@ def _axis_values(name: str, values: Any, model, cluster, max_gpus: int) -> tuple
         if column.option == "flag" and (odd := [v for v, x in zip(values, numeric) if x not in (0.0, 1.0)]):
             raise SweepError(f"axis {name!r}: {odd[0]!r} is not a switch (0 or 1, false or true)")
     return list(values), numeric
+
+
+def one_point(name: str, later: str, first: str, number: float) -> str:
+    """The refusal of two names of one code that the model cannot tell apart."""
+    return f"axis {name!r}: {later!r} and {first!r} are one point to the model, code {number:g}: an alias or " \
+        "modelled alike (duplicate point)"
+
+
+def lowered_by_name(name: str) -> bool:
+    """A code axis of an execution field, which the sweep lowers value by value by name (``sweep_stack.field_value``):
+    two names of one code there (``precision = ["fp16", "bf16"]``) are one point only when the lowering gives them
+    the same columns at every value of the other axes (``sweep_plan.check_one_point``)."""
+    from fastmodel.lm.execution import ExecutionSpec
+
+    return name in CODE_TABLES and name in ExecutionSpec.model_fields and name in COLUMN_INDEX
 
 
 def check_degree_axes(names) -> None:

@@ -12,6 +12,7 @@ plan in memory, into a zarr store with resume, or on Dask workers, which rebuild
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from contextlib import contextmanager
@@ -28,6 +29,8 @@ from fastmodel.lm.sweep import (
     base_columns,
     check_degree_axes,
     check_execution_axes,
+    lowered_by_name,
+    one_point,
     parse_mesh,
 )
 from fastmodel.lm.sweep_stack import lowering_partition
@@ -70,6 +73,8 @@ class LMSweepPlan(SweepPlan):
         partition = lowering_partition(model, execution, names, labels, numeric, columns.ravel().tolist(),
                                        execution.shard_degree is None, self._lower)
         structural = partition.structural if partition is not None else ()
+        with axes_field_paths(axes):
+            check_one_point(names, labels, numeric, partition)
         bases = [self._base(max_gpus)] if partition is None else \
             [self._base(max_gpus, group) for group in partition.groups]   # one base per distinct column vector
         kept = [i for i in range(len(names)) if i not in structural]
@@ -178,6 +183,25 @@ class LMSweepPlan(SweepPlan):
             attrs.update(use.attrs(self.calibration, [self.cluster.gpu],
                                    [self._software()]))
         return attrs
+
+
+def check_one_point(names: list, labels: list, numeric: list, partition) -> None:
+    """Two names of one code on an axis the lowering reads by name (``sweep.lowered_by_name``: fp16 and bf16) are
+    one point, refused as ``_axis_values`` refuses an alias, when they land in the same group of the partition at
+    every combination of the other structural axes (or the axis is not structural: the same columns throughout)."""
+    structural = partition.structural if partition is not None else ()
+    for axis, name in enumerate(names):
+        codes = numeric[axis].tolist() if numeric[axis] is not None and lowered_by_name(name) else []
+        for later, number in enumerate(codes):
+            if (first := codes.index(number)) == later:
+                continue
+            if axis in structural:
+                at = structural.index(axis)
+                group = dict(zip(itertools.product(*(range(len(labels[i])) for i in structural)),
+                                 partition.combo_groups))
+                if any(group[c] != group[c[:at] + (first,) + c[at + 1:]] for c in group if c[at] == later):
+                    continue
+            raise SweepError(one_point(name, labels[axis][later], labels[axis][first], number))
 
 
 def _combo_bases(partition, combos: list, columns: np.ndarray, values: np.ndarray, bases: list) -> dict:

@@ -27,6 +27,9 @@ OTHER = {"plan": ["tp1", "tp2"], "micro_batch": [1, 2]}
     ({"stack": "megatron-2021", "precision": "fp16", "sharding": "ddp"}, "wgrad_fused_accumulation", [0, 1]),
     ({"stack": "megatron-2021", "sharding": "ddp"}, "precision", ["fp16"]),
     ({"stack": "megatron-2021", "sharding": "ddp"}, "precision", ["fp16", "fp8"]),
+    # review 5 F2: one code (0), two gradient paths: fp16 and bf16 are two points where the stack lowers them apart
+    ({"stack": "megatron-2021", "sharding": "ddp"}, "precision", ["fp16", "bf16"]),
+    ({"framework": "Megatron-DeepSpeed", "sharding": "zero1"}, "precision", ["fp16", "bf16"]),
     ({"stack": "megatron-2021", "precision": "fp16", "sharding": "ddp"}, "step_zero_grad", [False, True]),
     ({"stack": "megatron-2021"}, "sharding", ["ddp", "fsdp"]),
     ({"framework": "Megatron-DeepSpeed", "precision": "fp16"}, "sharding", ["ddp", "zero1", "fsdp"]),
@@ -205,9 +208,15 @@ def test_bad_input_is_refused_or_marked_as_before():
     with pytest.raises(SpecError, match=r"^axes\.precision: unknown value 'fp9'"):
         lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", axes={"precision": ["fp16", "fp9"]},
                  execution={"stack": "megatron-2021"})
-    with pytest.raises(SweepError, match=r"^axes\.precision: 'bf16' and 'fp16' are one point"):
-        lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", axes={"precision": ["fp16", "bf16"]},
-                 execution={"stack": "megatron-2021"})
+    one_point = r"^axes\.{}: '{}' and '{}' are one point to the model, code {}: an alias or modelled alike"
+    for precisions in (["fp16", "bf16"], ["fp16", "bf16", "fp8"]):   # Megatron-Core lowers fp16 and bf16 alike
+        with pytest.raises(SweepError, match=one_point.format("precision", "bf16", "fp16", 0)):
+            lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", axes={"plan": ["tp2"], "precision": precisions},
+                     execution={"stack": "megatron-core"})
+    for stack in ("megatron-core", "megatron-2021"):
+        with pytest.raises(SweepError, match=one_point.format("sharding", "zero1", "distopt", 1)):
+            lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", axes={"plan": ["tp2"], "sharding": ["distopt", "zero1"]},
+                     execution={"stack": stack})
     ds = lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", axes={"plan": ["tp1"], "sharding": ["ddp", "zero1"]},
                   execution={"framework": "Megatron-DeepSpeed", "wgrad_fused_accumulation": True})
     assert ds.status.sel(sharding="zero1").item() == STATUS_CODES["wgrad_accumulation_twice"]
