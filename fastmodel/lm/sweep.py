@@ -193,13 +193,20 @@ def check_execution_axes(axes: dict, execution) -> None:
     under every pipeline schedule of the grid (the execution's, or each of a ``pipeline_schedule`` axis) is one
     line, with the spec's reason, as the same value in the ``[execution]`` table. Under only some schedules of
     the axis, the points of the others keep a status: ``dualpipe`` overlap under another schedule is
-    ``schedule_not_runnable`` (kernels/lm/rules.py ``overlap_needs_dualpipe``), never batch-level overlap."""
+    ``schedule_not_runnable`` (kernels/lm/rules.py ``overlap_needs_dualpipe``), never batch-level overlap. A
+    ``pipeline_schedule`` axis without a ``vp`` axis: 'interleaved', where the spec refuses it (vp unset), is one
+    line too."""
     from fastmodel.errors import SpecError
     from fastmodel.lm.loader import load_execution
 
     base = execution.model_dump()
     schedules = [_code_name("pipeline_schedule", v) for v in axes.get("pipeline_schedule", [])] or \
         [base["pipeline_schedule"]]
+    if "interleaved" in schedules and "pipeline_schedule" in axes and "vp" not in axes:
+        try:                # with vp unset (1): refused as run refuses it (review 5 F6)
+            load_execution({**base, "pipeline_schedule": "interleaved"})
+        except SpecError as error:
+            raise SweepError(f"axis 'pipeline_schedule': {str(error).split(': ', 1)[-1]}") from None
     for name in RULED_EXECUTION_AXES:
         for value in axes.get(name, ()):
             reasons = []

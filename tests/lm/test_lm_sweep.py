@@ -334,6 +334,19 @@ def test_an_execution_value_no_point_can_run_is_one_line():
         lm_sweep(*moe, axes={"plan": ["tp2.ep8"]}, execution={"moe_dispatcher": "deepep_ll"})
 
 
+def test_an_interleaved_schedule_axis_with_vp_unset_is_refused_as_run_refuses_it():
+    """Review 5 F6 (there at 255afc0c): ``pipeline_schedule = ["1f1b", "interleaved"]`` with vp unset ran its
+    interleaved points as status 0 (160.437 s against 160.622 s for 1F1B, Megatron-DeepSpeed zero1 tp2.pp4), which
+    ``run -x pipeline_schedule=interleaved`` refuses; with vp > 1 (or "unknown") in the spec it runs."""
+    spec = {"framework": "Megatron-DeepSpeed", "precision": "bf16", "sharding": "zero1"}
+    axes = {"plan": ["tp2.pp4"], "pipeline_schedule": ["1f1b", "interleaved"]}
+    with pytest.raises(SweepError, match=r"^axes\.pipeline_schedule: pipeline_schedule 'interleaved' needs vp > 1"):
+        lm_sweep("llama2-13b", "dgx-a100-80gb", "llm-pretrain", num_nodes=4, axes=axes, execution=spec)
+    axes["pipeline_schedule"] = ["interleaved"]
+    ds = lm_sweep("llama2-13b", "dgx-a100-80gb", "llm-pretrain", num_nodes=4, axes=axes, execution={**spec, "vp": 2})
+    assert (ds.status == 0).all()
+
+
 def test_dualpipe_overlap_runs_where_the_grid_runs_dualpipe():
     """The overlap axis is accepted beside a DualPipe schedule (the execution's, or one value of a schedule axis):
     there it hides the all-to-all as batch-level overlap does under 1F1B."""
