@@ -6,12 +6,16 @@ derives columns from execution fields: the stack profile (``fastmodel/lm/stacks`
 ``precision``, ``sharding``, ``recompute``, ... (docs/model.md §11.49), ``grad_reduce_bytes`` follows
 ``master_weights``, the ``recompute_modules`` bits count only under selective recompute, a stated
 ``shard_degree`` is set only under FSDP/HSDP, a compiled TorchTitan MoE model's ``fused_kernels`` follows the
-plan's ep (§11.14.1).
+plan's ep (§11.14.1). It derives columns from model fields too: ``head_dim = hidden / heads`` and
+``kv_heads = heads`` where the model spec leaves them unset, ``sliding_window_layers = layers`` (the default),
+``recompute_fraction = recompute_num_layers / layers`` (:data:`MODEL_READ_FIELDS`).
 
 :func:`lowering_partition` compares the columns themselves, with no list of which field derives which column: for
 every combination of the values of the sweep's execution-field axes (:func:`compared`: the codes, switches and
 fields the lowering reads beyond their value; a plain number such as ``micro_batch`` sets only its own column),
-and of ep = 1 or > 1 of the ``plan`` (or ``ep``) axis, it lowers the execution spec with those values (a Python loop, at most
+of its model-field axes in :data:`MODEL_READ_FIELDS` (the model re-validated with those values, as the loader
+validates a spec file: a spec that states ``head_dim`` keeps it, one that does not derives it), and of ep = 1 or
+> 1 of the ``plan`` (or ``ep``) axis, it lowers the specs with those values (a Python loop, at most
 :data:`MAX_LOWERED_COMBINATIONS` combinations, about 0.2 ms each) and compares the column vector, less the
 columns the kernel sets at every point (every axis's own, ``dp``, and ``shard_degree`` where it follows dp), with
 the spec's own. Where every combination gives the spec's columns nothing changes (one base, the spec's).
@@ -37,7 +41,14 @@ EP_AXES = ("plan", "ep")
 #: only its own column, so its axis is not lowered value by value (a ``micro_batch`` range of 10^5 values costs
 #: nothing); tests/lm/test_sweep_stack_axes.py lowers each under every stack and fails on one not listed here
 NUMERIC_READ_FIELDS = ("moe_imbalance",)
-#: the most value combinations of the execution-field axes (x 2 with ep = 1 and > 1) lowered to compare: about
+#: model fields from which the lowering derives another column (``lowering.model_values``, ``recompute_fraction``):
+#: ``hidden`` and ``heads`` the unset ``head_dim`` (and ``heads`` the unset ``kv_heads``), ``layers`` the unset
+#: ``sliding_window_layers`` and the ``recompute_fraction`` of ``recompute_num_layers``. Every other model column
+#: (``ffn``, ``vocab``, ``moe_experts``, ...) sets only its own, so its axis is not lowered value by value;
+#: tests/lm/test_sweep_model_axes.py lowers each on dense, MoE, MLA and sliding-window models and fails on one not
+#: listed here
+MODEL_READ_FIELDS = ("hidden", "heads", "layers")
+#: the most value combinations of the execution- and model-field axes compared (x 2 with ep = 1 and > 1) lowered to compare: about
 #: 0.2 ms a lowering, under a second (docs/model.md §11.49 "Sweeps"); a grid over more is refused in one line
 MAX_LOWERED_COMBINATIONS = 4096
 
@@ -82,14 +93,35 @@ def compared(name: str) -> bool:
         (column.lo, column.hi) == (0, 1)
 
 
-def _lowered(lower, execution, update: dict, ep: int, mask: np.ndarray):
-    """(the lowered columns of ``execution`` with ``update`` at ``ep``, their comparison key: the columns outside
-    ``mask`` as bytes); a SpecError (an execution its stack cannot run) as its text, which the plan raises."""
+def _lowered(lower, model, execution, update: dict, ep: int, mask: np.ndarray):
+    """(the lowered columns of ``model`` and ``execution`` with ``update`` at ``ep``, their comparison key: the
+    columns outside ``mask`` as bytes); a SpecError (an execution its stack cannot run) or a SweepError (model
+    values that together make no valid model, :func:`updated_model`) as its text, which the plan raises."""
+    fields = type(execution).model_fields
     try:
-        columns = lower(execution.model_copy(update=update), ep)
-    except SpecError as error:
+        columns = lower(updated_model(model, {k: v for k, v in update.items() if k not in fields}),
+                        execution.model_copy(update={k: v for k, v in update.items() if k in fields}), ep)
+    except (SpecError, SweepError) as error:
         return error, f"error: {error}"
     return columns, np.where(mask, 0.0, columns).tobytes()
+
+
+def updated_model(model, update: dict):
+    """``model`` with ``update``, re-validated as the loader validates a spec file (``LMSpec``: ``head_dim`` and
+    ``kv_heads`` stay unset where the spec leaves them, so the lowering derives them from the new values); values
+    that together make no valid model (hidden not a multiple of heads, ...) a one-line SweepError."""
+    if not update:
+        return model
+    from pydantic import ValidationError
+
+    try:
+        return type(model).model_validate({**model.model_dump(), **update})
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        given = ", ".join(f"{k} = {v!r}" for k, v in update.items())
+        raise SweepError(f"axes {', '.join(update)}: {given} do not make a valid {model.name}: "
+                         f"{where + ': ' if where else ''}{first['msg'].removeprefix('Value error, ')}") from None
 
 
 def lowering_partition(model, execution, names: list[str], labels: list[list], numeric: list, set_columns,
@@ -97,22 +129,24 @@ def lowering_partition(model, execution, names: list[str], labels: list[list], n
     """The partition of a sweep by its lowered columns (module docstring); None when every combination gives the
     spec's columns (one base, as before). ``labels`` / ``numeric``: each axis's coordinate labels (meshes as text)
     and numbers (None for the plan axis); ``set_columns``: the column indices the axes set (``_axis_arrays``);
-    ``lower(execution, ep)``: the base columns (``sweep.base_columns``, a fusion beside a pass as a status)."""
+    ``lower(model, execution, ep)``: the base columns (``sweep.base_columns``, a fusion beside a pass as a status)."""
     from fastmodel.lm.execution import ExecutionSpec
     from fastmodel.lm.sweep import parse_mesh
     from fastmodel.registry.lm import COLUMN_INDEX
 
-    read = [i for i, name in enumerate(names) if name in ExecutionSpec.model_fields and compared(name)]
+    read = [i for i, name in enumerate(names) if (name in ExecutionSpec.model_fields and compared(name)) or
+            (name in MODEL_READ_FIELDS and name in type(model).model_fields)]
     ep_axis = next((i for i, name in enumerate(names) if name in EP_AXES), None)
     eps = []
     if ep_axis is not None:
         eps = [parse_mesh(str(v))["ep"] if names[ep_axis] == "plan" else int(v) for v in labels[ep_axis]]
     flags = sorted({ep > 1 for ep in eps}) or [False]
     if not read and flags == [False]:
-        return None                 # no execution field is swept: base_columns's one lowering
+        return None                 # no field the lowering reads is swept: base_columns's one lowering
     count = int(np.prod([len(labels[i]) for i in read])) * len(flags)
     if count > MAX_LOWERED_COMBINATIONS:
-        raise SweepError(f"axes {', '.join(names[i] for i in read)}: {count} value combinations of execution fields, "
+        raise SweepError(f"axes {', '.join(names[i] for i in read)}: {count} value combinations of fields the lowering "
+                         f"reads, "
                          f"over the {MAX_LOWERED_COMBINATIONS} a sweep lowers to compare (docs/model.md §11.49): "
                          "split the sweep")
     mask = np.zeros(len(COLUMN_INDEX), dtype=bool)
@@ -123,8 +157,8 @@ def lowering_partition(model, execution, names: list[str], labels: list[list], n
     for combo in itertools.product(*(range(len(labels[i])) for i in read)):
         update = {names[i]: field_value(names[i], labels[i][k], numeric[i][k]) for i, k in zip(read, combo)}
         for flag in flags:
-            lowered[combo, flag], keys[combo, flag] = _lowered(lower, execution, update, ep_of[flag], mask)
-    if set(keys.values()) == {_lowered(lower, execution, {}, 1, mask)[1]}:
+            lowered[combo, flag], keys[combo, flag] = _lowered(lower, model, execution, update, ep_of[flag], mask)
+    if set(keys.values()) == {_lowered(lower, model, execution, {}, 1, mask)[1]}:
         return None                 # the spec's columns at every value: base_columns's one lowering
     varies = [i for n, i in enumerate(read) if _varies(keys, n)]
     if ep_axis is not None and any(keys[combo, False] != keys[combo, True] for combo, _ in keys if len(flags) > 1):
@@ -143,7 +177,7 @@ def _groups(structural: tuple, read: list, ep_axis, eps: list, flags: list, labe
         flag = eps[at[ep_axis]] > 1 if ep_axis in at else flags[0]
         key = keys[read_combo, flag]
         if key not in seen:
-            if isinstance(lowered[read_combo, flag], SpecError):
+            if isinstance(lowered[read_combo, flag], (SpecError, SweepError)):
                 raise lowered[read_combo, flag]
             seen[key] = len(groups)
             groups.append(lowered[read_combo, flag])
@@ -159,5 +193,5 @@ def _varies(keys: dict, n: int) -> bool:
     return any(len(found) > 1 for found in rest.values())
 
 
-__all__ = ["EP_AXES", "MAX_LOWERED_COMBINATIONS", "NUMERIC_READ_FIELDS", "StackPartition", "compared", "field_value",
-           "lowering_partition"]
+__all__ = ["EP_AXES", "MAX_LOWERED_COMBINATIONS", "MODEL_READ_FIELDS", "NUMERIC_READ_FIELDS", "StackPartition", "compared", "field_value",
+           "lowering_partition", "updated_model"]

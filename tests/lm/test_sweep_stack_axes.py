@@ -117,7 +117,7 @@ def test_more_combinations_than_the_bound_are_refused_in_one_line(monkeypatch):
     import fastmodel.lm.sweep_stack as sweep_stack
 
     monkeypatch.setattr(sweep_stack, "MAX_LOWERED_COMBINATIONS", 3)
-    with pytest.raises(SweepError, match=r"^axes precision, master_weights: 4 value combinations of execution fields"):
+    with pytest.raises(SweepError, match=r"^axes precision, master_weights: 4 value combinations of fields the lowering reads"):
         lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain",
                  axes={"micro_batch": [1, 2, 4, 8], "precision": ["bf16", "fp8"], "master_weights": [False, True]})
 
