@@ -42,12 +42,17 @@ def serve_parallel(params, status, out):
     ``status``: :func:`serve_grid` over the table (:func:`_table_grid`)."""
     from fastmodel.sweeps.plan import grid_lanes
 
+    if params.shape[1] == 0:         # no rows: nothing to do (the one-axis grid of size 0 would divide by it)
+        return
     serve_grid(*_table_grid(params, status, out), 0, grid_lanes())
 
 
 def serve_serial(params, status, out):
     """Single-threaded :func:`serve_parallel` for small tables: :func:`_grid_rows` over every row, called from
-    Python (a compiled wrapper would be one more compile of the whole evaluation)."""
+    Python (a compiled wrapper would be one more compile of the whole evaluation). No rows: nothing to do
+    (:func:`_grid_rows` starts its odometer with ``lo % shape[0]``, a division by zero on a grid of size 0)."""
+    if params.shape[1] == 0:
+        return
     _grid_rows(*_table_grid(params, status, out), 0, params.shape[1], 0)
 
 
