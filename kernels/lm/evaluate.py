@@ -71,7 +71,11 @@ def table_memory(params):
     """(vector, column step, configuration step) of a C or Fortran contiguous ``N_COLUMNS`` x n table: its
     memory as one vector (no copy) and where column ``c`` of configuration ``r`` is in it, ``c * column_step +
     r * configuration_step``. A kernel that reads tables this way has one argument type for both layouts, so it
-    is compiled once, not once per layout a caller happens to pass."""
+    is compiled once, not once per layout a caller happens to pass. Any other table (a strided view such as
+    ``params[:, ::2]``, another dtype) is copied to a C contiguous float64 one first: the steps are taken from the
+    strides of the vector returned, not of a view that ``ravel`` would have to copy."""
+    if params.dtype != np.float64 or not (params.flags.c_contiguous or params.flags.f_contiguous):
+        params = np.ascontiguousarray(params, dtype=np.float64)
     n = params.shape[1]
     column_step, row_step = (x // params.itemsize for x in params.strides)
     if n <= 1:                       # one configuration: its columns one after another, whatever the strides
@@ -93,8 +97,8 @@ NO_AXIS_VALUES = np.zeros((1, 1, 1))
 
 
 def evaluate_parallel(params, status, out):
-    """Evaluate every configuration (column) of ``params`` (a C or Fortran contiguous ``N_COLUMNS`` x n table)
-    into ``out`` (``N_RESULTS`` x n), chunks of ``CHUNK_ROWS`` in parallel: the grid kernel
+    """Evaluate every configuration (column) of ``params`` (an ``N_COLUMNS`` x n table, read in place when C or
+    Fortran contiguous, else copied: :func:`table_memory`) into ``out`` (``N_RESULTS`` x n), chunks of ``CHUNK_ROWS`` in parallel: the grid kernel
     (``kernels/lm/grid.py`` ``evaluate_points``) reading its points from the table, so the parallel evaluation
     is compiled once for tables and grids (docs/performance.md "One parallel kernel for the table and the
     grid"). Rows whose ``status`` is not 0 get NaN."""
