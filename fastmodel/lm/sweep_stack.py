@@ -124,6 +124,36 @@ def updated_model(model, update: dict):
                          f"{where + ': ' if where else ''}{first['msg'].removeprefix('Value error, ')}") from None
 
 
+def check_model_combinations(model, names: list[str], labels: list[list], numeric: list) -> None:
+    """Every combination of the values of the sweep's model-field axes must make a model the spec accepts, as each
+    value alone must (``sweep._check_model_axis``) and as the loader checks a spec file: the first that does not
+    is a one-line SweepError (:func:`updated_model`; review6 F1: heads 16 with kv_heads 32 was evaluated as a
+    model). A combination the kernel's plan rules mark with a status is left to them: moe_topk above moe_experts
+    is ``topk_above_experts`` (``kernels/lm/rules.py``), so moe_topk is checked at most moe_experts here.
+    Validation alone, no lowering; at most :data:`MAX_LOWERED_COMBINATIONS` combinations."""
+    from fastmodel.lm.execution import ExecutionSpec
+    from fastmodel.registry.lm import COLUMN_INDEX
+
+    axes = [i for i, name in enumerate(names) if name in type(model).model_fields and
+            name not in ExecutionSpec.model_fields and name in COLUMN_INDEX]
+    if len(axes) < 2:
+        return                      # one axis: each value checked alone against the spec
+    count = int(np.prod([len(labels[i]) for i in axes]))
+    if count > MAX_LOWERED_COMBINATIONS:
+        raise SweepError(f"axes {', '.join(names[i] for i in axes)}: {count} value combinations of model fields, over "
+                         f"the {MAX_LOWERED_COMBINATIONS} a sweep validates (docs/model.md §11.49): split the sweep")
+    for combo in itertools.product(*(range(len(labels[i])) for i in axes)):
+        update = {names[i]: field_value(names[i], labels[i][k], numeric[i][k]) for i, k in zip(axes, combo)}
+        checked = dict(update)
+        if "moe_topk" in checked:
+            checked["moe_topk"] = min(checked["moe_topk"], checked.get("moe_experts", model.moe_experts))
+        try:
+            updated_model(model, checked)
+        except SweepError:
+            updated_model(model, update)    # the message names the values given
+            raise
+
+
 def lowering_partition(model, execution, names: list[str], labels: list[list], numeric: list, set_columns,
                        auto_shard: bool, lower) -> StackPartition | None:
     """The partition of a sweep by its lowered columns (module docstring); None when every combination gives the
@@ -134,6 +164,7 @@ def lowering_partition(model, execution, names: list[str], labels: list[list], n
     from fastmodel.lm.sweep import parse_mesh
     from fastmodel.registry.lm import COLUMN_INDEX
 
+    check_model_combinations(model, names, labels, numeric)
     read = [i for i, name in enumerate(names) if (name in ExecutionSpec.model_fields and compared(name)) or
             (name in MODEL_READ_FIELDS and name in type(model).model_fields)]
     ep_axis = next((i for i, name in enumerate(names) if name in EP_AXES), None)
@@ -193,5 +224,6 @@ def _varies(keys: dict, n: int) -> bool:
     return any(len(found) > 1 for found in rest.values())
 
 
-__all__ = ["EP_AXES", "MAX_LOWERED_COMBINATIONS", "MODEL_READ_FIELDS", "NUMERIC_READ_FIELDS", "StackPartition", "compared", "field_value",
+__all__ = ["EP_AXES", "MAX_LOWERED_COMBINATIONS", "MODEL_READ_FIELDS", "NUMERIC_READ_FIELDS", "StackPartition",
+           "check_model_combinations", "compared", "field_value",
            "lowering_partition", "updated_model"]

@@ -83,6 +83,20 @@ def test_model_values_that_together_make_no_valid_model_are_one_line():
         lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", axes={"hidden": [4096, 4128], "heads": [32, 64]})
 
 
+def test_two_model_axes_outside_the_read_fields_are_checked_together():
+    """review6 F1: heads 16 with kv_heads 32 (each value alone a valid Llama 3.1 8B) was evaluated as a model
+    (status 0, 60.21 s) that ``run`` refuses; every combination of model axes is now checked as a spec file is.
+    moe_topk above moe_experts stays the kernel's ``topk_above_experts`` status (tests/lm/test_moe.py)."""
+    with pytest.raises(SweepError, match=r"^axes heads, kv_heads: heads = 16, kv_heads = 32 do not make a valid "
+                                         r"Llama 3.1 8B: 32 kv heads must divide the 16 query heads$"):
+        lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", axes={"heads": [16, 32], "kv_heads": [8, 32]})
+    sweep = lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", axes={"heads": [32, 64], "kv_heads": [8, 16]})
+    for heads in (32, 64):
+        for kv_heads in (8, 16):
+            alone = lm_sweep({**LLAMA, "heads": heads, "kv_heads": kv_heads}, "dgx-h100", "llm-pretrain", axes={})
+            _same(sweep.sel(heads=heads, kv_heads=kv_heads).drop_vars(["heads", "kv_heads"]), alone)
+
+
 def test_a_model_field_sets_only_its_own_column_unless_listed():
     """An axis over a model field not in ``MODEL_READ_FIELDS`` is not lowered value by value; that holds only while
     its lowering sets its own column alone: this changes each model column of dense, MoE, MLA and
