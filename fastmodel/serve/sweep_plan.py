@@ -82,7 +82,7 @@ class ServeSweepPlan(SweepPlan):
 
     def evaluate_unit(self, unit, out: np.ndarray, status: np.ndarray, offset: int) -> None:
         """The box of ``unit`` into ``out[:, offset:offset + unit.size]`` (its points in C order)."""
-        from fastmodel.kernels.serve.fused import serve_grid
+        from fastmodel.kernels.serve import fused
         from fastmodel.spec.columns import check_base
 
         check_base(self.base)
@@ -91,8 +91,9 @@ class ServeSweepPlan(SweepPlan):
         val_start = np.concatenate([[0], np.cumsum([f.size for f in flat])]).astype(np.int64)
         values = np.concatenate(flat).astype(np.float64) if flat else np.zeros(0)
         with np.errstate(all="ignore"):  # interpreted kernels (FASTMODEL_JIT=0) overflow in numpy scalars
-            serve_grid(self.base, self.axis_cols, self.col_start, values, val_start, np.array(sizes, dtype=np.int64),
-                       self.derive, status, out, offset, grid_lanes())   # the kernel marks not_finite points itself
+            fused.serve_grid(self.base, self.axis_cols, self.col_start, values, val_start,
+                             np.array(sizes, dtype=np.int64), self.derive, status, out, offset, fused.GRID_CHUNK_ROWS,
+                             grid_lanes())   # the kernel marks not_finite points itself
 
     def scalar_coords(self) -> dict[str, Any]:
         """The device and precisions the grid does not sweep, as 0-d coordinates."""

@@ -23,8 +23,12 @@ from fastmodel.kernels.serve.evaluate import MEMO_SIZE, MEMO_WIDTH, new_memo, se
 # would miss its cache in each new process (checked: cache_misses 1, cache_hits 0 on the second run of a two-line
 # example).
 
-#: rows per prange chunk of serve_grid: 8 KiB of each result row, whole 4 KiB pages (its lanes share no page)
+#: rows per prange chunk of serve_grid over a grid: 8 KiB of each result row, whole 4 KiB pages (its lanes share no
+#: page)
 GRID_CHUNK_ROWS = 1024
+#: rows per prange chunk of a table (serve_parallel), as before the table ran as a grid (review6 F3): a table of
+#: 256-1023 rows (``serve.api.PARALLEL_MIN_ROWS`` = 256, a validation set) is up to 4 chunks, not one on one thread
+TABLE_CHUNK_ROWS = 256
 
 
 def _table_grid(params, status, out):
@@ -44,7 +48,7 @@ def serve_parallel(params, status, out):
 
     if params.shape[1] == 0:         # no rows: nothing to do (the one-axis grid of size 0 would divide by it)
         return
-    serve_grid(*_table_grid(params, status, out), 0, grid_lanes())
+    serve_grid(*_table_grid(params, status, out), 0, TABLE_CHUNK_ROWS, grid_lanes())
 
 
 def serve_serial(params, status, out):
@@ -110,21 +114,23 @@ def _grid_rows(base, axis_cols, col_start, axis_vals, val_start, shape, derive, 
 
 
 @njit(parallel=True)
-def serve_grid(base, axis_cols, col_start, axis_vals, val_start, shape, derive, status, out, offset, lanes):
+def serve_grid(base, axis_cols, col_start, axis_vals, val_start, shape, derive, status, out, offset, chunk_rows,
+               lanes):
     """Evaluate a Cartesian grid without materialising its parameter table: row r is ``base`` with, for every
     axis a (C order, last fastest), the columns ``axis_cols[col_start[a]:col_start[a+1]]`` set to that axis's
     values at index i_a (``axis_vals[val_start[a] + j * shape[a] + i_a]`` for its j-th column); then
     ``derive`` (n_gpus = tp x pp, seq_len = input_len + output_len). Results into ``out[:, offset + r]`` and
-    ``status[offset + r]``, so a sweep writes a unit of work straight into its place in a larger matrix. Lane k of
+    ``status[offset + r]``, so a sweep writes a unit of work straight into its place in a larger matrix. Chunks of
+    ``chunk_rows`` rows (:data:`GRID_CHUNK_ROWS` for grids, :data:`TABLE_CHUNK_ROWS` for tables); lane k of
     ``lanes`` (numba's thread count) takes chunks k, k + lanes, ... (kernels/lm/grid.py ``evaluate_grid``); a chunk
     runs whole from a fresh memo, so the results do not depend on ``lanes`` (docs/performance.md)."""
     n = 1
     for size in shape:
         n *= size
-    chunks = (n + GRID_CHUNK_ROWS - 1) // GRID_CHUNK_ROWS
+    chunks = (n + chunk_rows - 1) // chunk_rows
     lanes = min(chunks, max(1, lanes))
     for lane in prange(lanes):
         for chunk in range(lane, chunks, lanes):
-            lo = chunk * GRID_CHUNK_ROWS
+            lo = chunk * chunk_rows
             _grid_rows(base, axis_cols, col_start, axis_vals, val_start, shape, derive, status, out, lo,
-                       min(n, lo + GRID_CHUNK_ROWS), offset)
+                       min(n, lo + chunk_rows), offset)

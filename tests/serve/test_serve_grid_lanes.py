@@ -90,7 +90,8 @@ def test_every_lane_count_gives_the_plan_bit_for_bit(plan, monkeypatch):
 
 def test_a_lane_that_skipped_its_chunks_would_be_seen(plan, monkeypatch):
     """The checks above can fail: a loop that ran only lane 0 of two leaves the other lane's chunks unwritten."""
-    def lane_zero_only(base, axis_cols, col_start, axis_vals, val_start, shape, derive, status, out, offset, lanes):
+    def lane_zero_only(base, axis_cols, col_start, axis_vals, val_start, shape, derive, status, out, offset,
+                       chunk_rows, lanes):
         n = int(np.prod(shape))
         for chunk in range(0, (n + 4) // 5, 2):          # lane 0 of 2 only, chunks of 5 rows
             fused._grid_rows(base, axis_cols, col_start, axis_vals, val_start, shape, derive, status, out,

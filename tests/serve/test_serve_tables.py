@@ -26,3 +26,50 @@ def test_no_rows_return_before_the_kernel(monkeypatch, entry):
     getattr(fused, entry)(np.zeros((N_COLUMNS, 0)), status, out)
     results, codes = evaluate_table(np.zeros((N_COLUMNS, 0)))
     assert results.shape == (N_SERVE_RESULTS, 0) and codes.shape == (0,)
+
+
+@pytest.fixture(scope="module")
+def table():
+    """30 serving configurations of llama3.1-8b on H100 (batch size, input and output lengths varied), C order."""
+    from fastmodel.serve.api import COLUMN_INDEX, columns
+
+    params = np.repeat(np.asarray(columns("llama3.1-8b", "H100", batch_size=8))[:, None], 30, axis=1)
+    params[COLUMN_INDEX["batch_size"]] = np.resize([1, 4, 16, 64, 256], 30)
+    params[COLUMN_INDEX["input_len"]] = np.resize([128, 1024, 4096], 30)
+    params[COLUMN_INDEX["output_len"]] = np.resize([64, 512], 30)
+    params[COLUMN_INDEX["seq_len"]] = params[COLUMN_INDEX["input_len"]] + params[COLUMN_INDEX["output_len"]]
+    return params
+
+
+def _run(entry, params):
+    out = np.full((N_SERVE_RESULTS, params.shape[1]), -7.0)
+    status = np.full(params.shape[1], -1, dtype=np.int8)
+    with np.errstate(all="ignore"):
+        entry(params, status, out)
+    return out, status
+
+
+def _per_row(params):
+    """Each configuration as a table of its own (one row, one chunk, a fresh memo)."""
+    rows = [evaluate_table(params[:, r:r + 1]) for r in range(params.shape[1])]
+    return np.concatenate([out for out, _ in rows], axis=1), np.concatenate([status for _, status in rows])
+
+
+def _same(got, want):
+    np.testing.assert_array_equal(got[1], want[1])
+    np.testing.assert_array_equal(got[0], want[0])
+
+
+def test_a_table_runs_in_chunks_of_256_rows_and_its_results_do_not_depend_on_them(table, monkeypatch):
+    """review6 F3: since tables ran through serve_grid they were cut in its GRID_CHUNK_ROWS = 1024 rows, so a
+    table of 256-1023 rows (PARALLEL_MIN_ROWS = 256: a validation set) was one chunk on one thread. Tables pass
+    TABLE_CHUNK_ROWS = 256 again; chunks of 7 rows (the last one short) give the per-row results."""
+    chunks = []
+    grid = fused.serve_grid
+    monkeypatch.setattr(fused, "serve_grid", lambda *args: chunks.append(args[-2]) or grid(*args))
+    want = _per_row(table)
+    _same(_run(fused.serve_parallel, table), want)
+    assert chunks == [fused.TABLE_CHUNK_ROWS] == [256]
+    monkeypatch.setattr(fused, "TABLE_CHUNK_ROWS", 7)
+    _same(_run(fused.serve_parallel, table), want)
+    assert chunks[-1] == 7 and (want[1] == 0).any()
