@@ -233,6 +233,7 @@ def _check_model_axis(name: str, values: Any, model) -> None:
     from pydantic import ValidationError
 
     from fastmodel.lm.spec import LMSpec
+    from fastmodel.lm.sweep_stack import model_error
 
     if not isinstance(model, LMSpec) or name not in LMSpec.model_fields:
         return
@@ -241,10 +242,8 @@ def _check_model_axis(name: str, values: Any, model) -> None:
         try:
             LMSpec.model_validate({**data, name: value})
         except ValidationError as error:
-            first = error.errors()[0]
-            where = ".".join(str(part) for part in first["loc"])
             raise SweepError(f"axis {name!r}: {value!r} does not make a valid {model.name}: "
-                             f"{where + ': ' if where else ''}{first['msg'].removeprefix('Value error, ')}") from None
+                             f"{model_error(error)}") from None
 
 
 #: column units -> the kind of quantity a unit string of it is read as (fastmodel/spec/quantity.py)

@@ -2,7 +2,8 @@
 
 Axes are registry columns, ``num_nodes``, ``global_batch`` and ``plan`` meshes (``fastmodel.lm.sweep``). Axes
 over fields the lowering reads along which the lowered columns change (``fastmodel.lm.sweep_stack``) are
-structural: each combination of their values has a base of its own (one per distinct column vector). A unit of work is a box of the grid
+structural: each combination of their values has a base of its own (one per distinct column vector). A unit of
+work is a box of the grid
 (one structural combination; the numeric axes: trailing axes whole, the first one split); the fused kernel
 ``kernels/lm/grid.py`` builds each point of the box from its index, checks the rule table, evaluates it and
 writes it straight into its place in the result matrix. The shared machinery (``fastmodel.sweeps``) runs the

@@ -48,8 +48,9 @@ NUMERIC_READ_FIELDS = ("moe_imbalance",)
 #: tests/lm/test_sweep_model_axes.py lowers each on dense, MoE, MLA and sliding-window models and fails on one not
 #: listed here
 MODEL_READ_FIELDS = ("hidden", "heads", "layers")
-#: the most value combinations of the execution- and model-field axes compared (x 2 with ep = 1 and > 1) lowered to compare: about
-#: 0.2 ms a lowering, under a second (docs/model.md §11.49 "Sweeps"); a grid over more is refused in one line
+#: the most lowerings a sweep makes to compare columns: one per value combination of its compared execution-field
+#: and MODEL_READ_FIELDS axes, twice that when its plan (or ep) axis has both ep = 1 and ep > 1. About 0.2 ms a
+#: lowering, under a second (docs/model.md §11.49 "Sweeps"); a grid over more is refused in one line
 MAX_LOWERED_COMBINATIONS = 4096
 
 
@@ -117,11 +118,16 @@ def updated_model(model, update: dict):
     try:
         return type(model).model_validate({**model.model_dump(), **update})
     except ValidationError as error:
-        first = error.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
         given = ", ".join(f"{k} = {v!r}" for k, v in update.items())
         raise SweepError(f"axes {', '.join(update)}: {given} do not make a valid {model.name}: "
-                         f"{where + ': ' if where else ''}{first['msg'].removeprefix('Value error, ')}") from None
+                         f"{model_error(error)}") from None
+
+
+def model_error(error) -> str:
+    """A pydantic ValidationError of a model spec in one line: its first error's field path and message."""
+    first = error.errors()[0]
+    where = ".".join(str(part) for part in first["loc"])
+    return f"{where + ': ' if where else ''}{first['msg'].removeprefix('Value error, ')}"
 
 
 def check_model_combinations(model, names: list[str], labels: list[list], numeric: list) -> None:
@@ -174,12 +180,13 @@ def lowering_partition(model, execution, names: list[str], labels: list[list], n
     flags = sorted({ep > 1 for ep in eps}) or [False]
     if not read and flags == [False]:
         return None                 # no field the lowering reads is swept: base_columns's one lowering
-    count = int(np.prod([len(labels[i]) for i in read])) * len(flags)
-    if count > MAX_LOWERED_COMBINATIONS:
-        raise SweepError(f"axes {', '.join(names[i] for i in read)}: {count} value combinations of fields the lowering "
-                         f"reads, "
-                         f"over the {MAX_LOWERED_COMBINATIONS} a sweep lowers to compare (docs/model.md §11.49): "
-                         "split the sweep")
+    combinations = int(np.prod([len(labels[i]) for i in read]))
+    if combinations * len(flags) > MAX_LOWERED_COMBINATIONS:
+        said = f"axes.{names[read[0]]}" if len(read) == 1 else f"axes {', '.join(names[i] for i in read)}"
+        twice = f" x 2 (ep = 1 and ep > 1 of the {names[ep_axis]} axis)" if len(flags) > 1 else ""
+        raise SweepError(f"{said}: {combinations} value combinations of fields the lowering reads{twice}: "
+                         f"{combinations * len(flags)} lowerings, over the {MAX_LOWERED_COMBINATIONS} a sweep makes "
+                         "to compare (docs/model.md §11.49): split the sweep")
     mask = np.zeros(len(COLUMN_INDEX), dtype=bool)
     mask[[c for c in set_columns if c >= 0] + [COLUMN_INDEX["dp"]] + ([COLUMN_INDEX["shard_degree"]] if auto_shard
                                                                       else [])] = True
@@ -225,5 +232,4 @@ def _varies(keys: dict, n: int) -> bool:
 
 
 __all__ = ["EP_AXES", "MAX_LOWERED_COMBINATIONS", "MODEL_READ_FIELDS", "NUMERIC_READ_FIELDS", "StackPartition",
-           "check_model_combinations", "compared", "field_value",
-           "lowering_partition", "updated_model"]
+           "check_model_combinations", "compared", "field_value", "lowering_partition", "model_error", "updated_model"]

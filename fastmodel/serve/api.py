@@ -286,8 +286,7 @@ def sweep(model, device: str | Sequence[str] = "H100", precision: str | Sequence
         derive = np.array(["n_gpus" not in dims and "n_gpus" not in fixed,
                            "seq_len" not in dims and "seq_len" not in fixed], dtype=np.bool_)
         fused.serve_grid(base, axis_cols, col_start, np.concatenate(flat).astype(np.float64), val_start,
-                         np.array(shape, dtype=np.int64), derive, status, out, 0, fused.GRID_CHUNK_ROWS,
-                         grid_lanes())   # marks not_finite itself
+                         np.array(shape, dtype=np.int64), derive, status, out, 0, fused.GRID_CHUNK_ROWS, grid_lanes())
     # a result named like a swept column (batch_size under a fixed-batch sweep) is stored as effective_<name>;
     # flags (fits_memory) as booleans, as in every engine's datasets
     data = {(f"effective_{r.name}" if r.name in dims else r.name):

@@ -98,10 +98,10 @@ NO_AXIS_VALUES = np.zeros((1, 1, 1))
 
 def evaluate_parallel(params, status, out):
     """Evaluate every configuration (column) of ``params`` (an ``N_COLUMNS`` x n table, read in place when C or
-    Fortran contiguous, else copied: :func:`table_memory`) into ``out`` (``N_RESULTS`` x n), chunks of ``CHUNK_ROWS`` in parallel: the grid kernel
-    (``kernels/lm/grid.py`` ``evaluate_points``) reading its points from the table, so the parallel evaluation
-    is compiled once for tables and grids (docs/performance.md "One parallel kernel for the table and the
-    grid"). Rows whose ``status`` is not 0 get NaN."""
+    Fortran contiguous, else copied: :func:`table_memory`) into ``out`` (``N_RESULTS`` x n), chunks of
+    ``CHUNK_ROWS`` in parallel: the grid kernel (``kernels/lm/grid.py`` ``evaluate_points``) reading its points
+    from the table, so the parallel evaluation is compiled once for tables and grids (docs/performance.md "One
+    parallel kernel for the table and the grid"). Rows whose ``status`` is not 0 get NaN."""
     from fastmodel.kernels.lm.grid import evaluate_points
     from fastmodel.sweeps.plan import grid_lanes
 

@@ -1,15 +1,24 @@
 """The fused passes of the serving model over many configurations, each point through :func:`serve_row`
 (``kernels/serve/evaluate.py``) in frame vectors: a Cartesian grid built point by point without a parameter table
 (:func:`serve_grid`; sweeps and the search) and a table of rows (:func:`serve_parallel`, :func:`serve_serial`;
-``fastmodel.serve.api``), which runs as a grid of one axis. A row whose results are not all finite gets the ``not_finite`` status and NaN results
-(:func:`_emit`, ``kernels/finite.py``).
+``fastmodel.serve.api``), which runs as a grid of one axis. A row whose results are not all finite gets the
+``not_finite`` status and NaN results (:func:`_emit`, ``kernels/finite.py``).
 """
 
 import numpy as np
 
 from fastmodel.kernels.finite import all_finite
 from fastmodel.kernels.jit import njit, prange, stack_vector
-from fastmodel.kernels.columns import C_ATTENTION_DP, C_INPUT_LEN, C_N_GPUS, C_OUTPUT_LEN, C_PP, C_SEQ_LEN, C_TP, N_COLUMNS
+from fastmodel.kernels.columns import (
+    C_ATTENTION_DP,
+    C_INPUT_LEN,
+    C_N_GPUS,
+    C_OUTPUT_LEN,
+    C_PP,
+    C_SEQ_LEN,
+    C_TP,
+    N_COLUMNS,
+)
 from fastmodel.kernels.serve.layout import N_SERVE_RESULTS, ST_NOT_FINITE, ST_OK
 from fastmodel.kernels.serve.evaluate import MEMO_SIZE, MEMO_WIDTH, new_memo, serve_row
 

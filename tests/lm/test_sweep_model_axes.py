@@ -76,7 +76,8 @@ def test_model_values_that_together_make_no_valid_model_are_one_line():
     """Each value alone is checked against the spec (``_check_model_axis``); a combination of two model axes is
     checked as the loader checks a spec file: hidden 4128 is no multiple of heads 64 and the spec states no
     head_dim (4128 with 32 heads and 4096 with 64 are models)."""
-    with pytest.raises(SweepError, match=r"^axes\.hidden: 4100 does not make a valid Llama 3.1 8B: required when hidden"):
+    with pytest.raises(SweepError,
+                       match=r"^axes\.hidden: 4100 does not make a valid Llama 3.1 8B: required when hidden"):
         lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", axes={"hidden": [4100]})
     with pytest.raises(SweepError, match=r"^axes hidden, heads: hidden = 4128, heads = 64 do not make a valid "
                                          r"Llama 3.1 8B: required when hidden"):

@@ -117,15 +117,21 @@ def test_more_combinations_than_the_bound_are_refused_in_one_line(monkeypatch):
     import fastmodel.lm.sweep_stack as sweep_stack
 
     monkeypatch.setattr(sweep_stack, "MAX_LOWERED_COMBINATIONS", 3)
-    with pytest.raises(SweepError, match=r"^axes precision, master_weights: 4 value combinations of fields the lowering reads"):
+    with pytest.raises(SweepError, match=r"^axes precision, master_weights: 4 value combinations of fields the "
+                                         r"lowering reads: 4 lowerings, over the 3 "):
         lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain",
                  axes={"micro_batch": [1, 2, 4, 8], "precision": ["bf16", "fp8"], "master_weights": [False, True]})
+    # one axis: named as every axis error is; the plan's ep = 1 and ep > 1 double the lowerings, and it says so
+    # (review6 F6: "axes layers: 4098 value combinations" for a 2049-value axis)
+    with pytest.raises(SweepError, match=r"^axes\.layers: 2 value combinations of fields the lowering reads x 2 "
+                                         r"\(ep = 1 and ep > 1 of the plan axis\): 4 lowerings, over the 3 "):
+        lm_sweep("qwen3-30b-a3b", "dgx-h100", "llm-pretrain", axes={"layers": [24, 48], "plan": ["tp1", "ep2"]})
 
 
 #: framework texts that reach the profiles' branches (fork, era, ZeRO stage, launcher, version)
-FRAMEWORKS = (None, "Megatron-LM", "Megatron-DeepSpeed", "stanford-futuredata Megatron-LM MegaBlocks", "DeepSpeed 0.6.2",
-              "PyTorch 1.10 FSDP", "TorchTitan", "Accelerate", "fms-fsdp", "MaxText", "KempnerForge", "Meta internal",
-              "Composer")
+FRAMEWORKS = (None, "Megatron-LM", "Megatron-DeepSpeed", "stanford-futuredata Megatron-LM MegaBlocks",
+              "DeepSpeed 0.6.2", "PyTorch 1.10 FSDP", "TorchTitan", "Accelerate", "fms-fsdp", "MaxText", "KempnerForge",
+              "Meta internal", "Composer")
 
 
 def test_a_plain_numeric_execution_field_sets_only_its_own_column_unless_listed():
@@ -139,7 +145,8 @@ def test_a_plain_numeric_execution_field_sets_only_its_own_column_unless_listed(
     from fastmodel.lm.sweep_stack import NUMERIC_READ_FIELDS, compared
     from fastmodel.registry.lm import COLUMNS
 
-    plain = [n for n in ExecutionSpec.model_fields if n in COLUMN_INDEX and (not compared(n) or n in NUMERIC_READ_FIELDS)]
+    plain = [n for n in ExecutionSpec.model_fields
+             if n in COLUMN_INDEX and (not compared(n) or n in NUMERIC_READ_FIELDS)]
     assert "micro_batch" in plain and len(plain) >= 15
     samples = [ExecutionSpec(framework=f, precision=p, sharding=s, recompute=r, moe_balance=b) for f in FRAMEWORKS
                for p in ("bf16", "fp16") for s in ("ddp", "zero1", "fsdp") for r in ("none", "full")
@@ -215,8 +222,8 @@ def test_bad_input_is_refused_or_marked_as_before():
                      execution={"stack": "megatron-core"})
     for stack in ("megatron-core", "megatron-2021"):
         with pytest.raises(SweepError, match=one_point.format("sharding", "zero1", "distopt", 1)):
-            lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", axes={"plan": ["tp2"], "sharding": ["distopt", "zero1"]},
-                     execution={"stack": stack})
+            lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain",
+                     axes={"plan": ["tp2"], "sharding": ["distopt", "zero1"]}, execution={"stack": stack})
     ds = lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", axes={"plan": ["tp1"], "sharding": ["ddp", "zero1"]},
                   execution={"framework": "Megatron-DeepSpeed", "wgrad_fused_accumulation": True})
     assert ds.status.sel(sharding="zero1").item() == STATUS_CODES["wgrad_accumulation_twice"]
