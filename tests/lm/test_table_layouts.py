@@ -72,3 +72,20 @@ def test_strided_view_is_read_as_its_values(table, entry):
     vector, column_step, row_step = kernel.table_memory(view)
     assert (table.shape[0] - 1) * column_step + (table.shape[1] - 1) * row_step < len(vector)
     _same(_run(entry, view, _given(13)), _per_row(table, _given(13)))
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+@pytest.mark.parametrize("layout", ["C", "F", "one C", "one F", "none"])
+def test_every_layout_gives_the_row_by_row_results(table, entry, layout, monkeypatch):
+    """review6 F5: C and Fortran tables (read in place with swapped steps), one configuration (its columns one
+    after another whatever the strides) and none; chunks of 5 configurations, so 13 cross two chunk boundaries
+    (the last chunk short). A swapped column/configuration step or an off-by-one at a boundary fails here."""
+    monkeypatch.setattr(kernel, "CHUNK_ROWS", 5)
+    params = {"C": np.ascontiguousarray(table), "F": np.asfortranarray(table),
+              "one C": np.ascontiguousarray(table[:, 5:6]), "one F": np.asfortranarray(table[:, 5:6]),
+              "none": np.zeros((table.shape[0], 0))}[layout]
+    want = _per_row(np.ascontiguousarray(params), _given(params.shape[1]))
+    _same(_run(entry, params, _given(params.shape[1])), want)
+    if layout == "C":
+        assert (want[1] == 0).sum() >= 6 and (want[1] == 3).sum() == 3    # evaluated rows, and the given kept
+        assert np.isnan(want[0][:, want[1] != 0]).all()

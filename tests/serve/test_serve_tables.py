@@ -73,3 +73,16 @@ def test_a_table_runs_in_chunks_of_256_rows_and_its_results_do_not_depend_on_the
     monkeypatch.setattr(fused, "TABLE_CHUNK_ROWS", 7)
     _same(_run(fused.serve_parallel, table), want)
     assert chunks[-1] == 7 and (want[1] == 0).any()
+
+
+@pytest.mark.parametrize("layout", ["C", "F", "one"])
+def test_every_table_path_gives_the_per_row_results(table, layout, monkeypatch):
+    """review6 F5: serve_parallel (chunks of 7: 30 rows cross four chunk boundaries), serve_serial and
+    evaluate_table on C and Fortran tables and one row give each configuration's results as a table of its own."""
+    monkeypatch.setattr(fused, "TABLE_CHUNK_ROWS", 7)
+    params = {"C": np.ascontiguousarray(table), "F": np.asfortranarray(table), "one": table[:, 11:12]}[layout]
+    want = _per_row(np.ascontiguousarray(params))
+    for entry in (fused.serve_parallel, fused.serve_serial):
+        _same(_run(entry, params), want)
+    with np.errstate(all="ignore"):
+        _same(evaluate_table(params), want)
