@@ -17,14 +17,12 @@ def evaluate_into(params: np.ndarray, status: np.ndarray, out: np.ndarray) -> No
     """Evaluate a ``(N_COLUMNS, n)`` table into ``out`` (``N_RESULTS`` x n, may be a view); rows with
     status != 0 get NaN, rows whose results are not all finite get status ``not_finite`` (and NaN; the
     kernel's own check, ``kernels/finite.py``). A
-    Fortran-ordered table (one contiguous vector per configuration) is fastest."""
+    Fortran-ordered table (one contiguous vector per configuration) is fastest; any other layout or dtype is
+    copied once by ``kernels/lm/evaluate.py`` ``table_memory``."""
     from fastmodel.kernels.lm.evaluate import evaluate_parallel, evaluate_serial
 
     check_table(params)
     kernel = evaluate_parallel if params.shape[1] >= PARALLEL_MIN_ROWS else evaluate_serial
-    params = np.asarray(params, dtype=np.float64)
-    if not (params.flags.c_contiguous or params.flags.f_contiguous):
-        params = np.ascontiguousarray(params)
     with np.errstate(all="ignore"):  # interpreted kernels (FASTMODEL_JIT=0) overflow in numpy scalars
         kernel(params, status, out)
 

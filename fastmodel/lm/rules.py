@@ -20,9 +20,6 @@ def plan_status(params: np.ndarray) -> np.ndarray:
     from fastmodel.kernels.lm.evaluate import table_memory
     from fastmodel.kernels.lm.rules import plan_status_table
 
-    params = np.asarray(params, dtype=np.float64)
-    if not (params.flags.c_contiguous or params.flags.f_contiguous):
-        params = np.ascontiguousarray(params)
     status = np.empty(params.shape[1], dtype=np.int8)
     plan_status_table(*table_memory(params), status)
     return status

@@ -206,7 +206,7 @@ def check_execution_axes(axes: dict, execution) -> None:
         try:                # with vp unset (1): refused as run refuses it (review 5 F6)
             load_execution({**base, "pipeline_schedule": "interleaved"})
         except SpecError as error:
-            raise SweepError(f"axis 'pipeline_schedule': {str(error).split(': ', 1)[-1]}") from None
+            raise SweepError(f"axis 'pipeline_schedule': {error.reason}") from None
     for name in RULED_EXECUTION_AXES:
         for value in axes.get(name, ()):
             reasons = []
