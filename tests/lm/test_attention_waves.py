@@ -140,3 +140,45 @@ def test_the_causal_share_is_the_longest_first_schedule_within_one_wave_and_a_bo
                 worst[s] = max(worst.get(s, 0.0), q / simulated - 1)
     assert max(worst.values()) == pytest.approx(0.2333, abs=1e-4)
     assert max(v for s, v in worst.items() if s >= 2048) == pytest.approx(0.1511, abs=1e-4)
+
+
+def _mla_forms(backward):
+    """η∞ re-derived, rms log(measured / model) over SimuMax's 32 B200 shapes and the model's causal forward +
+    backward efficiency by shape (a, d_qk) at s = 4,096, when each shape's backward runs ``backward(d_qk, d_v)``
+    times the counted 2.5 x forward FLOPs (the forward count is exact), the grid share as §11.51 applies it."""
+    r = row(sm_count=148.0, attn_tile_q=256.0, attn_tile_kv=128.0)
+    parts = []
+    for key, forward in BENCH["sdp_fwd"].items():
+        s = {k.strip(): v.strip() for k, v in (p.split("=") for p in key.split(","))}
+        a, seq, dqk, dv = float(s["head_num"]), float(s["seq_len"]), int(s["qk_head_dim"]), int(s["v_head_dim"])
+        unit = seq * seq * a * (dqk + dv)                        # the causal count's unit
+        f, b, c = forward / 2, BENCH["sdp_bwd"][key] / 2, backward(dqk, dv)
+        q_f, q_b = attention_grid_share(r, a, seq, 256.0, True), attention_grid_share(r, a, seq, 128.0, True)
+        # measured and modelled seconds per unit (the model's at η = 1); the rate with Q and c divided out
+        parts.append((unit, 2.0 / f + 5.0 / b, 2.0 / q_f + 5.0 * c / q_b, 2.0 * q_f / f + 5.0 * q_b / (c * b),
+                      (a, dqk, seq, s["qkv_contiguous"])))
+    eta = sum(7.0 * p[0] for p in parts) / sum(p[0] * p[3] for p in parts)
+    rms = math.sqrt(np.mean([math.log(p[1] * eta / p[2]) ** 2 for p in parts]))
+    model = {p[4][:2]: 7.0 * eta / p[2] for p in parts if p[4][2] == 4096.0 and p[4][3] == "True"}
+    return eta, rms, model
+
+
+def test_mla_backward_count_and_padding_do_not_move_the_deepseek_v2_shape():
+    """§11.53 (a negative result). The backward's five matmuls, S = Q K^T (d_qk), dP = dO V^T (d_v), dV = P^T dO (d_v),
+    dQ = dS K and dK = dS^T Q (d_qk), run 2 s ctx (3 d_qk + 2 d_v) FLOPs: at MLA's 192 / 128, 832 against the
+    counted 2.5 x 320 = 800 (x 1.04), forward + backward 2,304 / 2,240 = 36/35. FA3's Hopper backward pads d_v to
+    d_qk (5 x 192 = 960: x 1.2, forward + backward 8/7). With η∞ re-derived on either count, MLA's 128 heads stay
+    at 0.351 / 0.342 (measured 0.343; 0.353 now): at the file's two digits 0.36 x 35/36 = 0.35, the same time. The
+    padding moves Llama's 8-head shape away (0.248 -> 0.275, measured 0.249)."""
+    assert (2 * 320 + 2 * (3 * 192 + 2 * 128)) / (3.5 * 2 * 320) == pytest.approx(36 / 35, rel=1e-12)
+    assert (2 * 320 + 2 * 5 * 192) / (3.5 * 2 * 320) == pytest.approx(8 / 7, rel=1e-12)
+    eta, rms, model = _mla_forms(lambda dqk, dv: 1.0)
+    assert eta == pytest.approx(0.3527, abs=5e-4) and rms == pytest.approx(0.124, abs=0.005)
+    assert model[128, 192] == pytest.approx(0.353, abs=0.001) and model[8, 128] == pytest.approx(0.248, abs=0.001)
+    eta, rms, model = _mla_forms(lambda dqk, dv: (3 * dqk + 2 * dv) / (2.5 * (dqk + dv)))
+    assert eta == pytest.approx(0.3608, abs=5e-4) and rms == pytest.approx(0.112, abs=0.005)
+    assert model[128, 192] == pytest.approx(0.351, abs=0.001) and model[8, 128] == pytest.approx(0.254, abs=0.001)
+    assert 0.36 * 35 / 36 == pytest.approx(0.35, rel=1e-12)
+    eta, rms, model = _mla_forms(lambda dqk, dv: 5 * max(dqk, dv) / (2.5 * (dqk + dv)))
+    assert eta == pytest.approx(0.3909, abs=5e-4) and rms == pytest.approx(0.091, abs=0.005)
+    assert model[128, 192] == pytest.approx(0.342, abs=0.001) and model[8, 128] == pytest.approx(0.275, abs=0.001)
