@@ -266,7 +266,7 @@ def sweep(model, device: str | Sequence[str] = "H100", precision: str | Sequence
     for name, value in fixed.items():
         base[COLUMN_INDEX[name]] = value
     # per-axis column blocks: for each axis value, the columns it sets
-    named = None if "quant_experts_only" in {*dims, *fixed} or not isinstance(model, str) else model
+    named = serve_precisions.checkpoint_model_name(model, {*dims, *fixed})
     blocks = [axis_block(name, coords[name], kv_precision is not None, lambda d: profiles[d][0], named)
               for name in dims]
     shape = tuple(len(coords[d]) for d in dims)

@@ -88,6 +88,14 @@ def published_precision_columns(model_name, precision: str, kv_precision: str | 
     return {**precision_columns(precision, kv_precision), "quant_experts_only": 1.0 if layers == "experts" else 0.0}
 
 
+def checkpoint_model_name(model, set_columns) -> str | None:
+    """The name a sweep reads ``model``'s published checkpoint by (:func:`published_precision_columns`, at each
+    value of a precision axis): ``model`` when it is a name; None when it is given as columns, or when the sweep
+    sets ``quant_experts_only`` itself (in ``set_columns``, its axes and fixed columns: the sweep's value stands,
+    not the checkpoint's). One rule for ``serve.api.sweep`` and the sweep file's plan (serve/sweep_plan.py)."""
+    return None if "quant_experts_only" in set_columns or not isinstance(model, str) else model
+
+
 def weight_only_note(precision: str, gpu: str) -> str:
     """The note of ``precision`` weights on a GPU without tensor cores of that width, which run weight-only,
     dequantised into 16-bit GEMMs: FP4 on Hopper (docs/model_serving.md S12), FP8 on Ampere where the engine does
