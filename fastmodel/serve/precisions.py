@@ -85,7 +85,15 @@ def published_precision_columns(model_name, precision: str, kv_precision: str | 
     if not isinstance(model_name, str):
         return precision_columns(precision, kv_precision)
     precision, layers, _ = published_fp4_checkpoint(model_name, precision, None)
-    return {**precision_columns(precision, kv_precision), "quant_experts_only": 1.0 if layers == "experts" else 0.0}
+    return {**precision_columns(precision, kv_precision), "quant_experts_only": quant_experts_only(layers)}
+
+
+def quant_experts_only(layers: str | None) -> float:
+    """The ``quant_experts_only`` column of a checkpoint whose quantized layers are ``layers`` (a record's
+    ``serve.quantized_layers``, or :func:`published_fp4_checkpoint`'s reading): 1.0 for ``"experts"`` (only the
+    routed experts' weights in the checkpoint's format, fastmodel/registry/lm_engine.py), else 0.0. One derivation
+    for a record's lowering (serve/records.py) and a named model's published checkpoint in a sweep."""
+    return 1.0 if layers == "experts" else 0.0
 
 
 def checkpoint_model_name(model, set_columns) -> str | None:

@@ -177,6 +177,16 @@ def test_a_record_of_fp8_on_a_gpu_without_fp8_is_answered_by_vllm_and_refused_by
         lower_serve_record(_with("framework", "TensorRT-LLM 1.2.0", record))
 
 
+def test_quant_experts_only_is_one_for_an_experts_only_checkpoint():
+    """``quant_experts_only``, the column of a record's lowering and of a named model's published checkpoint alike:
+    1 for ``quantized_layers = "experts"``, 0 for every other reading (all layers, none stated)."""
+    from fastmodel.serve.precisions import published_precision_columns, quant_experts_only
+
+    assert (quant_experts_only("experts"), quant_experts_only("all"), quant_experts_only(None)) == (1.0, 0.0, 0.0)
+    assert published_precision_columns("gpt-oss-120b", "fp4")["quant_experts_only"] == 1.0
+    assert published_precision_columns("gpt-oss-120b", "mxfp4")["quant_experts_only"] == 0.0
+
+
 def test_a_sweep_reads_the_published_checkpoint_by_name_unless_it_sets_quant_experts_only():
     """``checkpoint_model_name``, the one rule of ``serve.api.sweep`` and the sweep file's plan: a model named by a
     string keeps its name; a model given as columns, or a sweep that sets ``quant_experts_only`` itself (an axis
