@@ -57,8 +57,10 @@ def _open(path: str) -> xr.Dataset:
 
 
 def status_names(ds: xr.Dataset) -> list[str]:
-    """Names of the status codes of ``ds``: its ``flag_meanings`` (each engine's registry ``STATUSES``)."""
-    return str(ds["status"].attrs.get("flag_meanings", "")).split() if "status" in ds else []
+    """Names of the status codes of ``ds`` (``fastmodel.registry.status_names`` of its ``status``; [] without)."""
+    from fastmodel.registry import status_names as names_of
+
+    return names_of(ds["status"]) if "status" in ds else []
 
 
 def _value(ds: xr.Dataset, name: str, text: str):

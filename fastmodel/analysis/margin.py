@@ -253,6 +253,8 @@ def fit_view(ds, memory_margin: float | None = None, include_oom: bool = False, 
     otherwise: MAD-Max's fit is its 3 x weights rule; a serving result records no HBM capacity,
     :func:`serving_margin_refusal`), but for ``include_oom`` on a serving result, which draws its points over HBM
     as best --include-oom ranks them."""
+    from fastmodel.registry import status_names
+
     if memory_margin is None and not include_oom:
         return ds
     if memory_margin is None and ds.attrs.get("fastmodel_engine") == "serve" and "fits_memory" in ds \
@@ -270,8 +272,7 @@ def fit_view(ds, memory_margin: float | None = None, include_oom: bool = False, 
     out = ds.copy(deep=False)
     out.attrs = dict(ds.attrs)
     status = ds["status"]
-    names = str(status.attrs.get("flag_meanings", "")).split()
-    dnf = names.index("does_not_fit")
+    dnf = status_names(status).index("does_not_fit")
     if memory_margin is not None:
         chosen = margin(ds, memory_margin)
         fits = fits_under(ds, chosen).broadcast_like(status)

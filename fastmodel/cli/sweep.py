@@ -185,8 +185,10 @@ def fit_counts(ds) -> tuple[int, int]:
     """(legal points that fit in memory, legal points that do not) of a sweep result: status ``ok`` split by
     ``fits_memory`` where the dataset has it (real-world sweeps without ``only_fitting`` keep such points ok),
     plus the points of status ``does_not_fit``."""
+    from fastmodel.registry import status_names
+
     status = ds["status"]
-    names = str(status.attrs.get("flag_meanings", "")).split()
+    names = status_names(status)
     ok = status == 0
     fits = ok & (ds["fits_memory"] > 0) if "fits_memory" in ds else ok
     over = int((ok & ~fits).sum())
