@@ -36,7 +36,7 @@ def sweep_command(sweep_file, output, resume, force, workers, scheduler, unit_co
 
     from fastmodel.errors import SweepError
     from fastmodel.io.outputs import check_output
-    from fastmodel.io.store import is_sweep_store, lock_owner
+    from fastmodel.io.store import is_sweep_store, lock_owner, nothing_to_resume
     from fastmodel.lm.calibrate.use import cli_warnings
 
     out = Path(output)
@@ -74,8 +74,7 @@ def sweep_command(sweep_file, output, resume, force, workers, scheduler, unit_co
     if resume and not os.path.lexists(out):
         raise SweepError(f"{output}: nothing to resume (no such store); run without --resume to create it")
     if resume and not is_sweep_store(out):
-        raise SweepError(f"{output} is not a fastmodel sweep store, so there is nothing to resume; choose another "
-                         "output (fastmodel never deletes it, even with --force)")
+        raise nothing_to_resume(output)
     if resume and unit_configs is None and out.is_dir():
         from fastmodel.sweeps import stored_unit_configs
 
