@@ -26,6 +26,9 @@ FP4_PRECISIONS = ("fp4", "mxfp4")
 FP8_KV_DEFAULT = ("fp8", "fp4", "mxfp4")
 #: FP8_KV_DEFAULT as a sentence says it ("fp8, fp4 or mxfp4"): serve --search's refusal of --kv-precision
 FP8_KV_DEFAULT_SAID = f"{', '.join(FP8_KV_DEFAULT[:-1])} or {FP8_KV_DEFAULT[-1]}"
+#: the KV precision's default in one sentence, from FP8_KV_DEFAULT: the serving task's kv_precision field
+#: (serve/spec.py) and `serve --kv-precision` (cli/serve.py) say it alike
+KV_DEFAULT_SAID = f"Default: fp8 with {FP8_KV_DEFAULT_SAID} weights, else bf16."
 KV_PRECISIONS = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
 
 #: models whose only published 4-bit checkpoint is MXFP4 with just the routed experts quantised (the model's

@@ -20,6 +20,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fastmodel.errors import SpecError
+from fastmodel.serve.precisions import KV_DEFAULT_SAID
 from fastmodel.spec.record_blocks import bounds
 
 
@@ -38,8 +39,7 @@ class ServeTaskSpec(BaseModel):
     max_throughput: bool = Field(False, description="As many requests as the KV cache holds.")
     # the precisions a precision axis and `serve --precision` take (fastmodel.serve.precisions.PRECISIONS)
     precision: Literal["bf16", "fp16", "fp8", "fp4", "mxfp4", "int8", "int4"] = "bf16"
-    kv_precision: Literal["bf16", "fp16", "fp8"] | None = Field(None, description="Default: fp8 with fp8, fp4 or "
-                                                                "mxfp4 weights, else bf16.")
+    kv_precision: Literal["bf16", "fp16", "fp8"] | None = Field(None, description=KV_DEFAULT_SAID)
     kv_cache_mem_fraction: float = bounds("kv_cache_mem_fraction", 0.9,
                                           description="Share of free HBM for the KV cache.")
     tp: int = bounds("tp", 1)
