@@ -8,7 +8,7 @@ import sys
 import click
 
 from fastmodel.cli.app import main
-from fastmodel.cli.common import calibration_option, friendly, read_calibration
+from fastmodel.cli.common import calibration_option, friendly, progress_option, read_calibration
 from fastmodel.cli.interrupted import exit_interrupted
 
 
@@ -21,7 +21,7 @@ from fastmodel.cli.interrupted import exit_interrupted
 @click.option("--workers", type=click.IntRange(min=1), help="Run units on a local Dask cluster of N worker processes.")
 @click.option("--scheduler", help="Run units on an existing Dask cluster (tcp://host:port).")
 @click.option("--unit-configs", type=click.IntRange(min=1), help="Configurations per unit of work (and zarr chunk).")
-@click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a terminal only).")
+@progress_option
 @click.option("--yes", "confirm_large", is_flag=True,
               help="Run a sweep estimated as very large (over 10^10 configurations, or more disk than is free); "
               "a .nc grid over half the available memory is refused even then (-o out.zarr streams it).")
