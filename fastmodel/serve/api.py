@@ -28,6 +28,7 @@ from fastmodel.registry.serve import SERVE_RESULTS, SERVE_STATUS_NAMES
 from fastmodel.registry.validators import column_problem
 from fastmodel.serve import precisions as serve_precisions
 from fastmodel.serve.precisions import FP4_PRECISIONS, FP8_KV_DEFAULT, KV_PRECISIONS, PRECISIONS  # noqa: F401
+from fastmodel.serve.spec import given_loads, not_one_load
 from fastmodel.spec.columns import check_base, check_table, encode
 
 #: sweep axes other than columns, in the order of the Dataset's dimensions
@@ -117,11 +118,9 @@ def by_column_name(given: Mapping[str, Any], source: str | None = None, prefix: 
 
 def load_columns(batch_size=None, concurrency=None, max_throughput: bool = False) -> dict[str, float]:
     """``load_mode`` and ``batch_size`` of exactly one load mode."""
-    given = [k for k, v in (("batch_size", batch_size), ("concurrency", concurrency),
-                            ("max_throughput", max_throughput or None)) if v is not None]
-    if len(given) != 1:
-        raise SpecError(None, "load", "give exactly one of batch_size, concurrency, max_throughput"
-                        + (f" (got {', '.join(given)})" if given else ""))
+    problem = not_one_load(given_loads(batch_size, concurrency, max_throughput))
+    if problem:
+        raise SpecError(None, "load", problem)
     if max_throughput:
         return {"load_mode": encode("load_mode", "max_throughput")}
     value = batch_size if batch_size is not None else concurrency

@@ -23,6 +23,25 @@ from fastmodel.errors import SpecError
 from fastmodel.serve.precisions import KV_DEFAULT_SAID
 from fastmodel.spec.record_blocks import bounds
 
+#: the load modes of a serving configuration, each a field of the same name in a task, a record's serve block
+#: and ``fastmodel.serve.api.columns``
+LOAD_FIELDS = ("batch_size", "concurrency", "max_throughput")
+
+
+def given_loads(batch_size, concurrency, max_throughput) -> list[str]:
+    """The load modes given, in :data:`LOAD_FIELDS` order: ``batch_size`` and ``concurrency`` when set (not None),
+    ``max_throughput`` when true."""
+    return [name for name, value in zip(LOAD_FIELDS, (batch_size, concurrency, max_throughput or None))
+            if value is not None]
+
+
+def not_one_load(given: list[str]) -> str | None:
+    """The refusal of a configuration that gives other than exactly one load mode (``given``, :func:`given_loads`):
+    one configuration (``fastmodel.serve.api.load_columns``) and a record's serve block alike; None for one."""
+    if len(given) == 1:
+        return None
+    return f"give exactly one of {', '.join(LOAD_FIELDS)}" + (f" (got {', '.join(given)})" if given else "")
+
 
 class ServeTaskSpec(BaseModel):
     """An LLM serving workload: lengths, at most one load mode, precisions and the instance's plan."""
@@ -56,12 +75,9 @@ class ServeTaskSpec(BaseModel):
 
     @model_validator(mode="after")
     def _one_load_mode(self):
-        given = [k for k in ("batch_size", "concurrency") if getattr(self, k) is not None]
-        if self.max_throughput:
-            given.append("max_throughput")
+        given = given_loads(self.batch_size, self.concurrency, self.max_throughput)
         if len(given) > 1:
-            raise ValueError(f"give at most one load mode of batch_size, concurrency, max_throughput (got "
-                             f"{', '.join(given)})")
+            raise ValueError(f"give at most one load mode of {', '.join(LOAD_FIELDS)} (got {', '.join(given)})")
         return self
 
     @property
