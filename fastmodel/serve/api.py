@@ -422,16 +422,16 @@ def sweep_plan(model: Any, system: Any, task: Any, axes: dict, *, semantics: Any
     from pathlib import Path
 
     from fastmodel.semantics import get_semantics
-    from fastmodel.serve.sweep_file import serve_plan
+    from fastmodel.serve.sweep_file import serve_plan, training_only
 
     for name, value in (("execution", execution), ("calibration", calibration)):
         if value is not None:
-            raise SpecError(None, name, "applies to training sweeps of the real-world model, not to serving")
+            raise training_only(None, name)
     if only_fitting:
         raise SpecError(None, "only_fitting", "applies to training sweeps; serving sweeps keep fits_memory for "
                         "every point (filter with fastmodel best)")
     if not get_semantics(semantics).real_world:
-        raise SpecError(None, "semantics", "serving sweeps run under the 'default' semantics only")
+        raise training_only(None, "semantics")
     return serve_plan(None, model, system, task, axes, Path.cwd(), unit_configs)
 
 
