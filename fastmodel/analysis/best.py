@@ -57,8 +57,10 @@ def _open(path: str) -> xr.Dataset:
 
 
 def status_names(ds: xr.Dataset) -> list[str]:
-    """Names of the status codes of ``ds``: its ``flag_meanings`` (each engine's registry ``STATUSES``)."""
-    return str(ds["status"].attrs.get("flag_meanings", "")).split() if "status" in ds else []
+    """Names of the status codes of ``ds`` (``fastmodel.registry.status_names`` of its ``status``; [] without)."""
+    from fastmodel.registry import status_names as names_of
+
+    return names_of(ds["status"]) if "status" in ds else []
 
 
 def _value(ds: xr.Dataset, name: str, text: str):
@@ -310,17 +312,15 @@ def _under_user_margin(ds: xr.Dataset, rows: dict, fits: np.ndarray) -> None:
     """Rewrite the table's ``fits_memory`` and ``does_not_fit`` / ``ok`` statuses (``rows``, in place) for a
     margin the user set (``fits``: each row fits under it): the stored ones were decided under the default
     margin, so a row that now fits said ``does_not_fit`` beside a ranking that counts it as fitting. ``ok`` becomes
-    ``does_not_fit`` only where the sweep marked points over memory (``only_fitting`` in its ``sweep`` attr)."""
-    import json
+    ``does_not_fit`` only where the sweep marked points over memory (``only_fitting`` in its ``sweep`` attr:
+    ``fastmodel.analysis.margin.marks_over_memory``)."""
+    from fastmodel.analysis.margin import marks_over_memory
 
     if "fits_memory" in rows:
         rows["fits_memory"] = fits.astype(rows["fits_memory"].dtype)
     if "status" not in rows:
         return
-    try:
-        marks = bool(json.loads(ds.attrs.get("sweep", "{}")).get("only_fitting"))
-    except (TypeError, ValueError, AttributeError):
-        marks = False
+    marks = marks_over_memory(ds)
     rows["status"] = ["ok" if status == "does_not_fit" and fit else
                       "does_not_fit" if status == "ok" and marks and not fit else status
                       for status, fit in zip(rows["status"], fits)]

@@ -230,6 +230,18 @@ def fits_under(ds, chosen: dict):
     return ds["memory_per_device"] <= chosen["hbm_bytes"] - chosen["bytes"]
 
 
+def marks_over_memory(ds) -> bool:
+    """Whether the sweep of ``ds`` marked its points over memory ``does_not_fit`` (``only_fitting`` in its ``sweep``
+    attr, the JSON of the sweep's definition); False without one, or with one that cannot be read. Under a margin
+    the user sets, ``ok`` becomes ``does_not_fit`` only where this holds (:func:`fit_view`, ``best``'s table)."""
+    import json
+
+    try:
+        return bool(json.loads(ds.attrs.get("sweep", "{}")).get("only_fitting"))
+    except (TypeError, ValueError, AttributeError):
+        return False
+
+
 def fit_view(ds, memory_margin: float | None = None, include_oom: bool = False, flag: str = "--memory-margin"):
     """``ds`` as a figure of it shows what fits, under ``best``'s rules: with ``memory_margin`` (bytes, as
     :func:`margin` checks it) ``fits_memory`` and the ``ok`` / ``does_not_fit`` statuses follow
@@ -241,7 +253,7 @@ def fit_view(ds, memory_margin: float | None = None, include_oom: bool = False, 
     otherwise: MAD-Max's fit is its 3 x weights rule; a serving result records no HBM capacity,
     :func:`serving_margin_refusal`), but for ``include_oom`` on a serving result, which draws its points over HBM
     as best --include-oom ranks them."""
-    import json
+    from fastmodel.registry import status_names
 
     if memory_margin is None and not include_oom:
         return ds
@@ -260,17 +272,12 @@ def fit_view(ds, memory_margin: float | None = None, include_oom: bool = False, 
     out = ds.copy(deep=False)
     out.attrs = dict(ds.attrs)
     status = ds["status"]
-    names = str(status.attrs.get("flag_meanings", "")).split()
-    dnf = names.index("does_not_fit")
+    dnf = status_names(status).index("does_not_fit")
     if memory_margin is not None:
         chosen = margin(ds, memory_margin)
         fits = fits_under(ds, chosen).broadcast_like(status)
-        try:
-            marks = bool(json.loads(ds.attrs.get("sweep", "{}")).get("only_fitting"))
-        except (TypeError, ValueError, AttributeError):
-            marks = False
         status = status.where(~((status == dnf) & fits), 0)
-        if marks:
+        if marks_over_memory(ds):
             status = status.where(~((status == 0) & ~fits), dnf)
         out["fits_memory"] = fits.astype(ds["fits_memory"].dtype).assign_attrs(ds["fits_memory"].attrs)
         out.attrs.pop("memory_margin_rule", None)

@@ -8,7 +8,14 @@ import sys
 import click
 
 from fastmodel.cli.app import main
-from fastmodel.cli.common import ConsoleState, calibration_option, friendly, read_calibration, semantics_option
+from fastmodel.cli.common import (
+    ConsoleState,
+    calibration_option,
+    friendly,
+    progress_option,
+    read_calibration,
+    semantics_option,
+)
 from fastmodel.errors import FastmodelError
 
 
@@ -19,7 +26,7 @@ from fastmodel.errors import FastmodelError
 @click.option("--force", is_flag=True, help="Replace an existing output file of the same kind (never the input).")
 @semantics_option
 @calibration_option
-@click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a terminal only).")
+@progress_option
 @friendly
 def batch(cases, output, force, semantics, calibration, progress):
     """Evaluate every line of a JSONL file; one result per input line, in order. --calibration applies to

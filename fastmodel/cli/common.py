@@ -223,6 +223,12 @@ def include_oom_option(verb: str = "rank"):
                         f"results {verb} only the points that fit).")
 
 
+#: ``--progress/--no-progress`` (parameter ``progress``; None: fastmodel/progress_bar.py draws the bar on a terminal
+#: only), one definition for ``batch`` and ``sweep``
+progress_option = click.option("--progress/--no-progress", default=None,
+                               help="Progress bar (default: on a terminal only).")
+
+
 calibration_option = click.option(
     "--calibration", type=click.Path(dir_okay=False),
     help="Apply a calibration overlay (.toml from 'fastmodel calibrate') to the real-world model "

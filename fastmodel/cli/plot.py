@@ -45,6 +45,20 @@ def _figure_options(size_default: str):
     return decorate
 
 
+def _configuration_options(func):
+    """--model, --system, --task and --nodes: the one configuration a timeline or memory-timeline draws, from
+    specs or a run record (the record names its own system and task: :func:`_record_or_specs`)."""
+    for option in reversed([
+        click.option("--model", "-m", required=True,
+                     help="Built-in name or path, or a run record (.json, RUNS.md schema)."),
+        click.option("--system", "-s", help="Built-in name or path (not needed for a run record)."),
+        click.option("--task", "-t", help="Built-in name or path (not needed for a run record)."),
+        click.option("--nodes", "num_nodes", type=click.IntRange(min=1), help="Cluster size in nodes."),
+    ]):
+        func = option(func)
+    return func
+
+
 _sel_option = click.option("--sel", "sel", multiple=True, metavar="DIM=VALUE",
                            help="Fix a dimension (repeatable; repeat a DIM to keep several values).")
 _reduce_option = click.option("--reduce", "reduce", multiple=True, metavar="HOW:DIM",
@@ -171,10 +185,7 @@ def parse_window(text: str | None) -> tuple[float, float] | None:
 
 
 @plot.command("timeline")
-@click.option("--model", "-m", required=True, help="Built-in name or path, or a run record (.json, RUNS.md schema).")
-@click.option("--system", "-s", help="Built-in name or path (not needed for a run record).")
-@click.option("--task", "-t", help="Built-in name or path (not needed for a run record).")
-@click.option("--nodes", "num_nodes", type=click.IntRange(min=1), help="Cluster size in nodes.")
+@_configuration_options
 @click.option("--plan", "-p", help="MAD-Max specs: 'DENSE/EMB'; real-world models: a mesh like 'tp8.pp4' "
               "(overrides the task's).")
 @click.option("--semantics", default="default", show_default=True, help="Modelling preset (default, madmax-fixed or madmax).")
@@ -206,10 +217,7 @@ def timeline_command(model, system, task, num_nodes, plan, semantics, execution_
 
 
 @plot.command("memory-timeline")
-@click.option("--model", "-m", required=True, help="Built-in name or path, or a run record (.json, RUNS.md schema).")
-@click.option("--system", "-s", help="Built-in name or path (not needed for a run record).")
-@click.option("--task", "-t", help="Built-in name or path (not needed for a run record).")
-@click.option("--nodes", "num_nodes", type=click.IntRange(min=1), help="Cluster size in nodes.")
+@_configuration_options
 @click.option("--plan", "-p", help="A mesh like 'tp8.pp4' (overrides the task's).")
 @memory_margin_option()
 @execution_options

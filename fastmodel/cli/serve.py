@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from fastmodel.cli.common import Choice, FloatRange, friendly
-from fastmodel.serve.precisions import FP8_KV_DEFAULT_SAID, KV_PRECISIONS, PRECISIONS
+from fastmodel.serve.precisions import FP8_KV_DEFAULT_SAID, KV_DEFAULT_SAID, KV_PRECISIONS, PRECISIONS
 from fastmodel.serve.profiles import PROFILE_COLUMNS, RECORD_ENGINE_COLUMNS
 from fastmodel.serve.profiles_vendor import kv_upcast_note
 from fastmodel.serve.report import load_mode, render
@@ -66,7 +66,7 @@ def _one(values, name: str, default):
 @click.option("--moe-tp", default=0, show_default=True, type=click.IntRange(min=0),
               help="Tensor parallelism of each expert (0: tp x attention_dp / ep).")
 @click.option("--precision", default="bf16", show_default=True, type=Choice(list(PRECISIONS), case_sensitive=False))
-@click.option("--kv-precision", type=Choice(list(KV_PRECISIONS), case_sensitive=False), help="Default: fp8 with fp8, fp4 or mxfp4 weights, else bf16.")
+@click.option("--kv-precision", type=Choice(list(KV_PRECISIONS), case_sensitive=False), help=KV_DEFAULT_SAID)
 @click.option("--input-len", default=1024, show_default=True, type=click.IntRange(min=1))
 @click.option("--output-len", default=128, show_default=True, type=click.IntRange(min=1))
 @click.option("--batch-size", type=click.IntRange(min=1), help="Static batch of N requests.")

@@ -8,7 +8,7 @@ import sys
 import click
 
 from fastmodel.cli.app import main
-from fastmodel.cli.common import calibration_option, friendly, read_calibration
+from fastmodel.cli.common import calibration_option, friendly, progress_option, read_calibration
 from fastmodel.cli.interrupted import exit_interrupted
 
 
@@ -21,7 +21,7 @@ from fastmodel.cli.interrupted import exit_interrupted
 @click.option("--workers", type=click.IntRange(min=1), help="Run units on a local Dask cluster of N worker processes.")
 @click.option("--scheduler", help="Run units on an existing Dask cluster (tcp://host:port).")
 @click.option("--unit-configs", type=click.IntRange(min=1), help="Configurations per unit of work (and zarr chunk).")
-@click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a terminal only).")
+@progress_option
 @click.option("--yes", "confirm_large", is_flag=True,
               help="Run a sweep estimated as very large (over 10^10 configurations, or more disk than is free); "
               "a .nc grid over half the available memory is refused even then (-o out.zarr streams it).")
@@ -36,7 +36,7 @@ def sweep_command(sweep_file, output, resume, force, workers, scheduler, unit_co
 
     from fastmodel.errors import SweepError
     from fastmodel.io.outputs import check_output
-    from fastmodel.io.store import is_sweep_store, lock_owner
+    from fastmodel.io.store import is_sweep_store, lock_owner, nothing_to_resume
     from fastmodel.lm.calibrate.use import cli_warnings
 
     out = Path(output)
@@ -74,8 +74,7 @@ def sweep_command(sweep_file, output, resume, force, workers, scheduler, unit_co
     if resume and not os.path.lexists(out):
         raise SweepError(f"{output}: nothing to resume (no such store); run without --resume to create it")
     if resume and not is_sweep_store(out):
-        raise SweepError(f"{output} is not a fastmodel sweep store, so there is nothing to resume; choose another "
-                         "output (fastmodel never deletes it, even with --force)")
+        raise nothing_to_resume(output)
     if resume and unit_configs is None and out.is_dir():
         from fastmodel.sweeps import stored_unit_configs
 
@@ -185,8 +184,10 @@ def fit_counts(ds) -> tuple[int, int]:
     """(legal points that fit in memory, legal points that do not) of a sweep result: status ``ok`` split by
     ``fits_memory`` where the dataset has it (real-world sweeps without ``only_fitting`` keep such points ok),
     plus the points of status ``does_not_fit``."""
+    from fastmodel.registry import status_names
+
     status = ds["status"]
-    names = str(status.attrs.get("flag_meanings", "")).split()
+    names = status_names(status)
     ok = status == 0
     fits = ok & (ds["fits_memory"] > 0) if "fits_memory" in ds else ok
     over = int((ok & ~fits).sum())

@@ -114,6 +114,14 @@ def is_sweep_store(path: str | os.PathLike) -> bool:
     return isinstance(attrs, dict) and "sweep" in attrs and "fastmodel_version" in attrs and (root / "unit_done").is_dir()
 
 
+def nothing_to_resume(path: str | os.PathLike) -> SweepError:
+    """The refusal to resume ``path``, which is not a fastmodel sweep store (:func:`is_sweep_store`): one wording for
+    ``fastmodel sweep --resume`` (fastmodel/cli/sweep.py, before the sweep file is read) and :func:`resume_flags`
+    (the Python API's resume)."""
+    return SweepError(f"{path} is not a fastmodel sweep store, so there is nothing to resume; choose another "
+                      "output (fastmodel never deletes it, even with --force)")
+
+
 def remove_store(path: str | os.PathLike) -> None:
     """Delete a sweep store (``--force``); anything else is refused, never deleted."""
     root = Path(path)
@@ -134,8 +142,7 @@ def resume_flags(path: str | os.PathLike, definition: dict, num_units: int, vari
     import zarr
 
     if not is_sweep_store(path):
-        raise SweepError(f"{path} is not a fastmodel sweep store, so there is nothing to resume; choose another "
-                         "output (fastmodel never deletes it, even with --force)")
+        raise nothing_to_resume(path)
     try:
         group = zarr.open_group(path, mode="r")
         stored = json.loads(group.attrs["sweep"])

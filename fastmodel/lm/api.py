@@ -227,8 +227,7 @@ def timeline(model: Any = None, system: Any = None, task: Any = None, *, record:
     from fastmodel.schedule.timeline import Timeline
 
     if record is not None:
-        if execution is not None:
-            raise SpecError(source, "execution", "a run record executes as its plan block says; edit the record")
+        _refuse_execution_beside_record(execution, source)
         tl, label = record_timeline(record, source)
     else:
         tl, label = spec_timeline(model, system, task, plan=plan, num_nodes=num_nodes, execution=execution)
@@ -262,6 +261,13 @@ def memory_by_stage(model: Any = None, system: Any = None, task: Any = None, *, 
     return build(*_one_configuration(model, system, task, record, source, plan, num_nodes, execution), memory_margin)
 
 
+def _refuse_execution_beside_record(execution: Any, source: str | None) -> None:
+    """A run record executes as its plan block says: an ``execution`` given beside it (:func:`timeline`,
+    :func:`memory_timeline`, :func:`memory_by_stage`) is a one-line SpecError on ``execution``."""
+    if execution is not None:
+        raise SpecError(source, "execution", "a run record executes as its plan block says; edit the record")
+
+
 def _one_configuration(model, system, task, record, source, plan, num_nodes, execution) -> tuple[np.ndarray, str]:
     """(column vector, title) of specs (run as ``execution`` says) or a run ``record`` (its plan block, checked;
     ``execution`` is refused beside it)."""
@@ -270,8 +276,7 @@ def _one_configuration(model, system, task, record, source, plan, num_nodes, exe
     from fastmodel.lm.sweep import spec_point
 
     if record is not None:
-        if execution is not None:
-            raise SpecError(source, "execution", "a run record executes as its plan block says; edit the record")
+        _refuse_execution_beside_record(execution, source)
         lowered = lower_record(record, source)
         check_plan(lowered.columns, f"{source}: plan" if source else "plan")
         return lowered.columns, lowered.id or "run record"

@@ -15,7 +15,7 @@ import xarray as xr
 
 from fastmodel.errors import FastmodelError, nearest
 from fastmodel.io.aliases import resolve, variable_hint
-from fastmodel.registry import variable
+from fastmodel.registry import status_names, variable
 
 REDUCTIONS = ("max", "min", "argmax", "argmin")
 
@@ -182,7 +182,7 @@ def parse_reduce(items: Iterable[str]) -> list[tuple[str, str]]:
 
 def reduce_status(status: xr.DataArray, dim: str) -> xr.DataArray:
     """Status of a reduced cell: ok if any point is ok, else does-not-fit if any, else the first reason."""
-    names = str(status.attrs.get("flag_meanings", "")).split()
+    names = status_names(status)
     does_not_fit = names.index("does_not_fit") if "does_not_fit" in names else -3  # engines without the code
     rank = xr.where(status == 0, -2, xr.where(status == does_not_fit, -1, status))
     best = rank.min(dim)
@@ -197,7 +197,7 @@ def over_memory(status: xr.DataArray, fits: xr.DataArray | None, add_code: bool 
     whose engine ranks only what fits but has no such code: serving, whose points over HBM are ``ok`` with
     ``fits_memory`` 0) the code is appended to the figure's copy of the status names, so a heatmap of a 70B
     model on one H100 no longer boxed a point that does not fit as the best one."""
-    names = status_names_of(status)
+    names = status_names(status)
     if fits is None or status.attrs.get("include_oom") or ("does_not_fit" not in names and not add_code):
         return status                                                              # --include-oom: drawn
     attrs = dict(status.attrs)
@@ -219,7 +219,7 @@ def is_bytes(da: xr.DataArray) -> bool:
 def visible(da: xr.DataArray, status: xr.DataArray) -> xr.DataArray:
     """Where a point of ``da`` is drawn and reduced: legal and feasible, and for a size in bytes
     (:func:`is_bytes`) also where it does not fit (its memory is the answer)."""
-    names = status_names_of(status)
+    names = status_names(status)
     keep = status == 0
     if "does_not_fit" in names and is_bytes(da):
         keep = keep | (status == names.index("does_not_fit"))
@@ -333,18 +333,13 @@ def prepare(data, var: str | None = None, sel=None, reduce=(), relative_to=None,
     if da.dtype.kind in "fc" and not np.isfinite(da.values).any():
         bad = int((status.values != 0).sum()) if status is not None else 0
         if bad == da.size:   # every point has its own reason: name those, not a missing price
-            reasons = status_legend(status.values.ravel(), status_names_of(status))
+            reasons = status_legend(status.values.ravel(), status_names(status))
             raise PlotError(f"{da.name}: every point of this selection is illegal or infeasible ({reasons}); "
                             "nothing to draw")
         why = f" ({bad:,} of {da.size:,} points illegal or infeasible, the rest NaN)" if bad else ""
         raise PlotError(f"{da.name} has no finite value in this selection{why}; is an input it needs missing, "
                         "e.g. a price, TDP or train_samples for cost and energy?")
     return da, status
-
-
-def status_names_of(status) -> list[str]:
-    """Code names of a status array: its ``flag_meanings`` (each engine's registry ``STATUSES``)."""
-    return str(status.attrs.get("flag_meanings", "")).split() if status is not None else []
 
 
 def status_legend(codes: Iterable[int], names: list[str] | None = None) -> str:
@@ -371,7 +366,7 @@ def reasons_of(status: xr.DataArray, left: np.ndarray, extra: Mapping[str, np.nd
     """The reason of each point ``left`` out (a boolean grid in ``status``'s shape): its status name where it is
     not ``ok``, else the first name of ``extra`` (``{reason: grid of points it rules out}``) that rules it out."""
     codes = np.asarray(status.values).astype(int)
-    names = status_names_of(status)
+    names = status_names(status)
     out = []
     for index in zip(*np.nonzero(left)):
         code = int(codes[index])

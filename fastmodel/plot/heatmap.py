@@ -11,6 +11,7 @@ from matplotlib.patches import Patch, Rectangle
 from fastmodel.plot import data as D
 from fastmodel.plot import style as S
 from fastmodel.plot.readable import make_readable
+from fastmodel.registry import status_names
 
 ILLEGAL_STYLE = {"facecolor": "#d9d9d9", "edgecolor": "#808080", "hatch": "xxx"}
 INFEASIBLE_STYLE = {"facecolor": "#f0f0f0", "edgecolor": "#a0a0a0", "hatch": "///"}
@@ -114,7 +115,7 @@ def heatmap(data, x: str | None = None, y: str | None = None, *, var: str | None
 def _as_labels(da):
     """Status codes and booleans are categories, not quantities: their names, for a categorical map."""
     if da.name == "status" or "flag_meanings" in da.attrs:
-        names = np.array(D.status_names_of(da) or ["ok"], dtype=object)
+        names = np.array(status_names(da) or ["ok"], dtype=object)
         codes = np.asarray(da.values).astype(int)
         labels = np.where((codes >= 0) & (codes < len(names)), names[np.clip(codes, 0, len(names) - 1)], "")
         return da.copy(data=labels.astype(object))
@@ -193,7 +194,7 @@ def _missing_cells(ax, image, status):
         groups.append(("no result (NaN)", masked, NORESULT_STYLE, None))
     else:
         codes = np.asarray(status.values).astype(int)
-        names = D.status_names_of(status)
+        names = status_names(status)
         dnf = names.index("does_not_fit") if "does_not_fit" in names else -1
         infeasible = masked & (codes == dnf)
         illegal = masked & (codes != 0) & (codes != dnf)

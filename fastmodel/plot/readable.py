@@ -216,20 +216,28 @@ def _step_needed(axis, renderer, locs) -> int:
     return max(1, math.ceil(widest / max(spacing, 1e-9)))
 
 
-def drop_overlapping(fig, texts, markers=(), gap_pt: float = GAP_PT) -> list:
-    """Hide each of ``texts`` (annotations, in order of priority) whose box, as drawn, comes closer than ``gap_pt``
-    to one kept before it or to a marker of ``markers`` ((ax, (x, y) in data, size in points)); returns the kept
-    ones. Point labels of a dense curve otherwise print on each other (and on the SLO's star)."""
+def marker_boxes(markers, to_px: float) -> list:
+    """The display boxes of ``markers`` ((ax, (x, y) in data, size in points)): each a square ``size`` points wide
+    centred on its point (``to_px``: pixels per point), which a label must keep clear of (:func:`drop_overlapping`,
+    :func:`place_labels`)."""
     from matplotlib.transforms import Bbox
 
-    fig.draw_without_rendering()
-    renderer = fig.canvas.get_renderer()
-    to_px = fig.dpi / 72.0
     boxes = []
     for ax, xy, size in markers:
         cx, cy = ax.transData.transform(xy)
         half = size * to_px / 2
         boxes.append(Bbox.from_extents(cx - half, cy - half, cx + half, cy + half))
+    return boxes
+
+
+def drop_overlapping(fig, texts, markers=(), gap_pt: float = GAP_PT) -> list:
+    """Hide each of ``texts`` (annotations, in order of priority) whose box, as drawn, comes closer than ``gap_pt``
+    to one kept before it or to a marker of ``markers`` ((ax, (x, y) in data, size in points)); returns the kept
+    ones. Point labels of a dense curve otherwise print on each other (and on the SLO's star)."""
+    fig.draw_without_rendering()
+    renderer = fig.canvas.get_renderer()
+    to_px = fig.dpi / 72.0
+    boxes = marker_boxes(markers, to_px)
     kept = []
     for text in texts:
         box = text.get_window_extent(renderer).padded(gap_pt * to_px / 2)
@@ -271,17 +279,11 @@ def place_labels(fig, texts, lines, markers=(), gap_pt: float = LABEL_GAP_PT) ->
     axis labels, title and legends; a label
     with no such place is hidden. Returns how many were hidden, for the figure to say. A label written to one
     fixed side of its point sat on the frontier line of a staircase (and on its neighbours)."""
-    from matplotlib.transforms import Bbox
-
     fig.draw_without_rendering()
     renderer = fig.canvas.get_renderer()
     to_px = fig.dpi / 72.0
     paths = [display_path(line) for line in lines]
-    boxes = []
-    for ax, xy, size in markers:
-        cx, cy = ax.transData.transform(xy)
-        half = size * to_px / 2
-        boxes.append(Bbox.from_extents(cx - half, cy - half, cx + half, cy + half))
+    boxes = marker_boxes(markers, to_px)
     frame = [a.get_tightbbox(renderer) for ax in {t.axes for t in texts} for a in (ax.xaxis, ax.yaxis, ax.title)
              if a.get_visible()] + [legend.get_window_extent(renderer) for legend in fig.legends]
     hidden = 0

@@ -108,5 +108,12 @@ def status_attrs(engine: str) -> dict:
             "flag_values": list(range(len(found))), "flag_meanings": " ".join(s.name for s in found)}
 
 
+def status_names(status) -> list[str]:
+    """The code names of a ``status`` variable, in code order, as :func:`status_attrs` wrote them (its
+    ``flag_meanings``); [] for None or a variable without them. Code ``i`` of a result is ``status_names(...)[i]``
+    (a plot's copy may append ``does_not_fit``: ``fastmodel.plot.data``)."""
+    return str(status.attrs.get("flag_meanings", "")).split() if status is not None else []
+
+
 __all__ = ["ALIASES", "ENGINES", "SHARED", "VARIABLES", "Status", "Variable", "attrs", "better", "canonical",
-           "dataset_variables", "engine_registry", "status_attrs", "statuses", "variable"]
+           "dataset_variables", "engine_registry", "status_attrs", "status_names", "statuses", "variable"]

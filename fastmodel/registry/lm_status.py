@@ -7,7 +7,7 @@ grid point gets one from the rule table (``kernels/lm/rules.py``), as docs/archi
 
 from __future__ import annotations
 
-from fastmodel.registry.variables import NOT_COMPUTED, Status
+from fastmodel.registry.variables import NOT_COMPUTED, NOT_FINITE, Status
 
 #: status codes of a real-world grid point (index = code); 0 is a legal point that was evaluated
 STATUSES: tuple[Status, ...] = (
@@ -23,8 +23,7 @@ STATUSES: tuple[Status, ...] = (
     Status("ep_without_experts", "ep > 1 on a dense model"),
     Status("no_fp8", "precision is fp8 but the device has no FP8 peak"),
     Status("does_not_fit", "memory per device exceeds usable HBM"),
-    Status("not_finite", "a result is not a finite number: an input magnitude is out of range (e.g. a "
-           "bandwidth of 1e-300 B/s)"),
+    NOT_FINITE,
     Status("schedule_not_runnable", "the pipeline schedule cannot run this pipeline: DualPipe needs an even pp and an "
            "even number of micro-batches, at least 2 pp, and no per-layer CUDA graphs (cuda_graphs layer, "
            "cuda_graph_microbatch_buffers); "

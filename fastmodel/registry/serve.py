@@ -12,6 +12,7 @@ from fastmodel.registry.variables import (
     FITS_MEMORY,
     MEMORY_PER_DEVICE,
     NOT_COMPUTED,
+    NOT_FINITE,
     WEIGHT_MEMORY,
     Status,
     Variable,
@@ -62,8 +63,7 @@ SERVE_STATUSES: tuple[Status, ...] = (
            "(fp8_weight_only 0; vLLM's FP8 Marlin runs it, docs/model_serving.md S55)"),
     Status("no_kv_room", "not one request's KV cache fits in the memory the weights, workspace and framework "
            "leave"),
-    Status("not_finite", "a result is not a finite number: an input magnitude is out of range (e.g. a "
-           "bandwidth of 1e-300 B/s)"),
+    NOT_FINITE,
     Status("attention_dp_not_dividing", "SLO search: attention_dp does not divide the requests in flight (each "
            "attention-DP group holds concurrency / attention_dp of them)"),
     Status("attention_dp_dense", "SLO search: attention_dp > 1 on a dense model (a set of replicas the search "

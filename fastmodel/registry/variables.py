@@ -63,6 +63,10 @@ class Breakdown:
 
 #: the status every engine's stores start a point with, until its unit of work is written
 NOT_COMPUTED = Status("not_computed", "zarr store: the point's unit of work has not been written (yet)")
+#: the status of a point whose results are not all finite numbers (kernels/finite.py), in the real-world training
+#: and the serving engines' codes alike
+NOT_FINITE = Status("not_finite", "a result is not a finite number: an input magnitude is out of range (e.g. a "
+                    "bandwidth of 1e-300 B/s)")
 
 _TRAINING = ("madmax", "lm")
 _ALL = ENGINE_NAMES

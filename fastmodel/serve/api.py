@@ -28,6 +28,7 @@ from fastmodel.registry.serve import SERVE_RESULTS, SERVE_STATUS_NAMES
 from fastmodel.registry.validators import column_problem
 from fastmodel.serve import precisions as serve_precisions
 from fastmodel.serve.precisions import FP4_PRECISIONS, FP8_KV_DEFAULT, KV_PRECISIONS, PRECISIONS  # noqa: F401
+from fastmodel.serve.spec import given_loads, not_one_load
 from fastmodel.spec.columns import check_base, check_table, encode
 
 #: sweep axes other than columns, in the order of the Dataset's dimensions
@@ -117,11 +118,9 @@ def by_column_name(given: Mapping[str, Any], source: str | None = None, prefix: 
 
 def load_columns(batch_size=None, concurrency=None, max_throughput: bool = False) -> dict[str, float]:
     """``load_mode`` and ``batch_size`` of exactly one load mode."""
-    given = [k for k, v in (("batch_size", batch_size), ("concurrency", concurrency),
-                            ("max_throughput", max_throughput or None)) if v is not None]
-    if len(given) != 1:
-        raise SpecError(None, "load", "give exactly one of batch_size, concurrency, max_throughput"
-                        + (f" (got {', '.join(given)})" if given else ""))
+    problem = not_one_load(given_loads(batch_size, concurrency, max_throughput))
+    if problem:
+        raise SpecError(None, "load", problem)
     if max_throughput:
         return {"load_mode": encode("load_mode", "max_throughput")}
     value = batch_size if batch_size is not None else concurrency
@@ -266,7 +265,7 @@ def sweep(model, device: str | Sequence[str] = "H100", precision: str | Sequence
     for name, value in fixed.items():
         base[COLUMN_INDEX[name]] = value
     # per-axis column blocks: for each axis value, the columns it sets
-    named = None if "quant_experts_only" in {*dims, *fixed} or not isinstance(model, str) else model
+    named = serve_precisions.checkpoint_model_name(model, {*dims, *fixed})
     blocks = [axis_block(name, coords[name], kv_precision is not None, lambda d: profiles[d][0], named)
               for name in dims]
     shape = tuple(len(coords[d]) for d in dims)
@@ -423,16 +422,16 @@ def sweep_plan(model: Any, system: Any, task: Any, axes: dict, *, semantics: Any
     from pathlib import Path
 
     from fastmodel.semantics import get_semantics
-    from fastmodel.serve.sweep_file import serve_plan
+    from fastmodel.serve.sweep_file import serve_plan, training_only
 
     for name, value in (("execution", execution), ("calibration", calibration)):
         if value is not None:
-            raise SpecError(None, name, "applies to training sweeps of the real-world model, not to serving")
+            raise training_only(None, name)
     if only_fitting:
         raise SpecError(None, "only_fitting", "applies to training sweeps; serving sweeps keep fits_memory for "
                         "every point (filter with fastmodel best)")
     if not get_semantics(semantics).real_world:
-        raise SpecError(None, "semantics", "serving sweeps run under the 'default' semantics only")
+        raise training_only(None, "semantics")
     return serve_plan(None, model, system, task, axes, Path.cwd(), unit_configs)
 
 

@@ -26,6 +26,9 @@ FP4_PRECISIONS = ("fp4", "mxfp4")
 FP8_KV_DEFAULT = ("fp8", "fp4", "mxfp4")
 #: FP8_KV_DEFAULT as a sentence says it ("fp8, fp4 or mxfp4"): serve --search's refusal of --kv-precision
 FP8_KV_DEFAULT_SAID = f"{', '.join(FP8_KV_DEFAULT[:-1])} or {FP8_KV_DEFAULT[-1]}"
+#: the KV precision's default in one sentence, from FP8_KV_DEFAULT: the serving task's kv_precision field
+#: (serve/spec.py) and `serve --kv-precision` (cli/serve.py) say it alike
+KV_DEFAULT_SAID = f"Default: fp8 with {FP8_KV_DEFAULT_SAID} weights, else bf16."
 KV_PRECISIONS = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
 
 #: models whose only published 4-bit checkpoint is MXFP4 with just the routed experts quantised (the model's
@@ -85,7 +88,23 @@ def published_precision_columns(model_name, precision: str, kv_precision: str | 
     if not isinstance(model_name, str):
         return precision_columns(precision, kv_precision)
     precision, layers, _ = published_fp4_checkpoint(model_name, precision, None)
-    return {**precision_columns(precision, kv_precision), "quant_experts_only": 1.0 if layers == "experts" else 0.0}
+    return {**precision_columns(precision, kv_precision), "quant_experts_only": quant_experts_only(layers)}
+
+
+def quant_experts_only(layers: str | None) -> float:
+    """The ``quant_experts_only`` column of a checkpoint whose quantized layers are ``layers`` (a record's
+    ``serve.quantized_layers``, or :func:`published_fp4_checkpoint`'s reading): 1.0 for ``"experts"`` (only the
+    routed experts' weights in the checkpoint's format, fastmodel/registry/lm_engine.py), else 0.0. One derivation
+    for a record's lowering (serve/records.py) and a named model's published checkpoint in a sweep."""
+    return 1.0 if layers == "experts" else 0.0
+
+
+def checkpoint_model_name(model, set_columns) -> str | None:
+    """The name a sweep reads ``model``'s published checkpoint by (:func:`published_precision_columns`, at each
+    value of a precision axis): ``model`` when it is a name; None when it is given as columns, or when the sweep
+    sets ``quant_experts_only`` itself (in ``set_columns``, its axes and fixed columns: the sweep's value stands,
+    not the checkpoint's). One rule for ``serve.api.sweep`` and the sweep file's plan (serve/sweep_plan.py)."""
+    return None if "quant_experts_only" in set_columns or not isinstance(model, str) else model
 
 
 def weight_only_note(precision: str, gpu: str) -> str:

@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from fastmodel.errors import FieldValueError, SpecError
+from fastmodel.serve.spec import given_loads, not_one_load
 from fastmodel.spec.record_blocks import Block, bounds, column_check, first_error
 from fastmodel.spec.records import require_blocks
 
@@ -123,10 +124,9 @@ class ServeBlock(Block):
 
     @model_validator(mode="after")
     def _one_load(self):
-        given = [k for k in ("batch_size", "concurrency", "max_throughput") if getattr(self, k) not in (None, False)]
-        if len(given) != 1:
-            raise ValueError("give exactly one of batch_size, concurrency, max_throughput"
-                             + (f" (got {', '.join(given)})" if given else ""))
+        problem = not_one_load(given_loads(self.batch_size, self.concurrency, self.max_throughput))
+        if problem:
+            raise ValueError(problem)
         if self.mode == "aggregated" and self.tp is None:
             _fail("tp", "required field missing")
         if self.mode == "disagg" and self.concurrency is None:

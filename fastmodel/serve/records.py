@@ -50,6 +50,7 @@ from fastmodel.serve.precisions import (
     FP4_PRECISIONS,
     block_fp8_checkpoint,
     published_fp4_checkpoint,
+    quant_experts_only,
     weight_only_note,
 )
 from fastmodel.serve.profiles import (
@@ -265,7 +266,7 @@ def lower_serve_record(data: dict, source: str | None = None) -> ServeRecord:
         notes.append(_fp8_weight_only(profile, record.framework, gpu, source))
     values.update(profile, **stated_flags(serve, engine, profile["mixed_prefill"], notes, source))
     notes.extend(profile_notes)
-    values["quant_experts_only"] = 1.0 if layers == "experts" else 0.0
+    values["quant_experts_only"] = quant_experts_only(layers)
     values["fp4_act"], act_note = fp4_activation(engine, precision, serve.moe_backend)
     if act_note and values["peak_flops_4"] > 0:
         notes.append(act_note)

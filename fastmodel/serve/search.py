@@ -334,12 +334,14 @@ def none_legal(ds) -> str:
     """When no aggregated point is legal (``--ep 3`` on a dense model), the status that ruled out most of them:
     "0 configurations fit" alone reads as a memory verdict. A disaggregated-only search has no aggregated
     ``status``: nothing to say."""
+    from fastmodel.registry import status_names
+
     if "status" not in ds:
         return ""
     codes = np.asarray(ds["status"].values).reshape(-1)
     if codes.size == 0 or (codes == 0).any() or ("disagg_status" in ds and (ds["disagg_status"].values == 0).any()):
         return ""
-    names = str(ds["status"].attrs.get("flag_meanings", "")).split()
+    names = status_names(ds["status"])
     values, counts = np.unique(codes, return_counts=True)
     top = int(values[np.argmax(counts)])
     return f"; none is legal (most are {names[top] if top < len(names) else top})"

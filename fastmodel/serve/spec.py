@@ -20,7 +20,27 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fastmodel.errors import SpecError
+from fastmodel.serve.precisions import KV_DEFAULT_SAID
 from fastmodel.spec.record_blocks import bounds
+
+#: the load modes of a serving configuration, each a field of the same name in a task, a record's serve block
+#: and ``fastmodel.serve.api.columns``
+LOAD_FIELDS = ("batch_size", "concurrency", "max_throughput")
+
+
+def given_loads(batch_size, concurrency, max_throughput) -> list[str]:
+    """The load modes given, in :data:`LOAD_FIELDS` order: ``batch_size`` and ``concurrency`` when set (not None),
+    ``max_throughput`` when true."""
+    return [name for name, value in zip(LOAD_FIELDS, (batch_size, concurrency, max_throughput or None))
+            if value is not None]
+
+
+def not_one_load(given: list[str]) -> str | None:
+    """The refusal of a configuration that gives other than exactly one load mode (``given``, :func:`given_loads`):
+    one configuration (``fastmodel.serve.api.load_columns``) and a record's serve block alike; None for one."""
+    if len(given) == 1:
+        return None
+    return f"give exactly one of {', '.join(LOAD_FIELDS)}" + (f" (got {', '.join(given)})" if given else "")
 
 
 class ServeTaskSpec(BaseModel):
@@ -38,8 +58,7 @@ class ServeTaskSpec(BaseModel):
     max_throughput: bool = Field(False, description="As many requests as the KV cache holds.")
     # the precisions a precision axis and `serve --precision` take (fastmodel.serve.precisions.PRECISIONS)
     precision: Literal["bf16", "fp16", "fp8", "fp4", "mxfp4", "int8", "int4"] = "bf16"
-    kv_precision: Literal["bf16", "fp16", "fp8"] | None = Field(None, description="Default: fp8 with fp8, fp4 or "
-                                                                "mxfp4 weights, else bf16.")
+    kv_precision: Literal["bf16", "fp16", "fp8"] | None = Field(None, description=KV_DEFAULT_SAID)
     kv_cache_mem_fraction: float = bounds("kv_cache_mem_fraction", 0.9,
                                           description="Share of free HBM for the KV cache.")
     tp: int = bounds("tp", 1)
@@ -56,12 +75,9 @@ class ServeTaskSpec(BaseModel):
 
     @model_validator(mode="after")
     def _one_load_mode(self):
-        given = [k for k in ("batch_size", "concurrency") if getattr(self, k) is not None]
-        if self.max_throughput:
-            given.append("max_throughput")
+        given = given_loads(self.batch_size, self.concurrency, self.max_throughput)
         if len(given) > 1:
-            raise ValueError(f"give at most one load mode of batch_size, concurrency, max_throughput (got "
-                             f"{', '.join(given)})")
+            raise ValueError(f"give at most one load mode of {', '.join(LOAD_FIELDS)} (got {', '.join(given)})")
         return self
 
     @property

@@ -149,6 +149,15 @@ def check_speculation(source: str | None, task: Any, values: dict) -> None:
                         "the task or as an axis")
 
 
+def training_only(source: str | None, field: str) -> SpecError:
+    """The refusal of what only a training sweep takes, in a serving sweep, by ``field``: ``semantics`` other than
+    'default', else a calibration or an execution. One wording for a serving sweep file
+    (:func:`sweep_plan_from_file`) and ``fastmodel.sweep``'s door (``fastmodel.serve.api.sweep_plan``)."""
+    if field == "semantics":
+        return SpecError(source, field, "serving sweeps run under the 'default' semantics only")
+    return SpecError(source, field, "applies to training sweeps of the real-world model, not to serving")
+
+
 def sweep_plan_from_file(source: str, data: dict, base: Path, unit_configs: int | None = None,
                          calibration: Any = None) -> ServeSweepPlan:
     """The plan of a parsed serving sweep file; a calibration is refused (it applies to training)."""
@@ -160,8 +169,8 @@ def sweep_plan_from_file(source: str, data: dict, base: Path, unit_configs: int 
                  "(task = {name = \"t\", kind = \"serve\", ...})"),
                 ((*SPECIAL_AXES, *COLUMN_INDEX), "an axis, under [axes]")))
     if calibration is not None:
-        raise SpecError(source, "calibration", "applies to training sweeps of the real-world model, not to serving")
+        raise training_only(source, "calibration")
     if data.get("semantics", "default") != "default":
-        raise SpecError(source, "semantics", "serving sweeps run under the 'default' semantics only")
+        raise training_only(source, "semantics")
     return serve_plan(source, data["model"], data.get("system"), data["task"], data.get("axes"), base,
                       unit_configs or data.get("unit_configs"))

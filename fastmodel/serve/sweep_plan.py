@@ -38,6 +38,7 @@ class ServeSweepPlan(SweepPlan):
     def __init__(self, model_name: str, model_columns: dict, device: str, task: Any, axes: dict[str, list],
                  unit_configs: int | None = None, notes: Sequence[str] = ()):
         from fastmodel.serve.api import axis_block, columns, device_profiles
+        from fastmodel.serve.precisions import checkpoint_model_name
         from fastmodel.spec.columns import encode
 
         self.model_name, self.model_columns, self.device, self.task = model_name, dict(model_columns), device, task
@@ -58,7 +59,7 @@ class ServeSweepPlan(SweepPlan):
                             "concurrency or max_throughput in the task, or a batch_size/concurrency axis")
         fixed = {k: getattr(task, k) for k in SERVE_FIXED if k not in axes}
         own_kv = "kv_precision" in axes or task.kv_precision is not None
-        named = None if "quant_experts_only" in axes else model_name   # a published checkpoint (gpt-oss fp4)
+        named = checkpoint_model_name(model_name, axes)     # a published checkpoint (gpt-oss fp4)
         self.base = columns(self.model_columns, self._fixed("device", device), max_throughput=True, model_name=named,
                             precision=self._fixed("precision", task.precision),
                             kv_precision=self._fixed("kv_precision", task.kv_precision), **fixed, **profile)

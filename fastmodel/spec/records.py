@@ -90,9 +90,7 @@ def read_jsonl(path: str | Path, lower, what: str, whole_object: bool = False, r
             parsed += 1
             records.append(lower(data, where))
         except (UnsupportedError, SpecError) as error:
-            if refused is None:
-                raise
-            refused.append(Refused(where, data if isinstance(data, dict) else {}, str(error)))
+            _refuse(refused, where, data, error)
     new_refusals = refused is not None and len(refused) > first_refused    # the caller's list may hold others'
     if not records and not new_refusals:
         raise SpecError(str(path), "", f"no {what} in the file")
@@ -100,6 +98,15 @@ def read_jsonl(path: str | Path, lower, what: str, whole_object: bool = False, r
         raise SpecError(None, None, f"{refused[first_refused].reason}; not one line of the file is JSON, so it "
                                     f"holds no {what}")
     return records
+
+
+def _refuse(refused: list | None, where: str, data, error: SpecError) -> None:
+    """A record at ``where`` the engine refused with ``error``: raised without a ``refused`` list (every command but
+    ``validate``), else appended to it as a :class:`Refused` with its raw object (``{}`` when ``data`` is no JSON
+    object) and the one-line reason. One rule for :func:`read_jsonl` and :func:`lower_objects`."""
+    if refused is None:
+        raise error
+    refused.append(Refused(where, data if isinstance(data, dict) else {}, str(error)))
 
 
 def lower_objects(objects: list | tuple, lower, what: str, refused: list | None = None,
@@ -118,9 +125,7 @@ def lower_objects(objects: list | tuple, lower, what: str, refused: list | None 
                                            f"{type(data).__name__}")
             records.append(lower(data, where))
         except (UnsupportedError, SpecError) as error:
-            if refused is None:
-                raise
-            refused.append(Refused(where, data if isinstance(data, dict) else {}, str(error)))
+            _refuse(refused, where, data, error)
     return records
 
 

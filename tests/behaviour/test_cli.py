@@ -198,6 +198,23 @@ def test_sweep_and_best_commands(tmp_path):
     assert resumed.exit_code == 0
 
 
+
+def test_resuming_what_is_no_sweep_store_is_refused_in_one_wording_by_the_cli_and_the_api(tmp_path):
+    """``--resume`` onto a directory that is no sweep store: the CLI refuses before reading the sweep file, the
+    Python API's resume when it opens the store; both say it as fastmodel/io/store.py ``nothing_to_resume``."""
+    from fastmodel.errors import SweepError
+    from fastmodel.io.store import resume_flags
+
+    plain = tmp_path / "other.zarr"
+    plain.mkdir()
+    said = f"{plain} is not a fastmodel sweep store, so there is nothing to resume; choose another output " \
+        "(fastmodel never deletes it, even with --force)"
+    one_line_error(cli("sweep", str(tmp_path / "absent.toml"), "-o", str(plain), "--resume"), said)
+    with pytest.raises(SweepError) as refused:
+        resume_flags(plain, {}, 1)
+    assert str(refused.value) == said
+
+
 @pytest.mark.parametrize(
     "text, message",
     [

@@ -152,11 +152,11 @@ def test_a_serving_frontier_says_which_points_it_left_out_and_why(serving_grid, 
     """The serving Pareto figure dropped points that are no answer (no_fp8, no_kv_room, over memory) silently; its
     legend now says how many and why, counted here by hand from the grid's status and fits_memory, and `plot
     pareto` prints the same line."""
-    from fastmodel.plot.data import status_names_of
     from fastmodel.plot.serving import serving_pareto
+    from fastmodel.registry import status_names
 
     ds = serving_grid
-    names = status_names_of(ds["status"])
+    names = status_names(ds["status"])
     codes = ds["status"].values.ravel()
     fits = (ds["fits_memory"].broadcast_like(ds["status"]).transpose(*ds["status"].dims).values.ravel() > 0)
     expected: dict = {}

@@ -120,18 +120,19 @@ def test_a_figure_of_a_serving_result_leaves_out_points_over_memory(serving_over
     import xarray as xr
 
     from fastmodel.analysis.margin import fit_view
-    from fastmodel.plot.data import prepare, status_names_of
+    from fastmodel.plot.data import prepare
+    from fastmodel.registry import status_names
 
     with xr.open_dataset(serving_over_memory) as ds:
         ds = ds.load()
     fits = ds.fits_memory.squeeze().transpose("tp", "batch_size").values.astype(bool)
     assert (ds.status == 0).all() and fits.sum() == 3
     da, status = prepare(ds, "tpot", keep=("tp", "batch_size"))
-    names = status_names_of(status)
+    names = status_names(status)
     codes = status.transpose("tp", "batch_size").values
     assert names[-1] == "does_not_fit" and list(status.attrs["flag_values"]) == list(range(len(names)))
     assert ((codes == 0) == fits).all() and (codes[~fits] == names.index("does_not_fit")).all()
-    assert "does_not_fit" not in status_names_of(ds.status)           # the result itself is left as it was
+    assert "does_not_fit" not in status_names(ds.status)           # the result itself is left as it was
     _, status = prepare(fit_view(ds, include_oom=True), "tpot", keep=("tp", "batch_size"))
     assert (status == 0).all()
     assert np.isfinite(da.where(status == 0)).all()

@@ -5,6 +5,7 @@ TensorRT-LLM's batch waiting."""
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -241,3 +242,25 @@ def test_concurrencies_past_the_kv_room_reuse_the_steady_state_exactly():
                 evaluate("llama3.1-70b", "H200", batch_size=n, **kw) for n, k in rows]
     for name in ("ttft", "tpot", "prefill_gemm"):
         assert out[SERVE_RESULT_INDEX[name]].tolist() == [e[name] for e in expected]
+
+
+def test_a_load_mode_is_given_and_refused_in_one_wording_by_every_door():
+    """``fastmodel.serve.spec.given_loads`` / ``not_one_load``: one configuration (``serve.api``) and a record's
+    serve block need exactly one load mode, a serving task at most one (a sweep axis may give it), each saying
+    which it got; ``max_throughput = false`` gives none."""
+    from fastmodel.errors import SpecError
+    from fastmodel.serve.api import load_columns
+    from fastmodel.serve.spec import given_loads, load_serve_task, not_one_load
+
+    assert given_loads(8, None, False) == ["batch_size"] and given_loads(None, None, True) == ["max_throughput"]
+    assert given_loads(None, None, False) == [] and not_one_load(["concurrency"]) is None
+    both = "give exactly one of batch_size, concurrency, max_throughput (got batch_size, max_throughput)"
+    assert not_one_load(["batch_size", "max_throughput"]) == both
+    with pytest.raises(SpecError, match=r"^load: " + re.escape(both) + "$"):
+        load_columns(batch_size=8, max_throughput=True)
+    with pytest.raises(SpecError, match=r"load: give exactly one of batch_size, concurrency, max_throughput$"):
+        load_columns()
+    task = {"name": "t", "kind": "serve", "input_len": 128, "output_len": 64, "batch_size": 8, "concurrency": 8}
+    with pytest.raises(SpecError, match=r"give at most one load mode of batch_size, concurrency, max_throughput "
+                                        r"\(got batch_size, concurrency\)"):
+        load_serve_task(task)

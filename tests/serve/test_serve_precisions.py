@@ -177,6 +177,28 @@ def test_a_record_of_fp8_on_a_gpu_without_fp8_is_answered_by_vllm_and_refused_by
         lower_serve_record(_with("framework", "TensorRT-LLM 1.2.0", record))
 
 
+def test_quant_experts_only_is_one_for_an_experts_only_checkpoint():
+    """``quant_experts_only``, the column of a record's lowering and of a named model's published checkpoint alike:
+    1 for ``quantized_layers = "experts"``, 0 for every other reading (all layers, none stated)."""
+    from fastmodel.serve.precisions import published_precision_columns, quant_experts_only
+
+    assert (quant_experts_only("experts"), quant_experts_only("all"), quant_experts_only(None)) == (1.0, 0.0, 0.0)
+    assert published_precision_columns("gpt-oss-120b", "fp4")["quant_experts_only"] == 1.0
+    assert published_precision_columns("gpt-oss-120b", "mxfp4")["quant_experts_only"] == 0.0
+
+
+def test_a_sweep_reads_the_published_checkpoint_by_name_unless_it_sets_quant_experts_only():
+    """``checkpoint_model_name``, the one rule of ``serve.api.sweep`` and the sweep file's plan: a model named by a
+    string keeps its name; a model given as columns, or a sweep that sets ``quant_experts_only`` itself (an axis
+    or a fixed value), reads none (the generic precision columns, the sweep's own value)."""
+    from fastmodel.serve.precisions import checkpoint_model_name
+
+    assert checkpoint_model_name("gpt-oss-120b", {"precision": ["fp4"], "batch_size": [8]}) == "gpt-oss-120b"
+    assert checkpoint_model_name("gpt-oss-120b", {"precision", "quant_experts_only"}) is None
+    assert checkpoint_model_name({"hidden": 2880.0}, {"precision"}) is None
+    assert checkpoint_model_name(None, {}) is None
+
+
 def test_a_precision_axis_of_gpt_oss_gives_its_published_checkpoint_at_each_value():
     """fp4 of gpt-oss is its published MXFP4 experts-only checkpoint (``published_fp4_checkpoint``) at a
     precision axis's value as in one evaluation: ``quant_experts_only`` and the MXFP4 columns follow the value

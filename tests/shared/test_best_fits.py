@@ -216,3 +216,21 @@ def test_a_user_margin_leaves_ok_alone_where_the_sweep_marks_nothing(grid):
     table = best(grid, "tokens_per_s_per_gpu", top=10, memory_margin=0.0, include_oom=True)
     assert set(table.status) == {"ok"}
     assert list(table.fits_memory) == [m <= hbm for m in table.memory_per_device]
+
+
+def test_only_fitting_is_read_from_the_sweep_attr_once_for_best_and_figures():
+    """``marks_over_memory``, which ``best``'s table and ``fit_view`` both read: ``only_fitting`` of the sweep's
+    definition (the ``sweep`` attr, JSON); no attr, another kind of JSON or text that is no JSON marks nothing."""
+    import xarray as xr
+
+    from fastmodel.analysis.margin import marks_over_memory
+
+    def with_sweep(text):
+        return xr.Dataset(attrs={} if text is None else {"sweep": text})
+
+    assert marks_over_memory(with_sweep('{"only_fitting": true, "axes": {}}'))
+    assert not marks_over_memory(with_sweep('{"only_fitting": false}'))
+    assert not marks_over_memory(with_sweep("{}"))
+    assert not marks_over_memory(with_sweep(None))
+    assert not marks_over_memory(with_sweep("[1, 2]"))       # no .get: AttributeError
+    assert not marks_over_memory(with_sweep("not json"))     # ValueError

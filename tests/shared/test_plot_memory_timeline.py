@@ -90,8 +90,9 @@ def test_specs_take_an_execution_as_evaluate_does(record):
     assert peaks["full"] < 0.75 * peaks["selective"]     # full recompute keeps one layer input per layer
     fig, axes = memory_timeline(**specs, execution={"pipeline_schedule": "dualpipe", "moe_a2a_overlap": "dualpipe"})
     assert len(axes) == 4
-    with pytest.raises(SpecError, match="execution: a run record executes as its plan block says"):
-        engines.memory_timeline(record=record, execution={"recompute": "full"})
+    for door in (engines.memory_timeline, engines.memory_by_stage, engines.timeline):    # one refusal, each door
+        with pytest.raises(SpecError, match="execution: a run record executes as its plan block says"):
+            door(record=record, execution={"recompute": "full"})
 
 
 def _one_f_one_b(micro_batches: int, emb: bool) -> tuple[str, ...]:

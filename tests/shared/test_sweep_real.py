@@ -333,3 +333,27 @@ def test_fastmodel_sweep_takes_a_serving_task_as_the_sweep_file_does(cli, tmp_pa
     np.testing.assert_array_equal(stored.tpot.values, grid.tpot.values)
     with pytest.raises(fastmodel.SpecError, match="calibration"):
         fastmodel.sweep("llama3.1-70b", "H100", "serve-chat", axes, calibration="cal.toml")
+
+
+def test_a_serving_sweep_refuses_training_options_in_one_wording_by_file_and_by_api(tmp_path):
+    """``fastmodel.serve.sweep_file.training_only``: a calibration, an execution or semantics other than 'default'
+    in a serving sweep, refused alike by ``fastmodel.sweep`` and a sweep file."""
+    import fastmodel
+    from fastmodel.errors import SpecError
+    from fastmodel.serve.sweep_file import sweep_plan_from_file
+
+    training = "applies to training sweeps of the real-world model, not to serving"
+    semantics = "serving sweeps run under the 'default' semantics only"
+    args = ("llama3.1-8b", "H100", "serve-chat", {"tp": [1, 2]})
+    for kw, said in ((dict(execution={"recompute": "full"}), f"execution: {training}"),
+                     (dict(calibration="c.toml"), f"calibration: {training}"),
+                     (dict(semantics="madmax-fixed"), f"semantics: {semantics}")):
+        with pytest.raises(SpecError) as refused:
+            fastmodel.sweep(*args, **kw)
+        assert str(refused.value) == said
+    data = dict(zip(("model", "system", "task", "axes"), args))
+    for extra, calibration, said in (({"semantics": "madmax"}, None, f"semantics: {semantics}"),
+                                     ({}, "c.toml", f"calibration: {training}")):
+        with pytest.raises(SpecError) as refused:
+            sweep_plan_from_file("s.toml", {**data, **extra}, tmp_path, calibration=calibration)
+        assert str(refused.value) == f"s.toml: {said}"
