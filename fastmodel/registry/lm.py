@@ -21,7 +21,7 @@ from fastmodel.registry.lm_eval import EVAL_PLAN_ROWS, EVAL_RESULT_ROWS
 from fastmodel.registry.lm_lowprec import FP8_DEVICE_ROWS, FP8_RECIPES, LOW_PRECISION_PLAN_ROWS, OPTIMIZER_MOMENTS
 from fastmodel.registry.lm_muon import MUON_PLAN_ROWS
 from fastmodel.registry.lm_offload import OFFLOAD_DEVICE_ROWS, OFFLOAD_MODULES, OFFLOAD_PLAN_ROWS, OFFLOAD_RESULT_ROWS  # noqa: F401
-from fastmodel.registry.lm_overhead import ALLOCATOR_PLAN_ROWS, OVERHEAD_DEVICE_ROWS
+from fastmodel.registry.lm_overhead import ALLOCATOR_PLAN_ROWS, OVERHEAD_DEVICE_ROWS, USERBUFFER_PLAN_ROWS
 from fastmodel.registry.lm_pipeline import PIPELINE_PLAN_ROWS
 from fastmodel.registry.lm_sdpa import SDPA_DEVICE_ROWS, SDPA_PLAN_ROWS
 from fastmodel.registry.lm_status import STATUS_CODES, STATUSES  # noqa: F401  (re-exported: registry.lm.STATUSES)
@@ -224,7 +224,7 @@ PLAN_COLUMNS = _cols(
     *LOW_PRECISION_PLAN_ROWS,
     *MUON_PLAN_ROWS,
     *OFFLOAD_PLAN_ROWS, *CUDA_GRAPH_PLAN_ROWS, *PIPELINE_PLAN_ROWS, *EVAL_PLAN_ROWS,
-    *SDPA_PLAN_ROWS, *ALLOCATOR_PLAN_ROWS,
+    *SDPA_PLAN_ROWS, *ALLOCATOR_PLAN_ROWS, *USERBUFFER_PLAN_ROWS,
     ("moe_imbalance", "1", 1, "Dropless routing: routed tokens of the busiest expert-parallel rank / the mean "
      "(1 = balanced, as forced balancing runs).", 1, 64, False, "number"),
     ("moe_expert_maxvio", "1", 0.0, "Per-expert load imbalance of the router's balancing method (max expert load / "

@@ -1,9 +1,11 @@
 """Device columns of the memory that is not a model tensor: what fits, the allocator, the overhead's terms.
 
 Rows of ``fastmodel.registry.lm.DEVICE_COLUMNS`` (name, units, default, doc, lo, hi), and the allocator's plan
-column (``ALLOCATOR_PLAN_ROWS``, a row of ``PLAN_COLUMNS``), kept here so the registry module stays readable.
+column (``ALLOCATOR_PLAN_ROWS``, a row of ``PLAN_COLUMNS``) and the Userbuffers plan columns
+(``USERBUFFER_PLAN_ROWS``), kept here so the registry module stays readable.
 The overhead of the training engine (``kernels/lm/memory.py`` ``overhead_bytes``) is the CUDA context, the cuBLAS
-workspaces and the NCCL communicator buffers; docs/model_memory.md "Overhead" gives the equations and sources.
+workspaces, the NCCL communicator buffers, DeepEP's buffers and Transformer Engine's Userbuffers; docs/model_memory.md
+"Overhead" gives the equations and sources.
 ``framework_memory_bytes`` is the serving engine's flat constant (kernels/serve).
 """
 
@@ -78,4 +80,22 @@ ALLOCATOR_PLAN_ROWS = (
      "the TorchTitan profile (run_train.sh, pytorch/torchtitan a5e57e4a9 on) and Megatron-Bridge's performance "
      "launcher (scripts/performance/utils/executors.py PERF_ENV_VARS at b7b4e11b); 0: the default allocator.",
      0, 1, False, "flag"),
+)
+
+
+#: plan (stack) columns of Transformer Engine's Userbuffers under ``tp_comm_overlap`` (kernels/lm/memory.py
+#: ``userbuffer_bytes``; docs/model_memory.md "Overhead" (Userbuffers))
+USERBUFFER_PLAN_ROWS = (
+    ("ub_communicators", "1", 0, "Userbuffers communicators Transformer Engine's initialize_ub creates under "
+     "tp_comm_overlap (tp > 1), one buffer of micro_batch x seq_len / cp rows x hidden each, allocated outside "
+     "PyTorch's caching allocator: 12 from TE 2.7 on (ring exchange 4, pipeline 2, bulk 4, external 2; TE@d64bc14d "
+     "transformer_engine/pytorch/module/base.py lines 288-298, 467-477), 10 before (no external wgrad overlaps: "
+     "TE 09ba842 base.py lines 133-137, v1.6rc1 lines 88-92). The megatron-core profile sets 12; a record of an "
+     "older TE states its own. 0: the stack's TP overlap uses no Userbuffers (no term).", 0, 24, False, "number"),
+    ("ub_ring_exchange_rs", "1", 0, "Of the two forward reduce-scatter overlaps (proj_fprop, fc2_fprop), how many "
+     "the run's userbuffers config runs as ring exchange: that buffer holds 2 tp - 1 chunks of 1 / tp of the "
+     "shape (TE v1.6rc1 comm_gemm_overlap.h lines 572-579; d64bc14d comm_gemm_overlap.cpp lines 688-696) instead "
+     "of one whole shape. Megatron-Bridge's FP8 Llama configs: 2 (src/megatron/bridge/training/comm_overlap.py "
+     "at b7b4e11b lines 120-121, 146-147, 173-174, 199-200; its BF16 ones run both as pipeline); MLPerf v4.0 "
+     "h100tp4mbs2.yaml: 1 (fc2_fprop).", 0, 2, False, "number"),
 )

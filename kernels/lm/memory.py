@@ -29,7 +29,7 @@ from fastmodel.kernels.jit import njit, prange, stack_vector
 from fastmodel.kernels.lm.moe import expert_dp
 from fastmodel.kernels.lm.layout import (
     C_CP, C_CP_ALGORITHM, C_EP, C_HEADS, C_HEAD_DIM, C_HIDDEN, C_KV_LORA_RANK, C_LAYERS, C_MLA, C_PP, C_PRECISION,
-    C_QK_ROPE_HEAD_DIM, C_SEQUENCE_PARALLEL, C_TP,
+    C_QK_ROPE_HEAD_DIM, C_SEQUENCE_PARALLEL, C_TP, C_TP_COMM_OVERLAP, C_UB_COMMUNICATORS, C_UB_RING_EXCHANGE_RS,
     C_LOSS_IMPL, C_MTP_LAYERS, C_VOCAB,
     LOSS_COMPILED, LOSS_EAGER, M_ACTIVATIONS, M_BUFFERS, M_GRADIENTS, M_KV_CACHE, M_OPTIMIZER, M_OVERHEAD, M_WEIGHTS, N_MEMORY_KINDS,
     CP_ALLGATHER, CP_ALLTOALL, PRECISION_FP8, C_CUDA_CONTEXT_BYTES, C_CUBLAS_WORKSPACE_BYTES, C_DP, C_NCCL_CHANNELS,
@@ -94,19 +94,48 @@ def cp_comm_buffer_bytes(row):
     return 2.0 * 2.0 * B16 * t_tok * local_kv_width(row)
 
 
+#: the reduce-scatter overlaps among Transformer Engine's Userbuffers communicators (proj_fprop, fc2_fprop, qkv_wgrad,
+#: fc1_wgrad; TE@d64bc14d base.py line 285, ``layers_reduce_scatter_overlap``): their buffers stay 16-bit under FP8
+UB_REDUCE_SCATTER_BUFFERS = 4.0
+
+
+@njit(error_model='numpy')
+def userbuffer_bytes(row):
+    """Transformer Engine's Userbuffers on one device under ``tp_comm_overlap`` (``tp > 1``, a stack with
+    ``ub_communicators`` > 0), else 0: ``T h [(n - 4) e + 2 (4 + r (t - 1) / t)]``.
+
+    ``initialize_ub`` makes ``n`` = ``ub_communicators`` communicators (12 from TE 2.7, 10 before), each with one
+    buffer of the shape Megatron passes, ``T = b s / cp`` rows of ``h`` (Megatron-Bridge@b7b4e11b
+    training/initialize.py lines 356-359), allocated by ``cudaMalloc`` or ``cuMemCreate`` outside PyTorch's caching
+    allocator (TE@d64bc14d userbuffers-host.cpp lines 557, 660). The ``n - 4`` all-gather buffers hold FP8
+    (``e`` = 1 byte) under an FP8 recipe, else 16-bit (``e`` = 2; base.py lines 405-408, 472-476); the 4
+    reduce-scatter ones stay 16-bit, and each of the ``r`` = ``ub_ring_exchange_rs`` forward reduce-scatters run
+    as ring exchange holds ``2 t - 1`` chunks of ``T / t`` rows (comm_gemm_overlap.cpp lines 688-696).
+    docs/model_memory.md "Overhead" (Userbuffers)."""
+    n = row[C_UB_COMMUNICATORS]
+    t = row[C_TP]
+    if n <= 0.0 or row[C_TP_COMM_OVERLAP] <= 0.0 or t <= 1.0:
+        return 0.0
+    gather = 1.0 if int(row[C_PRECISION]) == PRECISION_FP8 else B16
+    scatter = B16 * (UB_REDUCE_SCATTER_BUFFERS + row[C_UB_RING_EXCHANGE_RS] * (t - 1.0) / t)
+    return micro_batch_tokens(row) * row[C_HIDDEN] * ((n - UB_REDUCE_SCATTER_BUFFERS) * gather + scatter)
+
+
 @njit(error_model='numpy')
 def comm_buffer_bytes(row):
     """The largest in-flight collective of each process group, summed over groups (each has its stream).
 
-    TP with SP: the all-gathered sequence ``2 T h`` (Megatron's global all-gather buffer); EP: dispatch
-    send + receive ``2 * 2 R h``; CP (``cp_comm_buffer_bytes``); PP: one activation sent and one received
-    ``2 * 2 T h / t_sp``. DP gradient buckets are views of the gradient buffer (Megatron-Core DDP) and cost
-    nothing extra; FSDP's are in ``fsdp_gather_buffer_bytes``.
+    TP with SP: the all-gathered sequence ``2 T h`` (Megatron's global all-gather buffer), none under Transformer
+    Engine's Userbuffers (``userbuffer_bytes`` > 0), whose all-gather overlaps gather into their own buffer, the
+    GEMM's input (TE@d64bc14d layernorm_linear.py lines 275-287: ``fill_userbuffers_buffer_for_all_gather`` in
+    place of ``gather_along_first_dim``); EP: dispatch send + receive ``2 * 2 R h``; CP (``cp_comm_buffer_bytes``);
+    PP: one activation sent and one received ``2 * 2 T h / t_sp``. DP gradient buckets are views of the gradient
+    buffer (Megatron-Core DDP) and cost nothing extra; FSDP's are in ``fsdp_gather_buffer_bytes``.
     """
     t_tok = micro_batch_tokens(row)
     h = row[C_HIDDEN]
     total = 0.0
-    if row[C_TP] > 1 and row[C_SEQUENCE_PARALLEL] > 0:
+    if row[C_TP] > 1 and row[C_SEQUENCE_PARALLEL] > 0 and userbuffer_bytes(row) <= 0.0:
         total += B16 * t_tok * h
     if is_moe(row) and row[C_EP] > 1:
         total += 2.0 * B16 * routed_tokens(row) * h
@@ -164,9 +193,10 @@ def nccl_buffer_bytes(row):
 def overhead_bytes(row):
     """Device memory that is no model tensor (the ``overhead`` kind): the CUDA context (``cuda_context_bytes``),
     PyTorch's cuBLAS workspaces ``CUBLAS_HANDLES * cublas_workspace_bytes``, the NCCL buffers
-    (``nccl_buffer_bytes``) and DeepEP's buffers (``memory_deepep.deepep_buffer_bytes``)."""
+    (``nccl_buffer_bytes``), DeepEP's buffers (``memory_deepep.deepep_buffer_bytes``) and Transformer Engine's
+    Userbuffers (``userbuffer_bytes``)."""
     return (row[C_CUDA_CONTEXT_BYTES] + CUBLAS_HANDLES * row[C_CUBLAS_WORKSPACE_BYTES]
-            + nccl_buffer_bytes(row) + deepep_buffer_bytes(row))
+            + nccl_buffer_bytes(row) + deepep_buffer_bytes(row) + userbuffer_bytes(row))
 
 
 @njit(error_model='numpy')

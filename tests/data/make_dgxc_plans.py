@@ -63,6 +63,11 @@ def record(gpu: str, n_gpus: int, dtype: str) -> dict:
             "precision": dtype, "sharding": "distopt", "tp_comm_overlap": tp > 1, "grad_reduce_dtype": "bf16",
             "moe_dispatcher": "alltoall", "moe_dispatch_detail": "alltoall dispatcher (MixtralConfig)",
             "moe_a2a_overlap": "none", "moe_grouped_gemm": False, "recompute": "none", "cuda_graphs": graphs}
+    if tp > 1:
+        # pretrain_grok1_314b.py passes userbuffers_fp8_b200_h16384_tp4_cp2_mbs1_seqlen8192 at every precision
+        # (lines 347-350 at 5dcb379): proj_fprop and fc2_fprop run as ring exchange, 2 tp - 1 chunks each
+        # (nemo/collections/llm/recipes/tp_overlap_configs/userbuffers.py lines 185-186)
+        plan["ub_ring_exchange_rs"] = 2
     if dtype == "fp8":
         plan["fp8_recipe"] = "delayed scaling (bf16_with_fp8_mixed, set by the NeMo script after -fr cs)"
     kind = "moe_ep"

@@ -231,6 +231,11 @@ def record(name: str, cfg, model: str, gpu: str, dtype: str, variant: str) -> di
         # bf16_with_mxfp8_mixed set fp8_param_gather = True, bf16_with_fp8_subchannel_scaling_mixed False
         # (src/megatron/bridge/training/mixed_precision.py; fp8_param follows fp8_param_gather, lines 81-100)
         plan["fp8_params"] = dtype in ("FP8_CS", "FP8_MX")
+        if plan["tp_comm_overlap"] and model in ("LLAMA3_8B", "LLAMA3_70B", "LLAMA31_405B"):
+            # the Llama FP8 userbuffers configs run proj_fprop and fc2_fprop as ring exchange, whose buffers hold
+            # 2 tp - 1 chunks (src/megatron/bridge/training/comm_overlap.py lines 120-121, 146-147, 173-174,
+            # 199-200; the BF16 ones run them as pipeline): kernels/lm/memory.py userbuffer_bytes
+            plan["ub_ring_exchange_rs"] = 2
     moe = model not in ("LLAMA3_8B", "LLAMA3_70B", "LLAMA31_405B")
     if moe:
         plan["ep"] = cfg.expert_model_parallel_size

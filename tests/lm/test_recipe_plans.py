@@ -54,7 +54,10 @@ KNOWN_MEMORY_GAPS: frozenset[str] = frozenset((
     # CUDA reports (178.35 GiB) and 1.3 GiB below GB200's (184.31 GiB). No BF16 Llama 3.1 405B result appears in
     # Megatron-Bridge's performance summaries (144 commits of docs/performance-summary*.md: the GBS-1536 rows are
     # FP8, MXFP8 and NVFP4; the MXFP8 V2 plan, same layout, is predicted to fit at 165.6 GiB), and
-    # Megatron-Bridge@0013c9a8 makes the B200 V2 config an alias of the GB200 one, so "they ran" is not shown
+    # Megatron-Bridge@0013c9a8 makes the B200 V2 config an alias of the GB200 one, so "they ran" is not shown.
+    # Since TE's Userbuffers are charged (tp_comm_overlap: 12 x 256 MiB outside PyTorch's allocator, less the
+    # 256 MiB TP all-gather they hold; kernels/lm/memory.py userbuffer_bytes) rank 1 needs 185.8 GiB, above both
+    # capacities (3.84 / 9.80 GiB over with the plan's allocator cache)
     "mbridge-llama31-405b-b200-bf16-v2",
     "mbridge-llama31-405b-gb200-bf16-v2",
     # mbridge-llama31-405b-b200-fp8-cs-v2 (169.65 GiB per device, 0.22 GiB over the former unsourced 5% reserve)

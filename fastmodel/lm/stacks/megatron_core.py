@@ -74,6 +74,12 @@ def launcher_defaults(framework: str | None) -> dict:
 #: router 19, capacity padding 5, auxiliary-loss scores 6, sequence auxiliary loss 8, dispatcher 10
 MOE_MEM_KERNELS_MEGATRON_CORE = 48.0
 
+#: Transformer Engine's Userbuffers communicators under ``tp_comm_overlap``: 12 from TE 2.7 on (ring exchange 4,
+#: pipeline 2, bulk 4, external 2: TE@d64bc14d, Megatron-Bridge's, transformer_engine/pytorch/module/base.py lines
+#: 288-298; the external wgrad overlaps came with 077e26c31 of TE 2.7); a record of an older TE states its own
+#: (``ub_communicators`` 10: TE 09ba842 and v1.6rc1, the MLPerf v3.1 and v4.0 submissions)
+UB_COMMUNICATORS_TE = 12.0
+
 
 def defaults(execution, framework: str | None) -> dict:
     """The launcher's overlap switches (``launcher_defaults``), Megatron-Core's counted MoE router and
@@ -84,7 +90,8 @@ def defaults(execution, framework: str | None) -> dict:
     inside the GEMM into the main gradient buffer (``wgrad_fused_accumulation``: Megatron-LM 23e00ed
     megatron/training/arguments.py ``--no-gradient-accumulation-fusion`` is ``store_false``, so fusion is on by
     default; megatron/core/extensions/transformer_engine.py passes ``fuse_wgrad_accumulation`` to TE's Linear and
-    GroupedLinear).
+    GroupedLinear), and Transformer Engine's Userbuffers under ``tp_comm_overlap`` (``ub_communicators``,
+    ``UB_COMMUNICATORS_TE``: Megatron-Core's TP overlap is TE's; kernels/lm/memory.py ``userbuffer_bytes``).
 
     Under FSDP (``sharding = "fsdp"``) the launcher's ``overlap_param_gather`` is not applied, so the gather
     stays overlapped and the prefetched unit counted (kernels/lm/memory_fsdp.py ``fsdp_prefetched_units``). Both of
@@ -114,7 +121,7 @@ def defaults(execution, framework: str | None) -> dict:
     elif names_in(tokens(framework or ""), "megatron-bridge"):
         launcher["allocator_expandable_segments"] = True  # BRIDGE_ALLOCATOR
     return {**launcher, "moe_mem_kernels": MOE_MEM_KERNELS_MEGATRON_CORE,
-            "moe_probs_in_experts": True, "wgrad_fused_accumulation": True}
+            "moe_probs_in_experts": True, "wgrad_fused_accumulation": True, "ub_communicators": UB_COMMUNICATORS_TE}
 
 
 PROFILE = StackProfile(
