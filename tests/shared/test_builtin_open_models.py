@@ -132,7 +132,8 @@ def test_gemma_3_27b_windows_52_of_62_layers():
 #: name: (published active parameters in billions, embedding matrices V x h to add to the model's count)
 ACTIVE = {
     "gpt-oss-20b": ("3.61", 0),           # gpt-oss model card Table 1: 3.61B active (unembedding counted)
-    "qwen3-coder-480b-a35b": ("35", 1),   # Qwen3-Coder model card: 35B activated (embedding counted)
+    "qwen3-coder-480b-a35b": ("35", 1),   # Qwen3-Coder model card: 35B activated (embedding counted: Qwen3-30B-A3B's
+                                          # "3.3B activated" is the model's 3.04B plus its 0.31B embedding)
     "glm-4.5": ("32", -1),                # GLM-4.5 report Table 1: 32B activated (no embedding, no head)
     "glm-4.5-air": ("12", -1),            # GLM-4.5 report Table 1: 12B activated
 }
