@@ -25,7 +25,7 @@ from fastmodel.registry.lm_overhead import ALLOCATOR_PLAN_ROWS, OVERHEAD_DEVICE_
 from fastmodel.registry.lm_pipeline import PIPELINE_PLAN_ROWS
 from fastmodel.registry.lm_sdpa import SDPA_DEVICE_ROWS, SDPA_PLAN_ROWS
 from fastmodel.registry.lm_status import STATUS_CODES, STATUSES  # noqa: F401  (re-exported: registry.lm.STATUSES)
-from fastmodel.registry.lm_step import STEP_PLAN_ROWS
+from fastmodel.registry.lm_step import EMBEDDING_FP32_GRADS, STEP_PLAN_ROWS
 from fastmodel.registry.variables import (
     FITS_MEMORY,
     MEMORY_PER_DEVICE,
@@ -94,6 +94,7 @@ CODE_TABLES: dict[str, dict[str, int]] = {
     "collective_algorithm": COLLECTIVE_ALGORITHMS, "load_mode": LOAD_MODES, "selective_policy": SELECTIVE_POLICIES,
     "moe_dispatcher": MOE_DISPATCHERS, "moe_a2a_overlap": MOE_A2A_OVERLAPS, "loss_impl": LOSS_IMPLS,
     "optimizer_moments": OPTIMIZER_MOMENTS, "fp8_recipe": FP8_RECIPES, "cuda_graphs": CUDA_GRAPH_SCOPES,
+    "embedding_fp32_grads": EMBEDDING_FP32_GRADS,
 }
 
 MODEL_COLUMNS = _cols(

@@ -11,6 +11,9 @@ the registry module stays under the line cap. docs/model.md §11.7 "Optimizer st
 
 from __future__ import annotations
 
+#: NeMo's FP32 embedding gradients under Apex's distributed Adam (``embedding_fp32_grads``, docs/model.md §11.54)
+EMBEDDING_FP32_GRADS = {"none": 0, "allreduce": 1, "sharded": 2}
+
 STEP_PLAN_ROWS = (
     ("step_grad_passes", "1", 0, "Reads of the local gradient shard per optimizer step besides the optimizer "
      "kernel's own (docs/model.md §11.7, optimizer step): 1 for the gradient norm (Megatron-Core "
@@ -34,4 +37,11 @@ STEP_PLAN_ROWS = (
      "V h / t x (2 + 2 + 2 grad_reduce_bytes) bytes on the embedding's rank, in its backward: with PP 1 the "
      "head's rank, with PP > 1 the first rank (docs/model.md §11.43, the DeepSeek-V2 note; §11.44 item 1d). "
      "Set by the stack.", 0, 1, False, "flag"),
+    ("embedding_fp32_grads", "code", 0, "EMBEDDING_FP32_GRADS, NeMo's FP32 gradients of the word embedding (its "
+     "tied copy on the last stage) and a learned position table under Apex's distributed Adam (_with_fp32_optimizer; "
+     "docs/model.md §11.54): 0 none, with the stage's buffer; 1 allreduce, NeMo r1.20 (bd0b818) "
+     "MegatronDistributedFusedAdam's own torch AdamW: their FP32 gradient all-reduced over dp before the gradient "
+     "norm, the step unsharded on every data-parallel rank; 2 sharded, NeMo 2.0 (b2eccd27): FP32 buckets of the "
+     "distributed optimizer, reduce-scattered and gathered with the first chunk's. Either way the tied all-reduce "
+     "moves 4 B an element. A record fact (MLPerf GPT-3 v3.1: 1, v4.0: 2).", 0, 2, False, "code"),
 )

@@ -32,7 +32,7 @@ from fastmodel.kernels.lm.layout import (
     C_LAST_STAGE_LAYERS, C_OVERLAP_GRAD_REDUCE,
     C_CP, C_DP, C_EP, C_GLOBAL_BATCH, C_MTP_LAYERS, C_HIDDEN, C_MICRO_BATCH, C_N_GPUS,
     C_OPTIMIZER, C_PEAK_FLOPS_4, C_PEAK_FLOPS_8, C_PEAK_FLOPS_16, C_PP, C_PRECISION,
-    C_GRAD_REDUCE_BYTES, C_SEQ_LEN, C_TIED_EMBEDDINGS, C_SHARDING, C_STEP_OVERHEAD_S, C_TP,
+    C_SEQ_LEN, C_TIED_EMBEDDINGS, C_SHARDING, C_STEP_OVERHEAD_S, C_TP,
     SHARD_ZERO2, C_VOCAB, OPT_MUON, PRECISION_FP4, PRECISION_FP8, R_COMM_CP, R_COMM_DP, R_COMM_EP, R_COMM_EP_SCALE_OUT,
     R_COMM_PP, R_COMM_TP, R_EXPOSED_CP, R_EXPOSED_DP, R_EXPOSED_EP, R_EXPOSED_PP, R_EXPOSED_TP, R_FLOPS_PER_TOKEN,
     R_HFU, R_MFU, R_PIPELINE_BUBBLE, R_STEP_TIME, R_TIME_HOST_WAIT, R_TIME_ATTENTION, R_TIME_GEMM, R_TIME_MEMORY_BOUND, R_TIME_OPTIMIZER,
@@ -46,6 +46,7 @@ from fastmodel.kernels.lm.muon import muon_step
 from fastmodel.kernels.lm.optimizer_step import optimizer_bytes_per_param, optimizer_step_bytes
 from fastmodel.kernels.lm.offload_time import forward_backward, mtp_offload_s, offload_layer_from
 from fastmodel.kernels.lm.dp_window import per_chunk_collectives
+from fastmodel.kernels.lm.embedding_fp32 import fp32_embedding_params, fp32_embedding_step, shared_grad_bytes
 from fastmodel.kernels.lm.moe import expert_dp, expert_tp
 from fastmodel.kernels.lm.parallel import data_parallel, fsdp_first_layer_exposed, microbatch_reduce
 from fastmodel.kernels.lm.bf16_layers import add_bf16_layers, bf16_end_work_into
@@ -300,6 +301,9 @@ def _data_parallel_step(row, work, per_stage, head_params, micro_batches, stage_
         experts_held = moe * moe_experts + (mtp_experts if holds_last else 0.0)
     if split_slots(row) > 0.0:      # the embedding and the head hold a layer's slot (last_rank_layers)
         stage_params = max(stage_params - ends, stage_params - copies * (params - experts))
+    # NeMo's FP32 embedding gradients: out of the stage's buffer, reduced on their own (§11.54)
+    removed, fp32 = fp32_embedding_params(row, holds_last and copies <= 1.0 and p > 1.0, embedding_params, tied_copy)
+    stage_params = max(0.0, stage_params - removed)
     backward = per_stage * (work[A_BACKWARD_INPUT] + work[A_BACKWARD_WEIGHT] + work[A_RECOMPUTE])
     forward = per_stage * work[A_FORWARD]
     shard_group = fsdp_shard_group(row)
@@ -309,6 +313,10 @@ def _data_parallel_step(row, work, per_stage, head_params, micro_batches, stage_
     mb_comm, mb_exposed = microbatch_reduce(row, stage_params, shard_group, t * row[C_CP], micro_batches, stage_mb)
     dp_comm += mb_comm
     before += mb_exposed
+    f_comm, f_before, f_gather, f_step = fp32_embedding_step(row, fp32, stage_params, first_forward)
+    dp_comm += f_comm
+    before += f_before
+    after += f_gather
     if experts_held > 0.0:
         edp = expert_dp(row)
         stride = expert_tp(row) * row[C_EP]
@@ -328,7 +336,7 @@ def _data_parallel_step(row, work, per_stage, head_params, micro_batches, stage_
     # tied or MTP, and ``_allreduce_word_embedding_grads``, Megatron-LM core_v0.19.0 lines 146, 164-197)
     shared = mtp_embedding + tied_copy
     if shared > 0.0:
-        tied = allreduce_time(row, shared * row[C_GRAD_REDUCE_BYTES], 2.0, (p - 1.0) * t * row[C_CP] * row[C_DP])
+        tied = allreduce_time(row, shared * shared_grad_bytes(row), 2.0, (p - 1.0) * t * row[C_CP] * row[C_DP])
         dp_comm += tied
         before += tied
     # finalize_model_grads' TP all-reduce of the SP-replicated gradients (norms, MLA down-projections; §11.44), the
@@ -346,7 +354,7 @@ def _data_parallel_step(row, work, per_stage, head_params, micro_batches, stage_
         optimizer, muon_bytes, muon_params = muon_step(row, dense, moe, stored_grad_bytes(row), mtp)
         matrices = muon_params * min(1.0, local_params / max(stage_params, 1.0))
         step_bytes += muon_bytes - matrices * optimizer_bytes_per_param(row)
-    optimizer += memory_bound_time(row, step_bytes)
+    optimizer += memory_bound_time(row, step_bytes) + f_step      # f_step: the FP32 embeddings' (§11.54)
     out[R_COMM_DP] = dp_comm
     out[R_TIME_OPTIMIZER] = optimizer
     return before, after + optimizer
