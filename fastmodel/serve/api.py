@@ -21,7 +21,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from fastmodel.errors import SpecError, nearest
-from fastmodel.registry import status_attrs
+from fastmodel.registry import coordinate_attrs, status_attrs
 from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
 from fastmodel.registry.lm_engine import COLUMN_ALIASES, column_name
 from fastmodel.registry.serve import SERVE_RESULTS, SERVE_STATUS_NAMES
@@ -293,7 +293,8 @@ def sweep(model, device: str | Sequence[str] = "H100", precision: str | Sequence
             (dims, out[i].reshape(shape) > 0.5 if r.dtype == "bool" else out[i].reshape(shape), r.attrs())
             for i, r in enumerate(SERVE_RESULTS)}
     data["status"] = (dims, status.reshape(shape), status_attrs("serve"))
-    return xr.Dataset(data, coords={d: coords[d] for d in dims}, attrs=dataset_attrs(model, load_mode, engine_notes))
+    coords = {d: (d, coords[d], coordinate_attrs(d, {"field": d}, np.asarray(coords[d]).dtype.kind in "iuf")) for d in dims}
+    return xr.Dataset(data, coords=coords, attrs=dataset_attrs(model, load_mode, engine_notes))
 
 
 def dataset_attrs(model, load_mode: str, notes: Sequence[str] = ()) -> dict[str, str]:
@@ -339,9 +340,7 @@ def _check_whole(name: str, values: list) -> None:
 
 
 def _first(value):
-    if isinstance(value, (list, tuple, np.ndarray, range)):
-        return value[0] if len(value) else None
-    return value
+    return (value[0] if len(value) else None) if isinstance(value, (list, tuple, np.ndarray, range)) else value
 
 
 def axis_block(name: str, values: list, own_kv: bool, profile=None, model_name=None) -> tuple[np.ndarray, np.ndarray]:

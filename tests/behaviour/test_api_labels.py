@@ -1,0 +1,94 @@
+"""A researcher's walk through the result datasets (the README's "Python API"): every variable and coordinate
+labelled (``long_name``, ``units`` on numbers), every dataset saying what made it, the same call twice the same
+dataset, a sweep's halves concatenated the whole, files keeping attrs and dtypes. Small grids, any JIT mode."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import xarray as xr
+
+import fastmodel
+from fastmodel.serve.api import sweep as serve_sweep
+
+LM = ("llama3.1-8b", "dgx-h100", "llm-pretrain")
+MADMAX = ("llama2-70b", "dc-a", "llm-pretrain")
+
+
+def _unlabelled(ds: xr.Dataset) -> list[str]:
+    """Variables and coordinates without a long_name, or numbers without units."""
+    out = []
+    for name, var in ds.variables.items():
+        if "long_name" not in var.attrs:
+            out.append(f"{name}: no long_name")
+        if var.dtype.kind in "iufb" and "units" not in var.attrs:
+            out.append(f"{name}: no units")
+    return out
+
+
+@pytest.fixture(scope="module")
+def lm_grid():
+    return fastmodel.sweep(*LM, axes={"num_nodes": [1, 2], "plan": ["dp", "tp2"], "micro_batch": [1, 2]})
+
+
+@pytest.mark.parametrize("make", [
+    lambda: fastmodel.evaluate(*LM, plan="tp2", num_nodes=2),
+    lambda: fastmodel.sweep(*LM, axes={"num_nodes": [1, 2], "plan": ["dp", "tp2"], "micro_batch": [1, 2],
+                                       "precision": ["bf16", "fp8"]}),
+    lambda: fastmodel.evaluate(*MADMAX, plan="tp,ddp/mp", num_nodes=256, semantics="madmax"),
+    lambda: fastmodel.sweep(*MADMAX, semantics="madmax", axes={"num_nodes": [128, 256], "num_layers": [40, 80],
+                                                               "plan": ["tp,ddp/mp", "fsdp,ddp/mp"]}),
+    lambda: serve_sweep("llama3.1-8b", device=["H100", "H200"], tp=[1, 2], batch_size=[1, 8], input_len=128,
+                        output_len=[128]),
+    lambda: fastmodel.sweep("llama3.1-8b", "H100", "serve-chat", axes={"concurrency": [1, 8], "tp": [1, 2]}),
+], ids=["lm-evaluate", "lm-sweep", "madmax-evaluate", "madmax-sweep", "serve-api-sweep", "serve-sweep"])
+def test_every_variable_and_coordinate_is_labelled(make):
+    """A coordinate had only ``field`` (num_nodes, plan, tp) or nothing (memory_kind, the serving API's axes):
+    ``ds.step_time.plot()`` labelled its axis with the bare name and no units. Every coordinate now has a
+    long_name (the name spaced, as fastmodel's figures label it) and, when numeric, units ('1' for a count)."""
+    assert _unlabelled(make()) == []
+
+
+def test_coordinate_units_name_the_quantity(lm_grid):
+    assert lm_grid.num_nodes.attrs["units"] == "1" and lm_grid.num_nodes.attrs["long_name"] == "num nodes"
+    assert lm_grid.micro_batch.attrs["units"] == "sequences"
+    assert lm_grid.micro_batch.attrs["field"] == "micro_batch"         # what the engine said stays
+    assert "units" not in lm_grid.plan.attrs and lm_grid.memory_kind.attrs["long_name"] == "memory kind"
+    madmax = fastmodel.sweep(*MADMAX, semantics="madmax", axes={"seq_len": [2048, 4096],
+                                                                "bytes_per_dense_param": [1, 2],
+                                                                "plan": ["tp,ddp/mp"]})
+    assert madmax.seq_len.attrs["units"] == "tokens" and madmax.bytes_per_dense_param.attrs["units"] == "bytes"
+
+
+def test_the_same_call_twice_is_the_same_dataset(lm_grid):
+    again = fastmodel.sweep(*LM, axes={"num_nodes": [1, 2], "plan": ["dp", "tp2"], "micro_batch": [1, 2]})
+    xr.testing.assert_identical(lm_grid, again)
+
+
+def test_a_sweep_in_two_halves_concatenated_is_the_whole(lm_grid):
+    """Values, coordinates and their attrs are the whole's; the dataset attrs are the first half's (xarray's
+    concat keeps the first's: its ``sweep`` attr names the first half's axes)."""
+    halves = [fastmodel.sweep(*LM, axes={"num_nodes": nodes, "plan": ["dp", "tp2"], "micro_batch": [1, 2]})
+              for nodes in ([1], [2])]
+    joined = xr.concat(halves, dim="num_nodes", data_vars="different", coords="different", compat="equals",
+                       join="exact")
+    xr.testing.assert_equal(lm_grid, joined)
+    for name in lm_grid.variables:
+        assert joined[name].attrs == lm_grid[name].attrs and joined[name].dtype == lm_grid[name].dtype, name
+
+
+def test_a_zarr_file_keeps_attrs_and_dtypes(lm_grid, tmp_path):
+    lm_grid.to_zarr(tmp_path / "g.zarr")
+    xr.testing.assert_identical(xr.open_zarr(tmp_path / "g.zarr").load(), lm_grid)
+
+
+def test_a_netcdf_file_keeps_attrs_and_flags(lm_grid, tmp_path):
+    """netCDF-3 (scipy, the writer fastmodel uses) has no 64-bit integers: int64 coordinates come back int32,
+    strings as object arrays; values, attrs and the bool fits_memory are kept."""
+    lm_grid.to_netcdf(tmp_path / "g.nc", engine="scipy")
+    back = xr.open_dataset(tmp_path / "g.nc").load()
+    xr.testing.assert_equal(back, lm_grid)
+    for name in lm_grid.variables:
+        assert back[name].attrs.keys() == lm_grid[name].attrs.keys(), name
+    assert list(back.status.attrs["flag_values"]) == lm_grid.status.attrs["flag_values"]
+    assert back.fits_memory.dtype == bool and back.status.dtype == np.int8
