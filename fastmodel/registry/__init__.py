@@ -120,6 +120,11 @@ COORDINATES: dict[str, tuple[str, str | None, str]] = {
     "precision": ("precision", None, "Compute and weight precision."),
     "kv_precision": ("kv precision", None, "KV-cache precision."),
     "concurrency": ("concurrency", "requests", "Requests in flight (continuous batching, a closed loop)."),
+    "engine": ("engine", None, "The serving engine's profile (docs/model_serving.md)."),
+    "prefill_tp": ("prefill tp", "1", "Tensor-parallel degree of a prefill instance (disaggregated serving)."),
+    "prefill_workers": ("prefill workers", "1", "Prefill instances (disaggregated serving)."),
+    "decode_tp": ("decode tp", "1", "Tensor-parallel degree of a decode instance (disaggregated serving)."),
+    "decode_workers": ("decode workers", "1", "Decode instances (disaggregated serving)."),
 }
 
 
@@ -140,5 +145,12 @@ def coordinate_attrs(name: str, given: Mapping | None = None, numeric: bool = Fa
     return out
 
 
+def label_coordinates(ds, columns: bool = True):
+    """``ds`` with every coordinate labelled by :func:`coordinate_attrs` (in place; returned)."""
+    for name in ds.coords:
+        ds[name].attrs = coordinate_attrs(str(name), ds[name].attrs, ds[name].dtype.kind in "iuf", columns)
+    return ds
+
+
 __all__ = ["ALIASES", "COORDINATES", "ENGINES", "SHARED", "VARIABLES", "Status", "Variable", "attrs", "better",
-           "canonical", "coordinate_attrs", "dataset_variables", "engine_registry", "status_attrs", "statuses", "variable"]
+           "canonical", "coordinate_attrs", "dataset_variables", "engine_registry", "label_coordinates", "status_attrs", "statuses", "variable"]

@@ -28,6 +28,7 @@ from fastmodel.registry.serve import SERVE_RESULTS, SERVE_STATUS_NAMES
 from fastmodel.registry.validators import column_problem
 from fastmodel.serve import precisions as serve_precisions
 from fastmodel.serve.precisions import FP4_PRECISIONS, FP8_KV_DEFAULT, KV_PRECISIONS, PRECISIONS  # noqa: F401
+from fastmodel.serve.sweep_plan import dataset_attrs  # noqa: F401  (the SLO search's too)
 from fastmodel.spec.columns import check_base, check_table, encode
 
 #: sweep axes other than columns, in the order of the Dataset's dimensions
@@ -238,9 +239,12 @@ def sweep(model, device: str | Sequence[str] = "H100", precision: str | Sequence
     ``SERVE_RESULTS`` variable with its units, and ``status`` (``SERVE_STATUS_NAMES``). Scalars are fixed
     values. ``load_mode``: batch | concurrency (``batch_size`` is the concurrency) | max_throughput. ``engine``:
     the engine profile (:func:`engine_columns`, per device; None: the default engine). Its attrs carry the
-    model's ``notes`` (:func:`model_notes`) and the engine's, joined by "; "."""
+    model's ``notes`` (:func:`model_notes`) and the engine's, joined by "; ", the fastmodel version and ``call``:
+    the arguments as JSON (``sweep(**json.loads(ds.attrs["call"]))`` remakes it)."""
     import xarray as xr
 
+    call = dict(model=model, device=device, precision=precision, kv_precision=kv_precision, load_mode=load_mode,
+                engine=engine, **axes)       # recorded: the same call remakes the Dataset
     _check_grid_size([v for v in (device, precision, kv_precision, *axes.values()) if v is not None])
     profiles, engine_notes = device_profiles(engine, _first(device), _axis_values("device", device), axes)
     profile = profiles[_first(device)][0]
@@ -294,15 +298,7 @@ def sweep(model, device: str | Sequence[str] = "H100", precision: str | Sequence
             for i, r in enumerate(SERVE_RESULTS)}
     data["status"] = (dims, status.reshape(shape), status_attrs("serve"))
     coords = {d: (d, coords[d], coordinate_attrs(d, {"field": d}, np.asarray(coords[d]).dtype.kind in "iuf")) for d in dims}
-    return xr.Dataset(data, coords=coords, attrs=dataset_attrs(model, load_mode, engine_notes))
-
-
-def dataset_attrs(model, load_mode: str, notes: Sequence[str] = ()) -> dict[str, str]:
-    """The attrs of a serving Dataset of ``model`` (:func:`sweep`, the SLO search): its name ("custom" for a
-    mapping of columns), the load mode, the task kind and the model's notes (:func:`model_notes`) and ``notes``,
-    "; "-joined."""
-    return {"model": model if isinstance(model, str) else "custom", "load_mode": load_mode,
-            "fastmodel_task": "serve", "notes": "; ".join([*model_notes(model), *notes])}
+    return xr.Dataset(data, coords=coords, attrs=dataset_attrs(model, load_mode, engine_notes, call=call))
 
 
 def _check_grid_size(values) -> None:

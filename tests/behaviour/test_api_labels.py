@@ -92,3 +92,41 @@ def test_a_netcdf_file_keeps_attrs_and_flags(lm_grid, tmp_path):
         assert back[name].attrs.keys() == lm_grid[name].attrs.keys(), name
     assert list(back.status.attrs["flag_values"]) == lm_grid.status.attrs["flag_values"]
     assert back.fits_memory.dtype == bool and back.status.dtype == np.int8
+
+
+def test_a_serving_sweep_records_what_made_it():
+    """``fastmodel.serve.api.sweep`` recorded the model's name, the load mode and notes: not the fastmodel version,
+    the engine, nor a value given as a scalar (``input_len=128``: in no coordinate), so the figure could not be
+    remade from the file. Its ``call`` attr is the call's arguments as JSON: the same call again gives the same
+    dataset."""
+    import json
+
+    ds = serve_sweep("llama3.1-8b", device=["H100"], tp=[1, 2], batch_size=[1, 8], input_len=np.int64(128),
+                     output_len=128, engine="vllm")
+    assert ds.attrs["fastmodel_version"] == fastmodel.__version__ and ds.attrs["fastmodel_engine"] == "serve"
+    call = json.loads(ds.attrs["call"])
+    assert call["input_len"] == 128 and call["output_len"] == 128 and call["engine"] == "vllm"
+    xr.testing.assert_identical(serve_sweep(**call), ds)
+
+
+def test_a_serving_sweep_of_model_columns_records_them():
+    import json
+
+    from fastmodel.serve.api import model_columns
+
+    columns = model_columns("llama3.1-8b")
+    ds = serve_sweep(columns, device="H100", batch_size=[1, 8], input_len=128, output_len=128)
+    assert ds.attrs["model"] == "custom" and json.loads(ds.attrs["call"])["model"] == columns
+
+
+def test_an_slo_search_dataset_is_labelled_and_records_what_made_it():
+    """The searched sweep (``serve --search -o search.nc``) had unlabelled coordinates (engine, tp, the pools'
+    degrees), two flags without long_name or units, and no record of the input and output lengths it was
+    searched at, the device or the fastmodel version."""
+    from fastmodel.serve.search import slo_search
+
+    ds = slo_search("llama3.1-8b", "H100", input_len=1024, output_len=128, ttft="2s", tpot="50ms", gpus=2,
+                    precisions="bf16", concurrency=[1, 8], modes=("agg", "disagg")).dataset
+    assert _unlabelled(ds) == []
+    assert ds.attrs["fastmodel_version"] == fastmodel.__version__
+    assert (ds.attrs["input_len"], ds.attrs["output_len"], ds.attrs["device"]) == (1024, 128, "H100")
