@@ -266,7 +266,7 @@ def sweep(model, device: str | Sequence[str] = "H100", precision: str | Sequence
             dims.append(name)
             coords[name] = _axis_values(name, value)
         else:
-            fixed[name] = float(encode(name, value))
+            fixed[name] = _number(name, encode(name, value))    # a str, tp=0: one line, as evaluate's
     for name, value in fixed.items():
         base[COLUMN_INDEX[name]] = value
     # per-axis column blocks: for each axis value, the columns it sets

@@ -130,3 +130,16 @@ def test_an_slo_search_dataset_is_labelled_and_records_what_made_it():
     assert _unlabelled(ds) == []
     assert ds.attrs["fastmodel_version"] == fastmodel.__version__
     assert (ds.attrs["input_len"], ds.attrs["output_len"], ds.attrs["device"]) == (1024, 128, "H100")
+
+
+@pytest.mark.parametrize("kwargs, said", [
+    ({"tp": "two"}, "tp: expected a number, got 'two'"),
+    ({"kv_cache_mem_fraction": "0.9 GB"}, "kv_cache_mem_fraction: expected a number, got '0.9 GB'"),
+    ({"tp": 0}, "tp: "),
+])
+def test_a_serving_sweep_names_a_fixed_value_that_is_no_number(kwargs, said):
+    """A value given as a scalar (one fixed value, not an axis) was ``ValueError: could not convert string to
+    float: 'two'``; the same value in a list, or to ``evaluate``, was already this line."""
+    with pytest.raises(fastmodel.FastmodelError) as error:
+        serve_sweep("llama3.1-8b", batch_size=[1], **kwargs)
+    assert str(error.value).startswith(said) and "\n" not in str(error.value)
