@@ -118,6 +118,10 @@ def base_columns(model, cluster, execution, global_batch: int, ep: int = 1, twic
 def _axis_values(name: str, values: Any, model, cluster, max_gpus: int) -> tuple[list, np.ndarray | None]:
     """(coordinate labels, numeric values or None for the plan axis)."""
     if name == MESH_AXIS:
+        if not isinstance(values, str) and not hasattr(values, "__len__"):      # plan=5: a TypeError
+            raise SweepError(f"axis {name!r}: expected 'all', a plan string or a list of them, got {values!r}")
+        if not isinstance(values, str) and len(values) == 0:
+            raise SweepError(f"axis {name!r}: empty list")         # it said "the grid is empty"
         meshes = all_meshes(model, cluster, max_gpus) if values == "all" else [parse_mesh(str(v)) for v in values]
         return [mesh_label(m) for m in meshes], None
     if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):

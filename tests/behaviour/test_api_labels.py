@@ -143,3 +143,17 @@ def test_a_serving_sweep_names_a_fixed_value_that_is_no_number(kwargs, said):
     with pytest.raises(fastmodel.FastmodelError) as error:
         serve_sweep("llama3.1-8b", batch_size=[1], **kwargs)
     assert str(error.value).startswith(said) and "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("plan", [[], ()])
+def test_an_empty_plan_axis_is_named(plan):
+    """Every other empty axis said ``axes.NAME: empty list``; an empty plan list said ``the grid is empty``."""
+    with pytest.raises(fastmodel.SweepError, match=r"^axes\.plan: empty list$"):
+        fastmodel.sweep(*LM, axes={"num_nodes": [1], "plan": plan})
+
+
+def test_a_plan_axis_that_is_no_list_is_named():
+    """``plan=5`` was ``TypeError: 'int' object is not iterable``."""
+    with pytest.raises(fastmodel.SweepError, match=r"^axes\.plan: expected 'all', a plan string or a list of them, "
+                                                    r"got 5$"):
+        fastmodel.sweep(*LM, axes={"num_nodes": [1], "plan": 5})
