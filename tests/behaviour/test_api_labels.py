@@ -157,3 +157,12 @@ def test_a_plan_axis_that_is_no_list_is_named():
     with pytest.raises(fastmodel.SweepError, match=r"^axes\.plan: expected 'all', a plan string or a list of them, "
                                                     r"got 5$"):
         fastmodel.sweep(*LM, axes={"num_nodes": [1], "plan": 5})
+
+
+def test_fits_memory_states_its_margin():
+    """It said "fits (... the real-world model and serving: in usable HBM)" without saying what usable HBM is; the
+    margin of each engine is now in the variable's own description."""
+    said = fastmodel.evaluate(*LM, plan="tp2", num_nodes=2).fits_memory.attrs["description"]
+    for words in ("memory_reserved + overhead <= HBM", "usable_hbm_fraction x HBM", "memory_weight_factor x weights",
+                  "0.95", "no margin"):
+        assert words in said, words
