@@ -177,6 +177,8 @@ class LMSweepPlan(SweepPlan):
             "hbm_bytes": float(self.base[COLUMN_INDEX["hbm_bytes"]]),
             "fastmodel_task": "llm-pretrain", "sweep": json.dumps(self.definition()),
         }
+        if any(a.name == "global_batch" for a in self.axes):     # the coordinate holds it; the task's would mislead
+            del attrs["global_batch"]
         if notes := self.run_notes:   # what the CLI prints once, kept with the result as the serving sweep's
             attrs["notes"] = "; ".join(notes)
         if self.calibration is not None:

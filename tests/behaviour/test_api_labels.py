@@ -166,3 +166,11 @@ def test_fits_memory_states_its_margin():
     for words in ("memory_reserved + overhead <= HBM", "usable_hbm_fraction x HBM", "memory_weight_factor x weights",
                   "0.95", "no margin"):
         assert words in said, words
+
+
+def test_a_swept_global_batch_is_not_also_one_attr():
+    """Under a global_batch axis the attrs said ``global_batch: 2048`` (the task's) beside the coordinate
+    [1024, 2048]; the attr is kept only where it holds for every point."""
+    swept = fastmodel.sweep(*LM, axes={"global_batch": [1024, 2048], "plan": ["tp2"]})
+    assert "global_batch" not in swept.attrs and list(swept.global_batch.values) == [1024, 2048]
+    assert fastmodel.evaluate(*LM, plan="tp2").attrs["global_batch"] == 2048
