@@ -113,8 +113,11 @@ def memory_by_stage(columns: np.ndarray, title: str = "the configuration",
     coords = {"stage": ("stage", np.arange(len(peaks.labels)), {"long_name": "pipeline stage", "units": "1",
                                                                 "description": "pipeline rank, 0 first"}),
               "memory_kind": ("memory_kind", list(peaks.kinds), MEMORY_KIND_ATTRS)}
-    return xr.Dataset(data, coords=coords, attrs={"memory_peak_stage": peaks.peak_stage,
-                                                  "hbm_bytes": peaks.hbm_bytes, "title": title})
+    from fastmodel import __version__
+
+    return xr.Dataset(data, coords=coords, attrs={"memory_peak_stage": peaks.peak_stage, "hbm_bytes": peaks.hbm_bytes,
+                                                  "title": title, "fastmodel_version": __version__,
+                                                  "fastmodel_engine": "lm"})
 
 
 def _per_rank(name: str) -> dict[str, str]:

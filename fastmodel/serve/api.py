@@ -378,8 +378,11 @@ def evaluate_record(record: dict, source: str | None = None, calibration: Any = 
     the record is not answered)."""
     import xarray as xr
 
+    import fastmodel
+
     lowered, state, result, pool = evaluate_any_record(record, source, calibration)
-    attrs = {"id": lowered.id, "status": state, "fastmodel_task": "serve", "notes": "; ".join(lowered.notes)}
+    attrs = {"id": lowered.id, "status": state, "fastmodel_task": "serve", "notes": "; ".join(lowered.notes),
+             "fastmodel_version": fastmodel.__version__, "fastmodel_engine": "serve"}
     if pool is not None:
         from fastmodel.serve.report import disagg_attrs
 

@@ -174,3 +174,25 @@ def test_a_swept_global_batch_is_not_also_one_attr():
     swept = fastmodel.sweep(*LM, axes={"global_batch": [1024, 2048], "plan": ["tp2"]})
     assert "global_batch" not in swept.attrs and list(swept.global_batch.values) == [1024, 2048]
     assert fastmodel.evaluate(*LM, plan="tp2").attrs["global_batch"] == 2048
+
+
+def _first_record(path: str) -> dict:
+    import json
+    from pathlib import Path
+
+    with open(Path(__file__).parents[1] / "data" / path) as lines:
+        return json.loads(lines.readline())
+
+
+@pytest.mark.parametrize("make, engine", [
+    (lambda: fastmodel.evaluate(*MADMAX, plan="tp,ddp/mp", num_nodes=256, semantics="madmax"), "madmax"),
+    (lambda: fastmodel.evaluate_record(_first_record("runs_dev.jsonl")), "lm"),
+    (lambda: fastmodel.evaluate_record(_first_record("serve_dev_load.jsonl")), "serve"),
+    (lambda: fastmodel.memory_by_stage(*LM, plan="tp2.pp2", num_nodes=2), "lm"),
+    (lambda: fastmodel.evaluate(*LM, plan="tp2"), "lm"),
+], ids=["madmax-evaluate", "lm-record", "serve-record", "memory-by-stage", "lm-evaluate"])
+def test_every_result_names_the_version_and_engine_that_made_it(make, engine):
+    """A record's result, a MAD-Max configuration's and the memory stages named no fastmodel version (or no
+    engine) while a sweep's did: a file of one could not say what made it."""
+    ds = make()
+    assert ds.attrs["fastmodel_version"] == fastmodel.__version__ and ds.attrs["fastmodel_engine"] == engine
