@@ -196,3 +196,33 @@ def test_every_result_names_the_version_and_engine_that_made_it(make, engine):
     engine) while a sweep's did: a file of one could not say what made it."""
     ds = make()
     assert ds.attrs["fastmodel_version"] == fastmodel.__version__ and ds.attrs["fastmodel_engine"] == engine
+
+
+@pytest.fixture(scope="module")
+def validation():
+    from pathlib import Path
+
+    return fastmodel.validate(Path(__file__).parents[1] / "data" / "runs_dev.jsonl", heldout=True)
+
+
+@pytest.mark.parametrize("kwargs, said", [
+    ({"split": "heldout"}, "split 'heldout' is none of dev, held-out (did you mean 'held-out'?)"),
+    ({"key": "gpuu"}, "key 'gpuu' is none of "),
+    ({"metric": "step_tim"}, "(did you mean 'step_time'?)"),
+    ({"key": "gpu", "group": "no-such-gpu"}, "group 'no-such-gpu' is none of "),
+])
+def test_a_score_that_is_not_there_names_what_is(validation, kwargs, said):
+    """``val.score(split="heldout")`` was a bare KeyError whose message listed the groups of the key only; it is
+    a FastmodelError (still a KeyError, printed as a plain line) naming the first argument that matches nothing,
+    what there is, and the nearest."""
+    with pytest.raises(fastmodel.FastmodelError) as error:
+        validation.score(**kwargs)
+    assert isinstance(error.value, KeyError) and said in str(error.value), str(error.value)
+    assert not str(error.value).startswith(("'", '"'))
+
+
+def test_a_misspelt_score_keyword_names_the_nearest(validation):
+    from fastmodel.errors import ArgumentError
+
+    with pytest.raises(ArgumentError, match=r"score\(\): unknown argument 'splt' \(did you mean 'split'\?\)"):
+        validation.score(splt="held-out")
