@@ -73,6 +73,8 @@ def heldout_of(runs: Any, heldout: Any) -> set[str] | None:
     (``--heldout SPLIT.json``), a set / list of ids those ids; None or False: no split."""
     from fastmodel.analysis.splits import heldout_ids, split_file_for
 
+    if type(heldout).__module__ == "numpy" and getattr(heldout, "ndim", None) == 0:
+        heldout = heldout.item()            # np.bool_(True) from a notebook: True
     if heldout is None or heldout is False:
         return None
     if isinstance(heldout, (set, frozenset, list, tuple)):

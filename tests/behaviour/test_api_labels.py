@@ -226,3 +226,15 @@ def test_a_misspelt_score_keyword_names_the_nearest(validation):
 
     with pytest.raises(ArgumentError, match=r"score\(\): unknown argument 'splt' \(did you mean 'split'\?\)"):
         validation.score(splt="held-out")
+
+
+def test_numpy_scalars_where_validate_and_calibrate_take_a_bool_or_an_int():
+    """``heldout=np.bool_(True)`` was refused ("expected True ..., got bool") and ``folds=np.int64(0)`` said
+    "--folds: must be 0 or between 2 and the number of runs (720), got 0"; numpy's values are Python's."""
+    from pathlib import Path
+
+    runs = Path(__file__).parents[1] / "data" / "runs_dev.jsonl"
+    assert fastmodel.validate(runs, heldout=np.bool_(True)).score(split="held-out")["n"] > 0
+    three = [_first_record("runs_dev_small.jsonl")]
+    three = [dict(three[0], id=f"r{i}") for i in range(3)]
+    assert "A100-SXM4-80GB" in fastmodel.calibrate(three, folds=np.int64(0), seed=np.int32(0)).devices
