@@ -238,3 +238,14 @@ def test_numpy_scalars_where_validate_and_calibrate_take_a_bool_or_an_int():
     three = [_first_record("runs_dev_small.jsonl")]
     three = [dict(three[0], id=f"r{i}") for i in range(3)]
     assert "A100-SXM4-80GB" in fastmodel.calibrate(three, folds=np.int64(0), seed=np.int32(0)).devices
+
+
+def test_best_of_a_grid_with_no_legal_point_says_why():
+    """A selection whose every point is illegal (tp3 on 8-GPU nodes) said "step_time has no finite value", as if
+    the model had failed; the statuses say why."""
+    from fastmodel.analysis.best import best
+
+    grid = fastmodel.sweep(*LM, axes={"num_nodes": [1, 2], "plan": ["tp3", "tp2"]})
+    with pytest.raises(fastmodel.SweepError, match=r"^step_time has no finite value: no configuration is legal "
+                                                   r"\(status devices_not_divisible: 2\)$"):
+        best(grid.sel(plan=["tp3"]), "step_time")
