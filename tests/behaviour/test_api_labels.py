@@ -249,3 +249,9 @@ def test_best_of_a_grid_with_no_legal_point_says_why():
     with pytest.raises(fastmodel.SweepError, match=r"^step_time has no finite value: no configuration is legal "
                                                    r"\(status devices_not_divisible: 2\)$"):
         best(grid.sel(plan=["tp3"]), "step_time")
+
+
+def test_evaluate_of_a_serving_task_names_the_python_call():
+    """``fastmodel.evaluate(model, "dgx-h100", "serve-chat")`` pointed a Python user at the command line only."""
+    with pytest.raises(fastmodel.SpecError, match=r"fastmodel\.serve\.api\.evaluate.*fastmodel\.sweep"):
+        fastmodel.evaluate("llama3.1-8b", "dgx-h100", "serve-chat")
