@@ -255,3 +255,10 @@ def test_evaluate_of_a_serving_task_names_the_python_call():
     """``fastmodel.evaluate(model, "dgx-h100", "serve-chat")`` pointed a Python user at the command line only."""
     with pytest.raises(fastmodel.SpecError, match=r"fastmodel\.serve\.api\.evaluate.*fastmodel\.sweep"):
         fastmodel.evaluate("llama3.1-8b", "dgx-h100", "serve-chat")
+
+
+def test_a_plan_axis_as_a_numpy_array_is_its_list(lm_grid):
+    """``axes={"plan": df.plan.unique()}`` (a numpy array of str) was "ValueError: The truth value of an array with
+    more than one element is ambiguous" (``values == "all"``); it is the list it holds."""
+    given = fastmodel.sweep(*LM, axes={"num_nodes": [1, 2], "plan": np.array(["dp", "tp2"]), "micro_batch": [1, 2]})
+    xr.testing.assert_identical(given, lm_grid)
