@@ -312,7 +312,16 @@ def sweep_plan(model: Any, system: Any, task: Any = None, axes: dict | None = No
     execution = load_execution(execution)
     if global_batch is None:
         global_batch = _task_global_batch(task)
-    return LMSweepPlan(model, cluster, execution, global_batch, axes, only_fitting, calibration, unit_configs)
+    plan = LMSweepPlan(model, cluster, execution, global_batch, axes, only_fitting, calibration, unit_configs)
+    plan.task_name = task_name(task)
+    return plan
+
+
+def task_name(task: Any) -> str | None:
+    """The name of a pretraining task given as a name, path, dict or spec (a Dataset's ``task`` attr); None."""
+    from fastmodel.lm.task import load_train_task
+
+    return None if task is None else load_train_task(task).name
 
 
 def point_columns(model: Any, system: Any, task: Any = None, plan: str | None = None, execution: Any = None,

@@ -262,3 +262,21 @@ def test_a_plan_axis_as_a_numpy_array_is_its_list(lm_grid):
     more than one element is ambiguous" (``values == "all"``); it is the list it holds."""
     given = fastmodel.sweep(*LM, axes={"num_nodes": [1, 2], "plan": np.array(["dp", "tp2"]), "micro_batch": [1, 2]})
     xr.testing.assert_identical(given, lm_grid)
+
+
+def test_a_training_result_names_its_task(tmp_path):
+    """Every real-world result said ``fastmodel_task: llm-pretrain`` and nothing else of its task, so a figure's
+    default title named llm-pretrain for llm-pretrain-fsdp or a task of one's own; the ``task`` attr is its name."""
+    from fastmodel.plot.data import subject
+
+    own = {"name": "my-pretrain", "kind": "pretrain", "global_batch": 512}
+    one = fastmodel.evaluate("llama3.1-8b", "dgx-h100", own, plan="tp2")
+    assert one.attrs["task"] == "my-pretrain" and subject(one) == "Llama 3.1 8B on dgx-h100, my-pretrain"
+    grid = fastmodel.sweep("llama3.1-8b", "dgx-h100", "llm-pretrain-fsdp", axes={"plan": ["tp2"]})
+    assert grid.attrs["task"] == "llm-pretrain-fsdp"
+    sweep_file = tmp_path / "s.toml"
+    sweep_file.write_text('model = "llama3.1-8b"\nsystem = "dgx-h100"\ntask = "llm-pretrain-fsdp"\n'
+                          '[axes]\nplan = ["tp2"]\n')
+    from fastmodel.sweeps.file import load_sweep_file
+
+    assert load_sweep_file(str(sweep_file)).dataset_attrs()["task"] == "llm-pretrain-fsdp"
