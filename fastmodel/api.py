@@ -132,8 +132,9 @@ def sweep(model: Any, system: Any, task: Any, axes: dict[str, Any], semantics: A
 
 def _axis_lists(axes: Mapping | None) -> dict | None:
     """``axes`` with each name a string and each axis values a sweep reads: a generator (``range`` mapped, a
-    comprehension without brackets) is read as a list; a name that is no string, ``None`` and a set (no order to
-    lay the axis in) are one line each (an int name was an AttributeError, ``plan=None`` a TypeError)."""
+    comprehension without brackets) and a 1-d numpy array of strings (``df.plan.unique()``) are read as lists; a
+    name that is no string, ``None`` and a set (no order to lay the axis in) are one line each (an int name was an
+    AttributeError, ``plan=None`` a TypeError)."""
     if axes is None:
         return None
     out = {}
@@ -143,6 +144,8 @@ def _axis_lists(axes: Mapping | None) -> dict | None:
         if values is None or isinstance(values, (set, frozenset)):
             what = "None" if values is None else "a set, which has no order to lay the axis in"
             raise SweepError(f"axes.{name}: {what}; give a list, a scalar or a range {{'start', 'stop', 'num'}}")
+        if getattr(values, "dtype", None) is not None and values.dtype.kind in "OSU" and values.ndim == 1:
+            values = values.tolist()    # plan=np.array(["dp", "tp2"]): values == "all" was an ambiguous truth value
         out[name] = list(values) if isinstance(values, Iterator) else values
     return out
 

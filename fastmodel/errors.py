@@ -84,6 +84,13 @@ class SweepError(FastmodelError):
     """A sweep definition is invalid or too large to hold in memory."""
 
 
+class NotThereError(FastmodelError, KeyError):
+    """A name looked up in a result that it does not hold (``Validation.score``'s metric, key, group or split):
+    one line naming what there is; a KeyError too, as a dict's lookup is, printed as a plain line."""
+
+    __str__ = Exception.__str__
+
+
 class ArgumentError(FastmodelError, TypeError):
     """A Python API function called with an argument it does not take (a misspelt keyword, one too many
     positional): one line naming the function, the argument and the nearest parameter. A TypeError too, as

@@ -281,7 +281,7 @@ def best(ds: xr.Dataset, by: str, top: int = 10, where: list[str] | None = None,
     flat = values.reshape(-1)
     finite = np.flatnonzero(np.isfinite(flat))
     if finite.size == 0:
-        raise SweepError("no configuration passes the filters" if where else f"{by} has no finite value")
+        raise SweepError("no configuration passes the filters" if where else _no_value(ds, by))
     keys = flat[finite] if ascending else -flat[finite]
     k = min(top, finite.size)
     chosen = finite[np.argpartition(keys, k - 1)[:k]] if k < finite.size else finite
@@ -306,6 +306,16 @@ def best(ds: xr.Dataset, by: str, top: int = 10, where: list[str] | None = None,
     table.attrs["units"] = {name: ds[name].attrs["units"] for name in rows if name in ds.variables
                             and name != "status" and "units" in ds[name].attrs}
     return table
+
+
+def _no_value(ds: xr.Dataset, by: str) -> str:
+    """Why ``by`` has no finite value: no point is legal (the statuses there are, by count), else just that."""
+    names = str(ds["status"].attrs.get("flag_meanings", "")).split() if "status" in ds else []
+    codes, counts = np.unique(ds["status"].values, return_counts=True) if names else ([0], [0])
+    if 0 in codes:
+        return f"{by} has no finite value"
+    said = ", ".join(f"{names[c] if c < len(names) else c}: {n:,}" for c, n in zip(codes.tolist(), counts.tolist()))
+    return f"{by} has no finite value: no configuration is legal (status {said})"
 
 
 def _under_user_margin(ds: xr.Dataset, rows: dict, fits: np.ndarray) -> None:

@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from fastmodel.errors import SpecError
+from fastmodel.errors import NotThereError, SpecError, checked_arguments, nearest
 
 
 @dataclass(frozen=True)
@@ -33,20 +33,32 @@ class Validation:
     calibration: str | None = None
     report: str = ""
 
+    @checked_arguments
     def score(self, group: str = "all", key: str | None = None, split: str | None = None,
               metric: str | None = None) -> dict:
         """The ``scores`` line of ``group`` of ``key`` (None: all records) in ``split`` (default: ``all``, or
         ``dev`` with a held-out split) for ``metric`` (default: the first scored, ``step_time`` for runs; serving:
-        ``ttft_s``, ``tpot_s`` or ``output_tokens_per_s``); a KeyError naming what there is otherwise."""
+        ``ttft_s``, ``tpot_s`` or ``output_tokens_per_s``); otherwise a ``NotThereError`` (a FastmodelError and a
+        KeyError) naming the first of these that matches no line, what there is, and the nearest."""
         by_split = any(row.get("split") for row in self.rows)
         split = split or ("dev" if by_split else "all")
         metric = metric or next((line["metric"] for line in self.scores), "step_time")
         for line in self.scores:
             if (line["metric"], line["key"], line["group"], line["split"]) == (metric, key, group, split):
                 return line
-        groups = sorted({line["group"] for line in self.scores if line["key"] == key and line["metric"] == metric})
-        raise KeyError(f"no score for metric={metric!r}, key={key!r}, group={group!r}, split={split!r} "
-                       f"(groups of that key: {', '.join(groups) or 'none'})")
+        raise NotThereError(f"no score for metric={metric!r}, key={key!r}, group={group!r}, split={split!r}: "
+                            + self._not_there(metric=metric, key=key, group=group, split=split))
+
+    def _not_there(self, **given) -> str:
+        """The first of ``given`` (in order) that no line holding the ones before it has: its values there."""
+        lines = self.scores
+        for name, value in given.items():
+            there = [line for line in lines if line[name] == value]
+            if not there:
+                have = sorted({str(line[name]) for line in lines})
+                return f"{name} {value!r} is none of {', '.join(have) or '(no score)'}{nearest(str(value), have)}"
+            lines = there
+        return "no line of that combination"
 
     def __str__(self) -> str:
         return "\n".join(([self.calibration] if self.calibration else []) + [self.report])
@@ -61,6 +73,8 @@ def heldout_of(runs: Any, heldout: Any) -> set[str] | None:
     (``--heldout SPLIT.json``), a set / list of ids those ids; None or False: no split."""
     from fastmodel.analysis.splits import heldout_ids, split_file_for
 
+    if type(heldout).__module__ == "numpy" and getattr(heldout, "ndim", None) == 0:
+        heldout = heldout.item()            # np.bool_(True) from a notebook: True
     if heldout is None or heldout is False:
         return None
     if isinstance(heldout, (set, frozenset, list, tuple)):

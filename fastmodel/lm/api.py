@@ -112,7 +112,7 @@ def evaluate_record(record: dict, source: str | None = None, calibration: Any = 
     import xarray as xr
 
     from fastmodel.io.aliases import with_aliases
-    from fastmodel.registry import dataset_variables
+    from fastmodel.registry import coordinate_attrs, dataset_variables
 
     results, attrs = record_values(record, source, calibration)
     data = {}
@@ -122,7 +122,11 @@ def evaluate_record(record: dict, source: str | None = None, calibration: Any = 
         else:
             value = bool(results[var.name]) if var.dtype == "bool" else np.float64(results[var.name])
             data[var.name] = ((), value, var.attrs())
-    return with_aliases(xr.Dataset(data, coords={"memory_kind": list(MEMORY_KINDS)}, attrs=attrs))
+    from fastmodel import __version__
+
+    kinds = ("memory_kind", list(MEMORY_KINDS), coordinate_attrs("memory_kind"))
+    made = {"fastmodel_version": __version__, "fastmodel_engine": "lm"}     # as a sweep's Dataset says
+    return with_aliases(xr.Dataset(data, coords={"memory_kind": kinds}, attrs={**attrs, **made}))
 
 
 def report_values(ds: "xr.Dataset") -> dict:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from fastmodel.registry import coordinate_attrs
 from fastmodel.registry.lm import COLUMN_INDEX as C
 from fastmodel.registry.lm import MEMORY_KINDS
 
@@ -92,11 +93,8 @@ def stage_peaks(columns: np.ndarray, title: str = "the configuration",
                       worst_stage(allocated), hbm, title)
 
 
-#: the attrs of :func:`memory_by_stage`'s ``memory_kind`` coordinate, as ``stage`` has its own
-MEMORY_KIND_ATTRS = {"long_name": "memory kind",
-                     "description": "What the bytes of memory hold (fastmodel.registry.lm.MEMORY_KINDS: weights, "
-                                    "gradients, optimizer, activations, kv_cache, buffers, overhead; "
-                                    "docs/model_memory.md)."}
+#: the attrs of :func:`memory_by_stage`'s ``memory_kind`` coordinate (a sweep's), as ``stage`` has its own
+MEMORY_KIND_ATTRS = coordinate_attrs("memory_kind")
 
 
 def memory_by_stage(columns: np.ndarray, title: str = "the configuration",
@@ -115,8 +113,11 @@ def memory_by_stage(columns: np.ndarray, title: str = "the configuration",
     coords = {"stage": ("stage", np.arange(len(peaks.labels)), {"long_name": "pipeline stage", "units": "1",
                                                                 "description": "pipeline rank, 0 first"}),
               "memory_kind": ("memory_kind", list(peaks.kinds), MEMORY_KIND_ATTRS)}
-    return xr.Dataset(data, coords=coords, attrs={"memory_peak_stage": peaks.peak_stage,
-                                                  "hbm_bytes": peaks.hbm_bytes, "title": title})
+    from fastmodel import __version__
+
+    return xr.Dataset(data, coords=coords, attrs={"memory_peak_stage": peaks.peak_stage, "hbm_bytes": peaks.hbm_bytes,
+                                                  "title": title, "fastmodel_version": __version__,
+                                                  "fastmodel_engine": "lm"})
 
 
 def _per_rank(name: str) -> dict[str, str]:

@@ -118,6 +118,10 @@ def base_columns(model, cluster, execution, global_batch: int, ep: int = 1, twic
 def _axis_values(name: str, values: Any, model, cluster, max_gpus: int) -> tuple[list, np.ndarray | None]:
     """(coordinate labels, numeric values or None for the plan axis)."""
     if name == MESH_AXIS:
+        if not isinstance(values, str) and not hasattr(values, "__len__"):      # plan=5: a TypeError
+            raise SweepError(f"axis {name!r}: expected 'all', a plan string or a list of them, got {values!r}")
+        if not isinstance(values, str) and len(values) == 0:
+            raise SweepError(f"axis {name!r}: empty list")         # it said "the grid is empty"
         meshes = all_meshes(model, cluster, max_gpus) if values == "all" else [parse_mesh(str(v)) for v in values]
         return [mesh_label(m) for m in meshes], None
     if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
@@ -308,7 +312,16 @@ def sweep_plan(model: Any, system: Any, task: Any = None, axes: dict | None = No
     execution = load_execution(execution)
     if global_batch is None:
         global_batch = _task_global_batch(task)
-    return LMSweepPlan(model, cluster, execution, global_batch, axes, only_fitting, calibration, unit_configs)
+    plan = LMSweepPlan(model, cluster, execution, global_batch, axes, only_fitting, calibration, unit_configs)
+    plan.task_name = task_name(task)
+    return plan
+
+
+def task_name(task: Any) -> str | None:
+    """The name of a pretraining task given as a name, path, dict or spec (a Dataset's ``task`` attr); None."""
+    from fastmodel.lm.task import load_train_task
+
+    return None if task is None else load_train_task(task).name
 
 
 def point_columns(model: Any, system: Any, task: Any = None, plan: str | None = None, execution: Any = None,

@@ -117,7 +117,7 @@ def sweep_plan_from_file(source: str, data: dict, base: Path, unit_configs: int 
     """The :class:`~fastmodel.lm.sweep_plan.LMSweepPlan` of a parsed sweep file; ``calibration`` (a
     ``Calibration``) overlays its fitted values."""
     from fastmodel.lm.execution import ExecutionSpec
-    from fastmodel.lm.sweep import MESH_AXIS
+    from fastmodel.lm.sweep import MESH_AXIS, task_name
     from fastmodel.lm.sweep_plan import LMSweepPlan
     from fastmodel.registry.lm import COLUMN_INDEX
 
@@ -129,8 +129,10 @@ def sweep_plan_from_file(source: str, data: dict, base: Path, unit_configs: int 
         raise SpecError(source, "axes", "required: a table of axis = values (e.g. plan = \"all\")")
     model, cluster, execution, only_fitting, global_batch = _specs(source, data, base)
     try:
-        return LMSweepPlan(model, cluster, execution, global_batch, _axes(source, axes, model, cluster),
+        plan = LMSweepPlan(model, cluster, execution, global_batch, _axes(source, axes, model, cluster),
                            only_fitting, calibration, unit_configs or data.get("unit_configs"))
+        plan.task_name = task_name(spec_ref(data["task"], base))
+        return plan
     except SweepError as error:
         raise SweepError(f"{source}: {error}") from None
     except SpecError as error:

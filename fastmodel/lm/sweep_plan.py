@@ -43,6 +43,8 @@ class LMSweepPlan(SweepPlan):
     """A grid of real-world training configurations (see the module docstring)."""
 
     engine = "lm"
+    #: the pretraining task's name, set by whoever read the task (the Dataset's ``task`` attr; not in the definition)
+    task_name: str | None = None
     #: bench/bench_lm_sweep.py: about 2.5 M configurations/s in memory (memory included)
     ESTIMATE_CONFIGS_PER_S = 2e6
     #: in memory, 16 M points per kernel call (the kernel builds each point from its index: no table to hold)
@@ -177,6 +179,10 @@ class LMSweepPlan(SweepPlan):
             "hbm_bytes": float(self.base[COLUMN_INDEX["hbm_bytes"]]),
             "fastmodel_task": "llm-pretrain", "sweep": json.dumps(self.definition()),
         }
+        if self.task_name is not None:      # the task's own name (a figure's title), fastmodel_task its kind
+            attrs["task"] = self.task_name
+        if any(a.name == "global_batch" for a in self.axes):     # the coordinate holds it; the task's would mislead
+            del attrs["global_batch"]
         if notes := self.run_notes:   # what the CLI prints once, kept with the result as the serving sweep's
             attrs["notes"] = "; ".join(notes)
         if self.calibration is not None:

@@ -21,7 +21,8 @@ OTHER_KINDS = {
     "finetune": "the real-world model predicts pretraining steps only (fine-tuning with frozen parts is the "
                 "MAD-Max model's: semantics 'madmax-fixed' with a MAD-Max model)",
     "inference": "the real-world model predicts training steps; for LLM inference use 'fastmodel serve'",
-    "serve": "a serving task: use 'fastmodel serve' or a serving sweep file",
+    "serve": "a serving task: use 'fastmodel serve' (in Python fastmodel.serve.api.evaluate), or a serving sweep "
+             "file (fastmodel.sweep with this task)",
 }
 
 

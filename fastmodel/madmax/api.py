@@ -69,7 +69,7 @@ def evaluate_config(config: Config) -> "xr.Dataset":
     results = evaluate_configs([config])
     data = {name: ((), np.bool_(results[name][0] > 0.5) if name == "fits_memory" else np.float64(results[name][0]),
                    attrs(name)) for name in NAMES}            # fits_memory a bool, as in sweeps
-    return with_aliases(xr.Dataset(data, attrs=config_attrs(config)))
+    return with_aliases(xr.Dataset(data, attrs={**config_attrs(config), "fastmodel_engine": "madmax"}))
 
 
 def sweep_plan(model: Any, system: Any, task: Any, axes: dict, *, semantics: Any = "default",

@@ -24,6 +24,7 @@ modules each engine's kernels compile in (``kernels/jit.py``).
 from __future__ import annotations
 
 from types import ModuleType
+from typing import Mapping
 
 from fastmodel.registry import lm, madmax, serve
 from fastmodel.registry.variables import ENGINE_NAMES, SHARED, Status, Variable
@@ -115,5 +116,49 @@ def status_names(status) -> list[str]:
     return str(status.attrs.get("flag_meanings", "")).split() if status is not None else []
 
 
-__all__ = ["ALIASES", "ENGINES", "SHARED", "VARIABLES", "Status", "Variable", "attrs", "better", "canonical",
-           "dataset_variables", "engine_registry", "status_attrs", "status_names", "statuses", "variable"]
+#: coordinates that are no parameter column of the real-world model: long_name, units of a numeric one (None:
+#: labels), description
+COORDINATES: dict[str, tuple[str, str | None, str]] = {
+    "plan": ("plan", None, "The parallelism plan of the point (docs/usage.md, Plans)."),
+    "memory_kind": ("memory kind", None, "What the bytes of memory hold (fastmodel.registry.lm.MEMORY_KINDS: "
+                    "weights, gradients, optimizer, activations, kv_cache, buffers, overhead; docs/model_memory.md)."),
+    "num_nodes": ("num nodes", "1", "Nodes in the job."),
+    "device": ("device", None, "The device (specs/devices)."),
+    "precision": ("precision", None, "Compute and weight precision."),
+    "kv_precision": ("kv precision", None, "KV-cache precision."),
+    "concurrency": ("concurrency", "requests", "Requests in flight (continuous batching, a closed loop)."),
+    "engine": ("engine", None, "The serving engine's profile (docs/model_serving.md)."),
+    "prefill_tp": ("prefill tp", "1", "Tensor-parallel degree of a prefill instance (disaggregated serving)."),
+    "prefill_workers": ("prefill workers", "1", "Prefill instances (disaggregated serving)."),
+    "decode_tp": ("decode tp", "1", "Tensor-parallel degree of a decode instance (disaggregated serving)."),
+    "decode_workers": ("decode workers", "1", "Decode instances (disaggregated serving)."),
+}
+
+
+def coordinate_attrs(name: str, given: Mapping | None = None, numeric: bool = False, columns: bool = True) -> dict:
+    """xarray attrs of a coordinate: ``given`` (the engine's: the field it sets, its units), then a ``long_name``
+    (the name spaced, as fastmodel's figures label an axis), a ``description`` and, when ``numeric``, ``units``
+    ('1' for a count): :data:`COORDINATES`, else (``columns``) the real-world model's parameter column."""
+    out = dict(given or {})
+    long_name, units, text = COORDINATES.get(name, (name.replace("_", " "), None, ""))
+    if name not in COORDINATES and columns and name in lm.COLUMN_INDEX:
+        column = lm.COLUMNS[lm.COLUMN_INDEX[name]]
+        units, text = (None if column.units == "code" else column.units), column.doc
+    out.setdefault("long_name", long_name)
+    if text:
+        out.setdefault("description", text)
+    if numeric and units:
+        out.setdefault("units", units)
+    return out
+
+
+def label_coordinates(ds, columns: bool = True):
+    """``ds`` with every coordinate labelled by :func:`coordinate_attrs` (in place; returned)."""
+    for name in ds.coords:
+        ds[name].attrs = coordinate_attrs(str(name), ds[name].attrs, ds[name].dtype.kind in "iuf", columns)
+    return ds
+
+
+__all__ = ["ALIASES", "COORDINATES", "ENGINES", "SHARED", "VARIABLES", "Status", "Variable", "attrs", "better",
+           "canonical", "coordinate_attrs", "dataset_variables", "engine_registry", "label_coordinates", "status_attrs",
+           "status_names", "statuses", "variable"]

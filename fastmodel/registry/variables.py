@@ -92,8 +92,13 @@ MEMORY_PER_DEVICE = Variable(
     "activations + framework constant).", _ALL, "memory per device")
 FITS_MEMORY = Variable(
     "fits_memory", "1", "max",
-    "True if memory_per_device fits (MAD-Max: in HBM capacity; the real-world model and serving: in usable "
-    "HBM).", _ALL, "fits in memory", dtype="bool")
+    "True if the point fits in memory, with each engine's margin. MAD-Max: memory_per_device (memory_weight_factor "
+    "x weights) <= the device's HBM (hbm_capacity), no margin. The real-world training model: memory_per_device <= "
+    "the HBM less the plan's own unrecoverable allocator cache, i.e. memory_reserved + overhead <= HBM (the "
+    "dataset's memory_margin_rule attr), or <= usable_hbm_fraction x HBM when the device states that fraction "
+    "(its usable_hbm_bytes attr); docs/model_memory.md, What a run keeps free. Serving: weights + KV cache + "
+    "workspace + framework memory <= usable_hbm_fraction x HBM, 0.95 unless the device states it "
+    "(docs/model_serving.md S9).", _ALL, "fits in memory", dtype="bool")
 
 #: the variables above, by name
 SHARED: dict[str, Variable] = {v.name: v for v in (STEP_TIME, TIME_GEMM, WEIGHT_MEMORY, MEMORY_PER_DEVICE,

@@ -21,7 +21,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from fastmodel.errors import SpecError, nearest
-from fastmodel.registry import status_attrs
+from fastmodel.registry import coordinate_attrs, status_attrs
 from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
 from fastmodel.registry.lm_engine import COLUMN_ALIASES, column_name
 from fastmodel.registry.serve import SERVE_RESULTS, SERVE_STATUS_NAMES
@@ -29,6 +29,7 @@ from fastmodel.registry.validators import column_problem
 from fastmodel.serve import precisions as serve_precisions
 from fastmodel.serve.precisions import FP4_PRECISIONS, FP8_KV_DEFAULT, KV_PRECISIONS, PRECISIONS  # noqa: F401
 from fastmodel.serve.spec import given_loads, not_one_load
+from fastmodel.serve.sweep_plan import dataset_attrs  # noqa: F401  (the SLO search's too)
 from fastmodel.spec.columns import check_base, check_table, encode
 
 #: sweep axes other than columns, in the order of the Dataset's dimensions
@@ -237,9 +238,12 @@ def sweep(model, device: str | Sequence[str] = "H100", precision: str | Sequence
     ``SERVE_RESULTS`` variable with its units, and ``status`` (``SERVE_STATUS_NAMES``). Scalars are fixed
     values. ``load_mode``: batch | concurrency (``batch_size`` is the concurrency) | max_throughput. ``engine``:
     the engine profile (:func:`engine_columns`, per device; None: the default engine). Its attrs carry the
-    model's ``notes`` (:func:`model_notes`) and the engine's, joined by "; "."""
+    model's ``notes`` (:func:`model_notes`) and the engine's, joined by "; ", the fastmodel version and ``call``:
+    the arguments as JSON (``sweep(**json.loads(ds.attrs["call"]))`` remakes it)."""
     import xarray as xr
 
+    call = dict(model=model, device=device, precision=precision, kv_precision=kv_precision, load_mode=load_mode,
+                engine=engine, **axes)       # recorded: the same call remakes the Dataset
     _check_grid_size([v for v in (device, precision, kv_precision, *axes.values()) if v is not None])
     profiles, engine_notes = device_profiles(engine, _first(device), _axis_values("device", device), axes)
     profile = profiles[_first(device)][0]
@@ -261,7 +265,7 @@ def sweep(model, device: str | Sequence[str] = "H100", precision: str | Sequence
             dims.append(name)
             coords[name] = _axis_values(name, value)
         else:
-            fixed[name] = float(encode(name, value))
+            fixed[name] = _number(name, encode(name, value))    # a str, tp=0: one line, as evaluate's
     for name, value in fixed.items():
         base[COLUMN_INDEX[name]] = value
     # per-axis column blocks: for each axis value, the columns it sets
@@ -292,15 +296,8 @@ def sweep(model, device: str | Sequence[str] = "H100", precision: str | Sequence
             (dims, out[i].reshape(shape) > 0.5 if r.dtype == "bool" else out[i].reshape(shape), r.attrs())
             for i, r in enumerate(SERVE_RESULTS)}
     data["status"] = (dims, status.reshape(shape), status_attrs("serve"))
-    return xr.Dataset(data, coords={d: coords[d] for d in dims}, attrs=dataset_attrs(model, load_mode, engine_notes))
-
-
-def dataset_attrs(model, load_mode: str, notes: Sequence[str] = ()) -> dict[str, str]:
-    """The attrs of a serving Dataset of ``model`` (:func:`sweep`, the SLO search): its name ("custom" for a
-    mapping of columns), the load mode, the task kind and the model's notes (:func:`model_notes`) and ``notes``,
-    "; "-joined."""
-    return {"model": model if isinstance(model, str) else "custom", "load_mode": load_mode,
-            "fastmodel_task": "serve", "notes": "; ".join([*model_notes(model), *notes])}
+    coords = {d: (d, coords[d], coordinate_attrs(d, {"field": d}, np.asarray(coords[d]).dtype.kind in "iuf")) for d in dims}
+    return xr.Dataset(data, coords=coords, attrs=dataset_attrs(model, load_mode, engine_notes, call=call))
 
 
 def _check_grid_size(values) -> None:
@@ -338,9 +335,7 @@ def _check_whole(name: str, values: list) -> None:
 
 
 def _first(value):
-    if isinstance(value, (list, tuple, np.ndarray, range)):
-        return value[0] if len(value) else None
-    return value
+    return (value[0] if len(value) else None) if isinstance(value, (list, tuple, np.ndarray, range)) else value
 
 
 def axis_block(name: str, values: list, own_kv: bool, profile=None, model_name=None) -> tuple[np.ndarray, np.ndarray]:
@@ -382,8 +377,11 @@ def evaluate_record(record: dict, source: str | None = None, calibration: Any = 
     the record is not answered)."""
     import xarray as xr
 
+    import fastmodel
+
     lowered, state, result, pool = evaluate_any_record(record, source, calibration)
-    attrs = {"id": lowered.id, "status": state, "fastmodel_task": "serve", "notes": "; ".join(lowered.notes)}
+    attrs = {"id": lowered.id, "status": state, "fastmodel_task": "serve", "notes": "; ".join(lowered.notes),
+             "fastmodel_version": fastmodel.__version__, "fastmodel_engine": "serve"}
     if pool is not None:
         from fastmodel.serve.report import disagg_attrs
 

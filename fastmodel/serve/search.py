@@ -210,6 +210,7 @@ def slo_search(model, device: str, *, input_len: int, output_len: int, ttft: flo
     unit as the CLI takes it (``"500ms"``); ``precisions``, ``engine`` and ``modes``: one name or several."""
     import xarray as xr
 
+    from fastmodel.registry import label_coordinates
     from fastmodel.serve.api import dataset_attrs, device_columns, model_columns
 
     ttft, tpot = _duration("ttft", ttft), _duration("tpot", tpot)
@@ -254,19 +255,25 @@ def slo_search(model, device: str, *, input_len: int, output_len: int, ttft: flo
         slo_ok = ok & (variables["ttft"].values <= ttft) & (variables["tpot"].values <= tpot)
         grids.append((coords, values, shape, ok, slo_ok, "agg"))
         data.update(variables)
-        data["within_budget"] = xr.Variable(dims, np.ascontiguousarray(within),
-                                            {"description": f"tp x attention_dp x pp <= {gpus} GPUs"})
-        data["meets_slo"] = xr.Variable(dims, slo_ok, {"description": "status ok, fits memory, within the GPU "
-                                                       "budget, ttft and tpot within the SLOs"})
+        data["within_budget"] = xr.Variable(dims, np.ascontiguousarray(within), {
+            "long_name": "within the GPU budget", "units": "1", "description": f"tp x attention_dp x pp <= {gpus} GPUs"})
+        data["meets_slo"] = xr.Variable(dims, slo_ok, {"long_name": "meets the SLOs", "units": "1", "description":
+                                                       "status ok, fits memory, within the GPU budget, ttft and tpot "
+                                                       "within the SLOs"})
         all_coords.update({d: coords[d] for d in dims})
     if "disagg" in modes:
         grids.append(_disagg(model, device, engines, precisions, gpus, concurrency, input_len, output_len, hbm,
                              ttft, tpot, data))
         all_coords.update(grids[-1][0])
     rows, best, evaluated, feasible = _answer(grids)
-    ds = xr.Dataset(data, coords=all_coords, attrs={**dataset_attrs(model, "concurrency"), "slo_ttft_s": float(ttft),
-                                                    "slo_tpot_s": float(tpot), "slo_gpus": int(gpus),
-                                                    "slo_modes": ",".join(modes)})
+    call = dict(model=model, device=device, input_len=input_len, output_len=output_len, ttft=ttft, tpot=tpot, gpus=gpus,
+                precisions=precisions, engine=engine, hbm_bytes=hbm_bytes, concurrency=concurrency, ep=ep,
+                attention_dp=attention_dp, modes=modes, spec_tokens=spec_tokens, spec_acceptance=spec_acceptance)
+    made = dict(device=str(device), input_len=int(input_len), output_len=int(output_len), call=call)
+    ds = xr.Dataset(data, coords=all_coords, attrs={**dataset_attrs(model, "concurrency", **made),
+                                                    "slo_ttft_s": float(ttft), "slo_tpot_s": float(tpot),
+                                                    "slo_gpus": int(gpus), "slo_modes": ",".join(modes)})
+    label_coordinates(ds)
     return SearchResult(ds, rows, best, evaluated, feasible)
 
 
@@ -274,7 +281,7 @@ def _disagg(model, device, engines, precisions, gpus, concurrency, input_len, ou
     """The disaggregated grid (``search_disagg``) as a grid of ``_answer`` and as ``disagg_*`` variables."""
     import xarray as xr
 
-    from fastmodel.registry import status_attrs
+    from fastmodel.registry import attrs, status_attrs
     from fastmodel.serve.search_disagg import disagg_grid
 
     coords, arrays = disagg_grid(model, device, engines=engines, precisions=precisions, gpus=gpus,
@@ -283,9 +290,12 @@ def _disagg(model, device, engines, precisions, gpus, concurrency, input_len, ou
     ok = (arrays["status"] == 0) & arrays["fits_memory"]
     slo_ok = ok & (arrays["ttft"] <= ttft) & (arrays["tpot"] <= tpot)
     for name in (*ROW_VARIABLES, "fits_memory"):
-        data[f"disagg_{name}"] = xr.Variable(dims, np.ascontiguousarray(arrays[name]))
+        labels = attrs(name)      # the registry's, as the aggregated grid's variable of that name
+        data[f"disagg_{name}"] = xr.Variable(dims, np.ascontiguousarray(arrays[name]),
+                                             {**labels, "long_name": f"{labels['long_name']} (disaggregated)"})
     data["disagg_status"] = xr.Variable(dims, arrays["status"], status_attrs("serve"))
-    data["disagg_meets_slo"] = xr.Variable(dims, slo_ok, {"description": "status ok (pools within the budget), "
+    data["disagg_meets_slo"] = xr.Variable(dims, slo_ok, {"long_name": "meets the SLOs (disaggregated)", "units": "1",
+                                                          "description": "status ok (pools within the budget), "
                                                           "fits memory, ttft and tpot within the SLOs"})
     values = {name: np.ascontiguousarray(arrays[name]).reshape(-1) for name in ROW_VARIABLES}
     return coords, values, ok.shape, ok, slo_ok, "disagg"

@@ -120,6 +120,25 @@ class ServeSweepPlan(SweepPlan):
                 "fastmodel_version": __version__, "notes": "; ".join(self.notes)}
 
 
+def dataset_attrs(model, load_mode: str, notes: Sequence[str] = (), **made) -> dict:
+    """The attrs of a serving Dataset of ``model`` (``fastmodel.serve.api.sweep``, the SLO search): its name
+    ("custom" for a mapping of columns), the load mode, the task kind, what made it (fastmodel version, engine,
+    semantics), the model's notes (``serve.api.model_notes``) and ``notes``, "; "-joined, and ``made``: ``call``
+    (the arguments of the call) as JSON, any other value as it is."""
+    from fastmodel import __version__
+    from fastmodel.serve.api import model_notes
+
+    return {"model": model if isinstance(model, str) else "custom", "load_mode": load_mode,
+            "fastmodel_task": "serve", "fastmodel_engine": "serve", "semantics": "default",
+            "fastmodel_version": __version__, "notes": "; ".join([*model_notes(model), *notes]),
+            **{k: json.dumps(v, default=_plain) if k == "call" else v for k, v in made.items()}}
+
+
+def _plain(value):
+    """A value of a call's arguments as JSON holds it: numpy numbers and arrays as Python's, a range as a list."""
+    return value.tolist() if hasattr(value, "tolist") else list(value) if isinstance(value, range) else str(value)
+
+
 def _column(name: str) -> int:
     from fastmodel.registry.lm import COLUMN_INDEX
 

@@ -148,9 +148,12 @@ class SweepPlan(GridLayout):
     def extra_coords(self) -> dict[str, Any]:
         """Coordinates of dims beyond the grid (the registry's ``COORDS``) and scalar coordinates
         (:meth:`scalar_coords`)."""
+        from fastmodel.registry import coordinate_attrs
+
         used = {d for s in self.stored() for d in s.dims}
-        coords = {d: (d, np.array(v)) for d, v in self.registry.COORDS.items() if d in used}
-        coords.update({name: ((), value) for name, value in self.scalar_coords().items()})
+        coords = {d: (d, np.array(v), coordinate_attrs(d)) for d, v in self.registry.COORDS.items() if d in used}
+        coords.update({name: ((), value, coordinate_attrs(name, numeric=np.asarray(value).dtype.kind in "iuf"))
+                       for name, value in self.scalar_coords().items()})
         return coords
 
     def scalar_coords(self) -> dict[str, Any]:
@@ -160,10 +163,13 @@ class SweepPlan(GridLayout):
     def coords(self) -> dict[str, Any]:
         import xarray as xr
 
+        from fastmodel.registry import coordinate_attrs
+
         coords = {}
-        for axis in self.axes:
+        for axis in self.axes:     # labelled: a long_name, units on numbers (the engine's, else the registry's)
             values = axis.values.astype(str) if axis.values.dtype == object else axis.values
-            coords[axis.name] = xr.Variable(axis.name, values, attrs=dict(axis.attrs))
+            coords[axis.name] = xr.Variable(axis.name, values, attrs=coordinate_attrs(
+                axis.name, axis.attrs, values.dtype.kind in "iuf", columns=self.engine != "madmax"))
         coords.update(self.extra_coords())
         return coords
 

@@ -70,7 +70,7 @@ def test_validate_of_run_records_is_the_command(tmp_path):
     assert f"{100 * held['mape']:6.1f}%" in next(line for line in result.report.splitlines()
                                                  if line.startswith("all [held-out]"))
     assert result.score(key="source", group=result.rows[0]["source"])["n"] >= 1
-    with pytest.raises(KeyError, match="groups of that key"):
+    with pytest.raises(KeyError, match="group 'no-such-gpu' is none of "):
         result.score(key="gpu", group="no-such-gpu")
     # a list of dicts, one refused, held-out ids as a set: the same rows and one miss more
     records = [json.loads(line) for line in data_lines("runs_dev_small.jsonl", 10)]

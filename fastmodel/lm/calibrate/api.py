@@ -50,6 +50,11 @@ def _digest(runs: Any) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def _plain(value: Any) -> Any:
+    """A numpy scalar as the Python value it holds (``np.int64(0)`` -> ``0``); anything else as it is."""
+    return value.item() if type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 0 else value
+
+
 def fit_runs(runs: Any, folds: int | None = None, loss: str = "soft_l1", prior: Any = "auto",
              seed: int = 0) -> Fitted:
     """Fit the calibration of ``runs`` (a JSON-lines path or a list of run-record dicts; serving records are
@@ -66,6 +71,7 @@ def fit_runs(runs: Any, folds: int | None = None, loss: str = "soft_l1", prior: 
     from fastmodel.lm.records import read_records, with_measurements
     from fastmodel.lm.validate import group_scores, rows
 
+    folds, seed, prior = (_plain(value) for value in (folds, seed, prior))    # np.int64(0) from a notebook: 0
     if loss not in LOSSES:
         raise FastmodelError(f"--loss: must be one of {', '.join(LOSSES)}, got {loss!r}")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:

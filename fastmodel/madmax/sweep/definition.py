@@ -219,8 +219,19 @@ class Sweep(SweepPlan, UnitEvaluation):
                    definition.get("axis_specs"))
 
 
+#: units of the numeric spec fields that are no count or fraction (those are '1'; madmax/spec/models.py)
+_FIELD_UNITS = {"model.bytes_per_dense_param": "bytes", "model.bytes_per_emb_param": "bytes", "model.seq_len": "tokens",
+                "model.image_size": "pixels", "model.patch_size": "pixels", "task.global_batch": "samples",
+                "task.local_batch.dense": "samples", "task.local_batch.emb": "samples",
+                "task.local_batch.transformer": "samples", "task.train_samples": "samples",
+                "system.price_usd_per_device_hour": "USD/h", "system.node_tdp_watts": "W"}
+
+
 def _coordinate_attrs(path: str) -> dict:
-    """Attrs of a field axis' coordinate: the spec field it sets and, for a quantity, its units."""
+    """Attrs of a field axis' coordinate: the spec field it sets and, for a number, its units (a quantity's,
+    :data:`_FIELD_UNITS`, else '1': a count or a fraction)."""
     info = FIELDS.get(path)
-    units = _QUANTITY_UNITS.get(info.quantity) if info is not None and info.quantity else None
-    return {"field": path, **({"units": units} if units else {})}
+    if info is None or info.kind not in ("int", "float"):
+        return {"field": path}
+    units = _QUANTITY_UNITS.get(info.quantity) if info.quantity else _FIELD_UNITS.get(path, "1")
+    return {"field": path, "units": units}
