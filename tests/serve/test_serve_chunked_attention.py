@@ -4,9 +4,10 @@ chunk's blocks only)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-from fastmodel.kernels.serve.attention import attention_lines, prefill_attention_flops
+from fastmodel.kernels.serve.attention import attention_lines, prefill_attention_flops, sum_chunk
 from fastmodel.serve.api import columns, evaluate
 
 C = 8192
@@ -85,3 +86,17 @@ def test_kv_held_by_a_request_longer_than_a_chunk():
     for engine in ("vLLM 0.12.0", None):
         whole = evaluate("llama4-maverick", "H200", **{**kw, "engine": engine})
         assert whole["kv_cache_memory"] == 4 * 12288 * 20000, engine
+
+
+def test_sum_chunk_matches_brute_force():
+    """Random lines, chunks of 1-12 tokens, ranges from below 1 (w = c there) across several boundaries."""
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        p0, p1, q0, q1 = rng.normal(size=4)
+        lo, hi = sorted(int(v) for v in rng.integers(-5, 60, size=2))
+        chunk = int(rng.integers(1, 13))
+        brute = 0.0
+        for c in range(lo, hi + 1):
+            w = c if c < 1 else c - chunk * ((c - 1) // chunk)
+            brute += max(p0 + p1 * w, q0 + q1 * w)
+        assert sum_chunk(p0, p1, q0, q1, float(lo), float(hi), float(chunk)) == pytest.approx(brute, abs=1e-9)
