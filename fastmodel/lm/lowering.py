@@ -123,6 +123,8 @@ def model_values(model) -> dict[str, float]:
     # the layers a window applies to (default all), also without a window: a sliding_window axis then applies
     layers = model.sliding_window_layers
     values["sliding_window_layers"] = float(layers if layers is not None else model.layers)
+    values["attention_chunk"] = float(model.attention_chunk)               # chunked local attention (§11.55)
+    values["attention_chunk_layers"] = float(model.attention_chunk_layers)
     values["mtp_layers"] = float(model.mtp_layers)
     # Llama-style gated models use RMSNorm, GPT-style LayerNorm, unless the model says which
     norm = model.normalization

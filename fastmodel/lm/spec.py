@@ -67,6 +67,8 @@ class LMSpec(_Spec):
     sliding_window: int = bounds("sliding_window", 0)
     sliding_window_layers: int | None = bounds("sliding_window_layers", None,
                                                description="Layers using the window; default: all; 0: none.")
+    attention_chunk: int = bounds("attention_chunk", 0)
+    attention_chunk_layers: int = bounds("attention_chunk_layers", 0)
     mtp_layers: int = bounds("mtp_layers", 0)
     normalization: str | None = Field(None, max_length=64, description="e.g. \"rmsnorm\", \"layernorm\"; a name "
                                       "containing 'rms' is RMSNorm, any other LayerNorm; default: RMSNorm for "
@@ -91,6 +93,12 @@ class LMSpec(_Spec):
         if self.sliding_window_layers is not None and self.sliding_window_layers > self.layers:
             raise FieldValueError(("sliding_window_layers",),
                                   f"{self.sliding_window_layers} exceeds the {self.layers} layers")
+        if self.attention_chunk_layers > self.layers:
+            raise FieldValueError(("attention_chunk_layers",),
+                                  f"{self.attention_chunk_layers} exceeds the {self.layers} layers")
+        if self.attention_chunk and self.attention_chunk_layers and self.sliding_window:
+            raise FieldValueError(("attention_chunk",), "a model has chunked or sliding-window layers, not both "
+                                  "(they share one layer kind, docs/model.md §11.55)")
         if (self.moe_experts > 0) != (self.moe_topk > 0):
             raise ValueError("moe_experts and moe_topk must both be 0 (dense) or both > 0")
         if self.moe_experts and not self.moe_ffn:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fastmodel.registry.lm_chunk import CHUNK_ENGINE_ROWS, CHUNK_MODEL_ROWS
 from fastmodel.registry.lm_cudagraph import CUDA_GRAPH_PLAN_ROWS, CUDA_GRAPH_SCOPES
 from fastmodel.registry.lm_engine import ENGINE_KERNEL_ROWS
 from fastmodel.registry.lm_eval import EVAL_PLAN_ROWS, EVAL_RESULT_ROWS
@@ -134,6 +135,7 @@ MODEL_COLUMNS = _cols(
     ("v_head_dim", "1", 0, "MLA per-head value width.", 0, 4096),
     ("sliding_window", "tokens", 0, "Sliding-window attention span (0 = none).", 0, 1 << 24),
     ("sliding_window_layers", "1", 0, "Layers using the sliding window.", 0, 4096),
+    *CHUNK_MODEL_ROWS,
     ("mtp_layers", "1", 0, "Multi-token-prediction layers (DeepSeek-V3).", 0, 64),
     ("dropout", "1", 0, "1: hidden and attention dropout on (GPT-3/Megatron 2022: 1-byte masks stored for backward); "
      "0: no dropout (Llama-style pretraining).", 0, 1),
@@ -358,7 +360,7 @@ SERVE_COLUMNS = _cols(
      "batch / attention_dp requests and their KV cache; the experts span tp x attention_dp GPUs.", 1, 1 << 16),
     ("moe_tp", "1", 0, "Tensor parallelism of each expert (0: tp x attention_dp / ep, the experts split like "
      "attention over what EP leaves).", 0, 1 << 16),
-    *ENGINE_KERNEL_ROWS,
+    *ENGINE_KERNEL_ROWS, *CHUNK_ENGINE_ROWS,
     ("kv_on_demand", "1", 0, "0: a request is admitted only if its KV cache at full length fits (TRT-LLM "
      "GUARANTEED_NO_EVICT); 1: KV blocks are allocated as tokens arrive (vLLM, SGLang): a request holds "
      "input_len + output_len / 2 tokens on average.", 0, 1),

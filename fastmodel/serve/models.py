@@ -12,8 +12,8 @@ Every other name is read as a real-world (``family = "lm"``) model spec through 
 (``fastmodel.engines.LM``, ``specs/models/*.toml``: DeepSeek-V2/V3, Kimi K2, Qwen3 MoE, gpt-oss, Llama 4
 Maverick, ...), the model description both engines share: :func:`serving_model` is the one mapping serve -m,
 the Python API and serving sweep files use. The serving kernels read its MoE columns (experts, top-k, expert
-width, shared experts, dense layers, MoE layer frequency), MLA (latent KV cache, absorbed decode attention) and
-sliding windows. The model columns they do not price have no serving cost, or are approximated; each is a note
+width, shared experts, dense layers, MoE layer frequency), MLA (latent KV cache, absorbed decode attention),
+sliding windows and chunked local attention. The model columns they do not price have no serving cost, or are approximated; each is a note
 when set (``UNSERVED``, docs/model_serving.md S40). A model that is not a family-"lm" decoder is refused in one line.
 """
 
@@ -116,6 +116,8 @@ def model_summary(values: dict[str, float]) -> str:
         text += f"{values['heads']:g} heads / {values['kv_heads']:g} KV heads"
     if values.get("sliding_window", 0) > 0:
         text += f", window {values['sliding_window']:g} on {values['sliding_window_layers']:g} layers"
+    if values.get("attention_chunk", 0) > 0 and values.get("attention_chunk_layers", 0) > 0:
+        text += f", chunk {values['attention_chunk']:g} on {values['attention_chunk_layers']:g} layers"
     if values.get("moe_experts", 0) > 0:
         text += (f"; MoE {values['moe_experts']:g} experts top-{values['moe_topk']:g} x {values['moe_ffn']:g}"
                  + (f" + {values['moe_shared_experts']:g} shared" if values.get("moe_shared_experts", 0) else "")

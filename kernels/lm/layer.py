@@ -15,15 +15,15 @@ from fastmodel.kernels.roofline import (
 )
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.layout import (
-    C_CAUSAL, C_COLLECTIVE_OVERHEAD_S, C_CP, C_EP, C_FFN, C_FLASH_ATTENTION, C_HEADS, C_HIDDEN, C_PP,
+    C_ATTENTION_CHUNK, C_CAUSAL, C_COLLECTIVE_OVERHEAD_S, C_CP, C_EP, C_FFN, C_FLASH_ATTENTION, C_HEADS, C_HIDDEN, C_PP,
     C_KV_HEADS, C_LAYERS, C_LOSS_TRAFFIC_BYTES_PER_LOGIT, C_MICRO_BATCH, C_MLA, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS,
     C_MOE_SHARED_EXPERT_OVERLAP, C_MOE_TOPK, C_MTP_LAYERS, C_RECOMPUTE, C_RECOMPUTE_FRACTION, C_ROTARY_FRACTION, C_SEQUENCE_PARALLEL, C_SEQ_LEN,
     C_SLIDING_WINDOW, C_SP_WGRAD_REGATHER, C_STACK_COMPUTE_EFF, C_TIED_EMBEDDINGS, C_TP, C_TP_COMM_OVERLAP, C_VOCAB, RECOMPUTE_FULL, RECOMPUTE_PARTIAL_LAYERS,
     RECOMPUTE_SELECTIVE, C_GATED_MLP, C_KV_LORA_RANK, C_Q_LORA_RANK, C_QK_NOPE_HEAD_DIM, C_TP_PER_PROJECTION, C_V_HEAD_DIM,
 )
 from fastmodel.kernels.lm.shape import (  # noqa: F401 - the shape terms, re-exported for the layer's callers
-    ACT_BYTES, attention_dims, attention_params, attention_params_per_device, elementwise_bytes, elementwise_unit_bytes,
-    expert_tp, expert_weight_params, layer_gemm_parts, layer_gemm_time, layer_mix, mlp_matrices, moe_layers,
+    ACT_BYTES, attention_dims, attention_params, attention_params_per_device, chunk_pairs, elementwise_bytes,
+    elementwise_unit_bytes, expert_tp, expert_weight_params, layer_gemm_parts, layer_gemm_time, layer_mix, mlp_matrices, moe_layers,
     embedding_dense_grad_s, wgrad_source_s,
 )
 from fastmodel.kernels.nccl import allgather_time, allreduce_time
@@ -85,12 +85,18 @@ def attention_context(row, sliding):
     A causal window of w keys (query i sees keys i-w+1..i) covers the band of the s x s score matrix: a
     w x w triangle plus (s - w) rows of w, w s - w^2/2 in the continuous limit, i.e. w - w^2 / (2 s) keys
     per query, which is s/2 (full causal attention) at w = s; a window w >= s is full attention. Without a
-    causal mask a window covers min(s, w) keys.
+    causal mask a window covers min(s, w) keys. A chunked layer (``attention_chunk`` C < s, §11.55) covers
+    :func:`chunk_pairs` / s keys per query in the same continuous convention (C / 2 at s = q C), twice that without
+    a causal mask.
     """
     s = row[C_SEQ_LEN]
     if row[C_FLASH_ATTENTION] <= 0.0:
         return s                                  # unfused attention computes the full s x s scores
     causal = row[C_CAUSAL] > 0.0
+    chunk = row[C_ATTENTION_CHUNK]
+    if sliding and 0.0 < chunk < s:
+        keys = chunk_pairs(s, chunk, 0.0) / s
+        return keys if causal else 2.0 * keys
     w = row[C_SLIDING_WINDOW]
     if sliding and 0.0 < w < s:
         return w - w * w / (2.0 * s) if causal else w

@@ -26,7 +26,7 @@ from fastmodel.kernels.columns import (
     C_DENSE_LAYERS, C_EP, C_ETP, C_EXPERT_FFN_ALIGN, C_EXPERT_HIDDEN_ALIGN, C_FFN, C_FUSED_KERNELS, C_GATED_MLP,
     C_EMBEDDING_DENSE_GRAD, C_GRAD_REDUCE_BYTES, C_HEAD_DIM, C_HEADS, C_HIDDEN, C_KV_HEADS, C_KV_LORA_RANK,
     C_LAYERS, C_MASTER_WEIGHTS, C_MLA, C_MOE_EXPERTS, C_MOE_LAYER_FREQ, C_MOE_FFN, C_MOE_SHARED_EXPERTS, C_QK_NOPE_HEAD_DIM, C_QK_ROPE_HEAD_DIM,
-    C_Q_LORA_RANK, C_SLIDING_WINDOW, C_SLIDING_WINDOW_LAYERS, C_STACK_COMPUTE_EFF, C_TP, C_V_HEAD_DIM, C_VOCAB,
+    C_ATTENTION_CHUNK, C_ATTENTION_CHUNK_LAYERS, C_Q_LORA_RANK, C_SLIDING_WINDOW, C_SLIDING_WINDOW_LAYERS, C_STACK_COMPUTE_EFF, C_TP, C_V_HEAD_DIM, C_VOCAB,
     C_WGRAD_FUSED_ACCUMULATION,
 )
 import math
@@ -247,12 +247,26 @@ def mtp_stage_layers(row, dense, moe, mtp):
     return dense + mtp, moe
 
 
+@njit(inline="always")
+def chunk_pairs(s, chunk, diagonal):
+    """Query-key pairs of one causal sequence of ``s`` tokens under chunked local attention of ``chunk`` tokens
+    (key j seen by query i when floor(j / C) = floor(i / C) and j <= i; docs/model.md §11.55): q full chunks and
+    a rest r = s - q C, q C (C + d) / 2 + r (r + d) / 2 with d = ``diagonal``: 1 counts the diagonal (serving's
+    exact l (l + 1) / 2), 0 is the continuous limit training's s^2 / 2 full causal pairs use."""
+    q = math.floor(s / chunk)
+    r = s - q * chunk
+    return q * chunk * (chunk + diagonal) / 2.0 + r * (r + diagonal) / 2.0
+
+
 @njit
 def layer_mix(row):
-    """Counts of the four layer kinds: (dense full, dense sliding, MoE full, MoE sliding)."""
+    """Counts of the four layer kinds: (dense full, dense sliding, MoE full, MoE sliding); the sliding kinds hold
+    the chunked-attention layers of a model with ``attention_chunk`` (§11.55)."""
     layers = row[C_LAYERS]
     n_moe = moe_layers(row)
     sliding = min(row[C_SLIDING_WINDOW_LAYERS], layers) / layers if row[C_SLIDING_WINDOW] > 0.0 else 0.0
+    if row[C_ATTENTION_CHUNK] > 0.0:       # chunked layers take the sliding kind's slot (a model has one, §11.55)
+        sliding = min(row[C_ATTENTION_CHUNK_LAYERS], layers) / layers
     n_dense = layers - n_moe
     return n_dense * (1.0 - sliding), n_dense * sliding, n_moe * (1.0 - sliding), n_moe * sliding
 

@@ -7,9 +7,10 @@ import math
 
 from fastmodel.kernels.roofline import attention_fwd_time, attention_grid_share
 from fastmodel.kernels.jit import njit
-from fastmodel.kernels.lm.shape import attention_dims, layer_mix
+from fastmodel.kernels.lm.shape import attention_dims, chunk_pairs, layer_mix
 from fastmodel.kernels.lm.layout import (
-    C_ATTN_EFF, C_HBM_BW, C_HBM_EFF, C_HEADS, C_HEAD_DIM, C_KERNEL_OVERHEAD_S, C_KV_BYTES, C_KV_HEADS, C_KV_LORA_RANK, C_LAYERS, C_MLA,
+    C_ATTENTION_CHUNK, C_ATTN_EFF, C_CHUNK_KV_LOCAL,
+    C_HBM_BW, C_HBM_EFF, C_HEADS, C_HEAD_DIM, C_KERNEL_OVERHEAD_S, C_KV_BYTES, C_KV_HEADS, C_KV_LORA_RANK, C_LAYERS, C_MLA,
     C_PEAK_FLOPS_16, C_PP, C_QK_ROPE_HEAD_DIM, C_SLIDING_WINDOW, C_TP,
 )
 from fastmodel.kernels.serve.costs import ACT_BYTES
@@ -44,6 +45,21 @@ def kv_bytes_per_token(row):
     (= 2 x layers x kv_heads x head_dim x bytes at tp = pp = 1)."""
     _, kv_token, _ = decode_attention_dims(row)
     return row[C_LAYERS] / row[C_PP] * kv_token
+
+
+@njit
+def kv_held_tokens(row, held):
+    """Tokens of context whose KV a request holding ``held`` tokens keeps, in full-attention layers' tokens:
+    ``held`` without chunked layers or where the engine keeps their whole context (``chunk_kv_local`` 0); else a
+    chunked layer keeps at most its current chunk's C tokens (vLLM 0.18.0 ``ChunkedLocalAttentionManager.
+    get_num_skipped_tokens`` frees the blocks before the chunk; docs/model_serving.md S60), so with a share f of
+    chunked layers held (1 - f) + f min(held, C)."""
+    chunk = row[C_ATTENTION_CHUNK]
+    if chunk <= 0.0 or held <= chunk or row[C_CHUNK_KV_LOCAL] <= 0.0:
+        return held
+    _, dense_chunk, _, moe_chunk = layer_mix(row)
+    share = (dense_chunk + moe_chunk) / row[C_LAYERS]
+    return held * (1.0 - share) + chunk * share
 
 
 @njit
@@ -101,6 +117,26 @@ def sum_window(p0, p1, q0, q1, lo, hi, window):
 
 
 @njit
+def sum_chunk(p0, p1, q0, q1, lo, hi, chunk):
+    """Exact sum over c = lo..hi of max(p0 + p1 w, q0 + q1 w) with w = c - C floor((c - 1) / C), the keys of the
+    query at context c on a chunked layer (its own chunk's, itself included; chunk <= 0: none): the first and last
+    chunks' partial runs plus the whole chunks between them, each an arithmetic sum (docs/model_serving.md S60)."""
+    if chunk <= 0.0 or hi <= chunk:
+        return sum_max_lines(p0, p1, q0, q1, lo, hi)
+    total = 0.0
+    if lo < 1.0:                                   # contexts below 1 sit in no chunk: w = c
+        total = sum_max_lines(p0, p1, q0, q1, lo, min(hi, 0.0))
+        lo = 1.0
+    first = math.floor((lo - 1.0) / chunk)
+    last = math.floor((hi - 1.0) / chunk)
+    if first == last:
+        return total + sum_max_lines(p0, p1, q0, q1, lo - first * chunk, hi - first * chunk)
+    total += sum_max_lines(p0, p1, q0, q1, lo - first * chunk, chunk)
+    total += (last - first - 1.0) * sum_max_lines(p0, p1, q0, q1, 1.0, chunk)
+    return total + sum_max_lines(p0, p1, q0, q1, 1.0, hi - last * chunk)
+
+
+@njit
 def decode_attention_sum(row, n, lo, hi):
     """Attention seconds of every layer summed over decode steps at contexts c = lo..hi, ``n`` requests."""
     p1, q0, q1 = attention_lines(row, n)
@@ -108,7 +144,9 @@ def decode_attention_sum(row, n, lo, hi):
     full = dense_full + moe_full
     slide = dense_slide + moe_slide
     total = full * sum_max_lines(0.0, p1, q0, q1, lo, hi)
-    if slide > 0.0:
+    if slide > 0.0 and row[C_ATTENTION_CHUNK] > 0.0:
+        total += slide * sum_chunk(0.0, p1, q0, q1, lo, hi, row[C_ATTENTION_CHUNK])
+    elif slide > 0.0:
         total += slide * sum_window(0.0, p1, q0, q1, lo, hi, row[C_SLIDING_WINDOW])
     return total
 
@@ -125,7 +163,8 @@ def attention_launches(row):
 @njit
 def prefill_attention_flops(row, prompts, length):
     """Executed attention FLOPs per layer of ``prompts`` causal prompts of ``length`` tokens (flash kernels
-    skip the masked half: length (length + 1) / 2 query-key pairs), for a full and a sliding layer."""
+    skip the masked half: length (length + 1) / 2 query-key pairs), for a full and a sliding (or chunked, §S60:
+    ``chunk_pairs`` with the diagonal) layer."""
     dqk, dv = attention_dims(row)
     per_pair = 2.0 * (row[C_HEADS] / row[C_TP]) * (dqk + dv)
     full = length * (length + 1.0) / 2.0
@@ -133,6 +172,9 @@ def prefill_attention_flops(row, prompts, length):
     slide = full
     if window > 0.0 and length > window:
         slide = window * (window + 1.0) / 2.0 + (length - window) * window
+    chunk = row[C_ATTENTION_CHUNK]
+    if chunk > 0.0 and length > chunk:
+        slide = chunk_pairs(length, chunk, 1.0)
     return prompts * per_pair * full, prompts * per_pair * slide
 
 
@@ -146,6 +188,7 @@ def prefill_attention_time(row, prompts, length):
     # a window's run equal tiles (docs/model.md §11.51)
     groups = prompts * row[C_HEADS] / row[C_TP]
     windowed = row[C_SLIDING_WINDOW] > 0.0 and length > row[C_SLIDING_WINDOW]
+    windowed = windowed or 0.0 < row[C_ATTENTION_CHUNK] < length     # chunked layers: as a window's (§S60)
     return ((dense_full + moe_full) * attention_fwd_time(row, full, attention_grid_share(row, groups, length,
                                                                                           row[C_ATTN_TILE_Q], True))
             + (dense_slide + moe_slide) * attention_fwd_time(row, slide, attention_grid_share(

@@ -62,7 +62,9 @@ from fastmodel.kernels.serve.layout import (
     S_OUTPUT_TOKENS_PER_S, S_OUTPUT_TOKENS_PER_S_PER_GPU, S_OUTPUT_TOKENS_PER_S_PER_USER, S_PREFILL_ATTENTION,
     S_PREFILL_COMM, S_PREFILL_GEMM, S_PREFILL_MEMORY_BOUND, S_TPOT, S_TTFT, S_WEIGHT_MEMORY,
 )
-from fastmodel.kernels.serve.attention import attention_launches, kv_bytes_per_token, decode_attention_sum, prefill_attention_time
+from fastmodel.kernels.serve.attention import (
+    attention_launches, kv_bytes_per_token, kv_held_tokens, decode_attention_sum, prefill_attention_time,
+)
 from fastmodel.kernels.serve.costs import head_costs, body_costs, K_GEMM, K_ATTN, K_MEM, K_COMM, LAUNCH
 from fastmodel.kernels.serve.memory import weight_memory, activation_memory, kv_capacity
 from fastmodel.kernels.serve.host import eager_host_s
@@ -163,7 +165,7 @@ def serve_row(row, out, scratch, memo):
     if mode == LOAD_MAX_THROUGHPUT:
         workspace = activation_memory(row, row[C_MAX_BATCH_SIZE])
         capacity = kv_capacity(row, weights, workspace)
-        batch = min(math.floor(capacity / (kv_token * (row[C_INPUT_LEN] + row[C_OUTPUT_LEN]))),
+        batch = min(math.floor(capacity / (kv_token * kv_held_tokens(row, row[C_INPUT_LEN] + row[C_OUTPUT_LEN]))),
                     row[C_MAX_BATCH_SIZE])
         if batch < 1.0:
             return ST_NO_KV_ROOM
@@ -219,7 +221,7 @@ def _fixed(row, batch, kv_token, weights, out, scratch):
         tpot = step
         e2e = ttft + steps * step
         throughput = batch / step
-    kv_memory = kv_token * (inp + outp) * batch
+    kv_memory = kv_token * kv_held_tokens(row, inp + outp) * batch
     memory = weights + kv_memory + workspace + row[C_FRAMEWORK_MEMORY_BYTES]
     if row[C_LOAD_MODE] == LOAD_MAX_THROUGHPUT:
         fits = 1.0 if kv_memory <= capacity else 0.0
@@ -285,6 +287,7 @@ def _concurrency(row, requests, out, scratch, memo):
     workspace = activation_memory(row, min(requests, row[C_MAX_BATCH_SIZE]))
     capacity = kv_capacity(row, weights, workspace)
     held = inp + (0.5 * outp if row[C_KV_ON_DEMAND] > 0.0 else outp)   # tokens a running request holds
+    held = kv_held_tokens(row, held)                                  # of them, in chunked layers (S60)
     room = math.floor(capacity / (kv_token * held)) * adp
     if room < 1.0:
         return ST_NO_KV_ROOM
