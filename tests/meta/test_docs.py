@@ -172,3 +172,13 @@ def test_every_test_file_a_doc_names_exists(doc):
     named = set(re.findall(r"(?<![\w/])tests/[\w/]+\.py", path.read_text())) - OTHER_REPOSITORIES_TESTS
     missing = sorted(name for name in named if not (ROOT / name).exists())
     assert not missing, f"{doc} names test files that do not exist: {missing}"
+
+
+def test_the_index_of_section_11_lists_every_subsection_once():
+    """docs/model.md's "Index of §11" table names each `### 11.x` heading once, in order, and nothing else."""
+    text = MODEL_DOC.read_text()
+    headings = re.findall(r"^### (11\.\d+) ", text, flags=re.MULTILINE)
+    start = text.index("### Index of §11")
+    table = text[start:text.index("### 11.1 ", start)]
+    listed = re.findall(r"^\| §(11\.\d+) \|", table, flags=re.MULTILINE)
+    assert listed == headings, f"the index lists {listed}; the headings are {headings}"
