@@ -24,3 +24,19 @@ def test_a_model_axis_that_needs_head_dim_names_head_dim(tmp_path):
     path = _sweep_file(tmp_path, 'plan = ["tp8"]\nhidden = [4096, 4128]\nheads = [32, 64]')
     one_line_error(cli("sweep", path, "-o", tmp_path / "o.nc"),
                    "hidden = 4128, heads = 64 do not make a valid Llama 3.1 8B: head_dim: required when hidden")
+
+
+def test_a_node_axis_of_whole_numbers_written_as_floats_or_a_log_range_is_read(tmp_path):
+    """Was ``axes.num_nodes: every value must be a positive integer (got 1.0)`` for ``num_nodes = {start = 1,
+    stop = 64, num = 7, scale = "log"}`` (a range's values are floats) and for ``[2.0]`` or ``[1e3]``, which
+    ``micro_batch`` and the Python API's ``num_nodes`` take; 2.5 is still refused."""
+    from fastmodel.sweeps.file import load_sweep_file
+
+    for axis, nodes in (('{start = 1, stop = 64, num = 7, scale = "log"}', [1, 2, 4, 8, 16, 32, 64]),
+                        ("[2.0, 1e3]", [2, 1000]), ("[4]", [4])):
+        plan = load_sweep_file(str(_sweep_file(tmp_path, f'plan = ["tp8"]\nnum_nodes = {axis}')))
+        values = next(a.values for a in plan.axes if a.name == "num_nodes")
+        assert values.tolist() == nodes and all(isinstance(v, int) for v in values.tolist()), values
+    for axis, shown in (("[1, 2.5]", "2.5"), ('["2"]', "'2'"), ("[0]", "0"), ("[true]", "True")):
+        one_line_error(cli("sweep", _sweep_file(tmp_path, f"num_nodes = {axis}"), "-o", tmp_path / "o.nc"),
+                       f"axes.num_nodes: every value must be a whole number of nodes >= 1 (got {shown})")
