@@ -40,3 +40,18 @@ def test_a_node_axis_of_whole_numbers_written_as_floats_or_a_log_range_is_read(t
     for axis, shown in (("[1, 2.5]", "2.5"), ('["2"]', "'2'"), ("[0]", "0"), ("[true]", "True")):
         one_line_error(cli("sweep", _sweep_file(tmp_path, f"num_nodes = {axis}"), "-o", tmp_path / "o.nc"),
                        f"axes.num_nodes: every value must be a whole number of nodes >= 1 (got {shown})")
+
+
+def test_a_time_breakdown_keeps_the_one_dimension_with_several_values(tmp_path):
+    """A sweep over one cluster size (num_nodes of one value) and plans: ``plot breakdown r.nc --sel
+    global_batch=2048`` was refused with 'fix the others with --sel: num_nodes, plan' (num_nodes has one value to
+    fix), where ``--memory`` and ``plot memory`` drop dimensions of size one. The refusal now names only the
+    dimensions with several values."""
+    from tests.plot_data import synthetic_sweep
+
+    path = tmp_path / "r.nc"
+    synthetic_sweep().isel(num_nodes=[2]).to_netcdf(path, engine="scipy")
+    result = cli("plot", "breakdown", path, "--sel", "global_batch=2048", "-o", tmp_path / "b.png")
+    assert result.exit_code == 0 and (tmp_path / "b.png").exists(), result.output
+    one_line_error(cli("plot", "breakdown", path, "-o", tmp_path / "c.png"),
+                   "fix the others with --sel: global_batch, plan")
