@@ -174,7 +174,7 @@ def parse_window(text: str | None) -> tuple[float, float] | None:
 @click.option("--model", "-m", required=True, help="Built-in name or path, or a run record (.json, RUNS.md schema).")
 @click.option("--system", "-s", help="Built-in name or path (not needed for a run record).")
 @click.option("--task", "-t", help="Built-in name or path (not needed for a run record).")
-@click.option("--nodes", "num_nodes", type=click.IntRange(min=1), help="Cluster size in nodes.")
+@click.option("--nodes", "num_nodes", type=click.IntRange(min=1), help="Cluster size in nodes (default: the system's).")
 @click.option("--plan", "-p", help="MAD-Max specs: 'DENSE/EMB'; real-world models: a mesh like 'tp8.pp4' "
               "(overrides the task's).")
 @click.option("--semantics", default="default", show_default=True, help="Modelling preset (default, madmax-fixed or madmax).")
@@ -209,7 +209,7 @@ def timeline_command(model, system, task, num_nodes, plan, semantics, execution_
 @click.option("--model", "-m", required=True, help="Built-in name or path, or a run record (.json, RUNS.md schema).")
 @click.option("--system", "-s", help="Built-in name or path (not needed for a run record).")
 @click.option("--task", "-t", help="Built-in name or path (not needed for a run record).")
-@click.option("--nodes", "num_nodes", type=click.IntRange(min=1), help="Cluster size in nodes.")
+@click.option("--nodes", "num_nodes", type=click.IntRange(min=1), help="Cluster size in nodes (default: the system's).")
 @click.option("--plan", "-p", help="A mesh like 'tp8.pp4' (overrides the task's).")
 @memory_margin_option()
 @execution_options

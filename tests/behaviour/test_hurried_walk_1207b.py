@@ -55,3 +55,32 @@ def test_a_time_breakdown_keeps_the_one_dimension_with_several_values(tmp_path):
     assert result.exit_code == 0 and (tmp_path / "b.png").exists(), result.output
     one_line_error(cli("plot", "breakdown", path, "-o", tmp_path / "c.png"),
                    "fix the others with --sel: global_batch, plan")
+
+
+def _commands(command, path=()):
+    import click
+
+    if isinstance(command, click.Group):
+        for name, sub in command.commands.items():
+            yield from _commands(sub, (*path, name))
+    else:
+        yield " ".join(path), command
+
+
+def test_every_option_of_every_command_says_what_it_is_and_its_default():
+    """``fastmodel serve --help`` listed --tp, --pp, --precision, --input-len, --output-len, --kv-cache-mem-fraction
+    and --instances with a default and no word; ``sweep --unit-configs`` and ``plans --nodes`` (and the timelines')
+    did not say what they are when left out. Every option now has help text; an option left out whose value the
+    command decides says so."""
+    import click
+
+    from fastmodel.cli import main
+
+    bare = [f"{name} {option.opts[0]}" for name, command in _commands(main) for option in command.params
+            if isinstance(option, click.Option) and not (option.help or "").strip()]
+    assert not bare, bare
+    said = {name: {option.opts[0]: option.help for option in command.params if isinstance(option, click.Option)}
+            for name, command in _commands(main)}
+    for name, option in (("sweep", "--unit-configs"), ("plans", "--nodes"), ("plot timeline", "--nodes"),
+                         ("plot memory-timeline", "--nodes")):
+        assert "default" in said[name][option], (name, option, said[name][option])
