@@ -3,6 +3,8 @@ precision axis, ``serve --search``, ``calibrate``, ``plot``, ``validate``, ``bat
 case is a defect found on the walk, the message or status it now gives; no test here compiles a kernel at a new
 signature (refusals before any evaluation, synthetic datasets, the pure functions the sweep calls)."""
 
+import numpy as np
+
 from tests.suite_fixtures import cli, one_line_error
 
 HEAD = 'model = "llama3.1-8b"\nsystem = "dgx-h100"\ntask = "llm-pretrain"\n'
@@ -84,3 +86,33 @@ def test_every_option_of_every_command_says_what_it_is_and_its_default():
     for name, option in (("sweep", "--unit-configs"), ("plans", "--nodes"), ("plot timeline", "--nodes"),
                          ("plot memory-timeline", "--nodes")):
         assert "default" in said[name][option], (name, option, said[name][option])
+
+
+def test_a_schedule_the_spec_refuses_at_a_vp_of_the_grid_is_a_status_not_another_schedule():
+    """A grid crossing pipeline_schedule with vp: ('interleaved', vp 1) was status ok with 1F1B's step time
+    (144.753 s, llama3.1-8b tp4.pp4 on 2 DGX H100), ('1f1b' or 'gpipe', vp 2) ok with the interleaved schedule's
+    (144.461 s), ('dualpipe', vp 2) and ('zb_h1', vp 2) ok with numbers of schedules that run one stage per rank;
+    ``run`` refuses each ('interleaved' needs vp > 1, '1f1b runs one stage per rank; vp > 1 needs an interleaved
+    schedule'). They are now ``schedule_not_runnable`` points, the others unchanged; an [execution] schedule
+    crossed with a vp axis likewise, and no stated schedule (interleaved exactly where vp > 1) keeps every point."""
+    from fastmodel.lm.sweep import lm_sweep
+    from fastmodel.registry.lm import STATUS_CODES
+
+    schedules = ["1f1b", "interleaved", "gpipe", "zb_h1", "dualpipe"]
+    grid = lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", num_nodes=2,
+                    axes={"plan": ["tp4.pp4"], "pipeline_schedule": schedules, "vp": [1, 2]})
+    refused = STATUS_CODES["schedule_not_runnable"]
+    status = grid.status.sel(plan="tp4.pp4").transpose("pipeline_schedule", "vp").values.tolist()
+    assert status == [[0, refused], [refused, 0], [0, refused], [0, refused], [0, refused]], status
+    step = grid.step_time.sel(plan="tp4.pp4")
+    assert np.isnan(step.sel(pipeline_schedule="interleaved", vp=1)) and np.isnan(step.sel(pipeline_schedule="1f1b",
+                                                                                          vp=2))
+    for schedule, vp in (("1f1b", 1), ("interleaved", 2), ("dualpipe", 1)):
+        alone = lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", num_nodes=2, axes={"plan": ["tp4.pp4"]},
+                         execution={"pipeline_schedule": schedule, "vp": vp})
+        assert float(step.sel(pipeline_schedule=schedule, vp=vp)) == float(alone.step_time.squeeze()), schedule
+    for execution, want in (({"pipeline_schedule": "1f1b"}, [0, refused]),
+                            ({"pipeline_schedule": "interleaved", "vp": 2}, [refused, 0]), ({}, [0, 0])):
+        grid = lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", num_nodes=2, execution=execution,
+                        axes={"plan": ["tp4.pp4"], "vp": [1, 2]})
+        assert grid.status.squeeze().values.tolist() == want, (execution, grid.status.values)
