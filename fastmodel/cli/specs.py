@@ -13,7 +13,7 @@ from fastmodel.errors import FastmodelError, SpecError
 
 @main.group()
 def specs():
-    """List, show and describe spec files."""
+    """The built-in spec files: list, show, and the JSON schema of a kind."""
 
 
 @specs.command("list")

@@ -116,3 +116,12 @@ def test_a_schedule_the_spec_refuses_at_a_vp_of_the_grid_is_a_status_not_another
         grid = lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", num_nodes=2, execution=execution,
                         axes={"plan": ["tp4.pp4"], "vp": [1, 2]})
         assert grid.status.squeeze().values.tolist() == want, (execution, grid.status.values)
+
+
+def test_the_specs_group_names_the_commands_it_has():
+    """``fastmodel specs --help`` said 'List, show and describe spec files.'; ``fastmodel specs describe`` is no
+    command ('No such command'); the JSON Schema is ``specs schema``. The group's line names its commands."""
+    from fastmodel.cli import main
+
+    line = main.commands["specs"].get_short_help_str(limit=200)
+    assert "describe" not in line and all(name in line for name in main.commands["specs"].commands), line
