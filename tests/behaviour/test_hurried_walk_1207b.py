@@ -125,3 +125,23 @@ def test_the_specs_group_names_the_commands_it_has():
 
     line = main.commands["specs"].get_short_help_str(limit=200)
     assert "describe" not in line and all(name in line for name in main.commands["specs"].commands), line
+
+
+def test_a_serving_sweep_reads_unit_strings_on_quantity_axes_as_a_training_sweep_does(tmp_path):
+    """``hbm_bytes = ["80GB", "141 GB"]``, ``intra_bw = ["450 GB/s"]`` or ``serve_step_overhead_s = ["2ms"]`` in a
+    serving sweep file were refused ('80GB' is not a non-negative number) where a training sweep reads them in SI
+    units; a unit of the wrong kind is refused with the quantity's own reason."""
+    from fastmodel.sweeps.file import load_sweep_file
+
+    path = tmp_path / "serve.toml"
+    head = 'model = "llama3.1-8b"\nsystem = "H200"\ntask = "serve-chat"\n[axes]\ntp = [1]\n'
+    for axis, want in (('hbm_bytes = ["80GB", "141 GB"]', [80e9, 141e9]), ('intra_bw = ["450 GB/s", 900e9]',
+                                                                          [450e9, 900e9]),
+                       ('serve_step_overhead_s = ["2ms"]', [0.002])):
+        path.write_text(head + axis + "\n")
+        plan = load_sweep_file(str(path))
+        values = next(a.values for a in plan.axes if a.name == axis.split(" ")[0])
+        assert np.allclose(np.asarray(values, dtype=float), want, rtol=1e-12), (axis, values)
+    path.write_text(head + 'hbm_bw = ["4.8 TB"]\n')
+    one_line_error(cli("sweep", path, "-o", tmp_path / "o.nc"),
+                   "axes.hbm_bw: unknown unit 'TB' for bytes/s; write e.g. '1555 GB/s' or 1555e9")
