@@ -145,3 +145,25 @@ def test_a_serving_sweep_reads_unit_strings_on_quantity_axes_as_a_training_sweep
     path.write_text(head + 'hbm_bw = ["4.8 TB"]\n')
     one_line_error(cli("sweep", path, "-o", tmp_path / "o.nc"),
                    "axes.hbm_bw: unknown unit 'TB' for bytes/s; write e.g. '1555 GB/s' or 1555e9")
+
+
+def test_an_slo_search_result_holds_no_numbers_at_the_points_it_marks_illegal(tmp_path):
+    """``serve --search -o s.nc`` marked attention DP that does not divide the concurrency
+    ``attention_dp_not_dividing`` but kept the point's TTFT, TPOT, throughput and ``fits_memory`` true, so ``fastmodel
+    best s.nc --by tpot`` ranked such a point first (gpt-oss-120b on H200, fp8, 2 GPUs: tp1 pp1 ep1 attention_dp 2 at
+    one request); every other illegal point of every engine (the kernel's, the disaggregated search's) holds NaN and
+    fits_memory false. The marked points now hold NaN too; the printed search is unchanged."""
+    import xarray as xr
+
+    from fastmodel.registry.serve import SERVE_STATUS
+
+    out = tmp_path / "s.nc"
+    result = cli("serve", "--search", "-m", "gpt-oss-120b", "-d", "H200", "--ttft", "1", "--tpot", "0.03", "--gpus",
+                 "2", "--search-precision", "fp8", "--search-concurrency", "4", "-o", out)
+    assert result.exit_code == 0, result.output
+    with xr.open_dataset(out) as ds:
+        marked = ds.status.values == SERVE_STATUS["attention_dp_not_dividing"]
+        assert marked.any()
+        assert np.isnan(ds.tpot.values[marked]).all() and not ds.fits_memory.values[marked].any()
+    top = cli("best", out, "--by", "tpot", "--top", "1")
+    assert top.exit_code == 0 and "attention_dp_not_dividing" not in top.output, top.output
