@@ -167,3 +167,26 @@ def test_an_slo_search_result_holds_no_numbers_at_the_points_it_marks_illegal(tm
         assert np.isnan(ds.tpot.values[marked]).all() and not ds.fits_memory.values[marked].any()
     top = cli("best", out, "--by", "tpot", "--top", "1")
     assert top.exit_code == 0 and "attention_dp_not_dividing" not in top.output, top.output
+
+
+def test_a_module_list_axis_takes_the_module_names_the_execution_field_takes(tmp_path):
+    """``recompute_modules = [["core_attn"], ["core_attn", "mlp"]]`` (the [execution] field's form, docs/usage.md)
+    was refused: "['core_attn'] is not a number of bits"; only the column's bit sums (1, 17) were read. A list of
+    module names is now that sum (its coordinate), a misspelt module is one line with the nearest name, and the
+    sweep equals the one given as bits."""
+    from fastmodel.lm.sweep import lm_sweep
+    from fastmodel.sweeps.file import load_sweep_file
+
+    path = _sweep_file(tmp_path, 'plan = ["tp8"]\nrecompute_modules = [["core_attn"], ["core_attn", "mlp"]]',
+                       'recompute = "selective"')
+    plan = load_sweep_file(str(path))
+    assert next(a.values for a in plan.axes if a.name == "recompute_modules").tolist() == [1, 17]
+    execution = {"recompute": "selective"}
+    names = lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", execution=execution,
+                     axes={"plan": ["tp8"], "recompute_modules": [["core_attn"], ["mlp", "core_attn"]]})
+    bits = lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", execution=execution,
+                    axes={"plan": ["tp8"], "recompute_modules": [1, 17]})
+    assert np.array_equal(names.step_time.values, bits.step_time.values)
+    path = _sweep_file(tmp_path, 'plan = ["tp8"]\nrecompute_modules = [["core_attn", "mpl"]]')
+    one_line_error(cli("sweep", path, "-o", tmp_path / "o.nc"),
+                   "axes.recompute_modules: unknown module 'mpl' (did you mean 'mlp'?); choose from core_attn, ")
