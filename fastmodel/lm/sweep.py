@@ -29,6 +29,7 @@ from fastmodel.lm.table import CODE_TABLES, encode
 from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS, OFFLOAD_MODULES, RECOMPUTE_MODULES
 from fastmodel.registry.validators import column_problem
 from fastmodel.spec.columns import boolean_name
+from fastmodel.spec.quantity import COLUMN_UNIT_KINDS
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -251,7 +252,7 @@ def _check_model_axis(name: str, values: Any, model) -> None:
 #: (``recompute_modules``; ``offload_modules``, the column of ``activation_offload_modules``)
 MODULE_BITS = {"recompute_modules": RECOMPUTE_MODULES, "offload_modules": OFFLOAD_MODULES}
 #: column units -> the kind of quantity a unit string of it is read as (fastmodel/spec/quantity.py)
-QUANTITY_KINDS = {"bytes": "bytes", "bytes/s": "bytes_per_s", "FLOP/s": "flop_per_s", "s": "seconds"}
+QUANTITY_KINDS = COLUMN_UNIT_KINDS
 
 
 def module_bits(name: str, modules) -> int:

@@ -69,13 +69,12 @@ def device_of(source: str | None, system: Any, axes: dict, base: Path) -> str:
 
 def quantities(source: str | None, name: str, values: list) -> list:
     """An axis's unit strings ('80 GB', '450 GB/s', '2ms') in SI units where its column is a quantity (bytes,
-    bytes/s, FLOP/s, s), as a training sweep reads them (``fastmodel.lm.sweep.QUANTITY_KINDS``); other values as
-    they are."""
-    from fastmodel.lm.sweep import QUANTITY_KINDS
+    bytes/s, FLOP/s, s), as a training sweep reads them (``fastmodel.spec.quantity.COLUMN_UNIT_KINDS``); other
+    values as they are."""
     from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
-    from fastmodel.spec.quantity import parse_quantity
+    from fastmodel.spec.quantity import COLUMN_UNIT_KINDS, parse_quantity
 
-    kind = QUANTITY_KINDS.get(COLUMNS[COLUMN_INDEX[name]].units) if name in COLUMN_INDEX else None
+    kind = COLUMN_UNIT_KINDS.get(COLUMNS[COLUMN_INDEX[name]].units) if name in COLUMN_INDEX else None
     if kind is None:
         return values
     try:
