@@ -190,3 +190,18 @@ def test_a_module_list_axis_takes_the_module_names_the_execution_field_takes(tmp
     path = _sweep_file(tmp_path, 'plan = ["tp8"]\nrecompute_modules = [["core_attn", "mpl"]]')
     one_line_error(cli("sweep", path, "-o", tmp_path / "o.nc"),
                    "axes.recompute_modules: unknown module 'mpl' (did you mean 'mlp'?); choose from core_attn, ")
+
+
+def test_batch_cases_given_to_validate_or_calibrate_say_they_are_batch_cases(tmp_path):
+    """Spec lines of ``fastmodel batch`` (model, system, task: tests/data/madmax_cases_dev.jsonl) given to ``validate``
+    were refused as 'plan: required block missing', one per line, as if run records had lost their plan, and
+    ``calibrate`` stopped on the same words; a serving record there says what it is and where it goes. A line with
+    a task and no plan now says it is a batch case and goes to ``fastmodel batch``."""
+    from tests.suite_fixtures import data_lines
+
+    path = tmp_path / "cases.jsonl"
+    path.write_text("\n".join(data_lines("madmax_cases_dev.jsonl", 2)) + "\n")
+    said = "record: a batch case (model, system and task: a line of fastmodel batch), not a run record (RUNS.md"
+    result = cli("validate", path)
+    assert result.output.count(said) == 2, result.output
+    one_line_error(cli("calibrate", path), said)
