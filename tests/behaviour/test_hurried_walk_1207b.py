@@ -4,6 +4,7 @@ case is a defect found on the walk, the message or status it now gives; no test 
 signature (refusals before any evaluation, synthetic datasets, the pure functions the sweep calls)."""
 
 import numpy as np
+import pytest
 
 from tests.suite_fixtures import cli, one_line_error
 
@@ -205,3 +206,19 @@ def test_batch_cases_given_to_validate_or_calibrate_say_they_are_batch_cases(tmp
     result = cli("validate", path)
     assert result.output.count(said) == 2, result.output
     one_line_error(cli("calibrate", path), said)
+
+
+@pytest.mark.parametrize("command, output", [
+    (("batch", "{missing}.jsonl", "-o"), "out.jsonl"), (("validate", "{missing}.jsonl", "-o"), "out.csv"),
+    (("calibrate", "{missing}.jsonl", "-o"), "out.toml"), (("serve", "{missing}.jsonl", "-o"), "out.jsonl"),
+    (("best", "{missing}.nc", "--by", "step_time", "--csv"), "out.csv"),
+    (("plot", "heatmap", "{missing}.nc", "--x", "a", "--y", "b", "-o"), "out.png"),
+    (("sweep", "{missing}.toml", "-o"), "out.nc")])
+def test_a_misspelt_input_is_named_before_an_existing_output(tmp_path, command, output):
+    """``fastmodel batch runs.jsnl -o out.jsonl`` with out.jsonl already there said 'out.jsonl exists; pass --force
+    to replace it'; with --force it then said the input does not exist. Every command that checks its output
+    before any work now names an input file that is not there first."""
+    (tmp_path / output).touch()
+    missing = tmp_path / "runz"
+    args = [part.replace("{missing}", str(missing)) for part in command]
+    one_line_error(cli(*args, tmp_path / output), f"{missing}.", "no such file")
