@@ -222,3 +222,18 @@ def test_a_misspelt_input_is_named_before_an_existing_output(tmp_path, command, 
     missing = tmp_path / "runz"
     args = [part.replace("{missing}", str(missing)) for part in command]
     one_line_error(cli(*args, tmp_path / output), f"{missing}.", "no such file")
+
+
+@pytest.mark.parametrize("name, what", [("models/llama3.1-8b.toml", "model"), ("systems/dgx-h100.toml", "system"),
+                                        ("systems/dc-a.toml", "system"), ("tasks/serve-chat.toml", "task")])
+def test_a_spec_file_given_to_sweep_says_it_is_a_spec_not_a_sweep_file(tmp_path, name, what):
+    """``fastmodel sweep specs/models/llama3.1-8b.toml -o x.nc`` said 'family: unknown key' (a system file: its
+    first key); ``run -m`` of a sweep file already says it is one and where it goes. A file with none of a sweep
+    file's keys (model, system, task, axes) now says what spec it is and where it goes."""
+    from pathlib import Path
+
+    import fastmodel
+
+    path = Path(fastmodel.__file__).parent / "specs" / name
+    one_line_error(cli("sweep", path, "-o", tmp_path / "x.nc"), f"a {what} spec, not a sweep file",
+                   f"fastmodel run --{what} FILE")
