@@ -110,8 +110,16 @@ def _task_first(source: str, value, base: Path):
 
 
 def _not_a_spec(source: str, data: dict) -> None:
-    """A model, system or task spec given as a sweep file (none of a sweep file's keys): one line saying which it is
-    and where it goes, instead of its first key as an unknown one (``family: unknown key``)."""
+    """A model, system or task spec given as a sweep file (none of a sweep file's keys), or a run or serving record
+    or a batch case: one line saying which it is and where it goes, instead of its first key as an unknown one
+    (``family: unknown key``, ``id: unknown key``)."""
+    from fastmodel.spec.detect import is_run_record, is_serve_record
+
+    if is_run_record(data) or is_serve_record(data) or (isinstance(data, dict) and "case" in data):
+        what = "a serving record (SERVE_RUNS.md); evaluate it with fastmodel serve FILE" if is_serve_record(data) \
+            else "a run record (RUNS.md); evaluate it with fastmodel run -m FILE" if is_run_record(data) \
+            else "a batch case; evaluate it with fastmodel batch (one case per line)"
+        raise SpecError(source, None, f"not a sweep file but {what}")
     if not isinstance(data, dict) or any(key in data for key in ("model", "system", "task", "axes")):
         return
     kind = data.get("kind")

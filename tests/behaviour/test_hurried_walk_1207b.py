@@ -237,3 +237,17 @@ def test_a_spec_file_given_to_sweep_says_it_is_a_spec_not_a_sweep_file(tmp_path,
     path = Path(fastmodel.__file__).parent / "specs" / name
     one_line_error(cli("sweep", path, "-o", tmp_path / "x.nc"), f"a {what} spec, not a sweep file",
                    f"fastmodel run --{what} FILE")
+
+
+@pytest.mark.parametrize("data, said", [("runs_dev.jsonl", "not a sweep file but a run record (RUNS.md); evaluate "
+                                                           "it with fastmodel run -m FILE"),
+                                        ("serve_dev_load.jsonl", "not a sweep file but a serving record"),
+                                        ("madmax_cases_dev.jsonl", "not a sweep file but a batch case")])
+def test_a_record_or_case_given_to_sweep_says_what_it_is(tmp_path, data, said):
+    """A run record saved as r.json and given to ``fastmodel sweep`` said 'id: unknown key'; a batch case 'case:
+    unknown key (did you mean 'task'?)'."""
+    from tests.suite_fixtures import data_lines
+
+    path = tmp_path / "r.json"
+    path.write_text(data_lines(data, 1)[0])
+    one_line_error(cli("sweep", path, "-o", tmp_path / "x.nc"), f"r.json: {said}")
