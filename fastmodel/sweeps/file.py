@@ -137,6 +137,9 @@ def load_sweep_file(path: str, unit_configs: int | None = None, calibration: Any
     from fastmodel import engines
 
     path = locate(path)
+    if str(path).lower().endswith(".jsonl"):   # was "invalid TOML: Invalid statement (at line 1, column 1)"
+        raise SpecError(str(path), None, "a JSON-lines file, not a sweep file (TOML or JSON: model, system, task and "
+                        "[axes]); its records or cases go to fastmodel batch, validate or calibrate")
     data = read_file(Path(path))
     _not_a_spec(str(path), data)
     base = Path(path).parent

@@ -251,3 +251,14 @@ def test_a_record_or_case_given_to_sweep_says_what_it_is(tmp_path, data, said):
     path = tmp_path / "r.json"
     path.write_text(data_lines(data, 1)[0])
     one_line_error(cli("sweep", path, "-o", tmp_path / "x.nc"), f"r.json: {said}")
+
+
+def test_a_json_lines_file_given_to_sweep_points_at_the_commands_that_read_it(tmp_path):
+    """``fastmodel sweep runs.jsonl -o x.nc`` said 'invalid TOML: Invalid statement (at line 1, column 1)'; run -m of
+    a JSON-lines file already points at batch."""
+    from tests.suite_fixtures import data_lines
+
+    path = tmp_path / "runs.jsonl"
+    path.write_text("\n".join(data_lines("runs_dev.jsonl", 2)) + "\n")
+    one_line_error(cli("sweep", path, "-o", tmp_path / "x.nc"), "runs.jsonl: a JSON-lines file, not a sweep file",
+                   "fastmodel batch")
