@@ -262,3 +262,9 @@ def test_a_json_lines_file_given_to_sweep_points_at_the_commands_that_read_it(tm
     path.write_text("\n".join(data_lines("runs_dev.jsonl", 2)) + "\n")
     one_line_error(cli("sweep", path, "-o", tmp_path / "x.nc"), "runs.jsonl: a JSON-lines file, not a sweep file",
                    "fastmodel batch")
+
+
+def test_specs_show_of_a_name_under_the_wrong_kind_names_its_kind():
+    """``fastmodel specs show dgx-h100 --kind model`` said only "no built-in model 'dgx-h100'"."""
+    one_line_error(cli("specs", "show", "dgx-h100", "--kind", "model"),
+                   "no built-in model 'dgx-h100'; it is a built-in system (--kind system)")
