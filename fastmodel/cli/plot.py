@@ -53,7 +53,8 @@ def _configuration_options(func):
                      help="Built-in name or path, or a run record (.json, RUNS.md schema)."),
         click.option("--system", "-s", help="Built-in name or path (not needed for a run record)."),
         click.option("--task", "-t", help="Built-in name or path (not needed for a run record)."),
-        click.option("--nodes", "num_nodes", type=click.IntRange(min=1), help="Cluster size in nodes."),
+        click.option("--nodes", "num_nodes", type=click.IntRange(min=1),
+                     help="Cluster size in nodes (default: the system's)."),
     ]):
         func = option(func)
     return func

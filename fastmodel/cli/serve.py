@@ -1,5 +1,4 @@
-"""``fastmodel serve``: one serving configuration, or every record of a serving-record file, with its
-latency, throughput, memory and prefill/decode breakdown (see fastmodel.serve.api)."""
+"""``fastmodel serve``: one configuration or every record of a serving-record file: latency, throughput, memory, prefill/decode (serve.api)."""
 
 from __future__ import annotations
 
@@ -56,8 +55,8 @@ def _one(values, name: str, default):
               "family-\"lm\" model spec (deepseek-v3, kimi-k2, qwen3-235b-a22b, gpt-oss-120b, ...; --list-models).")
 @click.option("--list-models", is_flag=True, help="List the models --model takes, with their attention and MoE shape.")
 @click.option("--device", "-d", default="H100", show_default=True, help="Built-in device (specs/devices; fastmodel specs list device).")
-@click.option("--tp", default=1, show_default=True, type=click.IntRange(min=1))
-@click.option("--pp", default=1, show_default=True, type=click.IntRange(min=1))
+@click.option("--tp", default=1, show_default=True, type=click.IntRange(min=1), help="Tensor parallelism of one instance.")
+@click.option("--pp", default=1, show_default=True, type=click.IntRange(min=1), help="Pipeline stages of one instance.")
 @click.option("--ep", multiple=True, type=IntList(1), help="Expert parallelism (default 1: experts split by TP). "
               "--search: the EP degrees to sweep, e.g. 1,2,4,8 (default for a MoE model: powers of two to --gpus).")
 @click.option("--attention-dp", multiple=True, type=IntList(1),
@@ -65,15 +64,15 @@ def _one(values, name: str, default):
                    "default 1); must divide the requests. --search: the degrees to sweep (default as --ep).")
 @click.option("--moe-tp", default=0, show_default=True, type=click.IntRange(min=0),
               help="Tensor parallelism of each expert (0: tp x attention_dp / ep).")
-@click.option("--precision", default="bf16", show_default=True, type=Choice(list(PRECISIONS), case_sensitive=False))
+@click.option("--precision", default="bf16", show_default=True, type=Choice(list(PRECISIONS), case_sensitive=False), help="Weights' (and GEMMs') precision.")
 @click.option("--kv-precision", type=Choice(list(KV_PRECISIONS), case_sensitive=False), help=KV_DEFAULT_SAID)
-@click.option("--input-len", default=1024, show_default=True, type=click.IntRange(min=1))
-@click.option("--output-len", default=128, show_default=True, type=click.IntRange(min=1))
+@click.option("--input-len", default=1024, show_default=True, type=click.IntRange(min=1), help="Prompt tokens per request.")
+@click.option("--output-len", default=128, show_default=True, type=click.IntRange(min=1), help="Generated tokens per request.")
 @click.option("--batch-size", type=click.IntRange(min=1), help="Static batch of N requests.")
 @click.option("--concurrency", type=click.IntRange(min=1), help="N requests in flight (continuous batching).")
 @click.option("--max-throughput", is_flag=True, help="As many requests as the KV cache holds.")
-@click.option("--kv-cache-mem-fraction", default=0.9, show_default=True, type=FloatRange(0.01, 1.0))
-@click.option("--instances", default=1, show_default=True, type=click.IntRange(min=1))
+@click.option("--kv-cache-mem-fraction", default=0.9, show_default=True, type=FloatRange(0.01, 1.0), help="Share of free HBM for the KV cache.")
+@click.option("--instances", default=1, show_default=True, type=click.IntRange(min=1), help="Serving instances in the cluster.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per configuration.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False),
               help="Also write one row per configuration: .csv, else JSON lines (atomically; never onto RECORDS). "

@@ -13,7 +13,7 @@ from fastmodel.errors import FastmodelError, SpecError
 
 @main.group()
 def specs():
-    """List, show and describe spec files."""
+    """The built-in spec files: list, show, and the JSON schema of a kind."""
 
 
 @specs.command("list")
@@ -56,7 +56,10 @@ def specs_show(name, kind):
     if len(kinds) > 1:
         raise SpecError(None, None, f"{name!r} is a {' and a '.join(kinds)}; pass --kind")
     if name not in builtin_names(kinds[0]):
-        raise SpecError(None, None, f"no built-in {kinds[0]} {name!r}{nearest(name, builtin_names(kinds[0]))}")
+        elsewhere = [k for k in SPEC_KINDS if k != kinds[0] and name in builtin_names(k)]    # dgx-h100 --kind model
+        said = f"; it is a built-in {elsewhere[0]} (--kind {elsewhere[0]})" if elsewhere else \
+            nearest(name, builtin_names(kinds[0]))
+        raise SpecError(None, None, f"no built-in {kinds[0]} {name!r}{said}")
     click.echo(builtin_text(kinds[0], name).rstrip())
     if kinds[0] == "system":
         for line in tier_lines(name):
@@ -99,7 +102,7 @@ def specs_schema(kind):
 
 @main.command()
 @click.option("--system", "-s", required=True, help="Built-in name or path.")
-@click.option("--nodes", "num_nodes", type=click.IntRange(min=1), help="Cluster size in nodes.")
+@click.option("--nodes", "num_nodes", type=click.IntRange(min=1), help="Cluster size in nodes (default: the system's).")
 @click.option("--model", "-m", help="Model (built-in name or path): plans of its family, e.g. the three "
               "components MLP/EMB/TRANSFORMER of dlrm-transformer, minus rules it breaks (DLRM tp with odd layers).")
 @friendly

@@ -20,7 +20,8 @@ from fastmodel.cli.interrupted import exit_interrupted
 @click.option("--force", is_flag=True, help="Replace an existing output of the same kind (a sweep store or .nc file).")
 @click.option("--workers", type=click.IntRange(min=1), help="Run units on a local Dask cluster of N worker processes.")
 @click.option("--scheduler", help="Run units on an existing Dask cluster (tcp://host:port).")
-@click.option("--unit-configs", type=click.IntRange(min=1), help="Configurations per unit of work (and zarr chunk).")
+@click.option("--unit-configs", type=click.IntRange(min=1), help="Configurations per unit of work (and zarr chunk); "
+              "default: the sweep file's unit_configs, else 262,144 (with --resume: the store's).")
 @progress_option
 @click.option("--yes", "confirm_large", is_flag=True,
               help="Run a sweep estimated as very large (over 10^10 configurations, or more disk than is free); "

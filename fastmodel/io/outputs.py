@@ -152,6 +152,10 @@ def wrote(path: str, kind: str) -> str:
     return f"wrote {path} ({_NAMES.get(kind, kind)}; the name does not end in {usual})"
 
 
+#: suffixes of an input that is a file (or store) by its name, never a built-in spec name: named before the output
+INPUT_SUFFIXES = (".jsonl", ".json", ".toml", ".nc", ".zarr", ".csv")
+
+
 def check_output(path: str, kind: str, inputs: tuple[str, ...] = (), force: bool = False,
                  what: str = "output", stdout: bool = False) -> None:
     """Refuse ``path`` if it is an input, or an existing file we may not replace (see the module doc).
@@ -169,7 +173,10 @@ def check_output(path: str, kind: str, inputs: tuple[str, ...] = (), force: bool
         raise OutputError(f"{path}: ends in '/', so names a directory; name the {what} file (without the '/')")
     if (log := _LOG.get()) is not None:
         log.pending.setdefault(str(path), os.path.lexists(path))
-    for source in inputs:
+    for source in inputs:     # an input file that is not there first: the output's state is moot until it is
+        if source and str(source).endswith(INPUT_SUFFIXES) and not os.path.lexists(source):
+            raise FastmodelError(f"{source}: no such file" + (" or store" if str(source).endswith((".nc", ".zarr"))
+                                                               else ""))
         if source and source != "-" and os.path.lexists(source) and _same_file(path, source):
             raise OutputError(f"{path}: the {what} is also an input of this command ({source}); "
                               "write it somewhere else")

@@ -68,6 +68,10 @@ def parse_record(data: dict, source: str | None = None):
         raise SpecError(source, "record", "a serving record (SERVE_RUNS.md) where training run records (RUNS.md) are "
                                           "read; serving records go to fastmodel serve, validate or batch, in a file "
                                           "of their own (validate scores the first record's kind)")
+    if "plan" not in data and "task" in data:       # no record has a task: a spec line of batch
+        raise SpecError(source, "record", "a batch case (model, system and task: a line of fastmodel batch), not a "
+                                          "run record (RUNS.md: model, system, plan and measured blocks); batch "
+                                          "cases go to fastmodel batch")
     require_blocks(data, RECORD_BLOCKS, source, "RUNS.md")
     try:
         return RecordSchema.model_validate(data)

@@ -26,9 +26,10 @@ from fastmodel.errors import SweepError
 from fastmodel.lm.loader import load_cluster, load_execution, load_lm_model
 from fastmodel.lm.lowering import Mesh, lower
 from fastmodel.lm.table import CODE_TABLES, encode
-from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
+from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS, OFFLOAD_MODULES, RECOMPUTE_MODULES
 from fastmodel.registry.validators import column_problem
 from fastmodel.spec.columns import boolean_name
+from fastmodel.spec.quantity import COLUMN_UNIT_KINDS
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -159,7 +160,7 @@ def _axis_values(name: str, values: Any, model, cluster, max_gpus: int) -> tuple
             raise SweepError(f"axis {name!r}: {bad[1]}{typed}")
         if column.option == "flag" and (odd := [v for v, x in zip(values, numeric) if x not in (0.0, 1.0)]):
             raise SweepError(f"axis {name!r}: {odd[0]!r} is not a switch (0 or 1, false or true)")
-    return list(values), numeric
+    return [int(x) if isinstance(v, (list, tuple)) else v for v, x in zip(values, numeric)], numeric
 
 
 def one_point(name: str, later: str, first: str, number: float) -> str:
@@ -199,7 +200,8 @@ def check_execution_axes(axes: dict, execution) -> None:
     the axis, the points of the others keep a status: ``dualpipe`` overlap under another schedule is
     ``schedule_not_runnable`` (kernels/lm/rules.py ``overlap_needs_dualpipe``), never batch-level overlap. A
     ``pipeline_schedule`` axis without a ``vp`` axis: 'interleaved', where the spec refuses it (vp unset), is one
-    line too."""
+    line too; with a ``vp`` axis, the combinations the spec refuses are ``schedule_not_runnable`` points
+    (``sweep_plan.schedule_vp_refused``)."""
     from fastmodel.errors import SpecError
     from fastmodel.lm.loader import load_execution
 
@@ -250,8 +252,24 @@ def _check_model_axis(name: str, values: Any, model) -> None:
                              f"{model_error(error)}") from None
 
 
+#: module-set columns -> their bits: an axis value may be a list of module names, the execution field's form
+#: (``recompute_modules``; ``offload_modules``, the column of ``activation_offload_modules``)
+MODULE_BITS = {"recompute_modules": RECOMPUTE_MODULES, "offload_modules": OFFLOAD_MODULES}
 #: column units -> the kind of quantity a unit string of it is read as (fastmodel/spec/quantity.py)
-QUANTITY_KINDS = {"bytes": "bytes", "bytes/s": "bytes_per_s", "FLOP/s": "flop_per_s", "s": "seconds"}
+QUANTITY_KINDS = COLUMN_UNIT_KINDS
+
+
+def module_bits(name: str, modules) -> int:
+    """A list of module names on a module-set axis as its column's sum of bits (:data:`MODULE_BITS`), as the
+    lowering sums the execution field's list; a name outside the table is a one-line SweepError."""
+    from fastmodel.errors import nearest
+
+    table = MODULE_BITS[name]
+    for module in modules:
+        if module not in table:
+            raise SweepError(f"axis {name!r}: unknown module {module!r}{nearest(str(module), list(table))}; choose "
+                             f"from {', '.join(table)}")
+    return sum(table[module] for module in set(modules))
 
 
 def _axis_number(name: str, value: Any) -> float:
@@ -269,6 +287,8 @@ def _axis_number(name: str, value: Any) -> float:
             return parse_quantity(value, QUANTITY_KINDS[units])
         except ValueError as error:
             raise SweepError(f"axis {name!r}: {error}") from None
+    if name in MODULE_BITS and isinstance(value, (list, tuple)):   # the execution field's form: module names
+        return float(module_bits(name, value))
     column = COLUMNS[COLUMN_INDEX[name]] if name in COLUMN_INDEX else None
     if isinstance(value, bool) and column is not None and (column.lo, column.hi) == (0, 1):
         return float(value)                   # a switch (sequence_parallel = [true, false])

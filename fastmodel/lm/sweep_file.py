@@ -19,6 +19,7 @@ every error names the file, the field and the reason.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -87,9 +88,14 @@ def _axes(source: str, axes: dict, model, cluster) -> dict[str, Any]:
                             "of meshes (tp8.pp4, ...)")
         expanded[name] = spec if name == MESH_AXIS and spec == "all" else axis_values(source, name, spec)
     nodes = expanded.get("num_nodes", [cluster.num_nodes])
-    for value in nodes:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise SpecError(source, "axes.num_nodes", f"every value must be a positive integer (got {value!r})")
+    for value in nodes:     # whole numbers as floats too (2.0, 1e3, a log range's values), as the Python API's
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 1 \
+                or value != int(value):
+            raise SpecError(source, "axes.num_nodes", f"every value must be a whole number of nodes >= 1 "
+                            f"(got {value!r})")
+    nodes = [int(value) for value in nodes]
+    if "num_nodes" in expanded:
+        expanded["num_nodes"] = nodes
     max_gpus = int(max(nodes)) * cluster.gpus_per_node
     for name, values in expanded.items():
         if name == MESH_AXIS:

@@ -124,9 +124,14 @@ def updated_model(model, update: dict):
 
 
 def model_error(error) -> str:
-    """A pydantic ValidationError of a model spec in one line: its first error's field path and message."""
+    """A pydantic ValidationError of a model spec in one line: its first error's field path and message (a model
+    validator's FieldValueError extends the path, as ``spec.loader.validation_to_spec_error`` reads it)."""
+    from fastmodel.errors import FieldValueError
+
     first = error.errors()[0]
-    where = ".".join(str(part) for part in first["loc"])
+    blamed = first.get("ctx", {}).get("error")
+    loc = (*first["loc"], *(blamed.path if isinstance(blamed, FieldValueError) else ()))
+    where = ".".join(str(part) for part in loc)
     return f"{where + ': ' if where else ''}{first['msg'].removeprefix('Value error, ')}"
 
 

@@ -50,8 +50,8 @@ def breakdown_of(data):
 def breakdown_table(data, sel=None, labels=None) -> tuple[list[str], dict[str, np.ndarray]]:
     """(config labels, {variable: values}) for the components of each configuration.
 
-    ``data``: a Dataset with at most one dimension left after ``sel`` (one bar pair per value), or a list of
-    0-d Datasets (e.g. from ``fastmodel.evaluate``). Its components are the engine's ``BREAKDOWN`` of the
+    ``data``: a Dataset with at most one dimension of several values left after ``sel`` (one bar pair per value),
+    or a list of 0-d Datasets (e.g. from ``fastmodel.evaluate``). Its components are the engine's ``BREAKDOWN`` of the
     registry; the total is ``step_time``.
     """
     if isinstance(data, (list, tuple)):
@@ -76,11 +76,15 @@ def breakdown_table(data, sel=None, labels=None) -> tuple[list[str], dict[str, n
 
 def _one_dimension(data, names: list[str], total: str, sel, labels) -> tuple[list[str], str, dict[str, np.ndarray]]:
     """(bar labels, the dimension, variable -> values) of ``names`` after ``sel``: the configurations must lie
-    along one dimension (or be a single one)."""
+    along one dimension (or be a single one); dimensions left with one value are dropped."""
     data = D.select(data[names], sel)
-    if data[total].ndim > 1:
+    dims = data[total].dims
+    varying = [d for d in dims if data.sizes[d] > 1]
+    if len(varying) > 1:
         raise D.PlotError(f"breakdown shows configurations along one dimension; fix the others with --sel: "
-                          f"{', '.join(data[total].dims)}")
+                          f"{', '.join(varying)}")
+    if len(dims) > 1:       # dimensions of one value dropped (as memory_table does): the bars along the other
+        data = data.squeeze([d for d in dims if d != (varying or dims[-1:])[0]])
     data = data.load()
     if data[total].ndim == 0:
         data = data.expand_dims(config=[labels[0] if labels else "configuration"])

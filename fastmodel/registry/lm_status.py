@@ -28,7 +28,9 @@ STATUSES: tuple[Status, ...] = (
            "even number of micro-batches, at least 2 pp, and no per-layer CUDA graphs (cuda_graphs layer, "
            "cuda_graph_microbatch_buffers); "
            "moe_a2a_overlap 'dualpipe' needs pipeline_schedule 'dualpipe' (a grid crossing the two axes); the "
-           "interleaved schedule (vp > 1) needs micro-batches a multiple of pp (Megatron-Core; docs/model.md §11.45)"),
+           "interleaved schedule (vp > 1) needs micro-batches a multiple of pp (Megatron-Core; docs/model.md §11.45); "
+           "a grid crossing pipeline_schedule with vp: 'interleaved' at vp 1, another schedule at vp > 1 (the "
+           "execution spec refuses both; docs/model.md §11.49)"),
     Status("node_limit_below_topk", "moe_max_nodes NVLink domains of the EP group hold fewer than moe_topk experts"),
     Status("topk_above_experts", "moe_topk exceeds moe_experts: a token's k experts are distinct, so k <= E (a sweep "
            "crossing a moe_experts axis with a moe_topk axis)"),

@@ -153,6 +153,9 @@ def _agg_grid(model, device, engines, precisions, axes: dict, fixed: dict, hbm: 
         status[legal & np.broadcast_to(c % a != 0, status.shape)] = SERVE_STATUS["attention_dp_not_dividing"]
         if not moe:
             status[legal & np.broadcast_to(a > 1, status.shape)] = SERVE_STATUS["attention_dp_dense"]
+        marked = legal & (status != 0)      # no result there, as the kernel's illegal points and the disaggregated
+        stacked = {n: np.where(marked, np.nan if v.dtype.kind == "f" else False, v) if v.dtype.kind in "fb" else v
+                   for n, v in stacked.items()}       # search's hold (NaN, fits_memory false): best ranks none
     variables = {n: xr_variable(dims, stacked[n], sets[0][n].attrs) for n in names if n != "status"}
     variables["status"] = xr_variable(dims, status, sets[0]["status"].attrs)
     return dims, coords, variables

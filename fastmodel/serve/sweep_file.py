@@ -67,6 +67,22 @@ def device_of(source: str | None, system: Any, axes: dict, base: Path) -> str:
     return name
 
 
+def quantities(source: str | None, name: str, values: list) -> list:
+    """An axis's unit strings ('80 GB', '450 GB/s', '2ms') in SI units where its column is a quantity (bytes,
+    bytes/s, FLOP/s, s), as a training sweep reads them (``fastmodel.spec.quantity.COLUMN_UNIT_KINDS``); other
+    values as they are."""
+    from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
+    from fastmodel.spec.quantity import COLUMN_UNIT_KINDS, parse_quantity
+
+    kind = COLUMN_UNIT_KINDS.get(COLUMNS[COLUMN_INDEX[name]].units) if name in COLUMN_INDEX else None
+    if kind is None:
+        return values
+    try:
+        return [parse_quantity(value, kind) if isinstance(value, str) else value for value in values]
+    except ValueError as error:
+        raise SpecError(source, f"axes.{name}", str(error)) from None
+
+
 def check_values(source: str | None, axes: dict[str, list]) -> None:
     """Every axis value must name a device or precision, or be a non-negative number (counts positive whole)."""
     from fastmodel.serve.api import device_columns, precision_columns
@@ -117,7 +133,7 @@ def serve_plan(source: str | None, model: Any, system: Any, task: Any, axes: dic
                             "engines")
         if axis not in names:
             raise SpecError(source, f"axes.{axis}", f"unknown axis{nearest(axis, names)}")
-        values[axis] = axis_values(source, axis, spec)
+        values[axis] = quantities(source, axis, axis_values(source, axis, spec))
     if "batch_size" in values and "concurrency" in values:
         raise SpecError(source, "axes.concurrency", "sweep batch_size or concurrency, not both")
     device = device_of(source, system, values, base)

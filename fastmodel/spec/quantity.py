@@ -27,6 +27,9 @@ _KINDS = {
     "seconds": (("s",), 0.0, "'3.4 us' or 3.4e-6"),
     "duration": (("s",), 0.0, "'2s' or '50ms'"),     # a service-level target (TTFT, TPOT), not a device latency
 }
+#: a registry column's units -> the kind of quantity a unit string of it is read as (a sweep axis value, '80 GB'):
+#: one table for the training and serving sweeps (fastmodel/lm/sweep.py, fastmodel/serve/sweep_file.py)
+COLUMN_UNIT_KINDS = {"bytes": "bytes", "bytes/s": "bytes_per_s", "FLOP/s": "flop_per_s", "s": "seconds"}
 #: prefixes below one, accepted for seconds and durations only (``"3.4 us"``; ``"25 mB/s"`` stays an error)
 _SUBUNIT = {"m": 1e3, "u": 1e6, "n": 1e9}  # divisors: 3.4 / 1e6 is exactly 3.4e-6
 #: kind -> largest plausible value of one device, node link or port (1000x beyond today's hardware)

@@ -109,13 +109,39 @@ def _task_first(source: str, value, base: Path):
     return data
 
 
+def _not_a_spec(source: str, data: dict) -> None:
+    """A model, system or task spec given as a sweep file (none of a sweep file's keys), or a run or serving record
+    or a batch case: one line saying which it is and where it goes, instead of its first key as an unknown one
+    (``family: unknown key``, ``id: unknown key``)."""
+    from fastmodel.spec.detect import is_run_record, is_serve_record
+
+    if is_run_record(data) or is_serve_record(data) or (isinstance(data, dict) and "case" in data):
+        what = "a serving record (SERVE_RUNS.md); evaluate it with fastmodel serve FILE" if is_serve_record(data) \
+            else "a run record (RUNS.md); evaluate it with fastmodel run -m FILE" if is_run_record(data) \
+            else "a batch case; evaluate it with fastmodel batch (one case per line)"
+        raise SpecError(source, None, f"not a sweep file but {what}")
+    if not isinstance(data, dict) or any(key in data for key in ("model", "system", "task", "axes")):
+        return
+    kind = data.get("kind")
+    what = "model" if "family" in data else "system" if kind == "cluster" or "device" in data or "tiers" in data \
+        else "task" if kind is not None else None
+    if what is not None:
+        raise SpecError(source, None, f"a {what} spec, not a sweep file (model, system and task keys and an [axes] "
+                        f"table: fastmodel specs show llama3_70b_h100_plans); evaluate it with fastmodel run --{what} "
+                        "FILE, or name it in a sweep file")
+
+
 def load_sweep_file(path: str, unit_configs: int | None = None, calibration: Any = None):
     """The sweep plan of a sweep file or built-in sweep name (any engine); errors name the file.
     ``calibration`` (a ``Calibration``) applies to engines with fitted efficiencies (a SpecError otherwise)."""
     from fastmodel import engines
 
     path = locate(path)
+    if str(path).lower().endswith(".jsonl"):   # was "invalid TOML: Invalid statement (at line 1, column 1)"
+        raise SpecError(str(path), None, "a JSON-lines file, not a sweep file (TOML or JSON: model, system, task and "
+                        "[axes]); its records or cases go to fastmodel batch, validate or calibrate")
     data = read_file(Path(path))
+    _not_a_spec(str(path), data)
     base = Path(path).parent
     axes = data.get("axes") if isinstance(data.get("axes"), dict) else {}
     for key in ("model", "system", "task"):

@@ -160,8 +160,10 @@ def test_an_empty_output_name_is_refused_before_any_work(tmp_path, monkeypatch, 
 def test_a_folder_that_takes_no_file_is_refused_before_any_work(tmp_path, runs):
     """`best r.nc --csv DIR/t.csv` with a DIR that refuses new files (no write permission, a read-only file
     system; /proc refuses one even to root, whom ``os.access`` lets through) failed only when the finished table
-    was written: every writer now creates and removes a file there first (``io.outputs._probe_folders``)."""
-    for args, flag, _, suffix in [*_writers(runs), (["best", tmp_path / "absent.nc", "--by", "step_time"], "--csv", "csv", ".csv")]:
+    was written: every writer now creates and removes a file there first (``io.outputs._probe_folders``). best's
+    input is a file that is there (an absent one is named first, before the output, since the walk of 2026-12-07b)
+    but no result: the refusal comes before it is opened."""
+    for args, flag, _, suffix in [*_writers(runs), (["best", runs, "--by", "step_time"], "--csv", "csv", ".csv")]:
         one_line_error(cli(*args, flag, f"/proc/fastmodel-out{suffix}"), f"/proc/fastmodel-out{suffix}: cannot "
                        "write in /proc: ")
     assert list(tmp_path.iterdir()) == []

@@ -77,10 +77,10 @@ def test_model_values_that_together_make_no_valid_model_are_one_line():
     checked as the loader checks a spec file: hidden 4128 is no multiple of heads 64 and the spec states no
     head_dim (4128 with 32 heads and 4096 with 64 are models)."""
     with pytest.raises(SweepError,
-                       match=r"^axes\.hidden: 4100 does not make a valid Llama 3.1 8B: required when hidden"):
+                       match=r"^axes\.hidden: 4100 does not make a valid Llama 3.1 8B: head_dim: required when hidden"):
         lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", axes={"hidden": [4100]})
     with pytest.raises(SweepError, match=r"^axes hidden, heads: hidden = 4128, heads = 64 do not make a valid "
-                                         r"Llama 3.1 8B: required when hidden"):
+                                         r"Llama 3.1 8B: head_dim: required when hidden"):
         lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", axes={"hidden": [4096, 4128], "heads": [32, 64]})
 
 
@@ -89,7 +89,7 @@ def test_two_model_axes_outside_the_read_fields_are_checked_together():
     (status 0, 60.21 s) that ``run`` refuses; every combination of model axes is now checked as a spec file is.
     moe_topk above moe_experts stays the kernel's ``topk_above_experts`` status (tests/lm/test_moe.py)."""
     with pytest.raises(SweepError, match=r"^axes heads, kv_heads: heads = 16, kv_heads = 32 do not make a valid "
-                                         r"Llama 3.1 8B: 32 kv heads must divide the 16 query heads$"):
+                                         r"Llama 3.1 8B: kv_heads: 32 kv heads must divide the 16 query heads$"):
         lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", axes={"heads": [16, 32], "kv_heads": [8, 32]})
     sweep = lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", axes={"heads": [32, 64], "kv_heads": [8, 16]})
     for heads in (32, 64):

@@ -132,7 +132,7 @@ def test_lm_sweep_zarr_streams_and_resumes(cli, tmp_path):
     (("[execution]", "[executon]"), ("executon", "unknown key", "did you mean 'execution'")),
     (('sharding = "distopt"', 'sharding = "zero4"'), ("execution.sharding",)),
     (('sharding = "distopt"', 'sharding = "distopt"\noptimizer = "moun"'), ("execution.optimizer", "did you mean 'muon'")),
-    (("num_nodes = [4, 8]", "num_nodes = [0, 8]"), ("axes.num_nodes", "positive integer")),
+    (("num_nodes = [4, 8]", "num_nodes = [0, 8]"), ("axes.num_nodes", "whole number of nodes >= 1")),
     (("num_nodes = [4, 8]", "num_nodes = [4, 4]"), ("axes.num_nodes", "duplicate")),
     (("micro_batch = [1, 2]", "micro_batch = []"), ("axes.micro_batch", "empty")),
     (('task = "llm-pretrain"', 'task = "llm-pretrian"'), ("did you mean 'llm-pretrain'",)),
