@@ -112,8 +112,10 @@ def test_the_sourced_upper_bounds_leave_most_of_the_residual(v31):
     # 13.6 before the H100 eta16 0.72 (docs/model.md 11.30), 13.45 before FP8 SP all-gathers (11.40), 13.83 before
     # the wgrad re-gathers (11.41), 13.58 before the LM head's own input gather and reduce-scatter (11.44), 13.42
     # before the fused weight gradients' read of the main gradient, BF16 here (apex's grad buffer at grad_sync_dtype;
-    # 11.46: 12 layers x 0.338 + the head's 0.117 = 4.17 ms a micro-batch, the BF16 gradient reduction a little less)
-    assert 1e3 * residual == pytest.approx(9.50, abs=0.1)
+    # 11.46: 12 layers x 0.338 + the head's 0.117 = 4.17 ms a micro-batch, the BF16 gradient reduction a little less),
+    # 9.50 before the record stated NeMo's learned absolute positions (issue 26: no rotary kernel in a layer, the
+    # step 0.88% shorter)
+    assert 1e3 * residual == pytest.approx(10.18, abs=0.1)
     layers = col[C["layers"]] / col[C["pp"]]
     # TE delayed-scaling bookkeeping: 3 modules x 2 directions x ~6 launch-bound kernels a layer, kernel_overhead_s
     amax = layers * 3 * 2 * 6 * col[C["kernel_overhead_s"]]
@@ -121,5 +123,6 @@ def test_the_sourced_upper_bounds_leave_most_of_the_residual(v31):
     sm_net = max(0.0, layers * _sm_bound(col) - out["exposed_tp"][0] / m)
     bound = layers * _chunk_serial_extra(col) + amax + sm_net
     assert 1e3 * bound == pytest.approx(8.74, abs=0.02)
-    # at least 0.7 ms a micro-batch stays unexplained (4.7 before the main-gradient read, §11.46; 4.9 at eta16 0.75)
+    # at least 1.4 ms a micro-batch stays unexplained (0.76 before the learned positions, 4.7 before the main-gradient
+    # read, §11.46; 4.9 at eta16 0.75)
     assert residual - bound > 0.6e-3
