@@ -113,8 +113,9 @@ def test_the_sourced_upper_bounds_leave_most_of_the_residual(v31):
     # the wgrad re-gathers (11.41), 13.58 before the LM head's own input gather and reduce-scatter (11.44), 13.42
     # before the fused weight gradients' read of the main gradient, BF16 here (apex's grad buffer at grad_sync_dtype;
     # 11.46: 12 layers x 0.338 + the head's 0.117 = 4.17 ms a micro-batch, the BF16 gradient reduction a little less),
-    # 9.50 before the embeddings' FP32 optimizer (11.54: +19.6 ms a step, 0.15 ms over the 128 micro-batches)
-    assert 1e3 * residual == pytest.approx(9.34, abs=0.1)
+    # 9.50 before the embeddings' FP32 optimizer (11.54: +19.6 ms a step, 0.15 ms over the 128 micro-batches), 9.34
+    # before the record stated NeMo's learned absolute positions (issue 26: no rotary kernel in a layer)
+    assert 1e3 * residual == pytest.approx(10.00, abs=0.1)
     layers = col[C["layers"]] / col[C["pp"]]
     # TE delayed-scaling bookkeeping: 3 modules x 2 directions x ~6 launch-bound kernels a layer, kernel_overhead_s
     amax = layers * 3 * 2 * 6 * col[C["kernel_overhead_s"]]
@@ -122,6 +123,7 @@ def test_the_sourced_upper_bounds_leave_most_of_the_residual(v31):
     sm_net = max(0.0, layers * _sm_bound(col) - out["exposed_tp"][0] / m)
     bound = layers * _chunk_serial_extra(col) + amax + sm_net
     assert 1e3 * bound == pytest.approx(8.74, abs=0.02)
-    # at least 0.6 ms a micro-batch stays unexplained (4.7 before the main-gradient read, §11.46; 4.9 at eta16 0.75;
-    # 0.76 before the per-step FP32 embedding terms of §11.54 were counted, which this per-micro-batch figure divides)
-    assert residual - bound > 0.6e-3
+    # at least 1.2 ms a micro-batch stays unexplained (4.7 before the main-gradient read, §11.46; 4.9 at eta16 0.75;
+    # 0.76 before the per-step FP32 embedding terms of §11.54 were counted, which this per-micro-batch figure divides;
+    # 0.6 before the record stated its learned positions)
+    assert residual - bound > 1.2e-3

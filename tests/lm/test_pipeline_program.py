@@ -138,11 +138,13 @@ def test_interleaved_exposed_sends_cross_every_virtual_stage_by_hand():
     assert makespan(0.1) - makespan(0.0) == pytest.approx(1.4, rel=1e-9)
     # the closed form (kernels/lm/pipeline.pipeline_p2p) charges the same 2 (p v - 1) sends: 14 of them, less
     # those that run under the first rank's embedding wait (TP 4 here; host_step.embedding_send_overlap, §11.44
-    # item 1d): e_F = e_B < 4 s, so (p - 1)(e_F + e_B) = 3 e
+    # item 1d): 3 e_F and 3 e_B < 4 s, so (p - 1)(e_F + e_B) = 3 e. Under SP with NeMo's learned positions the
+    # embedding all-reduces forward and all-gathers backward (sp_regather.embedding_tp): e_F = AR(2 T h) + o >
+    # e_B = AG(2 T h) + o (e_F = e_B, both the gather, before the record stated its position embedding, issue 26)
     columns = _columns("mlperf-v40-gpt3-175b-eos_n64_ngc24.04_nemo", pp=4, vp=2)
     exposed = float(evaluate_table(columns[:, None])["exposed_pp"][0])
     forward, backward = embedding_stage(columns)
-    assert forward == pytest.approx(backward, rel=1e-12) and 3 * forward < 4 * send_time(columns)
+    assert forward > backward and 3 * forward < 4 * send_time(columns)
     assert exposed == pytest.approx(14 * send_time(columns) - 3 * (forward + backward), rel=1e-12)
 
 
