@@ -35,6 +35,7 @@ from fastmodel.kernels.lm.memory_activations import (
     gemm_input_bytes, head_activation_bytes, micro_batch_tokens, mtp_activation_bytes, module_recomputed,
     replicated_divisor, routed_tokens,
 )
+from fastmodel.kernels.lm.embedding_fp32 import fp32_embedding_memory
 from fastmodel.kernels.lm.memory_chunks import held_bytes
 from fastmodel.kernels.lm.memory_fsdp import fsdp_flat_grad_copy_bytes
 from fastmodel.kernels.lm.pipeline import microbatches, mirror_stage
@@ -289,9 +290,11 @@ def _stage_state(row, stage, dense_layer, moe_layer):
     non_expert, expert = stage_params(row, stage)
     at_loss, at_backward, at_embedding = held_bytes(row, stage, dense_layer, moe_layer,
                                                     backward_passed_head_bytes(row, stage))
-    return (weights_bytes(row, non_expert, expert, stage_uncast_params(row, stage)), gradients_bytes(row, non_expert, expert),
-            optimizer_bytes(row, stage, non_expert, expert), optimizer_transient_bytes(row, non_expert, expert),
-            at_loss, at_backward, at_embedding)
+    fp32_grads, fp32_optimizer = fp32_embedding_memory(row, stage, mirror_stage(row, stage))   # §11.54
+    return (weights_bytes(row, non_expert, expert, stage_uncast_params(row, stage)),
+            gradients_bytes(row, non_expert, expert) + fp32_grads,
+            optimizer_bytes(row, stage, non_expert, expert) + fp32_optimizer,
+            optimizer_transient_bytes(row, non_expert, expert), at_loss, at_backward, at_embedding)
 
 
 @njit(error_model='numpy')
