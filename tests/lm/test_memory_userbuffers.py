@@ -102,6 +102,9 @@ def test_megatron_core_profile_sets_te_communicators_only():
         return resolve(ExecutionSpec(framework=framework, tp_comm_overlap=True, **fields), pp=1, layers=32)
 
     assert resolved("Megatron-Bridge").ub_communicators == 12.0
+    # no userbuffers config named: TE's initialize_ub defaults, both forward reduce-scatters pipelined, FP8 too
+    # (base.py lines 288-298; Megatron-Bridge CommOverlapConfig.setup: tp_comm_overlap_cfg None; review7 F6)
+    assert not resolved("Megatron-Bridge", precision="fp8").ub_ring_exchange_rs
     assert resolved("NeMo (MLPerf v4.0 NVIDIA submission, 24.04)", ub_communicators=10.0).ub_communicators == 10.0
     assert not resolved("DeepSpeed").ub_communicators
     assert not resolved("TorchTitan").ub_communicators
