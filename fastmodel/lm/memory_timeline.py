@@ -100,6 +100,7 @@ def stage_memory(row: np.ndarray, stage: int, terms: dict | None = None) -> Stag
         backward_moment,
         backward_passed_head_bytes,
         cuda_graph_buffer_bytes,
+        head_gather_buffer_bytes,
         phase_kinds,
     )
     from fastmodel.kernels.lm.pipeline import chain_length, exact_schedule, microbatches, stage_order, virtual_stage
@@ -119,6 +120,7 @@ def stage_memory(row: np.ndarray, stage: int, terms: dict | None = None) -> Stag
     passed_head = backward_passed_head_bytes(row, float(stage))
     overhead = overhead_bytes(row)
     graphs = cuda_graph_buffer_bytes(row, float(stage))   # per-layer CUDA graphs' static buffers: every moment
+    comm = t["comm"] + head_gather_buffer_bytes(row, float(stage))   # + the LM head's gather under Userbuffers
     index = {k: i for i, k in enumerate(MEMORY_KINDS)}
     labels, rows = ["start"], []
 
@@ -141,13 +143,13 @@ def stage_memory(row: np.ndarray, stage: int, terms: dict | None = None) -> Stag
             held += chunk
             labels.append(op_label("F", micro_batch, reverse))
             moment(held + (t["resident"] if loss else 0.0),
-                   (t["loss_gather"] + t["logits"] if loss else t["gather"]) + t["comm"])
+                   (t["loss_gather"] + t["logits"] if loss else t["gather"]) + comm)
             continue
         if kind in ("B", "I"):      # a backward (ZB-H1: its input-gradient pass) starts
             labels.append(op_label(kind, micro_batch, reverse))
             head = passed_head if loss else 0.0      # the head inputs go with the backward of the loss's chunk
             moment(*backward_moment(row, held - head * kept + 2.0 * t["resident"], t["working"] * kept,
-                                    t["gather"] + t["comm"], t["grads"]))
+                                    t["gather"] + comm, t["grads"]))
             if kind == "I":
                 held = max(held - chunk + residue, 0.0) if zb else held
                 continue
@@ -156,9 +158,9 @@ def stage_memory(row: np.ndarray, stage: int, terms: dict | None = None) -> Stag
             labels.append(f"{op_label('B', micro_batch, reverse)} emb")
             near = held + (t["resident"] if held > 0.0 else 0.0)   # the next backward's last layer, reloaded
             if fsdp:
-                moment(near, t["comm"] + t["embedding"])
+                moment(near, comm + t["embedding"])
             else:
-                moment(near, t["comm"], t["embedding"])
+                moment(near, comm, t["embedding"])
     labels.append("optimizer step")
     moment(optimizer=o_step)
     values = np.array(rows)

@@ -97,5 +97,9 @@ USERBUFFER_PLAN_ROWS = (
      "shape (TE v1.6rc1 comm_gemm_overlap.h lines 572-579; d64bc14d comm_gemm_overlap.cpp lines 688-696) instead "
      "of one whole shape. Megatron-Bridge's FP8 Llama configs: 2 (src/megatron/bridge/training/comm_overlap.py "
      "at b7b4e11b lines 120-121, 146-147, 173-174, 199-200; its BF16 ones run both as pipeline); MLPerf v4.0 "
-     "h100tp4mbs2.yaml: 1 (fc2_fprop).", 0, 2, False, "number"),
+     "h100tp4mbs2.yaml: 1 (fc2_fprop). Default 0 (both pipelined) is what a run without a userbuffers config gets, "
+     "FP8 or not: TE's initialize_ub defaults put proj_fprop and fc2_fprop under pipeline (TE@d64bc14d base.py "
+     "lines 288-298), Megatron-LM passes no ub_cfgs without --tp-comm-overlap-cfg, and Megatron-Bridge's "
+     "CommOverlapConfig.setup without tp_comm_overlap_cfg initializes 'with the default config'; a plan that "
+     "names Megatron-Bridge's FP8 configs states 2.", 0, 2, False, "number"),
 )

@@ -27,14 +27,18 @@ subtracts it from the stage's parameters).
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.layout import (
     C_CP, C_DP, C_EMBEDDING_FP32_GRADS, C_GRAD_REDUCE_BYTES, C_HIDDEN, C_LEARNED_POSITIONS, C_OVERLAP_PARAM_GATHER,
-    C_SEQ_LEN, C_TP, EMB32_ALLREDUCE, EMB32_SHARDED,
+    C_PP, C_SEQ_LEN, C_SHARDING, C_TIED_EMBEDDINGS, C_TP, C_VOCAB, EMB32_ALLREDUCE, EMB32_SHARDED, SHARD_ZERO1,
 )
+from fastmodel.kernels.lm.memory_states import gradients_bytes, optimizer_bytes_per_param, sharded_params
 from fastmodel.kernels.lm.parallel import param_bytes
 from fastmodel.kernels.nccl import allgather_time, allreduce_time
 from fastmodel.kernels.roofline import memory_bound_time
 
 #: bytes of an FP32 main-gradient element
 FP32_GRAD_BYTES = 4.0
+#: bytes per element of ``allreduce``'s own ``torch.optim.AdamW`` over FP32 main parameters, on every DP rank:
+#: master 4 + ``exp_avg`` 4 + ``exp_avg_sq`` 4 (torch/optim/adamw.py ``_init_group``: ``zeros_like`` the FP32 param)
+FP32_ADAMW_STATE_BYTES = 12.0
 #: bytes of a gathered embedding element: the 16-bit ``param_sync_dtype`` (the embeddings are no FP8 tensors)
 EMBEDDING_GATHER_BYTES = 2.0
 #: the norm's read of the FP32 gradient (torch.linalg.norm over main_param.grad)
@@ -95,3 +99,43 @@ def fp32_embedding_step(row, fp32_params, stage_params, first_forward):
     if row[C_OVERLAP_PARAM_GATHER] > 0.0:
         late = max(0.0, allgather_time(row, stage_params * param_bytes(row), d, stride) - first_forward)
     return comm, before, 0.0, max(0.0, memory_bound_time(row, EMBEDDING_STEP_BYTES * fp32_params) - late)
+
+
+@njit
+def _model_stage_fp32_params(row, stage):
+    """Parameters with FP32 gradients that model stage ``stage`` holds (as ``memory_states.model_stage_params``
+    counts them): the word embedding and a learned position table on the first, the tied copy of the word
+    embedding on the last (``pp > 1``)."""
+    embedding = row[C_VOCAB] * row[C_HIDDEN] / row[C_TP]
+    params = 0.0
+    if stage == 0.0:
+        params += embedding + row[C_LEARNED_POSITIONS] * row[C_SEQ_LEN] * row[C_HIDDEN]
+    if stage == row[C_PP] - 1.0 and row[C_PP] > 1.0 and row[C_TIED_EMBEDDINGS] > 0.0:
+        params += embedding
+    return params
+
+
+@njit
+def fp32_embedding_memory(row, stage, mirror):
+    """(gradient bytes, optimizer bytes) that ``embedding_fp32_grads`` adds on a rank holding model stage ``stage``
+    (and ``mirror``, DualPipe's, if >= 0): 0, 0 without the field. With ``E`` those stages' FP32 parameters
+    (:func:`_model_stage_fp32_params`) and ``G(E)``, ``O(E)`` what the stage's gradient and optimizer kinds
+    already charge for them (``memory_states.gradients_bytes``; ``optimizer_bytes_per_param`` over the shard):
+    ``allreduce`` (NeMo r1.20 ``MegatronDistributedFusedAdam``, distributed_adam.py lines 77-116, 218-236: out of
+    Apex's buckets, an FP32 main gradient and a ``torch.optim.AdamW`` of their own, unsharded on every DP rank):
+    ``4 E - G(E)`` and ``12 E - O(E)``; ``sharded`` (NeMo 2.0 ``init_params_bucket`` with
+    ``grad_sync_dtype=torch.float32``: FP32 buckets of Apex's contiguous gradient buffer, the sharded state
+    unchanged): ``4 E - G(E)`` and 0. docs/model_memory.md "Gradients" (FP32 embedding gradients)."""
+    code = int(row[C_EMBEDDING_FP32_GRADS])
+    if code != EMB32_ALLREDUCE and code != EMB32_SHARDED:
+        return 0.0, 0.0
+    e = _model_stage_fp32_params(row, stage)
+    if mirror >= 0.0:
+        e += _model_stage_fp32_params(row, mirror)
+    if e <= 0.0:
+        return 0.0, 0.0
+    grads = FP32_GRAD_BYTES * e - gradients_bytes(row, e, 0.0)
+    if code == EMB32_SHARDED:
+        return grads, 0.0
+    held = sharded_params(row, e, 0.0) if int(row[C_SHARDING]) >= SHARD_ZERO1 else e
+    return grads, FP32_ADAMW_STATE_BYTES * e - optimizer_bytes_per_param(row) * held

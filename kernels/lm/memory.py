@@ -128,7 +128,8 @@ def comm_buffer_bytes(row):
     TP with SP: the all-gathered sequence ``2 T h`` (Megatron's global all-gather buffer), none under Transformer
     Engine's Userbuffers (``userbuffer_bytes`` > 0), whose all-gather overlaps gather into their own buffer, the
     GEMM's input (TE@d64bc14d layernorm_linear.py lines 275-287: ``fill_userbuffers_buffer_for_all_gather`` in
-    place of ``gather_along_first_dim``); EP: dispatch send + receive ``2 * 2 R h``; CP (``cp_comm_buffer_bytes``);
+    place of ``gather_along_first_dim``; the LM head's, a Megatron linear, is kept on its rank by
+    memory_peak.py ``head_gather_buffer_bytes``); EP: dispatch send + receive ``2 * 2 R h``; CP (``cp_comm_buffer_bytes``);
     PP: one activation sent and one received ``2 * 2 T h / t_sp``. DP gradient buckets are views of the gradient
     buffer (Megatron-Core DDP) and cost nothing extra; FSDP's are in ``fsdp_gather_buffer_bytes``.
     """

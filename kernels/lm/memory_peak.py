@@ -27,13 +27,15 @@ from fastmodel.kernels.lm.layout import (
     C_ACTIVATION_OFFLOAD, C_COLLECTIVE_BUCKET_BYTES, C_CUDA_GRAPH_MICROBATCH_BUFFERS, C_DENSE_LAYERS, C_FFN,
     C_FSDP_MODULE_WRAP, C_GATED_MLP,
     C_GRAD_REDUCE_BYTES, C_HIDDEN, C_MOE_FFN,
-    C_MOE_ACT_INPUT_FP8, C_MOE_SHARED_EXPERTS, C_PP, C_SHARDING, C_STEP_GRAD_COPY_BYTES, C_TP, C_VOCAB, RECOMPUTE_MODULE_MLP,
+    C_MOE_ACT_INPUT_FP8, C_MOE_SHARED_EXPERTS, C_PP, C_SEQUENCE_PARALLEL, C_SHARDING, C_STEP_GRAD_COPY_BYTES, C_TP,
+    C_TP_COMM_OVERLAP, C_UB_COMMUNICATORS, C_VOCAB, RECOMPUTE_MODULE_MLP,
     RECOMPUTE_MODULE_MOE, RECOMPUTE_MODULE_MOE_ACT, RECOMPUTE_MODULE_SHARED_EXPERTS, SHARD_FSDP,
 )
 from fastmodel.kernels.lm.memory_activations import (
     gemm_input_bytes, head_activation_bytes, micro_batch_tokens, mtp_activation_bytes, module_recomputed,
     replicated_divisor, routed_tokens,
 )
+from fastmodel.kernels.lm.embedding_fp32 import fp32_embedding_memory
 from fastmodel.kernels.lm.memory_chunks import held_bytes
 from fastmodel.kernels.lm.memory_fsdp import fsdp_flat_grad_copy_bytes
 from fastmodel.kernels.lm.pipeline import microbatches, mirror_stage
@@ -215,6 +217,24 @@ def backward_passed_head_bytes(row, stage):
 
 
 @njit(error_model='numpy')
+def head_gather_buffer_bytes(row, stage):
+    """Under Userbuffers the TE linears gather into their own buffers (kernels/lm/memory.py ``comm_buffer_bytes``
+    drops the TP all-gather ``2 T h``), but the LM head is Megatron's own ``tensor_parallel.ColumnParallelLinear``
+    (megatron/core/models/gpt/gpt_model.py ``self.output_layer``), whose SP input all-gather still fills Megatron's
+    global buffer (megatron/core/tensor_parallel/layers.py ``LinearWithGradAccumulationAndAsyncCommunication``:
+    ``get_global_memory_buffer().get_tensor(dim_size, input.dtype, "mpu")``, forward and again for the weight
+    gradient): ``2 T h`` on the rank that holds the head (the last; DualPipe: also the one whose mirror stage is
+    the last; every rank at pp = 1), with SP, tp > 1 and Userbuffers on; else 0 (the term is then in ``comm``)."""
+    if (row[C_TP] <= 1.0 or row[C_SEQUENCE_PARALLEL] <= 0.0 or row[C_TP_COMM_OVERLAP] <= 0.0
+            or row[C_UB_COMMUNICATORS] <= 0.0):
+        return 0.0
+    last = row[C_PP] - 1.0
+    if stage != last and mirror_stage(row, stage) != last:
+        return 0.0
+    return B16 * micro_batch_tokens(row) * row[C_HIDDEN]
+
+
+@njit(error_model='numpy')
 def cuda_graph_buffer_bytes(row, stage):
     """Static buffers of per-layer CUDA graphs captured once per (layer, micro-batch) of the step without buffer
     reuse (``cuda_graph_microbatch_buffers``: Transformer Engine ``make_graphed_callables`` with ``_order``, TE < 2.7),
@@ -241,6 +261,7 @@ def _phase(row, stage, phase, state, shared):
     next one reloading)."""
     w, g, o, transient, at_loss, at_backward, at_embedding = state
     working, gather, comm, grad_work, logits, resident = shared
+    comm += head_gather_buffer_bytes(row, stage)                # the LM head's TP gather under Userbuffers
     kept = 1.0 - row[C_ACTIVATION_OFFLOAD]
     graphs = cuda_graph_buffer_bytes(row, stage)               # held at every moment, as the states
     if phase == P_OPTIMIZER:
@@ -269,9 +290,11 @@ def _stage_state(row, stage, dense_layer, moe_layer):
     non_expert, expert = stage_params(row, stage)
     at_loss, at_backward, at_embedding = held_bytes(row, stage, dense_layer, moe_layer,
                                                     backward_passed_head_bytes(row, stage))
-    return (weights_bytes(row, non_expert, expert, stage_uncast_params(row, stage)), gradients_bytes(row, non_expert, expert),
-            optimizer_bytes(row, stage, non_expert, expert), optimizer_transient_bytes(row, non_expert, expert),
-            at_loss, at_backward, at_embedding)
+    fp32_grads, fp32_optimizer = fp32_embedding_memory(row, stage, mirror_stage(row, stage))   # §11.54
+    return (weights_bytes(row, non_expert, expert, stage_uncast_params(row, stage)),
+            gradients_bytes(row, non_expert, expert) + fp32_grads,
+            optimizer_bytes(row, stage, non_expert, expert) + fp32_optimizer,
+            optimizer_transient_bytes(row, non_expert, expert), at_loss, at_backward, at_embedding)
 
 
 @njit(error_model='numpy')

@@ -261,7 +261,9 @@ def chunk_pairs(s, chunk, diagonal):
 @njit
 def layer_mix(row):
     """Counts of the four layer kinds: (dense full, dense sliding, MoE full, MoE sliding); the sliding kinds hold
-    the chunked-attention layers of a model with ``attention_chunk`` (§11.55)."""
+    the chunked-attention layers of a model with ``attention_chunk`` (§11.55). The sliding share is spread over
+    dense and MoE layers in proportion, not placed where the model puts it (Llama 4 Maverick's 12 global layers are
+    all MoE); the totals per attention kind and per MLP kind are exact, which is what the additive costs sum."""
     layers = row[C_LAYERS]
     n_moe = moe_layers(row)
     sliding = min(row[C_SLIDING_WINDOW_LAYERS], layers) / layers if row[C_SLIDING_WINDOW] > 0.0 else 0.0

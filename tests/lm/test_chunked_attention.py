@@ -41,8 +41,16 @@ def test_a_chunk_and_a_window_on_one_model_or_more_chunked_layers_than_layers_ar
 
 
 def test_chunked_layers_take_the_sliding_kind_of_the_layer_mix():
-    """Maverick: 24 dense and 24 MoE layers (MoE every 2nd), 36 of 48 chunked: 3/4 of each kind."""
-    assert layer_mix(maverick()) == (6.0, 18.0, 6.0, 18.0)
+    """Maverick: 24 dense and 24 MoE layers, 36 of 48 chunked. layer_mix spreads the chunked share over both kinds
+    in proportion, 3/4 of each: (6, 18, 6, 18). That is not the model's layout: Llama4TextConfig puts the MoE layers
+    at ``range(interleave_moe_layer_step - 1, L, step)`` = 1, 3, ..., 47 and the global (NoPE, unchunked) ones where
+    ``(i + 1) % 4 == 0`` = 3, 7, ..., 47, all 12 of them MoE: the true mix is (0, 24, 12, 12). The split keeps what
+    the costs sum: 12 full and 36 chunked attention layers, 24 dense and 24 MoE MLPs, and each layer's cost is its
+    attention's plus its MLP's, so review7 (F5) found the same step time, attention time, exposed EP and memory
+    with the true mix (Maverick tp4.pp4.ep8 at 4096 and 32768 tokens)."""
+    mix = layer_mix(maverick())
+    assert mix == (6.0, 18.0, 6.0, 18.0)
+    assert (mix[1] + mix[3], mix[2] + mix[3]) == (36.0, 24.0)          # chunked layers, MoE layers: the model's
     assert layer_mix(maverick(attention_chunk=0.0)) == (24.0, 0.0, 24.0, 0.0)
 
 

@@ -120,3 +120,20 @@ def test_a_row_without_the_flag_is_unchanged():
     plain = row(tp=4, pp=8, dp=16, vp=12, tied_embeddings=1)
     assert plain[C["embedding_fp32_grads"]] == 0.0
     assert shared_grad_bytes(plain) == plain[C["grad_reduce_bytes"]]
+
+
+def test_the_fp32_embeddings_memory_by_hand():
+    """``allreduce`` (NeMo r1.20): the FP32 main gradient 4 E in place of the BF16 buffer's 2 E, and an unsharded
+    FP32 AdamW (master + two moments, 12 E) in place of the distributed optimizer's 12 E / 336:
+    2 E + 12 E x 335 / 336 = 308,779,008 + 1,847,160,137 B = 2.0079 GiB on the n1344 end ranks; ``sharded``
+    (NeMo 2.0): the FP32 buckets of the gradient buffer, 2 E = 0.2876 GiB, the sharded state unchanged."""
+    table = evaluate_table(np.stack([n1344(), n1344(False)], axis=1))
+    grads, optimizer = 2 * E, 12 * E * 335 / 336
+    assert np.diff(table["memory_gradients"][::-1])[0] == pytest.approx(grads, rel=1e-12)
+    assert np.diff(table["memory_optimizer"][::-1])[0] == pytest.approx(optimizer, rel=1e-12)
+    assert np.diff(table["memory_per_device"][::-1])[0] == pytest.approx(grads + optimizer, rel=1e-12)
+    assert (grads + optimizer) / 2**30 == pytest.approx(2.0079, abs=1e-4)
+    table = evaluate_table(np.stack([v40(), v40(False)], axis=1))
+    assert np.diff(table["memory_gradients"][::-1])[0] == pytest.approx(2 * E, rel=1e-12)
+    assert table["memory_optimizer"][0] == table["memory_optimizer"][1]
+    assert np.diff(table["memory_per_device"][::-1])[0] == pytest.approx(2 * E, rel=1e-12)

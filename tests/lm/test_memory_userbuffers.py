@@ -102,6 +102,36 @@ def test_megatron_core_profile_sets_te_communicators_only():
         return resolve(ExecutionSpec(framework=framework, tp_comm_overlap=True, **fields), pp=1, layers=32)
 
     assert resolved("Megatron-Bridge").ub_communicators == 12.0
+    # no userbuffers config named: TE's initialize_ub defaults, both forward reduce-scatters pipelined, FP8 too
+    # (base.py lines 288-298; Megatron-Bridge CommOverlapConfig.setup: tp_comm_overlap_cfg None; review7 F6)
+    assert not resolved("Megatron-Bridge", precision="fp8").ub_ring_exchange_rs
     assert resolved("NeMo (MLPerf v4.0 NVIDIA submission, 24.04)", ub_communicators=10.0).ub_communicators == 10.0
     assert not resolved("DeepSpeed").ub_communicators
     assert not resolved("TorchTitan").ub_communicators
+
+
+def _backward_buffers(columns, stage):
+    from fastmodel.kernels.lm.memory import peak_terms
+    from fastmodel.kernels.lm.memory_peak import P_BACKWARD, phase_kinds
+
+    dense, moe, resident, working, gather, comm, grads, logits = peak_terms(columns)
+    return phase_kinds(columns, float(stage), P_BACKWARD, dense, moe, working, gather, comm, grads, logits,
+                       resident)[4]
+
+
+def test_the_lm_head_keeps_megatrons_all_gather_buffer():
+    """The LM head is Megatron's own ColumnParallelLinear (gpt_model.py ``output_layer``), whose SP all-gather fills
+    Megatron's global buffer (tensor_parallel/layers.py ``get_global_memory_buffer().get_tensor``), not a
+    Userbuffer: its rank keeps the 2 T h. PP 1, TP 8, Llama 3 70B's width at 8192 tokens: every rank holds the
+    head, buffers are the same with and without Userbuffers (the 12 x 128 MiB are all overhead). PP 16 (405B):
+    rank 0 loses the 2 T h = 8192 x 16384 x 2 B = 256 MiB at a backward, the last rank keeps it."""
+    llama70 = dict(layers=80, hidden=8192, ffn=28672, heads=64, kv_heads=8, head_dim=128, vocab=128256,
+                   seq_len=8192, micro_batch=1, global_batch=512, tp=8, pp=1, dp=8, sequence_parallel=1,
+                   tp_comm_overlap=1)
+    on, off = _kinds(row(**llama70, ub_communicators=12)), _kinds(row(**llama70, ub_communicators=0))
+    assert on[M_BUFFERS] == off[M_BUFFERS]
+    assert on[M_OVERHEAD] - off[M_OVERHEAD] == 12 * 128 * MIB
+    assert on.sum() - off.sum() == 12 * 128 * MIB
+    on, off = row(**LLAMA405, ub_communicators=12), row(**LLAMA405, ub_communicators=0)
+    assert _backward_buffers(off, 0) - _backward_buffers(on, 0) == 256 * MIB
+    assert _backward_buffers(on, 15) == _backward_buffers(off, 15)

@@ -177,12 +177,13 @@ def test_a_record_of_fp8_on_a_gpu_without_fp8_is_answered_by_vllm_and_refused_by
         lower_serve_record(_with("framework", "TensorRT-LLM 1.2.0", record))
 
 
-def test_quant_experts_only_is_one_for_an_experts_only_checkpoint():
-    """``quant_experts_only``, the column of a record's lowering and of a named model's published checkpoint alike:
-    1 for ``quantized_layers = "experts"``, 0 for every other reading (all layers, none stated)."""
-    from fastmodel.serve.precisions import published_precision_columns, quant_experts_only
+def test_a_named_models_published_checkpoint_sets_quant_experts_only():
+    """``quant_experts_only`` of a named model's published checkpoint: gpt-oss's generic fp4 is its MXFP4
+    experts-only checkpoint (1), an explicit mxfp4 quantizes every layer (0). The record lowering's reading of
+    ``quantized_layers`` is held by test_mxfp4_experts_only_checkpoint_keeps_the_rest_bf16_by_hand ("experts": 1)
+    and test_the_fp4_gpt_oss_records_lower_as_the_mxfp4_experts_only_checkpoint (the NVFP4 rows: 0)."""
+    from fastmodel.serve.precisions import published_precision_columns
 
-    assert (quant_experts_only("experts"), quant_experts_only("all"), quant_experts_only(None)) == (1.0, 0.0, 0.0)
     assert published_precision_columns("gpt-oss-120b", "fp4")["quant_experts_only"] == 1.0
     assert published_precision_columns("gpt-oss-120b", "mxfp4")["quant_experts_only"] == 0.0
 

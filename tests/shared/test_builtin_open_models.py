@@ -9,7 +9,9 @@ and the routers included, the input embedding excluded) + 6 s a (d_qk + d_v) L),
 by hand. Publishers count the embedding differently, so each row says how many V x h embedding matrices to add to
 the model's count: Qwen counts the input embedding too (+1), OpenAI's gpt-oss card the unembedding only (0), Z.ai's
 GLM-4.5 report neither (-1). Golden values are typed from the publishers; a value agrees when it rounds to the
-published figure (half a unit of its last digit either side) unless the row says otherwise.
+published figure (half a unit of its last digit either side) unless the row says otherwise. Since a rounded
+published figure cannot see one layer more or less, each total is also pinned exactly to a hand count from the
+config.json fields the spec quotes (``EXACT``).
 """
 
 from __future__ import annotations
@@ -70,6 +72,68 @@ def run(name: str) -> dict:
 def test_each_new_model_runs_and_fits_on_a_plausible_system(name):
     out = run(name)
     assert out["fits_memory"] == 1.0 and out["step_time"] > 0 and 0 < out["mfu"] < 1
+
+
+def _attention(h, a, kv, d):
+    """q, k, v and output projections of one layer: h (a d + 2 kv d) + a d h."""
+    return h * (a * d + 2 * kv * d) + a * d * h
+
+
+def _dense_total(layers, h, ffn, a, kv, d, vocab, tied=False):
+    """A dense SwiGLU decoder as the model counts it: per layer the attention, 3 h ffn and two RMSNorms of h; the
+    embedding and (untied) head V h each; the final norm h."""
+    return layers * (_attention(h, a, kv, d) + 3 * h * ffn + 2 * h) + (1 if tied else 2) * vocab * h + h
+
+
+def _moe_total(layers, h, a, kv, d, vocab, experts, moe_ffn, shared=0, dense=0, ffn=0, mtp=0):
+    """A MoE decoder: ``dense`` leading dense layers, the rest MoE layers of attention, a router h E, ``experts`` +
+    ``shared`` SwiGLU experts of 3 h moe_ffn and two norms; untied embedding and head; an MTP module is one MoE layer,
+    a 2h x h projection and three norms."""
+    norms = 2 * h
+    moe_layer = _attention(h, a, kv, d) + h * experts + (experts + shared) * 3 * h * moe_ffn + norms
+    dense_layer = _attention(h, a, kv, d) + 3 * h * ffn + norms
+    return (dense * dense_layer + (layers - dense) * moe_layer + 2 * vocab * h + h
+            + mtp * (moe_layer + 2 * h * h + 3 * h))
+
+
+#: name: (the model's total by hand from the config.json fields the spec quotes (specs/models/NAME.toml header),
+#: the exact pin). The model leaves out what it does not charge: q/k norms (Qwen3: 2 x 128 a layer, so HF's
+#: Qwen3-8B safetensors count is 8,190,726,144 + 36 x 256 = 8,190,735,360), biases and attention sinks (gpt-oss,
+#: GLM's qkv bias), Gemma 3's extra norms (test below), the vision encoders.
+EXACT = {
+    # num_hidden_layers, hidden_size, intermediate_size, heads, kv heads, head_dim, vocab (, tied)
+    "qwen3-8b": (_dense_total(36, 4096, 12288, 32, 8, 128, 151936), 8_190_726_144),
+    "qwen3-14b": (_dense_total(40, 5120, 17408, 40, 8, 128, 151936), 14_768_296_960),
+    "qwen3-32b": (_dense_total(64, 5120, 25600, 64, 8, 128, 151936), 32_762_106_880),
+    "gemma-3-27b": (_dense_total(62, 5376, 21504, 32, 16, 128, 262208, tied=True), 27_008_663_808),
+    "mistral-small-3.1-24b": (_dense_total(40, 5120, 32768, 32, 8, 128, 131072), 23_572_403_200),
+    "phi-4": (_dense_total(40, 5120, 17920, 40, 10, 128, 100352), 14_659_507_200),
+    # layers, hidden, heads, kv heads, head_dim, vocab, routed experts, moe_intermediate_size (, shared, first
+    # dense layers, their intermediate_size, MTP layers)
+    "gpt-oss-20b": (_moe_total(24, 2880, 64, 8, 64, 201088, 32, 2880), 20_907_927_360),
+    "qwen3-coder-480b-a35b": (_moe_total(62, 6144, 96, 8, 128, 151936, 160, 2560), 480_154_859_520),
+    "glm-4.5": (_moe_total(92, 5120, 96, 8, 128, 151552, 160, 1536, 1, 3, 12288, 1), 356_784_527_360),
+    "glm-4.5-air": (_moe_total(46, 4096, 96, 8, 128, 151552, 128, 1408, 1, 1, 10944, 1), 109_226_631_168),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXACT))
+def test_total_parameters_are_the_configs_exactly(name):
+    """The spec's fields against its config.json, through the count: one layer more or less, or a width (hidden,
+    ffn, heads, kv heads, experts) off by one unit, changes it (review7 F3: the published-figure checks below
+    alone let a wrong layer count of Mistral, Phi-4 and GLM-4.5 pass)."""
+    by_hand, pinned = EXACT[name]
+    assert by_hand == pinned
+    assert total_params(name) == pinned
+
+
+def test_the_exact_pins_catch_a_wrong_layer_count_or_width():
+    """The perturbations review7 found passing the published-figure checks: each moves the count off its pin."""
+    for name, change in (("mistral-small-3.1-24b", {"layers": 41}), ("mistral-small-3.1-24b", {"ffn": 32768 + 256}),
+                         ("mistral-small-3.1-24b", {"heads": 40}), ("phi-4", {"layers": 39}),
+                         ("phi-4", {"ffn": 17920 + 256}), ("glm-4.5", {"layers": 93}), ("glm-4.5", {"ffn": 12288 + 256}),
+                         ("glm-4.5-air", {"ffn": 10944 + 256})):
+        assert total_params(name, **change) != EXACT[name][1], (name, change)
 
 
 #: name: published total parameters, billions (text: rounds to it)

@@ -91,7 +91,11 @@ def defaults(execution, framework: str | None) -> dict:
     megatron/training/arguments.py ``--no-gradient-accumulation-fusion`` is ``store_false``, so fusion is on by
     default; megatron/core/extensions/transformer_engine.py passes ``fuse_wgrad_accumulation`` to TE's Linear and
     GroupedLinear), and Transformer Engine's Userbuffers under ``tp_comm_overlap`` (``ub_communicators``,
-    ``UB_COMMUNICATORS_TE``: Megatron-Core's TP overlap is TE's; kernels/lm/memory.py ``userbuffer_bytes``).
+    ``UB_COMMUNICATORS_TE``: Megatron-Core's TP overlap is TE's; kernels/lm/memory.py ``userbuffer_bytes``), with
+    ``ub_ring_exchange_rs`` left at 0, FP8 too: a plan that names no userbuffers config runs TE's ``initialize_ub``
+    defaults, proj_fprop and fc2_fprop pipelined (TE@d64bc14d base.py lines 288-298; Megatron-Bridge's
+    ``CommOverlapConfig.setup`` passes ``tp_comm_overlap_cfg = None`` when none is given, review7 F6); the ring
+    exchange of Megatron-Bridge's FP8 Llama configs is the recipe plans' own statement (make_recipe_plans.py).
 
     Under FSDP (``sharding = "fsdp"``) the launcher's ``overlap_param_gather`` is not applied, so the gather
     stays overlapped and the prefetched unit counted (kernels/lm/memory_fsdp.py ``fsdp_prefetched_units``). Both of
