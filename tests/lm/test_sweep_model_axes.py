@@ -10,17 +10,10 @@ from fastmodel.errors import SpecError, SweepError
 from fastmodel.lm.loader import load_lm_model
 from fastmodel.lm.sweep import lm_sweep
 from fastmodel.registry.lm import COLUMN_INDEX
+from tests.lm.sweep_points import same_points
 
 OTHER = {"plan": ["tp1", "tp2"], "micro_batch": [1, 2]}
 LLAMA = load_lm_model("llama3.1-8b").model_dump()
-
-
-def _same(sweep, alone) -> None:
-    """Every variable and status of ``alone`` equals ``sweep``'s, point for point (NaN = NaN)."""
-    assert set(alone.data_vars) == set(sweep.data_vars)
-    for name in alone.data_vars:
-        got, want = sweep[name].transpose(*alone[name].dims).values, alone[name].values
-        assert np.array_equal(got, want, equal_nan=want.dtype.kind == "f"), name
 
 
 @pytest.mark.parametrize("model, axis, values, execution", [
@@ -39,7 +32,7 @@ def test_a_sweep_over_a_model_field_equals_the_value_in_the_model_spec(model, ax
     spec = load_lm_model(model).model_dump()
     for value in values:
         alone = lm_sweep({**spec, axis: value}, "dgx-h100", "llm-pretrain", axes=OTHER, execution=execution)
-        _same(sweep.sel({axis: value}).drop_vars(axis), alone)
+        same_points(sweep.sel({axis: value}).drop_vars(axis), alone)
 
 
 def test_the_reported_hidden_point_now_gives_the_spec_s_step_time():
@@ -95,7 +88,7 @@ def test_two_model_axes_outside_the_read_fields_are_checked_together():
     for heads in (32, 64):
         for kv_heads in (8, 16):
             alone = lm_sweep({**LLAMA, "heads": heads, "kv_heads": kv_heads}, "dgx-h100", "llm-pretrain", axes={})
-            _same(sweep.sel(heads=heads, kv_heads=kv_heads).drop_vars(["heads", "kv_heads"]), alone)
+            same_points(sweep.sel(heads=heads, kv_heads=kv_heads).drop_vars(["heads", "kv_heads"]), alone)
 
 
 def test_a_model_field_sets_only_its_own_column_unless_listed():

@@ -8,15 +8,7 @@ import pytest
 from fastmodel.errors import SpecError, SweepError
 from fastmodel.lm.sweep import lm_sweep
 from fastmodel.registry.lm import COLUMN_INDEX, STATUS_CODES
-
-
-def _same(sweep, alone) -> None:
-    """Every variable and status of ``alone`` equals ``sweep``'s, point for point (NaN = NaN)."""
-    assert set(alone.data_vars) == set(sweep.data_vars)
-    for name in alone.data_vars:
-        got, want = sweep[name].transpose(*alone[name].dims).values, alone[name].values
-        assert np.array_equal(got, want, equal_nan=want.dtype.kind == "f"), name
-
+from tests.lm.sweep_points import same_points
 
 OTHER = {"plan": ["tp1", "tp2"], "micro_batch": [1, 2]}
 
@@ -49,7 +41,7 @@ def test_a_sweep_over_a_field_the_stack_reads_equals_the_value_in_the_spec(execu
     for label, value in zip(sweep[axis].values, values):
         value = bool(value) if isinstance(value, int) else value
         alone = lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", axes=OTHER, execution={**execution, axis: value})
-        _same(sweep.sel({axis: label}).drop_vars(axis), alone)
+        same_points(sweep.sel({axis: label}).drop_vars(axis), alone)
 
 
 def test_the_review_4_point_now_gives_the_fp16_plan():
@@ -186,7 +178,7 @@ def test_the_ep_of_a_plan_resolves_a_compiled_moe_stacks_fusion_point_by_point()
             COLUMN_INDEX["fused_kernels"]] == fused[p]
     sweep = lm_sweep(model, cluster, global_batch=64, axes={"plan": plans, "micro_batch": [1]}, execution=titan)
     for p in plans:
-        _same(sweep.sel(plan=[p]), lm_sweep(model, cluster, global_batch=64, axes={"plan": [p], "micro_batch": [1]},
+        same_points(sweep.sel(plan=[p]), lm_sweep(model, cluster, global_batch=64, axes={"plan": [p], "micro_batch": [1]},
                                             execution=titan))
 
 
@@ -205,7 +197,7 @@ def test_a_stack_read_axis_runs_into_a_zarr_store_and_from_its_definition_as_in_
     assert rebuilt.structural_axes == plan.structural_axes == [0, 2]
     stored = run_to_store(rebuilt, str(tmp_path / "s.zarr"), require_ok=False).load()
     assert stored.unit_done.all()
-    _same(stored.drop_vars("unit_done"), memory)
+    same_points(stored.drop_vars("unit_done"), memory)
 
 
 def test_bad_input_is_refused_or_marked_as_before():
