@@ -29,7 +29,7 @@ from fastmodel.kernels.jit import njit, prange, stack_vector
 from fastmodel.kernels.lm.moe import expert_dp
 from fastmodel.kernels.lm.layout import (
     C_CP, C_CP_ALGORITHM, C_EP, C_HEADS, C_HEAD_DIM, C_HIDDEN, C_KV_LORA_RANK, C_LAYERS, C_MLA, C_PP, C_PRECISION,
-    C_QK_ROPE_HEAD_DIM, C_SEQUENCE_PARALLEL, C_TP, C_TP_COMM_OVERLAP, C_UB_COMMUNICATORS, C_UB_RING_EXCHANGE_RS,
+    C_QK_ROPE_HEAD_DIM, C_SEQUENCE_PARALLEL, C_TP, C_UB_COMMUNICATORS, C_UB_RING_EXCHANGE_RS,
     C_LOSS_IMPL, C_MTP_LAYERS, C_VOCAB,
     LOSS_COMPILED, LOSS_EAGER, M_ACTIVATIONS, M_BUFFERS, M_GRADIENTS, M_KV_CACHE, M_OPTIMIZER, M_OVERHEAD, M_WEIGHTS, N_MEMORY_KINDS,
     CP_ALLGATHER, CP_ALLTOALL, PRECISION_FP8, C_CUDA_CONTEXT_BYTES, C_CUBLAS_WORKSPACE_BYTES, C_DP, C_NCCL_CHANNELS,
@@ -43,7 +43,7 @@ from fastmodel.kernels.lm.memory_activations import (
 )
 from fastmodel.kernels.lm.memory_offload import offloaded_layer_bytes
 from fastmodel.kernels.lm.bf16_layers import bf16_row_into, bf16_stage_share
-from fastmodel.kernels.lm.memory_peak import N_PHASES, backward_grad_bytes, phase_kinds, stage_peak
+from fastmodel.kernels.lm.memory_peak import N_PHASES, backward_grad_bytes, phase_kinds, stage_peak, userbuffers_on
 from fastmodel.kernels.lm.pipeline import mirror_stage
 from fastmodel.kernels.lm.memory_states import is_moe, stage_layers, B16, B32
 from fastmodel.registry.lm_overhead import NCCL_LL128_BYTES, NCCL_LL_BYTES, NCCL_SIMPLE_BYTES
@@ -112,10 +112,10 @@ def userbuffer_bytes(row):
     reduce-scatter ones stay 16-bit, and each of the ``r`` = ``ub_ring_exchange_rs`` forward reduce-scatters run
     as ring exchange holds ``2 t - 1`` chunks of ``T / t`` rows (comm_gemm_overlap.cpp lines 688-696).
     docs/model_memory.md "Overhead" (Userbuffers)."""
+    if not userbuffers_on(row):
+        return 0.0
     n = row[C_UB_COMMUNICATORS]
     t = row[C_TP]
-    if n <= 0.0 or row[C_TP_COMM_OVERLAP] <= 0.0 or t <= 1.0:
-        return 0.0
     gather = 1.0 if int(row[C_PRECISION]) == PRECISION_FP8 else B16
     scatter = B16 * (UB_REDUCE_SCATTER_BUFFERS + row[C_UB_RING_EXCHANGE_RS] * (t - 1.0) / t)
     return micro_batch_tokens(row) * row[C_HIDDEN] * ((n - UB_REDUCE_SCATTER_BUFFERS) * gather + scatter)
@@ -136,7 +136,7 @@ def comm_buffer_bytes(row):
     t_tok = micro_batch_tokens(row)
     h = row[C_HIDDEN]
     total = 0.0
-    if row[C_TP] > 1 and row[C_SEQUENCE_PARALLEL] > 0 and userbuffer_bytes(row) <= 0.0:
+    if row[C_TP] > 1 and row[C_SEQUENCE_PARALLEL] > 0 and not userbuffers_on(row):
         total += B16 * t_tok * h
     if is_moe(row) and row[C_EP] > 1:
         total += 2.0 * B16 * routed_tokens(row) * h

@@ -217,6 +217,13 @@ def backward_passed_head_bytes(row, stage):
 
 
 @njit(error_model='numpy')
+def userbuffers_on(row):
+    """Whether Transformer Engine's Userbuffers carry the TP overlaps: ``tp_comm_overlap`` with ``tp > 1`` on a
+    stack with ``ub_communicators`` > 0 (kernels/lm/memory.py ``userbuffer_bytes``, ``comm_buffer_bytes``)."""
+    return row[C_UB_COMMUNICATORS] > 0.0 and row[C_TP_COMM_OVERLAP] > 0.0 and row[C_TP] > 1.0
+
+
+@njit(error_model='numpy')
 def head_gather_buffer_bytes(row, stage):
     """Under Userbuffers the TE linears gather into their own buffers (kernels/lm/memory.py ``comm_buffer_bytes``
     drops the TP all-gather ``2 T h``), but the LM head is Megatron's own ``tensor_parallel.ColumnParallelLinear``
@@ -225,8 +232,7 @@ def head_gather_buffer_bytes(row, stage):
     ``get_global_memory_buffer().get_tensor(dim_size, input.dtype, "mpu")``, forward and again for the weight
     gradient): ``2 T h`` on the rank that holds the head (the last; DualPipe: also the one whose mirror stage is
     the last; every rank at pp = 1), with SP, tp > 1 and Userbuffers on; else 0 (the term is then in ``comm``)."""
-    if (row[C_TP] <= 1.0 or row[C_SEQUENCE_PARALLEL] <= 0.0 or row[C_TP_COMM_OVERLAP] <= 0.0
-            or row[C_UB_COMMUNICATORS] <= 0.0):
+    if row[C_SEQUENCE_PARALLEL] <= 0.0 or not userbuffers_on(row):
         return 0.0
     last = row[C_PP] - 1.0
     if stage != last and mirror_stage(row, stage) != last:
