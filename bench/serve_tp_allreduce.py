@@ -10,7 +10,9 @@ Two tables:
    layer allreduce of the prompt (``gap / (2 L)``, µs: two TP allreduces per layer).
 2. ``sources``: published graph-captured times of the allreduce paths the engines take at prefill sizes on H100
    (vLLM's ``benchmark_device_communicators.py``, PR #42324 and PR #24532: ``PUBLISHED``) against the model's
-   ``serve_allreduce`` at the same size and TP (H100, vLLM's 8 MiB buffer): published / model.
+   ``serve_allreduce`` at the same size and TP (H100, vLLM's 8 MiB buffer): published / model; and on 8 B200 the
+   nccl-tests all_reduce fit of ``tests/data/b200_microbenchmarks.json`` at the prompt sizes against the model's
+   NCCL path.
 
     python -m fastmodel.cli validate tests/data/serve_dev_load.jsonl --heldout -o /tmp/v.csv
     python bench/serve_tp_allreduce.py /tmp/v.csv tests/data/serve_dev_load.jsonl [--max-n 8] [--split dev]
@@ -40,6 +42,12 @@ PUBLISHED = (
     ("PR42324", 8, "symm_mem_multimem", 32.0, 165.0), ("PR42324", 8, "symm_mem_multimem", 47.84, 244.0),
     ("PR24532", 4, "ca_2stage", 4.0, 42.0), ("PR24532", 4, "pynccl", 4.0, 39.0),
 )
+#: the prompt's allreduce sizes (MiB) the B200 comparison prices: gpt-oss-120b at 1,024 and 8,192 tokens
+#: (2 x 2,880 x tokens bytes), Llama-3.1-70B at 1,024 and 8,192 (2 x 8,192 x tokens)
+PROMPT_MIB = (5.625, 16.0, 45.0, 128.0)
+#: nccl-tests all_reduce on the 8 B200 of runs_dev_b200, fitted over 1 MB-8 GB (SimuMax, the same file as b200.toml)
+B200_FIT = Path(__file__).resolve().parent.parent / "tests" / "data" / "b200_microbenchmarks.json"
+GIB = 1024.0 ** 3
 
 
 def plain_layout(s: dict) -> bool:
@@ -91,6 +99,32 @@ def source_ratios() -> list[tuple[str, int, str, float, float, float, float]]:
     return out
 
 
+def b200_fit_us(mib: float, fit: dict, n: int = 8) -> float:
+    """µs of an allreduce of ``mib`` MiB over ``n`` B200 by the nccl-tests fit ``fit`` (``nccl.all_reduce`` of
+    ``b200_microbenchmarks.json``): ``latency_us (n - 1) scale + scale (n - 1) / n B / (efficient_factor 900 GiB/s)``
+    (its ``conventions``: intercept = latency_us (n - 1) scale, busbw = efficient_factor x 900 GiB/s)."""
+    scale = fit["scale"]
+    return fit["latency_us"] * (n - 1) * scale + 1e6 * scale * (n - 1) / n * mib * MIB / (fit["efficient_factor"] * 900.0 * GIB)
+
+
+def b200_ratios(path=B200_FIT) -> list[tuple[float, float, float, float]]:
+    """[(MiB, fit µs, model µs, fit / model)] at :data:`PROMPT_MIB` over 8 B200: the nccl-tests fit against the
+    model's ``serve_allreduce`` with TensorRT-LLM's 4 MiB buffer (every prompt size takes NCCL, as it does there)."""
+    import json
+
+    from fastmodel.kernels.serve.allreduce import serve_allreduce
+    from fastmodel.registry.lm import COLUMN_INDEX
+    from fastmodel.serve.api import columns
+    fit = json.loads(Path(path).read_text())["nccl"]["all_reduce"]
+    row = columns("llama3.1-70b", "B200", tp=8, input_len=1024, output_len=128, batch_size=1).copy()
+    row[COLUMN_INDEX["custom_allreduce_bytes"]] = 4.0 * MIB
+    out = []
+    for mib in PROMPT_MIB:
+        us, model = b200_fit_us(mib, fit), 1e6 * serve_allreduce(row, mib * MIB, 8.0, 1.0)
+        out.append((mib, us, model, us / model))
+    return out
+
+
 def main() -> None:
     ap = validated_parser(__doc__)
     ap.add_argument("--max-n", type=int, default=8)
@@ -107,6 +141,9 @@ def main() -> None:
     print("\nsource | TP | path | MiB | published us (H100) | model us | published / model")
     for source, tp, path, mib, us, model, ratio in source_ratios():
         print(f"{source} | {tp} | {path} | {mib} | {us:.0f} | {model:.1f} | {ratio:.2f}")
+    print("\nMiB | nccl-tests fit us (8 B200) | model us (NCCL) | fit / model")
+    for mib, us, model, ratio in b200_ratios():
+        print(f"{mib} | {us:.1f} | {model:.1f} | {ratio:.2f}")
 
 
 if __name__ == "__main__":

@@ -61,3 +61,18 @@ def test_groups_filter_tp_load_layout_and_split(tmp_path):
     assert all(c == 0.003 and layers == 36 for _, c, layers in dev[key])
     every = serve_tp_allreduce.by_group(csv_path, rec_path, 8, "all", comm=lambda rec: 0.003)
     assert len(every[key]) == 3
+
+
+def test_b200_nccl_tests_fit_against_the_model_by_hand():
+    """The 8-B200 nccl-tests all_reduce fit (latency_us 5.5183, scale 2, efficient_factor 0.7424): intercept
+    5.5183 x 7 x 2 = 77.26 us, busbw 0.7424 x 900 GiB/s = 717.4 GB/s; at 16 MiB 77.26 + 1.75 x 16 MiB / 717.4 GB/s
+    = 118.18 us. The model's NCCL tree on B200 (648 GB/s, 8.6 us per step): 1.75 x 16 MiB / 648 GB/s + 6 x 8.6 us
+    = 96.91 us; the fit is 1.22x it. At 5.625 MiB (gpt-oss, 1,024 tokens) 1.36x, at 128 MiB 0.98x."""
+    fit = {"latency_us": 5.5183, "scale": 2, "efficient_factor": 0.7424}
+    fit16 = 5.5183 * 14 + 1e6 * 1.75 * 16 * MIB / (0.7424 * 900 * 1024 ** 3)
+    assert serve_tp_allreduce.b200_fit_us(16.0, fit) == pytest.approx(fit16)
+    assert fit16 == pytest.approx(118.18, abs=0.01)
+    got = {mib: (us, model, ratio) for mib, us, model, ratio in serve_tp_allreduce.b200_ratios()}
+    tree16 = 1e6 * (1.75 * 16 * MIB / (900e9 * 0.72) + 6 * 8.6e-6)
+    assert got[16.0] == (pytest.approx(fit16), pytest.approx(tree16), pytest.approx(fit16 / tree16))
+    assert got[5.625][2] == pytest.approx(1.36, abs=0.005) and got[128.0][2] == pytest.approx(0.98, abs=0.005)
