@@ -147,8 +147,10 @@ def cluster_values(cluster) -> dict[str, float]:
     return values
 
 
-def execution_values(execution, model, mesh: Mesh, notes: list[str] | None = None) -> dict[str, float]:
-    """The plan columns of a resolved execution (its stack applied, ``vp`` a number) on ``mesh``."""
+def execution_values(execution, model, mesh: Mesh, notes: list[str] | None = None,
+                     vp_from_stack: bool = False) -> dict[str, float]:
+    """The plan columns of a resolved execution (its stack applied, ``vp`` a number) on ``mesh``;
+    ``vp_from_stack``: its vp was ``"unknown"``, the stack's rule (:func:`lower`)."""
     values = {key: float(getattr(mesh, key)) for key in ("tp", "pp", "cp", "ep", "etp", "dp")}
     values["n_gpus"] = float(mesh.n_gpus)
     for name in type(execution).model_fields:
@@ -158,6 +160,12 @@ def execution_values(execution, model, mesh: Mesh, notes: list[str] | None = Non
     values["vp"] = float(execution.vp)
     schedule = execution.pipeline_schedule or ("interleaved" if execution.vp > 1 else "1f1b")
     values["pipeline_schedule"] = float(encode("pipeline_schedule", schedule))
+    # a stated schedule must agree with vp, as ExecutionSpec._consistent requires: the rule table refuses a pair
+    # that disagrees (a sweep's axes; kernels/lm/rules.py stated_schedule_refused). The spec reads vp "unknown" as
+    # interleaved, so a stack's rule that gives vp 1 (meta-internal at pp = layers + 2) leaves 'interleaved' held
+    # to nothing (docs/model.md §11.9)
+    values["schedule_stated"] = float(execution.pipeline_schedule is not None
+                                      and not (vp_from_stack and execution.vp <= 1))
     # unset by the plan and its stack: FP32 (mixed precision, FP32 main gradients), or the parameters' own
     # 16 bits when the model is 16-bit (master_weights false: autograd gives a gradient its parameter's dtype)
     values["grad_reduce_bytes"] = GRAD_REDUCE_BYTES[
@@ -220,14 +228,17 @@ def recompute_fraction(execution, layers: int, notes: list[str] | None = None) -
 
 
 def lower(model, cluster, execution, mesh: Mesh, global_batch: int, notes: list[str] | None = None,
-          source: str | None = None, refuse_twice: bool = True) -> np.ndarray:
+          source: str | None = None, refuse_twice: bool = True, vp_from_stack: bool = False) -> np.ndarray:
     """The column vector of ``model`` on ``cluster`` executed as ``execution`` on ``mesh`` with ``global_batch``
     sequences per step. Notes of the stack and fill-in rules are appended to ``notes``; a SpecError (naming
     ``source``) for what cannot run: an execution its stack cannot run (FP8 without an FP8 peak is the rule
     table's ``no_fp8``). ``refuse_twice`` false: a weight-gradient accumulation fused beside a pass is lowered
-    (both columns set: the rule table's ``wgrad_accumulation_twice``), for a sweep's axis values."""
+    (both columns set: the rule table's ``wgrad_accumulation_twice``), for a sweep's axis values.
+    ``vp_from_stack``: ``execution`` was resolved from ``vp = "unknown"`` already (a run record's,
+    ``records.record_specs``; ``schedule_stated`` in :func:`execution_values`)."""
     from fastmodel.lm.stacks import resolve
 
+    vp_from_stack = vp_from_stack or execution.vp == "unknown"
     try:
         execution = resolve(execution, mesh.pp, model.layers, notes, expert_parallel=mesh.ep > 1)
     except ValueError as error:
@@ -240,7 +251,7 @@ def lower(model, cluster, execution, mesh: Mesh, global_batch: int, notes: list[
     values = model_values(model)
     dense_moe_note(model, notes)
     values.update(cluster_values(cluster))
-    values.update(execution_values(execution, model, mesh, notes))
+    values.update(execution_values(execution, model, mesh, notes, vp_from_stack))
     values["global_batch"] = float(global_batch)
     # FP8 on a device without an FP8 peak is the rule table's no_fp8 (kernels/lm/rules.py): a sweep marks the
     # point, a single run or record raises the PlanError, the same rule either way

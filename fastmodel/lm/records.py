@@ -148,7 +148,8 @@ def lower_record(data: dict, source: str | None = None) -> RunRecord:
         from fastmodel.spec.devices import no_device_note
 
         notes.append(no_device_note(cluster.gpu))
-    columns = lower(model, cluster, execution, mesh, global_batch, notes, source)
+    columns = lower(model, cluster, execution, mesh, global_batch, notes, source,
+                    vp_from_stack=record.plan.vp == "unknown")
     measured = data.get("measured")
     return RunRecord(
         id=str(record.id), columns=columns, measured=dict(measured) if isinstance(measured, dict) else {},

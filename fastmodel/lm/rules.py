@@ -55,6 +55,8 @@ def status_reason(code: int, column: np.ndarray) -> str:
                 f"{row[C['bf16_layers_end']]:g} with pipeline_schedule dualpipe: DualPipe puts stages s and pp - 1 - s "
                 "on rank s, so the first and last layers sit on both end ranks, which the model does not place; "
                 "Megatron-LM, whose flags these are, runs no DualPipe (use 1f1b or interleaved; docs/model.md §11.39)")
+    if name == "schedule_not_runnable" and _stated_schedule_refused(row):
+        return stated_schedule_reason(row)
     if name == "schedule_not_runnable" and _overlap_needs_dualpipe(row):
         return ("plan.moe_a2a_overlap = dualpipe with pipeline_schedule "
                 f"{PIPELINE_NAMES.get(int(row[C_SCHEDULE]), int(row[C_SCHEDULE]))}: the all-to-all is hidden inside "
@@ -71,6 +73,23 @@ def status_reason(code: int, column: np.ndarray) -> str:
                 "defers weight gradients (WeightGradStore, deepseek-ai/DualPipe dualpipe.py@3da1bbe), which one "
                 "captured backward graph per layer cannot split; use none or full_iteration (docs/model.md §11.37)")
     return STATUSES[code].message
+
+
+def _stated_schedule_refused(row: np.ndarray) -> bool:
+    """The rule table's own test (kernels/lm/rules.py ``stated_schedule_refused``)."""
+    from fastmodel.kernels.lm.rules import stated_schedule_refused
+
+    return bool(stated_schedule_refused(row))
+
+
+def stated_schedule_reason(row: np.ndarray) -> str:
+    """schedule_not_runnable for a stated schedule its vp refuses, in the execution spec's words
+    (``ExecutionSpec._consistent``)."""
+    schedule = int(row[C_SCHEDULE])
+    if PIPELINE_NAMES.get(schedule) == "interleaved":
+        return f"pipeline_schedule 'interleaved' needs vp > 1 (vp = {row[COLUMN_INDEX['vp']]:g})"
+    return (f"{PIPELINE_NAMES.get(schedule, schedule)} runs one stage per rank; vp = {row[COLUMN_INDEX['vp']]:g} > 1 "
+            "needs an interleaved schedule")
 
 
 def _interleaved_remainder(row: np.ndarray) -> bool:

@@ -200,8 +200,8 @@ def check_execution_axes(axes: dict, execution) -> None:
     the axis, the points of the others keep a status: ``dualpipe`` overlap under another schedule is
     ``schedule_not_runnable`` (kernels/lm/rules.py ``overlap_needs_dualpipe``), never batch-level overlap. A
     ``pipeline_schedule`` axis without a ``vp`` axis: 'interleaved', where the spec refuses it (vp unset), is one
-    line too; with a ``vp`` axis, the combinations the spec refuses are ``schedule_not_runnable`` points
-    (``sweep_plan.schedule_vp_refused``)."""
+    line too; with a ``vp`` axis, the combinations the spec refuses are ``schedule_not_runnable`` points (the
+    lowering's ``schedule_stated`` column, read by kernels/lm/rules.py ``stated_schedule_refused``)."""
     from fastmodel.errors import SpecError
     from fastmodel.lm.loader import load_execution
 

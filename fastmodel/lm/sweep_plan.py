@@ -35,7 +35,7 @@ from fastmodel.lm.sweep import (
     parse_mesh,
 )
 from fastmodel.lm.sweep_stack import lowering_partition
-from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS, STATUS_CODES
+from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
 from fastmodel.sweeps.plan import Axis, SweepPlan, grid_lanes
 
 
@@ -141,10 +141,6 @@ class LMSweepPlan(SweepPlan):
             values[axis, :, :block.stop - block.start] = self.axis_values[axis, :, block]
         evaluate_grid(base, self.axis_columns, values, shape, self.execution.shard_degree is None,
                       self.only_fitting, status, out, offset, grid_lanes())  # it marks not_finite points itself
-        if {"pipeline_schedule", "vp"} & {axis.name for axis in self.axes}:
-            refused = offset + np.flatnonzero(schedule_vp_refused(base, self.axis_columns, values, shape))
-            status[refused] = STATUS_CODES["schedule_not_runnable"]
-            out[:, refused] = np.nan
 
     def definition(self) -> dict:
         """JSON that rebuilds this plan (a zarr store's ``sweep`` attr; resume and Dask workers)."""
@@ -214,27 +210,6 @@ def check_one_point(names: list, labels: list, numeric: list, partition) -> None
                 if any(group[c] != group[c[:at] + (first,) + c[at + 1:]] for c in group if c[at] == later):
                     continue
             raise SweepError(one_point(name, labels[axis][later], labels[axis][first], number))
-
-
-def schedule_vp_refused(base: np.ndarray, axis_columns: np.ndarray, axis_values: np.ndarray,
-                        shape: np.ndarray) -> np.ndarray:
-    """The points (C order) of a unit's box whose pipeline schedule and vp the execution spec refuses together
-    (``ExecutionSpec._consistent``: 'interleaved' needs vp > 1; every other schedule runs one stage per rank): a
-    grid crossing a ``pipeline_schedule`` axis, or a stated schedule, with a ``vp`` axis. The rule table reads an
-    interleaved code at vp 1 as 1F1B and 1F1B at vp > 1 as interleaved (the code a spec leaves to vp, which the
-    lowering derives per vp value, ``sweep_stack``), so these points are marked ``schedule_not_runnable`` here
-    (NaN results) rather than evaluated as the other schedule."""
-    from fastmodel.registry.lm import PIPELINE_SCHEDULES
-
-    found = {COLUMN_INDEX["pipeline_schedule"]: np.full(shape, base[COLUMN_INDEX["pipeline_schedule"]]),
-             COLUMN_INDEX["vp"]: np.full(shape, base[COLUMN_INDEX["vp"]])}
-    for axis in range(len(shape)):
-        for j, column in enumerate(axis_columns[axis]):
-            if column in found:
-                along = [-1 if i == axis else 1 for i in range(len(shape))]
-                found[column][...] = axis_values[axis, j, :shape[axis]].reshape(along)
-    schedule, vp = found[COLUMN_INDEX["pipeline_schedule"]], found[COLUMN_INDEX["vp"]]
-    return ((schedule == PIPELINE_SCHEDULES["interleaved"]) != (vp > 1.0)).ravel()
 
 
 def _combo_bases(partition, combos: list, columns: np.ndarray, values: np.ndarray, bases: list) -> dict:

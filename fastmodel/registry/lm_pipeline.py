@@ -1,7 +1,8 @@
 """Plan columns of pipeline execution: an explicit layout (the decoder layers the last pipeline rank builds beside
 the loss), under FSDP a gradient reduction per micro-batch and whether the stage's weights stay gathered, and
 whether DeepSpeed's pipeline engine (its partitioned, blocking sends; docs/model.md §11.31) runs the schedule,
-and whether Megatron-LM 2021-22's blocking, scatter-gathered exchanges do (§11.52).
+whether Megatron-LM 2021-22's blocking, scatter-gathered exchanges do (§11.52), and whether the plan stated its
+schedule beside its vp (§11.9: the rule table refuses a pair the execution spec refuses).
 
 Rows of ``fastmodel.registry.lm.PLAN_COLUMNS`` (name, units, default, doc, lo, hi, fittable, option), kept here so
 the registry module stays under the line cap. docs/model.md §11.22 gives the equation, ``kernels/lm/step.py``
@@ -45,4 +46,10 @@ PIPELINE_PLAN_ROWS = (
      "default): without SP each send carries 1/tp of the activation, all-gathered over the TP group on receipt "
      "(docs/model.md §11.52). 0: Megatron-Core's closed form (§11.7). 1F1B and interleaved only. Set by the stack.",
      0, 2, False, "number", PP_EXCHANGE_2021_GAPS),
+    ("schedule_stated", "1", 0, "1: the plan states pipeline_schedule, so it must agree with vp as the "
+     "execution spec requires (ExecutionSpec._consistent): 'interleaved' needs vp > 1, every other "
+     "schedule runs one stage per rank (vp = 1); the rule table refuses a disagreeing pair, schedule_not_runnable, "
+     "before any other rule (a sweep crossing a pipeline_schedule or vp axis; docs/model.md §11.9). 0: the "
+     "lowering derived the schedule from vp (interleaved exactly where vp > 1), or vp \"unknown\", which the "
+     "spec reads as interleaved, got 1 from the stack's rule. Set by the lowering, no execution option.", 0, 1),
 )

@@ -17,7 +17,7 @@ from fastmodel.kernels.lm.layout import (
     C_CP, C_CP_ALGORITHM, CP_ALLTOALL, C_DP, C_EMBEDDING_LOSS_IN_SPLIT, C_EP, C_GLOBAL_BATCH, C_HEADS, C_KV_HEADS, C_LAST_STAGE_LAYERS, C_LAYERS,
     C_MICRO_BATCH, C_MOE_A2A_OVERLAP, C_MOE_EXPERTS, C_PIPELINE_SCHEDULE, A2A_DUALPIPE, SCHED_DUALPIPE,
     C_MOE_TOPK, C_N_GPUS, C_PEAK_FLOPS_8, C_PP, C_PRECISION, C_SEQ_LEN, C_TP, C_UNEVEN_STAGES, C_VP, PRECISION_FP8,
-    C_MLA, C_TP_PER_PROJECTION, C_INTERLEAVE_ANY_MICROBATCHES,
+    C_MLA, C_TP_PER_PROJECTION, C_INTERLEAVE_ANY_MICROBATCHES, C_SCHEDULE_STATED,
     SCHED_1F1B, SCHED_INTERLEAVED, N_COLUMNS,
 )
 from fastmodel.kernels.lm.memory_offload import offload_conflict
@@ -51,7 +51,10 @@ ST_WGRAD_TWICE = STATUS_CODES["wgrad_accumulation_twice"]
 @njit
 def plan_status_row(row):
     """Code of the first broken rule of one configuration (0: legal). A tp group wider than one NVLink domain
-    is legal: its collectives span domains and ``kernels/nccl.py`` prices them (docs/model.md §11.18)."""
+    is legal: its collectives span domains and ``kernels/nccl.py`` prices them (docs/model.md §11.18). A stated
+    schedule its vp refuses comes first: no other rule is read for a schedule the plan cannot run (§11.9)."""
+    if stated_schedule_refused(row):
+        return ST_SCHEDULE
     tp = row[C_TP]
     pp = row[C_PP]
     cp = row[C_CP]
@@ -108,6 +111,20 @@ def plan_status_row(row):
     if row[C_WGRAD_FUSED_ACCUMULATION] > 0.0 and row[C_GRAD_ACCUM_BYTES] > 0.0:     # §11.46: one accumulation
         return ST_WGRAD_TWICE
     return 0
+
+
+@njit
+def stated_schedule_refused(row):
+    """True when the plan states its pipeline schedule (``schedule_stated``, set by the lowering) and its vp
+    refuses it, as the execution spec does (``ExecutionSpec._consistent``, fastmodel/lm/execution.py):
+    'interleaved' needs vp > 1, every other schedule runs one stage per rank. Where the lowering derived the
+    schedule from vp (interleaved exactly where vp > 1) the pair always agrees. A single run or a record never gets
+    here (the spec refuses the pair first); a sweep crossing a ``pipeline_schedule`` axis, or a stated schedule,
+    with a ``vp`` axis does, and gets ``schedule_not_runnable`` at those points rather than the other schedule's
+    numbers (docs/model.md §11.9)."""
+    if row[C_SCHEDULE_STATED] <= 0.0:
+        return False
+    return (row[C_PIPELINE_SCHEDULE] == SCHED_INTERLEAVED) != (row[C_VP] > 1.0)
 
 
 @njit
