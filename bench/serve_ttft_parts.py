@@ -17,8 +17,9 @@ out (``heldout.json`` beside the records; ``--heldout`` keeps it):
 
    with ``m̄(N)`` the start wave's mean iterations at the row's token budget (``load.wave_iterations``), ``o`` the
    overlap step and the boundary wait, and the waiting time in units of ``S``: ``w = φ / (1 − φ)`` (Schweitzer's
-   MVA, exponential service, the model's), ``φ / (2 (1 − φ))`` (the same with a deterministic prompt service: the
-   prompt in service has ``S / 2`` left, Pollaczek–Khinchine) or 0 (no queue). ``S*`` over the model's ``S`` is
+   MVA, exponential service: the model's before §S61), ``φ / (2 (1 − φ))`` (the same with a deterministic prompt
+   service: the prompt in service has ``S / 2`` left, the M/D/1 mean; the model's since §S61, which takes half of a
+   prompt's share ``D`` of the station) or 0 (no queue). ``S*`` over the model's ``S`` is
    how far the lone prefill is off; the fit's residual says which queue form the loads agree with.
 
     FASTMODEL_JIT=0 python -m fastmodel.cli validate tests/data/serve_dev_load.jsonl -o /tmp/v.csv
