@@ -12,8 +12,10 @@ configuration by a short fixed point, not a simulation:
   launch calls, not a kernel's ramp and tail on the GPU);
 - the prefill station (one prompt's share of mixed iterations ``D = T_m I / q``; its own chunks
   ``S = ceil(I / c) T_m``) in a closed network with the decode delay ``Z = (O - 1) TPOT``: mean-value analysis
-  with Schweitzer's approximation, ``R = S + D Q (N - 1) / N``, ``Q = lambda R``, ``lambda = N / (R + Z)``,
-  which is a quadratic in R (Reiser & Lavenberg 1980; Schweitzer 1979);
+  with Schweitzer's approximation (Reiser & Lavenberg 1980; Schweitzer 1979), an arriving prompt waiting for the
+  ``D Q (N - 1) / N`` queued ahead of it less half a share for the one in service, whose service is deterministic
+  (every prompt has I tokens: ``D / 2`` left of it, not MVA's exponential ``D``; docs/model_serving.md §S61):
+  ``R = S + D (Q - U / 2)``, ``Q = lambda' R``, ``U = lambda' D = phi``, i.e. ``R = (S - phi D / 2) / (1 - phi)``;
 - TPOT from the iteration mix a decoding request sees: the other requests' prompts arrive at
   ``lambda' = lambda (N - 1) / N`` and take a share ``phi = lambda' D`` of time, so
   ``TPOT = 1 / ((1 - phi) / T_d + lambda' I / q)`` when every iteration emits a token (mixing engines) and
@@ -196,12 +198,13 @@ ROOT_STEPS = 40
 @njit(inline="always")
 def loop_state(lam, running, own, share, t_d, per_token, mixed, steps, overlap, wait):
     """(cycle seconds of one request, prefill response R, TPOT, iterations held) at request rate ``lam``:
-    Schweitzer's MVA for the prefill station, R = own / (1 - lam share (N - 1) / N), the iteration mix a decoding
-    request sees (the other requests' prompts arrive at lam (N - 1) / N) and the batch-waiting hold of ``wait``
-    = (W, k) (``held``)."""
+    Schweitzer's MVA for the prefill station with the prompt in service half done (deterministic service, §S61),
+    R = (own - phi share / 2) / (1 - phi), phi = lam share (N - 1) / N, the iteration mix a decoding request sees
+    (the other requests' prompts arrive at lam (N - 1) / N) and the batch-waiting hold of ``wait`` = (W, k)
+    (``held``)."""
     seen = lam * (running - 1.0) / running
     phi = seen * share
-    response = own / max(1e-12, 1.0 - phi)
+    response = (own - 0.5 * phi * share) / max(1e-12, 1.0 - phi)
     if mixed:
         tpot = 1.0 / ((1.0 - phi) / t_d + seen * per_token)
     else:
@@ -210,19 +213,26 @@ def loop_state(lam, running, own, share, t_d, per_token, mixed, steps, overlap, 
     return response + (steps + overlap + hold) * tpot, response, tpot, hold
 
 
+#: most safeguarded Newton steps for the mixing balance's cubic (``solve_rate``; it stops at a step of 1e-15 phi,
+#: usually in 3-5 from the exponential-service root)
+CUBIC_STEPS = 60
+
+
 @njit
 def solve_rate(running, own, share, t_d, per_token, mixed, steps, overlap, wait):
     """The closed loop's request rate: the root of g(lam) = lam x cycle(lam) - N between 0 (g = -N) and the
     smaller of N / (own + c T_d) (c = O - 1 + overlap) and the prefill station's saturation
-    1 / (share (N - 1) / N) (``hi``; returned when g(hi) <= 0), in closed form (docs/model_serving.md §S7).
-    In the prefill station's busy share phi = lam s (s = share (N - 1) / N) the balance is
-    lam (own / (1 - phi) + c TPOT(phi)) = N. Stalling engines: TPOT = T_d / (1 - phi), so
-    lam = N / (own + c T_d + N s). Mixing engines: 1 / TPOT = (1 - phi) a + phi u (a = 1 / T_d,
-    u = per_token / share); multiplied by s (1 - phi) / TPOT > 0 the balance is the quadratic
-    A phi^2 + B phi + C = 0 with A = (own + N s)(u - a) - c, B = own a + c - N s (u - 2 a), C = -N s a, whose
-    sign is g's: C < 0, so its smallest positive root is the one in (0, hi s), taken in the form without
-    cancellation. Batch waiting (``wait`` = (W, k), W > 0) adds a hold that is not polynomial in phi:
-    ``held_rate`` finds that root by regula falsi (the hold only lengthens the cycle, so g(hi) >= 0 still)."""
+    1 / (share (N - 1) / N) (``hi``; returned when g(hi) <= 0; docs/model_serving.md §S7, §S61). In the prefill
+    station's busy share phi = lam s (s = share (N - 1) / N, e = share / 2) the balance is
+    lam ((own - e phi) / (1 - phi) + c TPOT(phi)) = N. Stalling engines: TPOT = T_d / (1 - phi), so
+    (s e) lam^2 - (own + c T_d + N s) lam + N = 0, whose smaller root is taken without cancellation. Mixing
+    engines: 1 / TPOT = (1 - phi) a + phi u (a = 1 / T_d, u = per_token / share); multiplied by
+    s (1 - phi) / TPOT > 0 the balance is the cubic -e (u - a) phi^3 + (A - e a) phi^2 + B phi + C = 0 with
+    A = (own + N s)(u - a) - c, B = own a + c - N s (u - 2 a), C = -N s a, whose sign is g's; its root lies
+    above the root phi0 of the quadratic A phi^2 + B phi + C (the exponential service's, where the cubic is
+    -e phi0^2 (a (1 - phi0) + u phi0) < 0) and below hi s: safeguarded Newton in that bracket. Batch waiting
+    (``wait`` = (W, k), W > 0) adds a hold that is not polynomial in phi: ``held_rate`` finds that root by
+    regula falsi (the hold only lengthens the cycle, so g(hi) >= 0 still)."""
     hi = running / (own + (steps + overlap) * t_d)
     if running <= 1.0:
         return hi                                     # nobody else's prompt: g(hi) = 0
@@ -235,8 +245,10 @@ def solve_rate(running, own, share, t_d, per_token, mixed, steps, overlap, wait)
         return held_rate(running, own, share, t_d, per_token, mixed, steps, overlap, wait, hi, g_hi)
     c = steps + overlap
     s = share * (running - 1.0) / running
+    e = 0.5 * share
     if not mixed:
-        return running / (own + c * t_d + running * s)
+        b = own + c * t_d + running * s
+        return 2.0 * running / (b + math.sqrt(max(0.0, b * b - 4.0 * s * e * running)))
     a = 1.0 / t_d
     u = per_token / share
     ns = running * s
@@ -244,8 +256,33 @@ def solve_rate(running, own, share, t_d, per_token, mixed, steps, overlap, wait)
     qb = own * a + c - ns * (u - 2.0 * a)
     qc = -ns * a
     root = math.sqrt(max(0.0, qb * qb - 4.0 * qa * qc))
-    phi = -2.0 * qc / (qb + root) if qb >= 0.0 else (root - qb) / (2.0 * qa)
-    return min(phi / s, hi)
+    lo = -2.0 * qc / (qb + root) if qb >= 0.0 else (root - qb) / (2.0 * qa)
+    return min(cubic_root(-e * (u - a), qa - e * a, qb, qc, lo, hi * s) / s, hi)
+
+
+@njit(inline="always")
+def cubic_root(k3, k2, k1, k0, lo, top):
+    """The root of k3 x^3 + k2 x^2 + k1 x + k0 in [lo, top], where the cubic is <= 0 at ``lo`` and >= 0 at
+    ``top``: Newton's step from the bracket's lower end, bisection where the step leaves the bracket or the slope
+    is not positive; stops when a step is below 1e-15 x, or after CUBIC_STEPS."""
+    x = lo
+    for _ in range(CUBIC_STEPS):
+        f = ((k3 * x + k2) * x + k1) * x + k0
+        if f == 0.0:
+            return x
+        if f < 0.0:
+            lo = x
+        else:
+            top = x
+        slope = (3.0 * k3 * x + 2.0 * k2) * x + k1
+        step = f / slope if slope > 0.0 else 0.0
+        nxt = x - step
+        if slope <= 0.0 or nxt <= lo or nxt >= top:
+            nxt = 0.5 * (lo + top)
+        if abs(nxt - x) <= 1e-15 * x:
+            return nxt
+        x = nxt
+    return x
 
 
 @njit

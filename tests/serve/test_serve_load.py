@@ -182,17 +182,24 @@ def _balance(lam, running, own, share, t_d, per_token, mixed, steps, overlap):
     """g(lam) = lam x cycle(lam) - N written out from docs/model_serving.md §S7 (not through loop_state)."""
     phi = lam * (running - 1.0) / running * share
     tpot = 1.0 / ((1.0 - phi) / t_d + phi * per_token / share) if mixed else t_d / (1.0 - phi)
-    return lam * (own / (1.0 - phi) + (steps + overlap) * tpot) - running
+    return lam * ((own - 0.5 * phi * share) / (1.0 - phi) + (steps + overlap) * tpot) - running
 
 
 def test_solve_rate_by_hand_stalling_and_mixing():
-    """Stalling (N = 4, own 1 s, share 0.5 s, T_d 0.1 s, c = 9): lam = N / (own + c T_d + N s), s = 0.375,
-    = 4 / 3.4. Mixing (N = 2, own 1, share 1, T_d 1, u = per_token / share = 0.5, c = 1): s = 0.5, the balance
-    in phi = lam s is -2 phi^2 + 3.5 phi - 1 = 0, smaller root (7 - sqrt 17) / 8, lam = (7 - sqrt 17) / 4
-    (below hi = min(N / (own + c T_d), 1 / s) = 1)."""
-    assert solve_rate(4.0, 1.0, 0.5, 0.1, 1.0, False, 9.0, 0.0, NO_WAIT) == pytest.approx(4.0 / 3.4, rel=1e-14)
+    """Stalling (N = 4, own 1 s, share 0.5 s, T_d 0.1 s, c = 9): s = 0.375, e = share / 2 = 0.25, the balance
+    lam ((1 - 0.25 phi) + 0.9) / (1 - phi) = 4 with phi = 0.375 lam is 0.09375 lam^2 - 3.4 lam + 4 = 0, smaller root
+    lam = (3.4 - sqrt 10.06) / 0.1875 = 1.217332 (4 / 3.4 = 1.176 with MVA's exponential service). Mixing (N = 2,
+    own 1, share 1, T_d 1, u = per_token / share = 0.5, c = 1): s = 0.5, e = 0.5, the balance
+    phi ((1 - 0.5 phi)^2 + 1 - phi) = (1 - phi)(1 - 0.5 phi), times 4:
+    phi^3 - 10 phi^2 + 14 phi - 4 = 0, root phi in (0, hi s = 0.5) 0.390253, lam = 2 phi = 0.780505 (below
+    hi = min(N / (own + c T_d), 1 / s) = 1; (7 - sqrt 17) / 4 = 0.7192 with exponential service)."""
+    stall = solve_rate(4.0, 1.0, 0.5, 0.1, 1.0, False, 9.0, 0.0, NO_WAIT)
+    assert stall == pytest.approx((3.4 - math.sqrt(10.06)) / 0.1875, rel=1e-14)
+    assert _balance(stall, 4.0, 1.0, 0.5, 0.1, 1.0, False, 9.0, 0.0) == pytest.approx(0.0, abs=1e-13)
     lam = solve_rate(2.0, 1.0, 1.0, 1.0, 0.5, True, 1.0, 0.0, NO_WAIT)
-    assert lam == pytest.approx((7.0 - math.sqrt(17.0)) / 4.0, rel=1e-14)
+    phi = [r.real for r in np.roots([1.0, -10.0, 14.0, -4.0]) if abs(r.imag) < 1e-12 and 0.0 < r.real < 0.5]
+    assert len(phi) == 1 and lam == pytest.approx(2.0 * phi[0], rel=1e-13)
+    assert lam == pytest.approx(0.780505, rel=1e-6)
     assert _balance(lam, 2.0, 1.0, 1.0, 1.0, 0.5, True, 1.0, 0.0) == pytest.approx(0.0, abs=1e-14)
     # one request: nobody else's prompt, lam = N / (own + c T_d)
     assert solve_rate(1.0, 1.0, 0.5, 0.1, 1.0, True, 9.0, 1.0, NO_WAIT) == pytest.approx(1.0 / 2.0, rel=1e-14)
@@ -200,7 +207,8 @@ def test_solve_rate_by_hand_stalling_and_mixing():
 
 def test_solve_rate_is_the_root_of_the_balance_that_bisection_finds():
     """Random loops (mixing and stalling, mixed iterations shorter or longer than the decode-only one): the
-    closed form is the root of g in (0, hi) that 200 bisection steps find, to 1e-12 relative."""
+    closed form (stalling) and the bracketed Newton root (mixing) are the root of g in (0, hi) that 200 bisection
+    steps find, to 1e-12 relative."""
     rng = np.random.default_rng(7)
     for _ in range(400):
         running = float(rng.integers(2, 9000))

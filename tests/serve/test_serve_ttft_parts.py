@@ -1,0 +1,61 @@
+"""The long-prompt TTFT split of bench/serve_ttft_parts.py (docs/model_serving.md §S61), by hand."""
+
+import pytest
+
+from tests.bench_scripts import load_bench
+
+serve_ttft_parts = load_bench("serve_ttft_parts")
+
+#: two requests in flight, TTFT 1 s and TPOT 10 ms over 101 output tokens: a cycle of 1 + 100 x 0.01 = 2 s, so
+#: lambda = 2 / 2 = 1 request per second by Little's law; the overlap step and the boundary wait (o = 2); one
+#: request in ten in the start wave, whose two prompts take one iteration each (mean 1.5 iterations)
+POINT = {"n": 2, "ttft": 1.0, "tpot": 0.01, "out": 101, "o": 2.0, "rounds": 10, "wave": 1.5}
+
+
+def test_waiting_time_of_the_three_queue_forms():
+    """At a busy share of 1/2: Schweitzer's MVA waits phi / (1 - phi) = 1 service, the deterministic prompt half of
+    it (the prompt in service has S / 2 left), no queue 0."""
+    assert serve_ttft_parts.waiting("mva", 0.5) == pytest.approx(1.0)
+    assert serve_ttft_parts.waiting("md1", 0.5) == pytest.approx(0.5)
+    assert serve_ttft_parts.waiting("none", 0.5) == 0.0
+
+
+def test_built_ttft_by_hand():
+    """S = 0.5 s: phi = lambda (N - 1)/N S = 1 x 1/2 x 0.5 = 0.25; the steady TTFT is S (1 + w) + 2 x 10 ms with
+    w = 1/3 (MVA), 1/6 (deterministic), 0: 0.686667, 0.603333, 0.52 s; the start wave 1.5 x 0.5 = 0.75 s weighs 1/10:
+    0.9 x 0.686667 + 0.075 = 0.693, 0.9 x 0.603333 + 0.075 = 0.618, 0.9 x 0.52 + 0.075 = 0.543 s."""
+    assert serve_ttft_parts.built_ttft(0.5, POINT, "mva") == pytest.approx(0.693)
+    assert serve_ttft_parts.built_ttft(0.5, POINT, "md1") == pytest.approx(0.618)
+    assert serve_ttft_parts.built_ttft(0.5, POINT, "none") == pytest.approx(0.543)
+    assert serve_ttft_parts.built_ttft(2.0, POINT, "mva") == float("inf")         # phi = 1: saturated
+    steady = dict(POINT, rounds=0)                                                   # no start wave
+    assert serve_ttft_parts.built_ttft(0.5, steady, "md1") == pytest.approx(0.603333, rel=1e-6)
+
+
+def _consistent(s, form, n, tpot):
+    """A load whose measured TTFT is what ``built_ttft`` makes of lone prefill ``s`` under ``form`` (its own
+    Little's law read from that TTFT: iterated to the fixed point)."""
+    point = {"n": n, "ttft": 1.0, "tpot": tpot, "out": 1024, "o": 2.0, "rounds": 10, "wave": (n + 1) / 2}
+    for _ in range(200):
+        point["ttft"] = serve_ttft_parts.built_ttft(s, point, form)
+    return point
+
+
+@pytest.mark.parametrize("form", serve_ttft_parts.FORMS)
+def test_implied_lone_prefill_recovers_the_prefill_that_built_the_loads(form):
+    """Loads of 4, 16 and 64 requests built from S = 0.3 s under one queue form give back S = 0.3 s (to the grid's
+    step) with no residual under that form; a form with more queue implies a shorter prefill for the same loads."""
+    points = [_consistent(0.3, form, n, t) for n, t in ((4, 0.015), (16, 0.025), (64, 0.06))]
+    s, err = serve_ttft_parts.implied_s(points, form)
+    assert s == pytest.approx(0.3, abs=points[0]["ttft"] / 4000)
+    assert err < 2e-3
+    implied = [serve_ttft_parts.implied_s(points, f)[0] for f in serve_ttft_parts.FORMS]
+    assert implied[0] < implied[1] < implied[2]                  # mva < md1 < none
+
+
+def test_rows_with_a_measured_kv_wait_are_left_out():
+    """64 in flight: 61.7 decoding by the record's own Little's law passes (>= 0.95 x 64 = 60.8), 57.8 does not (a
+    measured wait for KV room), nor a row whose modelled KV cache holds only 60."""
+    assert serve_ttft_parts.fits_all({"batch_size": "64.0", "implied_running": "61.7"}, 64)
+    assert not serve_ttft_parts.fits_all({"batch_size": "64.0", "implied_running": "57.8"}, 64)
+    assert not serve_ttft_parts.fits_all({"batch_size": "60.0", "implied_running": "61.7"}, 64)
