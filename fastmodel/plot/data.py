@@ -82,6 +82,15 @@ def check_dim(dims: Iterable[str], name: str, what: str = "dimension") -> str:
     return name
 
 
+def check_not_fixed(dims: Iterable[str], sel, options) -> None:
+    """A one-line PlotError for an axis of the figure that ``sel`` fixed to one value (``options``: (option,
+    dimension) pairs, e.g. ``(("--x", "num_nodes"), ("--y", "plan"))``): it is no longer there to draw along."""
+    for option, dim in options:
+        if dim is not None and dim not in dims and dim in (sel or {}):
+            raise PlotError(f"{option} {dim}: {dim} is fixed by --sel {dim}=...; keep two or more values (repeat "
+                            f"--sel {dim}=VALUE) or draw along another dimension")
+
+
 def units_of(obj: xr.DataArray) -> str:
     """Units of a variable or coordinate: its attrs (a sweep gives its coordinates the units of the field they
     set), else the registry's."""

@@ -38,6 +38,7 @@ def heatmap(data, x: str | None = None, y: str | None = None, *, var: str | None
     The image array is the data slice itself (SI units; ticks show scaled units).
     """
     da, st = D.prepare(data, var, sel, reduce, relative_to, relative_dim, status, keep=(x, y))
+    D.check_not_fixed(da.dims, sel, (("--x", x), ("--y", y)))   # was "unknown dimension 'plan'; dimensions: ..."
     for name in (x, y):                 # a wrong x or y first: it is why the other dimensions seem too many
         if name is not None:
             D.check_dim(da.dims, name)

@@ -90,10 +90,7 @@ def scaling(data, x: str, *, var: str | None = None, hue: str | None = None, sel
     """
     da, status = D.prepare(data, var, sel, reduce, keep=(x, hue))
     D.check_quantity(da, "a scaling line")
-    for option, dim in (("--x", x), ("--hue", hue)):   # a dimension --sel fixed to one value cannot be drawn along
-        if dim is not None and dim not in da.dims and dim in (sel or {}):
-            raise D.PlotError(f"{option} {dim}: {dim} is fixed by --sel {dim}=...; keep two or more values (repeat "
-                              f"--sel {dim}=VALUE) or draw along another dimension")
+    D.check_not_fixed(da.dims, sel, (("--x", x), ("--hue", hue)))  # fixed to one value: not there to draw along
     D.check_dim(da.dims, x)
     if hue is not None:
         D.check_dim(da.dims, hue)
