@@ -374,15 +374,15 @@ def left_out_line(reasons, total: int) -> str:
 def reasons_of(status: xr.DataArray, left: np.ndarray, extra: Mapping[str, np.ndarray] | None = None) -> list[str]:
     """The reason of each point ``left`` out (a boolean grid in ``status``'s shape): its status name where it is
     not ``ok``, else the first name of ``extra`` (``{reason: grid of points it rules out}``) that rules it out."""
-    codes = np.asarray(status.values).astype(int)
+    codes = np.atleast_1d(np.asarray(status.values).astype(int))   # a grid of one point (every dimension --sel) too
     names = status_names(status)
     out = []
-    for index in zip(*np.nonzero(left)):
+    for index in zip(*np.nonzero(np.atleast_1d(left))):
         code = int(codes[index])
         if code != 0:
             out.append(names[code] if 0 <= code < len(names) else str(code))
             continue
-        out.append(next((name for name, grid in (extra or {}).items() if np.asarray(grid)[index]), "no result"))
+        out.append(next((name for name, grid in (extra or {}).items() if np.atleast_1d(grid)[index]), "no result"))
     return out
 
 

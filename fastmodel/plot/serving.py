@@ -34,15 +34,17 @@ def serving_frontiers(ds, curve: str = "device", x: str = X, y: str = Y, sel=Non
     swept values (e.g. ``batch_size=64``) of the other dimensions that vary along it. ``keep``: a boolean grid of
     the points that may stand (within the GPU budget, passing --where), besides status ok and fitting."""
     whole, ds = ds, D.select(ds, sel)
+    if curve not in ds.dims and curve in (sel or {}) and curve in ds.coords:   # --sel device=H100: its one curve
+        ds = ds.expand_dims(curve)
     ok = answers(ds, _selected(keep, sel))
     D.check_dim(list(ds.dims), curve, "curve dimension")
     x, y = (D.get_var(ds, name).name for name in (x, y))
     out = {}
     for value in ds[curve].values:
-        part = ds.sel({curve: value})
-        keep = ok.sel({curve: value})
-        xs = part[x].where(keep)
-        ys = part[y].where(keep)
+        part = ds.sel({curve: [value]})     # kept as a dimension of one: a curve of one point is an array too
+        stands = ok.sel({curve: [value]})   # not ``keep``: the reasons below are of the whole selection's keep
+        xs = part[x].where(stands)
+        ys = part[y].where(stands)
         dims = xs.dims
         xv = np.asarray(xs.values, dtype=float).ravel()
         yv = np.asarray(ys.transpose(*dims).values, dtype=float).ravel()

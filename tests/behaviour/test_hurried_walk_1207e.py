@@ -29,3 +29,33 @@ def test_a_heatmap_axis_fixed_by_sel_says_so(sweep_file, tmp_path):
                  "--sel", "global_batch=1024", "--sel", "plan=fsdp/ddp", "--sel", "plan=ddp/ddp", "-o",
                  tmp_path / "two.png")
     assert result.exit_code == 0 and (tmp_path / "two.png").exists(), result.output
+
+
+@pytest.fixture(scope="module")
+def serving_file(tmp_path_factory):
+    """The serving grid of test_hurried_leftovers.py (same kernel signature) as a file for ``plot pareto``."""
+    from fastmodel.io.aliases import without_aliases
+    from fastmodel.serve.api import sweep
+
+    ds = sweep("llama3.1-70b", device=["H100", "A100"], precision="fp8", tp=[1, 8], batch_size=[1, 256],
+               input_len=8192, output_len=256, load_mode="concurrency")
+    path = tmp_path_factory.mktemp("walk8s") / "serve.nc"
+    without_aliases(ds).to_netcdf(path, engine="scipy")
+    return path
+
+
+def test_a_serving_pareto_of_one_selected_device_or_one_point_draws_it(serving_file, tmp_path):
+    """``plot pareto serve.nc --sel device=H100`` was refused with ``unknown curve dimension 'device'`` (the
+    default curve, the device, fixed by --sel); it now draws that device's one frontier. A selection down to one
+    point (every dimension fixed) raised ValueError from numpy (a traceback); it is a frontier of one point."""
+    result = cli("plot", "pareto", serving_file, "--sel", "device=H100", "-o", tmp_path / "one.png")
+    assert result.exit_code == 0 and "device = H100:" in result.output, result.output
+    assert "tp=8, batch_size=256" in result.output
+    result = cli("plot", "pareto", serving_file, "--sel", "device=H100", "--sel", "tp=8", "--sel", "batch_size=1",
+                 "-o", tmp_path / "point.png")
+    assert result.exit_code == 0 and (tmp_path / "point.png").exists(), result.output
+    rows = result.output.split("device = H100:\n")[1].splitlines()
+    assert len(rows[0].split()) == 2 and rows[1] == f"wrote {tmp_path / 'point.png'}", result.output
+    one_line_error(cli("plot", "pareto", serving_file, "--sel", "device=A100", "--sel", "tp=8", "--sel",
+                       "batch_size=1", "--curve", "tp", "-o", tmp_path / "left.png"),
+                   "for a tp frontier: left out 1 of 1 points: 1 no_fp8")
