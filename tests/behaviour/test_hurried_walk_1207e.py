@@ -59,3 +59,18 @@ def test_a_serving_pareto_of_one_selected_device_or_one_point_draws_it(serving_f
     one_line_error(cli("plot", "pareto", serving_file, "--sel", "device=A100", "--sel", "tp=8", "--sel",
                        "batch_size=1", "--curve", "tp", "-o", tmp_path / "left.png"),
                    "for a tp frontier: left out 1 of 1 points: 1 no_fp8")
+
+
+def test_validate_of_a_file_of_batch_cases_only_is_one_line(tmp_path):
+    """``fastmodel validate tests/data/madmax_cases_dev.jsonl`` printed 65 'refused (a miss): ... a batch case'
+    lines and a table of 0 runs answered, and exited 0 (``calibrate`` of the same file stops in one line, as
+    ``validate`` of a file of plan-only records does); not one line is a run record, so it is one line, exit 2."""
+    from tests.suite_fixtures import data_lines
+
+    path = tmp_path / "cases.jsonl"
+    path.write_text("\n".join(data_lines("madmax_cases_dev.jsonl", 3)) + "\n\n")
+    one_line_error(cli("validate", path), f"{path}: record: no line is a run record: all 3 lines are batch cases",
+                   "batch cases go to fastmodel batch")
+    path.write_text(data_lines("madmax_cases_dev.jsonl", 1)[0])
+    one_line_error(cli("validate", path, "--plot", tmp_path / "v.png"), "the one line is a batch case")
+    assert not (tmp_path / "v.png").exists()
