@@ -163,6 +163,7 @@ def select(obj, sel: Mapping[str, object] | None):
         check_dim(obj.dims, dim)
         many = isinstance(value, (list, tuple, np.ndarray))
         values = [_coord_value(obj[dim], v) for v in (value if many else [value])]
+        values = [v for k, v in enumerate(values) if not any(v == u for u in values[:k])]   # a repeat: once
         indexers[dim] = values if many and len(values) > 1 else values[0]
     return obj.sel(indexers)
 

@@ -74,3 +74,20 @@ def test_validate_of_a_file_of_batch_cases_only_is_one_line(tmp_path):
     path.write_text(data_lines("madmax_cases_dev.jsonl", 1)[0])
     one_line_error(cli("validate", path, "--plot", tmp_path / "v.png"), "the one line is a batch case")
     assert not (tmp_path / "v.png").exists()
+
+
+def test_a_value_repeated_in_sel_is_selected_once(sweep_file, tmp_path):
+    """``plot scaling --x num_nodes --sel num_nodes=8 --sel num_nodes=8`` drew the one point twice at x = 8: two
+    ticks on one spot, thinned to 'num nodes (every 2nd labelled)', the label turned on its side, and an 'ideal'
+    line of one point in the legend; a heatmap drew the repeated plan as two rows. A value given twice is
+    selected once (--sel of one value fixes its dimension, and --x then says so)."""
+    import xarray as xr
+
+    from fastmodel.plot.data import prepare
+
+    ds = xr.open_dataset(sweep_file)
+    da, _ = prepare(ds, "step_time", sel={"plan": ["fsdp/ddp", "fsdp/ddp", "ddp/ddp"], "global_batch": 1024})
+    assert list(da["plan"].values) == ["fsdp/ddp", "ddp/ddp"]
+    one_line_error(cli("plot", "scaling", sweep_file, "--x", "num_nodes", "--var", "throughput", "--sel",
+                       "global_batch=1024", "--sel", "plan=fsdp/ddp", "--sel", "num_nodes=32", "--sel", "num_nodes=32",
+                       "-o", tmp_path / "s.png"), "--x num_nodes: num_nodes is fixed by --sel num_nodes=...")
