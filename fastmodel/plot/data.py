@@ -273,7 +273,10 @@ def reduce_one(da: xr.DataArray, how: str, dim: str) -> xr.DataArray:
 def relative(da: xr.DataArray, baseline, dim: str = "plan", maximize: bool | None = None) -> xr.DataArray:
     """Gain over the ``baseline`` value of ``dim``: ``da / base`` if larger is better, else ``base / da``."""
     check_dim(da.dims, dim)
-    value = _coord_value(da[dim], baseline)
+    try:
+        value = _coord_value(da[dim], baseline)
+    except PlotError as error:   # was "plan='tp8.pp3' is not in the data ...": which option gave it?
+        raise PlotError(f"--relative-to {baseline}: {error}") from None
     base = da.sel({dim: value}, drop=True)
     if base.dtype.kind in "fc" and not np.isfinite(base.values).any():   # was "... is an input it needs missing?"
         raise PlotError(f"--relative-to {value}: {dim}={value} has no finite {da.name} in this selection (illegal "

@@ -91,3 +91,11 @@ def test_a_value_repeated_in_sel_is_selected_once(sweep_file, tmp_path):
     one_line_error(cli("plot", "scaling", sweep_file, "--x", "num_nodes", "--var", "throughput", "--sel",
                        "global_batch=1024", "--sel", "plan=fsdp/ddp", "--sel", "num_nodes=32", "--sel", "num_nodes=32",
                        "-o", tmp_path / "s.png"), "--x num_nodes: num_nodes is fixed by --sel num_nodes=...")
+
+
+def test_a_relative_to_baseline_not_in_the_data_names_the_option(sweep_file, tmp_path):
+    """``plot heatmap ... --relative-to tp8.pp3`` said only ``plan='tp8.pp3' is not in the data``: the plan was
+    given to --relative-to, not to --sel; the line now starts with the option."""
+    one_line_error(cli("plot", "heatmap", sweep_file, "--x", "num_nodes", "--y", "plan", "--var", "throughput",
+                       "--sel", "global_batch=1024", "--relative-to", "fsdp/dp", "-o", tmp_path / "r.png"),
+                   "error: --relative-to fsdp/dp: plan='fsdp/dp' is not in the data (did you mean 'fsdp/ddp'?)")
