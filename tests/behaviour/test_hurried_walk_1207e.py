@@ -99,3 +99,15 @@ def test_a_relative_to_baseline_not_in_the_data_names_the_option(sweep_file, tmp
     one_line_error(cli("plot", "heatmap", sweep_file, "--x", "num_nodes", "--y", "plan", "--var", "throughput",
                        "--sel", "global_batch=1024", "--relative-to", "fsdp/dp", "-o", tmp_path / "r.png"),
                    "error: --relative-to fsdp/dp: plan='fsdp/dp' is not in the data (did you mean 'fsdp/ddp'?)")
+
+
+def test_validate_plot_says_it_wrote_the_figure(tmp_path):
+    """``validate runs.jsonl --plot v.png`` wrote the figure without a word, where ``-o rows.csv`` and every plot
+    command print ``wrote FILE``; it now says it too."""
+    from tests.suite_fixtures import data_lines
+
+    runs = tmp_path / "runs.jsonl"
+    runs.write_text("\n".join(data_lines("runs_dev.jsonl", 2)) + "\n")
+    result = cli("validate", runs, "--plot", tmp_path / "v.svg", "-o", tmp_path / "rows.csv")
+    assert result.exit_code == 0 and (tmp_path / "v.svg").exists(), result.output
+    assert f"wrote {tmp_path / 'v.svg'}\n" in result.output and f"wrote {tmp_path / 'rows.csv'}" in result.output
