@@ -111,3 +111,17 @@ def test_validate_plot_says_it_wrote_the_figure(tmp_path):
     result = cli("validate", runs, "--plot", tmp_path / "v.svg", "-o", tmp_path / "rows.csv")
     assert result.exit_code == 0 and (tmp_path / "v.svg").exists(), result.output
     assert f"wrote {tmp_path / 'v.svg'}\n" in result.output and f"wrote {tmp_path / 'rows.csv'}" in result.output
+
+
+@pytest.mark.parametrize("args, said", [
+    (("best", "{r}", "--by", "throughput", "--sel", "num_nodes=16"),
+     "No such option '--sel': 'main best' picks points with --where DIM=VALUE (e.g. --where num_nodes=8)"),
+    (("best", "{r}", "--by", "throughput", "--filter=num_nodes=16"), "best' picks points with --where"),
+    (("plot", "heatmap", "{r}", "--x", "num_nodes", "--y", "plan", "--where", "global_batch=1024", "-o", "h.png"),
+     "No such option '--where': 'main plot heatmap' picks points with --sel DIM=VALUE"),
+])
+def test_an_option_another_command_has_for_the_job_names_this_commands_own(sweep_file, args, said):
+    """``best r.nc --sel num_nodes=16`` (plot's selection) was "No such option '--sel'. (Did you mean one of: '--csv',
+    '--help'?)", and ``plot heatmap --where`` (best's filter) "Did you mean '--help'?"; each now names the option
+    the command has for it (CliRunner names the program main)."""
+    one_line_error(cli(*(str(a).replace("{r}", str(sweep_file)) for a in args)), said)
