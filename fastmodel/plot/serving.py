@@ -140,12 +140,15 @@ def serving_pareto(ds, curve: str = "device", x: str = X, y: str = Y, sel=None, 
                           for k in range(0, len(labels), step)]
         ax.set_xscale("log")
         ax.set_yscale("log")
-        for axis in (ax.xaxis, ax.yaxis):    # plain numbers (1,000 and 20, not 10^3 and 2 x 10^1), as elsewhere
-            axis.set_major_formatter(S.unit_formatter(1.0, axis))
-            axis.set_minor_formatter(S.log_minor_formatter(axis))
         better = {"min": "lower is better", "max": "higher is better"}
-        ax.set_xlabel(f"{AXIS_NAMES.get(x, x.replace('_', ' '))} ({better[x_dir]})")
-        ax.set_ylabel(f"{AXIS_NAMES.get(y, y.replace('_', ' '))} ({better[y_dir]})")
+        for k, (axis, name, way) in enumerate(((ax.xaxis, x, x_dir), (ax.yaxis, y, y_dir))):
+            # plain numbers (1,000 and 20, not 10^3 and 2 x 10^1) in the variable's display unit, as elsewhere (a
+            # --curve on a training result labelled memory_per_device 1e+10 with no unit and step time without [s])
+            drawn = np.concatenate([np.asarray(f[k], dtype=float) for f in frontiers.values()] or [np.zeros(0)])
+            factor, shown = (1.0, "") if name in AXIS_NAMES else S.display_unit(_attrs(ds, name).get("units"), drawn)
+            axis.set_major_formatter(S.unit_formatter(factor, axis))
+            axis.set_minor_formatter(S.log_minor_formatter(axis, factor))
+            axis.set_label_text(S.label(f"{AXIS_NAMES.get(name, name.replace('_', ' '))} ({better[way]})", shown))
         ax.best = mark_slo(ax, D.select(ds, sel), x, y)
         ax.left_out = left_out(ds, sel, where)
         if ax.left_out:   # said, never silent: the points that are no answer (status, memory, budget, --where)

@@ -125,3 +125,20 @@ def test_an_option_another_command_has_for_the_job_names_this_commands_own(sweep
     '--help'?)", and ``plot heatmap --where`` (best's filter) "Did you mean '--help'?"; each now names the option
     the command has for it (CliRunner names the program main)."""
     one_line_error(cli(*(str(a).replace("{r}", str(sweep_file)) for a in args)), said)
+
+
+def test_a_frontier_per_curve_labels_its_axes_with_units(sweep_file, tmp_path):
+    """``plot pareto r.nc --x step_time --y memory_per_device --curve plan`` (the frontier per curve, a training
+    result) labelled its axes 'step time (lower is better)' with no [s] and memory_per_device in bytes as 1e+10;
+    the axes now say their display units, as the one-frontier figure does."""
+    import xarray as xr
+
+    from fastmodel.plot.serving import serving_pareto
+
+    fig, ax = serving_pareto(xr.open_dataset(sweep_file), curve="plan", x="step_time", y="memory_per_device",
+                             sel={"global_batch": 1024})
+    assert ax.get_xlabel() == "step time (lower is better) [ms]"      # the synthetic steps take milliseconds
+    assert ax.get_ylabel() == "memory per device (lower is better) [GiB]"
+    fig.draw_without_rendering()
+    shown = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
+    assert shown and not any("e+" in t for t in shown), shown
