@@ -18,6 +18,7 @@ from fastmodel.plot import data as D
 from fastmodel.plot import style as S
 from fastmodel.plot.pareto import pareto_mask
 from fastmodel.plot.readable import legend_label, make_readable, place_labels_noted
+from fastmodel.plot.scaling import MAX_LINES
 
 X = "output_tokens_per_s_per_user"
 Y = "output_tokens_per_s_per_gpu"
@@ -61,6 +62,10 @@ def serving_frontiers(ds, curve: str = "device", x: str = X, y: str = Y, sel=Non
     if not out:   # why, as the legend would have said it
         raise D.PlotError(f"no point of the sweep is legal and fits in memory (status 0) for a {curve} frontier: "
                           f"{left_out(whole, sel, keep)}")
+    if len(out) > MAX_LINES:   # 52 plans drew a legend over the axes, colours repeating (and a layout warning)
+        raise D.PlotError(f"--curve {curve}: {len(out)} frontiers are too many to tell apart in one figure (at most "
+                          f"{MAX_LINES}, as plot scaling draws); keep some with --sel {curve}=VALUE (repeatable), or "
+                          "draw the curves along a dimension with fewer values")
     return out
 
 

@@ -142,3 +142,23 @@ def test_a_frontier_per_curve_labels_its_axes_with_units(sweep_file, tmp_path):
     fig.draw_without_rendering()
     shown = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
     assert shown and not any("e+" in t for t in shown), shown
+
+
+def test_a_frontier_per_curve_of_too_many_curves_is_one_line(sweep_file, tmp_path):
+    """``plot pareto madmax.nc --x step_time --y memory_per_device --curve plan`` (52 plans) drew 45 frontiers: a
+    legend over the axes, colours repeating, matplotlib's 'constrained_layout not applied' warning on stderr. More
+    curves than plot scaling draws lines (12) is one line naming --sel to keep some."""
+    import numpy as np
+    import xarray as xr
+
+    ds = xr.open_dataset(sweep_file)
+    many = xr.concat([ds.isel(plan=[k % 3]).assign_coords(plan=[f"p{k}"]) for k in range(13)], dim="plan")
+    path = tmp_path / "many.nc"
+    many.to_netcdf(path, engine="scipy")
+    one_line_error(cli("plot", "pareto", path, "--x", "step_time", "--y", "memory_per_device", "--curve", "plan",
+                       "-o", tmp_path / "p.png"),
+                   "--curve plan: 13 frontiers are too many to tell apart in one figure (at most 12",
+                   "keep some with --sel plan=VALUE (repeatable)")
+    result = cli("plot", "pareto", path, "--x", "step_time", "--y", "memory_per_device", "--curve", "plan",
+                 *np.ravel([("--sel", f"plan=p{k}") for k in range(12)]), "-o", tmp_path / "p.png")
+    assert result.exit_code == 0 and (tmp_path / "p.png").exists(), result.output
