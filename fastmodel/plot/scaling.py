@@ -144,8 +144,8 @@ def scaling(data, x: str, *, var: str | None = None, hue: str | None = None, sel
         finite = rows[np.isfinite(rows)]
         if logy if logy is not None else (finite.size and np.all(finite > 0) and finite.max() / finite.min() >= 100):
             ax.set_yscale("log")
-        ax.yaxis.set_major_formatter(S.unit_formatter(factor, ax.yaxis))
         ax.yaxis.set_minor_formatter("")
+        S.unit_ticks(ax.yaxis, factor)
         ax.set_xlabel(S.label(D.long_name_of(da[x]), xshown))   # "num nodes", as the Pareto figure says
         ax.set_ylabel(S.label(D.long_name_of(da), shown))
         handles, labels = ax.get_legend_handles_labels()

@@ -162,3 +162,30 @@ def test_a_frontier_per_curve_of_too_many_curves_is_one_line(sweep_file, tmp_pat
     result = cli("plot", "pareto", path, "--x", "step_time", "--y", "memory_per_device", "--curve", "plan",
                  *np.ravel([("--sel", f"plan=p{k}") for k in range(12)]), "-o", tmp_path / "p.png")
     assert result.exit_code == 0 and (tmp_path / "p.png").exists(), result.output
+
+
+def test_an_axis_in_gib_is_ticked_at_round_gib(sweep_file):
+    """A memory axis or colour bar was ticked at round byte counts and labelled in GiB: 9.31323, 18.6265, 27.9397
+    (1e10, 2e10, 3e10 bytes) on plot scaling and pareto, 186.265 ... 931.323 on a heatmap's colour bar. The ticks
+    are now round numbers of the display unit (style.DisplayUnitLocator); seconds keep matplotlib's own."""
+    import xarray as xr
+
+    import fastmodel.plot as P
+    from fastmodel.plot.serving import serving_pareto
+
+    ds = xr.open_dataset(sweep_file)
+
+    def shown(axis):
+        lo, hi = sorted(axis.get_view_interval())
+        return [float(t.get_text().replace(",", "")) for t in axis.get_ticklabels()
+                if t.get_text() and lo <= t.get_position()[axis.axis_name == "y"] <= hi]
+
+    figures = [P.scaling(ds, x="num_nodes", var="memory_per_device", hue="plan", sel={"global_batch": 1024})[1].yaxis,
+               P.pareto(ds, x="step_time", y="memory_per_device")[1].yaxis,
+               serving_pareto(ds, curve="plan", x="step_time", y="memory_per_device")[1].yaxis]
+    fig, _ = P.heatmap(ds, x="num_nodes", y="plan", var="memory_per_device", sel={"global_batch": 1024})
+    figures.append(fig.axes[-1].yaxis)
+    for axis in figures:
+        axis.get_figure().draw_without_rendering()
+        ticks = shown(axis)
+        assert len(ticks) >= 2 and all(float(f"{t:.2g}") == t for t in ticks), ticks     # 9.31323: not round
