@@ -189,3 +189,20 @@ def test_an_axis_in_gib_is_ticked_at_round_gib(sweep_file):
         axis.get_figure().draw_without_rendering()
         ticks = shown(axis)
         assert len(ticks) >= 2 and all(float(f"{t:.2g}") == t for t in ticks), ticks     # 9.31323: not round
+
+
+def test_a_comment_line_in_a_batch_file_is_named_a_comment(tmp_path):
+    """``fastmodel batch`` of a file with ``# ...`` or ``// ...`` lines gave each the row 'error: invalid JSON:
+    Expecting value at column 1'; it now says the line is a comment, which JSON lines do not have (the row stays:
+    one output row per input line)."""
+    import csv
+
+    from tests.suite_fixtures import data_lines
+
+    path = tmp_path / "cases.jsonl"
+    path.write_text("# the dev cases\n" + data_lines("madmax_cases_dev.jsonl", 1)[0] + "\n  // one more\n")
+    result = cli("batch", path, "-o", tmp_path / "out.csv")
+    assert result.exit_code == 0, result.output
+    rows = list(csv.DictReader((tmp_path / "out.csv").open()))
+    said = "error: a comment: JSON lines have none (the line keeps its row of the output)"
+    assert [r["status"] for r in rows] == [said, "ok", said]
