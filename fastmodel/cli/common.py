@@ -49,7 +49,7 @@ class OneLineGroup(click.Group):
             sys.exit(0)
         except click.UsageError as error:
             hint = f" (see '{error.ctx.command_path} --help')" if error.ctx is not None else ""
-            click.echo(f"error: {' '.join(error.format_message().split())}{hint}", err=True)
+            click.echo(f"error: {' '.join(_same_job(error).split())}{hint}", err=True)
             sys.exit(2)
         except click.ClickException as error:
             click.echo(f"error: {' '.join(error.format_message().split())}", err=True)
@@ -66,6 +66,25 @@ class OneLineGroup(click.Group):
             return super().invoke(ctx)
         except KeyboardInterrupt:
             exit_interrupted()
+
+
+#: options one command has for a job another does under its own name: ``best --sel`` is ``best --where``, ``plot heatmap
+#: --where`` is ``--sel`` (click's nearest name was '--csv' or '--help')
+SAME_JOB = {"--sel": ("--where",), "--select": ("--sel", "--where"), "--where": ("--sel",),
+            "--filter": ("--where", "--sel")}
+
+
+def _same_job(error: click.UsageError) -> str:
+    """click's message, or for an option another command has (:data:`SAME_JOB`) the one this command has instead."""
+    name = getattr(error, "option_name", None)
+    if not isinstance(error, click.NoSuchOption) or error.ctx is None or name not in SAME_JOB:
+        return error.format_message()
+    have = {opt for param in error.ctx.command.params for opt in getattr(param, "opts", ())}
+    other = next((o for o in SAME_JOB[name] if o in have), None)
+    if other is None:
+        return error.format_message()
+    return (f"No such option '{name}': '{error.ctx.command_path}' picks points with {other} DIM=VALUE (e.g. {other} "
+            "num_nodes=8)")
 
 
 class PresetChoice(Choice):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 import click
 
@@ -113,6 +114,7 @@ def _run(sweep_file, output, is_zarr, resume, force, workers, scheduler, unit_co
     client = cluster = None
     if workers or scheduler:
         client, cluster = connect(scheduler, workers)
+    started = time.perf_counter()
     bar = Progress(plan.num_configs, enabled=progress)
     try:
         if is_zarr:
@@ -135,7 +137,7 @@ def _run(sweep_file, output, is_zarr, resume, force, workers, scheduler, unit_co
                 _interrupted(bar, output, resumable=False)
     finally:
         bar.close()
-    _done(ds, plan, output)
+    _done(ds, plan, output, time.perf_counter() - started)
 
 
 def _interrupted(bar, output, resumable: bool) -> None:
@@ -165,9 +167,11 @@ def _claim_netcdf(output, source, force):
 NO_LEGAL_POINT_EXIT = 3
 
 
-def _done(ds, plan, output) -> None:
-    """The summary line; a grid without one ``ok`` point (written, each point with its status code) says so in
-    one line, the most common status and its reason, and exits NO_LEGAL_POINT_EXIT (3; spec errors stay 2)."""
+def _done(ds, plan, output, seconds: float) -> None:
+    """The summary line, ending with the run's wall time and configurations per second (the first line gives only
+    the engine's assumed rate; the progress bar, the measured one, shows on a terminal only); a grid without one
+    ``ok`` point (written, each point with its status code) says so in one line, the most common status and its
+    reason, and exits NO_LEGAL_POINT_EXIT (3; spec errors stay 2)."""
     from fastmodel.sweeps.run import COUNT_STATUS_CONFIGS, no_legal_point
 
     num_configs = plan.num_configs
@@ -178,7 +182,9 @@ def _done(ds, plan, output) -> None:
         sys.exit(NO_LEGAL_POINT_EXIT)
     fits, too_big = fit_counts(ds)
     click.echo(f"done: {fits:,} of {num_configs:,} configurations legal and feasible (fit in memory), {too_big:,} "
-               f"legal but over memory, {num_configs - fits - too_big:,} illegal or not evaluated", err=True)
+               f"legal but over memory, {num_configs - fits - too_big:,} illegal or not evaluated; {seconds:,.1f} s, "
+               f"{num_configs / max(seconds, 1e-9):,.0f} configurations/s (kernel loading and writing included)",
+               err=True)
 
 
 def fit_counts(ds) -> tuple[int, int]:

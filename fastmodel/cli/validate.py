@@ -75,6 +75,7 @@ def validate(runs, output, plot_path, dpi, size, force, calibration, split_file)
         fig, _ = predicted_vs_measured(result.rows, size=figure_size(size))
         with claim_output(plot_path, _figure_kind(plot_path), inputs=(runs,), force=force, what="figure"):
             save(fig, plot_path, dpi)
+        click.echo(f"wrote {plot_path}", err=True)   # as validate -o and every plot command say it
 
 
 def _sized_without_plot(plot_path) -> None:

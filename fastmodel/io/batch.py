@@ -70,6 +70,8 @@ def _parse_slow(raw: bytes):
         return _Bad("line is not UTF-8 text")
     if not text.strip():
         return _Bad("empty line")
+    if text.lstrip().startswith(("#", "//")):       # was "invalid JSON: Expecting value at column 1"
+        return _Bad("a comment: JSON lines have none (the line keeps its row of the output)")
     try:
         return batch_kinds.load_json(text.lstrip("\ufeff"))
     except FastmodelError as error:

@@ -58,6 +58,12 @@ class RunRecord:
     where: str = ""
 
 
+def is_batch_case(data) -> bool:
+    """Whether a JSON object is a batch case (a spec line of ``fastmodel batch``), not a run record: a task and
+    no plan (no record has a task)."""
+    return isinstance(data, dict) and "plan" not in data and "task" in data
+
+
 def parse_record(data: dict, source: str | None = None):
     """The record validated by its schema (``RecordSchema``); a one-line SpecError naming block and field."""
     from fastmodel.lm.record_schema import RecordSchema, record_error
@@ -68,7 +74,7 @@ def parse_record(data: dict, source: str | None = None):
         raise SpecError(source, "record", "a serving record (SERVE_RUNS.md) where training run records (RUNS.md) are "
                                           "read; serving records go to fastmodel serve, validate or batch, in a file "
                                           "of their own (validate scores the first record's kind)")
-    if "plan" not in data and "task" in data:       # no record has a task: a spec line of batch
+    if is_batch_case(data):
         raise SpecError(source, "record", "a batch case (model, system and task: a line of fastmodel batch), not a "
                                           "run record (RUNS.md: model, system, plan and measured blocks); batch "
                                           "cases go to fastmodel batch")

@@ -14,12 +14,17 @@ def validation(runs: Any, ids: set[str] | None = None, calibration: Any = None) 
     refused one a row with status ``refused``), ``ids`` the held-out ids (None: no split), ``calibration`` (a TOML
     path or ``Calibration``) applied after the measurements are read."""
     from fastmodel.analysis.splits import mark_split
-    from fastmodel.lm.records import read_records, with_measurements
+    from fastmodel.errors import SpecError
+    from fastmodel.lm.records import is_batch_case, read_records, with_measurements
     from fastmodel.lm.validate import format_report, refused_rows, rows, skipped_lines, summaries
 
     source = source_of(runs)
     refused: list = []
     records = read_records(runs, refused)
+    if not records and refused and all(is_batch_case(item.raw) for item in refused):   # another kind of file
+        lines = "the one line is a batch case" if len(refused) == 1 else f"all {len(refused):,} lines are batch cases"
+        raise SpecError(source, "record", f"no line is a run record: {lines} (model, system and task: lines of "
+                                          "fastmodel batch, not RUNS.md run records); batch cases go to fastmodel batch")
     messages = refused_lines(refused)
     described = None
     if records:

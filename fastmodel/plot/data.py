@@ -82,6 +82,15 @@ def check_dim(dims: Iterable[str], name: str, what: str = "dimension") -> str:
     return name
 
 
+def check_not_fixed(dims: Iterable[str], sel, options) -> None:
+    """A one-line PlotError for an axis of the figure that ``sel`` fixed to one value (``options``: (option,
+    dimension) pairs, e.g. ``(("--x", "num_nodes"), ("--y", "plan"))``): it is no longer there to draw along."""
+    for option, dim in options:
+        if dim is not None and dim not in dims and dim in (sel or {}):
+            raise PlotError(f"{option} {dim}: {dim} is fixed by --sel {dim}=...; keep two or more values (repeat "
+                            f"--sel {dim}=VALUE) or draw along another dimension")
+
+
 def units_of(obj: xr.DataArray) -> str:
     """Units of a variable or coordinate: its attrs (a sweep gives its coordinates the units of the field they
     set), else the registry's."""
@@ -154,6 +163,7 @@ def select(obj, sel: Mapping[str, object] | None):
         check_dim(obj.dims, dim)
         many = isinstance(value, (list, tuple, np.ndarray))
         values = [_coord_value(obj[dim], v) for v in (value if many else [value])]
+        values = [v for k, v in enumerate(values) if not any(v == u for u in values[:k])]   # a repeat: once
         indexers[dim] = values if many and len(values) > 1 else values[0]
     return obj.sel(indexers)
 
@@ -263,7 +273,10 @@ def reduce_one(da: xr.DataArray, how: str, dim: str) -> xr.DataArray:
 def relative(da: xr.DataArray, baseline, dim: str = "plan", maximize: bool | None = None) -> xr.DataArray:
     """Gain over the ``baseline`` value of ``dim``: ``da / base`` if larger is better, else ``base / da``."""
     check_dim(da.dims, dim)
-    value = _coord_value(da[dim], baseline)
+    try:
+        value = _coord_value(da[dim], baseline)
+    except PlotError as error:   # was "plan='tp8.pp3' is not in the data ...": which option gave it?
+        raise PlotError(f"--relative-to {baseline}: {error}") from None
     base = da.sel({dim: value}, drop=True)
     if base.dtype.kind in "fc" and not np.isfinite(base.values).any():   # was "... is an input it needs missing?"
         raise PlotError(f"--relative-to {value}: {dim}={value} has no finite {da.name} in this selection (illegal "
@@ -365,15 +378,15 @@ def left_out_line(reasons, total: int) -> str:
 def reasons_of(status: xr.DataArray, left: np.ndarray, extra: Mapping[str, np.ndarray] | None = None) -> list[str]:
     """The reason of each point ``left`` out (a boolean grid in ``status``'s shape): its status name where it is
     not ``ok``, else the first name of ``extra`` (``{reason: grid of points it rules out}``) that rules it out."""
-    codes = np.asarray(status.values).astype(int)
+    codes = np.atleast_1d(np.asarray(status.values).astype(int))   # a grid of one point (every dimension --sel) too
     names = status_names(status)
     out = []
-    for index in zip(*np.nonzero(left)):
+    for index in zip(*np.nonzero(np.atleast_1d(left))):
         code = int(codes[index])
         if code != 0:
             out.append(names[code] if 0 <= code < len(names) else str(code))
             continue
-        out.append(next((name for name, grid in (extra or {}).items() if np.asarray(grid)[index]), "no result"))
+        out.append(next((name for name, grid in (extra or {}).items() if np.atleast_1d(grid)[index]), "no result"))
     return out
 
 

@@ -38,6 +38,7 @@ def heatmap(data, x: str | None = None, y: str | None = None, *, var: str | None
     The image array is the data slice itself (SI units; ticks show scaled units).
     """
     da, st = D.prepare(data, var, sel, reduce, relative_to, relative_dim, status, keep=(x, y))
+    D.check_not_fixed(da.dims, sel, (("--x", x), ("--y", y)))   # was "unknown dimension 'plan'; dimensions: ..."
     for name in (x, y):                 # a wrong x or y first: it is why the other dimensions seem too many
         if name is not None:
             D.check_dim(da.dims, name)
@@ -83,7 +84,7 @@ def heatmap(data, x: str | None = None, y: str | None = None, *, var: str | None
             cbar.set_label(S.label(D.long_name_of(da), units))
         else:
             factor, shown = S.display_unit(units, image.compressed())
-            cbar.ax.yaxis.set_major_formatter(S.unit_formatter(factor, cbar.ax.yaxis))
+            S.unit_ticks(cbar.ax.yaxis, factor)
             if isinstance(norm, mcolors.LogNorm):  # label minor ticks only when few major ones show
                 cbar.ax.yaxis.set_minor_formatter(S.unit_formatter(factor) if _few_decades(norm) else "")
             if da.attrs.get("ratio") and image.count():  # 1 stays white; the bar shows only the range of the data

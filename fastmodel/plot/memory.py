@@ -65,7 +65,7 @@ def memory_table(ds, dim: str | None = None, sel=None):
     if dim is None:
         dim = "configuration"
         memory = memory.drop_vars([c for c in memory.coords if c != "memory_kind"])
-        memory = memory.expand_dims({dim: [", ".join(fixed) or "configuration"]})
+        memory = memory.expand_dims({dim: ["\n".join(fixed) or "configuration"]})   # a line each: never wider than the axes
     memory = memory.transpose(dim, "memory_kind").load()
     memory.attrs["fixed"] = ", ".join(fixed) if dim != "configuration" else ""   # for the title
     return dim, memory

@@ -181,8 +181,8 @@ def pareto(data, x: str, y: str, *, x_dir: str | None = None, y_dir: str | None 
                 (ax.set_xscale if axis == "x" else ax.set_yscale)("log", base=base)
                 if geometric and levels.size <= 12:
                     (ax.set_xticks if axis == "x" else ax.set_yticks)(levels, labels=[S.fmt_coord(v) for v in levels])
-        ax.xaxis.set_major_formatter(S.unit_formatter(xf, ax.xaxis))
-        ax.yaxis.set_major_formatter(S.unit_formatter(yf, ax.yaxis))
+        S.unit_ticks(ax.xaxis, xf)
+        S.unit_ticks(ax.yaxis, yf)
         for axis, factor in ((ax.xaxis, xf), (ax.yaxis, yf)):   # a log axis of under two decades: 20, 30, 50
             axis.set_minor_formatter(S.log_minor_formatter(axis, factor) if axis.get_scale() == "log" else "")
         better = {"min": "lower is better", "max": "higher is better"}

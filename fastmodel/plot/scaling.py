@@ -90,10 +90,7 @@ def scaling(data, x: str, *, var: str | None = None, hue: str | None = None, sel
     """
     da, status = D.prepare(data, var, sel, reduce, keep=(x, hue))
     D.check_quantity(da, "a scaling line")
-    for option, dim in (("--x", x), ("--hue", hue)):   # a dimension --sel fixed to one value cannot be drawn along
-        if dim is not None and dim not in da.dims and dim in (sel or {}):
-            raise D.PlotError(f"{option} {dim}: {dim} is fixed by --sel {dim}=...; keep two or more values (repeat "
-                              f"--sel {dim}=VALUE) or draw along another dimension")
+    D.check_not_fixed(da.dims, sel, (("--x", x), ("--hue", hue)))  # fixed to one value: not there to draw along
     D.check_dim(da.dims, x)
     if hue is not None:
         D.check_dim(da.dims, hue)
@@ -147,8 +144,8 @@ def scaling(data, x: str, *, var: str | None = None, hue: str | None = None, sel
         finite = rows[np.isfinite(rows)]
         if logy if logy is not None else (finite.size and np.all(finite > 0) and finite.max() / finite.min() >= 100):
             ax.set_yscale("log")
-        ax.yaxis.set_major_formatter(S.unit_formatter(factor, ax.yaxis))
         ax.yaxis.set_minor_formatter("")
+        S.unit_ticks(ax.yaxis, factor)
         ax.set_xlabel(S.label(D.long_name_of(da[x]), xshown))   # "num nodes", as the Pareto figure says
         ax.set_ylabel(S.label(D.long_name_of(da), shown))
         handles, labels = ax.get_legend_handles_labels()

@@ -18,6 +18,7 @@ from fastmodel.plot import data as D
 from fastmodel.plot import style as S
 from fastmodel.plot.pareto import pareto_mask
 from fastmodel.plot.readable import legend_label, make_readable, place_labels_noted
+from fastmodel.plot.scaling import MAX_LINES
 
 X = "output_tokens_per_s_per_user"
 Y = "output_tokens_per_s_per_gpu"
@@ -34,15 +35,17 @@ def serving_frontiers(ds, curve: str = "device", x: str = X, y: str = Y, sel=Non
     swept values (e.g. ``batch_size=64``) of the other dimensions that vary along it. ``keep``: a boolean grid of
     the points that may stand (within the GPU budget, passing --where), besides status ok and fitting."""
     whole, ds = ds, D.select(ds, sel)
+    if curve not in ds.dims and curve in (sel or {}) and curve in ds.coords:   # --sel device=H100: its one curve
+        ds = ds.expand_dims(curve)
     ok = answers(ds, _selected(keep, sel))
     D.check_dim(list(ds.dims), curve, "curve dimension")
     x, y = (D.get_var(ds, name).name for name in (x, y))
     out = {}
     for value in ds[curve].values:
-        part = ds.sel({curve: value})
-        keep = ok.sel({curve: value})
-        xs = part[x].where(keep)
-        ys = part[y].where(keep)
+        part = ds.sel({curve: [value]})     # kept as a dimension of one: a curve of one point is an array too
+        stands = ok.sel({curve: [value]})   # not ``keep``: the reasons below are of the whole selection's keep
+        xs = part[x].where(stands)
+        ys = part[y].where(stands)
         dims = xs.dims
         xv = np.asarray(xs.values, dtype=float).ravel()
         yv = np.asarray(ys.transpose(*dims).values, dtype=float).ravel()
@@ -59,6 +62,10 @@ def serving_frontiers(ds, curve: str = "device", x: str = X, y: str = Y, sel=Non
     if not out:   # why, as the legend would have said it
         raise D.PlotError(f"no point of the sweep is legal and fits in memory (status 0) for a {curve} frontier: "
                           f"{left_out(whole, sel, keep)}")
+    if len(out) > MAX_LINES:   # 52 plans drew a legend over the axes, colours repeating (and a layout warning)
+        raise D.PlotError(f"--curve {curve}: {len(out)} frontiers are too many to tell apart in one figure (at most "
+                          f"{MAX_LINES}, as plot scaling draws); keep some with --sel {curve}=VALUE (repeatable), or "
+                          "draw the curves along a dimension with fewer values")
     return out
 
 
@@ -138,12 +145,15 @@ def serving_pareto(ds, curve: str = "device", x: str = X, y: str = Y, sel=None, 
                           for k in range(0, len(labels), step)]
         ax.set_xscale("log")
         ax.set_yscale("log")
-        for axis in (ax.xaxis, ax.yaxis):    # plain numbers (1,000 and 20, not 10^3 and 2 x 10^1), as elsewhere
-            axis.set_major_formatter(S.unit_formatter(1.0, axis))
-            axis.set_minor_formatter(S.log_minor_formatter(axis))
         better = {"min": "lower is better", "max": "higher is better"}
-        ax.set_xlabel(f"{AXIS_NAMES.get(x, x.replace('_', ' '))} ({better[x_dir]})")
-        ax.set_ylabel(f"{AXIS_NAMES.get(y, y.replace('_', ' '))} ({better[y_dir]})")
+        for k, (axis, name, way) in enumerate(((ax.xaxis, x, x_dir), (ax.yaxis, y, y_dir))):
+            # plain numbers (1,000 and 20, not 10^3 and 2 x 10^1) in the variable's display unit, as elsewhere (a
+            # --curve on a training result labelled memory_per_device 1e+10 with no unit and step time without [s])
+            drawn = np.concatenate([np.asarray(f[k], dtype=float) for f in frontiers.values()] or [np.zeros(0)])
+            factor, shown = (1.0, "") if name in AXIS_NAMES else S.display_unit(_attrs(ds, name).get("units"), drawn)
+            axis.set_minor_formatter(S.log_minor_formatter(axis, factor))
+            S.unit_ticks(axis, factor)
+            axis.set_label_text(S.label(f"{AXIS_NAMES.get(name, name.replace('_', ' '))} ({better[way]})", shown))
         ax.best = mark_slo(ax, D.select(ds, sel), x, y)
         ax.left_out = left_out(ds, sel, where)
         if ax.left_out:   # said, never silent: the points that are no answer (status, memory, budget, --where)

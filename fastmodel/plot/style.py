@@ -21,7 +21,7 @@ import numpy as np
 from cycler import cycler
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter
+from matplotlib.ticker import FixedLocator, FuncFormatter, Locator, LogLocator, MaxNLocator
 
 from fastmodel.errors import FastmodelError, nearest
 
@@ -226,6 +226,45 @@ def unit_formatter(factor: float, axis=None):
         return fmt_tick(value / factor)
 
     return FuncFormatter(fmt)
+
+
+class DisplayUnitLocator(Locator):
+    """Major ticks at round numbers of the display unit (values / ``factor``): 16, 32, 48 GiB, not the round byte
+    counts 1e10, 2e10 that read 9.31323, 18.6265 GiB; matplotlib's own steps (1, 2, 2.5, 5, 10) on a linear axis,
+    powers of ten on a log one."""
+
+    def __init__(self, factor: float):
+        self.factor = factor
+        self.linear = MaxNLocator(nbins="auto", steps=[1, 2, 2.5, 5, 10])
+        # a log axis of under two decades also at 2 and 5 times a power of ten (10, 20, 50 GiB: one tick alone read
+        # badly), as log_minor_formatter labels such an axis in decimal units
+        self.log, self.log_fine = LogLocator(base=10), LogLocator(base=10, subs=(1.0, 2.0, 5.0))
+
+    def set_axis(self, axis):
+        super().set_axis(axis)
+        for inner in (self.linear, self.log, self.log_fine):
+            inner.set_axis(axis)
+
+    def __call__(self):
+        return self.tick_values(*self.axis.get_view_interval())
+
+    def tick_values(self, vmin, vmax):
+        lo, hi = sorted((vmin / self.factor, vmax / self.factor))
+        inner = self.linear
+        if self.axis is not None and self.axis.get_scale() == "log":
+            inner = self.log_fine if lo > 0 and hi / lo < 100 else self.log
+        return np.asarray(inner.tick_values(lo, hi)) * self.factor
+
+
+def unit_ticks(axis, factor: float) -> None:
+    """``axis`` labelled in the display unit ``factor`` (:func:`unit_formatter`); for a binary unit (GiB, MiB: not a
+    power of ten) also ticked at its round numbers (:class:`DisplayUnitLocator`, unless the figure fixed its ticks),
+    minor ticks unlabelled."""
+    axis.set_major_formatter(unit_formatter(factor, axis))
+    fixed = isinstance(axis.get_major_locator(), FixedLocator)      # ticks the figure chose (a coordinate's levels)
+    if not fixed and factor > 0 and abs(math.log10(factor) - round(math.log10(factor))) > 1e-9:
+        axis.set_major_locator(DisplayUnitLocator(factor))
+        axis.set_minor_formatter("")
 
 
 def log_minor_formatter(axis, factor: float = 1.0):

@@ -201,7 +201,8 @@ def test_batch_cases_given_to_validate_or_calibrate_say_they_are_batch_cases(tmp
     from tests.suite_fixtures import data_lines
 
     path = tmp_path / "cases.jsonl"
-    path.write_text("\n".join(data_lines("madmax_cases_dev.jsonl", 2)) + "\n")
+    # beside a run record (a file of batch cases only is one line: test_hurried_walk_1207e.py)
+    path.write_text("\n".join(data_lines("madmax_cases_dev.jsonl", 2) + data_lines("runs_dev.jsonl", 1)) + "\n")
     said = "record: a batch case (model, system and task: a line of fastmodel batch), not a run record (RUNS.md"
     result = cli("validate", path)
     assert result.output.count(said) == 2, result.output

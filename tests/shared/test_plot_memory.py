@@ -193,3 +193,20 @@ def test_time_breakdown_of_a_real_world_result_stacks_to_the_step_time(two_dims)
     assert float(two_dims.exposed_tp.sel(num_nodes=32, plan="tp8.pp4")) > 0      # the TP share is drawn
     assert "TP comm." in [t.get_text() for t in fig.legends[0].get_texts()]
     assert ax.get_ylabel() == "time per step [s]"
+
+
+def test_one_configuration_of_many_fixed_coordinates_keeps_its_axes(tmp_path):
+    """Walk of 2026-12-07e: ``plot memory plans.nc --sel num_nodes=16 --sel micro_batch=1 --sel recompute=selective
+    --sel plan=tp8.pp4`` named its one bar by the four coordinates on one line, wider than the axes: matplotlib
+    warned 'constrained_layout not applied because axes sizes collapsed to zero' on stderr and the bar stood in a
+    sliver of the figure. The label now puts a coordinate on each line."""
+    import warnings
+
+    ds = lm_sweep("llama3.1-70b", "dgx-h100", "llm-pretrain", axes={"num_nodes": [16], "plan": ["tp8.pp4"],
+                                                                     "micro_batch": [1], "recompute": ["selective"]})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fig, ax = memory_bars(ds)
+        P.save(fig, tmp_path / "one.png")
+    assert ax.get_xticklabels()[0].get_text().split("\n")[:2] == ["num_nodes=16", "plan=tp8.pp4"]
+    assert ax.get_window_extent().width > 0.3 * fig.bbox.width

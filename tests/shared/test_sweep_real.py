@@ -284,6 +284,9 @@ def test_builtin_example_sweeps_run(cli, tmp_path):
         found = re.search(r"done: ([\d,]+) of ([\d,]+) configurations legal and feasible \(fit in memory\), "
                           r"([\d,]+) legal but over memory, ([\d,]+) illegal or not evaluated", result.output)
         assert found, result.output
+        # ... and the run's time and rate (walk 1207e: only the assumed rate was said, off a terminal)
+        assert re.search(r"illegal or not evaluated; [\d,.]+ s, [\d,]+ configurations/s \(kernel loading",
+                         result.output), result.output
         fits, total, over, rest = (int(g.replace(",", "")) for g in found.groups())
         ds = xr.open_dataset(tmp_path / f"{name}.nc")
         names = ds.status.attrs["flag_meanings"].split()
