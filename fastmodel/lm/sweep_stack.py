@@ -234,8 +234,9 @@ def _too_many(names: list[str], read: list[int], mesh_axes: list[int], labels: l
     times = ""
     for i in mesh_axes:
         if len(kinds[i]) > 1:
-            what = "ep = 1 and ep > 1" if len({pp for _, pp in kinds[i]}) == 1 else \
-                "(ep = 1 or > 1, pp) pairs, the pp the stack's vp rule reads,"
+            eps, pps = len({ep for ep, _ in kinds[i]}) > 1, len({pp for _, pp in kinds[i]}) > 1
+            what = " and ".join((["ep = 1 and ep > 1"] if eps else []) +
+                                (["the pp values the stack's vp rule reads"] if pps else []))
             times += f" x {len(kinds[i])} ({what} of the {names[i]} axis)"
     total = combinations * int(np.prod([len(kinds[i]) for i in mesh_axes]))
     return (f"{said}: {combinations} value combinations of fields the lowering reads{times}: {total} lowerings, over "

@@ -112,3 +112,15 @@ def test_a_layers_axis_crossed_with_pp_takes_the_rule_at_each_pair():
         _same(_statuses(ds, plan=plan, layers=126), _single_result(plan), (plan, 126))
         _same(_statuses(ds, plan=plan, layers=62), _single_result(plan, model=model), (plan, 62))
     assert _single(PLANS[1], model=model)[C["vp"]] == 16
+
+
+def test_the_pp_values_count_toward_the_lowering_limit(monkeypatch):
+    """Each pp value the rule reads is one lowering, counted against MAX_LOWERED_COMBINATIONS in the refusal."""
+    import fastmodel.lm.sweep_stack as sweep_stack
+    from fastmodel.errors import SweepError
+
+    monkeypatch.setattr(sweep_stack, "MAX_LOWERED_COMBINATIONS", 3)
+    with pytest.raises(SweepError, match=r"axes\.pp: .* x 4 \(the pp values the stack's vp rule reads of the pp "
+                                         r"axis\): 4 lowerings, over the 3 "):
+        lm_sweep(MODEL, SYSTEM, axes={"tp": [8], "pp": [3, 4, 8, 16]}, execution=META, num_nodes=NODES,
+                 global_batch=BATCH)
