@@ -228,21 +228,30 @@ def recompute_fraction(execution, layers: int, notes: list[str] | None = None) -
 
 
 def lower(model, cluster, execution, mesh: Mesh, global_batch: int, notes: list[str] | None = None,
-          source: str | None = None, refuse_twice: bool = True, vp_from_stack: bool = False) -> np.ndarray:
+          source: str | None = None, refuse_twice: bool = True, vp_from_stack: bool = False,
+          stack_pp: int | None = None) -> np.ndarray:
     """The column vector of ``model`` on ``cluster`` executed as ``execution`` on ``mesh`` with ``global_batch``
     sequences per step. Notes of the stack and fill-in rules are appended to ``notes``; a SpecError (naming
     ``source``) for what cannot run: an execution its stack cannot run (FP8 without an FP8 peak is the rule
     table's ``no_fp8``). ``refuse_twice`` false: a weight-gradient accumulation fused beside a pass is lowered
     (both columns set: the rule table's ``wgrad_accumulation_twice``), for a sweep's axis values.
     ``vp_from_stack``: ``execution`` was resolved from ``vp = "unknown"`` already (a run record's,
-    ``records.record_specs``; ``schedule_stated`` in :func:`execution_values`)."""
+    ``records.record_specs``; ``schedule_stated`` in :func:`execution_values`). ``stack_pp``: the pp at which the
+    stack's rules read the plan (``vp = "unknown"``), ``mesh.pp`` unless given: a sweep lowers each point's pp on
+    the trivial mesh (``sweep.base_columns``, docs/model.md §11.8)."""
     from fastmodel.lm.stacks import resolve
 
-    vp_from_stack = vp_from_stack or execution.vp == "unknown"
+    unknown = execution.vp == "unknown"
+    vp_from_stack = vp_from_stack or unknown
+    pp = mesh.pp if stack_pp is None else stack_pp
     try:
-        execution = resolve(execution, mesh.pp, model.layers, notes, expert_parallel=mesh.ep > 1)
+        execution = resolve(execution, pp, model.layers, notes, expert_parallel=mesh.ep > 1)
     except ValueError as error:
         raise SpecError(source, "execution.vp", str(error)) from None
+    if unknown and model.layers % (pp * execution.vp) and not execution.uneven_stages:
+        # the stack's own split runs, as a run record stating vp "unknown" reads it (records.record_specs): Meta's
+        # rule splits layers + 2 slots, one a chunk, the embedding and the loss in two of them (§11.8)
+        execution = execution.model_copy(update={"uneven_stages": True})
     if refuse_twice and (twice := accumulated_twice(execution)):         # docs/model.md §11.46: a stack's fusion and a plan's pass
         raise SpecError(source, "execution.grad_accum_bytes", twice)
     if execution.recompute_num_layers is not None and execution.recompute_num_layers > model.layers:

@@ -105,15 +105,18 @@ def _powers(limit: int) -> list[int]:
     return [1 << i for i in range(int(math.log2(max(limit, 1))) + 1)]
 
 
-def base_columns(model, cluster, execution, global_batch: int, ep: int = 1, twice_as_status: bool = False) -> np.ndarray:
+def base_columns(model, cluster, execution, global_batch: int, ep: int = 1, twice_as_status: bool = False,
+                 pp: int = 1) -> np.ndarray:
     """The column vector of the specs with a trivial mesh (tp = pp = cp = 1, dp = the cluster) but ``ep``, whose
     ep > 1 the stack may read (``stacks.resolve``: TorchTitan's compiled MoE blocks under EP and activation
-    checkpointing run eager, docs/model.md §11.14.1); the mesh's degrees are set point by point after it.
+    checkpointing run eager, docs/model.md §11.14.1), and the stack's rules read at ``pp`` (``vp = "unknown"``:
+    the stack's virtual stages at the point's pp, docs/model.md §11.8); the mesh's degrees are set point by point
+    after it.
     ``twice_as_status``: an execution whose stack fuses the weight-gradient accumulation beside an accumulation pass
     keeps both columns, for the rule table's ``wgrad_accumulation_twice``, instead of the lowering's SpecError (a
     sweep's value combination, ``fastmodel.lm.sweep_stack``)."""
     return lower(model, cluster, execution, Mesh(dp=cluster.n_gpus, ep=ep), global_batch, source=model.name,
-                 refuse_twice=not twice_as_status)
+                 refuse_twice=not twice_as_status, stack_pp=pp)
 
 
 def _axis_values(name: str, values: Any, model, cluster, max_gpus: int) -> tuple[list, np.ndarray | None]:
@@ -354,8 +357,9 @@ def point_columns(model: Any, system: Any, task: Any = None, plan: str | None = 
     model = load_lm_model(model)
     cluster = load_cluster(system, num_nodes)
     execution = load_execution(execution)
-    columns = base_columns(model, cluster, execution, global_batch or _task_global_batch(task),
-                           ep=parse_mesh("dp" if plan is None else plan)["ep"])
+    mesh = parse_mesh("dp" if plan is None else plan)
+    columns = base_columns(model, cluster, execution, global_batch or _task_global_batch(task), ep=mesh["ep"],
+                           pp=mesh["pp"])
     columns = mesh_columns(columns, plan, execution.shard_degree is None)
     check_plan(columns, f"plan {plan or 'dp'!r}")
     return columns

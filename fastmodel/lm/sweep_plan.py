@@ -107,11 +107,11 @@ class LMSweepPlan(SweepPlan):
         """The sweep's software as the calibration keys it (``overlay.stack_key``): (framework text, stack)."""
         return self.execution.framework, self.execution.stack
 
-    def _lower(self, model: Any, execution: Any, ep: int) -> np.ndarray:
-        """The base columns of ``model`` and ``execution`` at ``ep`` (trivial mesh), a fused weight-gradient
-        accumulation beside a pass as the rule table's status, not a refusal: a value combination of a sweep
-        (``sweep_stack``)."""
-        return base_columns(model, self.cluster, execution, self.global_batch, ep, twice_as_status=True)
+    def _lower(self, model: Any, execution: Any, ep: int, pp: int = 1) -> np.ndarray:
+        """The base columns of ``model`` and ``execution`` at ``ep`` (trivial mesh; the stack's rules read at
+        ``pp``), a fused weight-gradient accumulation beside a pass as the rule table's status, not a refusal: a
+        value combination of a sweep (``sweep_stack``)."""
+        return base_columns(model, self.cluster, execution, self.global_batch, ep, twice_as_status=True, pp=pp)
 
     def _base(self, max_gpus: int, lowered: np.ndarray | None = None) -> np.ndarray:
         """The base column vector (trivial mesh), with the calibration's values overlaid and checked: of the

@@ -14,8 +14,10 @@ plan's ep (§11.14.1). It derives columns from model fields too: ``head_dim = hi
 every combination of the values of the sweep's execution-field axes (:func:`compared`: the codes, switches and
 fields the lowering reads beyond their value; a plain number such as ``micro_batch`` sets only its own column),
 of its model-field axes in :data:`MODEL_READ_FIELDS` (the model re-validated with those values, as the loader
-validates a spec file: a spec that states ``head_dim`` keeps it, one that does not derives it), and of ep = 1 or
-> 1 of the ``plan`` (or ``ep``) axis, it lowers the specs with those values (a Python loop, at most
+validates a spec file: a spec that states ``head_dim`` keeps it, one that does not derives it), of ep = 1 or
+> 1 of the ``plan`` (or ``ep``) axis, and, where the execution leaves ``vp = "unknown"`` to its stack's rule, of
+the pp values of the ``plan`` (or ``pp``) axis (the rule reads each point's pp, docs/model.md §11.8), it lowers
+the specs with those values (a Python loop, at most
 :data:`MAX_LOWERED_COMBINATIONS` combinations, about 0.2 ms each) and compares the column vector, less the
 columns the kernel sets at every point (every axis's own, ``dp``, and ``shard_degree`` where it follows dp), with
 the spec's own. Where every combination gives the spec's columns nothing changes (one base, the spec's).
@@ -94,14 +96,15 @@ def compared(name: str) -> bool:
         (column.lo, column.hi) == (0, 1)
 
 
-def _lowered(lower, model, execution, update: dict, ep: int, mask: np.ndarray):
-    """(the lowered columns of ``model`` and ``execution`` with ``update`` at ``ep``, their comparison key: the
-    columns outside ``mask`` as bytes); a SpecError (an execution its stack cannot run) or a SweepError (model
-    values that together make no valid model, :func:`updated_model`) as its text, which the plan raises."""
+def _lowered(lower, model, execution, update: dict, mesh: tuple[int, int], mask: np.ndarray):
+    """(the lowered columns of ``model`` and ``execution`` with ``update`` at ``mesh`` (ep, the pp the stack reads),
+    their comparison key: the columns outside ``mask`` as bytes); a SpecError (an execution its stack cannot run)
+    or a SweepError (model values that together make no valid model, :func:`updated_model`) as its text, which the
+    plan raises."""
     fields = type(execution).model_fields
     try:
         columns = lower(updated_model(model, {k: v for k, v in update.items() if k not in fields}),
-                        execution.model_copy(update={k: v for k, v in update.items() if k in fields}), ep)
+                        execution.model_copy(update={k: v for k, v in update.items() if k in fields}), *mesh)
     except (SpecError, SweepError) as error:
         return error, f"error: {error}"
     return columns, np.where(mask, 0.0, columns).tobytes()
@@ -170,69 +173,101 @@ def lowering_partition(model, execution, names: list[str], labels: list[list], n
     """The partition of a sweep by its lowered columns (module docstring); None when every combination gives the
     spec's columns (one base, as before). ``labels`` / ``numeric``: each axis's coordinate labels (meshes as text)
     and numbers (None for the plan axis); ``set_columns``: the column indices the axes set (``_axis_arrays``);
-    ``lower(model, execution, ep)``: the base columns (``sweep.base_columns``, a fusion beside a pass as a status)."""
+    ``lower(model, execution, ep, pp)``: the base columns (``sweep.base_columns``, a fusion beside a pass as a
+    status; the stack's rules read at ``pp``)."""
     from fastmodel.lm.execution import ExecutionSpec
-    from fastmodel.lm.sweep import parse_mesh
     from fastmodel.registry.lm import COLUMN_INDEX
 
     check_model_combinations(model, names, labels, numeric)
     read = [i for i, name in enumerate(names) if (name in ExecutionSpec.model_fields and compared(name)) or
             (name in MODEL_READ_FIELDS and name in type(model).model_fields)]
-    ep_axis = next((i for i, name in enumerate(names) if name in EP_AXES), None)
-    eps = []
-    if ep_axis is not None:
-        eps = [parse_mesh(str(v))["ep"] if names[ep_axis] == "plan" else int(v) for v in labels[ep_axis]]
-    flags = sorted({ep > 1 for ep in eps}) or [False]
-    if not read and flags == [False]:
+    mesh_axes, kinds, kind_of = _mesh_kinds(execution, names, labels)
+    if not read and all(kinds[i] == [(1, 1)] for i in mesh_axes):
         return None                 # no field the lowering reads is swept: base_columns's one lowering
-    combinations = int(np.prod([len(labels[i]) for i in read]))
-    if combinations * len(flags) > MAX_LOWERED_COMBINATIONS:
-        said = f"axes.{names[read[0]]}" if len(read) == 1 else f"axes {', '.join(names[i] for i in read)}"
-        twice = f" x 2 (ep = 1 and ep > 1 of the {names[ep_axis]} axis)" if len(flags) > 1 else ""
-        raise SweepError(f"{said}: {combinations} value combinations of fields the lowering reads{twice}: "
-                         f"{combinations * len(flags)} lowerings, over the {MAX_LOWERED_COMBINATIONS} a sweep makes "
-                         "to compare (docs/model.md §11.49): split the sweep")
+    positions = read + mesh_axes
+    sizes = [len(labels[i]) for i in read] + [len(kinds[i]) for i in mesh_axes]
+    if int(np.prod(sizes)) > MAX_LOWERED_COMBINATIONS:
+        raise SweepError(_too_many(names, read, mesh_axes, labels, kinds))
     mask = np.zeros(len(COLUMN_INDEX), dtype=bool)
     mask[[c for c in set_columns if c >= 0] + [COLUMN_INDEX["dp"]] + ([COLUMN_INDEX["shard_degree"]] if auto_shard
                                                                       else [])] = True
-    ep_of = {False: 1, True: next((ep for ep in eps if ep > 1), 2)}
     lowered, keys = {}, {}
-    for combo in itertools.product(*(range(len(labels[i])) for i in read)):
+    for combo in itertools.product(*(range(size) for size in sizes)):
         update = {names[i]: field_value(names[i], labels[i][k], numeric[i][k]) for i, k in zip(read, combo)}
-        for flag in flags:
-            lowered[combo, flag], keys[combo, flag] = _lowered(lower, model, execution, update, ep_of[flag], mask)
-    if set(keys.values()) == {_lowered(lower, model, execution, {}, 1, mask)[1]}:
+        at = [kinds[i][k] for i, k in zip(mesh_axes, combo[len(read):])]
+        mesh = (max([ep for ep, _ in at], default=1), max([pp for _, pp in at], default=1))
+        lowered[combo], keys[combo] = _lowered(lower, model, execution, update, mesh, mask)
+    if set(keys.values()) == {_lowered(lower, model, execution, {}, (1, 1), mask)[1]}:
         return None                 # the spec's columns at every value: base_columns's one lowering
-    varies = [i for n, i in enumerate(read) if _varies(keys, n)]
-    if ep_axis is not None and any(keys[combo, False] != keys[combo, True] for combo, _ in keys if len(flags) > 1):
-        varies.append(ep_axis)
-    return _groups(tuple(sorted(varies)), read, ep_axis, eps, flags, labels, keys, lowered)
+    varies = tuple(sorted(i for n, i in enumerate(positions) if _varies(keys, n)))
+    return _groups(varies, positions, kind_of, labels, keys, lowered)
 
 
-def _groups(structural: tuple, read: list, ep_axis, eps: list, flags: list, labels: list, keys: dict,
+def _mesh_kinds(execution, names: list[str], labels: list[list]) -> tuple[list[int], dict, dict]:
+    """The axes that set mesh degrees the lowering reads (:data:`EP_AXES`: ep > 1, ``stacks.resolve``'s
+    ``expert_parallel``; with ``vp = "unknown"`` and no ``vp`` axis, the ``plan`` or ``pp`` axis: the pp at which
+    the stack's rule gives the virtual stages, docs/model.md §11.8), each value's kind (ep: 1, or the axis's first
+    ep > 1; pp: the value, or 1 where no rule reads it): (their indices, axis -> its sorted kinds, axis -> each
+    value's index into them)."""
+    from fastmodel.lm.sweep import parse_mesh
+
+    stack_pp = execution.vp == "unknown" and "vp" not in names
+    mesh_axes, kinds, kind_of = [], {}, {}
+    for i, name in enumerate(names):
+        if name not in EP_AXES and not (stack_pp and name == "pp"):
+            continue
+        meshes = [parse_mesh(str(v)) if name == "plan" else {name: int(v)} for v in labels[i]]
+        eps = [mesh.get("ep", 1) for mesh in meshes]
+        wide = next((ep for ep in eps if ep > 1), 2)
+        each = [(wide if ep > 1 else 1, mesh.get("pp", 1) if stack_pp else 1) for ep, mesh in zip(eps, meshes)]
+        mesh_axes.append(i)
+        kinds[i] = sorted(set(each))
+        kind_of[i] = [kinds[i].index(kind) for kind in each]
+    return mesh_axes, kinds, kind_of
+
+
+def _too_many(names: list[str], read: list[int], mesh_axes: list[int], labels: list, kinds: dict) -> str:
+    """The one line refusing more than :data:`MAX_LOWERED_COMBINATIONS` lowerings."""
+    axes = read or mesh_axes
+    said = f"axes.{names[axes[0]]}" if len(axes) == 1 else f"axes {', '.join(names[i] for i in axes)}"
+    combinations = int(np.prod([len(labels[i]) for i in read]))
+    times = ""
+    for i in mesh_axes:
+        if len(kinds[i]) > 1:
+            eps, pps = len({ep for ep, _ in kinds[i]}) > 1, len({pp for _, pp in kinds[i]}) > 1
+            what = " and ".join((["ep = 1 and ep > 1"] if eps else []) +
+                                (["the pp values the stack's vp rule reads"] if pps else []))
+            times += f" x {len(kinds[i])} ({what} of the {names[i]} axis)"
+    total = combinations * int(np.prod([len(kinds[i]) for i in mesh_axes]))
+    return (f"{said}: {combinations} value combinations of fields the lowering reads{times}: {total} lowerings, over "
+            f"the {MAX_LOWERED_COMBINATIONS} a sweep makes to compare (docs/model.md §11.49): split the sweep")
+
+
+def _groups(structural: tuple, positions: list, kind_of: dict, labels: list, keys: dict,
             lowered: dict) -> StackPartition:
     """Each combination of the ``structural`` axes' values -> its group, one per distinct key (a lowering's
-    SpecError raised here, as the spec's lowering raises it)."""
+    SpecError raised here, as the spec's lowering raises it). ``positions``: the axes of a key's combination, a
+    mesh axis's by its kind (``kind_of``, :func:`_mesh_kinds`)."""
     groups, combo_groups, seen = [], [], {}
     for combo in itertools.product(*(range(len(labels[i])) for i in structural)):
         at = dict(zip(structural, combo))
-        read_combo = tuple(at.get(i, 0) for i in read)
-        flag = eps[at[ep_axis]] > 1 if ep_axis in at else flags[0]
-        key = keys[read_combo, flag]
+        key_combo = tuple(kind_of[i][at[i]] if i in kind_of and i in at else at.get(i, 0) for i in positions)
+        key = keys[key_combo]
         if key not in seen:
-            if isinstance(lowered[read_combo, flag], (SpecError, SweepError)):
-                raise lowered[read_combo, flag]
+            if isinstance(lowered[key_combo], (SpecError, SweepError)):
+                raise lowered[key_combo]
             seen[key] = len(groups)
-            groups.append(lowered[read_combo, flag])
+            groups.append(lowered[key_combo])
         combo_groups.append(seen[key])
     return StackPartition(structural, tuple(combo_groups), tuple(groups))
 
 
 def _varies(keys: dict, n: int) -> bool:
-    """True when the key changes along the ``n``-th execution-field axis with every other value held."""
+    """True when the key changes along the ``n``-th position (an axis the lowering reads, or a mesh axis's kinds)
+    with every other value held."""
     rest: dict = {}
-    for (combo, flag), key in keys.items():
-        rest.setdefault((combo[:n] + combo[n + 1:], flag), set()).add(key)
+    for combo, key in keys.items():
+        rest.setdefault(combo[:n] + combo[n + 1:], set()).add(key)
     return any(len(found) > 1 for found in rest.values())
 
 
