@@ -13,9 +13,11 @@ Each pool is one of the serving kernels' configurations (its own layout, on the 
   disaggregation): TPOT is the static decode step at that batch, averaged over the output tokens.
 
 The loop closes by Little's law with Schweitzer's MVA, the pool's ``c`` servers by Seidmann's approximation (a
-single server of ``D = S / c`` in tandem with a delay ``S - D``; ``pool_response``, §S30): ``R = S - D + R_q``,
-``R_q = D / (1 - lambda D (N - 1) / N)``, ``lambda = N / (R + Z)`` with ``Z = t_kv + O x TPOT``, whose positive
-root is closed-form. A fixed-length client (``serve.fixed_lengths``) makes service and delay constant: its
+single server of ``D = S / c`` in tandem with a delay ``S - D``; ``pool_response``, §S30) whose service is
+deterministic, as the aggregated prefill station's (every prompt has ``I`` tokens; ``kernels/serve/load.py``
+``station_response``, §S61): ``R = S - D + R_q``, ``R_q = (D - phi D / 2) / (1 - phi)``,
+``phi = lambda D (N - 1) / N``, ``lambda = N / (R + Z)`` with ``Z = t_kv + O x TPOT``, a quadratic in ``phi``
+whose smaller root is closed-form. A fixed-length client (``serve.fixed_lengths``) makes service and delay constant: its
 loop sits on its asymptotic bounds, ``R = max(S, N S / c - Z)`` (``deterministic_pool_response``, §S51).
 TTFT = R + t_kv + the decode worker's first-token iterations (``first_token_steps``: the decode worker streams
 the first token after the KV arrives, serving_facts §4.3; vLLM's pull-and-recompute handoff adds iterations,
@@ -30,7 +32,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fastmodel.kernels.serve.load import station_response
 from fastmodel.registry.lm import COLUMN_INDEX as C
+
+#: the prefill station's residual form as plain Python (floats or arrays; the kernels compile the same function)
+_STATION = getattr(station_response, "py_func", station_response)
 
 
 @dataclass(frozen=True)
@@ -147,18 +153,23 @@ def with_start_wave(steady: float, rec: DisaggRecord, running: float, wave: floa
 
 def pool_response(own: float, servers: float, think: float, running: float) -> float:
     """Mean time a prompt spends in the prefill pool (waiting + its own prefill ``own``) when ``running`` requests
-    cycle between the pool and a delay ``think`` (KV transfer + decode): Schweitzer's MVA with Seidmann's
-    approximation of the ``servers`` parallel prefill servers (docs/model_serving.md §S30): a single server of
-    service ``D = own / servers`` in tandem with a pure delay ``own - D``. The queue part solves
-    ``R_q = D + D lambda R_q (N - 1) / N``, ``lambda = N / (R_q + own - D + think)``, a quadratic in ``R_q``
-    whose positive root is taken; one server (``servers = 1``) is the plain single-server station. Floats or arrays
-    (the SLO search's pools, ``search_disagg``, call it on whole grids)."""
+    cycle between the pool and a delay ``think`` (KV transfer + decode) (docs/model_serving.md §S30, §S61):
+    Seidmann's approximation of the ``servers`` parallel prefill servers, a single server of service
+    ``D = own / servers`` in tandem with a pure delay ``own - D``, whose queue is the aggregated prefill station's
+    (``kernels/serve/load.py`` ``station_response``: Schweitzer's MVA with deterministic service, the prompt in
+    service half done): ``R_q = (D - phi D / 2) / (1 - phi)``, ``phi = lambda D (N - 1) / N``,
+    ``lambda = N / (R_q + X)``, ``X = own - D + think``. With ``m = N - 1`` the balance ``phi (R_q + X) = m D`` is
+    ``(X + D / 2) phi^2 - (D + X + m D) phi + m D = 0``, whose smaller root (in [0, 1): the quadratic is ``m D``
+    >= 0 at 0 and ``-D / 2`` at 1) is taken without cancellation. One server (``servers = 1``) is the plain
+    station; one request spends ``own``. Floats or arrays (the SLO search's pools, ``search_disagg``, call it on
+    whole grids)."""
     share = own / servers
     delay = own - share
     outside = think + delay
-    b = outside - share - share * (running - 1.0)
-    queue = 0.5 * (-b + np.sqrt(b * b + 4.0 * share * outside))
-    return delay + queue
+    ahead = share * (running - 1.0)
+    b = share + outside + ahead
+    phi = 2.0 * ahead / (b + np.sqrt(b * b - 4.0 * (outside + 0.5 * share) * ahead))
+    return delay + _STATION(share, share, phi)
 
 
 def deterministic_pool_response(own: float, servers: float, think: float, running: float):

@@ -196,15 +196,27 @@ ROOT_STEPS = 40
 
 
 @njit(inline="always")
+def station_response(own, share, phi):
+    """Mean response of a prompt at the prefill station whose service is deterministic (every prompt has the same
+    tokens), by Schweitzer's MVA with the prompt in service half done (docs/model_serving.md §S61): an arrival
+    waits a share ``share`` for each prompt ahead of it, less half a share for the one in service, at the station's
+    busy share ``phi`` = the other requests' arrival rate x ``share``: R = (own - phi share / 2) / (1 - phi).
+    ``own``: the prompt's own service. The one form of the residual: ``loop_state`` calls it in the kernels and
+    the disaggregated prefill pool (``fastmodel.serve.disagg.pool_response``, §S30) its ``py_func`` on floats or
+    arrays."""
+    return (own - 0.5 * phi * share) / np.maximum(1e-12, 1.0 - phi)
+
+
+@njit(inline="always")
 def loop_state(lam, running, own, share, t_d, per_token, mixed, steps, overlap, wait):
     """(cycle seconds of one request, prefill response R, TPOT, iterations held) at request rate ``lam``:
-    Schweitzer's MVA for the prefill station with the prompt in service half done (deterministic service, §S61),
-    R = (own - phi share / 2) / (1 - phi), phi = lam share (N - 1) / N, the iteration mix a decoding request sees
+    Schweitzer's MVA for the prefill station with the prompt in service half done (deterministic service, §S61:
+    ``station_response``), phi = lam share (N - 1) / N, the iteration mix a decoding request sees
     (the other requests' prompts arrive at lam (N - 1) / N) and the batch-waiting hold of ``wait`` = (W, k)
     (``held``)."""
     seen = lam * (running - 1.0) / running
     phi = seen * share
-    response = (own - 0.5 * phi * share) / max(1e-12, 1.0 - phi)
+    response = station_response(own, share, phi)
     if mixed:
         tpot = 1.0 / ((1.0 - phi) / t_d + seen * per_token)
     else:

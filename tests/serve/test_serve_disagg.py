@@ -10,25 +10,31 @@ import pytest
 from fastmodel.serve.disagg import first_token_steps, pool_response, prefill_pool
 
 
-def test_one_server_is_the_single_server_mva_station():
-    """S = 1 s, Z = 3 s, N = 2: R = S / (1 - lambda S (N - 1)/N), lambda = N / (R + Z), i.e.
-    R^2 + (Z - S - S (N - 1)) R - S Z = 0: R^2 + R - 3 = 0, R = (-1 + sqrt(13)) / 2 = 1.302776."""
+def test_one_server_is_the_single_server_station_with_deterministic_service():
+    """S = 1 s, Z = 3 s, N = 2 (§S30, §S61): R = (S - phi S / 2) / (1 - phi), phi = lambda S (N - 1)/N,
+    lambda = N / (R + Z). phi (R + Z) = S (N - 1) gives (Z + S/2) phi^2 - (S + Z + S (N - 1)) phi + S (N - 1) = 0:
+    3.5 phi^2 - 5 phi + 1 = 0, phi = (5 - sqrt(11)) / 7 = 0.240482, R = (1 - phi/2) / (1 - phi) = 1.158312
+    (Schweitzer's exponential service, R = S / (1 - phi): 1.302776; the queue 0.158 s against 0.303 s)."""
     r = pool_response(1.0, 1.0, 3.0, 2.0)
-    assert r == pytest.approx((-1.0 + math.sqrt(13.0)) / 2.0, rel=1e-12)
+    phi = (5.0 - math.sqrt(11.0)) / 7.0
+    assert r == pytest.approx((1.0 - phi / 2.0) / (1.0 - phi), rel=1e-12)
+    assert r == pytest.approx(1.158312, abs=1e-6)
     lam = 2.0 / (r + 3.0)
-    assert r == pytest.approx(1.0 / (1.0 - lam * 1.0 * 0.5), rel=1e-12)
+    assert lam * 1.0 * 0.5 == pytest.approx(phi, rel=1e-12)
 
 
 def test_four_servers_are_a_quarter_server_in_tandem_with_a_delay():
-    """Seidmann: S = 1 s on c = 4 servers is a server of D = 0.25 s plus a delay of 0.75 s. Z = 3, N = 2: the
-    queue part solves R_q^2 + (3.75 - 0.25 - 0.25) R_q - 0.25 x 3.75 = 0, R_q = (-3.25 + sqrt(14.3125)) / 2
-    = 0.266594, R = 0.75 + R_q = 1.016594 (against 1.302776 for one server four times slower)."""
+    """Seidmann: S = 1 s on c = 4 servers is a server of D = 0.25 s plus a delay of 0.75 s; X = Z + 0.75 = 3.75.
+    Z = 3, N = 2: (3.75 + 0.125) phi^2 - (0.25 + 3.75 + 0.25) phi + 0.25 = 0, phi = (4.25 - sqrt(14.1875)) / 7.75
+    = 0.062370, R_q = 0.25 (1 - phi/2) / (1 - phi) = 0.258315, R = 0.75 + R_q = 1.008315 (against 1.158312 for one
+    server four times slower)."""
     r = pool_response(1.0, 4.0, 3.0, 2.0)
-    queue = (-3.25 + math.sqrt(3.25**2 + 4 * 0.25 * 3.75)) / 2.0
+    phi = (4.25 - math.sqrt(4.25**2 - 4.0 * 3.875 * 0.25)) / 7.75
+    queue = 0.25 * (1.0 - phi / 2.0) / (1.0 - phi)
     assert r == pytest.approx(0.75 + queue, rel=1e-12)
-    assert r == pytest.approx(1.016594, abs=1e-6)
+    assert r == pytest.approx(1.008315, abs=1e-6)
     lam = 2.0 / (r + 3.0)
-    assert queue == pytest.approx(0.25 / (1.0 - lam * 0.25 * 0.5), rel=1e-12)   # R_q = D (1 + lambda R_q (N-1)/N)
+    assert lam * 0.25 * 0.5 == pytest.approx(phi, rel=1e-12)                 # phi = lambda D (N - 1) / N
 
 
 def test_the_pool_saturates_at_servers_over_service():
