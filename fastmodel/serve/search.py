@@ -15,7 +15,7 @@ not dominate (``_frontier``), and only the frontier's rows become dicts.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -28,12 +28,15 @@ Y = "output_tokens_per_s_per_gpu"
 
 @dataclass(frozen=True)
 class SearchResult:
-    """The sweep, its frontier rows (per-user speed ascending), the best feasible row (or None)."""
+    """The sweep, its frontier rows (per-user speed ascending), the best feasible row (or None); when no point is
+    feasible, ``closest``: the row with the least TTFT and the one with the least TPOT among the points that fit
+    (``{"ttft": row, "tpot": row}``, each None when none fits; empty when a point is feasible)."""
     dataset: object
     frontier: list[dict]
     best: dict | None
     evaluated: int
     feasible: int
+    closest: dict = field(default_factory=dict)
 
 
 def _frontier(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -269,6 +272,7 @@ def slo_search(model, device: str, *, input_len: int, output_len: int, ttft: flo
                              ttft, tpot, data))
         all_coords.update(grids[-1][0])
     rows, best, evaluated, feasible = _answer(grids)
+    closest = {} if best is not None else {name: _least(grids, name) for name in ("ttft", "tpot")}
     call = dict(model=model, device=device, input_len=input_len, output_len=output_len, ttft=ttft, tpot=tpot, gpus=gpus,
                 precisions=precisions, engine=engine, hbm_bytes=hbm_bytes, concurrency=concurrency, ep=ep,
                 attention_dp=attention_dp, modes=modes, spec_tokens=spec_tokens, spec_acceptance=spec_acceptance)
@@ -277,7 +281,7 @@ def slo_search(model, device: str, *, input_len: int, output_len: int, ttft: flo
                                                     "slo_ttft_s": float(ttft), "slo_tpot_s": float(tpot),
                                                     "slo_gpus": int(gpus), "slo_modes": ",".join(modes)})
     label_coordinates(ds)
-    return SearchResult(ds, rows, best, evaluated, feasible)
+    return SearchResult(ds, rows, best, evaluated, feasible, closest)
 
 
 def _disagg(model, device, engines, precisions, gpus, concurrency, input_len, output_len, hbm, ttft, tpot, data):
@@ -336,6 +340,22 @@ def _answer(grids):
         sum(int(g[4].sum()) for g in grids)
 
 
+def _least(grids, name: str) -> dict | None:
+    """The row of the least ``name`` (ttft, tpot) among the points that fit of every grid; None when none fits."""
+    found = None
+    for i, g in enumerate(grids):
+        fit = np.flatnonzero(g[3].reshape(-1))
+        fit = fit[np.isfinite(g[1][name][fit])]
+        if fit.size:
+            k = fit[np.argmin(g[1][name][fit])]
+            if found is None or g[1][name][k] < found[1]:
+                found = (i, g[1][name][k], k)
+    if found is None:
+        return None
+    g = grids[found[0]]
+    return dict(_rows(g[0], g[1], g[2], [found[2]], g[4])[0], mode=g[5])
+
+
 def layout(row: dict) -> str:
     """A row's layout: ``tp4 pp1 ep1 adp1 k0`` (aggregated), ``P2xtp2+D1xtp4`` (disaggregated pools)."""
     if row.get("mode") == "disagg":
@@ -374,10 +394,31 @@ def format_search(result: SearchResult, ttft: float, tpot: float) -> str:
                      f"{r['ttft'] * 1e3:9.1f} {r['tpot'] * 1e3:8.2f} {r[X]:10.1f} {r[Y]:10.1f}  "
                      f"{'yes' if r['meets_slo'] else 'no'}")
     if result.best is None:
-        lines.append("no configuration meets both SLOs")
+        lines.append(no_match(result, ttft, tpot))
     else:
         b = result.best
         lines.append(f"best meeting the SLOs: {b['mode']} {b['engine']} {b['precision']} {layout(b)} at "
                      f"concurrency {b['batch_size']}: {b[Y]:.1f} tok/s per GPU, {b[X]:.1f} tok/s per user, TTFT "
                      f"{b['ttft'] * 1e3:.1f} ms, TPOT {b['tpot'] * 1e3:.2f} ms")
     return "\n".join(lines)
+
+
+def no_match(result: SearchResult, ttft: float, tpot: float) -> str:
+    """One line when no configuration meets the SLOs (``serve --search`` prints it alone and exits 1): the SLOs,
+    and the closest point per SLO (the least TTFT and the least TPOT that fit, each with its other latency); when
+    none fits, how many were searched and, if none is legal, why."""
+    said = f"no configuration meets TTFT <= {ttft * 1e3:g} ms and TPOT <= {tpot * 1e3:g} ms"
+    first, second = result.closest.get("ttft"), result.closest.get("tpot")
+    if not result.evaluated:
+        ds = result.dataset
+        searched = sum(int(ds[n].size) for n in ("status", "disagg_status") if n in ds)
+        return f"{said}: none of the {searched} configurations searched fits{none_legal(ds)}"
+    if first is None or second is None:     # a result made without its closest rows
+        return f"{said} (of {result.evaluated} that fit)"
+
+    def where(r: dict) -> str:
+        return f"{r['mode']} {r['engine']} {r['precision']} {layout(r)} at concurrency {r['batch_size']}"
+
+    return (f"{said} (of {result.evaluated} that fit): the best TTFT found is {first['ttft'] * 1e3:.1f} ms "
+            f"({where(first)}, TPOT {first['tpot'] * 1e3:.2f} ms), the best TPOT {second['tpot'] * 1e3:.2f} ms "
+            f"({where(second)}, TTFT {second['ttft'] * 1e3:.1f} ms)")

@@ -54,3 +54,30 @@ def test_best_on_a_written_search_says_what_it_left_out(tmp_path):
     from fastmodel.analysis.best import best
 
     assert best(plain, "v").attrs["budget_filter"]["applied"] is False
+
+
+def test_slos_no_point_meets_are_one_line_exit_1_and_the_sweep_still_written(tmp_path):
+    """grep's rule: no match exits 1 (bad input stays 2). The line names the SLOs and the closest point per SLO:
+    the best TTFT and the best TPOT among the points that fit, each with its layout and its other latency."""
+    result = slo_search("llama3.1-8b", "H100", **{**SMALL, "ttft": 0.001, "tpot": 0.0005})
+    ds = result.dataset
+    fit = (ds.status.values == 0) & ds.fits_memory.values & ds.within_budget.values
+    assert result.best is None and result.feasible == 0 and result.evaluated == int(fit.sum()) > 0
+    assert result.closest["ttft"]["ttft"] == pytest.approx(ds.ttft.values[fit].min())
+    assert result.closest["tpot"]["tpot"] == pytest.approx(ds.tpot.values[fit].min())
+    out = tmp_path / "s.nc"
+    run = CliRunner().invoke(main, [*ARGS, "--ttft", "1ms", "--tpot", "0.5ms", "-o", str(out)])
+    assert run.exit_code == 1, run.output
+    [line] = run.stdout.splitlines()
+    ttft, tpot = result.closest["ttft"], result.closest["tpot"]
+    assert line == (f"no configuration meets TTFT <= 1 ms and TPOT <= 0.5 ms (of {result.evaluated} that fit): the "
+                    f"best TTFT found is {ttft['ttft'] * 1e3:.1f} ms (agg trtllm {ttft['precision']} tp{ttft['tp']} "
+                    f"pp{ttft['pp']} ep1 adp1 k0 at concurrency {ttft['batch_size']}, TPOT {ttft['tpot'] * 1e3:.2f} "
+                    f"ms), the best TPOT {tpot['tpot'] * 1e3:.2f} ms (agg trtllm {tpot['precision']} tp{tpot['tp']} "
+                    f"pp{tpot['pp']} ep1 adp1 k0 at concurrency {tpot['batch_size']}, TTFT {tpot['ttft'] * 1e3:.1f} "
+                    "ms)")
+    assert xr.load_dataset(out).meets_slo.sum() == 0 and f"wrote {out}" in run.stderr    # the frontier is still useful
+    met = CliRunner().invoke(main, [*ARGS, "--ttft", "0.5", "--tpot", "30ms"])
+    assert met.exit_code == 0 and "best meeting the SLOs" in met.stdout
+    help_text = " ".join(CliRunner().invoke(main, ["serve", "--help"]).output.split())
+    assert "exits 1 when no configuration meets the SLOs" in help_text
