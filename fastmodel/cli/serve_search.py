@@ -6,12 +6,19 @@ from __future__ import annotations
 
 import click
 
+from fastmodel.cli.common import flag_names
 from fastmodel.cli.serve import given_flags, precision_notes
 from fastmodel.serve.precisions import FP8_KV_DEFAULT_SAID
 from fastmodel.serve.profiles_vendor import kv_upcast_note
 
 #: ``serve --search``'s exit status when no configuration meets the SLOs (grep's "no match"; bad input is 2)
 NO_MATCH_EXIT = 1
+
+#: each argument of ``fastmodel.serve.search.slo_search`` as ``serve --search`` spells it (``flag_names``)
+SEARCH_FLAGS = {"ttft": "--ttft", "tpot": "--tpot", "gpus": "--gpus", "modes": "--mode", "engine": "--engine",
+                "precisions": "--search-precision", "concurrency": "--search-concurrency", "ep": "--ep",
+                "attention_dp": "--attention-dp", "spec_tokens": "--spec-tokens", "spec_acceptance": "--spec-acceptance",
+                "input_len": "--input-len", "output_len": "--output-len"}
 
 #: above these, a bare number given as an SLO is more likely milliseconds than seconds (a note, not an error):
 #: a token every second is far slower than reading speed, a first token after a minute is no interactive service
@@ -82,10 +89,11 @@ def run_search(model, device, input_len, output_len, ttft, tpot, gpus, precision
 
         check_output(output, "netcdf", force=force, what="search sweep")
 
-    result = slo_search(model, device, input_len=input_len, output_len=output_len, ttft=targets[0],
-                        tpot=targets[1], gpus=gpus, precisions=precisions or ("bf16", "fp8"), engine=engine or None,
-                        **(axes or {}),
-                        **({"concurrency": range(1, concurrency + 1)} if concurrency else {}))
+    with flag_names(SEARCH_FLAGS):     # the API's errors name its arguments; here the flags
+        result = slo_search(model, device, input_len=input_len, output_len=output_len, ttft=targets[0],
+                            tpot=targets[1], gpus=gpus, precisions=precisions or ("bf16", "fp8"),
+                            engine=engine or None, **(axes or {}),
+                            **({"concurrency": range(1, concurrency + 1)} if concurrency else {}))
     for note in _search_precision_notes(model, device, precisions or ("bf16", "fp8"), engine):
         click.echo(f"note: {note}", err=True)
     if not engine:      # the default engine, with the result (an error stays one line)

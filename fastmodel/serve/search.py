@@ -87,18 +87,19 @@ def _rows(coords: dict, values: dict, shape: tuple, flat: np.ndarray, slo_ok: np
     return [dict(zip(names, row)) for row in zip(*columns.values())]
 
 
-def engine_list(engine, device: str | None = None) -> list[str]:
+def engine_list(engine, device: str | None = None, field: str = "--engine") -> list[str]:
     """The engines to sweep, as labels (``"vllm"``, ``"vllm 0.10.2"``): None (the default engine of the device's
     vendor, ``profiles.VENDOR_DEFAULT_ENGINE``, at its newest version), a name with an optional version, a comma
     list or a sequence of them, each read by ``profiles.engine_choice`` (a record's spelling works too:
-    TensorRT-LLM, vLLM); with a ``device``, an engine that does not run on it is refused (S56)."""
+    TensorRT-LLM, vLLM); with a ``device``, an engine that does not run on it is refused (S56). An error names
+    ``field`` (the flag; :func:`slo_search` passes its argument's name)."""
     from fastmodel.serve.profiles import engine_choice, engine_label
     from fastmodel.spec.devices import device_vendor
 
     vendor = device_vendor(device) if device is not None else "nvidia"
     names = [None] if engine is None else [e for part in ([engine] if isinstance(engine, str) else engine)
                                            for e in str(part).split(",") if e.strip()]
-    return list(dict.fromkeys(engine_label(*engine_choice(name, vendor=vendor, device=device)[:2])
+    return list(dict.fromkeys(engine_label(*engine_choice(name, field, vendor=vendor, device=device)[:2])
                               for name in names or [None]))
 
 
@@ -192,7 +193,7 @@ def _check_size(engines_x_precisions: int, powers: int, moe: bool, concurrency, 
     disagg = engines_x_precisions * powers**4 * conc if "disagg" in modes else 0
     per_point = 2 * (8 * len(SERVE_RESULTS) + 1)
     check_grid_memory(agg + disagg, agg * per_point + disagg * DISAGG_BYTES,
-                      "search fewer concurrencies (--search-concurrency), precisions, engines or GPUs")
+                      "search fewer concurrencies (concurrency=...), precisions, engines or GPUs")
 
 
 def _shaped(coords: dict, dims, name: str) -> np.ndarray:
@@ -221,34 +222,34 @@ def slo_search(model, device: str, *, input_len: int, output_len: int, ttft: flo
 
     ttft, tpot = _duration("ttft", ttft), _duration("tpot", tpot)
     precisions, modes = _names(precisions), _names(modes)
-    for name, value in (("--ttft", ttft), ("--tpot", tpot)):
+    for name, value in (("ttft", ttft), ("tpot", tpot)):
         if not value > 0:
             raise SpecError(None, name, f"{value:g} s: an SLO must be a positive duration, e.g. 2s or 50ms")
-    engines = engine_list(engine, device)
+    engines = engine_list(engine, device, "engine")
     powers = [2**k for k in range(12) if 2**k <= gpus]
     if not powers:
-        raise SpecError(None, "--gpus", "the GPU budget must be at least 1")
+        raise SpecError(None, "gpus", "the GPU budget must be at least 1")
     modes = list(dict.fromkeys(str(m).strip().lower() for m in modes))
     if not modes or set(modes) - {"agg", "disagg"}:
         from fastmodel.errors import nearest
 
         odd = next((m for m in modes if m not in ("agg", "disagg")), "")
-        raise SpecError(None, "--mode", f"choose agg, disagg or both (got {', '.join(map(str, modes))})"
+        raise SpecError(None, "modes", f"choose agg, disagg or both (got {', '.join(map(str, modes))})"
                         + nearest(odd, ("agg", "disagg")))
     if modes == ["disagg"] and gpus < 2:
-        raise SpecError(None, "--mode", f"disagg needs --gpus 2 or more (a prefill pool and a decode pool), got {gpus}")
+        raise SpecError(None, "modes", f"disagg needs gpus=2 or more (a prefill pool and a decode pool), got gpus={gpus}")
     moe = model_columns(model).get("moe_experts", 0) > 0
     _check_size(len(engines) * len(precisions), len(powers), moe, concurrency, ep, attention_dp, spec_tokens, modes)
-    concurrency = _axis("--search-concurrency", concurrency, [], 1)
+    concurrency = _axis("concurrency", concurrency, [], 1)
     if not 0.0 <= spec_acceptance <= 1.0:
-        raise SpecError(None, "--spec-acceptance", "an acceptance rate is between 0 and 1")
+        raise SpecError(None, "spec_acceptance", "an acceptance rate is between 0 and 1")
     hbm = hbm_bytes or device_columns(device)["hbm_bytes"]
-    axes = dict(tp=powers, pp=[p for p in (1, 2, 4) if p <= gpus], ep=_axis("--ep", ep, powers if moe else [1], 1),
-                attention_dp=_axis("--attention-dp", attention_dp, powers if moe else [1], 1),
-                spec_tokens=_axis("--spec-tokens", spec_tokens, [0], 0), batch_size=concurrency)
+    axes = dict(tp=powers, pp=[p for p in (1, 2, 4) if p <= gpus], ep=_axis("ep", ep, powers if moe else [1], 1),
+                attention_dp=_axis("attention_dp", attention_dp, powers if moe else [1], 1),
+                spec_tokens=_axis("spec_tokens", spec_tokens, [0], 0), batch_size=concurrency)
     if max(axes["spec_tokens"]) > 0 and spec_acceptance <= 0.0:
-        raise SpecError(None, "--spec-acceptance", "speculative decoding (--spec-tokens > 0) needs the rate at which "
-                        "draft tokens are accepted")
+        raise SpecError(None, "spec_acceptance", "speculative decoding (spec_tokens=1 or more) needs the rate at "
+                        "which draft tokens are accepted")
     fixed = dict(input_len=input_len, output_len=output_len, spec_acceptance=spec_acceptance)
     grids, data, all_coords = [], {}, {}
     if "agg" in modes:

@@ -81,3 +81,35 @@ def test_slos_no_point_meets_are_one_line_exit_1_and_the_sweep_still_written(tmp
     assert met.exit_code == 0 and "best meeting the SLOs" in met.stdout
     help_text = " ".join(CliRunner().invoke(main, ["serve", "--help"]).output.split())
     assert "exits 1 when no configuration meets the SLOs" in help_text
+
+
+@pytest.mark.parametrize("kwargs, python, flag", [
+    (dict(ttft=-2.0), "ttft: -2 s: an SLO must be a positive duration", "--ttft: -2 s: an SLO must be"),
+    (dict(tpot="fast"), "tpot: cannot read 'fast'", "--tpot: cannot read 'fast'"),
+    (dict(modes="split"), "modes: choose agg, disagg or both (got split)", "--mode: choose agg, disagg or both"),
+    (dict(modes="disagg", gpus=1), "modes: disagg needs gpus=2 or more (a prefill pool and a decode pool), got "
+     "gpus=1", "--mode: disagg needs --gpus 2 or more (a prefill pool and a decode pool), got --gpus 1"),
+    (dict(concurrency=(0, 4)), "concurrency: values must be at least 1", None),
+    (dict(spec_tokens=(0, 3)), "spec_acceptance: speculative decoding (spec_tokens=1 or more) needs", None),
+    (dict(spec_acceptance=1.5), "spec_acceptance: an acceptance rate is between 0 and 1", None),
+    (dict(ep=(0,)), "ep: values must be at least 1", None),
+    (dict(engine="tgi"), "engine: unknown engine 'tgi'", "--engine: unknown engine 'tgi'"),
+])
+def test_search_errors_name_the_python_argument_from_python_and_the_flag_from_the_cli(kwargs, python, flag):
+    """Called from Python, an error of the SLO search names the argument (``modes``, ``gpus=1``); the command line
+    names its flags (``--mode``, ``--gpus 1``): cli/common.py:flag_names translates, as the CLI re-raises an
+    API's error with its own names elsewhere (cli/execution.py, cli/plot.py)."""
+    from fastmodel.errors import SpecError
+
+    with pytest.raises(SpecError) as error:
+        slo_search("llama3.1-8b", "H100", **{**SMALL, **kwargs})
+    assert str(error.value).startswith(python) and "--" not in str(error.value), str(error.value)
+    if flag is None:
+        return
+    cli = {"ttft": ["--ttft", "-2s", "--tpot", "30ms"], "tpot": ["--ttft", "1s", "--tpot", "fast"],
+           "modes": ["--ttft", "1s", "--tpot", "30ms", "--mode", str(kwargs.get("modes"))],
+           "engine": ["--ttft", "1s", "--tpot", "30ms", "--engine", "tgi"]}[next(iter(kwargs))]
+    args = [a if a != "2" or kwargs.get("gpus") != 1 else "1" for a in ARGS]     # --gpus 1 where asked
+    run = CliRunner().invoke(main, [*args, *cli])
+    assert run.exit_code == 2 and run.stderr.startswith("error: " + flag), run.output
+
