@@ -113,3 +113,24 @@ def test_search_errors_name_the_python_argument_from_python_and_the_flag_from_th
     run = CliRunner().invoke(main, [*args, *cli])
     assert run.exit_code == 2 and run.stderr.startswith("error: " + flag), run.output
 
+
+
+def test_a_heatmap_of_a_search_marks_the_points_over_its_gpu_budget(small):
+    """plot heatmap of a search (pp=2: tp2 needs 4 GPUs of a 2-GPU budget) boxed tp2 as the best cell; the points
+    over the budget are marked ``over_gpu_budget`` (the name plot pareto's legend gives them), as a heatmap marks
+    the points over memory, and the best cell is one within the budget."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from fastmodel.plot.data import prepare
+    from fastmodel.plot.heatmap import heatmap
+
+    sel = {"precision": "fp8", "pp": 2}
+    da, status = prepare(small, X, sel, keep=("tp", "batch_size"))
+    from fastmodel.registry import status_names
+
+    over = status.values == status_names(status).index("over_gpu_budget")
+    assert (over == (da.tp.values[:, None] == 2)).all()
+    fig, ax = heatmap(small, "tp", "batch_size", var=X, sel=sel)
+    [box] = [p for p in ax.patches if p.get_gid() == "best"]
+    assert box.get_xy()[0] == -0.5           # the tp=1 column
