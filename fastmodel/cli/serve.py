@@ -26,7 +26,9 @@ class IntList(click.ParamType):
             values = tuple(int(v) for v in str(value).split(",") if v.strip())
         except ValueError:
             self.fail(f"{value!r} is not a comma list of whole numbers", param, ctx)
-        if not values or min(values) < self.low:
+        if not values:      # '' or ',' said "every value must be at least 1", of no value
+            self.fail(f"{value!r} names no number; give whole numbers, comma-separated, e.g. 1,2,4", param, ctx)
+        if min(values) < self.low:
             self.fail(f"{value!r}: every value must be at least {self.low}", param, ctx)
         return values
 

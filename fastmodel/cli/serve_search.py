@@ -73,10 +73,15 @@ def run_search(model, device, input_len, output_len, ttft, tpot, gpus, precision
     from fastmodel.spec.quantity import parse_quantity
 
     refuse_one_configuration(kv_precision)
-    if not model or not ttft or not tpot:
-        raise FastmodelError("--search needs --model, --ttft and --tpot (e.g. --ttft 2s --tpot 50ms)")
+    if not model:
+        raise FastmodelError("--search needs --model (e.g. -m llama3.1-8b)")
+    missing = [name for name, value in (("--ttft", ttft), ("--tpot", tpot)) if value is None]
+    if missing:     # the ones left out, not all three (--model given)
+        raise FastmodelError(f"--search needs {' and '.join(missing)} (e.g. --ttft 2s --tpot 50ms)")
     targets = []
     for name, value in (("--ttft", ttft), ("--tpot", tpot)):
+        if not value.strip():      # --tpot '' said "--search needs --model, --ttft and --tpot", all three given
+            raise SpecError(None, name, f"{value!r} gives no duration; write e.g. --ttft 2s --tpot 50ms")
         try:
             targets.append(parse_quantity(value, "duration"))
         except ValueError as error:

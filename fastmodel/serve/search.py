@@ -229,8 +229,10 @@ def slo_search(model, device: str, *, input_len: int, output_len: int, ttft: flo
     powers = [2**k for k in range(12) if 2**k <= gpus]
     if not powers:
         raise SpecError(None, "gpus", "the GPU budget must be at least 1")
-    modes = list(dict.fromkeys(str(m).strip().lower() for m in modes))
-    if not modes or set(modes) - {"agg", "disagg"}:
+    modes = list(dict.fromkeys(m for m in (str(m).strip().lower() for m in modes) if m))
+    if not modes:       # '' or ',' said "choose agg, disagg or both (got )"
+        raise SpecError(None, "modes", "no mode named; choose agg, disagg or both")
+    if set(modes) - {"agg", "disagg"}:
         from fastmodel.errors import nearest
 
         odd = next((m for m in modes if m not in ("agg", "disagg")), "")
