@@ -303,6 +303,8 @@ def best(ds: xr.Dataset, by: str, top: int = 10, where: list[str] | None = None,
         rows[dim] = ds[dim].values[idx]
     if include_oom and fits_filter_applies(ds):
         columns = (*columns, "fits_memory")
+    if within_budget(ds) is not None:      # an SLO search's answer: its TTFT beside its TPOT, whether it meets both
+        columns = (*columns, "ttft", "meets_slo")
     for name in dict.fromkeys((by, *[c for c in columns if c in ds.data_vars])):
         rows[name] = ds[name].transpose(*variable.dims).values[index]
     if "status" in ds:

@@ -134,3 +134,16 @@ def test_a_heatmap_of_a_search_marks_the_points_over_its_gpu_budget(small):
     fig, ax = heatmap(small, "tp", "batch_size", var=X, sel=sel)
     [box] = [p for p in ax.patches if p.get_gid() == "best"]
     assert box.get_xy()[0] == -0.5           # the tp=1 column
+
+
+def test_best_on_a_search_shows_each_rows_ttft_and_whether_it_meets_the_slos(small):
+    """Ranked by tokens/s per GPU, the top rows of a search carried TPOT but neither TTFT nor ``meets_slo``: the
+    user could not tell the answer from a row that misses the TTFT target. A result of no search is unchanged."""
+    from fastmodel.analysis.best import best
+
+    table = best(small, "output_tokens_per_s_per_gpu", top=5)
+    assert {"ttft", "tpot", "meets_slo"} <= set(table.columns)
+    for _, row in table.iterrows():
+        assert bool(row.meets_slo) == (row.ttft <= 0.5 and row.tpot <= 0.03)
+    plain = small.drop_vars(["within_budget", "meets_slo"])
+    assert "ttft" not in best(plain, "output_tokens_per_s_per_gpu", top=5).columns
