@@ -120,10 +120,15 @@ def _names(value) -> tuple:
     return (value,) if isinstance(value, str) else tuple(value)
 
 
-def _axis(name: str, values, default: list[int], low: int) -> list[int]:
+def _axis(name: str, values, default: list[int], low: int, gpus: int | None = None) -> list[int]:
+    """An axis's values (``default`` when None), each at least ``low``; with ``gpus`` (EP and attention DP, which
+    span GPUs of one instance) one at most the budget: else no point is within it (a search "where nothing fits")."""
     values = [int(v) for v in values] if values is not None else default
     if not values or min(values) < low:
         raise SpecError(None, name, f"values must be at least {low}")
+    if gpus is not None and min(values) > gpus:
+        raise SpecError(None, name, f"{min(values)} is over the GPU budget: an instance has tp x attention_dp x pp "
+                        f"GPUs, at most gpus={gpus}")
     return list(dict.fromkeys(values))
 
 
@@ -246,8 +251,8 @@ def slo_search(model, device: str, *, input_len: int, output_len: int, ttft: flo
     if not 0.0 <= spec_acceptance <= 1.0:
         raise SpecError(None, "spec_acceptance", "an acceptance rate is between 0 and 1")
     hbm = hbm_bytes or device_columns(device)["hbm_bytes"]
-    axes = dict(tp=powers, pp=[p for p in (1, 2, 4) if p <= gpus], ep=_axis("ep", ep, powers if moe else [1], 1),
-                attention_dp=_axis("attention_dp", attention_dp, powers if moe else [1], 1),
+    axes = dict(tp=powers, pp=[p for p in (1, 2, 4) if p <= gpus], ep=_axis("ep", ep, powers if moe else [1], 1, gpus),
+                attention_dp=_axis("attention_dp", attention_dp, powers if moe else [1], 1, gpus),
                 spec_tokens=_axis("spec_tokens", spec_tokens, [0], 0), batch_size=concurrency)
     if max(axes["spec_tokens"]) > 0 and spec_acceptance <= 0.0:
         raise SpecError(None, "spec_acceptance", "speculative decoding (spec_tokens=1 or more) needs the rate at "

@@ -40,3 +40,20 @@ def test_without_a_model_the_search_says_so_first():
 def test_slo_spellings_read_as_durations(ttft, tpot, said):
     run = CliRunner().invoke(main, [*ARGS, "--ttft", ttft, "--tpot", tpot])
     assert run.exit_code == 0 and said in run.stdout, run.output
+
+
+@pytest.mark.parametrize("flag, python", [("--attention-dp", "attention_dp"), ("--ep", "ep")])
+def test_a_layout_wider_than_the_gpu_budget_is_bad_input(flag, python):
+    """--attention-dp 4 with --gpus 2: every instance needs 4 GPUs or more, so no point was within the budget and
+    the search said "none of the 64 configurations searched fits", exit 1, as if the SLOs were to blame (--ep 8:
+    every point ep_not_dividing, exit 3). One line naming the flag and the budget, exit 2."""
+    from fastmodel.errors import SpecError
+    from fastmodel.serve.search import slo_search
+
+    run = CliRunner().invoke(main, ["serve", "--search", "-m", "mixtral-8x7b", "-d", "H100", "--gpus", "2",
+                                    "--search-concurrency", "2", "--ttft", "2s", "--tpot", "50ms", flag, "4,8"])
+    assert run.exit_code == 2 and run.stderr == (f"error: {flag}: 4 is over the GPU budget: an instance has tp x "
+                                                 "attention_dp x pp GPUs, at most --gpus 2\n"), run.output
+    with pytest.raises(SpecError, match=rf"^{python}: 4 is over the GPU budget: .* at most gpus=2$"):
+        slo_search("mixtral-8x7b", "H100", input_len=128, output_len=128, ttft=2, tpot=0.05, gpus=2,
+                   concurrency=[2], **{python: [4, 8]})
