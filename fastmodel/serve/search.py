@@ -120,6 +120,14 @@ def _names(value) -> tuple:
     return (value,) if isinstance(value, str) else tuple(value)
 
 
+def _budget(gpus) -> tuple[int, list[int]]:
+    """(the GPU budget as an int, the powers of two up to it): a whole number >= 1 (a numpy integer too); "4" and
+    None were a bare TypeError, 2.5 ran as 2."""
+    if isinstance(gpus, (bool, np.bool_)) or not isinstance(gpus, (int, np.integer)) or gpus < 1:
+        raise SpecError(None, "gpus", f"a whole number of GPUs, at least 1 (got {gpus!r})")
+    return int(gpus), [2**k for k in range(12) if 2**k <= gpus]
+
+
 def _axis(name: str, values, default: list[int], low: int, gpus: int | None = None) -> list[int]:
     """An axis's values (``default`` when None), each at least ``low``; with ``gpus`` (EP and attention DP, which
     span GPUs of one instance) one at most the budget: else no point is within it (a search "where nothing fits")."""
@@ -231,9 +239,7 @@ def slo_search(model, device: str, *, input_len: int, output_len: int, ttft: flo
         if not value > 0:
             raise SpecError(None, name, f"{value:g} s: an SLO must be a positive duration, e.g. 2s or 50ms")
     engines = engine_list(engine, device, "engine")
-    powers = [2**k for k in range(12) if 2**k <= gpus]
-    if not powers:
-        raise SpecError(None, "gpus", "the GPU budget must be at least 1")
+    gpus, powers = _budget(gpus)
     modes = list(dict.fromkeys(m for m in (str(m).strip().lower() for m in modes) if m))
     if not modes:       # '' or ',' said "choose agg, disagg or both (got )"
         raise SpecError(None, "modes", "no mode named; choose agg, disagg or both")

@@ -147,3 +147,13 @@ def test_best_on_a_search_shows_each_rows_ttft_and_whether_it_meets_the_slos(sma
         assert bool(row.meets_slo) == (row.ttft <= 0.5 and row.tpot <= 0.03)
     plain = small.drop_vars(["within_budget", "meets_slo"])
     assert "ttft" not in best(plain, "output_tokens_per_s_per_gpu", top=5).columns
+
+
+@pytest.mark.parametrize("gpus", ["4", 2.5, None, True])
+def test_the_gpu_budget_is_a_whole_number_from_python(gpus):
+    """gpus="4" or None was a bare TypeError ('<=' not supported); 2.5 ran as 2 and True as 1."""
+    from fastmodel.errors import SpecError
+
+    with pytest.raises(SpecError, match=rf"^gpus: a whole number of GPUs, at least 1 \(got {gpus!r}\)$"):
+        slo_search("llama3.1-8b", "H100", **{**SMALL, "gpus": gpus})
+    assert slo_search("llama3.1-8b", "H100", **{**SMALL, "gpus": np.int64(1)}).dataset.attrs["slo_gpus"] == 1
