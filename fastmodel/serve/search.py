@@ -99,8 +99,11 @@ def engine_list(engine, device: str | None = None, field: str = "--engine") -> l
     vendor = device_vendor(device) if device is not None else "nvidia"
     names = [None] if engine is None else [e for part in ([engine] if isinstance(engine, str) else engine)
                                            for e in str(part).split(",") if e.strip()]
+    if not names:     # [] or "" ran the default engine as if left out
+        raise SpecError(None, field, f"no engine named; give trtllm, vllm or sglang, or leave {field.lstrip('-')} "
+                        "out (None) for the default engine")
     return list(dict.fromkeys(engine_label(*engine_choice(name, field, vendor=vendor, device=device)[:2])
-                              for name in names or [None]))
+                              for name in names))
 
 
 def _duration(name: str, value) -> float:
@@ -132,7 +135,9 @@ def _axis(name: str, values, default: list[int], low: int, gpus: int | None = No
     """An axis's values (``default`` when None), each at least ``low``; with ``gpus`` (EP and attention DP, which
     span GPUs of one instance) one at most the budget: else no point is within it (a search "where nothing fits")."""
     values = [int(v) for v in values] if values is not None else default
-    if not values or min(values) < low:
+    if not values:      # said "values must be at least 1", of no value
+        raise SpecError(None, name, "no value given; give one or more, e.g. [1, 2, 4]")
+    if min(values) < low:
         raise SpecError(None, name, f"values must be at least {low}")
     if gpus is not None and min(values) > gpus:
         raise SpecError(None, name, f"{min(values)} is over the GPU budget: an instance has tp x attention_dp x pp "
@@ -235,6 +240,10 @@ def slo_search(model, device: str, *, input_len: int, output_len: int, ttft: flo
 
     ttft, tpot = _duration("ttft", ttft), _duration("tpot", tpot)
     precisions, modes = _names(precisions), _names(modes)
+    if not precisions:      # said "precision: unknown value None"
+        from fastmodel.serve.precisions import PRECISIONS
+
+        raise SpecError(None, "precisions", f"no precision named; choose one or more of {', '.join(PRECISIONS)}")
     for name, value in (("ttft", ttft), ("tpot", tpot)):
         if not value > 0:
             raise SpecError(None, name, f"{value:g} s: an SLO must be a positive duration, e.g. 2s or 50ms")

@@ -157,3 +157,21 @@ def test_the_gpu_budget_is_a_whole_number_from_python(gpus):
     with pytest.raises(SpecError, match=rf"^gpus: a whole number of GPUs, at least 1 \(got {gpus!r}\)$"):
         slo_search("llama3.1-8b", "H100", **{**SMALL, "gpus": gpus})
     assert slo_search("llama3.1-8b", "H100", **{**SMALL, "gpus": np.int64(1)}).dataset.attrs["slo_gpus"] == 1
+
+
+@pytest.mark.parametrize("kwargs, said", [
+    (dict(precisions=()), "precisions: no precision named; choose one or more of bf16, fp16, fp8"),
+    (dict(engine=[]), "engine: no engine named; give trtllm, vllm or sglang, or leave engine out (None)"),
+    (dict(engine=""), "engine: no engine named; give trtllm, vllm or sglang, or leave engine out (None)"),
+    (dict(concurrency=[]), "concurrency: no value given; give one or more, e.g. [1, 2, 4]"),
+    (dict(ep=[]), "ep: no value given; give one or more, e.g. [1, 2, 4]"),
+    (dict(spec_tokens=()), "spec_tokens: no value given; give one or more, e.g. [1, 2, 4]"),
+])
+def test_an_empty_choice_list_is_one_line_naming_the_argument(kwargs, said):
+    """precisions=() said "precision: unknown value None"; engine=[] ran the default engine as if left out;
+    concurrency=[] said "values must be at least 1", of no value."""
+    from fastmodel.errors import SpecError
+
+    with pytest.raises(SpecError) as error:
+        slo_search("llama3.1-8b", "H100", **{**SMALL, **kwargs})
+    assert str(error.value).startswith(said), str(error.value)
