@@ -191,6 +191,14 @@ def fits_filter_applies(ds: xr.Dataset) -> bool:
     return not str(ds.attrs.get("semantics", "")).lstrip().startswith("{")
 
 
+def within_budget(ds: xr.Dataset):
+    """The points of an SLO search's result ``ds`` within its GPU budget (``within_budget``: tp x attention_dp x pp
+    <= ``gpus``, as ``fastmodel.serve.search.slo_search`` writes it) as a boolean DataArray; None for a result of no
+    search. The one rule of the answers: ``plot pareto`` draws (``fastmodel.plot.serving.answers``) and :func:`best`
+    ranks only these points, as the search's frontier and best configuration hold them."""
+    return ds["within_budget"] > 0 if "within_budget" in ds.data_vars else None
+
+
 def _names_fits_memory(where: list[str]) -> bool:
     """Whether a filter of ``where`` is about fitting in memory: ``fits_memory`` or a ``status`` filter naming
     ``does_not_fit`` (the user's own choice replaces the default)."""
@@ -234,7 +242,9 @@ def best(ds: xr.Dataset, by: str, top: int = 10, where: list[str] | None = None,
     candidates (finite ``by`` passing ``where``) it dropped (``dropped``), and the memory margin it used
     (``margin``: bytes of HBM kept free, ``source`` "default" -- each plan's allocator cache, or ``1 - usable_hbm_fraction`` of the HBM when a device
     sets it -- or "user" for
-    ``memory_margin``, bytes; fastmodel/analysis/margin.py).
+    ``memory_margin``, bytes; fastmodel/analysis/margin.py). On an SLO search's result only the points within its
+    GPU budget are ranked (:func:`within_budget`, as ``plot pareto`` draws them) unless a
+    ``where`` filter names ``within_budget``; ``attrs["budget_filter"]`` says so as ``fits_filter`` does.
     """
     import pandas as pd
 
@@ -277,6 +287,7 @@ def best(ds: xr.Dataset, by: str, top: int = 10, where: list[str] | None = None,
                              f"{describe(kept_free)}); "
                              "pass --include-oom (include_oom=True) to rank them anyway")
         mask = mask & fits_grid
+    mask, budget = _within_budget(ds, variable, mask, where or [])
     values = variable.where(mask).transpose(*variable.dims).values.astype(np.float64)
     flat = values.reshape(-1)
     finite = np.flatnonzero(np.isfinite(flat))
@@ -292,6 +303,8 @@ def best(ds: xr.Dataset, by: str, top: int = 10, where: list[str] | None = None,
         rows[dim] = ds[dim].values[idx]
     if include_oom and fits_filter_applies(ds):
         columns = (*columns, "fits_memory")
+    if within_budget(ds) is not None:      # an SLO search's answer: its TTFT beside its TPOT, whether it meets both
+        columns = (*columns, "ttft", "meets_slo")
     for name in dict.fromkeys((by, *[c for c in columns if c in ds.data_vars])):
         rows[name] = ds[name].transpose(*variable.dims).values[index]
     if "status" in ds:
@@ -303,9 +316,25 @@ def best(ds: xr.Dataset, by: str, top: int = 10, where: list[str] | None = None,
                            .transpose(*variable.dims).values[index])
     table = pd.DataFrame(rows)
     table.attrs["fits_filter"] = {"applied": applied, "dropped": dropped, "of": ranked, "margin": kept_free}
+    table.attrs["budget_filter"] = budget
     table.attrs["units"] = {name: ds[name].attrs["units"] for name in rows if name in ds.variables
                             and name != "status" and "units" in ds[name].attrs}
     return table
+
+
+def _within_budget(ds: xr.Dataset, variable: xr.DataArray, mask, where: list[str]):
+    """(``mask`` within an SLO search's GPU budget, what that dropped): the rule ``plot pareto`` draws by
+    (:func:`within_budget`), unless a ``where`` filter names ``within_budget`` (the user's own
+    choice replaces it). The second is ``best``'s ``attrs["budget_filter"]``: ``applied``, and of the ``of``
+    candidates (finite ``by`` passing the filters before it) how many it ``dropped``, and the budget (``gpus``)."""
+    budget = within_budget(ds)
+    named = any((m := _EXPR.match(e)) and m.group(2) == "within_budget" for e in where)
+    if budget is None or named or not set(budget.dims) <= set(variable.dims):     # a disagg_* variable: its status
+        return mask, {"applied": False, "dropped": 0, "of": 0, "gpus": ds.attrs.get("slo_gpus")}
+    candidates = np.isfinite(variable.where(mask).transpose(*variable.dims).values.astype(np.float64))
+    inside = budget.broadcast_like(variable).transpose(*variable.dims).values
+    return mask & budget, {"applied": True, "dropped": int((candidates & ~inside).sum()), "of": int(candidates.sum()),
+                           "gpus": int(ds.attrs["slo_gpus"]) if "slo_gpus" in ds.attrs else None}
 
 
 def _no_value(ds: xr.Dataset, by: str) -> str:

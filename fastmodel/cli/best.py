@@ -24,7 +24,8 @@ from fastmodel.cli.common import friendly, include_oom_option, memory_margin_opt
 @memory_margin_option("; real-world training results")
 @friendly
 def best_command(result, by, top, where, ascending, csv_path, force, include_oom, memory_margin):
-    """Top-k configurations of a sweep result by any variable, best first (real-world datasets: only plans that fit)."""
+    """Top-k configurations of a sweep result by any variable, best first (real-world datasets: only plans that fit;
+    an SLO search's, serve --search -o: only points within its GPU budget)."""
     from fastmodel.analysis.best import best, open_result
     from fastmodel.io.atomic import atomic_write
     from fastmodel.io.outputs import check_output, claim_output, wrote
@@ -40,6 +41,11 @@ def best_command(result, by, top, where, ascending, csv_path, force, include_oom
     if fits["applied"]:
         click.echo(f"only plans that fit: dropped {fits['dropped']:,} of {fits['of']:,} configurations "
                    f"(memory_per_device over {describe(fits['margin'])}); --include-oom keeps them", err=True)
+    budget = table.attrs["budget_filter"]
+    if budget["dropped"]:
+        click.echo(f"only configurations within the search's GPU budget ({budget['gpus']} GPUs): dropped "
+                   f"{budget['dropped']:,} of {budget['of']:,} (tp x attention_dp x pp over it; --where "
+                   "'!within_budget' ranks them)", err=True)
     click.echo(table.to_string(index=False))
     if csv_path:
         with claim_output(csv_path, "csv", inputs=(result,), force=force, what="table"), \

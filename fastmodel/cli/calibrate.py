@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import click
 
-from fastmodel.cli.common import friendly
+from fastmodel.cli.common import flag_names, friendly
+
+#: each argument of ``fastmodel.lm.calibrate.api.fit_runs`` as ``fastmodel calibrate`` spells it (``flag_names``)
+CALIBRATE_FLAGS = {"folds": "--folds", "loss": "--loss", "prior": "--prior", "seed": "--seed"}
 
 
 @click.command("calibrate")
@@ -37,7 +40,8 @@ def calibrate(runs, output, force, folds, loss, prior, seed):
     if output:   # before any work: an earlier calibration is never replaced without --force
         check_output(output, "toml", inputs=(runs,), force=force, what="calibration")
     refuse_serving(runs)
-    fitted = fit_runs(runs, folds=folds, loss=loss, prior=prior, seed=seed)
+    with flag_names(CALIBRATE_FLAGS):      # the API's errors name its arguments; here the flags
+        fitted = fit_runs(runs, folds=folds, loss=loss, prior=prior, seed=seed)
     for line in fitted.messages:
         click.echo(line, err=True)
     click.echo(fitted.report)

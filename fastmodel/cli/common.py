@@ -6,6 +6,7 @@ anything else is an internal bug and shows a traceback (exit 1).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import sys
 
@@ -151,6 +152,31 @@ def friendly(func):
                 _restore_interrupts(previous)
 
     return wrapper
+
+
+@contextlib.contextmanager
+def flag_names(flags: dict[str, str]):
+    """Errors of a Python API call a command makes, with the API's argument names as the command's flags: the API
+    names its own arguments (``modes: disagg needs gpus=2 or more``, as a call from Python reads them), and here a
+    SpecError of no source whose field is a key of ``flags`` (argument -> flag) is raised again naming the flag,
+    with each other argument its reason writes ``name=value`` as ``--flag value`` (``--mode: disagg needs --gpus 2
+    or more``); a SweepError's text likewise. As a command re-raises an API's error with its own names elsewhere
+    (cli/execution.py: ``--set``, cli/plot.py: the result file)."""
+    import re
+
+    from fastmodel.errors import SpecError, SweepError
+
+    def said(text: str) -> str:
+        return re.sub(r"\b([a-z_]+)=", lambda m: f"{flags[m.group(1)]} " if m.group(1) in flags else m.group(0), text)
+
+    try:
+        yield
+    except SpecError as error:
+        if error.source is not None or error.field not in flags:
+            raise
+        raise type(error)(None, flags[error.field], said(error.reason)) from None
+    except SweepError as error:
+        raise SweepError(said(str(error))) from None
 
 
 class Interrupt:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from fastmodel.cli.common import Choice, FloatRange, friendly
-from fastmodel.serve.precisions import FP8_KV_DEFAULT_SAID, KV_DEFAULT_SAID, KV_PRECISIONS, PRECISIONS
+from fastmodel.serve.precisions import KV_DEFAULT_SAID, KV_PRECISIONS, PRECISIONS
 from fastmodel.serve.profiles import PROFILE_COLUMNS, RECORD_ENGINE_COLUMNS
 from fastmodel.serve.profiles_vendor import kv_upcast_note
 from fastmodel.serve.report import load_mode, render
@@ -26,7 +26,9 @@ class IntList(click.ParamType):
             values = tuple(int(v) for v in str(value).split(",") if v.strip())
         except ValueError:
             self.fail(f"{value!r} is not a comma list of whole numbers", param, ctx)
-        if not values or min(values) < self.low:
+        if not values:      # '' or ',' said "every value must be at least 1", of no value
+            self.fail(f"{value!r} names no number; give whole numbers, comma-separated, e.g. 1,2,4", param, ctx)
+        if min(values) < self.low:
             self.fail(f"{value!r}: every value must be at least {self.low}", param, ctx)
         return values
 
@@ -80,7 +82,8 @@ def _one(values, name: str, default):
 @click.option("--force", is_flag=True, help="Replace an existing output of the same kind (never another kind).")
 @click.option("--search", is_flag=True, help="SLO search: sweep TP x PP (x EP x attention DP for MoE models) within "
               "--gpus, --search-precision, --engine, --spec-tokens, --mode and concurrency 1..1024; print the Pareto "
-              "frontier and the best configuration meeting --ttft/--tpot.")
+              "frontier and the best configuration meeting --ttft/--tpot; exits 1 when no configuration meets the "
+              "SLOs (one line: the best TTFT and TPOT found; -o still written), 3 when none is legal.")
 @click.option("--ttft", help="--search: TTFT target, e.g. 2s or 500ms (a number without a unit is seconds).")
 @click.option("--tpot", help="--search: TPOT target, e.g. 50ms (a number without a unit is seconds).")
 @click.option("--gpus", default=8, show_default=True, type=click.IntRange(min=1), help="--search: GPUs of one instance at most.")
@@ -122,10 +125,7 @@ def serve(records, model, list_models, device, tp, pp, ep, attention_dp, moe_tp,
         return
     if records and model:
         raise FastmodelError(f"give RECORDS or --model, not both{_stray_argument(records)}")
-    for given in engine:    # '' or ',' ran the default engine without its note, as if --engine were left out
-        if not any(part.strip() for part in given.split(",")):
-            raise FastmodelError(f"--engine {given!r}: no engine named; give trtllm, vllm or sglang (a comma list "
-                                 "with --search), or leave --engine out for the default engine")
+    _engines_named(engine)
     _check_requests(batch_size=batch_size, concurrency=concurrency, search_concurrency=search_concurrency)
     raw = ep, attention_dp, spec_tokens
     ep, attention_dp, spec_tokens = _flat(ep), _flat(attention_dp), _flat(spec_tokens)
@@ -133,12 +133,13 @@ def serve(records, model, list_models, device, tp, pp, ep, attention_dp, moe_tp,
     if model:
         shape, notes = _model_within_context(model, input_len, output_len)
     if search:
-        _no_single_precision(kv_precision)
-        return _search(model, device, input_len, output_len, ttft, tpot, gpus, search_precision, engine, output,
-                       force, search_concurrency, dict(ep=ep, attention_dp=attention_dp, modes=modes.split(","),
-                                                       spec_tokens=spec_tokens or (0,),
-                                                       spec_acceptance=spec_acceptance or 0.0))
-    stray = _given("ttft", "tpot", "gpus", "search_precision", "search_concurrency") + ["--mode"] * (modes != "agg")
+        from fastmodel.cli.serve_search import run_search
+
+        axes = dict(ep=ep, attention_dp=attention_dp, modes=modes.split(","), spec_tokens=spec_tokens or (0,),
+                    spec_acceptance=spec_acceptance or 0.0)
+        return run_search(model, device, input_len, output_len, ttft, tpot, gpus, search_precision, engine, output,
+                          force, search_concurrency, axes, kv_precision)
+    stray = given_flags("ttft", "tpot", "gpus", "search_precision", "search_concurrency") + ["--mode"] * (modes != "agg")
     if stray:   # the flags given, not all six (serve --gpus 4 listed every one)
         raise FastmodelError(f"{', '.join(stray)} given without --search: the search options apply to --search only")
     if records and (engine or attention_dp or moe_tp or ep or spec_tokens):
@@ -217,6 +218,16 @@ def _stray_argument(records: str) -> str:
         return (f" (RECORDS is {records!r}: a unit a space split from its number? write --ttft 2s, or quote it: "
                 "--ttft '2 s')")
     return "" if os.path.exists(records) else f" (RECORDS is {records!r}, which is no file)"
+
+
+def _engines_named(engine) -> None:
+    """Each --engine names one: '' or ',' ran the default engine without its note, as if --engine were left out."""
+    from fastmodel.errors import FastmodelError
+
+    for given in engine:
+        if not any(part.strip() for part in given.split(",")):
+            raise FastmodelError(f"--engine {given!r}: no engine named; give trtllm, vllm or sglang (a comma list "
+                                 "with --search), or leave --engine out for the default engine")
 
 
 def _check_requests(**counts) -> None:
@@ -356,94 +367,8 @@ def _write_rows(rows: list[dict], path: str, records, force: bool) -> None:
     click.echo(f"wrote {path}", err=True)
 
 
-#: above these, a bare number given as an SLO is more likely milliseconds than seconds (a note, not an error):
-#: a token every second is far slower than reading speed, a first token after a minute is no interactive service
-SECONDS_PLAUSIBLE = {"--ttft": 60.0, "--tpot": 1.0}
-
-
-def _bare_number(value) -> bool:
-    try:
-        float(str(value))
-    except ValueError:
-        return False
-    return True
-
-
-def _given(*names: str) -> list[str]:
+def given_flags(*names: str) -> list[str]:
     """The long flags of the options among ``names`` (parameter names) given on the command line."""
     ctx = click.get_current_context()
     return [max(param.opts, key=len) for param in ctx.command.params
             if param.name in names and ctx.get_parameter_source(param.name) == click.core.ParameterSource.COMMANDLINE]
-
-
-def _no_single_precision(kv_precision) -> None:
-    """--precision, --kv-precision and the other options of one configuration given with --search: one line."""
-    from fastmodel.errors import FastmodelError
-
-    if kv_precision or _given("precision"):
-        raise FastmodelError("--precision and --kv-precision set one configuration; --search sweeps --search-precision"
-                             f", each with its default KV cache (FP8 with {FP8_KV_DEFAULT_SAID} weights)")
-    if ignored := _given("tp", "pp", "moe_tp", "batch_size", "concurrency", "max_throughput", "kv_cache_mem_fraction",
-                         "instances", "as_json"):
-        raise FastmodelError(f"{', '.join(ignored)}: not read by --search, which sweeps TP x PP within --gpus and "
-                             "the concurrency (--search-concurrency) of one instance and prints a table (-o "
-                             "SEARCH.nc writes the searched sweep); leave them out, or drop --search")
-
-
-def _search_precision_notes(model, device, precisions, engines) -> list[str]:
-    """``precision_notes`` of every searched precision, once each, as ``serve`` prints them (FP4 / FP8 weight-only,
-    the FP8 KV pool's conversion at every forward where a searched engine does it: ``kv_upcast_note``)."""
-    from fastmodel.serve.api import columns, engine_columns
-    from fastmodel.serve.search import engine_list
-
-    profiles = [engine_columns(name, device)[0] for name in engine_list(engines or None, device)]
-    weight_only = max(profile.get("fp8_weight_only", 0.0) for profile in profiles)
-    notes = [note for precision in precisions for note in precision_notes(model, device, precision, weight_only)]
-    notes += [kv_upcast_note(columns(model, device, precision=precision, max_throughput=True, **profile))
-              for precision in precisions for profile in profiles]
-    return list(dict.fromkeys(note for note in notes if note))
-
-
-def _search(model, device, input_len, output_len, ttft, tpot, gpus, precisions, engine, output=None,
-            force=False, concurrency=None, axes=None) -> None:
-    """``--search``: the SLO search of fastmodel.serve.search, printed as a table; with ``output`` its sweep (with
-    ``within_budget``, ``meets_slo`` and the SLOs as attributes) as netCDF for ``fastmodel plot pareto``; no legal
-    point exits 3, as a sweep's (the table's first line says why)."""
-    from fastmodel.cli.sweep import NO_LEGAL_POINT_EXIT, _write_netcdf
-    from fastmodel.errors import FastmodelError, SpecError
-    from fastmodel.serve.search import format_search, none_legal, slo_search
-    from fastmodel.spec.quantity import parse_quantity
-
-    if not model or not ttft or not tpot:
-        raise FastmodelError("--search needs --model, --ttft and --tpot (e.g. --ttft 2s --tpot 50ms)")
-    targets = []
-    for name, value in (("--ttft", ttft), ("--tpot", tpot)):
-        try:
-            targets.append(parse_quantity(value, "duration"))
-        except ValueError as error:
-            raise SpecError(None, name, str(error)) from None
-        if _bare_number(value) and targets[-1] > SECONDS_PLAUSIBLE[name]:
-            click.echo(f"note: {name} {value} reads as {targets[-1]:g} s (a number without a unit is seconds); "
-                       f"write e.g. {value}ms for milliseconds", err=True)
-    if output is not None:
-        from fastmodel.io.outputs import check_output
-
-        check_output(output, "netcdf", force=force, what="search sweep")
-
-    result = slo_search(model, device, input_len=input_len, output_len=output_len, ttft=targets[0],
-                        tpot=targets[1], gpus=gpus, precisions=precisions or ("bf16", "fp8"), engine=engine or None,
-                        **(axes or {}),
-                        **({"concurrency": range(1, concurrency + 1)} if concurrency else {}))
-    for note in _search_precision_notes(model, device, precisions or ("bf16", "fp8"), engine):
-        click.echo(f"note: {note}", err=True)
-    if not engine:      # the default engine, with the result (an error stays one line)
-        from fastmodel.serve.profiles import default_engine_note
-        from fastmodel.spec.devices import device_vendor
-
-        click.echo(f"note: {default_engine_note(device_vendor(device))}", err=True)
-    click.echo(format_search(result, *targets))
-    if output:
-        _write_netcdf(result.dataset, output)
-        click.echo(f"wrote {output} (fastmodel plot pareto {output} --curve precision)", err=True)
-    if none_legal(result.dataset):
-        raise SystemExit(NO_LEGAL_POINT_EXIT)

@@ -210,11 +210,24 @@ def over_memory(status: xr.DataArray, fits: xr.DataArray | None, add_code: bool 
     names = status_names(status)
     if fits is None or status.attrs.get("include_oom") or ("does_not_fit" not in names and not add_code):
         return status                                                              # --include-oom: drawn
-    attrs = dict(status.attrs)
-    if "does_not_fit" not in names:
-        names = [*names, "does_not_fit"]
+    return _folded(status, fits <= 0, "does_not_fit")
+
+
+def over_budget(status: xr.DataArray, within: xr.DataArray | None) -> xr.DataArray:
+    """``status`` with the legal points over an SLO search's GPU budget (``within``:
+    ``fastmodel.analysis.best.within_budget``, the rule ``best`` ranks and ``plot pareto`` draws by; None for a
+    result of no search: unchanged) coded ``over_gpu_budget``, the name ``plot pareto``'s legend gives them, in the
+    figure's copy of the status names: a heatmap of a 2-GPU search boxed a 4-GPU point as the best cell."""
+    return status if within is None else _folded(status, ~within, "over_gpu_budget")
+
+
+def _folded(status: xr.DataArray, out: xr.DataArray, name: str) -> xr.DataArray:
+    """``status`` with its ``ok`` points where ``out`` holds coded ``name`` (appended to a copy of its names)."""
+    names, attrs = status_names(status), dict(status.attrs)
+    if name not in names:
+        names = [*names, name]
         attrs.update(flag_meanings=" ".join(names), flag_values=np.arange(len(names), dtype=np.int32))
-    folded = xr.where((status == 0) & (fits <= 0), names.index("does_not_fit"), status).astype(status.dtype)
+    folded = xr.where((status == 0) & out, names.index(name), status).astype(status.dtype)
     folded.attrs = attrs
     return folded
 
@@ -308,9 +321,10 @@ def prepare(data, var: str | None = None, sel=None, reduce=(), relative_to=None,
             raise PlotError(f"{da.name!r} is a dimension of the result (an axis of the figure, or --sel), not a "
                             f"variable to plot; variables: {', '.join(data.data_vars)}")
         if status is None and "status" in data:
-            from fastmodel.analysis.best import fits_filter_applies
+            from fastmodel.analysis.best import fits_filter_applies, within_budget
 
             status = over_memory(data["status"], data.get("fits_memory"), fits_filter_applies(data))
+            status = over_budget(status, within_budget(data))
     elif isinstance(data, xr.DataArray):
         da = data
     else:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from fastmodel.analysis.best import within_budget
 from fastmodel.errors import checked_arguments
 from fastmodel.plot import data as D
 from fastmodel.plot import style as S
@@ -75,8 +76,9 @@ def answers(ds, keep=None):
     ok = ds["status"] == 0
     if "fits_memory" in ds and not ds["status"].attrs.get("include_oom"):    # --include-oom: drawn
         ok = ok & (ds["fits_memory"] > 0)
-    if "within_budget" in ds:       # an SLO search (fastmodel serve --search -o): points over the GPU budget leave
-        ok = ok & (ds["within_budget"] > 0)
+    budget = within_budget(ds)      # an SLO search (fastmodel serve --search -o): points over the GPU budget leave
+    if budget is not None:
+        ok = ok & budget
     return ok if keep is None else ok & keep
 
 
@@ -95,8 +97,9 @@ def left_out(ds, sel=None, keep=None) -> str:
     reasons, total = [], 0
     if "status" in ds:
         status = ds["status"]
+        budget = within_budget(ds)
         extra = {"does_not_fit": ds["fits_memory"] <= 0 if "fits_memory" in ds else False,
-                 "over_gpu_budget": ds["within_budget"] <= 0 if "within_budget" in ds else False,
+                 "over_gpu_budget": ~budget if budget is not None else False,
                  "filtered_by_where": ~keep if keep is not None else False}
         extra = {k: np.broadcast_to(np.asarray(v.broadcast_like(status).transpose(*status.dims).values
                                                if hasattr(v, "dims") else v), status.shape) for k, v in extra.items()}

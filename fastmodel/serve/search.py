@@ -15,7 +15,7 @@ not dominate (``_frontier``), and only the frontier's rows become dicts.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -28,12 +28,15 @@ Y = "output_tokens_per_s_per_gpu"
 
 @dataclass(frozen=True)
 class SearchResult:
-    """The sweep, its frontier rows (per-user speed ascending), the best feasible row (or None)."""
+    """The sweep, its frontier rows (per-user speed ascending), the best feasible row (or None); when no point is
+    feasible, ``closest``: the row with the least TTFT and the one with the least TPOT among the points that fit
+    (``{"ttft": row, "tpot": row}``, each None when none fits; empty when a point is feasible)."""
     dataset: object
     frontier: list[dict]
     best: dict | None
     evaluated: int
     feasible: int
+    closest: dict = field(default_factory=dict)
 
 
 def _frontier(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -84,19 +87,23 @@ def _rows(coords: dict, values: dict, shape: tuple, flat: np.ndarray, slo_ok: np
     return [dict(zip(names, row)) for row in zip(*columns.values())]
 
 
-def engine_list(engine, device: str | None = None) -> list[str]:
+def engine_list(engine, device: str | None = None, field: str = "--engine") -> list[str]:
     """The engines to sweep, as labels (``"vllm"``, ``"vllm 0.10.2"``): None (the default engine of the device's
     vendor, ``profiles.VENDOR_DEFAULT_ENGINE``, at its newest version), a name with an optional version, a comma
     list or a sequence of them, each read by ``profiles.engine_choice`` (a record's spelling works too:
-    TensorRT-LLM, vLLM); with a ``device``, an engine that does not run on it is refused (S56)."""
+    TensorRT-LLM, vLLM); with a ``device``, an engine that does not run on it is refused (S56). An error names
+    ``field`` (the flag; :func:`slo_search` passes its argument's name)."""
     from fastmodel.serve.profiles import engine_choice, engine_label
     from fastmodel.spec.devices import device_vendor
 
     vendor = device_vendor(device) if device is not None else "nvidia"
     names = [None] if engine is None else [e for part in ([engine] if isinstance(engine, str) else engine)
                                            for e in str(part).split(",") if e.strip()]
-    return list(dict.fromkeys(engine_label(*engine_choice(name, vendor=vendor, device=device)[:2])
-                              for name in names or [None]))
+    if not names:     # [] or "" ran the default engine as if left out
+        raise SpecError(None, field, f"no engine named; give trtllm, vllm or sglang, or leave {field.lstrip('-')} "
+                        "out (None) for the default engine")
+    return list(dict.fromkeys(engine_label(*engine_choice(name, field, vendor=vendor, device=device)[:2])
+                              for name in names))
 
 
 def _duration(name: str, value) -> float:
@@ -116,10 +123,25 @@ def _names(value) -> tuple:
     return (value,) if isinstance(value, str) else tuple(value)
 
 
-def _axis(name: str, values, default: list[int], low: int) -> list[int]:
+def _budget(gpus) -> tuple[int, list[int]]:
+    """(the GPU budget as an int, the powers of two up to it): a whole number >= 1 (a numpy integer too); "4" and
+    None were a bare TypeError, 2.5 ran as 2."""
+    if isinstance(gpus, (bool, np.bool_)) or not isinstance(gpus, (int, np.integer)) or gpus < 1:
+        raise SpecError(None, "gpus", f"a whole number of GPUs, at least 1 (got {gpus!r})")
+    return int(gpus), [2**k for k in range(12) if 2**k <= gpus]
+
+
+def _axis(name: str, values, default: list[int], low: int, gpus: int | None = None) -> list[int]:
+    """An axis's values (``default`` when None), each at least ``low``; with ``gpus`` (EP and attention DP, which
+    span GPUs of one instance) one at most the budget: else no point is within it (a search "where nothing fits")."""
     values = [int(v) for v in values] if values is not None else default
-    if not values or min(values) < low:
+    if not values:      # said "values must be at least 1", of no value
+        raise SpecError(None, name, "no value given; give one or more, e.g. [1, 2, 4]")
+    if min(values) < low:
         raise SpecError(None, name, f"values must be at least {low}")
+    if gpus is not None and min(values) > gpus:
+        raise SpecError(None, name, f"{min(values)} is over the GPU budget: an instance has tp x attention_dp x pp "
+                        f"GPUs, at most gpus={gpus}")
     return list(dict.fromkeys(values))
 
 
@@ -189,7 +211,7 @@ def _check_size(engines_x_precisions: int, powers: int, moe: bool, concurrency, 
     disagg = engines_x_precisions * powers**4 * conc if "disagg" in modes else 0
     per_point = 2 * (8 * len(SERVE_RESULTS) + 1)
     check_grid_memory(agg + disagg, agg * per_point + disagg * DISAGG_BYTES,
-                      "search fewer concurrencies (--search-concurrency), precisions, engines or GPUs")
+                      "search fewer concurrencies (concurrency=...), precisions, engines or GPUs")
 
 
 def _shaped(coords: dict, dims, name: str) -> np.ndarray:
@@ -218,34 +240,38 @@ def slo_search(model, device: str, *, input_len: int, output_len: int, ttft: flo
 
     ttft, tpot = _duration("ttft", ttft), _duration("tpot", tpot)
     precisions, modes = _names(precisions), _names(modes)
-    for name, value in (("--ttft", ttft), ("--tpot", tpot)):
+    if not precisions:      # said "precision: unknown value None"
+        from fastmodel.serve.precisions import PRECISIONS
+
+        raise SpecError(None, "precisions", f"no precision named; choose one or more of {', '.join(PRECISIONS)}")
+    for name, value in (("ttft", ttft), ("tpot", tpot)):
         if not value > 0:
             raise SpecError(None, name, f"{value:g} s: an SLO must be a positive duration, e.g. 2s or 50ms")
-    engines = engine_list(engine, device)
-    powers = [2**k for k in range(12) if 2**k <= gpus]
-    if not powers:
-        raise SpecError(None, "--gpus", "the GPU budget must be at least 1")
-    modes = list(dict.fromkeys(str(m).strip().lower() for m in modes))
-    if not modes or set(modes) - {"agg", "disagg"}:
+    engines = engine_list(engine, device, "engine")
+    gpus, powers = _budget(gpus)
+    modes = list(dict.fromkeys(m for m in (str(m).strip().lower() for m in modes) if m))
+    if not modes:       # '' or ',' said "choose agg, disagg or both (got )"
+        raise SpecError(None, "modes", "no mode named; choose agg, disagg or both")
+    if set(modes) - {"agg", "disagg"}:
         from fastmodel.errors import nearest
 
         odd = next((m for m in modes if m not in ("agg", "disagg")), "")
-        raise SpecError(None, "--mode", f"choose agg, disagg or both (got {', '.join(map(str, modes))})"
+        raise SpecError(None, "modes", f"choose agg, disagg or both (got {', '.join(map(str, modes))})"
                         + nearest(odd, ("agg", "disagg")))
     if modes == ["disagg"] and gpus < 2:
-        raise SpecError(None, "--mode", f"disagg needs --gpus 2 or more (a prefill pool and a decode pool), got {gpus}")
+        raise SpecError(None, "modes", f"disagg needs gpus=2 or more (a prefill pool and a decode pool), got gpus={gpus}")
     moe = model_columns(model).get("moe_experts", 0) > 0
     _check_size(len(engines) * len(precisions), len(powers), moe, concurrency, ep, attention_dp, spec_tokens, modes)
-    concurrency = _axis("--search-concurrency", concurrency, [], 1)
+    concurrency = _axis("concurrency", concurrency, [], 1)
     if not 0.0 <= spec_acceptance <= 1.0:
-        raise SpecError(None, "--spec-acceptance", "an acceptance rate is between 0 and 1")
+        raise SpecError(None, "spec_acceptance", "an acceptance rate is between 0 and 1")
     hbm = hbm_bytes or device_columns(device)["hbm_bytes"]
-    axes = dict(tp=powers, pp=[p for p in (1, 2, 4) if p <= gpus], ep=_axis("--ep", ep, powers if moe else [1], 1),
-                attention_dp=_axis("--attention-dp", attention_dp, powers if moe else [1], 1),
-                spec_tokens=_axis("--spec-tokens", spec_tokens, [0], 0), batch_size=concurrency)
+    axes = dict(tp=powers, pp=[p for p in (1, 2, 4) if p <= gpus], ep=_axis("ep", ep, powers if moe else [1], 1, gpus),
+                attention_dp=_axis("attention_dp", attention_dp, powers if moe else [1], 1, gpus),
+                spec_tokens=_axis("spec_tokens", spec_tokens, [0], 0), batch_size=concurrency)
     if max(axes["spec_tokens"]) > 0 and spec_acceptance <= 0.0:
-        raise SpecError(None, "--spec-acceptance", "speculative decoding (--spec-tokens > 0) needs the rate at which "
-                        "draft tokens are accepted")
+        raise SpecError(None, "spec_acceptance", "speculative decoding (spec_tokens=1 or more) needs the rate at "
+                        "which draft tokens are accepted")
     fixed = dict(input_len=input_len, output_len=output_len, spec_acceptance=spec_acceptance)
     grids, data, all_coords = [], {}, {}
     if "agg" in modes:
@@ -269,6 +295,7 @@ def slo_search(model, device: str, *, input_len: int, output_len: int, ttft: flo
                              ttft, tpot, data))
         all_coords.update(grids[-1][0])
     rows, best, evaluated, feasible = _answer(grids)
+    closest = {} if best is not None else {name: _least(grids, name) for name in ("ttft", "tpot")}
     call = dict(model=model, device=device, input_len=input_len, output_len=output_len, ttft=ttft, tpot=tpot, gpus=gpus,
                 precisions=precisions, engine=engine, hbm_bytes=hbm_bytes, concurrency=concurrency, ep=ep,
                 attention_dp=attention_dp, modes=modes, spec_tokens=spec_tokens, spec_acceptance=spec_acceptance)
@@ -277,7 +304,7 @@ def slo_search(model, device: str, *, input_len: int, output_len: int, ttft: flo
                                                     "slo_ttft_s": float(ttft), "slo_tpot_s": float(tpot),
                                                     "slo_gpus": int(gpus), "slo_modes": ",".join(modes)})
     label_coordinates(ds)
-    return SearchResult(ds, rows, best, evaluated, feasible)
+    return SearchResult(ds, rows, best, evaluated, feasible, closest)
 
 
 def _disagg(model, device, engines, precisions, gpus, concurrency, input_len, output_len, hbm, ttft, tpot, data):
@@ -336,6 +363,22 @@ def _answer(grids):
         sum(int(g[4].sum()) for g in grids)
 
 
+def _least(grids, name: str) -> dict | None:
+    """The row of the least ``name`` (ttft, tpot) among the points that fit of every grid; None when none fits."""
+    found = None
+    for i, g in enumerate(grids):
+        fit = np.flatnonzero(g[3].reshape(-1))
+        fit = fit[np.isfinite(g[1][name][fit])]
+        if fit.size:
+            k = fit[np.argmin(g[1][name][fit])]
+            if found is None or g[1][name][k] < found[1]:
+                found = (i, g[1][name][k], k)
+    if found is None:
+        return None
+    g = grids[found[0]]
+    return dict(_rows(g[0], g[1], g[2], [found[2]], g[4])[0], mode=g[5])
+
+
 def layout(row: dict) -> str:
     """A row's layout: ``tp4 pp1 ep1 adp1 k0`` (aggregated), ``P2xtp2+D1xtp4`` (disaggregated pools)."""
     if row.get("mode") == "disagg":
@@ -374,10 +417,31 @@ def format_search(result: SearchResult, ttft: float, tpot: float) -> str:
                      f"{r['ttft'] * 1e3:9.1f} {r['tpot'] * 1e3:8.2f} {r[X]:10.1f} {r[Y]:10.1f}  "
                      f"{'yes' if r['meets_slo'] else 'no'}")
     if result.best is None:
-        lines.append("no configuration meets both SLOs")
+        lines.append(no_match(result, ttft, tpot))
     else:
         b = result.best
         lines.append(f"best meeting the SLOs: {b['mode']} {b['engine']} {b['precision']} {layout(b)} at "
                      f"concurrency {b['batch_size']}: {b[Y]:.1f} tok/s per GPU, {b[X]:.1f} tok/s per user, TTFT "
                      f"{b['ttft'] * 1e3:.1f} ms, TPOT {b['tpot'] * 1e3:.2f} ms")
     return "\n".join(lines)
+
+
+def no_match(result: SearchResult, ttft: float, tpot: float) -> str:
+    """One line when no configuration meets the SLOs (``serve --search`` prints it alone and exits 1): the SLOs,
+    and the closest point per SLO (the least TTFT and the least TPOT that fit, each with its other latency); when
+    none fits, how many were searched and, if none is legal, why."""
+    said = f"no configuration meets TTFT <= {ttft * 1e3:g} ms and TPOT <= {tpot * 1e3:g} ms"
+    first, second = result.closest.get("ttft"), result.closest.get("tpot")
+    if not result.evaluated:
+        ds = result.dataset
+        searched = sum(int(ds[n].size) for n in ("status", "disagg_status") if n in ds)
+        return f"{said}: none of the {searched} configurations searched fits{none_legal(ds)}"
+    if first is None or second is None:     # a result made without its closest rows
+        return f"{said} (of {result.evaluated} that fit)"
+
+    def where(r: dict) -> str:
+        return f"{r['mode']} {r['engine']} {r['precision']} {layout(r)} at concurrency {r['batch_size']}"
+
+    return (f"{said} (of {result.evaluated} that fit): the best TTFT found is {first['ttft'] * 1e3:.1f} ms "
+            f"({where(first)}, TPOT {first['tpot'] * 1e3:.2f} ms), the best TPOT {second['tpot'] * 1e3:.2f} ms "
+            f"({where(second)}, TTFT {second['ttft'] * 1e3:.1f} ms)")

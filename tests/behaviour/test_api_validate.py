@@ -141,10 +141,19 @@ def test_calibrate_refuses_in_one_line(tmp_path):
     with pytest.raises(FastmodelError, match="these are serving records"):
         fastmodel.calibrate(serving)
     runs = _slice(tmp_path, "runs_dev_small.jsonl", 2)
-    with pytest.raises(FastmodelError, match=r"^--prior: must be a finite number >= 0, 'cv' or 'auto', got -1"):
+    # from Python an error names the argument (prior=, loss=); the command names its flags (cli/common.flag_names)
+    with pytest.raises(FastmodelError, match=r"^prior: must be a finite number >= 0, 'cv' or 'auto', got -1"):
         fastmodel.calibrate(runs, prior=-1)
-    with pytest.raises(FastmodelError, match="^--loss: must be one of soft_l1, linear, got 'l2'$"):
+    with pytest.raises(FastmodelError, match="^loss: must be one of soft_l1, linear, got 'l2'$"):
         fastmodel.calibrate(runs, loss="l2")
+    with pytest.raises(FastmodelError, match=r"^folds: must be 0 or between 2 and the number of runs \(2\), got 3$"):
+        fastmodel.calibrate(runs, folds=3)
+    with pytest.raises(FastmodelError, match=r"^seed: must be a whole number >= 0, got -1$"):
+        fastmodel.calibrate(runs, seed=-1)
+    for flag, value, said in (("--prior", "-1", "--prior: must be a finite number >= 0, 'cv' or 'auto', got '-1'"),
+                              ("--folds", "3", "--folds: must be 0 or between 2 and the number of runs (2), got 3")):
+        run = cli("calibrate", runs, flag, value)
+        assert run.exit_code == 2 and run.stderr == f"error: {said}\n", run.output
     with pytest.raises(ArgumentError, match=r"unknown argument 'fold' \(did you mean 'folds'\?\)"):
         fastmodel.calibrate(runs, fold=2)
 

@@ -114,11 +114,13 @@ def test_a_search_too_large_for_memory_is_refused_before_it_runs(monkeypatch):
 
 def test_a_search_with_nothing_legal_says_why():
     """--ep 3 on a dense model: every point is illegal; the first line named only '0 configurations fit'. It
-    names the status that ruled out most points, and exits 3 as a sweep of no legal point does (exit 0 before)."""
+    names the status that ruled out most points, and exits 3 as a sweep of no legal point does (exit 0 before);
+    the one line of no configuration meeting the SLOs, not an empty table."""
     run = CliRunner().invoke(main, [*ARGS, "--ep", "3"])
     assert run.exit_code == 3, run.output
-    first = run.stdout.splitlines()[0]
-    assert first.startswith("0 configurations fit") and "none is legal" in first and "ep" in first, first
+    [first] = run.stdout.splitlines()
+    assert first.startswith("no configuration meets TTFT <= 500 ms and TPOT <= 30 ms: none of the") \
+        and "none is legal" in first and "ep" in first, first
 
 
 def test_engine_names_take_a_records_spelling_and_a_typo_gets_the_nearest():

@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from fastmodel.errors import FastmodelError
+from fastmodel.errors import FastmodelError, SpecError
 from fastmodel.lm.calibrate.overlay import Calibration
 
 LOSSES = ("soft_l1", "linear")
@@ -34,7 +34,7 @@ def _prior(prior: Any) -> float | str:
     except (TypeError, ValueError):
         weight = -1.0
     if isinstance(prior, bool) or not (math.isfinite(weight) and weight >= 0):
-        raise FastmodelError(f"--prior: must be a finite number >= 0, 'cv' or 'auto', got {prior!r}")
+        raise SpecError(None, "prior", f"must be a finite number >= 0, 'cv' or 'auto', got {prior!r}")
     return weight
 
 
@@ -59,7 +59,8 @@ def fit_runs(runs: Any, folds: int | None = None, loss: str = "soft_l1", prior: 
              seed: int = 0) -> Fitted:
     """Fit the calibration of ``runs`` (a JSON-lines path or a list of run-record dicts; serving records are
     refused by the caller, which can tell them apart) as ``fastmodel calibrate`` does (see its --help and
-    docs/calibration.md); writes nothing."""
+    docs/calibration.md); writes nothing. A bad argument is a SpecError naming it (``folds``, ``loss``, ``prior``,
+    ``seed``; the command names its flag, ``cli/common.flag_names``)."""
     import datetime
 
     from fastmodel import __version__
@@ -73,9 +74,9 @@ def fit_runs(runs: Any, folds: int | None = None, loss: str = "soft_l1", prior: 
 
     folds, seed, prior = (_plain(value) for value in (folds, seed, prior))    # np.int64(0) from a notebook: 0
     if loss not in LOSSES:
-        raise FastmodelError(f"--loss: must be one of {', '.join(LOSSES)}, got {loss!r}")
+        raise SpecError(None, "loss", f"must be one of {', '.join(LOSSES)}, got {loss!r}")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise FastmodelError(f"--seed: must be a whole number >= 0, got {seed!r}")
+        raise SpecError(None, "seed", f"must be a whole number >= 0, got {seed!r}")
     prior = _prior(prior)
     source = source_of(runs)
     records, messages = with_measurements(read_records(runs), source)   # measured is read only here
@@ -84,8 +85,7 @@ def fit_runs(runs: Any, folds: int | None = None, loss: str = "soft_l1", prior: 
     if folds is None:
         folds = min(5, len(records)) if len(records) >= 2 else 0
     if isinstance(folds, bool) or not isinstance(folds, int) or (folds and not 2 <= folds <= len(records)):
-        raise FastmodelError(f"--folds: must be 0 or between 2 and the number of runs ({len(records)}), "
-                             f"got {folds}")
+        raise SpecError(None, "folds", f"must be 0 or between 2 and the number of runs ({len(records)}), got {folds}")
     result = fit(records, loss=loss, prior=prior, seed=seed)
     before, after = rows(records), rows(apply_calibration(records, result.calibration()))
     cv = cross_validate(records, folds, loss=loss, prior=prior, seed=seed) if folds else None
