@@ -53,13 +53,15 @@ class Mesh:
         return self.tp * self.pp * self.cp * self.dp
 
 
-#: the position-embedding kinds a model names (first word of ``position_embedding``): (rotary share, learned table)
-POSITION_KINDS = {"rotary": (1.0, 0.0), "rope": (1.0, 0.0), "learned": (0.0, 1.0), "absolute": (0.0, 1.0),
-                  "alibi": (0.0, 0.0), "none": (0.0, 0.0), "nope": (0.0, 0.0)}
+#: the position-embedding kinds a model names (first word of ``position_embedding``): (rotary share, learned table,
+#: ALiBi bias)
+POSITION_KINDS = {"rotary": (1.0, 0.0, 0.0), "rope": (1.0, 0.0, 0.0), "learned": (0.0, 1.0, 0.0),
+                  "absolute": (0.0, 1.0, 0.0), "alibi": (0.0, 0.0, 1.0), "none": (0.0, 0.0, 0.0),
+                  "nope": (0.0, 0.0, 0.0)}
 
 
 def position_values(text: str | None) -> dict[str, float]:
-    """``rotary_fraction`` and ``learned_positions`` of a ``position_embedding`` text: its first word names the
+    """``rotary_fraction``, ``learned_positions`` and ``alibi_bias`` of a ``position_embedding`` text: its first word names the
     kind (``POSITION_KINDS``); a rotary text may state the share of the head dimension it rotates as a
     percentage (``"rotary (25% of head dim)"``: GPT-NeoX ``rotary_pct``). None: rotary on every dimension."""
     import re
@@ -67,20 +69,20 @@ def position_values(text: str | None) -> dict[str, float]:
     from fastmodel.errors import FieldValueError, nearest
 
     if text is None:
-        return {"rotary_fraction": 1.0, "learned_positions": 0.0}
+        return {"rotary_fraction": 1.0, "learned_positions": 0.0, "alibi_bias": 0.0}
     words = re.findall(r"[a-z]+", text.lower())
     kind = words[0] if words else ""
     if kind not in POSITION_KINDS:
         raise FieldValueError(("position_embedding",), f"{text!r} names no position embedding (one of "
                               f"{', '.join(POSITION_KINDS)}){nearest(kind, POSITION_KINDS)}",
                               unsupported=True)
-    rotary, learned = POSITION_KINDS[kind]
+    rotary, learned, alibi = POSITION_KINDS[kind]
     share = re.search(r"(\d+(?:\.\d+)?)\s*%", text)
     if rotary and share:
         rotary = float(share.group(1)) / 100.0
         if not 0.0 < rotary <= 1.0:
             raise FieldValueError(("position_embedding",), f"rotary share {share.group(0)} must be in (0, 100]%")
-    return {"rotary_fraction": rotary, "learned_positions": learned}
+    return {"rotary_fraction": rotary, "learned_positions": learned, "alibi_bias": alibi}
 
 
 #: the numeric MoE model fields, lowered as float columns when the model has experts

@@ -24,6 +24,7 @@ from fastmodel.registry.lm_muon import MUON_PLAN_ROWS
 from fastmodel.registry.lm_offload import OFFLOAD_DEVICE_ROWS, OFFLOAD_MODULES, OFFLOAD_PLAN_ROWS, OFFLOAD_RESULT_ROWS  # noqa: F401
 from fastmodel.registry.lm_overhead import ALLOCATOR_PLAN_ROWS, OVERHEAD_DEVICE_ROWS, USERBUFFER_PLAN_ROWS
 from fastmodel.registry.lm_pipeline import PIPELINE_PLAN_ROWS
+from fastmodel.registry.lm_positions import POSITION_MODEL_ROWS
 from fastmodel.registry.lm_sdpa import SDPA_DEVICE_ROWS, SDPA_PLAN_ROWS
 from fastmodel.registry.lm_status import STATUS_CODES, STATUSES  # noqa: F401  (re-exported: registry.lm.STATUSES)
 from fastmodel.registry.lm_step import EMBEDDING_FP32_GRADS, STEP_PLAN_ROWS
@@ -139,11 +140,7 @@ MODEL_COLUMNS = _cols(
     ("mtp_layers", "1", 0, "Multi-token-prediction layers (DeepSeek-V3).", 0, 64),
     ("dropout", "1", 0, "1: hidden and attention dropout on (GPT-3/Megatron 2022: 1-byte masks stored for backward); "
      "0: no dropout (Llama-style pretraining).", 0, 1),
-    ("rotary_fraction", "1", 1, "Share of each query/key head's dimensions rotated by rotary position embedding "
-     "(RoPE, Su et al. 2021; GPT-NeoX/Pythia rotary_pct 0.25); 0: no rotary kernel (learned, ALiBi or no positions).",
-     0, 1),
-    ("learned_positions", "1", 0, "1: a learned absolute position table of seq_len x hidden on the first pipeline "
-     "rank (GPT-2/GPT-3 wpe; Megatron-Core LanguageModelEmbedding.position_embeddings, not split over TP).", 0, 1),
+    *POSITION_MODEL_ROWS,
     ("rms_norm", "1", 1, "1: RMSNorm (Llama family; eager PyTorch composes it of element-wise ops); 0: LayerNorm "
      "(GPT family; one kernel even in eager PyTorch).", 0, 1),
 )

@@ -64,14 +64,13 @@ def fp32_embedding_params(row, last_only, embedding_params, tied_copy):
     """(parameters that leave the stage's buffer, parameters with FP32 gradients) on a rank: 0, 0 without
     ``embedding_fp32_grads``. ``last_only``: the rank holds the last stage and not the first (its tied copy of the
     word embedding, ``tied_copy``; an untied output layer is not an embedding); else the word embedding
-    (``embedding_params``) and a learned position table of ``s x h`` (whole on every TP rank; it is not among the
-    step's stage parameters, so it leaves nothing)."""
+    (``embedding_params``, with a learned position table of ``s x h``, whole on every TP rank, since §11.56 among
+    the step's stage parameters too: both leave)."""
     if row[C_EMBEDDING_FP32_GRADS] <= 0.0:
         return 0.0, 0.0
     if last_only:
         return tied_copy, tied_copy
-    positions = row[C_LEARNED_POSITIONS] * row[C_SEQ_LEN] * row[C_HIDDEN]
-    return embedding_params, embedding_params + positions
+    return embedding_params, embedding_params
 
 
 @njit

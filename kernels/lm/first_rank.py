@@ -21,6 +21,7 @@ from fastmodel.kernels.lm.layout import (
 )
 from fastmodel.kernels.lm.memory_states import explicit_layout, stage_layers
 from fastmodel.kernels.lm.pipeline import model_copies
+from fastmodel.kernels.lm.positions import position_lookup_s
 from fastmodel.kernels.lm.shape import embedding_dense_grad_s
 from fastmodel.kernels.lm.sp_regather import embedding_tp
 
@@ -37,16 +38,18 @@ def embedding_stage_tp(row):
 
 @njit
 def embedding_terms(row):
-    """(forward, backward, of it the dense gradient) seconds of the word embedding one micro-batch on the first
+    """(forward, backward, of it the memory-bound part) seconds of the word embedding one micro-batch on the first
     rank at pp > 1: its TP collectives (:func:`embedding_stage_tp`) and, in the backward, its dense gradient ``g``
-    (:func:`embedding_dense_grad_s`): ``(e_F, e_B + g, g)``; (0, 0, 0) at pp 1 (``layer.head_costs``). The step
+    (:func:`embedding_dense_grad_s`): ``(e_F, e_B + g, g)``, with a learned position table's ``(p_F, p_B)``
+    (``positions.position_lookup_s``, §11.56) ``(e_F + p_F, e_B + g + p_B, g + p_F + p_B)``; (0, 0, 0) at pp 1 (``layer.head_costs``). The step
     evaluates it once a configuration (``step.step_row``) and hands it to :func:`embedding_ends`,
     :func:`embedding_parts_of` and ``bubble_last`` / ``host_step``."""
     if row[C_PP] <= 1.0:
         return 0.0, 0.0, 0.0
     forward, backward = embedding_stage_tp(row)
-    dense = embedding_dense_grad_s(row)
-    return forward, backward + dense, dense
+    table_f, table_b = position_lookup_s(row)       # a learned position table's lookup, add, gradient (§11.56)
+    dense = embedding_dense_grad_s(row) + table_b
+    return forward + table_f, backward + dense, dense + table_f
 
 
 @njit

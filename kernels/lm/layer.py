@@ -16,8 +16,8 @@ from fastmodel.kernels.roofline import (
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.layout import (
     C_ATTENTION_CHUNK, C_CAUSAL, C_COLLECTIVE_OVERHEAD_S, C_CP, C_EP, C_FFN, C_FLASH_ATTENTION, C_HEADS, C_HIDDEN, C_PP,
-    C_KV_HEADS, C_LAYERS, C_LOSS_TRAFFIC_BYTES_PER_LOGIT, C_MICRO_BATCH, C_MLA, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS,
-    C_MOE_SHARED_EXPERT_OVERLAP, C_MOE_TOPK, C_MTP_LAYERS, C_RECOMPUTE, C_RECOMPUTE_FRACTION, C_ROTARY_FRACTION, C_SEQUENCE_PARALLEL, C_SEQ_LEN,
+    C_LAYERS, C_LOSS_TRAFFIC_BYTES_PER_LOGIT, C_MICRO_BATCH, C_MLA, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS,
+    C_MOE_SHARED_EXPERT_OVERLAP, C_MOE_TOPK, C_MTP_LAYERS, C_RECOMPUTE, C_RECOMPUTE_FRACTION, C_SEQUENCE_PARALLEL, C_SEQ_LEN,
     C_SLIDING_WINDOW, C_SP_WGRAD_REGATHER, C_STACK_COMPUTE_EFF, C_TIED_EMBEDDINGS, C_TP, C_TP_COMM_OVERLAP, C_VOCAB, RECOMPUTE_FULL, RECOMPUTE_PARTIAL_LAYERS,
     RECOMPUTE_SELECTIVE, C_GATED_MLP, C_KV_LORA_RANK, C_Q_LORA_RANK, C_QK_NOPE_HEAD_DIM, C_TP_PER_PROJECTION, C_V_HEAD_DIM,
 )
@@ -28,6 +28,7 @@ from fastmodel.kernels.lm.shape import (  # noqa: F401 - the shape terms, re-exp
 )
 from fastmodel.kernels.nccl import allgather_time, allreduce_time
 from fastmodel.kernels.lm.parallel import cp_forward_time, exposed
+from fastmodel.kernels.lm.positions import alibi_bias_s, position_table_s, rotary_bytes
 from fastmodel.kernels.lm.moe import (
     dispatch_time, einsum_gating_time, einsum_time, expert_rows, expert_wgrad_extra, moe_compute, moe_sync_idle_time,
 )
@@ -54,7 +55,7 @@ W_AGAIN = 12          # forward seconds the Megatron-Core recompute_modules othe
 W_AGAIN_GEMM = 13     # GEMM part of W_AGAIN
 W_AGAIN_EP = 14       # EP seconds (forward direction) a recomputed MoE layer runs again (kernels/lm/recompute.py)
 W_WGRAD = 15          # weight-gradient GEMM seconds beyond the forward's W_GEMM (routed experts, main-gradient reads)
-W_FORWARD_ONLY = 16   # forward-only seconds of a MoE layer: GPU idle after its host syncs, einsum gating's forward passes
+W_FORWARD_ONLY = 16   # forward-only seconds: a MoE layer's GPU idle after host syncs and einsum gating; ALiBi (§11.56)
 W_BACKWARD_MEM = 17   # backward-only memory-bound seconds of a MoE layer (einsum gating's backward, kernels/lm/moe.py)
 W_TP_BACKWARD = 18    # TP collective seconds, backward (one pass; W_TP's conjugates, the SP gathers at their bytes)
 W_TP_HIDDEN = 19      # of W_TP_BACKWARD: the wgrad re-gathers' seconds hidden under their dgrad GEMMs (§11.41)
@@ -189,10 +190,9 @@ def layer_costs(row, moe, sliding, work):
         queries = tokens / row[C_MICRO_BATCH]
         attn = grouped_gemm_time(row, batches, queries, ctx, dqk, 0.0) + grouped_gemm_time(row, batches, queries, dv, ctx, 0.0)
         core_mem = memory_bound_time(row, 7.0 * tokens * row[C_SEQ_LEN] * a / t)
-    # memory-bound kernels: 2 norms + 2 residual adds (replicated over TP unless SP), activation, rotary
+    # memory-bound kernels: 2 norms + 2 residual adds (replicated over TP unless SP), activation, rotary (§11.56)
     norm_tokens = tokens / t if sp else tokens
-    nbytes = elementwise_bytes(row, norm_tokens * h, mlp_out,
-                               tokens * (a + row[C_KV_HEADS]) * dqk / t * row[C_ROTARY_FRACTION])
+    nbytes = elementwise_bytes(row, norm_tokens * h, mlp_out, 0.0) + rotary_bytes(row, tokens)
     if fp8:
         # FP8 casts of the GEMM inputs, per recipe (docs/model.md §11.19; unstated: 2 casts, read 2 B, write 1 B);
         # NVFP4's amax pass, rowwise and columnwise (RHT) casts under fp4 (§11.38)
@@ -231,7 +231,7 @@ def layer_costs(row, moe, sliding, work):
     dense = params - expert_params - (h * row[C_MOE_EXPERTS] if moe else 0.0)
     work[W_WGRAD] = (expert_wgrad_extra(row, fp8, routed) if moe else 0.0) + wgrad_source_s(row, dense)
     gating_forward, gating_backward = einsum_gating_time(row) if moe else (0.0, 0.0)
-    work[W_FORWARD_ONLY] = moe_sync_idle_time(row) + gating_forward if moe else 0.0
+    work[W_FORWARD_ONLY] = (moe_sync_idle_time(row) + gating_forward if moe else 0.0) + alibi_bias_s(row, tokens)
     work[W_BACKWARD_MEM] = gating_backward + memory_bound_time(row, fp8_transpose_bytes(row, dense + expert_params))
 
 
@@ -418,8 +418,8 @@ def head_costs(row, work):
     # the loss's memory-bound passes over the logits (loss_traffic_bytes_per_logit, the stack's count, forward and
     # backward together): half charged to each pass (docs/model.md §11.3)
     work[W_MEM] = memory_bound_time(row, tokens * vocab * 0.5 * row[C_LOSS_TRAFFIC_BYTES_PER_LOGIT]) + mtp_mem
-    if row[C_PP] <= 1.0:    # the embedding's dense gradient (§11.43), halved; pp > 1: rank 0's (first_rank.py)
-        work[W_MEM] += 0.5 * embedding_dense_grad_s(row)
+    if row[C_PP] <= 1.0:    # the embedding's dense gradient (§11.43), a position table's (§11.56), halved; pp > 1: rank 0's
+        work[W_MEM] += 0.5 * (embedding_dense_grad_s(row) + position_table_s(row))
     work[W_ATTN_CORE_MEM] = 0.0
     loss_tp = (allreduce_time(row, 3.0 * 4.0 * tokens, t, 1.0) if t > 1.0 else 0.0) + mtp_tp
     # the output layer's input gather under SP, its reduce-scatter (SP) or all-reduce backward (§11.44)

@@ -151,8 +151,8 @@ def _add_layer_kind(row, weight, full, selective, fsdp, work):
     copy_in = 0.0
     if sharded:
         copy_in = fsdp_reduce_copy_in_time(row, work[W_PARAMS]) + fsdp1_grad_pass_time(row, work[W_PARAMS])
-    # a MoE layer's forward-only seconds (GPU idle after host syncs, einsum gating passes) run in each forward it
-    # runs (forward, recomputed forward); its backward-only memory-bound seconds (W_BACKWARD_MEM) in the backward
+    # forward-only seconds (a MoE layer's GPU idle after host syncs and einsum gating, ALiBi's bias pass) run in
+    # each forward the layer runs (forward, recomputed forward); a MoE layer's backward-only memory-bound seconds (W_BACKWARD_MEM) in the backward
     forward_only = work[W_FORWARD_ONLY]
     forward = g + a_ + m_ + copy + forward_only
     backward_input = BACKWARD_INPUT_GEMM * g + BACKWARD_ATTN * a_ + BACKWARD_MEM * m_ + copy + work[W_BACKWARD_MEM]

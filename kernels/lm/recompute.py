@@ -26,6 +26,7 @@ from fastmodel.kernels.lm.layout import (
     C_TP, RECOMPUTE_MODULE_CORE_ATTN, RECOMPUTE_MODULE_LAYERNORM, RECOMPUTE_MODULE_MLA_UP_PROJ, RECOMPUTE_MODULE_MLP,
     RECOMPUTE_MODULE_MOE, RECOMPUTE_MODULE_MOE_ACT, RECOMPUTE_MODULE_SHARED_EXPERTS, RECOMPUTE_SELECTIVE,
 )
+from fastmodel.kernels.lm.positions import rotary_bytes
 from fastmodel.kernels.lm.shape import attention_dims, elementwise_unit_bytes, mlp_gemm_time
 from fastmodel.kernels.roofline import gemm_roofline, memory_bound_time
 
@@ -77,7 +78,7 @@ def module_recompute_costs(row, moe, tokens, norm_tokens, fp8, wbytes, expert_gr
         return 0.0, 0.0, 0.0
     h = row[C_HIDDEN]
     t = row[C_TP]
-    norm, activation, rotary = elementwise_unit_bytes(row)
+    norm, activation, _ = elementwise_unit_bytes(row)
     gemm = 0.0
     nbytes = 0.0
     again_ep = 0.0
@@ -90,8 +91,8 @@ def module_recompute_costs(row, moe, tokens, norm_tokens, fp8, wbytes, expert_gr
             gemm += gemm_roofline(row, 1.0, tokens, a * dqk / t, row[C_Q_LORA_RANK], fp8, wbytes, 1.0)
         gemm += gemm_roofline(row, 1.0, tokens, a * (row[C_QK_NOPE_HEAD_DIM] + dv) / t, row[C_KV_LORA_RANK], fp8,
                               wbytes, 1.0)
-        # RoPE on the query heads' and the one shared key head's rope dims
-        nbytes += rotary * tokens * (a / t + 1.0) * (dqk - row[C_QK_NOPE_HEAD_DIM])
+        # RoPE on the query heads' and the one shared key head's rope dims, with the query / key / value it builds
+        nbytes += rotary_bytes(row, tokens)      # (§11.56)
     nm = 3.0 if row[C_GATED_MLP] > 0.0 else 2.0
     if moe <= 0.0:
         if module_recomputed(row, RECOMPUTE_MODULE_MLP):

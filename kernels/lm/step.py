@@ -51,6 +51,7 @@ from fastmodel.kernels.lm.moe import expert_dp, expert_tp
 from fastmodel.kernels.lm.parallel import data_parallel, fsdp_first_layer_exposed, microbatch_reduce
 from fastmodel.kernels.lm.bf16_layers import add_bf16_layers, bf16_end_work_into
 from fastmodel.kernels.lm.first_rank import embedding_ends, embedding_parts_of, embedding_terms
+from fastmodel.kernels.lm.positions import position_table_params
 from fastmodel.kernels.lm.rank_lead import (
     last_rank_all_moe, last_rank_layer_time, leader_passes, middle_rank_can_lead, other_ranks_mb, priced_by_kind,
 )
@@ -253,12 +254,12 @@ def ends_alike(row, head_params):
     the last one waits (:func:`_data_parallel_ranks`), so that the first rank's bounds both: no explicit layout
     (both hold ``layers_per_stage`` average layers), no MTP modules, not Muon (whose matrices follow the rank's
     dense and MoE layers) and the head's parameters with the tied copy equal to the embedding's (an untied head
-    or a tied copy is ``V h / t``, as the embedding). Then every quantity of :func:`_data_parallel_step` is the
+    or a tied copy is ``V h / t``, as the embedding without a learned position table, §11.56). Then every quantity of :func:`_data_parallel_step` is the
     same for both ends except ``idle``, and the exposed seconds do not grow with it (``parallel.reduce_tail``):
     the first rank's step (``idle = 0``) is the maximum, bit for bit."""
     if explicit_layout(row) or row[C_MTP_LAYERS] > 0.0 or row[C_OPTIMIZER] == OPT_MUON:
         return False
-    return head_params + tied_head_copy(row) + 0.0 == row[C_VOCAB] * row[C_HIDDEN] / row[C_TP]
+    return head_params + tied_head_copy(row) + 0.0 == row[C_VOCAB] * row[C_HIDDEN] / row[C_TP] + position_table_params(row)
 
 
 @njit
@@ -274,7 +275,7 @@ def _data_parallel_step(row, work, per_stage, head_params, micro_batches, stage_
     p = row[C_PP]
     t = row[C_TP]
     params = work[A_PARAMS]
-    embedding_params = row[C_VOCAB] * row[C_HIDDEN] / t
+    embedding_params = row[C_VOCAB] * row[C_HIDDEN] / t + position_table_params(row)    # the first end (§11.56)
     # dense parameters over dp; routed experts over the expert-data-parallel group edp (kernels/lm/moe.py)
     experts = work[A_EXPERT_PARAMS]
     copies = model_copies(row)      # DualPipe: rank 0 holds stages 0 and p - 1 (embedding and head)

@@ -69,8 +69,11 @@ def test_which_parameters_the_fp32_optimizer_holds_by_hand():
     assert fp32_embedding_params(r, True, E, E) == (E, E)           # last stage: the tied copy
     assert fp32_embedding_params(r, True, E, 0.0) == (0.0, 0.0)     # an untied output layer is not an embedding
     assert fp32_embedding_params(n1344(False), False, E, E) == (0.0, 0.0)
-    r[C["learned_positions"]] = 1.0     # a position table of 2,048 x 12,288 on the first stage: optimizer only
-    assert fp32_embedding_params(r, False, E, E) == (E, E + 2048 * 12288)
+    # a position table of 2,048 x 12,288 on the first stage: in the stage's parameters the step hands over since
+    # §11.56 (step.position_table_params), so it leaves the 16-bit buffer with the word embedding
+    r[C["learned_positions"]] = 1.0
+    P = 2048 * 12288
+    assert fp32_embedding_params(r, False, E + P, E) == (E + P, E + P)
 
 
 def test_the_fp32_step_by_hand():

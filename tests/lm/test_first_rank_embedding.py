@@ -222,8 +222,9 @@ def test_a_first_rank_leading_with_bf16_layers_carries_its_embedding(dense):
 
 def test_the_first_and_middle_ranks_are_priced_by_layer_kind():
     """Megatron-Bridge DeepSeek-V3 H100 FP8 sc V2 (tp 2, pp 8, vp 2, 'Et*4|(t*4|)*14tmL', 3 dense layers): rank 0
-    holds layers 0-3 and 32-35, 3 dense + 5 MoE and the embedding, 3 t_d + 5 t_m + e (153.0 ms; 151.9 before
-    docs/model.md §11.46); a middle rank 8 MoE layers, 8 t_m (183.2 ms; 182.5), so the middle rank leads, not
+    holds layers 0-3 and 32-35, 3 dense + 5 MoE and the embedding, 3 t_d + 5 t_m + e (153.6 ms; 153.0 before
+    §11.56's MLA RoPE and its mla_up_proj recompute, 151.9 before docs/model.md §11.46); a middle rank 8 MoE layers,
+    8 t_m (183.8 ms; 183.2, 182.5), so the middle rank leads, not
     rank 0 (at the average layer both were 8 t_avg, and e made rank 0 lead). t_d, t_m: the dense and MoE kinds'
     passes (layer_kinds_passes 0-2, 2-4); a rank's mix (rank_layer_passes) is the sum of its layers' (§11.44 item
     1d, "by layer kind")."""
@@ -242,7 +243,7 @@ def test_the_first_and_middle_ranks_are_priced_by_layer_kind():
     assert rank_layer_passes(row, work, 3.0, 5.0) == pytest.approx(3.0 * t_d + 5.0 * t_m, rel=1e-12)
     e = sum(embedding_stage_tp(row))
     first = 3.0 * t_d + 5.0 * t_m + e
-    assert first == pytest.approx(0.1530, abs=1e-4) and 8.0 * t_m == pytest.approx(0.1832, abs=1e-4)
+    assert first == pytest.approx(0.1536, abs=1e-4) and 8.0 * t_m == pytest.approx(0.1838, abs=1e-4)
     assert e > 0.0      # at the average layer rank 0 (8 t_avg + e) beat the middle rank (8 t_avg) by e: it led
     stage_mb, *_, layers, share, n16, _, emb = busiest_stage(row, np.zeros(N_WORK))
     assert (layers, share, n16, emb) == (8.0, 0.0, 0.0, 0.0)
@@ -257,9 +258,9 @@ def test_an_all_moe_last_rank_is_priced_by_kind_against_a_middle_rank():
     in chunk 0, rank 0), with the MTP module and the LM head; the busiest middle rank (rank 2: chunks 2, 6, 10, 14)
     16 MoE layers. By hand from the kinds' passes t_m (layer_kinds_passes 2-4), the head's (head_passes) and the MTP
     layer's t_mtp (mtp_layer_into; the decoder's last layer is MoE, so t_mtp = t_m):
-    last = 13 t_m + head + t_mtp = 14 t_m + head = 339.81 ms against the middle rank's 16 t_m = 337.81 ms, so the
-    last rank leads (338.19 and 336.65 before §11.46). Priced at the mix's average layer (13 t_avg + head + t_mtp =
-    336.91 ms) it trailed the by-kind
+    last = 13 t_m + head + t_mtp = 14 t_m + head = 339.38 ms against the middle rank's 16 t_m = 337.31 ms, so the
+    last rank leads (339.81 and 337.81 before §11.56's MLA RoPE; 338.19 and 336.65 before §11.46). Priced at the
+    mix's average layer (13 t_avg + head + t_mtp = 336.48 ms) it trailed the by-kind
     middle rank (review 2 finding 1; §11.44 item 1d)."""
     from fastmodel.kernels.lm.mtp_breakdown import mtp_layer_into
     from fastmodel.kernels.lm.step import busiest_stage
@@ -280,8 +281,8 @@ def test_an_all_moe_last_rank_is_priced_by_kind_against_a_middle_rank():
     assert t_mtp == pytest.approx(t_m, rel=1e-12)
     assert _ends(row) == (0.0, 0.0, 0.0, 0.0)      # one model copy, no split slots: no e on the ends
     last, middle = 14.0 * t_m + head, 16.0 * t_m
-    assert last == pytest.approx(0.33981, abs=1e-5) and middle == pytest.approx(0.33781, abs=1e-5)
-    assert 13.0 * t_avg + head + t_mtp == pytest.approx(0.33691, abs=1e-5)    # the average layer's pricing
+    assert last == pytest.approx(0.33938, abs=1e-5) and middle == pytest.approx(0.33731, abs=1e-5)
+    assert 13.0 * t_avg + head + t_mtp == pytest.approx(0.33648, abs=1e-5)    # the average layer's pricing
     stage_mb, *_, layers, share, n16, _, emb = busiest_stage(row, np.zeros(N_WORK))
     assert (layers, share, n16, emb) == (13.0, 1.0, 0.0, 0.0)
     assert stage_mb == pytest.approx(last, rel=1e-12)

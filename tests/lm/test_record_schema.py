@@ -183,13 +183,14 @@ def test_fsdp_rate_limiter_is_what_the_model_assumes_and_its_absence_is_noted():
     assert "plan.fsdp_limit_all_gathers = False: recorded, not modelled" in "; ".join(off.notes)
 
 
-@pytest.mark.parametrize("text, rotary, learned", [
-    ("rotary", 1.0, 0.0), ("RoPE (theta 500000)", 1.0, 0.0), ("rotary (25% of head dim)", 0.25, 0.0),
-    ("learned", 0.0, 1.0), ("absolute, learned", 0.0, 1.0), ("ALiBi", 0.0, 0.0), ("none", 0.0, 0.0),
+@pytest.mark.parametrize("text, rotary, learned, alibi", [
+    ("rotary", 1.0, 0.0, 0.0), ("RoPE (theta 500000)", 1.0, 0.0, 0.0), ("rotary (25% of head dim)", 0.25, 0.0, 0.0),
+    ("learned", 0.0, 1.0, 0.0), ("absolute, learned", 0.0, 1.0, 0.0), ("ALiBi", 0.0, 0.0, 1.0), ("none", 0.0, 0.0, 0.0),
 ])
-def test_position_embedding_text_sets_rotary_share_and_learned_table(text, rotary, learned):
+def test_position_embedding_text_sets_rotary_share_and_learned_table(text, rotary, learned, alibi):
     columns = lower_record(changed(model__position_embedding=text)).columns
-    assert (columns[C["rotary_fraction"]], columns[C["learned_positions"]]) == (rotary, learned)
+    assert (columns[C["rotary_fraction"]], columns[C["learned_positions"]], columns[C["alibi_bias"]]) == \
+        (rotary, learned, alibi)
 
 
 def test_an_unknown_position_embedding_is_one_line_naming_the_field():
