@@ -79,8 +79,10 @@ def implied_s(points: list[dict], form: str, grid: int = 4000) -> tuple[float, f
 
 def model_parts(record: dict) -> dict:
     """The model's TTFT parts of one concurrency record (§S7): S (the prompt's own iterations, ``own``), the station
-    response R, steady state, start wave, its share, TPOT, rate, and the point of ``built_ttft`` (measured). Reads
-    ``load.loop_state``'s arguments at the solved rate, so the kernels must run interpreted (FASTMODEL_JIT=0)."""
+    response R, steady state, start wave, its share, TPOT, rate, the waits ``o`` (the overlap step and the boundary
+    wait) and the point of ``built_ttft`` (measured). Reads ``load.loop_state``'s arguments at the solved rate (S,
+    and ``o`` as ``steady_loop`` passes it, not a copy of its rule: review8 #11), so the kernels must run
+    interpreted (FASTMODEL_JIT=0)."""
     from fastmodel.kernels import jit
     from fastmodel.kernels.serve import load
     from fastmodel.registry.lm import COLUMN_INDEX as CI
@@ -94,9 +96,9 @@ def model_parts(record: dict) -> dict:
     seen = {}
     state = load.loop_state
 
-    def spy(lam, running, own, *rest):
-        result = state(lam, running, own, *rest)
-        seen.update(own=own, response=result[1])
+    def spy(lam, running, own, share, t_d, per_token, mixed, steps, overlap, wait):
+        result = state(lam, running, own, share, t_d, per_token, mixed, steps, overlap, wait)
+        seen.update(own=own, response=result[1], overlap=overlap)
         return result
 
     load.loop_state = spy
@@ -105,7 +107,7 @@ def model_parts(record: dict) -> dict:
     finally:
         load.loop_state = state
     rounds = row[CI["client_rounds"]]
-    o = (1.0 if row[CI["overlap_step"]] > 0 else 0.0) + (1.0 if n > 1 else 0.0)
+    o = seen["overlap"]
     waves, _ = load.wave_iterations(n / row[CI["attention_dp"]], row[CI["input_len"]], row[CI["max_num_tokens"]],
                                     row[CI["chunked_prefill"]] > 0)
     m = record["measured"]

@@ -17,6 +17,13 @@ from typing import Callable, Iterable, TypeVar
 NESTED_TOO_DEEP = "nested too deeply (no spec or record nests more than a few levels)"
 
 
+def comment_line(text: str) -> str | None:
+    """The reason a JSON line is refused when it opens with ``#`` or ``//`` (json would say "invalid JSON:
+    Expecting value"), else None: one wording for ``batch`` (``io/batch.py``) and the record readers of
+    ``validate`` and ``calibrate`` (``spec/records.py`` ``read_jsonl``)."""
+    return "a comment: JSON lines have none" if text.lstrip().startswith(("#", "//")) else None
+
+
 class FastmodelError(Exception):
     """Base class of every error caused by user input."""
 

@@ -137,7 +137,7 @@ def _run(sweep_file, output, is_zarr, resume, force, workers, scheduler, unit_co
                 _interrupted(bar, output, resumable=False)
     finally:
         bar.close()
-    _done(ds, plan, output, time.perf_counter() - started)
+    _done(ds, plan, output, time.perf_counter() - started, bar)
 
 
 def _interrupted(bar, output, resumable: bool) -> None:
@@ -167,11 +167,12 @@ def _claim_netcdf(output, source, force):
 NO_LEGAL_POINT_EXIT = 3
 
 
-def _done(ds, plan, output, seconds: float) -> None:
+def _done(ds, plan, output, seconds: float, bar) -> None:
     """The summary line, ending with the run's wall time and configurations per second (the first line gives only
-    the engine's assumed rate; the progress bar, the measured one, shows on a terminal only); a grid without one
-    ``ok`` point (written, each point with its status code) says so in one line, the most common status and its
-    reason, and exits NO_LEGAL_POINT_EXIT (3; spec errors stay 2)."""
+    the engine's assumed rate; the progress bar, the measured one, shows on a terminal only); on ``--resume`` the
+    configurations this run evaluated (``bar.evaluated``) and their rate, not the store's (review8 #3). A grid
+    without one ``ok`` point (written, each point with its status code) says so in one line, the most common
+    status and its reason, and exits NO_LEGAL_POINT_EXIT (3; spec errors stay 2)."""
     from fastmodel.sweeps.run import COUNT_STATUS_CONFIGS, no_legal_point
 
     num_configs = plan.num_configs
@@ -181,9 +182,15 @@ def _done(ds, plan, output, seconds: float) -> None:
                    f"reason in its status variable (exit {NO_LEGAL_POINT_EXIT})", err=True)
         sys.exit(NO_LEGAL_POINT_EXIT)
     fits, too_big = fit_counts(ds)
+    evaluated = bar.evaluated
+    rate = f"{evaluated / max(seconds, 1e-9):,.0f} configurations/s (kernel loading and writing included)"
+    if bar.skipped:
+        timing = f"resumed: {evaluated:,} of {num_configs:,} configurations evaluated in this run, {seconds:,.1f} s" \
+            + (f", {rate}" if evaluated else "")
+    else:
+        timing = f"{seconds:,.1f} s, {rate}"
     click.echo(f"done: {fits:,} of {num_configs:,} configurations legal and feasible (fit in memory), {too_big:,} "
-               f"legal but over memory, {num_configs - fits - too_big:,} illegal or not evaluated; {seconds:,.1f} s, "
-               f"{num_configs / max(seconds, 1e-9):,.0f} configurations/s (kernel loading and writing included)",
+               f"legal but over memory, {num_configs - fits - too_big:,} illegal or not evaluated; {timing}",
                err=True)
 
 

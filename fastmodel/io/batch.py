@@ -33,7 +33,7 @@ from typing import IO, Iterable, Iterator
 import numpy as np
 import orjson
 
-from fastmodel.errors import FastmodelError
+from fastmodel.errors import FastmodelError, comment_line
 from fastmodel.io import batch_kinds
 from fastmodel.io.batch_kinds import internal_error, one_line
 from fastmodel.registry import ENGINES
@@ -70,8 +70,8 @@ def _parse_slow(raw: bytes):
         return _Bad("line is not UTF-8 text")
     if not text.strip():
         return _Bad("empty line")
-    if text.lstrip().startswith(("#", "//")):       # was "invalid JSON: Expecting value at column 1"
-        return _Bad("a comment: JSON lines have none (the line keeps its row of the output)")
+    if comment := comment_line(text):               # was "invalid JSON: Expecting value at column 1"
+        return _Bad(f"{comment} (the line keeps its row of the output)")
     try:
         return batch_kinds.load_json(text.lstrip("\ufeff"))
     except FastmodelError as error:

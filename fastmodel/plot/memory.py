@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from fastmodel.plot import data as D
@@ -39,7 +41,9 @@ def memory_table(ds, dim: str | None = None, sel=None):
     """(the dimension along the bars, ``memory`` as [configuration, memory_kind]) after ``sel``.
 
     ``dim`` is the one dimension left with more than one value once ``sel`` is applied (dimensions of size
-    one are dropped); naming it keeps it even at size one. Any other varying dimension is a one-line error.
+    one are dropped); naming it keeps it even at size one. Any other varying dimension is a one-line error. With
+    no dimension left, the one bar's dimension is ``configuration``, its value the fixed coordinates joined by
+    ", " (``memory_bars`` puts each on a line of its label).
     """
     from fastmodel.plot import data as D
 
@@ -65,7 +69,7 @@ def memory_table(ds, dim: str | None = None, sel=None):
     if dim is None:
         dim = "configuration"
         memory = memory.drop_vars([c for c in memory.coords if c != "memory_kind"])
-        memory = memory.expand_dims({dim: ["\n".join(fixed) or "configuration"]})   # a line each: never wider than the axes
+        memory = memory.expand_dims({dim: [", ".join(fixed) or "configuration"]})   # one line a term in the bars'
     memory = memory.transpose(dim, "memory_kind").load()
     memory.attrs["fixed"] = ", ".join(fixed) if dim != "configuration" else ""   # for the title
     return dim, memory
@@ -85,6 +89,8 @@ def memory_bars(ds, dim: str | None = None, sel=None, size="single", height: flo
         raise PlotError("no configuration has a memory result (all illegal)")
     coords = np.asarray(memory[dim].values) if dim in memory.coords else np.arange(memory.sizes[dim])
     labels = [S.fmt_coord(v) for v in coords[keep]]
+    if dim == "configuration":   # one fixed coordinate a line: a label never wider than the axes (walk 1207e); the
+        labels = [re.sub(r", (?=[^\s,=]+=)", "\n", text) for text in labels]   # data keep ", " (review8 #9)
     values = values[keep]
     with S.paper_rc():
         fig, ax = S.new_axes(size, height, ax)

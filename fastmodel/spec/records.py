@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fastmodel.errors import NESTED_TOO_DEEP, SpecError, UnsupportedError
+from fastmodel.errors import NESTED_TOO_DEEP, SpecError, UnsupportedError, comment_line
 
 
 def block_missing(data: dict, block: str) -> str:
@@ -84,7 +84,7 @@ def read_jsonl(path: str | Path, lower, what: str, whole_object: bool = False, r
             try:
                 data = json.loads(line)
             except json.JSONDecodeError as error:
-                raise SpecError(where, "", f"invalid JSON: {error.msg}") from None
+                raise SpecError(where, "", comment_line(line) or f"invalid JSON: {error.msg}") from None
             except RecursionError:
                 raise SpecError(where, "", f"invalid JSON: {NESTED_TOO_DEEP}") from None
             parsed += 1

@@ -72,7 +72,8 @@ def run_to_store(plan: SweepPlan, path: str, resume: bool = False, progress: Cal
 
     Holds the store's writer lock throughout. ``overwrite`` replaces an existing sweep store (never anything
     else); ``resume`` completes one made by the same definition. The path is made absolute, so Dask workers
-    with another working directory write the same store.
+    with another working directory write the same store. ``progress`` receives the configurations of each unit
+    written; those the store already held go first, to its ``skip`` where it has one (``Progress``).
     """
     from fastmodel.io.store import remove_store, writer_lock
 
@@ -92,8 +93,8 @@ def run_to_store(plan: SweepPlan, path: str, resume: bool = False, progress: Cal
             create_store(plan, path)
             done = np.zeros(plan.num_units, dtype=bool)
         todo = [u for u in plan.units() if not done[u.index]]
-        if progress:
-            progress(sum(u.size for u in plan.units() if done[u.index]))
+        if progress:     # a Progress bar counts the configurations the store holds apart from this run's
+            getattr(progress, "skip", progress)(sum(u.size for u in plan.units() if done[u.index]))
         if client is None:
             write_units(plan, path, todo, progress)
         else:

@@ -199,6 +199,44 @@ def test_sweep_and_best_commands(tmp_path):
 
 
 
+def test_a_resumed_sweep_rates_only_the_configurations_it_evaluated(tmp_path):
+    """review8 #3: on ``--resume`` the done line divided every configuration of the store by the run's seconds
+    (1,754 configurations/s with none evaluated). Two of four one-configuration units marked not done: it says
+    2 of 4 evaluated in this run and their rate; a whole store, 0 of 4 and no rate. The bar's rate leaves the
+    store's units out too."""
+    import io
+    import re
+
+    import zarr
+
+    from fastmodel.sweeps import Progress
+
+    sweep_file = tmp_path / "s.toml"
+    sweep_file.write_text('model = "llama-7b"\nsystem = "dc-a"\ntask = "llm-pretrain"\n'
+                          '[axes]\nnum_nodes = [2, 4]\nplan = ["fsdp/ddp", "tp,ddp/mp"]\n')
+    store = tmp_path / "r.zarr"
+    first = cli("sweep", str(sweep_file), "-o", str(store), "--unit-configs", "1")
+    assert first.exit_code == 0 and re.search(r"; [\d.]+ s, [\d,]+ configurations/s \(kernel", first.output)
+    assert "resumed:" not in first.output
+    done = zarr.open_group(str(store), mode="r+")["unit_done"]
+    done[:2] = False
+    again = cli("sweep", str(sweep_file), "-o", str(store), "--resume")
+    assert again.exit_code == 0, again.output
+    assert re.search(r"; resumed: 2 of 4 configurations evaluated in this run, [\d.]+ s, [\d,]+ configurations/s "
+                     r"\(kernel loading and writing included\)\n", again.output), again.output
+    whole = cli("sweep", str(sweep_file), "-o", str(store), "--resume")
+    assert whole.exit_code == 0 and re.search(r"; resumed: 0 of 4 configurations evaluated in this run, [\d.]+ s\n",
+                                              whole.output), whole.output
+    stream = io.StringIO()
+    bar = Progress(100, stream=stream, enabled=True, min_interval_s=0.0)
+    bar.start -= 1.0                                   # a second has passed
+    bar.skip(90)
+    bar(10)
+    assert (bar.done, bar.evaluated) == (100, 10)
+    rate = int(re.search(r"([\d,]+) configs/s", stream.getvalue()).group(1).replace(",", ""))
+    assert "100/100 configs" in stream.getvalue() and 9 <= rate <= 10
+
+
 def test_resuming_what_is_no_sweep_store_is_refused_in_one_wording_by_the_cli_and_the_api(tmp_path):
     """``--resume`` onto a directory that is no sweep store: the CLI refuses before reading the sweep file, the
     Python API's resume when it opens the store; both say it as fastmodel/io/store.py ``nothing_to_resume``."""

@@ -59,3 +59,33 @@ def test_rows_with_a_measured_kv_wait_are_left_out():
     assert serve_ttft_parts.fits_all({"batch_size": "64.0", "implied_running": "61.7"}, 64)
     assert not serve_ttft_parts.fits_all({"batch_size": "64.0", "implied_running": "57.8"}, 64)
     assert not serve_ttft_parts.fits_all({"batch_size": "60.0", "implied_running": "61.7"}, 64)
+
+
+def test_model_parts_read_the_waits_the_model_uses():
+    """review8 #11: ``model_parts`` rewrote ``steady_loop``'s ``o`` (overlap step + boundary wait) and would drift
+    from it; it now reads the ``overlap`` that ``steady_loop`` hands ``loop_state``. On dev records without batch
+    waiting the steady TTFT is R + o TPOT exactly, and o is §S7's: 1 for the overlap step, 1 for the boundary when
+    others run (both kinds of engine met: o = 1 and 2). Interpreted kernels only (the script refuses compiled)."""
+    import json
+    from pathlib import Path
+
+    from fastmodel.kernels import jit
+
+    if not jit.INTERPRETED:
+        pytest.skip("model_parts spies on the interpreted loop (FASTMODEL_JIT=0)")
+    from fastmodel.registry.lm import COLUMN_INDEX
+    from fastmodel.serve.records import lower_any
+
+    path = Path(__file__).parents[1] / "data" / "serve_dev_load.jsonl"
+    held = serve_ttft_parts.heldout_ids(str(path))
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    records = [r for r in records if r["id"] not in held and "concurrency" in r["serve"]
+               and not r["serve"].get("batch_wait_iters")]
+    seen = set()
+    for record in records:
+        parts = serve_ttft_parts.model_parts(record)
+        assert parts["steady"] == pytest.approx(parts["R"] + parts["o"] * parts["tpot"], rel=1e-12)
+        flag = lower_any(record).columns[COLUMN_INDEX["overlap_step"]] > 0
+        assert parts["o"] == float(flag) + float(record["serve"]["concurrency"] > 1) == parts["point"]["o"]
+        seen.add(parts["o"])
+    assert seen == {1.0, 2.0}

@@ -9,7 +9,7 @@ import fastmodel.plot as P
 from fastmodel.cli import main
 from fastmodel.lm.sweep import lm_sweep
 from fastmodel.plot.data import PlotError
-from fastmodel.plot.memory import memory_bars
+from fastmodel.plot.memory import memory_bars, memory_table
 
 
 @pytest.fixture(scope="module")
@@ -210,3 +210,8 @@ def test_one_configuration_of_many_fixed_coordinates_keeps_its_axes(tmp_path):
         P.save(fig, tmp_path / "one.png")
     assert ax.get_xticklabels()[0].get_text().split("\n")[:2] == ["num_nodes=16", "plan=tp8.pp4"]
     assert ax.get_window_extent().width > 0.3 * fig.bbox.width
+    # review8 #9: the newlines are the figure's; the coordinate memory_table returns to Python keeps ", "
+    dim, table = memory_table(ds)
+    name = str(table["configuration"].values[0])
+    assert dim == "configuration" and "\n" not in name and name.split(", ")[:2] == ["num_nodes=16", "plan=tp8.pp4"]
+    assert ax.get_xticklabels()[0].get_text() == name.replace(", ", "\n")

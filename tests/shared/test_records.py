@@ -54,3 +54,26 @@ def test_first_record_skips_what_is_not_json(tmp_path):
     path = tmp_path / "r.jsonl"
     path.write_text("\n{bad\n[1]\n{}\n")
     assert first_record(path) == [1] and first_record(tmp_path / "none.jsonl") is None
+
+
+def test_a_comment_line_is_named_a_comment_as_batch_names_it(tmp_path):
+    """review8 #8: ``validate`` and ``calibrate`` (``read_jsonl``) called a ``#`` or ``//`` line "invalid JSON:
+    Expecting value" where ``batch`` calls it a comment; one helper (``fastmodel.errors.comment_line``) words both.
+    A file of comments alone is still "not one line of the file is JSON"; ``validate`` says it in one line."""
+    from fastmodel.errors import comment_line
+    from tests.suite_fixtures import cli
+
+    path = tmp_path / "r.jsonl"
+    path.write_text('# the runs\n{"id": "a"}\n  // one more\n{"x": 1}\n')
+    refused: list = []
+    assert read_jsonl(path, _lower, "records", refused=refused) == ["a"]
+    said = "a comment: JSON lines have none"
+    assert comment_line("  // x") == comment_line("#") == said and comment_line('{"#": 1}') is None
+    assert [r.reason for r in refused] == [f"{path}:1: {said}", f"{path}:3: {said}", f"{path}:4: id: required field "
+                                                                                     "missing"]
+    path.write_text("# only a comment\n")
+    with pytest.raises(SpecError, match=f"^{path}:1: {said}; not one line of the file is JSON"):
+        read_jsonl(path, _lower, "records", refused=[])
+    result = cli("validate", path)
+    assert result.exit_code == 2 and result.output == f"error: {path}:1: {said}; not one line of the file is JSON, " \
+                                                      "so it holds no run records\n", result.output
