@@ -43,7 +43,7 @@ def best_command(result, by, top, where, ascending, csv_path, force, include_oom
     with flag_names(BEST_FLAGS):       # the API's errors name its arguments; here the flags
         table = best(ds, by, top, list(where), ascending, include_oom=include_oom, memory_margin=margin)
     fits = table.attrs["fits_filter"]
-    if fits["applied"]:
+    if fits["dropped"]:     # said only when a plan was left out, as the GPU budget's line below
         click.echo(f"only plans that fit: dropped {fits['dropped']:,} of {fits['of']:,} configurations "
                    f"(memory_per_device over {describe(fits['margin'])}); --include-oom keeps them", err=True)
     budget = table.attrs["budget_filter"]

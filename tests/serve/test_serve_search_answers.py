@@ -50,6 +50,9 @@ def test_best_on_a_written_search_says_what_it_left_out(tmp_path):
     rows = run.stdout.splitlines()[1:]
     assert len(rows) == 3 and all(" 2   2 " not in row for row in rows)
     assert "only configurations within the search's GPU budget (2 GPUs): dropped 8 of 32" in run.stderr
+    # every point fits in HBM: no "only plans that fit: dropped 0 of N" line (said only when one was dropped,
+    # as the GPU-budget line is)
+    assert "only plans that fit" not in run.stderr and run.stderr.count("\n") == 1
     plain = xr.Dataset({"status": ("x", np.zeros(2, np.int8)), "v": ("x", [1.0, 2.0])})    # no search: no rule
     from fastmodel.analysis.best import best
 

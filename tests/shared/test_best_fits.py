@@ -111,6 +111,9 @@ def test_cli_says_the_filter_applied_and_how_many_were_dropped(result_file, oom)
     every = runner.invoke(main, ["best", result_file, "--by", "tokens_per_s_per_gpu", "--include-oom"])
     assert every.exit_code == 0 and every.stderr == "" and "fits_memory" in every.stdout
     assert every.stdout.splitlines()[1].split()[0] in over
+    # only plans that fit pass the filter: nothing dropped, nothing said (was "dropped 0 of 1 configurations")
+    fitting = runner.invoke(main, ["best", result_file, "--by", "tokens_per_s_per_gpu", "--where", "plan=tp8.pp4"])
+    assert fitting.exit_code == 0 and fitting.stderr == "" and "tp8.pp4" in fitting.stdout
     none = runner.invoke(main, ["best", result_file, "--by", "tokens_per_s_per_gpu", "--where", "plan=dp"])
     assert none.exit_code == 2 and none.output.count("\n") == 1 and "--include-oom" in none.output
 
