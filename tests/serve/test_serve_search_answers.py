@@ -137,6 +137,11 @@ def test_a_heatmap_of_a_search_marks_the_points_over_its_gpu_budget(small):
     fig, ax = heatmap(small, "tp", "batch_size", var=X, sel=sel)
     [box] = [p for p in ax.patches if p.get_gid() == "best"]
     assert box.get_xy()[0] == -0.5           # the tp=1 column
+    # the legend names them as what they are, legal plans over the budget (was "illegal: over_gpu_budget")
+    groups = {c.get_label(): len(c.get_paths()) for c in ax.collections if c.get_gid() == "missing"}
+    assert groups == {"over the GPU budget": int(over.sum())}
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert f"over the GPU budget ({int(over.sum())} cells)" in legend and not any("illegal" in t for t in legend)
 
 
 def test_best_on_a_search_shows_each_rows_ttft_and_whether_it_meets_the_slos(small):
