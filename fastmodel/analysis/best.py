@@ -253,21 +253,21 @@ def best(ds: xr.Dataset, by: str, top: int = 10, where: list[str] | None = None,
     ds, top, where = _inputs(ds, top, where)
     by = resolve(ds.data_vars, by)     # a variable's alias ranks by it too (iteration_time: step_time)
     if by in ds.dims:   # was "unknown variable 'plan'", as if the result had no plan
-        raise SweepError(f"--by {by!r} is a dimension of the result (filter it with --where {by}=...), not a "
+        raise SweepError(f"by={by!r} is a dimension of the result (filter on it, e.g. where='{by}=...'), not a "
                          f"variable to rank by; variables: {', '.join(n for n in ds.data_vars if n != 'status')}")
     if by not in ds.data_vars:
         raise SweepError(f"unknown variable {by!r}{variable_hint(ds, by, list(ds.data_vars))}")
     if top < 1:
-        raise SweepError(f"--top must be at least 1 (got {top})")
+        raise SweepError(f"top={top}: must be at least 1")
     if by == "status" or "flag_meanings" in ds[by].attrs or ds[by].dtype.kind not in "iuf":
-        raise SweepError(f"--by {by}: {by} is categorical, not a quantity to rank by; filter on it with "
-                         f"--where (e.g. --where status=ok) and rank by a quantity such as throughput")
+        raise SweepError(f"by={by!r}: {by} is categorical, not a quantity to rank by; filter on it (e.g. "
+                         "where='status=ok') and rank by a quantity such as throughput")
     variable = ds[by]
     extra = [dim for dim in variable.dims if "status" in ds and dim not in ds["status"].dims]
     if extra:      # memory by memory_kind: one value per kind, not one per configuration
         totals = [name for name in ds.data_vars if name.startswith(by) and name != by
                   and set(ds[name].dims) <= set(variable.dims) - set(extra)]
-        raise SweepError(f"--by {by}: {by} has one value per {', '.join(extra)} (not one per configuration); "
+        raise SweepError(f"by={by!r}: {by} has one value per {', '.join(extra)} (not one per configuration); "
                          f"rank by {' or '.join(totals) or 'a variable without it'}")
     if ascending is None:
         from fastmodel.registry import better
@@ -285,7 +285,7 @@ def best(ds: xr.Dataset, by: str, top: int = 10, where: list[str] | None = None,
         if dropped and not (candidates & fits).any():
             raise SweepError(f"none of the {dropped:,} ranked configurations fits in usable HBM (memory_per_device; "
                              f"{describe(kept_free)}); "
-                             "pass --include-oom (include_oom=True) to rank them anyway")
+                             "pass include_oom=True to rank them anyway")
         mask = mask & fits_grid
     mask, budget = _within_budget(ds, variable, mask, where or [])
     values = variable.where(mask).transpose(*variable.dims).values.astype(np.float64)

@@ -5,7 +5,11 @@ from __future__ import annotations
 import click
 
 from fastmodel.cli.app import main
-from fastmodel.cli.common import friendly, include_oom_option, memory_margin_option
+from fastmodel.cli.common import flag_names, friendly, include_oom_option, memory_margin_option
+
+#: each argument of ``fastmodel.analysis.best.best`` as ``fastmodel best`` spells it (``flag_names``)
+BEST_FLAGS = {"by": "--by", "top": "--top", "where": "--where", "include_oom": "--include-oom",
+              "memory_margin": "--memory-margin"}
 
 
 @main.command("best")
@@ -36,9 +40,10 @@ def best_command(result, by, top, where, ascending, csv_path, force, include_oom
     from fastmodel.analysis.margin import describe, gib_margin
 
     margin = gib_margin(memory_margin)
-    table = best(ds, by, top, list(where), ascending, include_oom=include_oom, memory_margin=margin)
+    with flag_names(BEST_FLAGS):       # the API's errors name its arguments; here the flags
+        table = best(ds, by, top, list(where), ascending, include_oom=include_oom, memory_margin=margin)
     fits = table.attrs["fits_filter"]
-    if fits["applied"]:
+    if fits["dropped"]:     # said only when a plan was left out, as the GPU budget's line below
         click.echo(f"only plans that fit: dropped {fits['dropped']:,} of {fits['of']:,} configurations "
                    f"(memory_per_device over {describe(fits['margin'])}); --include-oom keeps them", err=True)
     budget = table.attrs["budget_filter"]

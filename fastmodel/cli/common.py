@@ -160,14 +160,23 @@ def flag_names(flags: dict[str, str]):
     names its own arguments (``modes: disagg needs gpus=2 or more``, as a call from Python reads them), and here a
     SpecError of no source whose field is a key of ``flags`` (argument -> flag) is raised again naming the flag,
     with each other argument its reason writes ``name=value`` as ``--flag value`` (``--mode: disagg needs --gpus 2
-    or more``); a SweepError's text likewise. As a command re-raises an API's error with its own names elsewhere
+    or more``; a quoted value bare, ``by='plan'`` as ``--by plan``, and a switch's ``name=True`` as the switch
+    alone, ``include_oom=True`` as ``--include-oom``); a SweepError's text likewise. As a command re-raises an API's error with its own names elsewhere
     (cli/execution.py: ``--set``, cli/plot.py: the result file)."""
     import re
 
     from fastmodel.errors import SpecError, SweepError
 
+    def flag(match) -> str:
+        name = match.group(1)
+        if name not in flags:
+            return match.group(0)
+        if match.group(3):              # a switch: include_oom=True -> --include-oom
+            return flags[name]
+        return f"{flags[name]} {match.group(2) or ''}"      # gpus=2 -> --gpus 2; by='plan' -> --by plan
+
     def said(text: str) -> str:
-        return re.sub(r"\b([a-z_]+)=", lambda m: f"{flags[m.group(1)]} " if m.group(1) in flags else m.group(0), text)
+        return re.sub(r"\b([a-z_]+)=(?:'([^']*)'|(True\b))?", flag, text)
 
     try:
         yield

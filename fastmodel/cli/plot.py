@@ -45,9 +45,27 @@ def _figure_options(size_default: str):
     return decorate
 
 
+class _ResultGiven(click.Argument):
+    """A positional argument a timeline takes none of (``plot timeline RESULT.nc``): caught first (eager), before
+    click's "Missing option '--model'", and refused in one line by :func:`_no_result`; not in the usage line."""
+
+    def get_usage_pieces(self, ctx):
+        return []
+
+
+def _no_result(ctx, param, values):
+    if values:
+        raise click.UsageError(f"{ctx.command_path.removeprefix(ctx.find_root().info_name + ' ')} draws one "
+                               f"configuration, from -m/-s/-t (and --plan), not a result file ({values[0]}); "
+                               "plot heatmap, pareto or scaling draw a sweep's result", ctx)
+
+
 def _configuration_options(func):
     """--model, --system, --task and --nodes: the one configuration a timeline or memory-timeline draws, from
-    specs or a run record (the record names its own system and task: :func:`_record_or_specs`)."""
+    specs or a run record (the record names its own system and task: :func:`_record_or_specs`); a positional
+    argument, a sweep's result, is refused in one line (:func:`_no_result`)."""
+    func = click.argument("result", nargs=-1, cls=_ResultGiven, is_eager=True, expose_value=False,
+                          callback=_no_result)(func)
     for option in reversed([
         click.option("--model", "-m", required=True,
                      help="Built-in name or path, or a run record (.json, RUNS.md schema)."),

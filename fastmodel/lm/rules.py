@@ -174,9 +174,13 @@ def layers_reason(row: np.ndarray) -> str:
     set (DeepSeek-V3's 61 layers divide by no pp > 1: ``fastmodel run -x uneven_stages=true`` runs it)."""
     C = COLUMN_INDEX
     layers, pp, vp = row[C["layers"]], row[C["pp"]], row[C["vp"]]
-    whole = int(layers) if float(layers).is_integer() else 0
+    # with the embedding and the loss in the split Megatron-Core divides L + 2 slots (kernels/lm/rules.py)
+    slots = layers + (2.0 if row[C["embedding_loss_in_split"]] > 0.0 and pp > 1.0 else 0.0)
+    whole = int(slots) if float(slots).is_integer() else 0
     divisors = ", ".join(str(d) for d in range(1, min(whole, 128) + 1) if whole % d == 0) or "none"
-    return (f"model.layers = {layers:g} is not divisible by pp x vp = {pp:g} x {vp:g} = {pp * vp:g} (pp x vp "
+    what = f"model.layers = {layers:g}" if slots == layers else (
+        f"model.layers + 2 = {slots:g} (the embedding and the loss take a slot each, embedding_loss_in_split)")
+    return (f"{what} is not divisible by pp x vp = {pp:g} x {vp:g} = {pp * vp:g} (pp x vp "
             f"dividing them: {divisors}); execution.uneven_stages = true allows it (run's -x uneven_stages=true or "
             "--execution FILE, a sweep file's [execution] table, execution= in Python, or a run record's plan block)")
 

@@ -16,6 +16,8 @@ from fastmodel.registry import status_names
 ILLEGAL_STYLE = {"facecolor": "#d9d9d9", "edgecolor": "#808080", "hatch": "xxx"}
 INFEASIBLE_STYLE = {"facecolor": "#f0f0f0", "edgecolor": "#a0a0a0", "hatch": "///"}
 NORESULT_STYLE = {"facecolor": "#bdbdbd", "edgecolor": "none", "hatch": None}
+#: legal points over an SLO search's GPU budget (``over_gpu_budget``, fastmodel/plot/data.py ``over_budget``)
+OVER_BUDGET_STYLE = {"facecolor": "#f0f0f0", "edgecolor": "#a0a0a0", "hatch": "\\\\\\"}
 #: the most cells ``annotate`` writes a number in: 50 x 50. A number at the 5 pt minimum font
 #: (plot/readable.MIN_FONT_PT) is ~15 pt wide, so even a 7.16 in page-wide map fits ~30 columns of them; a
 #: 10^6-cell map took over 5 minutes of text layout to print unreadable numbers
@@ -186,7 +188,9 @@ def _coord_label(value, factor):
 
 
 def _missing_cells(ax, image, status):
-    """Overlay illegal (hatched grey) and infeasible (hatched light grey) cells; legend handles saying why."""
+    """Overlay illegal (hatched grey), infeasible and over-budget (hatched light grey) cells; legend handles saying
+    why. A point over an SLO search's GPU budget is a legal plan, so its entry says "over the GPU budget", not
+    "illegal: over_gpu_budget"."""
     masked = np.ma.getmaskarray(image)
     if not masked.any():
         return []
@@ -197,10 +201,13 @@ def _missing_cells(ax, image, status):
         codes = np.asarray(status.values).astype(int)
         names = status_names(status)
         dnf = names.index("does_not_fit") if "does_not_fit" in names else -1
+        budget = names.index("over_gpu_budget") if "over_gpu_budget" in names else -1
         infeasible = masked & (codes == dnf)
-        illegal = masked & (codes != 0) & (codes != dnf)
-        other = masked & ~infeasible & ~illegal
+        over = masked & (codes == budget)
+        illegal = masked & (codes != 0) & (codes != dnf) & (codes != budget)
+        other = masked & ~infeasible & ~over & ~illegal
         groups.append(("does not fit in memory", infeasible, INFEASIBLE_STYLE, None))
+        groups.append(("over the GPU budget", over, OVER_BUDGET_STYLE, None))
         groups.append(("illegal: ", illegal, ILLEGAL_STYLE, codes))
         groups.append(("no result", other, NORESULT_STYLE, None))
     handles = []

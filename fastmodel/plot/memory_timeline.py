@@ -76,9 +76,9 @@ def memory_timeline(data=None, *, model=None, system=None, task=None, record=Non
         top = axes[0]
         top.annotate(f"HBM {data.hbm_bytes / gib:.0f} GiB", (1.0, data.hbm_bytes / gib),
                      xycoords=("axes fraction", "data"), ha="right", va="bottom", fontsize=6)
-        top.annotate(f"usable {data.usable_bytes / gib:.0f}", (0.0, data.usable_bytes / gib),
+        top.annotate(f"usable {data.usable_bytes / gib:.0f} GiB", (0.0, data.usable_bytes / gib),
                      xycoords=("axes fraction", "data"), ha="left", va="top", fontsize=6, color="0.2")
-        top.annotate(f"reserved + overhead {data.reserved_bytes / gib:.1f}", (1.0, data.reserved_bytes / gib),
+        top.annotate(f"reserved + overhead {data.reserved_bytes / gib:.1f} GiB", (1.0, data.reserved_bytes / gib),
                      xycoords=("axes fraction", "data"), ha="right", va="bottom", fontsize=6, color="#D55E00")
         top.set_title(title if title is not None else f"memory over one step: {data.title}", loc="left")
         handles, labels = top.get_legend_handles_labels()

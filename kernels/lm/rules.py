@@ -21,7 +21,7 @@ from fastmodel.kernels.lm.layout import (
     SCHED_1F1B, SCHED_INTERLEAVED, N_COLUMNS,
 )
 from fastmodel.kernels.lm.memory_offload import offload_conflict
-from fastmodel.kernels.lm.memory_states import explicit_layout
+from fastmodel.kernels.lm.memory_states import explicit_layout, split_slots
 from fastmodel.kernels.lm.moe import expert_tp, node_limit_short
 from fastmodel.kernels.lm.pipeline import is_multiple, schedule_status
 from fastmodel.registry.lm import STATUS_CODES
@@ -66,8 +66,10 @@ def plan_status_row(row):
         return ST_HEADS
     if cp > 1.0 and row[C_CP_ALGORITHM] == CP_ALLTOALL and not is_multiple(row[C_HEADS], tp * cp):
         return ST_HEADS
-    # an explicit layout places every layer itself: Megatron-Core asks no divisibility of it (§11.25)
-    if not is_multiple(row[C_LAYERS], pp * row[C_VP]) and row[C_UNEVEN_STAGES] <= 0.0 and not explicit_layout(row):
+    # an explicit layout places every layer itself: Megatron-Core asks no divisibility of it (§11.25); with the
+    # embedding and the loss in the split it divides L + 2 slots (split_slots; transformer_config.py@d98e8a6 2370-2415)
+    slots = row[C_LAYERS] + split_slots(row)
+    if not is_multiple(slots, pp * row[C_VP]) and row[C_UNEVEN_STAGES] <= 0.0 and not explicit_layout(row):
         return ST_LAYERS
     micro_batches = row[C_GLOBAL_BATCH] / (row[C_MICRO_BATCH] * dp)
     if micro_batches < 1.0 or not is_multiple(micro_batches, 1.0):

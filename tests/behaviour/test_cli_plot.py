@@ -116,6 +116,18 @@ def test_a_timeline_of_specs_needs_system_and_task(command, tmp_path):
     assert not (tmp_path / "t.svg").exists()
 
 
+@pytest.mark.parametrize("command", ["timeline", "memory-timeline"])
+@pytest.mark.parametrize("extra", [[], ["--model", "llama3.1-8b"]])
+def test_a_timeline_given_a_result_file_says_it_draws_one_configuration(command, extra, result_file, tmp_path):
+    """``plot timeline RESULT.nc`` answered "Missing option '--model'" (and with -m, "Got unexpected extra
+    argument"): one line saying a timeline draws one configuration, from -m/-s/-t/--plan, exit 2."""
+    result = cli("plot", command, str(result_file), *extra, "-o", str(tmp_path / "t.svg"))
+    assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
+    assert result.output.startswith(f"error: plot {command} draws one configuration, from -m/-s/-t (and --plan), "
+                                    f"not a result file ({result_file}); "), result.output
+    assert not (tmp_path / "t.svg").exists()
+
+
 @pytest.fixture(scope="module")
 def empty_result(tmp_path_factory):
     """The synthetic sweep with no plan left (a dimension of length 0), and a real-world ``memory`` variable."""

@@ -295,7 +295,7 @@ def test_best_by_a_dimension_and_its_csv_message(tmp_path):
     result = tmp_path / "out.nc"
     synthetic_sweep().to_netcdf(result, engine="scipy")
     one_line_error(cli("best", str(result), "--by", "plan"),
-                   "--by 'plan' is a dimension of the result (filter it with --where plan=...), not a variable to "
+                   "--by plan is a dimension of the result (filter on it, e.g. --where plan=...), not a variable to "
                    "rank by; variables: ")
     text = tmp_path / "notes.csv"
     text.write_text("notes\n")

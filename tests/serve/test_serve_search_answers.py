@@ -50,6 +50,9 @@ def test_best_on_a_written_search_says_what_it_left_out(tmp_path):
     rows = run.stdout.splitlines()[1:]
     assert len(rows) == 3 and all(" 2   2 " not in row for row in rows)
     assert "only configurations within the search's GPU budget (2 GPUs): dropped 8 of 32" in run.stderr
+    # every point fits in HBM: no "only plans that fit: dropped 0 of N" line (said only when one was dropped,
+    # as the GPU-budget line is)
+    assert "only plans that fit" not in run.stderr and run.stderr.count("\n") == 1
     plain = xr.Dataset({"status": ("x", np.zeros(2, np.int8)), "v": ("x", [1.0, 2.0])})    # no search: no rule
     from fastmodel.analysis.best import best
 
@@ -134,6 +137,11 @@ def test_a_heatmap_of_a_search_marks_the_points_over_its_gpu_budget(small):
     fig, ax = heatmap(small, "tp", "batch_size", var=X, sel=sel)
     [box] = [p for p in ax.patches if p.get_gid() == "best"]
     assert box.get_xy()[0] == -0.5           # the tp=1 column
+    # the legend names them as what they are, legal plans over the budget (was "illegal: over_gpu_budget")
+    groups = {c.get_label(): len(c.get_paths()) for c in ax.collections if c.get_gid() == "missing"}
+    assert groups == {"over the GPU budget": int(over.sum())}
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert f"over the GPU budget ({int(over.sum())} cells)" in legend and not any("illegal" in t for t in legend)
 
 
 def test_best_on_a_search_shows_each_rows_ttft_and_whether_it_meets_the_slos(small):

@@ -63,9 +63,16 @@ def test_a_fits_memory_filter_of_the_user_replaces_the_default(grid, oom):
     assert set(table.plan) == over and table.attrs["fits_filter"]["applied"] is False
 
 
-def test_nothing_fits_is_one_error_naming_the_way_out(grid):
-    with pytest.raises(SweepError, match="none of the 1 ranked configurations fits.*include-oom"):
+def test_nothing_fits_is_one_error_naming_the_way_out(grid, tmp_path):
+    """Python names the argument, ``fastmodel best`` the flag (cli/common.flag_names)."""
+    from suite_fixtures import cli, one_line_error
+
+    with pytest.raises(SweepError, match=r"none of the 1 ranked configurations fits.*; pass include_oom=True to "
+                                         r"rank them anyway$"):
         best(grid, "tokens_per_s_per_gpu", where=["plan=dp"])
+    grid.to_netcdf(tmp_path / "grid.nc")
+    one_line_error(cli("best", tmp_path / "grid.nc", "--by", "tokens_per_s_per_gpu", "--where", "plan=dp"),
+                   "none of the 1 ranked configurations fits", "; pass --include-oom to rank them anyway\n")
 
 
 def test_status_filter_uses_the_datasets_names():
@@ -104,6 +111,9 @@ def test_cli_says_the_filter_applied_and_how_many_were_dropped(result_file, oom)
     every = runner.invoke(main, ["best", result_file, "--by", "tokens_per_s_per_gpu", "--include-oom"])
     assert every.exit_code == 0 and every.stderr == "" and "fits_memory" in every.stdout
     assert every.stdout.splitlines()[1].split()[0] in over
+    # only plans that fit pass the filter: nothing dropped, nothing said (was "dropped 0 of 1 configurations")
+    fitting = runner.invoke(main, ["best", result_file, "--by", "tokens_per_s_per_gpu", "--where", "plan=tp8.pp4"])
+    assert fitting.exit_code == 0 and fitting.stderr == "" and "tp8.pp4" in fitting.stdout
     none = runner.invoke(main, ["best", result_file, "--by", "tokens_per_s_per_gpu", "--where", "plan=dp"])
     assert none.exit_code == 2 and none.output.count("\n") == 1 and "--include-oom" in none.output
 

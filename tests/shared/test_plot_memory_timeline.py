@@ -34,6 +34,12 @@ def test_panels_stack_to_each_moment_and_draw_hbm(record):
         assert lines["usable"] < lines["hbm"]
     custom = engines.memory_timeline(record=record, memory_margin=10 * 2**30)
     assert custom.usable_bytes == pytest.approx(custom.hbm_bytes - 10 * 2**30)
+    # each reference line's label carries its unit, as the HBM line's does (was "usable 75", "reserved +
+    # overhead 88.2")
+    notes = [t.get_text() for t in axes[0].texts]
+    gib = 2**30
+    assert notes == [f"HBM {data.hbm_bytes / gib:.0f} GiB", f"usable {data.usable_bytes / gib:.0f} GiB",
+                     f"reserved + overhead {data.reserved_bytes / gib:.1f} GiB"]
 
 
 def test_panel_choice():
