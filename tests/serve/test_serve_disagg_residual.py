@@ -71,3 +71,22 @@ def test_an_unflagged_record_closes_its_loop_with_the_residual():
     phi = lam * share * (running - 1.0) / running
     assert response == pytest.approx(own - share + STATION(share, share, phi), rel=1e-9)
     assert response - own > 0.0
+
+
+def test_the_pool_never_serves_above_its_capacity():
+    """review9 #1: the residual's half-done prompt is discounted even when the server never idles, so at small N
+    Schweitzer's estimate alone gives R below the closed loop's bound R >= N S / c - Z (lambda above c / S): two
+    requests, one server, no think time, phi = 2 - sqrt(2), R = (1 - phi / 2) / (1 - phi) = 1.707 s where the two
+    prompts take turns and each spends 2 s. The pool takes §S51's asymptotic bound as its floor; on a random grid
+    lambda = N / (R + Z) never exceeds c / S."""
+    import numpy as np
+
+    assert pool_response(1.0, 1.0, 0.0, 2.0) == 2.0
+    rng = np.random.default_rng(9)
+    own = 10.0 ** rng.uniform(-4.0, 0.0, 4000)
+    servers = rng.integers(1, 9, 4000).astype(float)
+    think = 10.0 ** rng.uniform(-4.0, 1.0, 4000) * rng.integers(0, 2, 4000)
+    running = rng.integers(1, 2049, 4000).astype(float)
+    response = pool_response(own, servers, think, running)
+    assert np.all(running / (response + think) <= servers / own * (1.0 + 1e-12))
+    assert np.all(response >= own)
