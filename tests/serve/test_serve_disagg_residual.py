@@ -28,12 +28,13 @@ def test_one_server_is_pollaczek_khinchine_for_deterministic_service():
 
 
 def test_the_pool_and_the_aggregated_station_are_one_function():
-    """At the pool's own rate lambda = N / (R + Z), the aggregated loop's ``loop_state`` (a stalling engine with
-    no decode iterations: steps 0, overlap 0, no batch waiting) gives the same prefill response for one server,
+    """At the pool's own rate lambda = N / (R + Z), the aggregated loop's ``loop_state`` (a stalling engine, no
+    batch waiting, 1,000 decode steps: its capacity floor N share - Z, review9 #1, is far below) gives the same
+    prefill response for one server,
     and ``station_response`` of the Seidmann server (D = S / c) plus the delay S - D gives it for c = 4."""
     r = pool_response(1.0, 1.0, 3.0, 2.0)
     lam = 2.0 / (r + 3.0)
-    _, response, _, _ = LOOP_STATE(lam, 2.0, 1.0, 1.0, 0.01, 1.0, False, 0.0, 0.0, (0.0, 0.0))
+    _, response, _, _ = LOOP_STATE(lam, 2.0, 1.0, 1.0, 0.01, 1.0, False, 1000.0, 0.0, (0.0, 0.0))
     assert response == pytest.approx(r, rel=1e-12)
     r4 = pool_response(1.0, 4.0, 3.0, 8.0)
     phi = 8.0 / (r4 + 3.0) * 0.25 * 7.0 / 8.0
