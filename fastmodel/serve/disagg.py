@@ -165,13 +165,14 @@ def pool_response(own: float, servers: float, think: float, running: float) -> f
     idle, so at small N it alone falls below the closed loop's bound ``R >= N own / servers - think`` (throughput
     above ``servers / own``; N = 2, one server, no think: 1.707 against 2 service times, review9 #1): the response
     is at least §S51's asymptotic bound, ``deterministic_pool_response``. Floats or arrays (the SLO search's pools,
-    ``search_disagg``, call it on whole grids)."""
+    ``search_disagg``, call it on whole grids). No prefill and no think time spend 0."""
     share = own / servers
     delay = own - share
     outside = think + delay
     ahead = share * (running - 1.0)
     b = share + outside + ahead
-    phi = 2.0 * ahead / (b + np.sqrt(b * b - 4.0 * (outside + 0.5 * share) * ahead))
+    root = b + np.sqrt(b * b - 4.0 * (outside + 0.5 * share) * ahead)
+    phi = 2.0 * ahead / np.where(root > 0.0, root, 1.0)      # root 0: no prefill, no think time, nobody ahead
     return np.maximum(delay + _STATION(share, share, phi), deterministic_pool_response(own, servers, think, running))
 
 

@@ -91,3 +91,17 @@ def test_the_pool_never_serves_above_its_capacity():
     response = pool_response(own, servers, think, running)
     assert np.all(running / (response + think) <= servers / own * (1.0 + 1e-12))
     assert np.all(response >= own)
+
+
+def test_no_prefill_and_no_think_time_spends_nothing():
+    """review9 #10: own = 0 and think = 0 make the root's 0 / 0; the pool returns 0 as the exponential form did,
+    without a warning, for floats and arrays."""
+    import warnings
+
+    import numpy as np
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert pool_response(0.0, 1.0, 0.0, 1.0) == 0.0
+        assert pool_response(0.0, 4.0, 0.0, 3.0) == 0.0
+        np.testing.assert_array_equal(pool_response(np.array([0.0, 1.0]), 1.0, 0.0, 2.0), [0.0, 2.0])
