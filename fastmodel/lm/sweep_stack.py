@@ -51,8 +51,9 @@ NUMERIC_READ_FIELDS = ("moe_imbalance",)
 #: listed here
 MODEL_READ_FIELDS = ("hidden", "heads", "layers")
 #: the most lowerings a sweep makes to compare columns: one per value combination of its compared execution-field
-#: and MODEL_READ_FIELDS axes, twice that when its plan (or ep) axis has both ep = 1 and ep > 1. About 0.2 ms a
-#: lowering, under a second (docs/model.md §11.49 "Sweeps"); a grid over more is refused in one line
+#: and MODEL_READ_FIELDS axes, times each mesh axis's kinds (ep = 1 / ep > 1; under vp "unknown" each pp value the
+#: stack's vp rule reads). About 0.2 ms a lowering, under a second (docs/model.md §11.49 "Sweeps"); a grid over
+#: more is refused in one line
 MAX_LOWERED_COMBINATIONS = 4096
 
 
