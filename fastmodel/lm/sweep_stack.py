@@ -51,8 +51,9 @@ NUMERIC_READ_FIELDS = ("moe_imbalance",)
 #: listed here
 MODEL_READ_FIELDS = ("hidden", "heads", "layers")
 #: the most lowerings a sweep makes to compare columns: one per value combination of its compared execution-field
-#: and MODEL_READ_FIELDS axes, twice that when its plan (or ep) axis has both ep = 1 and ep > 1. About 0.2 ms a
-#: lowering, under a second (docs/model.md §11.49 "Sweeps"); a grid over more is refused in one line
+#: and MODEL_READ_FIELDS axes, times each mesh axis's kinds (ep = 1 / ep > 1; under vp "unknown" each pp value the
+#: stack's vp rule reads). About 0.2 ms a lowering, under a second (docs/model.md §11.49 "Sweeps"); a grid over
+#: more is refused in one line
 MAX_LOWERED_COMBINATIONS = 4096
 
 
@@ -231,16 +232,19 @@ def _too_many(names: list[str], read: list[int], mesh_axes: list[int], labels: l
     axes = read or mesh_axes
     said = f"axes.{names[axes[0]]}" if len(axes) == 1 else f"axes {', '.join(names[i] for i in axes)}"
     combinations = int(np.prod([len(labels[i]) for i in read]))
-    times = ""
+    factors = [f"{combinations} value combinations of fields the lowering reads"] if read else []
     for i in mesh_axes:
         if len(kinds[i]) > 1:
             eps, pps = len({ep for ep, _ in kinds[i]}) > 1, len({pp for _, pp in kinds[i]}) > 1
             what = " and ".join((["ep = 1 and ep > 1"] if eps else []) +
                                 (["the pp values the stack's vp rule reads"] if pps else []))
-            times += f" x {len(kinds[i])} ({what} of the {names[i]} axis)"
+            # alone (no field axis, review9 #4): "4 pp values the stack's vp rule reads of the pp axis"
+            alone = "pp values the stack's vp rule reads" if pps and not eps else f"kinds ({what})"
+            factors.append(f"{len(kinds[i])} ({what} of the {names[i]} axis)" if read else
+                           f"{len(kinds[i])} {alone} of the {names[i]} axis")
     total = combinations * int(np.prod([len(kinds[i]) for i in mesh_axes]))
-    return (f"{said}: {combinations} value combinations of fields the lowering reads{times}: {total} lowerings, over "
-            f"the {MAX_LOWERED_COMBINATIONS} a sweep makes to compare (docs/model.md §11.49): split the sweep")
+    return (f"{said}: {' x '.join(factors)}: {total} lowerings, over the {MAX_LOWERED_COMBINATIONS} a sweep makes to "
+            f"compare (docs/model.md §11.49): split the sweep")
 
 
 def _groups(structural: tuple, positions: list, kind_of: dict, labels: list, keys: dict,

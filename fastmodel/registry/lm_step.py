@@ -35,8 +35,9 @@ STEP_PLAN_ROWS = (
      "gradient of the weight's shape (PyTorch embedding_backward_cuda_kernel: at::zeros, then a scatter) that the "
      "DDP hook adds into the main gradient (Megatron-Core _make_backward_post_hook, param.main_grad.add_): "
      "V h / t x (2 + 2 + 2 grad_reduce_bytes) bytes on the embedding's rank, in its backward: with PP 1 the "
-     "head's rank, with PP > 1 the first rank (docs/model.md §11.43, the DeepSeek-V2 note; §11.44 item 1d). "
-     "Set by the stack.", 0, 1, False, "flag"),
+     "head's rank, with PP > 1 the first rank (docs/model.md §11.43, the DeepSeek-V2 note; §11.44 item 1d); "
+     "a learned position table's s h x (2 + 2 + 2 grad_reduce_bytes) likewise (§11.56). Set by the stack.",
+     0, 1, False, "flag"),
     ("embedding_fp32_grads", "code", 0, "EMBEDDING_FP32_GRADS, NeMo's FP32 gradients of the word embedding (its "
      "tied copy on the last stage) and a learned position table under Apex's distributed Adam (_with_fp32_optimizer; "
      "docs/model.md §11.54): 0 none, with the stage's buffer; 1 allreduce, NeMo r1.20 (bd0b818) "

@@ -161,15 +161,19 @@ def pool_response(own: float, servers: float, think: float, running: float) -> f
     ``lambda = N / (R_q + X)``, ``X = own - D + think``. With ``m = N - 1`` the balance ``phi (R_q + X) = m D`` is
     ``(X + D / 2) phi^2 - (D + X + m D) phi + m D = 0``, whose smaller root (in [0, 1): the quadratic is ``m D``
     >= 0 at 0 and ``-D / 2`` at 1) is taken without cancellation. One server (``servers = 1``) is the plain
-    station; one request spends ``own``. Floats or arrays (the SLO search's pools, ``search_disagg``, call it on
-    whole grids)."""
+    station; one request spends ``own``. The residual discounts the prompt in service even when the servers never
+    idle, so at small N it alone falls below the closed loop's bound ``R >= N own / servers - think`` (throughput
+    above ``servers / own``; N = 2, one server, no think: 1.707 against 2 service times, review9 #1): the response
+    is at least §S51's asymptotic bound, ``deterministic_pool_response``. Floats or arrays (the SLO search's pools,
+    ``search_disagg``, call it on whole grids). No prefill and no think time spend 0."""
     share = own / servers
     delay = own - share
     outside = think + delay
     ahead = share * (running - 1.0)
     b = share + outside + ahead
-    phi = 2.0 * ahead / (b + np.sqrt(b * b - 4.0 * (outside + 0.5 * share) * ahead))
-    return delay + _STATION(share, share, phi)
+    root = b + np.sqrt(b * b - 4.0 * (outside + 0.5 * share) * ahead)
+    phi = 2.0 * ahead / np.where(root > 0.0, root, 1.0)      # root 0: no prefill, no think time, nobody ahead
+    return np.maximum(delay + _STATION(share, share, phi), deterministic_pool_response(own, servers, think, running))
 
 
 def deterministic_pool_response(own: float, servers: float, think: float, running: float):

@@ -240,10 +240,14 @@ def slo_search(model, device: str, *, input_len: int, output_len: int, ttft: flo
 
     ttft, tpot = _duration("ttft", ttft), _duration("tpot", tpot)
     precisions, modes = _names(precisions), _names(modes)
-    if not precisions:      # said "precision: unknown value None"
-        from fastmodel.serve.precisions import PRECISIONS
+    from fastmodel.errors import nearest
+    from fastmodel.serve.precisions import PRECISIONS
 
-        raise SpecError(None, "precisions", f"no precision named; choose one or more of {', '.join(PRECISIONS)}")
+    odd = next((p for p in precisions if p not in PRECISIONS), None)     # named as the argument (review9 #8)
+    if not precisions or odd is not None:      # said "precision: unknown value None" / "precision: ... 'fp3'"
+        said = f"unknown value {odd!r}; choose one of" if precisions else "no precision named; choose one or more of"
+        hint = nearest(str(odd), PRECISIONS) if odd is not None else ""
+        raise SpecError(None, "precisions", f"{said} {', '.join(PRECISIONS)}{hint}")
     for name, value in (("ttft", ttft), ("tpot", tpot)):
         if not value > 0:
             raise SpecError(None, name, f"{value:g} s: an SLO must be a positive duration, e.g. 2s or 50ms")
@@ -253,8 +257,6 @@ def slo_search(model, device: str, *, input_len: int, output_len: int, ttft: flo
     if not modes:       # '' or ',' said "choose agg, disagg or both (got )"
         raise SpecError(None, "modes", "no mode named; choose agg, disagg or both")
     if set(modes) - {"agg", "disagg"}:
-        from fastmodel.errors import nearest
-
         odd = next((m for m in modes if m not in ("agg", "disagg")), "")
         raise SpecError(None, "modes", f"choose agg, disagg or both (got {', '.join(map(str, modes))})"
                         + nearest(odd, ("agg", "disagg")))

@@ -24,11 +24,15 @@ attention; the learned absolute table's parameters in the data-parallel step.
   gradient of the table that ``F.embedding``'s backward writes (``at::zeros`` of the weight's shape, then the
   tokens' rows scattered in: pytorch 01b9dc56 ``aten/src/ATen/native/cuda/EmbeddingBackwardKernel.cu``), added
   into the main gradient by the DDP hook (``megatron/model/distributed.py`` line 174), on the rank that holds it.
+  That dense gradient is the word embedding's mechanism (``F.embedding`` under Megatron's DDP hook), so it is
+  charged under the same stack flag, ``embedding_dense_grad`` (``shape.embedding_dense_grad_s``, docs/model.md
+  §11.43; review9 #2): a stack that does not run that path (llm.c's ``wpe_backward_kernel`` accumulates into the
+  table's gradient; minGPT's ``nn.Parameter`` table; FSDP, whose gradient path was not read) charges neither.
 """
 
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.layout import (
-    C_ALIBI_BIAS, C_CP, C_FLASH_ATTENTION, C_FUSED_KERNELS, C_HEADS, C_HIDDEN, C_KV_HEADS, C_LEARNED_POSITIONS,
+    C_ALIBI_BIAS, C_CP, C_EMBEDDING_DENSE_GRAD, C_FLASH_ATTENTION, C_FUSED_KERNELS, C_HEADS, C_HIDDEN, C_KV_HEADS, C_LEARNED_POSITIONS,
     C_MICRO_BATCH, C_MLA, C_QK_NOPE_HEAD_DIM, C_QK_ROPE_HEAD_DIM, C_ROTARY_FRACTION, C_SEQ_LEN, C_TP, C_V_HEAD_DIM,
 )
 from fastmodel.kernels.lm.shape import ACT_BYTES, attention_dims, elementwise_unit_bytes, stored_grad_bytes
@@ -94,15 +98,17 @@ def position_table_params(row):
 def position_lookup_s(row):
     """(forward, backward) seconds of a learned position table one micro-batch on the rank that holds it
     (module docstring), ``T = micro_batch x seq_len / cp`` tokens on every TP rank (the table is not split):
-    forward ``POSITION_FORWARD_BYTES x T h``; backward the tokens' gradient read, ``2 T h``, and the table's
-    dense gradient, ``s h (2 + 2 + 2 b_g)`` (zeros, scatter, the hook's add into the main gradient of
-    ``b_g = stored_grad_bytes``, as the word embedding's ``shape.embedding_dense_grad_s``); (0, 0) without one."""
+    forward ``POSITION_FORWARD_BYTES x T h``; backward the tokens' gradient read, ``2 T h``, and, under
+    ``embedding_dense_grad`` as the word embedding's (``shape.embedding_dense_grad_s``), the table's dense
+    gradient ``s h (2 + 2 + 2 b_g)`` (zeros, scatter, the hook's add into the main gradient of
+    ``b_g = stored_grad_bytes``); (0, 0) without one."""
     table = position_table_params(row)
     if table <= 0.0:
         return 0.0, 0.0
     elements = row[C_MICRO_BATCH] * row[C_SEQ_LEN] / row[C_CP] * row[C_HIDDEN]
     forward = memory_bound_time(row, POSITION_FORWARD_BYTES * elements)
-    return forward, memory_bound_time(row, ACT_BYTES * elements + table * (4.0 + 2.0 * stored_grad_bytes(row)))
+    dense = table * (4.0 + 2.0 * stored_grad_bytes(row)) if row[C_EMBEDDING_DENSE_GRAD] > 0.0 else 0.0
+    return forward, memory_bound_time(row, ACT_BYTES * elements + dense)
 
 
 @njit

@@ -213,16 +213,18 @@ def loop_state(lam, running, own, share, t_d, per_token, mixed, steps, overlap, 
     Schweitzer's MVA for the prefill station with the prompt in service half done (deterministic service, §S61:
     ``station_response``), phi = lam share (N - 1) / N, the iteration mix a decoding request sees
     (the other requests' prompts arrive at lam (N - 1) / N) and the batch-waiting hold of ``wait`` = (W, k)
-    (``held``)."""
+    (``held``). R is at least the closed loop's bound N share - Z (Z = (steps + overlap + hold) TPOT: the station
+    serves at most 1 / share prompts a second), as the disaggregated pool's (§S61, review9 #1)."""
     seen = lam * (running - 1.0) / running
     phi = seen * share
-    response = station_response(own, share, phi)
     if mixed:
         tpot = 1.0 / ((1.0 - phi) / t_d + seen * per_token)
     else:
         tpot = t_d / max(1e-12, 1.0 - phi)
     hold, _ = held(seen * tpot, wait[0], wait[1])
-    return response + (steps + overlap + hold) * tpot, response, tpot, hold
+    think = (steps + overlap + hold) * tpot
+    response = max(station_response(own, share, phi), running * share - think)
+    return response + think, response, tpot, hold
 
 
 #: most safeguarded Newton steps for the mixing balance's cubic (``solve_rate``; it stops at a step of 1e-15 phi:
@@ -249,7 +251,14 @@ def solve_rate(running, own, share, t_d, per_token, mixed, steps, overlap, wait)
     own >= share / 2: d/dphi [phi (own - e phi) / (1 - phi)] is proportional to own - e phi (2 - phi) >= own - e,
     and phi TPOT(phi) grows with phi, so g grows with lam. ``steady_loop`` always has it: q >= chunk, so
     share = t_m I / q <= chunks t_m, and own = (chunks - 1) t_m + t(last) is t_m >= share for one chunk and
-    >= chunks t_m / 2 for two or more (review8 #5)."""
+    >= chunks t_m / 2 for two or more (review8 #5). ``loop_state``'s floor R >= N share - Z adds
+    g >= N (lam share - 1), so the loop's root is the smaller of this balance's and 1 / share (review9 #1)."""
+    return min(mva_rate(running, own, share, t_d, per_token, mixed, steps, overlap, wait), 1.0 / share)
+
+
+@njit
+def mva_rate(running, own, share, t_d, per_token, mixed, steps, overlap, wait):
+    """``solve_rate``'s balance without the station's capacity (its docstring)."""
     hi = running / (own + (steps + overlap) * t_d)
     if running <= 1.0:
         return hi                                     # nobody else's prompt: g(hi) = 0

@@ -28,12 +28,13 @@ def test_one_server_is_pollaczek_khinchine_for_deterministic_service():
 
 
 def test_the_pool_and_the_aggregated_station_are_one_function():
-    """At the pool's own rate lambda = N / (R + Z), the aggregated loop's ``loop_state`` (a stalling engine with
-    no decode iterations: steps 0, overlap 0, no batch waiting) gives the same prefill response for one server,
+    """At the pool's own rate lambda = N / (R + Z), the aggregated loop's ``loop_state`` (a stalling engine, no
+    batch waiting, 1,000 decode steps: its capacity floor N share - Z, review9 #1, is far below) gives the same
+    prefill response for one server,
     and ``station_response`` of the Seidmann server (D = S / c) plus the delay S - D gives it for c = 4."""
     r = pool_response(1.0, 1.0, 3.0, 2.0)
     lam = 2.0 / (r + 3.0)
-    _, response, _, _ = LOOP_STATE(lam, 2.0, 1.0, 1.0, 0.01, 1.0, False, 0.0, 0.0, (0.0, 0.0))
+    _, response, _, _ = LOOP_STATE(lam, 2.0, 1.0, 1.0, 0.01, 1.0, False, 1000.0, 0.0, (0.0, 0.0))
     assert response == pytest.approx(r, rel=1e-12)
     r4 = pool_response(1.0, 4.0, 3.0, 8.0)
     phi = 8.0 / (r4 + 3.0) * 0.25 * 7.0 / 8.0
@@ -71,3 +72,36 @@ def test_an_unflagged_record_closes_its_loop_with_the_residual():
     phi = lam * share * (running - 1.0) / running
     assert response == pytest.approx(own - share + STATION(share, share, phi), rel=1e-9)
     assert response - own > 0.0
+
+
+def test_the_pool_never_serves_above_its_capacity():
+    """review9 #1: the residual's half-done prompt is discounted even when the server never idles, so at small N
+    Schweitzer's estimate alone gives R below the closed loop's bound R >= N S / c - Z (lambda above c / S): two
+    requests, one server, no think time, phi = 2 - sqrt(2), R = (1 - phi / 2) / (1 - phi) = 1.707 s where the two
+    prompts take turns and each spends 2 s. The pool takes §S51's asymptotic bound as its floor; on a random grid
+    lambda = N / (R + Z) never exceeds c / S."""
+    import numpy as np
+
+    assert pool_response(1.0, 1.0, 0.0, 2.0) == 2.0
+    rng = np.random.default_rng(9)
+    own = 10.0 ** rng.uniform(-4.0, 0.0, 4000)
+    servers = rng.integers(1, 9, 4000).astype(float)
+    think = 10.0 ** rng.uniform(-4.0, 1.0, 4000) * rng.integers(0, 2, 4000)
+    running = rng.integers(1, 2049, 4000).astype(float)
+    response = pool_response(own, servers, think, running)
+    assert np.all(running / (response + think) <= servers / own * (1.0 + 1e-12))
+    assert np.all(response >= own)
+
+
+def test_no_prefill_and_no_think_time_spends_nothing():
+    """review9 #10: own = 0 and think = 0 make the root's 0 / 0; the pool returns 0 as the exponential form did,
+    without a warning, for floats and arrays."""
+    import warnings
+
+    import numpy as np
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert pool_response(0.0, 1.0, 0.0, 1.0) == 0.0
+        assert pool_response(0.0, 4.0, 0.0, 3.0) == 0.0
+        np.testing.assert_array_equal(pool_response(np.array([0.0, 1.0]), 1.0, 0.0, 2.0), [0.0, 2.0])

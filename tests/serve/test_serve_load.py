@@ -15,6 +15,7 @@ from fastmodel.kernels.serve.load import (
     cubic_root,
     decode_iteration,
     held,
+    loop_state,
     prefill_iteration,
     solve_rate,
     wave_iterations,
@@ -24,6 +25,7 @@ from fastmodel.serve.api import columns, evaluate, evaluate_table, sweep
 
 NO_WAIT = (0.0, 0.0)     # no batch waiting: solve_rate's closed form
 CUBIC_ROOT = getattr(cubic_root, "py_func", cubic_root)    # no compile at a new signature
+LOOP_STATE = getattr(loop_state, "py_func", loop_state)
 
 
 def test_wave_iterations_of_whole_prompts_count_k_prompts_per_iteration():
@@ -214,7 +216,8 @@ def test_solve_rate_is_the_root_of_the_balance_that_bisection_finds():
     bisection steps find, to 1e-14 / (1 - phi) relative. Near saturation the root itself is known no better: phi
     is rounded to ~1e-16, so 1 - phi has a relative error of ~1e-16 / (1 - phi), and the response
     (own - e phi) / (1 - phi) that sets lam inherits it (60,000 wider random loops, N up to 2e5: error x (1 - phi)
-    at most 1.5e-15; the error alone up to 3.7e-10 at phi = 1 - 4e-7, review8 #5)."""
+    at most 1.5e-15; the error alone up to 3.7e-10 at phi = 1 - 4e-7, review8 #5). Where that root is above the
+    station's capacity 1 / share the loop takes the capacity (review9 #1)."""
     rng = np.random.default_rng(7)
     for _ in range(400):
         running = float(rng.integers(2, 9000))
@@ -225,14 +228,37 @@ def test_solve_rate_is_the_root_of_the_balance_that_bisection_finds():
         hi = min(running / (own + (steps + overlap) * t_d), running / ((running - 1.0) * share) * (1.0 - 1e-9))
         lam = solve_rate(*args, NO_WAIT)
         if _balance(hi, *args) <= 0.0:
-            assert lam == hi
+            assert lam == min(hi, 1.0 / share)
             continue
         lo, top = 0.0, hi
         for _ in range(200):
             mid = 0.5 * (lo + top)
             lo, top = (mid, top) if _balance(mid, *args) < 0.0 else (lo, mid)
         phi = lam * (running - 1.0) / running * share
-        assert lam == pytest.approx(0.5 * (lo + top), rel=1e-14 / (1.0 - phi))
+        assert lam == pytest.approx(min(0.5 * (lo + top), 1.0 / share), rel=1e-14 / (1.0 - phi))
+
+
+def test_the_station_never_serves_above_its_capacity():
+    """review9 #1 for the aggregated station: the prefill station serves at most 1 / share prompts a second, so the
+    closed loop's R >= N share - Z (Z = (steps + overlap + hold) TPOT). The residual alone breaks it where the
+    decode is short beside the prompt: N = 2, own = share = 1 s, T_d = 1 ms, no decode steps, the boundary wait
+    (c = 1): the MVA balance phi^2 / 2 - 2.001 phi + 1 = 0 gives lam share = 2 phi = 1.17. The loop takes the
+    bound: lam = 1 / share = 1, phi = 1 / 2, TPOT = T_d / (1 - phi) = 2 ms, R = N share - c TPOT = 1.998 s, and
+    lam x cycle = N. On random loops lam share <= 1."""
+    phi = 2.001 - math.sqrt(2.001**2 - 2.0)
+    assert 2.0 * phi > 1.17
+    assert solve_rate(2.0, 1.0, 1.0, 1e-3, 1.0, False, 0.0, 1.0, NO_WAIT) == 1.0
+    cycle, response, tpot, _ = LOOP_STATE(1.0, 2.0, 1.0, 1.0, 1e-3, 1.0, False, 0.0, 1.0, NO_WAIT)
+    assert tpot == pytest.approx(2e-3, rel=1e-14)
+    assert response == pytest.approx(1.998, rel=1e-14)
+    assert cycle == pytest.approx(2.0, rel=1e-14)
+    rng = np.random.default_rng(9)
+    for _ in range(400):
+        share = 10 ** rng.uniform(-3, 0)
+        args = (float(rng.integers(2, 2049)), share * rng.uniform(0.5, 4.0), share, 10 ** rng.uniform(-3.5, -1),
+                share * 10 ** rng.uniform(-1, 1), bool(rng.integers(0, 2)), float(rng.choice([0, 1, 15, 1023])),
+                float(rng.integers(1, 3)))
+        assert solve_rate(*args, NO_WAIT) * share <= 1.0 + 1e-12
 
 
 def test_cubic_root_stops_when_newton_has_converged():

@@ -167,6 +167,16 @@ def test_the_gpu_budget_is_a_whole_number_from_python(gpus):
     assert slo_search("llama3.1-8b", "H100", **{**SMALL, "gpus": np.int64(1)}).dataset.attrs["slo_gpus"] == 1
 
 
+def test_an_unknown_precision_names_the_argument():
+    """review9 #8: precisions=("fp3",) said "precision: unknown value 'fp3'", a name slo_search has no argument
+    for; every other bad argument names its own (the CLI's Choice refuses it first)."""
+    from fastmodel.errors import SpecError
+
+    with pytest.raises(SpecError, match=r"^precisions: unknown value 'fp3'; choose one of bf16, fp16, fp8, .* "
+                                        r"\(did you mean 'fp8'\?\)$"):
+        slo_search("llama3.1-8b", "H100", **{**SMALL, "precisions": ("bf16", "fp3")})
+
+
 @pytest.mark.parametrize("kwargs, said", [
     (dict(precisions=()), "precisions: no precision named; choose one or more of bf16, fp16, fp8"),
     (dict(engine=[]), "engine: no engine named; give trtllm, vllm or sglang, or leave engine out (None)"),

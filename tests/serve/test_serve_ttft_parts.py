@@ -65,14 +65,17 @@ def test_model_parts_read_the_waits_the_model_uses():
     """review8 #11: ``model_parts`` rewrote ``steady_loop``'s ``o`` (overlap step + boundary wait) and would drift
     from it; it now reads the ``overlap`` that ``steady_loop`` hands ``loop_state``. On dev records without batch
     waiting the steady TTFT is R + o TPOT exactly, and o is §S7's: 1 for the overlap step, 1 for the boundary when
-    others run (both kinds of engine met: o = 1 and 2). Interpreted kernels only (the script refuses compiled)."""
-    import json
-    from pathlib import Path
-
+    others run (both kinds of engine met: o = 1 and 2). The script spies on the interpreted loop (it refuses
+    compiled kernels), so under compiled kernels, as CI runs, this test runs itself in a child pytest with
+    FASTMODEL_JIT=0, which compiles nothing (review9 #3: it used to skip there, so it could not fail in CI)."""
     from fastmodel.kernels import jit
 
     if not jit.INTERPRETED:
-        pytest.skip("model_parts spies on the interpreted loop (FASTMODEL_JIT=0)")
+        _in_interpreted_child("test_model_parts_read_the_waits_the_model_uses")
+        return
+    import json
+    from pathlib import Path
+
     from fastmodel.registry.lm import COLUMN_INDEX
     from fastmodel.serve.records import lower_any
 
@@ -89,3 +92,21 @@ def test_model_parts_read_the_waits_the_model_uses():
         assert parts["o"] == float(flag) + float(record["serve"]["concurrency"] > 1) == parts["point"]["o"]
         seen.add(parts["o"])
     assert seen == {1.0, 2.0}
+
+
+def _in_interpreted_child(test: str) -> None:
+    """Run this file's ``test`` in a child pytest with FASTMODEL_JIT=0 (interpreted kernels), from the repository
+    root; its failure is this test's, with the child's output."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "FASTMODEL_JIT": "0"}
+    env.pop("PYTEST_XDIST_WORKER", None)
+    child = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+                            f"{Path(__file__).resolve()}::{test}"], cwd=root, env=env, capture_output=True,
+                           text=True, timeout=600)
+    assert child.returncode == 0, child.stdout[-4000:] + child.stderr[-2000:]
+    assert "1 passed" in child.stdout, child.stdout[-2000:]
