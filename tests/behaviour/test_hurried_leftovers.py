@@ -41,11 +41,9 @@ def test_a_margin_of_8_tib_on_the_command_line_is_above_the_hbm(tmp_path):
 @pytest.fixture(scope="module")
 def synthetic(tmp_path_factory):
     """A small MAD-Max-shaped result (tests/plot_data.py) written as netCDF."""
-    from plot_data import synthetic_sweep
+    from plot_data import synthetic_file
 
-    path = tmp_path_factory.mktemp("synthetic") / "out.nc"
-    synthetic_sweep().to_netcdf(path, engine="scipy")
-    return path
+    return synthetic_file(tmp_path_factory)
 
 
 def test_best_csv_with_another_suffix_is_written_as_csv_and_says_so(synthetic, tmp_path):

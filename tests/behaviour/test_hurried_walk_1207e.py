@@ -5,15 +5,13 @@ tests/behaviour/test_hurried_leftovers.py evaluates)."""
 
 import pytest
 
-from tests.plot_data import synthetic_sweep
+from tests.plot_data import synthetic_file
 from tests.suite_fixtures import cli, one_line_error
 
 
 @pytest.fixture(scope="module")
 def sweep_file(tmp_path_factory):
-    path = tmp_path_factory.mktemp("walk8") / "r.nc"
-    synthetic_sweep().to_netcdf(path, engine="scipy")
-    return path
+    return synthetic_file(tmp_path_factory)
 
 
 def test_a_heatmap_axis_fixed_by_sel_says_so(sweep_file, tmp_path):

@@ -3,7 +3,7 @@
 ``cli/common.flag_names``, as calibrate and ``serve --search`` do)."""
 
 import pytest
-from plot_data import synthetic_sweep
+from plot_data import synthetic_file
 from suite_fixtures import cli, one_line_error
 
 from fastmodel.analysis.best import best
@@ -24,9 +24,7 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def result(tmp_path_factory):
-    path = tmp_path_factory.mktemp("best") / "out.nc"
-    synthetic_sweep().to_netcdf(path, engine="scipy")
-    return path
+    return synthetic_file(tmp_path_factory)
 
 
 @pytest.mark.parametrize("arguments, python, flags, command", CASES)
