@@ -14,7 +14,8 @@ STATUSES: tuple[Status, ...] = (
     Status("ok", "evaluated"),
     Status("devices_not_divisible", "n_gpus is not a multiple of tp x pp x cp"),
     Status("heads_not_divisible", "attention heads (or kv heads) not divisible by tp"),
-    Status("layers_not_divisible", "layers not divisible by pp x vp (execution.uneven_stages = true allows it)"),
+    Status("layers_not_divisible", "layers (L + 2 with embedding_loss_in_split at pp > 1) not divisible by pp x vp "
+           "(execution.uneven_stages = true allows it)"),
     Status("batch_not_divisible", "global_batch is not a multiple of micro_batch x dp"),
     Status("too_few_microbatches", "fewer micro-batches than pipeline stages under an interleaved or split-backward "
            "schedule (1F1B and GPipe run them, with a longer bubble)"),

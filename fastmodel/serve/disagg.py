@@ -17,7 +17,8 @@ single server of ``D = S / c`` in tandem with a delay ``S - D``; ``pool_response
 deterministic, as the aggregated prefill station's (every prompt has ``I`` tokens; ``kernels/serve/load.py``
 ``station_response``, §S61): ``R = S - D + R_q``, ``R_q = (D - phi D / 2) / (1 - phi)``,
 ``phi = lambda D (N - 1) / N``, ``lambda = N / (R + Z)`` with ``Z = t_kv + O x TPOT``, a quadratic in ``phi``
-whose smaller root is closed-form. A fixed-length client (``serve.fixed_lengths``) makes service and delay constant: its
+whose smaller root is closed-form, floored at the loop's asymptotic bound ``R >= max(S, N S / c - Z)`` (the residual
+alone serves above ``c / S`` at small N; §S61 "The floor"). A fixed-length client (``serve.fixed_lengths``) makes service and delay constant: its
 loop sits on its asymptotic bounds, ``R = max(S, N S / c - Z)`` (``deterministic_pool_response``, §S51).
 TTFT = R + t_kv + the decode worker's first-token iterations (``first_token_steps``: the decode worker streams
 the first token after the KV arrives, serving_facts §4.3; vLLM's pull-and-recompute handoff adds iterations,

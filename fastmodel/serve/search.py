@@ -136,7 +136,7 @@ def _axis(name: str, values, default: list[int], low: int, gpus: int | None = No
     span GPUs of one instance) one at most the budget: else no point is within it (a search "where nothing fits")."""
     values = [int(v) for v in values] if values is not None else default
     if not values:      # said "values must be at least 1", of no value
-        raise SpecError(None, name, "no value given; give one or more, e.g. [1, 2, 4]")
+        raise SpecError(None, name, f"no value given; give one or more, e.g. {[0, 3] if low == 0 else [1, 2, 4]}")
     if min(values) < low:
         raise SpecError(None, name, f"values must be at least {low}")
     if gpus is not None and min(values) > gpus:
@@ -253,12 +253,12 @@ def slo_search(model, device: str, *, input_len: int, output_len: int, ttft: flo
             raise SpecError(None, name, f"{value:g} s: an SLO must be a positive duration, e.g. 2s or 50ms")
     engines = engine_list(engine, device, "engine")
     gpus, powers = _budget(gpus)
-    modes = list(dict.fromkeys(m for m in (str(m).strip().lower() for m in modes) if m))
+    modes = list(dict.fromkeys(m for m in (p.strip().lower() for s in modes for p in str(s).split(",")) if m))
     if not modes:       # '' or ',' said "choose agg, disagg or both (got )"
         raise SpecError(None, "modes", "no mode named; choose agg, disagg or both")
     if set(modes) - {"agg", "disagg"}:
         odd = next((m for m in modes if m not in ("agg", "disagg")), "")
-        raise SpecError(None, "modes", f"choose agg, disagg or both (got {', '.join(map(str, modes))})"
+        raise SpecError(None, "modes", f"choose agg, disagg or both (got {odd!r})"
                         + nearest(odd, ("agg", "disagg")))
     if modes == ["disagg"] and gpus < 2:
         raise SpecError(None, "modes", f"disagg needs gpus=2 or more (a prefill pool and a decode pool), got gpus={gpus}")

@@ -89,7 +89,7 @@ def test_slos_no_point_meets_are_one_line_exit_1_and_the_sweep_still_written(tmp
 @pytest.mark.parametrize("kwargs, python, flag", [
     (dict(ttft=-2.0), "ttft: -2 s: an SLO must be a positive duration", "--ttft: -2 s: an SLO must be"),
     (dict(tpot="fast"), "tpot: cannot read 'fast'", "--tpot: cannot read 'fast'"),
-    (dict(modes="split"), "modes: choose agg, disagg or both (got split)", "--mode: choose agg, disagg or both"),
+    (dict(modes="split"), "modes: choose agg, disagg or both (got 'split')", "--mode: choose agg, disagg or both"),
     (dict(modes="disagg", gpus=1), "modes: disagg needs gpus=2 or more (a prefill pool and a decode pool), got "
      "gpus=1", "--mode: disagg needs --gpus 2 or more (a prefill pool and a decode pool), got --gpus 1"),
     (dict(concurrency=(0, 4)), "concurrency: values must be at least 1", None),
@@ -183,7 +183,7 @@ def test_an_unknown_precision_names_the_argument():
     (dict(engine=""), "engine: no engine named; give trtllm, vllm or sglang, or leave engine out (None)"),
     (dict(concurrency=[]), "concurrency: no value given; give one or more, e.g. [1, 2, 4]"),
     (dict(ep=[]), "ep: no value given; give one or more, e.g. [1, 2, 4]"),
-    (dict(spec_tokens=()), "spec_tokens: no value given; give one or more, e.g. [1, 2, 4]"),
+    (dict(spec_tokens=()), "spec_tokens: no value given; give one or more, e.g. [0, 3]"),
 ])
 def test_an_empty_choice_list_is_one_line_naming_the_argument(kwargs, said):
     """precisions=() said "precision: unknown value None"; engine=[] ran the default engine as if left out;
@@ -193,3 +193,20 @@ def test_an_empty_choice_list_is_one_line_naming_the_argument(kwargs, said):
     with pytest.raises(SpecError) as error:
         slo_search("llama3.1-8b", "H100", **{**SMALL, **kwargs})
     assert str(error.value).startswith(said), str(error.value)
+
+
+@pytest.mark.parametrize("modes, said", [
+    (",", "modes: no mode named; choose agg, disagg or both"),
+    ("agg,dis", "modes: choose agg, disagg or both (got 'dis') (did you mean 'disagg'?)"),
+])
+def test_modes_from_python_split_on_commas_as_the_cli_does(modes, said):
+    """review10 #2: modes="," said "choose agg, disagg or both (got ,)" and "agg,disagg", the spelling --mode
+    takes, was refused as one unknown name with a wrong hint."""
+    from fastmodel.errors import SpecError
+
+    with pytest.raises(SpecError) as error:
+        slo_search("llama3.1-8b", "H100", **{**SMALL, "modes": modes})
+    assert str(error.value) == said, str(error.value)
+    spelled = slo_search("llama3.1-8b", "H100", **{**SMALL, "modes": "agg, agg"})
+    listed = slo_search("llama3.1-8b", "H100", **{**SMALL, "modes": ("agg",)})
+    assert spelled.dataset.equals(listed.dataset)
