@@ -249,12 +249,15 @@ def with_options(base: type[BaseModel], columns) -> type[BaseModel]:
 ExecutionSpec = with_options(ExecutionSpec, COLUMNS)
 
 
-def splits_evenly(layers: int, pp: int, execution) -> bool:
-    """Whether ``pp x vp`` divides both ``layers`` and, with ``embedding_loss_in_split`` at pp > 1, the ``layers + 2``
-    slots Megatron-Core divides (``TransformerConfig.__post_init__``, NVIDIA/Megatron-LM@d98e8a6
-    megatron/core/transformer/transformer_config.py lines 2370-2415; the rule ``layers_not_divisible``,
-    kernels/lm/rules.py). A run record, or a stack's own vp rule, that does not is run with ``uneven_stages``:
-    the run balanced its stages unevenly (the ``layers`` test alone was the rule before the two slots)."""
+def with_uneven_stages(execution, layers: int, pp: int):
+    """``execution`` with ``uneven_stages`` on where ``pp x vp`` does not divide both ``layers`` and, with
+    ``embedding_loss_in_split`` at pp > 1, the ``layers + 2`` slots Megatron-Core divides
+    (``TransformerConfig.__post_init__``, NVIDIA/Megatron-LM@d98e8a6 megatron/core/transformer/transformer_config.py
+    lines 2370-2415; the rule ``layers_not_divisible``, kernels/lm/rules.py); else ``execution`` itself. A run
+    record, or a stack's own vp rule, that does not divide them ran its stages unevenly (the ``layers`` test alone
+    was the rule before the two slots)."""
     chunks = pp * execution.vp
     slots = layers + (2 if execution.embedding_loss_in_split and pp > 1 else 0)
-    return layers % chunks == 0 and slots % chunks == 0
+    if execution.uneven_stages or (layers % chunks == 0 and slots % chunks == 0):
+        return execution
+    return execution.model_copy(update={"uneven_stages": True})

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fastmodel.errors import SpecError, nearest
-from fastmodel.lm.execution import GRAD_REDUCE_BYTES, accumulated_twice, splits_evenly
+from fastmodel.lm.execution import GRAD_REDUCE_BYTES, accumulated_twice, with_uneven_stages
 from fastmodel.lm.fp8_recipe import ignored_note
 from fastmodel.lm.router_balance import expert_maxvio
 from fastmodel.lm.table import encode
@@ -250,10 +250,10 @@ def lower(model, cluster, execution, mesh: Mesh, global_batch: int, notes: list[
         execution = resolve(execution, pp, model.layers, notes, expert_parallel=mesh.ep > 1)
     except ValueError as error:
         raise SpecError(source, "execution.vp", str(error)) from None
-    if unknown and not splits_evenly(model.layers, pp, execution) and not execution.uneven_stages:
+    if unknown:
         # the stack's own split runs, as a run record stating vp "unknown" reads it (records.record_specs): Meta's
         # rule splits layers + 2 slots, one a chunk, the embedding and the loss in two of them (§11.8)
-        execution = execution.model_copy(update={"uneven_stages": True})
+        execution = with_uneven_stages(execution, model.layers, pp)
     if refuse_twice and (twice := accumulated_twice(execution)):         # docs/model.md §11.46: a stack's fusion and a plan's pass
         raise SpecError(source, "execution.grad_accum_bytes", twice)
     if execution.recompute_num_layers is not None and execution.recompute_num_layers > model.layers:

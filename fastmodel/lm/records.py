@@ -87,7 +87,7 @@ def parse_record(data: dict, source: str | None = None):
 
 def record_specs(record, source: str | None = None, notes: list[str] | None = None):
     """(model, cluster, execution, mesh, global_batch) of a validated record, the fill-in rules applied."""
-    from fastmodel.lm.execution import accumulated_twice, splits_evenly
+    from fastmodel.lm.execution import accumulated_twice, with_uneven_stages
     from fastmodel.lm.fp8_recipe import ignored_note, recipe_from_text
     from fastmodel.lm.lowering import Mesh
     from fastmodel.lm.record_schema import EXECUTION_FIELDS, UNMODELLED, record_error
@@ -125,8 +125,7 @@ def record_specs(record, source: str | None = None, notes: list[str] | None = No
         raise SpecError(source, "plan.vp", str(error)) from None
     if twice := accumulated_twice(execution):         # docs/model.md §11.46
         raise SpecError(source, "plan.grad_accum_bytes", twice)
-    if not splits_evenly(model.layers, plan.pp, execution) and not execution.uneven_stages:
-        execution = execution.model_copy(update={"uneven_stages": True})   # the run balanced its stages unevenly
+    execution = with_uneven_stages(execution, model.layers, plan.pp)   # the run balanced its stages unevenly
     unmodelled = [f"plan.{k} = {getattr(plan, k)!r}" for k, assumed in UNMODELLED.items()
                   if getattr(plan, k) is not None and getattr(plan, k) != assumed]
     if model.parallel_residual:

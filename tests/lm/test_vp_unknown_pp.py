@@ -46,7 +46,7 @@ def test_a_single_run_takes_the_rule_at_its_own_pp(pp):
     """The vp column is the rule's at the plan's pp; the stages of the stack's own split are uneven where pp x vp
     does not divide the layers (126 at pp x vp = 128: the embedding and the loss take the two other slots) or the
     126 + 2 slots Megatron-Core divides with the embedding and the loss in the split (pp 3 x vp 2 = 6: 126 / 6 is
-    whole, 128 / 6 is not; ``execution.splits_evenly``), as the record path reads them."""
+    whole, 128 / 6 is not; ``execution.with_uneven_stages``), as the record path reads them."""
     columns = _single(f"tp8.pp{pp}")
     assert columns[C["vp"]] == BY_HAND[pp]
     assert columns[C["uneven_stages"]] == (1.0 if 126 % (pp * BY_HAND[pp]) or 128 % (pp * BY_HAND[pp]) else 0.0)
