@@ -23,7 +23,8 @@ import numpy as np
 import orjson
 
 from fastmodel.io import batch_kinds
-from fastmodel.io.batch import ENGINE_ROWS, Chunk, engine_outputs, engine_rows, no_cyclic_gc, read_chunks, run_chunks
+from fastmodel.io.batch import no_cyclic_gc, read_chunks, run_chunks
+from fastmodel.io.batch_results import ENGINE_ROWS, Chunk, engine_outputs, engine_rows
 from fastmodel.io.batch_tables import CsvWriter, ParquetWriter
 
 _DUMPS = orjson.dumps

@@ -1,6 +1,6 @@
 """CSV and Parquet outputs of ``fastmodel batch``: the union of the columns of the kinds present.
 
-A line carries its kind's columns and its engine's results only (``fastmodel.io.batch.engine_outputs``); a
+A line carries its kind's columns and its engine's results only (``fastmodel.io.batch_results.engine_outputs``); a
 table needs one set of columns for every row, and which kinds a batch holds is known only when its last line
 is read. So each chunk's table (the columns of the kinds and engines in that chunk) is spooled, as an Arrow
 IPC stream, to a temporary file; at ``close`` the union of every chunk's columns is the schema, in a fixed
@@ -18,7 +18,7 @@ import numpy as np
 import orjson
 
 from fastmodel.io import batch_kinds
-from fastmodel.io.batch import Chunk, engine_outputs
+from fastmodel.io.batch_results import Chunk, engine_outputs
 
 
 class _ArrowWriter:
