@@ -1,5 +1,5 @@
-"""The SLO search's frontier and rows (fastmodel/serve/search.py: ``_frontier``, ``_rows``; docs/model_serving.md
-§S17): a hand-checked frontier, and the search's answer equal to one read point by point from its sweep."""
+"""The SLO search's frontier and rows (fastmodel/serve/search_frontier.py: ``_frontier``, ``_rows``;
+docs/model_serving.md §S17): a hand-checked frontier, and the search's answer equal to one read point by point from its sweep."""
 
 from __future__ import annotations
 
