@@ -244,7 +244,9 @@ def best(ds: xr.Dataset, by: str, top: int = 10, where: list[str] | None = None,
     sets it -- or "user" for
     ``memory_margin``, bytes; fastmodel/analysis/margin.py). On an SLO search's result only the points within its
     GPU budget are ranked (:func:`within_budget`, as ``plot pareto`` draws them) unless a
-    ``where`` filter names ``within_budget``; ``attrs["budget_filter"]`` says so as ``fits_filter`` does.
+    ``where`` filter names ``within_budget``; ``attrs["budget_filter"]`` says so as ``fits_filter`` does. By a
+    ``disagg_*`` variable of a search, its disaggregated points are ranked under the same rules
+    (:func:`disagg_points`).
     """
     import pandas as pd
 
@@ -252,6 +254,8 @@ def best(ds: xr.Dataset, by: str, top: int = 10, where: list[str] | None = None,
 
     ds, top, where = _inputs(ds, top, where)
     by = resolve(ds.data_vars, by)     # a variable's alias ranks by it too (iteration_time: step_time)
+    if (pools := _disagg_best(ds, by, top, where, ascending, columns, include_oom, memory_margin)) is not None:
+        return pools
     if by in ds.dims:   # was "unknown variable 'plan'", as if the result had no plan
         raise SweepError(f"by={by!r} is a dimension of the result (filter on it, e.g. where='{by}=...'), not a "
                          f"variable to rank by; variables: {', '.join(n for n in ds.data_vars if n != 'status')}")
@@ -319,6 +323,46 @@ def best(ds: xr.Dataset, by: str, top: int = 10, where: list[str] | None = None,
     table.attrs["budget_filter"] = budget
     table.attrs["units"] = {name: ds[name].attrs["units"] for name in rows if name in ds.variables
                             and name != "status" and "units" in ds[name].attrs}
+    return table
+
+
+#: the variables of an SLO search's disaggregated points that :func:`best` reads under their plain names
+_DISAGG_AS = {"disagg_status": "status", "disagg_fits_memory": "fits_memory"}
+
+
+def disagg_points(ds: xr.Dataset) -> xr.Dataset:
+    """An SLO search's disaggregated points (its ``disagg_*`` variables over the pools' dimensions,
+    fastmodel/serve/search_grid.py) as a result of their own: ``disagg_status`` and ``disagg_fits_memory`` under the
+    names :func:`best` reads (``status``, ``fits_memory``), and ``within_budget`` for the pools (status not
+    ``pools_over_budget``: prefill_workers x prefill_tp + decode_workers x decode_tp <= gpus; those points hold no
+    value), so that :func:`within_budget` is the rule here too, as the search's answer and ``plot pareto`` hold."""
+    view = ds[[name for name in ds.data_vars if str(name).startswith("disagg_")]].rename(_DISAGG_AS)
+    names = status_names(view)
+    over = names.index("pools_over_budget") if "pools_over_budget" in names else -1
+    view["within_budget"] = (view["status"] != over).assign_attrs(
+        long_name="within the GPU budget", units="1", description=f"prefill and decode pools within "
+                                                                  f"{ds.attrs.get('slo_gpus', 'the budget')} GPUs")
+    return view
+
+
+def _disagg_best(ds: xr.Dataset, by: str, top, where, ascending, columns, include_oom, memory_margin):
+    """:func:`best` by a ``disagg_*`` variable of an SLO search: its disaggregated points (:func:`disagg_points`)
+    ranked with the same filters, fit rule and GPU-budget rule, the table's columns the ``disagg_`` twins of
+    ``columns`` and of the search's ``ttft`` and ``meets_slo``, its status ``disagg_status``; None for any other
+    ``by`` (``disagg_status`` and ``disagg_fits_memory`` are refused as categorical, as everywhere)."""
+    if not str(by).startswith("disagg_") or by in _DISAGG_AS or by not in ds.data_vars or "disagg_status" not in ds:
+        return None
+    filters = []
+    for expression in where or []:        # a filter on disagg_status or disagg_fits_memory: their names in the view
+        match = _EXPR.match(expression)
+        name = match.group(2) if match else None
+        filters.append(expression.replace(name, _DISAGG_AS[name], 1) if name in _DISAGG_AS else expression)
+    twins = tuple(dict.fromkeys(f"disagg_{c}" for c in (*columns, "ttft", "meets_slo")))
+    table = best(disagg_points(ds), by, top, filters, ascending, twins, include_oom, memory_margin)
+    plain = {v: k for k, v in _DISAGG_AS.items()}
+    units = {plain.get(name, name): unit for name, unit in table.attrs["units"].items()}
+    table = table.rename(columns=plain)
+    table.attrs["units"] = units
     return table
 
 

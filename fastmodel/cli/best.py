@@ -14,7 +14,8 @@ BEST_FLAGS = {"by": "--by", "top": "--top", "where": "--where", "include_oom": "
 
 @main.command("best")
 @click.argument("result", type=click.Path())
-@click.option("--by", required=True, help="Variable to rank by, e.g. throughput.")
+@click.option("--by", required=True, help="Variable to rank by, e.g. throughput (an SLO search's disagg_* "
+              "variables rank its disaggregated pools).")
 @click.option("--top", default=10, show_default=True, type=int, help="How many rows.")
 @click.option("--where", "where", multiple=True,
               help="Filter (repeatable): fits_memory, status=ok, num_nodes=256, throughput>100, plan=tp,ddp/mp.")

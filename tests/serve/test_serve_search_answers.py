@@ -10,6 +10,7 @@ import xarray as xr
 from click.testing import CliRunner
 
 from fastmodel.cli import main
+from fastmodel.registry.serve import SERVE_STATUS
 from fastmodel.serve.search import X, slo_search
 
 #: a small search: 2 GPUs (tp and pp 1 or 2: tp2 pp2 needs 4, over the budget), concurrency 1..4
@@ -210,3 +211,60 @@ def test_modes_from_python_split_on_commas_as_the_cli_does(modes, said):
     spelled = slo_search("llama3.1-8b", "H100", **{**SMALL, "modes": "agg, agg"})
     listed = slo_search("llama3.1-8b", "H100", **{**SMALL, "modes": ("agg",)})
     assert spelled.dataset.equals(listed.dataset)
+
+
+@pytest.fixture(scope="module")
+def pools():
+    """The small search on 4 GPUs with its disaggregated pools too."""
+    return slo_search("llama3.1-8b", "H100", **{**SMALL, "gpus": 4, "precisions": ("fp8",)}, modes=("agg", "disagg"))
+
+
+def test_best_ranks_a_search_s_disaggregated_points_by_their_disagg_variables(pools):
+    """``best --by disagg_*`` said "one value per prefill_tp, ... (not one per configuration)": the pools' grid is
+    ranked as a result of its own, under the aggregated grid's rules: only points that are legal, fit and are
+    within the GPU budget (pools of prefill_workers x prefill_tp + decode_workers x decode_tp <= 4 GPUs), best
+    first by the registry's direction; the rows carry the pools' TTFT, meets_slo and status."""
+    from fastmodel.analysis.best import best
+
+    ds = pools.dataset
+    Yd = "disagg_output_tokens_per_s_per_gpu"
+    table = best(ds, Yd, top=10**6)
+    assert list(table.columns[:7]) == ["engine", "precision", "prefill_tp", "prefill_workers", "decode_tp",
+                                       "decode_workers", "batch_size"]
+    assert {Yd, "disagg_ttft", "disagg_tpot", "disagg_meets_slo", "disagg_status"} <= set(table.columns)
+    assert "status" not in table.columns and "tp" not in table.columns
+    used = table.prefill_workers * table.prefill_tp + table.decode_workers * table.decode_tp
+    assert (used <= 4).all() and (table.disagg_status == "ok").all()
+    ranked = (ds.disagg_status.values == 0) & ds.disagg_fits_memory.values
+    assert len(table) == int(ranked.sum()) and (np.diff(table[Yd].values) <= 0).all()
+    over = ds.disagg_status.values == SERVE_STATUS["pools_over_budget"]
+    assert over.any() and np.isnan(ds[Yd].values[over]).all()       # the pools over the budget hold no value
+    assert table.attrs["budget_filter"] == {"applied": True, "dropped": 0, "of": len(table), "gpus": 4}
+    for _, row in table.iterrows():
+        assert bool(row.disagg_meets_slo) == (row.disagg_ttft <= 0.5 and row.disagg_tpot <= 0.03)
+    # the best meeting the SLOs is the search's own answer among its pools; TPOT ranks least first
+    top = best(ds, Yd, top=1, where=["disagg_meets_slo"])
+    assert top[Yd].iloc[0] == np.nanmax(np.where(ds.disagg_meets_slo.values, ds[Yd].values, np.nan))
+    alone = slo_search("llama3.1-8b", "H100", **{**SMALL, "gpus": 4, "precisions": ("fp8",)}, modes=("disagg",))
+    assert {k: top[k].iloc[0] for k in top.columns[:7]} == {k: alone.best[k] for k in top.columns[:7]}
+    tpot = best(ds, "disagg_tpot", top=3, where=["disagg_status=ok", "disagg_fits_memory"], include_oom=True)
+    assert tpot.disagg_tpot.iloc[0] == np.nanmin(np.where(ranked, ds.disagg_tpot.values, np.nan))
+    assert "disagg_fits_memory" in tpot.columns and tpot.attrs["units"]["disagg_tpot"] == "s"
+
+
+def test_cli_best_by_a_disagg_variable_and_an_unknown_one(tmp_path):
+    """On a written search: ``--by disagg_tpot`` ranks the pools; an unknown --by is one line naming the nearest
+    variable, exit 2, on a search with pools and on one without them."""
+    out, agg = tmp_path / "s.nc", tmp_path / "agg.nc"
+    args = [*ARGS, "--ttft", "0.5", "--tpot", "30ms"]
+    assert CliRunner().invoke(main, [*args, "--mode", "agg,disagg", "-o", str(out)]).exit_code == 0
+    run = CliRunner().invoke(main, ["best", str(out), "--by", "disagg_tpot", "--top", "2"])
+    assert run.exit_code == 0, run.output
+    header, *rows = run.stdout.splitlines()
+    assert header.split()[:8] == ["engine", "precision", "prefill_tp", "prefill_workers", "decode_tp",
+                                  "decode_workers", "batch_size", "disagg_tpot"] and len(rows) == 2
+    run = CliRunner().invoke(main, ["best", str(out), "--by", "disagg_tpt"])
+    assert run.exit_code == 2 and run.stderr == "error: unknown variable 'disagg_tpt' (did you mean 'disagg_tpot'?)\n"
+    assert CliRunner().invoke(main, [*args, "-o", str(agg)]).exit_code == 0
+    run = CliRunner().invoke(main, ["best", str(agg), "--by", "disagg_tpot"])
+    assert run.exit_code == 2 and run.stderr == "error: unknown variable 'disagg_tpot' (did you mean 'tpot'?)\n"
