@@ -101,7 +101,7 @@ def _one(values, name: str, default):
 @click.option("--mode", "modes", default="agg", show_default=True,
               help="--search: agg, disagg or agg,disagg (disaggregated prefill/decode pools within --gpus).")
 @click.option("--spec-tokens", multiple=True, type=IntList(0), help="Speculative decoding (MTP, EAGLE): draft "
-              "tokens per decode step (default 0: off; --concurrency load). --search: the draft lengths to sweep.")
+              "tokens per decode step (default 0: off; any load). --search: the draft lengths to sweep.")
 @click.option("--spec-acceptance", type=FloatRange(0.0, 1.0),
               help="Speculative decoding: a draft token's acceptance rate (required with --spec-tokens > 0).")
 @friendly
@@ -168,7 +168,7 @@ def serve(records, model, list_models, device, tp, pp, ep, attention_dp, moe_tp,
     if model:
         if batch_size is None and concurrency is None and not max_throughput:
             batch_size = 1
-        _check_layout(attention_dp, batch_size or concurrency, spec, concurrency)
+        _check_layout(attention_dp, batch_size or concurrency)
         from fastmodel.serve.api import engine_columns
 
         if moe_tp and not shape.get("moe_experts"):    # the kernel's moe_tp rule reads routed experts only
@@ -336,16 +336,14 @@ def _echo_notes(found: list, labels: list[str]) -> None:
         click.echo(f"note: {note} ({', '.join(which[:3])}{more})", err=True)
 
 
-def _check_layout(attention_dp: int, requests, spec: int, concurrency) -> None:
+def _check_layout(attention_dp: int, requests) -> None:
     """One configuration's bad input, as a one-line error (exit 2): attention DP that does not divide the requests
-    in flight (each group holds requests / attention_dp of them); speculative decoding outside a concurrency
-    load (docs/model_serving.md S18)."""
+    in flight (each group holds requests / attention_dp of them). Speculative decoding applies at every load
+    (docs/model_serving.md S18)."""
     from fastmodel.errors import SpecError
 
     if requests is not None and requests % attention_dp:
         raise SpecError(None, "--attention-dp", f"{attention_dp} does not divide the {requests} requests in flight")
-    if spec and concurrency is None:
-        raise SpecError(None, "--spec-tokens", "speculative decoding is modelled under --concurrency only")
 
 
 def _write_rows(rows: list[dict], path: str, records, force: bool) -> None:

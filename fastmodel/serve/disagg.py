@@ -34,10 +34,20 @@ from dataclasses import dataclass
 import numpy as np
 
 from fastmodel.kernels.serve.load import station_response
+from fastmodel.kernels.serve.speculative import accepted_tokens
 from fastmodel.registry.lm import COLUMN_INDEX as C
 
 #: the prefill station's residual form as plain Python (floats or arrays; the kernels compile the same function)
 _STATION = getattr(station_response, "py_func", station_response)
+#: the tokens a speculative decode step emits (docs/model_serving.md S18), the kernels' function as plain Python
+_ACCEPTED = getattr(accepted_tokens, "py_func", accepted_tokens)
+
+
+def step_tokens(decode) -> float:
+    """Tokens a decode worker's iteration emits per request (``decode``: its columns): ``accepted_tokens``, 1
+    without speculative decoding (docs/model_serving.md S18). TPOT is the iteration over them, so an iteration
+    lasts ``step_tokens x TPOT``: what the first token's iterations on the decode worker cost."""
+    return float(_ACCEPTED(decode))
 
 
 @dataclass(frozen=True)
@@ -77,6 +87,8 @@ def pool_record(data: dict, pool: str, batch: int, output_len: int) -> dict:
         one["serve"]["kv_precision"] = serve["kv_precision"]
     if pool == "decode" and serve.get("moe_a2a"):     # low-latency kernels are the decode pool's (S39)
         one["serve"]["moe_a2a"] = serve["moe_a2a"]
+    if pool == "decode" and serve.get("spec_tokens"):   # the decode pool speculates, the prefill pool does not (S18)
+        one["serve"].update({k: serve[k] for k in ("spec_tokens", "spec_acceptance") if k in serve})
     return one
 
 
@@ -278,6 +290,12 @@ def first_token_steps(rec: DisaggRecord, running: float) -> float:
     return token_steps(record_engine(rec), overlap, wait)
 
 
+def first_token_tpots(rec: DisaggRecord, running: float) -> float:
+    """The first token's decode-worker iterations (``first_token_steps``) in TPOTs: each iteration lasts
+    ``step_tokens`` TPOTs when the decode pool speculates (S18; the same count of iterations as without it)."""
+    return first_token_steps(rec, running) * step_tokens(rec.decode)
+
+
 def limiting_pool(prefill: float, transfer: float, decode: float, running: float, room: float,
                   own: float = 0.0, servers: float = 1.0) -> str:
     """The stage that bounds a disaggregated deployment's closed loop (docs/model_serving.md §S40, §S43): ``decode``
@@ -328,7 +346,7 @@ def evaluate_disagg(records: list[DisaggRecord]) -> list[dict]:
         own, response = prefill_pool(float(lone[R["ttft"], i]), full, rec.prefill[C["attention_dp"]],
                                      rec.prefill_workers, think, running, rec.fixed_lengths)
         response = float(response)
-        lam, ttft = closed_loop(response, think, t_kv, first_token_steps(rec, running), tpot, n, running)
+        lam, ttft = closed_loop(response, think, t_kv, first_token_tpots(rec, running), tpot, n, running)
         results.append({"status": "ok", "ttft": ttft, "tpot": tpot, "output_tokens_per_s": lam * out,
                         "output_tokens_per_s_per_gpu": lam * out / rec.total_gpus,
                         "kv_transfer_s": t_kv, "prefill_s": own, "prefill_response_s": response,
@@ -343,7 +361,7 @@ def evaluate_disagg(records: list[DisaggRecord]) -> list[dict]:
         waves, _ = evaluate_table(table)
         for j, i in enumerate(ok):
             r = results[i]
-            first = first_token_steps(records[i], 1.0) * r["tpot"]     # the wave finds no iteration to wait for
+            first = first_token_tpots(records[i], 1.0) * r["tpot"]     # the wave finds no iteration to wait for
             wave = means[j] * float(waves[R["ttft"], j]) + r["kv_transfer_s"] + first
             r["ttft"] = with_start_wave(r["ttft"], records[i], r["batch_size"], wave)
     return results

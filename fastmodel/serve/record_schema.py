@@ -101,7 +101,8 @@ class ServeBlock(Block):
     batch_wait_tokens_ratio: float = bounds("batch_wait_tokens_ratio", 0.0)
     # the client gives every request exactly input_len / output_len tokens (no length spread, ignore_eos)
     fixed_lengths: bool = False
-    # speculative decoding (MTP, EAGLE): draft tokens per decode step and their acceptance (docs/model_serving.md S18)
+    # speculative decoding (MTP, EAGLE): draft tokens per decode step and their acceptance, at every load mode (a
+    # disaggregated deployment's decode pool speculates; docs/model_serving.md S18)
     spec_tokens: int = bounds("spec_tokens", 0)
     spec_acceptance: float = bounds("spec_acceptance", 0.0)
     # the engine's routed-expert kernel when a deployment flag picks it (vLLM VLLM_MXFP4_USE_MARLIN=1: Marlin MoE;
@@ -133,8 +134,6 @@ class ServeBlock(Block):
             _fail("concurrency", "a disaggregated deployment is measured under a concurrency")
         if self.concurrency is not None and self.num_requests is not None and self.num_requests < self.concurrency:
             _fail("num_requests", f"{self.num_requests} requests cannot keep {self.concurrency} in flight")
-        if self.spec_tokens and self.concurrency is None:
-            _fail("spec_tokens", "speculative decoding is modelled under a concurrency load (docs/model_serving.md S18)")
         if self.spec_tokens and "spec_acceptance" not in self.model_fields_set:
             _fail("spec_acceptance", "required with spec_tokens (the draft tokens' acceptance rate, 0 to 1)")
         requests = self.batch_size or self.concurrency

@@ -115,7 +115,7 @@ def slo_search(model, device: str, *, input_len: int, output_len: int, ttft: flo
         all_coords.update({d: coords[d] for d in dims})
     if "disagg" in modes:
         grids.append(_disagg(model, device, engines, precisions, gpus, concurrency, input_len, output_len, hbm,
-                             ttft, tpot, data))
+                             ttft, tpot, data, (axes["spec_tokens"], spec_acceptance)))
         all_coords.update(grids[-1][0])
     rows, best, evaluated, feasible = _answer(grids)
     closest = {} if best is not None else {name: _least(grids, name) for name in ("ttft", "tpot")}
@@ -133,7 +133,8 @@ def slo_search(model, device: str, *, input_len: int, output_len: int, ttft: flo
 def layout(row: dict) -> str:
     """A row's layout: ``tp4 pp1 ep1 adp1 k0`` (aggregated), ``P2xtp2+D1xtp4`` (disaggregated pools)."""
     if row.get("mode") == "disagg":
-        return f"P{row['prefill_workers']}xtp{row['prefill_tp']}+D{row['decode_workers']}xtp{row['decode_tp']}"
+        pools = f"P{row['prefill_workers']}xtp{row['prefill_tp']}+D{row['decode_workers']}xtp{row['decode_tp']}"
+        return pools + (f" k{row['spec_tokens']}" if row.get("spec_tokens") else "")
     return f"tp{row['tp']} pp{row['pp']} ep{row['ep']} adp{row['attention_dp']} k{row['spec_tokens']}"
 
 

@@ -46,12 +46,14 @@ def disagg_point_arrays(base: np.ndarray, powers: np.ndarray, concurrency: np.nd
     its key, for the decode worker's handoff iterations (``disagg.handoff_steps``, §S43)."""
     from fastmodel.registry.serve import SERVE_RESULT_INDEX as R
     from fastmodel.registry.serve import SERVE_STATUS
-    from fastmodel.serve.disagg import closed_loop, decode_room, kv_transfer_seconds, pool_response, token_steps
+    from fastmodel.serve import disagg
 
     p = powers.astype(float)
     n = concurrency.astype(float)
     inp, out = base[C["input_len"]], base[C["output_len"]]
-    pre, pre_status = _workers(base, p, np.ones_like(p), 2)
+    prefill = base.copy()
+    prefill[C["spec_tokens"]] = 0.0                   # the prefill pool does not speculate (S18)
+    pre, pre_status = _workers(prefill, p, np.ones_like(p), 2)
     # decode workers: tp x per-worker batch (requests per worker: max(1, round(N / workers)))
     per = np.maximum(1.0, np.round(n[None, :] / p[:, None]))                  # (workers, N)
     batches, inverse = np.unique(per, return_inverse=True)
@@ -65,15 +67,17 @@ def disagg_point_arrays(base: np.ndarray, powers: np.ndarray, concurrency: np.nd
     workers = p[None, :, None, None, None]
     dworkers = p[None, None, None, :, None]
     used = p[:, None, None, None, None] * workers + p[None, None, :, None, None] * dworkers
-    t_kv = kv_transfer_seconds(base, p[sl], used <= base[C["gpus_per_node"]])
+    t_kv = disagg.kv_transfer_seconds(base, p[sl], used <= base[C["gpus_per_node"]])
     tpot = tpot[None, None]
     think = t_kv + out * tpot
-    room = decode_room(dec[R["kv_cache_capacity"]][pick], dec[R["kv_bytes_per_token"]][pick], inp + out, dworkers)
+    room = disagg.decode_room(dec[R["kv_cache_capacity"]][pick], dec[R["kv_bytes_per_token"]][pick], inp + out,
+                              dworkers)
     running = np.maximum(1.0, np.minimum(n, room))
-    response = pool_response(full, workers, think, running)                   # one attention group per worker
+    response = disagg.pool_response(full, workers, think, running)            # one attention group per worker
     wait = (running / dworkers > 1.0).astype(float)
-    steps = token_steps(engine, base[C["overlap_step"]], wait)
-    lam, ttft = closed_loop(response, think, t_kv, steps, tpot, n, running)
+    # the first token's decode iterations, in TPOTs (a speculating iteration lasts step_tokens TPOTs, S18)
+    steps = disagg.token_steps(engine, base[C["overlap_step"]], wait) * disagg.step_tokens(base)
+    lam, ttft = disagg.closed_loop(response, think, t_kv, steps, tpot, n, running)
     status = np.maximum(pre_status[sl], dec_status[pick][None, None]).astype(np.int8)
     status = np.where(used > gpus, np.int8(SERVE_STATUS["pools_over_budget"]), status)
     fits = (pre[R["fits_memory"]][sl] > 0.5) & (dec[R["fits_memory"]][pick][None, None] > 0.5)
@@ -88,9 +92,10 @@ def disagg_point_arrays(base: np.ndarray, powers: np.ndarray, concurrency: np.nd
 
 
 def disagg_grid(model, device: str, *, engines, precisions, gpus: int, concurrency, input_len: int,
-                output_len: int, hbm: float) -> tuple[dict, dict]:
-    """(coords, arrays) of the disaggregated grid: dims engine, precision, the four pool dims, batch_size
-    (the concurrency of the deployment)."""
+                output_len: int, hbm: float, spec_tokens=(0,), spec_acceptance: float = 0.0) -> tuple[dict, dict]:
+    """(coords, arrays) of the disaggregated grid: dims engine, precision, spec_tokens (the decode pool's draft
+    tokens at ``spec_acceptance``, docs/model_serving.md S18), the four pool dims, batch_size (the concurrency of
+    the deployment)."""
     from fastmodel.serve.api import columns
     from fastmodel.serve.profiles import engine_choice, profile_columns
     from fastmodel.serve.profiles_device import reported_name
@@ -103,14 +108,20 @@ def disagg_grid(model, device: str, *, engines, precisions, gpus: int, concurren
         engine, version, _ = engine_choice(label)
         row = []
         for precision in precisions:
-            base = columns(model, device, precision=precision, batch_size=1, input_len=input_len,
-                           output_len=output_len, client_rounds=0,
-                           **profile_columns(engine, version, hbm, device_vendor(device), reported_name(device)))
-            with np.errstate(all="ignore"):
-                row.append(disagg_point_arrays(base, powers, conc, gpus, engine))
+            drafts = []
+            for k in spec_tokens:
+                base = columns(model, device, precision=precision, batch_size=1, input_len=input_len,
+                               output_len=output_len, client_rounds=0, spec_tokens=int(k),
+                               spec_acceptance=spec_acceptance if k else 0.0,
+                               **profile_columns(engine, version, hbm, device_vendor(device), reported_name(device)))
+                with np.errstate(all="ignore"):
+                    drafts.append(disagg_point_arrays(base, powers, conc, gpus, engine))
+            row.append(drafts)
         parts.append(row)
-    arrays = {name: np.stack([np.stack([part[name] for part in row]) for row in parts])
+    arrays = {name: np.stack([np.stack([np.stack([part[name] for part in drafts]) for drafts in row])
+                              for row in parts])
               for name in (*RESULTS, "status", "fits_memory")}
-    coords = {"engine": list(engines), "precision": list(precisions), **{d: powers for d in POOL_DIMS},
+    coords = {"engine": list(engines), "precision": list(precisions),
+              "spec_tokens": np.asarray(spec_tokens, dtype=np.int64), **{d: powers for d in POOL_DIMS},
               "batch_size": conc}
     return coords, arrays

@@ -132,7 +132,7 @@ def _check_size(engines_x_precisions: int, powers: int, moe: bool, concurrency, 
     conc = size(concurrency, 1)
     agg = engines_x_precisions * powers * 3 * size(ep, powers if moe else 1) \
         * size(attention_dp, powers if moe else 1) * size(spec_tokens, 1) * conc
-    disagg = engines_x_precisions * powers**4 * conc if "disagg" in modes else 0
+    disagg = engines_x_precisions * powers**4 * size(spec_tokens, 1) * conc if "disagg" in modes else 0
     per_point = 2 * (8 * len(SERVE_RESULTS) + 1)
     check_grid_memory(agg + disagg, agg * per_point + disagg * DISAGG_BYTES,
                       "search fewer concurrencies (concurrency=...), precisions, engines or GPUs")
@@ -145,15 +145,18 @@ def _shaped(coords: dict, dims, name: str) -> np.ndarray:
     return np.asarray(coords[name]).reshape(shape)
 
 
-def _disagg(model, device, engines, precisions, gpus, concurrency, input_len, output_len, hbm, ttft, tpot, data):
-    """The disaggregated grid (``search_disagg``) as a grid of ``_answer`` and as ``disagg_*`` variables."""
+def _disagg(model, device, engines, precisions, gpus, concurrency, input_len, output_len, hbm, ttft, tpot, data,
+            spec=((0,), 0.0)):
+    """The disaggregated grid (``search_disagg``) as a grid of ``_answer`` and as ``disagg_*`` variables;
+    ``spec``: (the draft lengths, their acceptance) of the decode pool (S18)."""
     import xarray as xr
 
     from fastmodel.registry import attrs, status_attrs
     from fastmodel.serve.search_disagg import disagg_grid
 
     coords, arrays = disagg_grid(model, device, engines=engines, precisions=precisions, gpus=gpus,
-                                 concurrency=concurrency, input_len=input_len, output_len=output_len, hbm=hbm)
+                                 concurrency=concurrency, input_len=input_len, output_len=output_len, hbm=hbm,
+                                 spec_tokens=spec[0], spec_acceptance=spec[1])
     dims = tuple(coords)
     ok = (arrays["status"] == 0) & arrays["fits_memory"]
     slo_ok = ok & (arrays["ttft"] <= ttft) & (arrays["tpot"] <= tpot)

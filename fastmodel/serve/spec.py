@@ -66,7 +66,7 @@ class ServeTaskSpec(BaseModel):
     ep: int = bounds("ep", 1)
     instances: int = bounds("instances", 1, description="Serving instances in the cluster.")
     spec_tokens: int = bounds("spec_tokens", 0, description="Speculative decoding: draft tokens per decode step "
-                              "(concurrency load; docs/model_serving.md S18).")
+                              "(any load; docs/model_serving.md S18).")
     spec_acceptance: float = bounds("spec_acceptance", 0.0,
                                     description="Speculative decoding: a draft token's acceptance.")
     engine: str | None = Field(None, description="The serving engine whose profile sets the scheduler columns: "

@@ -25,8 +25,6 @@ from fastmodel.sweeps.file import axis_values, check_keys, raw_spec, spec_ref
 KEYS = ("model", "system", "task", "semantics", "axes", "unit_configs", "description")
 #: axes whose every value must be a positive whole number
 _COUNTS = ("concurrency", "batch_size", "tp", "pp", "ep", "instances", "input_len", "output_len")
-#: a load mode in words (check_speculation)
-_LOADS = {"batch": "a static batch", "batch_size": "a static batch", None: "a task without a load mode"}
 
 
 def model_columns(source: str | None, spec: Any, base: Path) -> tuple[str, dict, list[str]]:
@@ -147,19 +145,13 @@ def serve_plan(source: str | None, model: Any, system: Any, task: Any, axes: dic
 
 
 def check_speculation(source: str | None, task: Any, values: dict) -> None:
-    """Speculative decoding in a sweep as ``fastmodel serve`` and a record take it: draft tokens under a
-    concurrency load only (docs/model_serving.md S18; a static batch or max_throughput ran without them, silently)
-    and with their acceptance rate given (the task's default 0 rejected every draft, silently)."""
+    """Speculative decoding in a sweep as ``fastmodel serve`` and a record take it: draft tokens at any load mode
+    (docs/model_serving.md S18) with their acceptance rate given (the task's default 0 rejected every draft,
+    silently)."""
     drafts = values.get("spec_tokens", [task.spec_tokens])
     if not any(k > 0 for k in drafts):
         return
     field = "axes.spec_tokens" if "spec_tokens" in values else "task.spec_tokens"
-    load = "concurrency" if "concurrency" in values else "batch_size" if "batch_size" in values else \
-        task.load_mode
-    if load != "concurrency":
-        raise SpecError(source, field, f"speculative decoding is modelled under a concurrency load "
-                        f"(docs/model_serving.md S18), not {_LOADS.get(load, load)}: sweep concurrency, or give "
-                        "the task concurrency")
     if "spec_acceptance" not in values and "spec_acceptance" not in task.model_fields_set:
         raise SpecError(source, field, "give spec_acceptance too (the draft tokens' acceptance rate, 0 to 1), in "
                         "the task or as an axis")

@@ -50,9 +50,10 @@ from fastmodel.kernels.columns import (
     C_KV_HEADS, C_LAYERS, C_LOAD_MODE, C_MAX_BATCH_SIZE, C_MAX_NUM_TOKENS, C_MOE_EXPERTS,
     C_OUTPUT_LEN, C_PEAK_FLOPS_8, C_PP, C_SERVE_STEP_OVERHEAD_S, C_TP, C_USABLE_HBM_FRACTION,
     C_ATTENTION_DP, C_KV_ON_DEMAND, C_MOE_TP, LOAD_BATCH, LOAD_CONCURRENCY, LOAD_MAX_THROUGHPUT, C_CONTEXT_LEN,
-    C_FP8_WEIGHT_ONLY, C_PRECISION, PRECISION_FP8, C_ENGINE_NVIDIA_ONLY, C_VENDOR, VENDOR_NVIDIA,
+    C_FP8_WEIGHT_ONLY, C_PRECISION, PRECISION_FP8, C_ENGINE_NVIDIA_ONLY, C_VENDOR, VENDOR_NVIDIA, C_SPEC_TOKENS,
 )
 from fastmodel.kernels.serve.load import queue_ttft, steady_loop
+from fastmodel.kernels.serve.speculative import accepted_tokens, draft_costs, speculate
 from fastmodel.registry.serve import SERVE_USABLE_HBM_FRACTION
 from fastmodel.kernels.serve.layout import (
     ST_CONTEXT_EXCEEDED, ST_ENGINE_NOT_ON_DEVICE, ST_EP_NOT_DIVIDING, ST_HEADS_NOT_DIVISIBLE_BY_TP, ST_LAYERS_NOT_DIVISIBLE_BY_PP, ST_NO_FP8,
@@ -173,6 +174,10 @@ def serve_row(row, out, scratch, memo):
         # the step token budget feeds at most max_num_tokens x O / (I + O - 1) requests per micro-batch
         outp = row[C_OUTPUT_LEN]
         feed = math.floor(row[C_PP] * row[C_MAX_NUM_TOKENS] * outp / (row[C_INPUT_LEN] + outp - 1.0))
+        if row[C_SPEC_TOKENS] > 0.0:    # the budget counts the verified draft tokens too (S18)
+            iters, life = _lifetime(row)
+            feed = math.floor(row[C_PP] * row[C_MAX_NUM_TOKENS] * life
+                              / (row[C_INPUT_LEN] + iters * (1.0 + row[C_SPEC_TOKENS])))
         batch = max(1.0, min(batch, feed))
     _fixed(row, batch, kv_token, weights, out, scratch)
     return ST_OK
@@ -194,33 +199,42 @@ def _fixed(row, batch, kv_token, weights, out, scratch):
         pre[k] = 0.0
         dec[k] = 0.0
     host = row[C_SERVE_STEP_OVERHEAD_S]
+    spec = row[C_SPEC_TOKENS]
+    emitted = accepted_tokens(row)                    # 1 without speculative decoding (S18)
     if row[C_LOAD_MODE] == LOAD_BATCH:
         ttft = prefill_costs(row, batch, pre, scratch[2]) + host
-        touched = decode_fixed_costs(row, n, dec)
+        touched = decode_fixed_costs(row, n * (1.0 + spec), dec)   # a verify step checks the drafts too (S18)
+        if spec > 0.0:
+            speculate(row, n, spec, dec)              # + the draft steps, per emitted token
         for k in range(4):
             dec[k] *= steps
-        dec[K_ATTN] += decode_attention_sum(row, n, inp + 1.0, inp + steps)
-        decode = dec[K_GEMM] + dec[K_ATTN] + dec[K_MEM] + dec[K_COMM] + steps * host
+        dec[K_ATTN] += decode_attention_sum(row, n, inp + 1.0, inp + steps) / emitted   # KV read once a step
+        iters = steps / emitted                       # decode steps: E tokens each (S18)
+        decode = dec[K_GEMM] + dec[K_ATTN] + dec[K_MEM] + dec[K_COMM] + iters * host
         e2e = ttft + decode
         tpot = decode / steps if steps > 0.0 else 0.0
         throughput = batch * outp / e2e
     else:
         # stationary step of max_throughput: n slots, n (O-1)/O decoding and n/O prompts being prefilled
+        # with speculation a request decodes in steps / E steps of k + 1 tokens (S18): it lives 1 + steps / E
         ttft = prefill_costs(row, 1.0, pre, scratch[2]) + host
-        decoding = n * steps / outp
-        m = decoding + n * inp / outp
+        iters, life = _lifetime(row)
+        decoding = n * iters / life
+        m = decoding * (1.0 + spec) + n * inp / life
         touched = body_costs(row, m, LAUNCH, dec, -1.0)
-        head_costs(row, n, LAUNCH, dec)
+        head_costs(row, n if spec <= 0.0 else decoding * (1.0 + spec) + n / life, LAUNCH, dec)
+        if spec > 0.0:
+            draft_costs(row, decoding, spec, dec)
         dec[K_MEM] += kv_upcast_time(row)
         mean_attention = decode_attention_sum(row, decoding, inp + 1.0, inp + steps) / steps if steps > 0.0 \
             else 0.0
-        dec[K_ATTN] = mean_attention + prefill_attention_time(row, n / outp, inp) + attention_launches(row)
+        dec[K_ATTN] = mean_attention + prefill_attention_time(row, n / life, inp) + attention_launches(row)
         step = max(dec[K_GEMM] + dec[K_ATTN] + dec[K_MEM] + dec[K_COMM], eager_host_s(row)) + host   # a mixed step
         for k in range(4):
-            dec[k] *= steps
-        tpot = step
-        e2e = ttft + steps * step
-        throughput = batch / step
+            dec[k] *= iters
+        tpot = step / emitted
+        e2e = ttft + iters * step
+        throughput = batch / step * (outp / life)
     kv_memory = kv_token * kv_held_tokens(row, inp + outp) * batch
     memory = weights + kv_memory + workspace + row[C_FRAMEWORK_MEMORY_BYTES]
     if row[C_LOAD_MODE] == LOAD_MAX_THROUGHPUT:
@@ -229,7 +243,18 @@ def _fixed(row, batch, kv_token, weights, out, scratch):
         fits = 1.0 if memory <= usable_fraction(row) * row[C_HBM_BYTES] else 0.0
     _write_times(row, out, ttft, tpot, e2e, throughput)
     _write_memory(out, batch, kv_token, kv_memory, capacity, weights, workspace, memory, fits, touched)
-    _write_parts(out, pre, dec, steps * host)
+    _write_parts(out, pre, dec, iters * host)
+
+
+@njit(inline="always")
+def _lifetime(row):
+    """(decode steps, engine steps) of a request at max_throughput's stationary step (S6, S18): one step of
+    prefill and ``(O - 1) / E`` decode steps of E emitted tokens each (``accepted_tokens``; O - 1 and O without
+    speculative decoding)."""
+    if row[C_SPEC_TOKENS] <= 0.0:
+        return row[C_OUTPUT_LEN] - 1.0, row[C_OUTPUT_LEN]
+    iters = (row[C_OUTPUT_LEN] - 1.0) / accepted_tokens(row)
+    return iters, 1.0 + iters
 
 
 #: the closed loop's memo: row 0 the key (the columns, then ``running``), rows 1 and 2 the decode and prompt

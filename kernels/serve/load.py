@@ -36,13 +36,13 @@ import numpy as np
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.columns import (
     C_ATTENTION_DP, C_BATCH_WAIT_ITERS, C_BATCH_WAIT_TOKENS_RATIO, C_CHUNKED_PREFILL, C_CLIENT_ROUNDS, C_INPUT_LEN,
-    C_LAYERS, C_MAX_NUM_TOKENS, C_MIXED_PREFILL, C_OUTPUT_LEN, C_OVERLAP_STEP, C_PP,
-    C_SPEC_ACCEPTANCE, C_SPEC_TOKENS,
+    C_MAX_NUM_TOKENS, C_MIXED_PREFILL, C_OUTPUT_LEN, C_OVERLAP_STEP, C_PP, C_SPEC_TOKENS,
 )
 from fastmodel.kernels.serve.attention import attention_launches, decode_attention_sum, prefill_attention_time
 from fastmodel.kernels.serve.costs import K_ATTN, K_COMM, K_GEMM, K_MEM, LAUNCH, body_costs, head_costs
 from fastmodel.kernels.serve.host import eager_host_s, iteration_s, rank_requests
 from fastmodel.kernels.serve.kv_upcast import kv_upcast_time
+from fastmodel.kernels.serve.speculative import speculate
 
 #: fixed-point passes over the batch composition (decode batch, prompts per prefill iteration); a pass stops the
 #: loop when neither moved by more than REFRESH (relative), and an iteration time is recomputed only when its
@@ -75,24 +75,6 @@ def decode_iteration(row, n, costs):
     if k > 0.0:
         speculate(row, n, k, costs)
     return touched, per_request
-
-
-@njit
-def speculate(row, n, k, costs):
-    """Speculative decoding (``spec_tokens = k`` > 0, acceptance ``a``): the verify step above plus k draft steps
-    of one layer and the LM head each (an MTP or EAGLE head: one decoder layer on the target's features), all
-    divided by the tokens a step emits on average, (1 - a^(k+1)) / (1 - a) (Leviathan et al., ICML 2023, Eq. 1;
-    k + 1 at a = 1). The KV of a request is read once per verify step (GQA decode attention is memory-bound)."""
-    draft = np.zeros(4)
-    body_costs(row, n, LAUNCH, draft, -1.0)
-    layers = row[C_LAYERS] / row[C_PP]
-    for j in range(4):
-        draft[j] /= layers
-    head_costs(row, n / row[C_ATTENTION_DP], LAUNCH, draft)
-    a = row[C_SPEC_ACCEPTANCE]
-    emitted = k + 1.0 if a >= 1.0 else (1.0 - a ** (k + 1.0)) / (1.0 - a)
-    for j in range(4):
-        costs[j] = (costs[j] + k * draft[j]) / emitted
 
 
 @njit

@@ -16,10 +16,6 @@ def _sweep(tmp_path, axes: str):
 
 
 @pytest.mark.parametrize("axes, field, reason", [
-    # serve-chat is a static batch: its TPOT was the same with and without the drafts (they were not modelled)
-    ("spec_tokens = [0, 3]\nspec_acceptance = [0.7]\n", "axes.spec_tokens",
-     "under a concurrency load (docs/model_serving.md S18), not a static batch"),
-    ("spec_tokens = [3]\nspec_acceptance = [0.7]\nbatch_size = [8]\n", "axes.spec_tokens", "not a static batch"),
     # the task's spec_acceptance default, 0, rejected every draft: a slower TPOT than without them, silently
     ("spec_tokens = [0, 3]\nconcurrency = [8]\n", "axes.spec_tokens", "give spec_acceptance too"),
     # a column's bound named the column, not the axis it came from
@@ -32,12 +28,14 @@ def test_a_serving_sweep_refuses_what_it_would_ignore_in_one_line(tmp_path, axes
     assert not (tmp_path / "s.nc").exists()
 
 
-def test_a_serving_sweep_with_drafts_their_acceptance_and_a_concurrency_runs(tmp_path):
-    """The legal form of the cases above: the drafts at acceptance 0.7 shorten TPOT, at 0 lengthen it (each draft
-    is verified and rejected: docs/model_serving.md S18)."""
+@pytest.mark.parametrize("load", ["concurrency = [8]\n", "", "batch_size = [8]\n"])
+def test_a_serving_sweep_with_drafts_their_acceptance_and_a_load_runs(tmp_path, load):
+    """The legal form of the cases above, at a concurrency, serve-chat's static batch (whose TPOT was the same
+    with and without the drafts, unmodelled, then refused) and a static-batch axis: the drafts at acceptance 0.7
+    shorten TPOT, at 0 lengthen it (each draft is verified and rejected: docs/model_serving.md S18)."""
     import xarray as xr
 
-    result = _sweep(tmp_path, "spec_tokens = [0, 3]\nspec_acceptance = [0.0, 0.7]\nconcurrency = [8]\n")
+    result = _sweep(tmp_path, "spec_tokens = [0, 3]\nspec_acceptance = [0.0, 0.7]\n" + load)
     assert result.exit_code == 0, result.output
     with xr.open_dataset(tmp_path / "s.nc") as ds:
         tpot = ds.tpot.squeeze()

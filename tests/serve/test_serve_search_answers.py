@@ -229,8 +229,8 @@ def test_best_ranks_a_search_s_disaggregated_points_by_their_disagg_variables(po
     ds = pools.dataset
     Yd = "disagg_output_tokens_per_s_per_gpu"
     table = best(ds, Yd, top=10**6)
-    assert list(table.columns[:7]) == ["engine", "precision", "prefill_tp", "prefill_workers", "decode_tp",
-                                       "decode_workers", "batch_size"]
+    assert list(table.columns[:8]) == ["engine", "precision", "spec_tokens", "prefill_tp", "prefill_workers",
+                                       "decode_tp", "decode_workers", "batch_size"]
     assert {Yd, "disagg_ttft", "disagg_tpot", "disagg_meets_slo", "disagg_status"} <= set(table.columns)
     assert "status" not in table.columns and "tp" not in table.columns
     used = table.prefill_workers * table.prefill_tp + table.decode_workers * table.decode_tp
@@ -246,7 +246,7 @@ def test_best_ranks_a_search_s_disaggregated_points_by_their_disagg_variables(po
     top = best(ds, Yd, top=1, where=["disagg_meets_slo"])
     assert top[Yd].iloc[0] == np.nanmax(np.where(ds.disagg_meets_slo.values, ds[Yd].values, np.nan))
     alone = slo_search("llama3.1-8b", "H100", **{**SMALL, "gpus": 4, "precisions": ("fp8",)}, modes=("disagg",))
-    assert {k: top[k].iloc[0] for k in top.columns[:7]} == {k: alone.best[k] for k in top.columns[:7]}
+    assert {k: top[k].iloc[0] for k in top.columns[:8]} == {k: alone.best[k] for k in top.columns[:8]}
     tpot = best(ds, "disagg_tpot", top=3, where=["disagg_status=ok", "disagg_fits_memory"], include_oom=True)
     assert tpot.disagg_tpot.iloc[0] == np.nanmin(np.where(ranked, ds.disagg_tpot.values, np.nan))
     assert "disagg_fits_memory" in tpot.columns and tpot.attrs["units"]["disagg_tpot"] == "s"
@@ -261,7 +261,7 @@ def test_cli_best_by_a_disagg_variable_and_an_unknown_one(tmp_path):
     run = CliRunner().invoke(main, ["best", str(out), "--by", "disagg_tpot", "--top", "2"])
     assert run.exit_code == 0, run.output
     header, *rows = run.stdout.splitlines()
-    assert header.split()[:8] == ["engine", "precision", "prefill_tp", "prefill_workers", "decode_tp",
+    assert header.split()[:9] == ["engine", "precision", "spec_tokens", "prefill_tp", "prefill_workers", "decode_tp",
                                   "decode_workers", "batch_size", "disagg_tpot"] and len(rows) == 2
     run = CliRunner().invoke(main, ["best", str(out), "--by", "disagg_tpt"])
     assert run.exit_code == 2 and run.stderr == "error: unknown variable 'disagg_tpt' (did you mean 'disagg_tpot'?)\n"

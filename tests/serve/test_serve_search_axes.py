@@ -27,8 +27,8 @@ def test_every_axis_is_a_labeled_dimension_and_every_row_names_its_mode_engine_a
                               "batch_size")
     assert list(ds.engine.values) == ["trtllm", "vllm"] and list(ds.spec_tokens.values) == [0, 2]
     assert list(ds.ep.values) == [1, 2, 4] and list(ds.attention_dp.values) == [1, 2, 4]   # MoE default: powers
-    assert ds.disagg_status.dims == ("engine", "precision", "prefill_tp", "prefill_workers", "decode_tp",
-                                     "decode_workers", "batch_size")
+    assert ds.disagg_status.dims == ("engine", "precision", "spec_tokens", "prefill_tp", "prefill_workers",
+                                     "decode_tp", "decode_workers", "batch_size")   # the decode pool speculates
     assert ds.attrs["slo_modes"] == "agg,disagg"
     modes = {r["mode"] for r in [*result.frontier, result.best]}
     assert modes <= {"agg", "disagg"} and result.best is not None
@@ -50,11 +50,11 @@ def test_illegal_combinations_stay_in_the_grid_with_their_status():
     assert int(moe.status.sel(dict(at, tp=1, ep=1, attention_dp=2, batch_size=3))) == st["attention_dp_not_dividing"]
     assert int(moe.status.sel(dict(at, tp=1, ep=1, attention_dp=2, batch_size=4))) == st["ok"]
     assert int(moe.status.sel(dict(at, tp=2, ep=16, attention_dp=1, batch_size=4))) == st["ep_not_dividing"]  # 8 experts
-    d = moe.disagg_status.sel(engine="trtllm", precision="fp8", batch_size=4)
+    d = moe.disagg_status.sel(engine="trtllm", precision="fp8", spec_tokens=0, batch_size=4)
     assert int(d.sel(prefill_tp=4, prefill_workers=2, decode_tp=1, decode_workers=1)) == st["pools_over_budget"]
     assert int(d.sel(prefill_tp=4, prefill_workers=1, decode_tp=4, decode_workers=1)) == st["ok"]
-    assert np.isnan(float(moe.disagg_ttft.sel(engine="trtllm", precision="fp8", batch_size=4, prefill_tp=8,
-                                              prefill_workers=8, decode_tp=1, decode_workers=1)))
+    assert np.isnan(float(moe.disagg_ttft.sel(engine="trtllm", precision="fp8", spec_tokens=0, batch_size=4,
+                                              prefill_tp=8, prefill_workers=8, decode_tp=1, decode_workers=1)))
     dense = slo_search("llama3.1-8b", "H100", gpus=4, precisions=("bf16",), concurrency=[4], attention_dp=[1, 2],
                        **KW).dataset
     assert int(dense.status.sel(dict(at, precision="bf16", tp=1, ep=1, attention_dp=2, batch_size=4))) \
@@ -99,8 +99,8 @@ def test_a_disaggregated_point_is_the_disagg_evaluation_of_the_same_pools(engine
                         engine=engine, **KW)
     ds = result.dataset
     assert "meets_slo" not in ds and "status" not in ds          # the aggregated grid was not asked for
-    at = dict(engine=engine, precision="fp8", batch_size=48, prefill_tp=2, prefill_workers=2, decode_tp=2,
-              decode_workers=2)
+    at = dict(engine=engine, precision="fp8", spec_tokens=0, batch_size=48, prefill_tp=2, prefill_workers=2,
+              decode_tp=2, decode_workers=2)
     profile = profile_columns(engine, None, 80 * 2**30)
     common = dict(precision="fp8", input_len=1024, client_rounds=0, **profile)
     prefill = columns("llama3.1-8b", "H100", batch_size=1, tp=2, output_len=2, **common)
@@ -112,6 +112,35 @@ def test_a_disaggregated_point_is_the_disagg_evaluation_of_the_same_pools(engine
     assert float(ds.disagg_tpot.sel(at)) == pytest.approx(want["tpot"], rel=1e-12)
     assert float(ds[f"disagg_{Y}"].sel(at)) == pytest.approx(want["output_tokens_per_s"] / 8, rel=1e-9)
     assert float(ds[f"disagg_{X}"].sel(at)) == pytest.approx(1 / want["tpot"], rel=1e-12)
+
+
+def test_a_speculating_disaggregated_point_is_the_disagg_evaluation_of_the_same_pools():
+    """``spec_tokens`` is an axis of the pools too (docs/model_serving.md S18): the decode worker speculates at the
+    search's acceptance, the prefill worker does not, and the first token's iterations last E TPOTs, as
+    ``evaluate_disagg`` of the hand-built deployment prices them; k = 0 is the search without drafts."""
+    from fastmodel.registry.lm import COLUMN_INDEX as C
+    from fastmodel.serve.api import columns
+    from fastmodel.serve.disagg import DisaggRecord, evaluate_disagg
+    from fastmodel.serve.profiles import profile_columns
+
+    kw = dict(gpus=8, precisions=("fp8",), concurrency=[48], modes=("disagg",), engine="trtllm", **KW)
+    ds = slo_search("llama3.1-8b", "H100", spec_tokens=(0, 3), spec_acceptance=0.7, **kw).dataset
+    plain = slo_search("llama3.1-8b", "H100", **kw).dataset
+    at = dict(engine="trtllm", precision="fp8", batch_size=48, prefill_tp=2, prefill_workers=2, decode_tp=2,
+              decode_workers=2)
+    common = dict(precision="fp8", input_len=1024, client_rounds=0, **profile_columns("trtllm", None, 80 * 2**30))
+    prefill = columns("llama3.1-8b", "H100", batch_size=1, tp=2, output_len=2, **common)
+    decode = columns("llama3.1-8b", "H100", batch_size=24, tp=2, output_len=256, spec_tokens=3,
+                     spec_acceptance=0.7, **common)
+    assert prefill[C["spec_tokens"]] == 0
+    [want] = evaluate_disagg([DisaggRecord("hand", prefill, decode, 2, 2, 48, 8, 8, {}, "", "H100", (), {})])
+    got = {name: float(ds[f"disagg_{name}"].sel(dict(at, spec_tokens=3))) for name in ("ttft", "tpot", Y)}
+    assert got["ttft"] == pytest.approx(want["ttft"], rel=1e-9)
+    assert got["tpot"] == pytest.approx(want["tpot"], rel=1e-12)
+    assert got[Y] == pytest.approx(want["output_tokens_per_s"] / 8, rel=1e-9)
+    for name in ("disagg_ttft", "disagg_tpot", "disagg_status"):
+        np.testing.assert_array_equal(ds[name].sel(spec_tokens=0).values, plain[name].sel(spec_tokens=0).values)
+    assert got["tpot"] < float(ds.disagg_tpot.sel(dict(at, spec_tokens=0)))
 
 
 def test_mode_disagg_alone_sweeps_no_aggregated_grid(monkeypatch, tmp_path):
@@ -132,8 +161,8 @@ def test_mode_disagg_alone_sweeps_no_aggregated_grid(monkeypatch, tmp_path):
     alone = slo_search("llama3.1-8b", "H100", modes=("disagg",), **kw)
     ds = alone.dataset
     assert all(name.startswith("disagg_") for name in ds.data_vars) and ds.attrs["slo_modes"] == "disagg"
-    assert set(ds.dims) == {"engine", "precision", "prefill_tp", "prefill_workers", "decode_tp", "decode_workers",
-                            "batch_size"}
+    assert set(ds.dims) == {"engine", "precision", "spec_tokens", "prefill_tp", "prefill_workers", "decode_tp",
+                            "decode_workers", "batch_size"}
     assert ds.attrs["fastmodel_task"] == "serve" and ds.attrs["model"] == "llama3.1-8b"
     assert {r["mode"] for r in alone.frontier} == {"disagg"}
     for name in ds.data_vars:
@@ -166,7 +195,6 @@ def test_the_search_cli_takes_the_axes_and_prints_mode_engine_and_layout():
     (["--attention-dp", "3", "--concurrency", "8"], "--attention-dp"),
     (["--attention-dp", "2", "--batch-size", "5"], "--attention-dp"),
     (["--spec-tokens", "3", "--concurrency", "8"], "--spec-acceptance"),
-    (["--spec-tokens", "3", "--spec-acceptance", "0.5", "--batch-size", "8"], "--spec-tokens"),
     (["--engine", "vllm,sglang"], "--engine"),
     (["--engine", "tgi"], "--engine"),
     (["--mode", "disagg"], "--mode"),
@@ -213,9 +241,8 @@ def test_speculative_decoding_record_fields_lower_to_the_columns_and_need_an_acc
     assert lower_serve_record(RECORD, "f.jsonl:1").columns[C["spec_tokens"]] == 0
     with pytest.raises(SpecError, match=r"f\.jsonl:1: serve\.spec_acceptance: required with spec_tokens"):
         lower_serve_record(_with("serve.spec_tokens", 2), "f.jsonl:1")
-    static = _with("serve.batch_size", 16, _with("serve.concurrency", KeyError, spec))
-    with pytest.raises(SpecError, match=r"serve\.spec_tokens: .*concurrency"):
-        lower_serve_record(static, "f.jsonl:1")
+    static = _with("serve.batch_size", 16, _with("serve.concurrency", KeyError, spec))   # every load speculates (S18)
+    assert lower_serve_record(static, "f.jsonl:1").columns[C["spec_tokens"]] == 2
     with pytest.raises(SpecError, match=r"serve\.spec_acceptance"):
         lower_serve_record(_with("serve.spec_acceptance", 1.5, spec), "f.jsonl:1")
 

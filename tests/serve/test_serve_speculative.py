@@ -1,0 +1,104 @@
+"""Speculative decoding at every load mode (kernels/serve/speculative.py; docs/model_serving.md §S18), by hand:
+the expected accepted tokens, a static batch, max_throughput's stationary step and the disaggregated decode pool."""
+
+import math
+
+import numpy as np
+import pytest
+
+from fastmodel.kernels.serve.speculative import accepted_tokens
+from fastmodel.registry.lm import COLUMN_INDEX as C
+from fastmodel.registry.lm import COLUMNS
+from fastmodel.serve.api import evaluate
+
+#: Leviathan et al. (2023) Eq. 1 as plain Python (the kernel's, interpreted or compiled alike)
+_ACCEPTED = getattr(accepted_tokens, "py_func", accepted_tokens)
+
+
+def _row(k: float, a: float) -> np.ndarray:
+    row = np.zeros(len(COLUMNS))
+    row[C["spec_tokens"]], row[C["spec_acceptance"]] = k, a
+    return row
+
+
+def test_the_expected_accepted_tokens_are_leviathans_eq_1():
+    """E = (1 - a^(k+1)) / (1 - a): k = 3, a = 0.5: 1.875 / 0.5 = 1 + 0.5 + 0.25 + 0.125 = 1.875; a = 0.7:
+    (1 - 0.2401) / 0.3 = 2.533; every draft accepted (a = 1): k + 1 = 4; none (a = 0) or no drafts: 1."""
+    assert _ACCEPTED(_row(3, 0.5)) == pytest.approx(1.875, rel=1e-15)
+    assert _ACCEPTED(_row(3, 0.7)) == pytest.approx(0.7599 / 0.3, rel=1e-15)
+    assert _ACCEPTED(_row(3, 1.0)) == 4.0
+    assert _ACCEPTED(_row(3, 0.0)) == 1.0 and _ACCEPTED(_row(0, 0.9)) == 1.0
+
+
+KW = dict(tp=8, precision="fp8", input_len=1024, output_len=512, spec_tokens=3)
+
+
+def test_a_static_batch_divides_its_decode_by_the_expected_accepted_tokens():
+    """A static batch of 4: each decode step verifies k + 1 = 4 tokens of every request and runs 3 draft steps,
+    which do not depend on the acceptance a; the 511 tokens after the first take 511 / E steps, so TPOT(a=0) /
+    TPOT(a) = E(a) = 1.875 at a = 0.5 and 4 at a = 1 (the KV read once a step, the host's step overhead once a
+    step: every decode term over E). The prefill and its first token are the same with and without drafts, and
+    drafts never accepted only cost."""
+    none = evaluate("llama3.1-70b", "H200", batch_size=4, spec_acceptance=0.0, **KW)
+    half = evaluate("llama3.1-70b", "H200", batch_size=4, spec_acceptance=0.5, **KW)
+    full = evaluate("llama3.1-70b", "H200", batch_size=4, spec_acceptance=1.0, **KW)
+    plain = evaluate("llama3.1-70b", "H200", batch_size=4, **{**KW, "spec_tokens": 0})
+    assert none["tpot"] / half["tpot"] == pytest.approx(1.875, rel=1e-12)
+    assert none["tpot"] / full["tpot"] == pytest.approx(4.0, rel=1e-12)
+    for part in ("decode_gemm", "decode_attention", "decode_memory_bound", "decode_comm", "decode_overhead"):
+        assert none[part] == pytest.approx(1.875 * half[part], rel=1e-12)
+    assert none["ttft"] == half["ttft"] == plain["ttft"]
+    assert half["e2e_latency"] == pytest.approx(half["ttft"] + 511 * half["tpot"], rel=1e-12)
+    assert half["output_tokens_per_s"] == pytest.approx(4 * 512 / half["e2e_latency"], rel=1e-12)
+    assert none["tpot"] > plain["tpot"] > half["tpot"]
+    assert half["memory_per_device"] == plain["memory_per_device"]      # §S18 holds no KV for the drafts
+
+
+def test_max_throughput_requests_live_one_prefill_step_and_their_decode_over_e():
+    """max_throughput's stationary step (§S6) with drafts: a request spends one step in prefill and (O - 1) / E
+    decode steps of E tokens, L = 1 + (O - 1) / E steps in all (O without drafts). Llama 3.1 8B on one H100,
+    I = 1024, O = 257, k = 3, a = 0.5: E = 1.875, (O - 1) / E = 136.5333, L = 137.5333. TPOT = step / E, the
+    instance emits batch x O tokens per L steps, e2e = TTFT + (O - 1) TPOT. The step's token budget counts the
+    verified drafts (vLLM's scheduler: num_tokens_with_spec): a request feeds (I + 4 x 136.5333) / L = 11.4165
+    tokens a step, so a budget of 2048 feeds floor(2048 / 11.4165) = 179 requests (without drafts
+    floor(2048 x 257 / 1280) = 411, above the KV cache's 344)."""
+    kw = dict(tp=1, input_len=1024, output_len=257, max_throughput=True, max_num_tokens=2048)
+    spec = evaluate("llama3.1-8b", "H100", spec_tokens=3, spec_acceptance=0.5, **kw)
+    plain = evaluate("llama3.1-8b", "H100", **kw)
+    e = 1.875
+    life = 1.0 + 256 / e
+    assert spec["batch_size"] == math.floor(2048 * life / (1024 + 4 * 256 / e)) == 179
+    assert plain["batch_size"] == 344 < 411          # the KV cache's bound
+    step = spec["tpot"] * e
+    assert spec["output_tokens_per_s"] == pytest.approx(179 * 257 / (life * step), rel=1e-12)
+    assert spec["e2e_latency"] == pytest.approx(spec["ttft"] + 256 * spec["tpot"], rel=1e-12)
+    assert spec["ttft"] == plain["ttft"]                  # one prompt's prefill, no drafts
+    assert spec["tpot"] < plain["tpot"]
+
+
+def test_the_disaggregated_decode_pool_speculates_and_the_prefill_pool_does_not():
+    """A disaggregated record with serve.spec_tokens: the decode worker's columns carry the drafts, the prefill
+    worker's do not. One request alone (§S30): TTFT = prefill + KV transfer + 2 decode iterations (the emitting
+    one and TensorRT-LLM's overlap step), each iteration E TPOTs long (its verify and drafts emit E tokens), so the
+    first token does not depend on the acceptance (the iteration's cost does not), while TPOT(a=0) / TPOT(a) = E."""
+    import json
+
+    from fastmodel.serve.disagg import evaluate_disagg, lower_disagg
+    from fastmodel.serve.record_schema import parse_serve_record
+    from tests.serve.test_serve_records import _disagg_record
+
+    def pools(acceptance):
+        data = json.loads(json.dumps(_disagg_record()))
+        data["serve"].update(spec_tokens=3, spec_acceptance=acceptance)
+        return lower_disagg(data, parse_serve_record(data), None)
+
+    half, none = pools(0.5), pools(0.0)
+    assert half.decode[C["spec_tokens"]] == 3 and half.prefill[C["spec_tokens"]] == 0
+    plain_data = _disagg_record()
+    [plain] = evaluate_disagg([lower_disagg(plain_data, parse_serve_record(plain_data), None)])
+    a, b = evaluate_disagg([half, none])
+    assert b["tpot"] / a["tpot"] == pytest.approx(1.875, rel=1e-12)
+    assert a["ttft"] == pytest.approx(a["prefill_s"] + a["kv_transfer_s"] + 2 * 1.875 * a["tpot"], rel=1e-12)
+    assert a["ttft"] == pytest.approx(b["ttft"], rel=1e-12)
+    assert a["prefill_s"] == plain["prefill_s"] and a["kv_transfer_s"] == plain["kv_transfer_s"]
+    assert a["tpot"] < plain["tpot"] < b["tpot"]
