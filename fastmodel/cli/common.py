@@ -123,7 +123,8 @@ def friendly(func):
         previous = _catch_interrupts()
         with output_log() as outputs:         # this command's outputs, for what a Ctrl-C reports
             try:
-                result = func(*args, **kwargs)
+                with flag_names(OUTPUT_FLAGS):   # the output rule names the API's force=True; here --force
+                    result = func(*args, **kwargs)
                 if previous is not None and Interrupt.seen:
                     raise KeyboardInterrupt     # a Ctrl-C the unraisable hook swallowed: the command ran on, not whole
                 return result
@@ -154,6 +155,12 @@ def friendly(func):
     return wrapper
 
 
+#: the arguments the output rule's errors name (fastmodel/io/outputs.py: ``force=True``; fastmodel/io/store.py and
+#: the Python API's sweep: ``overwrite=True``, ``resume=True``) as every command spells them; :func:`friendly`
+#: applies them with :func:`flag_names`
+OUTPUT_FLAGS = {"force": "--force", "overwrite": "--force", "resume": "--resume"}
+
+
 @contextlib.contextmanager
 def flag_names(flags: dict[str, str]):
     """Errors of a Python API call a command makes, with the API's argument names as the command's flags: the API
@@ -161,11 +168,13 @@ def flag_names(flags: dict[str, str]):
     SpecError of no source whose field is a key of ``flags`` (argument -> flag) is raised again naming the flag,
     with each other argument its reason writes ``name=value`` as ``--flag value`` (``--mode: disagg needs --gpus 2
     or more``; a quoted value bare, ``by='plan'`` as ``--by plan``, and a switch's ``name=True`` as the switch
-    alone, ``include_oom=True`` as ``--include-oom``); a SweepError's text likewise. As a command re-raises an API's error with its own names elsewhere
+    alone, ``include_oom=True`` as ``--include-oom``); a SweepError's or an OutputError's text likewise (the output
+    rule's ``force=True``, :data:`OUTPUT_FLAGS`). As a command re-raises an API's error with its own names elsewhere
     (cli/execution.py: ``--set``, cli/plot.py: the result file)."""
     import re
 
     from fastmodel.errors import SpecError, SweepError
+    from fastmodel.io.outputs import OutputError
 
     def flag(match) -> str:
         name = match.group(1)
@@ -186,6 +195,8 @@ def flag_names(flags: dict[str, str]):
         raise type(error)(None, flags[error.field], said(error.reason)) from None
     except SweepError as error:
         raise SweepError(said(str(error))) from None
+    except OutputError as error:
+        raise OutputError(said(str(error))) from None
 
 
 class Interrupt:
