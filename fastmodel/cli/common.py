@@ -169,7 +169,8 @@ def flag_names(flags: dict[str, str]):
     with each other argument its reason writes ``name=value`` as ``--flag value`` (``--mode: disagg needs --gpus 2
     or more``; a quoted value bare, ``by='plan'`` as ``--by plan``, and a switch's ``name=True`` as the switch
     alone, ``include_oom=True`` as ``--include-oom``); a SweepError's or an OutputError's text likewise (the output
-    rule's ``force=True``, :data:`OUTPUT_FLAGS`). As a command re-raises an API's error with its own names elsewhere
+    rule's ``force=True``, :data:`OUTPUT_FLAGS`), and a SweepError's text that opens with an argument's name
+    (``where: num_nodes=3 is not in the data``) opens with its flag (``--where: ...``). As a command re-raises an API's error with its own names elsewhere
     (cli/execution.py: ``--set``, cli/plot.py: the result file)."""
     import re
 
@@ -187,6 +188,10 @@ def flag_names(flags: dict[str, str]):
     def said(text: str) -> str:
         return re.sub(r"\b([a-z_]+)=(?:'([^']*)'|(True\b))?", flag, text)
 
+    def opened(text: str) -> str:       # "where: ..." -> "--where: ..."
+        head, sep, rest = text.partition(": ")
+        return f"{flags[head]}: {said(rest)}" if sep and head in flags else said(text)
+
     try:
         yield
     except SpecError as error:
@@ -194,7 +199,7 @@ def flag_names(flags: dict[str, str]):
             raise
         raise type(error)(None, flags[error.field], said(error.reason)) from None
     except SweepError as error:
-        raise SweepError(said(str(error))) from None
+        raise SweepError(opened(str(error))) from None
     except OutputError as error:
         raise OutputError(said(str(error))) from None
 

@@ -14,7 +14,7 @@ import re
 import click
 
 from fastmodel.cli.common import figure_size as _size
-from fastmodel.cli.common import figure_size_options, friendly, include_oom_option, memory_margin_option
+from fastmodel.cli.common import figure_size_options, flag_names, friendly, include_oom_option, memory_margin_option
 from fastmodel.cli.execution import execution_options
 
 
@@ -349,7 +349,8 @@ def pareto_command(result, x, y, x_dir, y_dir, sel, where, label, curve, memory_
 
     _check_suffix(output, result)
     ds = _open(result, memory_margin, include_oom)
-    mask = where_mask(ds, list(where)) if where else None
+    with flag_names({"where": "--where"}):      # where_mask names the API's where=; here the flag
+        mask = where_mask(ds, list(where)) if where else None
     if curve is not None or ds.attrs.get("fastmodel_task") == "serve":
         if label:    # refused: the serving frontier names each point by the dimensions varying along its curve
             from fastmodel.plot.data import PlotError
