@@ -123,7 +123,7 @@ def friendly(func):
         previous = _catch_interrupts()
         with output_log() as outputs:         # this command's outputs, for what a Ctrl-C reports
             try:
-                with flag_names(OUTPUT_FLAGS):   # the output rule names the API's force=True; here --force
+                with flag_names(SHARED_FLAGS):   # the API's force=True, calibration: ...; here --force, --calibration
                     result = func(*args, **kwargs)
                 if previous is not None and Interrupt.seen:
                     raise KeyboardInterrupt     # a Ctrl-C the unraisable hook swallowed: the command ran on, not whole
@@ -155,10 +155,11 @@ def friendly(func):
     return wrapper
 
 
-#: the arguments the output rule's errors name (fastmodel/io/outputs.py: ``force=True``; fastmodel/io/store.py and
-#: the Python API's sweep: ``overwrite=True``, ``resume=True``) as every command spells them; :func:`friendly`
-#: applies them with :func:`flag_names`
-OUTPUT_FLAGS = {"force": "--force", "overwrite": "--force", "resume": "--resume"}
+#: the Python API's arguments that every command taking them spells alike, as its errors name them: the output
+#: rule's (fastmodel/io/outputs.py: ``force=True``; fastmodel/io/store.py and the Python API's sweep:
+#: ``overwrite=True``, ``resume=True``) and ``calibration`` (``calibration: applies to the real-world model``);
+#: :func:`friendly` applies them with :func:`flag_names`
+SHARED_FLAGS = {"force": "--force", "overwrite": "--force", "resume": "--resume", "calibration": "--calibration"}
 
 
 @contextlib.contextmanager
@@ -169,7 +170,7 @@ def flag_names(flags: dict[str, str]):
     with each other argument its reason writes ``name=value`` as ``--flag value`` (``--mode: disagg needs --gpus 2
     or more``; a quoted value bare, ``by='plan'`` as ``--by plan``, and a switch's ``name=True`` as the switch
     alone, ``include_oom=True`` as ``--include-oom``); a SweepError's or an OutputError's text likewise (the output
-    rule's ``force=True``, :data:`OUTPUT_FLAGS`), and a SweepError's text that opens with an argument's name
+    rule's ``force=True``, :data:`SHARED_FLAGS`), and a SweepError's text that opens with an argument's name
     (``where: num_nodes=3 is not in the data``) opens with its flag (``--where: ...``). As a command re-raises an API's error with its own names elsewhere
     (cli/execution.py: ``--set``, cli/plot.py: the result file)."""
     import re

@@ -7,7 +7,7 @@ corrupting the store; a lock whose owner died (SIGKILL) is free again because
 the kernel drops the flock with the process. Only a directory that is one of
 our sweep stores may be deleted by ``--force`` (``overwrite=True``); readers refuse a store whose
 units are not all written. The errors name the Python API's arguments (``overwrite=True``, ``resume=True``); a
-command names its flags (``cli/common.OUTPUT_FLAGS``).
+command names its flags (``cli/common.SHARED_FLAGS``).
 """
 
 from __future__ import annotations

@@ -129,3 +129,29 @@ def test_every_interrupt_ends_through_one_helper_with_one_line_and_130(capsys):
                 said = said.values[0]
             assert not (isinstance(said, ast.Constant) and str(said.value).startswith("interrupted")), \
                 f"{path.name}:{node.lineno}"
+
+
+def test_the_calibration_argument_is_named_as_the_flag_by_every_command(tmp_path):
+    """Hurried walk 9: a calibration given to a MAD-Max run or sweep said 'calibration: applies to the real-world
+    model ...', the Python argument's name; the command names its flag (SHARED_FLAGS through flag_names, which
+    friendly applies), and Python keeps its argument."""
+    from click.testing import CliRunner
+
+    import fastmodel
+    from fastmodel.cli import main
+    from fastmodel.errors import SpecError
+    from tests.lm.test_calibrate import GOOD
+    from tests.suite_fixtures import DATA
+
+    calibration = tmp_path / "cal.toml"
+    calibration.write_text(GOOD)
+    said = 'applies to the real-world model (family = "lm" specs and run records)'
+    with pytest.raises(SpecError, match=r"^calibration: applies to the real-world model"):
+        fastmodel.evaluate("dlrm-a", "zionex", "dlrm-pretrain", calibration=str(calibration))
+    runner = CliRunner()
+    for args in (["run", "-m", "dlrm-a", "-s", "zionex", "-t", "dlrm-pretrain"],
+                 ["sweep", str(DATA.parent.parent / "specs" / "sweeps" / "cloud_dlrm_a.toml"), "-o",
+                  str(tmp_path / "s.nc")]):
+        result = runner.invoke(main, [*args, "--calibration", str(calibration)])
+        assert result.exit_code == 2 and result.stderr == f"error: --calibration: {said}; the MAD-Max model has no " \
+            "fitted efficiencies\n", result.output

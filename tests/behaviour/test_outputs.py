@@ -108,7 +108,7 @@ def test_calibrate_never_silently_replaces_an_earlier_calibration(tmp_path, runs
 def test_the_python_api_names_its_own_argument_and_the_cli_its_flag(tmp_path, runs):
     """Leftover of the last stop: the output rule said "pass --force" to a Python caller too, who has no flags
     (and the sweep store's "(--force, overwrite=True)" named both). fastmodel.calibrate says force=True and
-    fastmodel.sweep overwrite=True / resume=True; the commands say --force / --resume (cli/common.OUTPUT_FLAGS
+    fastmodel.sweep overwrite=True / resume=True; the commands say --force / --resume (cli/common.SHARED_FLAGS
     through flag_names, the one translation)."""
     import fastmodel
     from fastmodel.errors import FastmodelError, SweepError
