@@ -60,7 +60,7 @@ def read_jsonl(path: str | Path, lower, what: str, whole_object: bool = False, r
     a bound, a missing field: :class:`SpecError`) are appended to it as a :class:`Refused` instead, each with
     its one-line reason (``validate`` counts them as misses); a file of such lines only then returns [], unless
     not one of its lines is JSON (another kind of file): a SpecError naming its first line. A file that is not
-    UTF-8 text (a figure, a netCDF file) is a SpecError naming its first bad byte."""
+    UTF-8 text (a figure, a netCDF file) is a SpecError naming its first bad byte, a TOML file one saying so."""
     if isinstance(path, (list, tuple)):
         return lower_objects(path, lower, what, refused)
     path = Path(path)
@@ -72,6 +72,12 @@ def read_jsonl(path: str | Path, lower, what: str, whole_object: bool = False, r
         raise SpecError(str(path), "", f"not UTF-8 text (byte {error.object[error.start]:#04x} at offset "
                                        f"{error.start}): JSON lines are text") from None
     stripped = text.strip()
+    from fastmodel.io.outputs import content_kind
+
+    significant = any(line.strip() and not comment_line(line) for line in text.splitlines())
+    if significant and content_kind(text[:4096].encode("utf-8")) == "toml":   # a spec, sweep file or calibration
+        raise SpecError(str(path), "", f"a TOML file (a spec, sweep file or calibration), not JSON lines of {what} "
+                                       "(one JSON object a line)")
     if whole_object and stripped.startswith("{") and "\n{" not in stripped:
         lines = [(1, stripped)]
     else:
