@@ -39,6 +39,21 @@ class FloatRange(click.FloatRange):
         return number
 
 
+class Count(click.IntRange):
+    """click.IntRange of a count of tokens or requests that names a unit suffix: ``--input-len 8k`` said "'8k' is not
+    a valid integer range"; a count takes none (8k is 8000 or 8192 tokens: the user says which)."""
+
+    def convert(self, value, param, ctx):
+        import re
+
+        if isinstance(value, str) and re.fullmatch(r"\s*\d+(\.\d+)?\s*[kKmM]i?\s*", value):
+            self.fail(f"{value!r}: a count takes no unit suffix; write the whole number (8k tokens: 8000 or 8192)",
+                      param, ctx)
+        if isinstance(value, str) and not re.fullmatch(r"\s*[+-]?\d+\s*", value):   # click: "not a valid integer range"
+            self.fail(f"{value!r} is not a whole number", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 class OneLineGroup(click.Group):
     """A group whose usage errors are one line (``error: ...``, exit 2) like every other error."""
 
