@@ -75,6 +75,27 @@ class OneLineGroup(click.Group):
         except click.exceptions.Exit as error:
             sys.exit(error.exit_code)
 
+    def resolve_command(self, ctx, args):
+        """A command that is one of a group's (``fastmodel memory``: ``plot memory``; ``fastmodel list``: ``specs
+        list``), the parent group's (``fastmodel plot sweep``: ``fastmodel sweep``) or an option of another
+        (:data:`COMMAND_ELSEWHERE`) names where it is; click said only "No such command 'memory'."."""
+        try:
+            return super().resolve_command(ctx, args)
+        except click.UsageError:
+            name, where = (args[0] if args else ""), []
+            groups = [(ctx.command_path, self)]
+            if ctx.parent is not None and isinstance(ctx.parent.command, click.Group):
+                groups.append((ctx.parent.command_path, ctx.parent.command))
+            for path, group in groups:    # the parent's own commands, and every other group's below it or here
+                if group is not self and name in group.commands:
+                    where.append(f"'{path} {name}'")
+                where += [f"'{path} {sub} {name}'" for sub, command in sorted(group.commands.items())
+                          if isinstance(command, click.Group) and command is not self and name in command.commands]
+            if not where and name not in COMMAND_ELSEWHERE:
+                raise
+            raise click.UsageError(f"No such command '{name}': it is {' or '.join(where) or COMMAND_ELSEWHERE[name]}",
+                                   ctx) from None
+
     def invoke(self, ctx):
         """Ctrl-C outside a command's own handler (``friendly``: while a command module loads): "interrupted" and
         130, without the empty line click writes before its Abort."""
@@ -83,6 +104,10 @@ class OneLineGroup(click.Group):
         except KeyboardInterrupt:
             exit_interrupted()
 
+
+#: commands a hurried user types that are an option of another command
+COMMAND_ELSEWHERE = {"search": "'fastmodel serve --search' (an SLO search of serving configurations)",
+                     "evaluate": "'fastmodel run' (one configuration) or 'fastmodel batch' (a file of them)"}
 
 #: options one command has for a job another does under its own name: ``best --sel`` is ``best --where``, ``plot heatmap
 #: --where`` is ``--sel`` (click's nearest name was '--csv' or '--help')

@@ -13,8 +13,15 @@ import re
 
 import click
 
+from fastmodel.cli.common import (
+    OneLineGroup,
+    figure_size_options,
+    flag_names,
+    friendly,
+    include_oom_option,
+    memory_margin_option,
+)
 from fastmodel.cli.common import figure_size as _size
-from fastmodel.cli.common import figure_size_options, flag_names, friendly, include_oom_option, memory_margin_option
 from fastmodel.cli.execution import execution_options
 
 
@@ -133,7 +140,7 @@ def _check_suffix(output, *inputs):
     check_output(str(output), _figure_kind(output), inputs=inputs, force=_output_rule()[0], what="figure")
 
 
-@click.group("plot")
+@click.group("plot", cls=OneLineGroup)
 def plot():
     """Figures for papers: heatmap, timeline, memory-timeline, breakdown, memory, pareto, scaling."""
 

@@ -155,3 +155,24 @@ def test_the_calibration_argument_is_named_as_the_flag_by_every_command(tmp_path
         result = runner.invoke(main, [*args, "--calibration", str(calibration)])
         assert result.exit_code == 2 and result.stderr == f"error: --calibration: {said}; the MAD-Max model has no " \
             "fitted efficiencies\n", result.output
+
+
+@pytest.mark.parametrize("args, said", [
+    (["memory"], "No such command 'memory': it is 'fastmodel plot memory' (see 'fastmodel --help')"),
+    (["heatmap"], "No such command 'heatmap': it is 'fastmodel plot heatmap'"),
+    (["list"], "No such command 'list': it is 'fastmodel specs list'"),
+    (["search"], "No such command 'search': it is 'fastmodel serve --search'"),
+    (["plot", "sweep"], "No such command 'sweep': it is 'fastmodel sweep' (see 'fastmodel plot --help')"),
+    (["specs", "heatmap"], "No such command 'heatmap': it is 'fastmodel plot heatmap'"),
+    (["sweeep"], "No such command 'sweeep'. Did you mean 'sweep'?"),        # click's own nearest name stays
+])
+def test_a_command_of_another_group_names_where_it_is(args, said):
+    """Hurried walk 9: 'fastmodel memory' (the figure is 'plot memory') said "No such command 'memory'." and no
+    more; a command of another group (or the parent's, or an option of another command) names where it is (one
+    line, exit 2: OneLineGroup.resolve_command, which plot and specs use too)."""
+    from click.testing import CliRunner
+
+    from fastmodel.cli import main
+    from tests.suite_fixtures import one_line_error
+
+    one_line_error(CliRunner().invoke(main, args, prog_name="fastmodel"), said)
