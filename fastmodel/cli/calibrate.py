@@ -32,7 +32,7 @@ def calibrate(runs, output, force, folds, loss, prior, seed):
     times), and per software stack (the profile each run's framework or stack names) its share of the modelled
     kernel speed and its host time to issue a layer; print before / after / cross-validated errors and each
     parameter fitted or left physical with the reason (too few runs, not separable, too weak), and write them as
-    a TOML overlay to apply with --calibration."""
+    a TOML overlay to apply with run, validate, sweep or batch --calibration."""
     from fastmodel.api import refuse_serving
     from fastmodel.io.outputs import check_output
     from fastmodel.lm.calibrate.api import fit_runs, write_fitted

@@ -176,3 +176,35 @@ def test_a_command_of_another_group_names_where_it_is(args, said):
     from tests.suite_fixtures import one_line_error
 
     one_line_error(CliRunner().invoke(main, args, prog_name="fastmodel"), said)
+
+
+def test_every_flag_a_help_text_names_is_the_command_s_own_or_names_its_command():
+    """Hurried walk 9: ``calibrate --help`` said the overlay is applied 'with --calibration', a flag calibrate does
+    not have (run, validate, sweep and batch do). A --flag in a command's help (its text or an option's) is the
+    command's own, or the name of a command that has it stands just before it ('serve --search -o')."""
+    import re
+
+    import click
+
+    from fastmodel.cli import main
+
+    def walk(command, path):
+        for name, sub in getattr(command, "commands", {}).items():
+            yield from walk(sub, [*path, name])
+        yield path, command
+
+    def flags(command):
+        return {o for p in command.params for o in (*getattr(p, "opts", ()), *getattr(p, "secondary_opts", ()))}
+
+    commands = list(walk(main, []))
+    stray = []
+    for path, command in commands:
+        own = flags(command)
+        for text in [command.help or "", *(getattr(p, "help", None) or "" for p in command.params)]:
+            for match in re.finditer(r"(?<![\w-])--[a-z][a-z0-9-]*", text):
+                flag, before = match.group(0), text[max(0, match.start() - 60):match.start()]
+                named = [" ".join(p) for p, c in commands if p and flag in flags(c) and
+                         not isinstance(c, click.Group) and p[-1] in before]
+                if flag not in own and not named:
+                    stray.append(f"fastmodel {' '.join(path)}: {flag}")
+    assert not stray, stray
