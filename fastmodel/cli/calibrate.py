@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from fastmodel.cli.common import flag_names, friendly
+from fastmodel.cli.common import Choice, flag_names, friendly
 
 #: each argument of ``fastmodel.lm.calibrate.api.fit_runs`` as ``fastmodel calibrate`` spells it (``flag_names``)
 CALIBRATE_FLAGS = {"folds": "--folds", "loss": "--loss", "prior": "--prior", "seed": "--seed"}
@@ -18,7 +18,7 @@ CALIBRATE_FLAGS = {"folds": "--folds", "loss": "--loss", "prior": "--prior", "se
 @click.option("--force", is_flag=True, help="Replace an existing calibration file (a TOML file, never another kind).")
 @click.option("--folds", "-k", type=int, default=None,
               help="k-fold cross-validated error in the report (0: off)  [default: 5, or one fold per run below 5 runs]")
-@click.option("--loss", type=click.Choice(["soft_l1", "linear"]), default="soft_l1", show_default=True,
+@click.option("--loss", type=Choice(["soft_l1", "linear"]), default="soft_l1", show_default=True,
               help="soft_l1: robust to runs the model misses; linear: plain least squares.")
 @click.option("--prior", default="auto", show_default=True,
               help="Weight pulling each fitted value toward its physical one, per scale (0: none); 'cv': "

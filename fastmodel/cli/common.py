@@ -376,7 +376,7 @@ def figure_size_options(size_default: str) -> list:
     return [
         click.option("--dpi", default=300, show_default=True, type=click.IntRange(10, 2400),
                      help="Resolution of PNG output (and of images inside PDF/SVG)."),
-        click.option("--size", default=size_default, show_default=True, type=click.Choice(["single", "double"]),
+        click.option("--size", default=size_default, show_default=True, type=Choice(["single", "double"]),
                      help="Width preset: one column (3.5 in) or the full page width (7.16 in)."),
         click.option("--width", type=click.FloatRange(*WIDTH_RANGE), metavar="IN", expose_value=False,
                      callback=_remember_width, help="Figure width in inches, e.g. 3.3 (one column) or 7 (two "

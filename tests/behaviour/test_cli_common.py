@@ -208,3 +208,27 @@ def test_every_flag_a_help_text_names_is_the_command_s_own_or_names_its_command(
                 if flag not in own and not named:
                     stray.append(f"fastmodel {' '.join(path)}: {flag}")
     assert not stray, stray
+
+
+def test_every_choice_option_suggests_the_nearest_value():
+    """Walk 9: plot heatmap --best mx, plot pareto --x-dir mn, --size dbl, plot breakdown --quantity mem and
+    calibrate --loss took click's own Choice ("'mx' is not one of 'auto', 'max', ..." and no nearest value) where
+    every other choice names it (cli/common.Choice); every choice option of every command is one now."""
+    import click
+    from click.testing import CliRunner
+
+    from fastmodel.cli import main
+    from fastmodel.cli.common import Choice
+    from tests.suite_fixtures import one_line_error
+
+    def walk(command, path):
+        for name, sub in getattr(command, "commands", {}).items():
+            yield from walk(sub, [*path, name])
+        yield path, command
+
+    plain = [f"{' '.join(path)} {param.opts[-1]}" for path, command in walk(main, []) for param in command.params
+             if isinstance(param.type, click.Choice) and not isinstance(param.type, Choice)]
+    assert not plain, plain
+    one_line_error(CliRunner().invoke(main, ["plot", "heatmap", "x.nc", "--x", "plan", "--y", "num_nodes", "--best",
+                                             "mx", "-o", "x.png"]), "'mx' is not one of auto, max, min, none (did you "
+                   "mean 'max'?)")
