@@ -52,6 +52,10 @@ def number(block: dict, key: str, where: str, source: str | None, default=None, 
     return float(value)
 
 
+#: a file of another kind given as JSON lines (``io.outputs.content_kind``), as :func:`read_jsonl` names it
+_OTHER_KINDS = {"toml": "a TOML file (a spec, sweep file or calibration)", "csv": "a CSV file"}
+
+
 def read_jsonl(path: str | Path, lower, what: str, whole_object: bool = False, refused: list | None = None) -> list:
     """``lower(data, "file:line")`` of every line of a JSONL file (with ``whole_object``, also of a file holding
     one JSON object over several lines); a bad line is a SpecError naming the file and line. With a
@@ -74,10 +78,11 @@ def read_jsonl(path: str | Path, lower, what: str, whole_object: bool = False, r
     stripped = text.strip()
     from fastmodel.io.outputs import content_kind
 
-    significant = any(line.strip() and not comment_line(line) for line in text.splitlines())
-    if significant and content_kind(text[:4096].encode("utf-8")) == "toml":   # a spec, sweep file or calibration
-        raise SpecError(str(path), "", f"a TOML file (a spec, sweep file or calibration), not JSON lines of {what} "
-                                       "(one JSON object a line)")
+    head = text[:4096]
+    significant = any(line.strip() and not comment_line(line) for line in head.splitlines())
+    kind = content_kind(head.encode("utf-8")) if significant else "empty"
+    if kind in _OTHER_KINDS and not any(line.lstrip().startswith("{") for line in head.splitlines()):
+        raise SpecError(str(path), "", f"{_OTHER_KINDS[kind]}, not JSON lines of {what} (one JSON object a line)")
     if whole_object and stripped.startswith("{") and "\n{" not in stripped:
         lines = [(1, stripped)]
     else:

@@ -98,3 +98,21 @@ def test_a_toml_file_given_as_records_says_it_is_toml(tmp_path, command):
             read_jsonl(path, _lower, "run records", refused=[])
         result = cli(command, path)
         assert result.exit_code == 2 and result.output == f"error: {said}\n", result.output
+
+
+def test_a_csv_file_given_as_records_says_it_is_csv_and_a_bad_first_line_keeps_its_refusal(tmp_path):
+    """Walk 9: ``serve in.csv`` and ``validate in.csv`` said 'in.csv:1: invalid JSON: Expecting value'; a CSV file
+    is named so in one line. A file with a JSON object in its head is still read line by line (a first line with
+    commas is that line's refusal, the records after it are read)."""
+    from tests.suite_fixtures import cli
+
+    path = tmp_path / "in.csv"
+    path.write_text("model,system,task\nllama3-8b,dgx-h100,llm-pretrain\n")
+    for command, what in (("validate", "run records"), ("serve", "serving records")):
+        result = cli(command, path)
+        assert result.exit_code == 2 and result.output == f"error: {path}: a CSV file, not JSON lines of {what} (one " \
+                                                          "JSON object a line)\n", result.output
+    path.write_text('a,b\n{"id": "a"}\n')
+    refused: list = []
+    assert read_jsonl(path, _lower, "records", refused=refused) == ["a"]
+    assert [r.reason for r in refused] == [f"{path}:1: invalid JSON: Expecting value"]
