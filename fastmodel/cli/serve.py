@@ -162,6 +162,12 @@ def serve(records, model, list_models, device, tp, pp, ep, attention_dp, moe_tp,
 
         check_output(output, "text", inputs=(records,) if records else (), force=force)
     if records:
+        import os
+
+        if not os.path.exists(records) and os.sep not in records and \
+                not records.lower().endswith((".jsonl", ".json", ".md", ".csv", ".toml")):   # 'serve llama3.1-8b'
+            raise FastmodelError(f"{records}: no such file; RECORDS is a serving-record file (JSONL), a model goes "
+                                 f"with -m: fastmodel serve -m {records}")
         from fastmodel.serve.records import read_serve_records
 
         found = read_serve_records(records)

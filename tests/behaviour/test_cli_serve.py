@@ -153,3 +153,11 @@ def test_hurried_walk_9_single_runs_name_the_flag_the_value_and_the_rule():
         one_line_error(_single(*args), said)
     one_line_error(CliRunner().invoke(main, ["serve", "-m", "llama3.1-8bb"]), "error: --model: unknown model "
                    "'llama3.1-8bb' (did you mean 'llama3.1-8b'?)")
+
+
+def test_a_model_name_given_as_records_points_at_dash_m():
+    """Walk 9: 'fastmodel serve llama3.1-8b' (-m left out) said 'llama3.1-8b: cannot read: No such file or
+    directory'; a name that is no file and no path says a model goes with -m. A missing .jsonl stays 'cannot read'."""
+    one_line_error(CliRunner().invoke(main, ["serve", "llama3.1-8b"]), "error: llama3.1-8b: no such file; RECORDS is "
+                   "a serving-record file (JSONL), a model goes with -m: fastmodel serve -m llama3.1-8b")
+    one_line_error(CliRunner().invoke(main, ["serve", "runs.jsonl"]), "error: runs.jsonl: cannot read")
