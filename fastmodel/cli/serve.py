@@ -162,21 +162,7 @@ def serve(records, model, list_models, device, tp, pp, ep, attention_dp, moe_tp,
 
         check_output(output, "text", inputs=(records,) if records else (), force=force)
     if records:
-        import os
-
-        if not os.path.exists(records) and os.sep not in records and \
-                not records.lower().endswith((".jsonl", ".json", ".md", ".csv", ".toml")):   # 'serve llama3.1-8b'
-            raise FastmodelError(f"{records}: no such file; RECORDS is a serving-record file (JSONL), a model goes "
-                                 f"with -m: fastmodel serve -m {records}")
-        from fastmodel.serve.records import read_serve_records
-
-        found = read_serve_records(records)
-        labels = [r.id or f"record {i + 1}" for i, r in enumerate(found)]
-        _echo_notes(found, labels)
-        rows = _record_rows(found, labels, as_json)
-        if output:
-            _write_rows(rows, output, records, force)
-        return
+        return _serve_records(records, as_json, output, force)
     if model:
         if len(loads := given_flags("batch_size", "concurrency", "max_throughput")) > 1:   # was the API's 'load: ...'
             raise FastmodelError(f"give one of --batch-size, --concurrency, --max-throughput (got {', '.join(loads)})")
@@ -223,6 +209,26 @@ def serve(records, model, list_models, device, tp, pp, ep, attention_dp, moe_tp,
 
 #: words a value split from its unit leaves behind as a stray argument (``--ttft 2 s``: RECORDS is "s")
 _UNIT_WORDS = ("s", "ms", "us", "µs", "sec", "secs", "seconds", "msec")
+
+
+def _serve_records(records: str, as_json: bool, output: str | None, force: bool) -> None:
+    """Every record of a serving-record file: notes, one report (or JSON object) each, and ``-o``'s rows. A name
+    that is no file and no path (``serve llama3.1-8b``: -m left out) says a model goes with -m."""
+    import os
+
+    from fastmodel.errors import FastmodelError
+    from fastmodel.serve.records import read_serve_records
+
+    if not os.path.exists(records) and os.sep not in records and \
+            not records.lower().endswith((".jsonl", ".json", ".md", ".csv", ".toml")):
+        raise FastmodelError(f"{records}: no such file; RECORDS is a serving-record file (JSONL), a model goes with "
+                             f"-m: fastmodel serve -m {records}")
+    found = read_serve_records(records)
+    labels = [r.id or f"record {i + 1}" for i, r in enumerate(found)]
+    _echo_notes(found, labels)
+    rows = _record_rows(found, labels, as_json)
+    if output:
+        _write_rows(rows, output, records, force)
 
 
 def _stray_argument(records: str) -> str:
