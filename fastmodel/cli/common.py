@@ -197,9 +197,10 @@ def friendly(func):
 
 #: the Python API's arguments that every command taking them spells alike, as its errors name them: the output
 #: rule's (fastmodel/io/outputs.py: ``force=True``; fastmodel/io/store.py and the Python API's sweep:
-#: ``overwrite=True``, ``resume=True``) and ``calibration`` (``calibration: applies to the real-world model``);
-#: :func:`friendly` applies them with :func:`flag_names`
-SHARED_FLAGS = {"force": "--force", "overwrite": "--force", "resume": "--resume", "calibration": "--calibration"}
+#: ``overwrite=True``, ``resume=True``), ``calibration`` (``calibration: applies to the real-world model``) and
+#: ``semantics`` (``semantics: model ... is a real-world spec``); :func:`friendly` applies them with :func:`flag_names`
+SHARED_FLAGS = {"force": "--force", "overwrite": "--force", "resume": "--resume", "calibration": "--calibration",
+                "semantics": "--semantics"}
 
 
 @contextlib.contextmanager

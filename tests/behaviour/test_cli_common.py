@@ -232,3 +232,20 @@ def test_every_choice_option_suggests_the_nearest_value():
     one_line_error(CliRunner().invoke(main, ["plot", "heatmap", "x.nc", "--x", "plan", "--y", "num_nodes", "--best",
                                              "mx", "-o", "x.png"]), "'mx' is not one of auto, max, min, none (did you "
                    "mean 'max'?)")
+
+
+def test_the_semantics_argument_is_named_as_the_flag():
+    """Walk 9: run of a real-world spec with --semantics madmax said 'semantics: model 'Llama 3 8B' is a real-world
+    spec ...', the Python argument; the command names its flag (SHARED_FLAGS), Python keeps its argument."""
+    from click.testing import CliRunner
+
+    import fastmodel
+    from fastmodel.cli import main
+    from fastmodel.errors import SpecError
+    from tests.suite_fixtures import one_line_error
+
+    said = "model 'Llama 3 8B' is a real-world spec: evaluate it under semantics 'default'"
+    with pytest.raises(SpecError, match=f"^semantics: {said}"):
+        fastmodel.evaluate("llama3-8b", "dgx-h100", "llm-pretrain", semantics="madmax", plan="tp8")
+    one_line_error(CliRunner().invoke(main, ["run", "-m", "llama3-8b", "-s", "dgx-h100", "-t", "llm-pretrain", "-p",
+                                             "tp8", "--semantics", "madmax"]), f"error: --semantics: {said}")
