@@ -53,6 +53,7 @@ def batch(cases, output, force, semantics, calibration, progress):
         source.close()
         raise FastmodelError(f"{cases}: no records: {'standard input' if cases == '-' else 'the file'} is empty "
                              "(batch reads one configuration or record per line)")
+    _refuse_another_kind(source, cases)
     with source, cli_warnings(), claim_output(output, kind, inputs=(cases,), force=force, stdout=True):  # io/outputs.py
         ok, bad = run_to_output(source, output, semantics, progress, calibration=cal)
     if ok == 0 and bad:  # nothing evaluated: a script sees it without reading the file, as a sweep's exit 3
@@ -62,6 +63,26 @@ def batch(cases, output, force, semantics, calibration, progress):
                    f"{'standard output' if output == '-' else output} holds them (exit {NO_LEGAL_POINT_EXIT})", err=True)
         sys.exit(NO_LEGAL_POINT_EXIT)
     click.echo(f"{ok} ok, {bad} errors", err=True)
+
+
+#: a file of another kind given as the cases (``io.outputs.content_kind``): its name, and where it goes
+_GOES = {"csv": ("CSV", ""), "toml": ("TOML", " (a sweep file runs with 'fastmodel sweep FILE -o out.nc', a spec "
+                                             "with 'fastmodel run', a calibration with --calibration)")}
+
+
+def _refuse_another_kind(source, cases: str) -> None:
+    """A CSV or TOML file given as the cases (no line of its head a JSON object) is one line, exit 2, no output:
+    each of its lines was an 'invalid JSON' row and the command exited 3. A file with one JSON line in its head
+    keeps batch's rule, a row per line."""
+    from fastmodel.io.outputs import content_kind
+
+    head = source.peek(1 << 16)[: 1 << 16]
+    kind = content_kind(head)
+    if kind in _GOES and not any(line.lstrip().startswith(b"{") for line in head.splitlines()):
+        source.close()
+        name, goes = _GOES[kind]
+        raise FastmodelError(f"{'standard input' if cases == '-' else cases}: a {name} file, not JSON lines: batch "
+                             f"reads one configuration or record per line as a JSON object{goes}")
 
 
 def _open_input(path: str):

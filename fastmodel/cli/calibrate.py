@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from fastmodel.cli.common import flag_names, friendly
+from fastmodel.cli.common import Choice, flag_names, friendly
 
 #: each argument of ``fastmodel.lm.calibrate.api.fit_runs`` as ``fastmodel calibrate`` spells it (``flag_names``)
 CALIBRATE_FLAGS = {"folds": "--folds", "loss": "--loss", "prior": "--prior", "seed": "--seed"}
@@ -18,7 +18,7 @@ CALIBRATE_FLAGS = {"folds": "--folds", "loss": "--loss", "prior": "--prior", "se
 @click.option("--force", is_flag=True, help="Replace an existing calibration file (a TOML file, never another kind).")
 @click.option("--folds", "-k", type=int, default=None,
               help="k-fold cross-validated error in the report (0: off)  [default: 5, or one fold per run below 5 runs]")
-@click.option("--loss", type=click.Choice(["soft_l1", "linear"]), default="soft_l1", show_default=True,
+@click.option("--loss", type=Choice(["soft_l1", "linear"]), default="soft_l1", show_default=True,
               help="soft_l1: robust to runs the model misses; linear: plain least squares.")
 @click.option("--prior", default="auto", show_default=True,
               help="Weight pulling each fitted value toward its physical one, per scale (0: none); 'cv': "
@@ -32,7 +32,7 @@ def calibrate(runs, output, force, folds, loss, prior, seed):
     times), and per software stack (the profile each run's framework or stack names) its share of the modelled
     kernel speed and its host time to issue a layer; print before / after / cross-validated errors and each
     parameter fitted or left physical with the reason (too few runs, not separable, too weak), and write them as
-    a TOML overlay to apply with --calibration."""
+    a TOML overlay to apply with run, validate, sweep or batch --calibration."""
     from fastmodel.api import refuse_serving
     from fastmodel.io.outputs import check_output
     from fastmodel.lm.calibrate.api import fit_runs, write_fitted

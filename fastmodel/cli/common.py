@@ -39,6 +39,21 @@ class FloatRange(click.FloatRange):
         return number
 
 
+class Count(click.IntRange):
+    """click.IntRange of a count of tokens or requests that names a unit suffix: ``--input-len 8k`` said "'8k' is not
+    a valid integer range"; a count takes none (8k is 8000 or 8192 tokens: the user says which)."""
+
+    def convert(self, value, param, ctx):
+        import re
+
+        if isinstance(value, str) and re.fullmatch(r"\s*\d+(\.\d+)?\s*[kKmM]i?\s*", value):
+            self.fail(f"{value!r}: a count takes no unit suffix; write the whole number (8k tokens: 8000 or 8192)",
+                      param, ctx)
+        if isinstance(value, str) and not re.fullmatch(r"\s*[+-]?\d+\s*", value):   # click: "not a valid integer range"
+            self.fail(f"{value!r} is not a whole number", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 class OneLineGroup(click.Group):
     """A group whose usage errors are one line (``error: ...``, exit 2) like every other error."""
 
@@ -60,6 +75,27 @@ class OneLineGroup(click.Group):
         except click.exceptions.Exit as error:
             sys.exit(error.exit_code)
 
+    def resolve_command(self, ctx, args):
+        """A command that is one of a group's (``fastmodel memory``: ``plot memory``; ``fastmodel list``: ``specs
+        list``), the parent group's (``fastmodel plot sweep``: ``fastmodel sweep``) or an option of another
+        (:data:`COMMAND_ELSEWHERE`) names where it is; click said only "No such command 'memory'."."""
+        try:
+            return super().resolve_command(ctx, args)
+        except click.UsageError:
+            name, where = (args[0] if args else ""), []
+            groups = [(ctx.command_path, self)]
+            if ctx.parent is not None and isinstance(ctx.parent.command, click.Group):
+                groups.append((ctx.parent.command_path, ctx.parent.command))
+            for path, group in groups:    # the parent's own commands, and every other group's below it or here
+                if group is not self and name in group.commands:
+                    where.append(f"'{path} {name}'")
+                where += [f"'{path} {sub} {name}'" for sub, command in sorted(group.commands.items())
+                          if isinstance(command, click.Group) and command is not self and name in command.commands]
+            if not where and name not in COMMAND_ELSEWHERE:
+                raise
+            raise click.UsageError(f"No such command '{name}': it is {' or '.join(where) or COMMAND_ELSEWHERE[name]}",
+                                   ctx) from None
+
     def invoke(self, ctx):
         """Ctrl-C outside a command's own handler (``friendly``: while a command module loads): "interrupted" and
         130, without the empty line click writes before its Abort."""
@@ -68,6 +104,10 @@ class OneLineGroup(click.Group):
         except KeyboardInterrupt:
             exit_interrupted()
 
+
+#: commands a hurried user types that are an option of another command
+COMMAND_ELSEWHERE = {"search": "'fastmodel serve --search' (an SLO search of serving configurations)",
+                     "evaluate": "'fastmodel run' (one configuration) or 'fastmodel batch' (a file of them)"}
 
 #: options one command has for a job another does under its own name: ``best --sel`` is ``best --where``, ``plot heatmap
 #: --where`` is ``--sel`` (click's nearest name was '--csv' or '--help')
@@ -123,7 +163,8 @@ def friendly(func):
         previous = _catch_interrupts()
         with output_log() as outputs:         # this command's outputs, for what a Ctrl-C reports
             try:
-                result = func(*args, **kwargs)
+                with flag_names(SHARED_FLAGS):   # the API's force=True, calibration: ...; here --force, --calibration
+                    result = func(*args, **kwargs)
                 if previous is not None and Interrupt.seen:
                     raise KeyboardInterrupt     # a Ctrl-C the unraisable hook swallowed: the command ran on, not whole
                 return result
@@ -154,6 +195,14 @@ def friendly(func):
     return wrapper
 
 
+#: the Python API's arguments that every command taking them spells alike, as its errors name them: the output
+#: rule's (fastmodel/io/outputs.py: ``force=True``; fastmodel/io/store.py and the Python API's sweep:
+#: ``overwrite=True``, ``resume=True``), ``calibration`` (``calibration: applies to the real-world model``) and
+#: ``semantics`` (``semantics: model ... is a real-world spec``); :func:`friendly` applies them with :func:`flag_names`
+SHARED_FLAGS = {"force": "--force", "overwrite": "--force", "resume": "--resume", "calibration": "--calibration",
+                "semantics": "--semantics"}
+
+
 @contextlib.contextmanager
 def flag_names(flags: dict[str, str]):
     """Errors of a Python API call a command makes, with the API's argument names as the command's flags: the API
@@ -161,11 +210,14 @@ def flag_names(flags: dict[str, str]):
     SpecError of no source whose field is a key of ``flags`` (argument -> flag) is raised again naming the flag,
     with each other argument its reason writes ``name=value`` as ``--flag value`` (``--mode: disagg needs --gpus 2
     or more``; a quoted value bare, ``by='plan'`` as ``--by plan``, and a switch's ``name=True`` as the switch
-    alone, ``include_oom=True`` as ``--include-oom``); a SweepError's text likewise. As a command re-raises an API's error with its own names elsewhere
+    alone, ``include_oom=True`` as ``--include-oom``); a SweepError's or an OutputError's text likewise (the output
+    rule's ``force=True``, :data:`SHARED_FLAGS`), and a SweepError's text that opens with an argument's name
+    (``where: num_nodes=3 is not in the data``) opens with its flag (``--where: ...``). As a command re-raises an API's error with its own names elsewhere
     (cli/execution.py: ``--set``, cli/plot.py: the result file)."""
     import re
 
     from fastmodel.errors import SpecError, SweepError
+    from fastmodel.io.outputs import OutputError
 
     def flag(match) -> str:
         name = match.group(1)
@@ -178,6 +230,10 @@ def flag_names(flags: dict[str, str]):
     def said(text: str) -> str:
         return re.sub(r"\b([a-z_]+)=(?:'([^']*)'|(True\b))?", flag, text)
 
+    def opened(text: str) -> str:       # "where: ..." -> "--where: ..."
+        head, sep, rest = text.partition(": ")
+        return f"{flags[head]}: {said(rest)}" if sep and head in flags else said(text)
+
     try:
         yield
     except SpecError as error:
@@ -185,7 +241,9 @@ def flag_names(flags: dict[str, str]):
             raise
         raise type(error)(None, flags[error.field], said(error.reason)) from None
     except SweepError as error:
-        raise SweepError(said(str(error))) from None
+        raise SweepError(opened(str(error))) from None
+    except OutputError as error:
+        raise OutputError(said(str(error))) from None
 
 
 class Interrupt:
@@ -319,7 +377,7 @@ def figure_size_options(size_default: str) -> list:
     return [
         click.option("--dpi", default=300, show_default=True, type=click.IntRange(10, 2400),
                      help="Resolution of PNG output (and of images inside PDF/SVG)."),
-        click.option("--size", default=size_default, show_default=True, type=click.Choice(["single", "double"]),
+        click.option("--size", default=size_default, show_default=True, type=Choice(["single", "double"]),
                      help="Width preset: one column (3.5 in) or the full page width (7.16 in)."),
         click.option("--width", type=click.FloatRange(*WIDTH_RANGE), metavar="IN", expose_value=False,
                      callback=_remember_width, help="Figure width in inches, e.g. 3.3 (one column) or 7 (two "

@@ -13,8 +13,16 @@ import re
 
 import click
 
+from fastmodel.cli.common import (
+    Choice,
+    OneLineGroup,
+    figure_size_options,
+    flag_names,
+    friendly,
+    include_oom_option,
+    memory_margin_option,
+)
 from fastmodel.cli.common import figure_size as _size
-from fastmodel.cli.common import figure_size_options, friendly, include_oom_option, memory_margin_option
 from fastmodel.cli.execution import execution_options
 
 
@@ -133,7 +141,7 @@ def _check_suffix(output, *inputs):
     check_output(str(output), _figure_kind(output), inputs=inputs, force=_output_rule()[0], what="figure")
 
 
-@click.group("plot")
+@click.group("plot", cls=OneLineGroup)
 def plot():
     """Figures for papers: heatmap, timeline, memory-timeline, breakdown, memory, pareto, scaling."""
 
@@ -160,7 +168,7 @@ def _default_var(ds, var: str | None) -> str:
 @_reduce_option
 @click.option("--relative-to", "relative_to", metavar="PLAN", help="Show the gain over this plan (>1 better; diverging).")
 @click.option("--annotate", is_flag=True, help="Write each cell's value.")
-@click.option("--best", default="auto", show_default=True, type=click.Choice(["auto", "max", "min", "none"]),
+@click.option("--best", default="auto", show_default=True, type=Choice(["auto", "max", "min", "none"]),
               help="Mark the best cell (auto: max for rates, min for times, memory, cost).")
 @click.option("--log/--linear", "log", default=None, help="Colour scale (default: log when values span 2 decades).")
 @memory_margin_option("; real-world training results")
@@ -290,7 +298,7 @@ def _execution(model, record, semantics, system, path, sets) -> dict | None:
 @plot.command("breakdown")
 @click.argument("result", type=click.Path())
 @_sel_option
-@click.option("--quantity", default="time", show_default=True, type=click.Choice(["time", "memory"]),
+@click.option("--quantity", default="time", show_default=True, type=Choice(["time", "memory"]),
               help="Stack time (serialized vs overlapped) or memory per device by kind with the usable-HBM line "
               "(real-world results).")
 @click.option("--memory", "memory", is_flag=True, help="Same as --quantity memory.")
@@ -327,8 +335,8 @@ def memory_command(result, sel, dim, memory_margin, output, dpi, size, title):
 @click.option("--x", "x", help="Variable or coordinate on x, e.g. iteration_time or cost (serving sweeps: "
               "default output_tokens_per_s_per_user).")
 @click.option("--y", "y", help="Variable or coordinate on y (serving sweeps: default output_tokens_per_s_per_gpu).")
-@click.option("--x-dir", type=click.Choice(["min", "max"]), help="Better direction on x (default by name).")
-@click.option("--y-dir", type=click.Choice(["min", "max"]), help="Better direction on y (default by name).")
+@click.option("--x-dir", type=Choice(["min", "max"]), help="Better direction on x (default by name).")
+@click.option("--y-dir", type=Choice(["min", "max"]), help="Better direction on y (default by name).")
 @_sel_option
 @click.option("--where", "where", multiple=True, help="Keep points passing a filter, as in 'best' (repeatable).")
 @click.option("--label", "label", multiple=True, help="Dimension(s) naming frontier points (default: plan).")
@@ -349,7 +357,8 @@ def pareto_command(result, x, y, x_dir, y_dir, sel, where, label, curve, memory_
 
     _check_suffix(output, result)
     ds = _open(result, memory_margin, include_oom)
-    mask = where_mask(ds, list(where)) if where else None
+    with flag_names({"where": "--where"}):      # where_mask names the API's where=; here the flag
+        mask = where_mask(ds, list(where)) if where else None
     if curve is not None or ds.attrs.get("fastmodel_task") == "serve":
         if label:    # refused: the serving frontier names each point by the dimensions varying along its curve
             from fastmodel.plot.data import PlotError

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from fastmodel.cli.common import Choice, FloatRange, friendly
+from fastmodel.cli.common import Choice, Count, FloatRange, flag_names, friendly
 from fastmodel.serve.precisions import KV_DEFAULT_SAID, KV_PRECISIONS, PRECISIONS
 from fastmodel.serve.profiles import PROFILE_COLUMNS, RECORD_ENGINE_COLUMNS
 from fastmodel.serve.profiles_vendor import kv_upcast_note
@@ -31,6 +31,11 @@ class IntList(click.ParamType):
         if min(values) < self.low:
             self.fail(f"{value!r}: every value must be at least {self.low}", param, ctx)
         return values
+
+
+#: the arguments of ``fastmodel.serve.api.columns`` and ``serving_model`` a single run's errors name, as ``serve``
+#: spells them (``flag_names``): ``device: unknown device 'H10'`` is ``--device: ...``
+SERVE_FLAGS = {"model": "--model", "device": "--device", "precision": "--precision", "kv_precision": "--kv-precision"}
 
 
 def _flat(values) -> tuple[int, ...] | None:
@@ -68,10 +73,10 @@ def _one(values, name: str, default):
               help="Tensor parallelism of each expert (0: tp x attention_dp / ep).")
 @click.option("--precision", default="bf16", show_default=True, type=Choice(list(PRECISIONS), case_sensitive=False), help="Weights' (and GEMMs') precision.")
 @click.option("--kv-precision", type=Choice(list(KV_PRECISIONS), case_sensitive=False), help=KV_DEFAULT_SAID)
-@click.option("--input-len", default=1024, show_default=True, type=click.IntRange(min=1), help="Prompt tokens per request.")
-@click.option("--output-len", default=128, show_default=True, type=click.IntRange(min=1), help="Generated tokens per request.")
-@click.option("--batch-size", type=click.IntRange(min=1), help="Static batch of N requests.")
-@click.option("--concurrency", type=click.IntRange(min=1), help="N requests in flight (continuous batching).")
+@click.option("--input-len", default=1024, show_default=True, type=Count(min=1), help="Prompt tokens per request.")
+@click.option("--output-len", default=128, show_default=True, type=Count(min=1), help="Generated tokens per request.")
+@click.option("--batch-size", type=Count(min=1), help="Static batch of N requests.")
+@click.option("--concurrency", type=Count(min=1), help="N requests in flight (continuous batching).")
 @click.option("--max-throughput", is_flag=True, help="As many requests as the KV cache holds.")
 @click.option("--kv-cache-mem-fraction", default=0.9, show_default=True, type=FloatRange(0.01, 1.0), help="Share of free HBM for the KV cache.")
 @click.option("--instances", default=1, show_default=True, type=click.IntRange(min=1), help="Serving instances in the cluster.")
@@ -89,7 +94,7 @@ def _one(values, name: str, default):
 @click.option("--gpus", default=8, show_default=True, type=click.IntRange(min=1), help="--search: GPUs of one instance at most.")
 @click.option("--search-precision", multiple=True, type=Choice(list(PRECISIONS), case_sensitive=False),
               help="--search: precisions to sweep (repeat; default bf16 and fp8).")
-@click.option("--search-concurrency", type=click.IntRange(min=1), metavar="N",
+@click.option("--search-concurrency", type=Count(min=1), metavar="N",
               help="--search: every concurrency 1..N per instance (default: the powers of two to 1024).")
 @click.option("--engine", multiple=True, help="The engine's profile: trtllm, vllm or sglang, at its newest version, "
               "or with a known version as a record's framework names it, e.g. \"vLLM 0.10.2\" "
@@ -131,7 +136,8 @@ def serve(records, model, list_models, device, tp, pp, ep, attention_dp, moe_tp,
     ep, attention_dp, spec_tokens = _flat(ep), _flat(attention_dp), _flat(spec_tokens)
     _check_spec(spec_tokens, spec_acceptance)
     if model:
-        shape, notes = _model_within_context(model, input_len, output_len)
+        with flag_names(SERVE_FLAGS):      # serving_model names its argument, model: here --model
+            shape, notes = _model_within_context(model, input_len, output_len)
     if search:
         from fastmodel.cli.serve_search import run_search
 
@@ -156,16 +162,10 @@ def serve(records, model, list_models, device, tp, pp, ep, attention_dp, moe_tp,
 
         check_output(output, "text", inputs=(records,) if records else (), force=force)
     if records:
-        from fastmodel.serve.records import read_serve_records
-
-        found = read_serve_records(records)
-        labels = [r.id or f"record {i + 1}" for i, r in enumerate(found)]
-        _echo_notes(found, labels)
-        rows = _record_rows(found, labels, as_json)
-        if output:
-            _write_rows(rows, output, records, force)
-        return
+        return _serve_records(records, as_json, output, force)
     if model:
+        if len(loads := given_flags("batch_size", "concurrency", "max_throughput")) > 1:   # was the API's 'load: ...'
+            raise FastmodelError(f"give one of --batch-size, --concurrency, --max-throughput (got {', '.join(loads)})")
         if batch_size is None and concurrency is None and not max_throughput:
             batch_size = 1
         _check_layout(attention_dp, batch_size or concurrency)
@@ -173,15 +173,17 @@ def serve(records, model, list_models, device, tp, pp, ep, attention_dp, moe_tp,
 
         if moe_tp and not shape.get("moe_experts"):    # the kernel's moe_tp rule reads routed experts only
             raise FastmodelError(f"--moe-tp: {model} is a dense model (no routed experts to split); leave it out")
-        profile, engine_notes = engine_columns(engine, device, (), "--engine", refuse=True)
+        with flag_names(SERVE_FLAGS):      # the API's device: ...; here --device
+            profile, engine_notes = engine_columns(engine, device, (), "--engine", refuse=True)
         weight_only = profile.get("fp8_weight_only", 0.0)
         for note in [speculative_note(n, spec) for n in notes] + precision_notes(model, device, precision, weight_only):
             click.echo(f"note: {note}", err=True)
-        params = columns(model, device, precision=precision, kv_precision=kv_precision, batch_size=batch_size,
-                         concurrency=concurrency, max_throughput=max_throughput, tp=tp, pp=pp, ep=ep,
-                         attention_dp=attention_dp, moe_tp=moe_tp, input_len=input_len, output_len=output_len,
-                         kv_cache_mem_fraction=kv_cache_mem_fraction, instances=instances, spec_tokens=spec,
-                         spec_acceptance=spec_acceptance or 0.0, **profile)[:, None]
+        with flag_names(SERVE_FLAGS):
+            params = columns(model, device, precision=precision, kv_precision=kv_precision, batch_size=batch_size,
+                             concurrency=concurrency, max_throughput=max_throughput, tp=tp, pp=pp, ep=ep,
+                             attention_dp=attention_dp, moe_tp=moe_tp, input_len=input_len, output_len=output_len,
+                             kv_cache_mem_fraction=kv_cache_mem_fraction, instances=instances, spec_tokens=spec,
+                             spec_acceptance=spec_acceptance or 0.0, **profile)[:, None]
         if upcast := kv_upcast_note(params[:, 0]):
             click.echo(f"note: {upcast}", err=True)
         labels = [f"{model} on {tp * attention_dp * pp}x {device}"]
@@ -207,6 +209,26 @@ def serve(records, model, list_models, device, tp, pp, ep, attention_dp, moe_tp,
 
 #: words a value split from its unit leaves behind as a stray argument (``--ttft 2 s``: RECORDS is "s")
 _UNIT_WORDS = ("s", "ms", "us", "µs", "sec", "secs", "seconds", "msec")
+
+
+def _serve_records(records: str, as_json: bool, output: str | None, force: bool) -> None:
+    """Every record of a serving-record file: notes, one report (or JSON object) each, and ``-o``'s rows. A name
+    that is no file and no path (``serve llama3.1-8b``: -m left out) says a model goes with -m."""
+    import os
+
+    from fastmodel.errors import FastmodelError
+    from fastmodel.serve.records import read_serve_records
+
+    if not os.path.exists(records) and os.sep not in records and \
+            not records.lower().endswith((".jsonl", ".json", ".md", ".csv", ".toml")):
+        raise FastmodelError(f"{records}: no such file; RECORDS is a serving-record file (JSONL), a model goes with "
+                             f"-m: fastmodel serve -m {records}")
+    found = read_serve_records(records)
+    labels = [r.id or f"record {i + 1}" for i, r in enumerate(found)]
+    _echo_notes(found, labels)
+    rows = _record_rows(found, labels, as_json)
+    if output:
+        _write_rows(rows, output, records, force)
 
 
 def _stray_argument(records: str) -> str:

@@ -7,11 +7,11 @@ import json
 import click
 
 from fastmodel.cli.app import main
-from fastmodel.cli.common import KIND_CHOICE, LIST_CHOICE, SHOW_CHOICE, SPEC_KINDS, friendly
+from fastmodel.cli.common import KIND_CHOICE, LIST_CHOICE, SHOW_CHOICE, SPEC_KINDS, OneLineGroup, friendly
 from fastmodel.errors import FastmodelError, SpecError
 
 
-@main.group()
+@main.group(cls=OneLineGroup)
 def specs():
     """The built-in spec files: list, show, and the JSON schema of a kind."""
 

@@ -1,5 +1,7 @@
 """The one rule for output files: never replace an input, never replace a file without ``--force``, never
-replace a file of another kind even then (issue 25 item 3).
+replace a file of another kind even then (issue 25 item 3). The errors name the Python argument, ``force=True``
+(``fastmodel.calibrate(..., force=True)``); a command names its flag, ``--force`` (``cli/common.flag_names``, which
+every command's ``friendly`` applies to them).
 
 Every command that writes a file checks its output here before doing any work
 (:func:`check_output`), then writes it under :func:`claim_output`:
@@ -199,11 +201,11 @@ def check_output(path: str, kind: str, inputs: tuple[str, ...] = (), force: bool
     found = content_kind(_head(target))
     if found not in ("empty", want):
         raise OutputError(f"{path} exists and is a {_NAMES.get(found, found)} file, not the {_NAMES.get(want, want)} "
-                          f"{what} this command writes; refusing to replace it (even with --force): choose another "
+                          f"{what} this command writes; refusing to replace it (even with force=True): choose another "
                           "output")
     _check_suffix(path, want, what, by_suffix=kind == "text")
     if not force:
-        raise OutputError(f"{path} exists; pass --force to replace it")
+        raise OutputError(f"{path} exists; pass force=True to replace it")
     _probe_folders(path, target)
 
 

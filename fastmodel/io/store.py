@@ -5,8 +5,9 @@ A zarr sweep store is a directory. Writers hold an exclusive lock
 start time), so a second writer is refused with the owner's name instead of
 corrupting the store; a lock whose owner died (SIGKILL) is free again because
 the kernel drops the flock with the process. Only a directory that is one of
-our sweep stores may be deleted by ``--force``; readers refuse a store whose
-units are not all written.
+our sweep stores may be deleted by ``--force`` (``overwrite=True``); readers refuse a store whose
+units are not all written. The errors name the Python API's arguments (``overwrite=True``, ``resume=True``); a
+command names its flags (``cli/common.SHARED_FLAGS``).
 """
 
 from __future__ import annotations
@@ -119,15 +120,15 @@ def nothing_to_resume(path: str | os.PathLike) -> SweepError:
     ``fastmodel sweep --resume`` (fastmodel/cli/sweep.py, before the sweep file is read) and :func:`resume_flags`
     (the Python API's resume)."""
     return SweepError(f"{path} is not a fastmodel sweep store, so there is nothing to resume; choose another "
-                      "output (fastmodel never deletes it, even with --force)")
+                      "output (fastmodel never deletes it, even with overwrite=True)")
 
 
 def remove_store(path: str | os.PathLike) -> None:
-    """Delete a sweep store (``--force``); anything else is refused, never deleted."""
+    """Delete a sweep store (``overwrite=True``, ``--force``); anything else is refused, never deleted."""
     root = Path(path)
     if root.is_symlink() or not is_sweep_store(root):
         raise SweepError(f"{path} exists and is not a fastmodel sweep store; refusing to delete it "
-                         "(even with --force): choose another output or remove it yourself")
+                         "(even with overwrite=True): choose another output or remove it yourself")
     shutil.rmtree(root)
 
 
@@ -151,7 +152,7 @@ def resume_flags(path: str | os.PathLike, definition: dict, num_units: int, vari
     # the definition first: another sweep's store (another engine's variables) is not damaged
     if stored != json.loads(json.dumps(definition)):
         raise SweepError(f"{path}: the store was made by a different sweep definition; cannot resume it "
-                         "(pass --force instead of --resume to replace it)")
+                         "(pass overwrite=True instead of resume=True to replace it)")
     try:
         done = np.asarray(group["unit_done"][:], dtype=bool)
         for name in variables:
@@ -161,16 +162,16 @@ def resume_flags(path: str | os.PathLike, definition: dict, num_units: int, vari
         raise _damaged(path, error) from None
     if status_meanings is not None and stored_meanings != status_meanings:
         raise SweepError(f"{path}: the store's status codes were numbered by another fastmodel version; cannot "
-                         "resume it (pass --force instead of --resume to replace it)")
+                         "resume it (pass overwrite=True instead of resume=True to replace it)")
     if done.shape != (num_units,):
         raise SweepError(f"{path}: the sweep store is damaged (unit_done has {done.size} units, the sweep "
-                         f"{num_units}); pass --force instead of --resume to replace it")
+                         f"{num_units}); pass overwrite=True instead of resume=True to replace it")
     return done
 
 
 def _damaged(path, error: Exception) -> SweepError:
     return SweepError(f"{path}: the sweep store is damaged ({type(error).__name__}: {error}); "
-                      "pass --force instead of --resume to replace it")
+                      "pass overwrite=True instead of resume=True to replace it")
 
 
 def missing_units(group) -> tuple[int, int]:

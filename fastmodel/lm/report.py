@@ -63,7 +63,8 @@ def run_one(model: Any, system: Any, task: Any, *, semantics: Any = "default", p
         if calibration is None:  # no xarray: the report needs only the numbers
             from fastmodel.lm.api import column_values
 
-            columns = point_columns(spec, system, train, plan=plan, num_nodes=num_nodes, execution=execution)
+            columns = point_columns(spec, system, train, plan=plan, num_nodes=num_nodes, execution=execution,
+                                    notes=notes)
             report = _report(*_margin(column_values(columns, plan), {}, _capacity(system), memory_margin), title)
         else:
             from fastmodel.lm.api import evaluate_lm, report_values
@@ -77,8 +78,10 @@ def run_one(model: Any, system: Any, task: Any, *, semantics: Any = "default", p
             raise error.located(f"{task}: task.plan") from None
         raise
     if columns is None:   # calibrated: the sweep path lowered its own point
-        columns = point_columns(spec, system, train, plan=plan, num_nodes=num_nodes, execution=execution)
-    return _with_notes(_with_stages(report, columns), notes)
+        columns = point_columns(spec, system, train, plan=plan, num_nodes=num_nodes, execution=execution,
+                                notes=notes)
+    # what the stack decided, as a record's report says it (vp "unknown": "vp unknown: 2 (rule)")
+    return _with_notes(_with_stages(report, columns), list(dict.fromkeys(notes)))
 
 
 def _with_stages(report: RunReport, columns) -> RunReport:

@@ -106,7 +106,7 @@ def _powers(limit: int) -> list[int]:
 
 
 def base_columns(model, cluster, execution, global_batch: int, ep: int = 1, twice_as_status: bool = False,
-                 pp: int = 1) -> np.ndarray:
+                 pp: int = 1, notes: list[str] | None = None) -> np.ndarray:
     """The column vector of the specs with a trivial mesh (tp = pp = cp = 1, dp = the cluster) but ``ep``, whose
     ep > 1 the stack may read (``stacks.resolve``: TorchTitan's compiled MoE blocks under EP and activation
     checkpointing run eager, docs/model.md §11.14.1), and the stack's rules read at ``pp`` (``vp = "unknown"``:
@@ -114,9 +114,10 @@ def base_columns(model, cluster, execution, global_batch: int, ep: int = 1, twic
     after it.
     ``twice_as_status``: an execution whose stack fuses the weight-gradient accumulation beside an accumulation pass
     keeps both columns, for the rule table's ``wgrad_accumulation_twice``, instead of the lowering's SpecError (a
-    sweep's value combination, ``fastmodel.lm.sweep_stack``)."""
-    return lower(model, cluster, execution, Mesh(dp=cluster.n_gpus, ep=ep), global_batch, source=model.name,
-                 refuse_twice=not twice_as_status, stack_pp=pp)
+    sweep's value combination, ``fastmodel.lm.sweep_stack``). The lowering's notes (the stack's rules: ``vp
+    unknown: N (rule)``) are appended to ``notes``."""
+    return lower(model, cluster, execution, Mesh(dp=cluster.n_gpus, ep=ep), global_batch, notes=notes,
+                 source=model.name, refuse_twice=not twice_as_status, stack_pp=pp)
 
 
 def _axis_values(name: str, values: Any, model, cluster, max_gpus: int) -> tuple[list, np.ndarray | None]:
@@ -348,10 +349,12 @@ def task_name(task: Any) -> str | None:
 
 
 def point_columns(model: Any, system: Any, task: Any = None, plan: str | None = None, execution: Any = None,
-                  num_nodes: int | None = None, global_batch: int | None = None) -> np.ndarray:
+                  num_nodes: int | None = None, global_batch: int | None = None,
+                  notes: list[str] | None = None) -> np.ndarray:
     """The column vector of one configuration, built as the grid kernel builds a sweep point (mesh degrees,
     ``dp = n_gpus / (tp pp cp)``, the FSDP shard group = dp unless the execution spec sets it); a PlanError
-    for an illegal plan."""
+    for an illegal plan. The lowering's notes (what the stack decided, e.g. ``vp unknown: 2 (rule)``) are
+    appended to ``notes``."""
     from fastmodel.lm.rules import check_plan
 
     model = load_lm_model(model)
@@ -359,7 +362,7 @@ def point_columns(model: Any, system: Any, task: Any = None, plan: str | None = 
     execution = load_execution(execution)
     mesh = parse_mesh("dp" if plan is None else plan)
     columns = base_columns(model, cluster, execution, global_batch or _task_global_batch(task), ep=mesh["ep"],
-                           pp=mesh["pp"])
+                           pp=mesh["pp"], notes=notes)
     columns = mesh_columns(columns, plan, execution.shard_degree is None)
     check_plan(columns, f"plan {plan or 'dp'!r}")
     return columns

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 from matplotlib import colors as mcolors
-from matplotlib import ticker as mticker
 from matplotlib.collections import PatchCollection
 from matplotlib.patches import Patch, Rectangle
 
@@ -56,6 +55,7 @@ def heatmap(data, x: str | None = None, y: str | None = None, *, var: str | None
         raise D.PlotError(f"x and y are both {x!r}")
     da = da.transpose(y, x)
     st = st.transpose(y, x) if st is not None else None
+    _refuse_nothing_drawn(da, st)
     ny, nx = da.shape
     if annotate and nx * ny > MAX_ANNOTATED_CELLS:
         raise D.PlotError(f"--annotate writes a number in each cell; {ny:,} x {nx:,} cells are too many to read (at "
@@ -94,9 +94,6 @@ def heatmap(data, x: str | None = None, y: str | None = None, *, var: str | None
                 if hi > lo:
                     cbar.ax.set_ylim(max(lo, norm.vmin), min(hi, norm.vmax))
             cbar.set_label(S.label(D.long_name_of(da), shown))
-            if not image.count():   # every cell illegal or infeasible: no value, no scale (it read -0.1 .. 0.1)
-                cbar.set_ticks([])
-                cbar.ax.yaxis.set_minor_locator(mticker.NullLocator())
         _ticks(ax, da, x, y)
         handles = _missing_cells(ax, image if not categorical else np.ma.masked_equal(image, -1), st)
         if annotate and not categorical:
@@ -113,6 +110,24 @@ def heatmap(data, x: str | None = None, y: str | None = None, *, var: str | None
             spine.set_visible(False)
     make_readable(fig)   # minimum font, no overlapping tick labels (plot/readable.py)
     return fig, ax
+
+
+def _refuse_nothing_drawn(da, st) -> None:
+    """A one-line PlotError, as ``plot scaling`` says it, for a map of numbers with no cell to colour: every point
+    hidden (a real-world sweep's points over HBM, :func:`fastmodel.plot.data.visible`) or NaN. It drew a fully
+    hatched map beside an empty colour bar and said nothing (exit 0)."""
+    if da.dtype.kind not in "fiu" or da.name == "status" or "flag_meanings" in da.attrs:
+        return
+    drawn = np.isfinite(np.asarray(da.values, dtype=float))
+    if st is not None:
+        drawn &= np.asarray(D.visible(da, st).values)
+    if drawn.any():
+        return
+    left_out = D.left_out_line(D.reasons_of(st, ~drawn & (np.asarray(st.values) != 0)), da.size) if st is not None \
+        else ""
+    hint = "; --include-oom draws the points over memory" if "does_not_fit" in left_out else ""
+    raise D.PlotError(f"{da.name}: no point of this selection has a result to draw "
+                      f"({left_out or 'every value is NaN'}){hint}")
 
 
 def _as_labels(da):

@@ -58,10 +58,12 @@ def memory_table(ds, dim: str | None = None, sel=None):
     varying = [d for d in dims if memory.sizes[d] > 1 and d != dim]
     if dim is None and len(varying) == 1:
         dim, varying = varying[0], []
+    if varying and dim is None:    # it said "fix the others" and listed every one: which is the bars'?
+        raise D.PlotError(f"the memory breakdown shows configurations along one dimension, and {', '.join(varying)} "
+                          "vary: name the bars' with --dim (dim= in Python) and fix the others with --sel (ds.sel)")
     if varying:
-        keep = f"only '{dim}' may vary" if dim else "one dimension may vary"
-        raise D.PlotError(f"the memory breakdown shows configurations along one dimension ({keep}); fix the others "
-                          f"with --sel (ds.sel in Python): {', '.join(varying)}")
+        raise D.PlotError(f"the memory breakdown shows configurations along one dimension (only '{dim}' may vary); "
+                          f"fix the others with --sel (ds.sel in Python): {', '.join(varying)}")
     fixed = [f"{d}={S.fmt_coord(memory[d].values[0])}" for d in dims if d != dim and d in memory.coords]
     fixed += [f"{d}={S.fmt_coord(memory[d].values.item())}" for d in memory.coords
               if d not in memory.dims and memory[d].ndim == 0 and d != "memory_kind"]

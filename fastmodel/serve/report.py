@@ -32,14 +32,20 @@ def load_mode(columns) -> str:
 
 
 def status_message(status: str, columns=None) -> str:
-    """The text of a serving status; with the configuration's ``columns``, ``ep_not_dividing`` names the field
-    and the values that break it (kernels/serve/evaluate.py ``check``), else the registry's text."""
+    """The text of a serving status; with the configuration's ``columns``, ``ep_not_dividing`` and
+    ``heads_not_divisible_by_tp`` name the field and the values that break it (kernels/serve/evaluate.py
+    ``check``), else the registry's text."""
     from fastmodel.registry.serve import SERVE_STATUS, SERVE_STATUSES
 
     message = SERVE_STATUSES[SERVE_STATUS[status]].message
-    if status != "ep_not_dividing" or columns is None:
+    if status not in ("ep_not_dividing", "heads_not_divisible_by_tp") or columns is None:
         return message
     from fastmodel.registry.lm import COLUMN_INDEX as C
+
+    if status == "heads_not_divisible_by_tp":     # the kernel's rule: tp divides the query heads, and the KV heads
+        tp, heads, kv = (float(columns[C[k]]) for k in ("tp", "heads", "kv_heads"))   # when there are more than tp
+        which = f"{heads:g} query heads (model.heads)" if heads % tp else f"{kv:g} KV heads (model.kv_heads)"
+        return f"serve.tp = {tp:g} does not divide the model's {which}, so its heads do not split over tp"
 
     ep, experts, tp, adp, moe_tp = (float(columns[C[k]]) for k in ("ep", "moe_experts", "tp", "attention_dp",
                                                                     "moe_tp"))

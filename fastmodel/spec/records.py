@@ -52,6 +52,10 @@ def number(block: dict, key: str, where: str, source: str | None, default=None, 
     return float(value)
 
 
+#: a file of another kind given as JSON lines (``io.outputs.content_kind``), as :func:`read_jsonl` names it
+_OTHER_KINDS = {"toml": "a TOML file (a spec, sweep file or calibration)", "csv": "a CSV file"}
+
+
 def read_jsonl(path: str | Path, lower, what: str, whole_object: bool = False, refused: list | None = None) -> list:
     """``lower(data, "file:line")`` of every line of a JSONL file (with ``whole_object``, also of a file holding
     one JSON object over several lines); a bad line is a SpecError naming the file and line. With a
@@ -60,7 +64,7 @@ def read_jsonl(path: str | Path, lower, what: str, whole_object: bool = False, r
     a bound, a missing field: :class:`SpecError`) are appended to it as a :class:`Refused` instead, each with
     its one-line reason (``validate`` counts them as misses); a file of such lines only then returns [], unless
     not one of its lines is JSON (another kind of file): a SpecError naming its first line. A file that is not
-    UTF-8 text (a figure, a netCDF file) is a SpecError naming its first bad byte."""
+    UTF-8 text (a figure, a netCDF file) is a SpecError naming its first bad byte, a TOML file one saying so."""
     if isinstance(path, (list, tuple)):
         return lower_objects(path, lower, what, refused)
     path = Path(path)
@@ -72,6 +76,13 @@ def read_jsonl(path: str | Path, lower, what: str, whole_object: bool = False, r
         raise SpecError(str(path), "", f"not UTF-8 text (byte {error.object[error.start]:#04x} at offset "
                                        f"{error.start}): JSON lines are text") from None
     stripped = text.strip()
+    from fastmodel.io.outputs import content_kind
+
+    head = text[:4096]
+    significant = any(line.strip() and not comment_line(line) for line in head.splitlines())
+    kind = content_kind(head.encode("utf-8")) if significant else "empty"
+    if kind in _OTHER_KINDS and not any(line.lstrip().startswith("{") for line in head.splitlines()):
+        raise SpecError(str(path), "", f"{_OTHER_KINDS[kind]}, not JSON lines of {what} (one JSON object a line)")
     if whole_object and stripped.startswith("{") and "\n{" not in stripped:
         lines = [(1, stripped)]
     else:

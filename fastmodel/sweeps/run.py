@@ -87,8 +87,7 @@ def run_to_store(plan: SweepPlan, path: str, resume: bool = False, progress: Cal
                 raise SweepError(f"{path}: nothing to resume (no such store)")
             if exists:
                 if not overwrite:
-                    raise SweepError(f"{path} exists; complete it (--resume, resume=True) or replace it "
-                                     "(--force, overwrite=True)")
+                    raise SweepError(f"{path} exists; complete it (resume=True) or replace it (overwrite=True)")
                 remove_store(path)
             create_store(plan, path)
             done = np.zeros(plan.num_units, dtype=bool)

@@ -132,7 +132,7 @@ def test_calibrate_returns_what_the_command_writes(tmp_path):
     assert checked.stdout.rstrip("\n").endswith(fastmodel.validate(runs, calibration=cal).report)
     again = fastmodel.calibrate(runs, folds=0, output=tmp_path / "cal2.toml")
     assert again.source == str(tmp_path / "cal2.toml") and again.devices == written.devices
-    with pytest.raises(FastmodelError, match="exists; pass --force"):
+    with pytest.raises(FastmodelError, match="exists; pass force=True"):      # the API's argument, not the flag
         fastmodel.calibrate(runs, folds=0, output=out)
 
 

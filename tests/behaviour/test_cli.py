@@ -239,7 +239,8 @@ def test_a_resumed_sweep_rates_only_the_configurations_it_evaluated(tmp_path):
 
 def test_resuming_what_is_no_sweep_store_is_refused_in_one_wording_by_the_cli_and_the_api(tmp_path):
     """``--resume`` onto a directory that is no sweep store: the CLI refuses before reading the sweep file, the
-    Python API's resume when it opens the store; both say it as fastmodel/io/store.py ``nothing_to_resume``."""
+    Python API's resume when it opens the store; both say it as fastmodel/io/store.py ``nothing_to_resume``, each
+    naming its own switch (overwrite=True, --force: cli/common.SHARED_FLAGS)."""
     from fastmodel.errors import SweepError
     from fastmodel.io.store import resume_flags
 
@@ -250,7 +251,7 @@ def test_resuming_what_is_no_sweep_store_is_refused_in_one_wording_by_the_cli_an
     one_line_error(cli("sweep", str(tmp_path / "absent.toml"), "-o", str(plain), "--resume"), said)
     with pytest.raises(SweepError) as refused:
         resume_flags(plain, {}, 1)
-    assert str(refused.value) == said
+    assert str(refused.value) == said.replace("--force", "overwrite=True")
 
 
 @pytest.mark.parametrize(

@@ -129,3 +129,123 @@ def test_every_interrupt_ends_through_one_helper_with_one_line_and_130(capsys):
                 said = said.values[0]
             assert not (isinstance(said, ast.Constant) and str(said.value).startswith("interrupted")), \
                 f"{path.name}:{node.lineno}"
+
+
+def test_the_calibration_argument_is_named_as_the_flag_by_every_command(tmp_path):
+    """Hurried walk 9: a calibration given to a MAD-Max run or sweep said 'calibration: applies to the real-world
+    model ...', the Python argument's name; the command names its flag (SHARED_FLAGS through flag_names, which
+    friendly applies), and Python keeps its argument."""
+    from click.testing import CliRunner
+
+    import fastmodel
+    from fastmodel.cli import main
+    from fastmodel.errors import SpecError
+    from tests.lm.test_calibrate import GOOD
+    from tests.suite_fixtures import DATA
+
+    calibration = tmp_path / "cal.toml"
+    calibration.write_text(GOOD)
+    said = 'applies to the real-world model (family = "lm" specs and run records)'
+    with pytest.raises(SpecError, match=r"^calibration: applies to the real-world model"):
+        fastmodel.evaluate("dlrm-a", "zionex", "dlrm-pretrain", calibration=str(calibration))
+    runner = CliRunner()
+    for args in (["run", "-m", "dlrm-a", "-s", "zionex", "-t", "dlrm-pretrain"],
+                 ["sweep", str(DATA.parent.parent / "specs" / "sweeps" / "cloud_dlrm_a.toml"), "-o",
+                  str(tmp_path / "s.nc")]):
+        result = runner.invoke(main, [*args, "--calibration", str(calibration)])
+        assert result.exit_code == 2 and result.stderr == f"error: --calibration: {said}; the MAD-Max model has no " \
+            "fitted efficiencies\n", result.output
+
+
+@pytest.mark.parametrize("args, said", [
+    (["memory"], "No such command 'memory': it is 'fastmodel plot memory' (see 'fastmodel --help')"),
+    (["heatmap"], "No such command 'heatmap': it is 'fastmodel plot heatmap'"),
+    (["list"], "No such command 'list': it is 'fastmodel specs list'"),
+    (["search"], "No such command 'search': it is 'fastmodel serve --search'"),
+    (["plot", "sweep"], "No such command 'sweep': it is 'fastmodel sweep' (see 'fastmodel plot --help')"),
+    (["specs", "heatmap"], "No such command 'heatmap': it is 'fastmodel plot heatmap'"),
+    (["sweeep"], "No such command 'sweeep'. Did you mean 'sweep'?"),        # click's own nearest name stays
+])
+def test_a_command_of_another_group_names_where_it_is(args, said):
+    """Hurried walk 9: 'fastmodel memory' (the figure is 'plot memory') said "No such command 'memory'." and no
+    more; a command of another group (or the parent's, or an option of another command) names where it is (one
+    line, exit 2: OneLineGroup.resolve_command, which plot and specs use too)."""
+    from click.testing import CliRunner
+
+    from fastmodel.cli import main
+    from tests.suite_fixtures import one_line_error
+
+    one_line_error(CliRunner().invoke(main, args, prog_name="fastmodel"), said)
+
+
+def test_every_flag_a_help_text_names_is_the_command_s_own_or_names_its_command():
+    """Hurried walk 9: ``calibrate --help`` said the overlay is applied 'with --calibration', a flag calibrate does
+    not have (run, validate, sweep and batch do). A --flag in a command's help (its text or an option's) is the
+    command's own, or the name of a command that has it stands just before it ('serve --search -o')."""
+    import re
+
+    import click
+
+    from fastmodel.cli import main
+
+    def walk(command, path):
+        for name, sub in getattr(command, "commands", {}).items():
+            yield from walk(sub, [*path, name])
+        yield path, command
+
+    def flags(command):
+        return {o for p in command.params for o in (*getattr(p, "opts", ()), *getattr(p, "secondary_opts", ()))}
+
+    commands = list(walk(main, []))
+    stray = []
+    for path, command in commands:
+        own = flags(command)
+        for text in [command.help or "", *(getattr(p, "help", None) or "" for p in command.params)]:
+            for match in re.finditer(r"(?<![\w-])--[a-z][a-z0-9-]*", text):
+                flag, before = match.group(0), text[max(0, match.start() - 60):match.start()]
+                named = [" ".join(p) for p, c in commands if p and flag in flags(c) and
+                         not isinstance(c, click.Group) and p[-1] in before]
+                if flag not in own and not named:
+                    stray.append(f"fastmodel {' '.join(path)}: {flag}")
+    assert not stray, stray
+
+
+def test_every_choice_option_suggests_the_nearest_value():
+    """Walk 9: plot heatmap --best mx, plot pareto --x-dir mn, --size dbl, plot breakdown --quantity mem and
+    calibrate --loss took click's own Choice ("'mx' is not one of 'auto', 'max', ..." and no nearest value) where
+    every other choice names it (cli/common.Choice); every choice option of every command is one now."""
+    import click
+    from click.testing import CliRunner
+
+    from fastmodel.cli import main
+    from fastmodel.cli.common import Choice
+    from tests.suite_fixtures import one_line_error
+
+    def walk(command, path):
+        for name, sub in getattr(command, "commands", {}).items():
+            yield from walk(sub, [*path, name])
+        yield path, command
+
+    plain = [f"{' '.join(path)} {param.opts[-1]}" for path, command in walk(main, []) for param in command.params
+             if isinstance(param.type, click.Choice) and not isinstance(param.type, Choice)]
+    assert not plain, plain
+    one_line_error(CliRunner().invoke(main, ["plot", "heatmap", "x.nc", "--x", "plan", "--y", "num_nodes", "--best",
+                                             "mx", "-o", "x.png"]), "'mx' is not one of auto, max, min, none (did you "
+                   "mean 'max'?)")
+
+
+def test_the_semantics_argument_is_named_as_the_flag():
+    """Walk 9: run of a real-world spec with --semantics madmax said 'semantics: model 'Llama 3 8B' is a real-world
+    spec ...', the Python argument; the command names its flag (SHARED_FLAGS), Python keeps its argument."""
+    from click.testing import CliRunner
+
+    import fastmodel
+    from fastmodel.cli import main
+    from fastmodel.errors import SpecError
+    from tests.suite_fixtures import one_line_error
+
+    said = "model 'Llama 3 8B' is a real-world spec: evaluate it under semantics 'default'"
+    with pytest.raises(SpecError, match=f"^semantics: {said}"):
+        fastmodel.evaluate("llama3-8b", "dgx-h100", "llm-pretrain", semantics="madmax", plan="tp8")
+    one_line_error(CliRunner().invoke(main, ["run", "-m", "llama3-8b", "-s", "dgx-h100", "-t", "llm-pretrain", "-p",
+                                             "tp8", "--semantics", "madmax"]), f"error: --semantics: {said}")

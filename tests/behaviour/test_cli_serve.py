@@ -126,3 +126,38 @@ def test_a_request_count_above_the_column_is_one_line():
                                   "50ms", "--search-concurrency", "99999999"])
     one_line_error(search, "--search-concurrency: 99999999 is outside [1, 16777216] requests")
     assert runner.invoke(main, ["serve", "-m", "llama3.1-8b", "--concurrency", "16777216", "--json"]).exit_code == 0
+
+
+def _single(*args):
+    return CliRunner().invoke(main, ["serve", "-m", "llama3.1-70b", *args])
+
+
+def test_hurried_walk_9_single_runs_name_the_flag_the_value_and_the_rule():
+    """Walk 9 of ``serve`` single runs, before -> after: '--input-len 8k' said "'8k' is not a valid integer
+    range" (a count takes no unit: 8k is 8000 or 8192 tokens, the user says which); '-d H10' said 'device: ...', the
+    Python argument, and '-m llama3.1-8bb' 'model: ...'; '--batch-size 8 --concurrency 8' said 'load: give exactly
+    one of batch_size, concurrency, max_throughput'; '--tp 3' on 64 heads named no number. Each is one line, exit 2."""
+    for args, said in (
+            (("--input-len", "8k"), "Invalid value for '--input-len': '8k': a count takes no unit suffix; write the "
+                                    "whole number (8k tokens: 8000 or 8192)"),
+            (("--output-len", "2.5"), "Invalid value for '--output-len': '2.5' is not a whole number"),
+            (("--input-len", "-5"), "Invalid value for '--input-len': -5 is not in the range x>=1."),
+            (("-d", "H10"), "error: --device: unknown device 'H10' (did you mean 'h100'?)"),
+            (("--batch-size", "8", "--concurrency", "8"), "error: give one of --batch-size, --concurrency, "
+                                                          "--max-throughput (got --batch-size, --concurrency)"),
+            (("--tp", "3"), "not evaluated (heads_not_divisible_by_tp: batch 1: serve.tp = 3 does not divide the "
+                            "model's 64 query heads (model.heads), so its heads do not split over tp)"),
+            (("--engine", "vlm"), "error: --engine: unknown engine 'vlm' (did you mean 'vllm'?)"),
+            (("--precision", "bf61"), "'bf61' is not one of bf16, fp16, fp8, fp4, mxfp4, int8, int4 (did you mean "
+                                      "'bf16'?)")):
+        one_line_error(_single(*args), said)
+    one_line_error(CliRunner().invoke(main, ["serve", "-m", "llama3.1-8bb"]), "error: --model: unknown model "
+                   "'llama3.1-8bb' (did you mean 'llama3.1-8b'?)")
+
+
+def test_a_model_name_given_as_records_points_at_dash_m():
+    """Walk 9: 'fastmodel serve llama3.1-8b' (-m left out) said 'llama3.1-8b: cannot read: No such file or
+    directory'; a name that is no file and no path says a model goes with -m. A missing .jsonl stays 'cannot read'."""
+    one_line_error(CliRunner().invoke(main, ["serve", "llama3.1-8b"]), "error: llama3.1-8b: no such file; RECORDS is "
+                   "a serving-record file (JSONL), a model goes with -m: fastmodel serve -m llama3.1-8b")
+    one_line_error(CliRunner().invoke(main, ["serve", "runs.jsonl"]), "error: runs.jsonl: cannot read")

@@ -21,7 +21,7 @@ def test_heldout_without_a_split_beside_runs_says_how_to_name_one(tmp_path):
 def test_a_calibration_of_the_wrong_kind_and_an_output_without_force_are_one_line(tmp_path):
     runs = tmp_path / "runs.jsonl"
     runs.write_text("\n".join(data_lines("runs_dev_small.jsonl", 2)) + "\n")
-    one_line_error(cli("validate", runs, "--calibration", runs), "runs.jsonl: invalid TOML")
+    one_line_error(cli("validate", runs, "--calibration", runs), "runs.jsonl: JSON, not a calibration")
     spec = tmp_path / "not_a_calibration.toml"
     spec.write_text('[device]\nname = "H100"\n')
     one_line_error(cli("validate", runs, "--calibration", spec), "not_a_calibration.toml")

@@ -288,7 +288,7 @@ def test_best_names_the_values_of_a_dimension_a_filter_misses(serving_over_memor
     """best --where tp=3 on a grid of tp 1, 2, 4 said 'no configuration passes the filters', as if the other
     filters had removed everything; it names the dimension's values, as a text coordinate's miss does."""
     one_line_error(cli("best", serving_over_memory, "--by", "tpot", "--where", "tp=3"),
-                   "error: where: tp=3 is not in the data; values: 1, 2, 4")
+                   "error: --where: tp=3 is not in the data; values: 1, 2, 4")
     assert cli("best", serving_over_memory, "--by", "tpot", "--where", "tp=4.0").exit_code == 0
     one_line_error(cli("best", serving_over_memory, "--by", "tpot", "--where", "tp=4", "--where", "tpot<1ms"),
                    "no configuration passes the filters")

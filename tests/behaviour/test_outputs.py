@@ -105,6 +105,43 @@ def test_calibrate_never_silently_replaces_an_earlier_calibration(tmp_path, runs
     assert cal.read_text() != earlier
 
 
+def test_the_python_api_names_its_own_argument_and_the_cli_its_flag(tmp_path, runs):
+    """Leftover of the last stop: the output rule said "pass --force" to a Python caller too, who has no flags
+    (and the sweep store's "(--force, overwrite=True)" named both). fastmodel.calibrate says force=True and
+    fastmodel.sweep overwrite=True / resume=True; the commands say --force / --resume (cli/common.SHARED_FLAGS
+    through flag_names, the one translation)."""
+    import fastmodel
+    from fastmodel.errors import FastmodelError, SweepError
+
+    cal = tmp_path / "cal.toml"
+    _write(cal, "toml")
+    with pytest.raises(FastmodelError, match=r"cal\.toml exists; pass force=True to replace it$"):
+        fastmodel.calibrate(str(runs), folds=0, output=str(cal))
+    one_line_error(cli("calibrate", runs, "-o", cal, "--folds", "0"), "cal.toml exists; pass --force to replace it")
+    notes = tmp_path / "notes.toml"
+    _write(notes, "text")
+    with pytest.raises(FastmodelError, match=r"refusing to replace it \(even with force=True\)"):
+        fastmodel.calibrate(str(runs), folds=0, output=str(notes), force=True)
+    one_line_error(cli("calibrate", runs, "-o", notes, "--force"), "refusing to replace it (even with --force)")
+    axes = {"num_nodes": [2], "plan": ["fsdp/ddp"]}
+    store = str(tmp_path / "s.zarr")
+    fastmodel.sweep("llama-7b", "dc-a", "llm-pretrain", axes, store=store)
+    with pytest.raises(SweepError, match=r"exists; complete it \(resume=True\) or replace it \(overwrite=True\)$"):
+        fastmodel.sweep("llama-7b", "dc-a", "llm-pretrain", axes, store=store)
+    with pytest.raises(SweepError, match=r"different sweep definition; cannot resume it \(pass overwrite=True "
+                                         r"instead of resume=True to replace it\)$"):
+        fastmodel.sweep("llama-7b", "dc-a", "llm-pretrain", {**axes, "num_nodes": [4]}, store=store, resume=True)
+    other = tmp_path / "other.zarr"
+    other.mkdir()
+    with pytest.raises(SweepError, match=r"refusing to delete it \(even with overwrite=True\)"):
+        fastmodel.sweep("llama-7b", "dc-a", "llm-pretrain", axes, store=str(other), overwrite=True)
+    sweep_file = tmp_path / "s.toml"
+    sweep_file.write_text('model = "llama-7b"\nsystem = "dc-a"\ntask = "llm-pretrain"\n\n[axes]\nnum_nodes = [4]\n'
+                          'plan = ["fsdp/ddp"]\n')
+    one_line_error(cli("sweep", sweep_file, "-o", store, "--resume"),
+                   "cannot resume it (pass --force instead of --resume to replace it)")
+
+
 def test_serve_writes_the_rows_it_prints(tmp_path):
     out = tmp_path / "s.jsonl"
     printed = cli("serve", "-m", "llama3.1-8b", "--json", "-o", out)

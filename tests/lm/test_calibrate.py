@@ -1,6 +1,7 @@
 """Calibration: recovery of known parameters, held-out improvement on dev runs, the overlay file, the CLI."""
 
 import dataclasses
+import re
 from pathlib import Path
 
 import numpy as np
@@ -281,6 +282,29 @@ def test_bad_calibration_files_give_one_line_errors(tmp_path, old, new, expected
     result = CliRunner().invoke(main, ["validate", str(RUNS), "--calibration", str(path)])
     assert result.exit_code == 2
     assert result.stderr.count("\n") == 1 and expected in result.stderr
+
+
+SPECS = Path(__file__).parents[2] / "specs"
+
+
+@pytest.mark.parametrize("given, what", [
+    (RUNS, "JSON, not a calibration"),
+    (SPECS / "models" / "llama3-8b.toml", "a model spec, not a calibration"),
+    (SPECS / "systems" / "dgx-h100.toml", "a system spec, not a calibration"),
+    (SPECS / "tasks" / "llm-pretrain.toml", "a task spec, not a calibration"),
+    (SPECS / "sweeps" / "llama2_70b_plans.toml", "a sweep file (it has [axes]), not a calibration"),
+])
+def test_another_input_given_as_the_calibration_says_what_it_is(given, what):
+    """Hurried walk 9: --calibration runs.jsonl said 'invalid TOML: Invalid statement (at line 1, column 1)', a sweep
+    file 'model: unknown table', a model spec 'family: unknown table'; each now says what the file is and which file
+    a calibration is, in one line (a calibration with a misspelt table still names the nearest table)."""
+    assert given.is_file(), given
+    with pytest.raises(SpecError, match=rf"^{re.escape(str(given))}: {re.escape(what)}: give the TOML file 'fastmodel "
+                                        r"calibrate RUNS -o cal.toml' writes \(run records are fitted into one\)$"):
+        read_calibration(given)
+    result = CliRunner().invoke(main, ["run", "-m", "llama3-8b", "-s", "dgx-h100", "-t", "llm-pretrain", "-p", "tp8",
+                                       "--calibration", str(given)])
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1 and what in result.stderr, result.output
 
 
 def test_good_calibration_file_parses(tmp_path):

@@ -228,7 +228,7 @@ def test_cli_run_refuses_a_calibration_for_the_madmax_model(h100_half_hbm):
     result = CliRunner().invoke(main, ["run", "-m", "llama2-70b", "-s", "dc-a", "-t", "llm-pretrain",
                                        "--semantics", "madmax", "--calibration", str(h100_half_hbm)])
     assert result.exit_code == 2
-    assert result.stderr.startswith("error: calibration: applies to the real-world model")
+    assert result.stderr.startswith("error: --calibration: applies to the real-world model")
 
 
 def test_cli_batch_calibrates_run_records(tmp_path, a100_record):
@@ -276,7 +276,7 @@ def test_cli_sweep_of_madmax_specs_refuses_a_calibration(tmp_path, h100_half_hbm
     result = CliRunner().invoke(main, ["sweep", "llama2_70b_plans", "-o", str(tmp_path / "o.nc"),
                                        "--calibration", str(h100_half_hbm)])
     assert result.exit_code == 2
-    assert result.stderr.startswith("error: calibration: applies to the real-world model")
+    assert result.stderr.startswith("error: --calibration: applies to the real-world model")
 
 
 def test_cli_validate_warns_about_devices_the_calibration_does_not_cover(tmp_path):

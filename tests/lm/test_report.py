@@ -113,3 +113,30 @@ def test_run_and_run_record_lower_their_configuration_once(monkeypatch):
         stages = report.record["memory_by_stage"]
         peak = stages["stages"][stages["memory_peak_stage"]]["memory_per_device"]
         assert abs(peak - report.record["memory_per_device"]) <= 1e-9 * peak
+
+
+def test_a_run_of_vp_unknown_says_the_vp_its_stack_gave_and_why(tmp_path):
+    """Leftover of the last stop: a run record of vp "unknown" printed "note: vp unknown: N (rule)" under its title,
+    and ``fastmodel run`` of the same point in specs said nothing of the vp it used. Llama 3.1 405B (126 layers),
+    Meta internal, tp8.pp4: (126 + 2) / 4 = 32 by hand (Llama 3 paper sec. 3.3.2), one line, the record's wording;
+    a stated vp has no such line."""
+    from click.testing import CliRunner
+
+    from fastmodel.cli import main
+    from fastmodel.lm.records import lower_record
+    from tests.lm.test_vp_unknown_pp import _record
+
+    want = ("vp unknown: 32 ((layers + 2) / pp = 32: one layer per virtual stage, the embedding and the loss in the "
+            "first and last chunks (Llama 3 paper sec. 3.3.2))")
+    assert want in lower_record(_record("tp8.pp4")).notes          # the record path's line
+    task = tmp_path / "t.toml"             # the record's batch: 768 sequences over dp 12
+    task.write_text('name = "t"\nkind = "pretrain"\nglobal_batch = 768\n')
+    execution = {"framework": "Meta internal", "vp": "unknown"}
+    report = run_one("llama3.1-405b", "dgx-h100", str(task), plan="tp8.pp4", num_nodes=48, execution=execution)
+    assert report.text.splitlines()[1] == f"note: {want}" and report.record["notes"] == [want]
+    stated = run_one("llama3.1-405b", "dgx-h100", str(task), plan="tp8.pp4", num_nodes=48,
+                     execution={"framework": "Meta internal", "vp": 32, "uneven_stages": True})
+    assert "vp unknown" not in stated.text
+    result = CliRunner().invoke(main, ["run", "-m", "llama3.1-405b", "-s", "dgx-h100", "-t", str(task), "--nodes",
+                                       "48", "-p", "tp8.pp4", "-x", 'framework="Meta internal"', "-x", "vp=unknown"])
+    assert result.exit_code == 0 and result.output.count("vp unknown") == 1 and f"note: {want}\n" in result.output

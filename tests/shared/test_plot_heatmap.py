@@ -219,19 +219,30 @@ def test_only_sizes_in_bytes_keep_the_points_over_memory():
     assert not np.ma.getmaskarray(_image(ax)[1]).any()
 
 
-def test_a_map_of_no_feasible_cell_has_no_colour_scale():
-    """Hurried-user walk: a real-world sweep whose every point is over HBM drew hatched cells beside a colour bar
-    reading -0.1 .. 0.1, a scale of no value; the bar keeps its label and shows no ticks."""
+def test_a_map_of_no_feasible_cell_is_refused_in_one_line_as_plot_scaling_refuses_it(tmp_path):
+    """Hurried-user walks: a real-world sweep whose every point is over HBM drew hatched cells beside a colour bar
+    reading -0.1 .. 0.1 (an earlier walk took the ticks away); it still wrote a fully hatched map and said nothing,
+    exit 0. plot scaling refuses such a selection (exit 2, what it left out, --include-oom); the heatmap now says
+    the same, before any figure, and draws once a cell has a value (a memory map shows the points over HBM)."""
+    from click.testing import CliRunner
+
+    from fastmodel.cli import main
+
     ds = _real_world_like().isel(plan=[0])          # dp: over HBM at both sizes
-    fig, ax = P.heatmap(ds, x="plan", y="num_nodes", var="tokens_per_s_per_gpu")
-    assert np.ma.getmaskarray(_image(ax)[1]).all()
-    cbar = fig.axes[1]
-    fig.canvas.draw()
-    assert [t.get_text() for t in cbar.get_yticklabels() if t.get_text()] == []
-    assert "tokens" in cbar.get_ylabel()
+    said = (r"^tokens_per_s_per_gpu: no point of this selection has a result to draw \(left out 2 of 2 points: 2 "
+            r"does_not_fit\); --include-oom draws the points over memory$")
+    with pytest.raises(PlotError, match=said):
+        P.heatmap(ds, x="plan", y="num_nodes", var="tokens_per_s_per_gpu")
+    assert not np.ma.getmaskarray(_image(P.heatmap(ds, x="plan", y="num_nodes", var="memory_per_device")[1])[1]).any()
     _, ax = P.heatmap(_real_world_like(), x="plan", y="num_nodes", var="tokens_per_s_per_gpu")
     ax.figure.canvas.draw()
     assert [t.get_text() for t in ax.figure.axes[1].get_yticklabels() if t.get_text()]   # a scale where values are
+    path, figure = tmp_path / "oom.nc", tmp_path / "h.png"
+    ds.to_netcdf(path)
+    result = CliRunner().invoke(main, ["plot", "heatmap", str(path), "--x", "plan", "--y", "num_nodes", "-o",
+                                       str(figure)])
+    assert result.exit_code == 2 and result.output.count("\n") == 1 and not figure.exists(), result.output
+    assert result.output.startswith("error: tokens_per_s_per_gpu: no point of this selection has a result to draw")
 
 
 def test_annotating_more_cells_than_can_be_read_is_refused_at_once():

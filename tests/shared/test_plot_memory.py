@@ -50,9 +50,16 @@ def test_memory_kinds_sum_to_memory_per_device(grid):
 
 
 def test_more_than_one_varying_dimension_is_a_one_line_error():
+    """Walk 9: with two dimensions varying it said 'fix the others with --sel: plan, micro_batch', every one of
+    them; it says which vary and that --dim names the bars' (then 'only plan may vary' names the rest)."""
     ds = lm_sweep("llama3.1-8b", "dgx-h100", "llm-pretrain", axes={"plan": ["tp2", "tp4"], "micro_batch": [1, 2]})
-    with pytest.raises(PlotError, match="micro_batch"):
+    with pytest.raises(PlotError, match=r"^the memory breakdown shows configurations along one dimension, and plan, "
+                                        r"micro_batch vary: name the bars' with --dim \(dim= in Python\) and fix the "
+                                        r"others with --sel \(ds\.sel\)$"):
         memory_bars(ds)
+    with pytest.raises(PlotError, match=r"\(only 'plan' may vary\); fix the others with --sel \(ds\.sel in "
+                                        r"Python\): micro_batch$"):
+        memory_bars(ds, dim="plan")
 
 
 # --- with a selection, through breakdown(quantity="memory") and the CLI -------------------------------------
@@ -103,7 +110,7 @@ def test_the_title_says_what_the_selection_fixed(two_dims):
 
 
 def test_python_errors(two_dims):
-    with pytest.raises(PlotError, match="fix the others with --sel.*num_nodes, plan"):
+    with pytest.raises(PlotError, match="num_nodes, plan vary: name the bars. with --dim .* fix the others with --sel"):
         memory_bars(two_dims)
     with pytest.raises(PlotError, match="did you mean 'plan'"):
         memory_bars(two_dims, dim="plans", sel={"num_nodes": 16})

@@ -1,5 +1,7 @@
 """JSONL readers of run and serving records (fastmodel/spec/records.py ``read_jsonl``)."""
 
+import re
+
 import pytest
 
 from fastmodel.errors import SpecError
@@ -77,3 +79,40 @@ def test_a_comment_line_is_named_a_comment_as_batch_names_it(tmp_path):
     result = cli("validate", path)
     assert result.exit_code == 2 and result.output == f"error: {path}:1: {said}; not one line of the file is JSON, " \
                                                       "so it holds no run records\n", result.output
+
+
+@pytest.mark.parametrize("command", ["validate", "calibrate"])
+def test_a_toml_file_given_as_records_says_it_is_toml(tmp_path, command):
+    """Hurried walk 9: ``calibrate sweep.toml`` said 's.toml:1: invalid JSON: Expecting value' and ``validate`` the
+    same with '; not one line of the file is JSON'; a TOML file (a spec, a sweep file, a calibration) now says what
+    it is, in one line, before its lines are read as JSON. A file of comments alone is still the comment line."""
+    from tests.suite_fixtures import cli
+
+    for name, text in (("s.toml", 'model = "llama-7b"\n[axes]\nnum_nodes = [2]\n'),
+                       ("cal.toml", "# fastmodel calibration\n\n[calibration]\nformat = 2\n")):
+        path = tmp_path / name
+        path.write_text(text)
+        said = f"{path}: a TOML file (a spec, sweep file or calibration), not JSON lines of run records (one JSON " \
+               "object a line)"
+        with pytest.raises(SpecError, match=f"^{re.escape(said)}$"):
+            read_jsonl(path, _lower, "run records", refused=[])
+        result = cli(command, path)
+        assert result.exit_code == 2 and result.output == f"error: {said}\n", result.output
+
+
+def test_a_csv_file_given_as_records_says_it_is_csv_and_a_bad_first_line_keeps_its_refusal(tmp_path):
+    """Walk 9: ``serve in.csv`` and ``validate in.csv`` said 'in.csv:1: invalid JSON: Expecting value'; a CSV file
+    is named so in one line. A file with a JSON object in its head is still read line by line (a first line with
+    commas is that line's refusal, the records after it are read)."""
+    from tests.suite_fixtures import cli
+
+    path = tmp_path / "in.csv"
+    path.write_text("model,system,task\nllama3-8b,dgx-h100,llm-pretrain\n")
+    for command, what in (("validate", "run records"), ("serve", "serving records")):
+        result = cli(command, path)
+        assert result.exit_code == 2 and result.output == f"error: {path}: a CSV file, not JSON lines of {what} (one " \
+                                                          "JSON object a line)\n", result.output
+    path.write_text('a,b\n{"id": "a"}\n')
+    refused: list = []
+    assert read_jsonl(path, _lower, "records", refused=refused) == ["a"]
+    assert [r.reason for r in refused] == [f"{path}:1: invalid JSON: Expecting value"]

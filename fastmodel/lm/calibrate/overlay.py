@@ -209,9 +209,27 @@ def _quote(name: str) -> str:
     return f'"{name}"'
 
 
+#: what a calibration file is, for a file of another kind given as one
+WRITTEN_BY = "give the TOML file 'fastmodel calibrate RUNS -o cal.toml' writes (run records are fitted into one)"
+
+
+def _another_input(data: dict) -> str | None:
+    """What a TOML document given as a calibration is instead (a sweep file, a model, system or task spec), or None."""
+    if isinstance(data.get("axes"), dict):
+        return "a sweep file (it has [axes])"
+    for what, keys in (("a model spec", ("family", "layers", "hidden", "num_layers")),
+                       ("a system spec", ("gpu", "devices_per_node", "num_nodes")),
+                       ("a task spec", ("global_batch", "kind"))):
+        if any(key in data for key in keys):
+            return what
+    return None
+
+
 def parse_calibration(data: dict, source: str = "<calibration>") -> Calibration:
     """Check a parsed calibration document; raises SpecError naming ``source``, field path and reason."""
     top = ("calibration", "device", "framework", "stack")
+    if not any(key in top for key in data) and (what := _another_input(data)):
+        raise SpecError(source, "", f"{what}, not a calibration: {WRITTEN_BY}")
     for key in data:
         if key not in top:
             raise SpecError(source, key, f"unknown table{nearest(key, top)}; expected one of {', '.join(top)}")
@@ -297,6 +315,8 @@ def read_calibration(path: str | Path) -> Calibration:
     except UnicodeDecodeError:
         raise SpecError(str(path), "", "not UTF-8 text") from None
     except tomllib.TOMLDecodeError as error:
+        if raw.lstrip().startswith(b"{"):     # run records (JSON lines) given as the calibration
+            raise SpecError(str(path), "", f"JSON, not a calibration: {WRITTEN_BY}") from None
         raise SpecError(str(path), "", f"invalid TOML: {error}") from None
     cal = parse_calibration(data, str(path))
     return dataclasses.replace(cal, digest=hashlib.sha256(raw).hexdigest())
