@@ -157,7 +157,8 @@ def expert_mesh_refusal(column: np.ndarray, where: str) -> PlanError | None:
     (``file:line: plan``), else None: routed experts that ep does not divide, or an etp x ep that does not divide
     tp x cp x dp (the rule table's ``experts_not_divisible``, kernels/lm/rules.py ``expert_mesh_broken``). No
     framework builds such a model, so ``validate`` refuses a measured record that states one, as ``run`` and
-    ``batch`` do, while it still predicts the plans that break the other rules (they ran; docs/model.md §11.17)."""
+    ``batch`` do, while it still predicts the plans that break the other rules (they ran; docs/model.md §11.14,
+    "Expert mesh")."""
     from fastmodel.kernels.lm.rules import expert_mesh_broken
 
     row = np.ascontiguousarray(column, dtype=np.float64).ravel()
