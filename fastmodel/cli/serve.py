@@ -175,6 +175,7 @@ def serve(records, model, list_models, device, tp, pp, ep, attention_dp, moe_tp,
             raise FastmodelError(f"--moe-tp: {model} is a dense model (no routed experts to split); leave it out")
         with flag_names(SERVE_FLAGS):      # the API's device: ...; here --device
             profile, engine_notes = engine_columns(engine, device, (), "--engine", refuse=True)
+        _refuse_fp4(model, device, precision, engine, profile)
         weight_only = profile.get("fp8_weight_only", 0.0)
         for note in [speculative_note(n, spec) for n in notes] + precision_notes(model, device, precision, weight_only):
             click.echo(f"note: {note}", err=True)
@@ -306,6 +307,22 @@ def speculative_note(note: str, spec_tokens: int) -> str:
         return note.replace(UNSERVED["mtp_layers"], "with --spec-tokens its draft steps are priced as a one-layer "
                             "draft head (docs/model_serving.md S18); the MTP layers' own weights are not counted")
     return note
+
+
+def _refuse_fp4(model: str, device: str, precision: str, engine: str | None, profile: dict) -> None:
+    """One line naming --precision when the engine runs no FP4 weights on the device (no FP4 tensor cores and no
+    weight-only path there: ``precisions.fp4_refusal``, docs/model_serving.md S63), as a sweep's ``no_fp4``."""
+    from fastmodel.errors import FastmodelError
+    from fastmodel.serve.api import device_columns
+    from fastmodel.serve.precisions import fp4_refusal, published_fp4_checkpoint
+    from fastmodel.serve.profiles import DEFAULT_ENGINE, ENGINE_LABELS
+
+    checkpoint, _, _ = published_fp4_checkpoint(model, precision, None)
+    refusal = fp4_refusal(checkpoint, device_columns(device), profile.get("fp4_weight_only_cc", 0.0),
+                          ENGINE_LABELS.get(str(engine).lower(), engine) if engine else
+                          f"{ENGINE_LABELS[DEFAULT_ENGINE]} (the default engine)", device)
+    if refusal:
+        raise FastmodelError(f"--precision: {refusal}")
 
 
 def precision_notes(model: str, device: str, precision: str, fp8_weight_only: float = 0.0) -> list[str]:

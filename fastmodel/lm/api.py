@@ -46,11 +46,11 @@ def evaluate_lm(model: Any, system: Any, task: Any = None, plan: str | None = No
 
         raise NotFiniteError(label, STATUSES[code].message)
     if code:      # the refusal, with its numbers where the rule has them (``status_reason``), from the lowered point
-        from fastmodel.lm.rules import status_reason
+        from fastmodel.lm.rules import locate_plan_error, status_reason
         from fastmodel.lm.sweep import mesh_columns
 
         columns = mesh_columns(point.base, plan, point.execution.shard_degree is None)
-        raise PlanError(STATUSES[code].name, status_reason(code, columns), label)
+        raise locate_plan_error(PlanError(STATUSES[code].name, status_reason(code, columns), label), model)
     return ds
 
 

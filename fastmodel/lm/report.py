@@ -7,6 +7,7 @@ from typing import Any
 
 from fastmodel.analysis.run_report import RunReport
 from fastmodel.errors import PlanError
+from fastmodel.lm.rules import locate_plan_error
 
 
 def calibrated_suffix(cal) -> str:
@@ -73,10 +74,8 @@ def run_one(model: Any, system: Any, task: Any, *, semantics: Any = "default", p
                              execution=execution)
             hbm = ds.attrs.get("hbm_bytes") or _capacity(system)
             report = _report(*_margin(report_values(ds), ds.attrs, hbm, memory_margin), title)
-    except PlanError as error:   # the task file's plan: say so, as MAD-Max's tasks do (file, field, rule)
-        if from_task:
-            raise error.located(f"{task}: task.plan") from None
-        raise
+    except PlanError as error:   # the task file's plan, the model file's experts: say so (file, field, rule)
+        raise locate_plan_error(error, model, f"{task}: task.plan" if from_task else None) from None
     if columns is None:   # calibrated: the sweep path lowered its own point
         columns = point_columns(spec, system, train, plan=plan, num_nodes=num_nodes, execution=execution,
                                 notes=notes)

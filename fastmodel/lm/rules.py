@@ -143,13 +143,46 @@ def experts_reason(row: np.ndarray) -> str:
 
     experts, ep = row[C["moe_experts"]], row[C["ep"]]
     if experts % ep:
-        return (f"model.moe_experts = {experts:g} is not divisible by plan ep = {ep:g} (each EP rank holds "
+        return (f"{EXPERTS_FIELD} = {experts:g} is not divisible by plan ep = {ep:g} (each EP rank holds "
                 f"moe_experts / ep experts)")
     etp, mesh = expert_tp(row), row[C["tp"]] * row[C["cp"]] * row[C["dp"]]
     which = f"plan etp = {row[C['etp']]:g}" if row[C["etp"]] > 0 else f"etp = tp = {etp:g} (plan etp unset)"
     return (f"{which} x ep = {ep:g} = {etp * ep:g} does not divide tp x cp x dp = {row[C['tp']]:g} x "
             f"{row[C['cp']]:g} x {row[C['dp']]:g} = {mesh:g} (the expert mesh etp x ep x edp refolds the "
             f"attention mesh)")
+
+
+def expert_mesh_refusal(column: np.ndarray, where: str) -> PlanError | None:
+    """The PlanError of a configuration (a column vector) whose expert mesh cannot exist, located at ``where``
+    (``file:line: plan``), else None: routed experts that ep does not divide, or an etp x ep that does not divide
+    tp x cp x dp (the rule table's ``experts_not_divisible``, kernels/lm/rules.py ``expert_mesh_broken``). No
+    framework builds such a model, so ``validate`` refuses a measured record that states one, as ``run`` and
+    ``batch`` do, while it still predicts the plans that break the other rules (they ran; docs/model.md §11.14,
+    "Expert mesh")."""
+    from fastmodel.kernels.lm.rules import expert_mesh_broken
+
+    row = np.ascontiguousarray(column, dtype=np.float64).ravel()
+    if not expert_mesh_broken(row):
+        return None
+    return PlanError("experts_not_divisible", experts_reason(row), where)
+
+
+def locate_plan_error(error: PlanError, model, plan_where: str | None = None) -> PlanError:
+    """``error`` saying where its configuration came from: ``plan_where`` (``t.toml: task.plan``) for its own
+    label, and where a model file is at fault (ep not dividing its ``moe_experts``) that file and field first
+    (``m.toml: model.moe_experts, plan 'ep32'``). A built-in model, a dict or a spec object has no file of the
+    user's to name: the plan is what to change there."""
+    from fastmodel.spec.loader import is_spec_file
+
+    where = plan_where or error.where
+    if error.rule == "experts_not_divisible" and error.reason.startswith(EXPERTS_FIELD) and \
+            is_spec_file(model, "model"):
+        where = f"{model}: {EXPERTS_FIELD}, {where}"
+    return error if where == error.where else error.located(where)
+
+
+#: the model field of the first expert-mesh rule (experts that ep does not divide): its reason starts with it
+EXPERTS_FIELD = "model.moe_experts"
 
 
 def devices_reason(row: np.ndarray) -> str:

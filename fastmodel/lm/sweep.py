@@ -355,16 +355,20 @@ def point_columns(model: Any, system: Any, task: Any = None, plan: str | None = 
     ``dp = n_gpus / (tp pp cp)``, the FSDP shard group = dp unless the execution spec sets it); a PlanError
     for an illegal plan. The lowering's notes (what the stack decided, e.g. ``vp unknown: 2 (rule)``) are
     appended to ``notes``."""
-    from fastmodel.lm.rules import check_plan
+    from fastmodel.errors import PlanError
+    from fastmodel.lm.rules import check_plan, locate_plan_error
 
-    model = load_lm_model(model)
+    given, model = model, load_lm_model(model)
     cluster = load_cluster(system, num_nodes)
     execution = load_execution(execution)
     mesh = parse_mesh("dp" if plan is None else plan)
     columns = base_columns(model, cluster, execution, global_batch or _task_global_batch(task), ep=mesh["ep"],
                            pp=mesh["pp"], notes=notes)
     columns = mesh_columns(columns, plan, execution.shard_degree is None)
-    check_plan(columns, f"plan {plan or 'dp'!r}")
+    try:
+        check_plan(columns, f"plan {plan or 'dp'!r}")
+    except PlanError as error:     # a model file whose experts the plan's ep does not divide: name it
+        raise locate_plan_error(error, given) from None
     return columns
 
 
@@ -372,12 +376,17 @@ def spec_point(model: Any, system: Any, task: Any, plan: str | None = None, exec
                num_nodes: int | None = None) -> tuple[Any, str | None, np.ndarray]:
     """(model spec, mesh, column vector) of one configuration given as specs: the task's mesh plan applies when
     ``plan`` is None (``TrainTask.mesh``), then :func:`point_columns` (a PlanError for an illegal plan)."""
+    from fastmodel.errors import PlanError
+    from fastmodel.lm.rules import locate_plan_error
     from fastmodel.lm.task import load_train_task
 
     spec = load_lm_model(model)
     train = load_train_task(task)
     plan = train.mesh(plan)
-    return spec, plan, point_columns(spec, system, train, plan=plan, execution=execution, num_nodes=num_nodes)
+    try:
+        return spec, plan, point_columns(spec, system, train, plan=plan, execution=execution, num_nodes=num_nodes)
+    except PlanError as error:
+        raise locate_plan_error(error, model) from None
 
 
 def mesh_columns(base: np.ndarray, plan: str | None, shard_is_dp: bool) -> np.ndarray:

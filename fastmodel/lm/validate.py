@@ -11,6 +11,8 @@ keep. Groups: source, software stack (``fastmodel.lm.stacks``), GPU, parallelism
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from fastmodel.analysis.scores import Scores, score  # noqa: F401 - shared with serving's validate
@@ -44,10 +46,39 @@ def baseline_step_time(records: list[RunRecord], flops_per_token: np.ndarray, mf
     return out
 
 
+def without_impossible_meshes(records: list[RunRecord], refused: list) -> list[RunRecord]:
+    """The records whose expert mesh can exist; each other one is appended to ``refused`` (a
+    ``fastmodel.spec.records.Refused``: named on stderr, a miss) with the line ``run`` gives it (``file:line: plan:
+    illegal plan (experts_not_divisible): ...``). The one structural rule ``validate`` applies: no framework builds
+    experts that ep does not divide, or an etp x ep that does not divide tp x cp x dp; the other rules stay
+    unapplied (see :func:`rows`)."""
+    from fastmodel.lm.rules import expert_mesh_refusal
+    from fastmodel.spec.records import Refused
+
+    kept = []
+    for record in records:
+        where = record.where or record.id
+        error = expert_mesh_refusal(record.columns, f"{where}: plan")
+        if error is None:
+            kept.append(record)
+        else:
+            refused.append(Refused(where, record.raw, str(error)))
+    if len(kept) < len(records):       # the refusals in the file's order, as read_records gave the others
+        refused.sort(key=lambda item: _line_number(item.where))
+    return kept
+
+
+def _line_number(where: str) -> int:
+    """The line (``file:12``) or index (``runs[3]``) a record was read at; 0 when ``where`` names none."""
+    found = re.search(r"(\d+)\]?$", where)
+    return int(found.group(1)) if found else 0
+
+
 def rows(records: list[RunRecord]) -> list[dict]:
     """One dict per record: ids, groups, status (``ok``, or ``not_finite``: no prediction, left out of the
     scores), measured and predicted step time, errors of model and baselines. A measured run is predicted
-    even where its plan breaks a sweep rule (e.g. fewer micro-batches than stages): it ran."""
+    even where its plan breaks a sweep rule (e.g. fewer micro-batches than stages): it ran. An expert mesh that
+    cannot exist is no such rule: :func:`without_impossible_meshes` refuses it before."""
     from fastmodel.lm.validate_memory import memory_fields
     from fastmodel.lm.validate_moe import moe_fields
     from fastmodel.registry.lm import STATUSES

@@ -16,11 +16,18 @@ def validation(runs: Any, ids: set[str] | None = None, calibration: Any = None) 
     from fastmodel.analysis.splits import mark_split
     from fastmodel.errors import SpecError
     from fastmodel.lm.records import is_batch_case, read_records, with_measurements
-    from fastmodel.lm.validate import format_report, refused_rows, rows, skipped_lines, summaries
+    from fastmodel.lm.validate import (
+        format_report,
+        refused_rows,
+        rows,
+        skipped_lines,
+        summaries,
+        without_impossible_meshes,
+    )
 
     source = source_of(runs)
     refused: list = []
-    records = read_records(runs, refused)
+    records = without_impossible_meshes(read_records(runs, refused), refused)
     if not records and refused and all(is_batch_case(item.raw) for item in refused):   # another kind of file
         lines = "the one line is a batch case" if len(refused) == 1 else f"all {len(refused):,} lines are batch cases"
         raise SpecError(source, "record", f"no line is a run record: {lines} (model, system and task: lines of "

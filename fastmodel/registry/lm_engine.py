@@ -82,6 +82,11 @@ ENGINE_KERNEL_ROWS = (
      "weight-only, dequantised inside 16-bit GEMMs (W8A16: vLLM's FP8 Marlin, its Fp8LinearMethod and Fp8MoEMethod "
      "below compute capability 8.9); 0: such a configuration is refused (no_fp8). Set by the engine profile "
      "(docs/model_serving.md S55).", 0, 1),
+    ("fp4_weight_only_cc", "1", 0, "Lowest NVIDIA compute capability at which the engine runs FP4 weights (fp4, "
+     "mxfp4) on a device without FP4 tensor cores (peak_flops_4 = 0) weight-only, dequantised inside 16-bit GEMMs "
+     "(vLLM's and SGLang's FP4 Marlin / Triton kernels from 8.0, TensorRT-LLM's Hopper MoE path from 9.0); below it "
+     "such a configuration is refused (no_fp4). 0: no bound. A device that states no compute capability (AMD) is "
+     "not refused. Set by the engine profile (docs/model_serving.md S63).", 0, 100),
     ("engine_nvidia_only", "1", 0, "1: the engine runs on NVIDIA GPUs only (TensorRT-LLM: CUDA and TensorRT, its "
      "supported-hardware page lists NVIDIA architectures only), so a device whose vendor is not nvidia is "
      "engine_not_on_device; 0: it runs on AMD (ROCm) too (vLLM, SGLang). Set by the engine profile "

@@ -73,6 +73,9 @@ SERVE_STATUSES: tuple[Status, ...] = (
            "the request"),
     Status("engine_not_on_device", "the serving engine does not run on the device's vendor: TensorRT-LLM runs on "
            "NVIDIA GPUs only (docs/model_serving.md S56)"),
+    Status("no_fp4", "precision is fp4 or mxfp4 but the device has no FP4 tensor cores and the engine runs no "
+           "weight-only FP4 there (compute capability below fp4_weight_only_cc: TensorRT-LLM below Hopper; "
+           "docs/model_serving.md S63)"),
     NOT_COMPUTED,
 )
 SERVE_STATUS_NAMES: tuple[str, ...] = tuple(s.name for s in SERVE_STATUSES)

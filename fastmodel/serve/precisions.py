@@ -5,7 +5,8 @@ Kept apart from ``fastmodel.serve.api`` (and numpy) so that the CLI can list the
 ``fp4``: NVFP4 weights, E2M1 values in 16-element blocks with one E4M3 scale each (4 + 8/16 = 4.5 bits per
 weight; NVIDIA, "Introducing NVFP4", 2025). On a device with FP4 tensor cores (``peak_flops_4 > 0``) the
 GEMMs run W4A4 at the FP4 peak; elsewhere (Hopper) the weights are dequantised inside 16-bit GEMMs
-(weight-only, as vLLM's Marlin/Triton MXFP4 kernels and TensorRT-LLM's H200 path do). Its KV cache defaults to
+(weight-only, as vLLM's Marlin/Triton MXFP4 kernels and TensorRT-LLM's H200 path do), where the engine has such a
+path (``fp4_refusal``; TensorRT-LLM has none below Hopper: ``no_fp4``, docs/model_serving.md S63). Its KV cache defaults to
 FP8, as NVIDIA's ModelOpt FP4/FP8 checkpoints declare (``kv_cache_quant_algo: FP8``).
 
 ``mxfp4``: OCP MX FP4 weights, E2M1 values in 32-element blocks with one E8M0 scale each (4 + 8/32 = 4.25 bits
@@ -115,3 +116,19 @@ def weight_only_note(precision: str, gpu: str) -> str:
         return (f"fp8 on {gpu} (no FP8 tensor cores): weight-only W8A16, dequantised into 16-bit GEMMs as the "
                 "engine's FP8 Marlin does (docs/model_serving.md S55)")
     return f"{precision} on {gpu} (no FP4 tensor cores): weight-only, dequantised into 16-bit GEMMs"
+
+
+def fp4_refusal(precision: str, device: dict, fp4_weight_only_cc: float, engine: str, gpu: str) -> str | None:
+    """Why ``precision`` (FP4 weights) cannot run on ``gpu`` (its columns ``device``: ``peak_flops_4``,
+    ``compute_capability``, ``vendor``) under ``engine`` (its label), or None: no FP4 tensor cores, an NVIDIA
+    compute capability stated and below the one the engine's weight-only FP4 starts at (``fp4_weight_only_cc``,
+    ``fastmodel.serve.profiles.FP4_WEIGHT_ONLY_CC``; docs/model_serving.md S63). The kernel's ``no_fp4`` rule
+    (kernels/serve/evaluate.py ``no_fp4_path``) in one configuration's words, for ``serve`` and a record."""
+    cc = float(device.get("compute_capability") or 0.0)
+    if precision not in FP4_PRECISIONS or float(device.get("peak_flops_4") or 0.0) > 0.0:
+        return None
+    if float(device.get("vendor") or 0.0) != 0.0 or cc <= 0.0 or cc >= fp4_weight_only_cc:
+        return None
+    return (f"{precision} on {gpu} (compute capability {cc:.1f}, no FP4 tensor cores): {engine} runs FP4 weights "
+            f"weight-only from compute capability {fp4_weight_only_cc:.1f} on, none below (vLLM's and SGLang's "
+            "FP4 Marlin / Triton kernels run from 8.0; docs/model_serving.md S63)")

@@ -84,6 +84,14 @@ KV_WRITE_KERNEL_VLLM = 1.0
 #: vLLM PR #5975, July 2024, before every version this module knows); vLLM docs "FP8 W8A8": "Turing/Ampere GPUs are
 #: supported for W8A16 (weight-only FP8) utilizing Marlin kernels". TensorRT-LLM and SGLang's profile keep 0 (S55)
 FP8_WEIGHT_ONLY_VLLM = 1.0
+#: the lowest NVIDIA compute capability at which each engine runs FP4 weights (NVFP4 ``fp4``, MXFP4 ``mxfp4``) on a
+#: GPU without FP4 tensor cores, weight-only (docs/model_serving.md S63): vLLM's FP4 Marlin kernels for NVFP4 and
+#: MXFP4, linear and MoE (``is_fp4_marlin_supported``: ``has_device_capability(80)``, 75 in later trees;
+#: vllm/model_executor/layers/quantization/utils/marlin_utils_fp4.py), SGLang's MXFP4 MoE on OpenAI's Triton
+#: kernels (``Mxfp4Config.get_min_capability`` 80, python/sglang/srt/layers/quantization/mxfp4.py at
+#: sgl-project/sglang@0043c43a), TensorRT-LLM's MXFP4 MoE on Hopper only (bf16 activations, TRITON or CUTLASS:
+#: examples/models/core/gpt_oss/README.md "MoE Support Matrix", which lists Hopper and Blackwell alone)
+FP4_WEIGHT_ONLY_CC = {"trtllm": 9.0, "vllm": 8.0, "sglang": 8.0}
 #: (serve_step_overhead_s, host_req_s) of each engine's scheduler loop per iteration (docs/model_serving.md S36): not set, no
 #: engine publishes its loop's total host time per request at the records' versions (S36 lists what is published)
 SCHED_HOST = {"trtllm": (0.0, 0.0), "vllm": (0.0, 0.0), "sglang": (0.0, 0.0)}
@@ -95,8 +103,8 @@ VLLM_CHUNK_KV_LOCAL_FIRST = (0, 15, 1)
 #: ``engine=`` and a serving sweep's ``engine`` set
 PROFILE_COLUMNS = ("max_num_tokens", "max_batch_size", "chunked_prefill", "mixed_prefill", "overlap_step",
                    "kv_on_demand", "custom_allreduce_bytes", "host_op_s", "host_ops_layer", "kv_write_kernel",
-                   "serve_step_overhead_s", "host_req_s", "fp8_weight_only", "engine_nvidia_only", "kv_pool_upcast",
-                   "chunk_kv_local")
+                   "serve_step_overhead_s", "host_req_s", "fp8_weight_only", "fp4_weight_only_cc", "engine_nvidia_only",
+                   "kv_pool_upcast", "chunk_kv_local")
 #: engine-dependent columns a record's ``framework`` sets beyond its profile (``fastmodel/serve/records.py``
 #: ``lower_serve_record``), as they depend on the record's device, checkpoint and launcher flags; ``--engine``
 #: leaves them at the column defaults: FP4 activations (``fp4_activation``), the MoE dispatcher
@@ -222,11 +230,13 @@ def engine_profile(text, hbm_bytes: float, field: str = "--engine", source=None,
 
 def _sched_host(engine: str) -> dict[str, float]:
     """The profile's last columns: the scheduler loop's host time (S36), weight-only FP8 (vLLM's FP8 Marlin, S55;
-    0 elsewhere), whether the engine runs on NVIDIA GPUs only (S56) and the FP8 KV pool's conversion at every
+    0 elsewhere), the compute capability weight-only FP4 starts at (S63),
+    whether the engine runs on NVIDIA GPUs only (S56) and the FP8 KV pool's conversion at every
     forward (0 on CUDA; SGLang's ROCm variant sets it, ``profiles_vendor``, S58)."""
     step, per_request = SCHED_HOST[engine]
     return {"serve_step_overhead_s": step, "host_req_s": per_request,
             "fp8_weight_only": FP8_WEIGHT_ONLY_VLLM if engine == "vllm" else 0.0,
+            "fp4_weight_only_cc": FP4_WEIGHT_ONLY_CC[engine],
             "engine_nvidia_only": 0.0 if "amd" in ENGINE_VENDORS[engine] else 1.0, "kv_pool_upcast": 0.0}
 
 

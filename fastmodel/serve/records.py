@@ -49,6 +49,7 @@ from fastmodel.serve.engine_kernels import (
 from fastmodel.serve.precisions import (
     FP4_PRECISIONS,
     block_fp8_checkpoint,
+    fp4_refusal,
     published_fp4_checkpoint,
     quant_experts_only,
     weight_only_note,
@@ -199,6 +200,18 @@ def _fp8_weight_only(profile: dict, framework: str | None, gpu: str, source: str
     return weight_only_note("fp8", gpu)
 
 
+def _fp4_weight_only(precision: str, columns, profile: dict, framework: str | None, gpu: str,
+                     source: str | None) -> str:
+    """The note of FP4 weights on a GPU without FP4 tensor cores where the engine runs them weight-only; else a
+    SpecError naming serve.precision and the rule (``precisions.fp4_refusal``, docs/model_serving.md S63)."""
+    device = {key: float(columns[COLUMN_INDEX[key]]) for key in ("compute_capability", "vendor")}
+    refusal = fp4_refusal(precision, {**device, "peak_flops_4": 0.0}, profile["fp4_weight_only_cc"],
+                          framework or "the default engine", gpu)
+    if refusal:
+        raise SpecError(source, "serve.precision", refusal)
+    return weight_only_note(precision, gpu)
+
+
 def lower_serve_record(data: dict, source: str | None = None) -> ServeRecord:
     """Check one serving record (``fastmodel.serve.record_schema``) and lower it to a column vector; a
     SpecError names the file, line, block and field."""
@@ -257,11 +270,11 @@ def lower_serve_record(data: dict, source: str | None = None) -> ServeRecord:
     if checkpoint_note:
         notes.append(checkpoint_note)
     values.update(precision_columns(precision, serve.kv_precision))
-    if precision in FP4_PRECISIONS and values["peak_flops_4"] <= 0:
-        notes.append(weight_only_note(precision, gpu))
     vendor = vendor_name(columns[COLUMN_INDEX["vendor"]])
     engine, version, profile_notes = record_engine(record.framework, vendor)   # one engine for every column below
     profile = profile_columns(engine, version, float(columns[COLUMN_INDEX["hbm_bytes"]]), vendor, reported_name(gpu))
+    if precision in FP4_PRECISIONS and values["peak_flops_4"] <= 0:
+        notes.append(_fp4_weight_only(precision, columns, profile, record.framework, gpu, source))
     if values["precision"] == 1 and columns[COLUMN_INDEX["peak_flops_8"]] <= 0:
         notes.append(_fp8_weight_only(profile, record.framework, gpu, source))
     values.update(profile, **stated_flags(serve, engine, profile["mixed_prefill"], notes, source))

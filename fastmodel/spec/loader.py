@@ -194,6 +194,17 @@ def _device_hint(text: str, kind: str) -> str:
     return f" (did you mean {' or '.join(map(repr, systems))}, {what} on device {text!r}?)"
 
 
+def is_spec_file(spec: Any, kind: str) -> bool:
+    """Whether :func:`resolve_source` reads ``spec`` from a file (a path, or a name that is no built-in ``kind``
+    but a file here), not a built-in, dict or spec object: errors a file's own field causes name the file."""
+    if not isinstance(spec, (str, Path)) or not str(spec).strip():
+        return False
+    text = str(spec)
+    if Path(text).suffix in (".toml", ".json") or "/" in text or "\\" in text:
+        return True
+    return text not in _builtin_names(kind) and Path(text).exists()
+
+
 def resolve_source(spec: Any, kind: str) -> tuple[dict | BaseModel, str | None]:
     """Turn a name, path or dict into (data, source label)."""
     if isinstance(spec, BaseModel) or isinstance(spec, dict):

@@ -83,8 +83,7 @@ def plan_status_row(row):
     # a spec file refuses k > E (fastmodel/lm/spec.py); a grid can cross a moe_experts axis with a moe_topk axis
     if experts > 0.0 and row[C_MOE_TOPK] > experts:
         return ST_TOPK
-    # MoE parallel folding: the expert mesh etp x ep x edp is the attention mesh tp x cp x dp refolded
-    if experts > 0.0 and (not is_multiple(experts, ep) or not is_multiple(tp * cp * dp, expert_tp(row) * ep)):
+    if expert_mesh_broken(row):
         return ST_EXPERTS
     if cp > 1.0 and not is_multiple(row[C_SEQ_LEN], 2.0 * cp):
         return ST_SEQUENCE
@@ -113,6 +112,19 @@ def plan_status_row(row):
     if row[C_WGRAD_FUSED_ACCUMULATION] > 0.0 and row[C_GRAD_ACCUM_BYTES] > 0.0:     # §11.46: one accumulation
         return ST_WGRAD_TWICE
     return 0
+
+
+@njit
+def expert_mesh_broken(row):
+    """True when the expert mesh cannot exist (``experts_not_divisible``): routed experts that ep does not divide,
+    or, MoE parallel folding, an expert mesh etp x ep x edp that does not refold the attention mesh tp x cp x dp
+    (etp x ep not dividing it). No framework builds the model so: ``validate`` refuses a record that states one
+    (``fastmodel.lm.rules.expert_mesh_refusal``) where it predicts plans breaking other rules."""
+    experts = row[C_MOE_EXPERTS]
+    if experts <= 0.0:
+        return False
+    ep = row[C_EP]
+    return not is_multiple(experts, ep) or not is_multiple(row[C_TP] * row[C_CP] * row[C_DP], expert_tp(row) * ep)
 
 
 @njit

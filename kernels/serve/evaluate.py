@@ -50,13 +50,15 @@ from fastmodel.kernels.columns import (
     C_KV_HEADS, C_LAYERS, C_LOAD_MODE, C_MAX_BATCH_SIZE, C_MAX_NUM_TOKENS, C_MOE_EXPERTS,
     C_OUTPUT_LEN, C_PEAK_FLOPS_8, C_PP, C_SERVE_STEP_OVERHEAD_S, C_TP, C_USABLE_HBM_FRACTION,
     C_ATTENTION_DP, C_KV_ON_DEMAND, C_MOE_TP, LOAD_BATCH, LOAD_CONCURRENCY, LOAD_MAX_THROUGHPUT, C_CONTEXT_LEN,
-    C_FP8_WEIGHT_ONLY, C_PRECISION, PRECISION_FP8, C_ENGINE_NVIDIA_ONLY, C_VENDOR, VENDOR_NVIDIA, C_SPEC_TOKENS,
+    C_FP8_WEIGHT_ONLY, C_PRECISION, PRECISION_FP8, C_COMPUTE_CAPABILITY, C_FP4_GEMM, C_PEAK_FLOPS_4,
+    C_FP4_WEIGHT_ONLY_CC, C_ENGINE_NVIDIA_ONLY, C_VENDOR, VENDOR_NVIDIA, C_SPEC_TOKENS,
 )
 from fastmodel.kernels.serve.load import queue_ttft, steady_loop
 from fastmodel.kernels.serve.speculative import accepted_tokens, draft_costs, speculate
 from fastmodel.registry.serve import SERVE_USABLE_HBM_FRACTION
 from fastmodel.kernels.serve.layout import (
     ST_CONTEXT_EXCEEDED, ST_ENGINE_NOT_ON_DEVICE, ST_EP_NOT_DIVIDING, ST_HEADS_NOT_DIVISIBLE_BY_TP, ST_LAYERS_NOT_DIVISIBLE_BY_PP, ST_NO_FP8,
+    ST_NO_FP4,
     ST_NO_KV_ROOM, ST_OK, S_ACTIVATION_MEMORY, S_BATCH_SIZE, S_CLUSTER_OUTPUT_TOKENS_PER_S, S_DECODE_ATTENTION,
     S_DECODE_COMM, S_DECODE_GEMM, S_DECODE_MEMORY_BOUND, S_DECODE_OVERHEAD, S_E2E_LATENCY, S_EXPERTS_TOUCHED,
     S_FITS_MEMORY, S_KV_BYTES_PER_TOKEN, S_KV_CACHE_CAPACITY, S_KV_CACHE_MEMORY, S_MEMORY_PER_DEVICE,
@@ -126,6 +128,16 @@ def _divides(d, x):
 
 
 @njit
+def no_fp4_path(row):
+    """True when FP4 weights (``fp4_gemm``) meet an NVIDIA GPU without FP4 tensor cores whose compute capability is
+    below the one the engine's weight-only FP4 starts at (``fp4_weight_only_cc``, docs/model_serving.md S63);
+    a device that states none (AMD: 0) is not refused."""
+    cc = row[C_COMPUTE_CAPABILITY]
+    return (row[C_FP4_GEMM] > 0.0 and row[C_PEAK_FLOPS_4] <= 0.0 and row[C_VENDOR] == VENDOR_NVIDIA and cc > 0.0
+            and cc < row[C_FP4_WEIGHT_ONLY_CC])
+
+
+@njit
 def check(row):
     """Status code of a serving configuration (0 legal)."""
     # TensorRT-LLM runs on NVIDIA GPUs only (docs/model_serving.md S56)
@@ -144,6 +156,8 @@ def check(row):
         return ST_EP_NOT_DIVIDING
     if row[C_PRECISION] == PRECISION_FP8 and row[C_PEAK_FLOPS_8] <= 0.0 and row[C_FP8_WEIGHT_ONLY] <= 0.0:
         return ST_NO_FP8
+    if no_fp4_path(row):
+        return ST_NO_FP4
     # the engine refuses a request longer than the model's context (vLLM serving_engine.py, docs S40)
     if row[C_CONTEXT_LEN] > 0.0 and row[C_INPUT_LEN] + row[C_OUTPUT_LEN] > row[C_CONTEXT_LEN]:
         return ST_CONTEXT_EXCEEDED

@@ -67,9 +67,10 @@ def test_the_engine_default_is_what_the_help_says():
     bare = columns("llama3.1-70b", "H200", **kw)
     trtllm = columns("llama3.1-70b", "H200", **kw, **profile_columns("trtllm", None, device_columns("H200")["hbm_bytes"]))
     differ = {c.name: (bare[i], trtllm[i]) for i, c in enumerate(COLUMNS) if bare[i] != trtllm[i]}
-    # engine_nvidia_only prices nothing: it decides the engine_not_on_device status on an AMD device (S56)
+    # engine_nvidia_only prices nothing: it decides the engine_not_on_device status on an AMD device (S56);
+    # fp4_weight_only_cc neither: no_fp4 below Hopper for FP4 weights without FP4 tensor cores (S63)
     assert differ == {"host_op_s": (0.0, 20e-6), "custom_allreduce_bytes": (0.0, 4 * 2**20 + 1),
-                      "engine_nvidia_only": (0.0, 1.0)}
+                      "engine_nvidia_only": (0.0, 1.0), "fp4_weight_only_cc": (0.0, 9.0)}
     args = ["serve", "-m", "llama3.1-70b", "-d", "H200", "--tp", "4", "--concurrency", "16", "--precision", "fp8",
             "--json"]
     plain = CliRunner().invoke(main, args, catch_exceptions=False)

@@ -64,6 +64,32 @@ def test_an_illegal_plan_of_a_task_file_names_the_file_and_field(tmp_path):
     assert run_one("qwen3-30b-a3b", "dgx-h100", str(task), num_nodes=4, plan="tp2.ep32.etp1").ok
 
 
+def test_a_model_file_whose_experts_the_plan_does_not_split_is_named_with_its_field(tmp_path):
+    """Audit 22.B2: ``fastmodel run -m e100.toml -p tp2.ep32.etp1`` (100 routed experts) named no file; the model
+    file is at fault, so the line names it, the field and the rule, exit 2 (run, batch and the Python API alike)."""
+    from click.testing import CliRunner
+
+    from fastmodel.cli import main
+    from fastmodel.spec.loader import builtin_text
+
+    model = tmp_path / "e100.toml"
+    model.write_text(builtin_text("model", "qwen3-30b-a3b").replace("moe_experts = 128", "moe_experts = 100"))
+    said = (f"{model}: model.moe_experts, plan 'tp2.ep32.etp1': illegal plan (experts_not_divisible): "
+            "model.moe_experts = 100 is not divisible by plan ep = 32")
+    result = CliRunner().invoke(main, ["run", "-m", str(model), "-s", "dgx-h100", "-t", "llm-pretrain", "--nodes",
+                                       "4", "-p", "tp2.ep32.etp1"])
+    assert result.exit_code == 2 and result.stderr.startswith(f"error: {said}"), result.output
+    assert len(result.stderr.strip().splitlines()) == 1
+    import pytest
+
+    import fastmodel
+    from fastmodel.errors import PlanError
+
+    with pytest.raises(PlanError) as raised:
+        fastmodel.evaluate(str(model), "dgx-h100", "llm-pretrain", plan="tp2.ep32.etp1", num_nodes=4)
+    assert str(raised.value).startswith(said)
+
+
 def test_a_run_record_report_names_its_stack_and_what_picked_it():
     """A run record is evaluated under the stack profile its explicit ``stack`` names, else the one its
     ``framework`` text parses to (docs/model.md §11.8): the report says which, since "NeMo 24.09" and

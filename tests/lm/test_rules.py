@@ -3,7 +3,7 @@
 import pytest
 
 from fastmodel.errors import PlanError
-from fastmodel.lm.rules import check_plan, plan_status
+from fastmodel.lm.rules import check_plan, expert_mesh_refusal, locate_plan_error, plan_status
 from fastmodel.lm.table import row
 from fastmodel.registry.lm import STATUS_CODES
 
@@ -25,6 +25,43 @@ def test_experts_not_divisible_names_the_rule_its_fields_and_values(plan, said):
         check_plan(column)
     assert said in str(info.value)
     assert ("moe_experts" in said) != ("does not divide" in str(info.value))
+
+
+@pytest.mark.parametrize("plan, broken", [
+    (dict(ep=32, etp=1), False),     # 1 x 32 divides 2 x 1 x 16 = 32; 64 / 32 experts
+    (dict(ep=16, etp=0), False),     # etp = tp = 2: 2 x 16 = 32 divides 32
+    (dict(ep=32, etp=2), True),      # 2 x 32 = 64 does not divide 32
+    (dict(ep=32, etp=1, moe_experts=48), True),       # 48 / 32 is no whole number
+    (dict(ep=32, etp=1, moe_experts=48, global_batch=63), True),    # an earlier rule broken too: still found
+    (dict(ep=1, moe_experts=0), False),                # a dense model has no expert mesh
+])
+def test_expert_mesh_refusal_applies_the_one_structural_rule_alone(plan, broken):
+    """``validate``'s one applied rule (fastmodel.lm.rules.expert_mesh_refusal, the rule table's
+    ``expert_mesh_broken``): by hand, experts divisible by ep and etp x ep dividing tp x cp x dp; found whatever
+    rule before it the configuration breaks (global_batch 63 is batch_not_divisible first in the table)."""
+    column = row(**{**MOE, **plan})
+    error = expert_mesh_refusal(column, "f.jsonl:4: plan")
+    assert (error is not None) == broken
+    if broken:
+        assert error.rule == "experts_not_divisible" and str(error).startswith(
+            "f.jsonl:4: plan: illegal plan (experts_not_divisible): ")
+
+
+def test_a_model_file_whose_experts_ep_does_not_divide_is_named_with_its_field(tmp_path):
+    """Audit 22.B2: the model file is at fault (100 experts, ep 32), so the line names it and the field; a
+    built-in model, a dict or a spec, or the other expert rule (the plan's etp x ep), keep the plan's label."""
+    error = PlanError("experts_not_divisible", "model.moe_experts = 100 is not divisible by plan ep = 32 (...)",
+                      "plan 'tp2.ep32.etp1'")
+    model = tmp_path / "e100.toml"
+    assert str(locate_plan_error(error, str(model))).startswith(
+        f"{model}: model.moe_experts, plan 'tp2.ep32.etp1': illegal plan (experts_not_divisible): model.moe_experts "
+        "= 100")
+    assert str(locate_plan_error(error, model, "t.toml: task.plan")).startswith(
+        f"{model}: model.moe_experts, t.toml: task.plan: illegal plan")
+    for given in ("qwen3-30b-a3b", {"layers": 2}, None):
+        assert locate_plan_error(error, given) is error
+    mesh = PlanError("experts_not_divisible", "plan etp = 2 x ep = 32 = 64 does not divide ...", "plan 'tp2.ep32'")
+    assert locate_plan_error(mesh, str(model)) is mesh
 
 
 def test_devices_not_divisible_names_n_gpus():

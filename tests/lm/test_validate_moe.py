@@ -130,3 +130,52 @@ def test_heldout_on_the_b200_dev_file():
     assert f"MoE runs ({len(moe)} of 19)" in result.output
     assert _line(result.output, "dispatcher=alltoall [held-out]")[2] == str(len(held & set(moe)))
     assert _line(result.output, "dispatcher=alltoall [dev]")[2] == str(len(set(moe) - held))
+
+
+def test_an_expert_mesh_that_cannot_exist_is_refused_by_name_and_counted_as_a_miss(tmp_path):
+    """Issue 22 bad input (audit 22.B1, 22.B2): validate predicts a measured plan that breaks a sweep rule (it ran),
+    but no framework builds experts that ep does not divide (160 experts on ep 3) or an etp x ep that does not
+    divide tp x cp x dp (etp 3 x ep 8 = 24 against 1 x 1 x 8): such a record is named on stderr with the line
+    ``run`` gives it and counted as a miss, never scored (it was answered at +44% and +61%)."""
+    line = next(text for text in (DATA / "runs_dev_b200.jsonl").read_text().splitlines()
+                if "deepseekv2_tp1_ep8_pp1_dp8_l4_mbc4_cef" in text)
+    good = json.loads(line)
+    bad_ep = {**good, "id": "bad-ep", "plan": {**good["plan"], "ep": 3}}
+    bad_mesh = {**good, "id": "bad-mesh", "plan": {**good["plan"], "etp": 3}}
+    path = tmp_path / "mesh.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in (good, bad_ep, bad_mesh)))
+    result = CliRunner().invoke(main, ["validate", str(path)])
+    assert result.exit_code == 0, result.output
+    refused = [line for line in result.stderr.splitlines() if line.startswith("refused (a miss): ")]
+    assert refused == [
+        f"refused (a miss): {path}:2: plan: illegal plan (experts_not_divisible): model.moe_experts = 160 is not "
+        "divisible by plan ep = 3 (each EP rank holds moe_experts / ep experts)",
+        f"refused (a miss): {path}:3: plan: illegal plan (experts_not_divisible): plan etp = 3 x ep = 8 = 24 does "
+        "not divide tp x cp x dp = 1 x 1 x 8 = 8 (the expert mesh etp x ep x edp refolds the attention mesh)"]
+    assert _line(result.stdout, "all ")[1:3] == ["1", "2"]      # one answered, two misses
+    from fastmodel.lm.validate_run import validation
+
+    table = validation(str(path)).rows
+    assert [(row["id"], row["status"]) for row in table] == [
+        (good["id"], "ok"), ("bad-ep", "refused"), ("bad-mesh", "refused")]
+    ran = read_records(path)    # the refusal is validate's: the records themselves read, as run reads them
+    assert [r.id for r in ran] == [good["id"], "bad-ep", "bad-mesh"]
+
+
+def test_validate_still_predicts_plans_that_break_only_the_rules_a_run_breaks(tmp_path):
+    """Only the expert mesh is structural: a measured run with fewer micro-batches than stages under interleaving (a
+    sweep rule, too_few_microbatches) is predicted as before (fastmodel/lm/validate.py ``rows``)."""
+    from fastmodel.lm.rules import plan_status
+    from fastmodel.lm.validate_run import validation
+    from fastmodel.registry.lm import STATUSES
+
+    line = next(text for text in (DATA / "runs_dev_b200.jsonl").read_text().splitlines()
+                if "deepseekv2_tp1_ep8_pp1_dp8_l4_mbc4_cef" in text)
+    record = json.loads(line)
+    record["plan"] = {**record["plan"], "pp": 2, "vp": 2, "dp": 4, "ep": 4, "global_batch": 4, "grad_accum": 1}
+    path = tmp_path / "few.jsonl"
+    path.write_text(json.dumps(record) + "\n")
+    (lowered,) = read_records(path)
+    assert STATUSES[plan_status(lowered.columns.reshape(-1, 1))[0]].name == "too_few_microbatches"
+    (row,) = validation(str(path)).rows
+    assert row["status"] == "ok" and np.isfinite(row["predicted_step_time_s"])

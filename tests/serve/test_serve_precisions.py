@@ -223,3 +223,68 @@ def test_a_precision_axis_of_gpt_oss_gives_its_published_checkpoint_at_each_valu
         for ds in (swept, filed):
             assert float(ds.ttft.sel(precision=precision).squeeze()) == one["ttft"]
             assert float(ds.tpot.sel(precision=precision).squeeze()) == one["tpot"]
+
+
+@pytest.mark.parametrize("device, engine, refused", [
+    ("A100", "TensorRT-LLM", True), ("L40S", "TensorRT-LLM", True),      # Ampere 8.0, Ada 8.9 < 9.0
+    ("H100", "TensorRT-LLM", False), ("H200", "TensorRT-LLM", False),    # Hopper: its MXFP4 MoE path
+    ("A100", "vLLM", False), ("L40S", "vLLM", False), ("A100", "SGLang", False),   # FP4 Marlin / Triton from 8.0
+    ("MI300X", "vLLM", False), ("B200", "TensorRT-LLM", False),          # no compute capability; FP4 tensor cores
+])
+def test_fp4_refusal_by_engine_and_architecture(device, engine, refused):
+    """docs/model_serving.md S63, by hand: FP4 weights on a GPU without FP4 tensor cores are refused exactly where
+    the device's compute capability is below the engine's weight-only start (FP4_WEIGHT_ONLY_CC: TensorRT-LLM 9.0,
+    vLLM and SGLang 8.0); AMD states none and is not refused; a GPU with FP4 tensor cores never is."""
+    from fastmodel.serve.precisions import fp4_refusal
+    from fastmodel.serve.profiles import FP4_WEIGHT_ONLY_CC
+
+    key = {"TensorRT-LLM": "trtllm", "vLLM": "vllm", "SGLang": "sglang"}[engine]
+    for precision in ("fp4", "mxfp4"):
+        reason = fp4_refusal(precision, device_columns(device), FP4_WEIGHT_ONLY_CC[key], engine, device)
+        assert (reason is not None) == refused
+        if refused:
+            cc = device_columns(device)["compute_capability"]
+            assert reason.startswith(f"{precision} on {device} (compute capability {cc:.1f}, no FP4 tensor cores): "
+                                     f"{engine} runs FP4 weights weight-only from compute capability 9.0 on")
+    assert fp4_refusal("fp8", device_columns("A100"), 9.0, engine, "A100") is None
+
+
+def test_fp4_without_a_weight_only_path_is_no_fp4_in_a_sweep_and_one_line_in_serve():
+    """The kernel's no_fp4 (kernels/serve/evaluate.py ``no_fp4_path``) gives a sweep a status, never a crash: FP4 on
+    A100 under TensorRT-LLM; vLLM answers it weight-only, and Hopper under TensorRT-LLM keeps its answer.
+    ``fastmodel serve`` refuses it in one line naming --precision, exit 2."""
+    from click.testing import CliRunner
+
+    from fastmodel.cli import main
+    from fastmodel.registry.serve import SERVE_STATUSES
+    from fastmodel.serve.api import evaluate, sweep
+
+    kw = dict(tp=2, input_len=1024, output_len=256, concurrency=16, precision="fp4")
+    assert evaluate("llama3.1-8b", "A100", engine="trtllm", **kw)["status"] == "no_fp4"
+    assert evaluate("llama3.1-8b", "A100", engine="vllm", **kw)["status"] == "ok"
+    assert evaluate("llama3.1-8b", "H100", engine="trtllm", **kw)["status"] == "ok"
+    grid = sweep("llama3.1-8b", device=["A100", "L40S", "H100"], precision="fp4", engine="trtllm",
+                 load_mode="concurrency", batch_size=16, tp=2, input_len=1024, output_len=256)
+    names = [SERVE_STATUSES[int(code)].name for code in grid.status.values.ravel()]
+    assert names == ["no_fp4", "no_fp4", "ok"]
+    result = CliRunner().invoke(main, ["serve", "-m", "llama3.1-8b", "-d", "L40S", "--tp", "2", "--precision", "fp4",
+                                       "--concurrency", "16"])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip() == (
+        "error: --precision: fp4 on L40S (compute capability 8.9, no FP4 tensor cores): TensorRT-LLM (the default "
+        "engine) runs FP4 weights weight-only from compute capability 9.0 on, none below (vLLM's and SGLang's FP4 "
+        "Marlin / Triton kernels run from 8.0; docs/model_serving.md S63)")
+
+
+def test_a_record_of_fp4_below_hopper_is_refused_under_tensorrt_llm_and_answered_under_vllm():
+    """A serving record: vLLM's fp4 on an A100 lowers weight-only, with a note; TensorRT-LLM's is one line naming
+    serve.precision and the rule (validate counts it a miss)."""
+    from fastmodel.errors import SpecError
+
+    record = _with("system.gpu", "A100-SXM4-80GB", _with("serve.precision", "fp4"))
+    lowered = lower_serve_record(record)
+    assert any("fp4 on A100-SXM4-80GB (no FP4 tensor cores): weight-only" in n for n in lowered.notes)
+    with pytest.raises(SpecError, match=r"serve\.precision: fp4 on A100-SXM4-80GB \(compute capability 8\.0, no FP4 "
+                                        r"tensor cores\): TensorRT-LLM 1\.2\.0 runs FP4 weights weight-only from "
+                                        r"compute capability 9\.0 on"):
+        lower_serve_record(_with("framework", "TensorRT-LLM 1.2.0", record))
