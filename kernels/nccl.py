@@ -13,9 +13,11 @@ pp outermost). Tier 0 (a cluster's ``.tiers[0]``) is an NVLink domain of
   same bound holds for the hierarchical algorithm);
 - ring latency: one step per member, ``(size - g_out) x intra_latency +
   g_out x inter_latency`` (reduce-scatter and all-gather are ring-only in NCCL);
-  allreduce takes the better of ring (2 passes) and tree (``2 log2(size)`` steps
-  at the slowest tier's latency), as NCCL's tuner does, unless the
-  ``collective_algorithm`` column fixes one.
+  allreduce takes the better of ring (2 passes) and tree, as NCCL's tuner does,
+  unless the ``collective_algorithm`` column fixes one. The tree's latency is
+  NCCL's: base + 2 ((members per node - 1) x tree NVLink hop + floor(log2 nodes)
+  x tree network hop), its bandwidth 0.92 of the bus bandwidth for 2 S bytes
+  (the ``TREE_*`` tables below).
 - protocol: NCCL times every ring under its three protocols (Simple, LL128, LL)
   as base latency + steps x per-hop latency + bytes / bandwidth and runs the
   fastest (the ``PROTO_*`` tables below); the device's ``intra_latency`` and
@@ -46,6 +48,19 @@ PROTO_INTER_HOP = (1.0, 4.0 / 9.6, 2.7 / 9.6)
 LL_INTRA_HOP_MULTI_NODE = 1.8
 PROTO_BANDWIDTH = (1.0, 0.92, 0.25)
 LL_BANDWIDTH_ONE_DOMAIN_GATHER = 1.0 / 3.0
+
+# The Tree rows of the same tables (v2.17.1-1, unchanged from v2.8.3-1), in the order Simple, LL128, LL: baseLat
+# Tree {4.4, 4.4, 0} us (LL, LL128, Simple; line 56); per-hop latency relative to the Ring Simple hop that the device's
+# intra_latency / inter_latency hold: hwLat NVLINK Tree {.52, 1.25, 28} us over 3.4 (line 65), NET Tree {5.0, 8.5, 28}
+# us over 9.6 (line 73); LL's NVLink hop x1.8 across nodes as the ring's (line 181). Latency (lines 195-196):
+# baseLat + 2 ((nRanks/nNodes - 1) intraLat + log2i(nNodes) interLat). Bandwidth (lines 157-159, 174): busBw x .92,
+# LL x 1/3.8 more, LL128 x 120/128 across nodes (7/9 on one); the algorithm bandwidth is busBw x .5, 2 S / busBw.
+TREE_BASE_LATENCY = (0.0, 4.4e-6, 4.4e-6)
+TREE_INTRA_HOP = (28.0 / 3.4, 1.25 / 3.4, 0.52 / 3.4)
+TREE_INTER_HOP = (28.0 / 9.6, 8.5 / 9.6, 5.0 / 9.6)
+TREE_BANDWIDTH = 0.92
+TREE_PROTO_BANDWIDTH = (1.0, 120.0 / 128.0, 1.0 / 3.8)
+TREE_LL128_BANDWIDTH_ONE_NODE = 7.0 / 9.0
 
 
 @njit(inline="always")
@@ -133,22 +148,54 @@ def allgather_time(row, nbytes, size, stride):
 
 @njit
 def allreduce_time(row, nbytes, size, stride):
-    """Allreduce of ``nbytes``: 2 (n-1)/n bytes per device; ring (fastest protocol) or tree (Simple),
-    whichever is faster, unless ``collective_algorithm`` fixes one."""
+    """Allreduce of ``nbytes``: ring (2 (n-1)/n bytes per device) or tree (:func:`tree_allreduce_time`), each at
+    its fastest protocol, whichever is faster, unless ``collective_algorithm`` fixes one."""
     if size <= 1.0 or nbytes <= 0.0:
         return 0.0
     volume = 2.0 * (size - 1.0) / size * nbytes
     g_in = members_per_domain(row, size, stride)
     bus = _bus_bandwidth_at(row, size, g_in)       # the ring's and the tree's
     ring = _ring_time_at(row, volume, size, g_in, bus, 2.0, False)
-    slowest = row[C_INTRA_LATENCY] if g_in >= size else row[C_INTER_LATENCY]
-    tree = volume / bus + 2.0 * math.ceil(math.log2(size)) * slowest
+    tree = _tree_time_at(row, nbytes, size, g_in, bus)
     algorithm = row[C_COLLECTIVE_ALGORITHM]
     if algorithm == ALGO_RING:
         return ring
     if algorithm == ALGO_TREE:
         return tree
     return min(ring, tree)
+
+
+@njit
+def tree_allreduce_time(row, nbytes, size, stride):
+    """NCCL's tree allreduce of an ``nbytes`` buffer over ``size`` devices at its fastest protocol
+    (:func:`_tree_time_at`)."""
+    if size <= 1.0 or nbytes <= 0.0:
+        return 0.0
+    g_in = members_per_domain(row, size, stride)
+    return _tree_time_at(row, nbytes, size, g_in, _bus_bandwidth_at(row, size, g_in))
+
+
+@njit(inline="always")
+def _tree_time_at(row, nbytes, size, g_in, bus):
+    """NCCL's tuning model of a tree allreduce, fastest protocol: the group spans ``nodes = ceil(size / g_in)``
+    domains of ``size // nodes`` members each; latency base + 2 ((per_node - 1) x NVLink hop + floor(log2 nodes)
+    x network hop), time 2 ``nbytes`` / (bus x 0.92 x the protocol's share) (``TREE_*`` above)."""
+    nodes = float(math.ceil(size / g_in))
+    per_node = float(math.floor(size / nodes))
+    depth = math.frexp(nodes)[1] - 1.0            # log2i(nNodes): floor(log2), exact
+    best = math.inf
+    for protocol in range(3):
+        intra = row[C_INTRA_LATENCY] * TREE_INTRA_HOP[protocol]
+        share = TREE_PROTO_BANDWIDTH[protocol]
+        if nodes > 1.0:
+            if protocol == LL:
+                intra *= LL_INTRA_HOP_MULTI_NODE
+        elif protocol == LL128:
+            share = TREE_LL128_BANDWIDTH_ONE_NODE
+        latency = TREE_BASE_LATENCY[protocol] + 2.0 * (
+            (per_node - 1.0) * intra + depth * row[C_INTER_LATENCY] * TREE_INTER_HOP[protocol])
+        best = min(best, latency + 2.0 * nbytes / (bus * TREE_BANDWIDTH * share))
+    return best
 
 
 @njit

@@ -87,18 +87,20 @@ def test_tp_across_two_nodes_prices_its_all_reduces_on_eight_nics_per_node():
     min(NVLink 450 x 0.8 = 360 GB/s, 8 NICs x 50 x 0.85 = 340 GB/s) = 340 GB/s. NCCL's candidates (kernels/nccl.py,
     §11.5): ring Simple 8.4 us + 2 passes x (14 NVLink steps x 3.4 us + 2 network steps x 9.6 us) + V / bus;
     ring LL128 10 us + 2 x (14 x 3.4 x 1.9/3.4 + 2 x 9.6 x 4.0/9.6) us + V / (0.92 bus); ring LL (a quarter of the
-    bus) and the tree V / bus + 2 ceil(log2 16) x 9.6 us (the slowest tier's latency). The tree wins."""
+    bus) and NCCL's tree, 2 S at 0.92 of the bus plus 2 x (7 NVLink hops + log2(2 nodes) = 1 network hop): Simple
+    28 us hops, LL128 4.4 us + 1.25 / 8.5 us hops at 120/128 of that bandwidth. The Simple ring wins: 0.882 ms."""
     s = 2.0 * 8192 * 8192
     v = 2.0 * 15.0 / 16.0 * s
     bus = min(450e9 * 0.8, 8 * 50e9 * 0.85)
     simple = 8.4e-6 + 2 * (14 * 3.4e-6 + 2 * 9.6e-6) + v / bus
     ll128 = 10.0e-6 + 2 * (14 * 1.9e-6 + 2 * 4.0e-6) + v / (0.92 * bus)
     ll = 3.6e-6 + 2 * (14 * 0.47e-6 * 1.8 + 2 * 2.7e-6) + v / (0.25 * bus)
-    tree = v / bus + 2 * 4 * 9.6e-6
-    assert tree < min(simple, ll128, ll)
-    assert _tp(_tp16_layer(sequence_parallel=0)) == pytest.approx(2 * tree, rel=1e-12)
+    tree_simple = 2 * (7 * 28e-6 + 1 * 28e-6) + 2 * s / (0.92 * bus)
+    tree_ll128 = 4.4e-6 + 2 * (7 * 1.25e-6 + 1 * 8.5e-6) + 2 * s / (0.92 * 120 / 128 * bus)
+    assert simple < min(ll128, ll, tree_simple, tree_ll128)
+    assert simple == pytest.approx(882.17e-6, abs=0.01e-6)
+    assert _tp(_tp16_layer(sequence_parallel=0)) == pytest.approx(2 * simple, rel=1e-12)
     # with the ring fixed (collective_algorithm 1), NCCL's fastest protocol: Simple for 128 MiB
-    assert simple < ll128
     assert _tp(_tp16_layer(sequence_parallel=0, collective_algorithm=1)) == pytest.approx(2 * simple, rel=1e-12)
     # with SP: 2 all-gathers + 2 reduce-scatters, ring only, 15/16 S each, one pass: Simple
     gather = 8.4e-6 + 14 * 3.4e-6 + 2 * 9.6e-6 + 15.0 / 16.0 * s / bus

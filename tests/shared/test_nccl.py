@@ -1,22 +1,73 @@
-"""The NCCL collective times of the shared kernels (kernels/nccl.py): ring bandwidth and tree latency inside a node,
+"""The NCCL collective times of the shared kernels (kernels/nccl.py): the ring or NCCL's tree for an allreduce,
 one NIC per group member in a node across nodes, the protocol NCCL picks by buffer size, all-to-all through the
 NIC, derived by hand on an 8-GPU-node network (NET of tests/suite_fixtures.py, which tests/lm/test_lm_model.py runs in
 step times)."""
 
-import math
 
 import pytest
 
-from fastmodel.kernels.nccl import allgather_time, allreduce_time, alltoall_time, bus_bandwidth, engine_alltoall_time
+from fastmodel.kernels.nccl import (
+    allgather_time,
+    allreduce_time,
+    alltoall_time,
+    bus_bandwidth,
+    engine_alltoall_time,
+    tree_allreduce_time,
+)
 from fastmodel.lm.table import row
 from tests.suite_fixtures import NET
 
 
-def test_allreduce_inside_a_node_is_ring_bandwidth_plus_tree_latency():
+def test_a_large_allreduce_inside_a_node_runs_the_ring_since_nccls_tree_hops_cost_28us():
     r = row(**NET)
     size = 64e6
-    expected = 2 * 7 / 8 * size / (450e9 * 0.8) + 2 * math.ceil(math.log2(8)) * 3e-6
-    assert allreduce_time(r, size, 8.0, 1.0) == pytest.approx(expected, rel=1e-12)
+    # ring, Simple: 8.4 us base + 2 x 7 NVLink steps of 3 us, 2 x 7/8 of the buffer at 450 GB/s x 0.8
+    ring = 8.4e-6 + 2 * 7 * 3e-6 + 2 * 7 / 8 * size / (450e9 * 0.8)
+    # NCCL's tree on one node is a chain of 8: 2 x 7 hops at the Tree NVLink hwLat, Simple 28 us where the ring's is
+    # 3.4 (v2.17.1-1 tuning.cc line 65), and 2 x the buffer at 0.92 of the bus bandwidth (lines 157, 174); LL128
+    # (4.4 us base, 1.25 us hops, x 7/9 of that bandwidth on one node, line 159) is the tree's faster protocol here
+    simple = 2 * 7 * 3e-6 * 28 / 3.4 + 2 * size / (450e9 * 0.8 * 0.92)
+    ll128 = 4.4e-6 + 2 * 7 * 3e-6 * 1.25 / 3.4 + 2 * size / (450e9 * 0.8 * 0.92 * 7 / 9)
+    tree = tree_allreduce_time(r, size, 8.0, 1.0)
+    assert tree == pytest.approx(ll128, rel=1e-12)
+    assert tree < simple
+    assert allreduce_time(r, size, 8.0, 1.0) == pytest.approx(ring, rel=1e-12)
+    assert ring < tree
+
+
+def test_tree_allreduce_over_4_nodes_of_8_is_nccls_latency_linear_in_the_node_logarithmic_across():
+    """NCCL's tuning model (NVIDIA/nccl v2.17.1-1 src/graph/tuning.cc lines 195-196) prices a tree allreduce at
+    baseLat + 2 ((nRanks/nNodes - 1) intraLat + log2i(nNodes) interLat), here 32 ranks on 4 nodes: 7 NVLink hops
+    (3 us on NET, the Ring/Simple hop that stands for NCCL's 3.4) and 2 network hops (8 us for NCCL's 9.6), per
+    protocol. A 64 KiB buffer runs LL, whose base is 4.4 us and NVLink hop 0.52/3.4 x 1.8 across nodes."""
+    r = row(**NET)
+    nbytes = 65536.0
+    bus = min(450e9 * 0.8, 8 * 50e9 * 0.85)                 # 340 GB/s: the node's 8 NICs
+    simple = 0.0 + 2 * (7 * 3e-6 * 28 / 3.4 + 2 * 8e-6 * 28 / 9.6)                    # 439.22 us
+    ll128 = 4.4e-6 + 2 * (7 * 3e-6 * 1.25 / 3.4 + 2 * 8e-6 * 8.5 / 9.6)               # 48.17 us
+    ll = 4.4e-6 + 2 * (7 * 3e-6 * 0.52 / 3.4 * 1.8 + 2 * 8e-6 * 5.0 / 9.6)            # 32.63 us
+    assert (simple, ll128, ll) == pytest.approx((439.22e-6, 48.17e-6, 32.63e-6), abs=0.01e-6)
+    # LL moves 2 x 64 KiB at 0.92 / 3.8 of the bus: 1.59 us; 34.22 us in all
+    assert tree_allreduce_time(r, nbytes, 32.0, 1.0) == pytest.approx(ll + 2 * nbytes / (bus * 0.92 / 3.8), rel=1e-12)
+    assert tree_allreduce_time(r, nbytes, 32.0, 1.0) == pytest.approx(34.22e-6, abs=0.01e-6)
+    # the ring's LL over the same 32 ranks: 3.6 us + 2 x (28 NVLink steps at 3 x .47/3.4 x 1.8 + 4 network steps at
+    # 8 x 2.7/9.6) = 63.4 us before its bytes (the model's ring): the tree is NCCL's pick, and the model's
+    ring_ll = 3.6e-6 + 2 * (28 * 3e-6 * 0.47 / 3.4 * 1.8 + 4 * 8e-6 * 2.7 / 9.6) + 2 * 31 / 32 * nbytes / (bus / 4)
+    assert allreduce_time(r, nbytes, 32.0, 1.0) == pytest.approx(34.22e-6, abs=0.01e-6)
+    assert 34.23e-6 < ring_ll
+    # 100 MB: LL128's bandwidth (x 0.92 x 120/128) beats Simple's 439 us of latency; 1 GB: Simple
+    assert tree_allreduce_time(r, 1e8, 32.0, 1.0) == pytest.approx(ll128 + 2e8 / (bus * 0.92 * 120 / 128), rel=1e-12)
+    assert tree_allreduce_time(r, 1e9, 32.0, 1.0) == pytest.approx(simple + 2e9 / (bus * 0.92), rel=1e-12)
+
+
+def test_tree_depth_is_nccls_log2i_of_the_nodes_and_a_member_per_node_has_no_nvlink_hop():
+    r = row(**NET)
+    # 16 nodes x 1 (a dp group with tp = 8 inside each node): log2i(16) = 4 network hops, 0 NVLink hops; one NIC
+    simple_16 = 2 * 4 * 8e-6 * 28 / 9.6 + 2 * 1e9 / (50e9 * 0.85 * 0.92)
+    assert tree_allreduce_time(r, 1e9, 16.0, 8.0) == pytest.approx(simple_16, rel=1e-12)
+    # 12 nodes: log2i(12) = 3, the floor, as NCCL's integer log2i (src/include/utils.h)
+    simple_12 = 2 * 3 * 8e-6 * 28 / 9.6 + 2 * 1e9 / (50e9 * 0.85 * 0.92)
+    assert tree_allreduce_time(r, 1e9, 12.0, 8.0) == pytest.approx(simple_12, rel=1e-12)
 
 
 def test_cross_node_ring_uses_one_nic_per_member_in_the_node():
