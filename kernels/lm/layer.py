@@ -30,7 +30,7 @@ from fastmodel.kernels.nccl import allgather_time, allreduce_time
 from fastmodel.kernels.lm.parallel import cp_forward_time, exposed
 from fastmodel.kernels.lm.positions import alibi_bias_s, position_table_s, rotary_bytes
 from fastmodel.kernels.lm.moe import (
-    dispatch_time, einsum_gating_time, einsum_time, expert_rows, expert_wgrad_extra, moe_compute, moe_sync_idle_time,
+    dispatch_time, einsum_time, expert_rows, expert_wgrad_extra, moe_compute, moe_pass_extras, moe_sync_idle_time,
 )
 from fastmodel.kernels.lm.recompute import module_recompute_costs
 from fastmodel.kernels.lm.sp_regather import (
@@ -230,7 +230,7 @@ def layer_costs(row, moe, sliding, work):
     # the fused dense linears' main-gradient read (§11.46): all matmul weights but routed experts' (own) and router's
     dense = params - expert_params - (h * row[C_MOE_EXPERTS] if moe else 0.0)
     work[W_WGRAD] = (expert_wgrad_extra(row, fp8, routed) if moe else 0.0) + wgrad_source_s(row, dense)
-    gating_forward, gating_backward = einsum_gating_time(row) if moe else (0.0, 0.0)
+    gating_forward, gating_backward = moe_pass_extras(row) if moe else (0.0, 0.0)   # + SequentialMLP's (§11.57)
     work[W_FORWARD_ONLY] = (moe_sync_idle_time(row) + gating_forward if moe else 0.0) + alibi_bias_s(row, tokens)
     work[W_BACKWARD_MEM] = gating_backward + memory_bound_time(row, fp8_transpose_bytes(row, dense + expert_params))
 
