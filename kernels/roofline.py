@@ -22,6 +22,7 @@ from fastmodel.kernels.columns import (
     C_ATTN_EFF, C_ATTN_EFF_FA2, C_ATTN_EFF_FWD, C_ATTN_FA2, C_ATTN_TILE_KV, C_ATTN_TILE_Q, C_MLA, C_GEMM_EFF_16, C_GEMM_EFF_8,
     C_GEMM_K_HALF, C_GEMM_TILE_M, C_GEMM_TILE_N, C_HBM_BW, C_HBM_EFF,
     C_EP, C_EXPERT_ALIGN_ROWS, C_EXPERT_GEMM_EFF, C_EXPERT_HIDE_ROWS, C_EXPERT_TILE_MAX, C_EXPERT_TILE_MIN, C_KERNEL_OVERHEAD_S, C_MOE_EXPERTS,
+    C_MOE_GROUPED_GEMM,
     C_PEAK_FLOPS_16, C_PEAK_FLOPS_4, C_PEAK_FLOPS_8, C_SM_COUNT, C_STACK_COMPUTE_EFF, C_COMPUTE_CAPABILITY, C_FP8_RECIPE,
     C_PRECISION, C_W4A4_GEMM_RATE, FP8_BLOCKWISE, FP8_MXFP8, PRECISION_FP4, PRECISION_FP8,
 )
@@ -274,9 +275,13 @@ def expert_gemm_roofline(row, groups, m, n, k, fp8, weight_bytes, launch):
     tiles the later ones find it in L2 and only ``1/r`` of the shorter bound stays exposed; none where the
     kernel hides its math (:func:`hides_math`); a contiguous-layout kernel that computes its whole worst-case buffer
     adds the buffer's tail (:func:`buffer_tail_compute`). Same launch rule as
-    :func:`gemm_roofline`; 0 when empty. Row tile: :func:`expert_row_tile`."""
+    :func:`gemm_roofline`; 0 when empty. Row tile: :func:`expert_row_tile`. Without grouped GEMMs
+    (``moe_grouped_gemm`` 0, Megatron-Core's SequentialMLP, docs/model.md §11.57): ``groups`` separate dense GEMMs
+    of ``m`` rows, each its own :func:`gemm_roofline` (its tile and wave quantization, its launch)."""
     if groups <= 0.0 or m <= 0.0 or n <= 0.0 or k <= 0.0:
         return 0.0
+    if row[C_MOE_GROUPED_GEMM] <= 0.0:
+        return groups * gemm_roofline(row, 1.0, m, n, k, fp8, weight_bytes, launch)
     compute, memory = expert_bounds(row, groups, m, n, k, fp8, weight_bytes)
     share = 0.0 if hides_math(row, groups, m) else exposed_weight_share(row, m)
     return (max(compute, memory) + share * min(compute, memory) + buffer_tail_compute(row, groups, m, n, k, fp8)
@@ -311,13 +316,16 @@ def expert_wgrad_roofline(row, groups, m, n, k, fp8, source_bytes, launch):
     input), plus the epilogue's read of the gradient it accumulates into: ``groups k n source_bytes / (HBM bw x
     hbm_eff)`` (beta = 1: the source tile is loaded before the sum is formed and stored; the store is an
     asynchronous TMA store that drains under the next tile's mainloop). ``source_bytes`` 0: a gradient written
-    without a source (beta = 0). Same launch rule as :func:`gemm_roofline`; 0 when empty."""
+    without a source (beta = 0). Same launch rule as :func:`gemm_roofline`; 0 when empty. Without grouped GEMMs
+    (``moe_grouped_gemm`` 0, SequentialMLP, §11.57): ``groups`` launches of one expert's gradient each."""
     if groups <= 0.0 or m <= 0.0 or n <= 0.0 or k <= 0.0:
         return 0.0
+    launches = 1.0 if row[C_MOE_GROUPED_GEMM] > 0.0 else groups
+    each = groups / launches
     element = gemm_act_bytes(row, fp8)
-    compute, memory = tiled_bounds(row, groups, k, n, m, fp8, element, tile_size(k, row[C_GEMM_TILE_M]))
-    source = accumulate_source_time(row, groups * k * n, source_bytes)
-    return max(compute, memory) + source + launch * row[C_KERNEL_OVERHEAD_S]
+    compute, memory = tiled_bounds(row, each, k, n, m, fp8, element, tile_size(k, row[C_GEMM_TILE_M]))
+    source = accumulate_source_time(row, each * k * n, source_bytes)
+    return launches * (max(compute, memory) + source + launch * row[C_KERNEL_OVERHEAD_S])
 
 
 @njit(inline="always")

@@ -133,16 +133,16 @@ _PLAN_FIELDS: dict[str, tuple] = {
     "recompute_detail": (Text | None, None),
     # a recipe name or text naming one (fastmodel/lm/fp8_recipe.py; record_specs reads it)
     "fp8_recipe": (Text | None, None),
-    "moe_dispatch_detail": (Text | None, None), "moe_grouped_gemm": (bool | None, None),
+    "moe_dispatch_detail": (Text | None, None),
     "fsdp_limit_all_gathers": (bool | None, None), "zero_detail": (Text | None, None),
     "pipeline_layer_balance": (Text | None, None),
 }
 #: plan fields recorded but not modelled yet -> the value the model assumes (a note names any other value;
 #: None: every value is noted)
-UNMODELLED = {"moe_grouped_gemm": None,
-              # PyTorch FSDP1's rate limiter (default True since PyTorch 2.0, torch/distributed/fsdp docs): at most
-              # two gathered units in flight, what fsdp_gather_buffer_bytes counts; False is noted
-              "fsdp_limit_all_gathers": True}
+#: (plan.moe_grouped_gemm is modelled since docs/model.md §11.57: the execution option of the same name)
+UNMODELLED = {  # PyTorch FSDP1's rate limiter (default True since PyTorch 2.0, torch/distributed/fsdp docs): at most
+    # two gathered units in flight, what fsdp_gather_buffer_bytes counts; False is noted
+    "fsdp_limit_all_gathers": True}
 EXECUTION_FIELDS = tuple(name for name in ExecutionSpec.model_fields if name not in ("framework", "stack"))
 
 PlanBlock = create_model(

@@ -13,7 +13,8 @@ Per run, nothing new is computed: the terms the step is built from (``kernels/lm
 (GEMM + attention + memory-bound, ``layer_costs``, full attention); ``load``: the routed rows of the busiest rank
 over the balanced share (``load_factor``: ``moe_imbalance``, cut or padded at the capacity factor); ``rows/exp``:
 routed rows per local expert (``expert_rows / (E / ep)``; the layer's ``W_FORWARD_ONLY`` seconds, GPU idle after
-host syncs and einsum gating, and its backward-only ``W_BACKWARD_MEM`` are not forward compute: out of the share) --
+host syncs, einsum gating and SequentialMLP's loop launches and cat (docs/model.md §11.57), and its backward-only
+``W_BACKWARD_MEM`` are not counted as forward compute: out of the share) --
 and the step's expert-parallel communication: ``comm_ep`` (dispatch + combine, every pass), ``exposed_ep`` (not
 hidden behind compute), the hidden share ``1 - exposed_ep / comm_ep`` and ``exposed_ep / step_time``.
 """

@@ -19,6 +19,7 @@ from fastmodel.registry.lm_chunk import CHUNK_ENGINE_ROWS, CHUNK_MODEL_ROWS
 from fastmodel.registry.lm_cudagraph import CUDA_GRAPH_PLAN_ROWS, CUDA_GRAPH_SCOPES
 from fastmodel.registry.lm_engine import ENGINE_KERNEL_ROWS
 from fastmodel.registry.lm_eval import EVAL_PLAN_ROWS, EVAL_RESULT_ROWS
+from fastmodel.registry.lm_experts import EXPERT_PLAN_ROWS
 from fastmodel.registry.lm_lowprec import FP8_DEVICE_ROWS, FP8_RECIPES, LOW_PRECISION_PLAN_ROWS, OPTIMIZER_MOMENTS
 from fastmodel.registry.lm_muon import MUON_PLAN_ROWS
 from fastmodel.registry.lm_offload import OFFLOAD_DEVICE_ROWS, OFFLOAD_MODULES, OFFLOAD_PLAN_ROWS, OFFLOAD_RESULT_ROWS  # noqa: F401
@@ -221,7 +222,7 @@ PLAN_COLUMNS = _cols(
     ("moe_probs_in_experts", "1", 0, "1: router probabilities scale the expert activation (Megatron-Core's "
      "weighted SwiGLU), so the combine keeps no expert output for the probabilities' gradient; 0: the combine "
      "multiplies them and keeps the expert output (memory only).", 0, 1, False, "flag"),
-    *LOW_PRECISION_PLAN_ROWS,
+    *LOW_PRECISION_PLAN_ROWS, *EXPERT_PLAN_ROWS,
     *MUON_PLAN_ROWS,
     *OFFLOAD_PLAN_ROWS, *CUDA_GRAPH_PLAN_ROWS, *PIPELINE_PLAN_ROWS, *EVAL_PLAN_ROWS,
     *SDPA_PLAN_ROWS, *ALLOCATOR_PLAN_ROWS, *USERBUFFER_PLAN_ROWS,

@@ -30,7 +30,7 @@ from fastmodel.kernels.nccl import allgather_time, allreduce_time
 from fastmodel.kernels.lm.parallel import cp_forward_time, exposed
 from fastmodel.kernels.lm.positions import alibi_bias_s, position_table_s, rotary_bytes
 from fastmodel.kernels.lm.moe import (
-    dispatch_time, einsum_gating_time, einsum_time, expert_rows, expert_wgrad_extra, moe_compute, moe_sync_idle_time,
+    dispatch_time, einsum_time, expert_rows, expert_wgrad_extra, moe_compute, moe_pass_extras, moe_sync_idle_time,
 )
 from fastmodel.kernels.lm.recompute import module_recompute_costs
 from fastmodel.kernels.lm.sp_regather import (
@@ -55,8 +55,8 @@ W_AGAIN = 12          # forward seconds the Megatron-Core recompute_modules othe
 W_AGAIN_GEMM = 13     # GEMM part of W_AGAIN
 W_AGAIN_EP = 14       # EP seconds (forward direction) a recomputed MoE layer runs again (kernels/lm/recompute.py)
 W_WGRAD = 15          # weight-gradient GEMM seconds beyond the forward's W_GEMM (routed experts, main-gradient reads)
-W_FORWARD_ONLY = 16   # forward-only seconds: a MoE layer's GPU idle after host syncs and einsum gating; ALiBi (§11.56)
-W_BACKWARD_MEM = 17   # backward-only memory-bound seconds of a MoE layer (einsum gating's backward, kernels/lm/moe.py)
+W_FORWARD_ONLY = 16   # forward-only seconds: MoE GPU idle after host syncs, einsum gating, SequentialMLP's loop (§11.57); ALiBi
+W_BACKWARD_MEM = 17   # backward-only memory-bound seconds of a MoE layer (einsum gating's, SequentialMLP's: moe.py)
 W_TP_BACKWARD = 18    # TP collective seconds, backward (one pass; W_TP's conjugates, the SP gathers at their bytes)
 W_TP_HIDDEN = 19      # of W_TP_BACKWARD: the wgrad re-gathers' seconds hidden under their dgrad GEMMs (§11.41)
 N_WORK = 20
@@ -230,7 +230,7 @@ def layer_costs(row, moe, sliding, work):
     # the fused dense linears' main-gradient read (§11.46): all matmul weights but routed experts' (own) and router's
     dense = params - expert_params - (h * row[C_MOE_EXPERTS] if moe else 0.0)
     work[W_WGRAD] = (expert_wgrad_extra(row, fp8, routed) if moe else 0.0) + wgrad_source_s(row, dense)
-    gating_forward, gating_backward = einsum_gating_time(row) if moe else (0.0, 0.0)
+    gating_forward, gating_backward = moe_pass_extras(row) if moe else (0.0, 0.0)   # + SequentialMLP's (§11.57)
     work[W_FORWARD_ONLY] = (moe_sync_idle_time(row) + gating_forward if moe else 0.0) + alibi_bias_s(row, tokens)
     work[W_BACKWARD_MEM] = gating_backward + memory_bound_time(row, fp8_transpose_bytes(row, dense + expert_params))
 

@@ -19,7 +19,7 @@ from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.layout import (
     C_CP, C_DEEPEP_NVL_BW, C_DP, C_EP, C_GATED_MLP, C_HIDDEN, C_INTER_BW, C_INTER_EFF, C_INTER_LATENCY, C_INTRA_BW,
     C_INTRA_EFF, C_INTRA_LATENCY, C_KERNEL_OVERHEAD_S, C_MICRO_BATCH, C_MOE_CAPACITY_FACTOR, C_MOE_DISPATCHER,
-    C_MOE_EXPERTS, C_MOE_FFN, C_MOE_FP8_DISPATCH, C_MOE_IMBALANCE, C_MOE_MAX_NODES, C_MOE_MEM_KERNELS,
+    C_MOE_EXPERTS, C_MOE_FFN, C_MOE_FP8_DISPATCH, C_MOE_GROUPED_GEMM, C_MOE_IMBALANCE, C_MOE_MAX_NODES, C_MOE_MEM_KERNELS,
     C_MOE_EXPERT_MAXVIO, C_MOE_ROUND_ROBIN, C_MOE_SYNC_ISSUE_OPS, C_HOST_OP_S,
     C_MOE_PAD_TO_CAPACITY, C_MOE_SHARED_EXPERTS, C_MOE_TOPK, C_SEQ_LEN, C_STACK_COMPUTE_EFF, C_TP,
     DISPATCH_ALLGATHER,
@@ -97,6 +97,36 @@ def einsum_gating_time(row):
     elements = tokens * tokens * row[C_MOE_TOPK] * load_factor(row)
     return (memory_bound_time(row, EINSUM_GATING_FORWARD_BYTES * elements),
             memory_bound_time(row, EINSUM_GATING_BACKWARD_BYTES * elements))
+
+
+#: HBM bytes per element of SequentialMLP's ``torch.cat`` of its local experts' outputs (read 2, write 2), and of the
+#: backward's ``cat`` of the input gradients that ``torch.split``'s autograd forms (docs/model.md §11.57)
+SEQUENTIAL_CAT_BYTES = 4.0
+
+
+@njit
+def sequential_mlp_time(row):
+    """Seconds Megatron-Core's SequentialMLP (``moe_grouped_gemm`` 0) adds to one MoE layer's forward, and as much
+    to its backward, beside its per-expert GEMMs (``roofline.expert_gemm_roofline``): with L = E / ep > 1 local
+    experts each runs its own fused activation, L - 1 kernels more than TEGroupedMLP's one, and the outputs are
+    concatenated (``torch.cat``, ``SEQUENTIAL_CAT_BYTES`` per routed row and hidden element): ``L`` launches and the
+    cat's bytes. Backward: L activation backwards and the cat of the input gradients of ``torch.split``. 0 with
+    grouped GEMMs or one local expert (SequentialMLP then calls the expert directly). Megatron-LM 23e00ed
+    megatron/core/transformer/moe/experts.py lines 1051-1083 (docs/model.md §11.57)."""
+    local = row[C_MOE_EXPERTS] / row[C_EP]
+    if row[C_MOE_GROUPED_GEMM] > 0.0 or local <= 1.0:
+        return 0.0
+    launches = local * row[C_KERNEL_OVERHEAD_S] / row[C_STACK_COMPUTE_EFF]
+    return memory_bound_time(row, SEQUENTIAL_CAT_BYTES * expert_rows(row) * row[C_HIDDEN]) + launches
+
+
+@njit
+def moe_pass_extras(row):
+    """(forward, backward) seconds of one MoE layer and micro-batch that are not the forward's multiples:
+    ``einsum_gating_time`` and ``sequential_mlp_time`` (the latter in both passes)."""
+    forward, backward = einsum_gating_time(row)
+    sequential = sequential_mlp_time(row)
+    return forward + sequential, backward + sequential
 
 
 @njit(inline="always")

@@ -141,10 +141,14 @@ def test_a_schedule_that_contradicts_the_virtual_stages_is_refused():
 def test_unmodelled_plan_fields_are_named_in_the_notes():
     # fp8_recipe is modelled (§11.19) on an FP8 run; on a bf16 one it is ignored with a note (tests/lm/test_lowering.py);
     # cuda_graphs is modelled (§11.37, tests/lm/test_cuda_graphs_time.py): no note
-    record = lower_record(changed(plan__cuda_graphs=True, plan__moe_grouped_gemm=True, plan__precision="fp8",
-                                  plan__fp8_recipe="delayed"))
+    # moe_grouped_gemm is modelled (§11.57, tests/lm/test_moe_sequential.py): its column, no note
+    record = lower_record(changed(plan__cuda_graphs=True, plan__fsdp_limit_all_gathers=False, plan__precision="fp8",
+                                  plan__fp8_recipe="delayed", plan__moe_grouped_gemm=False))
     notes = "; ".join(record.notes)
-    assert "plan.moe_grouped_gemm = True" in notes and "cuda_graphs" not in notes and "fp8_recipe" not in notes
+    assert "plan.fsdp_limit_all_gathers = False" in notes and "cuda_graphs" not in notes and "fp8_recipe" not in notes
+    assert "moe_grouped_gemm" not in notes and record.columns[C["moe_grouped_gemm"]] == 0
+    assert lower_record(changed(plan__moe_grouped_gemm=True)).columns[C["moe_grouped_gemm"]] == 1
+    assert lower_record(changed()).columns[C["moe_grouped_gemm"]] == 1           # unstated: grouped
     assert record.columns[C["fp8_recipe"]] == 1 and record.columns[C["cuda_graphs"]] == 1
     assert "names no recipe" in "; ".join(lower_record(changed(plan__precision="fp8",
                                                                plan__fp8_recipe="e4m3 everywhere")).notes)
