@@ -303,7 +303,7 @@ def _stage_state(row, stage, dense_layer, moe_layer):
             optimizer_transient_bytes(row, non_expert, expert), at_loss, at_backward, at_embedding)
 
 
-@njit(error_model='numpy')
+@njit(inline="always", error_model='numpy')   # a one-call wrapper: no library of its own (cold compile)
 def phase_kinds(row, stage, phase, dense_layer, moe_layer, working, gather, comm, grad_work, logits, resident=0.0):
     """(weights, gradients, optimizer, activations, buffers) allocated on pipeline rank ``stage`` at ``phase``.
 

@@ -18,7 +18,7 @@ from fastmodel.kernels.lm.shape import moe_layers, mtp_layer_is_moe
 from fastmodel.kernels.lm.sp_regather import mtp_gemm_format
 
 
-@njit
+@njit(inline="always")   # into mtp_layer_into, its one caller: one library of the layer costs fewer (cold compile)
 def mtp_layer(row, work):
     """(seconds, non-expert parameters, routed-expert parameters) of the MTP module's transformer layer, one
     micro-batch, per device (docs/model.md §11.4 "MTP module"): the MoE layer's passes when the layer is MoE

@@ -228,21 +228,24 @@ def _add_layer_kind(row, weight, full, selective, fsdp, work):
     work[A_FLOPS] += weight * work[W_FLOPS]
 
 
-@njit
+# The one-line wrappers below are inlined into their callers (numba IR): compiled on their own, each was a library
+# that linked and re-optimised the ~70 functions of the layer costs under it, ~0.6 s of LLVM apiece on a cold
+# compile (docs/performance.md "Thin wrappers inlined").
+@njit(inline="always")
 def layer_passes(row, work):
     """The average layer's passes and communication for one micro-batch, over the layer mix, into
     ``work[A_*]``."""
     _layer_kinds(row, work, 0, 4, work, KIND_COSTS_COMPUTE)    # layer_passes_of's body, one call fewer a step
 
 
-@njit
+@njit(inline="always")
 def layer_passes_of(row, work, moe_only):
     """The average layer's passes over the layer mix, or over the MoE layers alone (``moe_only``: the layers of
     a pipeline rank that holds no leading dense layer, ``last_rank_all_moe``), into ``work[A_*]``."""
     _layer_kinds(row, work, 2 if moe_only else 0, 4, work, KIND_COSTS_COMPUTE)     # layer_kinds_passes' body
 
 
-@njit
+@njit(inline="always")
 def layer_kinds_passes(row, work, first, end):
     """The average over layer kinds ``first .. end - 1`` of ``shape.layer_mix`` (0, 1: dense full and sliding; 2, 3:
     MoE full and sliding) of their passes, each weighted by its share of those layers, into ``work[A_*]``: all
@@ -266,21 +269,21 @@ def _layer_kinds(row, work, first, end, costs, use):
     _kinds_into(row, work, counts, dense, layers, moe, layers, costs, use)
 
 
-@njit
+@njit(inline="always")
 def layer_passes_keeping(row, work, costs):
     """:func:`layer_passes`, each kind's ``layer.layer_costs`` (``work[W_*]``) also kept in ``costs``
     (``N_KIND_COSTS``), for :func:`rank_layer_passes_kept` and :func:`moe_layer_passes_kept` on the same row."""
     _layer_kinds(row, work, 0, 4, costs, KIND_COSTS_KEEP)
 
 
-@njit
+@njit(inline="always")
 def moe_layer_passes_kept(row, work, costs):
     """``layer_passes_of(row, work, True)`` (the MoE layer) from the kinds' costs :func:`layer_passes_keeping` kept,
     bit for bit."""
     _layer_kinds(row, work, 2, 4, costs, KIND_COSTS_READ)
 
 
-@njit
+@njit(inline="always")
 def rank_layer_passes(row, work, dense, moe):
     """The average layer of a pipeline rank that holds ``dense`` dense and ``moe`` MoE layers (``memory_states
     .stage_layers``) into ``work[A_*]``: each kind of ``shape.layer_mix`` weighted by its share of the rank's layers
@@ -290,7 +293,7 @@ def rank_layer_passes(row, work, dense, moe):
     return _rank_layers(row, work, dense, moe, work, KIND_COSTS_COMPUTE)
 
 
-@njit
+@njit(inline="always")
 def rank_layer_passes_kept(row, work, dense, moe, costs):
     """:func:`rank_layer_passes` from the kinds' costs :func:`layer_passes_keeping` kept for this row (no
     ``layer_costs`` again: a by-kind step prices up to four ranks, ``rank_lead.py``), bit for bit."""

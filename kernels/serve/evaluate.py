@@ -101,7 +101,7 @@ def prefill_costs(row, prompts, costs, part):
     return max(costs[K_GEMM] + costs[K_ATTN] + costs[K_MEM] + costs[K_COMM], chunks * eager_host_s(row))
 
 
-@njit
+@njit(inline="always")   # into _fixed, its one caller: one library of the evaluation fewer (cold compile)
 def decode_fixed_costs(row, n, costs):
     """Context-independent seconds of one decode step of ``n`` requests (weights, norms, comm, head)."""
     touched = body_costs(row, n, LAUNCH, costs, -1.0)
@@ -164,7 +164,7 @@ def check(row):
     return ST_OK
 
 
-@njit
+@njit(inline="always")   # into _grid_rows (fused._emit), its one caller: one library of the evaluation fewer (cold compile)
 def serve_row(row, out, scratch, memo):
     """Every serving result of one configuration into ``out`` (SERVE_RESULTS indices); returns its status.
     ``scratch``: a (6, 6) work array; ``memo``: the closed loop's memo (``new_memo``), kept from row to row."""

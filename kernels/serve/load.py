@@ -122,7 +122,7 @@ def wave_iterations(prompts, inp, budget, chunked):
     return max(1.0, inp / budget * (prompts + 1.0) / 2.0 + (q - 1.0) / (2.0 * q)), budget
 
 
-@njit
+@njit(inline="always")   # into steady_loop, its one caller: one library of the evaluation fewer (cold compile)
 def start_wave(row, running, per_request, t_d, work):
     """Mean TTFT of the client's start wave: ``running`` requests arrive together (a closed-loop client opens
     all its slots at once), ``running / attention_dp`` per attention-DP group, and are prefilled first come
