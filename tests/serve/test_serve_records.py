@@ -443,21 +443,3 @@ def test_run_and_evaluate_record_give_one_evaluation():
                                             r"training model\), not to serving records$"):
             call(RECORD, "f.jsonl:3", calibration={"x": 1})
 
-
-@pytest.mark.parametrize("case", [{"model": "llama2-70b", "system": "dc-a", "task": "llm-pretrain", "num_nodes": 16},
-                                  {"model": {"name": "x"}, "system": {"gpu": "H100"}, "task": "llm-pretrain"},
-                                  {"model": "llama2-70b", "system": "dc-a", "task": "llm-pretrain", "plan": "tp,ddp/mp"}])
-def test_serve_of_a_batch_case_file_names_the_file_kind_as_validate_does(tmp_path, case):
-    """``fastmodel serve mixed.jsonl`` whose line is a batch case said "serve: required block missing" (or
-    "model: expected an object"); it names the kind, a batch case, and where it goes, as validate does."""
-    from click.testing import CliRunner
-
-    from fastmodel.cli import main
-
-    path = tmp_path / "mixed.jsonl"
-    path.write_text(json.dumps(case) + "\n")
-    run = CliRunner().invoke(main, ["serve", str(path)])
-    assert run.exit_code == 2
-    assert run.output.startswith(f"error: {path}:1: record: a batch case (model, system and task: a line of fastmodel "
-                                 "batch), not a serving record"), run.output
-    assert "batch cases go to fastmodel batch" in run.output
