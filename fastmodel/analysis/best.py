@@ -358,12 +358,31 @@ def _disagg_best(ds: xr.Dataset, by: str, top, where, ascending, columns, includ
         name = match.group(2) if match else None
         filters.append(expression.replace(name, _DISAGG_AS[name], 1) if name in _DISAGG_AS else expression)
     twins = tuple(dict.fromkeys(f"disagg_{c}" for c in (*columns, "ttft", "meets_slo")))
-    table = best(disagg_points(ds), by, top, filters, ascending, twins, include_oom, memory_margin)
+    view = disagg_points(ds)
+    _check_pool_filters(view, filters)
+    table = best(view, by, top, filters, ascending, twins, include_oom, memory_margin)
     plain = {v: k for k, v in _DISAGG_AS.items()}
     units = {plain.get(name, name): unit for name, unit in table.attrs["units"].items()}
     table = table.rename(columns=plain)
     table.attrs["units"] = units
+    table.attrs["fits_filter"] = {**table.attrs["fits_filter"], "rule": "disagg_fits_memory"}   # the pools' rule
     return table
+
+
+def _check_pool_filters(view: xr.Dataset, filters: list[str]) -> None:
+    """A filter on a name the pools lack (``tp``, a coordinate of the aggregated points) is one line naming the
+    pools' coordinates that hold it (``prefill_tp``, ``decode_tp``), nearest first, then the others."""
+    names = [*view.data_vars, *view.coords]
+    pools = [str(c) for c in view.coords]
+    for expression in filters:
+        match = _EXPR.match(expression)
+        name = match.group(2) if match else None
+        if name is None or name in names:
+            continue
+        near = [c for c in pools if c.endswith(f"_{name}") or name in c]
+        raise SweepError(f"filter on unknown variable {name!r}: ranking by a disagg_* variable ranks the "
+                         f"disaggregated pools, whose coordinates are {', '.join(near + [c for c in pools if c not in near])}"
+                         + (f" (nearest: {', '.join(near)})" if near else ""))
 
 
 def _within_budget(ds: xr.Dataset, variable: xr.DataArray, mask, where: list[str]):

@@ -65,24 +65,16 @@ def batch(cases, output, force, semantics, calibration, progress):
     click.echo(f"{ok} ok, {bad} errors", err=True)
 
 
-#: a file of another kind given as the cases (``io.outputs.content_kind``): its name, and where it goes
-_GOES = {"csv": ("CSV", ""), "toml": ("TOML", " (a sweep file runs with 'fastmodel sweep FILE -o out.nc', a spec "
-                                             "with 'fastmodel run', a calibration with --calibration)")}
-
-
 def _refuse_another_kind(source, cases: str) -> None:
-    """A CSV or TOML file given as the cases (no line of its head a JSON object) is one line, exit 2, no output:
-    each of its lines was an 'invalid JSON' row and the command exited 3. A file with one JSON line in its head
-    keeps batch's rule, a row per line."""
-    from fastmodel.io.outputs import content_kind
+    """A CSV or TOML file given as the cases: one line, exit 2, no output (``fastmodel.io.batch.refuse_another_kind``,
+    which ``run_batch`` applies too)."""
+    from fastmodel.io.batch import HEAD_BYTES, refuse_another_kind
 
-    head = source.peek(1 << 16)[: 1 << 16]
-    kind = content_kind(head)
-    if kind in _GOES and not any(line.lstrip().startswith(b"{") for line in head.splitlines()):
+    try:
+        refuse_another_kind(source.peek(HEAD_BYTES), "standard input" if cases == "-" else cases)
+    except FastmodelError:
         source.close()
-        name, goes = _GOES[kind]
-        raise FastmodelError(f"{'standard input' if cases == '-' else cases}: a {name} file, not JSON lines: batch "
-                             f"reads one configuration or record per line as a JSON object{goes}")
+        raise
 
 
 def _open_input(path: str):

@@ -44,7 +44,11 @@ def best_command(result, by, top, where, ascending, csv_path, force, include_oom
     with flag_names(BEST_FLAGS):       # the API's errors name its arguments; here the flags
         table = best(ds, by, top, list(where), ascending, include_oom=include_oom, memory_margin=margin)
     fits = table.attrs["fits_filter"]
-    if fits["dropped"]:     # said only when a plan was left out, as the GPU budget's line below
+    if fits["dropped"] and fits.get("rule") == "disagg_fits_memory":     # an SLO search's pools: their own rule
+        click.echo(f"only pools that fit: dropped {fits['dropped']:,} of {fits['of']:,} configurations "
+                   "(disagg_fits_memory false: a prefill or decode worker over its usable HBM); --include-oom keeps "
+                   "them", err=True)
+    elif fits["dropped"]:     # said only when a plan was left out, as the GPU budget's line below
         click.echo(f"only plans that fit: dropped {fits['dropped']:,} of {fits['of']:,} configurations "
                    f"(memory_per_device over {describe(fits['margin'])}); --include-oom keeps them", err=True)
     budget = table.attrs["budget_filter"]

@@ -341,7 +341,8 @@ def memory_command(result, sel, dim, memory_margin, output, dpi, size, title):
 @click.option("--where", "where", multiple=True, help="Keep points passing a filter, as in 'best' (repeatable).")
 @click.option("--label", "label", multiple=True, help="Dimension(s) naming frontier points (default: plan).")
 @click.option("--curve", help="One frontier per value of this dimension (e.g. device, tp, precision): the "
-              "serving throughput-latency figure; the default for serving sweeps is device.")
+              "serving throughput-latency figure; the default for serving sweeps is device; on an SLO search, mode: agg "
+              "against disagg.")
 @memory_margin_option("; real-world training results")
 @include_oom_option("draw")
 @_figure_options("single")

@@ -58,6 +58,11 @@ class RunRecords:
         from fastmodel.lm.records import lower_record
         from fastmodel.lm.rules import plan_status
 
+        if not getattr(default_semantics, "real_world", True):   # --semantics madmax: as run -m RECORD refuses it
+            reason = (f"semantics: a measured-run record, evaluated by the real-world model ('default'), not under "
+                      f"{default_semantics.name!r}, which is the MAD-Max model only; the MAD-Max presets take MAD-Max "
+                      "specs")
+            return Prepared(errors={j: reason for j in range(len(cases))})
         lowered, errors = lower_all(cases, lower_record)
         out = Prepared(errors=errors)
         if not lowered:

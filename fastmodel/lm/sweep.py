@@ -192,17 +192,20 @@ def check_degree_axes(names) -> None:
 
 
 #: execution fields whose axis values the execution spec's rules can refuse at every point of a grid:
-#: moe_dispatcher 'deepep_ll', moe_a2a_overlap 'dualpipe' without DualPipe (a point of it under another schedule
-#: of a ``pipeline_schedule`` axis gets ``schedule_not_runnable`` from the rule table, kernels/lm/rules.py)
+#: moe_dispatcher 'deepep_ll', moe_a2a_overlap 'dualpipe' without DualPipe
 RULED_EXECUTION_AXES = ("moe_dispatcher", "moe_a2a_overlap")
+#: axis values the rule table marks point by point instead (kernels/lm/rules.py): moe_a2a_overlap 'dualpipe' under
+#: another schedule, fixed or of a ``pipeline_schedule`` axis, is ``schedule_not_runnable`` (``overlap_needs_dualpipe``)
+STATUS_MARKED_VALUES = {("moe_a2a_overlap", "dualpipe")}
 
 
 def check_execution_axes(axes: dict, execution) -> None:
     """An axis value of ``RULED_EXECUTION_AXES`` that the execution spec refuses (fastmodel/lm/execution.py)
     under every pipeline schedule of the grid (the execution's, or each of a ``pipeline_schedule`` axis) is one
-    line, with the spec's reason, as the same value in the ``[execution]`` table. Under only some schedules of
-    the axis, the points of the others keep a status: ``dualpipe`` overlap under another schedule is
-    ``schedule_not_runnable`` (kernels/lm/rules.py ``overlap_needs_dualpipe``), never batch-level overlap. A
+    line, with the spec's reason, as the same value in the ``[execution]`` table, unless the rule table marks its
+    points (``STATUS_MARKED_VALUES``): ``dualpipe`` overlap under another schedule, the execution's or the axis's,
+    is ``schedule_not_runnable`` (kernels/lm/rules.py ``overlap_needs_dualpipe``), never batch-level overlap, the
+    illegal points staying in the grid (a grid of only such points is the all-illegal grid of any sweep). A
     ``pipeline_schedule`` axis without a ``vp`` axis: 'interleaved', where the spec refuses it (vp unset), is one
     line too; with a ``vp`` axis, the combinations the spec refuses are ``schedule_not_runnable`` points (the
     lowering's ``schedule_stated`` column, read by kernels/lm/rules.py ``stated_schedule_refused``)."""
@@ -225,7 +228,7 @@ def check_execution_axes(axes: dict, execution) -> None:
                     load_execution({**base, name: _code_name(name, value), "pipeline_schedule": schedule})
                 except SpecError as error:
                     reasons.append(str(error).split(": ", 1)[-1])
-            if len(reasons) == len(schedules):
+            if len(reasons) == len(schedules) and (name, _code_name(name, value)) not in STATUS_MARKED_VALUES:
                 raise SweepError(f"axis {name!r}: {reasons[0]}")
 
 

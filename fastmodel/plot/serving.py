@@ -130,10 +130,13 @@ def serving_pareto(ds, curve: str = "device", x: str = X, y: str = Y, sel=None, 
     # each axis's better direction: tokens/s are higher-is-better, ttft and tpot lower (--x-dir / --y-dir force it),
     # so --x ttft keeps the fastest first tokens
     x_dir, y_dir = (D.check_direction(way, name, _attrs(ds, name)) for way, name in ((x_dir, x), (y_dir, y)))
-    frontiers = serving_frontiers(ds, curve, x, y, sel, where, x_dir, y_dir) if x in ds else {}   # disagg only: none
-    frontiers.update(disagg_frontier(D.select(ds, {k: v for k, v in (sel or {}).items() if k in ds.dims
-                                                   and f"disagg_{x}" in ds and k in ds[f"disagg_{x}"].dims}), x, y,
-                                     x_dir, y_dir))
+    by_mode = curve == "mode" and "mode" not in ds.dims and is_search(ds)   # agg against disagg: one curve each
+    agg = ds.expand_dims(mode=["agg"]) if by_mode and x in ds else ds
+    frontiers = serving_frontiers(agg, curve, x, y, sel, where, x_dir, y_dir) if x in ds else {}  # disagg only: none
+    disagg = disagg_frontier(D.select(ds, {k: v for k, v in (sel or {}).items() if k in ds.dims
+                                           and f"disagg_{x}" in ds and k in ds[f"disagg_{x}"].dims}), x, y,
+                             x_dir, y_dir)
+    frontiers.update({"disagg": v for v in disagg.values()} if by_mode else disagg)
     with S.paper_rc():
         fig, ax = S.new_axes(size, height, ax)
         texts = []
@@ -199,6 +202,12 @@ def _attrs(ds, name: str) -> dict:
         if candidate in ds.variables:
             return dict(ds[candidate].attrs)
     return {}
+
+
+def is_search(ds) -> bool:
+    """Whether ``ds`` is an SLO search's result (``fastmodel serve --search -o``): its points have a mode (agg,
+    and disagg where it searched disaggregated pools), which ``--curve mode`` draws one frontier each of."""
+    return "slo_modes" in ds.attrs or "disagg_status" in ds
 
 
 @checked_arguments

@@ -28,7 +28,7 @@ STATUSES: tuple[Status, ...] = (
     Status("schedule_not_runnable", "the pipeline schedule cannot run this pipeline: DualPipe needs an even pp and an "
            "even number of micro-batches, at least 2 pp, and no per-layer CUDA graphs (cuda_graphs layer, "
            "cuda_graph_microbatch_buffers); "
-           "moe_a2a_overlap 'dualpipe' needs pipeline_schedule 'dualpipe' (a grid crossing the two axes); the "
+           "moe_a2a_overlap 'dualpipe' needs pipeline_schedule 'dualpipe' (a grid's axis under another schedule); the "
            "interleaved schedule (vp > 1) needs micro-batches a multiple of pp (Megatron-Core; docs/model.md §11.45); "
            "a grid crossing pipeline_schedule with vp: 'interleaved' at vp 1, another schedule at vp > 1 (the "
            "execution spec refuses both; docs/model.md §11.49)"),

@@ -178,6 +178,12 @@ def _require_serve_record(data, source: str | None) -> None:
     """A SpecError for anything but a serving record: the block it lacks (a dict with one of them and no ``plan``),
     else "not a serving record"."""
     if not is_serve_record(data):
+        from fastmodel.spec.detect import is_case_line
+
+        if is_case_line(data):     # the file's kind, as validate names it (was "serve: required block missing")
+            raise SpecError(source, "record", "a batch case (model, system and task: a line of fastmodel batch), "
+                                              "not a serving record (SERVE_RUNS.md: model, system, serve and measured "
+                                              "blocks); batch cases go to fastmodel batch")
         if isinstance(data, dict) and "plan" not in data and any(block in data for block in SERVE_BLOCKS):
             require_blocks(data, SERVE_BLOCKS, source, "SERVE_RUNS.md")     # the block it lacks
         from fastmodel.spec.detect import is_run_record

@@ -176,8 +176,8 @@ def sweep_plan_from_file(source: str, data: dict, base: Path, unit_configs: int 
                ((ServeTaskSpec.model_fields, "a field of the serving task, in its file or an inline task table "
                  "(task = {name = \"t\", kind = \"serve\", ...})"),
                 ((*SPECIAL_AXES, *COLUMN_INDEX), "an axis, under [axes]")))
-    if calibration is not None:
-        raise training_only(source, "calibration")
+    if calibration is not None:     # the argument (the CLI's --calibration, friendly names it), never the file's
+        raise training_only(None, "calibration")
     if data.get("semantics", "default") != "default":
         raise training_only(source, "semantics")
     return serve_plan(source, data["model"], data.get("system"), data["task"], data.get("axes"), base,

@@ -242,17 +242,18 @@ def refused_rows(refused: list) -> list[dict]:
 
 
 def cell_summary(rows_: list[dict], key: str) -> dict | None:
-    """The numbers of one cell of the ``key`` table (a measured metric) over ``rows_``: ``n`` records that
-    measured it, ``miss`` those without a prediction, the model's ``mape``, ``median`` and ``bias`` (NaN when none
-    is predicted), ``hit_rate`` within HIT_TOLERANCE over all ``n``, the naive baseline's ``naive_mape``; None when
-    no row measured it."""
+    """The numbers of one cell of the ``key`` table (a measured metric) over ``rows_``, as training's tables count
+    (``fastmodel.lm.validate.group_summary``): ``n`` records answered (a finite prediction), ``miss`` those that
+    measured it without one (refused), the model's ``mape``, ``median`` and ``bias`` (NaN when none is predicted),
+    ``hit_rate`` within HIT_TOLERANCE over every record that measured it (``n + miss``), the naive baseline's
+    ``naive_mape``; None when no row measured it."""
     measured = [r for r in rows_ if r[f"measured_{key}"]]
     if not measured:
         return None
     errors = [r[f"error_{key}"] for r in measured if np.isfinite(r[f"error_{key}"])]
     base = score([r[f"baseline_error_{key}"] for r in measured if np.isfinite(r[f"baseline_error_{key}"])])
     s = score(errors)
-    return {"n": len(measured), "miss": len(measured) - len(errors), "mape": s.mape, "median": s.median,
+    return {"n": len(errors), "miss": len(measured) - len(errors), "mape": s.mape, "median": s.median,
             "bias": s.bias, "hit_rate": hit_rate(errors, len(measured)), "naive_mape": base.mape}
 
 
@@ -261,7 +262,7 @@ def _cells(rows_: list[dict], key: str) -> str:
     if s is None:
         return " " * len(HEAD)
     hits = 100 * s["hit_rate"]
-    if s["miss"] == s["n"]:
+    if s["n"] == 0:
         return f"{s['n']:5d} {s['miss']:4d} {'-':>7s} {'-':>7s} {'-':>7s} {hits:5.0f}% {'-':>7s}"
     naive = f"{100 * s['naive_mape']:6.1f}%" if np.isfinite(s["naive_mape"]) else f"{'-':>7s}"   # no baseline
     return f"{s['n']:5d} {s['miss']:4d} {100 * s['mape']:6.1f}% {100 * s['median']:6.1f}% {100 * s['bias']:+6.1f}% " \
@@ -311,6 +312,10 @@ def format_report(table: list[dict], by_split: bool = False) -> str:
             cells = [f"{'':9s} {_cells([r for r in chosen if not by_split or r['split'] == s], key)}"
                      for s in splits]
             lines.append(f"{label[:30]:30s} " + " | ".join(cells))
+    if lines:    # the legend, as training's tables print it (fastmodel.lm.validate.format_report)
+        lines += ["", f"n: records answered; miss: records that measured the metric refused or without a finite "
+                      f"prediction; <={HIT_TOLERANCE:.0%}: share of all records of the group that measured it "
+                      "predicted within that error (misses count against it); naive: the baseline's MAPE"]
     return "\n".join(lines).lstrip("\n")
 
 

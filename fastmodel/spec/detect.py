@@ -78,6 +78,11 @@ def _a_case(data: dict) -> bool:
     return "task" in data and not isinstance(data.get("plan"), dict) and not any(k in data for k in RECORD_ONLY_KEYS)
 
 
+def is_case_line(data: Any) -> bool:
+    """Whether a JSON object is a batch case (``_a_case``): a line of ``fastmodel batch``, not a record."""
+    return isinstance(data, dict) and _a_case(data)
+
+
 def check_system_kind(data: Any, source: str | None) -> None:
     """A SpecError for a system dict whose ``kind`` is not ``"cluster"``: a MAD-Max system has no ``kind``, so any
     other value is a misspelt cluster (``"clustr"``), named with the nearest kind."""

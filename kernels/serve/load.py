@@ -42,7 +42,7 @@ from fastmodel.kernels.serve.attention import attention_launches, decode_attenti
 from fastmodel.kernels.serve.costs import K_ATTN, K_COMM, K_GEMM, K_MEM, LAUNCH, body_costs, head_costs
 from fastmodel.kernels.serve.host import eager_host_s, iteration_s, rank_requests
 from fastmodel.kernels.serve.kv_upcast import kv_upcast_time
-from fastmodel.kernels.serve.speculative import speculate
+from fastmodel.kernels.serve.speculative import accepted_tokens, speculate
 
 #: fixed-point passes over the batch composition (decode batch, prompts per prefill iteration); a pass stops the
 #: loop when neither moved by more than REFRESH (relative), and an iteration time is recomputed only when its
@@ -345,6 +345,11 @@ def steady_loop(row, running, dec, pre, out, work):
     overlap = 1.0 if row[C_OVERLAP_STEP] > 0.0 else 0.0
     if running > 1.0:      # the arrival finds the others' iteration under way and joins at the next boundary
         overlap += 1.0
+    # the loop runs in TPOT units (a decode step's time over the E tokens it emits, ``speculate``); an overlap or
+    # batch-waiting iteration is a whole step, E TPOT, as the disaggregated pool prices it (§S18): overlap and
+    # the waiting window W in TPOT units, so that the hold ``held`` returns is E times its iterations
+    emitted = accepted_tokens(row)
+    overlap *= emitted
     b = max(1.0, running * steps / (steps + 1.0))
     others = (running - 1.0) / running               # a request sees the other requests' prompts and decodes
     tpot = 0.0
@@ -373,6 +378,7 @@ def steady_loop(row, running, dec, pre, out, work):
         # prompts waiting at an iteration boundary enter together, up to the budget; batch waiting holds them
         period = max(tpot, t_d)
         wait = batch_wait(row, running, n * others)
+        wait = (wait[0] * emitted, wait[1])
         _, together = held(lam * others * period, wait[0], wait[1])
         q = max(chunk, min(max(lam * period, together) * inp, free if chunked else max(free, inp)))
         if fresh or abs(q - q_done) > REFRESH * q:

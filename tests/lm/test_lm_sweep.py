@@ -321,15 +321,20 @@ def test_an_execution_value_no_point_can_run_is_one_line():
     """Walk of issues 22-23: an axis value the execution spec refuses at every point was evaluated as another
     value with status ok (moe_dispatcher 'deepep_ll' as all-to-all; moe_a2a_overlap 'dualpipe' under 1F1B as
     batch-level overlap, step times equal to the 'batch' column's). It is now refused before any work, with the
-    reason the same value gets in the [execution] table; by name or by its code number."""
+    reason the same value gets in the [execution] table. moe_a2a_overlap 'dualpipe'
+    under another schedule, fixed in the execution or of a schedule axis, stays in the grid as
+    schedule_not_runnable (the project's rule for illegal sweep points; polish2 item 4), never batch overlap."""
     moe = ("qwen3-30b-a3b", "dgx-h100", "llm-pretrain")
     with pytest.raises(SweepError, match=r"^axes\.moe_dispatcher: 'deepep_ll' is DeepEP's low-latency decode kernels"):
         lm_sweep(*moe, axes={"plan": ["tp2.ep8"], "moe_dispatcher": ["alltoall", "deepep_ll"]})
-    with pytest.raises(SweepError, match="it needs pipeline_schedule = 'dualpipe'"):
-        lm_sweep(*moe, axes={"plan": ["tp2.pp2.ep8"], "moe_a2a_overlap": ["none", 2]})
-    with pytest.raises(SweepError, match="it needs pipeline_schedule = 'dualpipe'"):
-        lm_sweep(*moe, axes={"plan": ["tp2.pp2.ep8"], "pipeline_schedule": ["1f1b", "gpipe"],
-                             "moe_a2a_overlap": ["dualpipe"]})
+    runnable = STATUS_CODES["schedule_not_runnable"]
+    fixed = lm_sweep(*moe, axes={"plan": ["tp2.pp2.ep8"], "moe_a2a_overlap": ["none", "batch", "dualpipe"]})
+    assert fixed.status.sel(moe_a2a_overlap="dualpipe").item() == runnable
+    assert (fixed.status.sel(moe_a2a_overlap=["none", "batch"]) != runnable).all()
+    assert np.isnan(fixed.step_time.sel(moe_a2a_overlap="dualpipe").item())
+    crossed = lm_sweep(*moe, axes={"plan": ["tp2.pp2.ep8"], "pipeline_schedule": ["1f1b", "gpipe"],
+                                   "moe_a2a_overlap": ["dualpipe"]})
+    assert (crossed.status == runnable).all()       # every point illegal: the all-illegal grid of any sweep
     with pytest.raises(SpecError, match="execution.moe_dispatcher: 'deepep_ll'"):   # the table's own refusal
         lm_sweep(*moe, axes={"plan": ["tp2.ep8"]}, execution={"moe_dispatcher": "deepep_ll"})
 

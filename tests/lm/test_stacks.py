@@ -170,6 +170,23 @@ def test_unknown_virtual_stages_follow_the_stack_rule():
         resolved("DeepSpeed", vp="unknown")
 
 
+@pytest.mark.parametrize("framework, pp, vp, cited", [
+    # Megatron-LM 23e00ed megatron/training/arguments.py lines 536-545: virtual stages need pp > 1 (p2p overlap on)
+    ("Megatron-Core", 1, 1, "23e00ed megatron/training/arguments.py lines 536-545"),
+    ("Megatron-Core", 2, 2, "the fewest"),
+    # Megatron-LM de7dc40f88 megatron/arguments.py lines 118-121: pp > 2
+    ("Megatron-DeepSpeed", 2, 1, "de7dc40f88 megatron/arguments.py lines 118-121"),
+    ("Megatron-DeepSpeed", 4, 2, "the fewest"),
+    # any other stack at one stage: nothing to interleave (was "vp unknown: 2")
+    ("TorchTitan", 1, 1, "pp 1 is one pipeline stage"),
+    ("Meta internal", 1, 1, "pp 1 is one pipeline stage"),
+])
+def test_unknown_virtual_stages_are_1_where_the_stack_cannot_interleave(framework, pp, vp, cited):
+    notes = []
+    assert resolve(ExecutionSpec(framework=framework, vp="unknown"), pp, 32, notes).vp == vp
+    assert notes[0].startswith(f"vp unknown: {vp} (") and cited in notes[0]
+
+
 def test_the_llama3_rows_resolve_vp_unknown_to_one_layer_per_virtual_stage():
     line = next(x for x in (DATA / "runs_dev.jsonl").read_text().splitlines() if "405b-s8192-n8192" in x)
     record = lower_record(json.loads(line))

@@ -442,3 +442,4 @@ def test_run_and_evaluate_record_give_one_evaluation():
         with pytest.raises(SpecError, match=r"^f\.jsonl:3: calibration: applies to training runs \(the real-world "
                                             r"training model\), not to serving records$"):
             call(RECORD, "f.jsonl:3", calibration={"x": 1})
+

@@ -268,3 +268,22 @@ def test_cli_best_by_a_disagg_variable_and_an_unknown_one(tmp_path):
     assert CliRunner().invoke(main, [*args, "-o", str(agg)]).exit_code == 0
     run = CliRunner().invoke(main, ["best", str(agg), "--by", "disagg_tpot"])
     assert run.exit_code == 2 and run.stderr == "error: unknown variable 'disagg_tpot' (did you mean 'tpot'?)\n"
+
+
+def test_cli_best_by_a_disagg_variable_says_the_pools_rule_and_names_the_pools_coordinates(tmp_path):
+    """``best --by disagg_*`` drops the pools that do not fit by ``disagg_fits_memory`` and says so for pools (it
+    said "only plans that fit ... (memory_per_device over usable HBM)"); ``--where tp=2`` there names the pools'
+    coordinates, nearest first (it said "filter on unknown variable 'tp'" and nothing more)."""
+    out = tmp_path / "s.nc"
+    search = ["serve", "--search", "-m", "llama3.1-70b", "-d", "H100", "--gpus", "2", "--search-concurrency", "4",
+              "--mode", "agg,disagg", "--ttft", "2s", "--tpot", "100ms", "-o", str(out)]
+    assert CliRunner().invoke(main, search).exit_code == 0
+    run = CliRunner().invoke(main, ["best", str(out), "--by", "disagg_tpot", "--top", "1"])
+    assert run.exit_code == 0, run.output
+    assert run.stderr.startswith("only pools that fit: dropped 4 of 8 configurations (disagg_fits_memory false: ")
+    assert "memory_per_device" not in run.stderr
+    run = CliRunner().invoke(main, ["best", str(out), "--by", "disagg_tpot", "--where", "tp=2"])
+    assert run.exit_code == 2 and run.stderr.startswith("error: filter on unknown variable 'tp': ranking by a "
+                                                        "disagg_* variable ranks the disaggregated pools, whose ")
+    assert run.stderr.rstrip().endswith("(nearest: prefill_tp, decode_tp)")
+    assert CliRunner().invoke(main, ["best", str(out), "--by", "disagg_tpot", "--where", "prefill_tp=1"]).exit_code == 0

@@ -274,6 +274,28 @@ def test_plot_pareto_of_a_search_with_both_modes_draws_the_disaggregated_frontie
     assert "\nmode=disagg:" in run.output and "engine = sglang:" in run.output and "P1xtp" in run.output
 
 
+def test_plot_pareto_curve_mode_of_a_search_draws_the_aggregated_against_the_disaggregated_frontier(tmp_path):
+    """``--curve mode`` on an SLO search (its table prints ``mode``): one frontier of every aggregated point (the
+    frontier of the per-engine frontiers' union) and the disaggregated one; not a dimension, it was refused."""
+    from fastmodel.plot.pareto import pareto_mask
+    from fastmodel.plot.serving import serving_pareto
+
+    result = slo_search("llama3.1-8b", "H100", gpus=4, engine="trtllm,sglang", modes=("agg", "disagg"), **KW)
+    _, by_engine = serving_pareto(result.dataset, "engine")
+    _, by_mode = serving_pareto(result.dataset, "mode")
+    assert set(by_mode.frontiers) == {"agg", "disagg"}
+    assert np.array_equal(by_mode.frontiers["disagg"][0], by_engine.frontiers["mode=disagg"][0])
+    xs = np.concatenate([by_engine.frontiers[e][0] for e in ("trtllm", "sglang")])
+    ys = np.concatenate([by_engine.frontiers[e][1] for e in ("trtllm", "sglang")])
+    on = pareto_mask(xs, ys, "max", "max")
+    assert sorted(by_mode.frontiers["agg"][0]) == sorted(xs[on])
+    out = tmp_path / "search.nc"
+    result.dataset.to_netcdf(out)
+    run = CliRunner().invoke(main, ["plot", "pareto", str(out), "--curve", "mode", "-o", str(tmp_path / "p.png")])
+    assert run.exit_code == 0, run.output
+    assert "mode = agg:" in run.output and "mode = disagg:" in run.output and "P1xtp" in run.output
+
+
 def test_the_search_api_refuses_speculative_decoding_without_an_acceptance():
     """The Python API holds the CLI's rule: draft tokens with no acceptance rate are one line naming it."""
     from fastmodel.errors import SpecError

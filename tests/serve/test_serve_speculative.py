@@ -102,3 +102,30 @@ def test_the_disaggregated_decode_pool_speculates_and_the_prefill_pool_does_not(
     assert a["ttft"] == pytest.approx(b["ttft"], rel=1e-12)
     assert a["prefill_s"] == plain["prefill_s"] and a["kv_transfer_s"] == plain["kv_transfer_s"]
     assert a["tpot"] < plain["tpot"] < b["tpot"]
+
+
+def test_the_closed_loops_overlap_iteration_is_a_whole_step_of_e_tpot():
+    """Under concurrency an overlap (or batch-waiting) iteration is a decode step, E TPOT, as the disaggregated
+    pool prices it, not one TPOT (the loop's TPOT is the step over the E tokens it emits). One request alone
+    (concurrency 1: no other prompt, no boundary wait, TPOT = T_d): overlap_step adds exactly one step to the TTFT,
+    1 TPOT without drafts and E = (1 - 0.6^4) / 0.4 = 2.176 TPOT with k = 3 at a = 0.6 (it added 1 TPOT before)."""
+    kw = dict(tp=4, input_len=1024, output_len=256, precision="fp8", client_rounds=0, concurrency=1)
+    for spec, e in ((dict(), 1.0), (dict(spec_tokens=3, spec_acceptance=0.6), 2.176)):
+        on = evaluate("llama3.1-70b", "H100", overlap_step=1, **kw, **spec)
+        off = evaluate("llama3.1-70b", "H100", overlap_step=0, **kw, **spec)
+        assert on["tpot"] == pytest.approx(off["tpot"], rel=1e-12)
+        assert on["ttft"] - off["ttft"] == pytest.approx(e * on["tpot"], rel=1e-9)
+
+
+def test_a_batch_waiting_window_in_tpot_units_holds_e_times_its_iterations():
+    """kernels/serve/load.py runs the loop in TPOT units: the waiting window W iterations is W E TPOTs, and with
+    the arrivals per TPOT ``held`` returns E times the hold in iterations (the prompts that enter together
+    unchanged): W = 20, k = 6, 0.5 arrivals per iteration, E = 2.5: window min(20, 6 / 0.5) = 12 iterations,
+    7 prompts join, mean hold 12 (1 + 3) / 7 = 48 / 7 iterations = 120 / 7 TPOTs."""
+    from fastmodel.kernels.serve.load import held
+
+    held_ = getattr(held, "py_func", held)
+    iterations, together = held_(0.5, 20.0, 6.0)
+    tpots, joined = held_(0.5 / 2.5, 20.0 * 2.5, 6.0)
+    assert (iterations, together) == (pytest.approx(48.0 / 7.0), pytest.approx(7.0))
+    assert (tpots, joined) == (pytest.approx(120.0 / 7.0), pytest.approx(7.0))

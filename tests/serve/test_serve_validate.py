@@ -59,7 +59,9 @@ def test_a_malformed_serving_line_is_a_miss_in_every_table(tmp_path):
     assert result.exit_code == 0, result.output
     assert f"refused (a miss): {path}:1: invalid JSON" in result.stderr
     all_lines = [line for line in result.stdout.splitlines() if line.startswith("all ")]
-    assert [line.split()[1:3] for line in all_lines[:2]] == [["2", "1"], ["2", "1"]]   # TTFT, TPOT
+    # n answered, miss refused: the same meaning as training's tables, and the same legend under them
+    assert [line.split()[1:3] for line in all_lines[:2]] == [["1", "1"], ["1", "1"]]   # TTFT, TPOT
+    assert "\nn: records answered; miss: records that measured the metric refused" in result.stdout
     # the unreadable line's groups are named, not blank, and not the defaults of a readable record (bf16,
     # aggregated): it gives no serve block to read them from
     groups = {line[:30].strip() for line in result.stdout.splitlines()[:20]}
@@ -85,9 +87,9 @@ def test_an_unreadable_measurement_is_named_not_dropped(tmp_path, ttft, reason):
 
 
 def test_summaries_are_the_printed_cells_by_hand():
-    """fastmodel.validate's serving scores: per metric, group and split, n records that measured it, misses
-    (no prediction), MAPE, bias, hit rate (within 25 % over all n) and the naive MAPE; a cell nobody measured is
-    left out, as the report leaves it blank."""
+    """fastmodel.validate's serving scores: per metric, group and split, n records answered, misses
+    (measured, no prediction), MAPE, bias, hit rate (within 25 % over n + miss) and the naive MAPE; a cell nobody
+    measured is left out, as the report leaves it blank."""
     from fastmodel.serve.validate import GROUP_KEYS, cell_summary, summaries
 
     def row(error, naive, split, ttft=1.0):
@@ -99,7 +101,7 @@ def test_summaries_are_the_printed_cells_by_hand():
 
     table = [row(0.1, -0.5, "dev"), row(-0.3, 0.5, "dev"), row(np.nan, np.nan, "dev"), row(0.2, 1.0, "held-out")]
     cell = cell_summary(table[:3], "ttft_s")
-    assert (cell["n"], cell["miss"]) == (3, 1)
+    assert (cell["n"], cell["miss"]) == (2, 1)       # n answered, as training's tables count (miss apart)
     assert cell["mape"] == pytest.approx(0.2) and cell["bias"] == pytest.approx(-0.1)
     assert cell["hit_rate"] == pytest.approx(1 / 3) and cell["naive_mape"] == pytest.approx(0.5)
     assert cell_summary(table, "tpot_s") is None

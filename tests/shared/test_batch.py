@@ -327,3 +327,14 @@ def test_a_batch_whose_every_line_is_an_error_exits_3(tmp_path):
     mixed.write_text(f"{good}\nnot json\n")
     result = CliRunner().invoke(main, ["batch", str(mixed), "-o", str(tmp_path / "m.jsonl")])
     assert result.exit_code == 0 and "1 ok, 1 errors" in result.output, result.output
+
+
+@pytest.mark.parametrize("lines, name", [(["tp,pp,step_time\n", "8,4,1.5\n"], "CSV"),
+                                         (['model = "llama3.1-70b"\n', 'system = "dgx-h100"\n'], "TOML")])
+def test_run_batch_refuses_a_csv_or_toml_file_in_one_line_naming_the_kind(lines, name):
+    """The CLI's check (a CSV or TOML file given as the cases) lives in fastmodel/io/batch.py, so the Python
+    ``run_batch`` has it too: one line naming the kind, not an 'invalid JSON' row per line."""
+    with pytest.raises(FastmodelError, match=f"^lines: a {name} file, not JSON lines: batch reads one configuration"):
+        list(run_batch(lines))
+    rows = list(run_batch(["a,b", '{"model": "llama3-8b", "system": "dgx-h100", "task": "llm-pretrain"}']))
+    assert len(rows) == 2 and rows[0]["status"] != "ok"      # one JSON line in the head: a row per line

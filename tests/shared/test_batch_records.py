@@ -149,3 +149,23 @@ def test_an_illegal_plan_in_batch_says_what_run_says():
                       "tp x cp x dp = 1 x 1 x 8 = 8 (the expert mesh etp x ep x edp refolds the attention mesh)")
     assert got[1].endswith("etp = tp = 2 (plan etp unset) x ep = 32 = 64 does not divide tp x cp x dp = 2 x 1 x 16 "
                            "= 32 (the expert mesh etp x ep x edp refolds the attention mesh)"), got[1]
+
+
+def test_batch_under_madmax_semantics_makes_a_run_record_line_an_error_row_as_run_refuses_it(tmp_path):
+    """``batch --semantics madmax`` evaluated a mixed file's run-record lines silently with the real-world model,
+    while ``run -m RECORD --semantics madmax`` refuses: such a line is now an error row naming the reason (a record
+    is a real-world measurement); the MAD-Max line beside it is evaluated under the preset."""
+    lines = ['{"model": "llama2-70b", "system": "dc-a", "task": "llm-pretrain", "plan": "tp,ddp/mp", '
+             '"num_nodes": 16}', RUNS.read_text().splitlines()[0]]
+    records = list(run_batch(lines, semantics="madmax"))
+    assert records[0]["status"] == "ok" and records[0]["iteration_time"] > 0
+    assert records[1]["status"].startswith("error: semantics: a measured-run record, evaluated by the real-world model "
+                                           "('default'), not under 'madmax'")
+    assert records[1].get("iteration_time") is None or records[1]["iteration_time"] != records[1]["iteration_time"]
+    path = tmp_path / "mixed.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    result = CliRunner().invoke(main, ["batch", str(path), "--semantics", "madmax"])
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert rows[0]["status"] == "ok" and rows[1]["status"].startswith("error: semantics: a measured-run record")
+    assert [r["status"] for r in run_batch(lines)] == ["ok", "ok"]        # under default both evaluate

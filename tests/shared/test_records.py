@@ -1,5 +1,6 @@
 """JSONL readers of run and serving records (fastmodel/spec/records.py ``read_jsonl``)."""
 
+import json
 import re
 
 import pytest
@@ -116,3 +117,22 @@ def test_a_csv_file_given_as_records_says_it_is_csv_and_a_bad_first_line_keeps_i
     refused: list = []
     assert read_jsonl(path, _lower, "records", refused=refused) == ["a"]
     assert [r.reason for r in refused] == [f"{path}:1: invalid JSON: Expecting value"]
+
+
+@pytest.mark.parametrize("case", [{"model": "llama2-70b", "system": "dc-a", "task": "llm-pretrain", "num_nodes": 16},
+                                  {"model": {"name": "x"}, "system": {"gpu": "H100"}, "task": "llm-pretrain"},
+                                  {"model": "llama2-70b", "system": "dc-a", "task": "llm-pretrain", "plan": "tp,ddp/mp"}])
+def test_serve_of_a_batch_case_file_names_the_file_kind_as_validate_does(tmp_path, case):
+    """``fastmodel serve mixed.jsonl`` whose line is a batch case said "serve: required block missing" (or
+    "model: expected an object"); it names the kind, a batch case, and where it goes, as validate does."""
+    from click.testing import CliRunner
+
+    from fastmodel.cli import main
+
+    path = tmp_path / "mixed.jsonl"
+    path.write_text(json.dumps(case) + "\n")
+    run = CliRunner().invoke(main, ["serve", str(path)])
+    assert run.exit_code == 2
+    assert run.output.startswith(f"error: {path}:1: record: a batch case (model, system and task: a line of fastmodel "
+                                 "batch), not a serving record"), run.output
+    assert "batch cases go to fastmodel batch" in run.output

@@ -355,8 +355,28 @@ def test_a_serving_sweep_refuses_training_options_in_one_wording_by_file_and_by_
             fastmodel.sweep(*args, **kw)
         assert str(refused.value) == said
     data = dict(zip(("model", "system", "task", "axes"), args))
-    for extra, calibration, said in (({"semantics": "madmax"}, None, f"semantics: {semantics}"),
+    # the file's own semantics names the file; a calibration is the caller's argument (the CLI's --calibration),
+    # never the file's: it names the argument, not the file (it said "s.toml: calibration: ...")
+    for extra, calibration, said in (({"semantics": "madmax"}, None, f"s.toml: semantics: {semantics}"),
                                      ({}, "c.toml", f"calibration: {training}")):
         with pytest.raises(SpecError) as refused:
             sweep_plan_from_file("s.toml", {**data, **extra}, tmp_path, calibration=calibration)
-        assert str(refused.value) == f"s.toml: {said}"
+        assert str(refused.value) == said
+
+
+def test_a_serving_sweep_file_with_the_cli_calibration_names_the_flag(tmp_path):
+    """``fastmodel sweep s.toml --calibration cal.toml`` of a serving sweep: '--calibration: applies to training
+    sweeps ...', the flag, not the file that never held it (it said 's.toml: calibration: ...')."""
+    from click.testing import CliRunner
+
+    from fastmodel.cli import main
+    from tests.lm.test_calibrate import GOOD
+
+    sweep = tmp_path / "s.toml"
+    sweep.write_text('model = "llama3.1-8b"\nsystem = "H100"\ntask = "serve-chat"\n[axes]\ntp = [1, 2]\n')
+    cal = tmp_path / "cal.toml"
+    cal.write_text(GOOD)
+    run = CliRunner().invoke(main, ["sweep", str(sweep), "-o", str(tmp_path / "o.nc"), "--calibration", str(cal)])
+    assert run.exit_code == 2
+    assert run.output.strip().splitlines()[-1] == ("error: --calibration: applies to training sweeps of the "
+                                                   "real-world model, not to serving")

@@ -209,12 +209,23 @@ def defaults(execution, framework: str | None) -> dict:
     return values
 
 
+def unknown_vp(pp: int, layers: int) -> tuple[int, str]:
+    """``vp = "unknown"``: 1 where Megatron-LM 2021 refuses interleaving, pp <= 2 (NVIDIA/Megatron-LM de7dc40f88
+    megatron/arguments.py lines 118-121: ``assert args.pipeline_model_parallel_size > 2`` with
+    ``num_layers_per_virtual_pipeline_stage``), else the fewest virtual stages, 2."""
+    if pp <= 2:
+        return 1, ("Megatron-LM 2021 interleaves only at pp > 2 (de7dc40f88 megatron/arguments.py lines 118-121, "
+                   "the assert on pipeline_model_parallel_size with virtual stages)")
+    return 2, "2 virtual stages per rank, the fewest an interleaved schedule has (an assumption: the framework sets no default)"
+
+
 PROFILE = StackProfile(
     name="megatron-2021",
     title="Megatron 2021-22 / Megatron-DeepSpeed",
     names=("megatron-deepspeed",),
     source="Narayanan et al. SC21 and Korthikanti et al. 2022 (no FlashAttention, unoverlapped DP); "
-           "ZeRO-3: the deepspeed profile's defaults",
+           "ZeRO-3: the deepspeed profile's defaults; vp: de7dc40f88 megatron/arguments.py lines 118-121",
     defaults=defaults,
+    unknown_vp=unknown_vp,
     parse_notes=deepspeed.stage_notes,
 )

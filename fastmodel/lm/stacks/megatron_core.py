@@ -128,6 +128,17 @@ def defaults(execution, framework: str | None) -> dict:
             "moe_probs_in_experts": True, "wgrad_fused_accumulation": True, "ub_communicators": UB_COMMUNICATORS_TE}
 
 
+def unknown_vp(pp: int, layers: int) -> tuple[int, str]:
+    """``vp = "unknown"``: 1 where Megatron-Core refuses interleaving, pp 1 (Megatron-LM 23e00ed
+    megatron/training/arguments.py lines 536-545: virtual stages assert pipeline_model_parallel_size > 1 with
+    p2p overlap, on by default, ``--no-overlap-p2p-communication`` store_false at line 2348, and > 2 without it),
+    else the fewest virtual stages, 2."""
+    if pp <= 1:
+        return 1, ("Megatron-Core interleaves only at pp > 1 (Megatron-LM 23e00ed megatron/training/arguments.py "
+                   "lines 536-545, the assert on pipeline_model_parallel_size with virtual stages)")
+    return 2, "2 virtual stages per rank, the fewest an interleaved schedule has (an assumption: the framework sets no default)"
+
+
 PROFILE = StackProfile(
     name="megatron-core",
     title="Megatron-Core / NeMo",
@@ -135,6 +146,8 @@ PROFILE = StackProfile(
     source="registry defaults (fastmodel/registry/lm.py); Megatron-LM's own launcher: overlap switches off "
            "(megatron/training/arguments.py, --overlap-grad-reduce / --overlap-param-gather store_true), unfused "
            "cross-entropy and optimizer-step passes counted from Megatron-LM 23e00ed; MoE router "
-           "and dispatcher kernels counted from Megatron-LM 23e00ed",
+           "and dispatcher kernels counted from Megatron-LM 23e00ed; vp: 23e00ed megatron/training/arguments.py "
+           "lines 536-545",
     defaults=defaults,
+    unknown_vp=unknown_vp,
 )
