@@ -203,3 +203,25 @@ def test_refusals_keep_the_input_order_when_records_were_read_from_nowhere():
     refused = []
     without_impossible_meshes(nowhere, refused)
     assert [item.where for item in refused] == ["llama3-8b", "run-2", "zeta"]          # as given
+
+
+def test_calibrate_leaves_out_the_expert_meshes_validate_refuses(tmp_path):
+    """review11 #1: calibrate fitted on the records validate refuses (no framework builds them); now it fits on
+    the one good record of the three, names the two others on stderr as warnings, and a file of refused records
+    only is a one-line error."""
+    from fastmodel.errors import FastmodelError
+    from fastmodel.lm.calibrate.api import fit_runs
+
+    line = next(text for text in (DATA / "runs_dev_b200.jsonl").read_text().splitlines()
+                if "deepseekv2_tp1_ep8_pp1_dp8_l4_mbc4_cef" in text)
+    good = json.loads(line)
+    bad_ep = {**good, "id": "bad-ep", "plan": {**good["plan"], "ep": 3}}
+    bad_mesh = {**good, "id": "bad-mesh", "plan": {**good["plan"], "etp": 3}}
+    path = tmp_path / "three.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in (good, bad_ep, bad_mesh)))
+    fitted = fit_runs(str(path))
+    assert "runs = 1\n" in fitted.toml
+    assert [m.split(": plan: ")[0] for m in fitted.messages if "left out of the fit" in m] == [
+        f"warning: refused, left out of the fit: {path}:2", f"warning: refused, left out of the fit: {path}:3"]
+    with pytest.raises(FastmodelError, match="nothing to calibrate .the first of 2 refused"):
+        fit_runs([bad_ep, bad_mesh])
