@@ -308,7 +308,7 @@ def _as_bytes(line, number: int) -> bytes:
     return line
 
 
-#: a file of another kind given as the cases (``io.outputs.content_kind``): its name, and where it goes
+#: a file of another kind given as the cases (``io.outputs.other_kind``): its name, and where it goes
 _GOES = {"csv": ("CSV", ""), "toml": ("TOML", " (a sweep file runs with 'fastmodel sweep FILE -o out.nc', a spec "
                                              "with 'fastmodel run', a calibration with --calibration)")}
 #: the bytes of the input's head that say its kind
@@ -319,11 +319,9 @@ def refuse_another_kind(head: bytes, where: str) -> None:
     """A CSV or TOML file given as the cases (``head``: its first bytes; no line of them a JSON object) is one line
     naming the kind (``where``: the file, or ``lines`` for :func:`run_batch`): each of its lines was an 'invalid
     JSON' row. A head with one JSON line keeps batch's rule, a row per line."""
-    from fastmodel.io.outputs import content_kind
+    from fastmodel.io.outputs import other_kind
 
-    head = head[:HEAD_BYTES]
-    kind = content_kind(head)
-    if kind in _GOES and not any(line.lstrip().startswith(b"{") for line in head.splitlines()):
+    if kind := other_kind(head[:HEAD_BYTES]):
         name, goes = _GOES[kind]
         raise FastmodelError(f"{where}: a {name} file, not JSON lines: batch reads one configuration or record per "
                              f"line as a JSON object{goes}")

@@ -94,6 +94,22 @@ def content_kind(head: bytes) -> str:
     return "csv" if ("," in first or "\t" in first) else "text"
 
 
+def other_kind(head: bytes) -> str | None:
+    """``csv`` or ``toml`` when ``head`` (a file's first bytes) given as JSON lines is a CSV or TOML file
+    (:func:`content_kind`) with no line a JSON object; None otherwise, and for a head of blank and comment lines
+    only (``#``, ``//``: ``errors.comment_line``). The one rule of ``read_jsonl`` (fastmodel/spec/records.py) and
+    batch (fastmodel/io/batch.py ``refuse_another_kind``); each says it in its own words (review11 #4)."""
+    from fastmodel.errors import comment_line
+
+    lines = head.decode("utf-8", errors="ignore").lstrip("\ufeff").splitlines()
+    if not any(line.strip() and not comment_line(line) for line in lines):
+        return None
+    kind = content_kind(head)
+    if kind in ("csv", "toml") and not any(line.lstrip().startswith("{") for line in lines):
+        return kind
+    return None
+
+
 def output_kind(path: str, kind: str) -> str:
     """The kind a command writes to ``path``: ``kind``, or for ``"text"`` (tables written by suffix, as
     ``batch`` and ``serve`` do) CSV for a ``.csv`` path and JSON lines for any other."""

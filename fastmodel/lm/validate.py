@@ -56,22 +56,29 @@ def without_impossible_meshes(records: list[RunRecord], refused: list) -> list[R
     from fastmodel.spec.records import Refused
 
     kept = []
+    mine = []
     for record in records:
         where = record.where or record.id
         error = expert_mesh_refusal(record.columns, f"{where}: plan")
         if error is None:
             kept.append(record)
         else:
-            refused.append(Refused(where, record.raw, str(error)))
-    if len(kept) < len(records):       # the refusals in the file's order, as read_records gave the others
-        refused.sort(key=lambda item: _line_number(item.where))
+            mine.append((Refused(where, record.raw, str(error)), _position(record.where)))
+    # the refusals in the input's order, as read_records gave the others: merged by the line or index each was
+    # read at; a record read from nowhere (no ``where``: its id is no position, review11 #8) keeps its order
+    positions = [_position(item.where) for item in refused] + [position for _, position in mine]
+    refused += [item for item, _ in mine]
+    if mine and None not in positions:
+        order = sorted(range(len(refused)), key=positions.__getitem__)
+        refused[:] = [refused[i] for i in order]
     return kept
 
 
-def _line_number(where: str) -> int:
-    """The line (``file:12``) or index (``runs[3]``) a record was read at; 0 when ``where`` names none."""
-    found = re.search(r"(\d+)\]?$", where)
-    return int(found.group(1)) if found else 0
+def _position(where: str) -> int | None:
+    """The line (``file:12``) or index (``runs[3]``) a record was read at; None when ``where`` names none (an id
+    such as ``llama3-8b`` is no line 8)."""
+    found = re.search(r"(?::(\d+)|\[(\d+)\])$", where)
+    return int(found.group(1) or found.group(2)) if found else None
 
 
 def rows(records: list[RunRecord]) -> list[dict]:

@@ -31,6 +31,11 @@ class ServeRecords:
         from fastmodel.serve.disagg import evaluate_records
         from fastmodel.serve.records import lower_any
 
+        if not getattr(default_semantics, "real_world", True):   # --semantics madmax: as a run record's line
+            reason = (f"semantics: a serving record, evaluated by the serving model, not under "
+                      f"{default_semantics.name!r}, which is the MAD-Max model only; the MAD-Max presets take MAD-Max "
+                      "specs")
+            return Prepared(errors={j: reason for j in range(len(cases))})
         lowered, errors = lower_all(cases, lower_any)
         out = Prepared(errors=errors)
         n = len(cases)

@@ -90,7 +90,9 @@ FP8_WEIGHT_ONLY_VLLM = 1.0
 #: vllm/model_executor/layers/quantization/utils/marlin_utils_fp4.py), SGLang's MXFP4 MoE on OpenAI's Triton
 #: kernels (``Mxfp4Config.get_min_capability`` 80, python/sglang/srt/layers/quantization/mxfp4.py at
 #: sgl-project/sglang@0043c43a), TensorRT-LLM's MXFP4 MoE on Hopper only (bf16 activations, TRITON or CUTLASS:
-#: examples/models/core/gpt_oss/README.md "MoE Support Matrix", which lists Hopper and Blackwell alone)
+#: examples/models/core/gpt_oss/README.md "MoE Support Matrix", which lists Hopper and Blackwell alone).
+#: Unsourced, kept (S63 "Kept as before"): TensorRT-LLM's NVFP4 on Hopper, and SGLang's 8.0 for NVFP4 (``fp4``)
+#: and the dense layers of MXFP4 (only the MXFP4 MoE path is read; SGLang's NVFP4 below sm100 not at 0.5.6)
 FP4_WEIGHT_ONLY_CC = {"trtllm": 9.0, "vllm": 8.0, "sglang": 8.0}
 #: (serve_step_overhead_s, host_req_s) of each engine's scheduler loop per iteration (docs/model_serving.md S36): not set, no
 #: engine publishes its loop's total host time per request at the records' versions (S36 lists what is published)

@@ -55,6 +55,7 @@ from fastmodel.serve.precisions import (
     weight_only_note,
 )
 from fastmodel.serve.profiles import (
+    ENGINE_LABELS,
     expert_row_tiles,
     fp4_activation,
     moe_dispatcher,
@@ -196,23 +197,29 @@ def _require_serve_record(data, source: str | None) -> None:
                                           "SERVE_RUNS.md)")
 
 
-def _fp8_weight_only(profile: dict, framework: str | None, gpu: str, source: str | None) -> str:
+def _engine_named(framework: str | None, engine: str) -> str:
+    """The record's ``framework``, or the label of the engine ``record_engine`` picked without one (review11 #10:
+    "TensorRT-LLM (the default engine)", as the CLI's ``--precision`` refusal says)."""
+    return framework or f"{ENGINE_LABELS.get(engine, engine)} (the default engine)"
+
+
+def _fp8_weight_only(profile: dict, framework: str, gpu: str, source: str | None) -> str:
     """The note of fp8 on a GPU without an FP8 peak where the engine runs it weight-only (``fp8_weight_only``,
     docs/model_serving.md S55); else a SpecError naming the field and the rule."""
     if not profile.get("fp8_weight_only"):
         raise SpecError(source, "system.peak_flops_fp8", f"serve.precision is fp8 but the device has no FP8 peak and "
-                        f"{framework or 'the default engine'} runs no weight-only FP8 (vLLM's FP8 Marlin does; "
+                        f"{framework} runs no weight-only FP8 (vLLM's FP8 Marlin does; "
                         "docs/model_serving.md S55)")
     return weight_only_note("fp8", gpu)
 
 
-def _fp4_weight_only(precision: str, columns, profile: dict, framework: str | None, gpu: str,
+def _fp4_weight_only(precision: str, columns, profile: dict, framework: str, gpu: str,
                      source: str | None) -> str:
     """The note of FP4 weights on a GPU without FP4 tensor cores where the engine runs them weight-only; else a
     SpecError naming serve.precision and the rule (``precisions.fp4_refusal``, docs/model_serving.md S63)."""
     device = {key: float(columns[COLUMN_INDEX[key]]) for key in ("compute_capability", "vendor")}
     refusal = fp4_refusal(precision, {**device, "peak_flops_4": 0.0}, profile["fp4_weight_only_cc"],
-                          framework or "the default engine", gpu)
+                          framework, gpu)
     if refusal:
         raise SpecError(source, "serve.precision", refusal)
     return weight_only_note(precision, gpu)
@@ -280,9 +287,10 @@ def lower_serve_record(data: dict, source: str | None = None) -> ServeRecord:
     engine, version, profile_notes = record_engine(record.framework, vendor)   # one engine for every column below
     profile = profile_columns(engine, version, float(columns[COLUMN_INDEX["hbm_bytes"]]), vendor, reported_name(gpu))
     if precision in FP4_PRECISIONS and values["peak_flops_4"] <= 0:
-        notes.append(_fp4_weight_only(precision, columns, profile, record.framework, gpu, source))
+        notes.append(_fp4_weight_only(precision, columns, profile, _engine_named(record.framework, engine), gpu,
+                                      source))
     if values["precision"] == 1 and columns[COLUMN_INDEX["peak_flops_8"]] <= 0:
-        notes.append(_fp8_weight_only(profile, record.framework, gpu, source))
+        notes.append(_fp8_weight_only(profile, _engine_named(record.framework, engine), gpu, source))
     values.update(profile, **stated_flags(serve, engine, profile["mixed_prefill"], notes, source))
     notes.extend(profile_notes)
     values["quant_experts_only"] = quant_experts_only(layers)

@@ -52,7 +52,7 @@ def number(block: dict, key: str, where: str, source: str | None, default=None, 
     return float(value)
 
 
-#: a file of another kind given as JSON lines (``io.outputs.content_kind``), as :func:`read_jsonl` names it
+#: a file of another kind given as JSON lines (``io.outputs.other_kind``), as :func:`read_jsonl` names it
 _OTHER_KINDS = {"toml": "a TOML file (a spec, sweep file or calibration)", "csv": "a CSV file"}
 
 
@@ -76,12 +76,9 @@ def read_jsonl(path: str | Path, lower, what: str, whole_object: bool = False, r
         raise SpecError(str(path), "", f"not UTF-8 text (byte {error.object[error.start]:#04x} at offset "
                                        f"{error.start}): JSON lines are text") from None
     stripped = text.strip()
-    from fastmodel.io.outputs import content_kind
+    from fastmodel.io.outputs import other_kind
 
-    head = text[:4096]
-    significant = any(line.strip() and not comment_line(line) for line in head.splitlines())
-    kind = content_kind(head.encode("utf-8")) if significant else "empty"
-    if kind in _OTHER_KINDS and not any(line.lstrip().startswith("{") for line in head.splitlines()):
+    if kind := other_kind(text[:4096].encode("utf-8")):
         raise SpecError(str(path), "", f"{_OTHER_KINDS[kind]}, not JSON lines of {what} (one JSON object a line)")
     if whole_object and stripped.startswith("{") and "\n{" not in stripped:
         lines = [(1, stripped)]

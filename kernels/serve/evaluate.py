@@ -105,7 +105,7 @@ def prefill_costs(row, prompts, costs, part):
 def decode_fixed_costs(row, n, costs):
     """Context-independent seconds of one decode step of ``n`` requests (weights, norms, comm, head)."""
     touched = body_costs(row, n, LAUNCH, costs, -1.0)
-    head_costs(row, n, LAUNCH, costs)
+    head_costs(row, n / row[C_ATTENTION_DP], LAUNCH, costs)   # each attention-DP group its own tokens' head (S18)
     costs[K_ATTN] += attention_launches(row)
     costs[K_MEM] += kv_upcast_time(row)
     return touched
@@ -185,13 +185,12 @@ def serve_row(row, out, scratch, memo):
         if batch < 1.0:
             return ST_NO_KV_ROOM
     if mode != LOAD_BATCH:
-        # the step token budget feeds at most max_num_tokens x O / (I + O - 1) requests per micro-batch
-        outp = row[C_OUTPUT_LEN]
-        feed = math.floor(row[C_PP] * row[C_MAX_NUM_TOKENS] * outp / (row[C_INPUT_LEN] + outp - 1.0))
-        if row[C_SPEC_TOKENS] > 0.0:    # the budget counts the verified draft tokens too (S18)
-            iters, life = _lifetime(row)
-            feed = math.floor(row[C_PP] * row[C_MAX_NUM_TOKENS] * life
-                              / (row[C_INPUT_LEN] + iters * (1.0 + row[C_SPEC_TOKENS])))
+        # the step token budget feeds at most max_num_tokens x L / (I + (O - 1)(k + 1) / E) requests per
+        # micro-batch, the verified draft tokens counted (S18); without drafts L = O and (O - 1) x 1.0 is exact,
+        # so this is max_num_tokens x O / (I + O - 1) bit for bit
+        iters, life = _lifetime(row)
+        feed = math.floor(row[C_PP] * row[C_MAX_NUM_TOKENS] * life
+                          / (row[C_INPUT_LEN] + iters * (1.0 + row[C_SPEC_TOKENS])))
         batch = max(1.0, min(batch, feed))
     _fixed(row, batch, kv_token, weights, out, scratch)
     return ST_OK
@@ -236,7 +235,10 @@ def _fixed(row, batch, kv_token, weights, out, scratch):
         decoding = n * iters / life
         m = decoding * (1.0 + spec) + n * inp / life
         touched = body_costs(row, m, LAUNCH, dec, -1.0)
-        head_costs(row, n if spec <= 0.0 else decoding * (1.0 + spec) + n / life, LAUNCH, dec)
+        # the head's tokens, per attention-DP group (S18); the plain case keeps n, which decoding + n / L equals
+        # only in exact arithmetic (the branch keeps no-draft results bit-exact)
+        head = n if spec <= 0.0 else decoding * (1.0 + spec) + n / life
+        head_costs(row, head / row[C_ATTENTION_DP], LAUNCH, dec)
         if spec > 0.0:
             draft_costs(row, decoding, spec, dec)
         dec[K_MEM] += kv_upcast_time(row)

@@ -329,6 +329,15 @@ def held_rate(running, own, share, t_d, per_token, mixed, steps, overlap, wait, 
     return lam
 
 
+@njit(inline="always")
+def entering_tokens(per_step, together, inp, chunk, free, chunked):
+    """Prompt tokens of the iteration that carries a prompt: the prompts that arrive in one iteration
+    (``per_step``: an iteration is a step, E TPOT under speculation, §S18, not one TPOT) or the batch-waiting
+    group ``together``, whichever is more, up to the budget ``free`` (whole prompts: at least one), at least one
+    chunk."""
+    return max(chunk, min(max(per_step, together) * inp, free if chunked else max(free, inp)))
+
+
 @njit
 def steady_loop(row, running, dec, pre, out, work):
     """Steady state of a closed loop whose ``running`` requests fit the KV cache, less what depends on the
@@ -379,8 +388,8 @@ def steady_loop(row, running, dec, pre, out, work):
         period = max(tpot, t_d)
         wait = batch_wait(row, running, n * others)
         wait = (wait[0] * emitted, wait[1])
-        _, together = held(lam * others * period, wait[0], wait[1])
-        q = max(chunk, min(max(lam * period, together) * inp, free if chunked else max(free, inp)))
+        _, together = held(lam * others * period, wait[0], wait[1])     # in TPOT units, as the window
+        q = entering_tokens(lam * period * emitted, together, inp, chunk, free, chunked)
         if fresh or abs(q - q_done) > REFRESH * q:
             t_m = prefill_iteration(row, n * others, q, per_request, pre)
             q_done = q

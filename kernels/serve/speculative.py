@@ -8,8 +8,6 @@ i.i.d. acceptance ``a``, a decode step verifies ``k + 1`` tokens of every reques
 Eq. 1).
 """
 
-import numpy as np
-
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.columns import C_ATTENTION_DP, C_LAYERS, C_PP, C_SPEC_ACCEPTANCE, C_SPEC_TOKENS
 from fastmodel.kernels.serve.costs import LAUNCH, body_costs, head_costs
@@ -32,14 +30,20 @@ def accepted_tokens(row):
 def draft_costs(row, n, k, costs):
     """Adds the ``k`` draft steps of ``n`` requests to ``costs``: each one decoder layer and the LM head (an MTP or
     EAGLE head: one decoder layer on the target's features; docs/model_serving.md §S18)."""
-    draft = np.zeros(4)
-    body_costs(row, n, LAUNCH, draft, -1.0)
+    # the draft step is priced in ``costs`` itself (no scratch allocated per configuration, review11 #7): what
+    # was there is kept in four locals and added back, the same operations as costs[j] += k x draft[j]
+    c0, c1, c2, c3 = costs[0], costs[1], costs[2], costs[3]
+    for j in range(4):
+        costs[j] = 0.0
+    body_costs(row, n, LAUNCH, costs, -1.0)
     layers = row[C_LAYERS] / row[C_PP]
     for j in range(4):
-        draft[j] /= layers
-    head_costs(row, n / row[C_ATTENTION_DP], LAUNCH, draft)
-    for j in range(4):
-        costs[j] += k * draft[j]
+        costs[j] /= layers
+    head_costs(row, n / row[C_ATTENTION_DP], LAUNCH, costs)
+    costs[0] = c0 + k * costs[0]
+    costs[1] = c1 + k * costs[1]
+    costs[2] = c2 + k * costs[2]
+    costs[3] = c3 + k * costs[3]
 
 
 @njit

@@ -178,6 +178,13 @@ def test_a_command_of_another_group_names_where_it_is(args, said):
     one_line_error(CliRunner().invoke(main, args, prog_name="fastmodel"), said)
 
 
+def _walk(command, path):
+    """(the command path, the click command) of ``command`` and every command under it."""
+    for name, sub in getattr(command, "commands", {}).items():
+        yield from _walk(sub, [*path, name])
+    yield path, command
+
+
 def test_every_flag_a_help_text_names_is_the_command_s_own_or_names_its_command():
     """Hurried walk 9: ``calibrate --help`` said the overlay is applied 'with --calibration', a flag calibrate does
     not have (run, validate, sweep and batch do). A --flag in a command's help (its text or an option's) is the
@@ -188,15 +195,10 @@ def test_every_flag_a_help_text_names_is_the_command_s_own_or_names_its_command(
 
     from fastmodel.cli import main
 
-    def walk(command, path):
-        for name, sub in getattr(command, "commands", {}).items():
-            yield from walk(sub, [*path, name])
-        yield path, command
-
     def flags(command):
         return {o for p in command.params for o in (*getattr(p, "opts", ()), *getattr(p, "secondary_opts", ()))}
 
-    commands = list(walk(main, []))
+    commands = list(_walk(main, []))
     stray = []
     for path, command in commands:
         own = flags(command)
@@ -204,7 +206,7 @@ def test_every_flag_a_help_text_names_is_the_command_s_own_or_names_its_command(
             for match in re.finditer(r"(?<![\w-])--[a-z][a-z0-9-]*", text):
                 flag, before = match.group(0), text[max(0, match.start() - 60):match.start()]
                 named = [" ".join(p) for p, c in commands if p and flag in flags(c) and
-                         not isinstance(c, click.Group) and p[-1] in before]
+                         not isinstance(c, click.Group) and re.search(rf"\b{re.escape(p[-1])}\b", before)]
                 if flag not in own and not named:
                     stray.append(f"fastmodel {' '.join(path)}: {flag}")
     assert not stray, stray
@@ -221,12 +223,7 @@ def test_every_choice_option_suggests_the_nearest_value():
     from fastmodel.cli.common import Choice
     from tests.suite_fixtures import one_line_error
 
-    def walk(command, path):
-        for name, sub in getattr(command, "commands", {}).items():
-            yield from walk(sub, [*path, name])
-        yield path, command
-
-    plain = [f"{' '.join(path)} {param.opts[-1]}" for path, command in walk(main, []) for param in command.params
+    plain = [f"{' '.join(path)} {param.opts[-1]}" for path, command in _walk(main, []) for param in command.params
              if isinstance(param.type, click.Choice) and not isinstance(param.type, Choice)]
     assert not plain, plain
     one_line_error(CliRunner().invoke(main, ["plot", "heatmap", "x.nc", "--x", "plan", "--y", "num_nodes", "--best",

@@ -179,3 +179,49 @@ def test_validate_still_predicts_plans_that_break_only_the_rules_a_run_breaks(tm
     assert STATUSES[plan_status(lowered.columns.reshape(-1, 1))[0]].name == "too_few_microbatches"
     (row,) = validation(str(path)).rows
     assert row["status"] == "ok" and np.isfinite(row["predicted_step_time_s"])
+
+
+def test_refusals_keep_the_input_order_when_records_were_read_from_nowhere():
+    """review11 #8: the refusals were sorted by the digits at the end of ``where or id``, so records with no
+    ``where`` (lowered from Python) came out by their ids' digits: ``zeta`` (0), ``run-2`` (2), ``llama3-8b``
+    (line 8). Now a record with no position keeps the order it was given in; records read from a file or a list
+    are merged by their line or index, as before."""
+    import dataclasses
+
+    from fastmodel.lm.validate import without_impossible_meshes
+
+    line = next(text for text in (DATA / "runs_dev_b200.jsonl").read_text().splitlines()
+                if "deepseekv2_tp1_ep8_pp1_dp8_l4_mbc4_cef" in text)
+    good = json.loads(line)
+    bads = [{**good, "id": name, "plan": {**good["plan"], "ep": 3}} for name in ("llama3-8b", "run-2", "zeta")]
+    records = read_records([good, *bads])
+    assert [r.where for r in records] == ["runs[0]", "runs[1]", "runs[2]", "runs[3]"]
+    refused: list = []
+    assert without_impossible_meshes(list(reversed(records)), refused) == [records[0]]
+    assert [item.where for item in refused] == ["runs[1]", "runs[2]", "runs[3]"]      # by index
+    nowhere = [dataclasses.replace(record, where="") for record in records]
+    refused = []
+    without_impossible_meshes(nowhere, refused)
+    assert [item.where for item in refused] == ["llama3-8b", "run-2", "zeta"]          # as given
+
+
+def test_calibrate_leaves_out_the_expert_meshes_validate_refuses(tmp_path):
+    """review11 #1: calibrate fitted on the records validate refuses (no framework builds them); now it fits on
+    the one good record of the three, names the two others on stderr as warnings, and a file of refused records
+    only is a one-line error."""
+    from fastmodel.errors import FastmodelError
+    from fastmodel.lm.calibrate.api import fit_runs
+
+    line = next(text for text in (DATA / "runs_dev_b200.jsonl").read_text().splitlines()
+                if "deepseekv2_tp1_ep8_pp1_dp8_l4_mbc4_cef" in text)
+    good = json.loads(line)
+    bad_ep = {**good, "id": "bad-ep", "plan": {**good["plan"], "ep": 3}}
+    bad_mesh = {**good, "id": "bad-mesh", "plan": {**good["plan"], "etp": 3}}
+    path = tmp_path / "three.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in (good, bad_ep, bad_mesh)))
+    fitted = fit_runs(str(path))
+    assert "runs = 1\n" in fitted.toml
+    assert [m.split(": plan: ")[0] for m in fitted.messages if "left out of the fit" in m] == [
+        f"warning: refused, left out of the fit: {path}:2", f"warning: refused, left out of the fit: {path}:3"]
+    with pytest.raises(FastmodelError, match="nothing to calibrate .the first of 2 refused"):
+        fit_runs([bad_ep, bad_mesh])

@@ -288,3 +288,19 @@ def test_a_record_of_fp4_below_hopper_is_refused_under_tensorrt_llm_and_answered
                                         r"tensor cores\): TensorRT-LLM 1\.2\.0 runs FP4 weights weight-only from "
                                         r"compute capability 9\.0 on"):
         lower_serve_record(_with("framework", "TensorRT-LLM 1.2.0", record))
+
+
+def test_a_record_without_a_framework_names_the_default_engine_in_its_refusal():
+    """review11 #10: a record with no ``framework`` said "the default engine runs ...", not which; it names the
+    engine ``record_engine`` picked, as the CLI does: TensorRT-LLM (the default engine) on an NVIDIA GPU, for FP4
+    and for FP8 alike."""
+    from fastmodel.errors import SpecError
+
+    fp4 = _with("system.gpu", "A100-SXM4-80GB", _with("serve.precision", "fp4"))
+    fp8 = _with("system.gpu", "A100-SXM4-80GB")
+    for record in (fp4, fp8):
+        record.pop("framework", None)
+    with pytest.raises(SpecError, match=r"TensorRT-LLM \(the default engine\) runs FP4 weights weight-only from "):
+        lower_serve_record(fp4)
+    with pytest.raises(SpecError, match=r"TensorRT-LLM \(the default engine\) runs no weight-only FP8"):
+        lower_serve_record(fp8)

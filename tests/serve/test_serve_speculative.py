@@ -9,7 +9,7 @@ import pytest
 from fastmodel.kernels.serve.speculative import accepted_tokens
 from fastmodel.registry.lm import COLUMN_INDEX as C
 from fastmodel.registry.lm import COLUMNS
-from fastmodel.serve.api import evaluate
+from fastmodel.serve.api import columns, evaluate
 
 #: Leviathan et al. (2023) Eq. 1 as plain Python (the kernel's, interpreted or compiled alike)
 _ACCEPTED = getattr(accepted_tokens, "py_func", accepted_tokens)
@@ -129,3 +129,45 @@ def test_a_batch_waiting_window_in_tpot_units_holds_e_times_its_iterations():
     tpots, joined = held_(0.5 / 2.5, 20.0 * 2.5, 6.0)
     assert (iterations, together) == (pytest.approx(48.0 / 7.0), pytest.approx(7.0))
     assert (tpots, joined) == (pytest.approx(120.0 / 7.0), pytest.approx(7.0))
+
+
+def test_the_static_and_draft_lm_heads_both_count_one_attention_dp_groups_tokens():
+    """review11 #5: each attention-DP group runs its own tokens' LM head (load.py's rule, body_costs' m_rank = -1),
+    so a static batch's decode step of n = 8 requests at attention_dp 2 prices the head of 8 / 2 = 4 tokens, as
+    the draft step (``draft_costs``) does: the step less the body, the attention launches and the KV upcast is
+    head_costs at 4 tokens, not at 8."""
+    from fastmodel.kernels.serve.attention import attention_launches
+    from fastmodel.kernels.serve.costs import K_ATTN, K_MEM, LAUNCH, body_costs, head_costs
+    from fastmodel.kernels.serve.evaluate import decode_fixed_costs
+    from fastmodel.kernels.serve.kv_upcast import kv_upcast_time
+
+    def plain(f):
+        return getattr(f, "py_func", f)
+
+    row = columns("deepseek-v3", "H200", tp=8, attention_dp=2, batch_size=8, precision="fp8").astype(float)
+    row = row[:, 0] if row.ndim > 1 else row
+    assert row[C["attention_dp"]] == 2
+    step, body, half, full = (np.zeros(4) for _ in range(4))
+    plain(decode_fixed_costs)(row, 8.0, step)
+    plain(body_costs)(row, 8.0, LAUNCH, body, -1.0)
+    plain(head_costs)(row, 4.0, LAUNCH, half)
+    plain(head_costs)(row, 8.0, LAUNCH, full)
+    rest = body.copy()
+    rest[K_ATTN] += plain(attention_launches)(row)
+    rest[K_MEM] += plain(kv_upcast_time)(row)
+    assert step - rest == pytest.approx(half, rel=1e-12, abs=1e-18)
+    assert half[0] < full[0]
+
+
+def test_the_closed_loops_prompts_enter_per_step_not_per_tpot():
+    """h-polish2 leftover (review11 #12): the prompts that enter together at an iteration boundary are those that
+    arrive in one iteration, a step of E TPOT under speculation. 1.2 arrivals per TPOT at E = 2.5 are 3 prompts
+    a step: 3 x 1024 = 3072 tokens under a chunked budget of 8192 (1.2 x 1024 = 1228.8 per TPOT before); the
+    budget caps them (2048), one whole prompt is the least without chunking, one chunk with it."""
+    from fastmodel.kernels.serve.load import entering_tokens
+
+    tokens = getattr(entering_tokens, "py_func", entering_tokens)
+    assert tokens(1.2 * 2.5, 1.0, 1024.0, 1024.0, 8192.0, True) == pytest.approx(3072.0, rel=1e-15)
+    assert tokens(1.2 * 2.5, 1.0, 1024.0, 1024.0, 2048.0, True) == 2048.0
+    assert tokens(0.1, 1.0, 1024.0, 1024.0, 512.0, False) == 1024.0
+    assert tokens(0.1, 1.0, 1024.0, 512.0, 512.0, True) == 512.0

@@ -169,3 +169,16 @@ def test_batch_under_madmax_semantics_makes_a_run_record_line_an_error_row_as_ru
     rows = [json.loads(line) for line in result.stdout.splitlines()]
     assert rows[0]["status"] == "ok" and rows[1]["status"].startswith("error: semantics: a measured-run record")
     assert [r["status"] for r in run_batch(lines)] == ["ok", "ok"]        # under default both evaluate
+
+
+def test_batch_under_madmax_semantics_makes_a_serving_record_line_an_error_row_too():
+    """h-polish2 leftover (review11 #13): a serving record's line under ``--semantics madmax`` was evaluated
+    silently by the serving model, while a run record's gives an error row; it gives one of the same kind now, and
+    evaluates under default."""
+    serve = (RUNS.parent / "serve_dev_load.jsonl").read_text().splitlines()[0]
+    madmax = '{"model": "llama2-70b", "system": "dc-a", "task": "llm-pretrain", "plan": "tp,ddp/mp", "num_nodes": 16}'
+    records = list(run_batch([madmax, serve], semantics="madmax"))
+    assert records[0]["status"] == "ok"
+    assert records[1]["status"] == ("error: semantics: a serving record, evaluated by the serving model, not under "
+                                    "'madmax', which is the MAD-Max model only; the MAD-Max presets take MAD-Max specs")
+    assert [r["status"] for r in run_batch([madmax, serve])] == ["ok", "ok"]

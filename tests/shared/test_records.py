@@ -136,3 +136,15 @@ def test_serve_of_a_batch_case_file_names_the_file_kind_as_validate_does(tmp_pat
     assert run.output.startswith(f"error: {path}:1: record: a batch case (model, system and task: a line of fastmodel "
                                  "batch), not a serving record"), run.output
     assert "batch cases go to fastmodel batch" in run.output
+
+
+def test_one_rule_names_a_csv_or_toml_file_given_as_json_lines():
+    """review11 #4: ``io.outputs.other_kind`` is the one rule of read_jsonl and batch: a CSV or a TOML head with no
+    JSON-object line is its kind; a head with one JSON line, or of comments only, is neither."""
+    from fastmodel.io.outputs import other_kind
+
+    assert other_kind(b"id,model\n1,llama\n") == "csv"
+    assert other_kind(b"# a sweep\n[model]\nname = 'x'\n") == "toml"
+    assert other_kind(b"id,model\n{\"id\": 1}\n") is None
+    assert other_kind(b"# nothing\n// else\n\n") is None
+    assert other_kind(b"{\"model\": {}}\n") is None

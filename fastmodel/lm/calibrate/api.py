@@ -70,7 +70,7 @@ def fit_runs(runs: Any, folds: int | None = None, loss: str = "soft_l1", prior: 
     from fastmodel.lm.calibrate.overlay import FORMAT, apply_calibration, parse_calibration, to_toml, tomllib
     from fastmodel.lm.calibrate.report import cross_validate, format_report, toml_annotations
     from fastmodel.lm.records import read_records, with_measurements
-    from fastmodel.lm.validate import group_scores, rows
+    from fastmodel.lm.validate import group_scores, rows, without_impossible_meshes
 
     folds, seed, prior = (_plain(value) for value in (folds, seed, prior))    # np.int64(0) from a notebook: 0
     if loss not in LOSSES:
@@ -79,7 +79,13 @@ def fit_runs(runs: Any, folds: int | None = None, loss: str = "soft_l1", prior: 
         raise SpecError(None, "seed", f"must be a whole number >= 0, got {seed!r}")
     prior = _prior(prior)
     source = source_of(runs)
-    records, messages = with_measurements(read_records(runs), source)   # measured is read only here
+    refused: list = []     # an expert mesh no framework builds is fitted on no more than validate scores it
+    records = without_impossible_meshes(read_records(runs), refused)                    # (review11 #1)
+    if refused and not records:
+        raise FastmodelError(f"{source}: no run record can be predicted; nothing to calibrate (the first of "
+                             f"{len(refused)} refused: {refused[0].reason})")
+    records, messages = with_measurements(records, source)   # measured is read only here
+    messages[:0] = [f"warning: refused, left out of the fit: {item.reason}" for item in refused]
     _distinct_ids(records)
     records = _finite_records(records, source, messages)
     if folds is None:
