@@ -132,18 +132,24 @@ def test_heldout_on_the_b200_dev_file():
     assert _line(result.output, "dispatcher=alltoall [dev]")[2] == str(len(set(moe) - held))
 
 
-def test_an_expert_mesh_that_cannot_exist_is_refused_by_name_and_counted_as_a_miss(tmp_path):
-    """Issue 22 bad input (audit 22.B1, 22.B2): validate predicts a measured plan that breaks a sweep rule (it ran),
-    but no framework builds experts that ep does not divide (160 experts on ep 3) or an etp x ep that does not
-    divide tp x cp x dp (etp 3 x ep 8 = 24 against 1 x 1 x 8): such a record is named on stderr with the line
-    ``run`` gives it and counted as a miss, never scored (it was answered at +44% and +61%)."""
+def _good_and_two_impossible_meshes(path):
+    """A records file at ``path``: a B200 DeepSeek-V2 record, then the same plan at ep 3 (160 experts: not divided)
+    and at etp 3 (etp x ep = 24 against tp x cp x dp = 8); (path, the three records)."""
     line = next(text for text in (DATA / "runs_dev_b200.jsonl").read_text().splitlines()
                 if "deepseekv2_tp1_ep8_pp1_dp8_l4_mbc4_cef" in text)
     good = json.loads(line)
     bad_ep = {**good, "id": "bad-ep", "plan": {**good["plan"], "ep": 3}}
     bad_mesh = {**good, "id": "bad-mesh", "plan": {**good["plan"], "etp": 3}}
-    path = tmp_path / "mesh.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in (good, bad_ep, bad_mesh)))
+    return path, good, bad_ep, bad_mesh
+
+
+def test_an_expert_mesh_that_cannot_exist_is_refused_by_name_and_counted_as_a_miss(tmp_path):
+    """Issue 22 bad input (audit 22.B1, 22.B2): validate predicts a measured plan that breaks a sweep rule (it ran),
+    but no framework builds experts that ep does not divide (160 experts on ep 3) or an etp x ep that does not
+    divide tp x cp x dp (etp 3 x ep 8 = 24 against 1 x 1 x 8): such a record is named on stderr with the line
+    ``run`` gives it and counted as a miss, never scored (it was answered at +44% and +61%)."""
+    path, good, _, _ = _good_and_two_impossible_meshes(tmp_path / "mesh.jsonl")
     result = CliRunner().invoke(main, ["validate", str(path)])
     assert result.exit_code == 0, result.output
     refused = [line for line in result.stderr.splitlines() if line.startswith("refused (a miss): ")]
@@ -212,13 +218,7 @@ def test_calibrate_leaves_out_the_expert_meshes_validate_refuses(tmp_path):
     from fastmodel.errors import FastmodelError
     from fastmodel.lm.calibrate.api import fit_runs
 
-    line = next(text for text in (DATA / "runs_dev_b200.jsonl").read_text().splitlines()
-                if "deepseekv2_tp1_ep8_pp1_dp8_l4_mbc4_cef" in text)
-    good = json.loads(line)
-    bad_ep = {**good, "id": "bad-ep", "plan": {**good["plan"], "ep": 3}}
-    bad_mesh = {**good, "id": "bad-mesh", "plan": {**good["plan"], "etp": 3}}
-    path = tmp_path / "three.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in (good, bad_ep, bad_mesh)))
+    path, _, bad_ep, bad_mesh = _good_and_two_impossible_meshes(tmp_path / "three.jsonl")
     fitted = fit_runs(str(path))
     assert "runs = 1\n" in fitted.toml
     assert [m.split(": plan: ")[0] for m in fitted.messages if "left out of the fit" in m] == [
