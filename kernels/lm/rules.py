@@ -145,8 +145,9 @@ def stated_schedule_refused(row):
 def overlap_needs_dualpipe(row):
     """True when ``moe_a2a_overlap`` is DualPipe's (the all-to-all hidden inside DualPipe's forward-backward chunk
     pairs, DeepSeek-V3 report sec. 3.2.1) under another pipeline schedule: only DualPipe pairs the chunks so, and
-    the execution spec refuses the pair (fastmodel/lm/execution.py); a grid crossing a ``pipeline_schedule`` axis
-    with a ``moe_a2a_overlap`` axis gets ``schedule_not_runnable`` there, never batch-level overlap instead."""
+    the execution spec refuses the pair (fastmodel/lm/execution.py); a sweep's ``moe_a2a_overlap`` axis under
+    another schedule, the execution's or an axis's, gets ``schedule_not_runnable`` there, never batch-level overlap
+    instead."""
     return row[C_MOE_A2A_OVERLAP] == A2A_DUALPIPE and int(row[C_PIPELINE_SCHEDULE]) != SCHED_DUALPIPE
 
 
