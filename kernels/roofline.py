@@ -7,7 +7,9 @@
   epilogue over its reduction length.
 - Flash attention: FLOPs / (16-bit peak x attn_eff), or x attn_eff_fa2 where the stack runs FlashAttention-2
   through PyTorch SDPA (``attn_fa2``) and the device states that efficiency; a serving prompt's forward-only
-  attention at ``attn_eff_fwd`` where the device states it (``attention_fwd_time``, docs/model_serving.md §S48).
+  attention at ``attn_eff_fwd`` where the device states it (``attention_fwd_time``, docs/model_serving.md §S48);
+  where the efficiency was measured on a device of another exponential rate (B300/GB300 carry B200's), the
+  measured time's softmax-exponential part runs at this device's rate (``exp_rate_scale``, docs/model.md §11.58).
 - Memory-bound kernels: bytes / (HBM bw x hbm_eff).
 - Every kernel time is divided by ``stack_compute_eff`` (1 unless a calibration's ``[stack."NAME"]`` table
   sets the share of the modelled speed a software stack attains; docs/calibration.md).
@@ -18,6 +20,7 @@ All functions take the configuration's column vector ``row`` and return seconds.
 import math
 
 from fastmodel.kernels.jit import njit
+from fastmodel.kernels.softmax_rate import exp_rate_scale
 from fastmodel.kernels.columns import (
     C_ATTN_EFF, C_ATTN_EFF_FA2, C_ATTN_EFF_FWD, C_ATTN_FA2, C_ATTN_TILE_KV, C_ATTN_TILE_Q, C_MLA, C_GEMM_EFF_16, C_GEMM_EFF_8,
     C_GEMM_K_HALF, C_GEMM_TILE_M, C_GEMM_TILE_N, C_HBM_BW, C_HBM_EFF,
@@ -394,17 +397,19 @@ def attention_wave(row, groups, s, imbalance):
 def attention_time(row, flops, share):
     """Seconds for flash-attention kernels executing ``flops``: at ``attn_eff`` x ``share`` (the grid's useful
     share, :func:`attention_wave`; 1 for none), or at ``attn_eff_fa2`` x ``share`` where the stack runs
-    FlashAttention-2 (PyTorch SDPA's flash backend, ``attn_fa2``) and the device states it."""
-    return _attention_seconds(row, flops, attention_eff(row) * share)
+    FlashAttention-2 (PyTorch SDPA's flash backend, ``attn_fa2``) and the device states it; x the exponentials'
+    rate of :func:`exp_rate_scale`, forward + backward (7 (d_qk + d_v) FLOPs, 2 exponentials per score)."""
+    return _attention_seconds(row, flops * exp_rate_scale(row, 7.0, 2.0), attention_eff(row) * share)
 
 
 @njit
 def attention_fwd_time(row, flops, share):
     """Seconds for flash-attention forward kernels alone executing ``flops`` (serving prefill: no backward) at
     ``attn_eff_fwd`` where the device states it, else as :func:`attention_time`, x ``share`` (the forward grid's
-    :func:`attention_grid_share`; docs/model_serving.md §S48, docs/model.md §11.51)."""
+    :func:`attention_grid_share`; docs/model_serving.md §S48, docs/model.md §11.51); x the forward's exponential
+    rate (:func:`exp_rate_scale`: 2 (d_qk + d_v) FLOPs, 1 exponential per score)."""
     eff = row[C_ATTN_EFF_FWD] if row[C_ATTN_EFF_FWD] > 0.0 else attention_eff(row)
-    return _attention_seconds(row, flops, eff * share)
+    return _attention_seconds(row, flops * exp_rate_scale(row, 2.0, 1.0), eff * share)
 
 
 @njit(inline="always")

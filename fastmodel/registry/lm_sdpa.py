@@ -5,7 +5,8 @@ Rows of ``fastmodel.registry.lm`` (name, units, default, doc, lo, hi, fittable, 
 module stays readable. docs/model.md §11.3 ("Attention through PyTorch SDPA") gives the equation and sources;
 ``kernels/roofline.py`` ``attention_time`` reads them, the stack profiles set ``attn_fa2``; ``attn_eff_fwd`` (the
 forward-only efficiency of serving prefill, docs/model_serving.md §S48) is read by ``attention_fwd_time``;
-``attn_tile_q``/``attn_tile_kv`` (the flash kernels' grids, docs/model.md §11.51) by ``attention_grid_share``.
+``attn_tile_q``/``attn_tile_kv`` (the flash kernels' grids, docs/model.md §11.51) by ``attention_grid_share``;
+``mma_flops_per_exp``/``attn_eff_mma_flops_per_exp`` (the softmax exponentials' rate, §11.58) by ``exp_rate_scale``.
 """
 
 from __future__ import annotations
@@ -50,4 +51,11 @@ SDPA_DEVICE_ROWS = (
     ("attn_tile_kv", "tokens", 0.0, "Key rows of one flash-attention backward CTA: the backward grid is batch x "
      "local heads x ceil(s / attn_tile_kv) CTAs (docs/model.md §11.51; 128 on B200, Hopper, A100: FA4 sm100, FA3, "
      "FA2 backward key tiles); 0: no grid quantization. A device fact (not fitted).", 0, 4096),
+    ("mma_flops_per_exp", "FLOP", 0.0, "Dense 16-bit tensor-core FLOPs per MUFU exponential, both per SM per clock: "
+     "the softmax's exp2 against the attention matmuls (H100 4,096 / 16 = 256, B200 8,192 / 16 = 512, B300 and "
+     "GB300 8,192 / 32 = 256; docs/model.md §11.58); 0: not stated. A device fact (not fitted).", 0, 1e5),
+    ("attn_eff_mma_flops_per_exp", "FLOP", 0.0, "mma_flops_per_exp of the device attn_eff and attn_eff_fwd were "
+     "measured on, where the file carries another device's (B300, GB300: B200's 512): the measured time split into "
+     "its MMA and exponential parts by that device's rates, the exponential part at this device's (docs/model.md "
+     "§11.58); 0: measured on this device, no rescaling. A device fact (not fitted).", 0, 1e5),
 )

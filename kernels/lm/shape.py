@@ -26,13 +26,14 @@ from fastmodel.kernels.columns import (
     C_DENSE_LAYERS, C_EP, C_ETP, C_EXPERT_FFN_ALIGN, C_EXPERT_HIDDEN_ALIGN, C_FFN, C_FUSED_KERNELS, C_GATED_MLP,
     C_EMBEDDING_DENSE_GRAD, C_GRAD_REDUCE_BYTES, C_HEAD_DIM, C_HEADS, C_HIDDEN, C_KV_HEADS, C_KV_LORA_RANK,
     C_LAYERS, C_MASTER_WEIGHTS, C_MLA, C_MOE_EXPERTS, C_MOE_LAYER_FREQ, C_MOE_FFN, C_MOE_SHARED_EXPERTS, C_QK_NOPE_HEAD_DIM, C_QK_ROPE_HEAD_DIM,
-    C_ATTENTION_CHUNK, C_ATTENTION_CHUNK_LAYERS, C_Q_LORA_RANK, C_SLIDING_WINDOW, C_SLIDING_WINDOW_LAYERS, C_STACK_COMPUTE_EFF, C_TP, C_V_HEAD_DIM, C_VOCAB,
+    C_ATTENTION_CHUNK, C_ATTENTION_CHUNK_LAYERS, C_Q_LORA_RANK, C_SLIDING_WINDOW, C_SLIDING_WINDOW_LAYERS, C_STACK_COMPUTE_EFF, C_TP, C_VOCAB,
     C_WGRAD_FUSED_ACCUMULATION,
 )
 import math
 
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.roofline import accumulate_source_time, expert_gemm_roofline, gemm_roofline, memory_bound_time
+from fastmodel.kernels.softmax_rate import attention_dims  # defined beside the exponentials' rate, re-exported
 
 #: bytes per element of activations and 16-bit weights (the LM head, embedding and router stay 16-bit)
 ACT_BYTES = 2.0
@@ -85,14 +86,6 @@ def embedding_dense_grad_s(row):
     if row[C_EMBEDDING_DENSE_GRAD] <= 0.0:
         return 0.0
     return memory_bound_time(row, row[C_VOCAB] / row[C_TP] * row[C_HIDDEN] * (4.0 + 2.0 * stored_grad_bytes(row)))
-
-
-@njit(inline="always")
-def attention_dims(row):
-    """(query-key width, value width) per head: MLA's nope+rope and v widths, else head_dim."""
-    if row[C_MLA] > 0.0:
-        return row[C_QK_NOPE_HEAD_DIM] + row[C_QK_ROPE_HEAD_DIM], row[C_V_HEAD_DIM]
-    return row[C_HEAD_DIM], row[C_HEAD_DIM]
 
 
 @njit

@@ -20,7 +20,8 @@ WINGS = ("madmax", "lm", "serve")
 #: the modules the root of fastmodel/ may hold (no engine module sits there: each lives in its wing)
 ROOT_MODULES = {"__init__", "api", "engines", "errors", "semantics", "testing", "progress_bar"}
 #: the modules the root of kernels/ may hold: the kernels every engine shares
-SHARED_KERNELS = {"__init__", "jit", "args", "schedule", "streams", "roofline", "nccl", "columns", "finite"}
+SHARED_KERNELS = {"__init__", "jit", "args", "schedule", "streams", "roofline", "nccl", "columns", "finite",
+                  "softmax_rate"}
 
 #: source folder -> the package it is installed as (pyproject.toml [tool.setuptools.package-dir])
 PACKAGES = {"fastmodel": "fastmodel", "kernels": "fastmodel.kernels", "specs": "fastmodel.specs"}
