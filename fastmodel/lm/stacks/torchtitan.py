@@ -54,7 +54,7 @@ def host_defaults(execution, hooks: float = HOST_OPS_FSDP2_BLOCK) -> dict:
     count; the MoE blocks that fall back to eager keep their own counts, ``defaults``)."""
     if execution.torch_compile:
         return {}
-    sharded = execution.sharding in ("fsdp", "hsdp")
+    sharded = getattr(execution, "sharding", None) in ("fsdp", "hsdp")
     return {"host_ops_layer": HOST_OPS_LLAMA_BLOCK_EAGER + (hooks if sharded else 0.0), "host_op_s": HOST_OP_S_EAGER}
 
 
