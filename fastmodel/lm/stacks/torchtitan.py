@@ -31,7 +31,7 @@ MOE_MEM_KERNELS_TORCHTITAN_DEEPEP = 33.0
 MOE_SYNC_ISSUE_OPS_TORCHTITAN_DEEPEP = 13.0
 
 #: PyTorch dispatcher calls of one eager Llama decoder block's forward in plain PyTorch (pytorch/torchtitan
-#: torchtitan/models/llama/model.py, 2024: ``TransformerBlock.forward``, ``Attention.forward`` with
+#: torchtitan/models/llama/model.py as read at 0199cbc1, 2024: ``TransformerBlock.forward``, ``Attention.forward`` with
 #: ``apply_rotary_emb``, ``reshape_for_broadcast`` and ``repeat_kv``, ``FeedForward.forward``; models/norms.py
 #: ``RMSNorm``), at the granularity of the Megatron-DeepSpeed count (``F.linear`` is ``t`` + ``mm``): two RMSNorms
 #: 2 x 8, Q/K/V projections 6, head views 3, rotary 16, ``repeat_kv`` under GQA 6, transposes 3, SDPA 2, output
