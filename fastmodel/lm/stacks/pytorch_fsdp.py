@@ -17,6 +17,16 @@ dropout; its FSDP gathers each wrapped layer when it runs (``backward_prefetch``
 import re
 
 from fastmodel.lm.stacks.base import VERSION, StackProfile, names_in, tokens
+from fastmodel.lm.stacks.torchtitan import host_defaults
+
+#: FSDP1's calls per wrapped block and forward (pytorch/pytorch v2.2.0 torch/distributed/fsdp/_runtime_utils.py
+#: ``_pre_forward_unshard``, ``_unshard``, ``_post_forward_reshard``, ``_reshard``, ``_register_post_backward_hook``;
+#: _flat_param.py ``FlatParamHandle.pre_unshard``, ``unshard``, ``post_unshard``, ``reshard``;
+#: ``use_orig_params=False``, ``limit_all_gathers=True``, mixed precision), for a Llama block's 9 parameters:
+#: low-precision shard 2, stream wait 1, rate limiter 1, all-gather 2, unsharded views 3 + 9, free of the
+#: low-precision shard 2, compute-stream wait 1, post-backward hook 1, reshard 4: 26 (docs/model.md §11.59,
+#: table "host-ops-fsdp1")
+HOST_OPS_FSDP1_BLOCK = 26.0
 
 
 def major_version(framework: str | None) -> int | None:
@@ -29,7 +39,10 @@ def defaults(execution, framework: str | None) -> dict:
     # 2.x: attention through SDPA, whose flash backend (FlashAttention-2) comes first (docs/model.md §11.3)
     # FSDP1 (flat parameters): the cat and predivide passes over each unit's unsharded gradient (§11.26)
     values = {"fused_kernels": False, "selective_policy": "op", "attn_fa2": True, "fsdp1_grad_passes": 2}
-    if major_version(framework) == 1:
+    if major_version(framework) != 1:
+        # eager 2.x: the Llama block's and FSDP1's dispatcher calls per layer forward (docs/model.md §11.59)
+        values.update(host_defaults(execution, HOST_OPS_FSDP1_BLOCK))
+    else:
         # issue 26 (audit): the 1.x branch exists for one dev row (minGPT on PyTorch 1.10)
         values.update({"dropout": True, "flash_attention": False, "attn_fa2": False, "overlap_grad_reduce": False,
                        "overlap_param_gather": False})

@@ -30,6 +30,33 @@ MOE_MEM_KERNELS_TORCHTITAN_DEEPEP = 33.0
 #: ``index_select`` that refills the GPU) (docs/model.md §11.14.6, table "moe-sync-ops-torchtitan-deepep")
 MOE_SYNC_ISSUE_OPS_TORCHTITAN_DEEPEP = 13.0
 
+#: PyTorch dispatcher calls of one eager Llama decoder block's forward in plain PyTorch (pytorch/torchtitan
+#: torchtitan/models/llama/model.py as read at 0199cbc1, 2024: ``TransformerBlock.forward``, ``Attention.forward`` with
+#: ``apply_rotary_emb``, ``reshape_for_broadcast`` and ``repeat_kv``, ``FeedForward.forward``; models/norms.py
+#: ``RMSNorm``), at the granularity of the Megatron-DeepSpeed count (``F.linear`` is ``t`` + ``mm``): two RMSNorms
+#: 2 x 8, Q/K/V projections 6, head views 3, rotary 16, ``repeat_kv`` under GQA 6, transposes 3, SDPA 2, output
+#: transpose-contiguous-view 3, output projection 2, SwiGLU MLP 8, residual adds 2: 67 (docs/model.md §11.59,
+#: table "host-ops-llama-block")
+HOST_OPS_LLAMA_BLOCK_EAGER = 67.0
+#: FSDP2's calls per ``fully_shard``-ed block and forward (pytorch/pytorch 01d66d21, mid-2024,
+#: torch/distributed/_composable/fsdp/_fsdp_collectives.py ``foreach_all_gather`` and
+#: ``foreach_all_gather_copy_out``; _fsdp_param.py ``all_gather_inputs``, ``alloc_all_gather_outputs``,
+#: ``free_unsharded_param``), for the block's 9 parameters: casts to ``param_dtype`` 9, copy-in 5, all-gather
+#: and its stream events 3, copy-out 21, the post-forward free 9, post-backward hook 1: 48 (§11.59,
+#: table "host-ops-fsdp2")
+HOST_OPS_FSDP2_BLOCK = 48.0
+
+
+def host_defaults(execution, hooks: float = HOST_OPS_FSDP2_BLOCK) -> dict:
+    """An eager PyTorch-native model's host issue (docs/model.md §11.59): the Llama block's dispatcher calls per
+    layer forward, plus the sharding's ``hooks`` (FSDP2's here) when parameters are sharded (``fsdp``/``hsdp``),
+    at ``HOST_OP_S_EAGER`` each; nothing when the run compiles the model (Inductor's generated code is not this
+    count; the MoE blocks that fall back to eager keep their own counts, ``defaults``)."""
+    if execution.torch_compile:
+        return {}
+    sharded = getattr(execution, "sharding", None) in ("fsdp", "hsdp")
+    return {"host_ops_layer": HOST_OPS_LLAMA_BLOCK_EAGER + (hooks if sharded else 0.0), "host_op_s": HOST_OP_S_EAGER}
+
 
 
 def defaults(execution, framework: str | None) -> dict:
@@ -58,6 +85,7 @@ def defaults(execution, framework: str | None) -> dict:
         out["moe_mem_kernels"] = MOE_MEM_KERNELS_TORCHTITAN_DEEPEP
         out["moe_sync_issue_ops"] = MOE_SYNC_ISSUE_OPS_TORCHTITAN_DEEPEP
         out["host_op_s"] = HOST_OP_S_EAGER
+    out.update(host_defaults(execution))
     return out
 
 
