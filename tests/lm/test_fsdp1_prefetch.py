@@ -50,11 +50,11 @@ def test_run_ahead_without_the_rate_limiter_is_the_steps_gathers_and_gradients()
     limiter, for FSDP2 (no FSDP1 passes) or without sharding: nothing."""
     plan = {**FSDP, "layers": 2, "vocab": V, "micro_batch": 2, "global_batch": 64, "fsdp1_grad_passes": 2}
     params = 2 * LAYER + V * H + H + V * H
-    assert fsdp_run_ahead_bytes(row(**plan, fsdp_limit_all_gathers=0), 0) == pytest.approx(
+    assert fsdp_run_ahead_bytes(row(**plan, fsdp_limit_all_gathers=0), 0.0) == pytest.approx(
         4 * (2 * 2 + 4) * params, rel=1e-12)
-    assert fsdp_run_ahead_bytes(row(**plan, fsdp_limit_all_gathers=1), 0) == 0.0
-    assert fsdp_run_ahead_bytes(row(**{**plan, "fsdp1_grad_passes": 0}, fsdp_limit_all_gathers=0), 0) == 0.0
-    assert fsdp_run_ahead_bytes(row(**{**plan, "sharding": "distopt"}, fsdp_limit_all_gathers=0), 0) == 0.0
+    assert fsdp_run_ahead_bytes(row(**plan, fsdp_limit_all_gathers=1), 0.0) == 0.0
+    assert fsdp_run_ahead_bytes(row(**{**plan, "fsdp1_grad_passes": 0}, fsdp_limit_all_gathers=0), 0.0) == 0.0
+    assert fsdp_run_ahead_bytes(row(**{**plan, "sharding": "distopt"}, fsdp_limit_all_gathers=0), 0.0) == 0.0
 
 
 def test_reserved_memory_takes_the_run_ahead_up_to_what_the_device_holds():
@@ -65,12 +65,12 @@ def test_reserved_memory_takes_the_run_ahead_up_to_what_the_device_holds():
     plan = {**FSDP, "layers": 2, "vocab": V, "micro_batch": 2, "global_batch": 64, "fsdp1_grad_passes": 2,
             "allocator_cache_fraction": 0.05}
     run = 4 * (2 * 2 + 4) * (2 * LAYER + 2 * V * H + H)
-    assert reserved_bytes(row(**plan, hbm_bytes=80e9), 10e9, 1e9, 0) == pytest.approx(10.5e9, rel=1e-12)
+    assert reserved_bytes(row(**plan, hbm_bytes=80e9), 10e9, 1e9, 0.0) == pytest.approx(10.5e9, rel=1e-12)
     off = {**plan, "fsdp_limit_all_gathers": 0}
     assert run == 32 * 666_914_816
-    assert reserved_bytes(row(**off, hbm_bytes=30e9), 10e9, 1e9, 0) == pytest.approx(29e9, rel=1e-12)
-    assert reserved_bytes(row(**off, hbm_bytes=80e9), 10e9, 1e9, 0) == pytest.approx(10.5e9 + run, rel=1e-12)
-    assert reserved_bytes(row(**off, hbm_bytes=5e9), 10e9, 1e9, 0) == pytest.approx(10.5e9, rel=1e-12)
+    assert reserved_bytes(row(**off, hbm_bytes=30e9), 10e9, 1e9, 0.0) == pytest.approx(29e9, rel=1e-12)
+    assert reserved_bytes(row(**off, hbm_bytes=80e9), 10e9, 1e9, 0.0) == pytest.approx(10.5e9 + run, rel=1e-12)
+    assert reserved_bytes(row(**off, hbm_bytes=5e9), 10e9, 1e9, 0.0) == pytest.approx(10.5e9, rel=1e-12)
 
 
 @pytest.mark.parametrize("framework, prefetch, limiter, overlap", [
