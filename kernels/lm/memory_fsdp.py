@@ -133,7 +133,8 @@ def fsdp_gather_buffer_bytes(row):
     ``(3 c + g) * max_layer_params``.
 
     Without backward prefetch (``overlap_param_gather = 0``, the time model's "gathers not overlapped"; the
-    ``pytorch-fsdp`` stack sets it for PyTorch 1.x, whose FSDP had ``backward_prefetch = None``): a unit is
+    ``pytorch-fsdp`` stack sets it for PyTorch 1.x, whose FSDP had ``backward_prefetch = None``), and under FSDP1's
+    ``BACKWARD_POST`` (``fsdp_backward_prefetch = post``, the next unit gathered after this one is resharded): a unit is
     all-gathered in its own pre-backward hook and freed in its post-backward hook before its gradient is
     reduce-scattered (torch/distributed/_fsdp/fully_sharded_data_parallel.py, PyTorch 1.10 era:
     ``_pre_backward_hook`` -> ``_rebuild_full_params``; ``_post_backward_hook`` -> ``_free_full_params``, then
