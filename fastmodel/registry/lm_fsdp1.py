@@ -1,6 +1,7 @@
 """Plan columns of PyTorch FSDP1's prefetch and rate-limiter arguments: ``backward_prefetch`` (which units are
-gathered at the backward's peak, and whether the forward's gathers still overlap without it) and
-``limit_all_gathers`` (how far the CPU may issue all-gathers ahead of the GPU's frees).
+gathered at the backward's peak, and whether the forward's gathers still overlap without it),
+``limit_all_gathers`` (how far the CPU may issue all-gathers ahead of the GPU's frees), and whether FSDP units sit
+inside the activation-checkpointed block (``fsdp_units_in_checkpoint``: the recompute gathers them again).
 
 Rows of ``fastmodel.registry.lm.PLAN_COLUMNS`` (name, units, default, doc, lo, hi, fittable, option), kept here so the
 registry module stays under the line cap. docs/model_memory.md "PyTorch FSDP1: prefetch and the rate limiter" gives
@@ -32,4 +33,12 @@ FSDP1_PLAN_ROWS = (
      "times the stage's parameters, at most to the HBM less overhead, where the caching allocator synchronizes and "
      "releases them (cudaMalloc retries, not timed). Allocated memory and what fits are the same either way. Default "
      "true since PyTorch 2.1, absent before 1.13. Set by the stack.", 0, 1, False, "flag"),
+    ("fsdp_units_in_checkpoint", "1", 0, "FSDP units inside the activation-checkpointed region (the checkpoint wraps "
+     "FSDP-wrapped submodules, as mrshenli/ptd_benchmark's FSDP(checkpoint_wrapper(Block)) with each module of the "
+     "Block its own unit): 1, the recomputed forward runs those units' forward again, which all-gathers their "
+     "resharded parameters a third time per step (forward, recompute, backward; reshard_after_forward), on the "
+     "NCCL stream beside the recompute; 0, the checkpoint sits inside the FSDP unit (FSDP1 "
+     "apply_activation_checkpointing on a wrapped model, FSDP2 fully_shard(checkpoint_wrapper(block))): the "
+     "backward's gather serves the recompute. docs/model_memory.md 'PyTorch FSDP1: the recompute's re-gather'. "
+     "0 for every stack; a record states 1.", 0, 1, False, "flag"),
 )

@@ -1,6 +1,7 @@
 """PyTorch FSDP1's backward prefetch and rate limiter (docs/model_memory.md "PyTorch FSDP1: prefetch and the rate
-limiter"): which units are gathered at the backward's peak, which gathers the time model exposes, how far the
-CPU may run ahead without the limiter, and the stacks' defaults by version. Every expected value is worked out by
+limiter", "PyTorch FSDP1: the recompute's re-gather"): which units are gathered at the backward's peak, which
+gathers the time model exposes, how far the CPU may run ahead without the limiter, the stacks' defaults by version,
+and the recompute's third gather where the checkpoint wraps the FSDP units. Every expected value is worked out by
 hand from the registry's default model (h = 4096, f = 11008, a = kv = 32, d = 128, gated MLP, V = 32000)."""
 
 import pytest
@@ -8,6 +9,7 @@ import pytest
 from fastmodel.kernels.lm.evaluate import reserved_bytes
 from fastmodel.kernels.lm.memory_fsdp import fsdp_gather_buffer_bytes, fsdp_run_ahead_bytes
 from fastmodel.kernels.lm.parallel import fsdp_layer_exposed
+from fastmodel.kernels.lm.passes import recompute_gather
 from fastmodel.lm.execution import ExecutionSpec
 from fastmodel.lm.stacks import resolve
 from fastmodel.lm.table import row
@@ -93,3 +95,24 @@ def test_a_run_stating_no_backward_prefetch_exposes_its_backward_gathers_on_any_
     assert (spec.fsdp_backward_prefetch, spec.overlap_param_gather) == ("none", False)
     stated = resolve(ExecutionSpec(framework="composer", sharding="fsdp", fsdp_limit_all_gathers=False), 1, 32)
     assert (stated.fsdp_backward_prefetch, stated.fsdp_limit_all_gathers) == ("post", False)
+
+
+def test_the_recompute_gathers_again_where_the_checkpoint_wraps_the_fsdp_units():
+    """A layer's all-gather 1 s (times its fully recomputed share), its recomputed forward 3 s, comm_sm_share 0.1.
+    FSDP units inside the checkpointed block (fsdp_units_in_checkpoint 1): a third gather, 1 s on the NCCL stream,
+    hidden under the recompute but for the compute it slows, 0.1 x 1 = 0.1 s; with a 0.5 s recompute, 0.5 s left
+    over plus 0.1 x 0.5 = 0.55 s. The checkpoint inside the unit (0): no re-gather. DeepSpeed's own fetch
+    (param_fetch_bw > 0): the 1 s refetch, all of it exposed, as before (docs/model.md 11.33)."""
+    nested = row(**FSDP, fsdp_units_in_checkpoint=1, comm_sm_share=0.1)
+    assert recompute_gather(nested, 1.0, 3.0) == pytest.approx((1.0, 0.1), rel=1e-12)
+    assert recompute_gather(nested, 1.0, 0.5) == pytest.approx((1.0, 0.55), rel=1e-12)
+    assert recompute_gather(row(**FSDP, comm_sm_share=0.1), 1.0, 3.0) == (0.0, 0.0)
+    assert recompute_gather(row(**FSDP, comm_sm_share=0.1, param_fetch_bw=21.8e9), 1.0, 3.0) == (1.0, 1.0)
+
+
+def test_the_checkpoint_nesting_is_stated_never_inferred():
+    """Every stack leaves the checkpoint inside the FSDP unit (0); a run states 1 and it reaches the plan."""
+    for framework in ("PyTorch 1.10 FSDP", "PyTorch 2.4 FSDP", "composer", "HF Accelerate FSDP", "torchtitan"):
+        assert not resolve(ExecutionSpec(framework=framework, sharding="fsdp"), 1, 32).fsdp_units_in_checkpoint
+    stated = ExecutionSpec(framework="PyTorch 1.10 FSDP", sharding="fsdp", fsdp_units_in_checkpoint=True)
+    assert resolve(stated, 1, 32).fsdp_units_in_checkpoint
