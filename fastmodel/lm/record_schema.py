@@ -134,15 +134,20 @@ _PLAN_FIELDS: dict[str, tuple] = {
     # a recipe name or text naming one (fastmodel/lm/fp8_recipe.py; record_specs reads it)
     "fp8_recipe": (Text | None, None),
     "moe_dispatch_detail": (Text | None, None),
-    "fsdp_limit_all_gathers": (bool | None, None), "zero_detail": (Text | None, None),
+    "zero_detail": (Text | None, None),
+    # FSDP1 forward_prefetch and MixedPrecision's param_dtype and buffer_dtype (its reduce_dtype is
+    # grad_reduce_dtype; docs/model_memory.md "PyTorch FSDP1: prefetch and the rate limiter")
+    "fsdp_forward_prefetch": (bool | None, None),
+    "fsdp_param_dtype": (Literal["fp32", "bf16", "fp16"] | None, None),
+    "fsdp_buffer_dtype": (Literal["fp32", "bf16", "fp16"] | None, None),
     "pipeline_layer_balance": (Text | None, None),
 }
 #: plan fields recorded but not modelled yet -> the value the model assumes (a note names any other value;
 #: None: every value is noted)
 #: (plan.moe_grouped_gemm is modelled since docs/model.md §11.57: the execution option of the same name)
-UNMODELLED = {  # PyTorch FSDP1's rate limiter (default True since PyTorch 2.0, torch/distributed/fsdp docs): at most
-    # two gathered units in flight, what fsdp_gather_buffer_bytes counts; False is noted
-    "fsdp_limit_all_gathers": True}
+UNMODELLED = {  # FSDP1 forward_prefetch: one more unit gathered in the forward, after the loss has none to gather
+    # and before it no modelled moment; time only where the CPU is the bottleneck (FSDP docs), not modelled
+    "fsdp_forward_prefetch": False}
 EXECUTION_FIELDS = tuple(name for name in ExecutionSpec.model_fields if name not in ("framework", "stack"))
 
 PlanBlock = create_model(

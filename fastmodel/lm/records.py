@@ -128,6 +128,8 @@ def record_specs(record, source: str | None = None, notes: list[str] | None = No
     execution = with_uneven_stages(execution, model.layers, plan.pp)   # the run balanced its stages unevenly
     unmodelled = [f"plan.{k} = {getattr(plan, k)!r}" for k, assumed in UNMODELLED.items()
                   if getattr(plan, k) is not None and getattr(plan, k) != assumed]
+    if plan.fsdp_param_dtype == "fp32":    # FSDP1 MixedPrecision(param_dtype=None/float32): 4-byte gathers
+        unmodelled.append("plan.fsdp_param_dtype = 'fp32'")
     if model.parallel_residual:
         unmodelled.append("model.parallel_residual = True")
     if unmodelled:

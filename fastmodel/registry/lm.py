@@ -20,6 +20,7 @@ from fastmodel.registry.lm_cudagraph import CUDA_GRAPH_PLAN_ROWS, CUDA_GRAPH_SCO
 from fastmodel.registry.lm_engine import ENGINE_KERNEL_ROWS
 from fastmodel.registry.lm_eval import EVAL_PLAN_ROWS, EVAL_RESULT_ROWS
 from fastmodel.registry.lm_experts import EXPERT_PLAN_ROWS
+from fastmodel.registry.lm_fsdp1 import FSDP1_PLAN_ROWS, FSDP_BACKWARD_PREFETCH
 from fastmodel.registry.lm_lowprec import FP8_DEVICE_ROWS, FP8_RECIPES, LOW_PRECISION_PLAN_ROWS, OPTIMIZER_MOMENTS
 from fastmodel.registry.lm_muon import MUON_PLAN_ROWS
 from fastmodel.registry.lm_offload import OFFLOAD_DEVICE_ROWS, OFFLOAD_MODULES, OFFLOAD_PLAN_ROWS, OFFLOAD_RESULT_ROWS  # noqa: F401
@@ -97,7 +98,7 @@ CODE_TABLES: dict[str, dict[str, int]] = {
     "collective_algorithm": COLLECTIVE_ALGORITHMS, "load_mode": LOAD_MODES, "selective_policy": SELECTIVE_POLICIES,
     "moe_dispatcher": MOE_DISPATCHERS, "moe_a2a_overlap": MOE_A2A_OVERLAPS, "loss_impl": LOSS_IMPLS,
     "optimizer_moments": OPTIMIZER_MOMENTS, "fp8_recipe": FP8_RECIPES, "cuda_graphs": CUDA_GRAPH_SCOPES,
-    "embedding_fp32_grads": EMBEDDING_FP32_GRADS,
+    "embedding_fp32_grads": EMBEDDING_FP32_GRADS, "fsdp_backward_prefetch": FSDP_BACKWARD_PREFETCH,
 }
 
 MODEL_COLUMNS = _cols(
@@ -225,7 +226,7 @@ PLAN_COLUMNS = _cols(
     *LOW_PRECISION_PLAN_ROWS, *EXPERT_PLAN_ROWS,
     *MUON_PLAN_ROWS,
     *OFFLOAD_PLAN_ROWS, *CUDA_GRAPH_PLAN_ROWS, *PIPELINE_PLAN_ROWS, *EVAL_PLAN_ROWS,
-    *SDPA_PLAN_ROWS, *ALLOCATOR_PLAN_ROWS, *USERBUFFER_PLAN_ROWS,
+    *SDPA_PLAN_ROWS, *ALLOCATOR_PLAN_ROWS, *USERBUFFER_PLAN_ROWS, *FSDP1_PLAN_ROWS,
     ("moe_imbalance", "1", 1, "Dropless routing: routed tokens of the busiest expert-parallel rank / the mean "
      "(1 = balanced, as forced balancing runs).", 1, 64, False, "number"),
     ("moe_expert_maxvio", "1", 0.0, "Per-expert load imbalance of the router's balancing method (max expert load / "

@@ -18,6 +18,7 @@ from fastmodel.kernels.lm.layout import (
 )
 from fastmodel.kernels.lm.step import step_row
 from fastmodel.kernels.lm.memory import memory_row
+from fastmodel.kernels.lm.memory_fsdp import fsdp_run_ahead_bytes
 from fastmodel.kernels.lm.memory_offload import host_offload_bytes
 
 #: rows per prange chunk
@@ -47,6 +48,20 @@ def usable_hbm_bytes(row, allocated):
     return row[C_HBM_BYTES] - unrecoverable_cache_share(row) * allocated
 
 
+@njit
+def reserved_bytes(row, allocated, overhead, stage):
+    """``memory_reserved`` at the peak: the allocated bytes and the allocator's cache of free blocks,
+    ``(1 + allocator_cache_fraction) allocated`` (docs/model_memory.md "Allocated, reserved and what fits"), and
+    under FSDP1 without its rate limiter the blocks freed ahead of the GPU (``fsdp_run_ahead_bytes``), at most
+    up to the HBM less ``overhead`` (the caching allocator then synchronizes and releases them: docs/model_memory.md
+    "PyTorch FSDP1: prefetch and the rate limiter"). Not what decides ``fits_memory``."""
+    reserved = allocated * (1.0 + row[C_ALLOCATOR_CACHE_FRACTION])
+    run_ahead = fsdp_run_ahead_bytes(row, stage)
+    if run_ahead > 0.0:
+        reserved = max(reserved, min(reserved + run_ahead, row[C_HBM_BYTES] - overhead))
+    return reserved
+
+
 @njit(inline="always")   # into grid._evaluate_points: no compile of its own of the whole evaluation (~3 s cold)
 def evaluate_row(row, work, memory, result):
     """Every result of one legal configuration: step time (kernels/lm/step.py) and memory per device by kind
@@ -61,7 +76,7 @@ def evaluate_row(row, work, memory, result):
     allocated = total - memory[M_OVERHEAD]
     result[R_MEMORY_PER_DEVICE] = total
     result[R_MEMORY_ALLOCATED] = allocated
-    result[R_MEMORY_RESERVED] = allocated * (1.0 + row[C_ALLOCATOR_CACHE_FRACTION])
+    result[R_MEMORY_RESERVED] = reserved_bytes(row, allocated, memory[M_OVERHEAD], stage)
     result[R_MEMORY_PEAK_STAGE] = stage
     result[R_FITS_MEMORY] = 1.0 if total <= usable_hbm_bytes(row, allocated) else 0.0
     result[R_HOST_OFFLOAD_BYTES] = host_offload_bytes(row)

@@ -11,12 +11,15 @@ was added (issue 23, docs/model_memory.md "PyTorch FSDP1 on A100 40 GB: measured
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.moe import expert_tp
 from fastmodel.kernels.lm.layout import (
-    C_COLLECTIVE_BUCKET_BYTES, C_DENSE_LAYERS, C_EP, C_FFN, C_FSDP1_GRAD_PASSES, C_FSDP_COPY_OUT, C_FSDP_MODULE_WRAP,
-    C_GRAD_REDUCE_BYTES, C_HIDDEN, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS, C_OVERLAP_PARAM_GATHER,
-    C_SHARDING, C_TP, SHARD_FSDP,
+    BWD_PREFETCH_PRE, C_COLLECTIVE_BUCKET_BYTES, C_DENSE_LAYERS, C_EP, C_FFN, C_FSDP1_GRAD_PASSES,
+    C_FSDP_BACKWARD_PREFETCH, C_FSDP_COPY_OUT, C_FSDP_LIMIT_ALL_GATHERS, C_FSDP_MODULE_WRAP, C_GRAD_REDUCE_BYTES,
+    C_HIDDEN, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_SHARED_EXPERTS, C_OVERLAP_PARAM_GATHER, C_SHARDING, C_TP, SHARD_FSDP,
 )
-from fastmodel.kernels.lm.memory_states import accumulates_unsharded, holds_stage_gathered, is_moe, mlp_params
+from fastmodel.kernels.lm.memory_states import (
+    accumulates_unsharded, holds_stage_gathered, is_moe, mlp_params, stage_params,
+)
 from fastmodel.kernels.lm.parallel import param_bytes
+from fastmodel.kernels.lm.pipeline import microbatches
 from fastmodel.kernels.lm.shape import attention_params_per_device, largest_attention_matrix, norm_params
 
 @njit(error_model='numpy')
@@ -74,9 +77,40 @@ def wrapped_module_params(row):
 @njit(error_model='numpy')
 def fsdp_prefetched_units(row):
     """FSDP units gathered ahead of the one being computed in the backward: 1 with backward prefetch
-    (``overlap_param_gather = 1``; FSDP1 ``BACKWARD_PRE``/``BACKWARD_POST``, FSDP2's implicit prefetch), 0 without
-    (PyTorch 1.x FSDP, ``backward_prefetch = None``: the next unit is gathered in its own pre-backward hook)."""
-    return 1.0 if row[C_OVERLAP_PARAM_GATHER] > 0 else 0.0
+    (``overlap_param_gather = 1``) issued before the current unit's gradient computation (FSDP1 ``BACKWARD_PRE``,
+    FSDP2's implicit prefetch), 0 without (PyTorch 1.x FSDP and Accelerate, ``backward_prefetch = None``: the next
+    unit is gathered in its own pre-backward hook) and under FSDP1 ``BACKWARD_POST`` (``fsdp_backward_prefetch =
+    post``: ``_post_backward_hook`` reshards the current unit before ``_prefetch_handles`` gathers the next,
+    pytorch/pytorch@00ae0bc9 torch/distributed/fsdp/_runtime_utils.py; api.py ``BackwardPrefetch``: "only holding
+    the next set of parameters and current set of gradients in memory at the peak"). docs/model_memory.md
+    "PyTorch FSDP1: prefetch and the rate limiter"."""
+    if row[C_OVERLAP_PARAM_GATHER] > 0 and int(row[C_FSDP_BACKWARD_PREFETCH]) == BWD_PREFETCH_PRE:
+        return 1.0
+    return 0.0
+
+
+@njit(error_model='numpy')
+def fsdp_run_ahead_bytes(row, stage):
+    """FSDP1 without its rate limiter (``fsdp_limit_all_gathers = 0``): the most memory the caching allocator may
+    hold beyond the allocated peak for blocks freed but not yet reusable, on pipeline rank ``stage``.
+
+    FSDP1 frees a gathered unit and an unsharded gradient with ``record_stream`` (``_no_dispatch_record_stream``),
+    so the allocator's ``allocated`` drops at once and the block stays reserved until the GPU passes the free.
+    With the limiter the CPU waits in ``_unshard`` for the free event of the unit before last
+    (``_FreeEventQueue``, ``_max_num_inflight_all_gathers = 2``); without it nothing in FSDP bounds how far the CPU
+    runs ahead, so the worst case the source implies is every gathered unit and every unsharded gradient of the
+    step issued before the GPU frees any: ``m (2 c + g) P`` with ``m`` the micro-batches, ``P`` the stage's
+    parameters on one device (gathered once in the forward and once in the backward, ``c`` bytes each, and one
+    ``g``-byte gradient). It goes to ``memory_reserved`` only (kernels/lm/evaluate.py ``reserved_bytes``), which
+    the allocator caps at what the device holds: a failing ``cudaMalloc`` makes it synchronize on the pending
+    events and release them (``release_cached_blocks`` -> ``synchronize_and_free_events``), counted in
+    ``num_alloc_retries``. 0 with the limiter, for FSDP2 and other stacks (``fsdp1_grad_passes = 0``), bucketed
+    ZeRO-3, and a stage held gathered. docs/model_memory.md "PyTorch FSDP1: prefetch and the rate limiter"."""
+    if (int(row[C_SHARDING]) != SHARD_FSDP or row[C_FSDP_LIMIT_ALL_GATHERS] > 0 or row[C_FSDP1_GRAD_PASSES] <= 0
+            or row[C_COLLECTIVE_BUCKET_BYTES] > 0 or holds_stage_gathered(row)):
+        return 0.0
+    non_expert, expert = stage_params(row, stage)
+    return microbatches(row) * (2.0 * param_bytes(row) + row[C_GRAD_REDUCE_BYTES]) * (non_expert + expert)
 
 
 @njit(error_model='numpy')
@@ -99,7 +133,8 @@ def fsdp_gather_buffer_bytes(row):
     ``(3 c + g) * max_layer_params``.
 
     Without backward prefetch (``overlap_param_gather = 0``, the time model's "gathers not overlapped"; the
-    ``pytorch-fsdp`` stack sets it for PyTorch 1.x, whose FSDP had ``backward_prefetch = None``): a unit is
+    ``pytorch-fsdp`` stack sets it for PyTorch 1.x, whose FSDP had ``backward_prefetch = None``), and under FSDP1's
+    ``BACKWARD_POST`` (``fsdp_backward_prefetch = post``, the next unit gathered after this one is resharded): a unit is
     all-gathered in its own pre-backward hook and freed in its post-backward hook before its gradient is
     reduce-scattered (torch/distributed/_fsdp/fully_sharded_data_parallel.py, PyTorch 1.10 era:
     ``_pre_backward_hook`` -> ``_rebuild_full_params``; ``_post_backward_hook`` -> ``_free_full_params``, then

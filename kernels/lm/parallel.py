@@ -9,7 +9,7 @@ from fastmodel.kernels.roofline import memory_bound_time
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.dp_window import dp_overlap_windows
 from fastmodel.kernels.lm.layout import (
-    CP_ALLGATHER, CP_ALLTOALL, C_CP_ALGORITHM, C_HEAD_DIM, C_KV_HEADS,
+    BWD_PREFETCH_NONE, CP_ALLGATHER, CP_ALLTOALL, C_CP_ALGORITHM, C_FSDP_BACKWARD_PREFETCH, C_HEAD_DIM, C_KV_HEADS,
     C_COLLECTIVE_BUCKET_BYTES, C_COMM_SM_SHARE, C_FSDP1_GRAD_PASSES, C_FP8_PARAMS, C_FSDP_COPY_OUT, C_GRAD_ALLREDUCE, C_GRAD_REDUCE_BYTES,
     C_OVERLAP_GRAD_REDUCE, C_OVERLAP_PARAM_GATHER, C_PARAM_FETCH_BW, C_PP, C_REDUCE_EVERY_MICROBATCH, C_SHARDING,
     SHARD_DDP, SHARD_FSDP,
@@ -65,10 +65,16 @@ def fsdp_layer_exposed(row, gather, reduce, forward, backward):
     """ZeRO-3/FSDP time one layer adds to the critical path: its forward gather overlaps the forward compute
     and its backward gather and gradient reduce-scatter the backward compute, each only where the framework
     prefetches parameters (``overlap_param_gather``) or overlaps the reduction (``overlap_grad_reduce``);
-    otherwise the collective runs between the layers' kernels (DeepSpeed's ``overlap_comm`` was off by default)."""
+    otherwise the collective runs between the layers' kernels (DeepSpeed's ``overlap_comm`` was off by default).
+    FSDP1 with ``backward_prefetch = None`` (``fsdp_backward_prefetch = none``) hides its forward gathers all the
+    same and exposes only the backward's."""
     overlap_gather = row[C_OVERLAP_PARAM_GATHER] > 0.0
     overlap_reduce = row[C_OVERLAP_GRAD_REDUCE] > 0.0
-    hidden_forward = gather if overlap_gather else 0.0
+    # FSDP1 without backward prefetch still overlaps its forward gathers: the CPU issues the next unit's all-gather
+    # on the unshard stream before the GPU has finished the current unit, and no reduce-scatter is queued ahead of
+    # it on the NCCL stream in the forward (docs/model_memory.md "PyTorch FSDP1: prefetch and the rate limiter")
+    implicit_forward = int(row[C_FSDP_BACKWARD_PREFETCH]) == BWD_PREFETCH_NONE
+    hidden_forward = gather if overlap_gather or implicit_forward else 0.0
     hidden_backward = (gather if overlap_gather else 0.0) + (reduce if overlap_reduce else 0.0)
     serial = (2.0 * gather + reduce) - hidden_forward - hidden_backward
     return serial + exposed(row, hidden_forward, forward) + exposed(row, hidden_backward, backward)

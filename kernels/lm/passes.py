@@ -29,7 +29,7 @@ from fastmodel.kernels.lm.layout import (
     CP_ALLGATHER, CP_ALLTOALL, C_COLLECTIVE_BUCKET_BYTES, C_CP, C_CP_ALGORITHM, C_DP, C_GLOBAL_BATCH, C_GRAD_ACCUM_BYTES,
     C_GRAD_REDUCE_BYTES, C_LAYERS, C_MICRO_BATCH,
     C_MOE_A2A_OVERLAP, C_MOE_SHARED_EXPERT_OVERLAP, C_PP,
-    C_PARAM_FETCH_BW, C_SELECTIVE_POLICY, C_SHARDING, C_SHARD_DEGREE, C_TP, C_TP_COMM_OVERLAP, SHARD_FSDP,
+    C_FSDP_UNITS_IN_CHECKPOINT, C_PARAM_FETCH_BW, C_SELECTIVE_POLICY, C_SHARDING, C_SHARD_DEGREE, C_TP, C_TP_COMM_OVERLAP, SHARD_FSDP,
     C_GATED_MLP, C_SEQUENCE_PARALLEL, C_TP_PER_PROJECTION,
 )
 from fastmodel.kernels.lm.parallel import (
@@ -141,6 +141,26 @@ def expert_parallel_exposed(row, ep, shared, window):
 
 
 @njit
+def recompute_gather(row, gather, recompute):
+    """(seconds, exposed seconds) of the all-gather a layer's recomputed forward repeats, ``gather`` the layer's
+    all-gather times its share of fully recomputed passes, ``recompute`` the recomputed forward's seconds.
+
+    DeepSpeed ZeRO-3 of 2021 (``param_fetch_bw`` > 0) fetches per sub-module in hooks, so the recompute fetches
+    again, synchronously: all of it exposed (docs/model.md §11.33). FSDP units inside the checkpointed block
+    (``fsdp_units_in_checkpoint``; reshard_after_forward) are gathered again by the recompute's forward, issued
+    ahead on the all-gather stream as in the forward: the first unit's gather waits behind the previous layer's
+    reduce-scatter, but it takes the exposed place of the backward gather the model already counts (the backward
+    gathers then follow on the NCCL stream during the recompute), so the layer's extra gather overlaps its
+    recompute (:func:`~fastmodel.kernels.lm.parallel.exposed`; docs/model_memory.md "PyTorch FSDP1: the
+    recompute's re-gather"). (0, 0) otherwise, and where the checkpoint sits inside the FSDP unit."""
+    if row[C_PARAM_FETCH_BW] > 0.0:
+        return gather, gather
+    if row[C_FSDP_UNITS_IN_CHECKPOINT] > 0.0:
+        return gather, exposed(row, gather, recompute)
+    return 0.0, 0.0
+
+
+@njit
 def _add_layer_kind(row, weight, full, selective, fsdp, work):
     """Add one layer kind's passes (``work[W_*]`` filled by ``layer_costs``), weighted, to the accumulators."""
     g, a_, m_ = work[W_GEMM], work[W_ATTN], work[W_MEM]
@@ -186,15 +206,14 @@ def _add_layer_kind(row, weight, full, selective, fsdp, work):
         gather = bucketed_allgather_time(row, work[W_PARAMS] * param_bytes(row), group, t * c, bucket)
         gather = hook_fetch_time(row, gather, work[W_PARAMS], group)
         reduce = bucketed_allgather_time(row, work[W_PARAMS] * row[C_GRAD_REDUCE_BYTES], group, t * c, bucket)
-        # a framework fetching per sub-module (hooks) gathers again for the recomputed forward, synchronously
-        refetch = full * gather if row[C_PARAM_FETCH_BW] > 0.0 else 0.0
+        refetch, refetch_exposed = recompute_gather(row, full * gather, again)
         window = backward_input + backward_weight + again
         work[A_FSDP_COMM] += weight * ((1.0 + GATHER_BACKWARD_PASSES) * gather + reduce + refetch)
-        work[A_FSDP_EXPOSED] += weight * (fsdp_layer_exposed(row, gather, reduce, forward, window) + refetch)
+        work[A_FSDP_EXPOSED] += weight * (fsdp_layer_exposed(row, gather, reduce, forward, window) + refetch_exposed)
         work[A_FSDP_GATHER] += weight * gather
         work[A_FSDP_REDUCE] += weight * reduce
         work[A_FSDP_WINDOW] += weight * window
-        work[A_FSDP_REFETCH] += weight * refetch
+        work[A_FSDP_REFETCH] += weight * refetch_exposed
     # the exposed collectives split over the passes in the ratio of their runs (forward : backward)
     comm_left = tp_left + cp_left + ep_left
     # (the re-gathers' hidden share, W_TP_HIDDEN, is all backward: without TP overlap the forward stays exposed)

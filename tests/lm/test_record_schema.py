@@ -142,10 +142,10 @@ def test_unmodelled_plan_fields_are_named_in_the_notes():
     # fp8_recipe is modelled (§11.19) on an FP8 run; on a bf16 one it is ignored with a note (tests/lm/test_lowering.py);
     # cuda_graphs is modelled (§11.37, tests/lm/test_cuda_graphs_time.py): no note
     # moe_grouped_gemm is modelled (§11.57, tests/lm/test_moe_sequential.py): its column, no note
-    record = lower_record(changed(plan__cuda_graphs=True, plan__fsdp_limit_all_gathers=False, plan__precision="fp8",
+    record = lower_record(changed(plan__cuda_graphs=True, plan__fsdp_forward_prefetch=True, plan__precision="fp8",
                                   plan__fp8_recipe="delayed", plan__moe_grouped_gemm=False))
     notes = "; ".join(record.notes)
-    assert "plan.fsdp_limit_all_gathers = False" in notes and "cuda_graphs" not in notes and "fp8_recipe" not in notes
+    assert "plan.fsdp_forward_prefetch = True" in notes and "cuda_graphs" not in notes and "fp8_recipe" not in notes
     assert "moe_grouped_gemm" not in notes and record.columns[C["moe_grouped_gemm"]] == 0
     assert lower_record(changed(plan__moe_grouped_gemm=True)).columns[C["moe_grouped_gemm"]] == 1
     assert lower_record(changed()).columns[C["moe_grouped_gemm"]] == 1           # unstated: grouped
@@ -179,12 +179,23 @@ def test_validate_and_calibrate_name_the_records_they_skip(tmp_path):
     assert result.exit_code == 2 and result.output.strip().splitlines()[-1].startswith(f"error: {only_bad}: measured")
 
 
-def test_fsdp_rate_limiter_is_what_the_model_assumes_and_its_absence_is_noted():
+def test_fsdp_rate_limiter_is_a_column_and_fsdp1_mixed_precision_is_noted_where_not_modelled():
+    # docs/model_memory.md "PyTorch FSDP1: prefetch and the rate limiter": limit_all_gathers reaches its column
+    # (the registry default, 1, is the limiter on), so a record stating it is no longer noted
     on = lower_record(changed(plan__fsdp_limit_all_gathers=True, plan__zero_detail="ZeRO-1, buckets 5e8"))
     np.testing.assert_array_equal(on.columns, lower_record(GPT22B).columns)
-    assert "fsdp_limit_all_gathers" not in "; ".join(on.notes)
     off = lower_record(changed(plan__fsdp_limit_all_gathers=False))
-    assert "plan.fsdp_limit_all_gathers = False: recorded, not modelled" in "; ".join(off.notes)
+    assert off.columns[C["fsdp_limit_all_gathers"]] == 0 and "fsdp_limit_all_gathers" not in "; ".join(off.notes)
+    post = lower_record(changed(plan__fsdp_backward_prefetch="post"))
+    assert post.columns[C["fsdp_backward_prefetch"]] == 1
+    # param_dtype fp32 (MixedPrecision left None on FP32 parameters): 4-byte gathers, not modelled -> noted;
+    # the 16-bit dtypes are what the model gathers, and buffer_dtype is informational (module buffers not counted)
+    fp32 = lower_record(changed(plan__fsdp_param_dtype="fp32", plan__fsdp_buffer_dtype="fp32"))
+    assert "plan.fsdp_param_dtype = 'fp32'" in "; ".join(fp32.notes)
+    assert "buffer_dtype" not in "; ".join(fp32.notes)
+    bf16 = lower_record(changed(plan__fsdp_param_dtype="bf16", plan__fsdp_buffer_dtype="bf16"))
+    np.testing.assert_array_equal(bf16.columns, lower_record(GPT22B).columns)
+    assert "fsdp_param_dtype" not in "; ".join(bf16.notes)
 
 
 @pytest.mark.parametrize("text, rotary, learned, alibi", [

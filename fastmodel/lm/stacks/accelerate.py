@@ -6,7 +6,8 @@ Defaults from Accelerate's own source, huggingface/accelerate@16cb6eb (2026-07-2
 - ``fsdp_version`` 1 (FSDP1: flat parameters, views of the all-gather output, no copy-out; its two gradient passes
   ``fsdp1_grad_passes = 2``, docs/model.md §11.26), ``reshard_after_forward``
   ``'FULL_SHARD'``, ``limit_all_gathers = True``, ``backward_prefetch`` None ("NO_PREFETCH"),
-  ``forward_prefetch = False``;
+  ``forward_prefetch = False``: ``fsdp_backward_prefetch = none`` (one unit gathered at a time, the backward's
+  all-gathers behind the reduce-scatters, ``overlap_param_gather`` false; the forward's still overlap);
 - ``set_mixed_precision``: ``param_dtype`` and ``reduce_dtype`` both the run's mixed-precision dtype, so
   gradients are reduced in BF16 (FP16 under fp16): ``grad_reduce_dtype`` is the training dtype, not FP32.
 
@@ -14,11 +15,13 @@ The model code (Transformers) is eager PyTorch unless the run compiles it (``pla
 """
 
 from fastmodel.lm.stacks.base import StackProfile
+from fastmodel.lm.stacks.pytorch_fsdp import fsdp1_prefetch
 
 
 def defaults(execution, framework: str | None) -> dict:
     dtype = "fp16" if execution.precision == "fp16" else "bf16"
-    return {"fused_kernels": False, "selective_policy": "op", "fsdp_copy_out": False, "fsdp1_grad_passes": 2, "grad_reduce_dtype": dtype}
+    return {"fused_kernels": False, "selective_policy": "op", "fsdp_copy_out": False, "fsdp1_grad_passes": 2, "grad_reduce_dtype": dtype,
+            **fsdp1_prefetch(execution, "none", True)}
 
 
 PROFILE = StackProfile(

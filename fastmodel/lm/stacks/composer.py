@@ -3,8 +3,8 @@
 Defaults from Composer's own source, mosaicml/composer@6405188 (2026-04-29):
 
 - ``composer/utils/parallelism.py`` ``FSDPConfig``: ``sharding_strategy = 'FULL_SHARD'``, ``limit_all_gathers =
-  True`` (two gathered units in flight, what ``fsdp_gather_buffer_bytes`` counts), ``forward_prefetch = False``,
-  ``backward_prefetch = 'BACKWARD_POST'``, ``activation_checkpointing_reentrant = True``,
+  True`` (``fsdp_limit_all_gathers``), ``forward_prefetch = False``, ``backward_prefetch = 'BACKWARD_POST'``
+  (``fsdp_backward_prefetch = post``: one gathered unit at the backward's peak, ``fsdp_prefetched_units``), ``activation_checkpointing_reentrant = True``,
   ``mixed_precision = 'DEFAULT'``;
 - ``composer/distributed/mosaic_parallelism.py`` ``get_mixed_precision``: ``DEFAULT`` gathers parameters in the
   training precision and reduces gradients in FP32 (``reduce_dtype = torch.float32``: ``grad_reduce_dtype =
@@ -19,10 +19,12 @@ unsharded gradient before the reduce-scatter are counted (``fsdp1_grad_passes = 
 """
 
 from fastmodel.lm.stacks.base import StackProfile
+from fastmodel.lm.stacks.pytorch_fsdp import fsdp1_prefetch
 
 
 def defaults(execution, framework: str | None) -> dict:
-    return {"fused_kernels": False, "selective_policy": "op", "fsdp_copy_out": False, "fsdp1_grad_passes": 2, "grad_reduce_dtype": "fp32"}
+    return {"fused_kernels": False, "selective_policy": "op", "fsdp_copy_out": False, "fsdp1_grad_passes": 2, "grad_reduce_dtype": "fp32",
+            **fsdp1_prefetch(execution, "post", True)}
 
 
 PROFILE = StackProfile(

@@ -12,6 +12,12 @@ after ``pytorch`` (``"PyTorch 1.10 FSDP"``); none given: 2.x.
 PyTorch 1.x additionally predates FlashAttention in ``scaled_dot_product_attention`` (2.0) and trains with
 dropout; its FSDP gathers each wrapped layer when it runs (``backward_prefetch`` defaulted to None,
 ``forward_prefetch`` came in 1.13) and reduce-scatters on its own post-backward stream (PyTorch FSDP docs).
+
+Prefetch and the rate limiter by version (docs/model_memory.md "PyTorch FSDP1: prefetch and the rate limiter";
+docs/sources/training_facts.md 4.2): ``backward_prefetch`` None in 1.x (``fsdp_backward_prefetch = none``: the
+backward's gathers exposed, the forward's still hidden), BACKWARD_PRE from 2.0 (pytorch/pytorch PR #88428);
+``limit_all_gathers`` absent before 1.13 (the rate limiter came with PR #83917, 2022-09), False by default in
+1.13 and 2.0, True from 2.1 (PR #104900, merged 2023-07-11): ``fsdp_limit_all_gathers``.
 """
 
 import re
@@ -29,25 +35,41 @@ from fastmodel.lm.stacks.torchtitan import host_defaults
 HOST_OPS_FSDP1_BLOCK = 26.0
 
 
-def major_version(framework: str | None) -> int | None:
-    """The PyTorch major version the framework text states (``pytorch 1.10`` -> 1), or None."""
+def version(framework: str | None) -> tuple[int, int] | None:
+    """(major, minor) of the PyTorch version the framework text states (``pytorch 1.10`` -> (1, 10), ``pytorch 2``
+    -> (2, 0)), or None."""
     found = names_in(tokens(framework or ""), rf"pytorch ({VERSION})")
-    return int(re.match(r"\d+", found.group(1)).group()) if found else None
+    if not found:
+        return None
+    numbers = [int(part) for part in re.findall(r"\d+", found.group(1))]
+    return numbers[0], (numbers[1] if len(numbers) > 1 else 0)
+
+
+def fsdp1_prefetch(execution, prefetch: str, limit_all_gathers: bool) -> dict:
+    """An FSDP1 stack's ``backward_prefetch`` and ``limit_all_gathers`` defaults, and without backward prefetch
+    (the run's ``fsdp_backward_prefetch`` or else ``prefetch`` is ``none``) the backward's gathers not overlapped
+    (``overlap_param_gather`` false, the forward's stay hidden: kernels/lm/parallel.py ``fsdp_layer_exposed``)."""
+    values = {"fsdp_backward_prefetch": prefetch, "fsdp_limit_all_gathers": limit_all_gathers}
+    if (execution.fsdp_backward_prefetch or prefetch) == "none":
+        values["overlap_param_gather"] = False
+    return values
 
 
 def defaults(execution, framework: str | None) -> dict:
     # 2.x: attention through SDPA, whose flash backend (FlashAttention-2) comes first (docs/model.md §11.3)
     # FSDP1 (flat parameters): the cat and predivide passes over each unit's unsharded gradient (§11.26)
     values = {"fused_kernels": False, "selective_policy": "op", "attn_fa2": True, "fsdp1_grad_passes": 2}
-    if major_version(framework) != 1:
-        # eager 2.x: the Llama block's and FSDP1's dispatcher calls per layer forward (docs/model.md §11.59)
-        values.update(host_defaults(execution, HOST_OPS_FSDP1_BLOCK))
-    else:
+    stated = version(framework)
+    if stated is not None and stated[0] == 1:
         # issue 26 (audit): the 1.x branch exists for one dev row (minGPT on PyTorch 1.10)
-        values.update({"dropout": True, "flash_attention": False, "attn_fa2": False, "overlap_grad_reduce": False,
-                       "overlap_param_gather": False})
+        values.update({"dropout": True, "flash_attention": False, "attn_fa2": False, "overlap_grad_reduce": False})
         if execution.sharding == "fsdp":
             values["overlap_grad_reduce"] = True
+        values.update(fsdp1_prefetch(execution, "none", False))    # no prefetch, no rate limiter by default
+    else:
+        values.update(fsdp1_prefetch(execution, "pre", stated != (2, 0)))    # the limiter's default: 2.1 on
+        # eager 2.x: the Llama block's and FSDP1's dispatcher calls per layer forward (docs/model.md §11.59)
+        values.update(host_defaults(execution, HOST_OPS_FSDP1_BLOCK))
     return values
 
 
