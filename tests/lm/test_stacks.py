@@ -166,8 +166,9 @@ def test_unknown_virtual_stages_follow_the_stack_rule():
     assert resolve(ExecutionSpec(framework="Meta internal", vp="unknown"), 16, 80, notes).vp == 2
     assert "TorchTitan" in notes[0] and "generate_split_points" in notes[0]
     assert resolved("Megatron-Core", vp="unknown").vp == 2
-    with pytest.raises(ValueError, match="without interleaving"):
-        resolved("DeepSpeed", vp="unknown")
+    notes = []
+    assert resolve(ExecutionSpec(framework="DeepSpeed", vp="unknown"), 4, 80, notes).vp == 1   # no interleaving
+    assert "TrainSchedule" in notes[0] and "schedule.py" in notes[0]
 
 
 @pytest.mark.parametrize("framework, pp, vp, cited", [
