@@ -88,7 +88,11 @@ def resolve(execution, pp: int, layers: int, notes: list[str] | None = None, exp
             update[name] = value
     if execution.vp == "unknown":
         vp, rule = profile.unknown_vp(pp, layers)
-        if pp <= 1 and vp > 1:      # the stack's rule for a pipeline, at one stage: nothing to interleave
+        # the stack's rule for a pipeline, at one stage: nothing to interleave. This replaces the profile's rule
+        # text too, for any profile that returns vp > 1 at pp 1 (none does: Megatron-Core's own pp <= 1 branch
+        # cites its assert; its p2p-overlap case, pp > 2 without --overlap-p2p-communication, has no column here,
+        # a documented assumption; review12 #12)
+        if pp <= 1 and vp > 1:
             vp, rule = 1, "pp 1 is one pipeline stage, no virtual stages to interleave"
         update["vp"] = vp
         if notes is not None:
