@@ -32,8 +32,8 @@ import math
 
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.columns import (
-    ALGO_RING, ALGO_TREE, C_ALLTOALL_EFF, C_ALLTOALL_LATENCY, C_COLLECTIVE_ALGORITHM, C_DOMAIN_SIZE, C_INTER_BW, C_INTER_EFF,
-    C_INTER_LATENCY, C_INTRA_BW, C_INTRA_EFF, C_INTRA_LATENCY, C_NVLINK_MESH_MAX,
+    ALGO_RING, ALGO_TREE, C_ALLTOALL_EFF, C_ALLTOALL_LATENCY, C_COLLECTIVE_ALGORITHM, C_COMPUTE_CAPABILITY, C_DOMAIN_SIZE,
+    C_INTER_BW, C_INTER_EFF, C_INTER_LATENCY, C_INTRA_BW, C_INTRA_EFF, C_INTRA_LATENCY, C_NVLINK_MESH_MAX,
 )
 
 
@@ -49,8 +49,8 @@ LL_INTRA_HOP_MULTI_NODE = 1.8
 PROTO_BANDWIDTH = (1.0, 0.92, 0.25)
 LL_BANDWIDTH_ONE_DOMAIN_GATHER = 1.0 / 3.0
 
-# The Tree rows of the same tables (v2.17.1-1, unchanged from v2.8.3-1), in the order Simple, LL128, LL: baseLat
-# Tree {4.4, 4.4, 0} us (LL, LL128, Simple; line 56); per-hop latency relative to the Ring Simple hop that the device's
+# The Tree rows of the same tables (v2.17.1-1; the hwLat rows unchanged from v2.8.3-1, baseLat from v2.5.6-1), in
+# the order Simple, LL128, LL: baseLat Tree {4.4, 4.4, 0} us (LL, LL128, Simple; line 56); per-hop latency relative to the Ring Simple hop that the device's
 # intra_latency / inter_latency hold: hwLat NVLINK Tree {.52, 1.25, 28} us over 3.4 (line 65), NET Tree {5.0, 8.5, 28}
 # us over 9.6 (line 73); LL's NVLink hop x1.8 across nodes as the ring's (line 181). Latency (lines 195-196):
 # baseLat + 2 ((nRanks/nNodes - 1) intraLat + log2i(nNodes) interLat). Bandwidth (lines 157-159, 174): busBw x .92,
@@ -61,6 +61,21 @@ TREE_INTER_HOP = (28.0 / 9.6, 8.5 / 9.6, 5.0 / 9.6)
 TREE_BANDWIDTH = 0.92
 TREE_PROTO_BANDWIDTH = (1.0, 120.0 / 128.0, 1.0 / 3.8)
 TREE_LL128_BANDWIDTH_ONE_NODE = 7.0 / 9.0
+
+# ncclTopoGetAlgoTime's per-size corrections (v2.17.1-1 tuning.cc lines 325-345). treeCorrectionFactor (lines
+# 327-331, "Powers of two, 64 B to 256MB"): the tree's bandwidth x the entry log2i(nBytes >> 6) of the protocol's row
+# while that is < 23 (line 339-340: buffers below 512 MiB; log2i(0) = 0), here in the order Simple, LL128, LL (the
+# file's rows are NCCL_PROTO_LL 0, LL128 1, SIMPLE 2: src/include/devcomm.h lines 27-29).
+TREE_CORRECTION = (
+    (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9),
+    (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0),
+    (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0),
+)
+# "Plateau effect of ring" (lines 342-345): a Simple ring allreduce across nodes (nNodes > 1) of nBytes >=
+# nRanks / 16 x 65,536 has its latency (base and hops) x1.9 below compute capability 9.0 (minCompCap < 90), x1.5
+# from it; a device that states no compute capability (0) takes Hopper's, as the FP8 recipes do.
+RING_PLATEAU_MIN_BYTES_PER_RANK = 65536.0 / 16.0
+RING_PLATEAU = (1.9, 1.5)
 
 
 @njit(inline="always")
@@ -122,20 +137,32 @@ def _protocol_bandwidth_at(bus, size, g_in, protocol, gather):
 def ring_time(row, volume, size, stride, passes, gather):
     """Fastest protocol for ``passes`` ring passes moving ``volume`` bytes per device (NCCL's tuner)."""
     g_in = members_per_domain(row, size, stride)
-    return _ring_time_at(row, volume, size, g_in, _bus_bandwidth_at(row, size, g_in), passes, gather)
+    return _ring_time_at(row, volume, size, g_in, _bus_bandwidth_at(row, size, g_in), passes, gather, 1.0)
 
 
 @njit(inline="always")
-def _ring_time_at(row, volume, size, g_in, bus, passes, gather):
+def _ring_time_at(row, volume, size, g_in, bus, passes, gather, plateau):
     """:func:`ring_time` of a group with ``g_in`` members per domain and bus bandwidth ``bus``, which every
     protocol's latency and bandwidth share: taken once, not once per protocol (the same values, so the same
-    bits)."""
+    bits). ``plateau``: the factor on Simple's latency (:func:`ring_plateau`; 1 but for an allreduce)."""
     best = math.inf
     for protocol in range(3):
-        t = PROTO_BASE_LATENCY[protocol] + passes * _ring_latency_at(row, size, g_in, protocol) \
-            + volume / _protocol_bandwidth_at(bus, size, g_in, protocol, gather)
-        best = min(best, t)
+        latency = PROTO_BASE_LATENCY[protocol] + passes * _ring_latency_at(row, size, g_in, protocol)
+        if protocol == SIMPLE:
+            latency *= plateau
+        best = min(best, latency + volume / _protocol_bandwidth_at(bus, size, g_in, protocol, gather))
     return best
+
+
+@njit(inline="always")
+def ring_plateau(row, nbytes, size, g_in):
+    """NCCL's factor on a Simple ring allreduce's latency (``RING_PLATEAU``): across domains (``size > g_in``) and
+    from ``size x RING_PLATEAU_MIN_BYTES_PER_RANK`` bytes on, 1.9 below compute capability 9.0 and 1.5 from it (or
+    unstated); else 1."""
+    if size <= g_in or nbytes < size * RING_PLATEAU_MIN_BYTES_PER_RANK:
+        return 1.0
+    capability = row[C_COMPUTE_CAPABILITY]
+    return RING_PLATEAU[0] if 0.0 < capability < 9.0 else RING_PLATEAU[1]
 
 
 @njit
@@ -155,7 +182,7 @@ def allreduce_time(row, nbytes, size, stride):
     volume = 2.0 * (size - 1.0) / size * nbytes
     g_in = members_per_domain(row, size, stride)
     bus = _bus_bandwidth_at(row, size, g_in)       # the ring's and the tree's
-    ring = _ring_time_at(row, volume, size, g_in, bus, 2.0, False)
+    ring = _ring_time_at(row, volume, size, g_in, bus, 2.0, False, ring_plateau(row, nbytes, size, g_in))
     tree = _tree_time_at(row, nbytes, size, g_in, bus)
     algorithm = row[C_COLLECTIVE_ALGORITHM]
     if algorithm == ALGO_RING:
@@ -179,10 +206,12 @@ def tree_allreduce_time(row, nbytes, size, stride):
 def _tree_time_at(row, nbytes, size, g_in, bus):
     """NCCL's tuning model of a tree allreduce, fastest protocol: the group spans ``nodes = ceil(size / g_in)``
     domains of ``size // nodes`` members each; latency base + 2 ((per_node - 1) x NVLink hop + floor(log2 nodes)
-    x network hop), time 2 ``nbytes`` / (bus x 0.92 x the protocol's share) (``TREE_*`` above)."""
+    x network hop), time 2 ``nbytes`` / (bus x 0.92 x the protocol's share x its ``TREE_CORRECTION`` at this
+    size) (``TREE_*`` above)."""
     nodes = float(math.ceil(size / g_in))
     per_node = float(math.floor(size / nodes))
     depth = math.frexp(nodes)[1] - 1.0            # log2i(nNodes): floor(log2), exact
+    size_index = max(0, math.frexp(math.floor(nbytes / 64.0))[1] - 1)    # log2i(nBytes >> 6); log2i(0) = 0
     best = math.inf
     for protocol in range(3):
         intra = row[C_INTRA_LATENCY] * TREE_INTRA_HOP[protocol]
@@ -192,6 +221,8 @@ def _tree_time_at(row, nbytes, size, g_in, bus):
                 intra *= LL_INTRA_HOP_MULTI_NODE
         elif protocol == LL128:
             share = TREE_LL128_BANDWIDTH_ONE_NODE
+        if size_index < 23:
+            share *= TREE_CORRECTION[protocol][size_index]
         latency = TREE_BASE_LATENCY[protocol] + 2.0 * (
             (per_node - 1.0) * intra + depth * row[C_INTER_LATENCY] * TREE_INTER_HOP[protocol])
         best = min(best, latency + 2.0 * nbytes / (bus * TREE_BANDWIDTH * share))

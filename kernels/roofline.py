@@ -279,16 +279,20 @@ def expert_gemm_roofline(row, groups, m, n, k, fp8, weight_bytes, launch):
     kernel hides its math (:func:`hides_math`); a contiguous-layout kernel that computes its whole worst-case buffer
     adds the buffer's tail (:func:`buffer_tail_compute`). Same launch rule as
     :func:`gemm_roofline`; 0 when empty. Row tile: :func:`expert_row_tile`. Without grouped GEMMs
-    (``moe_grouped_gemm`` 0, Megatron-Core's SequentialMLP, docs/model.md §11.57): ``groups`` separate dense GEMMs
-    of ``m`` rows, each its own :func:`gemm_roofline` (its tile and wave quantization, its launch)."""
+    (``moe_grouped_gemm`` 0, Megatron-Core's SequentialMLP, docs/model.md §11.57): ``groups`` separate GEMMs of ``m``
+    rows, each with its own tile and wave quantization (:func:`gemm_bounds`), the same exposed weight-stream share
+    and its own launch, and never below the grouped time at equal launches: TE's grouped GEMM, which the share was
+    measured on, is itself one cuBLAS GEMM per expert (``nvte_multi_tensor_gemm``)."""
     if groups <= 0.0 or m <= 0.0 or n <= 0.0 or k <= 0.0:
         return 0.0
-    if row[C_MOE_GROUPED_GEMM] <= 0.0:
-        return groups * gemm_roofline(row, 1.0, m, n, k, fp8, weight_bytes, launch)
     compute, memory = expert_bounds(row, groups, m, n, k, fp8, weight_bytes)
     share = 0.0 if hides_math(row, groups, m) else exposed_weight_share(row, m)
-    return (max(compute, memory) + share * min(compute, memory) + buffer_tail_compute(row, groups, m, n, k, fp8)
-            + launch * row[C_KERNEL_OVERHEAD_S])
+    grouped = max(compute, memory) + share * min(compute, memory) + buffer_tail_compute(row, groups, m, n, k, fp8)
+    if row[C_MOE_GROUPED_GEMM] > 0.0:
+        return grouped + launch * row[C_KERNEL_OVERHEAD_S]
+    compute, memory = gemm_bounds(row, 1.0, m, n, k, fp8, weight_bytes)
+    each = max(compute, memory) + exposed_weight_share(row, m) * min(compute, memory)
+    return max(groups * each, grouped) + groups * launch * row[C_KERNEL_OVERHEAD_S]
 
 
 @njit

@@ -66,8 +66,9 @@ def batch(cases, output, force, semantics, calibration, progress):
 
 
 def _refuse_another_kind(source, cases: str) -> None:
-    """A CSV or TOML file given as the cases: one line, exit 2, no output (``fastmodel.io.batch.refuse_another_kind``,
-    which ``run_batch`` applies too)."""
+    """A CSV or TOML file given as the cases: one line, exit 2, no output (``fastmodel.io.batch.refuse_another_kind``
+    on the peeked head, before the output is claimed; the one check on this path: ``run_to_output`` runs the chunks
+    without ``run_batch``, which checks its own lines' head for the API)."""
     from fastmodel.io.batch import HEAD_BYTES, refuse_another_kind
 
     try:

@@ -45,7 +45,7 @@ def best_command(result, by, top, where, ascending, csv_path, force, include_oom
         table = best(ds, by, top, list(where), ascending, include_oom=include_oom, memory_margin=margin)
     fits = table.attrs["fits_filter"]
     if fits["dropped"] and fits.get("rule") == "disagg_fits_memory":     # an SLO search's pools: their own rule
-        click.echo(f"only pools that fit: dropped {fits['dropped']:,} of {fits['of']:,} configurations "
+        click.echo(f"only pools that fit: dropped {fits['dropped']:,} of {fits['of']:,} pools "
                    "(disagg_fits_memory false: a prefill or decode worker over its usable HBM); --include-oom keeps "
                    "them", err=True)
     elif fits["dropped"]:     # said only when a plan was left out, as the GPU budget's line below

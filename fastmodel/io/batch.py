@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import itertools
 import os
 from collections import defaultdict
 from typing import IO, Iterable, Iterator
@@ -328,22 +329,16 @@ def refuse_another_kind(head: bytes, where: str) -> None:
 
 
 def _run_batch(lines, semantics, calibration) -> Iterator[dict]:
+    """:func:`run_batch`'s lines in chunks of ``CHUNK_LINES``, the head's kind checked once, on the first chunk
+    (``fastmodel batch`` peeks its file's head before it claims the output, :func:`refuse_another_kind` there, and
+    runs :func:`run_chunks` without this wrapper). The head's lines are joined without their own line ends: lines
+    of ``open(path)`` keep theirs (review12 #13)."""
     def chunks():
-        chunk: list[bytes] = []
-        first = True
-        for number, line in enumerate(lines, 1):
-            chunk.append(_as_bytes(line, number))
-            if len(chunk) >= CHUNK_LINES:
-                if first:
-                    refuse_another_kind(b"\n".join(chunk), "lines")
-                    first = False
-                yield chunk
-                chunk = []
-        if chunk:
-            if first:
-                refuse_another_kind(b"\n".join(chunk), "lines")
+        numbered = (_as_bytes(line, number) for number, line in enumerate(lines, 1))
+        for index, chunk in enumerate(iter(lambda: list(itertools.islice(numbered, CHUNK_LINES)), [])):
+            if index == 0:
+                refuse_another_kind(b"\n".join(line.rstrip(b"\r\n") for line in chunk), "lines")
             yield chunk
 
     for chunk in run_chunks(chunks(), semantics, calibration=calibration):
         yield from records(chunk)
-

@@ -28,7 +28,7 @@ from fastmodel.registry.serve import SERVE_RESULTS, SERVE_STATUS_NAMES
 from fastmodel.registry.validators import column_problem
 from fastmodel.serve import precisions as serve_precisions
 from fastmodel.serve.precisions import FP4_PRECISIONS, FP8_KV_DEFAULT, KV_PRECISIONS, PRECISIONS  # noqa: F401
-from fastmodel.serve.spec import given_loads, not_one_load
+from fastmodel.serve.spec import TRAINING_COLUMNS, given_loads, not_one_load
 from fastmodel.serve.sweep_plan import dataset_attrs  # noqa: F401  (the SLO search's too)
 from fastmodel.spec.columns import check_base, check_table, encode
 
@@ -154,13 +154,15 @@ def columns(model, device: str, *, precision: str = "bf16", kv_precision: str | 
 
 
 def _number(key: str, value, field: str | None = None) -> float:
-    """A column's value as a float: a SpecError naming an unknown column (the nearest name), a value that is no
-    number (a string such as ``input_len="1k"`` or ``tp="4"``), a value outside the column's bounds (``tp=0``,
-    ``tp=-1``) or a fraction on a column counting whole things (:data:`WHOLE_AXES`, the sweeps' rule of
-    :func:`_check_whole`). ``field``: the name the user gave."""
+    """A column's value as a float: a SpecError naming an unknown or a training-only column (the nearest name;
+    ``serve.spec.TRAINING_COLUMNS``), a value that is no number (a string such as ``input_len="1k"`` or
+    ``tp="4"``), a value outside the column's bounds (``tp=0``, ``tp=-1``) or a fraction on a column counting whole
+    things (:data:`WHOLE_AXES`, the sweeps' rule of :func:`_check_whole`). ``field``: the name the user gave."""
     if key not in COLUMN_INDEX:     # concurency=: 'concurrency' (a keyword of columns()), not 'intra_latency'
         words = [*COLUMN_INDEX, "concurrency", "max_throughput", "kv_precision"]
         raise SpecError(None, key, f"unknown column{nearest(key, words)}")
+    if key in TRAINING_COLUMNS:     # moe_grouped_gemm=0 changed TPOT silently (review12 #4)
+        raise SpecError(None, field or key, TRAINING_COLUMNS[key])
     if isinstance(value, (str, bytes)) or not np.isscalar(value) or not np.isreal(value):
         raise SpecError(None, field or key, f"expected a number, got {value!r}")
     if problem := column_problem(COLUMNS[COLUMN_INDEX[key]], float(value)):    # tp=0 would divide by zero

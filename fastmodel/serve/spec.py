@@ -23,6 +23,14 @@ from fastmodel.errors import SpecError
 from fastmodel.serve.precisions import KV_DEFAULT_SAID
 from fastmodel.spec.record_blocks import bounds
 
+#: lm columns a serving configuration refuses, with why (review12 #4): training execution options no serving engine
+#: has. ``moe_grouped_gemm`` 0 is Megatron-Core's SequentialMLP (docs/model.md §11.57), which serving never charges
+#: in full (``moe.sequential_mlp_time`` is training's); serving engines run their own grouped MoE kernels
+TRAINING_COLUMNS = {
+    "moe_grouped_gemm": "a training option (0: Megatron-Core's SequentialMLP, docs/model.md §11.57), not a serving "
+                        "one: serving engines run their own grouped MoE kernels",
+}
+
 #: the load modes of a serving configuration, each a field of the same name in a task, a record's serve block
 #: and ``fastmodel.serve.api.columns``
 LOAD_FIELDS = ("batch_size", "concurrency", "max_throughput")

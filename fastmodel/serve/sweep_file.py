@@ -113,7 +113,7 @@ def serve_plan(source: str | None, model: Any, system: Any, task: Any, axes: dic
     """The serving plan of a model, system, serving task and raw axes; errors name ``source`` (a file)."""
     from fastmodel.registry.lm import COLUMN_INDEX
     from fastmodel.serve.api import by_column_name
-    from fastmodel.serve.spec import load_serve_task
+    from fastmodel.serve.spec import TRAINING_COLUMNS, load_serve_task
 
     if not isinstance(axes, dict) or not axes:
         raise SpecError(source, "axes", "required: a table of axis = values (e.g. tp = [1, 2, 4])")
@@ -131,6 +131,8 @@ def serve_plan(source: str | None, model: Any, system: Any, task: Any, axes: dic
                             "engines")
         if axis not in names:
             raise SpecError(source, f"axes.{axis}", f"unknown axis{nearest(axis, names)}")
+        if axis in TRAINING_COLUMNS:
+            raise SpecError(source, f"axes.{axis}", TRAINING_COLUMNS[axis])
         values[axis] = quantities(source, axis, axis_values(source, axis, spec))
     if "batch_size" in values and "concurrency" in values:
         raise SpecError(source, "axes.concurrency", "sweep batch_size or concurrency, not both")

@@ -303,7 +303,10 @@ def _stage_state(row, stage, dense_layer, moe_layer):
             optimizer_transient_bytes(row, non_expert, expert), at_loss, at_backward, at_embedding)
 
 
-@njit(inline="always", error_model='numpy')   # a one-call wrapper: no library of its own (cold compile)
+# A one-statement wrapper, inlined: no library of its own (cold compile). Inlined, its IR compiles under the
+# caller's flags, so error_model='numpy' here holds only for a direct Python call (its caller,
+# memory._with_bf16_layers, is error_model='numpy' too): a division added to this body takes the caller's model.
+@njit(inline="always", error_model='numpy')
 def phase_kinds(row, stage, phase, dense_layer, moe_layer, working, gather, comm, grad_work, logits, resident=0.0):
     """(weights, gradients, optimizer, activations, buffers) allocated on pipeline rank ``stage`` at ``phase``.
 

@@ -108,9 +108,9 @@ SEQUENTIAL_CAT_BYTES = 4.0
 def sequential_mlp_time(row):
     """Seconds Megatron-Core's SequentialMLP (``moe_grouped_gemm`` 0) adds to one MoE layer's forward, and as much
     to its backward, beside its per-expert GEMMs (``roofline.expert_gemm_roofline``): with L = E / ep > 1 local
-    experts each runs its own fused activation, L - 1 kernels more than TEGroupedMLP's one, and the outputs are
-    concatenated (``torch.cat``, ``SEQUENTIAL_CAT_BYTES`` per routed row and hidden element): ``L`` launches and the
-    cat's bytes. Backward: L activation backwards and the cat of the input gradients of ``torch.split``. 0 with
+    experts each runs its own fused activation and the outputs are concatenated (``torch.cat``,
+    ``SEQUENTIAL_CAT_BYTES`` per routed row and hidden element): ``L`` launches, the L - 1 activations beyond the
+    grouped MLP's one plus the cat, and the cat's bytes. Backward: L activation backwards and the cat of the input gradients of ``torch.split``. 0 with
     grouped GEMMs or one local expert (SequentialMLP then calls the expert directly). Megatron-LM 23e00ed
     megatron/core/transformer/moe/experts.py lines 1051-1083 (docs/model.md §11.57)."""
     local = row[C_MOE_EXPERTS] / row[C_EP]

@@ -365,6 +365,20 @@ def test_cli_calibrate_on_three_runs_cross_validates_one_run_per_fold(tmp_path):
     assert result.exit_code == 0 and "cross-validated: 3-fold" in result.output
 
 
+def test_cli_calibrate_counts_a_malformed_line_a_miss_and_goes_on(tmp_path):
+    """As validate does (issue 26: one bad record never stops a file), calibrate names a malformed line (invalid
+    JSON, a wrong type) on stderr as a warning and fits on the others; it stopped on the first one before."""
+    lines = RUNS.read_text().splitlines()[:3]
+    path = tmp_path / "bad.jsonl"
+    path.write_text("\n".join([lines[0], '{"id": "cut", "model": ', lines[1], '{"id": "x", "model": "llama2-7b"}',
+                               lines[2]]) + "\n")
+    result = CliRunner().invoke(main, ["calibrate", str(path), "--folds", "0"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert f"warning: refused, left out of the fit: {path}:2: invalid JSON" in result.stderr
+    assert f"warning: refused, left out of the fit: {path}:4: model: expected an object" in result.stderr
+    assert " on 3 runs " in result.stdout
+
+
 def test_runs_without_a_measured_step_time_are_refused(records):
     broken = [dataclasses.replace(records[0], measured={})] + list(records[1:4])
     with pytest.raises(Exception, match="no positive measured.step_time_s"):

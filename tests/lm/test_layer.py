@@ -88,20 +88,26 @@ def test_tp_across_two_nodes_prices_its_all_reduces_on_eight_nics_per_node():
     §11.5): ring Simple 8.4 us + 2 passes x (14 NVLink steps x 3.4 us + 2 network steps x 9.6 us) + V / bus;
     ring LL128 10 us + 2 x (14 x 3.4 x 1.9/3.4 + 2 x 9.6 x 4.0/9.6) us + V / (0.92 bus); ring LL (a quarter of the
     bus) and NCCL's tree, 2 S at 0.92 of the bus plus 2 x (7 NVLink hops + log2(2 nodes) = 1 network hop): Simple
-    28 us hops, LL128 4.4 us + 1.25 / 8.5 us hops at 120/128 of that bandwidth. The Simple ring wins: 0.882 ms."""
+    28 us hops, LL128 4.4 us + 1.25 / 8.5 us hops at 120/128 of that bandwidth (treeCorrectionFactor at log2i(128 MiB
+    >> 6) = 21: Simple .9, LL128 1.0). NCCL's ring plateau (v2.17.1-1 tuning.cc lines 342-345: across nodes, from
+    16 / 16 x 64 KiB on, x1.5 at compute capability >= 9.0 or unstated) puts the Simple ring's 142 us of latency at
+    213 us (0.953 ms), so the LL128 ring wins: 79.2 us + 0.805 ms = 0.884 ms (0.882 ms, Simple, without it)."""
     s = 2.0 * 8192 * 8192
     v = 2.0 * 15.0 / 16.0 * s
     bus = min(450e9 * 0.8, 8 * 50e9 * 0.85)
     simple = 8.4e-6 + 2 * (14 * 3.4e-6 + 2 * 9.6e-6) + v / bus
     ll128 = 10.0e-6 + 2 * (14 * 1.9e-6 + 2 * 4.0e-6) + v / (0.92 * bus)
     ll = 3.6e-6 + 2 * (14 * 0.47e-6 * 1.8 + 2 * 2.7e-6) + v / (0.25 * bus)
-    tree_simple = 2 * (7 * 28e-6 + 1 * 28e-6) + 2 * s / (0.92 * bus)
     tree_ll128 = 4.4e-6 + 2 * (7 * 1.25e-6 + 1 * 8.5e-6) + 2 * s / (0.92 * 120 / 128 * bus)
-    assert simple < min(ll128, ll, tree_simple, tree_ll128)
-    assert simple == pytest.approx(882.17e-6, abs=0.01e-6)
-    assert _tp(_tp16_layer(sequence_parallel=0)) == pytest.approx(2 * simple, rel=1e-12)
-    # with the ring fixed (collective_algorithm 1), NCCL's fastest protocol: Simple for 128 MiB
-    assert _tp(_tp16_layer(sequence_parallel=0, collective_algorithm=1)) == pytest.approx(2 * simple, rel=1e-12)
+    simple_plateau = 1.5 * (8.4e-6 + 2 * (14 * 3.4e-6 + 2 * 9.6e-6)) + v / bus
+    tree_simple = 2 * (7 * 28e-6 + 1 * 28e-6) + 2 * s / (0.92 * bus * 0.9)
+    assert ll128 < min(simple_plateau, ll, tree_simple, tree_ll128) and simple < ll128
+    assert (simple, simple_plateau, ll128) == (pytest.approx(882.17e-6, abs=0.01e-6),
+                                               pytest.approx(953.17e-6, abs=0.01e-6),
+                                               pytest.approx(883.73e-6, abs=0.01e-6))
+    assert _tp(_tp16_layer(sequence_parallel=0)) == pytest.approx(2 * ll128, rel=1e-12)
+    # with the ring fixed (collective_algorithm 1), NCCL's fastest protocol: LL128 for 128 MiB
+    assert _tp(_tp16_layer(sequence_parallel=0, collective_algorithm=1)) == pytest.approx(2 * ll128, rel=1e-12)
     # with SP: 2 all-gathers + 2 reduce-scatters, ring only, 15/16 S each, one pass: Simple
     gather = 8.4e-6 + 14 * 3.4e-6 + 2 * 9.6e-6 + 15.0 / 16.0 * s / bus
     assert _tp(_tp16_layer(sequence_parallel=1)) == pytest.approx(4 * gather, rel=1e-12)

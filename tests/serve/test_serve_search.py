@@ -157,3 +157,15 @@ def test_the_frontier_table_widens_the_engine_column_to_a_versioned_label():
     assert len({line.index("precision") + 9 if line.startswith("mode") else line.index("fp8") + 3 for line in table}) == 1
     narrow = format_search(SearchResult(xr.Dataset(), [row("trtllm")], None, 1, 1), 2.0, 0.05)
     assert "mode   engine precision" in narrow                      # six characters while every label fits
+
+
+def test_search_notes_no_weight_only_path_where_every_engine_refuses_the_precision():
+    """serve --search printed "fp4 on A100 ...: weight-only" above "none is legal (most are no_fp4)" when every
+    searched engine refuses FP4 weights there (TensorRT-LLM: weight-only FP4 from compute capability 9.0,
+    docs/model_serving.md S63); the note stays where one engine runs them (vLLM's FP4 Marlin from 8.0)."""
+    from fastmodel.cli.serve_search import _search_precision_notes
+
+    note = "fp4 on A100 (no FP4 tensor cores): weight-only, dequantised into 16-bit GEMMs"
+    assert _search_precision_notes("llama3.1-8b", "A100", ("fp4",), ("trtllm",)) == []
+    assert note in _search_precision_notes("llama3.1-8b", "A100", ("fp4",), ("vllm",))
+    assert note in _search_precision_notes("llama3.1-8b", "A100", ("fp4", "bf16"), ("trtllm", "vllm"))

@@ -280,7 +280,7 @@ def test_cli_best_by_a_disagg_variable_says_the_pools_rule_and_names_the_pools_c
     assert CliRunner().invoke(main, search).exit_code == 0
     run = CliRunner().invoke(main, ["best", str(out), "--by", "disagg_tpot", "--top", "1"])
     assert run.exit_code == 0, run.output
-    assert run.stderr.startswith("only pools that fit: dropped 4 of 8 configurations (disagg_fits_memory false: ")
+    assert run.stderr.startswith("only pools that fit: dropped 4 of 8 pools (disagg_fits_memory false: ")
     assert "memory_per_device" not in run.stderr
     run = CliRunner().invoke(main, ["best", str(out), "--by", "disagg_tpot", "--where", "tp=2"])
     assert run.exit_code == 2 and run.stderr.startswith("error: filter on unknown variable 'tp': ranking by a "

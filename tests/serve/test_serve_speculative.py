@@ -131,6 +131,34 @@ def test_a_batch_waiting_window_in_tpot_units_holds_e_times_its_iterations():
     assert (tpots, joined) == (pytest.approx(120.0 / 7.0), pytest.approx(7.0))
 
 
+def test_the_steady_loop_passes_held_the_waiting_window_in_tpot_units(monkeypatch):
+    """review12 #17: the test above pins ``held``'s scale invariance, not the wiring. Here the steady loop itself
+    (``load.steady_loop``, run as Python so that its calls resolve to the module's names) with speculative decoding
+    (3 draft tokens at 0.6: E = (1 - 0.6^4) / 0.4 = 2.176 tokens a step) hands ``held`` the window of
+    ``batch_wait`` (W = 20 iterations, stubbed) as W E = 43.52 TPOTs at every pass (``wait[0] * emitted``,
+    kernels/serve/load.py); without speculation it hands W."""
+    import fastmodel.kernels.serve.load as load
+    from fastmodel.kernels.serve.evaluate import MEMO_WIDTH
+
+    plain_held = getattr(load.held, "py_func", load.held)
+    windows = []
+
+    def spy(seen, iters, more):
+        windows.append(iters)
+        return plain_held(seen, iters, more)
+
+    monkeypatch.setattr(load, "held", spy)
+    monkeypatch.setattr(load, "batch_wait", lambda row, running, decodes: (20.0, 4.0))
+    loop = getattr(load.steady_loop, "py_func", load.steady_loop)
+    for spec, expected in ((dict(spec_tokens=3, spec_acceptance=0.6), 20.0 * 2.176), (dict(), 20.0)):
+        row = columns("llama3.1-8b", "H100", concurrency=16, **spec)
+        row = row[:, 0] if row.ndim > 1 else row
+        memo, scratch = np.zeros((4, MEMO_WIDTH)), np.zeros((6, 6))
+        windows.clear()
+        loop(row, 16.0, memo[1], memo[2], memo[3], scratch[2])
+        assert windows and all(w == pytest.approx(expected, rel=1e-12) for w in windows)
+
+
 def test_the_static_and_draft_lm_heads_both_count_one_attention_dp_groups_tokens():
     """review11 #5: each attention-DP group runs its own tokens' LM head (load.py's rule, body_costs' m_rank = -1),
     so a static batch's decode step of n = 8 requests at attention_dp 2 prices the head of 8 / 2 = 4 tokens, as

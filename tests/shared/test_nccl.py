@@ -12,6 +12,7 @@ from fastmodel.kernels.nccl import (
     alltoall_time,
     bus_bandwidth,
     engine_alltoall_time,
+    ring_plateau,
     tree_allreduce_time,
 )
 from fastmodel.lm.table import row
@@ -25,9 +26,10 @@ def test_a_large_allreduce_inside_a_node_runs_the_ring_since_nccls_tree_hops_cos
     ring = 8.4e-6 + 2 * 7 * 3e-6 + 2 * 7 / 8 * size / (450e9 * 0.8)
     # NCCL's tree on one node is a chain of 8: 2 x 7 hops at the Tree NVLink hwLat, Simple 28 us where the ring's is
     # 3.4 (v2.17.1-1 tuning.cc line 65), and 2 x the buffer at 0.92 of the bus bandwidth (lines 157, 174); LL128
-    # (4.4 us base, 1.25 us hops, x 7/9 of that bandwidth on one node, line 159) is the tree's faster protocol here
-    simple = 2 * 7 * 3e-6 * 28 / 3.4 + 2 * size / (450e9 * 0.8 * 0.92)
-    ll128 = 4.4e-6 + 2 * 7 * 3e-6 * 1.25 / 3.4 + 2 * size / (450e9 * 0.8 * 0.92 * 7 / 9)
+    # (4.4 us base, 1.25 us hops, x 7/9 of that bandwidth on one node, line 159) is the tree's faster protocol here.
+    # treeCorrectionFactor (lines 327-331) at log2i(64e6 >> 6) = log2i(1,000,000) = 19: Simple .7, LL128 .9
+    simple = 2 * 7 * 3e-6 * 28 / 3.4 + 2 * size / (450e9 * 0.8 * 0.92 * 0.7)
+    ll128 = 4.4e-6 + 2 * 7 * 3e-6 * 1.25 / 3.4 + 2 * size / (450e9 * 0.8 * 0.92 * 7 / 9 * 0.9)
     tree = tree_allreduce_time(r, size, 8.0, 1.0)
     assert tree == pytest.approx(ll128, rel=1e-12)
     assert tree < simple
@@ -47,17 +49,56 @@ def test_tree_allreduce_over_4_nodes_of_8_is_nccls_latency_linear_in_the_node_lo
     ll128 = 4.4e-6 + 2 * (7 * 3e-6 * 1.25 / 3.4 + 2 * 8e-6 * 8.5 / 9.6)               # 48.17 us
     ll = 4.4e-6 + 2 * (7 * 3e-6 * 0.52 / 3.4 * 1.8 + 2 * 8e-6 * 5.0 / 9.6)            # 32.63 us
     assert (simple, ll128, ll) == pytest.approx((439.22e-6, 48.17e-6, 32.63e-6), abs=0.01e-6)
-    # LL moves 2 x 64 KiB at 0.92 / 3.8 of the bus: 1.59 us; 34.22 us in all
-    assert tree_allreduce_time(r, nbytes, 32.0, 1.0) == pytest.approx(ll + 2 * nbytes / (bus * 0.92 / 3.8), rel=1e-12)
-    assert tree_allreduce_time(r, nbytes, 32.0, 1.0) == pytest.approx(34.22e-6, abs=0.01e-6)
+    # LL moves 2 x 64 KiB at 0.92 / 3.8 of the bus x treeCorrectionFactor's LL entry log2i(65,536 >> 6) =
+    # log2i(1,024) = 10, 0.6: 2.65 us; 35.28 us in all
+    assert tree_allreduce_time(r, nbytes, 32.0, 1.0) == pytest.approx(
+        ll + 2 * nbytes / (bus * 0.92 / 3.8 * 0.6), rel=1e-12)
+    assert tree_allreduce_time(r, nbytes, 32.0, 1.0) == pytest.approx(35.28e-6, abs=0.01e-6)
     # the ring's LL over the same 32 ranks: 3.6 us + 2 x (28 NVLink steps at 3 x .47/3.4 x 1.8 + 4 network steps at
     # 8 x 2.7/9.6) = 63.4 us before its bytes (the model's ring): the tree is NCCL's pick, and the model's
     ring_ll = 3.6e-6 + 2 * (28 * 3e-6 * 0.47 / 3.4 * 1.8 + 4 * 8e-6 * 2.7 / 9.6) + 2 * 31 / 32 * nbytes / (bus / 4)
-    assert allreduce_time(r, nbytes, 32.0, 1.0) == pytest.approx(34.22e-6, abs=0.01e-6)
-    assert 34.23e-6 < ring_ll
-    # 100 MB: LL128's bandwidth (x 0.92 x 120/128) beats Simple's 439 us of latency; 1 GB: Simple
-    assert tree_allreduce_time(r, 1e8, 32.0, 1.0) == pytest.approx(ll128 + 2e8 / (bus * 0.92 * 120 / 128), rel=1e-12)
+    assert allreduce_time(r, nbytes, 32.0, 1.0) == pytest.approx(35.28e-6, abs=0.01e-6)
+    assert 35.29e-6 < ring_ll
+    # 100 MB: LL128's bandwidth (x 0.92 x 120/128, x .9 at log2i(1,562,500) = 20) beats Simple's 439 us of latency;
+    # 1 GB: Simple, past the correction's last entry (512 MiB on: none)
+    assert tree_allreduce_time(r, 1e8, 32.0, 1.0) == pytest.approx(
+        ll128 + 2e8 / (bus * 0.92 * 120 / 128 * 0.9), rel=1e-12)
     assert tree_allreduce_time(r, 1e9, 32.0, 1.0) == pytest.approx(simple + 2e9 / (bus * 0.92), rel=1e-12)
+
+
+def test_tree_correction_is_nccls_table_by_log2i_of_the_buffer_over_64_bytes():
+    """treeCorrectionFactor (NVIDIA/nccl v2.17.1-1 src/graph/tuning.cc lines 327-331) is indexed by protocol (its
+    rows LL, LL128, Simple: src/include/devcomm.h lines 27-29) and log2i(nBytes >> 6), applied below 23 (line 340).
+    16 nodes x 1: at 64 MiB - 1 (entry 19) Simple .7, LL128 .9; at 64 MiB (entry 20) .8 and .9; at 511 MiB (entry
+    22) .9 and 1.0; at 512 MiB none. LL128 (4.4 us + 2 x 4 x 8 x 8.5/9.6 us, x 120/128) is the pick below 512 MiB,
+    4.129 / 4.129 / 29.296 ms against Simple's 5.090 / 4.478 / 30.640; at 512 MiB Simple, 27.648 ms."""
+    r = row(**NET)
+    bus = 50e9 * 0.85 * 0.92
+    for nbytes, simple, ll128, expected in ((2.0 ** 26 - 1, 0.7, 0.9, 4.129e-3), (2.0 ** 26, 0.8, 0.9, 4.129e-3),
+                                            (511 * 2.0 ** 20, 0.9, 1.0, 29.296e-3), (2.0 ** 29, 1.0, 1.0, 27.648e-3)):
+        simple_t = 2 * 4 * 8e-6 * 28 / 9.6 + 2 * nbytes / (bus * simple)
+        ll128_t = 4.4e-6 + 2 * 4 * 8e-6 * 8.5 / 9.6 + 2 * nbytes / (bus * 120 / 128 * ll128)
+        assert tree_allreduce_time(r, nbytes, 16.0, 8.0) == pytest.approx(min(simple_t, ll128_t), rel=1e-12)
+        assert min(simple_t, ll128_t) == pytest.approx(expected, abs=0.001e-3)
+
+
+def test_a_simple_ring_allreduce_across_nodes_has_nccls_plateau_latency():
+    """NCCL's "plateau effect of ring" (v2.17.1-1 tuning.cc lines 342-345): a Simple ring allreduce over more than
+    one node of nBytes >= nRanks / 16 x 65,536 has its latency x1.5 from compute capability 9.0 (and where the
+    device states none), x1.9 below. 32 ranks on 4 nodes, 1 GB: 8.4 us + 2 x (28 x 3 + 4 x 8) us = 240.4 us of
+    latency, x1.5 = 360.6 us, plus 2 x 31/32 GB at 340 GB/s; the tree's Simple (439.22 us + 2 GB / (340 GB/s x .92),
+    no correction from 512 MiB) is slower. Below 32 / 16 x 64 KiB = 128 KiB and on one node: no factor."""
+    latency = 8.4e-6 + 2 * (28 * 3e-6 + 4 * 8e-6)
+    bandwidth = 2 * 31 / 32 * 1e9 / 340e9
+    assert allreduce_time(row(**NET), 1e9, 32.0, 1.0) == pytest.approx(1.5 * latency + bandwidth, rel=1e-12)
+    assert allreduce_time(row(**NET, compute_capability=9.0), 1e9, 32.0, 1.0) == pytest.approx(
+        1.5 * latency + bandwidth, rel=1e-12)
+    assert allreduce_time(row(**NET, compute_capability=8.0), 1e9, 32.0, 1.0) == pytest.approx(
+        1.9 * latency + bandwidth, rel=1e-12)
+    assert ring_plateau(row(**NET), 2.0 ** 17 - 1, 32.0, 8.0) == 1.0 == ring_plateau(row(**NET), 1e9, 8.0, 8.0)
+    assert ring_plateau(row(**NET), 2.0 ** 17, 32.0, 8.0) == 1.5
+    one_node = 8.4e-6 + 2 * 7 * 3e-6 + 2 * 7 / 8 * 1e9 / (450e9 * 0.8)
+    assert allreduce_time(row(**NET), 1e9, 8.0, 1.0) == pytest.approx(one_node, rel=1e-12)
 
 
 def test_tree_depth_is_nccls_log2i_of_the_nodes_and_a_member_per_node_has_no_nvlink_hop():

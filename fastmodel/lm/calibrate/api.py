@@ -80,7 +80,7 @@ def fit_runs(runs: Any, folds: int | None = None, loss: str = "soft_l1", prior: 
     prior = _prior(prior)
     source = source_of(runs)
     refused: list = []     # an expert mesh no framework builds is fitted on no more than validate scores it
-    records = without_impossible_meshes(read_records(runs), refused)                    # (review11 #1)
+    records = without_impossible_meshes(read_records(runs, refused), refused)    # (review11 #1; a malformed line: a miss)
     if refused and not records:
         raise FastmodelError(f"{source}: no run record can be predicted; nothing to calibrate (the first of "
                              f"{len(refused)} refused: {refused[0].reason})")

@@ -72,8 +72,9 @@ def resolve(execution, pp: int, layers: int, notes: list[str] | None = None, exp
     ``torch/_functorch/partitioners.py`` ``min_cut_rematerialization_partition``, the partitioner Inductor
     uses; so both the memory-bound traffic of ``elementwise_bytes`` and the extra saved tensors of
     ``eager_elementwise_bytes`` are the fused ones) unless the profile's ``eager_blocks`` gives a reason the
-    compiled blocks run eager (``expert_parallel``: the plan's ``ep > 1``), and ``vp = "unknown"`` replaced by the profile's rule (a ValueError if the stack
-    cannot interleave; 1 at pp 1, where no stack has stages to interleave). Notes (framework not recognised, the vp rule) are appended to ``notes``."""
+    compiled blocks run eager (``expert_parallel``: the plan's ``ep > 1``), and ``vp = "unknown"`` replaced by the profile's rule (1 where the stack
+    cannot interleave, DeepSpeed's pipeline engine; 1 at pp 1, where no stack has stages to interleave). Notes
+    (framework not recognised, the vp rule) are appended to ``notes``."""
     profile, note = profile_for(execution.framework, execution.stack)
     update = {"stack": profile.name}
     defaults = profile.defaults(execution, execution.framework)
@@ -87,7 +88,11 @@ def resolve(execution, pp: int, layers: int, notes: list[str] | None = None, exp
             update[name] = value
     if execution.vp == "unknown":
         vp, rule = profile.unknown_vp(pp, layers)
-        if pp <= 1 and vp > 1:      # the stack's rule for a pipeline, at one stage: nothing to interleave
+        # the stack's rule for a pipeline, at one stage: nothing to interleave. This replaces the profile's rule
+        # text too, for any profile that returns vp > 1 at pp 1 (none does: Megatron-Core's own pp <= 1 branch
+        # cites its assert; its p2p-overlap case, pp > 2 without --overlap-p2p-communication, has no column here,
+        # a documented assumption; review12 #12)
+        if pp <= 1 and vp > 1:
             vp, rule = 1, "pp 1 is one pipeline stage, no virtual stages to interleave"
         update["vp"] = vp
         if notes is not None:

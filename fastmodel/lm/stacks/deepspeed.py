@@ -184,8 +184,12 @@ def defaults(execution, framework: str | None) -> dict:
 
 
 def unknown_vp(pp: int, layers: int) -> tuple[int, str]:
-    raise ValueError("DeepSpeed's pipeline engine runs 1F1B without interleaving (deepspeed/runtime/pipe/"
-                     "schedule.py: TrainSchedule); give vp = 1 or name the stack that interleaved")
+    """``vp = "unknown"``: 1, by the stack rule. DeepSpeed's ``PipelineEngine`` runs ``TrainSchedule``, one
+    forward and one backward per micro-batch on each stage's one contiguous chunk of layers, 2 (micro-batches +
+    stages - 1) steps, and no schedule with virtual stages (v0.3.15 deepspeed/runtime/pipe/schedule.py lines
+    182-192, engine.py line 280; the same at 38327e07f, lines 189-200 and 386)."""
+    return 1, ("DeepSpeed's pipeline engine has no interleaving: TrainSchedule, one chunk per stage (DeepSpeed "
+               "v0.3.15 deepspeed/runtime/pipe/schedule.py lines 182-192, engine.py line 280)")
 
 
 PROFILE = StackProfile(
