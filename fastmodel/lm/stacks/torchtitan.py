@@ -15,7 +15,7 @@ torchtitan/components/loss.py at 785c34c and 92ed8b3), eager or compiled with th
 """
 
 from fastmodel.lm.stacks.base import StackProfile, names_in, tokens
-from fastmodel.lm.stacks.megatron_2021 import HOST_OP_S_EAGER  # §11.8 "Host issue time" [A]
+from fastmodel.lm.stacks.megatron_2021 import HOST_OP_S_EAGER  # §11.7 "Host issue time" [A]
 from fastmodel.registry.lm import MOE_DISPATCHERS
 
 #: Small kernels of one MoE layer forward on TorchTitan's DeepEP path (pytorch/torchtitan 022f885f34) when its
