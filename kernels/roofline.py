@@ -9,7 +9,8 @@
   through PyTorch SDPA (``attn_fa2``) and the device states that efficiency; a serving prompt's forward-only
   attention at ``attn_eff_fwd`` where the device states it (``attention_fwd_time``, docs/model_serving.md §S48);
   where the efficiency was measured on a device of another exponential rate (B300/GB300 carry B200's), the
-  measured time's softmax-exponential part runs at this device's rate (``exp_rate_scale``, docs/model.md §11.58).
+  forward's softmax-exponential part runs at this device's rate (``exp_rate_scale``, docs/model.md §11.58; the
+  training backward stays at the measured rate, ``attention_backward_base``).
 - Memory-bound kernels: bytes / (HBM bw x hbm_eff).
 - Every kernel time is divided by ``stack_compute_eff`` (1 unless a calibration's ``[stack."NAME"]`` table
   sets the share of the modelled speed a software stack attains; docs/calibration.md).
@@ -399,11 +400,20 @@ def attention_wave(row, groups, s, imbalance):
 
 @njit
 def attention_time(row, flops, share):
-    """Seconds for flash-attention kernels executing ``flops``: at ``attn_eff`` x ``share`` (the grid's useful
-    share, :func:`attention_wave`; 1 for none), or at ``attn_eff_fa2`` x ``share`` where the stack runs
-    FlashAttention-2 (PyTorch SDPA's flash backend, ``attn_fa2``) and the device states it; x the exponentials'
-    rate of :func:`exp_rate_scale`, forward + backward (7 (d_qk + d_v) FLOPs, 2 exponentials per score)."""
-    return _attention_seconds(row, flops * exp_rate_scale(row, 7.0, 2.0), attention_eff(row) * share)
+    """Seconds for flash-attention forward kernels executing ``flops`` in training: at ``attn_eff`` x ``share`` (the
+    grid's useful share, :func:`attention_wave`; 1 for none), or at ``attn_eff_fa2`` x ``share`` where the stack runs
+    FlashAttention-2 (PyTorch SDPA's flash backend, ``attn_fa2``) and the device states it; x the forward's
+    exponential rate (:func:`exp_rate_scale`: 2 (d_qk + d_v) FLOPs, 1 exponential per score). The backward's base is
+    :func:`attention_backward_base` (docs/model.md §11.58: the backward is not limited by the exponentials)."""
+    return _attention_seconds(row, flops * exp_rate_scale(row, 2.0, 1.0), attention_eff(row) * share)
+
+
+@njit
+def attention_backward_base(row, flops, share):
+    """:func:`attention_time` at the measured efficiency without the exponential-rate factor: the flash backward's
+    base (kernels/lm/passes.py charges ``BACKWARD_ATTN`` x it; FlashAttention-4: the backward is shared-memory bound,
+    docs/model.md §11.58)."""
+    return _attention_seconds(row, flops, attention_eff(row) * share)
 
 
 @njit

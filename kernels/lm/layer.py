@@ -11,7 +11,7 @@ passes and ``kernels/lm/step.py`` composes the step.
 from fastmodel.kernels.lm.fp4 import lowp_cast_bytes, train_gemm_format
 from fastmodel.kernels.lm.fp8 import amax_reduction_time, fp8_transpose_bytes
 from fastmodel.kernels.roofline import (
-    attention_time, attention_wave, gemm_roofline, gemm_time, gemm_weight_bytes, grouped_gemm_time, memory_bound_time, sp_gather_bytes,
+    attention_backward_base, attention_time, attention_wave, gemm_roofline, gemm_time, gemm_weight_bytes, grouped_gemm_time, memory_bound_time, sp_gather_bytes,
 )
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.layout import (
@@ -59,7 +59,8 @@ W_FORWARD_ONLY = 16   # forward-only seconds: MoE GPU idle after host syncs, ein
 W_BACKWARD_MEM = 17   # backward-only memory-bound seconds of a MoE layer (einsum gating's, SequentialMLP's: moe.py)
 W_TP_BACKWARD = 18    # TP collective seconds, backward (one pass; W_TP's conjugates, the SP gathers at their bytes)
 W_TP_HIDDEN = 19      # of W_TP_BACKWARD: the wgrad re-gathers' seconds hidden under their dgrad GEMMs (§11.41)
-N_WORK = 20
+W_ATTN_BACKWARD = 20  # W_ATTN at the measured rate, no exponential factor: the base of the backward's BACKWARD_ATTN x (§11.58)
+N_WORK = 21
 
 
 @njit
@@ -122,15 +123,15 @@ def layer_kind_params(row, moe):
 
 @njit
 def flash_attention_time(row, flops, ctx):
-    """Seconds of the layer's flash-attention kernels (forward; the backward is 2.5x, kernels/lm/passes.py) at the
-    device's rate x the grid's useful share (docs/model.md §11.51): micro-batch x local heads x tiles of the local
-    sequence; full causal attention on one CP rank carries the tiles' imbalance, windows and CP's ring steps run
-    equal tiles."""
+    """Seconds of the layer's flash-attention forward and the backward's base (x 2.5 in passes.py; no exponential
+    factor, §11.58) at the device's rate x the grid's useful share (§11.51): micro-batch x local heads x tiles of the
+    local sequence; causal attention on one CP rank carries the tiles' imbalance, windows and CP ring steps do not."""
     c = row[C_CP]
     s_local = row[C_SEQ_LEN] / c
     imbalance = row[C_CAUSAL] > 0.0 and c <= 1.0 and ctx >= 0.5 * s_local
     groups = row[C_MICRO_BATCH] * row[C_HEADS] / row[C_TP]
-    return attention_time(row, flops, attention_wave(row, groups, s_local, imbalance))
+    share = attention_wave(row, groups, s_local, imbalance)
+    return attention_time(row, flops, share), attention_backward_base(row, flops, share)
 
 
 @njit
@@ -182,13 +183,13 @@ def layer_costs(row, moe, sliding, work):
     flops += attn_flops
     core_mem = 0.0
     if row[C_FLASH_ATTENTION] > 0.0:
-        attn = flash_attention_time(row, attn_flops, ctx)
+        attn, attn_backward = flash_attention_time(row, attn_flops, ctx)
     else:
         # unfused: batched GEMMs at GEMM efficiency + fused scale/mask/softmax/dropout over the s x s scores:
         # read 2 B, write 2 B, dropout mask 1 B and write 2 B per score element
         batches = row[C_MICRO_BATCH] * a / t
         queries = tokens / row[C_MICRO_BATCH]
-        attn = grouped_gemm_time(row, batches, queries, ctx, dqk, 0.0) + grouped_gemm_time(row, batches, queries, dv, ctx, 0.0)
+        attn = attn_backward = grouped_gemm_time(row, batches, queries, ctx, dqk, 0.0) + grouped_gemm_time(row, batches, queries, dv, ctx, 0.0)
         core_mem = memory_bound_time(row, 7.0 * tokens * row[C_SEQ_LEN] * a / t)
     # memory-bound kernels: 2 norms + 2 residual adds (replicated over TP unless SP), activation, rotary (§11.56)
     norm_tokens = tokens / t if sp else tokens
@@ -215,6 +216,7 @@ def layer_costs(row, moe, sliding, work):
     recomputed_modules(row, moe, tokens, norm_tokens, fp8, element, local_experts, rows, etp, moe_mem, ep, work)
     work[W_GEMM] = gemm
     work[W_ATTN] = attn
+    work[W_ATTN_BACKWARD] = attn_backward
     work[W_MEM] = mem
     work[W_ATTN_CORE_MEM] = core_mem
     work[W_TP] = tp
@@ -414,7 +416,7 @@ def head_costs(row, work):
     # the LM head runs in 16-bit in FP8 recipes (Transformer Engine keeps first/last layers in BF16); once more per
     # MTP module (the shared output layer)
     work[W_GEMM] = gemm_time(row, tokens, vocab, h, 0.0) * (1.0 + row[C_MTP_LAYERS]) + mtp_gemm
-    work[W_ATTN] = 0.0
+    work[W_ATTN] = work[W_ATTN_BACKWARD] = 0.0
     # the loss's memory-bound passes over the logits (loss_traffic_bytes_per_logit, the stack's count, forward and
     # backward together): half charged to each pass (docs/model.md §11.3)
     work[W_MEM] = memory_bound_time(row, tokens * vocab * 0.5 * row[C_LOSS_TRAFFIC_BYTES_PER_LOGIT]) + mtp_mem

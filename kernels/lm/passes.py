@@ -21,7 +21,7 @@ from fastmodel.kernels.lm.layer import (
     N_WORK as N_LAYER_WORK,
 )
 from fastmodel.kernels.lm.layer import (
-    W_AGAIN, W_AGAIN_EP, W_AGAIN_GEMM, W_ATTN, W_ATTN_CORE_MEM, W_CP, W_EP, W_EP_REMOTE, W_EXPERT_PARAMS, W_FLOPS, W_GEMM,
+    W_AGAIN, W_AGAIN_EP, W_AGAIN_GEMM, W_ATTN, W_ATTN_BACKWARD, W_ATTN_CORE_MEM, W_CP, W_EP, W_EP_REMOTE, W_EXPERT_PARAMS, W_FLOPS, W_GEMM,
     W_BACKWARD_MEM, W_MEM, W_PARAMS, W_SHARED, W_FORWARD_ONLY, W_TP, W_TP_BACKWARD, W_TP_HIDDEN, W_WGRAD, head_costs, layer_costs, layer_mix, recompute_share,
 )
 from fastmodel.kernels.lm.recompute import core_attention_recomputed
@@ -164,6 +164,10 @@ def recompute_gather(row, gather, recompute):
 def _add_layer_kind(row, weight, full, selective, fsdp, work):
     """Add one layer kind's passes (``work[W_*]`` filled by ``layer_costs``), weighted, to the accumulators."""
     g, a_, m_ = work[W_GEMM], work[W_ATTN], work[W_MEM]
+    # the attention backward: BACKWARD_ATTN x the forward at the measured rate (§11.58: no exponential-rate factor);
+    # a_extra is 0.0 exactly where the forward carries no factor (every device but B300/GB300)
+    a_back = BACKWARD_ATTN * work[W_ATTN_BACKWARD]
+    a_extra = BACKWARD_ATTN * (work[W_ATTN_BACKWARD] - a_)
     # FSDP2 copies: each gather out of its buffer, the gradients into the reduce-scatter buffer (a real shard group)
     sharded = fsdp and fsdp_shard_group(row) > 1.0
     copy = fsdp_copy_out_time(row, work[W_PARAMS]) if sharded else 0.0
@@ -175,7 +179,7 @@ def _add_layer_kind(row, weight, full, selective, fsdp, work):
     # each forward the layer runs (forward, recomputed forward); a MoE layer's backward-only memory-bound seconds (W_BACKWARD_MEM) in the backward
     forward_only = work[W_FORWARD_ONLY]
     forward = g + a_ + m_ + copy + forward_only
-    backward_input = BACKWARD_INPUT_GEMM * g + BACKWARD_ATTN * a_ + BACKWARD_MEM * m_ + copy + work[W_BACKWARD_MEM]
+    backward_input = BACKWARD_INPUT_GEMM * g + a_back + BACKWARD_MEM * m_ + copy + work[W_BACKWARD_MEM]
     # a gradient accumulation outside the weight-gradient GEMM streams the layer's parameters once per micro-batch
     accumulate = memory_bound_time(row, work[W_PARAMS] * row[C_GRAD_ACCUM_BYTES]) + copy_in
     backward_weight = BACKWARD_WEIGHT_GEMM * g + work[W_WGRAD] + accumulate
@@ -199,7 +203,7 @@ def _add_layer_kind(row, weight, full, selective, fsdp, work):
     if row[C_CP_ALGORITHM] == CP_ALLTOALL or row[C_CP_ALGORITHM] == CP_ALLGATHER:
         cp_left = cp                    # the all-to-alls / K-V all-gathers sit between the projections and attention
     else:
-        cp_left = exposed(row, cp, a_ * (1.0 + BACKWARD_ATTN + full))
+        cp_left = exposed(row, cp, a_ * (1.0 + BACKWARD_ATTN + full) + a_extra)
     if fsdp:
         t, c = row[C_TP], row[C_CP]
         group, bucket = fsdp_shard_group(row), row[C_COLLECTIVE_BUCKET_BYTES]
@@ -231,7 +235,7 @@ def _add_layer_kind(row, weight, full, selective, fsdp, work):
     again_mem = selective * (core * work[W_ATTN_CORE_MEM] + work[W_AGAIN] - work[W_AGAIN_GEMM]) if megatron \
         else selective * m_
     work[A_GEMM] += weight * (g * (passes + (0.0 if megatron else 0.5 * selective)) + again_gemm + work[W_WGRAD])
-    work[A_ATTN] += weight * a_ * (1.0 + BACKWARD_ATTN + full + (selective * core if megatron else 0.0))
+    work[A_ATTN] += weight * (a_ * (1.0 + BACKWARD_ATTN + full + (selective * core if megatron else 0.0)) + a_extra)
     work[A_MEM] += weight * (m_ * (1.0 + BACKWARD_MEM + full) + again_mem + 2.0 * copy + accumulate
                              + forward_only * (1.0 + full) + work[W_BACKWARD_MEM])
     work[A_TP_COMM] += weight * tp

@@ -258,11 +258,12 @@ def test_an_all_moe_last_rank_is_priced_by_kind_against_a_middle_rank():
     in chunk 0, rank 0), with the MTP module and the LM head; the busiest middle rank (rank 2: chunks 2, 6, 10, 14)
     16 MoE layers. By hand from the kinds' passes t_m (layer_kinds_passes 2-4), the head's (head_passes) and the MTP
     layer's t_mtp (mtp_layer_into; the decoder's last layer is MoE, so t_mtp = t_m):
-    last = 13 t_m + head + t_mtp = 14 t_m + head = 333.34 ms against the middle rank's 16 t_m = 330.41 ms, so the
-    last rank leads (339.38 and 337.31 before §11.58's Blackwell Ultra exponential rate; 339.81 and 337.81 before
-    §11.56's MLA RoPE; 338.19 and 336.65 before §11.46). Priced at the mix's average layer (13 t_avg + head + t_mtp =
-    330.44 ms, 0.03 ms over the by-kind middle rank; 336.48 ms before §11.58, when it trailed that rank's 337.31) it
-    understated the last rank by 2.9 ms (review 2 finding 1; §11.44 item 1d)."""
+    last = 13 t_m + head + t_mtp = 14 t_m + head = 336.93 ms against the middle rank's 16 t_m = 334.51 ms, so the
+    last rank leads (§11.58's Blackwell Ultra exponential rate on the forward only; 333.34 and 330.41 with it on the
+    backward too, review 13 finding 1; 339.38 and 337.31 before §11.58; 339.81 and 337.81 before §11.56's MLA RoPE;
+    338.19 and 336.65 before §11.46). Priced at the mix's average layer (13 t_avg + head + t_mtp = 334.03 ms, under
+    the by-kind middle rank's 334.51; 330.44 with the backward scaled, 336.48 before §11.58) it understated the last
+    rank by 2.9 ms (review 2 finding 1; §11.44 item 1d)."""
     from fastmodel.kernels.lm.mtp_breakdown import mtp_layer_into
     from fastmodel.kernels.lm.step import busiest_stage
     from fastmodel.lm.records import read_records
@@ -282,8 +283,8 @@ def test_an_all_moe_last_rank_is_priced_by_kind_against_a_middle_rank():
     assert t_mtp == pytest.approx(t_m, rel=1e-12)
     assert _ends(row) == (0.0, 0.0, 0.0, 0.0)      # one model copy, no split slots: no e on the ends
     last, middle = 14.0 * t_m + head, 16.0 * t_m
-    assert last == pytest.approx(0.33334, abs=1e-5) and middle == pytest.approx(0.33041, abs=1e-5)
-    assert 13.0 * t_avg + head + t_mtp == pytest.approx(0.33044, abs=1e-5)    # the average layer's pricing
+    assert last == pytest.approx(0.33693, abs=1e-5) and middle == pytest.approx(0.33451, abs=1e-5)
+    assert 13.0 * t_avg + head + t_mtp == pytest.approx(0.33403, abs=1e-5)    # the average layer's pricing
     stage_mb, *_, layers, share, n16, _, emb = busiest_stage(row, np.zeros(N_WORK))
     assert (layers, share, n16, emb) == (13.0, 1.0, 0.0, 0.0)
     assert stage_mb == pytest.approx(last, rel=1e-12)

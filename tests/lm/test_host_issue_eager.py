@@ -74,3 +74,17 @@ def test_a_tiny_model_on_eager_fsdp2_is_host_bound_by_the_hand_formula():
     gpu = one(**kw)
     assert gpu["step_time"] - gpu["time_optimizer"] < 0.25 * (bound["step_time"] - bound["time_optimizer"])
     assert bound["time_host_wait"] == pytest.approx(bound["step_time"] - gpu["step_time"], rel=1e-12)
+
+
+def test_compiled_torchtitan_blocks_that_fall_back_to_eager_count_their_operators():
+    """EP + activation checkpointing before TorchTitan #1895 run each compiled block eagerly (``eager_blocks``):
+    the block's 67 and FSDP2's 48 as an eager run (review 13 finding 5); without EP, or without recompute, the
+    compiled blocks fuse and count nothing."""
+    compiled = ExecutionSpec(framework="TorchTitan", sharding="fsdp", torch_compile=True, recompute="full")
+    for dispatcher in (None, "deepep"):
+        e = compiled.model_copy(update={"moe_dispatcher": dispatcher})
+        eager = resolve(e, pp=1, layers=48, expert_parallel=True)
+        assert (eager.host_ops_layer, eager.host_op_s, eager.fused_kernels) == (115.0, m21.HOST_OP_S_EAGER, False)
+    assert resolve(compiled, pp=1, layers=48, expert_parallel=False).host_ops_layer is None
+    no_ac = compiled.model_copy(update={"recompute": "none"})
+    assert resolve(no_ac, pp=1, layers=48, expert_parallel=True).host_ops_layer is None

@@ -72,17 +72,20 @@ def resolve(execution, pp: int, layers: int, notes: list[str] | None = None, exp
     ``torch/_functorch/partitioners.py`` ``min_cut_rematerialization_partition``, the partitioner Inductor
     uses; so both the memory-bound traffic of ``elementwise_bytes`` and the extra saved tensors of
     ``eager_elementwise_bytes`` are the fused ones) unless the profile's ``eager_blocks`` gives a reason the
-    compiled blocks run eager (``expert_parallel``: the plan's ``ep > 1``), and ``vp = "unknown"`` replaced by the profile's rule (1 where the stack
-    cannot interleave, DeepSpeed's pipeline engine; 1 at pp 1, where no stack has stages to interleave). Notes
-    (framework not recognised, the vp rule) are appended to ``notes``."""
+    compiled blocks run eager (``expert_parallel``: the plan's ``ep > 1``; then the profile's ``eager_defaults``
+    apply too), and ``vp = "unknown"`` replaced by the profile's rule (1 where the stack cannot interleave,
+    DeepSpeed's pipeline engine; 1 at pp 1, where no stack has stages to interleave). Notes (framework not
+    recognised, the vp rule) are appended to ``notes``."""
     profile, note = profile_for(execution.framework, execution.stack)
     update = {"stack": profile.name}
     defaults = profile.defaults(execution, execution.framework)
     if compiles(execution, defaults) and execution.fused_kernels is None:
         eager = profile.eager_blocks(execution, expert_parallel)
         update["fused_kernels"] = eager is None     # Inductor fuses the element-wise chains (above)
-        if eager is not None and notes is not None:
-            notes.append(eager)
+        if eager is not None:
+            defaults = {**defaults, **profile.eager_defaults(execution)}
+            if notes is not None:
+                notes.append(eager)
     for name, value in defaults.items():
         if getattr(execution, name) is None and name not in update:
             update[name] = value

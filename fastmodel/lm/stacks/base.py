@@ -49,7 +49,8 @@ class StackProfile:
     (those the execution leaves ``None``; fields it does not return keep the registry column's default).
     ``unknown_vp`` is the rule for ``vp = "unknown"``: (virtual stages, the rule in words with its source).
     ``eager_blocks(execution, expert_parallel)`` is the stack's reason (a note) why a compiled model's decoder
-    blocks still run eager element-wise kernels, or ``None`` when compiling fuses them.
+    blocks still run eager element-wise kernels, or ``None`` when compiling fuses them; where it gives one,
+    ``eager_defaults(execution)`` adds the defaults of those eager blocks (TorchTitan: their host issue, §11.59).
     ``unknown_recompute`` is the rule for ``recompute = "unknown"`` given the sequence length: (recompute, the
     rule in words); by default selective, which every stack here supports.
     ``parse_notes(execution, framework)`` are the notes of the stack's own parse of the text (e.g. DeepSpeed's
@@ -65,6 +66,7 @@ class StackProfile:
         2, "2 virtual stages per rank, the fewest an interleaved schedule has (an assumption: the framework "
            "sets no default)"))
     eager_blocks: Callable[[Any, bool], str | None] = field(default=lambda execution, expert_parallel: None)
+    eager_defaults: Callable[[Any], dict] = field(default=lambda execution: {})
     unknown_recompute: Callable[[int], tuple[str, str]] = field(default=lambda seq_len: (
         "selective", "selective assumed"))
     parse_notes: Callable[[Any, str | None], list[str]] = field(default=lambda execution, framework: [])

@@ -15,7 +15,7 @@ torchtitan/components/loss.py at 785c34c and 92ed8b3), eager or compiled with th
 """
 
 from fastmodel.lm.stacks.base import StackProfile, names_in, tokens
-from fastmodel.lm.stacks.megatron_2021 import HOST_OP_S_EAGER  # §11.8 "Host issue time" [A]
+from fastmodel.lm.stacks.megatron_2021 import HOST_OP_S_EAGER  # §11.7 "Host issue time" [A]
 from fastmodel.registry.lm import MOE_DISPATCHERS
 
 #: Small kernels of one MoE layer forward on TorchTitan's DeepEP path (pytorch/torchtitan 022f885f34) when its
@@ -47,12 +47,12 @@ HOST_OPS_LLAMA_BLOCK_EAGER = 67.0
 HOST_OPS_FSDP2_BLOCK = 48.0
 
 
-def host_defaults(execution, hooks: float = HOST_OPS_FSDP2_BLOCK) -> dict:
+def host_defaults(execution, hooks: float = HOST_OPS_FSDP2_BLOCK, eager: bool = False) -> dict:
     """An eager PyTorch-native model's host issue (docs/model.md §11.59): the Llama block's dispatcher calls per
     layer forward, plus the sharding's ``hooks`` (FSDP2's here) when parameters are sharded (``fsdp``/``hsdp``),
     at ``HOST_OP_S_EAGER`` each; nothing when the run compiles the model (Inductor's generated code is not this
-    count; the MoE blocks that fall back to eager keep their own counts, ``defaults``)."""
-    if execution.torch_compile:
+    count) unless its blocks run ``eager`` all the same (:func:`eager_defaults`)."""
+    if execution.torch_compile and not eager:
         return {}
     sharded = getattr(execution, "sharding", None) in ("fsdp", "hsdp")
     return {"host_ops_layer": HOST_OPS_LLAMA_BLOCK_EAGER + (hooks if sharded else 0.0), "host_op_s": HOST_OP_S_EAGER}
@@ -87,6 +87,12 @@ def defaults(execution, framework: str | None) -> dict:
         out["host_op_s"] = HOST_OP_S_EAGER
     out.update(host_defaults(execution))
     return out
+
+
+def eager_defaults(execution) -> dict:
+    """A compiled model whose blocks run eager (:func:`eager_blocks`: EP + AC before #1895) issues them as an eager
+    model does: the block's count and FSDP2's hooks (docs/model.md §11.59; review 13 finding 5)."""
+    return host_defaults(execution, eager=True)
 
 
 #: TorchTitan's pull request that compiles a MoE block's submodules around the graph break instead of the block
@@ -125,4 +131,5 @@ PROFILE = StackProfile(
     defaults=defaults,
     unknown_vp=unknown_vp,
     eager_blocks=eager_blocks,
+    eager_defaults=eager_defaults,
 )
