@@ -121,3 +121,18 @@ def test_the_report_and_the_saved_calibration_record_the_choice():
     header = {"format": 2, "fitted_on": "x", "fitted_at": "y", "selection": "; ".join(lines)}
     text = to_toml(result.calibration(header), comments, notes)
     assert parse_calibration(tomllib.loads(text), "").header["selection"] == "; ".join(lines)
+
+
+def test_a_cross_validated_pull_fits_every_identified_factor(monkeypatch):
+    """``prior="cv"`` chooses the pull alone and fits every identified factor (``keep=None``): its loop over the
+    pulls once shadowed leave-one-out's choice (AttributeError: 'float' object has no attribute 'keep')."""
+    monkeypatch.setattr(fit_module, "held_out_cost", lambda train, test, prior, *a, **kw: 0.0 if prior == 1.0 else 1.0)
+    given = {}
+
+    def stub_fit(records, **kw):
+        given.update(kw)
+        return SimpleNamespace(parameters=[], prior=kw["prior"])
+
+    monkeypatch.setattr(fit_module, "fit", stub_fit)
+    result = fit_module.calibrate([SimpleNamespace(id=str(i)) for i in range(6)], prior="cv")
+    assert result.prior == 1.0 and given["keep"] is None and result.prior_rule == "chosen by 3-fold cross-validation"

@@ -400,9 +400,9 @@ def calibrate(records, *, prior: float | str = "auto", loss: str = "soft_l1", f_
     Synthetic runs the model fits exactly choose 0; runs the model misses for structural reasons choose a
     pull that keeps efficiencies near their datasheet values unless many runs agree."""
     scores: dict[float, float] = {}
-    rule, choice = "", None
+    rule, picked = "", None
     if prior == "auto":   # below prior.LOO_MAX_RUNS runs: the factors kept and their pull, by leave-one-out
-        prior, scores, rule, choice = auto_prior(records, loss, f_scale, **kw)
+        prior, scores, rule, picked = auto_prior(records, loss, f_scale, **kw)
     elif prior == "cv":
         rule = f"chosen by {folds}-fold cross-validation"
         if len(records) < 2 * folds:    # said 'chosen by 3-fold cross-validation' of one run
@@ -418,10 +418,10 @@ def calibrate(records, *, prior: float | str = "auto", loss: str = "soft_l1", f_
             prior = min(choices, key=lambda c: (round(scores[c], 12), -c))
     elif isinstance(prior, str) or not prior >= 0:
         raise FastmodelError(f"calibrate: prior must be a number >= 0, 'cv' or 'auto', got {prior!r}")
-    keep = choice.keep if choice is not None and np.isfinite(prior) else None
+    keep = picked.keep if picked is not None and np.isfinite(prior) else None
     result = fit(records, prior=float(prior), loss=loss, f_scale=f_scale, keep=keep, **kw)
     result.prior_scores, result.prior_rule = scores, rule
-    apply_choice(result, choice)
+    apply_choice(result, picked)
     if rule and not np.isfinite(result.prior):
         for p in result.parameters:
             p.status = HELD if p.status.startswith("identified, held") else p.status
