@@ -74,6 +74,8 @@ def main() -> None:
                   f"  {100 * np.median(before):12.1f}% {100 * np.median(after):6.1f}%")
             fitted = [f"{p.label} {p.start:g}->{p.value:.3g}" for p in result.parameters if p.fitted]
             print(f"{'':42s}pull {result.prior:g}: {result.prior_rule}")
+            for line in result.selection:   # leave-one-out's factors kept and dropped, with its mean costs
+                print(f"{'':42s}{line}")
             print(f"{'':42s}fitted: {', '.join(fitted) or 'none'}")
             kept = [p for p in result.parameters if not p.fitted]
             quiet = [p for p in kept if p.status.startswith(QUIET)]

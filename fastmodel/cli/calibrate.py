@@ -23,7 +23,8 @@ CALIBRATE_FLAGS = {"folds": "--folds", "loss": "--loss", "prior": "--prior", "se
 @click.option("--prior", default="auto", show_default=True,
               help="Weight pulling each fitted value toward its physical one, per scale (0: none); 'cv': "
                    "chosen among 0, 0.5, 1, 2, 4 by 3-fold cross-validation on RUNS; 'auto': 0.5 from 10 runs, "
-                   "below chosen among 0, 0.5, 1, 2, 4 and inf (nothing fitted) by leave-one-out.")
+                   "below chosen among 0, 0.5, 1, 2, 4 and inf (nothing fitted) by leave-one-out, which then "
+                   "drops each factor whose removal costs no more than one standard error.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the coarse search's random points.")
 @friendly
 def calibrate(runs, output, force, folds, loss, prior, seed):

@@ -118,6 +118,9 @@ def test_runs_the_model_predicts_exactly_leave_it_unchanged():
     cal = result.calibration()
     assert not cal.devices and not cal.framework and not cal.stacks
     assert any(p.status == HELD for p in result.parameters)
+    # the report's lines: leave-one-out's costs, then every identified factor dropped (prior.choose)
+    assert result.selection[0].startswith("leave-one-out on the 5 runs")
+    assert len(result.selection) > 1 and all(line.startswith("dropped ") for line in result.selection[1:])
 
 
 def test_a_stack_host_op_s_reads_back_and_scales_the_counted_issue_time():

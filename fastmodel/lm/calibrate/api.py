@@ -108,6 +108,8 @@ def fit_runs(runs: Any, folds: int | None = None, loss: str = "soft_l1", prior: 
         "objective": objective_text(loss, prior=result.prior) + (f", {result.prior_rule}" if result.prior_rule else ""),
         "step_time_mape_before": mape(before), "step_time_mape_after": mape(after),
     }
+    if result.selection:     # below 10 runs: the factors leave-one-out kept and dropped, with its costs
+        header["selection"] = "; ".join(result.selection)
     if cv:
         header.update(folds=folds, cv_step_time_mape=mape(cv))
     comments, notes = toml_annotations(result)

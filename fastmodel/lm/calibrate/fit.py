@@ -53,7 +53,7 @@ from fastmodel.lm.calibrate.overlay import (
     device_aliases,
     record_stack_key,
 )
-from fastmodel.lm.calibrate.prior import HELD, auto_prior
+from fastmodel.lm.calibrate.prior import HELD, OUTSIDE, apply_choice, auto_prior
 from fastmodel.lm.calibrate.search import Box, coarse_search, refine, robust_cost  # noqa: F401 (re-exported)
 from fastmodel.registry.lm import COLUMN_INDEX as C
 from fastmodel.registry.lm import COLUMNS
@@ -134,6 +134,7 @@ class FitResult:
     prior: float = 0.0
     prior_scores: dict = field(default_factory=dict)   # prior weight -> held-out cost (when chosen by CV)
     prior_rule: str = ""                               # how the prior weight was chosen (calibrate)
+    selection: list = field(default_factory=list)      # leave-one-out's factor choice, one line each (prior.py)
 
     def calibration(self, header: dict | None = None, source: str = "") -> Calibration:
         """The fitted parameters as a calibration overlay (parameters left physical are not in it)."""
@@ -299,13 +300,15 @@ def objective_text(loss: str = "soft_l1", f_scale: float = 0.05, prior: float = 
 
 def fit(records, *, min_effect: float = 0.005, min_independence: float = 0.5, stages: int = 3,
         sweep_points: int = 9, random_points: int = 200, max_nfev: int = 60, seed: int = 0,
-        loss: str = "soft_l1", f_scale: float = 0.05, prior: float = 0.5, runs_per_parameter: int = 2) -> FitResult:
+        loss: str = "soft_l1", f_scale: float = 0.05, prior: float = 0.5, runs_per_parameter: int = 2,
+        keep=None) -> FitResult:
     """Fit the fittable parameters of the groups appearing in ``records`` (run records with a measured step time).
 
     ``loss``/``f_scale``: scipy's loss on the log errors (``soft_l1``: residuals beyond ~``f_scale`` -- runs
     the model misses for reasons no efficiency explains -- weigh linearly, not quadratically; ``linear``: plain
     least squares). ``prior``: weight of ``(value - physical) / scale`` residuals pulling each fitted value
-    toward its physical one (0: none).
+    toward its physical one (0: none). ``keep`` (labels): only these parameters may be fitted, the others are
+    held before identification (``prior.OUTSIDE``; leave-one-out's factor subsets); None: every one.
     """
     if not records:
         raise FastmodelError("calibrate: no run records")
@@ -315,6 +318,8 @@ def fit(records, *, min_effect: float = 0.005, min_independence: float = 0.5, st
         raise FastmodelError(f"calibrate: run {bad[0]} has no positive measured.step_time_s"
                              + (f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""))
     params = candidate_parameters(records)
+    for p in params if keep is not None else ():
+        p.status = p.status or ("" if p.label in keep else OUTSIDE)
     problem = Problem(records, params)
     theta = np.array([p.start for p in params])
     cost_before = float(np.sum(problem.residuals(theta)[0] ** 2))
@@ -390,13 +395,14 @@ def calibrate(records, *, prior: float | str = "auto", loss: str = "soft_l1", f_
               choices=PRIOR_CHOICES, folds: int = PRIOR_FOLDS, **kw) -> FitResult:
     """``fit`` with the pull toward physical values given, chosen (``"cv"``) among ``choices`` by the
     smallest held-out cost of a ``folds``-fold cross-validation on ``records`` (ties: the larger pull), or
-    (``"auto"``, the default) 0.5 from ``prior.LOO_MAX_RUNS`` runs up and by leave-one-out below (``prior``).
+    (``"auto"``, the default) 0.5 from ``prior.LOO_MAX_RUNS`` runs up and, below, the identified factors kept
+    and their pull chosen together by leave-one-out (``prior``).
     Synthetic runs the model fits exactly choose 0; runs the model misses for structural reasons choose a
     pull that keeps efficiencies near their datasheet values unless many runs agree."""
     scores: dict[float, float] = {}
-    rule = ""
-    if prior == "auto":
-        prior, scores, rule = auto_prior(records, loss, f_scale, **kw)
+    rule, picked = "", None
+    if prior == "auto":   # below prior.LOO_MAX_RUNS runs: the factors kept and their pull, by leave-one-out
+        prior, scores, rule, picked = auto_prior(records, loss, f_scale, **kw)
     elif prior == "cv":
         rule = f"chosen by {folds}-fold cross-validation"
         if len(records) < 2 * folds:    # said 'chosen by 3-fold cross-validation' of one run
@@ -412,8 +418,10 @@ def calibrate(records, *, prior: float | str = "auto", loss: str = "soft_l1", f_
             prior = min(choices, key=lambda c: (round(scores[c], 12), -c))
     elif isinstance(prior, str) or not prior >= 0:
         raise FastmodelError(f"calibrate: prior must be a number >= 0, 'cv' or 'auto', got {prior!r}")
-    result = fit(records, prior=float(prior), loss=loss, f_scale=f_scale, **kw)
+    keep = picked.keep if picked is not None and np.isfinite(prior) else None
+    result = fit(records, prior=float(prior), loss=loss, f_scale=f_scale, keep=keep, **kw)
     result.prior_scores, result.prior_rule = scores, rule
+    apply_choice(result, picked)
     if rule and not np.isfinite(result.prior):
         for p in result.parameters:
             p.status = HELD if p.status.startswith("identified, held") else p.status

@@ -86,7 +86,7 @@ DEVICE_FIELDS: dict[str, str] = {c.name: _FIELD_PATHS.get(c.name, c.name) for c 
 HEADER_FIELDS = {
     "format": int, "fitted_on": str, "runs": int, "fitted_at": str, "sha256": str, "fastmodel": str,
     "objective": str, "folds": int, "cv_step_time_mape": float, "step_time_mape_before": float,
-    "step_time_mape_after": float, "note": str,
+    "step_time_mape_after": float, "selection": str, "note": str,
 }
 HEADER_REQUIRED = ("format", "fitted_on", "fitted_at")
 

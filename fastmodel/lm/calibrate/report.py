@@ -84,7 +84,8 @@ def toml_annotations(result: FitResult):
     comments, notes = {}, {}
     for p in result.parameters:
         if p.fitted:
-            comments[(p.group, p.column)] = f"physical {_fmt(p.start)}, bounds [{p.lo:g}, {p.hi:g}]"
+            comments[(p.group, p.column)] = (f"physical {_fmt(p.start)}, bounds [{p.lo:g}, {p.hi:g}]"
+                                             + ("; kept by leave-one-out (selection)" if result.selection else ""))
         else:
             name = p.label.split(".", 2)[-1] if p.group is not None else p.label.split(".", 1)[1]
             notes.setdefault(p.group, []).append(f"left physical ({_fmt(p.start)}): {name}: {p.status}")
@@ -105,6 +106,7 @@ def format_report(result: FitResult, before: list[dict], after: list[dict], cv: 
     else:
         head.append(f"pull toward physical values: {result.prior:g}"
                     + (f", {result.prior_rule}" if result.prior_rule else ""))
+    head += [f"  {line}" for line in result.selection]   # leave-one-out's factors kept and dropped (prior.py)
     if calibration_line:
         head.append(calibration_line)
     cv_line = (f"cross-validated: {folds}-fold, each fold predicted by a calibration fitted on the others"
