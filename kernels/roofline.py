@@ -7,10 +7,9 @@
   epilogue over its reduction length.
 - Flash attention: FLOPs / (16-bit peak x attn_eff), or x attn_eff_fa2 where the stack runs FlashAttention-2
   through PyTorch SDPA (``attn_fa2``) and the device states that efficiency; a serving prompt's forward-only
-  attention at ``attn_eff_fwd`` where the device states it (``attention_fwd_time``, docs/model_serving.md §S48);
-  where the efficiency was measured on a device of another exponential rate (B300/GB300 carry B200's), the
-  forward's softmax-exponential part runs at this device's rate (``exp_rate_scale``, docs/model.md §11.58; the
-  training backward stays at the measured rate, ``attention_backward_base``).
+  attention at ``attn_eff_fwd`` where the device states it (``attention_fwd_time``, docs/model_serving.md §S48); the
+  forward's softmax exponentials at this device's rate where the efficiency was measured on another's (B300/GB300
+  carry B200's: ``exp_rate_scale``, docs/model.md §11.58; the backward keeps the measured rate).
 - Memory-bound kernels: bytes / (HBM bw x hbm_eff).
 - Every kernel time is divided by ``stack_compute_eff`` (1 unless a calibration's ``[stack."NAME"]`` table
   sets the share of the modelled speed a software stack attains; docs/calibration.md).
@@ -410,9 +409,8 @@ def attention_time(row, flops, share):
 
 @njit
 def attention_backward_base(row, flops, share):
-    """:func:`attention_time` at the measured efficiency without the exponential-rate factor: the flash backward's
-    base (kernels/lm/passes.py charges ``BACKWARD_ATTN`` x it; FlashAttention-4: the backward is shared-memory bound,
-    docs/model.md §11.58)."""
+    """The flash backward's base: :func:`attention_time` without the exponential-rate factor (kernels/lm/passes.py
+    charges ``BACKWARD_ATTN`` x it; FlashAttention-4: the backward is shared-memory bound, docs/model.md §11.58)."""
     return _attention_seconds(row, flops, attention_eff(row) * share)
 
 
