@@ -97,6 +97,31 @@ def test_a_run_stating_no_backward_prefetch_exposes_its_backward_gathers_on_any_
     assert (stated.fsdp_backward_prefetch, stated.fsdp_limit_all_gathers) == ("post", False)
 
 
+def test_fsdp1_prefetch_none_leaves_zero_1_and_2_overlap_alone():
+    """review14 #14: FSDP1's backward_prefetch does not gate ZeRO-2's post-step gather (overlap_param_gather left
+    to the run); PyTorch 1.x keeps no DP overlap whatever the sharding."""
+    zero2 = resolve(ExecutionSpec(framework="HF Accelerate DeepSpeed ZeRO-2", sharding="zero2"), 1, 32)
+    assert (zero2.stack, zero2.fsdp_backward_prefetch, zero2.overlap_param_gather) == ("accelerate", "none", None)
+    old = resolve(ExecutionSpec(framework="PyTorch 1.10 FSDP", sharding="zero2"), 1, 32)
+    assert old.overlap_param_gather is False
+
+
+def test_an_accelerate_fsdp_record_not_stating_its_prefetch_gets_a_note():
+    """review14 #13: `accelerate config` writes BACKWARD_PRE while the plugin's default is None: the assumed none
+    is named in the notes; a stated prefetch, or no FSDP, gets no note."""
+    notes = []
+    resolve(ExecutionSpec(framework="HF Accelerate FSDP", sharding="fsdp"), 1, 32, notes)
+    assert any(note.startswith("fsdp_backward_prefetch assumed none") for note in notes)
+    for spec in (ExecutionSpec(framework="HF Accelerate FSDP", sharding="fsdp", fsdp_backward_prefetch="pre"),
+                 ExecutionSpec(framework="HF Accelerate", sharding="zero2")):
+        quiet = []
+        resolve(spec, 1, 32, quiet)
+        assert not any("fsdp_backward_prefetch" in note for note in quiet)
+    stated = resolve(ExecutionSpec(framework="HF Accelerate FSDP", sharding="fsdp", fsdp_backward_prefetch="pre"),
+                     1, 32)
+    assert (stated.fsdp_backward_prefetch, stated.overlap_param_gather) == ("pre", None)
+
+
 def test_the_recompute_gathers_again_where_the_checkpoint_wraps_the_fsdp_units():
     """A layer's all-gather 1 s (times its fully recomputed share), its recomputed forward 3 s, comm_sm_share 0.1.
     FSDP units inside the checkpointed block (fsdp_units_in_checkpoint 1): a third gather, 1 s on the NCCL stream,

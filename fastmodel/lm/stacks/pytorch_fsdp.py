@@ -48,9 +48,11 @@ def version(framework: str | None) -> tuple[int, int] | None:
 def fsdp1_prefetch(execution, prefetch: str, limit_all_gathers: bool) -> dict:
     """An FSDP1 stack's ``backward_prefetch`` and ``limit_all_gathers`` defaults, and without backward prefetch
     (the run's ``fsdp_backward_prefetch`` or else ``prefetch`` is ``none``) the backward's gathers not overlapped
-    (``overlap_param_gather`` false, the forward's stay hidden: kernels/lm/parallel.py ``fsdp_layer_exposed``)."""
+    (``overlap_param_gather`` false, the forward's stay hidden: kernels/lm/parallel.py ``fsdp_layer_exposed``).
+    Only for FSDP sharding: ``overlap_param_gather`` also gates ZeRO-1/2's post-step parameter all-gather
+    (kernels/lm/parallel.py) and the FP32 embedding's late gather, which FSDP1's knob does not touch (review14 #14)."""
     values = {"fsdp_backward_prefetch": prefetch, "fsdp_limit_all_gathers": limit_all_gathers}
-    if (execution.fsdp_backward_prefetch or prefetch) == "none":
+    if execution.sharding == "fsdp" and (execution.fsdp_backward_prefetch or prefetch) == "none":
         values["overlap_param_gather"] = False
     return values
 
@@ -62,7 +64,9 @@ def defaults(execution, framework: str | None) -> dict:
     stated = version(framework)
     if stated is not None and stated[0] == 1:
         # issue 26 (audit): the 1.x branch exists for one dev row (minGPT on PyTorch 1.10)
-        values.update({"dropout": True, "flash_attention": False, "attn_fa2": False, "overlap_grad_reduce": False})
+        # no DP overlap on 1.x (overlap_param_gather false whatever the sharding, as before fsdp1_prefetch)
+        values.update({"dropout": True, "flash_attention": False, "attn_fa2": False, "overlap_grad_reduce": False,
+                       "overlap_param_gather": False})
         if execution.sharding == "fsdp":
             values["overlap_grad_reduce"] = True
         values.update(fsdp1_prefetch(execution, "none", False))    # no prefetch, no rate limiter by default
