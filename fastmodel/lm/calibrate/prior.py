@@ -119,11 +119,19 @@ def choose(records, loss: str, f_scale: float, choices=LOO_CHOICES, **kw) -> tup
     return pull, means, choice
 
 
-def auto_prior(records, loss: str, f_scale: float, **kw) -> tuple[float, dict[float, float], str, Choice | None]:
+def loo_decides(n: int) -> bool:
+    """True where ``prior="auto"`` on ``n`` runs lets leave-one-out choose the factors and the pull."""
+    return 3 <= n < LOO_MAX_RUNS
+
+
+def auto_prior(records, loss: str, f_scale: float, runs: int | None = None,
+               **kw) -> tuple[float, dict[float, float], str, Choice | None]:
     """``prior="auto"``: (pull, held-out cost per pull, how it was chosen, leave-one-out's factor choice or None
-    where every identified factor is fitted)."""
+    where every identified factor is fitted). ``runs``: the number of runs whose rule applies, where it is not
+    ``len(records)`` -- a cross-validation fold of a calibration on ``runs`` runs scores that calibration's rule
+    (review14 #10); leave-one-out needs two runs."""
     n = len(records)
-    if n >= LOO_MAX_RUNS or n < 3:
+    if not loo_decides(n if runs is None else runs) or n < 2:
         return DEFAULT_PRIOR, {}, f"default (leave-one-out chooses it for 3 to {LOO_MAX_RUNS - 1} runs)", None
     prior, scores, choice = choose(list(records), loss, f_scale, **kw)
     rule = f"chosen by leave-one-out on the {n} runs, with the factors it moves (one-standard-error rule)"
