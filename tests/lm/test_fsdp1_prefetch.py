@@ -80,6 +80,7 @@ def test_reserved_memory_takes_the_run_ahead_up_to_what_the_device_holds():
     ("PyTorch 1.13 FSDP", "none", False, False),          # backward_prefetch None, limit_all_gathers False
     ("PyTorch 2.0 FSDP", "pre", False, None),             # BACKWARD_PRE (PR #88428), limiter still off
     ("PyTorch 2.1 FSDP", "pre", True, None),              # limit_all_gathers=True by default (PR #104900)
+    ("PyTorch 2 FSDP", "pre", True, None),                # a bare major: some 2.x, as no version (review14 #3)
     ("PyTorch FSDP (post-2.2 nightly) + SDPA FlashAttention-2 (fms-fsdp)", "pre", True, None),
     ("llm-foundry (Composer, PyTorch FSDP)", "post", True, None),     # FSDPConfig backward_prefetch BACKWARD_POST
     ("HF Accelerate FSDP", "none", True, False),          # FullyShardedDataParallelPlugin: NO_PREFETCH

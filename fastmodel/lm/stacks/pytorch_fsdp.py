@@ -7,7 +7,7 @@ element-wise ops eagerly, one kernel per op (no fused bias-GeLU or norm kernels)
 recompute is op-level (matmul outputs kept, element-wise ops recomputed). On 2.x attention goes through
 ``scaled_dot_product_attention``, whose flash backend (FlashAttention-2) PyTorch tries first (``attn_fa2``,
 docs/model.md §11.3; the fms-fsdp records name "SDPA FlashAttention-2"). The PyTorch version is the token
-after ``pytorch`` (``"PyTorch 1.10 FSDP"``); none given: 2.x.
+after ``pytorch`` (``"PyTorch 1.10 FSDP"``); none given, or a bare ``2``: 2.x (2.1 on).
 
 PyTorch 1.x additionally predates FlashAttention in ``scaled_dot_product_attention`` (2.0) and trains with
 dropout; its FSDP gathers each wrapped layer when it runs (``backward_prefetch`` defaulted to None,
@@ -35,14 +35,15 @@ from fastmodel.lm.stacks.torchtitan import host_defaults
 HOST_OPS_FSDP1_BLOCK = 26.0
 
 
-def version(framework: str | None) -> tuple[int, int] | None:
-    """(major, minor) of the PyTorch version the framework text states (``pytorch 1.10`` -> (1, 10), ``pytorch 2``
-    -> (2, 0)), or None."""
+def version(framework: str | None) -> tuple[int, int | None] | None:
+    """(major, minor) of the PyTorch version the framework text states (``pytorch 1.10`` -> (1, 10)), the minor
+    None where only the major is given (``pytorch 2`` -> (2, None): some 2.x, taken as an unstated 2.x -- the
+    2.1+ rate limiter --, not as 2.0; review14 #3), or None."""
     found = names_in(tokens(framework or ""), rf"pytorch ({VERSION})")
     if not found:
         return None
     numbers = [int(part) for part in re.findall(r"\d+", found.group(1))]
-    return numbers[0], (numbers[1] if len(numbers) > 1 else 0)
+    return numbers[0], (numbers[1] if len(numbers) > 1 else None)
 
 
 def fsdp1_prefetch(execution, prefetch: str, limit_all_gathers: bool) -> dict:
