@@ -160,3 +160,22 @@ def test_cross_validation_folds_apply_the_rule_of_all_the_runs(monkeypatch):
     given.clear()
     report_module.cross_validate([SimpleNamespace(id=str(i)) for i in range(10)], 5, prior=0.5)
     assert all("rule_runs" not in kw for _, kw in given)
+
+
+def test_a_kept_factor_the_final_fit_leaves_unfitted_says_so():
+    """review14 #12: the final fit re-identifies with the other factors held, so a kept factor can come out
+    unfitted; its status and its 'kept' line say it was not identified in the final fit."""
+    from fastmodel.lm.calibrate.fit import FitResult, Parameter
+
+    def parameter(column, status):
+        return Parameter(device=None, column=column, rows=np.arange(3), start=0.0, lo=0.0, hi=100.0, scale=0.01,
+                         value=0.02, status=status)
+
+    fitted, lost = parameter("step_overhead_s", "fitted"), parameter("step_overhead_s", "left: collinear")
+    lines = ["leave-one-out ...", f"kept {fitted.label}: at pull 0, 0.01 without it, over 0.003"]
+    for p, suffix in ((fitted, ""), (lost, ", but not identified in the final fit")):
+        result = FitResult(parameters=[p], cost_before=1.0, cost_after=0.5, n_runs=3, n_memory=0, prior=0.0)
+        apply_choice(result, SimpleNamespace(keep=frozenset({p.label}), statuses={}, lines=lines))
+        assert result.selection == [lines[0], lines[1] + suffix]
+    assert fitted.status == "fitted"
+    assert lost.status == "kept by leave-one-out, but not identified in the final fit: left: collinear"

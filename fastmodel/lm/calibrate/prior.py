@@ -147,10 +147,16 @@ def auto_prior(records, loss: str, f_scale: float, runs: int | None = None,
 def apply_choice(result, choice: Choice | None) -> None:
     """Statuses of ``result`` (a ``fit.FitResult``) under leave-one-out's choice: a factor it dropped says why,
     a parameter held only because it lay outside the kept factors gets back the reason identification gave it,
-    and the report's lines are recorded."""
+    and the report's lines are recorded. A kept factor the final fit (re-identified with the others held) left
+    unfitted says so, in its status and its line (review14 #12)."""
     if choice is None:
         return
+    unfitted = set()
     for p in result.parameters:
         if p.status == OUTSIDE:
             p.status = choice.statuses.get(p.label, p.status)
-    result.selection = list(choice.lines)
+        if p.label in choice.keep and p.status != "fitted":     # Parameter.fitted
+            unfitted.add(p.label)
+            p.status = f"kept by leave-one-out, but not identified in the final fit: {p.status}"
+    result.selection = [line + (", but not identified in the final fit" if any(
+        line.startswith(f"kept {label}:") for label in unfitted) else "") for line in choice.lines]
