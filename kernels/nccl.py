@@ -158,7 +158,9 @@ def _ring_time_at(row, volume, size, g_in, bus, passes, gather, plateau):
 def ring_plateau(row, nbytes, size, g_in):
     """NCCL's factor on a Simple ring allreduce's latency (``RING_PLATEAU``): across domains (``size > g_in``) and
     from ``size x RING_PLATEAU_MIN_BYTES_PER_RANK`` bytes on, 1.9 below compute capability 9.0 and 1.5 from it (or
-    unstated); else 1."""
+    unstated); else 1. A device with no compute capability (mi300x.toml) takes 1.5, an assumption [A]: it runs
+    RCCL, whose tuning (``rcclTuningModel`` ``ringCorrectionFactor``) has no such plateau (docs/model.md B.5
+    ``RING_PLATEAU``; review14 #9)."""
     if size <= g_in or nbytes < size * RING_PLATEAU_MIN_BYTES_PER_RANK:
         return 1.0
     capability = row[C_COMPUTE_CAPABILITY]

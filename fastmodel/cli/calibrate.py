@@ -17,14 +17,16 @@ CALIBRATE_FLAGS = {"folds": "--folds", "loss": "--loss", "prior": "--prior", "se
               help="Write the calibration overlay (.toml), atomically; never onto RUNS.")
 @click.option("--force", is_flag=True, help="Replace an existing calibration file (a TOML file, never another kind).")
 @click.option("--folds", "-k", type=int, default=None,
-              help="k-fold cross-validated error in the report (0: off)  [default: 5, or one fold per run below 5 runs]")
+              help="k-fold cross-validated error in the report, each fold fitted by the rule the calibration on all "
+                   "of RUNS uses (0: off)  [default: 5, or one fold per run below 5 runs]")
 @click.option("--loss", type=Choice(["soft_l1", "linear"]), default="soft_l1", show_default=True,
               help="soft_l1: robust to runs the model misses; linear: plain least squares.")
 @click.option("--prior", default="auto", show_default=True,
               help="Weight pulling each fitted value toward its physical one, per scale (0: none); 'cv': "
                    "chosen among 0, 0.5, 1, 2, 4 by 3-fold cross-validation on RUNS; 'auto': 0.5 from 10 runs, "
                    "below chosen among 0, 0.5, 1, 2, 4 and inf (nothing fitted) by leave-one-out, which then "
-                   "drops each factor whose removal costs no more than one standard error.")
+                   "drops factors while the left-out runs' mean cost stays within one standard error of the "
+                   "best.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the coarse search's random points.")
 @friendly
 def calibrate(runs, output, force, folds, loss, prior, seed):

@@ -71,8 +71,8 @@ A_PARAMS = A_FORWARD + 16         # parameters of the layer per device
 A_FLOPS = A_FORWARD + 17          # executed forward FLOPs of the layer
 A_FSDP_GATHER = A_FORWARD + 18    # ZeRO-3/FSDP: one gather of the layer (s), for the stage's first layer
 A_FSDP_REDUCE = A_FORWARD + 19    # one reduce-scatter of the layer's gradients (s)
-A_FSDP_WINDOW = A_FORWARD + 20    # the layer's backward compute with recompute (s), its backward gather's window
-A_FSDP_REFETCH = A_FORWARD + 21   # the gather again for the recomputed forward (hooked fetches), serial (s)
+A_FSDP_WINDOW = A_FORWARD + 20    # the layer's backward gather's window (s): fsdp_backward_window
+A_FSDP_REFETCH = A_FORWARD + 21   # the exposed share of the recompute's re-gather (recompute_gather) (s)
 A_EP_EXPOSED = A_FORWARD + 22     # EP dispatch and combine not hidden (kernels/lm/moe.py overlap modes)
 A_EXPERT_PARAMS = A_FORWARD + 23  # routed-expert parameters of the layer per device (reduced over edp)
 A_EP_SCALE_OUT = A_FORWARD + 24   # EP seconds of scale-out (tier-1) traffic, all passes
@@ -161,6 +161,20 @@ def recompute_gather(row, gather, recompute):
 
 
 @njit
+def fsdp_backward_window(row, refetch, backward, recompute):
+    """Compute seconds a layer's backward gather and gradient reduce-scatter overlap (:func:`fsdp_layer_exposed`),
+    ``backward`` its backward's seconds, ``recompute`` its recomputed forward's, ``refetch`` the re-gather of
+    :func:`recompute_gather`. Where that re-gather overlaps the recompute (FSDP units in the checkpoint), the
+    recompute's seconds are its window and the backward collectives keep the backward's alone, so no second of
+    compute hides two collectives of the one NCCL stream (under ``none`` the reduce-scatters run beside the
+    backward, docs/model_memory.md "PyTorch FSDP1: the recompute's re-gather"; ``pre``/``post`` take the same
+    split, not derived). Otherwise backward and recompute together."""
+    if refetch > 0.0 and row[C_PARAM_FETCH_BW] <= 0.0 and row[C_FSDP_UNITS_IN_CHECKPOINT] > 0.0:
+        return backward
+    return backward + recompute
+
+
+@njit
 def _add_layer_kind(row, weight, full, selective, fsdp, work):
     """Add one layer kind's passes (``work[W_*]`` filled by ``layer_costs``), weighted, to the accumulators."""
     g, a_, m_ = work[W_GEMM], work[W_ATTN], work[W_MEM]
@@ -211,7 +225,7 @@ def _add_layer_kind(row, weight, full, selective, fsdp, work):
         gather = hook_fetch_time(row, gather, work[W_PARAMS], group)
         reduce = bucketed_allgather_time(row, work[W_PARAMS] * row[C_GRAD_REDUCE_BYTES], group, t * c, bucket)
         refetch, refetch_exposed = recompute_gather(row, full * gather, again)
-        window = backward_input + backward_weight + again
+        window = fsdp_backward_window(row, refetch, backward_input + backward_weight, again)
         work[A_FSDP_COMM] += weight * ((1.0 + GATHER_BACKWARD_PASSES) * gather + reduce + refetch)
         work[A_FSDP_EXPOSED] += weight * (fsdp_layer_exposed(row, gather, reduce, forward, window) + refetch_exposed)
         work[A_FSDP_GATHER] += weight * gather

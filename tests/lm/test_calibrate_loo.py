@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 
 import fastmodel.lm.calibrate.fit as fit_module
+import fastmodel.lm.calibrate.prior as prior_module
+import fastmodel.lm.calibrate.report as report_module
 from fastmodel.lm.calibrate.prior import OUTSIDE, apply_choice, choose
 
 #: the three runs' uncalibrated log step-time errors: a common 10% offset with +-2% of scatter
@@ -136,3 +138,44 @@ def test_a_cross_validated_pull_fits_every_identified_factor(monkeypatch):
     monkeypatch.setattr(fit_module, "fit", stub_fit)
     result = fit_module.calibrate([SimpleNamespace(id=str(i)) for i in range(6)], prior="cv")
     assert result.prior == 1.0 and given["keep"] is None and result.prior_rule == "chosen by 3-fold cross-validation"
+
+
+def test_cross_validation_folds_apply_the_rule_of_all_the_runs(monkeypatch):
+    """review14 #10: the folds score the rule the saved calibration uses, decided by all n runs. 3 runs, 3 folds:
+    leave-one-out (stubbed) on each fold's 2 training runs, not the default of 2 runs; 10 runs, 5 folds: the
+    default pull on each fold's 8 training runs, not leave-one-out."""
+    chosen = []
+    monkeypatch.setattr(prior_module, "choose", lambda records, *a, **kw: (
+        chosen.append(len(records)) or (1.0, {1.0: 0.0}, prior_module.Choice(keep=frozenset()))))
+    assert prior_module.auto_prior([None] * 2, "soft_l1", 0.05, runs=3)[0] == 1.0 and chosen == [2]
+    assert prior_module.auto_prior([None] * 8, "soft_l1", 0.05, runs=10)[:2] == (0.5, {}) and chosen == [2]
+    assert prior_module.auto_prior([None] * 8, "soft_l1", 0.05)[0] == 1.0 and chosen == [2, 8]
+    given = []
+    monkeypatch.setattr(report_module, "calibrate", lambda train, **kw: given.append((len(train), kw)) or
+                        SimpleNamespace(calibration=lambda: None))
+    monkeypatch.setattr(report_module, "apply_calibration", lambda test, cal: test)
+    monkeypatch.setattr(report_module, "rows", lambda records: [])
+    report_module.cross_validate([SimpleNamespace(id=str(i)) for i in range(10)], 5, prior="auto")
+    assert [(n, kw["rule_runs"]) for n, kw in given] == [(8, 10)] * 5
+    given.clear()
+    report_module.cross_validate([SimpleNamespace(id=str(i)) for i in range(10)], 5, prior=0.5)
+    assert all("rule_runs" not in kw for _, kw in given)
+
+
+def test_a_kept_factor_the_final_fit_leaves_unfitted_says_so():
+    """review14 #12: the final fit re-identifies with the other factors held, so a kept factor can come out
+    unfitted; its status and its 'kept' line say it was not identified in the final fit."""
+    from fastmodel.lm.calibrate.fit import FitResult, Parameter
+
+    def parameter(column, status):
+        return Parameter(device=None, column=column, rows=np.arange(3), start=0.0, lo=0.0, hi=100.0, scale=0.01,
+                         value=0.02, status=status)
+
+    fitted, lost = parameter("step_overhead_s", "fitted"), parameter("step_overhead_s", "left: collinear")
+    lines = ["leave-one-out ...", f"kept {fitted.label}: at pull 0, 0.01 without it, over 0.003"]
+    for p, suffix in ((fitted, ""), (lost, ", but not identified in the final fit")):
+        result = FitResult(parameters=[p], cost_before=1.0, cost_after=0.5, n_runs=3, n_memory=0, prior=0.0)
+        apply_choice(result, SimpleNamespace(keep=frozenset({p.label}), statuses={}, lines=lines))
+        assert result.selection == [lines[0], lines[1] + suffix]
+    assert fitted.status == "fitted"
+    assert lost.status == "kept by leave-one-out, but not identified in the final fit: left: collinear"

@@ -9,7 +9,7 @@ import pytest
 from fastmodel.kernels.lm.evaluate import reserved_bytes
 from fastmodel.kernels.lm.memory_fsdp import fsdp_gather_buffer_bytes, fsdp_run_ahead_bytes
 from fastmodel.kernels.lm.parallel import fsdp_layer_exposed
-from fastmodel.kernels.lm.passes import recompute_gather
+from fastmodel.kernels.lm.passes import fsdp_backward_window, recompute_gather
 from fastmodel.lm.execution import ExecutionSpec
 from fastmodel.lm.stacks import resolve
 from fastmodel.lm.table import row
@@ -80,6 +80,7 @@ def test_reserved_memory_takes_the_run_ahead_up_to_what_the_device_holds():
     ("PyTorch 1.13 FSDP", "none", False, False),          # backward_prefetch None, limit_all_gathers False
     ("PyTorch 2.0 FSDP", "pre", False, None),             # BACKWARD_PRE (PR #88428), limiter still off
     ("PyTorch 2.1 FSDP", "pre", True, None),              # limit_all_gathers=True by default (PR #104900)
+    ("PyTorch 2 FSDP", "pre", True, None),                # a bare major: some 2.x, as no version (review14 #3)
     ("PyTorch FSDP (post-2.2 nightly) + SDPA FlashAttention-2 (fms-fsdp)", "pre", True, None),
     ("llm-foundry (Composer, PyTorch FSDP)", "post", True, None),     # FSDPConfig backward_prefetch BACKWARD_POST
     ("HF Accelerate FSDP", "none", True, False),          # FullyShardedDataParallelPlugin: NO_PREFETCH
@@ -97,6 +98,31 @@ def test_a_run_stating_no_backward_prefetch_exposes_its_backward_gathers_on_any_
     assert (stated.fsdp_backward_prefetch, stated.fsdp_limit_all_gathers) == ("post", False)
 
 
+def test_fsdp1_prefetch_none_leaves_zero_1_and_2_overlap_alone():
+    """review14 #14: FSDP1's backward_prefetch does not gate ZeRO-2's post-step gather (overlap_param_gather left
+    to the run); PyTorch 1.x keeps no DP overlap whatever the sharding."""
+    zero2 = resolve(ExecutionSpec(framework="HF Accelerate DeepSpeed ZeRO-2", sharding="zero2"), 1, 32)
+    assert (zero2.stack, zero2.fsdp_backward_prefetch, zero2.overlap_param_gather) == ("accelerate", "none", None)
+    old = resolve(ExecutionSpec(framework="PyTorch 1.10 FSDP", sharding="zero2"), 1, 32)
+    assert old.overlap_param_gather is False
+
+
+def test_an_accelerate_fsdp_record_not_stating_its_prefetch_gets_a_note():
+    """review14 #13: `accelerate config` writes BACKWARD_PRE while the plugin's default is None: the assumed none
+    is named in the notes; a stated prefetch, or no FSDP, gets no note."""
+    notes = []
+    resolve(ExecutionSpec(framework="HF Accelerate FSDP", sharding="fsdp"), 1, 32, notes)
+    assert any(note.startswith("fsdp_backward_prefetch assumed none") for note in notes)
+    for spec in (ExecutionSpec(framework="HF Accelerate FSDP", sharding="fsdp", fsdp_backward_prefetch="pre"),
+                 ExecutionSpec(framework="HF Accelerate", sharding="zero2")):
+        quiet = []
+        resolve(spec, 1, 32, quiet)
+        assert not any("fsdp_backward_prefetch" in note for note in quiet)
+    stated = resolve(ExecutionSpec(framework="HF Accelerate FSDP", sharding="fsdp", fsdp_backward_prefetch="pre"),
+                     1, 32)
+    assert (stated.fsdp_backward_prefetch, stated.overlap_param_gather) == ("pre", None)
+
+
 def test_the_recompute_gathers_again_where_the_checkpoint_wraps_the_fsdp_units():
     """A layer's all-gather 1 s (times its fully recomputed share), its recomputed forward 3 s, comm_sm_share 0.1.
     FSDP units inside the checkpointed block (fsdp_units_in_checkpoint 1): a third gather, 1 s on the NCCL stream,
@@ -108,6 +134,27 @@ def test_the_recompute_gathers_again_where_the_checkpoint_wraps_the_fsdp_units()
     assert recompute_gather(nested, 1.0, 0.5) == pytest.approx((1.0, 0.55), rel=1e-12)
     assert recompute_gather(row(**FSDP, comm_sm_share=0.1), 1.0, 3.0) == (0.0, 0.0)
     assert recompute_gather(row(**FSDP, comm_sm_share=0.1, param_fetch_bw=21.8e9), 1.0, 3.0) == (1.0, 1.0)
+
+
+def test_the_recompute_hides_the_re_gather_and_the_backward_the_reduce_scatter():
+    """review14 #1, by hand: gather 1 s, reduce-scatter 2 s, re-gather 1.4 s, backward 1.5 s, recompute 1.5 s,
+    backward_prefetch none (overlap_param_gather 0, overlap_grad_reduce 1), comm_sm_share 0, forward 3 s (its
+    gather hidden). The backward gather is serial, 1 s; the reduce-scatter against the backward alone,
+    max(0, 2 - 1.5) = 0.5 s; the re-gather against the recompute, max(0, 1.4 - 1.5) = 0: 1.5 s in all (the NCCL
+    stream carries 3.4 s against 3.0 s of compute; 1.0 s when both took backward + recompute). Without the
+    re-gather (checkpoint inside the unit) the reduce-scatter keeps backward + recompute: 1.0 s."""
+    base = {**FSDP, "overlap_grad_reduce": 1, "comm_sm_share": 0.0, "fsdp_backward_prefetch": 2,
+            "overlap_param_gather": 0}
+    nested = row(**base, fsdp_units_in_checkpoint=1)
+    refetch, refetch_exposed = recompute_gather(nested, 1.4, 1.5)
+    window = fsdp_backward_window(nested, refetch, 1.5, 1.5)
+    assert (refetch, refetch_exposed, window) == (1.4, 0.0, 1.5)
+    assert fsdp_layer_exposed(nested, 1.0, 2.0, 3.0, window) + refetch_exposed == pytest.approx(1.5, rel=1e-12)
+    inside = row(**base)
+    assert fsdp_backward_window(inside, recompute_gather(inside, 1.4, 1.5)[0], 1.5, 1.5) == 3.0
+    assert fsdp_layer_exposed(inside, 1.0, 2.0, 3.0, 3.0) == pytest.approx(1.0, rel=1e-12)
+    hooked = row(**base, fsdp_units_in_checkpoint=1, param_fetch_bw=21.8e9)
+    assert fsdp_backward_window(hooked, 1.4, 1.5, 1.5) == 3.0
 
 
 def test_the_checkpoint_nesting_is_stated_never_inferred():

@@ -392,17 +392,18 @@ def held_out_cost(train, test, prior: float, loss: str, f_scale: float, **kw) ->
 
 
 def calibrate(records, *, prior: float | str = "auto", loss: str = "soft_l1", f_scale: float = 0.05,
-              choices=PRIOR_CHOICES, folds: int = PRIOR_FOLDS, **kw) -> FitResult:
+              choices=PRIOR_CHOICES, folds: int = PRIOR_FOLDS, rule_runs: int | None = None, **kw) -> FitResult:
     """``fit`` with the pull toward physical values given, chosen (``"cv"``) among ``choices`` by the
     smallest held-out cost of a ``folds``-fold cross-validation on ``records`` (ties: the larger pull), or
     (``"auto"``, the default) 0.5 from ``prior.LOO_MAX_RUNS`` runs up and, below, the identified factors kept
-    and their pull chosen together by leave-one-out (``prior``).
+    and their pull chosen together by leave-one-out (``prior``); ``rule_runs``: decide that by this many runs
+    instead of ``len(records)`` (a cross-validation fold, ``report.cross_validate``).
     Synthetic runs the model fits exactly choose 0; runs the model misses for structural reasons choose a
     pull that keeps efficiencies near their datasheet values unless many runs agree."""
     scores: dict[float, float] = {}
     rule, picked = "", None
     if prior == "auto":   # below prior.LOO_MAX_RUNS runs: the factors kept and their pull, by leave-one-out
-        prior, scores, rule, picked = auto_prior(records, loss, f_scale, **kw)
+        prior, scores, rule, picked = auto_prior(records, loss, f_scale, runs=rule_runs, **kw)
     elif prior == "cv":
         rule = f"chosen by {folds}-fold cross-validation"
         if len(records) < 2 * folds:    # said 'chosen by 3-fold cross-validation' of one run

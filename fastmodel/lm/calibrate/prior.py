@@ -55,14 +55,22 @@ class Choice:
     lines: list = field(default_factory=list)
 
 
-def one_standard_error(costs: dict[float, np.ndarray]) -> float:
-    """The largest pull whose mean held-out cost is within one standard error of the smallest mean (ESL
-    §7.10.1); ``costs``: pull -> per-run held-out costs."""
+def pull_and_margin(costs: dict[float, np.ndarray]) -> tuple[float, float, float]:
+    """(the largest pull whose mean held-out cost is within one standard error of the smallest mean, the pull of
+    that smallest mean -- ties: the larger pull --, the margin: smallest mean + its standard error; ESL §7.10.1);
+    ``costs``: pull -> per-run held-out costs. One function, so the pull and the elimination's margin never
+    disagree (review14 #11)."""
     means = {w: float(np.mean(c)) for w, c in costs.items()}
     best = min(means, key=lambda w: (means[w], -w))
     c = costs[best]
-    se = float(np.std(c, ddof=1) / np.sqrt(c.size)) if c.size > 1 else 0.0
-    return max(w for w in costs if means[w] <= means[best] + se + 1e-12)
+    margin = means[best] + (float(np.std(c, ddof=1) / np.sqrt(c.size)) if c.size > 1 else 0.0)
+    return max(w for w in costs if means[w] <= margin + 1e-12), best, margin
+
+
+def one_standard_error(costs: dict[float, np.ndarray]) -> float:
+    """The largest pull whose mean held-out cost is within one standard error of the smallest mean (ESL
+    §7.10.1); ``costs``: pull -> per-run held-out costs."""
+    return pull_and_margin(costs)[0]
 
 
 def leave_one_out(records, pull: float, keep, loss: str, f_scale: float, **kw) -> np.ndarray:
@@ -86,9 +94,7 @@ def choose(records, loss: str, f_scale: float, choices=LOO_CHOICES, **kw) -> tup
     choice = Choice(keep=frozenset(), statuses={p.label: p.status for p in identified})
     costs = {w: leave_one_out(records, w, frozenset(factors), loss, f_scale, **kw) for w in choices}
     means = {w: float(np.mean(c)) for w, c in costs.items()}
-    pull = one_standard_error(costs)
-    best = min(means, key=lambda w: (means[w], -w))
-    margin = means[best] + (float(np.std(costs[best], ddof=1) / np.sqrt(n)) if n > 1 else 0.0)
+    pull, best, margin = pull_and_margin(costs)
     tried = ", ".join(f"{w:g}: {m:.4g}" for w, m in means.items())
     choice.lines.append(f"leave-one-out on the {n} runs, mean held-out cost per run of the {len(factors)} "
                         f"identified factor(s) by pull ({tried}; inf: uncalibrated): best {means[best]:.4g} at "
@@ -101,7 +107,7 @@ def choose(records, loss: str, f_scale: float, choices=LOO_CHOICES, **kw) -> tup
     while len(keep) > 1:    # backward: drop the factor whose fit without it costs least, while within the margin
         trial = {f: float(np.mean(leave_one_out(records, pull, frozenset(keep - {f}), loss, f_scale, **kw)))
                  for f in sorted(keep)}
-        label = min(trial, key=lambda f: (trial[f], f))
+        label = min(trial, key=lambda f: (trial[f], f))     # ties: the first label in sort order
         if trial[label] > margin + 1e-12:
             without.update(trial)
             break
@@ -119,11 +125,19 @@ def choose(records, loss: str, f_scale: float, choices=LOO_CHOICES, **kw) -> tup
     return pull, means, choice
 
 
-def auto_prior(records, loss: str, f_scale: float, **kw) -> tuple[float, dict[float, float], str, Choice | None]:
+def loo_decides(n: int) -> bool:
+    """True where ``prior="auto"`` on ``n`` runs lets leave-one-out choose the factors and the pull."""
+    return 3 <= n < LOO_MAX_RUNS
+
+
+def auto_prior(records, loss: str, f_scale: float, runs: int | None = None,
+               **kw) -> tuple[float, dict[float, float], str, Choice | None]:
     """``prior="auto"``: (pull, held-out cost per pull, how it was chosen, leave-one-out's factor choice or None
-    where every identified factor is fitted)."""
+    where every identified factor is fitted). ``runs``: the number of runs whose rule applies, where it is not
+    ``len(records)`` -- a cross-validation fold of a calibration on ``runs`` runs scores that calibration's rule
+    (review14 #10); leave-one-out needs two runs."""
     n = len(records)
-    if n >= LOO_MAX_RUNS or n < 3:
+    if not loo_decides(n if runs is None else runs) or n < 2:
         return DEFAULT_PRIOR, {}, f"default (leave-one-out chooses it for 3 to {LOO_MAX_RUNS - 1} runs)", None
     prior, scores, choice = choose(list(records), loss, f_scale, **kw)
     rule = f"chosen by leave-one-out on the {n} runs, with the factors it moves (one-standard-error rule)"
@@ -133,10 +147,16 @@ def auto_prior(records, loss: str, f_scale: float, **kw) -> tuple[float, dict[fl
 def apply_choice(result, choice: Choice | None) -> None:
     """Statuses of ``result`` (a ``fit.FitResult``) under leave-one-out's choice: a factor it dropped says why,
     a parameter held only because it lay outside the kept factors gets back the reason identification gave it,
-    and the report's lines are recorded."""
+    and the report's lines are recorded. A kept factor the final fit (re-identified with the others held) left
+    unfitted says so, in its status and its line (review14 #12)."""
     if choice is None:
         return
+    unfitted = set()
     for p in result.parameters:
         if p.status == OUTSIDE:
             p.status = choice.statuses.get(p.label, p.status)
-    result.selection = list(choice.lines)
+        if p.label in choice.keep and p.status != "fitted":     # Parameter.fitted
+            unfitted.add(p.label)
+            p.status = f"kept by leave-one-out, but not identified in the final fit: {p.status}"
+    result.selection = [line + (", but not identified in the final fit" if any(
+        line.startswith(f"kept {label}:") for label in unfitted) else "") for line in choice.lines]

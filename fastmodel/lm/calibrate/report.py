@@ -15,8 +15,13 @@ from fastmodel.lm.validate import GROUP_KEYS, group_scores, rows
 
 def cross_validate(records, folds: int, groups=None, **fit_kwargs) -> list[dict]:
     """Validation rows of every record predicted by a calibration fitted on the other folds (the whole
-    ``calibrate``, prior choice included). ``groups`` (a key per record): records sharing a key share a fold
+    ``calibrate``, prior choice included). Under ``prior="auto"`` each fold applies the rule the calibration on
+    all the records applies (leave-one-out's selection below ``prior.LOO_MAX_RUNS`` runs, run inside the fold on
+    its own training runs; the default pull from there up), so the cross-validated error is that of the rule the
+    calibration saves (review14 #10). ``groups`` (a key per record): records sharing a key share a fold
     (group k-fold, ``fit.fold_of``)."""
+    if fit_kwargs.get("prior", "auto") == "auto":
+        fit_kwargs = {**fit_kwargs, "rule_runs": len(records)}
     n = len(records) if groups is None else len(set(map(str, groups)))
     if folds < 2 or folds > n:
         raise ValueError(f"folds must be in [2, {n}], got {folds}")
@@ -110,5 +115,6 @@ def format_report(result: FitResult, before: list[dict], after: list[dict], cv: 
     if calibration_line:
         head.append(calibration_line)
     cv_line = (f"cross-validated: {folds}-fold, each fold predicted by a calibration fitted on the others"
+               f" by the same rule{' (leave-one-out selection inside each fold)' if result.selection else ''}"
                if cv else "cross-validation: off (--folds 0)")
     return "\n".join(head + ["", parameter_table(result), "", cv_line, error_tables(before, after, cv)])

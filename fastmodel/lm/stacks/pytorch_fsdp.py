@@ -7,7 +7,7 @@ element-wise ops eagerly, one kernel per op (no fused bias-GeLU or norm kernels)
 recompute is op-level (matmul outputs kept, element-wise ops recomputed). On 2.x attention goes through
 ``scaled_dot_product_attention``, whose flash backend (FlashAttention-2) PyTorch tries first (``attn_fa2``,
 docs/model.md §11.3; the fms-fsdp records name "SDPA FlashAttention-2"). The PyTorch version is the token
-after ``pytorch`` (``"PyTorch 1.10 FSDP"``); none given: 2.x.
+after ``pytorch`` (``"PyTorch 1.10 FSDP"``); none given, or a bare ``2``: 2.x (2.1 on).
 
 PyTorch 1.x additionally predates FlashAttention in ``scaled_dot_product_attention`` (2.0) and trains with
 dropout; its FSDP gathers each wrapped layer when it runs (``backward_prefetch`` defaulted to None,
@@ -35,22 +35,25 @@ from fastmodel.lm.stacks.torchtitan import host_defaults
 HOST_OPS_FSDP1_BLOCK = 26.0
 
 
-def version(framework: str | None) -> tuple[int, int] | None:
-    """(major, minor) of the PyTorch version the framework text states (``pytorch 1.10`` -> (1, 10), ``pytorch 2``
-    -> (2, 0)), or None."""
+def version(framework: str | None) -> tuple[int, int | None] | None:
+    """(major, minor) of the PyTorch version the framework text states (``pytorch 1.10`` -> (1, 10)), the minor
+    None where only the major is given (``pytorch 2`` -> (2, None): some 2.x, taken as an unstated 2.x -- the
+    2.1+ rate limiter --, not as 2.0; review14 #3), or None."""
     found = names_in(tokens(framework or ""), rf"pytorch ({VERSION})")
     if not found:
         return None
     numbers = [int(part) for part in re.findall(r"\d+", found.group(1))]
-    return numbers[0], (numbers[1] if len(numbers) > 1 else 0)
+    return numbers[0], (numbers[1] if len(numbers) > 1 else None)
 
 
 def fsdp1_prefetch(execution, prefetch: str, limit_all_gathers: bool) -> dict:
     """An FSDP1 stack's ``backward_prefetch`` and ``limit_all_gathers`` defaults, and without backward prefetch
     (the run's ``fsdp_backward_prefetch`` or else ``prefetch`` is ``none``) the backward's gathers not overlapped
-    (``overlap_param_gather`` false, the forward's stay hidden: kernels/lm/parallel.py ``fsdp_layer_exposed``)."""
+    (``overlap_param_gather`` false, the forward's stay hidden: kernels/lm/parallel.py ``fsdp_layer_exposed``).
+    Only for FSDP sharding: ``overlap_param_gather`` also gates ZeRO-1/2's post-step parameter all-gather
+    (kernels/lm/parallel.py) and the FP32 embedding's late gather, which FSDP1's knob does not touch (review14 #14)."""
     values = {"fsdp_backward_prefetch": prefetch, "fsdp_limit_all_gathers": limit_all_gathers}
-    if (execution.fsdp_backward_prefetch or prefetch) == "none":
+    if execution.sharding == "fsdp" and (execution.fsdp_backward_prefetch or prefetch) == "none":
         values["overlap_param_gather"] = False
     return values
 
@@ -62,7 +65,9 @@ def defaults(execution, framework: str | None) -> dict:
     stated = version(framework)
     if stated is not None and stated[0] == 1:
         # issue 26 (audit): the 1.x branch exists for one dev row (minGPT on PyTorch 1.10)
-        values.update({"dropout": True, "flash_attention": False, "attn_fa2": False, "overlap_grad_reduce": False})
+        # no DP overlap on 1.x (overlap_param_gather false whatever the sharding, as before fsdp1_prefetch)
+        values.update({"dropout": True, "flash_attention": False, "attn_fa2": False, "overlap_grad_reduce": False,
+                       "overlap_param_gather": False})
         if execution.sharding == "fsdp":
             values["overlap_grad_reduce"] = True
         values.update(fsdp1_prefetch(execution, "none", False))    # no prefetch, no rate limiter by default
