@@ -148,6 +148,8 @@ def test_the_steady_loop_passes_held_the_waiting_window_in_tpot_units(monkeypatc
         return plain_held(seen, iters, more)
 
     monkeypatch.setattr(load, "held", spy)
+    # loop_state calls held: run it as Python too, so that a compiled kernel neither types the spy nor skips it
+    monkeypatch.setattr(load, "loop_state", getattr(load.loop_state, "py_func", load.loop_state))
     monkeypatch.setattr(load, "batch_wait", lambda row, running, decodes: (20.0, 4.0))
     loop = getattr(load.steady_loop, "py_func", load.steady_loop)
     for spec, expected in ((dict(spec_tokens=3, spec_acceptance=0.6), 20.0 * 2.176), (dict(), 20.0)):
