@@ -107,6 +107,17 @@ def test_fsdp1_prefetch_none_leaves_zero_1_and_2_overlap_alone():
     assert old.overlap_param_gather is False
 
 
+def test_a_run_stating_overlap_under_no_backward_prefetch_is_told_the_two_disagree():
+    """review14 #4: the stated overlap wins for the time, none for the memory; the note says so, and only then."""
+    notes = []
+    spec = resolve(ExecutionSpec(framework="fms-fsdp", sharding="fsdp", fsdp_backward_prefetch="none",
+                                 overlap_param_gather=True), 1, 32, notes=notes)
+    assert spec.overlap_param_gather is True and any("state one of them" in n for n in notes)
+    quiet = []
+    resolve(ExecutionSpec(framework="fms-fsdp", sharding="fsdp", fsdp_backward_prefetch="none"), 1, 32, notes=quiet)
+    assert not any("state one of them" in n for n in quiet)
+
+
 def test_an_accelerate_fsdp_record_not_stating_its_prefetch_gets_a_note():
     """review14 #13: `accelerate config` writes BACKWARD_PRE while the plugin's default is None: the assumed none
     is named in the notes; a stated prefetch, or no FSDP, gets no note."""

@@ -104,7 +104,19 @@ def resolve(execution, pp: int, layers: int, notes: list[str] | None = None, exp
         notes.append(note)
     if notes is not None:
         notes.extend(profile.parse_notes(execution, execution.framework))
+        notes.extend(prefetch_overlap_notes(execution, update))
     return execution.model_copy(update=update)
+
+
+def prefetch_overlap_notes(execution, update: dict) -> list[str]:
+    """A run stating ``overlap_param_gather`` true under FSDP1's ``fsdp_backward_prefetch = none`` (its own or its
+    stack's): the time hides the backward's gathers as stated, the memory peak holds no prefetched unit, as
+    ``none`` says -- named, since the two disagree (review14 #4; docs/model_memory.md "PyTorch FSDP1")."""
+    prefetch = execution.fsdp_backward_prefetch or update.get("fsdp_backward_prefetch")
+    if execution.sharding == "fsdp" and execution.overlap_param_gather and prefetch == "none":
+        return ["overlap_param_gather true with fsdp_backward_prefetch none: the backward's all-gathers are priced "
+                "hidden (the stated overlap) and the memory peak holds no prefetched unit (none); state one of them"]
+    return []
 
 
 __all__ = ["PROFILES", "STACK_NAMES", "BY_NAME", "StackProfile", "profile_for", "resolve", "tokens"]
