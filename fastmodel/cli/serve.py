@@ -309,18 +309,27 @@ def speculative_note(note: str, spec_tokens: int) -> str:
     return note
 
 
-def _refuse_fp4(model: str, device: str, precision: str, engine: str | None, profile: dict) -> None:
-    """One line naming --precision when the engine runs no FP4 weights on the device (no FP4 tensor cores and no
-    weight-only path there: ``precisions.fp4_refusal``, docs/model_serving.md S63), as a sweep's ``no_fp4``."""
-    from fastmodel.errors import FastmodelError
+def fp4_refusal_of(model: str, device: str, precision: str, profile: dict, engine_label: str) -> str | None:
+    """Why the engine of ``profile`` runs no FP4 weights of ``model`` at ``precision`` on ``device`` (no FP4 tensor
+    cores and no weight-only path there: ``precisions.fp4_refusal`` on the model's published checkpoint,
+    docs/model_serving.md S63), or None: ``serve``'s refusal and ``serve --search``'s notes read it alike."""
     from fastmodel.serve.api import device_columns
     from fastmodel.serve.precisions import fp4_refusal, published_fp4_checkpoint
-    from fastmodel.serve.profiles import DEFAULT_ENGINE, ENGINE_LABELS
 
     checkpoint, _, _ = published_fp4_checkpoint(model, precision, None)
-    refusal = fp4_refusal(checkpoint, device_columns(device), profile.get("fp4_weight_only_cc", 0.0),
-                          ENGINE_LABELS.get(str(engine).lower(), engine) if engine else
-                          f"{ENGINE_LABELS[DEFAULT_ENGINE]} (the default engine)", device)
+    return fp4_refusal(checkpoint, device_columns(device), profile.get("fp4_weight_only_cc", 0.0), engine_label,
+                       device)
+
+
+def _refuse_fp4(model: str, device: str, precision: str, engine: str | None, profile: dict) -> None:
+    """One line naming --precision when the engine runs no FP4 weights on the device (:func:`fp4_refusal_of`), as a
+    sweep's ``no_fp4``."""
+    from fastmodel.errors import FastmodelError
+    from fastmodel.serve.profiles import DEFAULT_ENGINE, ENGINE_LABELS
+
+    label = (ENGINE_LABELS.get(str(engine).lower(), engine) if engine else
+             f"{ENGINE_LABELS[DEFAULT_ENGINE]} (the default engine)")
+    refusal = fp4_refusal_of(model, device, precision, profile, label)
     if refusal:
         raise FastmodelError(f"--precision: {refusal}")
 

@@ -51,19 +51,13 @@ def _search_precision_notes(model, device, precisions, engines) -> list[str]:
     """``precision_notes`` of every searched precision, once each, as ``serve`` prints them (FP4 / FP8 weight-only,
     the FP8 KV pool's conversion at every forward where a searched engine does it: ``kv_upcast_note``); none for a
     precision no searched engine runs on the device (every point ``no_fp4``: ``precisions.fp4_refusal``)."""
-    from fastmodel.serve.api import columns, device_columns, engine_columns
-    from fastmodel.serve.precisions import fp4_refusal, published_fp4_checkpoint
+    from fastmodel.cli.serve import fp4_refusal_of
+    from fastmodel.serve.api import columns, engine_columns
     from fastmodel.serve.search import engine_list
 
     profiles = [engine_columns(name, device)[0] for name in engine_list(engines or None, device)]
-    gpu = device_columns(device)
-
-    def served(precision: str) -> bool:
-        checkpoint = published_fp4_checkpoint(model, precision, None)[0]
-        return any(fp4_refusal(checkpoint, gpu, profile.get("fp4_weight_only_cc", 0.0), "", device) is None
-                   for profile in profiles)
-
-    precisions = [precision for precision in precisions if served(precision)]
+    precisions = [precision for precision in precisions
+                  if any(fp4_refusal_of(model, device, precision, profile, "") is None for profile in profiles)]
     weight_only = max(profile.get("fp8_weight_only", 0.0) for profile in profiles)
     notes = [note for precision in precisions for note in precision_notes(model, device, precision, weight_only)]
     notes += [kv_upcast_note(columns(model, device, precision=precision, max_throughput=True, **profile))
