@@ -1,0 +1,144 @@
+"""Diagnostic: how the decode step grows with the load, measured against the model (docs/model_serving.md §S64).
+Nothing here feeds a prediction.
+
+Three tables over the answered rows of one split (default ``dev``) of a ``validate -o`` CSV, the nine ``_c512_``
+rows of §S44 left out (a client semaphore recorded as the load):
+
+1. ``doubling``: for each series of one (engine, framework, gpu, model, precision, TP, ISL, OSL) measured at ``N``
+   and ``2 N`` in flight, the ratio of the measured TPOT increment to the predicted one,
+   ``(TPOT_meas(2N) - TPOT_meas(N)) / (TPOT_pred(2N) - TPOT_pred(N))``; median per (model, TP, 2 N). Every cost the
+   two loads share (host, launches, the per-step floor) cancels, so a ratio below 1 says the model grows too fast
+   with the batch, above 1 too slowly. With uniform routing (§S3) an MoE step's expert stream grows as
+   ``f(N) = 1 - (1 - k/E)^N`` (the share of the experts touched), so routing that touches fewer experts than
+   uniform at a middle load and all of them at a large one gives ratios below 1 while ``f`` rises and above 1
+   once uniform routing has saturated.
+2. ``mixing``: the mean signed TPOT error by the model's prefill share of its TPOT,
+   ``(TPOT_pred - T_d) / TPOT_pred`` with ``T_d`` the decode-only iteration at the running batch (the CSV's naive
+   baseline, ``measured (1 + baseline_error)``): the part of TPOT the model gives to the prefill chunks that ride in
+   the decode iterations (§S7). No trend means those chunks are not where the error is.
+3. ``routing``: the mean signed TPOT error of the MoE rows by the uniform-routing share ``f`` at the CSV's
+   ``batch_size`` and by TP.
+
+    FASTMODEL_JIT=0 python -m fastmodel.cli validate tests/data/serve_dev_load.jsonl --heldout -o /tmp/v.csv
+    python bench/serve_load_slopes.py /tmp/v.csv tests/data/serve_dev_load.jsonl [--split dev]
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _args import validated_parser  # noqa: E402  (bench/ is not a package)
+from serve_rows import answered_records  # noqa: E402  (bench/ is not a package)
+
+#: the load a client semaphore recorded (§S44): left out of every table
+SEMAPHORE_ROWS = "_c512_"
+#: upper edges of the prefill-share buckets (table 2) and of the uniform-routing share buckets (table 3)
+MIX_EDGES = (0.01, 0.05, 0.1, 0.2, 0.3, 1.0)
+F_EDGES = (0.3, 0.5, 0.75, 0.9, 0.97, 1.0)
+
+
+def split_records(csv_path: str, records_path: str, split: str = "dev") -> list[tuple[dict, dict]]:
+    """(CSV row, record) of the answered rows of one split (``all``: every split), the ``_c512_`` rows left out."""
+    return [(r, rec) for r, rec in answered_records(csv_path, records_path)
+            if (split == "all" or r.get("split") == split) and SEMAPHORE_ROWS not in r["id"]]
+
+
+def expert_share(record: dict, batch: float) -> float | None:
+    """Uniform routing's share of the experts a step of ``batch`` tokens touches, ``1 - (1 - k/E)^batch`` (§S3);
+    None for a dense model or a model given by name only."""
+    model = record.get("model")
+    if not isinstance(model, dict) or not model.get("moe_experts"):
+        return None
+    experts, topk = float(model["moe_experts"]), float(model["moe_topk"])
+    return 1.0 - (1.0 - min(topk, experts) / experts) ** batch
+
+
+def prefill_share(row: dict) -> float:
+    """The model's share of its TPOT that is not the decode-only iteration at the running batch:
+    ``1 - T_d / TPOT_pred``, ``T_d = measured (1 + baseline_error_tpot_s)`` (the naive baseline's TPOT)."""
+    naive = float(row["measured_tpot_s"]) * (1.0 + float(row["baseline_error_tpot_s"]))
+    return 1.0 - naive / float(row["predicted_tpot_s"])
+
+
+def bucket(value: float, edges: tuple[float, ...]) -> float:
+    """The first edge at or above ``value`` (the last edge for anything beyond it)."""
+    for edge in edges:
+        if value <= edge:
+            return edge
+    return edges[-1]
+
+
+def doublings(rows: list[tuple[dict, dict]]) -> list[dict]:
+    """One entry per series measured at N and 2 N (the first row of a repeated N): model, tp, n2 and the ratio of
+    the measured to the predicted TPOT increment (None when the predicted one is 0)."""
+    series = defaultdict(dict)
+    for row, rec in rows:
+        s = rec["serve"]
+        if "concurrency" not in s:
+            continue
+        key = (row["engine"], row["framework"], row["gpu"], row["model"], row["precision"], int(s["tp"]),
+               int(s["input_len"]), int(s["output_len"]))
+        series[key].setdefault(int(s["concurrency"]), (float(row["measured_tpot_s"]), float(row["predicted_tpot_s"])))
+    out = []
+    for key, points in series.items():
+        for n, (meas, pred) in points.items():
+            if 2 * n in points:
+                meas2, pred2 = points[2 * n]
+                ratio = (meas2 - meas) / (pred2 - pred) if pred2 != pred else None
+                out.append({"model": key[3], "tp": key[5], "n2": 2 * n, "ratio": ratio})
+    return out
+
+
+def doubling_table(entries: list[dict]) -> dict[tuple, tuple[float, int]]:
+    """{(model, tp, n2): (median ratio, series)} of :func:`doublings`' entries that have a ratio."""
+    acc = defaultdict(list)
+    for e in entries:
+        if e["ratio"] is not None:
+            acc[(e["model"], e["tp"], e["n2"])].append(e["ratio"])
+    return {k: (statistics.median(v), len(v)) for k, v in sorted(acc.items())}
+
+
+def mean_error_by(rows: list[tuple[dict, dict]], key) -> dict[tuple, tuple[float, int]]:
+    """{key(row, record): (mean signed TPOT error %, rows)}; rows whose key is None are left out."""
+    acc = defaultdict(list)
+    for row, rec in rows:
+        k = key(row, rec)
+        if k is not None:
+            acc[k].append(float(row["error_tpot_s"]))
+    return {k: (100.0 * statistics.mean(v), len(v)) for k, v in sorted(acc.items())}
+
+
+def mixing_key(row: dict, rec: dict) -> tuple:
+    """(engine, prefill-share bucket) of one row."""
+    return row["engine"], bucket(prefill_share(row), MIX_EDGES)
+
+
+def routing_key(row: dict, rec: dict) -> tuple | None:
+    """(model, TP, uniform-routing share bucket at the CSV's batch_size) of an MoE row; None for a dense one."""
+    f = expert_share(rec, float(row["batch_size"]))
+    return None if f is None else (row["model"], int(rec["serve"]["tp"]), bucket(f, F_EDGES))
+
+
+def main() -> None:
+    ap = validated_parser(__doc__)
+    ap.add_argument("--split", default="dev")
+    args = ap.parse_args()
+    rows = split_records(args.csv, args.records, args.split)
+    print(f"{len(rows)} {args.split} rows (the {SEMAPHORE_ROWS} rows left out)")
+    print("\n1. measured / predicted TPOT increment from N to 2 N: model | TP | 2 N | median | series")
+    for (model, tp, n2), (med, n) in doubling_table(doublings(rows)).items():
+        print(f"{model} | {tp} | {n2} | {med:.2f} | {n}")
+    print("\n2. mean TPOT error by the model's prefill share of TPOT: engine | share <= | bias % | rows")
+    for (engine, edge), (bias, n) in mean_error_by(rows, mixing_key).items():
+        print(f"{engine} | {edge:g} | {bias:+.1f} | {n}")
+    print("\n3. mean TPOT error of the MoE rows by uniform routing's expert share f: model | TP | f <= | bias % | rows")
+    for (model, tp, edge), (bias, n) in mean_error_by(rows, routing_key).items():
+        print(f"{model} | {tp} | {edge:g} | {bias:+.1f} | {n}")
+
+
+if __name__ == "__main__":
+    main()
