@@ -19,8 +19,15 @@ rows of §S44 left out (a client semaphore recorded as the load):
 3. ``routing``: the mean signed TPOT error of the MoE rows by the uniform-routing share ``f`` at the CSV's
    ``batch_size`` and by TP.
 
+``--hidden-w4a16`` also prices one sensitivity (§S64, not applied): the expert GEMMs of FP4 weights on a device
+without FP4 tensor cores (Hopper's W4A16 Triton ``matmul_ogs`` and Marlin paths) hide their MMA under the weight
+stream at one row tile (``roofline.hides_math`` true where the rows per expert are at most the row tile), as §S38
+and §S47 found for Marlin and TRTLLM-Gen below their own limits. It re-validates the records interpreted
+(FASTMODEL_JIT=0) with that rule and prints the TPOT and TTFT MAPE of the CSV and of the sensitivity per split.
+
     FASTMODEL_JIT=0 python -m fastmodel.cli validate tests/data/serve_dev_load.jsonl --heldout -o /tmp/v.csv
     python bench/serve_load_slopes.py /tmp/v.csv tests/data/serve_dev_load.jsonl [--split dev]
+    FASTMODEL_JIT=0 python bench/serve_load_slopes.py /tmp/v.csv tests/data/serve_dev_load.jsonl --hidden-w4a16
 """
 
 from __future__ import annotations
@@ -123,9 +130,63 @@ def routing_key(row: dict, rec: dict) -> tuple | None:
     return None if f is None else (row["model"], int(rec["serve"]["tp"]), bucket(f, F_EDGES))
 
 
+def mape(rows, metric: str, split: str, semaphore: bool = True) -> float:
+    """MAPE (%) of ``error_<metric>`` over the answered rows of one split (``all``: every split) with a finite
+    error; ``semaphore`` False leaves the ``_c512_`` rows out."""
+    errors = [abs(float(r[f"error_{metric}"])) for r in rows
+              if r["status"] == "ok" and (split == "all" or r.get("split") == split)
+              and (semaphore or SEMAPHORE_ROWS not in r["id"]) and r.get(f"error_{metric}") not in ("", None)
+              and float(r[f"error_{metric}"]) == float(r[f"error_{metric}"])]
+    return 100.0 * statistics.mean(errors) if errors else float("nan")
+
+
+def hides_at_one_tile(hides_math, expert_row_tile):
+    """``roofline.hides_math`` with the sensitivity's rule added: FP4 weights on a device without an FP4 peak hide
+    their MMA where the rows per expert ``m`` are at most the row tile (one row tile per expert)."""
+    from fastmodel.kernels.columns import C_FP4_GEMM, C_PEAK_FLOPS_4
+
+    def hides(row, groups, m):
+        if row[C_FP4_GEMM] > 0.0 and row[C_PEAK_FLOPS_4] <= 0.0 and m <= expert_row_tile(row, m):
+            return True
+        return hides_math(row, groups, m)
+    return hides
+
+
+def hidden_w4a16_rows(records_path: str) -> list[dict]:
+    """``validate`` rows of ``records_path`` (held-out split beside it) under :func:`hides_at_one_tile`; the
+    kernels must run interpreted (FASTMODEL_JIT=0), and the rule is restored after."""
+    from fastmodel.api import validate
+    from fastmodel.kernels import jit, roofline
+
+    if not jit.INTERPRETED:
+        raise SystemExit("--hidden-w4a16 patches a kernel: run it with FASTMODEL_JIT=0")
+    original = roofline.hides_math
+    roofline.hides_math = hides_at_one_tile(original, roofline.expert_row_tile)
+    try:
+        return validate(records_path, heldout=True).rows
+    finally:
+        roofline.hides_math = original
+
+
+def print_sensitivity(csv_path: str, records_path: str) -> None:
+    """TPOT and TTFT MAPE per split of the CSV and of :func:`hidden_w4a16_rows` (with and without the ``_c512_``
+    rows)."""
+    import csv
+
+    with open(csv_path) as fh:
+        before = list(csv.DictReader(fh))
+    after = hidden_w4a16_rows(records_path)
+    print("\nsensitivity --hidden-w4a16: split | metric | CSV | hidden | CSV without _c512_ | hidden without")
+    for split in ("dev", "held-out"):
+        for metric in ("tpot_s", "ttft_s"):
+            cells = [mape(rows, metric, split, sem) for sem in (True, False) for rows in (before, after)]
+            print(f"{split} | {metric} | " + " | ".join(f"{c:.2f}" for c in cells))
+
+
 def main() -> None:
     ap = validated_parser(__doc__)
     ap.add_argument("--split", default="dev")
+    ap.add_argument("--hidden-w4a16", action="store_true", help="also price the hidden-MMA sensitivity (S64)")
     args = ap.parse_args()
     rows = split_records(args.csv, args.records, args.split)
     print(f"{len(rows)} {args.split} rows (the {SEMAPHORE_ROWS} rows left out)")
@@ -138,6 +199,8 @@ def main() -> None:
     print("\n3. mean TPOT error of the MoE rows by uniform routing's expert share f: model | TP | f <= | bias % | rows")
     for (model, tp, edge), (bias, n) in mean_error_by(rows, routing_key).items():
         print(f"{model} | {tp} | {edge:g} | {bias:+.1f} | {n}")
+    if args.hidden_w4a16:
+        print_sensitivity(args.csv, args.records)
 
 
 if __name__ == "__main__":

@@ -94,3 +94,57 @@ def test_buckets_and_the_error_slices(tmp_path):
     assert set(routing) == {("M", 1, 0.3), ("M", 1, 0.5), ("M", 2, 0.3), ("M", 2, 0.5)}
     assert routing[("M", 1, 0.5)] == (pytest.approx(37.5), 1)
     assert routing[("M", 1, 0.3)][1] == 3
+
+
+def test_mape_by_split_without_refused_or_missing_errors():
+    """dev: |0.1| and |-0.2| -> 15 %; with the semaphore row (|0.6|) 30 %; the refused row and the empty error are
+    not read; held-out alone 40 %."""
+    rows = [{"id": "a", "status": "ok", "split": "dev", "error_tpot_s": "0.1"},
+            {"id": "b", "status": "ok", "split": "dev", "error_tpot_s": -0.2},
+            {"id": "x_c512_", "status": "ok", "split": "dev", "error_tpot_s": "0.6"},
+            {"id": "r", "status": "refused", "split": "dev", "error_tpot_s": "5"},
+            {"id": "e", "status": "ok", "split": "dev", "error_tpot_s": ""},
+            {"id": "n", "status": "ok", "split": "dev", "error_tpot_s": float("nan")},
+            {"id": "h", "status": "ok", "split": "held-out", "error_tpot_s": "0.4"}]
+    assert serve_load_slopes.mape(rows, "tpot_s", "dev") == pytest.approx(30.0)
+    assert serve_load_slopes.mape(rows, "tpot_s", "dev", semaphore=False) == pytest.approx(15.0)
+    assert serve_load_slopes.mape(rows, "tpot_s", "held-out") == pytest.approx(40.0)
+
+
+def test_the_sensitivity_hides_the_mma_of_w4a16_experts_at_one_row_tile():
+    """FP4 weights without an FP4 peak: 8 rows under a 16-row tile hide, 32 rows do not (the engine's own rule
+    answers, here False); with an FP4 peak the engine's rule answers at any rows."""
+    import numpy as np
+
+    from fastmodel.kernels.columns import C_FP4_GEMM, C_PEAK_FLOPS_4
+
+    row = np.zeros(max(C_FP4_GEMM, C_PEAK_FLOPS_4) + 1)
+    row[C_FP4_GEMM] = 1.0
+    hides = serve_load_slopes.hides_at_one_tile(lambda r, g, m: False, lambda r, m: 16.0)
+    assert hides(row, 15.0, 8.0) is True
+    assert hides(row, 15.0, 32.0) is False
+    row[C_PEAK_FLOPS_4] = 9e15
+    assert hides(row, 15.0, 8.0) is False
+
+
+def test_the_sensitivity_patches_the_rule_for_its_run_only(monkeypatch):
+    """The rule is in place while validate runs and restored after; compiled kernels are refused."""
+    import types
+
+    import fastmodel.api
+    from fastmodel.kernels import jit, roofline
+
+    original = roofline.hides_math
+    seen = []
+
+    def fake_validate(path, heldout):
+        seen.append((path, heldout, roofline.hides_math is not original))
+        return types.SimpleNamespace(rows=[{"id": "a"}])
+
+    monkeypatch.setattr(fastmodel.api, "validate", fake_validate)
+    monkeypatch.setattr(jit, "INTERPRETED", True)
+    assert serve_load_slopes.hidden_w4a16_rows("r.jsonl") == [{"id": "a"}]
+    assert seen == [("r.jsonl", True, True)] and roofline.hides_math is original
+    monkeypatch.setattr(jit, "INTERPRETED", False)
+    with pytest.raises(SystemExit, match="FASTMODEL_JIT=0"):
+        serve_load_slopes.hidden_w4a16_rows("r.jsonl")
