@@ -19,15 +19,18 @@ rows of §S44 left out (a client semaphore recorded as the load):
 3. ``routing``: the mean signed TPOT error of the MoE rows by the uniform-routing share ``f`` at the CSV's
    ``batch_size`` and by TP.
 
-``--hidden-w4a16`` also prices one sensitivity (§S64, not applied): the expert GEMMs of FP4 weights on a device
-without FP4 tensor cores (Hopper's W4A16 Triton ``matmul_ogs`` and Marlin paths) hide their MMA under the weight
-stream at one row tile (``roofline.hides_math`` true where the rows per expert are at most the row tile), as §S38
-and §S47 found for Marlin and TRTLLM-Gen below their own limits. It re-validates the records interpreted
-(FASTMODEL_JIT=0) with that rule and prints the TPOT and TTFT MAPE of the CSV and of the sensitivity per split.
+``--sensitivity NAME`` also prices one change that is not applied (§S64): it re-validates the records interpreted
+(FASTMODEL_JIT=0) with the change patched in and prints the TPOT and TTFT MAPE of the CSV and of the change per split.
+- ``hidden-w4a16``: the expert GEMMs of FP4 weights on a device without FP4 tensor cores (Hopper's W4A16 Triton
+  ``matmul_ogs`` and Marlin paths) hide their MMA under the weight stream at one row tile (``roofline.hides_math``
+  true where the rows per expert are at most the row tile), as §S38 and §S47 found for Marlin and TRTLLM-Gen below
+  their own limits.
+- ``combine``: one more attention kernel per layer (FlashAttention-3's split-KV combine) in every iteration of a vLLM
+  row (``kv_write_kernel`` 1) on compute capability 9.x: an upper bound, every layer and every batch.
 
     FASTMODEL_JIT=0 python -m fastmodel.cli validate tests/data/serve_dev_load.jsonl --heldout -o /tmp/v.csv
     python bench/serve_load_slopes.py /tmp/v.csv tests/data/serve_dev_load.jsonl [--split dev]
-    FASTMODEL_JIT=0 python bench/serve_load_slopes.py /tmp/v.csv tests/data/serve_dev_load.jsonl --hidden-w4a16
+    FASTMODEL_JIT=0 python bench/serve_load_slopes.py /tmp/v.csv tests/data/serve_dev_load.jsonl --sensitivity combine
 """
 
 from __future__ import annotations
@@ -152,31 +155,55 @@ def hides_at_one_tile(hides_math, expert_row_tile):
     return hides
 
 
-def hidden_w4a16_rows(records_path: str) -> list[dict]:
-    """``validate`` rows of ``records_path`` (held-out split beside it) under :func:`hides_at_one_tile`; the
-    kernels must run interpreted (FASTMODEL_JIT=0), and the rule is restored after."""
+def with_combine_kernel(attention_launches):
+    """``attention.attention_launches`` plus one kernel per layer of the stage (``kernel_overhead_s``) for a vLLM row
+    (``kv_write_kernel`` > 0) on compute capability 9.x."""
+    from fastmodel.kernels.columns import C_COMPUTE_CAPABILITY, C_KERNEL_OVERHEAD_S, C_KV_WRITE_KERNEL, C_LAYERS, C_PP
+
+    def launches(row):
+        extra = 0.0
+        if row[C_KV_WRITE_KERNEL] > 0.0 and 9.0 <= row[C_COMPUTE_CAPABILITY] < 10.0:
+            extra = row[C_LAYERS] / row[C_PP] * row[C_KERNEL_OVERHEAD_S]
+        return attention_launches(row) + extra
+    return launches
+
+
+def sensitivity_rows(records_path: str, name: str) -> list[dict]:
+    """``validate`` rows of ``records_path`` (held-out split beside it) with the change ``name`` patched in
+    (``hidden-w4a16``: :func:`hides_at_one_tile`; ``combine``: :func:`with_combine_kernel`); the kernels must run
+    interpreted (FASTMODEL_JIT=0), and the originals are restored after."""
     from fastmodel.api import validate
     from fastmodel.kernels import jit, roofline
+    from fastmodel.kernels.serve import attention, load
 
     if not jit.INTERPRETED:
-        raise SystemExit("--hidden-w4a16 patches a kernel: run it with FASTMODEL_JIT=0")
-    original = roofline.hides_math
-    roofline.hides_math = hides_at_one_tile(original, roofline.expert_row_tile)
+        raise SystemExit("--sensitivity patches a kernel: run it with FASTMODEL_JIT=0")
+    if name == "hidden-w4a16":
+        targets = [(roofline, "hides_math", hides_at_one_tile(roofline.hides_math, roofline.expert_row_tile))]
+    elif name == "combine":
+        patched = with_combine_kernel(attention.attention_launches)
+        targets = [(attention, "attention_launches", patched), (load, "attention_launches", patched)]
+    else:
+        raise SystemExit(f"--sensitivity: unknown {name!r} (hidden-w4a16, combine)")
+    originals = [(module, attr, getattr(module, attr)) for module, attr, _ in targets]
+    for module, attr, value in targets:
+        setattr(module, attr, value)
     try:
         return validate(records_path, heldout=True).rows
     finally:
-        roofline.hides_math = original
+        for module, attr, value in originals:
+            setattr(module, attr, value)
 
 
-def print_sensitivity(csv_path: str, records_path: str) -> None:
-    """TPOT and TTFT MAPE per split of the CSV and of :func:`hidden_w4a16_rows` (with and without the ``_c512_``
+def print_sensitivity(csv_path: str, records_path: str, name: str) -> None:
+    """TPOT and TTFT MAPE per split of the CSV and of :func:`sensitivity_rows` (with and without the ``_c512_``
     rows)."""
     import csv
 
     with open(csv_path) as fh:
         before = list(csv.DictReader(fh))
-    after = hidden_w4a16_rows(records_path)
-    print("\nsensitivity --hidden-w4a16: split | metric | CSV | hidden | CSV without _c512_ | hidden without")
+    after = sensitivity_rows(records_path, name)
+    print(f"\nsensitivity {name}: split | metric | CSV | changed | CSV without _c512_ | changed without")
     for split in ("dev", "held-out"):
         for metric in ("tpot_s", "ttft_s"):
             cells = [mape(rows, metric, split, sem) for sem in (True, False) for rows in (before, after)]
@@ -186,7 +213,7 @@ def print_sensitivity(csv_path: str, records_path: str) -> None:
 def main() -> None:
     ap = validated_parser(__doc__)
     ap.add_argument("--split", default="dev")
-    ap.add_argument("--hidden-w4a16", action="store_true", help="also price the hidden-MMA sensitivity (S64)")
+    ap.add_argument("--sensitivity", choices=("hidden-w4a16", "combine"), help="also price one change (S64)")
     args = ap.parse_args()
     rows = split_records(args.csv, args.records, args.split)
     print(f"{len(rows)} {args.split} rows (the {SEMAPHORE_ROWS} rows left out)")
@@ -199,8 +226,8 @@ def main() -> None:
     print("\n3. mean TPOT error of the MoE rows by uniform routing's expert share f: model | TP | f <= | bias % | rows")
     for (model, tp, edge), (bias, n) in mean_error_by(rows, routing_key).items():
         print(f"{model} | {tp} | {edge:g} | {bias:+.1f} | {n}")
-    if args.hidden_w4a16:
-        print_sensitivity(args.csv, args.records)
+    if args.sensitivity:
+        print_sensitivity(args.csv, args.records, args.sensitivity)
 
 
 if __name__ == "__main__":

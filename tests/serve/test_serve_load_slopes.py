@@ -127,24 +127,50 @@ def test_the_sensitivity_hides_the_mma_of_w4a16_experts_at_one_row_tile():
     assert hides(row, 15.0, 8.0) is False
 
 
-def test_the_sensitivity_patches_the_rule_for_its_run_only(monkeypatch):
-    """The rule is in place while validate runs and restored after; compiled kernels are refused."""
+def test_the_combine_sensitivity_adds_one_kernel_per_layer_on_hopper_vllm():
+    """80 layers at 4 us: +320 us on a vLLM row (kv_write_kernel 1) of compute capability 9.0, +160 us per stage at
+    pp 2; nothing for compute capability 10.0 or for an engine without vLLM's KV-write kernel."""
+    import numpy as np
+
+    from fastmodel.kernels.columns import C_COMPUTE_CAPABILITY, C_KERNEL_OVERHEAD_S, C_KV_WRITE_KERNEL, C_LAYERS, C_PP
+
+    row = np.zeros(max(C_COMPUTE_CAPABILITY, C_KERNEL_OVERHEAD_S, C_KV_WRITE_KERNEL, C_LAYERS, C_PP) + 1)
+    row[[C_LAYERS, C_PP, C_KERNEL_OVERHEAD_S, C_KV_WRITE_KERNEL, C_COMPUTE_CAPABILITY]] = 80.0, 1.0, 4e-6, 1.0, 9.0
+    launches = serve_load_slopes.with_combine_kernel(lambda r: 1e-3)
+    assert launches(row) == pytest.approx(1e-3 + 320e-6)
+    row[C_PP] = 2.0
+    assert launches(row) == pytest.approx(1e-3 + 160e-6)
+    row[C_COMPUTE_CAPABILITY] = 10.0
+    assert launches(row) == pytest.approx(1e-3)
+    row[C_COMPUTE_CAPABILITY], row[C_KV_WRITE_KERNEL] = 9.0, 0.0
+    assert launches(row) == pytest.approx(1e-3)
+
+
+@pytest.mark.parametrize("name, module_name, attr", [("hidden-w4a16", "roofline", "hides_math"),
+                                                      ("combine", "attention", "attention_launches")])
+def test_each_sensitivity_patches_its_kernel_for_its_run_only(monkeypatch, name, module_name, attr):
+    """The change is in place while validate runs and restored after; compiled kernels and unknown names are
+    refused."""
     import types
 
     import fastmodel.api
     from fastmodel.kernels import jit, roofline
+    from fastmodel.kernels.serve import attention
 
-    original = roofline.hides_math
+    module = {"roofline": roofline, "attention": attention}[module_name]
+    original = getattr(module, attr)
     seen = []
 
     def fake_validate(path, heldout):
-        seen.append((path, heldout, roofline.hides_math is not original))
+        seen.append((path, heldout, getattr(module, attr) is not original))
         return types.SimpleNamespace(rows=[{"id": "a"}])
 
     monkeypatch.setattr(fastmodel.api, "validate", fake_validate)
     monkeypatch.setattr(jit, "INTERPRETED", True)
-    assert serve_load_slopes.hidden_w4a16_rows("r.jsonl") == [{"id": "a"}]
-    assert seen == [("r.jsonl", True, True)] and roofline.hides_math is original
+    assert serve_load_slopes.sensitivity_rows("r.jsonl", name) == [{"id": "a"}]
+    assert seen == [("r.jsonl", True, True)] and getattr(module, attr) is original
+    with pytest.raises(SystemExit, match="unknown"):
+        serve_load_slopes.sensitivity_rows("r.jsonl", "other")
     monkeypatch.setattr(jit, "INTERPRETED", False)
     with pytest.raises(SystemExit, match="FASTMODEL_JIT=0"):
-        serve_load_slopes.hidden_w4a16_rows("r.jsonl")
+        serve_load_slopes.sensitivity_rows("r.jsonl", name)
