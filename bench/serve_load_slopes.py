@@ -18,6 +18,9 @@ rows of §S44 left out (a client semaphore recorded as the load):
    the decode iterations (§S7). No trend means those chunks are not where the error is.
 3. ``routing``: the mean signed TPOT error of the MoE rows by the uniform-routing share ``f`` at the CSV's
    ``batch_size`` and by TP.
+4. ``ttft by load``: the mean signed TTFT error by (model, engine) and the load's band of requests in flight. A
+   queue of prompts behind the decodes that the model mispriced would move it with the load; a lone prefill it
+   mispriced would not.
 
 ``--sensitivity NAME`` also prices one change that is not applied (§S64): it re-validates the records interpreted
 (FASTMODEL_JIT=0) with the change patched in and prints the TPOT and TTFT MAPE of the CSV and of the change per split.
@@ -49,6 +52,8 @@ SEMAPHORE_ROWS = "_c512_"
 #: upper edges of the prefill-share buckets (table 2) and of the uniform-routing share buckets (table 3)
 MIX_EDGES = (0.01, 0.05, 0.1, 0.2, 0.3, 1.0)
 F_EDGES = (0.3, 0.5, 0.75, 0.9, 0.97, 1.0)
+#: upper edges of the load bands (requests in flight) of table 4
+LOAD_EDGES = (4, 8, 16, 32, 64, float("inf"))
 
 
 def split_records(csv_path: str, records_path: str, split: str = "dev") -> list[tuple[dict, dict]]:
@@ -112,19 +117,27 @@ def doubling_table(entries: list[dict]) -> dict[tuple, tuple[float, int]]:
     return {k: (statistics.median(v), len(v)) for k, v in sorted(acc.items())}
 
 
-def mean_error_by(rows: list[tuple[dict, dict]], key) -> dict[tuple, tuple[float, int]]:
-    """{key(row, record): (mean signed TPOT error %, rows)}; rows whose key is None are left out."""
+def mean_error_by(rows: list[tuple[dict, dict]], key, metric: str = "tpot_s") -> dict[tuple, tuple[float, int]]:
+    """{key(row, record): (mean signed error % of ``metric``, rows)}; rows whose key is None or whose error is
+    empty are left out."""
     acc = defaultdict(list)
     for row, rec in rows:
         k = key(row, rec)
-        if k is not None:
-            acc[k].append(float(row["error_tpot_s"]))
+        if k is not None and row.get(f"error_{metric}") not in ("", None):
+            acc[k].append(float(row[f"error_{metric}"]))
     return {k: (100.0 * statistics.mean(v), len(v)) for k, v in sorted(acc.items())}
 
 
 def mixing_key(row: dict, rec: dict) -> tuple:
     """(engine, prefill-share bucket) of one row."""
     return row["engine"], bucket(prefill_share(row), MIX_EDGES)
+
+
+def load_key(row: dict, rec: dict) -> tuple | None:
+    """(model, engine, load band: the first ``LOAD_EDGES`` edge at or above the requests in flight) of a
+    concurrency row; None for another load."""
+    n = rec["serve"].get("concurrency")
+    return None if n is None else (row["model"], row["engine"], bucket(float(n), LOAD_EDGES))
 
 
 def routing_key(row: dict, rec: dict) -> tuple | None:
@@ -226,6 +239,9 @@ def main() -> None:
     print("\n3. mean TPOT error of the MoE rows by uniform routing's expert share f: model | TP | f <= | bias % | rows")
     for (model, tp, edge), (bias, n) in mean_error_by(rows, routing_key).items():
         print(f"{model} | {tp} | {edge:g} | {bias:+.1f} | {n}")
+    print("\n4. mean TTFT error by the load: model | engine | in flight <= | bias % | rows")
+    for (model, engine, edge), (bias, n) in mean_error_by(rows, load_key, "ttft_s").items():
+        print(f"{model} | {engine} | {edge:g} | {bias:+.1f} | {n}")
     if args.sensitivity:
         print_sensitivity(args.csv, args.records, args.sensitivity)
 

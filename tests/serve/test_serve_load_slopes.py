@@ -174,3 +174,19 @@ def test_each_sensitivity_patches_its_kernel_for_its_run_only(monkeypatch, name,
     monkeypatch.setattr(jit, "INTERPRETED", False)
     with pytest.raises(SystemExit, match="FASTMODEL_JIT=0"):
         serve_load_slopes.sensitivity_rows("r.jsonl", name)
+
+
+def test_ttft_by_load_band(tmp_path):
+    """TTFT errors +10 % and -20 % at 4 and 8 in flight, +30 % at 100: bands 4, 8 and above 64; a row without an
+    error is not read; a static-batch record has no band."""
+    records = [{"id": i, "model": _MOE, "serve": {"tp": 1, "concurrency": n, "input_len": 1024, "output_len": 1024}}
+               for i, n in (("a", 4), ("b", 8), ("c", 100), ("e", 16))]
+    records.append({"id": "s", "model": _MOE, "serve": {"tp": 1, "batch_size": 8, "input_len": 1024,
+                                                          "output_len": 1024}})
+    cols = ["id", "status", "split", "engine", "model", "error_tpot_s", "error_ttft_s"]
+    table = [[i, "ok", "dev", "vLLM", "M", "0", e] for i, e in (("a", 0.1), ("b", -0.2), ("c", 0.3), ("e", ""),
+                                                               ("s", 0.5))]
+    rows = serve_load_slopes.split_records(*write_validated(tmp_path, records, cols, table))
+    by_load = serve_load_slopes.mean_error_by(rows, serve_load_slopes.load_key, "ttft_s")
+    assert by_load == {("M", "vLLM", 4): (pytest.approx(10.0), 1), ("M", "vLLM", 8): (pytest.approx(-20.0), 1),
+                       ("M", "vLLM", float("inf")): (pytest.approx(30.0), 1)}
