@@ -30,7 +30,12 @@ TPOT leaves above the predicted one bounds it:
 A shortfall above ``X_max`` is not time inside the engine's iterations, so no prefill kernel term can close it
 without breaking the TPOT (§S24's argument on one row each; here on every row, N >= 2).
 
-The table prints, per (framework, GPU, model, TP, EP, ISL), the median TTFT shortfall ``measured - predicted``,
+A second table splits the shortfall of each (framework, GPU, model, TP) holding both ISL 1,024 and 8,192 at
+N <= ``--max-n`` (medians, EP 1) into a per-request part ``A`` and a per-token part ``B`` (ms per 1,000 tokens),
+``shortfall = A + B · tokens / 1000`` through the two points. An under-priced expert kernel would add to ``B`` and
+shrink it as 1 / TP (the experts are split over the ranks).
+
+The first table prints, per (framework, GPU, model, TP, EP, ISL), the median TTFT shortfall ``measured - predicted``,
 the four terms summed over the MoE layers and the median ``X_max`` (ms); ``share`` = the four terms' sum over the
 shortfall.
 
@@ -129,6 +134,25 @@ def summary(entries: list) -> tuple[float, dict[str, float]]:
     return gap, {name: statistics.median(t[name] for _, t in entries) for name in entries[0][1]}
 
 
+def token_split(short_1k: float, short_8k: float) -> tuple[float, float]:
+    """(A, B) of ``shortfall = A + B · tokens / 1000`` through the shortfalls at 1,024 and 8,192 tokens (same unit
+    as the shortfalls; B per 1,000 tokens)."""
+    per_1k = (short_8k - short_1k) / ((8192 - 1024) / 1000.0)
+    return short_1k - 1.024 * per_1k, per_1k
+
+
+def split_rows(groups: dict) -> dict:
+    """{(framework, gpu, model, tp): (A s, B s per 1,000 tokens)} of the EP-1 groups of :func:`by_group` that hold
+    both ISL 1,024 and 8,192."""
+    out = {}
+    for key, entries in groups.items():
+        fw, gpu, model, tp, ep, isl = key
+        other = groups.get((fw, gpu, model, tp, ep, 8192))
+        if ep == 1 and isl == 1024 and other:
+            out[(fw, gpu, model, tp)] = token_split(summary(entries)[0], summary(other)[0])
+    return out
+
+
 def main() -> None:
     ap = validated_parser(__doc__)
     ap.add_argument("--max-n", type=int, default=4)
@@ -142,6 +166,9 @@ def main() -> None:
         share = total / gap if gap > 0 else float("nan")
         print(" | ".join(str(x) for x in key) + f" | {len(groups[key])} | {1e3 * gap:.1f} | "
               + " | ".join(f"{1e3 * terms[n]:.2f}" for n in TERMS) + f" | {share:.2f} | {1e3 * terms['room']:.1f}")
+    print("\nframework | gpu | model | tp | A (ms) | B (ms per 1k tokens)")
+    for key, (a, b) in sorted(split_rows(groups).items()):
+        print(" | ".join(str(x) for x in key) + f" | {1e3 * a:.1f} | {1e3 * b:.2f}")
 
 
 if __name__ == "__main__":

@@ -73,3 +73,18 @@ def test_moe_layer_count_and_groups(tmp_path):
     gap, terms = serve_moe_prefill.summary(groups[key])
     assert gap == pytest.approx(0.2)
     assert terms["router"] == pytest.approx(94 * 2 * 4000 * 4096 * 128 / 989e12)
+
+
+def test_token_split_by_hand(tmp_path):
+    """10 ms + 4 ms per 1,000 tokens: 14.096 ms at 1,024 and 42.768 ms at 8,192 tokens -> A 10 ms, B 4 ms; the
+    split pairs only EP-1 groups holding both ISLs."""
+    a, b = serve_moe_prefill.token_split(0.014096, 0.042768)
+    assert (a, b) == (pytest.approx(0.010), pytest.approx(0.004))
+    records = [_record("a", isl=1024, budget=None), _record("b", isl=8192, budget=None),
+               _record("c", isl=1024, budget=None, ep=2)]
+    rows = [[rid, "ok", "vLLM 0.18.0", "H200", "fp4", "gpt-oss", meas, 0.1, 0.056, 0.052]
+            for rid, meas in zip("abc", (0.114096, 0.142768, 0.2))]
+    table, recs = write_validated(tmp_path, records, _COLS, rows)
+    split = serve_moe_prefill.split_rows(serve_moe_prefill.by_group(table, recs, 4))
+    assert list(split) == [("vLLM 0.18.0", "H200", "gpt-oss", 2)]
+    assert split[("vLLM 0.18.0", "H200", "gpt-oss", 2)] == (pytest.approx(0.010), pytest.approx(0.004))
