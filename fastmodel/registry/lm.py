@@ -346,7 +346,7 @@ SERVE_COLUMNS = _cols(
      "max_throughput).", 1, 1 << 24),
     ("max_num_tokens", "tokens", 8192, "Token budget of one engine step (prefill chunk size).", 1, 1 << 24),
     ("kv_cache_mem_fraction", "1", 0.9, "Share of the HBM left after weights, workspace and framework given "
-     "to the KV cache.", 0.01, 1),
+     "to the KV cache (with kv_budget_of_total: share of the whole HBM, less those).", 0.01, 1),
     ("weight_bytes", "bytes", 2, "Bytes per weight element (2 BF16/FP16, 1 FP8/INT8, 0.5 INT4 weight-only).",
      0.25, 4),
     ("kv_bytes", "bytes", 2, "Bytes per KV-cache element (2 BF16/FP16, 1 FP8).", 0.25, 4),

@@ -58,6 +58,10 @@ ENGINE_KERNEL_ROWS = (
     ("kv_pool_upcast", "1", 0, "1: the engine's attention converts each layer's whole FP8 KV pool (K and V, as "
      "allocated) to 16 bits at every forward before its kernel runs, (1 + 2 B / kv_bytes) x the pool at the HBM rate "
      "(SGLang's aiter backend on ROCm; docs/model_serving.md S58); 0: the kernel reads the cache as stored.", 0, 1),
+    ("kv_budget_of_total", "1", 0, "How the engine sizes its KV cache from kv_cache_mem_fraction f: 0 f x (HBM - "
+     "weights - workspace - framework), the share of what its warm-up run left free (TensorRT-LLM "
+     "free_gpu_memory_fraction); 1 f x HBM - weights - workspace - framework, the share of the whole device that "
+     "everything but the KV cache comes out of (vLLM gpu_memory_utilization; docs/model_serving.md S66).", 0, 1),
     ("kv_write_kernel", "kernels", 0, "Kernels of its own the engine launches per layer and iteration to write each "
      "step's new keys and values into the paged KV cache before the attention kernel: 1 vLLM V1 "
      "reshape_and_cache_flash (docs/model_serving.md S45); 2 SGLang on ROCm, K and V index-puts in sequence (S57); "

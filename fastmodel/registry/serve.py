@@ -34,7 +34,8 @@ SERVE_RESULTS: tuple[Variable, ...] = (
     Result("batch_size", "requests", "", "Requests in flight (the chosen one under max_throughput)."),
     Result("kv_bytes_per_token", "bytes", "min", "KV-cache bytes of one token on one device (all its layers)."),
     Result("kv_cache_memory", "bytes", "min", "KV cache of the batch at full length on one device."),
-    Result("kv_cache_capacity", "bytes", "", "KV-cache budget: kv_cache_mem_fraction x free HBM per device."),
+    Result("kv_cache_capacity", "bytes", "", "KV-cache budget per device: kv_cache_mem_fraction x free HBM (vLLM: "
+           "of the whole HBM, less the rest; docs/model_serving.md S66)."),
     WEIGHT_MEMORY,
     Result("activation_memory", "bytes", "min", "Activation workspace of one engine step (max_num_tokens)."),
     MEMORY_PER_DEVICE,

@@ -16,6 +16,7 @@ two rows by the device's memory and name (``profiles_device.device_limits``, doc
 | ``custom_allreduce_bytes`` | 4 MiB (AUTO lookup table: NCCL above) | 8 MiB (``CustomAllreduce``) | 8 MiB |
 | ``kv_write_kernel`` | 0 | 1 (``reshape_and_cache_flash`` before attention, 0.10.2-0.18.0) | 0 (not read) |
 | ``chunk_kv_local`` | 0 (not read: whole context) | 0 up to 0.12.0, 1 from 0.15.1 (hybrid KV cache manager, S60) | 0 (not read) |
+| ``kv_budget_of_total`` | 0 (share of the memory its warm-up left free) | 1 (share of the whole device, S66) | 0 (S66: not applied) |
 
 Sources: TensorRT-LLM ``TorchLlmArgs`` (``max_num_tokens``, ``max_batch_size``, ``enable_chunked_prefill``,
 ``disable_overlap_scheduler``) and its "Useful Runtime Options" and overlap-scheduler pages; vLLM
@@ -106,7 +107,7 @@ VLLM_CHUNK_KV_LOCAL_FIRST = (0, 15, 1)
 PROFILE_COLUMNS = ("max_num_tokens", "max_batch_size", "chunked_prefill", "mixed_prefill", "overlap_step",
                    "kv_on_demand", "custom_allreduce_bytes", "host_op_s", "host_ops_layer", "kv_write_kernel",
                    "serve_step_overhead_s", "host_req_s", "fp8_weight_only", "fp4_weight_only_cc", "engine_nvidia_only",
-                   "kv_pool_upcast", "chunk_kv_local")
+                   "kv_pool_upcast", "chunk_kv_local", "kv_budget_of_total")
 #: engine-dependent columns a record's ``framework`` sets beyond its profile (``fastmodel/serve/records.py``
 #: ``lower_serve_record``), as they depend on the record's device, checkpoint and launcher flags; ``--engine``
 #: leaves them at the column defaults: FP4 activations (``fp4_activation``), the MoE dispatcher
@@ -266,15 +267,16 @@ def _cuda_profile(engine: str, version: tuple[int, ...] | None, hbm_bytes: float
                 "overlap_step": 1 if version is None or version >= (0, 15, 1) else 0, "kv_on_demand": 1,
                 "custom_allreduce_bytes": CUSTOM_AR_VLLM, "host_op_s": 0.0, "host_ops_layer": 0.0,
                 "kv_write_kernel": KV_WRITE_KERNEL_VLLM, **_sched_host("vllm"),
-                "chunk_kv_local": 1 if version is None or version >= VLLM_CHUNK_KV_LOCAL_FIRST else 0}
+                "chunk_kv_local": 1 if version is None or version >= VLLM_CHUNK_KV_LOCAL_FIRST else 0,
+                "kv_budget_of_total": 1}
     if engine == "sglang":
         return {**limits, "chunked_prefill": 1, "mixed_prefill": 0, "overlap_step": 1, "kv_on_demand": 1,
                 "custom_allreduce_bytes": CUSTOM_AR_SGLANG, "host_op_s": 0.0, "host_ops_layer": 0.0,
-                "kv_write_kernel": 0.0, **_sched_host("sglang"), "chunk_kv_local": 0}
+                "kv_write_kernel": 0.0, **_sched_host("sglang"), "chunk_kv_local": 0, "kv_budget_of_total": 0}
     return {**limits, "chunked_prefill": 0, "mixed_prefill": 1,
             "overlap_step": 1, "kv_on_demand": 0, "custom_allreduce_bytes": CUSTOM_AR_TRTLLM,
             "host_op_s": HOST_OP_S_EAGER, "host_ops_layer": 0.0, "kv_write_kernel": 0.0, **_sched_host("trtllm"),
-            "chunk_kv_local": 0}
+            "chunk_kv_local": 0, "kv_budget_of_total": 0}
 
 
 def fp4_activation(engine: str | None, precision: str, moe_backend: str = "default") -> tuple[float, str | None]:

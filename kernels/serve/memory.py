@@ -13,6 +13,7 @@ from fastmodel.kernels.lm.layout import (
 from fastmodel.kernels.columns import (
     C_FRAMEWORK_MEMORY_BYTES,
     C_HBM_BYTES,
+    C_KV_BUDGET_OF_TOTAL,
     C_KV_CACHE_MEM_FRACTION,
     C_QUANT_EXPERTS_ONLY,
 )
@@ -76,8 +77,13 @@ def activation_memory(row, requests):
 
 @njit(inline="always")
 def kv_capacity(row, weights, workspace):
-    """KV-cache bytes one device allocates: ``kv_cache_mem_fraction`` x (HBM - ``weights`` - ``workspace`` (the
-    step's activations, :func:`activation_memory`) - the framework constant), at least 0; the engines' rule
-    (vLLM ``gpu_memory_utilization``, SGLang ``mem_fraction_static``, TRT-LLM ``free_gpu_memory_fraction``)."""
-    return max(0.0, row[C_KV_CACHE_MEM_FRACTION] * (row[C_HBM_BYTES] - weights - workspace
-                                                    - row[C_FRAMEWORK_MEMORY_BYTES]))
+    """KV-cache bytes one device allocates, at least 0, from ``f = kv_cache_mem_fraction`` and the non-KV memory
+    ``m = weights + workspace`` (the step's activations, :func:`activation_memory`) ``+`` the framework constant:
+    ``f (HBM - m)`` where f is a share of what the warm-up run left free (TensorRT-LLM ``free_gpu_memory_fraction``,
+    ``KvCacheCreator._cal_max_tokens``), ``f HBM - m`` with ``kv_budget_of_total`` (vLLM ``gpu_memory_utilization``:
+    ``requested_memory - non_kv_cache_memory``, ``Worker.determine_available_memory``; docs/model_serving.md S66)."""
+    other = weights + workspace + row[C_FRAMEWORK_MEMORY_BYTES]
+    f = row[C_KV_CACHE_MEM_FRACTION]
+    if row[C_KV_BUDGET_OF_TOTAL] > 0.0:
+        return max(0.0, f * row[C_HBM_BYTES] - other)
+    return max(0.0, f * (row[C_HBM_BYTES] - other))

@@ -1,0 +1,103 @@
+"""Diagnostic: the KV cache each engine sizes, and the running batch it admits, on the rows where KV binds
+(docs/model_serving.md §S66).
+
+For every answered row of a ``validate -o`` CSV whose model running batch is below its concurrency, or whose
+measured running batch (§S26 ``implied_running``) is below 0.9 of it at 16 or more in flight, it prints the model's
+KV capacity (GiB, tokens), the tokens a running request holds and the batch that fits, beside the running batch
+the record's own TTFT and TPOT imply, and the capacity under the other engines' rules from the same weights and
+workspace: TensorRT-LLM's ``f (HBM - m)``, vLLM's ``f HBM - m``, SGLang's ``mem_fraction_static HBM - weights``
+(its automatic fraction, :func:`sglang_fraction`).
+
+    FASTMODEL_JIT=0 python -m fastmodel.cli validate tests/data/serve_dev_load.jsonl -o /tmp/load.csv
+    FASTMODEL_JIT=0 python bench/serve_kv_budget.py /tmp/load.csv tests/data/serve_dev_load.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from fastmodel.registry.lm import COLUMN_INDEX  # noqa: E402
+
+GIB = 2**30
+#: SGLang 0.5.6.post2's CUDA-graph batch cap taken for its reserve (``cuda_graph_max_bs``; an assumption here)
+SGLANG_GRAPH_BS = 256
+
+
+def sglang_fraction(hbm_bytes: float, chunk_tokens: float, tp: float, pp: float = 1.0,
+                    graph_bs: float = SGLANG_GRAPH_BS) -> float:
+    """SGLang 0.5.6.post2's automatic ``mem_fraction_static``: round((total - reserved) / total, 3) with reserved
+    (MiB) = 512 + 1.5 max(chunk, 2048) + 2 cuda_graph_max_bs + 1024 tp pp / 8 (``server_args.py:848-891``,
+    docs/sources/serving_facts.md §1)."""
+    reserved = (512 + 1.5 * max(chunk_tokens, 2048) + 2 * graph_bs + 1024 * tp * pp / 8) * 2**20
+    return round((hbm_bytes - reserved) / hbm_bytes, 3)
+
+
+def budgets(hbm: float, fraction: float, weights: float, workspace: float, framework: float, chunk: float,
+            tp: float, pp: float) -> dict[str, float]:
+    """KV bytes per device under each engine's rule from the same memory terms (docs/model_serving.md §S66)."""
+    other = weights + workspace + framework
+    return {"trtllm": max(0.0, fraction * (hbm - other)), "vllm": max(0.0, fraction * hbm - other),
+            "sglang": max(0.0, sglang_fraction(hbm, chunk, tp, pp) * hbm - weights)}
+
+
+def held_tokens(input_len: float, output_len: float, on_demand: bool) -> float:
+    """Tokens a running request holds on average: the whole request when admission reserves it (TensorRT-LLM's
+    GUARANTEED_NO_EVICT), the prompt and half the output when blocks come on demand (vLLM, SGLang; §S9)."""
+    return input_len + (0.5 * output_len if on_demand else output_len)
+
+
+def rows(csv_path: str, records_path: str):
+    """(CSV row, record columns) of the rows where KV binds in the model or the measurement."""
+    from fastmodel.serve.records import read_serve_records
+
+    recs = {r.id: r for r in read_serve_records(records_path) if hasattr(r, "columns")}
+    with open(csv_path) as fh:
+        for row in csv.DictReader(fh):
+            rec = recs.get(row["id"])
+            if rec is None or row["status"] != "ok" or row["load_mode"] != "concurrency":
+                continue
+            n = float(rec.columns[COLUMN_INDEX["batch_size"]])
+            implied = float(row["implied_running"] or "nan")
+            if float(row["batch_size"]) < n or (n >= 16 and implied < 0.9 * n):
+                yield row, rec.columns
+
+
+def table(csv_path: str, records_path: str) -> list[str]:
+    """One line per row where KV binds (see the module docstring)."""
+    from fastmodel.kernels.serve.attention import kv_bytes_per_token
+    from fastmodel.kernels.serve.memory import activation_memory, kv_capacity, weight_memory
+
+    c = COLUMN_INDEX
+    out = ["engine GPU TP ISLxOSL N | model KV GiB, k tokens, held, room, batch | implied | KV GiB trt / vllm / sglang"]
+    for row, col in rows(csv_path, records_path):
+        n = col[c["batch_size"]]
+        weights = weight_memory(col)
+        workspace = activation_memory(col, min(n, col[c["max_batch_size"]]))
+        cap = kv_capacity(col, weights, workspace)
+        token = kv_bytes_per_token(col)
+        held = held_tokens(col[c["input_len"]], col[c["output_len"]], col[c["kv_on_demand"]] > 0)
+        b = budgets(col[c["hbm_bytes"]], col[c["kv_cache_mem_fraction"]], weights, workspace,
+                    col[c["framework_memory_bytes"]], col[c["max_num_tokens"]], col[c["tp"]], col[c["pp"]])
+        out.append(f"{row['framework'][:14]:14s} {row['gpu'][:5]} {col[c['tp']]:.0f} "
+                   f"{col[c['input_len']]:.0f}x{col[c['output_len']]:.0f} {n:.0f} | {cap / GIB:.1f}, "
+                   f"{cap / token / 1e3:.0f}, {held:.0f}, {math.floor(cap / (token * held))}, {row['batch_size']} | "
+                   f"{float(row['implied_running']):.1f} | "
+                   + " / ".join(f"{b[k] / GIB:.1f}" for k in ("trtllm", "vllm", "sglang")))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("csv")
+    ap.add_argument("records")
+    args = ap.parse_args()
+    print("\n".join(table(args.csv, args.records)))
+
+
+if __name__ == "__main__":
+    main()
