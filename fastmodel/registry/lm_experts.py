@@ -1,8 +1,8 @@
-"""Plan columns of how a stack runs its local routed experts (docs/model.md §11.57).
+"""Plan columns of how a stack runs its local routed experts (docs/model.md §11.57) and moves their rows (§11.61).
 
 Rows of ``fastmodel.registry.lm.PLAN_COLUMNS`` (name, units, default, doc, lo, hi, fittable, option), kept here so the
 registry module stays under the line cap; ``kernels/roofline.py`` (the expert GEMMs) and ``kernels/lm/moe.py``
-(``sequential_mlp_time``) read them.
+(``sequential_mlp_time``, ``stack_permute_time``) read them.
 """
 
 from __future__ import annotations
@@ -13,4 +13,13 @@ EXPERT_PLAN_ROWS = (
      "SequentialMLP, a Python loop of one MLP per local expert, each with its own fc1, activation and fc2 kernels "
      "on its own rows (Megatron-LM 23e00ed megatron/core/transformer/moe/experts.py, docs/model.md §11.57). A "
      "record's plan.moe_grouped_gemm; no stack profile sets it.", 0, 1, False, "flag"),
+    ("moe_permute_fwd_bytes", "bytes", 0.0, "HBM bytes per routed row and hidden element that the stack's own "
+     "token permutation path moves in one MoE layer forward (every forward it runs: the recomputed one too), "
+     "counted op by op from its source; with it the generic PERMUTE_BYTES_PER_ELEMENT x permutation pairs and its "
+     "2x backward convention are not charged (docs/model.md §11.61). 0: the generic count. The stack profile sets "
+     "it (TorchTitan's all-to-all path when its MoE block runs eager: 38).", 0, 1e3, False, "number"),
+    ("moe_permute_bwd_bytes", "bytes", 0.0, "... and in the backward pass of that path (autograd's gathers, "
+     "scatters, casts and the routing-score product's two gradients; docs/model.md §11.61). Read with "
+     "moe_permute_fwd_bytes > 0. The stack profile sets it (TorchTitan's all-to-all path: 60).", 0, 1e3, False,
+     "number"),
 )

@@ -21,7 +21,7 @@ from fastmodel.kernels.lm.layout import (
     C_INTRA_EFF, C_INTRA_LATENCY, C_KERNEL_OVERHEAD_S, C_MICRO_BATCH, C_MOE_CAPACITY_FACTOR, C_MOE_DISPATCHER,
     C_MOE_EXPERTS, C_MOE_FFN, C_MOE_FP8_DISPATCH, C_MOE_GROUPED_GEMM, C_MOE_IMBALANCE, C_MOE_MAX_NODES, C_MOE_MEM_KERNELS,
     C_MOE_EXPERT_MAXVIO, C_MOE_ROUND_ROBIN, C_MOE_SYNC_ISSUE_OPS, C_HOST_OP_S,
-    C_MOE_PAD_TO_CAPACITY, C_MOE_SHARED_EXPERTS, C_MOE_TOPK, C_SEQ_LEN, C_STACK_COMPUTE_EFF, C_TP,
+    C_MOE_PAD_TO_CAPACITY, C_MOE_PERMUTE_BWD_BYTES, C_MOE_PERMUTE_FWD_BYTES, C_MOE_SHARED_EXPERTS, C_MOE_TOPK, C_SEQ_LEN, C_STACK_COMPUTE_EFF, C_TP,
     DISPATCH_ALLGATHER,
     DISPATCH_DEEPEP, DISPATCH_EINSUM,
 )
@@ -121,12 +121,26 @@ def sequential_mlp_time(row):
 
 
 @njit
+def stack_permute_time(row):
+    """(forward, backward) memory-bound seconds of a stack's own token permutation path in one MoE layer and
+    micro-batch: ``moe_permute_fwd_bytes`` and ``moe_permute_bwd_bytes`` per routed row and hidden element (the
+    busiest rank's ``expert_rows``), counted op by op from the stack's source (TorchTitan's all-to-all path:
+    docs/model.md §11.61). 0 when the stack states none; ``moe_compute`` then charges the generic count."""
+    if row[C_MOE_PERMUTE_FWD_BYTES] <= 0.0:
+        return 0.0, 0.0
+    elements = expert_rows(row) * row[C_HIDDEN]
+    return (memory_bound_time(row, row[C_MOE_PERMUTE_FWD_BYTES] * elements),
+            memory_bound_time(row, row[C_MOE_PERMUTE_BWD_BYTES] * elements))
+
+
+@njit
 def moe_pass_extras(row):
     """(forward, backward) seconds of one MoE layer and micro-batch that are not the forward's multiples:
-    ``einsum_gating_time`` and ``sequential_mlp_time`` (the latter in both passes)."""
+    ``einsum_gating_time``, ``stack_permute_time`` and ``sequential_mlp_time`` (the latter in both passes)."""
     forward, backward = einsum_gating_time(row)
+    permute_forward, permute_backward = stack_permute_time(row)
     sequential = sequential_mlp_time(row)
-    return forward + sequential, backward + sequential
+    return forward + permute_forward + sequential, backward + permute_backward + sequential
 
 
 @njit(inline="always")
@@ -229,7 +243,8 @@ def moe_compute(row, fp8):
     follow the dense layers' parallelism). Both read their weights at the training GEMM format's bytes
     (``roofline.gemm_weight_bytes``: 2, 1, or 0.5625 under NVFP4; ``roofline.expert_gemm_time``, ``gemm_time``), as the dense layer GEMMs do.
     Memory-bound: router scores, top-k and auxiliary loss (``ROUTER_BYTES_PER_SCORE`` per token and expert),
-    permutation and unpermutation (``PERMUTE_BYTES_PER_ELEMENT`` per routed element and ``permutation_pairs``),
+    permutation and unpermutation (``PERMUTE_BYTES_PER_ELEMENT`` per routed element and ``permutation_pairs``;
+    none where the stack counts its own path, ``stack_permute_time``),
     and the launch time of the stack's small router and dispatcher kernels (``moe_launch_time``).
     """
     h = row[C_HIDDEN]
@@ -247,7 +262,9 @@ def moe_compute(row, fp8):
     shared = row[C_MOE_SHARED_EXPERTS] * row[C_MOE_FFN]
     tokens = tokens_r * t
     shared_time = gemm_time(row, tokens, (nm - 1.0) * shared / t, h, fp8) + gemm_time(row, tokens, h, shared / t, fp8)
-    permute = PERMUTE_BYTES_PER_ELEMENT * permutation_pairs(row) * rows * h
+    # a stack that counts its own permutation path charges it in ``stack_permute_time`` instead (§11.61)
+    generic = row[C_MOE_PERMUTE_FWD_BYTES] <= 0.0
+    permute = PERMUTE_BYTES_PER_ELEMENT * permutation_pairs(row) * rows * h if generic else 0.0
     mem = memory_bound_time(row, ROUTER_BYTES_PER_SCORE * tokens_r * experts + permute) + moe_launch_time(row)
     flops = expert_flops(row) + 2.0 * tokens * nm * h * shared / t + 2.0 * tokens_r * h * experts
     return gemm, mem, shared_time, flops, rows * width + tokens * shared / t, routed

@@ -364,7 +364,9 @@ def test_megatron_core_counts_its_router_and_dispatcher_kernels_and_the_docs_tab
     core = resolve(ExecutionSpec(framework="Megatron-LM (commit 23e00ed) + TransformerEngine 2.11.0"), pp=1,
                    layers=4)
     assert core.moe_mem_kernels == megatron_core.MOE_MEM_KERNELS_MEGATRON_CORE
-    assert resolve(ExecutionSpec(framework="TorchTitan"), pp=1, layers=4).moe_mem_kernels is None  # not counted
+    # TorchTitan counts its own paths (§11.14.3, §11.61): uncompiled, the default all-to-all one
+    assert resolve(ExecutionSpec(framework="TorchTitan"), pp=1, layers=4).moe_mem_kernels == 48.0
+    assert resolve(ExecutionSpec(framework="TorchTitan", torch_compile=True), pp=1, layers=4).moe_mem_kernels is None
     given = resolve(ExecutionSpec(framework="NeMo", moe_mem_kernels=10), pp=1, layers=4)
     assert given.moe_mem_kernels == 10                                       # a plan's own count wins
     text = DOCS.read_text()

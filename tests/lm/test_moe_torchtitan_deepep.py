@@ -81,12 +81,13 @@ def _titan(**fields):
 
 def test_torchtitan_counts_its_deepep_paths_small_kernels_when_the_blocks_run_eager_and_the_docs_table_sums_to_it():
     """Compiled + full AC + EP (the rows: the blocks fall back to eager, §11.14.1) or not compiled: 33 kernels per
-    MoE layer forward; compiled without AC (Inductor fuses the router) or another dispatcher: not counted."""
+    MoE layer forward; compiled without AC (Inductor fuses the router): not counted; the all-to-all path: its own."""
     count = torchtitan.MOE_MEM_KERNELS_TORCHTITAN_DEEPEP
     assert _titan(torch_compile=True, recompute="full", moe_dispatcher="deepep") == count == 33.0
     assert _titan(torch_compile=False, recompute="none", moe_dispatcher="deepep") == count
     assert _titan(torch_compile=True, recompute="none", moe_dispatcher="deepep") is None
-    assert _titan(torch_compile=True, recompute="full", moe_dispatcher="alltoall") is None
+    # the all-to-all path counts its own kernels (§11.61), not DeepEP's
+    assert _titan(torch_compile=True, recompute="full", moe_dispatcher="alltoall") == 48.0
     assert _titan(torch_compile=True, recompute="full", moe_dispatcher="deepep", moe_mem_kernels=5) == 5
     text = DOCS.read_text()
     block = text[text.index("<!-- moe-kernels-torchtitan-deepep -->"):
@@ -120,8 +121,8 @@ def test_torchtitan_counts_the_ops_its_deepep_path_issues_onto_an_idle_gpu_after
     assert _titan_sync(torch_compile=True, recompute="full", moe_dispatcher="deepep") == (count, 20e-6)
     assert count == 1 + 1 + 8 + 2 + 1
     assert _titan_sync(torch_compile=True, recompute="none", moe_dispatcher="deepep") == (None, None)
-    # all-to-all: no DeepEP syncs; its compiled EP + AC blocks run eager, so the eager block's host_op_s (§11.59)
-    assert _titan_sync(torch_compile=True, recompute="full", moe_dispatcher="alltoall") == (None, 20e-6)
+    # all-to-all: no DeepEP syncs; its own one (the receive counts' copy, 3 operators after it, §11.61)
+    assert _titan_sync(torch_compile=True, recompute="full", moe_dispatcher="alltoall") == (3.0, 20e-6)
     text = DOCS.read_text()
     block = text[text.index("<!-- moe-sync-ops-torchtitan-deepep -->"):
                  text.index("<!-- /moe-sync-ops-torchtitan-deepep -->")]

@@ -30,6 +30,28 @@ MOE_MEM_KERNELS_TORCHTITAN_DEEPEP = 33.0
 #: ``index_select`` that refills the GPU) (docs/model.md §11.14.6, table "moe-sync-ops-torchtitan-deepep")
 MOE_SYNC_ISSUE_OPS_TORCHTITAN_DEEPEP = 13.0
 
+#: Small kernels of one MoE layer forward on TorchTitan's default expert-parallel path (``ExpertParallel``, the
+#: NCCL all-to-all; pytorch/torchtitan 022f885f34) when its blocks run eager, GEMMs, the expert SwiGLU and NCCL's
+#: kernels excluded: router 14, token count 1, reorderer 5, routed gather 1, split sizes 4, ``_permute`` 16 (13 of
+#: them ``generate_permute_indices``), group offsets 1, ``_unpermute`` 1, scoring and combine 5 (docs/model.md
+#: §11.61, table "moe-kernels-torchtitan-a2a")
+MOE_MEM_KERNELS_TORCHTITAN_A2A = 48.0
+#: Operators the host issues onto an idle GPU after that path's one blocking sync per MoE layer forward (the
+#: device-to-host copy of the receive counts, ``non_blocking=False``, distributed/expert_parallel.py lines 101-105):
+#: two ``tolist`` and the all-to-all's launch (lines 106-114) (docs/model.md §11.61)
+MOE_SYNC_ISSUE_OPS_TORCHTITAN_A2A = 3.0
+#: HBM bytes per routed row and hidden element that path moves in one MoE layer forward, token-sized (T x h) tensors
+#: left out: ``torch.gather`` of the routed input 2 + 2 (models/moe/moe.py line 520), ``_permute``'s ``vstack``
+#: copy 2 + 2 and row gather 2 + 2, ``_unpermute``'s ``index_put_`` 2 + 2 (models/moe/utils.py lines 55-64), the
+#: routing-score product in FP32 -- cast 2 + 4, multiply 4 + 4, cast back 4 + 2 (moe.py lines 539-543) -- and the
+#: ``scatter_add`` source read 2 (line 545) (docs/model.md §11.61, table "permute-bytes-torchtitan-a2a")
+PERMUTE_FWD_BYTES_TORCHTITAN_A2A = 4.0 + 4.0 + 4.0 + 4.0 + 6.0 + 8.0 + 6.0 + 2.0
+#: ... and in its backward (autograd of the same ops): ``scatter_add``'s gather 2 + 2, the casts' 2 + 4 and 4 + 2,
+#: the product's two gradients (by the score 4 + 4; for the score, product 4 + 4 + 4 and its row sum 4), the slice's
+#: zero-padded copy 2 + 2 + 2 and ``index_put_``'s gather 2 + 2, ``index``'s ``index_put_(accumulate=True)`` into
+#: zeros 2 + 2 + 2 + 2, ``gather``'s ``scatter_add_`` read 2
+PERMUTE_BWD_BYTES_TORCHTITAN_A2A = 4.0 + 6.0 + 6.0 + 8.0 + 16.0 + 6.0 + 4.0 + 8.0 + 2.0
+
 #: PyTorch dispatcher calls of one eager Llama decoder block's forward in plain PyTorch (pytorch/torchtitan
 #: torchtitan/models/llama/model.py as read at 0199cbc1, 2024: ``TransformerBlock.forward``, ``Attention.forward`` with
 #: ``apply_rotary_emb``, ``reshape_for_broadcast`` and ``repeat_kv``, ``FeedForward.forward``; models/norms.py
@@ -85,14 +107,28 @@ def defaults(execution, framework: str | None) -> dict:
         out["moe_mem_kernels"] = MOE_MEM_KERNELS_TORCHTITAN_DEEPEP
         out["moe_sync_issue_ops"] = MOE_SYNC_ISSUE_OPS_TORCHTITAN_DEEPEP
         out["host_op_s"] = HOST_OP_S_EAGER
+    if not execution.torch_compile:
+        out.update(a2a_defaults(execution))
     out.update(host_defaults(execution))
     return out
 
 
+def a2a_defaults(execution) -> dict:
+    """TorchTitan's default expert-parallel path (``moe_dispatcher`` all-to-all) run eager: its counted small kernels,
+    the host issue after its blocking sync and its own permutation bytes (docs/model.md §11.61); nothing for
+    another dispatcher (unstated: the all-to-all, the column's default)."""
+    if MOE_DISPATCHERS.get(execution.moe_dispatcher or "alltoall") != MOE_DISPATCHERS["alltoall"]:
+        return {}
+    return {"moe_mem_kernels": MOE_MEM_KERNELS_TORCHTITAN_A2A, "moe_sync_issue_ops": MOE_SYNC_ISSUE_OPS_TORCHTITAN_A2A,
+            "moe_permute_fwd_bytes": PERMUTE_FWD_BYTES_TORCHTITAN_A2A,
+            "moe_permute_bwd_bytes": PERMUTE_BWD_BYTES_TORCHTITAN_A2A, "host_op_s": HOST_OP_S_EAGER}
+
+
 def eager_defaults(execution) -> dict:
     """A compiled model whose blocks run eager (:func:`eager_blocks`: EP + AC before #1895) issues them as an eager
-    model does: the block's count and FSDP2's hooks (docs/model.md §11.59; review 13 finding 5)."""
-    return host_defaults(execution, eager=True)
+    model does: the block's count and FSDP2's hooks (docs/model.md §11.59; review 13 finding 5), and its default
+    all-to-all MoE path's kernels, sync and bytes (§11.61)."""
+    return {**a2a_defaults(execution), **host_defaults(execution, eager=True)}
 
 
 #: TorchTitan's pull request that compiles a MoE block's submodules around the graph break instead of the block

@@ -1,0 +1,99 @@
+"""TorchTitan's default expert-parallel path (``ExpertParallel``, NCCL all-to-all) at pytorch/torchtitan 022f885f34
+against what the model charges (docs/model.md §11.61), derived by hand: the stack's counted permutation bytes, small
+kernels and host sync, and the seconds they add to a MoE layer of the Qwen3-30B-A3B row on 8 B200s."""
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fastmodel.kernels.lm.moe import moe_compute, stack_permute_time
+from fastmodel.kernels.lm.passes import A_BACKWARD_INPUT, A_FORWARD, A_MEM, A_RECOMPUTE, N_WORK, layer_passes
+from fastmodel.lm.execution import ExecutionSpec
+from fastmodel.lm.stacks import resolve, torchtitan
+from fastmodel.lm.table import row
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "model.md"
+
+#: the TorchTitan default-EP row: Qwen3-30B-A3B, EP 8 on one B200 node, local batch 8 x 4096, forced round robin,
+#: HBM 8 TB/s at efficiency 0.8 (6.4 TB/s) for round numbers
+QWEN3 = dict(layers=48, hidden=2048, ffn=6144, heads=32, kv_heads=4, head_dim=128, vocab=151936, seq_len=4096,
+             moe_experts=128, moe_topk=8, moe_ffn=768, moe_shared_experts=0, dense_layers=0, moe_round_robin=1,
+             ep=8, etp=1, dp=8, micro_batch=8, global_batch=64, moe_dispatcher="alltoall", domain_size=8,
+             intra_bw=900e9, intra_eff=0.72, intra_latency=3e-6, inter_bw=50e9, inter_eff=0.85,
+             inter_latency=8e-6, hbm_bw=8e12, hbm_eff=0.8)
+#: routed rows x hidden of one rank and micro-batch: 8 x 4096 tokens x top-8 rows x 2048
+ELEMENTS = 8 * 4096 * 8 * 2048
+
+
+def _resolved(**fields):
+    spec = ExecutionSpec(framework="TorchTitan (FSDP2 + EP, torch.compile, default all-to-all dispatcher)", **fields)
+    out = resolve(spec, pp=1, layers=48, expert_parallel=True)
+    return (out.moe_mem_kernels, out.moe_sync_issue_ops, out.moe_permute_fwd_bytes, out.moe_permute_bwd_bytes,
+            out.host_op_s)
+
+
+def _table(marker):
+    text = DOCS.read_text()
+    block = text[text.index(f"<!-- {marker} -->"):text.index(f"<!-- /{marker} -->")]
+    return [float(n) for n in re.findall(r"^\|[^|\n]+\|[^|\n]+\|\s*([\d.]+)\s*\|\s*$", block, flags=re.M)]
+
+
+def test_the_forward_and_backward_bytes_per_routed_element_add_up_by_hand_and_match_the_docs_tables():
+    """Forward, per routed row and hidden element (BF16 2 B, FP32 4 B): gather 2 + 2, vstack 2 + 2, row gather
+    2 + 2, index_put 2 + 2, FP32 cast 2 + 4, score multiply 4 + 4, BF16 cast 4 + 2, scatter_add read 2 = 38.
+    Backward: scatter_add's gather 2 + 2, the casts' 2 + 4 and 4 + 2, the product's gradient by the score 4 + 4 and
+    for the score 4 + 4 + 4 and its row sum 4, the slice's zero-padded copy 2 + 2 + 2, index_put's gather 2 + 2,
+    index's accumulate into zeros 2 + 2 + 2 + 2, gather's scatter_add_ read 2 = 60."""
+    forward = (2 + 2) + (2 + 2) + (2 + 2) + (2 + 2) + (2 + 4) + (4 + 4) + (4 + 2) + 2
+    backward = (2 + 2) + (2 + 4) + (4 + 2) + (4 + 4) + (4 + 4 + 4 + 4) + (2 + 2 + 2) + (2 + 2) + (2 + 2 + 2 + 2) + 2
+    assert (forward, backward) == (38, 60)
+    assert torchtitan.PERMUTE_FWD_BYTES_TORCHTITAN_A2A == forward
+    assert torchtitan.PERMUTE_BWD_BYTES_TORCHTITAN_A2A == backward
+    fwd_rows, bwd_rows = _table("permute-bytes-torchtitan-a2a-fwd"), _table("permute-bytes-torchtitan-a2a-bwd")
+    assert (len(fwd_rows), sum(fwd_rows)) == (8, forward)
+    assert (len(bwd_rows), sum(bwd_rows)) == (9, backward)
+    kernels = _table("moe-kernels-torchtitan-a2a")
+    assert (len(kernels), sum(kernels)) == (9, torchtitan.MOE_MEM_KERNELS_TORCHTITAN_A2A) == (9, 48.0)
+
+
+def test_torchtitan_sets_its_all_to_all_paths_counts_only_when_that_path_runs_eager():
+    """Compiled + full AC + EP (the row: blocks eager, §11.14.1) or not compiled: 48 kernels, 3 operators after the
+    sync, 38 / 60 B, the eager 20 us per operator; compiled without AC (Inductor fuses the block) nothing; DeepEP
+    keeps its own counts (§11.14.3) and the generic permutation bytes; a plan's own value wins."""
+    counted = (48.0, 3.0, 38.0, 60.0, 20e-6)
+    assert _resolved(torch_compile=True, recompute="full", moe_dispatcher="alltoall") == counted
+    assert _resolved(torch_compile=False, recompute="none", moe_dispatcher="alltoall") == counted
+    assert _resolved(torch_compile=True, recompute="none", moe_dispatcher="alltoall")[:4] == (None,) * 4
+    assert _resolved(torch_compile=True, recompute="full", moe_dispatcher="deepep")[:4] == (33.0, 13.0, None, None)
+    assert _resolved(torch_compile=True, recompute="full", moe_dispatcher="alltoall",
+                     moe_permute_fwd_bytes=10.0)[2] == 10.0
+
+
+def test_the_stack_count_replaces_the_generic_permutation_bytes_by_hand():
+    """Per MoE layer forward: 38 B x 536,870,912 elements / 6.4 TB/s = 3.18767 ms forward, 60 B -> 5.03316 ms backward;
+    the generic 8 B x 2 permutation pairs (all-to-all, 16 local experts) = 1.34218 ms leaves ``moe_compute``."""
+    generic = moe_compute(row(**QWEN3), False)[1]
+    own = row(**QWEN3, moe_permute_fwd_bytes=38.0, moe_permute_bwd_bytes=60.0)
+    assert generic - moe_compute(own, False)[1] == pytest.approx(16.0 * ELEMENTS / 6.4e12, rel=1e-9)
+    forward, backward = stack_permute_time(own)
+    assert forward == pytest.approx(38.0 * ELEMENTS / 6.4e12, rel=1e-9) == pytest.approx(3.18767e-3, rel=1e-5)
+    assert backward == pytest.approx(60.0 * ELEMENTS / 6.4e12, rel=1e-9) == pytest.approx(5.03316e-3, rel=1e-5)
+    assert stack_permute_time(row(**QWEN3)) == (0.0, 0.0)
+
+
+def test_a_recomputed_step_moves_136_bytes_per_routed_element_against_the_generic_64_by_hand():
+    """Full AC runs the forward twice and the backward once: 2 x 38 + 60 = 136 B per routed element and MoE layer,
+    against the generic 16 B forward x (1 + 1 recompute + 2 backward, the memory-bound convention) = 64 B:
+    72 x 536,870,912 / 6.4 TB/s = 6.0398 ms more per MoE layer and micro-batch, 0.28991 s over 48 layers. The
+    forward pass holds 38 - 16 = 22 B more, the recompute as much, the backward 60 - 32 = 28 B more."""
+    plain, counted = np.zeros(N_WORK), np.zeros(N_WORK)
+    layer_passes(row(**QWEN3, recompute=2), plain)
+    layer_passes(row(**QWEN3, recompute=2, moe_permute_fwd_bytes=38.0, moe_permute_bwd_bytes=60.0), counted)
+    per_byte = ELEMENTS / 6.4e12
+    assert counted[A_MEM] - plain[A_MEM] == pytest.approx(72.0 * per_byte, rel=1e-9)
+    assert 48 * (counted[A_MEM] - plain[A_MEM]) == pytest.approx(0.28991, rel=1e-4)
+    assert counted[A_FORWARD] - plain[A_FORWARD] == pytest.approx(22.0 * per_byte, rel=1e-9)
+    assert counted[A_RECOMPUTE] - plain[A_RECOMPUTE] == pytest.approx(22.0 * per_byte, rel=1e-9)
+    assert counted[A_BACKWARD_INPUT] - plain[A_BACKWARD_INPUT] == pytest.approx(28.0 * per_byte, rel=1e-9)
