@@ -51,6 +51,7 @@ from fastmodel.kernels.lm.moe import expert_dp, expert_tp
 from fastmodel.kernels.lm.parallel import data_parallel, fsdp_first_layer_exposed, microbatch_reduce
 from fastmodel.kernels.lm.bf16_layers import add_bf16_layers, bf16_end_work_into
 from fastmodel.kernels.lm.first_rank import embedding_ends, embedding_parts_of, embedding_terms
+from fastmodel.kernels.lm.fsdp1_root import fsdp1_root_step
 from fastmodel.kernels.lm.positions import position_table_params
 from fastmodel.kernels.lm.rank_lead import (
     last_rank_all_moe, last_rank_layer_time, leader_passes, middle_rank_can_lead, other_ranks_mb, priced_by_kind,
@@ -311,6 +312,8 @@ def _data_parallel_step(row, work, per_stage, head_params, micro_batches, stage_
     # the windows the dense collectives overlap: per model chunk under interleaving (dp_overlap_windows, §11.28)
     dp_comm, before, after, local_params, last_backward, first_forward = data_parallel(
         row, stage_params, backward, forward, shard_group, row[C_DP], t * row[C_CP], idle, True)
+    dp_comm, before = fsdp1_root_step(row, dp_comm, before, ends, params - experts, stage_params, last_backward,
+                                      shard_group, row[C_DP], t * row[C_CP], micro_batches)    # §11.63
     mb_comm, mb_exposed = microbatch_reduce(row, stage_params, shard_group, t * row[C_CP], micro_batches, stage_mb)
     dp_comm += mb_comm
     before += mb_exposed
