@@ -2,9 +2,11 @@
 
 v3.1 (TransformerEngine 09ba842, Azure's 4ee8e8e; the image installs flash-attn 2.0.8): TE's DotProductAttention
 returns the flash-attn package's FlashAttention-2 before its cuDNN fused path (attention.py lines 1493-1496, 1747,
-1773), so the records state ``attn_fa2`` and attention runs at the device's ``attn_eff_fa2``. v4.0 (TE v1.6rc1):
-fused attention is preferred on sm90 (attention.py lines 2912-2917), the records keep ``attn_eff``. Hand
-derivation of one v3.1 row's attention seconds from the causal FLOP count.
+1773), so the records state ``attn_fa2`` and attention runs at the device's ``attn_eff_fa2``; on that path TE copies
+the interleaved QKV apart before the kernel and the gradients back after it (``_PrepareQKVForFA``, lines 767-795,
+936-945), ``fa_qkv_prepare``. v4.0 (TE v1.6rc1): fused attention is preferred on sm90 (attention.py lines
+2912-2917), the records keep ``attn_eff`` and no copy. Hand derivations for one v3.1 row: the attention seconds
+from the causal FLOP count, the copies' bytes.
 """
 
 import json
@@ -13,6 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fastmodel.api import evaluate_record
+from fastmodel.kernels.lm.attn_layout import fa_qkv_prepare_s
 from fastmodel.lm.records import read_records
 from fastmodel.lm.validate import predict_records
 from fastmodel.registry.lm import COLUMN_INDEX as C
@@ -31,8 +35,8 @@ def test_v31_records_state_flash_attention_2_and_v40_records_do_not():
     v31 = [i for i in plans if i.startswith("mlperf-v31-")]
     v40 = [i for i in plans if i.startswith("mlperf-v40-")]
     assert len(v31) == 8 and len(v40) == 3
-    assert all(plans[i].get("attn_fa2") is True for i in v31)
-    assert not any(plans[i].get("attn_fa2") for i in v40)
+    assert all(plans[i].get("attn_fa2") is True and plans[i].get("fa_qkv_prepare") is True for i in v31)
+    assert not any(plans[i].get("attn_fa2") or plans[i].get("fa_qkv_prepare") for i in v40)
 
 
 def test_v31_attention_seconds_by_hand():
@@ -54,3 +58,26 @@ def test_v31_attention_seconds_by_hand():
     # the same kernels at the fused-attention efficiency (0.45) were 216.7 us a layer and micro-batch: +66.4 us
     fused = 3.5 * (flops / (989e12 * 0.45) + 4e-6)
     assert 1e6 * (per_layer_mb - fused) == pytest.approx(66.4, abs=0.1)
+
+
+def test_v31_qkv_copies_by_hand():
+    record = next(r for r in read_records(RUNS) if r.id == V31_N96)
+    col = record.columns
+    assert col[C["fa_qkv_prepare"]] == 1.0
+    # one direction: read and write 2,048 tokens x 24 heads x (128 + 128 + 128) elements at 2 B = 75.5 MB
+    nbytes = 2.0 * 2.0 * 2048.0 * 24.0 * 384.0
+    assert nbytes == pytest.approx(75.50e6, rel=1e-3)
+    rate = col[C["hbm_bw"]] * col[C["hbm_eff"]] * col[C["stack_compute_eff"]]
+    one = nbytes / rate
+    assert fa_qkv_prepare_s(col, 2048.0) == pytest.approx(one, rel=1e-12)
+    assert 1e6 * one == pytest.approx(28.2, abs=0.1)
+    # the step's memory-bound time grows by both directions, every layer and micro-batch: 128 x 12 x 2 x 28.2 us
+    row = next(json.loads(line) for line in RUNS.read_text().splitlines() if V31_N96 in line)
+    with_copies = float(evaluate_record(row)["time_memory_bound"].values.ravel()[0])
+    row["plan"]["fa_qkv_prepare"] = False
+    without = float(evaluate_record(row)["time_memory_bound"].values.ravel()[0])
+    assert with_copies - without == pytest.approx(128 * 12 * 2 * one, rel=1e-9)
+    # none without the flag
+    col_off = col.copy()
+    col_off[C["fa_qkv_prepare"]] = 0.0
+    assert fa_qkv_prepare_s(col_off, 2048.0) == 0.0
