@@ -1,5 +1,7 @@
 """Columns of PyTorch-native stacks' kernels: PyTorch SDPA's FlashAttention-2 backend, DTensor TP plans (and
-whether the SP input is gathered again for the weight gradient), FSDP1's gradient passes.
+whether the SP input is gathered again for the weight gradient), FSDP1's gradient passes; and Transformer Engine
+1.x's QKV copies around the flash-attn package (``fa_qkv_prepare``, ``kernels/lm/attn_layout.py``, docs/model.md
+§11.60).
 
 Rows of ``fastmodel.registry.lm`` (name, units, default, doc, lo, hi, fittable, option), kept here so the registry
 module stays readable. docs/model.md §11.3 ("Attention through PyTorch SDPA") gives the equation and sources;
@@ -35,6 +37,12 @@ SDPA_PLAN_ROWS = (
      "(docs/model.md §11.26): autograd's concatenation of the views' gradients into the FlatParameter's "
      "(split_with_sizes backward: cat) and the predivide div_ (_reduce_grad, _div_if_needed). 2: FSDP1; 0: other "
      "stacks (FSDP2's copy-in is fsdp_copy_out's). Set by the stack.", 0, 4, False, "number"),
+    ("fa_qkv_prepare", "1", 0, "1: Transformer Engine 1.x's FlashAttention path copies the interleaved QKV "
+     "projection [s, b, h, 3, d] into separate contiguous [3, b, s, h, d] q, k, v before the flash-attn kernel and "
+     "their gradients back after it (TE 09ba842 attention.py _PrepareQKVForFA, tex.fa_prepare_fwd / fa_prepare_bwd): "
+     "a read and a write of the tokens' (a / t)(2 d_qk + d_v) elements at 2 B in each direction (docs/model.md "
+     "§11.60); 0: the attention kernel reads the projection's layout (cuDNN fused attention, SDPA).", 0, 1, False,
+     "flag"),
 )
 
 SDPA_DEVICE_ROWS = (

@@ -29,9 +29,8 @@ from fastmodel.kernels.lm.shape import (  # noqa: F401 - the shape terms, re-exp
 from fastmodel.kernels.nccl import allgather_time, allreduce_time
 from fastmodel.kernels.lm.parallel import cp_forward_time, exposed
 from fastmodel.kernels.lm.positions import alibi_bias_s, position_table_s, rotary_bytes
-from fastmodel.kernels.lm.moe import (
-    dispatch_time, einsum_time, expert_rows, expert_wgrad_extra, moe_compute, moe_pass_extras, moe_sync_idle_time,
-)
+from fastmodel.kernels.lm.moe import dispatch_time, einsum_time, expert_rows, expert_wgrad_extra, moe_compute, moe_pass_extras, moe_sync_idle_time
+from fastmodel.kernels.lm.attn_layout import fa_qkv_prepare_s
 from fastmodel.kernels.lm.recompute import module_recompute_costs
 from fastmodel.kernels.lm.sp_regather import (
     eh_proj_gather_bytes, embedding_tp, head_input_tp, head_tp_backward, mla_down_sp_excess, mla_regathers, mla_sp_gathers,
@@ -233,8 +232,8 @@ def layer_costs(row, moe, sliding, work):
     dense = params - expert_params - (h * row[C_MOE_EXPERTS] if moe else 0.0)
     work[W_WGRAD] = (expert_wgrad_extra(row, fp8, routed) if moe else 0.0) + wgrad_source_s(row, dense)
     gating_forward, gating_backward = moe_pass_extras(row) if moe else (0.0, 0.0)   # + SequentialMLP's (§11.57)
-    work[W_FORWARD_ONLY] = (moe_sync_idle_time(row) + gating_forward if moe else 0.0) + alibi_bias_s(row, tokens)
-    work[W_BACKWARD_MEM] = gating_backward + memory_bound_time(row, fp8_transpose_bytes(row, dense + expert_params))
+    work[W_FORWARD_ONLY] = (moe_sync_idle_time(row) + gating_forward if moe else 0.0) + alibi_bias_s(row, tokens) + fa_qkv_prepare_s(row, tokens)
+    work[W_BACKWARD_MEM] = gating_backward + memory_bound_time(row, fp8_transpose_bytes(row, dense + expert_params)) + fa_qkv_prepare_s(row, tokens)
 
 
 @njit

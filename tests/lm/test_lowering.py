@@ -83,7 +83,7 @@ def test_every_execution_field_named_like_a_column_reaches_its_column():
                "eval_iters": 100.0, "pp_engine_deepspeed": True, "pp_exchange_2021": 2.0, "ddp_bucket_copy": True,
                "allocator_expandable_segments": True,
                "interleave_any_microbatches": True, "fsdp_backward_prefetch": "post", "fsdp_limit_all_gathers": False,
-               "fsdp_units_in_checkpoint": True}
+               "fsdp_units_in_checkpoint": True, "fa_qkv_prepare": True}
     columns = [name for name in ExecutionSpec.model_fields if name in C and name not in ("vp", "pipeline_schedule",
                                                                                        "recompute_fraction",
                                                                                        "shard_degree",
