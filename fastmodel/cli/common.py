@@ -116,8 +116,15 @@ SAME_JOB = {"--sel": ("--where",), "--select": ("--sel", "--where"), "--where": 
 
 
 def _same_job(error: click.UsageError) -> str:
-    """click's message, or for an option another command has (:data:`SAME_JOB`) the one this command has instead."""
+    """click's message, or for an option another command has (:data:`SAME_JOB`) the one this command has instead,
+    or for a ``fastmodel serve`` option naming a column serving refuses (``serve.spec.TRAINING_COLUMNS``) why."""
     name = getattr(error, "option_name", None)
+    if isinstance(error, click.NoSuchOption) and error.ctx is not None and error.ctx.command.name == "serve":
+        from fastmodel.serve.spec import TRAINING_COLUMNS
+
+        column = str(name).lstrip("-").replace("-", "_")
+        if column in TRAINING_COLUMNS:      # serve --recompute full: a training option, not a misspelt one
+            return f"No such option '{name}': {TRAINING_COLUMNS[column]}"
     if not isinstance(error, click.NoSuchOption) or error.ctx is None or name not in SAME_JOB:
         return error.format_message()
     have = {opt for param in error.ctx.command.params for opt in getattr(param, "opts", ())}
