@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from fastmodel.cli.common import Choice, flag_names, friendly
+from fastmodel.cli.common import Choice, Whole, flag_names, friendly
 
 #: each argument of ``fastmodel.lm.calibrate.api.fit_runs`` as ``fastmodel calibrate`` spells it (``flag_names``)
 CALIBRATE_FLAGS = {"folds": "--folds", "loss": "--loss", "prior": "--prior", "seed": "--seed"}
@@ -27,7 +27,7 @@ CALIBRATE_FLAGS = {"folds": "--folds", "loss": "--loss", "prior": "--prior", "se
                    "below chosen among 0, 0.5, 1, 2, 4 and inf (nothing fitted) by leave-one-out, which then "
                    "drops factors while the left-out runs' mean cost stays within one standard error of the "
                    "best.")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the coarse search's random points.")
+@click.option("--seed", type=Whole(min=0), default=0, show_default=True, help="Seed of the coarse search's random points.")
 @friendly
 def calibrate(runs, output, force, folds, loss, prior, seed):
     """Fit the fittable efficiencies (GEMM by precision, attention, HBM, network tiers, step overhead) of

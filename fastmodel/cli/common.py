@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import re
 import sys
 
 import click
@@ -30,27 +31,43 @@ class Choice(click.Choice):
 
 
 class FloatRange(click.FloatRange):
-    """click.FloatRange that refuses NaN: it compares false with both bounds, so click's own range lets it in."""
+    """click.FloatRange that refuses NaN: it compares false with both bounds, so click's own range lets it in. Text
+    that is no number is refused as such (click said "'90%' is not a valid float range"), a percentage with the
+    fraction it stands for (``--kv-cache-mem-fraction 90%``: 0.9)."""
 
     def convert(self, value, param, ctx):
+        if isinstance(value, str):
+            percent = re.fullmatch(r"\s*([+-]?\d+(?:\.\d*)?|\.\d+)\s*%\s*", value)
+            if percent:
+                self.fail(f"{value!r}: give a fraction, not a percentage ({float(percent[1]) / 100:g})", param, ctx)
+            try:
+                float(value)
+            except ValueError:
+                self.fail(f"{value!r} is not a number", param, ctx)
         number = super().convert(value, param, ctx)
         if number != number:
             self.fail(f"{value!r} is not a number in the range {self._describe_range()}.", param, ctx)
         return number
 
 
-class Count(click.IntRange):
-    """click.IntRange of a count of tokens or requests that names a unit suffix: ``--input-len 8k`` said "'8k' is not
+class Whole(click.IntRange):
+    """click.IntRange that refuses text other than a whole number as such: ``--nodes 8.5`` and ``--tp 4k`` said "is
+    not a valid integer range"."""
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and not re.fullmatch(r"\s*[+-]?\d+\s*", value):
+            self.fail(f"{value!r} is not a whole number", param, ctx)
+        return super().convert(value, param, ctx)
+
+
+class Count(Whole):
+    """:class:`Whole` for a count of tokens or requests, naming a unit suffix: ``--input-len 8k`` said "'8k' is not
     a valid integer range"; a count takes none (8k is 8000 or 8192 tokens: the user says which)."""
 
     def convert(self, value, param, ctx):
-        import re
-
         if isinstance(value, str) and re.fullmatch(r"\s*\d+(\.\d+)?\s*[kKmM]i?\s*", value):
             self.fail(f"{value!r}: a count takes no unit suffix; write the whole number (8k tokens: 8000 or 8192)",
                       param, ctx)
-        if isinstance(value, str) and not re.fullmatch(r"\s*[+-]?\d+\s*", value):   # click: "not a valid integer range"
-            self.fail(f"{value!r} is not a whole number", param, ctx)
         return super().convert(value, param, ctx)
 
 
@@ -116,8 +133,15 @@ SAME_JOB = {"--sel": ("--where",), "--select": ("--sel", "--where"), "--where": 
 
 
 def _same_job(error: click.UsageError) -> str:
-    """click's message, or for an option another command has (:data:`SAME_JOB`) the one this command has instead."""
+    """click's message, or for an option another command has (:data:`SAME_JOB`) the one this command has instead,
+    or for a ``fastmodel serve`` option naming a column serving refuses (``serve.spec.TRAINING_COLUMNS``) why."""
     name = getattr(error, "option_name", None)
+    if isinstance(error, click.NoSuchOption) and error.ctx is not None and error.ctx.command.name == "serve":
+        from fastmodel.serve.spec import TRAINING_COLUMNS
+
+        column = str(name).lstrip("-").replace("-", "_")
+        if column in TRAINING_COLUMNS:      # serve --recompute full: a training option, not a misspelt one
+            return f"No such option '{name}': {TRAINING_COLUMNS[column]}"
     if not isinstance(error, click.NoSuchOption) or error.ctx is None or name not in SAME_JOB:
         return error.format_message()
     have = {opt for param in error.ctx.command.params for opt in getattr(param, "opts", ())}

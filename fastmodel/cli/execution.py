@@ -31,6 +31,8 @@ BARE_LIST = re.compile(r"\[\s*[A-Za-z0-9_.+/-]+(?:\s*,\s*[A-Za-z0-9_.+/-]+)*\s*,
 #: a --set value that is a number, a space and a unit (``-x 'collective_bucket_bytes=25 MB'``): that text, read by
 #: the field as a bytes field reads ``"25 MB"`` in a file (fastmodel/spec/quantity.py); it needed TOML's quotes
 QUANTITY_WORDS = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?\s+[A-Za-z/]+")
+#: a percentage where a fraction is meant (-x activation_offload=50%): its fraction is said
+PERCENT = re.compile(r"([-+]?(?:\d+\.?\d*|\.\d+))\s*%")
 
 
 def execution_options(func):
@@ -139,6 +141,9 @@ def parse_set(item: str) -> tuple[str, object]:
     except tomllib.TOMLDecodeError:
         if BARE_LIST.fullmatch(text):   # [core_attn, mlp], as docs/usage.md writes it: each bare word a string
             return key, [_scalar(item.strip()) for item in text.strip()[1:-1].split(",") if item.strip()]
+        if percent := PERCENT.fullmatch(text):     # activation_offload=50% was told to quote it, then "not a number"
+            raise SpecError("--set", f"execution.{key}", f"{text!r}: give a fraction, not a percentage "
+                            f"({float(percent[1]) / 100:g})") from None
         if not (BARE_WORD.fullmatch(text) or QUANTITY_WORDS.fullmatch(text)):
             raise SpecError("--set", f"execution.{key}", f"{text!r} is not a TOML value (a number, true/false, "
                             f"a word, a \"string\" or an [array]); {_quoting(key, text)}") from None

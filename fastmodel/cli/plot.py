@@ -16,6 +16,7 @@ import click
 from fastmodel.cli.common import (
     Choice,
     OneLineGroup,
+    Whole,
     figure_size_options,
     flag_names,
     friendly,
@@ -79,7 +80,7 @@ def _configuration_options(func):
                      help="Built-in name or path, or a run record (.json, RUNS.md schema)."),
         click.option("--system", "-s", help="Built-in name or path (not needed for a run record)."),
         click.option("--task", "-t", help="Built-in name or path (not needed for a run record)."),
-        click.option("--nodes", "num_nodes", type=click.IntRange(min=1),
+        click.option("--nodes", "num_nodes", type=Whole(min=1),
                      help="Cluster size in nodes (default: the system's)."),
     ]):
         func = option(func)
@@ -409,7 +410,7 @@ def _serving_pareto(ds, curve, x, y, sel, mask, output, dpi, size, title, x_dir=
 @click.option("--hue", help="One line per value of this dimension, e.g. plan.")
 @_sel_option
 @_reduce_option
-@click.option("--top", type=click.IntRange(min=1), help="Keep the TOP lines with the best values (default: all "
+@click.option("--top", type=Whole(min=1), help="Keep the TOP lines with the best values (default: all "
               "up to 12, else the 12 best, the legend title saying so: 'plan: 12 best of 114').")
 @memory_margin_option("; real-world training results")
 @include_oom_option("draw")

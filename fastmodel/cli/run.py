@@ -13,7 +13,14 @@ from pathlib import Path
 import click
 
 from fastmodel.cli.app import main
-from fastmodel.cli.common import calibration_option, friendly, memory_margin_option, read_calibration, semantics_option
+from fastmodel.cli.common import (
+    Whole,
+    calibration_option,
+    friendly,
+    memory_margin_option,
+    read_calibration,
+    semantics_option,
+)
 from fastmodel.cli.execution import execution_options
 from fastmodel.errors import FastmodelError, SpecError
 
@@ -27,7 +34,7 @@ REPORTS = {"madmax": "fastmodel.madmax.report", "lm": "fastmodel.lm.report", "se
               "(.json, RUNS.md / SERVE_RUNS.md).")
 @click.option("--system", "-s", help="Built-in name or path (not with a record: it names its system).")
 @click.option("--task", "-t", help="Built-in name or path (not with a record).")
-@click.option("--nodes", "num_nodes", type=click.IntRange(min=1), help="Cluster size in nodes (overrides the "
+@click.option("--nodes", "num_nodes", type=Whole(min=1), help="Cluster size in nodes (overrides the "
               "system's; not with a record).")
 @click.option("--plan", "-p", help="MAD-Max specs: 'DENSE/EMB', e.g. 'fsdp/ddp' or 'tp8,ddp16/mp128' (overrides the "
               "task's); real-world specs: a mesh, e.g. 'tp8.pp4' or 'tp4.pp8.cp2' (dp fills the cluster); not with "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from fastmodel.cli.common import Choice, Count, FloatRange, flag_names, friendly
+from fastmodel.cli.common import Choice, Count, FloatRange, Whole, flag_names, friendly
 from fastmodel.serve.precisions import KV_DEFAULT_SAID, KV_PRECISIONS, PRECISIONS
 from fastmodel.serve.profiles import PROFILE_COLUMNS, RECORD_ENGINE_COLUMNS
 from fastmodel.serve.profiles_vendor import kv_upcast_note
@@ -62,14 +62,14 @@ def _one(values, name: str, default):
               "family-\"lm\" model spec (deepseek-v3, kimi-k2, qwen3-235b-a22b, gpt-oss-120b, ...; --list-models).")
 @click.option("--list-models", is_flag=True, help="List the models --model takes, with their attention and MoE shape.")
 @click.option("--device", "-d", default="H100", show_default=True, help="Built-in device (specs/devices; fastmodel specs list device).")
-@click.option("--tp", default=1, show_default=True, type=click.IntRange(min=1), help="Tensor parallelism of one instance.")
-@click.option("--pp", default=1, show_default=True, type=click.IntRange(min=1), help="Pipeline stages of one instance.")
+@click.option("--tp", default=1, show_default=True, type=Whole(min=1), help="Tensor parallelism of one instance.")
+@click.option("--pp", default=1, show_default=True, type=Whole(min=1), help="Pipeline stages of one instance.")
 @click.option("--ep", multiple=True, type=IntList(1), help="Expert parallelism (default 1: experts split by TP). "
               "--search: the EP degrees to sweep, e.g. 1,2,4,8 (default for a MoE model: powers of two to --gpus).")
 @click.option("--attention-dp", multiple=True, type=IntList(1),
               help="Attention data-parallel groups of --tp GPUs (the instance has tp x attention_dp x pp GPUs; "
                    "default 1); must divide the requests. --search: the degrees to sweep (default as --ep).")
-@click.option("--moe-tp", default=0, show_default=True, type=click.IntRange(min=0),
+@click.option("--moe-tp", default=0, show_default=True, type=Whole(min=0),
               help="Tensor parallelism of each expert (0: tp x attention_dp / ep).")
 @click.option("--precision", default="bf16", show_default=True, type=Choice(list(PRECISIONS), case_sensitive=False), help="Weights' (and GEMMs') precision.")
 @click.option("--kv-precision", type=Choice(list(KV_PRECISIONS), case_sensitive=False), help=KV_DEFAULT_SAID)
@@ -79,7 +79,7 @@ def _one(values, name: str, default):
 @click.option("--concurrency", type=Count(min=1), help="N requests in flight (continuous batching).")
 @click.option("--max-throughput", is_flag=True, help="As many requests as the KV cache holds.")
 @click.option("--kv-cache-mem-fraction", default=0.9, show_default=True, type=FloatRange(0.01, 1.0), help="Share of free HBM for the KV cache.")
-@click.option("--instances", default=1, show_default=True, type=click.IntRange(min=1), help="Serving instances in the cluster.")
+@click.option("--instances", default=1, show_default=True, type=Whole(min=1), help="Serving instances in the cluster.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per configuration.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False),
               help="Also write one row per configuration: .csv, else JSON lines (atomically; never onto RECORDS). "
@@ -91,7 +91,7 @@ def _one(values, name: str, default):
               "SLOs (one line: the best TTFT and TPOT found; -o still written), 3 when none is legal.")
 @click.option("--ttft", help="--search: TTFT target, e.g. 2s or 500ms (a number without a unit is seconds).")
 @click.option("--tpot", help="--search: TPOT target, e.g. 50ms (a number without a unit is seconds).")
-@click.option("--gpus", default=8, show_default=True, type=click.IntRange(min=1), help="--search: GPUs of one instance at most.")
+@click.option("--gpus", default=8, show_default=True, type=Whole(min=1), help="--search: GPUs of one instance at most.")
 @click.option("--search-precision", multiple=True, type=Choice(list(PRECISIONS), case_sensitive=False),
               help="--search: precisions to sweep (repeat; default bf16 and fp8).")
 @click.option("--search-concurrency", type=Count(min=1), metavar="N",

@@ -7,7 +7,7 @@ import json
 import click
 
 from fastmodel.cli.app import main
-from fastmodel.cli.common import KIND_CHOICE, LIST_CHOICE, SHOW_CHOICE, SPEC_KINDS, OneLineGroup, friendly
+from fastmodel.cli.common import KIND_CHOICE, LIST_CHOICE, SHOW_CHOICE, SPEC_KINDS, OneLineGroup, Whole, friendly
 from fastmodel.errors import FastmodelError, SpecError
 
 
@@ -102,7 +102,7 @@ def specs_schema(kind):
 
 @main.command()
 @click.option("--system", "-s", required=True, help="Built-in name or path.")
-@click.option("--nodes", "num_nodes", type=click.IntRange(min=1), help="Cluster size in nodes (default: the system's).")
+@click.option("--nodes", "num_nodes", type=Whole(min=1), help="Cluster size in nodes (default: the system's).")
 @click.option("--model", "-m", help="Model (built-in name or path): plans of its family, e.g. the three "
               "components MLP/EMB/TRANSFORMER of dlrm-transformer, minus rules it breaks (DLRM tp with odd layers).")
 @friendly

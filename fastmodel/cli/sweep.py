@@ -9,7 +9,7 @@ import time
 import click
 
 from fastmodel.cli.app import main
-from fastmodel.cli.common import calibration_option, friendly, progress_option, read_calibration
+from fastmodel.cli.common import Whole, calibration_option, friendly, progress_option, read_calibration
 from fastmodel.cli.interrupted import exit_interrupted
 
 
@@ -19,9 +19,9 @@ from fastmodel.cli.interrupted import exit_interrupted
               help="Result: a .zarr store (streamed, resumable) or a .nc file (in memory, written atomically).")
 @click.option("--resume", is_flag=True, help="Complete an interrupted .zarr store of the same sweep.")
 @click.option("--force", is_flag=True, help="Replace an existing output of the same kind (a sweep store or .nc file).")
-@click.option("--workers", type=click.IntRange(min=1), help="Run units on a local Dask cluster of N worker processes.")
+@click.option("--workers", type=Whole(min=1), help="Run units on a local Dask cluster of N worker processes.")
 @click.option("--scheduler", help="Run units on an existing Dask cluster (tcp://host:port).")
-@click.option("--unit-configs", type=click.IntRange(min=1), help="Configurations per unit of work (and zarr chunk); "
+@click.option("--unit-configs", type=Whole(min=1), help="Configurations per unit of work (and zarr chunk); "
               "default: the sweep file's unit_configs, else 262,144 (with --resume: the store's).")
 @progress_option
 @click.option("--yes", "confirm_large", is_flag=True,

@@ -21,15 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fastmodel.errors import SpecError
 from fastmodel.serve.precisions import KV_DEFAULT_SAID
+from fastmodel.serve.training_columns import TRAINING_COLUMNS  # noqa: F401  (re-exported)
 from fastmodel.spec.record_blocks import bounds
-
-#: lm columns a serving configuration refuses, with why (review12 #4): training execution options no serving engine
-#: has. ``moe_grouped_gemm`` 0 is Megatron-Core's SequentialMLP (docs/model.md §11.57), which serving never charges
-#: in full (``moe.sequential_mlp_time`` is training's); serving engines run their own grouped MoE kernels
-TRAINING_COLUMNS = {
-    "moe_grouped_gemm": "a training option (0: Megatron-Core's SequentialMLP, docs/model.md §11.57), not a serving "
-                        "one: serving engines run their own grouped MoE kernels",
-}
 
 #: the load modes of a serving configuration, each a field of the same name in a task, a record's serve block
 #: and ``fastmodel.serve.api.columns``
@@ -112,7 +105,8 @@ def is_serve_task(data: Any) -> bool:
 
 
 def load_serve_task(spec: Any) -> ServeTaskSpec:
-    """A serving task from a built-in name, a .toml/.json path, a dict or a spec object."""
+    """A serving task from a built-in name, a .toml/.json path, a dict or a spec object; a field naming a column
+    serving refuses (``TRAINING_COLUMNS``) is refused with its reason."""
     from fastmodel.spec.loader import resolve_source, validate
 
     if isinstance(spec, ServeTaskSpec):
@@ -121,4 +115,7 @@ def load_serve_task(spec: Any) -> ServeTaskSpec:
     if not is_serve_task(data):
         raise SpecError(source, "task.kind", f"{data.get('kind') if isinstance(data, dict) else data!r} is not a "
                         "serving task (kind = \"serve\")")
+    refused = [key for key in data if key in TRAINING_COLUMNS]     # recompute = "full": not "unknown field"
+    if refused:
+        raise SpecError(source, f"task.{refused[0]}", TRAINING_COLUMNS[refused[0]])
     return validate(ServeTaskSpec, data, source, "task")

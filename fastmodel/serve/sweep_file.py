@@ -172,8 +172,11 @@ def sweep_plan_from_file(source: str, data: dict, base: Path, unit_configs: int 
                          calibration: Any = None) -> ServeSweepPlan:
     """The plan of a parsed serving sweep file; a calibration is refused (it applies to training)."""
     from fastmodel.registry.lm import COLUMN_INDEX
-    from fastmodel.serve.spec import ServeTaskSpec
+    from fastmodel.serve.spec import TRAINING_COLUMNS, ServeTaskSpec
 
+    refused = [key for key in data if key not in KEYS and key in TRAINING_COLUMNS]   # not "an axis, under [axes]"
+    if refused:
+        raise SpecError(source, refused[0], TRAINING_COLUMNS[refused[0]])
     check_keys(source, data, KEYS, ("model", "task"),
                ((ServeTaskSpec.model_fields, "a field of the serving task, in its file or an inline task table "
                  "(task = {name = \"t\", kind = \"serve\", ...})"),

@@ -64,7 +64,8 @@ def read_jsonl(path: str | Path, lower, what: str, whole_object: bool = False, r
     a bound, a missing field: :class:`SpecError`) are appended to it as a :class:`Refused` instead, each with
     its one-line reason (``validate`` counts them as misses); a file of such lines only then returns [], unless
     not one of its lines is JSON (another kind of file): a SpecError naming its first line. A file that is not
-    UTF-8 text (a figure, a netCDF file) is a SpecError naming its first bad byte, a TOML file one saying so."""
+    UTF-8 text (a figure, a netCDF file) is a SpecError naming its first bad byte, a TOML file one saying so, JSON
+    that is not JSON lines (an array, pretty-printed objects: :func:`not_json_lines`) one saying how to write it."""
     if isinstance(path, (list, tuple)):
         return lower_objects(path, lower, what, refused)
     path = Path(path)
@@ -82,6 +83,8 @@ def read_jsonl(path: str | Path, lower, what: str, whole_object: bool = False, r
         raise SpecError(str(path), "", f"{_OTHER_KINDS[kind]}, not JSON lines of {what} (one JSON object a line)")
     if whole_object and stripped.startswith("{") and "\n{" not in stripped:
         lines = [(1, stripped)]
+    elif problem := not_json_lines(stripped, what):
+        raise SpecError(str(path), "", problem)
     else:
         lines = [(n, line) for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
     records, parsed, first_refused = [], 0, len(refused or ())
@@ -106,6 +109,29 @@ def read_jsonl(path: str | Path, lower, what: str, whole_object: bool = False, r
         raise SpecError(None, None, f"{refused[first_refused].reason}; not one line of the file is JSON, so it "
                                     f"holds no {what}")
     return records
+
+
+def not_json_lines(text: str, what: str) -> str | None:
+    """Why ``text`` (a file's, stripped) is JSON but not JSON lines, else None: a JSON array (``[{...}, {...}]``), or
+    JSON objects written over more lines than there are objects (pretty-printed, ``json.dump(indent=2)``), which
+    ``validate`` had refused line by line, one "invalid JSON" per line of the file (h-mend15's campaign)."""
+    decoder, values, at = json.JSONDecoder(), [], 0
+    try:
+        while at < len(text):
+            value, at = decoder.raw_decode(text, at)
+            values.append(value)
+            while at < len(text) and text[at].isspace():
+                at += 1
+    except (json.JSONDecodeError, RecursionError):
+        return None
+    rows = sum(1 for line in text.splitlines() if line.strip())
+    if len(values) == 1 and isinstance(values[0], list):
+        return (f"a JSON array of {len(values[0])} items, not JSON lines of {what}: write one JSON object a line "
+                "(jq -c '.[]' FILE)")
+    if rows > len(values) and all(isinstance(v, dict) for v in values):
+        objects = "one JSON object" if len(values) == 1 else f"{len(values)} JSON objects"
+        return f"{objects} over {rows} lines, not JSON lines of {what}: write each object on one line (jq -c . FILE)"
+    return None
 
 
 def _refuse(refused: list | None, where: str, data, error: SpecError) -> None:

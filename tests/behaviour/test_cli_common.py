@@ -246,3 +246,36 @@ def test_the_semantics_argument_is_named_as_the_flag():
         fastmodel.evaluate("llama3-8b", "dgx-h100", "llm-pretrain", semantics="madmax", plan="tp8")
     one_line_error(CliRunner().invoke(main, ["run", "-m", "llama3-8b", "-s", "dgx-h100", "-t", "llm-pretrain", "-p",
                                              "tp8", "--semantics", "madmax"]), f"error: --semantics: {said}")
+
+
+@pytest.mark.parametrize("args, said", [
+    (["run", "-m", "llama3-70b", "-s", "dgx-h100", "-t", "llm-pretrain", "--nodes", "8.5"], "'8.5' is not a whole number"),
+    (["serve", "-m", "llama3.1-8b", "--batch-size", "8", "--tp", "4k"], "'4k' is not a whole number"),
+    (["sweep", "x.toml", "--workers", "two"], "'two' is not a whole number"),
+    (["serve", "-m", "llama3.1-8b", "--batch-size", "8", "--kv-cache-mem-fraction", "90%"],
+     "'90%': give a fraction, not a percentage (0.9)"),
+    (["serve", "-m", "llama3.1-8b", "--batch-size", "8", "--kv-cache-mem-fraction", "most"], "'most' is not a number"),
+])
+def test_a_number_option_given_text_says_what_it_takes(args, said):
+    """Whole numbers and fractions (h-mend15's campaign): click said "'8.5' is not a valid integer range" and "'90%'
+    is not a valid float range"."""
+    from click.testing import CliRunner
+
+    from fastmodel.cli import main
+
+    run = CliRunner().invoke(main, args)
+    assert run.exit_code == 2, run.output
+    lines = [line for line in run.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and said in lines[0] and "range" not in lines[0], run.stderr
+
+
+def test_whole_and_fraction_options_still_take_their_numbers():
+    import click
+
+    from fastmodel.cli.common import Count, FloatRange, Whole
+
+    assert Whole(min=1).convert(" 8 ", None, None) == 8 and Whole(min=1).convert(8, None, None) == 8
+    assert Count(min=1).convert("8192", None, None) == 8192
+    assert FloatRange(0.01, 1.0).convert("0.9", None, None) == 0.9 and FloatRange(0.0, 1.0).convert(1, None, None) == 1
+    with pytest.raises(click.BadParameter, match="range"):
+        Whole(min=1).convert("0", None, None)                      # a bound keeps click's message

@@ -215,3 +215,13 @@ def test_a_sweep_files_refused_execution_names_the_file(tmp_path):
     line = _error(cli("sweep", path, "-o", tmp_path / "a.nc"))
     assert line.startswith(f"error: {path}: execution.grad_accum_bytes: a separate gradient-accumulation pass")
     assert not (tmp_path / "a.nc").exists()
+
+
+@pytest.mark.parametrize("value, said", [("50%", "'50%': give a fraction, not a percentage (0.5)"),
+                                         ("12.5 %", "'12.5 %': give a fraction, not a percentage (0.125)")])
+def test_a_percentage_given_to_set_says_its_fraction(value, said):
+    """``-x activation_offload=50%`` was told to quote the text (-x 'activation_offload="50%"'), which then was "not
+    a valid number" (h-mend15's campaign); now the one line gives the fraction meant."""
+    line = _error(cli("run", "-m", "llama3-70b", "-s", "dgx-h100", "-t", "llm-pretrain", "--nodes", "8",
+                      "-x", f"activation_offload={value}"))
+    assert "--set: execution.activation_offload: " in line and said in line and "quote" not in line

@@ -148,3 +148,34 @@ def test_one_rule_names_a_csv_or_toml_file_given_as_json_lines():
     assert other_kind(b"id,model\n{\"id\": 1}\n") is None
     assert other_kind(b"# nothing\n// else\n\n") is None
     assert other_kind(b"{\"model\": {}}\n") is None
+
+
+@pytest.mark.parametrize("text, said", [
+    (json.dumps({"id": "a", "plan": {"tp": 2}}, indent=2), "one JSON object over 6 lines, not JSON lines"),
+    (json.dumps({"id": "a"}, indent=2) + "\n" + json.dumps({"id": "b"}, indent=2), "2 JSON objects over 6 lines"),
+    (json.dumps([{"id": "a"}, {"id": "b"}]), "a JSON array of 2 items, not JSON lines"),
+])
+def test_json_that_is_not_json_lines_is_one_line_saying_how_to_write_it(tmp_path, text, said):
+    """A pretty-printed record (json.dump(indent=2)) was refused line by line, one "invalid JSON" per line of the
+    file (98 lines for one run record), and a JSON array was one record "expected a JSON object, got list"
+    (h-mend15's campaign); now the file is one SpecError naming it, with the jq line that fixes it."""
+    path = tmp_path / "r.jsonl"
+    path.write_text(text + "\n")
+    refused = []
+    with pytest.raises(SpecError) as error:
+        read_jsonl(path, _lower, "records", refused=refused)
+    assert error.value.source == str(path) and said in error.value.reason and "jq -c" in error.value.reason
+    assert refused == [] and "\n" not in str(error.value)
+
+
+def test_json_lines_and_bad_lines_keep_their_rule(tmp_path):
+    """One object a line, CRLF line ends, a line that is not JSON among good ones: as before (no file error); a
+    serving file of one pretty-printed object is still read whole (``whole_object``)."""
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(b'{"id": "a"}\r\n{"id": "b"}\r\n')
+    assert read_jsonl(path, _lower, "records") == ["a", "b"]
+    path.write_text('{"id": "a"}\n{"id": "b", bad\n')
+    refused = []
+    assert read_jsonl(path, _lower, "records", refused=refused) == ["a"] and len(refused) == 1
+    path.write_text(json.dumps({"id": "a"}, indent=2))
+    assert read_jsonl(path, _lower, "records", whole_object=True) == ["a"]
