@@ -20,6 +20,7 @@ only the ``comm_sm_share`` of it).
 """
 
 from fastmodel.kernels.jit import njit
+from fastmodel.kernels.lm.fsdp1_cast import fsdp1_grad_cast_time, fsdp1_shard_cast_time
 from fastmodel.kernels.lm.layout import C_COMM_SM_SHARE, C_FSDP1_GRAD_PASSES, C_GRAD_REDUCE_BYTES
 from fastmodel.kernels.lm.parallel import param_bytes
 from fastmodel.kernels.lm.passes import per_layer_fsdp
@@ -35,15 +36,20 @@ def fsdp1_root_step(row, dp_comm, before, root_params, layer_params, stage_param
     block's (``layer_params``) and the root's gradient shards after the backward, one after the other, exposed
     but for what :func:`parallel.data_parallel` already charged of them: the ``comm_sm_share`` of their
     seconds, and the part of the stage's (``stage_params``) replica all-reduce that outlasts the
-    ``last_backward`` it overlaps. Unchanged unless the stack runs FSDP1 (``fsdp1_grad_passes`` > 0) per layer
+    ``last_backward`` it overlaps; with FP32 flat parameters the root's two shard casts (:mod:`fsdp1_cast`),
+    exposed in ``before``. Unchanged unless the stack runs FSDP1 (``fsdp1_grad_passes`` > 0) per layer
     (``passes.per_layer_fsdp``)."""
     if row[C_FSDP1_GRAD_PASSES] <= 0.0 or not per_layer_fsdp(row) or root_params <= 0.0:
         return dp_comm, before
     grad_bytes = row[C_GRAD_REDUCE_BYTES]
-    own = 0.0
+    own = cast = 0.0
     if shard_group > 1.0:
         own = micro_batches * (allgather_time(row, root_params * param_bytes(row), shard_group, stride)
                                + allgather_time(row, root_params * grad_bytes, shard_group, stride))
+        # with FP32 flat parameters the root's shard casts (before its gather, after its reduce-scatter), as
+        # exposed as the collectives they wait on or follow (0 otherwise; fsdp1_cast)
+        cast = micro_batches * (fsdp1_shard_cast_time(row, root_params, shard_group)
+                                + fsdp1_grad_cast_time(row, root_params, shard_group))
     tail = 0.0
     replicas = d / shard_group
     if replicas > 1.0:
@@ -53,4 +59,4 @@ def fsdp1_root_step(row, dp_comm, before, root_params, layer_params, stage_param
         late = max(0.0, allreduce_time(row, stage_params * grad_bytes / shard_group, replicas, group_stride)
                    - last_backward)
         tail = max(0.0, (1.0 - row[C_COMM_SM_SHARE]) * last - late)
-    return dp_comm + own, before + own + tail
+    return dp_comm + own, before + own + cast + tail

@@ -35,6 +35,7 @@ from fastmodel.kernels.lm.layout import (
 from fastmodel.kernels.lm.parallel import (
     exposed, fsdp1_grad_pass_time, fsdp_copy_out_time, fsdp_layer_exposed, fsdp_reduce_copy_in_time, hook_fetch_time, param_bytes,
 )
+from fastmodel.kernels.lm.fsdp1_cast import fsdp1_grad_cast_time, fsdp1_shard_cast_time
 from fastmodel.kernels.nccl import bucketed_allgather_time
 from fastmodel.kernels.roofline import memory_bound_time
 
@@ -185,10 +186,14 @@ def _add_layer_kind(row, weight, full, selective, fsdp, work):
     # FSDP2 copies: each gather out of its buffer, the gradients into the reduce-scatter buffer (a real shard group)
     sharded = fsdp and fsdp_shard_group(row) > 1.0
     copy = fsdp_copy_out_time(row, work[W_PARAMS]) if sharded else 0.0
-    # FSDP1: the flat gradient's cat and predivide passes (fsdp1_grad_passes, 0 otherwise)
-    copy_in = 0.0
+    # FSDP1: the flat gradient's cat and predivide passes (fsdp1_grad_passes, 0 otherwise); with FP32 flat
+    # parameters each gather's shard cast to 16 bits and the reduced shard's cast to FP32 (§11.63, second note)
+    copy_in = cast = 0.0
     if sharded:
-        copy_in = fsdp_reduce_copy_in_time(row, work[W_PARAMS]) + fsdp1_grad_pass_time(row, work[W_PARAMS])
+        cast = fsdp1_shard_cast_time(row, work[W_PARAMS], fsdp_shard_group(row))
+        copy += cast
+        copy_in = fsdp_reduce_copy_in_time(row, work[W_PARAMS]) + fsdp1_grad_pass_time(row, work[W_PARAMS]) \
+            + fsdp1_grad_cast_time(row, work[W_PARAMS], fsdp_shard_group(row))
     # forward-only seconds (a MoE layer's GPU idle after host syncs and einsum gating, ALiBi's bias pass) run in
     # each forward the layer runs (forward, recomputed forward); a MoE layer's backward-only memory-bound seconds (W_BACKWARD_MEM) in the backward
     forward_only = work[W_FORWARD_ONLY]
@@ -204,7 +209,9 @@ def _add_layer_kind(row, weight, full, selective, fsdp, work):
     megatron = row[C_SELECTIVE_POLICY] <= 0.0
     core = core_attention_recomputed(row) if selective > 0.0 else 0.0
     cheap = core * (a_ + work[W_ATTN_CORE_MEM]) + work[W_AGAIN] if megatron else 0.5 * g + m_
-    again = full * (g + a_ + m_ + forward_only) + selective * cheap
+    # FSDP units in the checkpoint: the recompute gathers them again, one more shard cast (0 otherwise)
+    recast = full * cast if row[C_FSDP_UNITS_IN_CHECKPOINT] > 0.0 else 0.0
+    again = full * (g + a_ + m_ + forward_only) + selective * cheap + recast
     tp_forward, tp_backward = tp_pass_factors(row)
     tp = work[W_TP] * tp_forward * (1.0 + full) + work[W_TP_BACKWARD] * tp_backward
     cp = work[W_CP] * (1.0 + CP_BACKWARD_PASSES + full)
@@ -250,7 +257,7 @@ def _add_layer_kind(row, weight, full, selective, fsdp, work):
         else selective * m_
     work[A_GEMM] += weight * (g * (passes + (0.0 if megatron else 0.5 * selective)) + again_gemm + work[W_WGRAD])
     work[A_ATTN] += weight * (a_ * (1.0 + BACKWARD_ATTN + full + (selective * core if megatron else 0.0)) + a_extra)
-    work[A_MEM] += weight * (m_ * (1.0 + BACKWARD_MEM + full) + again_mem + 2.0 * copy + accumulate
+    work[A_MEM] += weight * (m_ * (1.0 + BACKWARD_MEM + full) + again_mem + 2.0 * copy + accumulate + recast
                              + forward_only * (1.0 + full) + work[W_BACKWARD_MEM])
     work[A_TP_COMM] += weight * tp
     work[A_CP_COMM] += weight * cp

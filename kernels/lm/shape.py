@@ -24,10 +24,10 @@ replays CUDA graphs).
 
 from fastmodel.kernels.columns import (
     C_DENSE_LAYERS, C_EP, C_ETP, C_EXPERT_FFN_ALIGN, C_EXPERT_HIDDEN_ALIGN, C_FFN, C_FUSED_KERNELS, C_GATED_MLP,
-    C_EMBEDDING_DENSE_GRAD, C_GRAD_REDUCE_BYTES, C_HEAD_DIM, C_HEADS, C_HIDDEN, C_KV_HEADS, C_KV_LORA_RANK,
+    C_EMBEDDING_DENSE_GRAD, C_FSDP1_GRAD_PASSES, C_GRAD_REDUCE_BYTES, C_HEAD_DIM, C_HEADS, C_HIDDEN, C_KV_HEADS, C_KV_LORA_RANK,
     C_LAYERS, C_MASTER_WEIGHTS, C_MLA, C_MOE_EXPERTS, C_MOE_LAYER_FREQ, C_MOE_FFN, C_MOE_SHARED_EXPERTS, C_QK_NOPE_HEAD_DIM, C_QK_ROPE_HEAD_DIM,
     C_ATTENTION_CHUNK, C_ATTENTION_CHUNK_LAYERS, C_Q_LORA_RANK, C_SLIDING_WINDOW, C_SLIDING_WINDOW_LAYERS, C_STACK_COMPUTE_EFF, C_TP, C_VOCAB,
-    C_WGRAD_FUSED_ACCUMULATION,
+    C_SHARDING, C_WGRAD_FUSED_ACCUMULATION, SHARD_FSDP,
 )
 import math
 
@@ -39,13 +39,31 @@ from fastmodel.kernels.softmax_rate import attention_dims  # defined beside the 
 ACT_BYTES = 2.0
 
 
+#: bytes of an FP32 element: the parameter dtype of a mixed-precision FSDP1 flat parameter
+FP32_BYTES = 4.0
+
+
+@njit
+def fsdp1_fp32_shards(row):
+    """True when FSDP1 shards FP32 flat parameters and computes in 16 bits (``MixedPrecision(param_dtype=bf16)``):
+    an FSDP1 stack (``fsdp1_grad_passes`` > 0) under FSDP sharding with master weights (``master_weights`` > 0:
+    the sharded flat parameter is the FP32 master). Then each gather casts the FP32 shard to 16 bits first and each
+    reduced gradient shard is cast back to FP32 (docs/model.md §11.63, second note)."""
+    return row[C_FSDP1_GRAD_PASSES] > 0.0 and int(row[C_SHARDING]) == SHARD_FSDP and row[C_MASTER_WEIGHTS] > 0
+
+
 @njit(error_model='numpy')
 def stored_grad_bytes(row):
     """Bytes of a stored gradient element: ``grad_reduce_bytes``, or at most 2 for a 16-bit model
     (``master_weights = 0``): autograd gives a gradient its parameter's dtype, and PyTorch FSDP2 casts a gradient
-    reduced in FP32 (``MixedPrecisionPolicy.reduce_dtype``) back to the sharded parameter's dtype. Training only;
-    here, a leaf module, so that the memory model (``memory_states``) and the head's costs (``layer.head_costs``)
-    read one definition."""
+    reduced in FP32 (``MixedPrecisionPolicy.reduce_dtype``) back to the sharded parameter's dtype. FSDP1 with FP32
+    flat parameters (:func:`fsdp1_fp32_shards`) stores 4 whatever it reduces in: ``_accumulate_sharded_grad``
+    casts the reduced shard to the parameter's dtype (``_cast_grad_to_param_dtype``; PyTorch v2.3.0
+    torch/distributed/fsdp/_runtime_utils.py lines 900, 1013-1040; docs/model.md §11.63, second note). Training
+    only; here, a leaf module, so that the memory model (``memory_states``) and the head's costs
+    (``layer.head_costs``) read one definition."""
+    if fsdp1_fp32_shards(row):
+        return FP32_BYTES
     return min(row[C_GRAD_REDUCE_BYTES], ACT_BYTES) if row[C_MASTER_WEIGHTS] <= 0 else row[C_GRAD_REDUCE_BYTES]
 
 

@@ -20,14 +20,17 @@ using PyTorch FSDP" (IBM + Meta, 2024-03-13) was published, foundation-model-sta
   docs/model.md §11.26).
 
 - The optimizer step's passes beyond the fused AdamW kernel the model counts (``step_grad_passes``, in passes of
-  the 2-B gradient the model stores; docs/model.md §11.63): ``fms_fsdp/utils/train_utils.py`` ``train`` calls
+  the 4-B gradient shard FSDP1 stores, ``shape.stored_grad_bytes``: the reduced BF16 shard is cast back to the FP32
+  parameter's dtype, docs/model.md §11.63 and its second note): ``fms_fsdp/utils/train_utils.py`` ``train`` calls
   ``model.clip_grad_norm_(cfg.grad_clip_thresh)`` every step -- FSDP1's (pytorch/pytorch@005df1d6
   ``torch/distributed/fsdp/fully_sharded_data_parallel.py`` ``clip_grad_norm_``) reads every local gradient for
   its FP32 norm and then ``grad.detach().mul_(clip_coef_clamped)``: 4 + 8 B of the FP32 sharded gradient -- and
   ``main_training.py`` builds ``optim.AdamW(model.parameters(), lr=..., betas=(0.9, 0.95), weight_decay=0.1)``
   with neither ``foreach`` nor ``fused``, which on CUDA runs ``_multi_tensor_adamw`` (torch's default,
   ``_default_to_fused_or_foreach(..., use_fused=False)``): 80 B per element (the count of §11.54,
-  ``embedding_fp32.EMBEDDING_STEP_BYTES``) against the kernel's 10 + 16 + 2 = 28 B. (12 + 52) / 2 = 32 passes.
+  ``embedding_fp32.EMBEDDING_STEP_BYTES``, which reads an FP32 gradient) against the kernel's 10 + 16 + 4 = 30 B
+  with a 4-B gradient. (12 + 50) / 4 = 15.5 passes; the step's 92 B per element are those of §11.63's 32 passes
+  of a 2-B gradient (28 + 64).
 
 Everything else is the ``pytorch-fsdp`` 2.x profile's: eager element-wise kernels, op-level selective recompute,
 attention through SDPA's FlashAttention-2.
@@ -37,9 +40,10 @@ from fastmodel.lm.stacks import pytorch_fsdp
 from fastmodel.lm.stacks.base import StackProfile
 
 #: bytes per local parameter of FSDP1's ``clip_grad_norm_`` (the FP32 norm's read 4, the in-place scale's read and
-#: write 8) and of ``torch.optim.AdamW``'s foreach step beyond the fused kernel's count (80 - 28), over the 2 B of
-#: the gradient the model stores: the step's extra passes (module docstring; docs/model.md §11.63)
-STEP_GRAD_PASSES = (4.0 + 8.0 + 80.0 - 28.0) / 2.0
+#: write 8) and of ``torch.optim.AdamW``'s foreach step beyond the fused kernel's count with a 4-B gradient
+#: (80 - 30), over the 4 B of the FP32 gradient shard the model stores: the step's extra passes (module docstring;
+#: docs/model.md §11.63, second note)
+STEP_GRAD_PASSES = (4.0 + 8.0 + 80.0 - 30.0) / 4.0
 
 
 def defaults(execution, framework: str | None) -> dict:
