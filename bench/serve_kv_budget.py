@@ -14,13 +14,16 @@ workspace: TensorRT-LLM's ``f (HBM - m)``, vLLM's ``f HBM - m``, SGLang's ``mem_
 
 from __future__ import annotations
 
-import argparse
 import csv
 import math
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _args import validated_parser  # noqa: E402  (bench/ is not a package)
+from serve_rows import answered  # noqa: E402  (bench/ is not a package)
+
 from fastmodel.registry.lm import COLUMN_INDEX  # noqa: E402
 
 GIB = 2**30
@@ -37,12 +40,22 @@ def sglang_fraction(hbm_bytes: float, chunk_tokens: float, tp: float, pp: float 
     return round((hbm_bytes - reserved) / hbm_bytes, 3)
 
 
-def budgets(hbm: float, fraction: float, weights: float, workspace: float, framework: float, chunk: float,
-            tp: float, pp: float) -> dict[str, float]:
-    """KV bytes per device under each engine's rule from the same memory terms (docs/model_serving.md §S66)."""
-    other = weights + workspace + framework
-    return {"trtllm": max(0.0, fraction * (hbm - other)), "vllm": max(0.0, fraction * hbm - other),
-            "sglang": max(0.0, sglang_fraction(hbm, chunk, tp, pp) * hbm - weights)}
+def budgets(col, weights: float, workspace: float) -> dict[str, float]:
+    """KV bytes per device under each engine's rule from the same memory terms (docs/model_serving.md §S66): the
+    kernel's ``kv_capacity`` with the record's ``kv_budget_of_total`` set to 0 (TensorRT-LLM) and 1 (vLLM), and
+    SGLang's automatic fraction of the whole HBM less the weights."""
+    from fastmodel.kernels.serve.memory import kv_capacity
+
+    c = COLUMN_INDEX
+    out = {}
+    for engine, rule in (("trtllm", 0.0), ("vllm", 1.0)):
+        row = col.copy()
+        row[c["kv_budget_of_total"]] = rule
+        out[engine] = float(kv_capacity(row, weights, workspace))
+    hbm = col[c["hbm_bytes"]]
+    fraction = sglang_fraction(hbm, col[c["max_num_tokens"]], col[c["tp"]], col[c["pp"]])
+    out["sglang"] = max(0.0, fraction * hbm - weights)
+    return out
 
 
 def held_tokens(input_len: float, output_len: float, on_demand: bool) -> float:
@@ -51,20 +64,29 @@ def held_tokens(input_len: float, output_len: float, on_demand: bool) -> float:
     return input_len + (0.5 * output_len if on_demand else output_len)
 
 
+#: the CSV columns this diagnostic reads beside the shared join's (``id``, ``status``); ``implied_running`` is
+#: written by ``validate -o`` since §S26
+NEEDED = ("load_mode", "batch_size", "implied_running", "framework", "gpu")
+
+
 def rows(csv_path: str, records_path: str):
-    """(CSV row, record columns) of the rows where KV binds in the model or the measurement."""
+    """(CSV row, record columns) of the answered concurrency rows where KV binds in the model or the measurement
+    (``serve_rows.answered``); ValueError naming the CSV and the column when one of :data:`NEEDED` is missing."""
     from fastmodel.serve.records import read_serve_records
 
-    recs = {r.id: r for r in read_serve_records(records_path) if hasattr(r, "columns")}
     with open(csv_path) as fh:
-        for row in csv.DictReader(fh):
-            rec = recs.get(row["id"])
-            if rec is None or row["status"] != "ok" or row["load_mode"] != "concurrency":
-                continue
-            n = float(rec.columns[COLUMN_INDEX["batch_size"]])
-            implied = float(row["implied_running"] or "nan")
-            if float(row["batch_size"]) < n or (n >= 16 and implied < 0.9 * n):
-                yield row, rec.columns
+        header = next(csv.reader(fh), [])
+    missing = [k for k in ("id", "status", *NEEDED) if k not in header]
+    if missing:
+        raise ValueError(f"{csv_path}: no column {missing[0]!r} (validate -o writes it; implied_running since S26)")
+    recs = {r.id: r.columns for r in read_serve_records(records_path) if hasattr(r, "columns")}
+    for row, columns in answered(csv_path, recs):
+        if row["load_mode"] != "concurrency":
+            continue
+        n = float(columns[COLUMN_INDEX["batch_size"]])
+        implied = float(row["implied_running"] or "nan")
+        if float(row["batch_size"]) < n or (n >= 16 and implied < 0.9 * n):
+            yield row, columns
 
 
 def table(csv_path: str, records_path: str) -> list[str]:
@@ -81,22 +103,24 @@ def table(csv_path: str, records_path: str) -> list[str]:
         cap = kv_capacity(col, weights, workspace)
         token = kv_bytes_per_token(col)
         held = held_tokens(col[c["input_len"]], col[c["output_len"]], col[c["kv_on_demand"]] > 0)
-        b = budgets(col[c["hbm_bytes"]], col[c["kv_cache_mem_fraction"]], weights, workspace,
-                    col[c["framework_memory_bytes"]], col[c["max_num_tokens"]], col[c["tp"]], col[c["pp"]])
-        out.append(f"{row['framework'][:14]:14s} {row['gpu'][:5]} {col[c['tp']]:.0f} "
+        b = budgets(col, weights, workspace)
+        implied = row["implied_running"]
+        out.append(f"{row['framework'][:14]:14s} {row['gpu']} {col[c['tp']]:.0f} "
                    f"{col[c['input_len']]:.0f}x{col[c['output_len']]:.0f} {n:.0f} | {cap / GIB:.1f}, "
                    f"{cap / token / 1e3:.0f}, {held:.0f}, {math.floor(cap / (token * held))}, {row['batch_size']} | "
-                   f"{float(row['implied_running']):.1f} | "
+                   f"{float(implied) if implied else math.nan:.1f} | "
                    + " / ".join(f"{b[k] / GIB:.1f}" for k in ("trtllm", "vllm", "sglang")))
     return out
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("csv")
-    ap.add_argument("records")
-    args = ap.parse_args()
-    print("\n".join(table(args.csv, args.records)))
+    args = validated_parser(__doc__).parse_args()
+    try:
+        lines = table(args.csv, args.records)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    print("\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ budgets from the same memory terms, by hand."""
 
 import pytest
 
+from fastmodel.serve.api import columns, engine_columns
 from tests.bench_scripts import load_bench
 
 kvb = load_bench("serve_kv_budget")
@@ -18,13 +19,37 @@ def test_sglang_fraction_by_hand():
     assert kvb.sglang_fraction(H100, 1024, 2) == kvb.sglang_fraction(H100, 2048, 2)
 
 
+def _row(engine="vllm"):
+    profile, _ = engine_columns(engine, "H100")
+    return columns("llama3.1-70b", "H100", **profile, precision="fp8", tp=2, input_len=8192, output_len=1024,
+                   batch_size=64)
+
+
 def test_three_budgets_by_hand():
-    w, ws, fw = 33.83 * GIB, 1.12 * GIB, 3 * GIB
-    b = kvb.budgets(H100, 0.9, w, ws, fw, 8192, 2, 1)
-    assert b["trtllm"] == pytest.approx(0.9 * (H100 - w - ws - fw))
-    assert b["vllm"] == pytest.approx(0.9 * H100 - w - ws - fw)
-    assert b["sglang"] == pytest.approx(0.833 * H100 - w)
-    assert b["trtllm"] / GIB == pytest.approx(37.0, abs=0.05) and b["vllm"] / GIB == pytest.approx(33.25, abs=0.05)
+    # the record's own rule does not matter: both kv_budget_of_total values are evaluated (f 0.9, H100 TP 2, chunk
+    # 8192, framework 3 GiB)
+    w, ws = 33.83 * GIB, 1.12 * GIB
+    other = w + ws + 3 * GIB
+    for engine in ("vllm", "trtllm"):
+        b = kvb.budgets(_row(engine), w, ws)
+        assert b["trtllm"] == pytest.approx(0.9 * (H100 - other))
+        assert b["vllm"] == pytest.approx(0.9 * H100 - other)
+        assert b["sglang"] == pytest.approx(0.833 * H100 - w)
+        assert b["trtllm"] / GIB == pytest.approx(37.0, abs=0.05) and b["vllm"] / GIB == pytest.approx(33.25, abs=0.05)
+
+
+def test_a_csv_without_implied_running_is_an_error_naming_the_file_and_the_column(tmp_path):
+    path = tmp_path / "old.csv"
+    path.write_text("id,status,load_mode,batch_size,framework,gpu\nx,ok,concurrency,1,vLLM,H100-SXM-80GB\n")
+    with pytest.raises(ValueError, match=r"old\.csv: no column 'implied_running'"):
+        list(kvb.rows(str(path), "tests/data/serve_dev_load.jsonl"))
+
+
+def test_an_empty_implied_running_prints_nan(tmp_path, monkeypatch):
+    row = {"framework": "vLLM 0.11.2", "gpu": "H100-SXM-80GB", "batch_size": "3", "implied_running": ""}
+    monkeypatch.setattr(kvb, "rows", lambda *a: iter([(row, _row())]))
+    line = kvb.table("v.csv", "r.jsonl")[1]
+    assert "H100-SXM-80GB" in line and "| nan |" in line
 
 
 def test_held_tokens():
