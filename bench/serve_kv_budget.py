@@ -42,7 +42,8 @@ def sglang_fraction(hbm_bytes: float, chunk_tokens: float, tp: float, pp: float 
 
 def budgets(col, weights: float, workspace: float) -> dict[str, float]:
     """KV bytes per device under each engine's rule from the same memory terms (docs/model_serving.md §S66): the
-    kernel's ``kv_capacity`` with the record's ``kv_budget_of_total`` set to 0 (TensorRT-LLM) and 1 (vLLM), and
+    kernel's ``kv_capacity`` with the record's ``kv_budget_of_total`` set to 0 (TensorRT-LLM) and 1 (vLLM, with
+    ``kv_snapshot_after_nccl`` 1 as from 0.11.0; the record's own allreduce buffers), and
     SGLang's automatic fraction of the whole HBM less the weights."""
     from fastmodel.kernels.serve.memory import kv_capacity
 
@@ -51,6 +52,7 @@ def budgets(col, weights: float, workspace: float) -> dict[str, float]:
     for engine, rule in (("trtllm", 0.0), ("vllm", 1.0)):
         row = col.copy()
         row[c["kv_budget_of_total"]] = rule
+        row[c["kv_snapshot_after_nccl"]] = rule      # vLLM >= 0.11.0's snapshot (S66)
         out[engine] = float(kv_capacity(row, weights, workspace))
     hbm = col[c["hbm_bytes"]]
     fraction = sglang_fraction(hbm, col[c["max_num_tokens"]], col[c["tp"]], col[c["pp"]])
