@@ -97,3 +97,25 @@ def test_a_recomputed_step_moves_136_bytes_per_routed_element_against_the_generi
     assert counted[A_FORWARD] - plain[A_FORWARD] == pytest.approx(22.0 * per_byte, rel=1e-9)
     assert counted[A_RECOMPUTE] - plain[A_RECOMPUTE] == pytest.approx(22.0 * per_byte, rel=1e-9)
     assert counted[A_BACKWARD_INPUT] - plain[A_BACKWARD_INPUT] == pytest.approx(28.0 * per_byte, rel=1e-9)
+
+
+@pytest.mark.parametrize("dispatcher", ["alltoall", "deepep"])
+@pytest.mark.parametrize("compiled", [False, True])
+def test_an_fsdp2_run_that_is_not_torchtitan_keeps_the_generic_moe_counts(dispatcher, compiled):
+    """review15 #3: the FSDP2 profile matches a framework that names FSDP2 alone, but TorchTitan's all-to-all and
+    DeepEP counts (§11.61, §11.14.6) are its source's: another FSDP2 trainer keeps the generic permutation count
+    (no stated bytes), the generic kernel and sync counts, and no expandable segments; TorchTitan gets them, eager
+    or compiled with EP + full AC (blocks eager before #1895)."""
+    def resolved(framework):
+        spec = ExecutionSpec(framework=framework, moe_dispatcher=dispatcher, torch_compile=compiled, recompute="full")
+        out = resolve(spec, pp=1, layers=48, expert_parallel=True)
+        return (out.moe_permute_fwd_bytes, out.moe_permute_bwd_bytes, out.moe_mem_kernels, out.moe_sync_issue_ops,
+                out.allocator_expandable_segments)
+
+    assert resolved("HF Transformers + FSDP2") == (None, None, None, None, None)
+    titan = resolved("TorchTitan (FSDP2 + EP)")
+    if dispatcher == "alltoall":
+        assert titan == (38.0, 60.0, 48.0, 3.0, True)
+    else:
+        assert titan == (None, None, torchtitan.MOE_MEM_KERNELS_TORCHTITAN_DEEPEP,
+                         torchtitan.MOE_SYNC_ISSUE_OPS_TORCHTITAN_DEEPEP, True)
