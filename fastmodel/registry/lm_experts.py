@@ -19,7 +19,8 @@ EXPERT_PLAN_ROWS = (
      "2x backward convention are not charged (docs/model.md §11.61). 0: the generic count. The stack profile sets "
      "it (TorchTitan's all-to-all path when its MoE block runs eager: 38).", 0, 1e3, False, "number"),
     ("moe_permute_bwd_bytes", "bytes", 0.0, "... and in the backward pass of that path (autograd's gathers, "
-     "scatters, casts and the routing-score product's two gradients; docs/model.md §11.61). Read with "
-     "moe_permute_fwd_bytes > 0. The stack profile sets it (TorchTitan's all-to-all path: 60).", 0, 1e3, False,
+     "scatters, casts and the routing-score product's two gradients; docs/model.md §11.61). Stated with "
+     "moe_permute_fwd_bytes: both > 0 or neither (an execution refuses one alone, naming the other). The stack "
+     "profile sets it (TorchTitan's all-to-all path: 60).", 0, 1e3, False,
      "number"),
 )

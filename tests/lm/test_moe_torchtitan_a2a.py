@@ -68,7 +68,7 @@ def test_torchtitan_sets_its_all_to_all_paths_counts_only_when_that_path_runs_ea
     assert _resolved(torch_compile=True, recompute="none", moe_dispatcher="alltoall")[:4] == (None,) * 4
     assert _resolved(torch_compile=True, recompute="full", moe_dispatcher="deepep")[:4] == (33.0, 13.0, None, None)
     assert _resolved(torch_compile=True, recompute="full", moe_dispatcher="alltoall",
-                     moe_permute_fwd_bytes=10.0)[2] == 10.0
+                     moe_permute_fwd_bytes=10.0, moe_permute_bwd_bytes=20.0)[2:4] == (10.0, 20.0)
 
 
 def test_the_stack_count_replaces_the_generic_permutation_bytes_by_hand():
@@ -119,3 +119,18 @@ def test_an_fsdp2_run_that_is_not_torchtitan_keeps_the_generic_moe_counts(dispat
     else:
         assert titan == (None, None, torchtitan.MOE_MEM_KERNELS_TORCHTITAN_DEEPEP,
                          torchtitan.MOE_SYNC_ISSUE_OPS_TORCHTITAN_DEEPEP, True)
+
+
+@pytest.mark.parametrize("fields, missing", [
+    ({"moe_permute_fwd_bytes": 38.0}, "moe_permute_bwd_bytes"),
+    ({"moe_permute_fwd_bytes": 38.0, "moe_permute_bwd_bytes": 0.0}, "moe_permute_bwd_bytes"),
+    ({"moe_permute_bwd_bytes": 60.0}, "moe_permute_fwd_bytes"),
+    ({"moe_permute_fwd_bytes": 0.0, "moe_permute_bwd_bytes": 60.0}, "moe_permute_fwd_bytes"),
+])
+def test_the_permutation_bytes_are_stated_for_both_passes_or_neither(fields, missing):
+    """review15 #4: fwd alone would charge no backward permutation (not the generic 2x), bwd alone would be
+    ignored (the kernel reads it only with fwd > 0); both are refused, naming the field that is missing."""
+    with pytest.raises(ValueError, match=f"{missing} > 0 too"):
+        ExecutionSpec(framework="TorchTitan", **fields)
+    ExecutionSpec(framework="TorchTitan", moe_permute_fwd_bytes=38.0, moe_permute_bwd_bytes=60.0)
+    ExecutionSpec(framework="TorchTitan", moe_permute_fwd_bytes=0.0)          # 0: the generic count, stated
