@@ -23,4 +23,9 @@ EXPERT_PLAN_ROWS = (
      "moe_permute_fwd_bytes: both > 0 or neither (an execution refuses one alone, naming the other). The stack "
      "profile sets it (TorchTitan's all-to-all path: 60).", 0, 1e3, False,
      "number"),
+    ("moe_combine_saved_bytes", "bytes", 0.0, "Bytes per routed row and hidden element of the expert output that the "
+     "combine saves for the routing score's gradient (stored activations, docs/model_memory.md \"MoE block\"). 0: the "
+     "generic 2 (the BF16 expert output). The stack profile sets it: TorchTitan's all-to-all path run eager, 4 (its "
+     "FP32 cast of the routed output times the scores, models/moe/moe.py lines 539-543 at 022f885f34, docs/model.md "
+     "§11.61).", 0, 16, False, "number"),
 )

@@ -134,3 +134,18 @@ def test_the_permutation_bytes_are_stated_for_both_passes_or_neither(fields, mis
         ExecutionSpec(framework="TorchTitan", **fields)
     ExecutionSpec(framework="TorchTitan", moe_permute_fwd_bytes=38.0, moe_permute_bwd_bytes=60.0)
     ExecutionSpec(framework="TorchTitan", moe_permute_fwd_bytes=0.0)          # 0: the generic count, stated
+
+
+def test_the_eager_all_to_all_path_keeps_the_fp32_routed_output_for_the_score_gradient():
+    """review15 #6: ``routed_output.to(float32) * top_scores`` (moe.py lines 539-543) saves its FP32 operand for the
+    score's gradient, 4 B per routed element where the generic count keeps the BF16 expert output, 2 B: per MoE
+    layer whose activations are live, (4 - 2) x R h = 2 x 262,144 x 2,048 B = 1 GiB more on the default-EP row."""
+    from fastmodel.kernels.lm.memory_activations import moe_activation_bytes
+
+    assert _resolved(torch_compile=False, recompute="full", moe_dispatcher="alltoall")[:4] == (48.0, 3.0, 38.0, 60.0)
+    spec = ExecutionSpec(framework="TorchTitan (FSDP2 + EP)", moe_dispatcher="alltoall", torch_compile=False)
+    assert resolve(spec, pp=1, layers=48, expert_parallel=True).moe_combine_saved_bytes == 4.0
+    generic = moe_activation_bytes(row(**QWEN3, recompute="none"))
+    titan = moe_activation_bytes(row(**QWEN3, recompute="none", moe_combine_saved_bytes=4.0))
+    assert titan - generic == (4 - 2) * (8 * 4096 * 8) * 2048 == 2**30
+    assert moe_activation_bytes(row(**QWEN3, recompute="none", moe_combine_saved_bytes=2.0)) == generic

@@ -51,6 +51,9 @@ PERMUTE_FWD_BYTES_TORCHTITAN_A2A = 4.0 + 4.0 + 4.0 + 4.0 + 6.0 + 8.0 + 6.0 + 2.0
 #: zero-padded copy 2 + 2 + 2 and ``index_put_``'s gather 2 + 2, ``index``'s ``index_put_(accumulate=True)`` into
 #: zeros 2 + 2 + 2 + 2, ``gather``'s ``scatter_add_`` read 2
 PERMUTE_BWD_BYTES_TORCHTITAN_A2A = 4.0 + 6.0 + 6.0 + 8.0 + 16.0 + 6.0 + 4.0 + 8.0 + 2.0
+#: bytes per routed element that path saves for the score gradient: ``routed_output.to(float32) * top_scores``
+#: (models/moe/moe.py lines 539-543) keeps its FP32 operand, 4 B, where the generic count keeps the BF16 output, 2 B
+COMBINE_SAVED_BYTES_TORCHTITAN_A2A = 4.0
 
 #: PyTorch dispatcher calls of one eager Llama decoder block's forward in plain PyTorch (pytorch/torchtitan
 #: torchtitan/models/llama/model.py as read at 0199cbc1, 2024: ``TransformerBlock.forward``, ``Attention.forward`` with
@@ -131,7 +134,8 @@ def a2a_defaults(execution) -> dict:
         return {}
     return {"moe_mem_kernels": MOE_MEM_KERNELS_TORCHTITAN_A2A, "moe_sync_issue_ops": MOE_SYNC_ISSUE_OPS_TORCHTITAN_A2A,
             "moe_permute_fwd_bytes": PERMUTE_FWD_BYTES_TORCHTITAN_A2A,
-            "moe_permute_bwd_bytes": PERMUTE_BWD_BYTES_TORCHTITAN_A2A, "host_op_s": HOST_OP_S_EAGER}
+            "moe_permute_bwd_bytes": PERMUTE_BWD_BYTES_TORCHTITAN_A2A,
+            "moe_combine_saved_bytes": COMBINE_SAVED_BYTES_TORCHTITAN_A2A, "host_op_s": HOST_OP_S_EAGER}
 
 
 def eager_defaults(execution) -> dict:
