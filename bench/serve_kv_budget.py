@@ -27,20 +27,28 @@ from serve_rows import answered  # noqa: E402  (bench/ is not a package)
 from fastmodel.registry.lm import COLUMN_INDEX  # noqa: E402
 
 GIB = 2**30
-#: SGLang 0.5.6.post2's CUDA-graph batch cap taken for its reserve (``cuda_graph_max_bs``; an assumption here)
-SGLANG_GRAPH_BS = 256
+#: SGLang 0.5.6.post2's reserve floor on GPUs above 60 GiB: 10 GiB (``server_args.py:848-891``, serving_facts §1)
+SGLANG_RESERVE_FLOOR_BYTES = 10 * GIB
+SGLANG_FLOOR_ABOVE_BYTES = 60 * GIB
 
 
-def sglang_fraction(hbm_bytes: float, chunk_tokens: float, tp: float, pp: float = 1.0,
-                    graph_bs: float = SGLANG_GRAPH_BS) -> float:
+def sglang_graph_bs(tp: float, gpu: str = "") -> float:
+    """SGLang 0.5.6.post2's default ``cuda_graph_max_bs``: 512 on B200 or at TP >= 4, else 256 (H100/H200;
+    ``server_args.py:898-925``, docs/sources/serving_facts.md §1). Other GPUs take the Hopper rule [A]."""
+    return 512.0 if tp >= 4 or "B200" in gpu.upper() else 256.0
+
+
+def sglang_fraction(hbm_bytes: float, chunk_tokens: float, tp: float, pp: float = 1.0, gpu: str = "") -> float:
     """SGLang 0.5.6.post2's automatic ``mem_fraction_static``: round((total - reserved) / total, 3) with reserved
-    (MiB) = 512 + 1.5 max(chunk, 2048) + 2 cuda_graph_max_bs + 1024 tp pp / 8 (``server_args.py:848-891``,
-    docs/sources/serving_facts.md §1)."""
-    reserved = (512 + 1.5 * max(chunk_tokens, 2048) + 2 * graph_bs + 1024 * tp * pp / 8) * 2**20
+    (MiB) = 512 + 1.5 max(chunk, 2048) + 2 cuda_graph_max_bs + 1024 tp pp / 8, at least 10 GiB on a GPU above
+    60 GiB (``server_args.py:848-891``, docs/sources/serving_facts.md §1; :func:`sglang_graph_bs`)."""
+    reserved = (512 + 1.5 * max(chunk_tokens, 2048) + 2 * sglang_graph_bs(tp, gpu) + 1024 * tp * pp / 8) * 2**20
+    if hbm_bytes > SGLANG_FLOOR_ABOVE_BYTES:
+        reserved = max(reserved, SGLANG_RESERVE_FLOOR_BYTES)
     return round((hbm_bytes - reserved) / hbm_bytes, 3)
 
 
-def budgets(col, weights: float, workspace: float) -> dict[str, float]:
+def budgets(col, weights: float, workspace: float, gpu: str = "") -> dict[str, float]:
     """KV bytes per device under each engine's rule from the same memory terms (docs/model_serving.md §S66): the
     kernel's ``kv_capacity`` with the record's ``kv_budget_of_total`` set to 0 (TensorRT-LLM) and 1 (vLLM, with
     ``kv_snapshot_after_nccl`` 1 as from 0.11.0; the record's own allreduce buffers), and
@@ -55,7 +63,7 @@ def budgets(col, weights: float, workspace: float) -> dict[str, float]:
         row[c["kv_snapshot_after_nccl"]] = rule      # vLLM >= 0.11.0's snapshot (S66)
         out[engine] = float(kv_capacity(row, weights, workspace))
     hbm = col[c["hbm_bytes"]]
-    fraction = sglang_fraction(hbm, col[c["max_num_tokens"]], col[c["tp"]], col[c["pp"]])
+    fraction = sglang_fraction(hbm, col[c["max_num_tokens"]], col[c["tp"]], col[c["pp"]], gpu)
     out["sglang"] = max(0.0, fraction * hbm - weights)
     return out
 
@@ -105,7 +113,7 @@ def table(csv_path: str, records_path: str) -> list[str]:
         cap = kv_capacity(col, weights, workspace)
         token = kv_bytes_per_token(col)
         held = held_tokens(col[c["input_len"]], col[c["output_len"]], col[c["kv_on_demand"]] > 0)
-        b = budgets(col, weights, workspace)
+        b = budgets(col, weights, workspace, row["gpu"])
         implied = row["implied_running"]
         out.append(f"{row['framework'][:14]:14s} {row['gpu']} {col[c['tp']]:.0f} "
                    f"{col[c['input_len']]:.0f}x{col[c['output_len']]:.0f} {n:.0f} | {cap / GIB:.1f}, "

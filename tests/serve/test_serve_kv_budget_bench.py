@@ -19,6 +19,20 @@ def test_sglang_fraction_by_hand():
     assert kvb.sglang_fraction(H100, 1024, 2) == kvb.sglang_fraction(H100, 2048, 2)
 
 
+def test_sglang_graph_cap_and_reserve_floor_by_hand():
+    # cuda_graph_max_bs: 256 on Hopper below TP 4, 512 at TP 4 and on B200
+    assert (kvb.sglang_graph_bs(2, "H200-SXM-141GB"), kvb.sglang_graph_bs(4, "H200-SXM-141GB"),
+            kvb.sglang_graph_bs(1, "B200")) == (256, 512, 512)
+    # H200 (specs/devices: 150,119,844,413 B) at TP 4, chunk 8192: 512 + 12288 + 1024 + 512 = 14336 MiB
+    h200 = 150119844413
+    assert kvb.sglang_fraction(h200, 8192, 4, gpu="H200") == round((h200 - 14336 * 2**20) / h200, 3) == 0.900
+    # TP 1, chunk 2048 on an H100: 512 + 3072 + 512 + 128 = 4224 MiB, below the 10 GiB floor of a > 60 GiB GPU
+    assert kvb.sglang_fraction(H100, 2048, 1) == round((H100 - 10 * GIB) / H100, 3) == 0.874
+    # a 40 GiB GPU has no floor
+    small = 40 * GIB
+    assert kvb.sglang_fraction(small, 2048, 1) == round((small - 4224 * 2**20) / small, 3)
+
+
 def _row(engine="vllm"):
     profile, _ = engine_columns(engine, "H100")
     return columns("llama3.1-70b", "H100", **profile, precision="fp8", tp=2, input_len=8192, output_len=1024,
