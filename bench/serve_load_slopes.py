@@ -187,7 +187,7 @@ def sensitivity_rows(records_path: str, name: str) -> list[dict]:
     interpreted (FASTMODEL_JIT=0), and the originals are restored after."""
     from fastmodel.api import validate
     from fastmodel.kernels import jit, roofline
-    from fastmodel.kernels.serve import attention, load
+    from fastmodel.kernels.serve import attention, evaluate, load
 
     if not jit.INTERPRETED:
         raise SystemExit("--sensitivity patches a kernel: run it with FASTMODEL_JIT=0")
@@ -195,7 +195,9 @@ def sensitivity_rows(records_path: str, name: str) -> list[dict]:
         targets = [(roofline, "hides_math", hides_at_one_tile(roofline.hides_math, roofline.expert_row_tile))]
     elif name == "combine":
         patched = with_combine_kernel(attention.attention_launches)
-        targets = [(attention, "attention_launches", patched), (load, "attention_launches", patched)]
+        # every module that imports it by name: the concurrency loop and evaluate's static-batch / max-throughput
+        # paths (decode_fixed_costs, _fixed; review15 #8)
+        targets = [(m, "attention_launches", patched) for m in (attention, load, evaluate)]
     else:
         raise SystemExit(f"--sensitivity: unknown {name!r} (hidden-w4a16, combine)")
     originals = [(module, attr, getattr(module, attr)) for module, attr, _ in targets]

@@ -169,6 +169,16 @@ def test_each_sensitivity_patches_its_kernel_for_its_run_only(monkeypatch, name,
     monkeypatch.setattr(jit, "INTERPRETED", True)
     assert serve_load_slopes.sensitivity_rows("r.jsonl", name) == [{"id": "a"}]
     assert seen == [("r.jsonl", True, True)] and getattr(module, attr) is original
+    if name == "combine":
+        # evaluate's static-batch and max-throughput paths import it by name too (review15 #8)
+        from fastmodel.kernels.serve import evaluate, load
+
+        both = []
+        monkeypatch.setattr(fastmodel.api, "validate", lambda path, heldout: both.append(
+            (load.attention_launches is not original, evaluate.attention_launches is not original))
+            or types.SimpleNamespace(rows=[]))
+        serve_load_slopes.sensitivity_rows("r.jsonl", name)
+        assert both == [(True, True)] and evaluate.attention_launches is original
     with pytest.raises(SystemExit, match="unknown"):
         serve_load_slopes.sensitivity_rows("r.jsonl", "other")
     monkeypatch.setattr(jit, "INTERPRETED", False)
