@@ -13,16 +13,13 @@ from fastmodel.kernels.lm.passes import A_BACKWARD_INPUT, A_FORWARD, A_MEM, A_RE
 from fastmodel.lm.execution import ExecutionSpec
 from fastmodel.lm.stacks import resolve, torchtitan
 from fastmodel.lm.table import row
+from tests.lm.test_moe_torchtitan_deepep import QWEN3 as DEEPEP_QWEN3
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "model.md"
 
-#: the TorchTitan default-EP row: Qwen3-30B-A3B, EP 8 on one B200 node, local batch 8 x 4096, forced round robin,
-#: HBM 8 TB/s at efficiency 0.8 (6.4 TB/s) for round numbers
-QWEN3 = dict(layers=48, hidden=2048, ffn=6144, heads=32, kv_heads=4, head_dim=128, vocab=151936, seq_len=4096,
-             moe_experts=128, moe_topk=8, moe_ffn=768, moe_shared_experts=0, dense_layers=0, moe_round_robin=1,
-             ep=8, etp=1, dp=8, micro_batch=8, global_batch=64, moe_dispatcher="alltoall", domain_size=8,
-             intra_bw=900e9, intra_eff=0.72, intra_latency=3e-6, inter_bw=50e9, inter_eff=0.85,
-             inter_latency=8e-6, hbm_bw=8e12, hbm_eff=0.8)
+#: the TorchTitan default-EP row: the DeepEP rows' Qwen3-30B-A3B on one 8-GPU B200 node (EP 8, local batch 8 x 4096,
+#: forced round robin, HBM 8 TB/s at efficiency 0.8: 6.4 TB/s) with TorchTitan's default all-to-all dispatcher
+QWEN3 = {**DEEPEP_QWEN3, "moe_dispatcher": "alltoall"}
 #: routed rows x hidden of one rank and micro-batch: 8 x 4096 tokens x top-8 rows x 2048
 ELEMENTS = 8 * 4096 * 8 * 2048
 
