@@ -91,3 +91,23 @@ def test_the_two_rules_differ_by_a_tenth_of_the_non_kv_memory():
     assert vllm == pytest.approx(0.9 * HBM - m + SEEN, rel=1e-12)
     assert trt - vllm == pytest.approx(0.1 * m - SEEN, rel=1e-9)
     assert (trt - vllm) / 2**30 == pytest.approx(3.37, abs=0.01)
+
+
+def test_vllm_clamps_at_zero_where_its_share_of_the_device_is_below_the_rest():
+    # review15 #11: BF16 weights at TP 2 (2 B each: 70,555,009,024 B) and f = 0.85, max throughput: f HBM =
+    # 72.2 GB < m = weights + workspace (8192 tokens, 1024 logits rows) + framework - snapshot = 74.8 GB < HBM, so
+    # vLLM has no room for one request while TensorRT-LLM's f (HBM - m) is positive
+    w16 = 2 * (WEIGHTS - 2 * 128256 * 8192 / 2 * 2) + 2 * 128256 * 8192 / 2 * 2
+    assert w16 == 70555009024
+    kw = dict(precision="bf16", tp=2, input_len=1024, output_len=1024, max_throughput=True, kv_cache_mem_fraction=0.85)
+    m = w16 + ACT + 1024 * 128256 / 2 * 4 + FRAMEWORK - SEEN
+    assert 0.85 * HBM < m < HBM
+    assert evaluate("llama3.1-70b", "H100", engine="vllm", **kw)["status"] == "no_kv_room"
+    trt = evaluate("llama3.1-70b", "H100", engine="trtllm", **kw)
+    pool = 0.85 * (HBM - w16 - ACT - 2048 * 128256 / 2 * 4 - FRAMEWORK)      # at the 2048-request batch cap
+    assert trt["status"] == "ok" and trt["batch_size"] == math.floor(pool / (2 * KV_TOKEN * 2048)) == 23
+    # the kernel itself: max(0, f HBM - (weights + workspace + framework - snapshot)) is 0, not negative
+    from fastmodel.kernels.serve.memory import kv_capacity
+
+    row = columns("llama3.1-70b", "H100", **engine_columns("vllm", "H100")[0], **kw)
+    assert kv_capacity(row, w16, ACT + 1024 * 128256 / 2 * 4) == 0.0
