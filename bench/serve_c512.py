@@ -42,16 +42,18 @@ def grid(serve: dict) -> tuple[int, ...]:
     return tuple(c for c in (4, 8, 16, 32, 64) if c <= end)
 
 
+def is_semaphore_row(rec: dict) -> bool:
+    """True for a record of the vLLM gpt-oss-120b H100 rows recorded at 512 in flight: the client's semaphore
+    recorded as the load (§S44), read from the record's fields, not its id."""
+    serve = rec.get("serve", {})
+    return (serve.get("concurrency") == CLIENT_SLOTS and (rec.get("framework") or "").startswith("vLLM")
+            and rec.get("model", {}).get("name") == "gpt-oss-120b"
+            and (rec.get("system", {}).get("gpu") or "").startswith("H100"))
+
+
 def rows(records: str) -> list[dict]:
-    """The records of the vLLM gpt-oss-120b H100 rows recorded at 512 in flight."""
-    out = []
-    for line in open(records):
-        rec = json.loads(line)
-        serve = rec.get("serve", {})
-        if (serve.get("concurrency") == CLIENT_SLOTS and rec["framework"].startswith("vLLM")
-                and rec["model"]["name"] == "gpt-oss-120b" and rec["system"]["gpu"].startswith("H100")):
-            out.append(rec)
-    return out
+    """The records of the vLLM gpt-oss-120b H100 rows recorded at 512 in flight (:func:`is_semaphore_row`)."""
+    return [rec for rec in map(json.loads, open(records)) if is_semaphore_row(rec)]
 
 
 def variants(records: str, out_path: str) -> int:

@@ -14,35 +14,58 @@ workspace: TensorRT-LLM's ``f (HBM - m)``, vLLM's ``f HBM - m``, SGLang's ``mem_
 
 from __future__ import annotations
 
-import argparse
 import csv
 import math
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _args import validated_parser  # noqa: E402  (bench/ is not a package)
+from serve_rows import answered  # noqa: E402  (bench/ is not a package)
+
 from fastmodel.registry.lm import COLUMN_INDEX  # noqa: E402
 
 GIB = 2**30
-#: SGLang 0.5.6.post2's CUDA-graph batch cap taken for its reserve (``cuda_graph_max_bs``; an assumption here)
-SGLANG_GRAPH_BS = 256
+#: SGLang 0.5.6.post2's reserve floor on GPUs above 60 GiB: 10 GiB (``server_args.py:848-891``, serving_facts §1)
+SGLANG_RESERVE_FLOOR_BYTES = 10 * GIB
+SGLANG_FLOOR_ABOVE_BYTES = 60 * GIB
 
 
-def sglang_fraction(hbm_bytes: float, chunk_tokens: float, tp: float, pp: float = 1.0,
-                    graph_bs: float = SGLANG_GRAPH_BS) -> float:
+def sglang_graph_bs(tp: float, gpu: str = "") -> float:
+    """SGLang 0.5.6.post2's default ``cuda_graph_max_bs``: 512 on B200 or at TP >= 4, else 256 (H100/H200;
+    ``server_args.py:898-925``, docs/sources/serving_facts.md §1). Other GPUs take the Hopper rule [A]."""
+    return 512.0 if tp >= 4 or "B200" in gpu.upper() else 256.0
+
+
+def sglang_fraction(hbm_bytes: float, chunk_tokens: float, tp: float, pp: float = 1.0, gpu: str = "") -> float:
     """SGLang 0.5.6.post2's automatic ``mem_fraction_static``: round((total - reserved) / total, 3) with reserved
-    (MiB) = 512 + 1.5 max(chunk, 2048) + 2 cuda_graph_max_bs + 1024 tp pp / 8 (``server_args.py:848-891``,
-    docs/sources/serving_facts.md §1)."""
-    reserved = (512 + 1.5 * max(chunk_tokens, 2048) + 2 * graph_bs + 1024 * tp * pp / 8) * 2**20
+    (MiB) = 512 + 1.5 max(chunk, 2048) + 2 cuda_graph_max_bs + 1024 tp pp / 8, at least 10 GiB on a GPU above
+    60 GiB (``server_args.py:848-891``, docs/sources/serving_facts.md §1; :func:`sglang_graph_bs`)."""
+    reserved = (512 + 1.5 * max(chunk_tokens, 2048) + 2 * sglang_graph_bs(tp, gpu) + 1024 * tp * pp / 8) * 2**20
+    if hbm_bytes > SGLANG_FLOOR_ABOVE_BYTES:
+        reserved = max(reserved, SGLANG_RESERVE_FLOOR_BYTES)
     return round((hbm_bytes - reserved) / hbm_bytes, 3)
 
 
-def budgets(hbm: float, fraction: float, weights: float, workspace: float, framework: float, chunk: float,
-            tp: float, pp: float) -> dict[str, float]:
-    """KV bytes per device under each engine's rule from the same memory terms (docs/model_serving.md §S66)."""
-    other = weights + workspace + framework
-    return {"trtllm": max(0.0, fraction * (hbm - other)), "vllm": max(0.0, fraction * hbm - other),
-            "sglang": max(0.0, sglang_fraction(hbm, chunk, tp, pp) * hbm - weights)}
+def budgets(col, weights: float, workspace: float, gpu: str = "") -> dict[str, float]:
+    """KV bytes per device under each engine's rule from the same memory terms (docs/model_serving.md §S66): the
+    kernel's ``kv_capacity`` with the record's ``kv_budget_of_total`` set to 0 (TensorRT-LLM) and 1 (vLLM, with
+    ``kv_snapshot_after_nccl`` 1 as from 0.11.0; the record's own allreduce buffers), and
+    SGLang's automatic fraction of the whole HBM less the weights."""
+    from fastmodel.kernels.serve.memory import kv_capacity
+
+    c = COLUMN_INDEX
+    out = {}
+    for engine, rule in (("trtllm", 0.0), ("vllm", 1.0)):
+        row = col.copy()
+        row[c["kv_budget_of_total"]] = rule
+        row[c["kv_snapshot_after_nccl"]] = rule      # vLLM >= 0.11.0's snapshot (S66)
+        out[engine] = float(kv_capacity(row, weights, workspace))
+    hbm = col[c["hbm_bytes"]]
+    fraction = sglang_fraction(hbm, col[c["max_num_tokens"]], col[c["tp"]], col[c["pp"]], gpu)
+    out["sglang"] = max(0.0, fraction * hbm - weights)
+    return out
 
 
 def held_tokens(input_len: float, output_len: float, on_demand: bool) -> float:
@@ -51,20 +74,29 @@ def held_tokens(input_len: float, output_len: float, on_demand: bool) -> float:
     return input_len + (0.5 * output_len if on_demand else output_len)
 
 
+#: the CSV columns this diagnostic reads beside the shared join's (``id``, ``status``); ``implied_running`` is
+#: written by ``validate -o`` since §S26
+NEEDED = ("load_mode", "batch_size", "implied_running", "framework", "gpu")
+
+
 def rows(csv_path: str, records_path: str):
-    """(CSV row, record columns) of the rows where KV binds in the model or the measurement."""
+    """(CSV row, record columns) of the answered concurrency rows where KV binds in the model or the measurement
+    (``serve_rows.answered``); ValueError naming the CSV and the column when one of :data:`NEEDED` is missing."""
     from fastmodel.serve.records import read_serve_records
 
-    recs = {r.id: r for r in read_serve_records(records_path) if hasattr(r, "columns")}
     with open(csv_path) as fh:
-        for row in csv.DictReader(fh):
-            rec = recs.get(row["id"])
-            if rec is None or row["status"] != "ok" or row["load_mode"] != "concurrency":
-                continue
-            n = float(rec.columns[COLUMN_INDEX["batch_size"]])
-            implied = float(row["implied_running"] or "nan")
-            if float(row["batch_size"]) < n or (n >= 16 and implied < 0.9 * n):
-                yield row, rec.columns
+        header = next(csv.reader(fh), [])
+    missing = [k for k in ("id", "status", *NEEDED) if k not in header]
+    if missing:
+        raise ValueError(f"{csv_path}: no column {missing[0]!r} (validate -o writes it; implied_running since S26)")
+    recs = {r.id: r.columns for r in read_serve_records(records_path) if hasattr(r, "columns")}
+    for row, columns in answered(csv_path, recs):
+        if row["load_mode"] != "concurrency":
+            continue
+        n = float(columns[COLUMN_INDEX["batch_size"]])
+        implied = float(row["implied_running"] or "nan")
+        if float(row["batch_size"]) < n or (n >= 16 and implied < 0.9 * n):
+            yield row, columns
 
 
 def table(csv_path: str, records_path: str) -> list[str]:
@@ -81,22 +113,24 @@ def table(csv_path: str, records_path: str) -> list[str]:
         cap = kv_capacity(col, weights, workspace)
         token = kv_bytes_per_token(col)
         held = held_tokens(col[c["input_len"]], col[c["output_len"]], col[c["kv_on_demand"]] > 0)
-        b = budgets(col[c["hbm_bytes"]], col[c["kv_cache_mem_fraction"]], weights, workspace,
-                    col[c["framework_memory_bytes"]], col[c["max_num_tokens"]], col[c["tp"]], col[c["pp"]])
-        out.append(f"{row['framework'][:14]:14s} {row['gpu'][:5]} {col[c['tp']]:.0f} "
+        b = budgets(col, weights, workspace, row["gpu"])
+        implied = row["implied_running"]
+        out.append(f"{row['framework'][:14]:14s} {row['gpu']} {col[c['tp']]:.0f} "
                    f"{col[c['input_len']]:.0f}x{col[c['output_len']]:.0f} {n:.0f} | {cap / GIB:.1f}, "
                    f"{cap / token / 1e3:.0f}, {held:.0f}, {math.floor(cap / (token * held))}, {row['batch_size']} | "
-                   f"{float(row['implied_running']):.1f} | "
+                   f"{float(implied) if implied else math.nan:.1f} | "
                    + " / ".join(f"{b[k] / GIB:.1f}" for k in ("trtllm", "vllm", "sglang")))
     return out
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("csv")
-    ap.add_argument("records")
-    args = ap.parse_args()
-    print("\n".join(table(args.csv, args.records)))
+    args = validated_parser(__doc__).parse_args()
+    try:
+        lines = table(args.csv, args.records)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    print("\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Diagnostic: how the decode step grows with the load, measured against the model (docs/model_serving.md §S64).
 Nothing here feeds a prediction.
 
-Three tables over the answered rows of one split (default ``dev``) of a ``validate -o`` CSV, the nine ``_c512_``
+Three tables over the answered rows of one split (default ``dev``) of a ``validate -o`` CSV, the nine client-semaphore
 rows of §S44 left out (a client semaphore recorded as the load):
 
 1. ``doubling``: for each series of one (engine, framework, gpu, model, precision, TP, ISL, OSL) measured at ``N``
@@ -45,10 +45,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _args import validated_parser  # noqa: E402  (bench/ is not a package)
+from serve_c512 import is_semaphore_row  # noqa: E402  (bench/ is not a package)
 from serve_rows import answered_records  # noqa: E402  (bench/ is not a package)
 
-#: the load a client semaphore recorded (§S44): left out of every table
-SEMAPHORE_ROWS = "_c512_"
+#: the rows whose load a client semaphore recorded (§S44): left out of every table, found by their record's fields
+#: (``serve_c512.is_semaphore_row``), not their id (review15 #9)
+SEMAPHORE_ROWS = "client-semaphore"
 #: upper edges of the prefill-share buckets (table 2) and of the uniform-routing share buckets (table 3)
 MIX_EDGES = (0.01, 0.05, 0.1, 0.2, 0.3, 1.0)
 F_EDGES = (0.3, 0.5, 0.75, 0.9, 0.97, 1.0)
@@ -57,9 +59,10 @@ LOAD_EDGES = (4, 8, 16, 32, 64, float("inf"))
 
 
 def split_records(csv_path: str, records_path: str, split: str = "dev") -> list[tuple[dict, dict]]:
-    """(CSV row, record) of the answered rows of one split (``all``: every split), the ``_c512_`` rows left out."""
+    """(CSV row, record) of the answered rows of one split (``all``: every split), the client-semaphore rows
+    (:func:`serve_c512.is_semaphore_row`, §S44) left out."""
     return [(r, rec) for r, rec in answered_records(csv_path, records_path)
-            if (split == "all" or r.get("split") == split) and SEMAPHORE_ROWS not in r["id"]]
+            if (split == "all" or r.get("split") == split) and not is_semaphore_row(rec)]
 
 
 def expert_share(record: dict, batch: float) -> float | None:
@@ -146,12 +149,20 @@ def routing_key(row: dict, rec: dict) -> tuple | None:
     return None if f is None else (row["model"], int(rec["serve"]["tp"]), bucket(f, F_EDGES))
 
 
-def mape(rows, metric: str, split: str, semaphore: bool = True) -> float:
+def semaphore_ids(records_path: str) -> set[str]:
+    """Ids of the records whose load a client semaphore recorded (:func:`serve_c512.is_semaphore_row`, §S44)."""
+    import json
+
+    with open(records_path) as fh:
+        return {rec["id"] for rec in map(json.loads, fh) if is_semaphore_row(rec)}
+
+
+def mape(rows, metric: str, split: str, leave_out: frozenset | set = frozenset()) -> float:
     """MAPE (%) of ``error_<metric>`` over the answered rows of one split (``all``: every split) with a finite
-    error; ``semaphore`` False leaves the ``_c512_`` rows out."""
+    error, the rows whose id is in ``leave_out`` (:func:`semaphore_ids`) left out."""
     errors = [abs(float(r[f"error_{metric}"])) for r in rows
               if r["status"] == "ok" and (split == "all" or r.get("split") == split)
-              and (semaphore or SEMAPHORE_ROWS not in r["id"]) and r.get(f"error_{metric}") not in ("", None)
+              and r["id"] not in leave_out and r.get(f"error_{metric}") not in ("", None)
               and float(r[f"error_{metric}"]) == float(r[f"error_{metric}"])]
     return 100.0 * statistics.mean(errors) if errors else float("nan")
 
@@ -187,7 +198,7 @@ def sensitivity_rows(records_path: str, name: str) -> list[dict]:
     interpreted (FASTMODEL_JIT=0), and the originals are restored after."""
     from fastmodel.api import validate
     from fastmodel.kernels import jit, roofline
-    from fastmodel.kernels.serve import attention, load
+    from fastmodel.kernels.serve import attention, evaluate, load
 
     if not jit.INTERPRETED:
         raise SystemExit("--sensitivity patches a kernel: run it with FASTMODEL_JIT=0")
@@ -195,7 +206,9 @@ def sensitivity_rows(records_path: str, name: str) -> list[dict]:
         targets = [(roofline, "hides_math", hides_at_one_tile(roofline.hides_math, roofline.expert_row_tile))]
     elif name == "combine":
         patched = with_combine_kernel(attention.attention_launches)
-        targets = [(attention, "attention_launches", patched), (load, "attention_launches", patched)]
+        # every module that imports it by name: the concurrency loop and evaluate's static-batch / max-throughput
+        # paths (decode_fixed_costs, _fixed; review15 #8)
+        targets = [(m, "attention_launches", patched) for m in (attention, load, evaluate)]
     else:
         raise SystemExit(f"--sensitivity: unknown {name!r} (hidden-w4a16, combine)")
     originals = [(module, attr, getattr(module, attr)) for module, attr, _ in targets]
@@ -209,17 +222,18 @@ def sensitivity_rows(records_path: str, name: str) -> list[dict]:
 
 
 def print_sensitivity(csv_path: str, records_path: str, name: str) -> None:
-    """TPOT and TTFT MAPE per split of the CSV and of :func:`sensitivity_rows` (with and without the ``_c512_``
-    rows)."""
+    """TPOT and TTFT MAPE per split of the CSV and of :func:`sensitivity_rows` (with and without the
+    client-semaphore rows)."""
     import csv
 
     with open(csv_path) as fh:
         before = list(csv.DictReader(fh))
     after = sensitivity_rows(records_path, name)
-    print(f"\nsensitivity {name}: split | metric | CSV | changed | CSV without _c512_ | changed without")
+    semaphore = semaphore_ids(records_path)
+    print(f"\nsensitivity {name}: split | metric | CSV | changed | CSV without {SEMAPHORE_ROWS} | changed without")
     for split in ("dev", "held-out"):
         for metric in ("tpot_s", "ttft_s"):
-            cells = [mape(rows, metric, split, sem) for sem in (True, False) for rows in (before, after)]
+            cells = [mape(rows, metric, split, out) for out in (frozenset(), semaphore) for rows in (before, after)]
             print(f"{split} | {metric} | " + " | ".join(f"{c:.2f}" for c in cells))
 
 

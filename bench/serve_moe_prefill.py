@@ -113,6 +113,9 @@ def by_group(csv_path: str, records_path: str, max_n: int) -> dict:
     out = defaultdict(list)
     for row, rec in answered_records(csv_path, records_path):
         s, m = rec["serve"], rec["model"]
+        # a static-batch or max-throughput record has no concurrency: not a low-load row here (review15 #8)
+        if s.get("concurrency") is None:
+            continue
         if not m.get("moe_experts") or int(s.get("attention_dp") or 1) > 1 or int(s["concurrency"]) > max_n:
             continue
         if not all(row[c] for c in ("measured_ttft_s", "predicted_ttft_s", "measured_tpot_s", "predicted_tpot_s")):

@@ -78,7 +78,8 @@ def _one(values, name: str, default):
 @click.option("--batch-size", type=Count(min=1), help="Static batch of N requests.")
 @click.option("--concurrency", type=Count(min=1), help="N requests in flight (continuous batching).")
 @click.option("--max-throughput", is_flag=True, help="As many requests as the KV cache holds.")
-@click.option("--kv-cache-mem-fraction", default=0.9, show_default=True, type=FloatRange(0.01, 1.0), help="Share of free HBM for the KV cache.")
+@click.option("--kv-cache-mem-fraction", default=0.9, show_default=True, type=FloatRange(0.01, 1.0),
+              help="Share of free HBM for the KV cache (vLLM profile, kv_budget_of_total 1: f x HBM - the rest; S66).")
 @click.option("--instances", default=1, show_default=True, type=Whole(min=1), help="Serving instances in the cluster.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per configuration.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False),

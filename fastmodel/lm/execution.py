@@ -200,6 +200,13 @@ class ExecutionSpec(BaseModel):
             raise FieldValueError(("activation_offload_modules",), "expert_fc1 and moe_act cannot be offloaded while "
                                   "selective recompute lists moe (Megatron-Core refuses the pair under selective "
                                   "granularity, transformer_config.py@0823c73 lines 1769-1779)")
+        fwd, bwd = (getattr(self, f"moe_permute_{p}_bytes", None) or 0.0 for p in ("fwd", "bwd"))
+        if (fwd > 0) != (bwd > 0):      # kernels/lm/moe.py reads bwd only with fwd > 0 (review15 #4)
+            given, missing = ("fwd", "bwd") if fwd > 0 else ("bwd", "fwd")
+            raise FieldValueError((f"moe_permute_{missing}_bytes",), f"moe_permute_{given}_bytes > 0 needs "
+                                  f"moe_permute_{missing}_bytes > 0 too: a stack's own permutation bytes replace "
+                                  "the generic count in both passes, so they are stated for both or neither "
+                                  "(docs/model.md §11.61)")
         if getattr(self, "wgrad_fused_accumulation", None) and getattr(self, "grad_accum_bytes", None):
             raise FieldValueError(("grad_accum_bytes",), WGRAD_TWICE)
         if interleaved and self.pipeline_schedule not in (None, "interleaved"):

@@ -60,8 +60,15 @@ ENGINE_KERNEL_ROWS = (
      "(SGLang's aiter backend on ROCm; docs/model_serving.md S58); 0: the kernel reads the cache as stored.", 0, 1),
     ("kv_budget_of_total", "1", 0, "How the engine sizes its KV cache from kv_cache_mem_fraction f: 0 f x (HBM - "
      "weights - workspace - framework), the share of what its warm-up run left free (TensorRT-LLM "
-     "free_gpu_memory_fraction); 1 f x HBM - weights - workspace - framework, the share of the whole device that "
-     "everything but the KV cache comes out of (vLLM gpu_memory_utilization; docs/model_serving.md S66).", 0, 1),
+     "free_gpu_memory_fraction); 1 f x HBM - weights - workspace - (framework less what the start-up snapshot "
+     "already holds, kv_snapshot_after_nccl), the share of the whole device that the rest comes out of (vLLM "
+     "gpu_memory_utilization: it subtracts only the non-torch memory added after its snapshot; "
+     "docs/model_serving.md S66).", 0, 1),
+    ("kv_snapshot_after_nccl", "1", 0, "Read with kv_budget_of_total 1 (vLLM): what its start-up memory snapshot "
+     "already holds lies in the (1 - f) headroom, not in the memory subtracted from f x HBM. 1: the snapshot is "
+     "taken after the NCCL communicators and custom-allreduce buffers are set up (vLLM >= 0.11.0), so they and the "
+     "CUDA context are outside the subtraction; 0: before them (vLLM 0.10.2), only the context is "
+     "(kernels/serve/memory.py snapshot_bytes; docs/model_serving.md S66).", 0, 1),
     ("kv_write_kernel", "kernels", 0, "Kernels of its own the engine launches per layer and iteration to write each "
      "step's new keys and values into the paged KV cache before the attention kernel: 1 vLLM V1 "
      "reshape_and_cache_flash (docs/model_serving.md S45); 2 SGLang on ROCm, K and V index-puts in sequence (S57); "

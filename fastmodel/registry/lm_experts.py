@@ -19,7 +19,13 @@ EXPERT_PLAN_ROWS = (
      "2x backward convention are not charged (docs/model.md §11.61). 0: the generic count. The stack profile sets "
      "it (TorchTitan's all-to-all path when its MoE block runs eager: 38).", 0, 1e3, False, "number"),
     ("moe_permute_bwd_bytes", "bytes", 0.0, "... and in the backward pass of that path (autograd's gathers, "
-     "scatters, casts and the routing-score product's two gradients; docs/model.md §11.61). Read with "
-     "moe_permute_fwd_bytes > 0. The stack profile sets it (TorchTitan's all-to-all path: 60).", 0, 1e3, False,
+     "scatters, casts and the routing-score product's two gradients; docs/model.md §11.61). Stated with "
+     "moe_permute_fwd_bytes: both > 0 or neither (an execution refuses one alone, naming the other). The stack "
+     "profile sets it (TorchTitan's all-to-all path: 60).", 0, 1e3, False,
      "number"),
+    ("moe_combine_saved_bytes", "bytes", 0.0, "Bytes per routed row and hidden element of the expert output that the "
+     "combine saves for the routing score's gradient (stored activations, docs/model_memory.md \"MoE block\"). 0: the "
+     "generic 2 (the BF16 expert output). The stack profile sets it: TorchTitan's all-to-all path run eager, 4 (its "
+     "FP32 cast of the routed output times the scores, models/moe/moe.py lines 539-543 at 022f885f34, docs/model.md "
+     "§11.61).", 0, 16, False, "number"),
 )

@@ -17,6 +17,7 @@ two rows by the device's memory and name (``profiles_device.device_limits``, doc
 | ``kv_write_kernel`` | 0 | 1 (``reshape_and_cache_flash`` before attention, 0.10.2-0.18.0) | 0 (not read) |
 | ``chunk_kv_local`` | 0 (not read: whole context) | 0 up to 0.12.0, 1 from 0.15.1 (hybrid KV cache manager, S60) | 0 (not read) |
 | ``kv_budget_of_total`` | 0 (share of the memory its warm-up left free) | 1 (share of the whole device, S66) | 0 (S66: not applied) |
+| ``kv_snapshot_after_nccl`` | 0 (not read) | 0 at 0.10.2, 1 from 0.11.0 (snapshot after NCCL set-up, S66) | 0 (not read) |
 
 Sources: TensorRT-LLM ``TorchLlmArgs`` (``max_num_tokens``, ``max_batch_size``, ``enable_chunked_prefill``,
 ``disable_overlap_scheduler``) and its "Useful Runtime Options" and overlap-scheduler pages; vLLM
@@ -102,12 +103,16 @@ SCHED_HOST = {"trtllm": (0.0, 0.0), "vllm": (0.0, 0.0), "sglang": (0.0, 0.0)}
 #: defaults to "1" at 0.15.1 (vllm/envs.py:1472-1473) and 0.18.0 (:1440-1441), "0" at 0.10.2 (:1203-1205), 0.11.2
 #: (:1378) and 0.12.0 (:1425), which turns the hybrid KV cache manager off (docs/model_serving.md S60)
 VLLM_CHUNK_KV_LOCAL_FIRST = (0, 15, 1)
+#: the first vLLM whose start-up memory snapshot follows the distributed set-up: ``init_device`` calls
+#: ``init_worker_distributed_environment`` before ``MemorySnapshot()`` at 0.11.0 (vllm/v1/worker/gpu_worker.py:165-182)
+#: and 0.11.2 (:220-240), after it at 0.10.2 (:175 snapshot, :193 set-up); vLLM PR #25359 (docs/model_serving.md S66)
+VLLM_SNAPSHOT_AFTER_NCCL_FIRST = (0, 11, 0)
 #: the columns an engine's profile sets (``profile_columns``): all that ``fastmodel serve --engine``, the API's
 #: ``engine=`` and a serving sweep's ``engine`` set
 PROFILE_COLUMNS = ("max_num_tokens", "max_batch_size", "chunked_prefill", "mixed_prefill", "overlap_step",
                    "kv_on_demand", "custom_allreduce_bytes", "host_op_s", "host_ops_layer", "kv_write_kernel",
                    "serve_step_overhead_s", "host_req_s", "fp8_weight_only", "fp4_weight_only_cc", "engine_nvidia_only",
-                   "kv_pool_upcast", "chunk_kv_local", "kv_budget_of_total")
+                   "kv_pool_upcast", "chunk_kv_local", "kv_budget_of_total", "kv_snapshot_after_nccl")
 #: engine-dependent columns a record's ``framework`` sets beyond its profile (``fastmodel/serve/records.py``
 #: ``lower_serve_record``), as they depend on the record's device, checkpoint and launcher flags; ``--engine``
 #: leaves them at the column defaults: FP4 activations (``fp4_activation``), the MoE dispatcher
@@ -268,15 +273,17 @@ def _cuda_profile(engine: str, version: tuple[int, ...] | None, hbm_bytes: float
                 "custom_allreduce_bytes": CUSTOM_AR_VLLM, "host_op_s": 0.0, "host_ops_layer": 0.0,
                 "kv_write_kernel": KV_WRITE_KERNEL_VLLM, **_sched_host("vllm"),
                 "chunk_kv_local": 1 if version is None or version >= VLLM_CHUNK_KV_LOCAL_FIRST else 0,
-                "kv_budget_of_total": 1}
+                "kv_budget_of_total": 1,
+                "kv_snapshot_after_nccl": 1 if version is None or version >= VLLM_SNAPSHOT_AFTER_NCCL_FIRST else 0}
     if engine == "sglang":
         return {**limits, "chunked_prefill": 1, "mixed_prefill": 0, "overlap_step": 1, "kv_on_demand": 1,
                 "custom_allreduce_bytes": CUSTOM_AR_SGLANG, "host_op_s": 0.0, "host_ops_layer": 0.0,
-                "kv_write_kernel": 0.0, **_sched_host("sglang"), "chunk_kv_local": 0, "kv_budget_of_total": 0}
+                "kv_write_kernel": 0.0, **_sched_host("sglang"), "chunk_kv_local": 0, "kv_budget_of_total": 0,
+                "kv_snapshot_after_nccl": 0}
     return {**limits, "chunked_prefill": 0, "mixed_prefill": 1,
             "overlap_step": 1, "kv_on_demand": 0, "custom_allreduce_bytes": CUSTOM_AR_TRTLLM,
             "host_op_s": HOST_OP_S_EAGER, "host_ops_layer": 0.0, "kv_write_kernel": 0.0, **_sched_host("trtllm"),
-            "chunk_kv_local": 0, "kv_budget_of_total": 0}
+            "chunk_kv_local": 0, "kv_budget_of_total": 0, "kv_snapshot_after_nccl": 0}
 
 
 def fp4_activation(engine: str | None, precision: str, moe_backend: str = "default") -> tuple[float, str | None]:

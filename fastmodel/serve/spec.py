@@ -61,7 +61,8 @@ class ServeTaskSpec(BaseModel):
     precision: Literal["bf16", "fp16", "fp8", "fp4", "mxfp4", "int8", "int4"] = "bf16"
     kv_precision: Literal["bf16", "fp16", "fp8"] | None = Field(None, description=KV_DEFAULT_SAID)
     kv_cache_mem_fraction: float = bounds("kv_cache_mem_fraction", 0.9,
-                                          description="Share of free HBM for the KV cache.")
+                                          description="Share of free HBM for the KV cache (vLLM profile, "
+                                                      "kv_budget_of_total 1: f x HBM - the rest; S66).")
     tp: int = bounds("tp", 1)
     pp: int = bounds("pp", 1)
     ep: int = bounds("ep", 1)

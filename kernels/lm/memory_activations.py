@@ -12,7 +12,7 @@ from fastmodel.kernels.lm.moe import expert_rows, expert_tp
 from fastmodel.kernels.lm.layout import (
     C_CP, C_DROPOUT, C_FFN, C_FLASH_ATTENTION, C_FUSED_KERNELS, C_GATED_MLP,
     C_HEADS, C_HEAD_DIM, C_HIDDEN, C_KV_HEADS, C_KV_LORA_RANK, C_MICRO_BATCH, C_MLA, C_MTP_LAYERS,
-    C_ATTN_OUT_E5M6, C_MOE_ACT_INPUT_FP8, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_PROBS_IN_EXPERTS,
+    C_ATTN_OUT_E5M6, C_MOE_ACT_INPUT_FP8, C_MOE_COMBINE_SAVED_BYTES, C_MOE_EXPERTS, C_MOE_FFN, C_MOE_PROBS_IN_EXPERTS,
     C_MOE_SHARED_EXPERTS, C_NORM_RECOMPUTE_FP8, C_PP,
     C_QK_NOPE_HEAD_DIM, C_QK_ROPE_HEAD_DIM, C_Q_LORA_RANK, C_RECOMPUTE, C_RECOMPUTE_FRACTION,
     C_RMS_NORM, RECOMPUTE_MODULE_CORE_ATTN, RECOMPUTE_MODULE_LAYERNORM,
@@ -194,7 +194,8 @@ def moe_activation_bytes(row):
     """Stored activations of one MoE MLP block (router, routed experts, shared experts).
 
     Router logits and probabilities in FP32 ``2 * 4 T E / t_sp``; the permuted expert input ``g R h`` and
-    expert output ``2 R h`` (kept for the combine's probability gradient) -- or, where the probabilities scale
+    expert output ``c R h`` kept for the combine's probability gradient (``c`` = ``moe_combine_saved_bytes``, 2
+    when unset; TorchTitan's eager all-to-all path saves its FP32 cast, 4, docs/model.md §11.61) -- or, where the probabilities scale
     the expert activation (``moe_probs_in_experts``: Megatron-Core's TEGroupedMLP applies ``permuted_probs``
     in its weighted SwiGLU and unpermutes without them, megatron/core/transformer/moe/experts.py
     ``bias_act_func`` and token_dispatcher.py ``unpermute`` at Megatron-LM d98e8a6), the FP32 probabilities
@@ -217,7 +218,8 @@ def moe_activation_bytes(row):
     if row[C_MOE_PROBS_IN_EXPERTS] > 0:
         permuted = gemm_input_bytes(row) * rows * h + B32 * rows
     else:
-        permuted = (gemm_input_bytes(row) + B16) * rows * h
+        combine = row[C_MOE_COMBINE_SAVED_BYTES] if row[C_MOE_COMBINE_SAVED_BYTES] > 0 else B16
+        permuted = (gemm_input_bytes(row) + combine) * rows * h
     experts = expert_mlp_activation_bytes(row, width, rows / t_tok)
     if (module_recomputed(row, RECOMPUTE_MODULE_MOE_ACT) and gemm_input_bytes(row) == B16
             and not (row[C_MOE_ACT_INPUT_FP8] > 0 and row[C_GATED_MLP] > 0)):

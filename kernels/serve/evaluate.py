@@ -30,7 +30,8 @@ whole-model time at ``batch / pp`` requests per token and the instance emits
   per MoE layer (each token picks ``k`` of ``E`` uniformly).
 - **max_throughput**: the largest batch whose KV cache at full length
   (``input_len + output_len``) fits ``kv_cache_mem_fraction`` of the HBM left
-  after weights, workspace and the framework constant, capped by
+  after weights, workspace and the framework constant (vLLM profile,
+  ``kv_budget_of_total`` 1: f x HBM - the rest; S66), capped by
   ``max_batch_size`` and by what the step token budget can feed.
 
 The terms live by concern: ``serve_costs`` (GEMMs, memory-bound kernels and

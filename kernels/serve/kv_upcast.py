@@ -11,7 +11,8 @@ batch uses. Each element is read at ``kv_bytes`` and written at 2 bytes, so one 
     U = (1 + 2 / kv_bytes) x pool bytes,    t = U / (hbm_bw x hbm_eff)
 
 with the pool the KV budget the model allocates (``kv_cache_mem_fraction`` x the HBM left after the weights, the
-workspace of ``max_batch_size`` requests and the framework constant: ``kv_cache_capacity`` of max_throughput).
+workspace of ``max_batch_size`` requests and the framework constant, or with ``kv_budget_of_total`` 1 (vLLM profile)
+f x HBM - the rest, S66: ``kv_cache_capacity`` of max_throughput).
 With ``pp`` stages a device holds the pool of its layers only; the kernels' whole-model time sums the stages,
 ``pp`` pools. A 1-byte (FP8) KV cache only: a 16-bit cache is read as it is (no conversion). MHA and GQA models
 only: the backend's MLA branch converts just the rows it selects for a prefix (``aiter_backend.py:1043-1053``), and
@@ -35,7 +36,8 @@ from fastmodel.kernels.serve.memory import activation_memory, kv_capacity, weigh
 @njit(inline="always")
 def kv_pool_bytes(row):
     """KV-pool bytes one device allocates: ``kv_cache_mem_fraction`` x (HBM - weights - the workspace of
-    ``max_batch_size`` requests - framework), at least 0."""
+    ``max_batch_size`` requests - framework), at least 0 (vLLM profile, ``kv_budget_of_total`` 1: f x HBM - the
+    rest; S66, ``memory.kv_capacity``)."""
     return kv_capacity(row, weight_memory(row), activation_memory(row, row[C_MAX_BATCH_SIZE]))
 
 

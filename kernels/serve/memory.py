@@ -11,16 +11,27 @@ from fastmodel.kernels.lm.layout import (
     C_MOE_SHARED_EXPERTS, C_MOE_TOPK, C_PP, C_TIED_EMBEDDINGS, C_TP, C_VOCAB, C_WEIGHT_BYTES,
 )
 from fastmodel.kernels.columns import (
+    C_CUDA_CONTEXT_BYTES,
+    C_CUSTOM_ALLREDUCE_BYTES,
     C_FRAMEWORK_MEMORY_BYTES,
     C_HBM_BYTES,
     C_KV_BUDGET_OF_TOTAL,
     C_KV_CACHE_MEM_FRACTION,
+    C_KV_SNAPSHOT_AFTER_NCCL,
+    C_NCCL_CHANNELS,
     C_QUANT_EXPERTS_ONLY,
 )
+from fastmodel.registry.lm_overhead import NCCL_LL128_BYTES, NCCL_LL_BYTES, NCCL_SIMPLE_BYTES
 from fastmodel.kernels.serve.costs import ACT_BYTES, DENSE, MOE, ffn_tp, serve_etp
 
 
 # --- memory ----------------------------------------------------------------------
+
+#: one ring connection's NCCL buffers, LL + LL128 + Simple (as kernels/lm/memory.py's nccl_buffer_bytes)
+NCCL_RING_BYTES = float(NCCL_LL_BYTES + NCCL_LL128_BYTES + NCCL_SIMPLE_BYTES)
+#: vLLM CustomAllreduce's torch tensor of registered IPC pointer tuples, 8 MiB (vllm@v0.11.2
+#: vllm/distributed/device_communicators/custom_all_reduce.py:187-189; the same at 0.10.2)
+VLLM_CA_RANK_DATA_BYTES = 8.0 * 2**20
 
 @njit
 def layer_weight_params(row, moe):
@@ -76,14 +87,38 @@ def activation_memory(row, requests):
 
 
 @njit(inline="always")
+def snapshot_bytes(row):
+    """Device memory that vLLM's start-up ``MemorySnapshot`` already holds, so its ``non_kv_cache_memory`` (non-torch
+    increase measured from that snapshot) leaves it out and it lies in the ``1 - f`` headroom (docs/model_serving.md
+    S66): the CUDA context (``cuda_context_bytes``); at ``tp > 1`` with the engine's own allreduce
+    (``custom_allreduce_bytes > 0``) CustomAllreduce's 8 MiB torch ``rank_data`` (allocated outside the profile run
+    at either version); with ``kv_snapshot_after_nccl`` also the TP communicator's NCCL ring buffers,
+    ``nccl_channels (LL + LL128 + Simple)``, and CustomAllreduce's two IPC buffers, ``meta`` and ``buffer``, about
+    ``2 custom_allreduce_bytes`` (custom_all_reduce.py:176-181 @v0.11.2)."""
+    held = row[C_CUDA_CONTEXT_BYTES]
+    if row[C_TP] > 1.0:
+        ca = row[C_CUSTOM_ALLREDUCE_BYTES] > 0.0
+        if ca:
+            held += VLLM_CA_RANK_DATA_BYTES
+        if row[C_KV_SNAPSHOT_AFTER_NCCL] > 0.0:
+            held += row[C_NCCL_CHANNELS] * NCCL_RING_BYTES
+            if ca:
+                held += 2.0 * row[C_CUSTOM_ALLREDUCE_BYTES]
+    return held
+
+
+@njit(inline="always")
 def kv_capacity(row, weights, workspace):
     """KV-cache bytes one device allocates, at least 0, from ``f = kv_cache_mem_fraction`` and the non-KV memory
-    ``m = weights + workspace`` (the step's activations, :func:`activation_memory`) ``+`` the framework constant:
-    ``f (HBM - m)`` where f is a share of what the warm-up run left free (TensorRT-LLM ``free_gpu_memory_fraction``,
-    ``KvCacheCreator._cal_max_tokens``), ``f HBM - m`` with ``kv_budget_of_total`` (vLLM ``gpu_memory_utilization``:
-    ``requested_memory - non_kv_cache_memory``, ``Worker.determine_available_memory``; docs/model_serving.md S66)."""
-    other = weights + workspace + row[C_FRAMEWORK_MEMORY_BYTES]
+    ``m = weights + workspace`` (the step's activations, :func:`activation_memory`) ``+`` the framework constant
+    ``F``: ``f (HBM - m)`` where f is a share of what the warm-up run left free (TensorRT-LLM
+    ``free_gpu_memory_fraction``, ``KvCacheCreator._cal_max_tokens``); with ``kv_budget_of_total`` (vLLM
+    ``gpu_memory_utilization``: ``requested_memory - non_kv_cache_memory``, ``Worker.determine_available_memory``)
+    ``f HBM - weights - workspace - (F - min(F, snapshot))``, vLLM subtracting only the non-torch memory added after
+    its start-up snapshot (:func:`snapshot_bytes`; docs/model_serving.md S66)."""
+    framework = row[C_FRAMEWORK_MEMORY_BYTES]
     f = row[C_KV_CACHE_MEM_FRACTION]
     if row[C_KV_BUDGET_OF_TOTAL] > 0.0:
-        return max(0.0, f * row[C_HBM_BYTES] - other)
-    return max(0.0, f * (row[C_HBM_BYTES] - other))
+        after = framework - min(framework, snapshot_bytes(row))
+        return max(0.0, f * row[C_HBM_BYTES] - (weights + workspace + after))
+    return max(0.0, f * (row[C_HBM_BYTES] - (weights + workspace + framework)))

@@ -65,7 +65,7 @@ def test_every_execution_field_named_like_a_column_reaches_its_column():
                "flash_attention": False, "dropout": True, "moe_dispatcher": "deepep",
                "moe_a2a_overlap": "batch", "moe_fp8_dispatch": True, "moe_shared_expert_overlap": True,
                "moe_grouped_gemm": False, "moe_imbalance": 1.25, "moe_mem_kernels": 30.0, "moe_sync_issue_ops": 13.0, "param_fetch_bw": 2e10,
-               "moe_permute_fwd_bytes": 38.0, "moe_permute_bwd_bytes": 60.0,
+               "moe_permute_fwd_bytes": 38.0, "moe_permute_bwd_bytes": 60.0, "moe_combine_saved_bytes": 4.0,
                "host_ops_layer": 60.0,
                "host_op_s": 2e-5, "embedding_loss_in_split": True, "master_weights": False, "fsdp_module_wrap": True,
                "grad_accum_bytes": 10.0, "grad_allreduce": True, "reduce_every_microbatch": True, "loss_impl": "eager", "moe_probs_in_experts": True,

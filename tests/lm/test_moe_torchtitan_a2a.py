@@ -13,16 +13,13 @@ from fastmodel.kernels.lm.passes import A_BACKWARD_INPUT, A_FORWARD, A_MEM, A_RE
 from fastmodel.lm.execution import ExecutionSpec
 from fastmodel.lm.stacks import resolve, torchtitan
 from fastmodel.lm.table import row
+from tests.lm.test_moe_torchtitan_deepep import QWEN3 as DEEPEP_QWEN3
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "model.md"
 
-#: the TorchTitan default-EP row: Qwen3-30B-A3B, EP 8 on one B200 node, local batch 8 x 4096, forced round robin,
-#: HBM 8 TB/s at efficiency 0.8 (6.4 TB/s) for round numbers
-QWEN3 = dict(layers=48, hidden=2048, ffn=6144, heads=32, kv_heads=4, head_dim=128, vocab=151936, seq_len=4096,
-             moe_experts=128, moe_topk=8, moe_ffn=768, moe_shared_experts=0, dense_layers=0, moe_round_robin=1,
-             ep=8, etp=1, dp=8, micro_batch=8, global_batch=64, moe_dispatcher="alltoall", domain_size=8,
-             intra_bw=900e9, intra_eff=0.72, intra_latency=3e-6, inter_bw=50e9, inter_eff=0.85,
-             inter_latency=8e-6, hbm_bw=8e12, hbm_eff=0.8)
+#: the TorchTitan default-EP row: the DeepEP rows' Qwen3-30B-A3B on one 8-GPU B200 node (EP 8, local batch 8 x 4096,
+#: forced round robin, HBM 8 TB/s at efficiency 0.8: 6.4 TB/s) with TorchTitan's default all-to-all dispatcher
+QWEN3 = {**DEEPEP_QWEN3, "moe_dispatcher": "alltoall"}
 #: routed rows x hidden of one rank and micro-batch: 8 x 4096 tokens x top-8 rows x 2048
 ELEMENTS = 8 * 4096 * 8 * 2048
 
@@ -68,7 +65,7 @@ def test_torchtitan_sets_its_all_to_all_paths_counts_only_when_that_path_runs_ea
     assert _resolved(torch_compile=True, recompute="none", moe_dispatcher="alltoall")[:4] == (None,) * 4
     assert _resolved(torch_compile=True, recompute="full", moe_dispatcher="deepep")[:4] == (33.0, 13.0, None, None)
     assert _resolved(torch_compile=True, recompute="full", moe_dispatcher="alltoall",
-                     moe_permute_fwd_bytes=10.0)[2] == 10.0
+                     moe_permute_fwd_bytes=10.0, moe_permute_bwd_bytes=20.0)[2:4] == (10.0, 20.0)
 
 
 def test_the_stack_count_replaces_the_generic_permutation_bytes_by_hand():
@@ -97,3 +94,55 @@ def test_a_recomputed_step_moves_136_bytes_per_routed_element_against_the_generi
     assert counted[A_FORWARD] - plain[A_FORWARD] == pytest.approx(22.0 * per_byte, rel=1e-9)
     assert counted[A_RECOMPUTE] - plain[A_RECOMPUTE] == pytest.approx(22.0 * per_byte, rel=1e-9)
     assert counted[A_BACKWARD_INPUT] - plain[A_BACKWARD_INPUT] == pytest.approx(28.0 * per_byte, rel=1e-9)
+
+
+@pytest.mark.parametrize("dispatcher", ["alltoall", "deepep"])
+@pytest.mark.parametrize("compiled", [False, True])
+def test_an_fsdp2_run_that_is_not_torchtitan_keeps_the_generic_moe_counts(dispatcher, compiled):
+    """review15 #3: the FSDP2 profile matches a framework that names FSDP2 alone, but TorchTitan's all-to-all and
+    DeepEP counts (§11.61, §11.14.6) are its source's: another FSDP2 trainer keeps the generic permutation count
+    (no stated bytes), the generic kernel and sync counts, and no expandable segments; TorchTitan gets them, eager
+    or compiled with EP + full AC (blocks eager before #1895)."""
+    def resolved(framework):
+        spec = ExecutionSpec(framework=framework, moe_dispatcher=dispatcher, torch_compile=compiled, recompute="full")
+        out = resolve(spec, pp=1, layers=48, expert_parallel=True)
+        return (out.moe_permute_fwd_bytes, out.moe_permute_bwd_bytes, out.moe_mem_kernels, out.moe_sync_issue_ops,
+                out.allocator_expandable_segments)
+
+    assert resolved("HF Transformers + FSDP2") == (None, None, None, None, None)
+    titan = resolved("TorchTitan (FSDP2 + EP)")
+    if dispatcher == "alltoall":
+        assert titan == (38.0, 60.0, 48.0, 3.0, True)
+    else:
+        assert titan == (None, None, torchtitan.MOE_MEM_KERNELS_TORCHTITAN_DEEPEP,
+                         torchtitan.MOE_SYNC_ISSUE_OPS_TORCHTITAN_DEEPEP, True)
+
+
+@pytest.mark.parametrize("fields, missing", [
+    ({"moe_permute_fwd_bytes": 38.0}, "moe_permute_bwd_bytes"),
+    ({"moe_permute_fwd_bytes": 38.0, "moe_permute_bwd_bytes": 0.0}, "moe_permute_bwd_bytes"),
+    ({"moe_permute_bwd_bytes": 60.0}, "moe_permute_fwd_bytes"),
+    ({"moe_permute_fwd_bytes": 0.0, "moe_permute_bwd_bytes": 60.0}, "moe_permute_fwd_bytes"),
+])
+def test_the_permutation_bytes_are_stated_for_both_passes_or_neither(fields, missing):
+    """review15 #4: fwd alone would charge no backward permutation (not the generic 2x), bwd alone would be
+    ignored (the kernel reads it only with fwd > 0); both are refused, naming the field that is missing."""
+    with pytest.raises(ValueError, match=f"{missing} > 0 too"):
+        ExecutionSpec(framework="TorchTitan", **fields)
+    ExecutionSpec(framework="TorchTitan", moe_permute_fwd_bytes=38.0, moe_permute_bwd_bytes=60.0)
+    ExecutionSpec(framework="TorchTitan", moe_permute_fwd_bytes=0.0)          # 0: the generic count, stated
+
+
+def test_the_eager_all_to_all_path_keeps_the_fp32_routed_output_for_the_score_gradient():
+    """review15 #6: ``routed_output.to(float32) * top_scores`` (moe.py lines 539-543) saves its FP32 operand for the
+    score's gradient, 4 B per routed element where the generic count keeps the BF16 expert output, 2 B: per MoE
+    layer whose activations are live, (4 - 2) x R h = 2 x 262,144 x 2,048 B = 1 GiB more on the default-EP row."""
+    from fastmodel.kernels.lm.memory_activations import moe_activation_bytes
+
+    assert _resolved(torch_compile=False, recompute="full", moe_dispatcher="alltoall")[:4] == (48.0, 3.0, 38.0, 60.0)
+    spec = ExecutionSpec(framework="TorchTitan (FSDP2 + EP)", moe_dispatcher="alltoall", torch_compile=False)
+    assert resolve(spec, pp=1, layers=48, expert_parallel=True).moe_combine_saved_bytes == 4.0
+    generic = moe_activation_bytes(row(**QWEN3, recompute="none"))
+    titan = moe_activation_bytes(row(**QWEN3, recompute="none", moe_combine_saved_bytes=4.0))
+    assert titan - generic == (4 - 2) * (8 * 4096 * 8) * 2048 == 2**30
+    assert moe_activation_bytes(row(**QWEN3, recompute="none", moe_combine_saved_bytes=2.0)) == generic

@@ -70,6 +70,11 @@ REFUSED = [
     ({"plan__recompute": "selective", "plan__recompute_modules": ["moe"],
       "plan__activation_offload_modules": ["moe_act"]},
      "plan.activation_offload_modules: expert_fc1 and moe_act cannot be offloaded while selective recompute lists moe"),
+    # review15 #4: a stack's own permutation bytes in both passes or neither (docs/model.md §11.61)
+    ({"plan__moe_permute_fwd_bytes": 38}, "plan.moe_permute_bwd_bytes: moe_permute_fwd_bytes > 0 needs "
+     "moe_permute_bwd_bytes > 0 too"),
+    ({"plan__moe_permute_bwd_bytes": 60}, "plan.moe_permute_fwd_bytes: moe_permute_bwd_bytes > 0 needs "
+     "moe_permute_fwd_bytes > 0 too"),
     ({"plan__recompute_fraction": 5}, "plan.recompute_fraction: 5 is outside [0, 1]"),
     ({"plan__recompute_fraction": -0.5}, "plan.recompute_fraction: -0.5 is outside [0, 1]"),
     ({"plan__micro_batch": DELETE, "plan__global_batch": 4, "plan__grad_accum": 3},

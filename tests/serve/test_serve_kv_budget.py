@@ -21,6 +21,11 @@ WEIGHTS = 80 * LAYER + 2 * 128256 * 8192 / 2 * 2
 ACT = 8192 * 2 * (3 * 8192 + 80 * 128 / 2 + 3 * 28672 / 2)
 #: FP8 K and V of 80 layers, 8 KV heads over TP 2, head_dim 128, 1 B each
 KV_TOKEN = 80 * 2 * 4 * 128 * 1
+#: what vLLM's start-up snapshot holds at TP 2 (S66): the lazy CUDA context (cuda_context_bytes, 287,047,680 B) and
+#: CustomAllreduce's 8 MiB rank_data; from 0.11.0 also the TP communicator's 16 NCCL ring connections of LL 8 x 512
+#: x 8 x 16 + LL128 120 x 640 x 8 x 8 + Simple 4 MiB bytes, and CustomAllreduce's two 8 MiB IPC buffers
+SEEN_0_10 = 287047680 + 8 * 2**20
+SEEN = SEEN_0_10 + 16 * (8 * 512 * 8 * 16 + 120 * 640 * 8 * 8 + 4 * 2**20) + 2 * 8 * 2**20
 
 
 def _capacity(engine):
@@ -30,18 +35,38 @@ def _capacity(engine):
 
 
 def test_vllm_takes_its_share_of_the_whole_device():
-    # vLLM: requested_memory = 0.9 x total, less weights, the profile run's peak and what lies outside torch
+    # vLLM: requested_memory = 0.9 x total, less weights, the profile run's peak and the non-torch memory added
+    # after the start-up snapshot (the framework constant less what the snapshot holds)
     assert WEIGHTS == 36328177664  # 33.83 GiB
+    assert SEEN == 466354176  # 0.43 GiB
     workspace = ACT + 1024 * 128256 / 2 * 4
-    kv = 0.9 * HBM - WEIGHTS - workspace - FRAMEWORK
-    assert kv / 2**30 == pytest.approx(33.01, abs=0.01)
+    kv = 0.9 * HBM - WEIGHTS - workspace - (FRAMEWORK - SEEN)
+    assert kv / 2**30 == pytest.approx(33.45, abs=0.01)
     row, r = _capacity("vllm")
     assert row[COLUMN_INDEX["kv_budget_of_total"]] == 1.0 and row[COLUMN_INDEX["max_batch_size"]] == 1024
-    # 443 k FP8 tokens: 46 requests at their full 9,216 tokens (max throughput reserves the whole request); the
-    # capacity reported is the one at that batch's workspace (46 logits rows, not 1024)
-    assert r["batch_size"] == math.floor(kv / (KV_TOKEN * 9216)) == 46
-    assert r["kv_cache_capacity"] == pytest.approx(0.9 * HBM - WEIGHTS - ACT - 46 * 128256 / 2 * 4 - FRAMEWORK,
-                                                   rel=1e-12)
+    assert row[COLUMN_INDEX["kv_snapshot_after_nccl"]] == 1.0
+    # 449 k FP8 tokens: 47 requests at their full 9,216 tokens (max throughput reserves the whole request); the
+    # capacity reported is the one at that batch's workspace (47 logits rows, not 1024)
+    assert r["batch_size"] == math.floor(kv / (KV_TOKEN * 9216)) == 47
+    assert r["kv_cache_capacity"] == pytest.approx(
+        0.9 * HBM - WEIGHTS - ACT - 47 * 128256 / 2 * 4 - (FRAMEWORK - SEEN), rel=1e-12)
+
+
+def test_vllm_0_10_2_subtracts_the_nccl_buffers_set_up_after_its_snapshot():
+    # 0.10.2 takes the snapshot before init_worker_distributed_environment: only the context and rank_data are
+    # outside the subtraction; the pool is the NCCL rings and the two IPC buffers (0.16 GiB) smaller than 0.11.2's
+    kw = dict(precision="fp8", tp=2, input_len=8192, output_len=1024, batch_size=64)
+    old = evaluate("llama3.1-70b", "H100", engine="vllm 0.10.2", **kw)["kv_cache_capacity"]
+    new = evaluate("llama3.1-70b", "H100", engine="vllm 0.11.2", **kw)["kv_cache_capacity"]
+    m = WEIGHTS + ACT + 64 * 128256 / 2 * 4 + FRAMEWORK
+    assert old == pytest.approx(0.9 * HBM - m + SEEN_0_10, rel=1e-12)
+    assert new - old == pytest.approx(SEEN - SEEN_0_10, rel=1e-9)
+    assert (new - old) / 2**30 == pytest.approx(0.159, abs=0.001)
+    # at TP 1 there is no communicator: both versions leave out the context only
+    one = dict(kw, tp=1)
+    a = evaluate("llama3.1-8b", "H100", engine="vllm 0.10.2", **one)["kv_cache_capacity"]
+    b = evaluate("llama3.1-8b", "H100", engine="vllm 0.11.2", **one)["kv_cache_capacity"]
+    assert a == b
 
 
 def test_tensorrt_llm_takes_its_share_of_what_the_warm_up_left():
@@ -58,11 +83,31 @@ def test_tensorrt_llm_takes_its_share_of_what_the_warm_up_left():
 
 def test_the_two_rules_differ_by_a_tenth_of_the_non_kv_memory():
     # a static batch of 64 under both profiles: the same weights, workspace (8192 tokens, 64 logits rows) and
-    # framework m; f H - m against f (H - m) leaves vLLM (1 - f) m less
+    # framework m; f H - (m - seen) against f (H - m) leaves vLLM (1 - f) m - seen less
     kw = dict(precision="fp8", tp=2, input_len=8192, output_len=1024, batch_size=64)
     vllm = evaluate("llama3.1-70b", "H100", engine="vllm", **kw)["kv_cache_capacity"]
     trt = evaluate("llama3.1-70b", "H100", engine="trtllm", **kw)["kv_cache_capacity"]
     m = WEIGHTS + ACT + 64 * 128256 / 2 * 4 + FRAMEWORK
-    assert vllm == pytest.approx(0.9 * HBM - m, rel=1e-12)
-    assert trt - vllm == pytest.approx(0.1 * m, rel=1e-9)
-    assert (trt - vllm) / 2**30 == pytest.approx(3.80, abs=0.01)
+    assert vllm == pytest.approx(0.9 * HBM - m + SEEN, rel=1e-12)
+    assert trt - vllm == pytest.approx(0.1 * m - SEEN, rel=1e-9)
+    assert (trt - vllm) / 2**30 == pytest.approx(3.37, abs=0.01)
+
+
+def test_vllm_clamps_at_zero_where_its_share_of_the_device_is_below_the_rest():
+    # review15 #11: BF16 weights at TP 2 (2 B each: 70,555,009,024 B) and f = 0.85, max throughput: f HBM =
+    # 72.2 GB < m = weights + workspace (8192 tokens, 1024 logits rows) + framework - snapshot = 74.8 GB < HBM, so
+    # vLLM has no room for one request while TensorRT-LLM's f (HBM - m) is positive
+    w16 = 2 * (WEIGHTS - 2 * 128256 * 8192 / 2 * 2) + 2 * 128256 * 8192 / 2 * 2
+    assert w16 == 70555009024
+    kw = dict(precision="bf16", tp=2, input_len=1024, output_len=1024, max_throughput=True, kv_cache_mem_fraction=0.85)
+    m = w16 + ACT + 1024 * 128256 / 2 * 4 + FRAMEWORK - SEEN
+    assert 0.85 * HBM < m < HBM
+    assert evaluate("llama3.1-70b", "H100", engine="vllm", **kw)["status"] == "no_kv_room"
+    trt = evaluate("llama3.1-70b", "H100", engine="trtllm", **kw)
+    pool = 0.85 * (HBM - w16 - ACT - 2048 * 128256 / 2 * 4 - FRAMEWORK)      # at the 2048-request batch cap
+    assert trt["status"] == "ok" and trt["batch_size"] == math.floor(pool / (2 * KV_TOKEN * 2048)) == 23
+    # the kernel itself: max(0, f HBM - (weights + workspace + framework - snapshot)) is 0, not negative
+    from fastmodel.kernels.serve.memory import kv_capacity
+
+    row = columns("llama3.1-70b", "H100", **engine_columns("vllm", "H100")[0], **kw)
+    assert kv_capacity(row, w16, ACT + 1024 * 128256 / 2 * 4) == 0.0

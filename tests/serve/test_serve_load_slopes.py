@@ -16,8 +16,13 @@ def _write(tmp_path, rows):
     """rows: (id, split, tp, N, measured TPOT s, predicted TPOT s, naive TPOT s, model block); vLLM on B200,
     ISL/OSL 1024, status ok, batch_size N."""
     records = [{"id": rid, "model": model, "serve": {"tp": tp, "concurrency": n, "input_len": 1024,
-                                                      "output_len": 1024}}
+                                                      "output_len": 1024},
+                "framework": "vLLM 0.15.1", "system": {"gpu": "B200"}}
                for rid, _, tp, n, _, _, _, model in rows]
+    for rec in records:
+        if rec["id"].startswith("x_"):      # the client semaphore's row (§S44): found by these fields, not its id
+            rec.update(framework="vLLM 0.11.2", system={"gpu": "H100-SXM-80GB"}, model={**_MOE, "name": "gpt-oss-120b"})
+            rec["serve"]["concurrency"] = 512
     table = [[rid, "ok", split, "vLLM", "vLLM 0.15.1", "B200", "fp4", model.get("name", "D"), meas, pred,
               (pred - meas) / meas, naive / meas - 1.0, n]
              for rid, split, tp, n, meas, pred, naive, model in rows]
@@ -107,7 +112,7 @@ def test_mape_by_split_without_refused_or_missing_errors():
             {"id": "n", "status": "ok", "split": "dev", "error_tpot_s": float("nan")},
             {"id": "h", "status": "ok", "split": "held-out", "error_tpot_s": "0.4"}]
     assert serve_load_slopes.mape(rows, "tpot_s", "dev") == pytest.approx(30.0)
-    assert serve_load_slopes.mape(rows, "tpot_s", "dev", semaphore=False) == pytest.approx(15.0)
+    assert serve_load_slopes.mape(rows, "tpot_s", "dev", {"x_c512_"}) == pytest.approx(15.0)
     assert serve_load_slopes.mape(rows, "tpot_s", "held-out") == pytest.approx(40.0)
 
 
@@ -169,6 +174,16 @@ def test_each_sensitivity_patches_its_kernel_for_its_run_only(monkeypatch, name,
     monkeypatch.setattr(jit, "INTERPRETED", True)
     assert serve_load_slopes.sensitivity_rows("r.jsonl", name) == [{"id": "a"}]
     assert seen == [("r.jsonl", True, True)] and getattr(module, attr) is original
+    if name == "combine":
+        # evaluate's static-batch and max-throughput paths import it by name too (review15 #8)
+        from fastmodel.kernels.serve import evaluate, load
+
+        both = []
+        monkeypatch.setattr(fastmodel.api, "validate", lambda path, heldout: both.append(
+            (load.attention_launches is not original, evaluate.attention_launches is not original))
+            or types.SimpleNamespace(rows=[]))
+        serve_load_slopes.sensitivity_rows("r.jsonl", name)
+        assert both == [(True, True)] and evaluate.attention_launches is original
     with pytest.raises(SystemExit, match="unknown"):
         serve_load_slopes.sensitivity_rows("r.jsonl", "other")
     monkeypatch.setattr(jit, "INTERPRETED", False)

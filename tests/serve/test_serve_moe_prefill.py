@@ -75,6 +75,18 @@ def test_moe_layer_count_and_groups(tmp_path):
     assert terms["router"] == pytest.approx(94 * 2 * 4000 * 4096 * 128 / 989e12)
 
 
+def test_a_static_batch_record_is_left_out_not_a_key_error(tmp_path):
+    """review15 #8: a record without ``concurrency`` (static batch, max throughput) is no low-load row."""
+    static = _record("s")
+    del static["serve"]["concurrency"]
+    static["serve"]["batch_size"] = 4
+    records = [_record("a"), static]
+    rows = [[rid, "ok", "vLLM 0.12.0", "H200", "fp8", "Qwen3", 0.6, 0.5, 0.056, 0.052] for rid in "as"]
+    table, recs = write_validated(tmp_path, records, _COLS, rows)
+    groups = serve_moe_prefill.by_group(table, recs, 4)
+    assert [len(v) for v in groups.values()] == [1]
+
+
 def test_token_split_by_hand(tmp_path):
     """10 ms + 4 ms per 1,000 tokens: 14.096 ms at 1,024 and 42.768 ms at 8,192 tokens -> A 10 ms, B 4 ms; the
     split pairs only EP-1 groups holding both ISLs."""

@@ -109,7 +109,7 @@ def test_the_api_refuses_moe_grouped_gemm_naming_it(call):
 
 
 @pytest.mark.parametrize("call, given", [(evaluate, {"recompute": "full"}), (columns, {"micro_batch": 2}),
-                                         (sweep, {"sharding": ["fsdp"]}), (sweep, {"nccl_channels": 8})])
+                                         (sweep, {"sharding": ["fsdp"]}), (sweep, {"comm_sm_share": 0.1})])
 def test_the_api_refuses_a_column_serving_never_reads(call, given):
     with pytest.raises(SpecError) as error:
         call("llama3.1-8b", "H100", **given, **({} if call is sweep else {"batch_size": 8}))

@@ -10,8 +10,8 @@ from tests.bench_scripts import BENCH, load_bench
 
 #: the serving diagnostics that take (CSV, records) through ``_args.validated_parser``
 DIAGNOSTICS = ("serve_blocking", "serve_ep_routing", "serve_floor", "serve_gptoss_ttft", "serve_kind_split",
-               "serve_load_slopes", "serve_qwen3_trt_floor", "serve_tp_allreduce", "serve_tp_split", "serve_tpot_split",
-               "serve_trt_triton_moe")
+               "serve_kv_budget", "serve_load_slopes", "serve_qwen3_trt_floor", "serve_tp_allreduce", "serve_tp_split",
+               "serve_tpot_split", "serve_trt_triton_moe")
 
 
 def test_validated_parser_takes_the_csv_then_the_records_and_the_docstring_line():

@@ -51,6 +51,9 @@ PERMUTE_FWD_BYTES_TORCHTITAN_A2A = 4.0 + 4.0 + 4.0 + 4.0 + 6.0 + 8.0 + 6.0 + 2.0
 #: zero-padded copy 2 + 2 + 2 and ``index_put_``'s gather 2 + 2, ``index``'s ``index_put_(accumulate=True)`` into
 #: zeros 2 + 2 + 2 + 2, ``gather``'s ``scatter_add_`` read 2
 PERMUTE_BWD_BYTES_TORCHTITAN_A2A = 4.0 + 6.0 + 6.0 + 8.0 + 16.0 + 6.0 + 4.0 + 8.0 + 2.0
+#: bytes per routed element that path saves for the score gradient: ``routed_output.to(float32) * top_scores``
+#: (models/moe/moe.py lines 539-543) keeps its FP32 operand, 4 B, where the generic count keeps the BF16 output, 2 B
+COMBINE_SAVED_BYTES_TORCHTITAN_A2A = 4.0
 
 #: PyTorch dispatcher calls of one eager Llama decoder block's forward in plain PyTorch (pytorch/torchtitan
 #: torchtitan/models/llama/model.py as read at 0199cbc1, 2024: ``TransformerBlock.forward``, ``Attention.forward`` with
@@ -98,37 +101,49 @@ def defaults(execution, framework: str | None) -> dict:
     # TorchTitan's launcher runs torchrun under expandable segments (run_train.sh, PYTORCH_ALLOC_CONF
     # "expandable_segments:True"; added to run_llama_train.sh by a5e57e4a9, PR #643, 2024-10-22): a text that
     # names TorchTitan, not FSDP2 alone (other launchers of FSDP2 set no allocator option)
-    if names_in(tokens(framework or ""), "torchtitan"):
+    titan = names_titan(framework)
+    if titan:
         out["allocator_expandable_segments"] = True
     # DeepEP needs ep > 1: its MoE path runs eager when the model is not compiled or its blocks fall back to eager;
-    # the registry's code, not the spelling ("flex" is the same dispatcher, MOE_DISPATCHERS)
+    # the registry's code, not the spelling ("flex" is the same dispatcher, MOE_DISPATCHERS); TorchTitan's counts,
+    # so only where the framework names it (review15 #3)
     deepep = MOE_DISPATCHERS.get(execution.moe_dispatcher) == MOE_DISPATCHERS["deepep"]
-    if deepep and (not execution.torch_compile or eager_blocks(execution, True)):
+    if titan and deepep and (not execution.torch_compile or eager_blocks(execution, True)):
         out["moe_mem_kernels"] = MOE_MEM_KERNELS_TORCHTITAN_DEEPEP
         out["moe_sync_issue_ops"] = MOE_SYNC_ISSUE_OPS_TORCHTITAN_DEEPEP
         out["host_op_s"] = HOST_OP_S_EAGER
-    if not execution.torch_compile:
+    if not execution.torch_compile and titan:
         out.update(a2a_defaults(execution))
     out.update(host_defaults(execution))
     return out
 
 
+def names_titan(framework: str | None) -> bool:
+    """True when the framework text names TorchTitan, not FSDP2 alone: the behaviour its source fixes (the launcher's
+    allocator, the default all-to-all MoE path of §11.61) is TorchTitan's, and another FSDP2 trainer (for example
+    transformers' loop over experts) runs neither (review15 #3)."""
+    return names_in(tokens(framework or ""), "torchtitan")
+
+
 def a2a_defaults(execution) -> dict:
     """TorchTitan's default expert-parallel path (``moe_dispatcher`` all-to-all) run eager: its counted small kernels,
     the host issue after its blocking sync and its own permutation bytes (docs/model.md §11.61); nothing for
-    another dispatcher (unstated: the all-to-all, the column's default)."""
+    another dispatcher (unstated: the all-to-all, the column's default). Its callers apply it only to a framework
+    that names TorchTitan (:func:`names_titan`)."""
     if MOE_DISPATCHERS.get(execution.moe_dispatcher or "alltoall") != MOE_DISPATCHERS["alltoall"]:
         return {}
     return {"moe_mem_kernels": MOE_MEM_KERNELS_TORCHTITAN_A2A, "moe_sync_issue_ops": MOE_SYNC_ISSUE_OPS_TORCHTITAN_A2A,
             "moe_permute_fwd_bytes": PERMUTE_FWD_BYTES_TORCHTITAN_A2A,
-            "moe_permute_bwd_bytes": PERMUTE_BWD_BYTES_TORCHTITAN_A2A, "host_op_s": HOST_OP_S_EAGER}
+            "moe_permute_bwd_bytes": PERMUTE_BWD_BYTES_TORCHTITAN_A2A,
+            "moe_combine_saved_bytes": COMBINE_SAVED_BYTES_TORCHTITAN_A2A, "host_op_s": HOST_OP_S_EAGER}
 
 
 def eager_defaults(execution) -> dict:
     """A compiled model whose blocks run eager (:func:`eager_blocks`: EP + AC before #1895) issues them as an eager
     model does: the block's count and FSDP2's hooks (docs/model.md §11.59; review 13 finding 5), and its default
     all-to-all MoE path's kernels, sync and bytes (§11.61)."""
-    return {**a2a_defaults(execution), **host_defaults(execution, eager=True)}
+    a2a = a2a_defaults(execution) if names_titan(execution.framework) else {}
+    return {**a2a, **host_defaults(execution, eager=True)}
 
 
 #: TorchTitan's pull request that compiles a MoE block's submodules around the graph break instead of the block
