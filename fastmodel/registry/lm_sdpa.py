@@ -41,7 +41,8 @@ SDPA_PLAN_ROWS = (
      "projection [s, b, h, 3, d] into separate contiguous [3, b, s, h, d] q, k, v before the flash-attn kernel and "
      "their gradients back after it (TE 09ba842 attention.py _PrepareQKVForFA, tex.fa_prepare_fwd / fa_prepare_bwd): "
      "a read and a write of the tokens' (a / t)(2 d_qk + d_v) elements at 2 B in each direction (docs/model.md "
-     "§11.60); 0: the attention kernel reads the projection's layout (cuDNN fused attention, SDPA).", 0, 1, False,
+     "§11.60); 0: the attention kernel reads the projection's layout (cuDNN fused attention, SDPA). Charged only where "
+     "TE copies: attn_fa2, head dim 128, kv_heads = heads, >= 512 tokens; refused with attn_fa2 false.", 0, 1, False,
      "flag"),
 )
 
