@@ -28,7 +28,7 @@ overlap, takes the root's exposed place: the term is priced with the embedding's
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.lm.fsdp1_cast import fsdp1_grad_cast_time, fsdp1_shard_cast_time
 from fastmodel.kernels.lm.layout import C_COMM_SM_SHARE, C_FSDP1_GRAD_PASSES, C_FSDP_MODULE_WRAP, C_GRAD_REDUCE_BYTES
-from fastmodel.kernels.lm.parallel import param_bytes
+from fastmodel.kernels.lm.parallel import fsdp1_grad_pass_time, param_bytes
 from fastmodel.kernels.lm.passes import per_layer_fsdp
 from fastmodel.kernels.nccl import allgather_time, allreduce_time
 
@@ -43,7 +43,10 @@ def fsdp1_root_step(row, dp_comm, before, root_params, layer_params, stage_param
     but for what :func:`parallel.data_parallel` already charged of them: the ``comm_sm_share`` of their
     seconds, and the part of the stage's (``stage_params``) replica all-reduce that outlasts the
     ``last_backward`` it overlaps; with FP32 flat parameters the root's two shard casts (:mod:`fsdp1_cast`),
-    exposed in ``before``. Unchanged unless the stack runs FSDP1 (``fsdp1_grad_passes`` > 0) per layer
+    exposed in ``before``; and per micro-batch the root's own flat-gradient passes (autograd's ``cat``, the
+    predivide ``div_``: :func:`parallel.fsdp1_grad_pass_time`, review16 #5), which run after the embedding's backward,
+    the last op, with nothing to overlap. A block's passes and casts are memory-bound time of its backward; the
+    root's, on the step's exposed path, are reported as ``exposed_dp`` (review16 #6). Unchanged unless the stack runs FSDP1 (``fsdp1_grad_passes`` > 0) per layer
     (``passes.per_layer_fsdp``). With ``fsdp_module_wrap`` the exposed unit is the embedding's
     (``embedding_params``), not the root (module docstring)."""
     if row[C_FSDP_MODULE_WRAP] > 0.0:
@@ -52,6 +55,7 @@ def fsdp1_root_step(row, dp_comm, before, root_params, layer_params, stage_param
         return dp_comm, before
     grad_bytes = row[C_GRAD_REDUCE_BYTES]
     own = cast = 0.0
+    passes = micro_batches * fsdp1_grad_pass_time(row, root_params)
     if shard_group > 1.0:
         own = micro_batches * (allgather_time(row, root_params * param_bytes(row), shard_group, stride)
                                + allgather_time(row, root_params * grad_bytes, shard_group, stride))
@@ -68,4 +72,4 @@ def fsdp1_root_step(row, dp_comm, before, root_params, layer_params, stage_param
         late = max(0.0, allreduce_time(row, stage_params * grad_bytes / shard_group, replicas, group_stride)
                    - last_backward)
         tail = max(0.0, (1.0 - row[C_COMM_SM_SHARE]) * last - late)
-    return dp_comm + own, before + own + cast + tail
+    return dp_comm + own, before + own + cast + passes + tail
