@@ -44,10 +44,10 @@ def fsdp1_root_step(row, dp_comm, before, root_params, layer_params, stage_param
     seconds, and the part of the stage's (``stage_params``) replica all-reduce that outlasts the
     ``last_backward`` it overlaps; with FP32 flat parameters the root's two shard casts (:mod:`fsdp1_cast`),
     exposed in ``before``; and per micro-batch the root's own flat-gradient passes (autograd's ``cat``, the
-    predivide ``div_``: :func:`parallel.fsdp1_grad_pass_time`, review16 #5), which run after the embedding's backward,
-    the last op, with nothing to overlap. A block's passes and casts are memory-bound time of its backward; the
-    root's, on the step's exposed path, are reported as ``exposed_dp`` (review16 #6). Unchanged unless the stack runs FSDP1 (``fsdp1_grad_passes`` > 0) per layer
-    (``passes.per_layer_fsdp``). With ``fsdp_module_wrap`` the exposed unit is the embedding's
+    predivide ``div_``: :func:`parallel.fsdp1_grad_pass_time`, review16 #5), which run after the embedding's
+    backward, the last op, with nothing to overlap. A block's passes and casts are memory-bound time of its
+    backward; the root's, on the step's exposed path, are reported as ``exposed_dp`` (review16 #6). Unchanged
+    unless the stack runs FSDP1 (``fsdp1_grad_passes`` > 0) per layer (``passes.per_layer_fsdp``). With ``fsdp_module_wrap`` the exposed unit is the embedding's
     (``embedding_params``), not the root (module docstring)."""
     if row[C_FSDP_MODULE_WRAP] > 0.0:
         root_params = embedding_params
