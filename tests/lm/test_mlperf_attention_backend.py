@@ -101,3 +101,17 @@ def test_a_plan_stating_the_copy_without_flash_attention_is_refused():
     row["plan"]["attn_fa2"] = False
     with pytest.raises(FastmodelError, match="fa_qkv_prepare.*needs attn_fa2"):
         evaluate_record(row)
+
+
+def test_selective_core_attention_recompute_copies_again():
+    # review16 #11: TE runs _PrepareQKVForFA inside FlashAttention.forward, which Megatron's selective recompute
+    # (checkpoint_core_attention) re-runs: per layer and micro-batch the copy three times (forward, recomputed
+    # forward, backward) instead of two
+    col = next(r for r in read_records(RUNS) if r.id == V31_N96).columns
+    one = fa_qkv_prepare_s(col, 2048.0)
+    row = next(json.loads(line) for line in RUNS.read_text().splitlines() if V31_N96 in line)
+    row["plan"]["recompute"] = "selective"
+    with_copies = float(evaluate_record(row)["time_memory_bound"].values.ravel()[0])
+    row["plan"]["fa_qkv_prepare"] = False
+    without = float(evaluate_record(row)["time_memory_bound"].values.ravel()[0])
+    assert with_copies - without == pytest.approx(128 * 12 * 3 * one, rel=1e-9)
