@@ -43,7 +43,7 @@ def test_a_step_charges_them_once_per_layer_and_micro_batch():
     # by hand (tests/lm/test_fsdp1_root.py's rules; review16 #15): the root's (2 x 32,000 x 4,096) gather and
     # reduce-scatter in the node, its shard casts and two gradient passes, and the replica tail over the 2 nodes:
     # 85% of the all-reduces of the first block's and the root's 2-B gradient shards (one ring step a node)
-    from tests.lm.test_fsdp1_root import _casts, _intra_ring, _passes     # here: that module imports this one
+    from tests.lm.test_fsdp1_root import _casts, _intra_ring, _passes  # here: that module imports this one
     head = 2 * 32000 * 4096
 
     def replicas(nbytes):
