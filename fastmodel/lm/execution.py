@@ -207,6 +207,10 @@ class ExecutionSpec(BaseModel):
                                   f"moe_permute_{missing}_bytes > 0 too: a stack's own permutation bytes replace "
                                   "the generic count in both passes, so they are stated for both or neither "
                                   "(docs/model.md §11.61)")
+        if getattr(self, "fa_qkv_prepare", None) and getattr(self, "attn_fa2", None) is False:
+            raise FieldValueError(("fa_qkv_prepare",), "Transformer Engine copies the interleaved QKV only on its "
+                                  "flash-attn path: fa_qkv_prepare needs attn_fa2 (TE 09ba842 attention.py "
+                                  "~945-950; docs/model.md §11.60)")
         if getattr(self, "wgrad_fused_accumulation", None) and getattr(self, "grad_accum_bytes", None):
             raise FieldValueError(("grad_accum_bytes",), WGRAD_TWICE)
         if interleaved and self.pipeline_schedule not in (None, "interleaved"):

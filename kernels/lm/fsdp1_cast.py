@@ -2,7 +2,8 @@
 "PyTorch FSDP1: the FP32 gradient shard and the shard casts").
 
 FSDP1 under ``MixedPrecision(param_dtype=bf16)`` keeps each flat parameter sharded in its own dtype (FP32, the
-master) and computes in 16 bits. Read at PyTorch v2.3.0 (torch/distributed/fsdp/, line numbers of that release):
+master) and computes in 16 bits. Read at PyTorch v2.3.0 = pytorch/pytorch@97ff6cfd (the tag's commit, the
+release wheel's ``torch.version.git_version``; torch/distributed/fsdp/, line numbers of that release):
 
 - before every all-gather, ``_unshard`` (``_runtime_utils.py`` lines 271-300) runs ``FlatParamHandle.pre_unshard``
   on the pre-unshard stream, which the unshard stream then waits for; ``pre_unshard`` calls

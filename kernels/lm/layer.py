@@ -217,7 +217,7 @@ def layer_costs(row, moe, sliding, work):
     work[W_ATTN] = attn
     work[W_ATTN_BACKWARD] = attn_backward
     work[W_MEM] = mem
-    work[W_ATTN_CORE_MEM] = core_mem
+    work[W_ATTN_CORE_MEM] = core_mem + fa_qkv_prepare_s(row, tokens)     # TE recomputes its QKV copy too (review16 #11)
     work[W_TP] = tp
     work[W_TP_BACKWARD] = tp_backward
     work[W_TP_HIDDEN] = tp_hidden

@@ -58,8 +58,8 @@ def stored_grad_bytes(row):
     (``master_weights = 0``): autograd gives a gradient its parameter's dtype, and PyTorch FSDP2 casts a gradient
     reduced in FP32 (``MixedPrecisionPolicy.reduce_dtype``) back to the sharded parameter's dtype. FSDP1 with FP32
     flat parameters (:func:`fsdp1_fp32_shards`) stores 4 whatever it reduces in: ``_accumulate_sharded_grad``
-    casts the reduced shard to the parameter's dtype (``_cast_grad_to_param_dtype``; PyTorch v2.3.0
-    torch/distributed/fsdp/_runtime_utils.py lines 900, 1013-1040; docs/model.md §11.63, second note). Training
+    casts the reduced shard to the parameter's dtype (``_cast_grad_to_param_dtype``; PyTorch v2.3.0 =
+    pytorch/pytorch@97ff6cfd torch/distributed/fsdp/_runtime_utils.py lines 900, 1013-1040; docs/model.md §11.63, second note). Training
     only; here, a leaf module, so that the memory model (``memory_states``) and the head's costs
     (``layer.head_costs``) read one definition."""
     if fsdp1_fp32_shards(row):

@@ -313,7 +313,7 @@ def _data_parallel_step(row, work, per_stage, head_params, micro_batches, stage_
     dp_comm, before, after, local_params, last_backward, first_forward = data_parallel(
         row, stage_params, backward, forward, shard_group, row[C_DP], t * row[C_CP], idle, True)
     dp_comm, before = fsdp1_root_step(row, dp_comm, before, ends, params - experts, stage_params, last_backward,
-                                      shard_group, row[C_DP], t * row[C_CP], micro_batches)    # §11.63
+                                      shard_group, row[C_DP], t * row[C_CP], micro_batches, embedding_params)
     mb_comm, mb_exposed = microbatch_reduce(row, stage_params, shard_group, t * row[C_CP], micro_batches, stage_mb)
     dp_comm += mb_comm
     before += mb_exposed

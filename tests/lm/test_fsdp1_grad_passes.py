@@ -40,7 +40,16 @@ def test_a_step_charges_them_once_per_layer_and_micro_batch():
     assert with_passes["time_memory_bound"] - without["time_memory_bound"] == pytest.approx(expected, rel=1e-3)
     # and FSDP1's root unit (docs/model.md §11.63), exposed data-parallel time: set apart
     root = with_passes["exposed_dp"] - without["exposed_dp"]
-    assert root > 0.0
+    # by hand (tests/lm/test_fsdp1_root.py's rules; review16 #15): the root's (2 x 32,000 x 4,096) gather and
+    # reduce-scatter in the node, its shard casts and two gradient passes, and the replica tail over the 2 nodes:
+    # 85% of the all-reduces of the first block's and the root's 2-B gradient shards (one ring step a node)
+    from tests.lm.test_fsdp1_root import _casts, _intra_ring, _passes  # here: that module imports this one
+    head = 2 * 32000 * 4096
+
+    def replicas(nbytes):
+        return 1.5 * (8.4e-6 + 2 * 2 * 8e-6) + 2 * 1 / 2 * nbytes / (12.5e9 * 0.85)
+    tail = 0.85 * (replicas(2 * (layer - 2 * 4096) / 8) + replicas(2 * head / 8))
+    assert root == pytest.approx(2 * _intra_ring(2 * head) + _casts(head, 8) + _passes(head) + tail, rel=1e-6)
     # and the stored gradient shard, FP32 (4 B) where the model kept the reduce dtype's 2: the optimizer reads
     # 2 B more of each of the 6,738,149,376 / 8 local parameters (0.63 ms)
     optimizer = 6_738_149_376 / 8 * 2 / (3.35e12 * 0.8)

@@ -42,14 +42,21 @@ def _casts(params, shard):
     return params / shard * (6 + 6) / (3.35e12 * 0.8)
 
 
+def _passes(params):
+    """The root unit's two flat-gradient passes (cat, predivide div_), each a read + write of its 2-B unsharded
+    gradient, memory-bound at 3.35 TB/s x 0.8 (docs/model.md §11.26; review16 #5): 0.78 ms for the 7B root."""
+    return 2 * 2 * 2 * params / (3.35e12 * 0.8)
+
+
 def test_hsdp_root_gather_reduce_and_replica_tail_by_hand():
     r = _row()
-    comm, exposed = fsdp1_root_step(r, 0.0, 0.0, ROOT, LAYER, STAGE, 10.0, 8.0, 96.0, 1.0, 1.0)
+    comm, exposed = fsdp1_root_step(r, 0.0, 0.0, ROOT, LAYER, STAGE, 10.0, 8.0, 96.0, 1.0, 1.0, 0.0)
     gather = reduce = _intra_ring(2 * ROOT)                 # 524 MB of BF16 weights, then of BF16 gradients
     assert comm == pytest.approx(gather + reduce, rel=1e-9)  # 2 x 1.30 ms
     # the first block's shard (50.6 MB) and the root's (65.5 MB), after the backward's compute, 85% not yet charged
     tail = 0.85 * (_replica_allreduce(2 * LAYER / 8) + _replica_allreduce(2 * ROOT / 8))
-    assert exposed == pytest.approx(gather + reduce + _casts(ROOT, 8) + tail, rel=1e-9)     # casts 0.147 ms
+    assert exposed == pytest.approx(gather + reduce + _casts(ROOT, 8) + _passes(ROOT) + tail, rel=1e-9)   # casts 0.147 ms
+    assert 1e3 * _passes(ROOT) == pytest.approx(0.78, abs=0.01)
     assert tail == pytest.approx(0.01754, abs=1e-5)            # (9.0 + 11.6 ms) x 0.85
 
 
@@ -59,26 +66,39 @@ def test_the_tail_already_exposed_by_a_short_backward_is_not_charged_twice():
     last = _replica_allreduce(2 * LAYER / 8) + _replica_allreduce(2 * ROOT / 8)
     gather = _intra_ring(2 * ROOT)
     # a backward of 0.28 s: data_parallel exposed whole - 0.28 s (11 ms) of it; the tail adds the rest
-    _, exposed = fsdp1_root_step(r, 0.0, 0.0, ROOT, LAYER, STAGE, 0.28, 8.0, 96.0, 1.0, 1.0)
-    assert exposed == pytest.approx(2 * gather + _casts(ROOT, 8) + 0.85 * last - (whole - 0.28), rel=1e-9)
+    _, exposed = fsdp1_root_step(r, 0.0, 0.0, ROOT, LAYER, STAGE, 0.28, 8.0, 96.0, 1.0, 1.0, 0.0)
+    assert exposed == pytest.approx(2 * gather + _casts(ROOT, 8) + _passes(ROOT) + 0.85 * last - (whole - 0.28),
+                                    rel=1e-9)
     # a backward shorter than the whole all-reduce less its tail: nothing more
-    _, exposed = fsdp1_root_step(r, 0.0, 0.0, ROOT, LAYER, STAGE, 0.1, 8.0, 96.0, 1.0, 1.0)
-    assert exposed == pytest.approx(2 * gather + _casts(ROOT, 8), rel=1e-9)
+    _, exposed = fsdp1_root_step(r, 0.0, 0.0, ROOT, LAYER, STAGE, 0.1, 8.0, 96.0, 1.0, 1.0, 0.0)
+    assert exposed == pytest.approx(2 * gather + _casts(ROOT, 8) + _passes(ROOT), rel=1e-9)
 
 
 def test_full_shard_over_twelve_nodes_exposes_the_gather_and_reduce_per_micro_batch():
     r = _row(sharding="fsdp", shard_degree=96)
     # 96 GPUs on 12 nodes: the ring's bus is the node's 8 NICs (8 x 12.5 GB/s x 0.85), 84 NVLink steps, 12 network
     ring = 8.4e-6 + 84 * 3e-6 + 12 * 8e-6 + 95 / 96 * 2 * ROOT / (8 * 12.5e9 * 0.85)
-    comm, exposed = fsdp1_root_step(r, 1.0, 2.0, ROOT, LAYER, STAGE, 10.0, 96.0, 96.0, 1.0, 2.0)
+    comm, exposed = fsdp1_root_step(r, 1.0, 2.0, ROOT, LAYER, STAGE, 10.0, 96.0, 96.0, 1.0, 2.0, 0.0)
     assert comm - 1.0 == pytest.approx(2 * 2 * ring, rel=1e-9)      # two micro-batches, each gathers and reduces
-    assert exposed - 2.0 == pytest.approx(2 * (2 * ring + _casts(ROOT, 96)), rel=1e-9)   # no replicas, no tail
+    assert exposed - 2.0 == pytest.approx(2 * (2 * ring + _casts(ROOT, 96) + _passes(ROOT)), rel=1e-9)   # no replicas, no tail
+
+
+def test_module_wrapped_embedding_head_and_norm_leave_only_the_embedding_unit_exposed():
+    # review16 #4: ptd_benchmark's ShardedGPT wraps the embedding, the final norm and the head as their own units
+    # (fsdp_module_wrap); the root holds nothing and the embedding unit (32,000 x 4,096 here) is gathered first
+    # and reduced last, exposed; full shard over 12 nodes as above, one micro-batch, no casts (no master weights)
+    emb = 32000 * 4096
+    r = _row(sharding="fsdp", shard_degree=96, fsdp_module_wrap=1, master_weights=0)
+    ring = 8.4e-6 + 84 * 3e-6 + 12 * 8e-6 + 95 / 96 * 2 * emb / (8 * 12.5e9 * 0.85)
+    comm, exposed = fsdp1_root_step(r, 0.0, 0.0, ROOT, LAYER, STAGE, 10.0, 96.0, 96.0, 1.0, 1.0, float(emb))
+    assert comm == pytest.approx(2 * ring, rel=1e-9)
+    assert exposed == pytest.approx(2 * ring + _passes(emb), rel=1e-9)
 
 
 @pytest.mark.parametrize("values", [dict(fsdp1_grad_passes=0), dict(sharding="ddp", shard_degree=0),
                                     dict(pp=2)])
 def test_fsdp2_ddp_and_pipelined_fsdp_are_unchanged(values):
-    assert fsdp1_root_step(_row(**values), 1.0, 2.0, ROOT, LAYER, STAGE, 10.0, 8.0, 96.0, 1.0, 1.0) == (1.0, 2.0)
+    assert fsdp1_root_step(_row(**values), 1.0, 2.0, ROOT, LAYER, STAGE, 10.0, 8.0, 96.0, 1.0, 1.0, 0.0) == (1.0, 2.0)
 
 
 def test_a_step_exposes_it_once_in_the_data_parallel_time():
@@ -89,5 +109,5 @@ def test_a_step_exposes_it_once_in_the_data_parallel_time():
     # the kernel's counts leave out the norms: the final one of the root (4,096) and a block's two (8,192)
     root, layer = 2 * 32000 * 4096, 4 * 4096**2 + 3 * 4096 * 11008
     tail = 0.85 * (_replica_allreduce(2 * layer / 8) + _replica_allreduce(2 * root / 8))
-    assert on["exposed_dp"] - off["exposed_dp"] == pytest.approx(2 * _intra_ring(2 * root) + _casts(root, 8) + tail,
-                                                                 rel=1e-9)
+    assert on["exposed_dp"] - off["exposed_dp"] == pytest.approx(
+        2 * _intra_ring(2 * root) + _casts(root, 8) + _passes(root) + tail, rel=1e-9)

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from fastmodel.api import evaluate_record
+from fastmodel.errors import FastmodelError
 from fastmodel.kernels.lm.attn_layout import fa_qkv_prepare_s
 from fastmodel.lm.records import read_records
 from fastmodel.lm.validate import predict_records
@@ -81,3 +82,36 @@ def test_v31_qkv_copies_by_hand():
     col_off = col.copy()
     col_off[C["fa_qkv_prepare"]] = 0.0
     assert fa_qkv_prepare_s(col_off, 2048.0) == 0.0
+
+
+def test_no_copy_where_te_would_not_take_it():
+    # review16 #1: TE 09ba842 attention.py ~945-950 copies only the sbh3d layout (as many KV heads as heads),
+    # head dim 128, s x b >= 512, on the flash-attn path; the same v3.1 column vector changed one fact at a time
+    col = next(r for r in read_records(RUNS) if r.id == V31_N96).columns
+    assert fa_qkv_prepare_s(col, 2048.0) > 0.0
+    for name, value in (("kv_heads", 8.0), ("head_dim", 64.0), ("attn_fa2", 0.0)):
+        other = col.copy()
+        other[C[name]] = value
+        assert fa_qkv_prepare_s(other, 2048.0) == 0.0, name
+    assert fa_qkv_prepare_s(col, 511.0) == 0.0
+
+
+def test_a_plan_stating_the_copy_without_flash_attention_is_refused():
+    row = next(json.loads(line) for line in RUNS.read_text().splitlines() if V31_N96 in line)
+    row["plan"]["attn_fa2"] = False
+    with pytest.raises(FastmodelError, match="fa_qkv_prepare.*needs attn_fa2"):
+        evaluate_record(row)
+
+
+def test_selective_core_attention_recompute_copies_again():
+    # review16 #11: TE runs _PrepareQKVForFA inside FlashAttention.forward, which Megatron's selective recompute
+    # (checkpoint_core_attention) re-runs: per layer and micro-batch the copy three times (forward, recomputed
+    # forward, backward) instead of two
+    col = next(r for r in read_records(RUNS) if r.id == V31_N96).columns
+    one = fa_qkv_prepare_s(col, 2048.0)
+    row = next(json.loads(line) for line in RUNS.read_text().splitlines() if V31_N96 in line)
+    row["plan"]["recompute"] = "selective"
+    with_copies = float(evaluate_record(row)["time_memory_bound"].values.ravel()[0])
+    row["plan"]["fa_qkv_prepare"] = False
+    without = float(evaluate_record(row)["time_memory_bound"].values.ravel()[0])
+    assert with_copies - without == pytest.approx(128 * 12 * 3 * one, rel=1e-9)

@@ -42,7 +42,9 @@ from fastmodel.lm.stacks.base import StackProfile
 #: bytes per local parameter of FSDP1's ``clip_grad_norm_`` (the FP32 norm's read 4, the in-place scale's read and
 #: write 8) and of ``torch.optim.AdamW``'s foreach step beyond the fused kernel's count with a 4-B gradient
 #: (80 - 30), over the 4 B of the FP32 gradient shard the model stores: the step's extra passes (module docstring;
-#: docs/model.md §11.63, second note)
+#: docs/model.md §11.63, second note). Right only with FSDP1's FP32 shard (``shape.fsdp1_fp32_shards``: master
+#: weights): ``optimizer_step`` multiplies it by ``stored_grad_bytes``, so a pure-BF16 plan (``master_weights``
+#: false) gets 15.5 x 2 = 31 B, not the foreach count for 16-bit states (review16 #16; no record runs one)
 STEP_GRAD_PASSES = (4.0 + 8.0 + 80.0 - 30.0) / 4.0
 
 
