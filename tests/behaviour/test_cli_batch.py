@@ -36,3 +36,21 @@ def test_a_file_with_a_json_line_keeps_a_row_per_line(tmp_path):
     csv = DATA / "korthikanti2022_fig1_fig7_memory_via_calculon.csv"
     result = cli("batch", csv)
     assert result.exit_code == 2 and result.output.startswith(f"error: {csv}: a CSV file, not JSON lines")
+
+
+@pytest.mark.parametrize("text, says", [
+    ('[{"model": "llama3-8b", "system": "dgx-h100", "task": "llm-pretrain", "plan": "tp8"}]\n',
+     "a JSON array (write one object a line: jq -c '.[]' FILE)"),
+    ('{\n  "model": "llama3-8b",\n  "system": "dgx-h100",\n  "task": "llm-pretrain",\n  "plan": "tp8"\n}\n',
+     "pretty-printed JSON objects (write each on one line: jq -c . FILE)"),
+])
+def test_a_json_array_or_pretty_printed_json_is_one_line(tmp_path, text, says):
+    """A JSON array ended with exit 3, "every line is an error", and a pretty-printed object gave one 'invalid JSON'
+    row per line (h-mend15's campaign, left for batch); each is one line naming the file and the jq fix, exit 2,
+    before any output is written."""
+    cases, out = tmp_path / "c.jsonl", tmp_path / "out.jsonl"
+    cases.write_text(text)
+    result = cli("batch", cases, "-o", out)
+    assert result.exit_code == 2 and result.output == (f"error: {cases}: {says}, not JSON lines: batch reads one "
+                                                       "configuration or record per line as a JSON object\n")
+    assert not out.exists()
