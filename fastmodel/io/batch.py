@@ -327,24 +327,20 @@ def refuse_another_kind(head: bytes, where: str) -> None:
         raise FastmodelError(f"{where}: a {name} file, not JSON lines: batch reads one configuration or record per "
                              f"line as a JSON object{goes}")
     if problem := _not_json_lines(head[:HEAD_BYTES]):
-        raise FastmodelError(f"{where}: {problem}, not JSON lines: batch reads one configuration or record per line "
-                             f"as a JSON object")
+        raise FastmodelError(f"{where}: {problem}")
 
 
 def _not_json_lines(head: bytes) -> str | None:
-    """What a head whose first line can be no batch line is: a JSON array (``[``: batch lines are objects) or a
-    pretty-printed object (a first line of ``{`` alone, ``json.dump(indent=2)``), each with the ``jq`` command that
-    writes JSON lines; None otherwise (a bad line after a good first line stays a row of its own). The run-record
-    readers say the same of a whole file (``fastmodel.spec.records.not_json_lines``, h-mend15)."""
-    from fastmodel.errors import comment_line
+    """What a head that is JSON but not JSON lines is -- the whole head one JSON array, or objects pretty-printed over
+    more lines than there are objects -- with the ``jq`` command that writes JSON lines; None otherwise (a head that
+    does not decode whole, a lone ``[``, JSON nested past the parser's depth, keep batch's row per line). The
+    run-record readers' rule (``fastmodel.spec.records.not_json_lines``, h-mend15)."""
+    from fastmodel.spec.records import not_json_lines
 
-    lines = head.decode("utf-8", errors="ignore").lstrip("\ufeff").splitlines()
-    first = next((line.strip() for line in lines if line.strip() and not comment_line(line)), "")
-    if first.startswith("["):
-        return "a JSON array (write one object a line: jq -c '.[]' FILE)"
-    if first == "{":
-        return "pretty-printed JSON objects (write each on one line: jq -c . FILE)"
-    return None
+    text = head.decode("utf-8", errors="ignore").lstrip("\ufeff").strip()
+    if not text.startswith(("[", "{")):
+        return None
+    return not_json_lines(text, "configurations or records")
 
 
 def _run_batch(lines, semantics, calibration) -> Iterator[dict]:

@@ -40,9 +40,11 @@ def test_a_file_with_a_json_line_keeps_a_row_per_line(tmp_path):
 
 @pytest.mark.parametrize("text, says", [
     ('[{"model": "llama3-8b", "system": "dgx-h100", "task": "llm-pretrain", "plan": "tp8"}]\n',
-     "a JSON array (write one object a line: jq -c '.[]' FILE)"),
+     "a JSON array of 1 items, not JSON lines of configurations or records: write one JSON object a line "
+     "(jq -c '.[]' FILE)"),
     ('{\n  "model": "llama3-8b",\n  "system": "dgx-h100",\n  "task": "llm-pretrain",\n  "plan": "tp8"\n}\n',
-     "pretty-printed JSON objects (write each on one line: jq -c . FILE)"),
+     "one JSON object over 6 lines, not JSON lines of configurations or records: write each object on one line "
+     "(jq -c . FILE)"),
 ])
 def test_a_json_array_or_pretty_printed_json_is_one_line(tmp_path, text, says):
     """A JSON array ended with exit 3, "every line is an error", and a pretty-printed object gave one 'invalid JSON'
@@ -51,6 +53,5 @@ def test_a_json_array_or_pretty_printed_json_is_one_line(tmp_path, text, says):
     cases, out = tmp_path / "c.jsonl", tmp_path / "out.jsonl"
     cases.write_text(text)
     result = cli("batch", cases, "-o", out)
-    assert result.exit_code == 2 and result.output == (f"error: {cases}: {says}, not JSON lines: batch reads one "
-                                                       "configuration or record per line as a JSON object\n")
+    assert result.exit_code == 2 and result.output == f"error: {cases}: {says}\n"
     assert not out.exists()
