@@ -208,8 +208,8 @@ def layer_costs(row, moe, sliding, work):
     fc1 = (nm - 1.0) * (row[C_MOE_SHARED_EXPERTS] * row[C_MOE_FFN] if moe else row[C_FFN]) if linears > 1.0 else 0.0
     tp_hidden = regather_hidden_time(row, tokens, h, t, sp, fc1, gather, qkv_gemm, fc1_gemm, fp8, element)
     cp = cp_forward_time(row, tokens, a, dqk, dv, t, c)
-    ep = 0.0
-    ep_remote = 0.0
+    ep = ep_remote = 0.0
+    prepare = fa_qkv_prepare_s(row, tokens)     # TE's QKV copy (§11.60): forward, backward, and again in a recompute
     if moe:
         ep, ep_remote = dispatch_time(row)
     recomputed_modules(row, moe, tokens, norm_tokens, fp8, element, local_experts, rows, etp, moe_mem, ep, work)
@@ -217,7 +217,7 @@ def layer_costs(row, moe, sliding, work):
     work[W_ATTN] = attn
     work[W_ATTN_BACKWARD] = attn_backward
     work[W_MEM] = mem
-    work[W_ATTN_CORE_MEM] = core_mem + fa_qkv_prepare_s(row, tokens)     # TE recomputes its QKV copy too (review16 #11)
+    work[W_ATTN_CORE_MEM] = core_mem + prepare     # TE recomputes its QKV copy too (review16 #11)
     work[W_TP] = tp
     work[W_TP_BACKWARD] = tp_backward
     work[W_TP_HIDDEN] = tp_hidden
@@ -232,8 +232,8 @@ def layer_costs(row, moe, sliding, work):
     dense = params - expert_params - (h * row[C_MOE_EXPERTS] if moe else 0.0)
     work[W_WGRAD] = (expert_wgrad_extra(row, fp8, routed) if moe else 0.0) + wgrad_source_s(row, dense)
     gating_forward, gating_backward = moe_pass_extras(row) if moe else (0.0, 0.0)   # + SequentialMLP's (§11.57)
-    work[W_FORWARD_ONLY] = (moe_sync_idle_time(row) + gating_forward if moe else 0.0) + alibi_bias_s(row, tokens) + fa_qkv_prepare_s(row, tokens)
-    work[W_BACKWARD_MEM] = gating_backward + memory_bound_time(row, fp8_transpose_bytes(row, dense + expert_params)) + fa_qkv_prepare_s(row, tokens)
+    work[W_FORWARD_ONLY] = (moe_sync_idle_time(row) + gating_forward if moe else 0.0) + alibi_bias_s(row, tokens) + prepare
+    work[W_BACKWARD_MEM] = gating_backward + memory_bound_time(row, fp8_transpose_bytes(row, dense + expert_params)) + prepare
 
 
 @njit
