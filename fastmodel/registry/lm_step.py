@@ -45,4 +45,13 @@ STEP_PLAN_ROWS = (
      "norm, the step unsharded on every data-parallel rank; 2 sharded, NeMo 2.0 (b2eccd27): FP32 buckets of the "
      "distributed optimizer, reduce-scattered and gathered with the first chunk's. Either way the tied all-reduce "
      "moves 4 B an element. A record fact (MLPerf GPT-3 v3.1: 1, v4.0: 2).", 0, 2, False, "code"),
+    ("step_host_loops", "1", 0, "1: after the gradient norm's .item() the optimizer step walks its parameter "
+     "tensors on the host while the GPU idles (Megatron-Core 23e00ed clip_grads.py 133, 159-169; TE v2.11 "
+     "FusedAdam's lists, fused_adam.py 538-597; distrib_optimizer.py 2127-2147, the copy into the parameter "
+     "buffer, exposed beyond the Adam kernels): kernels/lm/host_syncs.py optimizer_host_s, docs/model.md §11.64. "
+     "Set by the stack (Megatron-LM's own launcher).", 0, 1, False, "flag"),
+    ("p2p_host_sync", "1", 0, "1: each pipeline exchange ends with torch.cuda.synchronize() (Megatron-Core "
+     "23e00ed p2p_communication.py 395-398, batch_p2p_comm and batch_p2p_sync, without virtual stages), after "
+     "which the GPU waits for the host to issue its next kernel: kernels/lm/host_syncs.py host_sync_s, "
+     "docs/model.md §11.64. Set by the stack (Megatron-LM's own launcher).", 0, 1, False, "flag"),
 )

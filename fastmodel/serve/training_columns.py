@@ -36,7 +36,7 @@ UNREAD_COLUMNS = (
     "step_master_copy", "step_zero_grad", "step_grad_check", "step_grad_prescale", "embedding_dense_grad",
     "embedding_fp32_grads", "loss_traffic_bytes_per_logit", "fsdp_copy_out", "param_fetch_bw", "grad_accum_bytes",
     "grad_allreduce", "fa_qkv_prepare", "moe_permute_fwd_bytes", "moe_permute_bwd_bytes",
-    "moe_combine_saved_bytes",
+    "moe_combine_saved_bytes", "step_host_loops", "p2p_host_sync",
     # device
     "comm_sm_share", "allocator_cache_fraction", "allocator_cache_fraction_expandable",
     "cublas_workspace_bytes", "nccl_p2p_channels_per_peer", "host_link_bw", "host_link_eff",

@@ -66,9 +66,8 @@ from fastmodel.kernels.lm.passes import (
     TP_BACKWARD_PASSES, fsdp_shard_group,
     head_passes, layer_passes, layer_passes_keeping, layer_time, per_layer_fsdp,
 )
-from fastmodel.kernels.lm.host_step import (
-    embedding_send_overlap, eval_time, host_bound_bubble, host_wait_per_microbatch,
-)
+from fastmodel.kernels.lm.host_step import embedding_send_overlap, eval_time, host_bound_bubble, host_wait_per_microbatch
+from fastmodel.kernels.lm.host_syncs import host_sync_s, optimizer_host_s
 from fastmodel.kernels.lm.pipeline import model_copies, pipeline_drain, pipeline_p2p
 from fastmodel.kernels.nccl import allreduce_time
 from fastmodel.kernels.roofline import memory_bound_time
@@ -358,7 +357,7 @@ def _data_parallel_step(row, work, per_stage, head_params, micro_batches, stage_
         optimizer, muon_bytes, muon_params = muon_step(row, dense, moe, stored_grad_bytes(row), mtp)
         matrices = muon_params * min(1.0, local_params / max(stage_params, 1.0))
         step_bytes += muon_bytes - matrices * optimizer_bytes_per_param(row)
-    optimizer += memory_bound_time(row, step_bytes) + f_step      # f_step: the FP32 embeddings' (§11.54)
+    optimizer += memory_bound_time(row, step_bytes) + f_step + optimizer_host_s(row, holds_last, local_params)  # §11.54, §11.64
     out[R_COMM_DP] = dp_comm
     out[R_TIME_OPTIMIZER] = optimizer
     return before, after + optimizer
@@ -408,7 +407,8 @@ def step_row(row, work, out):
     outside = _data_parallel_ranks(row, work, head_params, micro_batches, stage_mb, out)
     # per-layer FSDP runs without a pipeline only (passes.per_layer_fsdp), so never under an explicit layout
     fsdp_exposed = _fsdp_step(row, work, micro_batches, layers_per_stage(row), out)
-    host_wait = micro_batches * host_wait_per_microbatch(row, per_stage, stage_mb)
+    host_wait = micro_batches * host_wait_per_microbatch(row, per_stage, stage_mb) \
+        + host_sync_s(row, micro_batches, share > 0.0)      # Megatron-Core's blocking syncs (§11.64)
     evaluation = eval_time(row, forward, micro_batches)      # the run's interleaved evaluation, per step (§11.17.1)
     step = micro_batches * stage_mb + host_wait + bubble + fsdp_exposed + pp_exposed + outside \
         + row[C_STEP_OVERHEAD_S] + offload + evaluation

@@ -44,18 +44,25 @@ OPTIMIZER_STEP_PASSES = {"step_grad_passes": 1.0, "step_master_copy": True, "ste
                          "step_grad_check": True, "step_grad_prescale": True}
 
 
+#: Megatron-LM's own launcher at the records' commit (23e00ed) runs Megatron-Core's optimizer (TE FusedAdam under the
+#: distributed optimizer, --clip-grad 1.0 by default: the norm's .item() then per-tensor host loops) and, without
+#: virtual stages, batched exchanges each ended by torch.cuda.synchronize() (docs/model.md §11.64)
+HOST_SYNCS = {"step_host_loops": True, "p2p_host_sync": True}
+
+
 def launcher_defaults(framework: str | None) -> dict:
     """The switches of the launcher the framework text names: Megatron-LM's own arguments and training loop when
     it names ``megatron-lm`` and no recipe launcher -- overlap switches off, the unfused cross-entropy
     (``--cross-entropy-loss-fusion`` is a ``store_true`` flag, off unless passed) and the optimizer step's passes
-    of its ``train_step`` and Megatron-Core optimizer (``OPTIMIZER_STEP_PASSES``) -- else nothing (the registry's:
+    of its ``train_step`` and Megatron-Core optimizer (``OPTIMIZER_STEP_PASSES``), and its host syncs
+    (``HOST_SYNCS``) -- else nothing (the registry's:
     overlap on, the generic loss count, no passes counted: recipe launchers run their own training loop and may
     configure another optimizer, e.g. NeMo 1.x's ``distributed_fused_adam`` from Apex, not counted here)."""
     text = tokens(framework or "")
     if names_in(text, "megatron-lm") and not names_in(text, RECIPE_LAUNCHERS):
         return {"overlap_grad_reduce": False, "overlap_param_gather": False,
                 "loss_traffic_bytes_per_logit": LOSS_BYTES_UNFUSED_CE, **OPTIMIZER_STEP_PASSES,
-                "embedding_dense_grad": True}
+                "embedding_dense_grad": True, **HOST_SYNCS}
     return {}
 
 
@@ -119,6 +126,7 @@ def defaults(execution, framework: str | None) -> dict:
         launcher.pop("overlap_param_gather", None)
         launcher.pop("step_grad_check", None)      # FSDP reduces no DDP bucket: neither check nor pre-scale
         launcher.pop("step_grad_prescale", None)
+        launcher.pop("step_host_loops", None)      # Megatron-FSDP copies whole buffers: its loops were not read
         # the main_grad add (2 b_g B) is DDP's; the dense gradient's zeros and scatter (4 B) are PyTorch's under
         # any wrapper, but FSDP's gradient path was not read: the whole term stays out (docs/model.md §11.43)
         launcher.pop("embedding_dense_grad", None)
