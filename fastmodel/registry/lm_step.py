@@ -50,8 +50,10 @@ STEP_PLAN_ROWS = (
      "FusedAdam's lists, fused_adam.py 538-597; distrib_optimizer.py 2127-2147, the copy into the parameter "
      "buffer, exposed beyond the Adam kernels): kernels/lm/host_syncs.py optimizer_host_s, docs/model.md §11.64. "
      "Set by the stack (Megatron-LM's own launcher).", 0, 1, False, "flag"),
-    ("p2p_host_sync", "1", 0, "1: each pipeline exchange ends with torch.cuda.synchronize() (Megatron-Core "
-     "23e00ed p2p_communication.py 395-398, batch_p2p_comm and batch_p2p_sync, without virtual stages), after "
-     "which the GPU waits for the host to issue its next kernel: kernels/lm/host_syncs.py host_sync_s, "
-     "docs/model.md §11.64. Set by the stack (Megatron-LM's own launcher).", 0, 1, False, "flag"),
+    ("p2p_host_sync", "code", 0, "Pipeline exchanges ended by torch.cuda.synchronize() (Megatron-Core 23e00ed "
+     "p2p_communication.py 395-398: batch_p2p_comm, i.e. no overlap_p2p_comm, and batch_p2p_sync), after which "
+     "the GPU waits for the host to issue its next kernel (kernels/lm/host_syncs.py host_sync_s, docs/model.md "
+     "§11.64): 0 none; 1 without virtual stages only (Megatron-LM's defaults: overlap_p2p_comm forced off at vp 1, "
+     "on by default otherwise, arguments.py 548, 2348), set by the stack (Megatron-LM's own launcher); 2 every "
+     "exchange, interleaved too (a record stating --no-overlap-p2p-communication).", 0, 2, False, "number"),
 )

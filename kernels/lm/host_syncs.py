@@ -135,15 +135,17 @@ def optimizer_host_s(row, holds_last, local_params):
 @njit
 def host_sync_s(row, micro_batches, last_busiest):
     """GPU idle seconds per step after Megatron-Core's blocking syncs in the pipeline and the loss (docs/model.md
-    §11.64): the exchanges' ``synchronize()`` (``p2p_host_sync``, pp > 1 without virtual stages: batched p2p,
-    arguments.py 548 and 1165), ``m + 2p - 3`` on the 1F1B critical path through an end rank (p - 1 forward and
-    p - 1 backward crossings, the busiest end rank's other m - 1 receives); the loss checks of every micro-batch
-    where the last rank is the busiest (or pp 1), and the buckets' checks once, with ``step_grad_check`` (the same
-    ``--check-for-nan-in-loss-and-grad``)."""
+    §11.64): the exchanges' ``synchronize()`` (``p2p_host_sync`` 1 at vp 1, 2 at any vp: batched p2p, arguments.py
+    548 and 1165), ``m v + 2 p v - 3`` on the critical path through an end rank (``p v - 1`` forward and as many
+    backward crossings of the chunk chain, the busiest end rank's other ``m v - 1`` receives; 1F1B's ``m + 2p - 3``);
+    the loss checks of every micro-batch where the last rank is the busiest (or pp 1), and the buckets' checks
+    once, with ``step_grad_check`` (the same ``--check-for-nan-in-loss-and-grad``)."""
     wait = 0.0
     p = row[C_PP]
-    if row[C_P2P_HOST_SYNC] > 0.0 and p > 1.0 and row[C_VP] <= 1.0:
-        wait += (micro_batches + 2.0 * p - 3.0) * P2P_SYNC_LAUNCHES * HOST_LAUNCH_S
+    v = row[C_VP]
+    sync = row[C_P2P_HOST_SYNC]
+    if p > 1.0 and (sync >= 2.0 or (sync > 0.0 and v <= 1.0)):
+        wait += (micro_batches * v + 2.0 * p * v - 3.0) * P2P_SYNC_LAUNCHES * HOST_LAUNCH_S
     if row[C_STEP_GRAD_CHECK] > 0.0:
         if last_busiest or p <= 1.0:
             wait += micro_batches * (LOSS_CHECK_LAUNCHES * HOST_LAUNCH_S + LOSS_CHECK_VIEWS * HOST_VIEW_S)

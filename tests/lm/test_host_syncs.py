@@ -90,7 +90,12 @@ def test_the_syncs_idle_by_hand():
     assert hs.host_sync_s(row, 4.0, False) == pytest.approx((p2p + buckets) * US, rel=1e-12)
     llama = _row(LLAMA_PP1)                # pp 1: no exchange, the loss on the only rank, one buffer
     assert hs.host_sync_s(llama, 4.0, False) == pytest.approx((4 * 72 + 16) * US, rel=1e-12)
-    interleaved = _row("llama3_70b_l8_tp1_pp4_vp2_dp2_mbc8_sync")   # overlapped p2p: no synchronize()
+    # interleaved, the record stating --no-overlap-p2p-communication (p2p_host_sync 2): m v + 2 p v - 3 exchanges
+    interleaved = _row("llama3_70b_l8_tp1_pp4_vp2_dp2_mbc8_sync")
+    assert interleaved[C["p2p_host_sync"]] == 2.0
+    exchanges = (8 * 2 + 2 * 4 * 2 - 3) * 8
+    assert hs.host_sync_s(interleaved, 8.0, True) == pytest.approx((exchanges + 8 * 72 + 16) * US, rel=1e-12)
+    interleaved[C["p2p_host_sync"]] = 1.0        # the launcher's default: p2p overlapped under interleaving
     assert hs.host_sync_s(interleaved, 8.0, True) == pytest.approx((8 * 72 + 16) * US, rel=1e-12)
 
 
@@ -104,13 +109,13 @@ def test_the_step_carries_the_syncs_in_its_host_wait():
     assert r["time_optimizer"][0] > r["time_optimizer"][1]
 
 
-@pytest.mark.parametrize("framework, loops", [
-    ("Megatron-LM (commit 23e00ed) + TransformerEngine 2.11.0", True),
-    ("NeMo (MLPerf v3.1 submission, NGC 23.09)", None),        # Apex's distributed Adam, not this optimizer
-    ("Megatron-Bridge", None),                                 # read at no commit here: not counted
+@pytest.mark.parametrize("framework, loops, p2p", [
+    ("Megatron-LM (commit 23e00ed) + TransformerEngine 2.11.0", True, 1.0),
+    ("NeMo (MLPerf v3.1 submission, NGC 23.09)", None, None),  # Apex's distributed Adam, not this optimizer
+    ("Megatron-Bridge", None, None),                           # read at no commit here: not counted
 ])
-def test_which_launchers_set_the_switches(framework, loops):
+def test_which_launchers_set_the_switches(framework, loops, p2p):
     spec = resolve(ExecutionSpec(framework=framework, stack="megatron-core"), pp=2, layers=12)
-    assert spec.step_host_loops is loops and spec.p2p_host_sync is loops
+    assert spec.step_host_loops is loops and spec.p2p_host_sync == p2p
     fsdp = resolve(ExecutionSpec(framework=framework, stack="megatron-core", sharding="fsdp"), pp=1, layers=12)
     assert fsdp.step_host_loops is None                        # Megatron-FSDP's copy path was not read

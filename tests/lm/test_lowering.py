@@ -71,7 +71,7 @@ def test_every_execution_field_named_like_a_column_reaches_its_column():
                "grad_accum_bytes": 10.0, "grad_allreduce": True, "reduce_every_microbatch": True, "loss_impl": "eager", "moe_probs_in_experts": True,
                "loss_traffic_bytes_per_logit": 52.0, "step_grad_passes": 1.0, "step_master_copy": True,
                "step_zero_grad": True, "step_grad_check": True, "step_grad_prescale": True, "embedding_dense_grad": True,
-               "embedding_fp32_grads": "sharded", "step_host_loops": True, "p2p_host_sync": True,
+               "embedding_fp32_grads": "sharded", "step_host_loops": True, "p2p_host_sync": 2.0,
                "fp8_weight_transpose_per_use": True,
                "wgrad_fused_accumulation": True, "optimizer_moments": "bf16",
                "moe_act_input_fp8": True, "attn_out_e5m6": True, "norm_recompute_fp8": True,

@@ -47,7 +47,7 @@ OPTIMIZER_STEP_PASSES = {"step_grad_passes": 1.0, "step_master_copy": True, "ste
 #: Megatron-LM's own launcher at the records' commit (23e00ed) runs Megatron-Core's optimizer (TE FusedAdam under the
 #: distributed optimizer, --clip-grad 1.0 by default: the norm's .item() then per-tensor host loops) and, without
 #: virtual stages, batched exchanges each ended by torch.cuda.synchronize() (docs/model.md §11.64)
-HOST_SYNCS = {"step_host_loops": True, "p2p_host_sync": True}
+HOST_SYNCS = {"step_host_loops": True, "p2p_host_sync": 1.0}
 
 
 def launcher_defaults(framework: str | None) -> dict:
