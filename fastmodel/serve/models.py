@@ -78,12 +78,13 @@ def serving_model(spec: Any, base=None) -> tuple[str, dict[str, float], list[str
 
     from fastmodel import engines
     from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
+    from fastmodel.spec.other_inputs import refuse_other_input
     from fastmodel.sweeps.file import spec_ref
 
     if isinstance(spec, str) and spec.lower() in SERVE_MODELS:
         return spec, serve_model(spec), []
     spec = spec_ref(spec, Path(base or Path.cwd()))
-    _not_another_input(spec)
+    refuse_other_input(spec)
     try:
         name, values = engines.LM.door().model_columns(spec)
     except SpecError as error:
@@ -107,35 +108,6 @@ def serving_model(spec: Any, base=None) -> tuple[str, dict[str, float], list[str
         if value != COLUMNS[COLUMN_INDEX[column]].default:
             notes.append(f"{name}: model.{column} = {value:g}: {why}")
     return name, {k: v for k, v in values.items() if k != "seq_len"}, notes
-
-
-def _not_another_input(spec: Any) -> None:
-    """A file given as the model that is another input is one line naming its kind and where it goes: a serving
-    or training run record (``fastmodel serve FILE`` / ``run -m FILE``), JSON lines, a sweep file or a cluster
-    spec (``detect.misplaced``). The model door read them as specs: "model.id: unknown field (did you mean
-    'hidden'?) [and 17 more problems]", "invalid TOML" for a .jsonl file."""
-    from pathlib import Path
-
-    from fastmodel.spec import detect
-    from fastmodel.spec.loader import resolve_source
-
-    if not isinstance(spec, (str, Path)) or not Path(spec).is_file():
-        return
-    source = str(spec)
-    if source.endswith(".jsonl"):
-        raise SpecError(source, "model", "a JSON-lines file (one record per line), not a model spec: serving records "
-                        "go as RECORDS ('fastmodel serve FILE'), training runs to 'fastmodel validate' or 'batch'")
-    if not source.endswith((".toml", ".json")):
-        return
-    data = resolve_source(source, "model")[0]      # an unreadable or invalid file: its own one line
-    if detect.is_serve_record(data):
-        raise SpecError(source, "model", "a serving record (SERVE_RUNS.md), not a model spec: evaluate it as RECORDS "
-                        "('fastmodel serve FILE')")
-    if detect.is_run_record(data):
-        raise SpecError(source, "model", "a training run record (RUNS.md), not a serving model: 'fastmodel run -m "
-                        "FILE' evaluates it")
-    if problem := detect.misplaced(data, "model"):
-        raise SpecError(source, "model", problem)
 
 
 def model_summary(values: dict[str, float]) -> str:

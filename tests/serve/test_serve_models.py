@@ -154,7 +154,7 @@ def _first_line(name: str) -> dict:
 
 @pytest.mark.parametrize("kind, said", [
     ("serve_record", "a serving record (SERVE_RUNS.md), not a model spec: evaluate it as RECORDS"),
-    ("run_record", "a training run record (RUNS.md), not a serving model: 'fastmodel run -m FILE' evaluates it"),
+    ("run_record", "a training run record (RUNS.md), not a model spec: 'fastmodel run -m FILE' evaluates it"),
     ("jsonl", "a JSON-lines file (one record per line), not a model spec: serving records go as RECORDS"),
     ("sweep", "a sweep file (it has [axes]): run it with 'fastmodel sweep FILE -o out.nc'"),
 ])
