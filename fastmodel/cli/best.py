@@ -43,6 +43,10 @@ def best_command(result, by, top, where, ascending, csv_path, force, include_oom
     margin = gib_margin(memory_margin)
     with flag_names(BEST_FLAGS):       # the API's errors name its arguments; here the flags
         table = best(ds, by, top, list(where), ascending, include_oom=include_oom, memory_margin=margin)
+    from fastmodel.analysis.where_units import unit_slips
+
+    for slip in unit_slips(ds, list(where)):       # tpot<13.8 is 13.8 s and keeps every point: say so
+        click.echo(f"note: {slip}", err=True)
     fits = table.attrs["fits_filter"]
     if fits["dropped"] and fits.get("rule") == "disagg_fits_memory":     # an SLO search's pools: their own rule
         click.echo(f"only pools that fit: dropped {fits['dropped']:,} of {fits['of']:,} pools "

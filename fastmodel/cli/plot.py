@@ -361,6 +361,10 @@ def pareto_command(result, x, y, x_dir, y_dir, sel, where, label, curve, memory_
     ds = _open(result, memory_margin, include_oom)
     with flag_names({"where": "--where"}):      # where_mask names the API's where=; here the flag
         mask = where_mask(ds, list(where)) if where else None
+    from fastmodel.analysis.where_units import unit_slips
+
+    for slip in unit_slips(ds, list(where)):       # tpot<13.8 is 13.8 s and keeps every point: say so
+        click.echo(f"note: {slip}", err=True)
     if curve is not None or ds.attrs.get("fastmodel_task") == "serve":
         if label:    # refused: the serving frontier names each point by the dimensions varying along its curve
             from fastmodel.plot.data import PlotError

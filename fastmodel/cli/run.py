@@ -98,7 +98,9 @@ def _record_in(model: str) -> dict | None:
     """The run or serving record a ``.json`` file holds, else None (then ``model`` names a spec)."""
     if model.endswith(".jsonl") and Path(model).is_file():   # plot timeline / memory-timeline read it here too
         ctx = click.get_current_context(silent=True)
-        command = " ".join(["fastmodel", *ctx.command_path.split()[1:]]) if ctx is not None else "fastmodel run"
+        # the root's name is "python -m fastmodel.cli" under python -m: drop it whole, not its first word
+        command = ("fastmodel " + ctx.command_path.removeprefix(ctx.find_root().info_name).strip()
+                   if ctx is not None else "fastmodel run")
         raise SpecError(model, None, f"a JSON-lines file (one record or case per line): '{command}' takes one "
                         "record (.json) or spec; evaluate every line with 'fastmodel batch' (or 'validate')")
     if not model.endswith(".json") or not Path(model).is_file():

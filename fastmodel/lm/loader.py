@@ -3,6 +3,8 @@ from built-in names, TOML/JSON paths, dicts or spec objects; errors name source,
 
 from __future__ import annotations
 
+import math
+import numbers
 from typing import Any
 
 from fastmodel.errors import SpecError
@@ -36,10 +38,18 @@ def load_cluster(spec: Any, num_nodes: int | None = None) -> ClusterSpec:
                             "and a MAD-Max system a MAD-Max model (e.g. llama2-70b)")
         cluster = validate(ClusterSpec, data, source, "system")
     if num_nodes is not None:
-        if isinstance(num_nodes, bool) or int(num_nodes) != num_nodes or num_nodes < 1:
+        # a non-number, nan or inf raised TypeError/ValueError/OverflowError from int() (fm.evaluate(num_nodes=nan))
+        if not _whole_positive(num_nodes):
             raise SpecError(None, "system.num_nodes", f"must be a positive integer (got {num_nodes!r})")
         cluster = cluster.model_copy(update={"num_nodes": int(num_nodes)})
     return cluster
+
+
+def _whole_positive(value: Any) -> bool:
+    """Whether ``value`` is a whole number >= 1 (an int, or a float such as 2.0); not a bool, string, nan or inf."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        return False
+    return int(value) == value and value >= 1
 
 
 def load_execution(spec: Any) -> ExecutionSpec:

@@ -49,6 +49,12 @@ def check_direction(value: str | None, name: str, attrs: dict | None = None) -> 
     return value
 
 
+def not_data(data) -> PlotError:
+    """The one line for ``data`` that is no xarray object (a path: pareto said "'str' object has no attribute")."""
+    hint = f" {data!r:.60} (a result file: open it with xarray.open_dataset)" if isinstance(data, str) else ""
+    return PlotError(f"expected an xarray Dataset or DataArray, got {type(data).__name__}{hint}")
+
+
 def names_of(ds: xr.Dataset) -> list[str]:
     return [*ds.data_vars, *ds.coords]
 
@@ -328,7 +334,7 @@ def prepare(data, var: str | None = None, sel=None, reduce=(), relative_to=None,
     elif isinstance(data, xr.DataArray):
         da = data
     else:
-        raise PlotError(f"expected an xarray Dataset or DataArray, got {type(data).__name__}")
+        raise not_data(data)
     da = select(da, sel)
     status_attrs = dict(status.attrs) if status is not None else {}  # its code names, kept through reductions
     if status is not None:

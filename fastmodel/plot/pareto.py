@@ -50,7 +50,10 @@ def frontier(data, x: str, y: str, *, x_dir: str | None = None, y_dir: str | Non
     ``ds.fits_memory``) restricting the points.
     """
     import pandas as pd
+    import xarray as xr
 
+    if not isinstance(data, (xr.Dataset, xr.DataArray)):
+        raise D.not_data(data)
     ds = D.select(data, sel)
     xs, ys = D.get_var(ds, x), D.get_var(ds, y)
     x_dir = D.check_direction(x_dir, x, xs.attrs)

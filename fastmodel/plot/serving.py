@@ -124,6 +124,10 @@ def serving_pareto(ds, curve: str = "device", x: str = X, y: str = Y, sel=None, 
     answer (not ok, over memory, over an SLO search's GPU budget, or outside ``where``, a boolean grid) are left
     out, and a legend entry says how many and why (``ax.left_out``, :func:`left_out`).
     Returns ``(fig, ax)``; the frontiers are ``ax.frontiers``."""
+    import xarray as xr
+
+    if not isinstance(ds, xr.Dataset):
+        raise D.not_data(ds)
     for name in (x, y):             # an unknown variable: one line naming the nearest, not xarray's KeyError
         if name not in ds and f"disagg_{name}" not in ds:
             D.get_var(ds, name)

@@ -78,12 +78,15 @@ def serving_model(spec: Any, base=None) -> tuple[str, dict[str, float], list[str
 
     from fastmodel import engines
     from fastmodel.registry.lm import COLUMN_INDEX, COLUMNS
+    from fastmodel.spec.other_inputs import refuse_other_input
     from fastmodel.sweeps.file import spec_ref
 
     if isinstance(spec, str) and spec.lower() in SERVE_MODELS:
         return spec, serve_model(spec), []
+    spec = spec_ref(spec, Path(base or Path.cwd()))
+    refuse_other_input(spec)
     try:
-        name, values = engines.LM.door().model_columns(spec_ref(spec, Path(base or Path.cwd())))
+        name, values = engines.LM.door().model_columns(spec)
     except SpecError as error:
         if error.field == "model.family":    # the training engine's pointer to the MAD-Max semantics: not serving's
             raise SpecError(error.source, error.field, f"{error.reason.split(';')[0]}; serving models: "

@@ -139,8 +139,10 @@ def layout(row: dict) -> str:
 
 
 def none_legal(ds) -> str:
-    """When no aggregated point is legal (``--ep 3`` on a dense model), the status that ruled out most of them:
-    "0 configurations fit" alone reads as a memory verdict. A disaggregated-only search has no aggregated
+    """When no aggregated point is legal (``--ep 3`` on a dense model), every status that ruled points out, with
+    its count, most first: "0 configurations fit" alone reads as a memory verdict, and the most frequent status
+    alone hid the cause (``-m deepseek-v3 --ep 3``: pp 2 and 4 fail the 61 layers first, 704 points, and named
+    only that, not the 352 of pp 1 that the given --ep rules out). A disaggregated-only search has no aggregated
     ``status``: nothing to say."""
     from fastmodel.registry import status_names
 
@@ -151,8 +153,9 @@ def none_legal(ds) -> str:
         return ""
     names = status_names(ds["status"])
     values, counts = np.unique(codes, return_counts=True)
-    top = int(values[np.argmax(counts)])
-    return f"; none is legal (most are {names[top] if top < len(names) else top})"
+    order = np.argsort(-counts, kind="stable")      # most first; a tie keeps the checks' order (code order)
+    said = ", ".join(f"{counts[i]} {names[values[i]] if values[i] < len(names) else int(values[i])}" for i in order)
+    return f"; none is legal ({said})"
 
 
 def format_search(result: SearchResult, ttft: float, tpot: float) -> str:

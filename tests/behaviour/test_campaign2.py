@@ -38,6 +38,22 @@ def test_run_of_a_jsonl_file_points_at_batch(tmp_path):
     one_line_error(cli("run", "-m", path), "runs.jsonl: a JSON-lines file", "fastmodel batch")
 
 
+@pytest.mark.parametrize("prog", ["python -m fastmodel.cli", "fastmodel"])
+@pytest.mark.parametrize("command", [["run"], ["plot", "timeline"]])
+def test_the_jsonl_refusal_names_the_command_under_any_program_name(tmp_path, prog, command):
+    """Under `python -m fastmodel.cli` it said "'fastmodel -m fastmodel.cli run' takes one record": the root's
+    name is three words, and only the first was dropped."""
+    from click.testing import CliRunner
+
+    from fastmodel.cli import main
+
+    path = tmp_path / "runs.jsonl"
+    path.write_text(json.dumps(RECORD) + "\n" + json.dumps(RECORD) + "\n")
+    figure = ["-o", str(tmp_path / "t.png")] if command[0] == "plot" else []
+    run = CliRunner().invoke(main, [*command, "-m", str(path), *figure], prog_name=prog)
+    one_line_error(run, f"'fastmodel {' '.join(command)}' takes one record (.json) or spec")
+
+
 def test_run_of_a_record_says_what_it_assumed(tmp_path):
     """Was silent: a GPU without a device file (generic efficiencies) or a framework naming no known stack
     changed the step time by 13% and 6% without a word."""

@@ -146,3 +146,34 @@ def test_moe_tp_on_a_dense_model_is_refused_not_ignored():
     one_line_error(cli("serve", "-m", "llama3.1-8b", "--moe-tp", "3", "--batch-size", "1"),
                    "--moe-tp: llama3.1-8b is a dense model (no routed experts to split); leave it out")
     assert cli("serve", "-m", "mixtral-8x7b", "--tp", "2", "--moe-tp", "2", "--batch-size", "1").exit_code == 0
+
+
+def _first_line(name: str) -> dict:
+    return json.loads((Path(__file__).parents[1] / "data" / name).read_text().splitlines()[0])
+
+
+@pytest.mark.parametrize("kind, said", [
+    ("serve_record", "a serving record (SERVE_RUNS.md), not a model spec: evaluate it as RECORDS"),
+    ("run_record", "a training run record (RUNS.md), not a model spec: 'fastmodel run -m FILE' evaluates it"),
+    ("jsonl", "a JSON-lines file (one record per line), not a model spec: serving records go as RECORDS"),
+    ("sweep", "a sweep file (it has [axes]): run it with 'fastmodel sweep FILE -o out.nc'"),
+])
+def test_another_input_given_as_the_model_is_named_as_what_it_is(tmp_path, kind, said):
+    """`serve -m rec.json` said "model.id: unknown field (did you mean 'hidden'?) [and 17 more problems]", a
+    .jsonl "invalid TOML: Invalid statement", a sweep file "model.model: unknown field": each is one line naming
+    the file's kind and where it goes, as `run -m` names them."""
+    if kind == "serve_record":
+        path = tmp_path / "rec.json"
+        path.write_text(json.dumps(_first_line("serve_dev_load.jsonl")))
+    elif kind == "run_record":
+        path = tmp_path / "run.json"
+        path.write_text(json.dumps(_first_line("runs_dev.jsonl")))
+    elif kind == "jsonl":
+        path = tmp_path / "recs.jsonl"
+        path.write_text(json.dumps(_first_line("serve_dev_load.jsonl")) + "\n")
+    else:
+        path = tmp_path / "sweep.toml"
+        path.write_text('model = "llama3.1-8b"\nsystem = "dgx-h100"\ntask = "llm-pretrain"\n[axes]\nnum_nodes = [1]\n')
+    one_line_error(cli("serve", "-m", path, "--batch-size", "1"), f"{path}: model: {said}")
+    with pytest.raises(Exception, match="^" + str(path).replace("\\", "\\\\")):
+        evaluate(str(path), "H100", batch_size=1)

@@ -169,3 +169,18 @@ def test_search_notes_no_weight_only_path_where_every_engine_refuses_the_precisi
     assert _search_precision_notes("llama3.1-8b", "A100", ("fp4",), ("trtllm",)) == []
     assert note in _search_precision_notes("llama3.1-8b", "A100", ("fp4",), ("vllm",))
     assert note in _search_precision_notes("llama3.1-8b", "A100", ("fp4", "bf16"), ("trtllm", "vllm"))
+
+
+def test_nothing_legal_names_every_status_with_its_count():
+    """`serve -m deepseek-v3 --search --ep 3`: the points of pp 2 and 4 (61 layers) fail the pipeline check
+    first, so "none is legal (most are layers_not_divisible_by_pp)" hid the cause of every pp-1 point, the --ep
+    the user gave (ep_not_dividing). Each status is named with its count, most first."""
+    from fastmodel.serve.search import none_legal
+
+    names = "ok heads_not_divisible_by_tp layers_not_divisible_by_pp ep_not_dividing"
+    status = xr.DataArray(np.array([[2, 2], [2, 3], [2, 3]], dtype=np.int8), dims=("pp", "ep"),
+                          attrs={"flag_meanings": names})
+    said = none_legal(xr.Dataset({"status": status}))
+    assert said == "; none is legal (4 layers_not_divisible_by_pp, 2 ep_not_dividing)", said
+    status[0, 0] = 0
+    assert none_legal(xr.Dataset({"status": status})) == ""

@@ -120,3 +120,16 @@ def test_the_title_says_what_sel_fixed():
     assert ax.get_title() == "LLaMA2-70B on dc-a: global_batch=2048 samples"
     _, ax = P.pareto(ds, "num_nodes", "throughput")
     assert ax.get_title() == "LLaMA2-70B on dc-a"
+
+
+@pytest.mark.parametrize("draw", ["pareto", "frontier", "serving_pareto"])
+def test_a_path_or_other_object_given_as_the_data_is_one_line(draw):
+    """`serving_pareto("sweep.nc")` and `pareto("sweep.nc", x, y)` raised AttributeError "'str' object has no
+    attribute 'variables'" (a traceback); heatmap and scaling already said what they take."""
+    from fastmodel.plot.serving import serving_pareto
+
+    call = {"pareto": lambda d: P.pareto(d, "tpot", "ttft"), "frontier": lambda d: P.frontier(d, "tpot", "ttft"),
+            "serving_pareto": lambda d: serving_pareto(d, curve="device")}[draw]
+    with pytest.raises(PlotError, match=r"^expected an xarray Dataset or DataArray, got str 'sweep\.nc' "
+                                        r"\(a result file: open it with xarray\.open_dataset\)$"):
+        call("sweep.nc")

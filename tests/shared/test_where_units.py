@@ -1,0 +1,60 @@
+"""fastmodel.analysis.where_units: a bare number compared with a variable in seconds or bytes that keeps every
+point is named (``best --where tpot<13.8`` read 13.8 s and ranked every point, silently)."""
+
+import numpy as np
+import pytest
+import xarray as xr
+from click.testing import CliRunner
+
+from fastmodel.analysis.where_units import unit_slips
+from fastmodel.cli import main
+
+
+@pytest.fixture
+def ds():
+    tpot = xr.DataArray(np.array([0.0102, 0.0138, 0.0167]), dims="batch_size", attrs={"units": "s"})
+    memory = xr.DataArray(np.array([21e9, 25e9, 39e9]), dims="batch_size", attrs={"units": "bytes"})
+    return xr.Dataset({"tpot": tpot, "memory_per_device": memory}, coords={"batch_size": [1, 8, 64]})
+
+
+def test_a_bare_number_that_keeps_every_point_is_named(ds):
+    # every tpot (10.2 to 16.7 ms) is below 13.8 s: the filter keeps all three points
+    assert unit_slips(ds, ["tpot<13.8"]) == [
+        "--where tpot<13.8 keeps every point: tpot is in seconds, so a bare 13.8 is 13.8 seconds; "
+        "give a unit, e.g. tpot<13.8ms"]
+    # every memory_per_device (21 to 39 GB) is above 80 bytes
+    [said] = unit_slips(ds, ["memory_per_device >= 80"])
+    assert said.startswith("--where memory_per_device >= 80 keeps every point: memory_per_device is in bytes, "
+                           "so a bare 80 is 80 bytes; give a unit, e.g. memory_per_device>=80GiB"), said
+
+
+@pytest.mark.parametrize("expression", ["tpot<13.8ms", "tpot<0.0138", "tpot<0.02s", "memory_per_device<3e10",
+                                        "batch_size<100", "tpot=13.8", "fits_memory", "!tpot<13.8"])
+def test_a_unit_a_filter_that_drops_a_point_or_no_inequality_is_not_named(ds, expression):
+    """13.8ms and 0.0138 (a bare number that drops a point) are not named; nor a coordinate without units, an
+    equality, a flag or a negation."""
+    ds["fits_memory"] = xr.DataArray(np.array([True, True, False]), dims="batch_size")
+    assert unit_slips(ds, [expression]) == []
+
+
+def test_cli_best_prints_the_note_on_stderr_and_ranks_as_before(tmp_path):
+    from fastmodel.serve.api import sweep
+
+    path = tmp_path / "serve.nc"
+    sweep("llama3.1-8b", device="H100", tp=[1, 2], batch_size=[1, 8], input_len=128, output_len=128).to_netcdf(path)
+    run = CliRunner().invoke(main, ["best", str(path), "--by", "tpot", "--where", "tpot<13.8"])
+    assert run.exit_code == 0, run.output
+    assert "note: --where tpot<13.8 keeps every point: tpot is in seconds" in run.stderr
+    plain = CliRunner().invoke(main, ["best", str(path), "--by", "tpot"])
+    assert run.stdout == plain.stdout
+
+
+def test_cli_plot_pareto_prints_the_note_too(tmp_path):
+    from fastmodel.serve.api import sweep
+
+    path = tmp_path / "serve.nc"
+    sweep("llama3.1-8b", device="H100", tp=[1, 2], batch_size=[1, 8], input_len=128, output_len=128).to_netcdf(path)
+    run = CliRunner().invoke(main, ["plot", "pareto", str(path), "--x", "tpot", "--y", "output_tokens_per_s_per_gpu",
+                                    "--where", "ttft<500", "-o", str(tmp_path / "p.png")])
+    assert run.exit_code == 0, run.output
+    assert "note: --where ttft<500 keeps every point: ttft is in seconds, so a bare 500 is 500 seconds" in run.stderr
