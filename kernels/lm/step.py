@@ -66,9 +66,8 @@ from fastmodel.kernels.lm.passes import (
     TP_BACKWARD_PASSES, fsdp_shard_group,
     head_passes, layer_passes, layer_passes_keeping, layer_time, per_layer_fsdp,
 )
-from fastmodel.kernels.lm.host_step import (
-    embedding_send_overlap, eval_time, host_bound_bubble, host_wait_per_microbatch,
-)
+from fastmodel.kernels.lm.host_step import embedding_send_overlap, eval_time, host_bound_bubble, host_wait_per_microbatch
+from fastmodel.kernels.lm.chain_nic import chain_sends_nic_shared
 from fastmodel.kernels.lm.pipeline import model_copies, pipeline_drain, pipeline_p2p
 from fastmodel.kernels.nccl import allreduce_time
 from fastmodel.kernels.roofline import memory_bound_time
@@ -405,6 +404,7 @@ def step_row(row, work, out):
     bubble = host_bound_bubble(row, average_mb, forward, weight, last_mb, terms)
     pp_comm, pp_exposed = pipeline_p2p(row, micro_batches)
     pp_exposed -= embedding_send_overlap(row, average_mb, last_mb, pp_exposed, terms)
+    pp_exposed += chain_sends_nic_shared(row, work, per_stage)     # the chain sends beside the DP chunks' (§11.65)
     outside = _data_parallel_ranks(row, work, head_params, micro_batches, stage_mb, out)
     # per-layer FSDP runs without a pipeline only (passes.per_layer_fsdp), so never under an explicit layout
     fsdp_exposed = _fsdp_step(row, work, micro_batches, layers_per_stage(row), out)
