@@ -64,15 +64,16 @@ def test_v40_chunk_serial_bounds_by_hand(rows):
 
 
 def test_the_residual_per_layer_and_micro_batch(rows):
-    """§11.47's conclusions: the seven v3.1 rows lie within 11 ms of one line a + b m with b > 0 (a residual per
+    """§11.47's conclusions: the seven v3.1 rows lie within 12 ms of one line a + b m with b > 0 (a residual per
     micro-batch); the micro-batch of two sequences leaves less of it a layer and micro-batch than v3.1 (0.55 of it
     since the records state learned positions, issue 26; less than half before); split as c + d s (s sequences),
     both micro-batch-1 figures give d < 0, so no non-negative fixed cost plus non-negative per-token cost fits, and
     a fixed cost per operation, bounded by the micro-batch-2 figure, leaves part of the micro-batch-1 residual
-    unexplained."""
+    unexplained. (Within 11 ms before §11.65 timed the DP collectives one per chunk, each with its ring latency,
+    which grows with dp: n1280 is now 11.9 ms off the line.)"""
     a, b, m, r = contrast.v31_fit(rows)
     assert sorted(set(m)) == [8.0, 16.0, 128.0]
-    assert b > 0 and np.max(np.abs(r - (a + b * m))) < 0.011
+    assert b > 0 and np.max(np.abs(r - (a + b * m))) < 0.012
     per_layer = contrast.per_layer(rows, a)
     assert 0 < per_layer[V40_MB2] < b / 12.0
     assert per_layer[V40_MB1] > per_layer[V40_MB2]
