@@ -29,14 +29,13 @@ from fastmodel.kernels.lm.layer import (
     recompute_share,
 )
 from fastmodel.kernels.lm.layout import (
-    C_LAST_STAGE_LAYERS, C_OVERLAP_GRAD_REDUCE,
-    C_CP, C_DP, C_EP, C_GLOBAL_BATCH, C_MTP_LAYERS, C_HIDDEN, C_MICRO_BATCH, C_N_GPUS,
-    C_OPTIMIZER, C_PEAK_FLOPS_4, C_PEAK_FLOPS_8, C_PEAK_FLOPS_16, C_PP, C_PRECISION,
-    C_SEQ_LEN, C_TIED_EMBEDDINGS, C_SHARDING, C_STEP_OVERHEAD_S, C_TP,
-    SHARD_ZERO2, C_VOCAB, OPT_MUON, PRECISION_FP4, PRECISION_FP8, R_COMM_CP, R_COMM_DP, R_COMM_EP, R_COMM_EP_SCALE_OUT,
-    R_COMM_PP, R_COMM_TP, R_EXPOSED_CP, R_EXPOSED_DP, R_EXPOSED_EP, R_EXPOSED_PP, R_EXPOSED_TP, R_FLOPS_PER_TOKEN,
-    R_HFU, R_MFU, R_PIPELINE_BUBBLE, R_STEP_TIME, R_TIME_HOST_WAIT, R_TIME_ATTENTION, R_TIME_GEMM, R_TIME_MEMORY_BOUND, R_TIME_OPTIMIZER,
-    R_TIME_OFFLOAD, R_TIME_RECOMPUTE, R_TOKENS_PER_S, R_TOKENS_PER_S_PER_GPU, R_TIME_EVAL,
+    C_LAST_STAGE_LAYERS, C_OVERLAP_GRAD_REDUCE, C_CP, C_DP, C_EP, C_GLOBAL_BATCH, C_MTP_LAYERS, C_HIDDEN, C_MICRO_BATCH,
+    C_N_GPUS, C_OPTIMIZER, C_PEAK_FLOPS_4, C_PEAK_FLOPS_8, C_PEAK_FLOPS_16, C_PP, C_PRECISION, C_SEQ_LEN,
+    C_TIED_EMBEDDINGS, C_SHARDING, C_STEP_OVERHEAD_S, C_TP, SHARD_ZERO2, C_VOCAB, OPT_MUON, PRECISION_FP4,
+    PRECISION_FP8, R_COMM_CP, R_COMM_DP, R_COMM_EP, R_COMM_EP_SCALE_OUT, R_COMM_PP, R_COMM_TP, R_EXPOSED_CP,
+    R_EXPOSED_DP, R_EXPOSED_EP, R_EXPOSED_PP, R_EXPOSED_TP, R_FLOPS_PER_TOKEN, R_HFU, R_MFU, R_PIPELINE_BUBBLE,
+    R_STEP_TIME, R_TIME_HOST_WAIT, R_TIME_ATTENTION, R_TIME_GEMM, R_TIME_MEMORY_BOUND, R_TIME_OPTIMIZER, R_TIME_OFFLOAD,
+    R_TIME_RECOMPUTE, R_TOKENS_PER_S, R_TOKENS_PER_S_PER_GPU, R_TIME_EVAL,
 )
 from fastmodel.kernels.lm.memory_states import (
     explicit_layout, layers_per_stage, layout_busiest_layers, split_slots, stage_layers, stored_grad_bytes,
@@ -60,14 +59,14 @@ from fastmodel.kernels.lm.mtp_breakdown import add_mtp_layers, mtp_layer_into
 from fastmodel.kernels.lm.sp_regather import sp_replicated_grads_allreduce
 from fastmodel.kernels.lm.passes import (
     A_ATTN, A_BACKWARD_INPUT, A_BACKWARD_WEIGHT, A_CP_COMM, A_CP_EXPOSED, A_EP_COMM, A_EXPOSED_F, A_FLOPS, A_FORWARD,
-    A_EP_EXPOSED, A_EP_SCALE_OUT, A_EXPERT_PARAMS, A_MTP_EXPERT_PARAMS, A_MTP_PARAMS,
-    A_FSDP_COMM, A_FSDP_EXPOSED, A_FSDP_GATHER, A_FSDP_REDUCE, A_FSDP_REFETCH, A_FSDP_WINDOW, A_GEMM, A_MEM,
-    A_PARAMS, A_RECOMPUTE, A_TP_COMM, A_TP_EXPOSED, BACKWARD_GEMM, N_KIND_COSTS, N_WORK,
-    TP_BACKWARD_PASSES, fsdp_shard_group,
-    head_passes, layer_passes, layer_passes_keeping, layer_time, per_layer_fsdp,
+    A_EP_EXPOSED, A_EP_SCALE_OUT, A_EXPERT_PARAMS, A_MTP_EXPERT_PARAMS, A_MTP_PARAMS, A_FSDP_COMM, A_FSDP_EXPOSED,
+    A_FSDP_GATHER, A_FSDP_REDUCE, A_FSDP_REFETCH, A_FSDP_WINDOW, A_GEMM, A_MEM, A_PARAMS, A_RECOMPUTE, A_TP_COMM,
+    A_TP_EXPOSED, BACKWARD_GEMM, N_KIND_COSTS, N_WORK, TP_BACKWARD_PASSES, fsdp_shard_group, head_passes, layer_passes,
+    layer_passes_keeping, layer_time, per_layer_fsdp,
 )
 from fastmodel.kernels.lm.host_step import embedding_send_overlap, eval_time, host_bound_bubble, host_wait_per_microbatch
 from fastmodel.kernels.lm.chain_nic import chain_sends_nic_shared
+from fastmodel.kernels.lm.fp8 import fp8_weight_step_s
 from fastmodel.kernels.lm.pipeline import model_copies, pipeline_drain, pipeline_p2p
 from fastmodel.kernels.nccl import allreduce_time
 from fastmodel.kernels.roofline import memory_bound_time
@@ -357,7 +356,8 @@ def _data_parallel_step(row, work, per_stage, head_params, micro_batches, stage_
         optimizer, muon_bytes, muon_params = muon_step(row, dense, moe, stored_grad_bytes(row), mtp)
         matrices = muon_params * min(1.0, local_params / max(stage_params, 1.0))
         step_bytes += muon_bytes - matrices * optimizer_bytes_per_param(row)
-    optimizer += memory_bound_time(row, step_bytes) + f_step      # f_step: the FP32 embeddings' (§11.54)
+    # f_step: the FP32 embeddings' (§11.54); the FP8 re-cast of the updated weights, once a step (§11.65 C)
+    optimizer += memory_bound_time(row, step_bytes) + f_step + fp8_weight_step_s(row, per_stage * work[A_PARAMS])
     out[R_COMM_DP] = dp_comm
     out[R_TIME_OPTIMIZER] = optimizer
     return before, after + optimizer
