@@ -69,3 +69,12 @@ def per_chunk_collectives(row):
     schedule = int(row[C_PIPELINE_SCHEDULE])
     return (schedule == SCHED_INTERLEAVED or schedule == SCHED_1F1B) and row[C_VP] > 1.0 and row[C_PP] > 1.0 \
         and row[C_SHARDING] != SHARD_FSDP and row[C_DP] > 1.0
+
+
+@njit
+def collectives_per_step(row, chunked):
+    """How many collectives carry the stage's once-per-step reduction (and gather): ``vp``, one per model chunk, when
+    ``chunked`` (the dense parameters' call) and the rule of :func:`per_chunk_collectives` holds, each with its own
+    ring latency (Megatron-Core's ``grad_sync_func[c]`` / ``param_sync_func[c]``; Megatron-LM de7dc40f88
+    ``training.py`` lines 368-369 reduces chunk by chunk too; docs/model.md §11.65); else 1."""
+    return row[C_VP] if chunked and per_chunk_collectives(row) else 1.0

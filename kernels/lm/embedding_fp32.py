@@ -30,6 +30,7 @@ from fastmodel.kernels.lm.layout import (
     C_PP, C_SEQ_LEN, C_SHARDING, C_TIED_EMBEDDINGS, C_TP, C_VOCAB, EMB32_ALLREDUCE, EMB32_SHARDED, SHARD_ZERO1,
 )
 from fastmodel.kernels.lm.memory_states import gradients_bytes, optimizer_bytes_per_param, sharded_params
+from fastmodel.kernels.lm.dp_window import collectives_per_step
 from fastmodel.kernels.lm.parallel import param_bytes
 from fastmodel.kernels.nccl import allgather_time, allreduce_time
 from fastmodel.kernels.roofline import memory_bound_time
@@ -96,7 +97,8 @@ def fp32_embedding_step(row, fp32_params, stage_params, first_forward):
     before = comm + memory_bound_time(row, EMBEDDING_NORM_BYTES * fp32_params)
     late = 0.0
     if row[C_OVERLAP_PARAM_GATHER] > 0.0:
-        late = max(0.0, allgather_time(row, stage_params * param_bytes(row), d, stride) - first_forward)
+        v = collectives_per_step(row, True)        # the gather as parallel.data_parallel times it (§11.65)
+        late = max(0.0, v * allgather_time(row, stage_params * param_bytes(row) / v, d, stride) - first_forward)
     return comm, before, 0.0, max(0.0, memory_bound_time(row, EMBEDDING_STEP_BYTES * fp32_params) - late)
 
 

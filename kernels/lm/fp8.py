@@ -24,14 +24,15 @@ What each Transformer Engine recipe (TE d0067d0, 2.20.0.dev0) costs beyond the F
 """
 
 from fastmodel.kernels.columns import (
-    C_COLLECTIVE_OVERHEAD_S, C_COMPUTE_CAPABILITY, C_FP8_RECIPE, C_FP8_WEIGHT_TRANSPOSE_PER_USE, C_PRECISION, C_TP,
+    C_COLLECTIVE_OVERHEAD_S, C_COMPUTE_CAPABILITY, C_FP8_PARAMS, C_FP8_RECIPE, C_FP8_WEIGHT_TRANSPOSE_PER_USE,
+    C_PRECISION, C_TP,
     FP8_BLOCKWISE, FP8_DELAYED,
     FP8_MXFP8, FP8_TENSORWISE, FP8_UNSTATED, PRECISION_FP4, PRECISION_FP8, C_VENDOR, VENDOR_AMD,
 )
 from fastmodel.kernels.jit import njit
 from fastmodel.kernels.nccl import allreduce_time
 from fastmodel.kernels.roofline import (  # noqa: F401 - the GEMM rate and the scale sizes live with the roofline
-    BLOCK_ACT_SCALE_BYTES, MX_SCALE_BYTES, fp8_gemm_rate, non_tn,
+    BLOCK_ACT_SCALE_BYTES, MX_SCALE_BYTES, fp8_gemm_rate, memory_bound_time, non_tn,
 )
 
 #: bytes of the 16-bit tensor a cast reads
@@ -98,6 +99,32 @@ def fp8_weight_copy_bytes(row):
         return 1.0
     copies = 1.0 if row[C_FP8_WEIGHT_TRANSPOSE_PER_USE] > 0.0 else fp8_copies(row)
     return copies * (1.0 + fp8_weight_scale_bytes(row))
+
+
+@njit
+def fp8_weight_step_bytes(row):
+    """HBM bytes per FP8-GEMM weight element of the once-a-step weight preparation (docs/model.md §11.65 C):
+    16-bit parameters are cast into the FP8 forms kept across micro-batches at each step's first micro-batch,
+    2 B read and ``fp8_weight_copy_bytes`` written (TE 09ba842 ``module/linear.py`` lines 92, 145-153:
+    ``fp8_cast_transpose_fused`` when ``is_first_microbatch``; NeMo bd0b818 ``transformer.py`` lines 1543-1557,
+    1579-1585 pass it True on a step's first micro-batch only); FP8 parameters arrive in their first form by the
+    all-gather and rebuild the others from it, ``1 + s`` read and the rest written (TE v1.6rc1 ``float8_tensor.py``
+    ``transpose_2d`` lines 466-510, its cache reset after each step by NeMo b2eccd27 ``distributed_adam.py`` lines
+    556-561), 0 when no other form is kept. 0 unless ``precision`` is fp8."""
+    if row[C_PRECISION] != PRECISION_FP8:
+        return 0.0
+    kept = fp8_weight_copy_bytes(row)
+    if row[C_FP8_PARAMS] <= 0.0:
+        return SOURCE_BYTES + kept
+    first = 1.0 + fp8_weight_scale_bytes(row)
+    return kept if kept > first else 0.0        # read the first form (first), write the others (kept - first)
+
+
+@njit
+def fp8_weight_step_s(row, params):
+    """Seconds of the once-a-step FP8 preparation of ``params`` weight elements (:func:`fp8_weight_step_bytes`), on
+    the compute stream in the step's first forward of each chunk."""
+    return memory_bound_time(row, fp8_weight_step_bytes(row) * params)
 
 
 @njit

@@ -7,7 +7,7 @@ hidden behind the compute it overlaps with (:func:`exposed`).
 
 from fastmodel.kernels.roofline import memory_bound_time
 from fastmodel.kernels.jit import njit
-from fastmodel.kernels.lm.dp_window import dp_overlap_windows
+from fastmodel.kernels.lm.dp_window import collectives_per_step, dp_overlap_windows
 from fastmodel.kernels.lm.layout import (
     BWD_PREFETCH_NONE, CP_ALLGATHER, CP_ALLTOALL, C_CP_ALGORITHM, C_FSDP_BACKWARD_PREFETCH, C_HEAD_DIM, C_KV_HEADS,
     C_COLLECTIVE_BUCKET_BYTES, C_COMM_SM_SHARE, C_FSDP1_GRAD_PASSES, C_FP8_PARAMS, C_FSDP_COPY_OUT, C_GRAD_ALLREDUCE, C_GRAD_REDUCE_BYTES,
@@ -171,18 +171,20 @@ def data_parallel(row, stage_params, last_backward, first_forward, shard_group, 
         local_params = stage_params / shard_group
     elif d > 1.0:
         overlap = row[C_OVERLAP_GRAD_REDUCE] > 0.0      # else launched when the rank's backward has ended
+        # launched per model chunk (§11.28): v collectives of a chunk's bytes, each with its own latency (§11.65)
+        v = collectives_per_step(row, chunked)
         if sharding == SHARD_DDP:
-            dp_comm = allreduce_time(row, stage_params * grad_bytes, d, stride)
+            dp_comm = v * allreduce_time(row, stage_params * grad_bytes / v, d, stride)
             if chunked:
                 last_backward, first_forward = dp_overlap_windows(row, dp_comm, 0.0, last_backward, first_forward)
             before = reduce_tail(row, dp_comm, last_backward if overlap else 0.0, idle)[0]
         else:
             # a reduce-scatter, or the whole gradient all-reduced (DeepSpeed ZeRO-1, BF16_Optimizer: grad_allreduce)
             if row[C_GRAD_ALLREDUCE] > 0.0:
-                reduce = allreduce_time(row, stage_params * grad_bytes, d, stride)
+                reduce = v * allreduce_time(row, stage_params * grad_bytes / v, d, stride)
             else:
-                reduce = allgather_time(row, stage_params * grad_bytes, d, stride)
-            gather = allgather_time(row, stage_params * param_bytes(row), d, stride)
+                reduce = v * allgather_time(row, stage_params * grad_bytes / v, d, stride)
+            gather = v * allgather_time(row, stage_params * param_bytes(row) / v, d, stride)
             if chunked:
                 last_backward, first_forward = dp_overlap_windows(row, reduce, gather, last_backward, first_forward)
             dp_comm = reduce + gather

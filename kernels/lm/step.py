@@ -29,14 +29,13 @@ from fastmodel.kernels.lm.layer import (
     recompute_share,
 )
 from fastmodel.kernels.lm.layout import (
-    C_LAST_STAGE_LAYERS, C_OVERLAP_GRAD_REDUCE,
-    C_CP, C_DP, C_EP, C_GLOBAL_BATCH, C_MTP_LAYERS, C_HIDDEN, C_MICRO_BATCH, C_N_GPUS,
-    C_OPTIMIZER, C_PEAK_FLOPS_4, C_PEAK_FLOPS_8, C_PEAK_FLOPS_16, C_PP, C_PRECISION,
-    C_SEQ_LEN, C_TIED_EMBEDDINGS, C_SHARDING, C_STEP_OVERHEAD_S, C_TP,
-    SHARD_ZERO2, C_VOCAB, OPT_MUON, PRECISION_FP4, PRECISION_FP8, R_COMM_CP, R_COMM_DP, R_COMM_EP, R_COMM_EP_SCALE_OUT,
-    R_COMM_PP, R_COMM_TP, R_EXPOSED_CP, R_EXPOSED_DP, R_EXPOSED_EP, R_EXPOSED_PP, R_EXPOSED_TP, R_FLOPS_PER_TOKEN,
-    R_HFU, R_MFU, R_PIPELINE_BUBBLE, R_STEP_TIME, R_TIME_HOST_WAIT, R_TIME_ATTENTION, R_TIME_GEMM, R_TIME_MEMORY_BOUND, R_TIME_OPTIMIZER,
-    R_TIME_OFFLOAD, R_TIME_RECOMPUTE, R_TOKENS_PER_S, R_TOKENS_PER_S_PER_GPU, R_TIME_EVAL,
+    C_LAST_STAGE_LAYERS, C_OVERLAP_GRAD_REDUCE, C_CP, C_DP, C_EP, C_GLOBAL_BATCH, C_MTP_LAYERS, C_HIDDEN, C_MICRO_BATCH,
+    C_N_GPUS, C_OPTIMIZER, C_PEAK_FLOPS_4, C_PEAK_FLOPS_8, C_PEAK_FLOPS_16, C_PP, C_PRECISION, C_SEQ_LEN,
+    C_TIED_EMBEDDINGS, C_SHARDING, C_STEP_OVERHEAD_S, C_TP, SHARD_ZERO2, C_VOCAB, OPT_MUON, PRECISION_FP4,
+    PRECISION_FP8, R_COMM_CP, R_COMM_DP, R_COMM_EP, R_COMM_EP_SCALE_OUT, R_COMM_PP, R_COMM_TP, R_EXPOSED_CP,
+    R_EXPOSED_DP, R_EXPOSED_EP, R_EXPOSED_PP, R_EXPOSED_TP, R_FLOPS_PER_TOKEN, R_HFU, R_MFU, R_PIPELINE_BUBBLE,
+    R_STEP_TIME, R_TIME_HOST_WAIT, R_TIME_ATTENTION, R_TIME_GEMM, R_TIME_MEMORY_BOUND, R_TIME_OPTIMIZER, R_TIME_OFFLOAD,
+    R_TIME_RECOMPUTE, R_TOKENS_PER_S, R_TOKENS_PER_S_PER_GPU, R_TIME_EVAL,
 )
 from fastmodel.kernels.lm.memory_states import (
     explicit_layout, layers_per_stage, layout_busiest_layers, split_slots, stage_layers, stored_grad_bytes,
@@ -60,13 +59,14 @@ from fastmodel.kernels.lm.mtp_breakdown import add_mtp_layers, mtp_layer_into
 from fastmodel.kernels.lm.sp_regather import sp_replicated_grads_allreduce
 from fastmodel.kernels.lm.passes import (
     A_ATTN, A_BACKWARD_INPUT, A_BACKWARD_WEIGHT, A_CP_COMM, A_CP_EXPOSED, A_EP_COMM, A_EXPOSED_F, A_FLOPS, A_FORWARD,
-    A_EP_EXPOSED, A_EP_SCALE_OUT, A_EXPERT_PARAMS, A_MTP_EXPERT_PARAMS, A_MTP_PARAMS,
-    A_FSDP_COMM, A_FSDP_EXPOSED, A_FSDP_GATHER, A_FSDP_REDUCE, A_FSDP_REFETCH, A_FSDP_WINDOW, A_GEMM, A_MEM,
-    A_PARAMS, A_RECOMPUTE, A_TP_COMM, A_TP_EXPOSED, BACKWARD_GEMM, N_KIND_COSTS, N_WORK,
-    TP_BACKWARD_PASSES, fsdp_shard_group,
-    head_passes, layer_passes, layer_passes_keeping, layer_time, per_layer_fsdp,
+    A_EP_EXPOSED, A_EP_SCALE_OUT, A_EXPERT_PARAMS, A_MTP_EXPERT_PARAMS, A_MTP_PARAMS, A_FSDP_COMM, A_FSDP_EXPOSED,
+    A_FSDP_GATHER, A_FSDP_REDUCE, A_FSDP_REFETCH, A_FSDP_WINDOW, A_GEMM, A_MEM, A_PARAMS, A_RECOMPUTE, A_TP_COMM,
+    A_TP_EXPOSED, BACKWARD_GEMM, N_KIND_COSTS, N_WORK, TP_BACKWARD_PASSES, fsdp_shard_group, head_passes, layer_passes,
+    layer_passes_keeping, layer_time, per_layer_fsdp,
 )
 from fastmodel.kernels.lm.host_step import embedding_send_overlap, eval_time, host_bound_bubble, host_wait_per_microbatch
+from fastmodel.kernels.lm.chain_nic import chain_sends_nic_shared
+from fastmodel.kernels.lm.fp8 import fp8_weight_step_s
 from fastmodel.kernels.lm.host_syncs import host_sync_s, optimizer_host_s
 from fastmodel.kernels.lm.pipeline import model_copies, pipeline_drain, pipeline_p2p
 from fastmodel.kernels.nccl import allreduce_time
@@ -357,7 +357,9 @@ def _data_parallel_step(row, work, per_stage, head_params, micro_batches, stage_
         optimizer, muon_bytes, muon_params = muon_step(row, dense, moe, stored_grad_bytes(row), mtp)
         matrices = muon_params * min(1.0, local_params / max(stage_params, 1.0))
         step_bytes += muon_bytes - matrices * optimizer_bytes_per_param(row)
-    optimizer += memory_bound_time(row, step_bytes) + f_step + optimizer_host_s(row, holds_last, local_params)  # §11.54, §11.64
+    # f_step: FP32 embeddings' (§11.54); FP8 re-cast of the updated weights (§11.65 C); host loops (§11.64)
+    optimizer += (memory_bound_time(row, step_bytes) + f_step + fp8_weight_step_s(row, per_stage * work[A_PARAMS])
+                  + optimizer_host_s(row, holds_last, local_params))
     out[R_COMM_DP] = dp_comm
     out[R_TIME_OPTIMIZER] = optimizer
     return before, after + optimizer
@@ -365,10 +367,9 @@ def _data_parallel_step(row, work, per_stage, head_params, micro_batches, stage_
 
 @njit
 def _fsdp_step(row, work, micro_batches, per_stage, out):
-    """ZeRO-3/FSDP per-layer collectives over the step (added to ``out``'s data-parallel results); returns the
-    exposed seconds. Each layer's collectives are counted once: the stage's first layer exposes its forward
-    gather and its reduce-scatter, the last of the backward pass (``fsdp_first_layer_exposed``); every other
-    layer hides them behind its neighbours' compute where the framework overlaps them."""
+    """ZeRO-3/FSDP per-layer collectives over the step (into ``out``'s data-parallel results); the exposed seconds.
+    Each layer's collectives count once: the stage's first layer exposes its forward gather and its reduce-scatter,
+    the last of the backward (``fsdp_first_layer_exposed``); the others hide behind their neighbours' compute."""
     if not per_layer_fsdp(row):
         return 0.0
     first = fsdp_first_layer_exposed(row, work[A_FSDP_GATHER], work[A_FSDP_REDUCE], work[A_FSDP_WINDOW]) \
@@ -385,15 +386,13 @@ def step_row(row, work, out):
     passes (:func:`busiest_stage`), then the step composition."""
     p = row[C_PP]
     micro_batches = row[C_GLOBAL_BATCH] / (row[C_MICRO_BATCH] * row[C_DP])
-    # the BF16 layers' accumulators in frame vectors (jit.stack_vector): nothing allocated per configuration
-    d_first, d_last, d_mtp = stack_vector(N_WORK), stack_vector(N_WORK), stack_vector(N_WORK)
+    d_first, d_last, d_mtp = stack_vector(N_WORK), stack_vector(N_WORK), stack_vector(N_WORK)  # BF16 layers', no alloc
     terms = embedding_terms(row)    # the word embedding's (§11.44 1d, §11.43), once for the stages and the bubble
     stage_mb, average_mb, forward, weight, layers, share, n16, d16, emb, offload_layer = busiest_stage_into(
         row, work, d_first, d_last, d_mtp, terms)
     per_stage = layers + share * row[C_MTP_LAYERS] / model_copies(row)   # the busiest rank's layers
     offload = micro_batches * (per_stage * offload_layer + (per_stage - layers) * (mtp_offload_s(row, d_mtp)
                                                                                  - offload_layer))  # MTP: its own
-    head_params = work[W_PARAMS]
     head_flops = 3.0 * work[W_FLOPS]
     # the head's forward costs, left by busiest_stage, on the busiest rank when it is the last (share 1)
     head_gemm = share * ((1.0 + BACKWARD_GEMM) * work[W_GEMM] + work[W_WGRAD])     # W_WGRAD: §11.46's read
@@ -404,7 +403,8 @@ def step_row(row, work, out):
     bubble = host_bound_bubble(row, average_mb, forward, weight, last_mb, terms)
     pp_comm, pp_exposed = pipeline_p2p(row, micro_batches)
     pp_exposed -= embedding_send_overlap(row, average_mb, last_mb, pp_exposed, terms)
-    outside = _data_parallel_ranks(row, work, head_params, micro_batches, stage_mb, out)
+    pp_exposed += chain_sends_nic_shared(row, work, per_stage)     # the chain sends beside the DP chunks' (§11.65)
+    outside = _data_parallel_ranks(row, work, work[W_PARAMS], micro_batches, stage_mb, out)
     # per-layer FSDP runs without a pipeline only (passes.per_layer_fsdp), so never under an explicit layout
     fsdp_exposed = _fsdp_step(row, work, micro_batches, layers_per_stage(row), out)
     host_wait = micro_batches * host_wait_per_microbatch(row, per_stage, stage_mb) \

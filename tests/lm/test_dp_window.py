@@ -44,9 +44,10 @@ def test_window_matches_a_queue_of_chunks_launched_p_backwards_apart():
 
 def _stage_collectives(columns, params):
     """The stage's reduction and gather under the distributed optimizer: reduce-scatter and all-gather over dp = 8
-    adjacent devices (tp = cp = 1), gradients in ``grad_reduce_bytes``, 16-bit weights."""
+    adjacent devices (tp = cp = 1), gradients in ``grad_reduce_bytes``, 16-bit weights; one collective per model
+    chunk (v = 2), each of half the bytes and with its own latency (docs/model.md §11.65)."""
     grad = params * columns[C["grad_reduce_bytes"]]
-    return allgather_time(columns, grad, 8.0, 1.0), allgather_time(columns, params * 2.0, 8.0, 1.0)
+    return 2.0 * allgather_time(columns, grad / 2.0, 8.0, 1.0), 2.0 * allgather_time(columns, params, 8.0, 1.0)
 
 
 def test_interleaved_windows_from_the_stage_collectives():
@@ -74,8 +75,33 @@ def test_without_interleaving_the_window_is_one_micro_batch_of_the_stage():
 
 def test_ddp_windows_take_its_allreduce_and_no_gather():
     columns = row(**dict(PLAN, sharding="ddp"))
-    reduce = allreduce_time(columns, 4e8 * columns[C["grad_reduce_bytes"]], 8.0, 1.0)
+    reduce = 2.0 * allreduce_time(columns, 4e8 * columns[C["grad_reduce_bytes"]] / 2.0, 8.0, 1.0)    # per chunk
     comm, _, after, _, backward, forward = data_parallel(columns, 4e8, 8e-3, 4e-3, 8.0, 8.0, 1.0, 0.0, True)
     assert comm == pytest.approx(reduce, rel=1e-12) and after == 0.0
     assert backward == pytest.approx(min(reduce / 2.0, 2.0 * 4e-3), rel=1e-12)
     assert forward == 0.0       # no gather: nothing to hide behind the forward
+
+
+def test_each_chunk_collective_pays_its_ring_latency_by_hand():
+    # MLPerf v3.1 n1344 (§11.65): dp 336 at stride tp = 4, two members a DGX node, 168 nodes. At 900 MB and at
+    # 75 MB a chunk the ring runs NCCL's LL128 (§11.5: Simple's 2.19 ms of latency costs more than LL128's 8%
+    # bandwidth), whose pass costs 10 us + 168 NVLink hops of 1.9 us + 168 network hops of 4.0 us (the device's
+    # Simple hops 3.4 and 9.6 us scaled by NCCL's ratios): 1.001 ms. v = 12 chunk reduce-scatters and all-gathers
+    # pay it 12 times where one stage-wide collective paid it once: 2 (v - 1) L more, the bandwidth terms alike
+    columns = next(r for r in _records() if r.id == "mlperf-v31-gpt3-175b-nvidia-n1344").columns
+    assert columns[C["vp"]] == 12 and columns[C["dp"]] == 336 and columns[C["tp"]] == 4
+    assert columns[C["intra_latency"]] == 3.4e-6 and columns[C["inter_latency"]] == 9.6e-6
+    latency = 10e-6 + 168 * 1.9e-6 + 168 * 4.0e-6
+    params = 4.5e8
+    whole = allgather_time(columns, params * columns[C["grad_reduce_bytes"]], 336.0, 4.0) \
+        + allgather_time(columns, params * 2.0, 336.0, 4.0)
+    comm = data_parallel(columns, params, 0.05, 0.02, 336.0, 336.0, 4.0, 0.0, True)[0]
+    assert comm - whole == pytest.approx(2 * 11 * latency, rel=1e-9)
+    assert 1e3 * latency == pytest.approx(1.001, abs=0.001)
+
+
+def _records():
+    from pathlib import Path
+
+    from fastmodel.lm.records import read_records
+    return read_records(Path(__file__).resolve().parents[1] / "data" / "runs_dev.jsonl")

@@ -64,15 +64,16 @@ def test_v40_chunk_serial_bounds_by_hand(rows):
 
 
 def test_the_residual_per_layer_and_micro_batch(rows):
-    """§11.47's conclusions: the seven v3.1 rows lie within 11 ms of one line a + b m with b > 0 (a residual per
+    """§11.47's conclusions: the seven v3.1 rows lie within 12 ms of one line a + b m with b > 0 (a residual per
     micro-batch); the micro-batch of two sequences leaves less of it a layer and micro-batch than v3.1 (0.55 of it
     since the records state learned positions, issue 26; less than half before); split as c + d s (s sequences),
     both micro-batch-1 figures give d < 0, so no non-negative fixed cost plus non-negative per-token cost fits, and
     a fixed cost per operation, bounded by the micro-batch-2 figure, leaves part of the micro-batch-1 residual
-    unexplained."""
+    unexplained. (Within 11 ms before §11.65 timed the DP collectives one per chunk, each with its ring latency,
+    which grows with dp: n1280 is now 11.9 ms off the line.)"""
     a, b, m, r = contrast.v31_fit(rows)
     assert sorted(set(m)) == [8.0, 16.0, 128.0]
-    assert b > 0 and np.max(np.abs(r - (a + b * m))) < 0.011
+    assert b > 0 and np.max(np.abs(r - (a + b * m))) < 0.012
     per_layer = contrast.per_layer(rows, a)
     assert 0 < per_layer[V40_MB2] < b / 12.0
     assert per_layer[V40_MB1] > per_layer[V40_MB2]
@@ -82,17 +83,18 @@ def test_the_residual_per_layer_and_micro_batch(rows):
 
 
 def test_the_chunk_serial_bound_against_the_contrast(rows):
-    """At its worst (no stream overlap) the chunk-serial bound leaves v3.1 more than v4.0 n1344, n1344 something,
+    """At its worst (no stream overlap) the chunk-serial bound leaves v4.0 n1344 more than v3.1, v3.1 something,
     and takes most of n64's residual (three quarters since the records state learned positions, issue 26; all of
-    it within 5 % before); §11.29's FP8 bookkeeping bound (3 x 2 x 6 kernels at
-    ``kernel_overhead_s``) does not close v3.1's and takes all of both v4.0 rows' but at most 10 us a layer (past
-    both before the v3.1 records stated FlashAttention-2 and TE's QKV copies, §11.60, which moved the v3.1 a that
-    the v4.0 rows carry)."""
+    it within 5 % before); §11.29's FP8 bookkeeping bound (3 x 2 x 6 kernels at ``kernel_overhead_s``) closes
+    neither micro-batch-1 row and takes all of n64's but at most 20 us a layer. (v3.1 left more than n1344, and the
+    bookkeeping bound took all of both v4.0 rows', before §11.65 priced the chain sends' share of the NIC, each
+    chunk collective's latency and the weights' FP8 re-cast: they lowered the v3.1 a from 0.068 to 0.028 s, and the
+    v4.0 rows carry v3.1's a.)"""
     a, b, _, _ = contrast.v31_fit(rows)
     left = contrast.left_after_bound(rows, a, b)
-    assert left["v31"] > left["v40_mbs1_cg"] > 0
+    assert left["v40_mbs1_cg"] > left["v31"] > 0
     assert 0 < left["v40_mbs2"] < 0.5 * contrast.per_layer(rows, a)[V40_MB2]
     book = contrast.fp8_bookkeeping_bound(rows[V40_MB2][0])
     assert book == pytest.approx(36 * rows[V40_MB2][0][C["kernel_overhead_s"]], rel=1e-12)
-    assert left["v31"] - book > 0
-    assert max(left["v40_mbs1_cg"], left["v40_mbs2"]) - book < 10e-6
+    assert min(left["v31"], left["v40_mbs1_cg"]) - book > 0
+    assert left["v40_mbs2"] - book < 20e-6
